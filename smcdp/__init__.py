@@ -1,0 +1,3 @@
+"""smcdp: secure multiparty computation with differentially private release."""
+
+__version__ = "0.1.0"

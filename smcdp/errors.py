@@ -1,0 +1,71 @@
+"""Errors shared by every layer.
+
+Each error carries the gRPC status code name that the transport reports when
+the error crosses a process boundary, so that a peer that sends a bad message
+sees INVALID_ARGUMENT, a peer outside a session sees PERMISSION_DENIED, and so
+on.  The module imports nothing from grpc so that ``smcdp.dp`` and
+``smcdp.crypto`` stay transport-free.
+"""
+
+from __future__ import annotations
+
+
+class SmcdpError(Exception):
+    """Base class.  ``code`` is the name of a grpc.StatusCode member."""
+
+    code = "INTERNAL"
+
+
+class InvalidMessage(SmcdpError):
+    """A peer's message, a file or an argument failed validation."""
+
+    code = "INVALID_ARGUMENT"
+
+
+class PreconditionFailed(SmcdpError):
+    """The request is well formed but the state does not allow it."""
+
+    code = "FAILED_PRECONDITION"
+
+
+class PermissionDenied(SmcdpError):
+    """The authenticated peer holds no role that allows this."""
+
+    code = "PERMISSION_DENIED"
+
+
+class Unauthenticated(SmcdpError):
+    """No verified identity for the peer."""
+
+    code = "UNAUTHENTICATED"
+
+
+class DeadlineExceeded(SmcdpError):
+    code = "DEADLINE_EXCEEDED"
+
+
+class Unavailable(SmcdpError):
+    """A peer could not be reached."""
+
+    code = "UNAVAILABLE"
+
+
+class SessionAborted(SmcdpError):
+    """Another participant ended the session with an error."""
+
+    def __init__(self, message: str, code: str = "ABORTED", origin: str | None = None):
+        super().__init__(message)
+        self.code = code
+        self.origin = origin
+
+
+class InsecureParameters(SmcdpError):
+    """A caller asked for parameters below the security floor without opting in."""
+
+    code = "INVALID_ARGUMENT"
+
+
+class CryptoOverflow(SmcdpError, OverflowError):
+    """A homomorphic result would leave the representable range (never wrap)."""
+
+    code = "OUT_OF_RANGE"

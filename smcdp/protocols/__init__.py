@@ -1,0 +1,1 @@
+"""Transport-agnostic protocols: one module per protocol, roles as coroutines."""

@@ -1,0 +1,89 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable
+from typing import ClassVar as _ClassVar, Optional as _Optional
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class PaillierPublicKey(_message.Message):
+    __slots__ = ("n",)
+    N_FIELD_NUMBER: _ClassVar[int]
+    n: bytes
+    def __init__(self, n: _Optional[bytes] = ...) -> None: ...
+
+class PaillierKeyPair(_message.Message):
+    __slots__ = ("n", "p", "q")
+    N_FIELD_NUMBER: _ClassVar[int]
+    P_FIELD_NUMBER: _ClassVar[int]
+    Q_FIELD_NUMBER: _ClassVar[int]
+    n: bytes
+    p: bytes
+    q: bytes
+    def __init__(self, n: _Optional[bytes] = ..., p: _Optional[bytes] = ..., q: _Optional[bytes] = ...) -> None: ...
+
+class CiphertextVector(_message.Message):
+    __slots__ = ("ciphertexts", "exponent", "length", "slots_per_ciphertext", "slot_bits", "key_fingerprint", "offset")
+    CIPHERTEXTS_FIELD_NUMBER: _ClassVar[int]
+    EXPONENT_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_PER_CIPHERTEXT_FIELD_NUMBER: _ClassVar[int]
+    SLOT_BITS_FIELD_NUMBER: _ClassVar[int]
+    KEY_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    ciphertexts: _containers.RepeatedScalarFieldContainer[bytes]
+    exponent: int
+    length: int
+    slots_per_ciphertext: int
+    slot_bits: int
+    key_fingerprint: bytes
+    offset: bytes
+    def __init__(self, ciphertexts: _Optional[_Iterable[bytes]] = ..., exponent: _Optional[int] = ..., length: _Optional[int] = ..., slots_per_ciphertext: _Optional[int] = ..., slot_bits: _Optional[int] = ..., key_fingerprint: _Optional[bytes] = ..., offset: _Optional[bytes] = ...) -> None: ...
+
+class Floats(_message.Message):
+    __slots__ = ("values",)
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, values: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class Ints(_message.Message):
+    __slots__ = ("values",)
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, values: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class BigInts(_message.Message):
+    __slots__ = ("magnitude", "negative")
+    MAGNITUDE_FIELD_NUMBER: _ClassVar[int]
+    NEGATIVE_FIELD_NUMBER: _ClassVar[int]
+    magnitude: _containers.RepeatedScalarFieldContainer[bytes]
+    negative: _containers.RepeatedScalarFieldContainer[bool]
+    def __init__(self, magnitude: _Optional[_Iterable[bytes]] = ..., negative: _Optional[_Iterable[bool]] = ...) -> None: ...
+
+class Matrix(_message.Message):
+    __slots__ = ("rows", "cols", "values")
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    COLS_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    rows: int
+    cols: int
+    values: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, rows: _Optional[int] = ..., cols: _Optional[int] = ..., values: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class Flag(_message.Message):
+    __slots__ = ("value",)
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    value: bool
+    def __init__(self, value: _Optional[bool] = ...) -> None: ...
+
+class Text(_message.Message):
+    __slots__ = ("value",)
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    value: str
+    def __init__(self, value: _Optional[str] = ...) -> None: ...
+
+class Blobs(_message.Message):
+    __slots__ = ("values",)
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, values: _Optional[_Iterable[bytes]] = ...) -> None: ...
