@@ -1,0 +1,530 @@
+"""Encrypted vectors: batch Paillier arithmetic with explicit fixed point,
+optional plaintext packing and overflow detection that raises, never wraps.
+
+Fixed point
+    A vector stores integers ``v`` and a base-2 ``exponent`` (<= 0); the value
+    is ``v · 2^exponent``.  ``encrypt(..., frac_bits=F)`` uses exponent ``-F``.
+    Exponents only change where the caller asks (a fixed-point scalar
+    multiplication adds its own fractional bits); adding two vectors with
+    different exponents rescales one of them by a power of two.
+
+Packing
+    With ``slot_bits=s``, each ciphertext holds up to ``slots`` signed values
+    as balanced base-2^s digits: ``P = Σ_j v_j · 2^(s·j)`` with
+    ``|v_j| < 2^(s-1)``.  Addition and multiplication by a (possibly secret)
+    integer scalar act on every slot independently as long as no slot leaves
+    that range, and a negative value needs no offset: the digits are
+    recovered from the signed integer ``P`` one at a time.  We prefer this to
+    offset encoding because an offset would be multiplied by a secret scalar
+    (power iteration's r_i) and the decryptor would need the scalar to remove
+    it.  docs/crypto.md gives the capacity rule.
+
+Overflow
+    Every vector carries ``bound``, an upper bound on the absolute value of
+    every integer it encrypts (per slot when packed).  Each operation computes
+    the new bound first and raises :class:`CryptoOverflow` if it could exceed
+    the capacity (``n/3`` unpacked, ``2^(s-1)`` per slot packed).  A vector
+    received from a peer gets the bound the receiving protocol declares for
+    it; decryption additionally refuses results in the middle third of Z_n.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import gmpy2
+import numpy as np
+from gmpy2 import mpz
+
+from smcdp.crypto.paillier import PrivateKey, PublicKey, bytes_to_int, int_to_bytes
+from smcdp.errors import CryptoOverflow, InvalidMessage
+
+#: Default fractional bits of fixed-point encodings.
+DEFAULT_FRAC_BITS = 40
+
+
+# --------------------------------------------------------------------------- encoding
+def encode_fixed(values, frac_bits: int) -> list[int]:
+    """round(v · 2^frac_bits) for each finite value (exact for integer input)."""
+    arr = np.asarray(values)
+    if arr.dtype.kind in "iu":
+        return [int(v) << frac_bits for v in arr.ravel()]
+    if arr.dtype == object:
+        out = []
+        for v in arr.ravel():
+            if isinstance(v, (int, np.integer)):
+                out.append(int(v) << frac_bits)
+            else:
+                out.append(_encode_float(float(v), frac_bits))
+        return out
+    arr = arr.astype(np.float64, copy=False)
+    if not np.all(np.isfinite(arr)):
+        raise InvalidMessage("cannot encrypt NaN or infinite values")
+    return [_encode_float(v, frac_bits) for v in arr.ravel().tolist()]
+
+
+def _encode_float(v: float, frac_bits: int) -> int:
+    if not math.isfinite(v):
+        raise InvalidMessage("cannot encrypt NaN or infinite values")
+    m, e = math.frexp(v)  # v = m·2^e, 0.5 <= |m| < 1, exact
+    mi = int(m * (1 << 53))  # exact 53-bit mantissa
+    shift = e - 53 + frac_bits
+    if shift >= 0:
+        return mi << shift
+    # round half away from zero
+    q, r = divmod(abs(mi), 1 << -shift)
+    if 2 * r >= (1 << -shift):
+        q += 1
+    return q if mi >= 0 else -q
+
+
+def decode_fixed(ints: Iterable[int], exponent: int) -> np.ndarray:
+    """Integers · 2^exponent as float64 (ldexp avoids float overflow of huge ints where possible)."""
+    out = []
+    for v in ints:
+        v = int(v)
+        bl = v.bit_length()
+        if bl > 1000:  # keep the top 64 bits, fold the rest into the exponent
+            shift = bl - 64
+            out.append(math.ldexp(float(v >> shift if v >= 0 else -((-v) >> shift)), exponent + shift))
+        else:
+            out.append(math.ldexp(float(v), exponent) if bl <= 53 else float(v) * 2.0 ** exponent)
+    return np.asarray(out, dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class Packing:
+    """Layout of packed ciphertexts: ``slots`` signed values of ``slot_bits`` bits each."""
+
+    slots: int = 1
+    slot_bits: int = 0
+
+    @property
+    def packed(self) -> bool:
+        return self.slots > 1
+
+    @property
+    def slot_capacity(self) -> int:
+        """Largest allowed |value| per slot."""
+        return (1 << (self.slot_bits - 1)) - 1
+
+    @classmethod
+    def for_key(cls, pk: PublicKey, slot_bits: int, max_slots: int | None = None) -> "Packing":
+        """As many slots of ``slot_bits`` as fit below n/3 (at least 1)."""
+        if slot_bits < 2:
+            raise ValueError("slot_bits must be >= 2")
+        usable = pk.max_int.bit_length() - 2
+        slots = max(1, usable // slot_bits)
+        if max_slots is not None:
+            slots = max(1, min(slots, max_slots))
+        if slots == 1:
+            return cls(1, 0)
+        return cls(slots, slot_bits)
+
+    def pack(self, ints: Sequence[int]) -> list[int]:
+        s = self.slot_bits
+        out = []
+        for start in range(0, len(ints), self.slots):
+            acc = 0
+            for j, v in enumerate(ints[start:start + self.slots]):
+                acc += int(v) << (s * j)
+            out.append(acc)
+        return out
+
+    def unpack(self, packed: Sequence[int], length: int) -> list[int]:
+        s = self.slot_bits
+        full, half = 1 << s, 1 << (s - 1)
+        out: list[int] = []
+        for P in packed:
+            P = int(P)
+            for _ in range(self.slots):
+                if len(out) == length:
+                    break
+                d = P & (full - 1)
+                if d >= half:
+                    d -= full
+                out.append(d)
+                P = (P - d) >> s
+        if len(out) != length:
+            raise InvalidMessage("packed ciphertexts hold fewer values than declared")
+        return out
+
+    def n_ciphertexts(self, length: int) -> int:
+        return -(-length // self.slots) if self.packed else length
+
+
+UNPACKED = Packing()
+
+
+# --------------------------------------------------------------------------- multi-exponentiation
+def multi_exp(bases: Sequence[mpz], exps: Sequence[int], modulus: mpz) -> mpz:
+    """Π bases[i]^exps[i] mod modulus by Pippenger's bucket method.
+
+    Squarings are shared by every term; each term costs one multiplication
+    per window instead of a whole exponentiation.  Negative exponents use the
+    modular inverse of their base.
+    """
+    bs: list[mpz] = []
+    es: list[int] = []
+    for b, e in zip(bases, exps):
+        e = int(e)
+        if e == 0:
+            continue
+        if e < 0:
+            b = gmpy2.invert(b, modulus)
+            e = -e
+        bs.append(mpz(b))
+        es.append(e)
+    if not bs:
+        return mpz(1)
+    if len(bs) < 4:
+        r = mpz(1)
+        for b, e in zip(bs, es):
+            r = r * gmpy2.powmod(b, e, modulus) % modulus
+        return r
+    maxbits = max(e.bit_length() for e in es)
+    c = max(2, min(12, int(math.log2(len(bs))) - 1))
+    mask = (1 << c) - 1
+    windows = -(-maxbits // c)
+    result = mpz(1)
+    for w in range(windows - 1, -1, -1):
+        if result != 1:
+            result = gmpy2.powmod(result, 1 << c, modulus)
+        shift = w * c
+        buckets: list[mpz | None] = [None] * (1 << c)
+        for b, e in zip(bs, es):
+            d = (e >> shift) & mask
+            if d:
+                cur = buckets[d]
+                buckets[d] = b if cur is None else cur * b % modulus
+        running: mpz | None = None
+        acc: mpz | None = None
+        for d in range(mask, 0, -1):
+            bd = buckets[d]
+            if bd is not None:
+                running = bd if running is None else running * bd % modulus
+            if running is not None:
+                acc = running if acc is None else acc * running % modulus
+        if acc is not None:
+            result = result * acc % modulus
+    return result
+
+
+# --------------------------------------------------------------------------- the vector type
+class EncryptedVector:
+    """A vector of Paillier ciphertexts with a shared fixed-point exponent."""
+
+    __slots__ = ("public_key", "ciphertexts", "length", "exponent", "packing", "bound")
+
+    def __init__(self, public_key: PublicKey, ciphertexts: list[mpz], length: int, exponent: int,
+                 packing: Packing = UNPACKED, bound: int | None = None):
+        self.public_key = public_key
+        self.ciphertexts = ciphertexts
+        self.length = int(length)
+        self.exponent = int(exponent)
+        self.packing = packing
+        cap = self.capacity
+        self.bound = cap if bound is None else int(bound)
+        if self.bound > cap:
+            raise CryptoOverflow(f"declared bound of {self.bound.bit_length()} bits exceeds the capacity of {cap.bit_length()} bits")
+        if len(ciphertexts) != packing.n_ciphertexts(self.length):
+            raise InvalidMessage(f"{len(ciphertexts)} ciphertexts cannot hold {self.length} values in {packing.slots} slots")
+
+    # ------------------------------------------------------------------ basics
+    @property
+    def capacity(self) -> int:
+        return self.packing.slot_capacity if self.packing.packed else int(self.public_key.max_int)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __repr__(self) -> str:
+        return (f"EncryptedVector(len={self.length}, exponent={self.exponent}, slots={self.packing.slots}, "
+                f"bound_bits={self.bound.bit_length()})")
+
+    def _check_bound(self, bound: int, what: str) -> int:
+        if bound > self.capacity:
+            raise CryptoOverflow(
+                f"{what} could reach {bound.bit_length()} bits, above the capacity of "
+                f"{self.capacity.bit_length()} bits ({'per slot' if self.packing.packed else 'n/3'}); "
+                "use fewer fractional bits, wider slots or a larger key"
+            )
+        return bound
+
+    def _like(self, cts: list[mpz], bound: int, exponent: int | None = None) -> "EncryptedVector":
+        return EncryptedVector(self.public_key, cts, self.length, self.exponent if exponent is None else exponent,
+                               self.packing, bound)
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def encrypt(cls, public_key: PublicKey, values, *, frac_bits: int = DEFAULT_FRAC_BITS,
+                packing: Packing = UNPACKED, private_key: PrivateKey | None = None,
+                bound: int | None = None) -> "EncryptedVector":
+        """Encrypt floats (or ints) at ``2^-frac_bits`` precision.
+
+        ``private_key``: use CRT encryption (the encryptor owns the key).
+        ``bound``: a public bound on |integer| to record instead of the actual
+        maximum (so the bound itself carries no information); it must hold.
+        """
+        ints = encode_fixed(values, frac_bits)
+        return cls.encrypt_ints(public_key, ints, exponent=-frac_bits, packing=packing,
+                                private_key=private_key, bound=bound)
+
+    @classmethod
+    def encrypt_ints(cls, public_key: PublicKey, ints: Sequence[int], *, exponent: int = 0,
+                     packing: Packing = UNPACKED, private_key: PrivateKey | None = None,
+                     bound: int | None = None) -> "EncryptedVector":
+        ints = [int(v) for v in ints]
+        actual = max((abs(v) for v in ints), default=0)
+        if bound is None:
+            bound = actual
+        elif actual > bound:
+            raise CryptoOverflow(f"a value of {actual.bit_length()} bits exceeds the declared bound of {int(bound).bit_length()} bits")
+        vec_cap = packing.slot_capacity if packing.packed else int(public_key.max_int)
+        if bound > vec_cap:
+            raise CryptoOverflow(f"values of {int(bound).bit_length()} bits do not fit the capacity of {vec_cap.bit_length()} bits")
+        plain = packing.pack(ints) if packing.packed else ints
+        enc = private_key.raw_encrypt if private_key is not None else public_key.raw_encrypt
+        return cls(public_key, [enc(m) for m in plain], len(ints), exponent, packing, bound)
+
+    @classmethod
+    def zeros(cls, public_key: PublicKey, length: int, *, exponent: int = 0,
+              packing: Packing = UNPACKED) -> "EncryptedVector":
+        return cls.encrypt_ints(public_key, [0] * length, exponent=exponent, packing=packing)
+
+    # ------------------------------------------------------------------ decryption
+    def decrypt_ints(self, private_key: PrivateKey) -> list[int]:
+        if private_key.public_key != self.public_key:
+            raise InvalidMessage("private key does not match the vector's public key")
+        plain = [private_key.raw_decrypt_signed(c) for c in self.ciphertexts]
+        if self.packing.packed:
+            return self.packing.unpack(plain, self.length)
+        return plain
+
+    def decrypt(self, private_key: PrivateKey) -> np.ndarray:
+        return decode_fixed(self.decrypt_ints(private_key), self.exponent)
+
+    # ------------------------------------------------------------------ arithmetic
+    def _compatible(self, other: "EncryptedVector") -> None:
+        if not isinstance(other, EncryptedVector):
+            raise TypeError("expected an EncryptedVector")
+        if other.public_key != self.public_key:
+            raise InvalidMessage("vectors are encrypted under different public keys")
+        if other.length != self.length:
+            raise InvalidMessage(f"length mismatch: {self.length} vs {other.length}")
+        if other.packing != self.packing:
+            raise InvalidMessage("vectors use different packing layouts")
+
+    def scale_exponent(self, new_exponent: int) -> "EncryptedVector":
+        """Same values at a lower exponent (multiply the integers by 2^(exponent - new))."""
+        if new_exponent > self.exponent:
+            raise ValueError("can only lower the exponent (raising would need division)")
+        if new_exponent == self.exponent:
+            return self
+        return self.mul_int(1 << (self.exponent - new_exponent))._with_exponent(new_exponent)
+
+    def _with_exponent(self, exponent: int) -> "EncryptedVector":
+        return EncryptedVector(self.public_key, self.ciphertexts, self.length, exponent, self.packing, self.bound)
+
+    def __add__(self, other: "EncryptedVector") -> "EncryptedVector":
+        self._compatible(other)
+        a, b = self, other
+        if a.exponent != b.exponent:
+            e = min(a.exponent, b.exponent)
+            a, b = a.scale_exponent(e), b.scale_exponent(e)
+        bound = a._check_bound(a.bound + b.bound, "sum")
+        n2 = self.public_key.nsquare
+        return a._like([x * y % n2 for x, y in zip(a.ciphertexts, b.ciphertexts)], bound)
+
+    def __neg__(self) -> "EncryptedVector":
+        return self.mul_int(-1)
+
+    def __sub__(self, other: "EncryptedVector") -> "EncryptedVector":
+        return self + (-other)
+
+    def add_plain(self, values, *, frac_bits: int | None = None) -> "EncryptedVector":
+        """Add plaintext values (encoded at this vector's exponent unless ``frac_bits`` is given)."""
+        fb = -self.exponent if frac_bits is None else frac_bits
+        other = EncryptedVector.trivial(self.public_key, encode_fixed(values, fb), exponent=-fb, packing=self.packing)
+        if other.length != self.length:
+            raise InvalidMessage(f"length mismatch: {self.length} vs {other.length}")
+        return self + other
+
+    @classmethod
+    def trivial(cls, public_key: PublicKey, ints: Sequence[int], *, exponent: int = 0,
+                packing: Packing = UNPACKED) -> "EncryptedVector":
+        """Deterministic encryptions (1 + n·m) of public values, for adding plaintexts."""
+        ints = [int(v) for v in ints]
+        bound = max((abs(v) for v in ints), default=0)
+        plain = packing.pack(ints) if packing.packed else ints
+        pk = public_key
+        return cls(pk, [(1 + pk.n * pk.raw_plain(m)) % pk.nsquare for m in plain], len(ints), exponent, packing, bound)
+
+    def mul_int(self, k: int) -> "EncryptedVector":
+        """Multiply every value (every slot) by the integer ``k``."""
+        k = int(k)
+        bound = self._check_bound(self.bound * abs(k), "scalar product")
+        pk = self.public_key
+        if k < 0:
+            inv = [gmpy2.invert(c, pk.nsquare) for c in self.ciphertexts]
+            return self._like([gmpy2.powmod(c, -k, pk.nsquare) for c in inv], bound)
+        return self._like([gmpy2.powmod(c, k, pk.nsquare) for c in self.ciphertexts], bound)
+
+    def mul_scalar(self, s: float, *, frac_bits: int = DEFAULT_FRAC_BITS) -> "EncryptedVector":
+        """Multiply by a real scalar encoded with ``frac_bits`` (the exponent drops by frac_bits)."""
+        (k,) = encode_fixed([s], frac_bits)
+        return self.mul_int(k)._with_exponent(self.exponent - frac_bits)
+
+    def mul_elementwise(self, values, *, frac_bits: int = 0) -> "EncryptedVector":
+        """Element-wise product with plaintext values (unpacked vectors only)."""
+        self._require_unpacked("element-wise multiplication")
+        ks = encode_fixed(values, frac_bits)
+        if len(ks) != self.length:
+            raise InvalidMessage(f"length mismatch: {self.length} vs {len(ks)}")
+        bound = self._check_bound(self.bound * max((abs(k) for k in ks), default=0), "element-wise product")
+        pk = self.public_key
+        return self._like([pk.raw_mul(c, k) for c, k in zip(self.ciphertexts, ks)], bound,
+                          self.exponent - frac_bits)
+
+    def sum(self) -> "EncryptedVector":
+        """Sum of all values as a 1-vector (unpacked only)."""
+        self._require_unpacked("sum")
+        n2 = self.public_key.nsquare
+        acc = mpz(1)
+        for c in self.ciphertexts:
+            acc = acc * c % n2
+        bound = self._check_bound(self.bound * self.length, "sum")
+        return EncryptedVector(self.public_key, [acc], 1, self.exponent, UNPACKED, bound)
+
+    def dot(self, weights, *, frac_bits: int = 0) -> "EncryptedVector":
+        """Σ_i w_i·x_i as a 1-vector, by multi-exponentiation (unpacked only)."""
+        return self.matvec(np.asarray(weights, dtype=object if _is_int_like(weights) else np.float64)[None, :],
+                           frac_bits=frac_bits)
+
+    def matvec(self, W, *, frac_bits: int = 0) -> "EncryptedVector":
+        """W @ x for a plaintext matrix W (rows × len), each row by multi-exponentiation."""
+        self._require_unpacked("matrix-vector product")
+        W = np.asarray(W)
+        if W.ndim != 2 or W.shape[1] != self.length:
+            raise InvalidMessage(f"matrix of shape {W.shape} cannot multiply a vector of length {self.length}")
+        pk = self.public_key
+        out, bound = [], 0
+        for row in W:
+            ks = encode_fixed(row, frac_bits)
+            bound = max(bound, self.bound * sum(abs(k) for k in ks))
+            out.append(multi_exp(self.ciphertexts, ks, pk.nsquare))
+        self._check_bound(bound, "matrix-vector product")
+        return EncryptedVector(pk, out, W.shape[0], self.exponent - frac_bits, UNPACKED, bound)
+
+    def rerandomize(self) -> "EncryptedVector":
+        pk = self.public_key
+        return self._like([pk.rerandomize(c) for c in self.ciphertexts], self.bound)
+
+    def _require_unpacked(self, what: str) -> None:
+        if self.packing.packed:
+            raise InvalidMessage(f"{what} needs an unpacked vector")
+
+    def __getitem__(self, idx) -> "EncryptedVector":
+        self._require_unpacked("indexing")
+        if isinstance(idx, slice):
+            cts = self.ciphertexts[idx]
+        else:
+            cts = [self.ciphertexts[i] for i in np.atleast_1d(np.asarray(idx, dtype=int))]
+        return EncryptedVector(self.public_key, cts, len(cts), self.exponent, UNPACKED, self.bound)
+
+    @classmethod
+    def concat(cls, parts: Sequence["EncryptedVector"]) -> "EncryptedVector":
+        if not parts:
+            raise ValueError("nothing to concatenate")
+        e = min(p.exponent for p in parts)
+        parts = [p.scale_exponent(e) for p in parts]
+        for p in parts:
+            p._require_unpacked("concatenation")
+            if p.public_key != parts[0].public_key:
+                raise InvalidMessage("vectors are encrypted under different public keys")
+        cts = [c for p in parts for c in p.ciphertexts]
+        return cls(parts[0].public_key, cts, len(cts), e, UNPACKED, max(p.bound for p in parts))
+
+    # ------------------------------------------------------------------ wire format
+    def to_proto(self):
+        from smcdp.v1 import messages_pb2
+
+        return messages_pb2.CiphertextVector(
+            ciphertexts=[int_to_bytes(c) for c in self.ciphertexts],
+            exponent=self.exponent,
+            length=self.length,
+            slots_per_ciphertext=self.packing.slots,
+            slot_bits=self.packing.slot_bits,
+            key_fingerprint=self.public_key.fingerprint,
+        )
+
+    @classmethod
+    def from_proto(cls, msg, public_key: PublicKey, *, length: int | None = None,
+                   exponent: int | None = None, packing: Packing | None = None,
+                   bound: int | None = None, what: str = "ciphertext vector") -> "EncryptedVector":
+        """Parse and validate a received vector.
+
+        Checks the key fingerprint, the expected length, exponent and packing
+        (when given), and that every ciphertext c satisfies 0 < c < n² and
+        gcd(c, n) = 1.  ``bound`` is the bound the receiving protocol declares
+        for the plaintexts (default: the full capacity, which leaves no room for
+        further arithmetic).
+        """
+        if msg.key_fingerprint != public_key.fingerprint:
+            raise InvalidMessage(f"{what} was encrypted under a different public key")
+        if length is not None and msg.length != length:
+            raise InvalidMessage(f"{what} holds {msg.length} values, expected {length}")
+        if exponent is not None and msg.exponent != exponent:
+            raise InvalidMessage(f"{what} has fixed-point exponent {msg.exponent}, expected {exponent}")
+        if msg.exponent > 0 or msg.exponent < -4096:
+            raise InvalidMessage(f"{what} has an out-of-range exponent {msg.exponent}")
+        got = Packing(msg.slots_per_ciphertext, msg.slot_bits) if msg.slots_per_ciphertext > 1 else UNPACKED
+        if packing is not None and got != packing:
+            raise InvalidMessage(f"{what} uses packing {got.slots}x{got.slot_bits} bits, expected "
+                                 f"{packing.slots}x{packing.slot_bits} bits")
+        if got.packed and got.slots * got.slot_bits > public_key.max_int.bit_length() - 1:
+            raise InvalidMessage(f"{what} declares a packing that does not fit the key")
+        expected_cts = got.n_ciphertexts(msg.length)
+        if len(msg.ciphertexts) != expected_cts:
+            raise InvalidMessage(f"{what} has {len(msg.ciphertexts)} ciphertexts, expected {expected_cts}")
+        max_bytes = (public_key.nsquare.bit_length() + 7) // 8
+        cts = []
+        for i, b in enumerate(msg.ciphertexts):
+            if len(b) > max_bytes:
+                raise InvalidMessage(f"{what}: ciphertext {i} is longer than n²")
+            cts.append(public_key.validate_ciphertext(bytes_to_int(b), f"{what}: ciphertext {i}"))
+        return cls(public_key, cts, msg.length, msg.exponent, got, bound)
+
+
+def _is_int_like(x) -> bool:
+    arr = np.asarray(x)
+    return arr.dtype.kind in "iu" or (arr.dtype == object and all(isinstance(v, (int, np.integer)) for v in arr.ravel()))
+
+
+def public_key_to_proto(pk: PublicKey):
+    from smcdp.v1 import messages_pb2
+
+    return messages_pb2.PaillierPublicKey(n=int_to_bytes(pk.n))
+
+
+def public_key_from_proto(msg, *, allow_insecure: bool = False) -> PublicKey:
+    from smcdp.crypto.paillier import check_key_bits
+
+    n = bytes_to_int(msg.n)
+    if n.bit_length() > 16384:
+        raise InvalidMessage("public key modulus is unreasonably large")
+    check_key_bits(n.bit_length(), allow_insecure)
+    return PublicKey(n)
+
+
+def keypair_to_proto(sk: PrivateKey):
+    from smcdp.v1 import messages_pb2
+
+    return messages_pb2.PaillierKeyPair(n=int_to_bytes(sk.public_key.n), p=int_to_bytes(sk.p), q=int_to_bytes(sk.q))
+
+
+def keypair_from_proto(msg, *, allow_insecure: bool = False) -> PrivateKey:
+    pk = public_key_from_proto(msg, allow_insecure=allow_insecure)
+    return PrivateKey(pk, bytes_to_int(msg.p), bytes_to_int(msg.q))
