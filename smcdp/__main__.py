@@ -1,0 +1,5 @@
+import sys
+
+from smcdp.cli import main
+
+sys.exit(main())

@@ -1,0 +1,131 @@
+"""Paillier micro-benchmarks against plain phe, measured in the same run.
+
+``smcdp bench paillier [--key-bits BITS] [--json]`` (contract) prints the
+rates of our fast paths and of python-paillier on the same key, and their
+ratios: ``encrypt_public_ratio``, ``encrypt_private_ratio``,
+``decrypt_packed_ratio``, ``dot_ratio``.  Everything runs on one core in this
+process; no number is taken from elsewhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import secrets
+import sys
+import time
+from typing import Callable
+
+from phe import paillier as phe_paillier
+
+from smcdp.crypto.paillier import generate_keypair
+from smcdp.crypto.vector import EncryptedVector, Packing, multi_exp
+
+
+def _rate(fn: Callable[[], object], min_seconds: float, min_reps: int = 3) -> tuple[float, int, float]:
+    """Calls per second of ``fn`` over at least ``min_seconds`` and ``min_reps`` calls."""
+    reps = 0
+    t0 = time.perf_counter()
+    while True:
+        fn()
+        reps += 1
+        el = time.perf_counter() - t0
+        if el >= min_seconds and reps >= min_reps:
+            return reps / el, reps, el
+
+
+def paillier_benchmark(key_bits: int = 2048, seconds: float = 2.0, dot_terms: int = 820,
+                       dot_weight_bits: int = 48, slot_bits: int = 64) -> dict:
+    """Run the micro-benchmarks; returns a JSON-serialisable dict."""
+    pk, sk = generate_keypair(key_bits, allow_insecure=key_bits < 2048)
+    phe_pk, phe_sk = pk.phe, sk.phe
+    m = secrets.randbits(40)
+
+    # ---- encryption
+    t0 = time.perf_counter()
+    pk.table()
+    public_table_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    sk._crt_tables()
+    private_table_s = time.perf_counter() - t0
+    phe_enc, _, _ = _rate(lambda: phe_pk.encrypt(m), seconds)
+    pub_enc, _, _ = _rate(lambda: pk.raw_encrypt(m), seconds)
+    priv_enc, _, _ = _rate(lambda: sk.raw_encrypt(m), seconds)
+
+    # ---- decryption: plain phe (one value per ciphertext) vs packed CRT decryption
+    c_plain = phe_pk.encrypt(m)
+    phe_dec, _, _ = _rate(lambda: phe_sk.decrypt(c_plain), seconds)
+    packing = Packing.for_key(pk, slot_bits)
+    vals = [secrets.randbits(slot_bits - 2) - (1 << (slot_bits - 3)) for _ in range(packing.slots)]
+    packed = EncryptedVector.encrypt_ints(pk, vals, packing=packing, private_key=sk)
+    assert packed.decrypt_ints(sk) == vals
+    packed_dec, _, _ = _rate(lambda: packed.decrypt_ints(sk), seconds)
+    packed_values_per_s = packed_dec * packing.slots
+
+    # ---- homomorphic dot product: phe's naive loop vs multi-exponentiation
+    cts = [pk.raw_encrypt(secrets.randbits(32)) for _ in range(dot_terms)]
+    weights = [secrets.randbits(dot_weight_bits) - (1 << (dot_weight_bits - 1)) for _ in range(dot_terms)]
+    phe_cts = [phe_paillier.EncryptedNumber(phe_pk, int(c), 0) for c in cts]
+
+    def phe_dot():
+        acc = phe_cts[0] * weights[0]
+        for c, w in zip(phe_cts[1:], weights[1:]):
+            acc = acc + c * w
+        return acc
+
+    def our_dot():
+        return multi_exp(cts, weights, pk.nsquare)
+
+    # same result, checked once
+    assert sk.raw_decrypt_signed(our_dot()) == phe_sk.decrypt(phe_dot())
+    phe_dot_rate, _, _ = _rate(phe_dot, seconds, 2)
+    our_dot_rate, _, _ = _rate(our_dot, seconds, 2)
+
+    return {
+        "key_bits": key_bits,
+        "machine": {"python": platform.python_version(), "cpu": platform.processor() or platform.machine(),
+                    "cores_used": 1, "cpu_count": os.cpu_count()},
+        "phe_encrypt_per_s": phe_enc,
+        "encrypt_public_per_s": pub_enc,
+        "encrypt_private_per_s": priv_enc,
+        "encrypt_public_ratio": pub_enc / phe_enc,
+        "encrypt_private_ratio": priv_enc / phe_enc,
+        "fixed_base_table_seconds": public_table_s,
+        "crt_tables_seconds": private_table_s,
+        "fixed_base_window_bits": pk.table().window,
+        "phe_decrypt_values_per_s": phe_dec,
+        "decrypt_packed_values_per_s": packed_values_per_s,
+        "decrypt_packed_ratio": packed_values_per_s / phe_dec,
+        "packing_slots": packing.slots,
+        "packing_slot_bits": slot_bits,
+        "dot_terms": dot_terms,
+        "dot_weight_bits": dot_weight_bits,
+        "phe_dot_per_s": phe_dot_rate,
+        "dot_per_s": our_dot_rate,
+        "dot_ratio": our_dot_rate / phe_dot_rate,
+    }
+
+
+def _cmd_paillier(args: argparse.Namespace) -> int:
+    if args.key_bits < 2048:
+        print(f"warning: {args.key_bits}-bit keys are insecure; benchmarking only", file=sys.stderr)
+    res = paillier_benchmark(args.key_bits, args.seconds)
+    if args.json:
+        print(json.dumps(res, indent=2))
+    else:
+        for k in ("encrypt_public_ratio", "encrypt_private_ratio", "decrypt_packed_ratio", "dot_ratio"):
+            print(f"{k:24s} {res[k]:8.1f}x")
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("bench", help="micro-benchmarks against plain phe, measured in the same run")
+    sub = p.add_subparsers(dest="bench_command", metavar="WHAT")
+    sub.required = True
+    pp = sub.add_parser("paillier", help="encryption, packed decryption and dot products vs plain phe")
+    pp.add_argument("--key-bits", type=int, default=2048)
+    pp.add_argument("--seconds", type=float, default=2.0, help="minimum time per measurement")
+    pp.add_argument("--json", action="store_true", help="print JSON (contract)")
+    pp.set_defaults(func=_cmd_paillier)
