@@ -124,16 +124,25 @@ class LocalCluster:
     def run(self, protocol: str, roles: Mapping[str, str], params: Mapping[str, Any], *,
             initiator: str, seed: int | None = None, timeout: float | None = None) -> dict[str, dict]:
         """Run one session; returns party name -> that party's session record."""
-        from smcdp.party import get_result, start_session
+        from smcdp.party import get_result, new_session_id, start_session
 
-        rec = start_session(self.configs[initiator], protocol, roles, params, seed=seed, timeout=timeout)
+        sid = new_session_id(protocol)
+        try:
+            rec = start_session(self.configs[initiator], protocol, roles, params, session_id=sid, seed=seed,
+                                timeout=timeout)
+        except SmcdpError:
+            # the session failed: every participant still has a record saying how
+            rec = get_result(self.configs[initiator], sid)
         records = {initiator: rec}
-        sid = rec["session_id"]
         for p in set(roles.values()) - {initiator}:
             # every participant writes its own record; wait until it has finished
             end = time.monotonic() + 60
             while True:
-                r = get_result(self.configs[p], sid)
+                try:
+                    r = get_result(self.configs[p], sid)
+                except SmcdpError as exc:  # e.g. the proposal never reached it
+                    r = {"state": "unknown", "error": {"code": exc.code, "message": str(exc)}}
+                    break
                 if r.get("state") in ("succeeded", "failed") or time.monotonic() > end:
                     break
                 time.sleep(0.1)

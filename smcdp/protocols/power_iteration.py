@@ -37,9 +37,10 @@ real states.  docs/protocols/power-iteration.md says who learns what.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
-import secrets
+import time
 from dataclasses import dataclass, field, asdict
 from typing import Any, Mapping
 
@@ -146,6 +147,7 @@ class TrentResult:
     real_rounds: int
     decoys: int
     converged: bool
+    round_seconds: list[float] = field(default_factory=list)   # wall time of each round at Trent
     stats: dict = field(default_factory=dict)
 
 
@@ -163,6 +165,14 @@ def _rng(seed: int | None) -> random.Random:
     Paillier encryption randomness never comes from here: it always uses ``secrets``.
     """
     return random.Random(seed) if seed is not None else random.SystemRandom()
+
+
+def derive_seed(seed: int | None, role: str) -> int | None:
+    """A per-role seed from an experiment's session seed (None stays None: secure randomness)."""
+    if seed is None:
+        return None
+    digest = hashlib.sha256(f"{int(seed)}:{role}".encode()).digest()
+    return int.from_bytes(digest[:8], "big")
 
 
 def _ints(values) -> pb.Ints:
@@ -319,6 +329,7 @@ async def trent(ch: Channel, params: PowerIterationParams, *, seed: int | None =
     decoys = 0
     converged = False
     t = 0
+    round_seconds: list[float] = []
 
     def scale_r(lo_bits: int, hi_bits: int) -> int:
         """A secret integer log-uniform in [2^lo, 2^hi]."""
@@ -339,6 +350,7 @@ async def trent(ch: Channel, params: PowerIterationParams, *, seed: int | None =
         return acc.mul_int(scale_r(0, params.scale_bits - DECOY_WEIGHT_BITS)).rerandomize()
 
     while True:
+        t_round = time.perf_counter()
         # --- Step 1: collect E[Ā_i α_i] and E[step_i]; if the last vector sent was real, Π E[Ā_i α_i] = E[u_new].
         contribs = await ch.recv_all(roles, f"contrib/{t}", pb.CiphertextVector)
         deltas = await ch.recv_all(roles, f"delta/{t}", pb.CiphertextVector)
@@ -382,6 +394,7 @@ async def trent(ch: Channel, params: PowerIterationParams, *, seed: int | None =
         stop = converged or t >= params.max_iterations
         await ch.send_many(roles, f"S/{t - 1}", S.to_proto())
         await ch.send_many(roles, f"stop/{t - 1}", pb.Flag(value=stop))
+        round_seconds.append(time.perf_counter() - t_round)
         if stop:
             break
 
@@ -405,7 +418,7 @@ async def trent(ch: Channel, params: PowerIterationParams, *, seed: int | None =
     x = sign_convention(x / nx)
     return TrentResult(x=x.tolist(), n_per_party=[p.size for p in parts], rounds=t,
                        real_rounds=sum(s is not None for s in sent_state), decoys=decoys,
-                       converged=converged, stats=ch.stats.as_dict())
+                       converged=converged, round_seconds=round_seconds, stats=ch.stats.as_dict())
 
 
 def _sum(vecs: list[EncryptedVector]) -> EncryptedVector:
@@ -441,13 +454,14 @@ class PowerIterationPlugin(ProtocolPlugin):
         p = PowerIterationParams.from_mapping(ctx.params)
         if p.key_bits < 2048 and not ctx.allow_insecure_keys:
             check_key_bits(p.key_bits, False)
+        seed = derive_seed(ctx.seed, role)
         if role == TRENT:
-            return asdict(await trent(ch, p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys))
+            return asdict(await trent(ch, p, seed=seed, allow_insecure_keys=ctx.allow_insecure_keys))
         path = ctx.inputs.get("data")
         if not path:
             raise InvalidMessage(f"{ch.me} has no [inputs.power-iteration] data file configured")
         A = load_matrix(path)
-        return asdict(await data_party(ch, A, p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys))
+        return asdict(await data_party(ch, A, p, seed=seed, allow_insecure_keys=ctx.allow_insecure_keys))
 
 
 def load_matrix(path) -> np.ndarray:
