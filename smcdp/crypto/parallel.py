@@ -1,0 +1,104 @@
+"""Batch encryption and decryption on a process pool that uses every core.
+
+``CryptoPool(public_key, private_key=None, workers=None)`` starts worker
+processes with the *spawn* start method: the pool never forks a process that
+runs gRPC threads. Each worker receives the key once, in its initializer.
+The public key is public. The private key, when given, travels only over the
+OS pipe to this party's own child processes: it is never written to disk,
+never sent to another host and never handed to code outside smcdp. Workers
+build their own fixed-base tables once and then serve any number of batches.
+
+The pool's calls are blocking (they wait for the workers). From async
+protocol code use ``await pool.aencrypt(...)`` / ``await pool.adecrypt(...)``,
+which wait in a thread, so the event loop and its gRPC server keep
+answering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing as mp
+import os
+from concurrent.futures import ProcessPoolExecutor
+from typing import Sequence
+
+from smcdp.crypto.paillier import PrivateKey, PublicKey
+
+_WORKER_PK: PublicKey | None = None
+_WORKER_SK: PrivateKey | None = None
+
+
+def _init_worker(n: int, pq: tuple[int, int] | None) -> None:
+    global _WORKER_PK, _WORKER_SK
+    _WORKER_PK = PublicKey(n)
+    _WORKER_SK = PrivateKey(_WORKER_PK, *pq) if pq else None
+
+
+def _encrypt_chunk(ints: list[int], use_private: bool) -> list[int]:
+    if use_private:
+        if _WORKER_SK is None:
+            raise RuntimeError("this pool holds no private key")
+        return [int(_WORKER_SK.raw_encrypt(m)) for m in ints]
+    return [int(_WORKER_PK.raw_encrypt(m)) for m in ints]
+
+
+def _decrypt_chunk(cts: list[int]) -> list[int]:
+    if _WORKER_SK is None:
+        raise RuntimeError("this pool holds no private key")
+    return [_WORKER_SK.raw_decrypt_signed(c) for c in cts]
+
+
+def _chunks(seq: Sequence, n: int) -> list[list]:
+    size = max(1, -(-len(seq) // n))
+    return [list(seq[i:i + size]) for i in range(0, len(seq), size)]
+
+
+class CryptoPool:
+    """A pool of worker processes bound to one Paillier key."""
+
+    def __init__(self, public_key: PublicKey, private_key: PrivateKey | None = None,
+                 workers: int | None = None) -> None:
+        if private_key is not None and private_key.public_key != public_key:
+            raise ValueError("private key does not belong to the public key")
+        self.public_key = public_key
+        self.has_private_key = private_key is not None
+        self.workers = workers or os.cpu_count() or 1
+        pq = (int(private_key.p), int(private_key.q)) if private_key is not None else None
+        self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=mp.get_context("spawn"),
+                                         initializer=_init_worker, initargs=(int(public_key.n), pq))
+
+    def __enter__(self) -> "CryptoPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def encrypt(self, ints: Sequence[int], *, use_private: bool = False) -> list[int]:
+        """Encrypt signed integers (|m| <= n/3) across the workers; order is kept."""
+        if use_private and not self.has_private_key:
+            raise ValueError("this pool holds no private key")
+        ints = [int(m) for m in ints]
+        for m in ints:  # validate here so a bad value fails fast with the usual error
+            self.public_key.raw_plain(m)
+        out: list[int] = []
+        for part in self._pool.map(_encrypt_chunk, _chunks(ints, self.workers), [use_private] * self.workers):
+            out.extend(part)
+        return out
+
+    def decrypt(self, cts: Sequence[int]) -> list[int]:
+        """Decrypt to signed integers across the workers; order is kept."""
+        if not self.has_private_key:
+            raise ValueError("this pool holds no private key")
+        out: list[int] = []
+        for part in self._pool.map(_decrypt_chunk, _chunks([int(c) for c in cts], self.workers)):
+            out.extend(part)
+        return out
+
+    async def aencrypt(self, ints: Sequence[int], *, use_private: bool = False) -> list[int]:
+        return await asyncio.to_thread(self.encrypt, ints, use_private=use_private)
+
+    async def adecrypt(self, cts: Sequence[int]) -> list[int]:
+        return await asyncio.to_thread(self.decrypt, cts)
