@@ -82,7 +82,9 @@ _sysrand = secrets.SystemRandom()
 
 # --------------------------------------------------------------------------
 # argument checks
-def _check_params(ell: int, predicate: str, output: str) -> int:
+def _check_params(ell: int, predicate: str, output: str, chunk: int = DEFAULT_CHUNK) -> int:
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise InvalidMessage(f"chunk must be a positive int, got {chunk!r}")
     if isinstance(ell, bool) or not isinstance(ell, int):
         raise InvalidMessage(f"ell must be an int, got {type(ell).__name__}")
     if not (1 <= ell <= MAX_ELL):
@@ -178,7 +180,10 @@ def _batch_invert(values: list[mpz], n: mpz) -> list[mpz]:
     prefix = [values[0]]
     for v in values[1:]:
         prefix.append(prefix[-1] * v % n)
-    inv = gmpy2.invert(prefix[-1], n)
+    try:
+        inv = gmpy2.invert(prefix[-1], n)
+    except ZeroDivisionError:
+        raise InvalidMessage("an encrypted bit is not a unit modulo n") from None
     out = [mpz(0)] * len(values)
     for k in range(len(values) - 1, 0, -1):
         out[k] = inv * prefix[k - 1] % n
@@ -197,7 +202,7 @@ def _a_blind_chunk(pub_spec: tuple, ell: int, lt: bool, xs: list[int], sigmas: l
     g = pub.g_pow
     out: list[bytes] = []
     for k, (x, sigma) in enumerate(zip(xs, sigmas)):
-        ys = [pub.ciphertext_from_bytes(b, what=f"encrypted bit {k * ell + i}")
+        ys = [pub.ciphertext_from_bytes(b, what=f"encrypted bit {k * ell + i}", check_unit=False)
               for i, b in enumerate(y_cts[k * ell:(k + 1) * ell])]
         eb = [g(b0)] + ys                       # E(b_i), i = 0..ell
         ebinv = [g(u - b0)] + _batch_invert(ys, n)
@@ -227,7 +232,8 @@ def _b_zero_chunk(priv_spec: tuple, ell: int, c_bytes: list[bytes], first: int) 
     for k in range(len(c_bytes) // group):
         zeros = 0
         for i in range(group):
-            c = pub.ciphertext_from_bytes(c_bytes[k * group + i], what=f"comparison ciphertext {(first + k) * group + i}")
+            c = pub.ciphertext_from_bytes(c_bytes[k * group + i], check_unit=False,
+                                          what=f"comparison ciphertext {(first + k) * group + i}")
             zeros += key.zero_test(c)
         if zeros > 1:
             raise InvalidMessage(f"comparison {first + k}: {zeros} zero ciphertexts (at most one is possible)")
@@ -280,13 +286,13 @@ async def compare_holder_b(ch: Channel, peer_role: str, ys: Sequence[int], *, el
     """Role B (holds y's and the DGK private key; the only side that decrypts).
 
     ``key``: DGK key pair to use (reuse one across calls; it carries its
-    tables).  If None a fresh default key (2048-bit n, t = 224) is generated,
-    which takes about a second.  The key's u must exceed ell + 2.
+    tables).  If None a fresh default key (2048-bit n, t = 224) is generated
+    (about 0.1 s).  The key's u must exceed ell + 2.
 
     Returns B's XOR shares (output="shared"), the bits z_k (output="b") or
     None (output="a").
     """
-    ell = _check_params(ell, predicate, output)
+    ell = _check_params(ell, predicate, output, chunk)
     ys_u = _unsigned_inputs(ys, ell, "ys")
     tags = _tags(tag_prefix)
     if key is None:
@@ -331,7 +337,7 @@ async def compare_holder_a(ch: Channel, peer_role: str, xs: Sequence[int], *, el
     Returns A's XOR shares (output="shared"), the bits z_k (output="a") or
     None (output="b").
     """
-    ell = _check_params(ell, predicate, output)
+    ell = _check_params(ell, predicate, output, chunk)
     xs_u = _unsigned_inputs(xs, ell, "xs")
     tags = _tags(tag_prefix)
     count = len(xs_u)

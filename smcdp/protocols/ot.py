@@ -1,0 +1,186 @@
+"""Batched 1-out-of-M oblivious transfer (Naor–Pinkas 2001, random-oracle variant) as coroutines.
+
+The sender holds N rows of M byte strings, the chooser N choices in [0, M);
+the chooser obtains exactly the chosen string of every row and the sender
+learns nothing about the choices (each PK it receives is a uniformly random
+group element whatever the choice).  Two messages in all, whatever N:
+
+    chooser -> sender   "<prefix>/np-hdr"  Ints  [version, N, M]
+                        "<prefix>/np-pk0"  Blobs [PK_{j,0}]          (N elements)
+    sender  -> chooser  "<prefix>/np-gr"   Blobs [g^r]               (1 element)
+                        "<prefix>/np-ct"   Blobs [ct_{j,i}] row-major (N*M strings)
+
+The chooser learns the byte length of every one of the M strings of each row
+(pad them to a common length if that matters).  Math and security argument:
+:mod:`smcdp.crypto.ot` and docs/primitives.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import operator
+from concurrent.futures import Executor
+from typing import Sequence
+
+import gmpy2
+
+from smcdp.crypto.dgk import FixedBase
+from smcdp.crypto.ot import (
+    MODP2048,
+    chooser_decrypt,
+    chooser_first,
+    context_bytes,
+    derive_cs,
+    sender_encrypt,
+)
+from smcdp.errors import InvalidMessage
+from smcdp.net.channel import Channel
+from smcdp.v1 import messages_pb2
+
+PROTOCOL_VERSION = 1
+MAX_M = 1 << 16
+MAX_TRANSFERS = 1_000_000
+#: Batches at least this large use fixed-base tables (g, g^r) on the chooser's side.
+TABLE_THRESHOLD = 32
+DEFAULT_CHUNK = 16
+
+
+def _tags(prefix: str) -> dict[str, str]:
+    if not isinstance(prefix, str) or not prefix:
+        raise InvalidMessage("tag_prefix must be a non-empty string")
+    return {k: f"{prefix}/np-{k}" for k in ("hdr", "pk0", "gr", "ct")}
+
+
+async def _run(executor: Executor | None, fn, *args):
+    if executor is None:
+        res = fn(*args)
+        await asyncio.sleep(0)
+        return res
+    return await asyncio.get_running_loop().run_in_executor(executor, fn, *args)
+
+
+async def _chunked(executor: Executor | None, fn, arg_list: list[tuple]) -> list:
+    if executor is None:
+        results = [await _run(None, fn, *args) for args in arg_list]
+    else:
+        results = await asyncio.gather(*(_run(executor, fn, *args) for args in arg_list))
+    return [x for part in results for x in part]
+
+
+def _sender_chunk(context: bytes, first: int, pk0s: list[int], r: int, c_r: list,
+                  rows: list[list[bytes]]) -> list[bytes]:
+    out: list[bytes] = []
+    for off, (pk0, row) in enumerate(zip(pk0s, rows)):
+        out.extend(sender_encrypt(MODP2048, context, first + off, gmpy2.mpz(pk0), r, c_r, row))
+    return out
+
+
+def _check_m(m) -> int:
+    if isinstance(m, bool) or not isinstance(m, int):
+        raise InvalidMessage(f"m must be an int, got {type(m).__name__}")
+    if not (2 <= m <= MAX_M):
+        raise InvalidMessage(f"m = {m} is outside [2, {MAX_M}]")
+    return m
+
+
+async def ot_send(ch: Channel, chooser_role: str, messages: Sequence[Sequence[bytes]], *,
+                  tag_prefix: str = "ot", executor: Executor | None = None,
+                  chunk: int = DEFAULT_CHUNK) -> None:
+    """Sender: ``messages[j][i]`` is string i of transfer j; every row has the same M >= 2."""
+    tags = _tags(tag_prefix)
+    try:
+        rows = [list(row) for row in messages]
+    except TypeError:
+        raise InvalidMessage("messages must be a sequence of sequences of bytes") from None
+    if not rows:
+        raise InvalidMessage("messages is empty: at least one transfer is needed")
+    if len(rows) > MAX_TRANSFERS:
+        raise InvalidMessage(f"{len(rows)} transfers in one call; at most {MAX_TRANSFERS}")
+    m = _check_m(len(rows[0]))
+    for j, row in enumerate(rows):
+        if len(row) != m:
+            raise InvalidMessage(f"messages[{j}] has {len(row)} strings, messages[0] has {m}")
+        for i, s in enumerate(row):
+            if not isinstance(s, (bytes, bytearray, memoryview)):
+                raise InvalidMessage(f"messages[{j}][{i}] is a {type(s).__name__}, expected bytes")
+            row[i] = bytes(s)
+    if not isinstance(chunk, int) or chunk < 1:
+        raise InvalidMessage("chunk must be a positive int")
+    count = len(rows)
+    group = MODP2048
+
+    hdr = await ch.recv(chooser_role, tags["hdr"], messages_pb2.Ints)
+    want = [PROTOCOL_VERSION, count, m]
+    if list(hdr.values) != want:
+        raise InvalidMessage(f"OT header from {chooser_role} is {list(hdr.values)}, "
+                             f"expected [version, transfers, m] = {want}")
+    pk_msg = await ch.recv(chooser_role, tags["pk0"], messages_pb2.Blobs)
+    if len(pk_msg.values) != count:
+        raise InvalidMessage(f"expected {count} OT public keys from {chooser_role}, got {len(pk_msg.values)}")
+    pk0s = [int(group.decode(b, f"OT public key {j} from {chooser_role}")) for j, b in enumerate(pk_msg.values)]
+
+    context = context_bytes(ch.session_id, tag_prefix, m)
+    cs = derive_cs(group, context, m)
+    r = group.random_exponent()
+    gr = group.exp_g(r)
+    c_r = [None] + [gmpy2.powmod(c, r, group.p) for c in cs[1:]]
+    await ch.send(chooser_role, tags["gr"], messages_pb2.Blobs(values=[group.encode(gr)]))
+    cts = await _chunked(executor, _sender_chunk,
+                         [(context, s, pk0s[s:s + chunk], r, c_r, rows[s:s + chunk])
+                          for s in range(0, count, chunk)])
+    await ch.send(chooser_role, tags["ct"], messages_pb2.Blobs(values=cts))
+
+
+async def ot_choose(ch: Channel, sender_role: str, choices: Sequence[int], m: int, *,
+                    tag_prefix: str = "ot") -> list[bytes]:
+    """Chooser: returns ``[messages[j][choices[j]] for j]``; the sender learns nothing of the choices."""
+    tags = _tags(tag_prefix)
+    m = _check_m(m)
+    try:
+        choices = list(choices)
+    except TypeError:
+        raise InvalidMessage("choices must be a sequence of ints") from None
+    if not choices:
+        raise InvalidMessage("choices is empty: at least one transfer is needed")
+    if len(choices) > MAX_TRANSFERS:
+        raise InvalidMessage(f"{len(choices)} transfers in one call; at most {MAX_TRANSFERS}")
+    for j, c in enumerate(choices):
+        if isinstance(c, bool):
+            raise InvalidMessage(f"choices[{j}] is a bool, expected an int")
+        try:
+            c = operator.index(c)
+        except TypeError:
+            raise InvalidMessage(f"choices[{j}] = {c!r} is not an integer") from None
+        if not (0 <= c < m):
+            raise InvalidMessage(f"choices[{j}] = {c} is outside [0, {m})")
+        choices[j] = c
+    count = len(choices)
+    group = MODP2048
+    context = context_bytes(ch.session_id, tag_prefix, m)
+    needed = sorted({c for c in choices if c != 0})
+    cs: list = [None] * m
+    for i in needed:  # only the C_i this batch uses
+        cs[i] = group.hash_to_element(context, b"C", i.to_bytes(4, "big"))
+    big = count >= TABLE_THRESHOLD
+    ks, pk0s = [], []
+    for c in choices:
+        k, pk0 = chooser_first(group, cs, c, table=big)
+        ks.append(k)
+        pk0s.append(group.encode(pk0))
+    await ch.send(sender_role, tags["hdr"], messages_pb2.Ints(values=[PROTOCOL_VERSION, count, m]))
+    await ch.send(sender_role, tags["pk0"], messages_pb2.Blobs(values=pk0s))
+
+    gr_msg = await ch.recv(sender_role, tags["gr"], messages_pb2.Blobs)
+    if len(gr_msg.values) != 1:
+        raise InvalidMessage(f"expected one g^r from {sender_role}, got {len(gr_msg.values)}")
+    gr = group.decode(gr_msg.values[0], f"g^r from {sender_role}")
+    ct_msg = await ch.recv(sender_role, tags["ct"], messages_pb2.Blobs)
+    if len(ct_msg.values) != count * m:
+        raise InvalidMessage(f"expected {count * m} OT ciphertexts from {sender_role}, got {len(ct_msg.values)}")
+    base = FixedBase(gr, group.p, group.q.bit_length()) if big else gr
+    out = []
+    for j, (c, k) in enumerate(zip(choices, ks)):
+        out.append(chooser_decrypt(group, context, j, c, k, base, ct_msg.values[j * m + c]))
+        if j % DEFAULT_CHUNK == DEFAULT_CHUNK - 1:
+            await asyncio.sleep(0)
+    return out
