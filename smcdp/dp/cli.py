@@ -1,0 +1,364 @@
+"""``smcdp account`` and ``smcdp budget ...`` subcommands.
+
+``register(subparsers)`` adds the parsers; each handler returns the exit status:
+0 on success, 1 when a budget charge is refused or a dataset is unknown,
+2 for invalid arguments.  Messages for failures go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Sequence
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from smcdp.dp.accounting import BudgetExceeded, account
+from smcdp.dp.ledger import RULES, Ledger, _fmt, default_ledger_path
+from smcdp.errors import InvalidMessage, PreconditionFailed, SmcdpError
+
+__all__ = ["parse_step", "register"]
+
+
+def parse_step(text: str, what: str) -> tuple[float, int]:
+    """Parse ``VALUE:COUNT`` (or ``VALUE``, count 1) with VALUE > 0 and COUNT >= 1."""
+    parts = text.split(":")
+    if len(parts) > 2 or not parts[0]:
+        raise argparse.ArgumentTypeError(
+            f"{what} must look like VALUE:COUNT, got {text!r}"
+        )
+    try:
+        value = float(parts[0])
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{what}: {parts[0]!r} is not a number"
+        ) from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(
+            f"{what}: value must be positive and finite, got {parts[0]!r}"
+        )
+    count = 1
+    if len(parts) == 2:
+        try:
+            count = int(parts[1])
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{what}: count {parts[1]!r} is not an integer"
+            ) from None
+        if count < 1:
+            raise argparse.ArgumentTypeError(f"{what}: count must be >= 1, got {count}")
+    return value, count
+
+
+def _gaussian_step(text: str) -> tuple[float, int]:
+    return parse_step(text, "--gaussian SIGMA:COUNT")
+
+
+def _laplace_step(text: str) -> tuple[float, int]:
+    return parse_step(text, "--laplace B:COUNT")
+
+
+def _delta_arg(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"delta must be a number, got {text!r}"
+        ) from None
+    if not (0 <= v < 1):
+        raise argparse.ArgumentTypeError(f"delta must lie in [0, 1), got {text!r}")
+    return v
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "inf" if obj > 0 else ("-inf" if obj < 0 else "nan")
+    if isinstance(obj, dict):
+        return {k: _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    return obj
+
+
+def _err(prog: str, msg: str) -> None:
+    print(f"{prog}: error: {msg}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------
+# handlers
+# ---------------------------------------------------------------------------
+
+
+def _cmd_account(args: argparse.Namespace) -> int:
+    try:
+        if args.method in ("advanced", "zcdp", "rdp") and args.delta == 0:
+            raise InvalidMessage(f"--method {args.method} needs --delta > 0")
+        if args.gaussian and args.delta == 0:
+            raise InvalidMessage(
+                "Gaussian steps have no pure-DP guarantee: give --delta > 0"
+            )
+        out = account(
+            args.method,
+            args.delta,
+            gaussian=args.gaussian or [],
+            laplace=args.laplace or [],
+            conversion=args.conversion,
+        )
+    except SmcdpError as exc:
+        _err("smcdp account", str(exc))
+        return 2
+    print(json.dumps(_jsonable(out), indent=2, sort_keys=False))
+    return 0
+
+
+def _ledger(args: argparse.Namespace) -> Ledger:
+    return Ledger(args.ledger)
+
+
+def _cmd_set(args: argparse.Namespace) -> int:
+    try:
+        st = _ledger(args).set_budget(
+            args.dataset, args.epsilon, args.delta, rule=args.rule
+        )
+    except InvalidMessage as exc:
+        _err("smcdp budget set", str(exc))
+        return 2
+    except PreconditionFailed as exc:
+        _err("smcdp budget set", str(exc))
+        return 1
+    print(
+        f"budget for {st.dataset!r}: epsilon={_fmt(st.epsilon)}, delta={_fmt(st.delta)}, rule={st.rule} "
+        f"(remaining epsilon={_fmt(st.remaining_epsilon)}, delta={_fmt(st.remaining_delta)})"
+    )
+    return 0
+
+
+def _cmd_charge(args: argparse.Namespace) -> int:
+    try:
+        ledger = _ledger(args)
+        ch = ledger.charge(
+            args.dataset, args.epsilon, args.delta, rho=args.rho, note=args.note
+        )
+        st = ledger.status(args.dataset)
+    except BudgetExceeded as exc:
+        _err("smcdp budget charge", f"refused: {exc}")
+        return 1
+    except InvalidMessage as exc:
+        _err("smcdp budget charge", str(exc))
+        return 2
+    except PreconditionFailed as exc:
+        _err("smcdp budget charge", str(exc))
+        return 1
+    extra = f", rho={_fmt(ch.rho)}" if ch.rho is not None else ""
+    print(
+        f"charged {st.dataset!r}: epsilon={_fmt(ch.epsilon)}, delta={_fmt(ch.delta)}{extra} (charge #{ch.id}); "
+        f"remaining epsilon={_fmt(st.remaining_epsilon)}, delta={_fmt(st.remaining_delta)}"
+    )
+    return 0
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [len(h) for h in headers]
+    for r in rows:
+        widths = [max(w, len(c)) for w, c in zip(widths, r)]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths))
+    sep = "  ".join("-" * w for w in widths)
+    body = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join([line, sep, *body])
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    try:
+        ledger = _ledger(args)
+        names = [args.dataset] if args.dataset else ledger.datasets()
+        statuses = [ledger.status(n) for n in names]
+    except InvalidMessage as exc:
+        _err("smcdp budget show", str(exc))
+        return 2
+    except PreconditionFailed as exc:
+        _err("smcdp budget show", str(exc))
+        return 1
+    headers = [
+        "dataset",
+        "rule",
+        "epsilon",
+        "spent_eps",
+        "remaining_eps",
+        "delta",
+        "spent_delta",
+        "remaining_delta",
+        "spent_rho",
+        "remaining_rho",
+        "charges",
+    ]
+    rows = []
+    for st in statuses:
+        rows.append(
+            [
+                st.dataset,
+                st.rule,
+                _fmt(st.epsilon),
+                _fmt(st.spent_epsilon),
+                _fmt(st.remaining_epsilon),
+                _fmt(st.delta),
+                _fmt(st.spent_delta),
+                _fmt(st.remaining_delta),
+                _fmt(st.spent_rho),
+                _fmt(st.remaining_rho),
+                str(st.n_charges),
+            ]
+        )
+    if not rows:
+        print(f"no budgets in {ledger.path}")
+        return 0
+    print(_table(headers, rows))
+    return 0
+
+
+def _cmd_history(args: argparse.Namespace) -> int:
+    try:
+        ledger = _ledger(args)
+        charges = ledger.history(args.dataset)
+        st = ledger.status(args.dataset)
+    except InvalidMessage as exc:
+        _err("smcdp budget history", str(exc))
+        return 2
+    except PreconditionFailed as exc:
+        _err("smcdp budget history", str(exc))
+        return 1
+    print(
+        f"dataset {st.dataset!r}: budget epsilon={_fmt(st.epsilon)}, delta={_fmt(st.delta)}, rule={st.rule}"
+    )
+    rows = [
+        [str(c.id), c.created_at, _fmt(c.epsilon), _fmt(c.delta), _fmt(c.rho), c.note]
+        for c in charges
+    ]
+    if rows:
+        print(_table(["id", "time (UTC)", "epsilon", "delta", "rho", "note"], rows))
+    else:
+        print("no charges")
+    print(
+        f"remaining epsilon={_fmt(st.remaining_epsilon)}, delta={_fmt(st.remaining_delta)}"
+    )
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# registration
+# ---------------------------------------------------------------------------
+
+
+def _positive_decimal(text: str) -> str:
+    try:
+        d = Decimal(text)
+    except (InvalidOperation, ValueError):
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not d.is_finite() or d <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive and finite, got {text!r}")
+    return text
+
+
+def _delta_decimal(text: str) -> str:
+    try:
+        d = Decimal(text)
+    except (InvalidOperation, ValueError):
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not d.is_finite() or d < 0 or d >= 1:
+        raise argparse.ArgumentTypeError(f"delta must lie in [0, 1), got {text!r}")
+    return text
+
+
+def _add_ledger_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--ledger",
+        metavar="PATH",
+        default=None,
+        help=f"SQLite ledger file (default: $SMCDP_LEDGER or {default_ledger_path()})",
+    )
+
+
+def register(subparsers: Any) -> None:
+    """Add ``account`` and ``budget`` to an argparse subparsers object."""
+    p = subparsers.add_parser(
+        "account",
+        help="compose Gaussian / Laplace steps and print the (epsilon, delta) guarantee as JSON",
+        description="Compose noise steps with one accounting method and print JSON with epsilon, delta "
+        "(and rho for zcdp).  SIGMA is the Gaussian noise multiplier sigma / L2 sensitivity; B is the "
+        "Laplace scale / L1 sensitivity (each Laplace step is 1/B-DP).",
+    )
+    p.add_argument(
+        "--method",
+        required=True,
+        choices=["linear", "advanced", "zcdp", "rdp"],
+        help="rdp is the moments accountant (real orders)",
+    )
+    p.add_argument(
+        "--delta", required=True, type=_delta_arg, metavar="D", help="total delta"
+    )
+    p.add_argument(
+        "--gaussian",
+        action="append",
+        type=_gaussian_step,
+        metavar="SIGMA:COUNT",
+        default=[],
+    )
+    p.add_argument(
+        "--laplace", action="append", type=_laplace_step, metavar="B:COUNT", default=[]
+    )
+    p.add_argument(
+        "--conversion",
+        choices=["cks", "classic"],
+        default="cks",
+        help="zCDP/RDP to (eps, delta) conversion: Canonne-Kamath-Steinke (default) or the classic bound",
+    )
+    p.set_defaults(func=_cmd_account)
+
+    b = subparsers.add_parser(
+        "budget",
+        help="privacy-budget ledger (SQLite)",
+        description="Per-dataset privacy budgets; every release is charged first.",
+    )
+    bs = b.add_subparsers(dest="budget_command", metavar="{set,charge,show,history}")
+    bs.required = True
+
+    s = bs.add_parser("set", help="create or change a dataset's budget")
+    s.add_argument("dataset")
+    s.add_argument("--epsilon", required=True, type=_positive_decimal, metavar="E")
+    s.add_argument("--delta", required=True, type=_delta_decimal, metavar="D")
+    s.add_argument(
+        "--rule",
+        choices=list(RULES),
+        default="linear",
+        help="composition rule (default linear)",
+    )
+    _add_ledger_arg(s)
+    s.set_defaults(func=_cmd_set)
+
+    c = bs.add_parser(
+        "charge", help="record a release; exit 1 if it would exceed the budget"
+    )
+    c.add_argument("dataset")
+    c.add_argument("--epsilon", required=True, type=_positive_decimal, metavar="E")
+    c.add_argument("--delta", type=_delta_decimal, default="0", metavar="D")
+    c.add_argument(
+        "--rho",
+        type=_positive_decimal,
+        default=None,
+        metavar="RHO",
+        help="zCDP cost (needed under the zcdp rule when delta > 0)",
+    )
+    c.add_argument("--note", default="", metavar="TEXT")
+    _add_ledger_arg(c)
+    c.set_defaults(func=_cmd_charge)
+
+    sh = bs.add_parser("show", help="table of budgets, spent and remaining")
+    sh.add_argument("dataset", nargs="?")
+    _add_ledger_arg(sh)
+    sh.set_defaults(func=_cmd_show)
+
+    h = bs.add_parser("history", help="all charges of a dataset")
+    h.add_argument("dataset")
+    _add_ledger_arg(h)
+    h.set_defaults(func=_cmd_history)

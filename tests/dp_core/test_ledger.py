@@ -1,0 +1,345 @@
+"""SQLite ledger: exact accounting, refusal, races between processes, kill -9."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import signal
+import sqlite3
+import time
+from contextlib import closing
+from decimal import Decimal
+
+import pytest
+
+from smcdp.dp.accounting import BudgetExceeded
+from smcdp.dp.cli import register
+from smcdp.dp.ledger import Ledger, default_ledger_path
+from smcdp.errors import InvalidMessage, PreconditionFailed
+
+CTX = mp.get_context("fork")
+
+
+def test_default_path(monkeypatch, tmp_path):
+    monkeypatch.delenv("SMCDP_LEDGER", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert default_ledger_path() == tmp_path / "xdg" / "smcdp" / "ledger.sqlite"
+    monkeypatch.delenv("XDG_DATA_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert (
+        default_ledger_path()
+        == tmp_path / "home" / ".local" / "share" / "smcdp" / "ledger.sqlite"
+    )
+    led = Ledger()
+    assert led.path.exists()
+    with sqlite3.connect(led.path) as con:
+        assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_exact_decimal_budget(tmp_path):
+    led = Ledger(tmp_path / "l.sqlite")
+    led.set_budget("census", 1.0, 1e-5)
+    for i in range(10):
+        led.charge("census", 0.1, note=f"q{i}")  # 10 x 0.1 == 1 exactly in decimal
+    with pytest.raises(BudgetExceeded) as ei:
+        led.charge("census", 0.01)
+    msg = str(ei.value)
+    assert "remaining budget is epsilon=0" in msg and "census" in msg
+    st = led.status("census")
+    assert st.spent_epsilon == Decimal(1) and st.n_charges == 10
+    assert [c.note for c in led.history("census")] == [f"q{i}" for i in range(10)]
+
+
+def test_delta_is_budgeted_and_refusal_names_remaining(tmp_path):
+    led = Ledger(tmp_path / "l.sqlite")
+    led.set_budget("d", "2", "1e-5")
+    led.charge("d", "0.5", "6e-6")
+    with pytest.raises(
+        BudgetExceeded, match=r"remaining budget is epsilon=1.5, delta=0.000004"
+    ):
+        led.charge("d", "0.5", "6e-6")
+    assert led.status("d").n_charges == 1
+
+
+def test_set_budget_rules(tmp_path):
+    led = Ledger(tmp_path / "l.sqlite")
+    led.set_budget("a", 1, 0)
+    led.charge("a", 0.6)
+    with pytest.raises(PreconditionFailed, match="below what is already spent"):
+        led.set_budget("a", 0.5, 0)
+    led.set_budget("a", 2, 0)  # raising is allowed
+    assert led.remaining("a")["epsilon"] == Decimal("1.4")
+    with pytest.raises(PreconditionFailed, match="rule cannot change"):
+        led.set_budget("a", 2, 1e-5, rule="zcdp")
+    with pytest.raises(PreconditionFailed, match="no privacy budget"):
+        led.charge("unknown", 0.1)
+    for bad in ("", " x", "a\nb", "x" * 300):
+        with pytest.raises(InvalidMessage):
+            led.set_budget(bad, 1, 0)
+    for eps, dl in ((0, 0), (-1, 0), ("nan", 0), (1, 1), (1, -0.1), (True, 0)):
+        with pytest.raises(InvalidMessage):
+            led.set_budget("b", eps, dl)
+
+
+def test_zcdp_rule(tmp_path):
+    led = Ledger(tmp_path / "l.sqlite")
+    led.set_budget("z", 1.0, 1e-5, rule="zcdp")
+    led.charge("z", 0.2)  # pure: rho = 0.02
+    with pytest.raises(InvalidMessage, match="rho"):
+        led.charge("z", 0.5, 1e-6)
+    led.charge("z", 0.5, 1e-6, rho=0.005)
+    rem = led.remaining("z")["rho"]
+    with pytest.raises(BudgetExceeded, match="remaining budget is rho"):
+        led.charge("z", 0.1, 1e-6, rho=rem * 1.01)
+    led.charge("z", 0.1, 1e-6, rho=rem * 0.99)
+
+
+def test_not_a_ledger(tmp_path):
+    p = tmp_path / "junk.sqlite"
+    p.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(InvalidMessage):
+        Ledger(p)
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as con:
+        con.execute("CREATE TABLE t(x)")
+    with pytest.raises(InvalidMessage, match="not an smcdp privacy ledger"):
+        Ledger(other)
+
+
+def test_guarded_release_charges_before_computing(tmp_path):
+    led = Ledger(tmp_path / "l.sqlite")
+    led.set_budget("g", 1.0, 0)
+    seen = []
+
+    def release():
+        # the charge is already committed and visible to another connection
+        seen.append(Ledger(led.path).status("g").n_charges)
+        return 42
+
+    assert led.guarded_release("g", 0.4, 0, release) == 42
+    assert seen == [1]
+    with pytest.raises(BudgetExceeded):
+        led.guarded_release("g", 0.7, 0, lambda: pytest.fail("must not run"))
+
+
+# ---------------------------------------------------------------------------
+# concurrency
+# ---------------------------------------------------------------------------
+
+
+class _RacyLedger(Ledger):
+    """A deliberately broken ledger: check and insert in separate transactions."""
+
+    def charge(
+        self, dataset, epsilon, delta=0, *, rho=None, note="", _before_commit=None
+    ):
+        st = self.status(dataset)
+        self._check_fits(st, Decimal(epsilon), Decimal(delta), None)
+        time.sleep(0.05)
+        with closing(self._connect()) as con:
+            con.execute(
+                "INSERT INTO charges(dataset, epsilon, delta, rho, note, created_at, pid) VALUES (?,?,?,?,?,?,?)",
+                (dataset, str(epsilon), str(delta), None, note, "", os.getpid()),
+            )
+
+
+def _racer(path: str, barrier, attempts: int, results, racy: bool = False) -> None:
+    led = _RacyLedger(path) if racy else Ledger(path)
+    barrier.wait()
+    ok = 0
+    for _ in range(attempts):
+        try:
+            led.charge("race", "0.1", note=f"pid {os.getpid()}")
+            ok += 1
+        except BudgetExceeded:
+            pass
+    results.put(ok)
+
+
+def _race(path: str, racy: bool) -> int:
+    n_proc, attempts = 4, 6
+    barrier = CTX.Barrier(n_proc)
+    results = CTX.Queue()
+    procs = [
+        CTX.Process(target=_racer, args=(path, barrier, attempts, results, racy))
+        for _ in range(n_proc)
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    return sum(results.get(timeout=5) for _ in procs)
+
+
+def test_processes_racing_for_the_last_budget_never_overspend(tmp_path):
+    path = str(tmp_path / "race.sqlite")
+    led = Ledger(path)
+    led.set_budget("race", "1", 0)
+    total_ok = _race(path, racy=False)
+    st = led.status("race")
+    assert total_ok == 10 == st.n_charges
+    assert st.spent_epsilon == Decimal(1)
+    # charges came from several processes
+    pids = {c.note for c in led.history("race")}
+    assert len(pids) >= 2
+
+
+def test_race_harness_catches_a_non_atomic_ledger(tmp_path):
+    # the same harness against check-then-insert in separate transactions overspends
+    path = str(tmp_path / "racy.sqlite")
+    led = Ledger(path)
+    led.set_budget("race", "1", 0)
+    _race(path, racy=True)
+    assert led.status("race").spent_epsilon > Decimal(1)
+
+
+def _killed_mid_transaction(path: str, ready) -> None:
+    led = Ledger(path)
+
+    def hook():
+        ready.set()
+        time.sleep(120)
+
+    led.charge("k", 0.5, note="never committed", _before_commit=hook)
+
+
+def _killed_after_commit(path: str, ready) -> None:
+    led = Ledger(path)
+    led.charge("k", 0.25, note="committed")
+    ready.set()
+    time.sleep(120)
+
+
+def test_kill_9_mid_transaction_leaves_no_charge_and_no_lock(tmp_path):
+    path = str(tmp_path / "kill.sqlite")
+    led = Ledger(path, timeout=10)
+    led.set_budget("k", 1.0, 0)
+    ready = CTX.Event()
+    p = CTX.Process(target=_killed_mid_transaction, args=(path, ready))
+    p.start()
+    assert ready.wait(30), "child never reached the commit point"
+    # while the child holds the write lock, a reader still sees the old state
+    assert Ledger(path).status("k").n_charges == 0
+    os.kill(p.pid, signal.SIGKILL)
+    p.join(10)
+    assert p.exitcode == -signal.SIGKILL
+    led2 = Ledger(path, timeout=10)
+    assert led2.status("k").n_charges == 0
+    t0 = time.monotonic()
+    led2.charge("k", 1.0)  # the whole budget is still there and the lock is free
+    assert time.monotonic() - t0 < 5
+    with sqlite3.connect(path) as con:
+        assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_kill_9_after_commit_keeps_the_charge(tmp_path):
+    path = str(tmp_path / "kill2.sqlite")
+    Ledger(path).set_budget("k", 1.0, 0)
+    ready = CTX.Event()
+    p = CTX.Process(target=_killed_after_commit, args=(path, ready))
+    p.start()
+    assert ready.wait(30)
+    os.kill(p.pid, signal.SIGKILL)
+    p.join(10)
+    h = Ledger(path).history("k")
+    assert [c.note for c in h] == ["committed"] and h[0].epsilon == Decimal("0.25")
+
+
+# ---------------------------------------------------------------------------
+# CLI (contract)
+# ---------------------------------------------------------------------------
+
+
+def _run(argv, capsys):
+    parser = argparse.ArgumentParser(prog="smcdp")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    register(sub)
+    args = parser.parse_args(argv)
+    rc = args.func(args)
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_cli_budget_flow(tmp_path, capsys):
+    L = ["--ledger", str(tmp_path / "cli.sqlite")]
+    rc, out, _ = _run(
+        ["budget", "set", "adult", "--epsilon", "1", "--delta", "1e-5", *L], capsys
+    )
+    assert rc == 0 and "adult" in out
+    rc, out, _ = _run(
+        [
+            "budget",
+            "charge",
+            "adult",
+            "--epsilon",
+            "0.75",
+            "--delta",
+            "1e-6",
+            "--note",
+            "mean age",
+            *L,
+        ],
+        capsys,
+    )
+    assert rc == 0 and "remaining epsilon=0.25" in out
+    rc, out, err = _run(["budget", "charge", "adult", "--epsilon", "0.5", *L], capsys)
+    assert rc != 0 and "refused" in err and "remaining budget is epsilon=0.25" in err
+    rc, out, _ = _run(["budget", "show", *L], capsys)
+    assert rc == 0 and "adult" in out and "remaining_eps" in out and "0.25" in out
+    rc, out, _ = _run(["budget", "show", "adult", *L], capsys)
+    assert rc == 0 and "adult" in out
+    rc, out, _ = _run(["budget", "history", "adult", *L], capsys)
+    assert rc == 0 and "mean age" in out and "0.75" in out
+    rc, _, err = _run(["budget", "history", "nobody", *L], capsys)
+    assert rc != 0 and "no privacy budget" in err
+    rc, _, err = _run(["budget", "charge", "nobody", "--epsilon", "0.1", *L], capsys)
+    assert rc != 0 and "no privacy budget" in err
+
+
+def test_cli_account(capsys):
+    rc, out, _ = _run(
+        [
+            "account",
+            "--method",
+            "zcdp",
+            "--delta",
+            "1e-5",
+            "--gaussian",
+            "2:10",
+            "--laplace",
+            "4:8",
+        ],
+        capsys,
+    )
+    d = json.loads(out)
+    assert rc == 0 and {"epsilon", "delta", "rho"} <= d.keys()
+    assert d["rho"] == pytest.approx(10 / 8 + 8 / 32)
+    for m in ("linear", "advanced", "rdp"):
+        rc, out, _ = _run(
+            [
+                "account",
+                "--method",
+                m,
+                "--delta",
+                "1e-5",
+                "--gaussian",
+                "3:4",
+                "--laplace",
+                "10:2",
+            ],
+            capsys,
+        )
+        d = json.loads(out)
+        assert rc == 0 and d["epsilon"] > 0 and d["delta"] == 1e-5
+    rc, _, err = _run(["account", "--method", "rdp", "--delta", "1e-5"], capsys)
+    assert rc != 0 and "nothing to account" in err
+    with pytest.raises(SystemExit):
+        _run(
+            ["account", "--method", "rdp", "--delta", "1e-5", "--gaussian", "0:3"],
+            capsys,
+        )
+    with pytest.raises(SystemExit):
+        _run(["account", "--method", "rdp", "--delta", "2", "--laplace", "1:1"], capsys)
