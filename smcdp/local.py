@@ -3,7 +3,7 @@
 Used by the ``smcdp demo`` commands and by the multi-process tests.  It
 creates a CA and one certificate per party in a work directory, writes each
 party's TOML configuration (addresses on 127.0.0.1 with free ports), starts
-``python -m smcdp party --config …`` for every party, waits until each answers
+``python -m smcdp.party --config …`` for every party, waits until each answers
 ``grpc.health.v1``, runs sessions through the initiator's operator interface
 and finally stops every process with SIGTERM (SIGKILL after a grace period).
 """
@@ -13,10 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,29 +22,21 @@ from typing import Any, Mapping
 from smcdp.errors import SmcdpError, Unavailable
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class LocalCluster:
     """Start ``parties`` (name -> {protocol: {input name: path}}) as separate processes."""
 
     def __init__(self, parties: Mapping[str, Mapping[str, Mapping[str, str | os.PathLike]]], *,
                  allow_insecure_keys: bool = False, workdir: str | os.PathLike | None = None,
-                 plugins: tuple[str, ...] = (), log_level: str = "WARNING", keep: bool = False,
+                 plugins: tuple[str, ...] = (), keep: bool = False,
                  session_seconds: float = 3600.0) -> None:
         self.parties = {name: dict(inputs) for name, inputs in parties.items()}
         self.allow_insecure_keys = allow_insecure_keys
         self.plugins = tuple(plugins)
-        self.log_level = log_level
         self.keep = keep or workdir is not None
         self.session_seconds = session_seconds
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="smcdp-local-"))
         self.configs: dict[str, Path] = {}
         self.procs: dict[str, subprocess.Popen] = {}
-        self.ports: dict[str, int] = {}
 
     # ------------------------------------------------------------------ lifecycle
     def __enter__(self) -> "LocalCluster":
@@ -62,38 +51,20 @@ class LocalCluster:
         self.stop()
 
     def write_configs(self) -> None:
-        from smcdp.net.config import PartyConfig, Timeouts, TlsConfig, dump_config
-        from smcdp.net.tls import generate_deployment
+        from smcdp.net.config import Timeouts
+        from smcdp.party import write_local_deployment
 
-        certs = self.workdir / "certs"
-        files = generate_deployment(certs, list(self.parties), hosts={p: ["localhost", "127.0.0.1"] for p in self.parties})
-        self.ports = {p: free_port() for p in self.parties}
-        for p, inputs in self.parties.items():
-            cfg = PartyConfig(
-                name=p,
-                listen=f"127.0.0.1:{self.ports[p]}",
-                data_dir=(self.workdir / "state" / p).resolve(),
-                tls=TlsConfig(ca=(certs / "ca.crt").resolve(), cert=Path(files[p].cert).resolve(),
-                              key=Path(files[p].key).resolve()),
-                peers={q: f"127.0.0.1:{self.ports[q]}" for q in self.parties if q != p},
-                inputs={proto: {k: Path(v).resolve() for k, v in kv.items()} for proto, kv in inputs.items()},
-                plugins=self.plugins,
-                allow_insecure_keys=self.allow_insecure_keys,
-                timeouts=Timeouts(session_seconds=self.session_seconds),
-            )
-            self.configs[p] = dump_config(cfg, self.workdir / f"{p}.toml")
+        self.configs = write_local_deployment(
+            self.workdir, list(self.parties), inputs=self.parties, plugins=self.plugins,
+            allow_insecure_keys=self.allow_insecure_keys, timeouts=Timeouts(session_seconds=self.session_seconds))
 
     def start(self) -> None:
-        from smcdp.party import wait_healthy
+        from smcdp.party import spawn_party, wait_healthy
 
         self.write_configs()
-        env = dict(os.environ)
-        env.setdefault("PYTHONUNBUFFERED", "1")
         for p, cfg in self.configs.items():
             log = open(self.workdir / f"{p}.log", "ab")
-            self.procs[p] = subprocess.Popen(
-                [sys.executable, "-m", "smcdp", "party", "--config", str(cfg), "--log-level", self.log_level],
-                stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            self.procs[p] = spawn_party(cfg, log_file=log)
         for p, cfg in self.configs.items():
             try:
                 wait_healthy(cfg, timeout=60)
@@ -106,17 +77,11 @@ class LocalCluster:
         except OSError:
             return ""
 
-    def stop(self, grace: float = 10.0) -> None:
+    def stop(self, grace: float = 20.0) -> None:
+        from smcdp.party import stop_party
+
         for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        end = time.monotonic() + grace
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=max(0.1, end - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_party(proc, timeout=grace)
         if not self.keep:
             shutil.rmtree(self.workdir, ignore_errors=True)
 

@@ -1,0 +1,15 @@
+#!/usr/bin/env python3
+"""Launch the party process of charlie: `python parties/charlie.py --config deploy/local/charlie.toml`.
+
+A thin launcher of `smcdp party`; it refuses a configuration for another party.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from smcdp.party import main  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(main(expect_name="charlie"))

@@ -1,0 +1,359 @@
+"""The gRPC implementation of :class:`~smcdp.net.channel.Channel`.
+
+Outbound: every message is one ``Mailbox.Deliver`` call that streams the
+serialised payload in chunks (1 MiB by default) with a per-attempt deadline.
+A failed attempt with UNAVAILABLE or DEADLINE_EXCEEDED is retried with
+exponential backoff until the session deadline (delivery is idempotent: the
+receiver de-duplicates by (session, sender, tag)); then the send fails with
+:class:`~smcdp.errors.Unavailable` naming the party, its role and address.
+Any other status is final and raised as the matching :mod:`smcdp.errors` class.
+
+Inbound: the party's server (another thread, another event loop) calls
+:meth:`GrpcChannel.deliver_threadsafe`, which de-duplicates under a lock and
+answers at once, then hands the message to the channel's own loop, where it
+enters the shared :class:`~smcdp.net.channel.Mailbox` -- so semantics are those
+of the in-memory network, and a role busy computing never delays a delivery's
+acknowledgement.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+import threading
+import time
+from dataclasses import dataclass
+from typing import AsyncIterator, Callable, Mapping
+
+import grpc
+
+from smcdp import errors
+from smcdp.errors import PreconditionFailed, SmcdpError, Unavailable
+from smcdp.net.channel import Channel
+from smcdp.net.config import PartyConfig
+from smcdp.net.tls import TlsMaterial
+from smcdp.v1 import transport_pb2 as tpb
+from smcdp.v1 import transport_pb2_grpc as tgrpc
+
+CHUNK_SIZE = 1024 * 1024
+#: gRPC message limit for one envelope (a chunk plus header), both directions.
+MAX_GRPC_MESSAGE = 4 * CHUNK_SIZE + 64 * 1024
+
+RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+
+class AlreadyExists(SmcdpError):
+    code = "ALREADY_EXISTS"
+
+
+class NotFound(SmcdpError):
+    code = "NOT_FOUND"
+
+
+_CODE_CLASSES: dict[str, type[SmcdpError]] = {
+    "INVALID_ARGUMENT": errors.InvalidMessage,
+    "FAILED_PRECONDITION": errors.PreconditionFailed,
+    "PERMISSION_DENIED": errors.PermissionDenied,
+    "UNAUTHENTICATED": errors.Unauthenticated,
+    "DEADLINE_EXCEEDED": errors.DeadlineExceeded,
+    "UNAVAILABLE": errors.Unavailable,
+    "ALREADY_EXISTS": AlreadyExists,
+    "NOT_FOUND": NotFound,
+    "OUT_OF_RANGE": errors.CryptoOverflow,
+}
+
+
+def error_for_code(code: str, message: str, origin: str | None = None) -> SmcdpError:
+    """An :mod:`smcdp.errors` exception for a status code name."""
+    if code in ("ABORTED", "CANCELLED"):
+        return errors.SessionAborted(message, code, origin)
+    cls = _CODE_CLASSES.get(code)
+    if cls is None:
+        exc = SmcdpError(message)
+        exc.code = code if code in grpc.StatusCode.__members__ else "INTERNAL"
+        return exc
+    return cls(message)
+
+
+#: trailing-metadata key naming the party where a session failure started
+ORIGIN_METADATA = "smcdp-origin"
+
+
+def error_from_rpc(exc: grpc.RpcError, what: str) -> SmcdpError:
+    """Translate a failed call into an :mod:`smcdp.errors` exception.
+
+    A status that carries ``smcdp-origin`` trailing metadata reports a session
+    failure that started at that party: it becomes a
+    :class:`~smcdp.errors.SessionAborted` with the original code and origin.
+    """
+    code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    name = code.name if code is not None else "UNKNOWN"
+    origin = None
+    try:
+        for key, value in exc.trailing_metadata() or ():
+            if key == ORIGIN_METADATA:
+                origin = value if isinstance(value, str) else value.decode("utf-8", "replace")
+    except Exception:  # noqa: BLE001 - some RpcErrors carry no metadata
+        origin = None
+    if origin is not None:
+        return errors.SessionAborted(f"{what}: {name}: {details}", name, origin)
+    return error_for_code(name, f"{what}: {name}: {details}")
+
+
+def status_code_of(exc: BaseException) -> grpc.StatusCode:
+    """The gRPC status code to report for ``exc``."""
+    name = getattr(exc, "code", None)
+    if isinstance(name, str) and name in grpc.StatusCode.__members__:
+        return grpc.StatusCode[name]
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+        return grpc.StatusCode.DEADLINE_EXCEEDED
+    if isinstance(exc, asyncio.CancelledError):
+        return grpc.StatusCode.CANCELLED
+    return grpc.StatusCode.INTERNAL
+
+
+def channel_options(max_message: int = MAX_GRPC_MESSAGE) -> list[tuple[str, int]]:
+    return [
+        ("grpc.max_send_message_length", max_message),
+        ("grpc.max_receive_message_length", max_message),
+        # notice a peer that comes back quickly (gRPC's default backoff grows to 120 s)
+        ("grpc.initial_reconnect_backoff_ms", 200),
+        ("grpc.min_reconnect_backoff_ms", 200),
+        ("grpc.max_reconnect_backoff_ms", 2000),
+        ("grpc.keepalive_time_ms", 30000),
+        ("grpc.keepalive_timeout_ms", 10000),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
+    ]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    initial_backoff: float = 0.2
+    max_backoff: float = 3.0
+    multiplier: float = 2.0
+
+    def delays(self) -> "iter[float]":
+        d = self.initial_backoff
+        while True:
+            # full jitter in [d/2, d]: peers that failed together do not retry in lockstep
+            yield d * (0.5 + 0.5 * random.random())
+            d = min(self.max_backoff, d * self.multiplier)
+
+
+class PeerConnector:
+    """Secure channels from this party to others, created lazily and reused.
+
+    A grpc.aio channel belongs to the event loop it was created in: make one
+    connector per loop and close it when the loop is done with it.  The server
+    certificate is checked against the *party name* (``ssl_target_name_override``),
+    so a peer is authenticated as the party we meant whatever address it has.
+    """
+
+    def __init__(self, config: PartyConfig, tls: TlsMaterial) -> None:
+        self.config = config
+        self.tls = tls
+        self._creds = grpc.ssl_channel_credentials(
+            root_certificates=tls.ca_pem, private_key=tls.key_pem, certificate_chain=tls.cert_pem)
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def channel(self, party: str) -> grpc.aio.Channel:
+        ch = self._channels.get(party)
+        if ch is None:
+            address = self.config.address_of(party)
+            ch = grpc.aio.secure_channel(
+                address, self._creds,
+                options=channel_options() + [("grpc.ssl_target_name_override", party)])
+            self._channels[party] = ch
+        return ch
+
+    def mailbox(self, party: str) -> tgrpc.MailboxStub:
+        return tgrpc.MailboxStub(self.channel(party))
+
+    def control(self, party: str) -> tgrpc.ControlStub:
+        return tgrpc.ControlStub(self.channel(party))
+
+    async def close(self) -> None:
+        chans, self._channels = list(self._channels.values()), {}
+        for ch in chans:
+            await ch.close(grace=None)
+
+
+async def call_with_retry(what: str, party: str, address: str, deadline: float,
+                          attempt: Callable[[float], "asyncio.Future"], rpc_timeout: float,
+                          policy: RetryPolicy = RetryPolicy()):
+    """Run ``attempt(timeout)`` until it succeeds, a final error, or ``deadline``.
+
+    ``deadline`` is a ``time.monotonic()`` value.  UNAVAILABLE and
+    DEADLINE_EXCEEDED are retried; at the deadline the error names ``party``.
+    """
+    attempts = 0
+    started = time.monotonic()
+    last: grpc.RpcError | None = None
+    delays = policy.delays()
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        attempts += 1
+        try:
+            return await attempt(min(rpc_timeout, left))
+        except grpc.RpcError as exc:
+            if exc.code() not in RETRYABLE:
+                raise error_from_rpc(exc, f"{what} refused by party {party!r} ({address})") from None
+            last = exc
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        await asyncio.sleep(min(next(delays), left))
+    detail = (f"; last error {last.code().name}: {last.details()}" if last is not None
+              else "; no time left to try")
+    raise Unavailable(
+        f"could not reach party {party!r} at {address} for {what} within the deadline "
+        f"({attempts} attempt(s) over {time.monotonic() - started:.1f} s){detail}")
+
+
+class GrpcChannel(Channel):
+    """A session endpoint that talks to the other parties over gRPC.
+
+    Create it inside the event loop that will run the role (``bind_loop`` is
+    called from the constructor when a loop is running).
+    """
+
+    def __init__(self, session_id: str, role: str, roles: Mapping[str, str],
+                 deadline: float | None, connector: PeerConnector, *,
+                 chunk_size: int = CHUNK_SIZE, rpc_timeout: float | None = None,
+                 retry: RetryPolicy = RetryPolicy()) -> None:
+        super().__init__(session_id, role, roles, deadline)
+        if not 1 <= chunk_size <= 4 * CHUNK_SIZE:
+            raise ValueError(f"chunk_size must be 1..{4 * CHUNK_SIZE} bytes")
+        self.connector = connector
+        self.chunk_size = chunk_size
+        self.rpc_timeout = rpc_timeout or connector.config.timeouts.rpc_seconds
+        self.retry = retry
+        self._lock = threading.Lock()
+        self._seen: dict[tuple[str, str], tuple[str, bytes]] = {}   # (role, tag) -> (type, sha256)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+        self._failure: tuple[str, str, str] | None = None
+        self.inbound_duplicates = 0
+        self._party_role = {party: r for r, party in self.roles.items()}
+        try:
+            self.bind_loop(asyncio.get_running_loop())
+        except RuntimeError:
+            pass
+
+    def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    def role_of(self, party: str) -> str | None:
+        return self._party_role.get(party)
+
+    # ---------------------------------------------------------------- outbound
+    def _envelopes(self, tag: str, type_url: str, data: bytes) -> list[tpb.Envelope]:
+        n = max(1, -(-len(data) // self.chunk_size))
+        return [tpb.Envelope(session_id=self.session_id, tag=tag, type_name=type_url,
+                             chunk_index=i, chunk_count=n, total_size=len(data),
+                             data=data[i * self.chunk_size:(i + 1) * self.chunk_size])
+                for i in range(n)]
+
+    async def _transmit(self, to_role: str, tag: str, type_url: str, data: bytes) -> None:
+        party = self.roles[to_role]
+        address = self.connector.config.address_of(party)
+        stub = self.connector.mailbox(party)
+        envelopes = self._envelopes(tag, type_url, data)
+
+        async def gen() -> AsyncIterator[tpb.Envelope]:
+            for env in envelopes:
+                yield env
+
+        async def attempt(timeout: float):
+            return await stub.Deliver(gen(), timeout=timeout)
+
+        deadline = self.deadline if self.deadline is not None else time.monotonic() + self.rpc_timeout
+        await call_with_retry(f"message {tag!r} to role {to_role} in session {self.session_id}",
+                              party, address, deadline, attempt, self.rpc_timeout, self.retry)
+
+    async def send_abort(self, code: str, message: str, timeout: float = 5.0) -> dict[str, str]:
+        """Tell every other participant that this session failed (best effort, one try each).
+
+        Returns party -> outcome ("ok" or the error), for the log.
+        """
+        async def one(party: str) -> tuple[str, str]:
+            try:
+                await self.connector.mailbox(party).Abort(
+                    tpb.AbortRequest(session_id=self.session_id, code=code, message=message[:4000]),
+                    timeout=timeout)
+                return party, "ok"
+            except grpc.RpcError as exc:
+                return party, f"{exc.code().name}: {exc.details()}"
+            except SmcdpError as exc:
+                return party, str(exc)
+
+        others = [p for r, p in self.roles.items() if r != self.role]
+        return dict(await asyncio.gather(*(one(p) for p in others)))
+
+    async def close(self) -> None:
+        await self.connector.close()
+
+    # ----------------------------------------------------------------- inbound
+    def deliver_threadsafe(self, sender_role: str, tag: str, type_url: str, data: bytes) -> bool:
+        """Accept a message from any thread.  Returns False for a harmless duplicate.
+
+        Raises :class:`InvalidMessage` for a second, different message under the
+        same (sender, tag) and :class:`PreconditionFailed` if the session ended
+        (a duplicate of a message already received is still acknowledged).
+        """
+        digest = hashlib.sha256(data).digest()
+        key = (sender_role, tag)
+        with self._lock:
+            prev = self._seen.get(key)
+            if prev is not None:
+                if prev == (type_url, digest):
+                    self.inbound_duplicates += 1
+                    return False
+                raise errors.InvalidMessage(
+                    f"{sender_role} sent a second, different message with tag {tag!r} "
+                    f"in session {self.session_id}")
+            if self._closed or self._loop is None or self._loop.is_closed():
+                if self._failure is not None:
+                    code, message, origin = self._failure
+                    raise errors.SessionAborted(
+                        f"session {self.session_id} already ended at {self.me}: {message}",
+                        code, origin)
+                raise PreconditionFailed(f"session {self.session_id} has already ended here")
+            try:
+                self._loop.call_soon_threadsafe(self._put, sender_role, tag, type_url, data)
+            except RuntimeError:  # the loop closed under us
+                raise PreconditionFailed(f"session {self.session_id} has already ended here") from None
+            self._seen[key] = (type_url, digest)
+            return True
+
+    def _put(self, sender_role: str, tag: str, type_url: str, data: bytes) -> None:
+        try:
+            self.mailbox.put(sender_role, tag, type_url, data)
+        except SmcdpError as exc:  # cannot happen after the digest check; fail loudly if it does
+            self.mailbox.abort(exc)
+
+    def abort_threadsafe(self, exc: BaseException) -> None:
+        """Fail every pending and future ``recv`` (from any thread)."""
+        with self._lock:
+            loop = self._loop
+            if loop is not None and not loop.is_closed() and not self._closed:
+                try:
+                    loop.call_soon_threadsafe(self.abort_local, exc)
+                except RuntimeError:
+                    pass
+
+    def mark_closed(self, failure: tuple[str, str, str] | None = None) -> None:
+        """No new messages from now on; duplicates of received ones are still acknowledged.
+
+        ``failure`` = (code, message, origin party) if the session failed here:
+        later deliveries are then refused with that code and origin, so a sender
+        learns the real cause rather than "session ended".
+        """
+        with self._lock:
+            self._closed = True
+            self._failure = failure

@@ -1,0 +1,335 @@
+"""Certificates for a deployment: one CA, one key + certificate per party.
+
+Built on the ``cryptography`` package.  Choices (see docs/transport.md):
+
+* Keys are ECDSA on P-256 (CA and parties).  P-256 is supported by every TLS
+  stack gRPC uses, signs and verifies much faster than RSA-3072 at a
+  comparable (~128-bit) security level, and keeps certificates small.
+* A party certificate carries the party name as subject common name (CN) and
+  as a DNS subjectAltName, plus optional extra host names / IP addresses.
+  Its extended key usage allows both TLS server and TLS client
+  authentication, because every party is both.
+* The party name is the identity: servers read the CN of the verified client
+  certificate, clients verify the server certificate against the party name
+  they expect (``grpc.ssl_target_name_override``), whatever address it has.
+* Private keys are written unencrypted (the party process must start
+  unattended) with mode 0600, created that way with ``os.open``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import ipaddress
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from smcdp.errors import InvalidMessage
+
+#: Allowed party names: lowercase letters, digits and dashes, starting with a
+#: letter or digit, at most 63 characters (a DNS label, so the name can be a SAN).
+PARTY_NAME_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
+
+DEFAULT_CA_DAYS = 3650
+DEFAULT_PARTY_DAYS = 825
+CA_CERT_FILE = "ca.crt"
+CA_KEY_FILE = "ca.key"
+
+
+class CertificateError(InvalidMessage):
+    """A certificate, key or certificate request is not acceptable."""
+
+
+def validate_party_name(name: object, what: str = "party name") -> str:
+    """Return ``name`` if it is a valid party name, else raise :class:`InvalidMessage`."""
+    if not isinstance(name, str) or not PARTY_NAME_RE.match(name):
+        raise InvalidMessage(
+            f"{what} {name!r} is not valid: use 1-63 lowercase letters, digits and '-' "
+            "(not starting or ending with '-')"
+        )
+    return name
+
+
+def parse_party_list(text: str) -> list[str]:
+    """``"alice,bob,trent"`` -> ``["alice", "bob", "trent"]`` (validated, unique)."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise InvalidMessage("--parties needs at least one party name, e.g. alice,bob,trent")
+    for n in names:
+        validate_party_name(n)
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise InvalidMessage(f"party names must be unique; repeated: {', '.join(dup)}")
+    return names
+
+
+def parse_hosts(text: str | None, parties: Sequence[str]) -> dict[str, list[str]]:
+    """``"alice=10.0.0.1,alice=alice.example.org,bob=10.0.0.2"`` -> name -> extra SANs."""
+    out: dict[str, list[str]] = {p: [] for p in parties}
+    if not text:
+        return out
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if "=" not in item:
+            raise InvalidMessage(f"--hosts entry {item!r} must look like PARTY=HOST")
+        name, host = (s.strip() for s in item.split("=", 1))
+        if name not in out:
+            raise InvalidMessage(f"--hosts names party {name!r}, which is not in --parties")
+        validate_host(host)
+        out[name].append(host)
+    return out
+
+
+_DNS_RE = re.compile(r"^(?=.{1,253}$)(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*"
+                     r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+
+
+def validate_host(host: str) -> str:
+    """A host for a SAN: an IP address or a DNS name."""
+    try:
+        ipaddress.ip_address(host)
+        return host
+    except ValueError:
+        pass
+    if not _DNS_RE.match(host):
+        raise InvalidMessage(f"host {host!r} is neither an IP address nor a DNS name")
+    return host
+
+
+def _san_entries(names: Iterable[str]) -> list[x509.GeneralName]:
+    out: list[x509.GeneralName] = []
+    seen = set()
+    for n in names:
+        if n in seen:
+            continue
+        seen.add(n)
+        try:
+            out.append(x509.IPAddress(ipaddress.ip_address(n)))
+        except ValueError:
+            out.append(x509.DNSName(n))
+    return out
+
+
+def _now() -> _dt.datetime:
+    return _dt.datetime.now(_dt.timezone.utc)
+
+
+def create_ca(common_name: str = "smcdp deployment CA", days: int = DEFAULT_CA_DAYS
+              ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    """A self-signed CA that may sign end-entity certificates only (path length 0)."""
+    if days <= 0:
+        raise InvalidMessage(f"CA validity must be positive days, got {days}")
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    now = _now()
+    ski = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - _dt.timedelta(minutes=5))
+        .not_valid_after(now + _dt.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(x509.KeyUsage(
+            digital_signature=True, content_commitment=False, key_encipherment=False,
+            data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
+            encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(ski, critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return key, cert
+
+
+def issue_party_certificate(ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate,
+                            name: str, hosts: Iterable[str] = (), days: int = DEFAULT_PARTY_DAYS
+                            ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    """Key + certificate for party ``name`` (CN and DNS SAN = name, plus ``hosts``)."""
+    validate_party_name(name)
+    hosts = [validate_host(h) for h in hosts]
+    if days <= 0:
+        raise InvalidMessage(f"certificate validity must be positive days, got {days}")
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = _now()
+    not_after = min(now + _dt.timedelta(days=days), ca_cert.not_valid_after_utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - _dt.timedelta(minutes=5))
+        .not_valid_after(not_after)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(
+            digital_signature=True, content_commitment=False, key_encipherment=False,
+            data_encipherment=False, key_agreement=False, key_cert_sign=False, crl_sign=False,
+            encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(x509.ExtendedKeyUsage(
+            [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .add_extension(x509.SubjectAlternativeName(_san_entries([name, *hosts])), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+                       critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    return key, cert
+
+
+# ------------------------------------------------------------------ files
+def write_private_key(path: str | os.PathLike, key, overwrite: bool = False) -> Path:
+    """PEM (PKCS#8, unencrypted) created with mode 0600 from the start."""
+    path = Path(path)
+    data = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+    if overwrite and path.exists():
+        path.unlink()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    return path
+
+
+def write_certificate(path: str | os.PathLike, cert: x509.Certificate, overwrite: bool = False) -> Path:
+    path = Path(path)
+    if overwrite and path.exists():
+        path.unlink()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write(cert.public_bytes(serialization.Encoding.PEM))
+        f.flush()
+        os.fsync(f.fileno())
+    return path
+
+
+def load_certificate(path: str | os.PathLike) -> x509.Certificate:
+    try:
+        return x509.load_pem_x509_certificate(Path(path).read_bytes())
+    except FileNotFoundError:
+        raise CertificateError(f"certificate file {path} does not exist") from None
+    except ValueError as exc:
+        raise CertificateError(f"{path} is not a PEM certificate: {exc}") from None
+
+
+def load_private_key(path: str | os.PathLike):
+    try:
+        return serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
+    except FileNotFoundError:
+        raise CertificateError(f"key file {path} does not exist") from None
+    except (ValueError, TypeError) as exc:
+        raise CertificateError(f"{path} is not an unencrypted PEM private key: {exc}") from None
+
+
+def certificate_party_name(cert: x509.Certificate) -> str:
+    """The party name (subject CN) of a certificate."""
+    cns = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    if len(cns) != 1:
+        raise CertificateError("a party certificate must have exactly one common name")
+    return validate_party_name(str(cns[0].value), "certificate common name")
+
+
+@dataclass(frozen=True)
+class PartyFiles:
+    name: str
+    cert: Path
+    key: Path
+
+
+def generate_deployment(out_dir: str | os.PathLike, parties: Sequence[str],
+                        hosts: Mapping[str, Sequence[str]] | None = None,
+                        days: int = DEFAULT_PARTY_DAYS, reuse_ca: bool = False,
+                        overwrite: bool = False) -> dict[str, PartyFiles]:
+    """Write ``ca.crt`` (+ ``ca.key``) and ``<name>.crt`` / ``<name>.key`` per party.
+
+    ``reuse_ca`` issues new party certificates under the CA already in
+    ``out_dir`` (adding a party, rotating a party's key) instead of creating
+    one.  Existing files are never replaced unless ``overwrite`` is set.
+    """
+    out = Path(out_dir)
+    parties = list(parties)
+    for p in parties:
+        validate_party_name(p)
+    if len(set(parties)) != len(parties):
+        raise InvalidMessage("party names must be unique")
+    if not parties:
+        raise InvalidMessage("at least one party is needed")
+    hosts = dict(hosts or {})
+    for n in hosts:
+        if n not in parties:
+            raise InvalidMessage(f"hosts given for {n!r}, which is not one of the parties")
+    out.mkdir(parents=True, exist_ok=True)
+    ca_crt, ca_key = out / CA_CERT_FILE, out / CA_KEY_FILE
+    targets = [out / f"{p}.crt" for p in parties] + [out / f"{p}.key" for p in parties]
+    if not reuse_ca:
+        targets += [ca_crt, ca_key]
+    existing = [str(t) for t in targets if t.exists()]
+    if existing and not overwrite:
+        raise InvalidMessage(
+            f"refusing to overwrite existing files: {', '.join(existing)} (use --force, "
+            "or --reuse-ca to issue under the existing CA)")
+    if reuse_ca:
+        ca_key_obj = load_private_key(ca_key)
+        ca_cert_obj = load_certificate(ca_crt)
+        if not isinstance(ca_key_obj, ec.EllipticCurvePrivateKey):
+            raise CertificateError(f"{ca_key} is not an EC key")
+    else:
+        ca_key_obj, ca_cert_obj = create_ca()
+        write_private_key(ca_key, ca_key_obj, overwrite=overwrite)
+        write_certificate(ca_crt, ca_cert_obj, overwrite=overwrite)
+    result = {}
+    for p in parties:
+        key, cert = issue_party_certificate(ca_key_obj, ca_cert_obj, p, hosts.get(p, ()), days)
+        kpath = write_private_key(out / f"{p}.key", key, overwrite=overwrite)
+        cpath = write_certificate(out / f"{p}.crt", cert, overwrite=overwrite)
+        result[p] = PartyFiles(p, cpath, kpath)
+    return result
+
+
+@dataclass(frozen=True)
+class TlsMaterial:
+    """PEM bytes a party needs for gRPC: the CA, its own certificate and key."""
+
+    ca_pem: bytes
+    cert_pem: bytes
+    key_pem: bytes
+    name: str  # the CN of cert_pem
+
+    @classmethod
+    def load(cls, ca: str | os.PathLike, cert: str | os.PathLike, key: str | os.PathLike
+             ) -> "TlsMaterial":
+        """Load and check: the certificate is signed by the CA, valid now, and matches the key."""
+        ca_cert = load_certificate(ca)
+        own = load_certificate(cert)
+        priv = load_private_key(key)
+        pub_own = own.public_key().public_bytes(serialization.Encoding.DER,
+                                                serialization.PublicFormat.SubjectPublicKeyInfo)
+        pub_key = priv.public_key().public_bytes(serialization.Encoding.DER,
+                                                 serialization.PublicFormat.SubjectPublicKeyInfo)
+        if pub_own != pub_key:
+            raise CertificateError(f"key {key} does not belong to certificate {cert}")
+        try:
+            own.verify_directly_issued_by(ca_cert)
+        except (InvalidSignature, ValueError, TypeError) as exc:
+            raise CertificateError(f"certificate {cert} is not issued by the CA in {ca}: "
+                                   f"{type(exc).__name__} {exc}") from None
+        now = _now()
+        for c, p in ((own, cert), (ca_cert, ca)):
+            if not (c.not_valid_before_utc <= now <= c.not_valid_after_utc):
+                raise CertificateError(
+                    f"certificate {p} is not valid now (valid {c.not_valid_before_utc:%Y-%m-%d} "
+                    f"to {c.not_valid_after_utc:%Y-%m-%d})")
+        return cls(Path(ca).read_bytes(), Path(cert).read_bytes(), Path(key).read_bytes(),
+                   certificate_party_name(own))

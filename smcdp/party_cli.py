@@ -1,0 +1,184 @@
+"""CLI subcommands for certificates, party processes, sessions and health.
+
+``register(subparsers)`` adds ``certs``, ``party``, ``session`` (``start``,
+``result``) and ``health`` to the ``smcdp`` command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from smcdp.errors import InvalidMessage, SmcdpError
+
+
+def _fail(exc: BaseException) -> int:
+    code = getattr(exc, "code", "INTERNAL")
+    print(f"error [{code}]: {exc}", file=sys.stderr)
+    return 2 if isinstance(exc, InvalidMessage) else 1
+
+
+# ------------------------------------------------------------------ certs
+def _cmd_certs(args: argparse.Namespace) -> int:
+    from smcdp.net import tls
+
+    try:
+        parties = tls.parse_party_list(args.parties)
+        hosts = tls.parse_hosts(args.hosts, parties)
+        if args.localhost:
+            for p in parties:
+                hosts[p] += ["localhost", "127.0.0.1", "::1"]
+        files = tls.generate_deployment(args.out, parties, hosts, days=args.days,
+                                        reuse_ca=args.reuse_ca, overwrite=args.force)
+    except SmcdpError as exc:
+        return _fail(exc)
+    out = Path(args.out)
+    print(f"CA: {out / tls.CA_CERT_FILE}" + ("" if args.reuse_ca else f" (key {out / tls.CA_KEY_FILE}, "
+          "keep it offline; parties need only ca.crt)"))
+    for p, f in files.items():
+        print(f"{p}: {f.cert} {f.key}")
+    return 0
+
+
+# ------------------------------------------------------------------ party
+def _cmd_party(args: argparse.Namespace) -> int:
+    from smcdp import party
+
+    party.setup_logging(args.log_level)
+    try:
+        return party.serve(args.config, ready_file=args.ready_file)
+    except SmcdpError as exc:
+        return _fail(exc)
+
+
+# ---------------------------------------------------------------- session
+def _parse_roles(items: list[str]) -> dict[str, str]:
+    roles: dict[str, str] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise InvalidMessage(f"--role {item!r} must look like ROLE=PARTY")
+        role, party = (s.strip() for s in item.split("=", 1))
+        if role in roles:
+            raise InvalidMessage(f"--role {role} given twice")
+        roles[role] = party
+    if not roles:
+        raise InvalidMessage("give at least one --role ROLE=PARTY")
+    return roles
+
+
+def _cmd_session_start(args: argparse.Namespace) -> int:
+    from smcdp import party
+
+    try:
+        roles = _parse_roles(args.role)
+        if args.params and args.params_file:
+            raise InvalidMessage("give --params or --params-file, not both")
+        text = Path(args.params_file).read_text() if args.params_file else (args.params or "{}")
+        try:
+            params = json.loads(text)
+        except ValueError as exc:
+            raise InvalidMessage(f"--params is not valid JSON: {exc}") from None
+        if not isinstance(params, dict):
+            raise InvalidMessage("--params must be a JSON object")
+        record = party.start_session(args.config, args.protocol, roles, params,
+                                     session_id=args.session_id, timeout=args.timeout, seed=args.seed)
+    except (SmcdpError, OSError) as exc:
+        return _fail(exc)
+    _emit(record, args.out)
+    return 0
+
+
+def _cmd_session_result(args: argparse.Namespace) -> int:
+    from smcdp import party
+
+    try:
+        record = party.get_result(args.config, args.session_id)
+    except SmcdpError as exc:
+        return _fail(exc)
+    _emit(record, args.out)
+    return 0 if record.get("state") != "failed" else 1
+
+
+def _emit(record: dict, out: str | None) -> None:
+    text = json.dumps(record, indent=2, sort_keys=True)
+    if out:
+        Path(out).write_text(text + "\n")
+        print(f"session {record['session_id']}: {record['state']} (record in {out})", file=sys.stderr)
+    else:
+        print(text)
+
+
+# ----------------------------------------------------------------- health
+def _cmd_health(args: argparse.Namespace) -> int:
+    from smcdp import party
+
+    try:
+        if args.wait:
+            party.wait_healthy(args.config, args.peer, timeout=args.wait)
+            status = "SERVING"
+        else:
+            status = party.check_health(args.config, args.peer)
+    except SmcdpError as exc:
+        return _fail(exc)
+    print(status)
+    return 0 if status == "SERVING" else 1
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError("must be positive")
+    return v
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("certs", help="create a CA and one key/certificate per party",
+                              description="Create ca.crt/ca.key and <party>.crt/<party>.key "
+                              "(ECDSA P-256; keys mode 0600) in --out.")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--parties", required=True, help="comma-separated party names, e.g. alice,bob,trent")
+    p.add_argument("--hosts", help="extra subjectAltNames, e.g. alice=10.0.0.1,bob=bob.example.org")
+    p.add_argument("--localhost", action="store_true",
+                   help="add localhost, 127.0.0.1 and ::1 to every certificate")
+    p.add_argument("--days", type=int, default=825, help="party certificate validity (default 825)")
+    p.add_argument("--reuse-ca", action="store_true",
+                   help="issue under the existing ca.crt/ca.key in --out (add or rotate parties)")
+    p.add_argument("--force", action="store_true", help="replace existing files")
+    p.set_defaults(func=_cmd_certs)
+
+    p = subparsers.add_parser("party", help="run a party process until SIGTERM/SIGINT")
+    p.add_argument("--config", required=True, help="the party's TOML configuration")
+    p.add_argument("--ready-file", help="write {party, port, pid} JSON here once serving")
+    p.add_argument("--log-level", default="INFO")
+    p.set_defaults(func=_cmd_party)
+
+    p = subparsers.add_parser("session", help="start a session or fetch a session's result")
+    sp = p.add_subparsers(dest="session_command", required=True)
+    s = sp.add_parser("start", help="run a session with this party as initiator")
+    s.add_argument("--config", required=True, help="the initiating party's TOML configuration")
+    s.add_argument("--protocol", required=True)
+    s.add_argument("--role", action="append", metavar="ROLE=PARTY", help="repeat for every role")
+    s.add_argument("--params", help="protocol parameters as a JSON object")
+    s.add_argument("--params-file", help="protocol parameters from a JSON file")
+    s.add_argument("--session-id")
+    s.add_argument("--timeout", type=_positive_float, help="session deadline in seconds")
+    s.add_argument("--seed", type=int, help="explicit seed (experiments only)")
+    s.add_argument("--out", help="write the record JSON here instead of stdout")
+    s.set_defaults(func=_cmd_session_start)
+    s = sp.add_parser("result", help="the record of a session at this party")
+    s.add_argument("--config", required=True)
+    s.add_argument("--session-id", required=True)
+    s.add_argument("--out")
+    s.set_defaults(func=_cmd_session_result)
+
+    p = subparsers.add_parser("health", help="grpc.health.v1 status of this party or a peer")
+    p.add_argument("--config", required=True)
+    p.add_argument("--peer", help="a party named in [peers] (default: this party)")
+    p.add_argument("--wait", type=_positive_float, metavar="SECONDS",
+                   help="wait up to SECONDS for SERVING")
+    p.set_defaults(func=_cmd_health)
