@@ -185,7 +185,7 @@ def multi_exp(bases: Sequence[mpz], exps: Sequence[int], modulus: mpz) -> mpz:
             r = r * gmpy2.powmod(b, e, modulus) % modulus
         return r
     maxbits = max(e.bit_length() for e in es)
-    c = max(2, min(12, int(math.log2(len(bs))) - 1))
+    c = _pippenger_window(len(bs), maxbits)
     mask = (1 << c) - 1
     windows = -(-maxbits // c)
     result = mpz(1)
@@ -210,6 +210,12 @@ def multi_exp(bases: Sequence[mpz], exps: Sequence[int], modulus: mpz) -> mpz:
         if acc is not None:
             result = result * acc % modulus
     return result
+
+
+def _pippenger_window(terms: int, bits: int) -> int:
+    """Window minimising the modular multiplications of the bucket method:
+    windows · (terms + 2^(c+1)) (bucket fills plus the running-product combination)."""
+    return min(range(2, 13), key=lambda c: -(-bits // c) * (terms + (2 << c)))
 
 
 # --------------------------------------------------------------------------- the vector type
