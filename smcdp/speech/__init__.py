@@ -15,6 +15,7 @@ from .features import (
     load_features,
     load_wav,
     mfcc39,
+    vector_quantise,
     wav_features,
 )
 from .forward import (
@@ -56,5 +57,6 @@ __all__ = [
     "score_models",
     "train_keyword_models",
     "train_word_hmm",
+    "vector_quantise",
     "wav_features",
 ]
