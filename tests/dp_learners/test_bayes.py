@@ -1,0 +1,202 @@
+import math
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.discriminant_analysis import QuadraticDiscriminantAnalysis
+
+from smcdp.dp import GaussianBayesClassifier, PrivacyLeakWarning, bhattacharyya_bound
+from smcdp.dp._validation import InvalidParameter, repair_eigen, repair_nearest
+from smcdp.dp.bayes import (
+    bhattacharyya_k,
+    covariance_sensitivity,
+    mean_sensitivity,
+    sum_statistics,
+    variance_sensitivity,
+)
+
+INF = float("inf")
+
+
+def _mixture(n=2000, seed=0):
+    """The paper's first 5-D two-class mixture (002 §5.1; 0.7 / 0.3)."""
+    rng = np.random.default_rng(seed)
+    mu1 = np.array([1.8, 3.2, 3.8, 6, 5.5])
+    s1 = np.array([0.36, 1.21, 3.24, 5.76, 0.64])
+    mu2 = np.array([0.5, 1, 1.5, 2.5, 3.5])
+    s2 = np.array([2.56, 0.64, 4.00, 1.44, 0.16])
+    y = (rng.uniform(size=n) > 0.7).astype(int)
+    X = np.where(y[:, None] == 0, mu1 + rng.normal(size=(n, 5)) * np.sqrt(s1), mu2 + rng.normal(size=(n, 5)) * np.sqrt(s2))
+    return X, y
+
+
+BOUNDS = (np.full(5, -6.0), np.full(5, 16.0))
+
+
+def test_nonprivate_statistics_are_exact_mle():
+    X, y = _mixture()
+    m = GaussianBayesClassifier(epsilon=INF, bounds=BOUNDS).fit(X, y)
+    for c in (0, 1):
+        Xc = X[y == c]
+        np.testing.assert_allclose(m.theta_[c], Xc.mean(0), atol=1e-10)
+        np.testing.assert_allclose(m.covariance_[c], np.cov(Xc.T, bias=True), atol=1e-9)
+    np.testing.assert_allclose(m.class_prior_, np.bincount(y) / len(y))
+    qda = QuadraticDiscriminantAnalysis(priors=np.bincount(y) / len(y)).fit(X, y)
+    assert np.mean(m.predict(X) == qda.predict(X)) > 0.995
+    assert m.epsilon_spent_ == INF
+
+
+@pytest.mark.parametrize("query", ["sum", "mean"])
+@pytest.mark.parametrize("repair", ["eigen", "nearest"])
+def test_private_fit_is_valid_and_reasonably_accurate(query, repair):
+    X, y = _mixture(n=20000)
+    Xt, yt = _mixture(n=5000, seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyLeakWarning)
+        m = GaussianBayesClassifier(epsilon=1.0, bounds=BOUNDS, query=query, repair=repair, random_state=0).fit(X, y)
+        big = GaussianBayesClassifier(epsilon=50.0, bounds=BOUNDS, query=query, repair=repair, random_state=0).fit(X, y)
+    for S in m.covariance_:
+        assert np.allclose(S, S.T)
+        assert np.linalg.eigvalsh(S).min() > 0
+    assert m.epsilon_spent_ == 1.0 and m.delta_spent_ == 0.0
+    p = m.predict_proba(Xt[:10])
+    np.testing.assert_allclose(p.sum(1), 1.0)
+    # the paper's Fig. 1 regime: noisy at small budgets (majority-class rate is 0.7), near the
+    # non-private error (< 0.01) once the noise is small
+    assert m.score(Xt, yt) > 0.6
+    assert big.score(Xt, yt) > 0.98
+
+
+def test_mean_query_warns_about_public_class_sizes():
+    X, y = _mixture(n=500)
+    with pytest.warns(PrivacyLeakWarning, match="class sizes"):
+        GaussianBayesClassifier(epsilon=1.0, bounds=BOUNDS, query="mean", random_state=0).fit(X, y)
+
+
+def test_inferred_bounds_warn_and_given_bounds_clip():
+    X, y = _mixture(n=500)
+    with pytest.warns(PrivacyLeakWarning, match="bounds=None"):
+        GaussianBayesClassifier(epsilon=1.0, random_state=0).fit(X, y)
+    with pytest.raises(InvalidParameter, match="outside the declared bounds"):
+        GaussianBayesClassifier(epsilon=1.0, bounds=(0, 1), out_of_bounds="raise", random_state=0).fit(X, y)
+    m = GaussianBayesClassifier(epsilon=INF, bounds=(0, 1)).fit(X, y)
+    assert np.all(m.theta_ >= 0) and np.all(m.theta_ <= 1)
+
+
+@pytest.mark.parametrize("bad", [{"bounds": (1, 0)}, {"bounds": (0, [1, 2])}, {"query": "median"},
+                                 {"repair": "higham"}, {"budget_split": (0.5, 0.5)}, {"epsilon": 0},
+                                 {"bounds": (0, np.inf)}, {"min_eigenvalue": 0}])
+def test_invalid_parameters(bad):
+    X, y = _mixture(n=100)
+    with pytest.raises(InvalidParameter):
+        GaussianBayesClassifier(**bad).fit(X, y)
+
+
+def test_diagonal_covariance_option():
+    X, y = _mixture(n=3000)
+    m = GaussianBayesClassifier(epsilon=INF, bounds=BOUNDS, covariance="diag").fit(X, y)
+    for c in (0, 1):
+        np.testing.assert_allclose(m.covariance_[c], np.diag(X[y == c].var(0)), atol=1e-9)
+    for q in ("sum", "mean"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PrivacyLeakWarning)
+            p = GaussianBayesClassifier(epsilon=1.0, bounds=BOUNDS, covariance="diag", query=q,
+                                        random_state=1).fit(X, y)
+        for S in p.covariance_:
+            np.testing.assert_array_equal(S, np.diag(np.diag(S)))
+            assert np.diag(S).min() > 0
+    with pytest.raises(InvalidParameter):
+        GaussianBayesClassifier(covariance="tied").fit(X, y)
+
+
+def test_theorem_sensitivities():
+    assert mean_sensitivity(100, 5) == pytest.approx(0.05)
+    assert covariance_sensitivity(100, 5) == pytest.approx((0.03 - 0.0003) * 15)
+
+
+def _cov_upper(U):
+    mu = U.mean(0)
+    S = (U - mu).T @ (U - mu) / len(U)
+    return S[np.triu_indices(U.shape[1])]
+
+
+def test_empirical_sensitivities_on_neighbours():
+    """Released statistics move (L1) by no more than the sensitivities the mechanisms use,
+    over random and extreme neighbour pairs in the unit cube."""
+    rng = np.random.default_rng(3)
+    d, n = 4, 30
+    for trial in range(300):
+        U = rng.uniform(size=(n, d))
+        if trial % 3 == 0:
+            U = (rng.uniform(size=(n, d)) > 0.5).astype(float)      # corners: extreme values
+        y = rng.integers(0, 2, size=n)
+        Up, yp = U.copy(), y.copy()
+        i = rng.integers(n)
+        Up[i] = (rng.uniform(size=d) > 0.5).astype(float) if trial % 2 else rng.uniform(size=d)
+        # sum query: labels may change
+        yp[i] = rng.integers(0, 2)
+        a, b = sum_statistics(U, y, 2), sum_statistics(Up, yp, 2)
+        assert np.abs(a[0] - b[0]).sum() <= 2 + 1e-12
+        assert np.abs(a[1] - b[1]).sum() <= 2 * d + 1e-12
+        assert np.abs(a[2] - b[2]).sum() <= d * (d + 1) + 1e-12
+        ad, bd = sum_statistics(U, y, 2, diag=True), sum_statistics(Up, yp, 2, diag=True)
+        assert np.abs(ad[2] - bd[2]).sum() <= 2 * d + 1e-12
+        # mean query (same class size): Thm 3.1 and 3.7
+        assert np.abs(U.mean(0) - Up.mean(0)).sum() <= mean_sensitivity(n, d) + 1e-12
+        assert np.abs(_cov_upper(U) - _cov_upper(Up)).sum() <= covariance_sensitivity(n, d) + 1e-12
+        assert np.abs(U.var(0) - Up.var(0)).sum() <= variance_sensitivity(n, d) + 1e-12
+
+
+def test_repairs():
+    rng = np.random.default_rng(0)
+    A = rng.normal(size=(5, 5))
+    M = (A + A.T) / 2
+    w = np.linalg.eigvalsh(M)
+    assert w.min() < 0
+    E = repair_eigen(M)
+    N = repair_nearest(M, floor=1e-8)
+    we, wn = np.linalg.eigvalsh(E), np.linalg.eigvalsh(N)
+    assert we.min() == pytest.approx(w[w > 0].min())
+    assert wn.min() >= 1e-8 * (1 - 1e-6)
+    # nearest is the Frobenius-closest among PSD candidates (beats the heuristic and random PSD matrices)
+    assert np.linalg.norm(N - M) <= np.linalg.norm(E - M) + 1e-12
+    for _ in range(50):
+        B = rng.normal(size=(5, 5))
+        P = B @ B.T * rng.uniform(0, 1)
+        assert np.linalg.norm(N - M) <= np.linalg.norm(P - M) + 1e-9
+    # a PD matrix is left unchanged by both
+    P = A @ A.T + np.eye(5)
+    np.testing.assert_allclose(repair_eigen(P), P, atol=1e-10)
+    np.testing.assert_allclose(repair_nearest(P), P, atol=1e-10)
+
+
+def test_bhattacharyya_bound_encloses_k_by_simulation():
+    mu, var, n = np.array([0.0, 1.5]), np.array([1.0, 2.0]), np.array([400, 600])
+    scales = np.array([0.01, 0.01, 0.05, 0.05])
+    p = 0.9
+    res = bhattacharyya_bound(mu, var, n, scales, p=p)
+    assert 0 < res.k_lower < bhattacharyya_k(*mu, *var) < res.k_upper
+    assert res.probability == pytest.approx(p**8)
+    assert res.error_bound == pytest.approx(math.sqrt(0.4 * 0.6) * math.exp(-res.k_lower))
+    rng = np.random.default_rng(0)
+    inside = 0
+    T = 2000
+    for _ in range(T):
+        xs = [rng.normal(mu[i], math.sqrt(var[i]), size=n[i]) for i in range(2)]
+        mh = [xs[i].mean() + rng.laplace(0, scales[i]) for i in range(2)]
+        vh = [xs[i].var() + rng.laplace(0, scales[2 + i]) for i in range(2)]
+        k = bhattacharyya_k(mh[0], mh[1], vh[0], vh[1])
+        inside += res.k_lower <= k <= res.k_upper
+    # the enclosure holds with probability >= p**8 (=0.43); it is conservative, so usually far more
+    assert inside / T >= p**8
+    # the bound really is the Bhattacharyya bound of the true mixture with noise-free data as p -> small
+    assert bhattacharyya_bound(mu, var, n, scales, p=0.01).k_lower <= bhattacharyya_k(*mu, *var)
+
+
+def test_bhattacharyya_bound_validation_and_degenerate_case():
+    with pytest.raises(InvalidParameter):
+        bhattacharyya_bound([0, 1], [1, 1], [10, 10], [0.1, 0.1, 0.1])
+    with pytest.raises(InvalidParameter):
+        bhattacharyya_bound([0, 1], [1, -1], [10, 10], [0.1] * 4)
+    res = bhattacharyya_bound([0, 1], [1, 1], [10, 10], [1, 1, 10, 10], p=0.99)
+    assert res.k_lower == 0 and res.k_upper == math.inf and res.error_bound == pytest.approx(0.5)

@@ -1,0 +1,192 @@
+import math
+
+import numpy as np
+import pytest
+
+from smcdp.dp import LargeMarginGaussianClassifier, PrivacyLeakWarning
+from smcdp.dp._validation import InvalidParameter
+from smcdp.dp.large_margin import (
+    _Objective,
+    _psd_project,
+    kkt_residuals,
+    large_margin_jacobian_term,
+    large_margin_sensitivity,
+)
+
+INF = float("inf")
+
+
+def _blobs(n=200, d=3, C=3, seed=0, spread=1.0):
+    rng = np.random.default_rng(seed)
+    mus = rng.normal(size=(C, d)) * 2.0
+    y = np.arange(n) % C
+    X = mus[y] + spread * rng.normal(size=(n, d))
+    return X, y
+
+
+def _check_kkt(m, tol):
+    o = m.optimality_
+    assert o["min_eig_phi"] >= -1e-10
+    assert o["min_eig_grad"] >= -10 * tol
+    assert o["complementarity"] <= 10 * tol * max(1.0, np.abs(m.phi_).sum())
+    assert o["projected_grad"] <= 10 * tol
+
+
+@pytest.mark.parametrize("eps", [INF, 1.0])
+def test_solution_satisfies_kkt(eps):
+    X, y = _blobs()
+    R = np.linalg.norm(X, axis=1).max()
+    m = LargeMarginGaussianClassifier(epsilon=eps, data_norm=R, lam=0.01, tol=1e-7, random_state=0).fit(X, y)
+    assert m.converged_
+    _check_kkt(m, 1e-7)
+    for P in m.phi_.reshape(-1, 4, 4):
+        assert np.linalg.eigvalsh(P).min() >= -1e-10
+
+
+def test_minimiser_beats_feasible_perturbations():
+    X, y = _blobs(n=120)
+    R = np.linalg.norm(X, axis=1).max()
+    m = LargeMarginGaussianClassifier(epsilon=INF, data_norm=R, tol=1e-9).fit(X, y)
+    f0, _ = m._obj.value_grad(m.phi_, need_grad=False)
+    rng = np.random.default_rng(1)
+    for _ in range(100):
+        E = rng.normal(size=m.phi_.shape) * 10 ** rng.uniform(-4, -1)
+        P = _psd_project(m.phi_ + E)
+        f, _ = m._obj.value_grad(P, need_grad=False)
+        assert f >= f0 - 1e-9
+
+
+def test_nonprivate_fit_classifies_separated_data():
+    from sklearn.discriminant_analysis import QuadraticDiscriminantAnalysis
+
+    X, y = _blobs(n=300, spread=0.5)
+    R = np.linalg.norm(X, axis=1).max()
+    m = LargeMarginGaussianClassifier(epsilon=INF, data_norm=R, lam=1e-3, gamma=1e-3).fit(X, y)
+    # as accurate as a generatively trained Gaussian classifier on the same (overlapping) data
+    qda = QuadraticDiscriminantAnalysis().fit(X, y).score(X, y)
+    assert m.score(X, y) >= qda - 0.02
+    assert m.score(X, y) > 0.85
+    assert m.epsilon_spent_ == INF
+
+
+def test_private_accounting_and_noise_scale():
+    X, y = _blobs(n=400)
+    R = np.linalg.norm(X, axis=1).max()
+    lam, h = 0.05, 0.5
+    m = LargeMarginGaussianClassifier(epsilon=0.5, lam=lam, h=h, data_norm=R, random_state=0).fit(X, y)
+    k = large_margin_jacobian_term(400, lam, h, 3, 1)
+    assert m.epsilon_spent_ == pytest.approx(0.5 + k)
+    assert m.epsilon_paper_ == pytest.approx(0.5 + math.log1p(1 / (400 * lam)))
+    assert m.noise_sensitivity_ == pytest.approx(large_margin_sensitivity(400, 3))
+    assert m.delta_spent_ == 0.0
+    with pytest.raises(InvalidParameter, match="below the gradient sensitivity"):
+        LargeMarginGaussianClassifier(epsilon=0.5, data_norm=R, noise_sensitivity=1e-6).fit(X, y)
+    # the paper's calibration (Delta = 1) is accepted when 2G/n <= 1
+    LargeMarginGaussianClassifier(epsilon=0.5, data_norm=R, noise_sensitivity=1.0, random_state=0).fit(X, y)
+
+
+def test_perturbation_changes_solution_and_is_seeded():
+    X, y = _blobs()
+    R = np.linalg.norm(X, axis=1).max()
+    a = LargeMarginGaussianClassifier(epsilon=1.0, data_norm=R, random_state=3).fit(X, y).phi_
+    b = LargeMarginGaussianClassifier(epsilon=1.0, data_norm=R, random_state=3).fit(X, y).phi_
+    c = LargeMarginGaussianClassifier(epsilon=INF, data_norm=R).fit(X, y).phi_
+    np.testing.assert_array_equal(a, b)
+    assert not np.allclose(a, c)
+
+
+def _loss_grad(Z, y, m, P, C, K):
+    obj = _Objective(Z, y, m, C, K, lam=0.0, gamma=0.0, h=0.5, b=None)
+    return obj.value_grad(P)[1] * len(Z)
+
+
+@pytest.mark.parametrize("K", [1, 2])
+def test_empirical_gradient_sensitivity(K):
+    """||(1/n) sum grad l(D) - (1/n) sum grad l(D')||_F <= 2G/n on neighbour pairs at random PSD Phi."""
+    rng = np.random.default_rng(0)
+    n, d, C = 20, 3, 3
+    bound = large_margin_sensitivity(n, C)
+    worst = 0.0
+    for _ in range(200):
+        X = rng.normal(size=(n, d))
+        X /= np.maximum(np.linalg.norm(X, axis=1), 1)[:, None]
+        Z = np.hstack([X, np.ones((n, 1))])
+        y = rng.integers(0, C, size=n)
+        mi = rng.integers(0, K, size=n)
+        A = rng.normal(size=(C, K, d + 1, d + 1)) * rng.uniform(0, 3)
+        P = A @ np.swapaxes(A, -1, -2)
+        Zp, yp, mp = Z.copy(), y.copy(), mi.copy()
+        v = rng.normal(size=d)
+        Zp[0, :d] = v / np.linalg.norm(v)
+        yp[0] = rng.integers(0, C)
+        mp[0] = rng.integers(0, K)
+        g = _loss_grad(Z, y, mi, P, C, K) / n
+        gp = _loss_grad(Zp, yp, mp, P, C, K) / n
+        gap = math.sqrt(np.sum((g - gp) ** 2))
+        worst = max(worst, gap)
+        assert gap <= bound + 1e-12
+    assert worst > 0.1 * bound
+
+
+@pytest.mark.parametrize("C,K", [(2, 1), (3, 2)])
+def test_per_row_hessian_trace_and_rank_bounds(C, K):
+    """The Jacobian term uses trace(H_i) <= (C-1) s^2 (1/h + 1 - 1/K) and rank(H_i) <= (C-1) K."""
+    rng = np.random.default_rng(1)
+    d, h = 2, 0.5
+    D = d + 1
+    for _ in range(5):
+        x = rng.normal(size=d)
+        x /= max(np.linalg.norm(x), 1.0)
+        Z = np.append(x, 1.0)[None, :]
+        y, mi = np.array([0]), np.array([K - 1])
+        A = rng.normal(size=(C, K, D, D)) * 0.3
+        P0 = A @ np.swapaxes(A, -1, -2)
+        obj = _Objective(Z, y, mi, C, K, lam=0.0, gamma=0.0, h=h, b=None)
+        dim = P0.size
+        H = np.zeros((dim, dim))
+        step = 1e-6
+        for j in range(dim):
+            E = np.zeros(dim)
+            E[j] = step
+            gp = obj.value_grad(P0 + E.reshape(P0.shape))[1].ravel()
+            gm = obj.value_grad(P0 - E.reshape(P0.shape))[1].ravel()
+            H[:, j] = (gp - gm) / (2 * step)
+        H = (H + H.T) / 2
+        s = float(Z[0] @ Z[0])
+        T = (C - 1) * s * s * (1 / h + 1 - 1 / K)
+        ev = np.linalg.eigvalsh(H)
+        assert ev.min() >= -1e-4
+        assert ev.sum() <= T * (1 + 1e-4) + 1e-6
+        assert np.sum(ev > 1e-5) <= (C - 1) * K
+
+
+def test_mixture_components_private_and_nonprivate_labels():
+    X, y = _blobs(n=240, C=2)
+    R = np.linalg.norm(X, axis=1).max()
+    m = LargeMarginGaussianClassifier(epsilon=1.0, n_components=2, data_norm=R, label_epsilon=0.5,
+                                      label_delta=1e-5, random_state=0).fit(X, y)
+    assert m.phi_.shape == (2, 2, 4, 4)
+    k = large_margin_jacobian_term(240, 0.01, 0.5, 2, 2)
+    assert m.epsilon_spent_ == pytest.approx(1.0 + k + 2 * 0.5)
+    assert m.delta_spent_ == pytest.approx(2e-5)
+    with pytest.warns(PrivacyLeakWarning, match="not differentially private"):
+        m2 = LargeMarginGaussianClassifier(epsilon=1.0, n_components=2, data_norm=R,
+                                           component_labels="nonprivate", random_state=0).fit(X, y)
+    assert m2.epsilon_spent_ == INF
+    _check_kkt(m, 1e-7)
+
+
+@pytest.mark.parametrize("bad", [{"lam": 0}, {"h": -1}, {"n_components": 0}, {"gamma": -1},
+                                 {"component_labels": "kmeans"}, {"epsilon": -2}, {"tol": 0}])
+def test_invalid_parameters(bad):
+    X, y = _blobs(n=30)
+    with pytest.raises(InvalidParameter):
+        LargeMarginGaussianClassifier(**bad).fit(X, y)
+
+
+def test_kkt_residuals_detect_a_non_optimal_point():
+    X, y = _blobs(n=60)
+    R = np.linalg.norm(X, axis=1).max()
+    m = LargeMarginGaussianClassifier(epsilon=INF, data_norm=R).fit(X, y)
+    bad = kkt_residuals(m._obj, m.phi_ * 1.5 + 0.1 * np.eye(4))
+    assert bad["projected_grad"] > 1e-3

@@ -1,0 +1,187 @@
+import math
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.linear_model import LogisticRegression as SkLR
+
+from smcdp.dp import LogisticRegression, PrivacyLeakWarning, logistic_sensitivity
+from smcdp.dp._validation import InvalidParameter
+from smcdp.dp.logistic import fit_logistic_objective
+from smcdp.errors import InvalidMessage
+
+INF = float("inf")
+
+
+def _data(n=300, d=5, seed=0, norm=1.0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    X *= norm / np.linalg.norm(X, axis=1).max()
+    y = (X[:, 0] + 0.3 * X[:, 1] + 0.2 * rng.normal(size=n) * norm > 0).astype(int)
+    return X, y
+
+
+@pytest.mark.parametrize("lam", [0.001, 0.01, 0.3])
+def test_nonprivate_matches_sklearn_without_intercept(lam):
+    X, y = _data()
+    ours = LogisticRegression(epsilon=INF, lam=lam).fit(X, y)
+    ref = SkLR(C=1 / (2 * len(X) * lam), fit_intercept=False, tol=1e-12, max_iter=100_000).fit(X, y)
+    np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-6, atol=1e-8)
+    assert ours.intercept_.tolist() == [0.0]
+    assert ours.epsilon_spent_ == INF and ours.delta_spent_ == 0.0
+    assert ours.optimality_ <= 1e-8
+    np.testing.assert_allclose(ours.predict_proba(X), ref.predict_proba(X), atol=1e-7)
+
+
+def test_nonprivate_with_intercept_matches_liblinear():
+    X, y = _data(seed=1)
+    lam = 0.01
+    ours = LogisticRegression(epsilon=INF, lam=lam, fit_intercept=True, intercept_scaling=1.5).fit(X, y + 5)
+    ref = SkLR(C=1 / (2 * len(X) * lam), solver="liblinear", intercept_scaling=1.5, tol=1e-12,
+               max_iter=100_000).fit(X, y + 5)
+    np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(ours.intercept_, ref.intercept_, rtol=1e-5, atol=1e-7)
+    assert list(ours.classes_) == [5, 6]
+
+
+def test_labels_pm1_and_01_give_same_model():
+    X, y = _data()
+    a = LogisticRegression(epsilon=INF).fit(X, y)
+    b = LogisticRegression(epsilon=INF).fit(X, 2 * y - 1)
+    np.testing.assert_allclose(a.coef_, b.coef_)
+    assert set(b.predict(X)) <= {-1, 1}
+
+
+def test_sensitivity_attribute_and_function():
+    X, y = _data(n=250)
+    m = LogisticRegression(epsilon=INF, lam=0.05).fit(X, y)
+    assert m.n_samples_seen_ == 250
+    assert m.sensitivity_ == pytest.approx(1 / (250 * 0.05))
+    assert logistic_sensitivity(250, 0.05) == pytest.approx(1 / (250 * 0.05))
+    assert logistic_sensitivity(250, 0.05, data_norm=3.0) == pytest.approx(3 / (250 * 0.05))
+    m2 = LogisticRegression(epsilon=INF, lam=0.05, data_norm=2.0, fit_intercept=True, intercept_scaling=1.0).fit(X, y)
+    assert m2.sensitivity_ == pytest.approx(math.hypot(2.0, 1.0) / (250 * 0.05))
+    with pytest.raises(InvalidMessage):
+        logistic_sensitivity(0, 0.1)
+    with pytest.raises(InvalidMessage):
+        logistic_sensitivity(10, -1.0)
+
+
+@pytest.mark.parametrize("data_norm", [1.0, 4.0])
+def test_empirical_sensitivity_on_neighbouring_datasets(data_norm):
+    """||w(D) - w(D')|| <= R/(n lam) on many neighbour pairs, including adversarial replacements."""
+    rng = np.random.default_rng(7)
+    n, d, lam = 60, 4, 0.05
+    bound = logistic_sensitivity(n, lam, data_norm)
+    worst = 0.0
+    for trial in range(60):
+        X, y = _data(n=n, d=d, seed=100 + trial, norm=data_norm)
+        Xp, yp = X.copy(), y.copy()
+        i = rng.integers(n)
+        # replacement row on the sphere of radius R, label flipped half of the time
+        v = rng.normal(size=d)
+        Xp[i] = data_norm * v / np.linalg.norm(v)
+        if trial % 2:
+            yp[i] = 1 - yp[i]
+        w = LogisticRegression(epsilon=INF, lam=lam, data_norm=data_norm).fit(X, y).coef_[0]
+        wp = LogisticRegression(epsilon=INF, lam=lam, data_norm=data_norm).fit(Xp, yp).coef_[0]
+        gap = np.linalg.norm(w - wp)
+        worst = max(worst, gap)
+        assert gap <= bound * (1 + 1e-6), (gap, bound)
+    # the bound is not vacuous: the worst observed change is a sizeable fraction of it
+    assert worst > 0.05 * bound
+
+
+def test_clipping_and_reject():
+    X, y = _data()
+    Xbig = X * 10
+    m = LogisticRegression(epsilon=INF, data_norm=1.0).fit(Xbig, y)
+    Xclip = Xbig / np.maximum(np.linalg.norm(Xbig, axis=1), 1.0)[:, None]
+    ref = LogisticRegression(epsilon=INF, data_norm=1.0).fit(Xclip, y)
+    np.testing.assert_allclose(m.coef_, ref.coef_)
+    with pytest.raises(InvalidParameter, match="data_norm"):
+        LogisticRegression(epsilon=INF, out_of_bounds="raise").fit(Xbig, y)
+
+
+def test_inferring_norm_warns_when_private():
+    X, y = _data()
+    with pytest.warns(PrivacyLeakWarning, match="data_norm=None"):
+        LogisticRegression(epsilon=1.0, data_norm=None, random_state=0).fit(X * 3, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyLeakWarning)
+        LogisticRegression(epsilon=INF, data_norm=None).fit(X * 3, y)
+
+
+@pytest.mark.parametrize("kw", [{"epsilon": 0}, {"epsilon": -1}, {"epsilon": "1"}, {"lam": 0},
+                                {"mechanism": "laplace"}, {"data_norm": -2}, {"out_of_bounds": "drop"},
+                                {"epsilon": float("nan")}, {"fit_intercept": "yes"}])
+def test_invalid_parameters(kw):
+    X, y = _data()
+    with pytest.raises(InvalidParameter):
+        LogisticRegression(**kw).fit(X, y)
+
+
+def test_rejects_multiclass_and_single_class():
+    X, y = _data()
+    with pytest.raises(InvalidParameter, match="Only binary"):
+        LogisticRegression().fit(X, np.arange(len(y)) % 3)
+    with pytest.raises(InvalidParameter, match="1 class"):
+        LogisticRegression().fit(X, np.zeros(len(y)))
+
+
+def test_objective_perturbation_constants():
+    X, y = _data(n=400)
+    m = LogisticRegression(epsilon=1.0, lam=0.01, random_state=3).fit(X, y)
+    Lam = 2 * 0.01
+    expected = 1.0 - math.log1p(2 * 0.25 / (400 * Lam) + 0.25**2 / (400 * Lam) ** 2)
+    assert m.epsilon_noise_ == pytest.approx(expected)
+    assert m.extra_ridge_ == 0.0
+    assert m.epsilon_spent_ == 1.0 and m.delta_spent_ == 0.0
+    # small n * lam: eps' would be negative -> extra ridge and eps/2
+    m = LogisticRegression(epsilon=0.1, lam=0.001, random_state=3).fit(X[:50], y[:50])
+    assert m.epsilon_noise_ == pytest.approx(0.05)
+    assert m.extra_ridge_ == pytest.approx(0.25 / (50 * math.expm1(0.1 / 4)) - 2 * 0.001)
+
+
+def test_objective_perturbation_solves_perturbed_problem():
+    """The released w minimises J(w) + b.w/n (+ ridge): check stationarity with the b recovered
+    from the optimality condition is consistent with an independent solve."""
+    X, y = _data(n=200)
+    ys = 2.0 * y - 1
+    b = np.array([0.5, -1.0, 2.0, 0.0, 0.3])
+    w, _, g = fit_logistic_objective(X, ys, 0.01, linear=b / 200, tol=1e-12)
+    assert g <= 1e-10
+    m = ys * (X @ w)
+    grad = X.T @ (-ys / (1 + np.exp(m))) / 200 + 0.02 * w + b / 200
+    assert np.linalg.norm(grad) <= 1e-9
+
+
+def test_private_fits_are_seeded_and_noisy():
+    X, y = _data(n=500)
+    for mech in ("objective", "output"):
+        a = LogisticRegression(epsilon=0.5, mechanism=mech, random_state=11).fit(X, y).coef_
+        b = LogisticRegression(epsilon=0.5, mechanism=mech, random_state=11).fit(X, y).coef_
+        c = LogisticRegression(epsilon=0.5, mechanism=mech, random_state=12).fit(X, y).coef_
+        clean = LogisticRegression(epsilon=INF).fit(X, y).coef_
+        np.testing.assert_array_equal(a, b)
+        assert not np.allclose(a, c)
+        assert not np.allclose(a, clean)
+
+
+def test_output_noise_norm_matches_gamma_law():
+    """Output perturbation: ||w_priv - w*|| ~ Gamma(d, Delta/eps) (mean d Delta / eps)."""
+    X, y = _data(n=200, d=3)
+    eps, lam = 2.0, 0.05
+    clean = LogisticRegression(epsilon=INF, lam=lam).fit(X, y).coef_[0]
+    gen = np.random.default_rng(5)
+    norms = [np.linalg.norm(LogisticRegression(epsilon=eps, lam=lam, mechanism="output", random_state=gen)
+                            .fit(X, y).coef_[0] - clean) for _ in range(400)]
+    scale = logistic_sensitivity(200, lam) / eps
+    assert np.mean(norms) == pytest.approx(3 * scale, rel=0.1)
+
+
+def test_default_uses_secure_randomness():
+    X, y = _data(n=300)
+    a = LogisticRegression(epsilon=1.0).fit(X, y).coef_
+    b = LogisticRegression(epsilon=1.0).fit(X, y).coef_
+    assert not np.allclose(a, b)
