@@ -395,8 +395,6 @@ class Party(SessionHost):
                              "try again later")
             exc.code = "RESOURCE_EXHAUSTED"
             raise exc
-        if spec.session_id in self.sessions or self.record_path(spec.session_id).exists():
-            raise AlreadyExists(f"session {spec.session_id!r} already exists at party {self.name!r}")
         plugin = get_plugin(spec.protocol)
         try:
             params = plugin.validate_params(dict(spec.params), dict(roles))
@@ -404,6 +402,15 @@ class Party(SessionHost):
             raise
         except (ValueError, TypeError, KeyError) as exc:
             raise InvalidMessage(f"invalid parameters for {spec.protocol!r}: {exc}") from None
+        existing = self.sessions.get(spec.session_id)
+        if existing is not None and existing.initiator == peer and existing.spec.protocol == spec.protocol \
+                and dict(existing.spec.roles) == dict(roles) and dict(existing.spec.params) == params \
+                and existing.spec.seed == spec.seed and not existing.done.done():
+            # A retried Propose (the first reply was lost or late): the same proposal is accepted again.
+            log.info("session %s: repeated proposal from %s accepted again", spec.session_id, peer)
+            return existing.role
+        if existing is not None or self.record_path(spec.session_id).exists():
+            raise AlreadyExists(f"session {spec.session_id!r} already exists at party {self.name!r}")
         try:
             json.dumps(params)
         except (TypeError, ValueError) as exc:

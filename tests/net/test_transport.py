@@ -126,8 +126,11 @@ def test_authorisation_duplicates_and_abort_by_raw_peer(deployment):
         assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
         assert alice.Propose(_spec("s1"), timeout=5).role == "b"
+        # a retried, identical proposal (its first reply was lost) is accepted again …
+        assert alice.Propose(_spec("s1"), timeout=5).role == "b"
+        # … but a different proposal under the same session id is refused
         with pytest.raises(grpc.RpcError) as ei:
-            alice.Propose(_spec("s1"), timeout=5)
+            alice.Propose(_spec("s1", params={"n": 4}), timeout=5)
         assert ei.value.code() == grpc.StatusCode.ALREADY_EXISTS
 
         # charlie's certificate is valid but charlie holds no role in s1

@@ -1,0 +1,740 @@
+"""Differentially private aggregation of locally trained classifiers (seed 003 §4.1.3).
+
+K parties (roles ``party1`` … ``partyK``) each train a linear model ŵ_j on their
+own data; a curator Charlie (role ``charlie``) helps; a user Dave (role
+``dave``) receives the K + 1 published additive shares and reassembles
+
+    ŵˢ = (1/K) Σ_j ŵ_j + η,
+
+where η is the noise of the party with the *largest sensitivity* (for logistic
+regression with a common λ: the smallest data set, n_(1) = min_j n_j), chosen
+obliviously: nobody learns any n_j or which party is smallest.
+
+Stages (docs/protocols/dp-aggregate.md has the derivations and "who learns what"):
+
+Stage 1 (``smcdp.protocols.secure_min``): blind-and-permute secure argmin of the
+    parties' integer keys k_j = ⌊2^G / Δ_j⌋ (Δ_j = party j's L2 sensitivity;
+    for logistic regression k_j = ⌊2^G λ n_j⌋, a public increasing function of
+    n_j, so the argmin is the seed's smallest database) with DGK comparisons.
+    Charlie ends with the index j̃ in the doubly permuted order.
+Stage 2: Charlie encrypts the indicator of j̃ under his own key ζ, un-permutes
+    it by π₂⁻¹ and sends it to every party; party j picks its entry ζ(v_j) by
+    π₁ and contributes ζ(v_j)^{N_j} = ζ(v_j·N_j) for its own fixed-point noise
+    vector N_j (packed into few ciphertexts), re-randomised.  party1 multiplies
+    all contributions: the product encrypts exactly the selected party's noise.
+Stage 3: party1 adds a fresh ζ(s) (s uniform with κ extra bits), Charlie
+    decrypts ν + s; the K + 1 participants hold additive values of
+    T = Σ_j W_j + ν modulo the public M = 2^m (Charlie: ν + s, party1: W_1 − s,
+    party j: W_j) and turn them into K + 1 uniformly random additive shares of
+    T by a one-round secure sum (every participant splits its value into K + 1
+    random pieces, one per participant).  Each participant writes its share
+    durably and publishes it (to Dave).  Dave adds the shares mod M and divides
+    by 2^F·K: ŵˢ.
+
+Noise calibration (DESIGN.md §6, corrected): ν = K·η is drawn by the party as
+``VectorMechanism(ε, Δ̂_j + √d·2^-F)`` -- density ∝ exp(−ε‖ν‖/Δ) -- on the sum,
+i.e. η on the average is calibrated to Δ̂_j/K, the exact sensitivity of the
+released average (``calibration="exact"``, the default).  ``calibration="seed"``
+reproduces the seed (per-coordinate Laplace with scale 2Δ/ε on the average,
+i.e. 2/(n_(1) ε λ) for logistic regression) for Fig. 4.6 only.  The public
+fixed-point grid 2^-F is chosen from public parameters so that every party's
+noise lattice is at least as fine as it: the release is then an exact
+post-processing of the mechanism's output (no floating-point side channel, and
+the grid reveals nothing about n_(1)).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+import os
+import secrets
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from fractions import Fraction
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from smcdp.crypto.paillier import PublicKey, check_key_bits
+from smcdp.crypto.vector import EncryptedVector, Packing
+from smcdp.dp.mechanisms import LaplaceMechanism, VectorMechanism   # at import, not lazily: see below
+from smcdp.errors import InvalidMessage
+from smcdp.net.channel import Channel
+from smcdp.protocols.base import ProtocolPlugin, SessionContext, register
+from smcdp.protocols.secure_min import (
+    CHARLIE,
+    SecureMinParams,
+    argmin_curator,
+    argmin_party,
+    bigints,
+    encrypt,
+    from_bigints,
+    protocol_rng,
+    rerandomize,
+)
+from smcdp.v1 import messages_pb2 as pb
+
+# scipy and the mechanisms are imported at module level on purpose: a party process imports this
+# plug-in at start-up, so the first Propose (which validates the parameters with the mechanisms) does not
+# pay for importing scipy while the machine is loaded.
+
+DAVE = "dave"
+PROTOCOL = "dp-aggregate"
+CALIBRATIONS = ("exact", "seed")
+#: k_j = floor(2^SENS_PRECISION_BITS / Δ_j)
+SENS_PRECISION_BITS = 48
+#: k_j < 2^SENS_KEY_BITS
+SENS_KEY_BITS = 80
+#: the noise bound is exceeded with probability below 2^-NOISE_TAIL_BITS
+NOISE_TAIL_BITS = 64
+#: safety factor on the largest sensitivity used to choose the public grid
+_GRID_SLACK = 1.0 + 2.0 ** -14
+
+
+# =============================================================================== parameters
+@dataclass
+class DPAggregateParams:
+    """Public parameters, agreed by every participant."""
+
+    n_parties: int = 3
+    dim: int = 2                           # d: length of every model vector
+    epsilon: float = 1.0
+    lam: float = 0.01                      # λ of the local logistic objective (plugin) / default bound
+    calibration: str = "exact"             # "exact" (default) or "seed" (reproduces the seed, not ε-DP in general)
+    min_records: int = 1                   # public lower bound on every n_j
+    max_sensitivity: float | None = None   # public bound on every Δ_j (default 1/(min_records·λ))
+    weight_bound: float | None = None      # public bound on |ŵ_j| per coordinate (default √(ln 2/λ))
+    mask_bits: int = 40                    # κ, statistical hiding of every mask
+    key_bits: int = 2048                   # Paillier ξ (parties) and ζ (Charlie)
+    dgk_bits: int = 2048
+    dgk_t: int = 224
+    packed: bool = True                    # pack Stage-2 noise into few ciphertexts
+
+    def validate(self) -> DPAggregateParams:
+        def bad(msg):
+            raise InvalidMessage(f"dp-aggregate parameter {msg}")
+
+        for name in ("n_parties", "dim", "min_records", "mask_bits", "key_bits", "dgk_bits", "dgk_t"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int):
+                bad(f"{name}={v!r} must be an integer")
+        if not 2 <= self.n_parties <= 64:
+            bad(f"n_parties={self.n_parties} must lie in [2, 64]")
+        if not 1 <= self.dim <= 100_000:
+            bad(f"dim={self.dim} must lie in [1, 100000]")
+        for name in ("epsilon", "lam"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                bad(f"{name}={v!r} must be a positive finite number")
+        if self.calibration not in CALIBRATIONS:
+            bad(f"calibration={self.calibration!r} must be one of {CALIBRATIONS}")
+        if not 1 <= self.min_records <= 1 << 40:
+            bad(f"min_records={self.min_records} must lie in [1, 2^40]")
+        for name in ("max_sensitivity", "weight_bound"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                  or not math.isfinite(v) or v <= 0):
+                bad(f"{name}={v!r} must be a positive finite number or unset")
+        if not isinstance(self.packed, bool):
+            bad("packed must be a boolean")
+        if not 2.0 ** (SENS_PRECISION_BITS - SENS_KEY_BITS) <= self.sensitivity_bound <= 2.0 ** 28:
+            bad(f"the sensitivity bound {self.sensitivity_bound:g} must lie in [2^-32, 2^28]")
+        if self.weight_limit > 2.0 ** 60:
+            bad("weight_bound must be below 2^60")
+        self.secure_min_params().validate()
+        F = self.frac_bits
+        if not 1 <= F <= 512:
+            bad(f"the noise scale gives a public grid of 2^-{F}; it must lie in [2^-512, 2^-1] "
+                "(epsilon too small or the sensitivity bound too large)")
+        if self.modulus_bits + self.mask_bits + 8 > self.key_bits - 4:
+            bad(f"key_bits={self.key_bits} is too small for {self.modulus_bits}-bit shares")
+        return self
+
+    @classmethod
+    def from_mapping(cls, m: Mapping[str, Any]) -> DPAggregateParams:
+        unknown = set(m) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise InvalidMessage(f"unknown dp-aggregate parameters: {sorted(unknown)}")
+        return cls(**dict(m)).validate()
+
+    # -- public derived quantities -------------------------------------------------
+    @property
+    def party_roles(self) -> list[str]:
+        return [f"party{i}" for i in range(1, self.n_parties + 1)]
+
+    @property
+    def publishers(self) -> list[str]:
+        """The K + 1 participants of the secure sum, in share order."""
+        return [CHARLIE, *self.party_roles]
+
+    @property
+    def sensitivity_bound(self) -> float:
+        """Δ_max: public bound on every party's L2 sensitivity."""
+        if self.max_sensitivity is not None:
+            return float(self.max_sensitivity)
+        return 1.0 / (self.min_records * float(self.lam))
+
+    @property
+    def weight_limit(self) -> float:
+        """Public bound on every |ŵ_j,i|; for the logistic objective λ‖ŵ‖² ≤ J(0) = ln 2."""
+        if self.weight_bound is not None:
+            return float(self.weight_bound)
+        return math.sqrt(math.log(2.0) / float(self.lam))
+
+    def mechanism(self, sensitivity: float, random_state=None):
+        """The noise mechanism on the *sum* Σ_j ŵ_j for a party of L2 sensitivity ``sensitivity``."""
+        if self.calibration == "exact":
+            return VectorMechanism(float(self.epsilon), sensitivity, random_state=random_state)
+        return LaplaceMechanism(float(self.epsilon), sensitivity, random_state=random_state)
+
+    def mechanism_sensitivity(self, delta: float, F: int | None = None) -> float:
+        """Sensitivity handed to the mechanism for a party with Δ̂ = ``delta`` (rounding up).
+
+        exact: Δ̂ + √d·2^-F -- the released sum moves by ≤ Δ̂ when one record of
+        that party changes, plus ≤ √d·2^-F from rounding ŵ_j onto the grid.
+        seed:  2K·Δ̂ + d·2^-F -- the seed's Laplace scale 2Δ/ε on the average
+        (2/(nελ) for logistic regression), i.e. 2KΔ/ε on the sum.
+        """
+        F = self.frac_bits if F is None else F
+        d = self.dim
+        if self.calibration == "exact":
+            v = Fraction(delta) + Fraction(math.isqrt(d - 1) + 1, 1 << F)      # ⌈√d⌉·2^-F
+        else:
+            v = 2 * self.n_parties * Fraction(delta) + d * Fraction(1, 1 << F)
+        return _float_up(v)
+
+    @cached_property
+    def frac_bits(self) -> int:
+        """F: the public grid 2^-F, as coarse as the coarsest noise lattice any allowed party can have."""
+        bound = self.sensitivity_bound * _GRID_SLACK
+        if self.calibration == "seed":
+            bound *= 2 * self.n_parties
+        return -self.mechanism(bound, random_state=0).grid_exponent(self.dim)
+
+    @cached_property
+    def noise_bound(self) -> float:
+        """Public bound on |ν_i| (noise on the sum) exceeded with probability < 2^-64 for any allowed party."""
+        F = self.frac_bits
+        delta = self.sensitivity_bound * _GRID_SLACK
+        if self.calibration == "exact":
+            s = self.mechanism_sensitivity(delta, F) / float(self.epsilon) * (1 + 2.0 ** -10)
+            return float(stats.gamma.isf(2.0 ** -NOISE_TAIL_BITS, self.dim, scale=s)) * 1.01 + 2.0 ** -F
+        b = self.mechanism_sensitivity(delta, F) / float(self.epsilon) * (1 + 2.0 ** -10)
+        return b * (NOISE_TAIL_BITS * math.log(2.0) + math.log(self.dim)) * 1.01 + 2.0 ** -F
+
+    @cached_property
+    def value_bits(self) -> int:
+        """B: |T_i|·2^-F = |Σ_j ŵ_j,i + ν_i| < 2^B."""
+        return max(1, math.ceil(math.log2(self.n_parties * self.weight_limit + self.noise_bound)) + 1)
+
+    @property
+    def modulus_bits(self) -> int:
+        """m: the shares live in Z_M, M = 2^m, and |T| < M/2."""
+        return self.frac_bits + self.value_bits + 1
+
+    @property
+    def slot_bits(self) -> int:
+        """Packed Stage-2 slots hold N_i + s_i with |N_i| ≤ 2^(F+B), 0 ≤ s_i < 2^(m+κ)."""
+        return self.modulus_bits + self.mask_bits + 2
+
+    def packing(self, pk: PublicKey) -> Packing:
+        return Packing.for_key(pk, self.slot_bits) if self.packed else Packing()
+
+    def secure_min_params(self) -> SecureMinParams:
+        return SecureMinParams(n_parties=self.n_parties, value_bits=SENS_KEY_BITS, mask_bits=self.mask_bits,
+                               key_bits=self.key_bits, dgk_bits=self.dgk_bits, dgk_t=self.dgk_t, curator=CHARLIE)
+
+
+# =============================================================================== results
+@dataclass
+class PartyResult:
+    share: list[str]              # this participant's published share (residues mod 2^m, decimal)
+    share_file: str | None
+    stats: dict = field(default_factory=dict)
+
+
+@dataclass
+class CharlieResult:
+    share: list[str]
+    share_file: str | None
+    comparisons: int
+    stats: dict = field(default_factory=dict)
+
+
+@dataclass
+class DaveResult:
+    weights: list[float]                 # ŵˢ
+    shares: list[list[float]]            # K + 1 representatives (× 2^-F) whose plain sum is K·ŵˢ
+    shares_mod: list[list[str]]          # the published residues mod 2^m (decimal strings)
+    share_modulus: float                 # 2^m · 2^-F: shares are defined modulo this
+    frac_bits: int
+    modulus_bits: int
+    n_parties: int
+    calibration: str
+    epsilon: float
+    model_file: str | None
+    test_error: float | None = None
+    stats: dict = field(default_factory=dict)
+
+
+# =============================================================================== exact fixed point
+def _float_up(x: Fraction) -> float:
+    f = float(x)
+    if Fraction(f) < x:
+        f = math.nextafter(f, math.inf)
+    return f
+
+
+def to_fixed(x: float, F: int) -> int:
+    """⌊x·2^F + 1/2⌋ exactly (half-up rounding commutes with shifts by grid points)."""
+    num, den = float(x).as_integer_ratio()
+    return (2 * num * (1 << F) + den) // (2 * den)
+
+
+def sensitivity_key(delta: float) -> tuple[int, float]:
+    """(k, Δ̂): k = ⌊2^G/Δ⌋ compared in Stage 1, and Δ̂ = 2^G/k ≥ Δ (rounded up)."""
+    num, den = float(delta).as_integer_ratio()
+    k = ((1 << SENS_PRECISION_BITS) * den) // num
+    if not 1 <= k < 1 << SENS_KEY_BITS:
+        raise InvalidMessage(f"sensitivity {delta:g} is outside the supported range")
+    return k, _float_up(Fraction(1 << SENS_PRECISION_BITS, k))
+
+
+def _noise_rng(seed: int | None, role: str):
+    """Privacy noise: None (the OS CSPRNG) unless an experiment fixes a seed."""
+    if seed is None:
+        return None
+    h = hashlib.sha256(f"smcdp/dp-aggregate/noise/{role}/{int(seed)}".encode()).digest()
+    return np.random.default_rng(int.from_bytes(h[:16], "big"))
+
+
+def write_durable(path: Path, obj: Any) -> str:
+    """Atomic write (temp file, fsync, rename, fsync of the directory)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    data = (json.dumps(obj, indent=2) + "\n").encode()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    return str(path)
+
+
+# =============================================================================== Stage 3 (everyone but Dave)
+async def _secure_sum_and_publish(ch: Channel, value: list[int], params: DPAggregateParams, rng,
+                                  output_dir: Path | None, session: str) -> tuple[list[str], str | None]:
+    """Split ``value`` (mod M) into K + 1 random pieces, exchange, publish the sum of received pieces."""
+    M = 1 << params.modulus_bits
+    d = params.dim
+    pubs = params.publishers
+    others = [r for r in pubs if r != ch.role]
+    pieces = {r: [rng.randrange(M) for _ in range(d)] for r in others}
+    own = [(v - sum(pieces[r][i] for r in others)) % M for i, v in enumerate(value)]
+    for r in others:
+        await ch.send(r, "s3/piece", bigints(pieces[r]))
+    share = own
+    for r in others:
+        got = from_bigints(await ch.recv(r, "s3/piece", pb.BigInts), count=d, bound_bits=params.modulus_bits,
+                           what=f"s3/piece from {r}", nonnegative=True)
+        share = [(x + y) % M for x, y in zip(share, got)]
+    share_s = [str(v) for v in share]
+    path = None
+    if output_dir is not None:
+        path = write_durable(Path(output_dir) / f"dp-aggregate-share-{ch.role}.json", {
+            "kind": "smcdp-dp-aggregate-share", "version": 1, "session_id": session, "publisher": ch.role,
+            "index": pubs.index(ch.role), "n_parties": params.n_parties, "frac_bits": params.frac_bits,
+            "modulus_bits": params.modulus_bits, "share": share_s})
+    await ch.send(DAVE, "s3/share", bigints(share))
+    return share_s, path
+
+
+# =============================================================================== data party
+async def data_party(ch: Channel, weights, sensitivity: float, params: DPAggregateParams, *,
+                     seed: int | None = None, allow_insecure_keys: bool = False,
+                     output_dir: Path | None = None, noise_random_state=None) -> PartyResult:
+    """Role ``party<j>``: holds a locally trained linear model ŵ_j and its L2 sensitivity Δ_j.
+
+    ``sensitivity`` is the largest ‖ŵ_j − ŵ_j'‖₂ over data sets that differ from
+    this party's in one record (for the logistic objective: 1/(n_j λ)).
+    ``noise_random_state``: overrides the noise source (tests); default: the
+    OS CSPRNG, or a per-role generator derived from ``seed``.
+    """
+    params.validate()
+    roles = params.party_roles
+    if ch.role not in roles:
+        raise InvalidMessage(f"role {ch.role!r} is not a data party of this session")
+    me = roles.index(ch.role)
+    K, d, F = params.n_parties, params.dim, params.frac_bits
+    w = np.asarray(weights, dtype=np.float64).reshape(-1) if np.ndim(weights) else None
+    if w is None or w.size != d:
+        raise InvalidMessage(f"{ch.role}: the model must be a vector of length {d}")
+    if not np.all(np.isfinite(w)):
+        raise InvalidMessage(f"{ch.role}: the model contains NaN or infinite values")
+    if np.max(np.abs(w)) > params.weight_limit:
+        raise InvalidMessage(f"{ch.role}: a model weight exceeds the public bound {params.weight_limit:g}")
+    try:
+        sensitivity = float(sensitivity)
+    except (TypeError, ValueError):
+        raise InvalidMessage(f"{ch.role}: sensitivity must be a number") from None
+    if not (math.isfinite(sensitivity) and 0 < sensitivity <= params.sensitivity_bound):
+        raise InvalidMessage(f"{ch.role}: sensitivity {sensitivity!r} must lie in (0, {params.sensitivity_bound:g}] "
+                             "(too few records for the public min_records?)")
+    key, delta_hat = sensitivity_key(sensitivity)
+    rng = protocol_rng(seed, ch.role, "dp-aggregate")
+
+    # --- Stage 1: secure argmin of the keys (largest sensitivity = smallest key).
+    s1 = await argmin_party(ch, key, params.secure_min_params(), seed=seed, allow_insecure_keys=allow_insecure_keys)
+    zeta_pk = s1.zeta_pk
+    packing = params.packing(zeta_pk)
+
+    # Our own noise ν_j for the sum, calibrated to our own Δ̂_j, on the public grid 2^-F.
+    if noise_random_state is None:
+        noise_random_state = _noise_rng(seed, ch.role)
+    mech = params.mechanism(params.mechanism_sensitivity(delta_hat), random_state=noise_random_state)
+    if mech.grid_exponent(d) > -F:
+        raise InvalidMessage(f"{ch.role}: internal error: the noise lattice is coarser than the public grid")
+    nu = np.asarray(mech.sample(d), dtype=np.float64).reshape(-1)
+    if not np.all(np.abs(nu) <= params.noise_bound):
+        raise InvalidMessage(f"{ch.role}: the noise exceeded its public bound (probability < 2^-{NOISE_TAIL_BITS}); "
+                             "run the session again")
+    N = [to_fixed(x, F) for x in nu]
+    W = [to_fixed(x, F) for x in w]
+
+    # --- Stage 2: ζ(π₂⁻¹(u)) from Charlie; our entry is at our position π₁(j); contribute ζ(v_j·N_j).
+    u_msg = await ch.recv(CHARLIE, "s2/u", pb.CiphertextVector)
+    u = EncryptedVector.from_proto(u_msg, zeta_pk, length=K, exponent=0, packing=Packing(), bound=1,
+                                   what="s2/u from charlie")
+    v_j = u.ciphertexts[s1.position]
+    nbound = 1 << (F + params.value_bits)
+    psi = EncryptedVector(zeta_pk, [rerandomize(zeta_pk, zeta_pk.raw_mul(v_j, P)) for P in
+                                    (packing.pack(N) if packing.packed else N)],
+                          d, -F, packing, nbound)
+    M = 1 << params.modulus_bits
+    if me == 0:
+        total = psi
+        for r in roles[1:]:
+            total = total + EncryptedVector.from_proto(await ch.recv(r, "s2/psi", pb.CiphertextVector), zeta_pk,
+                                                       length=d, exponent=-F, packing=packing, bound=nbound,
+                                                       what=f"s2/psi from {r}")
+        # --- Stage 3, step 1: mask with s (κ bits beyond the value range), fresh encryption re-randomises.
+        s = [rng.randrange(1 << (params.modulus_bits + params.mask_bits)) for _ in range(d)]
+        s_cts = [encrypt(zeta_pk, P) for P in (packing.pack(s) if packing.packed else s)]
+        masked = total + EncryptedVector(zeta_pk, s_cts, d, -F, packing,
+                                         (1 << (params.modulus_bits + params.mask_bits)) - 1)
+        await ch.send(CHARLIE, "s2/psi", masked.to_proto())
+        value = [(Wi - si) % M for Wi, si in zip(W, s)]
+    else:
+        await ch.send(roles[0], "s2/psi", psi.to_proto())
+        value = [Wi % M for Wi in W]
+
+    # --- Stage 3: secure sum of K·ŵˢ into K + 1 published shares.
+    share, path = await _secure_sum_and_publish(ch, value, params, rng, output_dir, ch.session_id)
+    return PartyResult(share=share, share_file=path, stats=ch.stats.as_dict())
+
+
+# =============================================================================== Charlie
+async def charlie(ch: Channel, params: DPAggregateParams, *, seed: int | None = None,
+                  allow_insecure_keys: bool = False, output_dir: Path | None = None, zeta_key=None,
+                  dgk_key=None) -> CharlieResult:
+    """Role ``charlie``: the untrusted curator."""
+    params.validate()
+    if ch.role != CHARLIE:
+        raise InvalidMessage(f"role {ch.role!r} is not charlie")
+    K, d, F = params.n_parties, params.dim, params.frac_bits
+    roles = params.party_roles
+    rng = protocol_rng(seed, ch.role, "dp-aggregate")
+
+    # --- Stage 1.
+    s1 = await argmin_curator(ch, params.secure_min_params(), seed=seed, zeta_key=zeta_key, dgk_key=dgk_key,
+                              allow_insecure_keys=allow_insecure_keys)
+    zeta = s1.zeta_key
+    pk = zeta.public_key
+    packing = params.packing(pk)
+
+    # --- Stage 2, step 1: the indicator of j̃, un-permuted by π₂ (position order), under ζ.
+    u = EncryptedVector(pk, [encrypt(pk, 1 if k == s1.position else 0) for k in range(K)], K, 0, Packing(), 1)
+    await ch.send_many(roles, "s2/u", u.to_proto())
+
+    # --- Stage 3, step 2: decrypt ν + s.
+    m, kappa = params.modulus_bits, params.mask_bits
+    slot_cap = (1 << (m + kappa)) + (params.n_parties << (F + params.value_bits))
+    msg = await ch.recv(roles[0], "s2/psi", pb.CiphertextVector)
+    vec = EncryptedVector.from_proto(msg, pk, length=d, exponent=-F, packing=packing,
+                                     bound=min(slot_cap, packing.slot_capacity if packing.packed else pk.max_int),
+                                     what="s2/psi from party1")
+    c = vec.decrypt_ints(zeta)
+    lo, hi = -(1 << (F + params.value_bits)), (1 << (m + kappa)) + (1 << (F + params.value_bits))
+    if any(not lo <= x <= hi for x in c):
+        raise InvalidMessage("s2/psi from party1 decrypts to values outside the agreed range")
+    M = 1 << m
+    share, path = await _secure_sum_and_publish(ch, [x % M for x in c], params, rng, output_dir, ch.session_id)
+    return CharlieResult(share=share, share_file=path, comparisons=s1.comparisons, stats=ch.stats.as_dict())
+
+
+# =============================================================================== Dave
+def reassemble(shares: list[list[int]], params: DPAggregateParams) -> tuple[np.ndarray, list[list[float]]]:
+    """ŵˢ from the K + 1 published shares, and float representatives summing to K·ŵˢ."""
+    M = 1 << params.modulus_bits
+    F, K, d = params.frac_bits, params.n_parties, params.dim
+    T = []
+    for i in range(d):
+        t = sum(s[i] for s in shares) % M
+        T.append(t - M if t >= M // 2 else t)
+    weights = np.array([float(Fraction(t, K << F)) for t in T])
+    reps = [[(x - M if x >= M // 2 else x) for x in s] for s in shares[:-1]]
+    last = [T[i] - sum(r[i] for r in reps) for i in range(d)]
+    floats = [[math.ldexp(float(x), -F) for x in s] for s in reps + [last]]
+    return weights, floats
+
+
+def predict(weights, X) -> np.ndarray:
+    """Dave's classifier: label +1 if sigmoid(wᵀx) > 1/2, else −1."""
+    return np.where(np.asarray(X, dtype=np.float64) @ np.asarray(weights, dtype=np.float64) > 0, 1, -1)
+
+
+async def dave(ch: Channel, params: DPAggregateParams, *, output_dir: Path | None = None,
+               test_data: tuple[np.ndarray, np.ndarray] | None = None) -> DaveResult:
+    """Role ``dave``: collects the K + 1 published shares, adds them, divides by K, classifies."""
+    params.validate()
+    if ch.role != DAVE:
+        raise InvalidMessage(f"role {ch.role!r} is not dave")
+    shares = []
+    for r in params.publishers:
+        shares.append(from_bigints(await ch.recv(r, "s3/share", pb.BigInts), count=params.dim,
+                                   bound_bits=params.modulus_bits, what=f"s3/share from {r}", nonnegative=True))
+    weights, floats = reassemble(shares, params)
+    shares_mod = [[str(v) for v in s] for s in shares]
+    test_error = None
+    if test_data is not None:
+        X, y = test_data
+        test_error = float(np.mean(predict(weights, X) != y))
+    model_file = None
+    if output_dir is not None:
+        write_durable(Path(output_dir) / "dp-aggregate-shares.json", {
+            "kind": "smcdp-dp-aggregate-shares", "version": 1, "session_id": ch.session_id,
+            "publishers": params.publishers, "frac_bits": params.frac_bits, "modulus_bits": params.modulus_bits,
+            "shares": shares_mod})
+        model_file = write_durable(Path(output_dir) / "dp-aggregate-model.json", {
+            "kind": "smcdp-dp-aggregate-model", "version": 1, "session_id": ch.session_id,
+            "weights": weights.tolist(), "epsilon": float(params.epsilon), "calibration": params.calibration,
+            "n_parties": params.n_parties, "classifier": "label +1 iff weights·x > 0"})
+    return DaveResult(weights=weights.tolist(), shares=floats, shares_mod=shares_mod,
+                      share_modulus=math.ldexp(1.0, params.modulus_bits - params.frac_bits),
+                      frac_bits=params.frac_bits, modulus_bits=params.modulus_bits, n_parties=params.n_parties,
+                      calibration=params.calibration, epsilon=float(params.epsilon), model_file=model_file,
+                      test_error=test_error, stats=ch.stats.as_dict())
+
+
+# =============================================================================== local training
+def load_dataset(path) -> tuple[np.ndarray, np.ndarray]:
+    """(X, y) from an ``.npz`` with ``X`` (n × d, rows ‖x‖ ≤ 1) and ``y`` in {−1, +1} or {0, 1} -> y in {−1, +1}."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if "X" not in z or "y" not in z:
+                raise InvalidMessage(f"data file {path} must hold arrays 'X' and 'y'")
+            X, y = np.asarray(z["X"]), np.asarray(z["y"])
+    except FileNotFoundError:
+        raise InvalidMessage(f"data file {path} does not exist") from None
+    except (ValueError, OSError) as exc:
+        raise InvalidMessage(f"data file {path} is not a valid .npz without pickles: {exc}") from None
+    if X.ndim != 2 or X.shape[0] < 1 or X.shape[1] < 1 or X.dtype.kind not in "fiu":
+        raise InvalidMessage(f"{path}: X must be a non-empty numeric n × d matrix, got shape {X.shape}")
+    X = X.astype(np.float64)
+    if not np.all(np.isfinite(X)):
+        raise InvalidMessage(f"{path}: X contains NaN or infinite values")
+    norms = np.linalg.norm(X, axis=1)
+    if np.any(norms > 1.0 + 1e-9):
+        raise InvalidMessage(f"{path}: {int(np.sum(norms > 1 + 1e-9))} rows have ‖x‖ > 1; scale the features "
+                             "into the unit ball (the sensitivity bound needs it)")
+    X = X / np.maximum(norms, 1.0)[:, None]
+    if y.ndim != 1 or y.shape[0] != X.shape[0] or y.dtype.kind not in "fiub":
+        raise InvalidMessage(f"{path}: y must be a numeric vector of {X.shape[0]} labels")
+    labels = set(np.unique(y).tolist())
+    if labels <= {0, 1}:
+        y = np.where(y == 1, 1, -1)
+    elif labels <= {-1, 1}:
+        y = y.astype(int)
+    else:
+        raise InvalidMessage(f"{path}: labels must be in {{-1, +1}} or {{0, 1}}, got {sorted(labels)[:5]}")
+    return X, y.astype(int)
+
+
+def train_local(X: np.ndarray, y: np.ndarray, lam: float) -> tuple[np.ndarray, float]:
+    """Non-private fit of (1/n)Σ log(1+exp(−y wᵀx)) + λ‖w‖² and its L2 sensitivity.
+
+    Sensitivity: 1/(nλ) for the exact minimiser; the solver stops at gradient
+    norm g, so the returned point is within g/(2λ) of it, and two neighbouring
+    fits within 1/(nλ) + g/λ of each other.
+    """
+    from smcdp.dp.logistic import LogisticRegression, logistic_sensitivity
+
+    if len(set(y.tolist())) < 2:
+        raise InvalidMessage("the local data set needs both labels to train a classifier")
+    clf = LogisticRegression(epsilon=math.inf, lam=lam, data_norm=1.0, fit_intercept=False,
+                             out_of_bounds="raise").fit(X, y)
+    w = np.asarray(clf.coef_[0], dtype=np.float64)
+    delta = logistic_sensitivity(X.shape[0], lam, 1.0) + float(clf.optimality_) / lam
+    return w, delta
+
+
+# =============================================================================== plug-in
+class DPAggregatePlugin(ProtocolPlugin):
+    name = PROTOCOL
+
+    def validate_params(self, params: Mapping[str, Any], roles: Mapping[str, str]) -> dict:
+        p = DPAggregateParams.from_mapping(params)
+        expected = {CHARLIE, DAVE, *p.party_roles}
+        if set(roles) != expected:
+            raise InvalidMessage(f"dp-aggregate needs exactly the roles {sorted(expected)}, got {sorted(roles)}")
+        if len(set(roles.values())) != len(roles):
+            raise InvalidMessage("each role of dp-aggregate must be held by a different party")
+        return asdict(p)
+
+    async def run_role(self, role: str, ch: Channel, ctx: SessionContext) -> dict:
+        p = DPAggregateParams.from_mapping(ctx.params)
+        for bits in (p.key_bits, p.dgk_bits):
+            if bits < 2048 and not ctx.allow_insecure_keys:
+                check_key_bits(bits, False)
+        if role == CHARLIE:
+            return asdict(await charlie(ch, p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys,
+                                        output_dir=ctx.output_dir))
+        if role == DAVE:
+            test = ctx.inputs.get("test")
+            test_data = None
+            if test:
+                X, y = load_dataset(test)
+                if X.shape[1] != p.dim:
+                    raise InvalidMessage(f"{ch.me}: test data has {X.shape[1]} features, the model {p.dim}")
+                test_data = (X, y)
+            return asdict(await dave(ch, p, output_dir=ctx.output_dir, test_data=test_data))
+        path = ctx.inputs.get("data")
+        if not path:
+            raise InvalidMessage(f"{ch.me} has no [inputs.{PROTOCOL}] data file configured")
+        X, y = load_dataset(path)
+        if X.shape[1] != p.dim:
+            raise InvalidMessage(f"{ch.me}: data has {X.shape[1]} features, the session expects dim={p.dim}")
+        if X.shape[0] < p.min_records:
+            raise InvalidMessage(f"{ch.me}: fewer records than the public min_records={p.min_records}")
+        w, delta = await asyncio.get_running_loop().run_in_executor(None, train_local, X, y, float(p.lam))
+        return asdict(await data_party(ch, w, delta, p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys,
+                                       output_dir=ctx.output_dir))
+
+
+register(DPAggregatePlugin())
+
+
+# =============================================================================== demo command
+def demo_dp_aggregate(data: list[str], epsilon: float, lam: float, key_bits: int = 2048, seed: int | None = None,
+                      calibration: str = "exact", min_records: int = 1, test: str | None = None,
+                      keep_dir: str | None = None) -> dict:
+    import time
+
+    from smcdp.demo import (
+        _require_success,
+        check_key_bits_arg,
+        data_party_names,
+        say,
+        with_progress,
+    )
+    from smcdp.local import LocalCluster, bytes_sent
+
+    if len(data) < 2:
+        raise InvalidMessage("dp-aggregate needs at least two --data files (one per data party)")
+    sets = [load_dataset(p) for p in data]
+    dims = {X.shape[1] for X, _ in sets}
+    if len(dims) != 1:
+        raise InvalidMessage("every --data file must have the same number of features; got "
+                             + ", ".join(f"{p}: {X.shape[1]}" for p, (X, _) in zip(data, sets)))
+    if test is not None:
+        load_dataset(test)
+    insecure = check_key_bits_arg(key_bits)
+    dgk_bits, dgk_t = (2048, 224) if key_bits >= 2048 else (max(512, key_bits + key_bits % 2), 96)
+    names = data_party_names(len(data))
+    parties: dict[str, dict] = {"charlie": {}, "dave": {PROTOCOL: {"test": test}} if test else {}}
+    for name, path in zip(names, data):
+        parties[name] = {PROTOCOL: {"data": path}}
+    roles = {"charlie": "charlie", "dave": "dave", **{f"party{i + 1}": n for i, n in enumerate(names)}}
+    params = {"n_parties": len(data), "dim": dims.pop(), "epsilon": float(epsilon), "lam": float(lam),
+              "calibration": calibration, "min_records": int(min_records), "key_bits": key_bits,
+              "dgk_bits": dgk_bits, "dgk_t": dgk_t}
+    DPAggregateParams.from_mapping(params)
+    say(f"{len(data)} data parties ({', '.join(names)}), charlie and dave; {key_bits}-bit Paillier, "
+        f"{dgk_bits}-bit DGK, mutual TLS on loopback")
+    with LocalCluster(parties, allow_insecure_keys=insecure, workdir=keep_dir,
+                      plugins=("smcdp.protocols.dp_aggregate",)) as cluster:
+        t0 = time.monotonic()
+        records = with_progress("dp-aggregate", lambda: cluster.run(PROTOCOL, roles, params, initiator="charlie",
+                                                                      seed=seed))
+        seconds = time.monotonic() - t0
+    _require_success(records)
+    dv = records["dave"]["result"]
+    out = {
+        "weights": dv["weights"],
+        "shares": dv["shares"],
+        "shares_mod": dv["shares_mod"],
+        "share_modulus": dv["share_modulus"],
+        "frac_bits": dv["frac_bits"],
+        "seconds": seconds,
+        "bytes_sent": bytes_sent(records),
+        "epsilon": float(epsilon),
+        "lam": float(lam),
+        "calibration": calibration,
+        "key_bits": key_bits,
+        "n_parties": len(data),
+        "dim": params["dim"],
+        "roles": roles,
+        "session_id": records["charlie"]["session_id"],
+    }
+    if dv.get("test_error") is not None:
+        out["test_error"] = dv["test_error"]
+    say(f"done in {seconds:.1f} s; bytes sent: {out['bytes_sent']}")
+    return out
+
+
+def _cmd_demo(args) -> int:
+    from smcdp.local import dump_json
+
+    out = demo_dp_aggregate(args.data, args.epsilon, args.lam, args.key_bits, args.seed, args.calibration,
+                            args.min_records, args.test, args.keep_dir)
+    dump_json(out, args.out)
+    return 0
+
+
+def register_demo(sub) -> None:
+    p = sub.add_parser(
+        "dp-aggregate", help="DP aggregation of locally trained classifiers (charlie, dave, one process per --data)",
+        description="Starts Charlie, Dave and one data party per --data file as separate processes over gRPC with "
+                    "mutual TLS on loopback.  Each party fits L2-regularised logistic regression (no intercept) on "
+                    "its .npz (X: n×d rows with ‖x‖ ≤ 1, y in {-1,+1} or {0,1}); the parties, Charlie and Dave run "
+                    "the blind-and-permute secure minimum (DGK comparisons), oblivious noise selection and the "
+                    "secure sum; Dave reassembles the model.  The JSON has weights (Dave's ŵˢ), shares (K + 1 share "
+                    "vectors whose sum divided by K is weights; shares_mod are the published residues modulo "
+                    "share_modulus), seconds and bytes_sent (party name -> bytes).")
+    p.add_argument("--data", action="append", required=True, metavar="P.npz", help="one data party per file (>= 2)")
+    p.add_argument("--epsilon", type=float, required=True, help="privacy parameter of the released classifier")
+    p.add_argument("--lam", type=float, required=True, help="regularisation λ of the local objective")
+    p.add_argument("--key-bits", type=int, default=2048, help="Paillier key size (default 2048; <2048 warns)")
+    p.add_argument("--seed", type=int, help="fix protocol randomness and noise for experiments "
+                                            "(default: the OS CSPRNG; encryption randomness is always secure)")
+    p.add_argument("--out", help="write the JSON result here (default stdout)")
+    p.add_argument("--calibration", choices=CALIBRATIONS, default="exact",
+                   help="exact: L2 vector mechanism for Δ/K (default); seed: the seed's Laplace 2/(n ε λ)")
+    p.add_argument("--min-records", type=int, default=1, help="public lower bound on every party's n_j (default 1)")
+    p.add_argument("--test", metavar="T.npz", help="Dave classifies this test set and reports test_error")
+    p.add_argument("--keep-dir", help="keep certificates, configs, logs and outputs in this directory")
+    p.set_defaults(func=_cmd_demo)
