@@ -21,7 +21,17 @@ _LAZY = {
     "PrivacyLeakWarning": "_validation",
 }
 
-__all__ = sorted(_LAZY)
+__all__ = [
+    "FactorAnalysis",
+    "GaussianBayesClassifier",
+    "GaussianMixture",
+    "KMeans",
+    "LargeMarginGaussianClassifier",
+    "LogisticRegression",
+    "PrivacyLeakWarning",
+    "bhattacharyya_bound",
+    "logistic_sensitivity",
+]
 
 
 def __getattr__(name: str):
