@@ -36,7 +36,7 @@ bench: $(STAMP)
 
 ## Reproductions of the seed papers' experiments at reduced repetitions (FULL=1 for the papers').
 experiments: $(STAMP)
-	$(BIN)/python examples/run_experiments.py --out $(OUT)/experiments $(if $(FULL),--full,)
+	$(BIN)/python examples/exp_all.py --out $(OUT)/experiments $(if $(FULL),--full,)
 
 ## The multi-host test in network namespaces (needs root).
 multihost-test: $(STAMP)

@@ -12,7 +12,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import exp_common as ec
 
-SCRIPTS = ["exp_000_breast_cancer", "exp_003_synthetic", "exp_002_bayes_error", "exp_004_dpem", "exp_vs_diffprivlib"]
+SCRIPTS = ["exp_000_breast_cancer", "exp_003_synthetic", "exp_002_bayes_error", "exp_004_dpem", "exp_vs_diffprivlib",
+           "exp_fig4_6_aggregate"]
 
 
 def main(argv=None) -> int:
