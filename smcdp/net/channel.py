@@ -208,7 +208,10 @@ class Channel(abc.ABC):
         """
         self._check_role(frm)
         wait = self.remaining() if timeout is None else min(timeout, self.remaining())
-        type_url, data = await self.mailbox.get(frm, tag, wait)
+        try:
+            type_url, data = await self.mailbox.get(frm, tag, wait)
+        except DeadlineExceeded as exc:
+            raise DeadlineExceeded(f"{exc} (party {self.roles[frm]!r})") from None
         expected = msg_type.DESCRIPTOR.full_name
         if type_url != expected:
             raise InvalidMessage(f"message {tag!r} from {frm} is a {type_url}, expected {expected}")
