@@ -2,8 +2,8 @@
 
 Measured in one run, side by side:
 * smcdp's protocol in one process (InMemoryNetwork: Trent and both parties share one core, so this is a
-  pessimistic serial figure), per round = (time of 6 rounds − time of 1 round) / 5, which removes key
-  generation and table building;
+  pessimistic serial figure): the median of Trent's per-round wall times after the first round (which
+  builds the parties' encryption tables); bytes per round from the difference of a 6-round and a 1-round run;
 * the same protocol across three OS processes over gRPC with mutual TLS on loopback (LocalCluster);
 * plain numpy power iteration (one matrix-vector round trip);
 * one round done with plain phe operations: each party encrypts its k contributions and Trent's scaled
@@ -22,7 +22,6 @@ from pathlib import Path
 
 import numpy as np
 
-from smcdp.crypto.paillier import generate_keypair
 from smcdp.local import LocalCluster
 from smcdp.net.channel import InMemoryNetwork
 from smcdp.protocols.power_iteration import PowerIterationParams, data_party, trent
@@ -35,18 +34,16 @@ def data(k, n=100, seed=0):
 
 
 def inmemory_rounds(blocks, key_bits, rounds):
+    """Steady-state seconds per round (median over rounds 2..) and bytes per round, all roles in one process."""
     params = PowerIterationParams(n_parties=2, key_bits=key_bits, p=1.0, tol=1e-15, max_iterations=rounds)
-    _, sk = generate_keypair(key_bits, allow_insecure=key_bits < 2048)
     net = InMemoryNetwork({"trent": "trent", "party1": "alice", "party2": "bob"})
-    t0 = time.perf_counter()
     res = asyncio.run(net.run({
         "trent": lambda ch: trent(ch, params, allow_insecure_keys=True),
-        "party1": lambda ch: data_party(ch, blocks[0], params, private_key=sk, allow_insecure_keys=True),
+        "party1": lambda ch: data_party(ch, blocks[0], params, allow_insecure_keys=True),
         "party2": lambda ch: data_party(ch, blocks[1], params, allow_insecure_keys=True),
     }))
-    el = time.perf_counter() - t0
     sent = sum(r.stats["bytes_sent"] for r in res.values())
-    return el, sent
+    return float(np.median(res["trent"].round_seconds[1:])), sent
 
 
 def grpc_rounds(blocks, key_bits, rounds):
@@ -104,9 +101,8 @@ def main(argv=None) -> int:
     rows = []
     for k in [int(v) for v in args.ks.split(",")]:
         blocks = data(k)
-        t1, b1 = inmemory_rounds(blocks, args.key_bits, 1)
-        tr, br = inmemory_rounds(blocks, args.key_bits, args.rounds)
-        per_mem = (tr - t1) / (args.rounds - 1)
+        _, b1 = inmemory_rounds(blocks, args.key_bits, 1)
+        per_mem, br = inmemory_rounds(blocks, args.key_bits, args.rounds)
         bytes_round = (br - b1) / (args.rounds - 1)
         per_grpc = grpc_rounds(blocks, args.key_bits, args.rounds)
         phe_t = None if args.no_phe else phe_round(blocks, args.key_bits)

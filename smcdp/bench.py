@@ -83,6 +83,16 @@ def paillier_benchmark(key_bits: int = 2048, seconds: float = 2.0, dot_terms: in
     phe_dot_rate, _, _ = _rate(phe_dot, seconds, 2)
     our_dot_rate, _, _ = _rate(our_dot, seconds, 2)
 
+    # ---- profile: the cost of one modular multiplication, which bounds the fixed-base paths
+    import gmpy2
+
+    x, y = gmpy2.mpz(secrets.randbits(pk.nsquare.bit_length() - 1)), gmpy2.mpz(secrets.randbits(pk.nsquare.bit_length() - 1))
+    mul_n2, _, _ = _rate(lambda: x * y % pk.nsquare, seconds / 4, 1000)
+    xp, yp = x % sk.psquare, y % sk.psquare
+    mul_p2, _, _ = _rate(lambda: xp * yp % sk.psquare, seconds / 4, 1000)
+    steps_public = len(pk.table().table)
+    steps_private = 2 * len(sk._crt_tables()[0].table)
+
     # ---- parallel batches: the same CRT encryption on a process pool using every core
     from smcdp.crypto.parallel import CryptoPool
 
@@ -103,6 +113,11 @@ def paillier_benchmark(key_bits: int = 2048, seconds: float = 2.0, dot_terms: in
         "encrypt_private_per_s": priv_enc,
         "encrypt_public_ratio": pub_enc / phe_enc,
         "encrypt_private_ratio": priv_enc / phe_enc,
+        "mulmod_n2_us": 1e6 / mul_n2,
+        "mulmod_p2_us": 1e6 / mul_p2,
+        "fixed_base_steps_public": steps_public,
+        "fixed_base_steps_private": steps_private,
+        "phe_encrypt_ms": 1e3 / phe_enc,
         "encrypt_private_pool_per_s": pool_enc,
         "encrypt_private_pool_ratio": pool_enc / phe_enc,
         "pool_workers": pool_workers,
