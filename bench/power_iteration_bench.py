@@ -68,7 +68,6 @@ def phe_round(blocks, key_bits):
     from phe import paillier
 
     pub, priv = paillier.generate_paillier_keypair(n_length=key_bits)
-    k = blocks[0].shape[0]
     x = [np.ones(b.shape[1]) / np.sqrt(b.shape[1]) for b in blocks]
     t0 = time.perf_counter()
     encs = [[pub.encrypt(float(v)) for v in b @ xi] for b, xi in zip(blocks, x)]       # parties encrypt

@@ -9,14 +9,10 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import importlib.util
-import io
-import json
 import os
 import platform
 import subprocess
 import sys
-from contextlib import redirect_stdout
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent

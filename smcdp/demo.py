@@ -13,10 +13,8 @@ import argparse
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 
 from smcdp.errors import InvalidMessage
 from smcdp.local import LocalCluster, bytes_sent, dump_json

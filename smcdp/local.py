@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
+from smcdp._files import atomic_write
 from smcdp.errors import SmcdpError, Unavailable
 
 
@@ -124,8 +125,4 @@ def dump_json(obj: Any, path: str | os.PathLike | None) -> None:
     if path is None or str(path) == "-":
         print(text)
         return
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text + "\n")
-    os.replace(tmp, path)
+    atomic_write(path, (text + "\n").encode("utf-8"))

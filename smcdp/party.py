@@ -48,6 +48,7 @@ from typing import Any, Mapping, Sequence
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from smcdp._files import atomic_write_json
 from smcdp.errors import (
     InvalidMessage,
     PermissionDenied,
@@ -103,29 +104,8 @@ def new_session_id(protocol: str) -> str:
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write JSON durably: temp file in the same directory, fsync, rename, fsync directory."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    data = json.dumps(obj, indent=2, sort_keys=True).encode("utf-8")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            tmp.unlink()
-        except FileNotFoundError:
-            pass
-        raise
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
+    """Session records and ready files: durable, owner-only (they may hold protocol outputs)."""
+    atomic_write_json(path, obj, 0o600, sort_keys=True)
 
 def _error_dict(exc: BaseException, me: str) -> dict:
     code = status_code_of(exc).name

@@ -126,7 +126,7 @@ def _cmd_health(args: argparse.Namespace) -> int:
     return 0 if status == "SERVING" else 1
 
 
-def _positive_float(text: str) -> float:
+def positive_float(text: str) -> float:
     try:
         v = float(text)
     except ValueError:
@@ -166,7 +166,7 @@ def register(subparsers) -> None:
     s.add_argument("--params", help="protocol parameters as a JSON object")
     s.add_argument("--params-file", help="protocol parameters from a JSON file")
     s.add_argument("--session-id")
-    s.add_argument("--timeout", type=_positive_float, help="session deadline in seconds")
+    s.add_argument("--timeout", type=positive_float, help="session deadline in seconds")
     s.add_argument("--seed", type=int, help="explicit seed (experiments only)")
     s.add_argument("--out", help="write the record JSON here instead of stdout")
     s.set_defaults(func=_cmd_session_start)
@@ -179,6 +179,6 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("health", help="grpc.health.v1 status of this party or a peer")
     p.add_argument("--config", required=True)
     p.add_argument("--peer", help="a party named in [peers] (default: this party)")
-    p.add_argument("--wait", type=_positive_float, metavar="SECONDS",
+    p.add_argument("--wait", type=positive_float, metavar="SECONDS",
                    help="wait up to SECONDS for SERVING")
     p.set_defaults(func=_cmd_health)

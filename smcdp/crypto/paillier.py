@@ -34,7 +34,6 @@ import hashlib
 import json
 import os
 import secrets
-import tempfile
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -42,6 +41,7 @@ import gmpy2
 from gmpy2 import mpz
 from phe import paillier as phe_paillier
 
+from smcdp._files import atomic_write
 from smcdp.errors import CryptoOverflow, InsecureParameters, InvalidMessage
 
 MIN_SECURE_BITS = 2048
@@ -329,32 +329,13 @@ def generate_keypair(bits: int = DEFAULT_KEY_BITS, *, allow_insecure: bool = Fal
     return pk, PrivateKey(pk, priv.p, priv.q)
 
 
-def _atomic_write(path: Path, data: bytes, mode: int) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
 def save_public_key(pk: PublicKey, path: str | os.PathLike) -> None:
-    _atomic_write(Path(path), json.dumps(pk.to_json()).encode(), 0o644)
+    atomic_write(path, json.dumps(pk.to_json()).encode(), 0o644)
 
 
 def save_private_key(sk: PrivateKey, path: str | os.PathLike) -> None:
     """Write the private key with mode 0600 from creation on."""
-    _atomic_write(Path(path), json.dumps(sk.to_json()).encode(), 0o600)
+    atomic_write(path, json.dumps(sk.to_json()).encode(), 0o600)
 
 
 def _read_json(path: str | os.PathLike) -> dict:

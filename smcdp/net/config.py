@@ -46,6 +46,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from smcdp._files import atomic_write
 from smcdp.errors import InvalidMessage
 from smcdp.net.tls import validate_party_name
 
@@ -343,11 +344,4 @@ def dump_config(cfg: PartyConfig, path: str | os.PathLike) -> Path:
     """Write ``cfg`` as TOML to ``path`` with paths relative to the file's directory."""
     path = Path(path)
     text = dumps_toml(config_to_dict(cfg, relative_to=path.resolve().parent))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    return path
+    return atomic_write(path, text.encode("utf-8"), 0o644)

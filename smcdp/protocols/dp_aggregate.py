@@ -47,10 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import math
-import os
-import secrets
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
@@ -64,6 +61,7 @@ from scipy import stats
 from smcdp.crypto.paillier import PublicKey, check_key_bits
 from smcdp.crypto.vector import EncryptedVector, Packing
 from smcdp.dp.mechanisms import LaplaceMechanism, VectorMechanism   # at import, not lazily: see below
+from smcdp._files import atomic_write_json
 from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.protocols.base import ProtocolPlugin, SessionContext, register
@@ -315,24 +313,8 @@ def _noise_rng(seed: int | None, role: str):
 
 
 def write_durable(path: Path, obj: Any) -> str:
-    """Atomic write (temp file, fsync, rename, fsync of the directory)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    data = (json.dumps(obj, indent=2) + "\n").encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-    return str(path)
+    """Atomic, durable write of a published JSON object (see smcdp._files)."""
+    return str(atomic_write_json(path, obj))
 
 
 # =============================================================================== Stage 3 (everyone but Dave)

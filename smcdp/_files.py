@@ -1,0 +1,46 @@
+"""Durable file writes shared by every layer (imports nothing from smcdp).
+
+``atomic_write`` creates a temporary file in the target's directory with the
+final mode already set (so a private key is never readable by others, not
+even for an instant), writes, fsyncs, renames over the target and fsyncs the
+directory: after a crash either the old or the new file is there, never a
+mixture or a truncated one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def atomic_write(path: str | os.PathLike, data: bytes, mode: int = 0o644) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    return path
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any, mode: int = 0o644, **dumps_kw) -> Path:
+    dumps_kw.setdefault("indent", 2)
+    return atomic_write(path, (json.dumps(obj, **dumps_kw) + "\n").encode("utf-8"), mode)
