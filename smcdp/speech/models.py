@@ -240,8 +240,30 @@ def _validate_stack(startprob, transmat, means, covars, weights, emissionprob, n
 # --------------------------------------------------------------------------- containers
 
 
+
+
+class _EmissionShape:
+    """Shape facts shared by one HMM and a stack of keyword HMMs (last axis of each parameter)."""
+
+    @property
+    def n_features(self) -> int | None:
+        return None if self.means is None else int(self.means.shape[-1])
+
+    @property
+    def n_mix(self) -> int | None:
+        return None if self.weights is None else int(self.weights.shape[-1])
+
+    @property
+    def n_symbols(self) -> int | None:
+        return None if self.emissionprob is None else int(self.emissionprob.shape[-1])
+
+    @property
+    def covariance_type(self) -> str | None:
+        return {"diag": "diag", "full": "full", "gmm-diag": "diag", "gmm-full": "full"}.get(self.kind)
+
+
 @dataclass(frozen=True, eq=False)
-class HMM:
+class HMM(_EmissionShape):
     """One validated HMM (no leading model axis).
 
     ``kind`` is one of ``discrete``, ``diag``, ``full``, ``gmm-diag``,
@@ -278,24 +300,8 @@ class HMM:
     def n_states(self) -> int:
         return int(self.startprob.shape[0])
 
-    @property
-    def n_features(self) -> int | None:
-        return None if self.means is None else int(self.means.shape[-1])
 
-    @property
-    def n_mix(self) -> int | None:
-        return None if self.weights is None else int(self.weights.shape[-1])
-
-    @property
-    def n_symbols(self) -> int | None:
-        return None if self.emissionprob is None else int(self.emissionprob.shape[-1])
-
-    @property
-    def covariance_type(self) -> str | None:
-        return {"diag": "diag", "full": "full", "gmm-diag": "diag", "gmm-full": "full"}.get(self.kind)
-
-
-class KeywordModels:
+class KeywordModels(_EmissionShape):
     """Δ keyword HMMs sharing one emission kind and state count (validated on construction)."""
 
     def __init__(self, words: Sequence[str] | np.ndarray, startprob: Any, transmat: Any, *,
@@ -322,22 +328,6 @@ class KeywordModels:
     @property
     def n_states(self) -> int:
         return int(self.startprob.shape[1])
-
-    @property
-    def n_features(self) -> int | None:
-        return None if self.means is None else int(self.means.shape[-1])
-
-    @property
-    def n_mix(self) -> int | None:
-        return None if self.weights is None else int(self.weights.shape[-1])
-
-    @property
-    def n_symbols(self) -> int | None:
-        return None if self.emissionprob is None else int(self.emissionprob.shape[-1])
-
-    @property
-    def covariance_type(self) -> str | None:
-        return {"diag": "diag", "full": "full", "gmm-diag": "diag", "gmm-full": "full"}.get(self.kind)
 
     def __len__(self) -> int:
         return self.n_words
