@@ -86,7 +86,7 @@ def main() -> int:
               f"(public) and {p['fixed_base_steps_private'] * p['mulmod_p2_us'] / 1000:.2f} ms (CRT) per encryption, "
               f"against phe's {p['phe_encrypt_ms']:.2f} ms: at most "
               f"{p['phe_encrypt_ms'] / (p['fixed_base_steps_public'] * p['mulmod_n2_us'] / 1000):.0f}× and "
-              f"{p['phe_encrypt_ms'] / (p['fixed_base_steps_private'] * p['mulmod_p2_us'] / 1000):.0f}×, "
+              f"{p['phe_encrypt_ms'] / (p['fixed_base_steps_private'] * p['mulmod_p2_us'] / 1000):.0f}×. "
               f"The measured {p['encrypt_public_ratio']:.1f}× and {p['encrypt_private_ratio']:.1f}× fall short of "
               "those bounds by the interpreter's per-step overhead and the random table reads (about 0.7 µs per "
               "step here, which weighs most on the cheaper mod-p² steps). What was tried: windows of 7–10 bits (fewer windows "
