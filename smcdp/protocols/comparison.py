@@ -46,7 +46,6 @@ and caches the fixed-base tables once per key.
 
 from __future__ import annotations
 
-import asyncio
 import operator
 import secrets
 from collections import OrderedDict
@@ -67,6 +66,7 @@ from smcdp.crypto.dgk import (
 from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.v1 import messages_pb2
+from smcdp.protocols._offload import run_chunked
 
 PROTOCOL_VERSION = 1
 PREDICATES = {"lt": 0, "le": 1}
@@ -241,23 +241,6 @@ def _b_zero_chunk(priv_spec: tuple, ell: int, c_bytes: list[bytes], first: int) 
     return out
 
 
-async def _run(executor: Executor | None, fn, *args):
-    if executor is None:
-        res = fn(*args)
-        await asyncio.sleep(0)  # let other tasks (transport, peers) run between chunks
-        return res
-    return await asyncio.get_running_loop().run_in_executor(executor, fn, *args)
-
-
-async def _chunked(executor: Executor | None, fn, arg_list: list[tuple]) -> list:
-    """Run fn(*args) for every args (in a pool if given); flatten the results in order."""
-    if executor is None:
-        results = [await _run(None, fn, *args) for args in arg_list]
-    else:
-        results = await asyncio.gather(*(_run(executor, fn, *args) for args in arg_list))
-    return [x for part in results for x in part]
-
-
 # --------------------------------------------------------------------------
 # messages
 def _header(ell: int, count: int, predicate: str, output: str) -> messages_pb2.Ints:
@@ -307,7 +290,7 @@ async def compare_holder_b(ch: Channel, peer_role: str, ys: Sequence[int], *, el
 
     await ch.send(peer_role, tags["hdr"], _header(ell, count, predicate, output))
     await ch.send(peer_role, tags["pk"], key.public.to_proto())
-    bits = await _chunked(executor, _b_encrypt_chunk,
+    bits = await run_chunked(executor, _b_encrypt_chunk,
                           [(spec, ys_u[s:s + chunk], ell) for s in range(0, count, chunk)])
     await ch.send(peer_role, tags["bits"], _blobs(bits))
 
@@ -317,7 +300,7 @@ async def compare_holder_b(ch: Channel, peer_role: str, ys: Sequence[int], *, el
         raise InvalidMessage(f"expected {count * group} comparison ciphertexts from {peer_role}, got {len(msg.values)}")
     cvals = list(msg.values)
     step = chunk * group
-    deltas = await _chunked(executor, _b_zero_chunk,
+    deltas = await run_chunked(executor, _b_zero_chunk,
                             [(spec, ell, cvals[s:s + step], s // group) for s in range(0, len(cvals), step)])
 
     if output == "a":
@@ -368,7 +351,7 @@ async def compare_holder_a(ch: Channel, peer_role: str, xs: Sequence[int], *, el
     else:
         sigmas = [1 - 2 * secrets.randbits(1) for _ in range(count)]
     lt = predicate == "lt"
-    cts = await _chunked(executor, _a_blind_chunk,
+    cts = await run_chunked(executor, _a_blind_chunk,
                          [(spec, ell, lt, xs_u[s:s + chunk], sigmas[s:s + chunk], yvals[s * ell:(s + chunk) * ell])
                           for s in range(0, count, chunk)])
     await ch.send(peer_role, tags["c"], _blobs(cts))

@@ -36,6 +36,7 @@ from smcdp.crypto.ot import (
 from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.v1 import messages_pb2
+from smcdp.protocols._offload import run_chunked
 
 PROTOCOL_VERSION = 1
 MAX_M = 1 << 16
@@ -49,22 +50,6 @@ def _tags(prefix: str) -> dict[str, str]:
     if not isinstance(prefix, str) or not prefix:
         raise InvalidMessage("tag_prefix must be a non-empty string")
     return {k: f"{prefix}/np-{k}" for k in ("hdr", "pk0", "gr", "ct")}
-
-
-async def _run(executor: Executor | None, fn, *args):
-    if executor is None:
-        res = fn(*args)
-        await asyncio.sleep(0)
-        return res
-    return await asyncio.get_running_loop().run_in_executor(executor, fn, *args)
-
-
-async def _chunked(executor: Executor | None, fn, arg_list: list[tuple]) -> list:
-    if executor is None:
-        results = [await _run(None, fn, *args) for args in arg_list]
-    else:
-        results = await asyncio.gather(*(_run(executor, fn, *args) for args in arg_list))
-    return [x for part in results for x in part]
 
 
 def _sender_chunk(context: bytes, first: int, pk0s: list[int], r: int, c_r: list,
@@ -125,7 +110,7 @@ async def ot_send(ch: Channel, chooser_role: str, messages: Sequence[Sequence[by
     gr = group.exp_g(r)
     c_r = [None] + [gmpy2.powmod(c, r, group.p) for c in cs[1:]]
     await ch.send(chooser_role, tags["gr"], messages_pb2.Blobs(values=[group.encode(gr)]))
-    cts = await _chunked(executor, _sender_chunk,
+    cts = await run_chunked(executor, _sender_chunk,
                          [(context, s, pk0s[s:s + chunk], r, c_r, rows[s:s + chunk])
                           for s in range(0, count, chunk)])
     await ch.send(chooser_role, tags["ct"], messages_pb2.Blobs(values=cts))
