@@ -44,7 +44,11 @@ def test_two_processes_run_a_session_and_stop_on_sigterm(tmp_path, processes):
     assert '"state": "succeeded"' in (tmp_path / "state/alice/sessions/proc-1.json").read_text()
 
 
-def test_sigterm_mid_session_aborts_peers_cleanly(tmp_path, processes):
+def _session_running_at_bob(tmp_path, processes, session_id, wait_forever_role, timeout):
+    """alice and bob as processes; alice starts a never-ending echo session in a thread.
+
+    Returns once bob runs its role: (cfgs, bob process, thread, outcome dict, session start time).
+    """
     cfgs = make_deployment(tmp_path, ["alice", "bob"])
     processes("alice", cfgs["alice"])
     bob = processes("bob", cfgs["bob"])
@@ -55,17 +59,22 @@ def test_sigterm_mid_session_aborts_peers_cleanly(tmp_path, processes):
     def run():
         try:
             outcome["rec"] = party.start_session(cfgs["alice"], "net-echo", ROLES,
-                                                 {"wait_forever_role": "a"}, session_id="proc-2",
-                                                 timeout=50)
-        except Exception as exc:  # noqa: BLE001 - inspected below
+                                                 {"wait_forever_role": wait_forever_role},
+                                                 session_id=session_id, timeout=timeout)
+        except Exception as exc:  # noqa: BLE001 - inspected by the caller
             outcome["exc"] = exc
 
+    started = time.monotonic()
     t = threading.Thread(target=run)
     t.start()
-    deadline = time.monotonic() + 20
-    while _state(cfgs["bob"], "proc-2") != "running":
-        assert time.monotonic() < deadline
+    while _state(cfgs["bob"], session_id) != "running":
+        assert time.monotonic() - started < 20
         time.sleep(0.1)
+    return cfgs, bob, t, outcome, started
+
+
+def test_sigterm_mid_session_aborts_peers_cleanly(tmp_path, processes):
+    cfgs, bob, t, outcome, _ = _session_running_at_bob(tmp_path, processes, "proc-2", "a", 50)
     t0 = time.monotonic()
     assert bob.terminate(timeout=20) == 0, bob.output()
     t.join(20)
@@ -114,27 +123,7 @@ def test_launchers_exist(launcher):
 
 def test_peer_killed_mid_session_initiator_ends_by_deadline(tmp_path, processes):
     """SIGKILL (no goodbye, like a dropped link): the initiator ends at its deadline."""
-    cfgs = make_deployment(tmp_path, ["alice", "bob"])
-    processes("alice", cfgs["alice"])
-    bob = processes("bob", cfgs["bob"])
-    party.wait_healthy(cfgs["alice"], timeout=30)
-    party.wait_healthy(cfgs["bob"], timeout=30)
-    outcome = {}
-
-    def run():
-        try:
-            outcome["rec"] = party.start_session(cfgs["alice"], "net-echo", ROLES,
-                                                 {"wait_forever_role": "b"}, session_id="proc-3",
-                                                 timeout=5)
-        except Exception as exc:  # noqa: BLE001 - inspected below
-            outcome["exc"] = exc
-
-    t0 = time.monotonic()
-    t = threading.Thread(target=run)
-    t.start()
-    while _state(cfgs["bob"], "proc-3") != "running":
-        assert time.monotonic() - t0 < 20
-        time.sleep(0.1)
+    cfgs, bob, t, outcome, t0 = _session_running_at_bob(tmp_path, processes, "proc-3", "b", 5)
     bob.kill()
     t.join(30)
     assert not t.is_alive()
