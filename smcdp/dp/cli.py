@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import sys
@@ -117,17 +118,33 @@ def _ledger(args: argparse.Namespace) -> Ledger:
     return Ledger(args.ledger)
 
 
+def _budget_command(prog: str):
+    """Exit codes of the budget commands: 1 for a refused charge or an unknown/ill-stated
+    budget (FAILED_PRECONDITION), 2 for invalid input; the message goes to stderr."""
+
+    def wrap(handler):
+        @functools.wraps(handler)
+        def run(args: argparse.Namespace) -> int:
+            try:
+                return handler(args)
+            except BudgetExceeded as exc:
+                _err(prog, f"refused: {exc}")
+                return 1
+            except InvalidMessage as exc:
+                _err(prog, str(exc))
+                return 2
+            except PreconditionFailed as exc:
+                _err(prog, str(exc))
+                return 1
+
+        return run
+
+    return wrap
+
+
+@_budget_command("smcdp budget set")
 def _cmd_set(args: argparse.Namespace) -> int:
-    try:
-        st = _ledger(args).set_budget(
-            args.dataset, args.epsilon, args.delta, rule=args.rule
-        )
-    except InvalidMessage as exc:
-        _err("smcdp budget set", str(exc))
-        return 2
-    except PreconditionFailed as exc:
-        _err("smcdp budget set", str(exc))
-        return 1
+    st = _ledger(args).set_budget(args.dataset, args.epsilon, args.delta, rule=args.rule)
     print(
         f"budget for {st.dataset!r}: epsilon={_fmt(st.epsilon)}, delta={_fmt(st.delta)}, rule={st.rule} "
         f"(remaining epsilon={_fmt(st.remaining_epsilon)}, delta={_fmt(st.remaining_delta)})"
@@ -135,22 +152,11 @@ def _cmd_set(args: argparse.Namespace) -> int:
     return 0
 
 
+@_budget_command("smcdp budget charge")
 def _cmd_charge(args: argparse.Namespace) -> int:
-    try:
-        ledger = _ledger(args)
-        ch = ledger.charge(
-            args.dataset, args.epsilon, args.delta, rho=args.rho, note=args.note
-        )
-        st = ledger.status(args.dataset)
-    except BudgetExceeded as exc:
-        _err("smcdp budget charge", f"refused: {exc}")
-        return 1
-    except InvalidMessage as exc:
-        _err("smcdp budget charge", str(exc))
-        return 2
-    except PreconditionFailed as exc:
-        _err("smcdp budget charge", str(exc))
-        return 1
+    ledger = _ledger(args)
+    ch = ledger.charge(args.dataset, args.epsilon, args.delta, rho=args.rho, note=args.note)
+    st = ledger.status(args.dataset)
     extra = f", rho={_fmt(ch.rho)}" if ch.rho is not None else ""
     print(
         f"charged {st.dataset!r}: epsilon={_fmt(ch.epsilon)}, delta={_fmt(ch.delta)}{extra} (charge #{ch.id}); "
@@ -169,17 +175,11 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join([line, sep, *body])
 
 
+@_budget_command("smcdp budget show")
 def _cmd_show(args: argparse.Namespace) -> int:
-    try:
-        ledger = _ledger(args)
-        names = [args.dataset] if args.dataset else ledger.datasets()
-        statuses = [ledger.status(n) for n in names]
-    except InvalidMessage as exc:
-        _err("smcdp budget show", str(exc))
-        return 2
-    except PreconditionFailed as exc:
-        _err("smcdp budget show", str(exc))
-        return 1
+    ledger = _ledger(args)
+    names = [args.dataset] if args.dataset else ledger.datasets()
+    statuses = [ledger.status(n) for n in names]
     headers = [
         "dataset",
         "rule",
@@ -217,17 +217,11 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+@_budget_command("smcdp budget history")
 def _cmd_history(args: argparse.Namespace) -> int:
-    try:
-        ledger = _ledger(args)
-        charges = ledger.history(args.dataset)
-        st = ledger.status(args.dataset)
-    except InvalidMessage as exc:
-        _err("smcdp budget history", str(exc))
-        return 2
-    except PreconditionFailed as exc:
-        _err("smcdp budget history", str(exc))
-        return 1
+    ledger = _ledger(args)
+    charges = ledger.history(args.dataset)
+    st = ledger.status(args.dataset)
     print(
         f"dataset {st.dataset!r}: budget epsilon={_fmt(st.epsilon)}, delta={_fmt(st.delta)}, rule={st.rule}"
     )
