@@ -9,7 +9,7 @@ OUT    ?= out
 
 all: test
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py smcdp/crypto/_mont.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test,dev]'

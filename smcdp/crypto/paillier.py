@@ -42,17 +42,42 @@ from gmpy2 import mpz
 from phe import paillier as phe_paillier
 
 from smcdp._files import atomic_write
+from smcdp.crypto import native
 from smcdp.errors import CryptoOverflow, InsecureParameters, InvalidMessage
 
 MIN_SECURE_BITS = 2048
 DEFAULT_KEY_BITS = 3072
 
 
-def _window_for(exp_bits: int, modulus_bits: int, budget_bytes: int = 64 << 20) -> int:
-    """Largest window (<= 10) whose table fits the memory budget."""
-    for w in range(10, 3, -1):
-        windows = -(-exp_bits // w)
-        if windows * ((1 << w) - 1) * (modulus_bits // 8 + 32) <= budget_bytes:
+def table_budget_bytes() -> int:
+    """Memory one fixed-base table may take; the window is the largest that fits.
+
+    At most 12-bit windows for the native engine and 10 for the pure one, whose
+    lists gain nothing beyond.  Default 192 MB: a 2048-bit key's public table
+    (4096-bit residues, 1024-bit exponents) then gets 12-bit windows (172 MB)
+    and each CRT table 12-bit windows (86 MB).  ``SMCDP_TABLE_BUDGET_MB`` lowers
+    it for small hosts (encryption slows by about a fifth at 64 MB) or raises it.
+    """
+    raw = os.environ.get("SMCDP_TABLE_BUDGET_MB", "").strip()
+    if not raw:
+        return 192 << 20
+    try:
+        mb = int(raw)
+    except ValueError:
+        raise ValueError(f"SMCDP_TABLE_BUDGET_MB must be a whole number of megabytes, not {raw!r}") from None
+    if mb < 1:
+        raise ValueError("SMCDP_TABLE_BUDGET_MB must be at least 1")
+    return mb << 20
+
+
+def _window_for(exp_bits: int, modulus_bits: int, budget_bytes: int | None = None,
+                entry_overhead: int = 32, max_window: int = 10) -> int:
+    """Largest window (<= max_window) whose table fits the memory budget."""
+    if budget_bytes is None:
+        budget_bytes = table_budget_bytes()
+    entry = (modulus_bits + 63) // 64 * 8 + entry_overhead
+    for w in range(max_window, 3, -1):
+        if -(-exp_bits // w) * ((1 << w) - 1) * entry <= budget_bytes:
             return w
     return 4
 
@@ -62,32 +87,47 @@ class FixedBaseTable:
 
     ``table[i][d] = base^(d · 2^(w·i))``; an exponent of ``exp_bits`` bits then
     costs ceil(exp_bits / w) modular multiplications and no squarings.
+
+    With the native engine (:mod:`smcdp.crypto.native`, odd moduli) the table
+    lives in C memory in Montgomery form and the loop runs there; otherwise it
+    is a list of gmpy2 residues and the loop runs here.  Both give the same
+    values.
     """
 
     def __init__(self, base: mpz, modulus: mpz, exp_bits: int, window: int | None = None):
-        self.modulus = modulus
-        self.exp_bits = exp_bits
-        self.window = window or _window_for(exp_bits, modulus.bit_length())
+        self.modulus = mpz(modulus)
+        self.exp_bits = int(exp_bits)
+        g = mpz(base) % self.modulus
+        self._native: native.FixedBase | None = None
+        if native.AVAILABLE and self.modulus % 2 == 1 and self.modulus > 1:
+            self.window = window or _window_for(self.exp_bits, self.modulus.bit_length(),
+                                                entry_overhead=0, max_window=12)
+            self._native = native.FixedBase(g, self.modulus, self.exp_bits, self.window)
+            self.table: list[list[mpz]] = []
+            return
+        self.window = window or _window_for(self.exp_bits, self.modulus.bit_length())
         w = self.window
         self.mask = (1 << w) - 1
-        self.table: list[list[mpz]] = []
-        g = mpz(base) % modulus
-        for _ in range(-(-exp_bits // w)):
+        self.table = []
+        m = self.modulus
+        for _ in range(-(-self.exp_bits // w)):
             row = [mpz(1), g]
             acc = g
             for _ in range(2, 1 << w):
-                acc = acc * g % modulus
+                acc = acc * g % m
                 row.append(acc)
             self.table.append(row)
-            g = acc * g % modulus  # base^(2^w) for the next window
-        # (g is now base^(2^(w·windows)), unused)
+            g = acc * g % m  # base^(2^w) for the next window
 
-    def pow(self, e: int) -> mpz:
+    def pow(self, e: int, factor: int | None = None) -> mpz:
+        """``base^e mod m``, times ``factor`` (reduced mod m) when one is given."""
         if e < 0 or e.bit_length() > self.exp_bits:
             raise ValueError("exponent out of the table's range")
+        if self._native is not None:
+            return self._native.pow(e, None if factor is None else mpz(factor) % self.modulus)
         m = self.modulus
         w, mask = self.window, self.mask
-        r = mpz(1)
+        r = mpz(1) if factor is None else mpz(factor) % m
         i = 0
         e = mpz(e)
         while e:
@@ -176,7 +216,7 @@ class PublicKey:
         gm = (1 + self.n * self.raw_plain(m))  # < n², no reduction needed
         if not obfuscate:
             return gm % self.nsquare
-        return gm * self.obfuscator() % self.nsquare
+        return self.table().pow(secrets.randbits(self.obfuscation_bits), gm)
 
     def raw_encrypt_many(self, ms: Iterable[int]) -> list[mpz]:
         return [self.raw_encrypt(m) for m in ms]
@@ -285,8 +325,8 @@ class PrivateKey:
         gm = 1 + pk.n * pk.raw_plain(m)
         a = secrets.randbits(pk.obfuscation_bits)
         tp, tq = self._crt_tables()
-        cp = gm % self.psquare * tp.pow(a) % self.psquare
-        cq = gm % self.qsquare * tq.pow(a) % self.qsquare
+        cp = tp.pow(a, gm)
+        cq = tq.pow(a, gm)
         return cp + self.psquare * ((cq - cp) * self.psq_inv_qsq % self.qsquare)
 
     # ------------------------------------------------------------ files

@@ -1,0 +1,714 @@
+/*
+ * smcdp.crypto._mont -- Montgomery-domain kernels for the Paillier engine.
+ *
+ * Why this file exists (issue 8, docs/benchmarks.md): with gmpy2 every step of a
+ * fixed-base exponentiation or of Pippenger's bucket method is a Python-level
+ * `a * b % m`, i.e. a GMP multiplication followed by a GMP *division*, plus two
+ * object allocations and the interpreter's dispatch.  The profile showed that
+ * division and overhead, not the multiplication, dominate.  No maintained Python
+ * package exposes Montgomery multiplication or fixed-base / multi-exponentiation
+ * loops over GMP (gmpy2 offers powmod only), so the two hot loops live here:
+ *
+ *   FixedBase(base, modulus, exp_bits, window).pow(exponent)
+ *       base^exponent mod modulus from a BGMW table of base^(d * 2^(w*i)),
+ *       kept in Montgomery form: ceil(exp_bits / w) Montgomery products.
+ *   multi_exp(bases, exps, modulus, window)
+ *       prod bases[j]^exps[j] mod modulus by Pippenger's bucket method.
+ *
+ * The arithmetic is GMP's own assembly (mpn_mul_n / mpn_sqr / mpn_addmul_1); the
+ * only thing written here is Montgomery reduction (REDC) on top of them, which
+ * GMP uses internally for mpz_powm but does not export.  Integers cross the
+ * boundary as little-endian byte strings; the Python wrapper (native.py) converts.
+ * Every call releases the GIL while it computes.
+ *
+ * Not constant time: table indices and the final conditional subtraction depend
+ * on the (secret) exponent, as with phe/gmpy2.  See docs/crypto.md.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <gmp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+#define MAX_WINDOW 20
+
+/* ------------------------------------------------------------------ Montgomery context */
+typedef struct {
+    mp_size_t n;     /* limbs of the modulus (top limb non-zero) */
+    mp_limb_t *m;    /* the odd modulus */
+    mp_limb_t minv;  /* -m^-1 mod 2^GMP_NUMB_BITS */
+    mp_limb_t *r2;   /* R^2 mod m, R = 2^(GMP_NUMB_BITS * n) */
+    mp_limb_t *one;  /* R mod m: 1 in Montgomery form */
+} mont_ctx;
+
+static void ctx_free(mont_ctx *c)
+{
+    PyMem_Free(c->m);
+    PyMem_Free(c->r2);
+    PyMem_Free(c->one);
+    c->m = c->r2 = c->one = NULL;
+}
+
+/* little-endian bytes -> n limbs (zero-padded); caller checks that len fits */
+static void bytes_to_limbs(const unsigned char *b, Py_ssize_t len, mp_limb_t *out, mp_size_t n)
+{
+    memset(out, 0, (size_t)n * sizeof(mp_limb_t));
+    for (Py_ssize_t k = 0; k < len; k++)
+        out[k / sizeof(mp_limb_t)] |= (mp_limb_t)b[k] << (8 * (k % sizeof(mp_limb_t)));
+}
+
+static PyObject *limbs_to_bytes(const mp_limb_t *x, mp_size_t n)
+{
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n * (Py_ssize_t)sizeof(mp_limb_t));
+    if (!out)
+        return NULL;
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
+    for (mp_size_t i = 0; i < n; i++)
+        for (size_t k = 0; k < sizeof(mp_limb_t); k++)
+            *p++ = (unsigned char)(x[i] >> (8 * k));
+    return out;
+}
+
+/* significant length of a little-endian byte string */
+static Py_ssize_t trimmed_len(const unsigned char *b, Py_ssize_t len)
+{
+    while (len > 0 && b[len - 1] == 0)
+        len--;
+    return len;
+}
+
+/* bit length of a little-endian byte string */
+static size_t byte_bits(const unsigned char *b, Py_ssize_t len)
+{
+    len = trimmed_len(b, len);
+    if (len == 0)
+        return 0;
+    size_t bits = (size_t)(len - 1) * 8;
+    for (unsigned top = b[len - 1]; top; top >>= 1)
+        bits++;
+    return bits;
+}
+
+static mp_size_t limbs_for(Py_ssize_t bytes)
+{
+    return (mp_size_t)((bytes + (Py_ssize_t)sizeof(mp_limb_t) - 1) / (Py_ssize_t)sizeof(mp_limb_t));
+}
+
+/* x mod m for a k-limb x into n limbs (k may be < n) */
+static void reduce_into(mp_limb_t *rp, const mp_limb_t *xp, mp_size_t k, const mont_ctx *c)
+{
+    mp_size_t n = c->n;
+    if (k < n) {
+        memset(rp, 0, (size_t)n * sizeof(mp_limb_t));
+        memcpy(rp, xp, (size_t)k * sizeof(mp_limb_t));
+        if (mpn_cmp(rp, c->m, n) >= 0)
+            mpn_sub_n(rp, rp, c->m, n); /* cannot happen for k < n, kept for safety */
+        return;
+    }
+    mp_limb_t q[k - n + 1]; /* k <= 2n + 1 everywhere this is called: a few KB of stack at most */
+    mpn_tdiv_qr(q, rp, 0, xp, k, c->m, n);
+}
+
+/* Returns 0 on success, -1 with a Python exception set. */
+static int ctx_init(mont_ctx *c, const unsigned char *mb, Py_ssize_t mlen)
+{
+    memset(c, 0, sizeof(*c));
+    mlen = trimmed_len(mb, mlen);
+    if (mlen == 0 || (mb[0] & 1) == 0 || (mlen == 1 && mb[0] == 1)) {
+        PyErr_SetString(PyExc_ValueError, "Montgomery arithmetic needs an odd modulus > 1");
+        return -1;
+    }
+    mp_size_t n = limbs_for(mlen);
+    c->n = n;
+    c->m = PyMem_Malloc((size_t)n * sizeof(mp_limb_t));
+    c->r2 = PyMem_Malloc((size_t)n * sizeof(mp_limb_t));
+    c->one = PyMem_Malloc((size_t)n * sizeof(mp_limb_t));
+    mp_limb_t *t = PyMem_Calloc((size_t)(2 * n + 1), sizeof(mp_limb_t));
+    if (!c->m || !c->r2 || !c->one || !t) {
+        PyMem_Free(t);
+        ctx_free(c);
+        PyErr_NoMemory();
+        return -1;
+    }
+    bytes_to_limbs(mb, mlen, c->m, n);
+    /* Newton iteration for m^-1 mod 2^64: each step doubles the correct bits (3 -> 96). */
+    mp_limb_t inv = c->m[0];
+    for (int i = 0; i < 5; i++)
+        inv *= (mp_limb_t)2 - c->m[0] * inv;
+    c->minv = (mp_limb_t)0 - inv;
+    t[n] = 1; /* R */
+    reduce_into(c->one, t, n + 1, c);
+    t[n] = 0;
+    t[2 * n] = 1; /* R^2 */
+    reduce_into(c->r2, t, 2 * n + 1, c);
+    PyMem_Free(t);
+    return 0;
+}
+
+/* rp = tp / R mod m; tp has 2n limbs and is destroyed (GMP's redc_1 scheme). */
+static void redc(mp_limb_t *rp, mp_limb_t *tp, const mont_ctx *c)
+{
+    mp_size_t n = c->n;
+    for (mp_size_t i = 0; i < n; i++) {
+        mp_limb_t q = tp[i] * c->minv;
+        tp[i] = mpn_addmul_1(tp + i, c->m, n, q); /* tp[i] became 0: keep the carry there */
+    }
+    mp_limb_t cy = mpn_add_n(rp, tp + n, tp, n);
+    if (cy || mpn_cmp(rp, c->m, n) >= 0)
+        mpn_sub_n(rp, rp, c->m, n);
+}
+
+/* rp = ap * bp / R mod m; rp may alias ap or bp; tp is 2n limbs of scratch. */
+static void mont_mul(mp_limb_t *rp, const mp_limb_t *ap, const mp_limb_t *bp, const mont_ctx *c,
+                     mp_limb_t *tp)
+{
+    if (ap == bp)
+        mpn_sqr(tp, ap, c->n);
+    else
+        mpn_mul_n(tp, ap, bp, c->n);
+    redc(rp, tp, c);
+}
+
+static void from_mont(mp_limb_t *rp, const mp_limb_t *xp, const mont_ctx *c, mp_limb_t *tp)
+{
+    memcpy(tp, xp, (size_t)c->n * sizeof(mp_limb_t));
+    memset(tp + c->n, 0, (size_t)c->n * sizeof(mp_limb_t));
+    redc(rp, tp, c);
+}
+
+/* Digit of `w` bits at bit position `pos` of the k-limb exponent e. */
+static unsigned digit_at(const mp_limb_t *e, mp_size_t k, size_t pos, int w)
+{
+    size_t li = pos / GMP_NUMB_BITS, off = pos % GMP_NUMB_BITS;
+    if ((mp_size_t)li >= k)
+        return 0;
+    mp_limb_t v = e[li] >> off;
+    if (off + (size_t)w > GMP_NUMB_BITS && (mp_size_t)(li + 1) < k)
+        v |= e[li + 1] << (GMP_NUMB_BITS - off);
+    return (unsigned)(v & (((mp_limb_t)1 << w) - 1));
+}
+
+/* Reads a Python bytes-like (little-endian, at most n limbs) into out, reduced mod m, and
+ * converted to Montgomery form when `convert` is set. */
+static int load_residue(PyObject *obj, const mont_ctx *c, mp_limb_t *out, mp_limb_t *tp, int convert)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0)
+        return -1;
+    Py_ssize_t len = trimmed_len(view.buf, view.len);
+    mp_size_t k = limbs_for(len);
+    if (k > c->n) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "residue is wider than the modulus");
+        return -1;
+    }
+    bytes_to_limbs(view.buf, len, tp, c->n); /* tp has 2n limbs */
+    PyBuffer_Release(&view);
+    reduce_into(out, tp, c->n, c);
+    if (convert)
+        mont_mul(out, out, c->r2, c, tp);
+    return 0;
+}
+
+/* rp = xp^e (Montgomery form in and out) for a k-limb exponent e >= 1; rp != xp. */
+static void mont_pow_limbs(mp_limb_t *rp, const mp_limb_t *xp, const mp_limb_t *e, mp_size_t k,
+                           const mont_ctx *c, mp_limb_t *tp)
+{
+    while (k > 1 && e[k - 1] == 0)
+        k--;
+    int top = GMP_NUMB_BITS - 1;
+    while (top > 0 && !((e[k - 1] >> top) & 1))
+        top--;
+    memcpy(rp, xp, (size_t)c->n * sizeof(mp_limb_t));
+    for (mp_size_t li = k; li-- > 0;)
+        for (int b = (li == k - 1 ? top - 1 : GMP_NUMB_BITS - 1); b >= 0; b--) {
+            mont_mul(rp, rp, rp, c, tp);
+            if ((e[li] >> b) & 1)
+                mont_mul(rp, rp, xp, c, tp);
+        }
+}
+
+/* ------------------------------------------------------------------ FixedBase */
+
+/* Tables are tens of MB read at random: on Linux ask for transparent huge pages, so that
+ * a lookup costs a cache miss but not also a TLB miss.  Advisory; plain memory otherwise. */
+static void *table_alloc(size_t bytes)
+{
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    void *p = NULL;
+    if (posix_memalign(&p, (size_t)2 << 20, bytes) != 0)
+        return NULL;
+    (void)madvise(p, bytes, MADV_HUGEPAGE);
+    return p;
+#else
+    return malloc(bytes);
+#endif
+}
+typedef struct {
+    PyObject_HEAD
+    mont_ctx ctx;
+    int window;
+    Py_ssize_t windows;
+    Py_ssize_t exp_bits;
+    mp_limb_t *table; /* windows rows of (2^w - 1) residues, Montgomery form */
+} FixedBaseObject;
+
+static void FixedBase_dealloc(FixedBaseObject *self)
+{
+    free(self->table);
+    ctx_free(&self->ctx);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int FixedBase_init(FixedBaseObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"base", "modulus", "exp_bits", "window", NULL};
+    PyObject *base;
+    Py_buffer mod;
+    Py_ssize_t exp_bits;
+    int window;
+    if (self->table || self->ctx.m) {
+        PyErr_SetString(PyExc_RuntimeError, "FixedBase is already initialised");
+        return -1;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Oy*ni", kwlist, &base, &mod, &exp_bits, &window))
+        return -1;
+    if (window < 1 || window > MAX_WINDOW || exp_bits < 1) {
+        PyBuffer_Release(&mod);
+        PyErr_Format(PyExc_ValueError, "need 1 <= window <= %d and exp_bits >= 1", MAX_WINDOW);
+        return -1;
+    }
+    int rc = ctx_init(&self->ctx, mod.buf, mod.len);
+    PyBuffer_Release(&mod);
+    if (rc < 0)
+        return -1;
+    mp_size_t n = self->ctx.n;
+    Py_ssize_t windows = (exp_bits + window - 1) / window;
+    size_t per_row = ((size_t)1 << window) - 1;
+    if ((size_t)windows > SIZE_MAX / per_row / (size_t)n / sizeof(mp_limb_t)) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    size_t entries = (size_t)windows * per_row;
+    mp_limb_t *table = table_alloc(entries * (size_t)n * sizeof(mp_limb_t));
+    mp_limb_t *tp = PyMem_Malloc((size_t)(2 * n) * sizeof(mp_limb_t));
+    mp_limb_t *g = PyMem_Malloc((size_t)n * sizeof(mp_limb_t));
+    if (!table || !tp || !g) {
+        free(table);
+        PyMem_Free(tp);
+        PyMem_Free(g);
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (load_residue(base, &self->ctx, g, tp, 1) < 0) {
+        free(table);
+        PyMem_Free(tp);
+        PyMem_Free(g);
+        return -1;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < windows; i++) {
+        mp_limb_t *row = table + (size_t)i * per_row * (size_t)n; /* row[d-1] = g^d */
+        memcpy(row, g, (size_t)n * sizeof(mp_limb_t));
+        for (size_t d = 1; d < per_row; d++)
+            mont_mul(row + d * (size_t)n, row + (d - 1) * (size_t)n, g, &self->ctx, tp);
+        mont_mul(g, row + (per_row - 1) * (size_t)n, g, &self->ctx, tp); /* g^(2^w) */
+    }
+    Py_END_ALLOW_THREADS
+    PyMem_Free(tp);
+    PyMem_Free(g);
+    self->table = table;
+    self->window = window;
+    self->windows = windows;
+    self->exp_bits = exp_bits;
+    return 0;
+}
+
+static PyObject *FixedBase_pow(FixedBaseObject *self, PyObject *args)
+{
+    PyObject *arg, *factor = NULL;
+    if (!PyArg_ParseTuple(args, "O|O:pow", &arg, &factor))
+        return NULL;
+    if (!self->table) {
+        PyErr_SetString(PyExc_RuntimeError, "FixedBase is not initialised");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    Py_ssize_t len = trimmed_len(view.buf, view.len);
+    if (byte_bits(view.buf, len) > (size_t)self->exp_bits) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "exponent out of the table's range");
+        return NULL;
+    }
+    mp_size_t n = self->ctx.n, k = limbs_for(len) > 0 ? limbs_for(len) : 1;
+    mp_limb_t *e = PyMem_Calloc((size_t)k, sizeof(mp_limb_t));
+    mp_limb_t *acc = PyMem_Malloc((size_t)n * sizeof(mp_limb_t));
+    mp_limb_t *f = PyMem_Malloc((size_t)n * sizeof(mp_limb_t));
+    mp_limb_t *tp = PyMem_Malloc((size_t)(2 * n) * sizeof(mp_limb_t));
+    if (!e || !acc || !f || !tp) {
+        PyBuffer_Release(&view);
+        PyMem_Free(e);
+        PyMem_Free(acc);
+        PyMem_Free(f);
+        PyMem_Free(tp);
+        return PyErr_NoMemory();
+    }
+    bytes_to_limbs(view.buf, len, e, k);
+    PyBuffer_Release(&view);
+    /* optional factor, kept in normal form: Montgomery-multiplying the Montgomery-form power
+     * by it yields factor * base^e in normal form, so the factor costs nothing extra */
+    if (factor) {
+        if (load_residue(factor, &self->ctx, f, tp, 0) < 0) {
+            PyMem_Free(e);
+            PyMem_Free(acc);
+            PyMem_Free(f);
+            PyMem_Free(tp);
+            return NULL;
+        }
+    }
+    else {
+        memset(f, 0, (size_t)n * sizeof(mp_limb_t));
+        f[0] = 1;
+    }
+    size_t per_row = ((size_t)1 << self->window) - 1;
+    int have = 0;
+    Py_BEGIN_ALLOW_THREADS
+    /* The table is far larger than the caches and the digits are random, so every step
+     * would wait for DRAM: fetch the next non-zero digit's entry while multiplying. */
+    const mp_limb_t *next = NULL;
+    Py_ssize_t i = 0;
+    for (; i < self->windows && !next; i++) {
+        unsigned d = digit_at(e, k, (size_t)i * (size_t)self->window, self->window);
+        if (d)
+            next = self->table + ((size_t)i * per_row + d - 1) * (size_t)n;
+    }
+    while (next) {
+        const mp_limb_t *entry = next;
+        next = NULL;
+        for (; i < self->windows && !next; i++) {
+            unsigned d = digit_at(e, k, (size_t)i * (size_t)self->window, self->window);
+            if (d)
+                next = self->table + ((size_t)i * per_row + d - 1) * (size_t)n;
+        }
+        if (next)
+            for (size_t off = 0; off < (size_t)n * sizeof(mp_limb_t); off += 64)
+                __builtin_prefetch((const char *)next + off, 0, 0);
+        if (have)
+            mont_mul(acc, acc, entry, &self->ctx, tp);
+        else {
+            memcpy(acc, entry, (size_t)n * sizeof(mp_limb_t));
+            have = 1;
+        }
+    }
+    if (have)
+        mont_mul(acc, acc, f, &self->ctx, tp); /* = factor * base^e, normal form */
+    else /* exponent 0 */
+        memcpy(acc, f, (size_t)n * sizeof(mp_limb_t));
+    Py_END_ALLOW_THREADS
+    PyObject *out = limbs_to_bytes(acc, n);
+    PyMem_Free(e);
+    PyMem_Free(acc);
+    PyMem_Free(f);
+    PyMem_Free(tp);
+    return out;
+}
+
+static PyObject *FixedBase_get_window(FixedBaseObject *self, void *closure)
+{
+    return PyLong_FromLong(self->window);
+}
+
+static PyObject *FixedBase_get_nbytes(FixedBaseObject *self, void *closure)
+{
+    size_t per_row = ((size_t)1 << self->window) - 1;
+    return PyLong_FromSize_t((size_t)self->windows * per_row * (size_t)self->ctx.n * sizeof(mp_limb_t));
+}
+
+static PyMethodDef FixedBase_methods[] = {
+    {"pow", (PyCFunction)FixedBase_pow, METH_VARARGS,
+     "pow(exponent[, factor]) -> bytes: [factor *] base^exponent mod modulus; integers as "
+     "little-endian bytes, factor at most as wide as the modulus"},
+    {NULL},
+};
+
+static PyGetSetDef FixedBase_getset[] = {
+    {"window", (getter)FixedBase_get_window, NULL, "window width in bits", NULL},
+    {"table_bytes", (getter)FixedBase_get_nbytes, NULL, "memory held by the table", NULL},
+    {NULL},
+};
+
+static PyTypeObject FixedBaseType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "smcdp.crypto._mont.FixedBase",
+    .tp_doc = "FixedBase(base: bytes, modulus: bytes, exp_bits: int, window: int) -- "
+              "windowed fixed-base exponentiation in Montgomery form (little-endian byte integers)",
+    .tp_basicsize = sizeof(FixedBaseObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)FixedBase_init,
+    .tp_dealloc = (destructor)FixedBase_dealloc,
+    .tp_methods = FixedBase_methods,
+    .tp_getset = FixedBase_getset,
+};
+
+/* ------------------------------------------------------------------ multi_exp */
+
+/* Bos-Coster for exponents of one limb (< 2^64): repeatedly take the two largest exponents
+ * e1 >= e2 and rewrite b1^e1 * b2^e2 = b1^(e1 mod e2) * (b2 * b1^q)^e2, q = e1 div e2.
+ * For many terms this needs 30-50 % fewer multiplications than Pippenger (820 terms of
+ * 48 bits: ~5.2k against ~7.5k).  B holds the t bases in Montgomery form and is
+ * overwritten; the result (Montgomery form) goes to res.  Returns 0 if every exponent is 0. */
+typedef struct {
+    mp_limb_t e;
+    Py_ssize_t i;
+} heap_item;
+
+static void heap_down(heap_item *h, Py_ssize_t size, Py_ssize_t at)
+{
+    for (;;) {
+        Py_ssize_t l = 2 * at + 1, r = l + 1, big = at;
+        if (l < size && h[l].e > h[big].e)
+            big = l;
+        if (r < size && h[r].e > h[big].e)
+            big = r;
+        if (big == at)
+            return;
+        heap_item tmp = h[at];
+        h[at] = h[big];
+        h[big] = tmp;
+        at = big;
+    }
+}
+
+static int bos_coster(mp_limb_t *B, const mp_limb_t *E, Py_ssize_t t, const mont_ctx *c, mp_limb_t *res,
+                      mp_limb_t *tmp, mp_limb_t *tp, heap_item *h)
+{
+    mp_size_t n = c->n;
+    Py_ssize_t size = 0;
+    for (Py_ssize_t j = 0; j < t; j++)
+        if (E[j]) {
+            h[size].e = E[j];
+            h[size].i = j;
+            size++;
+        }
+    if (size == 0)
+        return 0;
+    for (Py_ssize_t at = size / 2; at-- > 0;)
+        heap_down(h, size, at);
+    while (size > 1) {
+        heap_item top = h[0];
+        /* the second largest is one of the root's children */
+        Py_ssize_t s = (size > 2 && h[2].e > h[1].e) ? 2 : 1;
+        mp_limb_t e2 = h[s].e, q = top.e / e2;
+        mp_limb_t *b1 = B + (size_t)top.i * (size_t)n, *b2 = B + (size_t)h[s].i * (size_t)n;
+        if (q == 1)
+            mont_mul(b2, b2, b1, c, tp);
+        else {
+            mont_pow_limbs(tmp, b1, &q, 1, c, tp);
+            mont_mul(b2, b2, tmp, c, tp);
+        }
+        top.e -= q * e2;
+        if (top.e) {
+            h[0] = top;
+        } else {
+            h[0] = h[--size];
+        }
+        heap_down(h, size, 0);
+    }
+    mont_pow_limbs(res, B + (size_t)h[0].i * (size_t)n, &h[0].e, 1, c, tp);
+    return 1;
+}
+
+static PyObject *multi_exp(PyObject *module, PyObject *args)
+{
+    PyObject *bases_in, *exps_in;
+    Py_buffer mod;
+    int c;
+    if (!PyArg_ParseTuple(args, "OOy*i", &bases_in, &exps_in, &mod, &c))
+        return NULL;
+    PyObject *bases = NULL, *exps = NULL, *out = NULL;
+    mont_ctx ctx;
+    mp_limb_t *S = NULL, *B = NULL, *E = NULL, *buckets = NULL, *tp = NULL, *res = NULL, *run = NULL, *acc = NULL;
+    unsigned char *filled = NULL;
+    heap_item *heap = NULL;
+    if (c < 1 || c > 16) {
+        PyBuffer_Release(&mod);
+        PyErr_SetString(PyExc_ValueError, "need 1 <= window <= 16");
+        return NULL;
+    }
+    int rc = ctx_init(&ctx, mod.buf, mod.len);
+    PyBuffer_Release(&mod);
+    if (rc < 0)
+        return NULL;
+    bases = PySequence_Fast(bases_in, "bases must be a sequence of bytes");
+    exps = bases ? PySequence_Fast(exps_in, "exps must be a sequence of bytes") : NULL;
+    if (!exps)
+        goto done;
+    Py_ssize_t t = PySequence_Fast_GET_SIZE(bases);
+    if (PySequence_Fast_GET_SIZE(exps) != t) {
+        PyErr_SetString(PyExc_ValueError, "bases and exps differ in length");
+        goto done;
+    }
+    mp_size_t n = ctx.n;
+    /* exponent width: the longest exponent, in limbs */
+    mp_size_t k = 1;
+    size_t bits = 0;
+    for (Py_ssize_t j = 0; j < t; j++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(exps, j);
+        if (!PyBytes_Check(o)) {
+            PyErr_SetString(PyExc_TypeError, "exponents must be bytes (little-endian, non-negative)");
+            goto done;
+        }
+        const unsigned char *eb = (const unsigned char *)PyBytes_AS_STRING(o);
+        size_t bj = byte_bits(eb, PyBytes_GET_SIZE(o));
+        mp_size_t kj = limbs_for(trimmed_len(eb, PyBytes_GET_SIZE(o)));
+        if (kj > k)
+            k = kj;
+        if (bj > bits)
+            bits = bj;
+    }
+    size_t nb = (size_t)1 << c;
+    tp = PyMem_Malloc((size_t)(2 * n) * sizeof(mp_limb_t));
+    B = PyMem_Malloc((size_t)(t > 0 ? t : 1) * (size_t)n * sizeof(mp_limb_t));
+    E = PyMem_Calloc((size_t)(t > 0 ? t : 1) * (size_t)k, sizeof(mp_limb_t));
+    buckets = PyMem_Malloc(nb * (size_t)n * sizeof(mp_limb_t));
+    filled = PyMem_Malloc(nb);
+    res = PyMem_Malloc((size_t)n * sizeof(mp_limb_t));
+    run = PyMem_Malloc((size_t)n * sizeof(mp_limb_t));
+    acc = PyMem_Malloc((size_t)n * sizeof(mp_limb_t));
+    heap = PyMem_Malloc((size_t)(t > 0 ? t : 1) * sizeof(heap_item));
+    S = PyMem_Calloc((size_t)(k + 1), sizeof(mp_limb_t));
+    if (!tp || !B || !E || !buckets || !filled || !res || !run || !acc || !heap || !S) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t j = 0; j < t; j++) {
+        if (load_residue(PySequence_Fast_GET_ITEM(bases, j), &ctx, B + (size_t)j * (size_t)n, tp, 0) < 0)
+            goto done;
+        PyObject *o = PySequence_Fast_GET_ITEM(exps, j);
+        const unsigned char *eb = (const unsigned char *)PyBytes_AS_STRING(o);
+        bytes_to_limbs(eb, trimmed_len(eb, PyBytes_GET_SIZE(o)), E + (size_t)j * (size_t)k, k);
+        S[k] += mpn_add_n(S, S, E + (size_t)j * (size_t)k, k);
+    }
+    size_t windows = (bits + (size_t)c - 1) / (size_t)c;
+    int have_res = 0;
+    Py_BEGIN_ALLOW_THREADS
+    if (k == 1 && t > 1) {
+        windows = 0; /* skip the bucket method */
+        have_res = bos_coster(B, E, t, &ctx, res, run, tp, heap);
+    }
+    for (size_t wi = windows; wi-- > 0;) {
+        if (have_res)
+            for (int s = 0; s < c; s++)
+                mont_mul(res, res, res, &ctx, tp);
+        memset(filled, 0, nb);
+        int any = 0;
+        for (Py_ssize_t j = 0; j < t; j++) {
+            unsigned d = digit_at(E + (size_t)j * (size_t)k, k, wi * (size_t)c, c);
+            if (!d)
+                continue;
+            mp_limb_t *bd = buckets + (size_t)d * (size_t)n;
+            if (filled[d])
+                mont_mul(bd, bd, B + (size_t)j * (size_t)n, &ctx, tp);
+            else {
+                memcpy(bd, B + (size_t)j * (size_t)n, (size_t)n * sizeof(mp_limb_t));
+                filled[d] = 1;
+            }
+            any = 1;
+        }
+        if (!any)
+            continue;
+        /* sum_d d * bucket[d] as a running product: acc = prod_d run_d, run_d = prod_{d' >= d} bucket[d'] */
+        int have_run = 0, have_acc = 0;
+        for (size_t d = nb - 1; d >= 1; d--) {
+            if (filled[d]) {
+                if (have_run)
+                    mont_mul(run, run, buckets + d * (size_t)n, &ctx, tp);
+                else {
+                    memcpy(run, buckets + d * (size_t)n, (size_t)n * sizeof(mp_limb_t));
+                    have_run = 1;
+                }
+            }
+            if (have_run) {
+                if (have_acc)
+                    mont_mul(acc, acc, run, &ctx, tp);
+                else {
+                    memcpy(acc, run, (size_t)n * sizeof(mp_limb_t));
+                    have_acc = 1;
+                }
+            }
+        }
+        if (have_res)
+            mont_mul(res, res, acc, &ctx, tp);
+        else {
+            memcpy(res, acc, (size_t)n * sizeof(mp_limb_t));
+            have_res = 1;
+        }
+    }
+    if (have_res) {
+        /* The bases were used as given, i.e. as the Montgomery forms of b/R, so res is the
+         * Montgomery form of prod (b/R)^e = V * R^-S with S = sum e.  Multiplying by the
+         * Montgomery form of R^S, which is (R mod m)^S computed from R^2 mod m, gives V:
+         * one short exponentiation instead of t conversions into Montgomery form. */
+        mont_pow_limbs(acc, ctx.r2, S, k + 1, &ctx, tp);
+        mont_mul(res, res, acc, &ctx, tp);
+        from_mont(res, res, &ctx, tp);
+    }
+    Py_END_ALLOW_THREADS
+    if (!have_res) {
+        memset(res, 0, (size_t)n * sizeof(mp_limb_t));
+        res[0] = 1;
+    }
+    out = limbs_to_bytes(res, n);
+done:
+    Py_XDECREF(bases);
+    Py_XDECREF(exps);
+    PyMem_Free(B);
+    PyMem_Free(E);
+    PyMem_Free(buckets);
+    PyMem_Free(filled);
+    PyMem_Free(tp);
+    PyMem_Free(res);
+    PyMem_Free(run);
+    PyMem_Free(acc);
+    PyMem_Free(heap);
+    PyMem_Free(S);
+    ctx_free(&ctx);
+    return out;
+}
+
+static PyMethodDef module_methods[] = {
+    {"multi_exp", multi_exp, METH_VARARGS,
+     "multi_exp(bases, exps, modulus, window) -> bytes: prod bases[j]^exps[j] mod modulus "
+     "(Pippenger; all integers little-endian bytes, exponents non-negative)"},
+    {NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "smcdp.crypto._mont",
+    "Montgomery-domain fixed-base and multi-exponentiation over GMP's mpn layer.", -1, module_methods,
+};
+
+PyMODINIT_FUNC PyInit__mont(void)
+{
+    if (PyType_Ready(&FixedBaseType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module_def);
+    if (!m)
+        return NULL;
+    Py_INCREF(&FixedBaseType);
+    if (PyModule_AddObject(m, "FixedBase", (PyObject *)&FixedBaseType) < 0) {
+        Py_DECREF(&FixedBaseType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    PyModule_AddIntConstant(m, "LIMB_BITS", GMP_NUMB_BITS);
+    PyModule_AddStringConstant(m, "GMP_VERSION", gmp_version);
+    return m;
+}

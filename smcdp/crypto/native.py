@@ -1,0 +1,86 @@
+"""The optional C accelerator (``smcdp.crypto._mont``) behind one small interface.
+
+The extension does Montgomery multiplication over GMP's mpn layer for the two
+hot loops of the Paillier engine: fixed-base exponentiation (encryption's
+obfuscator, DGK and OT tables) and Pippenger multi-exponentiation (homomorphic
+dot products).  Why it exists and what it gains: docs/benchmarks.md.
+
+It is optional.  Where it was not built (no C compiler or GMP headers at
+install time) or ``SMCDP_NATIVE=0`` is set, :data:`AVAILABLE` is false and the
+callers use their pure gmpy2 loops, which compute the same values; the tests
+compare the two paths on every operation.
+
+Integers cross into C as little-endian byte strings (``mpz.to_bytes`` /
+``mpz.from_bytes``), which costs a few microseconds per call against hundreds
+for the work itself.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+from gmpy2 import mpz
+
+try:
+    if os.environ.get("SMCDP_NATIVE", "1").strip() == "0":
+        raise ImportError("disabled by SMCDP_NATIVE=0")
+    from smcdp.crypto import _mont
+except ImportError as exc:  # not built here, or switched off
+    _mont = None
+    REASON = str(exc)
+else:
+    REASON = f"built against GMP {_mont.GMP_VERSION}"
+
+AVAILABLE: bool = _mont is not None
+
+
+def engine_name() -> str:
+    return "native (Montgomery over GMP mpn)" if AVAILABLE else "pure gmpy2"
+
+
+def _le(x: int, nbytes: int) -> bytes:
+    return mpz(x).to_bytes(nbytes, "little")
+
+
+def _le_min(x: int) -> bytes:
+    x = mpz(x)
+    return x.to_bytes((x.bit_length() + 7) // 8, "little")
+
+
+class FixedBase:
+    """``base^e mod modulus`` (odd modulus) from a windowed table held in C memory."""
+
+    __slots__ = ("_t", "_ebytes", "_mbytes")
+
+    def __init__(self, base: int, modulus: int, exp_bits: int, window: int) -> None:
+        if _mont is None:
+            raise RuntimeError(f"the native engine is not available ({REASON})")
+        modulus = mpz(modulus)
+        nbytes = (modulus.bit_length() + 7) // 8
+        self._ebytes = (int(exp_bits) + 7) // 8
+        self._mbytes = nbytes
+        self._t = _mont.FixedBase(_le(mpz(base) % modulus, nbytes), _le(modulus, nbytes),
+                                  int(exp_bits), int(window))
+
+    @property
+    def table_bytes(self) -> int:
+        return self._t.table_bytes
+
+    def pow(self, e: int, factor: int | None = None) -> mpz:
+        """``[factor ·] base^e mod modulus`` for 0 <= e < 2^exp_bits (the caller checks the
+        range) and 0 <= factor < modulus; the factor costs no extra multiplication."""
+        if factor is None:
+            return mpz.from_bytes(self._t.pow(_le(e, self._ebytes)), "little")
+        return mpz.from_bytes(self._t.pow(_le(e, self._ebytes), _le(factor, self._mbytes)), "little")
+
+
+def multi_exp(bases: Sequence[int], exps: Sequence[int], modulus: int, window: int) -> mpz:
+    """Π bases[j]^exps[j] mod modulus for non-negative exps and bases below the modulus."""
+    if _mont is None:
+        raise RuntimeError(f"the native engine is not available ({REASON})")
+    modulus = mpz(modulus)
+    nbytes = (modulus.bit_length() + 7) // 8
+    out = _mont.multi_exp([_le(b, nbytes) for b in bases], [_le_min(e) for e in exps],
+                          _le(modulus, nbytes), int(window))
+    return mpz.from_bytes(out, "little")
