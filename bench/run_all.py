@@ -8,6 +8,7 @@ note.
 from __future__ import annotations
 
 import argparse
+import json
 import datetime as dt
 import os
 import platform
@@ -59,43 +60,62 @@ def main() -> int:
     print("paillier micro-benchmarks …", file=sys.stderr)
     secs = 1.0 if args.quick else 3.0
     p = paillier_benchmark(2048, secs)
+    print("paillier micro-benchmarks, pure gmpy2 engine …", file=sys.stderr)
+    pure = json.loads(subprocess.run(
+        [sys.executable, "-m", "smcdp", "bench", "paillier", "--key-bits", "2048", "--seconds", str(secs), "--json"],
+        capture_output=True, text=True, check=True, env={**os.environ, "SMCDP_NATIVE": "0"}).stdout)
+
+    def row(label: str, base: str, ours: str, ratio: str, target: str, fmt: str = ".0f") -> str:
+        return (f"| {label} | {p[base]:{fmt}}/s | {p[ours]:{fmt}}/s | **{p[ratio]:.1f}×** | "
+                f"{pure[ratio]:.1f}× | {target} |")
+
     parts += ["## Paillier micro-benchmarks (2048-bit, one core)", "",
-              "`smcdp bench paillier --json` prints these numbers as JSON (contract).", "",
-              "| operation | plain phe | smcdp | ratio | target (issue 8) |", "|---|---|---|---|---|",
-              f"| encrypt, public key (fixed-base table, w={p['fixed_base_window_bits']}) | {p['phe_encrypt_per_s']:.0f}/s | "
-              f"{p['encrypt_public_per_s']:.0f}/s | {p['encrypt_public_ratio']:.1f}× | ≥ 20× |",
-              f"| encrypt, own private key (CRT + per-prime tables) | {p['phe_encrypt_per_s']:.0f}/s | "
-              f"{p['encrypt_private_per_s']:.0f}/s | {p['encrypt_private_ratio']:.1f}× | ≥ 40× |",
-              f"| encrypt, own private key, process pool ({p['pool_workers']} workers, all cores) | "
-              f"{p['phe_encrypt_per_s']:.0f}/s (1 core) | {p['encrypt_private_pool_per_s']:.0f}/s | "
-              f"{p['encrypt_private_pool_ratio']:.1f}× | — |",
-              f"| values decrypted (packing {p['packing_slots']} × {p['packing_slot_bits']}-bit slots) | "
-              f"{p['phe_decrypt_values_per_s']:.0f}/s | {p['decrypt_packed_values_per_s']:.0f}/s | "
-              f"{p['decrypt_packed_ratio']:.1f}× | ≥ 10× |",
-              f"| dot product, {p['dot_terms']} ciphertexts × {p['dot_weight_bits']}-bit weights (Pippenger) | "
-              f"{p['phe_dot_per_s']:.2f}/s | {p['dot_per_s']:.2f}/s | {p['dot_ratio']:.1f}× | ≥ 5× |",
+              "`smcdp bench paillier --json` prints these numbers as JSON (contract). Each ratio is the median "
+              "of nine rounds that alternate the baseline and ours, so that a drift in machine speed between "
+              f"phases cancels. Engine: {p['engine']}; the 'pure' column is the same benchmark with the C "
+              "accelerator switched off (`SMCDP_NATIVE=0`), run right after.", "",
+              "| operation | plain phe | smcdp | ratio | ratio, pure gmpy2 | target (issue 8) |",
+              "|---|---|---|---|---|---|",
+              row(f"encrypt, public key (fixed-base table, w={p['fixed_base_window_bits']})",
+                  "phe_encrypt_per_s", "encrypt_public_per_s", "encrypt_public_ratio", "≥ 20×"),
+              row(f"encrypt, own private key (CRT, per-prime tables, w={p['crt_window_bits']})",
+                  "phe_encrypt_per_s", "encrypt_private_per_s", "encrypt_private_ratio", "≥ 40×"),
+              row(f"encrypt, own private key, process pool ({p['pool_workers']} workers, all cores)",
+                  "phe_encrypt_per_s", "encrypt_private_pool_per_s", "encrypt_private_pool_ratio", "—"),
+              row(f"values decrypted (packing {p['packing_slots']} × {p['packing_slot_bits']}-bit slots)",
+                  "phe_decrypt_values_per_s", "decrypt_packed_values_per_s", "decrypt_packed_ratio", "≥ 10×"),
+              row(f"dot product, {p['dot_terms']} ciphertexts × {p['dot_weight_bits']}-bit signed weights",
+                  "phe_dot_per_s", "dot_per_s", "dot_ratio", "≥ 5×", ".2f"),
               "",
               f"One-off table building per key: fixed-base {p['fixed_base_table_seconds']:.2f} s, "
-              f"CRT tables {p['crt_tables_seconds']:.2f} s.", "",
+              f"CRT tables {p['crt_tables_seconds']:.2f} s (table budget {p['table_budget_mb']} MB per table, "
+              "`SMCDP_TABLE_BUDGET_MB`).", "",
               "### What limits encryption (profile, same run)", "",
-              f"A fixed-base obfuscator h_s^a with a of 1024 bits costs one modular multiplication per table window "
-              f"and nothing else: {p['fixed_base_steps_public']} multiplications mod n² for the public path, "
-              f"{p['fixed_base_steps_private']} mod p² or q² for the CRT path. One multiplication measured here costs "
-              f"{p['mulmod_n2_us']:.2f} µs mod n² and {p['mulmod_p2_us']:.2f} µs mod p² (a gmpy2 product followed by "
-              f"a division; the division dominates). So the floor is {p['fixed_base_steps_public'] * p['mulmod_n2_us'] / 1000:.2f} ms "
-              f"(public) and {p['fixed_base_steps_private'] * p['mulmod_p2_us'] / 1000:.2f} ms (CRT) per encryption, "
-              f"against phe's {p['phe_encrypt_ms']:.2f} ms: at most "
-              f"{p['phe_encrypt_ms'] / (p['fixed_base_steps_public'] * p['mulmod_n2_us'] / 1000):.0f}× and "
-              f"{p['phe_encrypt_ms'] / (p['fixed_base_steps_private'] * p['mulmod_p2_us'] / 1000):.0f}×. "
-              f"The measured {p['encrypt_public_ratio']:.1f}× and {p['encrypt_private_ratio']:.1f}× fall short of "
-              "those bounds by the interpreter's per-step overhead and the random table reads (about 0.7 µs per "
-              "step here, which weighs most on the cheaper mod-p² steps). What was tried: windows of 7–10 bits (fewer windows "
-              "mean larger tables; the per-step cost stays one multiplication, and the table is not cache-bound: "
-              "8-bit tables that fit the L3 cost the same per step); a tighter digit loop (no gain: digit "
-              "extraction is under 5 % of the time). Reaching 20× / 40× on one core needs a cheaper modular "
-              "multiplication than gmpy2 exposes (Montgomery arithmetic in C) or a shorter exponent than the "
-              "key_size/2 bits the issue prescribes; we keep both the pure-Python core and the conservative "
-              "exponent. On both cores the process pool gives the figure in the pool row.", ""]
+              f"A fixed-base obfuscator h_s^a with a of 1024 bits costs one modular multiplication per table "
+              f"window and nothing else: {p['fixed_base_steps_public']} multiplications mod n² for the public path "
+              f"and {p['fixed_base_steps_private']} mod p² or q² for the CRT path (12-bit windows). phe's encryption "
+              f"is one exponentiation with a 2048-bit exponent mod n², about 2048 squarings and 340 "
+              f"multiplications: {p['phe_encrypt_ms']:.2f} ms here. The ratios are therefore counts of "
+              "multiplications times the cost of one:", "",
+              "| one multiplication | mod n² (4096 bits) | mod p² (2048 bits) |", "|---|---|---|",
+              f"| gmpy2 `a * b % m` (product, then division) | {p['mulmod_n2_us']:.2f} µs | "
+              f"{p['mulmod_p2_us']:.2f} µs |",
+              f"| one table step of the {p['engine']} engine (measured: a power / its steps) | "
+              f"{p['table_step_n2_us']:.2f} µs | {p['table_step_p2_us']:.2f} µs |",
+              f"| one table step, pure gmpy2 engine (its run) | {pure['table_step_n2_us']:.2f} µs | "
+              f"{pure['table_step_p2_us']:.2f} µs |", "",
+              "The pure engine pays a division per step plus the interpreter and two object allocations; with "
+              "10-bit windows (it gains nothing from larger ones) its floor was 22× / 32× and it measured about "
+              "17× / 20×. The accelerator (`smcdp/crypto/_mont.c`) keeps the tables in Montgomery form in C "
+              "memory and runs the loop there: GMP's own mpn multiplication followed by Montgomery reduction "
+              "(which GMP uses inside `mpz_powm` but does not export), the next entry prefetched while the "
+              "current one is multiplied, and the tables on transparent huge pages. The last two matter: the "
+              "tables are far larger than the caches and are read at random, and before them a CRT encryption "
+              "spent a third of its time waiting for memory (348 µs against 233 µs after, same machine). "
+              "Dot products use Bos–Coster for exponents below 2^64 (30–50 % fewer multiplications than "
+              "Pippenger for 820 terms), one inversion for all negative weights together instead of one per "
+              "term, and no conversion of the bases into Montgomery form (a single correction by R^Σe instead). "
+              "What remains is the multiplication itself. On both cores the process pool gives the pool row.", ""]
 
     print("power iteration …", file=sys.stderr)
     pi = run_module(HERE / "power_iteration_bench.py", ["--ks", "200,500"])

@@ -14,13 +14,15 @@ import json
 import os
 import platform
 import secrets
+import statistics
 import sys
 import time
 from typing import Callable
 
 from phe import paillier as phe_paillier
 
-from smcdp.crypto.paillier import generate_keypair
+from smcdp.crypto import native
+from smcdp.crypto.paillier import generate_keypair, table_budget_bytes
 from smcdp.crypto.vector import EncryptedVector, Packing, multi_exp
 
 
@@ -34,6 +36,21 @@ def _rate(fn: Callable[[], object], min_seconds: float, min_reps: int = 3) -> tu
         el = time.perf_counter() - t0
         if el >= min_seconds and reps >= min_reps:
             return reps / el, reps, el
+
+
+def _paired(baseline: Callable[[], object], ours: Callable[[], object], seconds: float,
+            rounds: int = 9, min_reps: int = 2) -> tuple[float, float, float]:
+    """Rates of ``baseline`` and ``ours`` measured in alternating rounds, and the median of the
+    per-round ratios: a shared machine's speed drifts between phases, and a ratio taken within
+    one round cancels that drift."""
+    base_rates, our_rates, ratios = [], [], []
+    for _ in range(rounds):
+        b, _, _ = _rate(baseline, seconds / (2 * rounds), min_reps)
+        o, _, _ = _rate(ours, seconds / (2 * rounds), min_reps)
+        base_rates.append(b)
+        our_rates.append(o)
+        ratios.append(o / b)
+    return statistics.median(base_rates), statistics.median(our_rates), statistics.median(ratios)
 
 
 def paillier_benchmark(key_bits: int = 2048, seconds: float = 2.0, dot_terms: int = 820,
@@ -50,18 +67,17 @@ def paillier_benchmark(key_bits: int = 2048, seconds: float = 2.0, dot_terms: in
     t0 = time.perf_counter()
     sk._crt_tables()
     private_table_s = time.perf_counter() - t0
-    phe_enc, _, _ = _rate(lambda: phe_pk.encrypt(m), seconds)
-    pub_enc, _, _ = _rate(lambda: pk.raw_encrypt(m), seconds)
-    priv_enc, _, _ = _rate(lambda: sk.raw_encrypt(m), seconds)
+    phe_enc, pub_enc, pub_ratio = _paired(lambda: phe_pk.encrypt(m), lambda: pk.raw_encrypt(m), 2 * seconds)
+    phe_enc2, priv_enc, priv_ratio = _paired(lambda: phe_pk.encrypt(m), lambda: sk.raw_encrypt(m), 2 * seconds)
 
     # ---- decryption: plain phe (one value per ciphertext) vs packed CRT decryption
     c_plain = phe_pk.encrypt(m)
-    phe_dec, _, _ = _rate(lambda: phe_sk.decrypt(c_plain), seconds)
     packing = Packing.for_key(pk, slot_bits)
     vals = [secrets.randbits(slot_bits - 2) - (1 << (slot_bits - 3)) for _ in range(packing.slots)]
     packed = EncryptedVector.encrypt_ints(pk, vals, packing=packing, private_key=sk)
     assert packed.decrypt_ints(sk) == vals
-    packed_dec, _, _ = _rate(lambda: packed.decrypt_ints(sk), seconds)
+    phe_dec, packed_dec, dec_ratio = _paired(lambda: phe_sk.decrypt(c_plain), lambda: packed.decrypt_ints(sk),
+                                             2 * seconds)
     packed_values_per_s = packed_dec * packing.slots
 
     # ---- homomorphic dot product: phe's naive loop vs multi-exponentiation
@@ -80,8 +96,7 @@ def paillier_benchmark(key_bits: int = 2048, seconds: float = 2.0, dot_terms: in
 
     # same result, checked once
     assert sk.raw_decrypt_signed(our_dot()) == phe_sk.decrypt(phe_dot())
-    phe_dot_rate, _, _ = _rate(phe_dot, seconds, 2)
-    our_dot_rate, _, _ = _rate(our_dot, seconds, 2)
+    phe_dot_rate, our_dot_rate, dot_ratio = _paired(phe_dot, our_dot, 2 * seconds, min_reps=1)
 
     # ---- profile: the cost of one modular multiplication, which bounds the fixed-base paths
     import gmpy2
@@ -90,8 +105,14 @@ def paillier_benchmark(key_bits: int = 2048, seconds: float = 2.0, dot_terms: in
     mul_n2, _, _ = _rate(lambda: x * y % pk.nsquare, seconds / 4, 1000)
     xp, yp = x % sk.psquare, y % sk.psquare
     mul_p2, _, _ = _rate(lambda: xp * yp % sk.psquare, seconds / 4, 1000)
-    steps_public = len(pk.table().table)
-    steps_private = 2 * len(sk._crt_tables()[0].table)
+    steps_public = -(-pk.table().exp_bits // pk.table().window)
+    tp_table = sk._crt_tables()[0]
+    steps_private = 2 * -(-tp_table.exp_bits // tp_table.window)
+    # one table step as the engine runs it: a fixed-base power with a random exponent, per window
+    exps = [secrets.randbits(pk.obfuscation_bits) for _ in range(64)]
+    it = iter(exps * 1000)
+    pow_n2, _, _ = _rate(lambda: pk.table().pow(next(it)), seconds / 4, 20)
+    pow_p2, _, _ = _rate(lambda: tp_table.pow(next(it)), seconds / 4, 20)
 
     # ---- parallel batches: the same CRT encryption on a process pool using every core
     from smcdp.crypto.parallel import CryptoPool
@@ -111,29 +132,35 @@ def paillier_benchmark(key_bits: int = 2048, seconds: float = 2.0, dot_terms: in
         "phe_encrypt_per_s": phe_enc,
         "encrypt_public_per_s": pub_enc,
         "encrypt_private_per_s": priv_enc,
-        "encrypt_public_ratio": pub_enc / phe_enc,
-        "encrypt_private_ratio": priv_enc / phe_enc,
+        "encrypt_public_ratio": pub_ratio,
+        "encrypt_private_ratio": priv_ratio,
+        "engine": native.engine_name(),
+        "ratio_method": "median over 9 alternating rounds (baseline, ours) of the per-round ratio",
         "mulmod_n2_us": 1e6 / mul_n2,
         "mulmod_p2_us": 1e6 / mul_p2,
+        "table_step_n2_us": 1e6 / pow_n2 / steps_public,
+        "table_step_p2_us": 1e6 / pow_p2 / (steps_private // 2),
         "fixed_base_steps_public": steps_public,
         "fixed_base_steps_private": steps_private,
         "phe_encrypt_ms": 1e3 / phe_enc,
         "encrypt_private_pool_per_s": pool_enc,
-        "encrypt_private_pool_ratio": pool_enc / phe_enc,
+        "encrypt_private_pool_ratio": pool_enc / statistics.mean([phe_enc, phe_enc2]),
         "pool_workers": pool_workers,
         "fixed_base_table_seconds": public_table_s,
         "crt_tables_seconds": private_table_s,
         "fixed_base_window_bits": pk.table().window,
+        "crt_window_bits": tp_table.window,
+        "table_budget_mb": table_budget_bytes() >> 20,
         "phe_decrypt_values_per_s": phe_dec,
         "decrypt_packed_values_per_s": packed_values_per_s,
-        "decrypt_packed_ratio": packed_values_per_s / phe_dec,
+        "decrypt_packed_ratio": dec_ratio * packing.slots,
         "packing_slots": packing.slots,
         "packing_slot_bits": slot_bits,
         "dot_terms": dot_terms,
         "dot_weight_bits": dot_weight_bits,
         "phe_dot_per_s": phe_dot_rate,
         "dot_per_s": our_dot_rate,
-        "dot_ratio": our_dot_rate / phe_dot_rate,
+        "dot_ratio": dot_ratio,
     }
 
 
