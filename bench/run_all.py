@@ -104,9 +104,9 @@ def main() -> int:
               f"{p['table_step_n2_us']:.2f} µs | {p['table_step_p2_us']:.2f} µs |",
               f"| one table step, pure gmpy2 engine (its run) | {pure['table_step_n2_us']:.2f} µs | "
               f"{pure['table_step_p2_us']:.2f} µs |", "",
-              "The pure engine pays a division per step plus the interpreter and two object allocations; with "
-              "10-bit windows (it gains nothing from larger ones) its floor was 22× / 32× and it measured about "
-              "17× / 20×. The accelerator (`smcdp/crypto/_mont.c`) keeps the tables in Montgomery form in C "
+              "The pure engine pays a division per step plus the interpreter and two object allocations, and its "
+              "10-bit windows (it gains nothing from larger ones) need 103 / 206 steps: hence the pure column. "
+              "The accelerator (`smcdp/crypto/_mont.c`) keeps the tables in Montgomery form in C "
               "memory and runs the loop there: GMP's own mpn multiplication followed by Montgomery reduction "
               "(which GMP uses inside `mpz_powm` but does not export), the next entry prefetched while the "
               "current one is multiplied, and the tables on transparent huge pages. The last two matter: the "
