@@ -41,16 +41,14 @@ typedef struct {
     mp_size_t n;     /* limbs of the modulus (top limb non-zero) */
     mp_limb_t *m;    /* the odd modulus */
     mp_limb_t minv;  /* -m^-1 mod 2^GMP_NUMB_BITS */
-    mp_limb_t *r2;   /* R^2 mod m, R = 2^(GMP_NUMB_BITS * n) */
-    mp_limb_t *one;  /* R mod m: 1 in Montgomery form */
+    mp_limb_t *r2;   /* R^2 mod m, R = 2^(GMP_NUMB_BITS * n): converts into Montgomery form */
 } mont_ctx;
 
 static void ctx_free(mont_ctx *c)
 {
     PyMem_Free(c->m);
     PyMem_Free(c->r2);
-    PyMem_Free(c->one);
-    c->m = c->r2 = c->one = NULL;
+    c->m = c->r2 = NULL;
 }
 
 /* little-endian bytes -> n limbs (zero-padded); caller checks that len fits */
@@ -102,11 +100,9 @@ static mp_size_t limbs_for(Py_ssize_t bytes)
 static void reduce_into(mp_limb_t *rp, const mp_limb_t *xp, mp_size_t k, const mont_ctx *c)
 {
     mp_size_t n = c->n;
-    if (k < n) {
+    if (k < n) { /* already below m, whose top limb is non-zero */
         memset(rp, 0, (size_t)n * sizeof(mp_limb_t));
         memcpy(rp, xp, (size_t)k * sizeof(mp_limb_t));
-        if (mpn_cmp(rp, c->m, n) >= 0)
-            mpn_sub_n(rp, rp, c->m, n); /* cannot happen for k < n, kept for safety */
         return;
     }
     mp_limb_t q[k - n + 1]; /* k <= 2n + 1 everywhere this is called: a few KB of stack at most */
@@ -126,9 +122,8 @@ static int ctx_init(mont_ctx *c, const unsigned char *mb, Py_ssize_t mlen)
     c->n = n;
     c->m = PyMem_Malloc((size_t)n * sizeof(mp_limb_t));
     c->r2 = PyMem_Malloc((size_t)n * sizeof(mp_limb_t));
-    c->one = PyMem_Malloc((size_t)n * sizeof(mp_limb_t));
     mp_limb_t *t = PyMem_Calloc((size_t)(2 * n + 1), sizeof(mp_limb_t));
-    if (!c->m || !c->r2 || !c->one || !t) {
+    if (!c->m || !c->r2 || !t) {
         PyMem_Free(t);
         ctx_free(c);
         PyErr_NoMemory();
@@ -140,9 +135,6 @@ static int ctx_init(mont_ctx *c, const unsigned char *mb, Py_ssize_t mlen)
     for (int i = 0; i < 5; i++)
         inv *= (mp_limb_t)2 - c->m[0] * inv;
     c->minv = (mp_limb_t)0 - inv;
-    t[n] = 1; /* R */
-    reduce_into(c->one, t, n + 1, c);
-    t[n] = 0;
     t[2 * n] = 1; /* R^2 */
     reduce_into(c->r2, t, 2 * n + 1, c);
     PyMem_Free(t);
