@@ -111,13 +111,11 @@ class FixedBase(FixedBaseTable):
 
     def pow(self, e: int, factor: int | None = None) -> mpz:
         e = int(e)
-        if e < 0:
-            r = gmpy2.invert(self.pow(-e), self.modulus)
-            return r if factor is None else r * factor % self.modulus
-        if e.bit_length() > self.max_bits:
-            r = gmpy2.powmod(self.base, e, self.modulus)
-            return r if factor is None else r * factor % self.modulus
-        return super().pow(e, factor)
+        if 0 <= e and e.bit_length() <= self.max_bits:
+            return super().pow(e, factor)
+        m = self.modulus
+        r = gmpy2.invert(self.pow(-e), m) if e < 0 else gmpy2.powmod(self.base, e, m)
+        return r if factor is None else r * factor % m
 
 
 # --------------------------------------------------------------------------

@@ -103,12 +103,11 @@ class FixedBaseTable:
             self.window = window or _window_for(self.exp_bits, self.modulus.bit_length(),
                                                 entry_overhead=0, max_window=12)
             self._native = native.FixedBase(g, self.modulus, self.exp_bits, self.window)
-            self.table: list[list[mpz]] = []
             return
         self.window = window or _window_for(self.exp_bits, self.modulus.bit_length())
         w = self.window
         self.mask = (1 << w) - 1
-        self.table = []
+        self._rows: list[list[mpz]] = []
         m = self.modulus
         for _ in range(-(-self.exp_bits // w)):
             row = [mpz(1), g]
@@ -116,24 +115,25 @@ class FixedBaseTable:
             for _ in range(2, 1 << w):
                 acc = acc * g % m
                 row.append(acc)
-            self.table.append(row)
+            self._rows.append(row)
             g = acc * g % m  # base^(2^w) for the next window
 
     def pow(self, e: int, factor: int | None = None) -> mpz:
         """``base^e mod m``, times ``factor`` (reduced mod m) when one is given."""
         if e < 0 or e.bit_length() > self.exp_bits:
             raise ValueError("exponent out of the table's range")
-        if self._native is not None:
-            return self._native.pow(e, None if factor is None else mpz(factor) % self.modulus)
         m = self.modulus
+        f = None if factor is None else mpz(factor) % m
+        if self._native is not None:
+            return self._native.pow(e, f)
         w, mask = self.window, self.mask
-        r = mpz(1) if factor is None else mpz(factor) % m
+        r = mpz(1) if f is None else f
         i = 0
         e = mpz(e)
         while e:
             d = int(e & mask)
             if d:
-                r = r * self.table[i][d] % m
+                r = r * self._rows[i][d] % m
             e >>= w
             i += 1
         return r
@@ -190,9 +190,10 @@ class PublicKey:
             self._table = FixedBaseTable(self._fixed_base(), self.nsquare, self.obfuscation_bits)
         return self._table
 
-    def obfuscator(self) -> mpz:
-        """A fresh random n-th residue h_s^a mod n² (a of key_size/2 bits)."""
-        return self.table().pow(secrets.randbits(self.obfuscation_bits))
+    def obfuscator(self, factor: int | None = None) -> mpz:
+        """A fresh random n-th residue h_s^a mod n² (a of key_size/2 bits), times ``factor``
+        when one is given (the table loop absorbs that multiplication)."""
+        return self.table().pow(secrets.randbits(self.obfuscation_bits), factor)
 
     def slow_obfuscator(self) -> mpz:
         """r^n mod n² for uniform r in Z*_n (the textbook obfuscator, as phe does)."""
@@ -216,13 +217,13 @@ class PublicKey:
         gm = (1 + self.n * self.raw_plain(m))  # < n², no reduction needed
         if not obfuscate:
             return gm % self.nsquare
-        return self.table().pow(secrets.randbits(self.obfuscation_bits), gm)
+        return self.obfuscator(gm)
 
     def raw_encrypt_many(self, ms: Iterable[int]) -> list[mpz]:
         return [self.raw_encrypt(m) for m in ms]
 
     def rerandomize(self, c: mpz) -> mpz:
-        return c * self.obfuscator() % self.nsquare
+        return self.obfuscator(c)
 
     def raw_add(self, c1: mpz, c2: mpz) -> mpz:
         return c1 * c2 % self.nsquare

@@ -22,7 +22,6 @@ from phe import paillier as phe_paillier
 from smcdp.crypto import native
 from smcdp.crypto import paillier as P
 from smcdp.crypto.vector import multi_exp
-from tests.conftest import _keypair
 
 if not native.AVAILABLE and os.environ.get("SMCDP_REQUIRE_NATIVE") == "1":
     raise RuntimeError(f"SMCDP_REQUIRE_NATIVE=1 but the native engine is unavailable: {native.REASON}")
