@@ -58,17 +58,18 @@ def encode_fixed(values, frac_bits: int) -> list[int]:
             if isinstance(v, (int, np.integer)):
                 out.append(int(v) << frac_bits)
             else:
-                out.append(_encode_float(float(v), frac_bits))
+                out.append(encode_float(float(v), frac_bits))
         return out
     arr = arr.astype(np.float64, copy=False)
     if not np.all(np.isfinite(arr)):
         raise InvalidMessage("cannot encrypt NaN or infinite values")
-    return [_encode_float(v, frac_bits) for v in arr.ravel().tolist()]
+    return [encode_float(v, frac_bits) for v in arr.ravel().tolist()]
 
 
-def _encode_float(v: float, frac_bits: int) -> int:
+def encode_float(v: float, frac_bits: int) -> int:
+    """round(v · 2^frac_bits) exactly (half away from zero) for a finite float."""
     if not math.isfinite(v):
-        raise InvalidMessage("cannot encrypt NaN or infinite values")
+        raise InvalidMessage("cannot encode NaN or infinite values in fixed point")
     m, e = math.frexp(v)  # v = m·2^e, 0.5 <= |m| < 1, exact
     mi = int(m * (1 << 53))  # exact 53-bit mantissa
     shift = e - 53 + frac_bits

@@ -60,7 +60,7 @@ import numpy as np
 from gmpy2 import mpz
 
 from smcdp.crypto.paillier import PrivateKey, PublicKey
-from smcdp.crypto.vector import UNPACKED, EncryptedVector, Packing, multi_exp
+from smcdp.crypto.vector import UNPACKED, EncryptedVector, Packing, encode_float, multi_exp
 from smcdp.errors import CryptoOverflow, InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.v1 import messages_pb2 as pb
@@ -119,21 +119,6 @@ def uniform_masks(rng: random.Random, count: int, half_width: float) -> np.ndarr
         return np.zeros(count)
     raw = np.frombuffer(rng.randbytes(8 * count), dtype="<u8") >> np.uint64(11)
     return (raw.astype(np.float64) * 2.0 ** -53 * 2.0 - 1.0) * half_width
-
-
-def fixed(x: float, frac_bits: int) -> int:
-    """round(x · 2^frac_bits) exactly for a finite float."""
-    if not math.isfinite(x):
-        raise InvalidMessage("cannot encode a non-finite value in fixed point")
-    m, e = math.frexp(x)
-    mi = int(m * (1 << 53))
-    shift = e - 53 + frac_bits
-    if shift >= 0:
-        return mi << shift
-    q, r = divmod(abs(mi), 1 << -shift)
-    if 2 * r >= (1 << -shift):
-        q += 1
-    return q if mi >= 0 else -q
 
 
 def ln_int(u: int) -> float:
@@ -412,7 +397,7 @@ async def secure_exp_bob(ch: Channel, alice: str, logs: EncryptedVector, groups:
     gids = sorted(set(groups))
     psi_g = dict(zip(gids, uniform_masks(rng, len(gids), params.offset_nats)))
     total = np.array([rho[i] + psi_g[g] for i, g in enumerate(groups)])
-    masks = [fixed(float(t), frac) for t in total]
+    masks = [encode_float(float(t), frac) for t in total]
     cap = int(pk.max_int)
     bound = logs.bound + max(abs(m) for m in masks)
     if bound > cap:
@@ -470,7 +455,7 @@ async def secure_log_bob(ch: Channel, alice: str, values: Sequence[mpz], value_b
     back = EncryptedVector.from_proto(await ch.recv(alice, f"{tag}/log-l", pb.CiphertextVector), pk, length=n,
                                       exponent=-F, packing=UNPACKED, bound=int(pk.max_int) // 4,
                                       what=f"{tag}/log-l from {alice}")
-    corr = [fixed(float(log_factor[i] - wr.log_scale[i]), F) for i in range(n)]
+    corr = [encode_float(float(log_factor[i] - wr.log_scale[i]), F) for i in range(n)]
     return back + EncryptedVector.trivial(pk, corr, exponent=-F)
 
 
@@ -488,7 +473,7 @@ async def secure_log_alice(ch: Channel, bob: str, sk: PrivateKey, params: MaskPa
         raise InvalidMessage("secure logarithm of zero: the value has no logarithm")
     offsets = offsets or {}
     F = params.log_frac_bits
-    ints = [fixed(float(lu[i] + offsets.get(g, 0.0)), F) for i, g in enumerate(groups)]
+    ints = [encode_float(float(lu[i] + offsets.get(g, 0.0)), F) for i, g in enumerate(groups)]
     bound = int(pk.max_int) // 4
     if max(abs(x) for x in ints) > bound:
         raise CryptoOverflow("secure logarithm: a result does not fit the plaintext space")
@@ -536,7 +521,7 @@ async def secure_logsum_bob(ch: Channel, alice: str, logs: EncryptedVector, weig
     back = EncryptedVector.from_proto(await ch.recv(alice, f"{tag}/sum-l", pb.CiphertextVector), pk,
                                       length=A.shape[0], exponent=-F, packing=UNPACKED,
                                       bound=int(pk.max_int) // 4, what=f"{tag}/sum-l from {alice}")
-    corr = [fixed(float(-wr.log_scale[r]), F) for r in range(A.shape[0])]
+    corr = [encode_float(float(-wr.log_scale[r]), F) for r in range(A.shape[0])]
     return back + EncryptedVector.trivial(pk, corr, exponent=-F)
 
 
@@ -554,5 +539,5 @@ async def secure_logsum_alice(ch: Channel, bob: str, sk: PrivateKey, params: Mas
     if np.any(lu == NEG_INF):
         raise InvalidMessage("LOGSUM: a weighted sum decrypted to zero")
     F = params.log_frac_bits
-    ints = [fixed(float(x + offsets[g]), F) for x, g in zip(lu, row_group)]
+    ints = [encode_float(float(x + offsets[g]), F) for x, g in zip(lu, row_group)]
     await ch.send(bob, f"{tag}/sum-l", encrypt_unpacked(pool, ints, -F, int(pk.max_int) // 4).to_proto())

@@ -72,7 +72,7 @@ import numpy as np
 from gmpy2 import mpz
 
 from smcdp.crypto.paillier import PrivateKey, PublicKey
-from smcdp.crypto.vector import UNPACKED, EncryptedVector, Packing, multi_exp
+from smcdp.crypto.vector import UNPACKED, EncryptedVector, Packing, encode_float, multi_exp
 from smcdp.errors import CryptoOverflow, InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.protocols.hmm_primitives import (
@@ -83,7 +83,6 @@ from smcdp.protocols.hmm_primitives import (
     alice_exponentiate,
     decrypt_log_u,
     encrypt_unpacked,
-    fixed,
     integer_weights,
     packed_weighted_sums,
     preshifted_packed_sums,
@@ -352,7 +351,7 @@ async def forward_alice(ch: Channel, X, params: ForwardParams, *, private_key: P
 
             lay = Layout.make(pk, params, shape, T)
             prods = products(obs, shape.covariance_type).T          # (P, T)
-            ints = [[fixed(float(x), params.prod_frac_bits) for x in row] for row in prods]
+            ints = [[encode_float(float(x), params.prod_frac_bits) for x in row] for row in prods]
             padded = np.zeros((lay.n_products, lay.blocks * lay.slots), dtype=object)
             padded[:, :T] = np.array(ints, dtype=object)
             flat = [int(x) for x in padded.ravel()]
@@ -416,7 +415,7 @@ async def forward_alice(ch: Channel, X, params: ForwardParams, *, private_key: P
         lu = decrypt_log_u(fin, sk)
         F = mp.log_frac_bits
         # a model under which the sequence is impossible (P = 0) gets the public sentinel LOG_ZERO
-        ints = [fixed(float(lu[d] + offs[(d, -1)]) if lu[d] != NEG_INF else LOG_ZERO, F)
+        ints = [encode_float(float(lu[d] + offs[(d, -1)]) if lu[d] != NEG_INF else LOG_ZERO, F)
                 for d in range(shape.n_models)]
         await ch.send(bob, f"{tag}/final-l", encrypt_unpacked(pool, ints, -F, int(pk.max_int) // 4).to_proto())
         return AliceForward(frames=T, n_models=shape.n_models, timings=timings)
@@ -531,7 +530,7 @@ async def forward_bob(ch: Channel, models, params: ForwardParams, *, public_key:
         back = EncryptedVector.from_proto(await ch.recv(alice, f"{tag}/final-l", pb.CiphertextVector), pk,
                                           length=D, exponent=-F, packing=UNPACKED, bound=int(pk.max_int) // 4,
                                           what=f"{tag}/final-l from {alice}")
-        corr = [fixed(float(-wr.log_scale[d] - Fe * LN2), F) for d in range(D)]
+        corr = [encode_float(float(-wr.log_scale[d] - Fe * LN2), F) for d in range(D)]
         result = back + EncryptedVector.trivial(pk, corr, exponent=-F)
         return BobForward(result, timings)
     finally:
@@ -580,7 +579,7 @@ async def _bob_gaussian(ch: Channel, alice: str, models, shape: Shape, params: F
     if coefs.shape[1] != lay.n_products:
         raise InvalidMessage("internal: product layout mismatch")
     R = coefs.shape[0]
-    cints = [[fixed(float(c), params.coef_frac_bits) for c in row] for row in coefs]
+    cints = [[encode_float(float(c), params.coef_frac_bits) for c in row] for row in coefs]
     worst = max(sum(abs(c) for c in row) for row in cints) * bound
     F_v = params.v_frac_bits
     # masks: per value (row, frame).  Rows are (δ, j) or (δ, j, c); ψ is per (model, frame).
@@ -588,7 +587,7 @@ async def _bob_gaussian(ch: Channel, alice: str, models, shape: Shape, params: F
     rho = uniform_masks(rng, R * T, mp.mask_nats).reshape(D, N * C, T)
     psi = uniform_masks(rng, D * T, mp.offset_nats).reshape(D, 1, T)
     masks = (rho + psi).reshape(R, T)
-    mask_ints = _frame_major(np.array([[fixed(float(x), F_v) for x in row] for row in masks], dtype=object),
+    mask_ints = _frame_major(np.array([[encode_float(float(x), F_v) for x in row] for row in masks], dtype=object),
                              lay.blocks, lay.slots)
     worst += max(abs(int(x)) for x in mask_ints.ravel())
     cap = packing.slot_capacity if packing.packed else int(pk.max_int)
