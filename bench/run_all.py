@@ -8,8 +8,8 @@ note.
 from __future__ import annotations
 
 import argparse
-import json
 import datetime as dt
+import json
 import os
 import platform
 import subprocess

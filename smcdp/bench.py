@@ -23,8 +23,11 @@ from typing import Callable
 from phe import paillier as phe_paillier
 
 from smcdp.crypto import native
-from smcdp.crypto.paillier import generate_keypair, table_budget_bytes
-from smcdp.crypto.vector import EncryptedVector, Packing, multi_exp
+from smcdp.crypto.paillier import generate_keypair
+from smcdp.crypto.modexp import table_budget_bytes
+from smcdp.crypto.vector import EncryptedVector
+from smcdp.crypto.encoding import Packing
+from smcdp.crypto.modexp import multi_exp
 
 
 def _rate(fn: Callable[[], object], min_seconds: float, min_reps: int = 3) -> tuple[float, int, float]:

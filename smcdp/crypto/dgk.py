@@ -44,7 +44,8 @@ from typing import Iterable, Sequence
 import gmpy2
 from gmpy2 import mpz
 
-from smcdp.crypto.paillier import FixedBaseTable
+from smcdp.crypto.encoding import bytes_to_int, int_to_bytes
+from smcdp.crypto.modexp import FixedBase
 from smcdp.errors import InsecureParameters, InvalidMessage
 from smcdp.v1 import messages_pb2
 
@@ -63,13 +64,8 @@ ABSOLUTE_MIN_MODULUS_BITS = 256
 ABSOLUTE_MIN_T_BITS = 16
 
 
-def _int_to_bytes(x: int) -> bytes:
-    x = int(x)
-    return b"" if x == 0 else x.to_bytes((x.bit_length() + 7) // 8, "big")
-
-
-def _bytes_to_int(b: bytes) -> mpz:
-    return mpz(int.from_bytes(b, "big"))
+def _mpz_from_bytes(b: bytes) -> mpz:
+    return mpz(bytes_to_int(b))
 
 
 def _random_below(bound: int) -> mpz:
@@ -87,35 +83,6 @@ def _random_prime(bits: int) -> mpz:
 def smallest_prime_above(x: int) -> int:
     """The smallest prime strictly greater than x."""
     return int(gmpy2.next_prime(mpz(x)))
-
-
-# --------------------------------------------------------------------------
-# fixed-base exponentiation
-class FixedBase(FixedBaseTable):
-    """``base^e mod m`` from 8-bit windows, for any integer e.
-
-    One modular multiplication per non-zero byte of e instead of ~1.2 per bit
-    for a general exponentiation (about 5x faster for the 560-bit exponents of
-    DGK re-randomisation at 2048 bits).  Memory: ceil(bits/8) rows of 255
-    residues (~4.5 MB for 560-bit exponents at 2048 bits); the window stays at
-    8 bits because these tables serve short sessions, not millions of
-    encryptions.  Negative exponents invert; exponents longer than
-    ``max_bits`` fall back to ``gmpy2.powmod``.  The table and its loop are
-    :class:`~smcdp.crypto.paillier.FixedBaseTable` (native engine where built).
-    """
-
-    def __init__(self, base: int, modulus: int, max_bits: int) -> None:
-        self.base = mpz(base)
-        self.max_bits = int(max_bits)
-        super().__init__(self.base, mpz(modulus), self.max_bits, window=8)
-
-    def pow(self, e: int, factor: int | None = None) -> mpz:
-        e = int(e)
-        if 0 <= e and e.bit_length() <= self.max_bits:
-            return super().pow(e, factor)
-        m = self.modulus
-        r = gmpy2.invert(self.pow(-e), m) if e < 0 else gmpy2.powmod(self.base, e, m)
-        return r if factor is None else r * factor % m
 
 
 # --------------------------------------------------------------------------
@@ -183,7 +150,7 @@ class DGKPublicKey:
     def fingerprint(self) -> bytes:
         h = hashlib.sha256(b"smcdp/dgk-public-key/v1")
         for x in (self.n, self.g, self.h, self.u, self.t):
-            b = _int_to_bytes(int(x))
+            b = int_to_bytes(int(x))
             h.update(len(b).to_bytes(4, "big") + b)
         return h.digest()
 
@@ -194,7 +161,7 @@ class DGKPublicKey:
         """BigInts [n, g, h, u, t] (all non-negative)."""
         msg = messages_pb2.BigInts()
         for x in (self.n, self.g, self.h, self.u, self.t):
-            msg.magnitude.append(_int_to_bytes(int(x)))
+            msg.magnitude.append(int_to_bytes(int(x)))
             msg.negative.append(False)
         return msg
 
@@ -212,7 +179,7 @@ class DGKPublicKey:
                 raise InvalidMessage("big integers must not carry leading zero bytes")
         if len(msg.magnitude[3]) > 4 or len(msg.magnitude[4]) > 4:
             raise InvalidMessage("DGK parameters u and t must be small integers")
-        vals = [_bytes_to_int(b) for b in msg.magnitude]
+        vals = [_mpz_from_bytes(b) for b in msg.magnitude]
         return cls.from_values(*vals, allow_insecure=allow_insecure, min_modulus_bits=min_modulus_bits)
 
     # ------------------------------------------------------------ arithmetic
@@ -268,7 +235,7 @@ class DGKPublicKey:
         """
         if len(b) != self.byte_length:
             raise InvalidMessage(f"DGK {what} has {len(b)} bytes, expected {self.byte_length}")
-        c = _bytes_to_int(b)
+        c = _mpz_from_bytes(b)
         if not (0 < c < self.n):
             raise InvalidMessage(f"DGK {what} is out of range (0, n)")
         if check_unit and gmpy2.gcd(c, self.n) != 1:
@@ -382,7 +349,7 @@ class DGKPrivateKey:
         """BigInts [p, q, v_p, v_q, g, h, u, t].  Keep it secret (file mode 0600)."""
         msg = messages_pb2.BigInts()
         for x in (self.p, self.q, self.vp, self.vq, self.public.g, self.public.h, self.public.u, self.public.t):
-            msg.magnitude.append(_int_to_bytes(int(x)))
+            msg.magnitude.append(int_to_bytes(int(x)))
             msg.negative.append(False)
         return msg
 
@@ -392,7 +359,7 @@ class DGKPrivateKey:
             raise InvalidMessage("a DGK private key is 8 non-negative big integers [p, q, v_p, v_q, g, h, u, t]")
         if len(msg.magnitude[6]) > 4 or len(msg.magnitude[7]) > 4:
             raise InvalidMessage("DGK parameters u and t must be small integers")
-        return cls.from_values(*(_bytes_to_int(b) for b in msg.magnitude), allow_insecure=allow_insecure)
+        return cls.from_values(*(_mpz_from_bytes(b) for b in msg.magnitude), allow_insecure=allow_insecure)
 
     def to_bytes(self) -> bytes:
         return self.to_proto().SerializeToString()

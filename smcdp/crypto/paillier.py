@@ -42,101 +42,11 @@ from gmpy2 import mpz
 from phe import paillier as phe_paillier
 
 from smcdp._files import atomic_write
-from smcdp.crypto import native
+from smcdp.crypto.modexp import FixedBaseTable
 from smcdp.errors import CryptoOverflow, InsecureParameters, InvalidMessage
 
 MIN_SECURE_BITS = 2048
 DEFAULT_KEY_BITS = 3072
-
-
-def table_budget_bytes() -> int:
-    """Memory one fixed-base table may take; the window is the largest that fits.
-
-    At most 12-bit windows for the native engine and 10 for the pure one, whose
-    lists gain nothing beyond.  Default 192 MB: a 2048-bit key's public table
-    (4096-bit residues, 1024-bit exponents) then gets 12-bit windows (172 MB)
-    and each CRT table 12-bit windows (86 MB).  ``SMCDP_TABLE_BUDGET_MB`` lowers
-    it for small hosts (encryption slows by about a fifth at 64 MB) or raises it.
-    """
-    raw = os.environ.get("SMCDP_TABLE_BUDGET_MB", "").strip()
-    if not raw:
-        return 192 << 20
-    try:
-        mb = int(raw)
-    except ValueError:
-        raise ValueError(f"SMCDP_TABLE_BUDGET_MB must be a whole number of megabytes, not {raw!r}") from None
-    if mb < 1:
-        raise ValueError("SMCDP_TABLE_BUDGET_MB must be at least 1")
-    return mb << 20
-
-
-def _window_for(exp_bits: int, modulus_bits: int, budget_bytes: int | None = None,
-                entry_overhead: int = 32, max_window: int = 10) -> int:
-    """Largest window (<= max_window) whose table fits the memory budget."""
-    if budget_bytes is None:
-        budget_bytes = table_budget_bytes()
-    entry = (modulus_bits + 63) // 64 * 8 + entry_overhead
-    for w in range(max_window, 3, -1):
-        if -(-exp_bits // w) * ((1 << w) - 1) * entry <= budget_bytes:
-            return w
-    return 4
-
-
-class FixedBaseTable:
-    """``base^e mod m`` for a fixed base by the windowed (BGMW) method.
-
-    ``table[i][d] = base^(d · 2^(w·i))``; an exponent of ``exp_bits`` bits then
-    costs ceil(exp_bits / w) modular multiplications and no squarings.
-
-    With the native engine (:mod:`smcdp.crypto.native`, odd moduli) the table
-    lives in C memory in Montgomery form and the loop runs there; otherwise it
-    is a list of gmpy2 residues and the loop runs here.  Both give the same
-    values.
-    """
-
-    def __init__(self, base: mpz, modulus: mpz, exp_bits: int, window: int | None = None):
-        self.modulus = mpz(modulus)
-        self.exp_bits = int(exp_bits)
-        g = mpz(base) % self.modulus
-        self._native: native.FixedBase | None = None
-        if native.AVAILABLE and self.modulus % 2 == 1 and self.modulus > 1:
-            self.window = window or _window_for(self.exp_bits, self.modulus.bit_length(),
-                                                entry_overhead=0, max_window=12)
-            self._native = native.FixedBase(g, self.modulus, self.exp_bits, self.window)
-            return
-        self.window = window or _window_for(self.exp_bits, self.modulus.bit_length())
-        w = self.window
-        self.mask = (1 << w) - 1
-        self._rows: list[list[mpz]] = []
-        m = self.modulus
-        for _ in range(-(-self.exp_bits // w)):
-            row = [mpz(1), g]
-            acc = g
-            for _ in range(2, 1 << w):
-                acc = acc * g % m
-                row.append(acc)
-            self._rows.append(row)
-            g = acc * g % m  # base^(2^w) for the next window
-
-    def pow(self, e: int, factor: int | None = None) -> mpz:
-        """``base^e mod m``, times ``factor`` (reduced mod m) when one is given."""
-        if e < 0 or e.bit_length() > self.exp_bits:
-            raise ValueError("exponent out of the table's range")
-        m = self.modulus
-        f = None if factor is None else mpz(factor) % m
-        if self._native is not None:
-            return self._native.pow(e, f)
-        w, mask = self.window, self.mask
-        r = mpz(1) if f is None else f
-        i = 0
-        e = mpz(e)
-        while e:
-            d = int(e & mask)
-            if d:
-                r = r * self._rows[i][d] % m
-            e >>= w
-            i += 1
-        return r
 
 
 class PublicKey:
@@ -224,6 +134,19 @@ class PublicKey:
 
     def rerandomize(self, c: mpz) -> mpz:
         return self.obfuscator(c)
+
+    def raw_encrypt_textbook(self, m: int) -> mpz:
+        """Encrypt with a fresh textbook obfuscator r^n (r uniform in Z*_n), no fixed-base table.
+
+        For protocols that encrypt only a handful of values under a key (the
+        secure minimum's keys): building the table of :meth:`raw_encrypt`
+        (≈ 0.1 s at 768 bits, seconds at 2048) would cost more than it saves.
+        """
+        return self.raw_encrypt(m, obfuscate=False) * self.slow_obfuscator() % self.nsquare
+
+    def rerandomize_textbook(self, c: mpz) -> mpz:
+        """``c · r^n mod n²`` with a fresh textbook obfuscator (see :meth:`raw_encrypt_textbook`)."""
+        return mpz(c) * self.slow_obfuscator() % self.nsquare
 
     def raw_add(self, c1: mpz, c2: mpz) -> mpz:
         return c1 * c2 % self.nsquare
@@ -399,17 +322,6 @@ def load_private_key(path: str | os.PathLike, allow_insecure: bool = False) -> P
     if st.st_mode & 0o077:
         raise InvalidMessage(f"private key file {path} is readable by group/others (mode {st.st_mode & 0o777:o}); chmod 600 it")
     return PrivateKey.from_json(_read_json(path), allow_insecure)
-
-
-def int_to_bytes(x: int) -> bytes:
-    x = int(x)
-    if x < 0:
-        raise ValueError("negative integer")
-    return x.to_bytes((x.bit_length() + 7) // 8, "big")
-
-
-def bytes_to_int(b: bytes) -> int:
-    return int.from_bytes(b, "big")
 
 
 def decrypt_many(sk: PrivateKey, cs: Sequence[int]) -> list[int]:

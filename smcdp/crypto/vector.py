@@ -30,210 +30,25 @@ Overflow
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import gmpy2
 import numpy as np
 from gmpy2 import mpz
 
-from smcdp.crypto import native
-from smcdp.crypto.paillier import PrivateKey, PublicKey, bytes_to_int, int_to_bytes
+from smcdp.crypto.encoding import (
+    DEFAULT_FRAC_BITS,
+    UNPACKED,
+    Packing,
+    bytes_to_int,
+    decode_fixed,
+    encode_fixed,
+    int_to_bytes,
+)
+from smcdp.crypto.modexp import multi_exp
+from smcdp.crypto.paillier import PrivateKey, PublicKey
 from smcdp.errors import CryptoOverflow, InvalidMessage
-
-#: Default fractional bits of fixed-point encodings.
-DEFAULT_FRAC_BITS = 40
-
-
-# --------------------------------------------------------------------------- encoding
-def encode_fixed(values, frac_bits: int) -> list[int]:
-    """round(v · 2^frac_bits) for each finite value (exact for integer input)."""
-    arr = np.asarray(values)
-    if arr.dtype.kind in "iu":
-        return [int(v) << frac_bits for v in arr.ravel()]
-    if arr.dtype == object:
-        out = []
-        for v in arr.ravel():
-            if isinstance(v, (int, np.integer)):
-                out.append(int(v) << frac_bits)
-            else:
-                out.append(encode_float(float(v), frac_bits))
-        return out
-    arr = arr.astype(np.float64, copy=False)
-    if not np.all(np.isfinite(arr)):
-        raise InvalidMessage("cannot encrypt NaN or infinite values")
-    return [encode_float(v, frac_bits) for v in arr.ravel().tolist()]
-
-
-def encode_float(v: float, frac_bits: int) -> int:
-    """round(v · 2^frac_bits) exactly (half away from zero) for a finite float."""
-    if not math.isfinite(v):
-        raise InvalidMessage("cannot encode NaN or infinite values in fixed point")
-    m, e = math.frexp(v)  # v = m·2^e, 0.5 <= |m| < 1, exact
-    mi = int(m * (1 << 53))  # exact 53-bit mantissa
-    shift = e - 53 + frac_bits
-    if shift >= 0:
-        return mi << shift
-    # round half away from zero
-    q, r = divmod(abs(mi), 1 << -shift)
-    if 2 * r >= (1 << -shift):
-        q += 1
-    return q if mi >= 0 else -q
-
-
-def decode_fixed(ints: Iterable[int], exponent: int) -> np.ndarray:
-    """Integers · 2^exponent as float64 (ldexp avoids float overflow of huge ints where possible)."""
-    out = []
-    for v in ints:
-        v = int(v)
-        bl = v.bit_length()
-        if bl > 1000:  # keep the top 64 bits, fold the rest into the exponent
-            shift = bl - 64
-            out.append(math.ldexp(float(v >> shift if v >= 0 else -((-v) >> shift)), exponent + shift))
-        else:
-            out.append(math.ldexp(float(v), exponent) if bl <= 53 else float(v) * 2.0 ** exponent)
-    return np.asarray(out, dtype=np.float64)
-
-
-@dataclass(frozen=True)
-class Packing:
-    """Layout of packed ciphertexts: ``slots`` signed values of ``slot_bits`` bits each."""
-
-    slots: int = 1
-    slot_bits: int = 0
-
-    @property
-    def packed(self) -> bool:
-        return self.slots > 1
-
-    @property
-    def slot_capacity(self) -> int:
-        """Largest allowed |value| per slot."""
-        return (1 << (self.slot_bits - 1)) - 1
-
-    @classmethod
-    def for_key(cls, pk: PublicKey, slot_bits: int, max_slots: int | None = None) -> "Packing":
-        """As many slots of ``slot_bits`` as fit below n/3 (at least 1)."""
-        if slot_bits < 2:
-            raise ValueError("slot_bits must be >= 2")
-        usable = pk.max_int.bit_length() - 2
-        slots = max(1, usable // slot_bits)
-        if max_slots is not None:
-            slots = max(1, min(slots, max_slots))
-        if slots == 1:
-            return cls(1, 0)
-        return cls(slots, slot_bits)
-
-    def pack(self, ints: Sequence[int]) -> list[int]:
-        s = self.slot_bits
-        out = []
-        for start in range(0, len(ints), self.slots):
-            acc = 0
-            for j, v in enumerate(ints[start:start + self.slots]):
-                acc += int(v) << (s * j)
-            out.append(acc)
-        return out
-
-    def unpack(self, packed: Sequence[int], length: int) -> list[int]:
-        s = self.slot_bits
-        full, half = 1 << s, 1 << (s - 1)
-        out: list[int] = []
-        for P in packed:
-            P = int(P)
-            for _ in range(self.slots):
-                if len(out) == length:
-                    break
-                d = P & (full - 1)
-                if d >= half:
-                    d -= full
-                out.append(d)
-                P = (P - d) >> s
-        if len(out) != length:
-            raise InvalidMessage("packed ciphertexts hold fewer values than declared")
-        return out
-
-    def n_ciphertexts(self, length: int) -> int:
-        return -(-length // self.slots) if self.packed else length
-
-
-UNPACKED = Packing()
-
-
-# --------------------------------------------------------------------------- multi-exponentiation
-def multi_exp(bases: Sequence[mpz], exps: Sequence[int], modulus: mpz) -> mpz:
-    """Π bases[i]^exps[i] mod modulus, sharing work across the terms.
-
-    Negative exponents: the terms with negative exponents are multiplied out
-    separately and their product inverted once (one inversion instead of one
-    per term, which at 4096 bits costs as much as six multiplications).
-    """
-    pos_b: list[mpz] = []
-    pos_e: list[int] = []
-    neg_b: list[mpz] = []
-    neg_e: list[int] = []
-    for b, e in zip(bases, exps):
-        e = int(e)
-        if e > 0:
-            pos_b.append(mpz(b))
-            pos_e.append(e)
-        elif e < 0:
-            neg_b.append(mpz(b))
-            neg_e.append(-e)
-    result = _multi_exp_nonneg(pos_b, pos_e, modulus)
-    if neg_b:
-        result = result * gmpy2.invert(_multi_exp_nonneg(neg_b, neg_e, modulus), modulus) % modulus
-    return result
-
-
-def _multi_exp_nonneg(bs: list[mpz], es: list[int], modulus: mpz) -> mpz:
-    """Π bs[i]^es[i] mod modulus for positive exponents.
-
-    Native engine: Bos–Coster for exponents below 2^64, Pippenger's bucket
-    method above.  Pure path: Pippenger (Bos–Coster's heap costs more than it
-    saves when every step is interpreted).
-    """
-    if not bs:
-        return mpz(1)
-    if len(bs) < 4:
-        r = mpz(1)
-        for b, e in zip(bs, es):
-            r = r * gmpy2.powmod(b, e, modulus) % modulus
-        return r
-    maxbits = max(e.bit_length() for e in es)
-    c = _pippenger_window(len(bs), maxbits)
-    if native.AVAILABLE and modulus % 2 == 1:
-        return native.multi_exp([b % modulus for b in bs], es, modulus, c)
-    mask = (1 << c) - 1
-    windows = -(-maxbits // c)
-    result = mpz(1)
-    for w in range(windows - 1, -1, -1):
-        if result != 1:
-            result = gmpy2.powmod(result, 1 << c, modulus)
-        shift = w * c
-        buckets: list[mpz | None] = [None] * (1 << c)
-        for b, e in zip(bs, es):
-            d = (e >> shift) & mask
-            if d:
-                cur = buckets[d]
-                buckets[d] = b if cur is None else cur * b % modulus
-        running: mpz | None = None
-        acc: mpz | None = None
-        for d in range(mask, 0, -1):
-            bd = buckets[d]
-            if bd is not None:
-                running = bd if running is None else running * bd % modulus
-            if running is not None:
-                acc = running if acc is None else acc * running % modulus
-        if acc is not None:
-            result = result * acc % modulus
-    return result
-
-
-def _pippenger_window(terms: int, bits: int) -> int:
-    """Window minimising the modular multiplications of the bucket method:
-    windows · (terms + 2^(c+1)) (bucket fills plus the running-product combination)."""
-    return min(range(2, 13), key=lambda c: -(-bits // c) * (terms + (2 << c)))
+from smcdp.v1 import messages_pb2
 
 
 # --------------------------------------------------------------------------- the vector type
@@ -472,9 +287,7 @@ class EncryptedVector:
         return cls(parts[0].public_key, cts, len(cts), e, UNPACKED, max(p.bound for p in parts))
 
     # ------------------------------------------------------------------ wire format
-    def to_proto(self):
-        from smcdp.v1 import messages_pb2
-
+    def to_proto(self) -> messages_pb2.CiphertextVector:
         return messages_pb2.CiphertextVector(
             ciphertexts=[int_to_bytes(c) for c in self.ciphertexts],
             exponent=self.exponent,
@@ -525,30 +338,3 @@ class EncryptedVector:
 def _is_int_like(x) -> bool:
     arr = np.asarray(x)
     return arr.dtype.kind in "iu" or (arr.dtype == object and all(isinstance(v, (int, np.integer)) for v in arr.ravel()))
-
-
-def public_key_to_proto(pk: PublicKey):
-    from smcdp.v1 import messages_pb2
-
-    return messages_pb2.PaillierPublicKey(n=int_to_bytes(pk.n))
-
-
-def public_key_from_proto(msg, *, allow_insecure: bool = False) -> PublicKey:
-    from smcdp.crypto.paillier import check_key_bits
-
-    n = bytes_to_int(msg.n)
-    if n.bit_length() > 16384:
-        raise InvalidMessage("public key modulus is unreasonably large")
-    check_key_bits(n.bit_length(), allow_insecure)
-    return PublicKey(n)
-
-
-def keypair_to_proto(sk: PrivateKey):
-    from smcdp.v1 import messages_pb2
-
-    return messages_pb2.PaillierKeyPair(n=int_to_bytes(sk.public_key.n), p=int_to_bytes(sk.p), q=int_to_bytes(sk.q))
-
-
-def keypair_from_proto(msg, *, allow_insecure: bool = False) -> PrivateKey:
-    pk = public_key_from_proto(msg, allow_insecure=allow_insecure)
-    return PrivateKey(pk, bytes_to_int(msg.p), bytes_to_int(msg.q))

@@ -65,8 +65,8 @@ from smcdp.crypto.dgk import (
 )
 from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
-from smcdp.v1 import messages_pb2
 from smcdp.protocols._offload import run_chunked
+from smcdp.v1 import messages_pb2
 
 PROTOCOL_VERSION = 1
 PREDICATES = {"lt": 0, "le": 1}

@@ -58,10 +58,15 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from smcdp.crypto.paillier import PublicKey, check_key_bits
-from smcdp.crypto.vector import EncryptedVector, Packing
-from smcdp.dp.mechanisms import LaplaceMechanism, VectorMechanism   # at import, not lazily: see below
 from smcdp._files import atomic_write_json
+from smcdp.crypto.codec import bigints, from_bigints
+from smcdp.crypto.encoding import Packing
+from smcdp.crypto.paillier import PublicKey, check_key_bits
+from smcdp.crypto.vector import EncryptedVector
+from smcdp.dp.mechanisms import (  # at import, not lazily: see below
+    LaplaceMechanism,
+    VectorMechanism,
+)
 from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.protocols.base import ProtocolPlugin, SessionContext, register
@@ -70,11 +75,7 @@ from smcdp.protocols.secure_min import (
     SecureMinParams,
     argmin_curator,
     argmin_party,
-    bigints,
-    encrypt,
-    from_bigints,
     protocol_rng,
-    rerandomize,
 )
 from smcdp.v1 import messages_pb2 as pb
 
@@ -403,7 +404,7 @@ async def data_party(ch: Channel, weights, sensitivity: float, params: DPAggrega
                                    what="s2/u from charlie")
     v_j = u.ciphertexts[s1.position]
     nbound = 1 << (F + params.value_bits)
-    psi = EncryptedVector(zeta_pk, [rerandomize(zeta_pk, zeta_pk.raw_mul(v_j, P)) for P in
+    psi = EncryptedVector(zeta_pk, [zeta_pk.rerandomize_textbook(zeta_pk.raw_mul(v_j, P)) for P in
                                     (packing.pack(N) if packing.packed else N)],
                           d, -F, packing, nbound)
     M = 1 << params.modulus_bits
@@ -415,7 +416,7 @@ async def data_party(ch: Channel, weights, sensitivity: float, params: DPAggrega
                                                        what=f"s2/psi from {r}")
         # --- Stage 3, step 1: mask with s (κ bits beyond the value range), fresh encryption re-randomises.
         s = [rng.randrange(1 << (params.modulus_bits + params.mask_bits)) for _ in range(d)]
-        s_cts = [encrypt(zeta_pk, P) for P in (packing.pack(s) if packing.packed else s)]
+        s_cts = [zeta_pk.raw_encrypt_textbook(P) for P in (packing.pack(s) if packing.packed else s)]
         masked = total + EncryptedVector(zeta_pk, s_cts, d, -F, packing,
                                          (1 << (params.modulus_bits + params.mask_bits)) - 1)
         await ch.send(CHARLIE, "s2/psi", masked.to_proto())
@@ -449,7 +450,7 @@ async def charlie(ch: Channel, params: DPAggregateParams, *, seed: int | None = 
     packing = params.packing(pk)
 
     # --- Stage 2, step 1: the indicator of j̃, un-permuted by π₂ (position order), under ζ.
-    u = EncryptedVector(pk, [encrypt(pk, 1 if k == s1.position else 0) for k in range(K)], K, 0, Packing(), 1)
+    u = EncryptedVector(pk, [pk.raw_encrypt_textbook(1 if k == s1.position else 0) for k in range(K)], K, 0, Packing(), 1)
     await ch.send_many(roles, "s2/u", u.to_proto())
 
     # --- Stage 3, step 2: decrypt ν + s.

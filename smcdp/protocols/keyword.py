@@ -33,21 +33,15 @@ from typing import Any
 import gmpy2
 import numpy as np
 
-from smcdp.crypto.paillier import (
-    PrivateKey,
-    check_key_bits,
-    generate_keypair,
-)
-from smcdp.crypto.vector import (
-    UNPACKED,
-    EncryptedVector,
-    public_key_from_proto,
-    public_key_to_proto,
-)
+from smcdp.crypto.codec import public_key_from_proto, public_key_to_proto
+from smcdp.crypto.encoding import UNPACKED
+from smcdp.crypto.obfuscation import ObfuscatorPool
+from smcdp.crypto.paillier import PrivateKey, check_key_bits, generate_keypair
+from smcdp.crypto.vector import EncryptedVector
 from smcdp.errors import CryptoOverflow, InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.protocols.base import ProtocolPlugin, SessionContext, register
-from smcdp.protocols.hmm_primitives import ObfuscatorPool, protocol_rng
+from smcdp.protocols.hmm_primitives import protocol_rng
 from smcdp.protocols.secure_forward import (
     MAX_FRAMES,
     ForwardParams,

@@ -12,7 +12,7 @@ group element whatever the choice).  Two messages in all, whatever N:
 
 The chooser learns the byte length of every one of the M strings of each row
 (pad them to a common length if that matters).  Math and security argument:
-:mod:`smcdp.crypto.ot` and docs/primitives.md.
+:mod:`smcdp.crypto.naor_pinkas` and docs/primitives.md.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from typing import Sequence
 
 import gmpy2
 
-from smcdp.crypto.dgk import FixedBase
-from smcdp.crypto.ot import (
+from smcdp.crypto.modexp import FixedBase
+from smcdp.crypto.naor_pinkas import (
     MODP2048,
     chooser_decrypt,
     chooser_first,
@@ -35,8 +35,8 @@ from smcdp.crypto.ot import (
 )
 from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
-from smcdp.v1 import messages_pb2
 from smcdp.protocols._offload import run_chunked
+from smcdp.v1 import messages_pb2
 
 PROTOCOL_VERSION = 1
 MAX_M = 1 << 16

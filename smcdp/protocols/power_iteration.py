@@ -41,14 +41,25 @@ import hashlib
 import math
 import random
 import time
-from dataclasses import dataclass, field, asdict
+from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
 
-from smcdp.crypto.paillier import PrivateKey, PublicKey, check_key_bits, generate_keypair
-from smcdp.crypto.vector import (EncryptedVector, Packing, keypair_from_proto, keypair_to_proto,
-                                 public_key_from_proto, public_key_to_proto)
+from smcdp.crypto.codec import (
+    keypair_from_proto,
+    keypair_to_proto,
+    public_key_from_proto,
+    public_key_to_proto,
+)
+from smcdp.crypto.encoding import Packing
+from smcdp.crypto.paillier import (
+    PrivateKey,
+    PublicKey,
+    check_key_bits,
+    generate_keypair,
+)
+from smcdp.crypto.vector import EncryptedVector
 from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.protocols.base import ProtocolPlugin, SessionContext, register

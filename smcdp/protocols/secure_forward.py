@@ -71,15 +71,17 @@ import gmpy2
 import numpy as np
 from gmpy2 import mpz
 
+from smcdp.crypto.encoding import UNPACKED, Packing, encode_float
+from smcdp.crypto.modexp import multi_exp
+from smcdp.crypto.obfuscation import ObfuscatorPool
 from smcdp.crypto.paillier import PrivateKey, PublicKey
-from smcdp.crypto.vector import UNPACKED, EncryptedVector, Packing, encode_float, multi_exp
+from smcdp.crypto.vector import EncryptedVector
 from smcdp.errors import CryptoOverflow, InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.protocols.hmm_primitives import (
     LN2,
     NEG_INF,
     MaskParams,
-    ObfuscatorPool,
     alice_exponentiate,
     decrypt_log_u,
     encrypt_unpacked,

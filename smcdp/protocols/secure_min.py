@@ -57,19 +57,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from smcdp.crypto import dgk
-from smcdp.crypto.paillier import (
-    PrivateKey,
-    PublicKey,
-    bytes_to_int,
-    check_key_bits,
-    generate_keypair,
-    int_to_bytes,
-)
-from smcdp.crypto.vector import (
+from smcdp.crypto.codec import (
+    bigints,
+    ciphertext_from_proto,
+    ciphertext_to_proto,
+    from_bigints,
     keypair_from_proto,
     keypair_to_proto,
     public_key_from_proto,
     public_key_to_proto,
+)
+from smcdp.crypto.paillier import (
+    PrivateKey,
+    PublicKey,
+    check_key_bits,
+    generate_keypair,
 )
 from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
@@ -191,74 +193,6 @@ def check_permutation(values: Sequence[int], k: int, what: str) -> list[int]:
     return perm
 
 
-def bigints(values: Sequence[int]) -> pb.BigInts:
-    msg = pb.BigInts()
-    for v in values:
-        v = int(v)
-        msg.magnitude.append(int_to_bytes(abs(v)) if v else b"")
-        msg.negative.append(v < 0)
-    return msg
-
-
-def from_bigints(msg: pb.BigInts, *, count: int, bound_bits: int, what: str,
-                 nonnegative: bool = False) -> list[int]:
-    """Signed integers from a BigInts message; exactly ``count`` values with |v| < 2^bound_bits."""
-    if len(msg.magnitude) != count or len(msg.negative) != count:
-        raise InvalidMessage(f"{what} must hold exactly {count} integers, got {len(msg.magnitude)}")
-    max_bytes = (bound_bits + 7) // 8
-    out = []
-    for i, (m, neg) in enumerate(zip(msg.magnitude, msg.negative)):
-        if len(m) > max_bytes or m[:1] == b"\x00":
-            raise InvalidMessage(f"{what}[{i}] is not a canonical integer below 2^{bound_bits}")
-        v = bytes_to_int(m) if m else 0
-        if neg:
-            if v == 0:
-                raise InvalidMessage(f"{what}[{i}] is a negative zero")
-            v = -v
-        if abs(v) >= 1 << bound_bits:
-            raise InvalidMessage(f"{what}[{i}] lies outside ±2^{bound_bits}")
-        if nonnegative and v < 0:
-            raise InvalidMessage(f"{what}[{i}] must not be negative")
-        out.append(v)
-    return out
-
-
-def encrypt(pk: PublicKey, m: int):
-    """Paillier encryption with a fresh textbook obfuscator r^n (r uniform in Z*_n).
-
-    The protocols here encrypt only a handful of values per key and session, so
-    building the fixed-base table of ``PublicKey.raw_encrypt`` (≈ 0.1 s at 768
-    bits, seconds at 2048) would cost far more than it saves.
-    """
-    return pk.raw_encrypt(m, obfuscate=False) * pk.slow_obfuscator() % pk.nsquare
-
-
-def rerandomize(pk: PublicKey, c):
-    return c * pk.slow_obfuscator() % pk.nsquare
-
-
-def _encrypt1(pk: PublicKey, m: int) -> pb.CiphertextVector:
-    return pb.CiphertextVector(ciphertexts=[int_to_bytes(encrypt(pk, m))], exponent=0, length=1,
-                               slots_per_ciphertext=1, slot_bits=0, key_fingerprint=pk.fingerprint)
-
-
-def _ct1(pk: PublicKey, c) -> pb.CiphertextVector:
-    return pb.CiphertextVector(ciphertexts=[int_to_bytes(c)], exponent=0, length=1,
-                               slots_per_ciphertext=1, slot_bits=0, key_fingerprint=pk.fingerprint)
-
-
-def _read_ct1(msg: pb.CiphertextVector, pk: PublicKey, what: str):
-    """One validated, unpacked ciphertext with exponent 0 under ``pk``."""
-    if msg.key_fingerprint != pk.fingerprint:
-        raise InvalidMessage(f"{what} was encrypted under a different public key")
-    if msg.length != 1 or len(msg.ciphertexts) != 1 or msg.slots_per_ciphertext > 1 or msg.exponent != 0:
-        raise InvalidMessage(f"{what} must be exactly one unpacked ciphertext with exponent 0")
-    b = msg.ciphertexts[0]
-    if len(b) > (pk.nsquare.bit_length() + 7) // 8:
-        raise InvalidMessage(f"{what} is longer than n²")
-    return pk.validate_ciphertext(bytes_to_int(b), what)
-
-
 def _decrypt_bounded(sk: PrivateKey, c, bound_bits: int, what: str) -> int:
     v = sk.raw_decrypt_signed(c)
     if abs(v) >= 1 << bound_bits:
@@ -335,24 +269,24 @@ async def argmin_party(ch: Channel, value: int, params: SecureMinParams, *, seed
     for j, p in enumerate(pi1):
         inv[p] = j
     src = inv[me]                                   # the party whose shares I hold
-    zb_mine = _encrypt1(zeta_pk, b)
+    zb_mine = ciphertext_to_proto(zeta_pk, zeta_pk.raw_encrypt_textbook(b))
     if pos != me:
         await ch.send(roles[pos], f"{tag}/a", bigints([a]))
         await ch.send(roles[pos], f"{tag}/zb", zb_mine)
     if src == me:
-        held_a, held_zb = a, rerandomize(zeta_pk, _read_ct1(zb_mine, zeta_pk, "own ζ(b)"))
+        held_a, held_zb = a, zeta_pk.rerandomize_textbook(ciphertext_from_proto(zb_mine, zeta_pk, "own ζ(b)"))
     else:
         (held_a,) = from_bigints(await ch.recv(roles[src], f"{tag}/a", pb.BigInts), count=1,
                                  bound_bits=share_bits, what=f"{tag}/a from {roles[src]}")
-        held_zb = rerandomize(zeta_pk, _read_ct1(await ch.recv(roles[src], f"{tag}/zb", pb.CiphertextVector),
+        held_zb = zeta_pk.rerandomize_textbook(ciphertext_from_proto(await ch.recv(roles[src], f"{tag}/zb", pb.CiphertextVector),
                                                  zeta_pk, f"{tag}/zb from {roles[src]}"))
 
     # --- Step 3: ξ(a at my position) and ζ(b at my position) to Charlie.
-    await ch.send(C, f"{tag}/xa", _encrypt1(xi_pk, held_a))
-    await ch.send(C, f"{tag}/zb", _ct1(zeta_pk, held_zb))
+    await ch.send(C, f"{tag}/xa", ciphertext_to_proto(xi_pk, xi_pk.raw_encrypt_textbook(held_a)))
+    await ch.send(C, f"{tag}/zb", ciphertext_to_proto(zeta_pk, held_zb))
 
     # --- Step 5: decrypt ã_me.
-    at_me = _decrypt_bounded(xi_key, _read_ct1(await ch.recv(C, f"{tag}/xat", pb.CiphertextVector), xi_pk,
+    at_me = _decrypt_bounded(xi_key, ciphertext_from_proto(await ch.recv(C, f"{tag}/xat", pb.CiphertextVector), xi_pk,
                                                f"{tag}/xat from {C}"), params.masked_bits, f"{tag}/xat")
 
     # --- Step 6: ã_me to every lower index; DGK comparisons of pairs (me, j > me) against Charlie.
@@ -404,8 +338,8 @@ async def argmin_curator(ch: Channel, params: SecureMinParams, *, seed: int | No
     share_bits = params.shared_bits + params.mask_bits + 1
     xa, b = [], []
     for k, r in enumerate(roles):
-        xa.append(_read_ct1(await ch.recv(r, f"{tag}/xa", pb.CiphertextVector), xi_pk, f"{tag}/xa from {r}"))
-        zb = _read_ct1(await ch.recv(r, f"{tag}/zb", pb.CiphertextVector), zeta_pk, f"{tag}/zb from {r}")
+        xa.append(ciphertext_from_proto(await ch.recv(r, f"{tag}/xa", pb.CiphertextVector), xi_pk, f"{tag}/xa from {r}"))
+        zb = ciphertext_from_proto(await ch.recv(r, f"{tag}/zb", pb.CiphertextVector), zeta_pk, f"{tag}/zb from {r}")
         bk = _decrypt_bounded(zeta_key, zb, share_bits, f"{tag}/zb from {r}")
         if bk < 0:
             raise InvalidMessage(f"{tag}/zb from {r} decrypts to a negative share")
@@ -414,12 +348,12 @@ async def argmin_curator(ch: Channel, params: SecureMinParams, *, seed: int | No
     # --- Step 4: blind with r, permute with π₂, send element i to party i.
     rbits = params.shared_bits + 2 * params.mask_bits
     r = [rng.randrange(-(1 << rbits), 1 << rbits) for _ in range(K)]
-    xa_r = [xi_pk.raw_add(c, encrypt(xi_pk, rk)) for c, rk in zip(xa, r)]      # ξ(a_k + r_k), re-randomised
+    xa_r = [xi_pk.raw_add(c, xi_pk.raw_encrypt_textbook(rk)) for c, rk in zip(xa, r)]      # ξ(a_k + r_k), re-randomised
     b_r = [bk - rk for bk, rk in zip(b, r)]
     pi2 = random_permutation(rng, K)                    # doubly permuted index i holds position pi2[i]
     b_t = [b_r[pi2[i]] for i in range(K)]
     for i, role in enumerate(roles):
-        await ch.send(role, f"{tag}/xat", _ct1(xi_pk, xa_r[pi2[i]]))
+        await ch.send(role, f"{tag}/xat", ciphertext_to_proto(xi_pk, xa_r[pi2[i]]))
 
     # --- Step 6: [ñ_i < ñ_j] for every pair i < j by DGK; party i holds the party side of (i, j > i).
     async def batch(i: int) -> list[int]:

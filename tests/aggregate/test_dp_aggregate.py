@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from smcdp.crypto.codec import bigints
 from smcdp.errors import InvalidMessage, SessionAborted
 from smcdp.protocols.dp_aggregate import (
     DAVE,
@@ -22,7 +23,6 @@ from smcdp.protocols.dp_aggregate import (
     to_fixed,
     train_local,
 )
-from smcdp.protocols.secure_min import bigints
 from smcdp.v1 import messages_pb2 as pb
 from tests.aggregate.conftest import run_network, tamper_message
 

@@ -5,15 +5,14 @@ import random
 
 import pytest
 
+from smcdp.crypto.codec import bigints, from_bigints
 from smcdp.errors import InvalidMessage, SessionAborted
 from smcdp.protocols.secure_min import (
     SecureMinParams,
     argmin_curator,
     argmin_from_bits,
     argmin_party,
-    bigints,
     check_permutation,
-    from_bigints,
 )
 from smcdp.v1 import messages_pb2 as pb
 from tests.aggregate.conftest import run_network, tamper_message

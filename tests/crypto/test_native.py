@@ -16,12 +16,14 @@ import time
 import gmpy2
 import pytest
 from gmpy2 import mpz
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from phe import paillier as phe_paillier
 
 from smcdp.crypto import native
+from smcdp.crypto import modexp
 from smcdp.crypto import paillier as P
-from smcdp.crypto.vector import multi_exp
+from smcdp.crypto.modexp import multi_exp
 
 if not native.AVAILABLE and os.environ.get("SMCDP_REQUIRE_NATIVE") == "1":
     raise RuntimeError(f"SMCDP_REQUIRE_NATIVE=1 but the native engine is unavailable: {native.REASON}")
@@ -100,7 +102,7 @@ def test_multi_exp_with_signs_on_both_engines(terms, exp_bits, data, keypair512)
 def test_fixed_base_table_engines_agree(engine):
     m = _odd_modulus(1024)
     base = mpz(secrets.randbits(1024)) % m
-    t = P.FixedBaseTable(base, m, 256, window=6)
+    t = modexp.FixedBaseTable(base, m, 256, window=6)
     assert (t._native is not None) == (engine == "native")
     for e in (0, 1, (1 << 256) - 1, secrets.randbits(256)):
         assert t.pow(e) == gmpy2.powmod(base, e, m)
@@ -185,14 +187,14 @@ def test_pow_releases_the_gil():
 
 def test_table_budget_setting(monkeypatch):
     monkeypatch.setenv("SMCDP_TABLE_BUDGET_MB", "8")
-    assert P.table_budget_bytes() == 8 << 20
+    assert modexp.table_budget_bytes() == 8 << 20
     # 2048-bit residues, 1024-bit exponents: 8 MB fits 8-bit windows only
-    assert P._window_for(1024, 2048, entry_overhead=0, max_window=12) == 8
+    assert modexp.window_for(1024, 2048, entry_overhead=0, max_window=12) == 8
     monkeypatch.setenv("SMCDP_TABLE_BUDGET_MB", "lots")
     with pytest.raises(ValueError, match="SMCDP_TABLE_BUDGET_MB"):
-        P.table_budget_bytes()
+        modexp.table_budget_bytes()
     monkeypatch.setenv("SMCDP_TABLE_BUDGET_MB", "0")
     with pytest.raises(ValueError, match="at least 1"):
-        P.table_budget_bytes()
+        modexp.table_budget_bytes()
     monkeypatch.delenv("SMCDP_TABLE_BUDGET_MB")
-    assert P.table_budget_bytes() == 192 << 20
+    assert modexp.table_budget_bytes() == 192 << 20

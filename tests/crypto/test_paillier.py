@@ -5,12 +5,15 @@ import stat
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from phe import paillier as phe_paillier
 
 from smcdp.crypto import paillier as P
-from smcdp.crypto.vector import (EncryptedVector, Packing, decode_fixed, encode_fixed, multi_exp,
-                                 public_key_from_proto, public_key_to_proto)
+from smcdp.crypto.codec import public_key_from_proto, public_key_to_proto
+from smcdp.crypto.encoding import Packing, decode_fixed, encode_fixed, int_to_bytes
+from smcdp.crypto.modexp import multi_exp
+from smcdp.crypto.vector import EncryptedVector
 from smcdp.errors import CryptoOverflow, InsecureParameters, InvalidMessage
 from tests.conftest import _keypair
 
@@ -190,9 +193,9 @@ def test_proto_roundtrip_and_validation(keypair512, keypair1024):
         with pytest.raises(InvalidMessage, match=match):
             EncryptedVector.from_proto(m, pk, length=3, exponent=-20)
 
-    bad(lambda m: m.ciphertexts.__setitem__(1, P.int_to_bytes(pk.nsquare + 5)), "outside")
+    bad(lambda m: m.ciphertexts.__setitem__(1, int_to_bytes(pk.nsquare + 5)), "outside")
     bad(lambda m: m.ciphertexts.__setitem__(1, b""), "outside")  # zero
-    bad(lambda m: m.ciphertexts.__setitem__(0, P.int_to_bytes(pk.n)), "gcd")
+    bad(lambda m: m.ciphertexts.__setitem__(0, int_to_bytes(pk.n)), "gcd")
     bad(lambda m: m.ciphertexts.__setitem__(0, b"\x01" * 1000), "longer")
     bad(lambda m: setattr(m, "length", 4), "holds 4 values")
     bad(lambda m: m.ciphertexts.append(m.ciphertexts[0]), "ciphertexts")

@@ -89,7 +89,7 @@ def test_public_key_roundtrip_and_validation(small_key):
     def mutate(i, value):
         m = messages_pb2.BigInts()
         m.CopyFrom(msg)
-        m.magnitude[i] = dgk._int_to_bytes(value)
+        m.magnitude[i] = dgk.int_to_bytes(value)
         return m
 
     with pytest.raises(InvalidMessage, match="u ="):

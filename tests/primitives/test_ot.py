@@ -9,7 +9,7 @@ import gmpy2
 import pytest
 from scipy import stats
 
-from smcdp.crypto import ot as otm
+from smcdp.crypto import naor_pinkas as otm
 from smcdp.errors import InvalidMessage
 from smcdp.protocols import ot
 from smcdp.v1 import messages_pb2

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import gmpy2
 from gmpy2 import mpz
 
-from smcdp.crypto.dgk import FixedBase
+from smcdp.crypto.modexp import FixedBase
 from smcdp.errors import InvalidMessage
 
 _MODP2048_HEX = (

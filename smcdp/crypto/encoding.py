@@ -1,0 +1,157 @@
+"""Fixed-point encoding and plaintext packing (no keys, no ciphertexts).
+
+Fixed point
+    A value ``x`` is the integer ``round(x · 2^F)`` with ``F`` fractional bits;
+    a vector of such integers carries the base-2 exponent ``-F``.
+    :func:`encode_float` rounds exactly (half away from zero) from the float's
+    binary representation, so no precision is lost before encryption.
+
+Packing
+    With ``slot_bits = s``, one Paillier plaintext holds up to ``slots`` signed
+    values as balanced base-2^s digits ``P = Σ_j v_j · 2^(s·j)``,
+    ``|v_j| < 2^(s-1)``.  Addition and multiplication by an integer act on
+    every slot independently while no slot leaves that range, and negative
+    values need no offset (docs/crypto.md gives the capacity rule).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable, Sequence
+
+import numpy as np
+
+from smcdp.errors import InvalidMessage
+
+if TYPE_CHECKING:  # typing only: encoding needs no key at run time
+    from smcdp.crypto.paillier import PublicKey
+
+#: Default fractional bits of fixed-point encodings.
+DEFAULT_FRAC_BITS = 40
+
+
+def encode_fixed(values, frac_bits: int) -> list[int]:
+    """round(v · 2^frac_bits) for each finite value (exact for integer input)."""
+    arr = np.asarray(values)
+    if arr.dtype.kind in "iu":
+        return [int(v) << frac_bits for v in arr.ravel()]
+    if arr.dtype == object:
+        out = []
+        for v in arr.ravel():
+            if isinstance(v, (int, np.integer)):
+                out.append(int(v) << frac_bits)
+            else:
+                out.append(encode_float(float(v), frac_bits))
+        return out
+    arr = arr.astype(np.float64, copy=False)
+    if not np.all(np.isfinite(arr)):
+        raise InvalidMessage("cannot encrypt NaN or infinite values")
+    return [encode_float(v, frac_bits) for v in arr.ravel().tolist()]
+
+
+def encode_float(v: float, frac_bits: int) -> int:
+    """round(v · 2^frac_bits) exactly (half away from zero) for a finite float."""
+    if not math.isfinite(v):
+        raise InvalidMessage("cannot encode NaN or infinite values in fixed point")
+    m, e = math.frexp(v)  # v = m·2^e, 0.5 <= |m| < 1, exact
+    mi = int(m * (1 << 53))  # exact 53-bit mantissa
+    shift = e - 53 + frac_bits
+    if shift >= 0:
+        return mi << shift
+    # round half away from zero
+    q, r = divmod(abs(mi), 1 << -shift)
+    if 2 * r >= (1 << -shift):
+        q += 1
+    return q if mi >= 0 else -q
+
+
+def decode_fixed(ints: Iterable[int], exponent: int) -> np.ndarray:
+    """Integers · 2^exponent as float64 (ldexp avoids float overflow of huge ints where possible)."""
+    out = []
+    for v in ints:
+        v = int(v)
+        bl = v.bit_length()
+        if bl > 1000:  # keep the top 64 bits, fold the rest into the exponent
+            shift = bl - 64
+            out.append(math.ldexp(float(v >> shift if v >= 0 else -((-v) >> shift)), exponent + shift))
+        else:
+            out.append(math.ldexp(float(v), exponent) if bl <= 53 else float(v) * 2.0 ** exponent)
+    return np.asarray(out, dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class Packing:
+    """Layout of packed ciphertexts: ``slots`` signed values of ``slot_bits`` bits each."""
+
+    slots: int = 1
+    slot_bits: int = 0
+
+    @property
+    def packed(self) -> bool:
+        return self.slots > 1
+
+    @property
+    def slot_capacity(self) -> int:
+        """Largest allowed |value| per slot."""
+        return (1 << (self.slot_bits - 1)) - 1
+
+    @classmethod
+    def for_key(cls, pk: PublicKey, slot_bits: int, max_slots: int | None = None) -> "Packing":
+        """As many slots of ``slot_bits`` as fit below n/3 (at least 1)."""
+        if slot_bits < 2:
+            raise ValueError("slot_bits must be >= 2")
+        usable = pk.max_int.bit_length() - 2
+        slots = max(1, usable // slot_bits)
+        if max_slots is not None:
+            slots = max(1, min(slots, max_slots))
+        if slots == 1:
+            return cls(1, 0)
+        return cls(slots, slot_bits)
+
+    def pack(self, ints: Sequence[int]) -> list[int]:
+        s = self.slot_bits
+        out = []
+        for start in range(0, len(ints), self.slots):
+            acc = 0
+            for j, v in enumerate(ints[start:start + self.slots]):
+                acc += int(v) << (s * j)
+            out.append(acc)
+        return out
+
+    def unpack(self, packed: Sequence[int], length: int) -> list[int]:
+        s = self.slot_bits
+        full, half = 1 << s, 1 << (s - 1)
+        out: list[int] = []
+        for P in packed:
+            P = int(P)
+            for _ in range(self.slots):
+                if len(out) == length:
+                    break
+                d = P & (full - 1)
+                if d >= half:
+                    d -= full
+                out.append(d)
+                P = (P - d) >> s
+        if len(out) != length:
+            raise InvalidMessage("packed ciphertexts hold fewer values than declared")
+        return out
+
+    def n_ciphertexts(self, length: int) -> int:
+        return -(-length // self.slots) if self.packed else length
+
+
+UNPACKED = Packing()
+
+
+# --------------------------------------------------------------------------- integers as bytes
+def int_to_bytes(x: int) -> bytes:
+    """Big-endian, minimal length (``b""`` for 0); refuses negatives."""
+    x = int(x)
+    if x < 0:
+        raise ValueError("negative integer")
+    return x.to_bytes((x.bit_length() + 7) // 8, "big")
+
+
+def bytes_to_int(b: bytes) -> int:
+    return int.from_bytes(b, "big")
