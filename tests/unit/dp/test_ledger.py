@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
-import json
 import multiprocessing as mp
 import os
 import signal
@@ -14,8 +12,7 @@ from decimal import Decimal
 
 import pytest
 
-from smcdp.dp.accounting import BudgetExceeded
-from smcdp.dp.cli import register
+from smcdp.dp.budget import BudgetExceeded
 from smcdp.dp.ledger import Ledger, default_ledger_path
 from smcdp.errors import InvalidMessage, PreconditionFailed
 
@@ -246,100 +243,3 @@ def test_kill_9_after_commit_keeps_the_charge(tmp_path):
     p.join(10)
     h = Ledger(path).history("k")
     assert [c.note for c in h] == ["committed"] and h[0].epsilon == Decimal("0.25")
-
-
-# ---------------------------------------------------------------------------
-# CLI (contract)
-# ---------------------------------------------------------------------------
-
-
-def _run(argv, capsys):
-    parser = argparse.ArgumentParser(prog="smcdp")
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    register(sub)
-    args = parser.parse_args(argv)
-    rc = args.func(args)
-    out = capsys.readouterr()
-    return rc, out.out, out.err
-
-
-def test_cli_budget_flow(tmp_path, capsys):
-    L = ["--ledger", str(tmp_path / "cli.sqlite")]
-    rc, out, _ = _run(
-        ["budget", "set", "adult", "--epsilon", "1", "--delta", "1e-5", *L], capsys
-    )
-    assert rc == 0 and "adult" in out
-    rc, out, _ = _run(
-        [
-            "budget",
-            "charge",
-            "adult",
-            "--epsilon",
-            "0.75",
-            "--delta",
-            "1e-6",
-            "--note",
-            "mean age",
-            *L,
-        ],
-        capsys,
-    )
-    assert rc == 0 and "remaining epsilon=0.25" in out
-    rc, out, err = _run(["budget", "charge", "adult", "--epsilon", "0.5", *L], capsys)
-    assert rc != 0 and "refused" in err and "remaining budget is epsilon=0.25" in err
-    rc, out, _ = _run(["budget", "show", *L], capsys)
-    assert rc == 0 and "adult" in out and "remaining_eps" in out and "0.25" in out
-    rc, out, _ = _run(["budget", "show", "adult", *L], capsys)
-    assert rc == 0 and "adult" in out
-    rc, out, _ = _run(["budget", "history", "adult", *L], capsys)
-    assert rc == 0 and "mean age" in out and "0.75" in out
-    rc, _, err = _run(["budget", "history", "nobody", *L], capsys)
-    assert rc != 0 and "no privacy budget" in err
-    rc, _, err = _run(["budget", "charge", "nobody", "--epsilon", "0.1", *L], capsys)
-    assert rc != 0 and "no privacy budget" in err
-
-
-def test_cli_account(capsys):
-    rc, out, _ = _run(
-        [
-            "account",
-            "--method",
-            "zcdp",
-            "--delta",
-            "1e-5",
-            "--gaussian",
-            "2:10",
-            "--laplace",
-            "4:8",
-        ],
-        capsys,
-    )
-    d = json.loads(out)
-    assert rc == 0 and {"epsilon", "delta", "rho"} <= d.keys()
-    assert d["rho"] == pytest.approx(10 / 8 + 8 / 32)
-    for m in ("linear", "advanced", "rdp"):
-        rc, out, _ = _run(
-            [
-                "account",
-                "--method",
-                m,
-                "--delta",
-                "1e-5",
-                "--gaussian",
-                "3:4",
-                "--laplace",
-                "10:2",
-            ],
-            capsys,
-        )
-        d = json.loads(out)
-        assert rc == 0 and d["epsilon"] > 0 and d["delta"] == 1e-5
-    rc, _, err = _run(["account", "--method", "rdp", "--delta", "1e-5"], capsys)
-    assert rc != 0 and "nothing to account" in err
-    with pytest.raises(SystemExit):
-        _run(
-            ["account", "--method", "rdp", "--delta", "1e-5", "--gaussian", "0:3"],
-            capsys,
-        )
-    with pytest.raises(SystemExit):
-        _run(["account", "--method", "rdp", "--delta", "2", "--laplace", "1:1"], capsys)
