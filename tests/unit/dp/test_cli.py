@@ -100,3 +100,34 @@ def test_cli_account(capsys):
         )
     with pytest.raises(SystemExit):
         _run(["account", "--method", "rdp", "--delta", "2", "--laplace", "1:1"], capsys)
+
+
+def test_cli_reservations(tmp_path, capsys):
+    L = ["--ledger", str(tmp_path / "cli.sqlite")]
+    assert _run(["budget", "set", "adult", "--epsilon", "1", "--delta", "1e-5", *L], capsys)[0] == 0
+    rc, out, _ = _run(["budget", "reserve", "adult", "s1", "--epsilon", "0.6", "--note", "dp-aggregate", *L], capsys)
+    assert rc == 0 and "reserved 'adult' key 's1'" in out and "(entry #1, reserved)" in out
+    rc, _, err = _run(["budget", "reserve", "adult", "s2", "--epsilon", "0.5", *L], capsys)
+    assert rc == 1 and "refused" in err and "open reservation" in err
+    rc, out, _ = _run(["budget", "show", "adult", *L], capsys)
+    header, _, row = out.splitlines()
+    cols = dict(zip(header.split(), row.split()))
+    assert cols["reserved_eps"] == "0.6" and cols["remaining_eps"] == "0.4" and cols["reservations"] == "1"
+    rc, out, _ = _run(["budget", "history", "adult", *L], capsys)
+    assert rc == 0 and "reserved" in out and "s1" in out and "by 1 open reservation(s)" in out
+    rc, out, _ = _run(["budget", "commit", "adult", "s1", *L], capsys)
+    assert rc == 0 and "(entry #1, charged)" in out
+    rc, _, err = _run(["budget", "release", "adult", "s1", "--reason", "late", *L], capsys)
+    assert rc == 1 and "already charged" in err
+    _run(["budget", "reserve", "adult", "s3", "--epsilon", "0.2", *L], capsys)
+    rc, out, _ = _run(["budget", "release", "adult", "s3", "--reason", "aborted", *L], capsys)
+    assert rc == 0 and "released" in out
+    rc, out, _ = _run(["budget", "history", "adult", *L], capsys)
+    lines = out.splitlines()
+    assert any("charged" in ln and "s1" in ln for ln in lines)
+    assert any("released" in ln and "s3" in ln and "aborted" in ln for ln in lines)
+    assert "remaining epsilon=0.4, delta=0.00001" in lines[-1]
+    rc, _, err = _run(["budget", "commit", "adult", "nope", *L], capsys)
+    assert rc == 1 and "no reservation" in err
+    rc, _, err = _run(["budget", "reserve", "adult", " bad", "--epsilon", "0.1", *L], capsys)
+    assert rc == 2 and "reservation key" in err
