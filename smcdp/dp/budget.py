@@ -304,8 +304,6 @@ def check_transition(existing: Charge | None, key: str, to_state: str) -> bool:
     the wrong transition."""
     if existing is None:
         raise PreconditionFailed(f"no reservation with key {key!r}")
-    if existing.key is None:
-        raise PreconditionFailed(f"entry #{existing.id} is a direct charge, not a reservation")
     if existing.state == to_state:
         return False
     if existing.state != "reserved":

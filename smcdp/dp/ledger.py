@@ -45,7 +45,6 @@ from typing import Any, TypeVar
 
 from smcdp.dp.budget import (
     RULES,
-    BudgetExceeded,
     BudgetStatus,
     Charge,
     PrivacyBudget,
@@ -68,7 +67,6 @@ from smcdp.errors import PreconditionFailed
 
 __all__ = [
     "SCHEMA_VERSION",
-    "BudgetExceeded",
     "Ledger",
     "LedgerBudget",
     "default_ledger_path",
@@ -311,7 +309,7 @@ class Ledger:
         note: str = "",
         _before_commit: Callable[[], None] | None = None,
     ) -> Charge:
-        """Atomically record a release, or raise :class:`BudgetExceeded`.
+        """Atomically record a release, or raise :class:`~smcdp.dp.budget.BudgetExceeded`.
 
         When this returns the charge is committed to disk.  ``rho`` is needed
         under the ``zcdp`` rule for charges with ``delta > 0`` (e.g. a Gaussian
@@ -330,7 +328,7 @@ class Ledger:
         note: str = "",
         _before_commit: Callable[[], None] | None = None,
     ) -> Charge:
-        """Hold an amount under ``key`` (one transaction), or raise :class:`BudgetExceeded`.
+        """Hold an amount under ``key`` (one transaction), or raise :class:`~smcdp.dp.budget.BudgetExceeded`.
 
         Idempotent: the same key with the same amount returns the existing
         entry (whatever its state, unless released); a different amount, or a
@@ -400,10 +398,9 @@ class Ledger:
             yield self.status(name)
 
     def check(self, dataset: str, epsilon: Any, delta: Any = 0, *, rho: Any = None) -> None:
-        """Raise :class:`BudgetExceeded` if the amount does not fit now (advisory, no lock)."""
-        st = self.status(dataset)
-        eps, dlt, r = charge_amount(st.rule, epsilon, delta, rho)
-        check_fits(st, eps, dlt, r)
+        """Raise :class:`~smcdp.dp.budget.BudgetExceeded` if the amount does not fit now
+        (advisory, no lock)."""
+        self.budget(dataset).check(epsilon, delta, rho=rho)
 
     def history(self, dataset: str) -> list[Charge]:
         """Every entry of ``dataset``, oldest first, reservations and released ones included."""
