@@ -3,7 +3,7 @@ Wisconsin breast-cancer data (MASS/biopsy, 683 complete rows; 583 train / 100 te
 with the non-private classifier as a flat line.
 
 Two calibrations of the perturbation b (density exp(-eps ||b|| / Delta)):
-* "tight": Delta = 2G/n, the gradient sensitivity derived in smcdp.dp.large_margin;
+* "tight": Delta = 2G/n, the gradient sensitivity derived in smcdp.dp.learners.large_margin;
 * "paper": Delta = 1, the bound used in 000 (valid since 2G/n <= 1 here).
 The attributes (known to lie in [1, 10]) are centred and scaled into the unit ball with public constants.
 """
@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import exp_common as ec
 
 from smcdp.dp import LargeMarginGaussianClassifier
-from smcdp.dp.large_margin import large_margin_jacobian_term
+from smcdp.dp.learners.large_margin import large_margin_jacobian_term
 
 EPSILONS = [0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0]
 LAM = 0.31

@@ -90,7 +90,7 @@ def main(argv=None) -> int:
     fig.savefig(out / "exp_004_dpem.png", dpi=120)
     notes = (f"Data: {args.dataset}, {len(X)} rows, first {args.dims} principal components scaled into the unit "
              f"ball; K={K}, J={J}, scenario {args.scenario}, delta={DELTA}; per-iteration budget from "
-             f"`smcdp.dp.accounting.solve_dpem_budget`; mean over {runs} random 90/10 splits (`--full`: 10).  "
+             f"`smcdp.dp.learners.dpem_budget.solve_dpem_budget`; mean over {runs} random 90/10 splits (`--full`: 10).  "
              "Very negative values mean a component collapsed onto noise (the log-likelihood is unbounded below).")
     ec.write_report(out / "exp_004_dpem.md", "Seed 004 Fig. 2-3 style: DP-EM test log-likelihood vs epsilon",
                     notes, table, "exp_004_dpem.png", t.elapsed, __file__)

@@ -1,8 +1,9 @@
 """``smcdp account`` and ``smcdp budget ...`` subcommands.
 
 ``register(subparsers)`` adds the parsers; each handler returns the exit status:
-0 on success, 1 when a budget charge is refused or a dataset is unknown,
-2 for invalid arguments.  Messages for failures go to stderr.
+0 on success, 1 when a budget charge or reservation is refused (RESOURCE_EXHAUSTED),
+a dataset or reservation is unknown or a transition is not allowed
+(FAILED_PRECONDITION), 2 for invalid arguments.  Messages for failures go to stderr.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ import json
 import math
 import sys
 from collections.abc import Sequence
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from smcdp.dp.accounting import BudgetExceeded, account
-from smcdp.dp.ledger import RULES, Ledger, _fmt, default_ledger_path
+from smcdp.dp.accountants import CONVERSIONS, METHODS, account
+from smcdp.dp.budget import RULES, BudgetExceeded, Charge, fmt_amount
+from smcdp.dp.ledger import Ledger, default_ledger_path
+from smcdp.dp.validation import check_delta, decimal_amount
 from smcdp.errors import InvalidMessage, PreconditionFailed, SmcdpError
 
 __all__ = ["parse_step", "register"]
@@ -61,16 +63,29 @@ def _laplace_step(text: str) -> tuple[float, int]:
     return parse_step(text, "--laplace B:COUNT")
 
 
-def _delta_arg(text: str) -> float:
+def _arg_type(check: Any) -> Any:
+    """An argparse type from a validation function: its InvalidMessage becomes a usage error."""
+
+    def parse(text: str) -> Any:
+        try:
+            return check(text)
+        except InvalidMessage as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
+def _float_delta(text: str) -> float:
     try:
-        v = float(text)
+        value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"delta must be a number, got {text!r}"
-        ) from None
-    if not (0 <= v < 1):
-        raise argparse.ArgumentTypeError(f"delta must lie in [0, 1), got {text!r}")
-    return v
+        raise InvalidMessage(f"delta must be a number, got {text!r}") from None
+    return check_delta(value)
+
+
+_delta_arg = _arg_type(_float_delta)
+_positive_decimal = _arg_type(lambda t: decimal_amount("value", t, allow_zero=False))
+_delta_decimal = _arg_type(lambda t: decimal_amount("delta", t, allow_zero=True, upper_one=True))
 
 
 def _jsonable(obj: Any) -> Any:
@@ -119,8 +134,9 @@ def _ledger(args: argparse.Namespace) -> Ledger:
 
 
 def _budget_command(prog: str):
-    """Exit codes of the budget commands: 1 for a refused charge or an unknown/ill-stated
-    budget (FAILED_PRECONDITION), 2 for invalid input; the message goes to stderr."""
+    """Exit codes of the budget commands: 1 for a refused charge or reservation
+    (BudgetExceeded, RESOURCE_EXHAUSTED) or an unknown budget / reservation or a refused
+    transition (FAILED_PRECONDITION), 2 for invalid input; the message goes to stderr."""
 
     def wrap(handler):
         @functools.wraps(handler)
@@ -146,8 +162,8 @@ def _budget_command(prog: str):
 def _cmd_set(args: argparse.Namespace) -> int:
     st = _ledger(args).set_budget(args.dataset, args.epsilon, args.delta, rule=args.rule)
     print(
-        f"budget for {st.dataset!r}: epsilon={_fmt(st.epsilon)}, delta={_fmt(st.delta)}, rule={st.rule} "
-        f"(remaining epsilon={_fmt(st.remaining_epsilon)}, delta={_fmt(st.remaining_delta)})"
+        f"budget for {st.dataset!r}: epsilon={fmt_amount(st.epsilon)}, delta={fmt_amount(st.delta)}, rule={st.rule} "
+        f"(remaining epsilon={fmt_amount(st.remaining_epsilon)}, delta={fmt_amount(st.remaining_delta)})"
     )
     return 0
 
@@ -157,10 +173,10 @@ def _cmd_charge(args: argparse.Namespace) -> int:
     ledger = _ledger(args)
     ch = ledger.charge(args.dataset, args.epsilon, args.delta, rho=args.rho, note=args.note)
     st = ledger.status(args.dataset)
-    extra = f", rho={_fmt(ch.rho)}" if ch.rho is not None else ""
+    extra = f", rho={fmt_amount(ch.rho)}" if ch.rho is not None else ""
     print(
-        f"charged {st.dataset!r}: epsilon={_fmt(ch.epsilon)}, delta={_fmt(ch.delta)}{extra} (charge #{ch.id}); "
-        f"remaining epsilon={_fmt(st.remaining_epsilon)}, delta={_fmt(st.remaining_delta)}"
+        f"charged {st.dataset!r}: epsilon={fmt_amount(ch.epsilon)}, delta={fmt_amount(ch.delta)}{extra} (charge #{ch.id}); "
+        f"remaining epsilon={fmt_amount(st.remaining_epsilon)}, delta={fmt_amount(st.remaining_delta)}"
     )
     return 0
 
@@ -185,31 +201,38 @@ def _cmd_show(args: argparse.Namespace) -> int:
         "rule",
         "epsilon",
         "spent_eps",
+        "reserved_eps",
         "remaining_eps",
         "delta",
         "spent_delta",
+        "reserved_delta",
         "remaining_delta",
         "spent_rho",
+        "reserved_rho",
         "remaining_rho",
         "charges",
+        "reservations",
     ]
-    rows = []
-    for st in statuses:
-        rows.append(
-            [
-                st.dataset,
-                st.rule,
-                _fmt(st.epsilon),
-                _fmt(st.spent_epsilon),
-                _fmt(st.remaining_epsilon),
-                _fmt(st.delta),
-                _fmt(st.spent_delta),
-                _fmt(st.remaining_delta),
-                _fmt(st.spent_rho),
-                _fmt(st.remaining_rho),
-                str(st.n_charges),
-            ]
-        )
+    rows = [
+        [
+            st.dataset,
+            st.rule,
+            fmt_amount(st.epsilon),
+            fmt_amount(st.spent_epsilon),
+            fmt_amount(st.reserved_epsilon),
+            fmt_amount(st.remaining_epsilon),
+            fmt_amount(st.delta),
+            fmt_amount(st.spent_delta),
+            fmt_amount(st.reserved_delta),
+            fmt_amount(st.remaining_delta),
+            fmt_amount(st.spent_rho),
+            fmt_amount(st.reserved_rho),
+            fmt_amount(st.remaining_rho),
+            str(st.n_charges),
+            str(st.n_reserved),
+        ]
+        for st in statuses
+    ]
     if not rows:
         print(f"no budgets in {ledger.path}")
         return 0
@@ -223,45 +246,66 @@ def _cmd_history(args: argparse.Namespace) -> int:
     charges = ledger.history(args.dataset)
     st = ledger.status(args.dataset)
     print(
-        f"dataset {st.dataset!r}: budget epsilon={_fmt(st.epsilon)}, delta={_fmt(st.delta)}, rule={st.rule}"
+        f"dataset {st.dataset!r}: budget epsilon={fmt_amount(st.epsilon)}, delta={fmt_amount(st.delta)}, rule={st.rule}"
     )
     rows = [
-        [str(c.id), c.created_at, _fmt(c.epsilon), _fmt(c.delta), _fmt(c.rho), c.note]
+        [
+            str(c.id),
+            c.created_at,
+            c.state,
+            c.key or "-",
+            fmt_amount(c.epsilon),
+            fmt_amount(c.delta),
+            fmt_amount(c.rho),
+            c.note,
+            c.reason,
+        ]
         for c in charges
     ]
     if rows:
-        print(_table(["id", "time (UTC)", "epsilon", "delta", "rho", "note"], rows))
+        print(_table(["id", "time (UTC)", "state", "key", "epsilon", "delta", "rho", "note", "reason"], rows))
     else:
         print("no charges")
-    print(
-        f"remaining epsilon={_fmt(st.remaining_epsilon)}, delta={_fmt(st.remaining_delta)}"
+    reserved = (
+        f"; reserved epsilon={fmt_amount(st.reserved_epsilon)}, delta={fmt_amount(st.reserved_delta)} "
+        f"by {st.n_reserved} open reservation(s)"
+        if st.n_reserved
+        else ""
     )
+    print(f"remaining epsilon={fmt_amount(st.remaining_epsilon)}, delta={fmt_amount(st.remaining_delta)}{reserved}")
+    return 0
+
+
+def _describe(verb: str, c: Charge) -> str:
+    rho = f", rho={fmt_amount(c.rho)}" if c.rho is not None else ""
+    return (
+        f"{verb} {c.dataset!r} key {c.key!r}: epsilon={fmt_amount(c.epsilon)}, delta={fmt_amount(c.delta)}{rho} "
+        f"(entry #{c.id}, {c.state})"
+    )
+
+
+@_budget_command("smcdp budget reserve")
+def _cmd_reserve(args: argparse.Namespace) -> int:
+    c = _ledger(args).reserve(args.dataset, args.key, args.epsilon, args.delta, rho=args.rho, note=args.note)
+    print(_describe("reserved", c))
+    return 0
+
+
+@_budget_command("smcdp budget commit")
+def _cmd_commit(args: argparse.Namespace) -> int:
+    print(_describe("committed", _ledger(args).commit(args.dataset, args.key)))
+    return 0
+
+
+@_budget_command("smcdp budget release")
+def _cmd_release(args: argparse.Namespace) -> int:
+    print(_describe("released", _ledger(args).release(args.dataset, args.key, args.reason)))
     return 0
 
 
 # ---------------------------------------------------------------------------
 # registration
 # ---------------------------------------------------------------------------
-
-
-def _positive_decimal(text: str) -> str:
-    try:
-        d = Decimal(text)
-    except (InvalidOperation, ValueError):
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not d.is_finite() or d <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive and finite, got {text!r}")
-    return text
-
-
-def _delta_decimal(text: str) -> str:
-    try:
-        d = Decimal(text)
-    except (InvalidOperation, ValueError):
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not d.is_finite() or d < 0 or d >= 1:
-        raise argparse.ArgumentTypeError(f"delta must lie in [0, 1), got {text!r}")
-    return text
 
 
 def _add_ledger_arg(p: argparse.ArgumentParser) -> None:
@@ -285,7 +329,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--method",
         required=True,
-        choices=["linear", "advanced", "zcdp", "rdp"],
+        choices=list(METHODS),
         help="rdp is the moments accountant (real orders)",
     )
     p.add_argument(
@@ -303,7 +347,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--conversion",
-        choices=["cks", "classic"],
+        choices=list(CONVERSIONS),
         default="cks",
         help="zCDP/RDP to (eps, delta) conversion: Canonne-Kamath-Steinke (default) or the classic bound",
     )
@@ -314,7 +358,7 @@ def register(subparsers: Any) -> None:
         help="privacy-budget ledger (SQLite)",
         description="Per-dataset privacy budgets; every release is charged first.",
     )
-    bs = b.add_subparsers(dest="budget_command", metavar="{set,charge,show,history}")
+    bs = b.add_subparsers(dest="budget_command", metavar="{set,charge,show,history,reserve,commit,release}")
     bs.required = True
 
     s = bs.add_parser("set", help="create or change a dataset's budget")
@@ -330,21 +374,22 @@ def register(subparsers: Any) -> None:
     _add_ledger_arg(s)
     s.set_defaults(func=_cmd_set)
 
-    c = bs.add_parser(
-        "charge", help="record a release; exit 1 if it would exceed the budget"
-    )
+    def amount_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--epsilon", required=True, type=_positive_decimal, metavar="E")
+        p.add_argument("--delta", type=_delta_decimal, default="0", metavar="D")
+        p.add_argument(
+            "--rho",
+            type=_positive_decimal,
+            default=None,
+            metavar="RHO",
+            help="zCDP cost (needed under the zcdp rule when delta > 0)",
+        )
+        p.add_argument("--note", default="", metavar="TEXT")
+        _add_ledger_arg(p)
+
+    c = bs.add_parser("charge", help="record a release; exit 1 if it would exceed the budget")
     c.add_argument("dataset")
-    c.add_argument("--epsilon", required=True, type=_positive_decimal, metavar="E")
-    c.add_argument("--delta", type=_delta_decimal, default="0", metavar="D")
-    c.add_argument(
-        "--rho",
-        type=_positive_decimal,
-        default=None,
-        metavar="RHO",
-        help="zCDP cost (needed under the zcdp rule when delta > 0)",
-    )
-    c.add_argument("--note", default="", metavar="TEXT")
-    _add_ledger_arg(c)
+    amount_args(c)
     c.set_defaults(func=_cmd_charge)
 
     sh = bs.add_parser("show", help="table of budgets, spent and remaining")
@@ -356,3 +401,25 @@ def register(subparsers: Any) -> None:
     h.add_argument("dataset")
     _add_ledger_arg(h)
     h.set_defaults(func=_cmd_history)
+
+    r = bs.add_parser(
+        "reserve",
+        help="hold an amount under KEY until it is committed or released; exit 1 if it does not fit",
+    )
+    r.add_argument("dataset")
+    r.add_argument("key")
+    amount_args(r)
+    r.set_defaults(func=_cmd_reserve)
+
+    cm = bs.add_parser("commit", help="turn the reservation KEY into a charge")
+    cm.add_argument("dataset")
+    cm.add_argument("key")
+    _add_ledger_arg(cm)
+    cm.set_defaults(func=_cmd_commit)
+
+    rl = bs.add_parser("release", help="give the reservation KEY back (nothing was released with it)")
+    rl.add_argument("dataset")
+    rl.add_argument("key")
+    rl.add_argument("--reason", default="", metavar="TEXT")
+    _add_ledger_arg(rl)
+    rl.set_defaults(func=_cmd_release)

@@ -3,57 +3,112 @@
 Semantics
 ---------
 * One budget per dataset name: total ``(epsilon, delta)`` and a composition
-  rule -- ``linear`` (basic composition; epsilons and deltas add, compared
-  exactly in decimal arithmetic) or ``zcdp`` (charges carry rho, pure
-  eps-DP charges count eps**2/2, and the total rho converted by the
-  Canonne-Kamath-Steinke bound at the budget's delta must stay within epsilon).
-* :meth:`Ledger.charge` is one ``BEGIN IMMEDIATE`` transaction: it takes the
-  database's write lock, re-reads everything already charged, refuses with
-  :class:`~smcdp.dp.accounting.BudgetExceeded` (naming the remaining budget) if
-  the charge does not fit, and otherwise inserts it and commits.  Concurrent
-  processes serialise on the lock, so racing charges can never overspend.
-* The database runs in WAL mode with ``synchronous=FULL``: once ``charge``
-  returns, the charge is on disk.  A process killed mid-transaction leaves no
-  trace of its charge (SQLite rolls the WAL back on next open) and no stuck
-  lock.  :meth:`Ledger.guarded_release` charges first and computes the release
-  only after the commit, so nothing is released without a durable charge; a
-  release that then fails keeps its charge (the ledger cannot know whether the
-  output escaped).
+  rule, ``linear`` or ``zcdp``, with the arithmetic of :mod:`smcdp.dp.budget`
+  (shared with the in-memory :class:`~smcdp.dp.budget.BudgetAccountant`).
+  :class:`LedgerBudget` is one dataset of a ledger behind the common
+  :class:`~smcdp.dp.budget.PrivacyBudget` interface.
+* Every entry is a row of ``charges`` in one of three states: ``charged``
+  (spent), ``reserved`` (held under a key) or ``released`` (given back).
+  Reservations count as spent in every fit check, so a reservation is a lock on
+  its share of the budget.
+* Every write -- :meth:`Ledger.charge`, :meth:`Ledger.reserve`,
+  :meth:`Ledger.commit`, :meth:`Ledger.release`, :meth:`Ledger.set_budget` --
+  is one ``BEGIN IMMEDIATE`` transaction: it takes the database's write lock,
+  re-reads every entry of the dataset, decides, writes and commits.  Concurrent
+  processes serialise on the lock, so racing charges or reservations can never
+  overspend.
+* The database runs in WAL mode with ``synchronous=FULL``: once a write
+  returns it is on disk.  A process killed mid-transaction leaves no trace of
+  it (SQLite rolls the WAL back on next open) and no stuck lock; a process
+  killed after ``reserve`` returned leaves its reservation held, to be
+  committed or released by whoever picks up after it (``smcdp budget
+  commit|release``).  :meth:`Ledger.guarded_release` charges first and
+  computes the release only after the commit.
 * Amounts are stored as decimal text exactly as given (floats via their
   shortest repr), so ten charges of 0.1 exhaust a budget of 1 exactly.
+
+Schema (``PRAGMA user_version``): 1 had budgets and charges; 2 adds to each
+charge its ``state``, reservation ``key`` (unique per dataset), ``reason`` and
+``settled_at``.  Older files are migrated in place when first opened; existing
+charges become ``charged`` entries.  A newer file is refused.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import sqlite3
 from collections.abc import Callable, Iterator
-from contextlib import closing
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from decimal import Decimal, InvalidOperation, localcontext
+from contextlib import closing, contextmanager
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar
 
-from smcdp.dp.accounting import BudgetExceeded, _rho_capacity, zcdp_epsilon_cks
-from smcdp.errors import InvalidMessage, PreconditionFailed
+from smcdp.dp.budget import (
+    RULES,
+    BudgetStatus,
+    Charge,
+    PrivacyBudget,
+    charge_amount,
+    check_fits,
+    check_reserve_again,
+    check_transition,
+    fmt_amount,
+    summarize,
+    utc_now,
+)
+from smcdp.dp.validation import (
+    InvalidParameter,
+    check_choice,
+    check_name,
+    check_note,
+    decimal_amount,
+)
+from smcdp.errors import PreconditionFailed
 
 __all__ = [
-    "RULES",
-    "BudgetExceeded",
-    "BudgetStatus",
-    "Charge",
+    "SCHEMA_VERSION",
     "Ledger",
+    "LedgerBudget",
     "default_ledger_path",
 ]
 
-RULES = ("linear", "zcdp")
 APPLICATION_ID = 0x534D4344  # "SMCD"
-SCHEMA_VERSION = 1
-_MAX_NAME = 200
-_MAX_NOTE = 2000
+SCHEMA_VERSION = 2
 T = TypeVar("T")
+
+_SCHEMA_V1 = (
+    """CREATE TABLE budgets (
+           dataset TEXT PRIMARY KEY,
+           epsilon TEXT NOT NULL,
+           delta TEXT NOT NULL,
+           rule TEXT NOT NULL CHECK (rule IN ('linear', 'zcdp')),
+           created_at TEXT NOT NULL,
+           updated_at TEXT NOT NULL)""",
+    """CREATE TABLE charges (
+           id INTEGER PRIMARY KEY AUTOINCREMENT,
+           dataset TEXT NOT NULL REFERENCES budgets(dataset),
+           epsilon TEXT NOT NULL,
+           delta TEXT NOT NULL,
+           rho TEXT,
+           note TEXT NOT NULL DEFAULT '',
+           created_at TEXT NOT NULL,
+           pid INTEGER)""",
+    "CREATE INDEX charges_dataset ON charges(dataset, id)",
+)
+
+#: statements taking a ledger from version v to v + 1 (a fresh ledger runs them all)
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        "ALTER TABLE charges ADD COLUMN state TEXT NOT NULL DEFAULT 'charged'"
+        " CHECK (state IN ('reserved', 'charged', 'released'))",
+        "ALTER TABLE charges ADD COLUMN key TEXT",
+        "ALTER TABLE charges ADD COLUMN reason TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE charges ADD COLUMN settled_at TEXT",
+        "CREATE UNIQUE INDEX charges_key ON charges(dataset, key) WHERE key IS NOT NULL",
+    ),
+}
+
+_COLUMNS = "id, dataset, epsilon, delta, rho, note, created_at, state, key, reason, settled_at"
 
 
 def default_ledger_path() -> Path:
@@ -62,259 +117,187 @@ def default_ledger_path() -> Path:
     env = os.environ.get("SMCDP_LEDGER")
     if env:
         return Path(env)
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(
-        os.path.expanduser("~"), ".local", "share"
-    )
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
     return Path(base) / "smcdp" / "ledger.sqlite"
 
 
-def _dec(
-    name: str, value: Any, *, allow_zero: bool, upper_one: bool = False
-) -> Decimal:
-    if isinstance(value, bool):
-        raise InvalidMessage(f"{name} must be a number, got {value!r}")
-    try:
-        if isinstance(value, Decimal):
-            d = value
-        elif isinstance(value, float):
-            d = Decimal(repr(value))
-        elif isinstance(value, int):
-            d = Decimal(value)
-        elif isinstance(value, str):
-            d = Decimal(value.strip())
-        else:
-            d = Decimal(repr(float(value)))
-    except (InvalidOperation, ValueError, TypeError):
-        raise InvalidMessage(f"{name} must be a number, got {value!r}") from None
-    if not d.is_finite():
-        raise InvalidMessage(f"{name} must be finite, got {value!r}")
-    if d < 0 or (d == 0 and not allow_zero):
-        raise InvalidMessage(
-            f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}"
-        )
-    if upper_one and d >= 1:
-        raise InvalidMessage(f"{name} must be < 1, got {value!r}")
-    return d.normalize() if d != 0 else Decimal(0)
-
-
-def _check_name(dataset: Any) -> str:
-    if not isinstance(dataset, str):
-        raise InvalidMessage(
-            f"dataset name must be a string, got {type(dataset).__name__}"
-        )
-    if (
-        not dataset
-        or len(dataset) > _MAX_NAME
-        or not dataset.isprintable()
-        or dataset != dataset.strip()
-    ):
-        raise InvalidMessage(
-            f"dataset name must be 1-{_MAX_NAME} printable characters without leading/trailing spaces, got {dataset!r}"
-        )
-    return dataset
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="microseconds")
-
-
-def _fmt(d: Decimal | float | None) -> str:
-    if d is None:
-        return "-"
-    if isinstance(d, Decimal):
-        s = format(d.normalize(), "f") if d != 0 else "0"
-        return s
-    return f"{d:.6g}"
-
-
-@dataclass(frozen=True)
-class Charge:
-    id: int
-    dataset: str
-    epsilon: Decimal
-    delta: Decimal
-    rho: Decimal | None
-    note: str
-    created_at: str
-
-
-@dataclass(frozen=True)
-class BudgetStatus:
-    """Budget, amount spent and remaining for one dataset.
-
-    For the ``zcdp`` rule ``spent_epsilon`` is the CKS conversion of the rho
-    spent at the budget's delta, and ``remaining_rho`` is what can still be
-    charged; ``remaining_epsilon`` is then the largest pure-DP charge that fits.
-    """
-
-    dataset: str
-    rule: str
-    epsilon: Decimal
-    delta: Decimal
-    spent_epsilon: Decimal | float
-    spent_delta: Decimal
-    remaining_epsilon: Decimal | float
-    remaining_delta: Decimal
-    spent_rho: float | None
-    remaining_rho: float | None
-    n_charges: int
+def _row_to_charge(r: tuple[Any, ...]) -> Charge:
+    return Charge(
+        id=r[0],
+        dataset=r[1],
+        epsilon=Decimal(r[2]),
+        delta=Decimal(r[3]),
+        rho=None if r[4] is None else Decimal(r[4]),
+        note=r[5],
+        created_at=r[6],
+        state=r[7],
+        key=r[8],
+        reason=r[9],
+        settled_at=r[10],
+    )
 
 
 class Ledger:
-    """SQLite privacy-budget ledger (see module docstring for the semantics)."""
+    """SQLite privacy-budget ledger over many datasets (see the module docstring)."""
 
-    def __init__(
-        self, path: str | os.PathLike[str] | None = None, *, timeout: float = 60.0
-    ):
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, timeout: float = 60.0):
         self.path = Path(path) if path is not None else default_ledger_path()
         if self.path.exists() and self.path.is_dir():
-            raise InvalidMessage(f"ledger path {self.path} is a directory")
+            raise InvalidParameter(f"ledger path {self.path} is a directory")
         if not self.path.parent.exists():
             self.path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
         self.timeout = float(timeout)
         self._init_schema()
 
+    def __repr__(self) -> str:
+        return f"Ledger({str(self.path)!r})"
+
+    def budget(self, dataset: str) -> LedgerBudget:
+        """The :class:`~smcdp.dp.budget.PrivacyBudget` of one dataset of this ledger."""
+        return LedgerBudget(self, dataset)
+
     # -- connection ---------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
         try:
-            con = sqlite3.connect(
-                str(self.path), timeout=self.timeout, isolation_level=None
-            )
+            con = sqlite3.connect(str(self.path), timeout=self.timeout, isolation_level=None)
         except sqlite3.Error as exc:
-            raise InvalidMessage(f"cannot open ledger {self.path}: {exc}") from None
+            raise InvalidParameter(f"cannot open ledger {self.path}: {exc}") from None
         try:
             con.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
             mode = con.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
-                raise InvalidMessage(
-                    f"ledger {self.path}: cannot enable WAL journaling (got {mode})"
-                )
+                raise InvalidParameter(f"ledger {self.path}: cannot enable WAL journaling (got {mode})")
             con.execute("PRAGMA synchronous = FULL")
             con.execute("PRAGMA foreign_keys = ON")
         except sqlite3.DatabaseError as exc:
             con.close()
-            raise InvalidMessage(
-                f"{self.path} is not an SQLite database usable as a ledger: {exc}"
-            ) from None
+            raise InvalidParameter(f"{self.path} is not an SQLite database usable as a ledger: {exc}") from None
         return con
 
-    def _init_schema(self) -> None:
-        with closing(self._connect()) as con:
-            try:
-                # fast path without the write lock: an existing ledger only needs checking
-                app = con.execute("PRAGMA application_id").fetchone()[0]
-                if app == APPLICATION_ID:
-                    ver = con.execute("PRAGMA user_version").fetchone()[0]
-                    if ver != SCHEMA_VERSION:
-                        raise InvalidMessage(
-                            f"ledger {self.path} has schema version {ver}; this smcdp reads {SCHEMA_VERSION}"
-                        )
-                    return
-                con.execute("BEGIN IMMEDIATE")
-                app = con.execute("PRAGMA application_id").fetchone()[0]
-                tables = {
-                    r[0]
-                    for r in con.execute(
-                        "SELECT name FROM sqlite_master WHERE type='table'"
-                    )
-                }
-                if app == 0 and not tables:
-                    con.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-                    con.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-                    con.execute(
-                        """CREATE TABLE budgets (
-                               dataset TEXT PRIMARY KEY,
-                               epsilon TEXT NOT NULL,
-                               delta TEXT NOT NULL,
-                               rule TEXT NOT NULL CHECK (rule IN ('linear', 'zcdp')),
-                               created_at TEXT NOT NULL,
-                               updated_at TEXT NOT NULL)"""
-                    )
-                    con.execute(
-                        """CREATE TABLE charges (
-                               id INTEGER PRIMARY KEY AUTOINCREMENT,
-                               dataset TEXT NOT NULL REFERENCES budgets(dataset),
-                               epsilon TEXT NOT NULL,
-                               delta TEXT NOT NULL,
-                               rho TEXT,
-                               note TEXT NOT NULL DEFAULT '',
-                               created_at TEXT NOT NULL,
-                               pid INTEGER)"""
-                    )
-                    con.execute("CREATE INDEX charges_dataset ON charges(dataset, id)")
-                elif app != APPLICATION_ID:
-                    con.execute("ROLLBACK")
-                    raise InvalidMessage(
-                        f"{self.path} exists but is not an smcdp privacy ledger"
-                    )
-                else:
-                    ver = con.execute("PRAGMA user_version").fetchone()[0]
-                    if ver != SCHEMA_VERSION:
-                        con.execute("ROLLBACK")
-                        raise InvalidMessage(
-                            f"ledger {self.path} has schema version {ver}; this smcdp reads {SCHEMA_VERSION}"
-                        )
-                con.execute("COMMIT")
-            except sqlite3.DatabaseError as exc:
-                raise InvalidMessage(
-                    f"{self.path} is not usable as a ledger: {exc}"
-                ) from None
-
-    # -- budgets -------------------------------------------------------------
-    def set_budget(
-        self, dataset: str, epsilon: Any, delta: Any = 0, *, rule: str = "linear"
-    ) -> BudgetStatus:
-        """Create or change the budget of ``dataset``.
-
-        Changing is refused when the new budget would be below what is already
-        spent, or when the rule would change after charges were made.
-        """
-        dataset = _check_name(dataset)
-        eps = _dec("epsilon", epsilon, allow_zero=False)
-        dlt = _dec("delta", delta, allow_zero=True, upper_one=True)
-        if rule not in RULES:
-            raise InvalidMessage(
-                f"rule must be one of {', '.join(RULES)}; got {rule!r}"
-            )
-        if rule == "zcdp" and dlt == 0:
-            raise InvalidMessage("the zcdp rule needs a budget delta > 0")
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction: committed when the block returns,
+        rolled back when it raises."""
         with closing(self._connect()) as con:
             con.execute("BEGIN IMMEDIATE")
             try:
-                row = con.execute(
-                    "SELECT rule FROM budgets WHERE dataset = ?", (dataset,)
-                ).fetchone()
-                now = _now()
-                if row is None:
-                    con.execute(
-                        "INSERT INTO budgets(dataset, epsilon, delta, rule, created_at, updated_at) VALUES (?,?,?,?,?,?)",
-                        (dataset, str(eps), str(dlt), rule, now, now),
-                    )
-                else:
-                    charges = self._charges(con, dataset)
-                    if charges and row[0] != rule:
-                        raise PreconditionFailed(
-                            f"dataset {dataset!r} already has charges under rule {row[0]!r}; the rule cannot change"
-                        )
-                    spent = self._status(con, dataset, override=(eps, dlt, rule))
-                    if (
-                        spent.remaining_epsilon < 0
-                        or spent.remaining_delta < 0
-                        or (spent.remaining_rho is not None and spent.remaining_rho < 0)
-                    ):
-                        raise PreconditionFailed(
-                            f"new budget for {dataset!r} is below what is already spent "
-                            f"(epsilon {_fmt(spent.spent_epsilon)}, delta {_fmt(spent.spent_delta)})"
-                        )
-                    con.execute(
-                        "UPDATE budgets SET epsilon = ?, delta = ?, rule = ?, updated_at = ? WHERE dataset = ?",
-                        (str(eps), str(dlt), rule, now, dataset),
-                    )
+                yield con
                 con.execute("COMMIT")
             except BaseException:
-                con.execute("ROLLBACK")
+                try:
+                    con.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
                 raise
-            return self.status(dataset)
+
+    def _init_schema(self) -> None:
+        try:
+            with closing(self._connect()) as con:
+                # fast path without the write lock: a current ledger only needs checking
+                app = con.execute("PRAGMA application_id").fetchone()[0]
+                ver = con.execute("PRAGMA user_version").fetchone()[0]
+                if app == APPLICATION_ID and ver == SCHEMA_VERSION:
+                    return
+            with self._write() as con:
+                app = con.execute("PRAGMA application_id").fetchone()[0]
+                ver = con.execute("PRAGMA user_version").fetchone()[0]
+                tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+                if app == 0 and not tables:
+                    con.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                    for stmt in _SCHEMA_V1:
+                        con.execute(stmt)
+                    ver = 1
+                elif app != APPLICATION_ID:
+                    raise InvalidParameter(f"{self.path} exists but is not an smcdp privacy ledger")
+                if ver > SCHEMA_VERSION or ver < 1:
+                    raise InvalidParameter(
+                        f"ledger {self.path} has schema version {ver}; this smcdp reads 1 to {SCHEMA_VERSION}"
+                    )
+                while ver < SCHEMA_VERSION:
+                    for stmt in _MIGRATIONS[ver]:
+                        con.execute(stmt)
+                    ver += 1
+                con.execute(f"PRAGMA user_version = {ver}")
+        except sqlite3.DatabaseError as exc:
+            raise InvalidParameter(f"{self.path} is not usable as a ledger: {exc}") from None
+
+    # -- budgets -------------------------------------------------------------
+    def set_budget(self, dataset: str, epsilon: Any, delta: Any = 0, *, rule: str = "linear") -> BudgetStatus:
+        """Create or change the budget of ``dataset``.
+
+        Changing is refused when the new budget would be below what is already
+        spent or reserved, or when the rule would change while charges or
+        reservations exist.
+        """
+        dataset = check_name(dataset)
+        eps = decimal_amount("epsilon", epsilon, allow_zero=False)
+        dlt = decimal_amount("delta", delta, allow_zero=True, upper_one=True)
+        check_choice(rule, "rule", RULES)
+        if rule == "zcdp" and dlt == 0:
+            raise InvalidParameter("the zcdp rule needs a budget delta > 0")
+        with self._write() as con:
+            row = con.execute("SELECT rule FROM budgets WHERE dataset = ?", (dataset,)).fetchone()
+            now = utc_now()
+            if row is None:
+                con.execute(
+                    "INSERT INTO budgets(dataset, epsilon, delta, rule, created_at, updated_at) VALUES (?,?,?,?,?,?)",
+                    (dataset, str(eps), str(dlt), rule, now, now),
+                )
+            else:
+                active = [c for c in self._charges(con, dataset) if c.state != "released"]
+                if active and row[0] != rule:
+                    raise PreconditionFailed(
+                        f"dataset {dataset!r} already has charges under rule {row[0]!r}; the rule cannot change"
+                    )
+                st = self._status(con, dataset, override=(eps, dlt, rule))
+                if (
+                    st.remaining_epsilon < 0
+                    or st.remaining_delta < 0
+                    or (st.remaining_rho is not None and st.remaining_rho < 0)
+                ):
+                    raise PreconditionFailed(
+                        f"new budget for {dataset!r} is below what is already spent or reserved "
+                        f"(spent epsilon {fmt_amount(st.spent_epsilon)}, delta {fmt_amount(st.spent_delta)}; "
+                        f"reserved epsilon {fmt_amount(st.reserved_epsilon)}, delta {fmt_amount(st.reserved_delta)})"
+                    )
+                con.execute(
+                    "UPDATE budgets SET epsilon = ?, delta = ?, rule = ?, updated_at = ? WHERE dataset = ?",
+                    (str(eps), str(dlt), rule, now, dataset),
+                )
+        return self.status(dataset)
+
+    def _insert(
+        self,
+        dataset: str,
+        key: str | None,
+        state: str,
+        epsilon: Any,
+        delta: Any,
+        rho: Any,
+        note: str,
+        what: str,
+        before_commit: Callable[[], None] | None,
+    ) -> Charge:
+        """Check and insert one entry in one transaction (the heart of charge and reserve)."""
+        dataset = check_name(dataset)
+        note = check_note(note)
+        with self._write() as con:
+            rule = self._budget_row(con, dataset)[2]
+            eps, dlt, r = charge_amount(rule, epsilon, delta, rho, what=what)
+            if key is not None:
+                existing = self._find(con, dataset, key)
+                if existing is not None:
+                    return check_reserve_again(existing, eps, dlt, r)
+            check_fits(self._status(con, dataset), eps, dlt, r, what=what)
+            cur = con.execute(
+                "INSERT INTO charges(dataset, epsilon, delta, rho, note, created_at, pid, state, key) "
+                "VALUES (?,?,?,?,?,?,?,?,?)",
+                (dataset, str(eps), str(dlt), None if r is None else str(r), note, utc_now(), os.getpid(), state, key),
+            )
+            entry = self._get(con, int(cur.lastrowid))
+            if before_commit is not None:
+                before_commit()
+        return entry
 
     def charge(
         self,
@@ -326,66 +309,55 @@ class Ledger:
         note: str = "",
         _before_commit: Callable[[], None] | None = None,
     ) -> Charge:
-        """Atomically record a release, or raise :class:`BudgetExceeded`.
+        """Atomically record a release, or raise :class:`~smcdp.dp.budget.BudgetExceeded`.
 
         When this returns the charge is committed to disk.  ``rho`` is needed
         under the ``zcdp`` rule for charges with ``delta > 0`` (e.g. a Gaussian
         release, rho = Delta**2/(2 sigma**2)); pure charges default to eps**2/2.
         """
-        dataset = _check_name(dataset)
-        eps = _dec("epsilon", epsilon, allow_zero=False)
-        dlt = _dec("delta", delta, allow_zero=True, upper_one=True)
-        r = _dec("rho", rho, allow_zero=False) if rho is not None else None
-        if not isinstance(note, str) or len(note) > _MAX_NOTE:
-            raise InvalidMessage(
-                f"note must be a string of at most {_MAX_NOTE} characters"
+        return self._insert(dataset, None, "charged", epsilon, delta, rho, note, "charge", _before_commit)
+
+    def reserve(
+        self,
+        dataset: str,
+        key: str,
+        epsilon: Any,
+        delta: Any = 0,
+        *,
+        rho: Any = None,
+        note: str = "",
+        _before_commit: Callable[[], None] | None = None,
+    ) -> Charge:
+        """Hold an amount under ``key`` (one transaction), or raise :class:`~smcdp.dp.budget.BudgetExceeded`.
+
+        Idempotent: the same key with the same amount returns the existing
+        entry (whatever its state, unless released); a different amount, or a
+        released key, raises :class:`~smcdp.errors.PreconditionFailed`."""
+        key = check_name(key, "reservation key")
+        return self._insert(dataset, key, "reserved", epsilon, delta, rho, note, "reservation", _before_commit)
+
+    def _settle(self, dataset: str, key: str, to_state: str, reason: str) -> Charge:
+        dataset = check_name(dataset)
+        key = check_name(key, "reservation key")
+        reason = check_note(reason, "reason")
+        with self._write() as con:
+            self._budget_row(con, dataset)
+            entry = self._find(con, dataset, key)
+            if not check_transition(entry, key, to_state):
+                return entry
+            con.execute(
+                "UPDATE charges SET state = ?, reason = ?, settled_at = ? WHERE id = ? AND state = 'reserved'",
+                (to_state, reason, utc_now(), entry.id),
             )
-        with closing(self._connect()) as con:
-            con.execute("BEGIN IMMEDIATE")
-            try:
-                row = con.execute(
-                    "SELECT epsilon, delta, rule FROM budgets WHERE dataset = ?",
-                    (dataset,),
-                ).fetchone()
-                if row is None:
-                    raise PreconditionFailed(
-                        f"no privacy budget is set for dataset {dataset!r}; set one first (smcdp budget set)"
-                    )
-                rule = row[2]
-                if rule == "zcdp" and r is None:
-                    if dlt > 0:
-                        raise InvalidMessage(
-                            "the zcdp rule needs --rho for a charge with delta > 0 (rho = Delta^2/(2 sigma^2))"
-                        )
-                    with localcontext() as ctx:
-                        ctx.prec = 50
-                        r = (eps * eps / 2).normalize()
-                st = self._status(con, dataset)
-                self._check_fits(st, eps, dlt, r)
-                created = _now()
-                cur = con.execute(
-                    "INSERT INTO charges(dataset, epsilon, delta, rho, note, created_at, pid) VALUES (?,?,?,?,?,?,?)",
-                    (
-                        dataset,
-                        str(eps),
-                        str(dlt),
-                        None if r is None else str(r),
-                        note,
-                        created,
-                        os.getpid(),
-                    ),
-                )
-                cid = int(cur.lastrowid)
-                if _before_commit is not None:
-                    _before_commit()
-                con.execute("COMMIT")
-            except BaseException:
-                try:
-                    con.execute("ROLLBACK")
-                except sqlite3.Error:
-                    pass
-                raise
-            return Charge(cid, dataset, eps, dlt, r, note, created)
+            return self._get(con, entry.id)
+
+    def commit(self, dataset: str, key: str) -> Charge:
+        """Turn the reservation ``key`` into a charge (idempotent; refused after a release)."""
+        return self._settle(dataset, key, "charged", "")
+
+    def release(self, dataset: str, key: str, reason: str = "") -> Charge:
+        """Give the reservation ``key`` back (idempotent; refused after a commit)."""
+        return self._settle(dataset, key, "released", reason)
 
     def guarded_release(
         self,
@@ -404,63 +376,75 @@ class Ledger:
     # -- queries ---------------------------------------------------------------
     def datasets(self) -> list[str]:
         with closing(self._connect()) as con:
-            return [
-                r[0]
-                for r in con.execute("SELECT dataset FROM budgets ORDER BY dataset")
-            ]
+            return [r[0] for r in con.execute("SELECT dataset FROM budgets ORDER BY dataset")]
 
-    def status(self, dataset: str) -> BudgetStatus:
-        dataset = _check_name(dataset)
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction: one consistent snapshot, no write lock."""
         with closing(self._connect()) as con:
             con.execute("BEGIN")
             try:
-                return self._status(con, dataset)
+                yield con
             finally:
                 con.execute("COMMIT")
 
+    def status(self, dataset: str) -> BudgetStatus:
+        dataset = check_name(dataset)
+        with self._read() as con:
+            return self._status(con, dataset)
+
+    def statuses(self) -> Iterator[BudgetStatus]:
+        for name in self.datasets():
+            yield self.status(name)
+
+    def check(self, dataset: str, epsilon: Any, delta: Any = 0, *, rho: Any = None) -> None:
+        """Raise :class:`~smcdp.dp.budget.BudgetExceeded` if the amount does not fit now
+        (advisory, no lock)."""
+        self.budget(dataset).check(epsilon, delta, rho=rho)
+
     def history(self, dataset: str) -> list[Charge]:
-        dataset = _check_name(dataset)
-        with closing(self._connect()) as con:
-            if (
-                con.execute(
-                    "SELECT 1 FROM budgets WHERE dataset = ?", (dataset,)
-                ).fetchone()
-                is None
-            ):
-                raise PreconditionFailed(
-                    f"no privacy budget is set for dataset {dataset!r}"
-                )
+        """Every entry of ``dataset``, oldest first, reservations and released ones included."""
+        dataset = check_name(dataset)
+        with self._read() as con:
+            self._budget_row(con, dataset)
             return self._charges(con, dataset)
 
+    def reservation(self, dataset: str, key: str) -> Charge | None:
+        dataset = check_name(dataset)
+        key = check_name(key, "reservation key")
+        with self._read() as con:
+            return self._find(con, dataset, key)
+
+    def reservations(self, dataset: str) -> list[Charge]:
+        """The open reservations of ``dataset``."""
+        return [c for c in self.history(dataset) if c.state == "reserved"]
+
     def remaining(self, dataset: str) -> dict[str, Any]:
-        st = self.status(dataset)
-        out: dict[str, Any] = {
-            "epsilon": st.remaining_epsilon,
-            "delta": st.remaining_delta,
-        }
-        if st.remaining_rho is not None:
-            out["rho"] = st.remaining_rho
-        return out
+        return self.budget(dataset).remaining()
 
     # -- internals ---------------------------------------------------------------
     @staticmethod
-    def _charges(con: sqlite3.Connection, dataset: str) -> list[Charge]:
-        rows = con.execute(
-            "SELECT id, dataset, epsilon, delta, rho, note, created_at FROM charges WHERE dataset = ? ORDER BY id",
-            (dataset,),
-        ).fetchall()
-        return [
-            Charge(
-                r[0],
-                r[1],
-                Decimal(r[2]),
-                Decimal(r[3]),
-                None if r[4] is None else Decimal(r[4]),
-                r[5],
-                r[6],
+    def _budget_row(con: sqlite3.Connection, dataset: str) -> tuple[str, str, str]:
+        row = con.execute("SELECT epsilon, delta, rule FROM budgets WHERE dataset = ?", (dataset,)).fetchone()
+        if row is None:
+            raise PreconditionFailed(
+                f"no privacy budget is set for dataset {dataset!r}; set one first (smcdp budget set)"
             )
-            for r in rows
-        ]
+        return row
+
+    @staticmethod
+    def _charges(con: sqlite3.Connection, dataset: str) -> list[Charge]:
+        rows = con.execute(f"SELECT {_COLUMNS} FROM charges WHERE dataset = ? ORDER BY id", (dataset,))
+        return [_row_to_charge(r) for r in rows.fetchall()]
+
+    @staticmethod
+    def _find(con: sqlite3.Connection, dataset: str, key: str) -> Charge | None:
+        r = con.execute(f"SELECT {_COLUMNS} FROM charges WHERE dataset = ? AND key = ?", (dataset, key)).fetchone()
+        return None if r is None else _row_to_charge(r)
+
+    @staticmethod
+    def _get(con: sqlite3.Connection, entry_id: int) -> Charge:
+        return _row_to_charge(con.execute(f"SELECT {_COLUMNS} FROM charges WHERE id = ?", (entry_id,)).fetchone())
 
     def _status(
         self,
@@ -468,83 +452,50 @@ class Ledger:
         dataset: str,
         override: tuple[Decimal, Decimal, str] | None = None,
     ) -> BudgetStatus:
-        row = con.execute(
-            "SELECT epsilon, delta, rule FROM budgets WHERE dataset = ?", (dataset,)
-        ).fetchone()
-        if row is None:
-            raise PreconditionFailed(
-                f"no privacy budget is set for dataset {dataset!r}; set one first (smcdp budget set)"
-            )
-        eps_b, dlt_b, rule = (
-            (Decimal(row[0]), Decimal(row[1]), row[2]) if override is None else override
-        )
-        charges = self._charges(con, dataset)
-        with localcontext() as ctx:
-            ctx.prec = 60
-            s_eps = sum((c.epsilon for c in charges), Decimal(0))
-            s_dlt = sum((c.delta for c in charges), Decimal(0))
-            if rule == "linear":
-                return BudgetStatus(
-                    dataset,
-                    rule,
-                    eps_b,
-                    dlt_b,
-                    s_eps,
-                    s_dlt,
-                    eps_b - s_eps,
-                    dlt_b - s_dlt,
-                    None,
-                    None,
-                    len(charges),
-                )
-            s_rho = sum((c.rho or Decimal(0) for c in charges), Decimal(0))
-        cap = _rho_capacity(float(eps_b), float(dlt_b))
-        rho_used = float(s_rho)
-        spent_eps = zcdp_epsilon_cks(rho_used, float(dlt_b)) if rho_used > 0 else 0.0
-        rem_rho = cap - rho_used
-        rem_eps = (
-            math.sqrt(2 * rem_rho) if rem_rho > 0 else (0.0 if rem_rho == 0 else -1.0)
-        )
-        return BudgetStatus(
-            dataset,
-            rule,
-            eps_b,
-            dlt_b,
-            spent_eps,
-            s_dlt,
-            rem_eps,
-            dlt_b,
-            rho_used,
-            rem_rho,
-            len(charges),
-        )
+        row = self._budget_row(con, dataset)
+        eps_b, dlt_b, rule = (Decimal(row[0]), Decimal(row[1]), row[2]) if override is None else override
+        return summarize(dataset, rule, eps_b, dlt_b, self._charges(con, dataset))
 
     @staticmethod
-    def _check_fits(
-        st: BudgetStatus, eps: Decimal, dlt: Decimal, rho: Decimal | None
-    ) -> None:
-        if st.rule == "linear":
-            if eps > st.remaining_epsilon or dlt > st.remaining_delta:
-                raise BudgetExceeded(
-                    f"charge of epsilon={_fmt(eps)}, delta={_fmt(dlt)} to dataset {st.dataset!r} refused: "
-                    f"remaining budget is epsilon={_fmt(max(st.remaining_epsilon, Decimal(0)))}, "
-                    f"delta={_fmt(max(st.remaining_delta, Decimal(0)))} "
-                    f"(of epsilon={_fmt(st.epsilon)}, delta={_fmt(st.delta)}, rule linear)"
-                )
-            return
-        assert (
-            rho is not None
-            and st.remaining_rho is not None
-            and st.spent_rho is not None
-        )
-        total = st.spent_rho + float(rho)
-        if zcdp_epsilon_cks(total, float(st.delta)) > float(st.epsilon) * (1 + 1e-12):
-            raise BudgetExceeded(
-                f"charge of rho={_fmt(rho)} (epsilon={_fmt(eps)}) to dataset {st.dataset!r} refused: "
-                f"remaining budget is rho={max(st.remaining_rho, 0.0):.6g} "
-                f"(of epsilon={_fmt(st.epsilon)} at delta={_fmt(st.delta)}, rule zcdp)"
-            )
+    def _check_fits(st: BudgetStatus, eps: Decimal, dlt: Decimal, rho: Decimal | None) -> None:
+        check_fits(st, eps, dlt, rho)
 
-    def statuses(self) -> Iterator[BudgetStatus]:
-        for name in self.datasets():
-            yield self.status(name)
+
+class LedgerBudget(PrivacyBudget):
+    """One dataset of a :class:`Ledger` as a :class:`~smcdp.dp.budget.PrivacyBudget`.
+
+    ``LedgerBudget(ledger_or_path, dataset)``; the dataset's budget is set with
+    :meth:`Ledger.set_budget` (or ``smcdp budget set``).  Durable and safe
+    across processes: every write is one transaction of the ledger."""
+
+    def __init__(self, ledger: Ledger | str | os.PathLike[str], dataset: str):
+        self.ledger = ledger if isinstance(ledger, Ledger) else Ledger(ledger)
+        self._dataset = check_name(dataset)
+
+    def __repr__(self) -> str:
+        return f"LedgerBudget({str(self.ledger.path)!r}, {self._dataset!r})"
+
+    @property
+    def dataset(self) -> str:
+        return self._dataset
+
+    def status(self) -> BudgetStatus:
+        return self.ledger.status(self._dataset)
+
+    def spend(self, epsilon: Any, delta: Any = 0, *, rho: Any = None, note: str = "") -> Charge:
+        return self.ledger.charge(self._dataset, epsilon, delta, rho=rho, note=note)
+
+    def reserve(self, key: str, epsilon: Any, delta: Any = 0, *, rho: Any = None, note: str = "") -> Charge:
+        return self.ledger.reserve(self._dataset, key, epsilon, delta, rho=rho, note=note)
+
+    def commit(self, key: str) -> Charge:
+        return self.ledger.commit(self._dataset, key)
+
+    def release(self, key: str, reason: str = "") -> Charge:
+        return self.ledger.release(self._dataset, key, reason)
+
+    def reservation(self, key: str) -> Charge | None:
+        return self.ledger.reservation(self._dataset, key)
+
+    def history(self) -> list[Charge]:
+        return self.ledger.history(self._dataset)

@@ -45,7 +45,7 @@ Guarantees (see docs/dp-core.md for the full discussion)
   truncation at probability ~2**-53.  This is weaker than the exact samplers
   and is documented as such.
 
-Randomness: :func:`resolve_rng` maps ``None`` to the OS CSPRNG; an ``int`` or a
+Randomness: :func:`smcdp.dp.samplers.resolve_rng` maps ``None`` to the OS CSPRNG; an ``int`` or a
 ``numpy.random.Generator`` yields a reproducible source (tests, experiments)
 and must be passed explicitly.
 """
@@ -57,18 +57,28 @@ from fractions import Fraction
 from typing import Any
 
 import numpy as np
-from scipy import optimize, special
 
+from smcdp.dp.conversions import (
+    analytic_gaussian_sigma,
+    classic_gaussian_sigma,
+    gaussian_epsilon,
+    zcdp_epsilon_cks,
+)
 from smcdp.dp.samplers import (
     INT64_SAFE,
     RandomSource,
-    SecureSource,
-    SeededSource,
     ceil_sqrt,
     discrete_gaussian,
     discrete_laplace,
+    resolve_rng,
 )
-from smcdp.errors import InvalidMessage
+from smcdp.dp.validation import (
+    InvalidParameter,
+    check_delta,
+    check_positive,
+    check_shape,
+    finite_array,
+)
 
 __all__ = [
     "GRID_RESOLUTION_BITS",
@@ -76,11 +86,6 @@ __all__ = [
     "GaussianMechanism",
     "LaplaceMechanism",
     "VectorMechanism",
-    "analytic_gaussian_sigma",
-    "classic_gaussian_sigma",
-    "gaussian_delta",
-    "gaussian_epsilon",
-    "resolve_rng",
 ]
 
 #: the grid is at least this many bits finer than the noise scale
@@ -92,104 +97,8 @@ GRID_SLACK_BITS = 16
 _MAX_COORDS = 1 << 28
 
 
-def resolve_rng(random_state: Any = None) -> RandomSource:
-    """The randomness source for privacy noise.
-
-    ``None`` -> :class:`~smcdp.dp.samplers.SecureSource` (``os.urandom``);
-    ``int`` -> a reproducible source seeded with it (experiments only);
-    ``numpy.random.Generator`` -> that generator (experiments only);
-    an existing :class:`~smcdp.dp.samplers.RandomSource` is returned as is.
-    Anything else (including the legacy ``numpy.random.RandomState``) is refused.
-    """
-    if random_state is None:
-        return SecureSource()
-    if isinstance(random_state, RandomSource):
-        return random_state
-    if isinstance(random_state, np.random.Generator):
-        return SeededSource(random_state)
-    if isinstance(random_state, (int, np.integer)) and not isinstance(
-        random_state, (bool, np.bool_)
-    ):
-        if int(random_state) < 0:
-            raise InvalidMessage(
-                f"random_state seed must be non-negative, got {random_state}"
-            )
-        return SeededSource(np.random.default_rng(int(random_state)))
-    raise InvalidMessage(
-        "random_state must be None (secure randomness), an int seed or a "
-        f"numpy.random.Generator; got {type(random_state).__name__}"
-    )
-
-
-# ---------------------------------------------------------------------------
-# validation helpers
-# ---------------------------------------------------------------------------
-
-
-def _positive_finite(name: str, value: Any) -> float:
-    if isinstance(value, (bool, np.bool_)):
-        raise InvalidMessage(f"{name} must be a number, got {value!r}")
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise InvalidMessage(f"{name} must be a number, got {value!r}") from None
-    if not math.isfinite(v) or v <= 0:
-        raise InvalidMessage(f"{name} must be positive and finite, got {value!r}")
-    return v
-
-
-def _delta_value(value: Any, *, allow_zero: bool) -> float:
-    if isinstance(value, (bool, np.bool_)):
-        raise InvalidMessage(f"delta must be a number, got {value!r}")
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise InvalidMessage(f"delta must be a number, got {value!r}") from None
-    lo_ok = v >= 0 if allow_zero else v > 0
-    if not (math.isfinite(v) and lo_ok and v < 1):
-        rng = "[0, 1)" if allow_zero else "(0, 1)"
-        raise InvalidMessage(f"delta must lie in {rng}, got {value!r}")
-    return v
-
-
-def _shape(shape: Any) -> tuple[int, ...]:
-    if isinstance(shape, (int, np.integer)) and not isinstance(shape, (bool, np.bool_)):
-        shape = (int(shape),)
-    try:
-        shp = tuple(int(s) for s in shape)
-    except TypeError:
-        raise InvalidMessage(
-            f"shape must be an int or a tuple of ints, got {shape!r}"
-        ) from None
-    if any(s < 0 for s in shp):
-        raise InvalidMessage(f"shape must be non-negative, got {shape!r}")
-    return shp
-
-
-def _values(value: Any) -> np.ndarray:
-    try:
-        arr = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise InvalidMessage(
-            "value must be numeric (a number or an array of numbers)"
-        ) from None
-    if not np.all(np.isfinite(arr)):
-        raise InvalidMessage("value contains NaN or infinity; refusing to release it")
-    return arr
-
-
 def _size(shp: tuple[int, ...]) -> int:
     return int(np.prod(shp, dtype=np.int64)) if shp else 1
-
-
-def _count(n: Any) -> int:
-    if (
-        isinstance(n, (bool, np.bool_))
-        or not isinstance(n, (int, np.integer))
-        or int(n) < 0
-    ):
-        raise InvalidMessage(f"n must be a non-negative integer, got {n!r}")
-    return int(n)
 
 
 def _grid_exponent(
@@ -204,10 +113,10 @@ def _grid_exponent(
         math.ldexp(sensitivity, -GRID_SLACK_BITS) / max(slack, 1),
     )
     if not (target > 0 and math.isfinite(target)):
-        raise InvalidMessage("noise scale / sensitivity out of the representable range")
+        raise InvalidParameter("noise scale / sensitivity out of the representable range")
     e = math.frexp(target)[1] - 1  # 2**e <= target < 2**(e+1)
     if e < -1000:
-        raise InvalidMessage("sensitivity too small to place on a floating-point grid")
+        raise InvalidParameter("sensitivity too small to place on a floating-point grid")
     return e
 
 
@@ -216,7 +125,7 @@ def _to_grid_integers(x: np.ndarray, e: int) -> np.ndarray:
     with np.errstate(over="ignore"):
         scaled = np.rint(np.ldexp(x, -e))
     if not np.all(np.isfinite(scaled)):
-        raise InvalidMessage(
+        raise InvalidParameter(
             f"value too large for the noise grid of width 2**{e} (|value| must stay below 2**{1023 + e})"
         )
     flat = scaled.reshape(-1)
@@ -239,7 +148,7 @@ def _from_grid(n: np.ndarray, e: int, shape: tuple[int, ...]) -> np.ndarray:
         try:
             f = np.array([float(v) for v in n], dtype=np.float64)
         except OverflowError:
-            raise InvalidMessage(
+            raise InvalidParameter(
                 "noisy value exceeds the double-precision range"
             ) from None
     else:
@@ -254,93 +163,6 @@ def _ceil_fraction(f: Fraction) -> int:
 # ---------------------------------------------------------------------------
 # Gaussian calibration
 # ---------------------------------------------------------------------------
-
-
-def classic_gaussian_sigma(
-    epsilon: float, delta: float, sensitivity: float = 1.0
-) -> float:
-    """sigma = sqrt(2 ln(1.25/delta)) * Delta / epsilon (Dwork-Roth Thm A.1; needs epsilon < 1)."""
-    epsilon = _positive_finite("epsilon", epsilon)
-    delta = _delta_value(delta, allow_zero=False)
-    sensitivity = _positive_finite("sensitivity", sensitivity)
-    if epsilon >= 1:
-        raise InvalidMessage(
-            f"the classic Gaussian calibration is only proved for epsilon < 1 (got {epsilon}); "
-            "use analytic=True (Balle-Wang) for larger epsilon"
-        )
-    return math.sqrt(2.0 * math.log(1.25 / delta)) * sensitivity / epsilon
-
-
-def _log_delta_terms(epsilon: float, mu: float) -> tuple[float, float]:
-    a = special.log_ndtr(mu / 2.0 - epsilon / mu)
-    b = epsilon + special.log_ndtr(-mu / 2.0 - epsilon / mu)
-    return float(a), float(b)
-
-
-def gaussian_delta(epsilon: float, noise_multiplier: float) -> float:
-    """Exact delta(epsilon) of the Gaussian mechanism with sigma/Delta = noise_multiplier.
-
-    Balle & Wang (2018), Thm. 8: delta = Phi(mu/2 - eps/mu) - e^eps Phi(-mu/2 - eps/mu),
-    mu = Delta/sigma.
-    """
-    if epsilon < 0:
-        raise InvalidMessage("epsilon must be >= 0")
-    mu = 1.0 / noise_multiplier
-    a, b = _log_delta_terms(epsilon, mu)
-    if b >= a:
-        return 0.0
-    return math.exp(a) * -math.expm1(b - a)
-
-
-def gaussian_epsilon(delta: float, noise_multiplier: float) -> float:
-    """Smallest epsilon with gaussian_delta(epsilon, noise_multiplier) <= delta."""
-    delta = _delta_value(delta, allow_zero=False)
-    noise_multiplier = _positive_finite("noise multiplier", noise_multiplier)
-    if gaussian_delta(0.0, noise_multiplier) <= delta:
-        return 0.0
-    hi = 1.0
-    while gaussian_delta(hi, noise_multiplier) > delta:
-        hi *= 2.0
-        if hi > 1e12:
-            raise InvalidMessage("no finite epsilon for this delta / noise")
-    eps = optimize.brentq(
-        lambda e: gaussian_delta(e, noise_multiplier) - delta,
-        0.0,
-        hi,
-        xtol=1e-15,
-        rtol=1e-14,
-    )
-    # move up until the guarantee certainly holds
-    while gaussian_delta(eps, noise_multiplier) > delta:
-        eps = eps * (1 + 1e-12) + 1e-300
-    return eps
-
-
-def analytic_gaussian_sigma(
-    epsilon: float, delta: float, sensitivity: float = 1.0
-) -> float:
-    """Smallest sigma (to 1e-12 relative) with Balle-Wang delta(epsilon) <= delta."""
-    epsilon = _positive_finite("epsilon", epsilon)
-    delta = _delta_value(delta, allow_zero=False)
-    sensitivity = _positive_finite("sensitivity", sensitivity)
-
-    def f(log_m: float) -> float:
-        return gaussian_delta(epsilon, math.exp(log_m)) - delta
-
-    lo, hi = -10.0, 10.0
-    while f(lo) <= 0:
-        lo -= 10.0
-    while f(hi) > 0:
-        hi += 10.0
-        if hi > 200:
-            raise InvalidMessage(
-                "cannot calibrate the analytic Gaussian for these parameters"
-            )
-    log_m = optimize.brentq(f, lo, hi, xtol=1e-14, rtol=1e-14)
-    m = math.exp(log_m)
-    while gaussian_delta(epsilon, m) > delta:
-        m *= 1 + 1e-12
-    return m * sensitivity
 
 
 # ---------------------------------------------------------------------------
@@ -370,20 +192,20 @@ class _Mechanism:
         arbitrary double in floating point re-opens the floating-point channel
         unless the value already lies on the same grid.
         """
-        shp = _shape(shape)
+        shp = check_shape(shape)
         e, z = self._noise(1, _size(shp))
         return _from_grid(z, e, shp)
 
     def sample_many(self, n: int, shape: Any) -> np.ndarray:
         """``n`` independent noise draws for calls on ``shape``: array (n, *shape)."""
-        shp = _shape(shape)
-        n = _count(n)
+        shp = check_shape(shape)
+        n = check_positive(n, "n", allow_zero=True, integer=True)
         e, z = self._noise(n, _size(shp))
         return _from_grid(z, e, (n,) + shp)
 
     def randomise(self, value: Any) -> np.ndarray:
         """value + noise, computed exactly on the grid; float ndarray of value's shape."""
-        x = _values(value)
+        x = finite_array(value)
         return self._release(x, 1).reshape(x.shape)
 
     def randomise_many(self, value: Any, n: int) -> np.ndarray:
@@ -393,8 +215,8 @@ class _Mechanism:
         several rows of the same value composes (n times the privacy cost).
         Meant for experiments and empirical privacy tests.
         """
-        x = _values(value)
-        n = _count(n)
+        x = finite_array(value)
+        n = check_positive(n, "n", allow_zero=True, integer=True)
         return self._release(x, n).reshape((n,) + x.shape)
 
     def _release(self, x: np.ndarray, n: int) -> np.ndarray:
@@ -408,7 +230,7 @@ class _Mechanism:
 
     def grid_exponent(self, shape: Any) -> int:
         """log2 of the grid width used for a call on an array of ``shape``."""
-        return self._grid(_size(_shape(shape)))
+        return self._grid(_size(check_shape(shape)))
 
     def _grid(self, d: int) -> int:
         raise NotImplementedError
@@ -420,7 +242,7 @@ class _Mechanism:
     @staticmethod
     def _check_d(d: int) -> None:
         if d > _MAX_COORDS:
-            raise InvalidMessage(f"at most {_MAX_COORDS} coordinates per call, got {d}")
+            raise InvalidParameter(f"at most {_MAX_COORDS} coordinates per call, got {d}")
 
 
 class LaplaceMechanism(_Mechanism):
@@ -434,13 +256,13 @@ class LaplaceMechanism(_Mechanism):
     """
 
     def __init__(self, epsilon: float, sensitivity: float, *, random_state: Any = None):
-        self.epsilon = _positive_finite("epsilon", epsilon)
-        self.sensitivity = _positive_finite("sensitivity", sensitivity)
+        self.epsilon = check_positive(epsilon, "epsilon")
+        self.sensitivity = check_positive(sensitivity, "sensitivity")
         self.delta = 0.0
         self.rho = self.epsilon**2 / 2.0
         self.scale = self.sensitivity / self.epsilon
         if not math.isfinite(self.scale):
-            raise InvalidMessage("Laplace scale overflows")
+            raise InvalidParameter("Laplace scale overflows")
         self._rng = resolve_rng(random_state)
 
     def __repr__(self) -> str:
@@ -459,7 +281,7 @@ class LaplaceMechanism(_Mechanism):
 
     def grid_scale(self, shape: Any = 1) -> float:
         """Realised Laplace scale (grid step times integer scale) for ``shape``."""
-        e, t = self._integer_scale(_size(_shape(shape)))
+        e, t = self._integer_scale(_size(check_shape(shape)))
         return math.ldexp(float(t), e)
 
     def _noise(self, n: int, d: int) -> tuple[int, np.ndarray]:
@@ -485,9 +307,9 @@ class GaussianMechanism(_Mechanism):
         analytic: bool = False,
         random_state: Any = None,
     ):
-        epsilon = _positive_finite("epsilon", epsilon)
-        delta = _delta_value(delta, allow_zero=False)
-        sensitivity = _positive_finite("sensitivity", sensitivity)
+        epsilon = check_positive(epsilon, "epsilon")
+        delta = check_delta(delta, allow_zero=False)
+        sensitivity = check_positive(sensitivity, "sensitivity")
         if analytic:
             sigma = analytic_gaussian_sigma(epsilon, delta, sensitivity)
         else:
@@ -496,7 +318,7 @@ class GaussianMechanism(_Mechanism):
         self.analytic = bool(analytic)
         if not analytic and self.rigorous_epsilon > epsilon:
             # never observed for epsilon < 1 (the zCDP route gives <= 0.93 epsilon); kept as a guard
-            raise InvalidMessage(
+            raise InvalidParameter(
                 "the classic calibration is not certified by the discrete Gaussian's zCDP bound "
                 f"for epsilon={epsilon}, delta={delta}; use analytic=True"
             )
@@ -516,9 +338,9 @@ class GaussianMechanism(_Mechanism):
         tightest epsilon for that delta (exact Gaussian privacy profile, Balle-Wang);
         with ``delta == 0`` epsilon is ``inf`` (no pure-DP guarantee).
         """
-        sigma = _positive_finite("sigma", sigma)
-        sensitivity = _positive_finite("sensitivity", sensitivity)
-        delta = _delta_value(delta, allow_zero=True)
+        sigma = check_positive(sigma, "sigma")
+        sensitivity = check_positive(sensitivity, "sensitivity")
+        delta = check_delta(delta)
         eps = gaussian_epsilon(delta, sigma / sensitivity) if delta > 0 else math.inf
         self = cls.__new__(cls)
         self._setup(sigma, sensitivity, eps, delta, random_state)
@@ -555,8 +377,6 @@ class GaussianMechanism(_Mechanism):
         """
         if self.delta <= 0:
             return math.inf
-        from smcdp.dp.accounting import zcdp_epsilon_cks
-
         return zcdp_epsilon_cks(self.rho, self.delta)
 
     def __repr__(self) -> str:
@@ -583,7 +403,7 @@ class GaussianMechanism(_Mechanism):
 
     def grid_sigma(self, shape: Any = 1) -> float:
         """Realised standard-deviation parameter (grid step times sqrt(t q))."""
-        e, t, q = self._integer_params(_size(_shape(shape)))
+        e, t, q = self._integer_params(_size(check_shape(shape)))
         return math.ldexp(math.sqrt(t * q), e)
 
     def _noise(self, n: int, d: int) -> tuple[int, np.ndarray]:
@@ -605,8 +425,8 @@ class VectorMechanism(_Mechanism):
     """
 
     def __init__(self, epsilon: float, sensitivity: float, *, random_state: Any = None):
-        self.epsilon = _positive_finite("epsilon", epsilon)
-        self.sensitivity = _positive_finite("sensitivity", sensitivity)
+        self.epsilon = check_positive(epsilon, "epsilon")
+        self.sensitivity = check_positive(sensitivity, "sensitivity")
         self.delta = 0.0
         self.rho = self.epsilon**2 / 2.0
         self.scale = self.sensitivity / self.epsilon

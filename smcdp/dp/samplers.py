@@ -24,7 +24,8 @@ code.
 
 Randomness sources
 ------------------
-``SecureSource`` draws from ``os.urandom`` (the kernel CSPRNG) and is the
+:func:`resolve_rng` maps a ``random_state`` argument to a source: ``None`` to
+``SecureSource``, which draws from ``os.urandom`` (the kernel CSPRNG) and is the
 default everywhere.  ``SeededSource`` wraps an explicitly supplied
 ``numpy.random.Generator`` for reproducible experiments and tests; it is never
 chosen implicitly.  Both expose the same three primitives -- uniform integers
@@ -35,22 +36,27 @@ the samplers do not know which source they use.
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import secrets
 from typing import Any
 
 import numpy as np
 
-from smcdp.errors import InvalidMessage
+from smcdp.dp.validation import InvalidParameter, check_positive
 
 __all__ = [
     "INT64_SAFE",
     "RandomSource",
     "SecureSource",
     "SeededSource",
+    "aux_rng",
     "bernoulli_exp",
+    "ceil_sqrt",
     "discrete_gaussian",
     "discrete_laplace",
+    "noise_rng",
+    "resolve_rng",
 ]
 
 #: Largest magnitude we let an ``int64`` intermediate reach before switching to
@@ -120,7 +126,7 @@ class SecureSource(RandomSource):
             return self._uniform_below_object(bounds)
         b = bounds.astype(np.uint64).reshape(-1)
         if b.size and (b.min() < 1):
-            raise InvalidMessage("uniform_below needs positive bounds")
+            raise InvalidParameter("uniform_below needs positive bounds")
         # Rejection sampling: accept x < 2**64 - (2**64 mod b), a multiple of b,
         # then x mod b is exactly uniform on [0, b).
         rem = (_U64_MAX % b + np.uint64(1)) % b
@@ -151,7 +157,7 @@ class SeededSource(RandomSource):
 
     def __init__(self, generator: np.random.Generator):
         if not isinstance(generator, np.random.Generator):
-            raise InvalidMessage("SeededSource needs a numpy.random.Generator")
+            raise InvalidParameter("SeededSource needs a numpy.random.Generator")
         self.generator = generator
 
     def __repr__(self) -> str:
@@ -159,7 +165,7 @@ class SeededSource(RandomSource):
 
     def _randbelow(self, b: int) -> int:
         if b <= 0:
-            raise InvalidMessage("uniform_below needs positive bounds")
+            raise InvalidParameter("uniform_below needs positive bounds")
         nbits = b.bit_length()
         nbytes = (nbits + 7) // 8
         mask = (1 << nbits) - 1
@@ -173,7 +179,7 @@ class SeededSource(RandomSource):
         if bounds.dtype == object:
             return self._uniform_below_object(bounds)
         if bounds.size and bounds.min() < 1:
-            raise InvalidMessage("uniform_below needs positive bounds")
+            raise InvalidParameter("uniform_below needs positive bounds")
         # numpy's bounded integers are exact (masked / Lemire rejection).
         return self.generator.integers(0, bounds, dtype=np.int64)
 
@@ -234,25 +240,6 @@ def _geometric_exp_minus_one(n: int, src: RandomSource) -> np.ndarray:
     return v
 
 
-def _check_positive_int(name: str, value: Any) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise InvalidMessage(f"{name} must be an integer, got {value!r}")
-    value = int(value)
-    if value < 1:
-        raise InvalidMessage(f"{name} must be >= 1, got {value}")
-    return value
-
-
-def _check_count(n: Any) -> int:
-    if (
-        isinstance(n, (bool, np.bool_))
-        or not isinstance(n, (int, np.integer))
-        or int(n) < 0
-    ):
-        raise InvalidMessage(f"sample count must be a non-negative integer, got {n!r}")
-    return int(n)
-
-
 def discrete_laplace(t: int, n: int, src: RandomSource) -> np.ndarray:
     """``n`` exact draws with P[Y = y] proportional to exp(-|y|/t), integer t >= 1.
 
@@ -261,8 +248,8 @@ def discrete_laplace(t: int, n: int, src: RandomSource) -> np.ndarray:
     exp(-1/t); a random sign, rejecting the duplicate "-0".
     Returns ``int64`` when every possible intermediate fits, else Python ints.
     """
-    t = _check_positive_int("discrete Laplace scale t", t)
-    n = _check_count(n)
+    t = check_positive(t, "discrete Laplace scale t", integer=True)
+    n = check_positive(n, "sample count", allow_zero=True, integer=True)
     big = t > (1 << 60)
     out = np.empty(n, dtype=object if big else np.int64)
     pending = np.arange(n)
@@ -300,9 +287,9 @@ def discrete_gaussian(t: int, q: int, n: int, src: RandomSource) -> np.ndarray:
     exponent is split into its integer part a (a Bernoulli(exp(-1)) draws, all of
     which must succeed) and a remainder r/(2tq) in [0, 1).
     """
-    t = _check_positive_int("discrete Gaussian t", t)
-    q = _check_positive_int("discrete Gaussian q", q)
-    n = _check_count(n)
+    t = check_positive(t, "discrete Gaussian t", integer=True)
+    q = check_positive(q, "discrete Gaussian q", integer=True)
+    n = check_positive(n, "sample count", allow_zero=True, integer=True)
     big = t * q > (1 << 56)
     out = np.empty(n, dtype=object if big else np.int64)
     pending = np.arange(n)
@@ -343,6 +330,62 @@ def discrete_gaussian(t: int, q: int, n: int, src: RandomSource) -> np.ndarray:
 def ceil_sqrt(n: int) -> int:
     """Smallest integer r with r*r >= n (exact, for any non-negative int)."""
     if n < 0:
-        raise InvalidMessage("ceil_sqrt of a negative number")
+        raise InvalidParameter("ceil_sqrt of a negative number")
     r = math.isqrt(n)
     return r if r * r == n else r + 1
+
+
+# ---------------------------------------------------------------------------
+# choosing a source from a ``random_state`` argument
+# ---------------------------------------------------------------------------
+
+
+def _is_seed(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
+def resolve_rng(random_state: Any = None) -> RandomSource:
+    """The randomness source for privacy noise.
+
+    ``None`` -> :class:`SecureSource` (``os.urandom``);
+    ``int`` -> a reproducible source seeded with it (experiments only);
+    ``numpy.random.Generator`` -> that generator (experiments only);
+    an existing :class:`RandomSource` is returned as is.
+    Anything else (including the legacy ``numpy.random.RandomState``) is refused.
+    """
+    if random_state is None:
+        return SecureSource()
+    if isinstance(random_state, RandomSource):
+        return random_state
+    if isinstance(random_state, np.random.Generator):
+        return SeededSource(random_state)
+    if _is_seed(random_state):
+        if int(random_state) < 0:
+            raise InvalidParameter(f"random_state seed must be non-negative, got {random_state}")
+        return SeededSource(np.random.default_rng(int(random_state)))
+    raise InvalidParameter(
+        "random_state must be None (secure randomness), an int seed or a "
+        f"numpy.random.Generator; got {type(random_state).__name__}"
+    )
+
+
+def noise_rng(random_state: Any) -> np.random.Generator | None:
+    """What to pass as ``random_state`` to the mechanisms so that several draws in
+    one fit use one stream: ``None`` stays ``None`` (the secure source); an int
+    or a numpy Generator becomes one seeded Generator (experiments only)."""
+    if random_state is None:
+        return None
+    if isinstance(random_state, np.random.Generator):
+        return random_state
+    if _is_seed(random_state):
+        return np.random.default_rng(int(random_state))
+    raise InvalidParameter(f"random_state must be None, an int or a numpy Generator, got {random_state!r}")
+
+
+def aux_rng(random_state: Any) -> np.random.Generator:
+    """Generator for randomness that is not privacy noise (initialisation)."""
+    if isinstance(random_state, np.random.Generator):
+        return random_state
+    if random_state is None or _is_seed(random_state):
+        return np.random.default_rng(None if random_state is None else int(random_state))
+    raise InvalidParameter(f"random_state must be None, an int or a numpy Generator, got {random_state!r}")

@@ -564,7 +564,7 @@ def train_local(X: np.ndarray, y: np.ndarray, lam: float) -> tuple[np.ndarray, f
     norm g, so the returned point is within g/(2λ) of it, and two neighbouring
     fits within 1/(nλ) + g/λ of each other.
     """
-    from smcdp.dp.logistic import LogisticRegression, logistic_sensitivity
+    from smcdp.dp.learners.logistic import LogisticRegression, logistic_sensitivity
 
     if len(set(y.tolist())) < 2:
         raise InvalidMessage("the local data set needs both labels to train a classifier")

@@ -27,15 +27,17 @@ import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._validation import (
-    aux_rng,
+from smcdp.dp.budget import NON_PRIVATE, PrivacyCost, charge_on_success, check_budget
+from smcdp.dp.conversions import analytic_gaussian_sigma
+from smcdp.dp.mechanisms import GaussianMechanism
+from smcdp.dp.samplers import aux_rng, noise_rng
+from smcdp.dp.validation import (
     check_delta,
     check_epsilon,
     check_out_of_bounds,
     check_positive,
     clip_rows_to_norm,
     is_private,
-    noise_rng,
     project_psd,
     resolve_data_norm,
 )
@@ -89,15 +91,18 @@ class FactorAnalysis(TransformerMixin, BaseEstimator):
     max_iter, tol : EM stopping rule (post-processing)
     min_noise_variance : float, default=1e-6 (floor on Psi, in unit-ball units)
     random_state : None, int or Generator (experiments only)
+    accountant : PrivacyBudget or None   charged with the fit's cost (checked before the data are read)
 
     Attributes
     ----------
     components_ (k, d) = W^T, noise_variance_ (d,), second_moment_ (the released Lambda),
-    epsilon_spent_, delta_spent_, n_iter_
+    epsilon_spent_, delta_spent_, rho_spent_ (one analytic Gaussian release: rho = 1/(2 s**2)
+    for its noise multiplier s, whatever n), n_iter_
     """
 
     def __init__(self, n_components=2, *, epsilon=1.0, delta=1e-5, data_norm=1.0, max_iter=5000,
-                 tol=1e-7, min_noise_variance=1e-6, out_of_bounds="clip", random_state=None):
+                 tol=1e-7, min_noise_variance=1e-6, out_of_bounds="clip", random_state=None,
+                 accountant=None):
         self.n_components = n_components
         self.epsilon = epsilon
         self.delta = delta
@@ -107,6 +112,7 @@ class FactorAnalysis(TransformerMixin, BaseEstimator):
         self.min_noise_variance = min_noise_variance
         self.out_of_bounds = out_of_bounds
         self.random_state = random_state
+        self.accountant = accountant
 
     def fit(self, X, y=None):
         eps = check_epsilon(self.epsilon)
@@ -117,6 +123,17 @@ class FactorAnalysis(TransformerMixin, BaseEstimator):
         tol = check_positive(self.tol, "tol")
         floor = check_positive(self.min_noise_variance, "min_noise_variance")
         check_out_of_bounds(self.out_of_bounds)
+        if private:
+            # the analytic sigma is proportional to the sensitivity, so rho does not depend on n
+            cost = PrivacyCost(eps, delta, 1.0 / (2.0 * analytic_gaussian_sigma(eps, delta) ** 2))
+        else:
+            cost = NON_PRIVATE
+        with charge_on_success(check_budget(self.accountant), cost, note="FactorAnalysis.fit"):
+            self._fit(X, eps, delta, k, max_iter, tol, floor, private)
+            self.epsilon_spent_, self.delta_spent_, self.rho_spent_ = cost.epsilon, cost.delta, cost.rho
+        return self
+
+    def _fit(self, X, eps, delta, k, max_iter, tol, floor, private):
         X = validate_data(self, X, dtype=np.float64, ensure_min_samples=2)
         n, d = X.shape
         R = resolve_data_norm(self.data_norm, X, private=private, who="FactorAnalysis")
@@ -125,8 +142,6 @@ class FactorAnalysis(TransformerMixin, BaseEstimator):
         Xu = X / R
         Lam = Xu.T @ Xu / n
         if private:
-            from smcdp.dp.mechanisms import GaussianMechanism
-
             iu = np.triu_indices(d)
             mech = GaussianMechanism(eps, delta, math.sqrt(2.0) / n, analytic=True,
                                      random_state=noise_rng(self.random_state))
@@ -134,21 +149,18 @@ class FactorAnalysis(TransformerMixin, BaseEstimator):
             Lt = np.zeros((d, d))
             Lt[iu] = rel
             Lam = project_psd(Lt + np.triu(Lt, 1).T)
-            self.epsilon_spent_, self.delta_spent_ = eps, delta
             self.noise_sigma_ = float(mech.sigma)
         else:
-            self.epsilon_spent_, self.delta_spent_ = math.inf, 0.0
             self.noise_sigma_ = 0.0
         W, psi, it = fa_em(Lam, k, max_iter=max_iter, tol=tol, min_psi=floor, rng=aux_rng(self.random_state))
         if it == max_iter:
-            warnings.warn("FactorAnalysis: EM reached max_iter before tol", RuntimeWarning, stacklevel=2)
+            warnings.warn("FactorAnalysis: EM reached max_iter before tol", RuntimeWarning, stacklevel=3)
         self.data_norm_ = R
         self.second_moment_ = Lam * R * R
         self.components_ = (W * R).T
         self.noise_variance_ = psi * R * R
         self.n_iter_ = it
         self.n_samples_seen_ = n
-        return self
 
     def get_covariance(self):
         check_is_fitted(self)

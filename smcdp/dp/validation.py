@@ -1,10 +1,15 @@
-"""Shared argument checks, public-bound handling and small linear-algebra helpers
-for the DP learners.
+"""Every argument check of ``smcdp.dp`` in one place.
 
-Everything here is data-independent bookkeeping: checking that ``epsilon``,
-``delta``, ``lam`` ... are well formed, clipping or rejecting rows that fall
-outside the *public* bounds the caller declared, and the PSD repairs used by
-the Gaussian learners.  Two rules are enforced throughout:
+Mechanisms, accountants, budgets and learners validate their inputs with the
+functions here, so a bad epsilon gets the same message wherever it is passed.
+All of them raise :class:`InvalidParameter`, which is both an
+:class:`smcdp.errors.InvalidMessage` (the transport reports INVALID_ARGUMENT)
+and a :class:`ValueError` (what scikit-learn's estimator checks expect).
+
+Besides the scalar checks the module holds the data-independent bookkeeping of
+the learners: clipping or rejecting rows that fall outside the *public* bounds
+the caller declared, and the PSD repairs of noisy covariance matrices.  Two
+rules hold throughout:
 
 * Bounds (``data_norm``, ``bounds``) are public inputs.  If the caller asks us
   to infer them from the data (``data_norm=None`` / ``bounds=None``) we do it,
@@ -21,20 +26,30 @@ from __future__ import annotations
 import math
 import numbers
 import warnings
+from decimal import Decimal, InvalidOperation
+from typing import Any
 
 import numpy as np
 
 from smcdp.errors import InvalidMessage
 
 __all__ = [
+    "MAX_NAME",
+    "MAX_NOTE",
     "InvalidParameter",
     "PrivacyLeakWarning",
+    "check_choice",
     "check_delta",
     "check_epsilon",
+    "check_name",
+    "check_note",
     "check_out_of_bounds",
     "check_positive",
+    "check_shape",
     "clip_rows_to_norm",
     "clip_to_bounds",
+    "decimal_amount",
+    "finite_array",
     "is_private",
     "project_psd",
     "repair_eigen",
@@ -43,9 +58,14 @@ __all__ = [
     "resolve_data_norm",
 ]
 
+#: longest dataset name or reservation key a budget accepts
+MAX_NAME = 200
+#: longest note or reason a budget stores
+MAX_NOTE = 2000
+
 
 class InvalidParameter(InvalidMessage, ValueError):
-    """An argument of a DP learner is invalid.
+    """An argument of a mechanism, accountant, budget or learner is invalid.
 
     Subclasses both :class:`smcdp.errors.InvalidMessage` (so the transport
     reports INVALID_ARGUMENT) and :class:`ValueError` (so scikit-learn's
@@ -62,40 +82,120 @@ def is_private(epsilon: float) -> bool:
     return not math.isinf(epsilon)
 
 
-def check_epsilon(epsilon, name: str = "epsilon") -> float:
-    """``epsilon`` must be a real number > 0; ``float('inf')`` means non-private."""
-    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real):
-        raise InvalidParameter(f"{name} must be a positive real number, got {epsilon!r}")
-    epsilon = float(epsilon)
-    if math.isnan(epsilon) or epsilon <= 0:
-        raise InvalidParameter(f"{name} must be > 0 (use float('inf') for a non-private fit), got {epsilon!r}")
-    return epsilon
+def _real(value: Any, name: str, what: str) -> float:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise InvalidParameter(f"{name} must be {what}, got {value!r}")
+    return float(value)
 
 
-def check_delta(delta, name: str = "delta", *, allow_zero: bool = True) -> float:
-    if isinstance(delta, bool) or not isinstance(delta, numbers.Real):
-        raise InvalidParameter(f"{name} must be a real number in [0, 1), got {delta!r}")
-    delta = float(delta)
-    if math.isnan(delta) or delta < 0 or delta >= 1 or (not allow_zero and delta == 0):
+def check_epsilon(epsilon: Any, name: str = "epsilon", *, allow_inf: bool = True) -> float:
+    """``epsilon`` must be a real number > 0.  With ``allow_inf`` (the learners'
+    convention) ``float('inf')`` is accepted and means a non-private fit."""
+    v = _real(epsilon, name, "a positive real number")
+    if math.isnan(v) or v <= 0 or (math.isinf(v) and not allow_inf):
+        hint = " (use float('inf') for a non-private fit)" if allow_inf else " and finite"
+        raise InvalidParameter(f"{name} must be > 0{hint}, got {epsilon!r}")
+    return v
+
+
+def check_delta(delta: Any, name: str = "delta", *, allow_zero: bool = True) -> float:
+    v = _real(delta, name, "a real number in [0, 1)")
+    if math.isnan(v) or v < 0 or v >= 1 or (not allow_zero and v == 0):
         lo = "(0" if not allow_zero else "[0"
         raise InvalidParameter(f"{name} must lie in {lo}, 1), got {delta!r}")
-    return delta
+    return v
 
 
-def check_positive(value, name: str, *, allow_zero: bool = False, integer: bool = False):
+def check_positive(value: Any, name: str, *, allow_zero: bool = False, integer: bool = False):
+    """A finite real (or, with ``integer``, an integer) that is > 0 (>= 0 with ``allow_zero``)."""
     kind = numbers.Integral if integer else numbers.Real
-    if isinstance(value, bool) or not isinstance(value, kind):
-        raise InvalidParameter(f"{name} must be a {'positive integer' if integer else 'positive number'}, got {value!r}")
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, kind):
+        what = "an integer" if integer else "a number"
+        raise InvalidParameter(f"{name} must be {what}, got {value!r}")
     v = int(value) if integer else float(value)
     if (not integer and (math.isnan(v) or math.isinf(v))) or v < 0 or (v == 0 and not allow_zero):
         raise InvalidParameter(f"{name} must be {'>= 0' if allow_zero else '> 0'} and finite, got {value!r}")
     return v
 
 
-def check_out_of_bounds(value) -> str:
-    if value not in ("clip", "raise"):
-        raise InvalidParameter(f"out_of_bounds must be 'clip' or 'raise', got {value!r}")
+def check_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise InvalidParameter(f"{name} must be one of {', '.join(repr(c) for c in choices)}; got {value!r}")
     return value
+
+
+def check_shape(shape: Any) -> tuple[int, ...]:
+    """An int or a tuple of non-negative ints."""
+    if isinstance(shape, numbers.Integral) and not isinstance(shape, (bool, np.bool_)):
+        shape = (int(shape),)
+    try:
+        shp = tuple(int(s) for s in shape)
+    except (TypeError, ValueError):
+        raise InvalidParameter(f"shape must be an int or a tuple of ints, got {shape!r}") from None
+    if any(s < 0 for s in shp):
+        raise InvalidParameter(f"shape must be non-negative, got {shape!r}")
+    return shp
+
+
+def finite_array(value: Any, name: str = "value") -> np.ndarray:
+    """``value`` as a float64 array; NaN and infinity are refused (never released)."""
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InvalidParameter(f"{name} must be numeric (a number or an array of numbers)") from None
+    if not np.all(np.isfinite(arr)):
+        raise InvalidParameter(f"{name} contains NaN or infinity; refusing to release it")
+    return arr
+
+
+def decimal_amount(name: str, value: Any, *, allow_zero: bool, upper_one: bool = False) -> Decimal:
+    """A budget amount as an exact decimal: floats by their shortest repr, strings
+    and ints as written.  Finite, >= 0 (> 0 unless ``allow_zero``), < 1 if ``upper_one``."""
+    if isinstance(value, (bool, np.bool_)):
+        raise InvalidParameter(f"{name} must be a number, got {value!r}")
+    try:
+        if isinstance(value, Decimal):
+            d = value
+        elif isinstance(value, float):
+            d = Decimal(repr(value))
+        elif isinstance(value, int):
+            d = Decimal(value)
+        elif isinstance(value, str):
+            d = Decimal(value.strip())
+        elif isinstance(value, numbers.Real):
+            d = Decimal(repr(float(value)))
+        else:
+            raise TypeError
+    except (InvalidOperation, ValueError, TypeError):
+        raise InvalidParameter(f"{name} must be a number, got {value!r}") from None
+    if not d.is_finite():
+        raise InvalidParameter(f"{name} must be finite, got {value!r}")
+    if d < 0 or (d == 0 and not allow_zero):
+        raise InvalidParameter(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+    if upper_one and d >= 1:
+        raise InvalidParameter(f"{name} must be < 1, got {value!r}")
+    return d.normalize() if d != 0 else Decimal(0)
+
+
+def check_name(value: Any, what: str = "dataset name") -> str:
+    """1-200 printable characters without leading or trailing spaces."""
+    if not isinstance(value, str):
+        raise InvalidParameter(f"{what} must be a string, got {type(value).__name__}")
+    if not value or len(value) > MAX_NAME or not value.isprintable() or value != value.strip():
+        raise InvalidParameter(
+            f"{what} must be 1-{MAX_NAME} printable characters without leading/trailing spaces, got {value!r}"
+        )
+    return value
+
+
+def check_note(value: Any, what: str = "note") -> str:
+    if not isinstance(value, str) or len(value) > MAX_NOTE:
+        raise InvalidParameter(f"{what} must be a string of at most {MAX_NOTE} characters")
+    return value
+
+
+def check_out_of_bounds(value) -> str:
+    return check_choice(value, "out_of_bounds", ("clip", "raise"))
 
 
 def resolve_data_norm(data_norm, X: np.ndarray, *, private: bool, who: str) -> float:
@@ -177,7 +277,12 @@ def clip_to_bounds(X: np.ndarray, lower: np.ndarray, upper: np.ndarray, out_of_b
 # --------------------------------------------------------------------------
 
 def _sym(M: np.ndarray) -> np.ndarray:
-    return (M + M.T) / 2.0
+    return (M + np.swapaxes(M, -1, -2)) / 2.0
+
+
+def _rebuild(V: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """V diag(w) V^T for one matrix or a stack of them."""
+    return _sym((V * w[..., None, :]) @ np.swapaxes(V, -1, -2))
 
 
 def repair_eigen(M: np.ndarray, floor: float = 1e-10) -> np.ndarray:
@@ -189,7 +294,7 @@ def repair_eigen(M: np.ndarray, floor: float = 1e-10) -> np.ndarray:
     pos = w[w > floor]
     repl = pos.min() if pos.size else floor
     w = np.where(w > floor, w, repl)
-    return _sym((V * w) @ V.T)
+    return _rebuild(V, w)
 
 
 def repair_nearest(M: np.ndarray, floor: float = 1e-10) -> np.ndarray:
@@ -198,32 +303,11 @@ def repair_nearest(M: np.ndarray, floor: float = 1e-10) -> np.ndarray:
     eigenvectors and clips the eigenvalues at zero; we clip at ``floor`` so the
     result is positive definite)."""
     w, V = np.linalg.eigh(_sym(M))
-    return _sym((V * np.maximum(w, floor)) @ V.T)
+    return _rebuild(V, np.maximum(w, floor))
 
 
 def project_psd(M: np.ndarray) -> np.ndarray:
-    """Euclidean projection of a symmetric matrix onto the PSD cone."""
+    """Euclidean projection of a symmetric matrix (or of each matrix of a stack
+    ``(..., d, d)``) onto the PSD cone."""
     w, V = np.linalg.eigh(_sym(M))
-    return _sym((V * np.maximum(w, 0.0)) @ V.T)
-
-
-def noise_rng(random_state):
-    """What to pass as ``random_state`` to the mechanisms so that several draws in
-    one fit use one stream: ``None`` stays ``None`` (the secure source); an int
-    or a numpy Generator becomes one seeded Generator (experiments only)."""
-    if random_state is None:
-        return None
-    if isinstance(random_state, np.random.Generator):
-        return random_state
-    if isinstance(random_state, (numbers.Integral, np.integer)) and not isinstance(random_state, bool):
-        return np.random.default_rng(int(random_state))
-    raise InvalidParameter(f"random_state must be None, an int or a numpy Generator, got {random_state!r}")
-
-
-def aux_rng(random_state) -> np.random.Generator:
-    """Generator for randomness that is not privacy noise (initialisation)."""
-    if isinstance(random_state, np.random.Generator):
-        return random_state
-    if random_state is None or isinstance(random_state, (numbers.Integral, np.integer)):
-        return np.random.default_rng(None if random_state is None else int(random_state))
-    raise InvalidParameter(f"random_state must be None, an int or a numpy Generator, got {random_state!r}")
+    return _rebuild(V, np.maximum(w, 0.0))

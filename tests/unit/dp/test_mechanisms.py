@@ -7,17 +7,14 @@ import math
 import numpy as np
 import pytest
 
-from smcdp.dp.mechanisms import (
-    GaussianMechanism,
-    LaplaceMechanism,
-    VectorMechanism,
+from smcdp.dp.conversions import (
     analytic_gaussian_sigma,
     classic_gaussian_sigma,
     gaussian_delta,
     gaussian_epsilon,
-    resolve_rng,
 )
-from smcdp.dp.samplers import SecureSource, SeededSource
+from smcdp.dp.mechanisms import GaussianMechanism, LaplaceMechanism, VectorMechanism
+from smcdp.dp.samplers import SecureSource, SeededSource, resolve_rng
 from smcdp.errors import InvalidMessage
 
 

@@ -15,7 +15,7 @@ import pytest
 
 diffprivlib = pytest.importorskip("diffprivlib")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[4] / "examples"))
 import exp_common
 
 from smcdp.dp import LogisticRegression

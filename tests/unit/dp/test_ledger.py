@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-import argparse
-import json
 import multiprocessing as mp
 import os
+import shutil
 import signal
 import sqlite3
 import time
 from contextlib import closing
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 
-from smcdp.dp.accounting import BudgetExceeded
-from smcdp.dp.cli import register
-from smcdp.dp.ledger import Ledger, default_ledger_path
+from smcdp.dp.budget import BudgetExceeded
+from smcdp.dp.ledger import SCHEMA_VERSION, Ledger, default_ledger_path
 from smcdp.errors import InvalidMessage, PreconditionFailed
 
 CTX = mp.get_context("fork")
@@ -249,97 +248,175 @@ def test_kill_9_after_commit_keeps_the_charge(tmp_path):
 
 
 # ---------------------------------------------------------------------------
-# CLI (contract)
+# reservations across processes
 # ---------------------------------------------------------------------------
 
 
-def _run(argv, capsys):
-    parser = argparse.ArgumentParser(prog="smcdp")
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    register(sub)
-    args = parser.parse_args(argv)
-    rc = args.func(args)
-    out = capsys.readouterr()
-    return rc, out.out, out.err
+class _RacyReserveLedger(Ledger):
+    """A deliberately broken ledger: the fit check and the insert of a reservation
+    run in separate transactions."""
+
+    def reserve(self, dataset, key, epsilon, delta=0, *, rho=None, note="", _before_commit=None):
+        st = self.status(dataset)
+        self._check_fits(st, Decimal(str(epsilon)), Decimal(str(delta)), None)
+        time.sleep(0.05)
+        with closing(self._connect()) as con:
+            con.execute(
+                "INSERT INTO charges(dataset, epsilon, delta, note, created_at, state, key) "
+                "VALUES (?,?,?,?,?,?,?)",
+                (dataset, str(epsilon), str(delta), note, "", "reserved", key),
+            )
 
 
-def test_cli_budget_flow(tmp_path, capsys):
-    L = ["--ledger", str(tmp_path / "cli.sqlite")]
-    rc, out, _ = _run(
-        ["budget", "set", "adult", "--epsilon", "1", "--delta", "1e-5", *L], capsys
-    )
-    assert rc == 0 and "adult" in out
-    rc, out, _ = _run(
-        [
-            "budget",
-            "charge",
-            "adult",
-            "--epsilon",
-            "0.75",
-            "--delta",
-            "1e-6",
-            "--note",
-            "mean age",
-            *L,
-        ],
-        capsys,
-    )
-    assert rc == 0 and "remaining epsilon=0.25" in out
-    rc, out, err = _run(["budget", "charge", "adult", "--epsilon", "0.5", *L], capsys)
-    assert rc != 0 and "refused" in err and "remaining budget is epsilon=0.25" in err
-    rc, out, _ = _run(["budget", "show", *L], capsys)
-    assert rc == 0 and "adult" in out and "remaining_eps" in out and "0.25" in out
-    rc, out, _ = _run(["budget", "show", "adult", *L], capsys)
-    assert rc == 0 and "adult" in out
-    rc, out, _ = _run(["budget", "history", "adult", *L], capsys)
-    assert rc == 0 and "mean age" in out and "0.75" in out
-    rc, _, err = _run(["budget", "history", "nobody", *L], capsys)
-    assert rc != 0 and "no privacy budget" in err
-    rc, _, err = _run(["budget", "charge", "nobody", "--epsilon", "0.1", *L], capsys)
-    assert rc != 0 and "no privacy budget" in err
+def _proposer(path: str, barrier, index: int, results, racy: bool) -> None:
+    led = _RacyReserveLedger(path) if racy else Ledger(path)
+    barrier.wait()
+    try:
+        led.reserve("hospital", f"session-{index}", "1", note=f"pid {os.getpid()}")
+        results.put((index, True))
+    except BudgetExceeded:
+        results.put((index, False))
 
 
-def test_cli_account(capsys):
-    rc, out, _ = _run(
-        [
-            "account",
-            "--method",
-            "zcdp",
-            "--delta",
-            "1e-5",
-            "--gaussian",
-            "2:10",
-            "--laplace",
-            "4:8",
-        ],
-        capsys,
-    )
-    d = json.loads(out)
-    assert rc == 0 and {"epsilon", "delta", "rho"} <= d.keys()
-    assert d["rho"] == pytest.approx(10 / 8 + 8 / 32)
-    for m in ("linear", "advanced", "rdp"):
-        rc, out, _ = _run(
-            [
-                "account",
-                "--method",
-                m,
-                "--delta",
-                "1e-5",
-                "--gaussian",
-                "3:4",
-                "--laplace",
-                "10:2",
-            ],
-            capsys,
-        )
-        d = json.loads(out)
-        assert rc == 0 and d["epsilon"] > 0 and d["delta"] == 1e-5
-    rc, _, err = _run(["account", "--method", "rdp", "--delta", "1e-5"], capsys)
-    assert rc != 0 and "nothing to account" in err
-    with pytest.raises(SystemExit):
-        _run(
-            ["account", "--method", "rdp", "--delta", "1e-5", "--gaussian", "0:3"],
-            capsys,
-        )
-    with pytest.raises(SystemExit):
-        _run(["account", "--method", "rdp", "--delta", "2", "--laplace", "1:1"], capsys)
+def _propose_concurrently(path: str, n: int, racy: bool = False) -> list[int]:
+    barrier = CTX.Barrier(n)
+    results = CTX.Queue()
+    procs = [CTX.Process(target=_proposer, args=(path, barrier, i, results, racy)) for i in range(n)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    outcome = [results.get(timeout=5) for _ in procs]
+    return sorted(i for i, ok in outcome if ok)
+
+
+def test_eight_concurrent_reservations_from_processes_against_a_budget_for_three(tmp_path):
+    path = str(tmp_path / "gov.sqlite")
+    led = Ledger(path)
+    led.set_budget("hospital", "3", 0)
+    won = _propose_concurrently(path, 8)
+    assert len(won) == 3
+    st = led.status("hospital")
+    assert st.n_reserved == 3 and st.reserved_epsilon == Decimal(3) and st.remaining_epsilon == 0
+    assert sorted(c.key for c in led.reservations("hospital")) == sorted(f"session-{i}" for i in won)
+    assert len({c.note for c in led.history("hospital")}) == 3  # three different processes
+    for i in won:
+        led.commit("hospital", f"session-{i}")
+    st = led.status("hospital")
+    assert st.spent_epsilon == Decimal(3) and st.n_charges == 3 and st.n_reserved == 0
+    with pytest.raises(BudgetExceeded):
+        led.reserve("hospital", "late", "0.001")
+
+
+def test_reservation_race_harness_catches_a_non_atomic_ledger(tmp_path):
+    path = str(tmp_path / "racy.sqlite")
+    led = Ledger(path)
+    led.set_budget("hospital", "3", 0)
+    won = _propose_concurrently(path, 8, racy=True)
+    assert len(won) > 3 and led.status("hospital").remaining_epsilon < 0
+
+
+def _reserve_then_hang(path: str, ready) -> None:
+    led = Ledger(path)
+    led.reserve("k", "session-7", 0.5, note="killed before commit")
+    ready.set()
+    time.sleep(120)
+
+
+def _killed_mid_reserve(path: str, ready) -> None:
+    led = Ledger(path)
+
+    def hook():
+        ready.set()
+        time.sleep(120)
+
+    led.reserve("k", "session-8", 0.5, _before_commit=hook)
+
+
+def _kill(p, ready) -> None:
+    p.start()
+    assert ready.wait(30), "child never got there"
+    os.kill(p.pid, signal.SIGKILL)
+    p.join(10)
+    assert p.exitcode == -signal.SIGKILL
+
+
+@pytest.mark.parametrize("then", ["commit", "release"])
+def test_kill_9_between_reserve_and_commit_loses_nothing_and_overspends_nothing(tmp_path, then):
+    path = str(tmp_path / "kill.sqlite")
+    Ledger(path).set_budget("k", 1.0, 0)
+    ready = CTX.Event()
+    _kill(CTX.Process(target=_reserve_then_hang, args=(path, ready)), ready)
+    led = Ledger(path, timeout=10)
+    r = led.reservation("k", "session-7")
+    assert r is not None and r.state == "reserved" and r.epsilon == Decimal("0.5")
+    st = led.status("k")
+    assert st.reserved_epsilon == Decimal("0.5") and st.remaining_epsilon == Decimal("0.5")
+    with pytest.raises(BudgetExceeded):  # the held half is not available to anyone else
+        led.reserve("k", "other", 0.6)
+    assert led.reserve("k", "session-7", 0.5) == r  # the restarted owner finds its reservation
+    if then == "commit":
+        led.commit("k", "session-7")
+        assert led.status("k").spent_epsilon == Decimal("0.5")
+    else:
+        led.release("k", "session-7", "party restarted before any output left")
+        assert led.status("k").remaining_epsilon == Decimal(1)
+    with sqlite3.connect(path) as con:
+        assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_kill_9_inside_the_reserve_transaction_leaves_no_reservation_and_no_lock(tmp_path):
+    path = str(tmp_path / "kill2.sqlite")
+    Ledger(path).set_budget("k", 1.0, 0)
+    ready = CTX.Event()
+    _kill(CTX.Process(target=_killed_mid_reserve, args=(path, ready)), ready)
+    led = Ledger(path, timeout=10)
+    assert led.reservation("k", "session-8") is None and led.history("k") == []
+    t0 = time.monotonic()
+    led.reserve("k", "session-8", 1.0)
+    assert time.monotonic() - t0 < 5
+
+
+# ---------------------------------------------------------------------------
+# schema
+# ---------------------------------------------------------------------------
+
+FIXTURE_V1 = Path(__file__).parent / "data" / "ledger-v1.sqlite"
+
+
+def test_a_ledger_written_by_schema_1_opens_and_works(tmp_path):
+    """ledger-v1.sqlite was written by the previous release's Ledger (schema 1)."""
+    path = tmp_path / "old.sqlite"
+    shutil.copy(FIXTURE_V1, path)
+    with sqlite3.connect(path) as con:
+        assert con.execute("PRAGMA user_version").fetchone()[0] == 1
+    led = Ledger(path)
+    with sqlite3.connect(path) as con:
+        assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    st = led.status("census")
+    assert (st.spent_epsilon, st.spent_delta, st.n_charges) == (Decimal("0.65"), Decimal("0.000003"), 3)
+    assert st.remaining_epsilon == Decimal("0.35") and st.n_reserved == 0
+    h = led.history("census")
+    assert [c.note for c in h] == ["mean age", "count", "histogram"]
+    assert all(c.state == "charged" and c.key is None for c in h)
+    z = led.status("zc")
+    assert z.rule == "zcdp" and z.spent_rho == pytest.approx(0.135)
+    # and it works: reservations, commits, charges, refusals
+    led.reserve("census", "s1", "0.3")
+    with pytest.raises(BudgetExceeded):
+        led.charge("census", "0.1")
+    led.commit("census", "s1")
+    led.charge("census", "0.05")
+    assert led.status("census").remaining_epsilon == 0
+    Ledger(path)  # opening again is a no-op
+
+
+def test_a_newer_schema_is_refused(tmp_path):
+    path = tmp_path / "new.sqlite"
+    Ledger(path)
+    with sqlite3.connect(path) as con:
+        con.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    with pytest.raises(InvalidMessage, match="schema version"):
+        Ledger(path)

@@ -6,8 +6,8 @@ import pytest
 from sklearn.discriminant_analysis import QuadraticDiscriminantAnalysis
 
 from smcdp.dp import GaussianBayesClassifier, PrivacyLeakWarning, bhattacharyya_bound
-from smcdp.dp._validation import InvalidParameter, repair_eigen, repair_nearest
-from smcdp.dp.bayes import (
+from smcdp.dp.validation import InvalidParameter, repair_eigen, repair_nearest
+from smcdp.dp.learners.bayes import (
     bhattacharyya_k,
     covariance_sensitivity,
     mean_sensitivity,

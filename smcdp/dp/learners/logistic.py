@@ -49,18 +49,19 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from smcdp.errors import PreconditionFailed
-
-from ._validation import (
+from smcdp.dp.budget import PrivacyCost, charge_on_success, check_budget
+from smcdp.dp.mechanisms import VectorMechanism
+from smcdp.dp.samplers import noise_rng
+from smcdp.dp.validation import (
     InvalidParameter,
     check_epsilon,
     check_out_of_bounds,
     check_positive,
     clip_rows_to_norm,
     is_private,
-    noise_rng,
     resolve_data_norm,
 )
+from smcdp.errors import PreconditionFailed
 
 __all__ = ["LogisticRegression", "fit_logistic_objective", "logistic_sensitivity"]
 
@@ -155,6 +156,9 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     random_state : None, int or numpy Generator
         ``None`` (default) draws privacy noise from the secure source; a seed is
         for reproducible experiments only.
+    accountant : PrivacyBudget or None, default=None
+        Budget charged with the fit's cost (checked before the data are read,
+        spent when the fit succeeds); ``None``: no accounting.
 
     Attributes
     ----------
@@ -165,7 +169,9 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     sensitivity_ : float
         L2 sensitivity ``R/(n lam)`` of the non-private minimiser (in the
         coordinates of ``[coef_, intercept_/intercept_scaling]``).
-    epsilon_spent_, delta_spent_ : float
+    epsilon_spent_, delta_spent_, rho_spent_ : float
+        The guarantee of the fit (pure epsilon-DP, rho = epsilon**2/2), exactly
+        what ``accountant`` was charged; ``inf`` for a non-private fit.
     epsilon_noise_, extra_ridge_ : float   (objective perturbation only)
     noise_sensitivity_ : float or None
         Output perturbation: the sensitivity the noise is calibrated to,
@@ -176,7 +182,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
 
     def __init__(self, epsilon=1.0, *, lam=0.01, data_norm=1.0, mechanism="objective",
                  fit_intercept=False, intercept_scaling=1.0, out_of_bounds="clip",
-                 tol=1e-8, max_iter=10_000, random_state=None):
+                 tol=1e-8, max_iter=10_000, random_state=None, accountant=None):
         self.epsilon = epsilon
         self.lam = lam
         self.data_norm = data_norm
@@ -187,6 +193,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         self.tol = tol
         self.max_iter = max_iter
         self.random_state = random_state
+        self.accountant = accountant
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -212,6 +219,13 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
 
     def fit(self, X, y):
         eps, lam, scaling, tol = self._check_params()
+        cost = PrivacyCost.pure(eps)
+        with charge_on_success(check_budget(self.accountant), cost, note="LogisticRegression.fit"):
+            self._fit(X, y, eps, lam, scaling, tol)
+            self.epsilon_spent_, self.delta_spent_, self.rho_spent_ = cost.epsilon, cost.delta, cost.rho
+        return self
+
+    def _fit(self, X, y, eps, lam, scaling, tol):
         X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=False)
         check_classification_targets(y)
         classes = np.unique(y)
@@ -247,10 +261,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         if not private:
             v, nit, gnorm = fit_logistic_objective(Xs, ys, lam_u, tol=tol, max_iter=self.max_iter)
             w = v / R
-            self.epsilon_spent_, self.delta_spent_ = math.inf, 0.0
         elif self.mechanism == "output":
-            from smcdp.dp.mechanisms import VectorMechanism
-
             v, nit, gnorm = fit_logistic_objective(Xs, ys, lam_u, tol=tol, max_iter=self.max_iter)
             if not gnorm <= tol:
                 raise PreconditionFailed(
@@ -262,10 +273,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             self.noise_sensitivity_ = self.sensitivity_ + tol * R / lam
             mech = VectorMechanism(eps, self.noise_sensitivity_, random_state=noise_rng(self.random_state))
             w = np.asarray(mech.randomise(w), float).reshape(-1)     # exact on the grid (no float channel)
-            self.epsilon_spent_, self.delta_spent_ = eps, 0.0
         else:
-            from smcdp.dp.mechanisms import VectorMechanism
-
             Lam = 2.0 * lam_u       # CMS regulariser Lambda * ||v||^2 / 2
             c = _C_LOGISTIC
             eps_p = eps - math.log1p(2 * c / (n * Lam) + c**2 / (n * Lam) ** 2)
@@ -281,7 +289,6 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             w = v / R
             self.epsilon_noise_ = eps_p
             self.extra_ridge_ = ridge
-            self.epsilon_spent_, self.delta_spent_ = eps, 0.0
 
         self.n_iter_ = nit
         self.optimality_ = gnorm
@@ -291,7 +298,6 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         else:
             self.coef_ = w.reshape(1, -1)
             self.intercept_ = np.zeros(1)
-        return self
 
     # ------------------------------------------------------------------
     def decision_function(self, X):

@@ -42,7 +42,10 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._validation import (
+from smcdp.dp.budget import NON_PRIVATE, PrivacyCost, charge_on_success, check_budget
+from smcdp.dp.mechanisms import LaplaceMechanism
+from smcdp.dp.samplers import noise_rng
+from smcdp.dp.validation import (
     InvalidParameter,
     PrivacyLeakWarning,
     check_epsilon,
@@ -50,7 +53,6 @@ from ._validation import (
     check_positive,
     clip_to_bounds,
     is_private,
-    noise_rng,
     repair_eigen,
     repair_nearest,
     resolve_bounds,
@@ -133,15 +135,18 @@ class GaussianBayesClassifier(ClassifierMixin, BaseEstimator):
         Eigenvalue floor of the repaired covariance in unit-cube coordinates.
     out_of_bounds : {"clip", "raise"}
     random_state : None, int or Generator (experiments only)
+    accountant : PrivacyBudget or None   charged with the fit's cost (checked before the data are read)
 
     Attributes
     ----------
     classes_, class_count_ (noisy), class_prior_, theta_ (means), covariance_ (n_classes, d, d),
-    epsilon_spent_, delta_spent_, bounds_
+    epsilon_spent_, delta_spent_, rho_spent_ (sum of e_i**2/2 over the sequential Laplace
+    releases of epsilon shares e_i), bounds_
     """
 
     def __init__(self, epsilon=1.0, *, bounds=None, query="sum", covariance="full", repair="eigen",
-                 budget_split=None, min_eigenvalue=1e-6, out_of_bounds="clip", random_state=None):
+                 budget_split=None, min_eigenvalue=1e-6, out_of_bounds="clip", random_state=None,
+                 accountant=None):
         self.epsilon = epsilon
         self.covariance = covariance
         self.bounds = bounds
@@ -151,6 +156,7 @@ class GaussianBayesClassifier(ClassifierMixin, BaseEstimator):
         self.min_eigenvalue = min_eigenvalue
         self.out_of_bounds = out_of_bounds
         self.random_state = random_state
+        self.accountant = accountant
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -178,6 +184,14 @@ class GaussianBayesClassifier(ClassifierMixin, BaseEstimator):
         floor = check_positive(self.min_eigenvalue, "min_eigenvalue")
         check_out_of_bounds(self.out_of_bounds)
         split = self._split()
+        # the shares of epsilon are released one after the other (the classes of one query in parallel)
+        cost = PrivacyCost(eps, 0.0, sum((eps * s) ** 2 for s in split) / 2.0) if is_private(eps) else NON_PRIVATE
+        with charge_on_success(check_budget(self.accountant), cost, note="GaussianBayesClassifier.fit"):
+            self._fit(X, y, eps, diag, floor, split)
+            self.epsilon_spent_, self.delta_spent_, self.rho_spent_ = cost.epsilon, cost.delta, cost.rho
+        return self
+
+    def _fit(self, X, y, eps, diag, floor, split):
         X, y = validate_data(self, X, y, dtype=np.float64)
         check_classification_targets(y)
         private = is_private(eps)
@@ -190,12 +204,8 @@ class GaussianBayesClassifier(ClassifierMixin, BaseEstimator):
         self.bounds_ = (lower, upper)
         self.classes_, yi = np.unique(y, return_inverse=True)
         C = self.classes_.size
-        gen = None
-        if private:
-            from smcdp.dp.mechanisms import LaplaceMechanism
-
-            # one stream for all draws: None stays the secure source
-            gen = noise_rng(self.random_state)
+        # one stream for all draws: None stays the secure source
+        gen = noise_rng(self.random_state) if private else None
         mus, covs, counts = [], [], []
 
         if self.query == "sum":
@@ -223,7 +233,7 @@ class GaussianBayesClassifier(ClassifierMixin, BaseEstimator):
                 warnings.warn(
                     "GaussianBayesClassifier(query='mean') uses the paper's sensitivities, which treat the "
                     "class sizes as public: the class counts are used without noise.",
-                    PrivacyLeakWarning, stacklevel=2)
+                    PrivacyLeakWarning, stacklevel=3)
                 e_m, e_c = (eps * s for s in split)
             for c in range(C):
                 Uc = U[yi == c]
@@ -258,15 +268,12 @@ class GaussianBayesClassifier(ClassifierMixin, BaseEstimator):
         self.class_count_ = np.asarray(counts)
         pri = np.maximum(self.class_count_, 1.0)
         self.class_prior_ = pri / pri.sum()
-        self.epsilon_spent_ = eps if private else math.inf
-        self.delta_spent_ = 0.0
         self._prec_chol = []
         self._logdet = np.empty(C)
         for c in range(C):
             L = np.linalg.cholesky(self.covariance_[c])
             self._prec_chol.append(np.linalg.inv(L))
             self._logdet[c] = 2 * np.log(np.diag(L)).sum()
-        return self
 
     def _joint_log_likelihood(self, X):
         check_is_fitted(self)

@@ -4,14 +4,13 @@ import numpy as np
 import pytest
 
 from smcdp.dp import LargeMarginGaussianClassifier, PrivacyLeakWarning
-from smcdp.dp._validation import InvalidParameter
-from smcdp.dp.large_margin import (
+from smcdp.dp.learners.large_margin import (
     _Objective,
-    _psd_project,
     kkt_residuals,
     large_margin_jacobian_term,
     large_margin_sensitivity,
 )
+from smcdp.dp.validation import InvalidParameter, project_psd
 
 INF = float("inf")
 
@@ -51,7 +50,7 @@ def test_minimiser_beats_feasible_perturbations():
     rng = np.random.default_rng(1)
     for _ in range(100):
         E = rng.normal(size=m.phi_.shape) * 10 ** rng.uniform(-4, -1)
-        P = _psd_project(m.phi_ + E)
+        P = project_psd(m.phi_ + E)
         f, _ = m._obj.value_grad(P, need_grad=False)
         assert f >= f0 - 1e-9
 

@@ -17,7 +17,7 @@ Every EM iteration perturbs the M-step statistics:
 
 Scenarios: "LLG" (Laplace for pi and means, Gaussian for covariances) and "GGG"
 (Gaussian for all).  The per-iteration budget for the J(2K+1) releases is solved
-from the total (epsilon, delta) by :func:`smcdp.dp.accounting.solve_dpem_budget`
+from the total (epsilon, delta) by :func:`smcdp.dp.learners.dpem_budget.solve_dpem_budget`
 with composition "linear", "advanced", "zcdp" or "moments".
 
 The initial parameters are data-independent (means uniform in the unit ball
@@ -37,16 +37,19 @@ from scipy.special import logsumexp
 from sklearn.base import BaseEstimator, DensityMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._validation import (
+from smcdp.dp.budget import NON_PRIVATE, PrivacyCost, charge_on_success, check_budget
+from smcdp.dp.learners.dpem_budget import solve_dpem_budget
+from smcdp.dp.mechanisms import GaussianMechanism, LaplaceMechanism
+from smcdp.dp.samplers import aux_rng, noise_rng
+from smcdp.dp.validation import (
     InvalidParameter,
-    aux_rng,
     check_delta,
     check_epsilon,
     check_out_of_bounds,
     check_positive,
     clip_rows_to_norm,
     is_private,
-    noise_rng,
+    repair_nearest,
     resolve_data_norm,
 )
 
@@ -65,11 +68,6 @@ def gaussian_log_density(X, means, covariances):
     return out
 
 
-def _floor_eigen(S, floor):
-    w, V = np.linalg.eigh((S + S.T) / 2)
-    return (V * np.maximum(w, floor)) @ V.T
-
-
 class GaussianMixture(DensityMixin, BaseEstimator):
     """Gaussian mixture fitted by DP-EM.
 
@@ -86,17 +84,18 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     min_eigenvalue : float, default=1e-4  (eigenvalue floor, unit-ball units)
     means_init, weights_init, covariances_init : optional public initial values (original units)
     random_state : None, int or Generator (experiments only)
+    accountant : PrivacyBudget or None   charged with the fit's cost (checked before the data are read)
 
     Attributes
     ----------
-    weights_, means_, covariances_, epsilon_spent_, delta_spent_, budget_ (the solved
-    per-iteration budget), n_iter_
+    weights_, means_, covariances_, epsilon_spent_, delta_spent_, rho_spent_ (the zCDP cost of
+    all releases, ``budget_.rho``), budget_ (the solved per-iteration budget), n_iter_
     """
 
     def __init__(self, n_components=1, *, epsilon=1.0, delta=1e-4, n_iter=10, scenario="GGG",
                  composition="zcdp", estimator="mle", alpha=1.0, kappa0=0.0, nu0=0.0, psi0=0.0,
                  data_norm=1.0, min_eigenvalue=1e-4, means_init=None, weights_init=None,
-                 covariances_init=None, out_of_bounds="clip", random_state=None):
+                 covariances_init=None, out_of_bounds="clip", random_state=None, accountant=None):
         self.n_components = n_components
         self.epsilon = epsilon
         self.delta = delta
@@ -115,6 +114,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         self.covariances_init = covariances_init
         self.out_of_bounds = out_of_bounds
         self.random_state = random_state
+        self.accountant = accountant
 
     # ------------------------------------------------------------------
     def _check(self):
@@ -166,18 +166,20 @@ class GaussianMixture(DensityMixin, BaseEstimator):
                     raise InvalidParameter("covariances_init must be symmetric positive definite")
         return weights, means, covs
 
-    def _budget(self, eps, delta, J, K):
-        from smcdp.dp.accounting import solve_dpem_budget
-
-        return solve_dpem_budget(eps, delta, J, K, scenario=self.scenario, method=self.composition)
+    def privacy_cost(self):
+        """What a fit with these parameters spends (independent of the data):
+        ``(PrivacyCost, DPEMBudget or None)``; validates the parameters."""
+        eps, delta, K, J, *_, private = self._check()
+        if not private:
+            return NON_PRIVATE, None
+        budget = solve_dpem_budget(eps, delta, J, K, scenario=self.scenario, method=self.composition)
+        return PrivacyCost(eps, delta, budget.rho), budget
 
     def _mechanisms(self, budget, N, d, gen):
         """The three per-iteration releases.  Each call releases all K components at
         once; the joint sensitivities equal the per-component ones of the paper
         (sum_k (gamma_k + gamma'_k)^2 <= 4), so one joint release costs no more than
         the single per-component release the solver accounts for K times."""
-        from smcdp.dp.mechanisms import GaussianMechanism, LaplaceMechanism
-
         if self.scenario == "LLG":
             pi_m = LaplaceMechanism(budget.eps_per_iter, 2.0 / N, random_state=gen)
             mu_m = LaplaceMechanism(budget.eps_per_iter, 2.0 * math.sqrt(d), random_state=gen)
@@ -188,6 +190,14 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         return pi_m, mu_m, cov_m
 
     def fit(self, X, y=None):
+        cost, budget = self.privacy_cost()
+        with charge_on_success(check_budget(self.accountant), cost, note="GaussianMixture.fit"):
+            self.budget_ = budget
+            self._fit(X)
+            self.epsilon_spent_, self.delta_spent_, self.rho_spent_ = cost.epsilon, cost.delta, cost.rho
+        return self
+
+    def _fit(self, X):
         eps, delta, K, J, alpha, kappa0, nu0, psi0, floor, private = self._check()
         mle = self.estimator == "mle"
         X = validate_data(self, X, dtype=np.float64, ensure_min_samples=2)
@@ -199,12 +209,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         weights, means, covs = self._init_params(K, d, R)
         iu = np.triu_indices(d)
         if private:
-            self.budget_ = self._budget(eps, delta, J, K)
             pi_m, mu_m, cov_m = self._mechanisms(self.budget_, N, d, noise_rng(self.random_state))
-            self.epsilon_spent_, self.delta_spent_ = eps, delta
-        else:
-            self.budget_ = None
-            self.epsilon_spent_, self.delta_spent_ = math.inf, 0.0
         for _ in range(J):
             # E-step with the previous (released) parameters
             logp = gaussian_log_density(Xu, means, covs) + np.log(np.maximum(weights, 1e-300))
@@ -239,14 +244,13 @@ class GaussianMixture(DensityMixin, BaseEstimator):
                 covs = (second + psi0 * np.eye(d)
                         - (Neff + kappa0)[:, None, None] * np.einsum("kd,ke->kde", means, means))
                 covs = covs / (Neff + nu0 + d + 2)[:, None, None]
-            covs = np.array([_floor_eigen(S, floor) for S in covs])
+            covs = repair_nearest(covs, floor)
         self.weights_ = weights
         self.means_ = means * R
         self.covariances_ = covs * R**2
         self.data_norm_ = R
         self.n_iter_ = J
         self.converged_ = True
-        return self
 
     # ------------------------------------------------------------------
     def score_samples(self, X):

@@ -17,6 +17,7 @@ Composition.  ``"linear"``: each iteration spends epsilon / J.  ``"zcdp"``:
 an epsilon_i-DP Laplace release is epsilon_i^2/2-zCDP (Bun & Steinke Prop. 1.4),
 J of them are J epsilon_i^2 / 2-zCDP, which is (rho + 2 sqrt(rho log(1/delta)),
 delta)-DP (Prop. 1.3); we solve for the largest epsilon_i meeting (epsilon, delta).
+Either way the fit is J epsilon_i^2/2-zCDP, its ``rho_spent_``.
 """
 
 from __future__ import annotations
@@ -27,16 +28,18 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._validation import (
+from smcdp.dp.budget import NON_PRIVATE, PrivacyCost, charge_on_success, check_budget
+from smcdp.dp.conversions import zcdp_rho_classic
+from smcdp.dp.mechanisms import LaplaceMechanism
+from smcdp.dp.samplers import aux_rng, noise_rng
+from smcdp.dp.validation import (
     InvalidParameter,
-    aux_rng,
     check_delta,
     check_epsilon,
     check_out_of_bounds,
     check_positive,
     clip_to_bounds,
     is_private,
-    noise_rng,
     resolve_bounds,
 )
 
@@ -44,10 +47,9 @@ __all__ = ["KMeans", "zcdp_per_step_epsilon"]
 
 
 def zcdp_per_step_epsilon(epsilon, delta, steps):
-    """Largest eps_i such that ``steps`` eps_i-DP releases are (epsilon, delta)-DP via zCDP."""
-    L = math.log(1.0 / delta)
-    rho = (math.sqrt(L + epsilon) - math.sqrt(L)) ** 2     # solves rho + 2 sqrt(rho L) = epsilon
-    return math.sqrt(2.0 * rho / steps)
+    """Largest eps_i such that ``steps`` eps_i-DP releases are (epsilon, delta)-DP via zCDP
+    (classic conversion rho + 2 sqrt(rho log(1/delta)) = epsilon)."""
+    return math.sqrt(2.0 * zcdp_rho_classic(epsilon, delta) / steps)
 
 
 class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
@@ -63,14 +65,15 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
     bounds : (lower, upper) or None   public box (None: read from data, with a warning)
     init : None or array (n_clusters, d)  initial centres; default uniform in the box (public)
     random_state : None, int or Generator
+    accountant : PrivacyBudget or None   charged with the fit's cost (checked before the data are read)
 
     Attributes
     ----------
-    cluster_centers_, labels_, inertia_, epsilon_spent_, delta_spent_, epsilon_per_iter_
+    cluster_centers_, labels_, inertia_, epsilon_spent_, delta_spent_, rho_spent_, epsilon_per_iter_
     """
 
     def __init__(self, n_clusters=8, *, epsilon=1.0, delta=1e-5, n_iter=5, composition="zcdp",
-                 bounds=None, init=None, out_of_bounds="clip", random_state=None):
+                 bounds=None, init=None, out_of_bounds="clip", random_state=None, accountant=None):
         self.n_clusters = n_clusters
         self.epsilon = epsilon
         self.delta = delta
@@ -80,6 +83,7 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         self.init = init
         self.out_of_bounds = out_of_bounds
         self.random_state = random_state
+        self.accountant = accountant
 
     def fit(self, X, y=None):
         eps = check_epsilon(self.epsilon)
@@ -90,6 +94,20 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             raise InvalidParameter("composition must be 'linear' or 'zcdp'")
         delta = check_delta(self.delta, allow_zero=self.composition == "linear" or not private)
         check_out_of_bounds(self.out_of_bounds)
+        if not private:
+            eps_i, cost = math.inf, NON_PRIVATE
+        elif self.composition == "linear":
+            eps_i = eps / J
+            cost = PrivacyCost(eps, 0.0, J * eps_i**2 / 2.0)
+        else:
+            eps_i = zcdp_per_step_epsilon(eps, delta, J)
+            cost = PrivacyCost(eps, delta, J * eps_i**2 / 2.0)
+        with charge_on_success(check_budget(self.accountant), cost, note="KMeans.fit"):
+            self._fit(X, k, J, eps_i, private)
+            self.epsilon_spent_, self.delta_spent_, self.rho_spent_ = cost.epsilon, cost.delta, cost.rho
+        return self
+
+    def _fit(self, X, k, J, eps_i, private):
         X = validate_data(self, X, dtype=np.float64)
         n, d = X.shape
         if n < k and not private:
@@ -106,16 +124,8 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         centre = (lower + upper) / 2
         sens = 2.0 + float(np.sum(upper - lower))
         if private:
-            from smcdp.dp.mechanisms import LaplaceMechanism
-
-            eps_i = eps / J if self.composition == "linear" else zcdp_per_step_epsilon(eps, delta, J)
             mech = LaplaceMechanism(eps_i, sens, random_state=noise_rng(self.random_state))
-            self.epsilon_per_iter_ = eps_i
-            self.epsilon_spent_ = eps
-            self.delta_spent_ = 0.0 if self.composition == "linear" else delta
-        else:
-            self.epsilon_per_iter_ = math.inf
-            self.epsilon_spent_, self.delta_spent_ = math.inf, 0.0
+        self.epsilon_per_iter_ = eps_i
         Xc = X - centre
         for _ in range(J):
             lab = self._assign(X, C)
@@ -136,7 +146,6 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         self.inertia_ = float(((X - C[self.labels_]) ** 2).sum())
         self.bounds_ = (lower, upper)
         self.n_iter_ = J
-        return self
 
     @staticmethod
     def _assign(X, C):

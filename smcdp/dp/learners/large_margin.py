@@ -55,10 +55,15 @@ import warnings
 import numpy as np
 from scipy.special import logsumexp, softmax
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.mixture import GaussianMixture as SkGaussianMixture
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._validation import (
+from smcdp.dp.budget import NON_PRIVATE, PrivacyCost, charge_on_success, check_budget
+from smcdp.dp.learners.mixture import GaussianMixture
+from smcdp.dp.mechanisms import VectorMechanism
+from smcdp.dp.samplers import noise_rng
+from smcdp.dp.validation import (
     InvalidParameter,
     PrivacyLeakWarning,
     check_delta,
@@ -67,7 +72,7 @@ from ._validation import (
     check_positive,
     clip_rows_to_norm,
     is_private,
-    noise_rng,
+    project_psd,
     resolve_data_norm,
 )
 
@@ -93,11 +98,6 @@ def _huber(v, h):
     loss = np.where(v > h, v, np.where(v < -h, 0.0, (v + h) ** 2 / (4 * h)))
     dl = np.where(v > h, 1.0, np.where(v < -h, 0.0, (v + h) / (2 * h)))
     return loss, dl
-
-
-def _psd_project(P):
-    w, V = np.linalg.eigh((P + np.swapaxes(P, -1, -2)) / 2)
-    return (V * np.maximum(w, 0.0)[..., None, :]) @ np.swapaxes(V, -1, -2)
 
 
 class _Objective:
@@ -141,7 +141,7 @@ class _Objective:
 
 def _solve(obj, P0, tol, max_iter):
     """FISTA with backtracking and gradient-based restart on the PSD product cone."""
-    P = _psd_project(P0)
+    P = project_psd(P0)
     Y = P.copy()
     t = 1.0
     L = 2.0 * obj.lam + 1.0
@@ -150,7 +150,7 @@ def _solve(obj, P0, tol, max_iter):
     resid = math.inf
     for it in range(1, max_iter + 1):
         while True:
-            Pn = _psd_project(Y - gY / L)
+            Pn = project_psd(Y - gY / L)
             fn, _ = obj.value_grad(Pn, need_grad=False)
             diff = Pn - Y
             if fn <= fY + np.sum(gY * diff) + 0.5 * L * np.sum(diff * diff) + 1e-15 * abs(fY):
@@ -178,7 +178,7 @@ def kkt_residuals(obj, P):
     min_phi = float(np.linalg.eigvalsh((P + np.swapaxes(P, -1, -2)) / 2).min())
     min_g = float(np.linalg.eigvalsh(Gs).min())
     comp = float(abs(np.sum(P * Gs)))
-    pg = float(math.sqrt(np.sum((P - _psd_project(P - Gs)) ** 2)))
+    pg = float(math.sqrt(np.sum((P - project_psd(P - Gs)) ** 2)))
     return {"min_eig_phi": min_phi, "min_eig_grad": min_g, "complementarity": comp, "projected_grad": pg}
 
 
@@ -199,16 +199,18 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
     tol : float, default=1e-7         projected-gradient tolerance
     max_iter : int, default=20000
     random_state : None, int or Generator (experiments only)
+    accountant : PrivacyBudget or None   charged with the fit's cost (checked before X is read)
 
     Attributes
     ----------
     classes_, phi_ (n_classes, n_components, d+1, d+1), epsilon_spent_, delta_spent_,
+    rho_spent_ (epsilon'**2/2 for the objective perturbation plus twice the label mixture's rho),
     epsilon_paper_, noise_sensitivity_, optimality_ (KKT residuals), n_iter_
     """
 
     def __init__(self, epsilon=1.0, *, lam=0.01, gamma=0.01, h=0.5, n_components=1, data_norm=1.0,
                  noise_sensitivity=None, component_labels="private", label_epsilon=1.0, label_delta=1e-5,
-                 out_of_bounds="clip", tol=1e-7, max_iter=20000, random_state=None):
+                 out_of_bounds="clip", tol=1e-7, max_iter=20000, random_state=None, accountant=None):
         self.epsilon = epsilon
         self.lam = lam
         self.gamma = gamma
@@ -223,6 +225,7 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
         self.tol = tol
         self.max_iter = max_iter
         self.random_state = random_state
+        self.accountant = accountant
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -232,6 +235,21 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
     def _augment(self, X):
         X = X / self.data_norm_
         return np.hstack([X, np.ones((X.shape[0], 1))])
+
+    def _labels_cost(self, K, private):
+        """Cost of the per-class DP mixture fits that label the components (K > 1):
+        a replaced row can change two classes, so twice one fit's cost."""
+        if K == 1 or not private:
+            return PrivacyCost(0.0, 0.0, 0.0)
+        if self.component_labels == "nonprivate":
+            return NON_PRIVATE
+        one, _ = self._label_mixture(K, private).privacy_cost()
+        return PrivacyCost(2.0 * one.epsilon, 2.0 * one.delta, 2.0 * one.rho)
+
+    def _label_mixture(self, K, private):
+        le = check_epsilon(self.label_epsilon, "label_epsilon") if private else math.inf
+        ld = check_delta(self.label_delta, "label_delta", allow_zero=False) if private else 0.0
+        return GaussianMixture(K, epsilon=le, delta=ld, data_norm=1.0, random_state=self.random_state)
 
     def fit(self, X, y):
         eps = check_epsilon(self.epsilon)
@@ -244,6 +262,29 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
         check_out_of_bounds(self.out_of_bounds)
         if self.component_labels not in ("private", "nonprivate"):
             raise InvalidParameter("component_labels must be 'private' or 'nonprivate'")
+        private = is_private(eps)
+        cost = NON_PRIVATE
+        if private:
+            # the cost depends only on public facts: n, the set of classes (taken from the
+            # labels, as scikit-learn does) and the parameters -- X is not read before the charge
+            if y is None:
+                raise InvalidParameter(
+                    f"This {type(self).__name__} estimator requires y to be passed, but the target y is None.")
+            labels = np.asarray(y)
+            n, C = int(labels.shape[0]) if labels.ndim else 0, int(np.unique(labels).size)
+            if C < 2:
+                raise InvalidParameter("LargeMarginGaussianClassifier needs at least 2 classes, got 1 class")
+            eps_obj = eps + large_margin_jacobian_term(n, lam, h, C, K, 1.0)
+            extra = self._labels_cost(K, private)
+            cost = PrivacyCost(eps_obj + extra.epsilon, extra.delta, eps_obj**2 / 2.0 + extra.rho)
+            if math.isinf(extra.epsilon):
+                cost = NON_PRIVATE
+        with charge_on_success(check_budget(self.accountant), cost, note="LargeMarginGaussianClassifier.fit"):
+            self._fit(X, y, eps, lam, gamma, h, K, tol, max_iter, private)
+            self.epsilon_spent_, self.delta_spent_, self.rho_spent_ = cost.epsilon, cost.delta, cost.rho
+        return self
+
+    def _fit(self, X, y, eps, lam, gamma, h, K, tol, max_iter, private):
         X, y = validate_data(self, X, y, dtype=np.float64)
         check_classification_targets(y)
         self.classes_, yi = np.unique(y, return_inverse=True)
@@ -251,7 +292,6 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
         if C < 2:
             raise InvalidParameter("LargeMarginGaussianClassifier needs at least 2 classes, got 1 class")
         n, d = X.shape
-        private = is_private(eps)
         R = resolve_data_norm(self.data_norm, X, private=private, who="LargeMarginGaussianClassifier")
         if self.data_norm is not None:
             X = clip_rows_to_norm(X, R, self.out_of_bounds)
@@ -260,18 +300,14 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
         Z = self._augment(X)
         D = d + 1
 
-        eps_extra, delta_extra = 0.0, 0.0
         mi = np.zeros(n, dtype=int)
         if K > 1:
-            mi, eps_extra, delta_extra = self._component_labels(X, yi, C, K, private)
+            mi = self._component_labels(X, yi, C, K, private)
 
-        gen = None
         b = None
         G = 2.0 * math.sqrt(C * (C - 1))          # s = 2 in unit-norm coordinates
         delta_tight = 2.0 * G / n
         if private:
-            from smcdp.dp.mechanisms import VectorMechanism
-
             gen = noise_rng(self.random_state)
             if self.noise_sensitivity is None:
                 sens = delta_tight
@@ -290,17 +326,10 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
             b[:, :, iu[0], iu[1]] = vals
             b[:, :, iu[1], iu[0]] = vals
             self.noise_sensitivity_ = sens
-            k = large_margin_jacobian_term(n, lam, h, C, K, 1.0)
-            self.epsilon_spent_ = eps + k + eps_extra
-            self.delta_spent_ = delta_extra
             self.epsilon_paper_ = eps + math.log1p(1.0 / (n * lam))
         else:
             self.noise_sensitivity_ = None
-            self.epsilon_spent_ = math.inf
-            self.delta_spent_ = 0.0
             self.epsilon_paper_ = math.inf
-        if self.component_labels == "nonprivate" and K > 1:
-            self.epsilon_spent_ = math.inf
 
         obj = _Objective(Z, yi, mi, C, K, lam, gamma, h, b)
         P, it, resid = _solve(obj, np.zeros((C, K, D, D)), tol, max_iter)
@@ -310,36 +339,28 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
         self.converged_ = resid <= tol
         if not self.converged_:
             warnings.warn(f"LargeMarginGaussianClassifier: solver stopped at residual {resid:.3g} > tol={tol:g}",
-                          RuntimeWarning, stacklevel=2)
+                          RuntimeWarning, stacklevel=3)
         self._obj = obj
-        return self
 
     def _component_labels(self, X, yi, C, K, private):
         Xu = X / self.data_norm_
         mi = np.zeros(X.shape[0], dtype=int)
         if self.component_labels == "nonprivate":
-            from sklearn.mixture import GaussianMixture as SkGMM
-
             if private:
                 warnings.warn("component_labels='nonprivate' fits the per-class mixtures without privacy: "
                               "the classifier is not differentially private (epsilon_spent_ = inf)",
-                              PrivacyLeakWarning, stacklevel=3)
+                              PrivacyLeakWarning, stacklevel=4)
             for c in range(C):
                 rows = yi == c
                 if rows.sum() >= K:
-                    gm = SkGMM(K, random_state=0).fit(Xu[rows])
+                    gm = SkGaussianMixture(K, random_state=0).fit(Xu[rows])
                     mi[rows] = gm.predict(Xu[rows])
-            return mi, 0.0, 0.0
-        from .mixture import GaussianMixture
-
-        le = check_epsilon(self.label_epsilon, "label_epsilon") if private else math.inf
-        ld = check_delta(self.label_delta, "label_delta", allow_zero=False) if private else 0.0
+            return mi
         for c in range(C):
             rows = yi == c
-            gm = GaussianMixture(K, epsilon=le, delta=ld, data_norm=1.0, random_state=self.random_state)
-            gm.fit(Xu[rows])
+            gm = self._label_mixture(K, private).fit(Xu[rows])
             mi[rows] = gm.predict(Xu[rows])
-        return mi, (2.0 * le if private else 0.0), (2.0 * ld if private else 0.0)
+        return mi
 
     def decision_function(self, X):
         """Negative distance min_m z^T Phi_cm z per class (larger is more likely)."""

@@ -1,0 +1,310 @@
+"""Conversions between privacy notions, and Gaussian calibration.
+
+What both the mechanisms and the accountants need, so that neither imports the
+other:
+
+* the exact privacy profile of the Gaussian mechanism (Balle & Wang 2018):
+  :func:`gaussian_delta`, :func:`gaussian_epsilon`, and the two calibrations
+  :func:`classic_gaussian_sigma` (Dwork-Roth Thm A.1) and
+  :func:`analytic_gaussian_sigma` (smallest sigma meeting Balle-Wang);
+* Renyi-DP curves (DP-EM eqs. (19)-(20)) and the RDP -> (epsilon, delta)
+  conversion minimised over real orders (:func:`rdp_to_epsilon`);
+* zCDP -> (epsilon, delta): Bun-Steinke's classic bound and the tighter
+  Canonne-Kamath-Steinke one, their inverses (:func:`zcdp_rho_classic`,
+  :func:`rho_capacity`, :func:`zcdp_delta_cks`);
+* advanced composition (Dwork-Roth Thm 3.20).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from scipy import optimize, special
+
+from smcdp.dp.validation import InvalidParameter, check_delta, check_positive
+
+__all__ = [
+    "ORDER_GRID",
+    "advanced_composition",
+    "analytic_gaussian_sigma",
+    "classic_gaussian_sigma",
+    "gaussian_delta",
+    "gaussian_epsilon",
+    "gaussian_rdp",
+    "laplace_rdp",
+    "pure_dp_rdp",
+    "rdp_to_epsilon",
+    "rho_capacity",
+    "zcdp_delta_cks",
+    "zcdp_epsilon_cks",
+    "zcdp_epsilon_classic",
+    "zcdp_rho_classic",
+]
+
+
+# ---------------------------------------------------------------------------
+# the Gaussian mechanism's privacy profile and calibration
+# ---------------------------------------------------------------------------
+
+
+def classic_gaussian_sigma(
+    epsilon: float, delta: float, sensitivity: float = 1.0
+) -> float:
+    """sigma = sqrt(2 ln(1.25/delta)) * Delta / epsilon (Dwork-Roth Thm A.1; needs epsilon < 1)."""
+    epsilon = check_positive(epsilon, "epsilon")
+    delta = check_delta(delta, allow_zero=False)
+    sensitivity = check_positive(sensitivity, "sensitivity")
+    if epsilon >= 1:
+        raise InvalidParameter(
+            f"the classic Gaussian calibration is only proved for epsilon < 1 (got {epsilon}); "
+            "use analytic=True (Balle-Wang) for larger epsilon"
+        )
+    return math.sqrt(2.0 * math.log(1.25 / delta)) * sensitivity / epsilon
+
+
+def _log_delta_terms(epsilon: float, mu: float) -> tuple[float, float]:
+    a = special.log_ndtr(mu / 2.0 - epsilon / mu)
+    b = epsilon + special.log_ndtr(-mu / 2.0 - epsilon / mu)
+    return float(a), float(b)
+
+
+def gaussian_delta(epsilon: float, noise_multiplier: float) -> float:
+    """Exact delta(epsilon) of the Gaussian mechanism with sigma/Delta = noise_multiplier.
+
+    Balle & Wang (2018), Thm. 8: delta = Phi(mu/2 - eps/mu) - e^eps Phi(-mu/2 - eps/mu),
+    mu = Delta/sigma.
+    """
+    if epsilon < 0:
+        raise InvalidParameter("epsilon must be >= 0")
+    mu = 1.0 / noise_multiplier
+    a, b = _log_delta_terms(epsilon, mu)
+    if b >= a:
+        return 0.0
+    return math.exp(a) * -math.expm1(b - a)
+
+
+def gaussian_epsilon(delta: float, noise_multiplier: float) -> float:
+    """Smallest epsilon with gaussian_delta(epsilon, noise_multiplier) <= delta."""
+    delta = check_delta(delta, allow_zero=False)
+    noise_multiplier = check_positive(noise_multiplier, "noise multiplier")
+    if gaussian_delta(0.0, noise_multiplier) <= delta:
+        return 0.0
+    hi = 1.0
+    while gaussian_delta(hi, noise_multiplier) > delta:
+        hi *= 2.0
+        if hi > 1e12:
+            raise InvalidParameter("no finite epsilon for this delta / noise")
+    eps = optimize.brentq(
+        lambda e: gaussian_delta(e, noise_multiplier) - delta,
+        0.0,
+        hi,
+        xtol=1e-15,
+        rtol=1e-14,
+    )
+    # move up until the guarantee certainly holds
+    while gaussian_delta(eps, noise_multiplier) > delta:
+        eps = eps * (1 + 1e-12) + 1e-300
+    return eps
+
+
+def analytic_gaussian_sigma(
+    epsilon: float, delta: float, sensitivity: float = 1.0
+) -> float:
+    """Smallest sigma (to 1e-12 relative) with Balle-Wang delta(epsilon) <= delta."""
+    epsilon = check_positive(epsilon, "epsilon")
+    delta = check_delta(delta, allow_zero=False)
+    sensitivity = check_positive(sensitivity, "sensitivity")
+
+    def f(log_m: float) -> float:
+        return gaussian_delta(epsilon, math.exp(log_m)) - delta
+
+    lo, hi = -10.0, 10.0
+    while f(lo) <= 0:
+        lo -= 10.0
+    while f(hi) > 0:
+        hi += 10.0
+        if hi > 200:
+            raise InvalidParameter(
+                "cannot calibrate the analytic Gaussian for these parameters"
+            )
+    log_m = optimize.brentq(f, lo, hi, xtol=1e-14, rtol=1e-14)
+    m = math.exp(log_m)
+    while gaussian_delta(epsilon, m) > delta:
+        m *= 1 + 1e-12
+    return m * sensitivity
+
+
+# ---------------------------------------------------------------------------
+# Renyi DP and zCDP
+# ---------------------------------------------------------------------------
+
+
+def laplace_rdp(orders: Any, epsilon: float) -> np.ndarray:
+    """RDP of the epsilon-DP Laplace mechanism at real orders alpha > 1.
+
+    DP-EM eq. (19) gives the log-moment ``a(lambda) = log[(lambda+1)/(2 lambda+1)
+    e^{lambda eps} + lambda/(2 lambda+1) e^{-eps(lambda+1)}]``; the RDP is
+    ``a(alpha-1)/(alpha-1)``.  Evaluated as ``eps + log1p(-lambda (1 - e^{-eps(2 lambda+1)})
+    / (2 lambda+1)) / lambda`` to stay finite for large orders.
+    """
+    a = np.asarray(orders, dtype=np.float64)
+    if np.any(a <= 1):
+        raise InvalidParameter("RDP orders must exceed 1")
+    lam = a - 1.0
+    inner = -lam * (-np.expm1(-epsilon * (2.0 * lam + 1.0))) / (2.0 * lam + 1.0)
+    return epsilon + np.log1p(inner) / lam
+
+
+def gaussian_rdp(orders: Any, noise_multiplier: float) -> np.ndarray:
+    """RDP of the Gaussian mechanism: alpha / (2 s**2) (DP-EM eq. (20) / lambda)."""
+    a = np.asarray(orders, dtype=np.float64)
+    if np.any(a <= 1):
+        raise InvalidParameter("RDP orders must exceed 1")
+    return a / (2.0 * noise_multiplier**2)
+
+
+def pure_dp_rdp(orders: Any, epsilon: float) -> np.ndarray:
+    """An RDP bound for any epsilon-DP mechanism: min(eps, alpha eps**2 / 2)."""
+    a = np.asarray(orders, dtype=np.float64)
+    return np.minimum(epsilon, a * epsilon**2 / 2.0)
+
+
+ORDER_GRID = 1.0 + np.logspace(-3, 8, 1800)
+
+
+def _conversion_eps(
+    orders: np.ndarray, rdp: np.ndarray, delta: float, conversion: str
+) -> np.ndarray:
+    lam = orders - 1.0
+    if conversion == "cks":
+        return rdp + np.log1p(-1.0 / orders) - (math.log(delta) + np.log(orders)) / lam
+    if conversion == "classic":
+        return rdp - math.log(delta) / lam
+    raise InvalidParameter(f"conversion must be 'cks' or 'classic', got {conversion!r}")
+
+
+def rdp_to_epsilon(
+    rdp_fn: Callable[[np.ndarray], np.ndarray],
+    delta: float,
+    *,
+    conversion: str = "cks",
+    orders: Sequence[float] | None = None,
+) -> tuple[float, float]:
+    """(epsilon, optimal order) for an RDP curve ``rdp_fn`` and target delta.
+
+    Without ``orders`` the minimum is taken over all real orders: a dense grid
+    locates the basin and ``scipy.optimize.minimize_scalar`` refines it.  The
+    returned epsilon is the value of the conversion at a real order, so it is
+    a valid bound whatever the optimiser's accuracy.
+    """
+    delta = check_delta(delta, allow_zero=False)
+    grid = np.asarray(orders if orders is not None else ORDER_GRID, dtype=np.float64)
+    rdp = np.asarray(rdp_fn(grid), dtype=np.float64)
+    # (0, delta)-DP when total variation <= sqrt(1 - e^-KL) <= delta (as dp-accounting)
+    if np.any(delta**2 + np.expm1(-rdp) > 0):
+        return 0.0, float(grid[int(np.argmax(delta**2 + np.expm1(-rdp) > 0))])
+    eps = _conversion_eps(grid, rdp, delta, conversion)
+    eps = np.where(np.isfinite(eps), eps, np.inf)
+    i = int(np.argmin(eps))
+    best_a, best_e = float(grid[i]), float(eps[i])
+    if orders is None:
+        lo = float(grid[max(i - 1, 0)])
+        hi = float(grid[min(i + 1, grid.size - 1)])
+        if hi > lo:
+
+            def f(a: float) -> float:
+                v = _conversion_eps(
+                    np.array([a]), np.asarray(rdp_fn(np.array([a]))), delta, conversion
+                )[0]
+                return float(v) if math.isfinite(v) else math.inf
+
+            res = optimize.minimize_scalar(
+                f, bounds=(lo, hi), method="bounded", options={"xatol": 1e-10 * hi}
+            )
+            if res.success and res.fun < best_e:
+                best_a, best_e = float(res.x), float(res.fun)
+    return max(best_e, 0.0), best_a
+
+
+def zcdp_epsilon_classic(rho: float, delta: float) -> float:
+    """Bun-Steinke Prop. 1.3: rho-zCDP => (rho + 2 sqrt(rho ln(1/delta)), delta)-DP."""
+    delta = check_delta(delta, allow_zero=False)
+    if rho < 0:
+        raise InvalidParameter("rho must be >= 0")
+    return rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))
+
+
+def zcdp_epsilon_cks(rho: float, delta: float) -> float:
+    """Canonne-Kamath-Steinke Prop. 12 conversion of rho-zCDP, minimised over real alpha > 1."""
+    delta = check_delta(delta, allow_zero=False)
+    if rho < 0:
+        raise InvalidParameter("rho must be >= 0")
+    if rho == 0:
+        return 0.0
+    eps, _ = rdp_to_epsilon(lambda a: a * rho, delta, conversion="cks")
+    return eps
+
+
+def zcdp_delta_cks(rho: float, epsilon: float) -> float:
+    """delta(eps) of rho-zCDP by CKS Prop. 12: inf_alpha e^{(a-1)(a rho - eps)} (1-1/a)^a / (a-1)."""
+    if rho < 0 or epsilon < 0:
+        raise InvalidParameter("rho and epsilon must be >= 0")
+
+    def logd(a: np.ndarray) -> np.ndarray:
+        return (a - 1) * (a * rho - epsilon) + a * np.log1p(-1.0 / a) - np.log(a - 1)
+
+    grid = ORDER_GRID
+    v = logd(grid)
+    i = int(np.argmin(v))
+    lo, hi = float(grid[max(i - 1, 0)]), float(grid[min(i + 1, grid.size - 1)])
+    res = optimize.minimize_scalar(
+        lambda a: float(logd(np.array([a]))[0]), bounds=(lo, hi), method="bounded"
+    )
+    best = min(float(v[i]), float(res.fun))
+    return min(1.0, math.exp(best))
+
+
+def advanced_composition(
+    epsilons: Sequence[float], delta_prime: float, *, counts: Sequence[int] | None = None
+) -> float:
+    """Dwork-Roth Thm 3.20 (heterogeneous form): epsilon of the composition.
+
+    ``sqrt(2 ln(1/delta') sum eps_i**2) + sum eps_i (exp(eps_i) - 1)``, where
+    ``epsilons[j]`` occurs ``counts[j]`` times (once without ``counts``); the
+    composition's delta is ``delta' + sum delta_i`` (added by the caller).
+    For k equal epsilons this is exactly the theorem's
+    ``sqrt(2k ln(1/delta')) eps + k eps (e**eps - 1)``.
+    """
+    delta_prime = check_delta(delta_prime, "delta'", allow_zero=False)
+    e = np.asarray(list(epsilons), dtype=np.float64)
+    c = np.ones_like(e) if counts is None else np.asarray(list(counts), dtype=np.float64)
+    if e.size == 0:
+        return 0.0
+    return float(
+        math.sqrt(2.0 * math.log(1.0 / delta_prime) * float(np.sum(c * e * e)))
+        + float(np.sum(c * e * np.expm1(e)))
+    )
+
+
+def rho_capacity(epsilon: float, delta: float) -> float:
+    """Largest rho whose CKS conversion at delta stays <= epsilon."""
+    f = lambda r: zcdp_epsilon_cks(r, delta) - epsilon
+    hi = max(epsilon, 1e-12)
+    while f(hi) < 0:
+        hi *= 2
+    lo = 0.0
+    r = optimize.brentq(f, lo, hi, xtol=1e-15, rtol=1e-13)
+    while f(r) > 0:
+        r *= 1 - 1e-12
+    return r
+
+
+def zcdp_rho_classic(epsilon: float, delta: float) -> float:
+    """Largest rho with ``zcdp_epsilon_classic(rho, delta) <= epsilon`` (closed form):
+    rho + 2 sqrt(rho L) = epsilon with L = ln(1/delta) gives rho = (sqrt(L + epsilon) - sqrt(L))**2."""
+    epsilon = check_positive(epsilon, "epsilon")
+    L = math.log(1.0 / check_delta(delta, allow_zero=False))
+    return (math.sqrt(L + epsilon) - math.sqrt(L)) ** 2

@@ -1,0 +1,88 @@
+"""Conversions between RDP, zCDP and (epsilon, delta), against closed forms and dp-accounting."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from smcdp.dp.conversions import (
+    gaussian_epsilon,
+    laplace_rdp,
+    rdp_to_epsilon,
+    zcdp_delta_cks,
+    zcdp_epsilon_cks,
+    zcdp_epsilon_classic,
+    zcdp_rho_classic,
+)
+
+dpa = pytest.importorskip("dp_accounting")
+from dp_accounting import rdp as dpa_rdp
+
+
+def test_laplace_rdp_equals_eq19_over_lambda():
+    # DP-EM eq. (19) written with lambda = alpha - 1, evaluated directly
+    eps = 0.7
+    for lam in [0.25, 1.0, 3.5, 10.0, 40.0]:
+        moment = math.log(
+            (lam + 1) / (2 * lam + 1) * math.exp(lam * eps)
+            + lam / (2 * lam + 1) * math.exp(-eps * (lam + 1))
+        )
+        assert laplace_rdp(lam + 1, eps) == pytest.approx(moment / lam, rel=1e-12)
+    # large orders stay finite and approach eps
+    assert laplace_rdp(1e6, 3.0) == pytest.approx(3.0, rel=1e-5)
+
+
+def test_rdp_classic_conversion_is_eq3():
+    # eq. (3): delta = min_lambda exp(alpha(lambda) - lambda eps)  <=>  eps = min (alpha(lambda) + log 1/delta)/lambda
+    s, delta = 3.0, 1e-5
+    lam = np.linspace(0.01, 200, 400_001)
+    brute = np.min((lam * (lam + 1) / (2 * s * s) + math.log(1 / delta)) / lam)
+    ours, _ = rdp_to_epsilon(lambda a: a / (2 * s * s), delta, conversion="classic")
+    assert ours == pytest.approx(brute, rel=1e-6)
+    assert ours <= brute + 1e-12
+
+
+def test_zcdp_classic_conversion_is_the_formula():
+    for rho, delta in [(0.01, 1e-5), (0.5, 1e-6), (3.0, 1e-3)]:
+        assert zcdp_epsilon_classic(rho, delta) == rho + 2 * math.sqrt(
+            rho * math.log(1 / delta)
+        )
+
+
+@pytest.mark.parametrize(
+    "rho,delta", [(0.001, 1e-5), (0.05, 1e-6), (0.5, 1e-5), (2.0, 1e-3), (10.0, 1e-9)]
+)
+def test_zcdp_cks_conversion_is_exact_and_tighter(rho, delta):
+    eps = zcdp_epsilon_cks(rho, delta)
+    # exact: the CKS formula minimised by brute force over a fine grid of real orders
+    alphas = 1 + np.logspace(-4, 4, 400_001)
+    brute = np.min(
+        alphas * rho
+        + np.log1p(-1 / alphas)
+        - (math.log(delta) + np.log(alphas)) / (alphas - 1)
+    )
+    assert eps == pytest.approx(max(brute, 0.0), rel=1e-6)
+    # same formula as dp-accounting's conversion on the same orders
+    theirs, _ = dpa_rdp.compute_epsilon(alphas[::100], alphas[::100] * rho, delta)
+    assert eps <= theirs * (1 + 1e-9)
+    assert eps == pytest.approx(theirs, rel=1e-3)
+    assert eps <= zcdp_epsilon_classic(rho, delta)
+    # inverse direction
+    assert zcdp_delta_cks(rho, eps) == pytest.approx(delta, rel=1e-6)
+
+
+def test_zcdp_conversions_upper_bound_the_exact_gaussian():
+    for s in [0.7, 1.0, 3.0, 10.0]:
+        rho = 1 / (2 * s * s)
+        for delta in [1e-3, 1e-6]:
+            exact = gaussian_epsilon(delta, s)
+            assert zcdp_epsilon_cks(rho, delta) >= exact
+            assert zcdp_epsilon_classic(rho, delta) >= zcdp_epsilon_cks(rho, delta)
+
+
+def test_zcdp_rho_classic_inverts_the_classic_bound():
+    for eps, delta in [(0.1, 1e-5), (1.0, 1e-6), (8.0, 1e-3)]:
+        rho = zcdp_rho_classic(eps, delta)
+        assert zcdp_epsilon_classic(rho, delta) == pytest.approx(eps, rel=1e-12)
