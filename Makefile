@@ -40,7 +40,7 @@ experiments: $(STAMP)
 
 ## The multi-host test in network namespaces (needs root).
 multihost-test: $(STAMP)
-	$(BIN)/python -m pytest -q -ra -m multihost tests/multihost
+	$(BIN)/python -m pytest -q -ra -m multihost tests/integration/multihost
 
 ## Build the party image where a Docker engine exists.
 docker-image:

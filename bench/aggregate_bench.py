@@ -28,13 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from smcdp.crypto import dgk  # noqa: E402
 from smcdp.errors import InvalidMessage  # noqa: E402
 from smcdp.net.channel import InMemoryNetwork
-from smcdp.protocols.comparison import compare_holder_a, compare_holder_b
-from smcdp.protocols.dp_aggregate import (
-    DPAggregateParams,
-    demo_dp_aggregate,
-    load_dataset,
-    train_local,
-)
+from smcdp.primitives.comparison import compare_holder_a, compare_holder_b
+from smcdp.protocols.dp_aggregate import DPAggregateParams, train_local
+from smcdp.cli.demo.dp_aggregate import demo_dp_aggregate
+from smcdp.plugins.dp_aggregate import load_dataset
 
 
 def write_parties(dirpath: Path, K: int, d: int, n: int = 200, seed: int = 0) -> list[str]:

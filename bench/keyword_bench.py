@@ -82,7 +82,7 @@ def run_inmemory(X, models, bits: int, profile: bool = False) -> dict:
 
 
 def run_demo(utterance: Path, models: Path, bits: int) -> dict:
-    from smcdp.protocols.keyword import demo_keyword
+    from smcdp.cli.demo.keyword import demo_keyword
 
     t0 = time.perf_counter()
     out = demo_keyword(str(utterance), str(models), key_bits=bits)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from smcdp.local import LocalCluster
+from smcdp.runtime.local import LocalCluster
 from smcdp.net.channel import InMemoryNetwork
 from smcdp.protocols.power_iteration import PowerIterationParams, data_party, trent
 

@@ -50,7 +50,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="shorter measurements")
     args = ap.parse_args()
 
-    from smcdp.bench import paillier_benchmark
+    from smcdp.cli.bench import paillier_benchmark
 
     parts = ["# Benchmarks", "",
              f"Machine: {machine()}.", "",

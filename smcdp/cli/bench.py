@@ -23,11 +23,11 @@ from typing import Callable
 from phe import paillier as phe_paillier
 
 from smcdp.crypto import native
-from smcdp.crypto.paillier import generate_keypair
-from smcdp.crypto.modexp import table_budget_bytes
-from smcdp.crypto.vector import EncryptedVector
 from smcdp.crypto.encoding import Packing
-from smcdp.crypto.modexp import multi_exp
+from smcdp.crypto.modexp import multi_exp, table_budget_bytes
+from smcdp.crypto.paillier import generate_keypair
+from smcdp.crypto.parallel import CryptoPool
+from smcdp.crypto.vector import EncryptedVector
 
 
 def _rate(fn: Callable[[], object], min_seconds: float, min_reps: int = 3) -> tuple[float, int, float]:
@@ -118,7 +118,6 @@ def paillier_benchmark(key_bits: int = 2048, seconds: float = 2.0, dot_terms: in
     pow_p2, _, _ = _rate(lambda: tp_table.pow(next(it)), seconds / 4, 20)
 
     # ---- parallel batches: the same CRT encryption on a process pool using every core
-    from smcdp.crypto.parallel import CryptoPool
 
     with CryptoPool(pk, sk) as pool:
         pool.encrypt([1] * pool.workers * 4, use_private=True)  # warm-up: workers build their tables

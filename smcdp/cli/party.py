@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 from smcdp.errors import InvalidMessage, SmcdpError
+from smcdp.net import tls
+from smcdp.runtime import client, party
 
 
 def _fail(exc: BaseException) -> int:
@@ -22,8 +24,6 @@ def _fail(exc: BaseException) -> int:
 
 # ------------------------------------------------------------------ certs
 def _cmd_certs(args: argparse.Namespace) -> int:
-    from smcdp.net import tls
-
     try:
         parties = tls.parse_party_list(args.parties)
         hosts = tls.parse_hosts(args.hosts, parties)
@@ -44,8 +44,6 @@ def _cmd_certs(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------ party
 def _cmd_party(args: argparse.Namespace) -> int:
-    from smcdp import party
-
     party.setup_logging(args.log_level)
     try:
         return party.serve(args.config, ready_file=args.ready_file)
@@ -69,8 +67,6 @@ def _parse_roles(items: list[str]) -> dict[str, str]:
 
 
 def _cmd_session_start(args: argparse.Namespace) -> int:
-    from smcdp import party
-
     try:
         roles = _parse_roles(args.role)
         if args.params and args.params_file:
@@ -82,7 +78,7 @@ def _cmd_session_start(args: argparse.Namespace) -> int:
             raise InvalidMessage(f"--params is not valid JSON: {exc}") from None
         if not isinstance(params, dict):
             raise InvalidMessage("--params must be a JSON object")
-        record = party.start_session(args.config, args.protocol, roles, params,
+        record = client.start_session(args.config, args.protocol, roles, params,
                                      session_id=args.session_id, timeout=args.timeout, seed=args.seed)
     except (SmcdpError, OSError) as exc:
         return _fail(exc)
@@ -91,10 +87,8 @@ def _cmd_session_start(args: argparse.Namespace) -> int:
 
 
 def _cmd_session_result(args: argparse.Namespace) -> int:
-    from smcdp import party
-
     try:
-        record = party.get_result(args.config, args.session_id)
+        record = client.get_result(args.config, args.session_id)
     except SmcdpError as exc:
         return _fail(exc)
     _emit(record, args.out)
@@ -112,14 +106,12 @@ def _emit(record: dict, out: str | None) -> None:
 
 # ----------------------------------------------------------------- health
 def _cmd_health(args: argparse.Namespace) -> int:
-    from smcdp import party
-
     try:
         if args.wait:
-            party.wait_healthy(args.config, args.peer, timeout=args.wait)
+            client.wait_healthy(args.config, args.peer, timeout=args.wait)
             status = "SERVING"
         else:
-            status = party.check_health(args.config, args.peer)
+            status = client.check_health(args.config, args.peer)
     except SmcdpError as exc:
         return _fail(exc)
     print(status)

@@ -12,7 +12,7 @@ short exponentiation modulo p:
     E(m; r)^{v_p} mod p = (g^{v_p})^m mod p   (h^{v_p} = 1 mod p),
 
 and g^{v_p} has order u modulo p, so the result is 1 exactly when m = 0 mod u.
-That zero test is all the comparison protocol (``smcdp.protocols.comparison``)
+That zero test is all the comparison protocol (``smcdp.primitives.comparison``)
 needs; a full decryption (table lookup over the u possible values) is offered
 for tests and debugging.
 

@@ -58,7 +58,12 @@ from smcdp.dp.events import (
     LaplaceEvent,
     PureDPEvent,
 )
-from smcdp.dp.validation import InvalidParameter, check_choice, check_delta, check_positive
+from smcdp.dp.validation import (
+    InvalidParameter,
+    check_choice,
+    check_delta,
+    check_positive,
+)
 
 __all__ = [
     "CONVERSIONS",

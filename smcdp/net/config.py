@@ -1,37 +1,16 @@
-"""Party configuration in TOML (read with the standard library's ``tomllib``).
+"""The transport's part of a party's configuration, and the TOML helpers every section uses.
 
-Example (all relative paths are resolved against the config file's directory)::
-
-    [party]
-    name = "alice"                 # must equal the CN of tls.cert
-    listen = "0.0.0.0:50051"
-    data_dir = "state/alice"
-    allow_insecure_keys = false
-    plugins = []                   # extra protocol modules to import
-    max_message_mib = 512          # optional: largest inbound message
-
-    [tls]
-    ca = "certs/ca.crt"
-    cert = "certs/alice.crt"
-    key = "certs/alice.key"
-
-    [peers]
-    bob = "127.0.0.1:50052"
-    trent = "127.0.0.1:50053"
-
-    [inputs.power-iteration]
-    data = "A.npy"
-
-    [timeouts]                     # optional
-    connect_seconds = 10
-    session_seconds = 3600
-    rpc_seconds = 120
-
-Unknown sections and keys are errors (a typo must not silently fall back to a
-default).  :func:`dump_config` writes the same schema back; it is a small
-hand-written writer because the schema is flat (strings, numbers, booleans,
-lists of strings and one level of tables) and a round trip through
-``tomllib`` is tested, so a dependency (``tomli_w``) would buy nothing.
+A party's configuration is one TOML file, read by
+:func:`smcdp.runtime.config.load_config` (the full schema is documented
+there and in docs/transport.md).  This module holds what ``smcdp.net`` needs
+of it -- :class:`NetConfig`: the party's name, listen address, TLS files,
+peers' addresses, timeouts and message limit -- with the parsers of those
+sections, and the small validation helpers and TOML writer the other sections
+reuse.  Unknown sections and keys are errors everywhere (a typo must not
+silently fall back to a default).  The writer is hand-written because the
+schema is flat (strings, numbers, booleans, lists and one level of sub-tables)
+and a round trip through ``tomllib`` is tested, so a dependency (``tomli_w``)
+would buy nothing.
 """
 
 from __future__ import annotations
@@ -41,12 +20,10 @@ import json
 import math
 import os
 import re
-import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from smcdp._files import atomic_write
 from smcdp.errors import InvalidMessage
 from smcdp.net.tls import validate_party_name
 
@@ -77,16 +54,18 @@ class Timeouts:
     rpc_seconds: float = DEFAULT_RPC_SECONDS
 
 
-@dataclass(frozen=True)
-class PartyConfig:
+@dataclass(frozen=True, kw_only=True)
+class NetConfig:
+    """What the transport needs of a party's configuration: identity, addresses, TLS, timeouts, limits.
+
+    The party's full configuration (:class:`smcdp.runtime.config.PartyConfig`)
+    extends it; ``smcdp.net`` sees only these fields.
+    """
+
     name: str
     listen: str
-    data_dir: Path
     tls: TlsConfig
     peers: Mapping[str, str] = field(default_factory=dict)
-    inputs: Mapping[str, Mapping[str, Path]] = field(default_factory=dict)
-    plugins: tuple[str, ...] = ()
-    allow_insecure_keys: bool = False
     timeouts: Timeouts = field(default_factory=Timeouts)
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_MIB * 1024 * 1024
     #: the file this was loaded from (None when built in code)
@@ -104,7 +83,7 @@ class PartyConfig:
                 f"{self.source or 'the configuration'} (known peers: {sorted(self.peers)})"
             ) from None
 
-    def with_changes(self, **kw) -> "PartyConfig":
+    def with_changes(self, **kw) -> "NetConfig":
         return replace(self, **kw)
 
 
@@ -134,14 +113,14 @@ def connect_address(listen: str) -> str:
     return listen
 
 
-def _check_keys(table: Mapping[str, Any], allowed: set[str], where: str) -> None:
+def check_keys(table: Mapping[str, Any], allowed: set[str], where: str) -> None:
     unknown = sorted(set(table) - allowed)
     if unknown:
         raise ConfigError(f"unknown key(s) in {where}: {', '.join(unknown)} "
                           f"(allowed: {', '.join(sorted(allowed))})")
 
 
-def _table(data: Mapping[str, Any], key: str, required: bool) -> Mapping[str, Any]:
+def table(data: Mapping[str, Any], key: str, required: bool) -> Mapping[str, Any]:
     if key not in data:
         if required:
             raise ConfigError(f"missing section [{key}]")
@@ -152,7 +131,7 @@ def _table(data: Mapping[str, Any], key: str, required: bool) -> Mapping[str, An
     return v
 
 
-def _str(table: Mapping[str, Any], key: str, where: str, required: bool = True,
+def string(table: Mapping[str, Any], key: str, where: str, required: bool = True,
          default: str | None = None) -> str | None:
     if key not in table:
         if required:
@@ -164,106 +143,19 @@ def _str(table: Mapping[str, Any], key: str, where: str, required: bool = True,
     return v
 
 
-def _path(base: Path, table: Mapping[str, Any], key: str, where: str) -> Path:
-    s = _str(table, key, where)
+def path_value(base: Path, table: Mapping[str, Any], key: str, where: str) -> Path:
+    s = string(table, key, where)
     p = Path(os.path.expanduser(s))
     return Path(os.path.normpath(p if p.is_absolute() else (base / p)))
 
 
-def _positive(table: Mapping[str, Any], key: str, where: str, default: float) -> float:
+def positive_number(table: Mapping[str, Any], key: str, where: str, default: float) -> float:
     if key not in table:
         return default
     v = table[key]
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
         raise ConfigError(f"{where}.{key} must be a positive number of seconds, got {v!r}")
     return float(v)
-
-
-def parse_config(data: Mapping[str, Any], base_dir: str | os.PathLike,
-                 source: Path | None = None) -> PartyConfig:
-    """Validate a parsed TOML document; relative paths are resolved against ``base_dir``."""
-    base = Path(base_dir)
-    _check_keys(data, {"party", "tls", "peers", "inputs", "timeouts"}, "the top level")
-
-    party = _table(data, "party", True)
-    _check_keys(party, {"name", "listen", "data_dir", "allow_insecure_keys", "plugins",
-                        "max_message_mib"}, "[party]")
-    name = _str(party, "name", "party")
-    try:
-        validate_party_name(name, "party.name")
-    except InvalidMessage as exc:
-        raise ConfigError(str(exc)) from None
-    listen = _str(party, "listen", "party")
-    parse_address(listen, "party.listen")
-    data_dir = _path(base, party, "data_dir", "party")
-    insecure = party.get("allow_insecure_keys", False)
-    if not isinstance(insecure, bool):
-        raise ConfigError(f"party.allow_insecure_keys must be true or false, got {insecure!r}")
-    plugins = party.get("plugins", [])
-    if not isinstance(plugins, list) or not all(isinstance(p, str) and _MODULE_RE.match(p)
-                                                for p in plugins):
-        raise ConfigError(f"party.plugins must be a list of Python module names, got {plugins!r}")
-    mib = party.get("max_message_mib", DEFAULT_MAX_MESSAGE_MIB)
-    if isinstance(mib, bool) or not isinstance(mib, int) or not 1 <= mib <= 16384:
-        raise ConfigError(f"party.max_message_mib must be an integer 1..16384, got {mib!r}")
-
-    tls_t = _table(data, "tls", True)
-    _check_keys(tls_t, {"ca", "cert", "key"}, "[tls]")
-    tls = TlsConfig(*(_path(base, tls_t, k, "tls") for k in ("ca", "cert", "key")))
-
-    peers_t = _table(data, "peers", False)
-    peers: dict[str, str] = {}
-    for peer, addr in peers_t.items():
-        try:
-            validate_party_name(peer, "peer name in [peers]")
-        except InvalidMessage as exc:
-            raise ConfigError(str(exc)) from None
-        if peer == name:
-            raise ConfigError(f"[peers] must not list the party itself ({name!r})")
-        parse_address(addr, f"peers.{peer}")
-        peers[peer] = addr
-
-    inputs_t = _table(data, "inputs", False)
-    inputs: dict[str, dict[str, Path]] = {}
-    for proto, table in inputs_t.items():
-        if not isinstance(table, dict):
-            raise ConfigError(f"inputs.{proto} must be a table of name = \"path\"")
-        entries = {}
-        for k in table:
-            if not _KEY_RE.match(k):
-                raise ConfigError(f"inputs.{proto}.{k}: input names use letters, digits, '_' and '-'")
-            entries[k] = _path(base, table, k, f"inputs.{proto}")
-        inputs[proto] = entries
-
-    to_t = _table(data, "timeouts", False)
-    _check_keys(to_t, {"connect_seconds", "session_seconds", "rpc_seconds"}, "[timeouts]")
-    timeouts = Timeouts(
-        _positive(to_t, "connect_seconds", "timeouts", DEFAULT_CONNECT_SECONDS),
-        _positive(to_t, "session_seconds", "timeouts", DEFAULT_SESSION_SECONDS),
-        _positive(to_t, "rpc_seconds", "timeouts", DEFAULT_RPC_SECONDS),
-    )
-    return PartyConfig(name=name, listen=listen, data_dir=data_dir, tls=tls, peers=peers,
-                       inputs=inputs, plugins=tuple(plugins), allow_insecure_keys=insecure,
-                       timeouts=timeouts, max_message_bytes=mib * 1024 * 1024, source=source)
-
-
-def load_config(path: str | os.PathLike) -> PartyConfig:
-    """Read and validate a party's TOML configuration."""
-    p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(f"configuration file {p} does not exist") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read configuration file {p}: {exc}") from None
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{p} is not valid TOML: {exc}") from None
-    try:
-        return parse_config(data, p.resolve().parent, source=p.resolve())
-    except ConfigError as exc:
-        raise ConfigError(f"{p}: {exc}") from None
 
 
 # ------------------------------------------------------------------ writer
@@ -290,32 +182,13 @@ def _toml_value(v: Any) -> str:
     raise ValueError(f"TOML writer: unsupported value {v!r}")
 
 
-def _rel(p: Path, base: Path | None) -> str:
+def relative_path(p: Path, base: Path | None) -> str:
     if base is None:
         return str(p)
     try:
         return os.path.relpath(p, base)
     except ValueError:
         return str(p)
-
-
-def config_to_dict(cfg: PartyConfig, relative_to: str | os.PathLike | None = None) -> dict:
-    """The TOML document of ``cfg`` as nested dicts (paths relative to ``relative_to``)."""
-    base = Path(relative_to) if relative_to is not None else None
-    doc: dict[str, Any] = {
-        "party": {
-            "name": cfg.name, "listen": cfg.listen, "data_dir": _rel(cfg.data_dir, base),
-            "allow_insecure_keys": cfg.allow_insecure_keys, "plugins": list(cfg.plugins),
-            "max_message_mib": cfg.max_message_bytes // (1024 * 1024),
-        },
-        "tls": {k: _rel(getattr(cfg.tls, k), base) for k in ("ca", "cert", "key")},
-        "peers": dict(cfg.peers),
-        "inputs": {proto: {k: _rel(v, base) for k, v in t.items()} for proto, t in cfg.inputs.items()},
-        "timeouts": {"connect_seconds": cfg.timeouts.connect_seconds,
-                     "session_seconds": cfg.timeouts.session_seconds,
-                     "rpc_seconds": cfg.timeouts.rpc_seconds},
-    }
-    return doc
 
 
 def dumps_toml(doc: Mapping[str, Any]) -> str:
@@ -340,8 +213,49 @@ def dumps_toml(doc: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def dump_config(cfg: PartyConfig, path: str | os.PathLike) -> Path:
-    """Write ``cfg`` as TOML to ``path`` with paths relative to the file's directory."""
-    path = Path(path)
-    text = dumps_toml(config_to_dict(cfg, relative_to=path.resolve().parent))
-    return atomic_write(path, text.encode("utf-8"), 0o644)
+# ------------------------------------------------------------------ transport sections
+def parse_tls(tls_t: Mapping[str, Any], base: Path) -> TlsConfig:
+    check_keys(tls_t, {"ca", "cert", "key"}, "[tls]")
+    return TlsConfig(*(path_value(base, tls_t, k, "tls") for k in ("ca", "cert", "key")))
+
+
+def parse_peers(peers_t: Mapping[str, Any], name: str) -> dict[str, str]:
+    peers: dict[str, str] = {}
+    for peer, addr in peers_t.items():
+        try:
+            validate_party_name(peer, "peer name in [peers]")
+        except InvalidMessage as exc:
+            raise ConfigError(str(exc)) from None
+        if peer == name:
+            raise ConfigError(f"[peers] must not list the party itself ({name!r})")
+        parse_address(addr, f"peers.{peer}")
+        peers[peer] = addr
+    return peers
+
+
+def parse_timeouts(to_t: Mapping[str, Any]) -> Timeouts:
+    check_keys(to_t, {"connect_seconds", "session_seconds", "rpc_seconds"}, "[timeouts]")
+    return Timeouts(
+        positive_number(to_t, "connect_seconds", "timeouts", DEFAULT_CONNECT_SECONDS),
+        positive_number(to_t, "session_seconds", "timeouts", DEFAULT_SESSION_SECONDS),
+        positive_number(to_t, "rpc_seconds", "timeouts", DEFAULT_RPC_SECONDS),
+    )
+
+
+def parse_max_message_mib(party: Mapping[str, Any]) -> int:
+    """``party.max_message_mib`` -> bytes."""
+    mib = party.get("max_message_mib", DEFAULT_MAX_MESSAGE_MIB)
+    if isinstance(mib, bool) or not isinstance(mib, int) or not 1 <= mib <= 16384:
+        raise ConfigError(f"party.max_message_mib must be an integer 1..16384, got {mib!r}")
+    return mib * 1024 * 1024
+
+
+def net_sections_to_dict(cfg: NetConfig, base: Path | None) -> dict[str, Any]:
+    """The [tls], [peers] and [timeouts] tables of ``cfg`` (paths relative to ``base``)."""
+    return {
+        "tls": {k: relative_path(getattr(cfg.tls, k), base) for k in ("ca", "cert", "key")},
+        "peers": dict(cfg.peers),
+        "timeouts": {"connect_seconds": cfg.timeouts.connect_seconds,
+                     "session_seconds": cfg.timeouts.session_seconds,
+                     "rpc_seconds": cfg.timeouts.rpc_seconds},
+    }

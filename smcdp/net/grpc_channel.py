@@ -31,7 +31,7 @@ import grpc
 from smcdp import errors
 from smcdp.errors import PreconditionFailed, SmcdpError, Unavailable
 from smcdp.net.channel import Channel
-from smcdp.net.config import PartyConfig
+from smcdp.net.config import NetConfig
 from smcdp.net.tls import TlsMaterial
 from smcdp.v1 import transport_pb2 as tpb
 from smcdp.v1 import transport_pb2_grpc as tgrpc
@@ -152,7 +152,7 @@ class PeerConnector:
     so a peer is authenticated as the party we meant whatever address it has.
     """
 
-    def __init__(self, config: PartyConfig, tls: TlsMaterial) -> None:
+    def __init__(self, config: NetConfig, tls: TlsMaterial) -> None:
         self.config = config
         self.tls = tls
         self._creds = grpc.ssl_channel_credentials(

@@ -2,7 +2,7 @@
 
 This module is transport only.  What a session *is* (which protocol, which
 thread runs it) belongs to a :class:`SessionHost` -- implemented by the party
-runner (``smcdp.party``) -- which the servicers below call with the caller's
+runner (``smcdp.runtime.party``) -- which the servicers below call with the caller's
 verified identity.  Identity is the common name of the client certificate
 that gRPC verified against the deployment CA (``require_client_auth=True``);
 no request field can change it.
@@ -23,6 +23,7 @@ Status codes (see docs/transport.md):
 from __future__ import annotations
 
 import abc
+import json
 import logging
 import re
 from dataclasses import dataclass
@@ -33,8 +34,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer as AsyncHealthServicer
 
 from smcdp.errors import InvalidMessage, PermissionDenied, SmcdpError, Unauthenticated
-from smcdp.net.config import PartyConfig
-from smcdp.net.grpc_channel import MAX_GRPC_MESSAGE, ORIGIN_METADATA, channel_options, status_code_of
+from smcdp.net.config import NetConfig
+from smcdp.net.grpc_channel import (
+    MAX_GRPC_MESSAGE,
+    ORIGIN_METADATA,
+    channel_options,
+    status_code_of,
+)
 from smcdp.net.tls import PARTY_NAME_RE, TlsMaterial
 from smcdp.v1 import transport_pb2 as tpb
 from smcdp.v1 import transport_pb2_grpc as tgrpc
@@ -111,8 +117,6 @@ def parse_roles(roles: Mapping[str, str]) -> dict[str, str]:
 
 
 def parse_params_json(text: str) -> dict:
-    import json
-
     if not text:
         return {}
     try:
@@ -283,8 +287,6 @@ class MailboxServicer(tgrpc.MailboxServicer):
 
 
 def _record_message(record: dict) -> tpb.SessionRecord:
-    import json
-
     return tpb.SessionRecord(session_id=record["session_id"], state=record["state"],
                              record_json=json.dumps(record, sort_keys=True))
 
@@ -341,7 +343,7 @@ class ControlServicer(tgrpc.ControlServicer):
 class PartyServer:
     """``grpc.aio`` server with mutual TLS, the servicers above and grpc.health.v1."""
 
-    def __init__(self, config: PartyConfig, tls: TlsMaterial, host: SessionHost) -> None:
+    def __init__(self, config: NetConfig, tls: TlsMaterial, host: SessionHost) -> None:
         self.config = config
         self.tls = tls
         self.host = host

@@ -1,10 +1,13 @@
-"""How a protocol plugs into a party process.
+"""The interface between the party runtime and a protocol.
 
-A protocol module (one per protocol, e.g. ``smcdp.protocols.power_iteration``)
-defines its roles as ``async def`` coroutines over a :class:`~smcdp.net.channel.Channel`
-and exposes a :class:`ProtocolPlugin` so that ``smcdp party`` can run it when
-a session is proposed.  ``smcdp.net`` never imports this package; the party
-runner (``smcdp.party``) joins the two.
+A :class:`ProtocolPlugin` is what ``smcdp party`` knows of a protocol: how to
+validate a proposed session's parameters and roles, and how to run one role
+given the session's context (this party's configured inputs, its output
+directory).  The plug-in reads the party's files and turns them into the
+arrays a role of :mod:`smcdp.protocols` takes, and turns the role's result
+into files and a JSON-serialisable dict.  Built-in plug-ins are listed in
+:mod:`smcdp.plugins.registry`; a deployment's extra plug-in modules (party
+config ``plugins = [...]``) call :func:`register` when imported.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
 
 
@@ -48,29 +52,26 @@ class ProtocolPlugin(abc.ABC):
     async def run_role(self, role: str, ch: Channel, ctx: SessionContext) -> dict:
         """Run ``role`` and return a JSON-serialisable result for this party."""
 
+    @staticmethod
+    def input_path(ctx: SessionContext, name: str, who: str) -> str:
+        """The configured input ``name`` of this party for ``ctx.protocol``, or a clear error."""
+        path = ctx.inputs.get(name)
+        if not path:
+            raise InvalidMessage(f"{who} has no [inputs.{ctx.protocol}] {name} file configured")
+        return path
+
 
 _REGISTRY: dict[str, ProtocolPlugin] = {}
 
 
 def register(plugin: ProtocolPlugin) -> ProtocolPlugin:
+    """Make ``plugin`` available to sessions (a later registration of the same name replaces it)."""
     if not plugin.name:
         raise ValueError("plugin needs a name")
     _REGISTRY[plugin.name] = plugin
     return plugin
 
 
-def get_plugin(name: str) -> ProtocolPlugin:
-    from smcdp.protocols import registry  # noqa: F401  (imports every protocol module)
-
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        from smcdp.errors import InvalidMessage
-
-        raise InvalidMessage(f"unknown protocol {name!r}; known: {sorted(_REGISTRY)}") from None
-
-
-def known_protocols() -> list[str]:
-    from smcdp.protocols import registry  # noqa: F401
-
-    return sorted(_REGISTRY)
+def registered() -> Mapping[str, ProtocolPlugin]:
+    """Every plug-in registered so far, by name (see :mod:`smcdp.plugins.registry` for the built-ins)."""
+    return dict(_REGISTRY)

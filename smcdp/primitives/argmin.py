@@ -35,7 +35,7 @@ Steps (numbers as in the seed):
 6. v'_i < v'_j  ⟺  ã_i − ã_j < b̃_j − b̃_i: for every pair i < j, party i
    holds x = ã_i − ã_j (party j sends it ã_j; ã_j is masked by Charlie's r_j,
    statistically hiding a_j, and a_j itself hides v' behind b_j) and Charlie
-   holds y = b̃_j − b̃_i.  A DGK comparison (``smcdp.protocols.comparison``,
+   holds y = b̃_j − b̃_i.  A DGK comparison (``smcdp.primitives.comparison``,
    Charlie holds the DGK key and gets the bit) gives Charlie [v'_i < v'_j].
    Party i learns only DGK ciphertexts.  Charlie learns the complete order of
    the doubly permuted values; because the v'_j are distinct and π₁ is
@@ -51,7 +51,6 @@ the full "who learns what".
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -75,7 +74,8 @@ from smcdp.crypto.paillier import (
 )
 from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
-from smcdp.protocols.comparison import compare_holder_a, compare_holder_b
+from smcdp.primitives.comparison import compare_holder_a, compare_holder_b
+from smcdp.primitives.rng import protocol_rng
 from smcdp.v1 import messages_pb2 as pb
 
 CHARLIE = "charlie"
@@ -168,18 +168,6 @@ class CuratorArgminResult:
 
 
 # =============================================================================== helpers
-def protocol_rng(seed: int | None, role: str, purpose: str) -> random.Random:
-    """Masks and permutations: the OS CSPRNG unless an experiment fixes a seed.
-
-    A fixed seed is expanded per role and purpose, so that two roles given the
-    same session seed never draw the same masks.
-    """
-    if seed is None:
-        return random.SystemRandom()
-    h = hashlib.sha256(f"smcdp/{purpose}/{role}/{int(seed)}".encode()).digest()
-    return random.Random(int.from_bytes(h, "big"))
-
-
 def random_permutation(rng: random.Random, k: int) -> list[int]:
     perm = list(range(k))
     rng.shuffle(perm)
@@ -235,7 +223,7 @@ async def argmin_party(ch: Channel, value: int, params: SecureMinParams, *, seed
     if not 0 <= value < 1 << params.value_bits:
         raise InvalidMessage(f"{ch.role}: the private value must lie in [0, 2^{params.value_bits})")
     check_key_bits(params.key_bits, allow_insecure_keys)
-    rng = protocol_rng(seed, ch.role, "secure-min")
+    rng = protocol_rng(seed, "secure-min", ch.role)
     C = params.curator
 
     # --- Step 0: ξ and π₁ from party1 (parties only); ζ's public key from Charlie.
@@ -315,7 +303,7 @@ async def argmin_curator(ch: Channel, params: SecureMinParams, *, seed: int | No
     roles = params.party_roles
     K = params.n_parties
     check_key_bits(params.key_bits, allow_insecure_keys)
-    rng = protocol_rng(seed, ch.role, "secure-min")
+    rng = protocol_rng(seed, "secure-min", ch.role)
 
     # --- Step 0: ζ (Charlie's own key) to the parties; ξ's public key from party1.
     if zeta_key is None:

@@ -108,11 +108,6 @@ class MaskParams:
         return self.e_bits + self.weight_bits + math.ceil(math.log2(max_terms + 1)) + 3
 
 
-def protocol_rng(seed: int | None) -> random.Random:
-    """Masks come from the OS CSPRNG unless an experiment passes an explicit seed."""
-    return random.Random(seed) if seed is not None else random.SystemRandom()
-
-
 def uniform_masks(rng: random.Random, count: int, half_width: float) -> np.ndarray:
     """``count`` reals uniform on [-half_width, half_width) with 53 random bits each (one read of the RNG)."""
     if half_width == 0.0 or count == 0:

@@ -35,7 +35,7 @@ from smcdp.crypto.naor_pinkas import (
 )
 from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
-from smcdp.protocols._offload import run_chunked
+from smcdp.primitives.offload import run_chunked
 from smcdp.v1 import messages_pb2
 
 PROTOCOL_VERSION = 1

@@ -12,7 +12,7 @@ obliviously: nobody learns any n_j or which party is smallest.
 
 Stages (docs/protocols/dp-aggregate.md has the derivations and "who learns what"):
 
-Stage 1 (``smcdp.protocols.secure_min``): blind-and-permute secure argmin of the
+Stage 1 (``smcdp.primitives.argmin``): blind-and-permute secure argmin of the
     parties' integer keys k_j = ⌊2^G / Δ_j⌋ (Δ_j = party j's L2 sensitivity;
     for logistic regression k_j = ⌊2^G λ n_j⌋, a public increasing function of
     n_j, so the argmin is the seed's smallest database) with DGK comparisons.
@@ -45,11 +45,8 @@ the grid reveals nothing about n_(1)).
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
 import math
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property
 from pathlib import Path
@@ -61,22 +58,23 @@ from scipy import stats
 from smcdp._files import atomic_write_json
 from smcdp.crypto.codec import bigints, from_bigints
 from smcdp.crypto.encoding import Packing
-from smcdp.crypto.paillier import PublicKey, check_key_bits
+from smcdp.crypto.paillier import PublicKey
 from smcdp.crypto.vector import EncryptedVector
+from smcdp.dp.learners.logistic import LogisticRegression, logistic_sensitivity
 from smcdp.dp.mechanisms import (  # at import, not lazily: see below
     LaplaceMechanism,
     VectorMechanism,
 )
 from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
-from smcdp.protocols.base import ProtocolPlugin, SessionContext, register
-from smcdp.protocols.secure_min import (
+from smcdp.primitives.argmin import (
     CHARLIE,
     SecureMinParams,
     argmin_curator,
     argmin_party,
-    protocol_rng,
 )
+from smcdp.primitives.rng import noise_generator, protocol_rng
+from smcdp.protocols.base import ProtocolParams
 from smcdp.v1 import messages_pb2 as pb
 
 # scipy and the mechanisms are imported at module level on purpose: a party process imports this
@@ -98,8 +96,10 @@ _GRID_SLACK = 1.0 + 2.0 ** -14
 
 # =============================================================================== parameters
 @dataclass
-class DPAggregateParams:
+class DPAggregateParams(ProtocolParams):
     """Public parameters, agreed by every participant."""
+
+    protocol_name = "dp-aggregate"
 
     n_parties: int = 3
     dim: int = 2                           # d: length of every model vector
@@ -155,12 +155,6 @@ class DPAggregateParams:
             bad(f"key_bits={self.key_bits} is too small for {self.modulus_bits}-bit shares")
         return self
 
-    @classmethod
-    def from_mapping(cls, m: Mapping[str, Any]) -> DPAggregateParams:
-        unknown = set(m) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise InvalidMessage(f"unknown dp-aggregate parameters: {sorted(unknown)}")
-        return cls(**dict(m)).validate()
 
     # -- public derived quantities -------------------------------------------------
     @property
@@ -305,14 +299,6 @@ def sensitivity_key(delta: float) -> tuple[int, float]:
     return k, _float_up(Fraction(1 << SENS_PRECISION_BITS, k))
 
 
-def _noise_rng(seed: int | None, role: str):
-    """Privacy noise: None (the OS CSPRNG) unless an experiment fixes a seed."""
-    if seed is None:
-        return None
-    h = hashlib.sha256(f"smcdp/dp-aggregate/noise/{role}/{int(seed)}".encode()).digest()
-    return np.random.default_rng(int.from_bytes(h[:16], "big"))
-
-
 def write_durable(path: Path, obj: Any) -> str:
     """Atomic, durable write of a published JSON object (see smcdp._files)."""
     return str(atomic_write_json(path, obj))
@@ -378,7 +364,7 @@ async def data_party(ch: Channel, weights, sensitivity: float, params: DPAggrega
         raise InvalidMessage(f"{ch.role}: sensitivity {sensitivity!r} must lie in (0, {params.sensitivity_bound:g}] "
                              "(too few records for the public min_records?)")
     key, delta_hat = sensitivity_key(sensitivity)
-    rng = protocol_rng(seed, ch.role, "dp-aggregate")
+    rng = protocol_rng(seed, "dp-aggregate", ch.role)
 
     # --- Stage 1: secure argmin of the keys (largest sensitivity = smallest key).
     s1 = await argmin_party(ch, key, params.secure_min_params(), seed=seed, allow_insecure_keys=allow_insecure_keys)
@@ -387,7 +373,7 @@ async def data_party(ch: Channel, weights, sensitivity: float, params: DPAggrega
 
     # Our own noise ν_j for the sum, calibrated to our own Δ̂_j, on the public grid 2^-F.
     if noise_random_state is None:
-        noise_random_state = _noise_rng(seed, ch.role)
+        noise_random_state = noise_generator(seed, "dp-aggregate", "noise", ch.role)
     mech = params.mechanism(params.mechanism_sensitivity(delta_hat), random_state=noise_random_state)
     if mech.grid_exponent(d) > -F:
         raise InvalidMessage(f"{ch.role}: internal error: the noise lattice is coarser than the public grid")
@@ -440,7 +426,7 @@ async def charlie(ch: Channel, params: DPAggregateParams, *, seed: int | None = 
         raise InvalidMessage(f"role {ch.role!r} is not charlie")
     K, d, F = params.n_parties, params.dim, params.frac_bits
     roles = params.party_roles
-    rng = protocol_rng(seed, ch.role, "dp-aggregate")
+    rng = protocol_rng(seed, "dp-aggregate", ch.role)
 
     # --- Stage 1.
     s1 = await argmin_curator(ch, params.secure_min_params(), seed=seed, zeta_key=zeta_key, dgk_key=dgk_key,
@@ -524,39 +510,6 @@ async def dave(ch: Channel, params: DPAggregateParams, *, output_dir: Path | Non
 
 
 # =============================================================================== local training
-def load_dataset(path) -> tuple[np.ndarray, np.ndarray]:
-    """(X, y) from an ``.npz`` with ``X`` (n × d, rows ‖x‖ ≤ 1) and ``y`` in {−1, +1} or {0, 1} -> y in {−1, +1}."""
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            if "X" not in z or "y" not in z:
-                raise InvalidMessage(f"data file {path} must hold arrays 'X' and 'y'")
-            X, y = np.asarray(z["X"]), np.asarray(z["y"])
-    except FileNotFoundError:
-        raise InvalidMessage(f"data file {path} does not exist") from None
-    except (ValueError, OSError) as exc:
-        raise InvalidMessage(f"data file {path} is not a valid .npz without pickles: {exc}") from None
-    if X.ndim != 2 or X.shape[0] < 1 or X.shape[1] < 1 or X.dtype.kind not in "fiu":
-        raise InvalidMessage(f"{path}: X must be a non-empty numeric n × d matrix, got shape {X.shape}")
-    X = X.astype(np.float64)
-    if not np.all(np.isfinite(X)):
-        raise InvalidMessage(f"{path}: X contains NaN or infinite values")
-    norms = np.linalg.norm(X, axis=1)
-    if np.any(norms > 1.0 + 1e-9):
-        raise InvalidMessage(f"{path}: {int(np.sum(norms > 1 + 1e-9))} rows have ‖x‖ > 1; scale the features "
-                             "into the unit ball (the sensitivity bound needs it)")
-    X = X / np.maximum(norms, 1.0)[:, None]
-    if y.ndim != 1 or y.shape[0] != X.shape[0] or y.dtype.kind not in "fiub":
-        raise InvalidMessage(f"{path}: y must be a numeric vector of {X.shape[0]} labels")
-    labels = set(np.unique(y).tolist())
-    if labels <= {0, 1}:
-        y = np.where(y == 1, 1, -1)
-    elif labels <= {-1, 1}:
-        y = y.astype(int)
-    else:
-        raise InvalidMessage(f"{path}: labels must be in {{-1, +1}} or {{0, 1}}, got {sorted(labels)[:5]}")
-    return X, y.astype(int)
-
-
 def train_local(X: np.ndarray, y: np.ndarray, lam: float) -> tuple[np.ndarray, float]:
     """Non-private fit of (1/n)Σ log(1+exp(−y wᵀx)) + λ‖w‖² and its L2 sensitivity.
 
@@ -564,7 +517,6 @@ def train_local(X: np.ndarray, y: np.ndarray, lam: float) -> tuple[np.ndarray, f
     norm g, so the returned point is within g/(2λ) of it, and two neighbouring
     fits within 1/(nλ) + g/λ of each other.
     """
-    from smcdp.dp.learners.logistic import LogisticRegression, logistic_sensitivity
 
     if len(set(y.tolist())) < 2:
         raise InvalidMessage("the local data set needs both labels to train a classifier")
@@ -573,151 +525,3 @@ def train_local(X: np.ndarray, y: np.ndarray, lam: float) -> tuple[np.ndarray, f
     w = np.asarray(clf.coef_[0], dtype=np.float64)
     delta = logistic_sensitivity(X.shape[0], lam, 1.0) + float(clf.optimality_) / lam
     return w, delta
-
-
-# =============================================================================== plug-in
-class DPAggregatePlugin(ProtocolPlugin):
-    name = PROTOCOL
-
-    def validate_params(self, params: Mapping[str, Any], roles: Mapping[str, str]) -> dict:
-        p = DPAggregateParams.from_mapping(params)
-        expected = {CHARLIE, DAVE, *p.party_roles}
-        if set(roles) != expected:
-            raise InvalidMessage(f"dp-aggregate needs exactly the roles {sorted(expected)}, got {sorted(roles)}")
-        if len(set(roles.values())) != len(roles):
-            raise InvalidMessage("each role of dp-aggregate must be held by a different party")
-        return asdict(p)
-
-    async def run_role(self, role: str, ch: Channel, ctx: SessionContext) -> dict:
-        p = DPAggregateParams.from_mapping(ctx.params)
-        for bits in (p.key_bits, p.dgk_bits):
-            if bits < 2048 and not ctx.allow_insecure_keys:
-                check_key_bits(bits, False)
-        if role == CHARLIE:
-            return asdict(await charlie(ch, p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys,
-                                        output_dir=ctx.output_dir))
-        if role == DAVE:
-            test = ctx.inputs.get("test")
-            test_data = None
-            if test:
-                X, y = load_dataset(test)
-                if X.shape[1] != p.dim:
-                    raise InvalidMessage(f"{ch.me}: test data has {X.shape[1]} features, the model {p.dim}")
-                test_data = (X, y)
-            return asdict(await dave(ch, p, output_dir=ctx.output_dir, test_data=test_data))
-        path = ctx.inputs.get("data")
-        if not path:
-            raise InvalidMessage(f"{ch.me} has no [inputs.{PROTOCOL}] data file configured")
-        X, y = load_dataset(path)
-        if X.shape[1] != p.dim:
-            raise InvalidMessage(f"{ch.me}: data has {X.shape[1]} features, the session expects dim={p.dim}")
-        if X.shape[0] < p.min_records:
-            raise InvalidMessage(f"{ch.me}: fewer records than the public min_records={p.min_records}")
-        w, delta = await asyncio.get_running_loop().run_in_executor(None, train_local, X, y, float(p.lam))
-        return asdict(await data_party(ch, w, delta, p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys,
-                                       output_dir=ctx.output_dir))
-
-
-register(DPAggregatePlugin())
-
-
-# =============================================================================== demo command
-def demo_dp_aggregate(data: list[str], epsilon: float, lam: float, key_bits: int = 2048, seed: int | None = None,
-                      calibration: str = "exact", min_records: int = 1, test: str | None = None,
-                      keep_dir: str | None = None) -> dict:
-    import time
-
-    from smcdp.demo import (
-        _require_success,
-        check_key_bits_arg,
-        data_party_names,
-        say,
-        with_progress,
-    )
-    from smcdp.local import LocalCluster, bytes_sent
-
-    if len(data) < 2:
-        raise InvalidMessage("dp-aggregate needs at least two --data files (one per data party)")
-    sets = [load_dataset(p) for p in data]
-    dims = {X.shape[1] for X, _ in sets}
-    if len(dims) != 1:
-        raise InvalidMessage("every --data file must have the same number of features; got "
-                             + ", ".join(f"{p}: {X.shape[1]}" for p, (X, _) in zip(data, sets)))
-    if test is not None:
-        load_dataset(test)
-    insecure = check_key_bits_arg(key_bits)
-    dgk_bits, dgk_t = (2048, 224) if key_bits >= 2048 else (max(512, key_bits + key_bits % 2), 96)
-    names = data_party_names(len(data))
-    parties: dict[str, dict] = {"charlie": {}, "dave": {PROTOCOL: {"test": test}} if test else {}}
-    for name, path in zip(names, data):
-        parties[name] = {PROTOCOL: {"data": path}}
-    roles = {"charlie": "charlie", "dave": "dave", **{f"party{i + 1}": n for i, n in enumerate(names)}}
-    params = {"n_parties": len(data), "dim": dims.pop(), "epsilon": float(epsilon), "lam": float(lam),
-              "calibration": calibration, "min_records": int(min_records), "key_bits": key_bits,
-              "dgk_bits": dgk_bits, "dgk_t": dgk_t}
-    DPAggregateParams.from_mapping(params)
-    say(f"{len(data)} data parties ({', '.join(names)}), charlie and dave; {key_bits}-bit Paillier, "
-        f"{dgk_bits}-bit DGK, mutual TLS on loopback")
-    with LocalCluster(parties, allow_insecure_keys=insecure, workdir=keep_dir,
-                      plugins=("smcdp.protocols.dp_aggregate",)) as cluster:
-        t0 = time.monotonic()
-        records = with_progress("dp-aggregate", lambda: cluster.run(PROTOCOL, roles, params, initiator="charlie",
-                                                                      seed=seed))
-        seconds = time.monotonic() - t0
-    _require_success(records)
-    dv = records["dave"]["result"]
-    out = {
-        "weights": dv["weights"],
-        "shares": dv["shares"],
-        "shares_mod": dv["shares_mod"],
-        "share_modulus": dv["share_modulus"],
-        "frac_bits": dv["frac_bits"],
-        "seconds": seconds,
-        "bytes_sent": bytes_sent(records),
-        "epsilon": float(epsilon),
-        "lam": float(lam),
-        "calibration": calibration,
-        "key_bits": key_bits,
-        "n_parties": len(data),
-        "dim": params["dim"],
-        "roles": roles,
-        "session_id": records["charlie"]["session_id"],
-    }
-    if dv.get("test_error") is not None:
-        out["test_error"] = dv["test_error"]
-    say(f"done in {seconds:.1f} s; bytes sent: {out['bytes_sent']}")
-    return out
-
-
-def _cmd_demo(args) -> int:
-    from smcdp.local import dump_json
-
-    out = demo_dp_aggregate(args.data, args.epsilon, args.lam, args.key_bits, args.seed, args.calibration,
-                            args.min_records, args.test, args.keep_dir)
-    dump_json(out, args.out)
-    return 0
-
-
-def register_demo(sub) -> None:
-    p = sub.add_parser(
-        "dp-aggregate", help="DP aggregation of locally trained classifiers (charlie, dave, one process per --data)",
-        description="Starts Charlie, Dave and one data party per --data file as separate processes over gRPC with "
-                    "mutual TLS on loopback.  Each party fits L2-regularised logistic regression (no intercept) on "
-                    "its .npz (X: n×d rows with ‖x‖ ≤ 1, y in {-1,+1} or {0,1}); the parties, Charlie and Dave run "
-                    "the blind-and-permute secure minimum (DGK comparisons), oblivious noise selection and the "
-                    "secure sum; Dave reassembles the model.  The JSON has weights (Dave's ŵˢ), shares (K + 1 share "
-                    "vectors whose sum divided by K is weights; shares_mod are the published residues modulo "
-                    "share_modulus), seconds and bytes_sent (party name -> bytes).")
-    p.add_argument("--data", action="append", required=True, metavar="P.npz", help="one data party per file (>= 2)")
-    p.add_argument("--epsilon", type=float, required=True, help="privacy parameter of the released classifier")
-    p.add_argument("--lam", type=float, required=True, help="regularisation λ of the local objective")
-    p.add_argument("--key-bits", type=int, default=2048, help="Paillier key size (default 2048; <2048 warns)")
-    p.add_argument("--seed", type=int, help="fix protocol randomness and noise for experiments "
-                                            "(default: the OS CSPRNG; encryption randomness is always secure)")
-    p.add_argument("--out", help="write the JSON result here (default stdout)")
-    p.add_argument("--calibration", choices=CALIBRATIONS, default="exact",
-                   help="exact: L2 vector mechanism for Δ/K (default); seed: the seed's Laplace 2/(n ε λ)")
-    p.add_argument("--min-records", type=int, default=1, help="public lower bound on every party's n_j (default 1)")
-    p.add_argument("--test", metavar="T.npz", help="Dave classifies this test set and reports test_error")
-    p.add_argument("--keep-dir", help="keep certificates, configs, logs and outputs in this directory")
-    p.set_defaults(func=_cmd_demo)

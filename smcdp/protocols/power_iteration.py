@@ -37,12 +37,9 @@ real states.  docs/protocols/power-iteration.md says who learns what.
 
 from __future__ import annotations
 
-import hashlib
 import math
-import random
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -62,7 +59,8 @@ from smcdp.crypto.paillier import (
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
-from smcdp.protocols.base import ProtocolPlugin, SessionContext, register
+from smcdp.primitives.rng import protocol_rng
+from smcdp.protocols.base import ProtocolParams
 from smcdp.v1 import messages_pb2 as pb
 
 TRENT = "trent"
@@ -73,8 +71,10 @@ DECOY_HISTORY = 5
 
 
 @dataclass
-class PowerIterationParams:
+class PowerIterationParams(ProtocolParams):
     """Public parameters, agreed by every participant."""
+
+    protocol_name = "power-iteration"
 
     n_parties: int = 2
     p: float = 0.9                # probability that Trent sends the real vector
@@ -113,13 +113,6 @@ class PowerIterationParams:
             bad("packed must be a boolean")
         return self
 
-    @classmethod
-    def from_mapping(cls, m: Mapping[str, Any]) -> "PowerIterationParams":
-        known = set(cls.__dataclass_fields__)
-        unknown = set(m) - known
-        if unknown:
-            raise InvalidMessage(f"unknown power-iteration parameters: {sorted(unknown)}")
-        return cls(**dict(m)).validate()
 
     @property
     def data_roles(self) -> list[str]:
@@ -170,22 +163,6 @@ def sign_convention(v: np.ndarray) -> np.ndarray:
     return v
 
 
-def _rng(seed: int | None) -> random.Random:
-    """Trent's and the parties' protocol randomness: the OS CSPRNG unless an experiment fixes a seed.
-
-    Paillier encryption randomness never comes from here: it always uses ``secrets``.
-    """
-    return random.Random(seed) if seed is not None else random.SystemRandom()
-
-
-def derive_seed(seed: int | None, role: str) -> int | None:
-    """A per-role seed from an experiment's session seed (None stays None: secure randomness)."""
-    if seed is None:
-        return None
-    digest = hashlib.sha256(f"{int(seed)}:{role}".encode()).digest()
-    return int.from_bytes(digest[:8], "big")
-
-
 def _ints(values) -> pb.Ints:
     return pb.Ints(values=[int(v) for v in values])
 
@@ -196,9 +173,9 @@ async def data_party(ch: Channel, A: np.ndarray, params: PowerIterationParams, *
                      allow_insecure_keys: bool = False) -> DataPartyResult:
     """Role ``party<i>``: holds A_i (k × n_i) and the shared Paillier private key."""
     params.validate()
-    A = _check_matrix(A)
+    A = check_matrix(A)
     k, n_i = A.shape
-    rng = _rng(seed)
+    rng = protocol_rng(seed, "power-iteration", ch.role)
     data_roles = params.data_roles
     if ch.role not in data_roles:
         raise InvalidMessage(f"role {ch.role!r} is not a data party role of this session")
@@ -288,7 +265,7 @@ async def data_party(ch: Channel, A: np.ndarray, params: PowerIterationParams, *
     return DataPartyResult(u=u.tolist(), alpha=block.tolist(), rounds=t, stats=ch.stats.as_dict())
 
 
-def _check_matrix(A) -> np.ndarray:
+def check_matrix(A) -> np.ndarray:
     A = np.asarray(A)
     if A.ndim != 2 or A.shape[0] < 1 or A.shape[1] < 1:
         raise InvalidMessage(f"data must be a non-empty 2-D matrix, got shape {A.shape}")
@@ -315,7 +292,7 @@ async def trent(ch: Channel, params: PowerIterationParams, *, seed: int | None =
                 allow_insecure_keys: bool = False) -> TrentResult:
     """Role ``trent``: sums encrypted contributions, scales, sends decoys; never decrypts."""
     params.validate()
-    rng = _rng(seed)
+    rng = protocol_rng(seed, "power-iteration", ch.role)
     roles = params.data_roles
     if ch.role != TRENT:
         raise InvalidMessage(f"role {ch.role!r} is not trent")
@@ -446,44 +423,3 @@ def plaintext_reference(blocks: list[np.ndarray]) -> tuple[np.ndarray, np.ndarra
     _, U = np.linalg.eigh(M @ M.T)
     _, X = np.linalg.eigh(M.T @ M)
     return sign_convention(U[:, -1]), sign_convention(X[:, -1])
-
-
-# =============================================================================== plug-in
-class PowerIterationPlugin(ProtocolPlugin):
-    name = "power-iteration"
-
-    def validate_params(self, params: Mapping[str, Any], roles: Mapping[str, str]) -> dict:
-        p = PowerIterationParams.from_mapping(params)
-        expected = {TRENT, *p.data_roles}
-        if set(roles) != expected:
-            raise InvalidMessage(f"power-iteration needs exactly the roles {sorted(expected)}, got {sorted(roles)}")
-        if len(set(roles.values())) != len(roles):
-            raise InvalidMessage("each role of power-iteration must be held by a different party")
-        return asdict(p)
-
-    async def run_role(self, role: str, ch: Channel, ctx: SessionContext) -> dict:
-        p = PowerIterationParams.from_mapping(ctx.params)
-        if p.key_bits < 2048 and not ctx.allow_insecure_keys:
-            check_key_bits(p.key_bits, False)
-        seed = derive_seed(ctx.seed, role)
-        if role == TRENT:
-            return asdict(await trent(ch, p, seed=seed, allow_insecure_keys=ctx.allow_insecure_keys))
-        path = ctx.inputs.get("data")
-        if not path:
-            raise InvalidMessage(f"{ch.me} has no [inputs.power-iteration] data file configured")
-        A = load_matrix(path)
-        return asdict(await data_party(ch, A, p, seed=seed, allow_insecure_keys=ctx.allow_insecure_keys))
-
-
-def load_matrix(path) -> np.ndarray:
-    """A float matrix from a ``.npy`` file (no pickles), validated."""
-    try:
-        A = np.load(path, allow_pickle=False)
-    except FileNotFoundError:
-        raise InvalidMessage(f"data file {path} does not exist") from None
-    except (ValueError, OSError) as exc:
-        raise InvalidMessage(f"data file {path} is not a valid .npy array: {exc}") from None
-    return _check_matrix(A)
-
-
-register(PowerIterationPlugin())

@@ -18,7 +18,7 @@ Steps (roles below follow them):
    * **discrete** (the seed's steps 1–2): for each frame Bob prepares, for
      every symbol v_k, the vector ``log b_i(v_k) + γ_{t,i}``; Alice obtains
      the row of her symbol by a 1-out-of-M oblivious transfer (Naor–Pinkas,
-     :mod:`smcdp.protocols.ot`), all frames in one batch.  The seed's steps
+     :mod:`smcdp.primitives.ot`), all frames in one batch.  The seed's steps
      3–4 (Alice encrypts, Bob unmasks) are not needed: the induction below
      consumes the masked values directly, so ``γ`` plays the role of ρ.
    * **Gaussian** (the seed's simplified protocol): Alice encrypts the
@@ -63,9 +63,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass, field
 
 import gmpy2
 import numpy as np
@@ -78,7 +76,7 @@ from smcdp.crypto.paillier import PrivateKey, PublicKey
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.errors import CryptoOverflow, InvalidMessage
 from smcdp.net.channel import Channel
-from smcdp.protocols.hmm_primitives import (
+from smcdp.primitives.logsum import (
     LN2,
     NEG_INF,
     MaskParams,
@@ -88,9 +86,17 @@ from smcdp.protocols.hmm_primitives import (
     integer_weights,
     packed_weighted_sums,
     preshifted_packed_sums,
-    protocol_rng,
     slot_shift,
     uniform_masks,
+)
+from smcdp.primitives.ot import ot_choose, ot_send
+from smcdp.primitives.rng import protocol_rng
+from smcdp.protocols.base import ProtocolParams
+from smcdp.speech.forward import (
+    product_index_pairs,
+    products,
+    quadratic_coefficients,
+    quadratic_forms,
 )
 from smcdp.v1 import messages_pb2 as pb
 
@@ -105,8 +111,10 @@ PRODUCT_CHUNK = 2048
 
 
 @dataclass
-class ForwardParams:
+class ForwardParams(ProtocolParams):
     """Public parameters of the secure forward algorithm (both parties agree on them)."""
+
+    protocol_name = "secure-forward"
 
     mask_nats: float = 4.0            # K: per-state log-domain masks U[-K, K]
     offset_nats: float = float(1 << 20)  # per-(model, frame) common offsets U[-ψ, ψ]
@@ -131,13 +139,6 @@ class ForwardParams:
         return MaskParams(float(self.mask_nats), float(self.offset_nats), self.precision_bits, self.log_frac_bits,
                           self.range_bits)
 
-    @classmethod
-    def from_mapping(cls, m: Mapping[str, Any]) -> ForwardParams:
-        known = {f.name for f in fields(cls)}
-        unknown = set(m) - known
-        if unknown:
-            raise InvalidMessage(f"unknown secure-forward parameters: {sorted(unknown)}")
-        return cls(**dict(m)).validate()
 
     @property
     def v_frac_bits(self) -> int:
@@ -202,8 +203,6 @@ class Layout:
 
     @classmethod
     def make(cls, pk: PublicKey, params: ForwardParams, shape: Shape, T: int) -> Layout:
-        from smcdp.speech.forward import product_index_pairs
-
         P = len(product_index_pairs(shape.dim, shape.covariance_type)[0])
         q_bits = (2 * params.feature_bits + params.prod_frac_bits + params.coef_bits + params.coef_frac_bits
                   + math.ceil(math.log2(P + 1)))
@@ -273,7 +272,6 @@ def _log(a) -> np.ndarray:
 
 def model_coefficients(models, params: ForwardParams) -> np.ndarray:
     """Bob: integer coefficients of the distinct products, shape (rows, P), rows = (δ, j[, c]) flattened."""
-    from smcdp.speech.forward import quadratic_coefficients, quadratic_forms
 
     ct = models.covariance_type
     per = [quadratic_coefficients(quadratic_forms(h, include_log_weight=True), ct) for h in models.hmms()]
@@ -349,8 +347,6 @@ async def forward_alice(ch: Channel, X, params: ForwardParams, *, private_key: P
             v = await _alice_discrete(ch, bob, shape, obs, tag)
             timings["emissions"] = time.perf_counter() - t0
         else:
-            from smcdp.speech.forward import products
-
             lay = Layout.make(pk, params, shape, T)
             prods = products(obs, shape.covariance_type).T          # (P, T)
             ints = [[encode_float(float(x), params.prod_frac_bits) for x in row] for row in prods]
@@ -427,8 +423,6 @@ async def forward_alice(ch: Channel, X, params: ForwardParams, *, private_key: P
 
 
 async def _alice_discrete(ch: Channel, bob: str, shape: Shape, obs: np.ndarray, tag: str) -> np.ndarray:
-    from smcdp.protocols.ot import ot_choose
-
     rows = await ot_choose(ch, bob, [int(x) for x in obs], shape.dim, tag_prefix=f"{tag}/ot")
     out = np.empty((len(rows), shape.n_values))
     for t, b in enumerate(rows):
@@ -548,8 +542,6 @@ def _state_masks(rng: random.Random, mp: MaskParams, T: int, D: int, N: int) -> 
 
 
 async def _bob_discrete(ch: Channel, alice: str, models, shape: Shape, vm: np.ndarray, T: int, tag: str) -> None:
-    from smcdp.protocols.ot import ot_send
-
     logB = _log(models.emissionprob).reshape(shape.n_values, shape.dim)   # (ΔN, M)
     rows = []
     for t in range(T):

@@ -3,24 +3,34 @@
 Used by the ``smcdp demo`` commands and by the multi-process tests.  It
 creates a CA and one certificate per party in a work directory, writes each
 party's TOML configuration (addresses on 127.0.0.1 with free ports), starts
-``python -m smcdp.party --config …`` for every party, waits until each answers
+``python -m smcdp.runtime.party --config …`` for every party, waits until each answers
 ``grpc.health.v1``, runs sessions through the initiator's operator interface
 and finally stops every process with SIGTERM (SIGKILL after a grace period).
 """
 
 from __future__ import annotations
 
-import json
+import logging
 import os
 import shutil
+import signal
+import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
-from smcdp._files import atomic_write
+import smcdp
 from smcdp.errors import SmcdpError, Unavailable
+from smcdp.net.config import Timeouts, TlsConfig
+from smcdp.net.tls import generate_deployment
+from smcdp.runtime.client import get_result, start_session, wait_healthy
+from smcdp.runtime.config import PartyConfig, dump_config
+from smcdp.runtime.session import new_session_id
+
+log = logging.getLogger("smcdp.local")
 
 
 class LocalCluster:
@@ -52,16 +62,11 @@ class LocalCluster:
         self.stop()
 
     def write_configs(self) -> None:
-        from smcdp.net.config import Timeouts
-        from smcdp.party import write_local_deployment
-
         self.configs = write_local_deployment(
             self.workdir, list(self.parties), inputs=self.parties, plugins=self.plugins,
             allow_insecure_keys=self.allow_insecure_keys, timeouts=Timeouts(session_seconds=self.session_seconds))
 
     def start(self) -> None:
-        from smcdp.party import spawn_party, wait_healthy
-
         self.write_configs()
         for p, cfg in self.configs.items():
             log = open(self.workdir / f"{p}.log", "ab")
@@ -79,8 +84,6 @@ class LocalCluster:
             return ""
 
     def stop(self, grace: float = 20.0) -> None:
-        from smcdp.party import stop_party
-
         for proc in self.procs.values():
             stop_party(proc, timeout=grace)
         if not self.keep:
@@ -90,8 +93,6 @@ class LocalCluster:
     def run(self, protocol: str, roles: Mapping[str, str], params: Mapping[str, Any], *,
             initiator: str, seed: int | None = None, timeout: float | None = None) -> dict[str, dict]:
         """Run one session; returns party name -> that party's session record."""
-        from smcdp.party import get_result, new_session_id, start_session
-
         sid = new_session_id(protocol)
         try:
             rec = start_session(self.configs[initiator], protocol, roles, params, session_id=sid, seed=seed,
@@ -120,9 +121,67 @@ def bytes_sent(records: Mapping[str, dict]) -> dict[str, int]:
     return {p: int((r.get("stats") or {}).get("bytes_sent", 0)) for p, r in records.items()}
 
 
-def dump_json(obj: Any, path: str | os.PathLike | None) -> None:
-    text = json.dumps(obj, indent=2)
-    if path is None or str(path) == "-":
-        print(text)
-        return
-    atomic_write(path, (text + "\n").encode("utf-8"))
+def free_tcp_port(host: str = "127.0.0.1") -> int:
+    """A port that was free a moment ago (the OS picks it; a race is possible but rare)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def write_local_deployment(root: str | os.PathLike, parties: Sequence[str], *,
+                           inputs: Mapping[str, Mapping[str, Mapping[str, str | os.PathLike]]] | None = None,
+                           plugins: Sequence[str] = (), allow_insecure_keys: bool = False,
+                           timeouts: Timeouts | None = None, host: str = "127.0.0.1",
+                           ports: Mapping[str, int] | None = None) -> dict[str, Path]:
+    """Certificates (``root/certs``) and one config per party (``root/config/<name>.toml``)
+    for parties on one host; returns party -> config path.
+
+    ``inputs`` is party -> protocol -> input name -> path; ports are picked with
+    :func:`free_tcp_port` unless given; state goes to ``root/state/<name>``.
+    """
+    root = Path(root)
+    certs = root / "certs"
+    generate_deployment(certs, parties)
+    ports = dict(ports or {})
+    for p in parties:
+        ports.setdefault(p, free_tcp_port(host))
+    fmt = (lambda p: f"[{host}]:{ports[p]}") if ":" in host else (lambda p: f"{host}:{ports[p]}")
+    paths = {}
+    for p in parties:
+        cfg = PartyConfig(
+            name=p, listen=fmt(p), data_dir=root / "state" / p,
+            tls=TlsConfig(certs / "ca.crt", certs / f"{p}.crt", certs / f"{p}.key"),
+            peers={q: fmt(q) for q in parties if q != p},
+            inputs={proto: {k: Path(v).resolve() for k, v in table.items()}
+                    for proto, table in (inputs or {}).get(p, {}).items()},
+            plugins=tuple(plugins), allow_insecure_keys=allow_insecure_keys,
+            timeouts=timeouts or Timeouts())
+        paths[p] = dump_config(cfg, root / "config" / f"{p}.toml")
+    return paths
+
+
+def spawn_party(config_path: str | os.PathLike, *, log_file=None,
+                extra_env: Mapping[str, str] | None = None):
+    """Start ``python -m smcdp.runtime.party --config FILE`` as a separate OS process.
+
+    ``log_file``: an open binary file for its stdout/stderr (default: inherit).
+    Returns the ``subprocess.Popen``; stop it with :func:`stop_party`.
+    """
+    src = str(Path(smcdp.__file__).resolve().parents[1])
+    env = dict(os.environ, **(extra_env or {}))
+    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return subprocess.Popen([sys.executable, "-m", "smcdp.runtime.party", "--config", str(config_path)],
+                            env=env, stdout=log_file, stderr=subprocess.STDOUT if log_file else None)
+
+
+def stop_party(proc, timeout: float = 20.0) -> int:
+    """SIGTERM, wait up to ``timeout`` for the clean shutdown, SIGKILL if it does not come."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+        log.error("party process %d did not stop within %.0f s and was killed", proc.pid, timeout)
+        return proc.returncode

@@ -1,7 +1,7 @@
 """The party process: one gRPC server, sessions, protocol plug-ins.
 
-``smcdp party --config FILE`` (or ``python parties/<name>.py --config FILE``)
-runs :func:`serve` until SIGTERM/SIGINT.
+``smcdp party --config FILE`` (or ``python parties/<name>.py --config FILE``,
+``python -m smcdp.runtime.party``) runs :func:`serve` until SIGTERM/SIGINT.
 
 Session life cycle (see docs/transport.md):
 
@@ -29,26 +29,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import concurrent.futures
-import datetime as _dt
-import importlib
 import json
 import logging
 import os
-import re
-import secrets
 import signal
 import sys
-import threading
-import time
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-from smcdp._files import atomic_write_json
 from smcdp.errors import (
     InvalidMessage,
     PermissionDenied,
@@ -57,20 +46,16 @@ from smcdp.errors import (
     SmcdpError,
     Unavailable,
 )
-from smcdp.net.config import ConfigError, PartyConfig, Timeouts, load_config
+from smcdp.net.config import ConfigError
 from smcdp.net.grpc_channel import (
     AlreadyExists,
-    GrpcChannel,
     NotFound,
     PeerConnector,
     call_with_retry,
-    channel_options,
     error_for_code,
-    error_from_rpc,
     status_code_of,
 )
 from smcdp.net.server import (
-    SESSION_FAILED_METADATA,
     PartyServer,
     SessionHost,
     SessionSpec,
@@ -78,9 +63,10 @@ from smcdp.net.server import (
     validate_session_id,
 )
 from smcdp.net.tls import TlsMaterial
-from smcdp.protocols.base import ProtocolPlugin, SessionContext, get_plugin
+from smcdp.plugins.registry import get_plugin, load_plugin_modules
+from smcdp.runtime.config import PartyConfig, load_config
+from smcdp.runtime.session import Session, new_session_id, write_json_atomic
 from smcdp.v1 import transport_pb2 as tpb
-from smcdp.v1 import transport_pb2_grpc as tgrpc
 
 log = logging.getLogger("smcdp.party")
 
@@ -88,210 +74,9 @@ log = logging.getLogger("smcdp.party")
 KEEP_ENDED_SESSIONS = 1000
 #: sessions (threads) one party runs at once; further proposals get RESOURCE_EXHAUSTED
 MAX_ACTIVE_SESSIONS = 64
-#: a role still running this long after its deadline is cancelled (DEADLINE_EXCEEDED)
-ROLE_GRACE = 0.5
 #: how long shutdown waits for aborted sessions to write their records
 SHUTDOWN_GRACE = 10.0
 
-
-def _utc_now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
-
-
-def new_session_id(protocol: str) -> str:
-    stem = re.sub(r"[^A-Za-z0-9._-]", "-", protocol)[:60].strip("-.") or "session"
-    return f"{stem}-{_dt.datetime.now(_dt.timezone.utc):%Y%m%dT%H%M%S}-{secrets.token_hex(4)}"
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Session records and ready files: durable, owner-only (they may hold protocol outputs)."""
-    atomic_write_json(path, obj, 0o600, sort_keys=True)
-
-def _error_dict(exc: BaseException, me: str) -> dict:
-    code = status_code_of(exc).name
-    origin = getattr(exc, "origin", None) or me
-    msg = str(exc) or type(exc).__name__
-    if code == "INTERNAL" and not isinstance(exc, SmcdpError):
-        msg = f"{type(exc).__name__}: {msg}"
-    return {"code": code, "message": msg, "origin": origin}
-
-
-class _Session:
-    """One session at this party: its thread, event loop and channel."""
-
-    def __init__(self, party: "Party", spec: SessionSpec, role: str, plugin: ProtocolPlugin,
-                 initiator: str) -> None:
-        self.party = party
-        self.spec = spec
-        self.role = role
-        self.plugin = plugin
-        self.initiator = initiator
-        self.deadline = time.monotonic() + spec.timeout_seconds
-        self.started_at = _utc_now()
-        self.state = "prepared"
-        self.record: dict | None = None
-        self.channel: GrpcChannel | None = None
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self._begin: asyncio.Event | None = None
-        self._early_failure: BaseException | None = None
-        self.ready = threading.Event()
-        self.done: concurrent.futures.Future = concurrent.futures.Future()
-        self.thread = threading.Thread(target=self._thread_main, daemon=True,
-                                       name=f"session-{spec.session_id}")
-
-    # -------------------------------------------------- called from the server loop
-    def start_thread(self) -> None:
-        self.thread.start()
-
-    def begin_threadsafe(self) -> None:
-        if self.loop is not None and not self.done.done():
-            try:
-                self.loop.call_soon_threadsafe(self._begin.set)
-            except RuntimeError:
-                pass
-
-    def fail_threadsafe(self, exc: BaseException) -> None:
-        """End the session with ``exc`` (wakes the begin wait and every recv)."""
-        if self.done.done() or self.loop is None:
-            return
-
-        def fail() -> None:
-            if self._early_failure is None:
-                self._early_failure = exc
-            self._begin.set()
-            self.channel.abort_local(exc)
-
-        try:
-            self.loop.call_soon_threadsafe(fail)
-        except RuntimeError:
-            pass
-
-    def snapshot(self) -> dict:
-        if self.record is not None:
-            return self.record
-        return self._record(self.state)  # "prepared" or "running"; the record is set at the end
-
-    # ------------------------------------------------------ the session thread
-    def _thread_main(self) -> None:
-        try:
-            asyncio.run(self._main())
-        except BaseException as exc:  # noqa: BLE001 - never leave `done` unset
-            log.exception("session %s: thread failed", self.spec.session_id)
-            if not self.done.done():
-                self.record = self._record("failed", error=_error_dict(exc, self.party.name))
-                self.done.set_result(self.record)
-        finally:
-            self.ready.set()
-
-    async def _main(self) -> None:
-        cfg = self.party.config
-        self.loop = asyncio.get_running_loop()
-        self._begin = asyncio.Event()
-        connector = PeerConnector(cfg, self.party.tls)
-        ch = GrpcChannel(self.spec.session_id, self.role, self.spec.roles, self.deadline, connector,
-                         rpc_timeout=cfg.timeouts.rpc_seconds)
-        self.channel = ch
-        self.ready.set()
-        result = None
-        error: dict | None = None
-        t0 = time.monotonic()
-        try:
-            # The initiator's own session is begun or failed by start_session, which
-            # reports the precise cause (e.g. an unreachable party) at the deadline;
-            # the margin only guards against a bug leaving it waiting for ever.
-            margin = 30.0 if self.initiator == self.party.name else 0.0
-            try:
-                await asyncio.wait_for(self._begin.wait(),
-                                       max(0.0, self.deadline + margin - time.monotonic()))
-            except asyncio.TimeoutError:
-                raise PreconditionFailed(
-                    f"session {self.spec.session_id} never began: the initiator "
-                    f"{self.initiator!r} did not confirm it before the deadline") from None
-            if self._early_failure is not None:
-                raise self._early_failure
-            self.state = "running"
-            t0 = time.monotonic()
-            out_dir = cfg.data_dir / "outputs" / self.spec.session_id
-            out_dir.mkdir(parents=True, exist_ok=True)
-            ctx = SessionContext(
-                session_id=self.spec.session_id, protocol=self.spec.protocol,
-                roles=dict(self.spec.roles), params=dict(self.spec.params),
-                inputs={k: str(v) for k, v in cfg.inputs.get(self.spec.protocol, {}).items()},
-                output_dir=out_dir, allow_insecure_keys=cfg.allow_insecure_keys,
-                seed=self.spec.seed)
-            log.info("session %s: %s runs role %s of %s", self.spec.session_id, self.party.name,
-                     self.role, self.spec.protocol)
-            try:
-                # a recv that waits past the deadline raises its own, more precise
-                # error ("no message 'y' from b"); this catches roles that compute on
-                result = await asyncio.wait_for(self.plugin.run_role(self.role, ch, ctx),
-                                                max(0.0, self.deadline + ROLE_GRACE - time.monotonic()))
-            except asyncio.TimeoutError:
-                raise _deadline_error(self) from None
-            try:
-                json.dumps(result)
-            except (TypeError, ValueError) as exc:
-                raise SmcdpError(f"protocol {self.spec.protocol!r} returned a result that is not "
-                                 f"JSON-serialisable: {exc}") from None
-        except BaseException as exc:  # noqa: BLE001
-            error = _error_dict(exc, self.party.name)
-            if not isinstance(exc, SessionAborted) or error["origin"] == self.party.name:
-                outcome = await ch.send_abort(
-                    error["code"], f"role {self.role} ({self.party.name}) failed: {error['message']}",
-                    timeout=min(5.0, cfg.timeouts.connect_seconds,
-                                max(1.0, self.deadline - time.monotonic())))
-                log.warning("session %s failed here (%s: %s); abort sent: %s", self.spec.session_id,
-                            error["code"], error["message"], outcome)
-            else:
-                log.warning("session %s aborted by %s: %s", self.spec.session_id, error["origin"],
-                            error["message"])
-            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                raise
-        finally:
-            ch.mark_closed(None if error is None else
-                           (error["code"], error["message"], error["origin"]))
-            await ch.close()
-        stats = dict(ch.stats.as_dict(), inbound_duplicates=ch.inbound_duplicates)
-        state = "failed" if error is not None else "succeeded"
-        record = self._record(state, result=result, error=error, stats=stats,
-                              seconds=time.monotonic() - t0)
-        try:
-            write_json_atomic(self.party.record_path(self.spec.session_id), record)
-        except OSError as exc:
-            log.error("session %s: cannot write its record: %s", self.spec.session_id, exc)
-            record = dict(record, record_write_error=str(exc))
-        self.record = record
-        self.state = state
-        self.done.set_result(record)
-        log.info("session %s %s", self.spec.session_id, state)
-
-    def _record(self, state: str, result: Any = None, error: dict | None = None,
-                stats: dict | None = None, seconds: float | None = None) -> dict:
-        return {
-            "session_id": self.spec.session_id, "protocol": self.spec.protocol,
-            "party": self.party.name, "role": self.role, "roles": dict(self.spec.roles),
-            "initiator": self.initiator, "params": dict(self.spec.params), "seed": self.spec.seed,
-            "timeout_seconds": self.spec.timeout_seconds, "state": state, "result": result,
-            "error": error, "stats": stats, "started_at": self.started_at,
-            "finished_at": _utc_now() if state in ("succeeded", "failed") else None,
-            "seconds": seconds,
-        }
-
-
-def _deadline_error(s: _Session) -> SmcdpError:
-    from smcdp.errors import DeadlineExceeded
-
-    return DeadlineExceeded(f"session {s.spec.session_id}: role {s.role} did not finish within the "
-                            f"session deadline of {s.spec.timeout_seconds:g} s")
-
-
-def load_plugin_modules(modules: Sequence[str]) -> None:
-    """Import the built-in protocols and the configured extra plug-in modules."""
-    for m in ("smcdp.protocols.registry", *modules):
-        try:
-            importlib.import_module(m)
-        except Exception as exc:  # noqa: BLE001
-            raise ConfigError(f"cannot import protocol module {m!r}: {type(exc).__name__}: {exc}") from exc
 
 
 class Party(SessionHost):
@@ -305,7 +90,7 @@ class Party(SessionHost):
             raise ConfigError(f"party.name is {config.name!r} but the certificate {config.tls.cert} "
                               f"is for {self.tls.name!r}")
         self.server = PartyServer(config, self.tls, self)
-        self.sessions: OrderedDict[str, _Session] = OrderedDict()
+        self.sessions: OrderedDict[str, Session] = OrderedDict()
         self._connector: PeerConnector | None = None
         self._shutting_down = False
         self.port: int | None = None
@@ -397,7 +182,7 @@ class Party(SessionHost):
             raise SmcdpError(f"plugin {spec.protocol!r} normalised params to non-JSON: {exc}") from None
         spec = SessionSpec(spec.session_id, spec.protocol, roles, params, spec.timeout_seconds,
                            spec.seed)
-        s = _Session(self, spec, mine[0], plugin, initiator=peer)
+        s = Session(self, spec, mine[0], plugin, initiator=peer)
         self.sessions[spec.session_id] = s
         self._evict()
         s.start_thread()
@@ -413,7 +198,7 @@ class Party(SessionHost):
         for k in ended[: max(0, len(ended) - KEEP_ENDED_SESSIONS)]:
             del self.sessions[k]
 
-    def _session_for(self, peer: str, session_id: str) -> _Session:
+    def _session_for(self, peer: str, session_id: str) -> Session:
         s = self.sessions.get(session_id)
         if s is None:
             raise PreconditionFailed(f"party {self.name!r} has no session {session_id!r}")
@@ -520,7 +305,7 @@ def serve(config_path: str | os.PathLike, expect_name: str | None = None,
 
 
 def main(argv: Sequence[str] | None = None, expect_name: str | None = None) -> int:
-    """Entry point of ``parties/<name>.py`` and ``python -m smcdp.party``."""
+    """Entry point of ``parties/<name>.py`` and ``python -m smcdp.runtime.party``."""
     ap = argparse.ArgumentParser(
         prog=f"parties/{expect_name}.py" if expect_name else "smcdp-party",
         description="Run a smcdp party process until SIGTERM/SIGINT.")
@@ -541,178 +326,6 @@ def setup_logging(level: str = "INFO") -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
 
 
-# ---------------------------------------------------------------- client API
-def _operator_channel(config: PartyConfig, party: str | None = None) -> grpc.Channel:
-    """A blocking channel to ``party`` (default: this party) with this party's certificate."""
-    tls = TlsMaterial.load(config.tls.ca, config.tls.cert, config.tls.key)
-    target = party or config.name
-    creds = grpc.ssl_channel_credentials(tls.ca_pem, tls.key_pem, tls.cert_pem)
-    return grpc.secure_channel(config.address_of(target), creds,
-                               options=channel_options() + [("grpc.ssl_target_name_override", target)])
 
-
-def _as_config(config: str | os.PathLike | PartyConfig) -> PartyConfig:
-    return config if isinstance(config, PartyConfig) else load_config(config)
-
-
-def start_session(config: str | os.PathLike | PartyConfig, protocol: str, roles: Mapping[str, str],
-                  params: Mapping[str, Any] | None = None, *, session_id: str | None = None,
-                  timeout: float | None = None, seed: int | None = None) -> dict:
-    """Run a session with this party as initiator; return its durable record.
-
-    Connects to the party's own server (address from its config) with the
-    party's own certificate, so only its operator can do this.  Raises an
-    :mod:`smcdp.errors` exception (code and message of the failure, e.g.
-    :class:`~smcdp.errors.Unavailable` naming an unreachable party) if the
-    session fails; the record stays available through :func:`get_result`.
-    """
-    cfg = _as_config(config)
-    req = tpb.StartSessionRequest(protocol=protocol, roles=dict(roles),
-                                  params_json=json.dumps(dict(params or {})),
-                                  session_id=session_id or "", timeout_seconds=timeout or 0)
-    if seed is not None:
-        req.seed = seed
-    wait = (timeout or cfg.timeouts.session_seconds) + cfg.timeouts.connect_seconds + 30.0
-    with _operator_channel(cfg) as ch:
-        try:
-            reply = tgrpc.ControlStub(ch).StartSession(req, timeout=wait)
-        except grpc.RpcError as exc:
-            raise _client_error(exc, cfg, "StartSession") from None
-    return json.loads(reply.record_json)
-
-
-def get_result(config: str | os.PathLike | PartyConfig, session_id: str, timeout: float = 30.0) -> dict:
-    """The record of ``session_id`` at this party (running, succeeded or failed)."""
-    cfg = _as_config(config)
-    with _operator_channel(cfg) as ch:
-        try:
-            reply = tgrpc.ControlStub(ch).GetResult(tpb.SessionRef(session_id=session_id),
-                                                    timeout=timeout)
-        except grpc.RpcError as exc:
-            raise _client_error(exc, cfg, "GetResult") from None
-    return json.loads(reply.record_json)
-
-
-def _client_error(exc: grpc.RpcError, cfg: PartyConfig, what: str) -> SmcdpError:
-    try:
-        session_failed = any(k == SESSION_FAILED_METADATA for k, _ in exc.trailing_metadata() or ())
-    except Exception:  # noqa: BLE001 - errors raised before any response carry no metadata
-        session_failed = False
-    if exc.code() == grpc.StatusCode.UNAVAILABLE and not session_failed:
-        return Unavailable(f"{what}: party {cfg.name!r} is not reachable at "
-                           f"{cfg.address_of(cfg.name)}: {exc.details()}")
-    return error_from_rpc(exc, f"{what} at party {cfg.name!r}")
-
-
-def check_health(config: str | os.PathLike | PartyConfig, peer: str | None = None,
-                 timeout: float = 5.0, service: str = "") -> str:
-    """grpc.health.v1 status of this party's server (or of ``peer``), e.g. ``"SERVING"``."""
-    cfg = _as_config(config)
-    with _operator_channel(cfg, peer) as ch:
-        try:
-            resp = health_pb2_grpc.HealthStub(ch).Check(
-                health_pb2.HealthCheckRequest(service=service), timeout=timeout)
-        except grpc.RpcError as exc:
-            raise error_from_rpc(exc, f"health check of {peer or cfg.name!r}") from None
-    return health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
-
-
-def wait_healthy(config: str | os.PathLike | PartyConfig, peer: str | None = None,
-                 timeout: float = 30.0) -> None:
-    """Block until the party (or ``peer``) answers SERVING; raise Unavailable after ``timeout``."""
-    cfg = _as_config(config)
-    end = time.monotonic() + timeout
-    last = "no answer"
-    while True:
-        try:
-            status = check_health(cfg, peer, timeout=max(0.5, min(5.0, end - time.monotonic())))
-            if status == "SERVING":
-                return
-            last = status
-        except SmcdpError as exc:
-            last = str(exc)
-        if time.monotonic() >= end:
-            raise Unavailable(f"party {peer or cfg.name!r} not healthy within {timeout:g} s: {last}")
-        time.sleep(0.2)
-
-
-# ------------------------------------------------- local deployments (demo, tests)
-def free_tcp_port(host: str = "127.0.0.1") -> int:
-    """A port that was free a moment ago (the OS picks it; a race is possible but rare)."""
-    import socket
-
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def write_local_deployment(root: str | os.PathLike, parties: Sequence[str], *,
-                           inputs: Mapping[str, Mapping[str, Mapping[str, str | os.PathLike]]] | None = None,
-                           plugins: Sequence[str] = (), allow_insecure_keys: bool = False,
-                           timeouts: Timeouts | None = None, host: str = "127.0.0.1",
-                           ports: Mapping[str, int] | None = None) -> dict[str, Path]:
-    """Certificates (``root/certs``) and one config per party (``root/config/<name>.toml``)
-    for parties on one host; returns party -> config path.
-
-    ``inputs`` is party -> protocol -> input name -> path; ports are picked with
-    :func:`free_tcp_port` unless given; state goes to ``root/state/<name>``.
-    """
-    from smcdp.net.config import TlsConfig, dump_config
-    from smcdp.net.tls import generate_deployment
-
-    root = Path(root)
-    certs = root / "certs"
-    generate_deployment(certs, parties)
-    ports = dict(ports or {})
-    for p in parties:
-        ports.setdefault(p, free_tcp_port(host))
-    fmt = (lambda p: f"[{host}]:{ports[p]}") if ":" in host else (lambda p: f"{host}:{ports[p]}")
-    paths = {}
-    for p in parties:
-        cfg = PartyConfig(
-            name=p, listen=fmt(p), data_dir=root / "state" / p,
-            tls=TlsConfig(certs / "ca.crt", certs / f"{p}.crt", certs / f"{p}.key"),
-            peers={q: fmt(q) for q in parties if q != p},
-            inputs={proto: {k: Path(v).resolve() for k, v in table.items()}
-                    for proto, table in (inputs or {}).get(p, {}).items()},
-            plugins=tuple(plugins), allow_insecure_keys=allow_insecure_keys,
-            timeouts=timeouts or Timeouts())
-        paths[p] = dump_config(cfg, root / "config" / f"{p}.toml")
-    return paths
-
-
-def spawn_party(config_path: str | os.PathLike, *, log_file=None,
-                extra_env: Mapping[str, str] | None = None):
-    """Start ``python -m smcdp.party --config FILE`` as a separate OS process.
-
-    ``log_file``: an open binary file for its stdout/stderr (default: inherit).
-    Returns the ``subprocess.Popen``; stop it with :func:`stop_party`.
-    """
-    import subprocess
-
-    import smcdp
-
-    src = str(Path(smcdp.__file__).resolve().parents[1])
-    env = dict(os.environ, **(extra_env or {}))
-    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return subprocess.Popen([sys.executable, "-m", "smcdp.party", "--config", str(config_path)],
-                            env=env, stdout=log_file, stderr=subprocess.STDOUT if log_file else None)
-
-
-def stop_party(proc, timeout: float = 20.0) -> int:
-    """SIGTERM, wait up to ``timeout`` for the clean shutdown, SIGKILL if it does not come."""
-    import subprocess
-
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
-        log.error("party process %d did not stop within %.0f s and was killed", proc.pid, timeout)
-        return proc.returncode
-
-
-if __name__ == "__main__":  # python -m smcdp.party --config FILE
+if __name__ == "__main__":  # python -m smcdp.runtime.party --config FILE
     sys.exit(main())

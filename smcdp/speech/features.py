@@ -32,6 +32,7 @@ import os
 from typing import Any
 
 import numpy as np
+from scipy.io import wavfile
 
 from smcdp.errors import InvalidMessage
 
@@ -116,7 +117,7 @@ def mfcc39(signal: Any, samplerate: int = SAMPLE_RATE, *, mean_normalise: bool =
     ``signal`` may be integer PCM or float samples; the scale does not matter
     when ``mean_normalise`` is true (see the module docstring).
     """
-    import python_speech_features as psf
+    import python_speech_features as psf  # deferred: only feature extraction needs it, not the protocols
 
     x = _as_signal(signal, samplerate)
     static = psf.mfcc(
@@ -152,8 +153,6 @@ def load_wav(path: str | os.PathLike) -> tuple[np.ndarray, int]:
     analysis window.  The sample rate is returned, not checked here:
     :func:`wav_features` (or :func:`mfcc39`) insists on 16 kHz.
     """
-    from scipy.io import wavfile
-
     try:
         rate, data = wavfile.read(os.fspath(path))
     except FileNotFoundError as exc:

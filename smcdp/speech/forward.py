@@ -43,6 +43,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from scipy.linalg import solve_triangular
 from scipy.special import logsumexp
 
 from smcdp.errors import InvalidMessage
@@ -95,8 +96,6 @@ def gaussian_logpdf_diag(X: np.ndarray, mean: np.ndarray, var: np.ndarray) -> np
 
 def gaussian_logpdf_full(X: np.ndarray, mean: np.ndarray, cov: np.ndarray) -> np.ndarray:
     """log N(x_t; mean, cov) for each row of X (Cholesky; cov validated positive definite)."""
-    from scipy.linalg import solve_triangular
-
     L = np.linalg.cholesky(cov)
     sol = solve_triangular(L, (X - mean).T, lower=True)
     logdet = 2.0 * np.sum(np.log(np.diag(L)))

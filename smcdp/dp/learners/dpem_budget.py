@@ -16,7 +16,11 @@ from typing import Any
 from scipy import optimize
 
 from smcdp.dp.accountants import PrivacyAccountant
-from smcdp.dp.conversions import zcdp_epsilon_classic, zcdp_epsilon_cks, zcdp_rho_classic
+from smcdp.dp.conversions import (
+    zcdp_epsilon_cks,
+    zcdp_epsilon_classic,
+    zcdp_rho_classic,
+)
 from smcdp.dp.events import GaussianEvent, LaplaceEvent
 from smcdp.dp.validation import (
     InvalidParameter,

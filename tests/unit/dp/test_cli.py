@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from smcdp.dp.cli import register
+from smcdp.cli.dp import register
 
 
 def _run(argv, capsys):

@@ -36,7 +36,6 @@ LAYERS = {
     "smcdp.dp.learners.large_margin": 5,
     "smcdp.dp.learners.factor_analysis": 5,
     "smcdp.dp.learners.kmeans": 5,
-    "smcdp.dp.cli": 6,
     "smcdp.dp": 7,
     "smcdp.dp.learners": 7,
 }
@@ -118,12 +117,6 @@ def test_nothing_from_network_protocols_runtime_or_cli():
         for p in FILES
         for t, _, line, _ in _imports(p)
         if t.split(".")[0] == "smcdp" and not t.startswith("smcdp.dp") and t not in ALLOWED_OUTSIDE
-    ]
-    bad += [
-        f"{_module_name(p)}:{line} imports the CLI"
-        for p in FILES
-        for t, _, line, _ in _imports(p)
-        if t == "smcdp.dp.cli"
     ]
     assert not bad, bad
 

@@ -6,7 +6,6 @@ import pytest
 from sklearn.discriminant_analysis import QuadraticDiscriminantAnalysis
 
 from smcdp.dp import GaussianBayesClassifier, PrivacyLeakWarning, bhattacharyya_bound
-from smcdp.dp.validation import InvalidParameter, repair_eigen, repair_nearest
 from smcdp.dp.learners.bayes import (
     bhattacharyya_k,
     covariance_sensitivity,
@@ -14,6 +13,7 @@ from smcdp.dp.learners.bayes import (
     sum_statistics,
     variance_sensitivity,
 )
+from smcdp.dp.validation import InvalidParameter, repair_eigen, repair_nearest
 
 INF = float("inf")
 

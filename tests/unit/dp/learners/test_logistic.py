@@ -6,8 +6,8 @@ import pytest
 from sklearn.linear_model import LogisticRegression as SkLR
 
 from smcdp.dp import LogisticRegression, PrivacyLeakWarning, logistic_sensitivity
-from smcdp.dp.validation import InvalidParameter
 from smcdp.dp.learners.logistic import fit_logistic_objective
+from smcdp.dp.validation import InvalidParameter
 from smcdp.errors import InvalidMessage
 
 INF = float("inf")

@@ -1,0 +1,67 @@
+"""Plug-in for keyword recognition: Alice's feature file, Bob's model file -> their roles."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any, Mapping
+
+import numpy as np
+
+from smcdp.crypto.paillier import check_key_bits
+from smcdp.errors import InvalidMessage
+from smcdp.net.channel import Channel
+from smcdp.plugins.base import ProtocolPlugin, SessionContext
+from smcdp.protocols.base import check_roles
+from smcdp.protocols.keyword import (
+    ALICE,
+    BOB,
+    KeywordParams,
+    keyword_alice,
+    keyword_bob,
+)
+from smcdp.protocols.secure_forward import MAX_FRAMES
+from smcdp.speech.models import KeywordModels, load_models
+
+
+def load_utterance(path) -> np.ndarray:
+    """A T × d float feature matrix (or a 1-D integer symbol sequence) from ``.npy`` (no pickles)."""
+    try:
+        X = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise InvalidMessage(f"utterance file {path} does not exist") from None
+    except (ValueError, OSError) as exc:
+        raise InvalidMessage(f"utterance file {path} is not a valid .npy array: {exc}") from None
+    if X.ndim == 2 and X.dtype.kind in "fiu":
+        if not np.all(np.isfinite(X)):
+            raise InvalidMessage(f"utterance file {path} contains NaN or infinite values")
+    elif not (X.ndim == 1 and X.dtype.kind in "iu"):
+        raise InvalidMessage(f"utterance file {path} must hold a T x d real matrix (or 1-D integer symbols), "
+                             f"got {X.dtype} {X.shape}")
+    if X.shape[0] < 1 or X.shape[0] > MAX_FRAMES:
+        raise InvalidMessage(f"utterance file {path} has {X.shape[0]} frames; expected 1..{MAX_FRAMES}")
+    return X
+
+
+def load_keyword_models(path) -> KeywordModels:
+    return load_models(path)
+
+
+class KeywordPlugin(ProtocolPlugin):
+    name = "keyword"
+
+    def validate_params(self, params: Mapping[str, Any], roles: Mapping[str, str]) -> dict:
+        p = KeywordParams.from_mapping(params)
+        check_roles(self.name, roles, {ALICE, BOB})
+        return asdict(p)
+
+    async def run_role(self, role: str, ch: Channel, ctx: SessionContext) -> dict:
+        p = KeywordParams.from_mapping(ctx.params)
+        check_key_bits(p.key_bits, ctx.allow_insecure_keys)
+        if role == ALICE:
+            X = load_utterance(self.input_path(ctx, "utterance", ch.me))
+            return asdict(await keyword_alice(ch, X, p, allow_insecure_keys=ctx.allow_insecure_keys))
+        if role == BOB:
+            models = load_keyword_models(self.input_path(ctx, "models", ch.me))
+            return asdict(await keyword_bob(ch, models, p, seed=ctx.seed,
+                                            allow_insecure_keys=ctx.allow_insecure_keys))
+        raise InvalidMessage(f"keyword has no role {role!r}")

@@ -1,0 +1,49 @@
+"""Plug-in for privacy-preserving power iteration: a data party's matrix file -> its role."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any, Mapping
+
+import numpy as np
+
+from smcdp.crypto.paillier import check_key_bits
+from smcdp.errors import InvalidMessage
+from smcdp.net.channel import Channel
+from smcdp.plugins.base import ProtocolPlugin, SessionContext
+from smcdp.protocols.base import check_roles
+from smcdp.protocols.power_iteration import (
+    TRENT,
+    PowerIterationParams,
+    check_matrix,
+    data_party,
+    trent,
+)
+
+
+def load_matrix(path) -> np.ndarray:
+    """A float matrix from a ``.npy`` file (no pickles), validated."""
+    try:
+        A = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise InvalidMessage(f"data file {path} does not exist") from None
+    except (ValueError, OSError) as exc:
+        raise InvalidMessage(f"data file {path} is not a valid .npy array: {exc}") from None
+    return check_matrix(A)
+
+
+class PowerIterationPlugin(ProtocolPlugin):
+    name = "power-iteration"
+
+    def validate_params(self, params: Mapping[str, Any], roles: Mapping[str, str]) -> dict:
+        p = PowerIterationParams.from_mapping(params)
+        check_roles(self.name, roles, {TRENT, *p.data_roles})
+        return asdict(p)
+
+    async def run_role(self, role: str, ch: Channel, ctx: SessionContext) -> dict:
+        p = PowerIterationParams.from_mapping(ctx.params)
+        check_key_bits(p.key_bits, ctx.allow_insecure_keys)
+        if role == TRENT:
+            return asdict(await trent(ch, p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys))
+        A = load_matrix(self.input_path(ctx, "data", ch.me))
+        return asdict(await data_party(ch, A, p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys))

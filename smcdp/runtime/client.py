@@ -1,0 +1,129 @@
+"""The operator's client: talk to one's own party with one's own certificate.
+
+``StartSession`` / ``GetResult`` are operator calls: the party accepts them
+only from a caller holding the party's own certificate (docs/transport.md).
+The ``smcdp session …`` and ``smcdp health`` commands are thin layers over
+these functions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Mapping
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from smcdp.errors import (
+    SmcdpError,
+    Unavailable,
+)
+from smcdp.net.grpc_channel import (
+    channel_options,
+    error_from_rpc,
+)
+from smcdp.net.server import (
+    SESSION_FAILED_METADATA,
+)
+from smcdp.net.tls import TlsMaterial
+from smcdp.runtime.config import PartyConfig, load_config
+from smcdp.v1 import transport_pb2 as tpb
+from smcdp.v1 import transport_pb2_grpc as tgrpc
+
+
+def _operator_channel(config: PartyConfig, party: str | None = None) -> grpc.Channel:
+    """A blocking channel to ``party`` (default: this party) with this party's certificate."""
+    tls = TlsMaterial.load(config.tls.ca, config.tls.cert, config.tls.key)
+    target = party or config.name
+    creds = grpc.ssl_channel_credentials(tls.ca_pem, tls.key_pem, tls.cert_pem)
+    return grpc.secure_channel(config.address_of(target), creds,
+                               options=channel_options() + [("grpc.ssl_target_name_override", target)])
+
+
+def _as_config(config: str | os.PathLike | PartyConfig) -> PartyConfig:
+    return config if isinstance(config, PartyConfig) else load_config(config)
+
+
+def start_session(config: str | os.PathLike | PartyConfig, protocol: str, roles: Mapping[str, str],
+                  params: Mapping[str, Any] | None = None, *, session_id: str | None = None,
+                  timeout: float | None = None, seed: int | None = None) -> dict:
+    """Run a session with this party as initiator; return its durable record.
+
+    Connects to the party's own server (address from its config) with the
+    party's own certificate, so only its operator can do this.  Raises an
+    :mod:`smcdp.errors` exception (code and message of the failure, e.g.
+    :class:`~smcdp.errors.Unavailable` naming an unreachable party) if the
+    session fails; the record stays available through :func:`get_result`.
+    """
+    cfg = _as_config(config)
+    req = tpb.StartSessionRequest(protocol=protocol, roles=dict(roles),
+                                  params_json=json.dumps(dict(params or {})),
+                                  session_id=session_id or "", timeout_seconds=timeout or 0)
+    if seed is not None:
+        req.seed = seed
+    wait = (timeout or cfg.timeouts.session_seconds) + cfg.timeouts.connect_seconds + 30.0
+    with _operator_channel(cfg) as ch:
+        try:
+            reply = tgrpc.ControlStub(ch).StartSession(req, timeout=wait)
+        except grpc.RpcError as exc:
+            raise _client_error(exc, cfg, "StartSession") from None
+    return json.loads(reply.record_json)
+
+
+def get_result(config: str | os.PathLike | PartyConfig, session_id: str, timeout: float = 30.0) -> dict:
+    """The record of ``session_id`` at this party (running, succeeded or failed)."""
+    cfg = _as_config(config)
+    with _operator_channel(cfg) as ch:
+        try:
+            reply = tgrpc.ControlStub(ch).GetResult(tpb.SessionRef(session_id=session_id),
+                                                    timeout=timeout)
+        except grpc.RpcError as exc:
+            raise _client_error(exc, cfg, "GetResult") from None
+    return json.loads(reply.record_json)
+
+
+def _client_error(exc: grpc.RpcError, cfg: PartyConfig, what: str) -> SmcdpError:
+    try:
+        session_failed = any(k == SESSION_FAILED_METADATA for k, _ in exc.trailing_metadata() or ())
+    except Exception:  # noqa: BLE001 - errors raised before any response carry no metadata
+        session_failed = False
+    if exc.code() == grpc.StatusCode.UNAVAILABLE and not session_failed:
+        return Unavailable(f"{what}: party {cfg.name!r} is not reachable at "
+                           f"{cfg.address_of(cfg.name)}: {exc.details()}")
+    return error_from_rpc(exc, f"{what} at party {cfg.name!r}")
+
+
+def check_health(config: str | os.PathLike | PartyConfig, peer: str | None = None,
+                 timeout: float = 5.0, service: str = "") -> str:
+    """grpc.health.v1 status of this party's server (or of ``peer``), e.g. ``"SERVING"``."""
+    cfg = _as_config(config)
+    with _operator_channel(cfg, peer) as ch:
+        try:
+            resp = health_pb2_grpc.HealthStub(ch).Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=timeout)
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc, f"health check of {peer or cfg.name!r}") from None
+    return health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
+
+
+def wait_healthy(config: str | os.PathLike | PartyConfig, peer: str | None = None,
+                 timeout: float = 30.0) -> None:
+    """Block until the party (or ``peer``) answers SERVING; raise Unavailable after ``timeout``."""
+    cfg = _as_config(config)
+    end = time.monotonic() + timeout
+    last = "no answer"
+    while True:
+        try:
+            status = check_health(cfg, peer, timeout=max(0.5, min(5.0, end - time.monotonic())))
+            if status == "SERVING":
+                return
+            last = status
+        except SmcdpError as exc:
+            last = str(exc)
+        if time.monotonic() >= end:
+            raise Unavailable(f"party {peer or cfg.name!r} not healthy within {timeout:g} s: {last}")
+        time.sleep(0.2)
+
+

@@ -1,0 +1,165 @@
+"""A party's configuration: one TOML file (read with the standard library's ``tomllib``).
+
+Example (all relative paths are resolved against the config file's directory)::
+
+    [party]
+    name = "alice"                 # must equal the CN of tls.cert
+    listen = "0.0.0.0:50051"
+    data_dir = "state/alice"
+    allow_insecure_keys = false
+    plugins = []                   # extra protocol modules to import
+    max_message_mib = 512          # optional: largest inbound message
+
+    [tls]
+    ca = "certs/ca.crt"
+    cert = "certs/alice.crt"
+    key = "certs/alice.key"
+
+    [peers]
+    bob = "127.0.0.1:50052"
+    trent = "127.0.0.1:50053"
+
+    [inputs.power-iteration]
+    data = "A.npy"
+
+    [timeouts]                     # optional
+    connect_seconds = 10
+    session_seconds = 3600
+    rpc_seconds = 120
+
+The transport's sections ([tls], [peers], [timeouts] and the transport keys
+of [party]) are parsed by :mod:`smcdp.net.config`; this module adds the
+party's own (data directory, inputs, plug-ins) and is the only reader and
+writer of the file.  Unknown sections and keys are errors.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from smcdp._files import atomic_write
+from smcdp.errors import InvalidMessage
+from smcdp.net.config import (
+    ConfigError,
+    NetConfig,
+    check_keys,
+    dumps_toml,
+    net_sections_to_dict,
+    parse_address,
+    parse_max_message_mib,
+    parse_peers,
+    parse_timeouts,
+    parse_tls,
+    path_value,
+    relative_path,
+    string,
+    table,
+)
+from smcdp.net.tls import validate_party_name
+
+_MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_KEY_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartyConfig(NetConfig):
+    """Everything a party process is configured with (the transport's part is :class:`NetConfig`)."""
+
+    data_dir: Path
+    inputs: Mapping[str, Mapping[str, Path]] = field(default_factory=dict)
+    plugins: tuple[str, ...] = ()
+    allow_insecure_keys: bool = False
+
+
+def _parse_inputs(inputs_t: Mapping[str, Any], base: Path) -> dict[str, dict[str, Path]]:
+    inputs: dict[str, dict[str, Path]] = {}
+    for proto, tbl in inputs_t.items():
+        if not isinstance(tbl, dict):
+            raise ConfigError(f"inputs.{proto} must be a table of name = \"path\"")
+        entries = {}
+        for k in tbl:
+            if not _KEY_RE.match(k):
+                raise ConfigError(f"inputs.{proto}.{k}: input names use letters, digits, '_' and '-'")
+            entries[k] = path_value(base, tbl, k, f"inputs.{proto}")
+        inputs[proto] = entries
+    return inputs
+
+
+def parse_config(data: Mapping[str, Any], base_dir: str | os.PathLike,
+                 source: Path | None = None) -> PartyConfig:
+    """Validate a parsed TOML document; relative paths are resolved against ``base_dir``."""
+    base = Path(base_dir)
+    check_keys(data, {"party", "tls", "peers", "inputs", "timeouts"}, "the top level")
+
+    party = table(data, "party", True)
+    check_keys(party, {"name", "listen", "data_dir", "allow_insecure_keys", "plugins",
+                       "max_message_mib"}, "[party]")
+    name = string(party, "name", "party")
+    try:
+        validate_party_name(name, "party.name")
+    except InvalidMessage as exc:
+        raise ConfigError(str(exc)) from None
+    listen = string(party, "listen", "party")
+    parse_address(listen, "party.listen")
+    data_dir = path_value(base, party, "data_dir", "party")
+    insecure = party.get("allow_insecure_keys", False)
+    if not isinstance(insecure, bool):
+        raise ConfigError(f"party.allow_insecure_keys must be true or false, got {insecure!r}")
+    plugins = party.get("plugins", [])
+    if not isinstance(plugins, list) or not all(isinstance(p, str) and _MODULE_RE.match(p)
+                                                for p in plugins):
+        raise ConfigError(f"party.plugins must be a list of Python module names, got {plugins!r}")
+    return PartyConfig(
+        name=name, listen=listen, data_dir=data_dir, tls=parse_tls(table(data, "tls", True), base),
+        peers=parse_peers(table(data, "peers", False), name),
+        inputs=_parse_inputs(table(data, "inputs", False), base), plugins=tuple(plugins),
+        allow_insecure_keys=insecure, timeouts=parse_timeouts(table(data, "timeouts", False)),
+        max_message_bytes=parse_max_message_mib(party), source=source)
+
+
+def load_config(path: str | os.PathLike) -> PartyConfig:
+    """Read and validate a party's TOML configuration."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"configuration file {p} does not exist") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read configuration file {p}: {exc}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{p} is not valid TOML: {exc}") from None
+    try:
+        return parse_config(data, p.resolve().parent, source=p.resolve())
+    except ConfigError as exc:
+        raise ConfigError(f"{p}: {exc}") from None
+
+
+def config_to_dict(cfg: PartyConfig, relative_to: str | os.PathLike | None = None) -> dict:
+    """The TOML document of ``cfg`` as nested dicts (paths relative to ``relative_to``)."""
+    base = Path(relative_to) if relative_to is not None else None
+    net = net_sections_to_dict(cfg, base)
+    return {
+        "party": {
+            "name": cfg.name, "listen": cfg.listen, "data_dir": relative_path(cfg.data_dir, base),
+            "allow_insecure_keys": cfg.allow_insecure_keys, "plugins": list(cfg.plugins),
+            "max_message_mib": cfg.max_message_bytes // (1024 * 1024),
+        },
+        "tls": net["tls"],
+        "peers": net["peers"],
+        "inputs": {proto: {k: relative_path(v, base) for k, v in t.items()} for proto, t in cfg.inputs.items()},
+        "timeouts": net["timeouts"],
+    }
+
+
+def dump_config(cfg: PartyConfig, path: str | os.PathLike) -> Path:
+    """Write ``cfg`` as TOML to ``path`` with paths relative to the file's directory."""
+    path = Path(path)
+    text = dumps_toml(config_to_dict(cfg, relative_to=path.resolve().parent))
+    return atomic_write(path, text.encode("utf-8"), 0o644)

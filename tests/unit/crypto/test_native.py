@@ -1,0 +1,199 @@
+"""The C accelerator (smcdp.crypto._mont) against gmpy2, and the pure path against it.
+
+Every value the native engine computes is compared with ``gmpy2.powmod`` (the
+reference) and with the pure-gmpy2 loops it replaces, over moduli of one to
+many limbs, every window width and exponents at the edges of the tables.
+
+In CI the accelerator must be present (``SMCDP_REQUIRE_NATIVE=1``, set by
+.ci/run): there a missing build fails instead of skipping.
+"""
+
+import os
+import secrets
+import threading
+import time
+
+import gmpy2
+import pytest
+from gmpy2 import mpz
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from phe import paillier as phe_paillier
+
+from smcdp.crypto import modexp, native
+from smcdp.crypto import paillier as P
+from smcdp.crypto.modexp import multi_exp
+
+if not native.AVAILABLE and os.environ.get("SMCDP_REQUIRE_NATIVE") == "1":
+    raise RuntimeError(f"SMCDP_REQUIRE_NATIVE=1 but the native engine is unavailable: {native.REASON}")
+
+needs_native = pytest.mark.skipif(not native.AVAILABLE, reason=f"native engine not built: {native.REASON}")
+
+
+def _odd_modulus(bits: int) -> mpz:
+    return mpz(secrets.randbits(bits)) | 1 | (mpz(1) << (bits - 1))
+
+
+@pytest.fixture(params=["native", "pure"])
+def engine(request, monkeypatch):
+    """Run a test once on each engine (the pure one by switching the accelerator off)."""
+    if request.param == "native":
+        if not native.AVAILABLE:
+            pytest.skip(f"native engine not built: {native.REASON}")
+    else:
+        monkeypatch.setattr(native, "AVAILABLE", False)
+    return request.param
+
+
+@needs_native
+@settings(max_examples=80, deadline=None)
+@given(bits=st.sampled_from([3, 63, 64, 65, 127, 128, 129, 512, 1024, 2048]),
+       exp_bits=st.integers(min_value=1, max_value=300), window=st.integers(min_value=1, max_value=9),
+       data=st.data())
+def test_fixed_base_matches_powmod(bits, exp_bits, window, data):
+    m = mpz(data.draw(st.integers(min_value=1 << (bits - 1), max_value=(1 << bits) - 1))) | 1
+    base = mpz(data.draw(st.integers(min_value=0, max_value=int(m) * 3)))
+    fb = native.FixedBase(base, m, exp_bits, window)
+    edges = [e for e in (0, 1, 2, (1 << exp_bits) - 1, 1 << (exp_bits - 1)) if e < 1 << exp_bits]
+    for e in edges + [data.draw(st.integers(min_value=0, max_value=(1 << exp_bits) - 1))]:
+        assert fb.pow(e) == gmpy2.powmod(base, e, m), (bits, exp_bits, window, e)
+
+
+@needs_native
+@settings(max_examples=60, deadline=None)
+@given(bits=st.sampled_from([5, 64, 65, 200, 1024, 2048]),
+       terms=st.integers(min_value=0, max_value=60),
+       exp_bits=st.sampled_from([1, 7, 48, 63, 64, 65, 130]),
+       window=st.integers(min_value=1, max_value=10), data=st.data())
+def test_native_multi_exp_matches_powmod_product(bits, terms, exp_bits, window, data):
+    m = mpz(data.draw(st.integers(min_value=1 << (bits - 1), max_value=(1 << bits) - 1))) | 1
+    bases = [mpz(data.draw(st.integers(min_value=0, max_value=int(m) - 1))) for _ in range(terms)]
+    exps = [data.draw(st.integers(min_value=0, max_value=(1 << exp_bits) - 1)) for _ in range(terms)]
+    ref = mpz(1) % m
+    for b, e in zip(bases, exps):
+        ref = ref * gmpy2.powmod(b, e, m) % m
+    got = native.multi_exp(bases, exps, m, window)
+    # the empty product is 1 (also mod 1 < m: m >= 5 here)
+    assert got == ref
+
+
+@settings(max_examples=30, deadline=None)
+@given(terms=st.integers(min_value=0, max_value=50), exp_bits=st.sampled_from([1, 20, 48, 64, 65, 100]),
+       data=st.data())
+def test_multi_exp_with_signs_on_both_engines(terms, exp_bits, data, keypair512):
+    pk, sk = keypair512
+    bases = [pk.raw_encrypt(data.draw(st.integers(min_value=-1000, max_value=1000))) for _ in range(terms)]
+    exps = [data.draw(st.integers(min_value=-(1 << exp_bits) + 1, max_value=(1 << exp_bits) - 1))
+            for _ in range(terms)]
+    ref = mpz(1)
+    for b, e in zip(bases, exps):
+        ref = ref * pk.raw_mul(b, e) % pk.nsquare
+    results = {multi_exp(bases, exps, pk.nsquare)}
+    saved = native.AVAILABLE
+    try:
+        native.AVAILABLE = False
+        results.add(multi_exp(bases, exps, pk.nsquare))
+    finally:
+        native.AVAILABLE = saved
+    assert results == {ref}
+
+
+def test_fixed_base_table_engines_agree(engine):
+    m = _odd_modulus(1024)
+    base = mpz(secrets.randbits(1024)) % m
+    t = modexp.FixedBaseTable(base, m, 256, window=6)
+    assert (t._native is not None) == (engine == "native")
+    for e in (0, 1, (1 << 256) - 1, secrets.randbits(256)):
+        assert t.pow(e) == gmpy2.powmod(base, e, m)
+    with pytest.raises(ValueError, match="range"):
+        t.pow(1 << 256)
+    with pytest.raises(ValueError, match="range"):
+        t.pow(-1)
+
+
+def test_encryption_on_each_engine_is_plain_paillier(engine):
+    """A fresh key per engine, so that its tables are built on that engine."""
+    pk, sk = P.generate_keypair(512, allow_insecure=True)
+    for m in (0, 1, -1, 2**100, -(2**100), secrets.randbits(150)):
+        for c in (pk.raw_encrypt(m), sk.raw_encrypt(m)):
+            assert sk.phe.decrypt(phe_paillier.EncryptedNumber(pk.phe, int(c))) == m
+    assert (pk.table()._native is not None) == (engine == "native")
+
+
+@needs_native
+def test_bad_arguments_are_refused_cleanly():
+    from smcdp.crypto import _mont
+
+    m = _odd_modulus(256)
+    mb = int(m).to_bytes(32, "little")
+    with pytest.raises(ValueError, match="odd modulus"):
+        _mont.FixedBase(b"\x02", (int(m) + 1).to_bytes(32, "little"), 10, 4)
+    with pytest.raises(ValueError, match="odd modulus"):
+        _mont.FixedBase(b"\x02", b"\x01", 10, 4)
+    with pytest.raises(ValueError, match="odd modulus"):
+        _mont.FixedBase(b"\x02", b"", 10, 4)
+    with pytest.raises(ValueError, match="window"):
+        _mont.FixedBase(b"\x02", mb, 10, 0)
+    with pytest.raises(ValueError, match="window"):
+        _mont.FixedBase(b"\x02", mb, 10, 21)
+    with pytest.raises(ValueError, match="wider"):
+        _mont.FixedBase(b"\x01" * 40, mb, 10, 4)
+    with pytest.raises(TypeError):
+        _mont.FixedBase("2", mb, 10, 4)
+    fb = _mont.FixedBase(b"\x02", mb, 10, 4)
+    with pytest.raises(ValueError, match="range"):
+        fb.pow((1 << 10).to_bytes(2, "little"))
+    assert fb.pow((1 << 9).to_bytes(2, "little")) == int(gmpy2.powmod(2, 1 << 9, m)).to_bytes(32, "little")
+    with pytest.raises(RuntimeError, match="already"):
+        fb.__init__(b"\x02", mb, 10, 4)
+    with pytest.raises(ValueError, match="differ in length"):
+        _mont.multi_exp([b"\x02"], [], mb, 4)
+    with pytest.raises(TypeError, match="bytes"):
+        _mont.multi_exp([b"\x02"], [5], mb, 4)
+    with pytest.raises(ValueError, match="window"):
+        _mont.multi_exp([b"\x02"], [b"\x05"], mb, 17)
+    with pytest.raises(ValueError, match="wider"):
+        _mont.multi_exp([b"\x01" * 40], [b"\x05"], mb, 4)
+    with pytest.raises(RuntimeError, match="not initialised"):
+        _mont.FixedBase.__new__(_mont.FixedBase).pow(b"\x01")
+
+
+@needs_native
+def test_pow_releases_the_gil():
+    """Another Python thread keeps running while a long table build / pow is in C."""
+    m = _odd_modulus(2048)
+    ticks = []
+    stop = threading.Event()
+
+    def ticker():
+        while not stop.is_set():
+            ticks.append(time.perf_counter())
+            time.sleep(0.001)
+
+    th = threading.Thread(target=ticker)
+    th.start()
+    try:
+        time.sleep(0.01)
+        before = len(ticks)
+        native.FixedBase(mpz(3), m, 1024, 9)  # ~0.2-0.5 s in C
+        during = len(ticks) - before
+    finally:
+        stop.set()
+        th.join()
+    # with the GIL held, the ticker would get no turn at all during the build
+    assert during >= 20
+
+
+def test_table_budget_setting(monkeypatch):
+    monkeypatch.setenv("SMCDP_TABLE_BUDGET_MB", "8")
+    assert modexp.table_budget_bytes() == 8 << 20
+    # 2048-bit residues, 1024-bit exponents: 8 MB fits 8-bit windows only
+    assert modexp.window_for(1024, 2048, entry_overhead=0, max_window=12) == 8
+    monkeypatch.setenv("SMCDP_TABLE_BUDGET_MB", "lots")
+    with pytest.raises(ValueError, match="SMCDP_TABLE_BUDGET_MB"):
+        modexp.table_budget_bytes()
+    monkeypatch.setenv("SMCDP_TABLE_BUDGET_MB", "0")
+    with pytest.raises(ValueError, match="at least 1"):
+        modexp.table_budget_bytes()
+    monkeypatch.delenv("SMCDP_TABLE_BUDGET_MB")
+    assert modexp.table_budget_bytes() == 192 << 20

@@ -1,0 +1,346 @@
+"""DP aggregation (Stages 1-3, Dave) in memory with small keys."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from smcdp.crypto.codec import bigints
+from smcdp.errors import InvalidMessage, SessionAborted
+from smcdp.protocols.dp_aggregate import (
+    DAVE,
+    DPAggregateParams,
+    charlie,
+    data_party,
+    dave,
+    predict,
+    reassemble,
+    sensitivity_key,
+    to_fixed,
+    train_local,
+)
+from smcdp.plugins.dp_aggregate import DPAggregatePlugin, load_dataset
+from smcdp.v1 import messages_pb2 as pb
+from tests.unit.protocols.aggregate_util import run_network, tamper_message
+
+
+def make_params(K, d, **kw):
+    kw.setdefault("epsilon", 1.0)
+    kw.setdefault("lam", 0.1)
+    kw.setdefault("max_sensitivity", 0.5)
+    return DPAggregateParams(n_parties=K, dim=d, key_bits=768, dgk_bits=512, dgk_t=64, **kw).validate()
+
+
+def run_aggregate(p, weights, sens, keys, *, noise_seeds=None, seed=None, tamper=None, out_dir=None):
+    K = p.n_parties
+    roles = {"charlie": "charlie", "dave": "dave", **{f"party{i + 1}": f"p{i + 1}" for i in range(K)}}
+    fns = {"charlie": lambda ch: charlie(ch, p, seed=seed, allow_insecure_keys=True, zeta_key=keys["zeta"],
+                                         dgk_key=keys["dgk"], output_dir=out_dir),
+           "dave": lambda ch: dave(ch, p, output_dir=out_dir)}
+    for i in range(K):
+        rs = None if noise_seeds is None else np.random.default_rng(noise_seeds[i])
+        fns[f"party{i + 1}"] = (lambda i, rs: lambda ch: data_party(
+            ch, weights[i], sens[i], p, seed=seed, allow_insecure_keys=True, noise_random_state=rs,
+            output_dir=out_dir))(i, rs)
+    return run_network(roles, fns, tamper)
+
+
+def party_noise(p, sens, seed):
+    """The fixed-point noise vector a party with this sensitivity draws from this generator."""
+    _, dh = sensitivity_key(sens)
+    mech = p.mechanism(p.mechanism_sensitivity(dh), random_state=np.random.default_rng(seed))
+    return [to_fixed(x, p.frac_bits) for x in np.asarray(mech.sample(p.dim)).reshape(-1)]
+
+
+def released_T(res, p):
+    M = 1 << p.modulus_bits
+    shares = [[int(v) for v in s] for s in res["dave"].shares_mod]
+    T = [sum(col) % M for col in zip(*shares)]
+    return [t - M if t >= M // 2 else t for t in T]
+
+
+# ----------------------------------------------------------------------------- correctness
+@pytest.mark.parametrize("calibration", ["exact", "seed"])
+def test_huge_epsilon_gives_the_average(keys, calibration):
+    rng = np.random.default_rng(1)
+    K, d = 4, 6
+    p = make_params(K, d, epsilon=1e9, calibration=calibration)
+    ws = [rng.uniform(-2, 2, size=d) for _ in range(K)]
+    res, _ = run_aggregate(p, ws, [0.01, 0.3, 0.02, 0.3], keys)
+    w = np.array(res["dave"].weights)
+    assert np.max(np.abs(w - np.mean(ws, axis=0))) < 1e-6
+    shares = np.array(res["dave"].shares)
+    assert shares.shape == (K + 1, d)
+    assert np.allclose(shares.sum(axis=0) / K, w, rtol=0, atol=1e-9)
+    # each party and charlie published one share; Dave's residues are exactly theirs
+    published = [res["charlie"].share] + [res[f"party{i + 1}"].share for i in range(K)]
+    assert published == res["dave"].shares_mod
+
+
+@pytest.mark.parametrize("smallest", [0, 1, 2])
+def test_exactly_the_selected_partys_noise_is_added(keys, smallest):
+    """T = Σ_j W_j + N_sel exactly, where sel is the party with the largest sensitivity."""
+    K, d = 3, 4
+    p = make_params(K, d, epsilon=2.0)
+    rng = np.random.default_rng(smallest)
+    ws = [rng.uniform(-1, 1, size=d) for _ in range(K)]
+    sens = [0.01, 0.02, 0.04]
+    sens[smallest], sens[2] = sens[2], sens[smallest]      # the largest sensitivity sits at `smallest`
+    seeds = [100 + 10 * smallest + j for j in range(K)]
+    res, _ = run_aggregate(p, ws, sens, keys, noise_seeds=seeds)
+    W = np.array([[to_fixed(x, p.frac_bits) for x in w] for w in ws], dtype=object).sum(axis=0)
+    T = released_T(res, p)
+    for j in range(K):
+        N = party_noise(p, sens[j], seeds[j])
+        match = [int(t - wv) for t, wv in zip(T, W)] == N
+        assert match == (j == smallest), (j, smallest)
+
+
+def test_ties_of_sensitivity_select_one_of_the_tied(keys):
+    K, d = 4, 2
+    p = make_params(K, d, epsilon=3.0)
+    ws = [np.full(d, 0.1 * j) for j in range(K)]
+    sens = [0.02, 0.05, 0.01, 0.05]
+    seeds = [7, 8, 9, 10]
+    res, _ = run_aggregate(p, ws, sens, keys, noise_seeds=seeds)
+    W = np.array([[to_fixed(x, p.frac_bits) for x in w] for w in ws], dtype=object).sum(axis=0)
+    diff = [int(t - wv) for t, wv in zip(released_T(res, p), W)]
+    assert diff == party_noise(p, sens[1], seeds[1])       # ties: the lower party index
+
+
+def test_noise_norm_follows_the_smallest_partys_distribution(keys):
+    """KS test over repeated runs: ‖ŵˢ − ŵ‖ ~ Gamma(d, Δ_(1)/(Kε)) with Δ_(1) of the smallest data set."""
+    K, d, eps, lam = 3, 3, 1.0, 0.1
+    p = make_params(K, d, epsilon=eps, lam=lam, max_sensitivity=None, min_records=10)
+    ns = [2000, 40, 400]                      # party2 is the smallest
+    sens = [1 / (n * lam) for n in ns]
+    ws = [np.full(d, 0.2), np.full(d, -0.1), np.full(d, 0.3)]
+    avg = np.mean(ws, axis=0)
+    norms = []
+    for r in range(60):
+        res, _ = run_aggregate(p, ws, sens, keys, noise_seeds=[3 * r, 3 * r + 1, 3 * r + 2])
+        norms.append(np.linalg.norm(np.array(res["dave"].weights) - avg))
+    scale = lambda n: 1 / (n * lam) / (K * eps)
+    p_right = stats.kstest(norms, stats.gamma(d, scale=scale(ns[1])).cdf).pvalue
+    assert p_right > 0.01
+    for n in (ns[0], ns[2]):
+        assert stats.kstest(norms, stats.gamma(d, scale=scale(n)).cdf).pvalue < 1e-6
+    # the seed's calibration (K times more) is also rejected
+    assert stats.kstest(norms, stats.gamma(d, scale=K * scale(ns[1])).cdf).pvalue < 1e-6
+
+
+def test_secure_noise_source_by_default(keys):
+    K, d = 2, 3
+    p = make_params(K, d, epsilon=1.0)
+    ws = [np.zeros(d), np.zeros(d)]
+    a, _ = run_aggregate(p, ws, [0.1, 0.2], keys)
+    b, _ = run_aggregate(p, ws, [0.1, 0.2], keys)
+    assert a["dave"].weights != b["dave"].weights
+    c, _ = run_aggregate(p, ws, [0.1, 0.2], keys, seed=5)
+    e, _ = run_aggregate(p, ws, [0.1, 0.2], keys, seed=5)
+    f, _ = run_aggregate(p, ws, [0.1, 0.2], keys, seed=6)
+    assert c["dave"].weights == e["dave"].weights != f["dave"].weights
+
+
+# ----------------------------------------------------------------------------- who sees what
+def test_no_plaintext_sizes_models_noise_or_unmasked_shares_on_the_wire(keys):
+    K, d = 3, 4
+    lam = 0.1
+    p = make_params(K, d, epsilon=1.0, lam=lam, max_sensitivity=None, min_records=5)
+    ns = [1234, 56, 789]
+    sens = [1 / (n * lam) for n in ns]
+    rng = np.random.default_rng(3)
+    ws = [rng.uniform(-1, 1, size=d) for _ in range(K)]
+    seeds = [11, 12, 13]
+    res, net = run_aggregate(p, ws, sens, keys, noise_seeds=seeds)
+    F, M = p.frac_bits, 1 << p.modulus_bits
+    secret = set(ns)
+    for j, s in enumerate(sens):
+        k, _ = sensitivity_key(s)
+        secret |= {k, K * k + j}
+        secret |= {to_fixed(x, F) % M for x in ws[j]} | set(to_fixed(x, F) for x in ws[j])
+        secret |= set(party_noise(p, s, seeds[j])) | {v % M for v in party_noise(p, s, seeds[j])}
+    T = released_T(res, p)
+    secret |= set(T) | {t % M for t in T}
+    secret.discard(0)
+    checked = 0
+    for sender, receiver, tag, type_name, data in net.transcript:
+        assert type_name != "smcdp.v1.Floats", tag
+        if receiver == DAVE:
+            continue                      # the published shares are public by design
+        if type_name == "smcdp.v1.BigInts" and "dgk" not in tag:
+            msg = pb.BigInts.FromString(data)
+            for m, neg in zip(msg.magnitude, msg.negative):
+                v = int.from_bytes(m, "big") * (-1 if neg else 1)
+                assert v not in secret, (sender, receiver, tag)
+                checked += 1
+        if type_name == "smcdp.v1.Ints" and "dgk" not in tag:
+            assert not set(pb.Ints.FromString(data).values) & secret, (sender, tag)
+    assert checked > K * (K + 1) * d
+    # Charlie never receives an individual party's noise contribution, only party1's masked total
+    psi_to_charlie = [(s, t) for (s, r, t, tn, dd) in net.transcript if r == "charlie" and t.startswith("s2/")]
+    assert psi_to_charlie == [("party1", "s2/psi")]
+
+
+def test_published_shares_are_written_durably(keys, tmp_path):
+    K, d = 2, 3
+    p = make_params(K, d, epsilon=1e9)
+    ws = [np.ones(d) * 0.5, -np.ones(d) * 0.25]
+    res, _ = run_aggregate(p, ws, [0.1, 0.2], keys, out_dir=tmp_path)
+    for role in ("charlie", "party1", "party2"):
+        obj = json.loads((tmp_path / f"dp-aggregate-share-{role}.json").read_text())
+        assert obj["share"] == res[role].share and obj["publisher"] == role
+    model = json.loads((tmp_path / "dp-aggregate-model.json").read_text())
+    assert np.allclose(model["weights"], [0.125] * d, atol=1e-9)
+    assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*.tmp"))
+
+
+# ----------------------------------------------------------------------------- refusing bad input
+def test_bad_party_inputs_are_refused(keys):
+    K, d = 2, 3
+    p = make_params(K, d)
+    with pytest.raises(InvalidMessage, match="length 3"):
+        run_aggregate(p, [np.zeros(2), np.zeros(3)], [0.1, 0.1], keys)
+    with pytest.raises(InvalidMessage, match="NaN"):
+        run_aggregate(p, [np.array([0, np.nan, 0]), np.zeros(3)], [0.1, 0.1], keys)
+    with pytest.raises(InvalidMessage, match="sensitivity"):
+        run_aggregate(p, [np.zeros(3), np.zeros(3)], [0.1, 0.6], keys)      # above max_sensitivity 0.5
+    with pytest.raises(InvalidMessage, match="public bound"):
+        run_aggregate(p, [np.zeros(3), np.full(3, 1e6)], [0.1, 0.1], keys)
+
+
+def test_malformed_messages_are_refused(keys):
+    K, d = 2, 3
+    p = make_params(K, d)
+    ws = [np.zeros(d), np.zeros(d)]
+
+    def wrong_length(net):
+        def mut(data):
+            msg = pb.CiphertextVector.FromString(data)
+            msg.length = d + 1
+            return msg.SerializeToString()
+        tamper_message(net, "party2", "s2/psi", mut)
+
+    with pytest.raises((InvalidMessage, SessionAborted), match="holds 4 values"):
+        run_aggregate(p, ws, [0.1, 0.2], keys, tamper=wrong_length)
+
+    def piece_out_of_range(net):
+        tamper_message(net, "party1", "s3/piece", lambda _: bigints([1 << p.modulus_bits] * d).SerializeToString(),
+                       receiver="charlie")
+
+    with pytest.raises((InvalidMessage, SessionAborted), match="outside"):
+        run_aggregate(p, ws, [0.1, 0.2], keys, tamper=piece_out_of_range)
+
+    def wrong_key(net):
+        def mut(data):
+            msg = pb.CiphertextVector.FromString(data)
+            msg.key_fingerprint = b"\x00" * 32
+            return msg.SerializeToString()
+        tamper_message(net, "charlie", "s2/u", mut)
+
+    with pytest.raises((InvalidMessage, SessionAborted), match="different public key"):
+        run_aggregate(p, ws, [0.1, 0.2], keys, tamper=wrong_key)
+
+    def garbage(net):
+        tamper_message(net, "party2", "s3/share", lambda _: b"\xff\xff\xff")
+
+    with pytest.raises((InvalidMessage, SessionAborted), match="does not parse"):
+        run_aggregate(p, ws, [0.1, 0.2], keys, tamper=garbage)
+
+
+def test_parameter_validation():
+    for bad in (dict(epsilon=0), dict(epsilon=math.inf), dict(lam=-1), dict(calibration="laplace"),
+                dict(n_parties=1), dict(dim=0), dict(mask_bits=20), dict(max_sensitivity=2.0 ** 40),
+                dict(key_bits=512, epsilon=1e-300)):
+        with pytest.raises(InvalidMessage):
+            DPAggregateParams(**{"n_parties": 3, "dim": 2, **bad}).validate()
+    with pytest.raises(InvalidMessage, match="unknown"):
+        DPAggregateParams.from_mapping({"n_parties": 3, "dim": 2, "bogus": 1})
+    plugin = DPAggregatePlugin()
+    roles = {"charlie": "c", "dave": "d", "party1": "a", "party2": "b"}
+    assert plugin.validate_params({"n_parties": 2, "dim": 3}, roles)["dim"] == 3
+    with pytest.raises(InvalidMessage, match="roles"):
+        plugin.validate_params({"n_parties": 3, "dim": 3}, roles)
+    with pytest.raises(InvalidMessage, match="different party"):
+        plugin.validate_params({"n_parties": 2, "dim": 3}, {**roles, "party2": "a"})
+
+
+def test_calibration_quantities():
+    p = DPAggregateParams(n_parties=5, dim=10, epsilon=0.5, lam=0.01, min_records=100).validate()
+    assert p.sensitivity_bound == pytest.approx(1.0)
+    # exact: the mechanism on the sum gets Δ̂ + ⌈√d⌉·2^-F, i.e. Δ/K on the average
+    assert p.mechanism_sensitivity(0.25) == pytest.approx(0.25, rel=1e-5)
+    seed = DPAggregateParams(n_parties=5, dim=10, epsilon=0.5, lam=0.01, min_records=100, calibration="seed")
+    assert seed.mechanism_sensitivity(0.25) == pytest.approx(2 * 5 * 0.25, rel=1e-5)
+    # every allowed party's noise lattice is at least as fine as the public grid
+    for n in (100, 101, 1000, 10 ** 7):
+        _, dh = sensitivity_key(1 / (n * 0.01))
+        for q in (p, seed):
+            assert q.mechanism(q.mechanism_sensitivity(dh), random_state=0).grid_exponent(10) <= -q.frac_bits
+    _, dh = sensitivity_key(0.01)
+    assert dh >= 0.01 and dh <= 0.01 * (1 + 2 ** -30)
+    assert to_fixed(0.5, 1) == 1 and to_fixed(-0.25, 1) == 0 and to_fixed(-0.75, 1) == -1 and to_fixed(1.5, 0) == 2
+
+
+def test_reassemble_and_predict():
+    p = DPAggregateParams(n_parties=2, dim=2, epsilon=1.0, lam=0.1).validate()
+    M, F = 1 << p.modulus_bits, p.frac_bits
+    T = [3 << F, -(5 << F)]                     # K·ŵˢ = (3, −5)
+    shares = [[12345, M - 7], [M - 1, 99], None]
+    shares[2] = [(t - a - b) % M for t, a, b in zip(T, shares[0], shares[1])]
+    w, floats = reassemble(shares, p)
+    assert list(w) == [1.5, -2.5]
+    assert np.allclose(np.sum(floats, axis=0) / 2, w)
+    assert list(predict(w, [[1, 0], [0, 1]])) == [1, -1]
+
+
+# ----------------------------------------------------------------------------- local training & data files
+def test_load_dataset_and_train_local(tmp_path):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 3))
+    X /= np.maximum(1, np.linalg.norm(X, axis=1))[:, None]
+    y = (X @ np.array([1.0, -1.0, 0.5]) > 0).astype(int)
+    np.savez(tmp_path / "ok.npz", X=X, y=y)
+    X2, y2 = load_dataset(tmp_path / "ok.npz")
+    assert set(np.unique(y2)) == {-1, 1}
+    w, delta = train_local(X2, y2, 0.05)
+    assert delta == pytest.approx(1 / (200 * 0.05), rel=1e-6)
+    assert np.mean(predict(w, X2) == y2) > 0.9
+    np.savez(tmp_path / "big.npz", X=X * 2, y=y)
+    with pytest.raises(InvalidMessage, match="unit ball"):
+        load_dataset(tmp_path / "big.npz")
+    np.savez(tmp_path / "labels.npz", X=X, y=y + 5)
+    with pytest.raises(InvalidMessage, match="labels"):
+        load_dataset(tmp_path / "labels.npz")
+    np.savez(tmp_path / "noy.npz", X=X)
+    with pytest.raises(InvalidMessage, match="'X' and 'y'"):
+        load_dataset(tmp_path / "noy.npz")
+    with pytest.raises(InvalidMessage, match="does not exist"):
+        load_dataset(tmp_path / "missing.npz")
+    with pytest.raises(InvalidMessage, match="both labels"):
+        train_local(X2, np.ones(200, dtype=int), 0.05)
+
+
+def test_local_sensitivity_holds_on_neighbouring_data_sets():
+    """‖ŵ(D) − ŵ(D')‖ ≤ Δ = 1/(nλ) (+ solver slack) for replace-one neighbours, including adversarial ones."""
+    rng = np.random.default_rng(5)
+    n, d, lam = 40, 3, 0.05
+    worst = 0.0
+    for trial in range(15):
+        X = rng.normal(size=(n, d))
+        X /= np.maximum(1.0, np.linalg.norm(X, axis=1))[:, None] * 1.0001
+        y = np.where(X[:, 0] + 0.5 * rng.normal(size=n) > 0, 1, -1)
+        w, delta = train_local(X, y, lam)
+        X2, y2 = X.copy(), y.copy()
+        i = rng.integers(n)
+        u = rng.normal(size=d)
+        X2[i] = u / np.linalg.norm(u) / 1.0001          # a row on the unit sphere ...
+        y2[i] = -np.sign(X2[i] @ w) or 1                # ... labelled against the current model
+        w2, delta2 = train_local(X2, y2, lam)
+        assert delta2 == pytest.approx(delta, rel=1e-6)
+        ratio = np.linalg.norm(w - w2) / delta
+        assert ratio <= 1.0
+        worst = max(worst, ratio)
+    assert worst > 0.2          # the bound is not vacuous: some neighbours come within a factor 5

@@ -1,0 +1,139 @@
+"""Keyword recognition returns the plaintext argmax on every fixture utterance; demo over real processes."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from smcdp.errors import InvalidMessage
+from smcdp.protocols.keyword import KeywordParams, keyword_alice, keyword_bob
+from smcdp.plugins.keyword import KeywordPlugin, load_utterance
+from smcdp.speech import load_models, score_models
+from smcdp.v1 import messages_pb2 as pb
+from tests.unit.protocols.keyword_util import DATA, fixture_utterances, run_pair
+
+MODELS = load_models(DATA / "models.npz")
+UTTERANCES = fixture_utterances()
+
+
+def run_keyword(X, models, sk, **params):
+    p = KeywordParams(key_bits=sk.public_key.bits, **params)
+    return run_pair(lambda ch: keyword_alice(ch, X, p, private_key=sk, allow_insecure_keys=True),
+                    lambda ch: keyword_bob(ch, models, p, allow_insecure_keys=True))
+
+
+def test_fixture_is_present():
+    assert len(UTTERANCES) >= 10
+    assert all(path.exists() for path, _ in UTTERANCES)
+
+
+@pytest.mark.parametrize("path,meta", UTTERANCES, ids=[p.name for p, _ in UTTERANCES])
+def test_keyword_equals_plaintext_argmax(path, meta, keypair512):
+    _, sk = keypair512
+    X = load_utterance(path)
+    plain = score_models(MODELS, X)
+    res, _ = run_keyword(X, MODELS, sk)
+    a = res["alice"]
+    assert a.index == int(np.argmax(plain))
+    assert a.keyword == MODELS.words[a.index]
+    assert a.log_likelihoods is None                  # nothing revealed without debug_reveal
+
+
+def test_debug_reveal_gives_the_scores(keypair512):
+    _, sk = keypair512
+    X = load_utterance(UTTERANCES[0][0])
+    res, _ = run_keyword(X, MODELS, sk, debug_reveal=True)
+    got = np.array(res["alice"].log_likelihoods)
+    want = score_models(MODELS, X)
+    assert np.max(np.abs(got - want) / np.abs(want)) <= 1e-6
+
+
+def test_alice_sees_only_a_permuted_order_preserving_transform(keypair512):
+    _, sk = keypair512
+    X = load_utterance(UTTERANCES[3][0])
+    want = score_models(MODELS, X)
+    res, net = run_keyword(X, MODELS, sk, debug_reveal=False)
+    from smcdp.crypto.vector import EncryptedVector
+
+    msg = next(d for _, t, _, d in net.received_by("alice") if t == "kw/ranked")
+    ranked = EncryptedVector.from_proto(pb.CiphertextVector.FromString(msg), sk.public_key).decrypt_ints(sk)
+    # the sorted transformed scores are a positive affine image of the sorted true scores
+    a = sorted(ranked)
+    b = np.sort(want)
+    ratio = np.array([float(y - x) for x, y in itertools.pairwise(a)]) / np.diff(b)
+    assert np.allclose(ratio, ratio[0], rtol=1e-4) and ratio[0] > 1e6   # gaps carry ~1e-5 abs error
+    assert abs(a[0]) > 2 ** 60                              # shifted by Bob's secret offset
+    # and the order Alice sees is Bob's secret permutation of the models, not the model order
+    order_seen = np.argsort(np.argsort([float(x - a[0]) for x in ranked]))
+    order_true = np.argsort(np.argsort(want))
+    assert sorted(order_seen.tolist()) == sorted(order_true.tolist())
+    assert res["alice"].index == int(np.argmax(want))
+
+
+def test_other_emission_kinds(keypair512):
+    _, sk = keypair512
+    gmm = load_models(DATA / "models_gmm.npz")
+    X = load_utterance(UTTERANCES[0][0])[:40]
+    res, _ = run_keyword(X, gmm, sk)
+    assert res["alice"].index == int(np.argmax(score_models(gmm, X)))
+    disc = load_models(DATA / "models_discrete.npz")
+    z = np.load(DATA / "discrete_test.npz")
+    starts = np.concatenate([[0], np.cumsum(z["lengths"])])
+    S = z["symbols"][starts[2]:starts[3]]
+    res, _ = run_keyword(S, disc, sk)
+    assert res["alice"].index == int(np.argmax(score_models(disc, S)))
+
+
+def test_key_size_must_match_session(keypair512, keypair1024):
+    _, sk = keypair512
+    p_alice = KeywordParams(key_bits=512)
+    p_bob = KeywordParams(key_bits=1024)
+    X = load_utterance(UTTERANCES[0][0])
+    with pytest.raises(InvalidMessage, match="agreed"):
+        run_pair(lambda ch: keyword_alice(ch, X, p_alice, private_key=sk, allow_insecure_keys=True),
+                 lambda ch: keyword_bob(ch, MODELS, p_bob, allow_insecure_keys=True))
+
+
+def test_plugin_validation():
+    plug = KeywordPlugin()
+    ok = plug.validate_params({"key_bits": 2048}, {"alice": "a", "bob": "b"})
+    assert ok["key_bits"] == 2048 and ok["debug_reveal"] is False
+    with pytest.raises(InvalidMessage):
+        plug.validate_params({}, {"alice": "a", "carol": "b"})
+    with pytest.raises(InvalidMessage):
+        plug.validate_params({}, {"alice": "a", "bob": "a"})
+    with pytest.raises(InvalidMessage):
+        plug.validate_params({"debug_reveal": "yes"}, {"alice": "a", "bob": "b"})
+    with pytest.raises(InvalidMessage):
+        plug.validate_params({"bogus": 1}, {"alice": "a", "bob": "b"})
+
+
+def test_load_utterance_validation(tmp_path):
+    bad = tmp_path / "bad.npy"
+    np.save(bad, np.array([[1.0, np.nan]]))
+    with pytest.raises(InvalidMessage, match="NaN"):
+        load_utterance(bad)
+    with pytest.raises(InvalidMessage, match="does not exist"):
+        load_utterance(tmp_path / "missing.npy")
+    np.save(bad, np.zeros((2, 2, 2)))
+    with pytest.raises(InvalidMessage):
+        load_utterance(bad)
+
+
+def test_demo_through_local_cluster(tmp_path):
+    """Alice and Bob as separate OS processes over gRPC with mutual TLS (small key: test-only opt-in)."""
+    from smcdp.cli.demo.keyword import demo_keyword
+
+    path = DATA / "utterance_98.npy"
+    out = demo_keyword(str(path), str(DATA / "models.npz"), key_bits=512, debug_reveal=True)
+    X = np.load(path)
+    plain = score_models(MODELS, X)
+    assert out["index"] == int(np.argmax(plain))
+    assert out["keyword"] == MODELS.words[out["index"]]
+    assert out["seconds"] > 0 and out["bytes_sent"]["alice"] > 0 and out["bytes_sent"]["bob"] > 0
+    lls = np.array(out["log_likelihoods"])
+    assert np.max(np.abs(lls - plain) / np.abs(plain)) <= 1e-6
+    json.dumps(out)

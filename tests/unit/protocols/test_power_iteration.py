@@ -1,0 +1,158 @@
+"""Power iteration (003 §4.1.1) in memory: correctness against numpy.linalg.eigh and Trent's view."""
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from smcdp.errors import InvalidMessage, SessionAborted
+from smcdp.net.channel import InMemoryNetwork
+from smcdp.protocols.power_iteration import (
+    PowerIterationParams,
+    data_party,
+    plaintext_reference,
+    sign_convention,
+    trent,
+)
+from smcdp.v1 import messages_pb2 as pb
+
+
+def run(blocks, params, *, seed=None, tamper=None):
+    roles = {"trent": "trent", **{f"party{i + 1}": f"org{i + 1}" for i in range(len(blocks))}}
+    net = InMemoryNetwork(roles, timeout=120)
+    if tamper:
+        tamper(net)
+    coros = {"trent": lambda ch: trent(ch, params, seed=seed, allow_insecure_keys=True)}
+    for i, A in enumerate(blocks):
+        coros[f"party{i + 1}"] = (lambda ch, A=A, i=i: data_party(
+            ch, A, params, seed=None if seed is None else seed + i + 1, allow_insecure_keys=True))
+    return net, asyncio.run(net.run(coros))
+
+
+def blocks_with_gap(rng, k, ns, gap=3.0):
+    """Random data whose top eigenvalue is separated (power iteration converges in tens of rounds)."""
+    M = rng.normal(size=(k, sum(ns)))
+    M += gap * np.outer(rng.normal(size=k), rng.normal(size=sum(ns)))
+    return np.split(M, np.cumsum(ns)[:-1], axis=1)
+
+
+@pytest.mark.parametrize("k,ns,p", [(5, (4, 6), 1.0), (8, (3, 3, 7), 0.7), (20, (30, 10), 0.8), (3, (1, 1), 0.9)])
+def test_matches_numpy_eigenvectors(k, ns, p):
+    rng = np.random.default_rng(k * 100 + len(ns))
+    blocks = blocks_with_gap(rng, k, ns)
+    params = PowerIterationParams(n_parties=len(ns), key_bits=512, p=p, tol=1e-10)
+    net, res = run(blocks, params, seed=k)
+    u_ref, x_ref = plaintext_reference(blocks)
+    tr = res["trent"]
+    assert tr.converged
+    assert abs(np.dot(tr.x, x_ref)) >= 0.9999
+    assert np.allclose(tr.x, x_ref, atol=1e-5)          # sign convention too
+    assert tr.n_per_party == list(ns)
+    blocks_alpha = []
+    for i in range(len(ns)):
+        pr = res[f"party{i + 1}"]
+        assert abs(np.dot(pr.u, u_ref)) >= 0.9999
+        assert np.allclose(pr.u, u_ref, atol=1e-5)
+        blocks_alpha.append(pr.alpha)
+    # the parties' α blocks, concatenated, are x up to one common sign
+    joined = np.concatenate(blocks_alpha)
+    sign = np.sign(np.dot(joined, tr.x))
+    assert np.allclose(sign * joined, tr.x, atol=1e-5)
+    assert tr.real_rounds + tr.decoys == tr.rounds
+    if p == 1.0:
+        assert tr.decoys == 0
+
+
+def test_decoys_do_not_change_the_result_and_happen_at_rate_one_minus_p():
+    rng = np.random.default_rng(7)
+    blocks = blocks_with_gap(rng, 6, (5, 5), gap=1.0)
+    params = PowerIterationParams(n_parties=2, key_bits=512, p=0.5, tol=1e-10)
+    _, res = run(blocks, params, seed=3)
+    tr = res["trent"]
+    _, x_ref = plaintext_reference(blocks)
+    assert np.allclose(tr.x, x_ref, atol=1e-5)
+    # every decoy is followed by a replay round, so decoys ≈ (1-p)/(2-p) of rounds; a loose binomial check
+    frac = tr.decoys / tr.rounds
+    assert 0.15 < frac < 0.5, frac
+
+
+def test_trent_receives_only_ciphertexts():
+    rng = np.random.default_rng(11)
+    blocks = blocks_with_gap(rng, 4, (3, 3))
+    net, res = run(blocks, PowerIterationParams(n_parties=2, key_bits=512, p=0.8))
+    seen = net.received_by("trent")
+    assert seen
+    plain_allowed = {
+        # public setup: the public key and the number of rows k
+        "public_key": "smcdp.v1.PaillierPublicKey", "dims": "smcdp.v1.Ints",
+        # the one-bit convergence answer, and the output blocks of x that Trent gathers by design
+        "flag": "smcdp.v1.Flag", "final/alpha": "smcdp.v1.Floats",
+    }
+    for sender, tag, tname, data in seen:
+        base = tag.split("/")[0] if not tag.startswith("final/") else tag
+        if base in plain_allowed:
+            assert tname == plain_allowed[base], (tag, tname)
+        else:
+            assert tname == "smcdp.v1.CiphertextVector", (tag, tname)
+            msg = pb.CiphertextVector.FromString(data)
+            assert len(msg.ciphertexts) >= 1
+    # no raw data value appears in what Trent received
+    raw = b"".join(d for *_, d in seen)
+    for A in blocks:
+        for v in A.ravel()[:5]:
+            assert np.float64(v).tobytes() not in raw
+
+
+def test_mismatched_dimensions_are_refused():
+    rng = np.random.default_rng(2)
+    blocks = [rng.normal(size=(4, 3)), rng.normal(size=(5, 3))]
+    with pytest.raises((InvalidMessage, SessionAborted), match="mismatched dimensions"):
+        run(blocks, PowerIterationParams(n_parties=2, key_bits=512))
+
+
+def test_malformed_ciphertext_is_refused_by_trent():
+    rng = np.random.default_rng(3)
+    blocks = blocks_with_gap(rng, 4, (3, 3))
+
+    def tamper(net):
+        ch = net.channel("party2")
+        orig = ch._transmit
+
+        async def evil(to, tag, type_url, data):
+            if tag == "contrib/1":
+                msg = pb.CiphertextVector.FromString(data)
+                msg.ciphertexts[0] = b"\x00" * 3  # zero: not in Z*_{n^2}
+                data = msg.SerializeToString()
+            await orig(to, tag, type_url, data)
+
+        ch._transmit = evil
+
+    with pytest.raises(InvalidMessage, match=r"contrib/1 from party2: ciphertext 0 is outside"):
+        run(blocks, PowerIterationParams(n_parties=2, key_bits=512, p=1.0), tamper=tamper)
+
+
+def test_value_bound_overflow_is_detected():
+    rng = np.random.default_rng(4)
+    blocks = [rng.normal(size=(4, 3)) * 1e6, rng.normal(size=(4, 3))]
+    with pytest.raises((InvalidMessage, SessionAborted), match="above the agreed bound"):
+        run(blocks, PowerIterationParams(n_parties=2, key_bits=512, value_bits=8))
+
+
+def test_stops_at_max_iterations_without_claiming_convergence():
+    rng = np.random.default_rng(5)
+    blocks = [rng.normal(size=(6, 4)), rng.normal(size=(6, 4))]
+    _, res = run(blocks, PowerIterationParams(n_parties=2, key_bits=512, max_iterations=3, tol=1e-12))
+    assert res["trent"].rounds == 3
+    assert not res["trent"].converged
+
+
+def test_params_are_validated():
+    for bad in ({"p": 0.0}, {"p": 1.5}, {"n_parties": 1}, {"tol": 2.0}, {"max_iterations": 0},
+                {"padding": -1.0}, {"bogus": 1}):
+        with pytest.raises(InvalidMessage):
+            PowerIterationParams.from_mapping(bad)
+
+
+def test_sign_convention():
+    assert list(sign_convention(np.array([0.0, -1.0, 2.0]))) == [0.0, 1.0, -2.0]
+    assert list(sign_convention(np.array([0.0, 1.0]))) == [0.0, 1.0]

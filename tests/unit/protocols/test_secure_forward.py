@@ -1,0 +1,180 @@
+"""Secure forward algorithm = plaintext forward algorithm (hmmlearn's score) within 1e-6 relative."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from smcdp.errors import CryptoOverflow, InvalidMessage
+from smcdp.primitives.rng import protocol_rng
+from smcdp.protocols.secure_forward import (
+    ForwardParams,
+    Shape,
+    exp_layout,
+    forward_alice,
+    forward_bob,
+)
+from smcdp.speech import load_models, score_models
+from smcdp.speech.models import KeywordModels, to_hmmlearn
+from smcdp.v1 import messages_pb2 as pb
+from tests.unit.protocols.keyword_util import DATA, run_pair, synthetic_models
+
+REL_TOL = 1e-6
+
+
+def secure_scores(models, X, sk, params=None, seed=None):
+    params = params or ForwardParams()
+    pk = sk.public_key
+    res, net = run_pair(lambda ch: forward_alice(ch, X, params, private_key=sk),
+                        lambda ch: forward_bob(ch, models, params, public_key=pk, rng=protocol_rng(seed)))
+    return res["bob"].log_likelihoods.decrypt(sk), res, net
+
+
+def hmmlearn_scores(models, X):
+    Xh = np.asarray(X).reshape(-1, 1) if models.kind == "discrete" else X
+    return np.array([to_hmmlearn(models.hmm(i)).score(Xh) for i in range(models.n_words)])
+
+
+def assert_close(got, want):
+    assert got.shape == want.shape
+    rel = np.abs(got - want) / np.abs(want)
+    assert np.all(rel <= REL_TOL), f"relative errors {rel} exceed {REL_TOL}"
+
+
+@pytest.mark.parametrize("kind", ["discrete", "diag", "full", "gmm-diag", "gmm-full"])
+@pytest.mark.parametrize("topology", ["dense", "left-right"])
+def test_synthetic_matches_hmmlearn(kind, topology, keypair512):
+    _, sk = keypair512
+    rng = np.random.default_rng(hash((kind, topology)) % 2 ** 32)
+    models = synthetic_models(kind, rng, topology=topology)
+    T = 25
+    X = rng.integers(0, 6, T) if kind == "discrete" else rng.normal(size=(T, 4)) * 3
+    got, _, _ = secure_scores(models, X, sk)
+    want = hmmlearn_scores(models, X)
+    assert_close(got, want)
+    assert_close(got, score_models(models, X))
+
+
+@pytest.mark.parametrize("name", ["models.npz", "models_full.npz", "models_gmm.npz"])
+def test_fixture_models_98_frames(name, keypair1024):
+    """The speech fixture (trained HMMs, real MFCCs, left-to-right) over a 98-frame utterance."""
+    _, sk = keypair1024
+    models = load_models(DATA / name)
+    X = np.load(DATA / "utterance_98.npy")
+    if name == "models.npz":
+        models = KeywordModels.from_hmms(models.words[:4], models.hmms()[:4])
+    got, _, _ = secure_scores(models, X, sk)
+    assert_close(got, hmmlearn_scores(models, X))
+
+
+def test_fixture_discrete(keypair512):
+    _, sk = keypair512
+    models = load_models(DATA / "models_discrete.npz")
+    z = np.load(DATA / "discrete_test.npz")
+    X = z["symbols"][: z["lengths"][0]]
+    got, _, _ = secure_scores(models, X, sk)
+    assert_close(got, hmmlearn_scores(models, X))
+
+
+def test_long_utterance_does_not_underflow(keypair512):
+    """600 frames: P(x|λ) ~ e^-5000, far below double precision; the log domain keeps it exact."""
+    _, sk = keypair512
+    rng = np.random.default_rng(11)
+    models = synthetic_models("diag", rng, D=2, N=3, d=3, topology="left-right")
+    X = rng.normal(size=(600, 3)) * 4
+    got, _, _ = secure_scores(models, X, sk)
+    want = hmmlearn_scores(models, X)
+    assert np.all(want < -3000)
+    assert_close(got, want)
+
+
+def test_seeded_masks_change_alice_view_not_result(keypair512):
+    _, sk = keypair512
+    rng = np.random.default_rng(3)
+    models = synthetic_models("diag", rng, D=2, N=3, d=3)
+    X = rng.normal(size=(6, 3))
+    g1, _, n1 = secure_scores(models, X, sk, seed=1)
+    g2, _, n2 = secure_scores(models, X, sk, seed=2)
+    assert np.max(np.abs(g1 - g2)) < 1e-8
+
+    def first_u(net):
+        return next(d for s, t, _, d in net.received_by("alice") if t == "fw/u/1")
+
+    assert first_u(n1) != first_u(n2)
+
+
+def test_bob_receives_only_ciphertexts_and_public_sizes(keypair512):
+    _, sk = keypair512
+    rng = np.random.default_rng(4)
+    models = synthetic_models("full", rng, D=2, N=3, d=3)
+    X = rng.normal(size=(5, 3))
+    _, _, net = secure_scores(models, X, sk)
+    kinds = {(t.split("/")[1], tn) for _, t, tn, _ in net.received_by("bob")}
+    assert {tn for _, tn in kinds} <= {"smcdp.v1.CiphertextVector", "smcdp.v1.Ints"}
+    ints = [(t, pb.Ints.FromString(d).values) for _, t, tn, d in net.received_by("bob") if tn == "smcdp.v1.Ints"]
+    assert ints == [("fw/T", [5])]
+
+
+def test_alice_features_above_bound_are_refused(keypair512):
+    _, sk = keypair512
+    rng = np.random.default_rng(5)
+    models = synthetic_models("diag", rng, D=1, N=2, d=3)
+    X = rng.normal(size=(4, 3))
+    X[2, 1] = 300.0
+    with pytest.raises(InvalidMessage, match="feature"):
+        secure_scores(models, X, sk)
+
+
+def test_coefficients_above_bound_raise_overflow(keypair512):
+    _, sk = keypair512
+    rng = np.random.default_rng(6)
+    models = synthetic_models("diag", rng, D=1, N=2, d=3)
+    tiny = KeywordModels(models.words, models.startprob, models.transmat, means=models.means,
+                         covars=np.full_like(models.covars, 1e-7))
+    with pytest.raises(CryptoOverflow):
+        secure_scores(tiny, rng.normal(size=(3, 3)), sk)
+
+
+def test_wrong_feature_dimension(keypair512):
+    _, sk = keypair512
+    rng = np.random.default_rng(8)
+    models = synthetic_models("diag", rng, D=1, N=2, d=3)
+    with pytest.raises(InvalidMessage, match="features"):
+        secure_scores(models, rng.normal(size=(4, 5)), sk)
+
+
+def test_params_validation():
+    with pytest.raises(InvalidMessage):
+        ForwardParams.from_mapping({"nonsense": 1})
+    with pytest.raises(InvalidMessage):
+        ForwardParams(feature_bits=0).validate()
+    with pytest.raises(InvalidMessage):
+        Shape.from_proto(pb.Ints(values=[1, 9, 1, 1, 1, 1]))
+
+
+def test_exp_layout_left_right_and_dense():
+    lr = np.array([[[1, 1, 0], [0, 1, 1], [0, 0, 1]]], dtype=bool)
+    entries, groups = exp_layout(lr)
+    assert entries == [(0, 0, 0), (0, 1, 0), (0, 1, 1), (0, 2, 1), (0, 2, 2)]
+    assert groups == [(0, 0), (0, 1), (0, 2)]
+    dense = np.ones((1, 3, 3), dtype=bool)
+    _, groups = exp_layout(dense)
+    assert groups == [(0, 0)] * 3            # one predecessor set: one normalisation
+
+
+def test_impossible_sequence_gets_the_sentinel(keypair512):
+    """A discrete model that cannot emit a symbol of the sequence scores LOG_ZERO; the others are exact."""
+    from smcdp.protocols.secure_forward import LOG_ZERO
+
+    _, sk = keypair512
+    rng = np.random.default_rng(12)
+    models = synthetic_models("discrete", rng, D=2, N=3, M=4)
+    ep = np.array(models.emissionprob)
+    ep[1, :, 3] = 0.0
+    ep[1] /= ep[1].sum(-1, keepdims=True)
+    models = KeywordModels(models.words, models.startprob, models.transmat, emissionprob=ep)
+    X = np.array([0, 1, 3, 2, 0])
+    got, _, _ = secure_scores(models, X, sk)
+    want = score_models(models, X)
+    assert want[1] == -np.inf and abs(got[1] - LOG_ZERO) < 2.0 ** 32      # ≪ |LOG_ZERO| = 2^39
+    assert abs(got[0] - want[0]) / abs(want[0]) <= REL_TOL
