@@ -58,5 +58,11 @@ docker-image:
 docker-lock:
 	PYTHON='$(PYTHON)' deploy/image/lock.sh
 
+## The party image built and run: base image, image, one container per party from `smcdp deploy
+## init` bundles, every protocol, confinement, SIGTERM, restart, docker-compose against podman's
+## socket.  Needs root, podman, runc, debootstrap, docker-compose (.ci/run installs them).
+container-test: $(STAMP)
+	$(BIN)/python -m pytest -q -ra -m container tests/integration/containers
+
 clean:
 	rm -rf $(VENV) $(OUT) build *.egg-info .pytest_cache
