@@ -47,6 +47,11 @@ fi
 args=(build -f deploy/Dockerfile -t "$IMAGE"
       --build-arg "PYTHON_IMAGE=$PYTHON_IMAGE" --build-arg "VERSION=$version"
       --build-arg "REVISION=$revision" --build-arg "SOURCE=$source" --build-arg "CREATED=$created")
+# The same values as --label too: buildah (podman 4.3) reuses a cached LABEL layer although its
+# build arguments changed, which would leave the previous commit's revision on a new image.
+for kv in "version=$version" "revision=$revision" "source=$source" "created=$created"; do
+  args+=(--label "org.opencontainers.image.$kv")
+done
 if [ -n "${BUILD_CA:-}" ]; then
   [ -r "$BUILD_CA" ] || { echo "$0: BUILD_CA=$BUILD_CA is not a readable file" >&2; exit 1; }
   args+=(--secret "id=build_ca,src=$BUILD_CA")

@@ -111,11 +111,12 @@ class Podman:
 
     def remove_leftovers(self) -> None:
         """Containers and namespaces of earlier runs whose owner process no longer exists."""
-        r = self.run("ps", "-a", "--filter", f"label={RUN_LABEL}",
-                     "--format", "{{.Names}} {{.Labels}}", check=False)
+        r = self.run("ps", "-a", "--format", "{{.Names}} {{.Labels}}", check=False)
         for line in r.stdout.splitlines():
             name = line.split()[0] if line.split() else ""
-            m = re.search(RUN_LABEL.replace(".", r"\.") + r":(\d+)-", line)
+            # ours, or made by the compose test (project smcdp-ct-<pid>-<hex>)
+            m = re.search(RUN_LABEL.replace(".", r"\.") + r":(\d+)-", line) or \
+                re.search(r"com\.docker\.compose\.project:smcdp-ct-(\d+)-", line)
             if name and m and not _pid_alive(int(m.group(1))):
                 self.run("rm", "-f", "-t", "0", name, check=False)
         for ns in _netns_list():
