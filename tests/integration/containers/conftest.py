@@ -12,9 +12,12 @@ from .harness import ContainerCluster, Podman, build_images, unavailable_reason
 
 
 def _report(config, line: str) -> None:
+    """A line on the terminal even while pytest captures output (build times, image size)."""
     tr = config.pluginmanager.get_plugin("terminalreporter")
-    if tr is not None:
-        tr.write_line(line)
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    if tr is not None and capture is not None:
+        with capture.global_and_fixture_disabled():
+            tr.write_line(line)
 
 
 @pytest.fixture(scope="session")
