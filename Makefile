@@ -5,7 +5,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 OUT    ?= out
 
-.PHONY: all install demo test proto proto-check bench experiments multihost-test docker-image clean
+.PHONY: all install demo test proto proto-check bench experiments multihost-test docker-image docker-lock \
+        container-test clean
 
 all: test
 
@@ -42,9 +43,26 @@ experiments: $(STAMP)
 multihost-test: $(STAMP)
 	$(BIN)/python -m pytest -q -ra -m multihost tests/integration/multihost
 
-## Build the party image where a Docker engine exists.
+## The party image (deploy/Dockerfile): built with Docker where a Docker engine answers, with
+## podman otherwise.  IMAGE: the tag; PYTHON_IMAGE: the base of both stages; BUILD_CA: a PEM file
+## of an extra CA pip must trust while building (a build secret, never stored in the image);
+## CONTAINER_ENGINE=docker|podman forces an engine.  See deploy/image/build.sh.
+IMAGE        ?= smcdp:latest
+PYTHON_IMAGE ?= python:3.11-slim-bookworm
+BUILD_CA     ?=
 docker-image:
-	docker build -f deploy/Dockerfile -t smcdp:latest .
+	IMAGE='$(IMAGE)' PYTHON_IMAGE='$(PYTHON_IMAGE)' BUILD_CA='$(BUILD_CA)' deploy/image/build.sh
+
+## Regenerate deploy/requirements.lock and deploy/build-requirements.lock (the image's pinned,
+## hashed dependencies) from pyproject.toml with pip-compile; needs Python 3.11, the image's.
+docker-lock:
+	PYTHON='$(PYTHON)' deploy/image/lock.sh
+
+## The party image built and run: base image, image, one container per party from `smcdp deploy
+## init` bundles, every protocol, confinement, SIGTERM, restart, docker-compose against podman's
+## socket.  Needs root, podman, runc, debootstrap, docker-compose (.ci/run installs them).
+container-test: $(STAMP)
+	$(BIN)/python -m pytest -q -ra -m container tests/integration/containers
 
 clean:
 	rm -rf $(VENV) $(OUT) build *.egg-info .pytest_cache

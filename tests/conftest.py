@@ -24,3 +24,14 @@ def keypair1024():
 @pytest.fixture(scope="session")
 def keypair2048():
     return _keypair(2048)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Container tests build the party image and run containers for minutes: they run only when
+    a marker expression names them (``make container-test`` runs ``pytest -m container``)."""
+    if "container" in (config.option.markexpr or ""):
+        return
+    keep = [item for item in items if item.get_closest_marker("container") is None]
+    if len(keep) != len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+        items[:] = keep

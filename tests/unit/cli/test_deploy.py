@@ -298,11 +298,15 @@ def test_dockerfile_is_multi_stage_slim_non_root_with_grpc_health():
     stages = _stages(text)
     assert len(stages) == 2
     assert "ARG PYTHON_IMAGE=python:3.11-slim" in text
-    assert "pip wheel" in " ".join(stages[0]["lines"])
+    build = " ".join(stages[0]["lines"])
+    # dependencies only as pinned and hashed in the lock; smcdp itself built offline
+    assert "--require-hashes --no-deps --no-build-isolation -r requirements.lock" in build
+    assert "COPY deploy/build-requirements.lock deploy/requirements.lock" in build
+    assert "--no-index ." in build
     final = " ".join(stages[1]["lines"])
-    for compiler in ("build-essential", "gcc", "g++", "-dev ", "clang", "make "):
+    for compiler in ("build-essential", "gcc", "g++", "-dev ", "clang", "make ", "pip install"):
         assert compiler not in final, compiler
-    assert "--no-index --find-links=/wheels" in final
+    assert "COPY --from=build /opt/smcdp /opt/smcdp" in final
     users = [ln for ln in stages[1]["lines"] if ln.startswith("USER ")]
     assert users and users[-1].split()[1].split(":")[0] not in ("0", "root")
     assert users[-1] == f"USER {deploy.CONTAINER_UID}:{deploy.CONTAINER_UID}"
@@ -316,10 +320,11 @@ def test_dockerignore_keeps_keys_and_local_state_out_of_the_build_context():
     lines = [ln.strip() for ln in (REPO / ".dockerignore").read_text().splitlines()
              if ln.strip() and not ln.startswith("#")]
     assert lines[0] == "*"                        # deny by default ...
-    assert {"!pyproject.toml", "!README.md", "!smcdp/"} <= set(lines)  # ... allow what the wheel needs
+    assert {"!pyproject.toml", "!setup.py", "!README.md", "!smcdp/", "!deploy/requirements.lock",
+            "!deploy/build-requirements.lock"} <= set(lines)  # ... allow what the image needs
     assert "**/*.key" in lines
     text = (REPO / "deploy" / "Dockerfile").read_text()
-    for src in ("pyproject.toml", "README.md", "smcdp"):
+    for src in ("pyproject.toml", "setup.py", "README.md", "smcdp", "deploy/requirements.lock"):
         assert f"COPY {src}" in text or f" {src} " in text
 
 
