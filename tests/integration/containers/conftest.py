@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from ...multihost.cases import available_cases
+from tests.integration.multihost.cases import available_cases
 from .harness import ContainerCluster, Podman, build_images, unavailable_reason
 
 

@@ -17,7 +17,7 @@ What this module provides to the container tests:
   creates, host networking inside it, parties on loopback ports of that namespace.  Operator
   commands run as an operator runs them: ``podman exec <party> smcdp session start ...``.
   Its ``session``/``wait_records``/``log`` match the multi-host harness, so the protocol
-  cases of ``tests/multihost/cases.py`` (checks against the plaintext computation) run here
+  cases of ``tests/integration/multihost/cases.py`` (checks against the plaintext computation) run here
   unchanged.
 
 Parties are started and probed only through the console script (``smcdp party`` is the

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from ...multihost.cases import KEYWORD, run_keyword
+from tests.integration.multihost.cases import KEYWORD, run_keyword
 from .harness import CONTAINER_UID, ContainerCluster, smcdp_command
 
 pytestmark = [pytest.mark.container, pytest.mark.timeout(900)]

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from ...multihost.cases import PI_ROLES, check_power_iteration, power_iteration_params, run_power_iteration
+from tests.integration.multihost.cases import PI_ROLES, check_power_iteration, power_iteration_params, run_power_iteration
 from .harness import (CONTAINER_UID, NOT_TRANSLATED, REPO, SECRET_CANARY, podman_run_args,
                       read_env_file)
 
