@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import random
 import secrets
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
@@ -68,14 +69,14 @@ def _mpz_from_bytes(b: bytes) -> mpz:
     return mpz(bytes_to_int(b))
 
 
-def _random_below(bound: int) -> mpz:
-    return mpz(secrets.randbelow(int(bound)))
+def _random_below(bound: int, rng: random.Random | None = None) -> mpz:
+    return mpz(secrets.randbelow(int(bound)) if rng is None else rng.randrange(int(bound)))
 
 
-def _random_prime(bits: int) -> mpz:
+def _random_prime(bits: int, rng: random.Random | None = None) -> mpz:
     """A uniformly random prime of exactly ``bits`` bits."""
     while True:
-        cand = mpz(secrets.randbits(bits)) | (mpz(1) << (bits - 1)) | 1
+        cand = mpz(secrets.randbits(bits) if rng is None else rng.getrandbits(bits)) | (mpz(1) << (bits - 1)) | 1
         if gmpy2.is_prime(cand, 40):
             return cand
 
@@ -374,7 +375,7 @@ class DGKPrivateKey:
         return cls.from_proto(msg, allow_insecure=allow_insecure)
 
 
-def _dgk_prime(half_bits: int, u: int, v: mpz, avoid: mpz | None) -> mpz:
+def _dgk_prime(half_bits: int, u: int, v: mpz, avoid: mpz | None, rng: random.Random | None = None) -> mpz:
     """A prime p = 2*u*v*w + 1 (w random) in [sqrt(2) * 2^(half_bits-1), 2^half_bits).
 
     The lower bound makes the product of two such primes have exactly
@@ -388,27 +389,27 @@ def _dgk_prime(half_bits: int, u: int, v: mpz, avoid: mpz | None) -> mpz:
     if w_max - w_min < (1 << 16):
         raise InvalidMessage("DGK modulus too small for the requested t and u")
     while True:
-        p = base * (w_min + _random_below(w_max - w_min + 1)) + 1
+        p = base * (w_min + _random_below(w_max - w_min + 1, rng)) + 1
         if avoid is not None and (p - 1) % avoid == 0:
             continue
         if gmpy2.is_prime(p, 40):
             return p
 
 
-def _element_of_order(prime: mpz, factors: Sequence[int]) -> mpz:
+def _element_of_order(prime: mpz, factors: Sequence[int], rng: random.Random | None = None) -> mpz:
     """A random element of order exactly prod(factors) (distinct primes dividing prime-1)."""
     order = math.prod(int(f) for f in factors)
     cof = (prime - 1) // order
     while True:
-        x = gmpy2.powmod(2 + _random_below(prime - 3), cof, prime)
+        x = gmpy2.powmod(2 + _random_below(prime - 3, rng), cof, prime)
         if all(gmpy2.powmod(x, order // int(f), prime) != 1 for f in factors):
             return x
 
 
 def generate_keypair(modulus_bits: int = DEFAULT_MODULUS_BITS, t: int = DEFAULT_T_BITS, *,
                      max_ell: int = DEFAULT_MAX_ELL, u: int | None = None,
-                     allow_insecure: bool = False) -> DGKPrivateKey:
-    """Generate a DGK key pair.
+                     allow_insecure: bool = False, rng: random.Random | None = None) -> DGKPrivateKey:
+    """Generate a DGK key pair (from ``rng`` when given, e.g. a role's keyed stream; else the OS CSPRNG).
 
     ``modulus_bits``: bits of n (>= 2048 unless allow_insecure); ``t``: bits of
     v_p, v_q (>= 160 unless allow_insecure; default 224); ``u``: plaintext
@@ -440,12 +441,12 @@ def generate_keypair(modulus_bits: int = DEFAULT_MODULUS_BITS, t: int = DEFAULT_
     if half - (2 * u * (1 << t)).bit_length() < 16:
         raise InvalidMessage(f"t = {t} is too large for a {modulus_bits}-bit modulus")
     while True:
-        vp = _random_prime(t)
-        vq = _random_prime(t)
+        vp = _random_prime(t, rng)
+        vq = _random_prime(t, rng)
         if vp == vq:
             continue
-        p = _dgk_prime(half, u, vp, vq)
-        q = _dgk_prime(half, u, vq, vp)
+        p = _dgk_prime(half, u, vp, vq, rng)
+        q = _dgk_prime(half, u, vq, vp, rng)
         if p == q:
             continue
         break
@@ -455,8 +456,8 @@ def generate_keypair(modulus_bits: int = DEFAULT_MODULUS_BITS, t: int = DEFAULT_
     def crt(xp: mpz, xq: mpz) -> mpz:
         return xq + q * ((xp - xq) * q_inv_p % p)
 
-    g = crt(_element_of_order(p, (u, vp)), _element_of_order(q, (u, vq)))
-    h = crt(_element_of_order(p, (vp,)), _element_of_order(q, (vq,)))
+    g = crt(_element_of_order(p, (u, vp), rng), _element_of_order(q, (u, vq), rng))
+    h = crt(_element_of_order(p, (vp,), rng), _element_of_order(q, (vq,), rng))
     assert n.bit_length() == modulus_bits and 1 < g < n and 1 < h < n
     pub = DGKPublicKey(n=n, g=g, h=h, u=u, t=t)
     return DGKPrivateKey(public=pub, p=p, q=q, vp=vp, vq=vq)

@@ -32,6 +32,7 @@ message index i and the 256-byte key element, squeezed to the message length
 from __future__ import annotations
 
 import hashlib
+import random
 import secrets
 from dataclasses import dataclass, field
 
@@ -72,9 +73,10 @@ class SchnorrGroup:
     def byte_length(self) -> int:
         return (self.p.bit_length() + 7) // 8
 
-    def random_exponent(self) -> mpz:
-        """Uniform in [1, q)."""
-        return mpz(1 + secrets.randbelow(int(self.q) - 1))
+    def random_exponent(self, rng: random.Random | None = None) -> mpz:
+        """Uniform in [1, q) (from ``rng`` when given, e.g. a role's keyed stream; else the OS CSPRNG)."""
+        q1 = int(self.q) - 1
+        return mpz(1 + (secrets.randbelow(q1) if rng is None else rng.randrange(q1)))
 
     def g_table(self) -> FixedBase:
         """Fixed-base table for g (about 20 MB at 2048 bits; built on first use, kept)."""
@@ -145,9 +147,10 @@ def xor_bytes(a: bytes, b: bytes) -> bytes:
     return (int.from_bytes(a, "little") ^ int.from_bytes(b, "little")).to_bytes(len(a), "little")
 
 
-def chooser_first(group: SchnorrGroup, cs: list, choice: int, *, table: bool = False) -> tuple[mpz, mpz]:
+def chooser_first(group: SchnorrGroup, cs: list, choice: int, *, table: bool = False,
+                  rng: random.Random | None = None) -> tuple[mpz, mpz]:
     """(k, PK_0) for one transfer."""
-    k = group.random_exponent()
+    k = group.random_exponent(rng)
     gk = group.exp_g(k, table=table)
     if choice == 0:
         return k, gk

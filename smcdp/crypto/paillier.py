@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import secrets
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -285,12 +286,37 @@ def check_key_bits(bits: int, allow_insecure: bool) -> None:
         raise InsecureParameters("Paillier keys below 128 bits are not supported even for tests")
 
 
-def generate_keypair(bits: int = DEFAULT_KEY_BITS, *, allow_insecure: bool = False) -> tuple[PublicKey, PrivateKey]:
-    """New key pair of ``bits`` bits (default 3072; < 2048 only with ``allow_insecure``)."""
+def _random_prime(bits: int, rng: random.Random) -> mpz:
+    """A random prime of exactly ``bits`` bits with its top two bits set (so p·q has 2·bits bits)."""
+    top = (mpz(3) << (bits - 2)) | 1
+    while True:
+        p = gmpy2.next_prime(mpz(rng.getrandbits(bits)) | top)
+        if p.bit_length() == bits:
+            return p
+
+
+def generate_keypair(bits: int = DEFAULT_KEY_BITS, *, allow_insecure: bool = False,
+                     rng: random.Random | None = None) -> tuple[PublicKey, PrivateKey]:
+    """New key pair with an exactly ``bits``-bit modulus (default 3072; < 2048 only with ``allow_insecure``).
+
+    Primes come from ``rng`` when given -- a role's keyed stream
+    (:mod:`smcdp.primitives.rng`), so that a session replayed after a crash
+    regenerates the same key -- and from the OS CSPRNG otherwise.  As in
+    python-paillier, each prime is the next prime after a random odd number;
+    n = pq with p != q and gcd(n, (p-1)(q-1)) = 1.
+    """
     check_key_bits(bits, allow_insecure)
-    pub, priv = phe_paillier.generate_paillier_keypair(n_length=bits)
-    pk = PublicKey(pub.n)
-    return pk, PrivateKey(pk, priv.p, priv.q)
+    if isinstance(bits, bool) or not isinstance(bits, int) or bits % 2:
+        raise InvalidMessage(f"a Paillier key size must be an even number of bits, got {bits!r}")
+    rng = rng if rng is not None else random.SystemRandom()
+    half = bits // 2
+    while True:
+        p = _random_prime(half, rng)
+        q = _random_prime(half, rng)
+        n = p * q
+        if p != q and n.bit_length() == bits and gmpy2.gcd(n, (p - 1) * (q - 1)) == 1:
+            pk = PublicKey(int(n))
+            return pk, PrivateKey(pk, p, q)
 
 
 def save_public_key(pk: PublicKey, path: str | os.PathLike) -> None:

@@ -39,7 +39,7 @@ import math
 import numbers
 import os
 import secrets
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -49,6 +49,7 @@ __all__ = [
     "INT64_SAFE",
     "RandomSource",
     "SecureSource",
+    "StreamSource",
     "SeededSource",
     "aux_rng",
     "bernoulli_exp",
@@ -145,6 +146,40 @@ class SecureSource(RandomSource):
         # 53 random bits k, value (k + 0.5) / 2**53: never 0, never 1, exact.
         k = self._u64(n) >> np.uint64(11)
         return (k.astype(np.float64) + 0.5) * (2.0**-53)
+
+
+class StreamSource(SecureSource):
+    """Uniform integers and doubles from a caller's cryptographically secure byte stream.
+
+    ``read(n)`` must return ``n`` bytes of a CSPRNG -- e.g. a keyed ChaCha20
+    stream, which a party process uses so that a session's noise is the same
+    when the session is replayed after a crash (the key stays with the party
+    and never leaves it).  The sampling is the same as :class:`SecureSource`'s.
+    """
+
+    secure = True
+
+    def __init__(self, read: Callable[[int], bytes]):
+        if not callable(read):
+            raise InvalidParameter("StreamSource needs a callable read(n) -> bytes")
+        self._read = read
+
+    def __repr__(self) -> str:
+        return "StreamSource()"
+
+    def _randbelow(self, b: int) -> int:
+        if b <= 0:
+            raise InvalidParameter("uniform_below needs positive bounds")
+        nbits = b.bit_length()
+        nbytes = (nbits + 7) // 8
+        mask = (1 << nbits) - 1
+        while True:
+            x = int.from_bytes(self._read(nbytes), "little") & mask
+            if x < b:
+                return x
+
+    def _u64(self, n: int) -> np.ndarray:
+        return np.frombuffer(self._read(8 * n), dtype=np.uint64).copy()
 
 
 class SeededSource(RandomSource):

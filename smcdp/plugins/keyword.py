@@ -59,7 +59,7 @@ class KeywordPlugin(ProtocolPlugin):
         check_key_bits(p.key_bits, ctx.allow_insecure_keys)
         if role == ALICE:
             X = load_utterance(self.input_path(ctx, "utterance", ch.me))
-            return asdict(await keyword_alice(ch, X, p, allow_insecure_keys=ctx.allow_insecure_keys))
+            return asdict(await keyword_alice(ch, X, p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys))
         if role == BOB:
             models = load_keyword_models(self.input_path(ctx, "models", ch.me))
             return asdict(await keyword_bob(ch, models, p, seed=ctx.seed,

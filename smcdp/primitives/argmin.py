@@ -75,7 +75,7 @@ from smcdp.crypto.paillier import (
 from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.primitives.comparison import compare_holder_a, compare_holder_b
-from smcdp.primitives.rng import protocol_rng
+from smcdp.primitives.rng import SeedLike, protocol_rng
 from smcdp.v1 import messages_pb2 as pb
 
 CHARLIE = "charlie"
@@ -208,7 +208,7 @@ def argmin_from_bits(bits: Mapping[tuple[int, int], int], k: int) -> int:
 
 
 # =============================================================================== party side
-async def argmin_party(ch: Channel, value: int, params: SecureMinParams, *, seed: int | None = None,
+async def argmin_party(ch: Channel, value: int, params: SecureMinParams, *, seed: SeedLike = None,
                        xi_key: PrivateKey | None = None, allow_insecure_keys: bool = False,
                        tag: str = "s1") -> PartyArgminResult:
     """Role ``party<j>``: holds the private value ``value`` in [0, 2^value_bits)."""
@@ -229,7 +229,8 @@ async def argmin_party(ch: Channel, value: int, params: SecureMinParams, *, seed
     # --- Step 0: ξ and π₁ from party1 (parties only); ζ's public key from Charlie.
     if me == 0:
         if xi_key is None:
-            _, xi_key = generate_keypair(params.key_bits, allow_insecure=allow_insecure_keys)
+            _, xi_key = generate_keypair(params.key_bits, allow_insecure=allow_insecure_keys,
+                                         rng=protocol_rng(seed, "secure-min", ch.role, "xi-key"))
         check_key_bits(xi_key.public_key.bits, allow_insecure_keys)
         pi1 = random_permutation(rng, K)
         await ch.send_many(roles[1:], f"{tag}/xi-keypair", keypair_to_proto(xi_key))
@@ -288,12 +289,12 @@ async def argmin_party(ch: Channel, value: int, params: SecureMinParams, *, seed
         xs = [at_me - later[j] for j in range(me + 1, K)]
         await compare_holder_a(ch, C, xs, ell=params.ell, predicate="lt", output="b",
                                tag_prefix=f"{tag}/cmp{me}", allow_insecure=allow_insecure_keys,
-                               min_key_bits=params.dgk_bits)
+                               min_key_bits=params.dgk_bits, rng=protocol_rng(seed, "secure-min", ch.role, "cmp"))
     return PartyArgminResult(position=pos, pi1=pi1, xi_key=xi_key, zeta_pk=zeta_pk, stats=ch.stats.as_dict())
 
 
 # =============================================================================== curator side
-async def argmin_curator(ch: Channel, params: SecureMinParams, *, seed: int | None = None,
+async def argmin_curator(ch: Channel, params: SecureMinParams, *, seed: SeedLike = None,
                          zeta_key: PrivateKey | None = None, dgk_key: dgk.DGKPrivateKey | None = None,
                          allow_insecure_keys: bool = False, tag: str = "s1") -> CuratorArgminResult:
     """Role ``charlie``: ends with the index of the smallest value in the doubly permuted order."""
@@ -307,7 +308,8 @@ async def argmin_curator(ch: Channel, params: SecureMinParams, *, seed: int | No
 
     # --- Step 0: ζ (Charlie's own key) to the parties; ξ's public key from party1.
     if zeta_key is None:
-        _, zeta_key = generate_keypair(params.key_bits, allow_insecure=allow_insecure_keys)
+        _, zeta_key = generate_keypair(params.key_bits, allow_insecure=allow_insecure_keys,
+                                       rng=protocol_rng(seed, "secure-min", ch.role, "zeta-key"))
     check_key_bits(zeta_key.public_key.bits, allow_insecure_keys)
     zeta_pk = zeta_key.public_key
     await ch.send_many(roles, f"{tag}/zeta-pk", public_key_to_proto(zeta_pk))
@@ -317,7 +319,8 @@ async def argmin_curator(ch: Channel, params: SecureMinParams, *, seed: int | No
         raise InvalidMessage("the parties' key is too small for the masked shares")
     if dgk_key is None:
         dgk_key = dgk.generate_keypair(params.dgk_bits, params.dgk_t, max_ell=max(params.ell, dgk.DEFAULT_MAX_ELL),
-                                       allow_insecure=allow_insecure_keys)
+                                       allow_insecure=allow_insecure_keys,
+                                       rng=protocol_rng(seed, "secure-min", ch.role, "dgk-key"))
     if dgk_key.public.u <= params.ell + 2:
         raise InvalidMessage(f"the DGK key supports comparisons of at most {dgk_key.public.u - 3} bits, "
                              f"{params.ell} needed")

@@ -47,6 +47,7 @@ and caches the fixed-base tables once per key.
 from __future__ import annotations
 
 import operator
+import random
 import secrets
 from collections import OrderedDict
 from concurrent.futures import Executor
@@ -265,12 +266,13 @@ async def compare_holder_b(ch: Channel, peer_role: str, ys: Sequence[int], *, el
                            key: DGKPrivateKey | None = None, predicate: str = "lt",
                            output: str = "shared", tag_prefix: str = "cmp",
                            executor: Executor | None = None,
-                           chunk: int = DEFAULT_CHUNK) -> list[int] | None:
+                           chunk: int = DEFAULT_CHUNK, rng: random.Random | None = None) -> list[int] | None:
     """Role B (holds y's and the DGK private key; the only side that decrypts).
 
     ``key``: DGK key pair to use (reuse one across calls; it carries its
     tables).  If None a fresh default key (2048-bit n, t = 224) is generated
-    (about 0.1 s).  The key's u must exceed ell + 2.
+    from ``rng`` (a role's stream; default the OS CSPRNG), about 0.1 s.  The
+    key's u must exceed ell + 2.
 
     Returns B's XOR shares (output="shared"), the bits z_k (output="b") or
     None (output="a").
@@ -279,7 +281,7 @@ async def compare_holder_b(ch: Channel, peer_role: str, ys: Sequence[int], *, el
     ys_u = _unsigned_inputs(ys, ell, "ys")
     tags = _tags(tag_prefix)
     if key is None:
-        key = generate_keypair(DEFAULT_MODULUS_BITS, DEFAULT_T_BITS, max_ell=max(ell, 256))
+        key = generate_keypair(DEFAULT_MODULUS_BITS, DEFAULT_T_BITS, max_ell=max(ell, 256), rng=rng)
     if not isinstance(key, DGKPrivateKey):
         raise InvalidMessage("key must be a DGKPrivateKey")
     if key.public.u <= ell + 2:
@@ -313,8 +315,12 @@ async def compare_holder_a(ch: Channel, peer_role: str, xs: Sequence[int], *, el
                            predicate: str = "lt", output: str = "shared", tag_prefix: str = "cmp",
                            allow_insecure: bool = False, min_key_bits: int = MIN_MODULUS_BITS,
                            executor: Executor | None = None,
-                           chunk: int = DEFAULT_CHUNK) -> list[int] | None:
+                           chunk: int = DEFAULT_CHUNK, rng: random.Random | None = None) -> list[int] | None:
     """Role A (holds x's; receives B's DGK public key and never decrypts).
+
+    ``rng`` draws A's output shares (a role's stream from :mod:`smcdp.primitives.rng`;
+    default the OS CSPRNG); the blinding inside the ciphertexts is never part of
+    A's state and comes from the OS CSPRNG.
 
     Refuses a key below 2048 bits or with t < 160 unless ``allow_insecure``.
     Returns A's XOR shares (output="shared"), the bits z_k (output="a") or
@@ -349,7 +355,8 @@ async def compare_holder_a(ch: Channel, peer_role: str, xs: Sequence[int], *, el
     if output == "b":
         sigmas = [1] * count           # B learns z directly
     else:
-        sigmas = [1 - 2 * secrets.randbits(1) for _ in range(count)]
+        draw = rng.getrandbits if rng is not None else secrets.randbits
+        sigmas = [1 - 2 * draw(1) for _ in range(count)]
     lt = predicate == "lt"
     cts = await run_chunked(executor, _a_blind_chunk,
                          [(spec, ell, lt, xs_u[s:s + chunk], sigmas[s:s + chunk], yvals[s * ell:(s + chunk) * ell])

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import operator
+import random
 from concurrent.futures import Executor
 from typing import Sequence
 
@@ -70,8 +71,12 @@ def _check_m(m) -> int:
 
 async def ot_send(ch: Channel, chooser_role: str, messages: Sequence[Sequence[bytes]], *,
                   tag_prefix: str = "ot", executor: Executor | None = None,
-                  chunk: int = DEFAULT_CHUNK) -> None:
-    """Sender: ``messages[j][i]`` is string i of transfer j; every row has the same M >= 2."""
+                  chunk: int = DEFAULT_CHUNK, rng: random.Random | None = None) -> None:
+    """Sender: ``messages[j][i]`` is string i of transfer j; every row has the same M >= 2.
+
+    ``rng`` draws the sender's secret r (a role's stream from :mod:`smcdp.primitives.rng`;
+    default the OS CSPRNG).
+    """
     tags = _tags(tag_prefix)
     try:
         rows = [list(row) for row in messages]
@@ -106,7 +111,7 @@ async def ot_send(ch: Channel, chooser_role: str, messages: Sequence[Sequence[by
 
     context = context_bytes(ch.session_id, tag_prefix, m)
     cs = derive_cs(group, context, m)
-    r = group.random_exponent()
+    r = group.random_exponent(rng)
     gr = group.exp_g(r)
     c_r = [None] + [gmpy2.powmod(c, r, group.p) for c in cs[1:]]
     await ch.send(chooser_role, tags["gr"], messages_pb2.Blobs(values=[group.encode(gr)]))
@@ -117,8 +122,11 @@ async def ot_send(ch: Channel, chooser_role: str, messages: Sequence[Sequence[by
 
 
 async def ot_choose(ch: Channel, sender_role: str, choices: Sequence[int], m: int, *,
-                    tag_prefix: str = "ot") -> list[bytes]:
-    """Chooser: returns ``[messages[j][choices[j]] for j]``; the sender learns nothing of the choices."""
+                    tag_prefix: str = "ot", rng: random.Random | None = None) -> list[bytes]:
+    """Chooser: returns ``[messages[j][choices[j]] for j]``; the sender learns nothing of the choices.
+
+    ``rng`` draws the chooser's secrets k (a role's stream; default the OS CSPRNG).
+    """
     tags = _tags(tag_prefix)
     m = _check_m(m)
     try:
@@ -149,7 +157,7 @@ async def ot_choose(ch: Channel, sender_role: str, choices: Sequence[int], m: in
     big = count >= TABLE_THRESHOLD
     ks, pk0s = [], []
     for c in choices:
-        k, pk0 = chooser_first(group, cs, c, table=big)
+        k, pk0 = chooser_first(group, cs, c, table=big, rng=rng)
         ks.append(k)
         pk0s.append(group.encode(pk0))
     await ch.send(sender_role, tags["hdr"], messages_pb2.Ints(values=[PROTOCOL_VERSION, count, m]))

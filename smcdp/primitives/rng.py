@@ -1,49 +1,214 @@
 """Protocol randomness: the one place where a role's random draws come from.
 
-Every mask, permutation, scaling factor, decoy choice and DP noise draw of a
-protocol role comes from here; Paillier encryption randomness does not (it
-always uses the OS CSPRNG, :mod:`smcdp.crypto.paillier`).
+Every mask, permutation, scaling factor, decoy choice, key, oblivious-transfer
+secret and DP noise draw of a protocol role comes from here.  Paillier and DGK
+*encryption* randomness does not: an obfuscator is never part of a role's
+state, so it always comes straight from the OS CSPRNG
+(:mod:`smcdp.crypto.paillier`).
 
-* Without a seed (``seed=None``, the default everywhere) every generator is
-  the operating system's CSPRNG.
-* An experiment may pass an explicit integer seed.  It is expanded with
-  SHA-256 over labels — protocol, role, purpose — so that two roles given the
-  same session seed never draw the same values, and two purposes within a
-  role never share a stream.  A seeded generator is *not* cryptographically
-  secure (Mersenne Twister / PCG64): seeds are for reproducible experiments
-  and tests only, which is why a party accepts a peer's session seed only if
-  its own configuration allows seeded sessions.
+A role's randomness has one root, a :class:`Randomness`:
+
+* **a secret key** (the default in a party process): 32 bytes from the OS
+  CSPRNG, drawn by the party itself when the session starts and kept in the
+  session's checkpoint (mode 0600), never sent anywhere.  Each labelled
+  stream is ChaCha20 keyed with HMAC-SHA256(root key, labels) -- a
+  cryptographically secure generator, and a *deterministic* one: a role
+  replayed after a crash (docs/fault-tolerance.md) draws exactly the same
+  masks, keys and noise, so it re-sends exactly what it sent before and
+  learns nothing new, and its peers learn nothing new either;
+* **an experiment seed** (an integer, ``smcdp demo --seed``, tests): the root
+  key is SHA-256 of the seed, so runs are reproducible -- and predictable by
+  anyone who knows the seed, which is why a party accepts a peer's session
+  seed only if its own policy allows seeded sessions;
+* **nothing** (``None``), for library callers of a role outside a party
+  process: every stream is the OS CSPRNG (not replayable).
+
+Streams are named by labels -- protocol, role, purpose -- so that two roles
+given the same seed never draw the same values, and two purposes within a role
+never share a stream; a stream's values do not depend on which other streams
+were used or in which order.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
+import os
 import random
+from typing import Union
 
-import numpy as np
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
-__all__ = ["derive_seed", "noise_generator", "protocol_rng"]
+from smcdp.dp.samplers import RandomSource, SecureSource, StreamSource
 
+__all__ = ["Drbg", "DrbgRandom", "Randomness", "SeedLike", "as_randomness", "derive_seed", "noise_source",
+           "protocol_rng", "stream_key"]
 
-def derive_seed(seed: int | None, *labels: str) -> int | None:
-    """A 256-bit seed for the stream named by ``labels`` (None stays None: secure randomness)."""
-    if seed is None:
-        return None
-    text = "/".join(("smcdp", *labels, str(int(seed))))
-    return int.from_bytes(hashlib.sha256(text.encode()).digest(), "big")
-
-
-def protocol_rng(seed: int | None, *labels: str) -> random.Random:
-    """Masks, permutations, scalings: ``random.SystemRandom`` unless an experiment fixes ``seed``."""
-    derived = derive_seed(seed, *labels)
-    return random.SystemRandom() if derived is None else random.Random(derived)
+KEY_BYTES = 32
+_BLOCK = 4096
 
 
-def noise_generator(seed: int | None, *labels: str) -> np.random.Generator | None:
-    """DP noise source for :mod:`smcdp.dp.mechanisms` (``random_state``).
+class Drbg:
+    """A deterministic CSPRNG: the ChaCha20 keystream of a 256-bit key (nonce 0).
 
-    ``None`` means the mechanisms' own CSPRNG (:class:`smcdp.dp.samplers.SecureSource`);
-    with a seed, a PCG64 generator for reproducible experiments.
+    Reads are served from a buffer; one key gives 2^64 blocks, far beyond any
+    session.  Not thread-safe: give each thread its own stream.
     """
-    derived = derive_seed(seed, *labels)
-    return None if derived is None else np.random.default_rng(derived)
+
+    __slots__ = ("_enc", "_buf", "_pos")
+
+    def __init__(self, key: bytes) -> None:
+        if not isinstance(key, (bytes, bytearray)) or len(key) != KEY_BYTES:
+            raise ValueError("a DRBG key is exactly 32 bytes")
+        self._enc = Cipher(algorithms.ChaCha20(bytes(key), b"\x00" * 16), mode=None).encryptor()
+        self._buf = b""
+        self._pos = 0
+
+    def read(self, n: int) -> bytes:
+        if n < 0:
+            raise ValueError("cannot read a negative number of bytes")
+        out = bytearray()
+        while n:
+            if self._pos == len(self._buf):
+                self._buf = self._enc.update(b"\x00" * max(_BLOCK, n))
+                self._pos = 0
+            take = min(n, len(self._buf) - self._pos)
+            out += self._buf[self._pos:self._pos + take]
+            self._pos += take
+            n -= take
+        return bytes(out)
+
+
+class DrbgRandom(random.Random):
+    """``random.Random`` over a :class:`Drbg` (as ``SystemRandom`` is over ``os.urandom``).
+
+    Every method of ``random.Random`` (``randrange``, ``shuffle``, ``uniform``,
+    ``gauss`` …) then draws from the keyed stream.
+    """
+
+    def __init__(self, drbg: Drbg) -> None:
+        self._drbg = drbg
+        super().__init__()
+
+    def seed(self, *args, **kwargs) -> None:  # noqa: D401 - the key is the seed
+        """Ignored: a keyed stream cannot be reseeded."""
+        return None
+
+    def getrandbits(self, k: int) -> int:
+        if k < 0:
+            raise ValueError("number of bits must be non-negative")
+        if k == 0:
+            return 0
+        nbytes = (k + 7) // 8
+        return int.from_bytes(self._drbg.read(nbytes), "little") >> (nbytes * 8 - k)
+
+    def random(self) -> float:
+        return self.getrandbits(53) * 2.0 ** -53
+
+    def randbytes(self, n: int) -> bytes:
+        return self._drbg.read(n)
+
+    def getstate(self):  # pragma: no cover - deliberately unsupported
+        raise NotImplementedError("a keyed stream has no state to save; keep its key instead")
+
+    def setstate(self, state):  # pragma: no cover - deliberately unsupported
+        raise NotImplementedError("a keyed stream has no state to restore")
+
+
+class Randomness:
+    """The root of one role's randomness in one session (see the module docstring)."""
+
+    __slots__ = ("_key", "seeded")
+
+    def __init__(self, key: bytes | None, *, seeded: bool = False) -> None:
+        if key is not None and (not isinstance(key, (bytes, bytearray)) or len(key) != KEY_BYTES):
+            raise ValueError("a randomness root is 32 bytes (or None for the OS CSPRNG)")
+        self._key = None if key is None else bytes(key)
+        #: True if the root came from an experiment seed (reproducible, predictable)
+        self.seeded = seeded
+
+    @classmethod
+    def fresh(cls) -> "Randomness":
+        """A new secret root from the OS CSPRNG (what a party draws for each session)."""
+        return cls(os.urandom(KEY_BYTES))
+
+    @classmethod
+    def from_seed(cls, seed: int) -> "Randomness":
+        """The root of an experiment seed: reproducible and predictable by whoever knows the seed."""
+        return cls(hashlib.sha256(f"smcdp/experiment-seed/{int(seed)}".encode()).digest(), seeded=True)
+
+    @classmethod
+    def system(cls) -> "Randomness":
+        """No root: every stream is the OS CSPRNG (not replayable)."""
+        return cls(None)
+
+    @property
+    def key(self) -> bytes | None:
+        """The root key, for the session's checkpoint (None for the OS CSPRNG)."""
+        return self._key
+
+    @property
+    def replayable(self) -> bool:
+        return self._key is not None
+
+    def __repr__(self) -> str:  # never show the key
+        kind = "seeded" if self.seeded else ("keyed" if self._key is not None else "system")
+        return f"Randomness({kind})"
+
+    def stream_key(self, *labels: str) -> bytes:
+        """32 bytes for the stream ``labels``: HMAC-SHA256(root, labels); fresh CSPRNG bytes without a root."""
+        if self._key is None:
+            return os.urandom(KEY_BYTES)
+        msg = "\x1f".join(("smcdp/v1", *(str(x) for x in labels))).encode()
+        return hmac.new(self._key, msg, hashlib.sha256).digest()
+
+    def rng(self, *labels: str) -> random.Random:
+        """A ``random.Random`` for masks, permutations, scalings, keys (``SystemRandom`` without a root)."""
+        if self._key is None:
+            return random.SystemRandom()
+        return DrbgRandom(Drbg(self.stream_key(*labels)))
+
+    def noise(self, *labels: str) -> RandomSource:
+        """A DP noise source for :mod:`smcdp.dp.mechanisms` (``random_state=``); secure in every case
+        but the seeded one, where it is as predictable as the seed."""
+        if self._key is None:
+            return SecureSource()
+        return StreamSource(Drbg(self.stream_key(*labels)).read)
+
+
+#: what a role accepts as the root of its randomness
+SeedLike = Union[Randomness, int, None]
+
+
+def as_randomness(seed: SeedLike) -> Randomness:
+    """``Randomness`` as is; an int is an experiment seed; None is the OS CSPRNG."""
+    if isinstance(seed, Randomness):
+        return seed
+    if seed is None:
+        return Randomness.system()
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"a seed is a Randomness, an int or None, not {type(seed).__name__}")
+    return Randomness.from_seed(seed)
+
+
+def protocol_rng(seed: SeedLike, *labels: str) -> random.Random:
+    """The stream ``labels`` of the root ``seed`` (see :meth:`Randomness.rng`)."""
+    return as_randomness(seed).rng(*labels)
+
+
+def noise_source(seed: SeedLike, *labels: str) -> RandomSource:
+    """DP noise for the stream ``labels`` of the root ``seed`` (see :meth:`Randomness.noise`)."""
+    return as_randomness(seed).noise(*labels)
+
+
+def stream_key(seed: SeedLike, *labels: str) -> bytes:
+    """32 key bytes for the stream ``labels`` of the root ``seed`` (e.g. to key SHAKE-256 or ChaCha20)."""
+    return as_randomness(seed).stream_key(*labels)
+
+
+def derive_seed(seed: SeedLike, *labels: str) -> int | None:
+    """An integer seed for a library that takes one (e.g. numpy), or None without a root."""
+    r = as_randomness(seed)
+    if not r.replayable:
+        return None
+    return int.from_bytes(r.stream_key(*labels), "big")

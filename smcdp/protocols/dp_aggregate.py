@@ -73,7 +73,7 @@ from smcdp.primitives.argmin import (
     argmin_curator,
     argmin_party,
 )
-from smcdp.primitives.rng import noise_generator, protocol_rng
+from smcdp.primitives.rng import SeedLike, noise_source, protocol_rng
 from smcdp.protocols.base import ProtocolParams
 from smcdp.v1 import messages_pb2 as pb
 
@@ -334,7 +334,7 @@ async def _secure_sum_and_publish(ch: Channel, value: list[int], params: DPAggre
 
 # =============================================================================== data party
 async def data_party(ch: Channel, weights, sensitivity: float, params: DPAggregateParams, *,
-                     seed: int | None = None, allow_insecure_keys: bool = False,
+                     seed: SeedLike = None, allow_insecure_keys: bool = False,
                      output_dir: Path | None = None, noise_random_state=None) -> PartyResult:
     """Role ``party<j>``: holds a locally trained linear model ŵ_j and its L2 sensitivity Δ_j.
 
@@ -373,7 +373,7 @@ async def data_party(ch: Channel, weights, sensitivity: float, params: DPAggrega
 
     # Our own noise ν_j for the sum, calibrated to our own Δ̂_j, on the public grid 2^-F.
     if noise_random_state is None:
-        noise_random_state = noise_generator(seed, "dp-aggregate", "noise", ch.role)
+        noise_random_state = noise_source(seed, "dp-aggregate", "noise", ch.role)
     mech = params.mechanism(params.mechanism_sensitivity(delta_hat), random_state=noise_random_state)
     if mech.grid_exponent(d) > -F:
         raise InvalidMessage(f"{ch.role}: internal error: the noise lattice is coarser than the public grid")
@@ -417,7 +417,7 @@ async def data_party(ch: Channel, weights, sensitivity: float, params: DPAggrega
 
 
 # =============================================================================== Charlie
-async def charlie(ch: Channel, params: DPAggregateParams, *, seed: int | None = None,
+async def charlie(ch: Channel, params: DPAggregateParams, *, seed: SeedLike = None,
                   allow_insecure_keys: bool = False, output_dir: Path | None = None, zeta_key=None,
                   dgk_key=None) -> CharlieResult:
     """Role ``charlie``: the untrusted curator."""

@@ -37,7 +37,7 @@ from smcdp.crypto.vector import EncryptedVector
 from smcdp.errors import CryptoOverflow, InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.primitives.ot import ot_choose, ot_send
-from smcdp.primitives.rng import protocol_rng
+from smcdp.primitives.rng import SeedLike, protocol_rng
 from smcdp.protocols.secure_forward import (
     ForwardParams,
     forward_alice,
@@ -97,13 +97,14 @@ class BobResult:
 
 # =============================================================================== Alice
 async def keyword_alice(ch: Channel, X, params: KeywordParams, *, private_key: PrivateKey | None = None,
-                        bob: str = BOB, allow_insecure_keys: bool = False) -> AliceResult:
+                        bob: str = BOB, seed: SeedLike = None, allow_insecure_keys: bool = False) -> AliceResult:
     """Role Alice: the utterance's features and the private key; learns the keyword."""
     params.validate()
     t_start = time.perf_counter()
     if private_key is None:
         check_key_bits(params.key_bits, allow_insecure_keys)
-        _, private_key = generate_keypair(params.key_bits, allow_insecure=allow_insecure_keys)
+        _, private_key = generate_keypair(params.key_bits, allow_insecure=allow_insecure_keys,
+                                          rng=protocol_rng(seed, "keyword", ch.role, "key"))
     sk = private_key
     check_key_bits(sk.public_key.bits, allow_insecure_keys)
     pk = sk.public_key
@@ -112,7 +113,8 @@ async def keyword_alice(ch: Channel, X, params: KeywordParams, *, private_key: P
     pool = ObfuscatorPool.for_private_key(sk, capacity=256)
     try:
         # --- Step 2: secure forward algorithm for every model.
-        fw = await forward_alice(ch, X, params.forward(), private_key=sk, bob=bob, tag="kw/fw", pool=pool)
+        fw = await forward_alice(ch, X, params.forward(), private_key=sk, bob=bob, tag="kw/fw", pool=pool,
+                                 rng=protocol_rng(seed, "keyword", ch.role, "forward"))
         timings = dict(fw.timings)
         # --- Step 4: argmax of the order-preserved scores, label by 1-of-Δ OT.
         t0 = time.perf_counter()
@@ -124,7 +126,8 @@ async def keyword_alice(ch: Channel, X, params: KeywordParams, *, private_key: P
         scores = ranked.decrypt_ints(sk)
         best = max(range(n_models), key=lambda i: (scores[i], -i))
 
-        (label,) = await ot_choose(ch, bob, [best], max(2, n_models), tag_prefix="kw/label")
+        (label,) = await ot_choose(ch, bob, [best], max(2, n_models), tag_prefix="kw/label",
+                                   rng=protocol_rng(seed, "keyword", ch.role, "label-ot"))
         index, word = _parse_label(label, bob)
         timings["argmax_and_ot"] = time.perf_counter() - t0
         lls = None
@@ -152,12 +155,12 @@ def _parse_label(label: bytes, bob: str) -> tuple[int, str]:
 
 
 # =============================================================================== Bob
-async def keyword_bob(ch: Channel, models, params: KeywordParams, *, alice: str = ALICE, seed: int | None = None,
+async def keyword_bob(ch: Channel, models, params: KeywordParams, *, alice: str = ALICE, seed: SeedLike = None,
                       allow_insecure_keys: bool = False) -> BobResult:
     """Role Bob: the keyword HMMs; sees only ciphertexts; learns nothing of the result."""
     params.validate()
     t_start = time.perf_counter()
-    rng = protocol_rng(seed, "keyword", "bob")
+    rng = protocol_rng(seed, "keyword", ch.role)
     pk = public_key_from_proto(await ch.recv(alice, "kw/pk", pb.PaillierPublicKey), allow_insecure=allow_insecure_keys)
     if pk.bits != params.key_bits:
         raise InvalidMessage(f"{alice}'s public key has {pk.bits} bits; the session agreed on {params.key_bits}")
@@ -187,7 +190,8 @@ async def keyword_bob(ch: Channel, models, params: KeywordParams, *, alice: str 
             labels.append(b"{}")
         width = max(len(x) for x in labels)
 
-        await ot_send(ch, alice, [[x.ljust(width) for x in labels]], tag_prefix="kw/label")
+        await ot_send(ch, alice, [[x.ljust(width) for x in labels]], tag_prefix="kw/label",
+                      rng=protocol_rng(seed, "keyword", ch.role, "label-ot"))
         if params.debug_reveal:
             dbg = [pool.rerandomize(c_) for c_ in lp]
             await ch.send(alice, "kw/debug", EncryptedVector(pk, dbg, D, fw.log_likelihoods.exponent, UNPACKED,

@@ -59,7 +59,7 @@ from smcdp.crypto.paillier import (
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
-from smcdp.primitives.rng import protocol_rng
+from smcdp.primitives.rng import SeedLike, protocol_rng
 from smcdp.protocols.base import ProtocolParams
 from smcdp.v1 import messages_pb2 as pb
 
@@ -169,7 +169,7 @@ def _ints(values) -> pb.Ints:
 
 # =============================================================================== data party
 async def data_party(ch: Channel, A: np.ndarray, params: PowerIterationParams, *,
-                     private_key: PrivateKey | None = None, seed: int | None = None,
+                     private_key: PrivateKey | None = None, seed: SeedLike = None,
                      allow_insecure_keys: bool = False) -> DataPartyResult:
     """Role ``party<i>``: holds A_i (k × n_i) and the shared Paillier private key."""
     params.validate()
@@ -183,7 +183,8 @@ async def data_party(ch: Channel, A: np.ndarray, params: PowerIterationParams, *
     # --- Setup 1: the data parties share one Paillier key; Trent gets only the public key.
     if ch.role == data_roles[0]:
         if private_key is None:
-            _, private_key = generate_keypair(params.key_bits, allow_insecure=allow_insecure_keys)
+            _, private_key = generate_keypair(params.key_bits, allow_insecure=allow_insecure_keys,
+                                              rng=protocol_rng(seed, "power-iteration", ch.role, "key"))
         check_key_bits(private_key.public_key.bits, allow_insecure_keys)
         await ch.send_many(data_roles[1:], "keypair", keypair_to_proto(private_key))
         await ch.send(TRENT, "public_key", public_key_to_proto(private_key.public_key))
@@ -288,7 +289,7 @@ def _recv_scalar(msg, pk, bound, sk, what) -> float:
 
 
 # =============================================================================== Trent
-async def trent(ch: Channel, params: PowerIterationParams, *, seed: int | None = None,
+async def trent(ch: Channel, params: PowerIterationParams, *, seed: SeedLike = None,
                 allow_insecure_keys: bool = False) -> TrentResult:
     """Role ``trent``: sums encrypted contributions, scales, sends decoys; never decrypts."""
     params.validate()

@@ -324,8 +324,12 @@ def _frame_major(values: np.ndarray, blocks: int, slots: int) -> np.ndarray:
 
 # =============================================================================== Alice
 async def forward_alice(ch: Channel, X, params: ForwardParams, *, private_key: PrivateKey, bob: str = "bob",
-                        tag: str = "fw", pool: ObfuscatorPool | None = None) -> AliceForward:
-    """Role Alice: holds the observations and the private key; learns only masked values."""
+                        tag: str = "fw", pool: ObfuscatorPool | None = None,
+                        rng: random.Random | None = None) -> AliceForward:
+    """Role Alice: holds the observations and the private key; learns only masked values.
+
+    ``rng``: Alice's stream (:mod:`smcdp.primitives.rng`) for her oblivious-transfer secrets.
+    """
     params.validate()
     mp = params.masks()
     sk = private_key
@@ -344,7 +348,7 @@ async def forward_alice(ch: Channel, X, params: ForwardParams, *, private_key: P
         # --- Step 2: masked log-emissions v (T × ΔN).
         t0 = time.perf_counter()
         if shape.kind == "discrete":
-            v = await _alice_discrete(ch, bob, shape, obs, tag)
+            v = await _alice_discrete(ch, bob, shape, obs, tag, rng)
             timings["emissions"] = time.perf_counter() - t0
         else:
             lay = Layout.make(pk, params, shape, T)
@@ -422,8 +426,9 @@ async def forward_alice(ch: Channel, X, params: ForwardParams, *, private_key: P
             pool.close()
 
 
-async def _alice_discrete(ch: Channel, bob: str, shape: Shape, obs: np.ndarray, tag: str) -> np.ndarray:
-    rows = await ot_choose(ch, bob, [int(x) for x in obs], shape.dim, tag_prefix=f"{tag}/ot")
+async def _alice_discrete(ch: Channel, bob: str, shape: Shape, obs: np.ndarray, tag: str,
+                          rng: random.Random | None) -> np.ndarray:
+    rows = await ot_choose(ch, bob, [int(x) for x in obs], shape.dim, tag_prefix=f"{tag}/ot", rng=rng)
     out = np.empty((len(rows), shape.n_values))
     for t, b in enumerate(rows):
         if len(b) != 8 * shape.n_values:
@@ -478,7 +483,7 @@ async def forward_bob(ch: Channel, models, params: ForwardParams, *, public_key:
         t0 = time.perf_counter()
         if shape.kind == "discrete":
             vm = _state_masks(rng, mp, T, D, N)
-            await _bob_discrete(ch, alice, models, shape, vm, T, tag)
+            await _bob_discrete(ch, alice, models, shape, vm, T, tag, rng)
             timings["emissions"] = time.perf_counter() - t0
         else:
             vm = await _bob_gaussian(ch, alice, models, shape, params, mp, pk, pool, rng, T, tag, timings)
@@ -541,13 +546,14 @@ def _state_masks(rng: random.Random, mp: MaskParams, T: int, D: int, N: int) -> 
     return (rho + psi).reshape(T, D * N)
 
 
-async def _bob_discrete(ch: Channel, alice: str, models, shape: Shape, vm: np.ndarray, T: int, tag: str) -> None:
+async def _bob_discrete(ch: Channel, alice: str, models, shape: Shape, vm: np.ndarray, T: int, tag: str,
+                        rng: random.Random) -> None:
     logB = _log(models.emissionprob).reshape(shape.n_values, shape.dim)   # (ΔN, M)
     rows = []
     for t in range(T):
         table = logB + vm[t][:, None]                                      # (ΔN, M)
         rows.append([np.ascontiguousarray(table[:, k], dtype="<f8").tobytes() for k in range(shape.dim)])
-    await ot_send(ch, alice, rows, tag_prefix=f"{tag}/ot")
+    await ot_send(ch, alice, rows, tag_prefix=f"{tag}/ot", rng=rng)
 
 
 async def _bob_gaussian(ch: Channel, alice: str, models, shape: Shape, params: ForwardParams, mp: MaskParams,
