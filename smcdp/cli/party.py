@@ -95,6 +95,24 @@ def _cmd_session_result(args: argparse.Namespace) -> int:
     return 0 if record.get("state") != "failed" else 1
 
 
+def _cmd_session_status(args: argparse.Namespace) -> int:
+    try:
+        status = client.get_status(args.config, args.session_id)
+    except SmcdpError as exc:
+        return _fail(exc)
+    print(json.dumps(status, indent=2, sort_keys=True))
+    return 0
+
+
+def _cmd_session_resume(args: argparse.Namespace) -> int:
+    try:
+        record = client.resume_session(args.config, args.session_id, timeout=args.timeout)
+    except SmcdpError as exc:
+        return _fail(exc)
+    _emit(record, args.out)
+    return 0
+
+
 def _emit(record: dict, out: str | None) -> None:
     text = json.dumps(record, indent=2, sort_keys=True)
     if out:
@@ -167,6 +185,18 @@ def register(subparsers) -> None:
     s.add_argument("--session-id", required=True)
     s.add_argument("--out")
     s.set_defaults(func=_cmd_session_result)
+    s = sp.add_parser("status", help="how a session stands now at this party (round, restarts, peers' liveness)")
+    s.add_argument("session_id", metavar="ID")
+    s.add_argument("--config", required=True, help="this party's TOML configuration")
+    s.set_defaults(func=_cmd_session_status)
+    s = sp.add_parser("resume", help="continue a session this party initiated that failed resumably "
+                                     "(a participant was unreachable or shut down): every participant replays "
+                                     "its role from its checkpoint")
+    s.add_argument("session_id", metavar="ID")
+    s.add_argument("--config", required=True, help="the initiating party's TOML configuration")
+    s.add_argument("--timeout", type=positive_float, help="how long to wait for the session (default: its own)")
+    s.add_argument("--out", help="write the record JSON here instead of stdout")
+    s.set_defaults(func=_cmd_session_resume)
 
     p = subparsers.add_parser("health", help="grpc.health.v1 status of this party or a peer")
     p.add_argument("--config", required=True)

@@ -22,7 +22,7 @@ import asyncio
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Iterable, Mapping, TypeVar
+from typing import Awaitable, Callable, Iterable, Mapping, Protocol, TypeVar
 
 from google.protobuf.message import DecodeError, Message
 
@@ -59,6 +59,36 @@ class TrafficStats:
         }
 
 
+class Journal(Protocol):
+    """The durable record of one party's traffic in one session (docs/fault-tolerance.md).
+
+    Implemented by the party runtime's checkpoint; a channel without one keeps
+    nothing.  With a journal a role can be *replayed* after its process died:
+    its channel starts with every message it had received, and every message it
+    sends is looked up first -- one it sent before goes out again with the same
+    bytes (or not at all if the peer acknowledged it), so a replayed role never
+    says anything new under an old tag.
+    """
+
+    def inbound(self) -> Iterable[tuple[str, str, str, bytes]]:
+        """(sender role, tag, type name, bytes) of every message received so far, in order."""
+
+    def record_inbound(self, sender_role: str, tag: str, type_name: str, data: bytes) -> None:
+        """Store a received message durably (called before the delivery is acknowledged)."""
+
+    def outbound(self, to_role: str, tag: str) -> tuple[str, bytes] | None:
+        """(type name, bytes) of the message sent earlier to ``to_role`` under ``tag``, if any."""
+
+    def record_outbound(self, to_role: str, tag: str, type_name: str, data: bytes) -> None:
+        """Store an outgoing message durably (called before its first delivery attempt)."""
+
+    def mark_delivered(self, to_role: str, tag: str) -> None:
+        """The receiver acknowledged the message."""
+
+    def delivered(self, to_role: str, tag: str) -> bool:
+        """True if the receiver acknowledged the message in an earlier incarnation."""
+
+
 class Mailbox:
     """Inbound messages of one party in one session, keyed by (sender role, tag).
 
@@ -73,6 +103,7 @@ class Mailbox:
         self._items: dict[tuple[str, str], tuple[str, bytes]] = {}
         self._waiters: dict[tuple[str, str], asyncio.Future] = {}
         self._aborted: BaseException | None = None
+        self._abort_event: asyncio.Event | None = None
         self.duplicates = 0
 
     @property
@@ -102,6 +133,16 @@ class Mailbox:
             if not waiter.done():
                 waiter.set_exception(exc)
         self._waiters.clear()
+        if self._abort_event is not None:
+            self._abort_event.set()
+
+    async def wait_aborted(self) -> BaseException:
+        """Return the abort's exception once the session is aborted (for senders that retry)."""
+        if self._aborted is None:
+            if self._abort_event is None:
+                self._abort_event = asyncio.Event()
+            await self._abort_event.wait()
+        return self._aborted
 
     async def get(self, sender_role: str, tag: str, timeout: float) -> tuple[str, bytes]:
         key = (sender_role, tag)
@@ -136,7 +177,7 @@ class Channel(abc.ABC):
     """
 
     def __init__(self, session_id: str, role: str, roles: Mapping[str, str],
-                 deadline: float | None = None) -> None:
+                 deadline: float | None = None, journal: Journal | None = None) -> None:
         if role not in roles:
             raise ValueError(f"role {role!r} is not in the session's roles {sorted(roles)}")
         self.session_id = session_id
@@ -145,7 +186,16 @@ class Channel(abc.ABC):
         self.deadline = deadline
         self.mailbox = Mailbox()
         self.stats = TrafficStats()
+        self.journal = journal
+        #: messages this incarnation did not transmit because an earlier one already had
+        self.replayed_sends = 0
+        #: progress the role reports (for status and chaos tests): its current round and step
+        self.round = 0
+        self.step = ""
         self._sent_tags: set[tuple[str, str]] = set()
+        if journal is not None:
+            for sender_role, tag, type_url, data in journal.inbound():
+                self.mailbox.put(sender_role, tag, type_url, data)
 
     # ----------------------------------------------------------- interface
     @abc.abstractmethod
@@ -172,6 +222,13 @@ class Channel(abc.ABC):
             raise DeadlineExceeded(f"session {self.session_id} passed its deadline")
         return left
 
+    def progress(self, round: int | None = None, step: str | None = None) -> None:
+        """Report the role's progress (a round number, a step name); shown by the party's status."""
+        if round is not None:
+            self.round = int(round)
+        if step is not None:
+            self.step = str(step)[:64]
+
     def _check_role(self, role: str) -> None:
         if role not in self.roles:
             raise ValueError(f"no role {role!r} in session {self.session_id} (roles: {sorted(self.roles)})")
@@ -189,8 +246,24 @@ class Channel(abc.ABC):
         if (to, tag) in self._sent_tags:
             raise ValueError(f"tag {tag!r} already used for a message to {to}")
         self._sent_tags.add((to, tag))
-        data = msg.SerializeToString()
-        await self._transmit(to, tag, type_name(msg), data)
+        type_url, data = type_name(msg), msg.SerializeToString()
+        if self.journal is not None:
+            earlier = self.journal.outbound(to, tag)
+            if earlier is not None:
+                # a replayed role: what it sent before stands (its ciphertexts carry other
+                # randomness now, but the peer may hold the old bytes already)
+                if earlier[0] != type_url:
+                    raise InvalidMessage(f"replay of session {self.session_id} diverged: message {tag!r} to {to} "
+                                         f"was a {earlier[0]}, now a {type_url}")
+                type_url, data = earlier
+                if self.journal.delivered(to, tag):
+                    self.replayed_sends += 1
+                    return
+            else:
+                self.journal.record_outbound(to, tag, type_url, data)
+        await self._transmit(to, tag, type_url, data)
+        if self.journal is not None:
+            self.journal.mark_delivered(to, tag)
         self.stats.bytes_sent += len(data)
         self.stats.messages_sent += 1
         self.stats.per_peer_sent[to] += len(data)
@@ -243,11 +316,12 @@ class InMemoryNetwork:
     """
 
     def __init__(self, roles: Mapping[str, str], session_id: str = "local",
-                 timeout: float | None = None) -> None:
+                 timeout: float | None = None, journals: Mapping[str, Journal] | None = None) -> None:
         self.roles = dict(roles)
         self.session_id = session_id
         deadline = None if timeout is None else time.monotonic() + timeout
-        self.channels = {r: InMemoryChannel(self, r, deadline) for r in self.roles}
+        journals = dict(journals or {})
+        self.channels = {r: InMemoryChannel(self, r, deadline, journals.get(r)) for r in self.roles}
         #: every (sender role, receiver role, tag, type name, bytes) in send order,
         #: for tests that inspect what a role saw.
         self.transcript: list[tuple[str, str, str, str, bytes]] = []
@@ -301,11 +375,15 @@ class InMemoryNetwork:
 
 
 class InMemoryChannel(Channel):
-    def __init__(self, network: InMemoryNetwork, role: str, deadline: float | None) -> None:
-        super().__init__(network.session_id, role, network.roles, deadline)
+    def __init__(self, network: InMemoryNetwork, role: str, deadline: float | None,
+                 journal: Journal | None = None) -> None:
+        super().__init__(network.session_id, role, network.roles, deadline, journal=journal)
         self.network = network
 
     async def _transmit(self, to_role: str, tag: str, type_url: str, data: bytes) -> None:
         self.network.transcript.append((self.role, to_role, tag, type_url, data))
-        self.network.channels[to_role].mailbox.put(self.role, tag, type_url, data)
+        receiver = self.network.channels[to_role]
+        if receiver.journal is not None:  # as the gRPC channel does before it acknowledges
+            receiver.journal.record_inbound(self.role, tag, type_url, data)
+        receiver.mailbox.put(self.role, tag, type_url, data)
         await asyncio.sleep(0)  # let receivers run, as a real transport would

@@ -30,6 +30,8 @@ from smcdp.net.tls import validate_party_name
 DEFAULT_CONNECT_SECONDS = 10.0
 DEFAULT_SESSION_SECONDS = 3600.0
 DEFAULT_RPC_SECONDS = 120.0
+#: how long a session waits for a participant that stopped answering before it fails (resumably)
+DEFAULT_PEER_GRACE_SECONDS = 30.0
 DEFAULT_MAX_MESSAGE_MIB = 512
 
 _MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -52,6 +54,7 @@ class Timeouts:
     connect_seconds: float = DEFAULT_CONNECT_SECONDS
     session_seconds: float = DEFAULT_SESSION_SECONDS
     rpc_seconds: float = DEFAULT_RPC_SECONDS
+    peer_grace_seconds: float = DEFAULT_PEER_GRACE_SECONDS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -234,11 +237,12 @@ def parse_peers(peers_t: Mapping[str, Any], name: str) -> dict[str, str]:
 
 
 def parse_timeouts(to_t: Mapping[str, Any]) -> Timeouts:
-    check_keys(to_t, {"connect_seconds", "session_seconds", "rpc_seconds"}, "[timeouts]")
+    check_keys(to_t, {"connect_seconds", "session_seconds", "rpc_seconds", "peer_grace_seconds"}, "[timeouts]")
     return Timeouts(
         positive_number(to_t, "connect_seconds", "timeouts", DEFAULT_CONNECT_SECONDS),
         positive_number(to_t, "session_seconds", "timeouts", DEFAULT_SESSION_SECONDS),
         positive_number(to_t, "rpc_seconds", "timeouts", DEFAULT_RPC_SECONDS),
+        positive_number(to_t, "peer_grace_seconds", "timeouts", DEFAULT_PEER_GRACE_SECONDS),
     )
 
 
@@ -257,5 +261,6 @@ def net_sections_to_dict(cfg: NetConfig, base: Path | None) -> dict[str, Any]:
         "peers": dict(cfg.peers),
         "timeouts": {"connect_seconds": cfg.timeouts.connect_seconds,
                      "session_seconds": cfg.timeouts.session_seconds,
-                     "rpc_seconds": cfg.timeouts.rpc_seconds},
+                     "rpc_seconds": cfg.timeouts.rpc_seconds,
+                     "peer_grace_seconds": cfg.timeouts.peer_grace_seconds},
     }

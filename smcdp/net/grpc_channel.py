@@ -30,7 +30,7 @@ import grpc
 
 from smcdp import errors
 from smcdp.errors import PreconditionFailed, SmcdpError, Unavailable
-from smcdp.net.channel import Channel
+from smcdp.net.channel import Channel, Journal, Mailbox
 from smcdp.net.config import NetConfig
 from smcdp.net.tls import TlsMaterial
 from smcdp.v1 import transport_pb2 as tpb
@@ -122,9 +122,35 @@ def channel_options(max_message: int = MAX_GRPC_MESSAGE) -> list[tuple[str, int]
         ("grpc.initial_reconnect_backoff_ms", 200),
         ("grpc.min_reconnect_backoff_ms", 200),
         ("grpc.max_reconnect_backoff_ms", 2000),
-        ("grpc.keepalive_time_ms", 30000),
-        ("grpc.keepalive_timeout_ms", 10000),
+        # a dead link shows at the HTTP/2 level within ~15 s; server_options() permits these pings
+        ("grpc.keepalive_time_ms", KEEPALIVE_MS),
+        ("grpc.keepalive_timeout_ms", 5000),
         ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
+    ]
+
+
+#: how often a client pings an idle connection (ms); the server must allow at least this rate
+KEEPALIVE_MS = 10000
+
+
+def server_options(max_message: int = MAX_GRPC_MESSAGE) -> list[tuple[str, int]]:
+    """Server-side options matching :func:`channel_options`' keepalive.
+
+    Without a ping policy a gRPC server answers a client that pings more often
+    than every 5 minutes with GOAWAY "too many pings" -- which ended operators'
+    ``session start`` calls that waited longer than a few minutes.  The server
+    accepts pings every 5 s (clients send one every 10 s), with or without calls
+    in flight, and pings idle clients itself to notice dead ones.
+    """
+    return [
+        ("grpc.max_send_message_length", max_message),
+        ("grpc.max_receive_message_length", max_message),
+        ("grpc.keepalive_time_ms", 20000),
+        ("grpc.keepalive_timeout_ms", 5000),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", KEEPALIVE_MS // 2),
+        ("grpc.http2.max_ping_strikes", 0),
         ("grpc.http2.max_pings_without_data", 0),
     ]
 
@@ -183,31 +209,58 @@ class PeerConnector:
 
 async def call_with_retry(what: str, party: str, address: str, deadline: float,
                           attempt: Callable[[float], "asyncio.Future"], rpc_timeout: float,
-                          policy: RetryPolicy = RetryPolicy()):
-    """Run ``attempt(timeout)`` until it succeeds, a final error, or ``deadline``.
+                          policy: RetryPolicy = RetryPolicy(), abort: Mailbox | None = None):
+    """Run ``attempt(timeout)`` until it succeeds, a final error, an abort, or ``deadline``.
 
     ``deadline`` is a ``time.monotonic()`` value.  UNAVAILABLE and
     DEADLINE_EXCEEDED are retried; at the deadline the error names ``party``.
+    With ``abort`` (the session's mailbox) an abort of the session ends the
+    call at once -- an attempt in flight is cancelled -- and raises the abort's
+    error: a role stuck sending to a dead peer hears about the end of its
+    session like a role stuck receiving.
     """
     attempts = 0
     started = time.monotonic()
     last: grpc.RpcError | None = None
     delays = policy.delays()
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            break
-        attempts += 1
+    aborted = asyncio.ensure_future(abort.wait_aborted()) if abort is not None else None
+
+    async def race(coro):
+        """``await coro``, unless the session is aborted first."""
+        if aborted is None:
+            return await coro
+        task = asyncio.ensure_future(coro)
+        done, _ = await asyncio.wait({task, aborted}, return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            return task.result()
+        task.cancel()
         try:
-            return await attempt(min(rpc_timeout, left))
-        except grpc.RpcError as exc:
-            if exc.code() not in RETRYABLE:
-                raise error_from_rpc(exc, f"{what} refused by party {party!r} ({address})") from None
-            last = exc
-        left = deadline - time.monotonic()
-        if left <= 0:
-            break
-        await asyncio.sleep(min(next(delays), left))
+            await task
+        except BaseException:  # noqa: BLE001 - the attempt is moot; the abort is the answer
+            pass
+        raise aborted.result()
+
+    try:
+        while True:
+            if aborted is not None and aborted.done():
+                raise aborted.result()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            attempts += 1
+            try:
+                return await race(attempt(min(rpc_timeout, left)))
+            except grpc.RpcError as exc:
+                if exc.code() not in RETRYABLE:
+                    raise error_from_rpc(exc, f"{what} refused by party {party!r} ({address})") from None
+                last = exc
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            await race(asyncio.sleep(min(next(delays), left)))
+    finally:
+        if aborted is not None and not aborted.done():
+            aborted.cancel()
     detail = (f"; last error {last.code().name}: {last.details()}" if last is not None
               else "; no time left to try")
     raise Unavailable(
@@ -225,8 +278,8 @@ class GrpcChannel(Channel):
     def __init__(self, session_id: str, role: str, roles: Mapping[str, str],
                  deadline: float | None, connector: PeerConnector, *,
                  chunk_size: int = CHUNK_SIZE, rpc_timeout: float | None = None,
-                 retry: RetryPolicy = RetryPolicy()) -> None:
-        super().__init__(session_id, role, roles, deadline)
+                 retry: RetryPolicy = RetryPolicy(), journal: Journal | None = None) -> None:
+        super().__init__(session_id, role, roles, deadline, journal=journal)
         if not 1 <= chunk_size <= 4 * CHUNK_SIZE:
             raise ValueError(f"chunk_size must be 1..{4 * CHUNK_SIZE} bytes")
         self.connector = connector
@@ -240,6 +293,9 @@ class GrpcChannel(Channel):
         self._failure: tuple[str, str, str] | None = None
         self.inbound_duplicates = 0
         self._party_role = {party: r for r, party in self.roles.items()}
+        if journal is not None:  # a replayed role: re-deliveries of what it holds are duplicates
+            for sender_role, tag, type_url, data in journal.inbound():
+                self._seen[(sender_role, tag)] = (type_url, hashlib.sha256(data).digest())
         try:
             self.bind_loop(asyncio.get_running_loop())
         except RuntimeError:
@@ -274,17 +330,20 @@ class GrpcChannel(Channel):
 
         deadline = self.deadline if self.deadline is not None else time.monotonic() + self.rpc_timeout
         await call_with_retry(f"message {tag!r} to role {to_role} in session {self.session_id}",
-                              party, address, deadline, attempt, self.rpc_timeout, self.retry)
+                              party, address, deadline, attempt, self.rpc_timeout, self.retry, abort=self.mailbox)
 
-    async def send_abort(self, code: str, message: str, timeout: float = 5.0) -> dict[str, str]:
+    async def send_abort(self, code: str, message: str, timeout: float = 5.0,
+                         culprit: str | None = None) -> dict[str, str]:
         """Tell every other participant that this session failed (best effort, one try each).
 
+        ``culprit``: the party whose failure ended the session (default: this party).
         Returns party -> outcome ("ok" or the error), for the log.
         """
         async def one(party: str) -> tuple[str, str]:
             try:
                 await self.connector.mailbox(party).Abort(
-                    tpb.AbortRequest(session_id=self.session_id, code=code, message=message[:4000]),
+                    tpb.AbortRequest(session_id=self.session_id, code=code, message=message[:4000],
+                                     culprit=culprit or ""),
                     timeout=timeout)
                 return party, "ok"
             except grpc.RpcError as exc:
@@ -292,8 +351,14 @@ class GrpcChannel(Channel):
             except SmcdpError as exc:
                 return party, str(exc)
 
-        others = [p for r, p in self.roles.items() if r != self.role]
+        others = [p for r, p in self.roles.items() if r != self.role and p != culprit]
         return dict(await asyncio.gather(*(one(p) for p in others)))
+
+    async def heartbeat(self, party: str, incarnation: str, timeout: float) -> tpb.HeartbeatReply:
+        """Probe ``party``'s view of this session (one attempt; raises grpc.RpcError on failure)."""
+        return await self.connector.mailbox(party).Heartbeat(
+            tpb.HeartbeatRequest(session_id=self.session_id, incarnation=incarnation, round=max(0, self.round)),
+            timeout=timeout)
 
     async def close(self) -> None:
         await self.connector.close()
@@ -324,6 +389,9 @@ class GrpcChannel(Channel):
                         f"session {self.session_id} already ended at {self.me}: {message}",
                         code, origin)
                 raise PreconditionFailed(f"session {self.session_id} has already ended here")
+            if self.journal is not None:
+                # durable before the sender hears "delivered": a restart never loses it
+                self.journal.record_inbound(sender_role, tag, type_url, data)
             try:
                 self._loop.call_soon_threadsafe(self._put, sender_role, tag, type_url, data)
             except RuntimeError:  # the loop closed under us

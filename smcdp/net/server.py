@@ -23,9 +23,11 @@ Status codes (see docs/transport.md):
 from __future__ import annotations
 
 import abc
+import datetime as _dt
 import json
 import logging
 import re
+import secrets
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol
 
@@ -38,7 +40,7 @@ from smcdp.net.config import NetConfig
 from smcdp.net.grpc_channel import (
     MAX_GRPC_MESSAGE,
     ORIGIN_METADATA,
-    channel_options,
+    server_options,
     status_code_of,
 )
 from smcdp.net.tls import PARTY_NAME_RE, TlsMaterial
@@ -62,6 +64,12 @@ def validate_session_id(session_id: Any) -> str:
             f"session id {session_id!r} is not valid: 1-128 characters from letters, digits, "
             "'.', '_' and '-', starting with a letter or digit")
     return session_id
+
+
+def new_session_id(protocol: str) -> str:
+    """A fresh, valid session id: the protocol's name, the UTC time and 32 random bits."""
+    stem = re.sub(r"[^A-Za-z0-9._-]", "-", protocol)[:60].strip("-.") or "session"
+    return f"{stem}-{_dt.datetime.now(_dt.timezone.utc):%Y%m%dT%H%M%S}-{secrets.token_hex(4)}"
 
 
 def peer_identity(context: grpc.aio.ServicerContext) -> str:
@@ -174,7 +182,23 @@ class SessionHost(abc.ABC):
     async def begin(self, peer: str, session_id: str) -> None: ...
 
     @abc.abstractmethod
-    async def abort(self, peer: str, session_id: str, code: str, message: str) -> None: ...
+    async def abort(self, peer: str, session_id: str, code: str, message: str,
+                    culprit: str | None = None) -> None: ...
+
+    @abc.abstractmethod
+    async def heartbeat(self, peer: str, session_id: str, incarnation: str, round: int) -> dict:
+        """This party's view of ``session_id`` for a participant's liveness probe:
+        ``{"state", "incarnation", "round", "code", "culprit"}`` (state "unknown" if it has none)."""
+
+    @abc.abstractmethod
+    async def resume(self, peer: str, session_id: str) -> str:
+        """Reopen a resumably failed session from its checkpoint at the initiator's request; return the role."""
+
+    @abc.abstractmethod
+    async def get_status(self, session_id: str) -> dict: ...
+
+    @abc.abstractmethod
+    async def resume_session(self, session_id: str) -> dict: ...
 
     @abc.abstractmethod
     async def start_session(self, protocol: str, roles: Mapping[str, str], params: Mapping[str, Any],
@@ -279,11 +303,31 @@ class MailboxServicer(tgrpc.MailboxServicer):
         try:
             peer = peer_identity(context)
             code = request.code if request.code in grpc.StatusCode.__members__ else "ABORTED"
+            culprit = request.culprit or None
+            if culprit is not None and not PARTY_NAME_RE.match(culprit):
+                raise InvalidMessage("Abort names a culprit that is not a valid party name")
             await self.host.abort(peer, validate_session_id(request.session_id), code,
-                                  request.message[:4000])
+                                  request.message[:4000], culprit)
             return tpb.AbortReply()
         except Exception as exc:  # noqa: BLE001
             await _fail(context, exc, "Abort")
+
+    async def Heartbeat(self, request, context):
+        try:
+            peer = peer_identity(context)
+            view = await self.host.heartbeat(peer, validate_session_id(request.session_id),
+                                             request.incarnation[:64], int(request.round))
+            return tpb.HeartbeatReply(**view)
+        except Exception as exc:  # noqa: BLE001
+            await _fail(context, exc, "Heartbeat")
+
+    async def Resume(self, request, context):
+        try:
+            peer = peer_identity(context)
+            role = await self.host.resume(peer, validate_session_id(request.session_id))
+            return tpb.ResumeReply(role=role)
+        except Exception as exc:  # noqa: BLE001
+            await _fail(context, exc, "Resume")
 
 
 def _record_message(record: dict) -> tpb.SessionRecord:
@@ -313,23 +357,26 @@ class ControlServicer(tgrpc.ControlServicer):
                 validate_session_id(request.session_id) if request.session_id else None,
                 parse_timeout(request.timeout_seconds) if request.timeout_seconds else None,
                 request.seed if request.HasField("seed") else None)
-            if record["state"] == "failed":
-                err = record.get("error") or {}
-                code = err.get("code", "INTERNAL")
-                origin = err.get("origin")
-                meta = [(SESSION_FAILED_METADATA, record["session_id"])]
-                if origin and origin != self.host.name and PARTY_NAME_RE.match(origin):
-                    meta.append((ORIGIN_METADATA, origin))
-                context.set_trailing_metadata(tuple(meta))
-                await context.abort(
-                    grpc.StatusCode[code] if code in grpc.StatusCode.__members__
-                    else grpc.StatusCode.INTERNAL,
-                    f"session {record['session_id']} failed: {err.get('message', '')}")
-            return _record_message(record)
+            return await self._finish(context, record)
         except grpc.aio.AbortError:
             raise
         except Exception as exc:  # noqa: BLE001
             await _fail(context, exc, "StartSession")
+
+    async def _finish(self, context, record: dict) -> tpb.SessionRecord:
+        """A session's record as the reply, or -- if it failed -- its status code with the culprit."""
+        if record["state"] == "failed":
+            err = record.get("error") or {}
+            code = err.get("code", "INTERNAL")
+            origin = err.get("origin")
+            meta = [(SESSION_FAILED_METADATA, record["session_id"])]
+            if origin and origin != self.host.name and PARTY_NAME_RE.match(origin):
+                meta.append((ORIGIN_METADATA, origin))
+            context.set_trailing_metadata(tuple(meta))
+            await context.abort(
+                grpc.StatusCode[code] if code in grpc.StatusCode.__members__ else grpc.StatusCode.INTERNAL,
+                f"session {record['session_id']} failed: {err.get('message', '')}")
+        return _record_message(record)
 
     async def GetResult(self, request, context):
         try:
@@ -338,6 +385,25 @@ class ControlServicer(tgrpc.ControlServicer):
             return _record_message(record)
         except Exception as exc:  # noqa: BLE001
             await _fail(context, exc, "GetResult")
+
+    async def GetStatus(self, request, context):
+        try:
+            self._operator(context)
+            status = await self.host.get_status(validate_session_id(request.session_id))
+            return tpb.SessionStatus(session_id=status["session_id"], state=status["state"],
+                                     status_json=json.dumps(status, sort_keys=True))
+        except Exception as exc:  # noqa: BLE001
+            await _fail(context, exc, "GetStatus")
+
+    async def ResumeSession(self, request, context):
+        try:
+            self._operator(context)
+            record = await self.host.resume_session(validate_session_id(request.session_id))
+            return await self._finish(context, record)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            await _fail(context, exc, "ResumeSession")
 
 
 class PartyServer:
@@ -352,7 +418,7 @@ class PartyServer:
         self.port: int | None = None
 
     async def start(self) -> int:
-        server = grpc.aio.server(options=channel_options(MAX_GRPC_MESSAGE))
+        server = grpc.aio.server(options=server_options(MAX_GRPC_MESSAGE))
         tgrpc.add_MailboxServicer_to_server(
             MailboxServicer(self.host, self.config.max_message_bytes), server)
         tgrpc.add_ControlServicer_to_server(ControlServicer(self.host), server)

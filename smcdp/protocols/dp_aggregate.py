@@ -367,6 +367,7 @@ async def data_party(ch: Channel, weights, sensitivity: float, params: DPAggrega
     rng = protocol_rng(seed, "dp-aggregate", ch.role)
 
     # --- Stage 1: secure argmin of the keys (largest sensitivity = smallest key).
+    ch.progress(round=1, step="secure-min")
     s1 = await argmin_party(ch, key, params.secure_min_params(), seed=seed, allow_insecure_keys=allow_insecure_keys)
     zeta_pk = s1.zeta_pk
     packing = params.packing(zeta_pk)
@@ -385,6 +386,7 @@ async def data_party(ch: Channel, weights, sensitivity: float, params: DPAggrega
     W = [to_fixed(x, F) for x in w]
 
     # --- Stage 2: ζ(π₂⁻¹(u)) from Charlie; our entry is at our position π₁(j); contribute ζ(v_j·N_j).
+    ch.progress(round=2, step="noise-selection")
     u_msg = await ch.recv(CHARLIE, "s2/u", pb.CiphertextVector)
     u = EncryptedVector.from_proto(u_msg, zeta_pk, length=K, exponent=0, packing=Packing(), bound=1,
                                    what="s2/u from charlie")
@@ -412,6 +414,7 @@ async def data_party(ch: Channel, weights, sensitivity: float, params: DPAggrega
         value = [Wi % M for Wi in W]
 
     # --- Stage 3: secure sum of K·ŵˢ into K + 1 published shares.
+    ch.progress(round=3, step="secure-sum")
     share, path = await _secure_sum_and_publish(ch, value, params, rng, output_dir, ch.session_id)
     return PartyResult(share=share, share_file=path, stats=ch.stats.as_dict())
 
@@ -429,6 +432,7 @@ async def charlie(ch: Channel, params: DPAggregateParams, *, seed: SeedLike = No
     rng = protocol_rng(seed, "dp-aggregate", ch.role)
 
     # --- Stage 1.
+    ch.progress(round=1, step="secure-min")
     s1 = await argmin_curator(ch, params.secure_min_params(), seed=seed, zeta_key=zeta_key, dgk_key=dgk_key,
                               allow_insecure_keys=allow_insecure_keys)
     zeta = s1.zeta_key
@@ -436,10 +440,12 @@ async def charlie(ch: Channel, params: DPAggregateParams, *, seed: SeedLike = No
     packing = params.packing(pk)
 
     # --- Stage 2, step 1: the indicator of j̃, un-permuted by π₂ (position order), under ζ.
+    ch.progress(round=2, step="noise-selection")
     u = EncryptedVector(pk, [pk.raw_encrypt_textbook(1 if k == s1.position else 0) for k in range(K)], K, 0, Packing(), 1)
     await ch.send_many(roles, "s2/u", u.to_proto())
 
     # --- Stage 3, step 2: decrypt ν + s.
+    ch.progress(round=3, step="secure-sum")
     m, kappa = params.modulus_bits, params.mask_bits
     slot_cap = (1 << (m + kappa)) + (params.n_parties << (F + params.value_bits))
     msg = await ch.recv(roles[0], "s2/psi", pb.CiphertextVector)

@@ -213,6 +213,7 @@ async def data_party(ch: Channel, A: np.ndarray, params: PowerIterationParams, *
     fb = params.frac_bits
     t = 0
     while True:
+        ch.progress(round=t, step="iterate")
         # --- Step 1: send E[Ā_i α_i] and E[‖α_i − α_i^prev‖²] to Trent.
         contribution = A @ alpha[:n_i] + rho * alpha[n_i:]
         limit = 2.0 ** params.value_bits
@@ -339,6 +340,7 @@ async def trent(ch: Channel, params: PowerIterationParams, *, seed: SeedLike = N
         return acc.mul_int(scale_r(0, params.scale_bits - DECOY_WEIGHT_BITS)).rerandomize()
 
     while True:
+        ch.progress(round=t, step="iterate")
         t_round = time.perf_counter()
         # --- Step 1: collect E[Ā_i α_i] and E[step_i]; if the last vector sent was real, Π E[Ā_i α_i] = E[u_new].
         contribs = await ch.recv_all(roles, f"contrib/{t}", pb.CiphertextVector)

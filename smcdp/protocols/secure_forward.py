@@ -389,6 +389,7 @@ async def forward_alice(ch: Channel, X, params: ForwardParams, *, private_key: P
         m_prev = np.zeros(Dn)                 # Alice's offset of each output's last exponent
         u_pack = Packing.for_key(pk, mp.sum_slot_bits(N))
         for t in range(T):
+            ch.progress(round=t + 1, step="induction")
             u = EncryptedVector.from_proto(await ch.recv(bob, f"{tag}/u/{t}", pb.CiphertextVector), pk,
                                            length=Dn, exponent=0, packing=u_pack, what=f"{tag}/u/{t} from {bob}")
             # masked log α_t: L_j = ln u_j + m_j + v_{t,j}  (float: no underflow, however long the utterance)
@@ -504,6 +505,7 @@ async def forward_bob(ch: Channel, models, params: ForwardParams, *, public_key:
         inputs: list[mpz] = [(1 + pk.n * (1 << (Fe + slot_shift(u_pack, i)))) % pk.nsquare for i in range(Dn)]
         M = np.zeros(Dn)              # Alice's L_j = log α_t(j) + M_j  (M known to Bob only)
         for t in range(T):
+            ch.progress(round=t + 1, step="induction")
             if t == 0:
                 log_w = [[(i, float(lnpi[i // N, i % N]))] for i in range(Dn)]
             else:

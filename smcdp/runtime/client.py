@@ -21,11 +21,14 @@ from smcdp.errors import (
     Unavailable,
 )
 from smcdp.net.grpc_channel import (
+    NotFound,
     channel_options,
+    error_for_code,
     error_from_rpc,
 )
 from smcdp.net.server import (
     SESSION_FAILED_METADATA,
+    new_session_id,
 )
 from smcdp.net.tls import TlsMaterial
 from smcdp.runtime.config import PartyConfig, load_config
@@ -56,19 +59,87 @@ def start_session(config: str | os.PathLike | PartyConfig, protocol: str, roles:
     :mod:`smcdp.errors` exception (code and message of the failure, e.g.
     :class:`~smcdp.errors.Unavailable` naming an unreachable party) if the
     session fails; the record stays available through :func:`get_result`.
+
+    If the connection to the party is lost while the session runs (the party
+    process restarted: it resumes the session from its checkpoint), this
+    waits for the party to come back and follows the session to its end.
     """
     cfg = _as_config(config)
+    sid = session_id or new_session_id(protocol)   # known here, so the session can be followed
     req = tpb.StartSessionRequest(protocol=protocol, roles=dict(roles),
                                   params_json=json.dumps(dict(params or {})),
-                                  session_id=session_id or "", timeout_seconds=timeout or 0)
+                                  session_id=sid, timeout_seconds=timeout or 0)
     if seed is not None:
         req.seed = seed
+    session_seconds = timeout or cfg.timeouts.session_seconds
+    end = time.monotonic() + session_seconds + cfg.timeouts.connect_seconds + 30.0
+    with _operator_channel(cfg) as ch:
+        try:
+            reply = tgrpc.ControlStub(ch).StartSession(req, timeout=end - time.monotonic())
+            return json.loads(reply.record_json)
+        except grpc.RpcError as exc:
+            err = _client_error(exc, cfg, "StartSession")
+            if not isinstance(err, Unavailable):
+                raise err from None
+    return follow_session(cfg, sid, end - time.monotonic(), lost=err)
+
+
+def follow_session(config: str | os.PathLike | PartyConfig, session_id: str, timeout: float,
+                   lost: SmcdpError | None = None, poll: float = 0.5) -> dict:
+    """Wait until ``session_id`` ends at this party (coming back after a restart); return its record.
+
+    Raises the record's error if it failed, ``lost`` if the party never heard of the
+    session, and Unavailable if the party stays unreachable past ``timeout``.
+    """
+    cfg = _as_config(config)
+    end = time.monotonic() + max(0.0, timeout)
+    last: SmcdpError | None = lost
+    while time.monotonic() < end:
+        try:
+            rec = get_result(cfg, session_id, timeout=min(10.0, max(1.0, end - time.monotonic())))
+        except NotFound:
+            if lost is not None:
+                raise lost from None
+            raise
+        except Unavailable as exc:
+            last = exc
+            time.sleep(poll)
+            continue
+        if rec.get("state") == "succeeded":
+            return rec
+        if rec.get("state") == "failed":
+            e = rec.get("error") or {}
+            raise error_for_code(e.get("code", "INTERNAL"), f"session {session_id} failed: {e.get('message', '')}",
+                                 e.get("origin"))
+        time.sleep(poll)
+    raise Unavailable(f"session {session_id} at party {cfg.name!r} did not end within the wait"
+                      + (f" (last error: {last})" if last is not None else ""))
+
+
+def get_status(config: str | os.PathLike | PartyConfig, session_id: str, timeout: float = 10.0) -> dict:
+    """How ``session_id`` stands at this party now: state, round, step, restarts, peers' liveness."""
+    cfg = _as_config(config)
+    with _operator_channel(cfg) as ch:
+        try:
+            reply = tgrpc.ControlStub(ch).GetStatus(tpb.SessionRef(session_id=session_id), timeout=timeout)
+        except grpc.RpcError as exc:
+            raise _client_error(exc, cfg, "GetStatus") from None
+    return json.loads(reply.status_json)
+
+
+def resume_session(config: str | os.PathLike | PartyConfig, session_id: str,
+                   timeout: float | None = None) -> dict:
+    """Continue a session this party initiated that failed resumably; return its record when it ends."""
+    cfg = _as_config(config)
     wait = (timeout or cfg.timeouts.session_seconds) + cfg.timeouts.connect_seconds + 30.0
     with _operator_channel(cfg) as ch:
         try:
-            reply = tgrpc.ControlStub(ch).StartSession(req, timeout=wait)
+            reply = tgrpc.ControlStub(ch).ResumeSession(tpb.SessionRef(session_id=session_id), timeout=wait)
         except grpc.RpcError as exc:
-            raise _client_error(exc, cfg, "StartSession") from None
+            err = _client_error(exc, cfg, "ResumeSession")
+            if not isinstance(err, Unavailable):
+                raise err from None
+            return follow_session(cfg, session_id, wait, lost=err)
     return json.loads(reply.record_json)
 
 

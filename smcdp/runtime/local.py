@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -25,29 +26,38 @@ from typing import Any, Mapping, Sequence
 import smcdp
 from smcdp.errors import SmcdpError, Unavailable
 from smcdp.net.config import Timeouts, TlsConfig
+from smcdp.net.server import new_session_id
 from smcdp.net.tls import generate_deployment
 from smcdp.runtime.client import get_result, start_session, wait_healthy
 from smcdp.runtime.config import PartyConfig, dump_config
-from smcdp.runtime.session import new_session_id
 
 log = logging.getLogger("smcdp.local")
 
 
 class LocalCluster:
-    """Start ``parties`` (name -> {protocol: {input name: path}}) as separate processes."""
+    """Start ``parties`` (name -> {protocol: {input name: path}}) as separate processes.
+
+    Besides starting and stopping the whole cluster it can kill, pause and
+    restart single parties (chaos tests, ``smcdp demo --chaos``): a restarted
+    party is the same configuration, certificate and data directory, so it
+    reopens its sessions from their checkpoints.
+    """
 
     def __init__(self, parties: Mapping[str, Mapping[str, Mapping[str, str | os.PathLike]]], *,
                  allow_insecure_keys: bool = False, workdir: str | os.PathLike | None = None,
                  plugins: tuple[str, ...] = (), keep: bool = False,
-                 session_seconds: float = 3600.0) -> None:
+                 session_seconds: float = 3600.0, peer_grace_seconds: float | None = None) -> None:
         self.parties = {name: dict(inputs) for name, inputs in parties.items()}
         self.allow_insecure_keys = allow_insecure_keys
         self.plugins = tuple(plugins)
         self.keep = keep or workdir is not None
         self.session_seconds = session_seconds
+        self.peer_grace_seconds = peer_grace_seconds
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="smcdp-local-"))
         self.configs: dict[str, Path] = {}
         self.procs: dict[str, subprocess.Popen] = {}
+        #: parties killed on purpose and not restarted (their records cannot be fetched)
+        self.down: set[str] = set()
 
     # ------------------------------------------------------------------ lifecycle
     def __enter__(self) -> "LocalCluster":
@@ -62,20 +72,29 @@ class LocalCluster:
         self.stop()
 
     def write_configs(self) -> None:
+        timeouts = Timeouts(session_seconds=self.session_seconds,
+                            **({"peer_grace_seconds": self.peer_grace_seconds}
+                               if self.peer_grace_seconds is not None else {}))
         self.configs = write_local_deployment(
             self.workdir, list(self.parties), inputs=self.parties, plugins=self.plugins,
-            allow_insecure_keys=self.allow_insecure_keys, timeouts=Timeouts(session_seconds=self.session_seconds))
+            allow_insecure_keys=self.allow_insecure_keys, timeouts=timeouts)
 
     def start(self) -> None:
         self.write_configs()
-        for p, cfg in self.configs.items():
-            log = open(self.workdir / f"{p}.log", "ab")
-            self.procs[p] = spawn_party(cfg, log_file=log)
-        for p, cfg in self.configs.items():
-            try:
-                wait_healthy(cfg, timeout=60)
-            except SmcdpError:
-                raise Unavailable(f"party process {p} did not come up; its log:\n{self.log(p)}") from None
+        for p in self.configs:
+            self._spawn(p)
+        for p in self.configs:
+            self._wait_up(p)
+
+    def _spawn(self, party: str) -> None:
+        log_file = open(self.workdir / f"{party}.log", "ab")  # noqa: SIM115 - owned by the child's lifetime
+        self.procs[party] = spawn_party(self.configs[party], log_file=log_file)
+
+    def _wait_up(self, party: str, timeout: float = 60.0) -> None:
+        try:
+            wait_healthy(self.configs[party], timeout=timeout)
+        except SmcdpError:
+            raise Unavailable(f"party process {party} did not come up; its log:\n{self.log(party)}") from None
 
     def log(self, party: str) -> str:
         try:
@@ -84,37 +103,100 @@ class LocalCluster:
             return ""
 
     def stop(self, grace: float = 20.0) -> None:
-        for proc in self.procs.values():
+        for p, proc in self.procs.items():
+            if p in self.down:
+                continue
+            try:
+                proc.send_signal(signal.SIGCONT)  # a paused party cannot shut down
+            except ProcessLookupError:
+                pass
             stop_party(proc, timeout=grace)
         if not self.keep:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
+    # ------------------------------------------------------------------ chaos
+    def kill(self, party: str) -> None:
+        """SIGKILL ``party``'s process: no shutdown, no abort sent, nothing written."""
+        proc = self.procs[party]
+        proc.kill()
+        proc.wait(10)
+        self.down.add(party)
+
+    def restart(self, party: str) -> None:
+        """Start ``party`` again from its configuration (it reopens its sessions from checkpoints)."""
+        old = self.procs.get(party)
+        if old is not None and old.poll() is None:
+            raise RuntimeError(f"party {party} is still running")
+        self._spawn(party)
+        self.down.discard(party)
+        self._wait_up(party)
+
+    def pause(self, party: str) -> None:
+        self.procs[party].send_signal(signal.SIGSTOP)
+
+    def cont(self, party: str) -> None:
+        self.procs[party].send_signal(signal.SIGCONT)
+
     # ------------------------------------------------------------------ sessions
     def run(self, protocol: str, roles: Mapping[str, str], params: Mapping[str, Any], *,
-            initiator: str, seed: int | None = None, timeout: float | None = None) -> dict[str, dict]:
-        """Run one session; returns party name -> that party's session record."""
-        sid = new_session_id(protocol)
-        try:
-            rec = start_session(self.configs[initiator], protocol, roles, params, session_id=sid, seed=seed,
-                                timeout=timeout)
-        except SmcdpError:
-            # the session failed: every participant still has a record saying how
-            rec = get_result(self.configs[initiator], sid)
-        records = {initiator: rec}
-        for p in set(roles.values()) - {initiator}:
-            # every participant writes its own record; wait until it has finished
-            end = time.monotonic() + 60
-            while True:
-                try:
-                    r = get_result(self.configs[p], sid)
-                except SmcdpError as exc:  # e.g. the proposal never reached it
-                    r = {"state": "unknown", "error": {"code": exc.code, "message": str(exc)}}
-                    break
-                if r.get("state") in ("succeeded", "failed") or time.monotonic() > end:
-                    break
-                time.sleep(0.1)
-            records[p] = r
+            initiator: str, seed: int | None = None, timeout: float | None = None,
+            session_id: str | None = None) -> dict[str, dict]:
+        """Run one session; returns party name -> that party's session record.
+
+        A party killed and not restarted meanwhile gets ``{"state": "unknown"}``;
+        the others' records say how the session ended for them.
+        """
+        sid = session_id or new_session_id(protocol)
+        wait = (timeout or self.session_seconds) + 60.0
+        outcome: dict[str, Any] = {}
+
+        def initiate() -> None:
+            try:
+                outcome["record"] = start_session(self.configs[initiator], protocol, roles, params,
+                                                  session_id=sid, seed=seed, timeout=timeout)
+            except BaseException as exc:  # noqa: BLE001 - reported through the records below
+                outcome["error"] = exc
+
+        th = threading.Thread(target=initiate, daemon=True, name=f"initiate-{sid}")
+        th.start()
+        end = time.monotonic() + wait
+        while th.is_alive() and time.monotonic() < end:
+            if initiator in self.down and self._settled(roles, sid, exclude={initiator}):
+                break  # the initiator is gone for good: the others' records tell how it ended
+            th.join(0.2)
+        records: dict[str, dict] = {}
+        for p in dict.fromkeys(roles.values()):
+            records[p] = self._record(p, sid, end)
         return records
+
+    def _record(self, party: str, sid: str, end: float) -> dict:
+        if party in self.down:
+            return {"state": "unknown", "session_id": sid,
+                    "error": {"code": "UNAVAILABLE", "message": f"party {party} was killed", "origin": party}}
+        last: dict = {"state": "unknown", "session_id": sid}
+        while True:
+            try:
+                r = get_result(self.configs[party], sid)
+            except SmcdpError as exc:  # e.g. the proposal never reached it
+                r = {"state": "unknown", "session_id": sid,
+                     "error": {"code": exc.code, "message": str(exc), "origin": party}}
+                if not isinstance(exc, Unavailable):
+                    return r
+            if r.get("state") in ("succeeded", "failed"):
+                return r
+            last = r
+            if time.monotonic() > end:
+                return last
+            time.sleep(0.2)
+
+    def _settled(self, roles: Mapping[str, str], sid: str, exclude: set[str]) -> bool:
+        for p in set(roles.values()) - exclude - self.down:
+            try:
+                if get_result(self.configs[p], sid, timeout=5).get("state") not in ("succeeded", "failed"):
+                    return False
+            except SmcdpError:
+                return False
+        return True
 
 
 def bytes_sent(records: Mapping[str, dict]) -> dict[str, int]:

@@ -11,7 +11,8 @@ Session life cycle (see docs/transport.md):
    other participant.  Each checks that it holds a role, knows every
    participant's address, knows the protocol and that the protocol's
    ``validate_params`` accepts the parameters; it then prepares the session
-   (mailbox ready, role not started).
+   (mailbox ready, role not started) and writes the session's checkpoint
+   (:mod:`smcdp.runtime.checkpoint`: its randomness root, then the journal).
 3. When every participant has accepted, the initiator sends ``Begin`` to each
    and starts its own role.  Because every mailbox exists before any role
    runs, a message never arrives for a session its receiver does not know.
@@ -23,6 +24,13 @@ Session life cycle (see docs/transport.md):
    origin party), so every participant ends with a clear error within its
    deadline.  Every participant writes ``data_dir/sessions/<id>.json``
    (result or error, traffic stats) atomically.
+6. Faults (docs/fault-tolerance.md): while a role runs, its session probes
+   the other participants; one silent for longer than ``peer_grace_seconds``
+   ends the session everywhere with UNAVAILABLE naming it, keeping the
+   checkpoints (``smcdp session resume ID`` continues it).  A party restarted
+   from its configuration reopens every session it was running from its
+   checkpoint *before* it serves, and replays the role to where it stopped;
+   its peers see its new incarnation in the heartbeats and carry on.
 """
 
 from __future__ import annotations
@@ -32,8 +40,10 @@ import asyncio
 import json
 import logging
 import os
+import secrets
 import signal
 import sys
+import time
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -59,13 +69,16 @@ from smcdp.net.server import (
     PartyServer,
     SessionHost,
     SessionSpec,
+    new_session_id,
     parse_roles,
     validate_session_id,
 )
 from smcdp.net.tls import TlsMaterial
 from smcdp.plugins.registry import get_plugin, load_plugin_modules
+from smcdp.primitives.rng import Randomness
+from smcdp.runtime.checkpoint import Checkpoint, CheckpointError
 from smcdp.runtime.config import PartyConfig, load_config
-from smcdp.runtime.session import Session, new_session_id, write_json_atomic
+from smcdp.runtime.session import Session, write_json_atomic
 from smcdp.v1 import transport_pb2 as tpb
 
 log = logging.getLogger("smcdp.party")
@@ -94,11 +107,14 @@ class Party(SessionHost):
         self._connector: PeerConnector | None = None
         self._shutting_down = False
         self.port: int | None = None
+        #: this process's incarnation: peers see it change when the party restarted
+        self.incarnation = secrets.token_hex(6)
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> int:
         load_plugin_modules(self.config.plugins)
-        (self.config.data_dir / "sessions").mkdir(parents=True, exist_ok=True)
+        self.sessions_dir.mkdir(parents=True, exist_ok=True)
+        await self._restore_sessions()
         self.port = await self.server.start()
         self._connector = PeerConnector(self.config, self.tls)
         log.info("party %s listening on %s (port %d)", self.name, self.config.listen, self.port)
@@ -121,8 +137,53 @@ class Party(SessionHost):
             s.thread.join(timeout=1.0)
         log.info("party %s stopped", self.name)
 
+    @property
+    def sessions_dir(self) -> Path:
+        return self.config.data_dir / "sessions"
+
     def record_path(self, session_id: str) -> Path:
-        return self.config.data_dir / "sessions" / f"{validate_session_id(session_id)}.json"
+        return self.sessions_dir / f"{validate_session_id(session_id)}.json"
+
+    # ------------------------------------------------------------ checkpoints
+    async def _restore_sessions(self) -> None:
+        """Reopen every session this party was in when its process died (before serving)."""
+        try:
+            checkpoints = Checkpoint.scan(self.sessions_dir)
+        except CheckpointError as exc:
+            raise ConfigError(f"party {self.name}: {exc}") from None
+        for cp in checkpoints:
+            state = cp.meta["state"]
+            if state not in ("prepared", "running"):
+                continue  # failed resumably: waits for `smcdp session resume`
+            try:
+                s = self._reopen(cp, begun=state == "running")
+            except SmcdpError as exc:
+                log.error("session %s cannot be restored: %s", cp.session_id, exc)
+                continue
+            if state == "prepared" and cp.meta["initiator"] == self.name:
+                # the operator call that would have begun it died with the process
+                await asyncio.get_running_loop().run_in_executor(None, s.ready.wait, 10.0)
+                s.fail_threadsafe(SessionAborted(
+                    f"the initiator {self.name} restarted before session {cp.session_id} began; "
+                    f"continue it with 'smcdp session resume {cp.session_id}'", "UNAVAILABLE", self.name))
+            log.warning("session %s restored from its checkpoint (restart %d); %s", cp.session_id,
+                        cp.meta["restarts"], "replaying its role" if state == "running" else "waiting for Begin")
+        for s in list(self.sessions.values()):
+            await asyncio.get_running_loop().run_in_executor(None, s.ready.wait, 10.0)
+
+    def _reopen(self, cp: Checkpoint, *, begun: bool, new_deadline: bool = False) -> Session:
+        m = cp.meta
+        plugin = get_plugin(m["protocol"])
+        fields = {"restarts": int(m.get("restarts", 0)) + 1}
+        if new_deadline:
+            fields["deadline_epoch"] = time.time() + float(m["timeout_seconds"])
+        cp.set_state("running" if begun else "prepared", resumable=False, **fields)
+        spec = SessionSpec(m["session_id"], m["protocol"], dict(m["roles"]), dict(m["params"]),
+                           float(m["timeout_seconds"]), m.get("seed"))
+        s = Session(self, spec, m["role"], plugin, m["initiator"], cp, begun=begun)
+        self.sessions[spec.session_id] = s
+        s.start_thread()
+        return s
 
     # ---------------------------------------------------------- SessionHost
     def inbound_target(self, peer: str, session_id: str):
@@ -174,7 +235,8 @@ class Party(SessionHost):
             # A retried Propose (the first reply was lost or late): the same proposal is accepted again.
             log.info("session %s: repeated proposal from %s accepted again", spec.session_id, peer)
             return existing.role
-        if existing is not None or self.record_path(spec.session_id).exists():
+        if existing is not None or self.record_path(spec.session_id).exists() \
+                or Checkpoint.directory(self.sessions_dir, spec.session_id).exists():
             raise AlreadyExists(f"session {spec.session_id!r} already exists at party {self.name!r}")
         try:
             json.dumps(params)
@@ -182,7 +244,15 @@ class Party(SessionHost):
             raise SmcdpError(f"plugin {spec.protocol!r} normalised params to non-JSON: {exc}") from None
         spec = SessionSpec(spec.session_id, spec.protocol, roles, params, spec.timeout_seconds,
                            spec.seed)
-        s = Session(self, spec, mine[0], plugin, initiator=peer)
+        # the role's randomness root: this party's own secret, or -- only where its policy allows
+        # seeded sessions -- the experiment seed
+        randomness = Randomness.fresh() if spec.seed is None else Randomness.from_seed(spec.seed)
+        cp = Checkpoint.create(
+            self.sessions_dir, session_id=spec.session_id, protocol=spec.protocol, roles=roles, params=params,
+            timeout_seconds=spec.timeout_seconds, seed=spec.seed, initiator=peer, role=mine[0],
+            randomness=randomness,
+            inputs={k: str(v) for k, v in self.config.inputs.get(spec.protocol, {}).items()})
+        s = Session(self, spec, mine[0], plugin, peer, cp)
         self.sessions[spec.session_id] = s
         self._evict()
         s.start_thread()
@@ -215,11 +285,113 @@ class Party(SessionHost):
                                      f"{(s.record or {}).get('error')}")
         s.begin_threadsafe()
 
-    async def abort(self, peer: str, session_id: str, code: str, message: str) -> None:
+    async def abort(self, peer: str, session_id: str, code: str, message: str,
+                    culprit: str | None = None) -> None:
         s = self._session_for(peer, session_id)
         role = next(r for r, p in s.spec.roles.items() if p == peer)
+        if culprit is not None and culprit not in s.spec.roles.values():
+            raise InvalidMessage(f"Abort of session {session_id!r} names {culprit!r}, who holds no role in it")
         s.fail_threadsafe(SessionAborted(
-            f"session {session_id} aborted by {peer} (role {role}): {message}", code, peer))
+            f"session {session_id} aborted by {peer} (role {role}): {message}", code, culprit or peer))
+
+    async def heartbeat(self, peer: str, session_id: str, incarnation: str, round: int) -> dict:
+        s = self.sessions.get(session_id)
+        if s is not None:
+            if peer not in s.spec.roles.values():
+                raise PermissionDenied(f"party {peer!r} holds no role in session {session_id!r}")
+            err = (s.record or {}).get("error") or {}
+            return {"state": s.state, "incarnation": self.incarnation, "round": 0 if s.channel is None else
+                    max(0, s.channel.round), "code": err.get("code", ""), "culprit": err.get("origin", "")}
+        try:
+            rec = json.loads(self.record_path(session_id).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {"state": "unknown", "incarnation": self.incarnation, "round": 0, "code": "", "culprit": ""}
+        if peer not in (rec.get("roles") or {}).values():
+            raise PermissionDenied(f"party {peer!r} holds no role in session {session_id!r}")
+        err = rec.get("error") or {}
+        return {"state": rec.get("state", "unknown"), "incarnation": self.incarnation, "round": 0,
+                "code": err.get("code", ""), "culprit": err.get("origin", "")}
+
+    async def get_status(self, session_id: str) -> dict:
+        s = self.sessions.get(session_id)
+        if s is not None:
+            return s.status()
+        rec = await self.get_result(session_id)
+        return {"session_id": session_id, "protocol": rec.get("protocol"), "party": self.name,
+                "role": rec.get("role"), "state": rec.get("state"), "round": None, "step": "",
+                "restarts": rec.get("restarts", 0), "incarnation": self.incarnation, "peers": {},
+                "error": rec.get("error"), "resumable": bool(rec.get("resumable"))}
+
+    def _resumable_checkpoint(self, session_id: str) -> Checkpoint:
+        d = Checkpoint.directory(self.sessions_dir, session_id)
+        if not d.is_dir():
+            if self.record_path(session_id).exists():
+                rec = json.loads(self.record_path(session_id).read_text(encoding="utf-8"))
+                if rec.get("state") == "succeeded":
+                    raise AlreadyExists(f"session {session_id!r} already succeeded at party {self.name!r}")
+            raise PreconditionFailed(f"party {self.name!r} has no checkpoint of session {session_id!r} "
+                                     "(it never ran here, or it ended in a way that cannot be continued)")
+        cp = Checkpoint.load(d)
+        if cp.meta["state"] != "failed" or not cp.meta.get("resumable"):
+            raise PreconditionFailed(f"session {session_id!r} is {cp.meta['state']} at party {self.name!r}, "
+                                     "not failed resumably")
+        return cp
+
+    async def resume(self, peer: str, session_id: str) -> str:
+        if self._shutting_down:
+            raise Unavailable(f"party {self.name} is shutting down")
+        s = self.sessions.get(session_id)
+        if s is not None and not s.done.done():
+            if peer != s.initiator:
+                raise PermissionDenied(f"only the initiator {s.initiator!r} may resume session {session_id!r}")
+            return s.role  # a repeated Resume
+        cp = self._resumable_checkpoint(session_id)
+        if peer != cp.meta["initiator"]:
+            raise PermissionDenied(f"only the initiator {cp.meta['initiator']!r} may resume session "
+                                   f"{session_id!r}")
+        s = self._reopen(cp, begun=False, new_deadline=True)
+        await asyncio.get_running_loop().run_in_executor(None, s.ready.wait, 10.0)
+        log.warning("session %s reopened from its checkpoint at %s's request", session_id, peer)
+        return s.role
+
+    async def resume_session(self, session_id: str) -> dict:
+        """Operator: continue a resumably failed session this party initiated (every participant replays)."""
+        if self._shutting_down:
+            raise Unavailable(f"party {self.name} is shutting down")
+        cp = self._resumable_checkpoint(session_id)
+        if cp.meta["initiator"] != self.name:
+            raise PermissionDenied(f"session {session_id!r} was initiated by {cp.meta['initiator']!r}; "
+                                   "only its operator can resume it")
+        s = self._reopen(cp, begun=False, new_deadline=True)
+        await asyncio.get_running_loop().run_in_executor(None, s.ready.wait, 10.0)
+        others = [p for p in s.spec.roles.values() if p != self.name]
+        outcomes = await asyncio.gather(*(self._call(p, "Resume", tpb.SessionRef(session_id=session_id), s)
+                                          for p in others), return_exceptions=True)
+        done_already = {p for p, e in zip(others, outcomes) if isinstance(e, AlreadyExists)}
+        failures = [(p, e) for p, e in zip(others, outcomes)
+                    if isinstance(e, BaseException) and p not in done_already]
+        if failures:
+            text = "; ".join(f"{p}: {e}" for p, e in failures)
+            s.fail_threadsafe(error_for_code(status_code_of(failures[0][1]).name, f"Resume failed: {text}"))
+            s.begin_threadsafe()
+        else:
+            await self._begin_all(s, [p for p in others if p not in done_already])
+        return await asyncio.shield(asyncio.wrap_future(s.done))
+
+    async def _call(self, party: str, method: str, request, s: Session) -> None:
+        stub = self._connector.mailbox(party)
+        await call_with_retry(f"{method} of session {s.spec.session_id}", party, self.config.address_of(party),
+                              s.deadline, lambda t: getattr(stub, method)(request, timeout=t),
+                              self.config.timeouts.connect_seconds)
+
+    async def _begin_all(self, s: Session, parties: Sequence[str]) -> None:
+        ref = tpb.SessionRef(session_id=s.spec.session_id)
+        outcomes = await asyncio.gather(*(self._call(p, "Begin", ref, s) for p in parties), return_exceptions=True)
+        failures = [(p, e) for p, e in zip(parties, outcomes, strict=True) if isinstance(e, BaseException)]
+        if failures:
+            text = "; ".join(str(e) for _, e in failures)
+            s.fail_threadsafe(error_for_code(status_code_of(failures[0][1]).name, f"Begin failed: {text}"))
+        s.begin_threadsafe()
 
     async def start_session(self, protocol: str, roles: Mapping[str, str], params: Mapping[str, Any],
                             session_id: str | None = None, timeout: float | None = None,
@@ -240,28 +412,16 @@ class Party(SessionHost):
         if seed is not None:
             msg.seed = seed
         others = [p for p in roles.values() if p != self.name]
-        connect = self.config.timeouts.connect_seconds
-
-        async def rpc(party: str, method: str, request) -> None:
-            stub = self._connector.mailbox(party)
-            await call_with_retry(f"{method} of session {sid}", party, self.config.address_of(party),
-                                  s.deadline, lambda t: getattr(stub, method)(request, timeout=t),
-                                  connect)
-
-        for phase, request in (("Propose", msg), ("Begin", tpb.SessionRef(session_id=sid))):
-            outcomes = await asyncio.gather(*(rpc(p, phase, request) for p in others),
-                                            return_exceptions=True)
-            failures = [(p, e) for p, e in zip(others, outcomes, strict=True) if isinstance(e, BaseException)]
-            if failures:
-                first = failures[0][1]
-                text = "; ".join(str(e) for _, e in failures)
-                exc = error_for_code(status_code_of(first).name, f"{phase} failed: {text}")
-                s.fail_threadsafe(exc)
-                s.begin_threadsafe()
-                break
-        else:
+        outcomes = await asyncio.gather(*(self._call(p, "Propose", msg, s) for p in others), return_exceptions=True)
+        failures = [(p, e) for p, e in zip(others, outcomes, strict=True) if isinstance(e, BaseException)]
+        if failures:
+            text = "; ".join(str(e) for _, e in failures)
+            s.fail_threadsafe(error_for_code(status_code_of(failures[0][1]).name, f"Propose failed: {text}"))
             s.begin_threadsafe()
-        return await asyncio.wrap_future(s.done)
+        else:
+            await self._begin_all(s, others)
+        # shielded: an operator whose call is cancelled (it disconnected) must not cancel the session
+        return await asyncio.shield(asyncio.wrap_future(s.done))
 
     async def get_result(self, session_id: str) -> dict:
         s = self.sessions.get(session_id)

@@ -1,11 +1,23 @@
-"""One session at one party: its thread, its event loop, its channel and its durable record.
+"""One session at one party: its thread, event loop, channel, checkpoint, liveness and record.
 
 Each role runs in **its own thread with its own event loop**, so a role that
 computes (Paillier arithmetic) never starves the party's server: health
-checks and deliveries are answered from the server's loop meanwhile.  A
-failing role sends ``Abort`` to the other participants; every participant
-writes ``data_dir/sessions/<id>.json`` (result or error, traffic stats)
-atomically.  See :mod:`smcdp.runtime.party` for the life cycle.
+checks, heartbeats and deliveries are answered from the server's loop
+meanwhile.
+
+* **Checkpoint** (:mod:`smcdp.runtime.checkpoint`): every session has one from
+  the moment it is proposed -- the randomness root, the journal of messages --
+  so that a restarted party replays the role to where it stopped.
+* **Liveness**: while the role runs, a watcher probes every other participant
+  (``Heartbeat``) every few seconds.  A participant that has not answered for
+  ``[timeouts] peer_grace_seconds`` ends the session with UNAVAILABLE naming it
+  (the *culprit*); the party that detects it first tells the others, whose
+  records adopt the same culprit.  Such a failure keeps the checkpoint:
+  ``smcdp session resume ID`` continues the session later.
+* **Record**: every participant writes ``data_dir/sessions/<id>.json`` (result
+  or error, traffic, restarts) atomically.
+
+See :mod:`smcdp.runtime.party` for the life cycle and docs/fault-tolerance.md.
 """
 
 from __future__ import annotations
@@ -15,12 +27,12 @@ import concurrent.futures
 import datetime as _dt
 import json
 import logging
-import re
-import secrets
 import threading
 import time
 from pathlib import Path
 from typing import Any, Protocol
+
+import grpc
 
 from smcdp._files import atomic_write_json
 from smcdp.errors import (
@@ -28,6 +40,7 @@ from smcdp.errors import (
     PreconditionFailed,
     SessionAborted,
     SmcdpError,
+    Unavailable,
 )
 from smcdp.net.grpc_channel import (
     GrpcChannel,
@@ -39,7 +52,21 @@ from smcdp.net.server import (
 )
 from smcdp.net.tls import TlsMaterial
 from smcdp.plugins.base import ProtocolPlugin, SessionContext
+from smcdp.runtime.checkpoint import Checkpoint
 from smcdp.runtime.config import PartyConfig
+
+#: failures after which a session can be continued (``smcdp session resume``): a participant
+#: was unreachable past its grace, or shut down
+RESUMABLE_CODES = frozenset({"UNAVAILABLE"})
+
+
+class PeerLost(Unavailable):
+    """A participant stopped answering for longer than the grace: this party detected it."""
+
+    def __init__(self, message: str, culprit: str) -> None:
+        super().__init__(message)
+        self.culprit = culprit
+        self.origin = culprit
 
 
 class SessionOwner(Protocol):
@@ -48,6 +75,8 @@ class SessionOwner(Protocol):
     name: str
     config: PartyConfig
     tls: TlsMaterial
+
+    incarnation: str
 
     def record_path(self, session_id: str) -> Path: ...
 
@@ -59,11 +88,6 @@ ROLE_GRACE = 0.5
 
 def _utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
-
-
-def new_session_id(protocol: str) -> str:
-    stem = re.sub(r"[^A-Za-z0-9._-]", "-", protocol)[:60].strip("-.") or "session"
-    return f"{stem}-{_dt.datetime.now(_dt.timezone.utc):%Y%m%dT%H%M%S}-{secrets.token_hex(4)}"
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
@@ -80,23 +104,29 @@ def _error_dict(exc: BaseException, me: str) -> dict:
 
 
 class Session:
-    """One session at this party: its thread, event loop and channel."""
+    """One session at this party: its thread, event loop, channel and checkpoint."""
 
     def __init__(self, party: SessionOwner, spec: SessionSpec, role: str, plugin: ProtocolPlugin,
-                 initiator: str) -> None:
+                 initiator: str, checkpoint: Checkpoint, *, begun: bool = False) -> None:
         self.party = party
         self.spec = spec
         self.role = role
         self.plugin = plugin
         self.initiator = initiator
-        self.deadline = time.monotonic() + spec.timeout_seconds
+        self.checkpoint = checkpoint
+        self.restarts = int(checkpoint.meta.get("restarts", 0))
+        # the wall-clock deadline is in the checkpoint, so a restarted party keeps it
+        self.deadline = time.monotonic() + (float(checkpoint.meta["deadline_epoch"]) - time.time())
         self.started_at = _utc_now()
         self.state = "prepared"
         self.record: dict | None = None
         self.channel: GrpcChannel | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
+        self._begun_already = begun
         self._begin: asyncio.Event | None = None
         self._early_failure: BaseException | None = None
+        #: party -> (monotonic time of its last answer, its incarnation), kept by the watcher
+        self.peer_seen: dict[str, tuple[float, str]] = {}
         self.ready = threading.Event()
         self.done: concurrent.futures.Future = concurrent.futures.Future()
         self.thread = threading.Thread(target=self._thread_main, daemon=True,
@@ -114,7 +144,7 @@ class Session:
                 pass
 
     def fail_threadsafe(self, exc: BaseException) -> None:
-        """End the session with ``exc`` (wakes the begin wait and every recv)."""
+        """End the session with ``exc`` (wakes the begin wait and every recv and send)."""
         if self.done.done() or self.loop is None:
             return
 
@@ -134,6 +164,26 @@ class Session:
             return self.record
         return self._record(self.state)  # "prepared" or "running"; the record is set at the end
 
+    def status(self) -> dict:
+        """How the session stands right now (for GetStatus and heartbeats)."""
+        now = time.monotonic()
+        ch = self.channel
+        peers = {}
+        for role, party in self.spec.roles.items():
+            if party == self.party.name:
+                continue
+            seen = self.peer_seen.get(party)
+            peers[party] = {"role": role, "last_answer_seconds_ago": None if seen is None else round(now - seen[0], 1),
+                            "incarnation": None if seen is None else seen[1]}
+        return {
+            "session_id": self.spec.session_id, "protocol": self.spec.protocol, "party": self.party.name,
+            "role": self.role, "state": self.state, "round": 0 if ch is None else ch.round,
+            "step": "" if ch is None else ch.step, "restarts": self.restarts,
+            "incarnation": self.party.incarnation, "seconds_left": round(self.deadline - now, 1),
+            "peers": peers, "error": (self.record or {}).get("error"),
+            "resumable": bool((self.record or {}).get("resumable")),
+        }
+
     # ------------------------------------------------------ the session thread
     def _thread_main(self) -> None:
         try:
@@ -150,13 +200,16 @@ class Session:
         cfg = self.party.config
         self.loop = asyncio.get_running_loop()
         self._begin = asyncio.Event()
+        if self._begun_already:
+            self._begin.set()
         connector = PeerConnector(cfg, self.party.tls)
         ch = GrpcChannel(self.spec.session_id, self.role, self.spec.roles, self.deadline, connector,
-                         rpc_timeout=cfg.timeouts.rpc_seconds)
+                         rpc_timeout=cfg.timeouts.rpc_seconds, journal=self.checkpoint.journal)
         self.channel = ch
         self.ready.set()
         result = None
         error: dict | None = None
+        culprit: str | None = None
         t0 = time.monotonic()
         try:
             # The initiator's own session is begun or failed by start_session, which
@@ -173,17 +226,22 @@ class Session:
             if self._early_failure is not None:
                 raise self._early_failure
             self.state = "running"
+            self.checkpoint.set_state("running", resumable=False, error=None)
             t0 = time.monotonic()
             out_dir = cfg.data_dir / "outputs" / self.spec.session_id
             out_dir.mkdir(parents=True, exist_ok=True)
+            inputs = {k: str(v) for k, v in cfg.inputs.get(self.spec.protocol, {}).items()}
+            if self.restarts:
+                self.checkpoint.check_inputs(inputs)
             ctx = SessionContext(
                 session_id=self.spec.session_id, protocol=self.spec.protocol,
-                roles=dict(self.spec.roles), params=dict(self.spec.params),
-                inputs={k: str(v) for k, v in cfg.inputs.get(self.spec.protocol, {}).items()},
+                roles=dict(self.spec.roles), params=dict(self.spec.params), inputs=inputs,
                 output_dir=out_dir, allow_insecure_keys=cfg.allow_insecure_keys,
-                seed=self.spec.seed)
-            log.info("session %s: %s runs role %s of %s", self.spec.session_id, self.party.name,
-                     self.role, self.spec.protocol)
+                seed=self.checkpoint.randomness())
+            log.info("session %s: %s runs role %s of %s%s", self.spec.session_id, self.party.name,
+                     self.role, self.spec.protocol,
+                     f" (replay after restart {self.restarts})" if self.restarts else "")
+            watcher = asyncio.ensure_future(self._watch(ch))
             try:
                 # a recv that waits past the deadline raises its own, more precise
                 # error ("no message 'y' from b"); this catches roles that compute on
@@ -191,6 +249,8 @@ class Session:
                                                 max(0.0, self.deadline + ROLE_GRACE - time.monotonic()))
             except asyncio.TimeoutError:
                 raise _deadline_error(self) from None
+            finally:
+                watcher.cancel()
             try:
                 json.dumps(result)
             except (TypeError, ValueError) as exc:
@@ -198,15 +258,19 @@ class Session:
                                  f"JSON-serialisable: {exc}") from None
         except BaseException as exc:  # noqa: BLE001
             error = _error_dict(exc, self.party.name)
-            if not isinstance(exc, SessionAborted) or error["origin"] == self.party.name:
+            culprit = error["origin"]
+            detected_here = isinstance(exc, PeerLost) or not isinstance(exc, SessionAborted) \
+                or error["origin"] == self.party.name
+            if detected_here:
                 outcome = await ch.send_abort(
                     error["code"], f"role {self.role} ({self.party.name}) failed: {error['message']}",
                     timeout=min(5.0, cfg.timeouts.connect_seconds,
-                                max(1.0, self.deadline - time.monotonic())))
+                                max(1.0, self.deadline - time.monotonic())),
+                    culprit=culprit if culprit != self.party.name else None)
                 log.warning("session %s failed here (%s: %s); abort sent: %s", self.spec.session_id,
                             error["code"], error["message"], outcome)
             else:
-                log.warning("session %s aborted by %s: %s", self.spec.session_id, error["origin"],
+                log.warning("session %s aborted (culprit %s): %s", self.spec.session_id, error["origin"],
                             error["message"])
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise
@@ -214,22 +278,109 @@ class Session:
             ch.mark_closed(None if error is None else
                            (error["code"], error["message"], error["origin"]))
             await ch.close()
-        stats = dict(ch.stats.as_dict(), inbound_duplicates=ch.inbound_duplicates)
+        stats = dict(ch.stats.as_dict(), inbound_duplicates=ch.inbound_duplicates,
+                     replayed_sends=ch.replayed_sends, checkpoint=self.checkpoint.journal.stats())
         state = "failed" if error is not None else "succeeded"
+        resumable = error is not None and error["code"] in RESUMABLE_CODES
         record = self._record(state, result=result, error=error, stats=stats,
-                              seconds=time.monotonic() - t0)
+                              seconds=time.monotonic() - t0, resumable=resumable)
         try:
             write_json_atomic(self.party.record_path(self.spec.session_id), record)
         except OSError as exc:
             log.error("session %s: cannot write its record: %s", self.spec.session_id, exc)
             record = dict(record, record_write_error=str(exc))
+        try:
+            if resumable:
+                self.checkpoint.set_state("failed", resumable=True, error=error)
+                self.checkpoint.close()
+            else:
+                self.checkpoint.remove()  # nothing to continue: the root key and journal go too
+        except OSError as exc:
+            log.error("session %s: cannot update its checkpoint: %s", self.spec.session_id, exc)
         self.record = record
         self.state = state
         self.done.set_result(record)
-        log.info("session %s %s", self.spec.session_id, state)
+        log.info("session %s %s%s", self.spec.session_id, state, " (resumable)" if resumable else "")
+
+    # ------------------------------------------------------------------ liveness
+    async def _watch(self, ch: GrpcChannel) -> None:
+        """Probe every other participant until the role ends; abort the session on a silent one."""
+        grace = float(self.party.config.timeouts.peer_grace_seconds)
+        interval = max(0.2, min(5.0, grace / 6))
+        peers = {party: role for role, party in self.spec.roles.items() if party != self.party.name}
+        finished: set[str] = set()
+        unknown: dict[str, int] = {}
+        start = time.monotonic()
+        for p in peers:
+            self.peer_seen.setdefault(p, (start, ""))
+        last_tick = start
+
+        async def probe(party: str):
+            try:
+                return await ch.heartbeat(party, self.party.incarnation, timeout=interval)
+            except grpc.RpcError as exc:
+                return exc
+            except SmcdpError as exc:
+                return exc
+
+        while True:
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            if now - last_tick > max(3 * interval, grace / 2):
+                # this party itself was paused (SIGSTOP, a starved loop): its peers' silence
+                # is its own; start counting again rather than blame them
+                for p, (_, inc) in self.peer_seen.items():
+                    self.peer_seen[p] = (now, inc)
+            last_tick = now
+            todo = [p for p in peers if p not in finished]
+            replies = await asyncio.gather(*(probe(p) for p in todo))
+            for party, reply in zip(todo, replies):
+                if isinstance(reply, BaseException):
+                    if isinstance(reply, grpc.RpcError) and reply.code() == grpc.StatusCode.PERMISSION_DENIED:
+                        self._lose(ch, PreconditionFailed(f"party {party!r} refuses heartbeats of session "
+                                                          f"{self.spec.session_id}: {reply.details()}"), party)
+                        return
+                    continue
+                at, inc = self.peer_seen.get(party, (0.0, ""))
+                if inc and reply.incarnation and reply.incarnation != inc:
+                    log.info("session %s: party %s restarted (incarnation %s) and is back", self.spec.session_id,
+                             party, reply.incarnation)
+                self.peer_seen[party] = (time.monotonic(), reply.incarnation)
+                if reply.state == "succeeded":
+                    finished.add(party)
+                elif reply.state == "failed":
+                    # its abort did not reach us (or crossed ours): adopt its outcome and culprit
+                    self._lose(ch, SessionAborted(f"session {self.spec.session_id} failed at {party} "
+                                                  f"(culprit {reply.culprit or party})",
+                                                  reply.code or "ABORTED", reply.culprit or party), None)
+                    return
+                elif reply.state == "unknown":
+                    unknown[party] = unknown.get(party, 0) + 1
+                    if unknown[party] >= 2:
+                        self._lose(ch, PeerLost(f"party {party!r} (role {peers[party]}) no longer knows session "
+                                                f"{self.spec.session_id} (restarted without its checkpoint?)",
+                                                party), party)
+                        return
+                else:
+                    unknown.pop(party, None)
+            now = time.monotonic()
+            for party in todo:
+                silent = now - self.peer_seen[party][0]
+                if silent > grace:
+                    self._lose(ch, PeerLost(
+                        f"party {party!r} (role {peers[party]}) has not answered for {silent:.0f} s "
+                        f"(peer_grace_seconds = {grace:g}); the session can be resumed with "
+                        f"'smcdp session resume {self.spec.session_id}' once it is back", party), party)
+                    return
+
+    def _lose(self, ch: GrpcChannel, exc: BaseException, culprit: str | None) -> None:
+        log.warning("session %s: %s", self.spec.session_id, exc)
+        if self._early_failure is None:
+            self._early_failure = exc
+        ch.abort_local(exc)
 
     def _record(self, state: str, result: Any = None, error: dict | None = None,
-                stats: dict | None = None, seconds: float | None = None) -> dict:
+                stats: dict | None = None, seconds: float | None = None, resumable: bool = False) -> dict:
         return {
             "session_id": self.spec.session_id, "protocol": self.spec.protocol,
             "party": self.party.name, "role": self.role, "roles": dict(self.spec.roles),
@@ -237,7 +388,7 @@ class Session:
             "timeout_seconds": self.spec.timeout_seconds, "state": state, "result": result,
             "error": error, "stats": stats, "started_at": self.started_at,
             "finished_at": _utc_now() if state in ("succeeded", "failed") else None,
-            "seconds": seconds,
+            "seconds": seconds, "restarts": self.restarts, "resumable": resumable,
         }
 
 

@@ -72,18 +72,50 @@ class BeginReply(_message.Message):
     def __init__(self) -> None: ...
 
 class AbortRequest(_message.Message):
-    __slots__ = ("session_id", "code", "message")
+    __slots__ = ("session_id", "code", "message", "culprit")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    CULPRIT_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     code: str
     message: str
-    def __init__(self, session_id: _Optional[str] = ..., code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+    culprit: str
+    def __init__(self, session_id: _Optional[str] = ..., code: _Optional[str] = ..., message: _Optional[str] = ..., culprit: _Optional[str] = ...) -> None: ...
 
 class AbortReply(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class HeartbeatRequest(_message.Message):
+    __slots__ = ("session_id", "incarnation", "round")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    incarnation: str
+    round: int
+    def __init__(self, session_id: _Optional[str] = ..., incarnation: _Optional[str] = ..., round: _Optional[int] = ...) -> None: ...
+
+class HeartbeatReply(_message.Message):
+    __slots__ = ("state", "incarnation", "round", "code", "culprit")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    CULPRIT_FIELD_NUMBER: _ClassVar[int]
+    state: str
+    incarnation: str
+    round: int
+    code: str
+    culprit: str
+    def __init__(self, state: _Optional[str] = ..., incarnation: _Optional[str] = ..., round: _Optional[int] = ..., code: _Optional[str] = ..., culprit: _Optional[str] = ...) -> None: ...
+
+class ResumeReply(_message.Message):
+    __slots__ = ("role",)
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    role: str
+    def __init__(self, role: _Optional[str] = ...) -> None: ...
 
 class StartSessionRequest(_message.Message):
     __slots__ = ("protocol", "roles", "params_json", "session_id", "timeout_seconds", "seed")
@@ -117,3 +149,13 @@ class SessionRecord(_message.Message):
     state: str
     record_json: str
     def __init__(self, session_id: _Optional[str] = ..., state: _Optional[str] = ..., record_json: _Optional[str] = ...) -> None: ...
+
+class SessionStatus(_message.Message):
+    __slots__ = ("session_id", "state", "status_json")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    STATUS_JSON_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    state: str
+    status_json: str
+    def __init__(self, session_id: _Optional[str] = ..., state: _Optional[str] = ..., status_json: _Optional[str] = ...) -> None: ...

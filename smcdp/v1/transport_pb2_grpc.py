@@ -54,6 +54,16 @@ class MailboxStub:
                 request_serializer=smcdp_dot_v1_dot_transport__pb2.AbortRequest.SerializeToString,
                 response_deserializer=smcdp_dot_v1_dot_transport__pb2.AbortReply.FromString,
                 _registered_method=True)
+        self.Heartbeat = channel.unary_unary(
+                '/smcdp.v1.Mailbox/Heartbeat',
+                request_serializer=smcdp_dot_v1_dot_transport__pb2.HeartbeatRequest.SerializeToString,
+                response_deserializer=smcdp_dot_v1_dot_transport__pb2.HeartbeatReply.FromString,
+                _registered_method=True)
+        self.Resume = channel.unary_unary(
+                '/smcdp.v1.Mailbox/Resume',
+                request_serializer=smcdp_dot_v1_dot_transport__pb2.SessionRef.SerializeToString,
+                response_deserializer=smcdp_dot_v1_dot_transport__pb2.ResumeReply.FromString,
+                _registered_method=True)
 
 
 class MailboxServicer:
@@ -87,6 +97,21 @@ class MailboxServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Heartbeat(self, request, context):
+        """Liveness probe from another participant of the session.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Resume(self, request, context):
+        """The initiator reopens a session that failed resumably: reload its checkpoint
+        and wait for Begin (the role then replays to where it stopped).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MailboxServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -109,6 +134,16 @@ def add_MailboxServicer_to_server(servicer, server):
                     servicer.Abort,
                     request_deserializer=smcdp_dot_v1_dot_transport__pb2.AbortRequest.FromString,
                     response_serializer=smcdp_dot_v1_dot_transport__pb2.AbortReply.SerializeToString,
+            ),
+            'Heartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.Heartbeat,
+                    request_deserializer=smcdp_dot_v1_dot_transport__pb2.HeartbeatRequest.FromString,
+                    response_serializer=smcdp_dot_v1_dot_transport__pb2.HeartbeatReply.SerializeToString,
+            ),
+            'Resume': grpc.unary_unary_rpc_method_handler(
+                    servicer.Resume,
+                    request_deserializer=smcdp_dot_v1_dot_transport__pb2.SessionRef.FromString,
+                    response_serializer=smcdp_dot_v1_dot_transport__pb2.ResumeReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -229,6 +264,60 @@ class Mailbox:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def Heartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/smcdp.v1.Mailbox/Heartbeat',
+            smcdp_dot_v1_dot_transport__pb2.HeartbeatRequest.SerializeToString,
+            smcdp_dot_v1_dot_transport__pb2.HeartbeatReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Resume(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/smcdp.v1.Mailbox/Resume',
+            smcdp_dot_v1_dot_transport__pb2.SessionRef.SerializeToString,
+            smcdp_dot_v1_dot_transport__pb2.ResumeReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class ControlStub:
     """Missing associated documentation comment in .proto file."""
@@ -249,6 +338,16 @@ class ControlStub:
                 request_serializer=smcdp_dot_v1_dot_transport__pb2.SessionRef.SerializeToString,
                 response_deserializer=smcdp_dot_v1_dot_transport__pb2.SessionRecord.FromString,
                 _registered_method=True)
+        self.GetStatus = channel.unary_unary(
+                '/smcdp.v1.Control/GetStatus',
+                request_serializer=smcdp_dot_v1_dot_transport__pb2.SessionRef.SerializeToString,
+                response_deserializer=smcdp_dot_v1_dot_transport__pb2.SessionStatus.FromString,
+                _registered_method=True)
+        self.ResumeSession = channel.unary_unary(
+                '/smcdp.v1.Control/ResumeSession',
+                request_serializer=smcdp_dot_v1_dot_transport__pb2.SessionRef.SerializeToString,
+                response_deserializer=smcdp_dot_v1_dot_transport__pb2.SessionRecord.FromString,
+                _registered_method=True)
 
 
 class ControlServicer:
@@ -266,6 +365,21 @@ class ControlServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetStatus(self, request, context):
+        """How a session stands right now (round, peers' liveness); cheap, for operators and chaos tests.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeSession(self, request, context):
+        """Continue a session that failed resumably (a participant was unreachable past its grace,
+        or shut down): every participant reloads its checkpoint and replays.  Initiator only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControlServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -276,6 +390,16 @@ def add_ControlServicer_to_server(servicer, server):
             ),
             'GetResult': grpc.unary_unary_rpc_method_handler(
                     servicer.GetResult,
+                    request_deserializer=smcdp_dot_v1_dot_transport__pb2.SessionRef.FromString,
+                    response_serializer=smcdp_dot_v1_dot_transport__pb2.SessionRecord.SerializeToString,
+            ),
+            'GetStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetStatus,
+                    request_deserializer=smcdp_dot_v1_dot_transport__pb2.SessionRef.FromString,
+                    response_serializer=smcdp_dot_v1_dot_transport__pb2.SessionStatus.SerializeToString,
+            ),
+            'ResumeSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeSession,
                     request_deserializer=smcdp_dot_v1_dot_transport__pb2.SessionRef.FromString,
                     response_serializer=smcdp_dot_v1_dot_transport__pb2.SessionRecord.SerializeToString,
             ),
@@ -332,6 +456,60 @@ class Control:
             request,
             target,
             '/smcdp.v1.Control/GetResult',
+            smcdp_dot_v1_dot_transport__pb2.SessionRef.SerializeToString,
+            smcdp_dot_v1_dot_transport__pb2.SessionRecord.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/smcdp.v1.Control/GetStatus',
+            smcdp_dot_v1_dot_transport__pb2.SessionRef.SerializeToString,
+            smcdp_dot_v1_dot_transport__pb2.SessionStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/smcdp.v1.Control/ResumeSession',
             smcdp_dot_v1_dot_transport__pb2.SessionRef.SerializeToString,
             smcdp_dot_v1_dot_transport__pb2.SessionRecord.FromString,
             options,

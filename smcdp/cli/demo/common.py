@@ -9,15 +9,21 @@ or stdout.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
 import threading
 import time
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
 
 from smcdp._files import atomic_write
-from smcdp.errors import InvalidMessage
+from smcdp.errors import InvalidMessage, SmcdpError
+from smcdp.net.grpc_channel import error_for_code
+from smcdp.net.server import new_session_id
+from smcdp.runtime.chaos import Chaos, ChaosAction
+from smcdp.runtime.local import LocalCluster
 
 DATA_PARTY_NAMES = ("alice", "bob", "carol", "erin", "frank", "grace", "heidi", "ivan", "judy", "mallory")
 
@@ -58,11 +64,62 @@ def with_progress(label: str, fn: Callable[[], Any], every: float = 5.0) -> Any:
 
 
 def require_success(records: dict[str, dict]) -> None:
+    """Raise the session's failure if any party did not succeed, naming the culprit."""
     failed = {p: r for p, r in records.items() if r.get("state") != "succeeded"}
     if failed:
-        p, r = next(iter(failed.items()))
+        # a surviving party's record says how the session ended and who caused it
+        p, r = min(failed.items(), key=lambda kv: kv[1].get("state") != "failed")
         err = r.get("error") or {}
-        raise InvalidMessage(f"session failed at {p}: [{err.get('code')}] {err.get('message')}")
+        culprit = err.get("origin")
+        raise error_for_code(err.get("code") or "UNKNOWN",
+                             f"session failed at {p}: [{err.get('code')}] {err.get('message')}"
+                             + (f" (culprit: {culprit})" if culprit and culprit != p else ""), culprit)
+
+
+# ------------------------------------------------------------------ faults on purpose
+@dataclass
+class Faults:
+    """``--chaos`` actions and the parties' ``peer_grace_seconds`` for one demo run."""
+
+    actions: list[ChaosAction] = field(default_factory=list)
+    peer_grace: float | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "Faults":
+        return cls([ChaosAction.parse(t) for t in (getattr(args, "chaos", None) or [])],
+                   getattr(args, "peer_grace", None))
+
+
+def add_fault_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--chaos", action="append", metavar="ACTION:PARTY:WHEN[,restart=no][,for=S]",
+                   help="a fault during the session (repeatable): kill (SIGKILL; restarted from its config after "
+                        "1 s unless restart=no) or stop (SIGSTOP, SIGCONT after for=SECONDS) a party once its "
+                        "status reports round=R or after=SECONDS; the JSON gains restarts")
+    p.add_argument("--peer-grace", type=float, metavar="SECONDS",
+                   help="every party's [timeouts] peer_grace_seconds (default 30)")
+
+
+def run_session(cluster: LocalCluster, faults: Faults | None, label: str, protocol: str,
+                roles: Mapping[str, str], params: Mapping[str, Any], *, initiator: str,
+                seed: int | None = None) -> tuple[dict[str, dict], dict]:
+    """One session on ``cluster`` with ``faults`` carried out meanwhile; (records, {"restarts", "chaos"})."""
+    sid = new_session_id(protocol)
+    chaos = None
+    if faults is not None and faults.actions:
+        chaos = Chaos(cluster, faults.actions, sid).start()
+        say("chaos: " + "; ".join(a.describe() for a in faults.actions))
+    try:
+        records = with_progress(label, lambda: cluster.run(protocol, roles, params, initiator=initiator,
+                                                            seed=seed, session_id=sid))
+    finally:
+        if chaos is not None:
+            chaos.finish()
+    info: dict[str, Any] = {"restarts": 0 if chaos is None else chaos.restarts}
+    if chaos is not None:
+        info["chaos"] = chaos.events
+        if chaos.error is not None:
+            raise SmcdpError(f"a --chaos action failed: {chaos.error}")
+    return records, info
 
 
 def dump_json(obj: Any, path: str | os.PathLike | None) -> None:

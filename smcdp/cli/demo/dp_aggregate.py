@@ -5,12 +5,14 @@ from __future__ import annotations
 import time
 
 from smcdp.cli.demo.common import (
+    Faults,
+    add_fault_arguments,
     check_key_bits_arg,
     data_party_names,
     dump_json,
     require_success,
+    run_session,
     say,
-    with_progress,
 )
 from smcdp.errors import InvalidMessage
 from smcdp.plugins.dp_aggregate import load_dataset
@@ -20,7 +22,7 @@ from smcdp.runtime.local import LocalCluster, bytes_sent
 
 def demo_dp_aggregate(data: list[str], epsilon: float, lam: float, key_bits: int = 2048, seed: int | None = None,
                       calibration: str = "exact", min_records: int = 1, test: str | None = None,
-                      keep_dir: str | None = None) -> dict:
+                      keep_dir: str | None = None, faults: Faults | None = None) -> dict:
     if len(data) < 2:
         raise InvalidMessage("dp-aggregate needs at least two --data files (one per data party)")
     sets = [load_dataset(p) for p in data]
@@ -43,10 +45,11 @@ def demo_dp_aggregate(data: list[str], epsilon: float, lam: float, key_bits: int
     DPAggregateParams.from_mapping(params)
     say(f"{len(data)} data parties ({', '.join(names)}), charlie and dave; {key_bits}-bit Paillier, "
         f"{dgk_bits}-bit DGK, mutual TLS on loopback")
-    with LocalCluster(parties, allow_insecure_keys=insecure, workdir=keep_dir) as cluster:
+    with LocalCluster(parties, allow_insecure_keys=insecure, workdir=keep_dir,
+                      peer_grace_seconds=faults.peer_grace if faults else None) as cluster:
         t0 = time.monotonic()
-        records = with_progress("dp-aggregate", lambda: cluster.run(PROTOCOL, roles, params, initiator="charlie",
-                                                                      seed=seed))
+        records, fault_info = run_session(cluster, faults, "dp-aggregate", PROTOCOL, roles, params,
+                                          initiator="charlie", seed=seed)
         seconds = time.monotonic() - t0
     require_success(records)
     dv = records["dave"]["result"]
@@ -66,6 +69,7 @@ def demo_dp_aggregate(data: list[str], epsilon: float, lam: float, key_bits: int
         "dim": params["dim"],
         "roles": roles,
         "session_id": records["charlie"]["session_id"],
+        **fault_info,
     }
     if dv.get("test_error") is not None:
         out["test_error"] = dv["test_error"]
@@ -75,7 +79,7 @@ def demo_dp_aggregate(data: list[str], epsilon: float, lam: float, key_bits: int
 
 def _cmd(args) -> int:
     out = demo_dp_aggregate(args.data, args.epsilon, args.lam, args.key_bits, args.seed, args.calibration,
-                            args.min_records, args.test, args.keep_dir)
+                            args.min_records, args.test, args.keep_dir, Faults.from_args(args))
     dump_json(out, args.out)
     return 0
 
@@ -102,4 +106,5 @@ def register(sub) -> None:
     p.add_argument("--min-records", type=int, default=1, help="public lower bound on every party's n_j (default 1)")
     p.add_argument("--test", metavar="T.npz", help="Dave classifies this test set and reports test_error")
     p.add_argument("--keep-dir", help="keep certificates, configs, logs and outputs in this directory")
+    add_fault_arguments(p)
     p.set_defaults(func=_cmd)

@@ -6,11 +6,13 @@ import argparse
 import time
 
 from smcdp.cli.demo.common import (
+    Faults,
+    add_fault_arguments,
     check_key_bits_arg,
     dump_json,
     require_success,
+    run_session,
     say,
-    with_progress,
 )
 from smcdp.errors import InvalidMessage
 from smcdp.plugins.keyword import load_keyword_models, load_utterance
@@ -19,7 +21,8 @@ from smcdp.runtime.local import LocalCluster, bytes_sent
 
 
 def demo_keyword(utterance: str, models: str, key_bits: int = 2048, seed: int | None = None,
-                 debug_reveal: bool = False, keep_dir: str | None = None, params: dict | None = None) -> dict:
+                 debug_reveal: bool = False, keep_dir: str | None = None, params: dict | None = None,
+                 faults: Faults | None = None) -> dict:
     """Run Alice and Bob as separate processes (gRPC, mutual TLS, loopback); returns the contract JSON."""
     X = load_utterance(utterance)
     M = load_keyword_models(models)
@@ -32,11 +35,12 @@ def demo_keyword(utterance: str, models: str, key_bits: int = 2048, seed: int | 
     roles = {ALICE: ALICE, BOB: BOB}
     say(f"alice: {X.shape[0]} frames; bob: {M.n_words} HMMs x {M.n_states} states ({M.kind}); "
         f"{key_bits}-bit Paillier, mutual TLS on loopback")
-    with LocalCluster(parties, allow_insecure_keys=insecure, workdir=keep_dir) as cluster:
+    with LocalCluster(parties, allow_insecure_keys=insecure, workdir=keep_dir,
+                      peer_grace_seconds=faults.peer_grace if faults else None) as cluster:
         say("party processes up; running the session")
         t0 = time.monotonic()
-        records = with_progress("keyword recognition",
-                                lambda: cluster.run("keyword", roles, p, initiator=ALICE, seed=seed))
+        records, fault_info = run_session(cluster, faults, "keyword recognition", "keyword", roles, p,
+                                          initiator=ALICE, seed=seed)
         seconds = time.monotonic() - t0
     require_success(records)
     ra = records[ALICE]["result"]
@@ -50,6 +54,7 @@ def demo_keyword(utterance: str, models: str, key_bits: int = 2048, seed: int | 
         "n_models": M.n_words,
         "timings": {"alice": ra.get("timings", {}), "bob": records[BOB]["result"].get("timings", {})},
         "session_id": records[ALICE]["session_id"],
+        **fault_info,
     }
     if debug_reveal:
         out["log_likelihoods"] = ra["log_likelihoods"]
@@ -58,7 +63,8 @@ def demo_keyword(utterance: str, models: str, key_bits: int = 2048, seed: int | 
 
 
 def _cmd(args: argparse.Namespace) -> int:
-    out = demo_keyword(args.utterance, args.models, args.key_bits, args.seed, args.debug_reveal, args.keep_dir)
+    out = demo_keyword(args.utterance, args.models, args.key_bits, args.seed, args.debug_reveal, args.keep_dir,
+                       faults=Faults.from_args(args))
     dump_json(out, args.out)
     return 0
 
@@ -79,4 +85,5 @@ def register(sub) -> None:
                    help="also reveal all log-likelihoods to Alice after the protocol (LEAKS; debugging only)")
     p.add_argument("--out", help="write the JSON result here (default stdout)")
     p.add_argument("--keep-dir", help="keep certificates, configs and logs in this directory")
+    add_fault_arguments(p)
     p.set_defaults(func=_cmd)

@@ -6,12 +6,14 @@ import argparse
 import time
 
 from smcdp.cli.demo.common import (
+    Faults,
+    add_fault_arguments,
     check_key_bits_arg,
     data_party_names,
     dump_json,
     require_success,
+    run_session,
     say,
-    with_progress,
 )
 from smcdp.errors import InvalidMessage
 from smcdp.plugins.power_iteration import load_matrix
@@ -19,7 +21,8 @@ from smcdp.runtime.local import LocalCluster, bytes_sent
 
 
 def demo_power_iteration(data: list[str], key_bits: int = 2048, seed: int | None = None,
-                         params: dict | None = None, keep_dir: str | None = None) -> dict:
+                         params: dict | None = None, keep_dir: str | None = None,
+                         faults: Faults | None = None) -> dict:
     if len(data) < 2:
         raise InvalidMessage("power iteration needs at least two --data files (one per data party)")
     mats = [load_matrix(p) for p in data]
@@ -36,11 +39,12 @@ def demo_power_iteration(data: list[str], key_bits: int = 2048, seed: int | None
     p = {"n_parties": len(data), "key_bits": key_bits, **(params or {})}
     say(f"{len(data)} data parties ({', '.join(f'{n}: {m.shape[0]}×{m.shape[1]}' for n, m in zip(names, mats))}) "
         f"and trent, {key_bits}-bit Paillier, mutual TLS on loopback")
-    with LocalCluster(parties, allow_insecure_keys=insecure, workdir=keep_dir) as cluster:
+    with LocalCluster(parties, allow_insecure_keys=insecure, workdir=keep_dir,
+                      peer_grace_seconds=faults.peer_grace if faults else None) as cluster:
         say(f"party processes up (pids {', '.join(str(pr.pid) for pr in cluster.procs.values())}); running the session")
         t0 = time.monotonic()
-        records = with_progress("power iteration", lambda: cluster.run("power-iteration", roles, p,
-                                                                        initiator="trent", seed=seed))
+        records, fault_info = run_session(cluster, faults, "power iteration", "power-iteration", roles, p,
+                                          initiator="trent", seed=seed)
         seconds = time.monotonic() - t0
     require_success(records)
     tr = records["trent"]["result"]
@@ -58,6 +62,7 @@ def demo_power_iteration(data: list[str], key_bits: int = 2048, seed: int | None
         "key_bits": key_bits,
         "roles": roles,
         "session_id": records["trent"]["session_id"],
+        **fault_info,
     }
     say(f"done in {seconds:.1f} s: {tr['rounds']} rounds ({tr['decoys']} decoys), converged={tr['converged']}, "
         f"bytes sent: {out['bytes_sent']}")
@@ -70,7 +75,7 @@ def _cmd(args: argparse.Namespace) -> int:
         v = getattr(args, name)
         if v is not None:
             params[name] = v
-    out = demo_power_iteration(args.data, args.key_bits, args.seed, params, args.keep_dir)
+    out = demo_power_iteration(args.data, args.key_bits, args.seed, params, args.keep_dir, Faults.from_args(args))
     dump_json(out, args.out)
     return 0
 
@@ -90,4 +95,5 @@ def register(sub) -> None:
     pi.add_argument("--tol", type=float, help="convergence tolerance on ‖Δx‖ (default 1e-9)")
     pi.add_argument("--max-iterations", type=int, help="maximum rounds, decoys included (default 2000)")
     pi.add_argument("--keep-dir", help="keep certificates, configs and logs in this directory")
+    add_fault_arguments(pi)
     pi.set_defaults(func=_cmd)

@@ -1,0 +1,150 @@
+"""Faults on purpose: kill or pause party processes of a :class:`~smcdp.runtime.local.LocalCluster`
+while a session runs (``smcdp demo … --chaos``, the fault-tolerance tests).
+
+An action is written ``ACTION:PARTY:WHEN[,restart=no][,for=SECONDS]``:
+
+* ``ACTION`` -- ``kill`` (SIGKILL; the party is started again from its
+  configuration after ``restart_delay`` seconds unless ``restart=no``) or
+  ``stop`` (SIGSTOP, then SIGCONT after ``for=SECONDS``, default 10);
+* ``PARTY`` -- a party of the cluster;
+* ``WHEN`` -- ``round=R``: once the party's session status reports round ≥ R
+  (``GetStatus``, the same call ``smcdp session status`` makes), or
+  ``after=SECONDS`` after the session started.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from smcdp.errors import InvalidMessage, SmcdpError
+from smcdp.runtime.client import get_status
+from smcdp.runtime.local import LocalCluster
+
+ACTIONS = ("kill", "stop")
+_SPEC_RE = re.compile(r"^(?P<action>[a-z]+):(?P<party>[A-Za-z0-9][A-Za-z0-9._-]*):(?P<when>round|after)="
+                      r"(?P<value>[0-9]+(\.[0-9]+)?)(?P<opts>(,[a-z]+=[A-Za-z0-9.]+)*)$")
+
+
+@dataclass(frozen=True)
+class ChaosAction:
+    action: str
+    party: str
+    round: int | None = None
+    after: float | None = None
+    restart: bool = True
+    duration: float = 10.0
+
+    @classmethod
+    def parse(cls, text: str) -> "ChaosAction":
+        m = _SPEC_RE.match(text.strip())
+        if not m:
+            raise InvalidMessage(f"--chaos {text!r} is not ACTION:PARTY:round=R or ACTION:PARTY:after=SECONDS "
+                                 "[,restart=no][,for=SECONDS]")
+        action = m["action"]
+        if action not in ACTIONS:
+            raise InvalidMessage(f"--chaos action {action!r} is not one of {', '.join(ACTIONS)}")
+        kw: dict = {}
+        if m["when"] == "round":
+            if "." in m["value"]:
+                raise InvalidMessage(f"--chaos {text!r}: round must be a whole number")
+            kw["round"] = int(m["value"])
+        else:
+            kw["after"] = float(m["value"])
+        for opt in filter(None, m["opts"].split(",")):
+            key, value = opt.split("=", 1)
+            if key == "restart" and value in ("no", "yes"):
+                kw["restart"] = value == "yes"
+            elif key == "for":
+                try:
+                    kw["duration"] = float(value)
+                except ValueError:
+                    raise InvalidMessage(f"--chaos {text!r}: for= needs a number of seconds") from None
+                if not 0 < kw["duration"] <= 3600:
+                    raise InvalidMessage(f"--chaos {text!r}: for= must lie in (0, 3600] seconds")
+            else:
+                raise InvalidMessage(f"--chaos {text!r}: unknown option {opt!r} (restart=no, for=SECONDS)")
+        if action == "stop" and "restart" in kw:
+            raise InvalidMessage(f"--chaos {text!r}: restart= applies to kill, not stop")
+        return cls(action, m["party"], **kw)
+
+    def describe(self) -> str:
+        when = f"round {self.round}" if self.round is not None else f"{self.after:g} s"
+        tail = (" (no restart)" if not self.restart else "") if self.action == "kill" else f" for {self.duration:g} s"
+        return f"{self.action} {self.party} at {when}{tail}"
+
+
+@dataclass
+class Chaos:
+    """Carry out ``actions`` against ``cluster`` during session ``session_id`` (in a background thread)."""
+
+    cluster: LocalCluster
+    actions: Sequence[ChaosAction]
+    session_id: str
+    restart_delay: float = 1.0
+    poll: float = 0.05
+    restarts: int = 0
+    events: list[dict] = field(default_factory=list)
+    error: BaseException | None = None
+    _thread: threading.Thread | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        for a in self.actions:
+            if a.party not in self.cluster.configs:
+                raise InvalidMessage(f"--chaos names {a.party!r}, which is not a party of this demo "
+                                     f"({', '.join(sorted(self.cluster.configs))})")
+
+    def start(self) -> "Chaos":
+        self._t0 = time.monotonic()
+        self._thread = threading.Thread(target=self._main, daemon=True, name="chaos")
+        self._thread.start()
+        return self
+
+    def finish(self, timeout: float = 120.0) -> None:
+        """Stop waiting for triggers that never came; finish any pause or restart under way."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _round_of(self, party: str) -> int | None:
+        try:
+            st = get_status(self.cluster.configs[party], self.session_id, timeout=2.0)
+        except SmcdpError:
+            return None
+        return st.get("round") if isinstance(st.get("round"), int) else None
+
+    def _wait(self, a: ChaosAction) -> bool:
+        while not self._stop.is_set():
+            if a.after is not None and time.monotonic() - self._t0 >= a.after:
+                return True
+            if a.round is not None:
+                r = self._round_of(a.party)
+                if r is not None and r >= a.round:
+                    return True
+            time.sleep(self.poll)
+        return False
+
+    def _main(self) -> None:
+        try:
+            for a in self.actions:
+                if not self._wait(a):
+                    self.events.append({"action": a.describe(), "done": False})
+                    continue
+                at = time.monotonic() - self._t0
+                if a.action == "kill":
+                    self.cluster.kill(a.party)
+                    if a.restart:
+                        time.sleep(self.restart_delay)
+                        self.cluster.restart(a.party)
+                        self.restarts += 1
+                else:
+                    self.cluster.pause(a.party)
+                    time.sleep(a.duration)
+                    self.cluster.cont(a.party)
+                self.events.append({"action": a.describe(), "done": True, "at_seconds": round(at, 2)})
+        except BaseException as exc:  # noqa: BLE001 - reported by the demo
+            self.error = exc
