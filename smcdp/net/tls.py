@@ -224,6 +224,19 @@ def load_certificate(path: str | os.PathLike) -> x509.Certificate:
         raise CertificateError(f"{path} is not a PEM certificate: {exc}") from None
 
 
+def load_certificates(path: str | os.PathLike) -> list[x509.Certificate]:
+    """Every certificate of a PEM bundle (a CA file may hold several during a CA rotation)."""
+    try:
+        certs = x509.load_pem_x509_certificates(Path(path).read_bytes())
+    except FileNotFoundError:
+        raise CertificateError(f"certificate file {path} does not exist") from None
+    except ValueError as exc:
+        raise CertificateError(f"{path} is not a PEM certificate bundle: {exc}") from None
+    if not certs:
+        raise CertificateError(f"{path} holds no certificate")
+    return certs
+
+
 def load_private_key(path: str | os.PathLike):
     try:
         return serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
@@ -310,8 +323,13 @@ class TlsMaterial:
     @classmethod
     def load(cls, ca: str | os.PathLike, cert: str | os.PathLike, key: str | os.PathLike
              ) -> "TlsMaterial":
-        """Load and check: the certificate is signed by the CA, valid now, and matches the key."""
-        ca_cert = load_certificate(ca)
+        """Load and check: the certificate is signed by a CA of the bundle, valid now, and matches the key.
+
+        The CA file may hold several certificates (a CA rotation: the old CA and
+        the new one side by side): every one is trusted for peers, and this
+        party's own certificate must be issued by one of them that is valid now.
+        """
+        cas = load_certificates(ca)
         own = load_certificate(cert)
         priv = load_private_key(key)
         pub_own = own.public_key().public_bytes(serialization.Encoding.DER,
@@ -320,13 +338,21 @@ class TlsMaterial:
                                                  serialization.PublicFormat.SubjectPublicKeyInfo)
         if pub_own != pub_key:
             raise CertificateError(f"key {key} does not belong to certificate {cert}")
-        try:
-            own.verify_directly_issued_by(ca_cert)
-        except (InvalidSignature, ValueError, TypeError) as exc:
-            raise CertificateError(f"certificate {cert} is not issued by the CA in {ca}: "
-                                   f"{type(exc).__name__} {exc}") from None
         now = _now()
-        for c, p in ((own, cert), (ca_cert, ca)):
+        issuer = None
+        problems = []
+        for ca_cert in cas:
+            try:
+                own.verify_directly_issued_by(ca_cert)
+            except (InvalidSignature, ValueError, TypeError) as exc:
+                problems.append(f"{ca_cert.subject.rfc4514_string()}: {type(exc).__name__} {exc}".strip())
+                continue
+            issuer = ca_cert
+            break
+        if issuer is None:
+            raise CertificateError(f"certificate {cert} is not issued by the CA in {ca} "
+                                   f"({len(cas)} certificate(s) there; {'; '.join(problems)})")
+        for c, p in ((own, cert), (issuer, ca)):
             if not (c.not_valid_before_utc <= now <= c.not_valid_after_utc):
                 raise CertificateError(
                     f"certificate {p} is not valid now (valid {c.not_valid_before_utc:%Y-%m-%d} "

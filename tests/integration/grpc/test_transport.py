@@ -356,3 +356,31 @@ def test_client_reports_own_party_down(tmp_path):
         client.start_session(cfgs["alice"], "net-echo", ROLES, {}, timeout=5)
     with pytest.raises(Unavailable, match="not healthy within"):
         client.wait_healthy(cfgs["alice"], peer="bob", timeout=1)
+
+
+def test_a_ca_bundle_with_two_cas_is_honoured_during_rotation(tmp_path, in_thread):
+    """Old and new CA side by side in every party's CA file: parties with certificates from
+    either CA talk to each other, so a CA rotation needs no coordinated restart."""
+    from smcdp.net.tls import create_ca, issue_party_certificate, write_certificate, write_private_key
+
+    cfgs = make_deployment(tmp_path, ["alice", "bob"])
+    certs = tmp_path / "certs"
+    new_key, new_ca = create_ca("smcdp rotated CA")
+    key, cert = issue_party_certificate(new_key, new_ca, "bob")
+    write_private_key(certs / "bob.key", key, overwrite=True)
+    write_certificate(certs / "bob.crt", cert, overwrite=True)   # bob: new CA; alice: still the old one
+    old = (certs / "ca.crt").read_bytes()
+    write_certificate(certs / "ca.crt", new_ca, overwrite=True)
+    (certs / "ca.crt").write_bytes(old + (certs / "ca.crt").read_bytes())
+    for name in ("alice", "bob"):
+        in_thread.start(cfgs[name])
+    rec = client.start_session(cfgs["alice"], "net-echo", ROLES, {"n": 2}, timeout=30)
+    assert rec["state"] == "succeeded"
+    # a party certificate from neither CA is still refused at load
+    other_key, other_ca = create_ca("stranger")
+    k2, c2 = issue_party_certificate(other_key, other_ca, "alice")
+    write_private_key(tmp_path / "x.key", k2)
+    write_certificate(tmp_path / "x.crt", c2)
+    from smcdp.net.tls import CertificateError, TlsMaterial
+    with pytest.raises(CertificateError, match="2 certificate"):
+        TlsMaterial.load(certs / "ca.crt", tmp_path / "x.crt", tmp_path / "x.key")
