@@ -364,14 +364,23 @@ class Session:
                 else:
                     unknown.pop(party, None)
             now = time.monotonic()
-            for party in todo:
-                silent = now - self.peer_seen[party][0]
-                if silent > grace:
-                    self._lose(ch, PeerLost(
-                        f"party {party!r} (role {peers[party]}) has not answered for {silent:.0f} s "
-                        f"(peer_grace_seconds = {grace:g}); the session can be resumed with "
-                        f"'smcdp session resume {self.spec.session_id}' once it is back", party), party)
-                    return
+            silent = {p: now - self.peer_seen[p][0] for p in todo if now - self.peer_seen[p][0] > grace}
+            resume_hint = f"the session can be resumed with 'smcdp session resume {self.spec.session_id}'"
+            if len(peers) >= 2 and len(silent) == len(peers):
+                # every other participant went silent at once: this party is the one cut off,
+                # which is also what they all conclude -- so every record names the same culprit
+                me = self.party.name
+                self._lose(ch, PeerLost(
+                    f"party {me!r} lost contact with every other participant ({', '.join(sorted(peers))}) "
+                    f"for over {grace:g} s (peer_grace_seconds): its own network is the likely cause; "
+                    f"{resume_hint} once it is connected again", me), me)
+                return
+            if silent:
+                party = max(silent, key=silent.get)
+                self._lose(ch, PeerLost(
+                    f"party {party!r} (role {peers[party]}) has not answered for {silent[party]:.0f} s "
+                    f"(peer_grace_seconds = {grace:g}); {resume_hint} once it is back", party), party)
+                return
 
     def _lose(self, ch: GrpcChannel, exc: BaseException, culprit: str | None) -> None:
         log.warning("session %s: %s", self.spec.session_id, exc)

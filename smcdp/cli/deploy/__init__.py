@@ -85,7 +85,8 @@ def _cmd_init(args: argparse.Namespace) -> int:
                                   image=args.image, allow_insecure_keys=args.allow_insecure_keys,
                                   connect_seconds=args.connect_seconds,
                                   session_seconds=args.session_seconds, rpc_seconds=args.rpc_seconds,
-                                  days=args.days, restart=args.restart, plugins=args.plugin or ())
+                                  days=args.days, restart=args.restart, plugins=args.plugin or (),
+                                  peer_grace_seconds=args.peer_grace_seconds)
     except SmcdpError as exc:
         print(f"smcdp deploy init: error [{exc.code}]: {exc}", file=sys.stderr)
         return 2
@@ -177,6 +178,9 @@ def register(subparsers) -> None:
     i.add_argument("--connect-seconds", type=positive_float, help="[timeouts] connect_seconds")
     i.add_argument("--session-seconds", type=positive_float, help="[timeouts] session_seconds (default deadline)")
     i.add_argument("--rpc-seconds", type=positive_float, help="[timeouts] rpc_seconds")
+    i.add_argument("--peer-grace-seconds", type=positive_float,
+                   help="[timeouts] peer_grace_seconds: how long a session waits for a silent participant "
+                        "before it fails resumably (default 30)")
     i.add_argument("--plugin", action="append", metavar="MODULE",
                    help="extra protocol module every party imports (party.plugins; repeat)")
     i.add_argument("--allow-insecure-keys", action="store_true",

@@ -112,7 +112,7 @@ def init_deployment(out: str | os.PathLike, hosts: str | Sequence[str] | Sequenc
                     allow_insecure_keys: bool = False, connect_seconds: float | None = None,
                     session_seconds: float | None = None, rpc_seconds: float | None = None,
                     days: int | None = None, restart: str = "unless-stopped",
-                    plugins: Sequence[str] = ()) -> dict[str, Path]:
+                    plugins: Sequence[str] = (), peer_grace_seconds: float | None = None) -> dict[str, Path]:
     """Write the CA and one bundle per party into ``out`` (which must be new or empty).
 
     Returns party name -> bundle directory.
@@ -149,9 +149,10 @@ def init_deployment(out: str | os.PathLike, hosts: str | Sequence[str] | Sequenc
     timeouts = Timeouts()
     timeouts = Timeouts(connect_seconds or timeouts.connect_seconds,
                         session_seconds or timeouts.session_seconds,
-                        rpc_seconds or timeouts.rpc_seconds)
+                        rpc_seconds or timeouts.rpc_seconds,
+                        peer_grace_seconds or timeouts.peer_grace_seconds)
     for what, v in (("connect", timeouts.connect_seconds), ("session", timeouts.session_seconds),
-                    ("rpc", timeouts.rpc_seconds)):
+                    ("rpc", timeouts.rpc_seconds), ("peer-grace", timeouts.peer_grace_seconds)):
         if not v > 0:
             raise DeployError(f"--{what}-seconds must be positive")
     days = DEFAULT_PARTY_DAYS if days is None else days
@@ -246,7 +247,8 @@ def _write_manifest(out: Path, specs: Sequence[HostSpec], st: _Settings, created
         "plugins": list(st.plugins),
         "timeouts": {"connect_seconds": st.timeouts.connect_seconds,
                      "session_seconds": st.timeouts.session_seconds,
-                     "rpc_seconds": st.timeouts.rpc_seconds},
+                     "rpc_seconds": st.timeouts.rpc_seconds,
+                     "peer_grace_seconds": st.timeouts.peer_grace_seconds},
     }
     atomic_write(out / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode("utf-8"))
 

@@ -90,6 +90,7 @@ class NetnsCluster:
     connect_seconds: float = 3.0
     session_seconds: float = 60.0
     rpc_seconds: float = 10.0
+    peer_grace_seconds: float = 15.0
     run_id: str = field(default_factory=lambda: f"{os.getpid()}-{secrets.token_hex(3)}")
 
     def __post_init__(self) -> None:
@@ -119,7 +120,8 @@ class NetnsCluster:
         cmd = [sys.executable, "-m", "smcdp", "deploy", "init", "--hosts", hosts,
                "--out", str(self.deploy_dir), "--allow-insecure-keys",
                "--connect-seconds", str(self.connect_seconds),
-               "--session-seconds", str(self.session_seconds), "--rpc-seconds", str(self.rpc_seconds)]
+               "--session-seconds", str(self.session_seconds), "--rpc-seconds", str(self.rpc_seconds),
+               "--peer-grace-seconds", str(self.peer_grace_seconds)]
         for item in self.inputs:
             cmd += ["--inputs", item]
         for module in self.plugins:

@@ -4,7 +4,8 @@ Runs as root (CI runs `make test` as root; `make multihost-test` runs only this
 directory) and skips with the reason elsewhere.  The tests share one
 deployment and run in file order: protocols first, then failures (a party
 down at session start, a restart between sessions, certificate rotation, a
-cable cut mid-session), then a clean shutdown.
+link dropped for less than the grace, a cable cut past it and `session
+resume`, a party killed and restarted mid-session), then a clean shutdown.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import re
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from .cases import (
@@ -173,147 +175,126 @@ def test_rotated_certificate_takes_effect_after_restart(cluster):
     run_power_iteration(cluster, cluster.expected["power-iteration"], session_id="after-rotation")
 
 
-def test_cable_cut_mid_session_ends_everywhere_within_the_deadline(cluster):
-    if not all(any(k.startswith(f"{p}/") for k in _records_snapshot(cluster)) for p in PI_PARTIES):
-        run_power_iteration(cluster, cluster.expected["power-iteration"])   # something to protect
-    before = _records_snapshot(cluster)
-    sid = "cable-cut"
-    deadline = 20.0
-    # a tolerance no fixed-point run reaches: the session keeps iterating until the cut
-    params = power_iteration_params(tol=1e-300, max_iterations=100000)
+def _long_session(cluster, sid: str, rounds: int, timeout: float):
+    """Start a power-iteration session of exactly ``rounds`` rounds in the background."""
+    params = power_iteration_params(tol=1e-300, max_iterations=rounds)  # no fixed-point run converges
     result = {}
 
     def run():
         result["out"] = cluster.session("trent", "power-iteration", PI_ROLES, params,
-                                        session_id=sid, timeout=deadline)
+                                        session_id=sid, timeout=timeout)
 
     t = threading.Thread(target=run)
-    t0 = time.monotonic()
     t.start()
     end = time.monotonic() + 30
     while not all(cluster.running_at(p, sid) for p in PI_PARTIES):
         assert time.monotonic() < end, "the session never started running everywhere"
         time.sleep(0.05)
+    return t, result
+
+
+def _check_eigenvectors(records, blocks) -> None:
+    from smcdp.protocols.power_iteration import plaintext_reference
+
+    u_ref, x_ref = plaintext_reference(blocks)
+    for p, rec in records.items():
+        assert rec["state"] == "succeeded", (p, rec.get("error"))
+    assert abs(np.dot(records["trent"]["result"]["x"], x_ref)) >= 0.9999
+    for p in ("alice", "bob", "charlie"):
+        assert abs(np.dot(records[p]["result"]["u"], u_ref)) >= 0.9999
+
+
+def test_a_dropped_link_heals_without_losing_the_session(cluster):
+    """bob's cable unplugged for 10 s (shorter than the 15 s grace) mid-session: the session
+    carries on once it is back, at every party, with the right result."""
+    sid = "link-drop"
+    t, result = _long_session(cluster, sid, rounds=120, timeout=120)
     time.sleep(1.0)
     assert all(cluster.running_at(p, sid) for p in PI_PARTIES), "finished before the cut"
     cluster.link("bob", up=False)
-    t_cut = time.monotonic()
     try:
-        t.join(deadline + 60)
-        assert not t.is_alive(), "the initiator's `smcdp session start` hangs"
-        out = result["out"]
-        assert out.returncode != 0
-        records = cluster.wait_records(PI_PARTIES, sid, timeout=deadline + 30)
+        time.sleep(10.0)
+        assert all(cluster.running_at(p, sid) for p in PI_PARTIES), "a party gave up within the grace"
     finally:
         cluster.link("bob", up=True)
-    limit = deadline + 15                         # deadline + abort notice + record write
-    assert time.monotonic() - t0 <= limit + 30
-    for p, rec in records.items():
-        assert rec["state"] == "failed", (p, rec["state"])
-        err = rec["error"]
-        assert err["code"] in ("DEADLINE_EXCEEDED", "UNAVAILABLE", "ABORTED"), (p, err)
-        assert err["message"], p
-        assert rec["seconds"] is not None and rec["seconds"] <= limit, (p, rec["seconds"])
-    # Who says what.  A silent cable cut is noticed only at the session deadline (the
-    # transport has no peer-liveness check inside a session; see the report).  Trent names
-    # bob: it could not deliver to bob (address included) or got nothing from bob, depending
-    # on where in the round the cut fell; bob, cut off, reports that trent went silent.  Alice and charlie either get trent's abort naming bob or -- their own recv
-    # deadline is the same instant, so the transport races the two -- report that trent
-    # went silent.
-    bob_addr = f"{cluster.addresses['bob']}:{PORT}"
-    bob_named = r"\b(bob|party2)\b"               # a receive timeout names the role (party2)
-    err = records["trent"]["error"]
-    assert err["origin"] == "trent", err
-    if err["code"] == "UNAVAILABLE":              # it was sending to bob: party and address
-        assert "'bob'" in err["message"] and bob_addr in err["message"], err
-    else:                                         # it was waiting for bob's message
-        assert err["code"] == "DEADLINE_EXCEEDED" and re.search("from " + bob_named, err["message"]), err
-    assert re.search(bob_named, out.stderr), out.stderr
-    for p in ("alice", "charlie"):
-        err = records[p]["error"]
-        if err["origin"] == "trent":
-            assert re.search(bob_named, err["message"]), (p, err)
-        else:
-            assert err["origin"] == p and err["code"] == "DEADLINE_EXCEEDED", (p, err)
-            assert "from trent" in err["message"], (p, err)
-    err = records["bob"]["error"]
-    assert err["origin"] == "bob" and "trent" in err["message"], err
-    # no process died or hangs
+    t.join(150)
+    assert not t.is_alive(), "the initiator's `smcdp session start` hangs"
+    assert result["out"].returncode == 0, result["out"].stderr
+    records = cluster.wait_records(PI_PARTIES, sid, timeout=30)
+    assert records["trent"]["result"]["rounds"] == 120
+    _check_eigenvectors(records, cluster.expected["power-iteration"])
+
+
+def test_a_cut_longer_than_the_grace_fails_everywhere_naming_bob_then_resumes(cluster):
+    """bob cut off past the grace: every party fails within seconds of the grace (not the
+    deadline) with UNAVAILABLE naming bob -- bob too, who lost every peer at once -- and
+    keeps its checkpoint; with the cable back, `smcdp session resume` completes it."""
+    before = _records_snapshot(cluster)
+    sid = "cable-cut"
+    grace = cluster.peer_grace_seconds
+    t, result = _long_session(cluster, sid, rounds=400, timeout=300)
+    time.sleep(1.0)
+    cluster.link("bob", up=False)
+    t_cut = time.monotonic()
+    try:
+        t.join(grace + 60)
+        assert not t.is_alive(), "the initiator's `smcdp session start` hangs"
+        out = result["out"]
+        assert out.returncode != 0 and re.search(r"\bbob\b", out.stderr), out.stderr
+        others = [p for p in PI_PARTIES if p != "bob"]
+        records = cluster.wait_records(others, sid, timeout=30)
+        assert time.monotonic() - t_cut < grace + 30
+        for p, rec in records.items():
+            assert rec["state"] == "failed", (p, rec["state"])
+            assert rec["error"]["code"] == "UNAVAILABLE" and rec["error"]["origin"] == "bob", (p, rec["error"])
+            assert rec["resumable"] is True, p
+            assert rec["seconds"] < 300 - 30, (p, rec["seconds"])       # far from the deadline
+        bob = cluster.wait_records(["bob"], sid, timeout=grace + 30)["bob"]
+        assert bob["state"] == "failed" and bob["error"]["origin"] == "bob", bob["error"]
+        assert "lost contact with every other participant" in bob["error"]["message"], bob["error"]
+    finally:
+        cluster.link("bob", up=True)
     for p in cluster.parties:
         assert cluster.procs[p].poll() is None, (p, cluster.log(p))
-    # nothing published earlier was lost or changed, and every record parses
+    # nothing published earlier was lost or changed
     after = _records_snapshot(cluster)
     for name, data in before.items():
         assert after.get(name) == data, f"{name} changed or vanished"
-    for name, data in after.items():
-        rec = json.loads(data)
-        assert rec["state"] in ("succeeded", "failed"), name
-    assert time.monotonic() - t_cut < deadline + 45
-    # with the cable back, the same processes run the next session
-    run_power_iteration(cluster, cluster.expected["power-iteration"], session_id="after-cut")
+    # continue it: every participant replays from its checkpoint
+    r = cluster.cli("trent", "session", "resume", sid, "--config", str(cluster.config("trent")),
+                    "--timeout", "300", timeout=400)
+    assert r.returncode == 0, r.stderr
+    records = {}
+    end = time.monotonic() + 60
+    while len(records) < len(PI_PARTIES) and time.monotonic() < end:
+        for p in PI_PARTIES:
+            rec = json.loads(cluster.record_path(p, sid).read_text())
+            if rec["state"] == "succeeded":
+                records[p] = rec
+        time.sleep(0.2)
+    assert set(records) == set(PI_PARTIES)
+    assert records["trent"]["result"]["rounds"] == 400 and records["trent"]["restarts"] == 1
+    _check_eigenvectors(records, cluster.expected["power-iteration"])
 
 
 def test_party_crash_mid_session_then_restart(cluster):
-    """SIGKILL alice mid-session and restart her at once: every party ends the session with a
-    clear error (fast if trent's next step is a delivery to alice, at the deadline if it is
-    waiting for alice's message -- the transport does not notice the restart then; see the
-    report), nothing published is lost, and the next session runs with the others untouched."""
+    """SIGKILL alice mid-session and restart her from her bundle at once: she reopens the
+    session from her checkpoint and replays her role, and the session ends correctly at
+    every party, the other processes untouched."""
     import signal
 
-    if not any(k.startswith("alice/") for k in _records_snapshot(cluster)):
-        run_power_iteration(cluster, cluster.expected["power-iteration"])   # something to protect
-    before = _records_snapshot(cluster)
     others = {p: cluster.procs[p].pid for p in PI_PARTIES if p != "alice"}
     sid = "crash"
-    deadline = 25.0
-    params = power_iteration_params(tol=1e-300, max_iterations=100000)
-    result = {}
-
-    def run():
-        result["out"] = cluster.session("trent", "power-iteration", PI_ROLES, params,
-                                        session_id=sid, timeout=deadline)
-
-    t = threading.Thread(target=run)
-    t.start()
-    end = time.monotonic() + 30
-    while not all(cluster.running_at(p, sid) for p in PI_PARTIES):
-        assert time.monotonic() < end, "the session never started running everywhere"
-        time.sleep(0.05)
+    t, result = _long_session(cluster, sid, rounds=150, timeout=180)
     time.sleep(0.5)
-    t_kill = time.monotonic()
     assert cluster.stop("alice", sig=signal.SIGKILL) == -signal.SIGKILL
     cluster.start("alice")
-    t.join(deadline + 60)
+    t.join(240)
     assert not t.is_alive(), "the initiator's `smcdp session start` hangs"
-    out = result["out"]
-    assert out.returncode != 0
-    records = cluster.wait_records(["trent", "bob", "charlie"], sid, timeout=deadline + 30)
-    elapsed = time.monotonic() - t_kill
-    for p, rec in records.items():
-        assert rec["state"] == "failed", (p, rec)
-    err = records["trent"]["error"]
-    if err["code"] == "FAILED_PRECONDITION":
-        # trent's next delivery reached the new alice, who refused it: no waiting for the deadline
-        assert elapsed < deadline - 5, elapsed
-        assert "'alice'" in out.stderr, out.stderr
-        for p, rec in records.items():
-            e = rec["error"]
-            assert e["code"] == "FAILED_PRECONDITION", (p, e)
-            assert "'alice'" in e["message"] and "restarted" in e["message"], (p, e)
-    else:
-        # trent was waiting for alice's (role party1's) message: it fails at the deadline
-        assert err["code"] == "DEADLINE_EXCEEDED", err
-        assert re.search(r"from (party1|alice)\b", err["message"]), err
-        assert elapsed <= deadline + 15, elapsed
-        for p in ("bob", "charlie"):
-            e = records[p]["error"]
-            assert (e["origin"] == "trent" and re.search(r"party1|alice", e["message"])) or \
-                (e["origin"] == p and e["code"] == "DEADLINE_EXCEEDED" and "from trent" in e["message"]), (p, e)
-    assert not cluster.record_path("alice", sid).exists()   # the killed process never finished it
-    after = _records_snapshot(cluster)
-    for name, data in before.items():
-        assert after.get(name) == data, f"{name} changed or vanished"
-    run_power_iteration(cluster, cluster.expected["power-iteration"], session_id="after-crash")
+    assert result["out"].returncode == 0, result["out"].stderr
+    records = cluster.wait_records(PI_PARTIES, sid, timeout=30)
+    assert records["alice"]["restarts"] == 1
+    _check_eigenvectors(records, cluster.expected["power-iteration"])
     for p, pid in others.items():
         assert cluster.procs[p].pid == pid and cluster.procs[p].poll() is None
 
