@@ -128,7 +128,8 @@ def main() -> int:
               pi, ""]
 
     for name, title, extra in (("keyword_bench.py", "Keyword recognition (seed Table 4.1)", []),
-                               ("aggregate_bench.py", "DP aggregation", [])):
+                               ("aggregate_bench.py", "DP aggregation", []),
+                               ("checkpoint_bench.py", "The cost of checkpointing (issue 15)", [])):
         path = HERE / name
         if not path.exists():
             parts += [f"## {title}", "", f"_`bench/{name}` is not part of this build._", ""]

@@ -103,6 +103,8 @@ class FileJournal:
         self._delivered: set[tuple[str, str]] = set()
         self.bytes_written = 0
         self.records_written = 0
+        #: wall time spent writing (and fsync-ing) journal records: the cost of checkpointing
+        self.seconds_writing = 0.0
         self._scan()
         self._fh = open(self.path, "ab", buffering=0)  # noqa: SIM115 - kept open for the session
 
@@ -192,17 +194,20 @@ class FileJournal:
         hb = json.dumps(head, separators=(",", ":")).encode()
         if len(hb) > _MAX_HEADER:
             raise InvalidMessage("journal record header too long (tag or type name)")
+        t0 = time.perf_counter()
         start = self._fh.seek(0, os.SEEK_END)
         rec = _HEAD.pack(kind, len(hb), len(data)) + hb
         self._fh.write(rec + data)
         if sync:
             os.fsync(self._fh.fileno())
+        self.seconds_writing += time.perf_counter() - t0
         self.bytes_written += len(rec) + len(data)
         self.records_written += 1
         return start + len(rec)
 
     def stats(self) -> dict:
         return {"journal_bytes": self.bytes_written, "journal_records": self.records_written,
+                "journal_seconds": round(self.seconds_writing, 6),
                 "received": len(self._inbound), "sent": len(self._outbound), "acknowledged": len(self._delivered)}
 
     def close(self) -> None:
