@@ -80,6 +80,17 @@ def error_for_code(code: str, message: str, origin: str | None = None) -> SmcdpE
 ORIGIN_METADATA = "smcdp-origin"
 
 
+def _origin_of(exc: grpc.RpcError) -> str | None:
+    """The party a failed call's ``smcdp-origin`` trailing metadata names, if any."""
+    try:
+        for key, value in exc.trailing_metadata() or ():
+            if key == ORIGIN_METADATA:
+                return value if isinstance(value, str) else value.decode("utf-8", "replace")
+    except Exception:  # noqa: BLE001 - some RpcErrors carry no metadata
+        return None
+    return None
+
+
 def error_from_rpc(exc: grpc.RpcError, what: str) -> SmcdpError:
     """Translate a failed call into an :mod:`smcdp.errors` exception.
 
@@ -90,13 +101,7 @@ def error_from_rpc(exc: grpc.RpcError, what: str) -> SmcdpError:
     code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
     details = exc.details() if hasattr(exc, "details") else str(exc)
     name = code.name if code is not None else "UNKNOWN"
-    origin = None
-    try:
-        for key, value in exc.trailing_metadata() or ():
-            if key == ORIGIN_METADATA:
-                origin = value if isinstance(value, str) else value.decode("utf-8", "replace")
-    except Exception:  # noqa: BLE001 - some RpcErrors carry no metadata
-        origin = None
+    origin = _origin_of(exc)
     if origin is not None:
         return errors.SessionAborted(f"{what}: {name}: {details}", name, origin)
     return error_for_code(name, f"{what}: {name}: {details}")
@@ -251,7 +256,9 @@ async def call_with_retry(what: str, party: str, address: str, deadline: float,
             try:
                 return await race(attempt(min(rpc_timeout, left)))
             except grpc.RpcError as exc:
-                if exc.code() not in RETRYABLE:
+                if exc.code() not in RETRYABLE or _origin_of(exc) is not None:
+                    # a refusal, or a session that already ended there (whatever its code):
+                    # retrying cannot help, and the origin it names is the culprit
                     raise error_from_rpc(exc, f"{what} refused by party {party!r} ({address})") from None
                 last = exc
             left = deadline - time.monotonic()
