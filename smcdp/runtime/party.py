@@ -57,6 +57,7 @@ from smcdp.net.grpc_channel import (
 )
 from smcdp.net.server import (
     PartyServer,
+    PendingApproval,
     SessionHost,
     SessionSpec,
     parse_roles,
@@ -64,7 +65,9 @@ from smcdp.net.server import (
 )
 from smcdp.net.tls import TlsMaterial
 from smcdp.plugins.registry import get_plugin, load_plugin_modules
+from smcdp.runtime.approvals import propose_until_decided
 from smcdp.runtime.config import PartyConfig, load_config
+from smcdp.runtime.governance import Governor
 from smcdp.runtime.session import Session, new_session_id, write_json_atomic
 from smcdp.v1 import transport_pb2 as tpb
 
@@ -94,11 +97,15 @@ class Party(SessionHost):
         self._connector: PeerConnector | None = None
         self._shutting_down = False
         self.port: int | None = None
+        self.governor = Governor(config, self.name)          # governance (issue 14)
+        self._expiry: asyncio.Task | None = None
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> int:
         load_plugin_modules(self.config.plugins)
         (self.config.data_dir / "sessions").mkdir(parents=True, exist_ok=True)
+        self.governor.start()                                  # governance: audit, ledger, proposals
+        self._expiry = asyncio.get_running_loop().create_task(self.governor.expiry_loop())
         self.port = await self.server.start()
         self._connector = PeerConnector(self.config, self.tls)
         log.info("party %s listening on %s (port %d)", self.name, self.config.listen, self.port)
@@ -119,6 +126,9 @@ class Party(SessionHost):
             await self._connector.close()
         for s in running:
             s.thread.join(timeout=1.0)
+        if self._expiry is not None:                           # governance
+            self._expiry.cancel()
+        self.governor.stop()
         log.info("party %s stopped", self.name)
 
     def record_path(self, session_id: str) -> Path:
@@ -167,14 +177,10 @@ class Party(SessionHost):
             raise
         except (ValueError, TypeError, KeyError) as exc:
             raise InvalidMessage(f"invalid parameters for {spec.protocol!r}: {exc}") from None
-        existing = self.sessions.get(spec.session_id)
-        if existing is not None and existing.initiator == peer and existing.spec.protocol == spec.protocol \
-                and dict(existing.spec.roles) == dict(roles) and dict(existing.spec.params) == params \
-                and existing.spec.seed == spec.seed and not existing.done.done():
-            # A retried Propose (the first reply was lost or late): the same proposal is accepted again.
-            log.info("session %s: repeated proposal from %s accepted again", spec.session_id, peer)
-            return existing.role
-        if existing is not None or self.record_path(spec.session_id).exists():
+        repeated = self._repeated(peer, spec, roles, params)
+        if repeated is not None:
+            return repeated
+        if spec.session_id in self.sessions or self.record_path(spec.session_id).exists():
             raise AlreadyExists(f"session {spec.session_id!r} already exists at party {self.name!r}")
         try:
             json.dumps(params)
@@ -182,16 +188,41 @@ class Party(SessionHost):
             raise SmcdpError(f"plugin {spec.protocol!r} normalised params to non-JSON: {exc}") from None
         spec = SessionSpec(spec.session_id, spec.protocol, roles, params, spec.timeout_seconds,
                            spec.seed)
+        # --- governance (issue 14): seed rule, policy, approval, budget reservation, audit.
+        # Refuses before any input is read; may answer "pending" (operator approval).
+        admitted = await asyncio.get_running_loop().run_in_executor(
+            None, self.governor.admit, peer, spec, plugin, mine[0])
+        if isinstance(admitted, PendingApproval):
+            return admitted
+        repeated = self._repeated(peer, spec, roles, params)   # admitted twice concurrently
+        if repeated is not None:
+            return repeated
+        spec, plugin = admitted, self.governor.wrap(plugin, spec.session_id)
+        # --- end governance
         s = Session(self, spec, mine[0], plugin, initiator=peer)
         self.sessions[spec.session_id] = s
+        s.done.add_done_callback(lambda f, sid=spec.session_id: self.governor.session_done(sid, f.result()))
         self._evict()
         s.start_thread()
         await asyncio.get_running_loop().run_in_executor(None, s.ready.wait, 10.0)
         if s.channel is None:
+            self.governor.abandon(spec.session_id, "its thread did not start")
             raise SmcdpError(f"session {spec.session_id}: its thread did not start")
         log.info("session %s (%s) proposed by %s; %s plays %s", spec.session_id, spec.protocol,
                  peer, self.name, mine[0])
         return mine[0]
+
+    def _repeated(self, peer: str, spec: SessionSpec, roles: Mapping[str, str], params: Mapping[str, Any]
+                  ) -> str | None:
+        """The role of a live session this very proposal already created (a retried Propose)."""
+        existing = self.sessions.get(spec.session_id)
+        if existing is not None and existing.initiator == peer and existing.spec.protocol == spec.protocol \
+                and dict(existing.spec.roles) == dict(roles) and dict(existing.spec.params) == params \
+                and existing.spec.seed == spec.seed and not existing.done.done():
+            # A retried Propose (the first reply was lost or late): the same proposal is accepted again.
+            log.info("session %s: repeated proposal from %s accepted again", spec.session_id, peer)
+            return existing.role
+        return None
 
     def _evict(self) -> None:
         ended = [k for k, s in self.sessions.items() if s.done.done()]
@@ -216,8 +247,13 @@ class Party(SessionHost):
         s.begin_threadsafe()
 
     async def abort(self, peer: str, session_id: str, code: str, message: str) -> None:
+        loop = asyncio.get_running_loop()
+        if session_id not in self.sessions and await loop.run_in_executor(   # governance: a waiting
+                None, self.governor.withdraw, peer, session_id, message):      # proposal is withdrawn
+            return
         s = self._session_for(peer, session_id)
         role = next(r for r, p in s.spec.roles.items() if p == peer)
+        await loop.run_in_executor(None, self.governor.aborted, peer, session_id, code, message)
         s.fail_threadsafe(SessionAborted(
             f"session {session_id} aborted by {peer} (role {role}): {message}", code, peer))
 
@@ -239,18 +275,40 @@ class Party(SessionHost):
                               params_json=json.dumps(s.spec.params), timeout_seconds=spec.timeout_seconds)
         if seed is not None:
             msg.seed = seed
-        others = [p for p in roles.values() if p != self.name]
+        others = sorted(p for p in roles.values() if p != self.name)
         connect = self.config.timeouts.connect_seconds
 
         async def rpc(party: str, method: str, request) -> None:
             stub = self._connector.mailbox(party)
-            await call_with_retry(f"{method} of session {sid}", party, self.config.address_of(party),
-                                  s.deadline, lambda t: getattr(stub, method)(request, timeout=t),
-                                  connect)
+
+            def once():
+                return call_with_retry(f"{method} of session {sid}", party, self.config.address_of(party),
+                                       s.deadline, lambda t: getattr(stub, method)(request, timeout=t),
+                                       connect)
+            if method == "Propose":   # governance: repeated while the party's operator decides
+                await propose_until_decided(once, party, sid, s.deadline)
+            else:
+                await once()
+
+        async def propose_in_order() -> list:
+            # One participant at a time, in name order (docs/governance.md): concurrent sessions then
+            # contend for budgets in the same order, so a session refused at one party never holds
+            # another party's budget that a later session needed.
+            outcomes: list = []
+            for p in others:
+                try:
+                    outcomes.append(await rpc(p, "Propose", msg))
+                except Exception as exc:  # noqa: BLE001 - reported below, naming the party
+                    outcomes.append(exc)
+                    break
+            return outcomes + [None] * (len(others) - len(outcomes))
 
         for phase, request in (("Propose", msg), ("Begin", tpb.SessionRef(session_id=sid))):
-            outcomes = await asyncio.gather(*(rpc(p, phase, request) for p in others),
-                                            return_exceptions=True)
+            if phase == "Propose":
+                outcomes = await propose_in_order()
+            else:
+                outcomes = await asyncio.gather(*(rpc(p, phase, request) for p in others),
+                                                return_exceptions=True)
             failures = [(p, e) for p, e in zip(others, outcomes, strict=True) if isinstance(e, BaseException)]
             if failures:
                 first = failures[0][1]
@@ -274,6 +332,25 @@ class Party(SessionHost):
             raise NotFound(f"party {self.name!r} has no session {session_id!r}") from None
         except (OSError, ValueError) as exc:
             raise SmcdpError(f"cannot read the record of session {session_id!r}: {exc}") from None
+
+    # ------------------------------------------------------- governance (operator)
+    async def list_sessions(self, pending_only: bool) -> list[dict]:
+        live = {sid: s.snapshot() for sid, s in list(self.sessions.items())}
+        return await asyncio.get_running_loop().run_in_executor(
+            None, self.governor.list_sessions, pending_only, live)
+
+    async def show_session(self, session_id: str) -> dict:
+        try:
+            record = await self.get_result(session_id)
+        except NotFound:
+            record = None
+        return await asyncio.get_running_loop().run_in_executor(None, self.governor.show, session_id, record)
+
+    async def decide(self, session_id: str, approve: bool, reason: str) -> dict:
+        loop = asyncio.get_running_loop()
+        if approve:
+            return await loop.run_in_executor(None, self.governor.approve, session_id)
+        return await loop.run_in_executor(None, self.governor.reject, session_id, reason)
 
 
 # ---------------------------------------------------------------- process

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18smcdp/v1/transport.proto\x12\x08smcdp.v1\"\x8a\x01\n\x08\x45nvelope\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03tag\x18\x02 \x01(\t\x12\x11\n\ttype_name\x18\x03 \x01(\t\x12\x13\n\x0b\x63hunk_index\x18\x04 \x01(\r\x12\x13\n\x0b\x63hunk_count\x18\x05 \x01(\r\x12\x12\n\ntotal_size\x18\x06 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x07 \x01(\x0c\"\'\n\x03\x41\x63k\x12\x11\n\tduplicate\x18\x01 \x01(\x08\x12\r\n\x05\x62ytes\x18\x02 \x01(\x04\"\xdc\x01\n\x0bSessionSpec\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08protocol\x18\x02 \x01(\t\x12/\n\x05roles\x18\x03 \x03(\x0b\x32 .smcdp.v1.SessionSpec.RolesEntry\x12\x13\n\x0bparams_json\x18\x04 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x05 \x01(\x01\x12\x11\n\x04seed\x18\x06 \x01(\x03H\x00\x88\x01\x01\x1a,\n\nRolesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x07\n\x05_seed\"\x1c\n\x0cProposeReply\x12\x0c\n\x04role\x18\x01 \x01(\t\" \n\nSessionRef\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x0c\n\nBeginReply\"A\n\x0c\x41\x62ortRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\"\x0c\n\nAbortReply\"\xec\x01\n\x13StartSessionRequest\x12\x10\n\x08protocol\x18\x01 \x01(\t\x12\x37\n\x05roles\x18\x02 \x03(\x0b\x32(.smcdp.v1.StartSessionRequest.RolesEntry\x12\x13\n\x0bparams_json\x18\x03 \x01(\t\x12\x12\n\nsession_id\x18\x04 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x05 \x01(\x01\x12\x11\n\x04seed\x18\x06 \x01(\x03H\x00\x88\x01\x01\x1a,\n\nRolesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x07\n\x05_seed\"G\n\rSessionRecord\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\x13\n\x0brecord_json\x18\x03 \x01(\t2\xdf\x01\n\x07Mailbox\x12.\n\x07\x44\x65liver\x12\x12.smcdp.v1.Envelope\x1a\r.smcdp.v1.Ack(\x01\x12\x38\n\x07Propose\x12\x15.smcdp.v1.SessionSpec\x1a\x16.smcdp.v1.ProposeReply\x12\x33\n\x05\x42\x65gin\x12\x14.smcdp.v1.SessionRef\x1a\x14.smcdp.v1.BeginReply\x12\x35\n\x05\x41\x62ort\x12\x16.smcdp.v1.AbortRequest\x1a\x14.smcdp.v1.AbortReply2\x8d\x01\n\x07\x43ontrol\x12\x46\n\x0cStartSession\x12\x1d.smcdp.v1.StartSessionRequest\x1a\x17.smcdp.v1.SessionRecord\x12:\n\tGetResult\x12\x14.smcdp.v1.SessionRef\x1a\x17.smcdp.v1.SessionRecordb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18smcdp/v1/transport.proto\x12\x08smcdp.v1\"\x8a\x01\n\x08\x45nvelope\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03tag\x18\x02 \x01(\t\x12\x11\n\ttype_name\x18\x03 \x01(\t\x12\x13\n\x0b\x63hunk_index\x18\x04 \x01(\r\x12\x13\n\x0b\x63hunk_count\x18\x05 \x01(\r\x12\x12\n\ntotal_size\x18\x06 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x07 \x01(\x0c\"\'\n\x03\x41\x63k\x12\x11\n\tduplicate\x18\x01 \x01(\x08\x12\r\n\x05\x62ytes\x18\x02 \x01(\x04\"\xdc\x01\n\x0bSessionSpec\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08protocol\x18\x02 \x01(\t\x12/\n\x05roles\x18\x03 \x03(\x0b\x32 .smcdp.v1.SessionSpec.RolesEntry\x12\x13\n\x0bparams_json\x18\x04 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x05 \x01(\x01\x12\x11\n\x04seed\x18\x06 \x01(\x03H\x00\x88\x01\x01\x1a,\n\nRolesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x07\n\x05_seed\"=\n\x0cProposeReply\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07pending\x18\x02 \x01(\x08\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\" \n\nSessionRef\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x0c\n\nBeginReply\"A\n\x0c\x41\x62ortRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\"\x0c\n\nAbortReply\"\xec\x01\n\x13StartSessionRequest\x12\x10\n\x08protocol\x18\x01 \x01(\t\x12\x37\n\x05roles\x18\x02 \x03(\x0b\x32(.smcdp.v1.StartSessionRequest.RolesEntry\x12\x13\n\x0bparams_json\x18\x03 \x01(\t\x12\x12\n\nsession_id\x18\x04 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x05 \x01(\x01\x12\x11\n\x04seed\x18\x06 \x01(\x03H\x00\x88\x01\x01\x1a,\n\nRolesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x07\n\x05_seed\"+\n\x13ListSessionsRequest\x12\x14\n\x0cpending_only\x18\x01 \x01(\x08\"C\n\x0bSessionInfo\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\x11\n\tinfo_json\x18\x03 \x01(\t\"6\n\x0bSessionList\x12\'\n\x08sessions\x18\x01 \x03(\x0b\x32\x15.smcdp.v1.SessionInfo\"5\n\x0f\x44\x65\x63isionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"G\n\rSessionRecord\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\x13\n\x0brecord_json\x18\x03 \x01(\t2\xdf\x01\n\x07Mailbox\x12.\n\x07\x44\x65liver\x12\x12.smcdp.v1.Envelope\x1a\r.smcdp.v1.Ack(\x01\x12\x38\n\x07Propose\x12\x15.smcdp.v1.SessionSpec\x1a\x16.smcdp.v1.ProposeReply\x12\x33\n\x05\x42\x65gin\x12\x14.smcdp.v1.SessionRef\x1a\x14.smcdp.v1.BeginReply\x12\x35\n\x05\x41\x62ort\x12\x16.smcdp.v1.AbortRequest\x1a\x14.smcdp.v1.AbortReply2\x96\x03\n\x07\x43ontrol\x12\x46\n\x0cStartSession\x12\x1d.smcdp.v1.StartSessionRequest\x1a\x17.smcdp.v1.SessionRecord\x12:\n\tGetResult\x12\x14.smcdp.v1.SessionRef\x1a\x17.smcdp.v1.SessionRecord\x12\x44\n\x0cListSessions\x12\x1d.smcdp.v1.ListSessionsRequest\x1a\x15.smcdp.v1.SessionList\x12:\n\x0bShowSession\x12\x14.smcdp.v1.SessionRef\x1a\x15.smcdp.v1.SessionInfo\x12\x42\n\x0e\x41pproveSession\x12\x19.smcdp.v1.DecisionRequest\x1a\x15.smcdp.v1.SessionInfo\x12\x41\n\rRejectSession\x12\x19.smcdp.v1.DecisionRequest\x1a\x15.smcdp.v1.SessionInfob\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -44,23 +44,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SESSIONSPEC_ROLESENTRY']._serialized_start=388
   _globals['_SESSIONSPEC_ROLESENTRY']._serialized_end=432
   _globals['_PROPOSEREPLY']._serialized_start=443
-  _globals['_PROPOSEREPLY']._serialized_end=471
-  _globals['_SESSIONREF']._serialized_start=473
-  _globals['_SESSIONREF']._serialized_end=505
-  _globals['_BEGINREPLY']._serialized_start=507
-  _globals['_BEGINREPLY']._serialized_end=519
-  _globals['_ABORTREQUEST']._serialized_start=521
-  _globals['_ABORTREQUEST']._serialized_end=586
-  _globals['_ABORTREPLY']._serialized_start=588
-  _globals['_ABORTREPLY']._serialized_end=600
-  _globals['_STARTSESSIONREQUEST']._serialized_start=603
-  _globals['_STARTSESSIONREQUEST']._serialized_end=839
+  _globals['_PROPOSEREPLY']._serialized_end=504
+  _globals['_SESSIONREF']._serialized_start=506
+  _globals['_SESSIONREF']._serialized_end=538
+  _globals['_BEGINREPLY']._serialized_start=540
+  _globals['_BEGINREPLY']._serialized_end=552
+  _globals['_ABORTREQUEST']._serialized_start=554
+  _globals['_ABORTREQUEST']._serialized_end=619
+  _globals['_ABORTREPLY']._serialized_start=621
+  _globals['_ABORTREPLY']._serialized_end=633
+  _globals['_STARTSESSIONREQUEST']._serialized_start=636
+  _globals['_STARTSESSIONREQUEST']._serialized_end=872
   _globals['_STARTSESSIONREQUEST_ROLESENTRY']._serialized_start=388
   _globals['_STARTSESSIONREQUEST_ROLESENTRY']._serialized_end=432
-  _globals['_SESSIONRECORD']._serialized_start=841
-  _globals['_SESSIONRECORD']._serialized_end=912
-  _globals['_MAILBOX']._serialized_start=915
-  _globals['_MAILBOX']._serialized_end=1138
-  _globals['_CONTROL']._serialized_start=1141
-  _globals['_CONTROL']._serialized_end=1282
+  _globals['_LISTSESSIONSREQUEST']._serialized_start=874
+  _globals['_LISTSESSIONSREQUEST']._serialized_end=917
+  _globals['_SESSIONINFO']._serialized_start=919
+  _globals['_SESSIONINFO']._serialized_end=986
+  _globals['_SESSIONLIST']._serialized_start=988
+  _globals['_SESSIONLIST']._serialized_end=1042
+  _globals['_DECISIONREQUEST']._serialized_start=1044
+  _globals['_DECISIONREQUEST']._serialized_end=1097
+  _globals['_SESSIONRECORD']._serialized_start=1099
+  _globals['_SESSIONRECORD']._serialized_end=1170
+  _globals['_MAILBOX']._serialized_start=1173
+  _globals['_MAILBOX']._serialized_end=1396
+  _globals['_CONTROL']._serialized_start=1399
+  _globals['_CONTROL']._serialized_end=1805
 # @@protoc_insertion_point(module_scope)
