@@ -91,6 +91,9 @@ class ProtocolPlugin(abc.ABC):
     #: roles that coordinate a session over the data roles' contributions (e.g. "trent"); a
     #: party's [policy] names the peers it lets hold them (deployment tools read it too)
     coordinating_roles: tuple[str, ...] = ()
+    #: whether what its sessions release from the data roles' inputs is differentially private
+    #: (deployment tools write allow_non_dp = true into generated policies when it is not)
+    differentially_private: bool = False
 
     @abc.abstractmethod
     def validate_params(self, params: Mapping[str, Any], roles: Mapping[str, str]) -> dict:

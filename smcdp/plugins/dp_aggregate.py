@@ -77,6 +77,7 @@ def privacy_cost(p: DPAggregateParams) -> tuple[float, float]:
 class DPAggregatePlugin(ProtocolPlugin):
     name = PROTOCOL
     coordinating_roles = (CHARLIE, DAVE)
+    differentially_private = True
 
     def validate_params(self, params: Mapping[str, Any], roles: Mapping[str, str]) -> dict:
         p = DPAggregateParams.from_mapping(params)

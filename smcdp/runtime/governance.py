@@ -69,10 +69,13 @@ def warnings_for(config: PartyConfig) -> list[str]:
     out = []
     pol = config.policy
     if pol is None or not pol.restricts:
-        where = "no [policy]" if pol is None else "a [policy] without protocol tables"
+        where = "no [policy]" if pol is None else "[policy] open = true"
         out.append(f"party {config.name} has {where}: ANY peer in [peers] may start ANY session involving it, "
                    "in any role, with any parameters (only the seed rule holds). Write a [policy] "
                    "(docs/governance.md) before this party holds real data.")
+    elif not pol.protocols:
+        out.append(f"party {config.name} joins no protocol (its [policy] has no [policy.<protocol>] table): "
+                   "every proposal will be refused.")
     if pol is not None and pol.allow_seeded:
         out.append(f"UNSAFE: party {config.name} has [policy] allow_seeded = true: a session's seed, chosen by "
                    "the initiating peer, replaces this party's own randomness, DP noise included, so a "

@@ -102,10 +102,15 @@ class LocalCluster:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
     # ------------------------------------------------------------------ sessions
+    def data_dir(self, party: str) -> Path:
+        """The data directory of ``party`` (records, outputs, audit.jsonl, ledger)."""
+        return (Path(self.data_root) if self.data_root is not None else self.workdir / "state") / party
+
     def run(self, protocol: str, roles: Mapping[str, str], params: Mapping[str, Any], *,
-            initiator: str, seed: int | None = None, timeout: float | None = None) -> dict[str, dict]:
+            initiator: str, seed: int | None = None, timeout: float | None = None,
+            session_id: str | None = None) -> dict[str, dict]:
         """Run one session; returns party name -> that party's session record."""
-        sid = new_session_id(protocol)
+        sid = session_id or new_session_id(protocol)
         try:
             rec = start_session(self.configs[initiator], protocol, roles, params, session_id=sid, seed=seed,
                                 timeout=timeout)
@@ -169,7 +174,7 @@ def write_local_deployment(root: str | os.PathLike, parties: Sequence[str], *,
     for p in parties:
         policy = (policies or {}).get(p)
         if allow_seeded:
-            policy = replace(policy or Policy(), allow_seeded=True)
+            policy = replace(policy or Policy(open=True), allow_seeded=True)
         cfg = PartyConfig(
             name=p, listen=fmt(p), data_dir=data_root / p,
             tls=TlsConfig(certs / "ca.crt", certs / f"{p}.crt", certs / f"{p}.key"),

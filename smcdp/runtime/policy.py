@@ -5,6 +5,7 @@ The TOML, written for a data-protection officer to read::
     [policy]
     approval = "operator"          # "auto" (default) or "operator": a person approves each session
     allow_seeded = false           # true lets a peer's seed replace this party's CSPRNG (tests only)
+    # open = true                  # no protocol rules at all (test deployments; as without [policy])
 
     [policy.dp-aggregate]          # one table per protocol this party joins; no table: not joined
     roles = ["party*"]             # the roles it may hold ("*" matches any characters)
@@ -51,7 +52,7 @@ ANY = "*"
 
 _PROTOCOL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _ROLE_PATTERN_RE = re.compile(r"^[A-Za-z0-9*][A-Za-z0-9_.*-]{0,63}$")
-_TOP_KEYS = {"approval", "allow_seeded"}
+_TOP_KEYS = {"approval", "allow_seeded", "open"}
 _RULE_KEYS = {"roles", "initiators", "coordinators", "release_to", "allow_non_dp", "min_key_bits",
               "max_epsilon", "max_delta", "min_records", "approval"}
 
@@ -83,16 +84,19 @@ class ProtocolRules:
 
 @dataclass(frozen=True)
 class Policy:
-    """A party's ``[policy]``.  No protocol tables: no protocol rules (anything a peer in
-    [peers] proposes is accepted, as without a [policy]); approval and seeds still apply."""
+    """A party's ``[policy]``: it joins the protocols it has tables for, nothing else.
+
+    ``open = true`` instead means no protocol rules (whatever a peer in [peers] proposes
+    is accepted, as without a [policy]); approval and the seed rule still apply."""
 
     approval: str = "auto"
     allow_seeded: bool = False
     protocols: Mapping[str, ProtocolRules] = field(default_factory=dict)
+    open: bool = False
 
     @property
     def restricts(self) -> bool:
-        return bool(self.protocols)
+        return not self.open
 
     def approval_for(self, protocol: str) -> str:
         rules = self.protocols.get(protocol)
@@ -100,6 +104,8 @@ class Policy:
 
     def as_dict(self) -> dict:
         out: dict[str, Any] = {"approval": self.approval, "allow_seeded": self.allow_seeded}
+        if self.open:
+            out["open"] = True
         out.update({name: rules.as_dict() for name, rules in self.protocols.items()})
         return out
 
@@ -187,8 +193,55 @@ def parse_policy(t: Mapping[str, Any], me: str, peers: Mapping[str, str]) -> Pol
         if not _PROTOCOL_RE.match(name):
             raise ConfigError(f"[policy.{name}]: {name!r} is not a protocol name")
         protocols[name] = _rules(name, sub, known)
+    is_open = _bool(t, "open", "policy", False)
+    if is_open and protocols:
+        raise ConfigError("[policy] open = true admits every protocol; it cannot be combined with "
+                          f"[policy.<protocol>] tables ({', '.join(protocols)})")
     return Policy(approval=_approval(t, "policy", "auto") or "auto",
-                  allow_seeded=_bool(t, "allow_seeded", "policy", False), protocols=protocols)
+                  allow_seeded=_bool(t, "allow_seeded", "policy", False), protocols=protocols, open=is_open)
+
+
+# ---------------------------------------------------------------------------- generated policies
+def rules_for_layout(roles: Mapping[str, str], *, initiators: tuple[str, ...] | list[str],
+                     coordinating_roles: tuple[str, ...], summary: SessionSummary | None = None,
+                     allow_non_dp: bool = False, min_key_bits: int | None = None) -> dict[str, ProtocolRules]:
+    """Per party of ``roles`` (role -> party): the narrowest rules that admit this layout.
+
+    Each party may hold exactly its role, the named initiators may propose, the parties
+    holding coordinating roles may coordinate.  With the proposal's ``summary`` an output
+    may go exactly where the session sends it and ``allow_non_dp`` follows its outputs;
+    without one (deployment tools, which know no parameters) to every other participant,
+    with ``allow_non_dp`` as given.  Used by ``smcdp deploy init`` and the demos.
+    """
+    coordinators = {roles[r] for r in coordinating_roles if r in roles}
+    out = {}
+    for role, party in roles.items():
+        if role in coordinating_roles:   # holds no data: the data rules do not apply to it
+            out[party] = ProtocolRules(roles=(role,), initiators=tuple(sorted(set(initiators))),
+                                       min_key_bits=min_key_bits)
+            continue
+        if summary is not None:
+            flows = [o for o in summary.outputs_from(role) if {roles[r] for r in o.recipients} - {party}]
+            release = {roles[r] for o in flows for r in o.recipients} - {party}
+            non_dp = any(not o.dp for o in flows)
+        else:
+            release, non_dp = set(roles.values()) - {party}, allow_non_dp
+        out[party] = ProtocolRules(roles=(role,), initiators=tuple(sorted(set(initiators))),
+                                   coordinators=tuple(sorted(coordinators - {party})),
+                                   release_to=tuple(sorted(release)), allow_non_dp=non_dp,
+                                   min_key_bits=min_key_bits)
+    return out
+
+
+def merge_rules(a: ProtocolRules, b: ProtocolRules) -> ProtocolRules:
+    """The union of two generated rule sets for one protocol (several layouts)."""
+    def union(x: tuple[str, ...], y: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(sorted(set(x) | set(y)))
+    return ProtocolRules(roles=union(a.roles, b.roles), initiators=union(a.initiators, b.initiators),
+                         coordinators=union(a.coordinators, b.coordinators),
+                         release_to=union(a.release_to, b.release_to), allow_non_dp=a.allow_non_dp or b.allow_non_dp,
+                         min_key_bits=a.min_key_bits, max_epsilon=a.max_epsilon, max_delta=a.max_delta,
+                         min_records=a.min_records, approval=a.approval)
 
 
 # ---------------------------------------------------------------------------- evaluation
@@ -233,8 +286,9 @@ def evaluate(policy: Policy | None, *, me: str, session_id: str, initiator: str,
              allow_insecure_keys: bool) -> None:
     """Raise a refusal unless ``policy`` admits holding ``role`` in the proposal.
 
-    ``summary`` may be None only when the policy has no protocol rules (a plug-in
-    without :meth:`~smcdp.plugins.base.ProtocolPlugin.summary`).
+    ``summary`` may be None only when there are no protocol rules (no [policy], or
+    ``open = true``), e.g. for a plug-in without
+    :meth:`~smcdp.plugins.base.ProtocolPlugin.summary`.
     """
     if policy is None or not policy.restricts:
         return
