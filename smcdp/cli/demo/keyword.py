@@ -8,6 +8,7 @@ import time
 from smcdp.cli.demo.common import (
     check_key_bits_arg,
     dump_json,
+    governed,
     require_success,
     say,
     with_progress,
@@ -32,7 +33,9 @@ def demo_keyword(utterance: str, models: str, key_bits: int = 2048, seed: int | 
     roles = {ALICE: ALICE, BOB: BOB}
     say(f"alice: {X.shape[0]} frames; bob: {M.n_words} HMMs x {M.n_states} states ({M.kind}); "
         f"{key_bits}-bit Paillier, mutual TLS on loopback")
-    with LocalCluster(parties, allow_insecure_keys=insecure, workdir=keep_dir) as cluster:
+    options, _ = governed("keyword", roles, p, initiator=ALICE, seed=seed)
+    with LocalCluster(parties, allow_insecure_keys=insecure, workdir=keep_dir, data_root=keep_dir,
+                      **options) as cluster:
         say("party processes up; running the session")
         t0 = time.monotonic()
         records = with_progress("keyword recognition",
@@ -78,5 +81,6 @@ def register(sub) -> None:
     p.add_argument("--debug-reveal", action="store_true",
                    help="also reveal all log-likelihoods to Alice after the protocol (LEAKS; debugging only)")
     p.add_argument("--out", help="write the JSON result here (default stdout)")
-    p.add_argument("--keep-dir", help="keep certificates, configs and logs in this directory")
+    p.add_argument("--keep-dir", help="keep certificates, configs and logs in this directory; party P's data "
+                                      "directory is KEEP_DIR/P/")
     p.set_defaults(func=_cmd)
