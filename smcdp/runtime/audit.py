@@ -107,21 +107,24 @@ def _read_head(path: Path) -> tuple[dict | None, str | None]:
     return head, None
 
 
-def _check_line(line: bytes, seq: int, prev: str) -> str | None:
+def _check_line(line: bytes, seq: int, prev: str) -> tuple[int, str] | None:
+    """(first bad line, problem) or None."""
     try:
         entry = json.loads(line)
     except ValueError:
-        return "not valid JSON"
+        return seq, f"line {seq}: not valid JSON"
     if not isinstance(entry, dict):
-        return "not a JSON object"
+        return seq, f"line {seq}: not a JSON object"
     if entry.get("seq") != seq:
-        return (f"sequence number {entry.get('seq')!r} where {seq} is expected "
-                "(a line was removed, inserted or moved)")
+        return seq, (f"line {seq}: sequence number {entry.get('seq')!r} where {seq} is expected "
+                     "(a line was removed, inserted or moved)")
     if entry.get("prev") != prev:
-        return (f"its prev hash does not match line {seq - 1}" if seq > 1 else
-                "the first line must have prev = 64 zeros") + " (an earlier line was changed, removed or moved)"
+        if seq == 1:
+            return 1, "line 1: the first line must have prev = 64 zeros (lines before it were removed)"
+        return seq - 1, (f"line {seq - 1}: its hash is not the one line {seq} records "
+                         f"(line {seq - 1} was changed, or the prev field of line {seq})")
     if encode(entry) != line:
-        return "not in canonical form (the line was edited)"
+        return seq, f"line {seq}: not in canonical form (the line was edited)"
     return None
 
 
@@ -131,9 +134,10 @@ def verify_bytes(data: bytes, head: dict | None, head_problem: str | None = None
     hashes: list[str] = []
     prev = GENESIS
     for i, line in enumerate(complete, 1):
-        problem = _check_line(line, i, prev)
-        if problem is not None:
-            return Verification(False, i - 1, prev, i, f"line {i}: {problem}")
+        bad = _check_line(line, i, prev)
+        if bad is not None:
+            good = bad[0] - 1
+            return Verification(False, good, hashes[good - 1] if good else GENESIS, bad[0], bad[1])
         prev = _sha(line)
         hashes.append(prev)
     n = len(complete)
