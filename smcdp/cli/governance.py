@@ -33,6 +33,10 @@ def _show(v) -> str:
     return json.dumps(v, ensure_ascii=True, sort_keys=True)
 
 
+def _num(v) -> str:
+    return f"{v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
+
+
 def _readable(info: dict) -> str:
     """What an operator needs to decide, one field a line (strings JSON-escaped)."""
     lines = [f"session    {info.get('session_id')}  [{info.get('kind')}: {info.get('state')}]",
@@ -41,8 +45,8 @@ def _readable(info: dict) -> str:
              f"this party {info.get('role')}",
              f"roles      {_show(info.get('roles'))}",
              f"params     {_show(info.get('params'))}",
-             f"epsilon    {info.get('epsilon') if info.get('epsilon') is not None else '- (no charge to this party)'}"
-             + (f"  delta {info.get('delta')}" if info.get("delta") else "")]
+             f"epsilon    {_num(info['epsilon']) if info.get('epsilon') is not None else '- (no charge to this party)'}"
+             + (f"  delta {_num(info['delta'])}" if info.get("delta") else "")]
     s = info.get("summary") or {}
     if s:
         lines.append(f"keys       {_show(s.get('key_bits'))}")
@@ -72,7 +76,7 @@ def _cmd_list(args) -> int:
         return 0
     print(f"{'SESSION':<40} {'STATE':<10} {'PROTOCOL':<16} {'INITIATOR':<12} {'ROLE':<10} {'EPSILON':<8} EXPIRES")
     for i in items:
-        eps = "-" if i.get("epsilon") is None else str(i["epsilon"])
+        eps = "-" if i.get("epsilon") is None else _num(i["epsilon"])
         print(f"{i['session_id']:<40} {str(i.get('state')):<10} {str(i.get('protocol')):<16} "
               f"{str(i.get('initiator')):<12} {str(i.get('role')):<10} {eps:<8} {i.get('expires_at') or ''}")
     return 0
@@ -93,7 +97,7 @@ def _cmd_approve(args) -> int:
     except SmcdpError as exc:
         return _fail(exc)
     print(f"session {info['session_id']}: approved"
-          + (f" (epsilon {info['epsilon']} reserved)" if info.get("epsilon") is not None else ""))
+          + (f" (epsilon {_num(info['epsilon'])} reserved)" if info.get("epsilon") is not None else ""))
     return 0
 
 
