@@ -497,3 +497,19 @@ def test_the_local_example_configs_have_an_explicit_policy_and_finite_budgets():
             assert cfg.budget is not None and 0 < cfg.budget.epsilon < float("inf"), path
             assert pol.protocols["dp-aggregate"].max_epsilon is not None
         assert set(pol.protocols) <= {"power-iteration", "dp-aggregate"}
+
+
+def test_check_reports_a_bundle_without_a_restrictive_policy(deployment):
+    from dataclasses import replace as _replace
+
+    from smcdp.runtime.config import dump_config
+    from smcdp.runtime.policy import Policy
+
+    problems, notes = deploy.check_bundle(deployment / "alice")
+    assert problems == [] and any(n.startswith("policy: joins no protocol") for n in notes)
+    cfg = load_config(deployment / "alice" / "party.toml")
+    for policy, text in ((None, "no [policy]"), (Policy(open=True, allow_seeded=True), "open = true")):
+        dump_config(_replace(cfg, policy=policy), deployment / "alice" / "party.toml")
+        problems, _ = deploy.check_bundle(deployment / "alice")
+        assert any(text in p for p in problems), problems
+    assert any("allow_seeded" in p for p in problems)
