@@ -356,10 +356,14 @@ class Governor:
                 self._give_back(session_id, f"the session failed before its release point: {reason}"[:1000])
 
     def session_done(self, session_id: str, record: Mapping[str, Any]) -> None:
+        """A session ended here (called from its thread).  Never raises: the record is written already."""
         err = record.get("error") or {}
-        self.settle(session_id, record.get("state") == "succeeded", str(err.get("message", "")))
-        self.audit.append("session-end", session=session_id, state=record.get("state"),
-                          code=err.get("code"), origin=err.get("origin"), message=err.get("message"))
+        try:
+            self.settle(session_id, record.get("state") == "succeeded", str(err.get("message", "")))
+            self.audit.append("session-end", session=session_id, state=record.get("state"),
+                              code=err.get("code"), origin=err.get("origin"), message=err.get("message"))
+        except SmcdpError as exc:   # e.g. a session ending while the party shuts down (audit closed)
+            log.error("session %s: could not settle or audit its end: %s", session_id, exc)
 
     def aborted(self, peer: str, session_id: str, code: str, message: str) -> None:
         self.audit.append("abort", session=session_id, peer=peer, code=code, message=message)

@@ -280,3 +280,21 @@ def test_start_up_warnings_are_loud(tmp_path):
     assert "[policy] open = true: ANY peer" in text
     assert "UNSAFE: party solo has [policy] allow_seeded = true" in text
     assert "has inputs but no [budget]" in text
+
+
+def test_a_seeded_demo_configures_allow_seeded_and_an_unseeded_one_does_not(tmp_path):
+    from smcdp.cli.demo.power_iteration import demo_power_iteration
+
+    rng = np.random.default_rng(4)
+    paths = []
+    for name, n in (("a", 4), ("b", 5)):
+        np.save(tmp_path / f"{name}.npy", rng.normal(size=(5, n)))
+        paths.append(str(tmp_path / f"{name}.npy"))
+    for seed, keep in ((11, tmp_path / "seeded"), (None, tmp_path / "plain")):
+        out = demo_power_iteration(paths, key_bits=512, seed=seed, keep_dir=str(keep))
+        assert out["converged"]
+        for party in ("trent", "alice", "bob"):
+            cfg = load_config(keep / "config" / f"{party}.toml")
+            assert cfg.policy.allow_seeded is (seed is not None) and not cfg.policy.open
+            assert (keep / party / "audit.jsonl").is_file()
+        assert ("UNSAFE" in (keep / "alice.log").read_text()) is (seed is not None)
