@@ -82,32 +82,30 @@ def _cmd_list(args) -> int:
     return 0
 
 
-def _cmd_show(args) -> int:
+def _operator_cmd(call, render) -> int:
     try:
-        info = client.show_session(args.config, args.session_id)
+        info = call()
     except SmcdpError as exc:
         return _fail(exc)
-    print(json.dumps(info, indent=2, sort_keys=True) if args.json else _readable(info))
+    print(render(info))
     return 0
+
+
+def _cmd_show(args) -> int:
+    return _operator_cmd(lambda: client.show_session(args.config, args.session_id),
+                         lambda info: json.dumps(info, indent=2, sort_keys=True) if args.json else _readable(info))
 
 
 def _cmd_approve(args) -> int:
-    try:
-        info = client.approve_session(args.config, args.session_id)
-    except SmcdpError as exc:
-        return _fail(exc)
-    print(f"session {info['session_id']}: approved"
-          + (f" (epsilon {_num(info['epsilon'])} reserved)" if info.get("epsilon") is not None else ""))
-    return 0
+    return _operator_cmd(lambda: client.approve_session(args.config, args.session_id),
+                         lambda info: f"session {info['session_id']}: approved" + (
+                             f" (epsilon {_num(info['epsilon'])} reserved)" if info.get("epsilon") is not None
+                             else ""))
 
 
 def _cmd_reject(args) -> int:
-    try:
-        info = client.reject_session(args.config, args.session_id, args.reason)
-    except SmcdpError as exc:
-        return _fail(exc)
-    print(f"session {info['session_id']}: rejected ({info.get('reason')})")
-    return 0
+    return _operator_cmd(lambda: client.reject_session(args.config, args.session_id, args.reason),
+                         lambda info: f"session {info['session_id']}: rejected ({info.get('reason')})")
 
 
 def register_session_commands(sp) -> None:

@@ -373,36 +373,34 @@ class ControlServicer(tgrpc.ControlServicer):
             await _fail(context, exc, "GetResult")
 
     # -- governance
-    async def ListSessions(self, request, context):
+    async def _governance(self, context, what: str, call):
         try:
             self._operator(context)
+            return await call()
+        except Exception as exc:  # noqa: BLE001
+            await _fail(context, exc, what)
+
+    async def ListSessions(self, request, context):
+        async def call():
             items = await self.host.list_sessions(bool(request.pending_only))
             return tpb.SessionList(sessions=[_info_message(i) for i in items])
-        except Exception as exc:  # noqa: BLE001
-            await _fail(context, exc, "ListSessions")
+        return await self._governance(context, "ListSessions", call)
 
     async def ShowSession(self, request, context):
-        try:
-            self._operator(context)
+        async def call():
             return _info_message(await self.host.show_session(validate_session_id(request.session_id)))
-        except Exception as exc:  # noqa: BLE001
-            await _fail(context, exc, "ShowSession")
+        return await self._governance(context, "ShowSession", call)
 
     async def ApproveSession(self, request, context):
-        try:
-            self._operator(context)
-            info = await self.host.decide(validate_session_id(request.session_id), True, "")
-            return _info_message(info)
-        except Exception as exc:  # noqa: BLE001
-            await _fail(context, exc, "ApproveSession")
+        async def call():
+            return _info_message(await self.host.decide(validate_session_id(request.session_id), True, ""))
+        return await self._governance(context, "ApproveSession", call)
 
     async def RejectSession(self, request, context):
-        try:
-            self._operator(context)
-            info = await self.host.decide(validate_session_id(request.session_id), False, request.reason)
-            return _info_message(info)
-        except Exception as exc:  # noqa: BLE001
-            await _fail(context, exc, "RejectSession")
+        async def call():
+            return _info_message(await self.host.decide(validate_session_id(request.session_id), False,
+                                                        request.reason))
+        return await self._governance(context, "RejectSession", call)
 
 
 class PartyServer:
