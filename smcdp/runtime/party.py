@@ -197,6 +197,8 @@ class Party(SessionHost):
         repeated = self._repeated(peer, spec, roles, params)   # admitted twice concurrently
         if repeated is not None:
             return repeated
+        if spec.session_id in self.sessions:   # another proposal took this id meanwhile (its reservation)
+            raise AlreadyExists(f"session {spec.session_id!r} already exists at party {self.name!r}")
         spec, plugin = admitted, self.governor.wrap(plugin, spec.session_id)
         # --- end governance
         s = Session(self, spec, mine[0], plugin, initiator=peer)
