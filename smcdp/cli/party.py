@@ -1,7 +1,8 @@
 """CLI subcommands for certificates, party processes, sessions and health.
 
 ``register(subparsers)`` adds ``certs``, ``party``, ``session`` (``start``,
-``result``) and ``health`` to the ``smcdp`` command.
+``result``; ``list``, ``show``, ``approve``, ``reject`` from :mod:`smcdp.cli.governance`)
+and ``health`` to the ``smcdp`` command.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import sys
 from pathlib import Path
 
+from smcdp.cli.governance import register_session_commands
 from smcdp.errors import InvalidMessage, SmcdpError
 from smcdp.net import tls
 from smcdp.runtime import client, party
@@ -167,7 +169,7 @@ def register(subparsers) -> None:
     p.add_argument("--log-level", default="INFO")
     p.set_defaults(func=_cmd_party)
 
-    p = subparsers.add_parser("session", help="start a session or fetch a session's result")
+    p = subparsers.add_parser("session", help="start sessions, fetch results, approve or reject proposals")
     sp = p.add_subparsers(dest="session_command", required=True)
     s = sp.add_parser("start", help="run a session with this party as initiator")
     s.add_argument("--config", required=True, help="the initiating party's TOML configuration")
@@ -177,7 +179,8 @@ def register(subparsers) -> None:
     s.add_argument("--params-file", help="protocol parameters from a JSON file")
     s.add_argument("--session-id")
     s.add_argument("--timeout", type=positive_float, help="session deadline in seconds")
-    s.add_argument("--seed", type=int, help="explicit seed (experiments only)")
+    s.add_argument("--seed", type=int, help="explicit seed (experiments only; every participant must "
+                   "have [policy] allow_seeded = true)")
     s.add_argument("--out", help="write the record JSON here instead of stdout")
     s.set_defaults(func=_cmd_session_start)
     s = sp.add_parser("result", help="the record of a session at this party")
@@ -197,6 +200,7 @@ def register(subparsers) -> None:
     s.add_argument("--timeout", type=positive_float, help="how long to wait for the session (default: its own)")
     s.add_argument("--out", help="write the record JSON here instead of stdout")
     s.set_defaults(func=_cmd_session_resume)
+    register_session_commands(sp)
 
     p = subparsers.add_parser("health", help="grpc.health.v1 status of this party or a peer")
     p.add_argument("--config", required=True)

@@ -18,6 +18,9 @@ Status codes (see docs/transport.md):
   different message under the same tag
 * ALREADY_EXISTS, NOT_FOUND -- session ids
 * UNAVAILABLE         -- the party is shutting down
+* PERMISSION_DENIED / FAILED_PRECONDITION / RESOURCE_EXHAUSTED / DEADLINE_EXCEEDED on
+  Propose also carry the party's governance refusals (policy, bounds, budget, approval
+  expired; docs/governance.md)
 """
 
 from __future__ import annotations
@@ -88,6 +91,13 @@ class InboundTarget(Protocol):
     """Where a verified message for one session goes (a ``GrpcChannel``)."""
 
     def deliver_threadsafe(self, sender_role: str, tag: str, type_url: str, data: bytes) -> bool: ...
+
+
+@dataclass(frozen=True)
+class PendingApproval:
+    """A proposal this party accepts only once its operator approves (``ProposeReply.pending``)."""
+
+    detail: str
 
 
 @dataclass(frozen=True)
@@ -175,8 +185,8 @@ class SessionHost(abc.ABC):
         """(target, sender role) for a message from ``peer`` in ``session_id``."""
 
     @abc.abstractmethod
-    async def propose(self, peer: str, spec: SessionSpec) -> str:
-        """Register a session proposed by ``peer``; return this party's role."""
+    async def propose(self, peer: str, spec: SessionSpec) -> str | PendingApproval:
+        """Register a session proposed by ``peer``; return this party's role (or that it waits)."""
 
     @abc.abstractmethod
     async def begin(self, peer: str, session_id: str) -> None: ...
@@ -207,6 +217,22 @@ class SessionHost(abc.ABC):
 
     @abc.abstractmethod
     async def get_result(self, session_id: str) -> dict: ...
+
+    # -- governance (operator only; docs/governance.md).  A host without it answers UNIMPLEMENTED.
+    async def list_sessions(self, pending_only: bool) -> list[dict]:
+        raise _unimplemented("ListSessions")
+
+    async def show_session(self, session_id: str) -> dict:
+        raise _unimplemented("ShowSession")
+
+    async def decide(self, session_id: str, approve: bool, reason: str) -> dict:
+        raise _unimplemented("ApproveSession/RejectSession")
+
+
+def _unimplemented(what: str) -> SmcdpError:
+    exc = SmcdpError(f"{what} is not supported by this party")
+    exc.code = "UNIMPLEMENTED"
+    return exc
 
 
 async def _fail(context: grpc.aio.ServicerContext, exc: BaseException, what: str):
@@ -286,8 +312,10 @@ class MailboxServicer(tgrpc.MailboxServicer):
         try:
             peer = peer_identity(context)
             spec = spec_from_message(request)
-            role = await self.host.propose(peer, spec)
-            return tpb.ProposeReply(role=role)
+            answer = await self.host.propose(peer, spec)
+            if isinstance(answer, PendingApproval):
+                return tpb.ProposeReply(pending=True, detail=answer.detail)
+            return tpb.ProposeReply(role=answer)
         except Exception as exc:  # noqa: BLE001
             await _fail(context, exc, "Propose")
 
@@ -328,6 +356,11 @@ class MailboxServicer(tgrpc.MailboxServicer):
             return tpb.ResumeReply(role=role)
         except Exception as exc:  # noqa: BLE001
             await _fail(context, exc, "Resume")
+
+
+def _info_message(info: dict) -> tpb.SessionInfo:
+    return tpb.SessionInfo(session_id=str(info.get("session_id", "")), state=str(info.get("state", "")),
+                           info_json=json.dumps(info, sort_keys=True))
 
 
 def _record_message(record: dict) -> tpb.SessionRecord:
@@ -404,6 +437,35 @@ class ControlServicer(tgrpc.ControlServicer):
             raise
         except Exception as exc:  # noqa: BLE001
             await _fail(context, exc, "ResumeSession")
+    # -- governance
+    async def _governance(self, context, what: str, call):
+        try:
+            self._operator(context)
+            return await call()
+        except Exception as exc:  # noqa: BLE001
+            await _fail(context, exc, what)
+
+    async def ListSessions(self, request, context):
+        async def call():
+            items = await self.host.list_sessions(bool(request.pending_only))
+            return tpb.SessionList(sessions=[_info_message(i) for i in items])
+        return await self._governance(context, "ListSessions", call)
+
+    async def ShowSession(self, request, context):
+        async def call():
+            return _info_message(await self.host.show_session(validate_session_id(request.session_id)))
+        return await self._governance(context, "ShowSession", call)
+
+    async def ApproveSession(self, request, context):
+        async def call():
+            return _info_message(await self.host.decide(validate_session_id(request.session_id), True, ""))
+        return await self._governance(context, "ApproveSession", call)
+
+    async def RejectSession(self, request, context):
+        async def call():
+            return _info_message(await self.host.decide(validate_session_id(request.session_id), False,
+                                                        request.reason))
+        return await self._governance(context, "RejectSession", call)
 
 
 class PartyServer:

@@ -15,9 +15,9 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Collection, Iterable, Mapping
 
-from smcdp.errors import InvalidMessage
+from smcdp.errors import InvalidMessage, PreconditionFailed
 from smcdp.net.channel import Channel
 
 
@@ -33,13 +33,67 @@ class SessionContext:
     output_dir: Path | None = None      # where this party writes durable outputs
     allow_insecure_keys: bool = False   # only test deployments set this
     seed: int | None = None             # explicit seed for experiments; None = secure randomness
+    #: called once, in the role's thread, just before the first message after which this party's
+    #: differentially private output may have left it (the runtime commits the budget there);
+    #: if it raises, that message is not sent
+    on_release: Callable[[], None] | None = None
 
+
+@dataclass(frozen=True)
+class OutputFlow:
+    """One output of a session in governance terms: what, computed from whose data, sent to whom."""
+
+    name: str
+    recipients: tuple[str, ...]         # roles that receive it
+    sources: tuple[str, ...]            # roles whose private inputs it is computed from
+    dp: bool = False                    # released under differential privacy (the session's epsilon)
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "recipients": list(self.recipients), "sources": list(self.sources),
+                "dp": self.dp}
+
+
+@dataclass(frozen=True)
+class SessionSummary:
+    """A validated proposal described for a party's policy and privacy budget.
+
+    Built by :meth:`ProtocolPlugin.summary` from public parameters only (never
+    from a party's files), so a party can decide before it reads any data.
+    """
+
+    protocol: str
+    key_bits: Mapping[str, int]         # every key size the session uses, e.g. {"paillier": 3072}
+    data_roles: tuple[str, ...]         # roles that read their party's private inputs
+    coordinator_roles: tuple[str, ...]  # roles that coordinate over the data roles' contributions
+    outputs: tuple[OutputFlow, ...]
+    #: the differential-privacy cost to every data role's dataset; None: the session releases
+    #: nothing under DP (its outputs, if any, are exact)
+    epsilon: float | None = None
+    delta: float = 0.0
+    rho: float | None = None            # zCDP rho of the release, when the ledger's rule needs one
+    record_bound: int | None = None     # public lower bound on every data role's number of records
+
+    def outputs_from(self, role: str) -> list[OutputFlow]:
+        """The outputs computed from ``role``'s private inputs."""
+        return [o for o in self.outputs if role in o.sources]
+
+    def as_dict(self) -> dict:
+        return {"protocol": self.protocol, "key_bits": dict(self.key_bits),
+                "data_roles": list(self.data_roles), "coordinator_roles": list(self.coordinator_roles),
+                "outputs": [o.as_dict() for o in self.outputs], "epsilon": self.epsilon,
+                "delta": self.delta, "rho": self.rho, "record_bound": self.record_bound}
 
 class ProtocolPlugin(abc.ABC):
     """A protocol as the party runner sees it."""
 
     #: protocol name used in session specs and the CLI, e.g. "power-iteration"
     name: str = ""
+    #: roles that coordinate a session over the data roles' contributions (e.g. "trent"); a
+    #: party's [policy] names the peers it lets hold them (deployment tools read it too)
+    coordinating_roles: tuple[str, ...] = ()
+    #: whether what its sessions release from the data roles' inputs is differentially private
+    #: (deployment tools write allow_non_dp = true into generated policies when it is not)
+    differentially_private: bool = False
 
     @abc.abstractmethod
     def validate_params(self, params: Mapping[str, Any], roles: Mapping[str, str]) -> dict:
@@ -52,6 +106,25 @@ class ProtocolPlugin(abc.ABC):
     async def run_role(self, role: str, ch: Channel, ctx: SessionContext) -> dict:
         """Run ``role`` and return a JSON-serialisable result for this party."""
 
+    def summary(self, params: Mapping[str, Any], roles: Mapping[str, str]) -> SessionSummary:
+        """Describe a validated proposal (``params`` as returned by :meth:`validate_params`)
+        in governance terms: key sizes, DP cost, record bound, data roles, output flows.
+
+        Must use the public parameters only -- a party evaluates its policy and
+        budget on it before it opens any of its files.  A plug-in that does not
+        implement it can run only at parties without a ``[policy]``.
+        """
+        raise PreconditionFailed(f"the plug-in of protocol {self.name!r} does not describe its sessions "
+                                 "(ProtocolPlugin.summary), so no party policy can admit it")
+
+    @staticmethod
+    def release_gate(ch: Channel, ctx: SessionContext, points: Iterable[tuple[str, str]]) -> Channel:
+        """``ch``, calling ``ctx.on_release`` once before the first send of a message
+        ``(to role, tag)`` in ``points`` -- the protocol's release point for this role."""
+        if ctx.on_release is None:
+            return ch
+        return _ReleaseGate(ch, frozenset(points), ctx.on_release)  # type: ignore[return-value]
+
     @staticmethod
     def input_path(ctx: SessionContext, name: str, who: str) -> str:
         """The configured input ``name`` of this party for ``ctx.protocol``, or a clear error."""
@@ -59,6 +132,32 @@ class ProtocolPlugin(abc.ABC):
         if not path:
             raise InvalidMessage(f"{who} has no [inputs.{ctx.protocol}] {name} file configured")
         return path
+
+
+class _ReleaseGate:
+    """A channel that calls ``on_release`` once before its first message to a release point."""
+
+    def __init__(self, ch: Channel, points: Collection[tuple[str, str]], on_release: Callable[[], None]):
+        self._ch = ch
+        self._points = points
+        self._on_release: Callable[[], None] | None = on_release
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ch, name)
+
+    def _before(self, to: Iterable[str], tag: str) -> None:
+        if self._on_release is not None and any((r, tag) in self._points for r in to):
+            self._on_release()           # raises: the message is not sent
+            self._on_release = None
+
+    async def send(self, to: str, tag: str, msg) -> None:
+        self._before((to,), tag)
+        await self._ch.send(to, tag, msg)
+
+    async def send_many(self, to: Iterable[str], tag: str, msg) -> None:
+        to = list(to)
+        self._before(to, tag)
+        await self._ch.send_many(to, tag, msg)
 
 
 _REGISTRY: dict[str, ProtocolPlugin] = {}

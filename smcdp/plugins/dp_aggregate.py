@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from dataclasses import asdict
 from typing import Any, Mapping
 
@@ -11,12 +12,14 @@ import numpy as np
 from smcdp.crypto.paillier import check_key_bits
 from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
-from smcdp.plugins.base import ProtocolPlugin, SessionContext
+from smcdp.plugins.base import OutputFlow, ProtocolPlugin, SessionContext, SessionSummary
 from smcdp.protocols.base import check_roles
 from smcdp.protocols.dp_aggregate import (
     CHARLIE,
     DAVE,
+    NOISE_TAIL_BITS,
     PROTOCOL,
+    SHARE_TAG,
     DPAggregateParams,
     charlie,
     data_party,
@@ -58,13 +61,38 @@ def load_dataset(path) -> tuple[np.ndarray, np.ndarray]:
     return X, y.astype(int)
 
 
+def privacy_cost(p: DPAggregateParams) -> tuple[float, float]:
+    """(epsilon, delta) of one release to every data party's dataset (docs/protocols/dp-aggregate.md).
+
+    ``calibration="exact"``: the session's epsilon.  ``"seed"``: the actual guarantee of the
+    seed's per-coordinate Laplace noise, epsilon * sqrt(d) / (2K) (above epsilon when
+    sqrt(d) > 2K).  delta: K * 2^-64, the chance that some party aborts on a noise draw
+    beyond the public bound."""
+    eps = float(p.epsilon)
+    if p.calibration == "seed":
+        eps = eps * math.sqrt(p.dim) / (2 * p.n_parties)
+    return eps, p.n_parties * 2.0 ** -NOISE_TAIL_BITS
+
+
 class DPAggregatePlugin(ProtocolPlugin):
     name = PROTOCOL
+    coordinating_roles = (CHARLIE, DAVE)
+    differentially_private = True
 
     def validate_params(self, params: Mapping[str, Any], roles: Mapping[str, str]) -> dict:
         p = DPAggregateParams.from_mapping(params)
         check_roles(self.name, roles, {CHARLIE, DAVE, *p.party_roles})
         return asdict(p)
+
+    def summary(self, params: Mapping[str, Any], roles: Mapping[str, str]) -> SessionSummary:
+        p = DPAggregateParams.from_mapping(params)
+        eps, delta = privacy_cost(p)
+        data = tuple(p.party_roles)
+        # rho: the pure epsilon part (eps^2/2); the K*2^-64 delta is informational under zCDP
+        return SessionSummary(protocol=self.name, key_bits={"paillier": p.key_bits, "dgk": p.dgk_bits},
+                              data_roles=data, coordinator_roles=(CHARLIE, DAVE),
+                              outputs=(OutputFlow("model", (DAVE,), data, dp=True),),
+                              epsilon=eps, delta=delta, rho=eps * eps / 2, record_bound=p.min_records)
 
     async def run_role(self, role: str, ch: Channel, ctx: SessionContext) -> dict:
         p = DPAggregateParams.from_mapping(ctx.params)
@@ -83,10 +111,12 @@ class DPAggregatePlugin(ProtocolPlugin):
                 test_data = (X, y)
             return asdict(await dave(ch, p, output_dir=ctx.output_dir, test_data=test_data))
         X, y = load_dataset(self.input_path(ctx, "data", ch.me))
+        # these errors reach the other participants: they say which public bound fails, never the count
         if X.shape[1] != p.dim:
-            raise InvalidMessage(f"{ch.me}: data has {X.shape[1]} features, the session expects dim={p.dim}")
+            raise InvalidMessage(f"{ch.me}: its data does not have the session's dim={p.dim} features")
         if X.shape[0] < p.min_records:
             raise InvalidMessage(f"{ch.me}: fewer records than the public min_records={p.min_records}")
         w, delta = await asyncio.get_running_loop().run_in_executor(None, train_local, X, y, float(p.lam))
-        return asdict(await data_party(ch, w, delta, p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys,
-                                       output_dir=ctx.output_dir))
+        gated = self.release_gate(ch, ctx, [(DAVE, SHARE_TAG)])
+        return asdict(await data_party(gated, w, delta, p, seed=ctx.seed,
+                                       allow_insecure_keys=ctx.allow_insecure_keys, output_dir=ctx.output_dir))

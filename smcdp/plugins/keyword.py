@@ -10,7 +10,7 @@ import numpy as np
 from smcdp.crypto.paillier import check_key_bits
 from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
-from smcdp.plugins.base import ProtocolPlugin, SessionContext
+from smcdp.plugins.base import OutputFlow, ProtocolPlugin, SessionContext, SessionSummary
 from smcdp.protocols.base import check_roles
 from smcdp.protocols.keyword import (
     ALICE,
@@ -53,6 +53,14 @@ class KeywordPlugin(ProtocolPlugin):
         p = KeywordParams.from_mapping(params)
         check_roles(self.name, roles, {ALICE, BOB})
         return asdict(p)
+
+    def summary(self, params: Mapping[str, Any], roles: Mapping[str, str]) -> SessionSummary:
+        p = KeywordParams.from_mapping(params)
+        outputs = [OutputFlow("keyword", (ALICE,), (ALICE, BOB))]
+        if p.debug_reveal:
+            outputs.append(OutputFlow("log-likelihoods", (ALICE,), (ALICE, BOB)))
+        return SessionSummary(protocol=self.name, key_bits={"paillier": p.key_bits},
+                              data_roles=(ALICE, BOB), coordinator_roles=(), outputs=tuple(outputs))
 
     async def run_role(self, role: str, ch: Channel, ctx: SessionContext) -> dict:
         p = KeywordParams.from_mapping(ctx.params)

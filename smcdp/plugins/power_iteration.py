@@ -10,7 +10,7 @@ import numpy as np
 from smcdp.crypto.paillier import check_key_bits
 from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
-from smcdp.plugins.base import ProtocolPlugin, SessionContext
+from smcdp.plugins.base import OutputFlow, ProtocolPlugin, SessionContext, SessionSummary
 from smcdp.protocols.base import check_roles
 from smcdp.protocols.power_iteration import (
     TRENT,
@@ -34,11 +34,20 @@ def load_matrix(path) -> np.ndarray:
 
 class PowerIterationPlugin(ProtocolPlugin):
     name = "power-iteration"
+    coordinating_roles = (TRENT,)
 
     def validate_params(self, params: Mapping[str, Any], roles: Mapping[str, str]) -> dict:
         p = PowerIterationParams.from_mapping(params)
         check_roles(self.name, roles, {TRENT, *p.data_roles})
         return asdict(p)
+
+    def summary(self, params: Mapping[str, Any], roles: Mapping[str, str]) -> SessionSummary:
+        p = PowerIterationParams.from_mapping(params)
+        data = tuple(p.data_roles)
+        # exact outputs: u (every data party) and x, the parties' blocks A_i^T v / sqrt(S) in clear (trent)
+        return SessionSummary(protocol=self.name, key_bits={"paillier": p.key_bits}, data_roles=data,
+                              coordinator_roles=(TRENT,),
+                              outputs=(OutputFlow("u", data, data), OutputFlow("x", (TRENT,), data)))
 
     async def run_role(self, role: str, ch: Channel, ctx: SessionContext) -> dict:
         p = PowerIterationParams.from_mapping(ctx.params)

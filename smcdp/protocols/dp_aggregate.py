@@ -84,6 +84,10 @@ from smcdp.v1 import messages_pb2 as pb
 DAVE = "dave"
 PROTOCOL = "dp-aggregate"
 CALIBRATIONS = ("exact", "seed")
+#: the tag of a publisher's share to Dave.  For a data party this is the release point: before
+#: it, nothing that leaves the party lets anyone (short of collusion) compute the noisy model;
+#: once it is sent, Dave may hold every share (see docs/governance.md)
+SHARE_TAG = "s3/share"
 #: k_j = floor(2^SENS_PRECISION_BITS / Δ_j)
 SENS_PRECISION_BITS = 48
 #: k_j < 2^SENS_KEY_BITS
@@ -328,7 +332,7 @@ async def _secure_sum_and_publish(ch: Channel, value: list[int], params: DPAggre
             "kind": "smcdp-dp-aggregate-share", "version": 1, "session_id": session, "publisher": ch.role,
             "index": pubs.index(ch.role), "n_parties": params.n_parties, "frac_bits": params.frac_bits,
             "modulus_bits": params.modulus_bits, "share": share_s})
-    await ch.send(DAVE, "s3/share", bigints(share))
+    await ch.send(DAVE, SHARE_TAG, bigints(share))
     return share_s, path
 
 
@@ -490,7 +494,7 @@ async def dave(ch: Channel, params: DPAggregateParams, *, output_dir: Path | Non
         raise InvalidMessage(f"role {ch.role!r} is not dave")
     shares = []
     for r in params.publishers:
-        shares.append(from_bigints(await ch.recv(r, "s3/share", pb.BigInts), count=params.dim,
+        shares.append(from_bigints(await ch.recv(r, SHARE_TAG, pb.BigInts), count=params.dim,
                                    bound_bits=params.modulus_bits, what=f"s3/share from {r}", nonnegative=True))
     weights, floats = reassemble(shares, params)
     shares_mod = [[str(v) for v in s] for s in shares]

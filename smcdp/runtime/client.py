@@ -155,6 +155,43 @@ def get_result(config: str | os.PathLike | PartyConfig, session_id: str, timeout
     return json.loads(reply.record_json)
 
 
+def _control(cfg: PartyConfig, method: str, request, timeout: float):
+    with _operator_channel(cfg) as ch:
+        try:
+            return getattr(tgrpc.ControlStub(ch), method)(request, timeout=timeout)
+        except grpc.RpcError as exc:
+            raise _client_error(exc, cfg, method) from None
+
+
+def list_sessions(config: str | os.PathLike | PartyConfig, pending_only: bool = False,
+                  timeout: float = 30.0) -> list[dict]:
+    """Proposals (pending and decided) and sessions at this party, as dicts (docs/governance.md)."""
+    cfg = _as_config(config)
+    reply = _control(cfg, "ListSessions", tpb.ListSessionsRequest(pending_only=pending_only), timeout)
+    return [json.loads(i.info_json) for i in reply.sessions]
+
+
+def show_session(config: str | os.PathLike | PartyConfig, session_id: str, timeout: float = 30.0) -> dict:
+    """What a proposal asks of this party (protocol, roles, parameters, initiator, epsilon) and its state."""
+    cfg = _as_config(config)
+    return json.loads(_control(cfg, "ShowSession", tpb.SessionRef(session_id=session_id), timeout).info_json)
+
+
+def approve_session(config: str | os.PathLike | PartyConfig, session_id: str, timeout: float = 60.0) -> dict:
+    """Approve a pending proposal (its privacy cost is reserved now; RESOURCE_EXHAUSTED if it does not fit)."""
+    cfg = _as_config(config)
+    req = tpb.DecisionRequest(session_id=session_id)
+    return json.loads(_control(cfg, "ApproveSession", req, timeout).info_json)
+
+
+def reject_session(config: str | os.PathLike | PartyConfig, session_id: str, reason: str,
+                   timeout: float = 60.0) -> dict:
+    """Reject a pending (or approved, not yet started) proposal; the initiator is told ``reason``."""
+    cfg = _as_config(config)
+    req = tpb.DecisionRequest(session_id=session_id, reason=reason)
+    return json.loads(_control(cfg, "RejectSession", req, timeout).info_json)
+
+
 def _client_error(exc: grpc.RpcError, cfg: PartyConfig, what: str) -> SmcdpError:
     try:
         session_failed = any(k == SESSION_FAILED_METADATA for k, _ in exc.trailing_metadata() or ())

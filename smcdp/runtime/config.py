@@ -27,6 +27,19 @@ Example (all relative paths are resolved against the config file's directory)::
     session_seconds = 3600
     rpc_seconds = 120
 
+    [policy]                       # what this party joins, with whom (smcdp.runtime.policy)
+    approval = "auto"
+    [policy.power-iteration]
+    roles = ["party*"]
+    initiators = ["trent"]
+    coordinators = ["trent"]
+    release_to = ["trent", "bob"]
+    allow_non_dp = true
+
+    [budget]                       # the privacy budget of its data (smcdp.runtime.charges)
+    dataset = "alice"
+    epsilon = 10.0
+
 The transport's sections ([tls], [peers], [timeouts] and the transport keys
 of [party]) are parsed by :mod:`smcdp.net.config`; this module adds the
 party's own (data directory, inputs, plug-ins) and is the only reader and
@@ -61,6 +74,8 @@ from smcdp.net.config import (
     table,
 )
 from smcdp.net.tls import validate_party_name
+from smcdp.runtime.charges import BudgetConfig, budget_to_dict, parse_budget
+from smcdp.runtime.policy import Policy, parse_policy
 
 _MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _KEY_RE = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -74,6 +89,8 @@ class PartyConfig(NetConfig):
     inputs: Mapping[str, Mapping[str, Path]] = field(default_factory=dict)
     plugins: tuple[str, ...] = ()
     allow_insecure_keys: bool = False
+    policy: Policy | None = None          # None: no [policy] (see docs/governance.md)
+    budget: BudgetConfig | None = None    # None: no [budget]
 
 
 def _parse_inputs(inputs_t: Mapping[str, Any], base: Path) -> dict[str, dict[str, Path]]:
@@ -94,7 +111,7 @@ def parse_config(data: Mapping[str, Any], base_dir: str | os.PathLike,
                  source: Path | None = None) -> PartyConfig:
     """Validate a parsed TOML document; relative paths are resolved against ``base_dir``."""
     base = Path(base_dir)
-    check_keys(data, {"party", "tls", "peers", "inputs", "timeouts"}, "the top level")
+    check_keys(data, {"party", "tls", "peers", "inputs", "timeouts", "policy", "budget"}, "the top level")
 
     party = table(data, "party", True)
     check_keys(party, {"name", "listen", "data_dir", "allow_insecure_keys", "plugins",
@@ -114,12 +131,14 @@ def parse_config(data: Mapping[str, Any], base_dir: str | os.PathLike,
     if not isinstance(plugins, list) or not all(isinstance(p, str) and _MODULE_RE.match(p)
                                                 for p in plugins):
         raise ConfigError(f"party.plugins must be a list of Python module names, got {plugins!r}")
+    peers = parse_peers(table(data, "peers", False), name)
     return PartyConfig(
         name=name, listen=listen, data_dir=data_dir, tls=parse_tls(table(data, "tls", True), base),
-        peers=parse_peers(table(data, "peers", False), name),
-        inputs=_parse_inputs(table(data, "inputs", False), base), plugins=tuple(plugins),
+        peers=peers, inputs=_parse_inputs(table(data, "inputs", False), base), plugins=tuple(plugins),
         allow_insecure_keys=insecure, timeouts=parse_timeouts(table(data, "timeouts", False)),
-        max_message_bytes=parse_max_message_mib(party), source=source)
+        max_message_bytes=parse_max_message_mib(party), source=source,
+        policy=parse_policy(table(data, "policy", False), name, peers) if "policy" in data else None,
+        budget=parse_budget(table(data, "budget", False), base) if "budget" in data else None)
 
 
 def load_config(path: str | os.PathLike) -> PartyConfig:
@@ -145,7 +164,7 @@ def config_to_dict(cfg: PartyConfig, relative_to: str | os.PathLike | None = Non
     """The TOML document of ``cfg`` as nested dicts (paths relative to ``relative_to``)."""
     base = Path(relative_to) if relative_to is not None else None
     net = net_sections_to_dict(cfg, base)
-    return {
+    doc = {
         "party": {
             "name": cfg.name, "listen": cfg.listen, "data_dir": relative_path(cfg.data_dir, base),
             "allow_insecure_keys": cfg.allow_insecure_keys, "plugins": list(cfg.plugins),
@@ -156,6 +175,11 @@ def config_to_dict(cfg: PartyConfig, relative_to: str | os.PathLike | None = Non
         "inputs": {proto: {k: relative_path(v, base) for k, v in t.items()} for proto, t in cfg.inputs.items()},
         "timeouts": net["timeouts"],
     }
+    if cfg.policy is not None:
+        doc["policy"] = cfg.policy.as_dict()
+    if cfg.budget is not None:
+        doc["budget"] = budget_to_dict(cfg.budget, base)
+    return doc
 
 
 def dump_config(cfg: PartyConfig, path: str | os.PathLike) -> Path:

@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -29,7 +30,9 @@ from smcdp.net.config import Timeouts, TlsConfig
 from smcdp.net.server import new_session_id
 from smcdp.net.tls import generate_deployment
 from smcdp.runtime.client import get_result, start_session, wait_healthy
+from smcdp.runtime.charges import BudgetConfig
 from smcdp.runtime.config import PartyConfig, dump_config
+from smcdp.runtime.policy import Policy
 
 log = logging.getLogger("smcdp.local")
 
@@ -46,9 +49,16 @@ class LocalCluster:
     def __init__(self, parties: Mapping[str, Mapping[str, Mapping[str, str | os.PathLike]]], *,
                  allow_insecure_keys: bool = False, workdir: str | os.PathLike | None = None,
                  plugins: tuple[str, ...] = (), keep: bool = False,
-                 session_seconds: float = 3600.0, peer_grace_seconds: float | None = None) -> None:
+                 session_seconds: float = 3600.0, peer_grace_seconds: float | None = None,
+                 allow_seeded: bool = False, policies: Mapping[str, Policy] | None = None,
+                 budgets: Mapping[str, BudgetConfig] | None = None,
+                 data_root: str | os.PathLike | None = None) -> None:
         self.parties = {name: dict(inputs) for name, inputs in parties.items()}
         self.allow_insecure_keys = allow_insecure_keys
+        self.allow_seeded = allow_seeded
+        self.policies = dict(policies or {})
+        self.budgets = dict(budgets or {})
+        self.data_root = data_root
         self.plugins = tuple(plugins)
         self.keep = keep or workdir is not None
         self.session_seconds = session_seconds
@@ -77,7 +87,9 @@ class LocalCluster:
                                if self.peer_grace_seconds is not None else {}))
         self.configs = write_local_deployment(
             self.workdir, list(self.parties), inputs=self.parties, plugins=self.plugins,
-            allow_insecure_keys=self.allow_insecure_keys, timeouts=timeouts)
+            allow_insecure_keys=self.allow_insecure_keys, timeouts=timeouts,
+            allow_seeded=self.allow_seeded, policies=self.policies, budgets=self.budgets,
+            data_root=self.data_root)
 
     def start(self) -> None:
         self.write_configs()
@@ -138,6 +150,10 @@ class LocalCluster:
         self.procs[party].send_signal(signal.SIGCONT)
 
     # ------------------------------------------------------------------ sessions
+    def data_dir(self, party: str) -> Path:
+        """The data directory of ``party`` (records, outputs, audit.jsonl, ledger)."""
+        return (Path(self.data_root) if self.data_root is not None else self.workdir / "state") / party
+
     def run(self, protocol: str, roles: Mapping[str, str], params: Mapping[str, Any], *,
             initiator: str, seed: int | None = None, timeout: float | None = None,
             session_id: str | None = None) -> dict[str, dict]:
@@ -214,12 +230,18 @@ def write_local_deployment(root: str | os.PathLike, parties: Sequence[str], *,
                            inputs: Mapping[str, Mapping[str, Mapping[str, str | os.PathLike]]] | None = None,
                            plugins: Sequence[str] = (), allow_insecure_keys: bool = False,
                            timeouts: Timeouts | None = None, host: str = "127.0.0.1",
-                           ports: Mapping[str, int] | None = None) -> dict[str, Path]:
+                           ports: Mapping[str, int] | None = None, allow_seeded: bool = False,
+                           policies: Mapping[str, Policy] | None = None,
+                           budgets: Mapping[str, BudgetConfig] | None = None,
+                           data_root: str | os.PathLike | None = None) -> dict[str, Path]:
     """Certificates (``root/certs``) and one config per party (``root/config/<name>.toml``)
     for parties on one host; returns party -> config path.
 
     ``inputs`` is party -> protocol -> input name -> path; ports are picked with
-    :func:`free_tcp_port` unless given; state goes to ``root/state/<name>``.
+    :func:`free_tcp_port` unless given; state goes to ``data_root/<name>`` (default
+    ``root/state/<name>``).  ``policies`` / ``budgets``: party -> its ``[policy]`` /
+    ``[budget]`` (none by default); ``allow_seeded`` sets ``[policy] allow_seeded`` on
+    every party (tests and demos that pass a seed need it).
     """
     root = Path(root)
     certs = root / "certs"
@@ -229,15 +251,19 @@ def write_local_deployment(root: str | os.PathLike, parties: Sequence[str], *,
         ports.setdefault(p, free_tcp_port(host))
     fmt = (lambda p: f"[{host}]:{ports[p]}") if ":" in host else (lambda p: f"{host}:{ports[p]}")
     paths = {}
+    data_root = Path(data_root) if data_root is not None else root / "state"
     for p in parties:
+        policy = (policies or {}).get(p)
+        if allow_seeded:
+            policy = replace(policy or Policy(open=True), allow_seeded=True)
         cfg = PartyConfig(
-            name=p, listen=fmt(p), data_dir=root / "state" / p,
+            name=p, listen=fmt(p), data_dir=data_root / p,
             tls=TlsConfig(certs / "ca.crt", certs / f"{p}.crt", certs / f"{p}.key"),
             peers={q: fmt(q) for q in parties if q != p},
             inputs={proto: {k: Path(v).resolve() for k, v in table.items()}
                     for proto, table in (inputs or {}).get(p, {}).items()},
             plugins=tuple(plugins), allow_insecure_keys=allow_insecure_keys,
-            timeouts=timeouts or Timeouts())
+            timeouts=timeouts or Timeouts(), policy=policy, budget=(budgets or {}).get(p))
         paths[p] = dump_config(cfg, root / "config" / f"{p}.toml")
     return paths
 

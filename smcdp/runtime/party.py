@@ -67,6 +67,7 @@ from smcdp.net.grpc_channel import (
 )
 from smcdp.net.server import (
     PartyServer,
+    PendingApproval,
     SessionHost,
     SessionSpec,
     new_session_id,
@@ -76,8 +77,10 @@ from smcdp.net.server import (
 from smcdp.net.tls import TlsMaterial
 from smcdp.plugins.registry import get_plugin, load_plugin_modules
 from smcdp.primitives.rng import Randomness
+from smcdp.runtime.approvals import propose_until_decided
 from smcdp.runtime.checkpoint import Checkpoint, CheckpointError
 from smcdp.runtime.config import PartyConfig, load_config
+from smcdp.runtime.governance import Governor
 from smcdp.runtime.session import Session, write_json_atomic
 from smcdp.v1 import transport_pb2 as tpb
 
@@ -109,11 +112,16 @@ class Party(SessionHost):
         self.port: int | None = None
         #: this process's incarnation: peers see it change when the party restarted
         self.incarnation = secrets.token_hex(6)
+        self.governor = Governor(config, self.name)          # governance (issue 14)
+        self._expiry: asyncio.Task | None = None
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> int:
         load_plugin_modules(self.config.plugins)
         self.sessions_dir.mkdir(parents=True, exist_ok=True)
+        # governance first (audit, ledger, proposals): restored sessions keep their reservations
+        self.governor.start(live=self._checkpointed_sessions())
+        self._expiry = asyncio.get_running_loop().create_task(self.governor.expiry_loop())
         await self._restore_sessions()
         self.port = await self.server.start()
         self._connector = PeerConnector(self.config, self.tls)
@@ -135,6 +143,9 @@ class Party(SessionHost):
             await self._connector.close()
         for s in running:
             s.thread.join(timeout=1.0)
+        if self._expiry is not None:                           # governance
+            self._expiry.cancel()
+        self.governor.stop()
         log.info("party %s stopped", self.name)
 
     @property
@@ -171,9 +182,19 @@ class Party(SessionHost):
         for s in list(self.sessions.values()):
             await asyncio.get_running_loop().run_in_executor(None, s.ready.wait, 10.0)
 
+    def _checkpointed_sessions(self) -> set[str]:
+        """Sessions this party will continue from a checkpoint (restored now, or resumable later)."""
+        try:
+            checkpoints = Checkpoint.scan(self.sessions_dir)
+        except CheckpointError:
+            return set()   # _restore_sessions reports it
+        return {cp.session_id for cp in checkpoints
+                if cp.meta["state"] in ("prepared", "running")
+                or (cp.meta["state"] == "failed" and cp.meta.get("resumable"))}
+
     def _reopen(self, cp: Checkpoint, *, begun: bool, new_deadline: bool = False) -> Session:
         m = cp.meta
-        plugin = get_plugin(m["protocol"])
+        plugin = self.governor.wrap(get_plugin(m["protocol"]), m["session_id"])   # its reservation, if any
         fields = {"restarts": int(m.get("restarts", 0)) + 1}
         if new_deadline:
             fields["deadline_epoch"] = time.time() + float(m["timeout_seconds"])
@@ -182,6 +203,7 @@ class Party(SessionHost):
                            float(m["timeout_seconds"]), m.get("seed"))
         s = Session(self, spec, m["role"], plugin, m["initiator"], cp, begun=begun)
         self.sessions[spec.session_id] = s
+        s.done.add_done_callback(lambda f, sid=spec.session_id: self.governor.session_done(sid, f.result()))
         s.start_thread()
         return s
 
@@ -228,14 +250,10 @@ class Party(SessionHost):
             raise
         except (ValueError, TypeError, KeyError) as exc:
             raise InvalidMessage(f"invalid parameters for {spec.protocol!r}: {exc}") from None
-        existing = self.sessions.get(spec.session_id)
-        if existing is not None and existing.initiator == peer and existing.spec.protocol == spec.protocol \
-                and dict(existing.spec.roles) == dict(roles) and dict(existing.spec.params) == params \
-                and existing.spec.seed == spec.seed and not existing.done.done():
-            # A retried Propose (the first reply was lost or late): the same proposal is accepted again.
-            log.info("session %s: repeated proposal from %s accepted again", spec.session_id, peer)
-            return existing.role
-        if existing is not None or self.record_path(spec.session_id).exists() \
+        repeated = self._repeated(peer, spec, roles, params)
+        if repeated is not None:
+            return repeated
+        if spec.session_id in self.sessions or self.record_path(spec.session_id).exists() \
                 or Checkpoint.directory(self.sessions_dir, spec.session_id).exists():
             raise AlreadyExists(f"session {spec.session_id!r} already exists at party {self.name!r}")
         try:
@@ -244,8 +262,21 @@ class Party(SessionHost):
             raise SmcdpError(f"plugin {spec.protocol!r} normalised params to non-JSON: {exc}") from None
         spec = SessionSpec(spec.session_id, spec.protocol, roles, params, spec.timeout_seconds,
                            spec.seed)
+        # --- governance (issue 14): seed rule, policy, approval, budget reservation, audit.
+        # Refuses before any input is read; may answer "pending" (operator approval).
+        admitted = await asyncio.get_running_loop().run_in_executor(
+            None, self.governor.admit, peer, spec, plugin, mine[0])
+        if isinstance(admitted, PendingApproval):
+            return admitted
+        repeated = self._repeated(peer, spec, roles, params)   # admitted twice concurrently
+        if repeated is not None:
+            return repeated
+        if spec.session_id in self.sessions:   # another proposal took this id meanwhile (its reservation)
+            raise AlreadyExists(f"session {spec.session_id!r} already exists at party {self.name!r}")
+        spec, plugin = admitted, self.governor.wrap(plugin, spec.session_id)
+        # --- end governance
         # the role's randomness root: this party's own secret, or -- only where its policy allows
-        # seeded sessions -- the experiment seed
+        # seeded sessions (the governor refused a seed otherwise) -- the experiment seed
         randomness = Randomness.fresh() if spec.seed is None else Randomness.from_seed(spec.seed)
         cp = Checkpoint.create(
             self.sessions_dir, session_id=spec.session_id, protocol=spec.protocol, roles=roles, params=params,
@@ -254,14 +285,28 @@ class Party(SessionHost):
             inputs={k: str(v) for k, v in self.config.inputs.get(spec.protocol, {}).items()})
         s = Session(self, spec, mine[0], plugin, peer, cp)
         self.sessions[spec.session_id] = s
+        s.done.add_done_callback(lambda f, sid=spec.session_id: self.governor.session_done(sid, f.result()))
         self._evict()
         s.start_thread()
         await asyncio.get_running_loop().run_in_executor(None, s.ready.wait, 10.0)
         if s.channel is None:
+            self.governor.abandon(spec.session_id, "its thread did not start")
             raise SmcdpError(f"session {spec.session_id}: its thread did not start")
         log.info("session %s (%s) proposed by %s; %s plays %s", spec.session_id, spec.protocol,
                  peer, self.name, mine[0])
         return mine[0]
+
+    def _repeated(self, peer: str, spec: SessionSpec, roles: Mapping[str, str], params: Mapping[str, Any]
+                  ) -> str | None:
+        """The role of a live session this very proposal already created (a retried Propose)."""
+        existing = self.sessions.get(spec.session_id)
+        if existing is not None and existing.initiator == peer and existing.spec.protocol == spec.protocol \
+                and dict(existing.spec.roles) == dict(roles) and dict(existing.spec.params) == params \
+                and existing.spec.seed == spec.seed and not existing.done.done():
+            # A retried Propose (the first reply was lost or late): the same proposal is accepted again.
+            log.info("session %s: repeated proposal from %s accepted again", spec.session_id, peer)
+            return existing.role
+        return None
 
     def _evict(self) -> None:
         ended = [k for k, s in self.sessions.items() if s.done.done()]
@@ -287,10 +332,15 @@ class Party(SessionHost):
 
     async def abort(self, peer: str, session_id: str, code: str, message: str,
                     culprit: str | None = None) -> None:
+        loop = asyncio.get_running_loop()
+        if session_id not in self.sessions and await loop.run_in_executor(   # governance: a waiting
+                None, self.governor.withdraw, peer, session_id, message):      # proposal is withdrawn
+            return
         s = self._session_for(peer, session_id)
         role = next(r for r, p in s.spec.roles.items() if p == peer)
         if culprit is not None and culprit not in s.spec.roles.values():
             raise InvalidMessage(f"Abort of session {session_id!r} names {culprit!r}, who holds no role in it")
+        await loop.run_in_executor(None, self.governor.aborted, peer, session_id, code, message)
         s.fail_threadsafe(SessionAborted(
             f"session {session_id} aborted by {peer} (role {role}): {message}", code, culprit or peer))
 
@@ -378,9 +428,9 @@ class Party(SessionHost):
             await self._begin_all(s, [p for p in others if p not in done_already])
         return await asyncio.shield(asyncio.wrap_future(s.done))
 
-    async def _call(self, party: str, method: str, request, s: Session) -> None:
+    async def _call(self, party: str, method: str, request, s: Session):
         stub = self._connector.mailbox(party)
-        await call_with_retry(f"{method} of session {s.spec.session_id}", party, self.config.address_of(party),
+        return await call_with_retry(f"{method} of session {s.spec.session_id}", party, self.config.address_of(party),
                               s.deadline, lambda t: getattr(stub, method)(request, timeout=t),
                               self.config.timeouts.connect_seconds)
 
@@ -411,9 +461,18 @@ class Party(SessionHost):
                               params_json=json.dumps(s.spec.params), timeout_seconds=spec.timeout_seconds)
         if seed is not None:
             msg.seed = seed
-        others = [p for p in roles.values() if p != self.name]
-        outcomes = await asyncio.gather(*(self._call(p, "Propose", msg, s) for p in others), return_exceptions=True)
-        failures = [(p, e) for p, e in zip(others, outcomes, strict=True) if isinstance(e, BaseException)]
+        # One participant at a time, in name order (docs/governance.md): concurrent sessions then
+        # contend for budgets in the same order, so a session refused at one party never holds
+        # another party's budget that a later session needed.  A Propose is repeated while the
+        # party's operator decides.
+        others = sorted(p for p in roles.values() if p != self.name)
+        failures: list[tuple[str, BaseException]] = []
+        for p in others:
+            try:
+                await propose_until_decided(lambda p=p: self._call(p, "Propose", msg, s), p, sid, s.deadline)
+            except Exception as exc:  # noqa: BLE001 - reported below, naming the party
+                failures.append((p, exc))
+                break
         if failures:
             text = "; ".join(str(e) for _, e in failures)
             s.fail_threadsafe(error_for_code(status_code_of(failures[0][1]).name, f"Propose failed: {text}"))
@@ -434,6 +493,25 @@ class Party(SessionHost):
             raise NotFound(f"party {self.name!r} has no session {session_id!r}") from None
         except (OSError, ValueError) as exc:
             raise SmcdpError(f"cannot read the record of session {session_id!r}: {exc}") from None
+
+    # ------------------------------------------------------- governance (operator)
+    async def list_sessions(self, pending_only: bool) -> list[dict]:
+        live = {sid: s.snapshot() for sid, s in list(self.sessions.items())}
+        return await asyncio.get_running_loop().run_in_executor(
+            None, self.governor.list_sessions, pending_only, live)
+
+    async def show_session(self, session_id: str) -> dict:
+        try:
+            record = await self.get_result(session_id)
+        except NotFound:
+            record = None
+        return await asyncio.get_running_loop().run_in_executor(None, self.governor.show, session_id, record)
+
+    async def decide(self, session_id: str, approve: bool, reason: str) -> dict:
+        loop = asyncio.get_running_loop()
+        if approve:
+            return await loop.run_in_executor(None, self.governor.approve, session_id)
+        return await loop.run_in_executor(None, self.governor.reject, session_id, reason)
 
 
 # ---------------------------------------------------------------- process

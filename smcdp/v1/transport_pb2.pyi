@@ -1,8 +1,8 @@
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Mapping as _Mapping
-from typing import ClassVar as _ClassVar, Optional as _Optional
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -56,10 +56,14 @@ class SessionSpec(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., protocol: _Optional[str] = ..., roles: _Optional[_Mapping[str, str]] = ..., params_json: _Optional[str] = ..., timeout_seconds: _Optional[float] = ..., seed: _Optional[int] = ...) -> None: ...
 
 class ProposeReply(_message.Message):
-    __slots__ = ("role",)
+    __slots__ = ("role", "pending", "detail")
     ROLE_FIELD_NUMBER: _ClassVar[int]
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
     role: str
-    def __init__(self, role: _Optional[str] = ...) -> None: ...
+    pending: bool
+    detail: str
+    def __init__(self, role: _Optional[str] = ..., pending: _Optional[bool] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class SessionRef(_message.Message):
     __slots__ = ("session_id",)
@@ -139,6 +143,36 @@ class StartSessionRequest(_message.Message):
     timeout_seconds: float
     seed: int
     def __init__(self, protocol: _Optional[str] = ..., roles: _Optional[_Mapping[str, str]] = ..., params_json: _Optional[str] = ..., session_id: _Optional[str] = ..., timeout_seconds: _Optional[float] = ..., seed: _Optional[int] = ...) -> None: ...
+
+class ListSessionsRequest(_message.Message):
+    __slots__ = ("pending_only",)
+    PENDING_ONLY_FIELD_NUMBER: _ClassVar[int]
+    pending_only: bool
+    def __init__(self, pending_only: _Optional[bool] = ...) -> None: ...
+
+class SessionInfo(_message.Message):
+    __slots__ = ("session_id", "state", "info_json")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    INFO_JSON_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    state: str
+    info_json: str
+    def __init__(self, session_id: _Optional[str] = ..., state: _Optional[str] = ..., info_json: _Optional[str] = ...) -> None: ...
+
+class SessionList(_message.Message):
+    __slots__ = ("sessions",)
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    sessions: _containers.RepeatedCompositeFieldContainer[SessionInfo]
+    def __init__(self, sessions: _Optional[_Iterable[_Union[SessionInfo, _Mapping]]] = ...) -> None: ...
+
+class DecisionRequest(_message.Message):
+    __slots__ = ("session_id", "reason")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    reason: str
+    def __init__(self, session_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class SessionRecord(_message.Message):
     __slots__ = ("session_id", "state", "record_json")

@@ -348,6 +348,26 @@ class ControlStub:
                 request_serializer=smcdp_dot_v1_dot_transport__pb2.SessionRef.SerializeToString,
                 response_deserializer=smcdp_dot_v1_dot_transport__pb2.SessionRecord.FromString,
                 _registered_method=True)
+        self.ListSessions = channel.unary_unary(
+                '/smcdp.v1.Control/ListSessions',
+                request_serializer=smcdp_dot_v1_dot_transport__pb2.ListSessionsRequest.SerializeToString,
+                response_deserializer=smcdp_dot_v1_dot_transport__pb2.SessionList.FromString,
+                _registered_method=True)
+        self.ShowSession = channel.unary_unary(
+                '/smcdp.v1.Control/ShowSession',
+                request_serializer=smcdp_dot_v1_dot_transport__pb2.SessionRef.SerializeToString,
+                response_deserializer=smcdp_dot_v1_dot_transport__pb2.SessionInfo.FromString,
+                _registered_method=True)
+        self.ApproveSession = channel.unary_unary(
+                '/smcdp.v1.Control/ApproveSession',
+                request_serializer=smcdp_dot_v1_dot_transport__pb2.DecisionRequest.SerializeToString,
+                response_deserializer=smcdp_dot_v1_dot_transport__pb2.SessionInfo.FromString,
+                _registered_method=True)
+        self.RejectSession = channel.unary_unary(
+                '/smcdp.v1.Control/RejectSession',
+                request_serializer=smcdp_dot_v1_dot_transport__pb2.DecisionRequest.SerializeToString,
+                response_deserializer=smcdp_dot_v1_dot_transport__pb2.SessionInfo.FromString,
+                _registered_method=True)
 
 
 class ControlServicer:
@@ -380,6 +400,31 @@ class ControlServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListSessions(self, request, context):
+        """Governance: what is asked of this party, and the operator's decision.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ShowSession(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ApproveSession(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RejectSession(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControlServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -402,6 +447,26 @@ def add_ControlServicer_to_server(servicer, server):
                     servicer.ResumeSession,
                     request_deserializer=smcdp_dot_v1_dot_transport__pb2.SessionRef.FromString,
                     response_serializer=smcdp_dot_v1_dot_transport__pb2.SessionRecord.SerializeToString,
+            ),
+            'ListSessions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSessions,
+                    request_deserializer=smcdp_dot_v1_dot_transport__pb2.ListSessionsRequest.FromString,
+                    response_serializer=smcdp_dot_v1_dot_transport__pb2.SessionList.SerializeToString,
+            ),
+            'ShowSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.ShowSession,
+                    request_deserializer=smcdp_dot_v1_dot_transport__pb2.SessionRef.FromString,
+                    response_serializer=smcdp_dot_v1_dot_transport__pb2.SessionInfo.SerializeToString,
+            ),
+            'ApproveSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.ApproveSession,
+                    request_deserializer=smcdp_dot_v1_dot_transport__pb2.DecisionRequest.FromString,
+                    response_serializer=smcdp_dot_v1_dot_transport__pb2.SessionInfo.SerializeToString,
+            ),
+            'RejectSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.RejectSession,
+                    request_deserializer=smcdp_dot_v1_dot_transport__pb2.DecisionRequest.FromString,
+                    response_serializer=smcdp_dot_v1_dot_transport__pb2.SessionInfo.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -512,6 +577,114 @@ class Control:
             '/smcdp.v1.Control/ResumeSession',
             smcdp_dot_v1_dot_transport__pb2.SessionRef.SerializeToString,
             smcdp_dot_v1_dot_transport__pb2.SessionRecord.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSessions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/smcdp.v1.Control/ListSessions',
+            smcdp_dot_v1_dot_transport__pb2.ListSessionsRequest.SerializeToString,
+            smcdp_dot_v1_dot_transport__pb2.SessionList.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ShowSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/smcdp.v1.Control/ShowSession',
+            smcdp_dot_v1_dot_transport__pb2.SessionRef.SerializeToString,
+            smcdp_dot_v1_dot_transport__pb2.SessionInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ApproveSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/smcdp.v1.Control/ApproveSession',
+            smcdp_dot_v1_dot_transport__pb2.DecisionRequest.SerializeToString,
+            smcdp_dot_v1_dot_transport__pb2.SessionInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RejectSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/smcdp.v1.Control/RejectSession',
+            smcdp_dot_v1_dot_transport__pb2.DecisionRequest.SerializeToString,
+            smcdp_dot_v1_dot_transport__pb2.SessionInfo.FromString,
             options,
             channel_credentials,
             insecure,

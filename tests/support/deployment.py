@@ -28,13 +28,14 @@ def free_port() -> int:
 
 
 def make_deployment(root: Path, parties, *, timeouts: Timeouts | None = None,
-                    inputs=None) -> dict[str, Path]:
+                    inputs=None, allow_seeded: bool = False, policies=None, budgets=None) -> dict[str, Path]:
     """Certificates + one TOML config per party under ``root``; returns name -> config path."""
     from smcdp.runtime.local import write_local_deployment
 
     return write_local_deployment(
         root, parties, inputs=inputs, plugins=(ECHO_PLUGIN,), allow_insecure_keys=True,
-        timeouts=timeouts or Timeouts(connect_seconds=3, session_seconds=60, rpc_seconds=30))
+        timeouts=timeouts or Timeouts(connect_seconds=3, session_seconds=60, rpc_seconds=30),
+        allow_seeded=allow_seeded, policies=policies, budgets=budgets)
 
 
 class PartiesInThread:

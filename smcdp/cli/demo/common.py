@@ -22,14 +22,33 @@ from smcdp._files import atomic_write
 from smcdp.errors import InvalidMessage, SmcdpError
 from smcdp.net.grpc_channel import error_for_code
 from smcdp.net.server import new_session_id
+from smcdp.plugins.base import SessionSummary
+from smcdp.plugins.registry import get_plugin
 from smcdp.runtime.chaos import Chaos, ChaosAction
 from smcdp.runtime.local import LocalCluster
+from smcdp.runtime.policy import Policy, rules_for_layout
 
 DATA_PARTY_NAMES = ("alice", "bob", "carol", "erin", "frank", "grace", "heidi", "ivan", "judy", "mallory")
 
 
 def data_party_names(n: int) -> list[str]:
     return [DATA_PARTY_NAMES[i] if i < len(DATA_PARTY_NAMES) else f"party{i + 1}" for i in range(n)]
+
+
+def governed(protocol: str, roles: dict[str, str], params: dict, *, initiator: str,
+             seed: int | None) -> tuple[dict, SessionSummary]:
+    """LocalCluster options giving every party an explicit [policy] that admits exactly this
+    session layout (initiator, roles, where outputs go), and ``allow_seeded`` only when the demo
+    was given a seed; and the session's summary."""
+    plugin = get_plugin(protocol)
+    summary = plugin.summary(plugin.validate_params(params, roles), roles)
+    rules = rules_for_layout(roles, initiators=[initiator], coordinating_roles=plugin.coordinating_roles,
+                             summary=summary)
+    if seed is not None:
+        say("WARNING: --seed makes every party accept the initiator's seed ([policy] allow_seeded = true): "
+            "protocol randomness and DP noise become reproducible. Experiments only.")
+    return ({"policies": {party: Policy(protocols={protocol: r}) for party, r in rules.items()},
+             "allow_seeded": seed is not None}, summary)
 
 
 def say(msg: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 from smcdp.cli.demo.common import (
@@ -10,21 +11,52 @@ from smcdp.cli.demo.common import (
     check_key_bits_arg,
     data_party_names,
     dump_json,
+    governed,
     require_success,
     run_session,
     say,
+    with_progress,
 )
+from smcdp.dp.budget import fmt_amount
+from smcdp.dp.ledger import Ledger
 from smcdp.errors import InvalidMessage
 from smcdp.plugins.dp_aggregate import load_dataset
 from smcdp.protocols.dp_aggregate import CALIBRATIONS, PROTOCOL, DPAggregateParams
+from smcdp.runtime.charges import DEFAULT_LEDGER, BudgetConfig
 from smcdp.runtime.local import LocalCluster, bytes_sent
+from smcdp.net.server import new_session_id
+
+#: delta of every data party's demo budget (a session costs K * 2^-64, see docs/governance.md)
+DEMO_DELTA = 1e-9
+
+
+def _outcome(records: dict[str, dict], epsilon: float) -> dict:
+    """One entry of the JSON's ``sessions``: released (Dave's weights) or refused (why)."""
+    dave = records.get("dave") or {}
+    sid = records["charlie"].get("session_id")
+    if dave.get("state") == "succeeded" and records["charlie"].get("state") == "succeeded":
+        return {"session_id": sid, "status": "released", "epsilon": epsilon, "weights": dave["result"]["weights"]}
+    err = records["charlie"].get("error") or {}
+    if not err:
+        bad = next((r for r in records.values() if r.get("state") != "succeeded"), {})
+        err = bad.get("error") or {}
+    message = str(err.get("message", "unknown failure"))
+    return {"session_id": sid, "status": "refused", "epsilon": epsilon, "code": err.get("code"),
+            "reason": message, "stage": "propose" if "Propose failed" in message else "run"}
 
 
 def demo_dp_aggregate(data: list[str], epsilon: float, lam: float, key_bits: int = 2048, seed: int | None = None,
                       calibration: str = "exact", min_records: int = 1, test: str | None = None,
-                      keep_dir: str | None = None, faults: Faults | None = None) -> dict:
+                      keep_dir: str | None = None, faults: Faults | None = None, budget: float | None = None,
+                      sessions: int = 1, concurrent: bool = False) -> dict:
     if len(data) < 2:
         raise InvalidMessage("dp-aggregate needs at least two --data files (one per data party)")
+    if not isinstance(sessions, int) or not 1 <= sessions <= 100:
+        raise InvalidMessage("--sessions must be an integer in 1..100")
+    if faults is not None and faults.actions and sessions != 1:
+        raise InvalidMessage("--chaos acts on one session: it cannot be combined with --sessions")
+    if budget is not None and not budget > 0:
+        raise InvalidMessage("--budget must be a positive epsilon")
     sets = [load_dataset(p) for p in data]
     dims = {X.shape[1] for X, _ in sets}
     if len(dims) != 1:
@@ -43,24 +75,48 @@ def demo_dp_aggregate(data: list[str], epsilon: float, lam: float, key_bits: int
               "calibration": calibration, "min_records": int(min_records), "key_bits": key_bits,
               "dgk_bits": dgk_bits, "dgk_t": dgk_t}
     DPAggregateParams.from_mapping(params)
+    options, summary = governed(PROTOCOL, roles, params, initiator="charlie", seed=seed)
+    cost = summary.epsilon
+    # every data party guards its data set with a fresh ledger: --budget, or just enough for the sessions
+    total = float(budget) if budget is not None else cost * sessions * (1 + 1e-9)
+    options["budgets"] = {n: BudgetConfig(dataset=n, epsilon=total, delta=DEMO_DELTA) for n in names}
     say(f"{len(data)} data parties ({', '.join(names)}), charlie and dave; {key_bits}-bit Paillier, "
-        f"{dgk_bits}-bit DGK, mutual TLS on loopback")
-    with LocalCluster(parties, allow_insecure_keys=insecure, workdir=keep_dir,
-                      peer_grace_seconds=faults.peer_grace if faults else None) as cluster:
+        f"{dgk_bits}-bit DGK, mutual TLS on loopback; each data party's budget epsilon={total:g}, "
+        f"a session costs epsilon={cost:g}; {sessions} session(s){' at once' if concurrent else ''}")
+    results: list[dict | None] = [None] * sessions
+    fault_info: dict = {}
+    with LocalCluster(parties, allow_insecure_keys=insecure, workdir=keep_dir, data_root=keep_dir,
+                      peer_grace_seconds=faults.peer_grace if faults else None, **options) as cluster:
+
+        def one(i: int) -> None:
+            sid = f"{new_session_id(PROTOCOL)}-{i + 1}"
+            results[i] = cluster.run(PROTOCOL, roles, params, initiator="charlie", seed=seed, session_id=sid)
+
         t0 = time.monotonic()
-        records, fault_info = run_session(cluster, faults, "dp-aggregate", PROTOCOL, roles, params,
-                                          initiator="charlie", seed=seed)
+
+        def run_all() -> None:
+            if concurrent:
+                threads = [threading.Thread(target=one, args=(i,)) for i in range(sessions)]
+                for th in threads:
+                    th.start()
+                for th in threads:
+                    th.join()
+            else:
+                for i in range(sessions):
+                    one(i)
+        if faults is not None and faults.actions:   # one session (checked above) with chaos meanwhile
+            results[0], fault_info = run_session(cluster, faults, "dp-aggregate", PROTOCOL, roles, params,
+                                                 initiator="charlie", seed=seed)
+        else:
+            with_progress("dp-aggregate", run_all)
         seconds = time.monotonic() - t0
-    require_success(records)
-    dv = records["dave"]["result"]
-    out = {
-        "weights": dv["weights"],
-        "shares": dv["shares"],
-        "shares_mod": dv["shares_mod"],
-        "share_modulus": dv["share_modulus"],
-        "frac_bits": dv["frac_bits"],
+        ledgers = {n: Ledger(cluster.data_dir(n) / DEFAULT_LEDGER).status(n) for n in names}
+    outcomes = [_outcome(r, cost) for r in results]
+    released = [(o, r) for o, r in zip(outcomes, results) if o["status"] == "released"]
+    if not released and sessions == 1 and outcomes[0]["stage"] == "run":
+        require_success(results[0])          # a session that failed while running: an error, as before
+    out: dict = {
         "seconds": seconds,
-        "bytes_sent": bytes_sent(records),
         "epsilon": float(epsilon),
         "lam": float(lam),
         "calibration": calibration,
@@ -68,18 +124,38 @@ def demo_dp_aggregate(data: list[str], epsilon: float, lam: float, key_bits: int
         "n_parties": len(data),
         "dim": params["dim"],
         "roles": roles,
-        "session_id": records["charlie"]["session_id"],
+        "sessions": outcomes,
+        "budgets": {n: {"dataset": n, "epsilon": fmt_amount(st.epsilon), "spent_epsilon": fmt_amount(st.spent_epsilon),
+                        "reserved_epsilon": fmt_amount(st.reserved_epsilon),
+                        "remaining_epsilon": fmt_amount(st.remaining_epsilon)} for n, st in ledgers.items()},
         **fault_info,
     }
-    if dv.get("test_error") is not None:
-        out["test_error"] = dv["test_error"]
-    say(f"done in {seconds:.1f} s; bytes sent: {out['bytes_sent']}")
+    if released:
+        records = released[0][1]
+        dv = records["dave"]["result"]
+        out.update({
+            "weights": dv["weights"],
+            "shares": dv["shares"],
+            "shares_mod": dv["shares_mod"],
+            "share_modulus": dv["share_modulus"],
+            "frac_bits": dv["frac_bits"],
+            "bytes_sent": bytes_sent(records),
+            "session_id": records["charlie"]["session_id"],
+        })
+        if dv.get("test_error") is not None:
+            out["test_error"] = dv["test_error"]
+    say(f"done in {seconds:.1f} s: {len(released)} released, {sessions - len(released)} refused"
+        + (f"; bytes sent (first release): {out['bytes_sent']}" if released else ""))
+    for o in outcomes:
+        if o["status"] == "refused":
+            say(f"  {o['session_id']} refused: {o['reason']}")
     return out
 
 
 def _cmd(args) -> int:
     out = demo_dp_aggregate(args.data, args.epsilon, args.lam, args.key_bits, args.seed, args.calibration,
-                            args.min_records, args.test, args.keep_dir, Faults.from_args(args))
+                            args.min_records, args.test, args.keep_dir, Faults.from_args(args), budget=args.budget,
+                            sessions=args.sessions, concurrent=args.concurrent)
     dump_json(out, args.out)
     return 0
 
@@ -93,7 +169,12 @@ def register(sub) -> None:
                     "the blind-and-permute secure minimum (DGK comparisons), oblivious noise selection and the "
                     "secure sum; Dave reassembles the model.  The JSON has weights (Dave's ŵˢ), shares (K + 1 share "
                     "vectors whose sum divided by K is weights; shares_mod are the published residues modulo "
-                    "share_modulus), seconds and bytes_sent (party name -> bytes).")
+                    "share_modulus), seconds and bytes_sent (party name -> bytes) of the first released session, "
+                    "and sessions: one object per session with status (released or refused), epsilon, weights "
+                    "(released) or reason (refused; it says 'budget' when the privacy budget refused), and "
+                    "budgets (every data party's ledger at the end).  Every party runs with an explicit "
+                    "[policy] for this layout; every data party guards its data set with a fresh ledger "
+                    f"(--budget; delta {DEMO_DELTA:g}).")
     p.add_argument("--data", action="append", required=True, metavar="P.npz", help="one data party per file (>= 2)")
     p.add_argument("--epsilon", type=float, required=True, help="privacy parameter of the released classifier")
     p.add_argument("--lam", type=float, required=True, help="regularisation λ of the local objective")
@@ -107,4 +188,11 @@ def register(sub) -> None:
     p.add_argument("--test", metavar="T.npz", help="Dave classifies this test set and reports test_error")
     p.add_argument("--keep-dir", help="keep certificates, configs, logs and outputs in this directory")
     add_fault_arguments(p)
+    p.add_argument("--keep-dir", help="keep certificates, configs, logs and outputs in this directory; party P's "
+                                      "data directory (audit.jsonl, ledger.sqlite, sessions/, outputs/) is KEEP_DIR/P/")
+    p.add_argument("--budget", type=float, metavar="EPS",
+                   help="every data party's total epsilon for its data set, in a fresh ledger (default: just "
+                        "enough for --sessions)")
+    p.add_argument("--sessions", type=int, default=1, help="run N sessions (default 1)")
+    p.add_argument("--concurrent", action="store_true", help="start the --sessions at once")
     p.set_defaults(func=_cmd)

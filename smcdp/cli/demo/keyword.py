@@ -10,6 +10,7 @@ from smcdp.cli.demo.common import (
     add_fault_arguments,
     check_key_bits_arg,
     dump_json,
+    governed,
     require_success,
     run_session,
     say,
@@ -35,8 +36,9 @@ def demo_keyword(utterance: str, models: str, key_bits: int = 2048, seed: int | 
     roles = {ALICE: ALICE, BOB: BOB}
     say(f"alice: {X.shape[0]} frames; bob: {M.n_words} HMMs x {M.n_states} states ({M.kind}); "
         f"{key_bits}-bit Paillier, mutual TLS on loopback")
-    with LocalCluster(parties, allow_insecure_keys=insecure, workdir=keep_dir,
-                      peer_grace_seconds=faults.peer_grace if faults else None) as cluster:
+    options, _ = governed("keyword", roles, p, initiator=ALICE, seed=seed)
+    with LocalCluster(parties, allow_insecure_keys=insecure, workdir=keep_dir, data_root=keep_dir,
+                      peer_grace_seconds=faults.peer_grace if faults else None, **options) as cluster:
         say("party processes up; running the session")
         t0 = time.monotonic()
         records, fault_info = run_session(cluster, faults, "keyword recognition", "keyword", roles, p,
@@ -84,6 +86,7 @@ def register(sub) -> None:
     p.add_argument("--debug-reveal", action="store_true",
                    help="also reveal all log-likelihoods to Alice after the protocol (LEAKS; debugging only)")
     p.add_argument("--out", help="write the JSON result here (default stdout)")
-    p.add_argument("--keep-dir", help="keep certificates, configs and logs in this directory")
+    p.add_argument("--keep-dir", help="keep certificates, configs and logs in this directory; party P's data "
+                                      "directory is KEEP_DIR/P/")
     add_fault_arguments(p)
     p.set_defaults(func=_cmd)

@@ -11,6 +11,7 @@ from smcdp.cli.demo.common import (
     check_key_bits_arg,
     data_party_names,
     dump_json,
+    governed,
     require_success,
     run_session,
     say,
@@ -39,8 +40,9 @@ def demo_power_iteration(data: list[str], key_bits: int = 2048, seed: int | None
     p = {"n_parties": len(data), "key_bits": key_bits, **(params or {})}
     say(f"{len(data)} data parties ({', '.join(f'{n}: {m.shape[0]}×{m.shape[1]}' for n, m in zip(names, mats))}) "
         f"and trent, {key_bits}-bit Paillier, mutual TLS on loopback")
-    with LocalCluster(parties, allow_insecure_keys=insecure, workdir=keep_dir,
-                      peer_grace_seconds=faults.peer_grace if faults else None) as cluster:
+    options, _ = governed("power-iteration", roles, p, initiator="trent", seed=seed)
+    with LocalCluster(parties, allow_insecure_keys=insecure, workdir=keep_dir, data_root=keep_dir,
+                      peer_grace_seconds=faults.peer_grace if faults else None, **options) as cluster:
         say(f"party processes up (pids {', '.join(str(pr.pid) for pr in cluster.procs.values())}); running the session")
         t0 = time.monotonic()
         records, fault_info = run_session(cluster, faults, "power iteration", "power-iteration", roles, p,
@@ -94,6 +96,7 @@ def register(sub) -> None:
     pi.add_argument("--p", type=float, help="probability that Trent sends the real vector (default 0.9)")
     pi.add_argument("--tol", type=float, help="convergence tolerance on ‖Δx‖ (default 1e-9)")
     pi.add_argument("--max-iterations", type=int, help="maximum rounds, decoys included (default 2000)")
-    pi.add_argument("--keep-dir", help="keep certificates, configs and logs in this directory")
+    pi.add_argument("--keep-dir", help="keep certificates, configs and logs in this directory; party P's data "
+                                       "directory is KEEP_DIR/P/")
     add_fault_arguments(pi)
     pi.set_defaults(func=_cmd)

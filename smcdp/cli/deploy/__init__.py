@@ -46,6 +46,7 @@ from smcdp.cli.deploy.bundle import (
     rotate_certificates,
 )
 from smcdp.cli.deploy.check import check_bundle
+from smcdp.cli.deploy.governance import DEFAULT_BUDGET, DEFAULT_BUDGET_DELTA, parse_initiators, parse_layouts
 from smcdp.cli.deploy.compose import (
     compose_document,
     dump_yaml,
@@ -78,6 +79,8 @@ def _cmd_init(args: argparse.Namespace) -> int:
     try:
         specs = parse_hosts(args.hosts)
         inputs = parse_input_specs(args.inputs or (), [s.name for s in specs])
+        layouts = parse_layouts(args.roles or (), [s.name for s in specs], args.plugin or ())
+        initiators = parse_initiators(args.initiator or (), layouts)
         if args.allow_insecure_keys:
             print("WARNING: --allow-insecure-keys lets sessions use Paillier keys below 2048 bits; "
                   "for tests only", file=sys.stderr)
@@ -86,10 +89,15 @@ def _cmd_init(args: argparse.Namespace) -> int:
                                   connect_seconds=args.connect_seconds,
                                   session_seconds=args.session_seconds, rpc_seconds=args.rpc_seconds,
                                   days=args.days, restart=args.restart, plugins=args.plugin or (),
-                                  peer_grace_seconds=args.peer_grace_seconds)
+                                  peer_grace_seconds=args.peer_grace_seconds,
+                                  layouts=layouts, initiators=initiators, approval=args.approval,
+                                  budget=args.budget, budget_delta=args.budget_delta)
     except SmcdpError as exc:
         print(f"smcdp deploy init: error [{exc.code}]: {exc}", file=sys.stderr)
         return 2
+    if not layouts:
+        print("note: no --roles given: every party's [policy] joins no protocol until its operator adds "
+              "[policy.<protocol>] tables (docs/governance.md)", file=sys.stderr)
     out = Path(args.out)
     print(f"deployment written to {out}")
     print(f"  CA: {out / 'ca' / 'ca.crt'} -- move {out / 'ca' / 'ca.key'} OFFLINE (needed only by "
@@ -185,6 +193,18 @@ def register(subparsers) -> None:
                    help="extra protocol module every party imports (party.plugins; repeat)")
     i.add_argument("--allow-insecure-keys", action="store_true",
                    help="TESTS ONLY: let sessions use Paillier keys below 2048 bits")
+    i.add_argument("--roles", action="append", metavar="PROTOCOL:ROLE=PARTY,...",
+                   help="a session layout this deployment runs (repeat); every party's [policy] admits exactly "
+                   "these, e.g. power-iteration:trent=trent,party1=alice,party2=bob")
+    i.add_argument("--initiator", action="append", metavar="PROTOCOL=PARTY",
+                   help="who may start sessions of PROTOCOL (repeat; default: the party holding its first "
+                   "coordinating role -- trent, charlie -- or, for a protocol without one, every participant)")
+    i.add_argument("--approval", choices=("auto", "operator"), default="auto",
+                   help="operator: every party's operator approves each proposal (smcdp session approve)")
+    i.add_argument("--budget", type=positive_float, metavar="EPS",
+                   help=f"total epsilon of every data party's data set (default {DEFAULT_BUDGET:g})")
+    i.add_argument("--budget-delta", type=float, metavar="DELTA",
+                   help=f"total delta of every data party's data set (default {DEFAULT_BUDGET_DELTA:g})")
     i.set_defaults(func=_cmd_init)
 
     a = sub.add_parser("add", help="add parties to a deployment made by `deploy init`",

@@ -19,6 +19,7 @@ from smcdp.cli.deploy.compose import (
     dump_yaml,
     validate_compose_document,
 )
+from smcdp.cli.deploy.governance import bundle_governance
 from smcdp.cli.deploy.hosts import (
     CONTAINER_UID,
     DEFAULT_IMAGE,
@@ -42,7 +43,9 @@ from smcdp.net.tls import (
     write_certificate,
     write_private_key,
 )
+from smcdp.runtime.charges import BudgetConfig
 from smcdp.runtime.config import PartyConfig, dump_config, load_config
+from smcdp.runtime.policy import Policy
 
 
 def _write_key_and_cert(certs_dir: Path, name: str, key, cert) -> None:
@@ -73,6 +76,10 @@ Check:            smcdp deploy check .   |   docker-compose ps  (health: grpc.he
 Put private input files under inputs/ and list them in party.toml, e.g.
   [inputs.power-iteration]
   data = "inputs/power-iteration/A.npy"
+What the party joins, with whom and within which privacy budget is its [policy] and
+[budget] in party.toml: review them (docs/governance.md); the audit trail of every
+proposal and decision is data/audit.jsonl (check it with `smcdp audit verify --config
+party.toml`).
 Session records and outputs appear under data/.  See deploy/README.md in the smcdp
 source for the whole walk-through (sessions, results, certificate rotation).
 """
@@ -112,9 +119,15 @@ def init_deployment(out: str | os.PathLike, hosts: str | Sequence[str] | Sequenc
                     allow_insecure_keys: bool = False, connect_seconds: float | None = None,
                     session_seconds: float | None = None, rpc_seconds: float | None = None,
                     days: int | None = None, restart: str = "unless-stopped",
-                    plugins: Sequence[str] = (), peer_grace_seconds: float | None = None) -> dict[str, Path]:
+                    plugins: Sequence[str] = (), peer_grace_seconds: float | None = None,
+                    layouts: Mapping[str, Sequence[Mapping[str, str]]] | None = None,
+                    initiators: Mapping[str, Sequence[str]] | None = None, approval: str = "auto",
+                    budget: float | None = None, budget_delta: float | None = None) -> dict[str, Path]:
     """Write the CA and one bundle per party into ``out`` (which must be new or empty).
 
+    ``layouts`` (protocol -> [role -> party]), ``initiators``, ``approval``, ``budget``,
+    ``budget_delta``: the sessions the deployment runs, from which every bundle's
+    ``[policy]`` and ``[budget]`` are made (:mod:`smcdp.cli.deploy.governance`).
     Returns party name -> bundle directory.
     """
 
@@ -158,6 +171,10 @@ def init_deployment(out: str | os.PathLike, hosts: str | Sequence[str] | Sequenc
     days = DEFAULT_PARTY_DAYS if days is None else days
     if days <= 0:
         raise DeployError("--days must be positive")
+    gov_kw = {k: v for k, v in (("budget", budget), ("budget_delta", budget_delta)) if v is not None}
+    policies, budgets = bundle_governance(names, {k: [dict(x) for x in v] for k, v in (layouts or {}).items()},
+                                          {k: list(v) for k, v in (initiators or {}).items()}, approval=approval,
+                                          allow_insecure_keys=allow_insecure_keys, plugins=plugins, **gov_kw)
 
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -167,7 +184,7 @@ def init_deployment(out: str | os.PathLike, hosts: str | Sequence[str] | Sequenc
     out.mkdir(parents=True, exist_ok=True)
     try:
         return _write_deployment(out, specs, inputs, listen_host, image, allow_insecure_keys, timeouts,
-                                 days, restart, plugins)
+                                 days, restart, plugins, policies, budgets)
     except BaseException:
         # never leave half a deployment behind (a re-run would refuse the non-empty directory)
         if created:
@@ -192,7 +209,8 @@ class _Settings:
 
 
 def _write_bundle(out: Path, spec: HostSpec, specs: Sequence[HostSpec], ca_key, ca_cert,
-                  inputs: Mapping[str, Mapping[str, Path]], st: _Settings) -> Path:
+                  inputs: Mapping[str, Mapping[str, Path]], st: _Settings, policy: Policy,
+                  budget: BudgetConfig | None) -> Path:
     """Create ``out/<spec.name>/`` (must not exist) for ``spec`` with every other spec as a peer."""
 
     b = out / spec.name
@@ -223,6 +241,8 @@ def _write_bundle(out: Path, spec: HostSpec, specs: Sequence[HostSpec], ca_key, 
         plugins=st.plugins,
         allow_insecure_keys=st.allow_insecure_keys,
         timeouts=st.timeouts,
+        policy=policy,
+        budget=budget,
     )
     dump_config(cfg, b / "party.toml")
     atomic_write(b / "docker-compose.yml",
@@ -255,14 +275,16 @@ def _write_manifest(out: Path, specs: Sequence[HostSpec], st: _Settings, created
 
 def _write_deployment(out: Path, specs: list[HostSpec], inputs, listen_host: str, image: str,
                       allow_insecure_keys: bool, timeouts, days: int, restart: str,
-                      plugins: tuple[str, ...]) -> dict[str, Path]:
+                      plugins: tuple[str, ...], policies: Mapping[str, Policy],
+                      budgets: Mapping[str, BudgetConfig]) -> dict[str, Path]:
     st = _Settings(listen_host, image, restart, allow_insecure_keys, timeouts, days, plugins)
     ca_dir = out / "ca"
     ca_dir.mkdir(mode=0o700)
     ca_key, ca_cert = create_ca()
     write_private_key(ca_dir / "ca.key", ca_key)
     write_certificate(ca_dir / "ca.crt", ca_cert)
-    bundles = {spec.name: _write_bundle(out, spec, specs, ca_key, ca_cert, inputs.get(spec.name, {}), st)
+    bundles = {spec.name: _write_bundle(out, spec, specs, ca_key, ca_cert, inputs.get(spec.name, {}), st,
+                                        policies[spec.name], budgets.get(spec.name))
                for spec in specs}
     _write_manifest(out, specs, st)
     return bundles
@@ -307,7 +329,9 @@ def add_parties(out: str | os.PathLike, hosts: str | Sequence[str], *,
     bundles: dict[str, Path] = {}
     try:
         for s in new:
-            bundles[s.name] = _write_bundle(out, s, every, ca_key, ca_cert, inputs.get(s.name, {}), st)
+            # a party that joins later joins no protocol until its operator writes [policy.<protocol>]
+            bundles[s.name] = _write_bundle(out, s, every, ca_key, ca_cert, inputs.get(s.name, {}), st,
+                                            Policy(), None)
     except BaseException:
         for s in new:  # none of these directories existed before (checked above)
             shutil.rmtree(out / s.name, ignore_errors=True)

@@ -48,6 +48,17 @@ def check_bundle(bundle: str | os.PathLike, warn_days: int = 30) -> tuple[list[s
         for k, path in table.items():
             if not Path(path).is_file():
                 problems.append(f"input {proto}.{k} = {path} does not exist")
+    pol = cfg.policy        # governance (docs/governance.md): a bundle states what its party joins
+    if pol is None or pol.open:
+        problems.append("party.toml has " + ("no [policy]" if pol is None else "[policy] open = true")
+                        + ": any peer may start any session with this party's data (docs/governance.md)")
+    else:
+        notes.append("policy: joins " + (", ".join(sorted(pol.protocols)) or "no protocol")
+                     + f"; approval {pol.approval}"
+                     + (f"; budget {cfg.budget.dataset!r}" if cfg.budget is not None else "; no budget"))
+    if pol is not None and pol.allow_seeded:
+        problems.append("[policy] allow_seeded = true lets the initiator's seed replace this party's randomness, "
+                        "DP noise included (tests only)")
     if not (bundle / "docker-compose.yml").is_file():
         notes.append("no docker-compose.yml (fine for a native run)")
     return problems, notes

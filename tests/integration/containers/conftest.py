@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tests.integration.multihost.cases import available_cases
+from tests.integration.multihost.cases import available_cases, governance_args
 from .harness import ContainerCluster, Podman, build_images, unavailable_reason
 
 
@@ -52,7 +52,8 @@ def cluster(podman, images, tmp_path_factory):
         inputs += items
         expected[case.protocol] = state
     plugins = [case.module for case in cases if case.module and case.module_needed]
-    c = ContainerCluster(podman, images.image, parties, workdir, inputs=inputs, plugins=plugins)
+    c = ContainerCluster(podman, images.image, parties, workdir, inputs=inputs, plugins=plugins,
+                         init_args=governance_args(cases))
     c.cases = {case.protocol: case for case in cases}
     c.expected = expected
     try:

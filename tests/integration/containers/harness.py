@@ -309,6 +309,8 @@ class ContainerCluster:
     workdir: Path
     inputs: list[str] = field(default_factory=list)
     plugins: list[str] = field(default_factory=list)
+    #: extra `deploy init` arguments (the policy: --roles, --initiator, --budget)
+    init_args: list[str] = field(default_factory=list)
     connect_seconds: float = 3.0
     session_seconds: float = 120.0
     rpc_seconds: float = 20.0
@@ -348,6 +350,7 @@ class ContainerCluster:
             cmd += ["--inputs", item]
         for module in self.plugins:
             cmd += ["--plugin", module]
+        cmd += self.init_args
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         if r.returncode != 0:
             raise RuntimeError(f"smcdp deploy init failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from tests.integration.multihost.cases import KEYWORD, run_keyword
+from tests.integration.multihost.cases import KEYWORD, governance_args, run_keyword
 from .harness import CONTAINER_UID, ContainerCluster, smcdp_command
 
 pytestmark = [pytest.mark.container, pytest.mark.timeout(900)]
@@ -64,6 +64,7 @@ class ComposeCluster(ContainerCluster):
             cmd += ["--inputs", item]
         for module in self.plugins:
             cmd += ["--plugin", module]
+        cmd += self.init_args
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
         from .harness import hand_to_container_user
@@ -108,7 +109,8 @@ def compose_cluster(podman, images, tmp_path_factory):
         pytest.skip(reason)
     workdir = tmp_path_factory.mktemp("compose")
     items, expected = KEYWORD.inputs(workdir, KEYWORD.parties)
-    c = ComposeCluster(podman, images.image, ["alice", "bob"], workdir, inputs=items)
+    c = ComposeCluster(podman, images.image, ["alice", "bob"], workdir, inputs=items,
+                       init_args=governance_args([KEYWORD]))
     c.expected = expected
     try:
         c.up()

@@ -27,7 +27,8 @@ ROLES = {"a": "alice", "b": "bob"}
 
 @pytest.fixture
 def deployment(tmp_path, in_thread):
-    cfgs = make_deployment(tmp_path, ["alice", "bob", "charlie"])
+    # a seeded session runs below: every party allows seeds (a test deployment)
+    cfgs = make_deployment(tmp_path, ["alice", "bob", "charlie"], allow_seeded=True)
     for name in ("alice", "bob", "charlie"):
         in_thread.start(cfgs[name])
     return tmp_path, cfgs, in_thread

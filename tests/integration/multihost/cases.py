@@ -74,7 +74,7 @@ def run_power_iteration(cluster: NetnsCluster, blocks, session_id: str | None = 
 
 
 POWER_ITERATION = ProtocolCase("power-iteration", POWER_ITERATION_PARTIES,
-                               _power_iteration_inputs, run_power_iteration)
+                               _power_iteration_inputs, run_power_iteration, roles=PI_ROLES, initiator="trent")
 
 
 
@@ -125,7 +125,7 @@ def run_dp_aggregate(cluster: NetnsCluster, sets, session_id: str | None = None)
 
 DP_AGGREGATE = ProtocolCase("dp-aggregate", ("charlie", "trent", "alice", "bob"),
                             _dp_aggregate_inputs, run_dp_aggregate,
-                            module="smcdp.protocols.dp_aggregate")
+                            module="smcdp.protocols.dp_aggregate", roles=DPA_ROLES, initiator="charlie")
 
 
 # ----------------------------------------------------------------------------- keyword
@@ -172,11 +172,21 @@ def run_keyword(cluster: NetnsCluster, expected, session_id: str | None = None) 
 
 
 KEYWORD = ProtocolCase("keyword", ("alice", "bob"), _keyword_inputs, run_keyword,
-                       module="smcdp.protocols.keyword")
+                       module="smcdp.protocols.keyword", roles=KW_ROLES, initiator="alice")
 
 
 # ------------------------------------------------------------------------------- all
 ALL_CASES = (POWER_ITERATION, DP_AGGREGATE, KEYWORD)
+
+
+def governance_args(cases) -> list[str]:
+    """`smcdp deploy init` arguments whose policies admit every case's sessions.  The budget is
+    large: the dp-aggregate case releases at epsilon = 1e4 so that its noise is negligible."""
+    args = ["--budget", str(10 * DPA_EPSILON)]
+    for case in cases:
+        args += ["--roles", f"{case.protocol}:" + ",".join(f"{r}={p}" for r, p in case.roles.items()),
+                 "--initiator", f"{case.protocol}={case.initiator}"]
+    return args
 
 
 def available_cases() -> list[ProtocolCase]:

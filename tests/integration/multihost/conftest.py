@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from .cases import available_cases
+from .cases import available_cases, governance_args
 from .harness import NetnsCluster, netns_unavailable_reason
 
 
@@ -25,7 +25,7 @@ def cluster(tmp_path_factory):
         expected[case.protocol] = state
     plugins = [case.module for case in cases if case.module and case.module_needed]
     c = NetnsCluster(parties, workdir, inputs=inputs, plugins=plugins, connect_seconds=3.0, session_seconds=60.0,
-                     rpc_seconds=10.0, peer_grace_seconds=15.0)
+                     rpc_seconds=10.0, peer_grace_seconds=15.0, init_args=governance_args(cases))
     c.cases = {case.protocol: case for case in cases}
     c.expected = expected
     try:

@@ -71,6 +71,10 @@ class ProtocolCase:
     #: built-in registry does not import it yet)
     module: str | None = None
     module_needed: bool = False
+    #: the session layout (role -> party) and initiator: `deploy init --roles/--initiator`, so
+    #: every bundle's [policy] admits the case's sessions
+    roles: dict[str, str] = field(default_factory=dict)
+    initiator: str = ""
 
 
 @dataclass
@@ -87,6 +91,8 @@ class NetnsCluster:
     workdir: Path
     inputs: list[str] = field(default_factory=list)
     plugins: list[str] = field(default_factory=list)
+    #: extra `deploy init` arguments (the policy: --roles, --initiator, --budget)
+    init_args: list[str] = field(default_factory=list)
     connect_seconds: float = 3.0
     session_seconds: float = 60.0
     rpc_seconds: float = 10.0
@@ -126,6 +132,7 @@ class NetnsCluster:
             cmd += ["--inputs", item]
         for module in self.plugins:
             cmd += ["--plugin", module]
+        cmd += self.init_args
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO)
         if r.returncode != 0:
             raise RuntimeError(f"smcdp deploy init failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")

@@ -43,8 +43,8 @@ def test_demo_across_processes_matches_the_average_of_local_models(tmp_path):
     assert all(out["bytes_sent"][p] > 0 for p in ("charlie", "alice", "bob", "carol"))
     assert out["seconds"] > 0
     json.dumps(out)
-    # every publisher wrote its share durably, and Dave the model
-    run = tmp_path / "run" / "state"
+    # every publisher wrote its share durably, and Dave the model (party P's data directory: KEEP_DIR/P)
+    run = tmp_path / "run"
     share_files = sorted(run.glob("*/outputs/*/dp-aggregate-share-*.json"))
     assert len(share_files) == K + 1
     published = {json.loads(f.read_text())["publisher"]: json.loads(f.read_text())["share"] for f in share_files}

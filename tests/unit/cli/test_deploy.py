@@ -408,6 +408,7 @@ def test_add_a_party_to_an_existing_deployment(deployment, capsys):
     assert 'alice: dave = "10.0.0.5:50051"' in out
     dave = load_config(deployment / "dave" / "party.toml")
     assert dict(dave.peers) == ADDR
+    assert dave.policy is not None and dave.policy.protocols == {} and not dave.policy.open  # joins nothing yet
     assert TlsMaterial.load(dave.tls.ca, dave.tls.cert, dave.tls.key).name == "dave"
     assert (deployment / "dave" / "certs" / "ca.crt").read_bytes() == (deployment / "ca" / "ca.crt").read_bytes()
     assert deploy.validate_compose_document(deploy.compose_document(HostSpec("dave", "10.0.0.5", 50051)),
@@ -434,3 +435,81 @@ def test_add_refuses_clashes(deployment, hosts, message, capsys):
     assert message in capsys.readouterr().err
     assert (deployment / "deployment.json").read_text() == manifest
     assert not (deployment / "dave").exists()
+
+
+# ------------------------------------------------------------------------------ governance
+def test_bundles_get_an_explicit_policy_and_budget_from_the_layouts(tmp_path, capsys):
+    out = tmp_path / "gov"
+    rc = smcdp_main(["deploy", "init", "--hosts", HOSTS, "--out", str(out),
+                     "--roles", "power-iteration:trent=trent,party1=alice,party2=bob",
+                     "--roles", "dp-aggregate:charlie=charlie,dave=trent,party1=alice,party2=bob",
+                     "--roles", "keyword:alice=alice,bob=bob", "--initiator", "keyword=alice",
+                     "--budget", "4", "--approval", "operator"])
+    assert rc == 0
+    alice = load_config(out / "alice" / "party.toml")
+    assert alice.policy.approval == "operator" and not alice.policy.allow_seeded and not alice.policy.open
+    assert set(alice.policy.protocols) == {"power-iteration", "dp-aggregate", "keyword"}
+    pi = alice.policy.protocols["power-iteration"]
+    assert (pi.roles, pi.initiators, pi.coordinators, pi.allow_non_dp, pi.min_key_bits) == \
+        (("party1",), ("trent",), ("trent",), True, 2048)
+    dpa = alice.policy.protocols["dp-aggregate"]
+    assert (dpa.initiators, dpa.coordinators, dpa.allow_non_dp) == (("charlie",), ("charlie", "trent"), False)
+    assert alice.policy.protocols["keyword"].initiators == ("alice",)
+    assert (alice.budget.dataset, alice.budget.epsilon, alice.budget.delta) == ("alice", 4.0, 1e-6)
+    trent = load_config(out / "trent" / "party.toml")
+    assert set(trent.policy.protocols) == {"power-iteration", "dp-aggregate"} and trent.budget is None
+    assert trent.policy.protocols["dp-aggregate"].roles == ("dave",)
+    # a party in no layout joins nothing
+    charlie_only = load_config(out / "charlie" / "party.toml").policy.protocols
+    assert set(charlie_only) == {"dp-aggregate"}
+
+
+def test_without_layouts_every_party_joins_nothing(deployment, capsys):
+    for name in ADDR:
+        cfg = load_config(deployment / name / "party.toml")
+        assert cfg.policy is not None and not cfg.policy.open and cfg.policy.protocols == {}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--roles", "power-iteration"], "must look like PROTOCOL:ROLE=PARTY"),
+    (["--roles", "nope:a=alice,b=bob"], "unknown protocol 'nope'"),
+    (["--roles", "keyword:alice=alice,bob=zed"], "not in --hosts"),
+    (["--roles", "keyword:alice=alice,bob=alice"], "at most one role"),
+    (["--roles", "keyword:alice=alice"], "at least two roles"),
+    (["--roles", "keyword:alice=alice,bob=bob", "--initiator", "keyword=trent"], "holds no role"),
+    (["--roles", "keyword:alice=alice,bob=bob", "--initiator", "dp-aggregate=alice"], "no --roles layout"),
+])
+def test_layouts_are_validated(tmp_path, capsys, args, message):
+    assert smcdp_main(["deploy", "init", "--hosts", HOSTS, "--out", str(tmp_path / "x"), *args]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_the_local_example_configs_have_an_explicit_policy_and_finite_budgets():
+    for path in sorted((REPO / "deploy" / "local").glob("*.toml")):
+        cfg = load_config(path)
+        pol = cfg.policy
+        assert pol is not None and not pol.open and not pol.allow_seeded and pol.protocols, path
+        for proto, rules in pol.protocols.items():
+            assert rules.initiators and "*" not in rules.initiators, (path, proto)
+            assert rules.min_key_bits == 2048, (path, proto)
+        if cfg.inputs.get("dp-aggregate", {}).get("data"):
+            assert cfg.budget is not None and 0 < cfg.budget.epsilon < float("inf"), path
+            assert pol.protocols["dp-aggregate"].max_epsilon is not None
+        assert set(pol.protocols) <= {"power-iteration", "dp-aggregate"}
+
+
+def test_check_reports_a_bundle_without_a_restrictive_policy(deployment):
+    from dataclasses import replace as _replace
+
+    from smcdp.runtime.config import dump_config
+    from smcdp.runtime.policy import Policy
+
+    problems, notes = deploy.check_bundle(deployment / "alice")
+    assert problems == [] and any(n.startswith("policy: joins no protocol") for n in notes)
+    cfg = load_config(deployment / "alice" / "party.toml")
+    for policy, text in ((None, "no [policy]"), (Policy(open=True, allow_seeded=True), "open = true")):
+        dump_config(_replace(cfg, policy=policy), deployment / "alice" / "party.toml")
+        problems, _ = deploy.check_bundle(deployment / "alice")
+        assert any(text in p for p in problems), problems
+    assert any("allow_seeded" in p for p in problems)

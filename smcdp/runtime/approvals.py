@@ -1,0 +1,152 @@
+"""Proposals that wait for this party's operator (``[policy] approval = "operator"``).
+
+Each proposal is one file, ``data_dir/proposals/<session id>.json`` (mode 0600, written
+atomically), so a waiting proposal survives a restart of the party.  States::
+
+    pending --approve--> approved --Propose again--> started
+       |                    |
+       +--reject------------+--> rejected
+       +--deadline----------+--> expired      (received + the session's timeout)
+       +--initiator aborts--+--> withdrawn
+
+The initiator learns the outcome by repeating its (idempotent) ``Propose``: while the
+proposal waits the answer is ``pending``; once approved the repeat is accepted and the
+session is prepared with what is left of its deadline; a rejected or expired proposal is
+refused (PERMISSION_DENIED naming the operator's reason; DEADLINE_EXCEEDED).
+:func:`propose_until_decided` is the initiator's loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Mapping
+
+from smcdp._files import atomic_write_json
+from smcdp.errors import DeadlineExceeded
+from smcdp.net.server import SessionSpec, validate_session_id
+
+STATES = ("pending", "approved", "started", "rejected", "expired", "withdrawn")
+OPEN_STATES = ("pending", "approved")
+#: the initiator's polling interval while a participant's operator decides
+POLL_FIRST, POLL_MAX = 0.5, 5.0
+MAX_REASON = 1000
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A proposal as this party received it, and what became of it."""
+
+    session_id: str
+    protocol: str
+    roles: Mapping[str, str]
+    params: Mapping[str, Any]
+    seed: int | None
+    timeout_seconds: float
+    initiator: str
+    role: str
+    summary: Mapping[str, Any] | None       # SessionSummary.as_dict(), what the operator is shown
+    charges_budget: bool                     # approving reserves summary["epsilon"] in [budget]
+    received_at: float                       # wall clock (time.time()), survives restarts
+    expires_at: float
+    state: str = "pending"
+    reason: str = ""
+    decided_at: float | None = None
+
+    def same_request(self, initiator: str, spec: SessionSpec) -> bool:
+        return (self.initiator == initiator and self.protocol == spec.protocol
+                and dict(self.roles) == dict(spec.roles) and dict(self.params) == dict(spec.params)
+                and self.seed == spec.seed)
+
+    def spec(self, now: float | None = None) -> SessionSpec:
+        """The session to prepare, with what is left of the deadline as its timeout."""
+        left = self.expires_at - (time.time() if now is None else now)
+        return SessionSpec(self.session_id, self.protocol, dict(self.roles), dict(self.params),
+                           max(left, 0.001), self.seed)
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["roles"], d["params"] = dict(self.roles), dict(self.params)
+        return d
+
+
+def check_reason(reason: Any) -> str:
+    if not isinstance(reason, str) or not reason.strip() or len(reason) > MAX_REASON or not reason.isprintable():
+        raise ValueError(f"a reason must be 1-{MAX_REASON} printable characters")
+    return reason.strip()
+
+
+@dataclass
+class ProposalStore:
+    """The proposals directory of one party (every call is synchronous file I/O)."""
+
+    directory: Path
+    _cache: dict[str, Proposal] = field(default_factory=dict)
+
+    def load(self) -> list[Proposal]:
+        """Read every proposal file (at start-up); unreadable files are skipped and returned as errors."""
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._cache.clear()
+        for path in sorted(self.directory.glob("*.json")):
+            try:
+                raw = json.loads(path.read_text(encoding="utf-8"))
+                p = Proposal(**raw)
+                validate_session_id(p.session_id)
+                if p.state not in STATES or path.stem != p.session_id:
+                    raise ValueError("inconsistent")
+            except (OSError, ValueError, TypeError) as exc:
+                raise ValueError(f"proposal file {path} is unreadable: {exc}") from None
+            self._cache[p.session_id] = p
+        return list(self._cache.values())
+
+    def get(self, session_id: str) -> Proposal | None:
+        return self._cache.get(session_id)
+
+    def all(self) -> list[Proposal]:
+        return sorted(self._cache.values(), key=lambda p: p.received_at)
+
+    def save(self, p: Proposal) -> Proposal:
+        atomic_write_json(self.directory / f"{validate_session_id(p.session_id)}.json", p.as_dict(), 0o600,
+                          sort_keys=True)
+        self._cache[p.session_id] = p
+        return p
+
+    def decide(self, p: Proposal, state: str, reason: str = "") -> Proposal:
+        assert state in STATES
+        return self.save(replace(p, state=state, reason=reason, decided_at=time.time()))
+
+
+async def propose_until_decided(send: Callable[[], Awaitable[Any]], party: str, session_id: str,
+                                deadline: float) -> Any:
+    """Repeat ``send()`` (one Propose, retried inside) while ``party`` answers *pending*.
+
+    ``deadline`` is a ``time.monotonic()`` value; past it, a still-pending proposal
+    fails with DEADLINE_EXCEEDED naming the party.
+    """
+    delay = POLL_FIRST
+    while True:
+        reply = await send()
+        if not getattr(reply, "pending", False):
+            return reply
+        left = deadline - time.monotonic()
+        if left <= delay:
+            raise DeadlineExceeded(
+                f"party {party!r} did not approve session {session_id!r} before its deadline "
+                f"({reply.detail or 'its operator was asked'})")
+        await asyncio.sleep(delay)
+        delay = min(delay * 1.5, POLL_MAX)
+
+
+def remaining_seconds(p: Proposal) -> float:
+    return p.expires_at - time.time()
+
+
+def proposals_dir(data_dir: Path) -> Path:
+    return Path(data_dir) / "proposals"
+
+
+__all__ = ["OPEN_STATES", "Proposal", "ProposalStore", "STATES", "check_reason", "propose_until_decided",
+           "proposals_dir", "remaining_seconds"]

@@ -1,0 +1,327 @@
+"""A party's audit trail: ``data_dir/audit.jsonl``, one JSON object per line, hash-chained.
+
+Every line is canonical JSON (sorted keys, no spaces, ASCII only: any other
+character, a newline included, is a ``\\uXXXX`` escape, so a string a peer chose can
+never start a line of its own) with
+
+* ``seq``   -- 1, 2, 3, ... (its line number);
+* ``prev``  -- the SHA-256 (hex) of the previous line's bytes, without its newline
+  (64 zeros for the first line);
+* ``time``, ``party``, ``event`` and the event's fields.
+
+Appends are durable: the line is written with one ``write`` to a file opened with
+O_APPEND and fsync-ed; then ``audit.head`` (the number of lines and the SHA-256 of the
+last one) is replaced atomically.  The head is what makes removing lines from the *end*
+evident -- a chain alone cannot show that.  Readers take a shared ``flock`` on the log,
+the writer an exclusive one, so ``smcdp audit verify`` of a running party sees whole
+appends only.
+
+:func:`verify_log` names the first bad line after any change, removal, reordering or
+truncation.  A crash can leave only one kind of damage: an incomplete last line written
+after the head's last line.  Verify reports it as *torn* (exit status 3, not 0); the
+party, when it next starts, moves the fragment to ``audit.jsonl.torn-<line>`` (kept, not
+deleted), cuts it from the log and appends a ``torn-tail-repaired`` event recording the
+fragment's length and SHA-256, so the chain stays whole and the repair is itself on
+record.  Any other damage stops the party at start-up: an unverifiable log is evidence,
+and a party must not keep appending to it (move it aside to start a new one).
+
+Tamper-evidence has the usual limit: whoever can rewrite both files entirely can forge a
+consistent history.  Record the head that ``smcdp audit verify`` prints somewhere else
+(a ticket, a peer) to anchor it.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import fcntl
+import hashlib
+import json
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from smcdp._files import atomic_write
+from smcdp.errors import PreconditionFailed
+
+LOG_NAME = "audit.jsonl"
+HEAD_NAME = "audit.head"
+GENESIS = "0" * 64
+#: a field whose JSON is larger than this is stored as its length and SHA-256
+MAX_FIELD_BYTES = 64 * 1024
+
+
+class AuditError(PreconditionFailed):
+    """The audit log cannot be verified; the party does not append to it."""
+
+
+def encode(entry: dict) -> bytes:
+    return json.dumps(entry, sort_keys=True, ensure_ascii=True, separators=(",", ":"),
+                      allow_nan=False).encode("ascii")
+
+
+def _sha(line: bytes) -> str:
+    return hashlib.sha256(line).hexdigest()
+
+
+def _bounded(value: Any) -> Any:
+    try:
+        text = json.dumps(value, sort_keys=True, ensure_ascii=True, allow_nan=False)
+    except (TypeError, ValueError):
+        value = repr(value)
+        text = json.dumps(value, ensure_ascii=True)
+    if len(text) <= MAX_FIELD_BYTES:
+        return json.loads(text)
+    return {"omitted_bytes": len(text), "sha256": hashlib.sha256(text.encode("ascii")).hexdigest()}
+
+
+@dataclass
+class Verification:
+    """The outcome of :func:`verify_log`."""
+
+    ok: bool
+    lines: int                   # complete lines whose chain verified
+    head: str                    # SHA-256 of the last verified line (GENESIS for an empty log)
+    bad_line: int | None = None  # the first bad line (1-based), None if ok
+    problem: str | None = None
+    torn: bool = False           # the only damage is an incomplete last line (a crash mid-write)
+    note: str | None = None      # e.g. "the head is one line behind"
+
+    def as_dict(self) -> dict:
+        return {k: getattr(self, k) for k in ("ok", "lines", "head", "bad_line", "problem", "torn", "note")}
+
+
+def _read_head(path: Path) -> tuple[dict | None, str | None]:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None, None
+    try:
+        head = json.loads(raw)
+        if not (isinstance(head, dict) and isinstance(head.get("lines"), int) and head["lines"] >= 0
+                and isinstance(head.get("sha256"), str) and len(head["sha256"]) == 64):
+            raise ValueError("fields")
+    except ValueError:
+        return None, f"{path.name} is not a valid head record"
+    return head, None
+
+
+def _check_line(line: bytes, seq: int, prev: str) -> tuple[int, str] | None:
+    """(first bad line, problem) or None."""
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return seq, f"line {seq}: not valid JSON"
+    if not isinstance(entry, dict):
+        return seq, f"line {seq}: not a JSON object"
+    if entry.get("seq") != seq:
+        return seq, (f"line {seq}: sequence number {entry.get('seq')!r} where {seq} is expected "
+                     "(a line was removed, inserted or moved)")
+    if entry.get("prev") != prev:
+        if seq == 1:
+            return 1, "line 1: the first line must have prev = 64 zeros (lines before it were removed)"
+        return seq - 1, (f"line {seq - 1}: its hash is not the one line {seq} records "
+                         f"(line {seq - 1} was changed, or the prev field of line {seq})")
+    if encode(entry) != line:
+        return seq, f"line {seq}: not in canonical form (the line was edited)"
+    return None
+
+
+def verify_bytes(data: bytes, head: dict | None, head_problem: str | None = None) -> Verification:
+    parts = data.split(b"\n")
+    complete, tail = parts[:-1], parts[-1]
+    hashes: list[str] = []
+    prev = GENESIS
+    for i, line in enumerate(complete, 1):
+        bad = _check_line(line, i, prev)
+        if bad is not None:
+            good = bad[0] - 1
+            return Verification(False, good, hashes[good - 1] if good else GENESIS, bad[0], bad[1])
+        prev = _sha(line)
+        hashes.append(prev)
+    n = len(complete)
+    note = None
+    if head_problem is not None:
+        return Verification(False, n, prev, n or 1, head_problem)
+    if head is None:
+        if n > 1:
+            return Verification(False, n, prev, n, f"{HEAD_NAME} is missing although the log has {n} lines")
+        if n == 1:
+            note = "no head yet (a crash between the first line and its head)"
+    else:
+        k = head["lines"]
+        if k > n:
+            what = f"line {n + 1} is incomplete and " if tail else ""
+            return Verification(False, n, prev, n + 1,
+                                f"line {n + 1}: the log is truncated: {what}the head records {k} lines, "
+                                f"the log holds {n} complete ones")
+        if k > 0 and hashes[k - 1] != head["sha256"]:
+            return Verification(False, n, prev, k, f"line {k}: it differs from the line the head recorded "
+                                                   "(the last line was changed or replaced)")
+        if k == 0 and head["sha256"] != GENESIS:
+            return Verification(False, n, prev, 1, f"{HEAD_NAME} records no lines but a non-zero hash")
+        if n - k > 1:
+            return Verification(False, n, prev, k + 2, f"line {k + 2}: lines after {k + 1} were added "
+                                                       "without the party recording them in the head")
+        if n - k == 1:
+            note = "the head is one line behind (a crash between a line and its head)"
+    if tail:
+        return Verification(False, n, prev, n + 1, f"line {n + 1} is incomplete ({len(tail)} bytes without a "
+                            "newline): a write interrupted by a crash; the party repairs it when it starts",
+                            torn=True, note=note)
+    return Verification(True, n, prev, note=note)
+
+
+@dataclass
+class _Snapshot:
+    data: bytes
+    head: dict | None
+    head_problem: str | None
+
+
+def _snapshot(log_path: Path, head_path: Path) -> _Snapshot:
+    fd = os.open(log_path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read()
+        head, problem = _read_head(head_path)
+    finally:
+        os.close(fd)          # closing the descriptor drops the lock
+    return _Snapshot(data, head, problem)
+
+
+def verify_log(data_dir: str | os.PathLike) -> Verification:
+    """Verify ``data_dir/audit.jsonl`` against its chain and ``audit.head``."""
+    d = Path(data_dir)
+    log_path = d / LOG_NAME
+    if not log_path.exists():
+        raise FileNotFoundError(f"{log_path} does not exist")
+    snap = _snapshot(log_path, d / HEAD_NAME)
+    return verify_bytes(snap.data, snap.head, snap.head_problem)
+
+
+def read_entries(data_dir: str | os.PathLike) -> Iterator[tuple[int, dict | None, bytes]]:
+    """(line number, parsed entry or None, raw bytes) for every line, complete or not."""
+    snap = _snapshot(Path(data_dir) / LOG_NAME, Path(data_dir) / HEAD_NAME)
+    for i, line in enumerate(snap.data.split(b"\n"), 1):
+        if not line:
+            continue
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            entry = None
+        yield i, entry if isinstance(entry, dict) else None, line
+
+
+_FIRST = ("seq", "time", "event", "session")
+
+
+def format_entry(entry: dict) -> str:
+    """One readable line; every string JSON-escaped (no terminal control characters reach the screen)."""
+    head = f"{entry.get('seq', '?'):>6} {entry.get('time', '?')} {entry.get('event', '?'):<20}"
+    if "session" in entry:
+        head += f" session={json.dumps(entry['session'])}"
+    rest = " ".join(f"{k}={json.dumps(v, ensure_ascii=True, sort_keys=True)}" for k, v in sorted(entry.items())
+                    if k not in _FIRST and k not in ("prev", "party"))
+    return f"{head} {rest}".rstrip()
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class AuditLog:
+    """The append side, used by one party process (thread-safe)."""
+
+    def __init__(self, data_dir: Path, party: str) -> None:
+        self.dir = Path(data_dir)
+        self.path = self.dir / LOG_NAME
+        self.head_path = self.dir / HEAD_NAME
+        self.party = party
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+        self._seq = 0
+        self._prev = GENESIS
+        self._broken: str | None = None
+
+    def open(self) -> dict | None:
+        """Verify the log, repair a torn tail, and get ready to append.
+
+        Returns the ``torn-tail-repaired`` entry if there was one to repair; raises
+        :class:`AuditError` if the log is damaged otherwise.
+        """
+        self.dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            data = self.path.read_bytes()
+            head, head_problem = _read_head(self.head_path)
+            v = verify_bytes(data, head, head_problem)
+            if not v.ok and not v.torn:
+                raise AuditError(
+                    f"audit log {self.path} fails verification at line {v.bad_line}: {v.problem}. "
+                    f"It is evidence: keep it, move {LOG_NAME} and {HEAD_NAME} aside (a new log then "
+                    "starts) and start the party again")
+            fragment = b""
+            if v.torn:
+                fragment = data[data.rfind(b"\n") + 1:]
+                saved = self.dir / f"{LOG_NAME}.torn-{v.lines + 1}"
+                k = 1
+                while saved.exists():
+                    k += 1
+                    saved = self.dir / f"{LOG_NAME}.torn-{v.lines + 1}.{k}"
+                atomic_write(saved, fragment, 0o600)
+                os.truncate(self.path, len(data) - len(fragment))
+                os.fsync(fd)
+            self._fd, fd = fd, -1
+            self._seq, self._prev = v.lines, v.head
+            self._write_head()   # completes a head left one line behind by a crash
+        finally:
+            if fd >= 0:
+                os.close(fd)
+            elif self._fd is not None:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+        if fragment:
+            return self.append("torn-tail-repaired", line=v.lines + 1, bytes=len(fragment),
+                               sha256=_sha(fragment), saved_as=saved.name)
+        return None
+
+    def _write_head(self) -> None:
+        atomic_write(self.head_path, encode({"lines": self._seq, "sha256": self._prev}) + b"\n", 0o600)
+
+    def append(self, event: str, **fields: Any) -> dict:
+        """Write one event durably; returns the entry.  Fields must be JSON-serialisable
+        (others are stored as their repr); large ones as their length and SHA-256."""
+        with self._lock:
+            if self._fd is None:
+                raise AuditError(f"audit log {self.path} is not open")
+            if self._broken:
+                raise AuditError(f"audit log {self.path} cannot be appended to since a write failed "
+                                 f"({self._broken}); restart the party to repair it")
+            entry = {k: _bounded(v) for k, v in fields.items() if v is not None}
+            entry.update(seq=self._seq + 1, prev=self._prev, time=_now(), party=self.party, event=event)
+            line = encode(entry)
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            try:
+                buf = line + b"\n"
+                try:
+                    while buf:
+                        buf = buf[os.write(self._fd, buf):]
+                    os.fsync(self._fd)
+                except OSError as exc:
+                    self._broken = str(exc)
+                    raise AuditError(f"cannot append to audit log {self.path}: {exc}") from None
+                self._seq += 1
+                self._prev = _sha(line)
+                self._write_head()
+            finally:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            return entry
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None

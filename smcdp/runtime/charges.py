@@ -1,0 +1,180 @@
+"""A party's ``[budget]`` and the privacy charges of its sessions (docs/governance.md).
+
+::
+
+    [budget]
+    dataset = "alice-patients"     # the dataset this party's inputs belong to (ledger name)
+    ledger = "ledger.sqlite"       # default: <data_dir>/ledger.sqlite
+    epsilon = 10.0                 # total; written to the ledger at start-up (omit to use the
+    delta = 1e-6                   #   budget already set there with `smcdp budget set`)
+    rule = "linear"                # or "zcdp"
+
+A DP release over the party's data is charged through the one budget interface
+(:class:`smcdp.dp.budget.PrivacyBudget`, backed by the SQLite ledger):
+
+* on admission, ``reserve(session id, epsilon, delta)`` -- one transaction; the
+  reservation is the lock, so concurrent proposals never overspend;
+* at the protocol's release point (the plug-in's release gate) ``commit``: from
+  then on the cost stays charged, whatever happens to the session;
+* when the session ends: success commits (if the release point did not already),
+  failure releases what is still only reserved -- the gate commits *before* the
+  release message is sent, so a reservation still open at the end means nothing
+  noisy has left the party;
+* after a restart, an open reservation of this party whose session no longer runs
+  is released for the same reason (a pending, approved proposal keeps its own).
+
+Every step is written to the audit trail by the caller (:mod:`smcdp.runtime.governance`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from smcdp.dp.budget import RULES, Charge, fmt_amount
+from smcdp.dp.ledger import Ledger, LedgerBudget
+from smcdp.errors import PreconditionFailed, SmcdpError
+from smcdp.net.config import ConfigError, check_keys, path_value, relative_path
+from smcdp.plugins.base import SessionSummary
+
+log = logging.getLogger("smcdp.budget")
+
+DEFAULT_LEDGER = "ledger.sqlite"
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    """A party's ``[budget]``: which ledger dataset guards its data, and optionally its total."""
+
+    dataset: str
+    ledger: Path | None = None           # None: <data_dir>/ledger.sqlite
+    epsilon: float | None = None         # None: the ledger already holds the budget
+    delta: float = 0.0
+    rule: str = "linear"
+
+    def ledger_path(self, data_dir: Path) -> Path:
+        return self.ledger if self.ledger is not None else data_dir / DEFAULT_LEDGER
+
+
+def parse_budget(t: Mapping[str, Any], base: Path) -> BudgetConfig:
+    check_keys(t, {"dataset", "ledger", "epsilon", "delta", "rule"}, "[budget]")
+    dataset = t.get("dataset")
+    if not isinstance(dataset, str) or not dataset or len(dataset) > 200 or not dataset.isprintable() \
+            or dataset != dataset.strip():
+        raise ConfigError(f"budget.dataset must be a name of 1-200 printable characters, got {dataset!r}")
+    ledger = path_value(base, t, "ledger", "budget") if "ledger" in t else None
+    eps = t.get("epsilon")
+    if eps is not None and (isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < float("inf")):
+        raise ConfigError(f"budget.epsilon must be a positive finite number, got {eps!r}")
+    delta = t.get("delta", 0.0)
+    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 <= delta < 1:
+        raise ConfigError(f"budget.delta must be a number in [0, 1), got {delta!r}")
+    rule = t.get("rule", "linear")
+    if rule not in RULES:
+        raise ConfigError(f"budget.rule must be one of {', '.join(RULES)}, got {rule!r}")
+    if eps is None and ("delta" in t or "rule" in t):
+        raise ConfigError("budget.delta and budget.rule need budget.epsilon (without it the ledger's "
+                          "budget, set with `smcdp budget set`, is used as it is)")
+    return BudgetConfig(dataset, ledger, None if eps is None else float(eps), float(delta), rule)
+
+
+def budget_to_dict(b: BudgetConfig, base: Path | None) -> dict:
+    out: dict[str, Any] = {"dataset": b.dataset}
+    if b.ledger is not None:
+        out["ledger"] = relative_path(b.ledger, base)
+    if b.epsilon is not None:
+        out.update(epsilon=b.epsilon, delta=b.delta, rule=b.rule)
+    return out
+
+
+def _same(a: Decimal, b: float) -> bool:
+    return a == Decimal(repr(float(b)))   # the ledger keeps floats by their shortest repr
+
+
+class SessionCharges:
+    """The ledger budget of one party and the reservations its sessions hold.
+
+    Reservations are keyed by session id; their note starts with ``party <name>: session``
+    so that a restart can tell this party's reservations from an operator's own.
+    """
+
+    def __init__(self, config: BudgetConfig, data_dir: Path, party: str) -> None:
+        self.config = config
+        self.party = party
+        self.path = config.ledger_path(data_dir)
+        self.budget: LedgerBudget | None = None
+        self._marker = f"party {party}: session "
+
+    @property
+    def dataset(self) -> str:
+        return self.config.dataset
+
+    def open(self) -> tuple[Any, Any] | None:
+        """Open the ledger; write the configured total.  Returns (old, new) epsilon if it changed."""
+        ledger = Ledger(self.path)
+        try:
+            os.chmod(self.path, 0o600)
+        except OSError:  # pragma: no cover - e.g. a read-only mount; the ledger is still usable
+            pass
+        cfg = self.config
+        known = cfg.dataset in ledger.datasets()
+        changed = None
+        if cfg.epsilon is not None:
+            before = ledger.status(cfg.dataset) if known else None
+            if before is None or not (_same(before.epsilon, cfg.epsilon) and _same(before.delta, cfg.delta)
+                                      and before.rule == cfg.rule):
+                try:
+                    ledger.set_budget(cfg.dataset, cfg.epsilon, cfg.delta, rule=cfg.rule)
+                except SmcdpError as exc:
+                    raise ConfigError(f"[budget] of dataset {cfg.dataset!r} in {self.path}: {exc}") from None
+                changed = (None if before is None else fmt_amount(before.epsilon), fmt_amount(Decimal(repr(cfg.epsilon))))
+        elif not known:
+            raise ConfigError(f"[budget]: dataset {cfg.dataset!r} has no budget in {self.path}; give "
+                              "budget.epsilon or run `smcdp budget set` first")
+        self.budget = ledger.budget(cfg.dataset)
+        return changed
+
+    def status(self) -> dict:
+        st = self.budget.status()
+        return {"dataset": st.dataset, "rule": st.rule, "epsilon": fmt_amount(st.epsilon),
+                "delta": fmt_amount(st.delta), "spent_epsilon": fmt_amount(st.spent_epsilon),
+                "reserved_epsilon": fmt_amount(st.reserved_epsilon),
+                "remaining_epsilon": fmt_amount(st.remaining_epsilon), "open_reservations": st.n_reserved}
+
+    # ------------------------------------------------------------------ per session
+    def reserve(self, session_id: str, summary: SessionSummary, initiator: str) -> Charge:
+        """Hold the session's cost (raises BudgetExceeded; idempotent for the same session)."""
+        note = f"{self._marker}{session_id} ({summary.protocol}, initiated by {initiator})"
+        return self.budget.reserve(session_id, summary.epsilon, summary.delta, rho=summary.rho, note=note)
+
+    def held(self, session_id: str) -> Charge | None:
+        """This party's reservation for ``session_id`` if it is still open."""
+        c = self.budget.reservation(session_id)
+        if c is None or c.state != "reserved" or not c.note.startswith(self._marker):
+            return None
+        return c
+
+    def commit(self, session_id: str) -> Charge | None:
+        """reserved -> charged; None when there is nothing open (idempotent)."""
+        if self.held(session_id) is None:
+            return None
+        return self.budget.commit(session_id)
+
+    def release(self, session_id: str, reason: str) -> Charge | None:
+        """reserved -> released; None when there is nothing open.  Never releases a charge."""
+        if self.held(session_id) is None:
+            return None
+        try:
+            return self.budget.release(session_id, reason[:1000])
+        except PreconditionFailed:  # committed in between (the release point): it stays charged
+            return None
+
+    def orphans(self, keep: Iterable[str]) -> list[Charge]:
+        """Open reservations of this party whose sessions are not in ``keep``."""
+        keep = set(keep)
+        return [c for c in self.budget.reservations()
+                if c.note.startswith(self._marker) and c.key not in keep]

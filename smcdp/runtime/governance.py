@@ -1,0 +1,485 @@
+"""Who may make this party do what: the gate every proposal passes (docs/governance.md).
+
+:class:`Governor` is what :class:`smcdp.runtime.party.Party` calls on ``Propose``, on the
+operator's approve/reject/list/show, when a session reaches its release point and when it
+ends.  It composes
+
+* the seed rule and the ``[policy]`` (:mod:`smcdp.runtime.policy`), evaluated on the
+  plug-in's :class:`~smcdp.plugins.base.SessionSummary` of the proposal;
+* operator approval (:mod:`smcdp.runtime.approvals`);
+* the privacy budget (:mod:`smcdp.runtime.charges`);
+* the audit trail (:mod:`smcdp.runtime.audit`): every proposal, decision (with the rule),
+  reservation, charge, release, abort and session end.
+
+Everything here runs before a session exists: no input file is opened until the
+proposal has passed every check (the plug-in reads inputs only in ``run_role``, after
+``Begin``).  Methods are synchronous (files, SQLite) and thread-safe; the party calls
+them from executor threads, never on its event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as _dt
+import json
+import logging
+import threading
+import time
+from typing import Any, Iterable, Mapping
+
+from smcdp.dp.budget import BudgetExceeded, fmt_amount
+from smcdp.errors import DeadlineExceeded, InvalidMessage, PreconditionFailed, SmcdpError
+from smcdp.net.channel import Channel
+from smcdp.net.grpc_channel import AlreadyExists, NotFound
+from smcdp.net.server import PendingApproval, SessionSpec
+from smcdp.plugins.base import ProtocolPlugin, SessionContext, SessionSummary
+from smcdp.runtime.approvals import OPEN_STATES, Proposal, ProposalStore, check_reason, proposals_dir
+from smcdp.runtime.audit import AuditLog
+from smcdp.runtime.charges import SessionCharges
+from smcdp.runtime.config import PartyConfig
+from smcdp.runtime.policy import OutOfBounds, PolicyDenied, Refusal, check_seed, evaluate, refusal
+
+log = logging.getLogger("smcdp.governance")
+
+#: how often waiting proposals are checked for expiry
+EXPIRY_PERIOD = 1.0
+#: session records listed by `smcdp session list` (newest first)
+LIST_RECORDS = 500
+
+
+class BudgetRefused(SmcdpError, Refusal):
+    """The privacy budget does not admit the session (RESOURCE_EXHAUSTED)."""
+
+    code = "RESOURCE_EXHAUSTED"
+
+
+class ApprovalExpired(DeadlineExceeded, Refusal):
+    """The operator did not approve before the session's deadline."""
+
+
+def _iso(t: float | None) -> str | None:
+    if t is None:
+        return None
+    return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def warnings_for(config: PartyConfig) -> list[str]:
+    """What a party prints loudly at start-up about its governance settings."""
+    out = []
+    pol = config.policy
+    if pol is None or not pol.restricts:
+        where = "no [policy]" if pol is None else "[policy] open = true"
+        out.append(f"party {config.name} has {where}: ANY peer in [peers] may start ANY session involving it, "
+                   "in any role, with any parameters (only the seed rule holds). Write a [policy] "
+                   "(docs/governance.md) before this party holds real data.")
+    elif not pol.protocols:
+        out.append(f"party {config.name} joins no protocol (its [policy] has no [policy.<protocol>] table): "
+                   "every proposal will be refused.")
+    if pol is not None and pol.allow_seeded:
+        out.append(f"UNSAFE: party {config.name} has [policy] allow_seeded = true: a session's seed, chosen by "
+                   "the initiating peer, replaces this party's own randomness, DP noise included, so a "
+                   "release can be recomputed and its noise subtracted. Tests and demos only.")
+    if config.inputs and config.budget is None:
+        what = ("are refused" if pol is not None and pol.restricts else "are NOT charged to any budget")
+        out.append(f"party {config.name} has inputs but no [budget]: differentially private releases "
+                   f"over its data {what}.")
+    return out
+
+
+class Governor:
+    """Policy, approvals, budget and audit of one party."""
+
+    def __init__(self, config: PartyConfig, name: str) -> None:
+        self.config = config
+        self.name = name
+        self.policy = config.policy
+        self.audit = AuditLog(config.data_dir, name)
+        self.charges = SessionCharges(config.budget, config.data_dir, name) if config.budget else None
+        self.proposals = ProposalStore(proposals_dir(config.data_dir))
+        self._lock = threading.RLock()
+        #: sessions admitted here whose cost is reserved in the budget (commit/release pending)
+        self._reserved: set[str] = set()
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self, live: Iterable[str] = ()) -> None:
+        """Open the audit log (repairing a torn tail), the ledger and the proposals; reconcile.
+
+        ``live``: sessions this party will continue from their checkpoints (restored after
+        a crash, or waiting for ``session resume``): their reservations stay open."""
+        repaired = self.audit.open()
+        if repaired is not None:
+            log.warning("audit log: repaired an incomplete last line (a crash mid-write); the fragment "
+                        "is kept in %s", repaired["saved_as"])
+        changed = self.charges.open() if self.charges is not None else None
+        try:
+            self.proposals.load()
+        except ValueError as exc:
+            raise PreconditionFailed(str(exc)) from None
+        pol = self.policy
+        self.audit.append("start", policy=None if pol is None else pol.as_dict(),
+                          budget=None if self.charges is None else self.charges.status())
+        if changed is not None:
+            self.audit.append("budget-set", dataset=self.charges.dataset, epsilon_before=changed[0],
+                              epsilon=changed[1], source=str(self.config.source or "configuration"))
+        self.expire()
+        self._reconcile(set(live))
+        for text in warnings_for(self.config):
+            log.warning("!!! %s", text)
+
+    def stop(self) -> None:
+        try:
+            self.audit.append("stop")
+        except SmcdpError as exc:  # pragma: no cover - the log was broken earlier; say so, stop anyway
+            log.error("audit log: %s", exc)
+        self.audit.close()
+
+    def _reconcile(self, live: set[str]) -> None:
+        """After a restart: release open reservations of sessions that no longer run here.
+
+        The release gate commits *before* the release message is sent, so a reservation
+        still open means no noisy output left this party; an approved proposal that the
+        initiator has not yet picked up keeps its reservation, and so does a session that
+        continues from its checkpoint (``live``).  A replayed session that reaches its
+        release point again re-sends the same output (its randomness is restored from the
+        checkpoint), so committing again is a no-op, not a second charge."""
+        if self.charges is None:
+            return
+        keep = {p.session_id for p in self.proposals.all() if p.state == "approved"}
+        keep |= {sid for sid in live if self.charges.held(sid) is not None}
+        for c in self.charges.orphans(keep):
+            reason = ("party restarted: the session no longer runs here and had not reached its release "
+                      "point")
+            if self.charges.release(c.key, reason) is not None:
+                self.audit.append("released", session=c.key, dataset=self.charges.dataset,
+                                  epsilon=fmt_amount(c.epsilon), delta=fmt_amount(c.delta), reason=reason)
+        self._reserved = set(keep)
+
+    async def expiry_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(EXPIRY_PERIOD)
+            try:
+                await loop.run_in_executor(None, self.expire)
+            except SmcdpError as exc:  # pragma: no cover - logged; the next round tries again
+                log.error("expiring proposals: %s", exc)
+
+    # ------------------------------------------------------------------ admission
+    def admit(self, peer: str, spec: SessionSpec, plugin: ProtocolPlugin, role: str) -> SessionSpec | PendingApproval:
+        """Decide on a proposal (``spec.params`` already normalised by the plug-in).
+
+        Returns the spec to prepare (its timeout shortened by an approval wait), or
+        :class:`PendingApproval`; raises the refusal.  Idempotent for a repeated proposal.
+        """
+        with self._lock:
+            prop = self.proposals.get(spec.session_id)
+            if prop is not None:
+                return self._repeat(prop, peer, spec)
+            return self._first(peer, spec, plugin, role)
+
+    def _first(self, peer: str, spec: SessionSpec, plugin: ProtocolPlugin, role: str) -> SessionSpec | PendingApproval:
+        sid = spec.session_id
+        self.audit.append("proposal", session=sid, peer=peer, protocol=spec.protocol, role=role,
+                          roles=dict(spec.roles), params=dict(spec.params), seeded=spec.seed is not None,
+                          timeout_seconds=spec.timeout_seconds)
+        try:
+            check_seed(spec.seed, self.policy, self.name, sid)
+            summary = self._summary(plugin, spec)
+            evaluate(self.policy, me=self.name, session_id=sid, initiator=peer, role=role, roles=spec.roles,
+                     summary=summary, allow_insecure_keys=self.config.allow_insecure_keys)
+            costs = summary is not None and summary.epsilon is not None and role in summary.data_roles
+            if costs and self.charges is None and self.policy is not None and self.policy.restricts:
+                raise refusal(OutOfBounds, self.name, sid, "budget",
+                              "it has no privacy budget ([budget]) and the session releases a "
+                              "differentially private output computed from its data")
+            charges = costs and self.charges is not None
+            approval = self.policy.approval_for(spec.protocol) if self.policy is not None else "auto"
+            if approval == "operator" and peer != self.name:
+                now = time.time()
+                p = self.proposals.save(Proposal(
+                    session_id=sid, protocol=spec.protocol, roles=dict(spec.roles), params=dict(spec.params),
+                    seed=spec.seed, timeout_seconds=spec.timeout_seconds, initiator=peer, role=role,
+                    summary=None if summary is None else summary.as_dict(), charges_budget=charges,
+                    received_at=now, expires_at=now + spec.timeout_seconds))
+                self.audit.append("pending", session=sid, rule=f"policy.{spec.protocol}.approval",
+                                  expires_at=_iso(p.expires_at))
+                return PendingApproval(f"waiting for the operator of party {self.name!r} to approve "
+                                       "(smcdp session approve)")
+            if charges:
+                self._reserve(sid, summary, peer, refuse=True)
+        except SmcdpError as exc:
+            self.audit.append("refused", session=sid, rule=getattr(exc, "rule", None) or "validation",
+                              code=exc.code, message=str(exc))
+            raise
+        self.audit.append("accepted", session=sid, role=role, approval="auto" if peer != self.name else "own operator")
+        return spec
+
+    def _summary(self, plugin: ProtocolPlugin, spec: SessionSpec) -> SessionSummary | None:
+        try:
+            return plugin.summary(spec.params, spec.roles)
+        except PreconditionFailed:
+            # a third-party plug-in without a summary: only a party without protocol rules runs it
+            if self.policy is not None and self.policy.restricts:
+                raise refusal(OutOfBounds, self.name, spec.session_id, "summary",
+                              f"the plug-in of {spec.protocol!r} does not describe its sessions, so this "
+                              "party's policy cannot admit them") from None
+            return None
+
+    def _reserve(self, sid: str, summary: SessionSummary, initiator: str, *, refuse: bool) -> None:
+        try:
+            c = self.charges.reserve(sid, summary, initiator)
+        except BudgetExceeded as exc:
+            if not refuse:
+                raise          # the operator sees the ledger's own words
+            # the initiator learns that the budget refused, not what is left of it
+            raise refusal(BudgetRefused, self.name, sid, "budget",
+                          f"the privacy budget of its dataset does not admit epsilon={summary.epsilon:g}, "
+                          f"delta={summary.delta:g} more") from exc
+        except PreconditionFailed as exc:
+            raise refusal(OutOfBounds, self.name, sid, "budget",
+                          f"this session id already had a budget reservation here ({exc})") from None
+        self._reserved.add(sid)
+        self.audit.append("reserved", session=sid, dataset=self.charges.dataset, epsilon=fmt_amount(c.epsilon),
+                          delta=fmt_amount(c.delta))
+
+    def _repeat(self, p: Proposal, peer: str, spec: SessionSpec) -> SessionSpec | PendingApproval:
+        """A Propose for a session this party already keeps a proposal of."""
+        sid = p.session_id
+        if not p.same_request(peer, spec):
+            raise AlreadyExists(f"session {sid!r} already exists at party {self.name!r} (another proposal)")
+        p = self._expire_one(p)
+        if p.state == "pending":
+            return PendingApproval(f"waiting for the operator of party {self.name!r} to approve "
+                                   "(smcdp session approve)")
+        if p.state == "approved":
+            self.proposals.decide(p, "started", p.reason)
+            self.audit.append("accepted", session=sid, role=p.role, approval="operator")
+            return p.spec()
+        if p.state == "rejected":
+            raise refusal(PolicyDenied, self.name, sid, "approval",
+                          f"its operator rejected the session: {p.reason}")
+        if p.state == "expired":
+            raise refusal(ApprovalExpired, self.name, sid, "approval",
+                          "its operator did not approve the session before its deadline")
+        raise refusal(OutOfBounds, self.name, sid, "approval", f"the proposal is {p.state} here")
+
+    # ------------------------------------------------------------------ operator decisions
+    def approve(self, session_id: str) -> dict:
+        with self._lock:
+            p = self._proposal(session_id)
+            p = self._expire_one(p)
+            if p.state == "approved":
+                return self.describe(p)
+            if p.state != "pending":
+                raise PreconditionFailed(f"proposal {session_id!r} is {p.state}; only a pending one can be approved")
+            if p.charges_budget:
+                self._reserve(session_id, SessionSummary(**_summary_args(p.summary)), p.initiator, refuse=False)
+            p = self.proposals.decide(p, "approved")
+            self.audit.append("approved", session=session_id, by="operator")
+            return self.describe(p)
+
+    def reject(self, session_id: str, reason: str) -> dict:
+        try:
+            reason = check_reason(reason)
+        except ValueError as exc:
+            raise InvalidMessage(str(exc)) from None
+        with self._lock:
+            p = self._expire_one(self._proposal(session_id))
+            if p.state not in OPEN_STATES:
+                raise PreconditionFailed(f"proposal {session_id!r} is {p.state}; only a pending or approved "
+                                         "one can be rejected")
+            self._give_back(session_id, f"rejected by the operator: {reason}")
+            p = self.proposals.decide(p, "rejected", reason)
+            self.audit.append("rejected", session=session_id, by="operator", reason=reason)
+            return self.describe(p)
+
+    def withdraw(self, peer: str, session_id: str, message: str) -> bool:
+        """An Abort for a proposal still waiting here; True if there was one."""
+        with self._lock:
+            p = self.proposals.get(session_id)
+            if p is None or p.state not in OPEN_STATES or peer not in p.roles.values():
+                return False
+            self._give_back(session_id, f"withdrawn: {peer} aborted the session")
+            self.proposals.decide(p, "withdrawn", f"{peer}: {message}"[:1000])
+            self.audit.append("withdrawn", session=session_id, peer=peer, message=message)
+            return True
+
+    def expire(self) -> None:
+        with self._lock:
+            for p in self.proposals.all():
+                self._expire_one(p)
+
+    def _expire_one(self, p: Proposal) -> Proposal:
+        if p.state not in OPEN_STATES or time.time() < p.expires_at:
+            return p
+        self._give_back(p.session_id, "the proposal expired before the initiator started it")
+        p = self.proposals.decide(p, "expired", "not approved and started before the session's deadline")
+        self.audit.append("expired", session=p.session_id)
+        return p
+
+    def _proposal(self, session_id: str) -> Proposal:
+        p = self.proposals.get(session_id)
+        if p is None:
+            raise NotFound(f"party {self.name!r} has no proposal {session_id!r}")
+        return p
+
+    def _give_back(self, session_id: str, reason: str) -> None:
+        if self.charges is None or session_id not in self._reserved:
+            return
+        c = self.charges.release(session_id, reason)
+        self._reserved.discard(session_id)
+        if c is not None:
+            self.audit.append("released", session=session_id, dataset=self.charges.dataset,
+                              epsilon=fmt_amount(c.epsilon), delta=fmt_amount(c.delta), reason=reason)
+
+    # ------------------------------------------------------------------ running sessions
+    def wrap(self, plugin: ProtocolPlugin, session_id: str) -> ProtocolPlugin:
+        """The plug-in a session runs: with a release gate and settlement when its cost is reserved."""
+        if session_id not in self._reserved:
+            return plugin
+        return _Governed(plugin, self, session_id)
+
+    def release_point(self, session_id: str) -> None:
+        """The session's output may leave this party from now on: the reservation becomes a charge."""
+        c = self.charges.commit(session_id)
+        if c is not None:
+            self.audit.append("charged", session=session_id, dataset=self.charges.dataset,
+                              epsilon=fmt_amount(c.epsilon), delta=fmt_amount(c.delta),
+                              why="release point reached: output may leave the party from here on")
+
+    def settle(self, session_id: str, succeeded: bool, reason: str) -> None:
+        """At the end of a session: commit what is still reserved on success, release it on failure."""
+        with self._lock:
+            if session_id not in self._reserved:
+                return
+            if succeeded:
+                c = self.charges.commit(session_id)
+                if c is not None:
+                    self.audit.append("charged", session=session_id, dataset=self.charges.dataset,
+                                      epsilon=fmt_amount(c.epsilon), delta=fmt_amount(c.delta),
+                                      why="the session succeeded")
+                self._reserved.discard(session_id)
+            else:
+                self._give_back(session_id, f"the session failed before its release point: {reason}"[:1000])
+
+    def session_done(self, session_id: str, record: Mapping[str, Any]) -> None:
+        """A session ended here (called from its thread).  Never raises: the record is written already."""
+        err = record.get("error") or {}
+        try:
+            if record.get("state") == "failed" and record.get("resumable"):
+                # it may continue (`session resume`): the reservation stays until it ends for good
+                self.audit.append("session-end", session=session_id, state="failed-resumable",
+                                  code=err.get("code"), origin=err.get("origin"), message=err.get("message"))
+                return
+            self.settle(session_id, record.get("state") == "succeeded", str(err.get("message", "")))
+            self.audit.append("session-end", session=session_id, state=record.get("state"),
+                              code=err.get("code"), origin=err.get("origin"), message=err.get("message"))
+        except SmcdpError as exc:   # e.g. a session ending while the party shuts down (audit closed)
+            log.error("session %s: could not settle or audit its end: %s", session_id, exc)
+
+    def aborted(self, peer: str, session_id: str, code: str, message: str) -> None:
+        self.audit.append("abort", session=session_id, peer=peer, code=code, message=message)
+
+    def abandon(self, session_id: str, reason: str) -> None:
+        """Admitted but never prepared (e.g. the session thread did not start)."""
+        self.settle(session_id, False, reason)
+
+    # ------------------------------------------------------------------ operator views
+    def describe(self, p: Proposal) -> dict:
+        s = p.summary or {}
+        return {"session_id": p.session_id, "state": p.state, "protocol": p.protocol, "initiator": p.initiator,
+                "role": p.role, "roles": dict(p.roles), "params": dict(p.params), "seeded": p.seed is not None,
+                "epsilon": s.get("epsilon") if p.charges_budget else None,
+                "delta": s.get("delta") if p.charges_budget else None,
+                "summary": s or None, "received_at": _iso(p.received_at), "expires_at": _iso(p.expires_at),
+                "decided_at": _iso(p.decided_at), "reason": p.reason or None, "kind": "proposal"}
+
+    def _charged(self, session_id: str) -> tuple[str | None, str | None]:
+        if self.charges is None:
+            return None, None
+        c = self.charges.budget.reservation(session_id)
+        if c is None or c.state == "released":
+            return None, None
+        return fmt_amount(c.epsilon), c.state
+
+    def describe_record(self, r: Mapping[str, Any]) -> dict:
+        eps, how = self._charged(str(r.get("session_id")))
+        return {"session_id": r.get("session_id"), "state": r.get("state"), "protocol": r.get("protocol"),
+                "initiator": r.get("initiator"), "role": r.get("role"), "roles": r.get("roles"),
+                "params": r.get("params"), "seeded": r.get("seed") is not None, "epsilon": eps,
+                "budget_state": how, "started_at": r.get("started_at"), "finished_at": r.get("finished_at"),
+                "error": r.get("error"), "kind": "session"}
+
+    def list_sessions(self, pending_only: bool, live: Mapping[str, Mapping[str, Any]]) -> list[dict]:
+        with self._lock:
+            self.expire()
+            items = [self.describe(p) for p in self.proposals.all() if not pending_only or p.state == "pending"]
+        if pending_only:
+            return items
+        seen = {i["session_id"] for i in items}
+        records = dict(live)
+        rec_dir = self.config.data_dir / "sessions"
+        paths = sorted(rec_dir.glob("*.json"), key=lambda q: q.stat().st_mtime, reverse=True)[:LIST_RECORDS]
+        for path in paths:
+            if path.stem not in records:
+                try:
+                    records[path.stem] = json.loads(path.read_text(encoding="utf-8"))
+                except (OSError, ValueError):
+                    continue
+        for sid, r in records.items():
+            if sid in seen:
+                items = [dict(i, session=self.describe_record(r)) if i["session_id"] == sid else i for i in items]
+            else:
+                items.append(self.describe_record(r))
+        return items
+
+    def show(self, session_id: str, record: Mapping[str, Any] | None) -> dict:
+        with self._lock:
+            p = self.proposals.get(session_id)
+            if p is not None:
+                p = self._expire_one(p)
+        if p is None and record is None:
+            raise NotFound(f"party {self.name!r} has no session or proposal {session_id!r}")
+        out = self.describe(p) if p is not None else self.describe_record(record)
+        if p is not None and record is not None:
+            out["session"] = self.describe_record(record)
+        return out
+
+
+def _summary_args(d: Mapping[str, Any] | None) -> dict:
+    """A stored summary dict back into SessionSummary's arguments (outputs are not needed to reserve)."""
+    d = dict(d or {})
+    return {"protocol": d.get("protocol", ""), "key_bits": d.get("key_bits", {}),
+            "data_roles": tuple(d.get("data_roles", ())), "coordinator_roles": tuple(d.get("coordinator_roles", ())),
+            "outputs": (), "epsilon": d.get("epsilon"), "delta": d.get("delta", 0.0), "rho": d.get("rho"),
+            "record_bound": d.get("record_bound")}
+
+
+class _Governed(ProtocolPlugin):
+    """A plug-in whose session holds a budget reservation: release gate and settlement."""
+
+    def __init__(self, inner: ProtocolPlugin, governor: Governor, session_id: str) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.coordinating_roles = inner.coordinating_roles
+        self.governor = governor
+        self.session_id = session_id
+
+    def validate_params(self, params, roles):
+        return self.inner.validate_params(params, roles)
+
+    def summary(self, params, roles):
+        return self.inner.summary(params, roles)
+
+    async def run_role(self, role: str, ch: Channel, ctx: SessionContext) -> dict:
+        ctx = dataclasses.replace(ctx, on_release=lambda: self.governor.release_point(self.session_id))
+        try:
+            result = await self.inner.run_role(role, ch, ctx)
+        except BaseException as exc:
+            self.governor.settle(self.session_id, False, f"{type(exc).__name__}: {exc}")
+            raise
+        self.governor.settle(self.session_id, True, "")
+        return result
+
+
+__all__ = ["ApprovalExpired", "BudgetRefused", "Governor", "warnings_for"]

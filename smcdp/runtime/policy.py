@@ -1,0 +1,354 @@
+"""A party's ``[policy]``: what it joins, with whom, within which bounds (docs/governance.md).
+
+The TOML, written for a data-protection officer to read::
+
+    [policy]
+    approval = "operator"          # "auto" (default) or "operator": a person approves each session
+    allow_seeded = false           # true lets a peer's seed replace this party's CSPRNG (tests only)
+    # open = true                  # no protocol rules at all (test deployments; as without [policy])
+
+    [policy.dp-aggregate]          # one table per protocol this party joins; no table: not joined
+    roles = ["party*"]             # the roles it may hold ("*" matches any characters)
+    initiators = ["charlie"]       # peers that may propose a session involving it
+    coordinators = ["charlie", "dave"]  # peers that may hold the protocol's coordinating roles
+    release_to = ["dave"]          # peers that may receive an output computed from its data
+    max_epsilon = 1.0              # per session
+    max_delta = 1e-9
+    min_records = 100              # the session's public record bound must be at least this
+    min_key_bits = 2048
+
+    [policy.power-iteration]
+    roles = ["party*"]
+    initiators = ["trent"]
+    coordinators = ["trent"]
+    release_to = ["trent", "bob"]
+    allow_non_dp = true            # exact (non-DP) outputs may leave at all (default false)
+
+Every rule is checked against the plug-in's :class:`~smcdp.plugins.base.SessionSummary`
+of the proposal -- public parameters only -- so the evaluation here knows no protocol by
+name.  A refusal is an :mod:`smcdp.errors` exception whose status code says what kind of
+rule refused (PERMISSION_DENIED: who or what is not allowed; FAILED_PRECONDITION:
+parameters out of bounds) and whose message names the party and the rule, and nothing of
+the party's data.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from smcdp.errors import InvalidMessage, PermissionDenied, PreconditionFailed, SmcdpError
+from smcdp.net.config import ConfigError, check_keys
+from smcdp.net.tls import validate_party_name
+from smcdp.plugins.base import SessionSummary
+
+APPROVALS = ("auto", "operator")
+#: the smallest Paillier/DGK key a party accepts unless party.allow_insecure_keys is set
+SECURE_KEY_BITS = 2048
+ANY = "*"
+
+_PROTOCOL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_ROLE_PATTERN_RE = re.compile(r"^[A-Za-z0-9*][A-Za-z0-9_.*-]{0,63}$")
+_TOP_KEYS = {"approval", "allow_seeded", "open"}
+_RULE_KEYS = {"roles", "initiators", "coordinators", "release_to", "allow_non_dp", "min_key_bits",
+              "max_epsilon", "max_delta", "min_records", "approval"}
+
+
+@dataclass(frozen=True)
+class ProtocolRules:
+    """The rules of one ``[policy.<protocol>]`` table (absent lists allow nobody)."""
+
+    roles: tuple[str, ...]
+    initiators: tuple[str, ...]
+    coordinators: tuple[str, ...] = ()
+    release_to: tuple[str, ...] = ()
+    allow_non_dp: bool = False
+    min_key_bits: int | None = None
+    max_epsilon: float | None = None
+    max_delta: float | None = None
+    min_records: int | None = None
+    approval: str | None = None          # None: [policy].approval
+
+    def as_dict(self) -> dict:
+        out: dict[str, Any] = {"roles": list(self.roles), "initiators": list(self.initiators),
+                               "coordinators": list(self.coordinators), "release_to": list(self.release_to),
+                               "allow_non_dp": self.allow_non_dp}
+        for k in ("min_key_bits", "max_epsilon", "max_delta", "min_records", "approval"):
+            if getattr(self, k) is not None:
+                out[k] = getattr(self, k)
+        return out
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A party's ``[policy]``: it joins the protocols it has tables for, nothing else.
+
+    ``open = true`` instead means no protocol rules (whatever a peer in [peers] proposes
+    is accepted, as without a [policy]); approval and the seed rule still apply."""
+
+    approval: str = "auto"
+    allow_seeded: bool = False
+    protocols: Mapping[str, ProtocolRules] = field(default_factory=dict)
+    open: bool = False
+
+    @property
+    def restricts(self) -> bool:
+        return not self.open
+
+    def approval_for(self, protocol: str) -> str:
+        rules = self.protocols.get(protocol)
+        return (rules.approval if rules is not None and rules.approval else None) or self.approval
+
+    def as_dict(self) -> dict:
+        out: dict[str, Any] = {"approval": self.approval, "allow_seeded": self.allow_seeded}
+        if self.open:
+            out["open"] = True
+        out.update({name: rules.as_dict() for name, rules in self.protocols.items()})
+        return out
+
+
+# ---------------------------------------------------------------------------- parsing
+def _bool(t: Mapping[str, Any], key: str, where: str, default: bool) -> bool:
+    v = t.get(key, default)
+    if not isinstance(v, bool):
+        raise ConfigError(f"{where}.{key} must be true or false, got {v!r}")
+    return v
+
+
+def _approval(t: Mapping[str, Any], where: str, default: str | None) -> str | None:
+    v = t.get("approval", default)
+    if v is not None and v not in APPROVALS:
+        raise ConfigError(f"{where}.approval must be one of {', '.join(repr(a) for a in APPROVALS)}, got {v!r}")
+    return v
+
+
+def _parties(t: Mapping[str, Any], key: str, where: str, known: set[str]) -> tuple[str, ...]:
+    v = t.get(key, [])
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise ConfigError(f"{where}.{key} must be a list of party names (or [\"*\"] for any peer), got {v!r}")
+    for name in v:
+        if name == ANY:
+            continue
+        try:
+            validate_party_name(name, f"{where}.{key}")
+        except InvalidMessage as exc:
+            raise ConfigError(str(exc)) from None
+        if name not in known:
+            raise ConfigError(f"{where}.{key} names {name!r}, which is neither this party nor in [peers]")
+    return tuple(dict.fromkeys(v))
+
+
+def _number(t: Mapping[str, Any], key: str, where: str, *, integer: bool, lo: float, hi: float | None,
+            lo_open: bool = False, hi_open: bool = False) -> Any:
+    if key not in t:
+        return None
+    v = t[key]
+    ok_type = isinstance(v, int) if integer else isinstance(v, (int, float))
+    if isinstance(v, bool) or not ok_type or not math.isfinite(v) \
+            or (v <= lo if lo_open else v < lo) or (hi is not None and (v >= hi if hi_open else v > hi)):
+        rng = f"{'(' if lo_open else '['}{lo:g}, {'∞)' if hi is None else f'{hi:g}' + (')' if hi_open else ']')}"
+        raise ConfigError(f"{where}.{key} must be {'an integer' if integer else 'a number'} in {rng}, got {v!r}")
+    return v if integer else float(v)
+
+
+def _rules(name: str, t: Any, known: set[str]) -> ProtocolRules:
+    where = f"policy.{name}"
+    if not isinstance(t, dict):
+        raise ConfigError(f"[{where}] must be a table")
+    check_keys(t, _RULE_KEYS, f"[{where}]")
+    for required in ("roles", "initiators"):
+        if required not in t:
+            raise ConfigError(f"[{where}] must say {required} = [...] (an empty list allows none)")
+    roles = t["roles"]
+    if not isinstance(roles, list) or not roles or not all(
+            isinstance(r, str) and _ROLE_PATTERN_RE.match(r) for r in roles):
+        raise ConfigError(f"{where}.roles must be a non-empty list of role names or patterns such as "
+                          f"\"party*\", got {roles!r}")
+    return ProtocolRules(
+        roles=tuple(dict.fromkeys(roles)),
+        initiators=_parties(t, "initiators", where, known),
+        coordinators=_parties(t, "coordinators", where, known),
+        release_to=_parties(t, "release_to", where, known),
+        allow_non_dp=_bool(t, "allow_non_dp", where, False),
+        min_key_bits=_number(t, "min_key_bits", where, integer=True, lo=256, hi=16384),
+        max_epsilon=_number(t, "max_epsilon", where, integer=False, lo=0, hi=None, lo_open=True),
+        max_delta=_number(t, "max_delta", where, integer=False, lo=0, hi=1, hi_open=True),
+        min_records=_number(t, "min_records", where, integer=True, lo=1, hi=1 << 40),
+        approval=_approval(t, where, None),
+    )
+
+
+def parse_policy(t: Mapping[str, Any], me: str, peers: Mapping[str, str]) -> Policy:
+    """Validate a ``[policy]`` table (``me``: this party; names must be it or in ``peers``)."""
+    known = {me, *peers}
+    top = {k: v for k, v in t.items() if not isinstance(v, dict)}
+    check_keys(top, _TOP_KEYS, "[policy] (protocol rules go in [policy.<protocol>] tables)")
+    protocols = {}
+    for name, sub in t.items():
+        if not isinstance(sub, dict):
+            continue
+        if not _PROTOCOL_RE.match(name):
+            raise ConfigError(f"[policy.{name}]: {name!r} is not a protocol name")
+        protocols[name] = _rules(name, sub, known)
+    is_open = _bool(t, "open", "policy", False)
+    if is_open and protocols:
+        raise ConfigError("[policy] open = true admits every protocol; it cannot be combined with "
+                          f"[policy.<protocol>] tables ({', '.join(protocols)})")
+    return Policy(approval=_approval(t, "policy", "auto") or "auto",
+                  allow_seeded=_bool(t, "allow_seeded", "policy", False), protocols=protocols, open=is_open)
+
+
+# ---------------------------------------------------------------------------- generated policies
+def rules_for_layout(roles: Mapping[str, str], *, initiators: tuple[str, ...] | list[str],
+                     coordinating_roles: tuple[str, ...], summary: SessionSummary | None = None,
+                     allow_non_dp: bool = False, min_key_bits: int | None = None) -> dict[str, ProtocolRules]:
+    """Per party of ``roles`` (role -> party): the narrowest rules that admit this layout.
+
+    Each party may hold exactly its role, the named initiators may propose, the parties
+    holding coordinating roles may coordinate.  With the proposal's ``summary`` an output
+    may go exactly where the session sends it and ``allow_non_dp`` follows its outputs;
+    without one (deployment tools, which know no parameters) to every other participant,
+    with ``allow_non_dp`` as given.  Used by ``smcdp deploy init`` and the demos.
+    """
+    coordinators = {roles[r] for r in coordinating_roles if r in roles}
+    out = {}
+    for role, party in roles.items():
+        if role in coordinating_roles:   # holds no data: the data rules do not apply to it
+            out[party] = ProtocolRules(roles=(role,), initiators=tuple(sorted(set(initiators))),
+                                       min_key_bits=min_key_bits)
+            continue
+        if summary is not None:
+            flows = [o for o in summary.outputs_from(role) if {roles[r] for r in o.recipients} - {party}]
+            release = {roles[r] for o in flows for r in o.recipients} - {party}
+            non_dp = any(not o.dp for o in flows)
+        else:
+            release, non_dp = set(roles.values()) - {party}, allow_non_dp
+        out[party] = ProtocolRules(roles=(role,), initiators=tuple(sorted(set(initiators))),
+                                   coordinators=tuple(sorted(coordinators - {party})),
+                                   release_to=tuple(sorted(release)), allow_non_dp=non_dp,
+                                   min_key_bits=min_key_bits)
+    return out
+
+
+def merge_rules(a: ProtocolRules, b: ProtocolRules) -> ProtocolRules:
+    """The union of two generated rule sets for one protocol (several layouts)."""
+    def union(x: tuple[str, ...], y: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(sorted(set(x) | set(y)))
+    return ProtocolRules(roles=union(a.roles, b.roles), initiators=union(a.initiators, b.initiators),
+                         coordinators=union(a.coordinators, b.coordinators),
+                         release_to=union(a.release_to, b.release_to), allow_non_dp=a.allow_non_dp or b.allow_non_dp,
+                         min_key_bits=a.min_key_bits, max_epsilon=a.max_epsilon, max_delta=a.max_delta,
+                         min_records=a.min_records, approval=a.approval)
+
+
+# ---------------------------------------------------------------------------- evaluation
+class Refusal:
+    """Mixin: the rule that refused (``exc.rule``), for the audit trail."""
+
+    rule: str = ""
+
+
+class PolicyDenied(PermissionDenied, Refusal):
+    """Who or what is not allowed (PERMISSION_DENIED)."""
+
+
+class OutOfBounds(PreconditionFailed, Refusal):
+    """The proposal's parameters are outside this party's bounds (FAILED_PRECONDITION)."""
+
+
+def refusal(cls: type[SmcdpError], party: str, session_id: str, rule: str, detail: str) -> SmcdpError:
+    exc = cls(f"party {party!r} refuses session {session_id!r}: {detail} (rule {rule})")
+    exc.rule = rule  # type: ignore[attr-defined]
+    return exc
+
+
+def _allowed(names: tuple[str, ...], party: str) -> bool:
+    return ANY in names or party in names
+
+
+def _listing(names: tuple[str, ...]) -> str:
+    return ", ".join(names) if names else "none"
+
+
+def check_seed(seed: int | None, policy: Policy | None, me: str, session_id: str) -> None:
+    """DP noise never comes from a peer: a seeded proposal needs this party's allow_seeded."""
+    if seed is not None and not (policy is not None and policy.allow_seeded):
+        raise refusal(OutOfBounds, me, session_id, "policy.allow_seeded",
+                      "the proposal carries a seed, which would replace this party's own randomness "
+                      "(DP noise included); this party does not allow seeded sessions")
+
+
+def evaluate(policy: Policy | None, *, me: str, session_id: str, initiator: str, role: str,
+             roles: Mapping[str, str], summary: SessionSummary | None,
+             allow_insecure_keys: bool) -> None:
+    """Raise a refusal unless ``policy`` admits holding ``role`` in the proposal.
+
+    ``summary`` may be None only when there are no protocol rules (no [policy], or
+    ``open = true``), e.g. for a plug-in without
+    :meth:`~smcdp.plugins.base.ProtocolPlugin.summary`.
+    """
+    if policy is None or not policy.restricts:
+        return
+    if summary is None:  # pragma: no cover - the caller asks the plug-in first and refuses on failure
+        raise SmcdpError("a restrictive policy needs the plug-in's summary")
+    proto = summary.protocol
+    rules = policy.protocols.get(proto)
+    base = f"policy.{proto}"
+
+    def deny(rule: str, detail: str) -> SmcdpError:
+        return refusal(PolicyDenied, me, session_id, rule, detail)
+
+    def bound(rule: str, detail: str) -> SmcdpError:
+        return refusal(OutOfBounds, me, session_id, rule, detail)
+
+    # --- who: protocol, role, initiator
+    if rules is None:
+        raise deny(base, f"it does not join protocol {proto!r} (its policy has no [{base}] table)")
+    if not any(fnmatch.fnmatchcase(role, pat) for pat in rules.roles):
+        raise deny(f"{base}.roles", f"it may not hold role {role!r} in {proto} (allowed: {_listing(rules.roles)})")
+    if initiator != me and not _allowed(rules.initiators, initiator):
+        raise deny(f"{base}.initiators", f"peer {initiator!r} may not initiate {proto} sessions involving it "
+                                          f"(allowed: {_listing(rules.initiators)})")
+    # --- key sizes
+    floor = rules.min_key_bits
+    for what, bits in summary.key_bits.items():
+        if floor is not None and bits < floor:
+            raise bound(f"{base}.min_key_bits", f"the {what} key of {bits} bits is below its minimum of {floor}")
+        if bits < SECURE_KEY_BITS and not allow_insecure_keys:
+            raise bound("party.allow_insecure_keys", f"the {what} key of {bits} bits is below "
+                        f"{SECURE_KEY_BITS} and this party does not allow insecure keys")
+    if role not in summary.data_roles:
+        return
+    # --- its data: who coordinates, where outputs go, how private they are
+    for r in summary.coordinator_roles:
+        holder = roles.get(r)
+        if holder is not None and holder != me and not _allowed(rules.coordinators, holder):
+            raise deny(f"{base}.coordinators", f"peer {holder!r} may not hold the coordinating role {r!r} over "
+                                               f"its data (allowed: {_listing(rules.coordinators)})")
+    for out in summary.outputs_from(role):
+        to = sorted({roles[r] for r in out.recipients if r in roles} - {me})
+        if not to:
+            continue
+        if not out.dp and not rules.allow_non_dp:
+            raise deny(f"{base}.allow_non_dp", f"output {out.name!r} is computed from its data without "
+                                               f"differential privacy and would go to {', '.join(to)}")
+        refused = [p for p in to if not _allowed(rules.release_to, p)]
+        if refused:
+            raise deny(f"{base}.release_to", f"output {out.name!r} computed from its data would go to "
+                                             f"{', '.join(refused)} (allowed: {_listing(rules.release_to)})")
+    if summary.epsilon is not None:
+        if rules.max_epsilon is not None and summary.epsilon > rules.max_epsilon:
+            raise bound(f"{base}.max_epsilon", f"the release costs epsilon={summary.epsilon:g}, above its "
+                                               f"per-session maximum of {rules.max_epsilon:g}")
+        if rules.max_delta is not None and summary.delta > rules.max_delta:
+            raise bound(f"{base}.max_delta", f"the release costs delta={summary.delta:g}, above its "
+                                             f"per-session maximum of {rules.max_delta:g}")
+    if rules.min_records is not None and (summary.record_bound is None
+                                          or summary.record_bound < rules.min_records):
+        have = "no public record bound" if summary.record_bound is None else \
+            f"a public record bound of {summary.record_bound}"
+        raise bound(f"{base}.min_records", f"the session declares {have}; it requires at least "
+                                           f"{rules.min_records}")

@@ -1,0 +1,300 @@
+"""Governance across OS processes: budgets under concurrency and kill -9, operator approval through
+the CLI (durable across restarts, expiring at the deadline), the demo's contract, start-up warnings."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from smcdp.cli import main as cli_main
+from smcdp.cli.demo.common import governed
+from smcdp.cli.demo.dp_aggregate import demo_dp_aggregate
+from smcdp.dp.ledger import Ledger
+from smcdp.errors import SmcdpError
+from smcdp.runtime import client
+from smcdp.runtime.audit import read_entries, verify_log
+from smcdp.runtime.charges import BudgetConfig
+from smcdp.runtime.config import load_config
+from smcdp.runtime.local import LocalCluster, spawn_party, stop_party, write_local_deployment
+
+ROLES = {"charlie": "charlie", "dave": "dave", "party1": "alice", "party2": "bob"}
+PARAMS = {"n_parties": 2, "dim": 3, "epsilon": 1.0, "lam": 0.1, "key_bits": 512, "dgk_bits": 512, "dgk_t": 96}
+
+
+def _data(tmp_path, names=("alice", "bob")):
+    rng = np.random.default_rng(5)
+    paths = []
+    for name, n in zip(names, (50, 70)):
+        X = rng.normal(size=(n, 3))
+        X /= np.maximum(1.0, np.linalg.norm(X, axis=1))[:, None] * 1.001
+        np.savez(tmp_path / f"{name}.npz", X=X, y=np.where(X @ np.array([1.0, -1.0, 2.0]) > 0, 1, 0))
+        paths.append(str(tmp_path / f"{name}.npz"))
+    return paths
+
+
+def _cluster(tmp_path, *, approval: dict | None = None, budget=2.0, session_seconds=120.0) -> LocalCluster:
+    paths = _data(tmp_path)
+    parties = {"charlie": {}, "dave": {}, "alice": {"dp-aggregate": {"data": paths[0]}},
+               "bob": {"dp-aggregate": {"data": paths[1]}}}
+    options, _ = governed("dp-aggregate", ROLES, PARAMS, initiator="charlie", seed=None)
+    for party, how in (approval or {}).items():
+        options["policies"][party] = replace(options["policies"][party], approval=how)
+    budgets = {p: BudgetConfig(dataset=p, epsilon=budget, delta=1e-9) for p in ("alice", "bob")}
+    return LocalCluster(parties, allow_insecure_keys=True, workdir=tmp_path / "run", data_root=tmp_path / "run",
+                        session_seconds=session_seconds, budgets=budgets, **options)
+
+
+def _ledger(cluster, party):
+    return Ledger(cluster.data_dir(party) / "ledger.sqlite")
+
+
+def _start(cluster, sid, timeout=120.0):
+    """StartSession at charlie in a thread; returns (thread, outcome dict)."""
+    out = {}
+
+    def run():
+        try:
+            out["record"] = client.start_session(cluster.configs["charlie"], "dp-aggregate", ROLES, PARAMS,
+                                                 session_id=sid, timeout=timeout)
+        except SmcdpError as exc:
+            out["error"] = exc
+
+    th = threading.Thread(target=run)
+    th.start()
+    return th, out
+
+
+def _wait_pending(cluster, party, sid, timeout=60.0):
+    end = time.monotonic() + timeout
+    while True:
+        if any(i["session_id"] == sid for i in client.list_sessions(cluster.configs[party], pending_only=True)):
+            return
+        assert time.monotonic() < end, f"{sid} never became pending at {party}"
+        time.sleep(0.2)
+
+
+def _restart(cluster, party, *, kill: bool):
+    proc = cluster.procs[party]
+    if kill:
+        proc.kill()
+        proc.wait(10)
+    else:
+        assert stop_party(proc) == 0
+    log = open(cluster.workdir / f"{party}.log", "ab")
+    cluster.procs[party] = spawn_party(cluster.configs[party], log_file=log)
+    client.wait_healthy(cluster.configs[party], timeout=60)
+
+
+# ------------------------------------------------------------------ the demo's contract
+def test_demo_contract_four_concurrent_sessions_against_two_and_a_half_epsilon(tmp_path):
+    paths = _data(tmp_path)
+    keep = tmp_path / "keep"
+    argv = ["demo", "dp-aggregate", "--data", paths[0], "--data", paths[1], "--epsilon", "1", "--lam", "0.1",
+            "--key-bits", "512", "--budget", "2.5", "--sessions", "4", "--concurrent", "--keep-dir", str(keep),
+            "--out", str(tmp_path / "out.json")]
+    assert cli_main(argv) == 0
+    out = json.loads((tmp_path / "out.json").read_text())
+    statuses = sorted(s["status"] for s in out["sessions"])
+    assert statuses == ["refused", "refused", "released", "released"]
+    for s in out["sessions"]:
+        assert s["epsilon"] == 1.0
+        if s["status"] == "released":
+            assert len(s["weights"]) == 3
+        else:
+            assert "budget" in s["reason"] and "weights" not in s
+    first = next(s for s in out["sessions"] if s["status"] == "released")
+    assert out["weights"] == first["weights"] and out["session_id"] == first["session_id"]
+    for key in ("shares", "shares_mod", "share_modulus", "frac_bits", "bytes_sent", "epsilon", "roles"):
+        assert key in out
+    for party in ("alice", "bob"):
+        assert (keep / party / "audit.jsonl").is_file() and verify_log(keep / party).ok
+        st = Ledger(keep / party / "ledger.sqlite").status(party)
+        assert (str(st.spent_epsilon), str(st.reserved_epsilon)) == ("2", "0")
+        assert out["budgets"][party]["spent_epsilon"] == "2"
+    for party in ("charlie", "dave"):
+        assert verify_log(keep / party).ok
+
+
+def test_eight_concurrent_sessions_against_a_budget_for_three(tmp_path):
+    paths = _data(tmp_path)
+    out = demo_dp_aggregate(paths, epsilon=1.0, lam=0.1, key_bits=512, budget=3.5, sessions=8, concurrent=True,
+                            keep_dir=str(tmp_path / "keep"))
+    released = [s for s in out["sessions"] if s["status"] == "released"]
+    refused = [s for s in out["sessions"] if s["status"] == "refused"]
+    assert len(released) == 3 and len(refused) == 5
+    assert all("RESOURCE_EXHAUSTED" in s["reason"] and "budget" in s["reason"] for s in refused)
+    for party in ("alice", "bob"):
+        st = Ledger(tmp_path / "keep" / party / "ledger.sqlite").status(party)
+        assert (str(st.spent_epsilon), str(st.reserved_epsilon), st.n_charges) == ("3", "0", 3)
+
+
+# ------------------------------------------------------------------ kill -9
+def test_kill_minus_nine_between_reservation_and_charge_loses_nothing_and_overspends_nothing(tmp_path):
+    # dave approves by hand, and proposals go out in name order (alice, bob, dave): while dave's operator
+    # decides, alice and bob hold their reservations and no output can have left them.
+    with _cluster(tmp_path, approval={"dave": "operator"}, budget=2.0) as cluster:
+        th, out = _start(cluster, "k-1")
+        _wait_pending(cluster, "dave", "k-1")
+        assert _ledger(cluster, "alice").reservation("alice", "k-1").state == "reserved"
+        cluster.procs["alice"].kill()
+        cluster.procs["alice"].wait(10)
+        assert _ledger(cluster, "alice").reservation("alice", "k-1").state == "reserved"   # nothing lost
+        _restart_after_kill(cluster)
+        entry = _ledger(cluster, "alice").reservation("alice", "k-1")
+        assert entry.state == "released" and "party restarted" in entry.reason
+        assert verify_log(cluster.data_dir("alice")).ok
+        assert cli_main(["session", "reject", "k-1", "--config", str(cluster.configs["dave"]),
+                         "--reason", "superseded"]) == 0
+        th.join(60)
+        assert out["error"].code == "PERMISSION_DENIED"
+        assert "party 'dave'" in str(out["error"]) and "superseded" in str(out["error"])
+        assert _ledger(cluster, "bob").reservation("bob", "k-1").state == "released"
+
+        # from now on dave's operator approves everything: the budget of 2 admits exactly 2 more
+        stop = threading.Event()
+
+        def approver():
+            while not stop.is_set():
+                try:
+                    for item in client.list_sessions(cluster.configs["dave"], pending_only=True):
+                        client.approve_session(cluster.configs["dave"], item["session_id"])
+                except SmcdpError:
+                    pass
+                time.sleep(0.2)
+
+        ap = threading.Thread(target=approver, daemon=True)
+        ap.start()
+        try:
+            outcomes = []
+            for i in range(3):
+                th, out = _start(cluster, f"k-{i + 2}")
+                th.join(120)
+                outcomes.append(out)
+        finally:
+            stop.set()
+            ap.join(5)
+        assert [("record" in o) for o in outcomes] == [True, True, False]
+        assert outcomes[2]["error"].code == "RESOURCE_EXHAUSTED" and "party 'alice'" in str(outcomes[2]["error"])
+        st = _ledger(cluster, "alice").status("alice")
+        assert (str(st.spent_epsilon), str(st.reserved_epsilon)) == ("2", "0")
+        # a charge survives kill -9 too
+        cluster.procs["alice"].kill()
+        cluster.procs["alice"].wait(10)
+        _restart_after_kill(cluster)
+        st = _ledger(cluster, "alice").status("alice")
+        assert (str(st.spent_epsilon), str(st.reserved_epsilon), st.n_charges) == ("2", "0", 2)
+        assert verify_log(cluster.data_dir("alice")).ok
+
+
+def _restart_after_kill(cluster):
+    log = open(cluster.workdir / "alice.log", "ab")
+    cluster.procs["alice"] = spawn_party(cluster.configs["alice"], log_file=log)
+    client.wait_healthy(cluster.configs["alice"], timeout=60)
+
+
+# ------------------------------------------------------------------ operator approval through the CLI
+def test_approve_reject_list_show_through_the_cli_durably_and_expiring(tmp_path, capsys):
+    with _cluster(tmp_path, approval={"alice": "operator"}, budget=5.0) as cluster:
+        alice = str(cluster.configs["alice"])
+        th, out = _start(cluster, "a-1")
+        _wait_pending(cluster, "alice", "a-1")
+        capsys.readouterr()
+        assert cli_main(["session", "list", "--config", alice, "--pending", "--json"]) == 0
+        [item] = json.loads(capsys.readouterr().out)
+        assert (item["session_id"], item["state"], item["protocol"], item["initiator"], item["role"],
+                item["epsilon"]) == ("a-1", "pending", "dp-aggregate", "charlie", "party1", 1.0)
+        assert item["roles"] == ROLES and item["params"]["epsilon"] == 1.0
+        assert cli_main(["session", "show", "a-1", "--config", alice]) == 0
+        shown = capsys.readouterr().out
+        for text in ("protocol   dp-aggregate", "initiator  charlie", "this party party1", "epsilon    1  delta 1.0842e-19",
+                     '"key_bits": 512', "output     model -> roles dave (differentially private)"):
+            assert text in shown, shown
+        # a restart of alice keeps the proposal waiting; the initiator keeps asking
+        _restart(cluster, "alice", kill=False)
+        assert cli_main(["session", "list", "--config", alice, "--pending"]) == 0
+        assert "a-1" in capsys.readouterr().out
+        assert cli_main(["session", "approve", "a-1", "--config", alice]) == 0
+        assert "approved (epsilon 1 reserved)" in capsys.readouterr().out
+        th.join(120)
+        assert out["record"]["state"] == "succeeded"
+        assert _ledger(cluster, "alice").reservation("alice", "a-1").state == "charged"
+
+        th, out = _start(cluster, "a-2")
+        _wait_pending(cluster, "alice", "a-2")
+        assert cli_main(["session", "reject", "a-2", "--config", alice, "--reason", "not this quarter"]) == 0
+        th.join(60)
+        assert out["error"].code == "PERMISSION_DENIED"
+        assert "party 'alice'" in str(out["error"]) and "not this quarter" in str(out["error"])
+        assert cli_main(["session", "approve", "a-2", "--config", alice]) == 1      # it is rejected now
+
+        th, out = _start(cluster, "a-3", timeout=6.0)        # never approved
+        th.join(60)
+        assert out["error"].code == "DEADLINE_EXCEEDED"
+        assert "party 'alice' did not approve session 'a-3'" in str(out["error"])
+        time.sleep(1.5)
+        capsys.readouterr()
+        assert cli_main(["session", "show", "a-3", "--config", alice, "--json"]) == 0
+        # the initiator's abort at its deadline (withdrawn) or alice's own deadline (expired) ends it
+        assert json.loads(capsys.readouterr().out)["state"] in ("withdrawn", "expired")
+
+        th, out = _start(cluster, "a-4", timeout=8.0)        # the initiator dies: nobody withdraws it
+        _wait_pending(cluster, "alice", "a-4")
+        cluster.procs["charlie"].kill()
+        cluster.procs["charlie"].wait(10)
+        th.join(60)
+        time.sleep(9.0)
+        capsys.readouterr()
+        assert cli_main(["session", "show", "a-4", "--config", alice, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["state"] == "expired"
+        assert cli_main(["session", "list", "--config", alice, "--pending"]) == 0
+        assert "no pending proposals" in capsys.readouterr().out
+        events = [(e["event"], e.get("session")) for _, e, _ in read_entries(cluster.data_dir("alice"))]
+        for ev in (("pending", "a-1"), ("approved", "a-1"), ("charged", "a-1"), ("rejected", "a-2"),
+                   ("expired", "a-4")):
+            assert ev in events, ev
+        assert verify_log(cluster.data_dir("alice")).ok
+        assert [cluster.procs[p].poll() for p in ("alice", "bob", "dave")] == [None] * 3
+        # only alice's own certificate decides for alice
+        as_bob = replace(load_config(alice), tls=load_config(cluster.configs["bob"]).tls)
+        for call in (lambda: client.approve_session(as_bob, "a-1"), lambda: client.list_sessions(as_bob)):
+            with pytest.raises(SmcdpError) as ei:
+                call()
+            assert ei.value.code == "PERMISSION_DENIED"
+
+
+def test_start_up_warnings_are_loud(tmp_path):
+    cfgs = write_local_deployment(tmp_path, ["solo", "other"], allow_seeded=True,
+                                  inputs={"solo": {"dp-aggregate": {"data": _data(tmp_path)[0]}}})
+    with open(tmp_path / "solo.log", "wb") as log:
+        proc = spawn_party(cfgs["solo"], log_file=log)
+        try:
+            client.wait_healthy(cfgs["solo"], timeout=60)
+        finally:
+            assert stop_party(proc) == 0
+    text = (tmp_path / "solo.log").read_text()
+    assert "[policy] open = true: ANY peer" in text
+    assert "UNSAFE: party solo has [policy] allow_seeded = true" in text
+    assert "has inputs but no [budget]" in text
+
+
+def test_a_seeded_demo_configures_allow_seeded_and_an_unseeded_one_does_not(tmp_path):
+    from smcdp.cli.demo.power_iteration import demo_power_iteration
+
+    rng = np.random.default_rng(4)
+    paths = []
+    for name, n in (("a", 4), ("b", 5)):
+        np.save(tmp_path / f"{name}.npy", rng.normal(size=(5, n)))
+        paths.append(str(tmp_path / f"{name}.npy"))
+    for seed, keep in ((11, tmp_path / "seeded"), (None, tmp_path / "plain")):
+        out = demo_power_iteration(paths, key_bits=512, seed=seed, keep_dir=str(keep))
+        assert out["converged"]
+        for party in ("trent", "alice", "bob"):
+            cfg = load_config(keep / "config" / f"{party}.toml")
+            assert cfg.policy.allow_seeded is (seed is not None) and not cfg.policy.open
+            assert (keep / party / "audit.jsonl").is_file()
+        assert ("UNSAFE" in (keep / "alice.log").read_text()) is (seed is not None)

@@ -1,0 +1,121 @@
+"""Plug-ins describe proposals in governance terms, and gate their release point."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import numpy as np
+import pytest
+
+from smcdp.errors import SmcdpError
+from smcdp.net.channel import InMemoryNetwork
+from smcdp.plugins.base import ProtocolPlugin, SessionContext
+from smcdp.plugins.registry import get_plugin
+from smcdp.protocols.dp_aggregate import SHARE_TAG
+
+DPA_ROLES = {"charlie": "charlie", "dave": "dave", "party1": "alice", "party2": "bob"}
+
+
+def _summary(name, roles, **params):
+    plugin = get_plugin(name)
+    return plugin.summary(plugin.validate_params(params, roles), roles)
+
+
+def test_power_iteration_releases_exact_outputs_from_every_data_party():
+    s = _summary("power-iteration", {"trent": "t", "party1": "a", "party2": "b"}, n_parties=2, key_bits=3072)
+    assert s.key_bits == {"paillier": 3072} and s.epsilon is None and s.record_bound is None
+    assert s.data_roles == ("party1", "party2") and s.coordinator_roles == ("trent",)
+    assert {o.name: (o.recipients, o.dp) for o in s.outputs} == {
+        "u": (("party1", "party2"), False), "x": (("trent",), False)}
+
+
+def test_dp_aggregate_costs_its_epsilon_or_the_seed_calibrations_actual_guarantee():
+    s = _summary("dp-aggregate", DPA_ROLES, n_parties=2, dim=9, epsilon=0.5, lam=0.1, min_records=40)
+    assert (s.epsilon, s.delta, s.rho, s.record_bound) == (0.5, 2 * 2.0 ** -64, 0.125, 40)
+    assert s.key_bits == {"paillier": 2048, "dgk": 2048}
+    assert [(o.name, o.recipients, o.dp) for o in s.outputs] == [("model", ("dave",), True)]
+    seed = _summary("dp-aggregate", DPA_ROLES, n_parties=2, dim=9, epsilon=0.5, lam=0.1, calibration="seed")
+    assert math.isclose(seed.epsilon, 0.5 * 3 / 4)                      # eps * sqrt(d) / (2K)
+
+
+def test_keyword_reveals_more_to_alice_only_when_asked():
+    roles = {"alice": "a", "bob": "b"}
+    assert [o.name for o in _summary("keyword", roles).outputs] == ["keyword"]
+    assert [o.name for o in _summary("keyword", roles, debug_reveal=True).outputs] == ["keyword", "log-likelihoods"]
+
+
+def test_a_plugin_without_a_summary_says_so():
+    class Bare(ProtocolPlugin):
+        name = "bare"
+
+        def validate_params(self, params, roles):
+            return dict(params)
+
+        async def run_role(self, role, ch, ctx):
+            return {}
+
+    with pytest.raises(SmcdpError) as ei:
+        Bare().summary({}, {})
+    assert ei.value.code == "FAILED_PRECONDITION"
+
+
+def _datasets(tmp_path):
+    rng = np.random.default_rng(3)
+    paths = {}
+    for name, n in (("alice", 40), ("bob", 60)):
+        X = rng.normal(size=(n, 3))
+        X /= np.maximum(1.0, np.linalg.norm(X, axis=1))[:, None] * 1.001
+        y = np.where(X @ np.array([1.0, -1.0, 0.5]) > 0, 1, -1)
+        np.savez(tmp_path / f"{name}.npz", X=X, y=y)
+        paths[name] = str(tmp_path / f"{name}.npz")
+    return paths
+
+
+def _run(tmp_path, on_release, box):
+    """Every role through the plug-in on one in-memory network (``box["net"]``, also on failure)."""
+    plugin = get_plugin("dp-aggregate")
+    params = plugin.validate_params({"n_parties": 2, "dim": 3, "epsilon": 1e6, "lam": 0.1, "key_bits": 512,
+                                     "dgk_bits": 512, "dgk_t": 64}, DPA_ROLES)
+    paths = _datasets(tmp_path)
+    box["net"] = net = InMemoryNetwork(DPA_ROLES, timeout=120)
+
+    def ctx(role):
+        party = DPA_ROLES[role]
+        return SessionContext(session_id="s", protocol="dp-aggregate", roles=DPA_ROLES, params=params,
+                              inputs={"data": paths[party]} if party in paths else {},
+                              allow_insecure_keys=True, on_release=on_release(role) if party in paths else None)
+
+    fns = {r: (lambda r: lambda ch: plugin.run_role(r, ch, ctx(r)))(r) for r in DPA_ROLES}
+    return asyncio.run(net.run(fns))
+
+
+def _sent(net, sender=None):
+    return {(s, r, t) for s, r, t, _, _ in net.transcript if sender is None or s == sender}
+
+
+def test_the_release_gate_fires_once_just_before_the_share_to_dave(tmp_path):
+    calls, box = [], {}
+
+    def on_release(role):
+        return lambda: calls.append((role, _sent(box["net"], role)))
+
+    results = _run(tmp_path, on_release, box)
+    assert sorted(r for r, _ in calls) == ["party1", "party2"]          # once per data party
+    for role, sent_before in calls:
+        assert sent_before and (role, "dave", SHARE_TAG) not in sent_before     # nothing to dave yet
+        assert (role, "dave", SHARE_TAG) in _sent(box["net"])                   # then the share went
+    assert len(results["dave"]["weights"]) == 3
+
+
+def test_a_failing_release_callback_keeps_the_share_in(tmp_path):
+    def on_release(role):
+        def fire():
+            if role == "party2":
+                raise SmcdpError("the ledger is unavailable")
+        return fire
+
+    box = {}
+    with pytest.raises(Exception):
+        _run(tmp_path, on_release, box)
+    assert ("party2", "dave", SHARE_TAG) not in _sent(box["net"])

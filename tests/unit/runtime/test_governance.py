@@ -1,0 +1,258 @@
+"""The Governor without a network: admission, approval, expiry, budget settlement, restarts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import stat
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from smcdp.dp.ledger import Ledger
+from smcdp.errors import SmcdpError
+from smcdp.net.config import TlsConfig
+from smcdp.net.server import PendingApproval, SessionSpec
+from smcdp.plugins.base import OutputFlow, ProtocolPlugin, SessionSummary
+from smcdp.runtime.audit import read_entries, verify_log
+from smcdp.runtime.charges import BudgetConfig
+from smcdp.runtime.config import PartyConfig
+from smcdp.runtime.governance import Governor
+from smcdp.runtime.policy import Policy, ProtocolRules
+
+ROLES = {"curator": "charlie", "data": "alice"}
+
+
+class CostPlugin(ProtocolPlugin):
+    """role "data" reads alice's inputs; the release to "curator" costs params["epsilon"]."""
+
+    name = "cost"
+    coordinating_roles = ("curator",)
+
+    def validate_params(self, params, roles):
+        return dict(params)
+
+    def summary(self, params, roles):
+        return SessionSummary(protocol=self.name, key_bits={"paillier": 2048}, data_roles=("data",),
+                              coordinator_roles=("curator",),
+                              outputs=(OutputFlow("model", ("curator",), ("data",), dp=True),),
+                              epsilon=params["epsilon"], delta=0.0)
+
+    async def run_role(self, role, ch, ctx):
+        if ctx.params.get("release"):
+            ctx.on_release()
+        if ctx.params.get("fail"):
+            raise SmcdpError("role failed")
+        return {}
+
+
+RULES = ProtocolRules(roles=("data",), initiators=("charlie",), coordinators=("charlie",),
+                      release_to=("charlie",), max_epsilon=5.0)
+
+
+def _config(tmp_path, approval="auto", total=3.0, **policy) -> PartyConfig:
+    return PartyConfig(name="alice", listen="127.0.0.1:1", data_dir=tmp_path / "alice",
+                       tls=TlsConfig(Path("ca"), Path("c"), Path("k")), peers={"charlie": "127.0.0.1:2"},
+                       policy=Policy(approval=approval, protocols={"cost": replace(RULES, **policy)}),
+                       budget=BudgetConfig(dataset="alice", epsilon=total))
+
+
+def _gov(cfg) -> Governor:
+    g = Governor(cfg, "alice")
+    g.start()
+    return g
+
+
+def _spec(sid, epsilon=1.0, timeout=60.0, **extra):
+    return SessionSpec(sid, "cost", ROLES, {"epsilon": epsilon, **extra}, timeout)
+
+
+def _ledger(tmp_path):
+    return Ledger(tmp_path / "alice" / "ledger.sqlite")
+
+
+def _events(tmp_path):
+    return [e for _, e, _ in read_entries(tmp_path / "alice")]
+
+
+def test_auto_admission_reserves_and_the_release_point_charges(tmp_path):
+    g = _gov(_config(tmp_path))
+    spec = _spec("s1", release=True)
+    assert g.admit("charlie", spec, CostPlugin(), "data") == spec
+    assert _ledger(tmp_path).reservation("alice", "s1").state == "reserved"
+    plugin = g.wrap(CostPlugin(), "s1")
+    from smcdp.plugins.base import SessionContext
+
+    ctx = SessionContext(session_id="s1", protocol="cost", roles=ROLES, params=spec.params)
+    asyncio.run(plugin.run_role("data", None, ctx))
+    assert _ledger(tmp_path).reservation("alice", "s1").state == "charged"
+    g.session_done("s1", {"state": "succeeded"})
+    names = [e["event"] for e in _events(tmp_path)]
+    assert names == ["start", "budget-set", "proposal", "reserved", "accepted", "charged", "session-end"]
+    charged = _events(tmp_path)[5]
+    assert charged["why"].startswith("release point")
+    g.stop()
+    assert verify_log(tmp_path / "alice").ok
+
+
+@pytest.mark.parametrize("release, fail, final", [(True, True, "charged"), (False, True, "released"),
+                                                   (False, False, "charged")])
+def test_after_the_release_point_a_failure_stays_charged(tmp_path, release, fail, final):
+    from smcdp.plugins.base import SessionContext
+
+    g = _gov(_config(tmp_path))
+    spec = _spec("s1", release=release, fail=fail)
+    g.admit("charlie", spec, CostPlugin(), "data")
+    ctx = SessionContext(session_id="s1", protocol="cost", roles=ROLES, params=spec.params)
+    try:
+        asyncio.run(g.wrap(CostPlugin(), "s1").run_role("data", None, ctx))
+    except SmcdpError:
+        pass
+    g.session_done("s1", {"state": "failed" if fail else "succeeded", "error": {"message": "x"}})
+    assert _ledger(tmp_path).reservation("alice", "s1").state == final
+    g.stop()
+
+
+def test_the_budget_refuses_with_resource_exhausted_without_saying_what_is_left(tmp_path):
+    g = _gov(_config(tmp_path, total=2.5))
+    for sid in ("s1", "s2"):
+        g.admit("charlie", _spec(sid), CostPlugin(), "data")
+    with pytest.raises(SmcdpError) as ei:
+        g.admit("charlie", _spec("s3"), CostPlugin(), "data")
+    assert ei.value.code == "RESOURCE_EXHAUSTED" and ei.value.rule == "budget"
+    assert "party 'alice' refuses session 's3'" in str(ei.value) and "budget" in str(ei.value)
+    assert "0.5" not in str(ei.value)                                  # the remaining budget stays private
+    refused = [e for e in _events(tmp_path) if e["event"] == "refused"]
+    assert refused[0]["rule"] == "budget" and refused[0]["code"] == "RESOURCE_EXHAUSTED"
+    g.stop()
+
+
+def test_concurrent_admissions_never_overspend(tmp_path):
+    g = _gov(_config(tmp_path, total=3.5))
+    admitted, refused = [], []
+
+    def go(i):
+        try:
+            g.admit("charlie", _spec(f"s{i}"), CostPlugin(), "data")
+            admitted.append(i)
+        except SmcdpError as exc:
+            refused.append(exc.code)
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(admitted) == 3 and refused == ["RESOURCE_EXHAUSTED"] * 5
+    assert str(_ledger(tmp_path).status("alice").reserved_epsilon) == "3"
+    g.stop()
+
+
+def test_operator_approval_waits_durably_then_admits_with_the_time_left(tmp_path):
+    cfg = _config(tmp_path, approval="operator")
+    g = _gov(cfg)
+    spec = _spec("s1", timeout=30.0)
+    assert isinstance(g.admit("charlie", spec, CostPlugin(), "data"), PendingApproval)
+    assert isinstance(g.admit("charlie", spec, CostPlugin(), "data"), PendingApproval)   # repeated: still waits
+    path = tmp_path / "alice" / "proposals" / "s1.json"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert _ledger(tmp_path).reservation("alice", "s1") is None            # nothing held while waiting
+    info = g.show("s1", None)
+    assert (info["state"], info["protocol"], info["initiator"], info["role"], info["epsilon"]) == \
+        ("pending", "cost", "charlie", "data", 1.0)
+    g.stop()
+    g = _gov(cfg)                                                          # restart: still pending
+    assert [i["session_id"] for i in g.list_sessions(True, {})] == ["s1"]
+    assert g.approve("s1")["state"] == "approved"
+    assert _ledger(tmp_path).reservation("alice", "s1").state == "reserved"
+    g.stop()
+    g = _gov(cfg)                                                          # approved survives a restart too
+    assert _ledger(tmp_path).reservation("alice", "s1").state == "reserved"
+    time.sleep(0.05)
+    admitted = g.admit("charlie", spec, CostPlugin(), "data")
+    assert isinstance(admitted, SessionSpec) and admitted.timeout_seconds < 30.0
+    assert json.loads(path.read_text())["state"] == "started"
+    names = [e["event"] for e in _events(tmp_path)]
+    assert names.count("pending") == 1 and "approved" in names and names[-1] == "accepted"
+    g.stop()
+
+
+def test_rejection_expiry_and_withdrawal(tmp_path):
+    g = _gov(_config(tmp_path, approval="operator"))
+    for sid in ("r", "e", "w"):
+        g.admit("charlie", _spec(sid, timeout=0.5 if sid == "e" else 60), CostPlugin(), "data")
+    g.approve("r")
+    g.reject("r", "not this quarter")
+    assert _ledger(tmp_path).reservation("alice", "r").state == "released"
+    with pytest.raises(SmcdpError) as ei:
+        g.admit("charlie", _spec("r"), CostPlugin(), "data")
+    assert ei.value.code == "PERMISSION_DENIED" and "rejected the session: not this quarter" in str(ei.value)
+    time.sleep(0.6)
+    g.expire()
+    with pytest.raises(SmcdpError) as ei:
+        g.admit("charlie", _spec("e", timeout=0.5), CostPlugin(), "data")
+    assert ei.value.code == "DEADLINE_EXCEEDED" and "did not approve" in str(ei.value)
+    assert g.withdraw("charlie", "w", "another party refused") is True
+    assert g.show("w", None)["state"] == "withdrawn"
+    with pytest.raises(SmcdpError, match="only a pending one"):
+        g.approve("w")
+    with pytest.raises(SmcdpError) as ei:
+        g.reject("nope", "x")
+    assert ei.value.code == "NOT_FOUND"
+    with pytest.raises(SmcdpError) as ei:
+        g.reject("e", "")
+    assert ei.value.code == "INVALID_ARGUMENT"
+    # another proposal under a used id is not the same proposal
+    with pytest.raises(SmcdpError) as ei:
+        g.admit("charlie", _spec("w", epsilon=2.0), CostPlugin(), "data")
+    assert ei.value.code == "ALREADY_EXISTS"
+    events = [e["event"] for e in _events(tmp_path)]
+    for name in ("rejected", "released", "expired", "withdrawn"):
+        assert name in events
+    g.stop()
+
+
+def test_approval_that_does_not_fit_the_budget_is_refused_to_the_operator(tmp_path):
+    g = _gov(_config(tmp_path, approval="operator", total=1.5))
+    g.admit("charlie", _spec("a"), CostPlugin(), "data")
+    g.admit("charlie", _spec("b"), CostPlugin(), "data")
+    g.approve("a")
+    with pytest.raises(SmcdpError) as ei:
+        g.approve("b")
+    assert ei.value.code == "RESOURCE_EXHAUSTED" and "remaining budget is epsilon=0.5" in str(ei.value)
+    assert g.show("b", None)["state"] == "pending"
+    g.stop()
+
+
+def test_a_restart_releases_reservations_of_sessions_that_no_longer_run(tmp_path):
+    cfg = _config(tmp_path)
+    g = _gov(cfg)
+    g.admit("charlie", _spec("gone"), CostPlugin(), "data")
+    g.admit("charlie", _spec("done", release=True), CostPlugin(), "data")
+    g.release_point("done")
+    _ledger(tmp_path).budget("alice").reserve("operator-hold", 0.5, note="held by hand")
+    g.audit.close()                                        # the process dies: no stop event
+    g = _gov(cfg)
+    led = _ledger(tmp_path)
+    assert led.reservation("alice", "gone").state == "released"
+    assert "party restarted" in led.reservation("alice", "gone").reason
+    assert led.reservation("alice", "done").state == "charged"             # a charge is never given back
+    assert led.reservation("alice", "operator-hold").state == "reserved"   # not this party's to release
+    released = [e for e in _events(tmp_path) if e["event"] == "released"]
+    assert [e["session"] for e in released] == ["gone"]
+    g.stop()
+
+
+def test_refusals_and_seeds_are_audited_with_their_rule(tmp_path):
+    g = _gov(_config(tmp_path))
+    spec = replace(_spec("seeded"), seed=7)
+    with pytest.raises(SmcdpError):
+        g.admit("charlie", spec, CostPlugin(), "data")
+    with pytest.raises(SmcdpError):
+        g.admit("charlie", _spec("big", epsilon=9.0), CostPlugin(), "data")
+    refused = {e["session"]: e["rule"] for e in _events(tmp_path) if e["event"] == "refused"}
+    assert refused == {"seeded": "policy.allow_seeded", "big": "policy.cost.max_epsilon"}
+    g.stop()

@@ -1,0 +1,204 @@
+"""[policy] parsing and evaluation against plug-in summaries (no processes)."""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+
+from smcdp.net.config import ConfigError
+from smcdp.plugins.registry import get_plugin
+from smcdp.runtime.policy import (
+    OutOfBounds,
+    Policy,
+    PolicyDenied,
+    ProtocolRules,
+    check_seed,
+    evaluate,
+    merge_rules,
+    parse_policy,
+    rules_for_layout,
+)
+
+PEERS = {"bob": "h:1", "charlie": "h:2", "dave": "h:3", "eve": "h:4", "trent": "h:5"}
+DPA_ROLES = {"charlie": "charlie", "dave": "dave", "party1": "alice", "party2": "bob"}
+PI_ROLES = {"trent": "trent", "party1": "alice", "party2": "bob"}
+
+
+def _policy(text: str) -> Policy:
+    return parse_policy(tomllib.loads(text).get("policy", {}), "alice", PEERS)
+
+
+def _summary(protocol, roles, **params):
+    plugin = get_plugin(protocol)
+    return plugin.summary(plugin.validate_params(params, roles), roles)
+
+
+DPA = dict(n_parties=2, dim=3, epsilon=1.0, lam=0.1, key_bits=2048, min_records=50)
+POLICY = """
+[policy]
+approval = "operator"
+[policy.dp-aggregate]
+roles = ["party*"]
+initiators = ["charlie"]
+coordinators = ["charlie", "dave", "eve"]
+release_to = ["dave"]
+max_epsilon = 2.0
+max_delta = 1e-15
+min_records = 10
+min_key_bits = 2048
+approval = "auto"
+[policy.power-iteration]
+roles = ["party*"]
+initiators = ["trent"]
+coordinators = ["trent"]
+release_to = ["trent", "bob"]
+"""
+
+
+def _eval(policy, protocol="dp-aggregate", roles=None, initiator="charlie", role="party1",
+          insecure=False, **params):
+    roles = dict(roles or (DPA_ROLES if protocol == "dp-aggregate" else PI_ROLES))
+    base = {"dp-aggregate": DPA, "power-iteration": {"n_parties": 2, "key_bits": 2048}}.get(protocol, {})
+    p = dict(base, **params)
+    evaluate(policy, me="alice", session_id="s1", initiator=initiator, role=role, roles=roles,
+             summary=_summary(protocol, roles, **p), allow_insecure_keys=insecure)
+
+
+def test_parses_every_key_and_round_trips():
+    pol = _policy(POLICY)
+    assert pol.approval == "operator" and pol.approval_for("dp-aggregate") == "auto"
+    assert pol.approval_for("power-iteration") == "operator"
+    r = pol.protocols["dp-aggregate"]
+    assert (r.roles, r.initiators, r.release_to, r.max_epsilon, r.min_records) == \
+        (("party*",), ("charlie",), ("dave",), 2.0, 10)
+    assert pol.protocols["power-iteration"].allow_non_dp is False       # default: exact outputs stay in
+    assert parse_policy(pol.as_dict(), "alice", PEERS) == pol
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[policy]\nmode = 1", "unknown key(s) in [policy]"),
+    ("[policy.dp-aggregate]\nroles = ['party*']\ninitiators = []\nmax_eps = 1", "unknown key(s) in [policy.dp-aggregate]"),
+    ("[policy.dp-aggregate]\ninitiators = []", "must say roles"),
+    ("[policy.dp-aggregate]\nroles = ['party*']", "must say initiators"),
+    ("[policy.dp-aggregate]\nroles = []\ninitiators = []", "non-empty list of role names"),
+    ("[policy.dp-aggregate]\nroles = ['p!']\ninitiators = []", "non-empty list of role names"),
+    ("[policy.dp-aggregate]\nroles = ['x']\ninitiators = ['mallory']", "neither this party nor in [peers]"),
+    ("[policy.dp-aggregate]\nroles = ['x']\ninitiators = ['Bad Name']", "initiators"),
+    ("[policy.dp-aggregate]\nroles = ['x']\ninitiators = []\nmax_epsilon = 0", "max_epsilon must be a number"),
+    ("[policy.dp-aggregate]\nroles = ['x']\ninitiators = []\nmax_delta = 1", "max_delta must be a number"),
+    ("[policy.dp-aggregate]\nroles = ['x']\ninitiators = []\nmin_key_bits = 2048.0", "min_key_bits must be an integer"),
+    ("[policy.dp-aggregate]\nroles = ['x']\ninitiators = []\nmin_records = true", "min_records must be an integer"),
+    ("[policy.dp-aggregate]\nroles = ['x']\ninitiators = []\nallow_non_dp = 'yes'", "allow_non_dp must be true or false"),
+    ("[policy]\napproval = 'maybe'", "approval must be one of"),
+    ("[policy]\nallow_seeded = 1", "allow_seeded must be true or false"),
+    ("[policy]\nopen = true\n[policy.keyword]\nroles = ['alice']\ninitiators = []", "cannot be combined"),
+])
+def test_invalid_policies_are_refused_naming_the_field(text, message):
+    with pytest.raises(ConfigError) as ei:
+        _policy(text)
+    assert message in str(ei.value)
+
+
+def test_admits_what_it_allows():
+    _eval(_policy(POLICY))                                          # the session it was written for
+    _eval(_policy(POLICY), role="party2", roles={**DPA_ROLES, "party1": "bob", "party2": "alice"})
+    _eval(_policy(POLICY), roles={**DPA_ROLES, "charlie": "eve"}, initiator="charlie")   # eve may coordinate
+    _eval(_policy(POLICY), initiator="alice")                       # its own operator may always start one
+
+
+@pytest.mark.parametrize("kw, exc, rule", [
+    (dict(protocol="keyword", roles={"alice": "alice", "bob": "bob"}, role="alice", initiator="bob"),
+     PolicyDenied, "policy.keyword"),
+    (dict(role="charlie", roles={"charlie": "alice", "dave": "dave", "party1": "bob", "party2": "eve"}),
+     PolicyDenied, "policy.dp-aggregate.roles"),
+    (dict(initiator="dave"), PolicyDenied, "policy.dp-aggregate.initiators"),
+    (dict(roles={**DPA_ROLES, "dave": "trent"}), PolicyDenied, "policy.dp-aggregate.coordinators"),
+    (dict(roles={**DPA_ROLES, "dave": "eve"}), PolicyDenied, "policy.dp-aggregate.release_to"),
+    (dict(protocol="power-iteration", initiator="trent"), PolicyDenied, "policy.power-iteration.allow_non_dp"),
+    (dict(key_bits=1024, insecure=True), OutOfBounds, "policy.dp-aggregate.min_key_bits"),
+    (dict(dgk_bits=1024, insecure=True), OutOfBounds, "policy.dp-aggregate.min_key_bits"),
+    (dict(epsilon=2.5), OutOfBounds, "policy.dp-aggregate.max_epsilon"),
+    (dict(n_parties=3, roles={**DPA_ROLES, "party3": "eve"}), None, None),     # 3 * 2^-64 < 1e-15: admitted
+    (dict(min_records=9), OutOfBounds, "policy.dp-aggregate.min_records"),
+])
+def test_each_rule_refuses_with_its_code_naming_party_and_rule(kw, exc, rule):
+    pol = _policy(POLICY)
+    if exc is None:
+        _eval(pol, **kw)
+        return
+    with pytest.raises(exc) as ei:
+        _eval(pol, **kw)
+    assert ei.value.rule == rule
+    assert ei.value.code == ("PERMISSION_DENIED" if exc is PolicyDenied else "FAILED_PRECONDITION")
+    text = str(ei.value)
+    assert text.startswith("party 'alice' refuses session 's1': ") and text.endswith(f"(rule {rule})")
+
+
+def test_max_delta_and_the_insecure_key_floor():
+    pol = _policy(POLICY.replace("max_delta = 1e-15", "max_delta = 1e-20"))
+    with pytest.raises(OutOfBounds, match=r"delta=1\.08\d*e-19, above its per-session maximum of 1e-20 "
+                                          r"\(rule policy.dp-aggregate.max_delta\)"):
+        _eval(pol)
+    pol = _policy(POLICY.replace("min_key_bits = 2048", "min_key_bits = 512"))
+    with pytest.raises(OutOfBounds) as ei:
+        _eval(pol, key_bits=1024, dgk_bits=1024)
+    assert ei.value.rule == "party.allow_insecure_keys"
+    _eval(pol, key_bits=1024, dgk_bits=1024, insecure=True)
+
+
+def test_a_record_bound_is_required_where_the_protocol_declares_none():
+    pol = _policy(POLICY.replace('release_to = ["trent", "bob"]',
+                                 'release_to = ["trent", "bob"]\nallow_non_dp = true\nmin_records = 5'))
+    with pytest.raises(OutOfBounds, match="declares no public record bound"):
+        _eval(pol, protocol="power-iteration", initiator="trent")
+
+
+def test_coordinators_only_read_data_roles_rules():
+    """trent holds no data: coordinator and output rules do not apply to its role."""
+    pol = _policy("[policy.power-iteration]\nroles = ['trent']\ninitiators = ['trent']")
+    evaluate(pol, me="alice", session_id="s", initiator="alice", role="trent",
+             roles={"trent": "alice", "party1": "bob", "party2": "eve"},
+             summary=_summary("power-iteration", {"trent": "alice", "party1": "bob", "party2": "eve"},
+                              n_parties=2, key_bits=2048), allow_insecure_keys=False)
+
+
+def test_no_policy_open_policy_and_a_policy_without_tables():
+    for pol in (None, _policy("[policy]\nopen = true")):
+        _eval(pol, epsilon=50.0, initiator="trent", roles={**DPA_ROLES, "dave": "trent"})   # anything goes
+    with pytest.raises(PolicyDenied, match="does not join protocol 'dp-aggregate'"):
+        _eval(_policy("[policy]\napproval = 'operator'"))
+
+
+def test_the_seed_rule_holds_with_and_without_a_policy():
+    for pol in (None, _policy("[policy]\nopen = true"), _policy(POLICY)):
+        with pytest.raises(OutOfBounds) as ei:
+            check_seed(7, pol, "alice", "s1")
+        assert ei.value.rule == "policy.allow_seeded" and ei.value.code == "FAILED_PRECONDITION"
+        check_seed(None, pol, "alice", "s1")
+    check_seed(7, _policy("[policy]\nopen = true\nallow_seeded = true"), "alice", "s1")
+
+
+def test_refusals_say_nothing_of_the_data():
+    """Messages quote public parameters and the policy, never record or feature counts."""
+    pol = _policy(POLICY)
+    for kw in (dict(min_records=9), dict(epsilon=2.5), dict(initiator="dave")):
+        with pytest.raises(Exception) as ei:
+            _eval(pol, **kw)
+        assert "records than" not in str(ei.value) and "features" not in str(ei.value)
+
+
+def test_generated_rules_admit_exactly_the_layout():
+    s = _summary("dp-aggregate", DPA_ROLES, **DPA)
+    rules = rules_for_layout(DPA_ROLES, initiators=["charlie"], coordinating_roles=("charlie", "dave"), summary=s)
+    assert rules["alice"] == ProtocolRules(roles=("party1",), initiators=("charlie",),
+                                           coordinators=("charlie", "dave"), release_to=("dave",))
+    assert rules["charlie"] == ProtocolRules(roles=("charlie",), initiators=("charlie",))
+    pol = Policy(protocols={"dp-aggregate": rules["alice"]})
+    _eval(pol)
+    with pytest.raises(PolicyDenied):
+        _eval(pol, role="party2", roles={**DPA_ROLES, "party1": "bob", "party2": "alice"})
+    pi = rules_for_layout(PI_ROLES, initiators=["trent"], coordinating_roles=("trent",), allow_non_dp=True)
+    assert pi["alice"].release_to == ("bob", "trent") and pi["alice"].allow_non_dp
+    merged = merge_rules(pi["alice"], ProtocolRules(roles=("party2",), initiators=("bob",)))
+    assert merged.roles == ("party1", "party2") and merged.initiators == ("bob", "trent")
