@@ -452,9 +452,7 @@ def load_models(path: str | os.PathLike) -> KeywordModels:
 
 def to_hmmlearn(hmm: HMM):
     """An hmmlearn model with exactly ``hmm``'s parameters (for scoring/reference)."""
-    from hmmlearn import (
-        hmm as hl,  # deferred: hmmlearn (~0.5 s to import) serves training only
-    )
+    from hmmlearn import hmm as hl  # deferred: hmmlearn (~0.5 s to import) serves training only
 
     if hmm.kind == "discrete":
         m = hl.CategoricalHMM(n_components=hmm.n_states, n_features=hmm.n_symbols, init_params="")
@@ -478,9 +476,7 @@ def to_hmmlearn(hmm: HMM):
 
 def from_hmmlearn(model) -> HMM:
     """Convert a fitted hmmlearn ``GaussianHMM`` / ``GMMHMM`` / ``CategoricalHMM``."""
-    from hmmlearn import (
-        hmm as hl,  # deferred: hmmlearn (~0.5 s to import) serves training only
-    )
+    from hmmlearn import hmm as hl  # deferred: hmmlearn (~0.5 s to import) serves training only
 
     if isinstance(model, hl.CategoricalHMM):
         return HMM(model.startprob_, model.transmat_, emissionprob=model.emissionprob_)
@@ -533,9 +529,7 @@ def _trainer_classes() -> dict[str, type]:
     """
     if _TRAINERS:
         return _TRAINERS
-    from hmmlearn import (
-        hmm as hl,  # deferred: hmmlearn (~0.5 s to import) serves training only
-    )
+    from hmmlearn import hmm as hl  # deferred: hmmlearn (~0.5 s to import) serves training only
 
     class FlooredGaussianHMM(hl.GaussianHMM):
         def _do_mstep(self, stats):
@@ -627,9 +621,7 @@ def train_word_hmm(sequences: Iterable[Any], *, kind: str = "diag", n_states: in
     ``kind``: ``diag`` / ``full`` (GaussianHMM), ``gmm-diag`` / ``gmm-full`` (GMMHMM with
     ``n_mix`` components), ``discrete`` (CategoricalHMM over ``n_symbols`` symbols).
     """
-    from hmmlearn import (
-        hmm as hl,  # deferred: hmmlearn (~0.5 s to import) serves training only
-    )
+    from hmmlearn import hmm as hl  # deferred: hmmlearn (~0.5 s to import) serves training only
 
     if kind not in KINDS:
         raise InvalidMessage(f"kind must be one of {KINDS}, got {kind!r}")
@@ -671,9 +663,7 @@ def train_word_hmm(sequences: Iterable[Any], *, kind: str = "diag", n_states: in
                                       for idx in seg])
         Xfit = X
     else:
-        from sklearn.cluster import (
-            KMeans,  # deferred: only codebook training needs scikit-learn
-        )
+        from sklearn.cluster import KMeans  # deferred: only codebook training needs scikit-learn
 
         d = X.shape[1]
         ct = kind[4:]
