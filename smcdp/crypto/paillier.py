@@ -40,6 +40,7 @@ from typing import Iterable, Sequence
 import gmpy2
 from gmpy2 import mpz
 from phe import paillier as phe_paillier
+from phe.util import getprimeover
 
 from smcdp._files import atomic_write
 from smcdp.crypto.modexp import FixedBaseTable
@@ -206,6 +207,27 @@ class PrivateKey:
     def __repr__(self) -> str:
         return f"PrivateKey(for {self.public_key!r})"
 
+    @classmethod
+    def from_factors(cls, public_key: PublicKey, p: int, q: int) -> "PrivateKey":
+        """A private key from factors that came from outside this process (a file, a peer).
+
+        Checks what decryption silently relies on: p and q are distinct primes
+        (Miller–Rabin, 25 rounds: error below 4^-25 for an adversarial input),
+        n = p·q, and gcd(n, (p−1)(q−1)) = 1 (else g = n + 1 is not a valid
+        generator and decryption is not unique).  A composite factor would
+        otherwise decrypt to garbage without any error.
+        """
+        p, q = mpz(p), mpz(q)
+        n = public_key.n
+        if p < 3 or q < 3 or p * q != n or p == q:
+            raise InvalidMessage("private key: p·q does not equal the public modulus n (or p = q)")
+        for name, f in (("p", p), ("q", q)):
+            if not gmpy2.is_prime(f, 25):
+                raise InvalidMessage(f"private key: {name} is not prime")
+        if gmpy2.gcd(n, (p - 1) * (q - 1)) != 1:
+            raise InvalidMessage("private key: gcd(n, (p-1)(q-1)) != 1, not a valid Paillier key")
+        return cls(public_key, p, q)
+
     @property
     def phe(self) -> phe_paillier.PaillierPrivateKey:
         return self._phe
@@ -272,7 +294,7 @@ class PrivateKey:
         except (KeyError, TypeError, ValueError):
             raise InvalidMessage("private key file needs hexadecimal 'n', 'p', 'q'") from None
         check_key_bits(n.bit_length(), allow_insecure)
-        return cls(PublicKey(n), p, q)
+        return cls.from_factors(PublicKey(n), p, q)
 
 
 def check_key_bits(bits: int, allow_insecure: bool) -> None:
@@ -286,11 +308,24 @@ def check_key_bits(bits: int, allow_insecure: bool) -> None:
 
 
 def generate_keypair(bits: int = DEFAULT_KEY_BITS, *, allow_insecure: bool = False) -> tuple[PublicKey, PrivateKey]:
-    """New key pair of ``bits`` bits (default 3072; < 2048 only with ``allow_insecure``)."""
+    """New key pair of exactly ``bits`` bits (default 3072; < 2048 only with ``allow_insecure``).
+
+    Odd sizes are supported: p has ⌈bits/2⌉ bits and q ⌊bits/2⌋.  (phe's own
+    generator draws both primes of ⌊bits/2⌋ bits and waits for an n of
+    ``bits`` bits, which for an odd size never comes.)  The primes come from
+    phe's ``getprimeover`` (the OS CSPRNG and GMP's ``next_prime``).
+    """
+    if isinstance(bits, bool) or not isinstance(bits, int):
+        raise InvalidMessage(f"key size must be an integer number of bits, got {bits!r}")
     check_key_bits(bits, allow_insecure)
-    pub, priv = phe_paillier.generate_paillier_keypair(n_length=bits)
-    pk = PublicKey(pub.n)
-    return pk, PrivateKey(pk, priv.p, priv.q)
+    while True:
+        p = mpz(getprimeover((bits + 1) // 2))
+        q = mpz(getprimeover(bits // 2))
+        n = p * q
+        if p != q and n.bit_length() == bits and gmpy2.gcd(n, (p - 1) * (q - 1)) == 1:
+            break
+    pk = PublicKey(n)
+    return pk, PrivateKey(pk, p, q)
 
 
 def save_public_key(pk: PublicKey, path: str | os.PathLike) -> None:
