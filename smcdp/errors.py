@@ -50,6 +50,12 @@ class Unavailable(SmcdpError):
     code = "UNAVAILABLE"
 
 
+class ResourceExhausted(SmcdpError):
+    """A limit of this party (sessions, bytes, messages) would be exceeded."""
+
+    code = "RESOURCE_EXHAUSTED"
+
+
 class SessionAborted(SmcdpError):
     """Another participant ended the session with an error."""
 

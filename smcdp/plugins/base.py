@@ -19,6 +19,7 @@ from typing import Any, Mapping
 
 from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
+from smcdp.net.limits import TrafficEnvelope
 
 
 @dataclass
@@ -51,6 +52,20 @@ class ProtocolPlugin(abc.ABC):
     @abc.abstractmethod
     async def run_role(self, role: str, ch: Channel, ctx: SessionContext) -> dict:
         """Run ``role`` and return a JSON-serialisable result for this party."""
+
+    def traffic_envelope(self, params: Mapping[str, Any], roles: Mapping[str, str],
+                         role: str) -> TrafficEnvelope | None:
+        """The most ``role`` may receive in a session with these (validated) parameters.
+
+        A party refuses, with RESOURCE_EXHAUSTED and before buffering it, any
+        message larger than the envelope's ``message_bytes``, anything past its
+        ``session_bytes`` in all, and more distinct (sender, tag) messages than
+        its ``tags``; the party's ``[limits]`` cap the envelope in turn.  Derive
+        it from the parameters that determine the sizes (key sizes, dimensions,
+        rounds), with the protocol's own public bounds for sizes its parameters
+        leave open.  ``None`` (the default) means: the ``[limits]`` ceilings only.
+        """
+        return None
 
     @staticmethod
     def input_path(ctx: SessionContext, name: str, who: str) -> str:

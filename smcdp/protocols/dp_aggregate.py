@@ -300,8 +300,8 @@ def sensitivity_key(delta: float) -> tuple[int, float]:
 
 
 def write_durable(path: Path, obj: Any) -> str:
-    """Atomic, durable write of a published JSON object (see smcdp._files)."""
-    return str(atomic_write_json(path, obj))
+    """Atomic, durable, owner-only (0600) write of a published JSON object (see smcdp._files)."""
+    return str(atomic_write_json(path, obj, 0o600))
 
 
 # =============================================================================== Stage 3 (everyone but Dave)

@@ -25,6 +25,7 @@ from typing import Any, Mapping, Sequence
 import smcdp
 from smcdp.errors import SmcdpError, Unavailable
 from smcdp.net.config import Timeouts, TlsConfig
+from smcdp.net.limits import Limits
 from smcdp.net.tls import generate_deployment
 from smcdp.runtime.client import get_result, start_session, wait_healthy
 from smcdp.runtime.config import PartyConfig, dump_config
@@ -39,9 +40,10 @@ class LocalCluster:
     def __init__(self, parties: Mapping[str, Mapping[str, Mapping[str, str | os.PathLike]]], *,
                  allow_insecure_keys: bool = False, workdir: str | os.PathLike | None = None,
                  plugins: tuple[str, ...] = (), keep: bool = False,
-                 session_seconds: float = 3600.0) -> None:
+                 session_seconds: float = 3600.0, allow_seeded_sessions: bool = False) -> None:
         self.parties = {name: dict(inputs) for name, inputs in parties.items()}
         self.allow_insecure_keys = allow_insecure_keys
+        self.allow_seeded_sessions = allow_seeded_sessions
         self.plugins = tuple(plugins)
         self.keep = keep or workdir is not None
         self.session_seconds = session_seconds
@@ -64,7 +66,8 @@ class LocalCluster:
     def write_configs(self) -> None:
         self.configs = write_local_deployment(
             self.workdir, list(self.parties), inputs=self.parties, plugins=self.plugins,
-            allow_insecure_keys=self.allow_insecure_keys, timeouts=Timeouts(session_seconds=self.session_seconds))
+            allow_insecure_keys=self.allow_insecure_keys, allow_seeded_sessions=self.allow_seeded_sessions,
+            timeouts=Timeouts(session_seconds=self.session_seconds))
 
     def start(self) -> None:
         self.write_configs()
@@ -131,8 +134,10 @@ def free_tcp_port(host: str = "127.0.0.1") -> int:
 def write_local_deployment(root: str | os.PathLike, parties: Sequence[str], *,
                            inputs: Mapping[str, Mapping[str, Mapping[str, str | os.PathLike]]] | None = None,
                            plugins: Sequence[str] = (), allow_insecure_keys: bool = False,
+                           allow_seeded_sessions: bool = False,
                            timeouts: Timeouts | None = None, host: str = "127.0.0.1",
-                           ports: Mapping[str, int] | None = None) -> dict[str, Path]:
+                           ports: Mapping[str, int] | None = None,
+                           limits: Limits | None = None) -> dict[str, Path]:
     """Certificates (``root/certs``) and one config per party (``root/config/<name>.toml``)
     for parties on one host; returns party -> config path.
 
@@ -155,7 +160,8 @@ def write_local_deployment(root: str | os.PathLike, parties: Sequence[str], *,
             inputs={proto: {k: Path(v).resolve() for k, v in table.items()}
                     for proto, table in (inputs or {}).get(p, {}).items()},
             plugins=tuple(plugins), allow_insecure_keys=allow_insecure_keys,
-            timeouts=timeouts or Timeouts())
+            allow_seeded_sessions=allow_seeded_sessions, timeouts=timeouts or Timeouts(),
+            limits=limits or Limits())
         paths[p] = dump_config(cfg, root / "config" / f"{p}.toml")
     return paths
 

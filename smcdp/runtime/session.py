@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from smcdp._files import atomic_write_json
+from smcdp._text import printable
 from smcdp.errors import (
     DeadlineExceeded,
     PreconditionFailed,
@@ -40,6 +41,8 @@ from smcdp.net.server import (
 from smcdp.net.tls import TlsMaterial
 from smcdp.plugins.base import ProtocolPlugin, SessionContext
 from smcdp.runtime.config import PartyConfig
+from smcdp.runtime.limits import begin_wait_seconds, session_budget  # issue 19
+from smcdp.runtime.logs import private_dir
 
 
 class SessionOwner(Protocol):
@@ -76,7 +79,8 @@ def _error_dict(exc: BaseException, me: str) -> dict:
     msg = str(exc) or type(exc).__name__
     if code == "INTERNAL" and not isinstance(exc, SmcdpError):
         msg = f"{type(exc).__name__}: {msg}"
-    return {"code": code, "message": msg, "origin": origin}
+    # may quote a peer (an abort message, a refusal's details): one printable line (issue 19)
+    return {"code": code, "message": printable(msg), "origin": printable(origin, 63)}
 
 
 class Session:
@@ -153,29 +157,30 @@ class Session:
         connector = PeerConnector(cfg, self.party.tls)
         ch = GrpcChannel(self.spec.session_id, self.role, self.spec.roles, self.deadline, connector,
                          rpc_timeout=cfg.timeouts.rpc_seconds)
+        ch.budget = session_budget(self.plugin, self.spec, self.role, cfg.limits)  # issue 19
         self.channel = ch
         self.ready.set()
         result = None
         error: dict | None = None
         t0 = time.monotonic()
         try:
-            # The initiator's own session is begun or failed by start_session, which
-            # reports the precise cause (e.g. an unreachable party) at the deadline;
-            # the margin only guards against a bug leaving it waiting for ever.
-            margin = 30.0 if self.initiator == self.party.name else 0.0
+            # A peer's proposal that is not begun within the grace expires (issue 19); the
+            # initiator's own session is begun or failed by start_session, which reports the
+            # precise cause (e.g. an unreachable party) at the deadline.
+            own = self.initiator == self.party.name
             try:
-                await asyncio.wait_for(self._begin.wait(),
-                                       max(0.0, self.deadline + margin - time.monotonic()))
+                await asyncio.wait_for(self._begin.wait(), begin_wait_seconds(self.deadline, cfg.limits, own))
             except asyncio.TimeoutError:
                 raise PreconditionFailed(
                     f"session {self.spec.session_id} never began: the initiator "
-                    f"{self.initiator!r} did not confirm it before the deadline") from None
+                    f"{self.initiator!r} did not confirm it within "
+                    f"{'the deadline' if own else 'the proposal grace (limits.proposal_grace_seconds)'}"
+                ) from None
             if self._early_failure is not None:
                 raise self._early_failure
             self.state = "running"
             t0 = time.monotonic()
-            out_dir = cfg.data_dir / "outputs" / self.spec.session_id
-            out_dir.mkdir(parents=True, exist_ok=True)
+            out_dir = private_dir(cfg.data_dir / "outputs" / self.spec.session_id, cfg.data_dir)
             ctx = SessionContext(
                 session_id=self.spec.session_id, protocol=self.spec.protocol,
                 roles=dict(self.spec.roles), params=dict(self.spec.params),

@@ -43,7 +43,8 @@ def demo_dp_aggregate(data: list[str], epsilon: float, lam: float, key_bits: int
     DPAggregateParams.from_mapping(params)
     say(f"{len(data)} data parties ({', '.join(names)}), charlie and dave; {key_bits}-bit Paillier, "
         f"{dgk_bits}-bit DGK, mutual TLS on loopback")
-    with LocalCluster(parties, allow_insecure_keys=insecure, workdir=keep_dir) as cluster:
+    with LocalCluster(parties, allow_insecure_keys=insecure, workdir=keep_dir,
+                      allow_seeded_sessions=seed is not None) as cluster:
         t0 = time.monotonic()
         records = with_progress("dp-aggregate", lambda: cluster.run(PROTOCOL, roles, params, initiator="charlie",
                                                                       seed=seed))

@@ -36,7 +36,8 @@ def demo_power_iteration(data: list[str], key_bits: int = 2048, seed: int | None
     p = {"n_parties": len(data), "key_bits": key_bits, **(params or {})}
     say(f"{len(data)} data parties ({', '.join(f'{n}: {m.shape[0]}×{m.shape[1]}' for n, m in zip(names, mats))}) "
         f"and trent, {key_bits}-bit Paillier, mutual TLS on loopback")
-    with LocalCluster(parties, allow_insecure_keys=insecure, workdir=keep_dir) as cluster:
+    with LocalCluster(parties, allow_insecure_keys=insecure, workdir=keep_dir,
+                      allow_seeded_sessions=seed is not None) as cluster:
         say(f"party processes up (pids {', '.join(str(pr.pid) for pr in cluster.procs.values())}); running the session")
         t0 = time.monotonic()
         records = with_progress("power iteration", lambda: cluster.run("power-iteration", roles, p,
