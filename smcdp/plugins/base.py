@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from smcdp.errors import InvalidMessage
+from smcdp.errors import InputRejected
 from smcdp.net.channel import Channel
 from smcdp.net.limits import TrafficEnvelope
 
@@ -72,7 +72,7 @@ class ProtocolPlugin(abc.ABC):
         """The configured input ``name`` of this party for ``ctx.protocol``, or a clear error."""
         path = ctx.inputs.get(name)
         if not path:
-            raise InvalidMessage(f"{who} has no [inputs.{ctx.protocol}] {name} file configured")
+            raise InputRejected(f"{who} has no [inputs.{ctx.protocol}] {name} file configured")
         return path
 
 

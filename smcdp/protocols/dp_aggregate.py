@@ -65,8 +65,9 @@ from smcdp.dp.mechanisms import (  # at import, not lazily: see below
     LaplaceMechanism,
     VectorMechanism,
 )
-from smcdp.errors import InvalidMessage
+from smcdp.errors import InputRejected, InvalidMessage
 from smcdp.net.channel import Channel
+from smcdp.net.limits import TrafficEnvelope, ciphertext_vector_bytes
 from smcdp.primitives.argmin import (
     CHARLIE,
     SecureMinParams,
@@ -239,6 +240,30 @@ class DPAggregateParams(ProtocolParams):
     def packing(self, pk: PublicKey) -> Packing:
         return Packing.for_key(pk, self.slot_bits) if self.packed else Packing()
 
+    def traffic_envelope(self, role: str) -> TrafficEnvelope:
+        """What ``role`` receives at most in one session (smcdp.net.limits), from K, d, the key
+        sizes and the derived bit widths; measured transcripts stay below it (tests)."""
+        K, d = self.n_parties, self.dim
+        P, Dk = self.key_bits, self.dgk_bits
+        sm = self.secure_min_params()
+        dgk_ct = Dk // 8 + 8
+        cmp = (K - 1) * (sm.ell + 3) * dgk_ct + 128          # all of one party's DGK comparisons
+        slots = max(1, (P - 5) // self.slot_bits) if self.packed else 1
+        psi = ciphertext_vector_bytes(-(-d // slots), P)
+        ints = d * (self.modulus_bits // 8 + 4) + 32          # BigInts of d residues mod M
+        key = 4 * (P // 8) + 256
+        small = 256 + 16 * K
+        ct = ciphertext_vector_bytes(1, P)
+        if role == DAVE:
+            msgs = [(K + 1, ints)]
+        elif role == CHARLIE:
+            msgs = [(K - 1, cmp), (1, psi), (K, ints), (2 * K, ct), (1, key), (4, small)]
+        else:
+            msgs = [(1, cmp), (1, ciphertext_vector_bytes(K, P)), (K - 1, psi), (K + 1, ints),
+                    (3 * K, ct), (3, key), (2 * K + 6, small)]
+        return TrafficEnvelope.from_messages(msgs, f"dp-aggregate parameters (K = {K}, d = {d}, "
+                                             f"{P}-bit Paillier, {Dk}-bit DGK keys)")
+
     def secure_min_params(self) -> SecureMinParams:
         return SecureMinParams(n_parties=self.n_parties, value_bits=SENS_KEY_BITS, mask_bits=self.mask_bits,
                                key_bits=self.key_bits, dgk_bits=self.dgk_bits, dgk_t=self.dgk_t, curator=CHARLIE)
@@ -361,8 +386,8 @@ async def data_party(ch: Channel, weights, sensitivity: float, params: DPAggrega
     except (TypeError, ValueError):
         raise InvalidMessage(f"{ch.role}: sensitivity must be a number") from None
     if not (math.isfinite(sensitivity) and 0 < sensitivity <= params.sensitivity_bound):
-        raise InvalidMessage(f"{ch.role}: sensitivity {sensitivity!r} must lie in (0, {params.sensitivity_bound:g}] "
-                             "(too few records for the public min_records?)")
+        raise InputRejected(f"{ch.role}: the model's sensitivity must lie in (0, {params.sensitivity_bound:g}] "
+                            "(too few records for the public min_records?)", f"sensitivity {sensitivity!r}")
     key, delta_hat = sensitivity_key(sensitivity)
     rng = protocol_rng(seed, "dp-aggregate", ch.role)
 

@@ -29,6 +29,7 @@ from smcdp.errors import (
     PreconditionFailed,
     SessionAborted,
     SmcdpError,
+    public_message,
 )
 from smcdp.net.grpc_channel import (
     GrpcChannel,
@@ -162,6 +163,7 @@ class Session:
         self.ready.set()
         result = None
         error: dict | None = None
+        told = ""
         t0 = time.monotonic()
         try:
             # A peer's proposal that is not begun within the grace expires (issue 19); the
@@ -203,9 +205,11 @@ class Session:
                                  f"JSON-serialisable: {exc}") from None
         except BaseException as exc:  # noqa: BLE001
             error = _error_dict(exc, self.party.name)
+            # peers learn the rule that failed, never this party's data (InputRejected; issue 19)
+            told = printable(public_message(exc)) if error["code"] != "INTERNAL" else "internal error"
             if not isinstance(exc, SessionAborted) or error["origin"] == self.party.name:
                 outcome = await ch.send_abort(
-                    error["code"], f"role {self.role} ({self.party.name}) failed: {error['message']}",
+                    error["code"], f"role {self.role} ({self.party.name}) failed: {told}",
                     timeout=min(5.0, cfg.timeouts.connect_seconds,
                                 max(1.0, self.deadline - time.monotonic())))
                 log.warning("session %s failed here (%s: %s); abort sent: %s", self.spec.session_id,
@@ -217,7 +221,7 @@ class Session:
                 raise
         finally:
             ch.mark_closed(None if error is None else
-                           (error["code"], error["message"], error["origin"]))
+                           (error["code"], told, error["origin"]))
             await ch.close()
         stats = dict(ch.stats.as_dict(), inbound_duplicates=ch.inbound_duplicates)
         state = "failed" if error is not None else "succeeded"
