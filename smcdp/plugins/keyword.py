@@ -8,7 +8,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from smcdp.crypto.paillier import check_key_bits
-from smcdp.errors import InputRejected, InvalidMessage
+from smcdp.errors import InputRejected, InvalidMessage, PermissionDenied
 from smcdp.net.channel import Channel
 from smcdp.plugins.base import ProtocolPlugin, SessionContext
 from smcdp.protocols.base import check_roles
@@ -64,6 +64,11 @@ class KeywordPlugin(ProtocolPlugin):
             X = load_utterance(self.input_path(ctx, "utterance", ch.me))
             return asdict(await keyword_alice(ch, X, p, allow_insecure_keys=ctx.allow_insecure_keys))
         if role == BOB:
+            if p.debug_reveal and not ctx.allow_insecure_keys:
+                # the initiator chose the parameters: Bob does not hand out every score on request
+                raise PermissionDenied(
+                    f"{ch.me}: debug_reveal would reveal every model's score to Alice; this party accepts it "
+                    "only on a test deployment (party.allow_insecure_keys = true)")
             models = load_keyword_models(self.input_path(ctx, "models", ch.me))
             return asdict(await keyword_bob(ch, models, p, seed=ctx.seed,
                                             allow_insecure_keys=ctx.allow_insecure_keys))

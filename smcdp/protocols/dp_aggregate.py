@@ -60,6 +60,7 @@ from smcdp.crypto.codec import bigints, from_bigints
 from smcdp.crypto.encoding import Packing
 from smcdp.crypto.paillier import PublicKey
 from smcdp.crypto.vector import EncryptedVector
+from smcdp.crypto.zkp import prove_one_hot, verify_one_hot
 from smcdp.dp.learners.logistic import LogisticRegression, logistic_sensitivity
 from smcdp.dp.mechanisms import (  # at import, not lazily: see below
     LaplaceMechanism,
@@ -259,7 +260,8 @@ class DPAggregateParams(ProtocolParams):
         elif role == CHARLIE:
             msgs = [(K - 1, cmp), (1, psi), (K, ints), (2 * K, ct), (1, key), (4, small)]
         else:
-            msgs = [(1, cmp), (1, ciphertext_vector_bytes(K, P)), (K - 1, psi), (K + 1, ints),
+            proof = (5 * K + 1) * (2 * P // 8 + 8) + 32
+            msgs = [(1, cmp), (1, ciphertext_vector_bytes(K, P)), (1, proof), (K - 1, psi), (K + 1, ints),
                     (3 * K, ct), (3, key), (2 * K + 6, small)]
         return TrafficEnvelope.from_messages(msgs, f"dp-aggregate parameters (K = {K}, d = {d}, "
                                              f"{P}-bit Paillier, {Dk}-bit DGK keys)")
@@ -322,6 +324,11 @@ def sensitivity_key(delta: float) -> tuple[int, float]:
     if not 1 <= k < 1 << SENS_KEY_BITS:
         raise InvalidMessage(f"sensitivity {delta:g} is outside the supported range")
     return k, _float_up(Fraction(1 << SENS_PRECISION_BITS, k))
+
+
+def _indicator_context(session_id: str) -> bytes:
+    """What the Stage-2 indicator proof is bound to (no replay into another session)."""
+    return f"smcdp/dp-aggregate/s2/u/{session_id}".encode()
 
 
 def write_durable(path: Path, obj: Any) -> str:
@@ -413,6 +420,13 @@ async def data_party(ch: Channel, weights, sensitivity: float, params: DPAggrega
     u_msg = await ch.recv(CHARLIE, "s2/u", pb.CiphertextVector)
     u = EncryptedVector.from_proto(u_msg, zeta_pk, length=K, exponent=0, packing=Packing(), bound=1,
                                    what="s2/u from charlie")
+    # Check (issue 19): Charlie proves that u is a one-hot indicator (each entry 0 or 1, sum 1), so he
+    # cannot select no noise at all, or a combination of several parties' noises.
+    proof = from_bigints(await ch.recv(CHARLIE, "s2/u-proof", pb.BigInts), count=5 * K + 1,
+                         bound_bits=2 * zeta_pk.bits + 1, what="s2/u-proof from charlie", nonnegative=True)
+    if not verify_one_hot(zeta_pk, u.ciphertexts, proof, _indicator_context(ch.session_id)):
+        raise InvalidMessage("s2/u from charlie is not proven to be a one-hot indicator (every entry 0 or 1, "
+                             "exactly one 1): refusing a noise selection that may add no noise")
     v_j = u.ciphertexts[s1.position]
     nbound = 1 << (F + params.value_bits)
     psi = EncryptedVector(zeta_pk, [zeta_pk.rerandomize_textbook(zeta_pk.raw_mul(v_j, P)) for P in
@@ -463,6 +477,9 @@ async def charlie(ch: Channel, params: DPAggregateParams, *, seed: int | None = 
     # --- Stage 2, step 1: the indicator of j̃, un-permuted by π₂ (position order), under ζ.
     u = EncryptedVector(pk, [pk.raw_encrypt_textbook(1 if k == s1.position else 0) for k in range(K)], K, 0, Packing(), 1)
     await ch.send_many(roles, "s2/u", u.to_proto())
+    # ... with a zero-knowledge proof that it is one (the parties refuse it otherwise)
+    proof = prove_one_hot(zeta, u.ciphertexts, s1.position, _indicator_context(ch.session_id))
+    await ch.send_many(roles, "s2/u-proof", bigints(proof))
 
     # --- Stage 3, step 2: decrypt ν + s.
     m, kappa = params.modulus_bits, params.mask_bits
