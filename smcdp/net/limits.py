@@ -65,7 +65,7 @@ class Limits:
     #: ceiling on one inbound message (the protocol's own envelope is usually far lower)
     max_message_mib: int = 256
     #: ceiling on everything one session may receive
-    max_session_mib: int = 4096
+    max_session_mib: int = 2048
     #: ceiling on distinct (sender, tag) messages one session may receive
     max_tags_per_session: int = 200_000
     #: gRPC: concurrent streams per connection, and concurrent RPCs in the whole server
