@@ -299,10 +299,16 @@ class MailboxServicer(tgrpc.MailboxServicer):
             stored = fresh
             return tpb.Ack(duplicate=not fresh, bytes=len(buf))
         except Exception as exc:  # noqa: BLE001 - report, never crash the server
-            await _fail(context, exc, "Deliver")
+            failure = exc
         finally:
             if budget is not None and key is not None and charge is not None:
                 budget.settle(key[0], key[1], charge, stored)
+        # Drop the refused message before answering: the abort's exception keeps this frame (and
+        # so its locals) alive until the cyclic garbage collector runs, which counts objects, not
+        # bytes -- a stream of refused 1 MiB messages would otherwise pile up in memory.
+        env = first = buf = None  # noqa: F841
+        failure.__traceback__ = None
+        await _fail(context, failure, "Deliver")
 
     def _check_header(self, env: tpb.Envelope) -> None:
         validate_session_id(env.session_id)

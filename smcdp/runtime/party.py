@@ -322,10 +322,11 @@ async def _serve(config: PartyConfig, ready_file: Path | None = None) -> int:
         loop.add_signal_handler(sig, stop.set)
     if ready_file is not None:
         write_json_atomic(ready_file, {"party": party.name, "port": party.port, "pid": os.getpid()})
-    print(f"party {party.name} serving on {config.listen} (port {party.port}); "
-          "stop with SIGTERM or Ctrl-C", file=sys.stderr, flush=True)
+    # through the log, so that [logging] format = "json" gives nothing but JSON lines
+    log.info("party %s serving on %s (port %d); stop with SIGTERM or Ctrl-C", party.name, config.listen,
+             party.port)
     await stop.wait()
-    print(f"party {party.name}: shutting down", file=sys.stderr, flush=True)
+    log.info("party %s: shutting down", party.name)
     await party.stop()
     return 0
 
