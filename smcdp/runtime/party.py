@@ -131,7 +131,7 @@ class Party(SessionHost):
         s = self.sessions.get(session_id)
         channel = s.channel if s is not None else self.ended.get(session_id)
         if channel is None:
-            self._refuse_ended(session_id)
+            self._refuse_ended(peer, session_id)
             raise PreconditionFailed(
                 f"party {self.name!r} has no session {session_id!r} (never proposed here, or "
                 "this party restarted since)")
@@ -142,13 +142,16 @@ class Party(SessionHost):
             raise PermissionDenied("a party cannot deliver messages to itself")
         return channel, role
 
-    def _refuse_ended(self, session_id: str) -> None:
-        """A message for a session that ended here long ago: its record on disk says how."""
+    def _refuse_ended(self, peer: str, session_id: str) -> None:
+        """A message for a session that ended here long ago: its record on disk says how (to a
+        participant of that session only; anyone else learns nothing about it)."""
         try:
             record = json.loads(self.record_path(session_id).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return
-        err = record.get("error") if isinstance(record, dict) else None
+        if not isinstance(record, dict) or peer not in (record.get("roles") or {}).values():
+            return
+        err = record.get("error")
         if isinstance(err, dict) and err.get("code"):
             raise SessionAborted(f"session {session_id} already ended at {self.name}: {err.get('message', '')}",
                                  str(err["code"]), str(err.get("origin") or self.name))

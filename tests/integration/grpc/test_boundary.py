@@ -189,3 +189,25 @@ def test_fuzz_mailbox_short(party):
     rec = client.start_session(party["cfgs"]["charlie"], "net-echo", {"a": "charlie", "b": "bob"}, {"n": 2},
                               timeout=20)
     assert rec["state"] == "succeeded" and rec["result"]["y"] == [1.0, 3.0]
+
+
+def test_ended_sessions_live_on_disk_and_answer_only_their_participants(tmp_path, in_thread):
+    """With no ended session kept in memory (keep_ended_sessions = 0), a late message for a failed
+    session is refused from its record on disk with the failure's code -- to a participant; to
+    anyone else the session does not exist."""
+    cfgs = make_deployment(tmp_path, ["alice", "bob", "charlie"], limits=Limits(keep_ended_sessions=0))
+    in_thread.start(cfgs["bob"])
+    address = load_config(cfgs["bob"]).address_of("bob")
+    with raw_channel(tmp_path / "certs", "alice", address, "bob") as alice, \
+            raw_channel(tmp_path / "certs", "charlie", address, "bob") as charlie:
+        assert call_unary(alice, MAILBOX + "Propose", _spec("gone"))[0] == C.OK
+        assert call_unary(alice, MAILBOX + "Abort", tpb.AbortRequest(
+            session_id="gone", code="DATA_LOSS", message="x").SerializeToString())[0] == C.OK
+        assert _wait(lambda: client.get_result(cfgs["bob"], "gone"))["state"] == "failed"
+        end = time.monotonic() + 10
+        while "gone" in in_thread.parties["bob"].sessions and time.monotonic() < end:
+            time.sleep(0.05)
+        assert "gone" not in in_thread.parties["bob"].sessions and len(in_thread.parties["bob"].ended) == 0
+        assert call_deliver(alice, [_env("gone")])[0] == C.DATA_LOSS
+        code, details = call_deliver(charlie, [_env("gone")])
+        assert code == C.FAILED_PRECONDITION and "has no session" in details
