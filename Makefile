@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 OUT    ?= out
 
-.PHONY: all install demo test proto proto-check bench experiments multihost-test docker-image docker-lock \
+.PHONY: all install demo test proto proto-check bench fuzz experiments multihost-test docker-image docker-lock \
         container-test clean
 
 all: test
@@ -34,6 +34,13 @@ proto: $(STAMP)
 ## Benchmarks: ratios against plain phe / numpy measured in the same run; writes docs/benchmarks.md.
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py --write docs/benchmarks.md
+
+## Fuzz the party boundary (a real party process, 100,000 requests, payloads and live sessions) and
+## the C accelerator (100,000 calls, then under valgrind); docs/security.md records a run.
+fuzz: $(STAMP)
+	@mkdir -p $(OUT)
+	$(BIN)/python bench/fuzz_boundary.py --json $(OUT)/fuzz-boundary.json
+	$(BIN)/python bench/fuzz_native.py --json $(OUT)/fuzz-native.json
 
 ## Reproductions of the seed papers' experiments at reduced repetitions (FULL=1 for the papers').
 experiments: $(STAMP)

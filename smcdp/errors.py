@@ -22,6 +22,24 @@ class InvalidMessage(SmcdpError):
     code = "INVALID_ARGUMENT"
 
 
+class InputRejected(InvalidMessage):
+    """This party's own input breaks a rule of the session.
+
+    ``str(exc)`` (the local log and record) has the detail; ``public_message``
+    -- what the other participants are told when the session is aborted --
+    names the rule only, never a path, a count or a value of the data.
+    """
+
+    def __init__(self, rule: str, detail: str = "") -> None:
+        super().__init__(f"{rule} ({detail})" if detail else rule)
+        self.public_message = rule
+
+
+def public_message(exc: BaseException) -> str:
+    """What may be told to other parties about ``exc`` (``public_message`` if it has one)."""
+    return getattr(exc, "public_message", None) or str(exc) or type(exc).__name__
+
+
 class PreconditionFailed(SmcdpError):
     """The request is well formed but the state does not allow it."""
 
@@ -48,6 +66,12 @@ class Unavailable(SmcdpError):
     """A peer could not be reached."""
 
     code = "UNAVAILABLE"
+
+
+class ResourceExhausted(SmcdpError):
+    """A limit of this party (sessions, bytes, messages) would be exceeded."""
+
+    code = "RESOURCE_EXHAUSTED"
 
 
 class SessionAborted(SmcdpError):

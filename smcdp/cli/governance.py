@@ -12,7 +12,6 @@ the party when it starts).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path

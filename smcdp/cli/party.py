@@ -46,9 +46,9 @@ def _cmd_certs(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------ party
 def _cmd_party(args: argparse.Namespace) -> int:
-    party.setup_logging(args.log_level)
+    party.setup_logging(args.log_level or "INFO")
     try:
-        return party.serve(args.config, ready_file=args.ready_file)
+        return party.serve(args.config, ready_file=args.ready_file, log_level=args.log_level)
     except SmcdpError as exc:
         return _fail(exc)
 
@@ -166,7 +166,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("party", help="run a party process until SIGTERM/SIGINT")
     p.add_argument("--config", required=True, help="the party's TOML configuration")
     p.add_argument("--ready-file", help="write {party, port, pid} JSON here once serving")
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-level", default=None, help="overrides the config's [logging] level")
     p.set_defaults(func=_cmd_party)
 
     p = subparsers.add_parser("session", help="start sessions, fetch results, approve or reject proposals")

@@ -35,6 +35,13 @@
 #endif
 
 #define MAX_WINDOW 20
+/* Size limits: every size below is checked against these before anything is allocated, so no
+ * input can make this file exhaust memory or a stack.  A modulus of 2^20 bits (128 KiB) is 32
+ * times the largest one smcdp uses (n^2 of a 16384-bit Paillier key); 4 GiB bounds a table or
+ * the buckets of one multi-exponentiation (the Python side budgets 192 MB per table). */
+#define MAX_MODULUS_BYTES ((Py_ssize_t)1 << 17)
+#define MAX_TABLE_BYTES ((size_t)1 << 32)
+#define MAX_EXPONENT_BYTES ((Py_ssize_t)1 << 20)
 
 /* ------------------------------------------------------------------ Montgomery context */
 typedef struct {
@@ -96,17 +103,23 @@ static mp_size_t limbs_for(Py_ssize_t bytes)
     return (mp_size_t)((bytes + (Py_ssize_t)sizeof(mp_limb_t) - 1) / (Py_ssize_t)sizeof(mp_limb_t));
 }
 
-/* x mod m for a k-limb x into n limbs (k may be < n) */
-static void reduce_into(mp_limb_t *rp, const mp_limb_t *xp, mp_size_t k, const mont_ctx *c)
+/* x mod m for a k-limb x into n limbs (k may be < n).  The quotient goes to the heap, never
+ * the stack: its size follows the modulus, which the caller may choose.  Returns 0, or -1
+ * when out of memory (no Python exception set: this may run without the GIL). */
+static int reduce_into(mp_limb_t *rp, const mp_limb_t *xp, mp_size_t k, const mont_ctx *c)
 {
     mp_size_t n = c->n;
     if (k < n) { /* already below m, whose top limb is non-zero */
         memset(rp, 0, (size_t)n * sizeof(mp_limb_t));
         memcpy(rp, xp, (size_t)k * sizeof(mp_limb_t));
-        return;
+        return 0;
     }
-    mp_limb_t q[k - n + 1]; /* k <= 2n + 1 everywhere this is called: a few KB of stack at most */
+    mp_limb_t *q = malloc((size_t)(k - n + 1) * sizeof(mp_limb_t));
+    if (!q)
+        return -1;
     mpn_tdiv_qr(q, rp, 0, xp, k, c->m, n);
+    free(q);
+    return 0;
 }
 
 /* Returns 0 on success, -1 with a Python exception set. */
@@ -116,6 +129,11 @@ static int ctx_init(mont_ctx *c, const unsigned char *mb, Py_ssize_t mlen)
     mlen = trimmed_len(mb, mlen);
     if (mlen == 0 || (mb[0] & 1) == 0 || (mlen == 1 && mb[0] == 1)) {
         PyErr_SetString(PyExc_ValueError, "Montgomery arithmetic needs an odd modulus > 1");
+        return -1;
+    }
+    if (mlen > MAX_MODULUS_BYTES) {
+        PyErr_Format(PyExc_ValueError, "modulus of %zd bytes is larger than the limit of %zd bytes",
+                     mlen, MAX_MODULUS_BYTES);
         return -1;
     }
     mp_size_t n = limbs_for(mlen);
@@ -136,8 +154,13 @@ static int ctx_init(mont_ctx *c, const unsigned char *mb, Py_ssize_t mlen)
         inv *= (mp_limb_t)2 - c->m[0] * inv;
     c->minv = (mp_limb_t)0 - inv;
     t[2 * n] = 1; /* R^2 */
-    reduce_into(c->r2, t, 2 * n + 1, c);
+    int rc = reduce_into(c->r2, t, 2 * n + 1, c);
     PyMem_Free(t);
+    if (rc < 0) {
+        ctx_free(c);
+        PyErr_NoMemory();
+        return -1;
+    }
     return 0;
 }
 
@@ -200,7 +223,10 @@ static int load_residue(PyObject *obj, const mont_ctx *c, mp_limb_t *out, mp_lim
     }
     bytes_to_limbs(view.buf, len, tp, c->n); /* tp has 2n limbs */
     PyBuffer_Release(&view);
-    reduce_into(out, tp, c->n, c);
+    if (reduce_into(out, tp, c->n, c) < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
     if (convert)
         mont_mul(out, out, c->r2, c, tp);
     return 0;
@@ -281,8 +307,9 @@ static int FixedBase_init(FixedBaseObject *self, PyObject *args, PyObject *kwds)
     mp_size_t n = self->ctx.n;
     Py_ssize_t windows = (exp_bits + window - 1) / window;
     size_t per_row = ((size_t)1 << window) - 1;
-    if ((size_t)windows > SIZE_MAX / per_row / (size_t)n / sizeof(mp_limb_t)) {
-        PyErr_NoMemory();
+    if ((size_t)windows > MAX_TABLE_BYTES / per_row / (size_t)n / sizeof(mp_limb_t)) {
+        PyErr_Format(PyExc_ValueError, "a table of %zd windows of %zu residues of %zd limbs exceeds "
+                     "the limit of %zu bytes", windows, per_row, (Py_ssize_t)n, MAX_TABLE_BYTES);
         return -1;
     }
     size_t entries = (size_t)windows * per_row;
@@ -558,6 +585,11 @@ static PyObject *multi_exp(PyObject *module, PyObject *args)
             goto done;
         }
         const unsigned char *eb = (const unsigned char *)PyBytes_AS_STRING(o);
+        if (trimmed_len(eb, PyBytes_GET_SIZE(o)) > MAX_EXPONENT_BYTES) {
+            PyErr_Format(PyExc_ValueError, "exponent %zd is longer than the limit of %zd bytes", j,
+                         MAX_EXPONENT_BYTES);
+            goto done;
+        }
         size_t bj = byte_bits(eb, PyBytes_GET_SIZE(o));
         mp_size_t kj = limbs_for(trimmed_len(eb, PyBytes_GET_SIZE(o)));
         if (kj > k)
@@ -566,6 +598,15 @@ static PyObject *multi_exp(PyObject *module, PyObject *args)
             bits = bj;
     }
     size_t nb = (size_t)1 << c;
+    size_t terms = (size_t)(t > 0 ? t : 1);
+    if (nb > MAX_TABLE_BYTES / (size_t)n / sizeof(mp_limb_t)
+        || terms > MAX_TABLE_BYTES / (size_t)n / sizeof(mp_limb_t)
+        || terms > MAX_TABLE_BYTES / (size_t)k / sizeof(mp_limb_t)) {
+        PyErr_Format(PyExc_ValueError, "multi_exp of %zd terms (%zd-limb exponents, window %d) over a "
+                     "%zd-limb modulus exceeds the limit of %zu bytes", t, (Py_ssize_t)k, c,
+                     (Py_ssize_t)n, MAX_TABLE_BYTES);
+        goto done;
+    }
     tp = PyMem_Malloc((size_t)(2 * n) * sizeof(mp_limb_t));
     B = PyMem_Malloc((size_t)(t > 0 ? t : 1) * (size_t)n * sizeof(mp_limb_t));
     E = PyMem_Calloc((size_t)(t > 0 ? t : 1) * (size_t)k, sizeof(mp_limb_t));

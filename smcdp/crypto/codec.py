@@ -38,7 +38,7 @@ def keypair_to_proto(sk: PrivateKey) -> pb.PaillierKeyPair:
 
 def keypair_from_proto(msg: pb.PaillierKeyPair, *, allow_insecure: bool = False) -> PrivateKey:
     pk = public_key_from_proto(msg, allow_insecure=allow_insecure)
-    return PrivateKey(pk, bytes_to_int(msg.p), bytes_to_int(msg.q))
+    return PrivateKey.from_factors(pk, bytes_to_int(msg.p), bytes_to_int(msg.q))
 
 
 # --------------------------------------------------------------------------- single ciphertexts

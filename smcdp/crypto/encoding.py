@@ -67,16 +67,26 @@ def encode_float(v: float, frac_bits: int) -> int:
 
 
 def decode_fixed(ints: Iterable[int], exponent: int) -> np.ndarray:
-    """Integers · 2^exponent as float64 (ldexp avoids float overflow of huge ints where possible)."""
+    """Integers · 2^exponent as float64, each correctly rounded (±inf beyond the float range).
+
+    A negative exponent divides exactly with Python's integer true division,
+    which rounds once, correctly, also into the subnormal range: 2^900 · 2^-1100
+    is 2^-200, not the 0.0 that ``float(v) * 2.0**exponent`` would give once
+    2.0**exponent underflows.
+    """
+    exponent = int(exponent)
+    divisor = 1 << -exponent if exponent < 0 else 1
     out = []
     for v in ints:
         v = int(v)
-        bl = v.bit_length()
-        if bl > 1000:  # keep the top 64 bits, fold the rest into the exponent
-            shift = bl - 64
-            out.append(math.ldexp(float(v >> shift if v >= 0 else -((-v) >> shift)), exponent + shift))
-        else:
-            out.append(math.ldexp(float(v), exponent) if bl <= 53 else float(v) * 2.0 ** exponent)
+        try:
+            if exponent >= 0 or (v.bit_length() <= 53 and exponent >= -1021):
+                # exact float, scaled exactly (the result is a normal float or overflows)
+                out.append(math.ldexp(float(v), exponent))
+            else:
+                out.append(v / divisor)
+        except OverflowError:
+            out.append(math.inf if v > 0 else -math.inf)
     return np.asarray(out, dtype=np.float64)
 
 
@@ -86,6 +96,12 @@ class Packing:
 
     slots: int = 1
     slot_bits: int = 0
+
+    def __post_init__(self) -> None:
+        if self.slots < 1:
+            raise ValueError(f"a packing needs at least one slot, got {self.slots}")
+        if self.slots > 1 and self.slot_bits < 2:
+            raise ValueError(f"packed slots need slot_bits >= 2 (a sign and a value bit), got {self.slot_bits}")
 
     @property
     def packed(self) -> bool:

@@ -207,6 +207,27 @@ class PrivateKey:
     def __repr__(self) -> str:
         return f"PrivateKey(for {self.public_key!r})"
 
+    @classmethod
+    def from_factors(cls, public_key: PublicKey, p: int, q: int) -> "PrivateKey":
+        """A private key from factors that came from outside this process (a file, a peer).
+
+        Checks what decryption silently relies on: p and q are distinct primes
+        (Miller–Rabin, 25 rounds: error below 4^-25 for an adversarial input),
+        n = p·q, and gcd(n, (p−1)(q−1)) = 1 (else g = n + 1 is not a valid
+        generator and decryption is not unique).  A composite factor would
+        otherwise decrypt to garbage without any error.
+        """
+        p, q = mpz(p), mpz(q)
+        n = public_key.n
+        if p < 3 or q < 3 or p * q != n or p == q:
+            raise InvalidMessage("private key: p·q does not equal the public modulus n (or p = q)")
+        for name, f in (("p", p), ("q", q)):
+            if not gmpy2.is_prime(f, 25):
+                raise InvalidMessage(f"private key: {name} is not prime")
+        if gmpy2.gcd(n, (p - 1) * (q - 1)) != 1:
+            raise InvalidMessage("private key: gcd(n, (p-1)(q-1)) != 1, not a valid Paillier key")
+        return cls(public_key, p, q)
+
     @property
     def phe(self) -> phe_paillier.PaillierPrivateKey:
         return self._phe
@@ -273,7 +294,7 @@ class PrivateKey:
         except (KeyError, TypeError, ValueError):
             raise InvalidMessage("private key file needs hexadecimal 'n', 'p', 'q'") from None
         check_key_bits(n.bit_length(), allow_insecure)
-        return cls(PublicKey(n), p, q)
+        return cls.from_factors(PublicKey(n), p, q)
 
 
 def check_key_bits(bits: int, allow_insecure: bool) -> None:
@@ -287,7 +308,7 @@ def check_key_bits(bits: int, allow_insecure: bool) -> None:
 
 
 def _random_prime(bits: int, rng: random.Random) -> mpz:
-    """A random prime of exactly ``bits`` bits with its top two bits set (so p·q has 2·bits bits)."""
+    """A random prime of exactly ``bits`` bits with its top two bits set (so p·q has bits(p)+bits(q) bits)."""
     top = (mpz(3) << (bits - 2)) | 1
     while True:
         p = gmpy2.next_prime(mpz(rng.getrandbits(bits)) | top)
@@ -303,16 +324,18 @@ def generate_keypair(bits: int = DEFAULT_KEY_BITS, *, allow_insecure: bool = Fal
     (:mod:`smcdp.primitives.rng`), so that a session replayed after a crash
     regenerates the same key -- and from the OS CSPRNG otherwise.  As in
     python-paillier, each prime is the next prime after a random odd number;
-    n = pq with p != q and gcd(n, (p-1)(q-1)) = 1.
+    n = pq with p != q and gcd(n, (p-1)(q-1)) = 1.  Odd sizes are supported:
+    p has ⌈bits/2⌉ bits and q ⌊bits/2⌋ (phe's own generator draws both of
+    ⌊bits/2⌋ bits and waits for an n of ``bits`` bits, which for an odd size
+    never comes).
     """
+    if isinstance(bits, bool) or not isinstance(bits, int):
+        raise InvalidMessage(f"key size must be an integer number of bits, got {bits!r}")
     check_key_bits(bits, allow_insecure)
-    if isinstance(bits, bool) or not isinstance(bits, int) or bits % 2:
-        raise InvalidMessage(f"a Paillier key size must be an even number of bits, got {bits!r}")
     rng = rng if rng is not None else random.SystemRandom()
-    half = bits // 2
     while True:
-        p = _random_prime(half, rng)
-        q = _random_prime(half, rng)
+        p = _random_prime((bits + 1) // 2, rng)
+        q = _random_prime(bits // 2, rng)
         n = p * q
         if p != q and n.bit_length() == bits and gmpy2.gcd(n, (p - 1) * (q - 1)) == 1:
             pk = PublicKey(int(n))

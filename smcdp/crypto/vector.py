@@ -317,6 +317,9 @@ class EncryptedVector:
             raise InvalidMessage(f"{what} has fixed-point exponent {msg.exponent}, expected {exponent}")
         if msg.exponent > 0 or msg.exponent < -4096:
             raise InvalidMessage(f"{what} has an out-of-range exponent {msg.exponent}")
+        if msg.slots_per_ciphertext > 1 and msg.slot_bits < 2:
+            raise InvalidMessage(f"{what} declares {msg.slots_per_ciphertext} slots of {msg.slot_bits} bits; "
+                                 "packed slots need at least 2 bits")
         got = Packing(msg.slots_per_ciphertext, msg.slot_bits) if msg.slots_per_ciphertext > 1 else UNPACKED
         if packing is not None and got != packing:
             raise InvalidMessage(f"{what} uses packing {got.slots}x{got.slot_bits} bits, expected "
@@ -332,6 +335,10 @@ class EncryptedVector:
             if len(b) > max_bytes:
                 raise InvalidMessage(f"{what}: ciphertext {i} is longer than n²")
             cts.append(public_key.validate_ciphertext(bytes_to_int(b), f"{what}: ciphertext {i}"))
+        cap = got.slot_capacity if got.packed else int(public_key.max_int)
+        if bound is not None and bound > cap:
+            raise InvalidMessage(f"{what} uses {got.slots} slots of {got.slot_bits} bits, too narrow for the "
+                                 f"{int(bound).bit_length()}-bit values expected here")
         return cls(public_key, cts, msg.length, msg.exponent, got, bound)
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import hashlib
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -101,6 +102,8 @@ class Mailbox:
 
     def __init__(self) -> None:
         self._items: dict[tuple[str, str], tuple[str, bytes]] = {}
+        #: (type, SHA-256) of messages already handed to the role: their bytes are freed at once
+        self._taken: dict[tuple[str, str], tuple[str, bytes]] = {}
         self._waiters: dict[tuple[str, str], asyncio.Future] = {}
         self._aborted: BaseException | None = None
         self._abort_event: asyncio.Event | None = None
@@ -113,8 +116,9 @@ class Mailbox:
     def put(self, sender_role: str, tag: str, type_url: str, data: bytes) -> bool:
         """Store a message.  Returns False for a harmless duplicate."""
         key = (sender_role, tag)
-        if key in self._items:
-            if self._items[key] == (type_url, data):
+        if key in self._items or key in self._taken:
+            if self._items.get(key) == (type_url, data) or \
+                    self._taken.get(key) == (type_url, hashlib.sha256(data).digest()):
                 self.duplicates += 1
                 return False
             raise InvalidMessage(
@@ -162,7 +166,17 @@ class Mailbox:
                 ) from None
         if self._aborted is not None and key not in self._items:
             raise self._aborted
-        return self._items[key]
+        if key in self._taken:
+            raise InvalidMessage(f"message {tag!r} from {sender_role} was already received once")
+        type_url, data = self._items.pop(key)
+        self._taken[key] = (type_url, hashlib.sha256(data).digest())
+        return type_url, data
+
+    def clear(self) -> None:
+        """Free every buffered message and digest (the session ended; a GrpcChannel keeps its own
+        digests to acknowledge late retries)."""
+        self._items.clear()
+        self._taken.clear()
 
 
 class Channel(abc.ABC):

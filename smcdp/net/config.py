@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from smcdp.errors import InvalidMessage
+from smcdp.net.limits import ConfigValueError, Limits, parse_limits
 from smcdp.net.tls import validate_party_name
 
 DEFAULT_CONNECT_SECONDS = 10.0
@@ -32,7 +33,6 @@ DEFAULT_SESSION_SECONDS = 3600.0
 DEFAULT_RPC_SECONDS = 120.0
 #: how long a session waits for a participant that stopped answering before it fails (resumably)
 DEFAULT_PEER_GRACE_SECONDS = 30.0
-DEFAULT_MAX_MESSAGE_MIB = 512
 
 _MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _KEY_RE = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -70,9 +70,15 @@ class NetConfig:
     tls: TlsConfig
     peers: Mapping[str, str] = field(default_factory=dict)
     timeouts: Timeouts = field(default_factory=Timeouts)
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_MIB * 1024 * 1024
+    #: what a peer may cost this party ([limits]; smcdp.net.limits)
+    limits: Limits = field(default_factory=Limits)
     #: the file this was loaded from (None when built in code)
     source: Path | None = None
+
+    @property
+    def max_message_bytes(self) -> int:
+        """Largest inbound message (``limits.max_message_mib``)."""
+        return self.limits.max_message_bytes
 
     def address_of(self, party: str) -> str:
         """The configured address of ``party`` (own listen address for self)."""
@@ -246,16 +252,21 @@ def parse_timeouts(to_t: Mapping[str, Any]) -> Timeouts:
     )
 
 
-def parse_max_message_mib(party: Mapping[str, Any]) -> int:
-    """``party.max_message_mib`` -> bytes."""
-    mib = party.get("max_message_mib", DEFAULT_MAX_MESSAGE_MIB)
-    if isinstance(mib, bool) or not isinstance(mib, int) or not 1 <= mib <= 16384:
-        raise ConfigError(f"party.max_message_mib must be an integer 1..16384, got {mib!r}")
-    return mib * 1024 * 1024
+def parse_limits_section(limits_t: Mapping[str, Any], party: Mapping[str, Any]) -> Limits:
+    """``[limits]``, plus ``party.max_message_mib`` (the older place of limits.max_message_mib)."""
+    legacy = None
+    if "max_message_mib" in party:
+        legacy = party["max_message_mib"]
+        if isinstance(legacy, bool) or not isinstance(legacy, int) or not 1 <= legacy <= 16384:
+            raise ConfigError(f"party.max_message_mib must be an integer 1..16384, got {legacy!r}")
+    try:
+        return parse_limits(limits_t, legacy)
+    except ConfigValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def net_sections_to_dict(cfg: NetConfig, base: Path | None) -> dict[str, Any]:
-    """The [tls], [peers] and [timeouts] tables of ``cfg`` (paths relative to ``base``)."""
+    """The [tls], [peers], [timeouts] and [limits] tables of ``cfg`` (paths relative to ``base``)."""
     return {
         "tls": {k: relative_path(getattr(cfg.tls, k), base) for k in ("ca", "cert", "key")},
         "peers": dict(cfg.peers),
@@ -263,4 +274,5 @@ def net_sections_to_dict(cfg: NetConfig, base: Path | None) -> dict[str, Any]:
                      "session_seconds": cfg.timeouts.session_seconds,
                      "rpc_seconds": cfg.timeouts.rpc_seconds,
                      "peer_grace_seconds": cfg.timeouts.peer_grace_seconds},
+        "limits": cfg.limits.to_dict(),
     }

@@ -29,16 +29,21 @@ from typing import AsyncIterator, Callable, Mapping
 import grpc
 
 from smcdp import errors
+from smcdp._text import printable
 from smcdp.errors import PreconditionFailed, SmcdpError, Unavailable
 from smcdp.net.channel import Channel, Journal, Mailbox
 from smcdp.net.config import NetConfig
-from smcdp.net.tls import TlsMaterial
+from smcdp.net.tls import PARTY_NAME_RE, TlsMaterial
 from smcdp.v1 import transport_pb2 as tpb
 from smcdp.v1 import transport_pb2_grpc as tgrpc
 
 CHUNK_SIZE = 1024 * 1024
 #: gRPC message limit for one envelope (a chunk plus header), both directions.
 MAX_GRPC_MESSAGE = 4 * CHUNK_SIZE + 64 * 1024
+
+#: clients ping every this many ms, also without calls (the server's policy matches it:
+#: smcdp.net.server.SERVER_MIN_PING_INTERVAL_MS)
+CLIENT_KEEPALIVE_MS = 10_000
 
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 
@@ -61,6 +66,7 @@ _CODE_CLASSES: dict[str, type[SmcdpError]] = {
     "ALREADY_EXISTS": AlreadyExists,
     "NOT_FOUND": NotFound,
     "OUT_OF_RANGE": errors.CryptoOverflow,
+    "RESOURCE_EXHAUSTED": errors.ResourceExhausted,
 }
 
 
@@ -85,7 +91,8 @@ def _origin_of(exc: grpc.RpcError) -> str | None:
     try:
         for key, value in exc.trailing_metadata() or ():
             if key == ORIGIN_METADATA:
-                return value if isinstance(value, str) else value.decode("utf-8", "replace")
+                value = value if isinstance(value, str) else value.decode("utf-8", "replace")
+                return value if PARTY_NAME_RE.match(value) else None
     except Exception:  # noqa: BLE001 - some RpcErrors carry no metadata
         return None
     return None
@@ -99,7 +106,8 @@ def error_from_rpc(exc: grpc.RpcError, what: str) -> SmcdpError:
     :class:`~smcdp.errors.SessionAborted` with the original code and origin.
     """
     code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
-    details = exc.details() if hasattr(exc, "details") else str(exc)
+    # the peer wrote these: one printable line each before they reach a log or a record
+    details = printable(exc.details() if hasattr(exc, "details") else str(exc))
     name = code.name if code is not None else "UNKNOWN"
     origin = _origin_of(exc)
     if origin is not None:
@@ -127,35 +135,11 @@ def channel_options(max_message: int = MAX_GRPC_MESSAGE) -> list[tuple[str, int]
         ("grpc.initial_reconnect_backoff_ms", 200),
         ("grpc.min_reconnect_backoff_ms", 200),
         ("grpc.max_reconnect_backoff_ms", 2000),
-        # a dead link shows at the HTTP/2 level within ~15 s; server_options() permits these pings
-        ("grpc.keepalive_time_ms", KEEPALIVE_MS),
+        # a dead link shows at the HTTP/2 level within ~15 s; the server's policy permits these
+        # pings (smcdp.net.server.server_options)
+        ("grpc.keepalive_time_ms", CLIENT_KEEPALIVE_MS),
         ("grpc.keepalive_timeout_ms", 5000),
         ("grpc.keepalive_permit_without_calls", 1),
-        ("grpc.http2.max_pings_without_data", 0),
-    ]
-
-
-#: how often a client pings an idle connection (ms); the server must allow at least this rate
-KEEPALIVE_MS = 10000
-
-
-def server_options(max_message: int = MAX_GRPC_MESSAGE) -> list[tuple[str, int]]:
-    """Server-side options matching :func:`channel_options`' keepalive.
-
-    Without a ping policy a gRPC server answers a client that pings more often
-    than every 5 minutes with GOAWAY "too many pings" -- which ended operators'
-    ``session start`` calls that waited longer than a few minutes.  The server
-    accepts pings every 5 s (clients send one every 10 s), with or without calls
-    in flight, and pings idle clients itself to notice dead ones.
-    """
-    return [
-        ("grpc.max_send_message_length", max_message),
-        ("grpc.max_receive_message_length", max_message),
-        ("grpc.keepalive_time_ms", 20000),
-        ("grpc.keepalive_timeout_ms", 5000),
-        ("grpc.keepalive_permit_without_calls", 1),
-        ("grpc.http2.min_recv_ping_interval_without_data_ms", KEEPALIVE_MS // 2),
-        ("grpc.http2.max_ping_strikes", 0),
         ("grpc.http2.max_pings_without_data", 0),
     ]
 
@@ -268,7 +252,7 @@ async def call_with_retry(what: str, party: str, address: str, deadline: float,
     finally:
         if aborted is not None and not aborted.done():
             aborted.cancel()
-    detail = (f"; last error {last.code().name}: {last.details()}" if last is not None
+    detail = (f"; last error {last.code().name}: {printable(last.details(), 400)}" if last is not None
               else "; no time left to try")
     raise Unavailable(
         f"could not reach party {party!r} at {address} for {what} within the deadline "
@@ -279,8 +263,12 @@ class GrpcChannel(Channel):
     """A session endpoint that talks to the other parties over gRPC.
 
     Create it inside the event loop that will run the role (``bind_loop`` is
-    called from the constructor when a loop is running).
+    called from the constructor when a loop is running).  ``budget`` (an
+    :class:`smcdp.net.limits.InboundBudget`) is what the server charges inbound
+    messages to before buffering them; None means no per-session budget.
     """
+
+    budget = None
 
     def __init__(self, session_id: str, role: str, roles: Mapping[str, str],
                  deadline: float | None, connector: PeerConnector, *,
@@ -354,7 +342,7 @@ class GrpcChannel(Channel):
                     timeout=timeout)
                 return party, "ok"
             except grpc.RpcError as exc:
-                return party, f"{exc.code().name}: {exc.details()}"
+                return party, f"{exc.code().name}: {printable(exc.details(), 400)}"
             except SmcdpError as exc:
                 return party, str(exc)
 
@@ -432,3 +420,4 @@ class GrpcChannel(Channel):
         with self._lock:
             self._closed = True
             self._failure = failure
+        self.mailbox.clear()

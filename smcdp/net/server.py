@@ -14,13 +14,23 @@ Status codes (see docs/transport.md):
 * PERMISSION_DENIED   -- the caller holds no role in the session, or calls an
   operator method without this party's own certificate
 * FAILED_PRECONDITION -- unknown or ended session, or a session in the wrong state
-* INVALID_ARGUMENT    -- malformed envelope / spec / parameters, or a second
-  different message under the same tag
+* INVALID_ARGUMENT    -- malformed envelope / spec / parameters (including bytes
+  that do not decode as the request type, and JSON past its size or depth
+  bound), an abort code that is not a failure code, or a second different
+  message under the same tag
+* RESOURCE_EXHAUSTED  -- a limit of :mod:`smcdp.net.limits` (session slots,
+  bytes or messages of a session), checked before anything is buffered
 * ALREADY_EXISTS, NOT_FOUND -- session ids
 * UNAVAILABLE         -- the party is shutting down
 * PERMISSION_DENIED / FAILED_PRECONDITION / RESOURCE_EXHAUSTED / DEADLINE_EXCEEDED on
   Propose also carry the party's governance refusals (policy, bounds, budget, approval
   expired; docs/governance.md)
+
+Requests are decoded by this module, not by gRPC: a request that does not
+parse reaches its handler as :class:`Undecodable` and is refused with
+INVALID_ARGUMENT (gRPC's own decoding would answer INTERNAL or UNKNOWN).
+Peer-supplied text that this party logs or records (abort messages) goes
+through :func:`smcdp._text.printable` first.
 """
 
 from __future__ import annotations
@@ -35,17 +45,20 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Protocol
 
 import grpc
+from google.protobuf.message import DecodeError
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer as AsyncHealthServicer
 
-from smcdp.errors import InvalidMessage, PermissionDenied, SmcdpError, Unauthenticated
+from smcdp._text import printable
+from smcdp.errors import InvalidMessage, PermissionDenied, ResourceExhausted, SmcdpError, Unauthenticated
 from smcdp.net.config import NetConfig
 from smcdp.net.grpc_channel import (
+    CLIENT_KEEPALIVE_MS,
     MAX_GRPC_MESSAGE,
     ORIGIN_METADATA,
-    server_options,
     status_code_of,
 )
+from smcdp.net.limits import Limits, bounded_json_object
 from smcdp.net.tls import PARTY_NAME_RE, TlsMaterial
 from smcdp.v1 import transport_pb2 as tpb
 from smcdp.v1 import transport_pb2_grpc as tgrpc
@@ -88,7 +101,14 @@ def peer_identity(context: grpc.aio.ServicerContext) -> str:
 
 
 class InboundTarget(Protocol):
-    """Where a verified message for one session goes (a ``GrpcChannel``)."""
+    """Where a verified message for one session goes (a ``GrpcChannel``).
+
+    ``budget`` (an :class:`smcdp.net.limits.InboundBudget`, or None for no
+    per-session budget) is charged from a message's first envelope, before the
+    rest of it is read.
+    """
+
+    budget: Any
 
     def deliver_threadsafe(self, sender_role: str, tag: str, type_url: str, data: bytes) -> bool: ...
 
@@ -114,11 +134,16 @@ class SessionSpec:
 
 ROLE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 MAX_TIMEOUT = 7 * 24 * 3600.0
+MAX_ROLES = 128
+#: codes an Abort may carry: every gRPC status except OK (a failure must say it failed)
+ABORT_CODES = frozenset(c.name for c in grpc.StatusCode if c is not grpc.StatusCode.OK)
 
 
 def parse_roles(roles: Mapping[str, str]) -> dict[str, str]:
     if not roles:
         raise InvalidMessage("a session needs at least one role")
+    if len(roles) > MAX_ROLES:
+        raise InvalidMessage(f"a session has at most {MAX_ROLES} roles, got {len(roles)}")
     out = {}
     for role, party in roles.items():
         if not ROLE_RE.match(role):
@@ -135,23 +160,48 @@ def parse_roles(roles: Mapping[str, str]) -> dict[str, str]:
 
 
 def parse_params_json(text: str) -> dict:
-    if not text:
-        return {}
-    try:
-        params = json.loads(text)
-    except ValueError as exc:
-        raise InvalidMessage(f"params are not valid JSON: {exc}") from None
-    if not isinstance(params, dict):
-        raise InvalidMessage("params must be a JSON object")
-    return params
+    """A session's parameters: a JSON object of bounded size and depth (checked before parsing)."""
+    return bounded_json_object(text, "params_json")
 
 
 def parse_timeout(value: float, default: float | None = None) -> float:
     if value == 0 and default is not None:
         return default
-    if not (0 < value <= MAX_TIMEOUT):
+    if not (0 < value <= MAX_TIMEOUT):  # also refuses NaN
         raise InvalidMessage(f"timeout_seconds must be in (0, {MAX_TIMEOUT:.0f}], got {value}")
     return float(value)
+
+
+def parse_abort_code(code: str) -> str:
+    if code not in ABORT_CODES:
+        raise InvalidMessage(f"abort code {printable(code, 40)!r} is not a failure status; use one of "
+                             f"the gRPC status names other than OK (e.g. ABORTED, INVALID_ARGUMENT)")
+    return code
+
+
+@dataclass(frozen=True)
+class Undecodable:
+    """A request whose bytes did not parse as its type (decoded here, refused by the handler)."""
+
+    type_name: str
+    reason: str
+
+
+def checked(request: Any) -> Any:
+    if isinstance(request, Undecodable):
+        raise InvalidMessage(f"the request is not a valid {request.type_name}: {request.reason}")
+    return request
+
+
+def _tolerant_deserializer(cls):
+    def deserialize(data: bytes):
+        msg = cls()
+        try:
+            msg.ParseFromString(data)
+        except (DecodeError, RecursionError, ValueError) as exc:
+            return Undecodable(cls.DESCRIPTOR.full_name, printable(str(exc) or type(exc).__name__, 200))
+        return msg
+    return deserialize
 
 
 def spec_from_message(msg: tpb.SessionSpec) -> SessionSpec:
@@ -242,10 +292,10 @@ async def _fail(context: grpc.aio.ServicerContext, exc: BaseException, what: str
         context.set_trailing_metadata(((ORIGIN_METADATA, origin),))
     if code == grpc.StatusCode.INTERNAL:
         log.exception("internal error in %s", what)
-        msg = f"internal error in {what}: {type(exc).__name__}: {exc}"
+        msg = f"internal error in {what}: {type(exc).__name__}"
     else:
         msg = str(exc)
-    await context.abort(code, msg)
+    await context.abort(code, printable(msg))
 
 
 class MailboxServicer(tgrpc.MailboxServicer):
@@ -254,6 +304,8 @@ class MailboxServicer(tgrpc.MailboxServicer):
         self.max_message_bytes = max_message_bytes
 
     async def Deliver(self, request_iterator, context):
+        budget = charge = key = None
+        stored = False
         try:
             peer = peer_identity(context)
             target = sender_role = None
@@ -261,10 +313,16 @@ class MailboxServicer(tgrpc.MailboxServicer):
             buf = bytearray()
             expect = 0
             async for env in request_iterator:
+                env = checked(env)
                 if first is None:
                     first = env
                     self._check_header(env)
                     target, sender_role = self.host.inbound_target(peer, env.session_id)
+                    # charge the session's budget from the declared size, before buffering a byte
+                    budget = getattr(target, "budget", None)
+                    if budget is not None:
+                        key = (sender_role, env.tag)
+                        charge = budget.admit(sender_role, env.tag, env.total_size)
                 elif (env.session_id, env.tag, env.type_name, env.chunk_count, env.total_size) != (
                         first.session_id, first.tag, first.type_name, first.chunk_count,
                         first.total_size):
@@ -275,10 +333,10 @@ class MailboxServicer(tgrpc.MailboxServicer):
                                          f"got {env.chunk_index}")
                 if len(env.data) > MAX_CHUNK:
                     raise InvalidMessage(f"chunk larger than {MAX_CHUNK} bytes")
-                buf += env.data
-                if len(buf) > first.total_size:
+                if len(buf) + len(env.data) > first.total_size:
                     raise InvalidMessage(f"message {first.tag!r} is longer than its total_size "
                                          f"{first.total_size}")
+                buf += env.data
                 expect += 1
             if first is None:
                 raise InvalidMessage("empty Deliver stream: at least one envelope is needed")
@@ -287,11 +345,19 @@ class MailboxServicer(tgrpc.MailboxServicer):
                     f"message {first.tag!r} incomplete: {expect}/{first.chunk_count} chunks, "
                     f"{len(buf)}/{first.total_size} bytes")
             fresh = target.deliver_threadsafe(sender_role, first.tag, first.type_name, bytes(buf))
+            stored = fresh
             return tpb.Ack(duplicate=not fresh, bytes=len(buf))
-        except SmcdpError as exc:
-            await _fail(context, exc, "Deliver")
         except Exception as exc:  # noqa: BLE001 - report, never crash the server
-            await _fail(context, exc, "Deliver")
+            failure = exc
+        finally:
+            if budget is not None and key is not None and charge is not None:
+                budget.settle(key[0], key[1], charge, stored)
+        # Drop the refused message before answering: the abort's exception keeps this frame (and
+        # so its locals) alive until the cyclic garbage collector runs, which counts objects, not
+        # bytes -- a stream of refused 1 MiB messages would otherwise pile up in memory.
+        env = first = buf = None  # noqa: F841
+        failure.__traceback__ = None
+        await _fail(context, failure, "Deliver")
 
     def _check_header(self, env: tpb.Envelope) -> None:
         validate_session_id(env.session_id)
@@ -302,8 +368,8 @@ class MailboxServicer(tgrpc.MailboxServicer):
         if env.chunk_count < 1:
             raise InvalidMessage("chunk_count must be at least 1")
         if env.total_size > self.max_message_bytes:
-            raise InvalidMessage(f"message of {env.total_size} bytes exceeds this party's limit of "
-                                 f"{self.max_message_bytes} bytes (party.max_message_mib)")
+            raise ResourceExhausted(f"message of {env.total_size} bytes exceeds this party's limit of "
+                                    f"{self.max_message_bytes} bytes (limits.max_message_mib)")
         if env.chunk_count > max(1, env.total_size):
             raise InvalidMessage(f"chunk_count {env.chunk_count} is larger than total_size "
                                  f"{env.total_size} allows")
@@ -311,7 +377,7 @@ class MailboxServicer(tgrpc.MailboxServicer):
     async def Propose(self, request, context):
         try:
             peer = peer_identity(context)
-            spec = spec_from_message(request)
+            spec = spec_from_message(checked(request))
             answer = await self.host.propose(peer, spec)
             if isinstance(answer, PendingApproval):
                 return tpb.ProposeReply(pending=True, detail=answer.detail)
@@ -322,7 +388,7 @@ class MailboxServicer(tgrpc.MailboxServicer):
     async def Begin(self, request, context):
         try:
             peer = peer_identity(context)
-            await self.host.begin(peer, validate_session_id(request.session_id))
+            await self.host.begin(peer, validate_session_id(checked(request).session_id))
             return tpb.BeginReply()
         except Exception as exc:  # noqa: BLE001
             await _fail(context, exc, "Begin")
@@ -330,12 +396,13 @@ class MailboxServicer(tgrpc.MailboxServicer):
     async def Abort(self, request, context):
         try:
             peer = peer_identity(context)
-            code = request.code if request.code in grpc.StatusCode.__members__ else "ABORTED"
+            request = checked(request)
+            sid = validate_session_id(request.session_id)
+            code = parse_abort_code(request.code)
             culprit = request.culprit or None
             if culprit is not None and not PARTY_NAME_RE.match(culprit):
                 raise InvalidMessage("Abort names a culprit that is not a valid party name")
-            await self.host.abort(peer, validate_session_id(request.session_id), code,
-                                  request.message[:4000], culprit)
+            await self.host.abort(peer, sid, code, printable(request.message), culprit)
             return tpb.AbortReply()
         except Exception as exc:  # noqa: BLE001
             await _fail(context, exc, "Abort")
@@ -343,8 +410,8 @@ class MailboxServicer(tgrpc.MailboxServicer):
     async def Heartbeat(self, request, context):
         try:
             peer = peer_identity(context)
-            view = await self.host.heartbeat(peer, validate_session_id(request.session_id),
-                                             request.incarnation[:64], int(request.round))
+            view = await self.host.heartbeat(peer, validate_session_id(checked(request).session_id),
+                                             checked(request).incarnation[:64], int(checked(request).round))
             return tpb.HeartbeatReply(**view)
         except Exception as exc:  # noqa: BLE001
             await _fail(context, exc, "Heartbeat")
@@ -352,7 +419,7 @@ class MailboxServicer(tgrpc.MailboxServicer):
     async def Resume(self, request, context):
         try:
             peer = peer_identity(context)
-            role = await self.host.resume(peer, validate_session_id(request.session_id))
+            role = await self.host.resume(peer, validate_session_id(checked(request).session_id))
             return tpb.ResumeReply(role=role)
         except Exception as exc:  # noqa: BLE001
             await _fail(context, exc, "Resume")
@@ -384,6 +451,7 @@ class ControlServicer(tgrpc.ControlServicer):
     async def StartSession(self, request, context):
         try:
             self._operator(context)
+            request = checked(request)
             record = await self.host.start_session(
                 _nonempty(request.protocol, "protocol"), parse_roles(request.roles),
                 parse_params_json(request.params_json),
@@ -407,14 +475,14 @@ class ControlServicer(tgrpc.ControlServicer):
                 meta.append((ORIGIN_METADATA, origin))
             context.set_trailing_metadata(tuple(meta))
             await context.abort(
-                grpc.StatusCode[code] if code in grpc.StatusCode.__members__ else grpc.StatusCode.INTERNAL,
-                f"session {record['session_id']} failed: {err.get('message', '')}")
+                grpc.StatusCode[code] if code in ABORT_CODES else grpc.StatusCode.INTERNAL,
+                printable(f"session {record['session_id']} failed: {err.get('message', '')}"))
         return _record_message(record)
 
     async def GetResult(self, request, context):
         try:
             self._operator(context)
-            record = await self.host.get_result(validate_session_id(request.session_id))
+            record = await self.host.get_result(validate_session_id(checked(request).session_id))
             return _record_message(record)
         except Exception as exc:  # noqa: BLE001
             await _fail(context, exc, "GetResult")
@@ -422,7 +490,7 @@ class ControlServicer(tgrpc.ControlServicer):
     async def GetStatus(self, request, context):
         try:
             self._operator(context)
-            status = await self.host.get_status(validate_session_id(request.session_id))
+            status = await self.host.get_status(validate_session_id(checked(request).session_id))
             return tpb.SessionStatus(session_id=status["session_id"], state=status["state"],
                                      status_json=json.dumps(status, sort_keys=True))
         except Exception as exc:  # noqa: BLE001
@@ -431,7 +499,7 @@ class ControlServicer(tgrpc.ControlServicer):
     async def ResumeSession(self, request, context):
         try:
             self._operator(context)
-            record = await self.host.resume_session(validate_session_id(request.session_id))
+            record = await self.host.resume_session(validate_session_id(checked(request).session_id))
             return await self._finish(context, record)
         except grpc.aio.AbortError:
             raise
@@ -447,25 +515,65 @@ class ControlServicer(tgrpc.ControlServicer):
 
     async def ListSessions(self, request, context):
         async def call():
-            items = await self.host.list_sessions(bool(request.pending_only))
+            items = await self.host.list_sessions(bool(checked(request).pending_only))
             return tpb.SessionList(sessions=[_info_message(i) for i in items])
         return await self._governance(context, "ListSessions", call)
 
     async def ShowSession(self, request, context):
         async def call():
-            return _info_message(await self.host.show_session(validate_session_id(request.session_id)))
+            return _info_message(await self.host.show_session(validate_session_id(checked(request).session_id)))
         return await self._governance(context, "ShowSession", call)
 
     async def ApproveSession(self, request, context):
         async def call():
-            return _info_message(await self.host.decide(validate_session_id(request.session_id), True, ""))
+            return _info_message(await self.host.decide(validate_session_id(checked(request).session_id), True, ""))
         return await self._governance(context, "ApproveSession", call)
 
     async def RejectSession(self, request, context):
         async def call():
-            return _info_message(await self.host.decide(validate_session_id(request.session_id), False,
-                                                        request.reason))
+            return _info_message(await self.host.decide(validate_session_id(checked(request).session_id), False,
+                                                        checked(request).reason))
         return await self._governance(context, "RejectSession", call)
+
+
+#: the server's HTTP/2 keepalive policy.  Clients (channel_options) ping every
+#: CLIENT_KEEPALIVE_MS, also without calls; the server must accept pings that often, or
+#: it counts "strikes" and ends the connection with GOAWAY "too_many_pings" (gRPC's
+#: default minimum is 5 minutes).  It accepts one every half client interval (jitter),
+#: and pings idle clients itself to notice dead ones.
+SERVER_MIN_PING_INTERVAL_MS = CLIENT_KEEPALIVE_MS // 2
+SERVER_KEEPALIVE_MS = 60_000
+SERVER_KEEPALIVE_TIMEOUT_MS = 20_000
+#: largest header block (metadata) a client may send
+MAX_METADATA_BYTES = 16 * 1024
+
+
+def server_options(limits: Limits) -> list[tuple[str, int]]:
+    """The gRPC server's own limits, set deliberately (docs/security.md)."""
+    return [
+        ("grpc.max_send_message_length", MAX_GRPC_MESSAGE),
+        ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE),
+        ("grpc.max_concurrent_streams", limits.max_concurrent_streams),
+        ("grpc.max_metadata_size", MAX_METADATA_BYTES),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_ping_interval_without_data_ms", SERVER_MIN_PING_INTERVAL_MS),
+        ("grpc.http2.max_ping_strikes", 2),
+        ("grpc.keepalive_time_ms", SERVER_KEEPALIVE_MS),
+        ("grpc.keepalive_timeout_ms", SERVER_KEEPALIVE_TIMEOUT_MS),
+    ]
+
+
+def _generic_handler(service: str, servicer: Any) -> grpc.GenericRpcHandler:
+    """The service's handlers with this module's decoding (see :class:`Undecodable`)."""
+    desc = tpb.DESCRIPTOR.services_by_name[service.rsplit(".", 1)[1]]
+    handlers = {}
+    for m in desc.methods:
+        req_cls = getattr(tpb, m.input_type.name)
+        resp_cls = getattr(tpb, m.output_type.name)
+        make = grpc.stream_unary_rpc_method_handler if m.client_streaming else grpc.unary_unary_rpc_method_handler
+        handlers[m.name] = make(getattr(servicer, m.name), request_deserializer=_tolerant_deserializer(req_cls),
+                                response_serializer=resp_cls.SerializeToString)
+    return grpc.method_handlers_generic_handler(service, handlers)
 
 
 class PartyServer:
@@ -480,10 +588,13 @@ class PartyServer:
         self.port: int | None = None
 
     async def start(self) -> int:
-        server = grpc.aio.server(options=server_options(MAX_GRPC_MESSAGE))
-        tgrpc.add_MailboxServicer_to_server(
-            MailboxServicer(self.host, self.config.max_message_bytes), server)
-        tgrpc.add_ControlServicer_to_server(ControlServicer(self.host), server)
+        limits = self.config.limits
+        server = grpc.aio.server(options=server_options(limits),
+                                 maximum_concurrent_rpcs=limits.max_concurrent_rpcs)
+        server.add_generic_rpc_handlers((
+            _generic_handler("smcdp.v1.Mailbox", MailboxServicer(self.host, self.config.max_message_bytes)),
+            _generic_handler("smcdp.v1.Control", ControlServicer(self.host)),
+        ))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         creds = grpc.ssl_server_credentials(
             [(self.tls.key_pem, self.tls.cert_pem)], root_certificates=self.tls.ca_pem,

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Collection, Iterable, Mapping
 
-from smcdp.errors import InvalidMessage, PreconditionFailed
+from smcdp.errors import InputRejected, PreconditionFailed
 from smcdp.net.channel import Channel
+from smcdp.net.limits import TrafficEnvelope
 
 
 @dataclass
@@ -125,12 +126,26 @@ class ProtocolPlugin(abc.ABC):
             return ch
         return _ReleaseGate(ch, frozenset(points), ctx.on_release)  # type: ignore[return-value]
 
+    def traffic_envelope(self, params: Mapping[str, Any], roles: Mapping[str, str],
+                         role: str) -> TrafficEnvelope | None:
+        """The most ``role`` may receive in a session with these (validated) parameters.
+
+        A party refuses, with RESOURCE_EXHAUSTED and before buffering it, any
+        message larger than the envelope's ``message_bytes``, anything past its
+        ``session_bytes`` in all, and more distinct (sender, tag) messages than
+        its ``tags``; the party's ``[limits]`` cap the envelope in turn.  Derive
+        it from the parameters that determine the sizes (key sizes, dimensions,
+        rounds), with the protocol's own public bounds for sizes its parameters
+        leave open.  ``None`` (the default) means: the ``[limits]`` ceilings only.
+        """
+        return None
+
     @staticmethod
     def input_path(ctx: SessionContext, name: str, who: str) -> str:
         """The configured input ``name`` of this party for ``ctx.protocol``, or a clear error."""
         path = ctx.inputs.get(name)
         if not path:
-            raise InvalidMessage(f"{who} has no [inputs.{ctx.protocol}] {name} file configured")
+            raise InputRejected(f"{who} has no [inputs.{ctx.protocol}] {name} file configured")
         return path
 
 

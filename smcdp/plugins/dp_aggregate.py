@@ -10,7 +10,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from smcdp.crypto.paillier import check_key_bits
-from smcdp.errors import InvalidMessage
+from smcdp.errors import InputRejected
 from smcdp.net.channel import Channel
 from smcdp.plugins.base import OutputFlow, ProtocolPlugin, SessionContext, SessionSummary
 from smcdp.protocols.base import check_roles
@@ -33,31 +33,31 @@ def load_dataset(path) -> tuple[np.ndarray, np.ndarray]:
     try:
         with np.load(path, allow_pickle=False) as z:
             if "X" not in z or "y" not in z:
-                raise InvalidMessage(f"data file {path} must hold arrays 'X' and 'y'")
+                raise InputRejected("the data file must hold arrays 'X' and 'y'", str(path))
             X, y = np.asarray(z["X"]), np.asarray(z["y"])
     except FileNotFoundError:
-        raise InvalidMessage(f"data file {path} does not exist") from None
+        raise InputRejected("the configured data file does not exist", str(path)) from None
     except (ValueError, OSError) as exc:
-        raise InvalidMessage(f"data file {path} is not a valid .npz without pickles: {exc}") from None
+        raise InputRejected("the data file is not a valid .npz without pickles", f"{path}: {exc}") from None
     if X.ndim != 2 or X.shape[0] < 1 or X.shape[1] < 1 or X.dtype.kind not in "fiu":
-        raise InvalidMessage(f"{path}: X must be a non-empty numeric n × d matrix, got shape {X.shape}")
+        raise InputRejected("X must be a non-empty numeric n × d matrix", f"{path}: shape {X.shape}, {X.dtype}")
     X = X.astype(np.float64)
     if not np.all(np.isfinite(X)):
-        raise InvalidMessage(f"{path}: X contains NaN or infinite values")
+        raise InputRejected("X must not contain NaN or infinite values", str(path))
     norms = np.linalg.norm(X, axis=1)
     if np.any(norms > 1.0 + 1e-9):
-        raise InvalidMessage(f"{path}: {int(np.sum(norms > 1 + 1e-9))} rows have ‖x‖ > 1; scale the features "
-                             "into the unit ball (the sensitivity bound needs it)")
+        raise InputRejected("every row x must have ‖x‖ ≤ 1 (scale the features into the unit ball: the "
+                            "sensitivity bound needs it)", f"{path}: {int(np.sum(norms > 1 + 1e-9))} rows have ‖x‖ > 1")
     X = X / np.maximum(norms, 1.0)[:, None]
     if y.ndim != 1 or y.shape[0] != X.shape[0] or y.dtype.kind not in "fiub":
-        raise InvalidMessage(f"{path}: y must be a numeric vector of {X.shape[0]} labels")
+        raise InputRejected("y must be a numeric vector with one label per row of X", f"{path}: y {y.shape}")
     labels = set(np.unique(y).tolist())
     if labels <= {0, 1}:
         y = np.where(y == 1, 1, -1)
     elif labels <= {-1, 1}:
         y = y.astype(int)
     else:
-        raise InvalidMessage(f"{path}: labels must be in {{-1, +1}} or {{0, 1}}, got {sorted(labels)[:5]}")
+        raise InputRejected("labels must be in {-1, +1} or {0, 1}", f"{path}: {sorted(labels)[:5]}")
     return X, y.astype(int)
 
 
@@ -94,6 +94,9 @@ class DPAggregatePlugin(ProtocolPlugin):
                               outputs=(OutputFlow("model", (DAVE,), data, dp=True),),
                               epsilon=eps, delta=delta, rho=eps * eps / 2, record_bound=p.min_records)
 
+    def traffic_envelope(self, params: Mapping[str, Any], roles: Mapping[str, str], role: str):
+        return DPAggregateParams.from_mapping(params).traffic_envelope(role)
+
     async def run_role(self, role: str, ch: Channel, ctx: SessionContext) -> dict:
         p = DPAggregateParams.from_mapping(ctx.params)
         for bits in (p.key_bits, p.dgk_bits):
@@ -107,15 +110,18 @@ class DPAggregatePlugin(ProtocolPlugin):
             if test:
                 X, y = load_dataset(test)
                 if X.shape[1] != p.dim:
-                    raise InvalidMessage(f"{ch.me}: test data has {X.shape[1]} features, the model {p.dim}")
+                    raise InputRejected(f"{ch.me}: the test data does not have the session's dim features",
+                                        f"{X.shape[1]} features, dim = {p.dim}")
                 test_data = (X, y)
             return asdict(await dave(ch, p, output_dir=ctx.output_dir, test_data=test_data))
         X, y = load_dataset(self.input_path(ctx, "data", ch.me))
         # these errors reach the other participants: they say which public bound fails, never the count
         if X.shape[1] != p.dim:
-            raise InvalidMessage(f"{ch.me}: its data does not have the session's dim={p.dim} features")
+            raise InputRejected(f"{ch.me}: the data does not have the session's dim features",
+                                f"{X.shape[1]} features, dim = {p.dim}")
         if X.shape[0] < p.min_records:
-            raise InvalidMessage(f"{ch.me}: fewer records than the public min_records={p.min_records}")
+            raise InputRejected(f"{ch.me}: the data has fewer records than the public min_records={p.min_records}",
+                                f"{X.shape[0]} records")
         w, delta = await asyncio.get_running_loop().run_in_executor(None, train_local, X, y, float(p.lam))
         gated = self.release_gate(ch, ctx, [(DAVE, SHARE_TAG)])
         return asdict(await data_party(gated, w, delta, p, seed=ctx.seed,

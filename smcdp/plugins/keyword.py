@@ -8,7 +8,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from smcdp.crypto.paillier import check_key_bits
-from smcdp.errors import InvalidMessage
+from smcdp.errors import InputRejected, InvalidMessage, PermissionDenied
 from smcdp.net.channel import Channel
 from smcdp.plugins.base import OutputFlow, ProtocolPlugin, SessionContext, SessionSummary
 from smcdp.protocols.base import check_roles
@@ -28,17 +28,17 @@ def load_utterance(path) -> np.ndarray:
     try:
         X = np.load(path, allow_pickle=False)
     except FileNotFoundError:
-        raise InvalidMessage(f"utterance file {path} does not exist") from None
+        raise InputRejected("the configured utterance file does not exist", str(path)) from None
     except (ValueError, OSError) as exc:
-        raise InvalidMessage(f"utterance file {path} is not a valid .npy array: {exc}") from None
+        raise InputRejected("the utterance file is not a valid .npy array", f"{path}: {exc}") from None
     if X.ndim == 2 and X.dtype.kind in "fiu":
         if not np.all(np.isfinite(X)):
-            raise InvalidMessage(f"utterance file {path} contains NaN or infinite values")
+            raise InputRejected("the utterance must not contain NaN or infinite values", str(path))
     elif not (X.ndim == 1 and X.dtype.kind in "iu"):
-        raise InvalidMessage(f"utterance file {path} must hold a T x d real matrix (or 1-D integer symbols), "
-                             f"got {X.dtype} {X.shape}")
+        raise InputRejected("the utterance must be a T x d real matrix (or 1-D integer symbols)",
+                            f"{path}: {X.dtype} {X.shape}")
     if X.shape[0] < 1 or X.shape[0] > MAX_FRAMES:
-        raise InvalidMessage(f"utterance file {path} has {X.shape[0]} frames; expected 1..{MAX_FRAMES}")
+        raise InputRejected(f"the utterance must have 1..{MAX_FRAMES} frames", f"{path}: {X.shape[0]} frames")
     return X
 
 
@@ -61,6 +61,8 @@ class KeywordPlugin(ProtocolPlugin):
             outputs.append(OutputFlow("log-likelihoods", (ALICE,), (ALICE, BOB)))
         return SessionSummary(protocol=self.name, key_bits={"paillier": p.key_bits},
                               data_roles=(ALICE, BOB), coordinator_roles=(), outputs=tuple(outputs))
+    def traffic_envelope(self, params: Mapping[str, Any], roles: Mapping[str, str], role: str):
+        return KeywordParams.from_mapping(params).traffic_envelope(role)
 
     async def run_role(self, role: str, ch: Channel, ctx: SessionContext) -> dict:
         p = KeywordParams.from_mapping(ctx.params)
@@ -69,6 +71,11 @@ class KeywordPlugin(ProtocolPlugin):
             X = load_utterance(self.input_path(ctx, "utterance", ch.me))
             return asdict(await keyword_alice(ch, X, p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys))
         if role == BOB:
+            if p.debug_reveal and not ctx.allow_insecure_keys:
+                # the initiator chose the parameters: Bob does not hand out every score on request
+                raise PermissionDenied(
+                    f"{ch.me}: debug_reveal would reveal every model's score to Alice; this party accepts it "
+                    "only on a test deployment (party.allow_insecure_keys = true)")
             models = load_keyword_models(self.input_path(ctx, "models", ch.me))
             return asdict(await keyword_bob(ch, models, p, seed=ctx.seed,
                                             allow_insecure_keys=ctx.allow_insecure_keys))

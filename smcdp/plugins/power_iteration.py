@@ -8,7 +8,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from smcdp.crypto.paillier import check_key_bits
-from smcdp.errors import InvalidMessage
+from smcdp.errors import InputRejected
 from smcdp.net.channel import Channel
 from smcdp.plugins.base import OutputFlow, ProtocolPlugin, SessionContext, SessionSummary
 from smcdp.protocols.base import check_roles
@@ -26,9 +26,9 @@ def load_matrix(path) -> np.ndarray:
     try:
         A = np.load(path, allow_pickle=False)
     except FileNotFoundError:
-        raise InvalidMessage(f"data file {path} does not exist") from None
+        raise InputRejected("the configured data file does not exist", str(path)) from None
     except (ValueError, OSError) as exc:
-        raise InvalidMessage(f"data file {path} is not a valid .npy array: {exc}") from None
+        raise InputRejected("the data file is not a valid .npy array", f"{path}: {exc}") from None
     return check_matrix(A)
 
 
@@ -48,6 +48,8 @@ class PowerIterationPlugin(ProtocolPlugin):
         return SessionSummary(protocol=self.name, key_bits={"paillier": p.key_bits}, data_roles=data,
                               coordinator_roles=(TRENT,),
                               outputs=(OutputFlow("u", data, data), OutputFlow("x", (TRENT,), data)))
+    def traffic_envelope(self, params: Mapping[str, Any], roles: Mapping[str, str], role: str):
+        return PowerIterationParams.from_mapping(params).traffic_envelope(role)
 
     async def run_role(self, role: str, ch: Channel, ctx: SessionContext) -> dict:
         p = PowerIterationParams.from_mapping(ctx.params)

@@ -60,13 +60,15 @@ from smcdp.crypto.codec import bigints, from_bigints
 from smcdp.crypto.encoding import Packing
 from smcdp.crypto.paillier import PublicKey
 from smcdp.crypto.vector import EncryptedVector
+from smcdp.crypto.zkp import prove_one_hot, verify_one_hot
 from smcdp.dp.learners.logistic import LogisticRegression, logistic_sensitivity
 from smcdp.dp.mechanisms import (  # at import, not lazily: see below
     LaplaceMechanism,
     VectorMechanism,
 )
-from smcdp.errors import InvalidMessage
+from smcdp.errors import InputRejected, InvalidMessage
 from smcdp.net.channel import Channel
+from smcdp.net.limits import TrafficEnvelope, ciphertext_vector_bytes
 from smcdp.primitives.argmin import (
     CHARLIE,
     SecureMinParams,
@@ -243,6 +245,31 @@ class DPAggregateParams(ProtocolParams):
     def packing(self, pk: PublicKey) -> Packing:
         return Packing.for_key(pk, self.slot_bits) if self.packed else Packing()
 
+    def traffic_envelope(self, role: str) -> TrafficEnvelope:
+        """What ``role`` receives at most in one session (smcdp.net.limits), from K, d, the key
+        sizes and the derived bit widths; measured transcripts stay below it (tests)."""
+        K, d = self.n_parties, self.dim
+        P, Dk = self.key_bits, self.dgk_bits
+        sm = self.secure_min_params()
+        dgk_ct = Dk // 8 + 8
+        cmp = (K - 1) * (sm.ell + 3) * dgk_ct + 128          # all of one party's DGK comparisons
+        slots = max(1, (P - 5) // self.slot_bits) if self.packed else 1
+        psi = ciphertext_vector_bytes(-(-d // slots), P)
+        ints = d * (self.modulus_bits // 8 + 4) + 32          # BigInts of d residues mod M
+        key = 4 * (P // 8) + 256
+        small = 256 + 16 * K
+        ct = ciphertext_vector_bytes(1, P)
+        if role == DAVE:
+            msgs = [(K + 1, ints)]
+        elif role == CHARLIE:
+            msgs = [(K - 1, cmp), (1, psi), (K, ints), (2 * K, ct), (1, key), (4, small)]
+        else:
+            proof = (5 * K + 1) * (2 * P // 8 + 8) + 32
+            msgs = [(1, cmp), (1, ciphertext_vector_bytes(K, P)), (1, proof), (K - 1, psi), (K + 1, ints),
+                    (3 * K, ct), (3, key), (2 * K + 6, small)]
+        return TrafficEnvelope.from_messages(msgs, f"dp-aggregate parameters (K = {K}, d = {d}, "
+                                             f"{P}-bit Paillier, {Dk}-bit DGK keys)")
+
     def secure_min_params(self) -> SecureMinParams:
         return SecureMinParams(n_parties=self.n_parties, value_bits=SENS_KEY_BITS, mask_bits=self.mask_bits,
                                key_bits=self.key_bits, dgk_bits=self.dgk_bits, dgk_t=self.dgk_t, curator=CHARLIE)
@@ -303,9 +330,14 @@ def sensitivity_key(delta: float) -> tuple[int, float]:
     return k, _float_up(Fraction(1 << SENS_PRECISION_BITS, k))
 
 
+def _indicator_context(session_id: str) -> bytes:
+    """What the Stage-2 indicator proof is bound to (no replay into another session)."""
+    return f"smcdp/dp-aggregate/s2/u/{session_id}".encode()
+
+
 def write_durable(path: Path, obj: Any) -> str:
-    """Atomic, durable write of a published JSON object (see smcdp._files)."""
-    return str(atomic_write_json(path, obj))
+    """Atomic, durable, owner-only (0600) write of a published JSON object (see smcdp._files)."""
+    return str(atomic_write_json(path, obj, 0o600))
 
 
 # =============================================================================== Stage 3 (everyone but Dave)
@@ -365,8 +397,8 @@ async def data_party(ch: Channel, weights, sensitivity: float, params: DPAggrega
     except (TypeError, ValueError):
         raise InvalidMessage(f"{ch.role}: sensitivity must be a number") from None
     if not (math.isfinite(sensitivity) and 0 < sensitivity <= params.sensitivity_bound):
-        raise InvalidMessage(f"{ch.role}: sensitivity {sensitivity!r} must lie in (0, {params.sensitivity_bound:g}] "
-                             "(too few records for the public min_records?)")
+        raise InputRejected(f"{ch.role}: the model's sensitivity must lie in (0, {params.sensitivity_bound:g}] "
+                            "(too few records for the public min_records?)", f"sensitivity {sensitivity!r}")
     key, delta_hat = sensitivity_key(sensitivity)
     rng = protocol_rng(seed, "dp-aggregate", ch.role)
 
@@ -394,6 +426,13 @@ async def data_party(ch: Channel, weights, sensitivity: float, params: DPAggrega
     u_msg = await ch.recv(CHARLIE, "s2/u", pb.CiphertextVector)
     u = EncryptedVector.from_proto(u_msg, zeta_pk, length=K, exponent=0, packing=Packing(), bound=1,
                                    what="s2/u from charlie")
+    # Check (issue 19): Charlie proves that u is a one-hot indicator (each entry 0 or 1, sum 1), so he
+    # cannot select no noise at all, or a combination of several parties' noises.
+    proof = from_bigints(await ch.recv(CHARLIE, "s2/u-proof", pb.BigInts), count=5 * K + 1,
+                         bound_bits=2 * zeta_pk.bits + 1, what="s2/u-proof from charlie", nonnegative=True)
+    if not verify_one_hot(zeta_pk, u.ciphertexts, proof, _indicator_context(ch.session_id)):
+        raise InvalidMessage("s2/u from charlie is not proven to be a one-hot indicator (every entry 0 or 1, "
+                             "exactly one 1): refusing a noise selection that may add no noise")
     v_j = u.ciphertexts[s1.position]
     nbound = 1 << (F + params.value_bits)
     psi = EncryptedVector(zeta_pk, [zeta_pk.rerandomize_textbook(zeta_pk.raw_mul(v_j, P)) for P in
@@ -447,6 +486,9 @@ async def charlie(ch: Channel, params: DPAggregateParams, *, seed: SeedLike = No
     ch.progress(round=2, step="noise-selection")
     u = EncryptedVector(pk, [pk.raw_encrypt_textbook(1 if k == s1.position else 0) for k in range(K)], K, 0, Packing(), 1)
     await ch.send_many(roles, "s2/u", u.to_proto())
+    # ... with a zero-knowledge proof that it is one (the parties refuse it otherwise)
+    proof = prove_one_hot(zeta, u.ciphertexts, s1.position, _indicator_context(ch.session_id))
+    await ch.send_many(roles, "s2/u-proof", bigints(proof))
 
     # --- Stage 3, step 2: decrypt ν + s.
     ch.progress(round=3, step="secure-sum")

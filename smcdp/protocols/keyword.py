@@ -36,13 +36,16 @@ from smcdp.crypto.paillier import PrivateKey, check_key_bits, generate_keypair
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.errors import CryptoOverflow, InvalidMessage
 from smcdp.net.channel import Channel
+from smcdp.net.limits import TrafficEnvelope
 from smcdp.primitives.ot import ot_choose, ot_send
 from smcdp.primitives.rng import SeedLike, protocol_rng
 from smcdp.protocols.secure_forward import (
+    MAX_FRAMES,
     ForwardParams,
     forward_alice,
     forward_bob,
 )
+from smcdp.speech.models import MAX_FEATURES
 from smcdp.v1 import messages_pb2 as pb
 
 ALICE, BOB = "alice", "bob"
@@ -77,6 +80,17 @@ class KeywordParams(ForwardParams):
 
     def offset_bits(self) -> int:
         return self.log_frac_bits + LOGLIK_BOUND_BITS + self.scale_bits + 40
+
+    def traffic_envelope(self, role: str) -> TrafficEnvelope:
+        """What ``role`` receives at most (smcdp.net.limits).  The sizes follow Bob's models and
+        Alice's utterance, which these parameters leave open, so only the number of messages is
+        bounded here (one per frame, plus one per product at Bob, plus the fixed exchanges);
+        message and session bytes are left to the party's [limits] ceilings."""
+        products = (MAX_FEATURES + 1) * (MAX_FEATURES + 2) // 2
+        tags = MAX_FRAMES + 64 + (products if role == BOB else 0)
+        unbounded = 1 << 62
+        return TrafficEnvelope(unbounded, unbounded, tags,
+                               source="keyword's frame and feature bounds and the party's [limits]")
 
 
 @dataclass

@@ -49,7 +49,7 @@ from smcdp.crypto.codec import (
     public_key_from_proto,
     public_key_to_proto,
 )
-from smcdp.crypto.encoding import Packing
+from smcdp.crypto.encoding import Packing, decode_fixed
 from smcdp.crypto.paillier import (
     PrivateKey,
     PublicKey,
@@ -57,8 +57,9 @@ from smcdp.crypto.paillier import (
     generate_keypair,
 )
 from smcdp.crypto.vector import EncryptedVector
-from smcdp.errors import InvalidMessage
+from smcdp.errors import InputRejected, InvalidMessage
 from smcdp.net.channel import Channel
+from smcdp.net.limits import TrafficEnvelope, ciphertext_vector_bytes
 from smcdp.primitives.rng import SeedLike, protocol_rng
 from smcdp.protocols.base import ProtocolParams
 from smcdp.v1 import messages_pb2 as pb
@@ -68,6 +69,9 @@ TRENT = "trent"
 DECOY_WEIGHT_BITS = 8
 #: how many recent real states a decoy combines
 DECOY_HISTORY = 5
+#: public bounds on k (rows, shared by every party) and on one party's n_i (samples)
+MAX_ROWS = 1_000_000
+MAX_SAMPLES = 10_000_000
 
 
 @dataclass
@@ -86,6 +90,8 @@ class PowerIterationParams(ProtocolParams):
     scale_bits: int = 24          # Trent's r is log-uniform in [2^8, 2^scale_bits]
     padding: float = 0.1          # ρ_i ≈ padding · ‖A_i‖_F / √k, times a secret factor in [0.5, 1]
     packed: bool = True           # pack contributions into few ciphertexts
+    rows: int | None = None       # k, if the initiator states it: checked by everyone, sizes the traffic
+    max_samples: int = 1_000_000  # public bound on each party's n_i (its block of x is sent in clear)
 
     def validate(self) -> "PowerIterationParams":
         def bad(msg):
@@ -111,6 +117,12 @@ class PowerIterationParams(ProtocolParams):
             bad(f"padding={self.padding!r} must lie in (0, 10]")
         if not isinstance(self.packed, bool):
             bad("packed must be a boolean")
+        if self.rows is not None and (isinstance(self.rows, bool) or not isinstance(self.rows, int)
+                                      or not 1 <= self.rows <= MAX_ROWS):
+            bad(f"rows={self.rows!r} must be unset or an integer in [1, {MAX_ROWS}]")
+        if isinstance(self.max_samples, bool) or not isinstance(self.max_samples, int) \
+                or not 1 <= self.max_samples <= MAX_SAMPLES:
+            bad(f"max_samples={self.max_samples!r} must be an integer in [1, {MAX_SAMPLES}]")
         return self
 
 
@@ -132,6 +144,24 @@ class PowerIterationParams(ProtocolParams):
     def scalar_bound(self, pk: PublicKey) -> int:
         """Declared bound on the single-value messages (squared norms, step sizes)."""
         return pk.max_int // (4 * self.n_parties)
+
+    def traffic_envelope(self, role: str) -> TrafficEnvelope:
+        """What ``role`` receives at most in one session (smcdp.net.limits): from key_bits, rows
+        (or MAX_ROWS), max_iterations, n_parties, max_samples and the packing."""
+        k = self.rows if self.rows is not None else MAX_ROWS
+        B = self.key_bits
+        slots = max(1, (B - 5) // self.slot_bits()) if self.packed else 1
+        vec = ciphertext_vector_bytes(-(-k // slots), B)
+        one = ciphertext_vector_bytes(1, B)
+        rounds = self.max_iterations
+        if role == TRENT:
+            per_party = [(rounds, vec), (3 * rounds, one), (rounds, 16), (1, 24), (1, one),
+                         (1, 8 * self.max_samples + 16)]
+            msgs = [(c * self.n_parties, size) for c, size in per_party] + [(1, B // 8 + 16)]
+        else:
+            msgs = [(rounds + 1, vec), (2 * rounds + 1, one), (rounds, 16), (1, 3 * (B // 8) + 32)]
+        return TrafficEnvelope.from_messages(msgs, f"power-iteration parameters (k <= {k}, "
+                                             f"{rounds} rounds, {B}-bit key)")
 
 
 @dataclass
@@ -175,6 +205,12 @@ async def data_party(ch: Channel, A: np.ndarray, params: PowerIterationParams, *
     params.validate()
     A = check_matrix(A)
     k, n_i = A.shape
+    if params.rows is not None and k != params.rows:
+        raise InputRejected(f"{ch.role}: the data's number of rows differs from the session's rows parameter",
+                            f"k = {k}")
+    if n_i > params.max_samples:
+        raise InputRejected(f"{ch.role}: the data has more samples than the session's max_samples",
+                            f"n = {n_i}")
     rng = protocol_rng(seed, "power-iteration", ch.role)
     data_roles = params.data_roles
     if ch.role not in data_roles:
@@ -191,6 +227,9 @@ async def data_party(ch: Channel, A: np.ndarray, params: PowerIterationParams, *
     else:
         msg = await ch.recv(data_roles[0], "keypair", pb.PaillierKeyPair)
         private_key = keypair_from_proto(msg, allow_insecure=allow_insecure_keys)
+        if private_key.public_key.bits != params.key_bits:
+            raise InvalidMessage(f"the key pair from {data_roles[0]} has {private_key.public_key.bits} bits; "
+                                 f"the session agreed on {params.key_bits}")
     pk = private_key.public_key
     packing = params.packing(pk)
 
@@ -211,6 +250,7 @@ async def data_party(ch: Channel, A: np.ndarray, params: PowerIterationParams, *
     bound_c = params.contribution_bound()
     sbound = params.scalar_bound(pk)
     fb = params.frac_bits
+    recent: list[list[int]] = []
     t = 0
     while True:
         ch.progress(round=t, step="iterate")
@@ -218,9 +258,9 @@ async def data_party(ch: Channel, A: np.ndarray, params: PowerIterationParams, *
         contribution = A @ alpha[:n_i] + rho * alpha[n_i:]
         limit = 2.0 ** params.value_bits
         if not np.all(np.abs(contribution) < limit):
-            raise InvalidMessage(
-                f"{ch.role}: |Āα| reaches {np.max(np.abs(contribution)):.3g}, above the agreed bound 2^{params.value_bits}; "
-                "scale the data or raise value_bits")
+            raise InputRejected(
+                f"{ch.role}: a contribution |Āα| reaches the agreed bound 2^{params.value_bits}; scale the "
+                "data or raise value_bits", f"max |Āα| = {np.max(np.abs(contribution)):.3g}")
         c = EncryptedVector.encrypt(pk, contribution, frac_bits=fb, packing=packing, private_key=private_key,
                                     bound=bound_c)
         d = EncryptedVector.encrypt(pk, [float(np.sum((alpha - alpha_prev) ** 2))], frac_bits=fb,
@@ -229,8 +269,10 @@ async def data_party(ch: Channel, A: np.ndarray, params: PowerIterationParams, *
         await ch.send(TRENT, f"delta/{t}", d.to_proto())
 
         # --- Step 2: receive E[v] (r·u or a decoy) and E[D]; decrypt; send E[‖Āᵢᵀv‖²] and the bit D < tol².
-        v = _recv_vector(await ch.recv(TRENT, f"v/{t}", pb.CiphertextVector), pk, k, packing, private_key,
-                         f"v/{t} from trent")
+        v_ints, v_exp = _recv_vector_ints(await ch.recv(TRENT, f"v/{t}", pb.CiphertextVector), pk, k, packing,
+                                          private_key, f"v/{t} from trent")
+        recent = (recent + [v_ints])[-2:]          # the last two rounds' vectors (consistency check)
+        v = decode_fixed(v_ints, v_exp)
         D = _recv_scalar(await ch.recv(TRENT, f"D/{t}", pb.CiphertextVector), pk, sbound, private_key,
                          f"D/{t} from trent")
         a = a_bar_T(v)
@@ -239,8 +281,8 @@ async def data_party(ch: Channel, A: np.ndarray, params: PowerIterationParams, *
         await ch.send(TRENT, f"flag/{t}", pb.Flag(value=bool(D < params.tol ** 2)))
 
         # --- Step 3: receive E[S] = E[Σ_i ‖Āᵢᵀv‖²] and the stop bit; update α_i = Āᵢᵀv / √S.
-        S = _recv_scalar(await ch.recv(TRENT, f"S/{t}", pb.CiphertextVector), pk, sbound, private_key,
-                         f"S/{t} from trent")
+        S = _recv_normaliser(await ch.recv(TRENT, f"S/{t}", pb.CiphertextVector), pk, sbound, private_key,
+                             s.decrypt_ints(private_key)[0], fb, f"S/{t} from trent")
         stop = (await ch.recv(TRENT, f"stop/{t}", pb.Flag)).value
         if not S > 0:
             raise InvalidMessage(f"{ch.role}: normalisation term is not positive (all data zero?)")
@@ -251,14 +293,20 @@ async def data_party(ch: Channel, A: np.ndarray, params: PowerIterationParams, *
 
     # --- Final: Trent sends the last real state, freshly scaled; the data part of α is normalised
     # without padding and sent in clear to Trent (x is Trent's output); u is ours.
-    v = _recv_vector(await ch.recv(TRENT, "final/v", pb.CiphertextVector), pk, k, packing, private_key,
-                     "final/v from trent")
-    v = sign_convention(v)  # every party flips the same way, so the α blocks share one sign
+    v_ints, v_exp = _recv_vector_ints(await ch.recv(TRENT, "final/v", pb.CiphertextVector), pk, k, packing,
+                                      private_key, "final/v from trent")
+    # Check (issue 19, docs/security.md): the final vector is the last real state, which this party
+    # received in one of the last two rounds; anything else (a standard basis vector, say) would
+    # make the block sent in clear below a projection of Trent's choosing.
+    if not any(_positively_parallel(v_ints, w) for w in recent):
+        raise InvalidMessage("final/v from trent is not the direction of a vector of the last two rounds: "
+                             "refusing to reveal a projection Trent chose")
+    v = sign_convention(decode_fixed(v_ints, v_exp))  # every party flips the same way: one common sign
     a = a_bar_T(v, padded=False)
     s = EncryptedVector.encrypt(pk, [float(a @ a)], frac_bits=fb, private_key=private_key)
     await ch.send(TRENT, "final/norm", s.to_proto())
-    S = _recv_scalar(await ch.recv(TRENT, "final/S", pb.CiphertextVector), pk, sbound, private_key,
-                     "final/S from trent")
+    S = _recv_normaliser(await ch.recv(TRENT, "final/S", pb.CiphertextVector), pk, sbound, private_key,
+                         s.decrypt_ints(private_key)[0], fb, "final/S from trent")
     if not S > 0:
         raise InvalidMessage(f"{ch.role}: final normalisation term is not positive")
     block = a / math.sqrt(S)
@@ -270,23 +318,45 @@ async def data_party(ch: Channel, A: np.ndarray, params: PowerIterationParams, *
 def check_matrix(A) -> np.ndarray:
     A = np.asarray(A)
     if A.ndim != 2 or A.shape[0] < 1 or A.shape[1] < 1:
-        raise InvalidMessage(f"data must be a non-empty 2-D matrix, got shape {A.shape}")
+        raise InputRejected("data must be a non-empty 2-D matrix", f"shape {A.shape}")
     if A.dtype.kind not in "fiu":
-        raise InvalidMessage(f"data must be numeric, got dtype {A.dtype}")
+        raise InputRejected("data must be numeric", f"dtype {A.dtype}")
     A = A.astype(np.float64)
     if not np.all(np.isfinite(A)):
-        raise InvalidMessage("data contains NaN or infinite values")
+        raise InputRejected("data must not contain NaN or infinite values")
     return A
 
 
-def _recv_vector(msg, pk, k, packing, sk, what) -> np.ndarray:
+def _recv_vector_ints(msg, pk, k, packing, sk, what) -> tuple[list[int], int]:
     vec = EncryptedVector.from_proto(msg, pk, length=k, packing=packing, what=what)
-    return vec.decrypt(sk)
+    return vec.decrypt_ints(sk), vec.exponent
 
 
 def _recv_scalar(msg, pk, bound, sk, what) -> float:
     vec = EncryptedVector.from_proto(msg, pk, length=1, packing=Packing(), bound=bound, what=what)
     return float(vec.decrypt(sk)[0])
+
+
+def _recv_normaliser(msg, pk, bound, sk, own: int, frac_bits: int, what: str) -> float:
+    """E[S] = E[Σ_i ‖Āᵢᵀv‖²]: S is a sum of non-negative terms, one of them ours (``own`` at 2^-frac_bits),
+    so S < own means Trent did not send the sum (a normaliser of 1 would make the clear block the
+    projection itself).  Exact comparison of the fixed-point integers."""
+    vec = EncryptedVector.from_proto(msg, pk, length=1, packing=Packing(), bound=bound, what=what)
+    (s_int,) = vec.decrypt_ints(sk)
+    shift = vec.exponent + frac_bits          # compare s_int·2^e with own·2^-frac_bits exactly
+    lhs, rhs = (s_int << shift, own) if shift >= 0 else (s_int, own << -shift)
+    if lhs < rhs:
+        raise InvalidMessage(f"{what} is smaller than this party's own term of the sum")
+    return float(decode_fixed([s_int], vec.exponent)[0])
+
+
+def _positively_parallel(x: list[int], y: list[int]) -> bool:
+    """x = c·y for some rational c > 0 (exact, on the decrypted integers)."""
+    pivot = next((i for i, v in enumerate(y) if v), None)
+    if pivot is None or len(x) != len(y) or (x[pivot] > 0) != (y[pivot] > 0) or x[pivot] == 0:
+        return False
+    xp, yp = x[pivot], y[pivot]
+    return all(xi * yp == yi * xp for xi, yi in zip(x, y))
 
 
 # =============================================================================== Trent
@@ -302,10 +372,15 @@ async def trent(ch: Channel, params: PowerIterationParams, *, seed: SeedLike = N
     # --- Setup: the public key from party1, and k from everyone (must agree).
     pk = public_key_from_proto(await ch.recv(roles[0], "public_key", pb.PaillierPublicKey),
                                allow_insecure=allow_insecure_keys)
+    if pk.bits != params.key_bits:
+        raise InvalidMessage(f"the public key from {roles[0]} has {pk.bits} bits; the session agreed on "
+                             f"{params.key_bits}")
     dims = await ch.recv_all(roles, "dims", pb.Ints)
     ks = {r: list(m.values) for r, m in dims.items()}
-    if any(len(v) != 1 or not 1 <= v[0] <= 1_000_000 for v in ks.values()):
+    if any(len(v) != 1 or not 1 <= v[0] <= MAX_ROWS for v in ks.values()):
         raise InvalidMessage(f"malformed dimensions from the data parties: {ks}")
+    if params.rows is not None and any(v[0] != params.rows for v in ks.values()):
+        raise InvalidMessage("a data party reported a number of rows other than the session's rows parameter")
     if len({v[0] for v in ks.values()}) != 1:
         raise InvalidMessage("mismatched dimensions: the data parties' matrices have different numbers of rows "
                              f"({', '.join(f'{r}: k={v[0]}' for r, v in sorted(ks.items()))})")
@@ -390,7 +465,10 @@ async def trent(ch: Channel, params: PowerIterationParams, *, seed: SeedLike = N
             break
 
     # --- Final: the last real state, freshly scaled; gather the α blocks (data part only).
-    await ch.send_many(roles, "final/v", real_vector(len(states) - 1).to_proto())
+    # the last real state *sent* (if the last round was a decoy, that is the round before): the data
+    # parties check that the final vector is the direction of one of the last two rounds' vectors
+    last_sent = next(j for j in reversed(sent_state) if j is not None)
+    await ch.send_many(roles, "final/v", real_vector(last_sent).to_proto())
     norms = await ch.recv_all(roles, "final/norm", pb.CiphertextVector)
     S = _sum([EncryptedVector.from_proto(norms[r], pk, length=1, packing=Packing(), bound=sbound,
                                          what=f"final/norm from {r}") for r in roles])
@@ -399,8 +477,8 @@ async def trent(ch: Channel, params: PowerIterationParams, *, seed: SeedLike = N
     parts = []
     for r in roles:
         b = np.asarray(blocks[r].values, dtype=np.float64)
-        if b.size < 1 or b.size > 10_000_000 or not np.all(np.isfinite(b)):
-            raise InvalidMessage(f"final/alpha from {r} is empty, too large or not finite")
+        if b.size < 1 or b.size > params.max_samples or not np.all(np.isfinite(b)):
+            raise InvalidMessage(f"final/alpha from {r} is empty, longer than max_samples or not finite")
         parts.append(b)
     x = np.concatenate(parts)
     nx = np.linalg.norm(x)

@@ -74,7 +74,7 @@ from smcdp.crypto.modexp import multi_exp
 from smcdp.crypto.obfuscation import ObfuscatorPool
 from smcdp.crypto.paillier import PrivateKey, PublicKey
 from smcdp.crypto.vector import EncryptedVector
-from smcdp.errors import CryptoOverflow, InvalidMessage
+from smcdp.errors import CryptoOverflow, InputRejected, InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.primitives.logsum import (
     LN2,
@@ -258,8 +258,8 @@ def check_observations(shape: Shape, X, params: ForwardParams) -> np.ndarray:
             raise InvalidMessage("observations contain NaN or infinite values")
         lim = 2.0 ** params.feature_bits
         if np.any(np.abs(out) >= lim):
-            raise InvalidMessage(f"a feature reaches {np.max(np.abs(out)):.3g}, above the agreed bound "
-                                 f"2^{params.feature_bits}; raise feature_bits")
+            raise InputRejected(f"a feature reaches the agreed bound 2^{params.feature_bits}; raise feature_bits",
+                                f"max |x| = {np.max(np.abs(out)):.3g}")
     if out.shape[0] > MAX_FRAMES:
         raise InvalidMessage(f"{out.shape[0]} frames exceed the limit of {MAX_FRAMES}")
     return out
@@ -279,8 +279,10 @@ def model_coefficients(models, params: ForwardParams) -> np.ndarray:
     C = C.reshape(-1, C.shape[-1])
     lim = 2.0 ** params.coef_bits
     if not np.all(np.isfinite(C)) or np.any(np.abs(C) >= lim):
-        raise CryptoOverflow(f"a quadratic-form coefficient reaches {np.max(np.abs(C)):.3g}, above the agreed "
-                             f"bound 2^{params.coef_bits}; raise coef_bits")
+        rule = f"a quadratic-form coefficient of the models reaches the agreed bound 2^{params.coef_bits}; raise coef_bits"
+        exc = CryptoOverflow(f"{rule} (max |c| = {np.max(np.abs(C)):.3g})")
+        exc.public_message = rule   # the value describes Bob's models: peers get the rule only
+        raise exc
     return C
 
 

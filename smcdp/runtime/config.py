@@ -8,7 +8,6 @@ Example (all relative paths are resolved against the config file's directory)::
     data_dir = "state/alice"
     allow_insecure_keys = false
     plugins = []                   # extra protocol modules to import
-    max_message_mib = 512          # optional: largest inbound message
 
     [tls]
     ca = "certs/ca.crt"
@@ -40,10 +39,18 @@ Example (all relative paths are resolved against the config file's directory)::
     dataset = "alice"
     epsilon = 10.0
 
-The transport's sections ([tls], [peers], [timeouts] and the transport keys
-of [party]) are parsed by :mod:`smcdp.net.config`; this module adds the
-party's own (data directory, inputs, plug-ins) and is the only reader and
-writer of the file.  Unknown sections and keys are errors.
+    [limits]                       # optional: what a peer may cost this party
+    pending_per_peer = 4           # (every key and its default: smcdp.net.limits,
+    max_message_mib = 256          #  docs/security.md)
+
+    [logging]                      # optional
+    format = "text"                # or "json": one JSON object per line
+    level = "INFO"
+
+The transport's sections ([tls], [peers], [timeouts], [limits] and the transport
+keys of [party]) are parsed by :mod:`smcdp.net.config`; this module adds the
+party's own (data directory, inputs, plug-ins, logging, policy, budget) and is
+the only reader and writer of the file.  Unknown sections and keys are errors.
 """
 
 from __future__ import annotations
@@ -64,7 +71,7 @@ from smcdp.net.config import (
     dumps_toml,
     net_sections_to_dict,
     parse_address,
-    parse_max_message_mib,
+    parse_limits_section,
     parse_peers,
     parse_timeouts,
     parse_tls,
@@ -79,6 +86,27 @@ from smcdp.runtime.policy import Policy, parse_policy
 
 _MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _KEY_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+LOG_FORMATS = ("text", "json")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+@dataclass(frozen=True)
+class LoggingConfig:
+    """``[logging]``: ``format`` "text" (one line per record) or "json" (one JSON object per line)."""
+
+    format: str = "text"
+    level: str = "INFO"
+
+
+def _parse_logging(t: Mapping[str, Any]) -> LoggingConfig:
+    check_keys(t, {"format", "level"}, "[logging]")
+    fmt = t.get("format", "text")
+    if fmt not in LOG_FORMATS:
+        raise ConfigError(f"logging.format must be one of {', '.join(LOG_FORMATS)}, got {fmt!r}")
+    level = t.get("level", "INFO")
+    if not isinstance(level, str) or level.upper() not in LOG_LEVELS:
+        raise ConfigError(f"logging.level must be one of {', '.join(LOG_LEVELS)}, got {level!r}")
+    return LoggingConfig(fmt, level.upper())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,6 +119,7 @@ class PartyConfig(NetConfig):
     allow_insecure_keys: bool = False
     policy: Policy | None = None          # None: no [policy] (see docs/governance.md)
     budget: BudgetConfig | None = None    # None: no [budget]
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
 
 
 def _parse_inputs(inputs_t: Mapping[str, Any], base: Path) -> dict[str, dict[str, Path]]:
@@ -111,11 +140,12 @@ def parse_config(data: Mapping[str, Any], base_dir: str | os.PathLike,
                  source: Path | None = None) -> PartyConfig:
     """Validate a parsed TOML document; relative paths are resolved against ``base_dir``."""
     base = Path(base_dir)
-    check_keys(data, {"party", "tls", "peers", "inputs", "timeouts", "policy", "budget"}, "the top level")
+    check_keys(data, {"party", "tls", "peers", "inputs", "timeouts", "limits", "logging", "policy", "budget"},
+               "the top level")
 
     party = table(data, "party", True)
-    check_keys(party, {"name", "listen", "data_dir", "allow_insecure_keys", "plugins",
-                       "max_message_mib"}, "[party]")
+    check_keys(party, {"name", "listen", "data_dir", "allow_insecure_keys",
+                       "plugins", "max_message_mib"}, "[party]")
     name = string(party, "name", "party")
     try:
         validate_party_name(name, "party.name")
@@ -134,9 +164,12 @@ def parse_config(data: Mapping[str, Any], base_dir: str | os.PathLike,
     peers = parse_peers(table(data, "peers", False), name)
     return PartyConfig(
         name=name, listen=listen, data_dir=data_dir, tls=parse_tls(table(data, "tls", True), base),
-        peers=peers, inputs=_parse_inputs(table(data, "inputs", False), base), plugins=tuple(plugins),
-        allow_insecure_keys=insecure, timeouts=parse_timeouts(table(data, "timeouts", False)),
-        max_message_bytes=parse_max_message_mib(party), source=source,
+        peers=parse_peers(table(data, "peers", False), name),
+        inputs=_parse_inputs(table(data, "inputs", False), base), plugins=tuple(plugins),
+        allow_insecure_keys=insecure,
+        timeouts=parse_timeouts(table(data, "timeouts", False)),
+        limits=parse_limits_section(table(data, "limits", False), party),
+        logging=_parse_logging(table(data, "logging", False)), source=source,
         policy=parse_policy(table(data, "policy", False), name, peers) if "policy" in data else None,
         budget=parse_budget(table(data, "budget", False), base) if "budget" in data else None)
 
@@ -167,13 +200,15 @@ def config_to_dict(cfg: PartyConfig, relative_to: str | os.PathLike | None = Non
     doc = {
         "party": {
             "name": cfg.name, "listen": cfg.listen, "data_dir": relative_path(cfg.data_dir, base),
-            "allow_insecure_keys": cfg.allow_insecure_keys, "plugins": list(cfg.plugins),
-            "max_message_mib": cfg.max_message_bytes // (1024 * 1024),
+            "allow_insecure_keys": cfg.allow_insecure_keys,
+            "plugins": list(cfg.plugins),
         },
         "tls": net["tls"],
         "peers": net["peers"],
         "inputs": {proto: {k: relative_path(v, base) for k, v in t.items()} for proto, t in cfg.inputs.items()},
         "timeouts": net["timeouts"],
+        "limits": net["limits"],
+        "logging": {"format": cfg.logging.format, "level": cfg.logging.level},
     }
     if cfg.policy is not None:
         doc["policy"] = cfg.policy.as_dict()

@@ -28,6 +28,7 @@ import smcdp
 from smcdp.errors import SmcdpError, Unavailable
 from smcdp.net.config import Timeouts, TlsConfig
 from smcdp.net.server import new_session_id
+from smcdp.net.limits import Limits
 from smcdp.net.tls import generate_deployment
 from smcdp.runtime.client import get_result, start_session, wait_healthy
 from smcdp.runtime.charges import BudgetConfig
@@ -233,7 +234,8 @@ def write_local_deployment(root: str | os.PathLike, parties: Sequence[str], *,
                            ports: Mapping[str, int] | None = None, allow_seeded: bool = False,
                            policies: Mapping[str, Policy] | None = None,
                            budgets: Mapping[str, BudgetConfig] | None = None,
-                           data_root: str | os.PathLike | None = None) -> dict[str, Path]:
+                           data_root: str | os.PathLike | None = None,
+                           limits: Limits | None = None) -> dict[str, Path]:
     """Certificates (``root/certs``) and one config per party (``root/config/<name>.toml``)
     for parties on one host; returns party -> config path.
 
@@ -263,7 +265,8 @@ def write_local_deployment(root: str | os.PathLike, parties: Sequence[str], *,
             inputs={proto: {k: Path(v).resolve() for k, v in table.items()}
                     for proto, table in (inputs or {}).get(p, {}).items()},
             plugins=tuple(plugins), allow_insecure_keys=allow_insecure_keys,
-            timeouts=timeouts or Timeouts(), policy=policy, budget=(budgets or {}).get(p))
+            timeouts=timeouts or Timeouts(), policy=policy, budget=(budgets or {}).get(p),
+            limits=limits or Limits())
         paths[p] = dump_config(cfg, root / "config" / f"{p}.toml")
     return paths
 

@@ -81,15 +81,13 @@ from smcdp.runtime.approvals import propose_until_decided
 from smcdp.runtime.checkpoint import Checkpoint, CheckpointError
 from smcdp.runtime.config import PartyConfig, load_config
 from smcdp.runtime.governance import Governor
+from smcdp.runtime.limits import EndedSessions, check_begin, check_proposal  # issue 19: limits
+from smcdp.runtime.logs import configure_logging, private_dir
 from smcdp.runtime.session import Session, write_json_atomic
 from smcdp.v1 import transport_pb2 as tpb
 
 log = logging.getLogger("smcdp.party")
 
-#: ended sessions kept in memory (for late duplicate deliveries and quick GetResult)
-KEEP_ENDED_SESSIONS = 1000
-#: sessions (threads) one party runs at once; further proposals get RESOURCE_EXHAUSTED
-MAX_ACTIVE_SESSIONS = 64
 #: how long shutdown waits for aborted sessions to write their records
 SHUTDOWN_GRACE = 10.0
 
@@ -106,7 +104,11 @@ class Party(SessionHost):
             raise ConfigError(f"party.name is {config.name!r} but the certificate {config.tls.cert} "
                               f"is for {self.tls.name!r}")
         self.server = PartyServer(config, self.tls, self)
+        #: live sessions only (prepared or running); an ended one leaves a closed channel in
+        #: self.ended (late duplicates) and its record on disk (issue 19)
         self.sessions: OrderedDict[str, Session] = OrderedDict()
+        self.ended = EndedSessions(config.limits.keep_ended_sessions)
+        self._unwritten: dict[str, dict] = {}
         self._connector: PeerConnector | None = None
         self._shutting_down = False
         self.port: int | None = None
@@ -118,7 +120,7 @@ class Party(SessionHost):
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> int:
         load_plugin_modules(self.config.plugins)
-        self.sessions_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.sessions_dir, self.config.data_dir)  # 0700 (issue 19)
         # governance first (audit, ledger, proposals): restored sessions keep their reservations
         self.governor.start(live=self._checkpointed_sessions())
         self._expiry = asyncio.get_running_loop().create_task(self.governor.expiry_loop())
@@ -203,23 +205,40 @@ class Party(SessionHost):
                            float(m["timeout_seconds"]), m.get("seed"))
         s = Session(self, spec, m["role"], plugin, m["initiator"], cp, begun=begun)
         self.sessions[spec.session_id] = s
-        s.done.add_done_callback(lambda f, sid=spec.session_id: self.governor.session_done(sid, f.result()))
+        self._track(s)
         s.start_thread()
         return s
 
     # ---------------------------------------------------------- SessionHost
     def inbound_target(self, peer: str, session_id: str):
         s = self.sessions.get(session_id)
-        if s is None or s.channel is None:
+        channel = s.channel if s is not None else self.ended.get(session_id)
+        if channel is None:
+            self._refuse_ended(peer, session_id)
             raise PreconditionFailed(
                 f"party {self.name!r} has no session {session_id!r} (never proposed here, or "
                 "this party restarted since)")
-        role = s.channel.role_of(peer)
+        role = channel.role_of(peer)
         if role is None:
             raise PermissionDenied(f"party {peer!r} holds no role in session {session_id!r}")
-        if role == s.role:
+        if role == channel.role:
             raise PermissionDenied("a party cannot deliver messages to itself")
-        return s.channel, role
+        return channel, role
+
+    def _refuse_ended(self, peer: str, session_id: str) -> None:
+        """A message for a session that ended here long ago: its record on disk says how (to a
+        participant of that session only; anyone else learns nothing about it)."""
+        try:
+            record = json.loads(self.record_path(session_id).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return
+        if not isinstance(record, dict) or peer not in (record.get("roles") or {}).values():
+            return
+        err = record.get("error")
+        if isinstance(err, dict) and err.get("code"):
+            raise SessionAborted(f"session {session_id} already ended at {self.name}: {err.get('message', '')}",
+                                 str(err["code"]), str(err.get("origin") or self.name))
+        raise PreconditionFailed(f"session {session_id} has already ended at {self.name}")
 
     async def propose(self, peer: str, spec: SessionSpec) -> str:
         if self._shutting_down:
@@ -237,12 +256,9 @@ class Party(SessionHost):
             raise PreconditionFailed(
                 f"party {self.name!r} has no address for {', '.join(unknown)} "
                 f"(add them to [peers] in {self.config.source or 'its configuration'})")
-        active = sum(1 for x in self.sessions.values() if not x.done.done())
-        if active >= MAX_ACTIVE_SESSIONS:
-            exc = SmcdpError(f"party {self.name!r} already runs {active} sessions (the limit); "
-                             "try again later")
-            exc.code = "RESOURCE_EXHAUSTED"
-            raise exc
+        existing = self.sessions.get(spec.session_id)
+        if existing is None:  # issue 19: slots, timeout and seed rules before any validation work
+            check_proposal(self.sessions.values(), peer, spec, self.config.limits, self.name)
         plugin = get_plugin(spec.protocol)
         try:
             params = plugin.validate_params(dict(spec.params), dict(roles))
@@ -285,8 +301,7 @@ class Party(SessionHost):
             inputs={k: str(v) for k, v in self.config.inputs.get(spec.protocol, {}).items()})
         s = Session(self, spec, mine[0], plugin, peer, cp)
         self.sessions[spec.session_id] = s
-        s.done.add_done_callback(lambda f, sid=spec.session_id: self.governor.session_done(sid, f.result()))
-        self._evict()
+        self._track(s)
         s.start_thread()
         await asyncio.get_running_loop().run_in_executor(None, s.ready.wait, 10.0)
         if s.channel is None:
@@ -308,26 +323,50 @@ class Party(SessionHost):
             return existing.role
         return None
 
-    def _evict(self) -> None:
-        ended = [k for k, s in self.sessions.items() if s.done.done()]
-        for k in ended[: max(0, len(ended) - KEEP_ENDED_SESSIONS)]:
-            del self.sessions[k]
+    def _track(self, s: Session) -> None:
+        """When ``s`` ends: settle its governance, then drop it from memory (issue 19)."""
+        loop = asyncio.get_running_loop()
+        s.done.add_done_callback(lambda f, sid=s.spec.session_id: self.governor.session_done(sid, f.result()))
+        s.done.add_done_callback(lambda _f, s=s: self._ended_threadsafe(loop, s))
 
-    def _session_for(self, peer: str, session_id: str) -> Session:
+    def _ended_threadsafe(self, loop: asyncio.AbstractEventLoop, s: Session) -> None:
+        try:
+            loop.call_soon_threadsafe(self._ended, s)
+        except RuntimeError:  # the server's loop is gone (shutdown)
+            pass
+
+    def _ended(self, s: Session) -> None:
+        """Drop an ended session from memory: its buffers are freed, its record is on disk."""
+        if self.sessions.get(s.spec.session_id) is s:
+            del self.sessions[s.spec.session_id]
+            if s.channel is not None:
+                self.ended.add(s.spec.session_id, s.channel)
+            if (s.record or {}).get("record_write_error"):  # keep what could not be written
+                self._unwritten[s.spec.session_id] = s.record
+
+    def _session_for(self, peer: str, session_id: str) -> Session | None:
+        """The live session, or None if it ended here (after checking the peer held a role)."""
         s = self.sessions.get(session_id)
-        if s is None:
+        roles = s.spec.roles if s is not None else getattr(self.ended.get(session_id), "roles", None)
+        if roles is None:
             raise PreconditionFailed(f"party {self.name!r} has no session {session_id!r}")
-        if peer not in s.spec.roles.values():
+        if peer not in roles.values():
             raise PermissionDenied(f"party {peer!r} holds no role in session {session_id!r}")
         return s
 
     async def begin(self, peer: str, session_id: str) -> None:
         s = self._session_for(peer, session_id)
+        if s is None or s.done.done():
+            raise PreconditionFailed(f"session {session_id!r} has already ended at {self.name!r}")
         if peer != s.initiator:
             raise PermissionDenied(f"only the initiator {s.initiator!r} may begin session {session_id!r}")
-        if s.done.done():
-            raise PreconditionFailed(f"session {session_id!r} has already ended at {self.name!r}: "
-                                     f"{(s.record or {}).get('error')}")
+        if s.state == "prepared":
+            try:
+                check_begin(self.sessions.values(), s.initiator, self.config.limits, self.name)
+            except SmcdpError as exc:
+                s.fail_threadsafe(exc)
+                s.begin_threadsafe()
+                raise
         s.begin_threadsafe()
 
     async def abort(self, peer: str, session_id: str, code: str, message: str,
@@ -337,6 +376,8 @@ class Party(SessionHost):
                 None, self.governor.withdraw, peer, session_id, message):      # proposal is withdrawn
             return
         s = self._session_for(peer, session_id)
+        if s is None:  # ended here already: nothing to abort
+            return
         role = next(r for r, p in s.spec.roles.items() if p == peer)
         if culprit is not None and culprit not in s.spec.roles.values():
             raise InvalidMessage(f"Abort of session {session_id!r} names {culprit!r}, who holds no role in it")
@@ -486,6 +527,8 @@ class Party(SessionHost):
         s = self.sessions.get(session_id)
         if s is not None:
             return s.snapshot()
+        if session_id in self._unwritten:
+            return self._unwritten[session_id]
         path = self.record_path(session_id)
         try:
             return json.loads(path.read_text(encoding="utf-8"))
@@ -524,21 +567,27 @@ async def _serve(config: PartyConfig, ready_file: Path | None = None) -> int:
         loop.add_signal_handler(sig, stop.set)
     if ready_file is not None:
         write_json_atomic(ready_file, {"party": party.name, "port": party.port, "pid": os.getpid()})
-    print(f"party {party.name} serving on {config.listen} (port {party.port}); "
-          "stop with SIGTERM or Ctrl-C", file=sys.stderr, flush=True)
+    # through the log, so that [logging] format = "json" gives nothing but JSON lines
+    log.info("party %s serving on %s (port %d); stop with SIGTERM or Ctrl-C", party.name, config.listen,
+             party.port)
     await stop.wait()
-    print(f"party {party.name}: shutting down", file=sys.stderr, flush=True)
+    log.info("party %s: shutting down", party.name)
     await party.stop()
     return 0
 
 
 def serve(config_path: str | os.PathLike, expect_name: str | None = None,
-          ready_file: str | os.PathLike | None = None) -> int:
-    """Run a party process until SIGTERM/SIGINT.  Returns the exit status."""
+          ready_file: str | os.PathLike | None = None, log_level: str | None = None) -> int:
+    """Run a party process until SIGTERM/SIGINT.  Returns the exit status.
+
+    Logging follows the config's ``[logging]`` (``log_level`` from the command line wins).
+    """
     config = load_config(config_path)
     if expect_name is not None and config.name != expect_name:
         raise ConfigError(f"{config_path} configures party {config.name!r}, but this launcher "
                           f"runs {expect_name!r}")
+    configure_logging(config.logging.format, log_level or config.logging.level)
+    os.umask(0o077)  # issue 19: whatever this process creates is its own unless it says otherwise
     return asyncio.run(_serve(config, Path(ready_file) if ready_file else None))
 
 
@@ -549,19 +598,18 @@ def main(argv: Sequence[str] | None = None, expect_name: str | None = None) -> i
         description="Run a smcdp party process until SIGTERM/SIGINT.")
     ap.add_argument("--config", required=True, help="the party's TOML configuration")
     ap.add_argument("--ready-file", help="write {party, port, pid} JSON here once serving")
-    ap.add_argument("--log-level", default="INFO")
+    ap.add_argument("--log-level", default=None, help="overrides [logging] level")
     args = ap.parse_args(argv)
-    setup_logging(args.log_level)
+    setup_logging(args.log_level or "INFO")
     try:
-        return serve(args.config, expect_name, args.ready_file)
+        return serve(args.config, expect_name, args.ready_file, args.log_level)
     except SmcdpError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
 
 def setup_logging(level: str = "INFO") -> None:
-    logging.basicConfig(level=getattr(logging, str(level).upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    configure_logging("text", level)
 
 
 

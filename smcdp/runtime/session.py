@@ -35,12 +35,14 @@ from typing import Any, Protocol
 import grpc
 
 from smcdp._files import atomic_write_json
+from smcdp._text import printable
 from smcdp.errors import (
     DeadlineExceeded,
     PreconditionFailed,
     SessionAborted,
     SmcdpError,
     Unavailable,
+    public_message,
 )
 from smcdp.net.grpc_channel import (
     GrpcChannel,
@@ -54,6 +56,8 @@ from smcdp.net.tls import TlsMaterial
 from smcdp.plugins.base import ProtocolPlugin, SessionContext
 from smcdp.runtime.checkpoint import Checkpoint
 from smcdp.runtime.config import PartyConfig
+from smcdp.runtime.limits import begin_wait_seconds, session_budget  # issue 19
+from smcdp.runtime.logs import private_dir
 
 #: failures after which a session can be continued (``smcdp session resume``): a participant
 #: was unreachable past its grace, or shut down
@@ -100,7 +104,8 @@ def _error_dict(exc: BaseException, me: str) -> dict:
     msg = str(exc) or type(exc).__name__
     if code == "INTERNAL" and not isinstance(exc, SmcdpError):
         msg = f"{type(exc).__name__}: {msg}"
-    return {"code": code, "message": msg, "origin": origin}
+    # may quote a peer (an abort message, a refusal's details): one printable line (issue 19)
+    return {"code": code, "message": printable(msg), "origin": printable(origin, 63)}
 
 
 class Session:
@@ -205,31 +210,33 @@ class Session:
         connector = PeerConnector(cfg, self.party.tls)
         ch = GrpcChannel(self.spec.session_id, self.role, self.spec.roles, self.deadline, connector,
                          rpc_timeout=cfg.timeouts.rpc_seconds, journal=self.checkpoint.journal)
+        ch.budget = session_budget(self.plugin, self.spec, self.role, cfg.limits)  # issue 19
         self.channel = ch
         self.ready.set()
         result = None
         error: dict | None = None
         culprit: str | None = None
+        told = ""
         t0 = time.monotonic()
         try:
-            # The initiator's own session is begun or failed by start_session, which
-            # reports the precise cause (e.g. an unreachable party) at the deadline;
-            # the margin only guards against a bug leaving it waiting for ever.
-            margin = 30.0 if self.initiator == self.party.name else 0.0
+            # A peer's proposal that is not begun within the grace expires (issue 19); the
+            # initiator's own session is begun or failed by start_session, which reports the
+            # precise cause (e.g. an unreachable party) at the deadline.
+            own = self.initiator == self.party.name
             try:
-                await asyncio.wait_for(self._begin.wait(),
-                                       max(0.0, self.deadline + margin - time.monotonic()))
+                await asyncio.wait_for(self._begin.wait(), begin_wait_seconds(self.deadline, cfg.limits, own))
             except asyncio.TimeoutError:
                 raise PreconditionFailed(
                     f"session {self.spec.session_id} never began: the initiator "
-                    f"{self.initiator!r} did not confirm it before the deadline") from None
+                    f"{self.initiator!r} did not confirm it within "
+                    f"{'the deadline' if own else 'the proposal grace (limits.proposal_grace_seconds)'}"
+                ) from None
             if self._early_failure is not None:
                 raise self._early_failure
             self.state = "running"
             self.checkpoint.set_state("running", resumable=False, error=None)
             t0 = time.monotonic()
-            out_dir = cfg.data_dir / "outputs" / self.spec.session_id
-            out_dir.mkdir(parents=True, exist_ok=True)
+            out_dir = private_dir(cfg.data_dir / "outputs" / self.spec.session_id, cfg.data_dir)
             inputs = {k: str(v) for k, v in cfg.inputs.get(self.spec.protocol, {}).items()}
             if self.restarts:
                 self.checkpoint.check_inputs(inputs)
@@ -259,11 +266,13 @@ class Session:
         except BaseException as exc:  # noqa: BLE001
             error = _error_dict(exc, self.party.name)
             culprit = error["origin"]
+            # peers learn the rule that failed, never this party's data (InputRejected; issue 19)
+            told = printable(public_message(exc)) if error["code"] != "INTERNAL" else "internal error"
             detected_here = isinstance(exc, PeerLost) or not isinstance(exc, SessionAborted) \
                 or error["origin"] == self.party.name
             if detected_here:
                 outcome = await ch.send_abort(
-                    error["code"], f"role {self.role} ({self.party.name}) failed: {error['message']}",
+                    error["code"], f"role {self.role} ({self.party.name}) failed: {told}",
                     timeout=min(5.0, cfg.timeouts.connect_seconds,
                                 max(1.0, self.deadline - time.monotonic())),
                     culprit=culprit if culprit != self.party.name else None)
@@ -276,7 +285,7 @@ class Session:
                 raise
         finally:
             ch.mark_closed(None if error is None else
-                           (error["code"], error["message"], error["origin"]))
+                           (error["code"], told, error["origin"]))
             await ch.close()
         stats = dict(ch.stats.as_dict(), inbound_duplicates=ch.inbound_duplicates,
                      replayed_sends=ch.replayed_sends, checkpoint=self.checkpoint.journal.stats())

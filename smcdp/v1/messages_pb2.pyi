@@ -23,22 +23,20 @@ class PaillierKeyPair(_message.Message):
     def __init__(self, n: _Optional[bytes] = ..., p: _Optional[bytes] = ..., q: _Optional[bytes] = ...) -> None: ...
 
 class CiphertextVector(_message.Message):
-    __slots__ = ("ciphertexts", "exponent", "length", "slots_per_ciphertext", "slot_bits", "key_fingerprint", "offset")
+    __slots__ = ("ciphertexts", "exponent", "length", "slots_per_ciphertext", "slot_bits", "key_fingerprint")
     CIPHERTEXTS_FIELD_NUMBER: _ClassVar[int]
     EXPONENT_FIELD_NUMBER: _ClassVar[int]
     LENGTH_FIELD_NUMBER: _ClassVar[int]
     SLOTS_PER_CIPHERTEXT_FIELD_NUMBER: _ClassVar[int]
     SLOT_BITS_FIELD_NUMBER: _ClassVar[int]
     KEY_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
-    OFFSET_FIELD_NUMBER: _ClassVar[int]
     ciphertexts: _containers.RepeatedScalarFieldContainer[bytes]
     exponent: int
     length: int
     slots_per_ciphertext: int
     slot_bits: int
     key_fingerprint: bytes
-    offset: bytes
-    def __init__(self, ciphertexts: _Optional[_Iterable[bytes]] = ..., exponent: _Optional[int] = ..., length: _Optional[int] = ..., slots_per_ciphertext: _Optional[int] = ..., slot_bits: _Optional[int] = ..., key_fingerprint: _Optional[bytes] = ..., offset: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, ciphertexts: _Optional[_Iterable[bytes]] = ..., exponent: _Optional[int] = ..., length: _Optional[int] = ..., slots_per_ciphertext: _Optional[int] = ..., slot_bits: _Optional[int] = ..., key_fingerprint: _Optional[bytes] = ...) -> None: ...
 
 class Floats(_message.Message):
     __slots__ = ("values",)

@@ -28,14 +28,19 @@ def free_port() -> int:
 
 
 def make_deployment(root: Path, parties, *, timeouts: Timeouts | None = None,
-                    inputs=None, allow_seeded: bool = False, policies=None, budgets=None) -> dict[str, Path]:
-    """Certificates + one TOML config per party under ``root``; returns name -> config path."""
+                    inputs=None, limits=None, allow_seeded: bool = True, policies=None,
+                    budgets=None) -> dict[str, Path]:
+    """Certificates + one TOML config per party under ``root``; returns name -> config path.
+
+    A test deployment: small keys and experiment seeds are allowed (the seed rule itself is
+    tested with ``allow_seeded=False``); ``limits``: a :class:`smcdp.net.limits.Limits`.
+    """
     from smcdp.runtime.local import write_local_deployment
 
     return write_local_deployment(
         root, parties, inputs=inputs, plugins=(ECHO_PLUGIN,), allow_insecure_keys=True,
         timeouts=timeouts or Timeouts(connect_seconds=3, session_seconds=60, rpc_seconds=30),
-        allow_seeded=allow_seeded, policies=policies, budgets=budgets)
+        allow_seeded=allow_seeded, policies=policies, budgets=budgets, limits=limits)
 
 
 class PartiesInThread:

@@ -36,8 +36,9 @@ def demo_keyword(utterance: str, models: str, key_bits: int = 2048, seed: int | 
     roles = {ALICE: ALICE, BOB: BOB}
     say(f"alice: {X.shape[0]} frames; bob: {M.n_words} HMMs x {M.n_states} states ({M.kind}); "
         f"{key_bits}-bit Paillier, mutual TLS on loopback")
+    # --debug-reveal: Bob hands out every score only on a test deployment (allow_insecure_keys)
     options, _ = governed("keyword", roles, p, initiator=ALICE, seed=seed)
-    with LocalCluster(parties, allow_insecure_keys=insecure, workdir=keep_dir, data_root=keep_dir,
+    with LocalCluster(parties, allow_insecure_keys=insecure or bool(debug_reveal), workdir=keep_dir, data_root=keep_dir,
                       peer_grace_seconds=faults.peer_grace if faults else None, **options) as cluster:
         say("party processes up; running the session")
         t0 = time.monotonic()

@@ -1,0 +1,306 @@
+"""What one peer may cost this party: the ``[limits]`` section, traffic envelopes, inbound budgets.
+
+A party is exposed to other organisations.  Everything a peer can make it hold
+-- session slots, threads, buffered bytes, per-tag bookkeeping, gRPC streams --
+has a limit here, checked *before* the resource is spent, and a refusal names
+the rule that failed (``RESOURCE_EXHAUSTED`` for a limit, ``INVALID_ARGUMENT``
+for a malformed request) without describing the party's data.
+
+* :class:`Limits` -- the ``[limits]`` table of the party's TOML, validated like
+  every other section (unknown keys are errors, every error names the key).
+  docs/security.md gives the reasoning behind each default.
+* :class:`TrafficEnvelope` -- what one role of one session may receive at most
+  (largest message, total bytes, distinct (sender, tag) pairs), which a
+  protocol's plug-in derives from the session's validated parameters
+  (:meth:`smcdp.plugins.base.ProtocolPlugin.traffic_envelope`);
+  :meth:`Limits.envelope` caps it with the configured ceilings.
+* :class:`InboundBudget` -- one session's receive budget, charged by the server
+  thread from a message's *first* envelope (its declared total size), before a
+  byte of it is buffered.
+* :func:`bounded_json_object` -- JSON parsing with a size and a nesting bound
+  checked before the parser runs (``params_json`` nested 200,000 deep used to
+  crash the handler with ``RecursionError``).
+
+This module is transport-free (no grpc), so plug-ins and protocols may use the
+envelope type.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from dataclasses import dataclass, fields
+from typing import Any, Mapping
+
+from smcdp.errors import InvalidMessage, ResourceExhausted
+
+MIB = 1024 * 1024
+
+#: JSON parameters of one session: bytes and nesting depth (protocol parameters are flat)
+MAX_PARAMS_JSON_BYTES = 64 * 1024
+MAX_JSON_DEPTH = 32
+
+
+class ConfigValueError(InvalidMessage):
+    """A [limits] value is out of range (re-raised as ConfigError by the config reader)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The ``[limits]`` section.  Defaults: docs/security.md, "Limits and their defaults"."""
+
+    #: proposals (accepted, not yet begun) from one initiating party at a time
+    pending_per_peer: int = 4
+    #: proposals not yet begun, from all initiators together
+    pending_total: int = 16
+    #: running sessions that one party initiated
+    running_per_peer: int = 8
+    #: sessions held at once (pending + running, every initiator)
+    sessions_total: int = 64
+    #: a proposal not begun within this many seconds expires and frees its slot
+    proposal_grace_seconds: float = 120.0
+    #: longest session timeout a peer may propose
+    max_session_seconds: float = 24 * 3600.0
+    #: ceiling on one inbound message (the protocol's own envelope is usually far lower)
+    max_message_mib: int = 256
+    #: ceiling on everything one session may receive
+    max_session_mib: int = 2048
+    #: ceiling on distinct (sender, tag) messages one session may receive
+    max_tags_per_session: int = 200_000
+    #: gRPC: concurrent streams per connection, and concurrent RPCs in the whole server
+    max_concurrent_streams: int = 128
+    max_concurrent_rpcs: int = 512
+    #: ended sessions whose de-duplication digests stay in memory (late retries are acknowledged)
+    keep_ended_sessions: int = 64
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def max_message_bytes(self) -> int:
+        return self.max_message_mib * MIB
+
+    @property
+    def max_session_bytes(self) -> int:
+        return self.max_session_mib * MIB
+
+    def envelope(self, derived: "TrafficEnvelope | None") -> "TrafficEnvelope":
+        """A protocol's envelope, capped by the configured ceilings (the ceilings alone if none)."""
+        ceiling = TrafficEnvelope(self.max_message_bytes, self.max_session_bytes, self.max_tags_per_session,
+                                  source="the party's [limits]")
+        if derived is None:
+            return ceiling
+        return TrafficEnvelope(min(derived.message_bytes, ceiling.message_bytes),
+                               min(derived.session_bytes, ceiling.session_bytes),
+                               min(derived.tags, ceiling.tags), source=derived.source)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+_INT_RANGES: dict[str, tuple[int, int]] = {
+    "pending_per_peer": (1, 10_000),
+    "pending_total": (1, 10_000),
+    "running_per_peer": (1, 10_000),
+    "sessions_total": (1, 10_000),
+    "max_message_mib": (1, 16_384),
+    "max_session_mib": (1, 1 << 20),
+    "max_tags_per_session": (16, 100_000_000),
+    "max_concurrent_streams": (4, 100_000),
+    "max_concurrent_rpcs": (8, 1_000_000),
+    "keep_ended_sessions": (0, 100_000),
+}
+_SECONDS_RANGES: dict[str, tuple[float, float]] = {
+    "proposal_grace_seconds": (1.0, 24 * 3600.0),
+    "max_session_seconds": (1.0, 7 * 24 * 3600.0),
+}
+
+
+def parse_limits(table: Mapping[str, Any], legacy_max_message_mib: int | None = None) -> Limits:
+    """Validate the ``[limits]`` table; every error names the key and its allowed range."""
+    allowed = set(_INT_RANGES) | set(_SECONDS_RANGES)
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise ConfigValueError(f"unknown key(s) in [limits]: {', '.join(unknown)} "
+                               f"(allowed: {', '.join(sorted(allowed))})")
+    values: dict[str, Any] = {}
+    for key, (lo, hi) in _INT_RANGES.items():
+        if key in table:
+            v = table[key]
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                raise ConfigValueError(f"limits.{key} must be an integer in [{lo}, {hi}], got {v!r}")
+            values[key] = v
+    for key, (lo, hi) in _SECONDS_RANGES.items():
+        if key in table:
+            v = table[key]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
+                raise ConfigValueError(f"limits.{key} must be a number of seconds in [{lo:g}, {hi:g}], got {v!r}")
+            values[key] = float(v)
+    if legacy_max_message_mib is not None:
+        if "max_message_mib" in values:
+            raise ConfigValueError("party.max_message_mib and limits.max_message_mib are both set; keep "
+                                   "limits.max_message_mib only")
+        values["max_message_mib"] = legacy_max_message_mib
+    limits = Limits(**values)
+    if limits.pending_per_peer > limits.pending_total:
+        raise ConfigValueError(f"limits.pending_per_peer ({limits.pending_per_peer}) cannot exceed "
+                               f"limits.pending_total ({limits.pending_total})")
+    if limits.pending_total > limits.sessions_total or limits.running_per_peer > limits.sessions_total:
+        raise ConfigValueError("limits.pending_total and limits.running_per_peer cannot exceed "
+                               "limits.sessions_total")
+    if limits.max_message_mib > limits.max_session_mib:
+        raise ConfigValueError(f"limits.max_message_mib ({limits.max_message_mib}) cannot exceed "
+                               f"limits.max_session_mib ({limits.max_session_mib})")
+    return limits
+
+
+# ---------------------------------------------------------------------- traffic envelopes
+@dataclass(frozen=True)
+class TrafficEnvelope:
+    """The most one role of one session may receive: one message, all messages, distinct tags."""
+
+    message_bytes: int
+    session_bytes: int
+    tags: int
+    #: what the numbers were derived from (named in refusals)
+    source: str = "the protocol's parameters"
+
+    def __post_init__(self) -> None:
+        if self.message_bytes < 1 or self.session_bytes < self.message_bytes or self.tags < 1:
+            raise ValueError(f"inconsistent traffic envelope {self}")
+
+    @classmethod
+    def from_messages(cls, messages: list[tuple[int, int]], source: str,
+                      slack: float = 1.25, floor: int = 4096) -> "TrafficEnvelope":
+        """From ``(count, largest size in bytes)`` per kind of message a role receives.
+
+        ``slack`` covers protobuf framing the estimates leave out; ``floor`` keeps
+        tiny control messages from being refused over a few bytes of framing.
+        """
+        largest = max(max(size for _, size in messages), 1)
+        total = sum(count * size for count, size in messages)
+        tags = sum(count for count, _ in messages)
+        msg = max(floor, math.ceil(largest * slack))
+        return cls(msg, max(msg, math.ceil(total * slack) + floor), max(1, tags), source)
+
+
+def ciphertext_vector_bytes(count: int, modulus_bits: int) -> int:
+    """Serialised size bound of a ``CiphertextVector`` of ``count`` ciphertexts mod n² (n of ``modulus_bits``)."""
+    ct = (2 * modulus_bits + 7) // 8
+    return count * (ct + 4) + 64
+
+
+class InboundBudget:
+    """One session's receive budget, shared by the server threads that deliver into it.
+
+    :meth:`admit` runs when a message's first envelope arrives, with the total
+    size the sender declares: it refuses (``RESOURCE_EXHAUSTED``) a message
+    larger than the envelope allows, one that would take the session past its
+    byte budget, or a new (sender, tag) past the tag budget, and otherwise
+    reserves the bytes.  :meth:`settle` keeps the charge of a message that
+    arrived whole and fresh, and returns it for a duplicate or a stream that
+    failed, so a retry is not charged twice.  A (sender, tag) already received
+    is not charged again (it is a duplicate, or a rewrite the mailbox refuses).
+    """
+
+    def __init__(self, envelope: TrafficEnvelope, session_id: str) -> None:
+        self.envelope = envelope
+        self.session_id = session_id
+        self._lock = threading.Lock()
+        self._bytes = 0
+        self._received: set[tuple[str, str]] = set()
+        self._inflight: dict[tuple[str, str], int] = {}   # key -> number of streams carrying it
+        self.refused = 0
+
+    @property
+    def bytes_charged(self) -> int:
+        return self._bytes
+
+    def admit(self, sender_role: str, tag: str, total_size: int) -> int:
+        """Reserve room for one message; returns the bytes charged (0 for a known key)."""
+        env = self.envelope
+        key = (sender_role, tag)
+        with self._lock:
+            if total_size > env.message_bytes:
+                self.refused += 1
+                raise ResourceExhausted(
+                    f"message {tag!r} from {sender_role} declares {total_size} bytes; session "
+                    f"{self.session_id} accepts at most {env.message_bytes} bytes per message "
+                    f"(limit derived from {env.source})")
+            if key in self._received:
+                return 0
+            if key not in self._inflight and len(self._received) + len(self._inflight) >= env.tags:
+                self.refused += 1
+                raise ResourceExhausted(
+                    f"session {self.session_id} has reached its limit of {env.tags} distinct messages "
+                    f"(derived from {env.source}); message {tag!r} from {sender_role} refused")
+            if self._bytes + total_size > env.session_bytes:
+                self.refused += 1
+                raise ResourceExhausted(
+                    f"message {tag!r} from {sender_role} ({total_size} bytes) would take session "
+                    f"{self.session_id} past its budget of {env.session_bytes} received bytes "
+                    f"(derived from {env.source})")
+            self._bytes += total_size
+            self._inflight[key] = self._inflight.get(key, 0) + 1
+            return total_size
+
+    def settle(self, sender_role: str, tag: str, charged: int, stored: bool) -> None:
+        """End of one stream: ``stored`` if its message entered the mailbox as new."""
+        key = (sender_role, tag)
+        with self._lock:
+            if charged:
+                left = self._inflight.get(key, 0) - 1
+                if left > 0:
+                    self._inflight[key] = left
+                else:
+                    self._inflight.pop(key, None)
+            if stored:
+                self._received.add(key)
+            if not stored:
+                self._bytes -= charged
+
+
+# ---------------------------------------------------------------------- bounded JSON
+def json_depth_exceeds(text: str, max_depth: int) -> bool:
+    """True if ``text`` nests arrays/objects deeper than ``max_depth`` (strings are skipped)."""
+    depth = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > max_depth:
+                return True
+        elif ch in "]}":
+            depth -= 1
+    return False
+
+
+def bounded_json_object(text: str, what: str = "params_json", max_bytes: int = MAX_PARAMS_JSON_BYTES,
+                        max_depth: int = MAX_JSON_DEPTH) -> dict:
+    """Parse a JSON object whose size and nesting are checked before the parser sees it."""
+    if not text:
+        return {}
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
+        raise InvalidMessage(f"{what} is {size} bytes; at most {max_bytes} are accepted")
+    if json_depth_exceeds(text, max_depth):
+        raise InvalidMessage(f"{what} nests arrays/objects deeper than {max_depth} levels")
+    try:
+        value = json.loads(text, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:
+        raise InvalidMessage(f"{what} is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise InvalidMessage(f"{what} must be a JSON object")
+    return value
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")

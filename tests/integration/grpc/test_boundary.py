@@ -1,0 +1,213 @@
+"""Every refusal at the party boundary has the right status (issue 19): a table of malformed or
+over-limit requests against a party served over mutual TLS, and a short fuzz run (the long one is
+bench/fuzz_boundary.py)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from hypothesis import HealthCheck, Phase, given, settings
+
+from smcdp.net.limits import Limits
+from smcdp.runtime import client
+from smcdp.runtime.config import load_config
+from smcdp.v1 import transport_pb2 as tpb
+from tests.support.boundary import (
+    CONTROL,
+    MAILBOX,
+    SERVER_FAILURES,
+    call_deliver,
+    call_unary,
+    mailbox_requests,
+    nested_json,
+    send,
+)
+from tests.support.deployment import make_deployment, raw_channel
+
+C = grpc.StatusCode
+LIMITS = Limits(pending_per_peer=3, pending_total=8, running_per_peer=3, sessions_total=16,
+                proposal_grace_seconds=60.0)
+
+
+@pytest.fixture
+def party(tmp_path, in_thread):
+    cfgs = make_deployment(tmp_path, ["alice", "bob", "charlie"], limits=LIMITS, allow_seeded=False)
+    for name in ("bob", "charlie"):
+        in_thread.start(cfgs[name])
+    address = load_config(cfgs["bob"]).address_of("bob")
+    certs = tmp_path / "certs"
+    with raw_channel(certs, "alice", address, "bob") as peer, raw_channel(certs, "bob", address, "bob") as own:
+        yield {"peer": peer, "own": own, "cfgs": cfgs, "root": tmp_path, "party": in_thread.parties["bob"]}
+
+
+def _spec(sid, protocol="net-echo", roles=None, params="{}", timeout=30.0, seed=None):
+    msg = tpb.SessionSpec(session_id=sid, protocol=protocol, params_json=params, timeout_seconds=timeout)
+    for r, p in (roles or {"a": "alice", "b": "bob"}).items():
+        msg.roles[r] = p
+    if seed is not None:
+        msg.seed = seed
+    return msg.SerializeToString()
+
+
+def _env(sid, tag="t", data=b"\x08\x01", type_name="smcdp.v1.Flag", total=None, count=1, index=0):
+    return tpb.Envelope(session_id=sid, tag=tag, type_name=type_name, chunk_index=index, chunk_count=count,
+                        total_size=len(data) if total is None else total, data=data).SerializeToString()
+
+
+PI_ROLES = {"trent": "alice", "party1": "bob", "party2": "charlie"}
+PI_PARAMS = json.dumps({"key_bits": 512, "rows": 30, "max_iterations": 1})
+
+
+def test_status_code_table(party):
+    peer, own = party["peer"], party["own"]
+    propose = lambda body: call_unary(peer, MAILBOX + "Propose", body)[0]  # noqa: E731
+    # a prepared session to deliver into (net-echo: the [limits] ceilings apply)
+    assert propose(_spec("live")) == C.OK
+    # a power-iteration session: its envelope follows from k = 30, 512-bit keys, one round
+    assert propose(_spec("pi", "power-iteration", PI_ROLES, PI_PARAMS)) == C.OK
+    valid = tpb.Envelope(session_id="live", tag="t0", type_name="smcdp.v1.Flag", chunk_index=0, chunk_count=1,
+                         total_size=2, data=b"\x08\x01").SerializeToString()
+    table = [
+        # (what, status, call)
+        ("Deliver: garbage bytes", C.INVALID_ARGUMENT, lambda: call_deliver(peer, [b"\xff\xfe\x00garbage"])[0]),
+        ("Deliver: truncated Envelope", C.INVALID_ARGUMENT, lambda: call_deliver(peer, [valid[:-3]])[0]),
+        ("Deliver: empty stream", C.INVALID_ARGUMENT, lambda: call_deliver(peer, [])[0]),
+        ("Deliver: chunk_count 0", C.INVALID_ARGUMENT, lambda: call_deliver(peer, [_env("live", count=0)])[0]),
+        ("Deliver: invalid session id", C.INVALID_ARGUMENT, lambda: call_deliver(peer, [_env("a\nb")])[0]),
+        ("Deliver: unknown session", C.FAILED_PRECONDITION, lambda: call_deliver(peer, [_env("nope")])[0]),
+        ("Deliver: chunks beyond total_size", C.INVALID_ARGUMENT,
+         lambda: call_deliver(peer, [_env("live", "t1", b"abcd", total=2)])[0]),
+        ("Deliver: message above the session's envelope", C.RESOURCE_EXHAUSTED,
+         lambda: call_deliver(peer, [_env("pi", "big", b"x" * 1024, total=64 * 1024, count=64)])[0]),
+        ("Deliver: message above limits.max_message_mib", C.RESOURCE_EXHAUSTED,
+         lambda: call_deliver(peer, [_env("live", "huge", b"x", total=300 << 20, count=300)])[0]),
+        ("Deliver: accepted", C.OK, lambda: call_deliver(peer, [valid])[0]),
+        ("Deliver: same tag, other bytes", C.INVALID_ARGUMENT,
+         lambda: call_deliver(peer, [_env("live", "t0", b"\x08\x00")])[0]),
+        ("Propose: garbage bytes", C.INVALID_ARGUMENT, lambda: propose(b"\xff\xff\xff\xff")),
+        ("Propose: truncated", C.INVALID_ARGUMENT, lambda: propose(_spec("s1")[:-2])),
+        ("Propose: params nested 200,000 deep", C.INVALID_ARGUMENT,
+         lambda: propose(_spec("s2", params=nested_json(200_000)))),
+        ("Propose: params of 100 KB", C.INVALID_ARGUMENT,
+         lambda: propose(_spec("s3", params=json.dumps({"n": 1, "pad": "x" * 100_000})))),
+        ("Propose: params with NaN", C.INVALID_ARGUMENT, lambda: propose(_spec("s4", params='{"n": NaN}'))),
+        ("Propose: params not an object", C.INVALID_ARGUMENT, lambda: propose(_spec("s5", params="[1]"))),
+        ("Propose: timeout NaN", C.INVALID_ARGUMENT, lambda: propose(_spec("s6", timeout=float("nan")))),
+        ("Propose: unknown protocol", C.INVALID_ARGUMENT, lambda: propose(_spec("s7", protocol="nope\n"))),
+        ("Propose: proposer holds no role", C.PERMISSION_DENIED,
+         lambda: propose(_spec("s8", roles={"a": "charlie", "b": "bob"}))),
+        ("Propose: experiment seed not allowed here ([policy] allow_seeded)", C.FAILED_PRECONDITION, lambda: propose(_spec("s9", seed=7))),
+        ("Propose: 7-day timeout above limits.max_session_seconds", C.RESOURCE_EXHAUSTED,
+         lambda: propose(_spec("s10", timeout=7 * 86400.0))),
+        ("Propose: invalid parameters", C.INVALID_ARGUMENT, lambda: propose(_spec("s11", params='{"n": -1}'))),
+        ("Propose: used id", C.ALREADY_EXISTS, lambda: propose(_spec("live", params='{"n": 5}'))),
+        ("Propose: third pending proposal", C.OK, lambda: propose(_spec("s12"))),
+        ("Propose: fourth pending proposal (limits.pending_per_peer = 3)", C.RESOURCE_EXHAUSTED,
+         lambda: propose(_spec("s13"))),
+        ("Begin: garbage", C.INVALID_ARGUMENT, lambda: call_unary(peer, MAILBOX + "Begin", b"\xff\xff")[0]),
+        ("Begin: unknown session", C.FAILED_PRECONDITION,
+         lambda: call_unary(peer, MAILBOX + "Begin", tpb.SessionRef(session_id="nope").SerializeToString())[0]),
+        ("Abort: code OK", C.INVALID_ARGUMENT, lambda: call_unary(peer, MAILBOX + "Abort", tpb.AbortRequest(
+            session_id="live", code="OK", message="fine").SerializeToString())[0]),
+        ("Abort: unknown code", C.INVALID_ARGUMENT, lambda: call_unary(peer, MAILBOX + "Abort", tpb.AbortRequest(
+            session_id="live", code="aborted", message="x").SerializeToString())[0]),
+        ("Abort: garbage", C.INVALID_ARGUMENT, lambda: call_unary(peer, MAILBOX + "Abort", b"\x0a\xff")[0]),
+        ("Abort: unknown session", C.FAILED_PRECONDITION, lambda: call_unary(peer, MAILBOX + "Abort", tpb.AbortRequest(
+            session_id="nope", code="ABORTED").SerializeToString())[0]),
+        ("StartSession: another party's certificate", C.PERMISSION_DENIED,
+         lambda: call_unary(peer, CONTROL + "StartSession", b"")[0]),
+        ("StartSession: garbage from the operator", C.INVALID_ARGUMENT,
+         lambda: call_unary(own, CONTROL + "StartSession", b"\xff\xff\xff")[0]),
+        ("GetResult: unknown id", C.NOT_FOUND, lambda: call_unary(own, CONTROL + "GetResult", tpb.SessionRef(
+            session_id="nope").SerializeToString())[0]),
+        ("GetResult: garbage", C.INVALID_ARGUMENT, lambda: call_unary(own, CONTROL + "GetResult", b"\xff")[0]),
+    ]
+    got = [(what, expected, call()) for what, expected, call in table]
+    wrong = [(what, expected.name, code.name) for what, expected, code in got if code != expected]
+    assert not wrong, wrong
+
+
+def test_session_envelope_tags_and_bytes(party):
+    """Past the session's distinct-message budget a new tag is refused before it is buffered;
+    a retried (duplicate) message is not charged again."""
+    peer = party["peer"]
+    assert call_unary(peer, MAILBOX + "Propose", _spec("pi2", "power-iteration", PI_ROLES, PI_PARAMS))[0] == C.OK
+    budget = party["party"].sessions["pi2"].channel.budget
+    tags = budget.envelope.tags
+    codes = [call_deliver(peer, [_env("pi2", f"junk/{i}")])[0] for i in range(tags)]
+    assert codes == [C.OK] * tags
+    code, details = call_deliver(peer, [_env("pi2", "one-too-many")])
+    assert code == C.RESOURCE_EXHAUSTED and "distinct messages" in details
+    assert call_deliver(peer, [_env("pi2", "junk/0")])[0] == C.OK   # a duplicate: acknowledged
+    assert budget.bytes_charged == 2 * tags
+
+
+def test_abort_message_is_escaped_in_the_record(party):
+    peer, cfgs = party["peer"], party["cfgs"]
+    assert call_unary(peer, MAILBOX + "Propose", _spec("inj"))[0] == C.OK
+    forged = "stop\n2026-01-01 00:00:00,000 INFO smcdp.party: session inj succeeded\x1b[2K\u2028"
+    assert call_unary(peer, MAILBOX + "Abort", tpb.AbortRequest(session_id="inj", code="ABORTED",
+                                                                message=forged).SerializeToString())[0] == C.OK
+    rec = _wait(lambda: client.get_result(cfgs["bob"], "inj"))
+    msg = rec["error"]["message"]
+    assert msg.isprintable() and "\\x0a2026-01-01" in msg and "\\x1b" in msg and "\\u2028" in msg
+
+
+def _wait(get, timeout=20.0):
+    end = time.monotonic() + timeout
+    while True:
+        rec = get()
+        if rec.get("state") in ("succeeded", "failed") or time.monotonic() > end:
+            return rec
+        time.sleep(0.05)
+
+
+def test_fuzz_mailbox_short(party):
+    """The short version of bench/fuzz_boundary.py: structured, mutated and random requests to
+    every Mailbox method get a status, never INTERNAL or UNKNOWN, and the party stays healthy."""
+    peer = party["peer"]
+    assert call_unary(peer, MAILBOX + "Propose", _spec("fuzz-live"))[0] == C.OK
+    seen: dict[str, int] = {}
+
+    @settings(max_examples=300, deadline=None, database=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(request=mailbox_requests())
+    def one(request):
+        code, details = send(peer, request)
+        seen[code.name] = seen.get(code.name, 0) + 1
+        assert code not in SERVER_FAILURES, (request, code, details)
+
+    one()
+    assert sum(seen.values()) == 300 and "INVALID_ARGUMENT" in seen
+    health = health_pb2_grpc.HealthStub(party["own"]).Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
+    assert health.status == health_pb2.HealthCheckResponse.SERVING
+    # ... and still runs a session that another peer starts
+    rec = client.start_session(party["cfgs"]["charlie"], "net-echo", {"a": "charlie", "b": "bob"}, {"n": 2},
+                              timeout=20)
+    assert rec["state"] == "succeeded" and rec["result"]["y"] == [1.0, 3.0]
+
+
+def test_ended_sessions_live_on_disk_and_answer_only_their_participants(tmp_path, in_thread):
+    """With no ended session kept in memory (keep_ended_sessions = 0), a late message for a failed
+    session is refused from its record on disk with the failure's code -- to a participant; to
+    anyone else the session does not exist."""
+    cfgs = make_deployment(tmp_path, ["alice", "bob", "charlie"], limits=Limits(keep_ended_sessions=0))
+    in_thread.start(cfgs["bob"])
+    address = load_config(cfgs["bob"]).address_of("bob")
+    with raw_channel(tmp_path / "certs", "alice", address, "bob") as alice, \
+            raw_channel(tmp_path / "certs", "charlie", address, "bob") as charlie:
+        assert call_unary(alice, MAILBOX + "Propose", _spec("gone"))[0] == C.OK
+        assert call_unary(alice, MAILBOX + "Abort", tpb.AbortRequest(
+            session_id="gone", code="DATA_LOSS", message="x").SerializeToString())[0] == C.OK
+        assert _wait(lambda: client.get_result(cfgs["bob"], "gone"))["state"] == "failed"
+        end = time.monotonic() + 10
+        while "gone" in in_thread.parties["bob"].sessions and time.monotonic() < end:
+            time.sleep(0.05)
+        assert "gone" not in in_thread.parties["bob"].sessions and len(in_thread.parties["bob"].ended) == 0
+        assert call_deliver(alice, [_env("gone")])[0] == C.DATA_LOSS
+        code, details = call_deliver(charlie, [_env("gone")])
+        assert code == C.FAILED_PRECONDITION and "has no session" in details

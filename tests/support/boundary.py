@@ -1,0 +1,143 @@
+"""Raw calls at a party's boundary and hypothesis strategies for fuzzing it (issue 19).
+
+Used by the status-code table and the short fuzz tests (tests/integration/grpc/test_boundary.py)
+and by the long fuzz run (bench/fuzz_boundary.py).  Requests go out as *bytes* (the generic gRPC
+client with no serializer), so anything -- valid messages, structured nonsense, garbage,
+truncations -- reaches the server exactly as given.
+"""
+
+from __future__ import annotations
+
+import json
+
+import grpc
+from hypothesis import strategies as st
+
+from smcdp.v1 import messages_pb2 as mpb
+from smcdp.v1 import transport_pb2 as tpb
+
+MAILBOX = "/smcdp.v1.Mailbox/"
+CONTROL = "/smcdp.v1.Control/"
+#: the only statuses that say "the server failed": never acceptable at the boundary
+SERVER_FAILURES = {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN}
+
+
+def call_unary(channel: grpc.Channel, method: str, payload: bytes, timeout: float = 10.0) -> tuple[grpc.StatusCode, str]:
+    fn = channel.unary_unary(method, request_serializer=None, response_deserializer=None)
+    try:
+        fn(payload, timeout=timeout)
+        return grpc.StatusCode.OK, ""
+    except grpc.RpcError as exc:
+        return exc.code(), exc.details() or ""
+
+
+def call_deliver(channel: grpc.Channel, chunks: list[bytes], timeout: float = 10.0) -> tuple[grpc.StatusCode, str]:
+    fn = channel.stream_unary(MAILBOX + "Deliver", request_serializer=None, response_deserializer=None)
+    try:
+        fn(iter(chunks), timeout=timeout)
+        return grpc.StatusCode.OK, ""
+    except grpc.RpcError as exc:
+        return exc.code(), exc.details() or ""
+
+
+def nested_json(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+# ---------------------------------------------------------------------- strategies
+_text = st.one_of(st.text(max_size=40), st.sampled_from(["", "s", "x" * 300, "a\nb", "\x00", "../x"]))
+_sid = st.one_of(_text, st.sampled_from(["fuzz-live", "fuzz-none", "a" * 129]))
+_u32 = st.one_of(st.integers(0, 8), st.integers(0, (1 << 32) - 1))
+_u64 = st.one_of(st.integers(0, 64), st.integers(0, (1 << 64) - 1))
+_json = st.one_of(
+    st.just(""), st.just("{}"), st.just("[]"), st.just("null"), st.just('{"n": NaN}'),
+    st.builds(nested_json, st.integers(1, 5000)),
+    st.dictionaries(st.text(max_size=10), st.one_of(st.integers(), st.floats(), st.text(max_size=10)),
+                    max_size=5).map(json.dumps),
+    st.text(max_size=60))
+
+
+@st.composite
+def envelopes(draw, session_ids=_sid) -> bytes:
+    env = tpb.Envelope(session_id=draw(session_ids), tag=draw(_text), type_name=draw(st.one_of(
+        _text, st.sampled_from(["smcdp.v1.Floats", "smcdp.v1.CiphertextVector", "smcdp.v1.Blobs"]))),
+        chunk_index=draw(_u32), chunk_count=draw(_u32), total_size=draw(_u64), data=draw(st.binary(max_size=64)))
+    return env.SerializeToString()
+
+
+@st.composite
+def session_specs(draw) -> bytes:
+    spec = tpb.SessionSpec(session_id=draw(_sid), protocol=draw(st.one_of(
+        _text, st.sampled_from(["net-echo", "power-iteration", "dp-aggregate", "keyword"]))),
+        params_json=draw(_json), timeout_seconds=draw(st.one_of(
+            st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([0.0, 1.0, 1e9, -1.0]))))
+    for role, party in draw(st.dictionaries(_text, st.one_of(_text, st.sampled_from(["alice", "bob", "zed"])),
+                                            max_size=4)).items():
+        spec.roles[role] = party
+    if draw(st.booleans()):
+        spec.seed = draw(st.integers(-(1 << 63), (1 << 63) - 1))
+    return spec.SerializeToString()
+
+
+@st.composite
+def abort_requests(draw) -> bytes:
+    return tpb.AbortRequest(session_id=draw(_sid), code=draw(st.one_of(_text, st.sampled_from(
+        ["OK", "ABORTED", "INVALID_ARGUMENT", "ok", "CANCELLED"]))), message=draw(_text)).SerializeToString()
+
+
+def _bytes_list(max_items=4, max_size=64):
+    return st.lists(st.binary(max_size=max_size), max_size=max_items)
+
+
+#: every payload type the protocols exchange, as structured random messages
+PAYLOADS = {
+    "smcdp.v1.CiphertextVector": st.builds(
+        lambda cts, e, n, s, b, fp: mpb.CiphertextVector(ciphertexts=cts, exponent=e, length=n,
+                                                         slots_per_ciphertext=s, slot_bits=b, key_fingerprint=fp),
+        _bytes_list(), st.integers(-(1 << 31), (1 << 31) - 1), _u32, _u32, _u32, st.binary(max_size=40)),
+    "smcdp.v1.PaillierPublicKey": st.builds(lambda n: mpb.PaillierPublicKey(n=n), st.binary(max_size=300)),
+    "smcdp.v1.PaillierKeyPair": st.builds(lambda n, p, q: mpb.PaillierKeyPair(n=n, p=p, q=q),
+                                          st.binary(max_size=80), st.binary(max_size=40), st.binary(max_size=40)),
+    "smcdp.v1.BigInts": st.builds(lambda m, s: mpb.BigInts(magnitude=m, negative=s), _bytes_list(),
+                                  st.lists(st.booleans(), max_size=4)),
+    "smcdp.v1.Ints": st.builds(lambda v: mpb.Ints(values=v), st.lists(st.integers(-(1 << 63), (1 << 63) - 1),
+                                                                      max_size=4)),
+    "smcdp.v1.Floats": st.builds(lambda v: mpb.Floats(values=v), st.lists(st.floats(), max_size=6)),
+    "smcdp.v1.Flag": st.builds(lambda v: mpb.Flag(value=v), st.booleans()),
+    "smcdp.v1.Blobs": st.builds(lambda v: mpb.Blobs(values=v), _bytes_list()),
+    "smcdp.v1.Matrix": st.builds(lambda r, c, v: mpb.Matrix(rows=r, cols=c, values=v), _u32, _u32,
+                                 st.lists(st.floats(), max_size=6)),
+    "smcdp.v1.Text": st.builds(lambda v: mpb.Text(value=v), _text),
+}
+
+
+def mutated(valid: bytes):
+    """Garbage derived from a valid message: truncations, flipped bytes, appended junk."""
+    return st.one_of(
+        st.integers(0, max(0, len(valid) - 1)).map(lambda i: valid[:i]),
+        st.tuples(st.integers(0, max(0, len(valid) - 1)), st.integers(1, 255)).map(
+            lambda t: valid[:t[0]] + bytes([valid[t[0]] ^ t[1]]) + valid[t[0] + 1:] if valid else b"\xff"),
+        st.binary(min_size=1, max_size=32).map(lambda junk: valid + junk),
+    )
+
+
+def mailbox_requests():
+    """(method, payload or chunks) for any Mailbox RPC: structured, mutated or raw garbage."""
+    valid_env = tpb.Envelope(session_id="fuzz-live", tag="t", type_name="smcdp.v1.Flag", chunk_index=0,
+                             chunk_count=1, total_size=2, data=b"\x08\x01").SerializeToString()
+    garbage = st.binary(max_size=200)
+    deliver = st.lists(st.one_of(envelopes(), mutated(valid_env), garbage), min_size=0, max_size=3).map(
+        lambda chunks: ("Deliver", chunks))
+    propose = st.one_of(session_specs(), garbage, mutated(tpb.SessionSpec(session_id="x").SerializeToString())).map(
+        lambda b: ("Propose", b))
+    begin = st.one_of(st.builds(lambda s: tpb.SessionRef(session_id=s).SerializeToString(), _sid), garbage).map(
+        lambda b: ("Begin", b))
+    abort = st.one_of(abort_requests(), garbage).map(lambda b: ("Abort", b))
+    return st.one_of(deliver, propose, begin, abort)
+
+
+def send(channel: grpc.Channel, request) -> tuple[grpc.StatusCode, str]:
+    method, body = request
+    if method == "Deliver":
+        return call_deliver(channel, body)
+    return call_unary(channel, MAILBOX + method, body)

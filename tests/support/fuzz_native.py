@@ -1,0 +1,70 @@
+"""One fuzz harness for the C accelerator (smcdp.crypto._mont), used by the test suite (a short
+run) and by bench/fuzz_native.py (the long run, also under valgrind).
+
+Inputs are arbitrary: byte strings of any length for bases, moduli, exponents and factors, any
+window and exponent width.  Allowed outcomes: a result equal to gmpy2's, or ValueError /
+TypeError / OverflowError / MemoryError.  Anything else -- another exception, a wrong value, or
+the process dying -- is a finding.
+"""
+
+from __future__ import annotations
+
+import gmpy2
+from hypothesis import strategies as st
+
+ALLOWED = (ValueError, TypeError, OverflowError, MemoryError)
+
+
+def _int(b: bytes) -> int:
+    return int.from_bytes(b, "little")
+
+
+def moduli(max_bytes: int = 96):
+    """Mostly valid odd moduli of 1..max_bytes bytes, sometimes anything at all."""
+    odd = st.binary(min_size=1, max_size=max_bytes).map(lambda b: bytes([b[0] | 1]) + b[1:])
+    return st.one_of(odd, odd, odd, st.binary(max_size=max_bytes), st.sampled_from([b"", b"\x01", b"\x02"]))
+
+
+@st.composite
+def native_calls(draw, max_bytes: int = 96):
+    """One call: ("fixed", base, modulus, exp_bits, window, exponent, factor) or
+    ("multi", bases, exps, modulus, window)."""
+    mod = draw(moduli(max_bytes))
+    window = draw(st.one_of(st.integers(1, 12), st.integers(-3, 40)))
+    if draw(st.booleans()):
+        base = draw(st.binary(max_size=max_bytes + 8))
+        exp_bits = draw(st.one_of(st.integers(1, 300), st.integers(-5, 1 << 70)))
+        exponent = draw(st.binary(max_size=48))
+        factor = draw(st.one_of(st.none(), st.binary(max_size=max_bytes + 8)))
+        return ("fixed", base, mod, exp_bits, window, exponent, factor)
+    n = draw(st.integers(0, 12))
+    bases = draw(st.lists(st.binary(max_size=max_bytes + 8), min_size=n, max_size=n))
+    exps = draw(st.lists(st.binary(max_size=40), min_size=n, max_size=n))
+    if draw(st.integers(0, 20)) == 0:  # now and then: lengths that differ, or a non-bytes exponent
+        exps = draw(st.one_of(st.just(exps[:-1]), st.just(exps + [5])))
+    return ("multi", bases, exps, mod, window)
+
+
+def run_call(mont, call) -> str:
+    """Run one call; return "ok" or "refused"; raise AssertionError on a wrong value."""
+    try:
+        if call[0] == "fixed":
+            _, base, mod, exp_bits, window, exponent, factor = call
+            fb = mont.FixedBase(base, mod, exp_bits, window)
+            out = fb.pow(exponent) if factor is None else fb.pow(exponent, factor)
+            m = _int(mod)
+            want = gmpy2.powmod(_int(base), _int(exponent), m)
+            if factor is not None:
+                want = want * _int(factor) % m
+            assert _int(out) == want, ("FixedBase", call)
+        else:
+            _, bases, exps, mod, window = call
+            out = mont.multi_exp(bases, exps, mod, window)
+            m = _int(mod)
+            want = gmpy2.mpz(1)
+            for b, e in zip(bases, exps):
+                want = want * gmpy2.powmod(_int(b), _int(e), m) % m
+            assert _int(out) == want % m, ("multi_exp", call)
+        return "ok"
+    except ALLOWED:
+        return "refused"

@@ -1,0 +1,65 @@
+"""Zero-knowledge proof that a ciphertext vector is a one-hot indicator (smcdp.crypto.zkp)."""
+
+import pytest
+
+from smcdp.crypto.zkp import prove_one_hot, randomness_of, verify_one_hot
+
+CTX = b"session-1"
+
+
+@pytest.fixture(scope="module")
+def key(keypair512):
+    return keypair512
+
+
+def _enc(pk, values):
+    return [pk.raw_encrypt_textbook(v) for v in values]
+
+
+@pytest.mark.parametrize("K,hot", [(1, 0), (2, 1), (5, 0), (5, 4)])
+def test_a_one_hot_vector_verifies(key, K, hot):
+    pk, sk = key
+    cts = _enc(pk, [1 if k == hot else 0 for k in range(K)])
+    assert verify_one_hot(pk, cts, prove_one_hot(sk, cts, hot, CTX), CTX)
+
+
+@pytest.mark.parametrize("values", [[0, 0, 0], [1, 1, 0], [2, -1, 0], [0, 0, 2], [-1, 1, 1]])
+def test_anything_else_does_not(key, values):
+    """Whatever the prover claims (every position tried), a vector that is not one-hot fails:
+    each entry must be 0 or 1 and their sum 1."""
+    pk, sk = key
+    cts = _enc(pk, values)
+    for hot in range(len(values)):
+        assert not verify_one_hot(pk, cts, prove_one_hot(sk, cts, hot, CTX), CTX)
+
+
+def test_half_mod_n_sums_to_one_but_is_refused(key):
+    """(n+1)/2 twice sums to 1 mod n: the opening alone would accept it, the per-entry proofs do not."""
+    pk, sk = key
+    half = (pk.n + 1) // 2                           # g^half = 1 + half·n mod n² (raw, beyond n/3)
+    cts = [(1 + half * pk.n) % pk.nsquare * pk.slow_obfuscator() % pk.nsquare for _ in range(2)]
+    assert sk.raw_decrypt(cts[0] * cts[1] % pk.nsquare) == 1
+    assert not verify_one_hot(pk, cts, prove_one_hot(sk, cts, 0, CTX), CTX)
+
+
+def test_proof_is_bound_to_context_and_statement(key):
+    pk, sk = key
+    cts = _enc(pk, [0, 1, 0])
+    proof = prove_one_hot(sk, cts, 1, CTX)
+    assert not verify_one_hot(pk, cts, proof, b"session-2")
+    assert not verify_one_hot(pk, list(reversed(cts)), proof, CTX)
+    assert not verify_one_hot(pk, cts, proof[:-1], CTX)
+    for i in range(len(proof)):
+        bad = list(proof)
+        bad[i] = bad[i] + 1
+        assert not verify_one_hot(pk, cts, bad, CTX), i
+    fresh = _enc(pk, [0, 1, 0])                       # same plaintexts, other ciphertexts
+    assert not verify_one_hot(pk, fresh, proof, CTX)
+
+
+def test_randomness_recovery(key):
+    pk, sk = key
+    r = pk.slow_obfuscator()                          # r^n mod n²; recover r from c = g^m r^n
+    c = pk.raw_encrypt(7, obfuscate=False) * r % pk.nsquare
+    rec = randomness_of(sk, c, 7)
+    assert pow(int(rec), int(pk.n), int(pk.nsquare)) == r

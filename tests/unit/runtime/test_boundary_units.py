@@ -1,0 +1,224 @@
+"""Units of the party boundary (issue 19): [limits] and [logging] validation, admission, budgets,
+bounded JSON, log lines that cannot be forged, private directories and files."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import stat
+
+import pytest
+
+from smcdp._files import atomic_write_json
+from smcdp._text import printable
+from smcdp.errors import InvalidMessage, PermissionDenied, ResourceExhausted
+from smcdp.net.config import ConfigError, TlsConfig
+from smcdp.net.limits import InboundBudget, Limits, TrafficEnvelope, bounded_json_object
+from smcdp.net.grpc_channel import CLIENT_KEEPALIVE_MS
+from smcdp.net.server import SessionSpec, server_options
+from smcdp.protocols.dp_aggregate import write_durable
+from smcdp.runtime.config import LoggingConfig, PartyConfig, dump_config, load_config
+from smcdp.runtime.limits import begin_wait_seconds, check_begin, check_proposal
+from smcdp.runtime.logs import JsonLines, _OneLine, private_dir
+
+BASE = """
+[party]
+name = "alice"
+listen = "127.0.0.1:50051"
+data_dir = "state"
+
+[tls]
+ca = "ca.crt"
+cert = "alice.crt"
+key = "alice.key"
+"""
+
+
+def _load(tmp_path, extra=""):
+    p = tmp_path / "alice.toml"
+    p.write_text(BASE + extra)
+    return load_config(p)
+
+
+# ----------------------------------------------------------------------------- configuration
+def test_limits_defaults_and_values(tmp_path):
+    cfg = _load(tmp_path)
+    assert cfg.limits == Limits() and cfg.logging == LoggingConfig() and cfg.allow_seeded_sessions is False
+    cfg = _load(tmp_path, "[limits]\npending_per_peer = 2\nproposal_grace_seconds = 30\nmax_message_mib = 8\n"
+                          "[logging]\nformat = \"json\"\nlevel = \"debug\"\n")
+    assert cfg.limits.pending_per_peer == 2 and cfg.limits.proposal_grace_seconds == 30.0
+    assert cfg.max_message_bytes == 8 << 20
+    assert cfg.logging == LoggingConfig("json", "DEBUG")
+
+
+@pytest.mark.parametrize("extra, message", [
+    ("[limits]\npending_per_peer = 0\n", r"limits.pending_per_peer must be an integer in \[1, "),
+    ("[limits]\npending_per_peer = true\n", "limits.pending_per_peer"),
+    ("[limits]\nproposal_grace_seconds = 0.5\n", "limits.proposal_grace_seconds"),
+    ("[limits]\nmax_session_seconds = 1e9\n", "limits.max_session_seconds"),
+    ("[limits]\nslots = 3\n", r"unknown key\(s\) in \[limits\]: slots"),
+    ("[limits]\npending_per_peer = 20\npending_total = 10\n", "cannot exceed limits.pending_total"),
+    ("[limits]\nmax_message_mib = 64\nmax_session_mib = 32\n", "cannot exceed limits.max_session_mib"),
+    ("[limits]\nmax_message_mib = 64\n[party2]\n", "unknown key"),
+    ("[logging]\nformat = \"xml\"\n", "logging.format"),
+    ("[logging]\nlevel = \"LOUD\"\n", "logging.level"),
+])
+def test_invalid_limits_and_logging_are_named(tmp_path, extra, message):
+    with pytest.raises(ConfigError, match=message):
+        _load(tmp_path, extra)
+
+
+def test_legacy_max_message_mib_and_round_trip(tmp_path):
+    p = tmp_path / "legacy.toml"
+    p.write_text(BASE.replace('data_dir = "state"', 'data_dir = "state"\nmax_message_mib = 16'))
+    assert load_config(p).limits.max_message_mib == 16
+    p.write_text(BASE.replace('data_dir = "state"', 'data_dir = "state"\nmax_message_mib = 16')
+                 + "[limits]\nmax_message_mib = 16\n")
+    with pytest.raises(ConfigError, match="both set"):
+        load_config(p)
+    full = PartyConfig(name="bob", listen="127.0.0.1:1", data_dir=tmp_path / "d",
+                       tls=TlsConfig(tmp_path / "a", tmp_path / "b", tmp_path / "c"),
+                       limits=Limits(pending_per_peer=1, max_session_mib=100, max_message_mib=10),
+                       allow_seeded_sessions=True, logging=LoggingConfig("json", "WARNING"))
+    back = load_config(dump_config(full, tmp_path / "cfg" / "bob.toml"))
+    assert back.with_changes(source=None) == full
+
+
+def test_server_keepalive_policy_accepts_the_clients_pings():
+    """Clients ping every CLIENT_KEEPALIVE_MS, also between calls; the server must allow pings at
+    least that often or it answers GOAWAY "too_many_pings" (issue 15 measured it)."""
+    opts = dict(server_options(Limits()))
+    assert opts["grpc.keepalive_permit_without_calls"] == 1
+    assert opts["grpc.http2.min_ping_interval_without_data_ms"] < CLIENT_KEEPALIVE_MS
+    assert opts["grpc.max_concurrent_streams"] == Limits().max_concurrent_streams
+    assert opts["grpc.max_receive_message_length"] <= 5 << 20
+
+
+# ----------------------------------------------------------------------------- admission
+class _S:
+    def __init__(self, initiator, state):
+        self.initiator, self.state = initiator, state
+
+
+def _spec(timeout=60.0, seed=None):
+    return SessionSpec("s", "p", {"a": "x", "b": "me"}, {}, timeout, seed)
+
+
+def test_admission_per_initiator_and_in_all():
+    lim = Limits(pending_per_peer=2, pending_total=3, running_per_peer=2, sessions_total=5)
+    live = [_S("x", "prepared"), _S("x", "prepared")]
+    with pytest.raises(ResourceExhausted, match="pending_per_peer"):
+        check_proposal(live, "x", _spec(), lim, "me", False)
+    check_proposal(live, "y", _spec(), lim, "me", False)          # another peer is not blocked
+    live.append(_S("y", "prepared"))
+    with pytest.raises(ResourceExhausted, match="pending_total"):
+        check_proposal(live, "z", _spec(), lim, "me", False)
+    running = [_S("x", "running"), _S("x", "running")]
+    with pytest.raises(ResourceExhausted, match="running_per_peer"):
+        check_proposal(running, "x", _spec(), lim, "me", False)
+    with pytest.raises(ResourceExhausted, match="running_per_peer"):
+        check_begin(running, "x", lim, "me")
+    full = [_S(f"p{i}", "running") for i in range(5)]
+    with pytest.raises(ResourceExhausted, match="sessions_total"):
+        check_proposal(full, "q", _spec(), lim, "me", False)
+    with pytest.raises(ResourceExhausted, match="max_session_seconds"):
+        check_proposal([], "x", _spec(timeout=lim.max_session_seconds + 1), lim, "me", False)
+    with pytest.raises(PermissionDenied, match="experiment seed"):
+        check_proposal([], "x", _spec(seed=1), lim, "me", False)
+    check_proposal([], "x", _spec(seed=1), lim, "me", True)
+
+
+def test_proposal_grace():
+    lim = Limits(proposal_grace_seconds=120.0)
+    assert begin_wait_seconds(1000.0 + 7 * 86400, lim, own=False, now=1000.0) == 120.0
+    assert begin_wait_seconds(1010.0, lim, own=False, now=1000.0) == 10.0
+    assert begin_wait_seconds(1010.0, lim, own=True, now=1000.0) == 40.0
+
+
+def test_inbound_budget():
+    b = InboundBudget(TrafficEnvelope(100, 250, 3), "s")
+    with pytest.raises(ResourceExhausted, match="at most 100 bytes per message"):
+        b.admit("r", "t0", 101)
+    c1 = b.admit("r", "t1", 100)
+    b.settle("r", "t1", c1, stored=True)
+    assert b.admit("r", "t1", 100) == 0                  # a retry of a received message: free
+    c2 = b.admit("r", "t2", 100)
+    b.settle("r", "t2", c2, stored=False)                # the stream failed: charge returned
+    c2 = b.admit("r", "t2", 100)
+    b.settle("r", "t2", c2, stored=True)
+    assert b.bytes_charged == 200
+    with pytest.raises(ResourceExhausted, match="budget of 250"):
+        b.admit("r", "t3", 60)
+    b.admit("r", "t3", 50)
+    with pytest.raises(ResourceExhausted, match="limit of 3 distinct"):
+        b.admit("r", "t4", 1)
+
+
+def test_envelope_is_capped_by_the_ceilings():
+    lim = Limits(max_message_mib=1, max_session_mib=2, max_tags_per_session=100)
+    env = lim.envelope(TrafficEnvelope(10 << 20, 100 << 20, 10**6, source="p"))
+    assert (env.message_bytes, env.session_bytes, env.tags) == (1 << 20, 2 << 20, 100)
+    assert lim.envelope(None).source == "the party's [limits]"
+
+
+def test_bounded_json():
+    assert bounded_json_object('{"a": [1, {"b": "[[[["}]}') == {"a": [1, {"b": "[[[["}]}
+    for bad, message in (("[" * 33 + "]" * 33, "deeper than 32"), ('{"x": "' + "y" * 70000 + '"}', "bytes"),
+                         ('{"a": NaN}', "not valid JSON"), ("[]", "JSON object"), ("{", "not valid JSON")):
+        with pytest.raises(InvalidMessage, match=message):
+            bounded_json_object(bad)
+
+
+# ----------------------------------------------------------------------------- logs
+def _record(msg, *args, exc=None):
+    return logging.LogRecord("smcdp.party", logging.WARNING, __file__, 1, msg, args, exc)
+
+
+FORGED = "bye\n2026-01-01 00:00:00,000 INFO smcdp.party: session s succeeded\r\x1b[31m\u2028\u202e"
+
+
+@pytest.mark.parametrize("formatter", [_OneLine(), JsonLines()], ids=["text", "json"])
+def test_a_peer_string_cannot_forge_a_log_line(formatter):
+    line = formatter.format(_record("session %s aborted by %s: %s", "s", "bob", FORGED))
+    assert "\n" not in line and "\r" not in line and "\x1b" not in line
+    assert "\u2028" not in line and "\u202e" not in line
+    if isinstance(formatter, JsonLines):
+        obj = json.loads(line)
+        assert obj["level"] == "WARNING" and obj["logger"] == "smcdp.party"
+        assert obj["message"].startswith("session s aborted by bob: bye\\x0a2026-01-01")
+
+
+def test_tracebacks_cannot_pose_as_log_lines():
+    try:
+        raise ValueError(FORGED)
+    except ValueError:
+        import sys
+        rec = _record("internal error", exc=sys.exc_info())
+    text = _OneLine().format(rec)
+    first, *rest = text.split("\n")
+    assert first.endswith("internal error") and rest and all(line.startswith("  | ") for line in rest)
+    assert json.loads(JsonLines().format(rec))["exception"].startswith("Traceback")
+
+
+def test_printable():
+    assert printable("a\tb\nc\x7f\u0085é€") == "a\\x09b\\x0ac\\x7f\\x85é€"
+    assert printable("x" * 10, 4) == "xxxx...[cut: 10 characters]"
+
+
+# ----------------------------------------------------------------------------- files
+def test_private_dirs_and_files(tmp_path):
+    old = os.umask(0o022)
+    try:
+        data = tmp_path / "state" / "alice"
+        out = private_dir(data / "outputs" / "s1", data)
+        (data / "sessions").mkdir(mode=0o755)
+        private_dir(data / "sessions", data)
+        write_durable(out / "dp-aggregate-model.json", {"w": [1]})
+        atomic_write_json(data / "sessions" / "s1.json", {}, 0o600)
+    finally:
+        os.umask(old)
+    for p in (data, data / "outputs", out, data / "sessions"):
+        assert stat.S_IMODE(os.stat(p).st_mode) == 0o700, p
+    assert stat.S_IMODE(os.stat(out / "dp-aggregate-model.json").st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(tmp_path / "state").st_mode) == 0o755   # outside the data dir: untouched
