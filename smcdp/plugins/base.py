@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from smcdp.compute.config import ComputeConfig
 from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
 
@@ -33,6 +34,7 @@ class SessionContext:
     output_dir: Path | None = None      # where this party writes durable outputs
     allow_insecure_keys: bool = False   # only test deployments set this
     seed: int | None = None             # explicit seed for experiments; None = secure randomness
+    compute: ComputeConfig = field(default_factory=ComputeConfig)   # [compute]: this party's engine (issue 17)
 
 
 class ProtocolPlugin(abc.ABC):

@@ -1,4 +1,12 @@
-"""Plug-in for privacy-preserving power iteration: a data party's matrix file -> its role."""
+"""Plug-in for privacy-preserving power iteration: a data party's matrix (file, shard folder or Zarr
+array) and its compute engine -> its role; results -> JSON and files in the session's output directory.
+
+Outputs written by each party (``data_dir/outputs/<session>/``):
+
+* data party: ``u.npy`` (k × r, column j = u_j) and ``x_block.npy`` (n_i × r): its blocks of
+  σ_j·A_iᵀu_j, i.e. its rows of x_j up to a factor common to all parties;
+* Trent: ``x.npy`` (n × r, column j = x_j).
+"""
 
 from __future__ import annotations
 
@@ -7,29 +15,17 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from smcdp.compute import engine_for, open_matrix
 from smcdp.crypto.paillier import check_key_bits
-from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.plugins.base import ProtocolPlugin, SessionContext
 from smcdp.protocols.base import check_roles
 from smcdp.protocols.power_iteration import (
     TRENT,
     PowerIterationParams,
-    check_matrix,
     data_party,
     trent,
 )
-
-
-def load_matrix(path) -> np.ndarray:
-    """A float matrix from a ``.npy`` file (no pickles), validated."""
-    try:
-        A = np.load(path, allow_pickle=False)
-    except FileNotFoundError:
-        raise InvalidMessage(f"data file {path} does not exist") from None
-    except (ValueError, OSError) as exc:
-        raise InvalidMessage(f"data file {path} is not a valid .npy array: {exc}") from None
-    return check_matrix(A)
 
 
 class PowerIterationPlugin(ProtocolPlugin):
@@ -44,6 +40,25 @@ class PowerIterationPlugin(ProtocolPlugin):
         p = PowerIterationParams.from_mapping(ctx.params)
         check_key_bits(p.key_bits, ctx.allow_insecure_keys)
         if role == TRENT:
-            return asdict(await trent(ch, p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys))
-        A = load_matrix(self.input_path(ctx, "data", ch.me))
-        return asdict(await data_party(ch, A, p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys))
+            res = await trent(ch, p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys)
+            if ctx.output_dir is not None:
+                np.save(ctx.output_dir / "x.npy", np.column_stack([c["x"] for c in res.components]))
+            return asdict(res)
+        source = open_matrix(self.input_path(ctx, "data", ch.me), block_values=ctx.compute.block_values)
+        sink = None
+        if ctx.output_dir is not None:
+            blocks = np.lib.format.open_memmap(ctx.output_dir / "x_block.npy", mode="w+", dtype=np.float64,
+                                               shape=(source.n, p.components))
+
+            def sink(col0: int, block: np.ndarray) -> None:
+                blocks[col0:col0 + block.shape[0]] = block
+
+        res = await data_party(ch, source, p, engine=engine_for(ctx.compute), seed=ctx.seed,
+                               allow_insecure_keys=ctx.allow_insecure_keys, x_sink=sink)
+        if ctx.output_dir is not None:
+            blocks.flush()
+            del blocks
+            np.save(ctx.output_dir / "u.npy", np.column_stack([c["u"] for c in res.components]))
+        out = asdict(res)
+        out["data_bytes"] = source.nbytes
+        return out

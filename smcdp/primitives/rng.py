@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import hashlib
 import random
+import secrets
 
 import numpy as np
 
-__all__ = ["derive_seed", "noise_generator", "protocol_rng"]
+__all__ = ["derive_seed", "noise_generator", "protocol_rng", "stream_key"]
 
 
 def derive_seed(seed: int | None, *labels: str) -> int | None:
@@ -37,6 +38,13 @@ def protocol_rng(seed: int | None, *labels: str) -> random.Random:
     """Masks, permutations, scalings: ``random.SystemRandom`` unless an experiment fixes ``seed``."""
     derived = derive_seed(seed, *labels)
     return random.SystemRandom() if derived is None else random.Random(derived)
+
+
+def stream_key(seed: int | None, *labels: str) -> bytes:
+    """32 bytes that key a deterministic stream (e.g. SHAKE-256 over block indices, issue 17):
+    from the OS CSPRNG without a seed, derived from ``seed`` and ``labels`` with one."""
+    derived = derive_seed(seed, *labels, "stream-key")
+    return secrets.token_bytes(32) if derived is None else derived.to_bytes(32, "big")
 
 
 def noise_generator(seed: int | None, *labels: str) -> np.random.Generator | None:

@@ -27,6 +27,13 @@ Example (all relative paths are resolved against the config file's directory)::
     session_seconds = 3600
     rpc_seconds = 120
 
+    [compute]                      # optional (issue 17): where a data party's compute runs
+    engine = "dask"                # "local" (default) or "dask"; all keys: smcdp.compute.config
+    scheduler = "local"
+    workers = 2
+
+An input may name a ``.npy`` file, a folder of ``.npy`` shards or a Zarr array directory.
+
 The transport's sections ([tls], [peers], [timeouts] and the transport keys
 of [party]) are parsed by :mod:`smcdp.net.config`; this module adds the
 party's own (data directory, inputs, plug-ins) and is the only reader and
@@ -43,6 +50,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from smcdp._files import atomic_write
+from smcdp.compute.config import ComputeConfig, ComputeConfigError
 from smcdp.errors import InvalidMessage
 from smcdp.net.config import (
     ConfigError,
@@ -74,6 +82,7 @@ class PartyConfig(NetConfig):
     inputs: Mapping[str, Mapping[str, Path]] = field(default_factory=dict)
     plugins: tuple[str, ...] = ()
     allow_insecure_keys: bool = False
+    compute: ComputeConfig = field(default_factory=ComputeConfig)   # [compute] (issue 17)
 
 
 def _parse_inputs(inputs_t: Mapping[str, Any], base: Path) -> dict[str, dict[str, Path]]:
@@ -94,7 +103,7 @@ def parse_config(data: Mapping[str, Any], base_dir: str | os.PathLike,
                  source: Path | None = None) -> PartyConfig:
     """Validate a parsed TOML document; relative paths are resolved against ``base_dir``."""
     base = Path(base_dir)
-    check_keys(data, {"party", "tls", "peers", "inputs", "timeouts"}, "the top level")
+    check_keys(data, {"party", "tls", "peers", "inputs", "timeouts", "compute"}, "the top level")
 
     party = table(data, "party", True)
     check_keys(party, {"name", "listen", "data_dir", "allow_insecure_keys", "plugins",
@@ -119,7 +128,16 @@ def parse_config(data: Mapping[str, Any], base_dir: str | os.PathLike,
         peers=parse_peers(table(data, "peers", False), name),
         inputs=_parse_inputs(table(data, "inputs", False), base), plugins=tuple(plugins),
         allow_insecure_keys=insecure, timeouts=parse_timeouts(table(data, "timeouts", False)),
-        max_message_bytes=parse_max_message_mib(party), source=source)
+        max_message_bytes=parse_max_message_mib(party), source=source,
+        compute=_parse_compute(table(data, "compute", False), base))
+
+
+def _parse_compute(tbl: Mapping[str, Any], base: Path) -> ComputeConfig:
+    """[compute] (issue 17); the checks live with the engines in smcdp.compute.config."""
+    try:
+        return ComputeConfig.from_mapping(tbl, base)
+    except ComputeConfigError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def load_config(path: str | os.PathLike) -> PartyConfig:
@@ -145,7 +163,7 @@ def config_to_dict(cfg: PartyConfig, relative_to: str | os.PathLike | None = Non
     """The TOML document of ``cfg`` as nested dicts (paths relative to ``relative_to``)."""
     base = Path(relative_to) if relative_to is not None else None
     net = net_sections_to_dict(cfg, base)
-    return {
+    doc = {
         "party": {
             "name": cfg.name, "listen": cfg.listen, "data_dir": relative_path(cfg.data_dir, base),
             "allow_insecure_keys": cfg.allow_insecure_keys, "plugins": list(cfg.plugins),
@@ -156,6 +174,10 @@ def config_to_dict(cfg: PartyConfig, relative_to: str | os.PathLike | None = Non
         "inputs": {proto: {k: relative_path(v, base) for k, v in t.items()} for proto, t in cfg.inputs.items()},
         "timeouts": net["timeouts"],
     }
+    compute = cfg.compute.to_dict(lambda p: relative_path(p, base))   # [compute] (issue 17)
+    if compute:
+        doc["compute"] = compute
+    return doc
 
 
 def dump_config(cfg: PartyConfig, path: str | os.PathLike) -> Path:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import smcdp
+from smcdp.compute.config import ComputeConfig
 from smcdp.errors import SmcdpError, Unavailable
 from smcdp.net.config import Timeouts, TlsConfig
 from smcdp.net.tls import generate_deployment
@@ -39,8 +40,12 @@ class LocalCluster:
     def __init__(self, parties: Mapping[str, Mapping[str, Mapping[str, str | os.PathLike]]], *,
                  allow_insecure_keys: bool = False, workdir: str | os.PathLike | None = None,
                  plugins: tuple[str, ...] = (), keep: bool = False,
-                 session_seconds: float = 3600.0) -> None:
+                 session_seconds: float = 3600.0,
+                 compute: Mapping[str, ComputeConfig] | None = None,
+                 extra_env: Mapping[str, str] | None = None) -> None:
         self.parties = {name: dict(inputs) for name, inputs in parties.items()}
+        self.compute = dict(compute or {})          # party -> its [compute] (issue 17)
+        self.extra_env = dict(extra_env or {})
         self.allow_insecure_keys = allow_insecure_keys
         self.plugins = tuple(plugins)
         self.keep = keep or workdir is not None
@@ -64,13 +69,14 @@ class LocalCluster:
     def write_configs(self) -> None:
         self.configs = write_local_deployment(
             self.workdir, list(self.parties), inputs=self.parties, plugins=self.plugins,
-            allow_insecure_keys=self.allow_insecure_keys, timeouts=Timeouts(session_seconds=self.session_seconds))
+            allow_insecure_keys=self.allow_insecure_keys, timeouts=Timeouts(session_seconds=self.session_seconds),
+            compute=self.compute)
 
     def start(self) -> None:
         self.write_configs()
         for p, cfg in self.configs.items():
             log = open(self.workdir / f"{p}.log", "ab")
-            self.procs[p] = spawn_party(cfg, log_file=log)
+            self.procs[p] = spawn_party(cfg, log_file=log, extra_env=self.extra_env)
         for p, cfg in self.configs.items():
             try:
                 wait_healthy(cfg, timeout=60)
@@ -132,11 +138,13 @@ def write_local_deployment(root: str | os.PathLike, parties: Sequence[str], *,
                            inputs: Mapping[str, Mapping[str, Mapping[str, str | os.PathLike]]] | None = None,
                            plugins: Sequence[str] = (), allow_insecure_keys: bool = False,
                            timeouts: Timeouts | None = None, host: str = "127.0.0.1",
-                           ports: Mapping[str, int] | None = None) -> dict[str, Path]:
+                           ports: Mapping[str, int] | None = None,
+                           compute: Mapping[str, ComputeConfig] | None = None) -> dict[str, Path]:
     """Certificates (``root/certs``) and one config per party (``root/config/<name>.toml``)
     for parties on one host; returns party -> config path.
 
-    ``inputs`` is party -> protocol -> input name -> path; ports are picked with
+    ``inputs`` is party -> protocol -> input name -> path; ``compute`` is party -> its [compute]
+    section (default: the local engine); ports are picked with
     :func:`free_tcp_port` unless given; state goes to ``root/state/<name>``.
     """
     root = Path(root)
@@ -155,7 +163,7 @@ def write_local_deployment(root: str | os.PathLike, parties: Sequence[str], *,
             inputs={proto: {k: Path(v).resolve() for k, v in table.items()}
                     for proto, table in (inputs or {}).get(p, {}).items()},
             plugins=tuple(plugins), allow_insecure_keys=allow_insecure_keys,
-            timeouts=timeouts or Timeouts())
+            timeouts=timeouts or Timeouts(), compute=(compute or {}).get(p, ComputeConfig()))
         paths[p] = dump_config(cfg, root / "config" / f"{p}.toml")
     return paths
 

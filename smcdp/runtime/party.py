@@ -38,6 +38,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from smcdp.compute import close_engines
 from smcdp.errors import (
     InvalidMessage,
     PermissionDenied,
@@ -119,6 +120,7 @@ class Party(SessionHost):
             await self._connector.close()
         for s in running:
             s.thread.join(timeout=1.0)
+        await close_engines()   # issue 17: the compute engines (process pools, a Dask LocalCluster)
         log.info("party %s stopped", self.name)
 
     def record_path(self, session_id: str) -> Path:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from smcdp._files import atomic_write_json
+from smcdp.compute.memory import peak_rss, reset_peak_rss
 from smcdp.errors import (
     DeadlineExceeded,
     PreconditionFailed,
@@ -158,6 +159,7 @@ class Session:
         result = None
         error: dict | None = None
         t0 = time.monotonic()
+        rss_reset = False
         try:
             # The initiator's own session is begun or failed by start_session, which
             # reports the precise cause (e.g. an unreachable party) at the deadline;
@@ -174,6 +176,7 @@ class Session:
                 raise self._early_failure
             self.state = "running"
             t0 = time.monotonic()
+            rss_reset = reset_peak_rss()   # issue 17: the record reports this session's peak RSS
             out_dir = cfg.data_dir / "outputs" / self.spec.session_id
             out_dir.mkdir(parents=True, exist_ok=True)
             ctx = SessionContext(
@@ -181,7 +184,7 @@ class Session:
                 roles=dict(self.spec.roles), params=dict(self.spec.params),
                 inputs={k: str(v) for k, v in cfg.inputs.get(self.spec.protocol, {}).items()},
                 output_dir=out_dir, allow_insecure_keys=cfg.allow_insecure_keys,
-                seed=self.spec.seed)
+                seed=self.spec.seed, compute=cfg.compute)
             log.info("session %s: %s runs role %s of %s", self.spec.session_id, self.party.name,
                      self.role, self.spec.protocol)
             try:
@@ -215,6 +218,8 @@ class Session:
                            (error["code"], error["message"], error["origin"]))
             await ch.close()
         stats = dict(ch.stats.as_dict(), inbound_duplicates=ch.inbound_duplicates)
+        # issue 17: this process's peak resident memory (VmHWM) since the session began
+        stats["peak_rss_bytes"], stats["peak_rss_scope"] = peak_rss(rss_reset)
         state = "failed" if error is not None else "succeeded"
         record = self._record(state, result=result, error=error, stats=stats,
                               seconds=time.monotonic() - t0)

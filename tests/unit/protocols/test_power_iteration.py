@@ -54,10 +54,10 @@ def test_matches_numpy_eigenvectors(k, ns, p):
         assert abs(np.dot(pr.u, u_ref)) >= 0.9999
         assert np.allclose(pr.u, u_ref, atol=1e-5)
         blocks_alpha.append(pr.alpha)
-    # the parties' α blocks, concatenated, are x up to one common sign
+    # the parties' α blocks, concatenated, are x up to one factor common to all parties (σ_1 and a sign)
     joined = np.concatenate(blocks_alpha)
     sign = np.sign(np.dot(joined, tr.x))
-    assert np.allclose(sign * joined, tr.x, atol=1e-5)
+    assert np.allclose(sign * joined / np.linalg.norm(joined), tr.x, atol=1e-5)
     assert tr.real_rounds + tr.decoys == tr.rounds
     if p == 1.0:
         assert tr.decoys == 0
@@ -85,11 +85,12 @@ def test_trent_receives_only_ciphertexts():
     plain_allowed = {
         # public setup: the public key and the number of rows k
         "public_key": "smcdp.v1.PaillierPublicKey", "dims": "smcdp.v1.Ints",
-        # the one-bit convergence answer, and the output blocks of x that Trent gathers by design
-        "flag": "smcdp.v1.Flag", "final/alpha": "smcdp.v1.Floats",
+        # the one-bit convergence answer, and the σ-blinded output blocks of x that Trent gathers by
+        # design (with their count)
+        "flag": "smcdp.v1.Flag", "final/cols": "smcdp.v1.Ints", "final/x": "smcdp.v1.Matrix",
     }
     for sender, tag, tname, data in seen:
-        base = tag.split("/")[0] if not tag.startswith("final/") else tag
+        base = tag.split("/")[0] if not tag.startswith("final/") else "/".join(tag.split("/")[:2])
         if base in plain_allowed:
             assert tname == plain_allowed[base], (tag, tname)
         else:
