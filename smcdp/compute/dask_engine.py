@@ -60,6 +60,10 @@ CLUSTER_CONFIG = {
     "distributed.worker.memory.target": False,
     "distributed.scheduler.allowed-failures": 3,  # re-run the tasks of a killed worker
     "distributed.comm.require-encryption": True,
+    # the scheduler and workers always run an HTTP server: serve the health check only (no task,
+    # worker or metrics pages, no dashboard), and it binds to the cluster's own address (loopback)
+    "distributed.scheduler.http.routes": ["distributed.http.health"],
+    "distributed.worker.http.routes": ["distributed.http.health"],
 }
 
 
