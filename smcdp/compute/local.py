@@ -82,20 +82,16 @@ class LocalSession(ComputeSession):
 
     # ------------------------------------------------------------------ passes
     def _pass(self, kernel: Callable, *args, index_arg: bool = False):
-        """Run ``kernel`` on every block (``workers`` threads) and tree-sum the results in block order."""
+        """Run ``kernel`` on every block on the engine's block threads and tree-sum the results in block
+        order.  Blocks are loaded only on those threads, so at most ``workers`` block buffers exist."""
         src = self.source
         acc = TreeSum()
         # held for the whole pass: switching the BLAS thread count while block threads compute
         # changed results in the last bits (measured), so the limit must not come and go per block
         with one_blas_thread:
-            if self.engine.workers == 1 or len(src.blocks) == 1:
-                for blk in src.blocks:
-                    acc.push(apply_block(src, blk, kernel, *args, index_arg=index_arg))
-            else:
-                ex = self.engine.threads()
-                for out in ex.map(lambda blk: apply_block(src, blk, kernel, *args, index_arg=index_arg),
-                                  src.blocks):
-                    acc.push(out)
+            for out in self.engine.threads().map(
+                    lambda blk: apply_block(src, blk, kernel, *args, index_arg=index_arg), src.blocks):
+                acc.push(out)
         src.verify()
         return acc.result()
 
@@ -117,9 +113,10 @@ class LocalSession(ComputeSession):
 
     async def project(self, U: np.ndarray) -> AsyncIterator[tuple[Block, np.ndarray]]:
         U = np.ascontiguousarray(U, dtype=np.float64)
+        loop = asyncio.get_running_loop()
         for blk in self.source.blocks:
             t0 = time.perf_counter()
-            out = await asyncio.to_thread(apply_block, self.source, blk, project_block, U)
+            out = await loop.run_in_executor(self.engine.threads(), apply_block, self.source, blk, project_block, U)
             self._timed("project", t0)
             yield blk, out
         self.source.verify()

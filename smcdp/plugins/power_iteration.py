@@ -5,7 +5,9 @@ Outputs written by each party (``data_dir/outputs/<session>/``):
 
 * data party: ``u.npy`` (k × r, column j = u_j) and ``x_block.npy`` (n_i × r): its blocks of
   σ_j·A_iᵀu_j, i.e. its rows of x_j up to a factor common to all parties;
-* Trent: ``x.npy`` (n × r, column j = x_j).
+* Trent: ``x.npy`` (n × r, column j = x_j).  Above :data:`INLINE_MAX` samples the record carries the
+  path of that file (``x_file``) instead of the vectors themselves (``x`` and the components' ``x``
+  are then null), so that session records and their replies stay small.
 """
 
 from __future__ import annotations
@@ -21,11 +23,16 @@ from smcdp.net.channel import Channel
 from smcdp.plugins.base import ProtocolPlugin, SessionContext
 from smcdp.protocols.base import check_roles
 from smcdp.protocols.power_iteration import (
+    ALPHA_INLINE_MAX,
     TRENT,
     PowerIterationParams,
     data_party,
     trent,
 )
+
+
+#: Trent's record holds x_1 … x_r inline up to this many samples (the same limit as a party's own block)
+INLINE_MAX = ALPHA_INLINE_MAX
 
 
 class PowerIterationPlugin(ProtocolPlugin):
@@ -41,9 +48,15 @@ class PowerIterationPlugin(ProtocolPlugin):
         check_key_bits(p.key_bits, ctx.allow_insecure_keys)
         if role == TRENT:
             res = await trent(ch, p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys)
+            out = asdict(res)
             if ctx.output_dir is not None:
-                np.save(ctx.output_dir / "x.npy", np.column_stack([c["x"] for c in res.components]))
-            return asdict(res)
+                path = ctx.output_dir / "x.npy"
+                np.save(path, np.column_stack([c["x"] for c in res.components]))
+                out["x_file"] = str(path)
+                if len(res.x) > INLINE_MAX:
+                    out["x"] = None
+                    out["components"] = [{"x": None} for _ in res.components]
+            return out
         source = open_matrix(self.input_path(ctx, "data", ch.me), block_values=ctx.compute.block_values)
         sink = None
         if ctx.output_dir is not None:
