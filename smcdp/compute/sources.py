@@ -224,7 +224,16 @@ class ArraySource(MatrixSource):
         np.copyto(out, self._array[:, block.col0:block.col1], casting="safe")
 
 
-class NpySource(MatrixSource):
+class _NpyFiles(MatrixSource):
+    """``.npy`` files, one per part; a block is a column range of one file, memory-mapped to copy it."""
+
+    def _read(self, block: Block, out: np.ndarray) -> None:
+        f = self.files[block.part]
+        self._check_part([f])
+        _copy_npy_columns(f, block.pcol0, block.width, out)
+
+
+class NpySource(_NpyFiles):
     """One ``.npy`` file, memory-mapped per block."""
 
     kind = "npy"
@@ -233,13 +242,8 @@ class NpySource(MatrixSource):
         shape, dtype = _npy_header(path)
         super().__init__(path, shape[0], [shape[1]], dtype, [str(path)], block_values)
 
-    def _read(self, block: Block, out: np.ndarray) -> None:
-        f = self.files[block.part]
-        self._check_part([f])
-        _copy_npy_columns(f, block.pcol0, block.width, out)
 
-
-class ShardSource(MatrixSource):
+class ShardSource(_NpyFiles):
     """A folder of ``.npy`` files: column blocks in file-name order."""
 
     kind = "shards"
@@ -261,11 +265,6 @@ class ShardSource(MatrixSource):
         if len(dtypes) != 1:
             raise InvalidMessage(f"{path}: the shards have different dtypes {sorted(dtypes)}")
         super().__init__(path, rows.pop(), cols, np.dtype(dtypes.pop()), files, block_values)
-
-    def _read(self, block: Block, out: np.ndarray) -> None:
-        f = self.files[block.part]
-        self._check_part([f])
-        _copy_npy_columns(f, block.pcol0, block.width, out)
 
 
 class ZarrSource(MatrixSource):

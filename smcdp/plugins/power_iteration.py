@@ -58,20 +58,24 @@ class PowerIterationPlugin(ProtocolPlugin):
                     out["components"] = [{"x": None} for _ in res.components]
             return out
         source = open_matrix(self.input_path(ctx, "data", ch.me), block_values=ctx.compute.block_values)
-        sink = None
+        blocks = sink = None
         if ctx.output_dir is not None:
             blocks = np.lib.format.open_memmap(ctx.output_dir / "x_block.npy", mode="w+", dtype=np.float64,
                                                shape=(source.n, p.components))
-
-            def sink(col0: int, block: np.ndarray) -> None:
-                blocks[col0:col0 + block.shape[0]] = block
-
+            sink = _writer(blocks)
         res = await data_party(ch, source, p, engine=engine_for(ctx.compute), seed=ctx.seed,
                                allow_insecure_keys=ctx.allow_insecure_keys, x_sink=sink)
-        if ctx.output_dir is not None:
+        if blocks is not None:
             blocks.flush()
             del blocks
             np.save(ctx.output_dir / "u.npy", np.column_stack([c["u"] for c in res.components]))
         out = asdict(res)
         out["data_bytes"] = source.nbytes
         return out
+
+
+def _writer(blocks: np.ndarray):
+    """A sink writing a party's final blocks (col0, n_b × r) into its memory-mapped output file."""
+    def sink(col0: int, block: np.ndarray) -> None:
+        blocks[col0:col0 + block.shape[0]] = block
+    return sink

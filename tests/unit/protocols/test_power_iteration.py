@@ -17,15 +17,18 @@ from smcdp.protocols.power_iteration import (
 from smcdp.v1 import messages_pb2 as pb
 
 
-def run(blocks, params, *, seed=None, tamper=None):
+def run(blocks, params, *, seed=None, tamper=None, private_key=None, engine=None):
+    """All roles on one InMemoryNetwork; party1 may be given the key pair (so a test can decrypt the
+    transcript) and every party the same compute engine."""
     roles = {"trent": "trent", **{f"party{i + 1}": f"org{i + 1}" for i in range(len(blocks))}}
-    net = InMemoryNetwork(roles, timeout=120)
+    net = InMemoryNetwork(roles, timeout=300)
     if tamper:
         tamper(net)
     coros = {"trent": lambda ch: trent(ch, params, seed=seed, allow_insecure_keys=True)}
     for i, A in enumerate(blocks):
         coros[f"party{i + 1}"] = (lambda ch, A=A, i=i: data_party(
-            ch, A, params, seed=None if seed is None else seed + i + 1, allow_insecure_keys=True))
+            ch, A, params, engine=engine, private_key=private_key if i == 0 else None,
+            seed=None if seed is None else seed + i + 1, allow_insecure_keys=True))
     return net, asyncio.run(net.run(coros))
 
 

@@ -1,25 +1,21 @@
 """Top-r power iteration (issue 17) in memory: subspace iteration against numpy's eigh, the blinded Gram
 against the scale-recovery attack of docs/protocols/power-iteration.md, and message validation."""
 
-import asyncio
-
 import numpy as np
 import pytest
 
 from smcdp.crypto.encoding import encode_fixed
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.errors import InvalidMessage, SessionAborted
-from smcdp.net.channel import InMemoryNetwork
 from smcdp.protocols import power_iteration as pi
 from smcdp.protocols.power_iteration import (
     PowerIterationParams,
-    data_party,
     orthonormal_basis,
     plaintext_components,
     rayleigh_ritz,
-    trent,
 )
 from smcdp.v1 import messages_pb2 as pb
+from tests.unit.protocols.test_power_iteration import run
 
 
 def spectrum_data(rng, k, ns, top, tail_decay=0.7):
@@ -33,19 +29,6 @@ def spectrum_data(rng, k, ns, top, tail_decay=0.7):
     V = np.linalg.qr(rng.normal(size=(n, d)))[0]
     M = (U * np.sqrt(np.array(lam[:d]))) @ V.T
     return np.split(M, np.cumsum(ns)[:-1], axis=1)
-
-
-def run(blocks, params, *, seed=None, private_key=None, tamper=None, engine=None):
-    roles = {"trent": "trent", **{f"party{i + 1}": f"org{i + 1}" for i in range(len(blocks))}}
-    net = InMemoryNetwork(roles, timeout=300)
-    if tamper:
-        tamper(net)
-    coros = {"trent": lambda ch: trent(ch, params, seed=seed, allow_insecure_keys=True)}
-    for i, A in enumerate(blocks):
-        coros[f"party{i + 1}"] = (lambda ch, A=A, i=i: data_party(
-            ch, A, params, engine=engine, private_key=private_key if i == 0 else None,
-            seed=None if seed is None else seed + i + 1, allow_insecure_keys=True))
-    return net, asyncio.run(net.run(coros))
 
 
 def check_components(blocks, res, r, min_gap=1e-3):
