@@ -301,13 +301,27 @@ async def data_party(ch: Channel, data, params: PowerIterationParams, *,
         msg = await ch.recv(data_roles[0], "keypair", pb.PaillierKeyPair)
         private_key = keypair_from_proto(msg, allow_insecure=allow_insecure_keys)
         sigma = _check_sigma(await ch.recv(data_roles[0], "sigma", pb.Floats), params, ch.role)
-    pk = private_key.public_key
-    packing, gram_packing = params.packing(pk), params.gram_packing(pk)
 
     # --- Setup 2: tell Trent k (public: every party must have the same number of rows).
     await ch.send(TRENT, "dims", _ints([k]))
 
+    own_engine = engine is None
     engine = engine or LocalEngine(1)
+    try:
+        return await _data_party_rounds(ch, source, params, engine, private_key, sigma, rng, seed, x_sink)
+    finally:
+        if own_engine:
+            await engine.aclose()
+
+
+async def _data_party_rounds(ch: Channel, source: MatrixSource, params: PowerIterationParams,
+                             engine: ComputeEngine, private_key: PrivateKey, sigma: np.ndarray, rng,
+                             seed: int | None, x_sink) -> DataPartyResult:
+    """Setup 3, the rounds and the final step of a data party, on its compute engine."""
+    k, n_i = source.shape
+    b, r = params.block_size, params.components
+    pk = private_key.public_key
+    packing, gram_packing = params.packing(pk), params.gram_packing(pk)
     async with engine.session(source, private_key, label=f"{ch.session_id}/{ch.role}") as cs:
         # --- Setup 3: padding Ā_i = [A_i  ρ_i I] (ρ_i secret) and the start block C⁽⁰⁾ = Ā_i X⁽⁰⁾.
         fro2 = await cs.frobenius_sq()

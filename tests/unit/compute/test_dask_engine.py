@@ -194,3 +194,24 @@ def test_a_worker_killed_mid_decryption_gives_the_right_plaintexts(tmp_path, key
             assert rebinds >= 1             # the key was lost with its holders and scattered again
     finally:
         eng.close()
+
+
+def test_an_existing_cluster_on_loopback_tcp(tmp_path, keypair512):
+    """``scheduler = "tcp://127.0.0.1:…"``: the party joins a cluster it did not start (plain TCP is
+    accepted on loopback only); the results equal the local engine's."""
+    import distributed
+
+    _, sk = keypair512
+    A = np.random.default_rng(7).normal(size=(16, 2000))
+    np.save(tmp_path / "a.npy", A)
+    src = open_matrix(tmp_path / "a.npy", block_values=16 * 200)
+    Q = np.linalg.qr(np.random.default_rng(8).normal(size=(16, 2)))[0]
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, protocol="tcp://",
+                                  host="127.0.0.1", dashboard_address=None, memory_limit="1GiB") as cluster:
+        eng = make_engine(ComputeConfig(engine="dask", scheduler=cluster.scheduler_address))
+        try:
+            got, stats = dask_passes(eng, src, sk, Q)
+        finally:
+            eng.close()
+    assert same(got, passes(src, sk, Q, workers=1))
+    assert stats["scheduler"] == cluster.scheduler_address and stats["workers"] == 1 and stats["tasks"] > 0
