@@ -48,6 +48,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--write", help="write the markdown report here (default: stdout)")
     ap.add_argument("--quick", action="store_true", help="shorter measurements")
+    ap.add_argument("--full-scale", action="store_true",
+                    help="power iteration at scale: add n = 10⁶ per party (0.8, 4 and 20 GB of shards on disk)")
     args = ap.parse_args()
 
     from smcdp.cli.bench import paillier_benchmark
@@ -126,6 +128,13 @@ def main() -> int:
               "process. Plain phe: one unpacked round with phe's operations (both parties encrypt k values, "
               "Trent adds and scales, both decrypt k values). Target (issue 8): k = 500 ≤ 0.5 s per round.", "",
               pi, ""]
+
+    print("power iteration at scale …", file=sys.stderr)
+    scale = run_module(HERE / "power_iteration_scale_bench.py", ["--full"] if args.full_scale else [])
+    parts += ["## Power iteration at scale: a data party's round against k and n, local vs Dask (issue 17)", "",
+              "`bench/power_iteration_scale_bench.py` (`--full` adds n = 10⁶ per party; the table below says "
+              "which grid this run measured). Shards are generated on disk by the bench and removed afterwards.",
+              "", scale, ""]
 
     for name, title, extra in (("keyword_bench.py", "Keyword recognition (seed Table 4.1)", []),
                                ("aggregate_bench.py", "DP aggregation", []),

@@ -33,6 +33,12 @@ class InputRejected(InvalidMessage):
     def __init__(self, rule: str, detail: str = "") -> None:
         super().__init__(f"{rule} ({detail})" if detail else rule)
         self.public_message = rule
+        self.detail = detail
+
+    def __reduce__(self):
+        # rebuilt from (rule, detail), so a copy that crossed a process boundary (a Dask worker's
+        # kernel, issue 17) still tells peers the rule only
+        return type(self), (self.public_message, self.detail)
 
 
 def public_message(exc: BaseException) -> str:

@@ -30,7 +30,7 @@ Overflow
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Awaitable, Callable, Sequence
 
 import gmpy2
 import numpy as np
@@ -115,18 +115,21 @@ class EncryptedVector:
     def encrypt_ints(cls, public_key: PublicKey, ints: Sequence[int], *, exponent: int = 0,
                      packing: Packing = UNPACKED, private_key: PrivateKey | None = None,
                      bound: int | None = None) -> "EncryptedVector":
-        ints = [int(v) for v in ints]
-        actual = max((abs(v) for v in ints), default=0)
-        if bound is None:
-            bound = actual
-        elif actual > bound:
-            raise CryptoOverflow(f"a value of {actual.bit_length()} bits exceeds the declared bound of {int(bound).bit_length()} bits")
-        vec_cap = packing.slot_capacity if packing.packed else int(public_key.max_int)
-        if bound > vec_cap:
-            raise CryptoOverflow(f"values of {int(bound).bit_length()} bits do not fit the capacity of {vec_cap.bit_length()} bits")
-        plain = packing.pack(ints) if packing.packed else ints
+        ints, plain, bound = _plaintexts(public_key, ints, packing, bound)
         enc = private_key.raw_encrypt if private_key is not None else public_key.raw_encrypt
         return cls(public_key, [enc(m) for m in plain], len(ints), exponent, packing, bound)
+
+    @classmethod
+    async def encrypt_with(cls, encrypt_raw: Callable[[list[int]], Awaitable[list[int]]],
+                           public_key: PublicKey, values, *, frac_bits: int = DEFAULT_FRAC_BITS,
+                           packing: Packing = UNPACKED, bound: int | None = None) -> "EncryptedVector":
+        """:meth:`encrypt` with the raw encryptions done by ``encrypt_raw`` (a batch engine: a process
+        pool, a cluster).  Encoding, packing and the bound checks stay here."""
+        ints, plain, bound = _plaintexts(public_key, encode_fixed(values, frac_bits), packing, bound)
+        cts = await encrypt_raw(plain)
+        if len(cts) != len(plain):
+            raise InvalidMessage(f"the encryption engine returned {len(cts)} ciphertexts for {len(plain)} plaintexts")
+        return cls(public_key, [mpz(c) for c in cts], len(ints), -frac_bits, packing, bound)
 
     @classmethod
     def zeros(cls, public_key: PublicKey, length: int, *, exponent: int = 0,
@@ -137,13 +140,25 @@ class EncryptedVector:
     def decrypt_ints(self, private_key: PrivateKey) -> list[int]:
         if private_key.public_key != self.public_key:
             raise InvalidMessage("private key does not match the vector's public key")
-        plain = [private_key.raw_decrypt_signed(c) for c in self.ciphertexts]
-        if self.packing.packed:
-            return self.packing.unpack(plain, self.length)
-        return plain
+        return self._unpack([private_key.raw_decrypt_signed(c) for c in self.ciphertexts])
 
     def decrypt(self, private_key: PrivateKey) -> np.ndarray:
         return decode_fixed(self.decrypt_ints(private_key), self.exponent)
+
+    async def decrypt_with(self, decrypt_raw: Callable[[list[int]], Awaitable[list[int]]]) -> np.ndarray:
+        """:meth:`decrypt` with the raw (signed) decryptions done by ``decrypt_raw`` (a batch engine)."""
+        return decode_fixed(await self.decrypt_ints_with(decrypt_raw), self.exponent)
+
+    async def decrypt_ints_with(self, decrypt_raw: Callable[[list[int]], Awaitable[list[int]]]) -> list[int]:
+        """:meth:`decrypt_ints` with the raw (signed) decryptions done by ``decrypt_raw`` (a batch engine)."""
+        plain = await decrypt_raw([int(c) for c in self.ciphertexts])
+        if len(plain) != len(self.ciphertexts):
+            raise InvalidMessage(f"the decryption engine returned {len(plain)} values for "
+                                 f"{len(self.ciphertexts)} ciphertexts")
+        return self._unpack([int(v) for v in plain])
+
+    def _unpack(self, plain: list[int]) -> list[int]:
+        return self.packing.unpack(plain, self.length) if self.packing.packed else plain
 
     # ------------------------------------------------------------------ arithmetic
     def _compatible(self, other: "EncryptedVector") -> None:
@@ -340,6 +355,21 @@ class EncryptedVector:
             raise InvalidMessage(f"{what} uses {got.slots} slots of {got.slot_bits} bits, too narrow for the "
                                  f"{int(bound).bit_length()}-bit values expected here")
         return cls(public_key, cts, msg.length, msg.exponent, got, bound)
+
+
+def _plaintexts(public_key: PublicKey, ints: Sequence[int], packing: Packing,
+                bound: int | None) -> tuple[list[int], list[int], int]:
+    """(the integers, the plaintexts to encrypt, the bound to record), after the bound checks."""
+    ints = [int(v) for v in ints]
+    actual = max((abs(v) for v in ints), default=0)
+    if bound is None:
+        bound = actual
+    elif actual > bound:
+        raise CryptoOverflow(f"a value of {actual.bit_length()} bits exceeds the declared bound of {int(bound).bit_length()} bits")
+    vec_cap = packing.slot_capacity if packing.packed else int(public_key.max_int)
+    if bound > vec_cap:
+        raise CryptoOverflow(f"values of {int(bound).bit_length()} bits do not fit the capacity of {vec_cap.bit_length()} bits")
+    return ints, (packing.pack(ints) if packing.packed else ints), int(bound)
 
 
 def _is_int_like(x) -> bool:

@@ -239,9 +239,12 @@ class InboundBudget:
                     f"message {tag!r} from {sender_role} ({total_size} bytes) would take session "
                     f"{self.session_id} past its budget of {env.session_bytes} received bytes "
                     f"(derived from {env.source})")
-            self._bytes += total_size
+            # an empty message (a protobuf with default values only: Flag(value=False)) is charged
+            # one byte, so that its charge is non-zero and settle() frees its in-flight tag slot
+            charged = max(1, total_size)
+            self._bytes += charged
             self._inflight[key] = self._inflight.get(key, 0) + 1
-            return total_size
+            return charged
 
     def settle(self, sender_role: str, tag: str, charged: int, stored: bool) -> None:
         """End of one stream: ``stored`` if its message entered the mailbox as new."""

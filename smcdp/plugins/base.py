@@ -17,9 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Collection, Iterable, Mapping
 
+from smcdp.compute.config import ComputeConfig
 from smcdp.errors import InputRejected, PreconditionFailed
 from smcdp.net.channel import Channel
 from smcdp.net.limits import TrafficEnvelope
+from smcdp.primitives.rng import SeedLike
 
 
 @dataclass
@@ -33,11 +35,12 @@ class SessionContext:
     inputs: Mapping[str, str] = field(default_factory=dict)   # this party's configured inputs (name -> path)
     output_dir: Path | None = None      # where this party writes durable outputs
     allow_insecure_keys: bool = False   # only test deployments set this
-    seed: int | None = None             # explicit seed for experiments; None = secure randomness
+    seed: SeedLike = None               # the role's randomness root (smcdp.primitives.rng); None = OS CSPRNG
     #: called once, in the role's thread, just before the first message after which this party's
     #: differentially private output may have left it (the runtime commits the budget there);
     #: if it raises, that message is not sent
     on_release: Callable[[], None] | None = None
+    compute: ComputeConfig = field(default_factory=ComputeConfig)   # [compute]: this party's engine (issue 17)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,14 @@
-"""Plug-in for privacy-preserving power iteration: a data party's matrix file -> its role."""
+"""Plug-in for privacy-preserving power iteration: a data party's matrix (file, shard folder or Zarr
+array) and its compute engine -> its role; results -> JSON and files in the session's output directory.
+
+Outputs written by each party (``data_dir/outputs/<session>/``):
+
+* data party: ``u.npy`` (k × r, column j = u_j) and ``x_block.npy`` (n_i × r): its blocks of
+  σ_j·A_iᵀu_j, i.e. its rows of x_j up to a factor common to all parties;
+* Trent: ``x.npy`` (n × r, column j = x_j).  Above :data:`INLINE_MAX` samples the record carries the
+  path of that file (``x_file``) instead of the vectors themselves (``x`` and the components' ``x``
+  are then null), so that session records and their replies stay small.
+"""
 
 from __future__ import annotations
 
@@ -7,29 +17,23 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from smcdp.compute import engine_for, open_matrix
 from smcdp.crypto.paillier import check_key_bits
-from smcdp.errors import InputRejected
 from smcdp.net.channel import Channel
 from smcdp.plugins.base import OutputFlow, ProtocolPlugin, SessionContext, SessionSummary
 from smcdp.protocols.base import check_roles
 from smcdp.protocols.power_iteration import (
+    ALPHA_INLINE_MAX,
     TRENT,
     PowerIterationParams,
-    check_matrix,
+    check_source,
     data_party,
     trent,
 )
 
 
-def load_matrix(path) -> np.ndarray:
-    """A float matrix from a ``.npy`` file (no pickles), validated."""
-    try:
-        A = np.load(path, allow_pickle=False)
-    except FileNotFoundError:
-        raise InputRejected("the configured data file does not exist", str(path)) from None
-    except (ValueError, OSError) as exc:
-        raise InputRejected("the data file is not a valid .npy array", f"{path}: {exc}") from None
-    return check_matrix(A)
+#: Trent's record holds x_1 … x_r inline up to this many samples (the same limit as a party's own block)
+INLINE_MAX = ALPHA_INLINE_MAX
 
 
 class PowerIterationPlugin(ProtocolPlugin):
@@ -44,10 +48,21 @@ class PowerIterationPlugin(ProtocolPlugin):
     def summary(self, params: Mapping[str, Any], roles: Mapping[str, str]) -> SessionSummary:
         p = PowerIterationParams.from_mapping(params)
         data = tuple(p.data_roles)
-        # exact outputs: u (every data party) and x, the parties' blocks A_i^T v / sqrt(S) in clear (trent)
+        r, b = p.components, p.block_size
+        # exact outputs, computed from every data party's matrix:
+        # * u_1 … u_r (k entries each) to every data party;
+        # * x_1 … x_r to Trent, gathered from the parties' blocks σ_j·A_iᵀu_j sent in clear;
+        # * with oversample > 0, every data party also holds the Ritz vectors r+1 … b: approximations
+        #   of components nobody asked for (docs/protocols/power-iteration.md, "Who learns what").
+        def name(v: str, lo: int, hi: int) -> str:
+            return v if lo == hi == 1 else f"{v}_{lo}" if lo == hi else f"{v}_{lo}..{v}_{hi}"
+
+        outputs = [OutputFlow(name("u", 1, r), data, data), OutputFlow(name("x", 1, r), (TRENT,), data)]
+        if b > r:
+            outputs.append(OutputFlow(f"approximate {name('u', r + 1, b)} (oversample)", data, data))
         return SessionSummary(protocol=self.name, key_bits={"paillier": p.key_bits}, data_roles=data,
-                              coordinator_roles=(TRENT,),
-                              outputs=(OutputFlow("u", data, data), OutputFlow("x", (TRENT,), data)))
+                              coordinator_roles=(TRENT,), outputs=tuple(outputs))
+
     def traffic_envelope(self, params: Mapping[str, Any], roles: Mapping[str, str], role: str):
         return PowerIterationParams.from_mapping(params).traffic_envelope(role)
 
@@ -55,6 +70,36 @@ class PowerIterationPlugin(ProtocolPlugin):
         p = PowerIterationParams.from_mapping(ctx.params)
         check_key_bits(p.key_bits, ctx.allow_insecure_keys)
         if role == TRENT:
-            return asdict(await trent(ch, p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys))
-        A = load_matrix(self.input_path(ctx, "data", ch.me))
-        return asdict(await data_party(ch, A, p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys))
+            res = await trent(ch, p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys)
+            out = asdict(res)
+            if ctx.output_dir is not None:
+                path = ctx.output_dir / "x.npy"
+                np.save(path, np.column_stack([c["x"] for c in res.components]))
+                out["x_file"] = str(path)
+                if len(res.x) > INLINE_MAX:
+                    out["x"] = None
+                    out["components"] = [{"x": None} for _ in res.components]
+            return out
+        source = open_matrix(self.input_path(ctx, "data", ch.me), block_values=ctx.compute.block_values)
+        check_source(source, p, ch.role)   # before its output file of n_i × r values is made
+        blocks = sink = None
+        if ctx.output_dir is not None:
+            blocks = np.lib.format.open_memmap(ctx.output_dir / "x_block.npy", mode="w+", dtype=np.float64,
+                                               shape=(source.n, p.components))
+            sink = _writer(blocks)
+        res = await data_party(ch, source, p, engine=engine_for(ctx.compute), seed=ctx.seed,
+                               allow_insecure_keys=ctx.allow_insecure_keys, x_sink=sink)
+        if blocks is not None:
+            blocks.flush()
+            del blocks
+            np.save(ctx.output_dir / "u.npy", np.column_stack([c["u"] for c in res.components]))
+        out = asdict(res)
+        out["data_bytes"] = source.nbytes
+        return out
+
+
+def _writer(blocks: np.ndarray):
+    """A sink writing a party's final blocks (col0, n_b × r) into its memory-mapped output file."""
+    def sink(col0: int, block: np.ndarray) -> None:
+        blocks[col0:col0 + block.shape[0]] = block
+    return sink

@@ -41,8 +41,8 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
 from smcdp.dp.samplers import RandomSource, SecureSource, StreamSource
 
-__all__ = ["Drbg", "DrbgRandom", "Randomness", "SeedLike", "as_randomness", "derive_seed", "noise_source",
-           "protocol_rng", "stream_key"]
+__all__ = ["Drbg", "DrbgRandom", "Randomness", "SeedLike", "as_randomness", "derive_seed", "noise_generator",
+           "noise_source", "protocol_rng", "stream_key"]
 
 KEY_BYTES = 32
 _BLOCK = 4096
@@ -199,6 +199,13 @@ def protocol_rng(seed: SeedLike, *labels: str) -> random.Random:
 def noise_source(seed: SeedLike, *labels: str) -> RandomSource:
     """DP noise for the stream ``labels`` of the root ``seed`` (see :meth:`Randomness.noise`)."""
     return as_randomness(seed).noise(*labels)
+
+
+def noise_generator(seed: SeedLike, *labels: str) -> RandomSource:
+    """The name :func:`noise_source` had on the issue-17 branch: the same DP noise stream of the root
+    ``seed`` (a :class:`Randomness`, an experiment seed or None), so that a replayed role draws the
+    same noise."""
+    return noise_source(seed, *labels)
 
 
 def stream_key(seed: SeedLike, *labels: str) -> bytes:

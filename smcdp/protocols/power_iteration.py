@@ -1,48 +1,61 @@
-"""Privacy-preserving power iteration with an untrusted arbitrator (seed 003 §4.1.1).
+"""Privacy-preserving power iteration with an untrusted arbitrator (seed 003 §4.1.1), for the top r
+principal components (issue 17).
 
-N >= 2 data parties (roles ``party1`` … ``partyN``) hold column blocks A_i
-(k × n_i) of M = [A_1 … A_N]; the arbitrator Trent (role ``trent``)
-coordinates and never sees a plaintext.  Outputs: u, the unit principal
-eigenvector of MMᵀ (k entries, known to every data party) and x, the unit
-principal eigenvector of MᵀM (the α blocks in party order, gathered by
-Trent).  Sign convention for both: the first non-zero entry is positive.
+N >= 2 data parties (roles ``party1`` … ``partyN``) hold column blocks A_i (k × n_i) of
+M = [A_1 … A_N]; the arbitrator Trent (role ``trent``) coordinates and decrypts nothing.  Outputs, in
+decreasing eigenvalue order: u_1 … u_r, the unit leading eigenvectors of MMᵀ (k entries, known to every
+data party), and x_1 … x_r, those of MᵀM (gathered by Trent).  Sign convention: the first non-zero
+entry of every vector is positive.  With ``components = 1`` the outputs are the seed's u and x.
 
-Every modification of the seed is here:
+The algorithm is **subspace (block power) iteration with a Rayleigh–Ritz step every round**, block size
+b = components + oversample, carried out so that every protection of the seed stays in place:
 
-* homomorphic encryption under a key shared by the data parties only
-  (party1 generates it and sends it to the other data parties over their
-  mutually authenticated channels; Trent gets the public key);
-* random scaling: Trent multiplies the encrypted u by a fresh secret r each
-  round.  The parties' normalisation term Σ‖Āᵢᵀ(r u)‖² already carries r²,
-  so Trent does *not* scale it again (the seed's extra r² would leave the
-  iterate scaled by 1/r);
-* data padding Ā_i = [A_i  ρ_i I_k] with a secret ρ_i per party: M̄M̄ᵀ =
-  MMᵀ + (Σρ_i²) I has the same eigenvectors, every eigenvalue shifted by
-  Σρ_i² (the seed writes r_a + r_b; it is the sum of squares).  We report no
-  eigenvalue;
-* Bernoulli decoys: with probability 1 − p Trent sends, instead of the real
-  r u, a decoy -- a random positive combination of earlier real states with a
-  fresh scale, built homomorphically (Trent cannot see plaintexts, so he
-  cannot add noise of the right size; a combination of earlier states has the
-  distributional properties of real vectors and carries no information
-  beyond them).  The round after a decoy Trent ignores the contributions and
-  replays the last real state, freshly scaled;
-* the N-party extension.
+* one Paillier key shared by the data parties only (party1 makes it; Trent gets the public key);
+* data padding Ā_i = [A_i  ρ_i I] with a secret ρ_i per party (M̄M̄ᵀ = MMᵀ + Σρ_i² I: the same
+  eigenvectors, shifted eigenvalues);
+* Trent's secret scale r_t on every block he returns, and Bernoulli decoys: with probability 1 − p a
+  random positive combination of recent real states, followed by a replay of the last real state;
+* Trent sees ciphertexts only, except the final σ-blinded output blocks.
 
-Convergence: each party also sends E[‖α_i^(t) − α_i^(t−1)‖²]; Trent sums the
-encryptions and sends the sum back; the parties decrypt it and answer with one
-bit "below tol²".  Trent stops only on a bit that belongs to two consecutive
-real states.  docs/protocols/power-iteration.md says who learns what.
+What changed against the seed's algebra, and why (docs/protocols/power-iteration.md §"Today's leak"):
+the seed's normalisation sum S = ‖Āᵀv‖² let every data party compute Trent's secret scale exactly,
+r_t = ⟨v_{t−1}, v_t⟩/√S_{t−1}, hence the other parties' summed contribution, and the final step
+revealed λ₁.  Here (1) the parties orthonormalise the received block themselves and Trent returns
+their summed Gram matrix **blinded by a fresh secret factor m_t**, so they learn only r_{t+1}/m_t;
+(2) the final x blocks are sent multiplied by factors σ_j known to the data parties only, so nobody
+learns λ_j; (3) convergence is decided from one local flag per party per round (no encrypted step sum).
+
+Every data party computes on its matrix through a compute engine (:mod:`smcdp.compute`): one pass
+over its column blocks per round, never an n-sized iterate in the party process; batch encryption and
+packed decryption go through the same engine.  The steps below are numbered as in
+docs/protocols/power-iteration.md.
+
+Hardening (issue 19, docs/security.md): the final block must be a positive multiple of a block the
+parties received in one of the last two rounds (so Trent cannot pick the projection the parties
+reveal in clear); keys of another size than ``key_bits`` are refused; the public bounds ``rows`` and
+``max_samples`` size every message (:meth:`PowerIterationParams.traffic_envelope`); a party's own
+data breaking a rule raises :class:`~smcdp.errors.InputRejected` (peers learn the rule, not the data).
+
+Replay (issue 15, docs/fault-tolerance.md): every random draw of a role -- party1's key and σ's, ρ_i,
+the start block X⁽⁰⁾, Trent's scales, blindings and decoys -- comes from the role's randomness root
+``seed`` (:mod:`smcdp.primitives.rng`), so a role replayed after a crash recomputes exactly what it
+sent before.  Only Paillier obfuscators are fresh, and replayed sends reuse the journaled bytes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
+from smcdp.compute.base import ComputeEngine, ComputeSession
+from smcdp.compute.kernels import PADDING_STREAM_INDEX, keyed_gaussian
+from smcdp.compute.local import LocalEngine
+from smcdp.compute.sources import ArraySource, MatrixSource
 from smcdp.crypto.codec import (
     keypair_from_proto,
     keypair_to_proto,
@@ -60,7 +73,7 @@ from smcdp.crypto.vector import EncryptedVector
 from smcdp.errors import InputRejected, InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.net.limits import TrafficEnvelope, ciphertext_vector_bytes
-from smcdp.primitives.rng import SeedLike, protocol_rng
+from smcdp.primitives.rng import SeedLike, protocol_rng, stream_key
 from smcdp.protocols.base import ProtocolParams
 from smcdp.v1 import messages_pb2 as pb
 
@@ -69,9 +82,18 @@ TRENT = "trent"
 DECOY_WEIGHT_BITS = 8
 #: how many recent real states a decoy combines
 DECOY_HISTORY = 5
-#: public bounds on k (rows, shared by every party) and on one party's n_i (samples)
+#: largest block size b = components + oversample
+MAX_BLOCK = 64
+#: public bounds on k (rows, shared by every party) and on one party's n_i (samples; Trent keeps x in
+#: memory, and ``max_samples``, at most this, bounds what he accepts)
 MAX_ROWS = 1_000_000
-MAX_SAMPLES = 10_000_000
+MAX_SAMPLES = 50_000_000
+#: values of one final/x message (a public chunking, so that its size and count follow from the params)
+FINAL_CHUNK_VALUES = 1 << 16
+#: a data party keeps its own block of x_1 in its result only up to this many columns
+ALPHA_INLINE_MAX = 100_000
+#: a Ritz vector whose overlap with the previous round's is below this is sign-fixed by its largest entry
+SIGN_OVERLAP_MIN = 1e-6
 
 
 @dataclass
@@ -81,58 +103,83 @@ class PowerIterationParams(ProtocolParams):
     protocol_name = "power-iteration"
 
     n_parties: int = 2
-    p: float = 0.9                # probability that Trent sends the real vector
-    tol: float = 1e-9             # stop when ‖x_t − x_{t−1}‖ < tol between real states
+    p: float = 0.9                # probability that Trent sends the real block
+    tol: float = 1e-9             # stop when Σ_j ‖û_j − û_j^prev‖² < tol² between consecutive real states
     max_iterations: int = 2000    # rounds, decoys included
     key_bits: int = 3072
     frac_bits: int = 40           # fixed-point precision 2^-frac_bits
-    value_bits: int = 24          # public bound: every |(Ā_i α_i)_j| < 2^value_bits
-    scale_bits: int = 24          # Trent's r is log-uniform in [2^8, 2^scale_bits]
+    value_bits: int = 24          # public bound: every |(Ā_i X_i)_jl| < 2^value_bits
+    scale_bits: int = 24          # Trent's r_t is log-uniform in [2^8, 2^scale_bits]
     padding: float = 0.1          # ρ_i ≈ padding · ‖A_i‖_F / √k, times a secret factor in [0.5, 1]
-    packed: bool = True           # pack contributions into few ciphertexts
+    packed: bool = True           # pack values into few ciphertexts
+    # --- issue 17: top-r components and the blindings of the Ritz step
+    components: int = 1           # r: how many leading eigenvectors
+    oversample: int = 0           # extra block columns: faster when λ_r ≈ λ_{r+1}, but every data party
+                                  # then also learns approximations of components r+1 … r+oversample
+    blind_bits: int = 16          # Trent's Gram blinding m_t is log-uniform in [1, 2^blind_bits)
+    blind_offset_bits: int = 48   # … sent as the integer m_t·2^blind_offset_bits
+    gram_bits: int = 48           # public bound: every |Gram entry| of one party < 2^gram_bits
+    sigma_bits: int = 16          # the final blocks' factors σ_j are log-uniform in [2^-σ, 2^σ]
+    # --- issue 19: public bounds that size every message (traffic envelope)
     rows: int | None = None       # k, if the initiator states it: checked by everyone, sizes the traffic
-    max_samples: int = 1_000_000  # public bound on each party's n_i (its block of x is sent in clear)
+    max_samples: int = 1_000_000  # public bound on each party's n_i (its blocks of x are sent in clear)
 
     def validate(self) -> "PowerIterationParams":
         def bad(msg):
             raise InvalidMessage(f"power-iteration parameter {msg}")
 
-        if not isinstance(self.n_parties, int) or not 2 <= self.n_parties <= 64:
-            bad(f"n_parties={self.n_parties!r} must be an integer in [2, 64]")
+        def integer(name, lo, hi):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+                bad(f"{name}={v!r} must be an integer in [{lo}, {hi}]")
+
+        integer("n_parties", 2, 64)
         if not (0.0 < float(self.p) <= 1.0):
             bad(f"p={self.p!r} must lie in (0, 1]")
         if not (0.0 < float(self.tol) < 1.0):
             bad(f"tol={self.tol!r} must lie in (0, 1)")
-        if not isinstance(self.max_iterations, int) or not 1 <= self.max_iterations <= 100_000:
-            bad(f"max_iterations={self.max_iterations!r} must be an integer in [1, 100000]")
-        if not isinstance(self.key_bits, int) or not 256 <= self.key_bits <= 16384:
-            bad(f"key_bits={self.key_bits!r} must be an integer in [256, 16384]")
-        if not isinstance(self.frac_bits, int) or not 8 <= self.frac_bits <= 64:
-            bad(f"frac_bits={self.frac_bits!r} must be an integer in [8, 64]")
-        if not isinstance(self.value_bits, int) or not 1 <= self.value_bits <= 128:
-            bad(f"value_bits={self.value_bits!r} must be an integer in [1, 128]")
-        if not isinstance(self.scale_bits, int) or not DECOY_WEIGHT_BITS + 1 <= self.scale_bits <= 64:
-            bad(f"scale_bits={self.scale_bits!r} must be an integer in [{DECOY_WEIGHT_BITS + 1}, 64]")
+        integer("max_iterations", 1, 100_000)
+        integer("key_bits", 256, 16384)
+        integer("frac_bits", 8, 64)
+        integer("value_bits", 1, 128)
+        integer("scale_bits", DECOY_WEIGHT_BITS + 1, 64)
         if not (0.0 < float(self.padding) <= 10.0):
             bad(f"padding={self.padding!r} must lie in (0, 10]")
         if not isinstance(self.packed, bool):
             bad("packed must be a boolean")
-        if self.rows is not None and (isinstance(self.rows, bool) or not isinstance(self.rows, int)
-                                      or not 1 <= self.rows <= MAX_ROWS):
-            bad(f"rows={self.rows!r} must be unset or an integer in [1, {MAX_ROWS}]")
-        if isinstance(self.max_samples, bool) or not isinstance(self.max_samples, int) \
-                or not 1 <= self.max_samples <= MAX_SAMPLES:
-            bad(f"max_samples={self.max_samples!r} must be an integer in [1, {MAX_SAMPLES}]")
+        integer("components", 1, MAX_BLOCK)
+        integer("oversample", 0, MAX_BLOCK)
+        if self.block_size > MAX_BLOCK:
+            bad(f"components + oversample = {self.block_size} must be at most {MAX_BLOCK}")
+        integer("blind_bits", 1, 32)
+        integer("blind_offset_bits", 16, 128)
+        integer("gram_bits", 1, 128)
+        integer("sigma_bits", 1, 32)
+        if self.rows is not None:
+            integer("rows", 1, MAX_ROWS)
+            if self.block_size > self.rows:
+                bad(f"components + oversample = {self.block_size} exceeds rows = {self.rows}")
+        integer("max_samples", 1, MAX_SAMPLES)
         return self
-
 
     @property
     def data_roles(self) -> list[str]:
         return [f"party{i}" for i in range(1, self.n_parties + 1)]
 
+    @property
+    def block_size(self) -> int:
+        """b: columns of the iterated block."""
+        return self.components + self.oversample
+
+    @property
+    def gram_length(self) -> int:
+        """Values in a packed Gram message: the upper triangle of a b × b matrix."""
+        b = self.block_size
+        return b * (b + 1) // 2
+
     # -- fixed-point layout shared by everyone ---------------------------------
     def slot_bits(self) -> int:
-        """Bits per packed slot: value, fraction, sum over parties, decoy weights + scale, sign, guard."""
+        """Contribution slots: value, fraction, sum over parties, decoy weights + scale, sign, guard."""
         return self.value_bits + self.frac_bits + math.ceil(math.log2(self.n_parties)) + self.scale_bits + 2
 
     def packing(self, pk: PublicKey) -> Packing:
@@ -141,47 +188,74 @@ class PowerIterationParams(ProtocolParams):
     def contribution_bound(self) -> int:
         return (1 << (self.value_bits + self.frac_bits)) - 1
 
-    def scalar_bound(self, pk: PublicKey) -> int:
-        """Declared bound on the single-value messages (squared norms, step sizes)."""
-        return pk.max_int // (4 * self.n_parties)
+    def gram_slot_bits(self) -> int:
+        """Gram slots: value, fraction, sum over parties, the blinding m_t·2^a, sign, guard."""
+        return (self.gram_bits + self.frac_bits + math.ceil(math.log2(self.n_parties))
+                + self.blind_offset_bits + self.blind_bits + 2)
+
+    def gram_packing(self, pk: PublicKey) -> Packing:
+        return Packing.for_key(pk, self.gram_slot_bits()) if self.packed else Packing()
+
+    def gram_bound(self) -> int:
+        return (1 << (self.gram_bits + self.frac_bits)) - 1
+
+    @property
+    def final_chunk_rows(self) -> int:
+        """Rows (samples) of one final/x message: FINAL_CHUNK_VALUES values of r columns."""
+        return max(1, FINAL_CHUNK_VALUES // self.components)
+
+    def final_chunks(self, n_i: int) -> int:
+        """How many final/x messages a party with ``n_i`` samples sends."""
+        return -(-n_i // self.final_chunk_rows)
 
     def traffic_envelope(self, role: str) -> TrafficEnvelope:
-        """What ``role`` receives at most in one session (smcdp.net.limits): from key_bits, rows
-        (or MAX_ROWS), max_iterations, n_parties, max_samples and the packing."""
+        """What ``role`` receives at most in one session (smcdp.net.limits): from key_bits, rows (or
+        MAX_ROWS), block size b = components + oversample, max_iterations, n_parties, max_samples, the
+        packing and the chunking of the final blocks."""
         k = self.rows if self.rows is not None else MAX_ROWS
         B = self.key_bits
-        slots = max(1, (B - 5) // self.slot_bits()) if self.packed else 1
-        vec = ciphertext_vector_bytes(-(-k // slots), B)
-        one = ciphertext_vector_bytes(1, B)
+        b, r = self.block_size, self.components
+
+        def cts(values: int, slot_bits: int) -> int:
+            slots = max(1, (B - 5) // slot_bits) if self.packed else 1
+            return ciphertext_vector_bytes(-(-values // slots), B)
+
+        block = cts(k * b, self.slot_bits())                  # contrib/t, v/t, final/v
+        gram = cts(self.gram_length, self.gram_slot_bits())   # gram/t, blinded/t and the final ones
+        flag = 16                                             # flag/t, stop/t
         rounds = self.max_iterations
         if role == TRENT:
-            per_party = [(rounds, vec), (3 * rounds, one), (rounds, 16), (1, 24), (1, one),
-                         (1, 8 * self.max_samples + 16)]
-            msgs = [(c * self.n_parties, size) for c, size in per_party] + [(1, B // 8 + 16)]
+            chunk = 8 * self.final_chunk_rows * r + 32
+            per_party = [(rounds, block), (rounds + 1, gram), (rounds, flag), (1, 24),   # dims
+                         (1, 40), (self.final_chunks(self.max_samples), chunk)]         # final/cols, final/x
+            msgs = [(c * self.n_parties, size) for c, size in per_party] + [(1, B // 8 + 16)]  # public key
         else:
-            msgs = [(rounds + 1, vec), (2 * rounds + 1, one), (rounds, 16), (1, 3 * (B // 8) + 32)]
-        return TrafficEnvelope.from_messages(msgs, f"power-iteration parameters (k <= {k}, "
-                                             f"{rounds} rounds, {B}-bit key)")
+            msgs = [(rounds + 1, block), (rounds + 1, gram), (rounds, flag),
+                    (1, 3 * (B // 8) + 32), (1, 8 * r + 16)]                            # keypair, sigma
+        return TrafficEnvelope.from_messages(msgs, f"power-iteration parameters (k <= {k}, b = {b}, "
+                                             f"{rounds} rounds, {B}-bit key, n_i <= {self.max_samples})")
 
 
 @dataclass
 class DataPartyResult:
-    u: list[float]
-    alpha: list[float]            # this party's block of x up to one sign common to all parties
-                                  # (Trent applies the sign convention to the whole x)
+    u: list[float]                # u_1
+    alpha: list[float] | None     # this party's block of x_1 up to a positive factor common to all
+                                  # parties (None above ALPHA_INLINE_MAX columns: see x_sink)
     rounds: int
+    components: list[dict] = field(default_factory=list)   # [{"u": u_j}] for j = 1 … r
     stats: dict = field(default_factory=dict)
 
 
 @dataclass
 class TrentResult:
-    x: list[float]
+    x: list[float]                # x_1
     n_per_party: list[int]
     rounds: int                   # all rounds, decoys included
     real_rounds: int
     decoys: int
     converged: bool
     round_seconds: list[float] = field(default_factory=list)   # wall time of each round at Trent
+    components: list[dict] = field(default_factory=list)       # [{"x": x_j}] for j = 1 … r
     stats: dict = field(default_factory=dict)
 
 
@@ -197,124 +271,6 @@ def _ints(values) -> pb.Ints:
     return pb.Ints(values=[int(v) for v in values])
 
 
-# =============================================================================== data party
-async def data_party(ch: Channel, A: np.ndarray, params: PowerIterationParams, *,
-                     private_key: PrivateKey | None = None, seed: SeedLike = None,
-                     allow_insecure_keys: bool = False) -> DataPartyResult:
-    """Role ``party<i>``: holds A_i (k × n_i) and the shared Paillier private key."""
-    params.validate()
-    A = check_matrix(A)
-    k, n_i = A.shape
-    if params.rows is not None and k != params.rows:
-        raise InputRejected(f"{ch.role}: the data's number of rows differs from the session's rows parameter",
-                            f"k = {k}")
-    if n_i > params.max_samples:
-        raise InputRejected(f"{ch.role}: the data has more samples than the session's max_samples",
-                            f"n = {n_i}")
-    rng = protocol_rng(seed, "power-iteration", ch.role)
-    data_roles = params.data_roles
-    if ch.role not in data_roles:
-        raise InvalidMessage(f"role {ch.role!r} is not a data party role of this session")
-
-    # --- Setup 1: the data parties share one Paillier key; Trent gets only the public key.
-    if ch.role == data_roles[0]:
-        if private_key is None:
-            _, private_key = generate_keypair(params.key_bits, allow_insecure=allow_insecure_keys,
-                                              rng=protocol_rng(seed, "power-iteration", ch.role, "key"))
-        check_key_bits(private_key.public_key.bits, allow_insecure_keys)
-        await ch.send_many(data_roles[1:], "keypair", keypair_to_proto(private_key))
-        await ch.send(TRENT, "public_key", public_key_to_proto(private_key.public_key))
-    else:
-        msg = await ch.recv(data_roles[0], "keypair", pb.PaillierKeyPair)
-        private_key = keypair_from_proto(msg, allow_insecure=allow_insecure_keys)
-        if private_key.public_key.bits != params.key_bits:
-            raise InvalidMessage(f"the key pair from {data_roles[0]} has {private_key.public_key.bits} bits; "
-                                 f"the session agreed on {params.key_bits}")
-    pk = private_key.public_key
-    packing = params.packing(pk)
-
-    # --- Setup 2: tell Trent k (public: every party must have the same number of rows).
-    await ch.send(TRENT, "dims", _ints([k]))
-
-    # Data padding: Ā_i = [A_i  ρ_i I_k]; ρ_i is known to this party only.
-    scale = np.linalg.norm(A) / math.sqrt(k) if np.any(A) else 1.0
-    rho = params.padding * scale * rng.uniform(0.5, 1.0)
-
-    def a_bar_T(v: np.ndarray, padded: bool = True) -> np.ndarray:
-        """Āᵢᵀ v = [A_iᵀ v; ρ_i v]."""
-        return np.concatenate([A.T @ v, rho * v]) if padded else A.T @ v
-
-    alpha = np.array([rng.gauss(0.0, 1.0) for _ in range(n_i + k)])
-    alpha /= np.linalg.norm(alpha)
-    alpha_prev = np.zeros_like(alpha)
-    bound_c = params.contribution_bound()
-    sbound = params.scalar_bound(pk)
-    fb = params.frac_bits
-    recent: list[list[int]] = []
-    t = 0
-    while True:
-        ch.progress(round=t, step="iterate")
-        # --- Step 1: send E[Ā_i α_i] and E[‖α_i − α_i^prev‖²] to Trent.
-        contribution = A @ alpha[:n_i] + rho * alpha[n_i:]
-        limit = 2.0 ** params.value_bits
-        if not np.all(np.abs(contribution) < limit):
-            raise InputRejected(
-                f"{ch.role}: a contribution |Āα| reaches the agreed bound 2^{params.value_bits}; scale the "
-                "data or raise value_bits", f"max |Āα| = {np.max(np.abs(contribution)):.3g}")
-        c = EncryptedVector.encrypt(pk, contribution, frac_bits=fb, packing=packing, private_key=private_key,
-                                    bound=bound_c)
-        d = EncryptedVector.encrypt(pk, [float(np.sum((alpha - alpha_prev) ** 2))], frac_bits=fb,
-                                    private_key=private_key)
-        await ch.send(TRENT, f"contrib/{t}", c.to_proto())
-        await ch.send(TRENT, f"delta/{t}", d.to_proto())
-
-        # --- Step 2: receive E[v] (r·u or a decoy) and E[D]; decrypt; send E[‖Āᵢᵀv‖²] and the bit D < tol².
-        v_ints, v_exp = _recv_vector_ints(await ch.recv(TRENT, f"v/{t}", pb.CiphertextVector), pk, k, packing,
-                                          private_key, f"v/{t} from trent")
-        recent = (recent + [v_ints])[-2:]          # the last two rounds' vectors (consistency check)
-        v = decode_fixed(v_ints, v_exp)
-        D = _recv_scalar(await ch.recv(TRENT, f"D/{t}", pb.CiphertextVector), pk, sbound, private_key,
-                         f"D/{t} from trent")
-        a = a_bar_T(v)
-        s = EncryptedVector.encrypt(pk, [float(a @ a)], frac_bits=fb, private_key=private_key)
-        await ch.send(TRENT, f"norm/{t}", s.to_proto())
-        await ch.send(TRENT, f"flag/{t}", pb.Flag(value=bool(D < params.tol ** 2)))
-
-        # --- Step 3: receive E[S] = E[Σ_i ‖Āᵢᵀv‖²] and the stop bit; update α_i = Āᵢᵀv / √S.
-        S = _recv_normaliser(await ch.recv(TRENT, f"S/{t}", pb.CiphertextVector), pk, sbound, private_key,
-                             s.decrypt_ints(private_key)[0], fb, f"S/{t} from trent")
-        stop = (await ch.recv(TRENT, f"stop/{t}", pb.Flag)).value
-        if not S > 0:
-            raise InvalidMessage(f"{ch.role}: normalisation term is not positive (all data zero?)")
-        alpha_prev, alpha = alpha, a / math.sqrt(S)
-        t += 1
-        if stop:
-            break
-
-    # --- Final: Trent sends the last real state, freshly scaled; the data part of α is normalised
-    # without padding and sent in clear to Trent (x is Trent's output); u is ours.
-    v_ints, v_exp = _recv_vector_ints(await ch.recv(TRENT, "final/v", pb.CiphertextVector), pk, k, packing,
-                                      private_key, "final/v from trent")
-    # Check (issue 19, docs/security.md): the final vector is the last real state, which this party
-    # received in one of the last two rounds; anything else (a standard basis vector, say) would
-    # make the block sent in clear below a projection of Trent's choosing.
-    if not any(_positively_parallel(v_ints, w) for w in recent):
-        raise InvalidMessage("final/v from trent is not the direction of a vector of the last two rounds: "
-                             "refusing to reveal a projection Trent chose")
-    v = sign_convention(decode_fixed(v_ints, v_exp))  # every party flips the same way: one common sign
-    a = a_bar_T(v, padded=False)
-    s = EncryptedVector.encrypt(pk, [float(a @ a)], frac_bits=fb, private_key=private_key)
-    await ch.send(TRENT, "final/norm", s.to_proto())
-    S = _recv_normaliser(await ch.recv(TRENT, "final/S", pb.CiphertextVector), pk, sbound, private_key,
-                         s.decrypt_ints(private_key)[0], fb, "final/S from trent")
-    if not S > 0:
-        raise InvalidMessage(f"{ch.role}: final normalisation term is not positive")
-    block = a / math.sqrt(S)
-    await ch.send(TRENT, "final/alpha", pb.Floats(values=block.tolist()))
-    u = sign_convention(v / np.linalg.norm(v))
-    return DataPartyResult(u=u.tolist(), alpha=block.tolist(), rounds=t, stats=ch.stats.as_dict())
-
-
 def check_matrix(A) -> np.ndarray:
     A = np.asarray(A)
     if A.ndim != 2 or A.shape[0] < 1 or A.shape[1] < 1:
@@ -327,70 +283,324 @@ def check_matrix(A) -> np.ndarray:
     return A
 
 
-def _recv_vector_ints(msg, pk, k, packing, sk, what) -> tuple[list[int], int]:
-    vec = EncryptedVector.from_proto(msg, pk, length=k, packing=packing, what=what)
-    return vec.decrypt_ints(sk), vec.exponent
+def check_source(source: MatrixSource, params: PowerIterationParams, role: str) -> None:
+    """This party's matrix against the session's public bounds (before any message depends on it)."""
+    k, n_i = source.shape
+    if params.rows is not None and k != params.rows:
+        raise InputRejected(f"{role}: the data's number of rows differs from the session's rows parameter",
+                            f"k = {k}")
+    if k > MAX_ROWS:
+        raise InputRejected(f"{role}: the data has more rows than power iteration accepts ({MAX_ROWS})",
+                            f"k = {k}")
+    if n_i > params.max_samples:
+        raise InputRejected(f"{role}: the data has more samples than the session's max_samples",
+                            f"n = {n_i}")
+    if params.block_size > k:
+        raise InputRejected(f"{role}: components + oversample = {params.block_size} exceeds the number of "
+                            "rows k of the data", f"k = {k}")
 
 
-def _recv_scalar(msg, pk, bound, sk, what) -> float:
-    vec = EncryptedVector.from_proto(msg, pk, length=1, packing=Packing(), bound=bound, what=what)
-    return float(vec.decrypt(sk)[0])
+# =============================================================================== the parties' linear algebra
+def orthonormal_basis(V: np.ndarray, what: str) -> np.ndarray:
+    """Q of V = QR with diag(R) > 0: the same Q at every party, whatever V's (secret) scale."""
+    if not np.all(np.isfinite(V)):
+        raise InvalidMessage(f"{what} holds values that are not finite")
+    Q, R = np.linalg.qr(V)
+    d = np.diag(R)
+    if not np.all(np.abs(d) > 1e-12 * max(1e-300, float(np.max(np.abs(d))))):
+        raise InvalidMessage(f"{what} does not have full column rank")
+    return Q * np.sign(d)
 
 
-def _recv_normaliser(msg, pk, bound, sk, own: int, frac_bits: int, what: str) -> float:
-    """E[S] = E[Σ_i ‖Āᵢᵀv‖²]: S is a sum of non-negative terms, one of them ours (``own`` at 2^-frac_bits),
-    so S < own means Trent did not send the sum (a normaliser of 1 would make the clear block the
-    projection itself).  Exact comparison of the fixed-point integers."""
-    vec = EncryptedVector.from_proto(msg, pk, length=1, packing=Packing(), bound=bound, what=what)
-    (s_int,) = vec.decrypt_ints(sk)
-    shift = vec.exponent + frac_bits          # compare s_int·2^e with own·2^-frac_bits exactly
-    lhs, rhs = (s_int << shift, own) if shift >= 0 else (s_int, own << -shift)
-    if lhs < rhs:
-        raise InvalidMessage(f"{what} is smaller than this party's own term of the sum")
-    return float(decode_fixed([s_int], vec.exponent)[0])
+def rayleigh_ritz(Gp: np.ndarray, Q: np.ndarray, previous: np.ndarray | None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(Ritz vectors Û = QY, Y, Θ') from the blinded Gram G' = m·Qᵀ M̄M̄ᵀ Q, in descending order.
+
+    Each column's sign follows the previous round's column (or, without a usable one, makes its
+    largest-magnitude entry positive), so that consecutive rounds are comparable and every party,
+    holding the same Q and G', makes the same choice."""
+    theta, Y = np.linalg.eigh((Gp + Gp.T) / 2)
+    order = np.argsort(theta)[::-1]
+    theta, Y = theta[order], Y[:, order]
+    U = Q @ Y
+    for j in range(U.shape[1]):
+        d = float(U[:, j] @ previous[:, j]) if previous is not None else 0.0
+        s = np.sign(d) if abs(d) >= SIGN_OVERLAP_MIN else np.sign(U[np.argmax(np.abs(U[:, j])), j])
+        if s < 0:
+            Y[:, j] = -Y[:, j]
+            U[:, j] = -U[:, j]
+    return U, Y, theta
 
 
-def _positively_parallel(x: list[int], y: list[int]) -> bool:
-    """x = c·y for some rational c > 0 (exact, on the decrypted integers)."""
-    pivot = next((i for i, v in enumerate(y) if v), None)
-    if pivot is None or len(x) != len(y) or (x[pivot] > 0) != (y[pivot] > 0) or x[pivot] == 0:
-        return False
-    xp, yp = x[pivot], y[pivot]
-    return all(xi * yp == yi * xp for xi, yi in zip(x, y))
+def _triu(H: np.ndarray) -> np.ndarray:
+    return H[np.triu_indices(H.shape[0])]
+
+
+def _from_triu(values: np.ndarray, b: int) -> np.ndarray:
+    H = np.zeros((b, b))
+    H[np.triu_indices(b)] = values
+    return H + np.triu(H, 1).T
+
+
+# =============================================================================== data party
+async def data_party(ch: Channel, data, params: PowerIterationParams, *,
+                     engine: ComputeEngine | None = None, private_key: PrivateKey | None = None,
+                     seed: SeedLike = None, allow_insecure_keys: bool = False,
+                     x_sink: Callable[[int, np.ndarray], None] | None = None) -> DataPartyResult:
+    """Role ``party<i>``: holds A_i (k × n_i) and the shared Paillier private key.
+
+    ``data``: a :class:`~smcdp.compute.sources.MatrixSource` (a file, a shard folder, a Zarr array)
+    or an in-memory matrix.  ``engine``: where the plaintext passes and the batch crypto run (default:
+    the local engine, in this process).  ``x_sink(col0, block)``: receives this party's blocks of
+    σ_j·A_iᵀu_j (n_b × r) as they are computed in the final step.  ``seed``: the role's randomness
+    root (:class:`~smcdp.primitives.rng.Randomness`, an experiment seed or None).
+    """
+    params.validate()
+    source = data if isinstance(data, MatrixSource) else ArraySource(check_matrix(data))
+    k, n_i = source.shape
+    r = params.components
+    rng = protocol_rng(seed, "power-iteration", ch.role)
+    data_roles = params.data_roles
+    if ch.role not in data_roles:
+        raise InvalidMessage(f"role {ch.role!r} is not a data party role of this session")
+    check_source(source, params, ch.role)
+
+    # --- Setup 1: the data parties share one Paillier key and the final factors σ_1 … σ_r;
+    # Trent gets only the public key.
+    if ch.role == data_roles[0]:
+        if private_key is None:   # from the role's root: a replayed party1 regenerates the same key
+            _, private_key = generate_keypair(params.key_bits, allow_insecure=allow_insecure_keys,
+                                              rng=protocol_rng(seed, "power-iteration", ch.role, "key"))
+        check_key_bits(private_key.public_key.bits, allow_insecure_keys)
+        sigma = np.array([2.0 ** rng.uniform(-params.sigma_bits, params.sigma_bits) for _ in range(r)])
+        await ch.send_many(data_roles[1:], "keypair", keypair_to_proto(private_key))
+        await ch.send_many(data_roles[1:], "sigma", pb.Floats(values=sigma.tolist()))
+        await ch.send(TRENT, "public_key", public_key_to_proto(private_key.public_key))
+    else:
+        msg = await ch.recv(data_roles[0], "keypair", pb.PaillierKeyPair)
+        private_key = keypair_from_proto(msg, allow_insecure=allow_insecure_keys)
+        if private_key.public_key.bits != params.key_bits:
+            raise InvalidMessage(f"the key pair from {data_roles[0]} has {private_key.public_key.bits} bits; "
+                                 f"the session agreed on {params.key_bits}")
+        sigma = _check_sigma(await ch.recv(data_roles[0], "sigma", pb.Floats), params, ch.role)
+
+    # --- Setup 2: tell Trent k (public: every party must have the same number of rows).
+    await ch.send(TRENT, "dims", _ints([k]))
+
+    own_engine = engine is None
+    engine = engine or LocalEngine(1)
+    try:
+        return await _data_party_rounds(ch, source, params, engine, private_key, sigma, rng, seed, x_sink)
+    finally:
+        if own_engine:
+            await engine.aclose()
+
+
+async def _data_party_rounds(ch: Channel, source: MatrixSource, params: PowerIterationParams,
+                             engine: ComputeEngine, private_key: PrivateKey, sigma: np.ndarray, rng,
+                             seed: SeedLike, x_sink) -> DataPartyResult:
+    """Setup 3, the rounds and the final step of a data party, on its compute engine."""
+    k, n_i = source.shape
+    b, r = params.block_size, params.components
+    pk = private_key.public_key
+    packing, gram_packing = params.packing(pk), params.gram_packing(pk)
+    async with engine.session(source, private_key, label=f"{ch.session_id}/{ch.role}") as cs:
+        # --- Setup 3: padding Ā_i = [A_i  ρ_i I] (ρ_i secret) and the start block C⁽⁰⁾ = Ā_i X⁽⁰⁾.
+        fro2 = await cs.frobenius_sq()
+        rho = params.padding * (math.sqrt(fro2 / k) if fro2 > 0 else 1.0) * rng.uniform(0.5, 1.0)
+        key = stream_key(seed, "power-iteration", ch.role, "start")
+        Z0, sq = await cs.initial_product(key, b)
+        X0_pad = keyed_gaussian(key, PADDING_STREAM_INDEX, (k, b))
+        C = (Z0 + rho * X0_pad) / np.sqrt(sq + np.einsum("ij,ij->j", X0_pad, X0_pad))
+
+        party = _Party(ch, cs, params, pk, packing, gram_packing, rho)
+        previous: np.ndarray | None = None
+        D: float | None = None
+        recent: list[bytes | None] = []    # directions of the blocks of the last two rounds (final check)
+        t = 0
+        while True:
+            ch.progress(round=t, step="iterate")
+            # --- Round step 1: E[C_i] to Trent.
+            await party.send_contribution(C, f"contrib/{t}")
+            # --- Round step 3: decrypt V_t, orthonormalise, one pass: Z_i = Ā_iĀ_iᵀQ, H_i = (Ā_iᵀQ)ᵀ(Ā_iᵀQ);
+            # E[H_i] and the local flag "D⁽ᵗ⁻¹⁾ < tol²" to Trent.
+            Q, Z, direction = await party.gram_step(f"v/{t}", f"gram/{t}")
+            recent = (recent + [direction])[-2:]
+            await ch.send(TRENT, f"flag/{t}", pb.Flag(value=D is not None and D < params.tol ** 2))
+            # --- Round step 5: Rayleigh–Ritz on the blinded Gram G'; next contribution Z_i·YΘ'^{−1/2}.
+            Gp = await party.recv_gram(f"blinded/{t}")
+            stop = (await ch.recv(TRENT, f"stop/{t}", pb.Flag)).value
+            U, Y, theta = rayleigh_ritz(Gp, Q, previous)
+            if previous is not None:
+                D = float(np.sum((U[:, :r] - previous[:, :r]) ** 2))
+            previous = U
+            C = Z @ (Y / np.sqrt(theta))
+            t += 1
+            if stop:
+                break
+
+        # --- Final 1–2: the last real state Trent sent, freshly scaled; its Ritz vectors are u_1 … u_r.
+        ch.progress(round=t, step="final")
+        # Check (issue 19, docs/security.md): the final block must be a positive multiple of a block this
+        # party received in one of the last two rounds (the last real state is one of them).  Anything
+        # else -- a block of standard basis vectors, say -- would make the blocks sent in clear below
+        # projections of Trent's choosing.  Checked before anything leaves this party.
+        Q, _, direction = await party.gram_step(
+            "final/v", "final/gram",
+            accept=lambda d: d is not None and d in recent,
+            refusal="final/v from trent is not the direction of a block of the last two rounds: refusing to "
+                    "reveal projections Trent chose")
+        U, _, _ = rayleigh_ritz(await party.recv_gram("final/blinded"), Q, previous)
+        us = np.column_stack([sign_convention(U[:, j]) for j in range(r)])
+
+        # --- Final 3: σ_j·A_iᵀu_j in clear to Trent, in messages of params.final_chunk_rows samples;
+        # Trent normalises x_j.
+        rows, chunks = params.final_chunk_rows, params.final_chunks(n_i)
+        await ch.send(TRENT, "final/cols", _ints([n_i, chunks]))
+        alpha = np.empty(n_i) if n_i <= ALPHA_INLINE_MAX else None
+        pending: list[np.ndarray] = []
+        held = c = 0
+        async for blk, out in cs.project(us):
+            out = out * sigma
+            if alpha is not None:
+                alpha[blk.col0:blk.col1] = out[:, 0]
+            if x_sink is not None:
+                x_sink(blk.col0, out)
+            pending.append(out)
+            held += out.shape[0]
+            while held >= rows or (held and blk.col1 == n_i):
+                cat = pending[0] if len(pending) == 1 else np.concatenate(pending)
+                part, rest = cat[:rows], cat[rows:]
+                await ch.send(TRENT, f"final/x/{c}", pb.Matrix(rows=part.shape[0], cols=r,
+                                                               values=part.ravel().tolist()))
+                c += 1
+                pending, held = ([rest] if rest.shape[0] else []), rest.shape[0]
+        if c != chunks or held:
+            raise AssertionError(f"{ch.role}: sent {c} final blocks for {chunks} announced")
+        compute_stats = await cs.astats()
+    stats = dict(ch.stats.as_dict(), compute=compute_stats)
+    return DataPartyResult(u=us[:, 0].tolist(), alpha=None if alpha is None else alpha.tolist(), rounds=t,
+                           components=[{"u": us[:, j].tolist()} for j in range(r)], stats=stats)
+
+
+class _Party:
+    """A data party's messages of one session: encrypt and send, receive and decrypt, validated."""
+
+    def __init__(self, ch: Channel, cs: ComputeSession, params: PowerIterationParams, pk: PublicKey,
+                 packing: Packing, gram_packing: Packing, rho: float) -> None:
+        self.ch, self.cs, self.params, self.pk = ch, cs, params, pk
+        self.packing, self.gram_packing, self.rho = packing, gram_packing, rho
+        self.k = cs.source.k
+        self.b = params.block_size
+
+    async def send_contribution(self, C: np.ndarray, tag: str) -> None:
+        limit = 2.0 ** self.params.value_bits
+        if not np.all(np.abs(C) < limit):
+            raise InputRejected(
+                f"{self.ch.role}: a contribution |Ā X| reaches the agreed bound 2^{self.params.value_bits}; "
+                "scale the data or raise value_bits", f"max |Ā X| = {np.max(np.abs(C)):.3g}")
+        vec = await EncryptedVector.encrypt_with(
+            self.cs.encrypt, self.pk, C.ravel(order="F"), frac_bits=self.params.frac_bits,
+            packing=self.packing, bound=self.params.contribution_bound())
+        await self.ch.send(TRENT, tag, vec.to_proto())
+
+    async def gram_step(self, v_tag: str, gram_tag: str, accept: Callable[[bytes | None], bool] | None = None,
+                        refusal: str = "") -> tuple[np.ndarray, np.ndarray, bytes | None]:
+        """Receive V, send E[H_i]; return (Q, Z_i, the direction of V).  ``accept``: a check on V's
+        direction that must pass before anything is computed from V (else ``refusal``)."""
+        msg = await self.ch.recv(TRENT, v_tag, pb.CiphertextVector)
+        vec = EncryptedVector.from_proto(msg, self.pk, length=self.k * self.b, exponent=-self.params.frac_bits,
+                                         packing=self.packing, what=f"{v_tag} from trent")
+        ints = await vec.decrypt_ints_with(self.cs.decrypt)
+        direction = _direction(ints)
+        if accept is not None and not accept(direction):
+            raise InvalidMessage(refusal)
+        V = decode_fixed(ints, vec.exponent).reshape((self.k, self.b), order="F")
+        del ints
+        Q = orthonormal_basis(V, f"{v_tag} from trent")
+        Z, H = await self.cs.gram_pass(Q)
+        rho2 = self.rho ** 2
+        Z = Z + rho2 * Q
+        H = H + rho2 * (Q.T @ Q)
+        limit = 2.0 ** self.params.gram_bits
+        if not np.all(np.abs(H) < limit):
+            raise InputRejected(f"{self.ch.role}: a Gram entry reaches the agreed bound 2^{self.params.gram_bits}; "
+                                "scale the data or raise gram_bits", f"max |H| = {np.max(np.abs(H)):.3g}")
+        gram = await EncryptedVector.encrypt_with(
+            self.cs.encrypt, self.pk, _triu(H), frac_bits=self.params.frac_bits, packing=self.gram_packing,
+            bound=self.params.gram_bound())
+        await self.ch.send(TRENT, gram_tag, gram.to_proto())
+        return Q, Z, direction
+
+    async def recv_gram(self, tag: str) -> np.ndarray:
+        """G' = m_t·Σ_i H_i (symmetric, positive definite: padding makes it so)."""
+        p = self.params
+        msg = await self.ch.recv(TRENT, tag, pb.CiphertextVector)
+        vec = EncryptedVector.from_proto(msg, self.pk, length=p.gram_length,
+                                         exponent=-(p.frac_bits + p.blind_offset_bits),
+                                         packing=self.gram_packing, what=f"{tag} from trent")
+        Gp = _from_triu(await vec.decrypt_with(self.cs.decrypt), self.b)
+        if not np.all(np.isfinite(Gp)) or not np.min(np.linalg.eigvalsh(Gp)) > 0:
+            raise InvalidMessage(f"{tag} from trent is not a positive definite Gram matrix")
+        return Gp
+
+
+def _direction(ints: list[int]) -> bytes | None:
+    """A digest of the direction of an integer vector: x and y get the same digest iff x = c·y for a
+    rational c > 0 (both divided by the gcd of their entries, which keeps the signs).  Exact, on the
+    decrypted fixed-point integers; None for the zero vector."""
+    g = math.gcd(*ints) if ints else 0
+    if g == 0:
+        return None
+    h = hashlib.sha256()
+    for v in ints:
+        h.update(b"%d," % (v // g))
+    return h.digest()
+
+
+def _check_sigma(msg: pb.Floats, params: PowerIterationParams, role: str) -> np.ndarray:
+    s = np.asarray(msg.values, dtype=np.float64)
+    lim = 2.0 ** params.sigma_bits
+    if s.shape != (params.components,) or not np.all(np.isfinite(s)) or not np.all((s >= 1 / lim) & (s <= lim)):
+        raise InvalidMessage(f"{role}: sigma from party1 must be {params.components} factors in "
+                             f"[2^-{params.sigma_bits}, 2^{params.sigma_bits}]")
+    return s
 
 
 # =============================================================================== Trent
 async def trent(ch: Channel, params: PowerIterationParams, *, seed: SeedLike = None,
                 allow_insecure_keys: bool = False) -> TrentResult:
-    """Role ``trent``: sums encrypted contributions, scales, sends decoys; never decrypts."""
+    """Role ``trent``: sums encrypted contributions, scales, sends decoys, blinds the Gram; never decrypts."""
     params.validate()
     rng = protocol_rng(seed, "power-iteration", ch.role)
     roles = params.data_roles
     if ch.role != TRENT:
         raise InvalidMessage(f"role {ch.role!r} is not trent")
+    b, r = params.block_size, params.components
 
-    # --- Setup: the public key from party1, and k from everyone (must agree).
+    # --- Setup: the public key from party1, and k from everyone (must agree; b ≤ k).
     pk = public_key_from_proto(await ch.recv(roles[0], "public_key", pb.PaillierPublicKey),
                                allow_insecure=allow_insecure_keys)
     if pk.bits != params.key_bits:
         raise InvalidMessage(f"the public key from {roles[0]} has {pk.bits} bits; the session agreed on "
                              f"{params.key_bits}")
     dims = await ch.recv_all(roles, "dims", pb.Ints)
-    ks = {r: list(m.values) for r, m in dims.items()}
+    ks = {role: list(m.values) for role, m in dims.items()}
     if any(len(v) != 1 or not 1 <= v[0] <= MAX_ROWS for v in ks.values()):
         raise InvalidMessage(f"malformed dimensions from the data parties: {ks}")
     if params.rows is not None and any(v[0] != params.rows for v in ks.values()):
         raise InvalidMessage("a data party reported a number of rows other than the session's rows parameter")
     if len({v[0] for v in ks.values()}) != 1:
         raise InvalidMessage("mismatched dimensions: the data parties' matrices have different numbers of rows "
-                             f"({', '.join(f'{r}: k={v[0]}' for r, v in sorted(ks.items()))})")
+                             f"({', '.join(f'{role}: k={v[0]}' for role, v in sorted(ks.items()))})")
     k = ks[roles[0]][0]
-    packing = params.packing(pk)
+    if b > k:
+        raise InvalidMessage(f"components + oversample = {b} exceeds the number of rows k = {k}")
+    packing, gram_packing = params.packing(pk), params.gram_packing(pk)
     bound_c = params.contribution_bound()
-    sbound = params.scalar_bound(pk)
 
-    states: list[EncryptedVector] = []     # E[u_j] of every real state, unscaled
-    sent_state: list[int | None] = []      # which state each round's vector carries (None = decoy)
+    states: list[EncryptedVector] = []     # E[U] of every real state, unscaled
+    sent_state: list[int | None] = []      # which state each round's block carries (None = decoy)
     decoys = 0
     converged = False
     t = 0
@@ -400,13 +610,13 @@ async def trent(ch: Channel, params: PowerIterationParams, *, seed: SeedLike = N
         """A secret integer log-uniform in [2^lo, 2^hi]."""
         return max(1, int(2.0 ** rng.uniform(lo_bits, hi_bits)))
 
-    def real_vector(j: int) -> EncryptedVector:
-        return states[j].mul_int(scale_r(DECOY_WEIGHT_BITS, params.scale_bits))
+    def real_block(j: int) -> EncryptedVector:
+        return states[j].mul_int(scale_r(DECOY_WEIGHT_BITS, params.scale_bits)).rerandomize()
 
-    def decoy_vector() -> EncryptedVector:
+    def decoy_block() -> EncryptedVector:
         recent = states[-DECOY_HISTORY:]
         cuts = sorted(rng.randrange(1, 1 << DECOY_WEIGHT_BITS) for _ in range(len(recent) - 1))
-        weights = [b - a for a, b in zip([0] + cuts, cuts + [1 << DECOY_WEIGHT_BITS])]
+        weights = [hi - lo for lo, hi in zip([0] + cuts, cuts + [1 << DECOY_WEIGHT_BITS])]
         acc = None
         for w, s in zip(weights, recent):
             if w:
@@ -414,80 +624,121 @@ async def trent(ch: Channel, params: PowerIterationParams, *, seed: SeedLike = N
                 acc = term if acc is None else acc + term
         return acc.mul_int(scale_r(0, params.scale_bits - DECOY_WEIGHT_BITS)).rerandomize()
 
+    async def blinded_gram(tag: str) -> EncryptedVector:
+        """Step 4: E[G'] = (Π_i E[H_i])^{m_int}, declared with exponent −(frac + a): G' = m_t·ΣH_i."""
+        grams = await ch.recv_all(roles, tag, pb.CiphertextVector)
+        total = _sum([EncryptedVector.from_proto(grams[role], pk, length=params.gram_length,
+                                                 exponent=-params.frac_bits, packing=gram_packing,
+                                                 bound=params.gram_bound(), what=f"{tag} from {role}")
+                      for role in roles])
+        m_int = blind_multiplier(rng, params.blind_offset_bits, params.blind_bits)
+        prod = total.mul_int(m_int).rerandomize()
+        return EncryptedVector(pk, prod.ciphertexts, prod.length, prod.exponent - params.blind_offset_bits,
+                               prod.packing, prod.bound)
+
     while True:
         ch.progress(round=t, step="iterate")
         t_round = time.perf_counter()
-        # --- Step 1: collect E[Ā_i α_i] and E[step_i]; if the last vector sent was real, Π E[Ā_i α_i] = E[u_new].
+        # --- Round step 2: collect E[C_i]; if the block sent last round was real, Π_i E[C_i] = E[U] is a
+        # new real state.
         contribs = await ch.recv_all(roles, f"contrib/{t}", pb.CiphertextVector)
-        deltas = await ch.recv_all(roles, f"delta/{t}", pb.CiphertextVector)
-        cvecs = [EncryptedVector.from_proto(contribs[r], pk, length=k, exponent=-params.frac_bits,
-                                            packing=packing, bound=bound_c, what=f"contrib/{t} from {r}")
-                 for r in roles]
-        D = _sum([EncryptedVector.from_proto(deltas[r], pk, length=1, packing=Packing(), bound=sbound,
-                                             what=f"delta/{t} from {r}") for r in roles])
+        cvecs = [EncryptedVector.from_proto(contribs[role], pk, length=k * b, exponent=-params.frac_bits,
+                                            packing=packing, bound=bound_c, what=f"contrib/{t} from {role}")
+                 for role in roles]
         previous_was_decoy = bool(sent_state) and sent_state[-1] is None
         if previous_was_decoy:
-            # --- Step 2b: ignore contributions computed from a decoy; replay the last real state.
+            # --- 2b: ignore contributions computed from a decoy; replay the last real state.
             j = len(states) - 1
-            v = real_vector(j)
+            v = real_block(j)
             sent_state.append(j)
         else:
             states.append(_sum(cvecs))
             j = len(states) - 1
-            # --- Step 2a: with probability p the real r·u, otherwise a decoy.
+            # --- 2a: with probability p the real r_t·U, otherwise a decoy.
             if len(states) >= 2 and rng.random() >= params.p:
-                v = decoy_vector()
+                v = decoy_block()
                 sent_state.append(None)
                 decoys += 1
             else:
-                v = real_vector(j)
+                v = real_block(j)
                 sent_state.append(j)
         await ch.send_many(roles, f"v/{t}", v.to_proto())
-        await ch.send_many(roles, f"D/{t}", D.to_proto())
 
-        # --- Step 3: Π E[‖Āᵢᵀv‖²] back to everyone (no second scaling: v already carries r).
-        norms = await ch.recv_all(roles, f"norm/{t}", pb.CiphertextVector)
+        # --- Round step 4: the blinded Gram and the stop bit.  The flags of round t compare the Ritz
+        # vectors of rounds t−2 and t−1: they measure convergence only if those rounds carried
+        # consecutive real states.
+        gp = await blinded_gram(f"gram/{t}")
         flags = await ch.recv_all(roles, f"flag/{t}", pb.Flag)
-        S = _sum([EncryptedVector.from_proto(norms[r], pk, length=1, packing=Packing(), bound=sbound,
-                                             what=f"norm/{t} from {r}") for r in roles])
-        # The step size of round t compares α from round t−1's vector with α from round t−2's: it
-        # measures convergence only if those two vectors were consecutive real states.
         meaningful = (t >= 2 and sent_state[t - 1] is not None and sent_state[t - 2] is not None
                       and sent_state[t - 1] == sent_state[t - 2] + 1)
         if meaningful and all(f.value for f in flags.values()):
             converged = True
         t += 1
         stop = converged or t >= params.max_iterations
-        await ch.send_many(roles, f"S/{t - 1}", S.to_proto())
+        await ch.send_many(roles, f"blinded/{t - 1}", gp.to_proto())
         await ch.send_many(roles, f"stop/{t - 1}", pb.Flag(value=stop))
         round_seconds.append(time.perf_counter() - t_round)
         if stop:
             break
 
-    # --- Final: the last real state, freshly scaled; gather the α blocks (data part only).
-    # the last real state *sent* (if the last round was a decoy, that is the round before): the data
-    # parties check that the final vector is the direction of one of the last two rounds' vectors
+    # --- Final 1–2: the last real state *sent* (if the last round was a decoy, that is the round
+    # before), freshly scaled, and its blinded Gram (fresh m).  The data parties check that the final
+    # block is the direction of a block of the last two rounds.
+    ch.progress(round=t, step="final")
     last_sent = next(j for j in reversed(sent_state) if j is not None)
-    await ch.send_many(roles, "final/v", real_vector(last_sent).to_proto())
-    norms = await ch.recv_all(roles, "final/norm", pb.CiphertextVector)
-    S = _sum([EncryptedVector.from_proto(norms[r], pk, length=1, packing=Packing(), bound=sbound,
-                                         what=f"final/norm from {r}") for r in roles])
-    await ch.send_many(roles, "final/S", S.to_proto())
-    blocks = await ch.recv_all(roles, "final/alpha", pb.Floats)
-    parts = []
-    for r in roles:
-        b = np.asarray(blocks[r].values, dtype=np.float64)
-        if b.size < 1 or b.size > params.max_samples or not np.all(np.isfinite(b)):
-            raise InvalidMessage(f"final/alpha from {r} is empty, longer than max_samples or not finite")
-        parts.append(b)
-    x = np.concatenate(parts)
-    nx = np.linalg.norm(x)
-    if not nx > 0:
-        raise InvalidMessage("the gathered eigenvector is zero")
-    x = sign_convention(x / nx)
-    return TrentResult(x=x.tolist(), n_per_party=[p.size for p in parts], rounds=t,
+    await ch.send_many(roles, "final/v", real_block(last_sent).to_proto())
+    gp = await blinded_gram("final/gram")
+    await ch.send_many(roles, "final/blinded", gp.to_proto())
+
+    # --- Final 3: gather σ_j·A_iᵀu_j from every party; x_j is their concatenation, normalised.
+    sizes = []
+    for role in roles:
+        cols = list((await ch.recv(role, "final/cols", pb.Ints)).values)
+        if len(cols) != 2 or not 1 <= cols[0] <= params.max_samples or cols[1] != params.final_chunks(cols[0]):
+            raise InvalidMessage(f"final/cols from {role} must be [columns in 1..{params.max_samples} (max_samples), "
+                                 f"their number of chunks of {params.final_chunk_rows}], got {cols}")
+        sizes.append(cols)
+    X = np.empty((sum(n for n, _ in sizes), r))
+    c0 = 0
+    for role, (n_i, chunks) in zip(roles, sizes):
+        got = 0
+        for c in range(chunks):
+            m = await ch.recv(role, f"final/x/{c}", pb.Matrix)
+            want = min(params.final_chunk_rows, n_i - got)
+            if m.cols != r or m.rows != want or len(m.values) != m.rows * r:
+                raise InvalidMessage(f"final/x/{c} from {role}: expected at most {params.final_chunk_rows} rows "
+                                     f"({want} here) × {r} columns, got {m.rows} × {m.cols} with "
+                                     f"{len(m.values)} values")
+            block = np.asarray(m.values, dtype=np.float64).reshape(m.rows, r)
+            if not np.all(np.isfinite(block)):
+                raise InvalidMessage(f"final/x/{c} from {role} holds values that are not finite")
+            X[c0 + got:c0 + got + m.rows] = block
+            got += m.rows
+        if got != n_i:
+            raise InvalidMessage(f"{role} announced {n_i} columns but sent {got}")
+        c0 += n_i
+    xs = []
+    for j in range(r):
+        nx = np.linalg.norm(X[:, j])
+        if not nx > 0:
+            raise InvalidMessage(f"the gathered eigenvector x_{j + 1} is zero")
+        xs.append(sign_convention(X[:, j] / nx).tolist())
+    return TrentResult(x=xs[0], n_per_party=[n for n, _ in sizes], rounds=t,
                        real_rounds=sum(s is not None for s in sent_state), decoys=decoys,
-                       converged=converged, round_seconds=round_seconds, stats=ch.stats.as_dict())
+                       converged=converged, round_seconds=round_seconds,
+                       components=[{"x": x} for x in xs], stats=ch.stats.as_dict())
+
+
+def blind_multiplier(rng, offset_bits: int, bits: int) -> int:
+    """Trent's Gram blinding as an integer m_int = m_t·2^offset_bits, m_t log-uniform in [1, 2^bits).
+
+    The float draw fixes the top 53 bits; the bits below are filled uniformly."""
+    lo, hi = 1 << offset_bits, (1 << (offset_bits + bits)) - 1
+    m = int(2.0 ** rng.uniform(offset_bits, offset_bits + bits))
+    low = max(0, m.bit_length() - 53)
+    if low:
+        m = (m >> low << low) | rng.getrandbits(low)
+    return min(hi, max(lo, m))
 
 
 def _sum(vecs: list[EncryptedVector]) -> EncryptedVector:
@@ -498,9 +749,18 @@ def _sum(vecs: list[EncryptedVector]) -> EncryptedVector:
 
 
 # =============================================================================== plaintext reference
+def plaintext_components(blocks: list[np.ndarray], r: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(eigenvalues of MMᵀ in decreasing order, U (k × r), X (n × r)) from numpy.linalg.eigh, with the
+    protocol's sign convention on every column."""
+    M = np.concatenate([np.asarray(b, dtype=np.float64) for b in blocks], axis=1)
+    lam, U = np.linalg.eigh(M @ M.T)
+    _, X = np.linalg.eigh(M.T @ M)
+    U = np.column_stack([sign_convention(U[:, -1 - j]) for j in range(r)])
+    X = np.column_stack([sign_convention(X[:, -1 - j]) for j in range(r)])
+    return lam[::-1], U, X
+
+
 def plaintext_reference(blocks: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(u, x) from numpy.linalg.eigh with the same sign convention."""
-    M = np.concatenate([np.asarray(b, dtype=np.float64) for b in blocks], axis=1)
-    _, U = np.linalg.eigh(M @ M.T)
-    _, X = np.linalg.eigh(M.T @ M)
-    return sign_convention(U[:, -1]), sign_convention(X[:, -1])
+    _, U, X = plaintext_components(blocks, 1)
+    return U[:, 0], X[:, 0]

@@ -47,10 +47,17 @@ Example (all relative paths are resolved against the config file's directory)::
     format = "text"                # or "json": one JSON object per line
     level = "INFO"
 
+    [compute]                      # optional (issue 17): where a data party's compute runs
+    engine = "dask"                # "local" (default) or "dask"; all keys: smcdp.compute.config
+    scheduler = "local"
+    workers = 2
+
+An input may name a ``.npy`` file, a folder of ``.npy`` shards or a Zarr array directory.
+
 The transport's sections ([tls], [peers], [timeouts], [limits] and the transport
 keys of [party]) are parsed by :mod:`smcdp.net.config`; this module adds the
-party's own (data directory, inputs, plug-ins, logging, policy, budget) and is
-the only reader and writer of the file.  Unknown sections and keys are errors.
+party's own (data directory, inputs, plug-ins, logging, policy, budget, compute)
+and is the only reader and writer of the file.  Unknown sections and keys are errors.
 """
 
 from __future__ import annotations
@@ -63,6 +70,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from smcdp._files import atomic_write
+from smcdp.compute.config import ComputeConfig, ComputeConfigError
 from smcdp.errors import InvalidMessage
 from smcdp.net.config import (
     ConfigError,
@@ -120,6 +128,7 @@ class PartyConfig(NetConfig):
     policy: Policy | None = None          # None: no [policy] (see docs/governance.md)
     budget: BudgetConfig | None = None    # None: no [budget]
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    compute: ComputeConfig = field(default_factory=ComputeConfig)   # [compute] (issue 17)
 
 
 def _parse_inputs(inputs_t: Mapping[str, Any], base: Path) -> dict[str, dict[str, Path]]:
@@ -140,8 +149,8 @@ def parse_config(data: Mapping[str, Any], base_dir: str | os.PathLike,
                  source: Path | None = None) -> PartyConfig:
     """Validate a parsed TOML document; relative paths are resolved against ``base_dir``."""
     base = Path(base_dir)
-    check_keys(data, {"party", "tls", "peers", "inputs", "timeouts", "limits", "logging", "policy", "budget"},
-               "the top level")
+    check_keys(data, {"party", "tls", "peers", "inputs", "timeouts", "limits", "logging", "policy", "budget",
+                      "compute"}, "the top level")
 
     party = table(data, "party", True)
     check_keys(party, {"name", "listen", "data_dir", "allow_insecure_keys",
@@ -171,7 +180,16 @@ def parse_config(data: Mapping[str, Any], base_dir: str | os.PathLike,
         limits=parse_limits_section(table(data, "limits", False), party),
         logging=_parse_logging(table(data, "logging", False)), source=source,
         policy=parse_policy(table(data, "policy", False), name, peers) if "policy" in data else None,
-        budget=parse_budget(table(data, "budget", False), base) if "budget" in data else None)
+        budget=parse_budget(table(data, "budget", False), base) if "budget" in data else None,
+        compute=_parse_compute(table(data, "compute", False), base))
+
+
+def _parse_compute(tbl: Mapping[str, Any], base: Path) -> ComputeConfig:
+    """[compute] (issue 17); the checks live with the engines in smcdp.compute.config."""
+    try:
+        return ComputeConfig.from_mapping(tbl, base)
+    except ComputeConfigError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def load_config(path: str | os.PathLike) -> PartyConfig:
@@ -214,6 +232,9 @@ def config_to_dict(cfg: PartyConfig, relative_to: str | os.PathLike | None = Non
         doc["policy"] = cfg.policy.as_dict()
     if cfg.budget is not None:
         doc["budget"] = budget_to_dict(cfg.budget, base)
+    compute = cfg.compute.to_dict(lambda p: relative_path(p, base))   # [compute] (issue 17)
+    if compute:
+        doc["compute"] = compute
     return doc
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import smcdp
+from smcdp.compute.config import ComputeConfig
 from smcdp.errors import SmcdpError, Unavailable
 from smcdp.net.config import Timeouts, TlsConfig
 from smcdp.net.server import new_session_id
@@ -53,8 +54,12 @@ class LocalCluster:
                  session_seconds: float = 3600.0, peer_grace_seconds: float | None = None,
                  allow_seeded: bool = False, policies: Mapping[str, Policy] | None = None,
                  budgets: Mapping[str, BudgetConfig] | None = None,
-                 data_root: str | os.PathLike | None = None) -> None:
+                 data_root: str | os.PathLike | None = None,
+                 compute: Mapping[str, ComputeConfig] | None = None,
+                 extra_env: Mapping[str, str] | None = None) -> None:
         self.parties = {name: dict(inputs) for name, inputs in parties.items()}
+        self.compute = dict(compute or {})          # party -> its [compute] (issue 17)
+        self.extra_env = dict(extra_env or {})
         self.allow_insecure_keys = allow_insecure_keys
         self.allow_seeded = allow_seeded
         self.policies = dict(policies or {})
@@ -90,7 +95,7 @@ class LocalCluster:
             self.workdir, list(self.parties), inputs=self.parties, plugins=self.plugins,
             allow_insecure_keys=self.allow_insecure_keys, timeouts=timeouts,
             allow_seeded=self.allow_seeded, policies=self.policies, budgets=self.budgets,
-            data_root=self.data_root)
+            data_root=self.data_root, compute=self.compute)
 
     def start(self) -> None:
         self.write_configs()
@@ -101,7 +106,7 @@ class LocalCluster:
 
     def _spawn(self, party: str) -> None:
         log_file = open(self.workdir / f"{party}.log", "ab")  # noqa: SIM115 - owned by the child's lifetime
-        self.procs[party] = spawn_party(self.configs[party], log_file=log_file)
+        self.procs[party] = spawn_party(self.configs[party], log_file=log_file, extra_env=self.extra_env)
 
     def _wait_up(self, party: str, timeout: float = 60.0) -> None:
         try:
@@ -235,7 +240,8 @@ def write_local_deployment(root: str | os.PathLike, parties: Sequence[str], *,
                            policies: Mapping[str, Policy] | None = None,
                            budgets: Mapping[str, BudgetConfig] | None = None,
                            data_root: str | os.PathLike | None = None,
-                           limits: Limits | None = None) -> dict[str, Path]:
+                           limits: Limits | None = None,
+                           compute: Mapping[str, ComputeConfig] | None = None) -> dict[str, Path]:
     """Certificates (``root/certs``) and one config per party (``root/config/<name>.toml``)
     for parties on one host; returns party -> config path.
 
@@ -243,7 +249,8 @@ def write_local_deployment(root: str | os.PathLike, parties: Sequence[str], *,
     :func:`free_tcp_port` unless given; state goes to ``data_root/<name>`` (default
     ``root/state/<name>``).  ``policies`` / ``budgets``: party -> its ``[policy]`` /
     ``[budget]`` (none by default); ``allow_seeded`` sets ``[policy] allow_seeded`` on
-    every party (tests and demos that pass a seed need it).
+    every party (tests and demos that pass a seed need it).  ``compute`` is party -> its
+    ``[compute]`` section (default: the local engine).
     """
     root = Path(root)
     certs = root / "certs"
@@ -266,7 +273,7 @@ def write_local_deployment(root: str | os.PathLike, parties: Sequence[str], *,
                     for proto, table in (inputs or {}).get(p, {}).items()},
             plugins=tuple(plugins), allow_insecure_keys=allow_insecure_keys,
             timeouts=timeouts or Timeouts(), policy=policy, budget=(budgets or {}).get(p),
-            limits=limits or Limits())
+            limits=limits or Limits(), compute=(compute or {}).get(p, ComputeConfig()))
         paths[p] = dump_config(cfg, root / "config" / f"{p}.toml")
     return paths
 

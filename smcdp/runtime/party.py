@@ -48,6 +48,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from smcdp.compute import close_engines
 from smcdp.errors import (
     InvalidMessage,
     PermissionDenied,
@@ -148,6 +149,7 @@ class Party(SessionHost):
         if self._expiry is not None:                           # governance
             self._expiry.cancel()
         self.governor.stop()
+        await close_engines()   # issue 17: the compute engines (process pools, a Dask LocalCluster)
         log.info("party %s stopped", self.name)
 
     @property

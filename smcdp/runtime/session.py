@@ -36,6 +36,7 @@ import grpc
 
 from smcdp._files import atomic_write_json
 from smcdp._text import printable
+from smcdp.compute.memory import peak_rss, reset_peak_rss
 from smcdp.errors import (
     DeadlineExceeded,
     PreconditionFailed,
@@ -218,6 +219,7 @@ class Session:
         culprit: str | None = None
         told = ""
         t0 = time.monotonic()
+        rss_reset = False
         try:
             # A peer's proposal that is not begun within the grace expires (issue 19); the
             # initiator's own session is begun or failed by start_session, which reports the
@@ -236,6 +238,7 @@ class Session:
             self.state = "running"
             self.checkpoint.set_state("running", resumable=False, error=None)
             t0 = time.monotonic()
+            rss_reset = reset_peak_rss()   # issue 17: the record reports this session's peak RSS
             out_dir = private_dir(cfg.data_dir / "outputs" / self.spec.session_id, cfg.data_dir)
             inputs = {k: str(v) for k, v in cfg.inputs.get(self.spec.protocol, {}).items()}
             if self.restarts:
@@ -244,7 +247,7 @@ class Session:
                 session_id=self.spec.session_id, protocol=self.spec.protocol,
                 roles=dict(self.spec.roles), params=dict(self.spec.params), inputs=inputs,
                 output_dir=out_dir, allow_insecure_keys=cfg.allow_insecure_keys,
-                seed=self.checkpoint.randomness())
+                seed=self.checkpoint.randomness(), compute=cfg.compute)
             log.info("session %s: %s runs role %s of %s%s", self.spec.session_id, self.party.name,
                      self.role, self.spec.protocol,
                      f" (replay after restart {self.restarts})" if self.restarts else "")
@@ -289,6 +292,8 @@ class Session:
             await ch.close()
         stats = dict(ch.stats.as_dict(), inbound_duplicates=ch.inbound_duplicates,
                      replayed_sends=ch.replayed_sends, checkpoint=self.checkpoint.journal.stats())
+        # issue 17: this process's peak resident memory (VmHWM) since the session began
+        stats["peak_rss_bytes"], stats["peak_rss_scope"] = peak_rss(rss_reset)
         state = "failed" if error is not None else "succeeded"
         resumable = error is not None and error["code"] in RESUMABLE_CODES
         record = self._record(state, result=result, error=error, stats=stats,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import time
 
+import numpy as np
+
 from smcdp.cli.demo.common import (
     Faults,
     add_fault_arguments,
@@ -16,44 +18,75 @@ from smcdp.cli.demo.common import (
     run_session,
     say,
 )
+from smcdp.compute import ComputeConfig, open_matrix
+from smcdp.compute.config import scheduler_scheme_host
 from smcdp.errors import InvalidMessage
-from smcdp.plugins.power_iteration import load_matrix
 from smcdp.runtime.local import LocalCluster, bytes_sent
+
+
+def compute_config(engine: str = "local", *, workers: int | None = None, scheduler: str | None = None,
+                   tls: tuple[str | None, str | None, str | None] = (None, None, None),
+                   block_values: int | None = None, memory_limit: str | None = None) -> ComputeConfig:
+    """The ``[compute]`` section the demo writes for every data party."""
+    table: dict = {} if block_values is None else {"block_values": block_values}
+    if engine == "local":
+        table.update({} if workers is None else {"workers": workers})
+    elif scheduler is None or scheduler == "local":
+        table.update(engine="dask", scheduler="local", workers=workers or 2)
+        table.update({} if memory_limit is None else {"memory_limit": memory_limit})
+    else:
+        table.update(engine="dask", scheduler=scheduler)
+        if scheduler_scheme_host(scheduler)[0] == "tls":
+            table.update(tls_ca=tls[0], tls_cert=tls[1], tls_key=tls[2])
+        elif ComputeConfig(engine="dask", scheduler=scheduler, allow_plaintext=True).plaintext_scheduler:
+            say(f"WARNING: {scheduler} is plain TCP to another host: the session key and the data cross the "
+                "network unencrypted (use tls:// for real data)")
+            table["allow_plaintext"] = True
+    return ComputeConfig.from_mapping({k: v for k, v in table.items() if v is not None})
 
 
 def demo_power_iteration(data: list[str], key_bits: int = 2048, seed: int | None = None,
                          params: dict | None = None, keep_dir: str | None = None,
-                         faults: Faults | None = None) -> dict:
+                         faults: Faults | None = None, compute: ComputeConfig | None = None) -> dict:
     if len(data) < 2:
-        raise InvalidMessage("power iteration needs at least two --data files (one per data party)")
-    mats = [load_matrix(p) for p in data]
-    ks = {m.shape[0] for m in mats}
+        raise InvalidMessage("power iteration needs at least two --data inputs (one per data party)")
+    compute = compute or ComputeConfig()
+    sources = [open_matrix(p, block_values=compute.block_values) for p in data]   # metadata only
+    ks = {s.k for s in sources}
     if len(ks) != 1:
         raise InvalidMessage("every --data matrix must have the same number of rows k; got "
-                             + ", ".join(f"{p}: {m.shape[0]}" for p, m in zip(data, mats)))
+                             + ", ".join(f"{p}: {s.k}" for p, s in zip(data, sources)))
     insecure = check_key_bits_arg(key_bits)
     names = data_party_names(len(data))
     parties: dict[str, dict] = {"trent": {}}
     for name, path in zip(names, data):
         parties[name] = {"power-iteration": {"data": path}}
     roles = {"trent": "trent", **{f"party{i + 1}": n for i, n in enumerate(names)}}
-    p = {"n_parties": len(data), "key_bits": key_bits, **(params or {})}
-    say(f"{len(data)} data parties ({', '.join(f'{n}: {m.shape[0]}×{m.shape[1]}' for n, m in zip(names, mats))}) "
-        f"and trent, {key_bits}-bit Paillier, mutual TLS on loopback")
+    p = {"n_parties": len(data), "key_bits": key_bits, "rows": next(iter(ks)), **(params or {})}
+    where = "its own Dask cluster" if compute.engine == "dask" else "the local engine"
+    say(f"{len(data)} data parties ({', '.join(f'{n}: {s.k}×{s.n}' for n, s in zip(names, sources))}) "
+        f"and trent, {key_bits}-bit Paillier, mutual TLS on loopback; each data party computes on {where}")
     options, _ = governed("power-iteration", roles, p, initiator="trent", seed=seed)
     with LocalCluster(parties, allow_insecure_keys=insecure, workdir=keep_dir, data_root=keep_dir,
-                      peer_grace_seconds=faults.peer_grace if faults else None, **options) as cluster:
+                      peer_grace_seconds=faults.peer_grace if faults else None,
+                      compute={n: compute for n in names}, **options) as cluster:
         say(f"party processes up (pids {', '.join(str(pr.pid) for pr in cluster.procs.values())}); running the session")
         t0 = time.monotonic()
         records, fault_info = run_session(cluster, faults, "power iteration", "power-iteration", roles, p,
                                           initiator="trent", seed=seed)
         seconds = time.monotonic() - t0
-    require_success(records)
-    tr = records["trent"]["result"]
-    u = records[names[0]]["result"]["u"]
+        require_success(records)
+        tr = records["trent"]["result"]
+        if tr["x"] is None:   # a large x is in Trent's output file (same host), not in his record
+            X = np.load(tr["x_file"])
+            tr = dict(tr, x=X[:, 0].tolist(), components=[{"x": X[:, j].tolist()} for j in range(X.shape[1])])
+    first = records[names[0]]["result"]
+    per_party = {n: records[n]["result"]["stats"]["compute"] for n in names}
     out = {
-        "u": u,
+        "u": first["u"],
         "x": tr["x"],
+        "components": [{"u": cu["u"], "x": cx["x"]} for cu, cx in zip(first["components"], tr["components"],
+                                                                      strict=True)],
         "iterations": tr["rounds"],
         "real_iterations": tr["real_rounds"],
         "decoys": tr["decoys"],
@@ -65,19 +98,37 @@ def demo_power_iteration(data: list[str], key_bits: int = 2048, seed: int | None
         "roles": roles,
         "session_id": records["trent"]["session_id"],
         **fault_info,
+        "compute": {
+            "engine": compute.engine,
+            "workers": per_party[names[0]]["workers"],
+            "tasks": sum(int(s["tasks"]) for s in per_party.values()),
+            "scheduler": None if compute.engine == "local" else per_party[names[0]].get("scheduler"),
+            "per_party": per_party,
+        },
+        "peak_rss_bytes": {n: int((r.get("stats") or {}).get("peak_rss_bytes", 0)) for n, r in records.items()},
+        "data_bytes": {n: int(records[n]["result"]["data_bytes"]) for n in names},
+        "params": {k: records["trent"]["params"][k] for k in ("components", "oversample", "p", "tol",
+                                                               "max_iterations")}
+                  | {"block_values": compute.block_values},
     }
     say(f"done in {seconds:.1f} s: {tr['rounds']} rounds ({tr['decoys']} decoys), converged={tr['converged']}, "
-        f"bytes sent: {out['bytes_sent']}")
+        f"{len(out['components'])} component(s), bytes sent: {out['bytes_sent']}")
     return out
 
 
 def _cmd(args: argparse.Namespace) -> int:
     params = {}
-    for name in ("p", "tol", "max_iterations"):
+    for name in ("p", "tol", "max_iterations", "components", "oversample"):
         v = getattr(args, name)
         if v is not None:
             params[name] = v
-    out = demo_power_iteration(args.data, args.key_bits, args.seed, params, args.keep_dir, Faults.from_args(args))
+    if args.compute == "local" and (args.dask_scheduler or args.dask_workers is not None):
+        raise InvalidMessage("--dask-scheduler and --dask-workers need --compute dask")
+    compute = compute_config(args.compute, workers=args.dask_workers, scheduler=args.dask_scheduler,
+                             tls=(args.dask_tls_ca, args.dask_tls_cert, args.dask_tls_key),
+                             block_values=args.block_values, memory_limit=args.dask_memory_limit)
+    out = demo_power_iteration(args.data, args.key_bits, args.seed, params, args.keep_dir, Faults.from_args(args),
+                               compute)
     dump_json(out, args.out)
     return 0
 
@@ -85,17 +136,32 @@ def _cmd(args: argparse.Namespace) -> int:
 def register(sub) -> None:
     """Adds ``smcdp demo power-iteration`` to the demo subcommands."""
     pi = sub.add_parser("power-iteration", help="privacy-preserving power iteration (Trent + one process per --data)",
-                        description="Starts Trent and one data party per --data file as separate processes over "
-                                    "gRPC with mutual TLS on loopback and writes JSON with u, x, iterations, decoys, "
-                                    "seconds and bytes_sent.")
-    pi.add_argument("--data", action="append", required=True, metavar="A.npy",
-                    help="a float matrix with k rows (one data party per file; at least two)")
+                        description="Starts Trent and one data party per --data input as separate processes over "
+                                    "gRPC with mutual TLS on loopback and writes JSON with u, x, components "
+                                    "(the top --components eigenvector pairs), iterations, decoys, seconds, "
+                                    "bytes_sent, compute (engine, workers, Dask tasks) and peak_rss_bytes.")
+    pi.add_argument("--data", action="append", required=True, metavar="PATH",
+                    help="a matrix with k rows: a .npy file, a folder of .npy column shards (name order) or a "
+                         "Zarr array (one data party per --data; at least two)")
     pi.add_argument("--key-bits", type=int, default=2048, help="Paillier key size (default 2048; <2048 warns)")
     pi.add_argument("--seed", type=int, help="fix protocol randomness for experiments (encryption stays random)")
     pi.add_argument("--out", help="write the JSON result here (default stdout)")
-    pi.add_argument("--p", type=float, help="probability that Trent sends the real vector (default 0.9)")
-    pi.add_argument("--tol", type=float, help="convergence tolerance on ‖Δx‖ (default 1e-9)")
+    pi.add_argument("--p", type=float, help="probability that Trent sends the real block (default 0.9)")
+    pi.add_argument("--tol", type=float, help="convergence tolerance on the change of u_1 … u_r (default 1e-9)")
     pi.add_argument("--max-iterations", type=int, help="maximum rounds, decoys included (default 2000)")
+    pi.add_argument("--components", type=int, help="how many leading eigenvectors (default 1)")
+    pi.add_argument("--oversample", type=int,
+                    help="extra block columns (default 0): faster when λ_r ≈ λ_(r+1), but every data party "
+                         "also learns approximations of the next components")
+    pi.add_argument("--compute", choices=("local", "dask"), default="local",
+                    help="where each data party computes: in its process (local) or on a Dask cluster")
+    pi.add_argument("--dask-workers", type=int, help="workers of each data party's local Dask cluster (default 2)")
+    pi.add_argument("--dask-scheduler", help="an existing Dask scheduler (tls://host:port; tcp:// warns off loopback)")
+    pi.add_argument("--dask-tls-ca", help="the existing cluster's CA (tls:// scheduler)")
+    pi.add_argument("--dask-tls-cert", help="client certificate for the existing cluster")
+    pi.add_argument("--dask-tls-key", help="client key for the existing cluster")
+    pi.add_argument("--dask-memory-limit", help="memory per worker of a local Dask cluster (e.g. 1GiB)")
+    pi.add_argument("--block-values", type=int, help="canonical block size in matrix values (default 4194304)")
     pi.add_argument("--keep-dir", help="keep certificates, configs and logs in this directory; party P's data "
                                        "directory is KEEP_DIR/P/")
     add_fault_arguments(pi)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from smcdp.protocols.power_iteration import plaintext_reference
+from smcdp.protocols.power_iteration import plaintext_components, plaintext_reference
 from smcdp.runtime.local import LocalCluster
 from tests.unit.protocols.test_power_iteration import blocks_with_gap
 
@@ -62,3 +62,25 @@ def test_insecure_key_refused_unless_the_deployment_opts_in(tmp_path):
         recs = cluster.run("power-iteration", roles, {"n_parties": 2, "key_bits": 512}, initiator="trent", timeout=60)
     assert recs["trent"]["state"] == "failed"
     assert "2048" in recs["trent"]["error"]["message"]
+
+
+def test_top_three_components_across_processes(tmp_path):
+    """N = 3 data parties, r = 3, across OS processes: every component against numpy's eigh."""
+    from tests.unit.protocols.test_power_iteration_topr import spectrum_data
+
+    blocks = spectrum_data(np.random.default_rng(17), 10, (6, 9, 7), [8.0, 5.0, 3.0, 1.0])
+    cluster, roles = _cluster(tmp_path, blocks)
+    with cluster:
+        recs = cluster.run("power-iteration", roles, {"n_parties": 3, "key_bits": 512, "p": 0.8, "components": 3},
+                           initiator="trent", timeout=180)
+    assert all(r["state"] == "succeeded" for r in recs.values()), recs
+    _, U, X = plaintext_components(blocks, 3)
+    tr = recs["trent"]["result"]
+    assert tr["converged"] and len(tr["components"]) == 3
+    for j in range(3):
+        assert abs(np.dot(tr["components"][j]["x"], X[:, j])) >= 0.999
+        assert np.allclose(tr["components"][j]["x"], X[:, j], atol=1e-5)
+        for name in ("alice", "bob", "carol"):
+            assert np.allclose(recs[name]["result"]["components"][j]["u"], U[:, j], atol=1e-5)
+    for name, rec in recs.items():
+        assert rec["stats"]["peak_rss_bytes"] > 0

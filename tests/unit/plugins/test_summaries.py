@@ -30,6 +30,17 @@ def test_power_iteration_releases_exact_outputs_from_every_data_party():
         "u": (("party1", "party2"), False), "x": (("trent",), False)}
 
 
+def test_power_iteration_names_its_r_components_and_what_oversampling_adds():
+    roles = {"trent": "t", "party1": "a", "party2": "b", "party3": "c"}
+    s = _summary("power-iteration", roles, n_parties=3, components=3)
+    data = ("party1", "party2", "party3")
+    assert [(o.name, o.recipients, o.sources, o.dp) for o in s.outputs] == [
+        ("u_1..u_3", data, data, False), ("x_1..x_3", ("trent",), data, False)]
+    s = _summary("power-iteration", roles, n_parties=3, components=2, oversample=2)
+    assert [(o.name, o.recipients) for o in s.outputs] == [
+        ("u_1..u_2", data), ("x_1..x_2", ("trent",)), ("approximate u_3..u_4 (oversample)", data)]
+
+
 def test_dp_aggregate_costs_its_epsilon_or_the_seed_calibrations_actual_guarantee():
     s = _summary("dp-aggregate", DPA_ROLES, n_parties=2, dim=9, epsilon=0.5, lam=0.1, min_records=40)
     assert (s.epsilon, s.delta, s.rho, s.record_bound) == (0.5, 2 * 2.0 ** -64, 0.125, 40)

@@ -138,10 +138,14 @@ def _power_iteration(roots: dict[str, Randomness], blocks) -> dict:
         fns[f"party{i}"] = (lambda A, r: lambda ch: data_party(ch, A, params, seed=r, allow_insecure_keys=True))(
             A, roots[f"party{i}"])
     out = asyncio.run(net.run(fns))
-    # every plaintext (non-ciphertext) message, in order: what a replay must reproduce exactly
-    plain = [(s, r, tag, data) for s, r, tag, tn, data in net.transcript if not tn.endswith("CiphertextVector")
-             and not tn.endswith("PaillierKeyPair") and not tn.endswith("PaillierPublicKey")]
-    return {"result": out, "plain": plain, "tags": [(s, r, t) for s, r, t, _, _ in net.transcript]}
+    # every plaintext (non-ciphertext) message, in each sender's order: what a replay must reproduce
+    # exactly.  Per sender, because the interleaving of different roles is up to the scheduler (the data
+    # parties compute on engine threads, issue 17) and no role's randomness depends on it.
+    plain = {role: [(r, tag, data) for s, r, tag, tn, data in net.transcript if s == role
+                    and not tn.endswith("CiphertextVector") and not tn.endswith("PaillierKeyPair")
+                    and not tn.endswith("PaillierPublicKey")] for role in roots}
+    tags = {role: [(r, t) for s, r, t, _, _ in net.transcript if s == role] for role in roots}
+    return {"result": out, "plain": plain, "tags": tags}
 
 
 def test_a_role_with_the_same_root_draws_the_same_protocol():

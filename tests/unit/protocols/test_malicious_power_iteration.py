@@ -2,7 +2,9 @@
 
 Each test plays Trent honestly except for the messages it rewrites on the wire, and shows either
 that the data parties' cheap checks refuse the attack, or -- for what no cheap check can see --
-exactly what the attacker obtains.
+exactly what the attacker obtains.  The protocol is the top-r subspace iteration (issue 17): what
+leaves a data party in clear is σ_j·A_iᵀu_j (tags ``final/x/<c>``), u_j being the Ritz vectors of
+the final block Trent sends.
 """
 
 import asyncio
@@ -10,7 +12,6 @@ import asyncio
 import numpy as np
 import pytest
 
-from smcdp.crypto.encoding import Packing
 from smcdp.crypto.paillier import generate_keypair
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.errors import InvalidMessage
@@ -22,7 +23,8 @@ K_ROWS = 5
 
 
 def _attack(blocks, params, rewrite):
-    """Run the session with Trent's outgoing messages passed through ``rewrite(tag, data, pk)``."""
+    """Run the session with Trent's outgoing messages passed through ``rewrite(tag, data, pk)``;
+    returns (network, results or the exception the session ended with)."""
     pk, sk = generate_keypair(params.key_bits, allow_insecure=True)
     roles = {"trent": "trent", **{f"party{i + 1}": f"org{i + 1}" for i in range(len(blocks))}}
     net = InMemoryNetwork(roles, timeout=120)
@@ -37,17 +39,26 @@ def _attack(blocks, params, rewrite):
     for i, A in enumerate(blocks):
         coros[f"party{i + 1}"] = (lambda c, A=A, i=i: data_party(
             c, A, params, private_key=sk if i == 0 else None, allow_insecure_keys=True))
-    return net, asyncio.run(net.run(coros))
+    try:
+        return net, asyncio.run(net.run(coros))
+    except Exception as exc:  # noqa: BLE001 - the tests look at it
+        return net, exc
 
 
-def _basis(pk, params, j, scale):
-    v = np.zeros(K_ROWS)
-    v[j] = scale
-    return EncryptedVector.encrypt(pk, v, frac_bits=params.frac_bits, packing=params.packing(pk)).to_proto()
+def _basis_block(pk, params, rows, scale):
+    """E[scale·[e_{rows[0]} … e_{rows[b-1]}]]: a k × b block of standard basis vectors of Trent's choosing."""
+    E = np.zeros((K_ROWS, params.block_size))
+    for col, j in enumerate(rows):
+        E[j, col] = scale
+    return EncryptedVector.encrypt(pk, E.ravel(order="F"), frac_bits=params.frac_bits,
+                                   packing=params.packing(pk)).to_proto().SerializeToString()
 
 
-def _scalar(pk, params, value):
-    return EncryptedVector.encrypt(pk, [value], frac_bits=params.frac_bits, packing=Packing()).to_proto()
+def _gram(pk, params, G):
+    """E[G] as a blinded Gram (upper triangle, exponent −(frac + a)): Trent may send any matrix there."""
+    values = G[np.triu_indices(G.shape[0])]
+    return EncryptedVector.encrypt(pk, values, frac_bits=params.frac_bits + params.blind_offset_bits,
+                                   packing=params.gram_packing(pk)).to_proto().SerializeToString()
 
 
 def _data(seed=0):
@@ -59,63 +70,86 @@ PARAMS = PowerIterationParams(n_parties=2, key_bits=512, p=1.0, max_iterations=3
 
 
 def _clear_blocks(net):
-    return [m for m in net.received_by("trent") if m[1] == "final/alpha"]
+    return [m for m in net.received_by("trent") if m[1].startswith("final/x/")]
 
 
-def test_basis_vector_as_final_vector_is_refused():
-    """The issue's example: final vector e_j with normaliser 1 would hand Trent row j of every
-    party's matrix exactly.  The final vector must be the direction of one of the last two rounds'
-    vectors (the last real state), so the parties refuse before sending anything in clear."""
+@pytest.mark.parametrize("components", [1, 2])
+def test_basis_block_as_final_block_is_refused(components):
+    """The issue's example, for r components: a final block of standard basis vectors would make every
+    party's clear blocks rows of its matrix (up to σ_j).  The final block must be the direction of a
+    block of the last two rounds (the last real state Trent sent), so the parties refuse before
+    sending anything from it -- not even its encrypted Gram."""
+    params = PowerIterationParams(n_parties=2, key_bits=512, p=1.0, max_iterations=30, components=components)
+
     def rewrite(tag, data, pk):
+        return _basis_block(pk, params, range(components), 1.0) if tag == "final/v" else data
+
+    net, outcome = _attack(_data(), params, rewrite)
+    assert isinstance(outcome, InvalidMessage), outcome
+    assert "final/v from trent is not the direction of a block of the last two rounds" in str(outcome)
+    sent_after = {tag for _, tag, _, _ in net.received_by("trent")}
+    assert not any(t.startswith("final/x/") or t in ("final/gram", "final/cols") for t in sent_after)
+
+
+def test_an_older_real_block_as_final_block_is_refused():
+    """Only the last two rounds count: replaying the first round's (real) block at the end is refused
+    too, so Trent cannot pick, at the end, among all the blocks of the session."""
+    first = {}
+
+    def rewrite(tag, data, pk):
+        if tag == "v/0":
+            first["v"] = data
         if tag == "final/v":
-            return _basis(pk, PARAMS, 2, 1.0).SerializeToString()
-        if tag == "final/S":
-            return _scalar(pk, PARAMS, 1.0).SerializeToString()
+            return first["v"]
         return data
 
-    with pytest.raises(InvalidMessage, match="final/v from trent is not the direction"):
-        _attack(_data(), PARAMS, rewrite)
+    _, outcome = _attack(_data(3), PARAMS, rewrite)
+    assert isinstance(outcome, InvalidMessage) and "final/v from trent is not the direction" in str(outcome)
 
 
-def test_normaliser_below_the_partys_own_term_is_refused():
-    """An honest final vector with a forged normaliser of 1: S is a sum of non-negative terms one of
-    which is the party's own, so S = 1 below that term is refused."""
-    def rewrite(tag, data, pk):
-        return _scalar(pk, PARAMS, 1.0).SerializeToString() if tag == "final/S" else data
-
-    with pytest.raises(InvalidMessage, match="final/S from trent is smaller than this party's own term"):
-        _attack(_data(1), PARAMS, rewrite)
-
-
-def test_residual_a_trent_deviating_every_round_gets_one_chosen_projection():
-    """What no cheap check stops (docs/security.md): a Trent who sends c·e_j as *every* round's
-    vector and as the final one, with a large forged normaliser, passes both checks and learns
-    row j of every party's matrix exactly -- one chosen projection per session.  Mitigations: who
-    may act as Trent (issue 14's policy) and a per-dataset session budget; x itself, the honest
-    output, is a projection of the same form (Mᵀu)."""
+def test_residual_a_trent_deviating_every_round_gets_chosen_rows_up_to_sigma():
+    """What no cheap check stops (docs/security.md): a Trent who sends c·[e_j1 e_j2] as *every*
+    round's block and as the final one, and a final Gram of his choosing (diag(2, 1): the Ritz vectors
+    are then e_j1, e_j2), passes every check and learns rows j1 and j2 of every party's matrix, each up
+    to the factor σ_l that the data parties share and he does not know -- r chosen projections per
+    session, the same form as the honest output x_l ∝ Mᵀu_l.  Mitigations: who may act as Trent
+    (issue 14's policy) and a per-dataset session budget."""
+    params = PowerIterationParams(n_parties=2, key_bits=512, p=1.0, max_iterations=30, components=2)
     blocks = _data(2)
-    j, c, S = 3, 2.0 ** 10, 2.0 ** 40
+    rows, c = (3, 1), 2.0 ** 10
 
     def rewrite(tag, data, pk):
         if tag.startswith("v/") or tag == "final/v":
-            return _basis(pk, PARAMS, j, c).SerializeToString()
-        if tag == "final/S":
-            return _scalar(pk, PARAMS, S).SerializeToString()
+            return _basis_block(pk, params, rows, c)
+        if tag == "final/blinded":
+            return _gram(pk, params, np.diag([2.0, 1.0]))
         return data
 
-    net, _ = _attack(blocks, PARAMS, rewrite)
-
-    for sender, tag, _, data in _clear_blocks(net):
-        block = np.asarray(pb.Floats.FromString(data).values)
+    net, res = _attack(blocks, params, rewrite)
+    assert isinstance(res, dict), res
+    clear = _clear_blocks(net)
+    assert len(clear) == 2                           # one chunk per party
+    factors = []
+    for sender, _tag, _, data in clear:
+        m = pb.Matrix.FromString(data)
+        got = np.asarray(m.values).reshape(m.rows, m.cols)
         i = int(sender.removeprefix("party")) - 1
-        np.testing.assert_array_equal(block * np.sqrt(S) / c, blocks[i][j])
-    assert len(_clear_blocks(net)) == 2
+        ratios = []
+        for col, j in enumerate(rows):
+            ratio = got[:, col] / blocks[i][j]
+            np.testing.assert_allclose(ratio, ratio[0], rtol=1e-12)   # row j exactly, times one factor
+            assert 2.0 ** -16 <= abs(ratio[0]) <= 2.0 ** 16
+            ratios.append(ratio[0])
+        factors.append(ratios)
+    # the factor of each component is σ_l, the same for both parties, and unknown to Trent
+    np.testing.assert_allclose(factors[0], factors[1], rtol=1e-12)
 
 
-@pytest.mark.parametrize("p", [1.0, 0.6])
-def test_honest_runs_pass_the_checks(p):
+@pytest.mark.parametrize("p,components", [(1.0, 1), (0.6, 1), (0.6, 2)])
+def test_honest_runs_pass_the_checks(p, components):
     """The checks never fire on an honest Trent, with or without decoys (the last round may be one)."""
     for seed in range(3):
-        params = PowerIterationParams(n_parties=2, key_bits=512, p=p, max_iterations=60)
-        net, res = _attack(_data(seed + 10), params, lambda tag, data, pk: data)
-        assert len(res["trent"].x) == 7
+        params = PowerIterationParams(n_parties=2, key_bits=512, p=p, max_iterations=60, components=components)
+        _, res = _attack(_data(seed + 10), params, lambda tag, data, pk: data)
+        assert isinstance(res, dict), res
+        assert len(res["trent"].x) == 7 and len(res["trent"].components) == components

@@ -17,15 +17,18 @@ from smcdp.protocols.power_iteration import (
 from smcdp.v1 import messages_pb2 as pb
 
 
-def run(blocks, params, *, seed=None, tamper=None):
+def run(blocks, params, *, seed=None, tamper=None, private_key=None, engine=None):
+    """All roles on one InMemoryNetwork; party1 may be given the key pair (so a test can decrypt the
+    transcript) and every party the same compute engine."""
     roles = {"trent": "trent", **{f"party{i + 1}": f"org{i + 1}" for i in range(len(blocks))}}
-    net = InMemoryNetwork(roles, timeout=120)
+    net = InMemoryNetwork(roles, timeout=300)
     if tamper:
         tamper(net)
     coros = {"trent": lambda ch: trent(ch, params, seed=seed, allow_insecure_keys=True)}
     for i, A in enumerate(blocks):
         coros[f"party{i + 1}"] = (lambda ch, A=A, i=i: data_party(
-            ch, A, params, seed=None if seed is None else seed + i + 1, allow_insecure_keys=True))
+            ch, A, params, engine=engine, private_key=private_key if i == 0 else None,
+            seed=None if seed is None else seed + i + 1, allow_insecure_keys=True))
     return net, asyncio.run(net.run(coros))
 
 
@@ -54,10 +57,10 @@ def test_matches_numpy_eigenvectors(k, ns, p):
         assert abs(np.dot(pr.u, u_ref)) >= 0.9999
         assert np.allclose(pr.u, u_ref, atol=1e-5)
         blocks_alpha.append(pr.alpha)
-    # the parties' α blocks, concatenated, are x up to one common sign
+    # the parties' α blocks, concatenated, are x up to one factor common to all parties (σ_1 and a sign)
     joined = np.concatenate(blocks_alpha)
     sign = np.sign(np.dot(joined, tr.x))
-    assert np.allclose(sign * joined, tr.x, atol=1e-5)
+    assert np.allclose(sign * joined / np.linalg.norm(joined), tr.x, atol=1e-5)
     assert tr.real_rounds + tr.decoys == tr.rounds
     if p == 1.0:
         assert tr.decoys == 0
@@ -85,11 +88,12 @@ def test_trent_receives_only_ciphertexts():
     plain_allowed = {
         # public setup: the public key and the number of rows k
         "public_key": "smcdp.v1.PaillierPublicKey", "dims": "smcdp.v1.Ints",
-        # the one-bit convergence answer, and the output blocks of x that Trent gathers by design
-        "flag": "smcdp.v1.Flag", "final/alpha": "smcdp.v1.Floats",
+        # the one-bit convergence answer, and the σ-blinded output blocks of x that Trent gathers by
+        # design (with their count)
+        "flag": "smcdp.v1.Flag", "final/cols": "smcdp.v1.Ints", "final/x": "smcdp.v1.Matrix",
     }
     for sender, tag, tname, data in seen:
-        base = tag.split("/")[0] if not tag.startswith("final/") else tag
+        base = tag.split("/")[0] if not tag.startswith("final/") else "/".join(tag.split("/")[:2])
         if base in plain_allowed:
             assert tname == plain_allowed[base], (tag, tname)
         else:

@@ -155,6 +155,18 @@ def test_inbound_budget():
         b.admit("r", "t4", 1)
 
 
+def test_inbound_budget_counts_empty_messages_once():
+    """A message that serialises to 0 bytes (Flag(value=False): power iteration's stop bits) takes one
+    tag, not two: its in-flight slot is freed when it is stored (it used to stay, so a session whose
+    envelope is exact -- max_iterations rounds -- was refused its last messages)."""
+    b = InboundBudget(TrafficEnvelope(100, 250, 3), "s")
+    for tag in ("stop/0", "stop/1", "stop/2"):
+        b.settle("r", tag, b.admit("r", tag, 0), stored=True)
+    with pytest.raises(ResourceExhausted, match="limit of 3 distinct"):
+        b.admit("r", "stop/3", 0)
+    assert b.admit("r", "stop/1", 0) == 0               # a retry of a received one: free, as before
+
+
 def test_envelope_is_capped_by_the_ceilings():
     lim = Limits(max_message_mib=1, max_session_mib=2, max_tags_per_session=100)
     env = lim.envelope(TrafficEnvelope(10 << 20, 100 << 20, 10**6, source="p"))
