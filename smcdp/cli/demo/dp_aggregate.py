@@ -186,8 +186,6 @@ def register(sub) -> None:
                    help="exact: L2 vector mechanism for Δ/K (default); seed: the seed's Laplace 2/(n ε λ)")
     p.add_argument("--min-records", type=int, default=1, help="public lower bound on every party's n_j (default 1)")
     p.add_argument("--test", metavar="T.npz", help="Dave classifies this test set and reports test_error")
-    p.add_argument("--keep-dir", help="keep certificates, configs, logs and outputs in this directory")
-    add_fault_arguments(p)
     p.add_argument("--keep-dir", help="keep certificates, configs, logs and outputs in this directory; party P's "
                                       "data directory (audit.jsonl, ledger.sqlite, sessions/, outputs/) is KEEP_DIR/P/")
     p.add_argument("--budget", type=float, metavar="EPS",
@@ -195,4 +193,5 @@ def register(sub) -> None:
                         "enough for --sessions)")
     p.add_argument("--sessions", type=int, default=1, help="run N sessions (default 1)")
     p.add_argument("--concurrent", action="store_true", help="start the --sessions at once")
+    add_fault_arguments(p)
     p.set_defaults(func=_cmd)
