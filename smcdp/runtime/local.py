@@ -53,7 +53,8 @@ class LocalCluster:
                  session_seconds: float = 3600.0, peer_grace_seconds: float | None = None,
                  allow_seeded: bool = False, policies: Mapping[str, Policy] | None = None,
                  budgets: Mapping[str, BudgetConfig] | None = None,
-                 data_root: str | os.PathLike | None = None) -> None:
+                 data_root: str | os.PathLike | None = None, limits: Limits | None = None) -> None:
+        self.limits = limits
         self.parties = {name: dict(inputs) for name, inputs in parties.items()}
         self.allow_insecure_keys = allow_insecure_keys
         self.allow_seeded = allow_seeded
@@ -90,7 +91,7 @@ class LocalCluster:
             self.workdir, list(self.parties), inputs=self.parties, plugins=self.plugins,
             allow_insecure_keys=self.allow_insecure_keys, timeouts=timeouts,
             allow_seeded=self.allow_seeded, policies=self.policies, budgets=self.budgets,
-            data_root=self.data_root)
+            data_root=self.data_root, limits=self.limits)
 
     def start(self) -> None:
         self.write_configs()

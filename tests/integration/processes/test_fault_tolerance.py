@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from smcdp.dp.ledger import Ledger
+from smcdp.net.limits import Limits
 from smcdp.net.server import new_session_id
 from smcdp.plugins.registry import get_plugin
 from smcdp.protocols.power_iteration import plaintext_reference
@@ -63,7 +64,11 @@ def pi_cluster(tmp_path_factory):
     for name, A in zip(("alice", "bob"), blocks):
         np.save(tmp / f"{name}.npy", A)
         parties[name] = {"power-iteration": {"data": tmp / f"{name}.npy"}}
-    with LocalCluster(parties, allow_insecure_keys=True, workdir=tmp / "run", peer_grace_seconds=GRACE) as c:
+    # trent initiates 20 sessions at once in test_twenty_concurrent_sessions_on_one_trent: the data
+    # parties' [limits] must admit that many from one peer (the defaults admit 4 pending, 8 running)
+    limits = Limits(pending_per_peer=20, pending_total=20, running_per_peer=20)
+    with LocalCluster(parties, allow_insecure_keys=True, workdir=tmp / "run", peer_grace_seconds=GRACE,
+                      limits=limits) as c:
         yield c, blocks
 
 

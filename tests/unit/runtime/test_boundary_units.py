@@ -142,7 +142,7 @@ def test_inbound_budget():
         b.admit("r", "t0", 101)
     c1 = b.admit("r", "t1", 100)
     b.settle("r", "t1", c1, stored=True)
-    assert b.admit("r", "t1", 100) == 0                  # a retry of a received message: free
+    assert b.admit("r", "t1", 100) is None               # a retry of a received message: free
     c2 = b.admit("r", "t2", 100)
     b.settle("r", "t2", c2, stored=False)                # the stream failed: charge returned
     c2 = b.admit("r", "t2", 100)
@@ -153,6 +153,20 @@ def test_inbound_budget():
     b.admit("r", "t3", 50)
     with pytest.raises(ResourceExhausted, match="limit of 3 distinct"):
         b.admit("r", "t4", 1)
+
+
+def test_empty_messages_take_one_tag_each_not_two():
+    """A proto3 message with default fields serialises to 0 bytes (power iteration's stop flag
+    False): its tag must leave the in-flight set when it is stored, or every such message would
+    count twice and a long session would hit its tag limit early."""
+    b = InboundBudget(TrafficEnvelope(100, 250, 4), "s")
+    for i in range(4):
+        c = b.admit("r", f"stop/{i}", 0)
+        assert c == 0
+        b.settle("r", f"stop/{i}", c, stored=True)
+    assert b.bytes_charged == 0
+    with pytest.raises(ResourceExhausted, match="limit of 4 distinct"):
+        b.admit("r", "stop/4", 0)
 
 
 def test_envelope_is_capped_by_the_ceilings():
