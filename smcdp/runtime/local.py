@@ -185,6 +185,13 @@ class LocalCluster:
         records: dict[str, dict] = {}
         for p in dict.fromkeys(roles.values()):
             records[p] = self._record(p, sid, end)
+        err = outcome.get("error")
+        if isinstance(err, SmcdpError) and records[initiator].get("state") == "unknown" \
+                and getattr(err, "code", "") != "UNAVAILABLE":
+            # refused before the initiator registered the session (its own limits or policy):
+            # the start call's error is the only account of it
+            records[initiator] = {"state": "failed", "session_id": sid,
+                                  "error": {"code": err.code, "message": str(err), "origin": initiator}}
         return records
 
     def _record(self, party: str, sid: str, end: float) -> dict:
