@@ -249,10 +249,13 @@ class Channel(abc.ABC):
         if role == self.role:
             raise ValueError("a role cannot send to or receive from itself")
 
-    async def send(self, to: str, tag: str, msg: Message) -> None:
-        """Send ``msg`` to the party holding role ``to`` under ``tag``.
+    async def send(self, to: str, tag: str, msg: Message) -> bytes:
+        """Send ``msg`` to the party holding role ``to`` under ``tag``; returns the bytes sent.
 
-        Tags must be unique per (receiver, tag) within a session.
+        Tags must be unique per (receiver, tag) within a session.  A replayed role
+        (docs/fault-tolerance.md) sends what it sent before, which may differ from ``msg``
+        in encryption randomness: a role that goes on to use what it sent (a proof about
+        its ciphertexts, say) must use the returned bytes.
         """
         self._check_role(to)
         if self.mailbox.aborted is not None:
@@ -272,7 +275,7 @@ class Channel(abc.ABC):
                 type_url, data = earlier
                 if self.journal.delivered(to, tag):
                     self.replayed_sends += 1
-                    return
+                    return data
             else:
                 self.journal.record_outbound(to, tag, type_url, data)
         await self._transmit(to, tag, type_url, data)
@@ -281,10 +284,20 @@ class Channel(abc.ABC):
         self.stats.bytes_sent += len(data)
         self.stats.messages_sent += 1
         self.stats.per_peer_sent[to] += len(data)
+        return data
 
-    async def send_many(self, to: Iterable[str], tag: str, msg: Message) -> None:
-        """Send the same message to several roles concurrently."""
-        await asyncio.gather(*(self.send(r, tag, msg) for r in to))
+    async def send_many(self, to: Iterable[str], tag: str, msg: Message) -> bytes:
+        """Send the same message to several roles concurrently; returns the bytes sent.
+
+        Every receiver gets the same bytes, also in a replay: if any of them was sent this
+        message before, that earlier version goes to all."""
+        to = list(to)
+        if self.journal is not None:
+            earlier = next((e for e in (self.journal.outbound(r, tag) for r in to) if e is not None), None)
+            if earlier is not None and earlier[0] == type_name(msg):
+                msg = type(msg).FromString(earlier[1])
+        sent = await asyncio.gather(*(self.send(r, tag, msg) for r in to))
+        return sent[0] if sent else msg.SerializeToString()
 
     async def recv(self, frm: str, tag: str, msg_type: type[M], timeout: float | None = None) -> M:
         """Wait for the message ``tag`` from role ``frm`` and parse it as ``msg_type``.

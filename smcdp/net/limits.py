@@ -215,8 +215,9 @@ class InboundBudget:
     def bytes_charged(self) -> int:
         return self._bytes
 
-    def admit(self, sender_role: str, tag: str, total_size: int) -> int:
-        """Reserve room for one message; returns the bytes charged (0 for a known key)."""
+    def admit(self, sender_role: str, tag: str, total_size: int) -> int | None:
+        """Reserve room for one message; returns the bytes charged (possibly 0: an empty
+        message still takes a tag), or None for a key already received (nothing reserved)."""
         env = self.envelope
         key = (sender_role, tag)
         with self._lock:
@@ -227,7 +228,7 @@ class InboundBudget:
                     f"{self.session_id} accepts at most {env.message_bytes} bytes per message "
                     f"(limit derived from {env.source})")
             if key in self._received:
-                return 0
+                return None
             if key not in self._inflight and len(self._received) + len(self._inflight) >= env.tags:
                 self.refused += 1
                 raise ResourceExhausted(
@@ -239,18 +240,15 @@ class InboundBudget:
                     f"message {tag!r} from {sender_role} ({total_size} bytes) would take session "
                     f"{self.session_id} past its budget of {env.session_bytes} received bytes "
                     f"(derived from {env.source})")
-            # an empty message (a protobuf with default values only: Flag(value=False)) is charged
-            # one byte, so that its charge is non-zero and settle() frees its in-flight tag slot
-            charged = max(1, total_size)
-            self._bytes += charged
+            self._bytes += total_size
             self._inflight[key] = self._inflight.get(key, 0) + 1
-            return charged
+            return total_size
 
-    def settle(self, sender_role: str, tag: str, charged: int, stored: bool) -> None:
+    def settle(self, sender_role: str, tag: str, charged: int | None, stored: bool) -> None:
         """End of one stream: ``stored`` if its message entered the mailbox as new."""
         key = (sender_role, tag)
         with self._lock:
-            if charged:
+            if charged is not None:   # this stream reserved the key (charged may be 0 bytes)
                 left = self._inflight.get(key, 0) - 1
                 if left > 0:
                     self._inflight[key] = left
@@ -258,7 +256,7 @@ class InboundBudget:
                     self._inflight.pop(key, None)
             if stored:
                 self._received.add(key)
-            if not stored:
+            elif charged:
                 self._bytes -= charged
 
 

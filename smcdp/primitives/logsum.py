@@ -43,6 +43,10 @@ docs/protocols/keyword.md) and costs bits; every bound is checked and an
 overflow raises :class:`~smcdp.errors.CryptoOverflow`.
 
 What each party learns is written down in docs/protocols/keyword.md.
+
+:func:`secure_logsum_bob` / :func:`secure_logsum_alice` are the *reference*
+implementation of the seed's LOGSUM; the secure forward algorithm runs fused
+forms of it (see :func:`secure_logsum_bob`), tested against this pair.
 """
 
 from __future__ import annotations
@@ -420,6 +424,14 @@ async def secure_logsum_bob(ch: Channel, alice: str, logs: EncryptedVector, weig
     rescales each group by its own maximum, so every row must draw on one group only — put
     unrelated sums in different groups, or a sum far below another one loses precision.
     Every row needs at least one positive weight.
+
+    **Reference implementation** of the seed's LOGSUM (003 §4.2.1: secure exponent, weighted
+    sum, secure logarithm), kept standalone and tested against the fused forms the protocol
+    runs instead: :mod:`smcdp.protocols.secure_forward` ``_alice_mixture``/``_bob_mixture``
+    (mixture emissions: exponent + weighted sum, and Alice keeps the masked ``ln u + m`` in
+    the clear instead of the secure logarithm's re-encryption) and its induction (seed steps
+    5–7: the secure logarithm of frame t fused with the secure exponent of frame t + 1).
+    tests/unit/protocols/test_secure_forward_logsum.py checks that both agree.
     """
     A = np.asarray(weights, dtype=np.float64)
     n = logs.length
@@ -456,7 +468,7 @@ async def secure_logsum_bob(ch: Channel, alice: str, logs: EncryptedVector, weig
 
 async def secure_logsum_alice(ch: Channel, bob: str, sk: PrivateKey, params: MaskParams, pool: ObfuscatorPool,
                               tag: str, *, length: int, exponent: int, rows: int) -> None:
-    """Alice's side of :func:`secure_logsum_bob`."""
+    """Alice's side of :func:`secure_logsum_bob` (the reference LOGSUM; see there for the fused forms)."""
     offsets = await secure_exp_alice(ch, bob, sk, params, pool, f"{tag}/exp", length=length, exponent=exponent)
     pk = sk.public_key
     u = EncryptedVector.from_proto(await ch.recv(bob, f"{tag}/sum-u", pb.CiphertextVector), pk, length=rows,

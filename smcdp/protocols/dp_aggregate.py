@@ -485,9 +485,12 @@ async def charlie(ch: Channel, params: DPAggregateParams, *, seed: SeedLike = No
     # --- Stage 2, step 1: the indicator of j̃, un-permuted by π₂ (position order), under ζ.
     ch.progress(round=2, step="noise-selection")
     u = EncryptedVector(pk, [pk.raw_encrypt_textbook(1 if k == s1.position else 0) for k in range(K)], K, 0, Packing(), 1)
-    await ch.send_many(roles, "s2/u", u.to_proto())
-    # ... with a zero-knowledge proof that it is one (the parties refuse it otherwise)
-    proof = prove_one_hot(zeta, u.ciphertexts, s1.position, _indicator_context(ch.session_id))
+    sent = await ch.send_many(roles, "s2/u", u.to_proto())
+    # ... with a zero-knowledge proof that it is one (the parties refuse it otherwise), about the
+    # ciphertexts that went out (a replayed Charlie re-sends his first encryption of u)
+    cts = [int(c) for c in EncryptedVector.from_proto(pb.CiphertextVector.FromString(sent), pk, length=K,
+                                                       packing=Packing(), bound=1, what="s2/u").ciphertexts]
+    proof = prove_one_hot(zeta, cts, s1.position, _indicator_context(ch.session_id))
     await ch.send_many(roles, "s2/u-proof", bigints(proof))
 
     # --- Stage 3, step 2: decrypt ν + s.

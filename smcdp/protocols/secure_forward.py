@@ -33,7 +33,9 @@ Steps (roles below follow them):
      (log weight included) the same way; a batched *secure LOGSUM* over the
      components of each (state, frame) — one exponent round for all frames
      and states, Alice keeping log u + her offset as the masked v — gives
-     the same v as above.
+     the same v as above.  This fuses the reference
+     ``smcdp.primitives.logsum.secure_logsum_bob/alice`` (exponent and weighted sum
+     kept; its secure logarithm replaced by Alice's masked ``ln u + m``).
 3. *Induction* (the seed's steps 5–7), one round trip per frame t, all
    states of all models batched.  Alice keeps ``L_t(j) = log α_t(j) + M_t(j)``
    in the log domain (a float: no underflow, however long the utterance);
@@ -47,7 +49,8 @@ Steps (roles below follow them):
    that is negligible now but dominant later keeps its precision — each value
    encrypted already shifted into the packed slot of the sum it feeds.  This
    is the seed's secure LOGSUM (exponent, weighted sum, logarithm) with the
-   logarithm of frame t fused with the exponent of frame t + 1.
+   logarithm of frame t fused with the exponent of frame t + 1; the unfused
+   reference is ``smcdp.primitives.logsum.secure_logsum_bob/alice``.
 4. *Termination* (step 8): the last exponent is normalised over all states of
    a model; Bob's packed sums give Σ_j α_T(j) masked, Alice returns
    ``ξ(ln u + m)`` and Bob removes his constants: ``ξ(log P(x | λ_δ))``.
@@ -444,7 +447,11 @@ async def _alice_discrete(ch: Channel, bob: str, shape: Shape, obs: np.ndarray, 
 
 async def _alice_mixture(ch: Channel, bob: str, sk: PrivateKey, mp: MaskParams, pool: ObfuscatorPool,
                          shape: Shape, q: np.ndarray, T: int, tag: str) -> np.ndarray:
-    """Batched secure LOGSUM over mixture components; returns v (T × ΔN)."""
+    """Batched secure LOGSUM over mixture components; returns v (T × ΔN).
+
+    Fuses the reference ``smcdp.primitives.logsum.secure_logsum_alice`` (seed LOGSUM: exponent kept,
+    secure logarithm replaced by keeping the masked ``ln u + m``).
+    """
     pk = sk.public_key
     Dn, C = shape.n_values, shape.n_mix
     qc = q.reshape(Dn, C, T)                                      # masked component logs
@@ -621,7 +628,11 @@ async def _bob_gaussian(ch: Channel, alice: str, models, shape: Shape, params: F
 
 async def _bob_mixture(ch: Channel, alice: str, shape: Shape, mp: MaskParams, pk: PublicKey, pool: ObfuscatorPool,
                        rng: random.Random, vmask: np.ndarray, T: int, tag: str) -> np.ndarray:
-    """Batched secure LOGSUM over the components: Alice ends with v = log b + vm; returns vm (T × ΔN)."""
+    """Batched secure LOGSUM over the components: Alice ends with v = log b + vm; returns vm (T × ΔN).
+
+    Fuses the reference ``smcdp.primitives.logsum.secure_logsum_bob`` (seed LOGSUM: exponent and
+    weighted sum kept, no secure-logarithm round: ``vm`` is the sums' log scale).
+    """
     Dn, C, N = shape.n_values, shape.n_mix, shape.n_states
     n = Dn * T * C
     e = EncryptedVector.from_proto(await ch.recv(alice, f"{tag}/mix-e", pb.CiphertextVector), pk, length=n,

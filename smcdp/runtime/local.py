@@ -56,7 +56,8 @@ class LocalCluster:
                  budgets: Mapping[str, BudgetConfig] | None = None,
                  data_root: str | os.PathLike | None = None,
                  compute: Mapping[str, ComputeConfig] | None = None,
-                 extra_env: Mapping[str, str] | None = None) -> None:
+                 extra_env: Mapping[str, str] | None = None, limits: Limits | None = None) -> None:
+        self.limits = limits
         self.parties = {name: dict(inputs) for name, inputs in parties.items()}
         self.compute = dict(compute or {})          # party -> its [compute] (issue 17)
         self.extra_env = dict(extra_env or {})
@@ -95,7 +96,7 @@ class LocalCluster:
             self.workdir, list(self.parties), inputs=self.parties, plugins=self.plugins,
             allow_insecure_keys=self.allow_insecure_keys, timeouts=timeouts,
             allow_seeded=self.allow_seeded, policies=self.policies, budgets=self.budgets,
-            data_root=self.data_root, compute=self.compute)
+            data_root=self.data_root, compute=self.compute, limits=self.limits)
 
     def start(self) -> None:
         self.write_configs()
@@ -189,6 +190,13 @@ class LocalCluster:
         records: dict[str, dict] = {}
         for p in dict.fromkeys(roles.values()):
             records[p] = self._record(p, sid, end)
+        err = outcome.get("error")
+        if isinstance(err, SmcdpError) and records[initiator].get("state") == "unknown" \
+                and getattr(err, "code", "") != "UNAVAILABLE":
+            # refused before the initiator registered the session (its own limits or policy):
+            # the start call's error is the only account of it
+            records[initiator] = {"state": "failed", "session_id": sid,
+                                  "error": {"code": err.code, "message": str(err), "origin": initiator}}
         return records
 
     def _record(self, party: str, sid: str, end: float) -> dict:

@@ -28,12 +28,12 @@ def free_port() -> int:
 
 
 def make_deployment(root: Path, parties, *, timeouts: Timeouts | None = None,
-                    inputs=None, limits=None, allow_seeded: bool = True, policies=None,
+                    inputs=None, limits=None, allow_seeded: bool = False, policies=None,
                     budgets=None) -> dict[str, Path]:
     """Certificates + one TOML config per party under ``root``; returns name -> config path.
 
-    A test deployment: small keys and experiment seeds are allowed (the seed rule itself is
-    tested with ``allow_seeded=False``); ``limits``: a :class:`smcdp.net.limits.Limits`.
+    A test deployment: small keys are allowed; experiment seeds only with ``allow_seeded``
+    (secure by default, as a real party); ``limits``: a :class:`smcdp.net.limits.Limits`.
     """
     from smcdp.runtime.local import write_local_deployment
 

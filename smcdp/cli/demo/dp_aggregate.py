@@ -20,6 +20,7 @@ from smcdp.cli.demo.common import (
 from smcdp.dp.budget import fmt_amount
 from smcdp.dp.ledger import Ledger
 from smcdp.errors import InvalidMessage
+from smcdp.net.limits import Limits
 from smcdp.plugins.dp_aggregate import load_dataset
 from smcdp.protocols.dp_aggregate import CALIBRATIONS, PROTOCOL, DPAggregateParams
 from smcdp.runtime.charges import DEFAULT_LEDGER, BudgetConfig
@@ -80,6 +81,12 @@ def demo_dp_aggregate(data: list[str], epsilon: float, lam: float, key_bits: int
     # every data party guards its data set with a fresh ledger: --budget, or just enough for the sessions
     total = float(budget) if budget is not None else cost * sessions * (1 + 1e-9)
     options["budgets"] = {n: BudgetConfig(dataset=n, epsilon=total, delta=DEMO_DELTA) for n in names}
+    # every party admits --sessions proposals from charlie at once (the [limits] defaults admit 4
+    # pending and 8 running per initiating peer): here the budget, not a rate limit, decides
+    d = Limits()
+    options["limits"] = Limits(pending_per_peer=max(d.pending_per_peer, sessions),
+                               pending_total=max(d.pending_total, sessions),
+                               running_per_peer=max(d.running_per_peer, sessions))
     say(f"{len(data)} data parties ({', '.join(names)}), charlie and dave; {key_bits}-bit Paillier, "
         f"{dgk_bits}-bit DGK, mutual TLS on loopback; each data party's budget epsilon={total:g}, "
         f"a session costs epsilon={cost:g}; {sessions} session(s){' at once' if concurrent else ''}")

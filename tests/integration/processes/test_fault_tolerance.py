@@ -20,9 +20,13 @@ import grpc
 import numpy as np
 import pytest
 
+from smcdp.dp.ledger import Ledger
+from smcdp.net.limits import Limits
 from smcdp.net.server import new_session_id
+from smcdp.plugins.registry import get_plugin
 from smcdp.protocols.power_iteration import plaintext_reference
 from smcdp.runtime import client
+from smcdp.runtime.charges import DEFAULT_LEDGER, BudgetConfig
 from smcdp.runtime.chaos import Chaos, ChaosAction
 from smcdp.runtime.local import LocalCluster
 from smcdp.v1 import transport_pb2 as tpb
@@ -60,7 +64,11 @@ def pi_cluster(tmp_path_factory):
     for name, A in zip(("alice", "bob"), blocks):
         np.save(tmp / f"{name}.npy", A)
         parties[name] = {"power-iteration": {"data": tmp / f"{name}.npy"}}
-    with LocalCluster(parties, allow_insecure_keys=True, workdir=tmp / "run", peer_grace_seconds=GRACE) as c:
+    # trent initiates 20 sessions at once in test_twenty_concurrent_sessions_on_one_trent: the data
+    # parties' [limits] must admit that many from one peer (the defaults admit 4 pending, 8 running)
+    limits = Limits(pending_per_peer=20, pending_total=20, running_per_peer=20)
+    with LocalCluster(parties, allow_insecure_keys=True, workdir=tmp / "run", peer_grace_seconds=GRACE,
+                      limits=limits) as c:
         yield c, blocks
 
 
@@ -103,7 +111,8 @@ def dpa_cluster(tmp_path_factory):
     roles = {"charlie": "charlie", "dave": "dave", "party1": "alice", "party2": "bob", "party3": "carol"}
     params = {"n_parties": 3, "dim": 3, "epsilon": 1.0, "lam": 0.05, "key_bits": 768, "dgk_bits": 512,
               "dgk_t": 64}
-    with LocalCluster(parties, allow_insecure_keys=True, workdir=tmp / "run", peer_grace_seconds=GRACE) as c:
+    with LocalCluster(parties, allow_insecure_keys=True, workdir=tmp / "run", peer_grace_seconds=GRACE,
+                      allow_seeded=True) as c:   # the seed makes "the same release" checkable
         undisturbed, _ = run_with(c, "dp-aggregate", roles, params, "charlie", [], seed=5)
         assert undisturbed["dave"]["state"] == "succeeded"
         yield c, roles, params, undisturbed["dave"]["result"]["weights"]
@@ -119,6 +128,26 @@ def test_dp_aggregate_survives_a_killed_party_with_the_same_release(dpa_cluster,
     assert {r["state"] for r in recs.values()} == {"succeeded"}, {p: r.get("error") for p, r in recs.items()}
     # the same seed, the same noise: an interrupted session releases exactly the undisturbed model
     assert recs["dave"]["result"]["weights"] == weights
+
+
+@pytest.mark.parametrize("fault", ["kill:alice:round=1", "kill:bob:round=2", "kill:carol:round=3"])
+def test_a_replayed_release_is_charged_exactly_once(tmp_path, dpa_cluster, fault):
+    """Governance and replay together (docs/governance.md, docs/fault-tolerance.md): a data party
+    killed and restarted keeps its budget reservation, and the replayed release -- the same noisy
+    output, from the checkpointed randomness -- commits it once, not twice."""
+    base, roles, params, _ = dpa_cluster
+    data = {p: dict(base.parties[p]) for p in base.parties}
+    budgets = {p: BudgetConfig(dataset=p, epsilon=10.0, delta=1e-9) for p in ("alice", "bob", "carol")}
+    cost = get_plugin("dp-aggregate").summary(params, roles).epsilon
+    with LocalCluster(data, allow_insecure_keys=True, workdir=tmp_path / "run", peer_grace_seconds=GRACE,
+                      budgets=budgets) as c:
+        recs, chaos = run_with(c, "dp-aggregate", roles, params, "charlie", [fault])
+        assert chaos.restarts == 1
+        assert {r["state"] for r in recs.values()} == {"succeeded"}, {p: r.get("error") for p, r in recs.items()}
+        for p in ("alice", "bob", "carol"):
+            st = Ledger(c.data_dir(p) / DEFAULT_LEDGER).status(p)
+            assert st.n_charges == 1 and float(st.reserved_epsilon) == 0.0, (p, st)
+            assert float(st.spent_epsilon) == pytest.approx(cost), (p, st)
 
 
 # ----------------------------------------------------------------- keyword

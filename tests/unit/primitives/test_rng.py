@@ -123,8 +123,11 @@ def test_keys_generated_from_a_stream_are_reproducible():
     pk3, _ = generate_keypair(512, allow_insecure=True, rng=protocol_rng(4, "key"))
     assert pk3 != pk1
     assert generate_keypair(512, allow_insecure=True)[0] != generate_keypair(512, allow_insecure=True)[0]
-    with pytest.raises(InvalidMessage, match="even"):
-        generate_keypair(2049)
+    # odd sizes too (p has one bit more than q), reproducibly
+    o1 = generate_keypair(513, allow_insecure=True, rng=protocol_rng(3, "odd"))[0]
+    assert o1.bits == 513 and o1 == generate_keypair(513, allow_insecure=True, rng=protocol_rng(3, "odd"))[0]
+    with pytest.raises(InvalidMessage, match="integer"):
+        generate_keypair(2048.0)
     d1 = dgk.generate_keypair(512, 32, max_ell=64, allow_insecure=True, rng=protocol_rng(5, "dgk"))
     d2 = dgk.generate_keypair(512, 32, max_ell=64, allow_insecure=True, rng=protocol_rng(5, "dgk"))
     assert d1.public.cache_key() == d2.public.cache_key() and (d1.p, d1.q) == (d2.p, d2.q)

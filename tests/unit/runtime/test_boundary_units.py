@@ -12,7 +12,7 @@ import pytest
 
 from smcdp._files import atomic_write_json
 from smcdp._text import printable
-from smcdp.errors import InvalidMessage, PermissionDenied, ResourceExhausted
+from smcdp.errors import InvalidMessage, ResourceExhausted
 from smcdp.net.config import ConfigError, TlsConfig
 from smcdp.net.limits import InboundBudget, Limits, TrafficEnvelope, bounded_json_object
 from smcdp.net.grpc_channel import CLIENT_KEEPALIVE_MS
@@ -44,7 +44,7 @@ def _load(tmp_path, extra=""):
 # ----------------------------------------------------------------------------- configuration
 def test_limits_defaults_and_values(tmp_path):
     cfg = _load(tmp_path)
-    assert cfg.limits == Limits() and cfg.logging == LoggingConfig() and cfg.allow_seeded_sessions is False
+    assert cfg.limits == Limits() and cfg.logging == LoggingConfig()
     cfg = _load(tmp_path, "[limits]\npending_per_peer = 2\nproposal_grace_seconds = 30\nmax_message_mib = 8\n"
                           "[logging]\nformat = \"json\"\nlevel = \"debug\"\n")
     assert cfg.limits.pending_per_peer == 2 and cfg.limits.proposal_grace_seconds == 30.0
@@ -80,7 +80,7 @@ def test_legacy_max_message_mib_and_round_trip(tmp_path):
     full = PartyConfig(name="bob", listen="127.0.0.1:1", data_dir=tmp_path / "d",
                        tls=TlsConfig(tmp_path / "a", tmp_path / "b", tmp_path / "c"),
                        limits=Limits(pending_per_peer=1, max_session_mib=100, max_message_mib=10),
-                       allow_seeded_sessions=True, logging=LoggingConfig("json", "WARNING"))
+                       logging=LoggingConfig("json", "WARNING"))
     back = load_config(dump_config(full, tmp_path / "cfg" / "bob.toml"))
     assert back.with_changes(source=None) == full
 
@@ -109,24 +109,24 @@ def test_admission_per_initiator_and_in_all():
     lim = Limits(pending_per_peer=2, pending_total=3, running_per_peer=2, sessions_total=5)
     live = [_S("x", "prepared"), _S("x", "prepared")]
     with pytest.raises(ResourceExhausted, match="pending_per_peer"):
-        check_proposal(live, "x", _spec(), lim, "me", False)
-    check_proposal(live, "y", _spec(), lim, "me", False)          # another peer is not blocked
+        check_proposal(live, "x", _spec(), lim, "me")
+    check_proposal(live, "y", _spec(), lim, "me")          # another peer is not blocked
     live.append(_S("y", "prepared"))
     with pytest.raises(ResourceExhausted, match="pending_total"):
-        check_proposal(live, "z", _spec(), lim, "me", False)
+        check_proposal(live, "z", _spec(), lim, "me")
     running = [_S("x", "running"), _S("x", "running")]
     with pytest.raises(ResourceExhausted, match="running_per_peer"):
-        check_proposal(running, "x", _spec(), lim, "me", False)
+        check_proposal(running, "x", _spec(), lim, "me")
     with pytest.raises(ResourceExhausted, match="running_per_peer"):
         check_begin(running, "x", lim, "me")
     full = [_S(f"p{i}", "running") for i in range(5)]
     with pytest.raises(ResourceExhausted, match="sessions_total"):
-        check_proposal(full, "q", _spec(), lim, "me", False)
+        check_proposal(full, "q", _spec(), lim, "me")
     with pytest.raises(ResourceExhausted, match="max_session_seconds"):
-        check_proposal([], "x", _spec(timeout=lim.max_session_seconds + 1), lim, "me", False)
-    with pytest.raises(PermissionDenied, match="experiment seed"):
-        check_proposal([], "x", _spec(seed=1), lim, "me", False)
-    check_proposal([], "x", _spec(seed=1), lim, "me", True)
+        check_proposal([], "x", _spec(timeout=lim.max_session_seconds + 1), lim, "me")
+    # a seed is the governor's rule ([policy] allow_seeded, tests/unit/runtime/test_governance.py),
+    # not a limit: the limits admit it
+    check_proposal([], "x", _spec(seed=1), lim, "me")
 
 
 def test_proposal_grace():
@@ -142,7 +142,7 @@ def test_inbound_budget():
         b.admit("r", "t0", 101)
     c1 = b.admit("r", "t1", 100)
     b.settle("r", "t1", c1, stored=True)
-    assert b.admit("r", "t1", 100) == 0                  # a retry of a received message: free
+    assert b.admit("r", "t1", 100) is None               # a retry of a received message: free
     c2 = b.admit("r", "t2", 100)
     b.settle("r", "t2", c2, stored=False)                # the stream failed: charge returned
     c2 = b.admit("r", "t2", 100)
@@ -155,16 +155,18 @@ def test_inbound_budget():
         b.admit("r", "t4", 1)
 
 
-def test_inbound_budget_counts_empty_messages_once():
-    """A message that serialises to 0 bytes (Flag(value=False): power iteration's stop bits) takes one
-    tag, not two: its in-flight slot is freed when it is stored (it used to stay, so a session whose
-    envelope is exact -- max_iterations rounds -- was refused its last messages)."""
-    b = InboundBudget(TrafficEnvelope(100, 250, 3), "s")
-    for tag in ("stop/0", "stop/1", "stop/2"):
-        b.settle("r", tag, b.admit("r", tag, 0), stored=True)
-    with pytest.raises(ResourceExhausted, match="limit of 3 distinct"):
-        b.admit("r", "stop/3", 0)
-    assert b.admit("r", "stop/1", 0) == 0               # a retry of a received one: free, as before
+def test_empty_messages_take_one_tag_each_not_two():
+    """A proto3 message with default fields serialises to 0 bytes (power iteration's stop flag
+    False): its tag must leave the in-flight set when it is stored, or every such message would
+    count twice and a long session would hit its tag limit early."""
+    b = InboundBudget(TrafficEnvelope(100, 250, 4), "s")
+    for i in range(4):
+        c = b.admit("r", f"stop/{i}", 0)
+        assert c == 0
+        b.settle("r", f"stop/{i}", c, stored=True)
+    assert b.bytes_charged == 0
+    with pytest.raises(ResourceExhausted, match="limit of 4 distinct"):
+        b.admit("r", "stop/4", 0)
 
 
 def test_envelope_is_capped_by_the_ceilings():
