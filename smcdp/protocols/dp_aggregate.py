@@ -539,6 +539,7 @@ async def dave(ch: Channel, params: DPAggregateParams, *, output_dir: Path | Non
         raise InvalidMessage(f"role {ch.role!r} is not dave")
     shares = []
     for r in params.publishers:
+        ch.progress(round=len(shares) + 1, step="collect-shares")   # round i: waiting for the i-th share
         shares.append(from_bigints(await ch.recv(r, SHARE_TAG, pb.BigInts), count=params.dim,
                                    bound_bits=params.modulus_bits, what=f"s3/share from {r}", nonnegative=True))
     weights, floats = reassemble(shares, params)

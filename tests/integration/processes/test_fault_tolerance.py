@@ -120,7 +120,7 @@ def dpa_cluster(tmp_path_factory):
 
 @pytest.mark.parametrize("fault", ["kill:charlie:round=1", "kill:charlie:round=2", "kill:charlie:round=3",
                                    "kill:alice:round=1", "kill:bob:round=2", "kill:carol:round=2",
-                                   "kill:dave:after=0.5"])
+                                   "kill:dave:round=1"])
 def test_dp_aggregate_survives_a_killed_party_with_the_same_release(dpa_cluster, fault):
     cluster, roles, params, weights = dpa_cluster
     recs, chaos = run_with(cluster, "dp-aggregate", roles, params, "charlie", [fault], seed=5)
