@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from tests.support.bundles import BundleRecords
+
 REPO = Path(__file__).resolve().parents[3]
 BASE_IMAGE = "localhost/smcdp-python:3.11-bookworm"
 TEST_IMAGE = "localhost/smcdp:container-test"
@@ -300,7 +302,7 @@ class SessionOutcome:
 
 
 @dataclass
-class ContainerCluster:
+class ContainerCluster(BundleRecords):
     """One party container per party, host networking inside a namespace of this run."""
 
     podman: Podman
@@ -331,9 +333,6 @@ class ContainerCluster:
 
     def bundle(self, party: str) -> Path:
         return self.deploy_dir / party
-
-    def record_path(self, party: str, session_id: str) -> Path:
-        return self.bundle(party) / "data" / "sessions" / f"{session_id}.json"
 
     # ------------------------------------------------------------------ set-up
     def up(self) -> None:
@@ -450,28 +449,6 @@ class ContainerCluster:
         except ValueError:
             record = None
         return SessionOutcome(r.returncode, record, r.stderr, seconds)
-
-    def wait_records(self, parties: Sequence[str], session_id: str, timeout: float) -> dict[str, dict]:
-        """Every party's final record of ``session_id`` (read from its bundle's data/)."""
-        end = time.monotonic() + timeout
-        records: dict[str, dict] = {}
-        while True:
-            for p in parties:
-                if p not in records and self.record_path(p, session_id).exists():
-                    records[p] = json.loads(self.record_path(p, session_id).read_text())
-            if len(records) == len(parties):
-                return records
-            if time.monotonic() > end:
-                missing = sorted(set(parties) - set(records))
-                raise AssertionError(f"no final record of {session_id} at {missing} within {timeout:g} s; "
-                                     + " | ".join(f"{p}: {self.log(p)[-1500:]}" for p in missing))
-            time.sleep(0.2)
-
-    def running_at(self, party: str, session_id: str) -> bool:
-        """The party's role has started (its output directory exists) and not yet ended."""
-        return ((self.bundle(party) / "data" / "outputs" / session_id).is_dir()
-                and not self.record_path(party, session_id).exists())
-
 
 def hand_to_container_user(bundle: Path) -> None:
     """The operator's documented step: ``chown -R 10001:10001 certs data inputs``."""

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from tests.support.bundles import BundleRecords
 from tests.support.paths import REPO as _REPO
 
 REPO = _REPO
@@ -86,7 +87,7 @@ class SessionOutcome:
 
 
 @dataclass
-class NetnsCluster:
+class NetnsCluster(BundleRecords):
     parties: Sequence[str]
     workdir: Path
     inputs: list[str] = field(default_factory=list)
@@ -240,30 +241,6 @@ class NetnsCluster:
         seconds = time.monotonic() - t0
         record = json.loads(out.read_text()) if out.exists() else None
         return SessionOutcome(r.returncode, record, r.stderr, seconds)
-
-    def record_path(self, party: str, session_id: str) -> Path:
-        return self.bundle(party) / "data" / "sessions" / f"{session_id}.json"
-
-    def wait_records(self, parties: Sequence[str], session_id: str, timeout: float) -> dict[str, dict]:
-        """Wait until every party has written its final record of ``session_id``."""
-        end = time.monotonic() + timeout
-        records: dict[str, dict] = {}
-        while True:
-            for p in parties:
-                if p not in records and self.record_path(p, session_id).exists():
-                    records[p] = json.loads(self.record_path(p, session_id).read_text())
-            if len(records) == len(parties):
-                return records
-            if time.monotonic() > end:
-                missing = sorted(set(parties) - set(records))
-                raise AssertionError(f"no final record of {session_id} at {missing} within {timeout:g} s; "
-                                     + " | ".join(f"{p}: {self.log(p)[-1500:]}" for p in missing))
-            time.sleep(0.1)
-
-    def running_at(self, party: str, session_id: str) -> bool:
-        """The party's role has started (its output directory exists) and not yet ended."""
-        return ((self.bundle(party) / "data" / "outputs" / session_id).is_dir()
-                and not self.record_path(party, session_id).exists())
 
     def link(self, party: str, up: bool) -> None:
         """Plug / unplug ``party``'s cable at the switch (its own interface stays up)."""
