@@ -136,7 +136,7 @@ class Chaos:
                     continue
                 at = time.monotonic() - self._t0
                 if a.action == "kill":
-                    self.cluster.kill(a.party)
+                    self.cluster.kill(a.party, restart=a.restart)
                     if a.restart:
                         time.sleep(self.restart_delay)
                         self.cluster.restart(a.party)

@@ -75,6 +75,8 @@ class LocalCluster:
         self.procs: dict[str, subprocess.Popen] = {}
         #: parties killed on purpose and not restarted (their records cannot be fetched)
         self.down: set[str] = set()
+        #: killed parties that chaos will start again: their records are waited for, not "unknown"
+        self.restarting: set[str] = set()
 
     # ------------------------------------------------------------------ lifecycle
     def __enter__(self) -> "LocalCluster":
@@ -134,9 +136,16 @@ class LocalCluster:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
     # ------------------------------------------------------------------ chaos
-    def kill(self, party: str) -> None:
-        """SIGKILL ``party``'s process: no shutdown, no abort sent, nothing written."""
+    def kill(self, party: str, *, restart: bool = False) -> None:
+        """SIGKILL ``party``'s process: no shutdown, no abort sent, nothing written.
+
+        ``restart``: it will be started again (by :meth:`restart`), so :meth:`run` waits for
+        its record rather than reporting it unknown -- the others may finish first when it was
+        killed after its last message.
+        """
         proc = self.procs[party]
+        if restart:
+            self.restarting.add(party)
         proc.kill()
         proc.wait(10)
         self.down.add(party)
@@ -146,9 +155,12 @@ class LocalCluster:
         old = self.procs.get(party)
         if old is not None and old.poll() is None:
             raise RuntimeError(f"party {party} is still running")
-        self._spawn(party)
-        self.down.discard(party)
-        self._wait_up(party)
+        try:
+            self._spawn(party)
+            self.down.discard(party)
+            self._wait_up(party)
+        finally:
+            self.restarting.discard(party)
 
     def pause(self, party: str) -> None:
         self.procs[party].send_signal(signal.SIGSTOP)
@@ -184,7 +196,8 @@ class LocalCluster:
         th.start()
         end = time.monotonic() + wait
         while th.is_alive() and time.monotonic() < end:
-            if initiator in self.down and self._settled(roles, sid, exclude={initiator}):
+            if initiator in self.down and initiator not in self.restarting \
+                    and self._settled(roles, sid, exclude={initiator}):
                 break  # the initiator is gone for good: the others' records tell how it ended
             th.join(0.2)
         records: dict[str, dict] = {}
@@ -200,6 +213,8 @@ class LocalCluster:
         return records
 
     def _record(self, party: str, sid: str, end: float) -> dict:
+        while party in self.restarting and time.monotonic() < end:
+            time.sleep(0.2)   # killed, to be started again: its record comes after the replay
         if party in self.down:
             return {"state": "unknown", "session_id": sid,
                     "error": {"code": "UNAVAILABLE", "message": f"party {party} was killed", "origin": party}}

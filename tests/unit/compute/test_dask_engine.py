@@ -12,6 +12,8 @@ import pytest
 
 pytest.importorskip("distributed", reason="the Dask engine needs the optional extra smcdp[dask]")
 
+from distributed.diagnostics.plugin import SchedulerPlugin  # noqa: E402
+
 from smcdp.compute import ComputeConfig, LocalEngine, kernels, make_engine, open_matrix  # noqa: E402
 from smcdp.errors import Unavailable  # noqa: E402
 from smcdp.net.channel import InMemoryNetwork  # noqa: E402
@@ -97,11 +99,15 @@ def test_the_key_reaches_the_workers_only(tmp_path, keypair512):
 
         async def go():
             async with eng.session(src, sk) as cs:
-                await cs.decrypt(await cs.encrypt([1, 2, 3] * 20))
+                # every task's spec as the scheduler held it when the task went to a worker (a task
+                # that finished is forgotten: the scheduler's tasks afterwards may hold none)
                 sched = eng.cluster.scheduler
+                recorder = _SpecRecorder(sched)
+                sched.add_plugin(recorder)
+                await cs.decrypt(await cs.encrypt([1, 2, 3] * 20))
                 key_state = sched.tasks[cs._key.key]
                 p_bytes = int(sk.p).to_bytes((int(sk.p).bit_length() + 7) // 8, "big")
-                specs = [pickle.dumps(ts.run_spec) for ts in sched.tasks.values() if ts.run_spec is not None]
+                specs = list(recorder.specs)
                 name = cs._key.key
                 held = eng.client.run(lambda dask_worker: name in dask_worker.data)
                 return key_state.run_spec, specs, p_bytes, held, len(key_state.who_has)
@@ -116,6 +122,22 @@ def test_the_key_reaches_the_workers_only(tmp_path, keypair512):
         assert eng.cluster.scheduler.address.startswith("tls://")
     finally:
         eng.close()
+
+
+class _SpecRecorder(SchedulerPlugin):
+    """Keeps the pickled run_spec of every task the scheduler sends to a worker."""
+
+    name = "smcdp-test-spec-recorder"
+
+    def __init__(self, scheduler) -> None:
+        self.scheduler = scheduler
+        self.specs: list[bytes] = []
+
+    def transition(self, key, start, finish, *args, **kwargs) -> None:
+        if finish == "processing":
+            ts = self.scheduler.tasks.get(key)
+            if ts is not None and ts.run_spec is not None:
+                self.specs.append(pickle.dumps(ts.run_spec))
 
 
 def _small(tmp_path):
