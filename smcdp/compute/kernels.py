@@ -80,30 +80,34 @@ def frobenius_block(A: np.ndarray) -> np.ndarray:
 
 
 class _OneBlasThread:
-    """Process-wide "BLAS uses one thread" while any kernel runs (reference-counted, so kernels that run
-    side by side in threads never restore the original limit under each other's feet)."""
+    """"BLAS uses one thread" in this process from the first kernel on, for the process's life.
+
+    Parallelism comes from the engine's block threads (or Dask workers, whose nanny starts them
+    with one BLAS thread), each block's products run on one thread.  The limit is never lifted
+    again: lifting it between passes and setting it again per block changed the results in the
+    last bits (measured in bench/power_iteration_scale_bench.py: a cell run after another one
+    differed from the Dask engine's by 1e-13 while a fresh process agreed bit for bit), and the
+    engines promise the same floats.  Other numpy work of the process (the protocol's small
+    matrices) runs on one BLAS thread too once a compute engine has run.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._users = 0
+        self._pinned = False
         self._limiter = None
-        self._controller: ThreadpoolController | None = None
 
     def __enter__(self) -> None:
+        if self._pinned:
+            return
         with self._lock:
-            self._users += 1
-            if self._users == 1:
-                if self._controller is None:
-                    self._controller = ThreadpoolController()
-                if any(lib.get("num_threads", 1) != 1 for lib in self._controller.info()):
-                    self._limiter = self._controller.limit(limits=1)
+            if not self._pinned:
+                controller = ThreadpoolController()
+                if any(lib.get("num_threads", 1) != 1 for lib in controller.info()):
+                    self._limiter = controller.limit(limits=1)   # kept: never restored
+                self._pinned = True
 
     def __exit__(self, *exc) -> None:
-        with self._lock:
-            self._users -= 1
-            if self._users == 0 and self._limiter is not None:
-                self._limiter.restore_original_limits()
-                self._limiter = None
+        return None
 
 
 #: ``with one_blas_thread:`` around every kernel call

@@ -86,8 +86,7 @@ class LocalSession(ComputeSession):
         order.  Blocks are loaded only on those threads, so at most ``workers`` block buffers exist."""
         src = self.source
         acc = TreeSum()
-        # held for the whole pass: switching the BLAS thread count while block threads compute
-        # changed results in the last bits (measured), so the limit must not come and go per block
+        # one BLAS thread from the first pass on, for good (kernels.one_blas_thread says why)
         with one_blas_thread:
             for out in self.engine.threads().map(
                     lambda blk: apply_block(src, blk, kernel, *args, index_arg=index_arg), src.blocks):
