@@ -16,6 +16,7 @@ sender is ``peer=""``).
 
 from __future__ import annotations
 
+import datetime as _dt
 import logging
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -101,7 +102,6 @@ class _Collector:
             if h["rtt_ms"] is not None:
                 rtt.add_metric([h["name"]], h["rtt_ms"] / 1000.0)
             if h["cert_not_after"]:
-                import datetime as _dt
                 expiry.add_metric([h["name"]], _dt.datetime.fromisoformat(h["cert_not_after"]).timestamp())
         yield up
         yield rtt

@@ -12,6 +12,7 @@ from urllib.parse import quote
 CSS = """
 body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;color:#1b1f23;background:#f6f8fa}
 header{background:#24292f;color:#fff;padding:10px 20px;display:flex;gap:24px;align-items:baseline}
+nav{display:flex;gap:16px}
 header h1{font-size:17px;margin:0}header a{color:#c9d1d9;text-decoration:none}header a.on{color:#fff;
 font-weight:600;border-bottom:2px solid #fff}main{padding:16px 20px}
 table{border-collapse:collapse;background:#fff;width:100%;margin:8px 0 20px}
@@ -41,7 +42,7 @@ def page(title: str, party: str, active: str, body: str, refresh: float, generat
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8">{meta}'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
             f'<title>{e(title)} — smcdp {e(party)}</title><link rel="stylesheet" href="/static/console.css">'
-            f'</head><body><header><h1>smcdp · party {e(party)}</h1><nav style="display:flex;gap:16px">{nav}</nav>'
+            f'</head><body><header><h1>smcdp · party {e(party)}</h1><nav>{nav}</nav>'
             f'</header><main><h2>{e(title)}</h2>{body}</main><footer>read-only console · generated {e(generated)}'
             f'{f" · refreshes every {int(refresh)} s" if refresh > 0 else ""}</footer></body></html>')
 

@@ -86,23 +86,15 @@ def cert_facts(cert: x509.Certificate) -> dict:
             "cert_days_left": round(left, 1)}
 
 
-def _peer_certificate(address: str, party: str, tls, timeout: float) -> x509.Certificate:
+def _peer_certificate(address: str, party: str, tls, cert_file: Path, key_file: Path,
+                      timeout: float) -> x509.Certificate:
     """The certificate ``party`` presents at ``address``, checked against the federation's CA."""
     host, port = parse_address(address, f"peers.{party}")
     ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=tls.ca_pem.decode("ascii"))
     ctx.check_hostname = True
     ctx.set_alpn_protocols(["h2"])
-    # the party's own certificate as client certificate: the peer requires one (mutual TLS);
-    # ssl wants files, so the PEM goes through a private temporary file
-    import os
-    import tempfile
-    fd, path = tempfile.mkstemp(prefix="smcdp-probe-", suffix=".pem")
-    try:
-        os.write(fd, tls.cert_pem + b"\n" + tls.key_pem)
-        os.close(fd)
-        ctx.load_cert_chain(path)
-    finally:
-        os.unlink(path)
+    # the party's own certificate as client certificate: the peer requires one (mutual TLS)
+    ctx.load_cert_chain(str(cert_file), str(key_file))
     with socket.create_connection((host, port), timeout=timeout) as raw:
         with ctx.wrap_socket(raw, server_hostname=party) as s:
             der = s.getpeercert(binary_form=True)
@@ -157,7 +149,8 @@ class PeerProber:
         if h.up:
             try:
                 cert = await asyncio.get_running_loop().run_in_executor(
-                    None, _peer_certificate, h.address, party, self.tls, timeout)
+                    None, _peer_certificate, h.address, party, self.tls, self.config.tls.cert,
+                    self.config.tls.key, timeout)
                 for k, v in cert_facts(cert).items():
                     setattr(h, k, v)
                 h.cert_error = None
