@@ -78,7 +78,7 @@ class Console:
             web.get("/sessions/{sid}", self.session_page), web.get("/peers", self.peers_page),
             web.get("/budgets", self.budgets_page), web.get("/audit", self.audit_page),
             web.get("/metrics", self.metrics_page), web.get("/static/console.css", self.css),
-            web.get("/healthz", self.healthz),
+            web.get("/healthz", self.healthz), web.get("/favicon.ico", self.no_icon),
         ])
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
@@ -138,6 +138,9 @@ class Console:
 
     async def css(self, request: web.Request) -> web.Response:
         return web.Response(text=pages.CSS, content_type="text/css", charset="utf-8")
+
+    async def no_icon(self, request: web.Request) -> web.Response:
+        return web.Response(status=204)   # browsers ask for one; answering 404 would log an error
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.Response(text="ok\n", content_type="text/plain")
