@@ -43,6 +43,7 @@ from gmpy2 import mpz
 from phe import paillier as phe_paillier
 
 from smcdp._files import atomic_write
+from smcdp.crypto.counters import count as _count
 from smcdp.crypto.modexp import FixedBaseTable
 from smcdp.errors import CryptoOverflow, InsecureParameters, InvalidMessage
 
@@ -126,6 +127,7 @@ class PublicKey:
     def raw_encrypt(self, m: int, obfuscate: bool = True) -> mpz:
         """Encrypt a signed integer (|m| <= max_int)."""
         gm = (1 + self.n * self.raw_plain(m))  # < n², no reduction needed
+        _count("encrypt")
         if not obfuscate:
             return gm % self.nsquare
         return self.obfuscator(gm)
@@ -134,6 +136,7 @@ class PublicKey:
         return [self.raw_encrypt(m) for m in ms]
 
     def rerandomize(self, c: mpz) -> mpz:
+        _count("rerandomize")
         return self.obfuscator(c)
 
     def raw_encrypt_textbook(self, m: int) -> mpz:
@@ -147,13 +150,17 @@ class PublicKey:
 
     def rerandomize_textbook(self, c: mpz) -> mpz:
         """``c · r^n mod n²`` with a fresh textbook obfuscator (see :meth:`raw_encrypt_textbook`)."""
+        _count("rerandomize")
         return mpz(c) * self.slow_obfuscator() % self.nsquare
 
     def raw_add(self, c1: mpz, c2: mpz) -> mpz:
+        # not counted: a few microseconds each, a counter would cost measurably here (the vector
+        # additions count per element, in EncryptedVector)
         return c1 * c2 % self.nsquare
 
     def raw_mul(self, c: mpz, k: int) -> mpz:
         """c^k mod n² for a signed integer k (negative k uses the inverse)."""
+        _count("mul")
         if k < 0:
             c = gmpy2.invert(c, self.nsquare)
             k = -k
@@ -235,6 +242,7 @@ class PrivateKey:
     # ------------------------------------------------------------ decryption
     def raw_decrypt(self, c: int) -> mpz:
         """Decrypt to an integer in [0, n)."""
+        _count("decrypt")
         c = mpz(c)
         p, q = self.p, self.q
         mp = (gmpy2.powmod(c, p - 1, self.psquare) - 1) // p * self.hp % p
@@ -267,6 +275,7 @@ class PrivateKey:
 
     def raw_encrypt(self, m: int) -> mpz:
         """Encrypt with the private key: same distribution as the public path, computed mod p² and q²."""
+        _count("encrypt")
         pk = self.public_key
         gm = 1 + pk.n * pk.raw_plain(m)
         a = secrets.randbits(pk.obfuscation_bits)
@@ -332,6 +341,7 @@ def generate_keypair(bits: int = DEFAULT_KEY_BITS, *, allow_insecure: bool = Fal
     if isinstance(bits, bool) or not isinstance(bits, int):
         raise InvalidMessage(f"key size must be an integer number of bits, got {bits!r}")
     check_key_bits(bits, allow_insecure)
+    _count("keygen")
     rng = rng if rng is not None else random.SystemRandom()
     while True:
         p = _random_prime((bits + 1) // 2, rng)

@@ -22,6 +22,7 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from typing import Sequence
 
+from smcdp.crypto.counters import count_many
 from smcdp.crypto.paillier import PrivateKey, PublicKey
 
 _WORKER_PK: PublicKey | None = None
@@ -83,6 +84,7 @@ class CryptoPool:
         ints = [int(m) for m in ints]
         for m in ints:  # validate here so a bad value fails fast with the usual error
             self.public_key.raw_plain(m)
+        count_many("encrypt", len(ints))   # done in the workers: counted here, in this process
         out: list[int] = []
         for part in self._pool.map(_encrypt_chunk, _chunks(ints, self.workers), [use_private] * self.workers):
             out.extend(part)
@@ -92,8 +94,10 @@ class CryptoPool:
         """Decrypt to signed integers across the workers; order is kept."""
         if not self.has_private_key:
             raise ValueError("this pool holds no private key")
+        cts = [int(c) for c in cts]
+        count_many("decrypt", len(cts))   # done in the workers: counted here, in this process
         out: list[int] = []
-        for part in self._pool.map(_decrypt_chunk, _chunks([int(c) for c in cts], self.workers)):
+        for part in self._pool.map(_decrypt_chunk, _chunks(cts, self.workers)):
             out.extend(part)
         return out
 

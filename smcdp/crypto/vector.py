@@ -45,6 +45,7 @@ from smcdp.crypto.encoding import (
     encode_fixed,
     int_to_bytes,
 )
+from smcdp.crypto.counters import count_many
 from smcdp.crypto.modexp import multi_exp
 from smcdp.crypto.paillier import PrivateKey, PublicKey
 from smcdp.errors import CryptoOverflow, InvalidMessage
@@ -190,6 +191,7 @@ class EncryptedVector:
             a, b = a.scale_exponent(e), b.scale_exponent(e)
         bound = a._check_bound(a.bound + b.bound, "sum")
         n2 = self.public_key.nsquare
+        count_many("add", len(a.ciphertexts))
         return a._like([x * y % n2 for x, y in zip(a.ciphertexts, b.ciphertexts)], bound)
 
     def __neg__(self) -> "EncryptedVector":
@@ -221,6 +223,7 @@ class EncryptedVector:
         k = int(k)
         bound = self._check_bound(self.bound * abs(k), "scalar product")
         pk = self.public_key
+        count_many("mul", len(self.ciphertexts))
         if k < 0:
             inv = [gmpy2.invert(c, pk.nsquare) for c in self.ciphertexts]
             return self._like([gmpy2.powmod(c, -k, pk.nsquare) for c in inv], bound)
@@ -247,6 +250,7 @@ class EncryptedVector:
         self._require_unpacked("sum")
         n2 = self.public_key.nsquare
         acc = mpz(1)
+        count_many("add", max(0, len(self.ciphertexts) - 1))
         for c in self.ciphertexts:
             acc = acc * c % n2
         bound = self._check_bound(self.bound * self.length, "sum")
@@ -269,6 +273,7 @@ class EncryptedVector:
             ks = encode_fixed(row, frac_bits)
             bound = max(bound, self.bound * sum(abs(k) for k in ks))
             out.append(multi_exp(self.ciphertexts, ks, pk.nsquare))
+        count_many("mul", W.shape[0] * self.length)
         self._check_bound(bound, "matrix-vector product")
         return EncryptedVector(pk, out, W.shape[0], self.exponent - frac_bits, UNPACKED, bound)
 

@@ -49,6 +49,7 @@ class TrafficStats:
     messages_sent: int = 0
     messages_received: int = 0
     per_peer_sent: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    per_peer_received: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
     def as_dict(self) -> dict:
         return {
@@ -57,6 +58,7 @@ class TrafficStats:
             "messages_sent": self.messages_sent,
             "messages_received": self.messages_received,
             "per_peer_sent": dict(self.per_peer_sent),
+            "per_peer_received": dict(self.per_peer_received),
         }
 
 
@@ -322,6 +324,7 @@ class Channel(abc.ABC):
             raise InvalidMessage(f"message {tag!r} from {frm} does not parse as {expected}: {exc}") from None
         self.stats.bytes_received += len(data)
         self.stats.messages_received += 1
+        self.stats.per_peer_received[frm] += len(data)
         return msg
 
     async def recv_all(self, frm: Iterable[str], tag: str, msg_type: type[M]) -> dict[str, M]:

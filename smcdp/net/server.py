@@ -278,6 +278,13 @@ class SessionHost(abc.ABC):
     async def decide(self, session_id: str, approve: bool, reason: str) -> dict:
         raise _unimplemented("ApproveSession/RejectSession")
 
+    # observation (issue 18: console and metrics); the transport reports, the host keeps counts
+    def inbound_delivered(self, peer: str, nbytes: int, duplicate: bool) -> None:
+        """A message of ``nbytes`` from ``peer`` was accepted (``duplicate``: already held)."""
+
+    def inbound_refused(self, peer: str | None, code: str) -> None:
+        """A message was refused with status ``code`` (``peer`` None if not even identified)."""
+
 
 def _unimplemented(what: str) -> SmcdpError:
     exc = SmcdpError(f"{what} is not supported by this party")
@@ -304,7 +311,7 @@ class MailboxServicer(tgrpc.MailboxServicer):
         self.max_message_bytes = max_message_bytes
 
     async def Deliver(self, request_iterator, context):
-        budget = charge = key = None
+        budget = charge = key = peer = None
         stored = False
         try:
             peer = peer_identity(context)
@@ -346,6 +353,7 @@ class MailboxServicer(tgrpc.MailboxServicer):
                     f"{len(buf)}/{first.total_size} bytes")
             fresh = target.deliver_threadsafe(sender_role, first.tag, first.type_name, bytes(buf))
             stored = fresh
+            self._observe(self.host.inbound_delivered, peer, len(buf), not fresh)
             return tpb.Ack(duplicate=not fresh, bytes=len(buf))
         except Exception as exc:  # noqa: BLE001 - report, never crash the server
             failure = exc
@@ -357,7 +365,15 @@ class MailboxServicer(tgrpc.MailboxServicer):
         # bytes -- a stream of refused 1 MiB messages would otherwise pile up in memory.
         env = first = buf = None  # noqa: F841
         failure.__traceback__ = None
+        self._observe(self.host.inbound_refused, peer, status_code_of(failure).name)
         await _fail(context, failure, "Deliver")
+
+    @staticmethod
+    def _observe(fn, *args) -> None:
+        try:
+            fn(*args)
+        except Exception:  # noqa: BLE001 - observation never changes what the peer is answered
+            log.exception("observing a delivery failed")
 
     def _check_header(self, env: tpb.Envelope) -> None:
         validate_session_id(env.session_id)

@@ -52,6 +52,10 @@ Example (all relative paths are resolved against the config file's directory)::
     scheduler = "local"
     workers = 2
 
+    [console]                      # optional (issue 18): read-only web console + /metrics
+    listen = "127.0.0.1:9464"      # loopback unless [console.tls] or insecure_bind (all keys:
+                                   #   smcdp.runtime.console.config, docs/operations.md)
+
 An input may name a ``.npy`` file, a folder of ``.npy`` shards or a Zarr array directory.
 
 The transport's sections ([tls], [peers], [timeouts], [limits] and the transport
@@ -90,6 +94,7 @@ from smcdp.net.config import (
 )
 from smcdp.net.tls import validate_party_name
 from smcdp.runtime.charges import BudgetConfig, budget_to_dict, parse_budget
+from smcdp.runtime.console.config import ConsoleConfig, console_to_dict, parse_console
 from smcdp.runtime.policy import Policy, parse_policy
 
 _MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -129,6 +134,7 @@ class PartyConfig(NetConfig):
     budget: BudgetConfig | None = None    # None: no [budget]
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     compute: ComputeConfig = field(default_factory=ComputeConfig)   # [compute] (issue 17)
+    console: ConsoleConfig = field(default_factory=ConsoleConfig)   # [console] (issue 18)
 
 
 def _parse_inputs(inputs_t: Mapping[str, Any], base: Path) -> dict[str, dict[str, Path]]:
@@ -150,7 +156,7 @@ def parse_config(data: Mapping[str, Any], base_dir: str | os.PathLike,
     """Validate a parsed TOML document; relative paths are resolved against ``base_dir``."""
     base = Path(base_dir)
     check_keys(data, {"party", "tls", "peers", "inputs", "timeouts", "limits", "logging", "policy", "budget",
-                      "compute"}, "the top level")
+                      "compute", "console"}, "the top level")
 
     party = table(data, "party", True)
     check_keys(party, {"name", "listen", "data_dir", "allow_insecure_keys",
@@ -181,7 +187,8 @@ def parse_config(data: Mapping[str, Any], base_dir: str | os.PathLike,
         logging=_parse_logging(table(data, "logging", False)), source=source,
         policy=parse_policy(table(data, "policy", False), name, peers) if "policy" in data else None,
         budget=parse_budget(table(data, "budget", False), base) if "budget" in data else None,
-        compute=_parse_compute(table(data, "compute", False), base))
+        compute=_parse_compute(table(data, "compute", False), base),
+        console=parse_console(table(data, "console", False), base))
 
 
 def _parse_compute(tbl: Mapping[str, Any], base: Path) -> ComputeConfig:
@@ -235,6 +242,9 @@ def config_to_dict(cfg: PartyConfig, relative_to: str | os.PathLike | None = Non
     compute = cfg.compute.to_dict(lambda p: relative_path(p, base))   # [compute] (issue 17)
     if compute:
         doc["compute"] = compute
+    console = console_to_dict(cfg.console, base)   # [console] (issue 18)
+    if console:
+        doc["console"] = console
     return doc
 
 

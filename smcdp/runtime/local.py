@@ -34,6 +34,7 @@ from smcdp.net.tls import generate_deployment
 from smcdp.runtime.client import get_result, start_session, wait_healthy
 from smcdp.runtime.charges import BudgetConfig
 from smcdp.runtime.config import PartyConfig, dump_config
+from smcdp.runtime.console.config import ConsoleConfig
 from smcdp.runtime.policy import Policy
 
 log = logging.getLogger("smcdp.local")
@@ -56,8 +57,10 @@ class LocalCluster:
                  budgets: Mapping[str, BudgetConfig] | None = None,
                  data_root: str | os.PathLike | None = None,
                  compute: Mapping[str, ComputeConfig] | None = None,
-                 extra_env: Mapping[str, str] | None = None, limits: Limits | None = None) -> None:
+                 extra_env: Mapping[str, str] | None = None, limits: Limits | None = None,
+                 consoles: Mapping[str, ConsoleConfig] | None = None) -> None:
         self.limits = limits
+        self.consoles = dict(consoles or {})        # party -> its [console] (issue 18)
         self.parties = {name: dict(inputs) for name, inputs in parties.items()}
         self.compute = dict(compute or {})          # party -> its [compute] (issue 17)
         self.extra_env = dict(extra_env or {})
@@ -98,7 +101,13 @@ class LocalCluster:
             self.workdir, list(self.parties), inputs=self.parties, plugins=self.plugins,
             allow_insecure_keys=self.allow_insecure_keys, timeouts=timeouts,
             allow_seeded=self.allow_seeded, policies=self.policies, budgets=self.budgets,
-            data_root=self.data_root, compute=self.compute, limits=self.limits)
+            data_root=self.data_root, compute=self.compute, limits=self.limits, consoles=self.consoles)
+
+    def console_url(self, party: str) -> str:
+        """The base URL of ``party``'s console (issue 18; it must have a [console])."""
+        listen = self.consoles[party].listen
+        scheme = "https" if self.consoles[party].tls is not None else "http"
+        return f"{scheme}://{listen}/"
 
     def start(self) -> None:
         self.write_configs()
@@ -264,7 +273,8 @@ def write_local_deployment(root: str | os.PathLike, parties: Sequence[str], *,
                            budgets: Mapping[str, BudgetConfig] | None = None,
                            data_root: str | os.PathLike | None = None,
                            limits: Limits | None = None,
-                           compute: Mapping[str, ComputeConfig] | None = None) -> dict[str, Path]:
+                           compute: Mapping[str, ComputeConfig] | None = None,
+                           consoles: Mapping[str, ConsoleConfig] | None = None) -> dict[str, Path]:
     """Certificates (``root/certs``) and one config per party (``root/config/<name>.toml``)
     for parties on one host; returns party -> config path.
 
@@ -273,7 +283,8 @@ def write_local_deployment(root: str | os.PathLike, parties: Sequence[str], *,
     ``root/state/<name>``).  ``policies`` / ``budgets``: party -> its ``[policy]`` /
     ``[budget]`` (none by default); ``allow_seeded`` sets ``[policy] allow_seeded`` on
     every party (tests and demos that pass a seed need it).  ``compute`` is party -> its
-    ``[compute]`` section (default: the local engine).
+    ``[compute]`` section (default: the local engine); ``consoles`` party -> its ``[console]``
+    (default: none).
     """
     root = Path(root)
     certs = root / "certs"
@@ -296,7 +307,8 @@ def write_local_deployment(root: str | os.PathLike, parties: Sequence[str], *,
                     for proto, table in (inputs or {}).get(p, {}).items()},
             plugins=tuple(plugins), allow_insecure_keys=allow_insecure_keys,
             timeouts=timeouts or Timeouts(), policy=policy, budget=(budgets or {}).get(p),
-            limits=limits or Limits(), compute=(compute or {}).get(p, ComputeConfig()))
+            limits=limits or Limits(), compute=(compute or {}).get(p, ComputeConfig()),
+            console=(consoles or {}).get(p, ConsoleConfig()))
         paths[p] = dump_config(cfg, root / "config" / f"{p}.toml")
     return paths
 

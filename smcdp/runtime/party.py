@@ -81,6 +81,7 @@ from smcdp.primitives.rng import Randomness
 from smcdp.runtime.approvals import propose_until_decided
 from smcdp.runtime.checkpoint import Checkpoint, CheckpointError
 from smcdp.runtime.config import PartyConfig, load_config
+from smcdp.runtime.console.readmodel import Observatory   # issue 18: console and metrics
 from smcdp.runtime.governance import Governor
 from smcdp.runtime.limits import EndedSessions, check_begin, check_proposal  # issue 19: limits
 from smcdp.runtime.logs import configure_logging, private_dir
@@ -117,6 +118,8 @@ class Party(SessionHost):
         self.incarnation = secrets.token_hex(6)
         self.governor = Governor(config, self.name)          # governance (issue 14)
         self._expiry: asyncio.Task | None = None
+        self.observatory = Observatory(self)                  # issue 18: what the console reads
+        self.console = None                                   # [console], started by start()
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> int:
@@ -129,12 +132,22 @@ class Party(SessionHost):
         self.port = await self.server.start()
         self._connector = PeerConnector(self.config, self.tls)
         log.info("party %s listening on %s (port %d)", self.name, self.config.listen, self.port)
+        if self.config.console.enabled:                        # issue 18
+            from smcdp.runtime.console.server import Console   # aiohttp only where a console runs
+            self.console = Console(self, self.observatory)
+            try:
+                await self.console.start()
+            except BaseException:
+                await self.server.stop(grace=0)
+                raise
         return self.port
 
     async def stop(self, grace: float = SHUTDOWN_GRACE) -> None:
         """Refuse new sessions, abort running ones (telling their peers), stop the server."""
         self._shutting_down = True
         await self.server.set_not_serving()
+        if self.console is not None:                           # issue 18
+            await self.console.stop()
         running = [s for s in self.sessions.values() if not s.done.done()]
         for s in running:
             s.fail_threadsafe(SessionAborted(f"party {self.name} is shutting down", "UNAVAILABLE",
@@ -226,6 +239,12 @@ class Party(SessionHost):
         if role == channel.role:
             raise PermissionDenied("a party cannot deliver messages to itself")
         return channel, role
+
+    def inbound_delivered(self, peer: str, nbytes: int, duplicate: bool) -> None:   # issue 18
+        self.observatory.inbound_delivered(peer, nbytes, duplicate)
+
+    def inbound_refused(self, peer: str | None, code: str) -> None:                 # issue 18
+        self.observatory.inbound_refused(peer, code)
 
     def _refuse_ended(self, peer: str, session_id: str) -> None:
         """A message for a session that ended here long ago: its record on disk says how (to a
@@ -345,6 +364,8 @@ class Party(SessionHost):
                 self.ended.add(s.spec.session_id, s.channel)
             if (s.record or {}).get("record_write_error"):  # keep what could not be written
                 self._unwritten[s.spec.session_id] = s.record
+            if s.record is not None:
+                self.observatory.session_ended(s.record)       # issue 18: metrics
 
     def _session_for(self, peer: str, session_id: str) -> Session | None:
         """The live session, or None if it ended here (after checking the peer held a role)."""
@@ -568,7 +589,8 @@ async def _serve(config: PartyConfig, ready_file: Path | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     if ready_file is not None:
-        write_json_atomic(ready_file, {"party": party.name, "port": party.port, "pid": os.getpid()})
+        write_json_atomic(ready_file, {"party": party.name, "port": party.port, "pid": os.getpid(),
+                                       "console": party.console.url if party.console is not None else None})
     # through the log, so that [logging] format = "json" gives nothing but JSON lines
     log.info("party %s serving on %s (port %d); stop with SIGTERM or Ctrl-C", party.name, config.listen,
              party.port)
