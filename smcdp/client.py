@@ -39,7 +39,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
 from smcdp.errors import DeadlineExceeded, InvalidMessage, SmcdpError
-from smcdp.net.grpc_channel import NotFound, error_for_code
+from smcdp.net.grpc_channel import NotFound, error_for_code  # noqa: F401 - NotFound: re-exported for callers
 from smcdp.net.server import new_session_id
 from smcdp.runtime import client as _rpc
 from smcdp.runtime.config import PartyConfig, load_config
@@ -98,6 +98,10 @@ def _amount(v: Any) -> float | None:
 
 def _int_or_none(v: Any) -> int | None:
     return None if v is None else int(v)
+
+
+def _str_or_none(v: Any) -> str | None:
+    return None if v is None else str(v)
 
 
 @dataclass(frozen=True)
@@ -180,7 +184,7 @@ class PeerLiveness:
     party: str
     role: str | None
     last_answer_seconds_ago: float | None
-    incarnation: int | None
+    incarnation: str | None          #: which run of its process answered (changes when it restarts)
 
 
 @dataclass(frozen=True)
@@ -195,7 +199,7 @@ class SessionStatus:
     round: int | None
     step: str
     restarts: int
-    incarnation: int | None
+    incarnation: str | None
     seconds_left: float | None
     peers: Mapping[str, PeerLiveness]
     error: SessionError | None
@@ -204,12 +208,12 @@ class SessionStatus:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "SessionStatus":
-        peers = {p: PeerLiveness(p, v.get("role"), v.get("last_answer_seconds_ago"), _int_or_none(v.get("incarnation")))
+        peers = {p: PeerLiveness(p, v.get("role"), v.get("last_answer_seconds_ago"), _str_or_none(v.get("incarnation")))
                  for p, v in (d.get("peers") or {}).items()}
         return cls(session_id=str(d.get("session_id")), protocol=d.get("protocol"), party=d.get("party"),
                    role=d.get("role"), state=SessionState(d.get("state")), round=_int_or_none(d.get("round")),
                    step=str(d.get("step") or ""), restarts=int(d.get("restarts") or 0),
-                   incarnation=_int_or_none(d.get("incarnation")), seconds_left=d.get("seconds_left"),
+                   incarnation=_str_or_none(d.get("incarnation")), seconds_left=d.get("seconds_left"),
                    peers=MappingProxyType(peers), error=SessionError.from_dict(d.get("error")),
                    resumable=bool(d.get("resumable")), raw=MappingProxyType(copy.deepcopy(dict(d))))
 
@@ -316,10 +320,15 @@ class SessionHandle:
             if on_status is not None:
                 try:
                     on_status(self.status())
-                except (NotFound, SmcdpError):   # not registered yet, or the party is restarting
+                except SmcdpError:   # NotFound (not registered yet), or the party restarting
                     pass
             step = poll if end is None else max(0.0, min(poll, end - time.monotonic()))
             _sleep_until_done(self._call, step)
+        if on_status is not None:    # how it ended (the last round, the final state), once
+            try:
+                on_status(self.status())
+            except SmcdpError:
+                pass
         return SessionResult.from_record(self._call.result())
 
 
@@ -429,5 +438,5 @@ class PartyClient:
         _rpc.wait_healthy(self.config, peer, timeout=timeout)
 
 
-__all__ = ["PartyClient", "PeerLiveness", "ProposalState", "SessionError", "SessionHandle", "SessionInfo",
+__all__ = ["NotFound", "PartyClient", "PeerLiveness", "ProposalState", "SessionError", "SessionHandle", "SessionInfo",
            "SessionResult", "SessionState", "SessionStatus"]

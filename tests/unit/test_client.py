@@ -61,11 +61,12 @@ def test_a_failed_record_raises_its_typed_error(code, exc):
 def test_status_and_unknown_states():
     st = SessionStatus.from_dict({"session_id": "s", "protocol": "keyword", "party": "alice", "role": "client",
                                   "state": "running", "round": 3, "step": "logsum", "restarts": 1,
-                                  "incarnation": 2, "seconds_left": 41.5, "error": None, "resumable": False,
+                                  "incarnation": "17ad2362a8c3", "seconds_left": 41.5, "error": None, "resumable": False,
                                   "peers": {"bob": {"role": "server", "last_answer_seconds_ago": 0.4,
-                                                    "incarnation": 1}}})
+                                                    "incarnation": "0b9e"}}})
     assert st.state is SessionState.RUNNING and st.round == 3 and st.step == "logsum"
     assert st.peers["bob"].role == "server" and st.peers["bob"].last_answer_seconds_ago == 0.4
+    assert st.incarnation == "17ad2362a8c3" and st.peers["bob"].incarnation == "0b9e"
     assert SessionState("something-new") is SessionState.UNKNOWN and not SessionState.UNKNOWN.ended
     finished = SessionStatus.from_dict({"session_id": "s", "state": "failed", "round": None, "peers": {},
                                         "error": {"code": "ABORTED", "message": "x", "origin": "bob"}})
