@@ -43,6 +43,7 @@ fuzz: $(STAMP)
 	$(BIN)/python bench/fuzz_native.py --json $(OUT)/fuzz-native.json
 
 ## Reproductions of the seed papers' experiments at reduced repetitions (FULL=1 for the papers').
+## Writes a PNG and a markdown page per experiment and OUT/experiments/index.html indexing them.
 experiments: $(STAMP)
 	$(BIN)/python examples/exp_all.py --out $(OUT)/experiments $(if $(FULL),--full,)
 

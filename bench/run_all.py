@@ -53,16 +53,28 @@ def main() -> int:
     args = ap.parse_args()
 
     from smcdp.cli.bench import paillier_benchmark
+    from smcdp.progress import task
+
+    with task("benchmarks", total=7, unit="bench") as progress:
+        return _run(args, paillier_benchmark, progress)
+
+
+def _run(args, paillier_benchmark, progress) -> int:
+    def stage(what: str) -> None:
+        """The next benchmark: the bar on a terminal, a line otherwise (stderr)."""
+        if progress.description != "benchmarks":
+            progress.advance()
+        progress.update(description=f"benchmarks: {what}")
 
     parts = ["# Benchmarks", "",
              f"Machine: {machine()}.", "",
              "Regenerate with `make bench`. Every ratio compares two measurements taken in the same run on this "
              "machine; absolute rates move with machine load, ratios much less.", ""]
 
-    print("paillier micro-benchmarks …", file=sys.stderr)
+    stage("paillier micro-benchmarks")
     secs = 1.0 if args.quick else 3.0
     p = paillier_benchmark(2048, secs)
-    print("paillier micro-benchmarks, pure gmpy2 engine …", file=sys.stderr)
+    stage("paillier micro-benchmarks, pure gmpy2 engine")
     pure = json.loads(subprocess.run(
         [sys.executable, "-m", "smcdp", "bench", "paillier", "--key-bits", "2048", "--seconds", str(secs), "--json"],
         capture_output=True, text=True, check=True, env={**os.environ, "SMCDP_NATIVE": "0"}).stdout)
@@ -119,7 +131,7 @@ def main() -> int:
               "term, and no conversion of the bases into Montgomery form (a single correction by R^Σe instead). "
               "What remains is the multiplication itself. On both cores the process pool gives the pool row.", ""]
 
-    print("power iteration …", file=sys.stderr)
+    stage("power iteration")
     pi = run_module(HERE / "power_iteration_bench.py", ["--ks", "200,500"])
     parts += ["## Power iteration per round (2048-bit keys, two parties of 100 samples)", "",
               "Steady-state round (the first round, which builds each party's encryption tables, is excluded). "
@@ -129,7 +141,7 @@ def main() -> int:
               "Trent adds and scales, both decrypt k values). Target (issue 8): k = 500 ≤ 0.5 s per round.", "",
               pi, ""]
 
-    print("power iteration at scale …", file=sys.stderr)
+    stage("power iteration at scale")
     scale = run_module(HERE / "power_iteration_scale_bench.py", ["--full"] if args.full_scale else [])
     parts += ["## Power iteration at scale: a data party's round against k and n, local vs Dask (issue 17)", "",
               "`bench/power_iteration_scale_bench.py` (`--full` adds n = 10⁶ per party; the table below says "
@@ -140,15 +152,17 @@ def main() -> int:
                                ("aggregate_bench.py", "DP aggregation", []),
                                ("checkpoint_bench.py", "The cost of checkpointing (issue 15)", [])):
         path = HERE / name
+        stage(name)
         if not path.exists():
             parts += [f"## {title}", "", f"_`bench/{name}` is not part of this build._", ""]
             continue
-        print(f"{name} …", file=sys.stderr)
         try:
             parts += [f"## {title}", "", run_module(path, extra + (["--quick"] if args.quick else [])), ""]
         except subprocess.CalledProcessError as exc:
             parts += [f"## {title}", "", f"_failed in this run: {exc.stderr.strip()[-500:]}_", ""]
 
+    progress.advance()
+    progress.update(description="benchmarks")
     text = "\n".join(parts) + "\n"
     if args.write:
         Path(args.write).write_text(text)

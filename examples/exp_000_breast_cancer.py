@@ -29,13 +29,13 @@ def main(argv=None) -> int:
     args = ec.parser(__doc__.splitlines()[0]).parse_args(argv)
     ec.quiet()
     out = ec.out_dir(args)
-    runs = 10 if args.full else 3
+    runs = ec.reps(args, full=10, quick=3)
     X, y = ec.load_biopsy()
     rng = np.random.default_rng(args.seed)
     err = {k: np.zeros((runs, len(EPSILONS))) for k in ("tight", "paper")}
     nonpriv = np.zeros(runs)
     with ec.Timer() as t:
-        for r in range(runs):
+        for r in ec.track(range(runs), "exp 000 breast cancer"):
             perm = rng.permutation(len(X))
             tr, te = perm[:583], perm[583:]
             m = LargeMarginGaussianClassifier(epsilon=float("inf"), lam=LAM, data_norm=1.0).fit(X[tr], y[tr])

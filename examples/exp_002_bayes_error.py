@@ -56,8 +56,9 @@ def main(argv=None) -> int:
     print("note: query='mean' uses the paper's model, in which the class sizes are public")
     warnings.simplefilter("ignore", PrivacyLeakWarning)
     out = ec.out_dir(args)
-    sizes = [500, 1000, 2000, 4000, 8000, 16000, 32000] if args.full else [500, 2000, 8000, 32000]
-    runs = 5 if args.full else 2
+    sizes = ([500, 1000, 2000, 4000, 8000, 16000, 32000] if args.full else [500, 2000] if args.tiny
+             else [500, 2000, 8000, 32000])
+    runs = ec.reps(args, full=5, quick=2)
     n_test = 50_000
     rng = np.random.default_rng(args.seed)
     variants = [("mean", "eigen"), ("mean", "nearest"), ("sum", "eigen"), ("sum", "nearest")]
@@ -70,7 +71,7 @@ def main(argv=None) -> int:
             bounds = ((mus - 6 * sd).min(0), (mus + 6 * sd).max(0))
             Xt, yt = sample(rng, mus, covs, prior, n_test)
             res = {v: np.zeros((runs, len(sizes))) for v in variants + [("non-private", "")]}
-            for r in range(runs):
+            for r in ec.track(range(runs), f"exp 002 {name} mixture"):
                 for j, n in enumerate(sizes):
                     X, y = sample(rng, mus, covs, prior, n)
                     m = GaussianBayesClassifier(epsilon=float("inf"), bounds=bounds).fit(X, y)

@@ -32,12 +32,12 @@ def main(argv=None) -> int:
     args = ec.parser(__doc__.splitlines()[0]).parse_args(argv)
     ec.quiet()
     out = ec.out_dir(args)
-    runs = 100 if args.full else 4
+    runs = ec.reps(args, full=100, quick=4)
     rng = np.random.default_rng(args.seed)
     err = np.zeros((runs, len(EPSILONS)))
     nonpriv = np.zeros(runs)
     with ec.Timer() as t:
-        for r in range(runs):
+        for r in ec.track(range(runs), "exp 003 synthetic"):
             means = rng.normal(size=(C, D))
             X, y = _draw(rng, means, N)
             Xt, yt = _draw(rng, means, N)

@@ -25,7 +25,7 @@ import exp_common as ec
 
 from smcdp.dp import GaussianMixture
 
-EPSILONS = [0.1, 0.3, 0.5, 1.0, 2.0, 4.0]
+ALL_EPSILONS = [0.1, 0.3, 0.5, 1.0, 2.0, 4.0]
 METHODS = ["linear", "advanced", "zcdp", "moments"]
 K, J, DELTA = 3, 10, 1e-4
 
@@ -56,13 +56,14 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     ec.quiet()
     out = ec.out_dir(args)
-    runs = 10 if args.full else 2
+    runs = ec.reps(args, full=10, quick=2)
+    EPSILONS = ALL_EPSILONS[::5] if args.tiny else ALL_EPSILONS      # --tiny: the ends only
     X = load(args.dataset, args.dims)
     rng = np.random.default_rng(args.seed)
     res = {m: np.zeros((runs, len(EPSILONS))) for m in METHODS}
     nonpriv = np.zeros(runs)
     with ec.Timer() as t:
-        for r in range(runs):
+        for r in ec.track(range(runs), "exp 004 DP-EM", unit="split"):
             perm = rng.permutation(len(X))
             cut = int(0.9 * len(X))
             tr, te = X[perm[:cut]], X[perm[cut:]]

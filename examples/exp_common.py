@@ -1,7 +1,10 @@
 """Shared helpers of the experiment scripts (examples/exp_*.py).
 
 Every script takes ``--out DIR`` (PNG + markdown table written there), ``--full``
-(the paper's number of repetitions; the default is a quick run) and ``--seed``.
+(the paper's number of repetitions; the default is a quick run), ``--tiny`` (one
+repetition of the smallest configuration: checks that everything runs, in tests)
+and ``--seed``.  Loops report through :mod:`smcdp.progress` (a bar with rate and
+ETA on a terminal, plain lines on stderr otherwise).
 Experiments use seeded generators for the privacy noise (reproducible figures);
 the library's default is the secure source.
 """
@@ -16,13 +19,27 @@ from pathlib import Path
 
 import numpy as np
 
+from smcdp import progress as _progress
+
 
 def parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--out", default="build/experiments", help="output directory (created if missing)")
     p.add_argument("--full", action="store_true", help="the paper's repetitions (slow)")
+    p.add_argument("--tiny", action="store_true",
+                   help="one repetition of the smallest configuration (checks that it runs; figures are noisy)")
     p.add_argument("--seed", type=int, default=0, help="master seed (data splits and noise)")
     return p
+
+
+def reps(args, full: int, quick: int, tiny: int = 1) -> int:
+    """Repetitions for ``--full`` (the paper's), the default quick run, or ``--tiny``."""
+    return full if args.full else tiny if getattr(args, "tiny", False) else quick
+
+
+def track(iterable, description: str, unit: str = "run"):
+    """Iterate with a progress display on stderr (smcdp.progress)."""
+    return _progress.track(iterable, description, unit=unit)
 
 
 def out_dir(args) -> Path:

@@ -106,8 +106,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     ec.quiet()
     out = ec.out_dir(args)
-    runs = 200 if args.full else 50
-    key_bits = 2048 if args.full else 1024
+    runs = ec.reps(args, full=200, quick=50, tiny=2)
+    key_bits = 2048 if args.full else 512 if args.tiny else 1024
     lam = args.lam
     X, y = load_cps1988()
     d = X.shape[1]
@@ -118,7 +118,7 @@ def main(argv=None) -> int:
             curves[f"{name}, {cal}"] = np.zeros((runs, len(EPSILONS)))
     checks = []
     t0 = time.time()
-    for r in range(runs):
+    for r in ec.track(range(runs), "exp fig 4.6 aggregate"):
         perm = rng.permutation(len(X))
         tr, te = perm[:N_TRAIN], perm[N_TRAIN:]
         Xtr, ytr, Xte, yte = X[tr], y[tr], X[te], y[te]
@@ -147,7 +147,6 @@ def main(argv=None) -> int:
                         t1 = time.time()
                         w_p = protocol_run(params, ws, sens, seeds, key_bits)
                         checks.append((name, bool(np.array_equal(w_p, w_s)), time.time() - t1))
-        print(f"run {r + 1}/{runs} done ({time.time() - t0:.0f} s)", file=sys.stderr)
     elapsed = time.time() - t0
     if not all(ok for _, ok, _ in checks):
         print(f"protocol check FAILED: {checks}", file=sys.stderr)

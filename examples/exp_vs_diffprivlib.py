@@ -41,7 +41,7 @@ def run(runs, seed, lam=None):
     bounds = (np.ones(9), np.full(9, 10.0))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for r in range(runs):
+        for r in ec.track(range(runs), "exp vs diffprivlib", unit="split"):
             p = rng.permutation(len(X))
             tr, te = p[:n], p[n:]
             nonpriv["LR"].append(LogisticRegression(epsilon=float("inf"), lam=lam).fit(X[tr], y[tr]).score(X[te], y[te]))
@@ -72,7 +72,7 @@ def main(argv=None) -> int:
     args = ec.parser(__doc__.splitlines()[0]).parse_args(argv)
     ec.quiet()
     out = ec.out_dir(args)
-    runs = 200 if args.full else 20
+    runs = ec.reps(args, full=200, quick=20, tiny=2)
     with ec.Timer() as t:
         acc, nonpriv, lam = run(runs, args.seed)
     rows = []

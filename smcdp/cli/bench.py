@@ -28,6 +28,7 @@ from smcdp.crypto.modexp import multi_exp, table_budget_bytes
 from smcdp.crypto.paillier import generate_keypair
 from smcdp.crypto.parallel import CryptoPool
 from smcdp.crypto.vector import EncryptedVector
+from smcdp.progress import Task, task
 
 
 def _rate(fn: Callable[[], object], min_seconds: float, min_reps: int = 3) -> tuple[float, int, float]:
@@ -57,24 +58,42 @@ def _paired(baseline: Callable[[], object], ours: Callable[[], object], seconds:
     return statistics.median(base_rates), statistics.median(our_rates), statistics.median(ratios)
 
 
+STAGES = ("key generation", "fixed-base and CRT tables", "encryption", "decryption", "dot products",
+          "profile", "process pool")
+
+
 def paillier_benchmark(key_bits: int = 2048, seconds: float = 2.0, dot_terms: int = 820,
                        dot_weight_bits: int = 48, slot_bits: int = 64) -> dict:
-    """Run the micro-benchmarks; returns a JSON-serialisable dict."""
-    pk, sk = generate_keypair(key_bits, allow_insecure=key_bits < 2048)
+    """Run the micro-benchmarks; returns a JSON-serialisable dict.  Progress (stages, key generation)
+    goes to stderr through :mod:`smcdp.progress`."""
+    with task(f"bench paillier {key_bits}-bit", total=len(STAGES), unit="stage") as progress:
+        return _paillier_benchmark(key_bits, seconds, dot_terms, dot_weight_bits, slot_bits, progress)
+
+
+def _paillier_benchmark(key_bits: int, seconds: float, dot_terms: int, dot_weight_bits: int, slot_bits: int,
+                        progress: Task) -> dict:
+    def stage(i: int) -> None:
+        progress.update(completed=i, description=f"bench paillier {key_bits}-bit: {STAGES[i]}")
+
+    stage(0)
+    pk, sk = generate_keypair(key_bits, allow_insecure=key_bits < 2048, progress=True)
     phe_pk, phe_sk = pk.phe, sk.phe
     m = secrets.randbits(40)
 
     # ---- encryption
+    stage(1)
     t0 = time.perf_counter()
     pk.table()
     public_table_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     sk._crt_tables()
     private_table_s = time.perf_counter() - t0
+    stage(2)
     phe_enc, pub_enc, pub_ratio = _paired(lambda: phe_pk.encrypt(m), lambda: pk.raw_encrypt(m), 2 * seconds)
     phe_enc2, priv_enc, priv_ratio = _paired(lambda: phe_pk.encrypt(m), lambda: sk.raw_encrypt(m), 2 * seconds)
 
     # ---- decryption: plain phe (one value per ciphertext) vs packed CRT decryption
+    stage(3)
     c_plain = phe_pk.encrypt(m)
     packing = Packing.for_key(pk, slot_bits)
     vals = [secrets.randbits(slot_bits - 2) - (1 << (slot_bits - 3)) for _ in range(packing.slots)]
@@ -85,6 +104,7 @@ def paillier_benchmark(key_bits: int = 2048, seconds: float = 2.0, dot_terms: in
     packed_values_per_s = packed_dec * packing.slots
 
     # ---- homomorphic dot product: phe's naive loop vs multi-exponentiation
+    stage(4)
     cts = [pk.raw_encrypt(secrets.randbits(32)) for _ in range(dot_terms)]
     weights = [secrets.randbits(dot_weight_bits) - (1 << (dot_weight_bits - 1)) for _ in range(dot_terms)]
     phe_cts = [phe_paillier.EncryptedNumber(phe_pk, int(c), 0) for c in cts]
@@ -102,6 +122,7 @@ def paillier_benchmark(key_bits: int = 2048, seconds: float = 2.0, dot_terms: in
     assert sk.raw_decrypt_signed(our_dot()) == phe_sk.decrypt(phe_dot())
     phe_dot_rate, our_dot_rate, dot_ratio = _paired(phe_dot, our_dot, 2 * seconds, min_reps=1)
 
+    stage(5)
     # ---- profile: the cost of one modular multiplication, which bounds the fixed-base paths
     import gmpy2
 
@@ -118,6 +139,7 @@ def paillier_benchmark(key_bits: int = 2048, seconds: float = 2.0, dot_terms: in
     pow_p2, _, _ = _rate(lambda: tp_table.pow(next(it)), seconds / 4, 20)
 
     # ---- parallel batches: the same CRT encryption on a process pool using every core
+    stage(6)
 
     with CryptoPool(pk, sk) as pool:
         pool.encrypt([1] * pool.workers * 4, use_private=True)  # warm-up: workers build their tables
@@ -126,6 +148,7 @@ def paillier_benchmark(key_bits: int = 2048, seconds: float = 2.0, dot_terms: in
         pool.encrypt(batch, use_private=True)
         pool_enc = len(batch) / (time.perf_counter() - t0)
         pool_workers = pool.workers
+    progress.update(completed=len(STAGES), description=f"bench paillier {key_bits}-bit")
 
     return {
         "key_bits": key_bits,

@@ -16,8 +16,9 @@ import json
 import sys
 from pathlib import Path
 
+from smcdp.client import PartyClient
 from smcdp.errors import InvalidMessage, SmcdpError
-from smcdp.runtime import audit, client
+from smcdp.runtime import audit
 from smcdp.runtime.config import load_config
 
 EXIT_TORN = 3
@@ -64,7 +65,7 @@ def _readable(info: dict) -> str:
 
 def _cmd_list(args) -> int:
     try:
-        items = client.list_sessions(args.config, pending_only=args.pending)
+        items = [i.as_dict() for i in PartyClient.from_config(args.config).sessions(pending_only=args.pending)]
     except SmcdpError as exc:
         return _fail(exc)
     if args.json:
@@ -91,19 +92,19 @@ def _operator_cmd(call, render) -> int:
 
 
 def _cmd_show(args) -> int:
-    return _operator_cmd(lambda: client.show_session(args.config, args.session_id),
+    return _operator_cmd(lambda: PartyClient.from_config(args.config).show(args.session_id).as_dict(),
                          lambda info: json.dumps(info, indent=2, sort_keys=True) if args.json else _readable(info))
 
 
 def _cmd_approve(args) -> int:
-    return _operator_cmd(lambda: client.approve_session(args.config, args.session_id),
+    return _operator_cmd(lambda: PartyClient.from_config(args.config).approve(args.session_id).as_dict(),
                          lambda info: f"session {info['session_id']}: approved" + (
                              f" (epsilon {_num(info['epsilon'])} reserved)" if info.get("epsilon") is not None
                              else ""))
 
 
 def _cmd_reject(args) -> int:
-    return _operator_cmd(lambda: client.reject_session(args.config, args.session_id, args.reason),
+    return _operator_cmd(lambda: PartyClient.from_config(args.config).reject(args.session_id, args.reason).as_dict(),
                          lambda info: f"session {info['session_id']}: rejected ({info.get('reason')})")
 
 

@@ -13,9 +13,11 @@ import sys
 from pathlib import Path
 
 from smcdp.cli.governance import register_session_commands
+from smcdp.client import PartyClient, SessionHandle, SessionState, SessionStatus
 from smcdp.errors import InvalidMessage, SmcdpError
 from smcdp.net import tls
-from smcdp.runtime import client, party
+from smcdp.progress import task
+from smcdp.runtime import party
 
 
 def _fail(exc: BaseException) -> int:
@@ -80,35 +82,49 @@ def _cmd_session_start(args: argparse.Namespace) -> int:
             raise InvalidMessage(f"--params is not valid JSON: {exc}") from None
         if not isinstance(params, dict):
             raise InvalidMessage("--params must be a JSON object")
-        record = client.start_session(args.config, args.protocol, roles, params,
-                                     session_id=args.session_id, timeout=args.timeout, seed=args.seed)
+        pc = PartyClient.from_config(args.config)
+        handle = pc.start_session(args.protocol, roles, params, wait=False, session_id=args.session_id,
+                                  timeout=args.timeout, seed=args.seed)
+        assert isinstance(handle, SessionHandle)
+        record = _wait_watched(handle).as_dict()
     except (SmcdpError, OSError) as exc:
         return _fail(exc)
     _emit(record, args.out)
     return 0
 
 
+def _wait_watched(handle: SessionHandle):
+    """Wait for a session with a progress display on stderr (rounds done, their rate, the current step)."""
+    label = f"session {handle.session_id}"
+    with task(label, total=None, unit="round") as t:
+        def show(st: SessionStatus) -> None:
+            what = st.state.value + (f", {st.step}" if st.step else "")
+            t.update(completed=max(0, st.round or 0), description=f"{label} ({what})")
+
+        return handle.wait(on_status=show, poll=1.0)
+
+
 def _cmd_session_result(args: argparse.Namespace) -> int:
     try:
-        record = client.get_result(args.config, args.session_id)
+        res = PartyClient.from_config(args.config).result(args.session_id)
     except SmcdpError as exc:
         return _fail(exc)
-    _emit(record, args.out)
-    return 0 if record.get("state") != "failed" else 1
+    _emit(res.as_dict(), args.out)
+    return 1 if res.state is SessionState.FAILED else 0
 
 
 def _cmd_session_status(args: argparse.Namespace) -> int:
     try:
-        status = client.get_status(args.config, args.session_id)
+        status = PartyClient.from_config(args.config).status(args.session_id)
     except SmcdpError as exc:
         return _fail(exc)
-    print(json.dumps(status, indent=2, sort_keys=True))
+    print(json.dumps(status.as_dict(), indent=2, sort_keys=True))
     return 0
 
 
 def _cmd_session_resume(args: argparse.Namespace) -> int:
     try:
-        record = client.resume_session(args.config, args.session_id, timeout=args.timeout)
+        record = PartyClient.from_config(args.config).resume(args.session_id, timeout=args.timeout).as_dict()
     except SmcdpError as exc:
         return _fail(exc)
     _emit(record, args.out)
@@ -127,11 +143,12 @@ def _emit(record: dict, out: str | None) -> None:
 # ----------------------------------------------------------------- health
 def _cmd_health(args: argparse.Namespace) -> int:
     try:
+        pc = PartyClient.from_config(args.config)
         if args.wait:
-            client.wait_healthy(args.config, args.peer, timeout=args.wait)
+            pc.wait_healthy(args.peer, timeout=args.wait)
             status = "SERVING"
         else:
-            status = client.check_health(args.config, args.peer)
+            status = pc.health(args.peer)
     except SmcdpError as exc:
         return _fail(exc)
     print(status)

@@ -35,6 +35,7 @@ import json
 import os
 import random
 import secrets
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -46,6 +47,7 @@ from smcdp._files import atomic_write
 from smcdp.crypto.counters import count as _count
 from smcdp.crypto.modexp import FixedBaseTable
 from smcdp.errors import CryptoOverflow, InsecureParameters, InvalidMessage
+from smcdp.progress import task
 
 MIN_SECURE_BITS = 2048
 DEFAULT_KEY_BITS = 3072
@@ -326,7 +328,7 @@ def _random_prime(bits: int, rng: random.Random) -> mpz:
 
 
 def generate_keypair(bits: int = DEFAULT_KEY_BITS, *, allow_insecure: bool = False,
-                     rng: random.Random | None = None) -> tuple[PublicKey, PrivateKey]:
+                     rng: random.Random | None = None, progress: bool = False) -> tuple[PublicKey, PrivateKey]:
     """New key pair with an exactly ``bits``-bit modulus (default 3072; < 2048 only with ``allow_insecure``).
 
     Primes come from ``rng`` when given -- a role's keyed stream
@@ -336,20 +338,28 @@ def generate_keypair(bits: int = DEFAULT_KEY_BITS, *, allow_insecure: bool = Fal
     n = pq with p != q and gcd(n, (p-1)(q-1)) = 1.  Odd sizes are supported:
     p has ⌈bits/2⌉ bits and q ⌊bits/2⌋ (phe's own generator draws both of
     ⌊bits/2⌋ bits and waits for an n of ``bits`` bits, which for an odd size
-    never comes).
+    never comes).  ``progress=True`` (the CLI) shows the primes found on stderr
+    (:mod:`smcdp.progress`).
     """
     if isinstance(bits, bool) or not isinstance(bits, int):
         raise InvalidMessage(f"key size must be an integer number of bits, got {bits!r}")
     check_key_bits(bits, allow_insecure)
     _count("keygen")
     rng = rng if rng is not None else random.SystemRandom()
-    while True:
-        p = _random_prime((bits + 1) // 2, rng)
-        q = _random_prime(bits // 2, rng)
-        n = p * q
-        if p != q and n.bit_length() == bits and gmpy2.gcd(n, (p - 1) * (q - 1)) == 1:
-            pk = PublicKey(int(n))
-            return pk, PrivateKey(pk, p, q)
+    with (task(f"Paillier {bits}-bit key", total=2, unit="prime") if progress else nullcontext()) as shown:
+        while True:
+            p = _random_prime((bits + 1) // 2, rng)
+            if shown is not None:
+                shown.update(completed=1)
+            q = _random_prime(bits // 2, rng)
+            if shown is not None:
+                shown.update(completed=2)
+            n = p * q
+            if p != q and n.bit_length() == bits and gmpy2.gcd(n, (p - 1) * (q - 1)) == 1:
+                pk = PublicKey(int(n))
+                return pk, PrivateKey(pk, p, q)
+            if shown is not None:
+                shown.update(completed=0)
 
 
 def save_public_key(pk: PublicKey, path: str | os.PathLike) -> None:

@@ -64,6 +64,64 @@ def start_session(config: str | os.PathLike | PartyConfig, protocol: str, roles:
     process restarted: it resumes the session from its checkpoint), this
     waits for the party to come back and follows the session to its end.
     """
+    return begin_session(config, protocol, roles, params, session_id=session_id, timeout=timeout,
+                         seed=seed).result()
+
+
+class StartCall:
+    """A ``StartSession`` call in flight: the party runs the session while the call is open.
+
+    :meth:`result` waits for the session's record (what :func:`start_session`
+    returns, with the same errors) and closes the call's channel; :meth:`close`
+    without waiting cancels the call, which cancels the session too if the
+    participants have not all agreed to it yet (once it has begun, it runs on).
+    """
+
+    def __init__(self, cfg: PartyConfig, request: tpb.StartSessionRequest, end: float) -> None:
+        self.config = cfg
+        self.session_id = request.session_id
+        self._end = end
+        self._channel = _operator_channel(cfg)
+        self._future = tgrpc.ControlStub(self._channel).StartSession.future(
+            request, timeout=max(1.0, end - time.monotonic()))
+        self._outcome: tuple[dict | None, SmcdpError | None] | None = None
+
+    def done(self) -> bool:
+        """True once the call has returned (the session ended, or the call failed)."""
+        return self._outcome is not None or self._future.done()
+
+    def result(self) -> dict:
+        if self._outcome is None:
+            self._outcome = self._settle()
+        record, err = self._outcome
+        if err is not None:
+            raise err
+        assert record is not None
+        return record
+
+    def _settle(self) -> tuple[dict | None, SmcdpError | None]:
+        try:
+            try:
+                reply = self._future.result()
+                return json.loads(reply.record_json), None
+            except grpc.RpcError as exc:
+                err = _client_error(exc, self.config, "StartSession")
+                if not isinstance(err, Unavailable):
+                    return None, err
+            finally:
+                self.close()
+            return follow_session(self.config, self.session_id, self._end - time.monotonic(), lost=err), None
+        except SmcdpError as exc:
+            return None, exc
+
+    def close(self) -> None:
+        self._channel.close()
+
+
+def begin_session(config: str | os.PathLike | PartyConfig, protocol: str, roles: Mapping[str, str],
+                  params: Mapping[str, Any] | None = None, *, session_id: str | None = None,
+                  timeout: float | None = None, seed: int | None = None) -> StartCall:
+    """Start a session with this party as initiator without waiting; ``.result()`` waits (see :class:`StartCall`)."""
     cfg = _as_config(config)
     sid = session_id or new_session_id(protocol)   # known here, so the session can be followed
     req = tpb.StartSessionRequest(protocol=protocol, roles=dict(roles),
@@ -73,15 +131,7 @@ def start_session(config: str | os.PathLike | PartyConfig, protocol: str, roles:
         req.seed = seed
     session_seconds = timeout or cfg.timeouts.session_seconds
     end = time.monotonic() + session_seconds + cfg.timeouts.connect_seconds + 30.0
-    with _operator_channel(cfg) as ch:
-        try:
-            reply = tgrpc.ControlStub(ch).StartSession(req, timeout=end - time.monotonic())
-            return json.loads(reply.record_json)
-        except grpc.RpcError as exc:
-            err = _client_error(exc, cfg, "StartSession")
-            if not isinstance(err, Unavailable):
-                raise err from None
-    return follow_session(cfg, sid, end - time.monotonic(), lost=err)
+    return StartCall(cfg, req, end)
 
 
 def follow_session(config: str | os.PathLike | PartyConfig, session_id: str, timeout: float,

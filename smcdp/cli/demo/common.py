@@ -14,16 +14,17 @@ import json
 import os
 import sys
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from smcdp._files import atomic_write
+from smcdp.client import PartyClient
 from smcdp.errors import InvalidMessage, SmcdpError
 from smcdp.net.grpc_channel import error_for_code
 from smcdp.net.server import new_session_id
 from smcdp.plugins.base import SessionSummary
 from smcdp.plugins.registry import get_plugin
+from smcdp.progress import Task, task
 from smcdp.runtime.chaos import Chaos, ChaosAction
 from smcdp.runtime.local import LocalCluster
 from smcdp.runtime.policy import Policy, rules_for_layout
@@ -65,21 +66,43 @@ def check_key_bits_arg(bits: int) -> bool:
     return False
 
 
-def with_progress(label: str, fn: Callable[[], Any], every: float = 5.0) -> Any:
-    """Run ``fn`` while printing elapsed time to stderr."""
-    done = threading.Event()
-    t0 = time.monotonic()
+def with_progress(label: str, fn: Callable[[Task], Any], *, total: float | None = None, unit: str = "round",
+                  watch: Callable[[], tuple[float, str] | None] | None = None, every: float = 1.0) -> Any:
+    """Run ``fn(task)`` under a progress display on stderr (smcdp.progress: a bar with rate and ETA on a
+    terminal, plain lines otherwise).  ``fn`` may advance the task itself (``total`` sessions, say);
+    ``watch`` is polled every ``every`` seconds for (completed, what) -- a session's round and step."""
+    with task(label, total, unit) as t:
+        stop = threading.Event()
 
-    def ticker():
-        while not done.wait(every):
-            say(f"{label}: {time.monotonic() - t0:.0f} s …")
+        def poll() -> None:
+            while not stop.wait(every):
+                try:
+                    got = watch()
+                except SmcdpError:   # not registered yet, or the party restarting: ask again later
+                    continue
+                if got is not None:
+                    t.update(completed=got[0], description=f"{label} ({got[1]})")
 
-    th = threading.Thread(target=ticker, daemon=True)
-    th.start()
-    try:
-        return fn()
-    finally:
-        done.set()
+        th = threading.Thread(target=poll, daemon=True, name="demo-progress") if watch is not None else None
+        if th is not None:
+            th.start()
+        try:
+            return fn(t)
+        finally:
+            stop.set()
+            if th is not None:
+                th.join(timeout=5)
+
+
+def session_watch(cluster: LocalCluster, party: str, session_id: str) -> Callable[[], tuple[float, str] | None]:
+    """A ``watch`` for :func:`with_progress`: the round and step of ``session_id`` at ``party``."""
+    client = PartyClient.from_config(cluster.configs[party])
+
+    def watch() -> tuple[float, str] | None:
+        st = client.status(session_id)
+        return float(max(0, st.round or 0)), st.state.value + (f", {st.step}" if st.step else "")
+
+    return watch
 
 
 def require_success(records: dict[str, dict]) -> None:
@@ -128,8 +151,9 @@ def run_session(cluster: LocalCluster, faults: Faults | None, label: str, protoc
         chaos = Chaos(cluster, faults.actions, sid).start()
         say("chaos: " + "; ".join(a.describe() for a in faults.actions))
     try:
-        records = with_progress(label, lambda: cluster.run(protocol, roles, params, initiator=initiator,
-                                                            seed=seed, session_id=sid))
+        records = with_progress(label, lambda _t: cluster.run(protocol, roles, params, initiator=initiator,
+                                                              seed=seed, session_id=sid),
+                                watch=session_watch(cluster, initiator, sid))
     finally:
         if chaos is not None:
             chaos.finish()

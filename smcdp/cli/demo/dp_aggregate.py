@@ -101,21 +101,27 @@ def demo_dp_aggregate(data: list[str], epsilon: float, lam: float, key_bits: int
 
         t0 = time.monotonic()
 
-        def run_all() -> None:
+        def run_all(progress) -> None:
+            def counted(i: int) -> None:
+                try:
+                    one(i)
+                finally:
+                    progress.advance()
+
             if concurrent:
-                threads = [threading.Thread(target=one, args=(i,)) for i in range(sessions)]
+                threads = [threading.Thread(target=counted, args=(i,)) for i in range(sessions)]
                 for th in threads:
                     th.start()
                 for th in threads:
                     th.join()
             else:
                 for i in range(sessions):
-                    one(i)
+                    counted(i)
         if faults is not None and faults.actions:   # one session (checked above) with chaos meanwhile
             results[0], fault_info = run_session(cluster, faults, "dp-aggregate", PROTOCOL, roles, params,
                                                  initiator="charlie", seed=seed)
         else:
-            with_progress("dp-aggregate", run_all)
+            with_progress("dp-aggregate", run_all, total=sessions, unit="session")
         seconds = time.monotonic() - t0
         ledgers = {n: Ledger(cluster.data_dir(n) / DEFAULT_LEDGER).status(n) for n in names}
     outcomes = [_outcome(r, cost) for r in results]

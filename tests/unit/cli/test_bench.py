@@ -22,6 +22,10 @@ def test_bench_paillier_json_contract():
         assert isinstance(res[k], float) and res[k] > 0, k
     assert res["key_bits"] == 512
     assert "insecure" in out.stderr  # small keys are flagged
+    # progress on stderr (not a terminal: plain lines), stdout stays JSON only
+    lines = out.stderr.splitlines()
+    assert any(ln.startswith("Paillier 512-bit key: 2/2 prime (100%) done, ") for ln in lines), out.stderr
+    assert any(ln.startswith("bench paillier 512-bit: 7/7 stage (100%) done, ") for ln in lines), out.stderr
     # the absolute rates behind each ratio are reported, and the step profile is consistent
     assert res["fixed_base_steps_public"] == -(-256 // res["fixed_base_window_bits"])
     assert res["fixed_base_steps_private"] == 2 * -(-256 // res["crt_window_bits"])

@@ -1,0 +1,83 @@
+"""smcdp.client.PartyClient and the ``smcdp session`` CLI over it, against party processes; and the
+notebook-style example (examples/operator_client.py), run end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from smcdp.client import PartyClient, SessionHandle, SessionState
+from smcdp.errors import InvalidMessage
+from smcdp.net.grpc_channel import NotFound
+from tests.support.deployment import REPO, make_deployment
+
+ROLES = {"a": "alice", "b": "bob"}
+
+
+def test_party_client_and_the_session_cli_against_party_processes(tmp_path, processes):
+    cfgs = make_deployment(tmp_path, ["alice", "bob"])
+    processes("alice", cfgs["alice"])
+    processes("bob", cfgs["bob"])
+    alice, bob = PartyClient.from_config(cfgs["alice"]), PartyClient.from_config(cfgs["bob"])
+    alice.wait_healthy(timeout=30)
+    alice.wait_healthy("bob", timeout=30)
+
+    res = alice.start_session("net-echo", ROLES, {"n": 2}, session_id="op-1", timeout=30)
+    assert res.state is SessionState.SUCCEEDED and res.result["y"] == [1.0, 3.0]
+    assert res.party == "alice" and res.role == "a" and res.initiator == "alice" and res.seconds > 0
+    assert bob.wait("op-1", timeout=30).result["received"] == [0.5, 1.5]
+    assert alice.status("op-1").state is SessionState.SUCCEEDED
+
+    # without waiting: a handle, watched through status until it ends
+    seen = []
+    handle = alice.start_session("net-echo", ROLES, {"n": 3}, session_id="op-2", timeout=30, wait=False)
+    assert isinstance(handle, SessionHandle) and handle.session_id == "op-2"
+    res2 = handle.wait(timeout=60, on_status=seen.append, poll=0.05)
+    assert res2.succeeded and handle.done()
+    assert all(s.session_id == "op-2" for s in seen)
+
+    listed = {i.session_id: i for i in alice.sessions()}
+    assert {"op-1", "op-2"} <= set(listed) and listed["op-1"].state is SessionState.SUCCEEDED
+
+    # failures are typed, and the record stays available with its error
+    with pytest.raises(InvalidMessage, match="session op-3 failed"):
+        alice.start_session("net-echo", ROLES, {"fail_role": "a"}, session_id="op-3", timeout=30)
+    failed = alice.result("op-3")
+    assert failed.state is SessionState.FAILED and failed.error.code == "INVALID_ARGUMENT"
+    with pytest.raises(NotFound):
+        alice.result("no-such-session")
+
+    # the CLI over the client: JSON on stdout as before, progress as plain lines on stderr (not a TTY)
+    env = dict(os.environ, SMCDP_PROGRESS_INTERVAL="0.2")
+    env.pop("SMCDP_PROGRESS", None)
+    r = subprocess.run([sys.executable, "-m", "smcdp", "session", "start", "--config", str(cfgs["alice"]),
+                        "--protocol", "net-echo", "--role", "a=alice", "--role", "b=bob", "--params",
+                        '{"n": 2}', "--session-id", "op-cli", "--timeout", "30"],
+                       capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    rec = json.loads(r.stdout)
+    assert rec["state"] == "succeeded" and rec["session_id"] == "op-cli" and rec["result"]["y"] == [1.0, 3.0]
+    assert rec == alice.result("op-cli").as_dict()
+    lines = r.stderr.splitlines()
+    assert lines and lines[-1].startswith("session op-cli (") and " done, " in lines[-1] and "round/s" in lines[-1]
+    assert "\x1b" not in r.stderr
+    r = subprocess.run([sys.executable, "-m", "smcdp", "session", "status", "op-cli", "--config",
+                        str(cfgs["alice"])], capture_output=True, text=True, cwd=REPO, env=env, timeout=60)
+    assert r.returncode == 0 and json.loads(r.stdout)["state"] == "succeeded"
+
+
+@pytest.mark.slow
+def test_the_operator_client_example_runs_end_to_end():
+    env = dict(os.environ, SMCDP_PROGRESS="plain")
+    r = subprocess.run([sys.executable, str(REPO / "examples" / "operator_client.py")], capture_output=True,
+                       text=True, cwd=REPO, env=env, timeout=400)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    out = r.stdout
+    assert "decision: approved" in out and "succeeded in" in out
+    assert "decision: rejected - no second run this week" in out
+    assert "trent was told: [PERMISSION_DENIED]" in out and "no second run this week" in out
+    assert out.rstrip().endswith("operator client example: OK")
