@@ -181,3 +181,34 @@ def test_cmn_parameter_is_validated():
     assert KeywordParams().cmn == "utterance"
     with pytest.raises(InvalidMessage, match="cmn"):
         KeywordParams.from_mapping({"cmn": "sideways"})
+
+
+@pytest.mark.parametrize("cmn", ["utterance", "causal"])
+def test_alice_role_featurises_a_configured_wav_with_the_session_cmn(tmp_path, monkeypatch, cmn):
+    """[inputs.keyword] utterance = "U.wav": Alice's role reads the audio with the agreed front end."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from scipy.io import wavfile
+
+    import smcdp.plugins.keyword as plugin_mod
+    from smcdp.plugins.base import SessionContext
+    from smcdp.speech.features import wav_features
+
+    rng = np.random.default_rng(1)
+    wav = tmp_path / "u.wav"
+    wavfile.write(wav, 16000, rng.normal(0, 0.1, 8000).astype(np.float32))
+    seen = {}
+
+    async def fake_alice(ch, X, p, **kw):
+        seen["X"], seen["p"] = X, p
+        return SimpleNamespace()
+
+    params = KeywordPlugin().validate_params({"key_bits": 512, "cmn": cmn}, {"alice": "a", "bob": "b"})
+    ctx = SessionContext("s", "keyword", {"alice": "a", "bob": "b"}, params, inputs={"utterance": str(wav)},
+                         allow_insecure_keys=True)
+    monkeypatch.setattr(plugin_mod, "keyword_alice", fake_alice)
+    monkeypatch.setattr(plugin_mod, "asdict", lambda obj: {})      # the fake result is no dataclass
+    asyncio.run(KeywordPlugin().run_role("alice", SimpleNamespace(me="a"), ctx))
+    assert seen["p"].cmn == cmn
+    np.testing.assert_array_equal(seen["X"], wav_features(wav, cmn=cmn))
