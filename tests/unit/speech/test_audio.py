@@ -156,3 +156,13 @@ def test_demo_keyword_wav_bad_audio_is_one_readable_line(tmp_path, case):
     assert len(lines) == 1, res.stderr
     assert "Traceback" not in res.stderr and str(path.name) in lines[0]
     assert lines[0].startswith("smcdp demo: error")
+
+
+def test_demo_keyword_wav_refuses_a_feature_file(tmp_path):
+    npy = tmp_path / "features.npy"
+    np.save(npy, np.zeros((10, 39)))
+    res = subprocess.run([sys.executable, "-m", "smcdp", "demo", "keyword", "--wav", str(npy),
+                          "--models", str(MODELS), "--key-bits", "512"],
+                         capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "not a WAV file" in res.stderr and "use --utterance" in res.stderr
