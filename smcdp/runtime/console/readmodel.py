@@ -32,7 +32,7 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 from cryptography import x509
 from grpc_health.v1 import health_pb2, health_pb2_grpc

@@ -190,7 +190,7 @@ def test_metrics_count_what_happened_including_a_refused_message(run):
 
 def test_nothing_secret_is_served(run):
     """No TLS private key, no input value, no seed, no randomness root, no protocol output."""
-    url, cluster = run["url"], run["cluster"]
+    url = run["url"]
     served = list(run["seen"]["pages"])
     for path in PAGES + (f"/sessions/{run['sid']}",):
         served.append(get(url.rstrip("/") + path)[1])
