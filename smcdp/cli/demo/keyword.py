@@ -55,14 +55,34 @@ def demo_keyword(utterance: str, models: str, key_bits: int = 2048, seed: int | 
         "key_bits": key_bits,
         "frames": int(X.shape[0]),
         "n_models": M.n_words,
+        **phase_seconds(ra.get("timings", {}), records[BOB]["result"].get("timings", {})),
         "timings": {"alice": ra.get("timings", {}), "bob": records[BOB]["result"].get("timings", {})},
         "session_id": records[ALICE]["session_id"],
         **fault_info,
     }
     if debug_reveal:
         out["log_likelihoods"] = ra["log_likelihoods"]
-    say(f"done in {seconds:.1f} s: keyword {out['keyword']!r} (index {out['index']})")
+    say(f"done in {seconds:.1f} s (offline {out.get('offline_seconds') or 0:.1f} s, online "
+        f"{out.get('online_seconds') or 0:.1f} s): keyword {out['keyword']!r} (index {out['index']})")
     return out
+
+
+def phase_seconds(ta: dict, tb: dict) -> dict:
+    """The offline phase (key pair, tables, obfuscators, Bob's masks: nothing depends on the utterance;
+    until both parties are ready) and the online phase (Alice's clock, from her first frame to the keyword),
+    with CPU seconds per party (Alice's decryption helper process counted separately)."""
+    off, on = ta.get("offline", {}), ta.get("online", {})
+    if not off or not on:
+        return {}
+    return {
+        "offline_seconds": off.get("seconds"),
+        "online_seconds": on.get("keyword_at", on.get("seconds")),
+        "cpu_seconds": {
+            "offline": {"alice": off.get("cpu_seconds"), "bob": tb.get("offline", {}).get("cpu_seconds")},
+            "online": {"alice": on.get("cpu_seconds"), "alice_helper": on.get("helper_cpu_seconds", 0.0),
+                       "bob": tb.get("online", {}).get("cpu_seconds")},
+        },
+    }
 
 
 def _cmd(args: argparse.Namespace) -> int:
