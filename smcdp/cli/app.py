@@ -18,6 +18,7 @@ SUBCOMMAND_MODULES = (
     "smcdp.cli.party",      # certs, party, session, health
     "smcdp.cli.governance",     # audit (and session list|show|approve|reject, via cli.party)
     "smcdp.cli.demo",           # demo power-iteration | dp-aggregate | keyword
+    "smcdp.cli.speech",         # speech train
     "smcdp.cli.dp",         # account, budget
     "smcdp.cli.deploy",         # deploy init
     "smcdp.cli.bench",          # bench paillier

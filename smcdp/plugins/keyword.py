@@ -1,4 +1,4 @@
-"""Plug-in for keyword recognition: Alice's feature file, Bob's model file -> their roles."""
+"""Plug-in for keyword recognition: Alice's utterance (WAV audio or a feature file), Bob's model file -> their roles."""
 
 from __future__ import annotations
 
@@ -20,11 +20,45 @@ from smcdp.protocols.keyword import (
     keyword_bob,
 )
 from smcdp.protocols.secure_forward import MAX_FRAMES
+from smcdp.speech.audio import is_wav_header
+from smcdp.speech.features import wav_features
 from smcdp.speech.models import KeywordModels, load_models
 
 
-def load_utterance(path) -> np.ndarray:
-    """A T × d float feature matrix (or a 1-D integer symbol sequence) from ``.npy`` (no pickles)."""
+NPY_MAGIC = b"\x93NUMPY"
+
+
+def utterance_kind(path) -> str:
+    """``"wav"`` or ``"npy"`` by the file's first bytes (not its name); a clear error otherwise."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(12)
+    except FileNotFoundError:
+        raise InputRejected("the configured utterance file does not exist", str(path)) from None
+    except OSError as exc:
+        raise InputRejected("the utterance file cannot be read", f"{path}: {exc}") from None
+    if head.startswith(NPY_MAGIC):
+        return "npy"
+    if is_wav_header(head):
+        return "wav"
+    if not head:
+        raise InputRejected("the utterance file is empty", str(path))
+    raise InputRejected("the utterance must be a WAV file (audio) or a .npy array (features)",
+                        f"{path}: neither a RIFF/WAVE nor a NUMPY header")
+
+
+def load_utterance(path, cmn: str = "utterance") -> np.ndarray:
+    """Alice's input: a WAV file (audio, turned into T x 39 MFCC frames here, in her own process, with
+    cepstral mean normalisation ``cmn``) or a T x d float feature matrix / 1-D integer symbol sequence
+    from ``.npy`` (no pickles).  Which one is decided by the file's header, not its name."""
+    if utterance_kind(path) == "wav":
+        try:
+            X = wav_features(path, cmn=cmn)
+        except InvalidMessage as exc:
+            raise InputRejected("the utterance WAV file is not usable audio", str(exc)) from None
+        if X.shape[0] > MAX_FRAMES:
+            raise InputRejected(f"the utterance must have 1..{MAX_FRAMES} frames", f"{path}: {X.shape[0]} frames")
+        return X
     try:
         X = np.load(path, allow_pickle=False)
     except FileNotFoundError:
@@ -68,7 +102,7 @@ class KeywordPlugin(ProtocolPlugin):
         p = KeywordParams.from_mapping(ctx.params)
         check_key_bits(p.key_bits, ctx.allow_insecure_keys)
         if role == ALICE:
-            X = load_utterance(self.input_path(ctx, "utterance", ch.me))
+            X = load_utterance(self.input_path(ctx, "utterance", ch.me), p.cmn)
             return asdict(await keyword_alice(ch, X, p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys))
         if role == BOB:
             if p.debug_reveal and not ctx.allow_insecure_keys:

@@ -45,6 +45,7 @@ from smcdp.protocols.secure_forward import (
     ForwardBob,
     ForwardParams,
 )
+from smcdp.speech.frontend import CMN_MODES
 from smcdp.v1 import messages_pb2 as pb
 
 ALICE, BOB = "alice", "bob"
@@ -64,6 +65,9 @@ class KeywordParams(ForwardParams):
     key_bits: int = 2048
     debug_reveal: bool = False
     scale_bits: int = 32          # the transform's secret factor a has this many bits
+    #: cepstral mean normalisation of Alice's front end when her input is a WAV file (public: it must
+    #: match what Bob's models were trained with; smcdp.speech.frontend.CMN_MODES)
+    cmn: str = "utterance"
 
     def validate(self) -> KeywordParams:
         super().validate()
@@ -73,6 +77,8 @@ class KeywordParams(ForwardParams):
             raise InvalidMessage("keyword parameter debug_reveal must be a boolean")
         if isinstance(self.scale_bits, bool) or not isinstance(self.scale_bits, int) or not 8 <= self.scale_bits <= 128:
             raise InvalidMessage(f"keyword parameter scale_bits={self.scale_bits!r} must be an integer in [8, 128]")
+        if self.cmn not in CMN_MODES:
+            raise InvalidMessage(f"keyword parameter cmn={self.cmn!r} must be one of {list(CMN_MODES)}")
         return self
 
 

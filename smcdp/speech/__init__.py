@@ -1,6 +1,9 @@
 """Plaintext speech pipeline for privacy-preserving keyword recognition.
 
-* :mod:`smcdp.speech.features` — 39-d MFCC front end (python_speech_features).
+* :mod:`smcdp.speech.audio` — any WAV file to mono samples, or a clear error.
+* :mod:`smcdp.speech.frontend` — one MFCC front end for batch and streaming (10 ms hops).
+* :mod:`smcdp.speech.features` — 39-d MFCC features (python_speech_features' recipe), feature files.
+* :mod:`smcdp.speech.training` — keyword HMMs from folders of WAVs (``smcdp speech train``).
 * :mod:`smcdp.speech.models` — keyword HMM container, ``.npz`` format, hmmlearn training.
 * :mod:`smcdp.speech.forward` — log-domain forward algorithm (the reference for the
   secure protocol) and the quadratic-form parameterisation of Gaussian emissions.
@@ -9,6 +12,7 @@ The heavy optional dependencies (python_speech_features, hmmlearn, scikit-learn)
 are imported lazily inside the functions that need them.
 """
 
+from .audio import read_wav
 from .features import (
     N_FEATURES,
     SAMPLE_RATE,
@@ -29,6 +33,7 @@ from .forward import (
     recognise,
     score_models,
 )
+from .frontend import Frontend, features, stream_frames, stream_wav
 from .models import (
     HMM,
     KeywordModels,
@@ -36,9 +41,11 @@ from .models import (
     train_keyword_models,
     train_word_hmm,
 )
+from .training import train_from_folders
 
 __all__ = [
     "HMM",
+    "Frontend",
     "N_FEATURES",
     "SAMPLE_RATE",
     "KeywordModels",
@@ -47,14 +54,19 @@ __all__ = [
     "load_wav",
     "log_emissions",
     "log_likelihood",
+    "features",
     "mfcc39",
     "product_index_pairs",
     "products",
     "quadratic_coefficients",
     "quadratic_form",
     "quadratic_forms",
+    "read_wav",
     "recognise",
     "score_models",
+    "stream_frames",
+    "stream_wav",
+    "train_from_folders",
     "train_keyword_models",
     "train_word_hmm",
     "vector_quantise",

@@ -3,8 +3,9 @@
 The front end follows the usual speech-recognition recipe (and the setting of
 seed 003, §4.2.1): 16 kHz mono audio, 25 ms Hamming windows every 10 ms,
 13 cepstra plus first (Δ) and second (ΔΔ) differences, 39 numbers per frame.
-The cepstra come from ``python_speech_features`` with its defaults except the
-window function:
+The cepstra are ``python_speech_features``' (computed frame by frame by the
+streaming front end, :mod:`smcdp.speech.frontend`, which equals it to 1e-12)
+with its defaults except the window function:
 
 * 26 mel filters from 0 Hz to 8 kHz, 512-point FFT, pre-emphasis 0.97,
   cepstral lifter 22, Hamming window;
@@ -27,49 +28,35 @@ Models and utterances must use the same setting.
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Any
 
 import numpy as np
-from scipy.io import wavfile
 
 from smcdp.errors import InvalidMessage
+from smcdp.speech.audio import read_wav
+from smcdp.speech.frontend import (
+    CEPLIFTER,
+    DELTA_N,
+    FRAME_LEN,
+    FRAME_STEP,
+    MAX_SAMPLES,
+    MIN_SAMPLES,
+    N_FEATURES,
+    NFFT,
+    NFILT,
+    NUMCEP,
+    PREEMPH,
+    SAMPLE_RATE,
+    WINLEN,
+    WINSTEP,
+    features,
+    num_frames,
+)
 
-SAMPLE_RATE = 16000
-WINLEN = 0.025
-WINSTEP = 0.01
-NUMCEP = 13
-NFILT = 26
-NFFT = 512
-PREEMPH = 0.97
-CEPLIFTER = 22
-DELTA_N = 2
-N_FEATURES = 3 * NUMCEP  # 39
-
-FRAME_LEN = int(round(WINLEN * SAMPLE_RATE))  # 400 samples
-FRAME_STEP = int(round(WINSTEP * SAMPLE_RATE))  # 160 samples
-
-#: Shortest and longest signal accepted (in samples).  One window is the
-#: minimum that yields a frame of real data; the maximum (10 minutes) is a
-#: sanity bound against accidental huge inputs.
-MIN_SAMPLES = FRAME_LEN
-MAX_SAMPLES = 600 * SAMPLE_RATE
-
-
-def _hamming(n: int) -> np.ndarray:
-    return np.hamming(n)
-
-
-def num_frames(n_samples: int) -> int:
-    """Number of frames ``mfcc39`` produces for ``n_samples`` samples.
-
-    This is python_speech_features' framing rule (the last partial window is
-    zero padded): ``1 + ceil((n - 400) / 160)`` for ``n > 400``, else 1.
-    """
-    if n_samples <= FRAME_LEN:
-        return 1
-    return 1 + int(math.ceil((n_samples - FRAME_LEN) / FRAME_STEP))
+__all__ = ["CEPLIFTER", "DELTA_N", "FRAME_LEN", "FRAME_STEP", "MAX_SAMPLES", "MIN_SAMPLES", "NFFT", "NFILT",
+           "NUMCEP", "N_FEATURES", "PREEMPH", "SAMPLE_RATE", "WINLEN", "WINSTEP", "load_features", "load_wav",
+           "mfcc39", "num_frames", "samples_for_frames", "validate_features", "vector_quantise", "wav_features"]
 
 
 def samples_for_frames(n_frames: int) -> int:
@@ -115,79 +102,31 @@ def mfcc39(signal: Any, samplerate: int = SAMPLE_RATE, *, mean_normalise: bool =
     """Return the (T, 39) feature matrix of a 16 kHz mono signal.
 
     ``signal`` may be integer PCM or float samples; the scale does not matter
-    when ``mean_normalise`` is true (see the module docstring).
+    when ``mean_normalise`` is true (see the module docstring).  The frames are
+    those of :func:`smcdp.speech.frontend.features` (the streaming front end fed
+    everything at once), which equal python_speech_features' to 1e-12.
     """
-    import python_speech_features as psf  # deferred: only feature extraction needs it, not the protocols
-
     x = _as_signal(signal, samplerate)
-    static = psf.mfcc(
-        x,
-        samplerate=SAMPLE_RATE,
-        winlen=WINLEN,
-        winstep=WINSTEP,
-        numcep=NUMCEP,
-        nfilt=NFILT,
-        nfft=NFFT,
-        lowfreq=0,
-        highfreq=None,
-        preemph=PREEMPH,
-        ceplifter=CEPLIFTER,
-        appendEnergy=True,
-        winfunc=_hamming,
-    )
-    d1 = psf.delta(static, DELTA_N)
-    d2 = psf.delta(d1, DELTA_N)
-    if mean_normalise:
-        static = static - static.mean(axis=0, keepdims=True)
-    feats = np.hstack([static, d1, d2])
-    if not np.all(np.isfinite(feats)):  # pragma: no cover - defensive
-        raise InvalidMessage("feature extraction produced non-finite values")
-    return feats
+    return features(x, SAMPLE_RATE, "utterance" if mean_normalise else "none")
 
 
 def load_wav(path: str | os.PathLike) -> tuple[np.ndarray, int]:
-    """Read a WAV file and return ``(samples as float64 in [-1, 1], sample rate)``.
+    """Read a WAV file and return ``(mono samples as float64 in [-1, 1], sample rate)``.
 
-    Validates that the file is readable, mono (a 2-D array with one channel is
-    accepted), of a PCM/float sample type, finite, and long enough for one
-    analysis window.  The sample rate is returned, not checked here:
-    :func:`wav_features` (or :func:`mfcc39`) insists on 16 kHz.
+    Any rate, several channels (averaged), 8-bit to 32-bit integer or float
+    PCM; a clear error for anything else (:func:`smcdp.speech.audio.read_wav`).
     """
-    try:
-        rate, data = wavfile.read(os.fspath(path))
-    except FileNotFoundError as exc:
-        raise InvalidMessage(f"WAV file not found: {path}") from exc
-    except (ValueError, OSError, EOFError) as exc:
-        raise InvalidMessage(f"cannot read WAV file {path}: {exc}") from exc
-    if data.ndim == 2:
-        if data.shape[1] != 1:
-            raise InvalidMessage(f"{path}: expected mono audio, got {data.shape[1]} channels")
-        data = data[:, 0]
-    if data.ndim != 1:
-        raise InvalidMessage(f"{path}: unexpected sample array shape {data.shape}")
-    if data.dtype == np.int16:
-        x = data.astype(np.float64) / 32768.0
-    elif data.dtype == np.int32:
-        x = data.astype(np.float64) / 2147483648.0
-    elif data.dtype == np.uint8:
-        x = (data.astype(np.float64) - 128.0) / 128.0
-    elif data.dtype.kind == "f":
-        x = data.astype(np.float64)
-    else:
-        raise InvalidMessage(f"{path}: unsupported sample type {data.dtype}")
-    if not np.all(np.isfinite(x)):
-        raise InvalidMessage(f"{path}: non-finite samples")
-    if x.size < MIN_SAMPLES:
-        raise InvalidMessage(f"{path}: only {x.size} samples, need at least {MIN_SAMPLES}")
-    return x, int(rate)
+    a = read_wav(path)
+    return a.samples, a.rate
 
 
-def wav_features(path: str | os.PathLike, *, mean_normalise: bool = True) -> np.ndarray:
-    """(T, 39) features of a 16 kHz mono WAV file."""
-    x, rate = load_wav(path)
-    if rate != SAMPLE_RATE:
-        raise InvalidMessage(f"{path}: sample rate {rate} Hz, expected {SAMPLE_RATE} Hz")
-    return mfcc39(x, rate, mean_normalise=mean_normalise)
+def wav_features(path: str | os.PathLike, *, mean_normalise: bool = True, cmn: str | None = None) -> np.ndarray:
+    """(T, 39) features of a WAV file at any rate (resampled to 16 kHz by the front end).
+
+    ``cmn`` (``utterance``, ``causal`` or ``none``) overrides ``mean_normalise``.
+    """
+    a = read_wav(path)
+    return features(a.samples, a.rate, cmn or ("utterance" if mean_normalise else "none"))
 
 
 def validate_features(X: Any, n_features: int | None = N_FEATURES, *, max_frames: int = 100_000) -> np.ndarray:

@@ -16,21 +16,26 @@ from smcdp.cli.demo.common import (
     say,
 )
 from smcdp.errors import InvalidMessage
-from smcdp.plugins.keyword import load_keyword_models, load_utterance
+from smcdp.plugins.keyword import load_keyword_models, load_utterance, utterance_kind
 from smcdp.protocols.keyword import ALICE, BOB, KeywordParams
 from smcdp.runtime.local import LocalCluster, bytes_sent
 
 
 def demo_keyword(utterance: str, models: str, key_bits: int = 2048, seed: int | None = None,
                  debug_reveal: bool = False, keep_dir: str | None = None, params: dict | None = None,
-                 faults: Faults | None = None) -> dict:
-    """Run Alice and Bob as separate processes (gRPC, mutual TLS, loopback); returns the contract JSON."""
-    X = load_utterance(utterance)
+                 faults: Faults | None = None, cmn: str = "utterance") -> dict:
+    """Run Alice and Bob as separate processes (gRPC, mutual TLS, loopback); returns the contract JSON.
+
+    ``utterance`` is Alice's input: a WAV file (her process turns it into MFCC frames with cepstral
+    mean normalisation ``cmn``) or a ``.npy`` feature matrix, told apart by the file's header."""
+    X = load_utterance(utterance, cmn)  # here only to check it early and count frames; Alice reads it again
     M = load_keyword_models(models)
     if M.kind != "discrete" and (X.ndim != 2 or X.shape[1] != M.n_features):
         raise InvalidMessage(f"the utterance has shape {X.shape}; the models expect T x {M.n_features} features")
     insecure = check_key_bits_arg(key_bits)
     p = {"key_bits": key_bits, "debug_reveal": bool(debug_reveal), **(params or {})}
+    if cmn != "utterance":
+        p["cmn"] = cmn
     KeywordParams.from_mapping(p)
     parties = {ALICE: {"keyword": {"utterance": utterance}}, BOB: {"keyword": {"models": models}}}
     roles = {ALICE: ALICE, BOB: BOB}
@@ -86,8 +91,11 @@ def phase_seconds(ta: dict, tb: dict) -> dict:
 
 
 def _cmd(args: argparse.Namespace) -> int:
-    out = demo_keyword(args.utterance, args.models, args.key_bits, args.seed, args.debug_reveal, args.keep_dir,
-                       faults=Faults.from_args(args))
+    if args.wav and utterance_kind(args.wav) != "wav":
+        raise InvalidMessage(f"--wav {args.wav}: not a WAV file (no RIFF/WAVE header); use --utterance for "
+                             ".npy features")
+    out = demo_keyword(args.wav or args.utterance, args.models, args.key_bits, args.seed, args.debug_reveal,
+                       args.keep_dir, faults=Faults.from_args(args), cmn=args.cmn)
     dump_json(out, args.out)
     return 0
 
@@ -95,12 +103,20 @@ def _cmd(args: argparse.Namespace) -> int:
 def register(sub) -> None:
     """Adds ``smcdp demo keyword`` to the demo subcommands."""
     p = sub.add_parser(
-        "keyword", help="privacy-preserving keyword recognition (alice: utterance, bob: HMMs)",
-        description="Starts Alice (holding the T x d features in --utterance) and Bob (holding the HMMs in "
+        "keyword", help="privacy-preserving keyword recognition (alice: audio or features, bob: HMMs)",
+        description="Starts Alice (holding the audio in --wav, or the T x d features in --utterance) and Bob "
+                    "(holding the HMMs in "
                     "--models) as separate processes over gRPC with mutual TLS on loopback, runs secure keyword "
                     "recognition and writes JSON with keyword, index, seconds and bytes_sent (and, with "
                     "--debug-reveal, log_likelihoods, which leaks every score to Alice).")
-    p.add_argument("--utterance", required=True, metavar="U.npy", help="T x d float feature matrix (Alice)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--wav", metavar="U.wav",
+                     help="Alice's audio: a WAV file at any sample rate, mono or stereo, 8/16/24/32-bit integer "
+                          "or float; turned into 39-d MFCC frames inside Alice's process")
+    src.add_argument("--utterance", metavar="U.npy", help="Alice's T x d float feature matrix (instead of --wav)")
+    p.add_argument("--cmn", choices=("utterance", "causal", "none"), default="utterance",
+                   help="cepstral mean normalisation of the --wav front end; must be what the models were "
+                        "trained with (smcdp speech train --cmn; default utterance)")
     p.add_argument("--models", required=True, metavar="M.npz", help="keyword HMMs (Bob), smcdp.speech format")
     p.add_argument("--key-bits", type=int, default=2048, help="Paillier key size (default 2048; <2048 warns)")
     p.add_argument("--seed", type=int, help="fix Bob's mask randomness for experiments (encryption stays random)")

@@ -137,3 +137,78 @@ def test_demo_through_local_cluster(tmp_path):
     lls = np.array(out["log_likelihoods"])
     assert np.max(np.abs(lls - plain) / np.abs(plain)) <= 1e-6
     json.dumps(out)
+
+
+def test_load_utterance_accepts_a_wav_by_its_header(tmp_path):
+    from scipy.io import wavfile
+
+    from smcdp.errors import InputRejected
+    from smcdp.speech.features import wav_features
+
+    rng = np.random.default_rng(0)
+    x = (np.sin(np.arange(11025) * 0.07) * 8000 + rng.normal(0, 300, 11025)).astype(np.int16)
+    wav = tmp_path / "u.wav"
+    wavfile.write(wav, 22050, np.stack([x, x], axis=1))
+    X = load_utterance(wav)
+    np.testing.assert_array_equal(X, wav_features(wav))
+    assert X.shape == (49, 39)                         # 0.5 s: 8000 samples at 16 kHz, 1 + ceil(7600 / 160)
+    causal = load_utterance(wav, "causal")
+    np.testing.assert_array_equal(causal, wav_features(wav, cmn="causal"))
+    assert not np.allclose(causal, X)
+    named_npy = tmp_path / "features.npy"               # the header decides, not the name
+    named_npy.write_bytes(wav.read_bytes())
+    np.testing.assert_array_equal(load_utterance(named_npy), X)
+    np.save(tmp_path / "f.npy", X)
+    (tmp_path / "f.npy").rename(tmp_path / "f.wav")
+    np.testing.assert_array_equal(load_utterance(tmp_path / "f.wav"), X)
+    for content, rule in ((b"", "is empty"), (b"hello there, world", "must be a WAV file"),
+                          (b"RIFF\x24\0\0\0WAVEfmt ", "not usable audio")):
+        bad = tmp_path / "bad.wav"
+        bad.write_bytes(content)
+        with pytest.raises(InputRejected, match=rule) as exc:
+            load_utterance(bad)
+        assert str(bad) not in exc.value.public_message          # peers learn the rule, not the path
+    nan = tmp_path / "nan.wav"
+    y = np.zeros(4000, np.float32)
+    y[10] = np.nan
+    wavfile.write(nan, 16000, y)
+    with pytest.raises(InputRejected, match="NaN"):
+        load_utterance(nan)
+
+
+def test_cmn_parameter_is_validated():
+    assert KeywordParams.from_mapping({"cmn": "causal"}).cmn == "causal"
+    assert KeywordParams().cmn == "utterance"
+    with pytest.raises(InvalidMessage, match="cmn"):
+        KeywordParams.from_mapping({"cmn": "sideways"})
+
+
+@pytest.mark.parametrize("cmn", ["utterance", "causal"])
+def test_alice_role_featurises_a_configured_wav_with_the_session_cmn(tmp_path, monkeypatch, cmn):
+    """[inputs.keyword] utterance = "U.wav": Alice's role reads the audio with the agreed front end."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from scipy.io import wavfile
+
+    import smcdp.plugins.keyword as plugin_mod
+    from smcdp.plugins.base import SessionContext
+    from smcdp.speech.features import wav_features
+
+    rng = np.random.default_rng(1)
+    wav = tmp_path / "u.wav"
+    wavfile.write(wav, 16000, rng.normal(0, 0.1, 8000).astype(np.float32))
+    seen = {}
+
+    async def fake_alice(ch, X, p, **kw):
+        seen["X"], seen["p"] = X, p
+        return SimpleNamespace()
+
+    params = KeywordPlugin().validate_params({"key_bits": 512, "cmn": cmn}, {"alice": "a", "bob": "b"})
+    ctx = SessionContext("s", "keyword", {"alice": "a", "bob": "b"}, params, inputs={"utterance": str(wav)},
+                         allow_insecure_keys=True)
+    monkeypatch.setattr(plugin_mod, "keyword_alice", fake_alice)
+    monkeypatch.setattr(plugin_mod, "asdict", lambda obj: {})      # the fake result is no dataclass
+    asyncio.run(KeywordPlugin().run_role("alice", SimpleNamespace(me="a"), ctx))
+    assert seen["p"].cmn == cmn
+    np.testing.assert_array_equal(seen["X"], wav_features(wav, cmn=cmn))

@@ -99,20 +99,18 @@ def test_wav_loader(tmp_path):
     assert F.load_wav(f32)[0].shape == (8000,)
 
     stereo = tmp_path / "s.wav"
-    wavfile.write(stereo, 16000, np.stack([pcm, pcm], axis=1))
-    with pytest.raises(InvalidMessage, match="mono"):
-        F.load_wav(stereo)
+    wavfile.write(stereo, 16000, np.stack([pcm, np.zeros_like(pcm)], axis=1))
+    np.testing.assert_allclose(F.load_wav(stereo)[0], pcm / 65536.0)        # channels averaged
     low = tmp_path / "l.wav"
     wavfile.write(low, 8000, pcm)
-    with pytest.raises(InvalidMessage, match="8000 Hz"):
-        F.wav_features(low)
+    assert F.wav_features(low).shape == (F.num_frames(16000), 39)           # resampled to 16 kHz
     short = tmp_path / "short.wav"
     wavfile.write(short, 16000, pcm[:100])
-    with pytest.raises(InvalidMessage, match="need at least"):
+    with pytest.raises(InvalidMessage, match="shorter than one 25 ms"):
         F.load_wav(short)
     junk = tmp_path / "junk.wav"
     junk.write_bytes(b"this is not a wave file at all")
-    with pytest.raises(InvalidMessage, match="cannot read"):
+    with pytest.raises(InvalidMessage, match="not a WAV"):
         F.load_wav(junk)
     with pytest.raises(InvalidMessage, match="not found"):
         F.load_wav(tmp_path / "missing.wav")

@@ -1,0 +1,113 @@
+"""Audio in: any WAV file to samples, with an error that says what is wrong.
+
+:func:`read_wav` accepts what a user is likely to have: any sample rate from 4
+to 192 kHz, mono or several channels (averaged), 8-bit unsigned, 16-, 24- or
+32-bit integer and 32- or 64-bit float PCM.  It refuses, naming the file and
+the reason: a missing or empty file, a file that is not a WAV (no RIFF/WAVE
+header), a truncated or unreadable one, no samples, NaN or infinite samples,
+less than one 25 ms analysis window, more than 10 minutes.
+
+Why ``scipy.io.wavfile`` and not the standard library's ``wave``: ``wave``
+reads integer PCM only (no IEEE-float WAVs, format 3, which many tools write),
+while scipy -- already a dependency -- reads integer, 24-bit and float PCM
+including WAVE_FORMAT_EXTENSIBLE headers.  The front end
+(:mod:`smcdp.speech.frontend`) turns these samples into frames, resampling to
+16 kHz itself (:func:`smcdp.speech.frontend.load_audio`).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.io import wavfile
+
+from smcdp.errors import InvalidMessage
+from smcdp.speech.framing import MAX_SAMPLES, MIN_SAMPLES, SAMPLE_RATE, WINLEN, frames_for_samples
+
+MIN_RATE, MAX_RATE = 4000, 192000
+WAV_MAGIC = (b"RIFF", b"RIFX", b"RF64")
+
+
+def is_wav_header(head: bytes) -> bool:
+    """True if ``head`` (a file's first 12 bytes) starts like a WAV (RIFF/RIFX/RF64 … WAVE)."""
+    return head[:4] in WAV_MAGIC and head[8:12] == b"WAVE"
+
+
+def is_wav(path: str | os.PathLike) -> bool:
+    """True if the file starts like a WAV (RIFF/RIFX/RF64 … WAVE)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(12)
+    except OSError:
+        return False
+    return is_wav_header(head)
+
+
+@dataclass(frozen=True)
+class Audio:
+    """Mono samples (float64, nominally in [−1, 1]) at ``rate`` Hz."""
+
+    samples: np.ndarray
+    rate: int
+    path: str = ""
+
+    @property
+    def seconds(self) -> float:
+        return self.samples.size / self.rate
+
+    @property
+    def frames(self) -> int:
+        """The number of 39-d frames this audio gives."""
+        return frames_for_samples(self.samples.size, self.rate)
+
+
+def read_wav(path: str | os.PathLike) -> Audio:
+    """A WAV file as mono float samples at its own rate (see the module docstring for what is accepted)."""
+    p = os.fspath(path)
+    try:
+        with open(p, "rb") as f:
+            head = f.read(12)
+    except FileNotFoundError:
+        raise InvalidMessage(f"audio file not found: {p}") from None
+    except IsADirectoryError:
+        raise InvalidMessage(f"{p}: is a directory, not a WAV file") from None
+    except OSError as exc:
+        raise InvalidMessage(f"{p}: cannot read: {exc}") from None
+    if not head:
+        raise InvalidMessage(f"{p}: the file is empty")
+    if not is_wav_header(head):
+        raise InvalidMessage(f"{p}: not a WAV file (no RIFF/WAVE header)")
+    try:
+        rate, data = wavfile.read(p)
+    except (ValueError, OSError, EOFError, struct.error, MemoryError) as exc:
+        raise InvalidMessage(f"{p}: unreadable WAV ({type(exc).__name__}: {exc})") from None
+    if data.size == 0:
+        raise InvalidMessage(f"{p}: the WAV holds no samples")
+    if data.dtype == np.int16:
+        x = data / 32768.0
+    elif data.dtype == np.int32:           # 32-bit PCM, and 24-bit (scipy left-justifies it)
+        x = data / 2147483648.0
+    elif data.dtype == np.uint8:
+        x = (data.astype(np.float64) - 128.0) / 128.0
+    elif data.dtype.kind == "f":
+        x = data.astype(np.float64)
+        if not np.all(np.isfinite(x)):
+            raise InvalidMessage(f"{p}: the WAV contains NaN or infinite samples")
+    else:
+        raise InvalidMessage(f"{p}: unsupported sample type {data.dtype}")
+    if x.ndim == 2:
+        x = x.mean(axis=1)                  # downmix
+    if not MIN_RATE <= rate <= MAX_RATE:
+        raise InvalidMessage(f"{p}: sample rate {rate} Hz outside {MIN_RATE // 1000}–{MAX_RATE // 1000} kHz")
+    audio = Audio(np.ascontiguousarray(x, dtype=np.float64), int(rate), p)
+    n16 = -(-x.shape[0] * SAMPLE_RATE // int(rate))
+    if n16 < MIN_SAMPLES:
+        raise InvalidMessage(f"{p}: {audio.seconds * 1000:.1f} ms of audio, shorter than one "
+                             f"{WINLEN * 1000:.0f} ms analysis window")
+    if n16 > MAX_SAMPLES:
+        raise InvalidMessage(f"{p}: {audio.seconds:.0f} s of audio, longer than the limit of "
+                             f"{MAX_SAMPLES // SAMPLE_RATE} s")
+    return audio
