@@ -23,12 +23,15 @@ docs/protocols/keyword.md says exactly what each party learns.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 import gmpy2
+import numpy as np
 
 from smcdp.crypto.codec import public_key_from_proto, public_key_to_proto
 from smcdp.crypto.encoding import UNPACKED
@@ -54,6 +57,23 @@ ALICE, BOB = "alice", "bob"
 LOGLIK_BOUND_BITS = 43
 #: frames the offline phase prepares for when the utterance streams in (2 s of audio)
 STREAM_EXPECTED_FRAMES = 200
+STREAM_PACES = ("realtime", "fast")
+
+
+async def frames_from(source: Iterable[Any]) -> AsyncIterator[np.ndarray]:
+    """Alice's streaming frame source: frames (1-D feature vectors, or symbols) from a *blocking* iterator
+    -- a front end reading audio in 10 ms hops, a microphone -- pulled in a worker thread so the event loop
+    keeps serving the protocol while the next frame is computed; yielded as 1-frame chunks.
+
+    Anything that is an async iterable of frame chunks can be given to :func:`keyword_alice` directly;
+    this adapts the synchronous ones."""
+    it = iter(source)
+    end = object()
+    while True:
+        frame = await asyncio.to_thread(next, it, end)
+        if frame is end:
+            return
+        yield np.asarray(frame)[None, ...] if np.ndim(frame) <= 1 else np.asarray(frame)
 
 
 @dataclass
@@ -68,6 +88,11 @@ class KeywordParams(ForwardParams):
     #: cepstral mean normalisation of Alice's front end when her input is a WAV file (public: it must
     #: match what Bob's models were trained with; smcdp.speech.frontend.CMN_MODES)
     cmn: str = "utterance"
+    #: Alice feeds frames into the protocol as they are computed (docs/protocols/keyword.md, streaming);
+    #: public: Bob sees blocks arrive over time anyway
+    stream: bool = False
+    #: with ``stream``: ``realtime`` reads the audio at its own pace (a microphone), ``fast`` as fast as it can
+    stream_pace: str = "realtime"
 
     def validate(self) -> KeywordParams:
         super().validate()
@@ -77,6 +102,14 @@ class KeywordParams(ForwardParams):
             raise InvalidMessage("keyword parameter debug_reveal must be a boolean")
         if isinstance(self.scale_bits, bool) or not isinstance(self.scale_bits, int) or not 8 <= self.scale_bits <= 128:
             raise InvalidMessage(f"keyword parameter scale_bits={self.scale_bits!r} must be an integer in [8, 128]")
+        if not isinstance(self.stream, bool):
+            raise InvalidMessage("keyword parameter stream must be a boolean")
+        if self.stream_pace not in STREAM_PACES:
+            raise InvalidMessage(f"keyword parameter stream_pace={self.stream_pace!r} must be one of {list(STREAM_PACES)}")
+        if self.stream and self.cmn == "utterance":
+            raise InvalidMessage("stream with cmn='utterance': per-utterance mean normalisation needs the whole "
+                                 "utterance before any frame is final; use models trained with cmn='causal' "
+                                 "(smcdp speech train --cmn causal) or run without streaming")
         if self.cmn not in CMN_MODES:
             raise InvalidMessage(f"keyword parameter cmn={self.cmn!r} must be one of {list(CMN_MODES)}")
         return self
@@ -174,6 +207,11 @@ async def keyword_alice(ch: Channel, X, params: KeywordParams, *, private_key: P
         online["seconds"] = time.perf_counter() - w_on
         online["cpu_seconds"] = time.process_time() - c_on
         online["keyword_at"] = time.perf_counter() - w_on
+        if isinstance(X, AsyncIterable):
+            # streaming: the last frame left the front end at audio_done (forward's clock starts with ours)
+            online["stream"] = {"frames": fw.frames, "last_frame_at": online.get("audio_done"),
+                                "keyword_at": online["keyword_at"],
+                                "latency_after_last_frame": online["keyword_at"] - online.get("audio_done", 0.0)}
         lls = None
         if params.debug_reveal:
             dbg = EncryptedVector.from_proto(await ch.recv(bob, "kw/debug", pb.CiphertextVector), pk,
