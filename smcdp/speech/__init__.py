@@ -33,7 +33,7 @@ from .forward import (
     recognise,
     score_models,
 )
-from .frontend import Frontend, features, stream_frames, stream_wav
+from .frontend import Frontend, stream_frames, stream_wav  # not `features`: that name is the submodule
 from .models import (
     HMM,
     KeywordModels,
@@ -54,7 +54,6 @@ __all__ = [
     "load_wav",
     "log_emissions",
     "log_likelihood",
-    "features",
     "mfcc39",
     "product_index_pairs",
     "products",
