@@ -282,7 +282,10 @@ async def keyword_bob(ch: Channel, models, params: KeywordParams, *, alice: str 
         await ot_send(ch, alice, [[x.ljust(width) for x in labels]], tag_prefix="kw/label",
                       rng=protocol_rng(seed, "keyword", ch.role, "label-ot"))
         online["transform_and_ot"] = time.perf_counter() - t0
+        # Bob's online clock starts when he is ready, i.e. it includes waiting for Alice's offline phase
+        # and her first block (``first_block``); Alice's clock is the session's online time
         online["seconds"] = time.perf_counter() - w_on
+        online["seconds_from_first_block"] = online["seconds"] - online.get("first_block", 0.0)
         online["cpu_seconds"] = time.process_time() - c_on
         if params.debug_reveal:
             dbg = [pool.rerandomize(c_) for c_ in lp]

@@ -135,7 +135,7 @@ class ForwardParams(ProtocolParams):
     prod_frac_bits: int | str = "auto"             # fixed point of Alice's products ("auto": max(32, coef_bits + 20))
     coef_frac_bits: int = 32                       # fixed point of Bob's coefficients
     block_frames: int = 0                          # frames per emission block (0: a product ciphertext's slots)
-    groups: int = 2                                # model groups whose induction rounds interleave
+    groups: int = 1                                # model groups whose induction rounds interleave (docs)
 
     @classmethod
     def from_mapping(cls, m: Mapping[str, Any]):
