@@ -4,15 +4,18 @@ Encryption and re-randomisation both multiply by a fresh obfuscator
 (:meth:`PublicKey.obfuscator <smcdp.crypto.paillier.PublicKey.obfuscator>`,
 CRT-accelerated in :meth:`PrivateKey.raw_encrypt
 <smcdp.crypto.paillier.PrivateKey.raw_encrypt>`).  Their cost does not depend
-on the plaintext, so a party can make them while it waits for a peer: that is
-this module's :class:`ObfuscatorPool`.
+on the plaintext, so a party can make them while it waits for a peer, or in an
+*offline phase* before its input exists: that is this module's
+:class:`ObfuscatorPool`.  Obfuscators always come from the OS CSPRNG, never
+from a role's replayable randomness (:mod:`smcdp.primitives.rng`).
 """
 
 from __future__ import annotations
 
-import queue
+import collections
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Self
 
 from gmpy2 import mpz
@@ -21,50 +24,110 @@ from smcdp.crypto.paillier import PrivateKey, PublicKey
 
 
 class ObfuscatorPool:
-    """Paillier obfuscators (random n-th residues) precomputed in a background thread.
+    """Paillier obfuscators (random n-th residues), precomputed and handed out one at a time.
 
     ``fn`` makes one obfuscator: ``private_key.raw_encrypt(0)`` (CRT + fixed
     base, for the key owner) or ``public_key.raw_encrypt(0)`` (fixed base).
     Both equal ``h_s^a mod n²`` for a fresh ``a``, so ``(1 + n·m) · obf`` is an
-    ordinary Paillier encryption of ``m``.  The pool is bounded: the thread
-    fills it while the party waits for its peer and sleeps once it is full, so
-    it does not compete for the interpreter while the role computes.
+    ordinary Paillier encryption of ``m``.
+
+    * ``background``: a thread keeps the stock topped up: once it falls below
+      ``low_water`` (default: ``capacity``, i.e. refill whenever one was taken)
+      it makes obfuscators until the stock is back at ``capacity``, then sleeps
+      -- so it works while the party waits for a peer and is quiet otherwise.
+    * :meth:`precompute` fills the stock up front on several threads (the
+      native fixed-base loop releases the interpreter lock): an offline phase.
+    * An empty pool never blocks: :meth:`get` then makes one inline.
+      :meth:`stats` counts both kinds.
     """
 
     def __init__(self, public_key: PublicKey, fn: Callable[[], mpz], capacity: int = 128,
-                 background: bool = True) -> None:
+                 background: bool = True, low_water: int | None = None) -> None:
         self.pk = public_key
         self.fn = fn
-        self._q: queue.Queue = queue.Queue(maxsize=max(1, capacity))
-        self._stop = threading.Event()
+        self.capacity = max(1, int(capacity))
+        self.low_water = self.capacity if low_water is None else max(1, min(int(low_water), self.capacity))
+        self._stock: collections.deque = collections.deque()
+        self._cond = threading.Condition()
+        self._stop = False
+        self.precomputed = 0
+        self.inline = 0
         self._thread: threading.Thread | None = None
-        if background:
+        if background:  # the key's tables are built once, under the key's lock, by whoever comes first
             self._thread = threading.Thread(target=self._fill, name="smcdp-obfuscators", daemon=True)
             self._thread.start()
 
     @classmethod
-    def for_private_key(cls, sk: PrivateKey, capacity: int = 128, background: bool = True) -> ObfuscatorPool:
-        return cls(sk.public_key, lambda: sk.raw_encrypt(0), capacity, background)
+    def for_private_key(cls, sk: PrivateKey, capacity: int = 128, background: bool = True,
+                        low_water: int | None = None) -> ObfuscatorPool:
+        return cls(sk.public_key, lambda: sk.raw_encrypt(0), capacity, background, low_water)
 
     @classmethod
-    def for_public_key(cls, pk: PublicKey, capacity: int = 128, background: bool = True) -> ObfuscatorPool:
-        return cls(pk, lambda: pk.raw_encrypt(0), capacity, background)
+    def for_public_key(cls, pk: PublicKey, capacity: int = 128, background: bool = True,
+                       low_water: int | None = None) -> ObfuscatorPool:
+        return cls(pk, lambda: pk.raw_encrypt(0), capacity, background, low_water)
+
+    def fn_warm(self) -> None:
+        """Make one obfuscator in the calling thread (builds the key's tables before any thread races
+        for them) and keep it."""
+        obf = self.fn()
+        with self._cond:
+            self._stock.append(obf)
+            self.precomputed += 1
 
     def _fill(self) -> None:
-        while not self._stop.is_set():
-            obf = self.fn()
-            while not self._stop.is_set():
-                try:
-                    self._q.put(obf, timeout=0.2)
-                    break
-                except queue.Full:
-                    continue
+        while True:
+            with self._cond:
+                while not self._stop and len(self._stock) >= self.low_water:
+                    self._cond.wait()
+                if self._stop:
+                    return
+            while True:
+                obf = self.fn()
+                with self._cond:
+                    if self._stop:
+                        return
+                    self._stock.append(obf)
+                    self.precomputed += 1
+                    if len(self._stock) >= self.capacity:
+                        break
+
+    def precompute(self, count: int, threads: int = 2) -> None:
+        """Add ``count`` obfuscators now, on ``threads`` threads; the capacity grows to hold them."""
+        count = int(count)
+        if count <= 0:
+            return
+        with self._cond:
+            self.capacity = max(self.capacity, len(self._stock) + count)
+        if not self._stock:
+            self.fn_warm()  # tables first, in this thread
+            count -= 1
+        threads = max(1, min(int(threads), count or 1))
+        shares = [count // threads + (1 if i < count % threads else 0) for i in range(threads)]
+
+        def make(k: int) -> list[mpz]:
+            return [self.fn() for _ in range(k)]
+
+        if threads == 1:
+            parts = [make(count)]
+        else:
+            with ThreadPoolExecutor(threads, thread_name_prefix="smcdp-obf") as ex:
+                parts = list(ex.map(make, shares))
+        with self._cond:
+            for part in parts:
+                self._stock.extend(part)
+                self.precomputed += len(part)
 
     def get(self) -> mpz:
-        try:
-            return self._q.get_nowait()
-        except queue.Empty:
-            return self.fn()
+        with self._cond:
+            if self._stock:
+                obf = self._stock.popleft()
+                if len(self._stock) < self.low_water:
+                    self._cond.notify()
+                return obf
+            self.inline += 1
+            self._cond.notify()
+        return self.fn()
 
     def encrypt(self, m: int) -> mpz:
         pk = self.pk
@@ -73,8 +136,16 @@ class ObfuscatorPool:
     def rerandomize(self, c: mpz) -> mpz:
         return c * self.get() % self.pk.nsquare
 
+    def stats(self) -> dict:
+        """Obfuscators made ahead (``precomputed``), made inline because the stock was empty
+        (``inline``), and left unused (``stock``)."""
+        with self._cond:
+            return {"precomputed": self.precomputed, "inline": self.inline, "stock": len(self._stock)}
+
     def close(self) -> None:
-        self._stop.set()
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
         if self._thread is not None:
             self._thread.join(timeout=2.0)
 

@@ -35,6 +35,7 @@ import json
 import os
 import random
 import secrets
+import threading
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -45,7 +46,7 @@ from phe import paillier as phe_paillier
 
 from smcdp._files import atomic_write
 from smcdp.crypto.counters import count as _count
-from smcdp.crypto.modexp import FixedBaseTable
+from smcdp.crypto.modexp import FixedBaseTable, window_for_uses
 from smcdp.errors import CryptoOverflow, InsecureParameters, InvalidMessage
 from smcdp.progress import task
 
@@ -68,6 +69,8 @@ class PublicKey:
         self.fingerprint = hashlib.sha256(n.to_bytes((n.bit_length() + 7) // 8, "big")).digest()
         self._table: FixedBaseTable | None = None
         self._hs: mpz | None = None
+        # one fixed base and one table per key, however many threads ask at once
+        self._lock = threading.Lock()
 
     # ------------------------------------------------------------ identity
     def __eq__(self, other: object) -> bool:
@@ -90,18 +93,35 @@ class PublicKey:
         return self.bits // 2
 
     def _fixed_base(self) -> mpz:
-        if self._hs is None:
-            while True:
-                x = mpz(secrets.randbelow(int(self.n) - 2) + 2)
-                if gmpy2.gcd(x, self.n) == 1:
-                    break
-            h = (-(x * x)) % self.n
-            self._hs = gmpy2.powmod(h, self.n, self.nsquare)
-        return self._hs
+        with self._lock:
+            if self._hs is None:
+                while True:
+                    x = mpz(secrets.randbelow(int(self.n) - 2) + 2)
+                    if gmpy2.gcd(x, self.n) == 1:
+                        break
+                h = (-(x * x)) % self.n
+                self._hs = gmpy2.powmod(h, self.n, self.nsquare)
+            return self._hs
 
     def table(self) -> FixedBaseTable:
+        """The fixed-base table of the obfuscators, built once (the largest window the memory budget allows,
+        unless :meth:`prepare` sized it first)."""
         if self._table is None:
-            self._table = FixedBaseTable(self._fixed_base(), self.nsquare, self.obfuscation_bits)
+            hs = self._fixed_base()
+            with self._lock:
+                if self._table is None:
+                    self._table = FixedBaseTable(hs, self.nsquare, self.obfuscation_bits)
+        return self._table
+
+    def prepare(self, uses: int) -> FixedBaseTable:
+        """Build the table now, with the window that minimises building it plus ``uses`` obfuscators
+        (:func:`~smcdp.crypto.modexp.window_for_uses`); a table built earlier is kept."""
+        if self._table is None:
+            hs = self._fixed_base()
+            with self._lock:
+                if self._table is None:
+                    w = window_for_uses(self.obfuscation_bits, self.nsquare.bit_length(), uses)
+                    self._table = FixedBaseTable(hs, self.nsquare, self.obfuscation_bits, window=w)
         return self._table
 
     def obfuscator(self, factor: int | None = None) -> mpz:
@@ -177,6 +197,24 @@ class PublicKey:
             raise InvalidMessage(f"{where} is not a unit mod n (gcd(c, n) != 1)")
         return c
 
+    def validate_ciphertexts(self, cs: Iterable[int], where: str = "ciphertext") -> list[mpz]:
+        """:meth:`validate_ciphertext` for many at once: the range per ciphertext, the unit check
+        batched as gcd(Π c mod n, n) = 1 (one gcd instead of one per ciphertext; the per-ciphertext
+        check runs only to name the culprit when the batch fails)."""
+        n, n2 = self.n, self.nsquare
+        out = []
+        acc = mpz(1)
+        for i, c in enumerate(cs):
+            c = mpz(c)
+            if not (0 < c < n2):
+                raise InvalidMessage(f"{where} {i} is outside (0, n²)")
+            out.append(c)
+            acc = acc * c % n
+        if out and gmpy2.gcd(acc, n) != 1:
+            for i, c in enumerate(out):
+                self.validate_ciphertext(c, f"{where} {i}")
+        return out
+
     # ------------------------------------------------------------ files
     def to_json(self) -> dict:
         return {"kind": "smcdp-paillier-public-key", "version": 1, "n": format(int(self.n), "x")}
@@ -212,6 +250,7 @@ class PrivateKey:
         self.p_inv_q = gmpy2.invert(p, q)
         self.psq_inv_qsq = gmpy2.invert(self.psquare, self.qsquare)
         self._tables: tuple[FixedBaseTable, FixedBaseTable] | None = None
+        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"PrivateKey(for {self.public_key!r})"
@@ -265,15 +304,24 @@ class PrivateKey:
         return self.decode_signed(self.raw_decrypt(c))
 
     # ------------------------------------------------------------ CRT encryption
-    def _crt_tables(self) -> tuple[FixedBaseTable, FixedBaseTable]:
+    def _crt_tables(self, window: int | None = None) -> tuple[FixedBaseTable, FixedBaseTable]:
         if self._tables is None:
             hs = self.public_key._fixed_base()
             bits = self.public_key.obfuscation_bits
-            self._tables = (
-                FixedBaseTable(hs % self.psquare, self.psquare, bits),
-                FixedBaseTable(hs % self.qsquare, self.qsquare, bits),
-            )
+            with self._lock:  # built once even when several threads encrypt at the start
+                if self._tables is None:
+                    self._tables = (
+                        FixedBaseTable(hs % self.psquare, self.psquare, bits, window=window),
+                        FixedBaseTable(hs % self.qsquare, self.qsquare, bits, window=window),
+                    )
         return self._tables
+
+    def prepare(self, uses: int) -> None:
+        """Build the CRT tables now, with the window that minimises building them plus ``uses``
+        encryptions (:func:`~smcdp.crypto.modexp.window_for_uses`); tables built earlier are kept."""
+        if self._tables is None:
+            bits = self.public_key.obfuscation_bits
+            self._crt_tables(window_for_uses(bits, self.psquare.bit_length(), uses))
 
     def raw_encrypt(self, m: int) -> mpz:
         """Encrypt with the private key: same distribution as the public path, computed mod p² and q²."""

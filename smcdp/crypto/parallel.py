@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing as mp
 import os
+import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Sequence
 
@@ -47,6 +48,10 @@ def _decrypt_chunk(cts: list[int]) -> list[int]:
     if _WORKER_SK is None:
         raise RuntimeError("this pool holds no private key")
     return [_WORKER_SK.raw_decrypt_signed(c) for c in cts]
+
+
+def _cpu_seconds() -> float:
+    return time.process_time()
 
 
 def _chunks(seq: Sequence, n: int) -> list[list]:
@@ -100,6 +105,11 @@ class CryptoPool:
         for part in self._pool.map(_decrypt_chunk, _chunks(cts, self.workers)):
             out.extend(part)
         return out
+
+    def worker_cpu_seconds(self) -> float:
+        """CPU seconds the worker process has used so far (meaningful with ``workers=1``: with more,
+        whichever worker answers)."""
+        return float(self._pool.submit(_cpu_seconds).result())
 
     async def aencrypt(self, ints: Sequence[int], *, use_private: bool = False) -> list[int]:
         return await asyncio.to_thread(self.encrypt, ints, use_private=use_private)

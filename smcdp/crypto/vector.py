@@ -350,11 +350,10 @@ class EncryptedVector:
         if len(msg.ciphertexts) != expected_cts:
             raise InvalidMessage(f"{what} has {len(msg.ciphertexts)} ciphertexts, expected {expected_cts}")
         max_bytes = (public_key.nsquare.bit_length() + 7) // 8
-        cts = []
         for i, b in enumerate(msg.ciphertexts):
             if len(b) > max_bytes:
                 raise InvalidMessage(f"{what}: ciphertext {i} is longer than n²")
-            cts.append(public_key.validate_ciphertext(bytes_to_int(b), f"{what}: ciphertext {i}"))
+        cts = public_key.validate_ciphertexts((bytes_to_int(b) for b in msg.ciphertexts), f"{what}: ciphertext")
         cap = got.slot_capacity if got.packed else int(public_key.max_int)
         if bound is not None and bound > cap:
             raise InvalidMessage(f"{what} uses {got.slots} slots of {got.slot_bits} bits, too narrow for the "

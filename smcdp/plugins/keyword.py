@@ -16,12 +16,14 @@ from smcdp.protocols.keyword import (
     ALICE,
     BOB,
     KeywordParams,
+    frames_from,
     keyword_alice,
     keyword_bob,
 )
 from smcdp.protocols.secure_forward import MAX_FRAMES
-from smcdp.speech.audio import is_wav_header
+from smcdp.speech.audio import is_wav_header, read_wav
 from smcdp.speech.features import wav_features
+from smcdp.speech.frontend import stream_wav
 from smcdp.speech.models import KeywordModels, load_models
 
 
@@ -76,6 +78,19 @@ def load_utterance(path, cmn: str = "utterance") -> np.ndarray:
     return X
 
 
+def stream_utterance(path, p: KeywordParams):
+    """Alice's frames of a WAV file as they are computed, the audio read in 10 ms hops (at the audio's own
+    pace with ``stream_pace = "realtime"``), and the audio's duration.  The file is checked first
+    (read_wav's clear errors), so bad audio is refused before the session's first message."""
+    if utterance_kind(path) != "wav":
+        raise InputRejected("streaming needs a WAV utterance (audio), not a feature file", str(path))
+    try:
+        audio = read_wav(path)
+    except InvalidMessage as exc:
+        raise InputRejected("the utterance WAV file is not usable audio", str(exc)) from None
+    return frames_from(stream_wav(path, cmn=p.cmn, realtime=p.stream_pace == "realtime")), audio.seconds
+
+
 def load_keyword_models(path) -> KeywordModels:
     return load_models(path)
 
@@ -102,7 +117,15 @@ class KeywordPlugin(ProtocolPlugin):
         p = KeywordParams.from_mapping(ctx.params)
         check_key_bits(p.key_bits, ctx.allow_insecure_keys)
         if role == ALICE:
-            X = load_utterance(self.input_path(ctx, "utterance", ch.me), p.cmn)
+            path = self.input_path(ctx, "utterance", ch.me)
+            if p.stream:
+                X, audio_seconds = stream_utterance(path, p)
+                out = asdict(await keyword_alice(ch, X, p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys))
+                st = out["timings"]["online"].get("stream", {})
+                st.update(audio_seconds=audio_seconds, pace=p.stream_pace,
+                          real_time_factor=st.get("keyword_at", 0.0) / audio_seconds)
+                return out
+            X = load_utterance(path, p.cmn)
             return asdict(await keyword_alice(ch, X, p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys))
         if role == BOB:
             if p.debug_reveal and not ctx.allow_insecure_keys:

@@ -1,52 +1,49 @@
-"""Secure logarithm, secure exponent and secure LOGSUM (seed 003 §4.2.1), vectorised.
+"""Secure LOGSUM (seed 003 §4.2.1) in the log domain: exact for any weights, vectorised.
 
-Alice holds the Paillier private key; Bob holds only ciphertexts.  Every call
-below moves a whole *batch* of values in one round trip (Bob -> Alice ->
-Bob), so a protocol that needs many exp/log operations per step pays one
-network round per step, not one per value.
+Alice holds the Paillier private key; Bob holds weights and masks.  For sums
+``S_r = Σ_l w_rl e^{ℓ_l}`` whose terms are known to Alice only up to Bob's
+masks, the three steps of the seed's LOGSUM become:
 
-Representation and precision (all public, agreed by both parties)
------------------------------------------------------------------
-Real numbers do not live in Z_n, so every value crosses the wire as a
-fixed-point integer and every mask is *real-valued* (as in the seed):
+**(E) secure exponent** -- :func:`term_offsets` (Bob), :func:`exponentiate_terms` (Alice).
+    Bob moves each weight into the *logarithm*: for every term he publishes the
+    offset ``c_rl = fx(ln w_rl) − M_l + ω_r + σ_rl``, where ``M_l`` is the mask
+    Alice's value ``L_l = ℓ_l + M_l`` carries, ``ω_r`` a fresh per-sum offset
+    (uniform on ±ψ) and ``σ_rl`` a fresh per-term mask (uniform on ±K).  Alice
+    forms ``y_rl = L_l + c_rl = ln w_rl + ℓ_l + ω_r + σ_rl`` (exactly: all of it
+    lives on the integer grid 2^−F), subtracts the largest term *of that sum*,
+    ``m_r``, and returns ``ê_rl = round(2^{F_e} e^{y_rl − m_r})`` encrypted,
+    pre-shifted into the packed slot of sum r.  A weight of any size -- 5e-324
+    beside 1 -- is just another offset: no term is lost to the range of
+    fixed point (issue 16), and exact zeros are left out (public pattern).
+**(W) homomorphic weighted sum** -- :func:`term_weights`, :func:`smudging`, :func:`weighted_sums` (Bob).
+    Bob's integer weights ``k_rl = round(2^W e^{−σ_rl − K})`` only undo his
+    per-term masks, so they span at most ``e^{2K}``; he computes
+    ``u_r = Σ_l k_rl ê_rl + ν_r`` under encryption, one multi-exponentiation per
+    ciphertext, with smudging noise ``ν_r`` uniform on ``[0, 2^{B_ν})`` in every
+    slot, and re-randomises.
+**(L) secure logarithm** -- :func:`logarithm` (Alice).
+    ``L'_r = fx(ln(u_r / 2^{W+F_e})) + m_r = ln S_r + ω_r − K`` (up to the
+    proven error): Alice keeps it (a fused protocol continues from it) or
+    returns it encrypted (:func:`secure_logsum_alice`) and Bob removes ``ω_r − K``.
 
-* **log-domain values** ``ξ(ℓ)`` are integers ``round(ℓ · 2^F)`` (``F`` bits
-  of fraction, e.g. ``F_log``).
-* **secure exponent**: Bob adds a mask ``ρ_i ~ U[-K, K]`` (``K`` =
-  ``mask_nats``) to each ``ξ(ℓ_i)`` and a common offset ``ψ_g`` (uniform on
-  ``[-offset_nats, offset_nats]``) to every value of a *group* ``g``; Alice
-  decrypts ``v_i = ℓ_i + ρ_i + ψ_g``, subtracts the group maximum
-  ``m_g = max_{i∈g} v_i`` (per-group rescaling kept by Alice: no underflow
-  however small the values are) and returns ``ξ(ê_i)`` with
-  ``ê_i = round(exp(v_i - m_g) · 2^{F_e})``.  Bob knows
-  ``θ_i = ê_i · 2^{-F_e} · e^{M_g} · e^{-ρ_i-ψ_g}`` where ``M_g`` (the sum of
-  Alice's offsets) is known to Alice only; Bob keeps the *log factor*
-  ``ℓ̃_i = -F_e ln2 - ρ_i - ψ_g`` in the clear.
-* **weighted sums / secure logarithm**: Bob turns real weights ``w_ij`` (in
-  the log domain, ``ln w = -inf`` for a zero) into integers
-  ``k_ij = round(2^W · w_ij / R_g)`` with one normaliser ``R_g`` per group,
-  multiplies by a fresh row mask ``e^{φ_i}`` (``φ ~ U[-K, K]``) before the
-  normalisation, computes ``u_i = Σ_j k_ij ê_j`` homomorphically, packs
-  several ``u_i`` per ciphertext and rerandomises.  Alice decrypts ``u_i``
-  and takes ``ln u_i``.  (No additive noise: it would have to stay below the
-  precision floor of the *smallest* sum, which Bob cannot know.)
+Bit budget for sums of at most n terms (``p`` = ``precision_bits``, ``λ`` =
+``smudge_bits``, :class:`LogsumLayout`)::
 
-Bit budgets (``p`` = ``precision_bits``, ``r`` = ``range_bits``): Alice
-normalises every exponent over the terms of *one* sum (never over unrelated
-values, so a sum that is tiny now but dominant later keeps its precision);
-the masks spread the magnitudes of those terms by at most ``e^{4K}`` (two
-masks of ±K on each exponent) and the weights by ``e^{6K}``, and the public
-weights of one sum (e.g. transition probabilities) may span ``2^r``; so
-``F_e = p + ⌈4K/ln2⌉ + r + 2`` and ``W = p + ⌈6K/ln2⌉ + r + 2`` keep at least
-``p`` significant bits on every term that can dominate its sum.  Larger ``K`` hides more (see
-docs/protocols/keyword.md) and costs bits; every bound is checked and an
-overflow raises :class:`~smcdp.errors.CryptoOverflow`.
+    F_e = p + ⌈4K/ln2⌉ + ⌈log₂n⌉ + 1        W = p + λ + ⌈log₂n⌉ + ⌈4K/ln2⌉ + 1
+    B_ν = F_e + ⌈log₂n⌉ + λ                  slot = F_e + W + ⌈log₂(n+1)⌉ + 2
 
-What each party learns is written down in docs/protocols/keyword.md.
+so that every sum keeps relative precision 2^−p (the largest term after
+masking is at least e^{−4K} of the largest unmasked one, and the weights'
+rounding, the exponents' rounding and ν together stay below 2^−p of it), ν
+hides the integer structure of Bob's weights to statistical distance 2^−λ−1,
+and no slot can overflow.  docs/protocols/keyword.md proves the bound and says
+what each party learns.
 
-:func:`secure_logsum_bob` / :func:`secure_logsum_alice` are the *reference*
-implementation of the seed's LOGSUM; the secure forward algorithm runs fused
-forms of it (see :func:`secure_logsum_bob`), tested against this pair.
+The standalone pair :func:`secure_logsum_bob` / :func:`secure_logsum_alice`
+(encrypted logarithms in, encrypted log-sums out, two round trips) is these
+steps end to end; :mod:`smcdp.protocols.secure_forward` fuses the same steps
+into its induction (Alice keeps the logarithm of frame t and exponentiates
+from it for frame t + 1).
 """
 
 from __future__ import annotations
@@ -60,6 +57,7 @@ import gmpy2
 import numpy as np
 from gmpy2 import mpz
 
+from smcdp.crypto.codec import bigints, from_bigints
 from smcdp.crypto.encoding import UNPACKED, Packing, encode_float
 from smcdp.crypto.modexp import multi_exp
 from smcdp.crypto.obfuscation import ObfuscatorPool
@@ -70,415 +68,311 @@ from smcdp.net.channel import Channel
 from smcdp.v1 import messages_pb2 as pb
 
 LN2 = math.log(2.0)
-NEG_INF = float("-inf")
+#: |fx(ln w)| for every positive double w (ln 5e-324 = −744.44) fits below 2^10 nats
+LOG_WEIGHT_BOUND_NATS = 1 << 10
 
 
 # =============================================================================== parameters
 @dataclass(frozen=True)
 class MaskParams:
-    """Public fixed-point and masking parameters of the exp/log primitives."""
+    """Public fixed-point and masking parameters of LOGSUM (both parties agree on them)."""
 
-    mask_nats: float = 4.0            # K: per-value log-domain masks are U[-K, K]
-    offset_nats: float = float(1 << 20)  # ψ: per-group common offsets are U[-ψ, ψ]
-    precision_bits: int = 28          # p: significant bits kept on every dominant term
-    log_frac_bits: int = 40           # fraction bits of encrypted logarithms
-    range_bits: int = 16              # weights of one sum may span 2^range_bits (e.g. transition probabilities)
+    mask_nats: float = 4.0                 # K: per-term masks σ are uniform on [−K, K)
+    offset_nats: float = float(1 << 40)    # ψ: per-sum offsets ω are uniform on [−ψ, ψ)
+    precision_bits: int = 30               # p: relative precision 2^−p of every sum
+    smudge_bits: int = 30                  # λ: ν hides Bob's integer weights to 2^−λ−1
+    log_frac_bits: int = 40                # F: every log-domain value is an integer on the grid 2^−F
 
     def validate(self) -> MaskParams:
         if not (0.0 <= float(self.mask_nats) <= 64.0):
             raise InvalidMessage(f"mask_nats={self.mask_nats!r} must lie in [0, 64]")
-        if not (0.0 <= float(self.offset_nats) <= 2.0 ** 40):
-            raise InvalidMessage(f"offset_nats={self.offset_nats!r} must lie in [0, 2^40]")
-        if not isinstance(self.precision_bits, int) or not 12 <= self.precision_bits <= 60:
-            raise InvalidMessage(f"precision_bits={self.precision_bits!r} must be an integer in [12, 60]")
-        if not isinstance(self.log_frac_bits, int) or not 16 <= self.log_frac_bits <= 96:
-            raise InvalidMessage(f"log_frac_bits={self.log_frac_bits!r} must be an integer in [16, 96]")
-        if not isinstance(self.range_bits, int) or not 0 <= self.range_bits <= 128:
-            raise InvalidMessage(f"range_bits={self.range_bits!r} must be an integer in [0, 128]")
+        if not (1.0 <= float(self.offset_nats) <= 2.0 ** 48):
+            raise InvalidMessage(f"offset_nats={self.offset_nats!r} must lie in [1, 2^48]")
+        for name, lo, hi in (("precision_bits", 12, 60), ("smudge_bits", 0, 80), ("log_frac_bits", 24, 64)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                raise InvalidMessage(f"{name}={v!r} must be an integer in [{lo}, {hi}]")
         return self
 
     @property
-    def e_bits(self) -> int:
-        """F_e: fraction bits of the values Alice returns from a secure exponent."""
-        return self.precision_bits + math.ceil(4 * self.mask_nats / LN2) + self.range_bits + 2
+    def mask_int(self) -> int:
+        """K on the grid."""
+        return encode_float(float(self.mask_nats), self.log_frac_bits)
 
     @property
-    def weight_bits(self) -> int:
-        """W: bits of Bob's integer weights (the largest weight of a group is 2^W)."""
-        return self.precision_bits + math.ceil(6 * self.mask_nats / LN2) + self.range_bits + 2
-
-    def sum_slot_bits(self, max_terms: int) -> int:
-        """Slot width for packed weighted sums of at most ``max_terms`` terms."""
-        return self.e_bits + self.weight_bits + math.ceil(math.log2(max_terms + 1)) + 3
+    def offset_int(self) -> int:
+        """ψ on the grid."""
+        return encode_float(float(self.offset_nats), self.log_frac_bits)
 
 
-def uniform_masks(rng: random.Random, count: int, half_width: float) -> np.ndarray:
-    """``count`` reals uniform on [-half_width, half_width) with 53 random bits each (one read of the RNG)."""
-    if half_width == 0.0 or count == 0:
-        return np.zeros(count)
-    raw = np.frombuffer(rng.randbytes(8 * count), dtype="<u8") >> np.uint64(11)
-    return (raw.astype(np.float64) * 2.0 ** -53 * 2.0 - 1.0) * half_width
+def uniform_ints(rng: random.Random, count: int, half_width: int) -> list[int]:
+    """``count`` integers uniform on [−half_width, half_width) (empty range: zeros)."""
+    if half_width <= 0:
+        return [0] * count
+    w = 2 * half_width
+    return [rng.randrange(w) - half_width for _ in range(count)]
 
 
-def ln_int(u: int) -> float:
-    """Natural log of a positive (possibly huge) integer, to double precision."""
-    u = int(u)
-    if u <= 0:
-        return NEG_INF
-    bl = u.bit_length()
-    if bl <= 1000:
-        return math.log(u)
-    shift = bl - 64
-    return math.log(u >> shift) + shift * LN2
+def offset_bound_bits(params: MaskParams) -> int:
+    """Public offsets c = fx(ln w) − M + ω + σ lie below 2^this (M and ω within ±ψ, |ln w| < 2^10 nats)."""
+    return (2 * params.offset_int + (LOG_WEIGHT_BOUND_NATS << params.log_frac_bits) + params.mask_int).bit_length() + 1
 
 
-# =============================================================================== Bob: weighted sums, packing
-@dataclass
-class WeightedRows:
-    """Integer weights of a batch of weighted sums and the log factor Bob keeps for each row.
+def fx(x: float, frac_bits: int) -> int:
+    """round(x · 2^F) exactly (half away from zero); ``−inf`` is not representable (the caller's zero pattern)."""
+    return encode_float(x, frac_bits)
 
-    ``rows[i]`` lists ``(input index, k)`` with ``k >= 1``; an empty row is a
-    structural zero.  ``log_scale[i]`` is ``ln(k_ij / w_ij)`` (the same for
-    every j of row i): the row's sum is ``u_i ≈ e^{log_scale[i]} · Σ_j w_ij θ_j``.
+
+# =============================================================================== layout
+@dataclass(frozen=True)
+class LogsumLayout:
+    """The public bit budget of sums of at most ``n_terms`` terms under one key (module docstring)."""
+
+    n_terms: int
+    exp_bits: int        # F_e: Alice's exponents ê lie in [0, 2^F_e]
+    weight_bits: int     # W: Bob's weights k lie in [2^W e^{−2K}, 2^W]
+    smudge_bits: int     # B_ν: ν lies in [0, 2^B_ν)
+    slot_bits: int
+    packing: Packing
+    mask_int: int        # K on the grid (Bob's weights undo σ + K)
+    frac_bits: int       # F
+
+    @classmethod
+    def make(cls, params: MaskParams, n_terms: int, pk: PublicKey) -> LogsumLayout:
+        if n_terms < 1:
+            raise ValueError("a sum has at least one term")
+        p, lam, K = params.precision_bits, params.smudge_bits, float(params.mask_nats)
+        k4 = math.ceil(4 * K / LN2)
+        ln = math.ceil(math.log2(n_terms)) if n_terms > 1 else 0
+        Fe = p + k4 + ln + 1
+        W = p + lam + ln + k4 + 1
+        Bnu = Fe + ln + lam
+        slot = Fe + W + math.ceil(math.log2(n_terms + 1)) + 2
+        if slot > pk.max_int.bit_length() - 1:
+            need = 2 * (slot + 4)
+            raise CryptoOverflow(f"a sum of {n_terms} terms needs {slot}-bit values (precision_bits={p}, "
+                                 f"smudge_bits={lam}, mask_nats={K:g}); a {pk.bits}-bit key holds "
+                                 f"{pk.max_int.bit_length() - 1}: use a key of at least {need} bits")
+        packing = Packing.for_key(pk, slot)
+        lay = cls(n_terms, Fe, W, Bnu, slot, packing, params.mask_int, params.log_frac_bits)
+        assert lay.max_sum < 1 << (slot - 1), "layout arithmetic"
+        return lay
+
+    @property
+    def slots(self) -> int:
+        return self.packing.slots
+
+    @property
+    def max_sum(self) -> int:
+        """The largest value a slot can hold: n·2^{W+F_e} + 2^{B_ν} − 1 (< 2^{slot−1} by construction)."""
+        return self.n_terms * (1 << (self.weight_bits + self.exp_bits)) + (1 << self.smudge_bits) - 1
+
+    @property
+    def min_sum(self) -> int:
+        """No honest sum with a finite term is below 2^{W+F_e}·e^{−4K−1} (docs/protocols/keyword.md §bound)."""
+        return int(math.ldexp(math.exp(-4 * self.mask_int / 2.0 ** self.frac_bits - 1.0),
+                              self.weight_bits + self.exp_bits))
+
+    def shift(self, index: int) -> int:
+        """Bit offset of sum ``index`` inside its ciphertext."""
+        return self.slot_bits * (index % self.slots) if self.packing.packed else 0
+
+    def n_ciphertexts(self, n_sums: int) -> int:
+        return self.packing.n_ciphertexts(n_sums)
+
+
+# =============================================================================== (E) secure exponent
+def term_offsets(log_w: Sequence[int], prev_mask: Sequence[int], omega: int, sigma: Sequence[int]) -> list[int]:
+    """Bob, step (E): the public offsets ``c_l = fx(ln w_l) − M_l + ω + σ_l`` of one sum's terms."""
+    return [a - m + omega + s for a, m, s in zip(log_w, prev_mask, sigma)]
+
+
+def exponentiate_terms(y: Sequence[int | None], layout: LogsumLayout) -> tuple[list[int], int | None]:
+    """Alice, step (E), one sum: ``ê_l = round(2^{F_e} e^{(y_l − m)/2^F})`` with ``m = max_l y_l``.
+
+    ``None`` is an exact zero (ê = 0).  Terms more than (F_e + 2) ln 2 below the
+    largest round to 0 (error ≤ ¼).  Returns (ê, m); m is None when every term is
+    zero -- then the sum is exactly 0 and Alice ignores whatever u comes back.
     """
-
-    rows: list[list[tuple[int, int]]]
-    log_scale: np.ndarray
-
-
-def integer_weights(log_w: Sequence[Sequence[tuple[int, float]]], groups: Sequence[int], weight_bits: int,
-                    row_masks: np.ndarray | None = None) -> WeightedRows:
-    """Real weights in the log domain -> integers with one normaliser per group.
-
-    ``log_w[i]`` lists ``(input index, ln w_ij)`` (``-inf`` entries are
-    dropped); ``groups[i]`` is row i's group; ``row_masks[i]`` (φ_i) is added
-    to every weight of row i before normalisation.
-    """
-    n = len(log_w)
-    phi = np.zeros(n) if row_masks is None else np.asarray(row_masks, dtype=np.float64)
-    lnR: dict[int, float] = {}
-    for i, row in enumerate(log_w):
-        for _, lw in row:
-            if lw != NEG_INF:
-                v = lw + phi[i]
-                g = groups[i]
-                if g not in lnR or v > lnR[g]:
-                    lnR[g] = v
-    rows: list[list[tuple[int, int]]] = []
-    log_scale = np.full(n, NEG_INF)
-    top = 2.0 ** weight_bits
-    for i, row in enumerate(log_w):
-        out = []
-        g = groups[i]
-        for j, lw in row:
-            if lw == NEG_INF:
-                continue
-            k = round(math.exp(lw + phi[i] - lnR[g]) * top)
-            if k > 0:
-                out.append((j, k))
-        rows.append(out)
-        if out:
-            log_scale[i] = phi[i] - lnR[g] + weight_bits * LN2
-    return WeightedRows(rows, log_scale)
+    finite = [v for v in y if v is not None]
+    if not finite:
+        return [0] * len(y), None
+    m = max(finite)
+    F, Fe = layout.frac_bits, layout.exp_bits
+    cut = -math.ldexp((Fe + 2) * LN2, F)
+    out = []
+    for v in y:
+        if v is None or v - m < cut:
+            out.append(0)
+        else:   # |v − m| < 2^53: the division by 2^F is exact
+            out.append(round(math.ldexp(math.exp((v - m) / (1 << F)), Fe)))
+    return out, m
 
 
-def pack_ciphertexts(pk: PublicKey, values: Sequence[mpz | None], packing: Packing) -> list[mpz]:
-    """Homomorphically pack single-value ciphertexts into slots (Horner: c ← c^(2^s) · c_k).
+# =============================================================================== (W) weighted sum
+def term_weights(sigma: Sequence[int], layout: LogsumLayout) -> list[int]:
+    """Bob, step (W): ``k_l = round(2^W e^{−(σ_l + K)})`` -- they undo his per-term masks, nothing else."""
+    F, W, K = layout.frac_bits, layout.weight_bits, layout.mask_int
+    return [round(math.ldexp(math.exp(-(s + K) / (1 << F)), W)) for s in sigma]
 
-    ``None`` stands for a zero.  Each value must fit its slot (the caller checks bounds).
+
+def smudging(rng: random.Random, layout: LogsumLayout, count: int) -> list[int]:
+    """Bob: one ν per sum, uniform on [0, 2^{B_ν})."""
+    return [rng.getrandbits(layout.smudge_bits) for _ in range(count)]
+
+
+def weighted_sums(pk: PublicKey, terms: Sequence[Sequence[tuple[mpz, int]]], nu: Sequence[int],
+                  layout: LogsumLayout, pool: ObfuscatorPool) -> list[mpz]:
+    """Bob, step (W): ``u_r = Σ_l k_rl ê_rl + ν_r`` for every sum r, packed and re-randomised.
+
+    ``terms[r]`` lists (ciphertext of ê pre-shifted into sum r's slot, k) -- the
+    pre-shift is Alice's, so each output ciphertext is *one* multi-exponentiation
+    over the terms of the sums it holds.  Every slot is checked against its
+    capacity (``layout.max_sum``) from the public bounds, never from the data.
     """
     n2 = pk.nsquare
-    s = packing.slot_bits
-    shift = mpz(1) << s
+    S = layout.slots
+    cap = layout.packing.slot_capacity if layout.packing.packed else int(pk.max_int)
+    if layout.max_sum > cap:
+        raise CryptoOverflow(f"a {layout.n_terms}-term sum could reach {layout.max_sum.bit_length()} bits, above "
+                             f"the {cap.bit_length()}-bit slot")
+    Wmax = 1 << layout.weight_bits
     out = []
-    for start in range(0, len(values), packing.slots):
-        chunk = values[start:start + packing.slots]
-        acc: mpz | None = None
-        for c in reversed(chunk):
-            if acc is not None:
-                acc = gmpy2.powmod(acc, shift, n2)
-            if c is not None:
-                acc = c if acc is None else acc * c % n2
-        out.append(mpz(1) if acc is None else acc)
+    for start in range(0, len(terms), S):
+        bases: list[mpz] = []
+        exps: list[int] = []
+        noise = 0
+        for r in range(start, min(start + S, len(terms))):
+            if len(terms[r]) > layout.n_terms:
+                raise CryptoOverflow(f"sum {r} has {len(terms[r])} terms; the layout holds {layout.n_terms}")
+            for c, k in terms[r]:
+                if not 0 < k <= Wmax:
+                    raise CryptoOverflow(f"weight of {int(k).bit_length()} bits outside (0, 2^{layout.weight_bits}]")
+                bases.append(c)
+                exps.append(k)
+            if not 0 <= nu[r] < 1 << layout.smudge_bits:
+                raise CryptoOverflow("smudging noise outside [0, 2^B_ν)")
+            noise += int(nu[r]) << layout.shift(r)
+        c = multi_exp(bases, exps, n2) if bases else mpz(1)
+        out.append(pool.rerandomize(c * ((1 + pk.n * noise) % n2) % n2))
     return out
 
 
-def packed_weighted_sums(pk: PublicKey, inputs: Sequence[mpz], input_bound: int, wr: WeightedRows,
-                         packing: Packing, pool: ObfuscatorPool) -> EncryptedVector:
-    """Bob: ``u_i = Σ_j k_ij · x_j`` for every row, packed and rerandomised.
-
-    Raises :class:`CryptoOverflow` if a slot could exceed its capacity.
-    """
-    n2 = pk.nsquare
-    sums: list[mpz | None] = []
-    worst = 0
-    for row in wr.rows:
-        if not row:
-            sums.append(None)
-            continue
-        worst = max(worst, sum(k for _, k in row) * input_bound)
-        sums.append(multi_exp([inputs[j] for j, _ in row], [k for _, k in row], n2))
-    cap = packing.slot_capacity if packing.packed else int(pk.max_int)
-    if worst > cap:
-        raise CryptoOverflow(f"a packed weighted sum could reach {worst.bit_length()} bits, above the "
-                             f"{cap.bit_length()}-bit slot capacity; lower precision_bits/mask_nats or use a larger key")
-    if packing.packed:
-        cts = pack_ciphertexts(pk, sums, packing)
-    else:
-        cts = [mpz(1) if c is None else c for c in sums]
-    cts = [pool.rerandomize(c) for c in cts]
-    return EncryptedVector(pk, cts, len(wr.rows), 0, packing, worst)
+# =============================================================================== (L) secure logarithm
+def logarithm(u: int, m: int, layout: LogsumLayout) -> int:
+    """Alice, step (L): ``fx(ln(u / 2^{W+F_e})) + m`` on the grid -- never through a float at the
+    magnitude of m.  ``u`` outside what an honest Bob can produce is refused."""
+    if not layout.min_sum <= u <= layout.max_sum:
+        raise InvalidMessage(f"a masked sum of {int(u).bit_length()} bits lies outside what an honest weighted "
+                             f"sum can be ([2^{layout.min_sum.bit_length() - 1}, 2^{layout.max_sum.bit_length()}))")
+    z = math.ldexp(float(u), -(layout.weight_bits + layout.exp_bits))
+    return encode_float(math.log(z), layout.frac_bits) + m
 
 
-def preshifted_packed_sums(pk: PublicKey, inputs: Sequence[mpz], input_bound: int, wr: WeightedRows,
-                           packing: Packing, pool: ObfuscatorPool) -> EncryptedVector:
-    """Bob: packed ``u_i = Σ_j k_ij x_j`` when every input of row i already sits in row i's slot.
-
-    Alice encrypts each value she returns as ``ê · 2^{s·slot(i)}`` for the row i that will use
-    it (the layout is public), so Bob needs no shifting: ciphertext c of the result is one
-    multi-exponentiation over all terms of the rows it holds.  ``input_bound`` bounds the
-    unshifted inputs; :class:`CryptoOverflow` if a slot could exceed its capacity.
-    """
-    n2 = pk.nsquare
-    S = packing.slots if packing.packed else 1
-    worst = max((sum(k for _, k in row) * input_bound for row in wr.rows if row), default=0)
-    cap = packing.slot_capacity if packing.packed else int(pk.max_int)
-    if worst > cap:
-        raise CryptoOverflow(f"a packed weighted sum could reach {worst.bit_length()} bits, above the "
-                             f"{cap.bit_length()}-bit slot capacity; lower precision_bits/mask_nats or use a larger key")
-    cts = []
-    for start in range(0, len(wr.rows), S):
-        terms = [t for row in wr.rows[start:start + S] for t in row]
-        c = multi_exp([inputs[j] for j, _ in terms], [k for _, k in terms], n2) if terms else mpz(1)
-        cts.append(pool.rerandomize(c))
-    return EncryptedVector(pk, cts, len(wr.rows), 0, packing, worst)
+def unpack_sums(sk: PrivateKey, cts: Sequence[mpz], count: int, layout: LogsumLayout) -> list[int]:
+    """Alice: decrypt packed sums (non-negative slots)."""
+    vals = [sk.raw_decrypt_signed(c) for c in cts]
+    if layout.packing.packed:
+        vals = layout.packing.unpack(vals, count)
+    if len(vals) != count:
+        raise InvalidMessage(f"{len(vals)} sums decrypted, {count} expected")
+    return vals
 
 
-def slot_shift(packing: Packing, index: int) -> int:
-    """Bit offset of logical value ``index`` in a packed vector."""
-    return packing.slot_bits * (index % packing.slots) if packing.packed else 0
+# =============================================================================== the standalone pair
+# Bob holds ξ(ℓ_1..n) (Alice's key, exponent −F) and non-negative weights A (rows × n, at least one
+# positive weight per row, any magnitudes down to the smallest double); he obtains ξ(ln Σ_l A_rl e^{ℓ_l})
+# for every row.  Two round trips.  ``tag`` must be unique per call within a session.
 
-
-# =============================================================================== Alice: rescaled exponent
-def alice_exponentiate(u_log: np.ndarray, v: np.ndarray, groups: Sequence[int], e_bits: int
-                       ) -> tuple[list[int], dict[int, float]]:
-    """Alice: ``ê_i = round(exp(y_i - m_g) 2^{F_e})`` with ``y_i = u_log_i + v_i`` and
-    ``m_g = max_{i∈g} y_i``; returns the integers and the offsets ``m_g``.
-
-    ``-inf`` entries (structural zeros) give ``ê_i = 0``.
-    """
-    y = np.asarray(u_log, dtype=np.float64) + np.asarray(v, dtype=np.float64)
-    if np.any(np.isnan(y)) or np.any(y == np.inf):
-        raise InvalidMessage("secure exponent: a masked value is NaN or +inf")
-    offsets: dict[int, float] = {}
-    for i, g in enumerate(groups):
-        if y[i] != NEG_INF and (g not in offsets or y[i] > offsets[g]):
-            offsets[g] = float(y[i])
-    top = float(1 << e_bits) if e_bits < 1000 else math.inf
-    out = []
-    for i, g in enumerate(groups):
-        if y[i] == NEG_INF:
-            out.append(0)
-        else:
-            out.append(round(math.exp(y[i] - offsets[g]) * top))
-    return out, offsets
-
-
-def encrypt_unpacked(pool: ObfuscatorPool, ints: Sequence[int], exponent: int, bound: int) -> EncryptedVector:
-    return EncryptedVector(pool.pk, [pool.encrypt(m) for m in ints], len(ints), exponent, UNPACKED, bound)
-
-
-def decrypt_log_u(vec: EncryptedVector, sk: PrivateKey) -> np.ndarray:
-    """Alice: ``ln u_i`` of a (packed) vector of non-negative sums (``-inf`` for 0)."""
-    ints = vec.decrypt_ints(sk)
-    if any(u < 0 for u in ints):
-        raise InvalidMessage("a masked sum decrypted to a negative value: Bob's message is malformed")
-    return np.array([ln_int(u) for u in ints], dtype=np.float64)
-
-
-# =============================================================================== the three primitives
-# Each primitive is a pair of coroutines.  ``tag`` must be unique per call within a session.
-
-@dataclass
-class ExpResult:
-    """Bob's side of a secure exponent: ``θ_i = ê_i · e^{log_factor_i} · e^{M_g}``.
-
-    ``ciphertexts[i] = ξ(ê_i)``; ``log_factor`` is public to Bob only;
-    ``M_g`` (the offsets Alice subtracted) is known to Alice only.
-    """
-
-    ciphertexts: list[mpz]
-    log_factor: np.ndarray
-    groups: list[int]
-
-
-async def secure_exp_bob(ch: Channel, alice: str, logs: EncryptedVector, groups: Sequence[int],
-                         params: MaskParams, pool: ObfuscatorPool, rng: random.Random, tag: str) -> ExpResult:
-    """Bob has ``ξ(ℓ_i)`` (unpacked, fixed point); obtains ``ξ(θ_i e^{-M_g})`` with θ_i = e^{ℓ_i}.
-
-    One round trip for the whole batch.  The seed's secure exponent with
-    Alice's per-group rescaling: Alice removes ``m_g`` so that nothing
-    underflows, and adds ``M_g`` back in a later secure logarithm.
-    """
-    params.validate()
-    pk = logs.public_key
-    n = logs.length
-    if len(groups) != n:
-        raise InvalidMessage("secure exponent: one group per value is needed")
-    frac = -logs.exponent
-    rho = uniform_masks(rng, n, params.mask_nats)
-    gids = sorted(set(groups))
-    psi_g = dict(zip(gids, uniform_masks(rng, len(gids), params.offset_nats)))
-    total = np.array([rho[i] + psi_g[g] for i, g in enumerate(groups)])
-    masks = [encode_float(float(t), frac) for t in total]
-    cap = int(pk.max_int)
-    bound = logs.bound + max(abs(m) for m in masks)
-    if bound > cap:
-        raise CryptoOverflow("secure exponent: masked logarithms would overflow the plaintext space")
-    n2 = pk.nsquare
-    cts = [pool.rerandomize(c * ((1 + pk.n * pk.raw_plain(m)) % n2) % n2) for c, m in zip(logs.ciphertexts, masks)]
-    await ch.send(alice, f"{tag}/exp-v", EncryptedVector(pk, cts, n, logs.exponent, UNPACKED, bound).to_proto())
-    await ch.send(alice, f"{tag}/exp-groups", pb.Ints(values=list(groups)))
-    e_bits = params.e_bits
-    back = EncryptedVector.from_proto(await ch.recv(alice, f"{tag}/exp-e", pb.CiphertextVector), pk,
-                                      length=n, exponent=-e_bits, packing=UNPACKED, bound=1 << e_bits,
-                                      what=f"{tag}/exp-e from {alice}")
-    # θ_i = ê_i 2^{-F_e} e^{M_g} e^{-(ρ_i + ψ_g)}  (exact masks: Bob uses the encoded integers)
-    log_factor = np.array([-e_bits * LN2 - m / 2.0 ** frac for m in masks])
-    return ExpResult(back.ciphertexts, log_factor, list(groups))
-
-
-async def secure_exp_alice(ch: Channel, bob: str, sk: PrivateKey, params: MaskParams, pool: ObfuscatorPool,
-                           tag: str, *, length: int, exponent: int) -> dict[int, float]:
-    """Alice's side of :func:`secure_exp_bob`; returns her offsets ``m_g`` per group."""
-    pk = sk.public_key
-    v = EncryptedVector.from_proto(await ch.recv(bob, f"{tag}/exp-v", pb.CiphertextVector), pk, length=length,
-                                   exponent=exponent, packing=UNPACKED, what=f"{tag}/exp-v from {bob}")
-    groups = list((await ch.recv(bob, f"{tag}/exp-groups", pb.Ints)).values)
-    if len(groups) != length:
-        raise InvalidMessage(f"{tag}/exp-groups from {bob} has {len(groups)} entries, expected {length}")
-    vals = v.decrypt(sk)
-    ints, offsets = alice_exponentiate(np.zeros(length), vals, groups, params.e_bits)
-    e_bits = params.e_bits
-    await ch.send(bob, f"{tag}/exp-e", encrypt_unpacked(pool, ints, -e_bits, 1 << e_bits).to_proto())
-    return offsets
-
-
-async def secure_log_bob(ch: Channel, alice: str, values: Sequence[mpz], value_bound: int,
-                         log_factor: np.ndarray, groups: Sequence[int], params: MaskParams, pool: ObfuscatorPool,
-                         rng: random.Random, tag: str, *, pk: PublicKey) -> EncryptedVector:
-    """Bob has ``ξ(x_i)`` (integers ``0 < x_i <= value_bound``) with ``θ_i = x_i · e^{log_factor_i} · e^{M_g}``
-    (``M_g``: Alice's offsets of group g, 0 if none); obtains ``ξ(ln θ_i)`` (exponent ``-log_frac_bits``).
-    One round trip.
-
-    Multiplicative mask: Bob sends ``ξ(β_i x_i)`` packed, with a real ``β_i = e^{φ_i}``,
-    ``φ_i ~ U[-K, K]``, encoded as the integer ``k_i = round(2^p e^{φ_i + K})``; Alice returns
-    ``ξ(ln(k_i x_i) + M_g)``; Bob subtracts ``ln k_i``.
-    """
-    n = len(values)
-    phi = uniform_masks(rng, n, params.mask_nats)
-    ks = [max(1, round(math.exp(phi[i] + params.mask_nats) * 2.0 ** params.precision_bits)) for i in range(n)]
-    wr = WeightedRows([[(i, ks[i])] for i in range(n)], np.array([math.log(k) for k in ks]))
-    slot_bits = value_bound.bit_length() + max(ks).bit_length() + 3
-    packing = Packing.for_key(pk, slot_bits)
-    vec = packed_weighted_sums(pk, values, value_bound, wr, packing, pool)
-    await ch.send(alice, f"{tag}/log-u", vec.to_proto())
-    await ch.send(alice, f"{tag}/log-groups", pb.Ints(values=list(groups)))
-    F = params.log_frac_bits
-    back = EncryptedVector.from_proto(await ch.recv(alice, f"{tag}/log-l", pb.CiphertextVector), pk, length=n,
-                                      exponent=-F, packing=UNPACKED, bound=int(pk.max_int) // 4,
-                                      what=f"{tag}/log-l from {alice}")
-    corr = [encode_float(float(log_factor[i] - wr.log_scale[i]), F) for i in range(n)]
-    return back + EncryptedVector.trivial(pk, corr, exponent=-F)
-
-
-async def secure_log_alice(ch: Channel, bob: str, sk: PrivateKey, params: MaskParams, pool: ObfuscatorPool,
-                           tag: str, *, length: int, offsets: dict[int, float] | None = None) -> None:
-    """Alice's side of :func:`secure_log_bob`; ``offsets`` are her accumulated ``M_g``."""
-    pk = sk.public_key
-    u = EncryptedVector.from_proto(await ch.recv(bob, f"{tag}/log-u", pb.CiphertextVector), pk, length=length,
-                                   what=f"{tag}/log-u from {bob}")
-    groups = list((await ch.recv(bob, f"{tag}/log-groups", pb.Ints)).values)
-    if len(groups) != length:
-        raise InvalidMessage(f"{tag}/log-groups from {bob} has {len(groups)} entries, expected {length}")
-    lu = decrypt_log_u(u, sk)
-    if np.any(lu == NEG_INF):
-        raise InvalidMessage("secure logarithm of zero: the value has no logarithm")
-    offsets = offsets or {}
-    F = params.log_frac_bits
-    ints = [encode_float(float(lu[i] + offsets.get(g, 0.0)), F) for i, g in enumerate(groups)]
-    bound = int(pk.max_int) // 4
-    if max(abs(x) for x in ints) > bound:
-        raise CryptoOverflow("secure logarithm: a result does not fit the plaintext space")
-    await ch.send(bob, f"{tag}/log-l", encrypt_unpacked(pool, ints, -F, bound).to_proto())
-
-
-async def secure_logsum_bob(ch: Channel, alice: str, logs: EncryptedVector, weights: np.ndarray,
-                            params: MaskParams, pool: ObfuscatorPool, rng: random.Random, tag: str,
-                            groups: Sequence[int] | None = None) -> EncryptedVector:
-    """Bob has ``ξ(ln θ_1..n)`` and plaintext weights ``A`` (rows × n, ``a_ri >= 0``);
-    obtains ``ξ(ln Σ_i a_ri θ_i)`` for every row r.  Two round trips for the whole batch
-    (secure exponent, then secure logarithm), as in the seed.
-
-    ``groups[i]`` says which independent LOGSUM value i belongs to (default: all one): Alice
-    rescales each group by its own maximum, so every row must draw on one group only — put
-    unrelated sums in different groups, or a sum far below another one loses precision.
-    Every row needs at least one positive weight.
-
-    **Reference implementation** of the seed's LOGSUM (003 §4.2.1: secure exponent, weighted
-    sum, secure logarithm), kept standalone and tested against the fused forms the protocol
-    runs instead: :mod:`smcdp.protocols.secure_forward` ``_alice_mixture``/``_bob_mixture``
-    (mixture emissions: exponent + weighted sum, and Alice keeps the masked ``ln u + m`` in
-    the clear instead of the secure logarithm's re-encryption) and its induction (seed steps
-    5–7: the secure logarithm of frame t fused with the secure exponent of frame t + 1).
-    tests/unit/protocols/test_secure_forward_logsum.py checks that both agree.
-    """
-    A = np.asarray(weights, dtype=np.float64)
-    n = logs.length
-    groups = [0] * n if groups is None else [int(g) for g in groups]
-    if len(groups) != n:
-        raise InvalidMessage("LOGSUM: one group per value is needed")
-    if A.ndim != 2 or A.shape[1] != n or np.any(A < 0) or not np.all(np.isfinite(A)):
+def _logsum_pattern(A: np.ndarray, n: int) -> list[list[int]]:
+    if A.ndim != 2 or A.shape[1] != n or not np.all(np.isfinite(A)) or np.any(A < 0):
         raise InvalidMessage(f"LOGSUM weights must be a finite non-negative matrix with {n} columns")
-    if np.any(A.sum(axis=1) <= 0):
+    rows = [[int(i) for i in np.flatnonzero(A[r] > 0)] for r in range(A.shape[0])]
+    if any(not r for r in rows):
         raise InvalidMessage("every LOGSUM row needs a positive weight")
-    row_group = []
-    for r in range(A.shape[0]):
-        gs = {groups[i] for i in np.flatnonzero(A[r] > 0)}
-        if len(gs) != 1:
-            raise InvalidMessage(f"LOGSUM row {r} draws on several groups {sorted(gs)}")
-        row_group.append(gs.pop())
-    pk = logs.public_key
-    ex = await secure_exp_bob(ch, alice, logs, groups, params, pool, rng, f"{tag}/exp")
-    with np.errstate(divide="ignore"):
-        lnA = np.log(A)
-    log_w = [[(i, float(lnA[r, i] + ex.log_factor[i])) for i in range(n) if A[r, i] > 0] for r in range(A.shape[0])]
-    wr = integer_weights(log_w, list(range(A.shape[0])), params.weight_bits)
-    packing = Packing.for_key(pk, params.sum_slot_bits(n))
-    u = packed_weighted_sums(pk, ex.ciphertexts, 1 << params.e_bits, wr, packing, pool)
-    await ch.send(alice, f"{tag}/sum-u", u.to_proto())
-    await ch.send(alice, f"{tag}/sum-groups", pb.Ints(values=row_group))
+    return rows
+
+
+async def secure_logsum_bob(ch: Channel, alice: str, logs: EncryptedVector, weights, params: MaskParams,
+                            pool: ObfuscatorPool, rng: random.Random, tag: str) -> EncryptedVector:
+    """Bob: ``ξ(ln Σ_l A_rl e^{ℓ_l})`` for every row r of ``weights`` (exponent −F, unpacked)."""
+    params.validate()
     F = params.log_frac_bits
-    back = EncryptedVector.from_proto(await ch.recv(alice, f"{tag}/sum-l", pb.CiphertextVector), pk,
-                                      length=A.shape[0], exponent=-F, packing=UNPACKED,
-                                      bound=int(pk.max_int) // 4, what=f"{tag}/sum-l from {alice}")
-    corr = [encode_float(float(-wr.log_scale[r]), F) for r in range(A.shape[0])]
-    return back + EncryptedVector.trivial(pk, corr, exponent=-F)
+    pk = logs.public_key
+    n = logs.length
+    if logs.packing.packed or logs.exponent < -F:
+        raise InvalidMessage(f"LOGSUM needs unpacked logarithms with at most {F} fraction bits")
+    logs = logs.scale_exponent(-F)
+    A = np.asarray(weights, dtype=np.float64)
+    rows = _logsum_pattern(A, n)
+    R = len(rows)
+    layout = LogsumLayout.make(params, max(len(r) for r in rows), pk)
+    psi = params.offset_int
+    # (E), Bob: the logarithms leave masked by ρ (per value); the weights go into the public offsets
+    rho = uniform_ints(rng, n, psi)
+    n2 = pk.nsquare
+    masked = [pool.rerandomize(c * ((1 + pk.n * pk.raw_plain(r)) % n2) % n2) for c, r in zip(logs.ciphertexts, rho)]
+    bound = logs.bound + psi
+    if bound > pk.max_int:
+        raise CryptoOverflow("LOGSUM: masked logarithms would overflow the plaintext space")
+    omega = uniform_ints(rng, R, psi)
+    sigma = [uniform_ints(rng, len(r), layout.mask_int) for r in rows]
+    offsets = [c for r in range(R) for c in term_offsets([fx(math.log(A[r, i]), F) for i in rows[r]],
+                                                         [rho[i] for i in rows[r]], omega[r], sigma[r])]
+    await ch.send(alice, f"{tag}/v", EncryptedVector(pk, masked, n, -F, UNPACKED, bound).to_proto())
+    await ch.send(alice, f"{tag}/pattern", pb.Ints(values=[R] + [int(A[r, i] > 0) for r in range(R) for i in range(n)]))
+    await ch.send(alice, f"{tag}/c", bigints(offsets))
+    # (W), Bob
+    n_terms = sum(len(r) for r in rows)
+    e = EncryptedVector.from_proto(await ch.recv(alice, f"{tag}/e", pb.CiphertextVector), pk, length=n_terms,
+                                   exponent=0, packing=UNPACKED, what=f"{tag}/e from {alice}")
+    it = iter(e.ciphertexts)
+    terms = [[(next(it), k) for k in term_weights(sigma[r], layout)] for r in range(R)]
+    u = weighted_sums(pk, terms, smudging(rng, layout, R), layout, pool)
+    await ch.send(alice, f"{tag}/u", EncryptedVector(pk, u, R, 0, layout.packing, layout.max_sum).to_proto())
+    # (L), Bob: remove ω − K
+    back = EncryptedVector.from_proto(await ch.recv(alice, f"{tag}/l", pb.CiphertextVector), pk, length=R,
+                                      exponent=-F, packing=UNPACKED, bound=psi + (LOG_WEIGHT_BOUND_NATS << F) + bound,
+                                      what=f"{tag}/l from {alice}")
+    return back + EncryptedVector.trivial(pk, [layout.mask_int - w for w in omega], exponent=-F)
 
 
 async def secure_logsum_alice(ch: Channel, bob: str, sk: PrivateKey, params: MaskParams, pool: ObfuscatorPool,
-                              tag: str, *, length: int, exponent: int, rows: int) -> None:
-    """Alice's side of :func:`secure_logsum_bob` (the reference LOGSUM; see there for the fused forms)."""
-    offsets = await secure_exp_alice(ch, bob, sk, params, pool, f"{tag}/exp", length=length, exponent=exponent)
-    pk = sk.public_key
-    u = EncryptedVector.from_proto(await ch.recv(bob, f"{tag}/sum-u", pb.CiphertextVector), pk, length=rows,
-                                   what=f"{tag}/sum-u from {bob}")
-    row_group = list((await ch.recv(bob, f"{tag}/sum-groups", pb.Ints)).values)
-    if len(row_group) != rows or any(g not in offsets for g in row_group):
-        raise InvalidMessage(f"{tag}/sum-groups from {bob} does not name one known group per row")
-    lu = decrypt_log_u(u, sk)
-    if np.any(lu == NEG_INF):
-        raise InvalidMessage("LOGSUM: a weighted sum decrypted to zero")
+                              tag: str, *, length: int) -> None:
+    """Alice's side of :func:`secure_logsum_bob` (``length``: the number of logarithms)."""
+    params.validate()
     F = params.log_frac_bits
-    ints = [encode_float(float(x + offsets[g]), F) for x, g in zip(lu, row_group)]
-    await ch.send(bob, f"{tag}/sum-l", encrypt_unpacked(pool, ints, -F, int(pk.max_int) // 4).to_proto())
+    pk = sk.public_key
+    v = EncryptedVector.from_proto(await ch.recv(bob, f"{tag}/v", pb.CiphertextVector), pk, length=length,
+                                   exponent=-F, packing=UNPACKED, what=f"{tag}/v from {bob}")
+    pat = list((await ch.recv(bob, f"{tag}/pattern", pb.Ints)).values)
+    R = pat[0] if pat else 0
+    if R < 1 or len(pat) != 1 + R * length or any(x not in (0, 1) for x in pat[1:]):
+        raise InvalidMessage(f"{tag}/pattern from {bob} is not a 0/1 pattern of rows x {length}")
+    rows = [[i for i in range(length) if pat[1 + r * length + i]] for r in range(R)]
+    if any(not r for r in rows):
+        raise InvalidMessage(f"{tag}/pattern from {bob} has a row without terms")
+    layout = LogsumLayout.make(params, max(len(r) for r in rows), pk)
+    n_terms = sum(len(r) for r in rows)
+    offsets = from_bigints(await ch.recv(bob, f"{tag}/c", pb.BigInts), count=n_terms,
+                           bound_bits=offset_bound_bits(params),
+                           what=f"{tag}/c from {bob}")
+    vals = v.decrypt_ints(sk)
+    # (E), Alice
+    it = iter(offsets)
+    e_ints: list[int] = []
+    m: list[int | None] = []
+    for r, row in enumerate(rows):
+        ys = [vals[i] + next(it) for i in row]
+        es, mr = exponentiate_terms(ys, layout)
+        m.append(mr)
+        e_ints.extend(x << layout.shift(r) for x in es)
+    await ch.send(bob, f"{tag}/e", EncryptedVector(pk, [pool.encrypt(x) for x in e_ints], n_terms, 0, UNPACKED,
+                                                   int(pk.max_int)).to_proto())
+    # (L), Alice
+    u = EncryptedVector.from_proto(await ch.recv(bob, f"{tag}/u", pb.CiphertextVector), pk, length=R, exponent=0,
+                                   packing=layout.packing, what=f"{tag}/u from {bob}")
+    sums = unpack_sums(sk, u.ciphertexts, R, layout)
+    out = [logarithm(s, mr, layout) for s, mr in zip(sums, m)]
+    await ch.send(bob, f"{tag}/l", EncryptedVector(pk, [pool.encrypt(x) for x in out], R, -F, UNPACKED,
+                                                   int(pk.max_int)).to_proto())

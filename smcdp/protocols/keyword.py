@@ -23,15 +23,18 @@ docs/protocols/keyword.md says exactly what each party learns.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
+from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 import gmpy2
+import numpy as np
 
 from smcdp.crypto.codec import public_key_from_proto, public_key_to_proto
 from smcdp.crypto.encoding import UNPACKED
-from smcdp.crypto.obfuscation import ObfuscatorPool
 from smcdp.crypto.paillier import PrivateKey, check_key_bits, generate_keypair
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.errors import CryptoOverflow, InvalidMessage
@@ -41,17 +44,36 @@ from smcdp.primitives.ot import ot_choose, ot_send
 from smcdp.primitives.rng import SeedLike, protocol_rng
 from smcdp.protocols.secure_forward import (
     MAX_FRAMES,
+    ForwardAlice,
+    ForwardBob,
     ForwardParams,
-    forward_alice,
-    forward_bob,
 )
 from smcdp.speech.frontend import CMN_MODES
-from smcdp.speech.models import MAX_FEATURES
 from smcdp.v1 import messages_pb2 as pb
 
 ALICE, BOB = "alice", "bob"
-#: public bound on |log P(x | λ)| (nats) used to size the order-preserving transform
-LOGLIK_BOUND_BITS = 40
+#: public bound on |log P(x | λ)| (nats) used to size the order-preserving transform: real scores lie
+#: below 2^40 nats, an impossible model's LOG_ZERO = −2^42 ± 2^40 (secure_forward) below 2^43
+LOGLIK_BOUND_BITS = 43
+#: frames the offline phase prepares for when the utterance streams in (2 s of audio)
+STREAM_EXPECTED_FRAMES = 200
+STREAM_PACES = ("realtime", "fast")
+
+
+async def frames_from(source: Iterable[Any]) -> AsyncIterator[np.ndarray]:
+    """Alice's streaming frame source: frames (1-D feature vectors, or symbols) from a *blocking* iterator
+    -- a front end reading audio in 10 ms hops, a microphone -- pulled in a worker thread so the event loop
+    keeps serving the protocol while the next frame is computed; yielded as 1-frame chunks.
+
+    Anything that is an async iterable of frame chunks can be given to :func:`keyword_alice` directly;
+    this adapts the synchronous ones."""
+    it = iter(source)
+    end = object()
+    while True:
+        frame = await asyncio.to_thread(next, it, end)
+        if frame is end:
+            return
+        yield np.asarray(frame)[None, ...] if np.ndim(frame) <= 1 else np.asarray(frame)
 
 
 @dataclass
@@ -66,6 +88,11 @@ class KeywordParams(ForwardParams):
     #: cepstral mean normalisation of Alice's front end when her input is a WAV file (public: it must
     #: match what Bob's models were trained with; smcdp.speech.frontend.CMN_MODES)
     cmn: str = "utterance"
+    #: Alice feeds frames into the protocol as they are computed (docs/protocols/keyword.md, streaming);
+    #: public: Bob sees blocks arrive over time anyway
+    stream: bool = False
+    #: with ``stream``: ``realtime`` reads the audio at its own pace (a microphone), ``fast`` as fast as it can
+    stream_pace: str = "realtime"
 
     def validate(self) -> KeywordParams:
         super().validate()
@@ -75,6 +102,14 @@ class KeywordParams(ForwardParams):
             raise InvalidMessage("keyword parameter debug_reveal must be a boolean")
         if isinstance(self.scale_bits, bool) or not isinstance(self.scale_bits, int) or not 8 <= self.scale_bits <= 128:
             raise InvalidMessage(f"keyword parameter scale_bits={self.scale_bits!r} must be an integer in [8, 128]")
+        if not isinstance(self.stream, bool):
+            raise InvalidMessage("keyword parameter stream must be a boolean")
+        if self.stream_pace not in STREAM_PACES:
+            raise InvalidMessage(f"keyword parameter stream_pace={self.stream_pace!r} must be one of {list(STREAM_PACES)}")
+        if self.stream and self.cmn == "utterance":
+            raise InvalidMessage("stream with cmn='utterance': per-utterance mean normalisation needs the whole "
+                                 "utterance before any frame is final; use models trained with cmn='causal' "
+                                 "(smcdp speech train --cmn causal) or run without streaming")
         if self.cmn not in CMN_MODES:
             raise InvalidMessage(f"keyword parameter cmn={self.cmn!r} must be one of {list(CMN_MODES)}")
         return self
@@ -90,10 +125,11 @@ class KeywordParams(ForwardParams):
     def traffic_envelope(self, role: str) -> TrafficEnvelope:
         """What ``role`` receives at most (smcdp.net.limits).  The sizes follow Bob's models and
         Alice's utterance, which these parameters leave open, so only the number of messages is
-        bounded here (one per frame, plus one per product at Bob, plus the fixed exchanges);
+        bounded here (per frame one message per model group, a few per block of frames, the fixed exchanges);
         message and session bytes are left to the party's [limits] ceilings."""
-        products = (MAX_FEATURES + 1) * (MAX_FEATURES + 2) // 2
-        tags = MAX_FRAMES + 64 + (products if role == BOB else 0)
+        # per frame one induction message per model group; per block of frames (≥ 1 frame) at most
+        # 8 tags (count, products or OT, offsets, emissions, mixture sums); the fixed exchanges
+        tags = MAX_FRAMES * (self.groups + 8) + 64
         unbounded = 1 << 62
         return TrafficEnvelope(unbounded, unbounded, tags,
                                source="keyword's frame and feature bounds and the party's [limits]")
@@ -117,10 +153,20 @@ class BobResult:
 
 # =============================================================================== Alice
 async def keyword_alice(ch: Channel, X, params: KeywordParams, *, private_key: PrivateKey | None = None,
-                        bob: str = BOB, seed: SeedLike = None, allow_insecure_keys: bool = False) -> AliceResult:
-    """Role Alice: the utterance's features and the private key; learns the keyword."""
+                        bob: str = BOB, seed: SeedLike = None, allow_insecure_keys: bool = False,
+                        expected_frames: int | None = None) -> AliceResult:
+    """Role Alice: the utterance's features and the private key; learns the keyword.
+
+    ``X``: a T × d feature matrix (or T symbols), or an async iterable of frame chunks (streaming:
+    frames enter the protocol as they are computed; ``expected_frames`` then sizes the offline phase).
+    Timings are split into ``offline`` (key pair, tables, obfuscators: nothing depends on ``X``) and
+    ``online`` (from the first frame to the keyword).
+    """
     params.validate()
     t_start = time.perf_counter()
+    c_start = time.process_time()
+    # ------------------------------------------------------------------ offline phase
+    t0 = time.perf_counter()
     if private_key is None:
         check_key_bits(params.key_bits, allow_insecure_keys)
         _, private_key = generate_keypair(params.key_bits, allow_insecure=allow_insecure_keys,
@@ -128,14 +174,22 @@ async def keyword_alice(ch: Channel, X, params: KeywordParams, *, private_key: P
     sk = private_key
     check_key_bits(sk.public_key.bits, allow_insecure_keys)
     pk = sk.public_key
+    keygen = time.perf_counter() - t0
     # --- Step 1: the public key.
     await ch.send(bob, "kw/pk", public_key_to_proto(pk))
-    pool = ObfuscatorPool.for_private_key(sk, capacity=256)
+    role = ForwardAlice(ch, params.forward(), private_key=sk, bob=bob, tag="kw/fw", seed=seed,
+                        labels=("keyword", "forward"))
     try:
+        if expected_frames is None:
+            expected_frames = len(X) if not isinstance(X, AsyncIterable) else STREAM_EXPECTED_FRAMES
+        await role.prepare(expected_frames)
+        offline = {"keygen": keygen, **role.offline, "seconds": time.perf_counter() - t_start,
+                   "cpu_seconds": time.process_time() - c_start}
+        # ------------------------------------------------------------------ online phase
+        w_on, c_on = time.perf_counter(), time.process_time()
         # --- Step 2: secure forward algorithm for every model.
-        fw = await forward_alice(ch, X, params.forward(), private_key=sk, bob=bob, tag="kw/fw", pool=pool,
-                                 rng=protocol_rng(seed, "keyword", ch.role, "forward"))
-        timings = dict(fw.timings)
+        fw = await role.run(X)
+        online = dict(role.online)
         # --- Step 4: argmax of the order-preserved scores, label by 1-of-Δ OT.
         t0 = time.perf_counter()
         ranked = EncryptedVector.from_proto(await ch.recv(bob, "kw/ranked", pb.CiphertextVector), pk,
@@ -149,18 +203,27 @@ async def keyword_alice(ch: Channel, X, params: KeywordParams, *, private_key: P
         (label,) = await ot_choose(ch, bob, [best], max(2, n_models), tag_prefix="kw/label",
                                    rng=protocol_rng(seed, "keyword", ch.role, "label-ot"))
         index, word = _parse_label(label, bob)
-        timings["argmax_and_ot"] = time.perf_counter() - t0
+        online["argmax_and_ot"] = time.perf_counter() - t0
+        online["seconds"] = time.perf_counter() - w_on
+        online["cpu_seconds"] = time.process_time() - c_on
+        online["keyword_at"] = time.perf_counter() - w_on
+        if isinstance(X, AsyncIterable):
+            # streaming: the last frame left the front end at audio_done (forward's clock starts with ours)
+            online["stream"] = {"frames": fw.frames, "last_frame_at": online.get("audio_done"),
+                                "keyword_at": online["keyword_at"],
+                                "latency_after_last_frame": online["keyword_at"] - online.get("audio_done", 0.0)}
         lls = None
         if params.debug_reveal:
             dbg = EncryptedVector.from_proto(await ch.recv(bob, "kw/debug", pb.CiphertextVector), pk,
                                              length=n_models, exponent=-params.log_frac_bits, packing=UNPACKED,
                                              what=f"kw/debug from {bob}")
             lls = [float(x) for x in dbg.decrypt(sk)]
-        timings["total"] = time.perf_counter() - t_start
+        timings = {"offline": offline, "online": online, "frames": fw.frames,
+                   "total": time.perf_counter() - t_start}
         return AliceResult(keyword=word, index=index, log_likelihoods=lls, timings=timings,
                            stats=ch.stats.as_dict())
     finally:
-        pool.close()
+        role.close()
 
 
 def _parse_label(label: bytes, bob: str) -> tuple[int, str]:
@@ -180,15 +243,21 @@ async def keyword_bob(ch: Channel, models, params: KeywordParams, *, alice: str 
     """Role Bob: the keyword HMMs; sees only ciphertexts; learns nothing of the result."""
     params.validate()
     t_start = time.perf_counter()
+    c_start = time.process_time()
     rng = protocol_rng(seed, "keyword", ch.role)
     pk = public_key_from_proto(await ch.recv(alice, "kw/pk", pb.PaillierPublicKey), allow_insecure=allow_insecure_keys)
     if pk.bits != params.key_bits:
         raise InvalidMessage(f"{alice}'s public key has {pk.bits} bits; the session agreed on {params.key_bits}")
-    pool = ObfuscatorPool.for_public_key(pk, capacity=128)
+    role = ForwardBob(ch, models, params.forward(), public_key=pk, alice=alice, tag="kw/fw", seed=seed,
+                      labels=("keyword", "forward"))
     try:
-        fw = await forward_bob(ch, models, params.forward(), public_key=pk, alice=alice, tag="kw/fw", rng=rng,
-                               pool=pool)
-        timings = dict(fw.timings)
+        await role.prepare()
+        offline = {**role.offline, "seconds": time.perf_counter() - t_start,
+                   "cpu_seconds": time.process_time() - c_start}
+        w_on, c_on = time.perf_counter(), time.process_time()
+        fw = await role.run()
+        online = dict(role.online)
+        pool = role.pool
         t0 = time.perf_counter()
         D = models.n_words
         # --- Step 3: order-preserving randomised transform + permutation.
@@ -212,12 +281,17 @@ async def keyword_bob(ch: Channel, models, params: KeywordParams, *, alice: str 
 
         await ot_send(ch, alice, [[x.ljust(width) for x in labels]], tag_prefix="kw/label",
                       rng=protocol_rng(seed, "keyword", ch.role, "label-ot"))
+        online["transform_and_ot"] = time.perf_counter() - t0
+        # Bob's online clock starts when he is ready, i.e. it includes waiting for Alice's offline phase
+        # and her first block (``first_block``); Alice's clock is the session's online time
+        online["seconds"] = time.perf_counter() - w_on
+        online["seconds_from_first_block"] = online["seconds"] - online.get("first_block", 0.0)
+        online["cpu_seconds"] = time.process_time() - c_on
         if params.debug_reveal:
             dbg = [pool.rerandomize(c_) for c_ in lp]
             await ch.send(alice, "kw/debug", EncryptedVector(pk, dbg, D, fw.log_likelihoods.exponent, UNPACKED,
                                                              fw.log_likelihoods.bound).to_proto())
-        timings["transform_and_ot"] = time.perf_counter() - t0
-        timings["total"] = time.perf_counter() - t_start
+        timings = {"offline": offline, "online": online, "frames": fw.frames, "total": time.perf_counter() - t_start}
         return BobResult(n_models=D, timings=timings, stats=ch.stats.as_dict())
     finally:
-        pool.close()
+        role.close()

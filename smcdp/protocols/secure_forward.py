@@ -2,161 +2,198 @@
 
 Bob holds Δ HMMs with N states each (one emission kind for all: discrete,
 diagonal or full Gaussian, or Gaussian mixtures); Alice holds one observation
-sequence x_1..x_T.  At the end Bob holds ``ξ(log P(x | λ_δ))`` for every δ
+sequence x_0..x_{T−1}.  At the end Bob holds ``ξ(log P(x | λ_δ))`` for every δ
 (fixed point, ``log_frac_bits`` fraction bits) and Alice holds nothing but
-masked intermediate values (docs/protocols/keyword.md says exactly what).
+masked intermediate values (docs/protocols/keyword.md says exactly what, and
+proves the error bound: the result is exact to the fixed point for every valid
+model -- transitions, start and mixture weights of any magnitude down to the
+smallest double, exact zeros included).
 
-Steps (roles below follow them):
+Everything log-domain lives on the integer grid 2^−F (F = ``log_frac_bits``):
+Alice's masked values, Bob's masks and the public offsets are Python integers,
+so masking and unmasking are exact.  The sums of the recursion are the
+per-term log-domain LOGSUM of :mod:`smcdp.primitives.logsum`, whose named steps
+-- (E) secure exponent, (W) homomorphic weighted sum, (L) secure logarithm --
+this module fuses frame by frame.  Steps (seed 003 §4.2.1 numbering):
 
-1. *Header.*  Bob sends the public shape (kind, Δ, N, mixture size C,
-   feature dimension d or alphabet size M); Alice answers with T.
-2. *Emissions.*  Alice must end up with ``v_{t,i} = log b_i(x_t) + ρ_{t,i}``
-   for every frame t and every (model, state) i = δN + j, where the mask
-   ``ρ_{t,i}`` is Bob's secret: a per-state ``U[-K, K]`` plus a per-(model,
-   frame) common offset ``U[-ψ, ψ]``.
+0. *Header and offline phase.*  Bob sends the public shape -- kind, Δ, N, C,
+   d or M, the coefficient size -- and the zero patterns of π, A and the
+   mixture weights.  Alice announces how many frames to prepare for; both
+   build their key tables and obfuscators and Bob draws his masks (all
+   independent of the observations).  Bob says ``ready``.
+1. *Emissions, seed steps 1–4, per block of frames* (Alice sends a block as
+   soon as its frames exist, so the protocol streams).  Alice ends with
+   ``v_{t,i} = log b_i(x_t) + V_{t,i}`` for every (model, state) i, on the grid;
+   ``V_{t,i}`` is Bob's, uniform on ±ψ_V per state and frame.
 
-   * **discrete** (the seed's steps 1–2): for each frame Bob prepares, for
-     every symbol v_k, the vector ``log b_i(v_k) + γ_{t,i}``; Alice obtains
-     the row of her symbol by a 1-out-of-M oblivious transfer (Naor–Pinkas,
-     :mod:`smcdp.primitives.ot`), all frames in one batch.  The seed's steps
-     3–4 (Alice encrypts, Bob unmasks) are not needed: the induction below
-     consumes the masked values directly, so ``γ`` plays the role of ρ.
-   * **Gaussian** (the seed's simplified protocol): Alice encrypts the
-     distinct products z_a z_b of z_t = [x_t; 1] (2d + 1 of them for diagonal
-     covariances, (d+1)(d+2)/2 for full) with CRT encryption, *packing several
-     frames into the slots of one ciphertext per product*; Bob evaluates
-     ``ξ(z_tᵀ W_i z_t)`` for all those frames at once by one
-     multi-exponentiation per (state, block of frames), because the
-     coefficient of a product is the same for every frame.  He adds the
-     packed masks, rerandomises and sends; Alice decrypts.
-   * **Gaussian mixtures**: Bob evaluates every component's quadratic form
-     (log weight included) the same way; a batched *secure LOGSUM* over the
-     components of each (state, frame) — one exponent round for all frames
-     and states, Alice keeping log u + her offset as the masked v — gives
-     the same v as above.  This fuses the reference
-     ``smcdp.primitives.logsum.secure_logsum_bob/alice`` (exponent and weighted sum
-     kept; its secure logarithm replaced by Alice's masked ``ln u + m``).
-3. *Induction* (the seed's steps 5–7), one round trip per frame t, all
-   states of all models batched.  Alice keeps ``L_t(j) = log α_t(j) + M_t(j)``
-   in the log domain (a float: no underflow, however long the utterance);
-   the mask ``M_t(j)`` is Bob's.  Bob sends the packed sums
-   ``u_j = Σ_{l∈pred(j)} k_lj ê_{l→j}`` (integer weights
-   ``∝ a_lj e^{-M(l) + φ_j}``, fresh row masks φ; at t = 1 the weights carry
-   π and the previous values are the public constant 1); Alice computes
-   ``L_t(j) = ln u_j + m_j + v_{t,j}`` and returns, for every edge l → j',
-   ``ξ(round(exp(L_t(l) - m_{j'}) 2^{F_e}))`` with ``m_{j'}`` the maximum over
-   the predecessors of j' — normalised over the terms of one sum, so a state
-   that is negligible now but dominant later keeps its precision — each value
-   encrypted already shifted into the packed slot of the sum it feeds.  This
-   is the seed's secure LOGSUM (exponent, weighted sum, logarithm) with the
-   logarithm of frame t fused with the exponent of frame t + 1; the unfused
-   reference is ``smcdp.primitives.logsum.secure_logsum_bob/alice``.
-4. *Termination* (step 8): the last exponent is normalised over all states of
-   a model; Bob's packed sums give Σ_j α_T(j) masked, Alice returns
-   ``ξ(ln u + m)`` and Bob removes his constants: ``ξ(log P(x | λ_δ))``.
+   * discrete (steps 1–2): Alice obtains, by 1-out-of-M oblivious transfer,
+     the row of her symbol: ``fx(log b_i(x_t)) + V_{t,i}`` as 16-byte signed
+     integers (−∞ as a sentinel).
+   * Gaussian (the seed's simplified protocol): Alice encrypts the distinct
+     products z_a z_b of z = [x; 1], the block's frames packed into the slots
+     of one ciphertext per product; Bob evaluates every quadratic form
+     zᵀW_i z for the whole block by one multi-exponentiation per state, adds
+     ``V`` on the product grid (so Alice's rounding to the grid is exact in V),
+     re-randomises; Alice decrypts.
+   * mixtures: the same per component (``V`` per component), then one LOGSUM
+     over the components of each (state, frame), the log weights entering as
+     public offsets (steps E, W, L).
 
-The zero pattern of every transition matrix is sent to Alice (she needs the
-predecessor sets); structural zeros reach her as exact zeros, zero discrete
-emission probabilities as ``-inf``; a model under which the sequence is
-impossible is scored ``LOG_ZERO``.  docs/protocols/keyword.md lists all leakage.
+2. *Start* (step 5).  Bob's offsets ``c⁰_j = fx(log π_j) + ω⁰_j`` give Alice
+   ``L_0(j) = c⁰_j + v_{0,j} = log α_0(j) + M_0(j)``, ``M_0(j) = ω⁰_j + V_{0,j}``
+   Bob's.  States with π_j = 0 (public pattern) start at −∞.
+3. *Induction* (steps 6–7), one round trip per frame and model group.  For
+   step t → t+1 Bob has sent, with the block of frame t+1, the offsets
+   ``c_lj = fx(log a_lj) − M_t(l) + ω_{t,j} + σ_lj`` of every edge (σ = 0 for a
+   state with one predecessor).  A sum with one predecessor Alice completes
+   alone: ``L_{t+1}(j) = L_t(l) + c_lj + v_{t+1,j}``.  The others are LOGSUMs: (E)
+   Alice exponentiates each sum's terms relative to its largest term and
+   returns them encrypted, pre-shifted into the sum's slot; (W) Bob's packed,
+   smudged weighted sums; (L) Alice's ``L_{t+1}(j) = fx(ln u_j) + m_j +
+   v_{t+1,j}``.  Bob's mask becomes ``M_{t+1}(j) = ω_{t,j} − K + V_{t+1,j}``.
+   The models are split into ``groups`` whose rounds interleave: while Alice
+   works on one group Bob works on the other (and Bob's emission blocks, in
+   a helper thread, and Alice's emission decryptions, in a helper process,
+   overlap both).
+4. *Termination* (step 8): one LOGSUM per model over all states with weight 1;
+   Alice returns ``ξ(fx(ln u) + m) = ξ(ℓ + ω_fin − K)`` and Bob subtracts his
+   constant: ``ξ(log P(x | λ_δ))``.  A model under which the sequence is
+   impossible (every final term is an exact zero; Alice sees it) is sent as
+   ``ξ(LOG_ZERO)``, which after Bob's subtraction lies below every real score.
+
+Every random draw of Bob's comes from labelled streams of his randomness root
+(:mod:`smcdp.primitives.rng`), one per frame and purpose, so a replayed role
+draws the same masks whatever the order its threads ran in; Alice's only draws
+are her OT secrets.  Obfuscators come from the OS.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
-import random
 import time
+from collections.abc import AsyncIterable, AsyncIterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 import gmpy2
 import numpy as np
 from gmpy2 import mpz
 
+from smcdp.crypto.codec import bigints, from_bigints
 from smcdp.crypto.encoding import UNPACKED, Packing, encode_float
 from smcdp.crypto.modexp import multi_exp
 from smcdp.crypto.obfuscation import ObfuscatorPool
 from smcdp.crypto.paillier import PrivateKey, PublicKey
+from smcdp.crypto.parallel import CryptoPool
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.errors import CryptoOverflow, InputRejected, InvalidMessage
 from smcdp.net.channel import Channel
-from smcdp.primitives.logsum import (
-    LN2,
-    NEG_INF,
-    MaskParams,
-    alice_exponentiate,
-    decrypt_log_u,
-    encrypt_unpacked,
-    integer_weights,
-    packed_weighted_sums,
-    preshifted_packed_sums,
-    slot_shift,
-    uniform_masks,
-)
+from smcdp.primitives import logsum as ls
 from smcdp.primitives.ot import ot_choose, ot_send
-from smcdp.primitives.rng import protocol_rng
+from smcdp.primitives.rng import Randomness, SeedLike, as_randomness, protocol_rng
 from smcdp.protocols.base import ProtocolParams
-from smcdp.speech.forward import (
-    product_index_pairs,
-    products,
-    quadratic_coefficients,
-    quadratic_forms,
-)
+from smcdp.speech.forward import product_index_pairs, products, quadratic_coefficients, quadratic_forms
 from smcdp.v1 import messages_pb2 as pb
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 KIND_CODES = {"discrete": 0, "diag": 1, "full": 2, "gmm-diag": 3, "gmm-full": 4}
 KIND_NAMES = {v: k for k, v in KIND_CODES.items()}
 MAX_FRAMES = 100_000
-#: log P reported for a model under which the observations are impossible (P = 0), in nats
-LOG_ZERO = -float(1 << 39)
-#: ciphertexts per message when Alice sends her products (the transport streams chunks anyway)
-PRODUCT_CHUNK = 2048
+#: largest header (zero patterns included) a party accepts
+MAX_HEADER_VALUES = 10_000_000
+#: log P reported for a model under which the observations are impossible (P = 0), in nats.  With
+#: offsets up to ±2^40 Bob's result for such a model lies in −2^42 ± 2^40, below every real score
+#: (Alice refuses a masked final score of magnitude 2^41 or more: |log P| < 2^40 nats).
+LOG_ZERO = -float(1 << 42)
+SCORE_BOUND_NATS = 1 << 41
+#: frames per block for discrete emissions (one OT batch per block)
+DISCRETE_BLOCK = 32
+#: bytes per value of a discrete OT row (signed, little-endian); the smallest value is −∞
+OT_VALUE_BYTES = 16
+OT_ZERO = -(1 << (8 * OT_VALUE_BYTES - 1))
+#: Alice's decryption helper process pays off from this many emission ciphertexts (2048-bit keys)
+HELPER_MIN_CIPHERTEXTS = 64
 
 
+# =============================================================================== parameters
 @dataclass
 class ForwardParams(ProtocolParams):
     """Public parameters of the secure forward algorithm (both parties agree on them)."""
 
     protocol_name = "secure-forward"
 
-    mask_nats: float = 4.0            # K: per-state log-domain masks U[-K, K]
-    offset_nats: float = float(1 << 20)  # per-(model, frame) common offsets U[-ψ, ψ]
-    precision_bits: int = 28          # significant bits kept on every dominant term of a sum
-    log_frac_bits: int = 40           # fraction bits of ξ(log P)
-    range_bits: int = 16              # transition probabilities into one state may span 2^range_bits
-    feature_bits: int = 8             # public bound |x_i| < 2^feature_bits (Gaussian)
-    coef_bits: int = 20               # public bound |coefficient of z_a z_b| < 2^coef_bits
-    prod_frac_bits: int = 32          # fixed point of Alice's encrypted products
-    coef_frac_bits: int = 32          # fixed point of Bob's quadratic-form coefficients
+    mask_nats: float = 4.0                         # K: per-term masks σ ~ U[−K, K)
+    offset_nats: float = float(1 << 40)            # ψ: per-sum offsets ω ~ U[−ψ, ψ) (log α, log P)
+    emission_offset_nats: float = float(1 << 30)   # ψ_V: per-(state, frame) emission offsets V
+    precision_bits: int = 30                       # p: relative precision of every sum
+    smudge_bits: int = 30                          # λ: smudging of the packed sums
+    log_frac_bits: int = 40                        # F: the grid of every log-domain value
+    feature_bits: int = 8                          # public bound |x_i| < 2^feature_bits (Gaussian)
+    coef_bits: int | str = "auto"                  # |quadratic-form coefficient| < 2^coef_bits ("auto": Bob's)
+    prod_frac_bits: int | str = "auto"             # fixed point of Alice's products ("auto": max(32, coef_bits + 20))
+    coef_frac_bits: int = 32                       # fixed point of Bob's coefficients
+    block_frames: int = 0                          # frames per emission block (0: a product ciphertext's slots)
+    groups: int = 1                                # model groups whose induction rounds interleave (docs)
+
+    @classmethod
+    def from_mapping(cls, m: Mapping[str, Any]):
+        if "range_bits" in m:
+            raise InvalidMessage("range_bits was removed (issue 16): transitions are exact now, whatever "
+                                 "their range; drop it from the session parameters")
+        return super().from_mapping(m)
 
     def validate(self) -> ForwardParams:
         self.masks().validate()
-        for name, lo, hi in (("feature_bits", 1, 32), ("coef_bits", 1, 64), ("prod_frac_bits", 8, 96),
-                             ("coef_frac_bits", 8, 96)):
+        if not (1.0 <= float(self.emission_offset_nats) <= 2.0 ** 48):
+            raise InvalidMessage(f"emission_offset_nats={self.emission_offset_nats!r} must lie in [1, 2^48]")
+        for name, lo, hi in (("feature_bits", 1, 32), ("coef_frac_bits", 8, 96),
+                             ("block_frames", 0, 4096), ("groups", 1, 16)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
                 raise InvalidMessage(f"forward parameter {name}={v!r} must be an integer in [{lo}, {hi}]")
+        c = self.coef_bits
+        if c != "auto" and (isinstance(c, bool) or not isinstance(c, int) or not 1 <= c <= 64):
+            raise InvalidMessage(f"forward parameter coef_bits={c!r} must be 'auto' or an integer in [1, 64]")
+        f = self.prod_frac_bits
+        if f != "auto" and (isinstance(f, bool) or not isinstance(f, int) or not 8 <= f <= 96):
+            raise InvalidMessage(f"forward parameter prod_frac_bits={f!r} must be 'auto' or an integer in [8, 96]")
+        if f != "auto" and f + self.coef_frac_bits < self.log_frac_bits:
+            raise InvalidMessage("prod_frac_bits + coef_frac_bits must be at least log_frac_bits")
         return self
 
-    def masks(self) -> MaskParams:
-        return MaskParams(float(self.mask_nats), float(self.offset_nats), self.precision_bits, self.log_frac_bits,
-                          self.range_bits)
-
+    def masks(self) -> ls.MaskParams:
+        return ls.MaskParams(float(self.mask_nats), float(self.offset_nats), self.precision_bits, self.smudge_bits,
+                             self.log_frac_bits)
 
     @property
-    def v_frac_bits(self) -> int:
-        return self.prod_frac_bits + self.coef_frac_bits
+    def emission_offset_int(self) -> int:
+        return encode_float(float(self.emission_offset_nats), self.log_frac_bits)
+
+    def product_frac_bits(self, coef_bits: int) -> int:
+        """Fraction bits of Alice's products for coefficients below 2^coef_bits.  "auto" scales them with
+        the coefficients, so the products' rounding error (≤ 2^{−f_p−1}·‖c‖₁ per frame and state) stays
+        ≤ P·2^{−21} nats however large the coefficients are (tiny variances), at 2 slot bits per bit."""
+        if self.prod_frac_bits == "auto":
+            return max(32, int(coef_bits) + 20, self.log_frac_bits - self.coef_frac_bits)
+        return int(self.prod_frac_bits)
 
 
+# =============================================================================== public shape
 @dataclass
 class Shape:
-    """What both parties know about the models: kind, Δ, N, C, d (Gaussian) or M (discrete)."""
+    """What both parties know about the models: sizes, coefficient bound and zero patterns."""
 
     kind: str
     n_models: int
     n_states: int
     n_mix: int
     dim: int
+    coef_bits: int
+    start: np.ndarray            # (Δ, N) bool: π > 0
+    trans: np.ndarray            # (Δ, N, N) bool: a_lj > 0
+    weights: np.ndarray | None   # (Δ, N, C) bool: w > 0 (mixtures)
 
     @property
     def n_values(self) -> int:
@@ -170,59 +207,352 @@ class Shape:
     def mixture(self) -> bool:
         return self.kind.startswith("gmm")
 
+    @property
+    def rows(self) -> int:
+        """Emission rows: (model, state[, component])."""
+        return self.n_values * (self.n_mix if self.mixture else 1)
+
     def to_proto(self) -> pb.Ints:
-        return pb.Ints(values=[PROTOCOL_VERSION, KIND_CODES[self.kind], self.n_models, self.n_states,
-                               self.n_mix, self.dim])
+        flags = [int(x) for x in self.start.ravel()] + [int(x) for x in self.trans.ravel()]
+        if self.mixture:
+            flags += [int(x) for x in self.weights.ravel()]
+        return pb.Ints(values=[PROTOCOL_VERSION, KIND_CODES[self.kind], self.n_models, self.n_states, self.n_mix,
+                               self.dim, self.coef_bits, *flags])
 
     @classmethod
     def from_proto(cls, msg: pb.Ints) -> Shape:
-        v = list(msg.values)
-        if len(v) != 6 or v[0] != PROTOCOL_VERSION:
-            raise InvalidMessage(f"secure-forward header must be [version={PROTOCOL_VERSION}, kind, Δ, N, C, dim], got {v}")
+        v = msg.values
+        if len(v) < 7 or v[0] != PROTOCOL_VERSION:
+            got = v[0] if len(v) else None
+            raise InvalidMessage(f"secure-forward header version {got}, expected {PROTOCOL_VERSION} "
+                                 "(both parties need the same smcdp protocol version)")
         if v[1] not in KIND_NAMES:
             raise InvalidMessage(f"unknown emission kind code {v[1]}")
         kind = KIND_NAMES[v[1]]
-        if not (1 <= v[2] <= 10_000 and 1 <= v[3] <= 1_000 and 1 <= v[4] <= 256 and 1 <= v[5] <= 1 << 20):
-            raise InvalidMessage(f"secure-forward header has out-of-range sizes {v[2:]}")
-        if not kind.startswith("gmm") and v[4] != 1:
+        D, N, C, d, cb = (int(x) for x in v[2:7])
+        if not (1 <= D <= 10_000 and 1 <= N <= 1_000 and 1 <= C <= 256 and 1 <= d <= 1 << 20):
+            raise InvalidMessage(f"secure-forward header has out-of-range sizes {[D, N, C, d]}")
+        if not kind.startswith("gmm") and C != 1:
             raise InvalidMessage("secure-forward header: a mixture size C > 1 needs a mixture emission kind")
-        return cls(kind, v[2], v[3], v[4], v[5])
+        if not (kind == "discrete" and cb == 0) and not 1 <= cb <= 64:
+            raise InvalidMessage(f"secure-forward header: coefficient bits {cb} outside [1, 64]")
+        want = 7 + D * N + D * N * N + (D * N * C if kind.startswith("gmm") else 0)
+        if want > MAX_HEADER_VALUES or len(v) != want:
+            raise InvalidMessage(f"secure-forward header has {len(v)} values; {want} expected (at most "
+                                 f"{MAX_HEADER_VALUES})")
+        flags = np.asarray(v[7:], dtype=np.int64)
+        if np.any((flags != 0) & (flags != 1)):
+            raise InvalidMessage("secure-forward header: zero patterns must be 0/1 flags")
+        flags = flags.astype(bool)
+        start = flags[:D * N].reshape(D, N)
+        trans = flags[D * N:D * N + D * N * N].reshape(D, N, N)
+        weights = flags[D * N + D * N * N:].reshape(D, N, C) if kind.startswith("gmm") else None
+        if not np.all(start.any(axis=1)) or not np.all(trans.any(axis=2)):
+            raise InvalidMessage("secure-forward header: every model needs a start state and every state a successor")
+        if weights is not None and not np.all(weights.any(axis=2)):
+            raise InvalidMessage("secure-forward header: every mixture needs a component")
+        return cls(kind, D, N, C, d, cb, start, trans, weights)
 
     @classmethod
-    def of_models(cls, models) -> Shape:
+    def of_models(cls, models, coef_bits: int) -> Shape:
         if models.kind == "discrete":
-            return cls("discrete", models.n_words, models.n_states, 1, models.n_symbols)
-        return cls(models.kind, models.n_words, models.n_states, models.n_mix or 1, models.n_features)
+            return cls("discrete", models.n_words, models.n_states, 1, models.n_symbols, 0,
+                       models.startprob > 0, models.transmat > 0, None)
+        return cls(models.kind, models.n_words, models.n_states, models.n_mix or 1, models.n_features, coef_bits,
+                   models.startprob > 0, models.transmat > 0,
+                   models.weights > 0 if models.kind.startswith("gmm") else None)
 
 
-@dataclass
-class Layout:
-    """Packing of Alice's products (frames in slots) — derived from public values only."""
+@dataclass(frozen=True)
+class ProductLayout:
+    """Packing of Alice's products: the frames of a block in the slots of one ciphertext per product."""
 
     n_products: int
     slot_bits: int
-    slots: int
-    blocks: int
+    packing: Packing
+    shift: int             # f_p + coef_frac_bits − F: Alice rounds by this many bits
+    prod_frac_bits: int    # f_p: the fixed point of Alice's products
+    v_frac_bits: int       # f_p + coef_frac_bits: the fixed point of Bob's quadratic forms
 
     @classmethod
-    def make(cls, pk: PublicKey, params: ForwardParams, shape: Shape, T: int) -> Layout:
+    def make(cls, pk: PublicKey, params: ForwardParams, shape: Shape) -> ProductLayout:
         P = len(product_index_pairs(shape.dim, shape.covariance_type)[0])
-        q_bits = (2 * params.feature_bits + params.prod_frac_bits + params.coef_bits + params.coef_frac_bits
+        fp = params.product_frac_bits(shape.coef_bits)
+        q_bits = (2 * params.feature_bits + fp + shape.coef_bits + params.coef_frac_bits
                   + math.ceil(math.log2(P + 1)))
-        mask_bits = math.ceil(math.log2(params.offset_nats + params.mask_nats + 2)) + params.v_frac_bits
-        s = max(q_bits, mask_bits) + 3
-        packing = Packing.for_key(pk, s)
-        slots = packing.slots
-        return cls(P, s if slots > 1 else 0, slots, -(-T // slots))
+        shift = fp + params.coef_frac_bits - params.log_frac_bits
+        mask_bits = (params.emission_offset_int << shift).bit_length()
+        s = max(q_bits, mask_bits) + 2          # |q| + |V| < 2^{max+1} ≤ 2^{s−1}
+        if s > pk.max_int.bit_length() - 1:
+            raise CryptoOverflow(f"a quadratic form needs {s}-bit values; a {pk.bits}-bit key holds "
+                                 f"{pk.max_int.bit_length() - 1}: use a key of at least {2 * (s + 4)} bits")
+        return cls(P, s, Packing.for_key(pk, s), shift, fp, fp + params.coef_frac_bits)
 
     @property
-    def packing(self) -> Packing:
-        return Packing(self.slots, self.slot_bits) if self.slots > 1 else UNPACKED
+    def frames_per_ciphertext(self) -> int:
+        return self.packing.slots
 
     def product_bound(self, params: ForwardParams) -> int:
-        return 1 << (2 * params.feature_bits + params.prod_frac_bits)
+        return 1 << (2 * params.feature_bits + self.prod_frac_bits)
 
 
+def split_groups(he_sums: Sequence[int], slots: int, groups: int) -> list[list[int]]:
+    """Contiguous groups of models whose induction rounds interleave, filling whole ciphertexts.
+
+    ``he_sums[δ]`` is model δ's number of sums that need homomorphic work.  Each
+    group gets at most ⌈total ciphertexts / groups⌉ ciphertexts' worth of sums,
+    so splitting adds as few ciphertexts per frame as possible (10 left-to-right
+    5-state models at 14 slots: 7 + 3 models, 3 ciphertexts as with one group).
+    """
+    D = len(he_sums)
+    groups = max(1, min(groups, D))
+    total = sum(he_sums)
+    if groups == 1 or total == 0:
+        return [list(range(D))]
+    per = -(-(-(-total // slots)) // groups) * slots
+    out: list[list[int]] = [[]]
+    fill = 0
+    for d in range(D):
+        if out[-1] and fill + he_sums[d] > per and len(out) < groups:
+            out.append([])
+            fill = 0
+        out[-1].append(d)
+        fill += he_sums[d]
+    return out
+
+
+class Plan:
+    """Everything both parties derive from the public shape, the parameters and the key."""
+
+    def __init__(self, shape: Shape, params: ForwardParams, pk: PublicKey) -> None:
+        self.shape, self.params, self.pk = shape, params, pk
+        mp = params.masks()
+        self.mp = mp
+        self.F = params.log_frac_bits
+        self.K = mp.mask_int
+        D, N = shape.n_models, shape.n_states
+        self.D, self.N = D, N
+        self.starts = [[int(j) for j in np.flatnonzero(shape.start[d])] for d in range(D)]
+        self.preds = [[[int(x) for x in np.flatnonzero(shape.trans[d, :, j])] for j in range(N)] for d in range(D)]
+        he_in = [len(self.preds[d][j]) for d in range(D) for j in range(N) if len(self.preds[d][j]) >= 2]
+        self.ind = ls.LogsumLayout.make(mp, max(he_in), pk) if he_in else None
+        self.fin = ls.LogsumLayout.make(mp, N, pk) if N >= 2 else None
+        he_counts = [sum(1 for j in range(N) if len(self.preds[d][j]) >= 2) for d in range(D)]
+        self.groups = split_groups(he_counts, self.ind.slots if self.ind else 1, params.groups)
+        self.group_sums = [[(d, j) for d in g for j in range(N) if len(self.preds[d][j]) >= 2] for g in self.groups]
+        self.group_terms = [sum(len(self.preds[d][j]) for d, j in s) for s in self.group_sums]
+        # offsets of one frame: start (t = 0) or induction (t ≥ 1) edges, then mixture terms
+        self.start_index = {}
+        k = 0
+        for d in range(D):
+            for j in self.starts[d]:
+                self.start_index[(d, j)] = k
+                k += 1
+        self.n_start = k
+        self.edge_index = {}
+        k = 0
+        for d in range(D):
+            for j in range(N):
+                self.edge_index[(d, j)] = k
+                k += len(self.preds[d][j])
+        self.n_edges = k
+        self.mixture = shape.mixture
+        self.comps: list[list[list[int]]] = []
+        self.mix = None
+        self.mix_sums: list[tuple[int, int]] = []
+        self.n_mix = 0
+        if self.mixture:
+            self.comps = [[[int(c) for c in np.flatnonzero(shape.weights[d, j])] for j in range(N)] for d in range(D)]
+            self.mix_sums = [(d, j) for d in range(D) for j in range(N) if len(self.comps[d][j]) >= 2]
+            mix_in = [len(self.comps[d][j]) for d, j in self.mix_sums]
+            self.mix = ls.LogsumLayout.make(mp, max(mix_in), pk) if mix_in else None
+            self.n_mix = sum(len(self.comps[d][j]) for d in range(D) for j in range(N))
+        if shape.kind == "discrete":
+            self.prod = None
+            self.block = params.block_frames or DISCRETE_BLOCK
+        else:
+            self.prod = ProductLayout.make(pk, params, shape)
+            per_ct = self.prod.frames_per_ciphertext
+            self.block = min(params.block_frames, per_ct) if params.block_frames else per_ct
+        ψ, ψV = mp.offset_int, params.emission_offset_int
+        self.offset_bits = ((ls.LOG_WEIGHT_BOUND_NATS << self.F) + 2 * ψ + 2 * ψV + 4 * self.K).bit_length() + 1
+        #: bound on |v| (Alice's masked emissions, discrete rows)
+        self.emission_bits = ((ls.LOG_WEIGHT_BOUND_NATS << self.F) + ψV).bit_length() + 1
+
+    def offsets_in_frame(self, t: int) -> int:
+        return (self.n_start if t == 0 else self.n_edges) + self.n_mix
+
+    def n_blocks(self, frames: int) -> int:
+        return -(-frames // self.block)
+
+    def he_state(self, d: int, j: int) -> bool:
+        return len(self.preds[d][j]) >= 2
+
+
+# =============================================================================== Bob's coefficients
+def model_coefficients(models, params: ForwardParams) -> tuple[np.ndarray, int]:
+    """Bob: the coefficients of the distinct products, rows (δ, j[, c]) flattened, and the coefficient bits.
+
+    With ``coef_bits="auto"`` the bits are ⌈log₂ max|c|⌉ rounded up to a multiple of 4 (public: Bob's
+    coefficient magnitude class); up to 64.  A model whose coefficients do not fit is refused here,
+    before anything is sent, with the model, state and value named.
+    """
+    ct = models.covariance_type
+    per = [quadratic_coefficients(quadratic_forms(h, include_log_weight=False), ct) for h in models.hmms()]
+    C = np.stack(per)                                   # (Δ, N, P) or (Δ, N, C, P)
+    flat = C.reshape(-1, C.shape[-1])
+    biggest = float(np.max(np.abs(flat))) if flat.size else 0.0
+    if params.coef_bits == "auto":
+        need = max(4, math.ceil(math.log2(biggest + 1.0)) + 1)
+        bits = min(64, -(-need // 4) * 4)
+    else:
+        bits = int(params.coef_bits)
+    lim = 2.0 ** bits
+    if not np.all(np.isfinite(flat)) or np.any(np.abs(flat) >= lim):
+        idx = np.unravel_index(int(np.argmax(np.where(np.isfinite(flat), np.abs(flat), np.inf))), flat.shape)
+        row, p = int(idx[0]), int(idx[1])
+        inner = C.shape[1:-1]
+        pos = np.unravel_index(row, (C.shape[0],) + inner)
+        d, j = int(pos[0]), int(pos[1])
+        comp = f", component {int(pos[2])}" if len(pos) > 2 else ""
+        value = float(flat[row, p])
+        I, J = product_index_pairs(models.n_features, ct)
+        dim = models.n_features
+        what = ""
+        if I[p] == J[p] and I[p] < dim:
+            what = f" (the x_{int(I[p])}² term: variance ≈ {1 / (2 * abs(value)):.2g})"
+        advice = ("floor the variances (smcdp speech train --min-covar)" if params.coef_bits == "auto"
+                  else "raise coef_bits or use coef_bits='auto'")
+        rule = (f"a quadratic-form coefficient of the models does not fit the protocol's {bits}-bit "
+                f"coefficients; {advice}")
+        exc = CryptoOverflow(f"model {models.words[d]!r}, state {j}{comp}: quadratic-form coefficient {value:.3g}"
+                             f"{what} does not fit the protocol's {bits}-bit coefficients; {advice}")
+        exc.public_message = rule   # the value describes Bob's models: peers get the rule only
+        raise exc
+    return flat, bits
+
+
+# =============================================================================== frames in
+def _check_frames(shape: Shape, X, params: ForwardParams, first: int) -> np.ndarray:
+    arr = np.asarray(X)
+    if shape.kind == "discrete":
+        if arr.ndim == 2 and arr.shape[1] == 1:
+            arr = arr[:, 0]
+        if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+            raise InvalidMessage(f"discrete observations must be a 1-D integer array, got {arr.dtype} {arr.shape}")
+        if arr.size and (arr.min() < 0 or arr.max() >= shape.dim):
+            raise InvalidMessage(f"observation symbols must lie in 0..{shape.dim - 1}")
+        return arr.astype(np.int64)
+    if arr.ndim == 1 and arr.size == 0:
+        return np.zeros((0, shape.dim))
+    if arr.ndim != 2 or arr.dtype.kind not in "iuf":
+        raise InvalidMessage(f"observations must be a T x d real matrix, got {arr.dtype} {arr.shape}")
+    if arr.shape[1] != shape.dim:
+        raise InvalidMessage(f"observations have {arr.shape[1]} features, Bob's models expect {shape.dim}")
+    out = arr.astype(np.float64)
+    if not np.all(np.isfinite(out)):
+        raise InvalidMessage("observations contain NaN or infinite values")
+    lim = 2.0 ** params.feature_bits
+    bad = np.argwhere(np.abs(out) >= lim)
+    if bad.size:
+        t, i = (int(x) for x in bad[0])
+        raise InputRejected(f"a feature reaches the agreed bound 2^{params.feature_bits}; raise feature_bits",
+                            f"frame {first + t}, feature {i} is {out[t, i]:.4g}")
+    return out
+
+
+async def _as_chunks(X) -> AsyncIterator[Any]:
+    """An array is one chunk; an async iterable yields its chunks."""
+    if isinstance(X, AsyncIterable):
+        async for chunk in X:
+            yield chunk
+    else:
+        yield X
+
+
+class _Timeline:
+    """Which frames exist, and per-frame values that arrive asynchronously (one party's view)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.total: int | None = None
+        self._exists: dict[int, asyncio.Future] = {}
+        self._values: dict[tuple[str, int], asyncio.Future] = {}
+        self._error: BaseException | None = None
+
+    def announce(self, n: int, final: bool) -> None:
+        self.count += n
+        if final:
+            self.total = self.count
+        for t, f in list(self._exists.items()):
+            if not f.done() and (t < self.count or self.total is not None):
+                f.set_result(t < self.count)
+                del self._exists[t]
+
+    async def exists(self, t: int) -> bool:
+        if self._error is not None:
+            raise self._error
+        if t < self.count:
+            return True
+        if self.total is not None:
+            return False
+        f = self._exists.get(t)
+        if f is None:
+            f = self._exists[t] = asyncio.get_running_loop().create_future()
+        return await f
+
+    def _future(self, name: str, t: int) -> asyncio.Future:
+        key = (name, t)
+        f = self._values.get(key)
+        if f is None:
+            f = self._values[key] = asyncio.get_running_loop().create_future()
+        return f
+
+    def put(self, name: str, t: int, value) -> None:
+        self._future(name, t).set_result(value)
+
+    async def get(self, name: str, t: int, keep: bool = False):
+        if self._error is not None:
+            raise self._error
+        f = self._future(name, t)
+        value = await f
+        if not keep:
+            self._values.pop((name, t), None)
+        return value
+
+    def fail(self, exc: BaseException) -> None:
+        self._error = exc
+        for f in list(self._exists.values()) + list(self._values.values()):
+            if not f.done():
+                f.set_exception(exc)
+                f.exception()          # retrieved: the task that raised reports it
+
+
+async def _all(*aws):
+    """Await every awaitable; on the first failure cancel the others and re-raise it."""
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        return await asyncio.gather(*tasks)
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+def _keyed(seed: SeedLike) -> Randomness:
+    """The role's randomness root, keyed: the per-frame streams are drawn again on demand (offline, then
+    online; and on a replay), so each must give the same values every time -- without a root (OS
+    randomness) the role keys one fresh root from the OS for itself."""
+    root = as_randomness(seed)
+    return root if root.replayable else Randomness.fresh()
+
+
+def _clock() -> tuple[float, float]:
+    return time.perf_counter(), time.process_time()
+
+
+# =============================================================================== results
 @dataclass
 class AliceForward:
     """Alice's output of the secure forward algorithm: nothing but statistics."""
@@ -237,415 +567,793 @@ class BobForward:
     """Bob's output: ``ξ(log P(x | λ_δ))`` for every δ (exponent ``-log_frac_bits``)."""
 
     log_likelihoods: EncryptedVector
+    frames: int = 0
     timings: dict = field(default_factory=dict)
 
 
-# =============================================================================== helpers
-def check_observations(shape: Shape, X, params: ForwardParams) -> np.ndarray:
-    arr = np.asarray(X)
-    if shape.kind == "discrete":
-        if arr.ndim == 2 and arr.shape[1] == 1:
-            arr = arr[:, 0]
-        if arr.ndim != 1 or arr.dtype.kind not in "iu" or arr.size == 0:
-            raise InvalidMessage(f"discrete observations must be a non-empty 1-D integer array, got {arr.dtype} {arr.shape}")
-        if arr.min() < 0 or arr.max() >= shape.dim:
-            raise InvalidMessage(f"observation symbols must lie in 0..{shape.dim - 1}")
-        out = arr.astype(np.int64)
-    else:
-        if arr.ndim != 2 or arr.dtype.kind not in "iuf" or arr.shape[0] == 0:
-            raise InvalidMessage(f"observations must be a non-empty T x d real matrix, got {arr.dtype} {arr.shape}")
-        if arr.shape[1] != shape.dim:
-            raise InvalidMessage(f"observations have {arr.shape[1]} features, Bob's models expect {shape.dim}")
-        out = arr.astype(np.float64)
-        if not np.all(np.isfinite(out)):
-            raise InvalidMessage("observations contain NaN or infinite values")
-        lim = 2.0 ** params.feature_bits
-        if np.any(np.abs(out) >= lim):
-            raise InputRejected(f"a feature reaches the agreed bound 2^{params.feature_bits}; raise feature_bits",
-                                f"max |x| = {np.max(np.abs(out)):.3g}")
-    if out.shape[0] > MAX_FRAMES:
-        raise InvalidMessage(f"{out.shape[0]} frames exceed the limit of {MAX_FRAMES}")
-    return out
-
-
-def _log(a) -> np.ndarray:
-    with np.errstate(divide="ignore"):
-        return np.log(np.asarray(a, dtype=np.float64))
-
-
-def model_coefficients(models, params: ForwardParams) -> np.ndarray:
-    """Bob: integer coefficients of the distinct products, shape (rows, P), rows = (δ, j[, c]) flattened."""
-
-    ct = models.covariance_type
-    per = [quadratic_coefficients(quadratic_forms(h, include_log_weight=True), ct) for h in models.hmms()]
-    C = np.stack(per)                      # (Δ, N, P) or (Δ, N, C, P)
-    C = C.reshape(-1, C.shape[-1])
-    lim = 2.0 ** params.coef_bits
-    if not np.all(np.isfinite(C)) or np.any(np.abs(C) >= lim):
-        rule = f"a quadratic-form coefficient of the models reaches the agreed bound 2^{params.coef_bits}; raise coef_bits"
-        exc = CryptoOverflow(f"{rule} (max |c| = {np.max(np.abs(C)):.3g})")
-        exc.public_message = rule   # the value describes Bob's models: peers get the rule only
-        raise exc
-    return C
-
-
-def exp_layout(topo: np.ndarray) -> tuple[list[tuple[int, int, int]], list[tuple[int, int]]]:
-    """The values Alice exponentiates each frame, from the public transition pattern ``topo`` (Δ, N, N).
-
-    One entry per edge ``(δ, j, l)`` with a_lj > 0, in order; the sum for state j runs over its
-    predecessors l.  Each output i = δN + j is normalised over its predecessor set; outputs with
-    the same set share one normalisation group ``(δ, g)`` (returned per output).  Alice encrypts
-    each entry already shifted into the slot of its output (see ``preshifted_packed_sums``).
-    """
-    D, N, _ = topo.shape
-    entries: list[tuple[int, int, int]] = []
-    out_group: list[tuple[int, int]] = []
-    for d in range(D):
-        sets: dict[tuple[int, ...], int] = {}
-        for j in range(N):
-            pred = tuple(int(l) for l in np.flatnonzero(topo[d, :, j]))
-            g = sets.setdefault(pred, len(sets))
-            entries.extend((d, j, l) for l in pred)
-            out_group.append((d, g))
-    return entries, out_group
-
-
-async def _recv_topology(ch: Channel, bob: str, shape: Shape, tag: str) -> np.ndarray:
-    msg = await ch.recv(bob, f"{tag}/topology", pb.Ints)
-    vals = list(msg.values)
-    D, N = shape.n_models, shape.n_states
-    if len(vals) != D * N * N or any(v not in (0, 1) for v in vals):
-        raise InvalidMessage(f"{tag}/topology from {bob} must be {D * N * N} flags (0/1)")
-    return np.array(vals, dtype=bool).reshape(D, N, N)
-
-
-def _frame_major(values: np.ndarray, blocks: int, slots: int) -> np.ndarray:
-    """(rows, T) -> (rows, blocks*slots) with zero padding."""
-    rows, T = values.shape
-    out = np.zeros((rows, blocks * slots), dtype=values.dtype)
-    out[:, :T] = values
-    return out
-
-
 # =============================================================================== Alice
-async def forward_alice(ch: Channel, X, params: ForwardParams, *, private_key: PrivateKey, bob: str = "bob",
-                        tag: str = "fw", pool: ObfuscatorPool | None = None,
-                        rng: random.Random | None = None) -> AliceForward:
-    """Role Alice: holds the observations and the private key; learns only masked values.
+class ForwardAlice:
+    """Role Alice, in two phases: :meth:`prepare` (offline: needs no observations) and :meth:`run`."""
 
-    ``rng``: Alice's stream (:mod:`smcdp.primitives.rng`) for her oblivious-transfer secrets.
-    """
-    params.validate()
-    mp = params.masks()
-    sk = private_key
-    pk = sk.public_key
-    own_pool = pool is None
-    pool = pool or ObfuscatorPool.for_private_key(sk)
-    timings: dict[str, float] = {}
-    try:
-        # --- Step 1: header.
-        shape = Shape.from_proto(await ch.recv(bob, f"{tag}/hdr", pb.Ints))
-        obs = check_observations(shape, X, params)
-        T = obs.shape[0]
-        await ch.send(bob, f"{tag}/T", pb.Ints(values=[T]))
-        Dn = shape.n_values
+    def __init__(self, ch: Channel, params: ForwardParams, *, private_key: PrivateKey, bob: str = "bob",
+                 tag: str = "fw", seed: SeedLike = None, labels: Sequence[str] = ("secure-forward",),
+                 helper: bool | None = None) -> None:
+        self.ch, self.params, self.sk, self.bob, self.tag = ch, params.validate(), private_key, bob, tag
+        self.pk = private_key.public_key
+        self.seed, self.labels = _keyed(seed), tuple(labels)
+        self.want_helper = helper
+        self.helper: CryptoPool | None = None
+        self.pool: ObfuscatorPool | None = None
+        self.plan: Plan | None = None
+        self.offline: dict[str, float] = {}
+        self.online: dict[str, float] = {}
+        self.tl = _Timeline()
+        self.expected = 0
 
-        # --- Step 2: masked log-emissions v (T × ΔN).
-        t0 = time.perf_counter()
-        if shape.kind == "discrete":
-            v = await _alice_discrete(ch, bob, shape, obs, tag, rng)
-            timings["emissions"] = time.perf_counter() - t0
+    def _rng(self, *purpose: str):
+        return protocol_rng(self.seed, *self.labels, self.ch.role, *purpose)
+
+    # ----------------------------------------------------------------------------- offline
+    async def prepare(self, expected_frames: int, *, background_refill: bool = False) -> Plan:
+        """Header, tables, obfuscators for ``expected_frames`` frames, the helper process; then Bob's ``ready``."""
+        w0, c0 = _clock()
+        ch, tag, bob = self.ch, self.tag, self.bob
+        self.shape = Shape.from_proto(await ch.recv(bob, f"{tag}/hdr", pb.Ints))
+        plan = self.plan = Plan(self.shape, self.params, self.pk)
+        self.expected = expected = max(1, min(int(expected_frames), MAX_FRAMES))
+        await ch.send(bob, f"{tag}/plan", pb.Ints(values=[expected]))
+        uses = self._obfuscators_needed(expected)
+        w1 = time.perf_counter()
+        await asyncio.to_thread(self.sk.prepare, uses)
+        self.offline["tables"] = time.perf_counter() - w1
+        w1 = time.perf_counter()
+        self.pool = ObfuscatorPool.for_private_key(self.sk, capacity=uses, background=background_refill,
+                                                   low_water=max(1, uses // 4))
+        await asyncio.to_thread(self.pool.precompute, uses, 2)
+        self.offline["obfuscators"] = time.perf_counter() - w1
+        self.offline["obfuscator_count"] = uses
+        if self._use_helper(expected):
+            w1 = time.perf_counter()
+            self.helper = CryptoPool(self.pk, self.sk, workers=1)
+            await self.helper.adecrypt([self.pk.raw_encrypt(0)])           # starts the process now
+            self.offline["helper_start"] = time.perf_counter() - w1
+        w1 = time.perf_counter()
+        ready = await ch.recv(bob, f"{tag}/ready", pb.Ints)
+        if list(ready.values) != [expected]:
+            raise InvalidMessage(f"{tag}/ready from {bob} must confirm {expected} frames")
+        self.offline["wait_for_peer"] = time.perf_counter() - w1
+        self.offline["seconds"] = time.perf_counter() - w0
+        self.offline["cpu_seconds"] = time.process_time() - c0
+        return plan
+
+    def _use_helper(self, frames: int) -> bool:
+        plan = self.plan
+        if plan.prod is None:
+            return False
+        if self.want_helper is not None:
+            return bool(self.want_helper)
+        return self.pk.bits >= 2048 and self.shape.rows * plan.n_blocks(frames) >= HELPER_MIN_CIPHERTEXTS
+
+    def _obfuscators_needed(self, frames: int) -> int:
+        plan = self.plan
+        blocks = plan.n_blocks(frames)
+        n = sum(plan.group_terms) * max(0, frames - 1) + self.shape.n_models * (1 + self.shape.n_states)
+        if plan.prod is not None:
+            n += plan.prod.n_products * blocks
+        if plan.mix is not None:
+            n += sum(len(plan.comps[d][j]) for d, j in plan.mix_sums) * frames
+        return n + 8
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+        if self.helper is not None:
+            self.helper.close()
+            self.helper = None
+
+    # ----------------------------------------------------------------------------- online
+    async def run(self, X) -> AliceForward:
+        """The observations: an array (T × d features, or T symbols), or an async iterable of chunks of
+        frames (streaming: blocks leave as soon as they are complete)."""
+        if self.plan is None:
+            raise RuntimeError("prepare() first")
+        w0, c0 = _clock()
+        self._t0 = w0
+        helper_cpu0 = self.helper.worker_cpu_seconds() if self.helper else 0.0
+        try:
+            results = await _all(self._emissions(X), *(self._induction(g) for g in range(len(self.plan.groups))))
+        except BaseException as exc:
+            self.tl.fail(exc if isinstance(exc, Exception) else InvalidMessage("cancelled"))
+            raise
+        self.online["induction_done"] = time.perf_counter() - w0
+        finals = {}
+        for part in results[1:]:
+            finals.update(part)
+        await self._termination(finals)
+        self.online["seconds"] = time.perf_counter() - w0
+        self.online["cpu_seconds"] = time.process_time() - c0
+        if self.helper:
+            self.online["helper_cpu_seconds"] = self.helper.worker_cpu_seconds() - helper_cpu0
+        self.online["obfuscators"] = self.pool.stats()
+        return AliceForward(frames=self.tl.total, n_models=self.shape.n_models,
+                            timings={"offline": dict(self.offline), "online": dict(self.online)})
+
+    def _mark(self, name: str) -> None:
+        self.online.setdefault(name, time.perf_counter() - self._t0)
+
+    # ------------------------------------------------------------------ step 1: emissions, block by block
+    async def _emissions(self, X) -> None:
+        plan, B = self.plan, self.plan.block
+        buf: list[np.ndarray] = []
+        held = 0
+        b = 0
+        consumers = []
+        try:
+            async for chunk in _as_chunks(X):
+                frames = _check_frames(self.shape, chunk, self.params, self.tl.count + held)
+                if len(frames):
+                    buf.append(frames)
+                    held += len(frames)
+                # a full block leaves once a later frame shows it is not the last one
+                while held > B:
+                    allf = np.concatenate(buf)
+                    consumers.append(asyncio.ensure_future(self._block(b, allf[:B], False)))
+                    buf, held, b = [allf[B:]], held - B, b + 1
+            if held == 0 and self.tl.count == 0:
+                raise InvalidMessage("the observation sequence is empty")
+            if self.tl.count + held > MAX_FRAMES:
+                raise InvalidMessage(f"more than {MAX_FRAMES} frames")
+            consumers.append(asyncio.ensure_future(self._block(b, np.concatenate(buf) if buf else buf, True)))
+            self.online["audio_done"] = time.perf_counter() - self._t0
+            await _all(*consumers)
+        except BaseException:
+            for c in consumers:
+                c.cancel()
+            raise
+        self._mark("emissions_done")
+
+    async def _block(self, b: int, frames, final: bool) -> None:
+        """Send block b (its frames' count, then the products or the OT choices) and take its emissions."""
+        ch, tag, bob, plan = self.ch, self.tag, self.bob, self.plan
+        n = len(frames)
+        first = self.tl.count
+        if first + n > MAX_FRAMES:
+            raise InvalidMessage(f"more than {MAX_FRAMES} frames")
+        self.tl.announce(n, final)
+        await ch.send(bob, f"{tag}/blk/{b}", pb.Ints(values=[n, int(final)]))
+        if final:
+            self.online["last_block_sent"] = time.perf_counter() - self._t0
+        if plan.prod is not None:
+            lay = plan.prod
+            S = lay.frames_per_ciphertext
+            Z = products(frames, self.shape.covariance_type)              # (n, P)
+            ints = [[encode_float(float(x), lay.prod_frac_bits) for x in row] for row in Z.T]
+            flat = [x for row in ints for x in (row + [0] * (S - n))]
+            plain = lay.packing.pack(flat) if lay.packing.packed else flat
+            cts = [self.pool.encrypt(m) for m in plain]
+            await ch.send(bob, f"{tag}/prod/{b}",
+                          EncryptedVector(self.pk, cts, lay.n_products * S, -lay.prod_frac_bits,
+                                          lay.packing, lay.product_bound(self.params)).to_proto())
+        offsets = await self._recv_offsets(b, first, n)
+        for k in range(n):
+            self.tl.put("c", first + k, offsets[k])
+        if plan.prod is None:
+            v = await self._discrete_block(b, frames)
         else:
-            lay = Layout.make(pk, params, shape, T)
-            prods = products(obs, shape.covariance_type).T          # (P, T)
-            ints = [[encode_float(float(x), params.prod_frac_bits) for x in row] for row in prods]
-            padded = np.zeros((lay.n_products, lay.blocks * lay.slots), dtype=object)
-            padded[:, :T] = np.array(ints, dtype=object)
-            flat = [int(x) for x in padded.ravel()]
-            packing = lay.packing
-            plain = packing.pack(flat) if packing.packed else flat
-            cts = [pool.encrypt(m) for m in plain]
-            timings["encrypt"] = time.perf_counter() - t0
-            bound = lay.product_bound(params)
-            for k, s in enumerate(range(0, len(cts), PRODUCT_CHUNK)):
-                part = cts[s:s + PRODUCT_CHUNK]
-                vec = EncryptedVector(pk, part, len(part) * lay.slots if packing.packed else len(part),
-                                      -params.prod_frac_bits, packing, bound)
-                await ch.send(bob, f"{tag}/prod/{k}", vec.to_proto())
-            rows = Dn * (shape.n_mix if shape.mixture else 1)
-            qv = EncryptedVector.from_proto(await ch.recv(bob, f"{tag}/q", pb.CiphertextVector), pk,
-                                            length=rows * lay.blocks * lay.slots, exponent=-params.v_frac_bits,
-                                            packing=packing, what=f"{tag}/q from {bob}")
-            t1 = time.perf_counter()
-            q = qv.decrypt(sk).reshape(rows, lay.blocks * lay.slots)[:, :T]
-            timings["decrypt_emissions"] = time.perf_counter() - t1
-            if shape.mixture:
-                v = await _alice_mixture(ch, bob, sk, mp, pool, shape, q, T, tag)
-            else:
-                v = q.T.copy()                                          # (T, ΔN)
-            timings["emissions"] = time.perf_counter() - t0
+            q = await self._gaussian_block(b, n)
+            v = await self._mixture_block(b, first, q, offsets) if plan.mixture else q
+        for k in range(n):
+            self.tl.put("v", first + k, v[k])
+        if final:
+            self._mark("last_emission")
 
-        # --- Step 3: induction, one round trip per frame.
-        t0 = time.perf_counter()
-        topo = await _recv_topology(ch, bob, shape, tag)
-        entries, out_group = exp_layout(topo)
-        N = shape.n_states
-        fin_entries = [(d, -1, j) for d in range(shape.n_models) for j in range(N)]
-        m_prev = np.zeros(Dn)                 # Alice's offset of each output's last exponent
-        u_pack = Packing.for_key(pk, mp.sum_slot_bits(N))
-        for t in range(T):
+    async def _recv_offsets(self, b: int, first: int, n: int) -> list[list[int]]:
+        plan = self.plan
+        counts = [plan.offsets_in_frame(first + k) for k in range(n)]
+        vals = from_bigints(await self.ch.recv(self.bob, f"{self.tag}/c/{b}", pb.BigInts), count=sum(counts),
+                            bound_bits=plan.offset_bits, what=f"{self.tag}/c/{b} from {self.bob}")
+        out, pos = [], 0
+        for c in counts:
+            out.append(vals[pos:pos + c])
+            pos += c
+        return out
+
+    async def _gaussian_block(self, b: int, n: int) -> list[list[int]]:
+        """Decrypt Bob's masked quadratic forms of block b; round to the grid (exact in Bob's masks)."""
+        plan, lay, shape = self.plan, self.plan.prod, self.shape
+        S, R = lay.frames_per_ciphertext, shape.rows
+        msg = await self.ch.recv(self.bob, f"{self.tag}/q/{b}", pb.CiphertextVector)
+        vec = EncryptedVector.from_proto(msg, self.pk, length=R * S, exponent=-lay.v_frac_bits,
+                                         packing=lay.packing, what=f"{self.tag}/q/{b} from {self.bob}")
+        if self.helper is not None:
+            plain = await self.helper.adecrypt(vec.ciphertexts)
+        else:
+            plain = [self.sk.raw_decrypt_signed(c) for c in vec.ciphertexts]
+        vals = lay.packing.unpack(plain, R * S) if lay.packing.packed else plain
+        sh = lay.shift
+        half = (1 << sh) >> 1
+        return [[(vals[r * S + k] + half) >> sh for r in range(R)] for k in range(n)]
+
+    async def _discrete_block(self, b: int, symbols: np.ndarray) -> list[list[int | None]]:
+        plan, shape = self.plan, self.shape
+        rows = await ot_choose(self.ch, self.bob, [int(x) for x in symbols], max(2, shape.dim),
+                               tag_prefix=f"{self.tag}/ot/{b}", rng=self._rng("ot", str(b)))
+        width = OT_VALUE_BYTES * shape.n_values
+        lim = 1 << plan.emission_bits
+        out = []
+        for t, row in enumerate(rows):
+            if len(row) != width:
+                raise InvalidMessage(f"OT row {t} of block {b} from {self.bob} has {len(row)} bytes, expected {width}")
+            vals = []
+            for i in range(shape.n_values):
+                x = int.from_bytes(row[i * OT_VALUE_BYTES:(i + 1) * OT_VALUE_BYTES], "little", signed=True)
+                if x == OT_ZERO:
+                    vals.append(None)
+                elif abs(x) >= lim:
+                    raise InvalidMessage(f"OT row {t} of block {b} from {self.bob} holds a value beyond 2^{plan.emission_bits}")
+                else:
+                    vals.append(x)
+            out.append(vals)
+        return out
+
+    async def _mixture_block(self, b: int, first: int, q: list[list[int]], offsets) -> list[list[int]]:
+        """LOGSUM over the components of every (state, frame) of block b (steps E, W, L); v per state."""
+        plan, shape = self.plan, self.shape
+        N, C = shape.n_states, shape.n_mix
+        lay = plan.mix
+        n = len(q)
+        v = [[0] * shape.n_values for _ in range(n)]
+        e_ints: list[int] = []
+        ms: list[int | None] = []
+        s = 0
+        for k in range(n):
+            base = plan.n_start if first + k == 0 else plan.n_edges
+            pos = base
+            for d in range(shape.n_models):
+                for j in range(N):
+                    comps = plan.comps[d][j]
+                    ys = [q[k][(d * N + j) * C + c] + offsets[k][pos + i] for i, c in enumerate(comps)]
+                    pos += len(comps)
+                    if len(comps) == 1:
+                        v[k][d * N + j] = ys[0]
+                        continue
+                    es, m = ls.exponentiate_terms(ys, lay)          # (E)
+                    ms.append(m)
+                    e_ints.extend(x << lay.shift(s) for x in es)
+                    s += 1
+        if s:
+            await self.ch.send(self.bob, f"{self.tag}/mix-e/{b}",
+                               EncryptedVector(self.pk, [self.pool.encrypt(x) for x in e_ints], len(e_ints), 0,
+                                               UNPACKED, int(self.pk.max_int)).to_proto())
+            u = EncryptedVector.from_proto(await self.ch.recv(self.bob, f"{self.tag}/mix-u/{b}", pb.CiphertextVector),
+                                           self.pk, length=s, exponent=0, packing=lay.packing,
+                                           what=f"{self.tag}/mix-u/{b} from {self.bob}")
+            sums = ls.unpack_sums(self.sk, u.ciphertexts, s, lay)
+            it = iter(zip(sums, ms))
+            for k in range(n):
+                for d, j in plan.mix_sums:
+                    u_s, m = next(it)
+                    v[k][d * N + j] = ls.logarithm(u_s, m, lay)        # (L)
+        return v
+
+    # ------------------------------------------------------------------ steps 2–3: start and induction
+    async def _induction(self, g: int) -> dict[int, int | None]:
+        ch, tag, bob, plan = self.ch, self.tag, self.bob, self.plan
+        N = plan.N
+        models = plan.groups[g]
+        sums = plan.group_sums[g]
+        lay = plan.ind
+        c0 = await self.tl.get("c", 0, keep=True)
+        v0 = await self.tl.get("v", 0, keep=True)
+        if g == 0:
+            self._mark("first_frame")
+        L: dict[int, int | None] = {}
+        for d in models:
+            for j in range(N):
+                i = d * N + j
+                L[i] = None
+                if j in plan.starts[d] and v0[i] is not None:           # step 5: L_0 = c⁰ + v_0
+                    L[i] = c0[plan.start_index[(d, j)]] + v0[i]
+        t = 0
+        while await self.tl.exists(t + 1):
             ch.progress(round=t + 1, step="induction")
-            u = EncryptedVector.from_proto(await ch.recv(bob, f"{tag}/u/{t}", pb.CiphertextVector), pk,
-                                           length=Dn, exponent=0, packing=u_pack, what=f"{tag}/u/{t} from {bob}")
-            # masked log α_t: L_j = ln u_j + m_j + v_{t,j}  (float: no underflow, however long the utterance)
-            L = decrypt_log_u(u, sk) + m_prev + v[t]
-            if not np.any(np.isfinite(L)):
-                raise InvalidMessage(f"frame {t}: the observations are impossible under every model")
-            if t < T - 1:
-                y = np.array([L[d * N + l] for d, _, l in entries])
-                grp = [out_group[d * N + j] for d, j, _ in entries]
-                shifts = [slot_shift(u_pack, d * N + j) for d, j, _ in entries]
-            else:                                   # the last exponent feeds the per-model totals
-                y = np.array([L[d * N + j] for d, _, j in fin_entries])
-                grp = [(d, -1) for d, _, _ in fin_entries]
-                shifts = [slot_shift(u_pack, d) for d, _, _ in fin_entries]
-            e_ints, offs = alice_exponentiate(np.zeros(len(y)), y, grp, mp.e_bits)
-            if t < T - 1:
-                m_prev = np.array([offs.get(out_group[i], 0.0) for i in range(Dn)])
-            await ch.send(bob, f"{tag}/e/{t}", encrypt_unpacked(pool, [x << sh for x, sh in zip(e_ints, shifts)],
-                                                                 0, int(pk.max_int)).to_proto())
-        timings["induction"] = time.perf_counter() - t0
+            c = await self.tl.get("c", t + 1, keep=True)
+            new: dict[int, int | None] = {}
+            e_ints: list[int] = []
+            ms: list[int | None] = []
+            for d in models:
+                for j in range(N):
+                    pos = plan.edge_index[(d, j)]
+                    pr = plan.preds[d][j]
+                    ys = [None if L[d * N + l] is None else L[d * N + l] + c[pos + k] for k, l in enumerate(pr)]
+                    if len(pr) <= 1:                          # no predecessor (−∞) or one: no LOGSUM
+                        new[d * N + j] = ys[0] if pr else None
+                        continue
+                    es, m = ls.exponentiate_terms(ys, lay)                 # (E), seed step 6
+                    s = len(ms)
+                    ms.append(m)
+                    e_ints.extend(x << lay.shift(s) for x in es)
+            if sums:
+                await ch.send(bob, f"{tag}/e/{t}/{g}",
+                              EncryptedVector(self.pk, [self.pool.encrypt(x) for x in e_ints], len(e_ints), 0,
+                                              UNPACKED, int(self.pk.max_int)).to_proto())
+                u = EncryptedVector.from_proto(await ch.recv(bob, f"{tag}/u/{t}/{g}", pb.CiphertextVector), self.pk,
+                                               length=len(sums), exponent=0, packing=lay.packing,
+                                               what=f"{tag}/u/{t}/{g} from {bob}")
+                totals = ls.unpack_sums(self.sk, u.ciphertexts, len(sums), lay)
+                for (d, j), u_s, m in zip(sums, totals, ms):                # (L), seed step 7
+                    new[d * N + j] = None if m is None else ls.logarithm(u_s, m, lay)
+            v = await self.tl.get("v", t + 1, keep=True)
+            for i, x in new.items():
+                L[i] = None if (x is None or v[i] is None) else x + v[i]
+            self._release(t, g)
+            t += 1
+        self._release(t, g)
+        return L
 
-        # --- Step 4: termination — secure log of Σ_j α_T(j); Alice adds her offsets.
-        fin = EncryptedVector.from_proto(await ch.recv(bob, f"{tag}/final-u", pb.CiphertextVector), pk,
-                                         length=shape.n_models, exponent=0, packing=u_pack,
-                                         what=f"{tag}/final-u from {bob}")
-        lu = decrypt_log_u(fin, sk)
-        F = mp.log_frac_bits
-        # a model under which the sequence is impossible (P = 0) gets the public sentinel LOG_ZERO
-        ints = [encode_float(float(lu[d] + offs[(d, -1)]) if lu[d] != NEG_INF else LOG_ZERO, F)
-                for d in range(shape.n_models)]
-        await ch.send(bob, f"{tag}/final-l", encrypt_unpacked(pool, ints, -F, int(pk.max_int) // 4).to_proto())
-        return AliceForward(frames=T, n_models=shape.n_models, timings=timings)
-    finally:
-        if own_pool:
-            pool.close()
+    def _release(self, t: int, g: int) -> None:
+        """Frame t's values are no longer needed by group g (the last group to pass drops them)."""
+        done = self.__dict__.setdefault("_passed", {})
+        done[t] = done.get(t, 0) + 1
+        if done[t] == len(self.plan.groups):
+            del done[t]
+            self.tl._values.pop(("c", t + 1), None)
+            self.tl._values.pop(("v", t), None)
+            if t == 0:
+                self.tl._values.pop(("c", 0), None)
+
+    # ------------------------------------------------------------------ step 4: termination
+    async def _termination(self, L: dict[int, int | None]) -> None:
+        ch, tag, bob, plan = self.ch, self.tag, self.bob, self.plan
+        D, N, F = plan.D, plan.N, plan.F
+        c = from_bigints(await ch.recv(bob, f"{tag}/fin-c", pb.BigInts), count=D * N, bound_bits=plan.offset_bits,
+                         what=f"{tag}/fin-c from {bob}")
+        ys = [[None if L[d * N + j] is None else L[d * N + j] + c[d * N + j] for j in range(N)] for d in range(D)]
+        lay = plan.fin
+        if lay is None:
+            scores = [y[0] for y in ys]
+        else:
+            e_ints, ms = [], []
+            for d in range(D):
+                es, m = ls.exponentiate_terms(ys[d], lay)                   # (E)
+                ms.append(m)
+                e_ints.extend(x << lay.shift(d) for x in es)
+            await ch.send(bob, f"{tag}/fin-e", EncryptedVector(self.pk, [self.pool.encrypt(x) for x in e_ints],
+                                                               len(e_ints), 0, UNPACKED,
+                                                               int(self.pk.max_int)).to_proto())
+            u = EncryptedVector.from_proto(await ch.recv(bob, f"{tag}/fin-u", pb.CiphertextVector), self.pk,
+                                           length=D, exponent=0, packing=lay.packing, what=f"{tag}/fin-u from {bob}")
+            totals = ls.unpack_sums(self.sk, u.ciphertexts, D, lay)
+            scores = [None if m is None else ls.logarithm(u_d, m, lay) for u_d, m in zip(totals, ms)]   # (L)
+        if all(s is None for s in scores):
+            raise InvalidMessage("the observations are impossible under every model")
+        lim = SCORE_BOUND_NATS << F
+        if any(s is not None and abs(s) >= lim for s in scores):
+            raise InvalidMessage("a log-likelihood lies beyond ±2^40 nats: the observations are out of range")
+        zero = encode_float(LOG_ZERO, F)
+        ints = [zero if s is None else s for s in scores]
+        await ch.send(bob, f"{tag}/fin-l", EncryptedVector(self.pk, [self.pool.encrypt(x) for x in ints], D, -F,
+                                                           UNPACKED, final_bound(plan)).to_proto())
+        self._mark("termination_done")
 
 
-async def _alice_discrete(ch: Channel, bob: str, shape: Shape, obs: np.ndarray, tag: str,
-                          rng: random.Random | None) -> np.ndarray:
-    rows = await ot_choose(ch, bob, [int(x) for x in obs], shape.dim, tag_prefix=f"{tag}/ot", rng=rng)
-    out = np.empty((len(rows), shape.n_values))
-    for t, b in enumerate(rows):
-        if len(b) != 8 * shape.n_values:
-            raise InvalidMessage(f"OT row {t} from {bob} has {len(b)} bytes, expected {8 * shape.n_values}")
-        out[t] = np.frombuffer(b, dtype="<f8")
-    if np.any(np.isnan(out)) or np.any(out == np.inf):
-        raise InvalidMessage(f"OT rows from {bob} contain NaN or +inf")
-    return out
-
-
-async def _alice_mixture(ch: Channel, bob: str, sk: PrivateKey, mp: MaskParams, pool: ObfuscatorPool,
-                         shape: Shape, q: np.ndarray, T: int, tag: str) -> np.ndarray:
-    """Batched secure LOGSUM over mixture components; returns v (T × ΔN).
-
-    Fuses the reference ``smcdp.primitives.logsum.secure_logsum_alice`` (seed LOGSUM: exponent kept,
-    secure logarithm replaced by keeping the masked ``ln u + m``).
-    """
-    pk = sk.public_key
-    Dn, C = shape.n_values, shape.n_mix
-    qc = q.reshape(Dn, C, T)                                      # masked component logs
-    # exponent round: groups (state i, frame t), values over c
-    flat = np.transpose(qc, (0, 2, 1)).reshape(-1)                # order (i, t, c)
-    groups = np.repeat(np.arange(Dn * T), C).tolist()
-    e_ints, offs = alice_exponentiate(np.zeros(flat.size), flat, groups, mp.e_bits)
-    await ch.send(bob, f"{tag}/mix-e", encrypt_unpacked(pool, e_ints, -mp.e_bits, 1 << mp.e_bits).to_proto())
-    u_pack = Packing.for_key(pk, mp.sum_slot_bits(C))
-    u = EncryptedVector.from_proto(await ch.recv(bob, f"{tag}/mix-u", pb.CiphertextVector), pk, length=Dn * T,
-                                   exponent=0, packing=u_pack, what=f"{tag}/mix-u from {bob}")
-    lu = decrypt_log_u(u, sk)                                     # order (i, t)
-    m = np.array([offs[g] for g in range(Dn * T)])
-    return (lu + m).reshape(Dn, T).T.copy()
+def final_bound(plan: Plan) -> int:
+    """|ξ| Alice's final values can reach: LOG_ZERO − 2^41 … (on the grid)."""
+    return (1 << 43) << plan.F
 
 
 # =============================================================================== Bob
-async def forward_bob(ch: Channel, models, params: ForwardParams, *, public_key: PublicKey, alice: str = "alice",
-                      tag: str = "fw", rng: random.Random | None = None,
-                      pool: ObfuscatorPool | None = None) -> BobForward:
-    """Role Bob: holds the HMMs; sees only ciphertexts; obtains ξ(log P(x | λ_δ)) for every δ."""
-    params.validate()
-    mp = params.masks()
-    pk = public_key
-    rng = rng or protocol_rng(None)
-    own_pool = pool is None
-    pool = pool or ObfuscatorPool.for_public_key(pk)
-    timings: dict[str, float] = {}
-    try:
-        shape = Shape.of_models(models)
-        N, Dn, D = shape.n_states, shape.n_values, shape.n_models
-        await ch.send(alice, f"{tag}/hdr", shape.to_proto())
-        tmsg = await ch.recv(alice, f"{tag}/T", pb.Ints)
-        if len(tmsg.values) != 1 or not 1 <= tmsg.values[0] <= MAX_FRAMES:
-            raise InvalidMessage(f"{tag}/T from {alice} must be one frame count in [1, {MAX_FRAMES}]")
-        T = int(tmsg.values[0])
+class _BobMasks:
+    """Bob's masks, one labelled stream per frame and purpose (replayable, thread-order independent)."""
 
-        # masks of the emissions: per-state U[-K, K] + per-(model, frame) offset U[-ψ, ψ]
-        t0 = time.perf_counter()
-        if shape.kind == "discrete":
-            vm = _state_masks(rng, mp, T, D, N)
-            await _bob_discrete(ch, alice, models, shape, vm, T, tag, rng)
-            timings["emissions"] = time.perf_counter() - t0
+    def __init__(self, plan: Plan, rng_of) -> None:
+        self.plan = plan
+        self.rng_of = rng_of
+        self._emission: dict[int, list[int]] = {}
+        self._mix: dict[int, tuple] = {}
+        self._step: dict[int, tuple] = {}
+        self._start: list[int] | None = None
+
+    def emission(self, t: int) -> list[int]:
+        """V_t per emission row (model, state[, component]), uniform on ±ψ_V."""
+        if t not in self._emission:
+            rows = self.plan.shape.rows
+            self._emission[t] = ls.uniform_ints(self.rng_of("emission", str(t)), rows,
+                                                self.plan.params.emission_offset_int)
+        return self._emission[t]
+
+    def mixture(self, t: int) -> tuple[list[int], list[list[int]], list[int], list[list[int]]]:
+        """(ω per state, σ per state's components, ν per LOGSUM, k per LOGSUM) of frame t's mixtures."""
+        if t not in self._mix:
+            plan = self.plan
+            rng = self.rng_of("mixture", str(t))
+            omega = ls.uniform_ints(rng, plan.shape.n_values, plan.params.emission_offset_int)
+            sigma = [ls.uniform_ints(rng, len(plan.comps[d][j]), plan.K) if len(plan.comps[d][j]) >= 2
+                     else [0] for d in range(plan.D) for j in range(plan.N)]
+            nu = ls.smudging(rng, plan.mix, len(plan.mix_sums)) if plan.mix else []
+            k = [ls.term_weights(sigma[d * plan.N + j], plan.mix) for d, j in plan.mix_sums]
+            self._mix[t] = (omega, sigma, nu, k)
+        return self._mix[t]
+
+    def state_mask(self, t: int) -> list[int]:
+        """V_t per state: the mask of Alice's v_{t,·}."""
+        plan = self.plan
+        if not plan.mixture:
+            return self.emission(t)
+        omega = self.mixture(t)[0]
+        return [omega[d * plan.N + j] - (plan.K if len(plan.comps[d][j]) >= 2 else 0)
+                for d in range(plan.D) for j in range(plan.N)]
+
+    def start(self) -> list[int]:
+        if self._start is None:
+            self._start = ls.uniform_ints(self.rng_of("start"), self.plan.shape.n_values, self.plan.mp.offset_int)
+        return self._start
+
+    def step(self, t: int) -> tuple[list[int], list[list[int]], list[list[int]], list[list[list[int]]]]:
+        """Step t → t+1: (ω per state, σ per state's predecessors, ν per group's sums, k per group's sums)."""
+        if t not in self._step:
+            plan = self.plan
+            rng = self.rng_of("induction", str(t))
+            omega = ls.uniform_ints(rng, plan.shape.n_values, plan.mp.offset_int)
+            sigma = [ls.uniform_ints(rng, len(plan.preds[d][j]), plan.K) if plan.he_state(d, j) else [0]
+                     for d in range(plan.D) for j in range(plan.N)]
+            nu = [ls.smudging(rng, plan.ind, len(s)) if s else [] for s in plan.group_sums]
+            k = [[ls.term_weights(sigma[d * plan.N + j], plan.ind) for d, j in s] for s in plan.group_sums]
+            self._step[t] = (omega, sigma, nu, k)
+        return self._step[t]
+
+    def M(self, t: int) -> list[int]:
+        """Bob's mask of Alice's L_t: M_0 = ω⁰ + V_0, M_t = ω_{t−1} − K·[LOGSUM] + V_t."""
+        plan = self.plan
+        V = self.state_mask(t)
+        if t == 0:
+            return [w + v for w, v in zip(self.start(), V)]
+        omega = self.step(t - 1)[0]
+        return [omega[d * plan.N + j] - (plan.K if plan.he_state(d, j) else 0) + V[d * plan.N + j]
+                for d in range(plan.D) for j in range(plan.N)]
+
+    def final(self) -> tuple[list[int], list[list[int]], list[int], list[list[int]]]:
+        plan = self.plan
+        rng = self.rng_of("final")
+        omega = ls.uniform_ints(rng, plan.D, plan.mp.offset_int)
+        if plan.fin is None:
+            return omega, [[0] for _ in range(plan.D)], [], []
+        sigma = [ls.uniform_ints(rng, plan.N, plan.K) for _ in range(plan.D)]
+        return omega, sigma, ls.smudging(rng, plan.fin, plan.D), [ls.term_weights(s, plan.fin) for s in sigma]
+
+    def forget(self, t: int) -> None:
+        """Frame t's emission masks and step t−1 are no longer needed."""
+        self._emission.pop(t, None)
+        self._mix.pop(t, None)
+
+
+class ForwardBob:
+    """Role Bob, in two phases: :meth:`prepare` (offline) and :meth:`run`."""
+
+    def __init__(self, ch: Channel, models, params: ForwardParams, *, public_key: PublicKey, alice: str = "alice",
+                 tag: str = "fw", seed: SeedLike = None, labels: Sequence[str] = ("secure-forward",)) -> None:
+        self.ch, self.models, self.params, self.pk = ch, models, params.validate(), public_key
+        self.alice, self.tag = alice, tag
+        self.seed, self.labels = _keyed(seed), tuple(labels)
+        # refused up front: nothing is sent for a model the protocol cannot represent
+        if models.kind == "discrete":
+            self.coefs, bits = None, 0
         else:
-            vm = await _bob_gaussian(ch, alice, models, shape, params, mp, pk, pool, rng, T, tag, timings)
-            timings["emissions"] = time.perf_counter() - t0
+            self.coefs, bits = model_coefficients(models, self.params)
+        self.shape = Shape.of_models(models, bits)
+        self.plan = Plan(self.shape, self.params, public_key)
+        self.masks = _BobMasks(self.plan, self._rng)
+        self.pool: ObfuscatorPool | None = None
+        self.offline: dict[str, float] = {}
+        self.online: dict[str, float] = {}
+        self.tl = _Timeline()
+        self._steps_done: dict[int, int] = {}
+        self._executor: ThreadPoolExecutor | None = None
 
-        # --- Step 3: induction.
-        t0 = time.perf_counter()
-        topo = models.transmat > 0
-        await ch.send(alice, f"{tag}/topology", pb.Ints(values=[int(x) for x in topo.ravel()]))
-        entries, _ = exp_layout(topo)
-        index = {e_: k for k, e_ in enumerate(entries)}
-        lnA = _log(models.transmat)                                 # (Δ, N, N)
-        lnpi = _log(models.startprob)                               # (Δ, N)
-        Fe = mp.e_bits
-        u_pack = Packing.for_key(pk, mp.sum_slot_bits(N))
-        groups = [i // N for i in range(Dn)]
-        # virtual α_0 = 1: ê_0 = 2^{F_e}, one public copy per output slot
-        inputs: list[mpz] = [(1 + pk.n * (1 << (Fe + slot_shift(u_pack, i)))) % pk.nsquare for i in range(Dn)]
-        M = np.zeros(Dn)              # Alice's L_j = log α_t(j) + M_j  (M known to Bob only)
-        for t in range(T):
+    def _rng(self, *purpose: str):
+        return protocol_rng(self.seed, *self.labels, self.ch.role, *purpose)
+
+    async def prepare(self, *, background_refill: bool = False) -> None:
+        w0, c0 = _clock()
+        ch, tag, alice, plan = self.ch, self.tag, self.alice, self.plan
+        await ch.send(alice, f"{tag}/hdr", self.shape.to_proto())
+        msg = await ch.recv(alice, f"{tag}/plan", pb.Ints)
+        if len(msg.values) != 1 or not 1 <= msg.values[0] <= MAX_FRAMES:
+            raise InvalidMessage(f"{tag}/plan from {alice} must be one frame count in [1, {MAX_FRAMES}]")
+        expected = int(msg.values[0])
+        uses = self._obfuscators_needed(expected)
+        w1 = time.perf_counter()
+        await asyncio.to_thread(self.pk.prepare, uses)
+        self.offline["tables"] = time.perf_counter() - w1
+        w1 = time.perf_counter()
+        self.pool = ObfuscatorPool.for_public_key(self.pk, capacity=uses, background=background_refill,
+                                                  low_water=max(1, uses // 4))
+        await asyncio.to_thread(self.pool.precompute, uses, 2)
+        self.offline["obfuscators"] = time.perf_counter() - w1
+        self.offline["obfuscator_count"] = uses
+        w1 = time.perf_counter()
+        for t in range(expected):              # masks, offsets' ingredients and weights: no observation needed
+            self.masks.M(t)
+            self.masks.step(t)
+            if plan.mixture:
+                self.masks.mixture(t)
+        self.masks.final()
+        self.offline["masks"] = time.perf_counter() - w1
+        self._coef_ints()
+        await ch.send(alice, f"{tag}/ready", pb.Ints(values=[expected]))
+        self.offline["seconds"] = time.perf_counter() - w0
+        self.offline["cpu_seconds"] = time.process_time() - c0
+
+    def _obfuscators_needed(self, frames: int) -> int:
+        plan = self.plan
+        blocks = plan.n_blocks(frames)
+        per_frame = sum(plan.ind.n_ciphertexts(len(s)) for s in plan.group_sums) if plan.ind else 0
+        n = per_frame * max(0, frames - 1) + (plan.fin.n_ciphertexts(plan.D) if plan.fin else 0)
+        if plan.prod is not None:
+            n += self.shape.rows * blocks
+        if plan.mix is not None:
+            n += plan.mix.n_ciphertexts(len(plan.mix_sums) * plan.block) * blocks
+        return n + 2 * plan.D + 8               # + the keyword step's ranked and debug vectors
+
+    def _coef_ints(self) -> None:
+        if self.coefs is not None and not hasattr(self, "_cints"):
+            fc = self.params.coef_frac_bits
+            self._cints = [[encode_float(float(c), fc) for c in row] for row in self.coefs]
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+
+    async def run(self) -> BobForward:
+        w0, c0 = _clock()
+        self._t0 = w0
+        self._coef_ints()
+        try:
+            await _all(self._blocks(), *(self._induction(g) for g in range(len(self.plan.groups))))
+        except BaseException as exc:
+            self.tl.fail(exc if isinstance(exc, Exception) else InvalidMessage("cancelled"))
+            raise
+        self.online["induction_done"] = time.perf_counter() - w0
+        result = await self._termination()
+        self.online["seconds"] = time.perf_counter() - w0
+        self.online["cpu_seconds"] = time.process_time() - c0
+        self.online["obfuscators"] = self.pool.stats()
+        return BobForward(result, self.tl.total, {"offline": dict(self.offline), "online": dict(self.online)})
+
+    # ------------------------------------------------------------------ step 1: emissions
+    async def _blocks(self) -> None:
+        ch, tag, alice, plan = self.ch, self.tag, self.alice, self.plan
+        tasks = []
+        b = 0
+        try:
+            while True:
+                msg = await ch.recv(alice, f"{tag}/blk/{b}", pb.Ints)
+                if len(msg.values) != 2 or msg.values[1] not in (0, 1):
+                    raise InvalidMessage(f"{tag}/blk/{b} from {alice} must be [frames, final]")
+                n, final = int(msg.values[0]), bool(msg.values[1])
+                if not 1 <= n <= plan.block or (not final and n != plan.block):
+                    raise InvalidMessage(f"{tag}/blk/{b} from {alice}: {n} frames; blocks hold {plan.block} "
+                                         "(the last one 1 or more)")
+                first = self.tl.count
+                if first + n > MAX_FRAMES:
+                    raise InvalidMessage(f"{alice} sent more than {MAX_FRAMES} frames")
+                # the offsets of these frames depend on Bob's masks only: they leave at once
+                await ch.send(alice, f"{tag}/c/{b}", bigints(self._offsets(first, n)))
+                self.tl.announce(n, final)
+                if b == 0:
+                    self.online["first_block"] = time.perf_counter() - self._t0
+                tasks.append(asyncio.ensure_future(self._block(b, first, n)))
+                if final:
+                    break
+                b += 1
+            await _all(*tasks)
+        except BaseException:
+            for t in tasks:
+                t.cancel()
+            raise
+        self.online["emissions_done"] = time.perf_counter() - self._t0
+
+    def _offsets(self, first: int, n: int) -> list[int]:
+        """Public offsets of frames first..first+n−1 (start or induction edges, then mixture terms)."""
+        plan, masks = self.plan, self.masks
+        D, N, F = plan.D, plan.N, plan.F
+        models = self.models
+        if not hasattr(self, "_log_pi"):      # fx(log p) of every positive probability (pattern: public)
+            self._log_pi = {(d, j): ls.fx(math.log(models.startprob[d, j]), F)
+                            for d in range(D) for j in plan.starts[d]}
+            self._log_a = {(d, l, j): ls.fx(math.log(models.transmat[d, l, j]), F)
+                           for d in range(D) for j in range(N) for l in plan.preds[d][j]}
+            if plan.mixture:
+                self._log_w = {(d, j, c): ls.fx(math.log(models.weights[d, j, c]), F)
+                               for d in range(D) for j in range(N) for c in plan.comps[d][j]}
+        out: list[int] = []
+        for t in range(first, first + n):
+            if t == 0:                                                   # step 5
+                w0 = masks.start()
+                out.extend(self._log_pi[(d, j)] + w0[d * N + j] for d in range(D) for j in plan.starts[d])
+            else:                                                        # step 6, (E): edges into frame t
+                Mp = masks.M(t - 1)
+                omega, sigma, _, _ = masks.step(t - 1)
+                for d in range(D):
+                    for j in range(N):
+                        pr = plan.preds[d][j]
+                        out.extend(ls.term_offsets([self._log_a[(d, l, j)] for l in pr], [Mp[d * N + l] for l in pr],
+                                                   omega[d * N + j], sigma[d * N + j] if len(pr) >= 2 else [0]))
+            if plan.mixture:                                             # (E) of the component LOGSUMs
+                V = masks.emission(t)
+                omega, sigma, _, _ = masks.mixture(t)
+                C = plan.shape.n_mix
+                for d in range(D):
+                    for j in range(N):
+                        comps = plan.comps[d][j]
+                        out.extend(ls.term_offsets([self._log_w[(d, j, c)] for c in comps],
+                                                   [V[(d * N + j) * C + c] for c in comps], omega[d * N + j],
+                                                   sigma[d * N + j] if len(comps) >= 2 else [0]))
+        return out
+
+    async def _block(self, b: int, first: int, n: int) -> None:
+        ch, tag, alice, plan = self.ch, self.tag, self.alice, self.plan
+        if plan.prod is None:
+            await self._discrete_block(b, first, n)
+            return
+        lay = plan.prod
+        S = lay.frames_per_ciphertext
+        msg = await ch.recv(alice, f"{tag}/prod/{b}", pb.CiphertextVector)
+        vec = EncryptedVector.from_proto(msg, self.pk, length=lay.n_products * S, exponent=-lay.prod_frac_bits,
+                                         packing=lay.packing, bound=lay.product_bound(self.params),
+                                         what=f"{tag}/prod/{b} from {alice}")
+        R = self.shape.rows
+        masks = [self.masks.emission(first + k) for k in range(n)]
+        masks_packed = []
+        for r in range(R):
+            slots = [masks[k][r] << lay.shift for k in range(n)] + [0] * (S - n)
+            masks_packed.append(lay.packing.pack(slots)[0] if lay.packing.packed else slots[0])
+        obfs = [self.pool.get() for _ in range(R)]
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="smcdp-fw-emission")
+        loop = asyncio.get_running_loop()
+        out = await loop.run_in_executor(self._executor, _quadratic_forms_block, self.pk, vec.ciphertexts,
+                                         self._cints, masks_packed, obfs)
+        bound = lay.packing.slot_capacity if lay.packing.packed else int(self.pk.max_int)
+        await ch.send(alice, f"{tag}/q/{b}", EncryptedVector(self.pk, out, R * S, -lay.v_frac_bits,
+                                                             lay.packing, bound).to_proto())
+        if plan.mixture:
+            await self._mixture_block(b, first, n)
+        for k in range(n):
+            self.masks.forget(first + k)
+
+    async def _mixture_block(self, b: int, first: int, n: int) -> None:
+        """(W) of the component LOGSUMs of block b."""
+        ch, tag, alice, plan = self.ch, self.tag, self.alice, self.plan
+        lay = plan.mix
+        if lay is None:
+            return
+        per = [len(plan.comps[d][j]) for d, j in plan.mix_sums]
+        e = EncryptedVector.from_proto(await ch.recv(alice, f"{tag}/mix-e/{b}", pb.CiphertextVector), self.pk,
+                                       length=sum(per) * n, exponent=0, packing=UNPACKED,
+                                       what=f"{tag}/mix-e/{b} from {alice}")
+        it = iter(e.ciphertexts)
+        terms, nus = [], []
+        for k in range(n):
+            _, _, nu, kw = self.masks.mixture(first + k)
+            for s in range(len(plan.mix_sums)):
+                terms.append([(next(it), w) for w in kw[s]])
+                nus.append(nu[s])
+        u = ls.weighted_sums(self.pk, terms, nus, lay, self.pool)
+        await ch.send(alice, f"{tag}/mix-u/{b}", EncryptedVector(self.pk, u, len(terms), 0, lay.packing,
+                                                                 lay.max_sum).to_proto())
+
+    async def _discrete_block(self, b: int, first: int, n: int) -> None:
+        plan, shape = self.plan, self.shape
+        if not hasattr(self, "_log_b"):
+            with np.errstate(divide="ignore"):
+                lb = np.log(np.asarray(self.models.emissionprob, dtype=np.float64)).reshape(shape.n_values, shape.dim)
+            self._log_b = [[None if not np.isfinite(x) else ls.fx(float(x), plan.F) for x in row] for row in lb]
+        rows = []
+        for t in range(first, first + n):
+            V = self.masks.emission(t)
+            table = []
+            for sym in range(max(2, shape.dim)):
+                vals = bytearray()
+                for i in range(shape.n_values):
+                    x = self._log_b[i][sym] if sym < shape.dim else None
+                    vals += (OT_ZERO if x is None else x + V[i]).to_bytes(OT_VALUE_BYTES, "little", signed=True)
+                table.append(bytes(vals))
+            rows.append(table)
+            self.masks.forget(t)
+        await ot_send(self.ch, self.alice, rows, tag_prefix=f"{self.tag}/ot/{b}", rng=self._rng("ot", str(b)))
+
+    # ------------------------------------------------------------------ step 3: induction
+    async def _induction(self, g: int) -> None:
+        ch, tag, alice, plan = self.ch, self.tag, self.alice, self.plan
+        sums = plan.group_sums[g]
+        lay = plan.ind
+        t = 0
+        while await self.tl.exists(t + 1):
             ch.progress(round=t + 1, step="induction")
-            if t == 0:
-                log_w = [[(i, float(lnpi[i // N, i % N]))] for i in range(Dn)]
-            else:
-                log_w = [[(index[(d, j, l)], float(lnA[d, l, j] - M[d * N + l]))
-                          for l in range(N) if np.isfinite(M[d * N + l]) and topo[d, l, j]]
-                         for d in range(D) for j in range(N)]
-            wr = integer_weights(log_w, groups, mp.weight_bits, uniform_masks(rng, Dn, mp.mask_nats))
-            u = preshifted_packed_sums(pk, inputs, 1 << Fe, wr, u_pack, pool)
-            await ch.send(alice, f"{tag}/u/{t}", u.to_proto())
-            M = np.where(wr.log_scale == NEG_INF, NEG_INF, wr.log_scale + Fe * LN2 + vm[t])
-            n_in = len(entries) if t < T - 1 else Dn
-            e = EncryptedVector.from_proto(await ch.recv(alice, f"{tag}/e/{t}", pb.CiphertextVector), pk,
-                                           length=n_in, exponent=0, packing=UNPACKED,
-                                           what=f"{tag}/e/{t} from {alice}")
-            inputs = e.ciphertexts
-        timings["induction"] = time.perf_counter() - t0
+            if sums:
+                e = EncryptedVector.from_proto(await ch.recv(alice, f"{tag}/e/{t}/{g}", pb.CiphertextVector), self.pk,
+                                               length=plan.group_terms[g], exponent=0, packing=UNPACKED,
+                                               what=f"{tag}/e/{t}/{g} from {alice}")
+                _, _, nu, kw = self.masks.step(t)
+                it = iter(e.ciphertexts)
+                terms = [[(next(it), w) for w in kw[g][s]] for s in range(len(sums))]
+                u = ls.weighted_sums(self.pk, terms, nu[g], lay, self.pool)            # (W), seed step 6
+                await ch.send(alice, f"{tag}/u/{t}/{g}", EncryptedVector(self.pk, u, len(sums), 0, lay.packing,
+                                                                         lay.max_sum).to_proto())
+            self._step_done(t)
+            t += 1
 
-        # --- Step 4: termination: ξ(log Σ_j α_T(j)) per model by a secure logarithm.
-        log_w = [[(d * N + j, float(-M[d * N + j])) for j in range(N) if np.isfinite(M[d * N + j])]
-                 for d in range(D)]
-        wr = integer_weights(log_w, list(range(D)), mp.weight_bits)
-        u = preshifted_packed_sums(pk, inputs, 1 << Fe, wr, u_pack, pool)
-        await ch.send(alice, f"{tag}/final-u", u.to_proto())
-        F = mp.log_frac_bits
-        back = EncryptedVector.from_proto(await ch.recv(alice, f"{tag}/final-l", pb.CiphertextVector), pk,
-                                          length=D, exponent=-F, packing=UNPACKED, bound=int(pk.max_int) // 4,
-                                          what=f"{tag}/final-l from {alice}")
-        corr = [encode_float(float(-wr.log_scale[d] - Fe * LN2), F) for d in range(D)]
-        result = back + EncryptedVector.trivial(pk, corr, exponent=-F)
-        return BobForward(result, timings)
-    finally:
-        if own_pool:
-            pool.close()
+    def _step_done(self, t: int) -> None:
+        self._steps_done[t] = self._steps_done.get(t, 0) + 1
+        if self._steps_done[t] == len(self.plan.groups):
+            del self._steps_done[t]
+            # step t stays until frame t+1's offsets were made (they leave with its block, earlier)
+            self.masks._step.pop(t - 1, None)
 
-
-def _state_masks(rng: random.Random, mp: MaskParams, T: int, D: int, N: int) -> np.ndarray:
-    """(T, ΔN): per-state U[-K, K] plus per-(frame, model) U[-ψ, ψ]."""
-    rho = uniform_masks(rng, T * D * N, mp.mask_nats).reshape(T, D, N)
-    psi = uniform_masks(rng, T * D, mp.offset_nats).reshape(T, D, 1)
-    return (rho + psi).reshape(T, D * N)
-
-
-async def _bob_discrete(ch: Channel, alice: str, models, shape: Shape, vm: np.ndarray, T: int, tag: str,
-                        rng: random.Random) -> None:
-    logB = _log(models.emissionprob).reshape(shape.n_values, shape.dim)   # (ΔN, M)
-    rows = []
-    for t in range(T):
-        table = logB + vm[t][:, None]                                      # (ΔN, M)
-        rows.append([np.ascontiguousarray(table[:, k], dtype="<f8").tobytes() for k in range(shape.dim)])
-    await ot_send(ch, alice, rows, tag_prefix=f"{tag}/ot", rng=rng)
+    # ------------------------------------------------------------------ step 4: termination
+    async def _termination(self) -> EncryptedVector:
+        ch, tag, alice, plan = self.ch, self.tag, self.alice, self.plan
+        D, N, F, T = plan.D, plan.N, plan.F, self.tl.total
+        omega, sigma, nu, kw = self.masks.final()
+        M = self.masks.M(T - 1)
+        c = [x for d in range(D) for x in ls.term_offsets([0] * N, M[d * N:(d + 1) * N], omega[d],
+                                                          sigma[d] if plan.fin else [0])]
+        await ch.send(alice, f"{tag}/fin-c", bigints(c))
+        if plan.fin is not None:
+            lay = plan.fin
+            e = EncryptedVector.from_proto(await ch.recv(alice, f"{tag}/fin-e", pb.CiphertextVector), self.pk,
+                                           length=D * N, exponent=0, packing=UNPACKED, what=f"{tag}/fin-e from {alice}")
+            terms = [[(e.ciphertexts[d * N + j], kw[d][j]) for j in range(N)] for d in range(D)]
+            u = ls.weighted_sums(self.pk, terms, nu, lay, self.pool)                    # (W), seed step 8
+            await ch.send(alice, f"{tag}/fin-u", EncryptedVector(self.pk, u, D, 0, lay.packing, lay.max_sum).to_proto())
+        back = EncryptedVector.from_proto(await ch.recv(alice, f"{tag}/fin-l", pb.CiphertextVector), self.pk,
+                                          length=D, exponent=-F, packing=UNPACKED, bound=final_bound(plan) // 2,
+                                          what=f"{tag}/fin-l from {alice}")
+        K = plan.K if plan.fin is not None else 0
+        return back + EncryptedVector.trivial(self.pk, [K - w for w in omega], exponent=-F)
 
 
-async def _bob_gaussian(ch: Channel, alice: str, models, shape: Shape, params: ForwardParams, mp: MaskParams,
-                        pk: PublicKey, pool: ObfuscatorPool, rng: random.Random, T: int, tag: str,
-                        timings: dict) -> np.ndarray:
-    """Receive Alice's packed products, evaluate every quadratic form for all frames, send masked v."""
-    lay = Layout.make(pk, params, shape, T)
-    packing = lay.packing
-    n_cts = lay.n_products * lay.blocks
-    cts: list[mpz] = []
-    bound = lay.product_bound(params)
-    k = 0
-    while len(cts) < n_cts:
-        want = min(PRODUCT_CHUNK, n_cts - len(cts))
-        vec = EncryptedVector.from_proto(await ch.recv(alice, f"{tag}/prod/{k}", pb.CiphertextVector), pk,
-                                         length=want * lay.slots if packing.packed else want,
-                                         exponent=-params.prod_frac_bits, packing=packing, bound=bound,
-                                         what=f"{tag}/prod/{k} from {alice}")
-        cts.extend(vec.ciphertexts)
-        k += 1
-    t0 = time.perf_counter()
-    coefs = model_coefficients(models, params)                  # (rows, P)
-    if coefs.shape[1] != lay.n_products:
-        raise InvalidMessage("internal: product layout mismatch")
-    R = coefs.shape[0]
-    cints = [[encode_float(float(c), params.coef_frac_bits) for c in row] for row in coefs]
-    worst = max(sum(abs(c) for c in row) for row in cints) * bound
-    F_v = params.v_frac_bits
-    # masks: per value (row, frame).  Rows are (δ, j) or (δ, j, c); ψ is per (model, frame).
-    D, N, C = shape.n_models, shape.n_states, (shape.n_mix if shape.mixture else 1)
-    rho = uniform_masks(rng, R * T, mp.mask_nats).reshape(D, N * C, T)
-    psi = uniform_masks(rng, D * T, mp.offset_nats).reshape(D, 1, T)
-    masks = (rho + psi).reshape(R, T)
-    mask_ints = _frame_major(np.array([[encode_float(float(x), F_v) for x in row] for row in masks], dtype=object),
-                             lay.blocks, lay.slots)
-    worst += max(abs(int(x)) for x in mask_ints.ravel())
-    cap = packing.slot_capacity if packing.packed else int(pk.max_int)
-    if worst > cap:
-        raise CryptoOverflow(f"quadratic forms could reach {worst.bit_length()} bits, above the "
-                             f"{cap.bit_length()}-bit slot capacity")
-    n2 = pk.nsquare
-    inv = [gmpy2.invert(c, n2) for c in cts]                   # once, instead of once per negative term
-    out: list[mpz] = []
-    for r in range(R):
-        for b in range(lay.blocks):
-            idx = [p * lay.blocks + b for p in range(lay.n_products)]
-            q = multi_exp([cts[i] if c >= 0 else inv[i] for i, c in zip(idx, cints[r])],
-                          [abs(c) for c in cints[r]], n2)
-            sl = [int(x) for x in mask_ints[r, b * lay.slots:(b + 1) * lay.slots]]
-            m = packing.pack(sl)[0] if packing.packed else sl[0]
-            out.append(pool.rerandomize(q * ((1 + pk.n * pk.raw_plain(m)) % n2) % n2))
-    timings["bob_emissions"] = time.perf_counter() - t0
-    await ch.send(alice, f"{tag}/q", EncryptedVector(pk, out, R * lay.blocks * lay.slots if packing.packed else R,
-                                                     -F_v, packing, worst).to_proto())
-    # Bob's exact masks as reals (the encoded integers, so that Bob's bookkeeping matches Alice's view)
-    vmask = np.array([[int(x) / 2.0 ** F_v for x in row[:T]] for row in mask_ints], dtype=np.float64)  # (R, T)
-    if not shape.mixture:
-        return vmask.T.copy()                                   # (T, ΔN)
-    return await _bob_mixture(ch, alice, shape, mp, pk, pool, rng, vmask, T, tag)
+def _quadratic_forms_block(pk: PublicKey, cts: list[mpz], cints: list[list[int]], masks_packed: list[int],
+                           obfs: list[mpz]) -> list[mpz]:
+    """Bob, one emission block (helper thread): ξ(zᵀW_r z + V_r) for every row r, all frames of the block.
 
-
-async def _bob_mixture(ch: Channel, alice: str, shape: Shape, mp: MaskParams, pk: PublicKey, pool: ObfuscatorPool,
-                       rng: random.Random, vmask: np.ndarray, T: int, tag: str) -> np.ndarray:
-    """Batched secure LOGSUM over the components: Alice ends with v = log b + vm; returns vm (T × ΔN).
-
-    Fuses the reference ``smcdp.primitives.logsum.secure_logsum_bob`` (seed LOGSUM: exponent and
-    weighted sum kept, no secure-logarithm round: ``vm`` is the sums' log scale).
+    One multi-exponentiation per row over the product ciphertexts (inverses for negative coefficients).
     """
-    Dn, C, N = shape.n_values, shape.n_mix, shape.n_states
-    n = Dn * T * C
-    e = EncryptedVector.from_proto(await ch.recv(alice, f"{tag}/mix-e", pb.CiphertextVector), pk, length=n,
-                                   exponent=-mp.e_bits, packing=UNPACKED, bound=1 << mp.e_bits,
-                                   what=f"{tag}/mix-e from {alice}")
-    vm = vmask.reshape(Dn, C, T)
-    # value (i, t, c) = ê · 2^{-F_e} · e^{m_{i,t}} · e^{-vm[i,c,t]} · e^{q}; row (i, t) sums over c
-    log_w = [[((i * T + t) * C + c, float(-mp.e_bits * LN2 - vm[i, c, t])) for c in range(C)]
-             for i in range(Dn) for t in range(T)]
-    groups = [(i // N) * T + t for i in range(Dn) for t in range(T)]        # normalise per (model, frame)
-    wr = integer_weights(log_w, groups, mp.weight_bits, uniform_masks(rng, Dn * T, mp.mask_nats))
-    u_pack = Packing.for_key(pk, mp.sum_slot_bits(C))
-    u = packed_weighted_sums(pk, e.ciphertexts, 1 << mp.e_bits, wr, u_pack, pool)
-    await ch.send(alice, f"{tag}/mix-u", u.to_proto())
-    # Alice's v = ln u + m = log b + log_scale  →  Bob's mask is log_scale
-    return wr.log_scale.reshape(Dn, T).T.copy()
+    n2 = pk.nsquare
+    inv = [gmpy2.invert(c, n2) for c in cts]
+    out = []
+    for row, m, obf in zip(cints, masks_packed, obfs):
+        q = multi_exp([c if k >= 0 else ci for c, ci, k in zip(cts, inv, row)], [abs(k) for k in row], n2)
+        out.append(q * ((1 + pk.n * pk.raw_plain(m)) % n2) % n2 * obf % n2)
+    return out
+
+
+# =============================================================================== one call per role
+async def forward_alice(ch: Channel, X, params: ForwardParams, *, private_key: PrivateKey, bob: str = "bob",
+                        tag: str = "fw", seed: SeedLike = None, expected_frames: int | None = None,
+                        helper: bool | None = None, labels: Sequence[str] = ("secure-forward",)) -> AliceForward:
+    """Role Alice (offline and online phases in one call): observations and private key; learns only masked
+    values.  ``X``: an array, or an async iterable of frame chunks (then ``expected_frames`` sizes the
+    offline phase)."""
+    role = ForwardAlice(ch, params, private_key=private_key, bob=bob, tag=tag, seed=seed, helper=helper, labels=labels)
+    try:
+        if expected_frames is None:
+            expected_frames = len(X) if not isinstance(X, AsyncIterable) else 200
+        await role.prepare(expected_frames)
+        return await role.run(X)
+    finally:
+        role.close()
+
+
+async def forward_bob(ch: Channel, models, params: ForwardParams, *, public_key: PublicKey, alice: str = "alice",
+                      tag: str = "fw", seed: SeedLike = None, labels: Sequence[str] = ("secure-forward",)) -> BobForward:
+    """Role Bob (both phases in one call): holds the HMMs; sees only ciphertexts; obtains ξ(log P(x | λ_δ))."""
+    role = ForwardBob(ch, models, params, public_key=public_key, alice=alice, tag=tag, seed=seed, labels=labels)
+    try:
+        await role.prepare()
+        return await role.run()
+    finally:
+        role.close()

@@ -23,17 +23,25 @@ from smcdp.runtime.local import LocalCluster, bytes_sent
 
 def demo_keyword(utterance: str, models: str, key_bits: int = 2048, seed: int | None = None,
                  debug_reveal: bool = False, keep_dir: str | None = None, params: dict | None = None,
-                 faults: Faults | None = None, cmn: str = "utterance") -> dict:
+                 faults: Faults | None = None, cmn: str = "utterance", stream: str | None = None) -> dict:
     """Run Alice and Bob as separate processes (gRPC, mutual TLS, loopback); returns the contract JSON.
 
     ``utterance`` is Alice's input: a WAV file (her process turns it into MFCC frames with cepstral
-    mean normalisation ``cmn``) or a ``.npy`` feature matrix, told apart by the file's header."""
+    mean normalisation ``cmn``) or a ``.npy`` feature matrix, told apart by the file's header.
+
+    ``stream`` (``"realtime"`` or ``"fast"``): Alice reads the WAV in 10 ms hops (at the audio's pace, or as
+    fast as she can) and feeds each frame into the protocol as soon as the front end has it; the JSON's
+    ``stream`` object reports the latency after the last frame."""
+    if stream is not None and utterance_kind(utterance) != "wav":
+        raise InvalidMessage("--stream needs --wav (audio read in 10 ms hops)")
     X = load_utterance(utterance, cmn)  # here only to check it early and count frames; Alice reads it again
     M = load_keyword_models(models)
     if M.kind != "discrete" and (X.ndim != 2 or X.shape[1] != M.n_features):
         raise InvalidMessage(f"the utterance has shape {X.shape}; the models expect T x {M.n_features} features")
     insecure = check_key_bits_arg(key_bits)
     p = {"key_bits": key_bits, "debug_reveal": bool(debug_reveal), **(params or {})}
+    if stream is not None:
+        p["stream"], p["stream_pace"] = True, stream
     if cmn != "utterance":
         p["cmn"] = cmn
     KeywordParams.from_mapping(p)
@@ -60,14 +68,36 @@ def demo_keyword(utterance: str, models: str, key_bits: int = 2048, seed: int | 
         "key_bits": key_bits,
         "frames": int(X.shape[0]),
         "n_models": M.n_words,
+        **phase_seconds(ra.get("timings", {}), records[BOB]["result"].get("timings", {})),
         "timings": {"alice": ra.get("timings", {}), "bob": records[BOB]["result"].get("timings", {})},
         "session_id": records[ALICE]["session_id"],
         **fault_info,
     }
+    if stream is not None:
+        out["stream"] = ra.get("timings", {}).get("online", {}).get("stream")
     if debug_reveal:
         out["log_likelihoods"] = ra["log_likelihoods"]
-    say(f"done in {seconds:.1f} s: keyword {out['keyword']!r} (index {out['index']})")
+    say(f"done in {seconds:.1f} s (offline {out.get('offline_seconds') or 0:.1f} s, online "
+        f"{out.get('online_seconds') or 0:.1f} s): keyword {out['keyword']!r} (index {out['index']})")
     return out
+
+
+def phase_seconds(ta: dict, tb: dict) -> dict:
+    """The offline phase (key pair, tables, obfuscators, Bob's masks: nothing depends on the utterance;
+    until both parties are ready) and the online phase (Alice's clock, from her first frame to the keyword),
+    with CPU seconds per party (Alice's decryption helper process counted separately)."""
+    off, on = ta.get("offline", {}), ta.get("online", {})
+    if not off or not on:
+        return {}
+    return {
+        "offline_seconds": off.get("seconds"),
+        "online_seconds": on.get("keyword_at", on.get("seconds")),
+        "cpu_seconds": {
+            "offline": {"alice": off.get("cpu_seconds"), "bob": tb.get("offline", {}).get("cpu_seconds")},
+            "online": {"alice": on.get("cpu_seconds"), "alice_helper": on.get("helper_cpu_seconds", 0.0),
+                       "bob": tb.get("online", {}).get("cpu_seconds")},
+        },
+    }
 
 
 def _cmd(args: argparse.Namespace) -> int:
@@ -75,7 +105,8 @@ def _cmd(args: argparse.Namespace) -> int:
         raise InvalidMessage(f"--wav {args.wav}: not a WAV file (no RIFF/WAVE header); use --utterance for "
                              ".npy features")
     out = demo_keyword(args.wav or args.utterance, args.models, args.key_bits, args.seed, args.debug_reveal,
-                       args.keep_dir, faults=Faults.from_args(args), cmn=args.cmn)
+                       args.keep_dir, faults=Faults.from_args(args), cmn=args.cmn,
+                       stream=args.stream_pace if args.stream else None)
     dump_json(out, args.out)
     return 0
 
@@ -94,6 +125,13 @@ def register(sub) -> None:
                      help="Alice's audio: a WAV file at any sample rate, mono or stereo, 8/16/24/32-bit integer "
                           "or float; turned into 39-d MFCC frames inside Alice's process")
     src.add_argument("--utterance", metavar="U.npy", help="Alice's T x d float feature matrix (instead of --wav)")
+    p.add_argument("--stream", action="store_true",
+                   help="with --wav: Alice reads the audio in 10 ms hops and sends frames as they are computed; "
+                        "the JSON's stream object gives the latency after the last frame (needs models trained "
+                        "with --cmn causal or none)")
+    p.add_argument("--stream-pace", choices=("realtime", "fast"), default="realtime",
+                   help="--stream: read the audio at its own pace like a microphone (default) or as fast as "
+                        "possible")
     p.add_argument("--cmn", choices=("utterance", "causal", "none"), default="utterance",
                    help="cepstral mean normalisation of the --wav front end; must be what the models were "
                         "trained with (smcdp speech train --cmn; default utterance)")

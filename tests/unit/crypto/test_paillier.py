@@ -213,3 +213,80 @@ def test_nonfinite_values_refused(keypair512):
         EncryptedVector.encrypt(pk, [1.0, float("nan")])
     with pytest.raises(InvalidMessage):
         EncryptedVector.encrypt(pk, [float("inf")])
+
+
+# ------------------------------------------------------------------ tables, pools, batched checks (issue 16)
+def test_window_for_uses_balances_building_against_use():
+    from smcdp.crypto.modexp import window_for_uses
+
+    few, many = window_for_uses(1024, 4096, 600), window_for_uses(1024, 4096, 8000)
+    assert 6 <= few < many <= 12
+    cost = lambda w, u: -(-1024 // w) * ((1 << w) - 1 + u)  # noqa: E731
+    assert all(cost(many, 8000) <= cost(w, 8000) for w in range(4, 13))
+
+
+def test_tables_are_built_once_under_concurrent_use():
+    import threading
+
+    pk, sk = P.generate_keypair(512, allow_insecure=True)      # a fresh key: no table yet
+    pk.prepare(uses=50)
+    table = pk.table()
+    assert pk.prepare(uses=10 ** 6) is table                   # an existing table is kept
+    seen = []
+
+    def enc():
+        seen.append(sk._crt_tables())
+        sk.raw_encrypt(1)
+
+    threads = [threading.Thread(target=enc) for _ in range(4)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert all(t is seen[0] for t in seen)
+    assert sk.raw_decrypt_signed(pk.raw_encrypt(-7)) == -7
+
+
+def test_obfuscator_pool_precompute_and_stats(keypair512):
+    from smcdp.crypto.obfuscation import ObfuscatorPool
+
+    pk, sk = keypair512
+    pool = ObfuscatorPool.for_private_key(sk, capacity=4, background=False)
+    pool.precompute(10, threads=2)
+    assert pool.stats() == {"precomputed": 10, "inline": 0, "stock": 10}
+    cts = [pool.encrypt(i) for i in range(12)]
+    assert [sk.raw_decrypt_signed(c) for c in cts] == list(range(12))
+    assert pool.stats() == {"precomputed": 10, "inline": 2, "stock": 0}
+    pool.close()
+
+
+def test_obfuscator_pool_background_refills_below_low_water(keypair512):
+    import time
+
+    from smcdp.crypto.obfuscation import ObfuscatorPool
+
+    pk, _ = keypair512
+    with ObfuscatorPool.for_public_key(pk, capacity=6, low_water=3) as pool:
+        deadline = time.monotonic() + 20
+        while pool.stats()["stock"] < 6 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pool.stats()["stock"] == 6
+        pool.get()
+        pool.get()                      # 4 left: above the low-water mark, no refill
+        time.sleep(0.2)
+        assert pool.stats()["stock"] == 4
+        pool.get()
+        pool.get()                      # 2 left: refilled to capacity
+        while pool.stats()["stock"] < 6 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pool.stats()["stock"] == 6
+
+
+def test_batched_unit_check_names_the_bad_ciphertext(keypair512):
+    pk, _ = keypair512
+    good = [pk.raw_encrypt(i) for i in range(5)]
+    assert pk.validate_ciphertexts(good) == good
+    bad = list(good)
+    bad[3] = bad[3] * pk.n % pk.nsquare or pk.n        # a multiple of n: not a unit
+    with pytest.raises(InvalidMessage, match="ciphertext 3 is not a unit"):
+        pk.validate_ciphertexts(bad, "ciphertext")
+    with pytest.raises(InvalidMessage, match="ciphertext 1 is outside"):
+        pk.validate_ciphertexts([good[0], pk.nsquare], "ciphertext")

@@ -1,4 +1,5 @@
-"""Secure exponent, logarithm and LOGSUM (vectorised) against numpy, over the in-memory network."""
+"""Per-term log-domain LOGSUM (smcdp.primitives.logsum): its steps in the clear, the layout, and the
+standalone secure pair over the in-memory network -- exact for weights of any magnitude (issue 16)."""
 
 from __future__ import annotations
 
@@ -7,154 +8,180 @@ import random
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.special import logsumexp
 
+from smcdp.crypto.obfuscation import ObfuscatorPool
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.errors import CryptoOverflow, InvalidMessage
-from smcdp.primitives import logsum as hp
+from smcdp.primitives import logsum as ls
 from smcdp.primitives.rng import protocol_rng
-from smcdp.v1 import messages_pb2 as pb
 from tests.unit.protocols.keyword_util import run_pair
 
 F = 40
+TINY = 5e-324
+LOG_W = st.one_of(st.floats(math.log(TINY), 0.0), st.sampled_from([math.log(TINY), math.log(1e-300), 0.0]))
+
+
+class _Key:
+    """Just what LogsumLayout.make reads of a public key (no encryption in the clear tests)."""
+
+    def __init__(self, bits: int) -> None:
+        self.bits = bits
+        self.max_int = (1 << bits) // 3
+
+
+def clear_logsum(log_w, ell, params: ls.MaskParams, rng: random.Random) -> tuple[int, ls.LogsumLayout]:
+    """One LOGSUM ln Σ_l w_l e^{ℓ_l} through the protocol's integer steps, the homomorphic sum computed in the
+    clear (Σ k·ê + ν is what Paillier returns while the slot bound holds).  Returns Bob's unmasked result."""
+    n = len(log_w)
+    lay = ls.LogsumLayout.make(params, n, _Key(2048))
+    K, psi = lay.mask_int, params.offset_int
+    M = ls.uniform_ints(rng, n, psi)                                   # Bob's masks of Alice's values
+    L = [None if x == -math.inf else ls.fx(x, F) + m for x, m in zip(ell, M)]
+    omega = ls.uniform_ints(rng, 1, psi)[0]
+    sigma = ls.uniform_ints(rng, n, K)
+    c = ls.term_offsets([ls.fx(x, F) for x in log_w], M, omega, sigma)                   # (E) Bob
+    y = [None if v is None else v + ci for v, ci in zip(L, c)]
+    e, m = ls.exponentiate_terms(y, lay)                                                  # (E) Alice
+    k = ls.term_weights(sigma, lay)                                                       # (W) Bob
+    u = sum(ki * ei for ki, ei in zip(k, e)) + ls.smudging(rng, lay, 1)[0]
+    assert 0 <= u <= lay.max_sum < 1 << (lay.slot_bits - 1)                               # slot never overflows
+    if m is None:
+        return None, lay
+    return ls.logarithm(u, m, lay) - omega + K, lay                                       # (L) Alice, Bob unmasks
+
+
+def bound(n: int, params: ls.MaskParams) -> float:
+    """docs/protocols/keyword.md §bound: δ = 1.0001(|ε_a| + η) + e_ln, η ≤ 0.75·2^−p(1+2^−40) + 2^−51, plus the
+    grid rounding of the n inputs (ε_a per term, ≤ 2^−F each)."""
+    eta = 0.75 * 2.0 ** -params.precision_bits * (1 + 2.0 ** -40) + 2.0 ** -51
+    return 1.0001 * (2.0 ** -41 + 2.0 ** -43 + eta) + 2.0 ** -41 + 2.0 ** -47 + 2.0 ** -F
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), n=st.integers(1, 12))
+def test_logsum_steps_in_the_clear_are_exact_for_any_weights(data, n):
+    params = ls.MaskParams().validate()
+    log_w = [data.draw(LOG_W) for _ in range(n)]
+    ell = [data.draw(st.one_of(st.floats(-5000, 50), st.just(-math.inf))) for _ in range(n)]
+    got, _ = clear_logsum(log_w, ell, params, random.Random(data.draw(st.integers(0, 2 ** 32))))
+    want = logsumexp(np.array(log_w) + np.array(ell))
+    if want == -math.inf:
+        assert got is None                          # every term an exact zero: Alice knows, nothing leaks
+        return
+    assert abs(got / 2.0 ** F - want) <= bound(n, params), (got / 2.0 ** F, want)
+
+
+@settings(max_examples=200, deadline=None)
+@given(K=st.floats(0, 8), p=st.integers(20, 40), lam=st.integers(20, 40), n=st.integers(1, 1000),
+       bits=st.sampled_from([512, 1024, 2048, 3072]))
+def test_layout_never_overflows_or_refuses_clearly(K, p, lam, n, bits):
+    params = ls.MaskParams(mask_nats=K, precision_bits=p, smudge_bits=lam).validate()
+    try:
+        lay = ls.LogsumLayout.make(params, n, _Key(bits))
+    except CryptoOverflow as exc:
+        assert "use a key of at least" in str(exc)
+        return
+    assert n * (1 << (lay.weight_bits + lay.exp_bits)) + (1 << lay.smudge_bits) < 1 << (lay.slot_bits - 1)
+    assert lay.slots >= 1 and lay.slots * lay.slot_bits <= bits
+
+
+def test_weights_span_only_e_2k():
+    params = ls.MaskParams()
+    lay = ls.LogsumLayout.make(params, 4, _Key(2048))
+    K = lay.mask_int
+    k = ls.term_weights([-K, 0, K - 1], lay)
+    assert k[0] == 1 << lay.weight_bits
+    assert math.isclose(k[2] / k[0], math.exp(-2 * params.mask_nats), rel_tol=1e-9)
 
 
 def _pools(sk):
-    return hp.ObfuscatorPool.for_private_key(sk, background=False), \
-        hp.ObfuscatorPool.for_public_key(sk.public_key, background=False)
+    return ObfuscatorPool.for_private_key(sk, background=False), \
+        ObfuscatorPool.for_public_key(sk.public_key, background=False)
 
 
-def test_secure_log(keypair512):
-    pk, sk = keypair512
-    mp = hp.MaskParams()
-    rng = np.random.default_rng(1)
-    xs = [int(x) for x in rng.integers(1, 1 << 60, 12)]
-    lf = rng.normal(size=12) * 50
-    cts = [pk.raw_encrypt(x) for x in xs]
-    apool, bpool = _pools(sk)
-
-    async def bob(ch):
-        return await hp.secure_log_bob(ch, "alice", cts, 1 << 60, lf, [0] * 12, mp, bpool, random.Random(3), "t",
-                                       pk=pk)
-
-    async def alice(ch):
-        await hp.secure_log_alice(ch, "bob", sk, mp, apool, "t", length=12)
-
-    res, net = run_pair(alice, bob)
-    got = res["bob"].decrypt(sk)
-    want = np.log(np.array(xs, dtype=float)) + lf
-    assert np.max(np.abs(got - want)) < 1e-9
-    # what Alice saw is masked: never the plain x
-    seen = EncryptedVector.from_proto(pb.CiphertextVector.FromString(net.received_by("alice")[0][3]), pk)
-    assert seen.decrypt_ints(sk) != xs
-
-
-def test_secure_exp_with_rescaling(keypair512):
-    pk, sk = keypair512
-    mp = hp.MaskParams()
-    logs = np.array([-800.0, -805.5, -1200.0, -1201.0, 3.0, -1e-3])      # far beyond float exp range
-    groups = [0, 0, 1, 1, 2, 2]
+def run_secure_logsum(sk, logs, A, seed=9):
+    pk = sk.public_key
+    params = ls.MaskParams()
     vec = EncryptedVector.encrypt(pk, logs, frac_bits=F)
     apool, bpool = _pools(sk)
-    out = {}
-
-    async def bob(ch):
-        return await hp.secure_exp_bob(ch, "alice", vec, groups, mp, bpool, random.Random(5), "x")
-
-    async def alice(ch):
-        out["offsets"] = await hp.secure_exp_alice(ch, "bob", sk, mp, apool, "x", length=6, exponent=-F)
-
-    res, _ = run_pair(alice, bob)
-    ex = res["bob"]
-    e = np.array([sk.raw_decrypt_signed(c) for c in ex.ciphertexts], dtype=float)
-    # log θ_i = log ê_i + log_factor_i + M_g   (M_g known to Alice only)
-    rec = np.log(e) + ex.log_factor + np.array([out["offsets"][g] for g in groups])
-    assert np.max(np.abs(rec - logs)) < 1e-6
+    try:
+        res, _ = run_pair(
+            lambda ch: ls.secure_logsum_alice(ch, "bob", sk, params, apool, "s", length=len(logs)),
+            lambda ch: ls.secure_logsum_bob(ch, "alice", vec, A, params, bpool, protocol_rng(seed, "t"), "s"))
+    finally:
+        apool.close()
+        bpool.close()
+    return res["bob"].decrypt(sk)
 
 
-def test_secure_logsum(keypair512):
-    pk, sk = keypair512
-    mp = hp.MaskParams()
+def test_secure_logsum_with_weights_down_to_the_smallest_double(keypair512):
+    _, sk = keypair512
     rng = np.random.default_rng(7)
     logs = np.concatenate([rng.normal(size=5) * 3 - 500, rng.normal(size=5) * 3 - 2000])
-    groups = [0] * 5 + [1] * 5
-    A = np.zeros((4, 10))
+    A = np.zeros((5, 10))
     A[0, :5] = rng.random(5)
-    A[1, :3] = rng.random(3)
+    A[1, :3] = [TINY, 1.0, 1e-300]
     A[2, 5:] = rng.random(5)
     A[3, 7] = 0.25
-    vec = EncryptedVector.encrypt(pk, logs, frac_bits=F)
-    apool, bpool = _pools(sk)
-
-    async def bob(ch):
-        return await hp.secure_logsum_bob(ch, "alice", vec, A, mp, bpool, random.Random(9), "s", groups=groups)
-
-    async def alice(ch):
-        await hp.secure_logsum_alice(ch, "bob", sk, mp, apool, "s", length=10, exponent=-F, rows=4)
-
-    res, _ = run_pair(alice, bob)
-    got = res["bob"].decrypt(sk)
+    A[4, [0, 9]] = [TINY, 1.0]              # the tiny weight's term dominates: e^{−744} · e^{−500} ≫ e^{−2000}
+    got = run_secure_logsum(sk, logs, A)
     with np.errstate(divide="ignore"):
-        want = np.array([logsumexp(logs + np.log(A[r])) for r in range(4)])
+        want = np.array([logsumexp(logs + np.log(A[r])) for r in range(len(A))])
     assert np.max(np.abs(got - want) / np.abs(want)) < 1e-9
 
 
-def test_logsum_rejects_mixed_groups(keypair512):
+def test_secure_logsum_matches_numpy_for_mixture_like_sums(keypair512):
+    """The role the forward algorithm gives it for mixtures: ln Σ_c w_c e^{ℓ_c} per (state, frame)."""
+    _, sk = keypair512
+    rng = np.random.default_rng(11)
+    rows, C = 6, 3
+    ell = rng.normal(-60.0, 25.0, size=(rows, C))
+    ell[0, 1] -= 300.0
+    w = rng.dirichlet(np.ones(C), size=rows)
+    w[1] = [TINY, 0.5, 0.5 - TINY]
+    A = np.zeros((rows, rows * C))
+    for r in range(rows):
+        A[r, r * C:(r + 1) * C] = w[r]
+    got = run_secure_logsum(sk, ell.reshape(-1), A)
+    want = logsumexp(ell + np.log(w), axis=1)
+    assert np.max(np.abs(got - want)) < 1e-8
+
+
+def test_secure_logsum_refuses_a_row_without_weights(keypair512):
     pk, sk = keypair512
     vec = EncryptedVector.encrypt(pk, [0.0, 1.0], frac_bits=F)
     _, bpool = _pools(sk)
 
     async def bob(ch):
-        await hp.secure_logsum_bob(ch, "alice", vec, np.ones((1, 2)), hp.MaskParams(), bpool, random.Random(1),
-                                   "s", groups=[0, 1])
+        await ls.secure_logsum_bob(ch, "alice", vec, np.zeros((1, 2)), ls.MaskParams(), bpool, random.Random(1), "s")
 
     async def alice(ch):
-        await ch.recv("bob", "never", pb.Ints, timeout=5)
+        await ch.recv("bob", "never", object, timeout=5)
 
-    with pytest.raises(InvalidMessage, match="several groups"):
+    with pytest.raises(InvalidMessage, match="every LOGSUM row needs a positive weight"):
         run_pair(alice, bob)
 
 
-def test_weighted_sums_detect_overflow(keypair512):
-    pk, sk = keypair512
-    _, bpool = _pools(sk)
-    wr = hp.WeightedRows([[(0, 1 << 40), (1, 1 << 40)]], np.zeros(1))
-    packing = hp.Packing.for_key(pk, 64)
-    with pytest.raises(CryptoOverflow):
-        hp.packed_weighted_sums(pk, [pk.raw_encrypt(1), pk.raw_encrypt(2)], 1 << 30, wr, packing, bpool)
-
-
-def test_pack_ciphertexts_roundtrip(keypair512):
-    pk, sk = keypair512
-    packing = hp.Packing.for_key(pk, 50)
-    vals = [3, 0, 1 << 40, 17, 5]
-    cts = [pk.raw_encrypt(v) if v else None for v in vals]
-    packed = hp.pack_ciphertexts(pk, cts, packing)
-    vec = EncryptedVector(pk, packed, len(vals), 0, packing)
-    assert vec.decrypt_ints(sk) == vals
-
-
-def test_integer_weights_normalise_per_group():
-    wr = hp.integer_weights([[(0, 0.0), (1, -1.0)], [(0, -30.0)], [(2, float("-inf"))]], [0, 1, 1], 20)
-    assert wr.rows[0][0] == (0, 1 << 20)
-    assert wr.rows[1] == [(0, 1 << 20)]            # own group: the tiny weight keeps full precision
-    assert wr.rows[2] == [] and wr.log_scale[2] == float("-inf")
-    assert math.isclose(wr.rows[0][1][1] / 2 ** 20, math.exp(-1), rel_tol=2.0 ** -18)
+def test_logarithm_refuses_sums_an_honest_bob_cannot_produce():
+    lay = ls.LogsumLayout.make(ls.MaskParams(), 3, _Key(2048))
+    with pytest.raises(InvalidMessage, match="outside what an honest weighted sum"):
+        ls.logarithm(1, 0, lay)
+    with pytest.raises(InvalidMessage):
+        ls.logarithm(lay.max_sum + 1, 0, lay)
 
 
 def test_mask_params_validation():
     with pytest.raises(InvalidMessage):
-        hp.MaskParams(mask_nats=-1).validate()
+        ls.MaskParams(mask_nats=-1).validate()
     with pytest.raises(InvalidMessage):
-        hp.MaskParams(precision_bits=4).validate()
-    m = hp.MaskParams()
-    assert m.e_bits > m.precision_bits and m.weight_bits > m.e_bits - m.range_bits
+        ls.MaskParams(precision_bits=4).validate()
 
 
-def test_uniform_masks_range_and_seed():
-    a = hp.uniform_masks(random.Random(1), 1000, 4.0)
-    b = hp.uniform_masks(random.Random(1), 1000, 4.0)
-    assert np.array_equal(a, b)
-    assert a.min() >= -4.0 and a.max() < 4.0 and abs(a.mean()) < 0.5
-    c = hp.uniform_masks(protocol_rng(None), 1000, 4.0)
-    assert not np.array_equal(a, c)
+def test_uniform_ints_range_and_seed():
+    a = ls.uniform_ints(random.Random(1), 1000, 1 << 20)
+    assert a == ls.uniform_ints(random.Random(1), 1000, 1 << 20)
+    assert min(a) >= -(1 << 20) and max(a) < 1 << 20
+    assert a != ls.uniform_ints(protocol_rng(None), 1000, 1 << 20)

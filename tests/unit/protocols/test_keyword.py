@@ -212,3 +212,44 @@ def test_alice_role_featurises_a_configured_wav_with_the_session_cmn(tmp_path, m
     asyncio.run(KeywordPlugin().run_role("alice", SimpleNamespace(me="a"), ctx))
     assert seen["p"].cmn == cmn
     np.testing.assert_array_equal(seen["X"], wav_features(wav, cmn=cmn))
+
+
+def test_streamed_frames_give_the_batch_result(keypair512):
+    """Issue 16 --stream: frames from a blocking source (a front end, a microphone) pulled one at a time give
+    the same keyword and scores as the whole matrix; the latency after the last frame is reported."""
+    import time as _time
+
+    from smcdp.protocols.keyword import frames_from
+
+    _, sk = keypair512
+    path, _ = UTTERANCES[1]
+    X = load_utterance(path)
+
+    def slow_source():                       # 2 ms per frame: the protocol runs while frames arrive
+        for row in X:
+            _time.sleep(0.002)
+            yield row
+
+    p = KeywordParams(key_bits=sk.public_key.bits, debug_reveal=True)
+    res, net = run_pair(lambda ch: keyword_alice(ch, frames_from(slow_source()), p, private_key=sk,
+                                                 allow_insecure_keys=True),
+                        lambda ch: keyword_bob(ch, MODELS, p, allow_insecure_keys=True))
+    batch, _ = run_keyword(X, MODELS, sk, debug_reveal=True)
+    a = res["alice"]
+    assert a.index == batch["alice"].index == int(np.argmax(score_models(MODELS, X)))
+    np.testing.assert_allclose(a.log_likelihoods, score_models(MODELS, X), rtol=1e-6)
+    st = a.timings["online"]["stream"]
+    assert st["frames"] == len(X) and 0 < st["latency_after_last_frame"] < st["keyword_at"]
+    # the frames went out in several blocks (a product ciphertext's slots each), not all at the end
+    blocks = [t for _, t, _, _ in net.received_by("bob") if t.startswith("kw/fw/blk/")]
+    assert len(blocks) > 1
+    # the first frames were in the protocol long before the last one: online work overlapped the source
+    assert a.timings["online"]["first_frame"] < st["last_frame_at"]
+
+
+def test_stream_parameters_are_validated():
+    with pytest.raises(InvalidMessage, match="per-utterance mean normalisation needs the whole utterance"):
+        KeywordParams.from_mapping({"stream": True})
+    KeywordParams.from_mapping({"stream": True, "cmn": "causal"})
+    with pytest.raises(InvalidMessage, match="stream_pace"):
+        KeywordParams.from_mapping({"stream": True, "cmn": "causal", "stream_pace": "slow"})

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from smcdp.errors import CryptoOverflow, InvalidMessage
-from smcdp.primitives.rng import protocol_rng
 from smcdp.protocols.secure_forward import (
+    LOG_ZERO,
     ForwardParams,
+    Plan,
     Shape,
-    exp_layout,
     forward_alice,
     forward_bob,
 )
@@ -26,7 +26,7 @@ def secure_scores(models, X, sk, params=None, seed=None):
     params = params or ForwardParams()
     pk = sk.public_key
     res, net = run_pair(lambda ch: forward_alice(ch, X, params, private_key=sk),
-                        lambda ch: forward_bob(ch, models, params, public_key=pk, rng=protocol_rng(seed)))
+                        lambda ch: forward_bob(ch, models, params, public_key=pk, seed=seed))
     return res["bob"].log_likelihoods.decrypt(sk), res, net
 
 
@@ -98,7 +98,7 @@ def test_seeded_masks_change_alice_view_not_result(keypair512):
     assert np.max(np.abs(g1 - g2)) < 1e-8
 
     def first_u(net):
-        return next(d for s, t, _, d in net.received_by("alice") if t == "fw/u/1")
+        return next(d for s, t, _, d in net.received_by("alice") if t == "fw/u/1/0")
 
     assert first_u(n1) != first_u(n2)
 
@@ -112,7 +112,8 @@ def test_bob_receives_only_ciphertexts_and_public_sizes(keypair512):
     kinds = {(t.split("/")[1], tn) for _, t, tn, _ in net.received_by("bob")}
     assert {tn for _, tn in kinds} <= {"smcdp.v1.CiphertextVector", "smcdp.v1.Ints"}
     ints = [(t, pb.Ints.FromString(d).values) for _, t, tn, d in net.received_by("bob") if tn == "smcdp.v1.Ints"]
-    assert ints == [("fw/T", [5])]
+    # the frames to prepare for (offline), then the frame count of each block (all of them: one block)
+    assert ints == [("fw/plan", [5]), ("fw/blk/0", [5, 1])]
 
 
 def test_alice_features_above_bound_are_refused(keypair512):
@@ -131,8 +132,19 @@ def test_coefficients_above_bound_raise_overflow(keypair512):
     models = synthetic_models("diag", rng, D=1, N=2, d=3)
     tiny = KeywordModels(models.words, models.startprob, models.transmat, means=models.means,
                          covars=np.full_like(models.covars, 1e-7))
-    with pytest.raises(CryptoOverflow):
-        secure_scores(tiny, rng.normal(size=(3, 3)), sk)
+    # an agreed coefficient size the models exceed
+    with pytest.raises(CryptoOverflow, match="16-bit coefficients"):
+        secure_scores(tiny, rng.normal(size=(3, 3)), sk, params=ForwardParams(coef_bits=16))
+    # coef_bits="auto" (default) fits them (coefficients ≈ 5e6 < 2^24): exact, not refused
+    X = rng.normal(size=(3, 3)) * 1e-3 + models.means[0, 0]
+    got, _, _ = secure_scores(tiny, X, sk)
+    assert_close(got, score_models(tiny, X))
+    # beyond 2^64 nothing fits: Bob refuses before sending anything, naming model, state and the fix
+    tinier = KeywordModels(models.words, models.startprob, models.transmat, means=models.means,
+                           covars=np.full_like(models.covars, 1e-22))
+    with pytest.raises(CryptoOverflow, match=r"model 'w0', state \d.*variance.*--min-covar") as exc:
+        secure_scores(tinier, rng.normal(size=(3, 3)), sk)
+    assert "1e-22" not in exc.value.public_message and "w0" not in exc.value.public_message
 
 
 def test_wrong_feature_dimension(keypair512):
@@ -152,20 +164,26 @@ def test_params_validation():
         Shape.from_proto(pb.Ints(values=[1, 9, 1, 1, 1, 1]))
 
 
-def test_exp_layout_left_right_and_dense():
+def test_plan_left_right_and_dense(keypair512):
+    """One-predecessor sums need no homomorphic work; the others are LOGSUMs sized by the in-degree."""
+    pk = keypair512[0]
     lr = np.array([[[1, 1, 0], [0, 1, 1], [0, 0, 1]]], dtype=bool)
-    entries, groups = exp_layout(lr)
-    assert entries == [(0, 0, 0), (0, 1, 0), (0, 1, 1), (0, 2, 1), (0, 2, 2)]
-    assert groups == [(0, 0), (0, 1), (0, 2)]
-    dense = np.ones((1, 3, 3), dtype=bool)
-    _, groups = exp_layout(dense)
-    assert groups == [(0, 0)] * 3            # one predecessor set: one normalisation
+    shape = Shape("discrete", 1, 3, 1, 4, 0, np.array([[True, False, False]]), lr, None)
+    plan = Plan(shape, ForwardParams(), pk)
+    assert plan.preds == [[[0], [0, 1], [1, 2]]]
+    assert plan.group_sums == [[(0, 1), (0, 2)]] and plan.ind.n_terms == 2
+    dense = Shape("discrete", 1, 3, 1, 4, 0, np.ones((1, 3), bool), np.ones((1, 3, 3), bool), None)
+    plan = Plan(dense, ForwardParams(), pk)
+    assert plan.group_sums == [[(0, 0), (0, 1), (0, 2)]] and plan.ind.n_terms == 3
+
+
+def test_range_bits_is_refused_with_a_clear_error():
+    with pytest.raises(InvalidMessage, match="range_bits was removed"):
+        ForwardParams.from_mapping({"range_bits": 16})
 
 
 def test_impossible_sequence_gets_the_sentinel(keypair512):
     """A discrete model that cannot emit a symbol of the sequence scores LOG_ZERO; the others are exact."""
-    from smcdp.protocols.secure_forward import LOG_ZERO
-
     _, sk = keypair512
     rng = np.random.default_rng(12)
     models = synthetic_models("discrete", rng, D=2, N=3, M=4)
@@ -176,5 +194,6 @@ def test_impossible_sequence_gets_the_sentinel(keypair512):
     X = np.array([0, 1, 3, 2, 0])
     got, _, _ = secure_scores(models, X, sk)
     want = score_models(models, X)
-    assert want[1] == -np.inf and abs(got[1] - LOG_ZERO) < 2.0 ** 32      # ≪ |LOG_ZERO| = 2^39
+    # LOG_ZERO = −2^42 shifted by Bob's final offset (±2^40): below −2^41, under every real score
+    assert want[1] == -np.inf and abs(got[1] - LOG_ZERO) <= 2.0 ** 40 + 8 and got[1] < -2.0 ** 41
     assert abs(got[0] - want[0]) / abs(want[0]) <= REL_TOL
