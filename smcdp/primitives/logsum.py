@@ -53,7 +53,6 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import gmpy2
 import numpy as np
 from gmpy2 import mpz
 

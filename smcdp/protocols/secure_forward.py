@@ -683,7 +683,7 @@ class ForwardAlice:
 
     # ------------------------------------------------------------------ step 1: emissions, block by block
     async def _emissions(self, X) -> None:
-        plan, B = self.plan, self.plan.block
+        B = self.plan.block
         buf: list[np.ndarray] = []
         held = 0
         b = 0
@@ -760,7 +760,7 @@ class ForwardAlice:
 
     async def _gaussian_block(self, b: int, n: int) -> list[list[int]]:
         """Decrypt Bob's masked quadratic forms of block b; round to the grid (exact in Bob's masks)."""
-        plan, lay, shape = self.plan, self.plan.prod, self.shape
+        lay, shape = self.plan.prod, self.shape
         S, R = lay.frames_per_ciphertext, shape.rows
         msg = await self.ch.recv(self.bob, f"{self.tag}/q/{b}", pb.CiphertextVector)
         vec = EncryptedVector.from_proto(msg, self.pk, length=R * S, exponent=-lay.v_frac_bits,
