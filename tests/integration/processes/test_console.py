@@ -188,6 +188,35 @@ def test_metrics_count_what_happened_including_a_refused_message(run):
     assert value(after, "smcdp_messages_refused_total", reason="resource_exhausted") == before + 1
 
 
+def test_the_grafana_dashboard_asks_only_for_series_the_party_serves(run):
+    """deploy/grafana: every metric a panel queries is one the party's /metrics exposes."""
+    _, text, _ = get(run["url"] + "metrics")
+    served = set()
+    for fam in text_string_to_metric_families(text):      # families with no sample yet count too
+        served |= {fam.name, *(s.name for s in fam.samples)}
+        if fam.type == "counter":
+            served.add(fam.name + "_total")
+    dashboards = sorted((REPO / "deploy" / "grafana").glob("*.json"))
+    assert dashboards
+    for path in dashboards:
+        exprs: list[str] = []
+
+        def walk(node):
+            if isinstance(node, dict):
+                for k, v in node.items():
+                    if k == "expr" and isinstance(v, str):
+                        exprs.append(v)
+                    else:
+                        walk(v)
+            elif isinstance(node, list):
+                for v in node:
+                    walk(v)
+        walk(json.loads(path.read_text()))
+        assert exprs, path
+        asked = {m for e in exprs for m in re.findall(r"\bsmcdp_[a-z_]+", e)}
+        assert asked and asked <= served, (path.name, sorted(asked - served))
+
+
 def test_nothing_secret_is_served(run):
     """No TLS private key, no input value, no seed, no randomness root, no protocol output."""
     url = run["url"]
