@@ -93,6 +93,11 @@ def test_junk_into_one_session_is_refused_before_it_is_buffered(tmp_path, cluste
         chunk = os.urandom(1 << 20)
         codes, sent = {}, 0
         for i in range(300):       # 300 messages of 1 MiB, each a stream of one 1 MiB chunk
+            if i == 50:
+                # glibc's malloc raises its mmap threshold as 1 MiB receive buffers are freed and then
+                # serves them from a heap that grows to a plateau (measured: 14 MB with the threshold
+                # pinned by MALLOC_MMAP_THRESHOLD_, 35 MB without it); from here on, nothing may grow
+                warm = rss_mb(pid)
             env = tpb.Envelope(session_id="junk", tag=f"junk/{i}", type_name="smcdp.v1.Blobs", chunk_index=0,
                                chunk_count=1, total_size=len(chunk), data=chunk).SerializeToString()
             code, details = call_deliver(alice, [env])
@@ -111,8 +116,8 @@ def test_junk_into_one_session_is_refused_before_it_is_buffered(tmp_path, cluste
     assert sent >= 300 << 20
     assert codes["RESOURCE_EXHAUSTED"] == 301, codes
     assert "budget of" in details or "distinct messages" in details
-    assert after - before < 150, (before, after)
-    assert after - before < 30, (before, after)   # in fact: a few MB at most
+    assert after - before < 150, (before, after)   # 300 MB of junk was not buffered
+    assert after - warm < 30, (before, warm, after)  # and 250 MB more moved nothing: a few MB at most
 
 
 def test_memory_is_flat_over_100_sessions(tmp_path, cluster):
