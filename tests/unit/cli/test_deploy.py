@@ -513,3 +513,26 @@ def test_check_reports_a_bundle_without_a_restrictive_policy(deployment):
         problems, _ = deploy.check_bundle(deployment / "alice")
         assert any(text in p for p in problems), problems
     assert any("allow_seeded" in p for p in problems)
+
+
+def test_the_image_lock_pins_every_runtime_dependency_of_pyproject():
+    """deploy/requirements.lock (make docker-lock) must follow pyproject.toml: a dependency added
+    to the package but not to the lock fails the image build's `pip check` (found that way once)."""
+    import re
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    pinned = {}
+    for line in (REPO / "deploy" / "requirements.lock").read_text().splitlines():
+        m = re.match(r"^([A-Za-z0-9_.\-]+)==(\S+)", line)
+        if m:
+            pinned[re.sub(r"[-_.]+", "-", m.group(1)).lower()] = m.group(2)
+    for dep in deps:
+        req = Requirement(dep)
+        if req.marker is not None and not req.marker.evaluate({"python_version": "3.11"}):
+            continue
+        name = re.sub(r"[-_.]+", "-", req.name).lower()
+        assert name in pinned, f"{req.name} is a dependency in pyproject.toml but not in the lock: make docker-lock"
+        assert req.specifier.contains(pinned[name], prereleases=True), (req.name, str(req.specifier), pinned[name])
