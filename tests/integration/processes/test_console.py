@@ -293,6 +293,56 @@ def test_console_is_loopback_only_unless_configured(run, tmp_path):
     assert "!!! console: serving plain HTTP on the non-loopback address" in log.read_text()
 
 
+def test_console_over_https_with_a_certificate_from_the_federation_ca(run, tmp_path):
+    """[console.tls]: a non-loopback console serves HTTPS only, with a certificate the federation's CA
+    verifies (here dave's own party certificate); plain HTTP on that port gets no page."""
+    import ssl
+
+    cluster = run["cluster"]
+    certs = run["root"] / "run" / "certs"
+    text = cluster.configs["dave"].read_text()
+    port = free_tcp_port()
+    cfg_path = cluster.configs["dave"].parent / "dave-https.toml"
+    cfg_path.write_text(text.replace(_listen_line(text), f'listen = "127.0.0.1:{free_tcp_port()}"')
+                        .replace(_data_dir_line(text), f'data_dir = "{tmp_path / "dave-https"}"')
+                        + f'\n[console]\nlisten = "0.0.0.0:{port}"\n[console.tls]\n'
+                          f'cert = "{certs / "dave.crt"}"\nkey = "{certs / "dave.key"}"\n')
+    ctx = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+    ctx.check_hostname = False          # the party certificate names the party, not this address
+    log = tmp_path / "dave-https.log"
+    with open(log, "wb") as fh:
+        proc = spawn_party(cfg_path, log_file=fh)
+        try:
+            end = time.monotonic() + 60
+            while True:
+                try:
+                    with urllib.request.urlopen(f"https://127.0.0.1:{port}/", timeout=2, context=ctx) as r:
+                        status, body = r.status, r.read().decode()
+                    break
+                except (OSError, ssl.SSLError):
+                    assert proc.poll() is None and time.monotonic() < end, log.read_text()
+                    time.sleep(0.3)
+            assert status == 200 and "party dave" in body
+            # the chain was verified against the federation CA; a client trusting another CA refuses it
+            other = ssl.create_default_context()
+            other.check_hostname = False
+            with pytest.raises((ssl.SSLError, urllib.error.URLError)):
+                urllib.request.urlopen(f"https://127.0.0.1:{port}/", timeout=5, context=other)
+            with pytest.raises((OSError, urllib.error.URLError, http_client_errors())):
+                status, _, _ = get(f"http://127.0.0.1:{port}/", timeout=5)
+                assert status != 200
+                raise OSError("plain HTTP answered with an error status")
+        finally:
+            stop_party(proc)
+    assert "plain HTTP" not in log.read_text()
+
+
+def http_client_errors():
+    import http.client
+
+    return http.client.HTTPException
+
+
 def _data_dir_line(text: str) -> str:
     return next(line for line in text.splitlines() if line.startswith("data_dir = "))
 
