@@ -28,6 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from smcdp.cli.demo.common import governed
 from smcdp.net.config import ConfigError
 from smcdp.runtime.charges import BudgetConfig
+from smcdp.runtime.chaos import Chaos, ChaosAction
 from smcdp.runtime.checkpoint import Checkpoint
 from smcdp.runtime.config import load_config, parse_config
 from smcdp.runtime.console.config import ConsoleConfig
@@ -95,6 +96,10 @@ def run(tmp_path_factory):
         sid = "console-dp-1"
         seen = {"states": set(), "pages": [], "root_key": None}
         outcome = {}
+        get(url)   # the console answers before the session starts
+        # the session takes about a second on an idle host, less than a few polls: bob is paused
+        # (SIGSTOP) for 3 s once his role runs, so the pages are seen while it runs, deterministically
+        chaos = Chaos(cluster, [ChaosAction.parse("stop:bob:round=1,for=3")], sid).start()
         th = threading.Thread(target=lambda: outcome.update(cluster.run(
             "dp-aggregate", ROLES, PARAMS, initiator="charlie", seed=SEED, session_id=sid)))
         th.start()
@@ -112,6 +117,8 @@ def run(tmp_path_factory):
                 seen["pages"].append(get(url + "metrics")[1])
             time.sleep(0.3)
         th.join()
+        chaos.finish()
+        assert chaos.error is None and all(e["done"] for e in chaos.events), (chaos.error, chaos.events)
         yield {"cluster": cluster, "url": url, "sid": sid, "seen": seen, "records": outcome,
                "inputs": inputs, "root": root}
 
