@@ -22,13 +22,13 @@ the values is here, so a bad section fails when the party starts, not in the mid
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping
 from urllib.parse import urlsplit
 
+from smcdp._hosts import is_loopback
 from smcdp.compute.sources import DEFAULT_BLOCK_VALUES, MIN_BLOCK_VALUES
 from smcdp.errors import InvalidMessage
 
@@ -120,7 +120,7 @@ class ComputeConfig:
         elif scheme == "tcp":
             if any(tls):
                 bad("tls_* files were given but the scheduler address is plain tcp://; use tls://")
-            if not _is_loopback(host) and not self.allow_plaintext:
+            if not is_loopback(host) and not self.allow_plaintext:
                 bad(f"scheduler {self.scheduler!r} is plain TCP to another host: the session key and the "
                     "data would cross the network unencrypted.  Use tls:// (docs/deployment.md), or set "
                     "allow_plaintext = true for a network you trust")
@@ -147,7 +147,7 @@ class ComputeConfig:
         if self.engine != "dask" or self.scheduler == "local":
             return False
         scheme, host = scheduler_scheme_host(self.scheduler)
-        return scheme == "tcp" and not _is_loopback(host)
+        return scheme == "tcp" and not is_loopback(host)
 
 
 def scheduler_scheme_host(address: str) -> tuple[str, str]:
@@ -161,10 +161,3 @@ def scheduler_scheme_host(address: str) -> tuple[str, str]:
     return parts.scheme, parts.hostname
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

@@ -18,11 +18,11 @@ outputs, no seeds or randomness roots (docs/operations.md).
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from smcdp._hosts import is_loopback
 from smcdp.net.config import ConfigError, check_keys, parse_address, path_value, relative_path, string
 
 
@@ -51,14 +51,6 @@ class ConsoleConfig:
         return self.listen is None or is_loopback(parse_address(self.listen, "console.listen")[0])
 
 
-def is_loopback(host: str) -> bool:
-    """True for ``localhost`` and loopback IP literals (127.0.0.0/8, ::1); a name is not trusted."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _seconds(t: Mapping[str, Any], key: str, default: float, allow_zero: bool) -> float:
