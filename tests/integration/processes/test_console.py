@@ -275,13 +275,9 @@ def test_console_is_loopback_only_unless_configured(run, tmp_path):
     assert ok.console.tls.cert == tmp_path / "c.crt"
 
     # a party started with insecure_bind on all addresses warns and serves there
-    text = cluster.configs["dave"].read_text()
     port2 = free_tcp_port()
-    # written next to the original (same relative paths), on a new gRPC port and data directory
-    cfg_path = cluster.configs["dave"].parent / "dave-open.toml"
-    cfg_path.write_text(text.replace(_listen_line(text), f'listen = "127.0.0.1:{free_tcp_port()}"')
-                        .replace(_data_dir_line(text), f'data_dir = "{tmp_path / "dave-open"}"')
-                        + f'\n[console]\nlisten = "0.0.0.0:{port2}"\ninsecure_bind = true\n')
+    cfg_path = _another_dave(cluster, tmp_path, "dave-open",
+                             f'[console]\nlisten = "0.0.0.0:{port2}"\ninsecure_bind = true\n')
     log = tmp_path / "dave-open.log"
     with open(log, "wb") as fh:
         proc = spawn_party(cfg_path, log_file=fh)
@@ -307,13 +303,10 @@ def test_console_over_https_with_a_certificate_from_the_federation_ca(run, tmp_p
 
     cluster = run["cluster"]
     certs = run["root"] / "run" / "certs"
-    text = cluster.configs["dave"].read_text()
     port = free_tcp_port()
-    cfg_path = cluster.configs["dave"].parent / "dave-https.toml"
-    cfg_path.write_text(text.replace(_listen_line(text), f'listen = "127.0.0.1:{free_tcp_port()}"')
-                        .replace(_data_dir_line(text), f'data_dir = "{tmp_path / "dave-https"}"')
-                        + f'\n[console]\nlisten = "0.0.0.0:{port}"\n[console.tls]\n'
-                          f'cert = "{certs / "dave.crt"}"\nkey = "{certs / "dave.key"}"\n')
+    cfg_path = _another_dave(cluster, tmp_path, "dave-https",
+                             f'[console]\nlisten = "0.0.0.0:{port}"\n[console.tls]\n'
+                             f'cert = "{certs / "dave.crt"}"\nkey = "{certs / "dave.key"}"\n')
     ctx = ssl.create_default_context(cafile=str(certs / "ca.crt"))
     ctx.check_hostname = False          # the party certificate names the party, not this address
     log = tmp_path / "dave-https.log"
@@ -348,6 +341,17 @@ def http_client_errors():
     import http.client
 
     return http.client.HTTPException
+
+
+def _another_dave(cluster, tmp_path: Path, name: str, console_toml: str) -> Path:
+    """dave's configuration with ``console_toml`` appended, written next to the original (same
+    relative paths) as NAME.toml, on a new gRPC port and its own data directory."""
+    text = cluster.configs["dave"].read_text()
+    cfg_path = cluster.configs["dave"].parent / f"{name}.toml"
+    cfg_path.write_text(text.replace(_listen_line(text), f'listen = "127.0.0.1:{free_tcp_port()}"')
+                        .replace(_data_dir_line(text), f'data_dir = "{tmp_path / name}"')
+                        + "\n" + console_toml)
+    return cfg_path
 
 
 def _data_dir_line(text: str) -> str:
