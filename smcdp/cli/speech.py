@@ -26,9 +26,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     models.save(args.out)
     for line in report.lines():
         print(line)
-    print(f"wrote {args.out} ({models.n_words} models, {models.kind}); recognise with "
-          f"smcdp demo keyword --wav U.wav --models {args.out}"
-          + (f" --cmn {args.cmn}" if args.cmn != "utterance" else ""))
+    print(f"wrote {args.out} ({models.n_words} models, {models.kind}, trained with --cmn {args.cmn}, which the "
+          f"file records); recognise with smcdp demo keyword --wav U.wav --models {args.out}")
     if args.report:
         atomic_write(args.report, (json.dumps(report.as_dict(), indent=2) + "\n").encode("utf-8"))
     sys.stdout.flush()

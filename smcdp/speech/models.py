@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 
 from smcdp.errors import InvalidMessage
+from smcdp.speech.frontend import CMN_MODES
 
 FORMAT_VERSION = 1
 STOCHASTIC_ATOL = 1e-6
@@ -66,6 +67,7 @@ _ALLOWED_KEYS = {
     "weights",
     "emissionprob",
     "format_version",
+    "cmn",
 }
 
 # Sanity bounds against accidental (or hostile) huge files.
@@ -306,7 +308,7 @@ class KeywordModels(_EmissionShape):
 
     def __init__(self, words: Sequence[str] | np.ndarray, startprob: Any, transmat: Any, *,
                  means: Any = None, covars: Any = None, weights: Any = None,
-                 emissionprob: Any = None) -> None:
+                 emissionprob: Any = None, cmn: str | None = None) -> None:
         if isinstance(words, str):
             raise InvalidMessage("words: expected a sequence of strings, got a single string")
         self.words = _validate_words(words if isinstance(words, np.ndarray) else np.asarray(list(words)))
@@ -319,6 +321,11 @@ class KeywordModels(_EmissionShape):
         self.startprob, self.transmat = sp, tm
         self.means, self.covars, self.weights, self.emissionprob = mu, cv, w, ep
         self.kind = kind
+        if cmn is not None and cmn not in CMN_MODES:
+            raise InvalidMessage(f"cmn must be one of {CMN_MODES} (or absent), got {cmn!r}")
+        #: the cepstral mean normalisation of the front end these models were trained with
+        #: (``smcdp speech train --cmn``); None when unknown (models built by hand or by hmmlearn directly)
+        self.cmn = cmn
 
     # -- shape info
     @property
@@ -389,6 +396,8 @@ class KeywordModels(_EmissionShape):
             val = getattr(self, name)
             if val is not None:
                 out[name] = val
+        if self.cmn is not None:
+            out["cmn"] = np.array(self.cmn, dtype=str)
         return out
 
     def save(self, path: str | os.PathLike, *, compressed: bool = True) -> None:
@@ -411,9 +420,15 @@ class KeywordModels(_EmissionShape):
             v = np.asarray(arrays["format_version"])
             if v.shape != () or v.dtype.kind not in "iu" or int(v) != FORMAT_VERSION:
                 raise InvalidMessage(f"unsupported format_version {v!r} (this reader knows {FORMAT_VERSION})")
+        cmn = None
+        if "cmn" in keys:
+            c = np.asarray(arrays["cmn"])
+            if c.shape != () or c.dtype.kind != "U":
+                raise InvalidMessage("'cmn' must be a single string")
+            cmn = str(c)
         return cls(np.asarray(arrays["words"]), arrays["startprob"], arrays["transmat"],
                    means=arrays.get("means"), covars=arrays.get("covars"),
-                   weights=arrays.get("weights"), emissionprob=arrays.get("emissionprob"))
+                   weights=arrays.get("weights"), emissionprob=arrays.get("emissionprob"), cmn=cmn)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> KeywordModels:

@@ -178,6 +178,7 @@ def train_from_folders(word_dirs: Sequence[tuple[str, os.PathLike | str]], *, st
                                     f"{smallest}"}
 
     models = train_keyword_models(data, **kw)
+    models.cmn = cmn                      # recorded in the models file: recognition must use the same front end
     for i, w in enumerate(words):
         hmm = models.hmm(i)
         ll = [log_likelihood(hmm, X) for X in data[w]]

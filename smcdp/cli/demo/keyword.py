@@ -23,19 +23,22 @@ from smcdp.runtime.local import LocalCluster, bytes_sent
 
 def demo_keyword(utterance: str, models: str, key_bits: int = 2048, seed: int | None = None,
                  debug_reveal: bool = False, keep_dir: str | None = None, params: dict | None = None,
-                 faults: Faults | None = None, cmn: str = "utterance", stream: str | None = None) -> dict:
+                 faults: Faults | None = None, cmn: str | None = None, stream: str | None = None) -> dict:
     """Run Alice and Bob as separate processes (gRPC, mutual TLS, loopback); returns the contract JSON.
 
     ``utterance`` is Alice's input: a WAV file (her process turns it into MFCC frames with cepstral
-    mean normalisation ``cmn``) or a ``.npy`` feature matrix, told apart by the file's header.
+    mean normalisation ``cmn``) or a ``.npy`` feature matrix, told apart by the file's header.  ``cmn``
+    defaults to what the models file records (``smcdp speech train`` writes it), else "utterance"; a
+    different one is refused for a WAV: the features would not be the ones the models were trained on.
 
     ``stream`` (``"realtime"`` or ``"fast"``): Alice reads the WAV in 10 ms hops (at the audio's pace, or as
     fast as she can) and feeds each frame into the protocol as soon as the front end has it; the JSON's
     ``stream`` object reports the latency after the last frame."""
     if stream is not None and utterance_kind(utterance) != "wav":
         raise InvalidMessage("--stream needs --wav (audio read in 10 ms hops)")
-    X = load_utterance(utterance, cmn)  # here only to check it early and count frames; Alice reads it again
     M = load_keyword_models(models)
+    cmn = resolve_cmn(cmn, M.cmn, models, wav=utterance_kind(utterance) == "wav")
+    X = load_utterance(utterance, cmn)  # here only to check it early and count frames; Alice reads it again
     if M.kind != "discrete" and (X.ndim != 2 or X.shape[1] != M.n_features):
         raise InvalidMessage(f"the utterance has shape {X.shape}; the models expect T x {M.n_features} features")
     insecure = check_key_bits_arg(key_bits)
@@ -82,6 +85,17 @@ def demo_keyword(utterance: str, models: str, key_bits: int = 2048, seed: int | 
     return out
 
 
+def resolve_cmn(asked: str | None, recorded: str | None, models: str, wav: bool) -> str:
+    """The CMN mode of Alice's front end: ``asked`` (--cmn), else the one the models file records."""
+    if asked is None:
+        return recorded or "utterance"
+    if wav and recorded is not None and asked != recorded:
+        raise InvalidMessage(f"the models in {models} were trained with --cmn {recorded}; recognising with "
+                             f"--cmn {asked} would compare other features than they were trained on "
+                             f"(drop --cmn, or pass --cmn {recorded})")
+    return asked
+
+
 def phase_seconds(ta: dict, tb: dict) -> dict:
     """The offline phase (key pair, tables, obfuscators, Bob's masks: nothing depends on the utterance;
     until both parties are ready) and the online phase (Alice's clock, from her first frame to the keyword),
@@ -94,8 +108,7 @@ def phase_seconds(ta: dict, tb: dict) -> dict:
         "online_seconds": on.get("keyword_at", on.get("seconds")),
         "cpu_seconds": {
             "offline": {"alice": off.get("cpu_seconds"), "bob": tb.get("offline", {}).get("cpu_seconds")},
-            "online": {"alice": on.get("cpu_seconds"), "alice_helper": on.get("helper_cpu_seconds", 0.0),
-                       "bob": tb.get("online", {}).get("cpu_seconds")},
+            "online": {"alice": on.get("cpu_seconds"), "bob": tb.get("online", {}).get("cpu_seconds")},
         },
     }
 
@@ -132,9 +145,10 @@ def register(sub) -> None:
     p.add_argument("--stream-pace", choices=("realtime", "fast"), default="realtime",
                    help="--stream: read the audio at its own pace like a microphone (default) or as fast as "
                         "possible")
-    p.add_argument("--cmn", choices=("utterance", "causal", "none"), default="utterance",
+    p.add_argument("--cmn", choices=("utterance", "causal", "none"), default=None,
                    help="cepstral mean normalisation of the --wav front end; must be what the models were "
-                        "trained with (smcdp speech train --cmn; default utterance)")
+                        "trained with (default: what the models file records, as smcdp speech train writes "
+                        "it, else utterance)")
     p.add_argument("--models", required=True, metavar="M.npz", help="keyword HMMs (Bob), smcdp.speech format")
     p.add_argument("--key-bits", type=int, default=2048, help="Paillier key size (default 2048; <2048 warns)")
     p.add_argument("--seed", type=int, help="fix Bob's mask randomness for experiments (encryption stays random)")

@@ -103,8 +103,10 @@ def test_training_is_deterministic_and_kinds_follow_the_options(tmp_path, capsys
     assert g.kind == "gmm-diag" and g.n_mix == 2
     assert main(["speech", "train", *specs, "--states", "2", "--covariance", "full", "--iter", "2",
                  "--cmn", "causal", "--out", str(tmp_path / "f.npz")]) == 0
-    assert KeywordModels.load(tmp_path / "f.npz").kind == "full"
-    assert "--cmn causal" in capsys.readouterr().out                     # says how to recognise with them
+    f = KeywordModels.load(tmp_path / "f.npz")
+    assert f.kind == "full" and f.cmn == "causal"                         # the file records the front end
+    assert "trained with --cmn causal" in capsys.readouterr().out
+    assert g.cmn == "utterance"
 
 
 def test_cmn_choice_changes_the_features_trained_on(tmp_path):
@@ -158,3 +160,31 @@ def test_frames_of_a_training_file_match_the_front_end(tmp_path):
     rate, data = wavfile.read(f)
     np.testing.assert_array_equal(file_features(f, "utterance"),
                                   FE.features(data.astype(float).mean(axis=1), rate, "utterance"))
+
+
+def test_the_models_file_records_cmn_and_the_demo_follows_it(tmp_path):
+    """A models file says which CMN it was trained with; the demo uses it and refuses another for a WAV."""
+    from smcdp.cli.demo.keyword import resolve_cmn
+    from smcdp.errors import InvalidMessage
+
+    specs = make_folders(tmp_path / "data", per_word=3)
+    assert main(["speech", "train", *specs, "--states", "3", "--iter", "0", "--cmn", "causal",
+                 "--out", str(tmp_path / "c.npz")]) == 0
+    m = KeywordModels.load(tmp_path / "c.npz")
+    assert m.cmn == "causal"
+    assert resolve_cmn(None, m.cmn, "c.npz", wav=True) == "causal"
+    assert resolve_cmn("causal", m.cmn, "c.npz", wav=True) == "causal"
+    with pytest.raises(InvalidMessage, match="trained with --cmn causal"):
+        resolve_cmn("utterance", m.cmn, "c.npz", wav=True)
+    assert resolve_cmn("utterance", m.cmn, "c.npz", wav=False) == "utterance"   # features: no front end runs
+    assert resolve_cmn(None, None, "old.npz", wav=True) == "utterance"           # files without the record
+    # the record survives a save/load round trip, is optional, and is validated
+    m.save(tmp_path / "again.npz")
+    assert KeywordModels.load(tmp_path / "again.npz").cmn == "causal"
+    arrays = m.to_arrays()
+    arrays.pop("cmn")
+    assert KeywordModels.from_arrays(arrays).cmn is None
+    with pytest.raises(InvalidMessage, match="cmn"):
+        KeywordModels.from_arrays({**arrays, "cmn": np.array("loud")})
+    with pytest.raises(InvalidMessage, match="single string"):
+        KeywordModels.from_arrays({**arrays, "cmn": np.array([1, 2])})
