@@ -71,7 +71,7 @@ def main() -> int:
             print(f"  seconds {r['seconds']:.2f}, online {r.get('online_seconds')}, offline {r.get('offline_seconds')}, "
                   f"cpu {r['children_cpu_s']:.1f}, load {r['load_before']:.1f}", file=sys.stderr, flush=True)
     lines = [f"{args.sessions} sessions per tree, {args.key_bits}-bit, alternating; median [min–max]", ""]
-    lines.append("| tree | session s (demo `seconds`) | offline s | online s | CPU online s: Alice + helper / Bob | "
+    lines.append("| tree | session s (demo `seconds`) | offline s | online s | CPU online s: Alice / Bob | "
                  "CPU offline s: Alice / Bob | CPU both party processes, whole command s | load avg (1 min) |")
     lines.append("|---|---|---|---|---|---|---|---|")
     for t, rs in runs.items():
@@ -80,8 +80,7 @@ def main() -> int:
             on = summary([r["online_seconds"] for r in rs])
             off = summary([r["offline_seconds"] for r in rs])
             c = [r["cpu_seconds"] for r in rs]
-            con = (f"{summary([x['online']['alice'] for x in c])} + {summary([x['online']['alice_helper'] for x in c])}"
-                   f" / {summary([x['online']['bob'] for x in c])}")
+            con = f"{summary([x['online']['alice'] for x in c])} / {summary([x['online']['bob'] for x in c])}"
             coff = f"{summary([x['offline']['alice'] for x in c])} / {summary([x['offline']['bob'] for x in c])}"
         else:
             on = off = con = coff = "— (everything online)"

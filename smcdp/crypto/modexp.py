@@ -7,8 +7,8 @@
   use it.
 * :class:`FixedBase` — the same table with 8-bit windows, for any signed
   exponent (longer ones fall back to ``powmod``).
-* :func:`multi_exp` — ``Π b_i^e_i mod m`` (Bos–Coster / Pippenger), the
-  homomorphic dot product.
+* :func:`multi_exp` — ``Π b_i^e_i mod m`` (Bos–Coster, on one-limb chunks of
+  exponents up to 640 bits; Pippenger beyond), the homomorphic dot product.
 
 Where the optional C accelerator is built (:mod:`smcdp.crypto.native`, odd
 moduli) the loops run there on Montgomery residues; otherwise in gmpy2.  Both
@@ -25,6 +25,11 @@ from gmpy2 import mpz
 
 from smcdp.crypto import native
 
+#: exponents up to one limb go to the engine's Bos–Coster as they are
+LIMB_BITS = 64
+#: native multi-exponentiations with exponents up to this many bits are cut into one-limb chunks
+#: (:func:`_multi_exp_limbs`); measured faster up to 600-bit exponents, longer ones keep the bucket method
+SPLIT_MAX_BITS = 640
 
 def table_budget_bytes() -> int:
     """Memory one fixed-base table may take; the window is the largest that fits.
@@ -198,7 +203,10 @@ def _multi_exp_nonneg(bs: list[mpz], es: list[int], modulus: mpz) -> mpz:
     maxbits = max(e.bit_length() for e in es)
     c = _pippenger_window(len(bs), maxbits)
     if native.AVAILABLE and modulus % 2 == 1:
-        return native.multi_exp([b % modulus for b in bs], es, modulus, c)
+        bs = [b % modulus for b in bs]
+        if LIMB_BITS < maxbits <= SPLIT_MAX_BITS:
+            return _multi_exp_limbs(bs, es, modulus, maxbits, c)
+        return native.multi_exp(bs, es, modulus, c)
     mask = (1 << c) - 1
     windows = -(-maxbits // c)
     result = mpz(1)
@@ -222,6 +230,22 @@ def _multi_exp_nonneg(bs: list[mpz], es: list[int], modulus: mpz) -> mpz:
                 acc = running if acc is None else acc * running % modulus
         if acc is not None:
             result = result * acc % modulus
+    return result
+
+
+def _multi_exp_limbs(bs: list[mpz], es: list[int], modulus: mpz, maxbits: int, c: int) -> mpz:
+    """Native engine, exponents of 65..SPLIT_MAX_BITS bits: cut every exponent into L = ⌈bits/64⌉ chunks
+    of s ≤ 64 bits, e = Σ_j e_j 2^{s·j}, and evaluate Π b^e = (…(M_{L−1})^{2^s} · M_{L−2} …)^{2^s} · M_0 with
+    M_j = Π b^{e_j} by Bos–Coster (one-limb exponents).  The engine's Bos–Coster needs 25–40 % fewer
+    multiplications than its bucket method for these sizes (27 × 86-bit: 4.7 against 6.3 ms at 2048 bits,
+    docs/benchmarks.md); the L − 1 chains of s squarings are what the bucket method pays too."""
+    L = -(-maxbits // LIMB_BITS)
+    s = -(-maxbits // L)
+    mask = (1 << s) - 1
+    result: mpz | None = None
+    for j in range(L - 1, -1, -1):
+        part = native.multi_exp(bs, [(e >> (s * j)) & mask for e in es], modulus, c)
+        result = part if result is None else gmpy2.powmod(result, 1 << s, modulus) * part % modulus
     return result
 
 

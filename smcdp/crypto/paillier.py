@@ -283,12 +283,19 @@ class PrivateKey:
     # ------------------------------------------------------------ decryption
     def raw_decrypt(self, c: int) -> mpz:
         """Decrypt to an integer in [0, n)."""
-        _count("decrypt")
         c = mpz(c)
+        return self.combine_halves(self.decrypt_half(c, 0), self.decrypt_half(c, 1))
+
+    def decrypt_half(self, c: int, which: int) -> mpz:
+        """m mod p (``which`` = 0) or m mod q (1): the two independent halves of a CRT decryption,
+        for running them on two threads (:mod:`smcdp.crypto.threads`); :meth:`combine_halves` joins them."""
+        f, fsq, h = (self.p, self.psquare, self.hp) if which == 0 else (self.q, self.qsquare, self.hq)
+        return (gmpy2.powmod(mpz(c), f - 1, fsq) - 1) // f * h % f
+
+    def combine_halves(self, mp: mpz, mq: mpz) -> mpz:
+        """CRT: m = mp + p·((mq − mp)·p⁻¹ mod q) in [0, n); counts one decryption."""
+        _count("decrypt")
         p, q = self.p, self.q
-        mp = (gmpy2.powmod(c, p - 1, self.psquare) - 1) // p * self.hp % p
-        mq = (gmpy2.powmod(c, q - 1, self.qsquare) - 1) // q * self.hq % q
-        # CRT: m = mp + p·((mq − mp)·p⁻¹ mod q)
         return mp + p * ((mq - mp) * self.p_inv_q % q)
 
     def decode_signed(self, m: mpz) -> int:

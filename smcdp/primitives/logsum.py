@@ -61,6 +61,7 @@ from smcdp.crypto.encoding import UNPACKED, Packing, encode_float
 from smcdp.crypto.modexp import multi_exp
 from smcdp.crypto.obfuscation import ObfuscatorPool
 from smcdp.crypto.paillier import PrivateKey, PublicKey
+from smcdp.crypto.threads import CryptoThreads
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.errors import CryptoOverflow, InvalidMessage
 from smcdp.net.channel import Channel
@@ -229,6 +230,19 @@ def weighted_sums(pk: PublicKey, terms: Sequence[Sequence[tuple[mpz, int]]], nu:
     over the terms of the sums it holds.  Every slot is checked against its
     capacity (``layout.max_sum``) from the public bounds, never from the data.
     """
+    jobs = _weighted_sum_jobs(pk, terms, nu, layout)
+    return _finish_sums(pk, [_job_product(j) for j in jobs], jobs, pool)
+
+
+async def aweighted_sums(pk: PublicKey, terms: Sequence[Sequence[tuple[mpz, int]]], nu: Sequence[int],
+                         layout: LogsumLayout, pool: ObfuscatorPool, threads: CryptoThreads) -> list[mpz]:
+    """:func:`weighted_sums` with one multi-exponentiation per output ciphertext on ``threads``."""
+    jobs = _weighted_sum_jobs(pk, terms, nu, layout)
+    return _finish_sums(pk, await threads.amap(_job_product, jobs), jobs, pool)
+
+
+def _weighted_sum_jobs(pk: PublicKey, terms, nu, layout: LogsumLayout) -> list[tuple[list, list, mpz, int]]:
+    """(bases, weights, n², packed noise) per output ciphertext, every bound checked."""
     n2 = pk.nsquare
     S = layout.slots
     cap = layout.packing.slot_capacity if layout.packing.packed else int(pk.max_int)
@@ -236,7 +250,7 @@ def weighted_sums(pk: PublicKey, terms: Sequence[Sequence[tuple[mpz, int]]], nu:
         raise CryptoOverflow(f"a {layout.n_terms}-term sum could reach {layout.max_sum.bit_length()} bits, above "
                              f"the {cap.bit_length()}-bit slot")
     Wmax = 1 << layout.weight_bits
-    out = []
+    jobs = []
     for start in range(0, len(terms), S):
         bases: list[mpz] = []
         exps: list[int] = []
@@ -252,9 +266,19 @@ def weighted_sums(pk: PublicKey, terms: Sequence[Sequence[tuple[mpz, int]]], nu:
             if not 0 <= nu[r] < 1 << layout.smudge_bits:
                 raise CryptoOverflow("smudging noise outside [0, 2^B_ν)")
             noise += int(nu[r]) << layout.shift(r)
-        c = multi_exp(bases, exps, n2) if bases else mpz(1)
-        out.append(pool.rerandomize(c * ((1 + pk.n * noise) % n2) % n2))
-    return out
+        jobs.append((bases, exps, n2, noise))
+    return jobs
+
+
+def _job_product(job: tuple[list, list, mpz, int]) -> mpz:
+    bases, exps, n2, _ = job
+    return multi_exp(bases, exps, n2) if bases else mpz(1)
+
+
+def _finish_sums(pk: PublicKey, prods: Sequence[mpz], jobs, pool: ObfuscatorPool) -> list[mpz]:
+    """Add each ciphertext's smudging noise, then re-randomise it."""
+    n2 = pk.nsquare
+    return [pool.rerandomize(c * ((1 + pk.n * job[3]) % n2) % n2) for c, job in zip(prods, jobs)]
 
 
 # =============================================================================== (L) secure logarithm
@@ -268,9 +292,8 @@ def logarithm(u: int, m: int, layout: LogsumLayout) -> int:
     return encode_float(math.log(z), layout.frac_bits) + m
 
 
-def unpack_sums(sk: PrivateKey, cts: Sequence[mpz], count: int, layout: LogsumLayout) -> list[int]:
-    """Alice: decrypt packed sums (non-negative slots)."""
-    vals = [sk.raw_decrypt_signed(c) for c in cts]
+def unpack_sums(vals: Sequence[int], count: int, layout: LogsumLayout) -> list[int]:
+    """Alice: the packed sums (non-negative slots) from the decrypted ciphertexts ``vals``."""
     if layout.packing.packed:
         vals = layout.packing.unpack(vals, count)
     if len(vals) != count:
@@ -371,7 +394,7 @@ async def secure_logsum_alice(ch: Channel, bob: str, sk: PrivateKey, params: Mas
     # (L), Alice
     u = EncryptedVector.from_proto(await ch.recv(bob, f"{tag}/u", pb.CiphertextVector), pk, length=R, exponent=0,
                                    packing=layout.packing, what=f"{tag}/u from {bob}")
-    sums = unpack_sums(sk, u.ciphertexts, R, layout)
+    sums = unpack_sums([sk.raw_decrypt_signed(c) for c in u.ciphertexts], R, layout)
     out = [logarithm(s, mr, layout) for s, mr in zip(sums, m)]
     await ch.send(bob, f"{tag}/l", EncryptedVector(pk, [pool.encrypt(x) for x in out], R, -F, UNPACKED,
                                                    int(pk.max_int)).to_proto())

@@ -52,9 +52,10 @@ this module fuses frame by frame.  Steps (seed 003 §4.2.1 numbering):
    smudged weighted sums; (L) Alice's ``L_{t+1}(j) = fx(ln u_j) + m_j +
    v_{t+1,j}``.  Bob's mask becomes ``M_{t+1}(j) = ω_{t,j} − K + V_{t+1,j}``.
    The models are split into ``groups`` whose rounds interleave: while Alice
-   works on one group Bob works on the other (and Bob's emission blocks, in
-   a helper thread, and Alice's emission decryptions, in a helper process,
-   overlap both).
+   works on one group Bob works on the other.  Each party runs its big-integer
+   work on threads (:mod:`smcdp.crypto.threads`): the round's decryptions and
+   multi-exponentiations on one thread per core, the emission blocks on
+   background threads that take only the cores the rounds leave idle.
 4. *Termination* (step 8): one LOGSUM per model over all states with weight 1;
    Alice returns ``ξ(fx(ln u) + m) = ξ(ℓ + ω_fin − K)`` and Bob subtracts his
    constant: ``ξ(log P(x | λ_δ))``.  A model under which the sequence is
@@ -71,9 +72,9 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -86,7 +87,7 @@ from smcdp.crypto.encoding import UNPACKED, Packing, encode_float
 from smcdp.crypto.modexp import multi_exp
 from smcdp.crypto.obfuscation import ObfuscatorPool
 from smcdp.crypto.paillier import PrivateKey, PublicKey
-from smcdp.crypto.parallel import CryptoPool
+from smcdp.crypto.threads import CryptoThreads
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.errors import CryptoOverflow, InputRejected, InvalidMessage
 from smcdp.net.channel import Channel
@@ -113,8 +114,9 @@ DISCRETE_BLOCK = 32
 #: bytes per value of a discrete OT row (signed, little-endian); the smallest value is −∞
 OT_VALUE_BYTES = 16
 OT_ZERO = -(1 << (8 * OT_VALUE_BYTES - 1))
-#: Alice's decryption helper process pays off from this many emission ciphertexts (2048-bit keys)
-HELPER_MIN_CIPHERTEXTS = 64
+#: threads for the induction's big-integer work: more than the cores, so that a round of 3 multi-
+#: exponentiations (or 6 decryption halves) on 2 cores ends together instead of in 2 + 1 turns
+URGENT_THREADS = max(4, os.cpu_count() or 1)
 
 
 # =============================================================================== parameters
@@ -576,13 +578,12 @@ class ForwardAlice:
     """Role Alice, in two phases: :meth:`prepare` (offline: needs no observations) and :meth:`run`."""
 
     def __init__(self, ch: Channel, params: ForwardParams, *, private_key: PrivateKey, bob: str = "bob",
-                 tag: str = "fw", seed: SeedLike = None, labels: Sequence[str] = ("secure-forward",),
-                 helper: bool | None = None) -> None:
+                 tag: str = "fw", seed: SeedLike = None, labels: Sequence[str] = ("secure-forward",)) -> None:
         self.ch, self.params, self.sk, self.bob, self.tag = ch, params.validate(), private_key, bob, tag
         self.pk = private_key.public_key
         self.seed, self.labels = _keyed(seed), tuple(labels)
-        self.want_helper = helper
-        self.helper: CryptoPool | None = None
+        self.urgent: CryptoThreads | None = None
+        self.background: CryptoThreads | None = None
         self.pool: ObfuscatorPool | None = None
         self.plan: Plan | None = None
         self.offline: dict[str, float] = {}
@@ -595,7 +596,7 @@ class ForwardAlice:
 
     # ----------------------------------------------------------------------------- offline
     async def prepare(self, expected_frames: int, *, background_refill: bool = False) -> Plan:
-        """Header, tables, obfuscators for ``expected_frames`` frames, the helper process; then Bob's ``ready``."""
+        """Header, tables, obfuscators for ``expected_frames`` frames, the crypto threads; then Bob's ``ready``."""
         w0, c0 = _clock()
         ch, tag, bob = self.ch, self.tag, self.bob
         self.shape = Shape.from_proto(await ch.recv(bob, f"{tag}/hdr", pb.Ints))
@@ -612,11 +613,8 @@ class ForwardAlice:
         await asyncio.to_thread(self.pool.precompute, uses, 2)
         self.offline["obfuscators"] = time.perf_counter() - w1
         self.offline["obfuscator_count"] = uses
-        if self._use_helper(expected):
-            w1 = time.perf_counter()
-            self.helper = CryptoPool(self.pk, self.sk, workers=1)
-            await self.helper.adecrypt([self.pk.raw_encrypt(0)])           # starts the process now
-            self.offline["helper_start"] = time.perf_counter() - w1
+        self.urgent = CryptoThreads(URGENT_THREADS, priority="urgent", name="smcdp-fw")
+        self.background = CryptoThreads(priority="background", name="smcdp-fw")
         w1 = time.perf_counter()
         ready = await ch.recv(bob, f"{tag}/ready", pb.Ints)
         if list(ready.values) != [expected]:
@@ -625,14 +623,6 @@ class ForwardAlice:
         self.offline["seconds"] = time.perf_counter() - w0
         self.offline["cpu_seconds"] = time.process_time() - c0
         return plan
-
-    def _use_helper(self, frames: int) -> bool:
-        plan = self.plan
-        if plan.prod is None:
-            return False
-        if self.want_helper is not None:
-            return bool(self.want_helper)
-        return self.pk.bits >= 2048 and self.shape.rows * plan.n_blocks(frames) >= HELPER_MIN_CIPHERTEXTS
 
     def _obfuscators_needed(self, frames: int) -> int:
         plan = self.plan
@@ -647,9 +637,10 @@ class ForwardAlice:
     def close(self) -> None:
         if self.pool is not None:
             self.pool.close()
-        if self.helper is not None:
-            self.helper.close()
-            self.helper = None
+        for threads in (self.urgent, self.background):
+            if threads is not None:
+                threads.close()
+        self.urgent = self.background = None
 
     # ----------------------------------------------------------------------------- online
     async def run(self, X) -> AliceForward:
@@ -659,7 +650,6 @@ class ForwardAlice:
             raise RuntimeError("prepare() first")
         w0, c0 = _clock()
         self._t0 = w0
-        helper_cpu0 = self.helper.worker_cpu_seconds() if self.helper else 0.0
         try:
             results = await _all(self._emissions(X), *(self._induction(g) for g in range(len(self.plan.groups))))
         except BaseException as exc:
@@ -672,8 +662,6 @@ class ForwardAlice:
         await self._termination(finals)
         self.online["seconds"] = time.perf_counter() - w0
         self.online["cpu_seconds"] = time.process_time() - c0
-        if self.helper:
-            self.online["helper_cpu_seconds"] = self.helper.worker_cpu_seconds() - helper_cpu0
         self.online["obfuscators"] = self.pool.stats()
         return AliceForward(frames=self.tl.total, n_models=self.shape.n_models,
                             timings={"offline": dict(self.offline), "online": dict(self.online)})
@@ -765,10 +753,7 @@ class ForwardAlice:
         msg = await self.ch.recv(self.bob, f"{self.tag}/q/{b}", pb.CiphertextVector)
         vec = EncryptedVector.from_proto(msg, self.pk, length=R * S, exponent=-lay.v_frac_bits,
                                          packing=lay.packing, what=f"{self.tag}/q/{b} from {self.bob}")
-        if self.helper is not None:
-            plain = await self.helper.adecrypt(vec.ciphertexts)
-        else:
-            plain = [self.sk.raw_decrypt_signed(c) for c in vec.ciphertexts]
+        plain = await _threads_for(self, b).adecrypt_signed(self.sk, vec.ciphertexts)
         vals = lay.packing.unpack(plain, R * S) if lay.packing.packed else plain
         sh = lay.shift
         half = (1 << sh) >> 1
@@ -828,7 +813,7 @@ class ForwardAlice:
             u = EncryptedVector.from_proto(await self.ch.recv(self.bob, f"{self.tag}/mix-u/{b}", pb.CiphertextVector),
                                            self.pk, length=s, exponent=0, packing=lay.packing,
                                            what=f"{self.tag}/mix-u/{b} from {self.bob}")
-            sums = ls.unpack_sums(self.sk, u.ciphertexts, s, lay)
+            sums = ls.unpack_sums(await _threads_for(self, b).adecrypt_signed(self.sk, u.ciphertexts), s, lay)
             it = iter(zip(sums, ms))
             for k in range(n):
                 for d, j in plan.mix_sums:
@@ -880,7 +865,7 @@ class ForwardAlice:
                 u = EncryptedVector.from_proto(await ch.recv(bob, f"{tag}/u/{t}/{g}", pb.CiphertextVector), self.pk,
                                                length=len(sums), exponent=0, packing=lay.packing,
                                                what=f"{tag}/u/{t}/{g} from {bob}")
-                totals = ls.unpack_sums(self.sk, u.ciphertexts, len(sums), lay)
+                totals = ls.unpack_sums(await self.urgent.adecrypt_signed(self.sk, u.ciphertexts), len(sums), lay)
                 for (d, j), u_s, m in zip(sums, totals, ms):                # (L), seed step 7
                     new[d * N + j] = None if m is None else ls.logarithm(u_s, m, lay)
             v = await self.tl.get("v", t + 1, keep=True)
@@ -923,7 +908,7 @@ class ForwardAlice:
                                                                int(self.pk.max_int)).to_proto())
             u = EncryptedVector.from_proto(await ch.recv(bob, f"{tag}/fin-u", pb.CiphertextVector), self.pk,
                                            length=D, exponent=0, packing=lay.packing, what=f"{tag}/fin-u from {bob}")
-            totals = ls.unpack_sums(self.sk, u.ciphertexts, D, lay)
+            totals = ls.unpack_sums(await self.urgent.adecrypt_signed(self.sk, u.ciphertexts), D, lay)
             scores = [None if m is None else ls.logarithm(u_d, m, lay) for u_d, m in zip(totals, ms)]   # (L)
         if all(s is None for s in scores):
             raise InvalidMessage("the observations are impossible under every model")
@@ -1048,7 +1033,8 @@ class ForwardBob:
         self.online: dict[str, float] = {}
         self.tl = _Timeline()
         self._steps_done: dict[int, int] = {}
-        self._executor: ThreadPoolExecutor | None = None
+        self.urgent: CryptoThreads | None = None
+        self.background: CryptoThreads | None = None
 
     def _rng(self, *purpose: str):
         return protocol_rng(self.seed, *self.labels, self.ch.role, *purpose)
@@ -1080,6 +1066,8 @@ class ForwardBob:
         self.masks.final()
         self.offline["masks"] = time.perf_counter() - w1
         self._coef_ints()
+        self.urgent = CryptoThreads(URGENT_THREADS, priority="urgent", name="smcdp-fw")
+        self.background = CryptoThreads(priority="background", name="smcdp-fw")
         await ch.send(alice, f"{tag}/ready", pb.Ints(values=[expected]))
         self.offline["seconds"] = time.perf_counter() - w0
         self.offline["cpu_seconds"] = time.process_time() - c0
@@ -1103,8 +1091,10 @@ class ForwardBob:
     def close(self) -> None:
         if self.pool is not None:
             self.pool.close()
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
+        for threads in (self.urgent, self.background):
+            if threads is not None:
+                threads.close()
+        self.urgent = self.background = None
 
     async def run(self) -> BobForward:
         w0, c0 = _clock()
@@ -1211,11 +1201,8 @@ class ForwardBob:
             slots = [masks[k][r] << lay.shift for k in range(n)] + [0] * (S - n)
             masks_packed.append(lay.packing.pack(slots)[0] if lay.packing.packed else slots[0])
         obfs = [self.pool.get() for _ in range(R)]
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(1, thread_name_prefix="smcdp-fw-emission")
-        loop = asyncio.get_running_loop()
-        out = await loop.run_in_executor(self._executor, _quadratic_forms_block, self.pk, vec.ciphertexts,
-                                         self._cints, masks_packed, obfs)
+        out = await _quadratic_forms_block(_threads_for(self, b), self.pk, vec.ciphertexts, self._cints, masks_packed,
+                                           obfs)
         bound = lay.packing.slot_capacity if lay.packing.packed else int(self.pk.max_int)
         await ch.send(alice, f"{tag}/q/{b}", EncryptedVector(self.pk, out, R * S, -lay.v_frac_bits,
                                                              lay.packing, bound).to_proto())
@@ -1241,7 +1228,7 @@ class ForwardBob:
             for s in range(len(plan.mix_sums)):
                 terms.append([(next(it), w) for w in kw[s]])
                 nus.append(nu[s])
-        u = ls.weighted_sums(self.pk, terms, nus, lay, self.pool)
+        u = await ls.aweighted_sums(self.pk, terms, nus, lay, self.pool, _threads_for(self, b))
         await ch.send(alice, f"{tag}/mix-u/{b}", EncryptedVector(self.pk, u, len(terms), 0, lay.packing,
                                                                  lay.max_sum).to_proto())
 
@@ -1280,7 +1267,7 @@ class ForwardBob:
                 _, _, nu, kw = self.masks.step(t)
                 it = iter(e.ciphertexts)
                 terms = [[(next(it), w) for w in kw[g][s]] for s in range(len(sums))]
-                u = ls.weighted_sums(self.pk, terms, nu[g], lay, self.pool)            # (W), seed step 6
+                u = await ls.aweighted_sums(self.pk, terms, nu[g], lay, self.pool, self.urgent)   # (W), seed step 6
                 await ch.send(alice, f"{tag}/u/{t}/{g}", EncryptedVector(self.pk, u, len(sums), 0, lay.packing,
                                                                          lay.max_sum).to_proto())
             self._step_done(t)
@@ -1307,7 +1294,7 @@ class ForwardBob:
             e = EncryptedVector.from_proto(await ch.recv(alice, f"{tag}/fin-e", pb.CiphertextVector), self.pk,
                                            length=D * N, exponent=0, packing=UNPACKED, what=f"{tag}/fin-e from {alice}")
             terms = [[(e.ciphertexts[d * N + j], kw[d][j]) for j in range(N)] for d in range(D)]
-            u = ls.weighted_sums(self.pk, terms, nu, lay, self.pool)                    # (W), seed step 8
+            u = await ls.aweighted_sums(self.pk, terms, nu, lay, self.pool, self.urgent)  # (W), seed step 8
             await ch.send(alice, f"{tag}/fin-u", EncryptedVector(self.pk, u, D, 0, lay.packing, lay.max_sum).to_proto())
         back = EncryptedVector.from_proto(await ch.recv(alice, f"{tag}/fin-l", pb.CiphertextVector), self.pk,
                                           length=D, exponent=-F, packing=UNPACKED, bound=final_bound(plan) // 2,
@@ -1316,29 +1303,43 @@ class ForwardBob:
         return back + EncryptedVector.trivial(self.pk, [K - w for w in omega], exponent=-F)
 
 
-def _quadratic_forms_block(pk: PublicKey, cts: list[mpz], cints: list[list[int]], masks_packed: list[int],
-                           obfs: list[mpz]) -> list[mpz]:
-    """Bob, one emission block (helper thread): ξ(zᵀW_r z + V_r) for every row r, all frames of the block.
+def _threads_for(role: ForwardAlice | ForwardBob, block: int) -> CryptoThreads:
+    """Block 0's emissions gate the first induction round: both parties compute them at full priority.
+    Later blocks only have to be ready when the induction reaches them: background threads."""
+    return role.urgent if block == 0 else role.background
 
-    One multi-exponentiation per row over the product ciphertexts (inverses for negative coefficients).
+
+async def _quadratic_forms_block(threads: CryptoThreads, pk: PublicKey, cts: list[mpz], cints: list[list[int]],
+                                 masks_packed: list[int], obfs: list[mpz]) -> list[mpz]:
+    """Bob, one emission block: ξ(zᵀW_r z + V_r) for every row r, all frames of the block.
+
+    One multi-exponentiation per row over the product ciphertexts (inverses for negative coefficients),
+    the rows spread over ``threads``.
     """
     n2 = pk.nsquare
-    inv = [gmpy2.invert(c, n2) for c in cts]
-    out = []
-    for row, m, obf in zip(cints, masks_packed, obfs):
-        q = multi_exp([c if k >= 0 else ci for c, ci, k in zip(cts, inv, row)], [abs(k) for k in row], n2)
-        out.append(q * ((1 + pk.n * pk.raw_plain(m)) % n2) % n2 * obf % n2)
-    return out
+    inv = (await threads.amap(_inverses, [(cts, n2)]))[0]
+
+    def row(job: tuple[list[int], int, mpz]) -> mpz:
+        coefs, m, obf = job
+        q = multi_exp([c if k >= 0 else ci for c, ci, k in zip(cts, inv, coefs)], [abs(k) for k in coefs], n2)
+        return q * ((1 + pk.n * pk.raw_plain(m)) % n2) % n2 * obf % n2
+
+    return await threads.amap(row, list(zip(cints, masks_packed, obfs)))
+
+
+def _inverses(job: tuple[list[mpz], mpz]) -> list[mpz]:
+    cts, n2 = job
+    return [gmpy2.invert(c, n2) for c in cts]
 
 
 # =============================================================================== one call per role
 async def forward_alice(ch: Channel, X, params: ForwardParams, *, private_key: PrivateKey, bob: str = "bob",
                         tag: str = "fw", seed: SeedLike = None, expected_frames: int | None = None,
-                        helper: bool | None = None, labels: Sequence[str] = ("secure-forward",)) -> AliceForward:
+                        labels: Sequence[str] = ("secure-forward",)) -> AliceForward:
     """Role Alice (offline and online phases in one call): observations and private key; learns only masked
     values.  ``X``: an array, or an async iterable of frame chunks (then ``expected_frames`` sizes the
     offline phase)."""
-    role = ForwardAlice(ch, params, private_key=private_key, bob=bob, tag=tag, seed=seed, helper=helper, labels=labels)
+    role = ForwardAlice(ch, params, private_key=private_key, bob=bob, tag=tag, seed=seed, labels=labels)
     try:
         if expected_frames is None:
             expected_frames = len(X) if not isinstance(X, AsyncIterable) else 200

@@ -77,9 +77,9 @@ def test_native_multi_exp_matches_powmod_product(bits, terms, exp_bits, window, 
     assert got == ref
 
 
-@settings(max_examples=30, deadline=None)
-@given(terms=st.integers(min_value=0, max_value=50), exp_bits=st.sampled_from([1, 20, 48, 64, 65, 100]),
-       data=st.data())
+@settings(max_examples=40, deadline=None)
+@given(terms=st.integers(min_value=0, max_value=50),
+       exp_bits=st.sampled_from([1, 20, 48, 64, 65, 86, 100, 128, 129, 640, 641, 700]), data=st.data())
 def test_multi_exp_with_signs_on_both_engines(terms, exp_bits, data, keypair512):
     pk, sk = keypair512
     bases = [pk.raw_encrypt(data.draw(st.integers(min_value=-1000, max_value=1000))) for _ in range(terms)]
@@ -96,6 +96,24 @@ def test_multi_exp_with_signs_on_both_engines(terms, exp_bits, data, keypair512)
     finally:
         native.AVAILABLE = saved
     assert results == {ref}
+
+
+@pytest.mark.skipif(not native.AVAILABLE, reason="native engine not built")
+def test_exponents_cut_into_limbs_give_the_bucket_methods_result(keypair512):
+    """65..640-bit exponents go through one-limb chunks (Bos–Coster); the result is the engine's own bucket
+    method's, exponent by exponent, at every chunk boundary."""
+    from smcdp.crypto import modexp
+
+    pk, _ = keypair512
+    rng = __import__("random").Random(3)
+    bases = [pk.raw_encrypt(i) % pk.nsquare for i in range(12)]
+    for bits in (65, 86, 127, 128, 129, 192, 640):
+        exps = [rng.getrandbits(bits) | (1 << (bits - 1)) for _ in bases]
+        exps[3] = 0
+        exps[5] = (1 << bits) - 1
+        want = native.multi_exp(bases, exps, pk.nsquare, 5)
+        assert modexp._multi_exp_limbs(bases, exps, pk.nsquare, bits, 5) == want
+        assert modexp.multi_exp(bases, exps, pk.nsquare) == want
 
 
 def test_fixed_base_table_engines_agree(engine):

@@ -1,0 +1,100 @@
+"""Threads for big-integer work that runs without the GIL, at two priorities.
+
+gmpy2 releases the GIL inside ``powmod`` and its kin when the calling thread's
+context allows it (``allow_release_gil``, off by default); the native engine
+(``smcdp.crypto.native``) always releases it.  So one thread per core runs Paillier
+decryptions and multi-exponentiations truly in parallel inside the party's own
+process: no worker processes to start (a spawned process needs seconds to import
+smcdp), no private key over a pipe, no pickling of ciphertexts.
+
+``CryptoThreads(priority="urgent")`` is for the work a peer is waiting on (a round
+of an interactive protocol).  ``priority="background"`` threads run at the lowest
+scheduling priority (nice 19, Linux sets it per thread): work that only has to be
+done before it is needed (the secure forward algorithm's emission blocks) then takes
+only the cores that nothing urgent wants -- in this process or in another party's on
+the same host -- instead of slowing the round everybody waits for.  Where the
+priority cannot be set (another OS, a container that forbids it) the threads run
+at normal priority: slower under contention, never wrong.
+
+Why not ``concurrent.futures.ThreadPoolExecutor`` alone: it is what runs the work;
+this class adds the per-thread gmpy2 context and priority, the CRT split of a
+decryption into its two independent halves, and an async ``map``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Iterable, Sequence
+
+import gmpy2
+
+from smcdp.crypto.paillier import PrivateKey
+
+PRIORITIES = {"urgent": 0, "background": 19}
+
+
+def _init_thread(nice: int) -> None:
+    gmpy2.set_context(gmpy2.context(allow_release_gil=True))
+    if nice:
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+        except (AttributeError, OSError):   # not Linux, or not allowed: normal priority
+            pass
+
+
+class CryptoThreads:
+    """A pool of ``workers`` threads (default: one per core) at ``priority`` "urgent" or "background"."""
+
+    def __init__(self, workers: int | None = None, *, priority: str = "urgent", name: str = "smcdp-crypto") -> None:
+        if priority not in PRIORITIES:
+            raise ValueError(f"priority must be one of {sorted(PRIORITIES)}")
+        self.workers = max(1, int(workers or os.cpu_count() or 1))
+        self.priority = priority
+        self._ex = ThreadPoolExecutor(self.workers, thread_name_prefix=f"{name}-{priority}",
+                                      initializer=_init_thread, initargs=(PRIORITIES[priority],))
+
+    def __enter__(self) -> "CryptoThreads":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._ex.shutdown(wait=True, cancel_futures=True)
+
+    # ------------------------------------------------------------------ mapping
+    def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> list:
+        """``[fn(x) for x in items]`` on the threads; order kept; the first error is raised."""
+        return list(self._ex.map(fn, items))
+
+    async def amap(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> list:
+        """:meth:`map` for async code: the event loop keeps running while the threads work."""
+        loop = asyncio.get_running_loop()
+        futs = [loop.run_in_executor(self._ex, fn, x) for x in items]
+        return list(await asyncio.gather(*futs))
+
+    # ------------------------------------------------------------------ decryption
+    def decrypt_signed(self, sk: PrivateKey, cts: Sequence[int]) -> list[int]:
+        """``sk.raw_decrypt_signed`` of every ciphertext, each split into its two CRT halves."""
+        halves = self.map(_half, _half_jobs(sk, cts))
+        return _combine(sk, halves)
+
+    async def adecrypt_signed(self, sk: PrivateKey, cts: Sequence[int]) -> list[int]:
+        halves = await self.amap(_half, _half_jobs(sk, cts))
+        return _combine(sk, halves)
+
+
+def _half_jobs(sk: PrivateKey, cts: Sequence[int]) -> list[tuple[PrivateKey, int, int]]:
+    return [(sk, c, which) for c in cts for which in (0, 1)]
+
+
+def _half(job: tuple[PrivateKey, int, int]):
+    sk, c, which = job
+    return sk.decrypt_half(c, which)
+
+
+def _combine(sk: PrivateKey, halves: list) -> list[int]:
+    return [sk.decode_signed(sk.combine_halves(halves[i], halves[i + 1])) for i in range(0, len(halves), 2)]
