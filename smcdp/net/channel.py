@@ -76,8 +76,12 @@ class Journal(Protocol):
     def inbound(self) -> Iterable[tuple[str, str, str, bytes]]:
         """(sender role, tag, type name, bytes) of every message received so far, in order."""
 
-    def record_inbound(self, sender_role: str, tag: str, type_name: str, data: bytes) -> None:
-        """Store a received message durably (called before the delivery is acknowledged)."""
+    def record_inbound(self, sender_role: str, tag: str, type_name: str, data: bytes, durable: bool = True) -> None:
+        """Store a received message (called before the delivery is acknowledged); with ``durable`` False
+        it is written but made durable only by the next :meth:`sync`, which must run before the ack."""
+
+    def sync(self) -> None:
+        """Make everything recorded so far durable."""
 
     def outbound(self, to_role: str, tag: str) -> tuple[str, bytes] | None:
         """(type name, bytes) of the message sent earlier to ``to_role`` under ``tag``, if any."""

@@ -385,14 +385,18 @@ class GrpcChannel(Channel):
                         code, origin)
                 raise PreconditionFailed(f"session {self.session_id} has already ended here")
             if self.journal is not None:
-                # durable before the sender hears "delivered": a restart never loses it
-                self.journal.record_inbound(sender_role, tag, type_url, data)
+                # written before the role can see it (a killed process loses nothing the kernel holds) ...
+                self.journal.record_inbound(sender_role, tag, type_url, data, durable=False)
             try:
                 self._loop.call_soon_threadsafe(self._put, sender_role, tag, type_url, data)
             except RuntimeError:  # the loop closed under us
                 raise PreconditionFailed(f"session {self.session_id} has already ended here") from None
             self._seen[key] = (type_url, digest)
-            return True
+        if self.journal is not None:
+            # ... and durable before the sender hears "delivered": a restart never loses it.  The role
+            # works on the message meanwhile; whatever it sends is journaled after this record.
+            self.journal.sync()
+        return True
 
     def _put(self, sender_role: str, tag: str, type_url: str, data: bytes) -> None:
         try:

@@ -1,0 +1,50 @@
+"""A received message is journaled before the role sees it and durable before it is acknowledged,
+but the role does not wait for the disk: it works on the message while the journal syncs."""
+
+import asyncio
+import threading
+from types import SimpleNamespace
+
+from smcdp.net.grpc_channel import GrpcChannel
+from smcdp.v1 import messages_pb2 as pb
+
+
+class SlowJournal:
+    """Records the order of calls; ``sync`` blocks until the test releases it."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple] = []
+        self.release = threading.Event()
+
+    def inbound(self):
+        return []
+
+    def record_inbound(self, sender_role, tag, type_name, data, durable=True):
+        self.events.append(("record", tag, durable))
+
+    def sync(self):
+        self.events.append(("sync-start",))
+        assert self.release.wait(10)
+        self.events.append(("sync-done",))
+
+
+def test_the_role_gets_the_message_while_the_journal_syncs_and_the_ack_waits_for_it():
+    journal = SlowJournal()
+    connector = SimpleNamespace(config=SimpleNamespace(timeouts=SimpleNamespace(rpc_seconds=5.0)))
+
+    async def main():
+        ch = GrpcChannel("s-1", "bob", {"alice": "party-a", "bob": "party-b"}, None, connector, journal=journal)
+        data = pb.Ints(values=[7]).SerializeToString()
+        acked = asyncio.ensure_future(asyncio.to_thread(ch.deliver_threadsafe, "alice", "t/0", pb.Ints.DESCRIPTOR.full_name, data))
+        msg = await asyncio.wait_for(ch.recv("alice", "t/0", pb.Ints), 5)   # before the sync has finished
+        assert list(msg.values) == [7]
+        assert journal.events == [("record", "t/0", False), ("sync-start",)]
+        assert not acked.done()                                                 # no ack before it is durable
+        journal.release.set()
+        assert await asyncio.wait_for(acked, 5) is True
+        assert journal.events[-1] == ("sync-done",)
+        # a duplicate is acknowledged at once (it is already durable) and not recorded again
+        assert ch.deliver_threadsafe("alice", "t/0", pb.Ints.DESCRIPTOR.full_name, data) is False
+        assert [e for e in journal.events if e[0] == "record"] == [("record", "t/0", False)]
+
+    asyncio.run(main())
