@@ -55,6 +55,8 @@ ALICE, BOB = "alice", "bob"
 #: public bound on |log P(x | λ)| (nats) used to size the order-preserving transform: real scores lie
 #: below 2^40 nats, an impossible model's LOG_ZERO = −2^42 ± 2^40 (secure_forward) below 2^43
 LOGLIK_BOUND_BITS = 43
+#: a revealed score below this (nats) is an impossible model's LOG_ZERO: reported as −∞
+IMPOSSIBLE_BELOW = -float(1 << 41)
 #: frames the offline phase prepares for when the utterance streams in (2 s of audio)
 STREAM_EXPECTED_FRAMES = 200
 STREAM_PACES = ("realtime", "fast")
@@ -217,7 +219,8 @@ async def keyword_alice(ch: Channel, X, params: KeywordParams, *, private_key: P
             dbg = EncryptedVector.from_proto(await ch.recv(bob, "kw/debug", pb.CiphertextVector), pk,
                                              length=n_models, exponent=-params.log_frac_bits, packing=UNPACKED,
                                              what=f"kw/debug from {bob}")
-            lls = [float(x) for x in dbg.decrypt(sk)]
+            # an impossible model (P = 0) arrives as LOG_ZERO = −2^42 ± 2^40, below every real score (|ℓ| < 2^40)
+            lls = [float("-inf") if x < IMPOSSIBLE_BELOW else float(x) for x in dbg.decrypt(sk)]
         timings = {"offline": offline, "online": online, "frames": fw.frames,
                    "total": time.perf_counter() - t_start}
         return AliceResult(keyword=word, index=index, log_likelihoods=lls, timings=timings,

@@ -13,7 +13,8 @@ from smcdp.protocols.keyword import KeywordParams, keyword_alice, keyword_bob
 from smcdp.plugins.keyword import KeywordPlugin, load_utterance
 from smcdp.speech import load_models, score_models
 from smcdp.v1 import messages_pb2 as pb
-from tests.unit.protocols.keyword_util import DATA, fixture_utterances, run_pair
+from smcdp.speech.models import KeywordModels
+from tests.unit.protocols.keyword_util import DATA, fixture_utterances, run_pair, synthetic_models
 
 MODELS = load_models(DATA / "models.npz")
 UTTERANCES = fixture_utterances()
@@ -49,6 +50,24 @@ def test_debug_reveal_gives_the_scores(keypair512):
     got = np.array(res["alice"].log_likelihoods)
     want = score_models(MODELS, X)
     assert np.max(np.abs(got - want) / np.abs(want)) <= 1e-6
+
+
+def test_debug_reveal_reports_an_impossible_model_as_minus_infinity(keypair512):
+    """P(x | λ) = 0 is revealed as −∞ (as hmmlearn and smcdp.speech.forward say), not as the sentinel's
+    masked value; the possible model's score is exact and wins."""
+    _, sk = keypair512
+    models = synthetic_models("discrete", np.random.default_rng(12), D=2, N=3, M=4)
+    ep = np.array(models.emissionprob)
+    ep[1, :, 3] = 0.0
+    ep[1] /= ep[1].sum(-1, keepdims=True)
+    models = KeywordModels(models.words, models.startprob, models.transmat, emissionprob=ep)
+    X = np.array([0, 1, 3, 2, 0])
+    want = score_models(models, X)
+    res, _ = run_keyword(X, models, sk, debug_reveal=True)
+    got = res["alice"].log_likelihoods
+    assert want[1] == -np.inf and got[1] == -np.inf
+    assert abs(got[0] - want[0]) <= 1e-6 * abs(want[0])
+    assert res["alice"].index == 0
 
 
 def test_alice_sees_only_a_permuted_order_preserving_transform(keypair512):
