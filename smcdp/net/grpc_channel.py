@@ -1,12 +1,17 @@
 """The gRPC implementation of :class:`~smcdp.net.channel.Channel`.
 
-Outbound: every message is one ``Mailbox.Deliver`` call that streams the
-serialised payload in chunks (1 MiB by default) with a per-attempt deadline.
-A failed attempt with UNAVAILABLE or DEADLINE_EXCEEDED is retried with
-exponential backoff until the session deadline (delivery is idempotent: the
-receiver de-duplicates by (session, sender, tag)); then the send fails with
-:class:`~smcdp.errors.Unavailable` naming the party, its role and address.
-Any other status is final and raised as the matching :mod:`smcdp.errors` class.
+Outbound: a message is sent in chunks (1 MiB by default) with a per-attempt
+deadline, on the session's ``Mailbox.Stream`` call to that peer (one long-lived
+call carries the session's messages one after the other, each answered by an
+Ack: no call set-up per message, which for the keyword protocol's ~200 small
+round trips was most of the transport's time).  When that call is busy with
+another message, or an attempt on it failed, the message goes as its own
+``Mailbox.Deliver`` call instead.  A failed attempt with UNAVAILABLE or
+DEADLINE_EXCEEDED is retried with exponential backoff until the session
+deadline (delivery is idempotent: the receiver de-duplicates by (session,
+sender, tag)); then the send fails with :class:`~smcdp.errors.Unavailable`
+naming the party, its role and address.  Any other status is final and raised
+as the matching :mod:`smcdp.errors` class.
 
 Inbound: the party's server (another thread, another event loop) calls
 :meth:`GrpcChannel.deliver_threadsafe`, which de-duplicates under a lock and
@@ -259,6 +264,51 @@ async def call_with_retry(what: str, party: str, address: str, deadline: float,
         f"({attempts} attempt(s) over {time.monotonic() - started:.1f} s){detail}")
 
 
+class _PeerStream:
+    """The session's ``Mailbox.Stream`` call to one peer: one message at a time, each awaiting its Ack.
+
+    Any failure (a refusal, a broken connection, the per-message deadline) ends the call: the message's
+    sender sees the error as from a ``Deliver`` call and a later message opens a new call.
+    """
+
+    def __init__(self, stub: tgrpc.MailboxStub) -> None:
+        self.call = stub.Stream()
+        self.busy = False
+        self.broken = False
+
+    async def send(self, envelopes: list[tpb.Envelope], timeout: float) -> tpb.Ack:
+        self.busy = True
+        try:
+            for env in envelopes:
+                await asyncio.wait_for(self.call.write(env), timeout)
+            ack = await asyncio.wait_for(self.call.read(), timeout)
+            if ack is grpc.aio.EOF:   # the server ended the call without a status for this message
+                raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                                           "the peer closed the message stream")
+            return ack
+        except asyncio.TimeoutError:
+            self.close()
+            raise grpc.aio.AioRpcError(grpc.StatusCode.DEADLINE_EXCEEDED, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                                       f"no acknowledgement within {timeout:.1f} s") from None
+        except asyncio.InvalidStateError:
+            # the call had already ended (the peer refused an earlier message or went away): its status
+            self.close()
+            code = await self.call.code()
+            raise grpc.aio.AioRpcError(
+                grpc.StatusCode.UNAVAILABLE if code in (grpc.StatusCode.OK, grpc.StatusCode.CANCELLED) else code,
+                grpc.aio.Metadata(), await self.call.trailing_metadata() or grpc.aio.Metadata(),
+                await self.call.details() or "the message stream had ended") from None
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            self.busy = False
+
+    def close(self) -> None:
+        self.broken = True
+        self.call.cancel()
+
+
 class GrpcChannel(Channel):
     """A session endpoint that talks to the other parties over gRPC.
 
@@ -288,6 +338,7 @@ class GrpcChannel(Channel):
         self._failure: tuple[str, str, str] | None = None
         self.inbound_duplicates = 0
         self._party_role = {party: r for r, party in self.roles.items()}
+        self._streams: dict[str, _PeerStream] = {}
         if journal is not None:  # a replayed role: re-deliveries of what it holds are duplicates
             for sender_role, tag, type_url, data in journal.inbound():
                 self._seen[(sender_role, tag)] = (type_url, hashlib.sha256(data).digest())
@@ -321,7 +372,12 @@ class GrpcChannel(Channel):
                 yield env
 
         async def attempt(timeout: float):
-            return await stub.Deliver(gen(), timeout=timeout)
+            st = self._streams.get(party)
+            if st is None or st.broken:
+                st = self._streams[party] = _PeerStream(stub)
+            if not st.busy:
+                return await st.send(envelopes, timeout)
+            return await stub.Deliver(gen(), timeout=timeout)      # the stream carries another message
 
         deadline = self.deadline if self.deadline is not None else time.monotonic() + self.rpc_timeout
         await call_with_retry(f"message {tag!r} to role {to_role} in session {self.session_id}",
@@ -356,6 +412,14 @@ class GrpcChannel(Channel):
             timeout=timeout)
 
     async def close(self) -> None:
+        streams, self._streams = list(self._streams.values()), {}
+        for st in streams:
+            if not st.broken and not st.busy:
+                try:
+                    await asyncio.wait_for(st.call.done_writing(), 1.0)
+                except (grpc.RpcError, asyncio.TimeoutError):
+                    pass
+            st.close()
         await self.connector.close()
 
     # ----------------------------------------------------------------- inbound

@@ -36,6 +36,7 @@ through :func:`smcdp._text.printable` first.
 from __future__ import annotations
 
 import abc
+import asyncio
 import datetime as _dt
 import json
 import logging
@@ -311,30 +312,69 @@ class MailboxServicer(tgrpc.MailboxServicer):
         self.max_message_bytes = max_message_bytes
 
     async def Deliver(self, request_iterator, context):
-        budget = charge = key = peer = None
-        stored = False
+        failure = peer = first = None
         try:
             peer = peer_identity(context)
-            target = sender_role = None
-            first: tpb.Envelope | None = None
+            it = request_iterator.__aiter__()
+            try:
+                first = checked(await it.__anext__())
+            except StopAsyncIteration:
+                raise InvalidMessage("empty Deliver stream: at least one envelope is needed") from None
+            ack = await self._receive(peer, first, it)
+            async for env in it:           # a Deliver call holds one message
+                checked(env)
+                raise InvalidMessage(f"message {first.tag!r}: more chunks than its chunk_count "
+                                     f"{first.chunk_count}")
+            return ack
+        except Exception as exc:  # noqa: BLE001 - report, never crash the server
+            failure = exc
+        first = env = None  # noqa: F841 - not kept alive by the abort (see _receive)
+        await self._refuse(context, peer, failure, "Deliver")
+
+    async def Stream(self, request_iterator, context):
+        """Deliver for many messages on one call: an Ack per message, in order; the first refusal ends the call."""
+        failure = peer = first = None
+        try:
+            peer = peer_identity(context)
+            it = request_iterator.__aiter__()
+            while True:
+                try:
+                    first = checked(await it.__anext__())
+                except StopAsyncIteration:
+                    return
+                yield await self._receive(peer, first, it)
+        except Exception as exc:  # noqa: BLE001 - report, never crash the server
+            failure = exc
+        first = None  # noqa: F841 - not kept alive by the abort (see _receive)
+        await self._refuse(context, peer, failure, "Stream")
+
+    async def _receive(self, peer: str, first: tpb.Envelope, it) -> tpb.Ack:
+        """One message whose first chunk is ``first`` (the rest come from ``it``): checked, charged to the
+        session's budget before a byte is buffered, delivered; the Ack."""
+        budget = charge = None
+        stored = False
+        self._check_header(first)
+        target, sender_role = self.host.inbound_target(peer, first.session_id)
+        try:
+            # charge the session's budget from the declared size, before buffering a byte
+            budget = getattr(target, "budget", None)
+            if budget is not None:
+                charge = budget.admit(sender_role, first.tag, first.total_size)
             buf = bytearray()
-            expect = 0
-            async for env in request_iterator:
-                env = checked(env)
-                if first is None:
-                    first = env
-                    self._check_header(env)
-                    target, sender_role = self.host.inbound_target(peer, env.session_id)
-                    # charge the session's budget from the declared size, before buffering a byte
-                    budget = getattr(target, "budget", None)
-                    if budget is not None:
-                        key = (sender_role, env.tag)
-                        charge = budget.admit(sender_role, env.tag, env.total_size)
-                elif (env.session_id, env.tag, env.type_name, env.chunk_count, env.total_size) != (
-                        first.session_id, first.tag, first.type_name, first.chunk_count,
-                        first.total_size):
-                    raise InvalidMessage(f"chunk {env.chunk_index} of message {first.tag!r} has a "
-                                         "header that differs from chunk 0")
+            env = first
+            for expect in range(first.chunk_count):
+                if expect:
+                    try:
+                        env = checked(await it.__anext__())
+                    except StopAsyncIteration:
+                        raise InvalidMessage(
+                            f"message {first.tag!r} incomplete: {expect}/{first.chunk_count} chunks, "
+                            f"{len(buf)}/{first.total_size} bytes") from None
+                    if (env.session_id, env.tag, env.type_name, env.chunk_count, env.total_size) != (
+                            first.session_id, first.tag, first.type_name, first.chunk_count,
+                            first.total_size):
+                        raise InvalidMessage(f"chunk {env.chunk_index} of message {first.tag!r} has a "
+                                             "header that differs from chunk 0")
                 if env.chunk_index != expect:
                     raise InvalidMessage(f"message {first.tag!r}: expected chunk {expect}, "
                                          f"got {env.chunk_index}")
@@ -344,29 +384,29 @@ class MailboxServicer(tgrpc.MailboxServicer):
                     raise InvalidMessage(f"message {first.tag!r} is longer than its total_size "
                                          f"{first.total_size}")
                 buf += env.data
-                expect += 1
-            if first is None:
-                raise InvalidMessage("empty Deliver stream: at least one envelope is needed")
-            if expect != first.chunk_count or len(buf) != first.total_size:
+            if len(buf) != first.total_size:
                 raise InvalidMessage(
-                    f"message {first.tag!r} incomplete: {expect}/{first.chunk_count} chunks, "
+                    f"message {first.tag!r} incomplete: {first.chunk_count}/{first.chunk_count} chunks, "
                     f"{len(buf)}/{first.total_size} bytes")
-            fresh = target.deliver_threadsafe(sender_role, first.tag, first.type_name, bytes(buf))
+            # off the server's loop: the journal's write and fsync must not hold up other calls (heartbeats
+            # of other sessions time out behind a disk busy with twenty sessions' journals)
+            fresh = await asyncio.to_thread(target.deliver_threadsafe, sender_role, first.tag, first.type_name,
+                                            bytes(buf))
             stored = fresh
             self._observe(self.host.inbound_delivered, peer, len(buf), not fresh)
             return tpb.Ack(duplicate=not fresh, bytes=len(buf))
-        except Exception as exc:  # noqa: BLE001 - report, never crash the server
-            failure = exc
         finally:
-            if budget is not None and key is not None and charge is not None:
-                budget.settle(key[0], key[1], charge, stored)
-        # Drop the refused message before answering: the abort's exception keeps this frame (and
-        # so its locals) alive until the cyclic garbage collector runs, which counts objects, not
-        # bytes -- a stream of refused 1 MiB messages would otherwise pile up in memory.
-        env = first = buf = None  # noqa: F841
+            # Drop the message's bytes before any refusal is answered: the abort's exception keeps the
+            # frames (and so their locals) alive until the cyclic garbage collector runs, which counts
+            # objects, not bytes -- a stream of refused 1 MiB messages would otherwise pile up in memory.
+            buf = env = None  # noqa: F841
+            if budget is not None and charge is not None:
+                budget.settle(sender_role, first.tag, charge, stored)
+
+    async def _refuse(self, context, peer: str | None, failure: BaseException, what: str) -> None:
         failure.__traceback__ = None
         self._observe(self.host.inbound_refused, peer, status_code_of(failure).name)
-        await _fail(context, failure, "Deliver")
+        await _fail(context, failure, what)
 
     @staticmethod
     def _observe(fn, *args) -> None:
@@ -586,7 +626,9 @@ def _generic_handler(service: str, servicer: Any) -> grpc.GenericRpcHandler:
     for m in desc.methods:
         req_cls = getattr(tpb, m.input_type.name)
         resp_cls = getattr(tpb, m.output_type.name)
-        make = grpc.stream_unary_rpc_method_handler if m.client_streaming else grpc.unary_unary_rpc_method_handler
+        make = {(True, True): grpc.stream_stream_rpc_method_handler,
+                (True, False): grpc.stream_unary_rpc_method_handler,
+                (False, False): grpc.unary_unary_rpc_method_handler}[(m.client_streaming, m.server_streaming)]
         handlers[m.name] = make(getattr(servicer, m.name), request_deserializer=_tolerant_deserializer(req_cls),
                                 response_serializer=resp_cls.SerializeToString)
     return grpc.method_handlers_generic_handler(service, handlers)

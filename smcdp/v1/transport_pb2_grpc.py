@@ -39,6 +39,11 @@ class MailboxStub:
                 request_serializer=smcdp_dot_v1_dot_transport__pb2.Envelope.SerializeToString,
                 response_deserializer=smcdp_dot_v1_dot_transport__pb2.Ack.FromString,
                 _registered_method=True)
+        self.Stream = channel.stream_stream(
+                '/smcdp.v1.Mailbox/Stream',
+                request_serializer=smcdp_dot_v1_dot_transport__pb2.Envelope.SerializeToString,
+                response_deserializer=smcdp_dot_v1_dot_transport__pb2.Ack.FromString,
+                _registered_method=True)
         self.Propose = channel.unary_unary(
                 '/smcdp.v1.Mailbox/Propose',
                 request_serializer=smcdp_dot_v1_dot_transport__pb2.SessionSpec.SerializeToString,
@@ -71,6 +76,15 @@ class MailboxServicer:
 
     def Deliver(self, request_iterator, context):
         """Stream the chunks of one message to the receiving party.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Stream(self, request_iterator, context):
+        """Many messages on one call (a session's traffic to one peer): every message
+        is checked and stored exactly as by Deliver and answered by one Ack, in
+        order; the first refused message ends the call with its status.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -117,6 +131,11 @@ def add_MailboxServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Deliver': grpc.stream_unary_rpc_method_handler(
                     servicer.Deliver,
+                    request_deserializer=smcdp_dot_v1_dot_transport__pb2.Envelope.FromString,
+                    response_serializer=smcdp_dot_v1_dot_transport__pb2.Ack.SerializeToString,
+            ),
+            'Stream': grpc.stream_stream_rpc_method_handler(
+                    servicer.Stream,
                     request_deserializer=smcdp_dot_v1_dot_transport__pb2.Envelope.FromString,
                     response_serializer=smcdp_dot_v1_dot_transport__pb2.Ack.SerializeToString,
             ),
@@ -171,6 +190,33 @@ class Mailbox:
             request_iterator,
             target,
             '/smcdp.v1.Mailbox/Deliver',
+            smcdp_dot_v1_dot_transport__pb2.Envelope.SerializeToString,
+            smcdp_dot_v1_dot_transport__pb2.Ack.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Stream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/smcdp.v1.Mailbox/Stream',
             smcdp_dot_v1_dot_transport__pb2.Envelope.SerializeToString,
             smcdp_dot_v1_dot_transport__pb2.Ack.FromString,
             options,

@@ -40,6 +40,18 @@ def call_deliver(channel: grpc.Channel, chunks: list[bytes], timeout: float = 10
         return exc.code(), exc.details() or ""
 
 
+def call_stream(channel: grpc.Channel, chunks: list[bytes], timeout: float = 10.0) -> tuple[grpc.StatusCode, str, int]:
+    """``Mailbox.Stream``: (status, details, Acks received before it ended)."""
+    fn = channel.stream_stream(MAILBOX + "Stream", request_serializer=None, response_deserializer=None)
+    acks = 0
+    try:
+        for _ in fn(iter(chunks), timeout=timeout):
+            acks += 1
+        return grpc.StatusCode.OK, "", acks
+    except grpc.RpcError as exc:
+        return exc.code(), exc.details() or "", acks
+
+
 def nested_json(depth: int) -> str:
     return "[" * depth + "]" * depth
 
@@ -133,11 +145,15 @@ def mailbox_requests():
     begin = st.one_of(st.builds(lambda s: tpb.SessionRef(session_id=s).SerializeToString(), _sid), garbage).map(
         lambda b: ("Begin", b))
     abort = st.one_of(abort_requests(), garbage).map(lambda b: ("Abort", b))
-    return st.one_of(deliver, propose, begin, abort)
+    stream = st.lists(st.one_of(envelopes(), mutated(valid_env), garbage), min_size=0, max_size=4).map(
+        lambda chunks: ("Stream", chunks))
+    return st.one_of(deliver, stream, propose, begin, abort)
 
 
 def send(channel: grpc.Channel, request) -> tuple[grpc.StatusCode, str]:
     method, body = request
     if method == "Deliver":
         return call_deliver(channel, body)
+    if method == "Stream":
+        return call_stream(channel, body)[:2]
     return call_unary(channel, MAILBOX + method, body)

@@ -21,6 +21,7 @@ from tests.support.boundary import (
     MAILBOX,
     SERVER_FAILURES,
     call_deliver,
+    call_stream,
     call_unary,
     mailbox_requests,
     nested_json,
@@ -128,6 +129,32 @@ def test_status_code_table(party):
     ]
     got = [(what, expected, call()) for what, expected, call in table]
     wrong = [(what, expected.name, code.name) for what, expected, code in got if code != expected]
+    assert not wrong, wrong
+
+    # Mailbox.Stream: every message is checked exactly as by Deliver; one Ack per message, in order; the first
+    # refused message ends the call with its status (the Acks before it stand)
+    stream_table = [
+        ("Stream: garbage bytes", (C.INVALID_ARGUMENT, 0), [b"\xff\xfe\x00garbage"]),
+        ("Stream: empty", (C.OK, 0), []),
+        ("Stream: two messages", (C.OK, 2), [_env("live", "s0"), _env("live", "s1", b"\x08\x00")]),
+        ("Stream: a message in two chunks, then one in one", (C.OK, 2),
+         [_env("live", "s2", b"\x08", total=2, count=2), _env("live", "s2", b"\x01", total=2, count=2, index=1),
+          _env("live", "s3")]),
+        ("Stream: a duplicate is acknowledged", (C.OK, 1), [_env("live", "s0")]),
+        ("Stream: accepted, then an unknown session", (C.FAILED_PRECONDITION, 1), [_env("live", "s4"), _env("nope")]),
+        ("Stream: accepted, then same tag other bytes", (C.INVALID_ARGUMENT, 1),
+         [_env("live", "s5"), _env("live", "s0", b"\x08\x00")]),
+        ("Stream: message above the session's envelope", (C.RESOURCE_EXHAUSTED, 0),
+         [_env("pi", "big2", b"x" * 1024, total=64 * 1024, count=64)]),
+        ("Stream: message above limits.max_message_mib", (C.RESOURCE_EXHAUSTED, 0),
+         [_env("live", "huge2", b"x", total=300 << 20, count=300)]),
+        ("Stream: a message cut short by the end of the call", (C.INVALID_ARGUMENT, 0),
+         [_env("live", "s6", b"\x08", total=2, count=2)]),
+        ("Stream: chunk of another message inside one", (C.INVALID_ARGUMENT, 0),
+         [_env("live", "s7", b"\x08", total=2, count=2), _env("live", "s8", b"\x01", total=2, count=2, index=1)]),
+    ]
+    got = [(what, expected, call_stream(peer, chunks)) for what, expected, chunks in stream_table]
+    wrong = [(what, expected, (r[0], r[2])) for what, expected, r in got if (r[0], r[2]) != expected]
     assert not wrong, wrong
 
 
