@@ -320,15 +320,10 @@ class MailboxServicer(tgrpc.MailboxServicer):
                 first = checked(await it.__anext__())
             except StopAsyncIteration:
                 raise InvalidMessage("empty Deliver stream: at least one envelope is needed") from None
-            ack = await self._receive(peer, first, it)
-            async for env in it:           # a Deliver call holds one message
-                checked(env)
-                raise InvalidMessage(f"message {first.tag!r}: more chunks than its chunk_count "
-                                     f"{first.chunk_count}")
-            return ack
+            return await self._receive(peer, first, it, last=True)
         except Exception as exc:  # noqa: BLE001 - report, never crash the server
             failure = exc
-        first = env = None  # noqa: F841 - not kept alive by the abort (see _receive)
+        first = None  # noqa: F841 - not kept alive by the abort (see _receive)
         await self._refuse(context, peer, failure, "Deliver")
 
     async def Stream(self, request_iterator, context):
@@ -348,9 +343,10 @@ class MailboxServicer(tgrpc.MailboxServicer):
         first = None  # noqa: F841 - not kept alive by the abort (see _receive)
         await self._refuse(context, peer, failure, "Stream")
 
-    async def _receive(self, peer: str, first: tpb.Envelope, it) -> tpb.Ack:
+    async def _receive(self, peer: str, first: tpb.Envelope, it, last: bool = False) -> tpb.Ack:
         """One message whose first chunk is ``first`` (the rest come from ``it``): checked, charged to the
-        session's budget before a byte is buffered, delivered; the Ack."""
+        session's budget before a byte is buffered, delivered; the Ack.  ``last``: the call holds nothing
+        else (Deliver), which is checked before the message is delivered."""
         budget = charge = None
         stored = False
         self._check_header(first)
@@ -388,6 +384,11 @@ class MailboxServicer(tgrpc.MailboxServicer):
                 raise InvalidMessage(
                     f"message {first.tag!r} incomplete: {first.chunk_count}/{first.chunk_count} chunks, "
                     f"{len(buf)}/{first.total_size} bytes")
+            if last:
+                async for extra in it:
+                    checked(extra)
+                    raise InvalidMessage(f"message {first.tag!r}: more chunks than its chunk_count "
+                                         f"{first.chunk_count}")
             # off the server's loop: the journal's write and fsync must not hold up other calls (heartbeats
             # of other sessions time out behind a disk busy with twenty sessions' journals)
             fresh = await asyncio.to_thread(target.deliver_threadsafe, sender_role, first.tag, first.type_name,
