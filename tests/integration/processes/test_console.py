@@ -282,14 +282,7 @@ def test_console_is_loopback_only_unless_configured(run, tmp_path):
     with open(log, "wb") as fh:
         proc = spawn_party(cfg_path, log_file=fh)
         try:
-            end = time.monotonic() + 60
-            while True:
-                try:
-                    status, body, _ = get(f"http://{others[0]}:{port2}/healthz", timeout=2)
-                    break
-                except OSError:
-                    assert proc.poll() is None and time.monotonic() < end, log.read_text()
-                    time.sleep(0.3)
+            status, _, _ = _first_answer(proc, log, lambda: get(f"http://{others[0]}:{port2}/healthz", timeout=2))
             assert status == 200
         finally:
             stop_party(proc)
@@ -313,15 +306,11 @@ def test_console_over_https_with_a_certificate_from_the_federation_ca(run, tmp_p
     with open(log, "wb") as fh:
         proc = spawn_party(cfg_path, log_file=fh)
         try:
-            end = time.monotonic() + 60
-            while True:
-                try:
-                    with urllib.request.urlopen(f"https://127.0.0.1:{port}/", timeout=2, context=ctx) as r:
-                        status, body = r.status, r.read().decode()
-                    break
-                except (OSError, ssl.SSLError):
-                    assert proc.poll() is None and time.monotonic() < end, log.read_text()
-                    time.sleep(0.3)
+            def fetch():
+                with urllib.request.urlopen(f"https://127.0.0.1:{port}/", timeout=2, context=ctx) as r:
+                    return r.status, r.read().decode()
+
+            status, body = _first_answer(proc, log, fetch)
             assert status == 200 and "party dave" in body
             # the chain was verified against the federation CA; a client trusting another CA refuses it
             other = ssl.create_default_context()
@@ -341,6 +330,18 @@ def http_client_errors():
     import http.client
 
     return http.client.HTTPException
+
+
+def _first_answer(proc, log: Path, fetch, seconds: float = 60.0):
+    """``fetch()`` once the party process ``proc`` answers it (OSError, ssl.SSLError meanwhile); fails with
+    the party's log if the process exits or ``seconds`` pass first."""
+    end = time.monotonic() + seconds
+    while True:
+        try:
+            return fetch()
+        except OSError:            # ssl.SSLError and urllib's URLError are OSErrors
+            assert proc.poll() is None and time.monotonic() < end, log.read_text()
+            time.sleep(0.3)
 
 
 def _another_dave(cluster, tmp_path: Path, name: str, console_toml: str) -> Path:
