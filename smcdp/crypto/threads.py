@@ -70,6 +70,10 @@ class CryptoThreads:
         """``[fn(x) for x in items]`` on the threads; order kept; the first error is raised."""
         return list(self._ex.map(fn, items))
 
+    async def arun(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` on one of the threads, for async code."""
+        return await asyncio.get_running_loop().run_in_executor(self._ex, fn, *args)
+
     async def amap(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> list:
         """:meth:`map` for async code: the event loop keeps running while the threads work."""
         loop = asyncio.get_running_loop()

@@ -48,6 +48,7 @@ from it for frame t + 1).
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from collections.abc import Sequence
@@ -231,19 +232,18 @@ def weighted_sums(pk: PublicKey, terms: Sequence[Sequence[tuple[mpz, int]]], nu:
     capacity (``layout.max_sum``) from the public bounds, never from the data.
     """
     jobs = _weighted_sum_jobs(pk, terms, nu, layout)
-    return _finish_sums(pk, [_job_product(j) for j in jobs], jobs, pool)
+    return _finish_sums(pk, [_job_product(pk.nsquare, j) for j in jobs], jobs, pool)
 
 
 async def aweighted_sums(pk: PublicKey, terms: Sequence[Sequence[tuple[mpz, int]]], nu: Sequence[int],
                          layout: LogsumLayout, pool: ObfuscatorPool, threads: CryptoThreads) -> list[mpz]:
     """:func:`weighted_sums` with one multi-exponentiation per output ciphertext on ``threads``."""
     jobs = _weighted_sum_jobs(pk, terms, nu, layout)
-    return _finish_sums(pk, await threads.amap(_job_product, jobs), jobs, pool)
+    return _finish_sums(pk, await threads.amap(functools.partial(_job_product, pk.nsquare), jobs), jobs, pool)
 
 
-def _weighted_sum_jobs(pk: PublicKey, terms, nu, layout: LogsumLayout) -> list[tuple[list, list, mpz, int]]:
-    """(bases, weights, n², packed noise) per output ciphertext, every bound checked."""
-    n2 = pk.nsquare
+def _weighted_sum_jobs(pk: PublicKey, terms, nu, layout: LogsumLayout) -> list[tuple[list, list, int]]:
+    """(bases, weights, packed noise) per output ciphertext, every bound checked."""
     S = layout.slots
     cap = layout.packing.slot_capacity if layout.packing.packed else int(pk.max_int)
     if layout.max_sum > cap:
@@ -266,19 +266,19 @@ def _weighted_sum_jobs(pk: PublicKey, terms, nu, layout: LogsumLayout) -> list[t
             if not 0 <= nu[r] < 1 << layout.smudge_bits:
                 raise CryptoOverflow("smudging noise outside [0, 2^B_ν)")
             noise += int(nu[r]) << layout.shift(r)
-        jobs.append((bases, exps, n2, noise))
+        jobs.append((bases, exps, noise))
     return jobs
 
 
-def _job_product(job: tuple[list, list, mpz, int]) -> mpz:
-    bases, exps, n2, _ = job
+def _job_product(n2: mpz, job: tuple[list, list, int]) -> mpz:
+    bases, exps, _ = job
     return multi_exp(bases, exps, n2) if bases else mpz(1)
 
 
 def _finish_sums(pk: PublicKey, prods: Sequence[mpz], jobs, pool: ObfuscatorPool) -> list[mpz]:
     """Add each ciphertext's smudging noise, then re-randomise it."""
     n2 = pk.nsquare
-    return [pool.rerandomize(c * ((1 + pk.n * job[3]) % n2) % n2) for c, job in zip(prods, jobs)]
+    return [pool.rerandomize(c * ((1 + pk.n * noise) % n2) % n2) for c, (_, _, noise) in zip(prods, jobs)]
 
 
 # =============================================================================== (L) secure logarithm

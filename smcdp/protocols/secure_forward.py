@@ -613,8 +613,7 @@ class ForwardAlice:
         await asyncio.to_thread(self.pool.precompute, uses, 2)
         self.offline["obfuscators"] = time.perf_counter() - w1
         self.offline["obfuscator_count"] = uses
-        self.urgent = CryptoThreads(URGENT_THREADS, priority="urgent", name="smcdp-fw")
-        self.background = CryptoThreads(priority="background", name="smcdp-fw")
+        _open_threads(self)
         w1 = time.perf_counter()
         ready = await ch.recv(bob, f"{tag}/ready", pb.Ints)
         if list(ready.values) != [expected]:
@@ -637,10 +636,7 @@ class ForwardAlice:
     def close(self) -> None:
         if self.pool is not None:
             self.pool.close()
-        for threads in (self.urgent, self.background):
-            if threads is not None:
-                threads.close()
-        self.urgent = self.background = None
+        _close_threads(self)
 
     # ----------------------------------------------------------------------------- online
     async def run(self, X) -> AliceForward:
@@ -1066,8 +1062,7 @@ class ForwardBob:
         self.masks.final()
         self.offline["masks"] = time.perf_counter() - w1
         self._coef_ints()
-        self.urgent = CryptoThreads(URGENT_THREADS, priority="urgent", name="smcdp-fw")
-        self.background = CryptoThreads(priority="background", name="smcdp-fw")
+        _open_threads(self)
         await ch.send(alice, f"{tag}/ready", pb.Ints(values=[expected]))
         self.offline["seconds"] = time.perf_counter() - w0
         self.offline["cpu_seconds"] = time.process_time() - c0
@@ -1091,10 +1086,7 @@ class ForwardBob:
     def close(self) -> None:
         if self.pool is not None:
             self.pool.close()
-        for threads in (self.urgent, self.background):
-            if threads is not None:
-                threads.close()
-        self.urgent = self.background = None
+        _close_threads(self)
 
     async def run(self) -> BobForward:
         w0, c0 = _clock()
@@ -1303,6 +1295,19 @@ class ForwardBob:
         return back + EncryptedVector.trivial(self.pk, [K - w for w in omega], exponent=-F)
 
 
+def _open_threads(role: ForwardAlice | ForwardBob) -> None:
+    """The role's urgent threads (induction rounds, block 0) and background threads (later blocks)."""
+    role.urgent = CryptoThreads(URGENT_THREADS, priority="urgent", name="smcdp-fw")
+    role.background = CryptoThreads(priority="background", name="smcdp-fw")
+
+
+def _close_threads(role: ForwardAlice | ForwardBob) -> None:
+    for threads in (role.urgent, role.background):
+        if threads is not None:
+            threads.close()
+    role.urgent = role.background = None
+
+
 def _threads_for(role: ForwardAlice | ForwardBob, block: int) -> CryptoThreads:
     """Block 0's emissions gate the first induction round: both parties compute them at full priority.
     Later blocks only have to be ready when the induction reaches them: background threads."""
@@ -1317,7 +1322,7 @@ async def _quadratic_forms_block(threads: CryptoThreads, pk: PublicKey, cts: lis
     the rows spread over ``threads``.
     """
     n2 = pk.nsquare
-    inv = (await threads.amap(_inverses, [(cts, n2)]))[0]
+    inv = await threads.arun(_inverses, cts, n2)
 
     def row(job: tuple[list[int], int, mpz]) -> mpz:
         coefs, m, obf = job
@@ -1327,8 +1332,7 @@ async def _quadratic_forms_block(threads: CryptoThreads, pk: PublicKey, cts: lis
     return await threads.amap(row, list(zip(cints, masks_packed, obfs)))
 
 
-def _inverses(job: tuple[list[mpz], mpz]) -> list[mpz]:
-    cts, n2 = job
+def _inverses(cts: list[mpz], n2: mpz) -> list[mpz]:
     return [gmpy2.invert(c, n2) for c in cts]
 
 
