@@ -28,8 +28,8 @@ import numpy as np
 from smcdp.client import PartyClient, ProposalState, SessionState, SessionStatus
 from smcdp.errors import PermissionDenied
 from smcdp.plugins.registry import get_plugin
+from smcdp.runtime.governance.policy import Policy, rules_for_layout
 from smcdp.runtime.local import LocalCluster
-from smcdp.runtime.policy import Policy, rules_for_layout
 
 work = Path(tempfile.mkdtemp(prefix="smcdp-operator-"))
 rng = np.random.default_rng(7)

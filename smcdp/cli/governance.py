@@ -18,8 +18,8 @@ from pathlib import Path
 
 from smcdp.client import PartyClient
 from smcdp.errors import InvalidMessage, SmcdpError
-from smcdp.runtime import audit
 from smcdp.runtime.config import load_config
+from smcdp.runtime.governance import audit
 
 EXIT_TORN = 3
 

@@ -26,7 +26,7 @@ Example (all relative paths are resolved against the config file's directory)::
     session_seconds = 3600
     rpc_seconds = 120
 
-    [policy]                       # what this party joins, with whom (smcdp.runtime.policy)
+    [policy]                       # what this party joins, with whom (smcdp.runtime.governance.policy)
     approval = "auto"
     [policy.power-iteration]
     roles = ["party*"]
@@ -35,7 +35,7 @@ Example (all relative paths are resolved against the config file's directory)::
     release_to = ["trent", "bob"]
     allow_non_dp = true
 
-    [budget]                       # the privacy budget of its data (smcdp.runtime.charges)
+    [budget]                       # the privacy budget of its data (smcdp.runtime.governance.charges)
     dataset = "alice"
     epsilon = 10.0
 
@@ -93,9 +93,9 @@ from smcdp.net.config import (
     table,
 )
 from smcdp.net.tls import validate_party_name
-from smcdp.runtime.charges import BudgetConfig, budget_to_dict, parse_budget
 from smcdp.runtime.console.config import ConsoleConfig, console_to_dict, parse_console
-from smcdp.runtime.policy import Policy, parse_policy
+from smcdp.runtime.governance.charges import BudgetConfig, budget_to_dict, parse_budget
+from smcdp.runtime.governance.policy import Policy, parse_policy
 
 _MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _KEY_RE = re.compile(r"^[A-Za-z0-9_-]+$")

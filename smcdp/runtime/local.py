@@ -28,14 +28,14 @@ import smcdp
 from smcdp.compute.config import ComputeConfig
 from smcdp.errors import SmcdpError, Unavailable
 from smcdp.net.config import Timeouts, TlsConfig
-from smcdp.net.server import new_session_id
 from smcdp.net.limits import Limits
+from smcdp.net.server import new_session_id
 from smcdp.net.tls import generate_deployment
 from smcdp.runtime.client import get_result, start_session, wait_healthy
-from smcdp.runtime.charges import BudgetConfig
 from smcdp.runtime.config import PartyConfig, dump_config
 from smcdp.runtime.console.config import ConsoleConfig
-from smcdp.runtime.policy import Policy
+from smcdp.runtime.governance.charges import BudgetConfig
+from smcdp.runtime.governance.policy import Policy
 
 log = logging.getLogger("smcdp.local")
 

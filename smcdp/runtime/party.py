@@ -12,7 +12,7 @@ Session life cycle (see docs/transport.md):
    participant's address, knows the protocol and that the protocol's
    ``validate_params`` accepts the parameters; it then prepares the session
    (mailbox ready, role not started) and writes the session's checkpoint
-   (:mod:`smcdp.runtime.checkpoint`: its randomness root, then the journal).
+   (:mod:`smcdp.runtime.durability.checkpoint`: its randomness root, then the journal).
 3. When every participant has accepted, the initiator sends ``Begin`` to each
    and starts its own role.  Because every mailbox exists before any role
    runs, a message never arrives for a session its receiver does not know.
@@ -78,11 +78,11 @@ from smcdp.net.server import (
 from smcdp.net.tls import TlsMaterial
 from smcdp.plugins.registry import get_plugin, load_plugin_modules
 from smcdp.primitives.rng import Randomness
-from smcdp.runtime.approvals import propose_until_decided
-from smcdp.runtime.checkpoint import Checkpoint, CheckpointError
 from smcdp.runtime.config import PartyConfig, load_config
-from smcdp.runtime.console.readmodel import Observatory   # issue 18: console and metrics
-from smcdp.runtime.governance import Governor
+from smcdp.runtime.console.readmodel import Observatory  # issue 18: console and metrics
+from smcdp.runtime.durability.checkpoint import Checkpoint, CheckpointError
+from smcdp.runtime.governance.approvals import propose_until_decided
+from smcdp.runtime.governance.gate import Governor
 from smcdp.runtime.limits import EndedSessions, check_begin, check_proposal  # issue 19: limits
 from smcdp.runtime.logs import configure_logging, private_dir
 from smcdp.runtime.session import Session, write_json_atomic
@@ -133,7 +133,7 @@ class Party(SessionHost):
         self._connector = PeerConnector(self.config, self.tls)
         log.info("party %s listening on %s (port %d)", self.name, self.config.listen, self.port)
         if self.config.console.enabled:                        # issue 18
-            from smcdp.runtime.console.server import Console   # aiohttp only where a console runs
+            from smcdp.runtime.console.server import Console  # aiohttp only where a console runs
             self.console = Console(self, self.observatory)
             try:
                 await self.console.start()

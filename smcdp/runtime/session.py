@@ -5,7 +5,7 @@ computes (Paillier arithmetic) never starves the party's server: health
 checks, heartbeats and deliveries are answered from the server's loop
 meanwhile.
 
-* **Checkpoint** (:mod:`smcdp.runtime.checkpoint`): every session has one from
+* **Checkpoint** (:mod:`smcdp.runtime.durability.checkpoint`): every session has one from
   the moment it is proposed -- the randomness root, the journal of messages --
   so that a restarted party replays the role to where it stopped.
 * **Liveness**: while the role runs, a watcher probes every other participant
@@ -55,8 +55,8 @@ from smcdp.net.server import (
 )
 from smcdp.net.tls import TlsMaterial
 from smcdp.plugins.base import ProtocolPlugin, SessionContext
-from smcdp.runtime.checkpoint import Checkpoint
 from smcdp.runtime.config import PartyConfig
+from smcdp.runtime.durability.checkpoint import Checkpoint
 from smcdp.runtime.limits import begin_wait_seconds, session_budget  # issue 19
 from smcdp.runtime.logs import private_dir
 

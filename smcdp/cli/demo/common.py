@@ -26,8 +26,8 @@ from smcdp.plugins.base import SessionSummary
 from smcdp.plugins.registry import get_plugin
 from smcdp.progress import Task, task
 from smcdp.runtime.chaos import Chaos, ChaosAction
+from smcdp.runtime.governance.policy import Policy, rules_for_layout
 from smcdp.runtime.local import LocalCluster
-from smcdp.runtime.policy import Policy, rules_for_layout
 
 DATA_PARTY_NAMES = ("alice", "bob", "carol", "erin", "frank", "grace", "heidi", "ivan", "judy", "mallory")
 

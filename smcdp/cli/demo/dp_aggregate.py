@@ -21,11 +21,11 @@ from smcdp.dp.budget import fmt_amount
 from smcdp.dp.ledger import Ledger
 from smcdp.errors import InvalidMessage
 from smcdp.net.limits import Limits
+from smcdp.net.server import new_session_id
 from smcdp.plugins.dp_aggregate import load_dataset
 from smcdp.protocols.dp_aggregate import CALIBRATIONS, PROTOCOL, DPAggregateParams
-from smcdp.runtime.charges import DEFAULT_LEDGER, BudgetConfig
+from smcdp.runtime.governance.charges import DEFAULT_LEDGER, BudgetConfig
 from smcdp.runtime.local import LocalCluster, bytes_sent
-from smcdp.net.server import new_session_id
 
 #: delta of every data party's demo budget (a session costs K * 2^-64, see docs/governance.md)
 DEMO_DELTA = 1e-9

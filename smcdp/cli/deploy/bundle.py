@@ -43,9 +43,9 @@ from smcdp.net.tls import (
     write_certificate,
     write_private_key,
 )
-from smcdp.runtime.charges import BudgetConfig
 from smcdp.runtime.config import PartyConfig, dump_config, load_config
-from smcdp.runtime.policy import Policy
+from smcdp.runtime.governance.charges import BudgetConfig
+from smcdp.runtime.governance.policy import Policy
 
 
 def _write_key_and_cert(certs_dir: Path, name: str, key, cert) -> None:

@@ -25,8 +25,15 @@ from smcdp.errors import SmcdpError
 from smcdp.net.server import ROLE_RE
 from smcdp.plugins.base import ProtocolPlugin
 from smcdp.plugins.registry import get_plugin, load_plugin_modules
-from smcdp.runtime.charges import BudgetConfig
-from smcdp.runtime.policy import APPROVALS, SECURE_KEY_BITS, Policy, ProtocolRules, merge_rules, rules_for_layout
+from smcdp.runtime.governance.charges import BudgetConfig
+from smcdp.runtime.governance.policy import (
+    APPROVALS,
+    SECURE_KEY_BITS,
+    Policy,
+    ProtocolRules,
+    merge_rules,
+    rules_for_layout,
+)
 
 DEFAULT_BUDGET = 10.0
 DEFAULT_BUDGET_DELTA = 1e-6

@@ -12,8 +12,8 @@ runs:
 * peers -- probed every ``[console] probe_seconds`` by :class:`PeerProber`: grpc.health.v1
   over the party's own mutual-TLS channel (up or down, round-trip time) and the certificate the
   peer presents in a TLS handshake (subject, issuer, expiry);
-* budgets -- the governance ledger (:mod:`smcdp.runtime.charges`, :mod:`smcdp.dp.ledger`);
-* audit -- the tail of ``audit.jsonl`` and :func:`smcdp.runtime.audit.verify_log`.
+* budgets -- the governance ledger (:mod:`smcdp.runtime.governance.charges`, :mod:`smcdp.dp.ledger`);
+* audit -- the tail of ``audit.jsonl`` and :func:`smcdp.runtime.governance.audit.verify_log`.
 
 What it never reads or returns: keys, inputs, outputs (a record's ``result``), seeds and
 randomness roots (a record's ``seed``; only *whether* a session was seeded), checkpoints.
@@ -40,7 +40,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from smcdp.dp.budget import fmt_amount
 from smcdp.net.config import parse_address
 from smcdp.net.grpc_channel import PeerConnector
-from smcdp.runtime.audit import read_entries, verify_log
+from smcdp.runtime.governance.audit import read_entries, verify_log
 
 log = logging.getLogger("smcdp.console")
 

@@ -14,10 +14,10 @@ import pytest
 from smcdp.dp.ledger import Ledger
 from smcdp.errors import SmcdpError
 from smcdp.runtime import client
-from smcdp.runtime.audit import read_entries, verify_log
-from smcdp.runtime.charges import BudgetConfig
 from smcdp.runtime.config import dump_config, load_config
-from smcdp.runtime.policy import Policy, parse_policy
+from smcdp.runtime.governance.audit import read_entries, verify_log
+from smcdp.runtime.governance.charges import BudgetConfig
+from smcdp.runtime.governance.policy import Policy, parse_policy
 from tests.support.deployment import make_deployment
 
 PARTIES = ["charlie", "dave", "eve", "trent", "alice", "bob", "carol", "frank", "grace"]

@@ -27,11 +27,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from smcdp.cli.demo.common import governed
 from smcdp.net.config import ConfigError
-from smcdp.runtime.charges import BudgetConfig
 from smcdp.runtime.chaos import Chaos, ChaosAction
-from smcdp.runtime.checkpoint import Checkpoint
 from smcdp.runtime.config import load_config, parse_config
 from smcdp.runtime.console.config import ConsoleConfig
+from smcdp.runtime.durability.checkpoint import Checkpoint
+from smcdp.runtime.governance.charges import BudgetConfig
 from smcdp.runtime.local import LocalCluster, free_tcp_port, spawn_party, stop_party
 from smcdp.v1 import transport_pb2 as tpb
 from tests.support.boundary import call_deliver

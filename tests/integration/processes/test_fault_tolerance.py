@@ -26,8 +26,8 @@ from smcdp.net.server import new_session_id
 from smcdp.plugins.registry import get_plugin
 from smcdp.protocols.power_iteration import plaintext_reference
 from smcdp.runtime import client
-from smcdp.runtime.charges import DEFAULT_LEDGER, BudgetConfig
 from smcdp.runtime.chaos import Chaos, ChaosAction
+from smcdp.runtime.governance.charges import DEFAULT_LEDGER, BudgetConfig
 from smcdp.runtime.local import LocalCluster
 from smcdp.v1 import transport_pb2 as tpb
 from smcdp.v1 import transport_pb2_grpc as tgrpc

@@ -17,9 +17,9 @@ from smcdp.cli.demo.dp_aggregate import demo_dp_aggregate
 from smcdp.dp.ledger import Ledger
 from smcdp.errors import SmcdpError
 from smcdp.runtime import client
-from smcdp.runtime.audit import read_entries, verify_log
-from smcdp.runtime.charges import BudgetConfig
 from smcdp.runtime.config import load_config
+from smcdp.runtime.governance.audit import read_entries, verify_log
+from smcdp.runtime.governance.charges import BudgetConfig
 from smcdp.runtime.local import LocalCluster, spawn_party, stop_party, write_local_deployment
 
 ROLES = {"charlie": "charlie", "dave": "dave", "party1": "alice", "party2": "bob"}

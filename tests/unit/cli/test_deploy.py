@@ -503,7 +503,7 @@ def test_check_reports_a_bundle_without_a_restrictive_policy(deployment):
     from dataclasses import replace as _replace
 
     from smcdp.runtime.config import dump_config
-    from smcdp.runtime.policy import Policy
+    from smcdp.runtime.governance.policy import Policy
 
     problems, notes = deploy.check_bundle(deployment / "alice")
     assert problems == [] and any(n.startswith("policy: joins no protocol") for n in notes)

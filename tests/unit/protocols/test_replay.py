@@ -24,7 +24,7 @@ from smcdp.protocols.dp_aggregate import DPAggregateParams, charlie, data_party,
 from smcdp.protocols.keyword import KeywordParams, keyword_alice, keyword_bob
 from smcdp.protocols.power_iteration import PowerIterationParams, trent
 from smcdp.protocols.power_iteration import data_party as pi_party
-from smcdp.runtime.checkpoint import FileJournal
+from smcdp.runtime.durability.journal import FileJournal
 from tests.unit.protocols.keyword_util import synthetic_models
 
 

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from smcdp.cli import main as cli_main
-from smcdp.runtime.audit import GENESIS, HEAD_NAME, LOG_NAME, AuditError, AuditLog, read_entries, verify_log
+from smcdp.runtime.governance.audit import GENESIS, HEAD_NAME, LOG_NAME, AuditError, AuditLog, read_entries, verify_log
 from tests.support.paths import REPO
 
 
@@ -176,7 +176,7 @@ def test_concurrent_appends_from_threads_keep_one_chain(tmp_path):
 _APPENDER = """
 import sys
 from pathlib import Path
-from smcdp.runtime.audit import AuditLog
+from smcdp.runtime.governance.audit import AuditLog
 a = AuditLog(Path(sys.argv[1]), "alice")
 a.open()
 print("ready", flush=True)

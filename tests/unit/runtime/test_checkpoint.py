@@ -1,4 +1,4 @@
-"""Checkpoints and journals (smcdp.runtime.checkpoint) and replay through a journaled Channel."""
+"""Checkpoints and journals (smcdp.runtime.durability.checkpoint) and replay through a journaled Channel."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from smcdp.errors import InvalidMessage
 from smcdp.net.channel import InMemoryNetwork
 from smcdp.primitives.rng import Randomness
 from smcdp.runtime.chaos import ChaosAction
-from smcdp.runtime.checkpoint import Checkpoint, CheckpointError, FileJournal
+from smcdp.runtime.durability.checkpoint import Checkpoint, CheckpointError
+from smcdp.runtime.durability.journal import FileJournal
 from smcdp.v1 import messages_pb2 as pb
 
 

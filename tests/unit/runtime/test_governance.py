@@ -17,11 +17,11 @@ from smcdp.errors import SmcdpError
 from smcdp.net.config import TlsConfig
 from smcdp.net.server import PendingApproval, SessionSpec
 from smcdp.plugins.base import OutputFlow, ProtocolPlugin, SessionSummary
-from smcdp.runtime.audit import read_entries, verify_log
-from smcdp.runtime.charges import BudgetConfig
 from smcdp.runtime.config import PartyConfig
-from smcdp.runtime.governance import Governor
-from smcdp.runtime.policy import Policy, ProtocolRules
+from smcdp.runtime.governance.audit import read_entries, verify_log
+from smcdp.runtime.governance.charges import BudgetConfig
+from smcdp.runtime.governance.gate import Governor
+from smcdp.runtime.governance.policy import Policy, ProtocolRules
 
 ROLES = {"curator": "charlie", "data": "alice"}
 

@@ -8,7 +8,7 @@ import pytest
 
 from smcdp.net.config import ConfigError
 from smcdp.plugins.registry import get_plugin
-from smcdp.runtime.policy import (
+from smcdp.runtime.governance.policy import (
     OutOfBounds,
     Policy,
     PolicyDenied,

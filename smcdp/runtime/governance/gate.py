@@ -4,11 +4,11 @@
 operator's approve/reject/list/show, when a session reaches its release point and when it
 ends.  It composes
 
-* the seed rule and the ``[policy]`` (:mod:`smcdp.runtime.policy`), evaluated on the
+* the seed rule and the ``[policy]`` (:mod:`smcdp.runtime.governance.policy`), evaluated on the
   plug-in's :class:`~smcdp.plugins.base.SessionSummary` of the proposal;
-* operator approval (:mod:`smcdp.runtime.approvals`);
-* the privacy budget (:mod:`smcdp.runtime.charges`);
-* the audit trail (:mod:`smcdp.runtime.audit`): every proposal, decision (with the rule),
+* operator approval (:mod:`smcdp.runtime.governance.approvals`);
+* the privacy budget (:mod:`smcdp.runtime.governance.charges`);
+* the audit trail (:mod:`smcdp.runtime.governance.audit`): every proposal, decision (with the rule),
   reservation, charge, release, abort and session end.
 
 Everything here runs before a session exists: no input file is opened until the
@@ -34,11 +34,11 @@ from smcdp.net.channel import Channel
 from smcdp.net.grpc_channel import AlreadyExists, NotFound
 from smcdp.net.server import PendingApproval, SessionSpec
 from smcdp.plugins.base import ProtocolPlugin, SessionContext, SessionSummary
-from smcdp.runtime.approvals import OPEN_STATES, Proposal, ProposalStore, check_reason, proposals_dir
-from smcdp.runtime.audit import AuditLog
-from smcdp.runtime.charges import SessionCharges
 from smcdp.runtime.config import PartyConfig
-from smcdp.runtime.policy import OutOfBounds, PolicyDenied, Refusal, check_seed, evaluate, refusal
+from smcdp.runtime.governance.approvals import OPEN_STATES, Proposal, ProposalStore, check_reason, proposals_dir
+from smcdp.runtime.governance.audit import AuditLog
+from smcdp.runtime.governance.charges import SessionCharges
+from smcdp.runtime.governance.policy import OutOfBounds, PolicyDenied, Refusal, check_seed, evaluate, refusal
 
 log = logging.getLogger("smcdp.governance")
 

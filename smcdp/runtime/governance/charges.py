@@ -23,7 +23,7 @@ A DP release over the party's data is charged through the one budget interface
 * after a restart, an open reservation of this party whose session no longer runs
   is released for the same reason (a pending, approved proposal keeps its own).
 
-Every step is written to the audit trail by the caller (:mod:`smcdp.runtime.governance`).
+Every step is written to the audit trail by the caller (:mod:`smcdp.runtime.governance.gate`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,8 @@
+"""A party's governance: what it joins and what it pays for (docs/governance.md).
+
+* :mod:`.policy` -- the ``[policy]`` and its evaluation on a proposal's summary;
+* :mod:`.approvals` -- proposals waiting for the operator;
+* :mod:`.charges` -- the ``[budget]`` and a session's reservation and charge;
+* :mod:`.audit` -- the hash-chained audit trail;
+* :mod:`.gate` -- the gate on ``Propose`` that runs them in order.
+"""
