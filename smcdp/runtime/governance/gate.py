@@ -33,12 +33,20 @@ from smcdp.errors import DeadlineExceeded, InvalidMessage, PreconditionFailed, S
 from smcdp.net.channel import Channel
 from smcdp.net.grpc_channel import AlreadyExists, NotFound
 from smcdp.net.server import PendingApproval, SessionSpec
-from smcdp.plugins.base import ProtocolPlugin, SessionContext, SessionSummary
+from smcdp.plugins.base import OutputFlow, ProtocolPlugin, SessionContext, SessionSummary
 from smcdp.runtime.config import PartyConfig
 from smcdp.runtime.governance.approvals import OPEN_STATES, Proposal, ProposalStore, check_reason, proposals_dir
-from smcdp.runtime.governance.audit import AuditLog
+from smcdp.runtime.governance.audit import AuditLog, read_entries
 from smcdp.runtime.governance.charges import SessionCharges
-from smcdp.runtime.governance.policy import OutOfBounds, PolicyDenied, Refusal, check_seed, evaluate, refusal
+from smcdp.runtime.governance.policy import (
+    OutOfBounds,
+    PolicyDenied,
+    Refusal,
+    check_seed,
+    evaluate,
+    refusal,
+    releases_exact,
+)
 
 log = logging.getLogger("smcdp.governance")
 
@@ -56,6 +64,12 @@ class BudgetRefused(SmcdpError, Refusal):
 
 class ApprovalExpired(DeadlineExceeded, Refusal):
     """The operator did not approve before the session's deadline."""
+
+
+class QuotaRefused(SmcdpError, Refusal):
+    """A per-period session limit does not admit the session (RESOURCE_EXHAUSTED)."""
+
+    code = "RESOURCE_EXHAUSTED"
 
 
 def _iso(t: float | None) -> str | None:
@@ -100,6 +114,9 @@ class Governor:
         self._lock = threading.RLock()
         #: sessions admitted here whose cost is reserved in the budget (commit/release pending)
         self._reserved: set[str] = set()
+        #: protocol -> admission times (epoch seconds) of sessions that release exact outputs from this
+        #: party's data, from the audit trail's "accepted" events (max_exact_sessions)
+        self._exact: dict[str, list[float]] = {}
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, live: Iterable[str] = ()) -> None:
@@ -117,6 +134,7 @@ class Governor:
         except ValueError as exc:
             raise PreconditionFailed(str(exc)) from None
         pol = self.policy
+        self._exact = _exact_admissions(self.config.data_dir)
         self.audit.append("start", policy=None if pol is None else pol.as_dict(),
                           budget=None if self.charges is None else self.charges.status())
         if changed is not None:
@@ -194,6 +212,8 @@ class Governor:
                               "differentially private output computed from its data")
             charges = costs and self.charges is not None
             approval = self.policy.approval_for(spec.protocol) if self.policy is not None else "auto"
+            exact = summary is not None and releases_exact(summary.outputs, role, spec.roles, self.name)
+            self._check_exact_quota(sid, spec.protocol, exact)
             if approval == "operator" and peer != self.name:
                 now = time.time()
                 p = self.proposals.save(Proposal(
@@ -211,8 +231,28 @@ class Governor:
             self.audit.append("refused", session=sid, rule=getattr(exc, "rule", None) or "validation",
                               code=exc.code, message=str(exc))
             raise
-        self.audit.append("accepted", session=sid, role=role, approval="auto" if peer != self.name else "own operator")
+        self._accepted(sid, role, "auto" if peer != self.name else "own operator", spec.protocol, exact)
         return spec
+
+    def _accepted(self, sid: str, role: str, how: str, protocol: str, exact: bool) -> None:
+        """Admitted: on the audit trail (exact: its outputs from this party's data are not DP, which
+        max_exact_sessions counts, also after a restart)."""
+        entry = self.audit.append("accepted", session=sid, role=role, approval=how,
+                                  **({"protocol": protocol, "exact": True} if exact else {}))
+        if exact:
+            self._exact.setdefault(protocol, []).append(_epoch(entry["time"]))
+
+    def _check_exact_quota(self, sid: str, protocol: str, exact: bool) -> None:
+        """``max_exact_sessions`` per ``period_days``: sessions admitted in the window, from the audit trail."""
+        rules = self.policy.protocols.get(protocol) if self.policy is not None else None
+        if not exact or rules is None or rules.max_exact_sessions is None:
+            return
+        since = time.time() - rules.period_days * 86400.0
+        used = sum(1 for t in self._exact.get(protocol, ()) if t > since)
+        if used >= rules.max_exact_sessions:
+            raise refusal(QuotaRefused, self.name, sid, f"policy.{protocol}.max_exact_sessions",
+                          f"it already joined {used} {protocol} session(s) releasing exact outputs from its data "
+                          f"in the last {rules.period_days:g} days (at most {rules.max_exact_sessions})")
 
     def _summary(self, plugin: ProtocolPlugin, spec: SessionSpec) -> SessionSummary | None:
         try:
@@ -252,8 +292,18 @@ class Governor:
             return PendingApproval(f"waiting for the operator of party {self.name!r} to approve "
                                    "(smcdp session approve)")
         if p.state == "approved":
+            outputs = [OutputFlow(o["name"], tuple(o["recipients"]), tuple(o["sources"]), bool(o["dp"]))
+                       for o in (p.summary or {}).get("outputs", ())]
+            exact = releases_exact(outputs, p.role, p.roles, self.name)
+            try:   # another session may have taken the last exact slot since the operator approved
+                self._check_exact_quota(sid, p.protocol, exact)
+            except QuotaRefused as exc:
+                self._give_back(sid, str(exc))
+                self.proposals.decide(p, "rejected", str(exc))
+                self.audit.append("refused", session=sid, rule=exc.rule, code=exc.code, message=str(exc))
+                raise
             self.proposals.decide(p, "started", p.reason)
-            self.audit.append("accepted", session=sid, role=p.role, approval="operator")
+            self._accepted(sid, p.role, "operator", p.protocol, exact)
             return p.spec()
         if p.state == "rejected":
             raise refusal(PolicyDenied, self.name, sid, "approval",
@@ -446,6 +496,24 @@ class Governor:
         return out
 
 
+def _epoch(iso: str) -> float:
+    return _dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+def _exact_admissions(data_dir) -> dict[str, list[float]]:
+    """protocol -> admission times of the sessions the audit trail records as releasing exact outputs
+    from this party's data (``accepted`` events with ``exact``)."""
+    out: dict[str, list[float]] = {}
+    for _, entry, _ in read_entries(data_dir):
+        if entry is not None and entry.get("event") == "accepted" and entry.get("exact") is True \
+                and isinstance(entry.get("protocol"), str) and isinstance(entry.get("time"), str):
+            try:
+                out.setdefault(entry["protocol"], []).append(_epoch(entry["time"]))
+            except ValueError:
+                continue
+    return out
+
+
 def _summary_args(d: Mapping[str, Any] | None) -> dict:
     """A stored summary dict back into SessionSummary's arguments (outputs are not needed to reserve)."""
     d = dict(d or {})
@@ -482,4 +550,4 @@ class _Governed(ProtocolPlugin):
         return result
 
 
-__all__ = ["ApprovalExpired", "BudgetRefused", "Governor", "warnings_for"]
+__all__ = ["ApprovalExpired", "BudgetRefused", "Governor", "QuotaRefused", "warnings_for"]
