@@ -39,6 +39,7 @@ from smcdp.runtime.governance.approvals import OPEN_STATES, Proposal, ProposalSt
 from smcdp.runtime.governance.audit import AuditLog, read_entries
 from smcdp.runtime.governance.charges import SessionCharges
 from smcdp.runtime.governance.policy import (
+    DEFAULT_PERIOD_DAYS,
     OutOfBounds,
     PolicyDenied,
     Refusal,
@@ -247,12 +248,13 @@ class Governor:
         rules = self.policy.protocols.get(protocol) if self.policy is not None else None
         if not exact or rules is None or rules.max_exact_sessions is None:
             return
-        since = time.time() - rules.period_days * 86400.0
+        days = rules.period_days if rules.period_days is not None else DEFAULT_PERIOD_DAYS
+        since = time.time() - days * 86400.0
         used = sum(1 for t in self._exact.get(protocol, ()) if t > since)
         if used >= rules.max_exact_sessions:
             raise refusal(QuotaRefused, self.name, sid, f"policy.{protocol}.max_exact_sessions",
                           f"it already joined {used} {protocol} session(s) releasing exact outputs from its data "
-                          f"in the last {rules.period_days:g} days (at most {rules.max_exact_sessions})")
+                          f"in the last {days:g} days (at most {rules.max_exact_sessions})")
 
     def _summary(self, plugin: ProtocolPlugin, spec: SessionSpec) -> SessionSummary | None:
         try:
