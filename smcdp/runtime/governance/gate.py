@@ -68,11 +68,14 @@ def warnings_for(config: PartyConfig) -> list[str]:
     """What a party prints loudly at start-up about its governance settings."""
     out = []
     pol = config.policy
-    if pol is None or not pol.restricts:
-        where = "no [policy]" if pol is None else "[policy] open = true"
-        out.append(f"party {config.name} has {where}: ANY peer in [peers] may start ANY session involving it, "
-                   "in any role, with any parameters (only the seed rule holds). Write a [policy] "
-                   "(docs/governance.md) before this party holds real data.")
+    if pol is None:
+        out.append(f"party {config.name} has no [policy]: it refuses EVERY session a peer proposes (deny by "
+                   "default); only its own operator may start sessions. Write a [policy] "
+                   "(docs/governance.md) saying what it joins.")
+    elif not pol.restricts:
+        out.append(f"party {config.name} has [policy] open = true: ANY peer in [peers] may start ANY session "
+                   "involving it, in any role, with any parameters (only the seed rule holds). Test "
+                   "deployments only: write a [policy] (docs/governance.md) before this party holds real data.")
     elif not pol.protocols:
         out.append(f"party {config.name} joins no protocol (its [policy] has no [policy.<protocol>] table): "
                    "every proposal will be refused.")
@@ -183,6 +186,9 @@ class Governor:
                           roles=dict(spec.roles), params=dict(spec.params), seeded=spec.seed is not None,
                           timeout_seconds=spec.timeout_seconds)
         try:
+            if self.policy is None:   # deny by default: refused before anything else is looked at
+                evaluate(None, me=self.name, session_id=sid, initiator=peer, role=role, roles=spec.roles,
+                         summary=None, allow_insecure_keys=self.config.allow_insecure_keys)
             check_seed(spec.seed, self.policy, self.name, sid)
             summary = self._summary(plugin, spec)
             evaluate(self.policy, me=self.name, session_id=sid, initiator=peer, role=role, roles=spec.roles,

@@ -275,7 +275,7 @@ def test_approve_reject_list_show_through_the_cli_durably_and_expiring(tmp_path,
 
 
 def test_start_up_warnings_are_loud(tmp_path):
-    cfgs = write_local_deployment(tmp_path, ["solo", "other"], allow_seeded=True,
+    cfgs = write_local_deployment(tmp_path, ["solo", "other"], allow_seeded=True, open_policy=True,
                                   inputs={"solo": {"dp-aggregate": {"data": _data(tmp_path)[0]}}})
     with open(tmp_path / "solo.log", "wb") as log:
         proc = spawn_party(cfgs["solo"], log_file=log)
