@@ -255,6 +255,10 @@ class SessionHost(abc.ABC):
     async def resume(self, peer: str, session_id: str) -> str:
         """Reopen a resumably failed session from its checkpoint at the initiator's request; return the role."""
 
+    async def waiting(self, peer: str, session_id: str, party: str) -> None:
+        """The initiator ``peer`` says ``session_id`` waits for ``party``'s operator (issue 24)."""
+        raise _unimplemented("Waiting")
+
     @abc.abstractmethod
     async def get_status(self, session_id: str) -> dict: ...
 
@@ -480,6 +484,18 @@ class MailboxServicer(tgrpc.MailboxServicer):
             return tpb.ResumeReply(role=role)
         except Exception as exc:  # noqa: BLE001
             await _fail(context, exc, "Resume")
+
+
+    async def Waiting(self, request, context):
+        try:
+            peer = peer_identity(context)
+            request = checked(request)
+            if not PARTY_NAME_RE.match(request.party):
+                raise InvalidMessage("Waiting names a party that is not a valid party name")
+            await self.host.waiting(peer, validate_session_id(request.session_id), request.party)
+            return tpb.WaitingReply()
+        except Exception as exc:  # noqa: BLE001
+            await _fail(context, exc, "Waiting")
 
 
 def _info_message(info: dict) -> tpb.SessionInfo:

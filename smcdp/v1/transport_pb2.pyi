@@ -121,6 +121,18 @@ class ResumeReply(_message.Message):
     role: str
     def __init__(self, role: _Optional[str] = ...) -> None: ...
 
+class WaitingNotice(_message.Message):
+    __slots__ = ("session_id", "party")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTY_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    party: str
+    def __init__(self, session_id: _Optional[str] = ..., party: _Optional[str] = ...) -> None: ...
+
+class WaitingReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class StartSessionRequest(_message.Message):
     __slots__ = ("protocol", "roles", "params_json", "session_id", "timeout_seconds", "seed")
     class RolesEntry(_message.Message):

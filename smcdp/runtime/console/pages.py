@@ -63,13 +63,15 @@ def raw_td(html_text: str) -> str:
     return f"<td>{html_text}</td>"
 
 
-def state_badge(state: str | None, rnd: Any = None, step: str = "") -> str:
+def state_badge(state: str | None, rnd: Any = None, step: str = "", waiting_for: str | None = None) -> str:
     s = state or "unknown"
     cls = {"succeeded": "succeeded", "failed": "failed", "running": "running", "prepared": "prepared",
            "pending approval": "pending"}.get(s, "unknown")
     extra = ""
     if s == "running" and rnd is not None:
         extra = f" · round {e(rnd)}" + (f" · {e(step)}" if step else "")
+    if waiting_for and s in ("prepared", "pending approval"):   # issue 24
+        extra += f' · <span class="st pending">waiting for approval at {e(waiting_for)}</span>'
     return f'<span class="st {cls}">{e(s)}</span>{extra}'
 
 
@@ -124,7 +126,7 @@ def sessions_body(sessions: list[dict]) -> str:
         rows.append([
             raw_td(f'<a href="/sessions/{quote(sid, safe="")}"><code>{e(sid)}</code></a>'),
             td(s.get("protocol")), td(roles_text(s.get("roles"))), td(s.get("initiator")),
-            raw_td(state_badge(s.get("state"), s.get("round"), s.get("step") or "")
+            raw_td(state_badge(s.get("state"), s.get("round"), s.get("step") or "", s.get("waiting_for"))
                    + (f'<br><small>{e(error_text(s.get("error")))}</small>' if s.get("error") else "")),
             td(s.get("started_at")), td(duration(s.get("seconds")), "num"), raw_td(traffic_cell(s.get("traffic") or {})),
         ])
@@ -141,7 +143,7 @@ def session_body(s: dict) -> str:
     kv = [("Session", f"<code>{e(s['session_id'])}</code>"), ("Protocol", e(s.get("protocol"))),
           ("Roles", e(roles_text(s.get("roles")))), ("This party's role", e(s.get("role"))),
           ("Initiator", e(s.get("initiator"))),
-          ("State", state_badge(s.get("state"), s.get("round"), s.get("step") or "")),
+          ("State", state_badge(s.get("state"), s.get("round"), s.get("step") or "", s.get("waiting_for"))),
           ("Error", e(error_text(s.get("error")))), ("Started (UTC)", e(s.get("started_at"))),
           ("Finished (UTC)", e(s.get("finished_at"))), ("Duration", e(duration(s.get("seconds")))),
           ("Restarts", e(s.get("restarts"))), ("Seeded", e(s.get("seeded")))]

@@ -38,7 +38,9 @@ import hashlib
 import json
 import os
 import threading
-from dataclasses import dataclass
+import time
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -325,3 +327,87 @@ class AuditLog:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+
+
+# ---------------------------------------------------------------------- refusals per peer (issue 24)
+#: refusals of one peer recorded in full per window; beyond that they are counted
+REFUSALS_IN_FULL = 10
+REFUSAL_WINDOW_SECONDS = 60.0
+#: session ids a summary names (the first and the last are always among them)
+SUMMARY_SESSIONS = 5
+
+
+@dataclass
+class _Window:
+    started: float            # time.monotonic()
+    started_at: str           # wall clock, for the record
+    count: int = 0
+    rules: Counter = field(default_factory=Counter)
+    sessions: list = field(default_factory=list)
+    last_session: str | None = None
+
+
+class RefusalThrottle:
+    """How many of one peer's refusals the audit trail records line by line.
+
+    500 refused proposals from one peer used to append 1,000 fsync-ed lines (476 KB).
+    Now, per peer and window of ``window`` seconds, the first ``in_full`` refusals are
+    recorded as before (``proposal`` and ``refused``); the others are only counted, by
+    rule, and the count is appended as one ``refusals-summarised`` event when the
+    window ends (:meth:`due`, from the governor's periodic loop, or the peer's next
+    refusal) or the party stops (:meth:`flush`).  The chain stays one chain: a summary
+    is an ordinary line.  Peers are names from verified certificates (bounded by
+    ``[peers]``), so the state is bounded too.
+    """
+
+    def __init__(self, in_full: int = REFUSALS_IN_FULL, window: float = REFUSAL_WINDOW_SECONDS) -> None:
+        self.in_full = in_full
+        self.window = window
+        self._lock = threading.Lock()
+        self._peers: dict[str, _Window] = {}
+
+    def refused(self, peer: str, rule: str, session: str | None,
+                now: float | None = None) -> tuple[list[dict], bool]:
+        """Count one refusal of ``peer``: (summaries of windows that ended, to append first;
+        whether to record this refusal in full)."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            out = self._close(now, [peer])
+            w = self._peers.get(peer)
+            if w is None:
+                w = self._peers[peer] = _Window(now, _now())
+            w.count += 1
+            if w.count <= self.in_full:
+                return out, True
+            w.rules[rule] += 1
+            if session is not None:
+                if len(w.sessions) < SUMMARY_SESSIONS - 1:
+                    w.sessions.append(session)
+                w.last_session = session
+            return out, False
+
+    def due(self, now: float | None = None) -> list[dict]:
+        """Summaries of every window that has ended."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            return self._close(now, list(self._peers))
+
+    def flush(self) -> list[dict]:
+        """Summaries of every window, ended or not (the party stops)."""
+        with self._lock:
+            return self._close(float("inf"), list(self._peers))
+
+    def _close(self, now: float, peers: list[str]) -> list[dict]:
+        out = []
+        for peer in peers:
+            w = self._peers.get(peer)
+            if w is None or now - w.started < self.window:
+                continue
+            del self._peers[peer]
+            counted = sum(w.rules.values())
+            if counted:
+                sessions = w.sessions + ([w.last_session] if w.last_session not in w.sessions else [])
+                out.append({"peer": peer, "refused": counted, "recorded_in_full": w.count - counted,
+                            "rules": dict(sorted(w.rules.items())), "since": w.started_at, "until": _now(),
+                            "sessions": [x for x in sessions if x is not None]})
+        return out

@@ -8,6 +8,7 @@ gRPC with its own certificate (``tests.support.deployment.raw_channel``)."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import grpc
@@ -77,3 +78,305 @@ def test_a_party_without_policy_refuses_every_peer_and_its_own_operator_still_st
     assert {e["rule"] for e in refused} == {"policy"} and len(refused) >= 4
     procs["alice"].terminate()
     assert "has no [policy]: it refuses EVERY session a peer proposes" in procs["alice"].output()
+
+
+# ------------------------------------------------------------------ 5. approval waits properly
+PI_ROLES = {"trent": "trent", "party1": "alice", "party2": "bob"}
+PI_PARAMS = {"n_parties": 2, "key_bits": 512, "tol": 1e-9, "max_iterations": 200}
+
+
+def _pi_deployment(tmp_path, *, approval=(), limits=None, budgets=None):
+    """trent, alice, bob with policies admitting exactly the power-iteration layout (``approval``:
+    parties whose operator approves by hand) and a small data block each."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from smcdp.cli.demo.common import governed
+
+    rng = np.random.default_rng(2)
+    inputs = {"trent": {}}
+    for name, n in (("alice", 4), ("bob", 3)):
+        np.save(tmp_path / f"{name}.npy", rng.normal(size=(5, n)))
+        inputs[name] = {"power-iteration": {"data": tmp_path / f"{name}.npy"}}
+    options, _ = governed("power-iteration", PI_ROLES, PI_PARAMS, initiator="trent", seed=None)
+    policies = {p: replace(pol, approval="operator") if p in approval else pol
+                for p, pol in options["policies"].items()}
+    return make_deployment(tmp_path, ["trent", "alice", "bob"], inputs=inputs, policies=policies, limits=limits,
+                           budgets=budgets)
+
+
+def _status(cfg, sid):
+    try:
+        return client.get_status(cfg, sid)
+    except Exception:  # noqa: BLE001 - not there yet
+        return {}
+
+
+def _wait_for(what, predicate, timeout=60.0):
+    end = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def test_an_operator_approving_after_the_proposal_grace_still_gets_the_session(tmp_path, processes):
+    """bob's operator approves by hand and takes longer than the proposal grace (3 s here, 120 s by
+    default).  alice, who accepted first, keeps the session prepared and says whom it waits for, as
+    do trent and bob; after the approval the session runs to its normal result.  On main alice
+    expired it after the grace ("never began … within the proposal grace")."""
+    from smcdp.net.limits import Limits
+
+    cfgs = _pi_deployment(tmp_path, approval=("bob",), limits=Limits(proposal_grace_seconds=3.0))
+    _start(processes, cfgs, ["trent", "alice", "bob"])
+    out = {}
+    th = threading.Thread(target=lambda: out.update(rec=client.start_session(
+        cfgs["trent"], "power-iteration", PI_ROLES, PI_PARAMS, session_id="slow-ok", timeout=60)))
+    th.start()
+    _wait_for("bob's pending proposal", lambda: _status(cfgs["bob"], "slow-ok").get("state") == "pending")
+    time.sleep(3.0 + 6.0)   # well past alice's proposal grace
+    st = {p: _status(cfgs[p], "slow-ok") for p in ("trent", "alice", "bob")}
+    assert st["alice"]["state"] == "prepared" and st["alice"]["waiting_for"] == "bob", st["alice"]
+    assert st["trent"]["state"] == "prepared" and st["trent"]["waiting_for"] == "bob", st["trent"]
+    assert st["bob"]["state"] == "pending" and st["bob"]["waiting_for"] == "bob", st["bob"]
+    client.approve_session(cfgs["bob"], "slow-ok")
+    th.join(120)
+    assert out["rec"]["state"] == "succeeded", out
+    for p in ("alice", "bob"):
+        assert client.get_result(cfgs[p], "slow-ok")["state"] == "succeeded"
+
+
+# ------------------------------------------------------------------ 3. resume is admission again
+def _abort(ch, sid, code="UNAVAILABLE"):
+    return call_unary(ch, MAILBOX + "Abort", tpb.AbortRequest(session_id=sid, code=code,
+                                                              message="gone").SerializeToString())
+
+
+def _resume(ch, sid):
+    return call_unary(ch, MAILBOX + "Resume", tpb.SessionRef(session_id=sid).SerializeToString())
+
+
+def _failed_resumably(cfg, sid):
+    _wait_for(f"{sid} to fail resumably", lambda: client.get_result(cfg, sid).get("state") == "failed")
+    rec = client.get_result(cfg, sid)
+    assert rec["resumable"] is True, rec
+    return rec
+
+
+def _junk(sid, tag, nbytes, chunk=1 << 20):
+    data = b"\x00" * nbytes
+    n = -(-nbytes // chunk)
+    return [tpb.Envelope(session_id=sid, tag=tag, type_name="smcdp.v1.Blobs", chunk_index=i, chunk_count=n,
+                         total_size=nbytes, data=data[i * chunk:(i + 1) * chunk]).SerializeToString()
+            for i in range(n)]
+
+
+def _restart(processes, procs, cfgs, name):
+    assert procs[name].terminate() == 0, procs[name].output()
+    procs[name] = processes(name, cfgs[name], use_launcher=False)
+    client.wait_healthy(cfgs[name], timeout=60)
+
+
+def _set_limits(cfg_path, **values):
+    """Rewrite keys of a config's [limits] table (the TOML the deployment wrote)."""
+    import re
+
+    text = cfg_path.read_text()
+    for key, value in values.items():
+        text, n = re.subn(rf"(?m)^{key} = .*$", f"{key} = {value}", text)
+        assert n == 1, key
+    cfg_path.write_text(text)
+
+
+def test_a_resume_is_admitted_again(tmp_path, processes):
+    """alice (a member with a valid certificate) makes bob's sessions fail resumably -- Propose, then
+    Abort UNAVAILABLE -- and resumes them.  On main every resume was accepted: past pending_total, with
+    a renewed deadline, any number of times, with a fresh envelope each time, under yesterday's
+    policy.  Now each resume is admitted like a proposal."""
+    from smcdp.net.limits import Limits
+
+    limits = Limits(pending_per_peer=2, pending_total=3, max_restarts=2, max_session_mib=4, max_message_mib=4)
+    cfgs = make_deployment(tmp_path, ["alice", "bob", "charlie"], limits=limits)
+    procs = _start(processes, cfgs, ["bob", "charlie"])
+    bob_dir = tmp_path / "state" / "bob"
+    with _member(tmp_path, cfgs, "alice", "bob") as alice:
+        # six resumable failures; a proposal's slot is free again once it failed
+        t0 = time.monotonic()
+        for i in range(6):
+            assert call_unary(alice, MAILBOX + "Propose", _spec(f"r-{i}", ECHO, timeout=40.0))[0] == C.OK
+            assert _abort(alice, f"r-{i}")[0] == C.OK
+            _failed_resumably(cfgs["bob"], f"r-{i}")
+        time.sleep(max(0.0, t0 + 4.0 - time.monotonic()))
+        codes = [_resume(alice, f"r-{i}") for i in range(4)]
+        assert [c for c, _ in codes[:2]] == [C.OK, C.OK], codes
+        for code, details in codes[2:]:   # two of alice's sessions wait for Begin: pending_per_peer
+            assert code == C.RESOURCE_EXHAUSTED and "rule limits.pending)" in details, (code, details)
+        # the deadline is the one the session had (proposed ~40 s ago at most), not a new 40 s
+        left = client.get_status(cfgs["bob"], "r-0")["seconds_left"]
+        assert left <= 40.0 - (time.monotonic() - t0) + 0.5, left
+        # another peer's session still gets a slot and runs
+        rec = client.start_session(cfgs["charlie"], "net-echo", {"a": "charlie", "b": "bob"}, {"n": 2},
+                                   session_id="honest-1", timeout=30)
+        assert rec["state"] == "succeeded"
+        # restarts are bounded: r-0 resumed once; abort and resume it until limits.max_restarts (2) says no
+        assert _abort(alice, "r-0")[0] == C.OK
+        _failed_resumably(cfgs["bob"], "r-0")
+        assert _resume(alice, "r-0")[0] == C.OK                # restart 2
+        assert _abort(alice, "r-0")[0] == C.OK
+        _failed_resumably(cfgs["bob"], "r-0")
+        code, details = _resume(alice, "r-0")
+        assert code == C.RESOURCE_EXHAUSTED and "rule limits.max_restarts)" in details, (code, details)
+        # journaled bytes count against the envelope: 3 MiB into r-4, abort, resume, 3 MiB more is refused
+        assert _abort(alice, "r-1")[0] == C.OK                 # frees alice's second slot
+        _failed_resumably(cfgs["bob"], "r-1")
+        assert _resume(alice, "r-4")[0] == C.OK
+        from tests.support.boundary import call_deliver
+
+        assert call_deliver(alice, _junk("r-4", "junk-1", 3 << 20))[0] == C.OK
+        assert _abort(alice, "r-4")[0] == C.OK
+        _failed_resumably(cfgs["bob"], "r-4")
+        assert _resume(alice, "r-4")[0] == C.OK
+        code, details = call_deliver(alice, _junk("r-4", "junk-2", 3 << 20))
+        assert code == C.RESOURCE_EXHAUSTED and "past its budget" in details, (code, details)
+        assert _abort(alice, "r-4")[0] == C.OK
+        _failed_resumably(cfgs["bob"], "r-4")
+    # bob restarts with a smaller envelope (and room for restarts): a journal holding more than it
+    # allows is not reloaded at all
+    _set_limits(cfgs["bob"], max_session_mib=1, max_message_mib=1, max_restarts=5)
+    _restart(processes, procs, cfgs, "bob")
+    with _member(tmp_path, cfgs, "alice", "bob") as alice:
+        code, details = _resume(alice, "r-4")
+        assert code == C.RESOURCE_EXHAUSTED and "rule envelope)" in details, (code, details)
+    # and with today's policy: bob's operator removed [policy] (deny by default) and restarted
+    text = cfgs["bob"].read_text()
+    policy = '[policy]\napproval = "auto"\nallow_seeded = false\nopen = true\n'
+    assert policy in text
+    cfgs["bob"].write_text(text.replace(policy, ""))
+    assert load_config(cfgs["bob"]).policy is None
+    _restart(processes, procs, cfgs, "bob")
+    with _member(tmp_path, cfgs, "alice", "bob") as alice:
+        code, details = _resume(alice, "r-5")
+        assert code == C.PERMISSION_DENIED and "rule policy)" in details, (code, details)
+    refused = {e["rule"] for e in _events(bob_dir, "refused") if e.get("how") == "resume"}
+    assert {"limits.pending", "limits.max_restarts", "envelope", "policy"} <= refused, refused
+
+
+# ------------------------------------------------------------------ 4. abort releases
+DPA_ROLES = {"charlie": "alice", "dave": "carol", "party1": "bob", "party2": "dan"}
+DPA_PARAMS = {"n_parties": 2, "dim": 3, "epsilon": 1.0, "lam": 0.1, "key_bits": 512, "dgk_bits": 512, "dgk_t": 96}
+
+
+def _dpa_bob(tmp_path, limits=None):
+    """bob holds data in dp-aggregate sessions alice initiates; his budget admits one session (ε = 1)."""
+    import numpy as np
+
+    from smcdp.cli.demo.common import governed
+    from smcdp.runtime.governance.charges import BudgetConfig
+
+    np.savez(tmp_path / "bob.npz", X=np.zeros((60, 3)), y=np.ones(60))
+    options, _ = governed("dp-aggregate", DPA_ROLES, DPA_PARAMS, initiator="alice", seed=None)
+    return make_deployment(tmp_path, ["alice", "bob", "carol", "dan"], limits=limits,
+                           inputs={"bob": {"dp-aggregate": {"data": tmp_path / "bob.npz"}}},
+                           policies=options["policies"],
+                           budgets={"bob": BudgetConfig(dataset="bob", epsilon=1.0, delta=1e-6)})
+
+
+def _reservation(tmp_path, key):
+    from smcdp.dp.ledger import Ledger
+
+    return Ledger(tmp_path / "state" / "bob" / "ledger.sqlite").reservation("bob", key)
+
+
+def test_an_abort_gives_the_reservation_back_and_the_checkpoint_goes_after_the_retention(tmp_path, processes):
+    """alice proposes a dp-aggregate session to bob (ε = 1: all of bob's budget) and aborts it with
+    UNAVAILABLE.  On main bob kept the reservation for ever (also across a restart), so the next
+    honest session was refused for budget, and the checkpoint and journal stayed on disk for ever.
+    Now the reservation goes back when the session fails, a resume reserves again, and the checkpoint
+    is deleted limits.failed_retention_seconds after the failure -- every step in the audit trail."""
+    from smcdp.net.limits import Limits
+
+    cfgs = _dpa_bob(tmp_path, limits=Limits(failed_retention_seconds=6.0))
+    procs = _start(processes, cfgs, ["bob"])
+    spec = lambda sid: _spec(sid, DPA_ROLES, "dp-aggregate", json.dumps(DPA_PARAMS), 600.0)  # noqa: E731
+    bob_dir = tmp_path / "state" / "bob"
+    with _member(tmp_path, cfgs, "alice", "bob") as alice:
+        assert call_unary(alice, MAILBOX + "Propose", spec("a-1"))[0] == C.OK
+        assert _reservation(tmp_path, "a-1").state == "reserved"
+        assert call_unary(alice, MAILBOX + "Propose", spec("a-2"))[0] == C.RESOURCE_EXHAUSTED   # budget held
+        assert _abort(alice, "a-1")[0] == C.OK
+        _failed_resumably(cfgs["bob"], "a-1")
+        assert _reservation(tmp_path, "a-1").state == "released"
+        assert (bob_dir / "sessions" / "a-1.d").is_dir()         # kept for a resume, for now
+        # the honest next session is admitted (it reserves the whole budget in turn) ...
+        assert call_unary(alice, MAILBOX + "Propose", spec("a-2"))[0] == C.OK
+        # ... so resuming a-1 is admitted again only if its cost fits: it does not
+        code, details = _resume(alice, "a-1")
+        assert code == C.RESOURCE_EXHAUSTED and "rule budget)" in details, (code, details)
+        assert _abort(alice, "a-2", code="ABORTED")[0] == C.OK   # a final failure: nothing to keep
+        _wait_for("a-2 to end", lambda: client.get_result(cfgs["bob"], "a-2").get("state") == "failed")
+        assert _reservation(tmp_path, "a-2").state == "released"
+        assert not (bob_dir / "sessions" / "a-2.d").exists()
+        assert _resume(alice, "a-1")[0] == C.OK                  # now it fits: reserved again
+        assert _reservation(tmp_path, "a-1/resume-1").state == "reserved"
+    # kill -9 while the resumed session holds its reservation: restored, it keeps it; aborted, it goes back
+    procs["bob"].kill()
+    procs["bob"] = processes("bob", cfgs["bob"], use_launcher=False)
+    client.wait_healthy(cfgs["bob"], timeout=60)
+    assert _reservation(tmp_path, "a-1/resume-1").state == "reserved"
+    with _member(tmp_path, cfgs, "alice", "bob") as alice:
+        assert _abort(alice, "a-1")[0] == C.OK
+    _wait_for("a-1's reservation to go back", lambda: _reservation(tmp_path, "a-1/resume-1").state == "released")
+    # the retention (6 s) deletes the resumable checkpoint -- root key and journal -- and says so
+    _wait_for("a-1's checkpoint to be deleted", lambda: not (bob_dir / "sessions" / "a-1.d").exists(), timeout=40)
+    deleted = _events(bob_dir, "checkpoint-deleted")
+    assert [e["session"] for e in deleted] == ["a-1"] and deleted[0]["resumable"] is True
+    released = [e for e in _events(bob_dir, "released") if e["session"] == "a-1"]
+    assert len(released) == 2 and released[1]["key"] == "a-1/resume-1"
+    from smcdp.dp.ledger import Ledger
+
+    st = Ledger(bob_dir / "ledger.sqlite").status("bob")
+    assert (str(st.spent_epsilon), str(st.reserved_epsilon)) == ("0", "0")
+
+
+# ------------------------------------------------------------------ 6. refusals and the approval queue
+def test_a_refused_peers_flood_is_counted_not_written_line_by_line(tmp_path, processes):
+    """500 refused proposals from one peer grew the audit log by 476 KB on main, each line fsync-ed.
+    Now the first few per window are recorded in full and the rest are one counted event; the chain
+    still verifies."""
+    from smcdp.runtime.governance.audit import REFUSALS_IN_FULL, verify_log
+
+    cfgs = make_deployment(tmp_path, ["alice", "bob"], open_policy=False, policies={"alice": Policy(open=True)})
+    procs = _start(processes, cfgs, ["bob"])
+    bob_dir = tmp_path / "state" / "bob"
+    before = (bob_dir / "audit.jsonl").stat().st_size
+    with _member(tmp_path, cfgs, "alice", "bob") as alice:
+        codes = {call_unary(alice, MAILBOX + "Propose", _spec(f"f-{i}", ECHO))[0] for i in range(300)}
+    assert codes == {C.PERMISSION_DENIED}
+    grown = (bob_dir / "audit.jsonl").stat().st_size - before
+    assert grown < 2 * REFUSALS_IN_FULL * 600, grown          # a few KB, not 300 × 2 lines
+    assert procs["bob"].terminate() == 0                      # a stop writes the open window's count
+    [summary] = _events(bob_dir, "refusals-summarised")
+    assert summary["peer"] == "alice" and summary["refused"] == 300 - REFUSALS_IN_FULL
+    assert summary["rules"] == {"policy": 300 - REFUSALS_IN_FULL}
+    assert len(_events(bob_dir, "refused")) == REFUSALS_IN_FULL
+    assert verify_log(bob_dir).ok
+
+
+def test_the_approval_queue_holds_a_bounded_number_per_peer(tmp_path, processes):
+    """One peer left 300 proposals waiting for bob's operator on main; now limits.pending_approvals_per_peer
+    (8 by default) wait, the rest are refused with RESOURCE_EXHAUSTED, and another peer still gets in."""
+    # an open test party whose operator approves every proposal by hand
+    cfgs = make_deployment(tmp_path, ["alice", "bob", "charlie"],
+                           policies={"bob": Policy(open=True, approval="operator")})
+    assert load_config(cfgs["bob"]).policy.approval == "operator"
+    _start(processes, cfgs, ["bob"])
+    with _member(tmp_path, cfgs, "alice", "bob") as alice:
+        replies = [call_unary(alice, MAILBOX + "Propose", _spec(f"q-{i}", ECHO)) for i in range(30)]
+    assert [c for c, _ in replies[:8]] == [C.OK] * 8            # pending
+    for code, details in replies[8:]:
+        assert code == C.RESOURCE_EXHAUSTED and "limits.pending_approvals_per_peer" in details, (code, details)
+    pending = client.list_sessions(cfgs["bob"], pending_only=True)
+    assert len(pending) == 8
+    with _member(tmp_path, cfgs, "charlie", "bob") as charlie:
+        assert call_unary(charlie, MAILBOX + "Propose", _spec("c-1", {"a": "charlie", "b": "bob"}))[0] == C.OK
+    assert len(client.list_sessions(cfgs["bob"], pending_only=True)) == 9
