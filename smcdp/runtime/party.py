@@ -85,6 +85,7 @@ from smcdp.runtime.durability.retention import sweep as retention_sweep
 from smcdp.runtime.durability.retention import sweep_period
 from smcdp.runtime.governance.approvals import propose_until_decided
 from smcdp.runtime.governance.gate import Governor
+from smcdp.runtime.governance.witness import SignedHead
 from smcdp.runtime.limits import (  # issue 19: limits; issue 24: resume is admission again
     EndedSessions,
     check_begin,
@@ -125,7 +126,8 @@ class Party(SessionHost):
         self.port: int | None = None
         #: this process's incarnation: peers see it change when the party restarted
         self.incarnation = secrets.token_hex(6)
-        self.governor = Governor(config, self.name)          # governance (issue 14)
+        self.governor = Governor(config, self.name, self.tls)   # governance (issue 14; witnesses: 24)
+        self._exchanges: set[asyncio.Task] = set()            # audit heads sent at sessions' ends
         self._expiry: asyncio.Task | None = None
         self._sweeper: asyncio.Task | None = None
         self.observatory = Observatory(self)                  # issue 18: what the console reads
@@ -168,6 +170,8 @@ class Party(SessionHost):
         if running:
             await asyncio.wait([asyncio.wrap_future(s.done) for s in running], timeout=grace)
         await self.server.stop(grace=1.0)
+        if self._exchanges:                                   # issue 24: heads being exchanged
+            await asyncio.wait(list(self._exchanges), timeout=2.0)
         if self._connector is not None:
             await self._connector.close()
         for s in running:
@@ -430,6 +434,53 @@ class Party(SessionHost):
                 self._unwritten[s.spec.session_id] = s.record
             if s.record is not None:
                 self.observatory.session_ended(s.record)       # issue 18: metrics
+            if not self._shutting_down and self._connector is not None:   # issue 24: witnessed heads
+                task = asyncio.get_running_loop().create_task(self._exchange_heads(s))
+                self._exchanges.add(task)
+                task.add_done_callback(self._exchanges.discard)
+
+    async def _exchange_heads(self, s: Session) -> None:
+        """Send this party's signed audit head to every other participant; keep theirs (best effort)."""
+        sid, loop = s.spec.session_id, asyncio.get_running_loop()
+
+        async def one(peer: str) -> None:
+            try:
+                mine = await loop.run_in_executor(None, self.governor.signed_head, peer, sid)
+                if mine is None:
+                    return
+                reply = await self._connector.mailbox(peer).Witness(
+                    tpb.SignedAuditHead(statement=mine.statement, signature=mine.signature,
+                                        certificate=mine.certificate), timeout=self.config.timeouts.connect_seconds)
+                if reply.statement:
+                    theirs = SignedHead(reply.statement, reply.signature, reply.certificate)
+                    await loop.run_in_executor(None, self.governor.keep_witnessed, peer, theirs, sid)
+            except Exception as exc:  # noqa: BLE001 - a witness is best effort; the next session tries again
+                log.info("session %s: audit heads not exchanged with %s: %s", sid, peer, exc)
+        await asyncio.gather(*(one(p) for p in sorted(set(s.spec.roles.values()) - {self.name})))
+
+    async def witness(self, peer: str, statement: bytes, signature: bytes, certificate: bytes
+                      ) -> tuple[bytes, bytes, bytes] | None:
+        head = SignedHead(statement, signature, certificate)
+        sid = validate_session_id(head.claims()["session"])
+        took_part = await self._took_part(peer, sid)
+        mine = await asyncio.get_running_loop().run_in_executor(None, self.governor.witness, peer, head, took_part)
+        return None if mine is None else (mine.statement, mine.signature, mine.certificate)
+
+    async def witnessed(self, peer: str) -> list[tuple[bytes, bytes, bytes]]:
+        heads = await asyncio.get_running_loop().run_in_executor(None, self.governor.witnesses.held_for, peer)
+        return [(h.statement, h.signature, h.certificate) for h in heads]
+
+    async def _took_part(self, peer: str, session_id: str) -> bool:
+        s = self.sessions.get(session_id)
+        roles = s.spec.roles if s is not None else getattr(self.ended.get(session_id), "roles", None)
+        if roles is None:
+            try:
+                rec = json.loads(await asyncio.get_running_loop().run_in_executor(
+                    None, self.record_path(session_id).read_text))
+                roles = rec.get("roles") if isinstance(rec, dict) else None
+            except (OSError, ValueError):
+                roles = None
+        return isinstance(roles, dict) and peer in roles.values()
 
     def _session_for(self, peer: str, session_id: str) -> Session | None:
         """The live session, or None if it ended here (after checking the peer held a role)."""

@@ -246,15 +246,26 @@ class AuditLog:
         self._fd: int | None = None
         self._seq = 0
         self._prev = GENESIS
+        self._first: str | None = None      # SHA-256 of line 1: the log's identity (witnessed heads)
         self._broken: str | None = None
 
-    def open(self) -> dict | None:
+    def open(self, used_before: str | None = None) -> dict | None:
         """Verify the log, repair a torn tail, and get ready to append.
 
         Returns the ``torn-tail-repaired`` entry if there was one to repair; raises
-        :class:`AuditError` if the log is damaged otherwise.
+        :class:`AuditError` if the log is damaged otherwise, or missing although the data
+        directory was used before (``used_before`` says how it shows; ``audit.head`` left
+        behind shows it too): a lost log is not restarted silently (issue 24), its operator
+        starts a new one explicitly (:func:`start_new_log`, ``smcdp audit new``).
         """
         self.dir.mkdir(parents=True, exist_ok=True)
+        if not self.path.exists():
+            why = f"{HEAD_NAME} is still there" if self.head_path.exists() else used_before
+            if why:
+                raise AuditError(
+                    f"audit log {self.path} is missing although this party kept one before ({why}). It is not "
+                    f"restarted silently: find it, or start a new one explicitly with 'smcdp audit new --config "
+                    f"FILE --reason TEXT' (the new log's first line records that, and the old head)")
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -279,6 +290,7 @@ class AuditLog:
                 os.fsync(fd)
             self._fd, fd = fd, -1
             self._seq, self._prev = v.lines, v.head
+            self._first = _sha(data.split(b"\n", 1)[0]) if v.lines else None
             self._write_head()   # completes a head left one line behind by a crash
         finally:
             if fd >= 0:
@@ -317,16 +329,47 @@ class AuditLog:
                     raise AuditError(f"cannot append to audit log {self.path}: {exc}") from None
                 self._seq += 1
                 self._prev = _sha(line)
+                if self._seq == 1:
+                    self._first = self._prev
                 self._write_head()
             finally:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
             return entry
+
+    def state(self) -> tuple[str, int, str] | None:
+        """(log id = SHA-256 of line 1, lines, SHA-256 of the last line) as appended so far."""
+        with self._lock:
+            if self._fd is None or self._first is None:
+                return None
+            return self._first, self._seq, self._prev
 
     def close(self) -> None:
         with self._lock:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+
+
+def start_new_log(data_dir: str | os.PathLike, party: str, reason: str, by: str) -> dict:
+    """Start a new audit log where there is none, on purpose (``smcdp audit new``; issue 24).
+
+    Refuses when ``audit.jsonl`` exists.  The new log's first line, event ``log-started``,
+    records the reason, who ran it, and the head the lost log left behind (``audit.head``,
+    if any -- its line count and last hash, which witnesses can confirm).  Returns that line.
+    """
+    d = Path(data_dir)
+    if (d / LOG_NAME).exists():
+        raise AuditError(f"{d / LOG_NAME} exists: a new log is started only where the log is missing")
+    old, problem = _read_head(d / HEAD_NAME)
+    if old is not None or problem is not None:
+        os.replace(d / HEAD_NAME, d / f"{HEAD_NAME}.before-{_now().replace(':', '')}")
+    log = AuditLog(d, party)
+    log.open()
+    try:
+        return log.append("log-started", reason=reason, by=by, previous_head=old,
+                          previous_head_problem=problem)
+    finally:
+        log.close()
 
 
 # ---------------------------------------------------------------------- refusals per peer (issue 24)

@@ -39,6 +39,7 @@ from smcdp.runtime.governance.approvals import OPEN_STATES, Proposal, ProposalSt
 from smcdp.runtime.governance.audit import AuditLog, RefusalThrottle
 from smcdp.runtime.governance.charges import RESUME_KEY, SessionCharges
 from smcdp.runtime.governance.policy import OutOfBounds, PolicyDenied, Refusal, check_seed, evaluate, refusal
+from smcdp.runtime.governance.witness import SignedHead, WitnessError, WitnessStore, sign_head
 
 log = logging.getLogger("smcdp.governance")
 
@@ -97,11 +98,15 @@ def warnings_for(config: PartyConfig) -> list[str]:
 class Governor:
     """Policy, approvals, budget and audit of one party."""
 
-    def __init__(self, config: PartyConfig, name: str) -> None:
+    def __init__(self, config: PartyConfig, name: str, tls=None) -> None:
         self.config = config
         self.name = name
         self.policy = config.policy
         self.audit = AuditLog(config.data_dir, name)
+        #: the peers' signed audit heads this party keeps, and its TLS key that signs its own (issue 24;
+        #: without ``tls``, a :class:`~smcdp.net.tls.TlsMaterial`, nothing is witnessed)
+        self.tls = tls
+        self.witnesses = WitnessStore(config.data_dir, name, b"" if tls is None else tls.ca_pem)
         self.charges = SessionCharges(config.budget, config.data_dir, name) if config.budget else None
         self.proposals = ProposalStore(proposals_dir(config.data_dir))
         self._lock = threading.RLock()
@@ -116,7 +121,9 @@ class Governor:
 
         ``live``: sessions this party will continue from their checkpoints (restored after
         a crash, or waiting for ``session resume``): their reservations stay open."""
-        repaired = self.audit.open()
+        used = next((f"{d.name}/ exists" for d in (proposals_dir(self.config.data_dir), self.witnesses.dir)
+                     if d.is_dir()), None)
+        repaired = self.audit.open(used_before=used)
         if repaired is not None:
             log.warning("audit log: repaired an incomplete last line (a crash mid-write); the fragment "
                         "is kept in %s", repaired["saved_as"])
@@ -487,6 +494,29 @@ class Governor:
         if gone:
             self.audit.append("proposals-pruned", count=len(gone), sessions=gone[:20],
                               reason=f"decided over limits.failed_retention_seconds = {retention:g} s ago")
+
+    def witness(self, peer: str, head: SignedHead, took_part: bool) -> SignedHead | None:
+        """Keep ``peer``'s signed audit head (issue 24); this party's own head, signed for ``peer``,
+        in return.  A head that went backwards is kept as evidence and recorded here."""
+        conflict = self.witnesses.keep(peer, head, took_part)
+        session = head.claims()["session"]
+        if conflict is not None:
+            log.warning("!!! witness: %s", conflict)
+            self.audit.append("witness-conflict", peer=peer, session=session, problem=conflict)
+        return self.signed_head(peer, session)
+
+    def signed_head(self, to: str, session: str) -> SignedHead | None:
+        """This party's audit head now, signed for witness ``to``."""
+        return None if self.tls is None else sign_head(self.tls, self.audit.state(), to, session)
+
+    def keep_witnessed(self, peer: str, head: SignedHead, session: str) -> None:
+        """``peer``'s head in answer to ours, at the end of ``session``."""
+        if head.claims()["session"] != session:
+            raise WitnessError(f"{peer!r} answered with a head for another session")
+        conflict = self.witnesses.keep(peer, head, True)
+        if conflict is not None:
+            log.warning("!!! witness: %s", conflict)
+            self.audit.append("witness-conflict", peer=peer, session=session, problem=conflict)
 
     def aborted(self, peer: str, session_id: str, code: str, message: str) -> None:
         self.audit.append("abort", session=session_id, peer=peer, code=code, message=message)

@@ -27,6 +27,7 @@ SHA-256 for RSA keys, Ed25519 as is.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import datetime as _dt
 import hashlib
@@ -37,15 +38,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+import grpc
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 
 from smcdp._files import atomic_write_json
+from smcdp._text import printable
 from smcdp.errors import InvalidMessage, PermissionDenied
+from smcdp.net.grpc_channel import PeerConnector
 from smcdp.net.tls import CertificateError, certificate_party_name, load_certificates
-from smcdp.runtime.governance.audit import HEAD_NAME, LOG_NAME, verify_bytes
+from smcdp.runtime.governance.audit import LOG_NAME
+from smcdp.v1 import transport_pb2 as tpb
 
 log = logging.getLogger("smcdp.governance")
 
@@ -55,8 +60,10 @@ WITNESS_DIR = "witness"
 MAX_STATEMENT = 2048
 MAX_SIGNATURE = 1024
 MAX_CERTIFICATE = 16 * 1024
-#: sessions per peer for which a head was already taken (one head per peer and session)
-KEEP_SESSIONS = 256
+#: heads taken per peer and session (its own end, and the reply when this party ended first),
+#: and how many sessions are remembered for that
+HEADS_PER_SESSION = 2
+KEEP_SESSIONS = 512
 #: logs of one peer whose latest head is kept, and conflicting heads kept as evidence
 KEEP_LOGS = 8
 KEEP_CONFLICTS = 16
@@ -106,6 +113,9 @@ class SignedHead:
     certificate: bytes     # PEM of the signer's certificate
 
     def claims(self) -> dict:
+        if len(self.statement) > MAX_STATEMENT or len(self.signature) > MAX_SIGNATURE \
+                or len(self.certificate) > MAX_CERTIFICATE:
+            raise WitnessError("the signed head is larger than a head can be")
         try:
             c = json.loads(self.statement)
         except ValueError:
@@ -135,9 +145,6 @@ class SignedHead:
     def check(self, ca_pem: bytes, party: str | None = None) -> dict:
         """Verify size, certificate (issued by a CA of ``ca_pem``, for ``party``) and signature;
         returns the claims.  Raises :class:`WitnessError`."""
-        if len(self.statement) > MAX_STATEMENT or len(self.signature) > MAX_SIGNATURE \
-                or len(self.certificate) > MAX_CERTIFICATE:
-            raise WitnessError("the signed head is larger than a head can be")
         claims = self.claims()
         try:
             cert = x509.load_pem_x509_certificate(self.certificate)
@@ -147,7 +154,11 @@ class SignedHead:
         if name != claims["party"] or (party is not None and name != party):
             raise WitnessError(f"the signed head of {claims['party']!r} comes with the certificate of {name!r}"
                                + ("" if party is None else f" (expected {party!r})"))
-        if not any(_issued_by(cert, ca) for ca in x509.load_pem_x509_certificates(ca_pem)):
+        try:
+            cas = x509.load_pem_x509_certificates(ca_pem)
+        except ValueError:
+            cas = []
+        if not any(_issued_by(cert, ca) for ca in cas):
             raise WitnessError(f"the certificate of {name!r} is not issued by the deployment CA")
         try:
             _verify(cert.public_key(), self.signature, self.statement)
@@ -164,25 +175,8 @@ def _issued_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
         return False
 
 
-def log_state(data_dir: Path) -> tuple[str, int, str] | None:
-    """(log id = SHA-256 of line 1, line count, SHA-256 of the last line) of the party's log as it
-    verifies now; None for an empty or damaged log (nothing to vouch for)."""
-    d = Path(data_dir)
-    try:
-        data = (d / LOG_NAME).read_bytes()
-        head = json.loads((d / HEAD_NAME).read_bytes())
-    except (OSError, ValueError):
-        return None
-    v = verify_bytes(data, head if isinstance(head, dict) else None)
-    if not v.ok or v.lines < 1:
-        return None
-    first = data.split(b"\n", 1)[0]
-    return hashlib.sha256(first).hexdigest(), v.lines, v.head
-
-
-def sign_head(tls, data_dir: Path, to: str, session: str) -> SignedHead | None:
-    """This party's current audit head, signed with its TLS key for witness ``to``."""
-    state = log_state(data_dir)
+def sign_head(tls, state: tuple[str, int, str] | None, to: str, session: str) -> SignedHead | None:
+    """This party's audit head ``state`` (:meth:`AuditLog.state`), signed with its TLS key for ``to``."""
     if state is None:
         return None
     log_id, lines, sha = state
@@ -239,8 +233,8 @@ class WitnessStore:
             raise PermissionDenied(f"party {peer!r} took part in no session {claims['session']!r} here")
         with self._lock:
             pf = self._load(peer)
-            if claims["session"] in pf.sessions:
-                return None          # one head per peer and session: a repeat changes nothing
+            if pf.sessions.count(claims["session"]) >= HEADS_PER_SESSION:
+                return None          # a repeat changes nothing (each side sends one at its end)
             conflict = None
             old = pf.heads.get(claims["log_id"])
             old_claims = SignedHead.from_dict(old).claims() if old is not None else None
@@ -257,7 +251,7 @@ class WitnessStore:
                                     )[:len(pf.heads) - KEEP_LOGS]:
                         del pf.heads[k]
             pf.sessions = (pf.sessions + [claims["session"]])[-KEEP_SESSIONS:]
-            self.dir.mkdir(mode=0o700, exist_ok=True)
+            self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             atomic_write_json(self._path(peer), pf.as_dict(), 0o600, sort_keys=True)
             return conflict
 
@@ -279,6 +273,28 @@ def heads_from_file(path: Path) -> list[SignedHead]:
         raise WitnessError(f"{path} is not a witness file (smcdp-witnessed-heads)")
     return [SignedHead.from_dict(h) for h in (raw.get("heads") or {}).values()] + \
            [SignedHead.from_dict(c.get("head") or {}) for c in raw.get("conflicts") or []]
+
+
+async def fetch_witnessed(config, tls) -> tuple[list[tuple[str, SignedHead]], dict[str, str]]:
+    """Ask every peer in ``config.peers`` what it holds about this party (over mutual TLS with the
+    party's own certificate): ((peer, head) pairs, peer -> why it could not be asked)."""
+    connector = PeerConnector(config, tls)
+    heads: list[tuple[str, SignedHead]] = []
+    errors: dict[str, str] = {}
+
+    async def one(peer: str) -> None:
+        try:
+            reply = await connector.mailbox(peer).GetWitnessed(tpb.WitnessQuery(),
+                                                               timeout=config.timeouts.connect_seconds)
+        except grpc.RpcError as exc:
+            errors[peer] = f"{exc.code().name}: {printable(exc.details() or '', 300)}"
+            return
+        heads.extend((f"peer {peer}", SignedHead(h.statement, h.signature, h.certificate)) for h in reply.heads)
+    try:
+        await asyncio.gather(*(one(p) for p in sorted(config.peers)))
+    finally:
+        await connector.close()
+    return heads, errors
 
 
 # ---------------------------------------------------------------------- checking the local log
@@ -324,5 +340,5 @@ def check_log(data_dir: Path, me: str, ca_path: Path, witnessed: Iterable[tuple[
     return out
 
 
-__all__ = ["Finding", "SignedHead", "WITNESS_DIR", "WitnessError", "WitnessStore", "check_log", "heads_from_file",
-           "log_state", "sign_head"]
+__all__ = ["Finding", "SignedHead", "WITNESS_DIR", "WitnessError", "WitnessStore", "check_log", "fetch_witnessed",
+           "heads_from_file", "sign_head"]

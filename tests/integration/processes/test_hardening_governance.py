@@ -380,3 +380,109 @@ def test_the_approval_queue_holds_a_bounded_number_per_peer(tmp_path, processes)
     with _member(tmp_path, cfgs, "charlie", "bob") as charlie:
         assert call_unary(charlie, MAILBOX + "Propose", _spec("c-1", {"a": "charlie", "b": "bob"}))[0] == C.OK
     assert len(client.list_sessions(cfgs["bob"], pending_only=True)) == 9
+
+
+# ------------------------------------------------------------------ 8. a witnessed audit trail
+def _rechain(lines: list[dict]) -> tuple[bytes, bytes]:
+    """A forger's consistent log and head: ``lines`` renumbered and re-hashed."""
+    import hashlib
+
+    from smcdp.runtime.governance.audit import GENESIS, encode
+
+    prev, out = GENESIS, []
+    for i, entry in enumerate(lines, 1):
+        line = encode(dict(entry, seq=i, prev=prev))
+        out.append(line)
+        prev = hashlib.sha256(line).hexdigest()
+    return b"".join(x + b"\n" for x in out), encode({"lines": len(out), "sha256": prev}) + b"\n"
+
+
+def _verify_cli(*args):
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "smcdp", "audit", "verify", *args], capture_output=True, text=True,
+                       timeout=120)
+    return p.returncode, p.stdout + p.stderr
+
+
+def test_peers_witness_the_audit_head_so_truncation_or_a_rewrite_shows(tmp_path, processes):
+    """After each session alice and bob exchange their audit heads, signed with their TLS keys.  Whoever
+    controls alice's disk truncates her log and rewrites audit.head to match, then rewrites history
+    consistently: `smcdp audit verify` alone says "intact" both times (as on main), `--witnesses`
+    (bob asked over mutual TLS) and `--witness-file` (bob's file) say TAMPERED.  A deleted log stops
+    alice at start until her operator starts a new one with `smcdp audit new`, which the new log
+    records; the witnesses then say the log was replaced."""
+    from smcdp.runtime.governance.audit import verify_log
+
+    cfgs = make_deployment(tmp_path, ["alice", "bob"])
+    procs = _start(processes, cfgs, ["alice", "bob"])
+    alice_dir, bob_dir = tmp_path / "state" / "alice", tmp_path / "state" / "bob"
+    for i in range(2):
+        rec = client.start_session(cfgs["alice"], "net-echo", ECHO, {"n": 2}, session_id=f"w-{i}", timeout=30)
+        assert rec["state"] == "succeeded"
+    held = bob_dir / "witness" / "alice.json"
+
+    def witnessed_lines():
+        try:
+            heads = json.loads(held.read_text())["heads"]
+        except (OSError, ValueError):
+            return 0
+        return max(json.loads(h["statement"])["lines"] for h in heads.values())
+    _wait_for("bob to hold alice's head of the second session",
+              lambda: witnessed_lines() and (alice_dir / "witness" / "bob.json").exists()
+              and "w-1" in held.read_text())
+    n = witnessed_lines()
+    code, out = _verify_cli("--config", str(cfgs["alice"]), "--witnesses")
+    assert code == 0 and "agree with the log" in out, out
+    assert procs["alice"].terminate() == 0
+
+    # truncation plus a rewritten head: intact on its own, contradicted by bob
+    entries = [json.loads(x) for x in (alice_dir / "audit.jsonl").read_bytes().splitlines()]
+    original = (alice_dir / "audit.jsonl").read_bytes(), (alice_dir / "audit.head").read_bytes()
+    log, head = _rechain(entries[:n - 2])
+    (alice_dir / "audit.jsonl").write_bytes(log)
+    (alice_dir / "audit.head").write_bytes(head)
+    assert verify_log(alice_dir).ok
+    code, out = _verify_cli("--config", str(cfgs["alice"]))
+    assert code == 0 and "intact" in out
+    code, out = _verify_cli("--config", str(cfgs["alice"]), "--witnesses")
+    assert code == 1 and "it was truncated" in out and "TAMPERED" in out, out
+    # a consistent rewrite of history (an event changed, every later line re-chained)
+    forged = [dict(e, state="failed") if e.get("session") == "w-0" and e["event"] == "session-end" else e
+              for e in entries]
+    assert forged != entries
+    log, head = _rechain(forged)
+    (alice_dir / "audit.jsonl").write_bytes(log)
+    (alice_dir / "audit.head").write_bytes(head)
+    assert verify_log(alice_dir).ok
+    code, out = _verify_cli("--config", str(cfgs["alice"]), "--witnesses")
+    assert code == 1 and "the log was rewritten" in out, out
+    # the same from bob's file, with bob stopped (handed over by bob's operator)
+    assert procs["bob"].terminate() == 0
+    code, out = _verify_cli("--config", str(cfgs["alice"]), "--witness-file", str(held))
+    assert code == 1 and "the log was rewritten" in out, out
+    code, out = _verify_cli("--config", str(cfgs["alice"]), "--witnesses")
+    assert code == 4 and "could not be asked" in out, out
+    (alice_dir / "audit.jsonl").write_bytes(original[0])
+    (alice_dir / "audit.head").write_bytes(original[1])
+    code, out = _verify_cli("--config", str(cfgs["alice"]), "--witness-file", str(held))
+    assert code == 0, out
+
+    # a deleted log: alice refuses to start; her operator starts a new one, on the record
+    (alice_dir / "audit.jsonl").unlink()
+    (alice_dir / "audit.head").unlink()
+    refused = processes("alice", cfgs["alice"], use_launcher=False)
+    assert refused.proc.wait(60) != 0
+    assert "is missing although this party kept one before" in refused.output()
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "smcdp", "audit", "new", "--config", str(cfgs["alice"]),
+                        "--reason", "disk replaced"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    first = json.loads((alice_dir / "audit.jsonl").read_bytes().splitlines()[0])
+    assert first["event"] == "log-started" and first["reason"] == "disk replaced"
+    _start(processes, cfgs, ["alice", "bob"])
+    code, out = _verify_cli("--config", str(cfgs["alice"]), "--witnesses")
+    assert code == 1 and "of another log (this log was started anew by its operator" in out, out
