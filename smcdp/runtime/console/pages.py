@@ -23,6 +23,7 @@ th{background:#eaeef2;font-weight:600}td.num{text-align:right;font-variant-numer
 .running,.prepared{background:#ddf4ff;color:#0550ae}.pending{background:#fff8c5;color:#7d4e00}
 .unknown{background:#eaeef2;color:#57606a}small,.muted{color:#57606a}code{font-size:12px}
 .kv td:first-child{width:180px;font-weight:600}footer{padding:8px 20px;color:#57606a;font-size:12px}
+.warn{background:#ffebe9;color:#a40e26;border:1px solid #ff8182;padding:6px 10px;font-weight:600}
 """
 
 NAV = (("/", "Sessions"), ("/peers", "Peers"), ("/budgets", "Privacy budgets"), ("/audit", "Audit log"),
@@ -35,9 +36,11 @@ def e(v: Any) -> str:
     return html.escape(str(v), quote=True)
 
 
-def page(title: str, party: str, active: str, body: str, refresh: float, generated: str) -> str:
+def page(title: str, party: str, active: str, body: str, refresh: float, generated: str,
+         warnings: Iterable[str] = ()) -> str:
     nav = "".join(f'<a href="{href}"{" class=on" if href == active else ""}>{e(label)}</a>'
                   for href, label in NAV)
+    body = "".join(f'<p class="warn">!!! {e(w)}</p>' for w in warnings) + body
     meta = f'<meta http-equiv="refresh" content="{int(refresh)}">' if refresh > 0 else ""
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8">{meta}'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'

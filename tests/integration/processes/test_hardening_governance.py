@@ -486,3 +486,90 @@ def test_peers_witness_the_audit_head_so_truncation_or_a_rewrite_shows(tmp_path,
     _start(processes, cfgs, ["alice", "bob"])
     code, out = _verify_cli("--config", str(cfgs["alice"]), "--witnesses")
     assert code == 1 and "of another log (this log was started anew by its operator" in out, out
+
+
+# ------------------------------------------------------------------ 9. the console authenticates its clients
+PRIVATE_PAGES = ("/", "/peers", "/budgets", "/audit", "/metrics", "/sessions/x")
+
+
+def _https(url, *, cafile, cert=None, token=None):
+    """(status, body) of one HTTPS GET; raises OSError (ssl.SSLError, URLError) if TLS refuses."""
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    ctx = ssl.create_default_context(cafile=str(cafile))
+    ctx.check_hostname = False
+    if cert is not None:
+        ctx.load_cert_chain(str(cert[0]), str(cert[1]))
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(req, timeout=10, context=ctx) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_the_console_shows_nothing_to_a_client_that_has_not_authenticated(tmp_path, processes):
+    """[console.tls] on main served /, /peers, /budgets, /audit and /metrics to any client without a
+    certificate.  Now: with client_ca an operators' CA, a client without a certificate from it gets no
+    TLS session at all; with the federation's CA as client_ca and a bearer token file, a client gets
+    401 on every page unless it presents this party's own certificate or the token (a member's
+    certificate is not enough).  Every page warns that the party's policy is open."""
+    import os
+    import secrets
+    import ssl
+
+    from smcdp.net.tls import generate_deployment
+    from smcdp.runtime.console.config import ConsoleConfig, ConsoleTls
+    from smcdp.runtime.local import free_tcp_port, write_local_deployment
+
+    ops = tmp_path / "ops"
+    generate_deployment(ops, ["operator"])
+    certs = tmp_path / "certs"
+    port = free_tcp_port()
+    console = ConsoleConfig(listen=f"127.0.0.1:{port}", refresh_seconds=0,
+                            tls=ConsoleTls(certs / "alice.crt", certs / "alice.key", client_ca=ops / "ca.crt"))
+    cfgs = write_local_deployment(tmp_path, ["alice", "bob"], open_policy=True, consoles={"alice": console})
+    procs = _start(processes, cfgs, ["alice"])
+    base = f"https://127.0.0.1:{port}"
+    operator = (ops / "operator.crt", ops / "operator.key")
+    for path in PRIVATE_PAGES[:5]:
+        for cert in (None, (certs / "bob.crt", certs / "bob.key")):   # no certificate; a member's
+            with pytest.raises((ssl.SSLError, OSError)):
+                _https(base + path, cafile=certs / "ca.crt", cert=cert)
+        status, body = _https(base + path, cafile=certs / "ca.crt", cert=operator)
+        assert status == 200, (path, status)
+    status, body = _https(base + "/", cafile=certs / "ca.crt", cert=operator)
+    assert "!!! party alice has [policy] open = true: ANY peer" in body
+    assert procs["alice"].terminate() == 0
+
+    # the federation's CA as client_ca, and a bearer token for scripts
+    token = secrets.token_urlsafe(32)
+    token_file = tmp_path / "console.token"
+    token_file.write_text(token + "\n")
+    os.chmod(token_file, 0o600)
+    text = cfgs["alice"].read_text()
+    text = text.replace(f'client_ca = "{os.path.relpath(ops / "ca.crt", cfgs["alice"].parent)}"',
+                        'client_ca = "../certs/ca.crt"')
+    text = text.replace("[console.tls]", 'token_file = "../console.token"\n\n[console.tls]')
+    cfgs["alice"].write_text(text)
+    cfg = load_config(cfgs["alice"])
+    assert cfg.console.tls.client_ca == certs / "ca.crt" and cfg.console.token_file == token_file
+    procs["alice"] = processes("alice", cfgs["alice"], use_launcher=False)
+    client.wait_healthy(cfgs["alice"], timeout=60)
+    _wait_for("the console", lambda: _https(base + "/healthz", cafile=certs / "ca.crt")[0] == 200)
+    for path in PRIVATE_PAGES:
+        for how in ({}, {"cert": (certs / "bob.crt", certs / "bob.key")}, {"token": "x" * 43},
+                    {"token": token[:-1]}):
+            status, body = _https(base + path, cafile=certs / "ca.crt", **how)
+            assert status == 401 and body == "authentication required\n", (path, how, status, body)
+    for how in ({"token": token}, {"cert": (certs / "alice.crt", certs / "alice.key")}):
+        status, body = _https(base + "/", cafile=certs / "ca.crt", **how)
+        assert status == 200 and "party alice" in body, how
+        assert _https(base + "/metrics", cafile=certs / "ca.crt", **how)[0] == 200
+    # a token file others can read is refused at start
+    os.chmod(token_file, 0o644)
+    assert procs["alice"].terminate() == 0
+    bad = processes("alice", cfgs["alice"], use_launcher=False)
+    assert bad.proc.wait(60) != 0 and "readable by others" in bad.output()
