@@ -23,11 +23,13 @@ party, when it next starts, moves the fragment to ``audit.jsonl.torn-<line>`` (k
 deleted), cuts it from the log and appends a ``torn-tail-repaired`` event recording the
 fragment's length and SHA-256, so the chain stays whole and the repair is itself on
 record.  Any other damage stops the party at start-up: an unverifiable log is evidence,
-and a party must not keep appending to it (move it aside to start a new one).
+and a party must not keep appending to it (move it aside and start a new one with
+:func:`start_new_log`, ``smcdp audit new``).  So does a log that is missing where the party
+kept one before: it is never restarted silently (issue 24).
 
 Tamper-evidence has the usual limit: whoever can rewrite both files entirely can forge a
-consistent history.  Record the head that ``smcdp audit verify`` prints somewhere else
-(a ticket, a peer) to anchor it.
+consistent history.  The peers anchor it: they keep this party's signed heads
+(:mod:`smcdp.runtime.governance.witness`), and ``smcdp audit verify --witnesses`` compares.
 """
 
 from __future__ import annotations
@@ -275,8 +277,8 @@ class AuditLog:
             if not v.ok and not v.torn:
                 raise AuditError(
                     f"audit log {self.path} fails verification at line {v.bad_line}: {v.problem}. "
-                    f"It is evidence: keep it, move {LOG_NAME} and {HEAD_NAME} aside (a new log then "
-                    "starts) and start the party again")
+                    f"It is evidence: keep it, move {LOG_NAME} and {HEAD_NAME} aside, start a new log "
+                    "('smcdp audit new --config FILE --reason TEXT') and start the party again")
             fragment = b""
             if v.torn:
                 fragment = data[data.rfind(b"\n") + 1:]
