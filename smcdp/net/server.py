@@ -494,7 +494,6 @@ class MailboxServicer(tgrpc.MailboxServicer):
         except Exception as exc:  # noqa: BLE001
             await _fail(context, exc, "Resume")
 
-
     async def Waiting(self, request, context):
         try:
             peer = peer_identity(context)
@@ -505,7 +504,6 @@ class MailboxServicer(tgrpc.MailboxServicer):
             return tpb.WaitingReply()
         except Exception as exc:  # noqa: BLE001
             await _fail(context, exc, "Waiting")
-
 
     async def Witness(self, request, context):
         try:

@@ -43,7 +43,6 @@ import os
 import secrets
 import signal
 import sys
-import time
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Mapping, Sequence

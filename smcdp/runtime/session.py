@@ -264,9 +264,9 @@ class Session:
             self.state = "running"
             meta = self.checkpoint.meta
             began: dict[str, float] = {}
-            if not self._begun_already and "began_epoch" not in meta and not meta.get("resumes"):
-                # issue 24: the timeout counts from the first Begin (an approval may take hours);
-                # a restored or resumed session keeps the deadline it has
+            if not self._begun_already and "began_epoch" not in meta:
+                # issue 24: the timeout counts from the session's first Begin (an approval may take
+                # hours); once begun, a restored or resumed session keeps the deadline it has
                 self.deadline = ch.deadline = time.monotonic() + self.spec.timeout_seconds
                 began = {"began_epoch": time.time(), "deadline_epoch": time.time() + self.spec.timeout_seconds}
             self.checkpoint.set_state("running", resumable=False, error=None, **began)

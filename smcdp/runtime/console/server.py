@@ -16,6 +16,7 @@ import logging
 import os
 import ssl
 import stat
+from pathlib import Path
 
 from aiohttp import web
 from cryptography.hazmat.primitives import hashes
@@ -64,7 +65,7 @@ def read_token(path) -> bytes:
     """The console's bearer token: at least 32 characters from a file only its owner can read."""
     try:
         mode = os.stat(path).st_mode
-        token = open(path, "rb").read().strip()   # noqa: SIM115 - a short read
+        token = Path(path).read_bytes().strip()
     except OSError as exc:
         raise ConfigError(f"console.token_file: {exc}") from None
     if mode & 0o077:

@@ -262,16 +262,17 @@ class Governor:
                           "differentially private output computed from its data")
         return summary, costs and self.charges is not None
 
-    def _refused(self, peer: str, exc: SmcdpError, proposal: Mapping[str, Any] | None) -> None:
+    def _refused(self, peer: str, exc: SmcdpError, proposal: Mapping[str, Any] | None, session: str | None = None,
+                 **fields: Any) -> None:
         """Audit a refusal: in full while ``peer`` is within its allowance, else counted (issue 24)."""
         rule = getattr(exc, "rule", None) or "validation"
-        session = (proposal or {}).get("session")
+        session = (proposal or {}).get("session", session)
         ended, in_full = self.throttle.refused(peer, rule, session)
         self._summarise(ended)
         if in_full:
             if proposal is not None:
                 self.audit.append("proposal", **proposal)
-            self.audit.append("refused", session=session, rule=rule, code=exc.code, message=str(exc))
+            self.audit.append("refused", session=session, rule=rule, code=exc.code, message=str(exc), **fields)
 
     def readmit(self, initiator: str, spec: SessionSpec, plugin: ProtocolPlugin, role: str, how: str,
                 precheck: Callable[[], None] | None = None) -> None:
@@ -295,8 +296,7 @@ class Governor:
                     else:
                         reserved = self._reserve(sid, summary, initiator, refuse=True)
             except SmcdpError as exc:
-                self.audit.append("refused", session=sid, rule=getattr(exc, "rule", None) or "validation",
-                                  code=exc.code, message=str(exc), how=how)
+                self._refused(initiator, exc, None, sid, how=how)
                 raise
             if reserved is not None:
                 self._audit_amount("reserved", reserved, session=sid, why=f"{how}: admitted again")

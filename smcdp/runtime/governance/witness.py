@@ -226,11 +226,11 @@ class WitnessStore:
 
         ``live_or_ended``: the session the head names is one ``peer`` took part in here.
         Returns a description of a conflict (the head went backwards), else None."""
+        if not live_or_ended:   # before any signature work
+            raise PermissionDenied(f"party {peer!r} took part in no session {head.claims()['session']!r} here")
         claims = head.check(self.ca_pem, peer)
         if claims["to"] != self.me:
             raise WitnessError(f"the head is addressed to {claims['to']!r}, not {self.me!r}")
-        if not live_or_ended:
-            raise PermissionDenied(f"party {peer!r} took part in no session {claims['session']!r} here")
         with self._lock:
             pf = self._load(peer)
             if pf.sessions.count(claims["session"]) >= HEADS_PER_SESSION:

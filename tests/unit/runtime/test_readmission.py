@@ -23,7 +23,7 @@ class _S:
 
 
 def _meta(**kw):
-    m = {"session_id": "s", "restarts": 0, "deadline_epoch": 1000.0}
+    m = {"session_id": "s", "restarts": 0, "deadline_epoch": 1000.0, "began_epoch": 900.0}
     m.update(kw)
     return m
 
@@ -37,6 +37,9 @@ def test_check_resume_counts_restarts_the_deadline_and_slots():
     with pytest.raises(SmcdpError) as ei:
         check_resume([], "alice", _meta(), lim, "bob", now=1000.0)
     assert ei.value.code == "DEADLINE_EXCEEDED" and ei.value.rule == "deadline" and "not renew" in str(ei.value)
+    never_began = _meta()
+    del never_began["began_epoch"]       # its timeout starts at its first Begin: no deadline yet
+    check_resume([], "alice", never_began, lim, "bob", now=5000.0)
     for live in ([_S("alice"), _S("alice")], [_S("carol"), _S("dave"), _S("erin")]):
         with pytest.raises(SmcdpError) as ei:
             check_resume(live, "alice", _meta(), lim, "bob", now=999.0)
