@@ -162,9 +162,10 @@ def check_resume(sessions: Iterable[_Live] | None, initiator: str, meta: Mapping
 
     A resume is admission again: it takes a slot like a proposal (``pending_per_peer``,
     ``pending_total``, ``sessions_total``; ``sessions`` None skips them -- a restore at
-    start-up), the deadline of a session that began is not renewed (past it,
-    DEADLINE_EXCEEDED; one that never began gets its timeout at its first Begin), and one
-    session is restarted at most ``limits.max_restarts`` times."""
+    start-up), one session is restarted at most ``limits.max_restarts`` times, and its
+    wall-clock limit is not renewed: the deadline of a session that began; for one that
+    never began (its timeout starts at its first Begin) its creation + the longest approval
+    wait + its timeout.  Past it, DEADLINE_EXCEEDED."""
     now = time.time() if now is None else now
     sid = meta.get("session_id")
     restarts = int(meta.get("restarts", 0))
@@ -173,7 +174,10 @@ def check_resume(sessions: Iterable[_Live] | None, initiator: str, meta: Mapping
                      f"session {sid!r} was restarted {restarts} times at party {me!r} (limits.max_restarts = "
                      f"{limits.max_restarts}); it is not continued again")
     deadline = float(meta.get("deadline_epoch", 0.0))
-    if "began_epoch" in meta and now >= deadline:
+    if "began_epoch" not in meta:
+        timeout = float(meta.get("timeout_seconds", 0.0))
+        deadline = float(meta.get("created", deadline - timeout)) + limits.approval_timeout_seconds + timeout
+    if now >= deadline:
         raise _limit(DeadlineExceeded, "deadline",
                      f"session {sid!r} passed its deadline at party {me!r} {now - deadline:.0f} s ago; continuing "
                      "it does not renew the deadline")

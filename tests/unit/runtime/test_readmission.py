@@ -37,9 +37,13 @@ def test_check_resume_counts_restarts_the_deadline_and_slots():
     with pytest.raises(SmcdpError) as ei:
         check_resume([], "alice", _meta(), lim, "bob", now=1000.0)
     assert ei.value.code == "DEADLINE_EXCEEDED" and ei.value.rule == "deadline" and "not renew" in str(ei.value)
-    never_began = _meta()
-    del never_began["began_epoch"]       # its timeout starts at its first Begin: no deadline yet
-    check_resume([], "alice", never_began, lim, "bob", now=5000.0)
+    never_began = _meta(created=0.0, timeout_seconds=100.0)
+    del never_began["began_epoch"]       # its timeout starts at its first Begin: created + approval wait + timeout
+    lim = Limits(pending_per_peer=2, pending_total=3, max_restarts=2, approval_timeout_seconds=5000.0)
+    check_resume([], "alice", never_began, lim, "bob", now=5099.0)
+    with pytest.raises(SmcdpError) as ei:
+        check_resume([], "alice", never_began, lim, "bob", now=5100.0)
+    assert ei.value.rule == "deadline"
     for live in ([_S("alice"), _S("alice")], [_S("carol"), _S("dave"), _S("erin")]):
         with pytest.raises(SmcdpError) as ei:
             check_resume(live, "alice", _meta(), lim, "bob", now=999.0)
@@ -118,3 +122,15 @@ def test_refusals_of_one_peer_are_counted_after_the_first_few():
         t.refused("eve", "policy", f"x{i}", now=62.0 + i)
     [later] = t.flush()
     assert later["refused"] == 3 and t.flush() == []
+
+
+def test_console_pages_say_whose_approval_a_session_waits_for_and_warn():
+    from smcdp.runtime.console import pages
+
+    view = {"session_id": "s<1>", "protocol": "p", "roles": {"a": "alice"}, "initiator": "trent",
+            "state": "prepared", "waiting_for": "bob<script>", "traffic": {}}
+    body = pages.sessions_body([view])
+    assert "waiting for approval at bob&lt;script&gt;" in body and "<script>" not in body
+    assert "waiting for approval" not in pages.sessions_body([dict(view, state="running", waiting_for=None)])
+    html = pages.page("Sessions", "alice", "/", body, 0, "now", ["party alice has [policy] open = true: ANY peer"])
+    assert '<p class="warn">!!! party alice has [policy] open = true: ANY peer</p>' in html
