@@ -615,7 +615,10 @@ class Party(SessionHost):
                     if isinstance(e, BaseException) and p not in done_already]
         if failures:
             text = "; ".join(f"{p}: {e}" for p, e in failures)
-            s.fail_threadsafe(error_for_code(status_code_of(failures[0][1]).name, f"Resume failed: {text}"))
+            code = status_code_of(failures[0][1]).name
+            if code == "RESOURCE_EXHAUSTED":   # issue 24: no slot or budget there now: it stays resumable
+                code, text = "UNAVAILABLE", f"{text} (RESOURCE_EXHAUSTED; the session stays resumable)"
+            s.fail_threadsafe(error_for_code(code, f"Resume failed: {text}"))
             s.begin_threadsafe()
         else:
             await self._begin_all(s, [p for p in others if p not in done_already])

@@ -574,3 +574,49 @@ def test_the_console_shows_nothing_to_a_client_that_has_not_authenticated(tmp_pa
     assert procs["alice"].terminate() == 0
     bad = processes("alice", cfgs["alice"], use_launcher=False)
     assert bad.proc.wait(60) != 0 and "readable by others" in bad.output()
+
+
+def test_a_resume_a_participant_has_no_room_for_now_stays_resumable(tmp_path, processes):
+    """alice's operator resumes a session while bob has no slot for it (charlie's proposals fill bob's
+    pending_total): bob refuses with RESOURCE_EXHAUSTED, and the session stays resumable everywhere
+    instead of ending for good; once bob has room, the same resume completes it."""
+    import signal
+
+    from smcdp.net.config import Timeouts
+    from smcdp.net.limits import Limits
+
+    cfgs = make_deployment(tmp_path, ["alice", "bob", "charlie"], limits=Limits(pending_per_peer=2, pending_total=2),
+                           timeouts=Timeouts(connect_seconds=3, session_seconds=60, rpc_seconds=30,
+                                             peer_grace_seconds=3))
+    procs = _start(processes, cfgs, ["alice", "bob"])
+    out = {}
+    th = threading.Thread(target=lambda: out.update(rec=_outcome(lambda: client.start_session(
+        cfgs["alice"], "net-echo", ECHO, {"busy_seconds": 4.0}, session_id="busy-1", timeout=60))))
+    th.start()
+    _wait_for("bob to run its role", lambda: _status(cfgs["bob"], "busy-1").get("state") == "running")
+    procs["bob"].proc.send_signal(signal.SIGSTOP)          # silent past alice's grace (3 s)
+    time.sleep(8.0)
+    procs["bob"].proc.send_signal(signal.SIGCONT)
+    th.join(60)
+    _failed_resumably(cfgs["alice"], "busy-1")
+    _failed_resumably(cfgs["bob"], "busy-1")
+    with _member(tmp_path, cfgs, "charlie", "bob") as charlie:
+        for i in range(2):
+            assert call_unary(charlie, MAILBOX + "Propose", _spec(f"c-{i}", {"a": "charlie", "b": "bob"}))[0] == C.OK
+        rec = _outcome(lambda: client.resume_session(cfgs["alice"], "busy-1", timeout=60))
+        assert rec["code"] == "UNAVAILABLE" and "RESOURCE_EXHAUSTED" in rec["message"], rec
+        assert "stays resumable" in rec["message"]
+        for party in ("alice", "bob"):
+            assert client.get_result(cfgs[party], "busy-1")["resumable"] is True
+        for i in range(2):
+            assert _abort(charlie, f"c-{i}", code="ABORTED")[0] == C.OK
+    rec = client.resume_session(cfgs["alice"], "busy-1", timeout=60)
+    assert rec["state"] == "succeeded" and rec["result"]["y"] == [1.0, 3.0, 5.0]
+
+
+def _outcome(call):
+    """The record, or the error's code and message."""
+    try:
+        return call()
+    except Exception as exc:  # noqa: BLE001 - the test looks at it
+        return {"code": getattr(exc, "code", type(exc).__name__), "message": str(exc)}
