@@ -592,6 +592,8 @@ class Party(SessionHost):
         self._reopening.add(sid)
         try:
             await asyncio.get_running_loop().run_in_executor(None, self._readmit, cp, "resume")
+            if not cp.dir.is_dir():   # the retention removed it meanwhile
+                raise PreconditionFailed(f"party {self.name!r} no longer has a checkpoint of session {sid!r}")
             s = self._reopen(cp, begun=False, resumed=True)
         finally:
             self._reopening.discard(sid)

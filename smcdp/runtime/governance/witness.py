@@ -212,14 +212,22 @@ class WitnessStore:
         return self.dir / f"{peer}.json"
 
     def _load(self, peer: str) -> _PeerFile:
+        path = self._path(peer)
         try:
-            raw = json.loads(self._path(peer).read_text(encoding="utf-8"))
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            return _PeerFile(peer, dict(raw.get("heads") or {}), list(raw.get("sessions") or []),
+                             list(raw.get("conflicts") or []))
         except FileNotFoundError:
             return _PeerFile(peer)
-        except (OSError, ValueError) as exc:
-            raise WitnessError(f"{self._path(peer)} is unreadable: {exc}") from None
-        return _PeerFile(peer, dict(raw.get("heads") or {}), list(raw.get("sessions") or []),
-                         list(raw.get("conflicts") or []))
+        except (OSError, ValueError, AttributeError, TypeError) as exc:
+            # kept as it is (it may be evidence); the peer's next heads start a new file
+            aside = path.with_name(f"{path.name}.unreadable-{_now().replace(':', '')}")
+            log.error("witness file %s is unreadable (%s); moved to %s", path, exc, aside.name)
+            try:
+                path.replace(aside)
+            except OSError:
+                pass
+            return _PeerFile(peer)
 
     def keep(self, peer: str, head: SignedHead, live_or_ended: bool) -> str | None:
         """Keep ``peer``'s signed head (``peer``: the caller's verified identity).

@@ -110,3 +110,15 @@ def test_check_log_names_truncation_rewrite_and_replacement(tmp_path, certs):
     assert not f.ok and "another log" in f.message
     [f] = check_log(data_dir, "alice", d / "ca.crt", [("file x", sign_head(_tls(d, "eve"), state, "bob", "s"))])
     assert not f.ok and f.lines is None and "unusable" in f.message
+
+
+def test_an_unreadable_witness_file_is_kept_aside_and_a_new_one_starts(tmp_path, certs):
+    d, _ = certs
+    log = _log(tmp_path, 2)
+    store = WitnessStore(tmp_path / "bob", "bob", _tls(d, "bob").ca_pem)
+    (tmp_path / "bob" / "witness").mkdir(parents=True)
+    (tmp_path / "bob" / "witness" / "alice.json").write_text("{damaged")
+    assert store.keep("alice", sign_head(_tls(d, "alice"), log.state(), "bob", "s-1"), True) is None
+    assert [h.claims()["lines"] for h in store.held_for("alice")] == [2]
+    [aside] = (tmp_path / "bob" / "witness").glob("alice.json.unreadable-*")
+    assert aside.read_text() == "{damaged"
