@@ -1,15 +1,19 @@
 """Who may make this party do what: the gate every proposal passes (docs/governance.md).
 
-:class:`Governor` is what :class:`smcdp.runtime.party.Party` calls on ``Propose``, on the
+:class:`Governor` is what :class:`smcdp.runtime.party.Party` calls on ``Propose``, when a
+session is resumed or restored (:meth:`Governor.readmit`: admitted again, issue 24), on the
 operator's approve/reject/list/show, when a session reaches its release point and when it
-ends.  It composes
+ends, and for the peers' signed audit heads.  It composes
 
-* the seed rule and the ``[policy]`` (:mod:`smcdp.runtime.governance.policy`), evaluated on the
-  plug-in's :class:`~smcdp.plugins.base.SessionSummary` of the proposal;
-* operator approval (:mod:`smcdp.runtime.governance.approvals`);
+* deny by default, the seed rule and the ``[policy]`` (:mod:`smcdp.runtime.governance.policy`),
+  evaluated on the plug-in's :class:`~smcdp.plugins.base.SessionSummary` of the proposal;
+* operator approval (:mod:`smcdp.runtime.governance.approvals`), its queue bounded per peer;
 * the privacy budget (:mod:`smcdp.runtime.governance.charges`);
 * the audit trail (:mod:`smcdp.runtime.governance.audit`): every proposal, decision (with the rule),
-  reservation, charge, release, abort and session end.
+  reservation, charge, release, abort and session end -- one peer's refusals past an allowance
+  counted, not written one by one;
+* the witnesses (:mod:`smcdp.runtime.governance.witness`): this party's head signed for its
+  peers, theirs kept.
 
 Everything here runs before a session exists: no input file is opened until the
 proposal has passed every check (the plug-in reads inputs only in ``run_role``, after
