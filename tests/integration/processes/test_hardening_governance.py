@@ -135,7 +135,9 @@ def test_an_operator_approving_after_the_proposal_grace_still_gets_the_session(t
     th.start()
     _wait_for("bob's pending proposal", lambda: _status(cfgs["bob"], "slow-ok").get("state") == "pending")
     time.sleep(3.0 + 6.0)   # well past alice's proposal grace
-    st = {p: _status(cfgs[p], "slow-ok") for p in ("trent", "alice", "bob")}
+    st = {}
+    for p in ("trent", "alice", "bob"):   # (a status call may time out on a loaded host: asked again)
+        _wait_for(f"{p}'s status", lambda p=p: st.update({p: _status(cfgs[p], "slow-ok")}) or st[p])
     assert st["alice"]["state"] == "prepared" and st["alice"]["waiting_for"] == "bob", st["alice"]
     assert st["trent"]["state"] == "prepared" and st["trent"]["waiting_for"] == "bob", st["trent"]
     assert st["bob"]["state"] == "pending" and st["bob"]["waiting_for"] == "bob", st["bob"]
