@@ -341,3 +341,21 @@ def test_empirical_audit_stays_below_the_claimed_epsilon_and_catches_a_tenfold_n
     assert honest < 1.0, honest
     buggy = _audit(dataclasses.replace(cal, party_sigma=cal.party_sigma / 10), params, 20_000, seed=2)
     assert buggy > 1.0, buggy
+
+
+@pytest.mark.parametrize("k,ns,r,over", [(6, (20, 30), 1, 0), (9, (10, 12, 14), 2, 1)])
+def test_traffic_envelope_covers_every_message_of_the_dp_mode(keys512, k, ns, r, over):
+    """The DP mode's envelope (T noisy blocks to Trent; T + 1 blocks and the key pair to a party) holds
+    every message each role receives, and the totals; it is far smaller than the exact mode's."""
+    _, sk = keys512
+    rng = np.random.default_rng(k)
+    blocks = [rng.normal(size=(k, n)) * 0.2 for n in ns]
+    params = PowerIterationParams(n_parties=len(ns), key_bits=512, epsilon=1.0, delta=1e-6, iterations=4,
+                                  components=r, oversample=over, rows=k, max_samples=max(ns))
+    net, _ = run(blocks, params, sk=sk)
+    for role in ["trent", *params.data_roles]:
+        env = params.traffic_envelope(role)
+        got = [len(d) for *_, d in net.received_by(role)]
+        assert max(got) <= env.message_bytes and sum(got) <= env.session_bytes and len(got) <= env.tags, role
+        exact = dataclasses.replace(params, epsilon=None, delta=None, iterations=None).traffic_envelope(role)
+        assert env.session_bytes < exact.session_bytes
