@@ -30,7 +30,8 @@ ROLES = {"trent": "trent", "party1": "alice", "party2": "bob"}
 # enough rounds (each one cheap) that a kill at round 3..40 lands mid-session
 PARAMS = {"n_parties": 2, "key_bits": 512, "epsilon": 1.0, "delta": 1e-6, "iterations": 120, "rows": 6}
 SEED = 7
-#: a killed party must be back within the grace (once, on the loaded shared machine, bob was not back within 10 s)
+#: the peers' grace for a silent party (a restart on the loaded shared machine once took over 20 s: the
+#: kill test then resumes the session, which fails resumably as it should)
 GRACE = 20.0
 
 
@@ -89,10 +90,17 @@ def test_a_killed_party_replays_the_same_noise_and_is_charged_once(dp_cluster, f
     cluster, base, summary = dp_cluster
     recs, chaos = run_with(cluster, "power-iteration", ROLES, PARAMS, "trent", [fault], seed=SEED)
     assert chaos.restarts == 1
+    sid = recs["trent"]["session_id"]
+    if any(r["state"] == "failed" for r in recs.values()):
+        # the restart took longer than the grace (it happens on a loaded host): the session failed
+        # resumably everywhere, and a resume continues it -- replaying the same rounds again
+        assert all(r["state"] == "failed" and r["resumable"] for r in recs.values()), recs
+        assert client.resume_session(cluster.configs["trent"], sid, timeout=180)["state"] == "succeeded"
+        recs = {p: cluster._record(p, sid, time.monotonic() + 60) for p in recs}
     assert {r["state"] for r in recs.values()} == {"succeeded"}, {p: r.get("error") for p, r in recs.items()}
     for p in ("alice", "bob"):                      # the same releases, hence bit for bit the same u
         assert recs[p]["result"]["u"] == base[p]["result"]["u"]
-    _check_charged_once(cluster, recs["trent"]["session_id"], summary)
+    _check_charged_once(cluster, sid, summary)
 
 
 def test_a_session_failed_past_the_grace_is_resumed_and_charged_once(dp_cluster):
