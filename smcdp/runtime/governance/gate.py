@@ -76,10 +76,8 @@ class QueueFull(ResourceExhausted, Refusal):
     """Too many proposals already wait for this party's operator (RESOURCE_EXHAUSTED)."""
 
 
-class QuotaRefused(SmcdpError, Refusal):
-    """A per-period session limit does not admit the session (RESOURCE_EXHAUSTED)."""
-
-    code = "RESOURCE_EXHAUSTED"
+class QuotaRefused(ResourceExhausted, Refusal):
+    """A per-period session limit (max_exact_sessions) does not admit the session (RESOURCE_EXHAUSTED)."""
 
 
 def _iso(t: float | None) -> str | None:
