@@ -1,7 +1,7 @@
 """Utility of power iteration's DP mode (issue 25) against central-model DP PCA, on the same data.
 
-Data: tests/support/pca_data.spectral_gap_data (k = 20, n = 20,000 columns of norm <= 1, split 9,000 /
-11,000 over two data parties, lambda2/lambda1 ~ 0.4).  For each epsilon in {0.1, 0.3, 1, 3} (delta = 1e-6)
+Data: tests/support/pca_data.spectral_gap_data (k = 20, n = 20,000 columns of norm <= 1 by default, split
+45 % / 55 % over two data parties, lambda2/lambda1 ~ 0.4).  For each epsilon in {0.1, 0.3, 1, 3} (delta = 1e-6)
 and several data seeds, |cos| of u_1 (and u_2) against numpy's eigenvectors of MMᵀ, for:
 
 * **smcdp, DP mode** -- the protocol itself (Trent and two data parties in memory, 1024-bit keys: the
@@ -41,15 +41,15 @@ from tests.support.pca_data import spectral_gap_data, top_eigenvectors  # noqa: 
 
 EPSILONS = (0.1, 0.3, 1.0, 3.0)
 DELTA = 1e-6
-SPLIT = 9_000
 
 
-def smcdp_dp(M: np.ndarray, eps: float, sk, seed: int) -> tuple[np.ndarray, float]:
+def smcdp_dp(M: np.ndarray, eps: float, sk) -> tuple[np.ndarray, float]:
     params = PowerIterationParams(n_parties=2, key_bits=sk.public_key.bits, epsilon=eps, delta=DELTA,
                                   components=2, rows=M.shape[0], max_samples=M.shape[1])
     roles = {"trent": "trent", "party1": "a", "party2": "b"}
     net = InMemoryNetwork(roles, timeout=600)
-    blocks = [M[:, :SPLIT], M[:, SPLIT:]]
+    split = M.shape[1] * 9 // 20
+    blocks = [M[:, :split], M[:, split:]]
     coros = {"trent": lambda c: trent(c, params, allow_insecure_keys=True)}
     for i, A in enumerate(blocks):
         coros[f"party{i + 1}"] = (lambda c, A=A, i=i: data_party(c, A, params, private_key=sk if i == 0 else None,
@@ -100,6 +100,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--dpl-timeout", type=float, default=60.0)
+    ap.add_argument("--n", type=int, default=20_000, help="samples (default 20,000; the first 45 %% are party1's)")
     ap.add_argument("--quick", action="store_true", help="3 seeds, 20 s per diffprivlib fit")
     args = ap.parse_args()
     seeds = 3 if args.quick else args.seeds
@@ -110,9 +111,9 @@ def main() -> int:
     for eps in EPSILONS:
         cos = {m: ([], []) for m in secs}
         for s in range(seeds):
-            M = spectral_gap_data(s)
+            M = spectral_gap_data(s, n=args.n)
             U = top_eigenvectors(M, 2)
-            fits = {"smcdp": smcdp_dp(M, eps, sk, s), "central": central_gaussian(M, eps, rng),
+            fits = {"smcdp": smcdp_dp(M, eps, sk), "central": central_gaussian(M, eps, rng),
                     "diffprivlib": diffprivlib_pca(M, eps, s, timeout)}
             for m, fit in fits.items():
                 if fit is None:
@@ -124,7 +125,8 @@ def main() -> int:
         rows.append(f"| {eps:g} | " + " | ".join(f"{fmt(cos[m][0], seeds)} | {fmt(cos[m][1], seeds)}"
                                                  for m in ("smcdp", "central", "diffprivlib")) + " |")
     cpu = ", ".join(f"{m} {np.median(v):.3g} s" for m, v in secs.items() if v)
-    print(f"k = 20, n = 20,000 (two parties: {SPLIT:,} and {20_000 - SPLIT:,}), delta = {DELTA:g} "
+    split = args.n * 9 // 20
+    print(f"k = 20, n = {args.n:,} (two parties: {split:,} and {args.n - split:,}), delta = {DELTA:g} "
           f"(diffprivlib: 0), {seeds} data seeds; |cos| against numpy, mean ± std over seeds.\n")
     print("| epsilon | smcdp DP mode u_1 | u_2 | central Gaussian u_1 | u_2 | diffprivlib PCA u_1 | u_2 |")
     print("|---|---|---|---|---|---|---|")
