@@ -37,12 +37,21 @@ from smcdp.errors import DeadlineExceeded, InvalidMessage, PreconditionFailed, R
 from smcdp.net.channel import Channel
 from smcdp.net.grpc_channel import AlreadyExists, NotFound
 from smcdp.net.server import PendingApproval, SessionSpec
-from smcdp.plugins.base import ProtocolPlugin, SessionContext, SessionSummary
+from smcdp.plugins.base import OutputFlow, ProtocolPlugin, SessionContext, SessionSummary
 from smcdp.runtime.config import PartyConfig
 from smcdp.runtime.governance.approvals import OPEN_STATES, Proposal, ProposalStore, check_reason, proposals_dir
-from smcdp.runtime.governance.audit import AuditLog, RefusalThrottle
+from smcdp.runtime.governance.audit import AuditLog, RefusalThrottle, read_entries
 from smcdp.runtime.governance.charges import RESUME_KEY, SessionCharges
-from smcdp.runtime.governance.policy import OutOfBounds, PolicyDenied, Refusal, check_seed, evaluate, refusal
+from smcdp.runtime.governance.policy import (
+    DEFAULT_PERIOD_DAYS,
+    OutOfBounds,
+    PolicyDenied,
+    Refusal,
+    check_seed,
+    evaluate,
+    refusal,
+    releases_exact,
+)
 from smcdp.runtime.governance.witness import SignedHead, WitnessError, WitnessStore, sign_head
 
 log = logging.getLogger("smcdp.governance")
@@ -65,6 +74,10 @@ class ApprovalExpired(DeadlineExceeded, Refusal):
 
 class QueueFull(ResourceExhausted, Refusal):
     """Too many proposals already wait for this party's operator (RESOURCE_EXHAUSTED)."""
+
+
+class QuotaRefused(ResourceExhausted, Refusal):
+    """A per-period session limit (max_exact_sessions) does not admit the session (RESOURCE_EXHAUSTED)."""
 
 
 def _iso(t: float | None) -> str | None:
@@ -118,6 +131,9 @@ class Governor:
         self._reserved: dict[str, str] = {}
         #: refusals per peer and window: the first few in full, then a count (issue 24)
         self.throttle = RefusalThrottle()
+        #: protocol -> admission times (epoch seconds) of sessions that release exact outputs from this
+        #: party's data, from the audit trail's "accepted" events (max_exact_sessions, issue 25)
+        self._exact: dict[str, list[float]] = {}
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, live: Iterable[str] = ()) -> None:
@@ -137,6 +153,7 @@ class Governor:
         except ValueError as exc:
             raise PreconditionFailed(str(exc)) from None
         pol = self.policy
+        self._exact = _exact_admissions(self.config.data_dir)
         self.audit.append("start", policy=None if pol is None else pol.as_dict(),
                           budget=None if self.charges is None else self.charges.status())
         if changed is not None:
@@ -223,6 +240,8 @@ class Governor:
         try:
             summary, charges = self._check(peer, spec, plugin, role)
             approval = self.policy.approval_for(spec.protocol) if self.policy is not None else "auto"
+            exact = summary is not None and releases_exact(summary.outputs, role, spec.roles, self.name)
+            self._check_exact_quota(sid, spec.protocol, exact)
             pending = approval == "operator" and peer != self.name
             if pending:
                 self._check_queue(peer, sid)
@@ -245,8 +264,29 @@ class Governor:
                                    "(smcdp session approve)")
         if reserved is not None:
             self._audit_amount("reserved", reserved, session=sid)
-        self.audit.append("accepted", session=sid, role=role, approval="auto" if peer != self.name else "own operator")
+        self._accepted(sid, role, "auto" if peer != self.name else "own operator", spec.protocol, exact)
         return spec
+
+    def _accepted(self, sid: str, role: str, how: str, protocol: str, exact: bool) -> None:
+        """Admitted: on the audit trail (exact: its outputs from this party's data are not DP, which
+        max_exact_sessions counts, also after a restart)."""
+        entry = self.audit.append("accepted", session=sid, role=role, approval=how,
+                                  **({"protocol": protocol, "exact": True} if exact else {}))
+        if exact:
+            self._exact.setdefault(protocol, []).append(_epoch(entry["time"]))
+
+    def _check_exact_quota(self, sid: str, protocol: str, exact: bool) -> None:
+        """``max_exact_sessions`` per ``period_days``: sessions admitted in the window, from the audit trail."""
+        rules = self.policy.protocols.get(protocol) if self.policy is not None else None
+        if not exact or rules is None or rules.max_exact_sessions is None:
+            return
+        days = rules.period_days if rules.period_days is not None else DEFAULT_PERIOD_DAYS
+        since = time.time() - days * 86400.0
+        used = sum(1 for t in self._exact.get(protocol, ()) if t > since)
+        if used >= rules.max_exact_sessions:
+            raise refusal(QuotaRefused, self.name, sid, f"policy.{protocol}.max_exact_sessions",
+                          f"it already joined {used} {protocol} session(s) releasing exact outputs from its data "
+                          f"in the last {days:g} days (at most {rules.max_exact_sessions})")
 
     def _check(self, peer: str, spec: SessionSpec, plugin: ProtocolPlugin, role: str
                ) -> tuple[SessionSummary | None, bool]:
@@ -359,8 +399,18 @@ class Governor:
             return PendingApproval(f"waiting for the operator of party {self.name!r} to approve "
                                    "(smcdp session approve)")
         if p.state == "approved":
+            outputs = [OutputFlow(o["name"], tuple(o["recipients"]), tuple(o["sources"]), bool(o["dp"]))
+                       for o in (p.summary or {}).get("outputs", ())]
+            exact = releases_exact(outputs, p.role, p.roles, self.name)
+            try:   # another session may have taken the last exact slot since the operator approved
+                self._check_exact_quota(sid, p.protocol, exact)
+            except QuotaRefused as exc:
+                self._give_back(sid, str(exc))
+                self.proposals.decide(p, "rejected", str(exc))
+                self._refused(peer, exc, None, sid)
+                raise
             self.proposals.decide(p, "started", p.reason)
-            self.audit.append("accepted", session=sid, role=p.role, approval="operator")
+            self._accepted(sid, p.role, "operator", p.protocol, exact)
             return p.spec()
         if p.state == "rejected":
             raise refusal(PolicyDenied, self.name, sid, "approval",
@@ -600,6 +650,24 @@ class Governor:
         return out
 
 
+def _epoch(iso: str) -> float:
+    return _dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+def _exact_admissions(data_dir) -> dict[str, list[float]]:
+    """protocol -> admission times of the sessions the audit trail records as releasing exact outputs
+    from this party's data (``accepted`` events with ``exact``)."""
+    out: dict[str, list[float]] = {}
+    for _, entry, _ in read_entries(data_dir):
+        if entry is not None and entry.get("event") == "accepted" and entry.get("exact") is True \
+                and isinstance(entry.get("protocol"), str) and isinstance(entry.get("time"), str):
+            try:
+                out.setdefault(entry["protocol"], []).append(_epoch(entry["time"]))
+            except ValueError:
+                continue
+    return out
+
+
 def _summary_args(d: Mapping[str, Any] | None) -> dict:
     """A stored summary dict back into SessionSummary's arguments (outputs are not needed to reserve)."""
     d = dict(d or {})
@@ -636,4 +704,4 @@ class _Governed(ProtocolPlugin):
         return result
 
 
-__all__ = ["ApprovalExpired", "BudgetRefused", "Governor", "warnings_for"]
+__all__ = ["ApprovalExpired", "BudgetRefused", "Governor", "QuotaRefused", "warnings_for"]

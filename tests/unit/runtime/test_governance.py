@@ -295,4 +295,67 @@ def test_the_approval_queue_is_bounded_per_peer_and_in_all(tmp_path):
     g.reject("c0", "no")                 # a decided proposal frees its place
     assert isinstance(propose("dave", "d2"), PendingApproval)
     assert isinstance(propose("charlie", "c1"), PendingApproval)   # a repeat of a waiting one is not new
+
+
+# ------------------------------------------------------------------ issue 25: exact sessions per period
+class ExactPlugin(CostPlugin):
+    """Like CostPlugin, but the output to "curator" is exact unless params say epsilon (then DP)."""
+
+    name = "exact"
+
+    def summary(self, params, roles):
+        eps = params.get("epsilon")
+        return SessionSummary(protocol=self.name, key_bits={"paillier": 2048}, data_roles=("data",),
+                              coordinator_roles=("curator",),
+                              outputs=(OutputFlow("u", ("curator",), ("data",), dp=eps is not None),),
+                              epsilon=eps, delta=0.0)
+
+
+def _exact_config(tmp_path, approval="auto", **rules) -> PartyConfig:
+    r = ProtocolRules(roles=("data",), initiators=("charlie",), coordinators=("charlie",), release_to=("charlie",),
+                      allow_non_dp=True, **rules)
+    return replace(_config(tmp_path), policy=Policy(approval=approval, protocols={"exact": r}))
+
+
+def _exact_spec(sid, **params):
+    return SessionSpec(sid, "exact", ROLES, params, 60.0)
+
+
+def test_max_exact_sessions_per_period_counts_from_the_audit_trail_across_restarts(tmp_path):
+    """Two exact sessions per day: the third is refused (RESOURCE_EXHAUSTED, naming the rule), DP sessions
+    of the same protocol do not count, and a restarted party still counts the two from its audit trail."""
+    cfg = _exact_config(tmp_path, max_exact_sessions=2, period_days=1.0)
+    g = _gov(cfg)
+    for sid in ("e1", "e2"):
+        g.admit("charlie", _exact_spec(sid), ExactPlugin(), "data")
+    g.admit("charlie", _exact_spec("d1", epsilon=0.5), ExactPlugin(), "data")       # DP: not counted
+    with pytest.raises(SmcdpError) as ei:
+        g.admit("charlie", _exact_spec("e3"), ExactPlugin(), "data")
+    assert ei.value.code == "RESOURCE_EXHAUSTED" and ei.value.rule == "policy.exact.max_exact_sessions"
+    assert "at most 2" in str(ei.value) and "last 1 days" in str(ei.value)
+    g.stop()
+    accepted = [e for e in _events(tmp_path) if e["event"] == "accepted"]
+    assert [e.get("exact") for e in accepted] == [True, True, None]
+    g = _gov(cfg)                                                                       # a restart
+    with pytest.raises(SmcdpError, match="max_exact_sessions"):
+        g.admit("charlie", _exact_spec("e4"), ExactPlugin(), "data")
+    g.stop()
+    # a longer window elsewhere, a shorter one here: sessions older than the window no longer count
+    old = _gov(replace(cfg, policy=Policy(protocols={"exact": replace(cfg.policy.protocols["exact"],
+                                                                            period_days=1e-9)})))
+    old.admit("charlie", _exact_spec("e5"), ExactPlugin(), "data")
+    old.stop()
+
+
+def test_an_approved_exact_session_is_refused_at_start_when_another_took_the_last_slot(tmp_path):
+    g = _gov(_exact_config(tmp_path, approval="operator", max_exact_sessions=1))
+    assert isinstance(g.admit("charlie", _exact_spec("a"), ExactPlugin(), "data"), PendingApproval)
+    assert isinstance(g.admit("charlie", _exact_spec("b"), ExactPlugin(), "data"), PendingApproval)
+    g.approve("a")
+    g.approve("b")
+    assert g.admit("charlie", _exact_spec("a"), ExactPlugin(), "data").session_id == "a"      # started
+    with pytest.raises(SmcdpError) as ei:
+        g.admit("charlie", _exact_spec("b"), ExactPlugin(), "data")
+    assert ei.value.code == "RESOURCE_EXHAUSTED" and ei.value.rule == "policy.exact.max_exact_sessions"
+    assert g.proposals.get("b").state == "rejected"
     g.stop()
