@@ -458,8 +458,7 @@ async def check_selection_helper(ch: Channel, selected, params: SecureMinParams,
     checkee = roles[(me - 1) % K]
     s = protocol_rng(seed, "secure-min", ch.role, "check-mask").randrange(1 << params.check_mask_bits)
     msg = ciphertext_to_proto(zeta_pk, zeta_pk.raw_add(selected, zeta_pk.raw_encrypt_textbook(s)))
-    sent = await ch.send(C, f"{tag}/c", msg)
-    await ch.send(checkee, f"{tag}/c", pb.CiphertextVector.FromString(sent))   # the same bytes (also in a replay)
+    await ch.send_many([C, checkee], f"{tag}/c", msg)           # the same bytes to both (also in a replay)
     await compare_holder_a(ch, checkee, [-s], ell=params.check_ell, predicate="le", output="b",
                            tag_prefix=f"{tag}/{checkee}", allow_insecure=allow_insecure_keys,
                            min_key_bits=params.dgk_bits)

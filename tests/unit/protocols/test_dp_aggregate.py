@@ -178,7 +178,7 @@ def test_no_plaintext_sizes_models_noise_or_unmasked_shares_on_the_wire(keys):
                 checked += 1
         if type_name == "smcdp.v1.Ints" and "dgk" not in tag:
             assert not set(pb.Ints.FromString(data).values) & secret, (sender, tag)
-    assert checked > K * (K + 1) * d
+    assert checked >= 5 * K + 1 + 2 * K           # the entries' proofs, the product's opening, the check's openings
     # Charlie never receives an individual party's noise contribution, only party1's masked total
     psi_to_charlie = [(s, t) for (s, r, t, tn, dd) in net.transcript if r == "charlie" and t.startswith("s2/")]
     assert psi_to_charlie == [("party1", "s2/psi")]
@@ -221,17 +221,23 @@ def test_malformed_messages_are_refused(keys):
             msg = pb.CiphertextVector.FromString(data)
             msg.length = d + 1
             return msg.SerializeToString()
-        tamper_message(net, "party2", "s2/psi", mut)
+        tamper_message(net, "party2", "s2/agg", mut)
 
     with pytest.raises((InvalidMessage, SessionAborted), match="holds 4 values"):
         run_aggregate(p, ws, [0.1, 0.2], keys, tamper=wrong_length)
 
-    def piece_out_of_range(net):
-        tamper_message(net, "party1", "s3/piece", lambda _: bigints([1 << p.modulus_bits] * d).SerializeToString(),
-                       receiver="charlie")
+    def short_seed(net):
+        tamper_message(net, "party1", "s2/seed", lambda _: pb.Blobs(values=[b"\x01" * 31]).SerializeToString())
 
-    with pytest.raises((InvalidMessage, SessionAborted), match="outside"):
-        run_aggregate(p, ws, [0.1, 0.2], keys, tamper=piece_out_of_range)
+    with pytest.raises((InvalidMessage, SessionAborted), match="one 32-byte seed"):
+        run_aggregate(p, ws, [0.1, 0.2], keys, tamper=short_seed)
+
+    def opening_out_of_range(net):
+        n = keys["zeta"].public_key.n
+        tamper_message(net, "charlie", "chk/open", lambda _: bigints([5, n]).SerializeToString())
+
+    with pytest.raises((InvalidMessage, SessionAborted), match="does not open"):
+        run_aggregate(p, ws, [0.1, 0.2], keys, tamper=opening_out_of_range)
 
     def wrong_key(net):
         def mut(data):
