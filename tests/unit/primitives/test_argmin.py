@@ -9,13 +9,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from smcdp.crypto.codec import bigints, from_bigints
+from smcdp.crypto.codec import bigints, ciphertext_to_proto, from_bigints
 from smcdp.errors import InvalidMessage, SessionAborted
 from smcdp.primitives.argmin import (
     SecureMinParams,
     argmin_curator,
     argmin_party,
     check_permutation,
+    check_selection_curator,
+    check_selection_helper,
+    check_selection_party,
     match_evaluator,
     run_tournament,
     tree_children,
@@ -284,3 +287,60 @@ def test_parameter_validation():
                 dict(n_parties=3, key_bits=200)):
         with pytest.raises(InvalidMessage):
             SecureMinParams(**bad).validate()
+
+
+# ----------------------------------------------------------------------------- verifying a selection
+def run_check(values, selected, keys, *, tamper=None):
+    """Every party checks 'selected ≤ my value' (selected given as ζ(selected)); returns the K bits."""
+    K = len(values)
+    p = _params(K)
+    zeta = keys["zeta"]
+    pk = zeta.public_key
+    ct = pk.raw_encrypt_textbook(selected)
+    roles = {"charlie": "charlie", **{f"party{i + 1}": f"p{i + 1}" for i in range(K)}}
+
+    async def party(ch, i):
+        ok, _ = await asyncio.gather(
+            check_selection_party(ch, values[i], p, zeta_pk=pk, allow_insecure_keys=True),
+            check_selection_helper(ch, ct, p, zeta_pk=pk, allow_insecure_keys=True))
+        return ok
+
+    fns = {"charlie": lambda ch: check_selection_curator(ch, p, zeta_key=zeta)}
+    for i in range(K):
+        fns[f"party{i + 1}"] = (lambda i: lambda ch: party(ch, i))(i)
+    res, net = run_network(roles, fns, tamper)
+    return [res[f"party{i + 1}"] for i in range(K)], net
+
+
+@pytest.mark.parametrize("values,selected", [([5, 9], 5), ([5, 9], 9), ([7, 7, 7], 7), ([3, 1, 4, 1, 5], 1),
+                                             ([3, 1, 4, 1, 5], 4), ([0, 2 ** 32 - 1], 0), ([0, 2 ** 32 - 1], 2 ** 32 - 1)])
+def test_selection_check_tells_each_party_whether_the_selected_value_is_at_most_its_own(keys, values, selected):
+    bits, net = run_check(values, selected, keys)
+    assert bits == [selected <= v for v in values]
+    # Charlie only opens masked values: none of them is the selected value or a party's
+    opened = [int.from_bytes(pb.BigInts.FromString(d).magnitude[0], "big")
+              for (s, r, t, tn, d) in net.transcript if t == "chk/open"]
+    assert len(opened) == len(values) and all(v >= 2 ** 40 for v in opened)
+
+
+def test_selection_check_refuses_an_opening_that_does_not_match(keys):
+    def tamper(net):
+        def lie(data):
+            c, r = [int.from_bytes(m, "big") for m in pb.BigInts.FromString(data).magnitude]
+            return bigints([c - 5, r]).SerializeToString()
+        tamper_message(net, "charlie", "chk/open", lie, receiver="party1")
+
+    with pytest.raises((InvalidMessage, SessionAborted), match="does not open"):
+        run_check([5, 9], 9, keys, tamper=tamper)
+
+
+def test_charlie_opens_nothing_but_a_masked_selected_value(keys):
+    """A helper's ciphertext that decrypts beyond the masked range (e.g. some other secret) is not opened."""
+    pk = keys["zeta"].public_key
+
+    def tamper(net):
+        tamper_message(net, "party2", "chk/c", lambda d: ciphertext_to_proto(pk, pk.raw_encrypt_textbook(
+            2 ** 200)).SerializeToString(), receiver="charlie")
+
+    with pytest.raises((InvalidMessage, SessionAborted), match="not a masked selected value"):
+        run_check([5, 9], 5, keys, tamper=tamper)

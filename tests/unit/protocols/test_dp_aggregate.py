@@ -350,3 +350,64 @@ def test_local_sensitivity_holds_on_neighbouring_data_sets():
         assert ratio <= 1.0
         worst = max(worst, ratio)
     assert worst > 0.2          # the bound is not vacuous: some neighbours come within a factor 5
+
+
+# ----------------------------------------------------------------------------- scale (issue 28)
+def _received(net, role):
+    msgs = [d for (s, r, t, tn, d) in net.transcript if r == role]
+    return len(msgs), sum(len(d) for d in msgs), max(len(d) for d in msgs)
+
+
+@pytest.mark.parametrize("K", [2, 3, 9])
+def test_every_role_receives_within_its_traffic_envelope(keys, K):
+    d = 5
+    p = make_params(K, d, epsilon=1.0)
+    rng = np.random.default_rng(K)
+    res, net = run_aggregate(p, [rng.uniform(-1, 1, size=d) for _ in range(K)], list(rng.uniform(0.01, 0.4, size=K)),
+                             keys)
+    for role in ["charlie", "dave", *p.party_roles]:
+        env = p.traffic_envelope(role)
+        count, total, largest = _received(net, role)
+        assert count <= env.tags and total <= env.session_bytes and largest <= env.message_bytes, role
+
+
+def test_a_data_party_sends_and_receives_the_same_whatever_K(keys):
+    """Per-party traffic does not grow with K: at most two tree children, one ring neighbour each way,
+    one match of the bracket, one check as the checked party and one as the helper (issue 28)."""
+    d = 6
+    per_party = {}
+    for K in (7, 31):                       # both have every kind of party (two children, a match, a parent)
+        p = make_params(K, d, epsilon=1.0)
+        rng = np.random.default_rng(K)
+        res, net = run_aggregate(p, [rng.uniform(-1, 1, size=d) for _ in range(K)],
+                                 list(rng.uniform(0.01, 0.4, size=K)), keys)
+        sent = {r: sum(len(x) for (s, _, _, _, x) in net.transcript if s == r) for r in p.party_roles}
+        got = {r: _received(net, r) for r in p.party_roles}
+        per_party[K] = (max(sent.values()), max(g[0] for g in got.values()), max(g[1] for g in got.values()))
+        # O(K·d) in all: the d-vectors are the K − 1 tree products, party1's masked total and K + 1 shares
+        vectors = [t for (s, r, t, tn, x) in net.transcript if t in ("s2/agg", "s2/psi", "s3/share")]
+        assert len(vectors) == (K - 1) + 1 + (K + 1)
+    (s7, m7, b7), (s31, m31, b31) = per_party[7], per_party[31]
+    assert m31 == m7
+    assert s31 < 1.1 * s7 and b31 < 1.1 * b7             # only ⌈log₂ K⌉ more bits per compared value
+
+
+def test_published_shares_are_a_uniform_sharing(keys):
+    """Any K of the K + 1 published shares are uniform and independent: over repeated sessions of the
+    same inputs, every share's residues (mod 8 of the first coordinate) are uniform, and so are the
+    pairwise differences (a chi-square test each; the sum of all K + 1 is always T)."""
+    K, d = 3, 1
+    p = make_params(K, d, epsilon=1e9)
+    ws = [np.full(d, 0.25), np.full(d, -0.5), np.full(d, 0.125)]
+    M = 1 << p.modulus_bits
+    low = [[] for _ in range(K + 1)]
+    for r in range(64):
+        res, _ = run_aggregate(p, ws, [0.1, 0.2, 0.3], keys, seed=500 + r)
+        assert res["dave"].weights == pytest.approx(np.mean(ws, axis=0), abs=1e-6)
+        for i, v in enumerate(int(s[0]) for s in res["dave"].shares_mod):
+            low[i].append(v % 8)
+    for i in range(K + 1):
+        assert stats.chisquare(np.bincount(low[i], minlength=8)).pvalue > 1e-3, i
+    for i in range(K):
+        diff = [(a - b) % 8 for a, b in zip(low[i], low[i + 1])]
+        assert stats.chisquare(np.bincount(diff, minlength=8)).pvalue > 1e-3, i
