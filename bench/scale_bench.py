@@ -1,4 +1,7 @@
-"""dp-aggregate at scale (issue 28): K data parties as processes on this machine, and up to 256 in one process.
+"""Protocols at scale (issue 28): dp-aggregate with K data parties, power iteration with N data parties.
+
+``python bench/scale_bench.py [dp-aggregate]``: K data parties as processes on this machine, and up to 256 in one
+process.
 
 * **Processes** (``--processes``, default K ∈ {2, 4, 8, 12, 16, 32}): ``LocalCluster`` -- Charlie, Dave and K
   data parties as separate OS processes over gRPC with mutual TLS on loopback, the code path of
@@ -19,8 +22,17 @@ issue's targets (bytes(12)/bytes(4) ≤ 4.5, K = 100 in one process within 10 mi
 constant or O(log K)), and a model of K parties on K machines from the measured per-role CPU (printed
 with its assumptions; docs/benchmarks.md records a run).
 
-    python bench/scale_bench.py                  # everything (about an hour on 2 shared cores)
+``python bench/scale_bench.py power-iteration``: N ∈ {2, 4, 8, 16} data parties of k × n matrices (default k = 200,
+n = 100 per party, a clear leading direction) and a fixed number of rounds (``--rounds``, p = 1: no decoys, so
+every N runs the same rounds), 2048-bit keys, in one process (wall, CPU, bytes, and a profile of the session
+grouped by where the time goes: Trent's code, the data parties' protocol code, the compute engine,
+Paillier / gmpy2, the channel) and as processes (the cluster's start-up, then two sessions: wall, the CPU of
+every process and of its descendants -- the local engine's crypto workers -- from /proc, bytes).  Log–log
+slopes against N show what grows faster than O(N).
+
+    python bench/scale_bench.py                  # dp-aggregate, everything (about an hour on 2 shared cores)
     python bench/scale_bench.py --quick          # processes K ≤ 8, memory K ≤ 16 (a few minutes)
+    python bench/scale_bench.py power-iteration  # N = 2, 4, 8, 16
     python bench/scale_bench.py --json out.json  # also the raw measurements
 """
 
@@ -28,9 +40,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import json
 import math
 import os
+import pstats
 import sys
 import tempfile
 import time
@@ -43,6 +57,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from smcdp.net.channel import InMemoryNetwork  # noqa: E402
 from smcdp.plugins.dp_aggregate import load_dataset  # noqa: E402
 from smcdp.primitives.rng import noise_source  # noqa: E402
+from smcdp.protocols.power_iteration import PowerIterationParams  # noqa: E402
+from smcdp.protocols.power_iteration import data_party as pi_party  # noqa: E402
+from smcdp.protocols.power_iteration import trent  # noqa: E402
 from smcdp.protocols.dp_aggregate import (  # noqa: E402
     DPAggregateParams,
     charlie,
@@ -60,10 +77,25 @@ _TICK = os.sysconf("SC_CLK_TCK")
 
 # ----------------------------------------------------------------------------- helpers
 def cpu_seconds(pid: int) -> float:
-    """utime + stime of a live process (and of its reaped children), in seconds."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return sum(int(fields[i]) for i in (11, 12, 13, 14)) / _TICK
+    """CPU seconds (user + system, reaped children included) of a process and of its live descendants
+    (e.g. the local compute engine's crypto workers)."""
+    total = 0.0
+    for p in [pid, *descendants(pid)]:
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:             # ended meanwhile
+            continue
+        total += sum(int(fields[i]) for i in (11, 12, 13, 14)) / _TICK
+    return total
+
+
+def descendants(pid: int) -> list[int]:
+    try:
+        kids = [int(k) for k in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+    return [d for k in kids for d in (k, *descendants(k))]
 
 
 def load() -> float:
@@ -117,6 +149,17 @@ def role_bytes(stats: dict[str, dict], K: int) -> dict:
             "party1": both["party1"]}
 
 
+def run_retrying(cluster, protocol: str, roles, params, initiator: str, out: dict, **kw) -> dict:
+    """cluster.run, once more if the session never started (the start call timed out on a loaded machine:
+    no party knows the session); the retry is recorded in ``out["retries"]``."""
+    for attempt in (1, 2):
+        recs = cluster.run(protocol, roles, params, initiator=initiator, **kw)
+        if any(r.get("state") != "unknown" for r in recs.values()) or attempt == 2:
+            return recs
+        out.setdefault("retries", []).append(str(recs[roles[initiator]].get("error"))[:300])
+    return recs
+
+
 # ----------------------------------------------------------------------------- processes
 def run_processes(K: int, d: int, key_bits: int, tmp: Path) -> dict:
     sub = tmp / f"proc-K{K}"
@@ -139,7 +182,7 @@ def run_processes(K: int, d: int, key_bits: int, tmp: Path) -> dict:
         for s in range(2):
             before = {name: cpu_seconds(pid) for name, pid in procs.items()}
             load_before, t1 = load(), time.perf_counter()
-            recs = c.run("dp-aggregate", roles, params, initiator="charlie", seed=SEED + s)
+            recs = run_retrying(c, "dp-aggregate", roles, params, "charlie", out, seed=SEED + s)
             wall = time.perf_counter() - t1
             cpu = {name: cpu_seconds(pid) - before[name] for name, pid in procs.items()}
             bad = {n: r.get("error") for n, r in recs.items() if r.get("state") != "succeeded"}
@@ -182,6 +225,87 @@ def run_memory(K: int, d: int, key_bits: int) -> dict:
             "bytes": role_bytes(stats, K), "messages": len(net.transcript)}
 
 
+# ----------------------------------------------------------------------------- power iteration against N
+def pi_blocks(N: int, k: int, n: int, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    u = rng.normal(size=k)
+    return [rng.normal(size=(k, n)) + 3 * np.outer(u, rng.normal(size=n)) for _ in range(N)]
+
+
+def pi_params(N: int, k: int, rounds: int, key_bits: int) -> dict:
+    return {"n_parties": N, "key_bits": key_bits, "p": 1.0, "tol": 1e-15, "max_iterations": rounds, "rows": k}
+
+
+GROUPS = [("trent", "power_iteration.py:trent"), ("party protocol", "power_iteration.py"),
+          ("compute engine", "smcdp/compute/"), ("paillier / gmpy2", "gmpy2"), ("paillier / gmpy2", "smcdp/crypto/"),
+          ("paillier / gmpy2", "_mont"), ("channel", "smcdp/net/"), ("protobuf", "google/protobuf"),
+          ("numpy", "numpy"), ("asyncio", "asyncio"), ("waiting for workers", "acquire"),
+          ("waiting for workers", "select"), ("waiting for workers", "poll")]
+
+
+def profile_groups(stats: pstats.Stats) -> dict[str, float]:
+    """Self time per group: the first group whose pattern is in "file:function" (built-ins: "~:<built-in …>")."""
+    out: dict[str, float] = {}
+    for (file, _, func), (_, _, tottime, _, _) in stats.stats.items():
+        where = f"{file}:{func}"
+        name = next((g for g, pat in GROUPS if pat in where), "other")
+        out[name] = out.get(name, 0.0) + tottime
+    return out
+
+
+def pi_memory(N: int, k: int, n: int, rounds: int, key_bits: int) -> dict:
+    p = PowerIterationParams.from_mapping(pi_params(N, k, rounds, key_bits))
+    data = pi_blocks(N, k, n)
+    roles = {"trent": "trent", **{f"party{i + 1}": f"p{i + 1}" for i in range(N)}}
+    fns = {"trent": lambda ch: trent(ch, p, allow_insecure_keys=key_bits < 2048)}
+    for i in range(N):
+        fns[f"party{i + 1}"] = (lambda i: lambda ch: pi_party(ch, data[i], p, allow_insecure_keys=key_bits < 2048))(i)
+    net = InMemoryNetwork(roles, timeout=7200)
+    prof = cProfile.Profile()
+    load0, t0, c0 = os.getloadavg()[0], time.perf_counter(), cpu_seconds(os.getpid())
+    prof.enable()
+    res = asyncio.run(net.run(fns))
+    prof.disable()
+    wall, cpu = time.perf_counter() - t0, cpu_seconds(os.getpid()) - c0      # the crypto workers included
+    groups = profile_groups(pstats.Stats(prof))
+    return {"N": N, "wall": wall, "cpu": cpu, "load": (load0, os.getloadavg()[0]),
+            "round_seconds": res["trent"].round_seconds, "rounds": res["trent"].rounds,
+            "bytes": sum(r.stats["bytes_sent"] for r in res.values()), "profile": groups,
+            "trent_bytes": res["trent"].stats["bytes_sent"] + res["trent"].stats["bytes_received"]}
+
+
+def pi_processes(N: int, k: int, n: int, rounds: int, key_bits: int, tmp: Path) -> dict:
+    sub = tmp / f"N{N}"
+    sub.mkdir()
+    names = [f"p{i + 1}" for i in range(N)]
+    parties = {"trent": {}}
+    for name, b in zip(names, pi_blocks(N, k, n)):
+        np.save(sub / f"{name}.npy", b)
+        parties[name] = {"power-iteration": {"data": sub / f"{name}.npy"}}
+    roles = {"trent": "trent", **{f"party{i + 1}": nm for i, nm in enumerate(names)}}
+    out: dict = {"N": N, "sessions": []}
+    t0 = time.perf_counter()
+    with LocalCluster(parties, allow_insecure_keys=key_bits < 2048, workdir=sub / "run", session_seconds=3600) as c:
+        out["startup_seconds"] = time.perf_counter() - t0
+        pids = {nm: pr.pid for nm, pr in c.procs.items()}
+        out["startup_cpu_per_process"] = float(np.mean([cpu_seconds(pid) for pid in pids.values()]))
+        for _ in range(2):
+            before = {nm: cpu_seconds(pid) for nm, pid in pids.items()}
+            load0, t1 = os.getloadavg()[0], time.perf_counter()
+            recs = run_retrying(c, "power-iteration", roles, pi_params(N, k, rounds, key_bits), "trent", out)
+            wall = time.perf_counter() - t1
+            bad = {nm: r.get("error") for nm, r in recs.items() if r.get("state") != "succeeded"}
+            if bad:
+                raise AssertionError(f"N = {N}: {bad}")
+            cpu = {nm: cpu_seconds(pid) - before[nm] for nm, pid in pids.items()}
+            out["sessions"].append({
+                "wall": wall, "cpu_total": sum(cpu.values()), "cpu_trent": cpu["trent"],
+                "cpu_party_mean": float(np.mean([cpu[nm] for nm in names])), "load": (load0, os.getloadavg()[0]),
+                "round_seconds": recs["trent"]["result"]["round_seconds"],
+                "bytes": sum(int(r["stats"]["bytes_sent"]) for r in recs.values())})
+    return out
+
+
 # ----------------------------------------------------------------------------- fits and the report
 def slope(Ks, ys) -> float:
     pts = [(math.log(k), math.log(y)) for k, y in zip(Ks, ys) if k >= 4 and y > 0]
@@ -201,7 +325,7 @@ def kib(x: float) -> str:
     return f"{x / 1024:,.0f} KiB" if x < 10 * 1024 * 1024 else f"{x / 1024 / 1024:,.1f} MiB"
 
 
-def report(proc: list[dict], mem: list[dict], key_bits: int, d: int, rtt: float, bandwidth: float) -> str:
+def dpa_report(proc: list[dict], mem: list[dict], key_bits: int, d: int, rtt: float, bandwidth: float) -> str:
     lines = [f"Paillier {key_bits}-bit (ξ, ζ), DGK {params_for(2, d, key_bits)['dgk_bits']}-bit, d = {d}, ε = 1, "
              "κ = 40; bytes are protobuf payloads, a role's sent + received; CPU from /proc (processes) or "
              "the process (in memory); load = 1-minute load average before → after.", ""]
@@ -273,32 +397,87 @@ def report(proc: list[dict], mem: list[dict], key_bits: int, d: int, rtt: float,
     return "\n".join(lines)
 
 
+def pi_report(mem: list[dict], proc: list[dict], k: int, n: int, rounds: int, key_bits: int) -> str:
+    Ns = [r["N"] for r in mem] or [r["N"] for r in proc]
+    groups = sorted({g for r in mem for g in r["profile"]})
+    lines = [f"k = {k}, n = {n} per party, {rounds} rounds (p = 1), {key_bits}-bit keys.", ""]
+    if mem:
+        lines += ["**One process**: seconds, and the profile's self time by group (seconds):", "",
+                  "| N | wall s | CPU s | load | round s (median) | bytes | " + " | ".join(groups) + " |",
+                  "|---|---|---|---|---|---|" + "---|" * len(groups)]
+        for r in mem:
+            lines.append(f"| {r['N']} | {r['wall']:.1f} | {r['cpu']:.1f} | {r['load'][0]:.1f} → {r['load'][1]:.1f} | "
+                         f"{np.median(r['round_seconds'][1:]):.2f} | {kib(r['bytes'])} | "
+                         + " | ".join(f"{r['profile'].get(g, 0):.2f}" for g in groups) + " |")
+        lines += ["", f"Slopes against N (N ≥ 4): CPU N^{slope(Ns, [r['cpu'] for r in mem]):.2f}, bytes N^"
+                      f"{slope(Ns, [r['bytes'] for r in mem]):.2f}; "
+                  + ", ".join(f"{g} N^{slope(Ns, [r['profile'].get(g, 0) for r in mem]):.2f}" for g in groups) + "."]
+    if proc:
+        lines += ["", "**Processes** (second session; the first in brackets):", "",
+                  "| N | start-up s (CPU s per process) | wall s | CPU s (all, with workers) | Trent CPU s | "
+                  "party CPU s (mean) | load | round s (median) | bytes |", "|---|---|---|---|---|---|---|---|---|"]
+        for r in proc:
+            s, f = r["sessions"][1], r["sessions"][0]
+            lines.append(f"| {r['N']} | {r['startup_seconds']:.1f} ({r['startup_cpu_per_process']:.1f}) | {s['wall']:.1f} "
+                         f"({f['wall']:.1f}) | {s['cpu_total']:.1f} ({f['cpu_total']:.1f}) | {s['cpu_trent']:.2f} | "
+                         f"{s['cpu_party_mean']:.2f} | {s['load'][0]:.1f} → {s['load'][1]:.1f} | "
+                         f"{np.median(s['round_seconds'][1:]):.2f} | {kib(s['bytes'])} |")
+        warm = [r["sessions"][1] for r in proc]
+        lines += ["", f"Slopes against N (N ≥ 4): wall N^{slope(Ns, [s['wall'] for s in warm]):.2f}, CPU N^"
+                      f"{slope(Ns, [s['cpu_total'] for s in warm]):.2f}, Trent's CPU N^"
+                      f"{slope(Ns, [s['cpu_trent'] for s in warm]):.2f}, a party's CPU N^"
+                      f"{slope(Ns, [s['cpu_party_mean'] for s in warm]):.2f}, start-up N^"
+                      f"{slope(Ns, [r['startup_seconds'] for r in proc]):.2f}."]
+    return "\n".join(lines)
+
+
+def ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--processes", default="2,4,8,12,16,32", help="K for separate processes (comma list; '' for none)")
-    ap.add_argument("--memory", default="2,4,8,12,16,32,64,100,128,256", help="K in one process (comma list)")
-    ap.add_argument("--quick", action="store_true", help="processes 2,4,8 and memory 2,4,8,12,16")
+    ap.add_argument("protocol", nargs="?", default="dp-aggregate", choices=("dp-aggregate", "power-iteration"))
+    ap.add_argument("--processes", help="K (or N) for separate processes, a comma list ('' for none); default "
+                                        "2,4,8,12,16,32 (dp-aggregate), 2,4,8,16 (power-iteration)")
+    ap.add_argument("--memory", help="K (or N) in one process; default 2,4,8,12,16,32,64,100,128,256 "
+                                     "(dp-aggregate), 2,4,8,16 (power-iteration)")
+    ap.add_argument("--quick", action="store_true", help="small K only")
     ap.add_argument("--key-bits", type=int, default=2048)
-    ap.add_argument("--dim", type=int, default=10)
-    ap.add_argument("--rtt", type=float, default=0.05, help="one-way latency of the model, seconds (default 0.05)")
-    ap.add_argument("--bandwidth", type=float, default=12.5e6, help="Charlie's bandwidth in the model, bytes/s")
+    ap.add_argument("--dim", type=int, default=10, help="dp-aggregate: d")
+    ap.add_argument("--rows", type=int, default=200, help="power-iteration: k")
+    ap.add_argument("--samples", type=int, default=100, help="power-iteration: columns per party")
+    ap.add_argument("--rounds", type=int, default=6, help="power-iteration: rounds (p = 1, no decoys)")
+    ap.add_argument("--rtt", type=float, default=0.05, help="dp-aggregate model: one-way latency, seconds")
+    ap.add_argument("--bandwidth", type=float, default=12.5e6, help="dp-aggregate model: Charlie's bytes/s")
     ap.add_argument("--json", help="write the raw measurements here")
     args = ap.parse_args(argv)
-    procs = [int(k) for k in ("2,4,8" if args.quick else args.processes).split(",") if k]
-    mems = [int(k) for k in ("2,4,8,12,16" if args.quick else args.memory).split(",") if k]
+    dpa = args.protocol == "dp-aggregate"
+    quick = "2,4,8" if dpa else "2,4"
+    procs = ints(quick if args.quick else args.processes if args.processes is not None
+                 else "2,4,8,12,16,32" if dpa else "2,4,8,16")
+    mems = ints("2,4,8,12,16" if args.quick and dpa else quick if args.quick else args.memory
+                if args.memory is not None else "2,4,8,12,16,32,64,100,128,256" if dpa else "2,4,8,16")
     proc_rows, mem_rows = [], []
+
+    def note(row: dict) -> None:
+        print(json.dumps(row), file=sys.stderr, flush=True)
+
+    for K in mems:
+        print(f"one process, {K} data parties …", file=sys.stderr, flush=True)
+        mem_rows.append(run_memory(K, args.dim, args.key_bits) if dpa
+                        else pi_memory(K, args.rows, args.samples, args.rounds, args.key_bits))
+        note(mem_rows[-1])
     with tempfile.TemporaryDirectory() as tmp:
         for K in procs:
-            print(f"processes K = {K} …", file=sys.stderr, flush=True)
-            proc_rows.append(run_processes(K, args.dim, args.key_bits, Path(tmp)))
-            print(json.dumps(proc_rows[-1]), file=sys.stderr, flush=True)
-    for K in mems:
-        print(f"one process K = {K} …", file=sys.stderr, flush=True)
-        mem_rows.append(run_memory(K, args.dim, args.key_bits))
-        print(json.dumps(mem_rows[-1]), file=sys.stderr, flush=True)
+            print(f"processes, {K} data parties …", file=sys.stderr, flush=True)
+            proc_rows.append(run_processes(K, args.dim, args.key_bits, Path(tmp)) if dpa
+                             else pi_processes(K, args.rows, args.samples, args.rounds, args.key_bits, Path(tmp)))
+            note(proc_rows[-1])
     if args.json:
         Path(args.json).write_text(json.dumps({"processes": proc_rows, "memory": mem_rows}, indent=1))
-    print(report(proc_rows, mem_rows, args.key_bits, args.dim, args.rtt, args.bandwidth))
+    print(dpa_report(proc_rows, mem_rows, args.key_bits, args.dim, args.rtt, args.bandwidth) if dpa
+          else pi_report(mem_rows, proc_rows, args.rows, args.samples, args.rounds, args.key_bits))
     return 0
 
 
