@@ -587,14 +587,13 @@ async def charlie(ch: Channel, params: DPAggregateParams, *, seed: SeedLike = No
 
     # --- Stage 3: decrypt X + s; our share is its residue mod M.
     ch.progress(round=3, step="publish")
-    cap = params.contribution_bound(K) + (1 << params.share_mask_bits)
+    hi = params.contribution_bound(K) + (1 << params.share_mask_bits)
     msg = await ch.recv(roles[0], "s2/psi", pb.CiphertextVector)
     vec = EncryptedVector.from_proto(msg, pk, length=d, exponent=-F, packing=packing,
-                                     bound=min(cap, packing.slot_capacity if packing.packed else pk.max_int),
+                                     bound=min(hi, packing.slot_capacity if packing.packed else pk.max_int),
                                      what="s2/psi from party1")
     c = vec.decrypt_ints(zeta)
-    lo, hi = -params.noise_int_bound, params.contribution_bound(K) + (1 << params.share_mask_bits)
-    if any(not lo <= x <= hi for x in c):
+    if any(not -params.noise_int_bound <= x <= hi for x in c):
         raise InvalidMessage("s2/psi from party1 decrypts to values outside the agreed range")
     M = 1 << params.modulus_bits
     share, path = await _publish(ch, [x % M for x in c], params, output_dir, ch.session_id)

@@ -79,15 +79,15 @@ def test_huge_epsilon_gives_the_average(keys, calibration):
     assert published == res["dave"].shares_mod
 
 
-@pytest.mark.parametrize("smallest", [0, 1, 2])
-def test_exactly_the_selected_partys_noise_is_added(keys, smallest):
-    """T = Σ_j W_j + N_sel exactly, where sel is the party with the largest sensitivity."""
-    K, d = 3, 4
+@pytest.mark.parametrize("K,smallest", [(3, 0), (3, 1), (3, 2), (2, 1), (5, 3), (17, 16), (40, 23)])
+def test_exactly_the_selected_partys_noise_is_added(keys, K, smallest):
+    """T = Σ_j W_j + N_sel exactly, where sel is the party with the largest sensitivity (for K up to 40)."""
+    d = 4
     p = make_params(K, d, epsilon=2.0)
     rng = np.random.default_rng(smallest)
     ws = [rng.uniform(-1, 1, size=d) for _ in range(K)]
-    sens = [0.01, 0.02, 0.04]
-    sens[smallest], sens[2] = sens[2], sens[smallest]      # the largest sensitivity sits at `smallest`
+    sens = [0.01 + 0.001 * j for j in range(K)]
+    sens[smallest], sens[-1] = sens[-1], sens[smallest]    # the largest sensitivity sits at `smallest`
     seeds = [100 + 10 * smallest + j for j in range(K)]
     res, _ = run_aggregate(p, ws, sens, keys, noise_seeds=seeds)
     W = np.array([[to_fixed(x, p.frac_bits) for x in w] for w in ws], dtype=object).sum(axis=0)
@@ -110,17 +110,18 @@ def test_ties_of_sensitivity_select_one_of_the_tied(keys):
     assert diff == party_noise(p, sens[1], seeds[1])       # ties: the lower party index
 
 
-def test_noise_norm_follows_the_smallest_partys_distribution(keys):
+@pytest.mark.parametrize("K,runs", [(3, 60), (8, 40)])
+def test_noise_norm_follows_the_smallest_partys_distribution(keys, K, runs):
     """KS test over repeated runs: ‖ŵˢ − ŵ‖ ~ Gamma(d, Δ_(1)/(Kε)) with Δ_(1) of the smallest data set."""
-    K, d, eps, lam = 3, 3, 1.0, 0.1
+    d, eps, lam = 3, 1.0, 0.1
     p = make_params(K, d, epsilon=eps, lam=lam, max_sensitivity=None, min_records=10)
-    ns = [2000, 40, 400]                      # party2 is the smallest
+    ns = ([2000, 40, 400] + [100 + 97 * j for j in range(K - 3)])[:K]       # party2 is the smallest
     sens = [1 / (n * lam) for n in ns]
-    ws = [np.full(d, 0.2), np.full(d, -0.1), np.full(d, 0.3)]
+    ws = [np.full(d, 0.1 * ((j % 5) - 2)) for j in range(K)]
     avg = np.mean(ws, axis=0)
     norms = []
-    for r in range(60):
-        res, _ = run_aggregate(p, ws, sens, keys, noise_seeds=[3 * r, 3 * r + 1, 3 * r + 2])
+    for r in range(runs):
+        res, _ = run_aggregate(p, ws, sens, keys, noise_seeds=[K * r + j for j in range(K)])
         norms.append(np.linalg.norm(np.array(res["dave"].weights) - avg))
     scale = lambda n: 1 / (n * lam) / (K * eps)
     p_right = stats.kstest(norms, stats.gamma(d, scale=scale(ns[1])).cdf).pvalue
