@@ -258,6 +258,14 @@ def _party_index(ch: Channel, params: SecureMinParams) -> int:
     return roles.index(ch.role)
 
 
+def _check_value(ch: Channel, value, params: SecureMinParams) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidMessage(f"{ch.role}: the private value must be an integer, got {type(value).__name__}")
+    if not 0 <= value < 1 << params.value_bits:
+        raise InvalidMessage(f"{ch.role}: the private value must lie in [0, 2^{params.value_bits})")
+    return value
+
+
 # =============================================================================== party side
 async def argmin_party(ch: Channel, value: int, params: SecureMinParams, *, seed: SeedLike = None,
                        xi_key: PrivateKey | None = None, allow_insecure_keys: bool = False,
@@ -267,10 +275,7 @@ async def argmin_party(ch: Channel, value: int, params: SecureMinParams, *, seed
     roles = params.party_roles
     me = _party_index(ch, params)
     K = params.n_parties
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidMessage(f"{ch.role}: the private value must be an integer, got {type(value).__name__}")
-    if not 0 <= value < 1 << params.value_bits:
-        raise InvalidMessage(f"{ch.role}: the private value must lie in [0, 2^{params.value_bits})")
+    _check_value(ch, value, params)
     check_key_bits(params.key_bits, allow_insecure_keys)
     rng = protocol_rng(seed, "secure-min", ch.role)
     C = params.curator
@@ -426,10 +431,10 @@ async def check_selection_party(ch: Channel, value: int, params: SecureMinParams
                                 dgk_key: dgk.DGKPrivateKey | None = None, seed: SeedLike = None,
                                 allow_insecure_keys: bool = False, tag: str = "chk") -> bool:
     """Party j's check that the selected value is ≤ ``value`` (its own); True iff it is."""
+    params.validate()
     me = _party_index(ch, params)
     roles, C = params.party_roles, params.curator
-    if not 0 <= value < 1 << params.value_bits:
-        raise InvalidMessage(f"{ch.role}: the private value must lie in [0, 2^{params.value_bits})")
+    _check_value(ch, value, params)
     helper = roles[check_helper_of(me, params.n_parties)]
     masked = ciphertext_from_proto(await ch.recv(helper, f"{tag}/c", pb.CiphertextVector), zeta_pk,
                                    f"{tag}/c from {helper}")
@@ -453,6 +458,7 @@ async def check_selection_party(ch: Channel, value: int, params: SecureMinParams
 async def check_selection_helper(ch: Channel, selected, params: SecureMinParams, *, zeta_pk: PublicKey,
                                  seed: SeedLike = None, allow_insecure_keys: bool = False, tag: str = "chk") -> None:
     """Party h's part in the check of party h − 1: masks the selected value ``selected`` = ζ(v_sel)."""
+    params.validate()
     me = _party_index(ch, params)
     roles, C, K = params.party_roles, params.curator, params.n_parties
     checkee = roles[(me - 1) % K]
@@ -467,6 +473,9 @@ async def check_selection_helper(ch: Channel, selected, params: SecureMinParams,
 async def check_selection_curator(ch: Channel, params: SecureMinParams, *, zeta_key: PrivateKey,
                                   tag: str = "chk") -> None:
     """Charlie's part: decrypt every helper's masked value and send its opening to the party it helps."""
+    params.validate()
+    if ch.role != params.curator:
+        raise InvalidMessage(f"role {ch.role!r} is not the curator {params.curator!r}")
     roles, K = params.party_roles, params.n_parties
     zeta_pk = zeta_key.public_key
     limit = (1 << params.value_bits) + (1 << params.check_mask_bits)
