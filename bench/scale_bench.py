@@ -325,6 +325,31 @@ def kib(x: float) -> str:
     return f"{x / 1024:,.0f} KiB" if x < 10 * 1024 * 1024 else f"{x / 1024 / 1024:,.1f} MiB"
 
 
+#: what the measurements are compared with, measured once (the tree moved on; the bench reruns the rest)
+DPA_BEFORE = (
+    "Before issue 28 (main 33edd04: all-pairs secure minimum, the whole indicator to every party, the "
+    "K(K+1)-vector secure sum), measured in the same hour with the same harness in one process: total bytes "
+    "99 KiB, 554 KiB, 2.5 MiB, 5.8 MiB, 10.5 MiB and CPU 0.5, 1.1, 3.5, 7.5, 12.6 s for K = 2, 4, 8, 12, 16 "
+    "(slopes K^2.14 and K^1.74; bytes(12)/bytes(4) = 10.74); a data party's traffic grew as K^1.14 (party1's "
+    "1.3 MiB at K = 16). Now the check of issue 25 costs every party two more DGK comparisons, so K = 2 sends "
+    "more than before (225 KiB against 99 KiB) and K ≥ 8 much less.")
+PI_FINDINGS = (
+    "What grew faster than O(N), and where: **the liveness probes** (smcdp/runtime/session.py): every participant "
+    "probed every other one every min(5 s, grace/6) -- N(N+1) heartbeats per interval and a mutual-TLS connection "
+    "per pair and session; now each probes its two nearest unfinished neighbours in a ring (2(N+1)).  And **the "
+    "cluster's start-up** (smcdp/runtime/local.py): all N + 1 processes import at once (≈ 1.5 CPU-s each), so the "
+    "fixed 60 s wait for the first one failed at 34 processes on two loaded cores; the wait now grows with the "
+    "number of processes.  Nothing in the protocol module grows faster than O(N): Trent receives, sums and sends N "
+    "vectors per round and a data party's work is constant (its CPU per session is flat in N above).  What "
+    "dominates a session at every N is per party and per session -- the local engine's crypto process pool "
+    "(spawned per session; its workers build their own tables: the first round's seconds) -- which issue 27 "
+    "replaces with party-lifetime crypto threads (branch `speed`).")
+PI_BEFORE = (
+    "With every participant probing every other one (before issue 28; processes, second session, same hour): "
+    "N = 8: CPU 15.3 s, a party's 1.62 s; N = 16: CPU 32.8 s, a party's 1.85 s, Trent's 3.10 s — CPU slope "
+    "N^1.10 against N^0.85 with the ring.")
+
+
 def dpa_report(proc: list[dict], mem: list[dict], key_bits: int, d: int, rtt: float, bandwidth: float) -> str:
     lines = [f"Paillier {key_bits}-bit (ξ, ζ), DGK {params_for(2, d, key_bits)['dgk_bits']}-bit, d = {d}, ε = 1, "
              "κ = 40; bytes are protobuf payloads, a role's sent + received; CPU from /proc (processes) or "
@@ -373,12 +398,14 @@ def dpa_report(proc: list[dict], mem: list[dict], key_bits: int, d: int, rtt: fl
         if 100 in by:
             lines.append(f"Target K = 100 in one process within 10 minutes: **{by[100]['wall']:.0f} s** wall "
                          f"({by[100]['cpu']:.0f} s CPU).")
+        lines += ["", DPA_BEFORE]
     if len(proc) >= 2:
         Ks = [r["K"] for r in proc]
         warm = [r["sessions"][1] for r in proc]
         ca, cb = linear(Ks, [s["cpu_charlie"] for s in warm])
-        cpu_p = max(s["cpu_party_max"] for s in warm)
         K = 100
+        p_slope = max(0.0, slope(Ks, [s["cpu_party_max"] for s in warm]))
+        cpu_p = warm[-1]["cpu_party_max"] * (K / Ks[-1]) ** p_slope        # the largest K measured, extrapolated
         depth = math.ceil(math.log2(K))
         hops = 12 + 8 * depth                # sequential message latencies on the critical path (docs/benchmarks.md)
         rows = mem or [dict(K=r["K"], bytes=s["bytes"]) for r, s in zip(proc, warm)]
@@ -386,8 +413,10 @@ def dpa_report(proc: list[dict], mem: list[dict], key_bits: int, d: int, rtt: fl
         ch_bytes = next((r["bytes"]["charlie"] for r in rows if r["K"] == K), ba + bb * K)
         cpu_c = ca + cb * K
         lines += ["", f"**Model: {K} parties on {K} machines** (one core each).  Charlie's CPU ≈ {ca:.2f} + {cb:.3f}·K s "
-                      f"(fitted on the processes above); a data party's CPU does not grow with K (K^"
-                      f"{slope(Ks, [s['cpu_party_max'] for s in warm]):.2f}), the largest measured is {cpu_p:.2f} s; "
+                      f"(fitted on the processes above); a data party's (the largest) grows as K^{p_slope:.2f} here "
+                      f"(its protocol work is constant but for ⌈log₂ K⌉ bits more per comparison; K + 2 processes on "
+                      f"two cores also cost each other cache and switches), extrapolated from K = {Ks[-1]}: "
+                      f"{cpu_p:.2f} s; "
                       f"{hops} sequential message latencies (12 + 8⌈log₂ K⌉) at {rtt * 1000:.0f} ms one way; "
                       f"Charlie's {kib(ch_bytes)} at {bandwidth / 1e6:.1f} MB/s.",
                   f"Charlie's CPU {cpu_c:.1f} s (his K − 1 comparisons and K openings: the only part that grows with K), "
@@ -402,7 +431,9 @@ def pi_report(mem: list[dict], proc: list[dict], k: int, n: int, rounds: int, ke
     groups = sorted({g for r in mem for g in r["profile"]})
     lines = [f"k = {k}, n = {n} per party, {rounds} rounds (p = 1), {key_bits}-bit keys.", ""]
     if mem:
-        lines += ["**One process**: seconds, and the profile's self time by group (seconds):", "",
+        lines += ["**One process**: seconds, and the profile's self time by group (wall seconds: 'waiting for workers' "
+                  "is the event loop waiting on the crypto pool and threads, so it includes the machine's load; "
+                  "CPU counts the pool's workers):", "",
                   "| N | wall s | CPU s | load | round s (median) | bytes | " + " | ".join(groups) + " |",
                   "|---|---|---|---|---|---|" + "---|" * len(groups)]
         for r in mem:
@@ -411,7 +442,9 @@ def pi_report(mem: list[dict], proc: list[dict], k: int, n: int, rounds: int, ke
                          + " | ".join(f"{r['profile'].get(g, 0):.2f}" for g in groups) + " |")
         lines += ["", f"Slopes against N (N ≥ 4): CPU N^{slope(Ns, [r['cpu'] for r in mem]):.2f}, bytes N^"
                       f"{slope(Ns, [r['bytes'] for r in mem]):.2f}; "
-                  + ", ".join(f"{g} N^{slope(Ns, [r['profile'].get(g, 0) for r in mem]):.2f}" for g in groups) + "."]
+                  + ", ".join(f"{g} N^{slope(Ns, [r['profile'].get(g, 0) for r in mem]):.2f}" for g in groups
+                              if max(r["profile"].get(g, 0) for r in mem) >= 0.5)
+                  + " (groups below 0.5 s left out: their slopes are noise)."]
     if proc:
         lines += ["", "**Processes** (second session; the first in brackets):", "",
                   "| N | start-up s (CPU s per process) | wall s | CPU s (all, with workers) | Trent CPU s | "
@@ -427,7 +460,8 @@ def pi_report(mem: list[dict], proc: list[dict], k: int, n: int, rounds: int, ke
                       f"{slope(Ns, [s['cpu_total'] for s in warm]):.2f}, Trent's CPU N^"
                       f"{slope(Ns, [s['cpu_trent'] for s in warm]):.2f}, a party's CPU N^"
                       f"{slope(Ns, [s['cpu_party_mean'] for s in warm]):.2f}, start-up N^"
-                      f"{slope(Ns, [r['startup_seconds'] for r in proc]):.2f}."]
+                      f"{slope(Ns, [r['startup_seconds'] for r in proc]):.2f}.", "", PI_BEFORE]
+    lines += ["", PI_FINDINGS]
     return "\n".join(lines)
 
 
