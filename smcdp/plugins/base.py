@@ -172,14 +172,14 @@ class _ReleaseGate:
             self._on_release()           # raises: the message is not sent
             self._on_release = None
 
-    async def send(self, to: str, tag: str, msg) -> None:
+    async def send(self, to: str, tag: str, msg) -> bytes:
         self._before((to,), tag)
-        await self._ch.send(to, tag, msg)
+        return await self._ch.send(to, tag, msg)
 
-    async def send_many(self, to: Iterable[str], tag: str, msg) -> None:
+    async def send_many(self, to: Iterable[str], tag: str, msg) -> bytes:
         to = list(to)
         self._before(to, tag)
-        await self._ch.send_many(to, tag, msg)
+        return await self._ch.send_many(to, tag, msg)
 
 
 _REGISTRY: dict[str, ProtocolPlugin] = {}

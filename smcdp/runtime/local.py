@@ -115,8 +115,12 @@ class LocalCluster:
         self.write_configs()
         for p in self.configs:
             self._spawn(p)
+        # every process imports and starts at once: on a few cores that takes time in proportion to
+        # their number (≈ 1.5 CPU-s each), so the deadline grows with it (issue 28: 34 processes on 2
+        # loaded cores needed more than the fixed 60 s)
+        end = time.monotonic() + 60.0 + 10.0 * len(self.configs)
         for p in self.configs:
-            self._wait_up(p)
+            self._wait_up(p, timeout=max(5.0, end - time.monotonic()))
 
     def _spawn(self, party: str) -> None:
         log_file = open(self.workdir / f"{party}.log", "ab")  # noqa: SIM115 - owned by the child's lifetime

@@ -351,15 +351,20 @@ class Session:
 
     # ------------------------------------------------------------------ liveness
     async def _watch(self, ch: GrpcChannel) -> None:
-        """Probe every other participant until the role ends; abort the session on a silent one."""
+        """Probe this party's nearest participants until the role ends; abort the session on a silent one.
+
+        The participants form a ring in name order and each probes its nearest predecessor and
+        successor that have not finished (issue 28: every participant probing every other one was
+        N(N−1) heartbeats per interval, and as many TLS connections per session).  Every running
+        participant is still probed by two running ones, and one cut off from the rest sees both
+        of its neighbours fall silent."""
         grace = float(self.party.config.timeouts.peer_grace_seconds)
         interval = max(0.2, min(5.0, grace / 6))
         peers = {party: role for role, party in self.spec.roles.items() if party != self.party.name}
+        ring = sorted({*peers, self.party.name})
         finished: set[str] = set()
         unknown: dict[str, int] = {}
         start = time.monotonic()
-        for p in peers:
-            self.peer_seen.setdefault(p, (start, ""))
         last_tick = start
 
         async def probe(party: str):
@@ -379,7 +384,9 @@ class Session:
                 for p, (_, inc) in self.peer_seen.items():
                     self.peer_seen[p] = (now, inc)
             last_tick = now
-            todo = [p for p in peers if p not in finished]
+            todo = ring_neighbours(ring, self.party.name, finished)
+            for p in todo:                      # a newly probed peer counts from now
+                self.peer_seen.setdefault(p, (now, ""))
             replies = await asyncio.gather(*(probe(p) for p in todo))
             for party, reply in zip(todo, replies):
                 if isinstance(reply, BaseException):
@@ -413,7 +420,7 @@ class Session:
             now = time.monotonic()
             silent = {p: now - self.peer_seen[p][0] for p in todo if now - self.peer_seen[p][0] > grace}
             resume_hint = f"the session can be resumed with 'smcdp session resume {self.spec.session_id}'"
-            if len(peers) >= 2 and len(silent) == len(peers):
+            if len(todo) >= 2 and len(silent) == len(todo):
                 # every other participant went silent at once: this party is the one cut off,
                 # which is also what they all conclude -- so every record names the same culprit
                 me = self.party.name
@@ -446,6 +453,15 @@ class Session:
             "finished_at": _utc_now() if state in ("succeeded", "failed") else None,
             "seconds": seconds, "restarts": self.restarts, "resumable": resumable,
         }
+
+
+def ring_neighbours(ring: list[str], me: str, finished: set[str]) -> list[str]:
+    """The nearest participants before and after ``me`` in ``ring`` that are not ``finished`` (one if
+    they are the same, none if every other one finished)."""
+    i, n = ring.index(me), len(ring)
+    after = next((ring[(i + k) % n] for k in range(1, n) if ring[(i + k) % n] not in finished), None)
+    before = next((ring[(i - k) % n] for k in range(1, n) if ring[(i - k) % n] not in finished), None)
+    return list(dict.fromkeys(p for p in (after, before) if p is not None))
 
 
 def _deadline_error(s: Session) -> SmcdpError:
