@@ -174,7 +174,7 @@ def run_processes(K: int, d: int, key_bits: int, tmp: Path) -> dict:
     out: dict = {"K": K, "mode": "processes", "sessions": []}
     load0, t0 = load(), time.perf_counter()
     with LocalCluster(parties, allow_insecure_keys=key_bits < 2048, workdir=sub / "run", allow_seeded=True,
-                      session_seconds=3600) as c:
+                      session_seconds=3600, open_policy=True) as c:
         out["startup_seconds"] = time.perf_counter() - t0
         procs = {name: pr.pid for name, pr in c.procs.items()}
         cpu0 = {name: cpu_seconds(pid) for name, pid in procs.items()}
@@ -285,7 +285,8 @@ def pi_processes(N: int, k: int, n: int, rounds: int, key_bits: int, tmp: Path) 
     roles = {"trent": "trent", **{f"party{i + 1}": nm for i, nm in enumerate(names)}}
     out: dict = {"N": N, "sessions": []}
     t0 = time.perf_counter()
-    with LocalCluster(parties, allow_insecure_keys=key_bits < 2048, workdir=sub / "run", session_seconds=3600) as c:
+    with LocalCluster(parties, allow_insecure_keys=key_bits < 2048, workdir=sub / "run", session_seconds=3600,
+                      open_policy=True) as c:
         out["startup_seconds"] = time.perf_counter() - t0
         pids = {nm: pr.pid for nm, pr in c.procs.items()}
         out["startup_cpu_per_process"] = float(np.mean([cpu_seconds(pid) for pid in pids.values()]))

@@ -82,7 +82,7 @@ def test_a_malicious_charlie_selecting_the_largest_party_is_refused_and_nobody_i
     cost = get_plugin("dp-aggregate").summary(params, roles).epsilon
     budgets = {n: BudgetConfig(dataset=n, epsilon=10 * cost, delta=1e-9) for n in names}
     with LocalCluster(parties, allow_insecure_keys=True, workdir=tmp_path / "run", budgets=budgets,
-                      plugins=("tests.support.evil_charlie_plugin",)) as c:
+                      plugins=("tests.support.evil_charlie_plugin",), open_policy=True) as c:
         recs = c.run("dp-aggregate", roles, params, initiator="charlie")
         ledgers = {n: Ledger(c.data_dir(n) / DEFAULT_LEDGER).status(n) for n in names}
     assert recs["dave"]["state"] != "succeeded"
