@@ -52,6 +52,7 @@ from typing import Callable
 
 import numpy as np
 
+from smcdp._numbers import real
 from smcdp.compute.base import ComputeEngine, ComputeSession
 from smcdp.compute.kernels import PADDING_STREAM_INDEX, keyed_gaussian
 from smcdp.compute.local import LocalEngine
@@ -134,17 +135,14 @@ class PowerIterationParams(ProtocolParams):
                 bad(f"{name}={v!r} must be an integer in [{lo}, {hi}]")
 
         integer("n_parties", 2, 64)
-        if not (0.0 < float(self.p) <= 1.0):
-            bad(f"p={self.p!r} must lie in (0, 1]")
-        if not (0.0 < float(self.tol) < 1.0):
-            bad(f"tol={self.tol!r} must lie in (0, 1)")
+        real(self.p, "power-iteration parameter p", 0.0, 1.0, lo_open=True)
+        real(self.tol, "power-iteration parameter tol", 0.0, 1.0, lo_open=True, hi_open=True)
         integer("max_iterations", 1, 100_000)
         integer("key_bits", 256, 16384)
         integer("frac_bits", 8, 64)
         integer("value_bits", 1, 128)
         integer("scale_bits", DECOY_WEIGHT_BITS + 1, 64)
-        if not (0.0 < float(self.padding) <= 10.0):
-            bad(f"padding={self.padding!r} must lie in (0, 10]")
+        real(self.padding, "power-iteration parameter padding", 0.0, 10.0, lo_open=True)
         if not isinstance(self.packed, bool):
             bad("packed must be a boolean")
         integer("components", 1, MAX_BLOCK)

@@ -82,6 +82,7 @@ import gmpy2
 import numpy as np
 from gmpy2 import mpz
 
+from smcdp._numbers import real
 from smcdp.crypto.codec import bigints, from_bigints
 from smcdp.crypto.encoding import UNPACKED, Packing, encode_float
 from smcdp.crypto.modexp import multi_exp
@@ -148,8 +149,7 @@ class ForwardParams(ProtocolParams):
 
     def validate(self) -> ForwardParams:
         self.masks().validate()
-        if not (1.0 <= float(self.emission_offset_nats) <= 2.0 ** 48):
-            raise InvalidMessage(f"emission_offset_nats={self.emission_offset_nats!r} must lie in [1, 2^48]")
+        real(self.emission_offset_nats, "emission_offset_nats", 1.0, 2.0 ** 48)
         for name, lo, hi in (("feature_bits", 1, 32), ("coef_frac_bits", 8, 96),
                              ("block_frames", 0, 4096), ("groups", 1, 16)):
             v = getattr(self, name)
@@ -166,7 +166,8 @@ class ForwardParams(ProtocolParams):
         return self
 
     def masks(self) -> ls.MaskParams:
-        return ls.MaskParams(float(self.mask_nats), float(self.offset_nats), self.precision_bits, self.smudge_bits,
+        # not float()-ed here: MaskParams.validate refuses a string, a list or an infinity by name
+        return ls.MaskParams(self.mask_nats, self.offset_nats, self.precision_bits, self.smudge_bits,
                              self.log_frac_bits)
 
     @property
