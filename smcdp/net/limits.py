@@ -68,9 +68,22 @@ class Limits:
     max_session_mib: int = 2048
     #: ceiling on distinct (sender, tag) messages one session may receive
     max_tags_per_session: int = 200_000
-    #: gRPC: concurrent streams per connection, and concurrent RPCs in the whole server
+    #: gRPC: concurrent streams per connection
     max_concurrent_streams: int = 128
+    #: concurrent calls from all peers together (the operator's own calls are not counted: they have
+    #: ``operator_calls``); gRPC's own hard cap is set above it (:attr:`grpc_rpc_cap`)
     max_concurrent_rpcs: int = 512
+    #: concurrent calls from one peer (every Mailbox method and health check)
+    calls_per_peer: int = 128
+    #: concurrent Deliver/Stream calls of one peer that carry messages of one session
+    calls_per_session: int = 32
+    #: Deliver/Stream calls of one peer that have not yet named a live session of theirs; such a call
+    #: is ended after ``call_idle_seconds``
+    idle_calls_per_peer: int = 16
+    call_idle_seconds: float = 10.0
+    #: calls reserved for this party's own operator (its own certificate): StartSession waits for its
+    #: session, so each session the operator runs holds one
+    operator_calls: int = 128
     #: ended sessions whose de-duplication digests stay in memory (late retries are acknowledged)
     keep_ended_sessions: int = 64
 
@@ -82,6 +95,13 @@ class Limits:
     @property
     def max_session_bytes(self) -> int:
         return self.max_session_mib * MIB
+
+    @property
+    def grpc_rpc_cap(self) -> int:
+        """gRPC's ``maximum_concurrent_rpcs``: a hard cap that refuses every caller alike, so it sits
+        above what this party's own accounting admits (peers in all, plus the operator's reserve), with
+        room for as many calls again that the accounting is refusing at that moment."""
+        return 2 * self.max_concurrent_rpcs + self.operator_calls
 
     def envelope(self, derived: "TrafficEnvelope | None") -> "TrafficEnvelope":
         """A protocol's envelope, capped by the configured ceilings (the ceilings alone if none)."""
@@ -107,11 +127,16 @@ _INT_RANGES: dict[str, tuple[int, int]] = {
     "max_tags_per_session": (16, 100_000_000),
     "max_concurrent_streams": (4, 100_000),
     "max_concurrent_rpcs": (8, 1_000_000),
+    "calls_per_peer": (4, 1_000_000),
+    "calls_per_session": (2, 1_000_000),
+    "idle_calls_per_peer": (1, 1_000_000),
+    "operator_calls": (4, 1_000_000),
     "keep_ended_sessions": (0, 100_000),
 }
 _SECONDS_RANGES: dict[str, tuple[float, float]] = {
     "proposal_grace_seconds": (1.0, 24 * 3600.0),
     "max_session_seconds": (1.0, 7 * 24 * 3600.0),
+    "call_idle_seconds": (0.5, 3600.0),
 }
 
 
@@ -147,6 +172,13 @@ def parse_limits(table: Mapping[str, Any], legacy_max_message_mib: int | None = 
     if limits.pending_total > limits.sessions_total or limits.running_per_peer > limits.sessions_total:
         raise ConfigValueError("limits.pending_total and limits.running_per_peer cannot exceed "
                                "limits.sessions_total")
+    if not limits.calls_per_session <= limits.calls_per_peer <= limits.max_concurrent_rpcs \
+            or limits.idle_calls_per_peer > limits.calls_per_peer:
+        raise ConfigValueError(
+            f"limits: a peer's calls are bounded in all by max_concurrent_rpcs ({limits.max_concurrent_rpcs}), "
+            f"per peer by calls_per_peer ({limits.calls_per_peer}), of which per session calls_per_session "
+            f"({limits.calls_per_session}) and before naming a session idle_calls_per_peer "
+            f"({limits.idle_calls_per_peer}): each must be at most the one before it")
     if limits.max_message_mib > limits.max_session_mib:
         raise ConfigValueError(f"limits.max_message_mib ({limits.max_message_mib}) cannot exceed "
                                f"limits.max_session_mib ({limits.max_session_mib})")
@@ -258,6 +290,108 @@ class InboundBudget:
                 self._received.add(key)
             elif charged:
                 self._bytes -= charged
+
+
+# ---------------------------------------------------------------------- concurrent calls
+class CallQuotas:
+    """Concurrent calls held at this party's server, per peer and in all (docs/security.md).
+
+    * every call of a peer counts against ``calls_per_peer`` and, with every other peer's, against
+      ``max_concurrent_rpcs``; the party's own operator (its own certificate) has a pool of its own,
+      ``operator_calls``, that no peer can take;
+    * a Deliver/Stream call is *idle* until its first envelope names a session the peer holds a role
+      in (``idle_calls_per_peer``; the server ends it after ``call_idle_seconds``), and is then
+      *bound* to that session (``calls_per_session`` per peer and session).
+
+    Every refusal is ResourceExhausted naming the rule, and happens before the call holds anything.
+    Used from the server's event loop only (a lock keeps it safe if that ever changes).
+    """
+
+    def __init__(self, limits: Limits, me: str) -> None:
+        self.limits = limits
+        self.me = me
+        self._lock = threading.Lock()
+        self._calls: dict[str, int] = {}
+        self._peer_total = 0
+        self._idle: dict[str, int] = {}
+        self._bound: dict[tuple[str, str], int] = {}
+
+    def calls(self, peer: str) -> int:
+        return self._calls.get(peer, 0)
+
+    @property
+    def peer_calls(self) -> int:
+        return self._peer_total
+
+    def enter(self, peer: str) -> None:
+        """A call of ``peer`` starts (refused if it would pass a quota)."""
+        lim = self.limits
+        with self._lock:
+            mine = self._calls.get(peer, 0)
+            if peer == self.me:
+                if mine >= lim.operator_calls:
+                    raise ResourceExhausted(
+                        f"party {self.me!r}'s operator already has {mine} calls in progress "
+                        f"(limits.operator_calls = {lim.operator_calls})")
+            else:
+                if mine >= lim.calls_per_peer:
+                    raise ResourceExhausted(
+                        f"party {peer!r} already has {mine} calls in progress at party {self.me!r} "
+                        f"(limits.calls_per_peer = {lim.calls_per_peer})")
+                if self._peer_total >= lim.max_concurrent_rpcs:
+                    raise ResourceExhausted(
+                        f"party {self.me!r} is serving {self._peer_total} calls from its peers "
+                        f"(limits.max_concurrent_rpcs); try again shortly")
+                self._peer_total += 1
+            self._calls[peer] = mine + 1
+
+    def leave(self, peer: str) -> None:
+        with self._lock:
+            left = self._calls.get(peer, 0) - 1
+            if left > 0:
+                self._calls[peer] = left
+            else:
+                self._calls.pop(peer, None)
+            if peer != self.me:
+                self._peer_total -= 1
+
+    def enter_idle(self, peer: str) -> None:
+        """A Deliver/Stream call of ``peer`` starts, not yet bound to a session."""
+        with self._lock:
+            n = self._idle.get(peer, 0)
+            if n >= self.limits.idle_calls_per_peer:
+                raise ResourceExhausted(
+                    f"party {peer!r} already has {n} message calls at party {self.me!r} that name no session "
+                    f"yet (limits.idle_calls_per_peer = {self.limits.idle_calls_per_peer})")
+            self._idle[peer] = n + 1
+
+    def bind(self, peer: str, session_id: str) -> None:
+        """The idle call now carries ``session_id`` (a live session in which ``peer`` holds a role)."""
+        key = (peer, session_id)
+        with self._lock:
+            n = self._bound.get(key, 0)
+            if n >= self.limits.calls_per_session:
+                raise ResourceExhausted(
+                    f"party {peer!r} already has {n} message calls for session {session_id} at party "
+                    f"{self.me!r} (limits.calls_per_session = {self.limits.calls_per_session})")
+            self._bound[key] = n + 1
+            self._drop(self._idle, peer)
+
+    def leave_message_call(self, peer: str, session_id: str | None) -> None:
+        """A Deliver/Stream call ends: idle (``session_id`` None) or bound to ``session_id``."""
+        with self._lock:
+            if session_id is None:
+                self._drop(self._idle, peer)
+            else:
+                self._drop(self._bound, (peer, session_id))
+
+    @staticmethod
+    def _drop(counts: dict, key) -> None:
+        left = counts.get(key, 0) - 1
+        if left > 0:
+            counts[key] = left
+        else:
+            counts.pop(key, None)
 
 
 # ---------------------------------------------------------------------- bounded JSON

@@ -38,6 +38,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import datetime as _dt
+import inspect
 import json
 import logging
 import re
@@ -47,11 +48,18 @@ from typing import Any, Mapping, Protocol
 
 import grpc
 from google.protobuf.message import DecodeError
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 from grpc_health.v1._async import HealthServicer as AsyncHealthServicer
 
 from smcdp._text import printable
-from smcdp.errors import InvalidMessage, PermissionDenied, ResourceExhausted, SmcdpError, Unauthenticated
+from smcdp.errors import (
+    InvalidMessage,
+    PermissionDenied,
+    PreconditionFailed,
+    ResourceExhausted,
+    SmcdpError,
+    Unauthenticated,
+)
 from smcdp.net.config import NetConfig
 from smcdp.net.grpc_channel import (
     CLIENT_KEEPALIVE_MS,
@@ -59,7 +67,7 @@ from smcdp.net.grpc_channel import (
     ORIGIN_METADATA,
     status_code_of,
 )
-from smcdp.net.limits import Limits, bounded_json_object
+from smcdp.net.limits import CallQuotas, Limits, bounded_json_object
 from smcdp.net.tls import PARTY_NAME_RE, TlsMaterial
 from smcdp.v1 import transport_pb2 as tpb
 from smcdp.v1 import transport_pb2_grpc as tgrpc
@@ -235,6 +243,10 @@ class SessionHost(abc.ABC):
     def inbound_target(self, peer: str, session_id: str) -> tuple[InboundTarget, str]:
         """(target, sender role) for a message from ``peer`` in ``session_id``."""
 
+    def inbound_open(self, peer: str, session_id: str) -> None:
+        """Raise (as :meth:`inbound_target` would for a new message) once ``session_id``, whose messages
+        ``peer`` is streaming, no longer takes new ones here; the server then ends the idle call."""
+
     @abc.abstractmethod
     async def propose(self, peer: str, spec: SessionSpec) -> str | PendingApproval:
         """Register a session proposed by ``peer``; return this party's role (or that it waits)."""
@@ -306,51 +318,123 @@ async def _fail(context: grpc.aio.ServicerContext, exc: BaseException, what: str
     await context.abort(code, printable(msg))
 
 
+#: how often a message call bound to a session checks, while it waits for its next envelope, that the
+#: session still lives here (an idle stream of an ended session is closed within this)
+LIVENESS_POLL_SECONDS = 2.0
+
+
+class _MessageCall:
+    """One Deliver or Stream call of ``peer``: *idle* until its first envelope names a session the peer
+    holds a role in, then *bound* to that session (:class:`smcdp.net.limits.CallQuotas`).
+
+    Reading waits at most ``limits.call_idle_seconds`` while idle, and as long as the bound session
+    lives here afterwards: a call that names no session, or whose session ended, is ended by the server
+    (issue 24: 520 idle Stream calls of one member used to take every call slot of the party)."""
+
+    _END = object()
+
+    def __init__(self, servicer: "MailboxServicer", peer: str, request_iterator) -> None:
+        self.servicer = servicer
+        self.peer = peer
+        self.it = request_iterator.__aiter__()
+        servicer.quotas.enter_idle(peer)
+        self.session_id: str | None = None
+        self.closed = False
+
+    async def _read(self):
+        try:
+            return await self.it.__anext__()
+        except StopAsyncIteration:
+            return self._END
+
+    async def next(self) -> tpb.Envelope | None:
+        """The next envelope (checked: not undecodable), or None at the end of the call."""
+        task = asyncio.ensure_future(self._read())
+        try:
+            if self.session_id is None:
+                done, _ = await asyncio.wait({task}, timeout=self.servicer.idle_seconds)
+                if not done:
+                    raise PreconditionFailed(
+                        f"the call named no session within {self.servicer.idle_seconds:g} s "
+                        "(limits.call_idle_seconds)")
+            else:
+                while not (await asyncio.wait({task}, timeout=LIVENESS_POLL_SECONDS))[0]:
+                    self.servicer.host.inbound_open(self.peer, self.session_id)   # raises once it ended
+            item = task.result()
+        finally:
+            if not task.done():
+                task.cancel()
+        return None if item is self._END else checked(item)
+
+    def bind(self, session_id: str) -> None:
+        if self.session_id is None:
+            self.servicer.quotas.bind(self.peer, session_id)
+            self.session_id = session_id
+        elif session_id != self.session_id:
+            raise InvalidMessage(f"a message call carries the messages of one session ({self.session_id}); "
+                                 f"open another call for session {session_id}")
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.servicer.quotas.leave_message_call(self.peer, self.session_id)
+
+
 class MailboxServicer(tgrpc.MailboxServicer):
-    def __init__(self, host: SessionHost, max_message_bytes: int) -> None:
+    def __init__(self, host: SessionHost, max_message_bytes: int, quotas: CallQuotas | None = None,
+                 idle_seconds: float | None = None) -> None:
         self.host = host
         self.max_message_bytes = max_message_bytes
+        self.quotas = quotas if quotas is not None else CallQuotas(Limits(), host.name)
+        self.idle_seconds = idle_seconds if idle_seconds is not None else self.quotas.limits.call_idle_seconds
 
     async def Deliver(self, request_iterator, context):
-        failure = peer = first = None
+        failure = peer = first = call = None
         try:
             peer = peer_identity(context)
-            it = request_iterator.__aiter__()
-            try:
-                first = checked(await it.__anext__())
-            except StopAsyncIteration:
-                raise InvalidMessage("empty Deliver stream: at least one envelope is needed") from None
-            return await self._receive(peer, first, it, last=True)
+            call = _MessageCall(self, peer, request_iterator)
+            first = await call.next()
+            if first is None:
+                raise InvalidMessage("empty Deliver stream: at least one envelope is needed")
+            return await self._receive(call, first, last=True)
         except Exception as exc:  # noqa: BLE001 - report, never crash the server
             failure = exc
+        finally:
+            if call is not None:
+                call.close()
         first = None  # noqa: F841 - not kept alive by the abort (see _receive)
         await self._refuse(context, peer, failure, "Deliver")
 
     async def Stream(self, request_iterator, context):
-        """Deliver for many messages on one call: an Ack per message, in order; the first refusal ends the call."""
-        failure = peer = first = None
+        """Deliver for many messages of one session on one call: an Ack per message, in order; the first
+        refusal ends the call, and so does the end of the session."""
+        failure = peer = first = call = None
         try:
             peer = peer_identity(context)
-            it = request_iterator.__aiter__()
+            call = _MessageCall(self, peer, request_iterator)
             while True:
-                try:
-                    first = checked(await it.__anext__())
-                except StopAsyncIteration:
+                first = await call.next()
+                if first is None:
                     return
-                yield await self._receive(peer, first, it)
+                yield await self._receive(call, first)
         except Exception as exc:  # noqa: BLE001 - report, never crash the server
             failure = exc
+        finally:
+            if call is not None:
+                call.close()
         first = None  # noqa: F841 - not kept alive by the abort (see _receive)
         await self._refuse(context, peer, failure, "Stream")
 
-    async def _receive(self, peer: str, first: tpb.Envelope, it, last: bool = False) -> tpb.Ack:
-        """One message whose first chunk is ``first`` (the rest come from ``it``): checked, charged to the
+    async def _receive(self, call: _MessageCall, first: tpb.Envelope, last: bool = False) -> tpb.Ack:
+        """One message whose first chunk is ``first`` (the rest come from ``call``): checked, charged to the
         session's budget before a byte is buffered, delivered; the Ack.  ``last``: the call holds nothing
         else (Deliver), which is checked before the message is delivered."""
         budget = charge = None
         stored = False
+        peer = call.peer
         self._check_header(first)
         target, sender_role = self.host.inbound_target(peer, first.session_id)
+        call.bind(first.session_id)
         try:
             # charge the session's budget from the declared size, before buffering a byte
             budget = getattr(target, "budget", None)
@@ -360,12 +444,11 @@ class MailboxServicer(tgrpc.MailboxServicer):
             env = first
             for expect in range(first.chunk_count):
                 if expect:
-                    try:
-                        env = checked(await it.__anext__())
-                    except StopAsyncIteration:
+                    env = await call.next()
+                    if env is None:
                         raise InvalidMessage(
                             f"message {first.tag!r} incomplete: {expect}/{first.chunk_count} chunks, "
-                            f"{len(buf)}/{first.total_size} bytes") from None
+                            f"{len(buf)}/{first.total_size} bytes")
                     if (env.session_id, env.tag, env.type_name, env.chunk_count, env.total_size) != (
                             first.session_id, first.tag, first.type_name, first.chunk_count,
                             first.total_size):
@@ -384,11 +467,9 @@ class MailboxServicer(tgrpc.MailboxServicer):
                 raise InvalidMessage(
                     f"message {first.tag!r} incomplete: {first.chunk_count}/{first.chunk_count} chunks, "
                     f"{len(buf)}/{first.total_size} bytes")
-            if last:
-                async for extra in it:
-                    checked(extra)
-                    raise InvalidMessage(f"message {first.tag!r}: more chunks than its chunk_count "
-                                         f"{first.chunk_count}")
+            if last and await call.next() is not None:
+                raise InvalidMessage(f"message {first.tag!r}: more chunks than its chunk_count "
+                                     f"{first.chunk_count}")
             # off the server's loop: the journal's write and fsync must not hold up other calls (heartbeats
             # of other sessions time out behind a disk busy with twenty sessions' journals)
             fresh = await asyncio.to_thread(target.deliver_threadsafe, sender_role, first.tag, first.type_name,
@@ -620,19 +701,81 @@ def server_options(limits: Limits) -> list[tuple[str, int]]:
     ]
 
 
-def _generic_handler(service: str, servicer: Any) -> grpc.GenericRpcHandler:
-    """The service's handlers with this module's decoding (see :class:`Undecodable`)."""
-    desc = tpb.DESCRIPTOR.services_by_name[service.rsplit(".", 1)[1]]
+def _counted(fn, quotas: CallQuotas, what: str):
+    """``fn`` (a handler) counted against the caller's call quota, refused at once past it."""
+    async def enter(context) -> str:
+        try:
+            peer = peer_identity(context)
+        except Unauthenticated:
+            peer = ""    # cannot happen behind mutual TLS; counted as one anonymous peer all the same
+        try:
+            quotas.enter(peer)
+        except ResourceExhausted as exc:
+            await _fail(context, exc, what)
+        return peer
+
+    if inspect.isasyncgenfunction(fn):
+        async def streaming(request, context):
+            peer = await enter(context)
+            try:
+                async for item in fn(request, context):
+                    yield item
+            finally:
+                quotas.leave(peer)
+        return streaming
+
+    async def unary(request, context):
+        peer = await enter(context)
+        try:
+            return await fn(request, context)
+        finally:
+            quotas.leave(peer)
+    return unary
+
+
+_HANDLER_MAKERS = {(True, True): grpc.stream_stream_rpc_method_handler,
+                   (True, False): grpc.stream_unary_rpc_method_handler,
+                   (False, True): grpc.unary_stream_rpc_method_handler,
+                   (False, False): grpc.unary_unary_rpc_method_handler}
+
+
+def _generic_handler(service_desc, servicer: Any, quotas: CallQuotas, messages) -> grpc.GenericRpcHandler:
+    """The service's handlers with this module's decoding (see :class:`Undecodable`), each call counted
+    against the caller's quota (:class:`smcdp.net.limits.CallQuotas`).  ``messages``: the module holding
+    the service's request and response classes."""
     handlers = {}
-    for m in desc.methods:
-        req_cls = getattr(tpb, m.input_type.name)
-        resp_cls = getattr(tpb, m.output_type.name)
-        make = {(True, True): grpc.stream_stream_rpc_method_handler,
-                (True, False): grpc.stream_unary_rpc_method_handler,
-                (False, False): grpc.unary_unary_rpc_method_handler}[(m.client_streaming, m.server_streaming)]
-        handlers[m.name] = make(getattr(servicer, m.name), request_deserializer=_tolerant_deserializer(req_cls),
+    for m in service_desc.methods:
+        if not hasattr(servicer, m.name):
+            continue    # not served (grpc.health.v1's List): UNIMPLEMENTED
+        req_cls = getattr(messages, m.input_type.name)
+        resp_cls = getattr(messages, m.output_type.name)
+        make = _HANDLER_MAKERS[(m.client_streaming, m.server_streaming)]
+        fn = _counted(getattr(servicer, m.name), quotas, f"{service_desc.name}.{m.name}")
+        handlers[m.name] = make(fn, request_deserializer=_tolerant_deserializer(req_cls),
                                 response_serializer=resp_cls.SerializeToString)
-    return grpc.method_handlers_generic_handler(service, handlers)
+    return grpc.method_handlers_generic_handler(service_desc.full_name, handlers)
+
+
+class _HealthServicer:
+    """grpc.health.v1 with this module's decoding: bytes that are no HealthCheckRequest are
+    INVALID_ARGUMENT (the stock servicer's deserializer answered UNKNOWN)."""
+
+    def __init__(self, health: AsyncHealthServicer) -> None:
+        self.health = health
+
+    async def Check(self, request, context):
+        try:
+            request = checked(request)
+        except InvalidMessage as exc:
+            await _fail(context, exc, "Health.Check")
+        return await self.health.Check(request, context)
+
+    async def Watch(self, request, context):
+        try:
+            request = checked(request)
+        except InvalidMessage as exc:
+            await _fail(context, exc, "Health.Watch")
+        await self.health.Watch(request, context)
 
 
 class PartyServer:
@@ -643,18 +786,24 @@ class PartyServer:
         self.tls = tls
         self.host = host
         self.health = AsyncHealthServicer()
+        #: concurrent calls per peer, of all peers, and the operator's reserve (issue 24)
+        self.quotas = CallQuotas(config.limits, config.name)
         self._server: grpc.aio.Server | None = None
         self.port: int | None = None
 
     async def start(self) -> int:
         limits = self.config.limits
-        server = grpc.aio.server(options=server_options(limits),
-                                 maximum_concurrent_rpcs=limits.max_concurrent_rpcs)
+        # gRPC's own cap refuses every caller alike: it sits above this party's accounting (per peer, all
+        # peers, the operator's reserve), which refuses the one over its quota (issue 24)
+        server = grpc.aio.server(options=server_options(limits), maximum_concurrent_rpcs=limits.grpc_rpc_cap)
+        services = tpb.DESCRIPTOR.services_by_name
         server.add_generic_rpc_handlers((
-            _generic_handler("smcdp.v1.Mailbox", MailboxServicer(self.host, self.config.max_message_bytes)),
-            _generic_handler("smcdp.v1.Control", ControlServicer(self.host)),
+            _generic_handler(services["Mailbox"], MailboxServicer(self.host, self.config.max_message_bytes,
+                                                                  self.quotas), self.quotas, tpb),
+            _generic_handler(services["Control"], ControlServicer(self.host), self.quotas, tpb),
+            _generic_handler(health_pb2.DESCRIPTOR.services_by_name["Health"], _HealthServicer(self.health),
+                             self.quotas, health_pb2),
         ))
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         creds = grpc.ssl_server_credentials(
             [(self.tls.key_pem, self.tls.cert_pem)], root_certificates=self.tls.ca_pem,
             require_client_auth=True)

@@ -240,6 +240,14 @@ class Party(SessionHost):
             raise PermissionDenied("a party cannot deliver messages to itself")
         return channel, role
 
+    def inbound_open(self, peer: str, session_id: str) -> None:   # issue 24: streams of ended sessions end
+        s = self.sessions.get(session_id)
+        channel = s.channel if s is not None else self.ended.get(session_id)
+        if channel is None:
+            self.inbound_target(peer, session_id)   # raises: the session is gone
+        else:
+            channel.check_open()
+
     def inbound_delivered(self, peer: str, nbytes: int, duplicate: bool) -> None:   # issue 18
         self.observatory.inbound_delivered(peer, nbytes, duplicate)
 
@@ -283,10 +291,14 @@ class Party(SessionHost):
         plugin = get_plugin(spec.protocol)
         try:
             params = plugin.validate_params(dict(spec.params), dict(roles))
+            # issue 24: the session's byte envelope must follow from the parameters, now rather than in
+            # the session's thread
+            plugin.traffic_envelope(params, dict(roles), mine[0])
         except SmcdpError:
             raise
-        except (ValueError, TypeError, KeyError) as exc:
-            raise InvalidMessage(f"invalid parameters for {spec.protocol!r}: {exc}") from None
+        except (ValueError, TypeError, KeyError, ArithmeticError) as exc:   # a plug-in's gap: still the
+            raise InvalidMessage(f"invalid parameters for {spec.protocol!r}: "  # caller's parameters
+                                 f"{type(exc).__name__}: {exc}") from None
         repeated = self._repeated(peer, spec, roles, params)
         if repeated is not None:
             return repeated

@@ -14,7 +14,7 @@ from smcdp._files import atomic_write_json
 from smcdp._text import printable
 from smcdp.errors import InvalidMessage, ResourceExhausted
 from smcdp.net.config import ConfigError, TlsConfig
-from smcdp.net.limits import InboundBudget, Limits, TrafficEnvelope, bounded_json_object
+from smcdp.net.limits import CallQuotas, InboundBudget, Limits, TrafficEnvelope, bounded_json_object
 from smcdp.net.grpc_channel import CLIENT_KEEPALIVE_MS
 from smcdp.net.server import SessionSpec, server_options
 from smcdp.protocols.dp_aggregate import write_durable
@@ -61,6 +61,11 @@ def test_limits_defaults_and_values(tmp_path):
     ("[limits]\npending_per_peer = 20\npending_total = 10\n", "cannot exceed limits.pending_total"),
     ("[limits]\nmax_message_mib = 64\nmax_session_mib = 32\n", "cannot exceed limits.max_session_mib"),
     ("[limits]\nmax_message_mib = 64\n[party2]\n", "unknown key"),
+    ("[limits]\ncalls_per_peer = 600\n", "each must be at most the one before it"),
+    ("[limits]\ncalls_per_session = 200\n", "each must be at most the one before it"),
+    ("[limits]\nidle_calls_per_peer = 200\n", "each must be at most the one before it"),
+    ("[limits]\ncall_idle_seconds = 0\n", "limits.call_idle_seconds"),
+    ("[limits]\noperator_calls = 1\n", r"limits.operator_calls must be an integer in \[4, "),
     ("[logging]\nformat = \"xml\"\n", "logging.format"),
     ("[logging]\nlevel = \"LOUD\"\n", "logging.level"),
 ])
@@ -93,6 +98,48 @@ def test_server_keepalive_policy_accepts_the_clients_pings():
     assert opts["grpc.http2.min_ping_interval_without_data_ms"] < CLIENT_KEEPALIVE_MS
     assert opts["grpc.max_concurrent_streams"] == Limits().max_concurrent_streams
     assert opts["grpc.max_receive_message_length"] <= 5 << 20
+
+
+def test_grpc_cap_sits_above_what_the_accounting_admits():
+    """gRPC's maximum_concurrent_rpcs refuses everyone alike (issue 24: a flood of one member took it all):
+    it must never bind before this party's own per-peer accounting and the operator's reserve do."""
+    lim = Limits()
+    assert lim.grpc_rpc_cap > lim.max_concurrent_rpcs + lim.operator_calls
+
+
+def test_call_quotas_per_peer_in_all_and_the_operators_reserve():
+    q = CallQuotas(Limits(max_concurrent_rpcs=8, calls_per_peer=5, calls_per_session=2, idle_calls_per_peer=2,
+                          operator_calls=4), "me")
+    for _ in range(5):
+        q.enter("mallory")
+    with pytest.raises(ResourceExhausted, match="limits.calls_per_peer"):
+        q.enter("mallory")
+    for _ in range(3):
+        q.enter("bob")
+    with pytest.raises(ResourceExhausted, match="limits.max_concurrent_rpcs"):
+        q.enter("carol")                                    # all peers together are at 8
+    for _ in range(4):
+        q.enter("me")                                       # the operator's reserve is its own
+    with pytest.raises(ResourceExhausted, match="limits.operator_calls"):
+        q.enter("me")
+    q.leave("mallory")
+    q.enter("carol")
+    assert q.calls("mallory") == 4 and q.peer_calls == 8 and q.calls("me") == 4
+    # message calls: idle until bound to a session, then counted per session
+    q.enter_idle("mallory")
+    q.enter_idle("mallory")
+    with pytest.raises(ResourceExhausted, match="limits.idle_calls_per_peer"):
+        q.enter_idle("mallory")
+    q.bind("mallory", "s")          # frees its idle slot
+    q.enter_idle("mallory")
+    q.bind("mallory", "s")
+    q.enter_idle("mallory")
+    with pytest.raises(ResourceExhausted, match="limits.calls_per_session"):
+        q.bind("mallory", "s")
+    q.bind("mallory", "t")          # another session of hers
+    q.leave_message_call("mallory", "s")
+    q.enter_idle("mallory")
+    q.bind("mallory", "s")
 
 
 # ----------------------------------------------------------------------------- admission
