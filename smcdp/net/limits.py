@@ -31,7 +31,7 @@ import json
 import math
 import threading
 from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from smcdp.errors import InvalidMessage, ResourceExhausted
 
@@ -275,6 +275,15 @@ class InboundBudget:
             self._bytes += total_size
             self._inflight[key] = self._inflight.get(key, 0) + 1
             return total_size
+
+    def preload(self, received: Iterable[tuple[str, str, int]]) -> None:
+        """Charge what the session already holds from an earlier incarnation (its journal): (sender role,
+        tag, bytes) of each message.  Never refuses -- the resume admission checks it fits."""
+        with self._lock:
+            for sender_role, tag, size in received:
+                if (sender_role, tag) not in self._received:
+                    self._received.add((sender_role, tag))
+                    self._bytes += size
 
     def settle(self, sender_role: str, tag: str, charged: int | None, stored: bool) -> None:
         """End of one stream: ``stored`` if its message entered the mailbox as new."""

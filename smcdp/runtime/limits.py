@@ -11,6 +11,8 @@ The party runner (:mod:`smcdp.runtime.party`) calls these at its boundary:
   with proposals it never begins, and one peer's flood never takes the slots
   another peer's sessions need.
 * :func:`check_begin` caps the running sessions of one initiator.
+* :func:`check_resume` -- a resumed session is admitted like a proposal: slots, and its journal within
+  the session's byte envelope (issue 24).
 * :func:`session_budget` -- one session's inbound budget: the protocol's own
   traffic envelope (from its validated parameters) capped by ``[limits]``.
 * :class:`EndedSessions` -- what stays in memory after a session ends: its
@@ -23,10 +25,10 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from typing import Iterable, Protocol
+from typing import Iterable, Mapping, Protocol
 
 from smcdp.errors import ResourceExhausted
-from smcdp.net.limits import InboundBudget, Limits
+from smcdp.net.limits import InboundBudget, Limits, TrafficEnvelope
 from smcdp.net.server import SessionSpec
 from smcdp.plugins.base import ProtocolPlugin
 
@@ -36,12 +38,20 @@ class _Live(Protocol):
     state: str          # "prepared" or "running"
 
 
-def _counts(sessions: Iterable[_Live], initiator: str) -> tuple[int, int, int, int]:
-    """(pending by initiator, running by initiator, pending in all, sessions in all)."""
-    mine_p = mine_r = pending = total = 0
+def _counts(sessions: Iterable[_Live], initiator: str, in_flight: Mapping[str, int] | None = None
+            ) -> tuple[int, int, int, int]:
+    """(pending by initiator, running by initiator, pending in all, sessions in all).
+
+    ``in_flight``: initiator -> proposals (or resumes) being admitted right now, which hold no session
+    yet; they count as pending (issue 24: concurrent Proposes all passed the check before any was
+    registered)."""
+    flying = dict(in_flight or {})
+    mine_p = flying.get(initiator, 0)
+    mine_r = 0
+    pending = total = sum(flying.values())
     for s in sessions:
         total += 1
-        if s.state == "prepared":
+        if s.state == "prepared" and not getattr(s, "begun", False):   # begun: Begin admitted, thread not yet
             pending += 1
             mine_p += s.initiator == initiator
         else:
@@ -50,7 +60,7 @@ def _counts(sessions: Iterable[_Live], initiator: str) -> tuple[int, int, int, i
 
 
 def check_proposal(sessions: Iterable[_Live], initiator: str, spec: SessionSpec, limits: Limits,
-                   me: str) -> None:
+                   me: str, in_flight: Mapping[str, int] | None = None) -> None:
     """Refuse a proposal that this party's limits do not admit (before any validation work).
 
     (Seeds are the governor's rule, ``[policy] allow_seeded``: see docs/governance.md.)"""
@@ -58,17 +68,47 @@ def check_proposal(sessions: Iterable[_Live], initiator: str, spec: SessionSpec,
         raise ResourceExhausted(
             f"session timeout {spec.timeout_seconds:g} s exceeds party {me!r}'s limit of "
             f"{limits.max_session_seconds:g} s (limits.max_session_seconds)")
-    mine_p, mine_r, pending, total = _counts(sessions, initiator)
-    if mine_p >= limits.pending_per_peer:
+    _check_slots(sessions, initiator, limits, me, in_flight)
+
+
+def check_resume(sessions: Iterable[_Live], initiator: str, limits: Limits, me: str,
+                 in_flight: Mapping[str, int] | None = None, journaled: Iterable[tuple[str, str, int]] = (),
+                 envelope: TrafficEnvelope | None = None, session_id: str = "") -> None:
+    """Refuse to reopen a session (``smcdp session resume``) that this party's limits do not admit: a
+    resumed session holds a slot like a proposal (the initiator's pending and running sessions, the
+    totals), and what its journal already holds must fit the session's byte envelope -- a resume reloads
+    the journal into memory (issue 24: 24 resumes went past pending_total; one reloaded 383 MB).
+
+    ``journaled``: (sender role, tag, bytes) of every message in the session's journal; ``envelope``:
+    the session's envelope (:meth:`Limits.envelope` of the plug-in's)."""
+    _check_slots(sessions, initiator, limits, me, in_flight)
+    if envelope is not None:
+        keys, nbytes = set(), 0
+        for sender_role, tag, size in journaled:
+            keys.add((sender_role, tag))
+            nbytes += size
+        if nbytes > envelope.session_bytes or len(keys) > envelope.tags:
+            raise ResourceExhausted(
+                f"session {session_id} cannot be resumed at party {me!r}: its journal holds {nbytes} bytes in "
+                f"{len(keys)} messages, past the session's envelope of {envelope.session_bytes} bytes and "
+                f"{envelope.tags} messages (derived from {envelope.source})")
+
+
+def _check_slots(sessions: Iterable[_Live], initiator: str, limits: Limits, me: str,
+                 in_flight: Mapping[str, int] | None) -> None:
+    mine_p, mine_r, pending, total = _counts(sessions, initiator, in_flight)
+    if initiator == me:
+        pass   # the party's own operator: no peer's quota applies to it, only the party's total below
+    elif mine_p >= limits.pending_per_peer:
         raise ResourceExhausted(
             f"party {initiator!r} already has {mine_p} proposed sessions not yet begun at party {me!r} "
             f"(limits.pending_per_peer = {limits.pending_per_peer}); begin or abort them first, or wait "
             f"{limits.proposal_grace_seconds:g} s for them to expire")
-    if mine_r >= limits.running_per_peer:
+    elif mine_r >= limits.running_per_peer:
         raise ResourceExhausted(
             f"party {initiator!r} already runs {mine_r} sessions at party {me!r} "
             f"(limits.running_per_peer = {limits.running_per_peer}); try again when one has ended")
-    if pending >= limits.pending_total:
+    elif pending >= limits.pending_total:
         raise ResourceExhausted(
             f"party {me!r} holds {pending} proposed sessions not yet begun (limits.pending_total); "
             "try again shortly")
@@ -98,10 +138,19 @@ def begin_wait_seconds(deadline: float, limits: Limits, own: bool, now: float | 
     return max(0.0, min(deadline - now, limits.proposal_grace_seconds))
 
 
-def session_budget(plugin: ProtocolPlugin, spec: SessionSpec, role: str, limits: Limits) -> InboundBudget:
-    """The session's inbound budget: the plug-in's envelope for ``role``, capped by ``[limits]``."""
-    derived = plugin.traffic_envelope(dict(spec.params), dict(spec.roles), role)
-    return InboundBudget(limits.envelope(derived), spec.session_id)
+def session_envelope(plugin: ProtocolPlugin, spec: SessionSpec, role: str, limits: Limits) -> TrafficEnvelope:
+    """What ``role`` may receive in the session: the plug-in's envelope, capped by ``[limits]``."""
+    return limits.envelope(plugin.traffic_envelope(dict(spec.params), dict(spec.roles), role))
+
+
+def session_budget(plugin: ProtocolPlugin, spec: SessionSpec, role: str, limits: Limits,
+                   journaled: Iterable[tuple[str, str, int]] = ()) -> InboundBudget:
+    """The session's inbound budget: the plug-in's envelope for ``role``, capped by ``[limits]``, already
+    charged with what the session's journal holds (``journaled``: (sender role, tag, bytes) of each
+    message), so that a restarted or resumed session does not receive its envelope a second time."""
+    budget = InboundBudget(session_envelope(plugin, spec, role, limits), spec.session_id)
+    budget.preload(journaled)
+    return budget
 
 
 class EndedSessions:

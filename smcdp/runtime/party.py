@@ -83,7 +83,13 @@ from smcdp.runtime.console.readmodel import Observatory  # issue 18: console and
 from smcdp.runtime.durability.checkpoint import Checkpoint, CheckpointError
 from smcdp.runtime.governance.approvals import propose_until_decided
 from smcdp.runtime.governance.gate import Governor
-from smcdp.runtime.limits import EndedSessions, check_begin, check_proposal  # issue 19: limits
+from smcdp.runtime.limits import (  # issue 19, 24: limits
+    EndedSessions,
+    check_begin,
+    check_proposal,
+    check_resume,
+    session_envelope,
+)
 from smcdp.runtime.logs import configure_logging, private_dir
 from smcdp.runtime.session import Session, write_json_atomic
 from smcdp.v1 import transport_pb2 as tpb
@@ -111,6 +117,8 @@ class Party(SessionHost):
         self.sessions: OrderedDict[str, Session] = OrderedDict()
         self.ended = EndedSessions(config.limits.keep_ended_sessions)
         self._unwritten: dict[str, dict] = {}
+        #: initiator -> its proposals and resumes being admitted now (no session yet): pending (issue 24)
+        self._admitting: dict[str, int] = {}
         self._connector: PeerConnector | None = None
         self._shutting_down = False
         self.port: int | None = None
@@ -216,8 +224,7 @@ class Party(SessionHost):
         if new_deadline:
             fields["deadline_epoch"] = time.time() + float(m["timeout_seconds"])
         cp.set_state("running" if begun else "prepared", resumable=False, **fields)
-        spec = SessionSpec(m["session_id"], m["protocol"], dict(m["roles"]), dict(m["params"]),
-                           float(m["timeout_seconds"]), m.get("seed"))
+        spec = _spec_of(cp)
         s = Session(self, spec, m["role"], plugin, m["initiator"], cp, begun=begun)
         self.sessions[spec.session_id] = s
         self._track(s)
@@ -287,7 +294,18 @@ class Party(SessionHost):
                 f"(add them to [peers] in {self.config.source or 'its configuration'})")
         existing = self.sessions.get(spec.session_id)
         if existing is None:  # issue 19: slots, timeout and seed rules before any validation work
-            check_proposal(self.sessions.values(), peer, spec, self.config.limits, self.name)
+            check_proposal(self.sessions.values(), peer, spec, self.config.limits, self.name, self._admitting)
+        # issue 24: a proposal being admitted holds a pending slot of its initiator from here on
+        self._admitting[peer] = self._admitting.get(peer, 0) + 1
+        try:
+            return await self._admit(peer, spec, roles, mine)
+        finally:
+            self._admitting[peer] -= 1
+            if not self._admitting[peer]:
+                del self._admitting[peer]
+
+    async def _admit(self, peer: str, spec: SessionSpec, roles: dict[str, str], mine: list[str]
+                     ) -> str | PendingApproval:
         plugin = get_plugin(spec.protocol)
         try:
             params = plugin.validate_params(dict(spec.params), dict(roles))
@@ -395,13 +413,14 @@ class Party(SessionHost):
             raise PreconditionFailed(f"session {session_id!r} has already ended at {self.name!r}")
         if peer != s.initiator:
             raise PermissionDenied(f"only the initiator {s.initiator!r} may begin session {session_id!r}")
-        if s.state == "prepared":
+        if s.state == "prepared" and not s.begun:
             try:
                 check_begin(self.sessions.values(), s.initiator, self.config.limits, self.name)
             except SmcdpError as exc:
                 s.fail_threadsafe(exc)
                 s.begin_threadsafe()
                 raise
+            s.begun = True    # counts as running from now on (issue 24: concurrent Begins all passed)
         s.begin_threadsafe()
 
     async def abort(self, peer: str, session_id: str, code: str, message: str,
@@ -463,6 +482,14 @@ class Party(SessionHost):
                                      "not failed resumably")
         return cp
 
+    def _check_resume(self, cp: Checkpoint) -> None:
+        """A resumed session holds a slot like a proposal, and its journal must fit its byte envelope."""
+        m = cp.meta
+        check_resume(self.sessions.values(), m["initiator"], self.config.limits, self.name, self._admitting,
+                     cp.journal.inbound_sizes(),
+                     session_envelope(get_plugin(m["protocol"]), _spec_of(cp), m["role"], self.config.limits),
+                     m["session_id"])
+
     async def resume(self, peer: str, session_id: str) -> str:
         if self._shutting_down:
             raise Unavailable(f"party {self.name} is shutting down")
@@ -475,6 +502,7 @@ class Party(SessionHost):
         if peer != cp.meta["initiator"]:
             raise PermissionDenied(f"only the initiator {cp.meta['initiator']!r} may resume session "
                                    f"{session_id!r}")
+        self._check_resume(cp)                                           # issue 24: slots and bytes
         s = self._reopen(cp, begun=False, new_deadline=True)
         await asyncio.get_running_loop().run_in_executor(None, s.ready.wait, 10.0)
         log.warning("session %s reopened from its checkpoint at %s's request", session_id, peer)
@@ -488,6 +516,7 @@ class Party(SessionHost):
         if cp.meta["initiator"] != self.name:
             raise PermissionDenied(f"session {session_id!r} was initiated by {cp.meta['initiator']!r}; "
                                    "only its operator can resume it")
+        self._check_resume(cp)                                           # issue 24: slots and bytes
         s = self._reopen(cp, begun=False, new_deadline=True)
         await asyncio.get_running_loop().run_in_executor(None, s.ready.wait, 10.0)
         others = [p for p in s.spec.roles.values() if p != self.name]
@@ -590,6 +619,13 @@ class Party(SessionHost):
         if approve:
             return await loop.run_in_executor(None, self.governor.approve, session_id)
         return await loop.run_in_executor(None, self.governor.reject, session_id, reason)
+
+
+def _spec_of(cp: Checkpoint) -> SessionSpec:
+    """The session a checkpoint holds, as its proposal described it."""
+    m = cp.meta
+    return SessionSpec(m["session_id"], m["protocol"], dict(m["roles"]), dict(m["params"]),
+                       float(m["timeout_seconds"]), m.get("seed"))
 
 
 # ---------------------------------------------------------------- process

@@ -125,6 +125,8 @@ class Session:
         self.deadline = time.monotonic() + (float(checkpoint.meta["deadline_epoch"]) - time.time())
         self.started_at = _utc_now()
         self.state = "prepared"
+        #: a peer's Begin was admitted (the session counts as running before its thread says so)
+        self.begun = False
         self.record: dict | None = None
         self.channel: GrpcChannel | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -211,7 +213,8 @@ class Session:
         connector = PeerConnector(cfg, self.party.tls)
         ch = GrpcChannel(self.spec.session_id, self.role, self.spec.roles, self.deadline, connector,
                          rpc_timeout=cfg.timeouts.rpc_seconds, journal=self.checkpoint.journal)
-        ch.budget = session_budget(self.plugin, self.spec, self.role, cfg.limits)  # issue 19
+        ch.budget = session_budget(self.plugin, self.spec, self.role, cfg.limits,   # issue 19; what the
+                                   self.checkpoint.journal.inbound_sizes())        # journal holds (24)
         self.channel = ch
         self.ready.set()
         result = None

@@ -101,6 +101,11 @@ class FileJournal:
         for role, tag, type_name, off, length in items:
             yield role, tag, type_name, self._read(off, length)
 
+    def inbound_sizes(self) -> list[tuple[str, str, int]]:
+        """(sender role, tag, bytes) of every message received so far (from the index: nothing is read)."""
+        with self._lock:
+            return [(role, tag, length) for role, tag, _, _, length in self._inbound]
+
     def record_inbound(self, sender_role: str, tag: str, type_name: str, data: bytes, durable: bool = True) -> None:
         with self._lock:
             off = self._append(_IN, sender_role, tag, type_name, data, sync=durable)

@@ -16,7 +16,7 @@ from smcdp.net.limits import Limits
 from smcdp.runtime import client
 from smcdp.runtime.config import load_config
 from smcdp.v1 import transport_pb2 as tpb
-from tests.support.boundary import MAILBOX, StreamFlood, call_unary
+from tests.support.boundary import MAILBOX, StreamFlood, call_deliver, call_unary
 from tests.support.deployment import make_deployment, raw_channel
 
 C = grpc.StatusCode
@@ -122,3 +122,84 @@ def test_bad_numbers_and_health_garbage_are_invalid_argument(tmp_path, parties):
             code, details = call_unary(alice, "/grpc.health.v1.Health/Check", payload)
             assert code == C.INVALID_ARGUMENT and "HealthCheckRequest" in details, (code, details)
     assert client.check_health(cfgs["bob"]) == "SERVING"
+
+
+def _wait_state(cfg, sid, states=("failed", "succeeded"), timeout=30.0) -> dict:
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            rec = client.get_result(cfg, sid)
+            if rec.get("state") in states:
+                return rec
+        except Exception:  # noqa: BLE001 - not there yet
+            rec = None
+        assert time.monotonic() < end, (sid, rec)
+        time.sleep(0.1)
+
+
+def test_proposals_in_flight_count_against_the_initiators_slots(tmp_path, parties):
+    """40 Proposes from alice at once: every one of them passed the slot check before any was registered
+    (the governor's audit write is awaited in between), so bob accepted far more than pending_per_peer."""
+    limits = _limits(pending_per_peer=2, pending_total=8, proposal_grace_seconds=30.0)
+    cfgs, _ = parties(names=("bob",), limits=limits)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with raw_channel(tmp_path / "certs", "alice", _address(cfgs, "bob"), "bob") as alice:
+        with ThreadPoolExecutor(40) as pool:
+            codes = list(pool.map(lambda i: call_unary(alice, MAILBOX + "Propose", _spec(
+                f"alice.burst-{i}", {"a": "alice", "b": "bob"}))[0], range(40)))
+    assert codes.count(C.OK) == limits.pending_per_peer, codes
+    assert codes.count(C.RESOURCE_EXHAUSTED) == 40 - limits.pending_per_peer, codes
+
+
+def _failed_resumably(alice, cfgs, sids, params="{}"):
+    for sid in sids:
+        assert call_unary(alice, MAILBOX + "Propose", _spec(sid, {"a": "alice", "b": "bob"}, params=params))[0] == C.OK
+        assert call_unary(alice, MAILBOX + "Abort", tpb.AbortRequest(
+            session_id=sid, code="UNAVAILABLE", message="gone").SerializeToString())[0] == C.OK
+    for sid in sids:
+        rec = _wait_state(cfgs["bob"], sid)
+        assert rec["state"] == "failed" and rec["resumable"], rec
+
+
+def test_resumes_hold_slots_like_proposals(tmp_path, parties):
+    """Sessions alice made 'failed resumably' (Propose, then Abort UNAVAILABLE) and resumes: each resumed
+    session is pending at bob again, so past limits.pending_per_peer her resumes are refused -- on main all
+    were accepted, past pending_total (the issue: 24 of them; two honest peers were refused)."""
+    limits = _limits(pending_per_peer=2, pending_total=4, proposal_grace_seconds=30.0)
+    cfgs, _ = parties(names=("bob",), limits=limits)
+    sids = [f"alice.res-{i}" for i in range(6)]
+    with raw_channel(tmp_path / "certs", "alice", _address(cfgs, "bob"), "bob") as alice:
+        _failed_resumably(alice, cfgs, sids)
+        got = [call_unary(alice, MAILBOX + "Resume", tpb.SessionRef(session_id=sid).SerializeToString())
+               for sid in sids]
+    codes = [c for c, _ in got]
+    assert codes.count(C.OK) == limits.pending_per_peer, got
+    refused = [d for c, d in got if c == C.RESOURCE_EXHAUSTED]
+    assert len(refused) == len(sids) - limits.pending_per_peer and "limits.pending_per_peer" in refused[0], got
+
+
+def test_a_resume_does_not_reload_more_than_the_sessions_envelope(tmp_path, parties, processes):
+    """Junk alice sent into a session is in bob's journal; a resume reloads the journal into memory.
+    Bob restarted with a smaller [limits] max_session_mib refuses to resume a session whose journal holds
+    more than the session may receive (RESOURCE_EXHAUSTED naming it); on main it reloaded all of it."""
+    cfgs, procs = parties(names=("bob",), limits=_limits(max_session_mib=64, max_message_mib=4))
+    junk = b"\x0a" + b"\x80\x80\x40" + b"x" * (1 << 20)      # a Blobs of one 1 MiB value
+    with raw_channel(tmp_path / "certs", "alice", _address(cfgs, "bob"), "bob") as alice:
+        assert call_unary(alice, MAILBOX + "Propose", _spec("alice.junk", {"a": "alice", "b": "bob"}))[0] == C.OK
+        for i in range(6):
+            env = tpb.Envelope(session_id="alice.junk", tag=f"junk/{i}", type_name="smcdp.v1.Blobs", chunk_index=0,
+                               chunk_count=1, total_size=len(junk), data=junk).SerializeToString()
+            assert call_deliver(alice, [env])[0] == C.OK
+        assert call_unary(alice, MAILBOX + "Abort", tpb.AbortRequest(
+            session_id="alice.junk", code="UNAVAILABLE", message="gone").SerializeToString())[0] == C.OK
+    assert _wait_state(cfgs["bob"], "alice.junk")["resumable"]
+    procs["bob"].terminate()
+    text = cfgs["bob"].read_text()
+    assert "max_session_mib = 64" in text
+    cfgs["bob"].write_text(text.replace("max_session_mib = 64", "max_session_mib = 4"))
+    processes("bob", cfgs["bob"], use_launcher=False)
+    client.wait_healthy(cfgs["bob"], timeout=60)
+    with raw_channel(tmp_path / "certs", "alice", _address(cfgs, "bob"), "bob") as alice:
+        code, details = call_unary(alice, MAILBOX + "Resume", tpb.SessionRef(session_id="alice.junk").SerializeToString())
+    assert code == C.RESOURCE_EXHAUSTED and "cannot be resumed" in details and "journal holds" in details, (code, details)

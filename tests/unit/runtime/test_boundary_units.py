@@ -19,7 +19,7 @@ from smcdp.net.grpc_channel import CLIENT_KEEPALIVE_MS
 from smcdp.net.server import SessionSpec, server_options
 from smcdp.protocols.dp_aggregate import write_durable
 from smcdp.runtime.config import LoggingConfig, PartyConfig, dump_config, load_config
-from smcdp.runtime.limits import begin_wait_seconds, check_begin, check_proposal
+from smcdp.runtime.limits import begin_wait_seconds, check_begin, check_proposal, check_resume
 from smcdp.runtime.logs import JsonLines, _OneLine, private_dir
 
 BASE = """
@@ -174,6 +174,43 @@ def test_admission_per_initiator_and_in_all():
     # a seed is the governor's rule ([policy] allow_seeded, tests/unit/runtime/test_governance.py),
     # not a limit: the limits admit it
     check_proposal([], "x", _spec(seed=1), lim, "me")
+
+
+def test_admission_counts_what_is_being_admitted_and_resumes():
+    """Proposals (and resumes) being admitted hold no session yet but count as pending (issue 24)."""
+    lim = Limits(pending_per_peer=2, pending_total=3, running_per_peer=2, sessions_total=5)
+    with pytest.raises(ResourceExhausted, match="pending_per_peer"):
+        check_proposal([_S("x", "prepared")], "x", _spec(), lim, "me", {"x": 1})
+    with pytest.raises(ResourceExhausted, match="pending_total"):
+        check_proposal([], "z", _spec(), lim, "me", {"x": 2, "y": 1})
+    check_proposal([], "z", _spec(), lim, "me", {"x": 2})
+    with pytest.raises(ResourceExhausted, match="pending_per_peer"):
+        check_resume([_S("x", "prepared")], "x", lim, "me", {"x": 1})
+    # the party's own operator: no peer's quota, only the party's total
+    check_proposal([_S("me", "prepared")] * 3, "me", _spec(), lim, "me", {"me": 1})
+    with pytest.raises(ResourceExhausted, match="sessions_total"):
+        check_proposal([_S("me", "running")] * 5, "me", _spec(), lim, "me")
+    # a session whose Begin was admitted counts as running before its thread says so
+    begun = [_S("x", "prepared"), _S("x", "prepared")]
+    for b in begun:
+        b.begun = True
+    with pytest.raises(ResourceExhausted, match="running_per_peer"):
+        check_begin(begun, "x", lim, "me")
+    env = TrafficEnvelope(100, 250, 3)
+    check_resume([], "x", lim, "me", {}, [("a", "t1", 100), ("a", "t2", 100)], env, "s")
+    with pytest.raises(ResourceExhausted, match="journal holds 300 bytes"):
+        check_resume([], "x", lim, "me", {}, [("a", "t1", 100), ("a", "t2", 100), ("a", "t3", 100)], env, "s")
+    with pytest.raises(ResourceExhausted, match="in 4 messages"):
+        check_resume([], "x", lim, "me", {}, [("a", f"t{i}", 1) for i in range(4)], env, "s")
+
+
+def test_a_preloaded_budget_does_not_take_the_journal_twice():
+    b = InboundBudget(TrafficEnvelope(100, 250, 4), "s")
+    b.preload([("a", "t1", 100), ("a", "t2", 100), ("a", "t1", 100)])
+    assert b.bytes_charged == 200
+    assert b.admit("a", "t1", 100) is None                 # held already: a duplicate, not charged
+    with pytest.raises(ResourceExhausted, match="past its budget"):
+        b.admit("a", "t3", 100)
 
 
 def test_proposal_grace():
