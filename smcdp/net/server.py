@@ -74,7 +74,9 @@ from smcdp.v1 import transport_pb2_grpc as tgrpc
 
 log = logging.getLogger("smcdp.net.server")
 
-SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,191}$")
+#: a session's name before its initiator's prefix (:func:`namespaced`)
+SESSION_NAME_MAX = 128
 TAG_MAX = 256
 TYPE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 MAX_CHUNK = 4 * 1024 * 1024
@@ -86,9 +88,36 @@ SESSION_FAILED_METADATA = "smcdp-session-failed"
 def validate_session_id(session_id: Any) -> str:
     if not isinstance(session_id, str) or not SESSION_ID_RE.match(session_id):
         raise InvalidMessage(
-            f"session id {session_id!r} is not valid: 1-128 characters from letters, digits, "
-            "'.', '_' and '-', starting with a letter or digit")
+            f"session id {printable(str(session_id), 200)!r} is not valid: 1-192 characters from letters, "
+            "digits, '.', '_' and '-', starting with a letter or digit")
     return session_id
+
+
+def namespaced(initiator: str, name: str) -> str:
+    """The id of the session ``initiator`` starts under ``name``: ``<initiator>.<name>`` (issue 24).
+
+    A party accepts a proposal only under its proposer's prefix (:func:`check_namespace`), so no member
+    can take -- or block for ever -- the id another party's sessions use.  Party names never contain a
+    '.', so the initiator is what precedes the first one.  A name already in the initiator's namespace
+    is kept as it is."""
+    if name.startswith(initiator + "."):
+        return validate_session_id(name)
+    if len(name) > SESSION_NAME_MAX:
+        raise InvalidMessage(f"session name {name[:40]!r}... is longer than {SESSION_NAME_MAX} characters")
+    return validate_session_id(f"{initiator}.{validate_session_id(name)}")
+
+
+def initiator_of(session_id: str) -> str | None:
+    """The party whose namespace ``session_id`` is in (None: an id of before issue 24, or no party)."""
+    head, sep, _ = session_id.partition(".")
+    return head if sep and PARTY_NAME_RE.match(head) else None
+
+
+def check_namespace(proposer: str, session_id: str) -> None:
+    """A proposal's id must be in its proposer's namespace (:func:`namespaced`)."""
+    if initiator_of(session_id) != proposer:
+        raise InvalidMessage(f"session id {session_id!r} is not in the namespace of its proposer {proposer!r}: "
+                             f"the sessions {proposer!r} proposes are named '{proposer}.<name>'")
 
 
 def new_session_id(protocol: str) -> str:
@@ -266,6 +295,10 @@ class SessionHost(abc.ABC):
     @abc.abstractmethod
     async def resume(self, peer: str, session_id: str) -> str:
         """Reopen a resumably failed session from its checkpoint at the initiator's request; return the role."""
+
+    def resolve_session_id(self, session_id: str) -> str:
+        """The session an operator names (a full id, or a name without its initiator's prefix)."""
+        return session_id
 
     @abc.abstractmethod
     async def get_status(self, session_id: str) -> dict: ...
@@ -586,6 +619,10 @@ class ControlServicer(tgrpc.ControlServicer):
                 f"only this party's operator (certificate {self.host.name!r}) may control its "
                 f"sessions; the caller is {peer!r}")
 
+    def _session_id(self, request) -> str:
+        """The session an operator's request names, resolved by the host (a name without its prefix)."""
+        return self.host.resolve_session_id(validate_session_id(checked(request).session_id))
+
     async def StartSession(self, request, context):
         try:
             self._operator(context)
@@ -620,7 +657,7 @@ class ControlServicer(tgrpc.ControlServicer):
     async def GetResult(self, request, context):
         try:
             self._operator(context)
-            record = await self.host.get_result(validate_session_id(checked(request).session_id))
+            record = await self.host.get_result(self._session_id(request))
             return _record_message(record)
         except Exception as exc:  # noqa: BLE001
             await _fail(context, exc, "GetResult")
@@ -628,7 +665,7 @@ class ControlServicer(tgrpc.ControlServicer):
     async def GetStatus(self, request, context):
         try:
             self._operator(context)
-            status = await self.host.get_status(validate_session_id(checked(request).session_id))
+            status = await self.host.get_status(self._session_id(request))
             return tpb.SessionStatus(session_id=status["session_id"], state=status["state"],
                                      status_json=json.dumps(status, sort_keys=True))
         except Exception as exc:  # noqa: BLE001
@@ -637,7 +674,7 @@ class ControlServicer(tgrpc.ControlServicer):
     async def ResumeSession(self, request, context):
         try:
             self._operator(context)
-            record = await self.host.resume_session(validate_session_id(checked(request).session_id))
+            record = await self.host.resume_session(self._session_id(request))
             return await self._finish(context, record)
         except grpc.aio.AbortError:
             raise
@@ -659,18 +696,17 @@ class ControlServicer(tgrpc.ControlServicer):
 
     async def ShowSession(self, request, context):
         async def call():
-            return _info_message(await self.host.show_session(validate_session_id(checked(request).session_id)))
+            return _info_message(await self.host.show_session(self._session_id(request)))
         return await self._governance(context, "ShowSession", call)
 
     async def ApproveSession(self, request, context):
         async def call():
-            return _info_message(await self.host.decide(validate_session_id(checked(request).session_id), True, ""))
+            return _info_message(await self.host.decide(self._session_id(request), True, ""))
         return await self._governance(context, "ApproveSession", call)
 
     async def RejectSession(self, request, context):
         async def call():
-            return _info_message(await self.host.decide(validate_session_id(checked(request).session_id), False,
-                                                        checked(request).reason))
+            return _info_message(await self.host.decide(self._session_id(request), False, checked(request).reason))
         return await self._governance(context, "RejectSession", call)
 
 

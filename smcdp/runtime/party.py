@@ -71,6 +71,9 @@ from smcdp.net.server import (
     PendingApproval,
     SessionHost,
     SessionSpec,
+    check_namespace,
+    initiator_of,
+    namespaced,
     new_session_id,
     parse_roles,
     validate_session_id,
@@ -80,6 +83,7 @@ from smcdp.plugins.registry import get_plugin, load_plugin_modules
 from smcdp.primitives.rng import Randomness
 from smcdp.runtime.config import PartyConfig, load_config
 from smcdp.runtime.console.readmodel import Observatory  # issue 18: console and metrics
+from smcdp.runtime.durability.checkpoint import SUFFIX as CHECKPOINT_SUFFIX
 from smcdp.runtime.durability.checkpoint import Checkpoint, CheckpointError
 from smcdp.runtime.governance.approvals import propose_until_decided
 from smcdp.runtime.governance.gate import Governor
@@ -237,15 +241,19 @@ class Party(SessionHost):
         channel = s.channel if s is not None else self.ended.get(session_id)
         if channel is None:
             self._refuse_ended(peer, session_id)
-            raise PreconditionFailed(
-                f"party {self.name!r} has no session {session_id!r} (never proposed here, or "
-                "this party restarted since)")
+            raise self._no_session(peer, session_id)
         role = channel.role_of(peer)
         if role is None:
-            raise PermissionDenied(f"party {peer!r} holds no role in session {session_id!r}")
+            raise self._no_session(peer, session_id)
         if role == channel.role:
             raise PermissionDenied("a party cannot deliver messages to itself")
         return channel, role
+
+    def _no_session(self, peer: str, session_id: str) -> PreconditionFailed:
+        """What ``peer`` hears of a session it holds no role in: the same words whether the id exists here
+        or not (issue 24: a non-participant's Heartbeat, Deliver, Begin or Abort told the two apart)."""
+        return PreconditionFailed(f"party {self.name!r} has no session {session_id!r} in which {peer!r} "
+                                  "holds a role (never proposed here, or this party restarted since)")
 
     def inbound_open(self, peer: str, session_id: str) -> None:   # issue 24: streams of ended sessions end
         s = self.sessions.get(session_id)
@@ -279,6 +287,7 @@ class Party(SessionHost):
     async def propose(self, peer: str, spec: SessionSpec) -> str:
         if self._shutting_down:
             raise Unavailable(f"party {self.name} is shutting down")
+        check_namespace(peer, spec.session_id)   # issue 24: no member can take another's session ids
         roles = parse_roles(spec.roles)
         if peer not in roles.values():
             raise PermissionDenied(f"party {peer!r} proposed session {spec.session_id!r} but holds "
@@ -401,10 +410,8 @@ class Party(SessionHost):
         """The live session, or None if it ended here (after checking the peer held a role)."""
         s = self.sessions.get(session_id)
         roles = s.spec.roles if s is not None else getattr(self.ended.get(session_id), "roles", None)
-        if roles is None:
-            raise PreconditionFailed(f"party {self.name!r} has no session {session_id!r}")
-        if peer not in roles.values():
-            raise PermissionDenied(f"party {peer!r} holds no role in session {session_id!r}")
+        if roles is None or peer not in roles.values():
+            raise self._no_session(peer, session_id)
         return s
 
     async def begin(self, peer: str, session_id: str) -> None:
@@ -440,19 +447,20 @@ class Party(SessionHost):
             f"session {session_id} aborted by {peer} (role {role}): {message}", code, culprit or peer))
 
     async def heartbeat(self, peer: str, session_id: str, incarnation: str, round: int) -> dict:
+        unknown = {"state": "unknown", "incarnation": self.incarnation, "round": 0, "code": "", "culprit": ""}
         s = self.sessions.get(session_id)
         if s is not None:
             if peer not in s.spec.roles.values():
-                raise PermissionDenied(f"party {peer!r} holds no role in session {session_id!r}")
+                return unknown         # as for an id that does not exist here (issue 24)
             err = (s.record or {}).get("error") or {}
             return {"state": s.state, "incarnation": self.incarnation, "round": 0 if s.channel is None else
                     max(0, s.channel.round), "code": err.get("code", ""), "culprit": err.get("origin", "")}
         try:
             rec = json.loads(self.record_path(session_id).read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            return {"state": "unknown", "incarnation": self.incarnation, "round": 0, "code": "", "culprit": ""}
-        if peer not in (rec.get("roles") or {}).values():
-            raise PermissionDenied(f"party {peer!r} holds no role in session {session_id!r}")
+            return unknown
+        if not isinstance(rec, dict) or peer not in (rec.get("roles") or {}).values():
+            return unknown
         err = rec.get("error") or {}
         return {"state": rec.get("state", "unknown"), "incarnation": self.incarnation, "round": 0,
                 "code": err.get("code", ""), "culprit": err.get("origin", "")}
@@ -467,16 +475,21 @@ class Party(SessionHost):
                 "restarts": rec.get("restarts", 0), "incarnation": self.incarnation, "peers": {},
                 "error": rec.get("error"), "resumable": bool(rec.get("resumable"))}
 
-    def _resumable_checkpoint(self, session_id: str) -> Checkpoint:
+    def _resumable_checkpoint(self, session_id: str, peer: str | None = None) -> Checkpoint:
+        """The checkpoint of a session that failed resumably.  ``peer``: the party asking (None: this party's
+        operator); a peer that holds no role in the session hears what it would of a missing one."""
+        missing = PreconditionFailed(f"party {self.name!r} has no checkpoint of session {session_id!r} "
+                                     "(it never ran here, or it ended in a way that cannot be continued)")
         d = Checkpoint.directory(self.sessions_dir, session_id)
         if not d.is_dir():
             if self.record_path(session_id).exists():
                 rec = json.loads(self.record_path(session_id).read_text(encoding="utf-8"))
-                if rec.get("state") == "succeeded":
+                if rec.get("state") == "succeeded" and (peer is None or peer in (rec.get("roles") or {}).values()):
                     raise AlreadyExists(f"session {session_id!r} already succeeded at party {self.name!r}")
-            raise PreconditionFailed(f"party {self.name!r} has no checkpoint of session {session_id!r} "
-                                     "(it never ran here, or it ended in a way that cannot be continued)")
+            raise missing
         cp = Checkpoint.load(d)
+        if peer is not None and peer not in cp.meta["roles"].values():
+            raise missing
         if cp.meta["state"] != "failed" or not cp.meta.get("resumable"):
             raise PreconditionFailed(f"session {session_id!r} is {cp.meta['state']} at party {self.name!r}, "
                                      "not failed resumably")
@@ -494,11 +507,11 @@ class Party(SessionHost):
         if self._shutting_down:
             raise Unavailable(f"party {self.name} is shutting down")
         s = self.sessions.get(session_id)
-        if s is not None and not s.done.done():
+        if s is not None and not s.done.done() and peer in s.spec.roles.values():
             if peer != s.initiator:
                 raise PermissionDenied(f"only the initiator {s.initiator!r} may resume session {session_id!r}")
             return s.role  # a repeated Resume
-        cp = self._resumable_checkpoint(session_id)
+        cp = self._resumable_checkpoint(session_id, peer)
         if peer != cp.meta["initiator"]:
             raise PermissionDenied(f"only the initiator {cp.meta['initiator']!r} may resume session "
                                    f"{session_id!r}")
@@ -557,7 +570,7 @@ class Party(SessionHost):
         if self.name not in roles.values():
             raise InvalidMessage(f"the initiating party {self.name!r} must hold a role in the session "
                                  f"(roles: {roles})")
-        sid = validate_session_id(session_id) if session_id else new_session_id(protocol)
+        sid = namespaced(self.name, session_id or new_session_id(protocol))      # issue 24
         spec = SessionSpec(sid, protocol, roles, dict(params), timeout or
                            self.config.timeouts.session_seconds, seed)
         await self.propose(self.name, spec)
@@ -586,6 +599,33 @@ class Party(SessionHost):
             await self._begin_all(s, others)
         # shielded: an operator whose call is cancelled (it disconnected) must not cancel the session
         return await asyncio.shield(asyncio.wrap_future(s.done))
+
+    def resolve_session_id(self, session_id: str) -> str:
+        """The session an operator names: its full id, or a name without the initiator's prefix -- this
+        party's own session of that name first, else the one session of that name (issue 24)."""
+        if self._holds(session_id):
+            return session_id
+        own = f"{self.name}.{session_id}"
+        if initiator_of(session_id) != self.name and self._holds(own):
+            return own
+        found = sorted(self._named(session_id))
+        if len(found) > 1:
+            raise InvalidMessage(f"party {self.name!r} holds several sessions named {session_id!r} "
+                                 f"({', '.join(found)}): give the full id")
+        return found[0] if found else session_id
+
+    def _holds(self, session_id: str) -> bool:
+        return (session_id in self.sessions or session_id in self._unwritten
+                or self.record_path(session_id).exists()
+                or Checkpoint.directory(self.sessions_dir, session_id).is_dir()
+                or self.governor.proposals.get(session_id) is not None)
+
+    def _named(self, name: str) -> set[str]:
+        """Ids ``<party>.<name>`` of the sessions and proposals this party holds."""
+        ids = set(self.sessions) | set(self._unwritten) | {p.session_id for p in self.governor.proposals.all()}
+        for suffix in (".json", CHECKPOINT_SUFFIX):     # records, checkpoints
+            ids |= {p.name[:-len(suffix)] for p in self.sessions_dir.glob(f"*.{name}{suffix}")}
+        return {i for i in ids if initiator_of(i) is not None and i.partition(".")[2] == name}
 
     async def get_result(self, session_id: str) -> dict:
         s = self.sessions.get(session_id)

@@ -58,7 +58,7 @@ def nested_json(depth: int) -> str:
 
 # ---------------------------------------------------------------------- strategies
 _text = st.one_of(st.text(max_size=40), st.sampled_from(["", "s", "x" * 300, "a\nb", "\x00", "../x"]))
-_sid = st.one_of(_text, st.sampled_from(["fuzz-live", "fuzz-none", "a" * 129]))
+_sid = st.one_of(_text, st.sampled_from(["alice.fuzz-live", "alice.fuzz-none", "a" * 193]))
 _u32 = st.one_of(st.integers(0, 8), st.integers(0, (1 << 32) - 1))
 _u64 = st.one_of(st.integers(0, 64), st.integers(0, (1 << 64) - 1))
 _json = st.one_of(
@@ -135,7 +135,7 @@ def mutated(valid: bytes):
 
 def mailbox_requests():
     """(method, payload or chunks) for any Mailbox RPC: structured, mutated or raw garbage."""
-    valid_env = tpb.Envelope(session_id="fuzz-live", tag="t", type_name="smcdp.v1.Flag", chunk_index=0,
+    valid_env = tpb.Envelope(session_id="alice.fuzz-live", tag="t", type_name="smcdp.v1.Flag", chunk_index=0,
                              chunk_count=1, total_size=2, data=b"\x08\x01").SerializeToString()
     garbage = st.binary(max_size=200)
     deliver = st.lists(st.one_of(envelopes(), mutated(valid_env), garbage), min_size=0, max_size=3).map(

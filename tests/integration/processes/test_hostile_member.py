@@ -16,7 +16,7 @@ from smcdp.net.limits import Limits
 from smcdp.runtime import client
 from smcdp.runtime.config import load_config
 from smcdp.v1 import transport_pb2 as tpb
-from tests.support.boundary import MAILBOX, StreamFlood, call_deliver, call_unary
+from tests.support.boundary import MAILBOX, StreamFlood, call_deliver, call_stream, call_unary
 from tests.support.deployment import make_deployment, raw_channel
 
 C = grpc.StatusCode
@@ -203,3 +203,74 @@ def test_a_resume_does_not_reload_more_than_the_sessions_envelope(tmp_path, part
     with raw_channel(tmp_path / "certs", "alice", _address(cfgs, "bob"), "bob") as alice:
         code, details = call_unary(alice, MAILBOX + "Resume", tpb.SessionRef(session_id="alice.junk").SerializeToString())
     assert code == C.RESOURCE_EXHAUSTED and "cannot be resumed" in details and "journal holds" in details, (code, details)
+
+
+def test_session_ids_cannot_be_squatted(tmp_path, parties):
+    """A member that proposes and aborts `monthly-pca` used to block everyone's `monthly-pca` at that party
+    for ever (ALREADY_EXISTS).  Ids are namespaced by their initiator now: alice can only propose
+    `alice.<name>`, and charlie's operator's `monthly-pca` is `charlie.monthly-pca` -- which bob's operator
+    can still call `monthly-pca` while it is the only session of that name."""
+    cfgs, _ = parties(names=("bob", "charlie"))
+    with raw_channel(tmp_path / "certs", "alice", _address(cfgs, "bob"), "bob") as alice:
+        for sid in ("monthly-pca", "charlie.monthly-pca"):
+            code, details = call_unary(alice, MAILBOX + "Propose", _spec(sid, {"a": "alice", "b": "bob", }))
+            if code == C.OK:   # (main) squatted: give it up at once, as the issue's member did
+                call_unary(alice, MAILBOX + "Abort", tpb.AbortRequest(session_id=sid, code="ABORTED").SerializeToString())
+            else:
+                assert code == C.INVALID_ARGUMENT and "namespace" in details, (sid, code, details)
+        assert call_unary(alice, MAILBOX + "Propose", _spec("alice.monthly-pca", {"a": "alice", "b": "bob"}))[0] == C.OK
+        assert call_unary(alice, MAILBOX + "Abort", tpb.AbortRequest(
+            session_id="alice.monthly-pca", code="ABORTED").SerializeToString())[0] == C.OK
+    rec = client.start_session(cfgs["charlie"], "net-echo", {"a": "charlie", "b": "bob"}, {"n": 2},
+                               session_id="monthly-pca", timeout=30)
+    assert rec["state"] == "succeeded" and rec["session_id"] == "charlie.monthly-pca"
+    assert _wait_state(cfgs["bob"], "charlie.monthly-pca")["state"] == "succeeded"
+    assert client.get_status(cfgs["charlie"], "monthly-pca")["session_id"] == "charlie.monthly-pca"
+    with pytest.raises(Exception, match="several sessions named 'monthly-pca'"):   # bob holds alice's too
+        client.get_result(cfgs["bob"], "monthly-pca")
+
+
+def test_a_non_participant_hears_the_same_of_existing_and_missing_sessions(tmp_path, parties):
+    """Alice holds no role in charlie's sessions at bob -- one prepared, one that failed, one that failed
+    resumably -- and asks about them with every Mailbox method: each answer (status and words, the id
+    aside) is the one she gets for an id bob never saw.  On main Heartbeat, Deliver, Stream, Begin, Abort
+    and Resume told them apart (PERMISSION_DENIED "holds no role", ALREADY_EXISTS, "is running" ...).  And
+    none of her calls changed charlie's sessions."""
+    cfgs, _ = parties(names=("bob",), limits=_limits(proposal_grace_seconds=300.0))
+    certs, bob = tmp_path / "certs", _address(cfgs, "bob")
+    roles = {"a": "charlie", "b": "bob"}
+    with raw_channel(certs, "charlie", bob, "bob") as charlie:
+        for sid in ("charlie.live", "charlie.ended", "charlie.resumable"):
+            assert call_unary(charlie, MAILBOX + "Propose", _spec(sid, roles))[0] == C.OK
+        for sid, code in (("charlie.ended", "ABORTED"), ("charlie.resumable", "UNAVAILABLE")):
+            assert call_unary(charlie, MAILBOX + "Abort", tpb.AbortRequest(
+                session_id=sid, code=code, message="x").SerializeToString())[0] == C.OK
+    assert _wait_state(cfgs["bob"], "charlie.resumable")["resumable"]
+    assert _wait_state(cfgs["bob"], "charlie.ended")["state"] == "failed"
+
+    def ask(alice, sid):
+        env = tpb.Envelope(session_id=sid, tag="t", type_name="smcdp.v1.Flag", chunk_index=0, chunk_count=1,
+                           total_size=2, data=b"\x08\x01").SerializeToString()
+        ref = tpb.SessionRef(session_id=sid).SerializeToString()
+        answers = {
+            "Heartbeat": call_unary(alice, MAILBOX + "Heartbeat", tpb.HeartbeatRequest(
+                session_id=sid, incarnation="x", round=0).SerializeToString()),
+            "Deliver": call_deliver(alice, [env]),
+            "Stream": call_stream(alice, [env])[:2],
+            "Begin": call_unary(alice, MAILBOX + "Begin", ref),
+            "Abort": call_unary(alice, MAILBOX + "Abort", tpb.AbortRequest(
+                session_id=sid, code="ABORTED", message="mine").SerializeToString()),
+            "Resume": call_unary(alice, MAILBOX + "Resume", ref),
+        }
+        return {m: (code.name, details.replace(sid, "<ID>")) for m, (code, details) in answers.items()}
+
+    with raw_channel(certs, "alice", bob, "bob") as alice:
+        missing = ask(alice, "charlie.missing")
+        for sid in ("charlie.live", "charlie.ended", "charlie.resumable"):
+            got = ask(alice, sid)
+            differ = {m: (got[m], missing[m]) for m in got if got[m] != missing[m]}
+            assert not differ, (sid, differ)
+    # her Heartbeat answer is bob's view of a session he does not know; her Abort and Begin changed nothing
+    assert missing["Heartbeat"][0] == "OK"
+    assert client.get_status(cfgs["bob"], "charlie.live")["state"] == "prepared"
+    assert client.get_result(cfgs["bob"], "charlie.resumable")["resumable"]
