@@ -201,18 +201,25 @@ class TrafficEnvelope:
             raise ValueError(f"inconsistent traffic envelope {self}")
 
     @classmethod
-    def from_messages(cls, messages: list[tuple[int, int]], source: str,
+    def from_messages(cls, messages: list[tuple[int, ...]], source: str,
                       slack: float = 1.25, floor: int = 4096) -> "TrafficEnvelope":
-        """From ``(count, largest size in bytes)`` per kind of message a role receives.
+        """From ``(count, largest size in bytes)`` per kind of message a role receives, or
+        ``(count, largest, total bytes)`` where the messages of a kind differ in size.
 
         ``slack`` covers protobuf framing the estimates leave out; ``floor`` keeps
         tiny control messages from being refused over a few bytes of framing.
         """
-        largest = max(max(size for _, size in messages), 1)
-        total = sum(count * size for count, size in messages)
-        tags = sum(count for count, _ in messages)
+        largest = max(max(m[1] for m in messages), 1)
+        total = sum(m[2] if len(m) > 2 else m[0] * m[1] for m in messages)
+        tags = sum(m[0] for m in messages)
         msg = max(floor, math.ceil(largest * slack))
         return cls(msg, max(msg, math.ceil(total * slack) + floor), max(1, tags), source)
+
+
+    def widest(self, other: "TrafficEnvelope") -> "TrafficEnvelope":
+        """The envelope that admits what either admits (e.g. over the choices a peer makes)."""
+        return TrafficEnvelope(max(self.message_bytes, other.message_bytes),
+                               max(self.session_bytes, other.session_bytes), max(self.tags, other.tags), self.source)
 
 
 def ciphertext_vector_bytes(count: int, modulus_bits: int) -> int:

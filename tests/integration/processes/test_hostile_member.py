@@ -26,10 +26,10 @@ C = grpc.StatusCode
 def parties(tmp_path, processes):
     """Party processes of a deployment alice, bob, charlie, dave (alice is the hostile member: she has a
     valid certificate but runs no process; the tests speak for her)."""
-    def start(names=("bob", "charlie", "dave"), limits: Limits | None = None, grace: float = 30.0):
+    def start(names=("bob", "charlie", "dave"), limits: Limits | None = None, grace: float = 30.0, **deployment):
         cfgs = make_deployment(tmp_path, ["alice", "bob", "charlie", "dave"], limits=limits,
                                timeouts=Timeouts(connect_seconds=3, session_seconds=60, rpc_seconds=30,
-                                                 peer_grace_seconds=grace))
+                                                 peer_grace_seconds=grace), **deployment)
         procs = {n: processes(n, cfgs[n], use_launcher=False) for n in names}
         for n in names:
             client.wait_healthy(cfgs[n], timeout=60)
@@ -274,3 +274,53 @@ def test_a_non_participant_hears_the_same_of_existing_and_missing_sessions(tmp_p
     assert missing["Heartbeat"][0] == "OK"
     assert client.get_status(cfgs["bob"], "charlie.live")["state"] == "prepared"
     assert client.get_result(cfgs["bob"], "charlie.resumable")["resumable"]
+
+
+def _junk(alice, sid, size, count, tag="junk"):
+    """``count`` messages of ``size`` bytes into session ``sid`` (1 MiB chunks); the codes, and how many bytes
+    went in before the first refusal."""
+    data = b"\x0a" + b"x" * (size - 1)
+    n = max(1, -(-size // (1 << 20)))
+    codes, accepted, details = [], 0, ""
+    for i in range(count):
+        chunks = [tpb.Envelope(session_id=sid, tag=f"{tag}/{i}", type_name="smcdp.v1.Blobs", chunk_index=k,
+                               chunk_count=n, total_size=size, data=data[k << 20:(k + 1) << 20]).SerializeToString()
+                  for k in range(n)]
+        code, details = call_deliver(alice, chunks)
+        codes.append(code)
+        if code != C.OK:
+            break
+        accepted += size
+    return codes, accepted, details
+
+
+def test_every_protocol_session_is_bounded_by_its_own_envelope(tmp_path, parties):
+    """Item 7 over real processes.  A power-iteration session that does not state rows (k then bounded by
+    max_rows), a keyword session with its default bounds, and a dp-aggregate session holding a budget
+    reservation (governed) each refuse -- RESOURCE_EXHAUSTED, naming the protocol's parameters -- a message
+    or a total their parameters cannot produce.  On main the first two accepted anything up to the [limits]
+    ceilings (a power-iteration session without rows derived its envelope from k = 1,000,000: hundreds of
+    MB; keyword had none), and a governed session lost its protocol's envelope."""
+    from smcdp.runtime.governance.charges import BudgetConfig
+    from smcdp.runtime.governance.policy import Policy
+
+    open_policy = {p: Policy(open=True) for p in ("alice", "bob", "charlie", "dave")}
+    cfgs, _ = parties(names=("bob",), policies=open_policy,
+                      budgets={"bob": BudgetConfig(dataset="bob", epsilon=100.0, delta=1e-6)})
+    got = {}
+    with raw_channel(tmp_path / "certs", "alice", _address(cfgs, "bob"), "bob") as alice:
+        # power iteration, rows not stated, 5 rounds, 512-bit keys: bob (party1) receives about 0.2 MB at most
+        assert call_unary(alice, MAILBOX + "Propose", _spec("alice.pi", PI_ROLES, "power-iteration",
+                                                            '{"key_bits": 512, "max_iterations": 5}'))[0] == C.OK
+        got["power-iteration"] = _junk(alice, "alice.pi", 256 << 10, 32)
+        # keyword, default bounds: one message above what any of them can be (a few MB) is refused
+        assert call_unary(alice, MAILBOX + "Propose", _spec("alice.kw", KW_ROLES, "keyword",
+                                                            '{"key_bits": 512}'))[0] == C.OK
+        got["keyword"] = _junk(alice, "alice.kw", 24 << 20, 1)
+        # dp-aggregate at a data party with a privacy budget: its session runs wrapped by the governor
+        assert call_unary(alice, MAILBOX + "Propose", _spec("alice.dpa", DPA_ROLES, "dp-aggregate",
+                                                            '{"n_parties": 2, "key_bits": 512, "dgk_bits": 512}'))[0] == C.OK
+        got["dp-aggregate"] = _junk(alice, "alice.dpa", 8 << 20, 1)
+    wrong = {protocol: (codes[-1].name, accepted, details) for protocol, (codes, accepted, details) in got.items()
+             if codes[-1] != C.RESOURCE_EXHAUSTED or accepted >= 2 << 20 or f"{protocol} parameters" not in details}
+    assert not wrong, wrong

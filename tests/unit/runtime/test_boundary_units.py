@@ -320,3 +320,28 @@ def test_private_dirs_and_files(tmp_path):
         assert stat.S_IMODE(os.stat(p).st_mode) == 0o700, p
     assert stat.S_IMODE(os.stat(out / "dp-aggregate-model.json").st_mode) == 0o600
     assert stat.S_IMODE(os.stat(tmp_path / "state").st_mode) == 0o755   # outside the data dir: untouched
+
+
+def test_a_governed_session_keeps_its_protocols_byte_envelope():
+    """A session holding a budget reservation runs its plug-in wrapped by the governor (issue 24: the
+    wrapper did not pass traffic_envelope on, so a DP release got the [limits] ceilings, 2 GiB, instead of
+    its protocol's envelope).  Every question the runtime asks a plug-in reaches the protocol's own."""
+    import inspect
+
+    from smcdp.plugins.base import ProtocolPlugin
+    from smcdp.plugins.registry import get_plugin
+    from smcdp.runtime.governance.gate import _Governed
+
+    asked = {n for n, f in vars(ProtocolPlugin).items()
+             if callable(f) and not n.startswith("_") and not isinstance(f, staticmethod) and n != "run_role"}
+    assert {"validate_params", "summary", "traffic_envelope"} <= asked
+    assert not asked - set(vars(_Governed)), asked - set(vars(_Governed))
+    plugin = get_plugin("dp-aggregate")
+    roles = {"charlie": "c", "party1": "a", "party2": "b", "dave": "d"}
+    params = plugin.validate_params({"n_parties": 2, "key_bits": 512, "dgk_bits": 512}, roles)
+    governed = _Governed(plugin, None, "s")
+    for role in roles:
+        env = governed.traffic_envelope(params, roles, role)
+        assert env is not None and env == plugin.traffic_envelope(params, roles, role)
+        assert env.session_bytes < Limits().max_session_bytes // 100
+    assert inspect.signature(governed.traffic_envelope).parameters.keys() == {"params", "roles", "role"}
