@@ -84,6 +84,10 @@ class Limits:
     #: calls reserved for this party's own operator (its own certificate): StartSession waits for its
     #: session, so each session the operator runs holds one
     operator_calls: int = 128
+    #: bytes the sessions that live here hold from one peer, and from all peers (in memory until the role
+    #: reads them, in the sessions' journals on disk until they end)
+    inbound_mib_per_peer: int = 4096
+    inbound_mib_total: int = 16384
     #: ended sessions whose de-duplication digests stay in memory (late retries are acknowledged)
     keep_ended_sessions: int = 64
 
@@ -131,6 +135,8 @@ _INT_RANGES: dict[str, tuple[int, int]] = {
     "calls_per_session": (2, 1_000_000),
     "idle_calls_per_peer": (1, 1_000_000),
     "operator_calls": (4, 1_000_000),
+    "inbound_mib_per_peer": (1, 1 << 24),
+    "inbound_mib_total": (1, 1 << 24),
     "keep_ended_sessions": (0, 100_000),
 }
 _SECONDS_RANGES: dict[str, tuple[float, float]] = {
@@ -179,6 +185,9 @@ def parse_limits(table: Mapping[str, Any], legacy_max_message_mib: int | None = 
             f"per peer by calls_per_peer ({limits.calls_per_peer}), of which per session calls_per_session "
             f"({limits.calls_per_session}) and before naming a session idle_calls_per_peer "
             f"({limits.idle_calls_per_peer}): each must be at most the one before it")
+    if limits.inbound_mib_per_peer > limits.inbound_mib_total:
+        raise ConfigValueError(f"limits.inbound_mib_per_peer ({limits.inbound_mib_per_peer}) cannot exceed "
+                               f"limits.inbound_mib_total ({limits.inbound_mib_total})")
     if limits.max_message_mib > limits.max_session_mib:
         raise ConfigValueError(f"limits.max_message_mib ({limits.max_message_mib}) cannot exceed "
                                f"limits.max_session_mib ({limits.max_session_mib})")
@@ -228,6 +237,51 @@ def ciphertext_vector_bytes(count: int, modulus_bits: int) -> int:
     return count * (ct + 4) + 64
 
 
+class InboundLedger:
+    """What the live sessions of this party hold from each peer, and from all peers together (bytes).
+
+    Each session's :class:`InboundBudget` charges it alongside its own envelope, so that a peer's
+    messages across every session it takes part in -- memory until the role reads them, journal on disk
+    until the session ends -- stay within ``limits.inbound_mib_per_peer``, and everyone's within
+    ``limits.inbound_mib_total``.  A session gives its bytes back when it ends (:meth:`InboundBudget.close`).
+    """
+
+    def __init__(self, limits: Limits, me: str) -> None:
+        self.per_peer = limits.inbound_mib_per_peer * MIB
+        self.total = limits.inbound_mib_total * MIB
+        self.me = me
+        self._lock = threading.Lock()
+        self._held: dict[str, int] = {}
+        self._sum = 0
+
+    def held(self, peer: str | None = None) -> int:
+        return self._sum if peer is None else self._held.get(peer, 0)
+
+    def charge(self, peer: str, nbytes: int, *, force: bool = False) -> None:
+        """Hold ``nbytes`` more from ``peer``; refused past a bound unless ``force`` (what a journal holds)."""
+        with self._lock:
+            mine = self._held.get(peer, 0)
+            if not force and mine + nbytes > self.per_peer:
+                raise ResourceExhausted(
+                    f"the sessions at party {self.me!r} hold {mine} bytes from party {peer!r}; {nbytes} more would "
+                    f"pass limits.inbound_mib_per_peer = {self.per_peer // MIB}")
+            if not force and self._sum + nbytes > self.total:
+                raise ResourceExhausted(
+                    f"the sessions at party {self.me!r} hold {self._sum} bytes from their peers; {nbytes} more would "
+                    f"pass limits.inbound_mib_total = {self.total // MIB}")
+            self._held[peer] = mine + nbytes
+            self._sum += nbytes
+
+    def release(self, peer: str, nbytes: int) -> None:
+        with self._lock:
+            left = self._held.get(peer, 0) - nbytes
+            if left > 0:
+                self._held[peer] = left
+            else:
+                self._held.pop(peer, None)
+            self._sum -= nbytes
+
+
 class InboundBudget:
     """One session's receive budget, shared by the server threads that deliver into it.
 
@@ -241,13 +295,19 @@ class InboundBudget:
     is not charged again (it is a duplicate, or a rewrite the mailbox refuses).
     """
 
-    def __init__(self, envelope: TrafficEnvelope, session_id: str) -> None:
+    def __init__(self, envelope: TrafficEnvelope, session_id: str, ledger: InboundLedger | None = None,
+                 parties: Mapping[str, str] | None = None) -> None:
         self.envelope = envelope
         self.session_id = session_id
+        #: the party-wide ledger charged alongside, by sender party (``parties``: role -> party)
+        self.ledger = ledger
+        self.parties = dict(parties or {})
         self._lock = threading.Lock()
         self._bytes = 0
         self._received: set[tuple[str, str]] = set()
         self._inflight: dict[tuple[str, str], int] = {}   # key -> number of streams carrying it
+        self._by_sender: dict[str, int] = {}               # sender role -> bytes charged to the ledger
+        self._closed = False
         self.refused = 0
 
     @property
@@ -279,6 +339,13 @@ class InboundBudget:
                     f"message {tag!r} from {sender_role} ({total_size} bytes) would take session "
                     f"{self.session_id} past its budget of {env.session_bytes} received bytes "
                     f"(derived from {env.source})")
+            if self.ledger is not None and not self._closed:
+                try:
+                    self.ledger.charge(self.parties.get(sender_role, sender_role), total_size)
+                except ResourceExhausted:
+                    self.refused += 1
+                    raise
+                self._by_sender[sender_role] = self._by_sender.get(sender_role, 0) + total_size
             self._bytes += total_size
             self._inflight[key] = self._inflight.get(key, 0) + 1
             return total_size
@@ -291,6 +358,9 @@ class InboundBudget:
                 if (sender_role, tag) not in self._received:
                     self._received.add((sender_role, tag))
                     self._bytes += size
+                    if self.ledger is not None:
+                        self.ledger.charge(self.parties.get(sender_role, sender_role), size, force=True)
+                        self._by_sender[sender_role] = self._by_sender.get(sender_role, 0) + size
 
     def settle(self, sender_role: str, tag: str, charged: int | None, stored: bool) -> None:
         """End of one stream: ``stored`` if its message entered the mailbox as new."""
@@ -306,6 +376,25 @@ class InboundBudget:
                 self._received.add(key)
             elif charged:
                 self._bytes -= charged
+                self._give_back(sender_role, charged)
+
+    def close(self) -> None:
+        """The session ended here: what it held from its peers leaves the party-wide ledger."""
+        with self._lock:
+            self._closed = True
+            for sender_role, nbytes in list(self._by_sender.items()):
+                self._give_back(sender_role, nbytes)
+
+    def _give_back(self, sender_role: str, nbytes: int) -> None:
+        held = self._by_sender.get(sender_role, 0)
+        nbytes = min(nbytes, held)
+        if self.ledger is None or nbytes <= 0:
+            return
+        self.ledger.release(self.parties.get(sender_role, sender_role), nbytes)
+        if held - nbytes:
+            self._by_sender[sender_role] = held - nbytes
+        else:
+            del self._by_sender[sender_role]
 
 
 # ---------------------------------------------------------------------- concurrent calls

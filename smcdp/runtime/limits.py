@@ -28,7 +28,7 @@ from collections import OrderedDict
 from typing import Iterable, Mapping, Protocol
 
 from smcdp.errors import ResourceExhausted
-from smcdp.net.limits import InboundBudget, Limits, TrafficEnvelope
+from smcdp.net.limits import InboundBudget, InboundLedger, Limits, TrafficEnvelope
 from smcdp.net.server import SessionSpec
 from smcdp.plugins.base import ProtocolPlugin
 
@@ -144,11 +144,13 @@ def session_envelope(plugin: ProtocolPlugin, spec: SessionSpec, role: str, limit
 
 
 def session_budget(plugin: ProtocolPlugin, spec: SessionSpec, role: str, limits: Limits,
-                   journaled: Iterable[tuple[str, str, int]] = ()) -> InboundBudget:
+                   journaled: Iterable[tuple[str, str, int]] = (), ledger: InboundLedger | None = None
+                   ) -> InboundBudget:
     """The session's inbound budget: the plug-in's envelope for ``role``, capped by ``[limits]``, already
     charged with what the session's journal holds (``journaled``: (sender role, tag, bytes) of each
-    message), so that a restarted or resumed session does not receive its envelope a second time."""
-    budget = InboundBudget(session_envelope(plugin, spec, role, limits), spec.session_id)
+    message), so that a restarted or resumed session does not receive its envelope a second time.
+    ``ledger``: the party's bytes held per peer and in all, charged alongside (issue 24)."""
+    budget = InboundBudget(session_envelope(plugin, spec, role, limits), spec.session_id, ledger, spec.roles)
     budget.preload(journaled)
     return budget
 

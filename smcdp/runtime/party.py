@@ -58,6 +58,7 @@ from smcdp.errors import (
     Unavailable,
 )
 from smcdp.net.config import ConfigError
+from smcdp.net.limits import InboundLedger
 from smcdp.net.grpc_channel import (
     AlreadyExists,
     NotFound,
@@ -123,6 +124,8 @@ class Party(SessionHost):
         self._unwritten: dict[str, dict] = {}
         #: initiator -> its proposals and resumes being admitted now (no session yet): pending (issue 24)
         self._admitting: dict[str, int] = {}
+        #: bytes the live sessions hold from each peer and in all (issue 24)
+        self.inbound = InboundLedger(config.limits, self.name)
         self._connector: PeerConnector | None = None
         self._shutting_down = False
         self.port: int | None = None
@@ -399,6 +402,8 @@ class Party(SessionHost):
         """Drop an ended session from memory: its buffers are freed, its record is on disk."""
         if self.sessions.get(s.spec.session_id) is s:
             del self.sessions[s.spec.session_id]
+            if getattr(s.channel, "budget", None) is not None:
+                s.channel.budget.close()       # what it held leaves the party-wide ledger (issue 24)
             if s.channel is not None:
                 self.ended.add(s.spec.session_id, s.channel)
             if (s.record or {}).get("record_write_error"):  # keep what could not be written

@@ -50,6 +50,7 @@ from smcdp.net.grpc_channel import (
     PeerConnector,
     status_code_of,
 )
+from smcdp.net.limits import InboundLedger
 from smcdp.net.server import (
     SessionSpec,
 )
@@ -82,6 +83,8 @@ class SessionOwner(Protocol):
     tls: TlsMaterial
 
     incarnation: str
+    #: what the live sessions hold from each peer (issue 24)
+    inbound: InboundLedger
 
     def record_path(self, session_id: str) -> Path: ...
 
@@ -214,7 +217,8 @@ class Session:
         ch = GrpcChannel(self.spec.session_id, self.role, self.spec.roles, self.deadline, connector,
                          rpc_timeout=cfg.timeouts.rpc_seconds, journal=self.checkpoint.journal)
         ch.budget = session_budget(self.plugin, self.spec, self.role, cfg.limits,   # issue 19; what the
-                                   self.checkpoint.journal.inbound_sizes())        # journal holds (24)
+                                   self.checkpoint.journal.inbound_sizes(),        # journal holds, and the
+                                   self.party.inbound)                            # party-wide ledger (24)
         self.channel = ch
         self.ready.set()
         result = None

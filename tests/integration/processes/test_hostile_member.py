@@ -324,3 +324,29 @@ def test_every_protocol_session_is_bounded_by_its_own_envelope(tmp_path, parties
     wrong = {protocol: (codes[-1].name, accepted, details) for protocol, (codes, accepted, details) in got.items()
              if codes[-1] != C.RESOURCE_EXHAUSTED or accepted >= 2 << 20 or f"{protocol} parameters" not in details}
     assert not wrong, wrong
+
+
+def test_what_one_peer_sends_is_bounded_across_its_sessions(tmp_path, parties):
+    """Each session bounds what it receives; across sessions a peer is held to limits.inbound_mib_per_peer
+    (the sessions keep its messages in memory until their roles read them, and in their journals until they
+    end): alice's junk into a third session is refused, charlie's session is not held back by her, and an
+    ended session gives its bytes back.  On main nothing bounded a peer across sessions (64 sessions of
+    2 GiB each)."""
+    cfgs, _ = parties(names=("bob",), limits=_limits(inbound_mib_per_peer=4, inbound_mib_total=16))
+    certs, bob = tmp_path / "certs", _address(cfgs, "bob")
+    with raw_channel(certs, "alice", bob, "bob") as alice, raw_channel(certs, "charlie", bob, "bob") as charlie:
+        got = []
+        for i in range(3):
+            assert call_unary(alice, MAILBOX + "Propose", _spec(f"alice.s{i}", {"a": "alice", "b": "bob"}))[0] == C.OK
+            got.append(_junk(alice, f"alice.s{i}", 3 << 19, 1))            # 1.5 MiB each
+        assert [r[0][-1] for r in got] == [C.OK, C.OK, C.RESOURCE_EXHAUSTED], got
+        assert "limits.inbound_mib_per_peer" in got[2][2]
+        assert call_unary(charlie, MAILBOX + "Propose", _spec("charlie.s", {"a": "charlie", "b": "bob"}))[0] == C.OK
+        assert _junk(charlie, "charlie.s", 3 << 19, 1)[0] == [C.OK]
+        assert call_unary(alice, MAILBOX + "Abort", tpb.AbortRequest(
+            session_id="alice.s0", code="ABORTED", message="x").SerializeToString())[0] == C.OK
+        _wait_state(cfgs["bob"], "alice.s0")
+        end = time.monotonic() + 10
+        while (codes := _junk(alice, "alice.s2", 3 << 19, 1, tag="again")[0]) != [C.OK]:
+            assert time.monotonic() < end, codes      # the ended session's bytes come back
+            time.sleep(0.2)

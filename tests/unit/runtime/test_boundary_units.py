@@ -66,6 +66,7 @@ def test_limits_defaults_and_values(tmp_path):
     ("[limits]\nidle_calls_per_peer = 200\n", "each must be at most the one before it"),
     ("[limits]\ncall_idle_seconds = 0\n", "limits.call_idle_seconds"),
     ("[limits]\noperator_calls = 1\n", r"limits.operator_calls must be an integer in \[4, "),
+    ("[limits]\ninbound_mib_per_peer = 9\ninbound_mib_total = 8\n", "cannot exceed limits.inbound_mib_total"),
     ("[logging]\nformat = \"xml\"\n", "logging.format"),
     ("[logging]\nlevel = \"LOUD\"\n", "logging.level"),
 ])
@@ -345,3 +346,33 @@ def test_a_governed_session_keeps_its_protocols_byte_envelope():
         assert env is not None and env == plugin.traffic_envelope(params, roles, role)
         assert env.session_bytes < Limits().max_session_bytes // 100
     assert inspect.signature(governed.traffic_envelope).parameters.keys() == {"params", "roles", "role"}
+
+
+def test_what_the_sessions_hold_is_bounded_per_peer_and_in_all():
+    """Bytes a peer sends into the live sessions (memory, then their journals) count across its sessions
+    (limits.inbound_mib_per_peer) and with every peer's (inbound_mib_total); an ended session gives them back."""
+    from smcdp.net.limits import MIB, InboundLedger
+
+    ledger = InboundLedger(Limits(inbound_mib_per_peer=2, inbound_mib_total=3), "me")
+    env = TrafficEnvelope(MIB, 8 * MIB, 100)
+    a = InboundBudget(env, "a", ledger, {"x": "mallory", "y": "bob"})
+    b = InboundBudget(env, "b", ledger, {"x": "mallory", "y": "bob"})
+    a.settle("x", "t1", a.admit("x", "t1", MIB), True)
+    b.settle("x", "t1", b.admit("x", "t1", MIB), True)
+    with pytest.raises(ResourceExhausted, match="limits.inbound_mib_per_peer"):
+        b.admit("x", "t2", 1)                               # mallory: 2 MiB over both sessions
+    b.settle("y", "t1", b.admit("y", "t1", MIB), True)      # bob is not held back by her ...
+    with pytest.raises(ResourceExhausted, match="limits.inbound_mib_total"):
+        a.admit("y", "t2", 1)                               # ... until all peers together are at 3 MiB
+    charge = a.admit("y", "t3", 0)
+    a.settle("y", "t3", charge, False)                      # a failed stream gives its charge back
+    assert ledger.held("mallory") == 2 * MIB and ledger.held() == 3 * MIB
+    a.close()                                               # session a ended
+    assert ledger.held("mallory") == MIB and ledger.held() == 2 * MIB
+    a.settle("x", "late", None, False)                      # a stream that ends after the session
+    c = InboundBudget(env, "c", ledger, {"x": "mallory"})
+    c.preload([("x", "old", 3 * MIB)])                      # a resumed journal is charged, never refused
+    assert ledger.held("mallory") == 4 * MIB
+    c.close()
+    b.close()
+    assert ledger.held() == 0
