@@ -41,8 +41,10 @@ def party(tmp_path, in_thread):
         in_thread.start(cfgs[name])
     address = load_config(cfgs["bob"]).address_of("bob")
     certs = tmp_path / "certs"
-    with raw_channel(certs, "alice", address, "bob") as peer, raw_channel(certs, "bob", address, "bob") as own:
-        yield {"peer": peer, "own": own, "cfgs": cfgs, "root": tmp_path, "party": in_thread.parties["bob"]}
+    with raw_channel(certs, "alice", address, "bob") as peer, raw_channel(certs, "bob", address, "bob") as own, \
+            raw_channel(certs, "charlie", address, "bob") as charlie:
+        yield {"peer": peer, "own": own, "charlie_ch": charlie, "cfgs": cfgs, "root": tmp_path,
+               "party": in_thread.parties["bob"]}
 
 
 def _spec(sid, protocol="net-echo", roles=None, params="{}", timeout=30.0, seed=None):
@@ -133,6 +135,14 @@ def test_status_code_table(party):
         ("GetResult: unknown id", C.NOT_FOUND, lambda: call_unary(own, CONTROL + "GetResult", tpb.SessionRef(
             session_id="nope").SerializeToString())[0]),
         ("GetResult: garbage", C.INVALID_ARGUMENT, lambda: call_unary(own, CONTROL + "GetResult", b"\xff")[0]),
+        ("Health/Check: garbage (issue 24; was UNKNOWN)", C.INVALID_ARGUMENT,
+         lambda: call_unary(peer, "/grpc.health.v1.Health/Check", b"\xff\xfe\x00garbage")[0]),
+        ("Heartbeat: a session the caller holds no role in answers as a missing one", C.OK,
+         lambda: call_unary(party["charlie_ch"], MAILBOX + "Heartbeat",
+                            tpb.HeartbeatRequest(session_id="alice.live").SerializeToString())[0]),
+        ("Begin: a session the caller holds no role in answers as a missing one", C.FAILED_PRECONDITION,
+         lambda: call_unary(party["charlie_ch"], MAILBOX + "Begin",
+                            tpb.SessionRef(session_id="alice.live").SerializeToString())[0]),
     ]
     got = [(what, expected, call()) for what, expected, call in table]
     wrong = [(what, expected.name, code.name) for what, expected, code in got if code != expected]
