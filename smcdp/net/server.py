@@ -360,9 +360,11 @@ class _MessageCall:
     """One Deliver or Stream call of ``peer``: *idle* until its first envelope names a session the peer
     holds a role in, then *bound* to that session (:class:`smcdp.net.limits.CallQuotas`).
 
-    Reading waits at most ``limits.call_idle_seconds`` while idle, and as long as the bound session
-    lives here afterwards: a call that names no session, or whose session ended, is ended by the server
-    (issue 24: 520 idle Stream calls of one member used to take every call slot of the party)."""
+    While idle, a read waits at most ``limits.call_idle_seconds``; once bound, a watchdog checks every
+    LIVENESS_POLL_SECONDS that the session still takes messages here and, when it no longer does, ends a
+    read that waits (the session's own status).  So a call that names no session, or whose session ended,
+    is ended by the server (issue 24: 520 idle Stream calls of one member took every call slot of the
+    party).  Reads themselves stay plain awaits: the watchdog costs one timer per call, not per message."""
 
     _END = object()
 
@@ -373,6 +375,10 @@ class _MessageCall:
         servicer.quotas.enter_idle(peer)
         self.session_id: str | None = None
         self.closed = False
+        self.ended: BaseException | None = None      # why the bound session takes no more messages
+        self._waiting = False
+        self._reader: asyncio.Task | None = None
+        self._watchdog: asyncio.Task | None = None
 
     async def _read(self):
         try:
@@ -382,27 +388,42 @@ class _MessageCall:
 
     async def next(self) -> tpb.Envelope | None:
         """The next envelope (checked: not undecodable), or None at the end of the call."""
-        task = asyncio.ensure_future(self._read())
-        try:
-            if self.session_id is None:
-                done, _ = await asyncio.wait({task}, timeout=self.servicer.idle_seconds)
-                if not done:
-                    raise PreconditionFailed(
-                        f"the call named no session within {self.servicer.idle_seconds:g} s "
-                        "(limits.call_idle_seconds)")
-            else:
-                while not (await asyncio.wait({task}, timeout=LIVENESS_POLL_SECONDS))[0]:
-                    self.servicer.host.inbound_open(self.peer, self.session_id)   # raises once it ended
-            item = task.result()
-        finally:
-            if not task.done():
-                task.cancel()
+        if self.session_id is None:
+            try:
+                item = await asyncio.wait_for(self._read(), self.servicer.idle_seconds)
+            except asyncio.TimeoutError:
+                raise PreconditionFailed(f"the call named no session within {self.servicer.idle_seconds:g} s "
+                                         "(limits.call_idle_seconds)") from None
+        else:
+            if self.ended is not None:
+                raise self.ended
+            self._waiting = True
+            try:
+                item = await self._read()
+            except asyncio.CancelledError:
+                if self.ended is None:
+                    raise
+                raise self.ended from None
+            finally:
+                self._waiting = False
         return None if item is self._END else checked(item)
+
+    async def _watch(self) -> None:
+        while self.ended is None:
+            await asyncio.sleep(LIVENESS_POLL_SECONDS)
+            try:
+                self.servicer.host.inbound_open(self.peer, self.session_id)   # raises once it ended
+            except Exception as exc:  # noqa: BLE001 - the session's status, told to the sender
+                self.ended = exc
+                if self._waiting and self._reader is not None:
+                    self._reader.cancel()
 
     def bind(self, session_id: str) -> None:
         if self.session_id is None:
             self.servicer.quotas.bind(self.peer, session_id)
             self.session_id = session_id
+            self._reader = asyncio.current_task()
+            self._watchdog = asyncio.ensure_future(self._watch())
         elif session_id != self.session_id:
             raise InvalidMessage(f"a message call carries the messages of one session ({self.session_id}); "
                                  f"open another call for session {session_id}")
@@ -410,6 +431,8 @@ class _MessageCall:
     def close(self) -> None:
         if not self.closed:
             self.closed = True
+            if self._watchdog is not None:
+                self._watchdog.cancel()
             self.servicer.quotas.leave_message_call(self.peer, self.session_id)
 
 

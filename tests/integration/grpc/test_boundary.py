@@ -255,3 +255,31 @@ def test_ended_sessions_live_on_disk_and_answer_only_their_participants(tmp_path
         assert call_deliver(alice, [_env("alice.gone")])[0] == C.DATA_LOSS
         code, details = call_deliver(charlie, [_env("alice.gone")])
         assert code == C.FAILED_PRECONDITION and "has no session" in details
+
+
+def test_a_stream_whose_session_ended_is_closed_with_its_status(party):
+    """A Mailbox.Stream call left open after its session ended held its call slot for as long as the sender
+    liked (issue 24); the server now ends it within a few seconds, with the session's status."""
+    import threading
+
+    peer = party["peer"]
+    assert call_unary(peer, MAILBOX + "Propose", _spec("alice.short"))[0] == C.OK
+    hold = threading.Event()
+
+    def envelopes():
+        yield _env("alice.short", "first")
+        hold.wait(60)                                   # keep the call open, sending nothing more
+
+    fn = peer.stream_stream(MAILBOX + "Stream", request_serializer=None, response_deserializer=None)
+    call = fn(envelopes(), timeout=60)
+    try:
+        assert next(call) is not None                   # the first message's Ack: the call is bound
+        assert call_unary(peer, MAILBOX + "Abort", tpb.AbortRequest(
+            session_id="alice.short", code="DATA_LOSS", message="x").SerializeToString())[0] == C.OK
+        t0 = time.monotonic()
+        with pytest.raises(grpc.RpcError) as info:
+            next(call)
+        assert time.monotonic() - t0 < 15
+        assert info.value.code() == C.DATA_LOSS and "already ended" in info.value.details()
+    finally:
+        hold.set()
