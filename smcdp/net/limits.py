@@ -31,7 +31,7 @@ import json
 import math
 import threading
 from dataclasses import dataclass, fields
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from smcdp.errors import InvalidMessage, ResourceExhausted
 
@@ -90,6 +90,17 @@ class Limits:
     inbound_mib_total: int = 16384
     #: ended sessions whose de-duplication digests stay in memory (late retries are acknowledged)
     keep_ended_sessions: int = 64
+    # --- governance (issue 24): approvals, resumes, what ended sessions leave on disk
+    #: how long a proposal waits for an operator's approval: at the approving party, and at the
+    #: initiator and the parties that accepted while the initiator reports the wait
+    approval_timeout_seconds: float = 24 * 3600.0
+    #: proposals waiting for this party's operator (pending or approved, not yet started), per peer / in all
+    pending_approvals_per_peer: int = 8
+    pending_approvals_total: int = 64
+    #: how often one session may be restarted here (restored after a crash or resumed)
+    max_restarts: int = 3
+    #: checkpoints and journals of sessions that failed (resumably or not) are deleted this long after
+    failed_retention_seconds: float = 24 * 3600.0
 
     # ------------------------------------------------------------------ derived
     @property
@@ -138,11 +149,16 @@ _INT_RANGES: dict[str, tuple[int, int]] = {
     "inbound_mib_per_peer": (1, 1 << 24),
     "inbound_mib_total": (1, 1 << 24),
     "keep_ended_sessions": (0, 100_000),
+    "pending_approvals_per_peer": (1, 10_000),
+    "pending_approvals_total": (1, 100_000),
+    "max_restarts": (0, 1_000),
 }
 _SECONDS_RANGES: dict[str, tuple[float, float]] = {
     "proposal_grace_seconds": (1.0, 24 * 3600.0),
     "max_session_seconds": (1.0, 7 * 24 * 3600.0),
     "call_idle_seconds": (0.5, 3600.0),
+    "approval_timeout_seconds": (1.0, 30 * 24 * 3600.0),
+    "failed_retention_seconds": (1.0, 365 * 24 * 3600.0),
 }
 
 
@@ -188,6 +204,9 @@ def parse_limits(table: Mapping[str, Any], legacy_max_message_mib: int | None = 
     if limits.inbound_mib_per_peer > limits.inbound_mib_total:
         raise ConfigValueError(f"limits.inbound_mib_per_peer ({limits.inbound_mib_per_peer}) cannot exceed "
                                f"limits.inbound_mib_total ({limits.inbound_mib_total})")
+    if limits.pending_approvals_per_peer > limits.pending_approvals_total:
+        raise ConfigValueError(f"limits.pending_approvals_per_peer ({limits.pending_approvals_per_peer}) cannot "
+                               f"exceed limits.pending_approvals_total ({limits.pending_approvals_total})")
     if limits.max_message_mib > limits.max_session_mib:
         raise ConfigValueError(f"limits.max_message_mib ({limits.max_message_mib}) cannot exceed "
                                f"limits.max_session_mib ({limits.max_session_mib})")
@@ -349,18 +368,6 @@ class InboundBudget:
             self._bytes += total_size
             self._inflight[key] = self._inflight.get(key, 0) + 1
             return total_size
-
-    def preload(self, received: Iterable[tuple[str, str, int]]) -> None:
-        """Charge what the session already holds from an earlier incarnation (its journal): (sender role,
-        tag, bytes) of each message.  Never refuses -- the resume admission checks it fits."""
-        with self._lock:
-            for sender_role, tag, size in received:
-                if (sender_role, tag) not in self._received:
-                    self._received.add((sender_role, tag))
-                    self._bytes += size
-                    if self.ledger is not None:
-                        self.ledger.charge(self.parties.get(sender_role, sender_role), size, force=True)
-                        self._by_sender[sender_role] = self._by_sender.get(sender_role, 0) + size
 
     def settle(self, sender_role: str, tag: str, charged: int | None, stored: bool) -> None:
         """End of one stream: ``stored`` if its message entered the mailbox as new."""

@@ -5,7 +5,8 @@ The TOML, written for a data-protection officer to read::
     [policy]
     approval = "operator"          # "auto" (default) or "operator": a person approves each session
     allow_seeded = false           # true lets a peer's seed replace this party's CSPRNG (tests only)
-    # open = true                  # no protocol rules at all (test deployments; as without [policy])
+    # open = true                  # no protocol rules at all (test deployments only; without
+                                   #   [policy] every peer's proposal is refused)
 
     [policy.dp-aggregate]          # one table per protocol this party joins; no table: not joined
     roles = ["party*"]             # the roles it may hold ("*" matches any characters)
@@ -87,7 +88,8 @@ class Policy:
     """A party's ``[policy]``: it joins the protocols it has tables for, nothing else.
 
     ``open = true`` instead means no protocol rules (whatever a peer in [peers] proposes
-    is accepted, as without a [policy]); approval and the seed rule still apply."""
+    is accepted; test deployments only); approval and the seed rule still apply.  No
+    ``[policy]`` at all refuses every peer's proposal (:func:`evaluate`)."""
 
     approval: str = "auto"
     allow_seeded: bool = False
@@ -286,11 +288,18 @@ def evaluate(policy: Policy | None, *, me: str, session_id: str, initiator: str,
              allow_insecure_keys: bool) -> None:
     """Raise a refusal unless ``policy`` admits holding ``role`` in the proposal.
 
-    ``summary`` may be None only when there are no protocol rules (no [policy], or
-    ``open = true``), e.g. for a plug-in without
+    No ``[policy]`` denies by default: every peer's proposal is refused (rule ``policy``),
+    only the party's own operator (``initiator == me``) may start sessions.  ``summary``
+    may be None only when there are no protocol rules to evaluate (``open = true``, or the
+    own operator of a party without ``[policy]``), e.g. for a plug-in without
     :meth:`~smcdp.plugins.base.ProtocolPlugin.summary`.
     """
-    if policy is None or not policy.restricts:
+    if policy is None:
+        if initiator != me:
+            raise refusal(PolicyDenied, me, session_id, "policy",
+                          "it has no [policy], so it joins no session a peer proposes (deny by default)")
+        return
+    if not policy.restricts:
         return
     if summary is None:  # pragma: no cover - the caller asks the plug-in first and refuses on failure
         raise SmcdpError("a restrictive policy needs the plug-in's summary")

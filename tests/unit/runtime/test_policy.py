@@ -164,10 +164,20 @@ def test_coordinators_only_read_data_roles_rules():
 
 
 def test_no_policy_open_policy_and_a_policy_without_tables():
-    for pol in (None, _policy("[policy]\nopen = true")):
-        _eval(pol, epsilon=50.0, initiator="trent", roles={**DPA_ROLES, "dave": "trent"})   # anything goes
+    _eval(_policy("[policy]\nopen = true"), epsilon=50.0, initiator="trent",
+          roles={**DPA_ROLES, "dave": "trent"})   # anything goes
     with pytest.raises(PolicyDenied, match="does not join protocol 'dp-aggregate'"):
         _eval(_policy("[policy]\napproval = 'operator'"))
+
+
+def test_no_policy_denies_every_peer_and_admits_the_own_operator():
+    """Deny by default (issue 24): without [policy] a peer's proposal is refused, whatever it asks."""
+    for kw in (dict(initiator="trent", roles={**DPA_ROLES, "dave": "trent"}, epsilon=50.0), dict(initiator="charlie")):
+        with pytest.raises(PolicyDenied) as ei:
+            _eval(None, **kw)
+        assert ei.value.rule == "policy" and ei.value.code == "PERMISSION_DENIED"
+        assert "deny by default" in str(ei.value)
+    _eval(None, initiator="alice", epsilon=50.0)   # the party's own operator starts what it wants
 
 
 def test_the_seed_rule_holds_with_and_without_a_policy():
