@@ -246,7 +246,7 @@ def test_approve_reject_list_show_through_the_cli_durably_and_expiring(tmp_path,
         th, out = _start(cluster, "charlie.a-3", timeout=6.0)        # never approved (the timeout counts from Begin)
         th.join(90)
         assert out["error"].code == "DEADLINE_EXCEEDED"
-        assert "party 'alice' did not approve session 'a-3' within the initiator's approval timeout" \
+        assert "party 'alice' did not approve session 'charlie.a-3' within the initiator's approval timeout" \
             in str(out["error"])
         time.sleep(1.5)
         capsys.readouterr()

@@ -162,47 +162,25 @@ def _failed_resumably(alice, cfgs, sids, params="{}"):
         assert rec["state"] == "failed" and rec["resumable"], rec
 
 
-def test_resumes_hold_slots_like_proposals(tmp_path, parties):
-    """Sessions alice made 'failed resumably' (Propose, then Abort UNAVAILABLE) and resumes: each resumed
-    session is pending at bob again, so past limits.pending_per_peer her resumes are refused -- on main all
-    were accepted, past pending_total (the issue: 24 of them; two honest peers were refused)."""
-    limits = _limits(pending_per_peer=2, pending_total=4, proposal_grace_seconds=30.0)
+def test_concurrent_resumes_hold_slots_like_proposals(tmp_path, parties):
+    """Sessions alice made 'failed resumably' (Propose, then Abort UNAVAILABLE), resumed all at once: a
+    resume is admitted in an executor, so every one of them passed the slot check before any was reopened
+    (the governance half's admission counts the sessions that exist, not those being admitted).  Each
+    resume being admitted now holds its slot: no more than limits.pending_per_peer are accepted.  (The
+    journal of a resumed session against its envelope: the governance half's test_a_resume_is_admitted_again.)"""
+    from concurrent.futures import ThreadPoolExecutor
+
+    limits = _limits(pending_per_peer=2, pending_total=8, proposal_grace_seconds=30.0)
     cfgs, _ = parties(names=("bob",), limits=limits)
-    sids = [f"alice.res-{i}" for i in range(6)]
+    sids = [f"alice.res-{i}" for i in range(8)]
     with raw_channel(tmp_path / "certs", "alice", _address(cfgs, "bob"), "bob") as alice:
         _failed_resumably(alice, cfgs, sids)
-        got = [call_unary(alice, MAILBOX + "Resume", tpb.SessionRef(session_id=sid).SerializeToString())
-               for sid in sids]
+        ref = lambda sid: tpb.SessionRef(session_id=sid).SerializeToString()  # noqa: E731
+        with ThreadPoolExecutor(len(sids)) as pool:
+            got = list(pool.map(lambda sid: call_unary(alice, MAILBOX + "Resume", ref(sid)), sids))
     codes = [c for c, _ in got]
     assert codes.count(C.OK) == limits.pending_per_peer, got
-    refused = [d for c, d in got if c == C.RESOURCE_EXHAUSTED]
-    assert len(refused) == len(sids) - limits.pending_per_peer and "limits.pending_per_peer" in refused[0], got
-
-
-def test_a_resume_does_not_reload_more_than_the_sessions_envelope(tmp_path, parties, processes):
-    """Junk alice sent into a session is in bob's journal; a resume reloads the journal into memory.
-    Bob restarted with a smaller [limits] max_session_mib refuses to resume a session whose journal holds
-    more than the session may receive (RESOURCE_EXHAUSTED naming it); on main it reloaded all of it."""
-    cfgs, procs = parties(names=("bob",), limits=_limits(max_session_mib=64, max_message_mib=4))
-    junk = b"\x0a" + b"\x80\x80\x40" + b"x" * (1 << 20)      # a Blobs of one 1 MiB value
-    with raw_channel(tmp_path / "certs", "alice", _address(cfgs, "bob"), "bob") as alice:
-        assert call_unary(alice, MAILBOX + "Propose", _spec("alice.junk", {"a": "alice", "b": "bob"}))[0] == C.OK
-        for i in range(6):
-            env = tpb.Envelope(session_id="alice.junk", tag=f"junk/{i}", type_name="smcdp.v1.Blobs", chunk_index=0,
-                               chunk_count=1, total_size=len(junk), data=junk).SerializeToString()
-            assert call_deliver(alice, [env])[0] == C.OK
-        assert call_unary(alice, MAILBOX + "Abort", tpb.AbortRequest(
-            session_id="alice.junk", code="UNAVAILABLE", message="gone").SerializeToString())[0] == C.OK
-    assert _wait_state(cfgs["bob"], "alice.junk")["resumable"]
-    procs["bob"].terminate()
-    text = cfgs["bob"].read_text()
-    assert "max_session_mib = 64" in text
-    cfgs["bob"].write_text(text.replace("max_session_mib = 64", "max_session_mib = 4"))
-    processes("bob", cfgs["bob"], use_launcher=False)
-    client.wait_healthy(cfgs["bob"], timeout=60)
-    with raw_channel(tmp_path / "certs", "alice", _address(cfgs, "bob"), "bob") as alice:
-        code, details = call_unary(alice, MAILBOX + "Resume", tpb.SessionRef(session_id="alice.junk").SerializeToString())
-    assert code == C.RESOURCE_EXHAUSTED and "more than the session may receive" in details, (code, details)
+    assert codes.count(C.RESOURCE_EXHAUSTED) == len(sids) - limits.pending_per_peer, got
 
 
 def test_session_ids_cannot_be_squatted(tmp_path, parties):
