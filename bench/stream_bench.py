@@ -95,7 +95,8 @@ def main() -> None:
                        "us_per_message_cpu": 1e6 * statistics.median(cpus) / args.messages}
     if args.baseline:
         a, b = out[str(ROOT)], out[str(trees[1])]
-        out["ratio_this_over_baseline"] = {"wall": a["wall_s"] / b["wall_s"], "party_cpu": a["party_cpu_s"] / b["party_cpu_s"]}
+        out["ratio_this_over_baseline"] = {"wall": a["wall_s"] / b["wall_s"],
+                                           "party_cpu": a["party_cpu_s"] / b["party_cpu_s"]}
     print(json.dumps(out, indent=2))
 
 

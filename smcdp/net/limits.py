@@ -243,7 +243,6 @@ class TrafficEnvelope:
         msg = max(floor, math.ceil(largest * slack))
         return cls(msg, max(msg, math.ceil(total * slack) + floor), max(1, tags), source)
 
-
     def widest(self, other: "TrafficEnvelope") -> "TrafficEnvelope":
         """The envelope that admits what either admits (e.g. over the choices a peer makes)."""
         return TrafficEnvelope(max(self.message_bytes, other.message_bytes),
@@ -276,15 +275,15 @@ class InboundLedger:
     def held(self, peer: str | None = None) -> int:
         return self._sum if peer is None else self._held.get(peer, 0)
 
-    def charge(self, peer: str, nbytes: int, *, force: bool = False) -> None:
-        """Hold ``nbytes`` more from ``peer``; refused past a bound unless ``force`` (what a journal holds)."""
+    def charge(self, peer: str, nbytes: int) -> None:
+        """Hold ``nbytes`` more from ``peer``; refused (ResourceExhausted) past either bound."""
         with self._lock:
             mine = self._held.get(peer, 0)
-            if not force and mine + nbytes > self.per_peer:
+            if mine + nbytes > self.per_peer:
                 raise ResourceExhausted(
                     f"the sessions at party {self.me!r} hold {mine} bytes from party {peer!r}; {nbytes} more would "
                     f"pass limits.inbound_mib_per_peer = {self.per_peer // MIB}")
-            if not force and self._sum + nbytes > self.total:
+            if self._sum + nbytes > self.total:
                 raise ResourceExhausted(
                     f"the sessions at party {self.me!r} hold {self._sum} bytes from their peers; {nbytes} more would "
                     f"pass limits.inbound_mib_total = {self.total // MIB}")

@@ -35,6 +35,7 @@ import numpy as np
 
 from smcdp.crypto.codec import public_key_from_proto, public_key_to_proto
 from smcdp.crypto.encoding import UNPACKED
+from smcdp.crypto.naor_pinkas import MODP2048
 from smcdp.crypto.paillier import PrivateKey, check_key_bits, generate_keypair
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.errors import CryptoOverflow, InputRejected, InvalidMessage
@@ -138,13 +139,14 @@ class KeywordParams(ForwardParams):
         env = None
         for kind in KIND_CODES:
             to_alice, to_bob = forward_traffic(self.forward(), B, kind)
+            group = MODP2048.byte_length + 32                 # one Naor–Pinkas group element, framed
             if role == ALICE:
                 msgs = to_alice + [(1, ciphertext_vector_bytes(D, B)),                       # kw/ranked
-                                   (1, 256 + 32), (1, (max(2, D)) * (MAX_LABEL_BYTES + 6) + 16)]   # label OT
+                                   (1, group), (1, max(2, D) * (MAX_LABEL_BYTES + 6) + 16)]  # label OT
                 if self.debug_reveal:
                     msgs.append((1, ciphertext_vector_bytes(D, B)))                           # kw/debug
             else:
-                msgs = to_bob + [(1, B // 8 + 32), (1, 64), (1, 256 + 32)]                    # kw/pk, label OT
+                msgs = to_bob + [(1, B // 8 + 32), (1, 64), (1, group)]                       # kw/pk, label OT
             one = TrafficEnvelope.from_messages(msgs, source)
             env = one if env is None else env.widest(one)
         return env

@@ -57,7 +57,6 @@ from smcdp.errors import (
     Unavailable,
 )
 from smcdp.net.config import ConfigError
-from smcdp.net.limits import InboundLedger
 from smcdp.net.grpc_channel import (
     AlreadyExists,
     NotFound,
@@ -66,6 +65,7 @@ from smcdp.net.grpc_channel import (
     error_for_code,
     status_code_of,
 )
+from smcdp.net.limits import InboundLedger
 from smcdp.net.server import (
     PartyServer,
     PendingApproval,
