@@ -45,7 +45,7 @@ import signal
 import sys
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from smcdp.compute import close_engines
 from smcdp.errors import (
@@ -370,20 +370,30 @@ class Party(SessionHost):
         existing = self.sessions.get(spec.session_id)
         if existing is None:  # issue 19: slots, timeout and seed rules before any validation work
             check_proposal(self.sessions.values(), peer, spec, self.config.limits, self.name, self._admitting)
-        # issue 24: a proposal being admitted holds a pending slot of its initiator from here on
-        self._admitting[peer] = self._admitting.get(peer, 0) + 1
+        # issue 24: a proposal being admitted holds a pending slot of its initiator until its session exists
+        registered = self._admission(peer)
         try:
-            return await self._admit(peer, spec, roles, mine)
+            return await self._admit(peer, spec, roles, mine, registered)
         finally:
-            self._release_admitting(peer)
+            registered()
 
-    def _release_admitting(self, initiator: str) -> None:
-        self._admitting[initiator] -= 1
-        if not self._admitting[initiator]:
-            del self._admitting[initiator]
+    def _admission(self, initiator: str) -> Callable[[], None]:
+        """Count an admission of ``initiator`` as pending (``self._admitting``) until the returned function is
+        called -- when its session is registered, or the admission ends without one (idempotent)."""
+        self._admitting[initiator] = self._admitting.get(initiator, 0) + 1
+        done = False
 
-    async def _admit(self, peer: str, spec: SessionSpec, roles: dict[str, str], mine: list[str]
-                     ) -> str | PendingApproval:
+        def release() -> None:
+            nonlocal done
+            if not done:
+                done = True
+                self._admitting[initiator] -= 1
+                if not self._admitting[initiator]:
+                    del self._admitting[initiator]
+        return release
+
+    async def _admit(self, peer: str, spec: SessionSpec, roles: dict[str, str], mine: list[str],
+                     registered: Callable[[], None]) -> str | PendingApproval:
         plugin = get_plugin(spec.protocol)
         try:
             params = plugin.validate_params(dict(spec.params), dict(roles))
@@ -430,6 +440,7 @@ class Party(SessionHost):
             inputs={k: str(v) for k, v in self.config.inputs.get(spec.protocol, {}).items()})
         s = Session(self, spec, mine[0], plugin, peer, cp)
         self.sessions[spec.session_id] = s
+        registered()                  # it holds its slot as a session from now on, not twice
         self._track(s)
         s.start_thread()
         await asyncio.get_running_loop().run_in_executor(None, s.ready.wait, 10.0)
@@ -638,9 +649,8 @@ class Party(SessionHost):
         if sid in self._reopening:
             raise Unavailable(f"session {sid!r} is being resumed at party {self.name!r}; try again shortly")
         self._reopening.add(sid)
-        initiator = cp.meta["initiator"]
         before = dict(self._admitting)     # admissions that started earlier: this one counts them
-        self._admitting[initiator] = self._admitting.get(initiator, 0) + 1    # and later ones count it
+        registered = self._admission(cp.meta["initiator"])    # and later ones count it
         try:
             await asyncio.get_running_loop().run_in_executor(None, self._readmit, cp, "resume", before)
             if not cp.dir.is_dir():   # the retention removed it meanwhile
@@ -648,7 +658,7 @@ class Party(SessionHost):
             s = self._reopen(cp, begun=False, resumed=True)
         finally:
             self._reopening.discard(sid)
-            self._release_admitting(initiator)
+            registered()
         await asyncio.get_running_loop().run_in_executor(None, s.ready.wait, 10.0)
         return s
 
