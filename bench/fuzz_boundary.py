@@ -67,9 +67,9 @@ FUZZ = dict(deadline=None, database=None, phases=[Phase.generate], suppress_heal
 def phase_a(peer, n: int) -> dict:
     codes: Counter = Counter()
     failures = []
-    # a prepared session the generated envelopes name ("fuzz-live"), so deliveries get past the
+    # a prepared session the generated envelopes name ("alice.fuzz-live"), so deliveries get past the
     # session lookup into the header, budget and chunk checks
-    spec = tpb.SessionSpec(session_id="fuzz-live", protocol="net-echo", params_json="{}", timeout_seconds=3000)
+    spec = tpb.SessionSpec(session_id="alice.fuzz-live", protocol="net-echo", params_json="{}", timeout_seconds=3000)
     spec.roles["a"], spec.roles["b"] = "alice", "bob"
     assert call_unary(peer, MAILBOX + "Propose", spec.SerializeToString())[0] == grpc.StatusCode.OK
 
@@ -161,7 +161,7 @@ def phase_c(channels, cfgs, sessions: int) -> dict:
                for t, s in PAYLOADS.items()}
     for i in range(sessions):
         protocol, roles, params, feeds = plans[i % len(plans)]
-        sid = f"live-{i}"
+        sid = f"alice.live-{i}"   # in the proposer's namespace (issue 24)
         spec = tpb.SessionSpec(session_id=sid, protocol=protocol, params_json=json.dumps(params), timeout_seconds=20)
         for r, p in roles.items():
             spec.roles[r] = p

@@ -441,13 +441,7 @@ class GrpcChannel(Channel):
                 raise errors.InvalidMessage(
                     f"{sender_role} sent a second, different message with tag {tag!r} "
                     f"in session {self.session_id}")
-            if self._closed or self._loop is None or self._loop.is_closed():
-                if self._failure is not None:
-                    code, message, origin = self._failure
-                    raise errors.SessionAborted(
-                        f"session {self.session_id} already ended at {self.me}: {message}",
-                        code, origin)
-                raise PreconditionFailed(f"session {self.session_id} has already ended here")
+            self._check_open()
             if self.journal is not None:
                 # written before the role can see it (a killed process loses nothing the kernel holds) ...
                 self.journal.record_inbound(sender_role, tag, type_url, data, durable=False)
@@ -461,6 +455,19 @@ class GrpcChannel(Channel):
             # works on the message meanwhile; whatever it sends is journaled after this record.
             self.journal.sync()
         return True
+
+    def check_open(self) -> None:
+        """Raise what a new message would hear once the session no longer takes messages here."""
+        with self._lock:
+            self._check_open()
+
+    def _check_open(self) -> None:
+        if self._closed or self._loop is None or self._loop.is_closed():
+            if self._failure is not None:
+                code, message, origin = self._failure
+                raise errors.SessionAborted(f"session {self.session_id} already ended at {self.me}: {message}",
+                                            code, origin)
+            raise PreconditionFailed(f"session {self.session_id} has already ended here")
 
     def _put(self, sender_role: str, tag: str, type_url: str, data: bytes) -> None:
         try:

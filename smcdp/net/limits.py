@@ -68,9 +68,26 @@ class Limits:
     max_session_mib: int = 2048
     #: ceiling on distinct (sender, tag) messages one session may receive
     max_tags_per_session: int = 200_000
-    #: gRPC: concurrent streams per connection, and concurrent RPCs in the whole server
+    #: gRPC: concurrent streams per connection
     max_concurrent_streams: int = 128
+    #: concurrent calls from all peers together (the operator's own calls are not counted: they have
+    #: ``operator_calls``); gRPC's own hard cap is set above it (:attr:`grpc_rpc_cap`)
     max_concurrent_rpcs: int = 512
+    #: concurrent calls from one peer (every Mailbox method and health check)
+    calls_per_peer: int = 128
+    #: concurrent Deliver/Stream calls of one peer that carry messages of one session
+    calls_per_session: int = 32
+    #: Deliver/Stream calls of one peer that have not yet named a live session of theirs; such a call
+    #: is ended after ``call_idle_seconds``
+    idle_calls_per_peer: int = 16
+    call_idle_seconds: float = 10.0
+    #: calls reserved for this party's own operator (its own certificate): StartSession waits for its
+    #: session, so each session the operator runs holds one
+    operator_calls: int = 128
+    #: bytes the sessions that live here hold from one peer, and from all peers (in memory until the role
+    #: reads them, in the sessions' journals on disk until they end)
+    inbound_mib_per_peer: int = 4096
+    inbound_mib_total: int = 16384
     #: ended sessions whose de-duplication digests stay in memory (late retries are acknowledged)
     keep_ended_sessions: int = 64
     # --- governance (issue 24): approvals, resumes, what ended sessions leave on disk
@@ -93,6 +110,13 @@ class Limits:
     @property
     def max_session_bytes(self) -> int:
         return self.max_session_mib * MIB
+
+    @property
+    def grpc_rpc_cap(self) -> int:
+        """gRPC's ``maximum_concurrent_rpcs``: a hard cap that refuses every caller alike, so it sits
+        above what this party's own accounting admits (peers in all, plus the operator's reserve), with
+        room for as many calls again that the accounting is refusing at that moment."""
+        return 2 * self.max_concurrent_rpcs + self.operator_calls
 
     def envelope(self, derived: "TrafficEnvelope | None") -> "TrafficEnvelope":
         """A protocol's envelope, capped by the configured ceilings (the ceilings alone if none)."""
@@ -118,6 +142,12 @@ _INT_RANGES: dict[str, tuple[int, int]] = {
     "max_tags_per_session": (16, 100_000_000),
     "max_concurrent_streams": (4, 100_000),
     "max_concurrent_rpcs": (8, 1_000_000),
+    "calls_per_peer": (4, 1_000_000),
+    "calls_per_session": (2, 1_000_000),
+    "idle_calls_per_peer": (1, 1_000_000),
+    "operator_calls": (4, 1_000_000),
+    "inbound_mib_per_peer": (1, 1 << 24),
+    "inbound_mib_total": (1, 1 << 24),
     "keep_ended_sessions": (0, 100_000),
     "pending_approvals_per_peer": (1, 10_000),
     "pending_approvals_total": (1, 100_000),
@@ -126,6 +156,7 @@ _INT_RANGES: dict[str, tuple[int, int]] = {
 _SECONDS_RANGES: dict[str, tuple[float, float]] = {
     "proposal_grace_seconds": (1.0, 24 * 3600.0),
     "max_session_seconds": (1.0, 7 * 24 * 3600.0),
+    "call_idle_seconds": (0.5, 3600.0),
     "approval_timeout_seconds": (1.0, 30 * 24 * 3600.0),
     "failed_retention_seconds": (1.0, 365 * 24 * 3600.0),
 }
@@ -163,6 +194,16 @@ def parse_limits(table: Mapping[str, Any], legacy_max_message_mib: int | None = 
     if limits.pending_total > limits.sessions_total or limits.running_per_peer > limits.sessions_total:
         raise ConfigValueError("limits.pending_total and limits.running_per_peer cannot exceed "
                                "limits.sessions_total")
+    if not limits.calls_per_session <= limits.calls_per_peer <= limits.max_concurrent_rpcs \
+            or limits.idle_calls_per_peer > limits.calls_per_peer:
+        raise ConfigValueError(
+            f"limits: a peer's calls are bounded in all by max_concurrent_rpcs ({limits.max_concurrent_rpcs}), "
+            f"per peer by calls_per_peer ({limits.calls_per_peer}), of which per session calls_per_session "
+            f"({limits.calls_per_session}) and before naming a session idle_calls_per_peer "
+            f"({limits.idle_calls_per_peer}): each must be at most the one before it")
+    if limits.inbound_mib_per_peer > limits.inbound_mib_total:
+        raise ConfigValueError(f"limits.inbound_mib_per_peer ({limits.inbound_mib_per_peer}) cannot exceed "
+                               f"limits.inbound_mib_total ({limits.inbound_mib_total})")
     if limits.pending_approvals_per_peer > limits.pending_approvals_total:
         raise ConfigValueError(f"limits.pending_approvals_per_peer ({limits.pending_approvals_per_peer}) cannot "
                                f"exceed limits.pending_approvals_total ({limits.pending_approvals_total})")
@@ -188,24 +229,75 @@ class TrafficEnvelope:
             raise ValueError(f"inconsistent traffic envelope {self}")
 
     @classmethod
-    def from_messages(cls, messages: list[tuple[int, int]], source: str,
+    def from_messages(cls, messages: list[tuple[int, ...]], source: str,
                       slack: float = 1.25, floor: int = 4096) -> "TrafficEnvelope":
-        """From ``(count, largest size in bytes)`` per kind of message a role receives.
+        """From ``(count, largest size in bytes)`` per kind of message a role receives, or
+        ``(count, largest, total bytes)`` where the messages of a kind differ in size.
 
         ``slack`` covers protobuf framing the estimates leave out; ``floor`` keeps
         tiny control messages from being refused over a few bytes of framing.
         """
-        largest = max(max(size for _, size in messages), 1)
-        total = sum(count * size for count, size in messages)
-        tags = sum(count for count, _ in messages)
+        largest = max(max(m[1] for m in messages), 1)
+        total = sum(m[2] if len(m) > 2 else m[0] * m[1] for m in messages)
+        tags = sum(m[0] for m in messages)
         msg = max(floor, math.ceil(largest * slack))
         return cls(msg, max(msg, math.ceil(total * slack) + floor), max(1, tags), source)
+
+    def widest(self, other: "TrafficEnvelope") -> "TrafficEnvelope":
+        """The envelope that admits what either admits (e.g. over the choices a peer makes)."""
+        return TrafficEnvelope(max(self.message_bytes, other.message_bytes),
+                               max(self.session_bytes, other.session_bytes), max(self.tags, other.tags), self.source)
 
 
 def ciphertext_vector_bytes(count: int, modulus_bits: int) -> int:
     """Serialised size bound of a ``CiphertextVector`` of ``count`` ciphertexts mod n² (n of ``modulus_bits``)."""
     ct = (2 * modulus_bits + 7) // 8
     return count * (ct + 4) + 64
+
+
+class InboundLedger:
+    """What the live sessions of this party hold from each peer, and from all peers together (bytes).
+
+    Each session's :class:`InboundBudget` charges it alongside its own envelope, so that a peer's
+    messages across every session it takes part in -- memory until the role reads them, journal on disk
+    until the session ends -- stay within ``limits.inbound_mib_per_peer``, and everyone's within
+    ``limits.inbound_mib_total``.  A session gives its bytes back when it ends (:meth:`InboundBudget.close`).
+    """
+
+    def __init__(self, limits: Limits, me: str) -> None:
+        self.per_peer = limits.inbound_mib_per_peer * MIB
+        self.total = limits.inbound_mib_total * MIB
+        self.me = me
+        self._lock = threading.Lock()
+        self._held: dict[str, int] = {}
+        self._sum = 0
+
+    def held(self, peer: str | None = None) -> int:
+        return self._sum if peer is None else self._held.get(peer, 0)
+
+    def charge(self, peer: str, nbytes: int) -> None:
+        """Hold ``nbytes`` more from ``peer``; refused (ResourceExhausted) past either bound."""
+        with self._lock:
+            mine = self._held.get(peer, 0)
+            if mine + nbytes > self.per_peer:
+                raise ResourceExhausted(
+                    f"the sessions at party {self.me!r} hold {mine} bytes from party {peer!r}; {nbytes} more would "
+                    f"pass limits.inbound_mib_per_peer = {self.per_peer // MIB}")
+            if self._sum + nbytes > self.total:
+                raise ResourceExhausted(
+                    f"the sessions at party {self.me!r} hold {self._sum} bytes from their peers; {nbytes} more would "
+                    f"pass limits.inbound_mib_total = {self.total // MIB}")
+            self._held[peer] = mine + nbytes
+            self._sum += nbytes
+
+    def release(self, peer: str, nbytes: int) -> None:
+        with self._lock:
+            left = self._held.get(peer, 0) - nbytes
+            if left > 0:
+                self._held[peer] = left
+            else:
+                self._held.pop(peer, None)
+            self._sum -= nbytes
 
 
 class InboundBudget:
@@ -221,13 +313,19 @@ class InboundBudget:
     is not charged again (it is a duplicate, or a rewrite the mailbox refuses).
     """
 
-    def __init__(self, envelope: TrafficEnvelope, session_id: str) -> None:
+    def __init__(self, envelope: TrafficEnvelope, session_id: str, ledger: InboundLedger | None = None,
+                 parties: Mapping[str, str] | None = None) -> None:
         self.envelope = envelope
         self.session_id = session_id
+        #: the party-wide ledger charged alongside, by sender party (``parties``: role -> party)
+        self.ledger = ledger
+        self.parties = dict(parties or {})
         self._lock = threading.Lock()
         self._bytes = 0
         self._received: set[tuple[str, str]] = set()
         self._inflight: dict[tuple[str, str], int] = {}   # key -> number of streams carrying it
+        self._by_sender: dict[str, int] = {}               # sender role -> bytes charged to the ledger
+        self._closed = False
         self.refused = 0
 
     @property
@@ -259,6 +357,13 @@ class InboundBudget:
                     f"message {tag!r} from {sender_role} ({total_size} bytes) would take session "
                     f"{self.session_id} past its budget of {env.session_bytes} received bytes "
                     f"(derived from {env.source})")
+            if self.ledger is not None and not self._closed:
+                try:
+                    self.ledger.charge(self.parties.get(sender_role, sender_role), total_size)
+                except ResourceExhausted:
+                    self.refused += 1
+                    raise
+                self._by_sender[sender_role] = self._by_sender.get(sender_role, 0) + total_size
             self._bytes += total_size
             self._inflight[key] = self._inflight.get(key, 0) + 1
             return total_size
@@ -277,6 +382,127 @@ class InboundBudget:
                 self._received.add(key)
             elif charged:
                 self._bytes -= charged
+                self._give_back(sender_role, charged)
+
+    def close(self) -> None:
+        """The session ended here: what it held from its peers leaves the party-wide ledger."""
+        with self._lock:
+            self._closed = True
+            for sender_role, nbytes in list(self._by_sender.items()):
+                self._give_back(sender_role, nbytes)
+
+    def _give_back(self, sender_role: str, nbytes: int) -> None:
+        held = self._by_sender.get(sender_role, 0)
+        nbytes = min(nbytes, held)
+        if self.ledger is None or nbytes <= 0:
+            return
+        self.ledger.release(self.parties.get(sender_role, sender_role), nbytes)
+        if held - nbytes:
+            self._by_sender[sender_role] = held - nbytes
+        else:
+            del self._by_sender[sender_role]
+
+
+# ---------------------------------------------------------------------- concurrent calls
+class CallQuotas:
+    """Concurrent calls held at this party's server, per peer and in all (docs/security.md).
+
+    * every call of a peer counts against ``calls_per_peer`` and, with every other peer's, against
+      ``max_concurrent_rpcs``; the party's own operator (its own certificate) has a pool of its own,
+      ``operator_calls``, that no peer can take;
+    * a Deliver/Stream call is *idle* until its first envelope names a session the peer holds a role
+      in (``idle_calls_per_peer``; the server ends it after ``call_idle_seconds``), and is then
+      *bound* to that session (``calls_per_session`` per peer and session).
+
+    Every refusal is ResourceExhausted naming the rule, and happens before the call holds anything.
+    Used from the server's event loop only (a lock keeps it safe if that ever changes).
+    """
+
+    def __init__(self, limits: Limits, me: str) -> None:
+        self.limits = limits
+        self.me = me
+        self._lock = threading.Lock()
+        self._calls: dict[str, int] = {}
+        self._peer_total = 0
+        self._idle: dict[str, int] = {}
+        self._bound: dict[tuple[str, str], int] = {}
+
+    def calls(self, peer: str) -> int:
+        return self._calls.get(peer, 0)
+
+    @property
+    def peer_calls(self) -> int:
+        return self._peer_total
+
+    def enter(self, peer: str) -> None:
+        """A call of ``peer`` starts (refused if it would pass a quota)."""
+        lim = self.limits
+        with self._lock:
+            mine = self._calls.get(peer, 0)
+            if peer == self.me:
+                if mine >= lim.operator_calls:
+                    raise ResourceExhausted(
+                        f"party {self.me!r}'s operator already has {mine} calls in progress "
+                        f"(limits.operator_calls = {lim.operator_calls})")
+            else:
+                if mine >= lim.calls_per_peer:
+                    raise ResourceExhausted(
+                        f"party {peer!r} already has {mine} calls in progress at party {self.me!r} "
+                        f"(limits.calls_per_peer = {lim.calls_per_peer})")
+                if self._peer_total >= lim.max_concurrent_rpcs:
+                    raise ResourceExhausted(
+                        f"party {self.me!r} is serving {self._peer_total} calls from its peers "
+                        f"(limits.max_concurrent_rpcs); try again shortly")
+                self._peer_total += 1
+            self._calls[peer] = mine + 1
+
+    def leave(self, peer: str) -> None:
+        with self._lock:
+            left = self._calls.get(peer, 0) - 1
+            if left > 0:
+                self._calls[peer] = left
+            else:
+                self._calls.pop(peer, None)
+            if peer != self.me:
+                self._peer_total -= 1
+
+    def enter_idle(self, peer: str) -> None:
+        """A Deliver/Stream call of ``peer`` starts, not yet bound to a session."""
+        with self._lock:
+            n = self._idle.get(peer, 0)
+            if n >= self.limits.idle_calls_per_peer:
+                raise ResourceExhausted(
+                    f"party {peer!r} already has {n} message calls at party {self.me!r} that name no session "
+                    f"yet (limits.idle_calls_per_peer = {self.limits.idle_calls_per_peer})")
+            self._idle[peer] = n + 1
+
+    def bind(self, peer: str, session_id: str) -> None:
+        """The idle call now carries ``session_id`` (a live session in which ``peer`` holds a role)."""
+        key = (peer, session_id)
+        with self._lock:
+            n = self._bound.get(key, 0)
+            if n >= self.limits.calls_per_session:
+                raise ResourceExhausted(
+                    f"party {peer!r} already has {n} message calls for session {session_id} at party "
+                    f"{self.me!r} (limits.calls_per_session = {self.limits.calls_per_session})")
+            self._bound[key] = n + 1
+            self._drop(self._idle, peer)
+
+    def leave_message_call(self, peer: str, session_id: str | None) -> None:
+        """A Deliver/Stream call ends: idle (``session_id`` None) or bound to ``session_id``."""
+        with self._lock:
+            if session_id is None:
+                self._drop(self._idle, peer)
+            else:
+                self._drop(self._bound, (peer, session_id))
+
+    @staticmethod
+    def _drop(counts: dict, key) -> None:
+        left = counts.get(key, 0) - 1
+        if left > 0:
+            counts[key] = left
+        else:
+            counts.pop(key, None)
 
 
 # ---------------------------------------------------------------------- bounded JSON

@@ -38,6 +38,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import datetime as _dt
+import inspect
 import json
 import logging
 import re
@@ -47,11 +48,18 @@ from typing import Any, Mapping, Protocol
 
 import grpc
 from google.protobuf.message import DecodeError
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 from grpc_health.v1._async import HealthServicer as AsyncHealthServicer
 
 from smcdp._text import printable
-from smcdp.errors import InvalidMessage, PermissionDenied, ResourceExhausted, SmcdpError, Unauthenticated
+from smcdp.errors import (
+    InvalidMessage,
+    PermissionDenied,
+    PreconditionFailed,
+    ResourceExhausted,
+    SmcdpError,
+    Unauthenticated,
+)
 from smcdp.net.config import NetConfig
 from smcdp.net.grpc_channel import (
     CLIENT_KEEPALIVE_MS,
@@ -59,14 +67,16 @@ from smcdp.net.grpc_channel import (
     ORIGIN_METADATA,
     status_code_of,
 )
-from smcdp.net.limits import Limits, bounded_json_object
+from smcdp.net.limits import CallQuotas, Limits, bounded_json_object
 from smcdp.net.tls import PARTY_NAME_RE, TlsMaterial
 from smcdp.v1 import transport_pb2 as tpb
 from smcdp.v1 import transport_pb2_grpc as tgrpc
 
 log = logging.getLogger("smcdp.net.server")
 
-SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,191}$")
+#: a session's name before its initiator's prefix (:func:`namespaced`)
+SESSION_NAME_MAX = 128
 TAG_MAX = 256
 TYPE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 MAX_CHUNK = 4 * 1024 * 1024
@@ -78,9 +88,36 @@ SESSION_FAILED_METADATA = "smcdp-session-failed"
 def validate_session_id(session_id: Any) -> str:
     if not isinstance(session_id, str) or not SESSION_ID_RE.match(session_id):
         raise InvalidMessage(
-            f"session id {session_id!r} is not valid: 1-128 characters from letters, digits, "
-            "'.', '_' and '-', starting with a letter or digit")
+            f"session id {printable(str(session_id), 200)!r} is not valid: 1-192 characters from letters, "
+            "digits, '.', '_' and '-', starting with a letter or digit")
     return session_id
+
+
+def namespaced(initiator: str, name: str) -> str:
+    """The id of the session ``initiator`` starts under ``name``: ``<initiator>.<name>`` (issue 24).
+
+    A party accepts a proposal only under its proposer's prefix (:func:`check_namespace`), so no member
+    can take -- or block for ever -- the id another party's sessions use.  Party names never contain a
+    '.', so the initiator is what precedes the first one.  A name already in the initiator's namespace
+    is kept as it is."""
+    if name.startswith(initiator + "."):
+        return validate_session_id(name)
+    if len(name) > SESSION_NAME_MAX:
+        raise InvalidMessage(f"session name {name[:40]!r}... is longer than {SESSION_NAME_MAX} characters")
+    return validate_session_id(f"{initiator}.{validate_session_id(name)}")
+
+
+def initiator_of(session_id: str) -> str | None:
+    """The party whose namespace ``session_id`` is in (None: an id of before issue 24, or no party)."""
+    head, sep, _ = session_id.partition(".")
+    return head if sep and PARTY_NAME_RE.match(head) else None
+
+
+def check_namespace(proposer: str, session_id: str) -> None:
+    """A proposal's id must be in its proposer's namespace (:func:`namespaced`)."""
+    if initiator_of(session_id) != proposer:
+        raise InvalidMessage(f"session id {session_id!r} is not in the namespace of its proposer {proposer!r}: "
+                             f"the sessions {proposer!r} proposes are named '{proposer}.<name>'")
 
 
 def new_session_id(protocol: str) -> str:
@@ -235,6 +272,10 @@ class SessionHost(abc.ABC):
     def inbound_target(self, peer: str, session_id: str) -> tuple[InboundTarget, str]:
         """(target, sender role) for a message from ``peer`` in ``session_id``."""
 
+    def inbound_open(self, peer: str, session_id: str) -> None:
+        """Raise (as :meth:`inbound_target` would for a new message) once ``session_id``, whose messages
+        ``peer`` is streaming, no longer takes new ones here; the server then ends the idle call."""
+
     @abc.abstractmethod
     async def propose(self, peer: str, spec: SessionSpec) -> str | PendingApproval:
         """Register a session proposed by ``peer``; return this party's role (or that it waits)."""
@@ -255,6 +296,9 @@ class SessionHost(abc.ABC):
     async def resume(self, peer: str, session_id: str) -> str:
         """Reopen a resumably failed session from its checkpoint at the initiator's request; return the role."""
 
+    def resolve_session_id(self, session_id: str) -> str:
+        """The session an operator names (a full id, or a name without its initiator's prefix)."""
+        return session_id
     async def waiting(self, peer: str, session_id: str, party: str) -> None:
         """The initiator ``peer`` says ``session_id`` waits for ``party``'s operator (issue 24)."""
         raise _unimplemented("Waiting")
@@ -319,51 +363,146 @@ async def _fail(context: grpc.aio.ServicerContext, exc: BaseException, what: str
     await context.abort(code, printable(msg))
 
 
+#: how often a message call bound to a session checks, while it waits for its next envelope, that the
+#: session still lives here (an idle stream of an ended session is closed within this)
+LIVENESS_POLL_SECONDS = 2.0
+
+
+class _MessageCall:
+    """One Deliver or Stream call of ``peer``: *idle* until its first envelope names a session the peer
+    holds a role in, then *bound* to that session (:class:`smcdp.net.limits.CallQuotas`).
+
+    While idle, a read waits at most ``limits.call_idle_seconds``; once bound, a watchdog checks every
+    LIVENESS_POLL_SECONDS that the session still takes messages here and, when it no longer does, ends a
+    read that waits (the session's own status).  So a call that names no session, or whose session ended,
+    is ended by the server (issue 24: 520 idle Stream calls of one member took every call slot of the
+    party).  Reads themselves stay plain awaits: the watchdog costs one timer per call, not per message."""
+
+    _END = object()
+
+    def __init__(self, servicer: "MailboxServicer", peer: str, request_iterator) -> None:
+        self.servicer = servicer
+        self.peer = peer
+        self.it = request_iterator.__aiter__()
+        servicer.quotas.enter_idle(peer)
+        self.session_id: str | None = None
+        self.closed = False
+        self.ended: BaseException | None = None      # why the bound session takes no more messages
+        self._waiting = False
+        self._reader: asyncio.Task | None = None
+        self._watchdog: asyncio.Task | None = None
+
+    async def _read(self):
+        try:
+            return await self.it.__anext__()
+        except StopAsyncIteration:
+            return self._END
+
+    async def next(self) -> tpb.Envelope | None:
+        """The next envelope (checked: not undecodable), or None at the end of the call."""
+        if self.session_id is None:
+            try:
+                item = await asyncio.wait_for(self._read(), self.servicer.idle_seconds)
+            except asyncio.TimeoutError:
+                raise PreconditionFailed(f"the call named no session within {self.servicer.idle_seconds:g} s "
+                                         "(limits.call_idle_seconds)") from None
+        else:
+            if self.ended is not None:
+                raise self.ended
+            self._waiting = True
+            try:
+                item = await self._read()
+            except asyncio.CancelledError:
+                if self.ended is None:
+                    raise
+                raise self.ended from None
+            finally:
+                self._waiting = False
+        return None if item is self._END else checked(item)
+
+    async def _watch(self) -> None:
+        while self.ended is None:
+            await asyncio.sleep(LIVENESS_POLL_SECONDS)
+            try:
+                self.servicer.host.inbound_open(self.peer, self.session_id)   # raises once it ended
+            except Exception as exc:  # noqa: BLE001 - the session's status, told to the sender
+                self.ended = exc
+                if self._waiting and self._reader is not None:
+                    self._reader.cancel()
+
+    def bind(self, session_id: str) -> None:
+        if self.session_id is None:
+            self.servicer.quotas.bind(self.peer, session_id)
+            self.session_id = session_id
+            self._reader = asyncio.current_task()
+            self._watchdog = asyncio.ensure_future(self._watch())
+        elif session_id != self.session_id:
+            raise InvalidMessage(f"a message call carries the messages of one session ({self.session_id}); "
+                                 f"open another call for session {session_id}")
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            if self._watchdog is not None:
+                self._watchdog.cancel()
+            self.servicer.quotas.leave_message_call(self.peer, self.session_id)
+
+
 class MailboxServicer(tgrpc.MailboxServicer):
-    def __init__(self, host: SessionHost, max_message_bytes: int) -> None:
+    def __init__(self, host: SessionHost, max_message_bytes: int, quotas: CallQuotas | None = None,
+                 idle_seconds: float | None = None) -> None:
         self.host = host
         self.max_message_bytes = max_message_bytes
+        self.quotas = quotas if quotas is not None else CallQuotas(Limits(), host.name)
+        self.idle_seconds = idle_seconds if idle_seconds is not None else self.quotas.limits.call_idle_seconds
 
     async def Deliver(self, request_iterator, context):
-        failure = peer = first = None
+        failure = peer = first = call = None
         try:
             peer = peer_identity(context)
-            it = request_iterator.__aiter__()
-            try:
-                first = checked(await it.__anext__())
-            except StopAsyncIteration:
-                raise InvalidMessage("empty Deliver stream: at least one envelope is needed") from None
-            return await self._receive(peer, first, it, last=True)
+            call = _MessageCall(self, peer, request_iterator)
+            first = await call.next()
+            if first is None:
+                raise InvalidMessage("empty Deliver stream: at least one envelope is needed")
+            return await self._receive(call, first, last=True)
         except Exception as exc:  # noqa: BLE001 - report, never crash the server
             failure = exc
+        finally:
+            if call is not None:
+                call.close()
         first = None  # noqa: F841 - not kept alive by the abort (see _receive)
         await self._refuse(context, peer, failure, "Deliver")
 
     async def Stream(self, request_iterator, context):
-        """Deliver for many messages on one call: an Ack per message, in order; the first refusal ends the call."""
-        failure = peer = first = None
+        """Deliver for many messages of one session on one call: an Ack per message, in order; the first
+        refusal ends the call, and so does the end of the session."""
+        failure = peer = first = call = None
         try:
             peer = peer_identity(context)
-            it = request_iterator.__aiter__()
+            call = _MessageCall(self, peer, request_iterator)
             while True:
-                try:
-                    first = checked(await it.__anext__())
-                except StopAsyncIteration:
+                first = await call.next()
+                if first is None:
                     return
-                yield await self._receive(peer, first, it)
+                yield await self._receive(call, first)
         except Exception as exc:  # noqa: BLE001 - report, never crash the server
             failure = exc
+        finally:
+            if call is not None:
+                call.close()
         first = None  # noqa: F841 - not kept alive by the abort (see _receive)
         await self._refuse(context, peer, failure, "Stream")
 
-    async def _receive(self, peer: str, first: tpb.Envelope, it, last: bool = False) -> tpb.Ack:
-        """One message whose first chunk is ``first`` (the rest come from ``it``): checked, charged to the
+    async def _receive(self, call: _MessageCall, first: tpb.Envelope, last: bool = False) -> tpb.Ack:
+        """One message whose first chunk is ``first`` (the rest come from ``call``): checked, charged to the
         session's budget before a byte is buffered, delivered; the Ack.  ``last``: the call holds nothing
         else (Deliver), which is checked before the message is delivered."""
         budget = charge = None
         stored = False
+        peer = call.peer
         self._check_header(first)
         target, sender_role = self.host.inbound_target(peer, first.session_id)
+        call.bind(first.session_id)
         try:
             # charge the session's budget from the declared size, before buffering a byte
             budget = getattr(target, "budget", None)
@@ -373,12 +512,11 @@ class MailboxServicer(tgrpc.MailboxServicer):
             env = first
             for expect in range(first.chunk_count):
                 if expect:
-                    try:
-                        env = checked(await it.__anext__())
-                    except StopAsyncIteration:
+                    env = await call.next()
+                    if env is None:
                         raise InvalidMessage(
                             f"message {first.tag!r} incomplete: {expect}/{first.chunk_count} chunks, "
-                            f"{len(buf)}/{first.total_size} bytes") from None
+                            f"{len(buf)}/{first.total_size} bytes")
                     if (env.session_id, env.tag, env.type_name, env.chunk_count, env.total_size) != (
                             first.session_id, first.tag, first.type_name, first.chunk_count,
                             first.total_size):
@@ -397,11 +535,9 @@ class MailboxServicer(tgrpc.MailboxServicer):
                 raise InvalidMessage(
                     f"message {first.tag!r} incomplete: {first.chunk_count}/{first.chunk_count} chunks, "
                     f"{len(buf)}/{first.total_size} bytes")
-            if last:
-                async for extra in it:
-                    checked(extra)
-                    raise InvalidMessage(f"message {first.tag!r}: more chunks than its chunk_count "
-                                         f"{first.chunk_count}")
+            if last and await call.next() is not None:
+                raise InvalidMessage(f"message {first.tag!r}: more chunks than its chunk_count "
+                                     f"{first.chunk_count}")
             # off the server's loop: the journal's write and fsync must not hold up other calls (heartbeats
             # of other sessions time out behind a disk busy with twenty sessions' journals)
             fresh = await asyncio.to_thread(target.deliver_threadsafe, sender_role, first.tag, first.type_name,
@@ -549,6 +685,10 @@ class ControlServicer(tgrpc.ControlServicer):
                 f"only this party's operator (certificate {self.host.name!r}) may control its "
                 f"sessions; the caller is {peer!r}")
 
+    def _session_id(self, request) -> str:
+        """The session an operator's request names, resolved by the host (a name without its prefix)."""
+        return self.host.resolve_session_id(validate_session_id(checked(request).session_id))
+
     async def StartSession(self, request, context):
         try:
             self._operator(context)
@@ -583,7 +723,7 @@ class ControlServicer(tgrpc.ControlServicer):
     async def GetResult(self, request, context):
         try:
             self._operator(context)
-            record = await self.host.get_result(validate_session_id(checked(request).session_id))
+            record = await self.host.get_result(self._session_id(request))
             return _record_message(record)
         except Exception as exc:  # noqa: BLE001
             await _fail(context, exc, "GetResult")
@@ -591,7 +731,7 @@ class ControlServicer(tgrpc.ControlServicer):
     async def GetStatus(self, request, context):
         try:
             self._operator(context)
-            status = await self.host.get_status(validate_session_id(checked(request).session_id))
+            status = await self.host.get_status(self._session_id(request))
             return tpb.SessionStatus(session_id=status["session_id"], state=status["state"],
                                      status_json=json.dumps(status, sort_keys=True))
         except Exception as exc:  # noqa: BLE001
@@ -600,7 +740,7 @@ class ControlServicer(tgrpc.ControlServicer):
     async def ResumeSession(self, request, context):
         try:
             self._operator(context)
-            record = await self.host.resume_session(validate_session_id(checked(request).session_id))
+            record = await self.host.resume_session(self._session_id(request))
             return await self._finish(context, record)
         except grpc.aio.AbortError:
             raise
@@ -622,18 +762,17 @@ class ControlServicer(tgrpc.ControlServicer):
 
     async def ShowSession(self, request, context):
         async def call():
-            return _info_message(await self.host.show_session(validate_session_id(checked(request).session_id)))
+            return _info_message(await self.host.show_session(self._session_id(request)))
         return await self._governance(context, "ShowSession", call)
 
     async def ApproveSession(self, request, context):
         async def call():
-            return _info_message(await self.host.decide(validate_session_id(checked(request).session_id), True, ""))
+            return _info_message(await self.host.decide(self._session_id(request), True, ""))
         return await self._governance(context, "ApproveSession", call)
 
     async def RejectSession(self, request, context):
         async def call():
-            return _info_message(await self.host.decide(validate_session_id(checked(request).session_id), False,
-                                                        checked(request).reason))
+            return _info_message(await self.host.decide(self._session_id(request), False, checked(request).reason))
         return await self._governance(context, "RejectSession", call)
 
 
@@ -664,19 +803,81 @@ def server_options(limits: Limits) -> list[tuple[str, int]]:
     ]
 
 
-def _generic_handler(service: str, servicer: Any) -> grpc.GenericRpcHandler:
-    """The service's handlers with this module's decoding (see :class:`Undecodable`)."""
-    desc = tpb.DESCRIPTOR.services_by_name[service.rsplit(".", 1)[1]]
+def _counted(fn, quotas: CallQuotas, what: str):
+    """``fn`` (a handler) counted against the caller's call quota, refused at once past it."""
+    async def enter(context) -> str:
+        try:
+            peer = peer_identity(context)
+        except Unauthenticated:
+            peer = ""    # cannot happen behind mutual TLS; counted as one anonymous peer all the same
+        try:
+            quotas.enter(peer)
+        except ResourceExhausted as exc:
+            await _fail(context, exc, what)
+        return peer
+
+    if inspect.isasyncgenfunction(fn):
+        async def streaming(request, context):
+            peer = await enter(context)
+            try:
+                async for item in fn(request, context):
+                    yield item
+            finally:
+                quotas.leave(peer)
+        return streaming
+
+    async def unary(request, context):
+        peer = await enter(context)
+        try:
+            return await fn(request, context)
+        finally:
+            quotas.leave(peer)
+    return unary
+
+
+_HANDLER_MAKERS = {(True, True): grpc.stream_stream_rpc_method_handler,
+                   (True, False): grpc.stream_unary_rpc_method_handler,
+                   (False, True): grpc.unary_stream_rpc_method_handler,
+                   (False, False): grpc.unary_unary_rpc_method_handler}
+
+
+def _generic_handler(service_desc, servicer: Any, quotas: CallQuotas, messages) -> grpc.GenericRpcHandler:
+    """The service's handlers with this module's decoding (see :class:`Undecodable`), each call counted
+    against the caller's quota (:class:`smcdp.net.limits.CallQuotas`).  ``messages``: the module holding
+    the service's request and response classes."""
     handlers = {}
-    for m in desc.methods:
-        req_cls = getattr(tpb, m.input_type.name)
-        resp_cls = getattr(tpb, m.output_type.name)
-        make = {(True, True): grpc.stream_stream_rpc_method_handler,
-                (True, False): grpc.stream_unary_rpc_method_handler,
-                (False, False): grpc.unary_unary_rpc_method_handler}[(m.client_streaming, m.server_streaming)]
-        handlers[m.name] = make(getattr(servicer, m.name), request_deserializer=_tolerant_deserializer(req_cls),
+    for m in service_desc.methods:
+        if not hasattr(servicer, m.name):
+            continue    # not served (grpc.health.v1's List): UNIMPLEMENTED
+        req_cls = getattr(messages, m.input_type.name)
+        resp_cls = getattr(messages, m.output_type.name)
+        make = _HANDLER_MAKERS[(m.client_streaming, m.server_streaming)]
+        fn = _counted(getattr(servicer, m.name), quotas, f"{service_desc.name}.{m.name}")
+        handlers[m.name] = make(fn, request_deserializer=_tolerant_deserializer(req_cls),
                                 response_serializer=resp_cls.SerializeToString)
-    return grpc.method_handlers_generic_handler(service, handlers)
+    return grpc.method_handlers_generic_handler(service_desc.full_name, handlers)
+
+
+class _HealthServicer:
+    """grpc.health.v1 with this module's decoding: bytes that are no HealthCheckRequest are
+    INVALID_ARGUMENT (the stock servicer's deserializer answered UNKNOWN)."""
+
+    def __init__(self, health: AsyncHealthServicer) -> None:
+        self.health = health
+
+    async def Check(self, request, context):
+        try:
+            request = checked(request)
+        except InvalidMessage as exc:
+            await _fail(context, exc, "Health.Check")
+        return await self.health.Check(request, context)
+
+    async def Watch(self, request, context):
+        try:
+            request = checked(request)
+        except InvalidMessage as exc:
+            await _fail(context, exc, "Health.Watch")
+        await self.health.Watch(request, context)
 
 
 class PartyServer:
@@ -687,18 +888,24 @@ class PartyServer:
         self.tls = tls
         self.host = host
         self.health = AsyncHealthServicer()
+        #: concurrent calls per peer, of all peers, and the operator's reserve (issue 24)
+        self.quotas = CallQuotas(config.limits, config.name)
         self._server: grpc.aio.Server | None = None
         self.port: int | None = None
 
     async def start(self) -> int:
         limits = self.config.limits
-        server = grpc.aio.server(options=server_options(limits),
-                                 maximum_concurrent_rpcs=limits.max_concurrent_rpcs)
+        # gRPC's own cap refuses every caller alike: it sits above this party's accounting (per peer, all
+        # peers, the operator's reserve), which refuses the one over its quota (issue 24)
+        server = grpc.aio.server(options=server_options(limits), maximum_concurrent_rpcs=limits.grpc_rpc_cap)
+        services = tpb.DESCRIPTOR.services_by_name
         server.add_generic_rpc_handlers((
-            _generic_handler("smcdp.v1.Mailbox", MailboxServicer(self.host, self.config.max_message_bytes)),
-            _generic_handler("smcdp.v1.Control", ControlServicer(self.host)),
+            _generic_handler(services["Mailbox"], MailboxServicer(self.host, self.config.max_message_bytes,
+                                                                  self.quotas), self.quotas, tpb),
+            _generic_handler(services["Control"], ControlServicer(self.host), self.quotas, tpb),
+            _generic_handler(health_pb2.DESCRIPTOR.services_by_name["Health"], _HealthServicer(self.health),
+                             self.quotas, health_pb2),
         ))
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         creds = grpc.ssl_server_credentials(
             [(self.tls.key_pem, self.tls.cert_pem)], root_certificates=self.tls.ca_pem,
             require_client_auth=True)

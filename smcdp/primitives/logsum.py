@@ -57,6 +57,7 @@ from dataclasses import dataclass
 import numpy as np
 from gmpy2 import mpz
 
+from smcdp._numbers import real
 from smcdp.crypto.codec import bigints, from_bigints
 from smcdp.crypto.encoding import UNPACKED, Packing, encode_float
 from smcdp.crypto.modexp import multi_exp
@@ -85,10 +86,8 @@ class MaskParams:
     log_frac_bits: int = 40                # F: every log-domain value is an integer on the grid 2^−F
 
     def validate(self) -> MaskParams:
-        if not (0.0 <= float(self.mask_nats) <= 64.0):
-            raise InvalidMessage(f"mask_nats={self.mask_nats!r} must lie in [0, 64]")
-        if not (1.0 <= float(self.offset_nats) <= 2.0 ** 48):
-            raise InvalidMessage(f"offset_nats={self.offset_nats!r} must lie in [1, 2^48]")
+        real(self.mask_nats, "mask_nats", 0.0, 64.0)
+        real(self.offset_nats, "offset_nats", 1.0, 2.0 ** 48)
         for name, lo, hi in (("precision_bits", 12, 60), ("smudge_bits", 0, 80), ("log_frac_bits", 24, 64)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:

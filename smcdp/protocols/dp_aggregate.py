@@ -65,6 +65,7 @@ import numpy as np
 from scipy import stats
 
 from smcdp._files import atomic_write_json
+from smcdp._numbers import real
 from smcdp.crypto.codec import bigints, ciphertext_from_proto, ciphertext_to_proto, from_bigints
 from smcdp.crypto.encoding import Packing
 from smcdp.crypto.paillier import PublicKey
@@ -149,19 +150,18 @@ class DPAggregateParams(ProtocolParams):
             bad(f"n_parties={self.n_parties} must lie in [2, {MAX_PARTIES}]")
         if not 1 <= self.dim <= 100_000:
             bad(f"dim={self.dim} must lie in [1, 100000]")
+        # bounded, not only positive and finite: 1e308 overflowed inside the mechanism (INTERNAL), and
+        # 1e-308 made the noise bound infinite.  2^-40 .. 2^40 spans every meaningful (and test) value.
         for name in ("epsilon", "lam"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-                bad(f"{name}={v!r} must be a positive finite number")
+            real(getattr(self, name), f"dp-aggregate parameter {name}", 2.0 ** -40, 2.0 ** 40)
         if self.calibration not in CALIBRATIONS:
             bad(f"calibration={self.calibration!r} must be one of {CALIBRATIONS}")
         if not 1 <= self.min_records <= 1 << 40:
             bad(f"min_records={self.min_records} must lie in [1, 2^40]")
         for name in ("max_sensitivity", "weight_bound"):
             v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
-                                  or not math.isfinite(v) or v <= 0):
-                bad(f"{name}={v!r} must be a positive finite number or unset")
+            if v is not None:
+                real(v, f"dp-aggregate parameter {name} (a number, or unset)", 0.0, 2.0 ** 128, lo_open=True)
         if not isinstance(self.packed, bool):
             bad("packed must be a boolean")
         if not 2.0 ** (SENS_PRECISION_BITS - SENS_KEY_BITS) <= self.sensitivity_bound <= 2.0 ** 28:

@@ -35,18 +35,20 @@ import numpy as np
 
 from smcdp.crypto.codec import public_key_from_proto, public_key_to_proto
 from smcdp.crypto.encoding import UNPACKED
+from smcdp.crypto.naor_pinkas import MODP2048
 from smcdp.crypto.paillier import PrivateKey, check_key_bits, generate_keypair
 from smcdp.crypto.vector import EncryptedVector
-from smcdp.errors import CryptoOverflow, InvalidMessage
+from smcdp.errors import CryptoOverflow, InputRejected, InvalidMessage
 from smcdp.net.channel import Channel
-from smcdp.net.limits import TrafficEnvelope
+from smcdp.net.limits import TrafficEnvelope, ciphertext_vector_bytes
 from smcdp.primitives.ot import ot_choose, ot_send
 from smcdp.primitives.rng import SeedLike, protocol_rng
 from smcdp.protocols.secure_forward import (
-    MAX_FRAMES,
+    KIND_CODES,
     ForwardAlice,
     ForwardBob,
     ForwardParams,
+    forward_traffic,
 )
 from smcdp.speech.frontend import CMN_MODES
 from smcdp.v1 import messages_pb2 as pb
@@ -60,6 +62,8 @@ IMPOSSIBLE_BELOW = -float(1 << 41)
 #: frames the offline phase prepares for when the utterance streams in (2 s of audio)
 STREAM_EXPECTED_FRAMES = 200
 STREAM_PACES = ("realtime", "fast")
+#: the longest label (``{"index": i, "word": w}`` in JSON) Bob transfers: the session's envelope counts on it
+MAX_LABEL_BYTES = 512
 
 
 async def frames_from(source: Iterable[Any]) -> AsyncIterator[np.ndarray]:
@@ -125,16 +129,27 @@ class KeywordParams(ForwardParams):
         return self.log_frac_bits + LOGLIK_BOUND_BITS + self.scale_bits + 40
 
     def traffic_envelope(self, role: str) -> TrafficEnvelope:
-        """What ``role`` receives at most (smcdp.net.limits).  The sizes follow Bob's models and
-        Alice's utterance, which these parameters leave open, so only the number of messages is
-        bounded here (per frame one message per model group, a few per block of frames, the fixed exchanges);
-        message and session bytes are left to the party's [limits] ceilings."""
-        # per frame one induction message per model group; per block of frames (≥ 1 frame) at most
-        # 8 tags (count, products or OT, offsets, emissions, mixture sums); the fixed exchanges
-        tags = MAX_FRAMES * (self.groups + 8) + 64
-        unbounded = 1 << 62
-        return TrafficEnvelope(unbounded, unbounded, tags,
-                               source="keyword's frame and feature bounds and the party's [limits]")
+        """What ``role`` receives at most (smcdp.net.limits), from the public bounds on Alice's frames and
+        Bob's models (max_frames, max_models, max_states, max_mixtures, max_features), the key size and the
+        masking parameters: the secure forward algorithm's messages (:func:`forward_traffic`) for the
+        emission kind that needs the most, and the keyword steps' (key, ranked scores, the label OT)."""
+        B, D = self.key_bits, self.max_models
+        source = (f"keyword parameters ({self.max_frames} frames, {D} models of {self.max_states} states, "
+                  f"{self.max_mixtures} components, {self.max_features} features, {B}-bit key)")
+        env = None
+        for kind in KIND_CODES:
+            to_alice, to_bob = forward_traffic(self.forward(), B, kind)
+            group = MODP2048.byte_length + 32                 # one Naor–Pinkas group element, framed
+            if role == ALICE:
+                msgs = to_alice + [(1, ciphertext_vector_bytes(D, B)),                       # kw/ranked
+                                   (1, group), (1, max(2, D) * (MAX_LABEL_BYTES + 6) + 16)]  # label OT
+                if self.debug_reveal:
+                    msgs.append((1, ciphertext_vector_bytes(D, B)))                           # kw/debug
+            else:
+                msgs = to_bob + [(1, B // 8 + 32), (1, 64), (1, group)]                       # kw/pk, label OT
+            one = TrafficEnvelope.from_messages(msgs, source)
+            env = one if env is None else env.widest(one)
+        return env
 
 
 @dataclass
@@ -281,6 +296,9 @@ async def keyword_bob(ch: Channel, models, params: KeywordParams, *, alice: str 
         if D == 1:
             labels.append(b"{}")
         width = max(len(x) for x in labels)
+        if width > MAX_LABEL_BYTES:   # issue 24: the session's byte envelope counts on it
+            raise InputRejected(f"a keyword's label is longer than {MAX_LABEL_BYTES} bytes",
+                                f"{width} bytes")
 
         await ot_send(ch, alice, [[x.ljust(width) for x in labels]], tag_prefix="kw/label",
                       rng=protocol_rng(seed, "keyword", ch.role, "label-ot"))

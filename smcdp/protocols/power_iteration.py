@@ -53,6 +53,7 @@ from typing import Callable
 
 import numpy as np
 
+from smcdp._numbers import real
 from smcdp.compute.base import ComputeEngine, ComputeSession
 from smcdp.compute.kernels import PADDING_STREAM_INDEX, keyed_gaussian
 from smcdp.compute.local import LocalEngine
@@ -136,6 +137,8 @@ class PowerIterationParams(ProtocolParams):
     # --- issue 19: public bounds that size every message (traffic envelope)
     rows: int | None = None       # k, if the initiator states it: checked by everyone, sizes the traffic
     max_samples: int = 1_000_000  # public bound on each party's n_i (its blocks of x are sent in clear)
+    # --- issue 24: k is bounded even when rows is not stated, so that the byte envelope is too
+    max_rows: int = 1_000         # public bound on k when rows is unset (state rows, or raise this, above)
     # --- issue 25: the differentially private mode (the noisy power method); epsilon and delta select it
     epsilon: float | None = None  # (epsilon, delta)-DP for one column (sample) of each party's matrix
     delta: float | None = None
@@ -153,17 +156,14 @@ class PowerIterationParams(ProtocolParams):
                 bad(f"{name}={v!r} must be an integer in [{lo}, {hi}]")
 
         integer("n_parties", 2, 64)
-        if not (0.0 < float(self.p) <= 1.0):
-            bad(f"p={self.p!r} must lie in (0, 1]")
-        if not (0.0 < float(self.tol) < 1.0):
-            bad(f"tol={self.tol!r} must lie in (0, 1)")
+        real(self.p, "power-iteration parameter p", 0.0, 1.0, lo_open=True)
+        real(self.tol, "power-iteration parameter tol", 0.0, 1.0, lo_open=True, hi_open=True)
         integer("max_iterations", 1, 100_000)
         integer("key_bits", 256, 16384)
         integer("frac_bits", 8, 64)
         integer("value_bits", 1, 128)
         integer("scale_bits", DECOY_WEIGHT_BITS + 1, 64)
-        if not (0.0 < float(self.padding) <= 10.0):
-            bad(f"padding={self.padding!r} must lie in (0, 10]")
+        real(self.padding, "power-iteration parameter padding", 0.0, 10.0, lo_open=True)
         if not isinstance(self.packed, bool):
             bad("packed must be a boolean")
         integer("components", 1, MAX_BLOCK)
@@ -179,6 +179,7 @@ class PowerIterationParams(ProtocolParams):
             if self.block_size > self.rows:
                 bad(f"components + oversample = {self.block_size} exceeds rows = {self.rows}")
         integer("max_samples", 1, MAX_SAMPLES)
+        integer("max_rows", 1, MAX_ROWS)
         self._validate_dp(bad, integer)
         return self
 
@@ -269,9 +270,9 @@ class PowerIterationParams(ProtocolParams):
 
     def traffic_envelope(self, role: str) -> TrafficEnvelope:
         """What ``role`` receives at most in one session (smcdp.net.limits): from key_bits, rows (or
-        MAX_ROWS), block size b = components + oversample, max_iterations, n_parties, max_samples, the
+        max_rows), block size b = components + oversample, max_iterations, n_parties, max_samples, the
         packing and the chunking of the final blocks."""
-        k = self.rows if self.rows is not None else MAX_ROWS
+        k = self.rows if self.rows is not None else self.max_rows
         B = self.key_bits
         b, r = self.block_size, self.components
 
@@ -287,10 +288,14 @@ class PowerIterationParams(ProtocolParams):
             msgs = ([(rounds * self.n_parties, block), (self.n_parties, 24), (1, B // 8 + 16)] if role == TRENT
                     else [(rounds + 1, block), (1, 3 * (B // 8) + 32)])
         elif role == TRENT:
-            chunk = 8 * self.final_chunk_rows * r + 32
+            # final/x: the public chunking of at most max_samples samples, r floats each (issue 24: the
+            # chunks' sizes follow max_samples, not the chunk size alone -- 512 KB a message before)
+            chunks, n = self.final_chunks(self.max_samples), self.max_samples
+            finals = (chunks, 8 * min(n, self.final_chunk_rows) * r + 32, 8 * n * r + 32 * chunks)
             per_party = [(rounds, block), (rounds + 1, gram), (rounds, flag), (1, 24),   # dims
-                         (1, 40), (self.final_chunks(self.max_samples), chunk)]         # final/cols, final/x
-            msgs = [(c * self.n_parties, size) for c, size in per_party] + [(1, B // 8 + 16)]  # public key
+                         (1, 40), finals]                                               # final/cols, final/x
+            P = self.n_parties           # each party's messages: (count, largest[, total]) times P
+            msgs = [(m[0] * P, m[1], *(t * P for t in m[2:])) for m in per_party] + [(1, B // 8 + 16)]  # key
         else:
             msgs = [(rounds + 1, block), (rounds + 1, gram), (rounds, flag),
                     (1, 3 * (B // 8) + 32), (1, 8 * r + 16)]                            # keypair, sigma
@@ -397,6 +402,9 @@ def check_source(source: MatrixSource, params: PowerIterationParams, role: str) 
     k, n_i = source.shape
     if params.rows is not None and k != params.rows:
         raise InputRejected(f"{role}: the data's number of rows differs from the session's rows parameter",
+                            f"k = {k}")
+    if params.rows is None and k > params.max_rows:
+        raise InputRejected(f"{role}: the data has more rows than the session's max_rows (state rows = k)",
                             f"k = {k}")
     if k > MAX_ROWS:
         raise InputRejected(f"{role}: the data has more rows than power iteration accepts ({MAX_ROWS})",

@@ -82,15 +82,18 @@ import gmpy2
 import numpy as np
 from gmpy2 import mpz
 
+from smcdp._numbers import real
 from smcdp.crypto.codec import bigints, from_bigints
 from smcdp.crypto.encoding import UNPACKED, Packing, encode_float
 from smcdp.crypto.modexp import multi_exp
+from smcdp.crypto.naor_pinkas import MODP2048
 from smcdp.crypto.obfuscation import ObfuscatorPool
 from smcdp.crypto.paillier import PrivateKey, PublicKey
 from smcdp.crypto.threads import CryptoThreads
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.errors import CryptoOverflow, InputRejected, InvalidMessage
 from smcdp.net.channel import Channel
+from smcdp.net.limits import ciphertext_vector_bytes
 from smcdp.primitives import logsum as ls
 from smcdp.primitives.ot import ot_choose, ot_send
 from smcdp.primitives.rng import Randomness, SeedLike, as_randomness, protocol_rng
@@ -102,6 +105,8 @@ PROTOCOL_VERSION = 2
 KIND_CODES = {"discrete": 0, "diag": 1, "full": 2, "gmm-diag": 3, "gmm-full": 4}
 KIND_NAMES = {v: k for k, v in KIND_CODES.items()}
 MAX_FRAMES = 100_000
+#: the largest shape the header format admits (the session's max_* parameters bound it further)
+MAX_MODELS, MAX_STATES, MAX_MIXTURES, MAX_FEATURES = 10_000, 1_000, 256, 1 << 16
 #: largest header (zero patterns included) a party accepts
 MAX_HEADER_VALUES = 10_000_000
 #: log P reported for a model under which the observations are impossible (P = 0), in nats.  With
@@ -138,6 +143,14 @@ class ForwardParams(ProtocolParams):
     coef_frac_bits: int = 32                       # fixed point of Bob's coefficients
     block_frames: int = 0                          # frames per emission block (0: a product ciphertext's slots)
     groups: int = 1                                # model groups whose induction rounds interleave (docs)
+    # public bounds that size every message (issue 24; :func:`forward_traffic`): Alice's frames T, Bob's
+    # models Δ, their states N, mixture components C and features d (symbols M of discrete models).
+    # Bob refuses to run models beyond them, Alice a header beyond them, both more frames.
+    max_frames: int = 300                          # 3 s of speech in 10 ms frames
+    max_models: int = 16
+    max_states: int = 8
+    max_mixtures: int = 2
+    max_features: int = 40                         # 39 MFCCs with deltas; or 40 symbols
 
     @classmethod
     def from_mapping(cls, m: Mapping[str, Any]):
@@ -148,10 +161,11 @@ class ForwardParams(ProtocolParams):
 
     def validate(self) -> ForwardParams:
         self.masks().validate()
-        if not (1.0 <= float(self.emission_offset_nats) <= 2.0 ** 48):
-            raise InvalidMessage(f"emission_offset_nats={self.emission_offset_nats!r} must lie in [1, 2^48]")
+        real(self.emission_offset_nats, "emission_offset_nats", 1.0, 2.0 ** 48)
         for name, lo, hi in (("feature_bits", 1, 32), ("coef_frac_bits", 8, 96),
-                             ("block_frames", 0, 4096), ("groups", 1, 16)):
+                             ("block_frames", 0, 4096), ("groups", 1, 16), ("max_frames", 1, MAX_FRAMES),
+                             ("max_models", 1, MAX_MODELS), ("max_states", 1, MAX_STATES),
+                             ("max_mixtures", 1, MAX_MIXTURES), ("max_features", 1, MAX_FEATURES)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
                 raise InvalidMessage(f"forward parameter {name}={v!r} must be an integer in [{lo}, {hi}]")
@@ -166,7 +180,8 @@ class ForwardParams(ProtocolParams):
         return self
 
     def masks(self) -> ls.MaskParams:
-        return ls.MaskParams(float(self.mask_nats), float(self.offset_nats), self.precision_bits, self.smudge_bits,
+        # not float()-ed here: MaskParams.validate refuses a string, a list or an infinity by name
+        return ls.MaskParams(self.mask_nats, self.offset_nats, self.precision_bits, self.smudge_bits,
                              self.log_frac_bits)
 
     @property
@@ -232,7 +247,7 @@ class Shape:
             raise InvalidMessage(f"unknown emission kind code {v[1]}")
         kind = KIND_NAMES[v[1]]
         D, N, C, d, cb = (int(x) for x in v[2:7])
-        if not (1 <= D <= 10_000 and 1 <= N <= 1_000 and 1 <= C <= 256 and 1 <= d <= 1 << 20):
+        if not (1 <= D <= MAX_MODELS and 1 <= N <= MAX_STATES and 1 <= C <= MAX_MIXTURES and 1 <= d <= MAX_FEATURES):
             raise InvalidMessage(f"secure-forward header has out-of-range sizes {[D, N, C, d]}")
         if not kind.startswith("gmm") and C != 1:
             raise InvalidMessage("secure-forward header: a mixture size C > 1 needs a mixture emission kind")
@@ -254,6 +269,16 @@ class Shape:
         if weights is not None and not np.all(weights.any(axis=2)):
             raise InvalidMessage("secure-forward header: every mixture needs a component")
         return cls(kind, D, N, C, d, cb, start, trans, weights)
+
+    def beyond(self, params: ForwardParams) -> str | None:
+        """Which of the session's public bounds this shape exceeds (None: within all of them)."""
+        for what, value, bound in (("models", self.n_models, params.max_models),
+                                   ("states", self.n_states, params.max_states),
+                                   ("mixtures", self.n_mix, params.max_mixtures),
+                                   ("features", self.dim, params.max_features)):
+            if value > bound:
+                return f"{value} {what}, more than the session's max_{what} = {bound}"
+        return None
 
     @classmethod
     def of_models(cls, models, coef_bits: int) -> Shape:
@@ -280,11 +305,8 @@ class ProductLayout:
     def make(cls, pk: PublicKey, params: ForwardParams, shape: Shape) -> ProductLayout:
         P = len(product_index_pairs(shape.dim, shape.covariance_type)[0])
         fp = params.product_frac_bits(shape.coef_bits)
-        q_bits = (2 * params.feature_bits + fp + shape.coef_bits + params.coef_frac_bits
-                  + math.ceil(math.log2(P + 1)))
+        s = product_slot_bits(params, shape.coef_bits, P)
         shift = fp + params.coef_frac_bits - params.log_frac_bits
-        mask_bits = (params.emission_offset_int << shift).bit_length()
-        s = max(q_bits, mask_bits) + 2          # |q| + |V| < 2^{max+1} ≤ 2^{s−1}
         if s > pk.max_int.bit_length() - 1:
             raise CryptoOverflow(f"a quadratic form needs {s}-bit values; a {pk.bits}-bit key holds "
                                  f"{pk.max_int.bit_length() - 1}: use a key of at least {2 * (s + 4)} bits")
@@ -296,6 +318,23 @@ class ProductLayout:
 
     def product_bound(self, params: ForwardParams) -> int:
         return 1 << (2 * params.feature_bits + self.prod_frac_bits)
+
+
+def product_slot_bits(params: ForwardParams, coef_bits: int, n_products: int) -> int:
+    """Bits of one slot of Alice's products and Bob's quadratic forms (:class:`ProductLayout`)."""
+    fp = params.product_frac_bits(coef_bits)
+    q_bits = (2 * params.feature_bits + fp + coef_bits + params.coef_frac_bits
+              + math.ceil(math.log2(n_products + 1)))
+    shift = fp + params.coef_frac_bits - params.log_frac_bits
+    mask_bits = (params.emission_offset_int << shift).bit_length()
+    return max(q_bits, mask_bits) + 2          # |q| + |V| < 2^{max+1} ≤ 2^{s−1}
+
+
+def offset_bits(params: ForwardParams) -> int:
+    """Bound (bits) on the public offsets Bob sends (start, edges, mixture terms, termination)."""
+    mp = params.masks()
+    F, psi, psi_v = params.log_frac_bits, mp.offset_int, params.emission_offset_int
+    return ((ls.LOG_WEIGHT_BOUND_NATS << F) + 2 * psi + 2 * psi_v + 4 * mp.mask_int).bit_length() + 1
 
 
 def split_groups(he_sums: Sequence[int], slots: int, groups: int) -> list[list[int]]:
@@ -376,10 +415,9 @@ class Plan:
             self.prod = ProductLayout.make(pk, params, shape)
             per_ct = self.prod.frames_per_ciphertext
             self.block = min(params.block_frames, per_ct) if params.block_frames else per_ct
-        ψ, ψV = mp.offset_int, params.emission_offset_int
-        self.offset_bits = ((ls.LOG_WEIGHT_BOUND_NATS << self.F) + 2 * ψ + 2 * ψV + 4 * self.K).bit_length() + 1
+        self.offset_bits = offset_bits(params)
         #: bound on |v| (Alice's masked emissions, discrete rows)
-        self.emission_bits = ((ls.LOG_WEIGHT_BOUND_NATS << self.F) + ψV).bit_length() + 1
+        self.emission_bits = ((ls.LOG_WEIGHT_BOUND_NATS << self.F) + params.emission_offset_int).bit_length() + 1
 
     def offsets_in_frame(self, t: int) -> int:
         return (self.n_start if t == 0 else self.n_edges) + self.n_mix
@@ -389,6 +427,87 @@ class Plan:
 
     def he_state(self, d: int, j: int) -> bool:
         return len(self.preds[d][j]) >= 2
+
+
+# =============================================================================== traffic bounds
+def _ints_bytes(n: int) -> int:
+    return 10 * n + 16                       # an Ints message: a varint of at most 10 bytes per value
+
+
+def _bigints_bytes(n: int, bits: int) -> int:
+    return n * ((bits + 7) // 8 + 8) + 16    # magnitude (tag, length) and sign per value
+
+
+def _blobs_bytes(n: int, width: int) -> int:
+    return n * (width + 6) + 16              # tag and length per value
+
+
+def forward_traffic(params: ForwardParams, key_bits: int, kind: str) -> tuple[list[tuple], list[tuple]]:
+    """What Alice and Bob receive at most in one run with Bob's emission ``kind``: ``(count, largest,
+    total bytes)`` per kind of message, for Alice and for Bob (issue 24: the session's byte envelope).
+
+    From the public parameters only: the bounds max_frames, max_models, max_states, max_mixtures and
+    max_features taken with every start, transition and component present (the most terms and the
+    widest slots), the key size, the masking and fixed-point parameters, and the coefficient bits Bob
+    may use (every value of "auto").  Slots are counted for the smallest modulus of ``key_bits`` bits,
+    which holds the fewest."""
+    pk = PublicKey((1 << (key_bits - 1)) + 1)
+    T, D, N, d = params.max_frames, params.max_models, params.max_states, params.max_features
+    C = params.max_mixtures if kind.startswith("gmm") else 1
+    G, DN, n_mix = min(params.groups, D), D * N, (D * N * C if kind.startswith("gmm") else 0)
+    ctb = (2 * key_bits + 7) // 8 + 4
+
+    def ct(n: int) -> int:
+        return ciphertext_vector_bytes(n, key_bits)
+
+    def cts(messages: int, ciphertexts: int) -> int:       # total of ``messages`` vectors
+        return ciphertexts * ctb + 64 * messages
+
+    def slots(n_terms: int) -> int:
+        try:
+            return ls.LogsumLayout.make(params.masks(), n_terms, pk).slots
+        except CryptoOverflow:      # the run cannot happen with this key: count one slot (the most bytes)
+            return 1
+
+    if kind == "discrete":
+        b_min = b_max = params.block_frames or DISCRETE_BLOCK
+    else:
+        P = (d + 1) * (d + 2) // 2 if kind in ("full", "gmm-full") else 2 * d + 1
+        coef = (4, 64) if params.coef_bits == "auto" else (params.coef_bits, params.coef_bits)
+        per_ct = [Packing.for_key(pk, product_slot_bits(params, cb, P)).slots for cb in coef]
+        b_max, b_min = ((min(params.block_frames, S) if params.block_frames else S) for S in per_ct)
+    nb = -(-T // b_min)                      # blocks
+    bT = min(b_max, T)                       # frames of the largest block
+    ob = offset_bits(params)
+    per_frame_offsets = DN * N + n_mix       # edges (≥ the starts of frame 0) and mixture terms
+    alice: list[tuple] = [
+        (1, _ints_bytes(7 + DN + DN * N + n_mix), _ints_bytes(7 + DN + DN * N + n_mix)),    # hdr
+        (1, _ints_bytes(1)),                                                                 # ready
+        (nb, _bigints_bytes(bT * per_frame_offsets, ob), _bigints_bytes(T * per_frame_offsets, ob) + 16 * nb),
+        (1, _bigints_bytes(DN, ob)),                                                         # fin-c
+    ]
+    bob: list[tuple] = [(1, _ints_bytes(1)), (nb, _ints_bytes(2))]                          # plan, blk
+    if kind == "discrete":                   # one OT batch per block (Naor–Pinkas)
+        M, row = max(2, d), OT_VALUE_BYTES * DN
+        alice += [(nb, _blobs_bytes(1, MODP2048.byte_length)),
+                  (nb, _blobs_bytes(bT * M, row), _blobs_bytes(T * M, row) + 16 * nb)]
+        bob += [(nb, _ints_bytes(3)),
+                (nb, _blobs_bytes(bT, MODP2048.byte_length), _blobs_bytes(T, MODP2048.byte_length) + 16 * nb)]
+    else:                                    # products in, quadratic forms out: one vector per block
+        R = DN * C
+        alice.append((nb, ct(R), nb * ct(R)))
+        bob.append((nb, ct(P), nb * ct(P)))
+        if C >= 2:                           # the component LOGSUMs of every (state, frame)
+            sm = slots(C)
+            alice.append((nb, ct(-(-bT * DN // sm)), cts(nb, -(-T * DN // sm) + nb)))
+            bob.append((nb, ct(bT * DN * C), cts(nb, T * DN * C)))
+    if N >= 2:                               # induction (one round trip per frame and group), termination
+        si, steps = slots(N), max(0, T - 1)
+        alice += [(steps * G, ct(-(-DN // si)), cts(steps * G, steps * (-(-DN // si) + G))),
+                  (1, ct(-(-D // si)))]
+        bob += [(steps * G, ct(DN * N), cts(steps * G, steps * DN * N)), (1, ct(DN))]
+    bob.append((1, ct(D)))                   # fin-l
+    return alice, bob
 
 
 # =============================================================================== Bob's coefficients
@@ -600,8 +719,11 @@ class ForwardAlice:
         w0, c0 = _clock()
         ch, tag, bob = self.ch, self.tag, self.bob
         self.shape = Shape.from_proto(await ch.recv(bob, f"{tag}/hdr", pb.Ints))
+        beyond = self.shape.beyond(self.params)
+        if beyond is not None:
+            raise InvalidMessage(f"{tag}/hdr from {bob} describes models beyond the session's bounds: {beyond}")
         plan = self.plan = Plan(self.shape, self.params, self.pk)
-        self.expected = expected = max(1, min(int(expected_frames), MAX_FRAMES))
+        self.expected = expected = max(1, min(int(expected_frames), self.params.max_frames))
         await ch.send(bob, f"{tag}/plan", pb.Ints(values=[expected]))
         uses = self._obfuscators_needed(expected)
         w1 = time.perf_counter()
@@ -685,8 +807,7 @@ class ForwardAlice:
                     buf, held, b = [allf[B:]], held - B, b + 1
             if held == 0 and self.tl.count == 0:
                 raise InvalidMessage("the observation sequence is empty")
-            if self.tl.count + held > MAX_FRAMES:
-                raise InvalidMessage(f"more than {MAX_FRAMES} frames")
+            self._check_frame_count(self.tl.count + held)
             consumers.append(asyncio.ensure_future(self._block(b, np.concatenate(buf) if buf else buf, True)))
             self.online["audio_done"] = time.perf_counter() - self._t0
             await _all(*consumers)
@@ -701,8 +822,7 @@ class ForwardAlice:
         ch, tag, bob, plan = self.ch, self.tag, self.bob, self.plan
         n = len(frames)
         first = self.tl.count
-        if first + n > MAX_FRAMES:
-            raise InvalidMessage(f"more than {MAX_FRAMES} frames")
+        self._check_frame_count(first + n)
         self.tl.announce(n, final)
         await ch.send(bob, f"{tag}/blk/{b}", pb.Ints(values=[n, int(final)]))
         if final:
@@ -730,6 +850,11 @@ class ForwardAlice:
             self.tl.put("v", first + k, v[k])
         if final:
             self._mark("last_emission")
+
+    def _check_frame_count(self, frames: int) -> None:
+        if frames > self.params.max_frames:
+            raise InputRejected(f"the observations have more frames than the session's max_frames "
+                                f"({self.params.max_frames})", f"{frames} frames or more")
 
     async def _recv_offsets(self, b: int, first: int, n: int) -> list[list[int]]:
         plan = self.plan
@@ -1022,6 +1147,9 @@ class ForwardBob:
         else:
             self.coefs, bits = model_coefficients(models, self.params)
         self.shape = Shape.of_models(models, bits)
+        beyond = self.shape.beyond(self.params)
+        if beyond is not None:   # issue 24: the session's byte envelope follows from the bounds
+            raise InputRejected("the models are larger than the session's public bounds allow", beyond)
         self.plan = Plan(self.shape, self.params, public_key)
         self.masks = _BobMasks(self.plan, self._rng)
         self.pool: ObfuscatorPool | None = None
@@ -1040,8 +1168,9 @@ class ForwardBob:
         ch, tag, alice, plan = self.ch, self.tag, self.alice, self.plan
         await ch.send(alice, f"{tag}/hdr", self.shape.to_proto())
         msg = await ch.recv(alice, f"{tag}/plan", pb.Ints)
-        if len(msg.values) != 1 or not 1 <= msg.values[0] <= MAX_FRAMES:
-            raise InvalidMessage(f"{tag}/plan from {alice} must be one frame count in [1, {MAX_FRAMES}]")
+        if len(msg.values) != 1 or not 1 <= msg.values[0] <= self.params.max_frames:
+            raise InvalidMessage(f"{tag}/plan from {alice} must be one frame count in [1, {self.params.max_frames}] "
+                                 "(max_frames)")
         expected = int(msg.values[0])
         uses = self._obfuscators_needed(expected)
         w1 = time.perf_counter()
@@ -1119,8 +1248,9 @@ class ForwardBob:
                     raise InvalidMessage(f"{tag}/blk/{b} from {alice}: {n} frames; blocks hold {plan.block} "
                                          "(the last one 1 or more)")
                 first = self.tl.count
-                if first + n > MAX_FRAMES:
-                    raise InvalidMessage(f"{alice} sent more than {MAX_FRAMES} frames")
+                if first + n > self.params.max_frames:
+                    raise InvalidMessage(f"{alice} sent more than the session's max_frames = "
+                                         f"{self.params.max_frames} frames")
                 # the offsets of these frames depend on Bob's masks only: they leave at once
                 await ch.send(alice, f"{tag}/c/{b}", bigints(self._offsets(first, n)))
                 self.tl.announce(n, final)

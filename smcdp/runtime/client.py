@@ -28,6 +28,7 @@ from smcdp.net.grpc_channel import (
 )
 from smcdp.net.server import (
     SESSION_FAILED_METADATA,
+    namespaced,
     new_session_id,
 )
 from smcdp.net.tls import TlsMaterial
@@ -123,7 +124,8 @@ def begin_session(config: str | os.PathLike | PartyConfig, protocol: str, roles:
                   timeout: float | None = None, seed: int | None = None) -> StartCall:
     """Start a session with this party as initiator without waiting; ``.result()`` waits (see :class:`StartCall`)."""
     cfg = _as_config(config)
-    sid = session_id or new_session_id(protocol)   # known here, so the session can be followed
+    # known here, so the session can be followed: in this party's namespace, as the party names it (issue 24)
+    sid = namespaced(cfg.name, session_id or new_session_id(protocol))
     req = tpb.StartSessionRequest(protocol=protocol, roles=dict(roles),
                                   params_json=json.dumps(dict(params or {})),
                                   session_id=sid, timeout_seconds=timeout or 0)

@@ -29,7 +29,7 @@ from collections import OrderedDict
 from typing import Any, Iterable, Mapping, Protocol
 
 from smcdp.errors import DeadlineExceeded, ResourceExhausted, SmcdpError
-from smcdp.net.limits import InboundBudget, Limits
+from smcdp.net.limits import InboundBudget, InboundLedger, Limits
 from smcdp.net.server import SessionSpec
 from smcdp.plugins.base import ProtocolPlugin
 
@@ -39,12 +39,20 @@ class _Live(Protocol):
     state: str          # "prepared" or "running"
 
 
-def _counts(sessions: Iterable[_Live], initiator: str) -> tuple[int, int, int, int]:
-    """(pending by initiator, running by initiator, pending in all, sessions in all)."""
-    mine_p = mine_r = pending = total = 0
+def _counts(sessions: Iterable[_Live], initiator: str, in_flight: Mapping[str, int] | None = None
+            ) -> tuple[int, int, int, int]:
+    """(pending by initiator, running by initiator, pending in all, sessions in all).
+
+    ``in_flight``: initiator -> proposals (or resumes) being admitted right now, which hold no session
+    yet; they count as pending (issue 24: concurrent Proposes all passed the check before any was
+    registered)."""
+    flying = dict(in_flight or {})
+    mine_p = flying.get(initiator, 0)
+    mine_r = 0
+    pending = total = sum(flying.values())
     for s in sessions:
         total += 1
-        if s.state == "prepared":
+        if s.state == "prepared" and not getattr(s, "begun", False):   # begun: Begin admitted, thread not yet
             pending += 1
             mine_p += s.initiator == initiator
         else:
@@ -53,7 +61,7 @@ def _counts(sessions: Iterable[_Live], initiator: str) -> tuple[int, int, int, i
 
 
 def check_proposal(sessions: Iterable[_Live], initiator: str, spec: SessionSpec, limits: Limits,
-                   me: str) -> None:
+                   me: str, in_flight: Mapping[str, int] | None = None) -> None:
     """Refuse a proposal that this party's limits do not admit (before any validation work).
 
     (Seeds are the governor's rule, ``[policy] allow_seeded``: see docs/governance.md.)"""
@@ -61,17 +69,24 @@ def check_proposal(sessions: Iterable[_Live], initiator: str, spec: SessionSpec,
         raise ResourceExhausted(
             f"session timeout {spec.timeout_seconds:g} s exceeds party {me!r}'s limit of "
             f"{limits.max_session_seconds:g} s (limits.max_session_seconds)")
-    mine_p, mine_r, pending, total = _counts(sessions, initiator)
-    if mine_p >= limits.pending_per_peer:
+    _check_slots(sessions, initiator, limits, me, in_flight)
+
+
+def _check_slots(sessions: Iterable[_Live], initiator: str, limits: Limits, me: str,
+                 in_flight: Mapping[str, int] | None) -> None:
+    mine_p, mine_r, pending, total = _counts(sessions, initiator, in_flight)
+    if initiator == me:
+        pass   # the party's own operator: no peer's quota applies to it, only the party's total below
+    elif mine_p >= limits.pending_per_peer:
         raise ResourceExhausted(
             f"party {initiator!r} already has {mine_p} proposed sessions not yet begun at party {me!r} "
             f"(limits.pending_per_peer = {limits.pending_per_peer}); begin or abort them first, or wait "
             f"{limits.proposal_grace_seconds:g} s for them to expire")
-    if mine_r >= limits.running_per_peer:
+    elif mine_r >= limits.running_per_peer:
         raise ResourceExhausted(
             f"party {initiator!r} already runs {mine_r} sessions at party {me!r} "
             f"(limits.running_per_peer = {limits.running_per_peer}); try again when one has ended")
-    if pending >= limits.pending_total:
+    elif pending >= limits.pending_total:
         raise ResourceExhausted(
             f"party {me!r} holds {pending} proposed sessions not yet begun (limits.pending_total); "
             "try again shortly")
@@ -128,10 +143,12 @@ def approval_wait_until(received: float, limits: Limits, own: bool, now: float |
     return min(cap, now + max(limits.proposal_grace_seconds, WAITING_NOTICE_GRACE))
 
 
-def session_budget(plugin: ProtocolPlugin, spec: SessionSpec, role: str, limits: Limits) -> InboundBudget:
-    """The session's inbound budget: the plug-in's envelope for ``role``, capped by ``[limits]``."""
+def session_budget(plugin: ProtocolPlugin, spec: SessionSpec, role: str, limits: Limits,
+                   ledger: InboundLedger | None = None) -> InboundBudget:
+    """The session's inbound budget: the plug-in's envelope for ``role``, capped by ``[limits]``.
+    ``ledger``: the party's bytes held per peer and in all, charged alongside (issue 24)."""
     derived = plugin.traffic_envelope(dict(spec.params), dict(spec.roles), role)
-    return InboundBudget(limits.envelope(derived), spec.session_id)
+    return InboundBudget(limits.envelope(derived), spec.session_id, ledger, spec.roles)
 
 
 def charge_journal(budget: InboundBudget, received: Iterable[tuple[str, str, int]]) -> int:
@@ -157,7 +174,7 @@ def _limit(cls: type[SmcdpError], rule: str, message: str) -> SmcdpError:
 
 
 def check_resume(sessions: Iterable[_Live] | None, initiator: str, meta: Mapping[str, Any], limits: Limits,
-                 me: str, now: float | None = None) -> None:
+                 me: str, now: float | None = None, in_flight: Mapping[str, int] | None = None) -> None:
     """Refuse to continue a session from its checkpoint beyond this party's limits (issue 24).
 
     A resume is admission again: it takes a slot like a proposal (``pending_per_peer``,
@@ -183,7 +200,7 @@ def check_resume(sessions: Iterable[_Live] | None, initiator: str, meta: Mapping
                      "it does not renew the deadline")
     if sessions is None:
         return
-    mine_p, _mine_r, pending, total = _counts(sessions, initiator)
+    mine_p, _mine_r, pending, total = _counts(sessions, initiator, in_flight)
     if mine_p >= limits.pending_per_peer or pending >= limits.pending_total or total >= limits.sessions_total:
         raise _limit(ResourceExhausted, "limits.pending",
                      f"party {me!r} cannot reopen session {sid!r} now: {mine_p} sessions of {initiator!r} and "

@@ -29,7 +29,7 @@ from smcdp.compute.config import ComputeConfig
 from smcdp.errors import SmcdpError, Unavailable
 from smcdp.net.config import Timeouts, TlsConfig
 from smcdp.net.limits import Limits
-from smcdp.net.server import new_session_id
+from smcdp.net.server import namespaced, new_session_id
 from smcdp.net.tls import generate_deployment
 from smcdp.runtime.client import get_result, start_session, wait_healthy
 from smcdp.runtime.config import PartyConfig, dump_config
@@ -196,7 +196,7 @@ class LocalCluster:
         A party killed and not restarted meanwhile gets ``{"state": "unknown"}``;
         the others' records say how the session ended for them.
         """
-        sid = session_id or new_session_id(protocol)
+        sid = namespaced(initiator, session_id or new_session_id(protocol))   # the id it will have (issue 24)
         wait = (timeout or self.session_seconds) + 60.0
         outcome: dict[str, Any] = {}
 

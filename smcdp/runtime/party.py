@@ -45,7 +45,7 @@ import signal
 import sys
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from smcdp.compute import close_engines
 from smcdp.errors import (
@@ -65,11 +65,15 @@ from smcdp.net.grpc_channel import (
     error_for_code,
     status_code_of,
 )
+from smcdp.net.limits import InboundLedger
 from smcdp.net.server import (
     PartyServer,
     PendingApproval,
     SessionHost,
     SessionSpec,
+    check_namespace,
+    initiator_of,
+    namespaced,
     new_session_id,
     parse_roles,
     validate_session_id,
@@ -79,6 +83,7 @@ from smcdp.plugins.registry import get_plugin, load_plugin_modules
 from smcdp.primitives.rng import Randomness
 from smcdp.runtime.config import PartyConfig, load_config
 from smcdp.runtime.console.readmodel import Observatory  # issue 18: console and metrics
+from smcdp.runtime.durability.checkpoint import SUFFIX as CHECKPOINT_SUFFIX
 from smcdp.runtime.durability.checkpoint import Checkpoint, CheckpointError
 from smcdp.runtime.durability.retention import sweep as retention_sweep
 from smcdp.runtime.durability.retention import sweep_period
@@ -120,6 +125,10 @@ class Party(SessionHost):
         self.sessions: OrderedDict[str, Session] = OrderedDict()
         self.ended = EndedSessions(config.limits.keep_ended_sessions)
         self._unwritten: dict[str, dict] = {}
+        #: initiator -> its proposals and resumes being admitted now (no session yet): pending (issue 24)
+        self._admitting: dict[str, int] = {}
+        #: bytes the live sessions hold from each peer and in all (issue 24)
+        self.inbound = InboundLedger(config.limits, self.name)
         self._connector: PeerConnector | None = None
         self._shutting_down = False
         self.port: int | None = None
@@ -261,16 +270,17 @@ class Party(SessionHost):
         return SessionSpec(m["session_id"], m["protocol"], dict(m["roles"]), dict(m["params"]),
                            float(m["timeout_seconds"]), m.get("seed"))
 
-    def _readmit(self, cp: Checkpoint, how: str) -> None:
+    def _readmit(self, cp: Checkpoint, how: str, in_flight: Mapping[str, int] | None = None) -> None:
         """Issue 24: a session continued from its checkpoint is admitted again -- its restarts and
         unrenewed deadline, a slot and its journal against its envelope (a resume), today's policy
-        and budget.  Blocking (files, ledger): at start-up or in an executor."""
+        and budget.  Blocking (files, ledger): at start-up or in an executor.  ``in_flight``: the
+        proposals and resumes admitted meanwhile (they hold slots too)."""
         m = cp.meta
         spec, plugin = self._spec_of(cp), get_plugin(m["protocol"])
 
         def limits() -> None:
             check_resume(self.sessions.values() if how == "resume" else None, m["initiator"], m,
-                         self.config.limits, self.name)
+                         self.config.limits, self.name, in_flight=in_flight)
             if how == "resume":
                 check_journal(session_budget(plugin, spec, m["role"], self.config.limits),
                               cp.journal.inbound_sizes())
@@ -297,15 +307,27 @@ class Party(SessionHost):
         channel = s.channel if s is not None else self.ended.get(session_id)
         if channel is None:
             self._refuse_ended(peer, session_id)
-            raise PreconditionFailed(
-                f"party {self.name!r} has no session {session_id!r} (never proposed here, or "
-                "this party restarted since)")
+            raise self._no_session(peer, session_id)
         role = channel.role_of(peer)
         if role is None:
-            raise PermissionDenied(f"party {peer!r} holds no role in session {session_id!r}")
+            raise self._no_session(peer, session_id)
         if role == channel.role:
             raise PermissionDenied("a party cannot deliver messages to itself")
         return channel, role
+
+    def _no_session(self, peer: str, session_id: str) -> PreconditionFailed:
+        """What ``peer`` hears of a session it holds no role in: the same words whether the id exists here
+        or not (issue 24: a non-participant's Heartbeat, Deliver, Begin or Abort told the two apart)."""
+        return PreconditionFailed(f"party {self.name!r} has no session {session_id!r} in which {peer!r} "
+                                  "holds a role (never proposed here, or this party restarted since)")
+
+    def inbound_open(self, peer: str, session_id: str) -> None:   # issue 24: streams of ended sessions end
+        s = self.sessions.get(session_id)
+        channel = s.channel if s is not None else self.ended.get(session_id)
+        if channel is None:
+            self.inbound_target(peer, session_id)   # raises: the session is gone
+        else:
+            channel.check_open()
 
     def inbound_delivered(self, peer: str, nbytes: int, duplicate: bool) -> None:   # issue 18
         self.observatory.inbound_delivered(peer, nbytes, duplicate)
@@ -331,6 +353,7 @@ class Party(SessionHost):
     async def propose(self, peer: str, spec: SessionSpec) -> str:
         if self._shutting_down:
             raise Unavailable(f"party {self.name} is shutting down")
+        check_namespace(peer, spec.session_id)   # issue 24: no member can take another's session ids
         roles = parse_roles(spec.roles)
         if peer not in roles.values():
             raise PermissionDenied(f"party {peer!r} proposed session {spec.session_id!r} but holds "
@@ -346,14 +369,42 @@ class Party(SessionHost):
                 f"(add them to [peers] in {self.config.source or 'its configuration'})")
         existing = self.sessions.get(spec.session_id)
         if existing is None:  # issue 19: slots, timeout and seed rules before any validation work
-            check_proposal(self.sessions.values(), peer, spec, self.config.limits, self.name)
+            check_proposal(self.sessions.values(), peer, spec, self.config.limits, self.name, self._admitting)
+        # issue 24: a proposal being admitted holds a pending slot of its initiator until its session exists
+        registered = self._admission(peer)
+        try:
+            return await self._admit(peer, spec, roles, mine, registered)
+        finally:
+            registered()
+
+    def _admission(self, initiator: str) -> Callable[[], None]:
+        """Count an admission of ``initiator`` as pending (``self._admitting``) until the returned function is
+        called -- when its session is registered, or the admission ends without one (idempotent)."""
+        self._admitting[initiator] = self._admitting.get(initiator, 0) + 1
+        done = False
+
+        def release() -> None:
+            nonlocal done
+            if not done:
+                done = True
+                self._admitting[initiator] -= 1
+                if not self._admitting[initiator]:
+                    del self._admitting[initiator]
+        return release
+
+    async def _admit(self, peer: str, spec: SessionSpec, roles: dict[str, str], mine: list[str],
+                     registered: Callable[[], None]) -> str | PendingApproval:
         plugin = get_plugin(spec.protocol)
         try:
             params = plugin.validate_params(dict(spec.params), dict(roles))
+            # issue 24: the session's byte envelope must follow from the parameters, now rather than in
+            # the session's thread
+            plugin.traffic_envelope(params, dict(roles), mine[0])
         except SmcdpError:
             raise
-        except (ValueError, TypeError, KeyError) as exc:
-            raise InvalidMessage(f"invalid parameters for {spec.protocol!r}: {exc}") from None
+        except (ValueError, TypeError, KeyError, ArithmeticError) as exc:   # a plug-in's gap: still the
+            raise InvalidMessage(f"invalid parameters for {spec.protocol!r}: "  # caller's parameters
+                                 f"{type(exc).__name__}: {exc}") from None
         repeated = self._repeated(peer, spec, roles, params)
         if repeated is not None:
             return repeated
@@ -389,6 +440,7 @@ class Party(SessionHost):
             inputs={k: str(v) for k, v in self.config.inputs.get(spec.protocol, {}).items()})
         s = Session(self, spec, mine[0], plugin, peer, cp)
         self.sessions[spec.session_id] = s
+        registered()                  # it holds its slot as a session from now on, not twice
         self._track(s)
         s.start_thread()
         await asyncio.get_running_loop().run_in_executor(None, s.ready.wait, 10.0)
@@ -427,6 +479,8 @@ class Party(SessionHost):
         """Drop an ended session from memory: its buffers are freed, its record is on disk."""
         if self.sessions.get(s.spec.session_id) is s:
             del self.sessions[s.spec.session_id]
+            if getattr(s.channel, "budget", None) is not None:
+                s.channel.budget.close()       # what it held leaves the party-wide ledger (issue 24)
             if s.channel is not None:
                 self.ended.add(s.spec.session_id, s.channel)
             if (s.record or {}).get("record_write_error"):  # keep what could not be written
@@ -485,10 +539,8 @@ class Party(SessionHost):
         """The live session, or None if it ended here (after checking the peer held a role)."""
         s = self.sessions.get(session_id)
         roles = s.spec.roles if s is not None else getattr(self.ended.get(session_id), "roles", None)
-        if roles is None:
-            raise PreconditionFailed(f"party {self.name!r} has no session {session_id!r}")
-        if peer not in roles.values():
-            raise PermissionDenied(f"party {peer!r} holds no role in session {session_id!r}")
+        if roles is None or peer not in roles.values():
+            raise self._no_session(peer, session_id)
         return s
 
     async def begin(self, peer: str, session_id: str) -> None:
@@ -497,13 +549,14 @@ class Party(SessionHost):
             raise PreconditionFailed(f"session {session_id!r} has already ended at {self.name!r}")
         if peer != s.initiator:
             raise PermissionDenied(f"only the initiator {s.initiator!r} may begin session {session_id!r}")
-        if s.state == "prepared":
+        if s.state == "prepared" and not s.begun:
             try:
                 check_begin(self.sessions.values(), s.initiator, self.config.limits, self.name)
             except SmcdpError as exc:
                 s.fail_threadsafe(exc)
                 s.begin_threadsafe()
                 raise
+            s.begun = True    # counts as running from now on (issue 24: concurrent Begins all passed)
         s.begin_threadsafe()
 
     async def abort(self, peer: str, session_id: str, code: str, message: str,
@@ -523,19 +576,20 @@ class Party(SessionHost):
             f"session {session_id} aborted by {peer} (role {role}): {message}", code, culprit or peer))
 
     async def heartbeat(self, peer: str, session_id: str, incarnation: str, round: int) -> dict:
+        unknown = {"state": "unknown", "incarnation": self.incarnation, "round": 0, "code": "", "culprit": ""}
         s = self.sessions.get(session_id)
         if s is not None:
             if peer not in s.spec.roles.values():
-                raise PermissionDenied(f"party {peer!r} holds no role in session {session_id!r}")
+                return unknown         # as for an id that does not exist here (issue 24)
             err = (s.record or {}).get("error") or {}
             return {"state": s.state, "incarnation": self.incarnation, "round": 0 if s.channel is None else
                     max(0, s.channel.round), "code": err.get("code", ""), "culprit": err.get("origin", "")}
         try:
             rec = json.loads(self.record_path(session_id).read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            return {"state": "unknown", "incarnation": self.incarnation, "round": 0, "code": "", "culprit": ""}
-        if peer not in (rec.get("roles") or {}).values():
-            raise PermissionDenied(f"party {peer!r} holds no role in session {session_id!r}")
+            return unknown
+        if not isinstance(rec, dict) or peer not in (rec.get("roles") or {}).values():
+            return unknown
         err = rec.get("error") or {}
         return {"state": rec.get("state", "unknown"), "incarnation": self.incarnation, "round": 0,
                 "code": err.get("code", ""), "culprit": err.get("origin", "")}
@@ -553,16 +607,21 @@ class Party(SessionHost):
                 "restarts": rec.get("restarts", 0), "incarnation": self.incarnation, "peers": {},
                 "error": rec.get("error"), "resumable": bool(rec.get("resumable"))}
 
-    def _resumable_checkpoint(self, session_id: str) -> Checkpoint:
+    def _resumable_checkpoint(self, session_id: str, peer: str | None = None) -> Checkpoint:
+        """The checkpoint of a session that failed resumably.  ``peer``: the party asking (None: this party's
+        operator); a peer that holds no role in the session hears what it would of a missing one."""
+        missing = PreconditionFailed(f"party {self.name!r} has no checkpoint of session {session_id!r} "
+                                     "(it never ran here, or it ended in a way that cannot be continued)")
         d = Checkpoint.directory(self.sessions_dir, session_id)
         if not d.is_dir():
             if self.record_path(session_id).exists():
                 rec = json.loads(self.record_path(session_id).read_text(encoding="utf-8"))
-                if rec.get("state") == "succeeded":
+                if rec.get("state") == "succeeded" and (peer is None or peer in (rec.get("roles") or {}).values()):
                     raise AlreadyExists(f"session {session_id!r} already succeeded at party {self.name!r}")
-            raise PreconditionFailed(f"party {self.name!r} has no checkpoint of session {session_id!r} "
-                                     "(it never ran here, or it ended in a way that cannot be continued)")
+            raise missing
         cp = Checkpoint.load(d)
+        if peer is not None and peer not in cp.meta["roles"].values():
+            raise missing
         if cp.meta["state"] != "failed" or not cp.meta.get("resumable"):
             raise PreconditionFailed(f"session {session_id!r} is {cp.meta['state']} at party {self.name!r}, "
                                      "not failed resumably")
@@ -572,11 +631,11 @@ class Party(SessionHost):
         if self._shutting_down:
             raise Unavailable(f"party {self.name} is shutting down")
         s = self.sessions.get(session_id)
-        if s is not None and not s.done.done():
+        if s is not None and not s.done.done() and peer in s.spec.roles.values():
             if peer != s.initiator:
                 raise PermissionDenied(f"only the initiator {s.initiator!r} may resume session {session_id!r}")
             return s.role  # a repeated Resume
-        cp = self._resumable_checkpoint(session_id)
+        cp = self._resumable_checkpoint(session_id, peer)
         if peer != cp.meta["initiator"]:
             raise PermissionDenied(f"only the initiator {cp.meta['initiator']!r} may resume session "
                                    f"{session_id!r}")
@@ -590,13 +649,16 @@ class Party(SessionHost):
         if sid in self._reopening:
             raise Unavailable(f"session {sid!r} is being resumed at party {self.name!r}; try again shortly")
         self._reopening.add(sid)
+        before = dict(self._admitting)     # admissions that started earlier: this one counts them
+        registered = self._admission(cp.meta["initiator"])    # and later ones count it
         try:
-            await asyncio.get_running_loop().run_in_executor(None, self._readmit, cp, "resume")
+            await asyncio.get_running_loop().run_in_executor(None, self._readmit, cp, "resume", before)
             if not cp.dir.is_dir():   # the retention removed it meanwhile
                 raise PreconditionFailed(f"party {self.name!r} no longer has a checkpoint of session {sid!r}")
             s = self._reopen(cp, begun=False, resumed=True)
         finally:
             self._reopening.discard(sid)
+            registered()
         await asyncio.get_running_loop().run_in_executor(None, s.ready.wait, 10.0)
         return s
 
@@ -650,7 +712,7 @@ class Party(SessionHost):
         if self.name not in roles.values():
             raise InvalidMessage(f"the initiating party {self.name!r} must hold a role in the session "
                                  f"(roles: {roles})")
-        sid = validate_session_id(session_id) if session_id else new_session_id(protocol)
+        sid = namespaced(self.name, session_id or new_session_id(protocol))      # issue 24
         spec = SessionSpec(sid, protocol, roles, dict(params), timeout or
                            self.config.timeouts.session_seconds, seed)
         await self.propose(self.name, spec)
@@ -681,6 +743,33 @@ class Party(SessionHost):
             await self._begin_all(s, others)
         # shielded: an operator whose call is cancelled (it disconnected) must not cancel the session
         return await asyncio.shield(asyncio.wrap_future(s.done))
+
+    def resolve_session_id(self, session_id: str) -> str:
+        """The session an operator names: its full id, or a name without the initiator's prefix -- this
+        party's own session of that name first, else the one session of that name (issue 24)."""
+        if self._holds(session_id):
+            return session_id
+        own = f"{self.name}.{session_id}"
+        if initiator_of(session_id) != self.name and self._holds(own):
+            return own
+        found = sorted(self._named(session_id))
+        if len(found) > 1:
+            raise InvalidMessage(f"party {self.name!r} holds several sessions named {session_id!r} "
+                                 f"({', '.join(found)}): give the full id")
+        return found[0] if found else session_id
+
+    def _holds(self, session_id: str) -> bool:
+        return (session_id in self.sessions or session_id in self._unwritten
+                or self.record_path(session_id).exists()
+                or Checkpoint.directory(self.sessions_dir, session_id).is_dir()
+                or self.governor.proposals.get(session_id) is not None)
+
+    def _named(self, name: str) -> set[str]:
+        """Ids ``<party>.<name>`` of the sessions and proposals this party holds."""
+        ids = set(self.sessions) | set(self._unwritten) | {p.session_id for p in self.governor.proposals.all()}
+        for suffix in (".json", CHECKPOINT_SUFFIX):     # records, checkpoints
+            ids |= {p.name[:-len(suffix)] for p in self.sessions_dir.glob(f"*.{name}{suffix}")}
+        return {i for i in ids if initiator_of(i) is not None and i.partition(".")[2] == name}
 
     async def _waiting_for(self, s: Session, party: str, accepted: Sequence[str]) -> None:
         """``party``'s operator decides (issue 24): this party and those that accepted keep waiting."""

@@ -50,6 +50,7 @@ from smcdp.net.grpc_channel import (
     PeerConnector,
     status_code_of,
 )
+from smcdp.net.limits import InboundLedger
 from smcdp.net.server import (
     SessionSpec,
 )
@@ -82,6 +83,8 @@ class SessionOwner(Protocol):
     tls: TlsMaterial
 
     incarnation: str
+    #: what the live sessions hold from each peer (issue 24)
+    inbound: InboundLedger
 
     def record_path(self, session_id: str) -> Path: ...
 
@@ -130,6 +133,8 @@ class Session:
         self._approval_until: float | None = None
         self.started_at = _utc_now()
         self.state = "prepared"
+        #: a peer's Begin was admitted (the session counts as running before its thread says so)
+        self.begun = False
         self.record: dict | None = None
         self.channel: GrpcChannel | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -227,7 +232,8 @@ class Session:
         connector = PeerConnector(cfg, self.party.tls)
         ch = GrpcChannel(self.spec.session_id, self.role, self.spec.roles, self.deadline, connector,
                          rpc_timeout=cfg.timeouts.rpc_seconds, journal=self.checkpoint.journal)
-        ch.budget = session_budget(self.plugin, self.spec, self.role, cfg.limits)  # issue 19
+        ch.budget = session_budget(self.plugin, self.spec, self.role, cfg.limits,   # issue 19, and the
+                                   self.party.inbound)                            # party-wide ledger (24)
         self.channel = ch
         self.ready.set()
         result = None

@@ -58,7 +58,7 @@ def nested_json(depth: int) -> str:
 
 # ---------------------------------------------------------------------- strategies
 _text = st.one_of(st.text(max_size=40), st.sampled_from(["", "s", "x" * 300, "a\nb", "\x00", "../x"]))
-_sid = st.one_of(_text, st.sampled_from(["fuzz-live", "fuzz-none", "a" * 129]))
+_sid = st.one_of(_text, st.sampled_from(["alice.fuzz-live", "alice.fuzz-none", "a" * 193]))
 _u32 = st.one_of(st.integers(0, 8), st.integers(0, (1 << 32) - 1))
 _u64 = st.one_of(st.integers(0, 64), st.integers(0, (1 << 64) - 1))
 _json = st.one_of(
@@ -135,7 +135,7 @@ def mutated(valid: bytes):
 
 def mailbox_requests():
     """(method, payload or chunks) for any Mailbox RPC: structured, mutated or raw garbage."""
-    valid_env = tpb.Envelope(session_id="fuzz-live", tag="t", type_name="smcdp.v1.Flag", chunk_index=0,
+    valid_env = tpb.Envelope(session_id="alice.fuzz-live", tag="t", type_name="smcdp.v1.Flag", chunk_index=0,
                              chunk_count=1, total_size=2, data=b"\x08\x01").SerializeToString()
     garbage = st.binary(max_size=200)
     deliver = st.lists(st.one_of(envelopes(), mutated(valid_env), garbage), min_size=0, max_size=3).map(
@@ -157,3 +157,87 @@ def send(channel: grpc.Channel, request) -> tuple[grpc.StatusCode, str]:
     if method == "Stream":
         return call_stream(channel, body)[:2]
     return call_unary(channel, MAILBOX + method, body)
+
+
+# ---------------------------------------------------------------------- a member holding idle calls (issue 24)
+class StreamFlood:
+    """``count`` idle ``Mailbox.Stream`` calls of one member (a valid certificate), kept up from a thread.
+
+    Each call sends nothing; when the server ends one, it is opened again after ``reopen_delay`` seconds,
+    so the flood lasts until :meth:`stop`.  The calls are spread over ``connections`` separate HTTP/2
+    connections (gRPC allows ``limits.max_concurrent_streams`` per connection).  ``codes`` counts how the
+    server ended them; ``open_now()`` is how many are open at this moment.
+    """
+
+    def __init__(self, certs, as_party: str, address: str, target: str, count: int = 520,
+                 connections: int = 5, reopen_delay: float = 0.5) -> None:
+        import asyncio
+        import threading
+
+        self.count, self.connections, self.reopen_delay = count, connections, reopen_delay
+        root = (certs / "ca.crt").read_bytes()
+        self._creds = grpc.ssl_channel_credentials(root, (certs / f"{as_party}.key").read_bytes(),
+                                                   (certs / f"{as_party}.crt").read_bytes())
+        self.address, self.target = address, target
+        self.codes: dict[str, int] = {}
+        self.details: dict[str, str] = {}
+        self.lifetimes: dict[str, list[float]] = {}
+        self._open = 0
+        self._stop = None
+        self._loop = asyncio.new_event_loop()
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._loop.run_until_complete, args=(self._main(),), daemon=True)
+
+    def open_now(self) -> int:
+        return self._open
+
+    def start(self, timeout: float = 30) -> "StreamFlood":
+        self._thread.start()
+        assert self._started.wait(timeout), "the flood did not start"
+        return self
+
+    def stop(self) -> None:
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(30)
+
+    async def _main(self) -> None:
+        import asyncio
+        import time
+
+        from smcdp.net.grpc_channel import channel_options
+
+        self._stop = asyncio.Event()
+        opts = channel_options() + [("grpc.ssl_target_name_override", self.target),
+                                    ("grpc.use_local_subchannel_pool", 1)]
+        channels = [grpc.aio.secure_channel(self.address, self._creds, options=opts) for _ in range(self.connections)]
+        for ch in channels:
+            await ch.channel_ready()
+        methods = [ch.stream_stream(MAILBOX + "Stream", request_serializer=None, response_deserializer=None)
+                   for ch in channels]
+
+        async def one(i: int) -> None:
+            while not self._stop.is_set():
+                call = methods[i % len(methods)]()
+                self._open += 1
+                t0 = time.monotonic()
+                try:
+                    code = await call.code()
+                    self.details.setdefault(code.name, await call.details())
+                finally:
+                    self._open -= 1
+                self.codes[code.name] = self.codes.get(code.name, 0) + 1
+                self.lifetimes.setdefault(code.name, []).append(time.monotonic() - t0)
+                try:
+                    await asyncio.wait_for(self._stop.wait(), self.reopen_delay)
+                except asyncio.TimeoutError:
+                    pass
+
+        tasks = [asyncio.ensure_future(one(i)) for i in range(self.count)]
+        await asyncio.sleep(1.0)     # every call has reached the server (or been refused)
+        self._started.set()
+        await self._stop.wait()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for ch in channels:
+            await ch.close(grace=None)

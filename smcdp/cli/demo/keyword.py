@@ -42,7 +42,11 @@ def demo_keyword(utterance: str, models: str, key_bits: int = 2048, seed: int | 
     if M.kind != "discrete" and (X.ndim != 2 or X.shape[1] != M.n_features):
         raise InvalidMessage(f"the utterance has shape {X.shape}; the models expect T x {M.n_features} features")
     insecure = check_key_bits_arg(key_bits)
-    p = {"key_bits": key_bits, "debug_reveal": bool(debug_reveal), **(params or {})}
+    # the public bounds of this session are what the demo knows of both inputs: its byte envelope is then
+    # what these models and this utterance need, no more (issue 24)
+    bounds = {"max_frames": int(X.shape[0]), "max_models": M.n_words, "max_states": M.n_states,
+              "max_mixtures": M.n_mix or 1, "max_features": M.n_symbols if M.kind == "discrete" else M.n_features}
+    p = {"key_bits": key_bits, "debug_reveal": bool(debug_reveal), **bounds, **(params or {})}
     if stream is not None:
         p["stream"], p["stream_pace"] = True, stream
     if cmn != "utterance":

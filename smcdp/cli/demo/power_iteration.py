@@ -64,7 +64,9 @@ def demo_power_iteration(data: list[str], key_bits: int = 2048, seed: int | None
     for name, path in zip(names, data):
         parties[name] = {"power-iteration": {"data": path}}
     roles = {"trent": "trent", **{f"party{i + 1}": n for i, n in enumerate(names)}}
-    p = {"n_parties": len(data), "key_bits": key_bits, "rows": next(iter(ks)), **(params or {})}
+    # k and the largest n_i are public bounds of the session: its byte envelope follows them (issue 24)
+    p = {"n_parties": len(data), "key_bits": key_bits, "rows": next(iter(ks)),
+         "max_samples": max(s.n for s in sources), **(params or {})}
     where = "its own Dask cluster" if compute.engine == "dask" else "the local engine"
     say(f"{len(data)} data parties ({', '.join(f'{n}: {s.k}×{s.n}' for n, s in zip(names, sources))}) "
         f"and trent, {key_bits}-bit Paillier, mutual TLS on loopback; each data party computes on {where}")

@@ -693,6 +693,11 @@ class _Governed(ProtocolPlugin):
     def summary(self, params, roles):
         return self.inner.summary(params, roles)
 
+    def traffic_envelope(self, params, roles, role):
+        # issue 24: without this a governed session (a DP release charged to the budget) fell back to
+        # the [limits] ceilings -- 2 GiB -- instead of its protocol's envelope
+        return self.inner.traffic_envelope(params, roles, role)
+
     async def run_role(self, role: str, ch: Channel, ctx: SessionContext) -> dict:
         ctx = dataclasses.replace(ctx, on_release=lambda: self.governor.release_point(self.session_id))
         try:

@@ -232,7 +232,7 @@ def test_protocol_between_containers_matches_plaintext(cluster, protocol):
 # ------------------------------------------------------------------------------ stop / restart
 def test_sigterm_aborts_running_sessions_tells_peers_and_exits_0(cluster):
     """`podman stop` mid-session: alice aborts, every peer's record names alice, exit 0."""
-    sid = f"sigterm-{secrets.token_hex(4)}"
+    sid = f"trent.sigterm-{secrets.token_hex(4)}"   # in its initiator's namespace (issue 24)
     outcome = {}
     # 2048-bit keys: the session runs for seconds, long enough to be interrupted
     worker = threading.Thread(target=lambda: outcome.update(out=cluster.session(

@@ -41,8 +41,10 @@ def party(tmp_path, in_thread):
         in_thread.start(cfgs[name])
     address = load_config(cfgs["bob"]).address_of("bob")
     certs = tmp_path / "certs"
-    with raw_channel(certs, "alice", address, "bob") as peer, raw_channel(certs, "bob", address, "bob") as own:
-        yield {"peer": peer, "own": own, "cfgs": cfgs, "root": tmp_path, "party": in_thread.parties["bob"]}
+    with raw_channel(certs, "alice", address, "bob") as peer, raw_channel(certs, "bob", address, "bob") as own, \
+            raw_channel(certs, "charlie", address, "bob") as charlie:
+        yield {"peer": peer, "own": own, "charlie_ch": charlie, "cfgs": cfgs, "root": tmp_path,
+               "party": in_thread.parties["bob"]}
 
 
 def _spec(sid, protocol="net-echo", roles=None, params="{}", timeout=30.0, seed=None):
@@ -67,59 +69,62 @@ def test_status_code_table(party):
     peer, own = party["peer"], party["own"]
     propose = lambda body: call_unary(peer, MAILBOX + "Propose", body)[0]  # noqa: E731
     # a prepared session to deliver into (net-echo: the [limits] ceilings apply)
-    assert propose(_spec("live")) == C.OK
+    assert propose(_spec("alice.live")) == C.OK
     # a power-iteration session: its envelope follows from k = 30, 512-bit keys, one round
-    assert propose(_spec("pi", "power-iteration", PI_ROLES, PI_PARAMS)) == C.OK
-    valid = tpb.Envelope(session_id="live", tag="t0", type_name="smcdp.v1.Flag", chunk_index=0, chunk_count=1,
+    assert propose(_spec("alice.pi", "power-iteration", PI_ROLES, PI_PARAMS)) == C.OK
+    valid = tpb.Envelope(session_id="alice.live", tag="t0", type_name="smcdp.v1.Flag", chunk_index=0, chunk_count=1,
                          total_size=2, data=b"\x08\x01").SerializeToString()
     table = [
         # (what, status, call)
         ("Deliver: garbage bytes", C.INVALID_ARGUMENT, lambda: call_deliver(peer, [b"\xff\xfe\x00garbage"])[0]),
         ("Deliver: truncated Envelope", C.INVALID_ARGUMENT, lambda: call_deliver(peer, [valid[:-3]])[0]),
         ("Deliver: empty stream", C.INVALID_ARGUMENT, lambda: call_deliver(peer, [])[0]),
-        ("Deliver: chunk_count 0", C.INVALID_ARGUMENT, lambda: call_deliver(peer, [_env("live", count=0)])[0]),
+        ("Deliver: chunk_count 0", C.INVALID_ARGUMENT, lambda: call_deliver(peer, [_env("alice.live", count=0)])[0]),
         ("Deliver: invalid session id", C.INVALID_ARGUMENT, lambda: call_deliver(peer, [_env("a\nb")])[0]),
         ("Deliver: unknown session", C.FAILED_PRECONDITION, lambda: call_deliver(peer, [_env("nope")])[0]),
         ("Deliver: chunks beyond total_size", C.INVALID_ARGUMENT,
-         lambda: call_deliver(peer, [_env("live", "t1", b"abcd", total=2)])[0]),
+         lambda: call_deliver(peer, [_env("alice.live", "t1", b"abcd", total=2)])[0]),
         ("Deliver: message above the session's envelope", C.RESOURCE_EXHAUSTED,
-         lambda: call_deliver(peer, [_env("pi", "big", b"x" * 1024, total=64 * 1024, count=64)])[0]),
+         lambda: call_deliver(peer, [_env("alice.pi", "big", b"x" * 1024, total=64 * 1024, count=64)])[0]),
         ("Deliver: message above limits.max_message_mib", C.RESOURCE_EXHAUSTED,
-         lambda: call_deliver(peer, [_env("live", "huge", b"x", total=300 << 20, count=300)])[0]),
+         lambda: call_deliver(peer, [_env("alice.live", "huge", b"x", total=300 << 20, count=300)])[0]),
         ("Deliver: a second message in one call", C.INVALID_ARGUMENT,
-         lambda: call_deliver(peer, [_env("live", "d1"), _env("live", "d2")])[0]),
+         lambda: call_deliver(peer, [_env("alice.live", "d1"), _env("alice.live", "d2")])[0]),
         ("Deliver: ... and the refused call stored nothing (other bytes under its tag pass)", C.OK,
-         lambda: call_deliver(peer, [_env("live", "d1", b"\x08\x00")])[0]),
+         lambda: call_deliver(peer, [_env("alice.live", "d1", b"\x08\x00")])[0]),
         ("Deliver: accepted", C.OK, lambda: call_deliver(peer, [valid])[0]),
         ("Deliver: same tag, other bytes", C.INVALID_ARGUMENT,
-         lambda: call_deliver(peer, [_env("live", "t0", b"\x08\x00")])[0]),
+         lambda: call_deliver(peer, [_env("alice.live", "t0", b"\x08\x00")])[0]),
         ("Propose: garbage bytes", C.INVALID_ARGUMENT, lambda: propose(b"\xff\xff\xff\xff")),
-        ("Propose: truncated", C.INVALID_ARGUMENT, lambda: propose(_spec("s1")[:-2])),
+        ("Propose: truncated", C.INVALID_ARGUMENT, lambda: propose(_spec("alice.s1")[:-2])),
         ("Propose: params nested 200,000 deep", C.INVALID_ARGUMENT,
-         lambda: propose(_spec("s2", params=nested_json(200_000)))),
+         lambda: propose(_spec("alice.s2", params=nested_json(200_000)))),
         ("Propose: params of 100 KB", C.INVALID_ARGUMENT,
-         lambda: propose(_spec("s3", params=json.dumps({"n": 1, "pad": "x" * 100_000})))),
-        ("Propose: params with NaN", C.INVALID_ARGUMENT, lambda: propose(_spec("s4", params='{"n": NaN}'))),
-        ("Propose: params not an object", C.INVALID_ARGUMENT, lambda: propose(_spec("s5", params="[1]"))),
-        ("Propose: timeout NaN", C.INVALID_ARGUMENT, lambda: propose(_spec("s6", timeout=float("nan")))),
-        ("Propose: unknown protocol", C.INVALID_ARGUMENT, lambda: propose(_spec("s7", protocol="nope\n"))),
+         lambda: propose(_spec("alice.s3", params=json.dumps({"n": 1, "pad": "x" * 100_000})))),
+        ("Propose: params with NaN", C.INVALID_ARGUMENT, lambda: propose(_spec("alice.s4", params='{"n": NaN}'))),
+        ("Propose: params not an object", C.INVALID_ARGUMENT, lambda: propose(_spec("alice.s5", params="[1]"))),
+        ("Propose: timeout NaN", C.INVALID_ARGUMENT, lambda: propose(_spec("alice.s6", timeout=float("nan")))),
+        ("Propose: unknown protocol", C.INVALID_ARGUMENT, lambda: propose(_spec("alice.s7", protocol="nope\n"))),
         ("Propose: proposer holds no role", C.PERMISSION_DENIED,
-         lambda: propose(_spec("s8", roles={"a": "charlie", "b": "bob"}))),
-        ("Propose: experiment seed not allowed here ([policy] allow_seeded)", C.FAILED_PRECONDITION, lambda: propose(_spec("s9", seed=7))),
+         lambda: propose(_spec("alice.s8", roles={"a": "charlie", "b": "bob"}))),
+        ("Propose: experiment seed not allowed here ([policy] allow_seeded)", C.FAILED_PRECONDITION, lambda: propose(_spec("alice.s9", seed=7))),
         ("Propose: 7-day timeout above limits.max_session_seconds", C.RESOURCE_EXHAUSTED,
-         lambda: propose(_spec("s10", timeout=7 * 86400.0))),
-        ("Propose: invalid parameters", C.INVALID_ARGUMENT, lambda: propose(_spec("s11", params='{"n": -1}'))),
-        ("Propose: used id", C.ALREADY_EXISTS, lambda: propose(_spec("live", params='{"n": 5}'))),
-        ("Propose: third pending proposal", C.OK, lambda: propose(_spec("s12"))),
+         lambda: propose(_spec("alice.s10", timeout=7 * 86400.0))),
+        ("Propose: invalid parameters", C.INVALID_ARGUMENT, lambda: propose(_spec("alice.s11", params='{"n": -1}'))),
+        ("Propose: an id outside the proposer's namespace", C.INVALID_ARGUMENT,
+         lambda: propose(_spec("charlie.s14"))),
+        ("Propose: an id without a namespace", C.INVALID_ARGUMENT, lambda: propose(_spec("s15"))),
+        ("Propose: used id", C.ALREADY_EXISTS, lambda: propose(_spec("alice.live", params='{"n": 5}'))),
+        ("Propose: third pending proposal", C.OK, lambda: propose(_spec("alice.s12"))),
         ("Propose: fourth pending proposal (limits.pending_per_peer = 3)", C.RESOURCE_EXHAUSTED,
-         lambda: propose(_spec("s13"))),
+         lambda: propose(_spec("alice.s13"))),
         ("Begin: garbage", C.INVALID_ARGUMENT, lambda: call_unary(peer, MAILBOX + "Begin", b"\xff\xff")[0]),
         ("Begin: unknown session", C.FAILED_PRECONDITION,
          lambda: call_unary(peer, MAILBOX + "Begin", tpb.SessionRef(session_id="nope").SerializeToString())[0]),
         ("Abort: code OK", C.INVALID_ARGUMENT, lambda: call_unary(peer, MAILBOX + "Abort", tpb.AbortRequest(
-            session_id="live", code="OK", message="fine").SerializeToString())[0]),
+            session_id="alice.live", code="OK", message="fine").SerializeToString())[0]),
         ("Abort: unknown code", C.INVALID_ARGUMENT, lambda: call_unary(peer, MAILBOX + "Abort", tpb.AbortRequest(
-            session_id="live", code="aborted", message="x").SerializeToString())[0]),
+            session_id="alice.live", code="aborted", message="x").SerializeToString())[0]),
         ("Abort: garbage", C.INVALID_ARGUMENT, lambda: call_unary(peer, MAILBOX + "Abort", b"\x0a\xff")[0]),
         ("Abort: unknown session", C.FAILED_PRECONDITION, lambda: call_unary(peer, MAILBOX + "Abort", tpb.AbortRequest(
             session_id="nope", code="ABORTED").SerializeToString())[0]),
@@ -130,6 +135,14 @@ def test_status_code_table(party):
         ("GetResult: unknown id", C.NOT_FOUND, lambda: call_unary(own, CONTROL + "GetResult", tpb.SessionRef(
             session_id="nope").SerializeToString())[0]),
         ("GetResult: garbage", C.INVALID_ARGUMENT, lambda: call_unary(own, CONTROL + "GetResult", b"\xff")[0]),
+        ("Health/Check: garbage (issue 24; was UNKNOWN)", C.INVALID_ARGUMENT,
+         lambda: call_unary(peer, "/grpc.health.v1.Health/Check", b"\xff\xfe\x00garbage")[0]),
+        ("Heartbeat: a session the caller holds no role in answers as a missing one", C.OK,
+         lambda: call_unary(party["charlie_ch"], MAILBOX + "Heartbeat",
+                            tpb.HeartbeatRequest(session_id="alice.live").SerializeToString())[0]),
+        ("Begin: a session the caller holds no role in answers as a missing one", C.FAILED_PRECONDITION,
+         lambda: call_unary(party["charlie_ch"], MAILBOX + "Begin",
+                            tpb.SessionRef(session_id="alice.live").SerializeToString())[0]),
     ]
     got = [(what, expected, call()) for what, expected, call in table]
     wrong = [(what, expected.name, code.name) for what, expected, code in got if code != expected]
@@ -140,22 +153,22 @@ def test_status_code_table(party):
     stream_table = [
         ("Stream: garbage bytes", (C.INVALID_ARGUMENT, 0), [b"\xff\xfe\x00garbage"]),
         ("Stream: empty", (C.OK, 0), []),
-        ("Stream: two messages", (C.OK, 2), [_env("live", "s0"), _env("live", "s1", b"\x08\x00")]),
+        ("Stream: two messages", (C.OK, 2), [_env("alice.live", "s0"), _env("alice.live", "s1", b"\x08\x00")]),
         ("Stream: a message in two chunks, then one in one", (C.OK, 2),
-         [_env("live", "s2", b"\x08", total=2, count=2), _env("live", "s2", b"\x01", total=2, count=2, index=1),
-          _env("live", "s3")]),
-        ("Stream: a duplicate is acknowledged", (C.OK, 1), [_env("live", "s0")]),
-        ("Stream: accepted, then an unknown session", (C.FAILED_PRECONDITION, 1), [_env("live", "s4"), _env("nope")]),
+         [_env("alice.live", "s2", b"\x08", total=2, count=2), _env("alice.live", "s2", b"\x01", total=2, count=2, index=1),
+          _env("alice.live", "s3")]),
+        ("Stream: a duplicate is acknowledged", (C.OK, 1), [_env("alice.live", "s0")]),
+        ("Stream: accepted, then an unknown session", (C.FAILED_PRECONDITION, 1), [_env("alice.live", "s4"), _env("nope")]),
         ("Stream: accepted, then same tag other bytes", (C.INVALID_ARGUMENT, 1),
-         [_env("live", "s5"), _env("live", "s0", b"\x08\x00")]),
+         [_env("alice.live", "s5"), _env("alice.live", "s0", b"\x08\x00")]),
         ("Stream: message above the session's envelope", (C.RESOURCE_EXHAUSTED, 0),
-         [_env("pi", "big2", b"x" * 1024, total=64 * 1024, count=64)]),
+         [_env("alice.pi", "big2", b"x" * 1024, total=64 * 1024, count=64)]),
         ("Stream: message above limits.max_message_mib", (C.RESOURCE_EXHAUSTED, 0),
-         [_env("live", "huge2", b"x", total=300 << 20, count=300)]),
+         [_env("alice.live", "huge2", b"x", total=300 << 20, count=300)]),
         ("Stream: a message cut short by the end of the call", (C.INVALID_ARGUMENT, 0),
-         [_env("live", "s6", b"\x08", total=2, count=2)]),
+         [_env("alice.live", "s6", b"\x08", total=2, count=2)]),
         ("Stream: chunk of another message inside one", (C.INVALID_ARGUMENT, 0),
-         [_env("live", "s7", b"\x08", total=2, count=2), _env("live", "s8", b"\x01", total=2, count=2, index=1)]),
+         [_env("alice.live", "s7", b"\x08", total=2, count=2), _env("alice.live", "s8", b"\x01", total=2, count=2, index=1)]),
     ]
     got = [(what, expected, call_stream(peer, chunks)) for what, expected, chunks in stream_table]
     wrong = [(what, expected, (r[0], r[2])) for what, expected, r in got if (r[0], r[2]) != expected]
@@ -166,22 +179,22 @@ def test_session_envelope_tags_and_bytes(party):
     """Past the session's distinct-message budget a new tag is refused before it is buffered;
     a retried (duplicate) message is not charged again."""
     peer = party["peer"]
-    assert call_unary(peer, MAILBOX + "Propose", _spec("pi2", "power-iteration", PI_ROLES, PI_PARAMS))[0] == C.OK
-    budget = party["party"].sessions["pi2"].channel.budget
+    assert call_unary(peer, MAILBOX + "Propose", _spec("alice.pi2", "power-iteration", PI_ROLES, PI_PARAMS))[0] == C.OK
+    budget = party["party"].sessions["alice.pi2"].channel.budget
     tags = budget.envelope.tags
-    codes = [call_deliver(peer, [_env("pi2", f"junk/{i}")])[0] for i in range(tags)]
+    codes = [call_deliver(peer, [_env("alice.pi2", f"junk/{i}")])[0] for i in range(tags)]
     assert codes == [C.OK] * tags
-    code, details = call_deliver(peer, [_env("pi2", "one-too-many")])
+    code, details = call_deliver(peer, [_env("alice.pi2", "one-too-many")])
     assert code == C.RESOURCE_EXHAUSTED and "distinct messages" in details
-    assert call_deliver(peer, [_env("pi2", "junk/0")])[0] == C.OK   # a duplicate: acknowledged
+    assert call_deliver(peer, [_env("alice.pi2", "junk/0")])[0] == C.OK   # a duplicate: acknowledged
     assert budget.bytes_charged == 2 * tags
 
 
 def test_abort_message_is_escaped_in_the_record(party):
     peer, cfgs = party["peer"], party["cfgs"]
-    assert call_unary(peer, MAILBOX + "Propose", _spec("inj"))[0] == C.OK
+    assert call_unary(peer, MAILBOX + "Propose", _spec("alice.inj"))[0] == C.OK
     forged = "stop\n2026-01-01 00:00:00,000 INFO smcdp.party: session inj succeeded\x1b[2K\u2028"
-    assert call_unary(peer, MAILBOX + "Abort", tpb.AbortRequest(session_id="inj", code="ABORTED",
+    assert call_unary(peer, MAILBOX + "Abort", tpb.AbortRequest(session_id="alice.inj", code="ABORTED",
                                                                 message=forged).SerializeToString())[0] == C.OK
     rec = _wait(lambda: client.get_result(cfgs["bob"], "inj"))
     msg = rec["error"]["message"]
@@ -201,7 +214,7 @@ def test_fuzz_mailbox_short(party):
     """The short version of bench/fuzz_boundary.py: structured, mutated and random requests to
     every Mailbox method get a status, never INTERNAL or UNKNOWN, and the party stays healthy."""
     peer = party["peer"]
-    assert call_unary(peer, MAILBOX + "Propose", _spec("fuzz-live"))[0] == C.OK
+    assert call_unary(peer, MAILBOX + "Propose", _spec("alice.fuzz-live"))[0] == C.OK
     seen: dict[str, int] = {}
 
     @settings(max_examples=300, deadline=None, database=None, phases=[Phase.generate],
@@ -231,14 +244,42 @@ def test_ended_sessions_live_on_disk_and_answer_only_their_participants(tmp_path
     address = load_config(cfgs["bob"]).address_of("bob")
     with raw_channel(tmp_path / "certs", "alice", address, "bob") as alice, \
             raw_channel(tmp_path / "certs", "charlie", address, "bob") as charlie:
-        assert call_unary(alice, MAILBOX + "Propose", _spec("gone"))[0] == C.OK
+        assert call_unary(alice, MAILBOX + "Propose", _spec("alice.gone"))[0] == C.OK
         assert call_unary(alice, MAILBOX + "Abort", tpb.AbortRequest(
-            session_id="gone", code="DATA_LOSS", message="x").SerializeToString())[0] == C.OK
+            session_id="alice.gone", code="DATA_LOSS", message="x").SerializeToString())[0] == C.OK
         assert _wait(lambda: client.get_result(cfgs["bob"], "gone"))["state"] == "failed"
         end = time.monotonic() + 10
-        while "gone" in in_thread.parties["bob"].sessions and time.monotonic() < end:
+        while "alice.gone" in in_thread.parties["bob"].sessions and time.monotonic() < end:
             time.sleep(0.05)
-        assert "gone" not in in_thread.parties["bob"].sessions and len(in_thread.parties["bob"].ended) == 0
-        assert call_deliver(alice, [_env("gone")])[0] == C.DATA_LOSS
-        code, details = call_deliver(charlie, [_env("gone")])
+        assert "alice.gone" not in in_thread.parties["bob"].sessions and len(in_thread.parties["bob"].ended) == 0
+        assert call_deliver(alice, [_env("alice.gone")])[0] == C.DATA_LOSS
+        code, details = call_deliver(charlie, [_env("alice.gone")])
         assert code == C.FAILED_PRECONDITION and "has no session" in details
+
+
+def test_a_stream_whose_session_ended_is_closed_with_its_status(party):
+    """A Mailbox.Stream call left open after its session ended held its call slot for as long as the sender
+    liked (issue 24); the server now ends it within a few seconds, with the session's status."""
+    import threading
+
+    peer = party["peer"]
+    assert call_unary(peer, MAILBOX + "Propose", _spec("alice.short"))[0] == C.OK
+    hold = threading.Event()
+
+    def envelopes():
+        yield _env("alice.short", "first")
+        hold.wait(60)                                   # keep the call open, sending nothing more
+
+    fn = peer.stream_stream(MAILBOX + "Stream", request_serializer=None, response_deserializer=None)
+    call = fn(envelopes(), timeout=60)
+    try:
+        assert next(call) is not None                   # the first message's Ack: the call is bound
+        assert call_unary(peer, MAILBOX + "Abort", tpb.AbortRequest(
+            session_id="alice.short", code="DATA_LOSS", message="x").SerializeToString())[0] == C.OK
+        t0 = time.monotonic()
+        with pytest.raises(grpc.RpcError) as info:
+            next(call)
+        assert time.monotonic() - t0 < 15
+        assert info.value.code() == C.DATA_LOSS and "already ended" in info.value.details()
+    finally:
+        hold.set()

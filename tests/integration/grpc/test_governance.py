@@ -127,7 +127,7 @@ CASES = [
 def test_each_rule_refuses_with_its_status_and_the_party_keeps_serving(governed, case):
     root, cfgs = governed
     name, initiator, protocol, roles, params, seed, code, refuser, rule = case
-    sid = "m-" + name.replace(" ", "-")
+    sid = f"{initiator}.m-" + name.replace(" ", "-")   # the initiator's namespace (issue 24)
     p = {} if params is None else dict(PARAMS, **params) if protocol == "dp-aggregate" else params
     with pytest.raises(SmcdpError) as ei:
         client.start_session(cfgs[initiator], protocol, roles, p, session_id=sid, timeout=60, seed=seed)
@@ -155,15 +155,15 @@ def test_the_budget_admits_what_fits_then_refuses_with_resource_exhausted(govern
     with pytest.raises(SmcdpError) as ei:
         client.start_session(cfgs["charlie"], "dp-aggregate", DPA, PARAMS, session_id="b-3", timeout=60)
     assert ei.value.code == "RESOURCE_EXHAUSTED"
-    assert "party 'alice' refuses session 'b-3'" in str(ei.value) and "budget" in str(ei.value)
+    assert "party 'alice' refuses session 'charlie.b-3'" in str(ei.value) and "budget" in str(ei.value)
     assert client.check_health(cfgs["alice"]) == "SERVING"
     st = Ledger(root / "state" / "alice" / "ledger.sqlite").status("alice")
     assert (str(st.spent_epsilon), str(st.reserved_epsilon), st.n_charges) == ("2", "0", 2)
-    for sid in ("b-1", "b-2"):
+    for sid in ("charlie.b-1", "charlie.b-2"):
         assert _entry(root, sid).state == "charged"
     assert verify_log(root / "state" / "alice").ok
     events = [(e["event"], e.get("session")) for _, e, _ in read_entries(root / "state" / "alice")]
-    for sid in ("b-1", "b-2"):
+    for sid in ("charlie.b-1", "charlie.b-2"):
         assert [ev for ev, s in events if s == sid] == ["proposal", "reserved", "accepted", "charged", "session-end"]
 
 
@@ -212,7 +212,7 @@ def test_no_input_is_opened_before_policy_and_budget_pass(tmp_path):
             assert not _has_reader(fifo), f"alice opened her input for a refused proposal ({rule})"
         # alice's reservation for the session bob refused was given back
         led = Ledger(tmp_path / "state" / "alice" / "ledger.sqlite")
-        assert led.reservation("alice", "f-3").state == "released"
+        assert led.reservation("alice", "charlie.f-3").state == "released"
         # the control: a proposal every party accepts makes alice open her input once the session begins
         import threading
 

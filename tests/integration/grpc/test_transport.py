@@ -46,7 +46,8 @@ def test_session_end_to_end_and_records(deployment):
     assert rec["result"]["y"] == [2 * (i + 0.5) for i in range(5)]
     assert rec["stats"]["messages_sent"] == 1 and rec["stats"]["messages_received"] == 1
     # every participant wrote its durable record
-    on_disk = json.loads((root / "state/alice/sessions/s-ok.json").read_text())
+    assert rec["session_id"] == "alice.s-ok"      # in its initiator's namespace (issue 24)
+    on_disk = json.loads((root / "state/alice/sessions/alice.s-ok.json").read_text())
     assert on_disk == rec
     bob = _wait_record(cfgs["bob"], "s-ok")
     assert bob["state"] == "succeeded" and bob["result"]["received"] == [i + 0.5 for i in range(5)]
@@ -105,51 +106,51 @@ def test_authorisation_duplicates_and_abort_by_raw_peer(deployment):
 
         # unknown session
         with pytest.raises(grpc.RpcError) as ei:
-            alice.Deliver(iter([_env("s1", "x", x)]), timeout=5)
+            alice.Deliver(iter([_env("alice.s1", "x", x)]), timeout=5)
         assert ei.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-        assert "no session 's1'" in ei.value.details()
+        assert "no session 'alice.s1'" in ei.value.details()
 
         # a proposer that holds no role / a bad proposal
         with pytest.raises(grpc.RpcError) as ei:
-            charlie.Propose(_spec("s1"), timeout=5)
+            charlie.Propose(_spec("charlie.s1"), timeout=5)
         assert ei.value.code() == grpc.StatusCode.PERMISSION_DENIED
         with pytest.raises(grpc.RpcError) as ei:
-            alice.Propose(_spec("s1", protocol="no-such-protocol"), timeout=5)
+            alice.Propose(_spec("alice.s1", protocol="no-such-protocol"), timeout=5)
         assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "unknown protocol" in ei.value.details()
         with pytest.raises(grpc.RpcError) as ei:
-            alice.Propose(_spec("s1", params={"n": "many"}), timeout=5)
+            alice.Propose(_spec("alice.s1", params={"n": "many"}), timeout=5)
         assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "n must be" in ei.value.details()
         with pytest.raises(grpc.RpcError) as ei:
-            alice.Propose(_spec("s1", roles={"a": "alice", "b": "bob", "c": "zed"}), timeout=5)
+            alice.Propose(_spec("alice.s1", roles={"a": "alice", "b": "bob", "c": "zed"}), timeout=5)
         assert ei.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "zed" in ei.value.details()
         with pytest.raises(grpc.RpcError) as ei:
             alice.Propose(_spec("bad id!"), timeout=5)
         assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
-        assert alice.Propose(_spec("s1"), timeout=5).role == "b"
+        assert alice.Propose(_spec("alice.s1"), timeout=5).role == "b"
         # a retried, identical proposal (its first reply was lost) is accepted again …
-        assert alice.Propose(_spec("s1"), timeout=5).role == "b"
+        assert alice.Propose(_spec("alice.s1"), timeout=5).role == "b"
         # … but a different proposal under the same session id is refused
         with pytest.raises(grpc.RpcError) as ei:
-            alice.Propose(_spec("s1", params={"n": 4}), timeout=5)
+            alice.Propose(_spec("alice.s1", params={"n": 4}), timeout=5)
         assert ei.value.code() == grpc.StatusCode.ALREADY_EXISTS
 
-        # charlie's certificate is valid but charlie holds no role in s1
+        # charlie's certificate is valid but charlie holds no role in s1: to him it does not exist (issue 24)
         with pytest.raises(grpc.RpcError) as ei:
-            charlie.Deliver(iter([_env("s1", "x", x)]), timeout=5)
-        assert ei.value.code() == grpc.StatusCode.PERMISSION_DENIED
-        assert "'charlie' holds no role" in ei.value.details()
+            charlie.Deliver(iter([_env("alice.s1", "x", x)]), timeout=5)
+        assert ei.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "no session 'alice.s1' in which 'charlie' holds a role" in ei.value.details()
         with pytest.raises(grpc.RpcError) as ei:
-            charlie.Abort(tpb.AbortRequest(session_id="s1", code="INTERNAL", message="x"), timeout=5)
-        assert ei.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            charlie.Abort(tpb.AbortRequest(session_id="alice.s1", code="INTERNAL", message="x"), timeout=5)
+        assert ei.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
         # malformed envelopes
         bad = [
-            [_env("s1", "", x)],
-            [_env("s1", "x", x, type_name="not a type")],
-            [_env("s1", "x", x, total_size=999)],
-            [_env("s1", "x", x, chunk_count=2)],
-            [_env("s1", "x", x, chunk_index=1)],
+            [_env("alice.s1", "", x)],
+            [_env("alice.s1", "x", x, type_name="not a type")],
+            [_env("alice.s1", "x", x, total_size=999)],
+            [_env("alice.s1", "x", x, chunk_count=2)],
+            [_env("alice.s1", "x", x, chunk_index=1)],
             [],
         ]
         for envs in bad:
@@ -158,37 +159,37 @@ def test_authorisation_duplicates_and_abort_by_raw_peer(deployment):
             assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT, envs
 
         # first delivery, a harmless duplicate, then a conflicting rewrite
-        assert alice.Deliver(iter([_env("s1", "x", x)]), timeout=5).duplicate is False
-        assert alice.Deliver(iter([_env("s1", "x", x)]), timeout=5).duplicate is True
+        assert alice.Deliver(iter([_env("alice.s1", "x", x)]), timeout=5).duplicate is False
+        assert alice.Deliver(iter([_env("alice.s1", "x", x)]), timeout=5).duplicate is True
         with pytest.raises(grpc.RpcError) as ei:
-            alice.Deliver(iter([_env("s1", "x", mpb.Floats(values=[9.0]))]), timeout=5)
+            alice.Deliver(iter([_env("alice.s1", "x", mpb.Floats(values=[9.0]))]), timeout=5)
         assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "different message" in ei.value.details()
 
         # only the initiator begins; bob's role b then receives x, sends y to alice,
         # where the session does not exist -> bob's session fails with that final error
         with pytest.raises(grpc.RpcError) as ei:
-            charlie.Begin(tpb.SessionRef(session_id="s1"), timeout=5)
-        assert ei.value.code() == grpc.StatusCode.PERMISSION_DENIED
-        alice.Begin(tpb.SessionRef(session_id="s1"), timeout=5)
+            charlie.Begin(tpb.SessionRef(session_id="alice.s1"), timeout=5)
+        assert ei.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        alice.Begin(tpb.SessionRef(session_id="alice.s1"), timeout=5)
         rec = _wait_record(cfgs["bob"], "s1")
         assert rec["state"] == "failed"
         assert rec["error"]["code"] == "FAILED_PRECONDITION"
-        assert "alice" in rec["error"]["message"] and "no session 's1'" in rec["error"]["message"]
+        assert "alice" in rec["error"]["message"] and "no session 'alice.s1'" in rec["error"]["message"]
         assert rec["result"] is None and rec["stats"]["messages_received"] == 1
 
         # abort: bob waits for a message that never comes; alice aborts
-        alice.Propose(_spec("s2", params={"wait_forever_role": "b"}), timeout=5)
-        alice.Begin(tpb.SessionRef(session_id="s2"), timeout=5)
+        alice.Propose(_spec("alice.s2", params={"wait_forever_role": "b"}), timeout=5)
+        alice.Begin(tpb.SessionRef(session_id="alice.s2"), timeout=5)
         time.sleep(0.3)
         assert client.get_result(cfgs["bob"], "s2")["state"] == "running"
         t0 = time.monotonic()
-        alice.Abort(tpb.AbortRequest(session_id="s2", code="INVALID_ARGUMENT",
+        alice.Abort(tpb.AbortRequest(session_id="alice.s2", code="INVALID_ARGUMENT",
                                      message="alice found a bad ciphertext"), timeout=5)
         rec = _wait_record(cfgs["bob"], "s2")
         assert time.monotonic() - t0 < 5
         assert rec["state"] == "failed"
         assert rec["error"] == {"code": "INVALID_ARGUMENT", "origin": "alice",
-                                "message": "session s2 aborted by alice (role a): alice found a bad ciphertext"}
+                                "message": "session alice.s2 aborted by alice (role a): alice found a bad ciphertext"}
 
 
 def _wait_record(cfg, sid, timeout=15.0):
@@ -205,7 +206,7 @@ def test_mutual_tls_is_required(deployment, tmp_path):
     certs = root / "certs"
     other = tmp_path / "other-ca"
     generate_deployment(other, ["alice"])  # same name, different CA
-    env = _env("s1", "x", mpb.Flag(value=True))
+    env = _env("alice.s1", "x", mpb.Flag(value=True))
     cases = {
         "no client certificate": raw_channel(certs, None, addr(cfgs, "bob"), "bob"),
         "certificate from another CA": raw_channel(other, "alice", addr(cfgs, "bob"), "bob",

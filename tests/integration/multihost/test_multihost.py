@@ -94,7 +94,7 @@ def test_protocols_across_namespaces(cluster):
 # --------------------------------------------------------------------------- failures
 def test_party_down_when_session_starts_fails_naming_it_at_the_deadline(cluster):
     assert cluster.stop("charlie") == 0
-    sid = "down-at-start"
+    sid = "trent.down-at-start"
     out = cluster.session("trent", "power-iteration", PI_ROLES, power_iteration_params(),
                           session_id=sid, timeout=6)
     assert out.returncode != 0
@@ -128,7 +128,7 @@ def test_party_coming_up_during_retries_joins_the_session(cluster):
 
     def run():
         result["out"] = cluster.session("trent", "power-iteration", PI_ROLES,
-                                        power_iteration_params(), session_id="late-joiner", timeout=45)
+                                        power_iteration_params(), session_id="trent.late-joiner", timeout=45)
 
     t = threading.Thread(target=run)
     t0 = time.monotonic()
@@ -141,7 +141,7 @@ def test_party_coming_up_during_retries_joins_the_session(cluster):
     out = result["out"]
     assert out.returncode == 0, out.stderr
     assert out.seconds > 4.0 and time.monotonic() - t0 < 60
-    check_power_iteration(cluster.wait_records(PI_PARTIES, "late-joiner", timeout=30),
+    check_power_iteration(cluster.wait_records(PI_PARTIES, "trent.late-joiner", timeout=30),
                           cluster.expected["power-iteration"])
 
 
@@ -149,7 +149,7 @@ def test_party_restarted_between_sessions(cluster):
     others = {p: cluster.procs[p].pid for p in PI_PARTIES if p != "bob"}
     assert cluster.stop("bob") == 0
     cluster.start("bob")
-    run_power_iteration(cluster, cluster.expected["power-iteration"], session_id="after-restart")
+    run_power_iteration(cluster, cluster.expected["power-iteration"], session_id="trent.after-restart")
     for p, pid in others.items():                 # nobody else was restarted
         assert cluster.procs[p].pid == pid and cluster.procs[p].poll() is None
 
@@ -172,7 +172,7 @@ def test_rotated_certificate_takes_effect_after_restart(cluster):
     assert (cluster.bundle("bob") / "certs" / "ca.crt").read_bytes() == ca_before
     assert cluster.stop("alice") == 0
     cluster.start("alice")
-    run_power_iteration(cluster, cluster.expected["power-iteration"], session_id="after-rotation")
+    run_power_iteration(cluster, cluster.expected["power-iteration"], session_id="trent.after-rotation")
 
 
 def _long_session(cluster, sid: str, rounds: int, timeout: float):
@@ -207,7 +207,7 @@ def _check_eigenvectors(records, blocks) -> None:
 def test_a_dropped_link_heals_without_losing_the_session(cluster):
     """bob's cable unplugged for 10 s (shorter than the 15 s grace) mid-session: the session
     carries on once it is back, at every party, with the right result."""
-    sid = "link-drop"
+    sid = "trent.link-drop"
     t, result = _long_session(cluster, sid, rounds=120, timeout=120)
     time.sleep(1.0)
     assert all(cluster.running_at(p, sid) for p in PI_PARTIES), "finished before the cut"
@@ -230,7 +230,7 @@ def test_a_cut_longer_than_the_grace_fails_everywhere_naming_bob_then_resumes(cl
     deadline) with UNAVAILABLE naming bob -- bob too, who lost every peer at once -- and
     keeps its checkpoint; with the cable back, `smcdp session resume` completes it."""
     before = _records_snapshot(cluster)
-    sid = "cable-cut"
+    sid = "trent.cable-cut"
     grace = cluster.peer_grace_seconds
     t, result = _long_session(cluster, sid, rounds=400, timeout=300)
     time.sleep(1.0)
@@ -284,7 +284,7 @@ def test_party_crash_mid_session_then_restart(cluster):
     import signal
 
     others = {p: cluster.procs[p].pid for p in PI_PARTIES if p != "alice"}
-    sid = "crash"
+    sid = "trent.crash"
     t, result = _long_session(cluster, sid, rounds=150, timeout=180)
     time.sleep(0.5)
     assert cluster.stop("alice", sig=signal.SIGKILL) == -signal.SIGKILL

@@ -66,7 +66,7 @@ def test_one_peers_proposal_flood_leaves_another_peers_session_alone(tmp_path, c
     limits = Limits(max_session_seconds=WEEK, proposal_grace_seconds=4.0)
     cfgs, _ = cluster(limits)
     with _peer(tmp_path, cfgs) as alice:
-        codes = [call_unary(alice, MAILBOX + "Propose", _spec(f"flood-{i}", {"a": "alice", "b": "bob"},
+        codes = [call_unary(alice, MAILBOX + "Propose", _spec(f"alice.flood-{i}", {"a": "alice", "b": "bob"},
                                                               timeout=WEEK))[0] for i in range(70)]
         assert codes.count(C.OK) == limits.pending_per_peer
         assert codes.count(C.RESOURCE_EXHAUSTED) == 70 - limits.pending_per_peer
@@ -77,7 +77,7 @@ def test_one_peers_proposal_flood_leaves_another_peers_session_alone(tmp_path, c
         time.sleep(limits.proposal_grace_seconds + 1.5)
         expired = client.get_result(cfgs["bob"], "flood-0")
         assert expired["state"] == "failed" and "proposal grace" in expired["error"]["message"]
-        assert call_unary(alice, MAILBOX + "Propose", _spec("after-grace", {"a": "alice", "b": "bob"}))[0] == C.OK
+        assert call_unary(alice, MAILBOX + "Propose", _spec("alice.after-grace", {"a": "alice", "b": "bob"}))[0] == C.OK
 
 
 def test_junk_into_one_session_is_refused_before_it_is_buffered(tmp_path, cluster):
@@ -88,7 +88,7 @@ def test_junk_into_one_session_is_refused_before_it_is_buffered(tmp_path, cluste
     roles = {"trent": "alice", "party1": "bob", "party2": "charlie"}
     params = json.dumps({"key_bits": 512, "rows": 30})
     with _peer(tmp_path, cfgs) as alice:
-        assert call_unary(alice, MAILBOX + "Propose", _spec("junk", roles, "power-iteration", params))[0] == C.OK
+        assert call_unary(alice, MAILBOX + "Propose", _spec("alice.junk", roles, "power-iteration", params))[0] == C.OK
         before = rss_mb(pid)
         chunk = os.urandom(1 << 20)
         codes, sent = {}, 0
@@ -98,14 +98,14 @@ def test_junk_into_one_session_is_refused_before_it_is_buffered(tmp_path, cluste
                 # serves them from a heap that grows to a plateau (measured: 14 MB with the threshold
                 # pinned by MALLOC_MMAP_THRESHOLD_, 35 MB without it); from here on, nothing may grow
                 warm = rss_mb(pid)
-            env = tpb.Envelope(session_id="junk", tag=f"junk/{i}", type_name="smcdp.v1.Blobs", chunk_index=0,
+            env = tpb.Envelope(session_id="alice.junk", tag=f"junk/{i}", type_name="smcdp.v1.Blobs", chunk_index=0,
                                chunk_count=1, total_size=len(chunk), data=chunk).SerializeToString()
             code, details = call_deliver(alice, [env])
             codes[code.name] = codes.get(code.name, 0) + 1
             sent += len(chunk)
         small = os.urandom(2000)  # then small messages, each within the per-message bound
         for i in range(20_000):
-            env = tpb.Envelope(session_id="junk", tag=f"small/{i}", type_name="smcdp.v1.Blobs", chunk_index=0,
+            env = tpb.Envelope(session_id="alice.junk", tag=f"small/{i}", type_name="smcdp.v1.Blobs", chunk_index=0,
                                chunk_count=1, total_size=len(small), data=small).SerializeToString()
             code, details = call_deliver(alice, [env])
             codes[code.name] = codes.get(code.name, 0) + 1
@@ -141,9 +141,9 @@ def test_json_logs_escape_a_forged_abort_and_files_are_private(tmp_path, cluster
     cfgs, procs = cluster(Limits(), names=("alice", "bob"), log_format="json")
     forged = "bye\n2026-01-01 00:00:00,000 INFO smcdp.party: session inj succeeded"
     with _peer(tmp_path, cfgs) as alice:
-        assert call_unary(alice, MAILBOX + "Propose", _spec("inj", {"a": "alice", "b": "bob"}))[0] == C.OK
+        assert call_unary(alice, MAILBOX + "Propose", _spec("alice.inj", {"a": "alice", "b": "bob"}))[0] == C.OK
         assert call_unary(alice, MAILBOX + "Abort", tpb.AbortRequest(
-            session_id="inj", code="ABORTED", message=forged).SerializeToString())[0] == C.OK
+            session_id="alice.inj", code="ABORTED", message=forged).SerializeToString())[0] == C.OK
     rec = client.get_result(cfgs["bob"], "inj")
     for _ in range(100):
         if rec["state"] == "failed":

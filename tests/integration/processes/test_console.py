@@ -93,7 +93,7 @@ def run(tmp_path_factory):
                            session_seconds=300, budgets=budgets, consoles=consoles, **options)
     with cluster:
         url = cluster.console_url("alice")
-        sid = "console-dp-1"
+        sid = "charlie.console-dp-1"   # in its initiator's namespace (issue 24)
         seen = {"states": set(), "pages": [], "root_key": None}
         outcome = {}
         get(url)   # the console answers before the session starts

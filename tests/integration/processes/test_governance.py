@@ -140,18 +140,18 @@ def test_kill_minus_nine_between_reservation_and_charge_loses_nothing_and_oversp
     # dave approves by hand, and proposals go out in name order (alice, bob, dave): while dave's operator
     # decides, alice and bob hold their reservations and no output can have left them.
     with _cluster(tmp_path, approval={"dave": "operator"}, budget=2.0) as cluster:
-        th, out = _start(cluster, "k-1")
-        _wait_pending(cluster, "dave", "k-1")
-        assert _ledger(cluster, "alice").reservation("alice", "k-1").state == "reserved"
+        th, out = _start(cluster, "charlie.k-1")
+        _wait_pending(cluster, "dave", "charlie.k-1")
+        assert _ledger(cluster, "alice").reservation("alice", "charlie.k-1").state == "reserved"
         cluster.procs["alice"].kill()
         cluster.procs["alice"].wait(10)
-        assert _ledger(cluster, "alice").reservation("alice", "k-1").state == "reserved"   # nothing lost
+        assert _ledger(cluster, "alice").reservation("alice", "charlie.k-1").state == "reserved"   # nothing lost
         _restart_after_kill(cluster)
         # alice restored the prepared session from its checkpoint (docs/fault-tolerance.md): it can
         # still begin, so its reservation stays -- released, a release would go unbudgeted
-        assert _ledger(cluster, "alice").reservation("alice", "k-1").state == "reserved"
+        assert _ledger(cluster, "alice").reservation("alice", "charlie.k-1").state == "reserved"
         assert verify_log(cluster.data_dir("alice")).ok
-        assert cli_main(["session", "reject", "k-1", "--config", str(cluster.configs["dave"]),
+        assert cli_main(["session", "reject", "charlie.k-1", "--config", str(cluster.configs["dave"]),
                          "--reason", "superseded"]) == 0
         th.join(60)
         assert out["error"].code == "PERMISSION_DENIED"
@@ -159,9 +159,9 @@ def test_kill_minus_nine_between_reservation_and_charge_loses_nothing_and_oversp
         # the initiator's abort reaches the restored session: both reservations go back
         for party in ("alice", "bob"):
             end = time.monotonic() + 30
-            while _ledger(cluster, party).reservation(party, "k-1").state == "reserved" and time.monotonic() < end:
+            while _ledger(cluster, party).reservation(party, "charlie.k-1").state == "reserved" and time.monotonic() < end:
                 time.sleep(0.2)
-            entry = _ledger(cluster, party).reservation(party, "k-1")
+            entry = _ledger(cluster, party).reservation(party, "charlie.k-1")
             assert entry.state == "released" and "failed before its release point" in entry.reason, (party, entry)
 
         # from now on dave's operator approves everything: the budget of 2 admits exactly 2 more
@@ -181,7 +181,7 @@ def test_kill_minus_nine_between_reservation_and_charge_loses_nothing_and_oversp
         try:
             outcomes = []
             for i in range(3):
-                th, out = _start(cluster, f"k-{i + 2}")
+                th, out = _start(cluster, f"charlie.k-{i + 2}")
                 th.join(120)
                 outcomes.append(out)
         finally:
@@ -212,15 +212,15 @@ def test_approve_reject_list_show_through_the_cli_durably_and_expiring(tmp_path,
     with _cluster(tmp_path, approval={"alice": "operator"}, budget=5.0,
                   limits=Limits(approval_timeout_seconds=20.0)) as cluster:
         alice = str(cluster.configs["alice"])
-        th, out = _start(cluster, "a-1")
-        _wait_pending(cluster, "alice", "a-1")
+        th, out = _start(cluster, "charlie.a-1")
+        _wait_pending(cluster, "alice", "charlie.a-1")
         capsys.readouterr()
         assert cli_main(["session", "list", "--config", alice, "--pending", "--json"]) == 0
         [item] = json.loads(capsys.readouterr().out)
         assert (item["session_id"], item["state"], item["protocol"], item["initiator"], item["role"],
-                item["epsilon"]) == ("a-1", "pending", "dp-aggregate", "charlie", "party1", 1.0)
+                item["epsilon"]) == ("charlie.a-1", "pending", "dp-aggregate", "charlie", "party1", 1.0)
         assert item["roles"] == ROLES and item["params"]["epsilon"] == 1.0
-        assert cli_main(["session", "show", "a-1", "--config", alice]) == 0
+        assert cli_main(["session", "show", "charlie.a-1", "--config", alice]) == 0
         shown = capsys.readouterr().out
         for text in ("protocol   dp-aggregate", "initiator  charlie", "this party party1", "epsilon    1  delta 1.0842e-19",
                      '"key_bits": 512', "output     model -> roles dave (differentially private)"):
@@ -228,41 +228,41 @@ def test_approve_reject_list_show_through_the_cli_durably_and_expiring(tmp_path,
         # a restart of alice keeps the proposal waiting; the initiator keeps asking
         _restart(cluster, "alice", kill=False)
         assert cli_main(["session", "list", "--config", alice, "--pending"]) == 0
-        assert "a-1" in capsys.readouterr().out
-        assert cli_main(["session", "approve", "a-1", "--config", alice]) == 0
+        assert "charlie.a-1" in capsys.readouterr().out
+        assert cli_main(["session", "approve", "charlie.a-1", "--config", alice]) == 0
         assert "approved (epsilon 1 reserved)" in capsys.readouterr().out
         th.join(120)
         assert out["record"]["state"] == "succeeded"
-        assert _ledger(cluster, "alice").reservation("alice", "a-1").state == "charged"
+        assert _ledger(cluster, "alice").reservation("alice", "charlie.a-1").state == "charged"
 
-        th, out = _start(cluster, "a-2")
-        _wait_pending(cluster, "alice", "a-2")
-        assert cli_main(["session", "reject", "a-2", "--config", alice, "--reason", "not this quarter"]) == 0
+        th, out = _start(cluster, "charlie.a-2")
+        _wait_pending(cluster, "alice", "charlie.a-2")
+        assert cli_main(["session", "reject", "charlie.a-2", "--config", alice, "--reason", "not this quarter"]) == 0
         th.join(60)
         assert out["error"].code == "PERMISSION_DENIED"
         assert "party 'alice'" in str(out["error"]) and "not this quarter" in str(out["error"])
-        assert cli_main(["session", "approve", "a-2", "--config", alice]) == 1      # it is rejected now
+        assert cli_main(["session", "approve", "charlie.a-2", "--config", alice]) == 1      # it is rejected now
 
-        th, out = _start(cluster, "a-3", timeout=6.0)        # never approved (the timeout counts from Begin)
+        th, out = _start(cluster, "charlie.a-3", timeout=6.0)        # never approved (the timeout counts from Begin)
         th.join(90)
         assert out["error"].code == "DEADLINE_EXCEEDED"
-        assert "party 'alice' did not approve session 'a-3' within the initiator's approval timeout" \
+        assert "party 'alice' did not approve session 'charlie.a-3' within the initiator's approval timeout" \
             in str(out["error"])
         time.sleep(1.5)
         capsys.readouterr()
-        assert cli_main(["session", "show", "a-3", "--config", alice, "--json"]) == 0
+        assert cli_main(["session", "show", "charlie.a-3", "--config", alice, "--json"]) == 0
         # the initiator's abort at its approval timeout (withdrawn) or alice's own (expired) ends it
         assert json.loads(capsys.readouterr().out)["state"] in ("withdrawn", "expired")
 
-        th, out = _start(cluster, "a-4", timeout=8.0)        # the initiator dies: nobody withdraws it
-        _wait_pending(cluster, "alice", "a-4")
+        th, out = _start(cluster, "charlie.a-4", timeout=8.0)        # the initiator dies: nobody withdraws it
+        _wait_pending(cluster, "alice", "charlie.a-4")
         cluster.procs["charlie"].kill()
         cluster.procs["charlie"].wait(10)
         th.join(60)
         end = time.monotonic() + 60
         while True:                                          # alice's approval timeout (20 s) expires it
             capsys.readouterr()
-            assert cli_main(["session", "show", "a-4", "--config", alice, "--json"]) == 0
+            assert cli_main(["session", "show", "charlie.a-4", "--config", alice, "--json"]) == 0
             state = json.loads(capsys.readouterr().out)["state"]
             if state == "expired" or time.monotonic() > end:
                 break
@@ -271,14 +271,14 @@ def test_approve_reject_list_show_through_the_cli_durably_and_expiring(tmp_path,
         assert cli_main(["session", "list", "--config", alice, "--pending"]) == 0
         assert "no pending proposals" in capsys.readouterr().out
         events = [(e["event"], e.get("session")) for _, e, _ in read_entries(cluster.data_dir("alice"))]
-        for ev in (("pending", "a-1"), ("approved", "a-1"), ("charged", "a-1"), ("rejected", "a-2"),
-                   ("expired", "a-4")):
+        for ev in (("pending", "charlie.a-1"), ("approved", "charlie.a-1"), ("charged", "charlie.a-1"), ("rejected", "charlie.a-2"),
+                   ("expired", "charlie.a-4")):
             assert ev in events, ev
         assert verify_log(cluster.data_dir("alice")).ok
         assert [cluster.procs[p].poll() for p in ("alice", "bob", "dave")] == [None] * 3
         # only alice's own certificate decides for alice
         as_bob = replace(load_config(alice), tls=load_config(cluster.configs["bob"]).tls)
-        for call in (lambda: client.approve_session(as_bob, "a-1"), lambda: client.list_sessions(as_bob)):
+        for call in (lambda: client.approve_session(as_bob, "charlie.a-1"), lambda: client.list_sessions(as_bob)):
             with pytest.raises(SmcdpError) as ei:
                 call()
             assert ei.value.code == "PERMISSION_DENIED"

@@ -60,10 +60,10 @@ def test_a_party_without_policy_refuses_every_peer_and_its_own_operator_still_st
     with _member(tmp_path, cfgs, "bob", "alice") as bob:
         for i, extra in enumerate(({}, {"timeout": 30.0}, {"protocol": "keyword", "params": '{"key_bits": 2048}'})):
             roles = ECHO if extra.get("protocol") is None else {"alice": "bob", "bob": "alice"}
-            code, details = call_unary(bob, MAILBOX + "Propose", _spec(f"deny-{i}", roles, **extra))
+            code, details = call_unary(bob, MAILBOX + "Propose", _spec(f"bob.deny-{i}", roles, **extra))
             assert code == C.PERMISSION_DENIED, (code, details)
             assert "rule policy)" in details and "deny by default" in details
-        seeded = tpb.SessionSpec.FromString(_spec("deny-seeded", ECHO))
+        seeded = tpb.SessionSpec.FromString(_spec("bob.deny-seeded", ECHO))
         seeded.seed = 7
         code, details = call_unary(bob, MAILBOX + "Propose", seeded.SerializeToString())
         assert code == C.PERMISSION_DENIED and "rule policy)" in details
@@ -205,49 +205,49 @@ def test_a_resume_is_admitted_again(tmp_path, processes):
         # six resumable failures; a proposal's slot is free again once it failed
         t0 = time.monotonic()
         for i in range(6):
-            assert call_unary(alice, MAILBOX + "Propose", _spec(f"r-{i}", ECHO, timeout=40.0))[0] == C.OK
-            assert _abort(alice, f"r-{i}")[0] == C.OK
-            _failed_resumably(cfgs["bob"], f"r-{i}")
+            assert call_unary(alice, MAILBOX + "Propose", _spec(f"alice.r-{i}", ECHO, timeout=40.0))[0] == C.OK
+            assert _abort(alice, f"alice.r-{i}")[0] == C.OK
+            _failed_resumably(cfgs["bob"], f"alice.r-{i}")
         time.sleep(max(0.0, t0 + 4.0 - time.monotonic()))
-        codes = [_resume(alice, f"r-{i}") for i in range(4)]
+        codes = [_resume(alice, f"alice.r-{i}") for i in range(4)]
         assert [c for c, _ in codes[:2]] == [C.OK, C.OK], codes
         for code, details in codes[2:]:   # two of alice's sessions wait for Begin: pending_per_peer
             assert code == C.RESOURCE_EXHAUSTED and "rule limits.pending)" in details, (code, details)
         # the deadline is the one the session had (proposed ~40 s ago at most), not a new 40 s
-        left = client.get_status(cfgs["bob"], "r-0")["seconds_left"]
+        left = client.get_status(cfgs["bob"], "alice.r-0")["seconds_left"]
         assert left <= 40.0 - (time.monotonic() - t0) + 0.5, left
         # another peer's session still gets a slot and runs
         rec = client.start_session(cfgs["charlie"], "net-echo", {"a": "charlie", "b": "bob"}, {"n": 2},
                                    session_id="honest-1", timeout=30)
         assert rec["state"] == "succeeded"
         # restarts are bounded: r-0 resumed once; abort and resume it until limits.max_restarts (2) says no
-        assert _abort(alice, "r-0")[0] == C.OK
-        _failed_resumably(cfgs["bob"], "r-0")
-        assert _resume(alice, "r-0")[0] == C.OK                # restart 2
-        assert _abort(alice, "r-0")[0] == C.OK
-        _failed_resumably(cfgs["bob"], "r-0")
-        code, details = _resume(alice, "r-0")
+        assert _abort(alice, "alice.r-0")[0] == C.OK
+        _failed_resumably(cfgs["bob"], "alice.r-0")
+        assert _resume(alice, "alice.r-0")[0] == C.OK                # restart 2
+        assert _abort(alice, "alice.r-0")[0] == C.OK
+        _failed_resumably(cfgs["bob"], "alice.r-0")
+        code, details = _resume(alice, "alice.r-0")
         assert code == C.RESOURCE_EXHAUSTED and "rule limits.max_restarts)" in details, (code, details)
         # journaled bytes count against the envelope: 3 MiB into r-4, abort, resume, 3 MiB more is refused
-        assert _abort(alice, "r-1")[0] == C.OK                 # frees alice's second slot
-        _failed_resumably(cfgs["bob"], "r-1")
-        assert _resume(alice, "r-4")[0] == C.OK
+        assert _abort(alice, "alice.r-1")[0] == C.OK                 # frees alice's second slot
+        _failed_resumably(cfgs["bob"], "alice.r-1")
+        assert _resume(alice, "alice.r-4")[0] == C.OK
         from tests.support.boundary import call_deliver
 
-        assert call_deliver(alice, _junk("r-4", "junk-1", 3 << 20))[0] == C.OK
-        assert _abort(alice, "r-4")[0] == C.OK
-        _failed_resumably(cfgs["bob"], "r-4")
-        assert _resume(alice, "r-4")[0] == C.OK
-        code, details = call_deliver(alice, _junk("r-4", "junk-2", 3 << 20))
+        assert call_deliver(alice, _junk("alice.r-4", "junk-1", 3 << 20))[0] == C.OK
+        assert _abort(alice, "alice.r-4")[0] == C.OK
+        _failed_resumably(cfgs["bob"], "alice.r-4")
+        assert _resume(alice, "alice.r-4")[0] == C.OK
+        code, details = call_deliver(alice, _junk("alice.r-4", "junk-2", 3 << 20))
         assert code == C.RESOURCE_EXHAUSTED and "past its budget" in details, (code, details)
-        assert _abort(alice, "r-4")[0] == C.OK
-        _failed_resumably(cfgs["bob"], "r-4")
+        assert _abort(alice, "alice.r-4")[0] == C.OK
+        _failed_resumably(cfgs["bob"], "alice.r-4")
     # bob restarts with a smaller envelope (and room for restarts): a journal holding more than it
     # allows is not reloaded at all
     _set_limits(cfgs["bob"], max_session_mib=1, max_message_mib=1, max_restarts=5)
     _restart(processes, procs, cfgs, "bob")
     with _member(tmp_path, cfgs, "alice", "bob") as alice:
-        code, details = _resume(alice, "r-4")
+        code, details = _resume(alice, "alice.r-4")
         assert code == C.RESOURCE_EXHAUSTED and "rule envelope)" in details, (code, details)
     # and with today's policy: bob's operator removed [policy] (deny by default) and restarted
     text = cfgs["bob"].read_text()
@@ -257,7 +257,7 @@ def test_a_resume_is_admitted_again(tmp_path, processes):
     assert load_config(cfgs["bob"]).policy is None
     _restart(processes, procs, cfgs, "bob")
     with _member(tmp_path, cfgs, "alice", "bob") as alice:
-        code, details = _resume(alice, "r-5")
+        code, details = _resume(alice, "alice.r-5")
         assert code == C.PERMISSION_DENIED and "rule policy)" in details, (code, details)
     refused = {e["rule"] for e in _events(bob_dir, "refused") if e.get("how") == "resume"}
     assert {"limits.pending", "limits.max_restarts", "envelope", "policy"} <= refused, refused
@@ -302,38 +302,38 @@ def test_an_abort_gives_the_reservation_back_and_the_checkpoint_goes_after_the_r
     spec = lambda sid: _spec(sid, DPA_ROLES, "dp-aggregate", json.dumps(DPA_PARAMS), 600.0)  # noqa: E731
     bob_dir = tmp_path / "state" / "bob"
     with _member(tmp_path, cfgs, "alice", "bob") as alice:
-        assert call_unary(alice, MAILBOX + "Propose", spec("a-1"))[0] == C.OK
-        assert _reservation(tmp_path, "a-1").state == "reserved"
-        assert call_unary(alice, MAILBOX + "Propose", spec("a-2"))[0] == C.RESOURCE_EXHAUSTED   # budget held
-        assert _abort(alice, "a-1")[0] == C.OK
-        _failed_resumably(cfgs["bob"], "a-1")
-        assert _reservation(tmp_path, "a-1").state == "released"
-        assert (bob_dir / "sessions" / "a-1.d").is_dir()         # kept for a resume, for now
+        assert call_unary(alice, MAILBOX + "Propose", spec("alice.a-1"))[0] == C.OK
+        assert _reservation(tmp_path, "alice.a-1").state == "reserved"
+        assert call_unary(alice, MAILBOX + "Propose", spec("alice.a-2"))[0] == C.RESOURCE_EXHAUSTED   # budget held
+        assert _abort(alice, "alice.a-1")[0] == C.OK
+        _failed_resumably(cfgs["bob"], "alice.a-1")
+        assert _reservation(tmp_path, "alice.a-1").state == "released"
+        assert (bob_dir / "sessions" / "alice.a-1.d").is_dir()         # kept for a resume, for now
         # the honest next session is admitted (it reserves the whole budget in turn) ...
-        assert call_unary(alice, MAILBOX + "Propose", spec("a-2"))[0] == C.OK
+        assert call_unary(alice, MAILBOX + "Propose", spec("alice.a-2"))[0] == C.OK
         # ... so resuming a-1 is admitted again only if its cost fits: it does not
-        code, details = _resume(alice, "a-1")
+        code, details = _resume(alice, "alice.a-1")
         assert code == C.RESOURCE_EXHAUSTED and "rule budget)" in details, (code, details)
-        assert _abort(alice, "a-2", code="ABORTED")[0] == C.OK   # a final failure: nothing to keep
-        _wait_for("a-2 to end", lambda: client.get_result(cfgs["bob"], "a-2").get("state") == "failed")
-        assert _reservation(tmp_path, "a-2").state == "released"
-        assert not (bob_dir / "sessions" / "a-2.d").exists()
-        assert _resume(alice, "a-1")[0] == C.OK                  # now it fits: reserved again
-        assert _reservation(tmp_path, "a-1/resume-1").state == "reserved"
+        assert _abort(alice, "alice.a-2", code="ABORTED")[0] == C.OK   # a final failure: nothing to keep
+        _wait_for("alice.a-2 to end", lambda: client.get_result(cfgs["bob"], "alice.a-2").get("state") == "failed")
+        assert _reservation(tmp_path, "alice.a-2").state == "released"
+        assert not (bob_dir / "sessions" / "alice.a-2.d").exists()
+        assert _resume(alice, "alice.a-1")[0] == C.OK                  # now it fits: reserved again
+        assert _reservation(tmp_path, "alice.a-1/resume-1").state == "reserved"
     # kill -9 while the resumed session holds its reservation: restored, it keeps it; aborted, it goes back
     procs["bob"].kill()
     procs["bob"] = processes("bob", cfgs["bob"], use_launcher=False)
     client.wait_healthy(cfgs["bob"], timeout=60)
-    assert _reservation(tmp_path, "a-1/resume-1").state == "reserved"
+    assert _reservation(tmp_path, "alice.a-1/resume-1").state == "reserved"
     with _member(tmp_path, cfgs, "alice", "bob") as alice:
-        assert _abort(alice, "a-1")[0] == C.OK
-    _wait_for("a-1's reservation to go back", lambda: _reservation(tmp_path, "a-1/resume-1").state == "released")
+        assert _abort(alice, "alice.a-1")[0] == C.OK
+    _wait_for("alice.a-1's reservation to go back", lambda: _reservation(tmp_path, "alice.a-1/resume-1").state == "released")
     # the retention (6 s) deletes the resumable checkpoint -- root key and journal -- and says so
-    _wait_for("a-1's checkpoint to be deleted", lambda: not (bob_dir / "sessions" / "a-1.d").exists(), timeout=40)
+    _wait_for("alice.a-1's checkpoint to be deleted", lambda: not (bob_dir / "sessions" / "alice.a-1.d").exists(), timeout=40)
     deleted = _events(bob_dir, "checkpoint-deleted")
-    assert [e["session"] for e in deleted] == ["a-1"] and deleted[0]["resumable"] is True
-    released = [e for e in _events(bob_dir, "released") if e["session"] == "a-1"]
-    assert len(released) == 2 and released[1]["key"] == "a-1/resume-1"
+    assert [e["session"] for e in deleted] == ["alice.a-1"] and deleted[0]["resumable"] is True
+    released = [e for e in _events(bob_dir, "released") if e["session"] == "alice.a-1"]
+    assert len(released) == 2 and released[1]["key"] == "alice.a-1/resume-1"
     from smcdp.dp.ledger import Ledger
 
     st = Ledger(bob_dir / "ledger.sqlite").status("bob")
@@ -353,7 +353,7 @@ def test_a_refused_peers_flood_is_counted_not_written_line_by_line(tmp_path, pro
     bob_dir = tmp_path / "state" / "bob"
     before = (bob_dir / "audit.jsonl").stat().st_size
     with _member(tmp_path, cfgs, "alice", "bob") as alice:
-        codes = {call_unary(alice, MAILBOX + "Propose", _spec(f"f-{i}", ECHO))[0] for i in range(300)}
+        codes = {call_unary(alice, MAILBOX + "Propose", _spec(f"alice.f-{i}", ECHO))[0] for i in range(300)}
     assert codes == {C.FAILED_PRECONDITION}
     grown = (bob_dir / "audit.jsonl").stat().st_size - before
     assert grown < 2 * REFUSALS_IN_FULL * 600, grown          # a few KB, not 300 × 2 lines
@@ -374,14 +374,14 @@ def test_the_approval_queue_holds_a_bounded_number_per_peer(tmp_path, processes)
     assert load_config(cfgs["bob"]).policy.approval == "operator"
     _start(processes, cfgs, ["bob"])
     with _member(tmp_path, cfgs, "alice", "bob") as alice:
-        replies = [call_unary(alice, MAILBOX + "Propose", _spec(f"q-{i}", ECHO)) for i in range(30)]
+        replies = [call_unary(alice, MAILBOX + "Propose", _spec(f"alice.q-{i}", ECHO)) for i in range(30)]
     assert [c for c, _ in replies[:8]] == [C.OK] * 8            # pending
     for code, details in replies[8:]:
         assert code == C.RESOURCE_EXHAUSTED and "limits.pending_approvals_per_peer" in details, (code, details)
     pending = client.list_sessions(cfgs["bob"], pending_only=True)
     assert len(pending) == 8
     with _member(tmp_path, cfgs, "charlie", "bob") as charlie:
-        assert call_unary(charlie, MAILBOX + "Propose", _spec("c-1", {"a": "charlie", "b": "bob"}))[0] == C.OK
+        assert call_unary(charlie, MAILBOX + "Propose", _spec("charlie.c-1", {"a": "charlie", "b": "bob"}))[0] == C.OK
     assert len(client.list_sessions(cfgs["bob"], pending_only=True)) == 9
 
 
@@ -434,7 +434,7 @@ def test_peers_witness_the_audit_head_so_truncation_or_a_rewrite_shows(tmp_path,
         return max(json.loads(h["statement"])["lines"] for h in heads.values())
     _wait_for("bob to hold alice's head of the second session",
               lambda: witnessed_lines() and (alice_dir / "witness" / "bob.json").exists()
-              and "w-1" in held.read_text())
+              and "alice.w-1" in held.read_text())
     n = witnessed_lines()
     code, out = _verify_cli("--config", str(cfgs["alice"]), "--witnesses")
     assert code == 0 and "agree with the log" in out, out
@@ -452,7 +452,7 @@ def test_peers_witness_the_audit_head_so_truncation_or_a_rewrite_shows(tmp_path,
     code, out = _verify_cli("--config", str(cfgs["alice"]), "--witnesses")
     assert code == 1 and "it was truncated" in out and "TAMPERED" in out, out
     # a consistent rewrite of history (an event changed, every later line re-chained)
-    forged = [dict(e, state="failed") if e.get("session") == "w-0" and e["event"] == "session-end" else e
+    forged = [dict(e, state="failed") if e.get("session") == "alice.w-0" and e["event"] == "session-end" else e
               for e in entries]
     assert forged != entries
     log, head = _rechain(forged)
@@ -604,14 +604,14 @@ def test_a_resume_a_participant_has_no_room_for_now_stays_resumable(tmp_path, pr
     _failed_resumably(cfgs["bob"], "busy-1")
     with _member(tmp_path, cfgs, "charlie", "bob") as charlie:
         for i in range(2):
-            assert call_unary(charlie, MAILBOX + "Propose", _spec(f"c-{i}", {"a": "charlie", "b": "bob"}))[0] == C.OK
+            assert call_unary(charlie, MAILBOX + "Propose", _spec(f"charlie.c-{i}", {"a": "charlie", "b": "bob"}))[0] == C.OK
         rec = _outcome(lambda: client.resume_session(cfgs["alice"], "busy-1", timeout=60))
         assert rec["code"] == "UNAVAILABLE" and "RESOURCE_EXHAUSTED" in rec["message"], rec
         assert "stays resumable" in rec["message"]
         for party in ("alice", "bob"):
             assert client.get_result(cfgs[party], "busy-1")["resumable"] is True
         for i in range(2):
-            assert _abort(charlie, f"c-{i}", code="ABORTED")[0] == C.OK
+            assert _abort(charlie, f"charlie.c-{i}", code="ABORTED")[0] == C.OK
     rec = client.resume_session(cfgs["alice"], "busy-1", timeout=60)
     assert rec["state"] == "succeeded" and rec["result"]["y"] == [1.0, 3.0, 5.0]
 

@@ -35,16 +35,16 @@ def test_party_client_and_the_session_cli_against_party_processes(tmp_path, proc
     # without waiting: a handle, watched through status until it ends
     seen = []
     handle = alice.start_session("net-echo", ROLES, {"n": 3}, session_id="op-2", timeout=30, wait=False)
-    assert isinstance(handle, SessionHandle) and handle.session_id == "op-2"
+    assert isinstance(handle, SessionHandle) and handle.session_id == "alice.op-2"
     res2 = handle.wait(timeout=60, on_status=seen.append, poll=0.05)
     assert res2.succeeded and handle.done()
-    assert all(s.session_id == "op-2" for s in seen)
+    assert all(s.session_id == "alice.op-2" for s in seen)
 
     listed = {i.session_id: i for i in alice.sessions()}
-    assert {"op-1", "op-2"} <= set(listed) and listed["op-1"].state is SessionState.SUCCEEDED
+    assert {"alice.op-1", "alice.op-2"} <= set(listed) and listed["alice.op-1"].state is SessionState.SUCCEEDED
 
     # failures are typed, and the record stays available with its error
-    with pytest.raises(InvalidMessage, match="session op-3 failed"):
+    with pytest.raises(InvalidMessage, match="session alice.op-3 failed"):
         alice.start_session("net-echo", ROLES, {"fail_role": "a"}, session_id="op-3", timeout=30)
     failed = alice.result("op-3")
     assert failed.state is SessionState.FAILED and failed.error.code == "INVALID_ARGUMENT"
@@ -60,10 +60,10 @@ def test_party_client_and_the_session_cli_against_party_processes(tmp_path, proc
                        capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     rec = json.loads(r.stdout)
-    assert rec["state"] == "succeeded" and rec["session_id"] == "op-cli" and rec["result"]["y"] == [1.0, 3.0]
+    assert rec["state"] == "succeeded" and rec["session_id"] == "alice.op-cli" and rec["result"]["y"] == [1.0, 3.0]
     assert rec == alice.result("op-cli").as_dict()
     lines = r.stderr.splitlines()
-    assert lines and lines[-1].startswith("session op-cli (") and " done, " in lines[-1] and "round/s" in lines[-1]
+    assert lines and lines[-1].startswith("session alice.op-cli (") and " done, " in lines[-1] and "round/s" in lines[-1]
     assert "\x1b" not in r.stderr
     r = subprocess.run([sys.executable, "-m", "smcdp", "session", "status", "op-cli", "--config",
                         str(cfgs["alice"])], capture_output=True, text=True, cwd=REPO, env=env, timeout=60)

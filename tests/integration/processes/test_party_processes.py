@@ -34,13 +34,13 @@ def test_two_processes_run_a_session_and_stop_on_sigterm(tmp_path, processes):
         assert time.monotonic() < deadline
         time.sleep(0.05)
     assert bob_rec["result"]["received"] == [1.25, -2.0, 3000.0]
-    assert (tmp_path / "state/bob/sessions/proc-1.json").exists()
+    assert (tmp_path / "state/bob/sessions/alice.proc-1.json").exists()
     for proc in (alice, bob):
         rc = proc.terminate(timeout=20)
         assert rc == 0, proc.output()
         assert f"party {proc.name} stopped" in proc.output()
     # records survive the processes
-    assert '"state": "succeeded"' in (tmp_path / "state/alice/sessions/proc-1.json").read_text()
+    assert '"state": "succeeded"' in (tmp_path / "state/alice/sessions/alice.proc-1.json").read_text()
 
 
 def _session_running_at_bob(tmp_path, processes, session_id, wait_forever_role, timeout):
@@ -86,7 +86,7 @@ def test_sigterm_mid_session_aborts_peers_cleanly(tmp_path, processes):
     rec = client.get_result(cfgs["alice"], "proc-2")
     assert rec["state"] == "failed" and rec["error"]["origin"] == "bob"
     # bob wrote its own record before exiting
-    bob_rec = (tmp_path / "state/bob/sessions/proc-2.json").read_text()
+    bob_rec = (tmp_path / "state/bob/sessions/alice.proc-2.json").read_text()
     assert '"state": "failed"' in bob_rec and "shutting down" in bob_rec
 
 

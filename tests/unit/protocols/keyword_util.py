@@ -68,3 +68,12 @@ def synthetic_models(kind: str, rng, D=3, N=4, d=4, C=2, M=6, topology="dense") 
 def fixture_utterances():
     labels = json.loads((DATA / "labels.json").read_text())
     return [(DATA / u["file"], u) for u in labels["utterances"]]
+
+
+def bounds_for(models: KeywordModels, X) -> dict:
+    """The tightest public bounds (issue 24: max_frames, max_models, ...) a session with these models and
+    observations runs under: the sessions of the correctness tests use them, so they also show that
+    inputs exactly at the bounds pass."""
+    return {"max_frames": len(X), "max_models": models.n_words, "max_states": models.n_states,
+            "max_mixtures": models.n_mix or 1,
+            "max_features": models.n_symbols if models.kind == "discrete" else models.n_features}

@@ -17,13 +17,13 @@ from smcdp.protocols.secure_forward import (
 from smcdp.speech import load_models, score_models
 from smcdp.speech.models import KeywordModels, to_hmmlearn
 from smcdp.v1 import messages_pb2 as pb
-from tests.unit.protocols.keyword_util import DATA, run_pair, synthetic_models
+from tests.unit.protocols.keyword_util import DATA, bounds_for, run_pair, synthetic_models
 
 REL_TOL = 1e-6
 
 
 def secure_scores(models, X, sk, params=None, seed=None):
-    params = params or ForwardParams()
+    params = params or ForwardParams(**bounds_for(models, X))
     pk = sk.public_key
     res, net = run_pair(lambda ch: forward_alice(ch, X, params, private_key=sk),
                         lambda ch: forward_bob(ch, models, params, public_key=pk, seed=seed))

@@ -25,7 +25,7 @@ from smcdp.errors import CryptoOverflow
 from smcdp.protocols.secure_forward import LOG_ZERO, ForwardParams, forward_alice, forward_bob
 from smcdp.speech import score_models
 from smcdp.speech.models import HMM, KeywordModels
-from tests.unit.protocols.keyword_util import run_pair
+from tests.unit.protocols.keyword_util import bounds_for, run_pair
 
 TINY = 5e-324
 REL, ABS = 1e-6, 1e-6
@@ -119,7 +119,7 @@ def observations(draw, models: KeywordModels, max_T=12):
 
 
 def secure(models, X, sk, params=None, seed=None):
-    params = params or ForwardParams()
+    params = params or ForwardParams(**bounds_for(models, X))
     pk = sk.public_key
     res, _ = run_pair(lambda ch: forward_alice(ch, X, params, private_key=sk),
                       lambda ch: forward_bob(ch, models, params, public_key=pk, seed=seed), timeout=600)

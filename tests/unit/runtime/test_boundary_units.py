@@ -14,12 +14,12 @@ from smcdp._files import atomic_write_json
 from smcdp._text import printable
 from smcdp.errors import InvalidMessage, ResourceExhausted
 from smcdp.net.config import ConfigError, TlsConfig
-from smcdp.net.limits import InboundBudget, Limits, TrafficEnvelope, bounded_json_object
+from smcdp.net.limits import CallQuotas, InboundBudget, Limits, TrafficEnvelope, bounded_json_object
 from smcdp.net.grpc_channel import CLIENT_KEEPALIVE_MS
 from smcdp.net.server import SessionSpec, server_options
 from smcdp.protocols.dp_aggregate import write_durable
 from smcdp.runtime.config import LoggingConfig, PartyConfig, dump_config, load_config
-from smcdp.runtime.limits import begin_wait_seconds, check_begin, check_proposal
+from smcdp.runtime.limits import begin_wait_seconds, check_begin, check_proposal, check_resume
 from smcdp.runtime.logs import JsonLines, _OneLine, private_dir
 
 BASE = """
@@ -61,6 +61,12 @@ def test_limits_defaults_and_values(tmp_path):
     ("[limits]\npending_per_peer = 20\npending_total = 10\n", "cannot exceed limits.pending_total"),
     ("[limits]\nmax_message_mib = 64\nmax_session_mib = 32\n", "cannot exceed limits.max_session_mib"),
     ("[limits]\nmax_message_mib = 64\n[party2]\n", "unknown key"),
+    ("[limits]\ncalls_per_peer = 600\n", "each must be at most the one before it"),
+    ("[limits]\ncalls_per_session = 200\n", "each must be at most the one before it"),
+    ("[limits]\nidle_calls_per_peer = 200\n", "each must be at most the one before it"),
+    ("[limits]\ncall_idle_seconds = 0\n", "limits.call_idle_seconds"),
+    ("[limits]\noperator_calls = 1\n", r"limits.operator_calls must be an integer in \[4, "),
+    ("[limits]\ninbound_mib_per_peer = 9\ninbound_mib_total = 8\n", "cannot exceed limits.inbound_mib_total"),
     ("[logging]\nformat = \"xml\"\n", "logging.format"),
     ("[logging]\nlevel = \"LOUD\"\n", "logging.level"),
 ])
@@ -95,6 +101,48 @@ def test_server_keepalive_policy_accepts_the_clients_pings():
     assert opts["grpc.max_receive_message_length"] <= 5 << 20
 
 
+def test_grpc_cap_sits_above_what_the_accounting_admits():
+    """gRPC's maximum_concurrent_rpcs refuses everyone alike (issue 24: a flood of one member took it all):
+    it must never bind before this party's own per-peer accounting and the operator's reserve do."""
+    lim = Limits()
+    assert lim.grpc_rpc_cap > lim.max_concurrent_rpcs + lim.operator_calls
+
+
+def test_call_quotas_per_peer_in_all_and_the_operators_reserve():
+    q = CallQuotas(Limits(max_concurrent_rpcs=8, calls_per_peer=5, calls_per_session=2, idle_calls_per_peer=2,
+                          operator_calls=4), "me")
+    for _ in range(5):
+        q.enter("mallory")
+    with pytest.raises(ResourceExhausted, match="limits.calls_per_peer"):
+        q.enter("mallory")
+    for _ in range(3):
+        q.enter("bob")
+    with pytest.raises(ResourceExhausted, match="limits.max_concurrent_rpcs"):
+        q.enter("carol")                                    # all peers together are at 8
+    for _ in range(4):
+        q.enter("me")                                       # the operator's reserve is its own
+    with pytest.raises(ResourceExhausted, match="limits.operator_calls"):
+        q.enter("me")
+    q.leave("mallory")
+    q.enter("carol")
+    assert q.calls("mallory") == 4 and q.peer_calls == 8 and q.calls("me") == 4
+    # message calls: idle until bound to a session, then counted per session
+    q.enter_idle("mallory")
+    q.enter_idle("mallory")
+    with pytest.raises(ResourceExhausted, match="limits.idle_calls_per_peer"):
+        q.enter_idle("mallory")
+    q.bind("mallory", "s")          # frees its idle slot
+    q.enter_idle("mallory")
+    q.bind("mallory", "s")
+    q.enter_idle("mallory")
+    with pytest.raises(ResourceExhausted, match="limits.calls_per_session"):
+        q.bind("mallory", "s")
+    q.bind("mallory", "t")          # another session of hers
+    q.leave_message_call("mallory", "s")
+    q.enter_idle("mallory")
+    q.bind("mallory", "s")
+
+
 # ----------------------------------------------------------------------------- admission
 class _S:
     def __init__(self, initiator, state):
@@ -127,6 +175,31 @@ def test_admission_per_initiator_and_in_all():
     # a seed is the governor's rule ([policy] allow_seeded, tests/unit/runtime/test_governance.py),
     # not a limit: the limits admit it
     check_proposal([], "x", _spec(seed=1), lim, "me")
+
+
+def test_admission_counts_what_is_being_admitted_and_resumes():
+    """Proposals (and resumes) being admitted hold no session yet but count as pending (issue 24)."""
+    lim = Limits(pending_per_peer=2, pending_total=3, running_per_peer=2, sessions_total=5)
+    with pytest.raises(ResourceExhausted, match="pending_per_peer"):
+        check_proposal([_S("x", "prepared")], "x", _spec(), lim, "me", {"x": 1})
+    with pytest.raises(ResourceExhausted, match="pending_total"):
+        check_proposal([], "z", _spec(), lim, "me", {"x": 2, "y": 1})
+    check_proposal([], "z", _spec(), lim, "me", {"x": 2})
+    # the party's own operator: no peer's quota, only the party's total
+    check_proposal([_S("me", "prepared")] * 3, "me", _spec(), lim, "me", {"me": 1})
+    with pytest.raises(ResourceExhausted, match="sessions_total"):
+        check_proposal([_S("me", "running")] * 5, "me", _spec(), lim, "me")
+    # a session whose Begin was admitted counts as running before its thread says so
+    begun = [_S("x", "prepared"), _S("x", "prepared")]
+    for b in begun:
+        b.begun = True
+    with pytest.raises(ResourceExhausted, match="running_per_peer"):
+        check_begin(begun, "x", lim, "me")
+    # a resume (the governance half's check_resume) counts the admissions in flight too
+    meta = {"session_id": "s", "restarts": 0, "deadline_epoch": 2e9, "began_epoch": 1.0}
+    check_resume([_S("x", "prepared")], "x", meta, lim, "me", now=1e9)
+    with pytest.raises(ResourceExhausted, match="limits.pending"):
+        check_resume([_S("x", "prepared")], "x", meta, lim, "me", now=1e9, in_flight={"x": 1})
 
 
 def test_proposal_grace():
@@ -236,3 +309,54 @@ def test_private_dirs_and_files(tmp_path):
         assert stat.S_IMODE(os.stat(p).st_mode) == 0o700, p
     assert stat.S_IMODE(os.stat(out / "dp-aggregate-model.json").st_mode) == 0o600
     assert stat.S_IMODE(os.stat(tmp_path / "state").st_mode) == 0o755   # outside the data dir: untouched
+
+
+def test_a_governed_session_keeps_its_protocols_byte_envelope():
+    """A session holding a budget reservation runs its plug-in wrapped by the governor (issue 24: the
+    wrapper did not pass traffic_envelope on, so a DP release got the [limits] ceilings, 2 GiB, instead of
+    its protocol's envelope).  Every question the runtime asks a plug-in reaches the protocol's own."""
+    import inspect
+
+    from smcdp.plugins.base import ProtocolPlugin
+    from smcdp.plugins.registry import get_plugin
+    from smcdp.runtime.governance.gate import _Governed
+
+    asked = {n for n, f in vars(ProtocolPlugin).items()
+             if callable(f) and not n.startswith("_") and not isinstance(f, staticmethod) and n != "run_role"}
+    assert {"validate_params", "summary", "traffic_envelope"} <= asked
+    assert not asked - set(vars(_Governed)), asked - set(vars(_Governed))
+    plugin = get_plugin("dp-aggregate")
+    roles = {"charlie": "c", "party1": "a", "party2": "b", "dave": "d"}
+    params = plugin.validate_params({"n_parties": 2, "key_bits": 512, "dgk_bits": 512}, roles)
+    governed = _Governed(plugin, None, "s")
+    for role in roles:
+        env = governed.traffic_envelope(params, roles, role)
+        assert env is not None and env == plugin.traffic_envelope(params, roles, role)
+        assert env.session_bytes < Limits().max_session_bytes // 100
+    assert inspect.signature(governed.traffic_envelope).parameters.keys() == {"params", "roles", "role"}
+
+
+def test_what_the_sessions_hold_is_bounded_per_peer_and_in_all():
+    """Bytes a peer sends into the live sessions (memory, then their journals) count across its sessions
+    (limits.inbound_mib_per_peer) and with every peer's (inbound_mib_total); an ended session gives them back."""
+    from smcdp.net.limits import MIB, InboundLedger
+
+    ledger = InboundLedger(Limits(inbound_mib_per_peer=2, inbound_mib_total=3), "me")
+    env = TrafficEnvelope(MIB, 8 * MIB, 100)
+    a = InboundBudget(env, "a", ledger, {"x": "mallory", "y": "bob"})
+    b = InboundBudget(env, "b", ledger, {"x": "mallory", "y": "bob"})
+    a.settle("x", "t1", a.admit("x", "t1", MIB), True)
+    b.settle("x", "t1", b.admit("x", "t1", MIB), True)
+    with pytest.raises(ResourceExhausted, match="limits.inbound_mib_per_peer"):
+        b.admit("x", "t2", 1)                               # mallory: 2 MiB over both sessions
+    b.settle("y", "t1", b.admit("y", "t1", MIB), True)      # bob is not held back by her ...
+    with pytest.raises(ResourceExhausted, match="limits.inbound_mib_total"):
+        a.admit("y", "t2", 1)                               # ... until all peers together are at 3 MiB
+    charge = a.admit("y", "t3", 0)
+    a.settle("y", "t3", charge, False)                      # a failed stream gives its charge back
+    assert ledger.held("mallory") == 2 * MIB and ledger.held() == 3 * MIB
+    a.close()                                               # session a ended
+    assert ledger.held("mallory") == MIB and ledger.held() == 2 * MIB
+    a.settle("x", "late", None, False)                      # a stream that ends after the session
+    b.close()
+    assert ledger.held() == 0

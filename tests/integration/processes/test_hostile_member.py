@@ -1,0 +1,330 @@
+"""Issue 24, the transport half, against real party processes: no member can freeze a party (per-peer call
+quotas with the operator's reserve, idle message calls closed), proposals in flight count, session ids
+cannot be squatted and tell a non-participant nothing, every protocol's byte envelope holds, and bad
+numbers are INVALID_ARGUMENT."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import grpc
+import pytest
+
+from smcdp.net.config import Timeouts
+from smcdp.net.limits import Limits
+from smcdp.runtime import client
+from smcdp.runtime.config import load_config
+from smcdp.v1 import transport_pb2 as tpb
+from tests.support.boundary import MAILBOX, StreamFlood, call_deliver, call_stream, call_unary
+from tests.support.deployment import make_deployment, raw_channel
+
+C = grpc.StatusCode
+
+
+@pytest.fixture
+def parties(tmp_path, processes):
+    """Party processes of a deployment alice, bob, charlie, dave (alice is the hostile member: she has a
+    valid certificate but runs no process; the tests speak for her)."""
+    def start(names=("bob", "charlie", "dave"), limits: Limits | None = None, grace: float = 30.0, **deployment):
+        cfgs = make_deployment(tmp_path, ["alice", "bob", "charlie", "dave"], limits=limits,
+                               timeouts=Timeouts(connect_seconds=3, session_seconds=60, rpc_seconds=30,
+                                                 peer_grace_seconds=grace), **deployment)
+        procs = {n: processes(n, cfgs[n], use_launcher=False) for n in names}
+        for n in names:
+            client.wait_healthy(cfgs[n], timeout=60)
+        return cfgs, procs
+    return start
+
+
+def _limits(**kw) -> Limits:
+    """Limits with ``kw`` -- those that exist: the tests also run against main's code, to show they fail there."""
+    known = {f.name for f in dataclasses.fields(Limits)}
+    return Limits(**{k: v for k, v in kw.items() if k in known})
+
+
+def _address(cfgs, party):
+    return load_config(cfgs[party]).address_of(party)
+
+
+def test_a_stream_flood_leaves_other_sessions_the_operator_and_health_alone(tmp_path, parties):
+    """The issue's stream flood: ~520 idle Mailbox.Stream calls from alice, kept up (a closed call is opened
+    again), with no session at all.  Bob admits limits.idle_calls_per_peer of them at a time, refuses the
+    rest at once (RESOURCE_EXHAUSTED), and ends the admitted ones after limits.call_idle_seconds
+    (FAILED_PRECONDITION).  Meanwhile charlie runs a session with bob in which bob computes past the peer
+    grace (so charlie's heartbeats must get through), bob's operator starts a session and reads its status,
+    and bob's health check answers SERVING to its operator and to charlie.  On main the flood took every
+    call slot (max_concurrent_rpcs): all of these were refused with RESOURCE_EXHAUSTED."""
+    limits = _limits(call_idle_seconds=4.0)
+    cfgs, _ = parties(limits=limits, grace=5.0)
+    flood = StreamFlood(tmp_path / "certs", "alice", _address(cfgs, "bob"), "bob", count=520, reopen_delay=3.0).start()
+    try:
+        assert client.check_health(cfgs["bob"]) == "SERVING"                 # bob's operator
+        assert client.check_health(cfgs["charlie"], peer="bob") == "SERVING"  # another member
+        t0 = time.monotonic()
+        rec = client.start_session(cfgs["charlie"], "net-echo", {"a": "charlie", "b": "bob"},
+                                   {"n": 3, "busy_seconds": 8.0}, timeout=60)
+        assert rec["state"] == "succeeded", rec.get("error")
+        assert rec["result"]["y"] == [1.0, 3.0, 5.0]
+        assert time.monotonic() - t0 > limits.call_idle_seconds   # the flood was renewed meanwhile
+        own = client.start_session(cfgs["bob"], "net-echo", {"a": "bob", "b": "dave"}, {"n": 2}, timeout=30)
+        assert own["state"] == "succeeded", own.get("error")
+        assert client.get_status(cfgs["bob"], own["session_id"])["state"] == "succeeded"
+        assert flood.open_now() <= limits.idle_calls_per_peer
+    finally:
+        flood.stop()
+    assert flood.codes.get("RESOURCE_EXHAUSTED", 0) >= 520 - limits.idle_calls_per_peer, flood.codes
+    assert "limits.idle_calls_per_peer" in flood.details["RESOURCE_EXHAUSTED"]
+    # the admitted idle calls were ended by bob, after call_idle_seconds and not much later
+    closed = flood.lifetimes.get("FAILED_PRECONDITION", [])
+    assert closed and "limits.call_idle_seconds" in flood.details["FAILED_PRECONDITION"], flood.codes
+    assert all(limits.call_idle_seconds - 0.5 < t < limits.call_idle_seconds + 10 for t in closed), closed
+    assert set(flood.codes) <= {"RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "CANCELLED"}, flood.codes
+
+
+def _spec(sid, roles, protocol="net-echo", params="{}", timeout=60.0) -> bytes:
+    msg = tpb.SessionSpec(session_id=sid, protocol=protocol, params_json=params, timeout_seconds=timeout)
+    for r, p in roles.items():
+        msg.roles[r] = p
+    return msg.SerializeToString()
+
+
+DPA_ROLES = {"charlie": "alice", "party1": "bob", "party2": "charlie", "dave": "dave"}
+PI_ROLES = {"trent": "alice", "party1": "bob", "party2": "charlie"}
+KW_ROLES = {"alice": "alice", "bob": "bob"}
+
+
+def test_bad_numbers_and_health_garbage_are_invalid_argument(tmp_path, parties):
+    """Item 10 over a real process: a number no protocol can use, in any numeric parameter of any protocol
+    (1e308, 1e400 = infinity in JSON, an integer of 1,000 digits, a string, a list), is INVALID_ARGUMENT
+    naming the parameter -- {"epsilon": 1e308} was INTERNAL (OverflowError) -- and bytes that are no
+    HealthCheckRequest are INVALID_ARGUMENT (were UNKNOWN)."""
+    cfgs, _ = parties(names=("bob",))
+    cases = [("dp-aggregate", DPA_ROLES, '{"n_parties": 2, "epsilon": 1e308}', "epsilon"),
+             ("dp-aggregate", DPA_ROLES, '{"n_parties": 2, "epsilon": 1e-308}', "epsilon"),
+             ("dp-aggregate", DPA_ROLES, '{"n_parties": 2, "lam": 1e400}', "lam"),
+             ("dp-aggregate", DPA_ROLES, '{"n_parties": 2, "max_sensitivity": "1"}', "max_sensitivity"),
+             ("power-iteration", PI_ROLES, '{"p": ' + "9" * 1000 + "}", "power-iteration parameter p"),
+             ("power-iteration", PI_ROLES, '{"tol": [0.1]}', "tol"),
+             ("power-iteration", PI_ROLES, '{"padding": 1e308}', "padding"),
+             ("power-iteration", PI_ROLES, '{"max_iterations": 1e308}', "max_iterations"),
+             ("keyword", KW_ROLES, '{"mask_nats": 1e400}', "mask_nats"),
+             ("keyword", KW_ROLES, '{"offset_nats": null}', "offset_nats"),
+             ("keyword", KW_ROLES, '{"emission_offset_nats": -1e308}', "emission_offset_nats"),
+             ("keyword", KW_ROLES, '{"key_bits": 1e308}', "key_bits")]
+    with raw_channel(tmp_path / "certs", "alice", _address(cfgs, "bob"), "bob") as alice:
+        got = [(name, call_unary(alice, MAILBOX + "Propose", _spec(f"alice.num-{i}", roles, protocol, params)))
+               for i, (protocol, roles, params, name) in enumerate(cases)]
+        wrong = [(name, code.name, details) for name, (code, details) in got
+                 if code != C.INVALID_ARGUMENT or name not in details]
+        assert not wrong, wrong
+        for payload in (b"\xff\xfe\x00garbage", b"\x0a\xff\xff\xff"):
+            code, details = call_unary(alice, "/grpc.health.v1.Health/Check", payload)
+            assert code == C.INVALID_ARGUMENT and "HealthCheckRequest" in details, (code, details)
+    assert client.check_health(cfgs["bob"]) == "SERVING"
+
+
+def _wait_state(cfg, sid, states=("failed", "succeeded"), timeout=30.0) -> dict:
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            rec = client.get_result(cfg, sid)
+            if rec.get("state") in states:
+                return rec
+        except Exception:  # noqa: BLE001 - not there yet
+            rec = None
+        assert time.monotonic() < end, (sid, rec)
+        time.sleep(0.1)
+
+
+def test_proposals_in_flight_count_against_the_initiators_slots(tmp_path, parties):
+    """40 Proposes from alice at once: every one of them passed the slot check before any was registered
+    (the governor's audit write is awaited in between), so bob accepted far more than pending_per_peer."""
+    limits = _limits(pending_per_peer=2, pending_total=8, proposal_grace_seconds=30.0)
+    cfgs, _ = parties(names=("bob",), limits=limits)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with raw_channel(tmp_path / "certs", "alice", _address(cfgs, "bob"), "bob") as alice:
+        with ThreadPoolExecutor(40) as pool:
+            codes = list(pool.map(lambda i: call_unary(alice, MAILBOX + "Propose", _spec(
+                f"alice.burst-{i}", {"a": "alice", "b": "bob"}))[0], range(40)))
+    assert codes.count(C.OK) == limits.pending_per_peer, codes
+    assert codes.count(C.RESOURCE_EXHAUSTED) == 40 - limits.pending_per_peer, codes
+
+
+def _failed_resumably(alice, cfgs, sids, params="{}"):
+    for sid in sids:
+        assert call_unary(alice, MAILBOX + "Propose", _spec(sid, {"a": "alice", "b": "bob"}, params=params))[0] == C.OK
+        assert call_unary(alice, MAILBOX + "Abort", tpb.AbortRequest(
+            session_id=sid, code="UNAVAILABLE", message="gone").SerializeToString())[0] == C.OK
+    for sid in sids:
+        rec = _wait_state(cfgs["bob"], sid)
+        assert rec["state"] == "failed" and rec["resumable"], rec
+
+
+def test_concurrent_resumes_hold_slots_like_proposals(tmp_path, parties):
+    """Sessions alice made 'failed resumably' (Propose, then Abort UNAVAILABLE), resumed all at once: a
+    resume is admitted in an executor, so every one of them passed the slot check before any was reopened
+    (the governance half's admission counts the sessions that exist, not those being admitted).  Each
+    resume being admitted now holds its slot: no more than limits.pending_per_peer are accepted.  (The
+    journal of a resumed session against its envelope: the governance half's test_a_resume_is_admitted_again.)"""
+    from concurrent.futures import ThreadPoolExecutor
+
+    limits = _limits(pending_per_peer=2, pending_total=8, proposal_grace_seconds=30.0)
+    cfgs, _ = parties(names=("bob",), limits=limits)
+    sids = [f"alice.res-{i}" for i in range(8)]
+    with raw_channel(tmp_path / "certs", "alice", _address(cfgs, "bob"), "bob") as alice:
+        _failed_resumably(alice, cfgs, sids)
+        ref = lambda sid: tpb.SessionRef(session_id=sid).SerializeToString()  # noqa: E731
+        with ThreadPoolExecutor(len(sids)) as pool:
+            got = list(pool.map(lambda sid: call_unary(alice, MAILBOX + "Resume", ref(sid)), sids))
+    codes = [c for c, _ in got]
+    assert codes.count(C.OK) == limits.pending_per_peer, got
+    assert codes.count(C.RESOURCE_EXHAUSTED) == len(sids) - limits.pending_per_peer, got
+
+
+def test_session_ids_cannot_be_squatted(tmp_path, parties):
+    """A member that proposes and aborts `monthly-pca` used to block everyone's `monthly-pca` at that party
+    for ever (ALREADY_EXISTS).  Ids are namespaced by their initiator now: alice can only propose
+    `alice.<name>`, and charlie's operator's `monthly-pca` is `charlie.monthly-pca` -- which bob's operator
+    can still call `monthly-pca` while it is the only session of that name."""
+    cfgs, _ = parties(names=("bob", "charlie"))
+    with raw_channel(tmp_path / "certs", "alice", _address(cfgs, "bob"), "bob") as alice:
+        for sid in ("monthly-pca", "charlie.monthly-pca"):
+            code, details = call_unary(alice, MAILBOX + "Propose", _spec(sid, {"a": "alice", "b": "bob", }))
+            if code == C.OK:   # (main) squatted: give it up at once, as the issue's member did
+                call_unary(alice, MAILBOX + "Abort", tpb.AbortRequest(session_id=sid, code="ABORTED").SerializeToString())
+            else:
+                assert code == C.INVALID_ARGUMENT and "namespace" in details, (sid, code, details)
+        assert call_unary(alice, MAILBOX + "Propose", _spec("alice.monthly-pca", {"a": "alice", "b": "bob"}))[0] == C.OK
+        assert call_unary(alice, MAILBOX + "Abort", tpb.AbortRequest(
+            session_id="alice.monthly-pca", code="ABORTED").SerializeToString())[0] == C.OK
+    rec = client.start_session(cfgs["charlie"], "net-echo", {"a": "charlie", "b": "bob"}, {"n": 2},
+                               session_id="monthly-pca", timeout=30)
+    assert rec["state"] == "succeeded" and rec["session_id"] == "charlie.monthly-pca"
+    assert _wait_state(cfgs["bob"], "charlie.monthly-pca")["state"] == "succeeded"
+    assert client.get_status(cfgs["charlie"], "monthly-pca")["session_id"] == "charlie.monthly-pca"
+    with pytest.raises(Exception, match="several sessions named 'monthly-pca'"):   # bob holds alice's too
+        client.get_result(cfgs["bob"], "monthly-pca")
+
+
+def test_a_non_participant_hears_the_same_of_existing_and_missing_sessions(tmp_path, parties):
+    """Alice holds no role in charlie's sessions at bob -- one prepared, one that failed, one that failed
+    resumably -- and asks about them with every Mailbox method: each answer (status and words, the id
+    aside) is the one she gets for an id bob never saw.  On main Heartbeat, Deliver, Stream, Begin, Abort
+    and Resume told them apart (PERMISSION_DENIED "holds no role", ALREADY_EXISTS, "is running" ...).  And
+    none of her calls changed charlie's sessions."""
+    cfgs, _ = parties(names=("bob",), limits=_limits(proposal_grace_seconds=300.0))
+    certs, bob = tmp_path / "certs", _address(cfgs, "bob")
+    roles = {"a": "charlie", "b": "bob"}
+    with raw_channel(certs, "charlie", bob, "bob") as charlie:
+        for sid in ("charlie.live", "charlie.ended", "charlie.resumable"):
+            assert call_unary(charlie, MAILBOX + "Propose", _spec(sid, roles))[0] == C.OK
+        for sid, code in (("charlie.ended", "ABORTED"), ("charlie.resumable", "UNAVAILABLE")):
+            assert call_unary(charlie, MAILBOX + "Abort", tpb.AbortRequest(
+                session_id=sid, code=code, message="x").SerializeToString())[0] == C.OK
+    assert _wait_state(cfgs["bob"], "charlie.resumable")["resumable"]
+    assert _wait_state(cfgs["bob"], "charlie.ended")["state"] == "failed"
+
+    def ask(alice, sid):
+        env = tpb.Envelope(session_id=sid, tag="t", type_name="smcdp.v1.Flag", chunk_index=0, chunk_count=1,
+                           total_size=2, data=b"\x08\x01").SerializeToString()
+        ref = tpb.SessionRef(session_id=sid).SerializeToString()
+        answers = {
+            "Heartbeat": call_unary(alice, MAILBOX + "Heartbeat", tpb.HeartbeatRequest(
+                session_id=sid, incarnation="x", round=0).SerializeToString()),
+            "Deliver": call_deliver(alice, [env]),
+            "Stream": call_stream(alice, [env])[:2],
+            "Begin": call_unary(alice, MAILBOX + "Begin", ref),
+            "Abort": call_unary(alice, MAILBOX + "Abort", tpb.AbortRequest(
+                session_id=sid, code="ABORTED", message="mine").SerializeToString()),
+            "Resume": call_unary(alice, MAILBOX + "Resume", ref),
+        }
+        return {m: (code.name, details.replace(sid, "<ID>")) for m, (code, details) in answers.items()}
+
+    with raw_channel(certs, "alice", bob, "bob") as alice:
+        missing = ask(alice, "charlie.missing")
+        for sid in ("charlie.live", "charlie.ended", "charlie.resumable"):
+            got = ask(alice, sid)
+            differ = {m: (got[m], missing[m]) for m in got if got[m] != missing[m]}
+            assert not differ, (sid, differ)
+    # her Heartbeat answer is bob's view of a session he does not know; her Abort and Begin changed nothing
+    assert missing["Heartbeat"][0] == "OK"
+    assert client.get_status(cfgs["bob"], "charlie.live")["state"] == "prepared"
+    assert client.get_result(cfgs["bob"], "charlie.resumable")["resumable"]
+
+
+def _junk(alice, sid, size, count, tag="junk"):
+    """``count`` messages of ``size`` bytes into session ``sid`` (1 MiB chunks); the codes, and how many bytes
+    went in before the first refusal."""
+    data = b"\x0a" + b"x" * (size - 1)
+    n = max(1, -(-size // (1 << 20)))
+    codes, accepted, details = [], 0, ""
+    for i in range(count):
+        chunks = [tpb.Envelope(session_id=sid, tag=f"{tag}/{i}", type_name="smcdp.v1.Blobs", chunk_index=k,
+                               chunk_count=n, total_size=size, data=data[k << 20:(k + 1) << 20]).SerializeToString()
+                  for k in range(n)]
+        code, details = call_deliver(alice, chunks)
+        codes.append(code)
+        if code != C.OK:
+            break
+        accepted += size
+    return codes, accepted, details
+
+
+def test_every_protocol_session_is_bounded_by_its_own_envelope(tmp_path, parties):
+    """Item 7 over real processes.  A power-iteration session that does not state rows (k then bounded by
+    max_rows), a keyword session with its default bounds, and a dp-aggregate session holding a budget
+    reservation (governed) each refuse -- RESOURCE_EXHAUSTED, naming the protocol's parameters -- a message
+    or a total their parameters cannot produce.  On main the first two accepted anything up to the [limits]
+    ceilings (a power-iteration session without rows derived its envelope from k = 1,000,000: hundreds of
+    MB; keyword had none), and a governed session lost its protocol's envelope."""
+    from smcdp.runtime.governance.charges import BudgetConfig
+    from smcdp.runtime.governance.policy import Policy
+
+    open_policy = {p: Policy(open=True) for p in ("alice", "bob", "charlie", "dave")}
+    cfgs, _ = parties(names=("bob",), policies=open_policy,
+                      budgets={"bob": BudgetConfig(dataset="bob", epsilon=100.0, delta=1e-6)})
+    got = {}
+    with raw_channel(tmp_path / "certs", "alice", _address(cfgs, "bob"), "bob") as alice:
+        # power iteration, rows not stated, 5 rounds, 512-bit keys: bob (party1) receives about 0.2 MB at most
+        assert call_unary(alice, MAILBOX + "Propose", _spec("alice.pi", PI_ROLES, "power-iteration",
+                                                            '{"key_bits": 512, "max_iterations": 5}'))[0] == C.OK
+        got["power-iteration"] = _junk(alice, "alice.pi", 256 << 10, 32)
+        # keyword, default bounds: one message above what any of them can be (a few MB) is refused
+        assert call_unary(alice, MAILBOX + "Propose", _spec("alice.kw", KW_ROLES, "keyword",
+                                                            '{"key_bits": 512}'))[0] == C.OK
+        got["keyword"] = _junk(alice, "alice.kw", 24 << 20, 1)
+        # dp-aggregate at a data party with a privacy budget: its session runs wrapped by the governor
+        assert call_unary(alice, MAILBOX + "Propose", _spec("alice.dpa", DPA_ROLES, "dp-aggregate",
+                                                            '{"n_parties": 2, "key_bits": 512, "dgk_bits": 512}'))[0] == C.OK
+        got["dp-aggregate"] = _junk(alice, "alice.dpa", 8 << 20, 1)
+    wrong = {protocol: (codes[-1].name, accepted, details) for protocol, (codes, accepted, details) in got.items()
+             if codes[-1] != C.RESOURCE_EXHAUSTED or accepted >= 2 << 20 or f"{protocol} parameters" not in details}
+    assert not wrong, wrong
+
+
+def test_what_one_peer_sends_is_bounded_across_its_sessions(tmp_path, parties):
+    """Each session bounds what it receives; across sessions a peer is held to limits.inbound_mib_per_peer
+    (the sessions keep its messages in memory until their roles read them, and in their journals until they
+    end): alice's junk into a third session is refused, charlie's session is not held back by her, and an
+    ended session gives its bytes back.  On main nothing bounded a peer across sessions (64 sessions of
+    2 GiB each)."""
+    cfgs, _ = parties(names=("bob",), limits=_limits(inbound_mib_per_peer=4, inbound_mib_total=16))
+    certs, bob = tmp_path / "certs", _address(cfgs, "bob")
+    with raw_channel(certs, "alice", bob, "bob") as alice, raw_channel(certs, "charlie", bob, "bob") as charlie:
+        got = []
+        for i in range(3):
+            assert call_unary(alice, MAILBOX + "Propose", _spec(f"alice.s{i}", {"a": "alice", "b": "bob"}))[0] == C.OK
+            got.append(_junk(alice, f"alice.s{i}", 3 << 19, 1))            # 1.5 MiB each
+        assert [r[0][-1] for r in got] == [C.OK, C.OK, C.RESOURCE_EXHAUSTED], got
+        assert "limits.inbound_mib_per_peer" in got[2][2]
+        assert call_unary(charlie, MAILBOX + "Propose", _spec("charlie.s", {"a": "charlie", "b": "bob"}))[0] == C.OK
+        assert _junk(charlie, "charlie.s", 3 << 19, 1)[0] == [C.OK]
+        assert call_unary(alice, MAILBOX + "Abort", tpb.AbortRequest(
+            session_id="alice.s0", code="ABORTED", message="x").SerializeToString())[0] == C.OK
+        _wait_state(cfgs["bob"], "alice.s0")
+        end = time.monotonic() + 10
+        while (codes := _junk(alice, "alice.s2", 3 << 19, 1, tag="again")[0]) != [C.OK]:
+            assert time.monotonic() < end, codes      # the ended session's bytes come back
+            time.sleep(0.2)

@@ -1,0 +1,109 @@
+"""Every numeric parameter of every protocol, fuzzed (issue 24, item 10): ±inf, NaN, 1e308, tiny and huge
+numbers, integers of hundreds of bits, and values of the wrong type are either accepted -- and then the
+session's summary, byte envelopes and JSON form follow from them -- or refused with InvalidMessage
+(INVALID_ARGUMENT), never with another exception (``{"epsilon": 1e308}`` was INTERNAL: OverflowError).
+
+The numeric parameters are found from the params dataclasses themselves, so a parameter added later
+(e.g. a DP mode's epsilon) is fuzzed without touching this file."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from smcdp.errors import InvalidMessage
+from smcdp.plugins.registry import BUILTIN
+from smcdp.protocols.base import ProtocolParams
+
+
+def _params_classes() -> dict[str, type]:
+    out, todo = {}, list(ProtocolParams.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        todo.extend(cls.__subclasses__())
+        out.setdefault(cls.protocol_name, cls)
+    return out
+
+
+CLASSES = _params_classes()
+
+
+def _roles(protocol: str, p) -> dict[str, str]:
+    """A role map that fits the (validated) parameters ``p``: data roles follow n_parties."""
+    if protocol == "power-iteration":
+        names = ["trent", *p.data_roles]
+    elif protocol == "dp-aggregate":
+        names = ["charlie", *p.party_roles, "dave"]
+    elif protocol == "keyword":
+        names = ["alice", "bob"]
+    else:
+        raise AssertionError(f"no role map for {protocol}: add it here")
+    return {r: f"p{i}" for i, r in enumerate(names)}
+
+
+def _numeric_fields(cls) -> list[str]:
+    """Fields whose annotation admits an int or a float (not only a bool)."""
+    out = []
+    for f in dataclasses.fields(cls):
+        kinds = {t.strip() for t in str(f.type).split("|")}
+        if kinds & {"int", "float"}:
+            out.append(f.name)
+    return out
+
+
+SPECIAL = [math.inf, -math.inf, math.nan, 1e308, -1e308, 5e-324, -5e-324, 1e-308, 0, 0.0, -0.0, -1, 1, 2,
+           2 ** 63, -(2 ** 63), 2 ** 64 + 1, 10 ** 300, -(10 ** 300), 2 ** 1000, True, False, None, "1", "nan",
+           "inf", "", [1], {}, {"a": 1}, 1.5, 0.5, 64, 65, 2048, 100_000, 10 ** 9]
+VALUES = st.one_of(st.sampled_from(SPECIAL), st.floats(allow_nan=True, allow_infinity=True),
+                   st.integers(-(2 ** 200), 2 ** 200), st.integers(-10, 5000), st.text(max_size=4),
+                   st.lists(st.integers(), max_size=2))
+
+
+def test_every_builtin_protocol_has_numeric_parameters_to_fuzz():
+    for plugin in BUILTIN:
+        assert plugin.name in CLASSES, plugin.name
+        assert len(_numeric_fields(CLASSES[plugin.name])) >= 5, plugin.name
+
+
+@pytest.mark.parametrize("plugin", BUILTIN, ids=lambda p: p.name)
+def test_numeric_parameters_are_accepted_or_invalid_argument(plugin):
+    cls = CLASSES[plugin.name]
+    fields = _numeric_fields(cls)
+    default_roles = _roles(plugin.name, cls())
+
+    @settings(max_examples=400, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(st.dictionaries(st.sampled_from(fields), VALUES, min_size=1, max_size=3))
+    def one(params):
+        try:
+            roles = _roles(plugin.name, cls.from_mapping(params))
+        except InvalidMessage:
+            roles = default_roles
+        try:
+            norm = plugin.validate_params(params, roles)
+        except InvalidMessage as exc:
+            assert exc.code == "INVALID_ARGUMENT"
+            return
+        # accepted: everything the party derives from the parameters must follow from them
+        json.dumps(norm, allow_nan=False)
+        plugin.summary(norm, roles)
+        for role in roles:
+            env = plugin.traffic_envelope(norm, roles, role)
+            assert env is None or (env.message_bytes >= 1 and env.session_bytes >= env.message_bytes)
+
+    one()
+
+
+@pytest.mark.parametrize("protocol, name, value", [
+    ("dp-aggregate", "epsilon", 1e308), ("dp-aggregate", "epsilon", 1e-308), ("dp-aggregate", "lam", 10 ** 30),
+    ("power-iteration", "p", [1]), ("power-iteration", "tol", "0.1"), ("power-iteration", "padding", 10 ** 400),
+    ("keyword", "mask_nats", None), ("keyword", "offset_nats", math.inf), ("keyword", "emission_offset_nats", 2e300),
+])
+def test_the_issues_cases_name_the_parameter(protocol, name, value):
+    plugin = next(p for p in BUILTIN if p.name == protocol)
+    with pytest.raises(InvalidMessage, match=name):
+        plugin.validate_params({name: value}, _roles(protocol, CLASSES[protocol]()))
