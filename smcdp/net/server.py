@@ -111,7 +111,11 @@ class InboundTarget(Protocol):
 
     budget: Any
 
-    def deliver_threadsafe(self, sender_role: str, tag: str, type_url: str, data: bytes) -> bool: ...
+    def accept_threadsafe(self, sender_role: str, tag: str, type_url: str, data: bytes) -> bool:
+        """Store the message and hand it on; False for a duplicate of one already held."""
+
+    def make_durable_threadsafe(self) -> None:
+        """Return once every message accepted so far is durable (then it may be acknowledged)."""
 
 
 @dataclass(frozen=True)
@@ -327,26 +331,54 @@ class MailboxServicer(tgrpc.MailboxServicer):
         await self._refuse(context, peer, failure, "Deliver")
 
     async def Stream(self, request_iterator, context):
-        """Deliver for many messages on one call: an Ack per message, in order; the first refusal ends the call."""
-        failure = peer = first = None
+        """Deliver for many messages on one call: an Ack per message, in order; the first refusal ends the call.
+
+        Pipelined: the next message is read, checked and handed to its role while the journal syncs the
+        ones before it (their syncs share one fsync); each Ack waits for its message to be durable."""
+        failure = peer = None
+        acks: asyncio.Queue = asyncio.Queue()
+        reader: asyncio.Task | None = None
         try:
             peer = peer_identity(context)
-            it = request_iterator.__aiter__()
+            reader = asyncio.ensure_future(self._read_stream(peer, request_iterator.__aiter__(), acks))
+            while True:
+                item = await acks.get()
+                if item is None:               # the sender half-closed the call
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield await item
+        except Exception as exc:  # noqa: BLE001 - report, never crash the server
+            failure = exc
+        finally:
+            if reader is not None and not reader.done():
+                reader.cancel()
+        await self._refuse(context, peer, failure, "Stream")
+
+    async def _read_stream(self, peer: str, it, acks: asyncio.Queue) -> None:
+        """The messages of a Stream call, one after the other, each stored at once; its Ack (a task that
+        waits for durability) or the refusal goes into ``acks`` in order."""
+        try:
             while True:
                 try:
                     first = checked(await it.__anext__())
                 except StopAsyncIteration:
+                    acks.put_nowait(None)
                     return
-                yield await self._receive(peer, first, it)
-        except Exception as exc:  # noqa: BLE001 - report, never crash the server
-            failure = exc
-        first = None  # noqa: F841 - not kept alive by the abort (see _receive)
-        await self._refuse(context, peer, failure, "Stream")
+                acks.put_nowait(asyncio.ensure_future(await self._receive(peer, first, it, durable=False)))
+                first = None
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the refusal ends the call after the Acks before it
+            exc.__traceback__ = None
+            acks.put_nowait(exc)
 
-    async def _receive(self, peer: str, first: tpb.Envelope, it, last: bool = False) -> tpb.Ack:
+    async def _receive(self, peer: str, first: tpb.Envelope, it, last: bool = False, durable: bool = True):
         """One message whose first chunk is ``first`` (the rest come from ``it``): checked, charged to the
         session's budget before a byte is buffered, delivered; the Ack.  ``last``: the call holds nothing
-        else (Deliver), which is checked before the message is delivered."""
+        else (Deliver), which is checked before the message is delivered.  ``durable`` False: the message
+        is stored and handed to its role, and what is returned is a coroutine giving its Ack once the
+        journal made it durable."""
         budget = charge = None
         stored = False
         self._check_header(first)
@@ -391,11 +423,12 @@ class MailboxServicer(tgrpc.MailboxServicer):
                                          f"{first.chunk_count}")
             # off the server's loop: the journal's write and fsync must not hold up other calls (heartbeats
             # of other sessions time out behind a disk busy with twenty sessions' journals)
-            fresh = await asyncio.to_thread(target.deliver_threadsafe, sender_role, first.tag, first.type_name,
+            fresh = await asyncio.to_thread(target.accept_threadsafe, sender_role, first.tag, first.type_name,
                                             bytes(buf))
             stored = fresh
             self._observe(self.host.inbound_delivered, peer, len(buf), not fresh)
-            return tpb.Ack(duplicate=not fresh, bytes=len(buf))
+            ack = self._ack(target if fresh else None, len(buf), not fresh)
+            return await ack if durable else ack
         finally:
             # Drop the message's bytes before any refusal is answered: the abort's exception keeps the
             # frames (and so their locals) alive until the cyclic garbage collector runs, which counts
@@ -403,6 +436,13 @@ class MailboxServicer(tgrpc.MailboxServicer):
             buf = env = None  # noqa: F841
             if budget is not None and charge is not None:
                 budget.settle(sender_role, first.tag, charge, stored)
+
+    @staticmethod
+    async def _ack(target: InboundTarget | None, nbytes: int, duplicate: bool) -> tpb.Ack:
+        """The Ack of a stored message, once it is durable (a duplicate was already)."""
+        if target is not None:
+            await asyncio.to_thread(target.make_durable_threadsafe)
+        return tpb.Ack(duplicate=duplicate, bytes=nbytes)
 
     async def _refuse(self, context, peer: str | None, failure: BaseException, what: str) -> None:
         failure.__traceback__ = None

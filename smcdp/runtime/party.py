@@ -48,6 +48,8 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import grpc
+
 from smcdp.compute import close_engines
 from smcdp.errors import (
     InvalidMessage,
@@ -85,7 +87,7 @@ from smcdp.runtime.governance.approvals import propose_until_decided
 from smcdp.runtime.governance.gate import Governor
 from smcdp.runtime.limits import EndedSessions, check_begin, check_proposal  # issue 19: limits
 from smcdp.runtime.logs import configure_logging, private_dir
-from smcdp.runtime.session import Session, write_json_atomic
+from smcdp.runtime.session import RESUMABLE_CODES, Session, error_dict, session_record, write_json_atomic
 from smcdp.v1 import transport_pb2 as tpb
 
 log = logging.getLogger("smcdp.party")
@@ -111,6 +113,9 @@ class Party(SessionHost):
         self.sessions: OrderedDict[str, Session] = OrderedDict()
         self.ended = EndedSessions(config.limits.keep_ended_sessions)
         self._unwritten: dict[str, dict] = {}
+        #: sessions that failed at start-up (a damaged checkpoint or journal): their peers are told
+        self._restored_failures: list[tuple[str, dict, dict]] = []
+        self._tell: asyncio.Task | None = None
         self._connector: PeerConnector | None = None
         self._shutting_down = False
         self.port: int | None = None
@@ -131,6 +136,8 @@ class Party(SessionHost):
         await self._restore_sessions()
         self.port = await self.server.start()
         self._connector = PeerConnector(self.config, self.tls)
+        if self._restored_failures:
+            self._tell = asyncio.get_running_loop().create_task(self._tell_restored_failures())
         log.info("party %s listening on %s (port %d)", self.name, self.config.listen, self.port)
         if self.config.console.enabled:                        # issue 18
             from smcdp.runtime.console.server import Console  # aiohttp only where a console runs
@@ -174,11 +181,15 @@ class Party(SessionHost):
 
     # ------------------------------------------------------------ checkpoints
     async def _restore_sessions(self) -> None:
-        """Reopen every session this party was in when its process died (before serving)."""
-        try:
-            checkpoints = Checkpoint.scan(self.sessions_dir)
-        except CheckpointError as exc:
-            raise ConfigError(f"party {self.name}: {exc}") from None
+        """Reopen every session this party was in when its process died (before serving).
+
+        A session whose checkpoint or journal does not verify fails on its own (its record says
+        which file, the peers are told once the server runs); the party starts and serves the rest.
+        """
+        damaged: list[tuple[str, CheckpointError]] = []
+        checkpoints = Checkpoint.scan(self.sessions_dir, self.name, damaged)
+        for sid, exc in damaged:
+            self._fail_restored(sid, exc, None)
         for cp in checkpoints:
             state = cp.meta["state"]
             if state not in ("prepared", "running"):
@@ -186,7 +197,7 @@ class Party(SessionHost):
             try:
                 s = self._reopen(cp, begun=state == "running")
             except SmcdpError as exc:
-                log.error("session %s cannot be restored: %s", cp.session_id, exc)
+                self._fail_restored(cp.session_id, exc, cp)
                 continue
             if state == "prepared" and cp.meta["initiator"] == self.name:
                 # the operator call that would have begun it died with the process
@@ -199,26 +210,77 @@ class Party(SessionHost):
         for s in list(self.sessions.values()):
             await asyncio.get_running_loop().run_in_executor(None, s.ready.wait, 10.0)
 
+    def _fail_restored(self, session_id: str, exc: SmcdpError, cp: Checkpoint | None) -> None:
+        """A checkpointed session that cannot be reopened here: record its failure (``session status``,
+        the console and the peers' heartbeats see it); resumable if its code is (a damaged journal)."""
+        error = error_dict(exc, self.name)
+        resumable = cp is not None and error["code"] in RESUMABLE_CODES
+        log.error("session %s cannot be restored at %s%s: %s", session_id, self.name,
+                  " (resumable: 'smcdp session resume' at its initiator)" if resumable else "", error["message"])
+        m = cp.meta if cp is not None else {}
+        try:
+            if cp is None:   # keep what is left for the operator to inspect, out of the way of the next start
+                d = Checkpoint.directory(self.sessions_dir, session_id)
+                d.rename(d.with_name(f"{session_id}.damaged"))
+            elif resumable:
+                cp.set_state("failed", resumable=True, error=error)
+                cp.close()
+            else:
+                cp.remove()
+        except (OSError, SmcdpError) as err:
+            log.error("session %s: cannot update its checkpoint: %s", session_id, err)
+        record = dict(session_record(
+            session_id=session_id, protocol=m.get("protocol"), party=self.name, role=m.get("role"),
+            roles=m.get("roles") or {}, initiator=m.get("initiator"), params=m.get("params") or {},
+            seed=m.get("seed"), timeout_seconds=m.get("timeout_seconds"), state="failed", error=error,
+            restarts=int(m.get("restarts", 0)), resumable=resumable), damaged=cp is None)
+        if not self.record_path(session_id).exists():     # a published record is never overwritten
+            try:
+                write_json_atomic(self.record_path(session_id), record)
+            except OSError as err:
+                log.error("session %s: cannot write its record: %s", session_id, err)
+                self._unwritten[session_id] = record
+        if m.get("roles"):
+            self._restored_failures.append((session_id, dict(m["roles"]), error))
+        self.governor.session_done(session_id, record)
+
+    async def _tell_restored_failures(self) -> None:
+        """Tell the other participants of the sessions that failed at start-up (best effort, once)."""
+        failures, self._restored_failures = self._restored_failures, []
+        t = self.config.timeouts.connect_seconds
+
+        async def one(sid: str, party: str, error: dict) -> None:
+            try:
+                await self._connector.mailbox(party).Abort(tpb.AbortRequest(
+                    session_id=sid, code=error["code"], message=error["message"][:4000]), timeout=t)
+            except grpc.RpcError as exc:
+                log.info("session %s: %s was not told of its failure here: %s", sid, party, exc.code().name)
+
+        await asyncio.gather(*(one(sid, p, error) for sid, roles, error in failures
+                               for p in roles.values() if p != self.name))
+
     def _checkpointed_sessions(self) -> set[str]:
         """Sessions this party will continue from a checkpoint (restored now, or resumable later)."""
-        try:
-            checkpoints = Checkpoint.scan(self.sessions_dir)
-        except CheckpointError:
-            return set()   # _restore_sessions reports it
+        checkpoints = Checkpoint.scan(self.sessions_dir, self.name)    # damaged ones: _restore_sessions
         return {cp.session_id for cp in checkpoints
                 if cp.meta["state"] in ("prepared", "running")
                 or (cp.meta["state"] == "failed" and cp.meta.get("resumable"))}
 
     def _reopen(self, cp: Checkpoint, *, begun: bool, new_deadline: bool = False) -> Session:
+        """Run a checkpointed session again (a restart: ``begun`` as it was; a resume: ``new_deadline``,
+        its journal repaired if damaged, and what it sent before sent again)."""
         m = cp.meta
         plugin = self.governor.wrap(get_plugin(m["protocol"]), m["session_id"])   # its reservation, if any
+        cp.repair_journal = new_deadline
+        cp.journal                                   # noqa: B018 - a damaged journal is named before it runs
         fields = {"restarts": int(m.get("restarts", 0)) + 1}
         if new_deadline:
             fields["deadline_epoch"] = time.time() + float(m["timeout_seconds"])
+            cp.ensure_reserve()
         cp.set_state("running" if begun else "prepared", resumable=False, **fields)
         spec = SessionSpec(m["session_id"], m["protocol"], dict(m["roles"]), dict(m["params"]),
                            float(m["timeout_seconds"]), m.get("seed"))
-        s = Session(self, spec, m["role"], plugin, m["initiator"], cp, begun=begun)
+        s = Session(self, spec, m["role"], plugin, m["initiator"], cp, begun=begun, resumed=new_deadline)
         self.sessions[spec.session_id] = s
         self._track(s)
         s.start_thread()
@@ -318,8 +380,7 @@ class Party(SessionHost):
         cp = Checkpoint.create(
             self.sessions_dir, session_id=spec.session_id, protocol=spec.protocol, roles=roles, params=params,
             timeout_seconds=spec.timeout_seconds, seed=spec.seed, initiator=peer, role=mine[0],
-            randomness=randomness,
-            inputs={k: str(v) for k, v in self.config.inputs.get(spec.protocol, {}).items()})
+            randomness=randomness)
         s = Session(self, spec, mine[0], plugin, peer, cp)
         self.sessions[spec.session_id] = s
         self._track(s)
@@ -420,7 +481,9 @@ class Party(SessionHost):
             rec = json.loads(self.record_path(session_id).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return {"state": "unknown", "incarnation": self.incarnation, "round": 0, "code": "", "culprit": ""}
-        if peer not in (rec.get("roles") or {}).values():
+        if not (rec.get("damaged") and not rec.get("roles")) and peer not in (rec.get("roles") or {}).values():
+            # (a session whose checkpoint was damaged here has no trustworthy roles: any party asking
+            # about it learns that it failed here, nothing more)
             raise PermissionDenied(f"party {peer!r} holds no role in session {session_id!r}")
         err = rec.get("error") or {}
         return {"state": rec.get("state", "unknown"), "incarnation": self.incarnation, "round": 0,

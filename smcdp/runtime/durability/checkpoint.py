@@ -43,6 +43,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import time
 from pathlib import Path
 from typing import Any, Mapping
@@ -79,8 +80,11 @@ class CheckpointDamaged(CheckpointError):
 
 
 def _file_digest(p: Path) -> list:
-    """[size, SHA-256 of the content] (beyond HASH_WHOLE_FILE: of its first and last MiB, with its mtime)."""
+    """[size, SHA-256 of the content] (beyond HASH_WHOLE_FILE: of its first and last MiB, with its mtime;
+    not a regular file -- a pipe, a device: never opened, its type and mtime)."""
     st = p.stat()
+    if not stat.S_ISREG(st.st_mode):
+        return [stat.S_IFMT(st.st_mode), st.st_mtime_ns]
     h = hashlib.sha256()
     with open(p, "rb") as f:
         if st.st_size <= HASH_WHOLE_FILE:
@@ -98,7 +102,9 @@ def input_fingerprint(paths: Mapping[str, str]) -> dict[str, list]:
 
     A resume refuses to replay over inputs that changed: the replay would not
     reproduce what the role sent.  The content is hashed, so a file rewritten with
-    the same size and modification time is noticed too.
+    the same size and modification time is noticed too.  Taken when the role first
+    runs (:meth:`Checkpoint.begin`), never at the proposal: a party opens no input for
+    a session that is not going to run.
     """
     out: dict[str, list] = {}
     for name, path in sorted(paths.items()):
@@ -134,7 +140,7 @@ class Checkpoint:
     @classmethod
     def create(cls, sessions_dir: Path, *, session_id: str, protocol: str, roles: Mapping[str, str],
                params: Mapping[str, Any], timeout_seconds: float, seed: int | None, initiator: str, role: str,
-               randomness: Randomness, inputs: Mapping[str, str]) -> "Checkpoint":
+               randomness: Randomness, inputs: Mapping[str, str] | None = None) -> "Checkpoint":
         if not randomness.replayable:
             raise ValueError("a checkpoint needs a replayable randomness root")
         owner = roles[role]
@@ -152,7 +158,7 @@ class Checkpoint:
                 "timeout_seconds": float(timeout_seconds), "seed": seed, "initiator": initiator, "role": role,
                 "seeded": randomness.seeded, "state": "prepared", "resumable": False, "restarts": 0,
                 "deadline_epoch": time.time() + float(timeout_seconds), "created": time.time(),
-                "inputs": input_fingerprint(inputs), "error": None,
+                "inputs": None, "error": None,
                 "root_check": Mac(key, "root", session_id).tag(randomness.key).hex(),
             }
             cp = cls(d, meta, key, owner)
@@ -256,6 +262,15 @@ class Checkpoint:
             self._journal = FileJournal(self.dir / JOURNAL, Mac(self._key, "journal", self.session_id),
                                         owner=self.owner, repair=self.repair_journal)
         return self._journal
+
+    def begin(self, inputs: Mapping[str, str]) -> None:
+        """The role runs (again): state "running"; the first time its inputs are fingerprinted, after
+        that they must be as they were (:class:`CheckpointError` naming this party otherwise)."""
+        if self.meta.get("inputs") is None:
+            self.set_state("running", resumable=False, error=None, inputs=input_fingerprint(inputs))
+        else:
+            self.check_inputs(inputs)
+            self.set_state("running", resumable=False, error=None)
 
     def check_inputs(self, inputs: Mapping[str, str]) -> None:
         now = input_fingerprint(inputs)

@@ -1,5 +1,6 @@
-"""The session's messages to a peer share one Mailbox.Stream call; a busy or broken stream falls back to
-Deliver; refusals on the stream are final like Deliver's; broken streams are retried (fake stubs)."""
+"""The session's messages to a peer share one pipelined Mailbox.Stream call (large ones go as Deliver
+calls); refusals on the stream are final like Deliver's and name the refuser; broken streams are
+retried (fake stubs)."""
 
 import asyncio
 import time
@@ -19,24 +20,45 @@ def rpc_error(code, details="x"):
 
 
 class FakeStreamCall:
-    """Acks each message after ``delay`` s, or fails as told by the stub's script."""
+    """Acks each complete message after ``delay`` s, in order, or fails as the stub's script says."""
 
     def __init__(self, stub):
-        self.stub, self.pending, self.cancelled, self.done = stub, [], False, False
+        self.stub, self.cancelled, self.done = stub, False, False
+        self.writing: list = []
+        self.messages: asyncio.Queue = asyncio.Queue()
+        self.failed = None
 
     async def write(self, env):
-        self.pending.append(env)
+        if self.failed is not None or self.cancelled:
+            raise asyncio.InvalidStateError("the call is done")
+        self.writing.append(env)
+        if env.chunk_index == env.chunk_count - 1:
+            self.messages.put_nowait(self.writing)
+            self.writing = []
 
     async def read(self):
-        envs, self.pending = self.pending, []
+        if self.failed is not None:
+            raise self.failed
+        envs = await self.messages.get()
+        self.stub.max_unacked = max(self.stub.max_unacked, self.messages.qsize() + 1)
         fail = self.stub.script.pop(0) if self.stub.script else None
         if fail == "hang":
             await asyncio.sleep(3600)
         await asyncio.sleep(self.stub.delay)
         if fail is not None:
-            raise rpc_error(fail)
+            self.failed = rpc_error(fail)
+            raise self.failed
         self.stub.received.append(("stream", envs[0].tag))
         return tpb.Ack(bytes=sum(len(e.data) for e in envs))
+
+    async def code(self):
+        return self.failed.code() if self.failed is not None else grpc.StatusCode.CANCELLED
+
+    async def details(self):
+        return self.failed.details() if self.failed is not None else "cancelled"
+
+    async def trailing_metadata(self):
+        return grpc.aio.Metadata()
 
     async def done_writing(self):
         self.done = True
@@ -50,6 +72,7 @@ class FakeStub:
         self.delay, self.script = delay, list(script)
         self.calls: list[FakeStreamCall] = []
         self.received: list[tuple[str, str]] = []
+        self.max_unacked = 0
 
     def Stream(self):
         self.calls.append(FakeStreamCall(self))
@@ -77,44 +100,72 @@ def msg(i):
     return pb.Ints(values=[i])
 
 
-def test_a_sessions_messages_share_one_stream_call_and_it_is_closed_cleanly():
-    stub = FakeStub()
-
-    async def main():
-        ch = channel(stub)
-        for i in range(5):
-            await ch.send("b", f"t/{i}", msg(i))
-        await ch.close()
-
-    asyncio.run(main())
-    assert stub.received == [("stream", f"t/{i}") for i in range(5)]
-    assert len(stub.calls) == 1 and stub.calls[0].done and stub.calls[0].cancelled
-
-
-def test_a_message_finding_the_stream_busy_goes_as_its_own_deliver_call():
+def test_messages_are_pipelined_on_one_stream_call_and_it_is_closed_cleanly():
+    """send returns before the Ack: five messages are under way at once on one call; flush waits for them."""
     stub = FakeStub(delay=0.05)
 
     async def main():
         ch = channel(stub)
-        await asyncio.gather(ch.send("b", "first", msg(1)), ch.send("b", "second", msg(2)))
+        t0 = time.monotonic()
+        for i in range(5):
+            await ch.send("b", f"t/{i}", msg(i))
+        sent = time.monotonic() - t0
+        assert stub.received == [] and sent < 0.05          # nothing acknowledged yet, nobody waited
+        await ch.flush()
+        assert ch.stats.messages_sent == 5
+        await ch.close()
 
     asyncio.run(main())
-    assert sorted(stub.received) == [("deliver", "second"), ("stream", "first")]
-    assert len(stub.calls) == 1
+    assert stub.received == [("stream", f"t/{i}") for i in range(5)]
+    assert stub.max_unacked >= 4
+    assert len(stub.calls) == 1 and stub.calls[0].done and stub.calls[0].cancelled
 
 
-def test_a_refusal_on_the_stream_is_final_and_the_next_message_opens_a_new_stream():
+def test_a_message_larger_than_a_chunk_goes_as_its_own_deliver_call():
+    stub = FakeStub()
+
+    async def main():
+        ch = channel(stub)
+        ch.chunk_size = 64
+        await ch.send("b", "small", msg(1))
+        await ch.send("b", "large", pb.Ints(values=list(range(100))))
+        await ch.flush()
+
+    asyncio.run(main())
+    assert sorted(stub.received) == [("deliver", "large"), ("stream", "small")]
+
+
+def test_a_refusal_on_the_stream_is_final_names_the_refuser_and_ends_the_role():
     stub = FakeStub(script=[grpc.StatusCode.INVALID_ARGUMENT])
 
     async def main():
         ch = channel(stub)
+        await ch.send("b", "bad", msg(1))              # returns at once: the refusal comes later
+        with pytest.raises(InvalidMessage) as err:
+            await ch.recv("b", "reply", pb.Ints)       # the role hears it where it waits
+        assert err.value.origin == "bob"                # the party that refused, not the sender
         with pytest.raises(InvalidMessage):
-            await ch.send("b", "bad", msg(1))
-        await ch.send("b", "good", msg(2))
+            await ch.flush()
+        with pytest.raises(InvalidMessage):
+            await ch.send("b", "next", msg(2))
 
     asyncio.run(main())
-    assert stub.received == [("stream", "good")]
-    assert len(stub.calls) == 2 and stub.calls[0].cancelled
+    assert stub.received == []
+    assert stub.calls[0].cancelled
+
+
+def test_messages_behind_a_failed_one_are_retried_on_a_new_stream():
+    stub = FakeStub(delay=0.02, script=[None, grpc.StatusCode.UNAVAILABLE])
+
+    async def main():
+        ch = channel(stub)
+        for i in range(4):
+            await ch.send("b", f"t/{i}", msg(i))
+        await ch.flush()
+
+    asyncio.run(main())
+    assert sorted(tag for _, tag in stub.received) == [f"t/{i}" for i in range(4)]
+    assert len(stub.calls) == 2
 
 
 @pytest.mark.parametrize("failure", [grpc.StatusCode.UNAVAILABLE, "hang"])
@@ -126,6 +177,7 @@ def test_a_broken_or_silent_stream_is_retried_on_a_new_one(failure):
     async def main():
         ch = channel(stub)
         await ch.send("b", "t", msg(1))
+        await ch.flush()
 
     asyncio.run(main())
     assert stub.received == [("stream", "t")]

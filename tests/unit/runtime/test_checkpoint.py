@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from smcdp.errors import InvalidMessage, NoSpace
-from smcdp.net.channel import InMemoryNetwork
+from smcdp.net.channel import InMemoryNetwork, ReplayDiverged
 from smcdp.primitives.rng import Randomness
 from smcdp.runtime.chaos import ChaosAction
 from smcdp.runtime.durability import journal
@@ -27,8 +27,7 @@ from smcdp.v1 import messages_pb2 as pb
 
 def _create(tmp_path, **kw):
     args = dict(session_id="s-1", protocol="p", roles={"a": "alice", "b": "bob"}, params={"x": 1},
-                timeout_seconds=60.0, seed=None, initiator="alice", role="a", randomness=Randomness.fresh(),
-                inputs={})
+                timeout_seconds=60.0, seed=None, initiator="alice", role="a", randomness=Randomness.fresh())
     args.update(kw)
     return Checkpoint.create(tmp_path, **args)
 
@@ -37,13 +36,13 @@ def test_checkpoint_files_are_private_and_round_trip(tmp_path):
     root = Randomness.fresh()
     data = tmp_path / "A.npy"
     data.write_bytes(b"x" * 10)
-    cp = _create(tmp_path, randomness=root, inputs={"data": str(data)})
+    cp = _create(tmp_path, randomness=root)
     assert stat.S_IMODE(os.stat(cp.dir).st_mode) == 0o700
-    for name in ("checkpoint.json", "root.key"):
+    for name in ("checkpoint.json", "root.key", "reserve"):
         assert stat.S_IMODE(os.stat(cp.dir / name).st_mode) == 0o600
     cp.journal.record_inbound("b", "t1", "smcdp.v1.Ints", b"\x01")
     assert stat.S_IMODE(os.stat(cp.dir / "journal.log").st_mode) == 0o600
-    cp.set_state("running")
+    cp.begin({"data": str(data)})            # the role runs: its inputs are fingerprinted now
     cp.close()
     again = Checkpoint.load(cp.dir)
     assert again.meta["state"] == "running" and again.meta["role"] == "a"
@@ -103,7 +102,11 @@ def test_a_replaced_durability_key_fails_every_checkpoint(tmp_path):
 def test_inputs_are_fingerprinted_by_content(tmp_path):
     data = tmp_path / "A.npy"
     data.write_bytes(b"x" * 10)
-    cp = _create(tmp_path, inputs={"data": str(data)})
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    cp = _create(tmp_path)
+    cp.begin({"data": str(data), "pipe": str(fifo)})      # a pipe is never opened (it would block)
+    cp.begin({"data": str(data), "pipe": str(fifo)})      # a replay: unchanged
     st = data.stat()
     data.write_bytes(b"y" * 10)                       # same size ...
     os.utime(data, ns=(st.st_atime_ns, st.st_mtime_ns))   # ... and the same modification time
@@ -309,18 +312,41 @@ def test_a_journaled_channel_replays_what_it_sent_and_received(tmp_path):
     out = asyncio.run(net.run({"a": lambda ch: _ping_pong(ch, 41, []), "b": lambda ch: _ping_pong(ch, 0, [])}))
     assert out == {"a": [42], "b": [41]}
 
-    # replay a alone, asked to send a *different* value: the journal wins and nothing leaves
+    # replay a alone: the journal answers its recv and nothing leaves
     replay = InMemoryNetwork(roles, journals={"a": FileJournal(tmp_path / "a.log")})
     ch = replay.channels["a"]
-    assert asyncio.run(_ping_pong(ch, 99, [])) == [42]
+    assert asyncio.run(_ping_pong(ch, 41, [])) == [42]
     assert replay.transcript == [] and ch.replayed_sends == 1
 
-    # a journal whose ping was recorded but never acknowledged sends the *old* bytes again
+    # a replay asked to send a *different* value (its root or input changed) is refused, naming the party
+    replay = InMemoryNetwork(roles, journals={"a": FileJournal(tmp_path / "a.log")})
+    with pytest.raises(ReplayDiverged, match="diverged at alice: message 'ping' to b differs") as err:
+        asyncio.run(_ping_pong(replay.channels["a"], 99, []))
+    assert err.value.origin == "alice" and replay.transcript == []
+
+    # a journal whose ping was recorded but never acknowledged sends it again
     j = FileJournal(tmp_path / "c.log")
     j.record_outbound("b", "ping", "smcdp.v1.Ints", pb.Ints(values=[7]).SerializeToString())
     again = InMemoryNetwork(roles, journals={"a": j})
-    got = asyncio.run(again.run({"a": lambda ch: _ping_pong(ch, 8, []), "b": lambda ch: _ping_pong(ch, 0, [])}))
+    got = asyncio.run(again.run({"a": lambda ch: _ping_pong(ch, 7, []), "b": lambda ch: _ping_pong(ch, 0, [])}))
     assert got == {"a": [8], "b": [7]}
+
+
+def test_a_replay_may_differ_in_encryption_randomness_only(tmp_path):
+    """Ciphertexts (fresh obfuscators) may come out differently; their exponent, length, slots and key,
+    and every other message type, must not."""
+    vec = pb.CiphertextVector(ciphertexts=[b"\x05", b"\x07"], exponent=-8, length=2, key_fingerprint=b"k")
+    j = FileJournal(tmp_path / "j.log")
+    j.record_outbound("b", "v", "smcdp.v1.CiphertextVector", vec.SerializeToString())
+    j.mark_delivered("b", "v")
+    ch = InMemoryNetwork({"a": "alice", "b": "bob"}, journals={"a": j}).channels["a"]
+    other_randomness = pb.CiphertextVector(ciphertexts=[b"\x09", b"\x0b"], exponent=-8, length=2, key_fingerprint=b"k")
+    assert asyncio.run(ch.send("b", "v", other_randomness)) == vec.SerializeToString()   # the journaled bytes
+    for changed in (pb.CiphertextVector(ciphertexts=[b"\x09", b"\x0b"], exponent=-7, length=2, key_fingerprint=b"k"),
+                    pb.CiphertextVector(ciphertexts=[b"\x09"], exponent=-8, length=2, key_fingerprint=b"k")):
+        ch = InMemoryNetwork({"a": "alice", "b": "bob"}, journals={"a": j}).channels["a"]
+        with pytest.raises(ReplayDiverged):
+            asyncio.run(ch.send("b", "v", changed))
 
 
 def test_replay_refuses_a_diverging_message_type(tmp_path):
