@@ -187,12 +187,15 @@ def test_a_damaged_checkpoint_fails_its_session_not_the_party(cluster):
     _check_result(again["trent"])
 
 
-def test_a_deleted_checkpoint_directory_names_its_party(cluster):
+@pytest.mark.parametrize("party", ["alice", "trent"])
+def test_a_deleted_checkpoint_directory_names_its_party(cluster, party):
+    """The others' messages to it are refused ("no session"): the refusal names the refuser, not the
+    sender (which used to record itself as the culprit)."""
     sid = new_session_id("power-iteration")
-    records = _kill_damage_restart(cluster, "alice", sid, 3, lambda d: shutil.rmtree(d))
-    assert records["alice"]["state"] == "unknown"                # she no longer knows the session ...
-    for p in ("trent", "bob"):                                   # ... and the others name her, not themselves
-        assert records[p]["state"] == "failed" and records[p]["error"]["origin"] == "alice", (p, records[p])
+    records = _kill_damage_restart(cluster, party, sid, 3, lambda d: shutil.rmtree(d))
+    assert records[party]["state"] == "unknown"                 # it no longer knows the session ...
+    for p in set(records) - {party}:                            # ... and the others name it, not themselves
+        assert records[p]["state"] == "failed" and records[p]["error"]["origin"] == party, (p, records[p])
 
 
 def test_a_flipped_bit_in_root_key_is_named_not_replayed(cluster):
