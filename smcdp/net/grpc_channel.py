@@ -469,6 +469,13 @@ class GrpcChannel(Channel):
         others = [p for r, p in self.roles.items() if r != self.role and p != culprit]
         return dict(await asyncio.gather(*(one(p) for p in others)))
 
+    async def connect(self, timeout: float) -> None:
+        """Open the connections to the other participants now (TCP and TLS handshakes: two or three round
+        trips each), while the session waits to begin, rather than at its first message."""
+        others = [p for r, p in self.roles.items() if r != self.role]
+        await asyncio.gather(*(asyncio.wait_for(self.connector.channel(p).channel_ready(), timeout)
+                               for p in others), return_exceptions=True)
+
     async def heartbeat(self, party: str, incarnation: str, timeout: float) -> tpb.HeartbeatReply:
         """Probe ``party``'s view of this session (one attempt; raises grpc.RpcError on failure)."""
         return await self.connector.mailbox(party).Heartbeat(

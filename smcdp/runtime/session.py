@@ -230,6 +230,7 @@ class Session:
         told = ""
         t0 = time.monotonic()
         rss_reset = False
+        warm = asyncio.ensure_future(ch.connect(cfg.timeouts.connect_seconds))   # handshakes before Begin
         try:
             # A peer's proposal that is not begun within the grace expires (issue 19); the
             # initiator's own session is begun or failed by start_session, which reports the
@@ -299,6 +300,7 @@ class Session:
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise
         finally:
+            warm.cancel()
             ch.mark_closed(None if error is None else
                            (error["code"], told, error["origin"]))
             await ch.close()
