@@ -78,6 +78,7 @@ _CODE_CLASSES: dict[str, type[SmcdpError]] = {
     "NOT_FOUND": NotFound,
     "OUT_OF_RANGE": errors.CryptoOverflow,
     "RESOURCE_EXHAUSTED": errors.ResourceExhausted,
+    "DATA_LOSS": errors.DataLoss,
 }
 
 

@@ -67,6 +67,7 @@ from smcdp.net.grpc_channel import (
     call_with_retry,
     error_for_code,
     status_code_of,
+    with_origin,
 )
 from smcdp.net.server import (
     PartyServer,
@@ -548,8 +549,7 @@ class Party(SessionHost):
         failures = [(p, e) for p, e in zip(others, outcomes)
                     if isinstance(e, BaseException) and p not in done_already]
         if failures:
-            text = "; ".join(f"{p}: {e}" for p, e in failures)
-            s.fail_threadsafe(error_for_code(status_code_of(failures[0][1]).name, f"Resume failed: {text}"))
+            s.fail_threadsafe(_failure_of("Resume", failures))
             s.begin_threadsafe()
         else:
             await self._begin_all(s, [p for p in others if p not in done_already])
@@ -566,8 +566,7 @@ class Party(SessionHost):
         outcomes = await asyncio.gather(*(self._call(p, "Begin", ref, s) for p in parties), return_exceptions=True)
         failures = [(p, e) for p, e in zip(parties, outcomes, strict=True) if isinstance(e, BaseException)]
         if failures:
-            text = "; ".join(str(e) for _, e in failures)
-            s.fail_threadsafe(error_for_code(status_code_of(failures[0][1]).name, f"Begin failed: {text}"))
+            s.fail_threadsafe(_failure_of("Begin", failures))
         s.begin_threadsafe()
 
     async def start_session(self, protocol: str, roles: Mapping[str, str], params: Mapping[str, Any],
@@ -601,8 +600,7 @@ class Party(SessionHost):
                 failures.append((p, exc))
                 break
         if failures:
-            text = "; ".join(str(e) for _, e in failures)
-            s.fail_threadsafe(error_for_code(status_code_of(failures[0][1]).name, f"Propose failed: {text}"))
+            s.fail_threadsafe(_failure_of("Propose", failures))
             s.begin_threadsafe()
         else:
             await self._begin_all(s, others)
@@ -641,6 +639,15 @@ class Party(SessionHost):
         if approve:
             return await loop.run_in_executor(None, self.governor.approve, session_id)
         return await loop.run_in_executor(None, self.governor.reject, session_id, reason)
+
+
+def _failure_of(call: str, failures: Sequence[tuple[str, BaseException]]) -> SmcdpError:
+    """The failure of a call to several participants, with the first one's code and origin: the party that
+    refused or could not be reached (or the party its error names), not the caller."""
+    party, first = failures[0]
+    origin = getattr(first, "origin", None) or party
+    text = "; ".join(f"{p}: {e}" for p, e in failures)
+    return with_origin(error_for_code(status_code_of(first).name, f"{call} failed: {text}", origin), origin)
 
 
 # ---------------------------------------------------------------- process
