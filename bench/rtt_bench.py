@@ -34,23 +34,11 @@ from smcdp.net.config import connect_address  # noqa: E402
 from smcdp.net.server import new_session_id  # noqa: E402
 from smcdp.runtime.config import dump_config, load_config  # noqa: E402
 from smcdp.runtime.local import LocalCluster, free_tcp_port  # noqa: E402
+from checkpoint_bench import cpu_seconds  # noqa: E402 - bench/ is sys.path[0]
 
 REPO = HERE.parent
 #: the same rounds and decoys in every session (the parties allow seeded sessions: a benchmark only)
 SEED = 26
-
-
-def cpu_seconds(pids) -> float:
-    """User + system CPU seconds of these processes so far (Linux /proc)."""
-    total = 0.0
-    tick = 100.0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / tick
-    return total
 
 
 class ProxiedCluster(LocalCluster):

@@ -22,9 +22,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
-import tempfile
 from pathlib import Path
 
+from smcdp._files import atomic_write
 from smcdp.errors import DataLoss, SmcdpError, resource_failure
 
 KEY_FILE = "durability.key"
@@ -51,27 +51,11 @@ def _create(path: Path) -> bytes:
     """Write a fresh key atomically: another thread or process creating it at once wins or loses whole."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     key = os.urandom(KEY_BYTES)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, key)
-        os.fsync(fd)
-        os.close(fd)
-        try:
-            os.link(tmp, path)            # atomic, and fails if a key appeared meanwhile
-        except FileExistsError:
-            return path.read_bytes()
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-        return key
-    finally:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        atomic_write(path, key, 0o600, replace=False)
+    except FileExistsError:
+        return path.read_bytes()
+    return key
 
 
 class Mac:

@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from smcdp._files import fsync_dir
 from smcdp.errors import DataLoss, InvalidMessage
 from smcdp.runtime.durability.integrity import MAC_BYTES, Mac, local_failure
 
@@ -283,7 +284,7 @@ class FileJournal:
             self._fd = fd
             self._write_at(0, [FILE_MAGIC])
             self._end = len(FILE_MAGIC)
-            self._fsync_dir()
+            fsync_dir(self.path.parent)
             return
         try:
             data = self.path.read_bytes()
@@ -321,7 +322,7 @@ class FileJournal:
         self._index(kept)
         os.fsync(fd)
         os.replace(tmp, self.path)
-        self._fsync_dir()
+        fsync_dir(self.path.parent)
         self.repaired = list(found.damage)
         for d in found.damage:
             if d.kind == OUT and d.role is not None and d.type_name is not None and d.digest is not None:
@@ -447,13 +448,6 @@ class FileJournal:
             except OSError:
                 self._broken = err        # the file's end is unknown: nothing more may be written
             raise err from None
-
-    def _fsync_dir(self) -> None:
-        dfd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
 
     def _local_failure(self, exc: OSError, what: str) -> BaseException:
         return local_failure(exc, self.owner, f"{what} ({self.path})")
