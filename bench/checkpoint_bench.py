@@ -78,6 +78,8 @@ def measure(name, parties, roles, params, initiator, chaos, repeats, tmp, insecu
     party = max(cps, key=lambda p: cps[p].get("journal_seconds", 0.0))
     cp = cps[party]
     rounds, what = rounds_of(recs)
+    print(f"{name}: with {[round(r[1], 2) for r in runs['on']]} s, without {[round(r[1], 2) for r in runs['off']]} s",
+          file=sys.stderr, flush=True)
     return (f"| {name} | {rounds} {what} | {wall['off']:.2f} s | {wall['on']:.2f} s | "
             f"**{100 * (wall['on'] - wall['off']) / wall['off']:+.1f} %** | {cpu['off']:.2f} s | {cpu['on']:.2f} s | "
             f"{100 * (cpu['on'] - cpu['off']) / cpu['off']:+.1f} % | {party}: {cp.get('journal_records', 0)} records, "

@@ -500,8 +500,7 @@ class GrpcChannel(Channel):
         """Accept a message from any thread and make it durable.  Returns False for a harmless duplicate
         (see :meth:`accept_threadsafe` and :meth:`make_durable_threadsafe`)."""
         fresh = self.accept_threadsafe(sender_role, tag, type_url, data)
-        if fresh:
-            self.make_durable_threadsafe()
+        self.make_durable_threadsafe()
         return fresh
 
     def accept_threadsafe(self, sender_role: str, tag: str, type_url: str, data: bytes) -> bool:

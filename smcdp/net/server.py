@@ -427,7 +427,7 @@ class MailboxServicer(tgrpc.MailboxServicer):
                                             bytes(buf))
             stored = fresh
             self._observe(self.host.inbound_delivered, peer, len(buf), not fresh)
-            ack = self._ack(target if fresh else None, len(buf), not fresh)
+            ack = self._ack(target, len(buf), not fresh)
             return await ack if durable else ack
         finally:
             # Drop the message's bytes before any refusal is answered: the abort's exception keeps the
@@ -438,10 +438,10 @@ class MailboxServicer(tgrpc.MailboxServicer):
                 budget.settle(sender_role, first.tag, charge, stored)
 
     @staticmethod
-    async def _ack(target: InboundTarget | None, nbytes: int, duplicate: bool) -> tpb.Ack:
-        """The Ack of a stored message, once it is durable (a duplicate was already)."""
-        if target is not None:
-            await asyncio.to_thread(target.make_durable_threadsafe)
+    async def _ack(target: InboundTarget, nbytes: int, duplicate: bool) -> tpb.Ack:
+        """The Ack of a stored message once it is durable (a duplicate too: its first copy may still be
+        waiting for the journal's sync)."""
+        await asyncio.to_thread(target.make_durable_threadsafe)
         return tpb.Ack(duplicate=duplicate, bytes=nbytes)
 
     async def _refuse(self, context, peer: str | None, failure: BaseException, what: str) -> None:

@@ -364,7 +364,7 @@ class FileJournal:
         """Make every record written so far durable; a sync under way for it is shared (group commit)."""
         target = self._end
         with self._sync_cv:
-            while self._synced < target:
+            while self._synced < target and self._fd is not None:
                 if self._syncing:
                     self._sync_cv.wait()
                     continue
@@ -458,8 +458,18 @@ class FileJournal:
                 "received": len(self._inbound), "sent": len(self._outbound), "acknowledged": len(self._delivered)}
 
     def close(self) -> None:
-        fd, self._fd = getattr(self, "_fd", None), None
+        """Sync what is written (a message accepted but not yet acknowledged is durable all the same)
+        and close; a later :meth:`sync` returns at once."""
+        with self._sync_cv:
+            while self._syncing:
+                self._sync_cv.wait()
+            fd, self._fd = getattr(self, "_fd", None), None
         if fd is not None:
+            try:
+                os.fsync(fd)
+                self._synced = self._end
+            except OSError:
+                pass
             try:
                 os.close(fd)
             except OSError:
