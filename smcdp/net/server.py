@@ -353,6 +353,10 @@ class MailboxServicer(tgrpc.MailboxServicer):
         finally:
             if reader is not None and not reader.done():
                 reader.cancel()
+            while not acks.empty():            # Acks nobody will send now
+                item = acks.get_nowait()
+                if isinstance(item, asyncio.Future):
+                    item.cancel()
         await self._refuse(context, peer, failure, "Stream")
 
     async def _read_stream(self, peer: str, it, acks: asyncio.Queue) -> None:

@@ -137,11 +137,11 @@ class StartCall:
         except NotFound:
             self.last_answer = time.monotonic()
             return
-        except (Unavailable, DeadlineExceeded):
+        except (Unavailable, DeadlineExceeded) as exc:
             silent = time.monotonic() - self.last_answer
             if silent > self.grace and not self.done():
                 self.close()
-                self._outcome = (None, silent_party(self.config, self.session_id, silent))
+                self._outcome = (None, silent_party(self.config, self.session_id, silent, exc))
             return
         except SmcdpError:
             self.last_answer = time.monotonic()
@@ -175,13 +175,13 @@ def _sleep_until(call: StartCall, seconds: float) -> None:
         time.sleep(min(0.05, max(0.0, end - time.monotonic())))
 
 
-def silent_party(cfg: PartyConfig, session_id: str, silent: float) -> Unavailable:
+def silent_party(cfg: PartyConfig, session_id: str, silent: float, last: BaseException | None = None) -> Unavailable:
     """The wait for a session ends: this operator's own party has not answered for ``silent`` seconds."""
     exc = Unavailable(
         f"party {cfg.name!r} ({cfg.address_of(cfg.name)}), which runs session {session_id} for this operator, "
         f"has not answered for {silent:.0f} s (peer_grace_seconds = {cfg.timeouts.peer_grace_seconds:g}): it is "
         f"down, paused or cut off.  If it comes back, its checkpoint continues the session: 'smcdp session "
-        f"status {session_id}' then tells how it stands")
+        f"status {session_id}' then tells how it stands" + (f" (last error: {last})" if last is not None else ""))
     exc.origin = cfg.name
     return exc
 
@@ -236,7 +236,7 @@ def follow_session(config: str | os.PathLike | PartyConfig, session_id: str, tim
         except (Unavailable, DeadlineExceeded) as exc:
             last = exc
             if time.monotonic() - last_answer > grace:
-                raise silent_party(cfg, session_id, time.monotonic() - last_answer) from None
+                raise silent_party(cfg, session_id, time.monotonic() - last_answer, last) from None
             time.sleep(poll)
             continue
         last_answer = time.monotonic()

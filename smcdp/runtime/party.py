@@ -169,6 +169,8 @@ class Party(SessionHost):
             s.thread.join(timeout=1.0)
         if self._expiry is not None:                           # governance
             self._expiry.cancel()
+        if self._tell is not None:
+            self._tell.cancel()
         self.governor.stop()
         await close_engines()   # issue 17: the compute engines (process pools, a Dask LocalCluster)
         log.info("party %s stopped", self.name)
