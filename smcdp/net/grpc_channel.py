@@ -115,7 +115,8 @@ def error_from_rpc(exc: grpc.RpcError, what: str) -> SmcdpError:
 
     A status that carries ``smcdp-origin`` trailing metadata reports a session
     failure that started at that party: it becomes a
-    :class:`~smcdp.errors.SessionAborted` with the original code and origin.
+    :class:`~smcdp.errors.SessionAborted` with the original code and origin --
+    and an instance of that code's class too (:func:`remote_failure`).
     """
     code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
     # the peer wrote these: one printable line each before they reach a log or a record
@@ -123,8 +124,25 @@ def error_from_rpc(exc: grpc.RpcError, what: str) -> SmcdpError:
     name = code.name if code is not None else "UNKNOWN"
     origin = _origin_of(exc)
     if origin is not None:
-        return errors.SessionAborted(f"{what}: {name}: {details}", name, origin)
+        return remote_failure(name, f"{what}: {name}: {details}", origin)
     return error_for_code(name, f"{what}: {name}: {details}")
+
+
+_REMOTE: dict[type, type] = {}
+
+
+def remote_failure(code: str, message: str, origin: str) -> errors.SessionAborted:
+    """A session failure that started at party ``origin``: a :class:`~smcdp.errors.SessionAborted` that is
+    also an instance of ``code``'s class (``PermissionDenied``, ``Unavailable``, …), so that a caller can
+    catch it either way."""
+    cls = _CODE_CLASSES.get(code)
+    if cls is None:
+        return errors.SessionAborted(message, code, origin)
+    both = _REMOTE.get(cls)
+    if both is None:
+        both = _REMOTE[cls] = type(cls.__name__, (errors.SessionAborted, cls),
+                                   {"__module__": cls.__module__, "__qualname__": cls.__qualname__})
+    return both(message, code, origin)
 
 
 def status_code_of(exc: BaseException) -> grpc.StatusCode:

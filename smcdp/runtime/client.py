@@ -18,6 +18,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from smcdp.errors import (
     DeadlineExceeded,
+    SessionAborted,
     SmcdpError,
     Unavailable,
 )
@@ -26,6 +27,7 @@ from smcdp.net.grpc_channel import (
     channel_options,
     error_for_code,
     error_from_rpc,
+    remote_failure,
 )
 from smcdp.net.server import (
     SESSION_FAILED_METADATA,
@@ -157,8 +159,8 @@ class StartCall:
                 return json.loads(reply.record_json), None
             except grpc.RpcError as exc:
                 err = _client_error(exc, self.config, self._method)
-                if not isinstance(err, Unavailable):
-                    return None, err
+                if not isinstance(err, Unavailable) or isinstance(err, SessionAborted):
+                    return None, err        # the session's outcome, not a lost call
             finally:
                 self.close()
             return follow_session(self.config, self.session_id, self._end - time.monotonic(), lost=err), None
@@ -244,8 +246,11 @@ def follow_session(config: str | os.PathLike | PartyConfig, session_id: str, tim
             return rec
         if rec.get("state") == "failed":
             e = rec.get("error") or {}
-            raise error_for_code(e.get("code", "INTERNAL"), f"session {session_id} failed: {e.get('message', '')}",
-                                 e.get("origin"))
+            code, origin = e.get("code", "INTERNAL"), e.get("origin")
+            msg = f"session {session_id} failed: {e.get('message', '')}"
+            if origin and origin != cfg.name:      # it started at another party: named, and typed by its code
+                raise remote_failure(code, msg, origin)
+            raise error_for_code(code, msg, origin)
         time.sleep(poll)
     raise Unavailable(f"session {session_id} at party {cfg.name!r} did not end within the wait of {timeout:.0f} s"
                       + (f" (last error: {last})" if last is not None else ""))

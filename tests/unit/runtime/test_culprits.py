@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from smcdp.errors import NoSpace, PermissionDenied, SessionAborted, Unavailable, resource_failure
-from smcdp.net.grpc_channel import GrpcChannel, call_with_retry, with_origin
+from smcdp.net.grpc_channel import GrpcChannel, call_with_retry, remote_failure, with_origin
 from smcdp.runtime.party import _failure_of
 from smcdp.runtime.session import RESUMABLE_CODES, error_dict
 from smcdp.v1 import messages_pb2 as pb
@@ -101,3 +101,11 @@ def test_a_receiver_that_cannot_store_a_message_fails_its_own_session_and_names_
             await asyncio.wait_for(ch.recv("alice", "t/1", pb.Ints), 5)
 
     asyncio.run(main())
+
+
+def test_a_failure_that_started_elsewhere_is_both_session_aborted_and_typed_by_its_code():
+    exc = remote_failure("PERMISSION_DENIED", "alice refuses", "alice")
+    assert isinstance(exc, SessionAborted) and isinstance(exc, PermissionDenied)
+    assert (exc.code, exc.origin, type(exc).__name__) == ("PERMISSION_DENIED", "alice", "PermissionDenied")
+    assert type(remote_failure("UNAVAILABLE", "x", "bob")) is type(remote_failure("UNAVAILABLE", "y", "carol"))
+    assert type(remote_failure("ABORTED", "x", "bob")) is SessionAborted
