@@ -116,14 +116,16 @@ class StartCall:
         """The session's record once it ended; its failure raised.  ``timeout``: DeadlineExceeded after
         that long (the session and the call run on); ``on_status``: each probe's GetStatus answer."""
         end = None if timeout is None else time.monotonic() + timeout
+        # without a display to feed, a probe every sixth of the grace is enough to notice silence in time
+        every = poll if on_status is not None else max(poll, self.grace / 6)
         while not self.done():
             if end is not None and time.monotonic() >= end:
                 raise DeadlineExceeded(f"session {self.session_id} did not end within {timeout:g} s "
                                        "(it is still running)")
-            self._probe(on_status, poll)
-            _sleep_until(self, poll if end is None else max(0.0, min(poll, end - time.monotonic())))
-        if on_status is not None:       # how it ended (the last round, the final state), once
-            self._probe(on_status, poll)
+            self._probe(on_status)
+            _sleep_until(self, every if end is None else max(0.0, min(every, end - time.monotonic())))
+        if on_status is not None and self._outcome is None:   # how it ended (the last round, the state)
+            self._probe(on_status)
         if self._outcome is None:
             self._outcome = self._settle()
         record, err = self._outcome
@@ -132,10 +134,11 @@ class StartCall:
         assert record is not None
         return record
 
-    def _probe(self, on_status: Callable[[dict], None] | None, poll: float) -> None:
+    def _probe(self, on_status: Callable[[dict], None] | None) -> None:
         """GetStatus once: the party answered (even "no such session yet"), or it has been silent so long."""
         try:
-            st = get_status(self.config, self.session_id, timeout=max(1.0, min(10.0, self.grace / 3)))
+            st = get_status(self.config, self.session_id, timeout=max(1.0, min(10.0, self.grace / 3)),
+                            channel=self._channel)     # the call's own connection: no handshake per probe
         except NotFound:
             self.last_answer = time.monotonic()
             return
@@ -256,14 +259,19 @@ def follow_session(config: str | os.PathLike | PartyConfig, session_id: str, tim
                       + (f" (last error: {last})" if last is not None else ""))
 
 
-def get_status(config: str | os.PathLike | PartyConfig, session_id: str, timeout: float = 10.0) -> dict:
-    """How ``session_id`` stands at this party now: state, round, step, restarts, peers' liveness."""
+def get_status(config: str | os.PathLike | PartyConfig, session_id: str, timeout: float = 10.0,
+               channel: grpc.Channel | None = None) -> dict:
+    """How ``session_id`` stands at this party now: state, round, step, restarts, peers' liveness.
+    ``channel``: an operator channel already open (no new TLS handshake), else one for this call."""
     cfg = _as_config(config)
-    with _operator_channel(cfg) as ch:
-        try:
-            reply = tgrpc.ControlStub(ch).GetStatus(tpb.SessionRef(session_id=session_id), timeout=timeout)
-        except grpc.RpcError as exc:
-            raise _client_error(exc, cfg, "GetStatus") from None
+    ch = channel or _operator_channel(cfg)
+    try:
+        reply = tgrpc.ControlStub(ch).GetStatus(tpb.SessionRef(session_id=session_id), timeout=timeout)
+    except grpc.RpcError as exc:
+        raise _client_error(exc, cfg, "GetStatus") from None
+    finally:
+        if channel is None:
+            ch.close()
     return json.loads(reply.status_json)
 
 
