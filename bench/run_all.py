@@ -55,7 +55,7 @@ def main() -> int:
     from smcdp.cli.bench import paillier_benchmark
     from smcdp.progress import task
 
-    with task("benchmarks", total=7, unit="bench") as progress:
+    with task("benchmarks", total=8, unit="bench") as progress:
         return _run(args, paillier_benchmark, progress)
 
 
@@ -150,14 +150,17 @@ def _run(args, paillier_benchmark, progress) -> int:
 
     for name, title, extra in (("keyword_bench.py", "Keyword recognition (seed Table 4.1)", []),
                                ("aggregate_bench.py", "DP aggregation", []),
-                               ("checkpoint_bench.py", "The cost of checkpointing (issue 15)", [])):
+                               ("checkpoint_bench.py", "The cost of checkpointing (issues 15, 26)", []),
+                               ("rtt_bench.py", "Sessions over a slow network (issue 26)", [])):
         path = HERE / name
         stage(name)
         if not path.exists():
             parts += [f"## {title}", "", f"_`bench/{name}` is not part of this build._", ""]
             continue
         try:
-            parts += [f"## {title}", "", run_module(path, extra + (["--quick"] if args.quick else [])), ""]
+            quick = (["--key-bits", "1024", "--repeats", "1"] if name == "rtt_bench.py" else ["--quick"]) \
+                if args.quick else []
+            parts += [f"## {title}", "", run_module(path, extra + quick), ""]
         except subprocess.CalledProcessError as exc:
             parts += [f"## {title}", "", f"_failed in this run: {exc.stderr.strip()[-500:]}_", ""]
 
