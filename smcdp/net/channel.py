@@ -371,13 +371,22 @@ class Channel(abc.ABC):
                                  self.me)
 
     async def _deliver(self, to: str, tag: str, type_url: str, data: bytes, sync: bool) -> None:
-        """Transmit one message: durable in the journal first (``sync``), acknowledged after."""
+        """Transmit one message and wait for its acknowledgement.  ``sync``: its journal record (written
+        already, so a killed process keeps it) is made durable meanwhile -- on a worker thread, by a
+        sync that concurrent ones share (group commit) -- and the delivery fails if that sync does; a
+        pipelined channel does not hold the message back for it (docs/fault-tolerance.md, "Fsync off
+        the critical path"), the in-memory one syncs first."""
+        syncing = None
         if sync:
-            if self.pipelined:    # the fsync runs off the loop; concurrent ones share it (group commit)
-                await asyncio.get_running_loop().run_in_executor(None, self.journal.sync)
+            if self.pipelined:
+                syncing = asyncio.get_running_loop().run_in_executor(None, self.journal.sync)
             else:
                 self.journal.sync()
-        await self._transmit(to, tag, type_url, data)
+        try:
+            await self._transmit(to, tag, type_url, data)
+        finally:
+            if syncing is not None:
+                await syncing
         if self.journal is not None:
             self.journal.mark_delivered(to, tag)
         self.stats.bytes_sent += len(data)
