@@ -89,7 +89,7 @@ class Journal(Protocol):
 
     def record_outbound(self, to_role: str, tag: str, type_name: str, data: bytes, durable: bool = True) -> None:
         """Store an outgoing message (called before its first delivery attempt); with ``durable`` False it
-        is written but made durable only by the next :meth:`sync`, which must run before it leaves."""
+        is written (a killed process keeps it) and made durable by the next :meth:`sync`."""
 
     def mark_delivered(self, to_role: str, tag: str) -> None:
         """The receiver acknowledged the message."""

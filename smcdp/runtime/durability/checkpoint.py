@@ -12,9 +12,9 @@
   party's policy allowed).  Private material: 0600 from creation, like the key
   files, never sent anywhere, deleted with the checkpoint;
 * ``journal.log`` -- every message received (stored durably *before* the
-  sender is told it was delivered) and every message sent (stored durably
-  *before* the first attempt to send it), with the acknowledgements
-  (:mod:`smcdp.runtime.durability.journal`);
+  sender is told it was delivered) and every message sent (written *before*
+  the first attempt to send it, and synced while it travels), with the
+  acknowledgements (:mod:`smcdp.runtime.durability.journal`);
 * ``reserve`` -- 256 KiB set aside so that, on a full disk, the session can
   still record how it failed (released then, taken again when it resumes).
 

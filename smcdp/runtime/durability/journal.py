@@ -1,7 +1,8 @@
 """A session's message journal at one party (``journal.log`` in its checkpoint directory).
 
 Every message received is stored durably *before* the sender is told it was
-delivered, every message sent is stored durably *before* it first leaves, and
+delivered; every message sent is written *before* it first leaves (a killed
+process keeps it) and made durable by the group commit while it travels; and
 acknowledgements are recorded after them.  A role replayed after a crash
 (:mod:`smcdp.runtime.durability.checkpoint`, docs/fault-tolerance.md) reads its
 received messages from here and looks up what it sends.
@@ -22,9 +23,9 @@ the party and each damaged record (its kind, role and tag where its header still
 verifies).  A damaged record is never dropped silently and never read as another.
 
 **Torn tail.**  One thing is not damage: the last record cut short by a crash.
-Records are appended in order and a message counts (is acknowledged, or leaves)
-only once a sync covered it, so a crash can only cut the record being written,
-after which nothing follows.  The scan calls the end of the file a torn tail --
+Records are appended in order and a received message is acknowledged only once a
+sync covered it, so a crash can only cut the record being written, after which
+nothing follows.  The scan calls the end of the file a torn tail --
 dropped, with a log line -- exactly when, after the last intact record,
 
 * fewer bytes than a prefix and its MAC remain, and those that remain agree with
@@ -240,10 +241,11 @@ class FileJournal:
     :attr:`repaired` lists what was lost.
 
     Writes never wait for the disk: :meth:`sync` makes everything written so far durable,
-    and concurrent syncs share one ``fsync`` (group commit).  Received and sent messages
-    count only once a sync covered them (the channel calls it before an acknowledgement
-    and before a first transmission); acknowledgements are never synced on their own
-    (losing one means sending identical bytes once more, which the receiver ignores).
+    and concurrent syncs share one ``fsync`` (group commit).  A received message is
+    acknowledged only once a sync covered it; a sent message is synced while it travels
+    (the channel starts the sync with its first transmission); acknowledgements are never
+    synced on their own (losing one means sending identical bytes once more, which the
+    receiver ignores).
     """
 
     def __init__(self, path: Path, mac: Mac | None = None, *, owner: str = "this party",
