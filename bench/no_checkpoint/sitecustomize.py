@@ -7,6 +7,8 @@ replay anything after a crash: the same sessions, minus what checkpointing costs
 outside that benchmark.
 """
 
+import concurrent.futures
+
 from smcdp.runtime.durability import checkpoint as _checkpoint
 
 
@@ -23,6 +25,11 @@ class NullJournal:
 
     def sync(self):
         pass
+
+    def durable_future(self):
+        fut = concurrent.futures.Future()
+        fut.set_result(None)
+        return fut
 
     def outbound(self, to_role, tag):
         return None

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import concurrent.futures
 import hashlib
 import time
 from collections import defaultdict
@@ -83,6 +84,9 @@ class Journal(Protocol):
 
     def sync(self) -> None:
         """Make everything recorded so far durable."""
+
+    def durable_future(self) -> concurrent.futures.Future:
+        """A future done once everything recorded so far is durable (no thread need wait for it)."""
 
     def outbound(self, to_role: str, tag: str) -> tuple[str, bytes] | None:
         """(type name, bytes) of the message sent earlier to ``to_role`` under ``tag``, if any."""
@@ -379,7 +383,7 @@ class Channel(abc.ABC):
         syncing = None
         if sync:
             if self.pipelined:
-                syncing = asyncio.get_running_loop().run_in_executor(None, self.journal.sync)
+                syncing = asyncio.wrap_future(self.journal.durable_future())
             else:
                 self.journal.sync()
         try:

@@ -22,13 +22,14 @@ Inbound: the party's server (another thread, another event loop) calls
 the message and hands it to the channel's own loop, where it enters the shared
 :class:`~smcdp.net.channel.Mailbox` -- so semantics are those of the in-memory
 network, and a role busy computing never delays a delivery's acknowledgement.
-The Ack waits for :meth:`GrpcChannel.make_durable_threadsafe` (the journal's
-group commit), while the next message on the stream is already being read.
+The Ack waits for :meth:`GrpcChannel.durable_future` (the journal's group
+commit), while the next message on the stream is already being read.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
 import random
 import threading
@@ -297,6 +298,12 @@ def with_origin(exc: SmcdpError, party: str) -> SmcdpError:
     return exc
 
 
+def _done_future() -> concurrent.futures.Future:
+    fut: concurrent.futures.Future = concurrent.futures.Future()
+    fut.set_result(None)
+    return fut
+
+
 def _rpc_error(code: grpc.StatusCode, details: str, trailing=None) -> grpc.aio.AioRpcError:
     return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), trailing or grpc.aio.Metadata(), details)
 
@@ -516,9 +523,9 @@ class GrpcChannel(Channel):
     # ----------------------------------------------------------------- inbound
     def deliver_threadsafe(self, sender_role: str, tag: str, type_url: str, data: bytes) -> bool:
         """Accept a message from any thread and make it durable.  Returns False for a harmless duplicate
-        (see :meth:`accept_threadsafe` and :meth:`make_durable_threadsafe`)."""
+        (see :meth:`accept_threadsafe` and :meth:`durable_future`)."""
         fresh = self.accept_threadsafe(sender_role, tag, type_url, data)
-        self.make_durable_threadsafe()
+        self.durable_future().result()
         return fresh
 
     def accept_threadsafe(self, sender_role: str, tag: str, type_url: str, data: bytes) -> bool:
@@ -527,7 +534,7 @@ class GrpcChannel(Channel):
         Raises :class:`InvalidMessage` for a second, different message under the same (sender, tag)
         and :class:`PreconditionFailed` if the session ended (a duplicate of a message already
         received is still acknowledged).  The sender may be told "delivered" only after
-        :meth:`make_durable_threadsafe`.
+        :meth:`durable_future`.
         """
         digest = hashlib.sha256(data).digest()
         key = (sender_role, tag)
@@ -566,17 +573,19 @@ class GrpcChannel(Channel):
             raise failed
         return True
 
-    def make_durable_threadsafe(self) -> None:
-        """Sync the journal (concurrent calls share one fsync): what was accepted is durable when this
-        returns, and its sender may hear "delivered".  The role works on the messages meanwhile;
-        whatever it sends is journaled after them."""
-        if self.journal is None:
-            return
-        try:
-            self.journal.sync()
-        except SmcdpError as exc:
+    def durable_future(self) -> concurrent.futures.Future:
+        """A future done once every message accepted so far is durable (the journal's group commit; no
+        thread waits for it): then their senders may hear "delivered".  The role works on the messages
+        meanwhile; whatever it sends is journaled after them.  A failed sync fails this party's session
+        too, with its error."""
+        fut = _done_future() if self.journal is None else self.journal.durable_future()
+        fut.add_done_callback(self._sync_failed)
+        return fut
+
+    def _sync_failed(self, fut: concurrent.futures.Future) -> None:
+        exc = fut.exception()
+        if exc is not None:
             self.abort_threadsafe(exc)
-            raise
 
     def _put(self, sender_role: str, tag: str, type_url: str, data: bytes) -> None:
         try:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import concurrent.futures
 import datetime as _dt
 import json
 import logging
@@ -114,8 +115,8 @@ class InboundTarget(Protocol):
     def accept_threadsafe(self, sender_role: str, tag: str, type_url: str, data: bytes) -> bool:
         """Store the message and hand it on; False for a duplicate of one already held."""
 
-    def make_durable_threadsafe(self) -> None:
-        """Return once every message accepted so far is durable (then it may be acknowledged)."""
+    def durable_future(self) -> concurrent.futures.Future:
+        """A future done once every message accepted so far is durable (then it may be acknowledged)."""
 
 
 @dataclass(frozen=True)
@@ -445,7 +446,7 @@ class MailboxServicer(tgrpc.MailboxServicer):
     async def _ack(target: InboundTarget, nbytes: int, duplicate: bool) -> tpb.Ack:
         """The Ack of a stored message once it is durable (a duplicate too: its first copy may still be
         waiting for the journal's sync)."""
-        await asyncio.to_thread(target.make_durable_threadsafe)
+        await asyncio.wrap_future(target.durable_future())
         return tpb.Ack(duplicate=duplicate, bytes=nbytes)
 
     async def _refuse(self, context, peer: str | None, failure: BaseException, what: str) -> None:

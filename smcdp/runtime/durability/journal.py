@@ -43,6 +43,7 @@ see is a file cut short *at a record boundary* by something other than a crash
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import json
 import logging
@@ -255,7 +256,8 @@ class FileJournal:
         self._mac = mac or Mac(_PUBLIC_KEY, "journal", self.path.name)
         self._lock = threading.Lock()                 # the index and appends
         self._sync_cv = threading.Condition()
-        self._syncing = False
+        self._syncing = False                                              # a syncer thread runs
+        self._waiters: list[tuple[int, concurrent.futures.Future]] = []   # (offset, its future)
         self._inbound: list[tuple[str, str, str, int, int]] = []          # role, tag, type, offset, length
         self._outbound: dict[tuple[str, str], tuple[str, int, int]] = {}  # (to, tag) -> type, offset, length
         self._delivered: set[tuple[str, str]] = set()
@@ -363,29 +365,61 @@ class FileJournal:
             self.sync()
 
     def sync(self) -> None:
-        """Make every record written so far durable; a sync under way for it is shared (group commit)."""
-        target = self._end
+        """Make every record written so far durable (blocks; see :meth:`durable_future`)."""
+        self.durable_future().result()
+
+    def durable_future(self) -> concurrent.futures.Future:
+        """A future done once every record written so far is durable.
+
+        One syncer thread per journal serves every waiter (group commit): an ``fsync`` covers
+        everything written before it began, and whoever asks meanwhile waits for the next one.
+        Nobody blocks a thread to wait -- an event loop awaits the future -- so a burst of
+        messages never starves a thread pool of workers.  The future fails with the sync's
+        error (:class:`~smcdp.errors.NoSpace`, DataLoss)."""
+        fut: concurrent.futures.Future = concurrent.futures.Future()
         with self._sync_cv:
-            while self._synced < target and self._fd is not None:
-                if self._syncing:
-                    self._sync_cv.wait()
-                    continue
+            target = self._end
+            if self._synced >= target or self._fd is None:
+                fut.set_result(None)
+                return fut
+            self._waiters.append((target, fut))
+            if not self._syncing:
                 self._syncing = True
-                upto = self._end
-                self._sync_cv.release()
-                t0 = time.perf_counter()
-                try:
-                    os.fsync(self._fd)
-                except OSError as exc:
-                    raise self._local_failure(exc, "cannot sync its journal") from None
-                finally:
-                    self._sync_cv.acquire()
+                threading.Thread(target=self._syncer, daemon=True, name=f"journal-sync-{self.path.parent.name}"
+                                 ).start()
+        return fut
+
+    def _syncer(self) -> None:
+        """Sync until nobody waits (then exit; the next waiter starts a new syncer)."""
+        while True:
+            with self._sync_cv:
+                if not self._waiters or self._fd is None:
                     self._syncing = False
                     self._sync_cv.notify_all()
-                self._synced = max(self._synced, upto)
-                with self._lock:
+                    done, self._waiters = self._waiters, []
+                    break
+                upto, fd = self._end, self._fd
+            t0 = time.perf_counter()
+            try:
+                os.fsync(fd)
+                error = None
+            except OSError as exc:
+                error = self._local_failure(exc, "cannot sync its journal")
+            with self._sync_cv:
+                if error is None:
+                    self._synced = max(self._synced, upto)
                     self.syncs += 1
                     self.seconds_writing += time.perf_counter() - t0
+                done = [w for w in self._waiters if error is not None or w[0] <= upto]
+                self._waiters = [w for w in self._waiters if w not in done]
+                self._sync_cv.notify_all()
+            for _, fut in done:
+                if error is None:
+                    fut.set_result(None)
+                else:
+                    fut.set_exception(error)
+        for _, fut in done:            # closed meanwhile: close() synced everything
+            fut.set_result(None)
 
     def outbound(self, to_role: str, tag: str) -> tuple[str, bytes] | None:
         with self._lock:
@@ -463,8 +497,8 @@ class FileJournal:
         """Sync what is written (a message accepted but not yet acknowledged is durable all the same)
         and close; a later :meth:`sync` returns at once."""
         with self._sync_cv:
-            while self._syncing:
-                self._sync_cv.wait()
+            while self._syncing and self._waiters:
+                self._sync_cv.wait(1.0)
             fd, self._fd = getattr(self, "_fd", None), None
         if fd is not None:
             try:
