@@ -74,6 +74,9 @@ def measure(name, parties, roles, params, initiator, chaos, repeats, tmp, insecu
     recs = runs["on"][0][0]
     wall = {k: statistics.median(r[1] for r in v) for k, v in runs.items()}
     cpu = {k: statistics.median(r[2] for r in v) for k, v in runs.items()}
+    # each pair ran back to back: the median of their ratios is less moved by a load that drifts
+    ratios = sorted(a[1] / b[1] - 1 for a, b in zip(runs["on"], runs["off"]))
+    cpu_ratios = sorted(a[2] / b[2] - 1 for a, b in zip(runs["on"], runs["off"]))
     cps = {p: (r.get("stats") or {}).get("checkpoint") or {} for p, r in recs.items()}
     party = max(cps, key=lambda p: cps[p].get("journal_seconds", 0.0))
     cp = cps[party]
@@ -81,8 +84,9 @@ def measure(name, parties, roles, params, initiator, chaos, repeats, tmp, insecu
     print(f"{name}: with {[round(r[1], 2) for r in runs['on']]} s, without {[round(r[1], 2) for r in runs['off']]} s",
           file=sys.stderr, flush=True)
     return (f"| {name} | {rounds} {what} | {wall['off']:.2f} s | {wall['on']:.2f} s | "
-            f"**{100 * (wall['on'] - wall['off']) / wall['off']:+.1f} %** | {cpu['off']:.2f} s | {cpu['on']:.2f} s | "
-            f"{100 * (cpu['on'] - cpu['off']) / cpu['off']:+.1f} % | {party}: {cp.get('journal_records', 0)} records, "
+            f"**{100 * statistics.median(ratios):+.1f} %** ({100 * ratios[0]:+.0f} … {100 * ratios[-1]:+.0f} %) | "
+            f"{cpu['off']:.2f} s | {cpu['on']:.2f} s | {100 * statistics.median(cpu_ratios):+.1f} % | "
+            f"{party}: {cp.get('journal_records', 0)} records, "
             f"{cp.get('journal_syncs', 0)} syncs, {cp.get('journal_bytes', 0) / 1024:.0f} KiB, "
             f"{cp.get('journal_seconds', 0.0) * 1000:.0f} ms writing | {killed:.2f} s |")
 
@@ -125,13 +129,13 @@ def main() -> int:
             rows.append(measure("keyword", parties, {"alice": "alice", "bob": "bob"}, {"key_bits": bits}, "alice",
                                 "kill:bob:round=50", args.repeats, tmp / "kw", insecure, lambda r: (98, "frames")))
     print(f"{bits}-bit keys; median of {args.repeats} session(s) per configuration, alternating; CPU = all party "
-          "processes. 'Without' keeps no checkpoint at all (no journal, no checkpoint.json updates, no input "
+          "processes; the overhead is the median over back-to-back pairs of (with / without - 1). 'Without' keeps no checkpoint at all (no journal, no checkpoint.json updates, no input "
           "fingerprint); 'with' is as shipped. 'Killed' is one session with a party SIGKILLed mid-way (power "
           "iteration: bob at round 5; dp-aggregate: charlie at stage 2; keyword: bob at frame 50), restarted 1 s "
           "later from its configuration, replaying its role from its checkpoint.")
     print()
-    print("| protocol | rounds | without | with | overhead | CPU without | CPU with | CPU overhead | journal "
-          "(busiest party) | killed + restarted |")
+    print("| protocol | rounds | without | with | overhead (median of pairs; range) | CPU without | CPU with | "
+          "CPU overhead | journal (busiest party) | killed + restarted |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(r)
