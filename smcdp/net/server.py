@@ -67,6 +67,8 @@ from smcdp.v1 import transport_pb2_grpc as tgrpc
 
 log = logging.getLogger("smcdp.net.server")
 
+#: messages a Stream call reads, stores and hands on ahead of their (durable) Acks
+STREAM_READ_AHEAD = 64
 SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 TAG_MAX = 256
 TYPE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -338,17 +340,20 @@ class MailboxServicer(tgrpc.MailboxServicer):
         ones before it (their syncs share one fsync); each Ack waits for its message to be durable."""
         failure = peer = None
         acks: asyncio.Queue = asyncio.Queue()
+        window = asyncio.Semaphore(STREAM_READ_AHEAD)
         reader: asyncio.Task | None = None
         try:
             peer = peer_identity(context)
-            reader = asyncio.ensure_future(self._read_stream(peer, request_iterator.__aiter__(), acks))
+            reader = asyncio.ensure_future(self._read_stream(peer, request_iterator.__aiter__(), acks, window))
             while True:
                 item = await acks.get()
                 if item is None:               # the sender half-closed the call
                     return
                 if isinstance(item, BaseException):
                     raise item
-                yield await item
+                ack = await item
+                window.release()
+                yield ack
         except Exception as exc:  # noqa: BLE001 - report, never crash the server
             failure = exc
         finally:
@@ -360,11 +365,13 @@ class MailboxServicer(tgrpc.MailboxServicer):
                     item.cancel()
         await self._refuse(context, peer, failure, "Stream")
 
-    async def _read_stream(self, peer: str, it, acks: asyncio.Queue) -> None:
+    async def _read_stream(self, peer: str, it, acks: asyncio.Queue, window: asyncio.Semaphore) -> None:
         """The messages of a Stream call, one after the other, each stored at once; its Ack (a task that
-        waits for durability) or the refusal goes into ``acks`` in order."""
+        waits for durability) or the refusal goes into ``acks`` in order.  At most STREAM_READ_AHEAD
+        messages are read ahead of their Acks: a sender that never reads its Acks holds nothing more."""
         try:
             while True:
+                await window.acquire()
                 try:
                     first = checked(await it.__anext__())
                 except StopAsyncIteration:

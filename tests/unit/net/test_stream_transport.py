@@ -3,6 +3,7 @@ calls); refusals on the stream are final like Deliver's and name the refuser; br
 retried (fake stubs)."""
 
 import asyncio
+import concurrent.futures
 import time
 from types import SimpleNamespace
 
@@ -11,6 +12,7 @@ import pytest
 
 from smcdp.errors import InvalidMessage
 from smcdp.net.grpc_channel import GrpcChannel, RetryPolicy
+from smcdp.net.server import STREAM_READ_AHEAD, MailboxServicer
 from smcdp.v1 import messages_pb2 as pb
 from smcdp.v1 import transport_pb2 as tpb
 
@@ -182,3 +184,70 @@ def test_a_broken_or_silent_stream_is_retried_on_a_new_one(failure):
     asyncio.run(main())
     assert stub.received == [("stream", "t")]
     assert len(stub.calls) == 2 and stub.calls[0].cancelled
+
+
+# ------------------------------------------------------------------ the receiving side of a pipelined stream
+class CountingTarget:
+    """An inbound target that counts what it accepted; its syncs complete when the test says."""
+
+    budget = None
+
+    def __init__(self):
+        self.accepted = []
+        self.synced = concurrent.futures.Future()
+
+    def accept_threadsafe(self, sender_role, tag, type_url, data):
+        self.accepted.append(tag)
+        return True
+
+    def durable_future(self):
+        return self.synced
+
+
+class OneSessionHost:
+    name = "bob"
+
+    def __init__(self, target):
+        self.target = target
+
+    def inbound_target(self, peer, session_id):
+        return self.target, "a"
+
+    def inbound_delivered(self, peer, nbytes, duplicate):
+        pass
+
+    def inbound_refused(self, peer, code):
+        pass
+
+
+class PeerContext:
+    def auth_context(self):
+        return {"x509_common_name": [b"alice"]}
+
+
+def test_a_stream_reads_ahead_of_its_acks_only_so_far_and_acks_once_durable():
+    """The receiver stores the next messages while the journal syncs (pipelining), but a sender that
+    never gets (or reads) its Acks makes it hold at most STREAM_READ_AHEAD of them; every Ack waits
+    for durability."""
+    target = CountingTarget()
+    servicer = MailboxServicer(OneSessionHost(target), max_message_bytes=1 << 20)
+
+    async def envelopes():
+        for i in range(500):
+            yield tpb.Envelope(session_id="s-1", tag=f"t/{i}", type_name="smcdp.v1.Ints", chunk_index=0,
+                               chunk_count=1, total_size=1, data=b"\x01")
+
+    async def main():
+        acks = servicer.Stream(envelopes(), PeerContext())
+        first = asyncio.ensure_future(acks.__anext__())
+        await asyncio.sleep(0.5)
+        assert not first.done()                               # not durable yet: no Ack
+        assert STREAM_READ_AHEAD <= len(target.accepted) <= STREAM_READ_AHEAD + 1
+        target.synced.set_result(None)
+        assert (await asyncio.wait_for(first, 5)).bytes == 1
+        got = 1
+        async for _ in acks:
+            got += 1
+        assert got == 500 and len(target.accepted) == 500
+
+    asyncio.run(main())
