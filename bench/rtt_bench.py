@@ -34,7 +34,7 @@ from smcdp.net.config import connect_address  # noqa: E402
 from smcdp.net.server import new_session_id  # noqa: E402
 from smcdp.runtime.config import dump_config, load_config  # noqa: E402
 from smcdp.runtime.local import LocalCluster, free_tcp_port  # noqa: E402
-from checkpoint_bench import cpu_seconds  # noqa: E402 - bench/ is sys.path[0]
+from checkpoint_bench import cpu_seconds, per_round  # noqa: E402 - bench/ is sys.path[0]
 
 REPO = HERE.parent
 #: the same rounds and decoys in every session (the parties allow seeded sessions: a benchmark only)
@@ -144,11 +144,10 @@ def main() -> int:
 
 def rounds_and_step(protocol: str, runs, kw: Path) -> tuple[int, float]:
     """(rounds, median seconds per round) of these sessions (see the table's legend)."""
+    step = statistics.median(per_round(protocol, r[2]) for r in runs)
     if protocol == "power-iteration":
-        per = [statistics.median(r[2]["trent"]["result"]["round_seconds"][1:]) for r in runs]
-        return int(runs[0][2]["trent"]["result"]["rounds"]), statistics.median(per)
-    frames = int(np.load(kw / "utterance_98.npy").shape[0])
-    return frames, statistics.median(r[2]["alice"]["result"]["timings"]["online"] / frames for r in runs)
+        return int(runs[0][2]["trent"]["result"]["rounds"]), step
+    return int(np.load(kw / "utterance_98.npy").shape[0]), step
 
 
 if __name__ == "__main__":
