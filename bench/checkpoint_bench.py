@@ -55,7 +55,7 @@ def per_round(protocol: str, recs: dict) -> float | None:
         return statistics.median(recs["trent"]["result"]["round_seconds"][1:])
     if protocol == "keyword":
         t = recs["alice"]["result"]["timings"]
-        return t["online"] / t["frames"]
+        return t["online"]["seconds"] / t["frames"]
     return None
 
 
