@@ -220,7 +220,7 @@ class Party(SessionHost):
         resumable = cp is not None and error["code"] in RESUMABLE_CODES
         log.error("session %s cannot be restored at %s%s: %s", session_id, self.name,
                   " (resumable: 'smcdp session resume' at its initiator)" if resumable else "", error["message"])
-        m = cp.meta if cp is not None else {}
+        m = cp.meta if cp is not None else (getattr(exc, "meta", None) or {})
         try:
             if cp is None:   # keep what is left for the operator to inspect, out of the way of the next start
                 d = Checkpoint.directory(self.sessions_dir, session_id)
@@ -236,7 +236,7 @@ class Party(SessionHost):
             session_id=session_id, protocol=m.get("protocol"), party=self.name, role=m.get("role"),
             roles=m.get("roles") or {}, initiator=m.get("initiator"), params=m.get("params") or {},
             seed=m.get("seed"), timeout_seconds=m.get("timeout_seconds"), state="failed", error=error,
-            restarts=int(m.get("restarts", 0)), resumable=resumable), damaged=cp is None)
+            restarts=int(m.get("restarts", 0)), resumable=resumable), damaged=cp is None and not m)
         if not self.record_path(session_id).exists():     # a published record is never overwritten
             try:
                 write_json_atomic(self.record_path(session_id), record)

@@ -76,7 +76,12 @@ class CheckpointError(PreconditionFailed):
 
 
 class CheckpointDamaged(CheckpointError):
-    """``checkpoint.json`` or ``root.key`` does not verify: the session cannot be continued here."""
+    """``checkpoint.json`` or ``root.key`` does not verify: the session cannot be continued here.
+
+    ``meta``: the checkpoint's fields when ``checkpoint.json`` itself verified (a damaged root key),
+    so that the session's other participants can still be told; None when it did not."""
+
+    meta: dict | None = None
 
 
 def _file_digest(p: Path) -> list:
@@ -207,7 +212,11 @@ class Checkpoint:
         if isinstance(roles, dict) and isinstance(roles.get(meta["role"]), str):
             owner = roles[meta["role"]]          # verified: this party's name as the session knows it
         cp = cls(directory, meta, key, owner)
-        cp.randomness()    # a damaged root key is named now, not after a replay diverged
+        try:
+            cp.randomness()    # a damaged root key is named now, not after a replay diverged
+        except CheckpointDamaged as exc:
+            exc.meta = meta
+            raise
         return cp
 
     @classmethod

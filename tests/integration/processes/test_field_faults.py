@@ -203,6 +203,8 @@ def test_a_flipped_bit_in_root_key_is_named_not_replayed(cluster):
     records = _kill_damage_restart(cluster, "alice", sid, 3, lambda d: _flip(d / "root.key", 9))
     _names(records, "alice", "FAILED_PRECONDITION")
     assert "root.key of party alice is damaged" in records["alice"]["error"]["message"], records["alice"]
+    sessions = cluster.data_dir("alice") / "sessions"
+    assert (sessions / f"{sid}.damaged").is_dir() and not (sessions / f"{sid}.d").exists()   # kept aside
 
 
 def test_a_damaged_journal_record_fails_resumably_and_resume_repairs_it(cluster):
