@@ -55,7 +55,7 @@ def main() -> int:
     from smcdp.cli.bench import paillier_benchmark
     from smcdp.progress import task
 
-    with task("benchmarks", total=10, unit="bench") as progress:
+    with task("benchmarks", total=11, unit="bench") as progress:
         return _run(args, paillier_benchmark, progress)
 
 
@@ -153,7 +153,8 @@ def _run(args, paillier_benchmark, progress) -> int:
                                ("scale_bench.py", "DP aggregation at scale: K up to 256 data parties (issue 28)", []),
                                ("scale_bench.py", "Power iteration against the number of data parties (issue 28)",
                                 ["power-iteration"]),
-                               ("checkpoint_bench.py", "The cost of checkpointing (issue 15)", []),
+                               ("checkpoint_bench.py", "The cost of checkpointing (issues 15, 26)", []),
+                               ("rtt_bench.py", "Sessions over a slow network (issue 26)", []),
                                ("dp_power_iteration_bench.py",
                                 "Power iteration, DP mode: utility against central DP PCA (issue 25)", [])):
         path = HERE / name
@@ -162,7 +163,9 @@ def _run(args, paillier_benchmark, progress) -> int:
             parts += [f"## {title}", "", f"_`bench/{name}` is not part of this build._", ""]
             continue
         try:
-            parts += [f"## {title}", "", run_module(path, extra + (["--quick"] if args.quick else [])), ""]
+            quick = (["--key-bits", "1024", "--repeats", "1"] if name == "rtt_bench.py" else ["--quick"]) \
+                if args.quick else []
+            parts += [f"## {title}", "", run_module(path, extra + quick), ""]
         except subprocess.CalledProcessError as exc:
             parts += [f"## {title}", "", f"_failed in this run: {exc.stderr.strip()[-500:]}_", ""]
 

@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 
-def atomic_write(path: str | os.PathLike, data: bytes, mode: int = 0o644) -> Path:
+def atomic_write(path: str | os.PathLike, data: bytes, mode: int = 0o644, *, replace: bool = True) -> Path:
+    """Write ``path`` whole or not at all.  ``replace`` False: raise FileExistsError if it exists (also if
+    another writer created it meanwhile: the first one wins, whole)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -26,19 +28,28 @@ def atomic_write(path: str | os.PathLike, data: bytes, mode: int = 0o644) -> Pat
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        if replace:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)
+            os.unlink(tmp)
     except BaseException:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
         raise
-    dfd = os.open(path.parent, os.O_RDONLY)
+    fsync_dir(path.parent)
+    return path
+
+
+def fsync_dir(directory: str | os.PathLike) -> None:
+    """Make the entries of ``directory`` (a file created, renamed or removed in it) durable."""
+    dfd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dfd)
     finally:
         os.close(dfd)
-    return path
 
 
 def atomic_write_json(path: str | os.PathLike, obj: Any, mode: int = 0o644, **dumps_kw) -> Path:

@@ -313,34 +313,20 @@ class SessionHandle:
              poll: float = 1.0) -> SessionResult:
         """Wait for the session's record; raise its failure as a typed exception.
 
-        ``on_status`` is called with the session's :class:`SessionStatus` every
-        ``poll`` seconds meanwhile (a progress display); ``timeout`` raises
-        DeadlineExceeded (the session runs on) if it has not ended by then.
+        The party is probed every ``poll`` seconds (``on_status`` sees its
+        :class:`SessionStatus` each time: a progress display); if it does not answer
+        for ``peer_grace_seconds`` this raises Unavailable naming it.  ``timeout``
+        raises DeadlineExceeded (the session runs on) if it has not ended by then.
         """
-        end = None if timeout is None else time.monotonic() + timeout
-        while not self._call.done():
-            if end is not None and time.monotonic() >= end:
-                raise DeadlineExceeded(f"session {self.session_id} did not end within {timeout:g} s "
-                                       "(it is still running)")
-            if on_status is not None:
-                try:
-                    on_status(self.status())
-                except SmcdpError:   # NotFound (not registered yet), or the party restarting
-                    pass
-            step = poll if end is None else max(0.0, min(poll, end - time.monotonic()))
-            _sleep_until_done(self._call, step)
-        if on_status is not None:    # how it ended (the last round, the final state), once
-            try:
-                on_status(self.status())
-            except SmcdpError:
-                pass
-        return SessionResult.from_record(self._call.result())
+        cb = None if on_status is None else (lambda d: on_status(SessionStatus.from_dict(d)))
+        return SessionResult.from_record(self._call.wait(timeout, on_status=cb, poll=poll))
 
-
-def _sleep_until_done(call: _rpc.StartCall, seconds: float) -> None:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end and not call.done():
-        time.sleep(min(0.05, max(0.0, end - time.monotonic())))
+    @property
+    def bound(self) -> str:
+        """What this wait is bounded by, for a user who watches it."""
+        cfg = self._client.config
+        return (f"waits at most {self._call.seconds_left:.0f} s (the session's deadline); gives up if party "
+                f"{cfg.name!r} does not answer for {cfg.timeouts.peer_grace_seconds:g} s (peer_grace_seconds)")
 
 
 class PartyClient:
@@ -390,18 +376,23 @@ class PartyClient:
         """The record of ``session_id`` at this party (running, succeeded or failed; NotFound if unknown)."""
         return SessionResult.from_record(_rpc.get_result(self.config, session_id))
 
-    def status(self, session_id: str) -> SessionStatus:
+    def status(self, session_id: str, timeout: float = 10.0) -> SessionStatus:
         """How ``session_id`` stands now: state, round, step, restarts, peers' liveness."""
-        return SessionStatus.from_dict(_rpc.get_status(self.config, session_id))
+        return SessionStatus.from_dict(_rpc.get_status(self.config, session_id, timeout=timeout))
 
     def wait(self, session_id: str, timeout: float | None = None) -> SessionResult:
         """Follow a session (started anywhere, e.g. by a peer) until it ends here; raise its failure."""
         t = timeout if timeout is not None else self.config.timeouts.session_seconds
         return SessionResult.from_record(_rpc.follow_session(self.config, session_id, t))
 
-    def resume(self, session_id: str, timeout: float | None = None) -> SessionResult:
-        """Continue a session this party initiated that failed resumably; its record when it ends."""
-        return SessionResult.from_record(_rpc.resume_session(self.config, session_id, timeout=timeout))
+    def resume(self, session_id: str, timeout: float | None = None, *, wait: bool = True,
+               on_status: StatusCallback | None = None, poll: float = 1.0) -> SessionResult | SessionHandle:
+        """Continue a session this party initiated that failed resumably; its record when it ends
+        (``wait=False``: a :class:`SessionHandle` at once)."""
+        handle = SessionHandle(self, _rpc.begin_resume(self.config, session_id, timeout))
+        if not wait:
+            return handle
+        return handle.wait(on_status=on_status, poll=poll)
 
     # ---------------------------------------------------------------- governance
     def sessions(self, pending_only: bool = False) -> list[SessionInfo]:

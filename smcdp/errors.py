@@ -9,6 +9,8 @@ on.  The module imports nothing from grpc so that ``smcdp.dp`` and
 
 from __future__ import annotations
 
+import errno as _errno
+
 
 class SmcdpError(Exception):
     """Base class.  ``code`` is the name of a grpc.StatusCode member."""
@@ -72,6 +74,57 @@ class Unavailable(SmcdpError):
     """A peer could not be reached."""
 
     code = "UNAVAILABLE"
+
+
+class NoSpace(Unavailable):
+    """A local resource of this party ran out (disk full, quota, file descriptors, memory).
+
+    Reported as UNAVAILABLE: like a party that is down, the condition is transient, so the
+    session fails resumably everywhere and continues with ``smcdp session resume`` once the
+    resource is back (docs/fault-tolerance.md).  ``origin`` is the party that ran out.
+    """
+
+    def __init__(self, message: str, origin: str | None = None) -> None:
+        super().__init__(message)
+        self.origin = origin
+
+
+class DataLoss(SmcdpError):
+    """A party's own durable state (a checkpoint, a journal record) is damaged or missing.
+
+    ``origin`` is the party whose state failed.  DATA_LOSS is resumable where the
+    peers still hold what is needed (docs/fault-tolerance.md).
+    """
+
+    code = "DATA_LOSS"
+
+    def __init__(self, message: str, origin: str | None = None) -> None:
+        super().__init__(message)
+        self.origin = origin
+
+
+#: errno values of a local resource running out (NoSpace), with the words an operator reads
+RESOURCE_ERRNOS = {
+    _errno.ENOSPC: "no space left",
+    _errno.EDQUOT: "no space left (disk quota exceeded)",
+    _errno.ENFILE: "no file descriptors left (system table full)",
+    _errno.EMFILE: "no file descriptors left (process limit)",
+    _errno.ENOMEM: "no memory left",
+}
+
+
+def resource_failure(exc: BaseException, party: str, what: str) -> NoSpace | None:
+    """``exc`` as :class:`NoSpace` ("no space left at PARTY: WHAT: ...") if it is a local resource
+    running out (an OSError with one of :data:`RESOURCE_ERRNOS`, or MemoryError), else None."""
+    if isinstance(exc, NoSpace):
+        return exc
+    if isinstance(exc, MemoryError):
+        words = RESOURCE_ERRNOS[_errno.ENOMEM]
+    elif isinstance(exc, OSError) and exc.errno in RESOURCE_ERRNOS:
+        words = RESOURCE_ERRNOS[exc.errno]
+    else:
+        return None
+    return NoSpace(f"{words} at {party}: {what}: {exc}", party)
 
 
 class ResourceExhausted(SmcdpError):

@@ -94,8 +94,10 @@ def _cmd_session_start(args: argparse.Namespace) -> int:
 
 
 def _wait_watched(handle: SessionHandle):
-    """Wait for a session with a progress display on stderr (rounds done, their rate, the current step)."""
+    """Wait for a session with a progress display on stderr (rounds done, their rate, the current step),
+    after saying what bounds the wait."""
     label = f"session {handle.session_id}"
+    print(f"{label}: this {handle.bound}", file=sys.stderr)
     with task(label, total=None, unit="round") as t:
         def show(st: SessionStatus) -> None:
             what = st.state.value + (f", {st.step}" if st.step else "") + (
@@ -127,7 +129,9 @@ def _cmd_session_status(args: argparse.Namespace) -> int:
 
 def _cmd_session_resume(args: argparse.Namespace) -> int:
     try:
-        record = PartyClient.from_config(args.config).resume(args.session_id, timeout=args.timeout).as_dict()
+        handle = PartyClient.from_config(args.config).resume(args.session_id, timeout=args.timeout, wait=False)
+        assert isinstance(handle, SessionHandle)
+        record = _wait_watched(handle).as_dict()
     except SmcdpError as exc:
         return _fail(exc)
     _emit(record, args.out)
@@ -148,6 +152,7 @@ def _cmd_health(args: argparse.Namespace) -> int:
     try:
         pc = PartyClient.from_config(args.config)
         if args.wait:
+            print(f"waiting at most {args.wait:g} s for {args.peer or pc.name} to answer SERVING", file=sys.stderr)
             pc.wait_healthy(args.peer, timeout=args.wait)
             status = "SERVING"
         else:

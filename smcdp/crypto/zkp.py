@@ -33,6 +33,7 @@ a predictable nonce would reveal which branch of an OR-proof is real.
 from __future__ import annotations
 
 import hashlib
+import random
 import secrets
 from typing import Sequence
 
@@ -54,9 +55,10 @@ def randomness_of(sk: PrivateKey, c: int, m: int) -> mpz:
     return gmpy2.powmod(rn, gmpy2.invert(n, phi), n)
 
 
-def _unit_below(n: mpz) -> mpz:
+def _unit_below(n: mpz, rng: random.Random | None = None) -> mpz:
+    below = secrets.randbelow if rng is None else rng.randrange
     while True:
-        x = mpz(secrets.randbelow(int(n) - 1) + 1)
+        x = mpz(below(int(n) - 1) + 1)
         if gmpy2.gcd(x, n) == 1:
             return x
 
@@ -71,15 +73,16 @@ def _challenge(pk: PublicKey, context: bytes, *values: int) -> int:
     return int.from_bytes(h.digest(), "big") & _MASK
 
 
-def _prove_bit_with(pk: PublicKey, c: mpz, bit: int, r: mpz, context: bytes) -> list[int]:
+def _prove_bit_with(pk: PublicKey, c: mpz, bit: int, r: mpz, context: bytes,
+                    rng: random.Random | None = None) -> list[int]:
     n, n2 = pk.n, pk.nsquare
     us = [mpz(c), mpz(c) * (1 - n) % n2]               # c·g^-0, c·g^-1
     fake = 1 - bit
     a, e, z = [mpz(0), mpz(0)], [0, 0], [mpz(0), mpz(0)]
-    rho = _unit_below(n)
+    rho = _unit_below(n, rng)
     a[bit] = gmpy2.powmod(rho, n, n2)
-    e[fake] = secrets.randbits(CHALLENGE_BITS)
-    z[fake] = _unit_below(n)
+    e[fake] = secrets.randbits(CHALLENGE_BITS) if rng is None else rng.getrandbits(CHALLENGE_BITS)
+    z[fake] = _unit_below(n, rng)
     a[fake] = gmpy2.powmod(z[fake], n, n2) * gmpy2.powmod(gmpy2.invert(us[fake], n2), e[fake], n2) % n2
     total = _challenge(pk, context, c, a[0], a[1])
     e[bit] = (total - e[fake]) & _MASK
@@ -104,12 +107,14 @@ def verify_bit(pk: PublicKey, c: int, proof: Sequence[int], context: bytes) -> b
             and gmpy2.powmod(z1, n, n2) == a1 * gmpy2.powmod(us[1], e1, n2) % n2)
 
 
-def prove_bit(sk: PrivateKey, c: int, bit: int, context: bytes) -> list[int]:
+def prove_bit(sk: PrivateKey, c: int, bit: int, context: bytes, rng: random.Random | None = None) -> list[int]:
     """Proof (5 integers) that ``c`` encrypts ``bit`` ∈ {0, 1}, witness-indistinguishable: it does not
-    say which."""
+    say which.  Its nonces come from the OS CSPRNG, or from ``rng`` -- a secret stream used for this one
+    statement only (a session's randomness root, so that a replayed prover sends the same proof; two
+    proofs with one nonce would reveal the witness)."""
     if bit not in (0, 1):
         raise ValueError("a bit proof is for 0 or 1")
-    return _prove_bit_with(sk.public_key, mpz(c), bit, randomness_of(sk, c, bit), context)
+    return _prove_bit_with(sk.public_key, mpz(c), bit, randomness_of(sk, c, bit), context, rng)
 
 
 def open_ciphertext(sk: PrivateKey, c: int) -> tuple[int, int]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import concurrent.futures
 import hashlib
 import time
 from collections import defaultdict
@@ -28,6 +29,7 @@ from typing import Awaitable, Callable, Iterable, Mapping, Protocol, TypeVar
 from google.protobuf.message import DecodeError, Message
 
 from smcdp.errors import DeadlineExceeded, InvalidMessage, SessionAborted
+from smcdp.v1 import messages_pb2 as pb
 
 M = TypeVar("M", bound=Message)
 
@@ -83,11 +85,15 @@ class Journal(Protocol):
     def sync(self) -> None:
         """Make everything recorded so far durable."""
 
+    def durable_future(self) -> concurrent.futures.Future:
+        """A future done once everything recorded so far is durable (no thread need wait for it)."""
+
     def outbound(self, to_role: str, tag: str) -> tuple[str, bytes] | None:
         """(type name, bytes) of the message sent earlier to ``to_role`` under ``tag``, if any."""
 
-    def record_outbound(self, to_role: str, tag: str, type_name: str, data: bytes) -> None:
-        """Store an outgoing message durably (called before its first delivery attempt)."""
+    def record_outbound(self, to_role: str, tag: str, type_name: str, data: bytes, durable: bool = True) -> None:
+        """Store an outgoing message (called before its first delivery attempt); with ``durable`` False it
+        is written (a killed process keeps it) and made durable by the next :meth:`sync`."""
 
     def mark_delivered(self, to_role: str, tag: str) -> None:
         """The receiver acknowledged the message."""
@@ -185,6 +191,41 @@ class Mailbox:
         self._taken.clear()
 
 
+#: a pipelined channel's window: messages (and their bytes) sent but not yet acknowledged
+MAX_IN_FLIGHT = 64
+MAX_IN_FLIGHT_BYTES = 64 * 1024 * 1024
+
+#: message types whose bytes a replay does not reproduce, and the field that differs: Paillier and DGK
+#: ciphertexts carry fresh encryption randomness, blobs may carry a proof's fresh commitments
+#: (docs/fault-tolerance.md).  Everything else in them, and every other type, must come out byte for byte.
+FRESH_FIELDS = {"smcdp.v1.CiphertextVector": "ciphertexts", "smcdp.v1.Blobs": "values"}
+_FRESH_TYPES = {"smcdp.v1.CiphertextVector": pb.CiphertextVector, "smcdp.v1.Blobs": pb.Blobs}
+
+
+def replay_view(type_url: str, data: bytes) -> bytes:
+    """What a replay of a message must reproduce exactly: its bytes, or -- for a type with fresh
+    encryption randomness -- everything but those fields, and how many values they hold."""
+    field_name = FRESH_FIELDS.get(type_url)
+    if field_name is None:
+        return data
+    msg = _FRESH_TYPES[type_url]()
+    try:
+        msg.ParseFromString(data)
+    except DecodeError:
+        return data
+    count = len(getattr(msg, field_name))
+    msg.ClearField(field_name)
+    return msg.SerializeToString(deterministic=True) + b"#" + str(count).encode()
+
+
+class ReplayDiverged(InvalidMessage):
+    """A replayed role would send something other than what its journal says it sent."""
+
+    def __init__(self, message: str, origin: str) -> None:
+        super().__init__(message)
+        self.origin = origin
+
+
 class Channel(abc.ABC):
     """One party's endpoint in one protocol session.
 
@@ -195,6 +236,9 @@ class Channel(abc.ABC):
     roles: mapping role -> party name for every participant.
     deadline: absolute ``time.monotonic()`` deadline of the session, or None.
     """
+
+    #: sends return before the acknowledgement (see :meth:`send`); the in-memory network delivers at once
+    pipelined = False
 
     def __init__(self, session_id: str, role: str, roles: Mapping[str, str],
                  deadline: float | None = None, journal: Journal | None = None) -> None:
@@ -213,6 +257,11 @@ class Channel(abc.ABC):
         self.round = 0
         self.step = ""
         self._sent_tags: set[tuple[str, str]] = set()
+        #: a resumed session: send again what an earlier incarnation had delivered (a peer whose journal
+        #: was damaged gets back what it lost; the others acknowledge duplicates)
+        self.resend_delivered = False
+        self._in_flight: dict[asyncio.Task, int] = {}     # deliveries under way -> their bytes
+        self._delivery_failure: BaseException | None = None
         if journal is not None:
             for sender_role, tag, type_url, data in journal.inbound():
                 self.mailbox.put(sender_role, tag, type_url, data)
@@ -261,7 +310,14 @@ class Channel(abc.ABC):
         Tags must be unique per (receiver, tag) within a session.  A replayed role
         (docs/fault-tolerance.md) sends what it sent before, which may differ from ``msg``
         in encryption randomness: a role that goes on to use what it sent (a proof about
-        its ciphertexts, say) must use the returned bytes.
+        its ciphertexts, say) must use the returned bytes.  A replay whose message differs
+        in anything else (a changed randomness root or input) raises :class:`ReplayDiverged`.
+
+        A pipelined channel (:attr:`pipelined`) returns once the message is handed to the
+        transport: the role computes on while it travels and is acknowledged, several
+        messages can be under way at once, and a delivery that fails ends the session's
+        pending and later ``recv`` and ``send`` calls with its error.  :meth:`flush` waits
+        for every acknowledgement.
         """
         self._check_role(to)
         if self.mailbox.aborted is not None:
@@ -270,27 +326,107 @@ class Channel(abc.ABC):
             raise ValueError(f"tag {tag!r} already used for a message to {to}")
         self._sent_tags.add((to, tag))
         type_url, data = type_name(msg), msg.SerializeToString()
+        fresh = False
         if self.journal is not None:
             earlier = self.journal.outbound(to, tag)
             if earlier is not None:
                 # a replayed role: what it sent before stands (its ciphertexts carry other
                 # randomness now, but the peer may hold the old bytes already)
-                if earlier[0] != type_url:
-                    raise InvalidMessage(f"replay of session {self.session_id} diverged: message {tag!r} to {to} "
-                                         f"was a {earlier[0]}, now a {type_url}")
+                self._check_replay(to, tag, earlier, type_url, data)
                 type_url, data = earlier
-                if self.journal.delivered(to, tag):
+                if self.journal.delivered(to, tag) and not self.resend_delivered:
                     self.replayed_sends += 1
                     return data
             else:
-                self.journal.record_outbound(to, tag, type_url, data)
-        await self._transmit(to, tag, type_url, data)
+                lost = getattr(self.journal, "lost_outbound", {}).get((to, tag))
+                if lost is not None:
+                    self._check_lost(to, tag, lost, type_url, data)
+                self.journal.record_outbound(to, tag, type_url, data, durable=False)
+                fresh = True
+        if not self.pipelined:
+            await self._deliver(to, tag, type_url, data, fresh)
+            return data
+        await self._make_room(len(data))
+        task = asyncio.ensure_future(self._deliver(to, tag, type_url, data, fresh))
+        self._in_flight[task] = len(data)
+        task.add_done_callback(self._delivery_done)
+        return data
+
+    def _check_replay(self, to: str, tag: str, earlier: tuple[str, bytes], type_url: str, data: bytes) -> None:
+        """A replayed send must say what the journal says it said (up to fresh encryption randomness)."""
+        what = f"replay of session {self.session_id} diverged at {self.me}: message {tag!r} to {to}"
+        if earlier[0] != type_url:
+            raise ReplayDiverged(f"{what} was a {earlier[0]}, now a {type_url}", self.me)
+        if earlier[1] != data and replay_view(type_url, earlier[1]) != replay_view(type_url, data):
+            raise ReplayDiverged(f"{what} differs from what was sent before (SHA-256 "
+                                 f"{hashlib.sha256(earlier[1]).hexdigest()[:16]}… then, "
+                                 f"{hashlib.sha256(data).hexdigest()[:16]}… now): this party's randomness root "
+                                 "or inputs changed since the session started", self.me)
+
+    def _check_lost(self, to: str, tag: str, lost: tuple[str, str], type_url: str, data: bytes) -> None:
+        """A message whose journal record was lost to damage: one without fresh randomness must come out
+        exactly as its recorded digest says (one with fresh randomness goes out anew; a receiver that
+        holds the old bytes refuses it, naming this party)."""
+        if type_url in FRESH_FIELDS and lost[0] == type_url:
+            return
+        if (lost[0], lost[1]) != (type_url, hashlib.sha256(data).hexdigest()):
+            raise ReplayDiverged(f"replay of session {self.session_id} diverged at {self.me}: message {tag!r} to "
+                                 f"{to}, lost from the damaged journal, does not come out as it was recorded",
+                                 self.me)
+
+    async def _deliver(self, to: str, tag: str, type_url: str, data: bytes, sync: bool) -> None:
+        """Transmit one message and wait for its acknowledgement.  ``sync``: its journal record (written
+        already, so a killed process keeps it) is made durable meanwhile -- on a worker thread, by a
+        sync that concurrent ones share (group commit) -- and the delivery fails if that sync does; a
+        pipelined channel does not hold the message back for it (docs/fault-tolerance.md, "Fsync off
+        the critical path"), the in-memory one syncs first."""
+        syncing = None
+        if sync:
+            if self.pipelined:
+                syncing = asyncio.wrap_future(self.journal.durable_future())
+            else:
+                self.journal.sync()
+        try:
+            await self._transmit(to, tag, type_url, data)
+        finally:
+            if syncing is not None:
+                await syncing
         if self.journal is not None:
             self.journal.mark_delivered(to, tag)
         self.stats.bytes_sent += len(data)
         self.stats.messages_sent += 1
         self.stats.per_peer_sent[to] += len(data)
-        return data
+
+    async def _make_room(self, nbytes: int) -> None:
+        """Wait while the window of unacknowledged messages is full; raise an earlier delivery's failure."""
+        while self._in_flight and (len(self._in_flight) >= MAX_IN_FLIGHT
+                                   or sum(self._in_flight.values()) + nbytes > MAX_IN_FLIGHT_BYTES):
+            await asyncio.wait(list(self._in_flight), return_when=asyncio.FIRST_COMPLETED)
+        if self._delivery_failure is not None:
+            raise self._delivery_failure
+
+    def _delivery_done(self, task: asyncio.Task) -> None:
+        self._in_flight.pop(task, None)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None and self._delivery_failure is None:
+            self._delivery_failure = exc
+            self.abort_local(exc)          # the role hears it at its next recv or send
+
+    async def flush(self) -> None:
+        """Wait until every message sent so far is acknowledged; raise the first delivery's failure."""
+        while self._in_flight:
+            await asyncio.wait(list(self._in_flight))
+        if self._delivery_failure is not None:
+            raise self._delivery_failure
+
+    async def _cancel_deliveries(self) -> None:
+        tasks = list(self._in_flight)
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
 
     async def send_many(self, to: Iterable[str], tag: str, msg: Message) -> bytes:
         """Send the same message to several roles concurrently; returns the bytes sent.

@@ -2,11 +2,15 @@
 
 Outbound: a message is sent in chunks (1 MiB by default) with a per-attempt
 deadline, on the session's ``Mailbox.Stream`` call to that peer (one long-lived
-call carries the session's messages one after the other, each answered by an
-Ack: no call set-up per message, which for the keyword protocol's ~200 small
-round trips was most of the transport's time).  When that call is busy with
-another message, or an attempt on it failed, the message goes as its own
-``Mailbox.Deliver`` call instead.  A failed attempt with UNAVAILABLE or
+call carries the session's messages, each answered by an Ack: no call set-up
+per message, which for the keyword protocol's ~200 small round trips was most
+of the transport's time).  Sends are *pipelined*: ``send`` returns once the
+message is journaled and handed to the stream, messages follow each other on
+the stream without waiting for the Acks before them, and the role computes on
+while they travel -- so a protocol round costs one network round trip, not one
+per message (docs/transport.md).  A message larger than a chunk goes as its own
+``Mailbox.Deliver`` call, so that small ones never queue behind its transfer.
+A failed attempt with UNAVAILABLE or
 DEADLINE_EXCEEDED is retried with exponential backoff until the session
 deadline (delivery is idempotent: the receiver de-duplicates by (session,
 sender, tag)); then the send fails with :class:`~smcdp.errors.Unavailable`
@@ -14,20 +18,23 @@ naming the party, its role and address.  Any other status is final and raised
 as the matching :mod:`smcdp.errors` class.
 
 Inbound: the party's server (another thread, another event loop) calls
-:meth:`GrpcChannel.deliver_threadsafe`, which de-duplicates under a lock and
-answers at once, then hands the message to the channel's own loop, where it
-enters the shared :class:`~smcdp.net.channel.Mailbox` -- so semantics are those
-of the in-memory network, and a role busy computing never delays a delivery's
-acknowledgement.
+:meth:`GrpcChannel.accept_threadsafe`, which de-duplicates under a lock, journals
+the message and hands it to the channel's own loop, where it enters the shared
+:class:`~smcdp.net.channel.Mailbox` -- so semantics are those of the in-memory
+network, and a role busy computing never delays a delivery's acknowledgement.
+The Ack waits for :meth:`GrpcChannel.durable_future` (the journal's group
+commit), while the next message on the stream is already being read.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
 import random
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import AsyncIterator, Callable, Mapping
 
@@ -72,6 +79,7 @@ _CODE_CLASSES: dict[str, type[SmcdpError]] = {
     "NOT_FOUND": NotFound,
     "OUT_OF_RANGE": errors.CryptoOverflow,
     "RESOURCE_EXHAUSTED": errors.ResourceExhausted,
+    "DATA_LOSS": errors.DataLoss,
 }
 
 
@@ -108,7 +116,8 @@ def error_from_rpc(exc: grpc.RpcError, what: str) -> SmcdpError:
 
     A status that carries ``smcdp-origin`` trailing metadata reports a session
     failure that started at that party: it becomes a
-    :class:`~smcdp.errors.SessionAborted` with the original code and origin.
+    :class:`~smcdp.errors.SessionAborted` with the original code and origin --
+    and an instance of that code's class too (:func:`remote_failure`).
     """
     code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
     # the peer wrote these: one printable line each before they reach a log or a record
@@ -116,8 +125,25 @@ def error_from_rpc(exc: grpc.RpcError, what: str) -> SmcdpError:
     name = code.name if code is not None else "UNKNOWN"
     origin = _origin_of(exc)
     if origin is not None:
-        return errors.SessionAborted(f"{what}: {name}: {details}", name, origin)
+        return remote_failure(name, f"{what}: {name}: {details}", origin)
     return error_for_code(name, f"{what}: {name}: {details}")
+
+
+_REMOTE: dict[type, type] = {}
+
+
+def remote_failure(code: str, message: str, origin: str) -> errors.SessionAborted:
+    """A session failure that started at party ``origin``: a :class:`~smcdp.errors.SessionAborted` that is
+    also an instance of ``code``'s class (``PermissionDenied``, ``Unavailable``, …), so that a caller can
+    catch it either way."""
+    cls = _CODE_CLASSES.get(code)
+    if cls is None:
+        return errors.SessionAborted(message, code, origin)
+    both = _REMOTE.get(cls)
+    if both is None:
+        both = _REMOTE[cls] = type(cls.__name__, (errors.SessionAborted, cls),
+                                   {"__module__": cls.__module__, "__qualname__": cls.__qualname__})
+    return both(message, code, origin)
 
 
 def status_code_of(exc: BaseException) -> grpc.StatusCode:
@@ -247,8 +273,9 @@ async def call_with_retry(what: str, party: str, address: str, deadline: float,
             except grpc.RpcError as exc:
                 if exc.code() not in RETRYABLE or _origin_of(exc) is not None:
                     # a refusal, or a session that already ended there (whatever its code):
-                    # retrying cannot help, and the origin it names is the culprit
-                    raise error_from_rpc(exc, f"{what} refused by party {party!r} ({address})") from None
+                    # retrying cannot help; the culprit is the origin it names, else the refuser
+                    raise with_origin(error_from_rpc(exc, f"{what} refused by party {party!r} ({address})"),
+                                      party) from None
                 last = exc
             left = deadline - time.monotonic()
             if left <= 0:
@@ -259,58 +286,119 @@ async def call_with_retry(what: str, party: str, address: str, deadline: float,
             aborted.cancel()
     detail = (f"; last error {last.code().name}: {printable(last.details(), 400)}" if last is not None
               else "; no time left to try")
-    raise Unavailable(
+    raise with_origin(Unavailable(
         f"could not reach party {party!r} at {address} for {what} within the deadline "
-        f"({attempts} attempt(s) over {time.monotonic() - started:.1f} s){detail}")
+        f"({attempts} attempt(s) over {time.monotonic() - started:.1f} s){detail}"), party)
+
+
+def with_origin(exc: SmcdpError, party: str) -> SmcdpError:
+    """``exc`` naming ``party`` as where it started, unless it names a party already."""
+    if getattr(exc, "origin", None) is None:
+        exc.origin = party
+    return exc
+
+
+def _done_future() -> concurrent.futures.Future:
+    fut: concurrent.futures.Future = concurrent.futures.Future()
+    fut.set_result(None)
+    return fut
+
+
+def _rpc_error(code: grpc.StatusCode, details: str, trailing=None) -> grpc.aio.AioRpcError:
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), trailing or grpc.aio.Metadata(), details)
 
 
 class _PeerStream:
-    """The session's ``Mailbox.Stream`` call to one peer: one message at a time, each awaiting its Ack.
+    """The session's ``Mailbox.Stream`` call to one peer, pipelined: messages are written back to back
+    without waiting, and the receiver's Acks (in order) are matched to them as they come.
 
-    Any failure (a refusal, a broken connection, the per-message deadline) ends the call: the message's
-    sender sees the error as from a ``Deliver`` call and a later message opens a new call.
+    Any failure (a refusal, a broken connection, an Ack missing past its deadline) ends the call: the
+    message it concerns gets the call's status, the ones written after it a retryable UNAVAILABLE, and
+    their senders try again (on a new stream; the receiver de-duplicates).
     """
 
     def __init__(self, stub: tgrpc.MailboxStub) -> None:
         self.call = stub.Stream()
-        self.busy = False
         self.broken = False
+        self._write = asyncio.Lock()                      # one message's envelopes stay together
+        self._pending: deque[asyncio.Future] = deque()    # unacknowledged messages, in the order written
+        self._reader = asyncio.ensure_future(self._read_acks())
+
+    @property
+    def idle(self) -> bool:
+        return not self._pending
 
     async def send(self, envelopes: list[tpb.Envelope], timeout: float) -> tpb.Ack:
-        self.busy = True
+        fut = asyncio.get_running_loop().create_future()
         try:
-            for env in envelopes:
-                await asyncio.wait_for(self.call.write(env), timeout)
-            ack = await asyncio.wait_for(self.call.read(), timeout)
-            if ack is grpc.aio.EOF:   # the server ended the call without a status for this message
-                raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(),
-                                           "the peer closed the message stream")
-            return ack
+            async with self._write:
+                if self.broken:
+                    raise _rpc_error(grpc.StatusCode.UNAVAILABLE, "the message stream had ended")
+                self._pending.append(fut)
+                for env in envelopes:
+                    await asyncio.wait_for(self.call.write(env), timeout)
+            return await asyncio.wait_for(asyncio.shield(fut), timeout)
         except asyncio.TimeoutError:
-            self.close()
-            raise grpc.aio.AioRpcError(grpc.StatusCode.DEADLINE_EXCEEDED, grpc.aio.Metadata(), grpc.aio.Metadata(),
-                                       f"no acknowledgement within {timeout:.1f} s") from None
+            self.close(_rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, f"no acknowledgement within {timeout:.1f} s"))
+            raise _rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, f"no acknowledgement within {timeout:.1f} s") \
+                from None
         except asyncio.InvalidStateError:
             # the call had already ended (the peer refused an earlier message or went away): its status
             self.close()
-            code = await self.call.code()
-            raise grpc.aio.AioRpcError(
-                grpc.StatusCode.UNAVAILABLE if code in (grpc.StatusCode.OK, grpc.StatusCode.CANCELLED) else code,
-                grpc.aio.Metadata(), await self.call.trailing_metadata() or grpc.aio.Metadata(),
-                await self.call.details() or "the message stream had ended") from None
+            raise await self._status() from None
         except BaseException:
             self.close()
             raise
-        finally:
-            self.busy = False
 
-    def close(self) -> None:
+    async def _read_acks(self) -> None:
+        error: BaseException
+        try:
+            while True:
+                ack = await self.call.read()
+                if ack is grpc.aio.EOF:      # the server ended the call: its status concerns the next message
+                    error = await self._status()
+                    break
+                if not self._pending:
+                    error = _rpc_error(grpc.StatusCode.UNAVAILABLE, "an acknowledgement for no message")
+                    break
+                fut = self._pending.popleft()
+                if not fut.done():
+                    fut.set_result(ack)
+        except grpc.RpcError as exc:
+            error = exc
+        except asyncio.CancelledError:
+            error = _rpc_error(grpc.StatusCode.UNAVAILABLE, "the message stream was closed")
+        self._fail_pending(error)
+
+    async def _status(self) -> grpc.aio.AioRpcError:
+        code = await self.call.code()
+        return _rpc_error(
+            grpc.StatusCode.UNAVAILABLE if code in (grpc.StatusCode.OK, grpc.StatusCode.CANCELLED) else code,
+            await self.call.details() or "the message stream had ended",
+            await self.call.trailing_metadata() or grpc.aio.Metadata())
+
+    def _fail_pending(self, error: BaseException) -> None:
+        """The first unacknowledged message gets ``error``; those behind it were not refused: retryable."""
+        self.broken = True
+        first = True
+        while self._pending:
+            fut = self._pending.popleft()
+            if not fut.done():
+                fut.set_exception(error if first else _rpc_error(
+                    grpc.StatusCode.UNAVAILABLE, "the message stream ended before this message was acknowledged"))
+                fut.exception()          # retrieved by its sender, or moot
+            first = False
+
+    def close(self, error: BaseException | None = None) -> None:
+        if error is not None:
+            self._fail_pending(error)
         self.broken = True
         self.call.cancel()
+        self._reader.cancel()
 
 
 class GrpcChannel(Channel):
-    """A session endpoint that talks to the other parties over gRPC.
+    """A session endpoint that talks to the other parties over gRPC (pipelined: see :meth:`Channel.send`).
 
     Create it inside the event loop that will run the role (``bind_loop`` is
     called from the constructor when a loop is running).  ``budget`` (an
@@ -319,6 +407,7 @@ class GrpcChannel(Channel):
     """
 
     budget = None
+    pipelined = True
 
     def __init__(self, session_id: str, role: str, roles: Mapping[str, str],
                  deadline: float | None, connector: PeerConnector, *,
@@ -372,12 +461,13 @@ class GrpcChannel(Channel):
                 yield env
 
         async def attempt(timeout: float):
+            if len(data) > self.chunk_size:
+                # a large message is its own Deliver call: small ones do not queue behind its transfer
+                return await stub.Deliver(gen(), timeout=timeout)
             st = self._streams.get(party)
             if st is None or st.broken:
                 st = self._streams[party] = _PeerStream(stub)
-            if not st.busy:
-                return await st.send(envelopes, timeout)
-            return await stub.Deliver(gen(), timeout=timeout)      # the stream carries another message
+            return await st.send(envelopes, timeout)
 
         deadline = self.deadline if self.deadline is not None else time.monotonic() + self.rpc_timeout
         await call_with_retry(f"message {tag!r} to role {to_role} in session {self.session_id}",
@@ -405,6 +495,13 @@ class GrpcChannel(Channel):
         others = [p for r, p in self.roles.items() if r != self.role and p != culprit]
         return dict(await asyncio.gather(*(one(p) for p in others)))
 
+    async def connect(self, timeout: float) -> None:
+        """Open the connections to the other participants now (TCP and TLS handshakes: two or three round
+        trips each), while the session waits to begin, rather than at its first message."""
+        others = [p for r, p in self.roles.items() if r != self.role]
+        await asyncio.gather(*(asyncio.wait_for(self.connector.channel(p).channel_ready(), timeout)
+                               for p in others), return_exceptions=True)
+
     async def heartbeat(self, party: str, incarnation: str, timeout: float) -> tpb.HeartbeatReply:
         """Probe ``party``'s view of this session (one attempt; raises grpc.RpcError on failure)."""
         return await self.connector.mailbox(party).Heartbeat(
@@ -412,9 +509,10 @@ class GrpcChannel(Channel):
             timeout=timeout)
 
     async def close(self) -> None:
+        await self._cancel_deliveries()
         streams, self._streams = list(self._streams.values()), {}
         for st in streams:
-            if not st.broken and not st.busy:
+            if not st.broken and st.idle:
                 try:
                     await asyncio.wait_for(st.call.done_writing(), 1.0)
                 except (grpc.RpcError, asyncio.TimeoutError):
@@ -424,36 +522,49 @@ class GrpcChannel(Channel):
 
     # ----------------------------------------------------------------- inbound
     def deliver_threadsafe(self, sender_role: str, tag: str, type_url: str, data: bytes) -> bool:
-        """Accept a message from any thread.  Returns False for a harmless duplicate.
+        """Accept a message from any thread and make it durable.  Returns False for a harmless duplicate
+        (see :meth:`accept_threadsafe` and :meth:`durable_future`)."""
+        fresh = self.accept_threadsafe(sender_role, tag, type_url, data)
+        self.durable_future().result()
+        return fresh
 
-        Raises :class:`InvalidMessage` for a second, different message under the
-        same (sender, tag) and :class:`PreconditionFailed` if the session ended
-        (a duplicate of a message already received is still acknowledged).
+    def accept_threadsafe(self, sender_role: str, tag: str, type_url: str, data: bytes) -> bool:
+        """Store a message (not yet durable) and hand it to the role.  Returns False for a harmless duplicate.
+
+        Raises :class:`InvalidMessage` for a second, different message under the same (sender, tag)
+        and :class:`PreconditionFailed` if the session ended (a duplicate of a message already
+        received is still acknowledged).  The sender may be told "delivered" only after
+        :meth:`durable_future`.
         """
         digest = hashlib.sha256(data).digest()
         key = (sender_role, tag)
+        failed: SmcdpError | None = None
         with self._lock:
             prev = self._seen.get(key)
             if prev is not None:
                 if prev == (type_url, digest):
                     self.inbound_duplicates += 1
                     return False
-                raise errors.InvalidMessage(
-                    f"{sender_role} sent a second, different message with tag {tag!r} "
-                    f"in session {self.session_id}")
+                # the sender's state is what failed (a replay that diverged): it is the origin
+                raise with_origin(errors.InvalidMessage(
+                    f"{sender_role} ({self.roles[sender_role]}) sent a second, different message with tag "
+                    f"{tag!r} in session {self.session_id}"), self.roles[sender_role])
             self._check_open()
-            if self.journal is not None:
-                # written before the role can see it (a killed process loses nothing the kernel holds) ...
-                self.journal.record_inbound(sender_role, tag, type_url, data, durable=False)
             try:
-                self._loop.call_soon_threadsafe(self._put, sender_role, tag, type_url, data)
-            except RuntimeError:  # the loop closed under us
-                raise PreconditionFailed(f"session {self.session_id} has already ended here") from None
-            self._seen[key] = (type_url, digest)
-        if self.journal is not None:
-            # ... and durable before the sender hears "delivered": a restart never loses it.  The role
-            # works on the message meanwhile; whatever it sends is journaled after this record.
-            self.journal.sync()
+                if self.journal is not None:
+                    # written before the role can see it (a killed process loses nothing the kernel holds)
+                    self.journal.record_inbound(sender_role, tag, type_url, data, durable=False)
+            except SmcdpError as exc:      # this party's disk: its session fails, the sender is told why
+                failed = exc
+            else:
+                try:
+                    self._loop.call_soon_threadsafe(self._put, sender_role, tag, type_url, data)
+                except RuntimeError:  # the loop closed under us
+                    raise PreconditionFailed(f"session {self.session_id} has already ended here") from None
+                self._seen[key] = (type_url, digest)
+        if failed is not None:
+            self.abort_threadsafe(failed)
+            raise failed
         return True
 
     def check_open(self) -> None:
@@ -468,6 +579,20 @@ class GrpcChannel(Channel):
                 raise errors.SessionAborted(f"session {self.session_id} already ended at {self.me}: {message}",
                                             code, origin)
             raise PreconditionFailed(f"session {self.session_id} has already ended here")
+
+    def durable_future(self) -> concurrent.futures.Future:
+        """A future done once every message accepted so far is durable (the journal's group commit; no
+        thread waits for it): then their senders may hear "delivered".  The role works on the messages
+        meanwhile; whatever it sends is journaled after them.  A failed sync fails this party's session
+        too, with its error."""
+        fut = _done_future() if self.journal is None else self.journal.durable_future()
+        fut.add_done_callback(self._sync_failed)
+        return fut
+
+    def _sync_failed(self, fut: concurrent.futures.Future) -> None:
+        exc = fut.exception()
+        if exc is not None:
+            self.abort_threadsafe(exc)
 
     def _put(self, sender_role: str, tag: str, type_url: str, data: bytes) -> None:
         try:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import concurrent.futures
 import datetime as _dt
 import inspect
 import json
@@ -74,6 +75,8 @@ from smcdp.v1 import transport_pb2_grpc as tgrpc
 
 log = logging.getLogger("smcdp.net.server")
 
+#: messages a Stream call reads, stores and hands on ahead of their (durable) Acks
+STREAM_READ_AHEAD = 64
 SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,191}$")
 #: a session's name before its initiator's prefix (:func:`namespaced`)
 SESSION_NAME_MAX = 128
@@ -148,7 +151,11 @@ class InboundTarget(Protocol):
 
     budget: Any
 
-    def deliver_threadsafe(self, sender_role: str, tag: str, type_url: str, data: bytes) -> bool: ...
+    def accept_threadsafe(self, sender_role: str, tag: str, type_url: str, data: bytes) -> bool:
+        """Store the message and hand it on; False for a duplicate of one already held."""
+
+    def durable_future(self) -> concurrent.futures.Future:
+        """A future done once every message accepted so far is durable (then it may be acknowledged)."""
 
 
 @dataclass(frozen=True)
@@ -475,28 +482,65 @@ class MailboxServicer(tgrpc.MailboxServicer):
 
     async def Stream(self, request_iterator, context):
         """Deliver for many messages of one session on one call: an Ack per message, in order; the first
-        refusal ends the call, and so does the end of the session."""
-        failure = peer = first = call = None
+        refusal ends the call, and so does the end of the session.
+
+        Pipelined: the next message is read, checked and handed to its role while the journal syncs the
+        ones before it (their syncs share one fsync); each Ack waits for its message to be durable."""
+        failure = peer = call = None
+        acks: asyncio.Queue = asyncio.Queue()
+        window = asyncio.Semaphore(STREAM_READ_AHEAD)
+        reader: asyncio.Task | None = None
         try:
             peer = peer_identity(context)
             call = _MessageCall(self, peer, request_iterator)
+            reader = asyncio.ensure_future(self._read_stream(call, acks, window))
             while True:
-                first = await call.next()
-                if first is None:
+                item = await acks.get()
+                if item is None:               # the sender half-closed the call
                     return
-                yield await self._receive(call, first)
+                if isinstance(item, BaseException):
+                    raise item
+                ack = await item
+                window.release()
+                yield ack
         except Exception as exc:  # noqa: BLE001 - report, never crash the server
             failure = exc
         finally:
+            if reader is not None and not reader.done():
+                reader.cancel()
+            while not acks.empty():            # Acks nobody will send now
+                item = acks.get_nowait()
+                if isinstance(item, asyncio.Future):
+                    item.cancel()
             if call is not None:
                 call.close()
-        first = None  # noqa: F841 - not kept alive by the abort (see _receive)
         await self._refuse(context, peer, failure, "Stream")
 
-    async def _receive(self, call: _MessageCall, first: tpb.Envelope, last: bool = False) -> tpb.Ack:
+    async def _read_stream(self, call: _MessageCall, acks: asyncio.Queue, window: asyncio.Semaphore) -> None:
+        """The messages of a Stream call, one after the other, each stored at once; its Ack (a task that
+        waits for durability) or the refusal goes into ``acks`` in order.  At most STREAM_READ_AHEAD
+        messages are read ahead of their Acks: a sender that never reads its Acks holds nothing more."""
+        try:
+            while True:
+                await window.acquire()
+                first = await call.next()
+                if first is None:
+                    acks.put_nowait(None)
+                    return
+                acks.put_nowait(asyncio.ensure_future(await self._receive(call, first, durable=False)))
+                first = None
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the refusal ends the call after the Acks before it
+            exc.__traceback__ = None
+            acks.put_nowait(exc)
+
+    async def _receive(self, call: _MessageCall, first: tpb.Envelope, last: bool = False, durable: bool = True):
         """One message whose first chunk is ``first`` (the rest come from ``call``): checked, charged to the
         session's budget before a byte is buffered, delivered; the Ack.  ``last``: the call holds nothing
-        else (Deliver), which is checked before the message is delivered."""
+        else (Deliver), which is checked before the message is delivered.  ``durable`` False: the message
+        is stored and handed to its role, and what is returned is a coroutine giving its Ack once the
+        journal made it durable."""
         budget = charge = None
         stored = False
         peer = call.peer
@@ -540,11 +584,12 @@ class MailboxServicer(tgrpc.MailboxServicer):
                                      f"{first.chunk_count}")
             # off the server's loop: the journal's write and fsync must not hold up other calls (heartbeats
             # of other sessions time out behind a disk busy with twenty sessions' journals)
-            fresh = await asyncio.to_thread(target.deliver_threadsafe, sender_role, first.tag, first.type_name,
+            fresh = await asyncio.to_thread(target.accept_threadsafe, sender_role, first.tag, first.type_name,
                                             bytes(buf))
             stored = fresh
             self._observe(self.host.inbound_delivered, peer, len(buf), not fresh)
-            return tpb.Ack(duplicate=not fresh, bytes=len(buf))
+            ack = self._ack(target, len(buf), not fresh)
+            return await ack if durable else ack
         finally:
             # Drop the message's bytes before any refusal is answered: the abort's exception keeps the
             # frames (and so their locals) alive until the cyclic garbage collector runs, which counts
@@ -552,6 +597,13 @@ class MailboxServicer(tgrpc.MailboxServicer):
             buf = env = None  # noqa: F841
             if budget is not None and charge is not None:
                 budget.settle(sender_role, first.tag, charge, stored)
+
+    @staticmethod
+    async def _ack(target: InboundTarget, nbytes: int, duplicate: bool) -> tpb.Ack:
+        """The Ack of a stored message once it is durable (a duplicate too: its first copy may still be
+        waiting for the journal's sync)."""
+        await asyncio.wrap_future(target.durable_future())
+        return tpb.Ack(duplicate=duplicate, bytes=nbytes)
 
     async def _refuse(self, context, peer: str | None, failure: BaseException, what: str) -> None:
         failure.__traceback__ = None

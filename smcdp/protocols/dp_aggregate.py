@@ -571,7 +571,8 @@ async def charlie(ch: Channel, params: DPAggregateParams, *, seed: SeedLike = No
     async def entry(k: int):
         sent = await ch.send(roles[k], "s2/u", ciphertext_to_proto(pk, pk.raw_encrypt_textbook(int(k == s1.position))))
         c = ciphertext_from_proto(pb.CiphertextVector.FromString(sent), pk, "s2/u")
-        proof = prove_bit(zeta, c, int(k == s1.position), indicator_context(ch.session_id, k))
+        proof = prove_bit(zeta, c, int(k == s1.position), indicator_context(ch.session_id, k),
+                          rng=protocol_rng(seed, "dp-aggregate", "s2/u-proof", str(k)))   # replays alike
         await ch.send(roles[k], "s2/u-proof", bigints(proof))
         return c
 

@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from smcdp.errors import (
+    DeadlineExceeded,
+    SessionAborted,
     SmcdpError,
     Unavailable,
 )
@@ -25,6 +27,7 @@ from smcdp.net.grpc_channel import (
     channel_options,
     error_for_code,
     error_from_rpc,
+    remote_failure,
 )
 from smcdp.net.server import (
     SESSION_FAILED_METADATA,
@@ -61,37 +64,69 @@ def start_session(config: str | os.PathLike | PartyConfig, protocol: str, roles:
     :class:`~smcdp.errors.Unavailable` naming an unreachable party) if the
     session fails; the record stays available through :func:`get_result`.
 
-    If the connection to the party is lost while the session runs (the party
-    process restarted: it resumes the session from its checkpoint), this
-    waits for the party to come back and follows the session to its end.
+    The wait follows the party's liveness as the parties follow each other's: if it
+    does not answer for ``peer_grace_seconds`` (killed, paused, cut off) this raises
+    Unavailable naming it.  A party that restarts within the grace resumes the session
+    from its checkpoint, and this follows it to its end.
     """
     return begin_session(config, protocol, roles, params, session_id=session_id, timeout=timeout,
                          seed=seed).result()
 
 
 class StartCall:
-    """A ``StartSession`` call in flight: the party runs the session while the call is open.
+    """A ``StartSession`` (or ``ResumeSession``) call in flight: the party runs the session while it is open.
 
-    :meth:`result` waits for the session's record (what :func:`start_session`
-    returns, with the same errors) and closes the call's channel; :meth:`close`
-    without waiting cancels the call, which cancels the session too if the
-    participants have not all agreed to it yet (once it has begun, it runs on).
+    :meth:`wait` waits for the session's record (what :func:`start_session`
+    returns, with the same errors), probing the party every ``poll`` seconds: a
+    party silent for ``peer_grace_seconds`` ends the wait with Unavailable naming
+    it.  :meth:`close` without waiting cancels the call, which cancels the session
+    too if the participants have not all agreed to it yet (once it has begun, it
+    runs on).
     """
 
-    def __init__(self, cfg: PartyConfig, request: tpb.StartSessionRequest, end: float) -> None:
+    def __init__(self, cfg: PartyConfig, method: str, request, session_id: str, end: float) -> None:
         self.config = cfg
-        self.session_id = request.session_id
+        self.session_id = session_id
         self._end = end
         self._channel = _operator_channel(cfg)
-        self._future = tgrpc.ControlStub(self._channel).StartSession.future(
+        self._future = getattr(tgrpc.ControlStub(self._channel), method).future(
             request, timeout=max(1.0, end - time.monotonic()))
+        self._method = method
         self._outcome: tuple[dict | None, SmcdpError | None] | None = None
+        #: when the party last answered (its call, or a probe): the liveness clock
+        self.last_answer = time.monotonic()
+
+    @property
+    def grace(self) -> float:
+        return float(self.config.timeouts.peer_grace_seconds)
+
+    @property
+    def seconds_left(self) -> float:
+        """How long this call waits at most (the session's deadline and a margin)."""
+        return max(0.0, self._end - time.monotonic())
 
     def done(self) -> bool:
         """True once the call has returned (the session ended, or the call failed)."""
         return self._outcome is not None or self._future.done()
 
     def result(self) -> dict:
+        return self.wait()
+
+    def wait(self, timeout: float | None = None, on_status: Callable[[dict], None] | None = None,
+             poll: float = 1.0) -> dict:
+        """The session's record once it ended; its failure raised.  ``timeout``: DeadlineExceeded after
+        that long (the session and the call run on); ``on_status``: each probe's GetStatus answer."""
+        end = None if timeout is None else time.monotonic() + timeout
+        # without a display to feed, a probe every sixth of the grace is enough to notice silence in time
+        every = poll if on_status is not None else max(poll, self.grace / 6)
+        while not self.done():
+            if end is not None and time.monotonic() >= end:
+                raise DeadlineExceeded(f"session {self.session_id} did not end within {timeout:g} s "
+                                       "(it is still running)")
+            self._probe(on_status)
+            _sleep_until(self, every if end is None else max(0.0, min(every, end - time.monotonic())))
+        if on_status is not None and self._outcome is None:   # how it ended (the last round, the state)
+            self._probe(on_status)
         if self._outcome is None:
             self._outcome = self._settle()
         record, err = self._outcome
@@ -100,15 +135,36 @@ class StartCall:
         assert record is not None
         return record
 
+    def _probe(self, on_status: Callable[[dict], None] | None) -> None:
+        """GetStatus once: the party answered (even "no such session yet"), or it has been silent so long."""
+        try:
+            st = get_status(self.config, self.session_id, timeout=max(1.0, min(10.0, self.grace / 3)),
+                            channel=self._channel)     # the call's own connection: no handshake per probe
+        except NotFound:
+            self.last_answer = time.monotonic()
+            return
+        except (Unavailable, DeadlineExceeded) as exc:
+            silent = time.monotonic() - self.last_answer
+            if silent > self.grace and not self.done():
+                self.close()
+                self._outcome = (None, silent_party(self.config, self.session_id, silent, exc))
+            return
+        except SmcdpError:
+            self.last_answer = time.monotonic()
+            return
+        self.last_answer = time.monotonic()
+        if on_status is not None:
+            on_status(st)
+
     def _settle(self) -> tuple[dict | None, SmcdpError | None]:
         try:
             try:
                 reply = self._future.result()
                 return json.loads(reply.record_json), None
             except grpc.RpcError as exc:
-                err = _client_error(exc, self.config, "StartSession")
-                if not isinstance(err, Unavailable):
-                    return None, err
+                err = _client_error(exc, self.config, self._method)
+                if not isinstance(err, Unavailable) or isinstance(err, SessionAborted):
+                    return None, err        # the session's outcome, not a lost call
             finally:
                 self.close()
             return follow_session(self.config, self.session_id, self._end - time.monotonic(), lost=err), None
@@ -119,10 +175,32 @@ class StartCall:
         self._channel.close()
 
 
+def _sleep_until(call: StartCall, seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and not call.done():
+        time.sleep(min(0.05, max(0.0, end - time.monotonic())))
+
+
+def silent_party(cfg: PartyConfig, session_id: str, silent: float, last: BaseException | None = None) -> Unavailable:
+    """The wait for a session ends: this operator's own party has not answered for ``silent`` seconds."""
+    exc = Unavailable(
+        f"party {cfg.name!r} ({cfg.address_of(cfg.name)}), which runs session {session_id} for this operator, "
+        f"has not answered for {silent:.0f} s (peer_grace_seconds = {cfg.timeouts.peer_grace_seconds:g}): it is "
+        f"down, paused or cut off.  If it comes back, its checkpoint continues the session: 'smcdp session "
+        f"status {session_id}' then tells how it stands" + (f" (last error: {last})" if last is not None else ""))
+    exc.origin = cfg.name
+    return exc
+
+
+def wait_bound(cfg: PartyConfig, session_seconds: float | None = None) -> float:
+    """How long waiting for a session takes at most: its deadline, the connection's and a margin."""
+    return (session_seconds or cfg.timeouts.session_seconds) + cfg.timeouts.connect_seconds + 30.0
+
+
 def begin_session(config: str | os.PathLike | PartyConfig, protocol: str, roles: Mapping[str, str],
                   params: Mapping[str, Any] | None = None, *, session_id: str | None = None,
                   timeout: float | None = None, seed: int | None = None) -> StartCall:
-    """Start a session with this party as initiator without waiting; ``.result()`` waits (see :class:`StartCall`)."""
+    """Start a session with this party as initiator without waiting; ``.wait()`` waits (see :class:`StartCall`)."""
     cfg = _as_config(config)
     # known here, so the session can be followed: in this party's namespace, as the party names it (issue 24)
     sid = namespaced(cfg.name, session_id or new_session_id(protocol))
@@ -131,9 +209,15 @@ def begin_session(config: str | os.PathLike | PartyConfig, protocol: str, roles:
                                   session_id=sid, timeout_seconds=timeout or 0)
     if seed is not None:
         req.seed = seed
-    session_seconds = timeout or cfg.timeouts.session_seconds
-    end = time.monotonic() + session_seconds + cfg.timeouts.connect_seconds + 30.0
-    return StartCall(cfg, req, end)
+    return StartCall(cfg, "StartSession", req, sid, time.monotonic() + wait_bound(cfg, timeout))
+
+
+def begin_resume(config: str | os.PathLike | PartyConfig, session_id: str,
+                 timeout: float | None = None) -> StartCall:
+    """Continue a resumably failed session this party initiated, without waiting (see :class:`StartCall`)."""
+    cfg = _as_config(config)
+    return StartCall(cfg, "ResumeSession", tpb.SessionRef(session_id=session_id), session_id,
+                     time.monotonic() + wait_bound(cfg, timeout))
 
 
 def follow_session(config: str | os.PathLike | PartyConfig, session_id: str, timeout: float,
@@ -141,58 +225,63 @@ def follow_session(config: str | os.PathLike | PartyConfig, session_id: str, tim
     """Wait until ``session_id`` ends at this party (coming back after a restart); return its record.
 
     Raises the record's error if it failed, ``lost`` if the party never heard of the
-    session, and Unavailable if the party stays unreachable past ``timeout``.
+    session, Unavailable naming the party if it does not answer for ``peer_grace_seconds``
+    (or stays unreachable past ``timeout``).
     """
     cfg = _as_config(config)
     end = time.monotonic() + max(0.0, timeout)
+    grace = float(cfg.timeouts.peer_grace_seconds)
     last: SmcdpError | None = lost
+    last_answer = time.monotonic()
     while time.monotonic() < end:
         try:
-            rec = get_result(cfg, session_id, timeout=min(10.0, max(1.0, end - time.monotonic())))
+            rec = get_result(cfg, session_id, timeout=max(1.0, min(10.0, grace / 3, end - time.monotonic())))
         except NotFound:
             if lost is not None:
                 raise lost from None
             raise
-        except Unavailable as exc:
+        except (Unavailable, DeadlineExceeded) as exc:
             last = exc
+            if time.monotonic() - last_answer > grace:
+                raise silent_party(cfg, session_id, time.monotonic() - last_answer, last) from None
             time.sleep(poll)
             continue
+        last_answer = time.monotonic()
         if rec.get("state") == "succeeded":
             return rec
         if rec.get("state") == "failed":
             e = rec.get("error") or {}
-            raise error_for_code(e.get("code", "INTERNAL"), f"session {session_id} failed: {e.get('message', '')}",
-                                 e.get("origin"))
+            code, origin = e.get("code", "INTERNAL"), e.get("origin")
+            msg = f"session {session_id} failed: {e.get('message', '')}"
+            if origin and origin != cfg.name:      # it started at another party: named, and typed by its code
+                raise remote_failure(code, msg, origin)
+            raise error_for_code(code, msg, origin)
         time.sleep(poll)
-    raise Unavailable(f"session {session_id} at party {cfg.name!r} did not end within the wait"
+    raise Unavailable(f"session {session_id} at party {cfg.name!r} did not end within the wait of {timeout:.0f} s"
                       + (f" (last error: {last})" if last is not None else ""))
 
 
-def get_status(config: str | os.PathLike | PartyConfig, session_id: str, timeout: float = 10.0) -> dict:
-    """How ``session_id`` stands at this party now: state, round, step, restarts, peers' liveness."""
+def get_status(config: str | os.PathLike | PartyConfig, session_id: str, timeout: float = 10.0,
+               channel: grpc.Channel | None = None) -> dict:
+    """How ``session_id`` stands at this party now: state, round, step, restarts, peers' liveness.
+    ``channel``: an operator channel already open (no new TLS handshake), else one for this call."""
     cfg = _as_config(config)
-    with _operator_channel(cfg) as ch:
-        try:
-            reply = tgrpc.ControlStub(ch).GetStatus(tpb.SessionRef(session_id=session_id), timeout=timeout)
-        except grpc.RpcError as exc:
-            raise _client_error(exc, cfg, "GetStatus") from None
+    ch = channel or _operator_channel(cfg)
+    try:
+        reply = tgrpc.ControlStub(ch).GetStatus(tpb.SessionRef(session_id=session_id), timeout=timeout)
+    except grpc.RpcError as exc:
+        raise _client_error(exc, cfg, "GetStatus") from None
+    finally:
+        if channel is None:
+            ch.close()
     return json.loads(reply.status_json)
 
 
 def resume_session(config: str | os.PathLike | PartyConfig, session_id: str,
                    timeout: float | None = None) -> dict:
-    """Continue a session this party initiated that failed resumably; return its record when it ends."""
-    cfg = _as_config(config)
-    wait = (timeout or cfg.timeouts.session_seconds) + cfg.timeouts.connect_seconds + 30.0
-    with _operator_channel(cfg) as ch:
-        try:
-            reply = tgrpc.ControlStub(ch).ResumeSession(tpb.SessionRef(session_id=session_id), timeout=wait)
-        except grpc.RpcError as exc:
-            err = _client_error(exc, cfg, "ResumeSession")
-            if not isinstance(err, Unavailable):
-                raise err from None
-            return follow_session(cfg, session_id, wait, lost=err)
-    return json.loads(reply.record_json)
+    """Continue a session this party initiated that failed resumably; return its record when it ends
+    (following the party's liveness as :func:`start_session` does)."""
+    return begin_resume(config, session_id, timeout).result()
 
 
 def get_result(config: str | os.PathLike | PartyConfig, session_id: str, timeout: float = 30.0) -> dict:

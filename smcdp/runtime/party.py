@@ -47,6 +47,8 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+import grpc
+
 from smcdp.compute import close_engines
 from smcdp.errors import (
     InvalidMessage,
@@ -64,6 +66,7 @@ from smcdp.net.grpc_channel import (
     call_with_retry,
     error_for_code,
     status_code_of,
+    with_origin,
 )
 from smcdp.net.limits import InboundLedger
 from smcdp.net.server import (
@@ -99,7 +102,7 @@ from smcdp.runtime.limits import (  # issue 19: limits; issue 24: resume is admi
     session_budget,
 )
 from smcdp.runtime.logs import configure_logging, private_dir
-from smcdp.runtime.session import Session, write_json_atomic
+from smcdp.runtime.session import RESUMABLE_CODES, Session, error_dict, session_record, write_json_atomic
 from smcdp.v1 import transport_pb2 as tpb
 
 log = logging.getLogger("smcdp.party")
@@ -129,6 +132,9 @@ class Party(SessionHost):
         self._admitting: dict[str, int] = {}
         #: bytes the live sessions hold from each peer and in all (issue 24)
         self.inbound = InboundLedger(config.limits, self.name)
+        #: sessions that failed at start-up (a damaged checkpoint or journal): their peers are told
+        self._restored_failures: list[tuple[str, dict, dict]] = []
+        self._tell: asyncio.Task | None = None
         self._connector: PeerConnector | None = None
         self._shutting_down = False
         self.port: int | None = None
@@ -154,6 +160,8 @@ class Party(SessionHost):
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep_loop())
         self.port = await self.server.start()
         self._connector = PeerConnector(self.config, self.tls)
+        if self._restored_failures:
+            self._tell = asyncio.get_running_loop().create_task(self._tell_restored_failures())
         log.info("party %s listening on %s (port %d)", self.name, self.config.listen, self.port)
         if self.config.console.enabled:                        # issue 18
             from smcdp.runtime.console.server import Console  # aiohttp only where a console runs
@@ -184,7 +192,7 @@ class Party(SessionHost):
             await self._connector.close()
         for s in running:
             s.thread.join(timeout=1.0)
-        for task in (self._expiry, self._sweeper):            # governance, retention
+        for task in (self._expiry, self._sweeper, self._tell):  # governance, retention, restored failures
             if task is not None:
                 task.cancel()
         self.governor.stop()
@@ -200,11 +208,15 @@ class Party(SessionHost):
 
     # ------------------------------------------------------------ checkpoints
     async def _restore_sessions(self) -> None:
-        """Reopen every session this party was in when its process died (before serving)."""
-        try:
-            checkpoints = Checkpoint.scan(self.sessions_dir)
-        except CheckpointError as exc:
-            raise ConfigError(f"party {self.name}: {exc}") from None
+        """Reopen every session this party was in when its process died (before serving).
+
+        A session whose checkpoint or journal does not verify fails on its own (its record says
+        which file, the peers are told once the server runs); the party starts and serves the rest.
+        """
+        damaged: list[tuple[str, CheckpointError]] = []
+        checkpoints = Checkpoint.scan(self.sessions_dir, self.name, damaged)
+        for sid, exc in damaged:
+            self._fail_restored(sid, exc, None)
         for cp in checkpoints:
             state = cp.meta["state"]
             if state not in ("prepared", "running"):
@@ -217,7 +229,7 @@ class Party(SessionHost):
                     refused = exc
                 s = self._reopen(cp, begun=state == "running" and refused is None)
             except SmcdpError as exc:
-                log.error("session %s cannot be restored: %s", cp.session_id, exc)
+                self._fail_restored(cp.session_id, exc, cp)
                 continue
             if refused is not None:   # it ends at once, telling its peers why; its role never runs
                 await asyncio.get_running_loop().run_in_executor(None, s.ready.wait, 10.0)
@@ -234,6 +246,55 @@ class Party(SessionHost):
                         cp.meta["restarts"], "replaying its role" if state == "running" else "waiting for Begin")
         for s in list(self.sessions.values()):
             await asyncio.get_running_loop().run_in_executor(None, s.ready.wait, 10.0)
+
+    def _fail_restored(self, session_id: str, exc: SmcdpError, cp: Checkpoint | None) -> None:
+        """A checkpointed session that cannot be reopened here: record its failure (``session status``,
+        the console and the peers' heartbeats see it); resumable if its code is (a damaged journal)."""
+        error = error_dict(exc, self.name)
+        resumable = cp is not None and error["code"] in RESUMABLE_CODES
+        log.error("session %s cannot be restored at %s%s: %s", session_id, self.name,
+                  " (resumable: 'smcdp session resume' at its initiator)" if resumable else "", error["message"])
+        m = cp.meta if cp is not None else (getattr(exc, "meta", None) or {})
+        try:
+            if cp is None:   # keep what is left for the operator to inspect, out of the way of the next start
+                d = Checkpoint.directory(self.sessions_dir, session_id)
+                d.rename(d.with_name(f"{session_id}.damaged"))
+            elif resumable:
+                cp.set_state("failed", resumable=True, error=error, failed_epoch=time.time())
+                cp.close()
+            else:
+                cp.remove()
+        except (OSError, SmcdpError) as err:
+            log.error("session %s: cannot update its checkpoint: %s", session_id, err)
+        record = dict(session_record(
+            session_id=session_id, protocol=m.get("protocol"), party=self.name, role=m.get("role"),
+            roles=m.get("roles") or {}, initiator=m.get("initiator"), params=m.get("params") or {},
+            seed=m.get("seed"), timeout_seconds=m.get("timeout_seconds"), state="failed", error=error,
+            restarts=int(m.get("restarts", 0)), resumable=resumable), damaged=cp is None and not m)
+        if not self.record_path(session_id).exists():     # a published record is never overwritten
+            try:
+                write_json_atomic(self.record_path(session_id), record)
+            except OSError as err:
+                log.error("session %s: cannot write its record: %s", session_id, err)
+                self._unwritten[session_id] = record
+        if m.get("roles"):
+            self._restored_failures.append((session_id, dict(m["roles"]), error))
+        self.governor.session_done(session_id, record)
+
+    async def _tell_restored_failures(self) -> None:
+        """Tell the other participants of the sessions that failed at start-up (best effort, once)."""
+        failures, self._restored_failures = self._restored_failures, []
+        t = self.config.timeouts.connect_seconds
+
+        async def one(sid: str, party: str, error: dict) -> None:
+            try:
+                await self._connector.mailbox(party).Abort(tpb.AbortRequest(
+                    session_id=sid, code=error["code"], message=error["message"][:4000]), timeout=t)
+            except grpc.RpcError as exc:
+                log.info("session %s: %s was not told of its failure here: %s", sid, party, exc.code().name)
+
+        await asyncio.gather(*(one(sid, p, error) for sid, roles, error in failures
+                               for p in roles.values() if p != self.name))
 
     def _live(self) -> set[str]:
         """Sessions whose checkpoints are in use (on the server's loop)."""
@@ -258,10 +319,7 @@ class Party(SessionHost):
     def _checkpointed_sessions(self) -> set[str]:
         """Sessions this party restores from a checkpoint now (a resumable one is admitted again
         when it is resumed: issue 24)."""
-        try:
-            checkpoints = Checkpoint.scan(self.sessions_dir)
-        except CheckpointError:
-            return set()   # _restore_sessions reports it
+        checkpoints = Checkpoint.scan(self.sessions_dir, self.name)    # damaged ones: _restore_sessions
         return {cp.session_id for cp in checkpoints if cp.meta["state"] in ("prepared", "running")}
 
     @staticmethod
@@ -287,15 +345,20 @@ class Party(SessionHost):
         self.governor.readmit(m["initiator"], spec, plugin, m["role"], how, precheck=limits)
 
     def _reopen(self, cp: Checkpoint, *, begun: bool, resumed: bool = False) -> Session:
-        """A session from its checkpoint; its deadline is the one it has (issue 24: never renewed)."""
+        """A session from its checkpoint (a restart: ``begun`` as it was; a resume: its journal repaired
+        if damaged, and what it sent before sent again); its deadline is the one it has (issue 24: never
+        renewed)."""
         m = cp.meta
         plugin = self.governor.wrap(get_plugin(m["protocol"]), m["session_id"])   # its reservation, if any
+        cp.repair_journal = resumed
+        cp.journal                                   # noqa: B018 - a damaged journal is named before it runs
         fields = {"restarts": int(m.get("restarts", 0)) + 1}
         if resumed:
             fields["resumes"] = int(m.get("resumes", 0)) + 1
+            cp.ensure_reserve()
         cp.set_state("running" if begun else "prepared", resumable=False, **fields)
         spec = self._spec_of(cp)
-        s = Session(self, spec, m["role"], plugin, m["initiator"], cp, begun=begun)
+        s = Session(self, spec, m["role"], plugin, m["initiator"], cp, begun=begun, resumed=resumed)
         self.sessions[spec.session_id] = s
         self._track(s)
         s.start_thread()
@@ -436,8 +499,7 @@ class Party(SessionHost):
         cp = Checkpoint.create(
             self.sessions_dir, session_id=spec.session_id, protocol=spec.protocol, roles=roles, params=params,
             timeout_seconds=spec.timeout_seconds, seed=spec.seed, initiator=peer, role=mine[0],
-            randomness=randomness,
-            inputs={k: str(v) for k, v in self.config.inputs.get(spec.protocol, {}).items()})
+            randomness=randomness)
         s = Session(self, spec, mine[0], plugin, peer, cp)
         self.sessions[spec.session_id] = s
         registered()                  # it holds its slot as a session from now on, not twice
@@ -588,7 +650,12 @@ class Party(SessionHost):
             rec = json.loads(self.record_path(session_id).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return unknown
-        if not isinstance(rec, dict) or peer not in (rec.get("roles") or {}).values():
+        if not isinstance(rec, dict):
+            return unknown
+        if not (rec.get("damaged") and not rec.get("roles")) and peer not in (rec.get("roles") or {}).values():
+            # the same answer as for an id that does not exist here (issue 24).  A session whose
+            # checkpoint was damaged here has no trustworthy roles: any party asking about it learns that
+            # it failed here, nothing more
             return unknown
         err = rec.get("error") or {}
         return {"state": rec.get("state", "unknown"), "incarnation": self.incarnation, "round": 0,
@@ -652,6 +719,7 @@ class Party(SessionHost):
         before = dict(self._admitting)     # admissions that started earlier: this one counts them
         registered = self._admission(cp.meta["initiator"])    # and later ones count it
         try:
+            cp.repair_journal = True   # a damaged journal is rewritten with its intact records (issue 26)
             await asyncio.get_running_loop().run_in_executor(None, self._readmit, cp, "resume", before)
             if not cp.dir.is_dir():   # the retention removed it meanwhile
                 raise PreconditionFailed(f"party {self.name!r} no longer has a checkpoint of session {sid!r}")
@@ -678,11 +746,13 @@ class Party(SessionHost):
         failures = [(p, e) for p, e in zip(others, outcomes)
                     if isinstance(e, BaseException) and p not in done_already]
         if failures:
-            text = "; ".join(f"{p}: {e}" for p, e in failures)
-            code = status_code_of(failures[0][1]).name
-            if code == "RESOURCE_EXHAUSTED":   # issue 24: no slot or budget there now: it stays resumable
-                code, text = "UNAVAILABLE", f"{text} (RESOURCE_EXHAUSTED; the session stays resumable)"
-            s.fail_threadsafe(error_for_code(code, f"Resume failed: {text}"))
+            failure = _failure_of("Resume", failures)
+            if status_code_of(failure).name == "RESOURCE_EXHAUSTED":
+                # issue 24: no slot or budget there now: the session stays resumable
+                origin = getattr(failure, "origin", None)
+                failure = with_origin(error_for_code(
+                    "UNAVAILABLE", f"{failure} (RESOURCE_EXHAUSTED; the session stays resumable)", origin), origin)
+            s.fail_threadsafe(failure)
             s.begin_threadsafe()
         else:
             await self._begin_all(s, [p for p in others if p not in done_already])
@@ -699,8 +769,7 @@ class Party(SessionHost):
         outcomes = await asyncio.gather(*(self._call(p, "Begin", ref, s) for p in parties), return_exceptions=True)
         failures = [(p, e) for p, e in zip(parties, outcomes, strict=True) if isinstance(e, BaseException)]
         if failures:
-            text = "; ".join(str(e) for _, e in failures)
-            s.fail_threadsafe(error_for_code(status_code_of(failures[0][1]).name, f"Begin failed: {text}"))
+            s.fail_threadsafe(_failure_of("Begin", failures))
         s.begin_threadsafe()
 
     async def start_session(self, protocol: str, roles: Mapping[str, str], params: Mapping[str, Any],
@@ -736,8 +805,7 @@ class Party(SessionHost):
                 failures.append((p, exc))
                 break
         if failures:
-            text = "; ".join(str(e) for _, e in failures)
-            s.fail_threadsafe(error_for_code(status_code_of(failures[0][1]).name, f"Propose failed: {text}"))
+            s.fail_threadsafe(_failure_of("Propose", failures))
             s.begin_threadsafe()
         else:
             await self._begin_all(s, others)
@@ -828,6 +896,15 @@ class Party(SessionHost):
         if approve:
             return await loop.run_in_executor(None, self.governor.approve, session_id)
         return await loop.run_in_executor(None, self.governor.reject, session_id, reason)
+
+
+def _failure_of(call: str, failures: Sequence[tuple[str, BaseException]]) -> SmcdpError:
+    """The failure of a call to several participants, with the first one's code and origin: the party that
+    refused or could not be reached (or the party its error names), not the caller."""
+    party, first = failures[0]
+    origin = getattr(first, "origin", None) or party
+    text = "; ".join(f"{p}: {e}" for p, e in failures)
+    return with_origin(error_for_code(status_code_of(first).name, f"{call} failed: {text}", origin), origin)
 
 
 # ---------------------------------------------------------------- process

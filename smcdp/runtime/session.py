@@ -30,7 +30,7 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Mapping, Protocol
 
 import grpc
 
@@ -39,11 +39,13 @@ from smcdp._text import printable
 from smcdp.compute.memory import peak_rss, reset_peak_rss
 from smcdp.errors import (
     DeadlineExceeded,
+    NoSpace,
     PreconditionFailed,
     SessionAborted,
     SmcdpError,
     Unavailable,
     public_message,
+    resource_failure,
 )
 from smcdp.net.grpc_channel import (
     GrpcChannel,
@@ -62,8 +64,10 @@ from smcdp.runtime.limits import approval_wait_until, begin_by, charge_journal, 
 from smcdp.runtime.logs import private_dir
 
 #: failures after which a session can be continued (``smcdp session resume``): a participant
-#: was unreachable past its grace, or shut down
-RESUMABLE_CODES = frozenset({"UNAVAILABLE"})
+#: was unreachable past its grace, shut down, or ran out of a local resource such as disk space
+#: (UNAVAILABLE); a participant's journal was damaged where the peers still hold what it lost
+#: (DATA_LOSS)
+RESUMABLE_CODES = frozenset({"UNAVAILABLE", "DATA_LOSS"})
 
 
 class PeerLost(Unavailable):
@@ -102,7 +106,9 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     """Session records and ready files: durable, owner-only (they may hold protocol outputs)."""
     atomic_write_json(path, obj, 0o600, sort_keys=True)
 
-def _error_dict(exc: BaseException, me: str) -> dict:
+def error_dict(exc: BaseException, me: str) -> dict:
+    """A failure as a record's ``error``: code, one-line message, origin (the party where it started;
+    ``me`` unless the error names another)."""
     code = status_code_of(exc).name
     origin = getattr(exc, "origin", None) or me
     msg = str(exc) or type(exc).__name__
@@ -116,7 +122,7 @@ class Session:
     """One session at this party: its thread, event loop, channel and checkpoint."""
 
     def __init__(self, party: SessionOwner, spec: SessionSpec, role: str, plugin: ProtocolPlugin,
-                 initiator: str, checkpoint: Checkpoint, *, begun: bool = False) -> None:
+                 initiator: str, checkpoint: Checkpoint, *, begun: bool = False, resumed: bool = False) -> None:
         self.party = party
         self.spec = spec
         self.role = role
@@ -139,6 +145,9 @@ class Session:
         self.channel: GrpcChannel | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._begun_already = begun
+        #: reopened by `session resume`: the replay sends again what peers acknowledged before, so that a
+        #: participant whose journal lost a received message gets it back (docs/fault-tolerance.md)
+        self.resumed = resumed
         self._begin: asyncio.Event | None = None
         self._early_failure: BaseException | None = None
         #: party -> (monotonic time of its last answer, its incarnation), kept by the watcher
@@ -218,7 +227,7 @@ class Session:
         except BaseException as exc:  # noqa: BLE001 - never leave `done` unset
             log.exception("session %s: thread failed", self.spec.session_id)
             if not self.done.done():
-                self.record = self._record("failed", error=_error_dict(exc, self.party.name))
+                self.record = self._record("failed", error=error_dict(exc, self.party.name))
                 self.done.set_result(self.record)
         finally:
             self.ready.set()
@@ -234,6 +243,7 @@ class Session:
                          rpc_timeout=cfg.timeouts.rpc_seconds, journal=self.checkpoint.journal)
         ch.budget = session_budget(self.plugin, self.spec, self.role, cfg.limits,   # issue 19, and the
                                    self.party.inbound)                            # party-wide ledger (24)
+        ch.resend_delivered = self.resumed
         self.channel = ch
         self.ready.set()
         result = None
@@ -242,6 +252,7 @@ class Session:
         told = ""
         t0 = time.monotonic()
         rss_reset = False
+        warm = asyncio.ensure_future(ch.connect(cfg.timeouts.connect_seconds))   # handshakes before Begin
         try:
             if self.restarts:   # issue 24: what the journal holds counts against the envelope
                 charge_journal(ch.budget, self.checkpoint.journal.inbound_sizes())
@@ -275,13 +286,11 @@ class Session:
                 # hours); once begun, a restored or resumed session keeps the deadline it has
                 self.deadline = ch.deadline = time.monotonic() + self.spec.timeout_seconds
                 began = {"began_epoch": time.time(), "deadline_epoch": time.time() + self.spec.timeout_seconds}
-            self.checkpoint.set_state("running", resumable=False, error=None, **began)
             t0 = time.monotonic()
             rss_reset = reset_peak_rss()   # issue 17: the record reports this session's peak RSS
             out_dir = private_dir(cfg.data_dir / "outputs" / self.spec.session_id, cfg.data_dir)
             inputs = {k: str(v) for k, v in cfg.inputs.get(self.spec.protocol, {}).items()}
-            if self.restarts:
-                self.checkpoint.check_inputs(inputs)
+            self.checkpoint.begin(inputs, **began)   # fingerprints the inputs, or checks them in a replay
             ctx = SessionContext(
                 session_id=self.spec.session_id, protocol=self.spec.protocol,
                 roles=dict(self.spec.roles), params=dict(self.spec.params), inputs=inputs,
@@ -294,7 +303,7 @@ class Session:
             try:
                 # a recv that waits past the deadline raises its own, more precise
                 # error ("no message 'y' from b"); this catches roles that compute on
-                result = await asyncio.wait_for(self.plugin.run_role(self.role, ch, ctx),
+                result = await asyncio.wait_for(self._run_role(ch, ctx),
                                                 max(0.0, self.deadline + ROLE_GRACE - time.monotonic()))
             except asyncio.TimeoutError:
                 raise _deadline_error(self) from None
@@ -306,7 +315,11 @@ class Session:
                 raise SmcdpError(f"protocol {self.spec.protocol!r} returned a result that is not "
                                  f"JSON-serialisable: {exc}") from None
         except BaseException as exc:  # noqa: BLE001
-            error = _error_dict(exc, self.party.name)
+            # a disk, quota or memory that ran out here: "no space left at <this party>", resumable
+            exc = resource_failure(exc, self.party.name, f"session {self.spec.session_id}") or exc
+            if isinstance(exc, NoSpace):
+                self.checkpoint.release_reserve()    # room to record how it failed
+            error = error_dict(exc, self.party.name)
             culprit = error["origin"]
             # peers learn the rule that failed, never this party's data (InputRejected; issue 19)
             told = printable(public_message(exc)) if error["code"] != "INTERNAL" else "internal error"
@@ -326,6 +339,7 @@ class Session:
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise
         finally:
+            warm.cancel()
             ch.mark_closed(None if error is None else
                            (error["code"], told, error["origin"]))
             await ch.close()
@@ -354,6 +368,11 @@ class Session:
         self.state = state
         self.done.set_result(record)
         log.info("session %s %s%s", self.spec.session_id, state, " (resumable)" if resumable else "")
+
+    async def _run_role(self, ch: GrpcChannel, ctx: SessionContext) -> Any:
+        result = await self.plugin.run_role(self.role, ch, ctx)
+        await ch.flush()     # done only once every message it sent is acknowledged (sends are pipelined)
+        return result
 
     # ------------------------------------------------------------------ liveness
     async def _watch(self, ch: GrpcChannel) -> None:
@@ -450,15 +469,26 @@ class Session:
 
     def _record(self, state: str, result: Any = None, error: dict | None = None,
                 stats: dict | None = None, seconds: float | None = None, resumable: bool = False) -> dict:
-        return {
-            "session_id": self.spec.session_id, "protocol": self.spec.protocol,
-            "party": self.party.name, "role": self.role, "roles": dict(self.spec.roles),
-            "initiator": self.initiator, "params": dict(self.spec.params), "seed": self.spec.seed,
-            "timeout_seconds": self.spec.timeout_seconds, "state": state, "result": result,
-            "error": error, "stats": stats, "started_at": self.started_at,
-            "finished_at": _utc_now() if state in ("succeeded", "failed") else None,
-            "seconds": seconds, "restarts": self.restarts, "resumable": resumable,
-        }
+        return session_record(
+            session_id=self.spec.session_id, protocol=self.spec.protocol, party=self.party.name, role=self.role,
+            roles=self.spec.roles, initiator=self.initiator, params=self.spec.params, seed=self.spec.seed,
+            timeout_seconds=self.spec.timeout_seconds, state=state, result=result, error=error, stats=stats,
+            started_at=self.started_at, seconds=seconds, restarts=self.restarts, resumable=resumable)
+
+
+def session_record(*, session_id: str, protocol: str | None, party: str, role: str | None,
+                   roles: Mapping[str, str], initiator: str | None, params: Mapping[str, Any], seed: int | None,
+                   timeout_seconds: float | None, state: str, result: Any = None, error: dict | None = None,
+                   stats: dict | None = None, started_at: str | None = None, seconds: float | None = None,
+                   restarts: int = 0, resumable: bool = False) -> dict:
+    """A session's record (``data_dir/sessions/<id>.json``, what GetResult and the console show)."""
+    return {
+        "session_id": session_id, "protocol": protocol, "party": party, "role": role, "roles": dict(roles),
+        "initiator": initiator, "params": dict(params), "seed": seed, "timeout_seconds": timeout_seconds,
+        "state": state, "result": result, "error": error, "stats": stats, "started_at": started_at,
+        "finished_at": _utc_now() if state in ("succeeded", "failed") else None,
+        "seconds": seconds, "restarts": restarts, "resumable": resumable,
+    }
 
 
 def ring_neighbours(ring: list[str], me: str, finished: set[str]) -> list[str]:

@@ -22,6 +22,7 @@ from smcdp.client import PartyClient
 from smcdp.dp.budget import fmt_amount
 from smcdp.dp.ledger import Ledger
 from smcdp.errors import InvalidMessage, SmcdpError
+from smcdp.net.config import Timeouts
 from smcdp.net.grpc_channel import error_for_code
 from smcdp.net.server import new_session_id
 from smcdp.plugins.base import SessionSummary
@@ -160,6 +161,9 @@ def run_session(cluster: LocalCluster, faults: Faults | None, label: str, protoc
                 seed: int | None = None) -> tuple[dict[str, dict], dict]:
     """One session on ``cluster`` with ``faults`` carried out meanwhile; (records, {"restarts", "chaos"})."""
     sid = new_session_id(protocol)
+    grace = cluster.peer_grace_seconds or Timeouts().peer_grace_seconds
+    say(f"session {sid}: waiting at most {cluster.session_seconds + 60:.0f} s (its deadline and a minute); "
+        f"a party silent for {grace:g} s (peer_grace_seconds) ends it sooner, naming the party")
     chaos = None
     if faults is not None and faults.actions:
         chaos = Chaos(cluster, faults.actions, sid).start()

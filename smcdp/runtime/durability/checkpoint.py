@@ -12,8 +12,16 @@
   party's policy allowed).  Private material: 0600 from creation, like the key
   files, never sent anywhere, deleted with the checkpoint;
 * ``journal.log`` -- every message received (stored durably *before* the
-  sender is told it was delivered) and every message sent (stored durably
-  *before* the first attempt to send it), with the acknowledgements.
+  sender is told it was delivered) and every message sent (written *before*
+  the first attempt to send it, and synced while it travels), with the
+  acknowledgements (:mod:`smcdp.runtime.durability.journal`);
+* ``reserve`` -- 256 KiB set aside so that, on a full disk, the session can
+  still record how it failed (released then, taken again when it resumes).
+
+``checkpoint.json`` carries a MAC under the party's durability key
+(:mod:`smcdp.runtime.durability.integrity`) and a check value of the root key,
+so a damaged checkpoint or root key is named as such instead of replaying into
+a different result (docs/fault-tolerance.md).
 
 Resume is a **deterministic replay** (docs/fault-tolerance.md): the restarted
 role runs again from its first step with the same randomness root, its channel
@@ -31,33 +39,77 @@ session failed because a participant was unreachable or shut down, so that
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
+import stat
 import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from smcdp._files import atomic_write, atomic_write_json
-from smcdp.errors import PreconditionFailed
+from smcdp._files import atomic_write
+from smcdp.errors import PreconditionFailed, resource_failure
 from smcdp.primitives.rng import KEY_BYTES, Randomness
+from smcdp.runtime.durability.integrity import Mac, durability_key, local_failure
 from smcdp.runtime.durability.journal import FileJournal
 
 META = "checkpoint.json"
 ROOT_KEY = "root.key"
 JOURNAL = "journal.log"
-VERSION = 1
+RESERVE = "reserve"
+RESERVE_BYTES = 256 * 1024
+VERSION = 2
 SUFFIX = ".d"
+#: an input file larger than this is fingerprinted by its size, mtime and its first and last MiB
+#: instead of its whole content (hashing runs at about 1 GB/s)
+HASH_WHOLE_FILE = 1 << 30
+_EDGE = 1 << 20
+
 
 class CheckpointError(PreconditionFailed):
     """A checkpoint is missing, damaged or does not match what is being resumed."""
 
+    def __init__(self, message: str, origin: str | None = None) -> None:
+        super().__init__(message)
+        self.origin = origin
+
+
+class CheckpointDamaged(CheckpointError):
+    """``checkpoint.json`` or ``root.key`` does not verify: the session cannot be continued here.
+
+    ``meta``: the checkpoint's fields when ``checkpoint.json`` itself verified (a damaged root key),
+    so that the session's other participants can still be told; None when it did not."""
+
+    meta: dict | None = None
+
+
+def _file_digest(p: Path) -> list:
+    """[size, SHA-256 of the content] (beyond HASH_WHOLE_FILE: of its first and last MiB, with its mtime;
+    not a regular file -- a pipe, a device: never opened, its type and mtime)."""
+    st = p.stat()
+    if not stat.S_ISREG(st.st_mode):
+        return [stat.S_IFMT(st.st_mode), st.st_mtime_ns]
+    h = hashlib.sha256()
+    with open(p, "rb") as f:
+        if st.st_size <= HASH_WHOLE_FILE:
+            for block in iter(lambda: f.read(_EDGE), b""):
+                h.update(block)
+            return [st.st_size, h.hexdigest()]
+        h.update(f.read(_EDGE))
+        f.seek(st.st_size - _EDGE)
+        h.update(f.read(_EDGE))
+    return [st.st_size, h.hexdigest(), st.st_mtime_ns]
+
 
 def input_fingerprint(paths: Mapping[str, str]) -> dict[str, list]:
-    """name -> [size, mtime_ns] of each configured input (every file under a directory input).
+    """name -> [size, SHA-256] of each configured input (every file under a directory input).
 
     A resume refuses to replay over inputs that changed: the replay would not
-    reproduce what the role sent.
+    reproduce what the role sent.  The content is hashed, so a file rewritten with
+    the same size and modification time is noticed too.  Taken when the role first
+    runs (:meth:`Checkpoint.begin`), never at the proposal: a party opens no input for
+    a session that is not going to run.
     """
     out: dict[str, list] = {}
     for name, path in sorted(paths.items()):
@@ -65,10 +117,9 @@ def input_fingerprint(paths: Mapping[str, str]) -> dict[str, list]:
         try:
             if p.is_dir():
                 files = sorted(q for q in p.rglob("*") if q.is_file())
-                out[name] = [[str(q.relative_to(p)), q.stat().st_size, q.stat().st_mtime_ns] for q in files]
+                out[name] = [[str(q.relative_to(p)), *_file_digest(q)] for q in files]
             else:
-                st = p.stat()
-                out[name] = [st.st_size, st.st_mtime_ns]
+                out[name] = _file_digest(p)
         except OSError:
             out[name] = ["missing"]
     return out
@@ -77,10 +128,14 @@ def input_fingerprint(paths: Mapping[str, str]) -> dict[str, list]:
 class Checkpoint:
     """One session's checkpoint directory at this party (see the module docstring)."""
 
-    def __init__(self, directory: Path, meta: dict) -> None:
+    def __init__(self, directory: Path, meta: dict, key: bytes, owner: str) -> None:
         self.dir = directory
         self.meta = meta
+        self.owner = owner
+        self._key = key
         self._journal: FileJournal | None = None
+        #: open the journal in repair mode (a resumed session: its peers send again what it lost)
+        self.repair_journal = False
 
     # ---------------------------------------------------------------- life cycle
     @staticmethod
@@ -90,50 +145,97 @@ class Checkpoint:
     @classmethod
     def create(cls, sessions_dir: Path, *, session_id: str, protocol: str, roles: Mapping[str, str],
                params: Mapping[str, Any], timeout_seconds: float, seed: int | None, initiator: str, role: str,
-               randomness: Randomness, inputs: Mapping[str, str]) -> "Checkpoint":
+               randomness: Randomness, inputs: Mapping[str, str] | None = None) -> "Checkpoint":
         if not randomness.replayable:
             raise ValueError("a checkpoint needs a replayable randomness root")
+        owner = roles[role]
         d = cls.directory(sessions_dir, session_id)
         if d.exists():
             raise CheckpointError(f"session {session_id!r} already has a checkpoint here")
-        d.mkdir(mode=0o700, parents=False)
-        os.chmod(d, 0o700)  # whatever the umask
-        atomic_write(d / ROOT_KEY, randomness.key, 0o600)
-        meta = {
-            "kind": "smcdp-session-checkpoint", "version": VERSION,
-            "session_id": session_id, "protocol": protocol, "roles": dict(roles), "params": dict(params),
-            "timeout_seconds": float(timeout_seconds), "seed": seed, "initiator": initiator, "role": role,
-            "seeded": randomness.seeded, "state": "prepared", "resumable": False, "restarts": 0,
-            "deadline_epoch": time.time() + float(timeout_seconds), "created": time.time(),
-            "inputs": input_fingerprint(inputs), "error": None,
-        }
-        cp = cls(d, meta)
-        cp._write_meta()
+        try:
+            key = durability_key(sessions_dir, owner)
+            d.mkdir(mode=0o700, parents=False)
+            os.chmod(d, 0o700)  # whatever the umask
+            atomic_write(d / ROOT_KEY, randomness.key, 0o600)
+            meta = {
+                "kind": "smcdp-session-checkpoint", "version": VERSION,
+                "session_id": session_id, "protocol": protocol, "roles": dict(roles), "params": dict(params),
+                "timeout_seconds": float(timeout_seconds), "seed": seed, "initiator": initiator, "role": role,
+                "seeded": randomness.seeded, "state": "prepared", "resumable": False, "restarts": 0,
+                "deadline_epoch": time.time() + float(timeout_seconds), "created": time.time(),
+                "inputs": None, "error": None,
+                "root_check": Mac(key, "root", session_id).tag(randomness.key).hex(),
+            }
+            cp = cls(d, meta, key, owner)
+            cp._write_meta()
+            cp.ensure_reserve()
+        except OSError as exc:
+            shutil.rmtree(d, ignore_errors=True)
+            raise local_failure(exc, owner, f"cannot create the checkpoint of session {session_id}") from None
         return cp
 
     @classmethod
-    def load(cls, directory: Path) -> "Checkpoint":
+    def load(cls, directory: Path, owner: str = "this party") -> "Checkpoint":
+        """The checkpoint in ``directory``; :class:`CheckpointDamaged` if it or its root key does not verify."""
+        session_id = directory.name[:-len(SUFFIX)] if directory.name.endswith(SUFFIX) else directory.name
+        path = directory / META
         try:
-            meta = json.loads((directory / META).read_text(encoding="utf-8"))
+            raw = path.read_bytes()
         except FileNotFoundError:
-            raise CheckpointError(f"{directory} holds no {META}") from None
-        except (OSError, ValueError) as exc:
-            raise CheckpointError(f"cannot read the checkpoint in {directory}: {exc}") from None
-        if not isinstance(meta, dict) or meta.get("kind") != "smcdp-session-checkpoint" \
-                or meta.get("version") != VERSION:
-            raise CheckpointError(f"{directory / META} is not a version-{VERSION} smcdp session checkpoint")
+            raise CheckpointDamaged(f"the checkpoint {directory} of party {owner} holds no {META}", owner) from None
+        except OSError as exc:
+            raise CheckpointDamaged(f"party {owner} cannot read {path}: {exc}", owner) from None
+        try:
+            key = durability_key(directory.parent, owner)
+        except OSError as exc:
+            raise CheckpointDamaged(f"party {owner} cannot read its durability key: {exc}", owner) from None
+        damaged = f"{path} of party {owner} is damaged"
+        try:
+            meta = json.loads(raw)
+        except ValueError:
+            raise CheckpointDamaged(f"{damaged} (not JSON)", owner) from None
+        if not isinstance(meta, dict) or meta.get("kind") != "smcdp-session-checkpoint":
+            raise CheckpointDamaged(f"{damaged} (not an smcdp session checkpoint)", owner)
+        if meta.get("version") != VERSION:
+            raise CheckpointDamaged(f"{path} of party {owner} is not a version-{VERSION} smcdp session checkpoint "
+                                    f"(version {meta.get('version')!r}); this smcdp cannot continue it", owner)
+        mac = meta.pop("mac", None)
+        if not isinstance(mac, str) or not Mac(key, "checkpoint", session_id).verify(
+                bytes.fromhex(mac) if _is_hex(mac) else b"", _canonical(meta)):
+            raise CheckpointDamaged(f"{damaged}: its MAC does not verify (a changed byte, another session's "
+                                    "checkpoint, or a replaced durability.key)", owner)
         missing = {"session_id", "protocol", "roles", "params", "timeout_seconds", "initiator", "role", "state",
-                   "deadline_epoch", "inputs"} - set(meta)
-        if missing:
-            raise CheckpointError(f"{directory / META} lacks {sorted(missing)}")
-        return cls(directory, meta)
+                   "deadline_epoch", "inputs", "root_check"} - set(meta)
+        if missing or meta["session_id"] != session_id:
+            raise CheckpointDamaged(f"{damaged} (lacks {sorted(missing)} or names another session)", owner)
+        roles = meta["roles"]
+        if isinstance(roles, dict) and isinstance(roles.get(meta["role"]), str):
+            owner = roles[meta["role"]]          # verified: this party's name as the session knows it
+        cp = cls(directory, meta, key, owner)
+        try:
+            cp.randomness()    # a damaged root key is named now, not after a replay diverged
+        except CheckpointDamaged as exc:
+            exc.meta = meta
+            raise
+        return cp
 
     @classmethod
-    def scan(cls, sessions_dir: Path) -> list["Checkpoint"]:
-        """Every checkpoint under ``sessions_dir`` (damaged ones are skipped by the caller's choice: raised)."""
+    def scan(cls, sessions_dir: Path, owner: str = "this party",
+             damaged: list[tuple[str, "CheckpointError"]] | None = None) -> list["Checkpoint"]:
+        """Every intact checkpoint under ``sessions_dir``.  A damaged one is left out -- and appended to
+        ``damaged`` as (session id, error) when a list is given: it fails its own session only."""
         if not sessions_dir.is_dir():
             return []
-        return [cls.load(d) for d in sorted(sessions_dir.glob(f"*{SUFFIX}")) if d.is_dir()]
+        out = []
+        for d in sorted(sessions_dir.glob(f"*{SUFFIX}")):
+            if not d.is_dir():
+                continue
+            try:
+                out.append(cls.load(d, owner))
+            except CheckpointError as exc:
+                if damaged is not None:
+                    damaged.append((d.name[:-len(SUFFIX)], exc))
+        return out
 
     def remove(self) -> None:
         """Delete the checkpoint, root key and journal included."""
@@ -148,37 +250,108 @@ class Checkpoint:
         return self.meta["session_id"]
 
     def randomness(self) -> Randomness:
+        path = self.dir / ROOT_KEY
         try:
-            key = (self.dir / ROOT_KEY).read_bytes()
+            key = path.read_bytes()
         except OSError as exc:
-            raise CheckpointError(f"session {self.session_id}: cannot read its randomness root: {exc}") from None
-        if len(key) != KEY_BYTES:
-            raise CheckpointError(f"session {self.session_id}: its randomness root is damaged")
+            raise CheckpointDamaged(f"party {self.owner} cannot read the randomness root {path} of session "
+                                    f"{self.session_id}: {exc}", self.owner) from None
+        check = self.meta.get("root_check", "")
+        if len(key) != KEY_BYTES or not _is_hex(check) or not Mac(self._key, "root", self.session_id).verify(
+                bytes.fromhex(check), key):
+            raise CheckpointDamaged(f"the randomness root {path} of party {self.owner} is damaged: it does not "
+                                    "match the check value in its checkpoint, and a replay from it would not "
+                                    "reproduce what this party sent", self.owner)
         return Randomness(key, seeded=bool(self.meta.get("seeded")))
 
     @property
     def journal(self) -> FileJournal:
+        """The session's journal (opened on first use; :class:`~.journal.JournalDamaged` if it does not verify)."""
         if self._journal is None:
-            self._journal = FileJournal(self.dir / JOURNAL)
+            self._journal = FileJournal(self.dir / JOURNAL, Mac(self._key, "journal", self.session_id),
+                                        owner=self.owner, repair=self.repair_journal)
         return self._journal
+
+    def begin(self, inputs: Mapping[str, str], **fields: Any) -> None:
+        """The role runs (again): state "running" (with ``fields``, e.g. the deadline of a first Begin);
+        the first time its inputs are fingerprinted, after that they must be as they were
+        (:class:`CheckpointError` naming this party otherwise)."""
+        if self.meta.get("inputs") is None:
+            self.set_state("running", resumable=False, error=None, inputs=input_fingerprint(inputs), **fields)
+        else:
+            self.check_inputs(inputs)
+            self.set_state("running", resumable=False, error=None, **fields)
 
     def check_inputs(self, inputs: Mapping[str, str]) -> None:
         now = input_fingerprint(inputs)
         if now != self.meta["inputs"]:
             changed = sorted(k for k in set(now) | set(self.meta["inputs"])
                              if now.get(k) != self.meta["inputs"].get(k))
-            raise CheckpointError(f"session {self.session_id} cannot resume: its inputs changed since it started "
-                                  f"({', '.join(changed)}); a replay would not reproduce what this party sent")
+            raise CheckpointError(f"session {self.session_id} cannot resume: its inputs changed at party {self.owner} "
+                                  f"since it started ({', '.join(changed)}); a replay would not reproduce "
+                                  "what this party sent", self.owner)
 
     def set_state(self, state: str, **fields: Any) -> None:
         self.meta["state"] = state
         self.meta.update(fields)
-        self._write_meta()
+        what = f"cannot update the checkpoint of session {self.session_id}"
+        try:
+            try:
+                self._write_meta()
+            except OSError as exc:
+                if resource_failure(exc, self.owner, what) is None or not self.release_reserve():
+                    raise
+                self._write_meta()       # the reserve made room for it
+        except OSError as exc:
+            raise local_failure(exc, self.owner, what) from None
 
     def _write_meta(self) -> None:
-        atomic_write_json(self.dir / META, self.meta, 0o600, sort_keys=True)
+        body = {k: v for k, v in self.meta.items() if k != "mac"}
+        body["mac"] = Mac(self._key, "checkpoint", self.session_id).tag(_canonical(body)).hex()
+        atomic_write(self.dir / META, json.dumps(body, indent=2, sort_keys=True).encode() + b"\n", 0o600)
+
+    # ------------------------------------------------------------ disk-full reserve
+    def ensure_reserve(self) -> None:
+        """Set aside RESERVE_BYTES in the checkpoint directory (best effort: not on a disk that is full)."""
+        path = self.dir / RESERVE
+        try:
+            if path.exists() and path.stat().st_size >= RESERVE_BYTES:
+                return
+            fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
+            try:
+                try:
+                    os.posix_fallocate(fd, 0, RESERVE_BYTES)
+                except OSError:
+                    os.pwrite(fd, bytes(RESERVE_BYTES), 0)   # a file system without fallocate
+            finally:
+                os.close(fd)
+        except OSError:
+            try:
+                path.unlink()
+            except OSError:
+                pass
+
+    def release_reserve(self) -> bool:
+        """Free the reserve (the disk is full: what follows records how the session failed)."""
+        try:
+            (self.dir / RESERVE).unlink()
+            return True
+        except OSError:
+            return False
 
     def close(self) -> None:
         if self._journal is not None:
             self._journal.close()
             self._journal = None
+
+
+def _canonical(meta: Mapping[str, Any]) -> bytes:
+    return json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _is_hex(text: Any) -> bool:
+    try:
+        bytes.fromhex(text)
+    except (TypeError, ValueError):
+        return False
+    return True

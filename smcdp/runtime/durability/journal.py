@@ -1,98 +1,354 @@
 """A session's message journal at one party (``journal.log`` in its checkpoint directory).
 
 Every message received is stored durably *before* the sender is told it was
-delivered, every message sent is stored durably *before* the first attempt to
-send it, and acknowledgements are recorded after them.  A role replayed after
-a crash (:mod:`smcdp.runtime.durability.checkpoint`, docs/fault-tolerance.md)
-reads its received messages from here and looks up what it sends.
+delivered; every message sent is written *before* it first leaves (a killed
+process keeps it) and made durable by the group commit while it travels; and
+acknowledgements are recorded after them.  A role replayed after a crash
+(:mod:`smcdp.runtime.durability.checkpoint`, docs/fault-tolerance.md) reads its
+received messages from here and looks up what it sends.
+
+Format (version 2).  A 16-byte file header, then records::
+
+    prefix  magic "\\xd7J" | kind | 0 | sequence number (8) | header length (2) | data length (8)
+    MAC     over the prefix (16 bytes)
+    header  JSON: role, tag, type name and the data's SHA-256
+    MAC     over the prefix and the header (16 bytes)
+    data
+
+The MACs are HMAC-SHA256 under the party's durability key bound to the session
+(:mod:`smcdp.runtime.durability.integrity`); sequence numbers run 0, 1, 2, … so a
+record missing, repeated or moved is noticed.  The scan is strict: every record
+verifies or the journal is *damaged*, and :class:`JournalDamaged` names the file,
+the party and each damaged record (its kind, role and tag where its header still
+verifies).  A damaged record is never dropped silently and never read as another.
+
+**Torn tail.**  One thing is not damage: the last record cut short by a crash.
+Records are appended in order and a received message is acknowledged only once a
+sync covered it, so a crash can only cut the record being written, after which
+nothing follows.  The scan calls the end of the file a torn tail --
+dropped, with a log line -- exactly when, after the last intact record,
+
+* fewer bytes than a prefix and its MAC remain, and those that remain agree with
+  the start of the next record (magic, kind, sequence number), or
+* the prefix verifies (so its lengths are authentic) but the record runs past the
+  end of the file, or
+* only zero bytes remain (a file system that extended the file before its data
+  reached the disk, after a power cut).
+
+Everything else -- a MAC that fails where the bytes are all there, a sequence
+number out of order, bytes after a short record -- is damage.  What the scan cannot
+see is a file cut short *at a record boundary* by something other than a crash
+(a restore from an older copy): that looks like an earlier crash.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import json
+import logging
 import os
 import struct
+import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from smcdp.errors import InvalidMessage
+from smcdp._files import fsync_dir
+from smcdp.errors import DataLoss, InvalidMessage
+from smcdp.runtime.durability.integrity import MAC_BYTES, Mac, local_failure
 
-_IN, _OUT, _DELIVERED = 1, 2, 3
-#: record header: kind (1 byte), header length (4), data length (8)
-_HEAD = struct.Struct(">BIQ")
-#: largest journal header (role, tag, type name and digest as JSON)
-_MAX_HEADER = 4096
+log = logging.getLogger("smcdp.durability")
+
+IN, OUT, DELIVERED = 1, 2, 3
+KIND_NAMES = {IN: "a message received", OUT: "a message sent", DELIVERED: "an acknowledgement"}
+FILE_MAGIC = b"smcdp journal 2\n"
+REC_MAGIC = b"\xd7J"
+#: magic, kind, reserved, sequence number, header length, data length
+PREFIX = struct.Struct(">2sBBQHQ")
+#: largest record header (role, tag, type name and digest as JSON)
+MAX_HEADER = 4096
+_START = PREFIX.size + MAC_BYTES
+#: the MAC of an unauthenticated journal (tests, tools): a checksum with a public key
+_PUBLIC_KEY = bytes(32)
+
+
+@dataclass(frozen=True)
+class Damage:
+    """One damaged stretch of a journal: where, and what is known of the record(s) there."""
+
+    offset: int
+    what: str
+    kind: int | None = None
+    role: str | None = None
+    tag: str | None = None
+    type_name: str | None = None
+    digest: str | None = None        #: SHA-256 (hex) of the damaged record's data, if its header verified
+
+
+class JournalDamaged(DataLoss):
+    """A journal holds records that do not verify (see the module docstring)."""
+
+    def __init__(self, message: str, origin: str | None, damage: list[Damage]) -> None:
+        super().__init__(message, origin)
+        self.damage = damage
+
+
+@dataclass(frozen=True)
+class _Record:
+    kind: int
+    role: str
+    tag: str
+    type_name: str
+    digest: str
+    offset: int          # of the data
+    length: int
+
+
+@dataclass
+class Scan:
+    """What a strict scan found: the intact records, the damage, and where the file really ends."""
+
+    records: list[_Record]
+    damage: list[Damage]
+    end: int             # the file's length without a torn tail
+    torn: int            # bytes of a torn tail (0 if none)
+    next_seq: int
+
+
+def scan(data: bytes, mac: Mac) -> Scan:
+    """Read every record of a journal's bytes strictly (pure: no I/O; fuzzed by the tests)."""
+    records: list[_Record] = []
+    damage: list[Damage] = []
+    n = len(data)
+    if n < len(FILE_MAGIC):
+        if FILE_MAGIC.startswith(data):
+            return Scan(records, damage, 0, n, 0)      # cut short while being created
+        return Scan(records, [Damage(0, "the file header is damaged (the file is shorter than a header)")],
+                    n, 0, 0)
+    if data[:len(FILE_MAGIC)] != FILE_MAGIC:
+        damage.append(Damage(0, "the file header is damaged (not a version-2 smcdp journal)"))
+    pos, seq = len(FILE_MAGIC), 0
+    while pos < n:
+        rest = n - pos
+        if rest < _START:
+            if _consistent_start(data[pos:], seq) or not any(data[pos:]):
+                return Scan(records, damage, pos, rest, seq)
+            damage.append(Damage(pos, f"record {seq}: its first {rest} bytes, at the end of the file, "
+                                      "are not the start of a record"))
+            return Scan(records, damage, n, 0, seq)
+        prefix = data[pos:pos + PREFIX.size]
+        if not mac.verify(data[pos + PREFIX.size:pos + _START], b"p", prefix):
+            if not any(data[pos:]):
+                return Scan(records, damage, pos, rest, seq)            # zero-filled tail
+            nxt = _resync(data, pos + 1, seq, mac)
+            if nxt is None:
+                damage.append(Damage(pos, f"record {seq} and everything after it (bytes {pos}..{n}) "
+                                          "do not verify"))
+                return Scan(records, damage, n, 0, seq)
+            npos, nseq = nxt
+            lost = f"records {seq}..{nseq - 1}" if nseq - 1 > seq else f"record {seq}"
+            damage.append(Damage(pos, f"{lost} (bytes {pos}..{npos}) do not verify"))
+            pos, seq = npos, nseq
+            continue
+        magic, kind, _, rseq, hlen, dlen = PREFIX.unpack(prefix)
+        if magic != REC_MAGIC or kind not in KIND_NAMES or hlen > MAX_HEADER:
+            damage.append(Damage(pos, f"record {seq} has an impossible prefix under a valid MAC"))
+            return Scan(records, damage, n, 0, seq)
+        end = pos + _START + hlen + MAC_BYTES + dlen
+        if end > n:
+            if rseq == seq:
+                return Scan(records, damage, pos, rest, seq)      # authentic lengths past the end: torn
+            damage.append(Damage(pos, f"record {rseq}, out of place, runs past the end of the file"))
+            return Scan(records, damage, n, 0, seq)
+        if rseq < seq:      # authentic, but a copy of an earlier record, or moved: never read twice
+            damage.append(Damage(pos, f"record {rseq} appears again where record {seq} belongs"))
+            pos = end
+            continue
+        if rseq > seq:
+            lost = f"records {seq}..{rseq - 1} are" if rseq - 1 > seq else f"record {seq} is"
+            damage.append(Damage(pos, f"{lost} missing before record {rseq}"))
+            seq = rseq
+        hstart = pos + _START
+        head_bytes = data[hstart:hstart + hlen]
+        head = _header(head_bytes, kind) if mac.verify(data[hstart + hlen:hstart + hlen + MAC_BYTES], b"h",
+                                                        prefix, head_bytes) else None
+        desc = f"record {seq} ({KIND_NAMES[kind]}"
+        if head is None:
+            damage.append(Damage(pos, f"{desc}): its header does not verify", kind))
+        else:
+            desc += f" {'from' if kind == IN else 'to'} role {head['r']}, tag {head['t']!r})"
+            off = hstart + hlen + MAC_BYTES
+            if kind != DELIVERED and hashlib.sha256(data[off:end]).hexdigest() != head["h"]:
+                damage.append(Damage(pos, f"{desc}: its data does not verify", kind, head["r"], head["t"],
+                                     head["y"], head["h"]))
+            else:
+                records.append(_Record(kind, head["r"], head["t"], head["y"], head.get("h", ""), off, dlen))
+        pos, seq = end, seq + 1
+    return Scan(records, damage, n, 0, seq)
+
+
+def _consistent_start(tail: bytes, seq: int) -> bool:
+    """Could ``tail`` be the first bytes of record ``seq`` (a record cut short)?"""
+    want = PREFIX.pack(REC_MAGIC, 1, 0, seq, 0, 0)
+    if tail[:2] != want[:len(tail[:2])]:
+        return False
+    if len(tail) > 2 and tail[2] not in KIND_NAMES:
+        return False
+    if len(tail) > 3 and tail[3] != 0:
+        return False
+    return tail[4:12] == want[4:4 + len(tail[4:12])]
+
+
+def _resync(data: bytes, start: int, seq: int, mac: Mac) -> tuple[int, int] | None:
+    """The next authentic record after damage: (offset, its sequence number), if any."""
+    pos = data.find(REC_MAGIC, start)
+    while pos != -1 and pos + _START <= len(data):
+        prefix = data[pos:pos + PREFIX.size]
+        if mac.verify(data[pos + PREFIX.size:pos + _START], b"p", prefix):
+            rseq = PREFIX.unpack(prefix)[3]
+            if rseq > seq:
+                return pos, rseq
+        pos = data.find(REC_MAGIC, pos + 1)
+    return None
+
+
+def _header(raw: bytes, kind: int) -> dict | None:
+    try:
+        head = json.loads(raw)
+    except ValueError:
+        return None
+    keys = ("r", "t", "y") if kind == DELIVERED else ("r", "t", "y", "h")
+    if not isinstance(head, dict) or not all(isinstance(head.get(k), str) for k in keys):
+        return None
+    return head
+
+
+def describe(path: Path, owner: str, damage: list[Damage]) -> str:
+    shown = "; ".join(d.what for d in damage[:5]) + (f"; and {len(damage) - 5} more" if len(damage) > 5 else "")
+    return f"the journal {path} of party {owner} is damaged: {shown}"
 
 
 class FileJournal:
     """An append-only journal file implementing :class:`smcdp.net.channel.Journal`.
 
-    Records: ``kind | header length | data length | header JSON | data``, the
-    header naming the role, tag, type and the SHA-256 of the data.  Received
-    and outgoing messages are fsync-ed before they count; acknowledgements are
-    only flushed (losing one means sending identical bytes once more, which the
-    receiver ignores).  A record cut short by a crash is dropped when the
-    journal is reopened -- it was never acknowledged, so nothing depended on it.
-    Outgoing messages are kept as file offsets, not in memory.
+    ``mac``: the session's journal MAC (:class:`~smcdp.runtime.durability.integrity.Mac`);
+    without one the records carry a keyed checksum under a public key (tests, tools).
+    ``owner``: the party, for messages.  A damaged journal raises :class:`JournalDamaged`
+    unless ``repair`` is true: then it is rewritten with its intact records only (after
+    which the peers must send what it lost again: a resumed session does), and
+    :attr:`repaired` lists what was lost.
+
+    Writes never wait for the disk: :meth:`sync` makes everything written so far durable,
+    and concurrent syncs share one ``fsync`` (group commit).  A received message is
+    acknowledged only once a sync covered it; a sent message is synced while it travels
+    (the channel starts the sync with its first transmission); acknowledgements are never
+    synced on their own (losing one means sending identical bytes once more, which the
+    receiver ignores).
     """
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._lock = threading.Lock()
+    def __init__(self, path: Path, mac: Mac | None = None, *, owner: str = "this party",
+                 repair: bool = False) -> None:
+        self.path = Path(path)
+        self.owner = owner
+        self._mac = mac or Mac(_PUBLIC_KEY, "journal", self.path.name)
+        self._lock = threading.Lock()                 # the index and appends
+        self._sync_cv = threading.Condition()
+        self._syncing = False                                              # a syncer thread runs
+        self._waiters: list[tuple[int, concurrent.futures.Future]] = []   # (offset, its future)
         self._inbound: list[tuple[str, str, str, int, int]] = []          # role, tag, type, offset, length
         self._outbound: dict[tuple[str, str], tuple[str, int, int]] = {}  # (to, tag) -> type, offset, length
         self._delivered: set[tuple[str, str]] = set()
+        #: (to, tag) -> (type, SHA-256 hex) of sent messages whose record a repair lost
+        self.lost_outbound: dict[tuple[str, str], tuple[str, str]] = {}
+        #: what a repair dropped (empty unless ``repair`` found damage)
+        self.repaired: list[Damage] = []
+        self._broken: BaseException | None = None
         self.bytes_written = 0
         self.records_written = 0
-        #: wall time spent writing (and fsync-ing) journal records: the cost of checkpointing
+        self.syncs = 0
+        #: wall time spent writing and syncing journal records: the cost of checkpointing
         self.seconds_writing = 0.0
-        self._scan()
-        self._fh = open(self.path, "ab", buffering=0)  # noqa: SIM115 - kept open for the session
+        self._seq = 0
+        self._end = 0
+        self._open(repair)
+        self._synced = self._end
 
     # ------------------------------------------------------------------ reading
-    def _scan(self) -> None:
-        if not self.path.exists():
-            fd = os.open(self.path, os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o600)
-            os.close(fd)
+    def _open(self, repair: bool) -> None:
+        try:
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        except FileExistsError:
+            fd = None
+        except OSError as exc:
+            raise self._local_failure(exc, "cannot create its journal") from None
+        if fd is not None:
+            self._fd = fd
+            self._write_at(0, [FILE_MAGIC])
+            self._end = len(FILE_MAGIC)
+            fsync_dir(self.path.parent)
             return
-        good = 0
-        with open(self.path, "rb") as f:
-            data = f.read()
-        pos = 0
-        while pos + _HEAD.size <= len(data):
-            kind, hlen, dlen = _HEAD.unpack_from(data, pos)
-            end = pos + _HEAD.size + hlen + dlen
-            if kind not in (_IN, _OUT, _DELIVERED) or hlen > _MAX_HEADER or end > len(data):
-                break
-            try:
-                head = json.loads(data[pos + _HEAD.size:pos + _HEAD.size + hlen])
-            except ValueError:
-                break
-            off = pos + _HEAD.size + hlen
-            body = data[off:end]
-            if kind != _DELIVERED and hashlib.sha256(body).hexdigest() != head.get("h"):
-                break
-            key = (head["r"], head["t"])
-            if kind == _IN:
-                self._inbound.append((head["r"], head["t"], head["y"], off, dlen))
-            elif kind == _OUT:
-                self._outbound[key] = (head["y"], off, dlen)
+        try:
+            data = self.path.read_bytes()
+        except OSError as exc:
+            raise self._local_failure(exc, "cannot read its journal") from None
+        found = scan(data, self._mac)
+        if found.damage:
+            if not repair:
+                raise JournalDamaged(describe(self.path, self.owner, found.damage), self.owner, found.damage)
+            self._rewrite(data, found)
+            return
+        self._fd = os.open(self.path, os.O_RDWR)
+        if found.torn:
+            log.warning("journal %s: dropped a torn tail of %d byte(s) (the record being written when the "
+                        "process died; never acknowledged)", self.path, found.torn)
+            os.ftruncate(self._fd, found.end)
+            os.fsync(self._fd)
+        if found.end == 0:                 # cut short while being created
+            self._write_at(0, [FILE_MAGIC])
+            found.end = len(FILE_MAGIC)
+        self._index(found.records)
+        self._seq, self._end = found.next_seq, found.end
+
+    def _rewrite(self, data: bytes, found: Scan) -> None:
+        """Keep the intact records only, in a new file that replaces the damaged one atomically."""
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
+        os.fchmod(fd, 0o600)
+        self._fd = fd
+        self._write_at(0, [FILE_MAGIC])
+        self._end = len(FILE_MAGIC)
+        kept = []
+        for r in found.records:
+            off = self._append(r.kind, r.role, r.tag, r.type_name, data[r.offset:r.offset + r.length])
+            kept.append(_Record(r.kind, r.role, r.tag, r.type_name, r.digest, off, r.length))
+        self._index(kept)
+        os.fsync(fd)
+        os.replace(tmp, self.path)
+        fsync_dir(self.path.parent)
+        self.repaired = list(found.damage)
+        for d in found.damage:
+            if d.kind == OUT and d.role is not None and d.type_name is not None and d.digest is not None:
+                self.lost_outbound[(d.role, d.tag)] = (d.type_name, d.digest)
+        log.warning("%s; repaired: kept %d intact record(s)", describe(self.path, self.owner, found.damage),
+                    len(found.records))
+
+    def _index(self, records: Iterable[_Record]) -> None:
+        for r in records:
+            key = (r.role, r.tag)
+            if r.kind == IN:
+                self._inbound.append((r.role, r.tag, r.type_name, r.offset, r.length))
+            elif r.kind == OUT:
+                self._outbound[key] = (r.type_name, r.offset, r.length)
             else:
                 self._delivered.add(key)
-            pos = good = end
-        if good < len(data):  # a torn tail: never acknowledged, drop it
-            with open(self.path, "r+b") as f:
-                f.truncate(good)
-                f.flush()
-                os.fsync(f.fileno())
 
     def _read(self, off: int, length: int) -> bytes:
-        with open(self.path, "rb") as f:
-            f.seek(off)
-            return f.read(length)
+        try:
+            return os.pread(self._fd, length, off)
+        except OSError as exc:
+            raise self._local_failure(exc, "cannot read its journal") from None
 
     # ----------------------------------------------------------- Journal protocol
     def inbound(self) -> Iterable[tuple[str, str, str, bytes]]:
@@ -108,16 +364,68 @@ class FileJournal:
             return [(role, tag, length) for role, tag, _type, _off, length in self._inbound]
 
     def record_inbound(self, sender_role: str, tag: str, type_name: str, data: bytes, durable: bool = True) -> None:
+        off = self._append(IN, sender_role, tag, type_name, data)
         with self._lock:
-            off = self._append(_IN, sender_role, tag, type_name, data, sync=durable)
             self._inbound.append((sender_role, tag, type_name, off, len(data)))
+        if durable:
+            self.sync()
 
     def sync(self) -> None:
-        """fsync the journal: every record written so far is durable (one file, appended in order)."""
-        t0 = time.perf_counter()
-        os.fsync(self._fh.fileno())
-        with self._lock:
-            self.seconds_writing += time.perf_counter() - t0
+        """Make every record written so far durable (blocks; see :meth:`durable_future`)."""
+        self.durable_future().result()
+
+    def durable_future(self) -> concurrent.futures.Future:
+        """A future done once every record written so far is durable.
+
+        One syncer thread per journal serves every waiter (group commit): an ``fsync`` covers
+        everything written before it began, and whoever asks meanwhile waits for the next one.
+        Nobody blocks a thread to wait -- an event loop awaits the future -- so a burst of
+        messages never starves a thread pool of workers.  The future fails with the sync's
+        error (:class:`~smcdp.errors.NoSpace`, DataLoss)."""
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        with self._sync_cv:
+            target = self._end
+            if self._synced >= target or self._fd is None:
+                fut.set_result(None)
+                return fut
+            self._waiters.append((target, fut))
+            if not self._syncing:
+                self._syncing = True
+                threading.Thread(target=self._syncer, daemon=True, name=f"journal-sync-{self.path.parent.name}"
+                                 ).start()
+        return fut
+
+    def _syncer(self) -> None:
+        """Sync until nobody waits (then exit; the next waiter starts a new syncer)."""
+        while True:
+            with self._sync_cv:
+                if not self._waiters or self._fd is None:
+                    self._syncing = False
+                    self._sync_cv.notify_all()
+                    done, self._waiters = self._waiters, []
+                    break
+                upto, fd = self._end, self._fd
+            t0 = time.perf_counter()
+            try:
+                os.fsync(fd)
+                error = None
+            except OSError as exc:
+                error = self._local_failure(exc, "cannot sync its journal")
+            with self._sync_cv:
+                if error is None:
+                    self._synced = max(self._synced, upto)
+                    self.syncs += 1
+                    self.seconds_writing += time.perf_counter() - t0
+                done = [w for w in self._waiters if error is not None or w[0] <= upto]
+                self._waiters = [w for w in self._waiters if w not in done]
+                self._sync_cv.notify_all()
+            for _, fut in done:
+                if error is None:
+                    fut.set_result(None)
+                else:
+                    fut.set_exception(error)
+        for _, fut in done:            # closed meanwhile: close() synced everything
+            fut.set_result(None)
 
     def outbound(self, to_role: str, tag: str) -> tuple[str, bytes] | None:
         with self._lock:
@@ -127,48 +435,84 @@ class FileJournal:
         type_name, off, length = entry
         return type_name, self._read(off, length)
 
-    def record_outbound(self, to_role: str, tag: str, type_name: str, data: bytes) -> None:
+    def record_outbound(self, to_role: str, tag: str, type_name: str, data: bytes, durable: bool = True) -> None:
+        off = self._append(OUT, to_role, tag, type_name, data)
         with self._lock:
-            off = self._append(_OUT, to_role, tag, type_name, data, sync=True)
             self._outbound[(to_role, tag)] = (type_name, off, len(data))
+        if durable:
+            self.sync()
 
     def mark_delivered(self, to_role: str, tag: str) -> None:
         with self._lock:
             if (to_role, tag) in self._delivered:
                 return
-            self._append(_DELIVERED, to_role, tag, "", b"", sync=False)
             self._delivered.add((to_role, tag))
+        self._append(DELIVERED, to_role, tag, "", b"")
 
     def delivered(self, to_role: str, tag: str) -> bool:
         with self._lock:
             return (to_role, tag) in self._delivered
 
     # ------------------------------------------------------------------ writing
-    def _append(self, kind: int, role: str, tag: str, type_name: str, data: bytes, *, sync: bool) -> int:
+    def _append(self, kind: int, role: str, tag: str, type_name: str, data: bytes) -> int:
+        """Write one record at the end; returns the offset of its data.  A failed write leaves nothing."""
         head = {"r": role, "t": tag, "y": type_name}
-        if kind != _DELIVERED:
+        if kind != DELIVERED:
             head["h"] = hashlib.sha256(data).hexdigest()
         hb = json.dumps(head, separators=(",", ":")).encode()
-        if len(hb) > _MAX_HEADER:
+        if len(hb) > MAX_HEADER:
             raise InvalidMessage("journal record header too long (tag or type name)")
         t0 = time.perf_counter()
-        start = self._fh.seek(0, os.SEEK_END)
-        rec = _HEAD.pack(kind, len(hb), len(data)) + hb
-        self._fh.write(rec + data)
-        if sync:
-            os.fsync(self._fh.fileno())
-        self.seconds_writing += time.perf_counter() - t0
-        self.bytes_written += len(rec) + len(data)
-        self.records_written += 1
+        with self._lock:
+            if self._broken is not None:
+                raise self._broken
+            prefix = PREFIX.pack(REC_MAGIC, kind, 0, self._seq, len(hb), len(data))
+            rec = prefix + self._mac.tag(b"p", prefix) + hb + self._mac.tag(b"h", prefix, hb)
+            start = self._end
+            self._write_at(start, [rec, data])
+            self._end = start + len(rec) + len(data)
+            self._seq += 1
+            self.bytes_written += len(rec) + len(data)
+            self.records_written += 1
+            self.seconds_writing += time.perf_counter() - t0
         return start + len(rec)
+
+    def _write_at(self, offset: int, parts: list[bytes]) -> None:
+        total = sum(len(p) for p in parts)
+        try:
+            done = os.pwritev(self._fd, parts, offset)
+            if done != total:
+                raise OSError(28, f"short write ({done} of {total} bytes)")
+        except OSError as exc:
+            err = self._local_failure(exc, "cannot write its journal")
+            try:                          # leave no partial record behind: the next one follows the last good one
+                os.ftruncate(self._fd, offset)
+            except OSError:
+                self._broken = err        # the file's end is unknown: nothing more may be written
+            raise err from None
+
+    def _local_failure(self, exc: OSError, what: str) -> BaseException:
+        return local_failure(exc, self.owner, f"{what} ({self.path})")
 
     def stats(self) -> dict:
         return {"journal_bytes": self.bytes_written, "journal_records": self.records_written,
-                "journal_seconds": round(self.seconds_writing, 6),
+                "journal_syncs": self.syncs, "journal_seconds": round(self.seconds_writing, 6),
                 "received": len(self._inbound), "sent": len(self._outbound), "acknowledged": len(self._delivered)}
 
     def close(self) -> None:
-        try:
-            self._fh.close()
-        except OSError:
-            pass
+        """Sync what is written (a message accepted but not yet acknowledged is durable all the same)
+        and close; a later :meth:`sync` returns at once."""
+        with self._sync_cv:
+            while self._syncing and self._waiters:
+                self._sync_cv.wait(1.0)
+            fd, self._fd = getattr(self, "_fd", None), None
+        if fd is not None:
+            try:
+                os.fsync(fd)
+                self._synced = self._end
+            except OSError:
+                pass
+            try:
+                os.close(fd)
+            except OSError:
+                pass

@@ -279,12 +279,14 @@ def test_initiator_fails_naming_unreachable_party(tmp_path, in_thread):
         client.start_session(cfgs["alice"], "net-echo", ROLES, {}, session_id="s-down", timeout=3)
     elapsed = time.monotonic() - t0
     assert 2.5 < elapsed < 8, elapsed  # retried until the 3 s deadline, then failed
+    # it started at bob: bob is named (not alice), and it is a SessionAborted as well as an Unavailable
+    assert isinstance(ei.value, SessionAborted) and ei.value.code == "UNAVAILABLE" and ei.value.origin == "bob"
     msg = str(ei.value)
     assert "could not reach party 'bob'" in msg and "attempt(s)" in msg
     attempts = int(re.search(r"\((\d+) attempt\(s\)", msg).group(1))
     assert attempts >= 3  # retried with backoff, not a single try
     rec = client.get_result(cfgs["alice"], "s-down")
-    assert rec["state"] == "failed" and rec["error"]["code"] == "UNAVAILABLE"
+    assert rec["state"] == "failed" and rec["error"]["code"] == "UNAVAILABLE" and rec["error"]["origin"] == "bob"
     assert "'bob'" in rec["error"]["message"]
     assert "attempt(s)" in rec["error"]["message"]
 

@@ -2,6 +2,7 @@
 but the role does not wait for the disk: it works on the message while the journal syncs."""
 
 import asyncio
+import concurrent.futures
 import threading
 from types import SimpleNamespace
 
@@ -26,6 +27,11 @@ class SlowJournal:
         self.events.append(("sync-start",))
         assert self.release.wait(10)
         self.events.append(("sync-done",))
+
+    def durable_future(self):
+        fut = concurrent.futures.Future()
+        threading.Thread(target=lambda: (self.sync(), fut.set_result(None))).start()
+        return fut
 
 
 def test_the_role_gets_the_message_while_the_journal_syncs_and_the_ack_waits_for_it():

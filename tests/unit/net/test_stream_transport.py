@@ -1,7 +1,9 @@
-"""The session's messages to a peer share one Mailbox.Stream call; a busy or broken stream falls back to
-Deliver; refusals on the stream are final like Deliver's; broken streams are retried (fake stubs)."""
+"""The session's messages to a peer share one pipelined Mailbox.Stream call (large ones go as Deliver
+calls); refusals on the stream are final like Deliver's and name the refuser; broken streams are
+retried (fake stubs)."""
 
 import asyncio
+import concurrent.futures
 import time
 from types import SimpleNamespace
 
@@ -10,6 +12,7 @@ import pytest
 
 from smcdp.errors import InvalidMessage
 from smcdp.net.grpc_channel import GrpcChannel, RetryPolicy
+from smcdp.net.server import STREAM_READ_AHEAD, MailboxServicer
 from smcdp.v1 import messages_pb2 as pb
 from smcdp.v1 import transport_pb2 as tpb
 
@@ -19,24 +22,45 @@ def rpc_error(code, details="x"):
 
 
 class FakeStreamCall:
-    """Acks each message after ``delay`` s, or fails as told by the stub's script."""
+    """Acks each complete message after ``delay`` s, in order, or fails as the stub's script says."""
 
     def __init__(self, stub):
-        self.stub, self.pending, self.cancelled, self.done = stub, [], False, False
+        self.stub, self.cancelled, self.done = stub, False, False
+        self.writing: list = []
+        self.messages: asyncio.Queue = asyncio.Queue()
+        self.failed = None
 
     async def write(self, env):
-        self.pending.append(env)
+        if self.failed is not None or self.cancelled:
+            raise asyncio.InvalidStateError("the call is done")
+        self.writing.append(env)
+        if env.chunk_index == env.chunk_count - 1:
+            self.messages.put_nowait(self.writing)
+            self.writing = []
 
     async def read(self):
-        envs, self.pending = self.pending, []
+        if self.failed is not None:
+            raise self.failed
+        envs = await self.messages.get()
+        self.stub.max_unacked = max(self.stub.max_unacked, self.messages.qsize() + 1)
         fail = self.stub.script.pop(0) if self.stub.script else None
         if fail == "hang":
             await asyncio.sleep(3600)
         await asyncio.sleep(self.stub.delay)
         if fail is not None:
-            raise rpc_error(fail)
+            self.failed = rpc_error(fail)
+            raise self.failed
         self.stub.received.append(("stream", envs[0].tag))
         return tpb.Ack(bytes=sum(len(e.data) for e in envs))
+
+    async def code(self):
+        return self.failed.code() if self.failed is not None else grpc.StatusCode.CANCELLED
+
+    async def details(self):
+        return self.failed.details() if self.failed is not None else "cancelled"
+
+    async def trailing_metadata(self):
+        return grpc.aio.Metadata()
 
     async def done_writing(self):
         self.done = True
@@ -50,6 +74,7 @@ class FakeStub:
         self.delay, self.script = delay, list(script)
         self.calls: list[FakeStreamCall] = []
         self.received: list[tuple[str, str]] = []
+        self.max_unacked = 0
 
     def Stream(self):
         self.calls.append(FakeStreamCall(self))
@@ -77,44 +102,72 @@ def msg(i):
     return pb.Ints(values=[i])
 
 
-def test_a_sessions_messages_share_one_stream_call_and_it_is_closed_cleanly():
-    stub = FakeStub()
-
-    async def main():
-        ch = channel(stub)
-        for i in range(5):
-            await ch.send("b", f"t/{i}", msg(i))
-        await ch.close()
-
-    asyncio.run(main())
-    assert stub.received == [("stream", f"t/{i}") for i in range(5)]
-    assert len(stub.calls) == 1 and stub.calls[0].done and stub.calls[0].cancelled
-
-
-def test_a_message_finding_the_stream_busy_goes_as_its_own_deliver_call():
+def test_messages_are_pipelined_on_one_stream_call_and_it_is_closed_cleanly():
+    """send returns before the Ack: five messages are under way at once on one call; flush waits for them."""
     stub = FakeStub(delay=0.05)
 
     async def main():
         ch = channel(stub)
-        await asyncio.gather(ch.send("b", "first", msg(1)), ch.send("b", "second", msg(2)))
+        t0 = time.monotonic()
+        for i in range(5):
+            await ch.send("b", f"t/{i}", msg(i))
+        sent = time.monotonic() - t0
+        assert stub.received == [] and sent < 0.05          # nothing acknowledged yet, nobody waited
+        await ch.flush()
+        assert ch.stats.messages_sent == 5
+        await ch.close()
 
     asyncio.run(main())
-    assert sorted(stub.received) == [("deliver", "second"), ("stream", "first")]
-    assert len(stub.calls) == 1
+    assert stub.received == [("stream", f"t/{i}") for i in range(5)]
+    assert stub.max_unacked >= 4
+    assert len(stub.calls) == 1 and stub.calls[0].done and stub.calls[0].cancelled
 
 
-def test_a_refusal_on_the_stream_is_final_and_the_next_message_opens_a_new_stream():
+def test_a_message_larger_than_a_chunk_goes_as_its_own_deliver_call():
+    stub = FakeStub()
+
+    async def main():
+        ch = channel(stub)
+        ch.chunk_size = 64
+        await ch.send("b", "small", msg(1))
+        await ch.send("b", "large", pb.Ints(values=list(range(100))))
+        await ch.flush()
+
+    asyncio.run(main())
+    assert sorted(stub.received) == [("deliver", "large"), ("stream", "small")]
+
+
+def test_a_refusal_on_the_stream_is_final_names_the_refuser_and_ends_the_role():
     stub = FakeStub(script=[grpc.StatusCode.INVALID_ARGUMENT])
 
     async def main():
         ch = channel(stub)
+        await ch.send("b", "bad", msg(1))              # returns at once: the refusal comes later
+        with pytest.raises(InvalidMessage) as err:
+            await ch.recv("b", "reply", pb.Ints)       # the role hears it where it waits
+        assert err.value.origin == "bob"                # the party that refused, not the sender
         with pytest.raises(InvalidMessage):
-            await ch.send("b", "bad", msg(1))
-        await ch.send("b", "good", msg(2))
+            await ch.flush()
+        with pytest.raises(InvalidMessage):
+            await ch.send("b", "next", msg(2))
 
     asyncio.run(main())
-    assert stub.received == [("stream", "good")]
-    assert len(stub.calls) == 2 and stub.calls[0].cancelled
+    assert stub.received == []
+    assert stub.calls[0].cancelled
+
+
+def test_messages_behind_a_failed_one_are_retried_on_a_new_stream():
+    stub = FakeStub(delay=0.02, script=[None, grpc.StatusCode.UNAVAILABLE])
+
+    async def main():
+        ch = channel(stub)
+        for i in range(4):
+            await ch.send("b", f"t/{i}", msg(i))
+        await ch.flush()
+
+    asyncio.run(main())
+    assert sorted(tag for _, tag in stub.received) == [f"t/{i}" for i in range(4)]
+    assert len(stub.calls) == 2
 
 
 @pytest.mark.parametrize("failure", [grpc.StatusCode.UNAVAILABLE, "hang"])
@@ -126,7 +179,75 @@ def test_a_broken_or_silent_stream_is_retried_on_a_new_one(failure):
     async def main():
         ch = channel(stub)
         await ch.send("b", "t", msg(1))
+        await ch.flush()
 
     asyncio.run(main())
     assert stub.received == [("stream", "t")]
     assert len(stub.calls) == 2 and stub.calls[0].cancelled
+
+
+# ------------------------------------------------------------------ the receiving side of a pipelined stream
+class CountingTarget:
+    """An inbound target that counts what it accepted; its syncs complete when the test says."""
+
+    budget = None
+
+    def __init__(self):
+        self.accepted = []
+        self.synced = concurrent.futures.Future()
+
+    def accept_threadsafe(self, sender_role, tag, type_url, data):
+        self.accepted.append(tag)
+        return True
+
+    def durable_future(self):
+        return self.synced
+
+
+class OneSessionHost:
+    name = "bob"
+
+    def __init__(self, target):
+        self.target = target
+
+    def inbound_target(self, peer, session_id):
+        return self.target, "a"
+
+    def inbound_delivered(self, peer, nbytes, duplicate):
+        pass
+
+    def inbound_refused(self, peer, code):
+        pass
+
+
+class PeerContext:
+    def auth_context(self):
+        return {"x509_common_name": [b"alice"]}
+
+
+def test_a_stream_reads_ahead_of_its_acks_only_so_far_and_acks_once_durable():
+    """The receiver stores the next messages while the journal syncs (pipelining), but a sender that
+    never gets (or reads) its Acks makes it hold at most STREAM_READ_AHEAD of them; every Ack waits
+    for durability."""
+    target = CountingTarget()
+    servicer = MailboxServicer(OneSessionHost(target), max_message_bytes=1 << 20)
+
+    async def envelopes():
+        for i in range(500):
+            yield tpb.Envelope(session_id="s-1", tag=f"t/{i}", type_name="smcdp.v1.Ints", chunk_index=0,
+                               chunk_count=1, total_size=1, data=b"\x01")
+
+    async def main():
+        acks = servicer.Stream(envelopes(), PeerContext())
+        first = asyncio.ensure_future(acks.__anext__())
+        await asyncio.sleep(0.5)
+        assert not first.done()                               # not durable yet: no Ack
+        assert STREAM_READ_AHEAD <= len(target.accepted) <= STREAM_READ_AHEAD + 1
+        target.synced.set_result(None)
+        assert (await asyncio.wait_for(first, 5)).bytes == 1
+        got = 1
+        async for _ in acks:
+            got += 1
+        assert got == 500 and len(target.accepted) == 500
+
+    asyncio.run(main())

@@ -3,24 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+import errno
+import hashlib
 import os
+import pickle
 import stat
+import threading
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from smcdp.errors import InvalidMessage
-from smcdp.net.channel import InMemoryNetwork
+from smcdp.errors import InvalidMessage, NoSpace
+from smcdp.net.channel import InMemoryNetwork, ReplayDiverged
 from smcdp.primitives.rng import Randomness
 from smcdp.runtime.chaos import ChaosAction
-from smcdp.runtime.durability.checkpoint import Checkpoint, CheckpointError
-from smcdp.runtime.durability.journal import FileJournal
+from smcdp.runtime.durability import journal
+from smcdp.runtime.durability.checkpoint import Checkpoint, CheckpointDamaged, CheckpointError
+from smcdp.runtime.durability.integrity import KEY_FILE, Mac
+from smcdp.runtime.durability.journal import FileJournal, JournalDamaged
 from smcdp.v1 import messages_pb2 as pb
 
 
 def _create(tmp_path, **kw):
     args = dict(session_id="s-1", protocol="p", roles={"a": "alice", "b": "bob"}, params={"x": 1},
-                timeout_seconds=60.0, seed=None, initiator="alice", role="a", randomness=Randomness.fresh(),
-                inputs={})
+                timeout_seconds=60.0, seed=None, initiator="alice", role="a", randomness=Randomness.fresh())
     args.update(kw)
     return Checkpoint.create(tmp_path, **args)
 
@@ -29,13 +36,13 @@ def test_checkpoint_files_are_private_and_round_trip(tmp_path):
     root = Randomness.fresh()
     data = tmp_path / "A.npy"
     data.write_bytes(b"x" * 10)
-    cp = _create(tmp_path, randomness=root, inputs={"data": str(data)})
+    cp = _create(tmp_path, randomness=root)
     assert stat.S_IMODE(os.stat(cp.dir).st_mode) == 0o700
-    for name in ("checkpoint.json", "root.key"):
+    for name in ("checkpoint.json", "root.key", "reserve"):
         assert stat.S_IMODE(os.stat(cp.dir / name).st_mode) == 0o600
     cp.journal.record_inbound("b", "t1", "smcdp.v1.Ints", b"\x01")
     assert stat.S_IMODE(os.stat(cp.dir / "journal.log").st_mode) == 0o600
-    cp.set_state("running")
+    cp.begin({"data": str(data)})            # the role runs: its inputs are fingerprinted now
     cp.close()
     again = Checkpoint.load(cp.dir)
     assert again.meta["state"] == "running" and again.meta["role"] == "a"
@@ -55,38 +62,236 @@ def test_checkpoint_refuses_duplicates_damage_and_unreplayable_roots(tmp_path):
         _create(tmp_path)
     with pytest.raises(ValueError):
         _create(tmp_path, session_id="s-2", randomness=Randomness.system())
-    (tmp_path / "s-1.d" / "checkpoint.json").write_text("{not json")
-    with pytest.raises(CheckpointError):
-        Checkpoint.load(tmp_path / "s-1.d")
-    (tmp_path / "s-1.d" / "checkpoint.json").write_text('{"kind": "other"}')
-    with pytest.raises(CheckpointError, match="not a version"):
-        Checkpoint.load(tmp_path / "s-1.d")
+    meta = tmp_path / "s-1.d" / "checkpoint.json"
+    good = meta.read_bytes()
+    for bad, why in ((b"{not json", "not JSON"), (b'{"kind": "other"}', "not an smcdp session checkpoint"),
+                     (good.replace(b'"state": "prepared"', b'"state": "running"'), "MAC does not verify"),
+                     (good.replace(b'"version": 2', b'"version": 1'), "not a version-2")):
+        meta.write_bytes(bad)
+        with pytest.raises(CheckpointDamaged, match=why) as err:
+            Checkpoint.load(tmp_path / "s-1.d", owner="alice")
+        assert "alice" in str(err.value) and str(meta) in str(err.value) and err.value.origin == "alice"
+    meta.write_bytes(good)
+    Checkpoint.load(tmp_path / "s-1.d")
 
 
-def test_journal_survives_reopening_and_drops_a_torn_tail(tmp_path):
-    path = tmp_path / "journal.log"
+def test_a_damaged_checkpoint_is_reported_by_the_scan_and_the_others_load(tmp_path):
+    for sid in ("s-1", "s-2", "s-3"):
+        _create(tmp_path, session_id=sid)
+    (tmp_path / "s-2.d" / "checkpoint.json").write_text("{}")
+    key = tmp_path / "s-3.d" / "root.key"
+    raw = bytearray(key.read_bytes())
+    raw[7] ^= 0x10                                   # one flipped bit in the randomness root
+    key.write_bytes(bytes(raw))
+    damaged: list = []
+    assert [c.session_id for c in Checkpoint.scan(tmp_path, "alice", damaged)] == ["s-1"]
+    assert [sid for sid, _ in damaged] == ["s-2", "s-3"]
+    assert "checkpoint.json of party alice is damaged" in str(damaged[0][1])
+    assert "randomness root" in str(damaged[1][1]) and "alice" in str(damaged[1][1])
+    assert all(isinstance(e, CheckpointDamaged) for _, e in damaged)
+
+
+def test_a_replaced_durability_key_fails_every_checkpoint(tmp_path):
+    _create(tmp_path)
+    (tmp_path / KEY_FILE).unlink()
+    with pytest.raises(CheckpointDamaged, match="MAC does not verify"):
+        Checkpoint.load(tmp_path / "s-1.d")
+    assert stat.S_IMODE(os.stat(tmp_path / KEY_FILE).st_mode) == 0o600     # a new one, private
+
+
+def test_inputs_are_fingerprinted_by_content(tmp_path):
+    data = tmp_path / "A.npy"
+    data.write_bytes(b"x" * 10)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    cp = _create(tmp_path)
+    cp.begin({"data": str(data), "pipe": str(fifo)})      # a pipe is never opened (it would block)
+    cp.begin({"data": str(data), "pipe": str(fifo)})      # a replay: unchanged
+    st = data.stat()
+    data.write_bytes(b"y" * 10)                       # same size ...
+    os.utime(data, ns=(st.st_atime_ns, st.st_mtime_ns))   # ... and the same modification time
+    with pytest.raises(CheckpointError, match="inputs changed at party alice"):
+        cp.check_inputs({"data": str(data)})
+
+
+# ------------------------------------------------------------------------- journal
+def _sample_journal(path) -> list[tuple]:
+    """A journal with each kind of record; returns what was written, in order."""
     j = FileJournal(path)
-    j.record_inbound("b", "x/0", "smcdp.v1.Ints", b"in0")
-    j.record_outbound("b", "y/0", "smcdp.v1.Ints", b"out0")
-    j.mark_delivered("b", "y/0")
-    j.record_outbound("b", "y/1", "smcdp.v1.Ints", b"out1")
+    written = [("in", "b", "x/0", "smcdp.v1.Ints", b"in0"), ("out", "b", "y/0", "smcdp.v1.Ints", b"out0"),
+               ("ack", "b", "y/0", "", b""), ("out", "b", "y/1", "smcdp.v1.Floats", b"\x00" * 40),
+               ("in", "b", "x/1", "smcdp.v1.Flag", b"\x08\x01")]
+    for kind, role, tag, type_name, data in written:
+        if kind == "in":
+            j.record_inbound(role, tag, type_name, data)
+        elif kind == "out":
+            j.record_outbound(role, tag, type_name, data)
+        else:
+            j.mark_delivered(role, tag)
+    j.sync()
     j.close()
-    good = path.stat().st_size
-    with open(path, "ab") as f:                   # a crash in the middle of the next record
-        f.write(b"\x01\x00\x00\x00\x20\x00\x00")
-    j2 = FileJournal(path)
-    assert path.stat().st_size == good            # the torn tail is cut off
-    assert list(j2.inbound()) == [("b", "x/0", "smcdp.v1.Ints", b"in0")]
-    assert j2.outbound("b", "y/0") == ("smcdp.v1.Ints", b"out0") and j2.delivered("b", "y/0")
-    assert j2.outbound("b", "y/1") == ("smcdp.v1.Ints", b"out1") and not j2.delivered("b", "y/1")
-    assert j2.outbound("b", "nope") is None
-    # a flipped byte in a message is detected as the end of the good journal, never replayed
-    j2.close()
-    raw = bytearray(path.read_bytes())
-    raw[-1] ^= 0xFF
+    return written
+
+
+def _contents(j: FileJournal) -> set[tuple]:
+    out = {("in", *r) for r in j.inbound()}
+    for (role, tag), (type_name, _, _) in j._outbound.items():
+        out.add(("out", role, tag, *j.outbound(role, tag)))
+    out |= {("ack", role, tag, "", b"") for role, tag in j._delivered}
+    return out
+
+
+def test_journal_survives_reopening_and_drops_a_torn_tail_at_any_cut(tmp_path):
+    path = tmp_path / "journal.log"
+    written = _sample_journal(path)
+    full = path.read_bytes()
+    j = FileJournal(path)
+    assert _contents(j) == set(written)
+    assert j.outbound("b", "y/0") == ("smcdp.v1.Ints", b"out0") and j.delivered("b", "y/0")
+    assert j.outbound("b", "y/1") == ("smcdp.v1.Floats", b"\x00" * 40) and not j.delivered("b", "y/1")
+    assert j.outbound("b", "nope") is None
+    j.close()
+    ends = [len(journal.FILE_MAGIC)] + [r.offset + r.length for r in journal.scan(full, j._mac).records]
+    for cut in range(len(full)):                      # a crash in the middle of any record
+        path.write_bytes(full[:cut])
+        j = FileJournal(path)
+        kept = max(e for e in ends if e <= cut) if cut >= ends[0] else 0
+        assert path.stat().st_size == max(kept, len(journal.FILE_MAGIC)), cut
+        assert _contents(j) == set(written[:ends.index(kept)] if kept else []), cut
+        j.close()
+    path.write_bytes(full + bytes(300))               # a zero-filled tail (power cut)
+    assert _contents(FileJournal(path)) == set(written) and path.stat().st_size == len(full)
+
+
+def test_every_flipped_bit_of_a_journal_is_named_damage(tmp_path):
+    path = tmp_path / "journal.log"
+    written = _sample_journal(path)
+    full = path.read_bytes()
+    mac = FileJournal(path)._mac
+    for pos in range(len(full)):
+        for bit in (0x01, 0x80):
+            raw = bytearray(full)
+            raw[pos] ^= bit
+            found = journal.scan(bytes(raw), mac)
+            assert found.damage, (pos, bit)           # never silently intact, never dropped as a torn tail
+            accepted = {(journal.KIND_NAMES[r.kind], r.role, r.tag, r.type_name,
+                         bytes(raw[r.offset:r.offset + r.length])) for r in found.records}
+            originals = {(journal.KIND_NAMES[k], role, tag, t, d) for k, role, tag, t, d in
+                         [({"in": 1, "out": 2, "ack": 3}[w[0]], *w[1:]) for w in written]}
+            assert accepted <= originals, (pos, bit)    # never a record read as another
+            assert len(found.records) >= len(written) - 2, (pos, bit)   # damage stays local (resync)
+    raw = bytearray(full)
+    raw[-1] ^= 0x04
     path.write_bytes(bytes(raw))
-    j3 = FileJournal(path)
-    assert j3.outbound("b", "y/1") is None and j3.delivered("b", "y/0")
+    with pytest.raises(JournalDamaged, match=r"record 4 \(a message received from role b, tag 'x/1'\): its data") as e:
+        FileJournal(path, owner="alice")
+    assert "alice" in str(e.value) and str(path) in str(e.value) and e.value.code == "DATA_LOSS"
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(edits=st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 255)), max_size=4),
+       cut=st.one_of(st.none(), st.integers(0, 10_000)), extra=st.binary(max_size=40))
+def test_fuzzed_journals_are_intact_or_named_damage(tmp_path, edits, cut, extra):
+    path, orig = tmp_path / "fuzz.log", tmp_path / "fuzz.orig"
+    if not orig.exists():                               # the fixture's directory is shared by the examples
+        written = _sample_journal(path)
+        orig.write_bytes(path.read_bytes())
+        (tmp_path / "written.pickle").write_bytes(pickle.dumps(written))
+    written = pickle.loads((tmp_path / "written.pickle").read_bytes())
+    raw = bytearray(orig.read_bytes())
+    for pos, x in edits:
+        raw[pos % len(raw)] ^= x
+    if cut is not None:
+        raw = raw[:cut % (len(raw) + 1)]
+    raw += extra
+    path.write_bytes(bytes(raw))
+    try:
+        j = FileJournal(path)
+    except JournalDamaged as exc:                       # a named error: which file, what is damaged
+        assert exc.damage and str(path) in str(exc)
+        return
+    assert _contents(j) <= set(written)                 # intact: only what was written, as it was written
+    j.close()
+
+
+def test_a_record_from_another_session_does_not_verify(tmp_path):
+    a = FileJournal(tmp_path / "a.log", Mac(bytes(range(32)), "journal", "session-a"))
+    a.record_inbound("b", "x", "smcdp.v1.Ints", b"1")
+    a.close()
+    (tmp_path / "b.log").write_bytes((tmp_path / "a.log").read_bytes())
+    with pytest.raises(JournalDamaged):
+        FileJournal(tmp_path / "b.log", Mac(bytes(range(32)), "journal", "session-b"))
+
+
+def test_repair_keeps_the_intact_records_and_names_what_was_lost(tmp_path):
+    path = tmp_path / "journal.log"
+    _sample_journal(path)
+    raw = bytearray(path.read_bytes())
+    j = FileJournal(path)
+    recs = journal.scan(bytes(raw), j._mac).records
+    j.close()
+    out1 = next(r for r in recs if r.tag == "y/1")
+    raw[out1.offset + 3] ^= 0xFF                        # the data of a sent message
+    path.write_bytes(bytes(raw))
+    j = FileJournal(path, repair=True)
+    assert [d.tag for d in j.repaired] == ["y/1"]
+    assert j.lost_outbound == {("b", "y/1"): ("smcdp.v1.Floats", hashlib.sha256(b"\x00" * 40).hexdigest())}
+    assert j.outbound("b", "y/1") is None and j.outbound("b", "y/0") == ("smcdp.v1.Ints", b"out0")
+    j.record_inbound("b", "x/2", "smcdp.v1.Ints", b"new")
+    j.close()
+    again = FileJournal(path)                             # the rewritten file is intact
+    assert ("in", "b", "x/2", "smcdp.v1.Ints", b"new") in _contents(again)
+
+
+def test_a_full_disk_fails_the_write_cleanly_and_names_the_party(tmp_path, monkeypatch):
+    path = tmp_path / "journal.log"
+    j = FileJournal(path, owner="trent")
+    j.record_inbound("b", "x/0", "smcdp.v1.Ints", b"in0")
+    size = path.stat().st_size
+    real = os.pwritev
+
+    def full(fd, parts, offset):
+        real(fd, [parts[0][:5]], offset)              # part of the record reaches the file
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "pwritev", full)
+    with pytest.raises(NoSpace, match="no space left at trent") as err:
+        j.record_outbound("b", "y/0", "smcdp.v1.Ints", b"out0")
+    assert err.value.code == "UNAVAILABLE" and err.value.origin == "trent"
+    assert path.stat().st_size == size                # nothing half-written stays behind
+    monkeypatch.setattr(os, "pwritev", real)
+    j.record_outbound("b", "y/0", "smcdp.v1.Ints", b"out0")    # space is back
+    j.close()
+    assert _contents(FileJournal(path)) == {("in", "b", "x/0", "smcdp.v1.Ints", b"in0"),
+                                             ("out", "b", "y/0", "smcdp.v1.Ints", b"out0")}
+
+
+def test_concurrent_syncs_share_one_fsync(tmp_path, monkeypatch):
+    j = FileJournal(tmp_path / "journal.log")
+    real, calls, entered = os.fsync, [], threading.Event()
+    release = threading.Event()
+
+    def slow(fd):
+        calls.append(fd)
+        entered.set()
+        assert release.wait(10)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", slow)
+    j.record_inbound("b", "t/0", "smcdp.v1.Ints", b"0", durable=False)
+    first = threading.Thread(target=j.sync)
+    first.start()
+    assert entered.wait(10)                             # a sync is under way ...
+    for i in range(1, 6):                               # ... while five more records arrive
+        j.record_inbound("b", f"t/{i}", "smcdp.v1.Ints", b"x", durable=False)
+    waiters = [threading.Thread(target=j.sync) for _ in range(5)]
+    for t in waiters:
+        t.start()
+    release.set()
+    for t in [first, *waiters]:
+        t.join(10)
+    assert len(calls) == 2                              # the first sync, then one for all five
+    assert j.stats()["journal_syncs"] == 2
 
 
 async def _ping_pong(ch, value: int, sends: list):
@@ -107,18 +312,41 @@ def test_a_journaled_channel_replays_what_it_sent_and_received(tmp_path):
     out = asyncio.run(net.run({"a": lambda ch: _ping_pong(ch, 41, []), "b": lambda ch: _ping_pong(ch, 0, [])}))
     assert out == {"a": [42], "b": [41]}
 
-    # replay a alone, asked to send a *different* value: the journal wins and nothing leaves
+    # replay a alone: the journal answers its recv and nothing leaves
     replay = InMemoryNetwork(roles, journals={"a": FileJournal(tmp_path / "a.log")})
     ch = replay.channels["a"]
-    assert asyncio.run(_ping_pong(ch, 99, [])) == [42]
+    assert asyncio.run(_ping_pong(ch, 41, [])) == [42]
     assert replay.transcript == [] and ch.replayed_sends == 1
 
-    # a journal whose ping was recorded but never acknowledged sends the *old* bytes again
+    # a replay asked to send a *different* value (its root or input changed) is refused, naming the party
+    replay = InMemoryNetwork(roles, journals={"a": FileJournal(tmp_path / "a.log")})
+    with pytest.raises(ReplayDiverged, match="diverged at alice: message 'ping' to b differs") as err:
+        asyncio.run(_ping_pong(replay.channels["a"], 99, []))
+    assert err.value.origin == "alice" and replay.transcript == []
+
+    # a journal whose ping was recorded but never acknowledged sends it again
     j = FileJournal(tmp_path / "c.log")
     j.record_outbound("b", "ping", "smcdp.v1.Ints", pb.Ints(values=[7]).SerializeToString())
     again = InMemoryNetwork(roles, journals={"a": j})
-    got = asyncio.run(again.run({"a": lambda ch: _ping_pong(ch, 8, []), "b": lambda ch: _ping_pong(ch, 0, [])}))
+    got = asyncio.run(again.run({"a": lambda ch: _ping_pong(ch, 7, []), "b": lambda ch: _ping_pong(ch, 0, [])}))
     assert got == {"a": [8], "b": [7]}
+
+
+def test_a_replay_may_differ_in_encryption_randomness_only(tmp_path):
+    """Ciphertexts (fresh obfuscators) may come out differently; their exponent, length, slots and key,
+    and every other message type, must not."""
+    vec = pb.CiphertextVector(ciphertexts=[b"\x05", b"\x07"], exponent=-8, length=2, key_fingerprint=b"k")
+    j = FileJournal(tmp_path / "j.log")
+    j.record_outbound("b", "v", "smcdp.v1.CiphertextVector", vec.SerializeToString())
+    j.mark_delivered("b", "v")
+    ch = InMemoryNetwork({"a": "alice", "b": "bob"}, journals={"a": j}).channels["a"]
+    other_randomness = pb.CiphertextVector(ciphertexts=[b"\x09", b"\x0b"], exponent=-8, length=2, key_fingerprint=b"k")
+    assert asyncio.run(ch.send("b", "v", other_randomness)) == vec.SerializeToString()   # the journaled bytes
+    for changed in (pb.CiphertextVector(ciphertexts=[b"\x09", b"\x0b"], exponent=-7, length=2, key_fingerprint=b"k"),
+                    pb.CiphertextVector(ciphertexts=[b"\x09"], exponent=-8, length=2, key_fingerprint=b"k")):
+        ch = InMemoryNetwork({"a": "alice", "b": "bob"}, journals={"a": j}).channels["a"]
+        with pytest.raises(ReplayDiverged):
+            asyncio.run(ch.send("b", "v", changed))
 
 
 def test_replay_refuses_a_diverging_message_type(tmp_path):
