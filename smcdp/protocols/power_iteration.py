@@ -63,6 +63,7 @@ from smcdp.crypto.codec import (
     public_key_to_proto,
 )
 from smcdp.crypto.encoding import Packing, decode_fixed
+from smcdp.crypto.obfuscation import ObfuscatorPool
 from smcdp.crypto.paillier import (
     PrivateKey,
     PublicKey,
@@ -571,6 +572,34 @@ def _check_sigma(msg: pb.Floats, params: PowerIterationParams, role: str) -> np.
 async def trent(ch: Channel, params: PowerIterationParams, *, seed: SeedLike = None,
                 allow_insecure_keys: bool = False) -> TrentResult:
     """Role ``trent``: sums encrypted contributions, scales, sends decoys, blinds the Gram; never decrypts."""
+    obfuscators = _Obfuscators()
+    try:
+        return await _trent(ch, params, seed, allow_insecure_keys, obfuscators)
+    finally:
+        obfuscators.close()
+
+
+class _Obfuscators:
+    """Trent's re-randomisations (issue 27): obfuscators made ahead on a background thread while he waits
+    for the parties, from a table sized for the session's rounds instead of the largest one the memory
+    budget allows (172 MB, 2 s at 2048 bits: most of a k = 500 session)."""
+
+    #: the table is sized for this many rounds' re-randomisations (more rounds still work)
+    ROUNDS = 32
+
+    def __init__(self) -> None:
+        self.pool: ObfuscatorPool | None = None
+
+    def start(self, pk: PublicKey, per_round: int) -> None:
+        self.pool = ObfuscatorPool.for_public_key(pk, capacity=2 * per_round, uses=self.ROUNDS * per_round)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+
+
+async def _trent(ch: Channel, params: PowerIterationParams, seed: SeedLike, allow_insecure_keys: bool,
+                 obfuscators: _Obfuscators) -> TrentResult:
     params.validate()
     rng = protocol_rng(seed, "power-iteration", ch.role)
     roles = params.data_roles
@@ -598,6 +627,7 @@ async def trent(ch: Channel, params: PowerIterationParams, *, seed: SeedLike = N
         raise InvalidMessage(f"components + oversample = {b} exceeds the number of rows k = {k}")
     packing, gram_packing = params.packing(pk), params.gram_packing(pk)
     bound_c = params.contribution_bound()
+    obfuscators.start(pk, packing.n_ciphertexts(k * b) + gram_packing.n_ciphertexts(params.gram_length))
 
     states: list[EncryptedVector] = []     # E[U] of every real state, unscaled
     sent_state: list[int | None] = []      # which state each round's block carries (None = decoy)
@@ -611,7 +641,7 @@ async def trent(ch: Channel, params: PowerIterationParams, *, seed: SeedLike = N
         return max(1, int(2.0 ** rng.uniform(lo_bits, hi_bits)))
 
     def real_block(j: int) -> EncryptedVector:
-        return states[j].mul_int(scale_r(DECOY_WEIGHT_BITS, params.scale_bits)).rerandomize()
+        return states[j].mul_int(scale_r(DECOY_WEIGHT_BITS, params.scale_bits)).rerandomize(obfuscators.pool)
 
     def decoy_block() -> EncryptedVector:
         recent = states[-DECOY_HISTORY:]
@@ -622,7 +652,7 @@ async def trent(ch: Channel, params: PowerIterationParams, *, seed: SeedLike = N
             if w:
                 term = s.mul_int(w)
                 acc = term if acc is None else acc + term
-        return acc.mul_int(scale_r(0, params.scale_bits - DECOY_WEIGHT_BITS)).rerandomize()
+        return acc.mul_int(scale_r(0, params.scale_bits - DECOY_WEIGHT_BITS)).rerandomize(obfuscators.pool)
 
     async def blinded_gram(tag: str) -> EncryptedVector:
         """Step 4: E[G'] = (Π_i E[H_i])^{m_int}, declared with exponent −(frac + a): G' = m_t·ΣH_i."""
@@ -632,7 +662,7 @@ async def trent(ch: Channel, params: PowerIterationParams, *, seed: SeedLike = N
                                                  bound=params.gram_bound(), what=f"{tag} from {role}")
                       for role in roles])
         m_int = blind_multiplier(rng, params.blind_offset_bits, params.blind_bits)
-        prod = total.mul_int(m_int).rerandomize()
+        prod = total.mul_int(m_int).rerandomize(obfuscators.pool)
         return EncryptedVector(pk, prod.ciphertexts, prod.length, prod.exponent - params.blind_offset_bits,
                                prod.packing, prod.bound)
 
