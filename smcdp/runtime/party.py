@@ -432,7 +432,7 @@ class Party(SessionHost):
             return s.status()
         rec = await self.get_result(session_id)
         return {"session_id": session_id, "protocol": rec.get("protocol"), "party": self.name,
-                "role": rec.get("role"), "state": rec.get("state"), "round": None, "step": "",
+                "role": rec.get("role"), "state": rec.get("state"), "round": rec.get("round"), "step": "",
                 "restarts": rec.get("restarts", 0), "incarnation": self.incarnation, "peers": {},
                 "error": rec.get("error"), "resumable": bool(rec.get("resumable"))}
 

@@ -412,6 +412,8 @@ class Session:
             "error": error, "stats": stats, "started_at": self.started_at,
             "finished_at": _utc_now() if state in ("succeeded", "failed") else None,
             "seconds": seconds, "restarts": self.restarts, "resumable": resumable,
+            # the last round the role reported: what an ended session's status shows (issue 27)
+            "round": None if self.channel is None else max(0, self.channel.round),
         }
 
 
