@@ -580,9 +580,10 @@ async def trent(ch: Channel, params: PowerIterationParams, *, seed: SeedLike = N
 
 
 class _Obfuscators:
-    """Trent's re-randomisations (issue 27): obfuscators made ahead on a background thread while he waits
-    for the parties, from a table sized for the session's rounds instead of the largest one the memory
-    budget allows (172 MB, 2 s at 2048 bits: most of a k = 500 session)."""
+    """Trent's re-randomisations (issue 27): obfuscators made ahead on a background thread (at the lowest
+    priority: the parties' work on the same host comes first) while he waits for the parties, from a table
+    sized for the session's rounds instead of the largest one the memory budget allows (172 MB, 2 s at
+    2048 bits: most of a k = 500 session)."""
 
     #: the table is sized for this many rounds' re-randomisations (more rounds still work)
     ROUNDS = 32
@@ -591,7 +592,8 @@ class _Obfuscators:
         self.pool: ObfuscatorPool | None = None
 
     def start(self, pk: PublicKey, per_round: int) -> None:
-        self.pool = ObfuscatorPool.for_public_key(pk, capacity=2 * per_round, uses=self.ROUNDS * per_round)
+        self.pool = ObfuscatorPool.for_public_key(pk, capacity=2 * per_round, uses=self.ROUNDS * per_round,
+                                                  nice=True)
 
     def close(self) -> None:
         if self.pool is not None:

@@ -578,13 +578,18 @@ class ForwardAlice:
     """Role Alice, in two phases: :meth:`prepare` (offline: needs no observations) and :meth:`run`."""
 
     def __init__(self, ch: Channel, params: ForwardParams, *, private_key: PrivateKey, bob: str = "bob",
-                 tag: str = "fw", seed: SeedLike = None, labels: Sequence[str] = ("secure-forward",)) -> None:
+                 tag: str = "fw", seed: SeedLike = None, labels: Sequence[str] = ("secure-forward",),
+                 obfuscators: ObfuscatorPool | None = None) -> None:
+        """``obfuscators``: a pool of this key's obfuscators made before the session (issue 27,
+        :mod:`smcdp.crypto.prepared`); :meth:`prepare` tops it up to what the session needs."""
         self.ch, self.params, self.sk, self.bob, self.tag = ch, params.validate(), private_key, bob, tag
         self.pk = private_key.public_key
         self.seed, self.labels = _keyed(seed), tuple(labels)
         self.urgent: CryptoThreads | None = None
         self.background: CryptoThreads | None = None
-        self.pool: ObfuscatorPool | None = None
+        if obfuscators is not None and obfuscators.pk != self.pk:
+            raise ValueError("the obfuscators belong to another key")
+        self.pool: ObfuscatorPool | None = obfuscators
         self.plan: Plan | None = None
         self.offline: dict[str, float] = {}
         self.online: dict[str, float] = {}
@@ -595,7 +600,7 @@ class ForwardAlice:
         return protocol_rng(self.seed, *self.labels, self.ch.role, *purpose)
 
     # ----------------------------------------------------------------------------- offline
-    async def prepare(self, expected_frames: int, *, background_refill: bool = False) -> Plan:
+    async def prepare(self, expected_frames: int) -> Plan:
         """Header, tables, obfuscators for ``expected_frames`` frames, the crypto threads; then Bob's ``ready``."""
         w0, c0 = _clock()
         ch, tag, bob = self.ch, self.tag, self.bob
@@ -608,11 +613,15 @@ class ForwardAlice:
         await asyncio.to_thread(self.sk.prepare, uses)
         self.offline["tables"] = time.perf_counter() - w1
         w1 = time.perf_counter()
-        self.pool = ObfuscatorPool.for_private_key(self.sk, capacity=uses, background=background_refill,
-                                                   low_water=max(1, uses // 4))
-        await asyncio.to_thread(self.pool.precompute, uses, 2)
+        made = 0
+        if self.pool is None:
+            self.pool = ObfuscatorPool.for_private_key(self.sk, capacity=uses, background=False)
+        else:   # made before the session: only the rest now
+            made = self.pool.stats()["stock"]
+        await asyncio.to_thread(self.pool.precompute, max(0, uses - made), 2)
         self.offline["obfuscators"] = time.perf_counter() - w1
         self.offline["obfuscator_count"] = uses
+        self.offline["obfuscators_made_before"] = min(made, uses)
         _open_threads(self)
         w1 = time.perf_counter()
         ready = await ch.recv(bob, f"{tag}/ready", pb.Ints)
@@ -1035,7 +1044,13 @@ class ForwardBob:
     def _rng(self, *purpose: str):
         return protocol_rng(self.seed, *self.labels, self.ch.role, *purpose)
 
-    async def prepare(self, *, background_refill: bool = False) -> None:
+    async def prepare(self) -> None:
+        """Header, Alice's key's table, masks, the first block's obfuscators, the crypto threads; ``ready``.
+
+        The table is built by the obfuscator pool's thread while the masks are drawn here (the native table
+        loop releases the GIL); only one block's share of the obfuscators is made before ``ready``, the
+        rest by that thread at the lowest priority while the session runs (issue 27: they cost 0.5 s of
+        every offline phase, and an empty stock makes one where it is needed)."""
         w0, c0 = _clock()
         ch, tag, alice, plan = self.ch, self.tag, self.alice, self.plan
         await ch.send(alice, f"{tag}/hdr", self.shape.to_proto())
@@ -1044,15 +1059,7 @@ class ForwardBob:
             raise InvalidMessage(f"{tag}/plan from {alice} must be one frame count in [1, {MAX_FRAMES}]")
         expected = int(msg.values[0])
         uses = self._obfuscators_needed(expected)
-        w1 = time.perf_counter()
-        await asyncio.to_thread(self.pk.prepare, uses)
-        self.offline["tables"] = time.perf_counter() - w1
-        w1 = time.perf_counter()
-        self.pool = ObfuscatorPool.for_public_key(self.pk, capacity=uses, background=background_refill,
-                                                  low_water=max(1, uses // 4))
-        await asyncio.to_thread(self.pool.precompute, uses, 2)
-        self.offline["obfuscators"] = time.perf_counter() - w1
-        self.offline["obfuscator_count"] = uses
+        self.pool = ObfuscatorPool.for_public_key(self.pk, capacity=uses, low_water=uses, uses=uses, nice=True)
         w1 = time.perf_counter()
         for t in range(expected):              # masks, offsets' ingredients and weights: no observation needed
             self.masks.M(t)
@@ -1062,6 +1069,12 @@ class ForwardBob:
         self.masks.final()
         self.offline["masks"] = time.perf_counter() - w1
         self._coef_ints()
+        w1 = time.perf_counter()
+        head = min(uses, -(-uses // plan.n_blocks(expected)))
+        await asyncio.to_thread(self.pool.precompute, head, 2)   # waits for the table, if still being built
+        self.offline["tables_and_first_obfuscators"] = time.perf_counter() - w1
+        self.offline["obfuscator_count"] = uses
+        self.offline["obfuscators_before_ready"] = head
         _open_threads(self)
         await ch.send(alice, f"{tag}/ready", pb.Ints(values=[expected]))
         self.offline["seconds"] = time.perf_counter() - w0

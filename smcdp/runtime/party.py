@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from smcdp.compute import close_engines
+from smcdp.crypto.prepared import SHELF
 from smcdp.errors import (
     InvalidMessage,
     PermissionDenied,
@@ -76,6 +77,7 @@ from smcdp.net.server import (
     validate_session_id,
 )
 from smcdp.net.tls import TlsMaterial
+from smcdp.plugins.base import registered
 from smcdp.plugins.registry import get_plugin, load_plugin_modules
 from smcdp.primitives.rng import Randomness
 from smcdp.runtime.config import PartyConfig, load_config
@@ -85,6 +87,7 @@ from smcdp.runtime.governance.approvals import propose_until_decided
 from smcdp.runtime.governance.gate import Governor
 from smcdp.runtime.limits import EndedSessions, check_begin, check_proposal  # issue 19: limits
 from smcdp.runtime.logs import configure_logging, private_dir
+from smcdp.runtime.offline import NextRoot
 from smcdp.runtime.session import Session, write_json_atomic
 from smcdp.v1 import transport_pb2 as tpb
 
@@ -120,6 +123,7 @@ class Party(SessionHost):
         self._expiry: asyncio.Task | None = None
         self.observatory = Observatory(self)                  # issue 18: what the console reads
         self.console = None                                   # [console], started by start()
+        self.next_root = NextRoot(self._prepare_next, self._busy)   # issue 27: offline work done while idle
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> int:
@@ -131,6 +135,7 @@ class Party(SessionHost):
         await self._restore_sessions()
         self.port = await self.server.start()
         self._connector = PeerConnector(self.config, self.tls)
+        self.next_root.start()
         log.info("party %s listening on %s (port %d)", self.name, self.config.listen, self.port)
         if self.config.console.enabled:                        # issue 18
             from smcdp.runtime.console.server import Console  # aiohttp only where a console runs
@@ -163,7 +168,21 @@ class Party(SessionHost):
             self._expiry.cancel()
         self.governor.stop()
         await close_engines()   # issue 17: the compute engines (process pools, a Dask LocalCluster)
+        self.next_root.close()  # issue 27: keys prepared for sessions that will not come
+        SHELF.clear()
         log.info("party %s stopped", self.name)
+
+    def _busy(self) -> bool:
+        """A session of this party is running (its offline work for the next one waits)."""
+        return any(not s.done.done() for s in list(self.sessions.values()))
+
+    def _prepare_next(self, root: Randomness) -> None:
+        """Every plug-in's offline work for a session with ``root`` (issue 27, smcdp.runtime.offline)."""
+        for name, plugin in sorted(registered().items()):
+            try:
+                plugin.prepare_next(root, self.config.inputs.get(name, {}), self.config.allow_insecure_keys)
+            except Exception:   # noqa: BLE001 - the session does the work itself
+                log.exception("protocol %s could not prepare the next session's offline work", name)
 
     @property
     def sessions_dir(self) -> Path:
@@ -314,7 +333,8 @@ class Party(SessionHost):
         # --- end governance
         # the role's randomness root: this party's own secret, or -- only where its policy allows
         # seeded sessions (the governor refused a seed otherwise) -- the experiment seed
-        randomness = Randomness.fresh() if spec.seed is None else Randomness.from_seed(spec.seed)
+        randomness = (await asyncio.get_running_loop().run_in_executor(None, self.next_root.take)
+                      if spec.seed is None else Randomness.from_seed(spec.seed))
         cp = Checkpoint.create(
             self.sessions_dir, session_id=spec.session_id, protocol=spec.protocol, roles=roles, params=params,
             timeout_seconds=spec.timeout_seconds, seed=spec.seed, initiator=peer, role=mine[0],
@@ -349,6 +369,7 @@ class Party(SessionHost):
         loop = asyncio.get_running_loop()
         s.done.add_done_callback(lambda f, sid=s.spec.session_id: self.governor.session_done(sid, f.result()))
         s.done.add_done_callback(lambda _f, s=s: self._ended_threadsafe(loop, s))
+        s.done.add_done_callback(lambda _f: self.next_root.poke())   # idle again: prepare the next (issue 27)
 
     def _ended_threadsafe(self, loop: asyncio.AbstractEventLoop, s: Session) -> None:
         try:
