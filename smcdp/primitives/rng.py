@@ -9,8 +9,9 @@ state, so it always comes straight from the OS CSPRNG
 A role's randomness has one root, a :class:`Randomness`:
 
 * **a secret key** (the default in a party process): 32 bytes from the OS
-  CSPRNG, drawn by the party itself when the session starts and kept in the
-  session's checkpoint (mode 0600), never sent anywhere.  Each labelled
+  CSPRNG, drawn by the party itself for the session (ahead of it, so that work
+  derived from it can be done while the party is idle: smcdp.runtime.offline)
+  and kept in the session's checkpoint (mode 0600), never sent anywhere.  Each labelled
   stream is ChaCha20 keyed with HMAC-SHA256(root key, labels) -- a
   cryptographically secure generator, and a *deterministic* one: a role
   replayed after a crash (docs/fault-tolerance.md) draws exactly the same
