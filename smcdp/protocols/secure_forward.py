@@ -78,13 +78,12 @@ from collections.abc import AsyncIterable, AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-import gmpy2
 import numpy as np
 from gmpy2 import mpz
 
 from smcdp.crypto.codec import bigints, from_bigints
 from smcdp.crypto.encoding import UNPACKED, Packing, encode_float
-from smcdp.crypto.modexp import multi_exp
+from smcdp.crypto.modexp import multi_exp_rows
 from smcdp.crypto.obfuscation import ObfuscatorPool
 from smcdp.crypto.paillier import PrivateKey, PublicKey
 from smcdp.crypto.threads import CryptoThreads
@@ -1331,22 +1330,17 @@ async def _quadratic_forms_block(threads: CryptoThreads, pk: PublicKey, cts: lis
                                  masks_packed: list[int], obfs: list[mpz]) -> list[mpz]:
     """Bob, one emission block: ξ(zᵀW_r z + V_r) for every row r, all frames of the block.
 
-    One multi-exponentiation per row over the product ciphertexts (inverses for negative coefficients),
-    the rows spread over ``threads``.
+    The rows are multi-exponentiations over the same product ciphertexts: they share the subset tables of
+    :func:`~smcdp.crypto.modexp.multi_exp_rows` (issue 27: half the multiplications of one Bos–Coster
+    per row), the rows cut into one share per core, each share on one of ``threads``.
     """
     n2 = pk.nsquare
-    inv = await threads.arun(_inverses, cts, n2)
-
-    def row(job: tuple[list[int], int, mpz]) -> mpz:
-        coefs, m, obf = job
-        q = multi_exp([c if k >= 0 else ci for c, ci, k in zip(cts, inv, coefs)], [abs(k) for k in coefs], n2)
-        return q * ((1 + pk.n * pk.raw_plain(m)) % n2) % n2 * obf % n2
-
-    return await threads.amap(row, list(zip(cints, masks_packed, obfs)))
-
-
-def _inverses(cts: list[mpz], n2: mpz) -> list[mpz]:
-    return [gmpy2.invert(c, n2) for c in cts]
+    shares = max(1, min(threads.workers, os.cpu_count() or 1, len(cints)))
+    size = -(-len(cints) // shares)
+    parts = await threads.amap(lambda rows: multi_exp_rows(cts, rows, n2),
+                               [cints[i:i + size] for i in range(0, len(cints), size)])
+    qs = [q for part in parts for q in part]
+    return [q * ((1 + pk.n * pk.raw_plain(m)) % n2) % n2 * obf % n2 for q, m, obf in zip(qs, masks_packed, obfs)]
 
 
 # =============================================================================== one call per role
