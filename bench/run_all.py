@@ -55,7 +55,7 @@ def main() -> int:
     from smcdp.cli.bench import paillier_benchmark
     from smcdp.progress import task
 
-    with task("benchmarks", total=7, unit="bench") as progress:
+    with task("benchmarks", total=8, unit="bench") as progress:
         return _run(args, paillier_benchmark, progress)
 
 
@@ -140,6 +140,18 @@ def _run(args, paillier_benchmark, progress) -> int:
               "process. Plain phe: one unpacked round with phe's operations (both parties encrypt k values, "
               "Trent adds and scales, both decrypt k values). Target (issue 8): k = 500 ≤ 0.5 s per round.", "",
               pi, ""]
+
+    stage("whole sessions")
+    sess = run_module(HERE / "session_bench.py", ["--workloads", "pi500,pi30,keyword",
+                                                  "--repeats", "1" if args.quick else "3"])
+    parts += ["## Whole sessions as users run them: cold and warm party processes (issue 27)", "",
+              "`bench/session_bench.py`: each demo's session set up as `smcdp demo` does (one OS process per "
+              "party, mutual TLS on loopback, 2048-bit keys); the cold session runs on party processes "
+              "started just before it (the demo's `seconds`), the warm one on the same processes right after. "
+              "Median [min–max]; CPU seconds of all party processes during the session. Before every merge "
+              "that touches crypto, compute, net or protocols: `bench/session_guard.py --baseline main` "
+              "(exit 1 when a median session is more than 20 % slower than the baseline's, same run).", "",
+              sess, ""]
 
     stage("power iteration at scale")
     scale = run_module(HERE / "power_iteration_scale_bench.py", ["--full"] if args.full_scale else [])
