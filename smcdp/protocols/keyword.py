@@ -35,14 +35,13 @@ import numpy as np
 
 from smcdp.crypto.codec import public_key_from_proto, public_key_to_proto
 from smcdp.crypto.encoding import UNPACKED
-from smcdp.crypto.paillier import PrivateKey, check_key_bits, generate_keypair
-from smcdp.crypto.prepared import SHELF
+from smcdp.crypto.paillier import PrivateKey, check_key_bits
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.errors import CryptoOverflow, InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.net.limits import TrafficEnvelope
 from smcdp.primitives.ot import ot_choose, ot_send
-from smcdp.primitives.rng import Randomness, SeedLike, as_randomness, protocol_rng
+from smcdp.primitives.rng import Randomness, SeedLike, prepare_session_keypair, protocol_rng, session_keypair
 from smcdp.protocols.secure_forward import (
     MAX_FRAMES,
     ForwardAlice,
@@ -171,15 +170,10 @@ async def keyword_alice(ch: Channel, X, params: KeywordParams, *, private_key: P
     # ------------------------------------------------------------------ offline phase
     t0 = time.perf_counter()
     obfuscators = None
-    if private_key is None:
+    if private_key is None:   # from the role's root (made while the party was idle, if it was: issue 27)
         check_key_bits(params.key_bits, allow_insecure_keys)
-        # the key this session derives from its root, if the party made it while idle (issue 27)
-        prepared = SHELF.take(prepared_label(seed, ch.role, params.key_bits))
-        if prepared is not None:
-            private_key, obfuscators = prepared.key, prepared.obfuscators
-        else:
-            _, private_key = generate_keypair(params.key_bits, allow_insecure=allow_insecure_keys,
-                                              rng=protocol_rng(seed, "keyword", ch.role, "key"))
+        private_key, obfuscators = session_keypair(seed, "keyword", ch.role, params.key_bits,
+                                                   allow_insecure=allow_insecure_keys)
     sk = private_key
     check_key_bits(sk.public_key.bits, allow_insecure_keys)
     pk = sk.public_key
@@ -249,28 +243,16 @@ def _learn(obfuscators_per_frame: float, key_bits: int) -> None:
     _last.update(obfuscators_per_frame=max(1.0, float(obfuscators_per_frame)), key_bits=int(key_bits))
 
 
-def prepared_label(seed: SeedLike, role: str, key_bits: int) -> bytes:
-    """Where a key prepared for the session with randomness root ``seed`` is shelved (a stream of the root,
-    not the key's own: nothing about the key follows from it); random, so never found, without a root."""
-    return as_randomness(seed).stream_key("keyword", role, "key", "prepared", str(int(key_bits)))
-
-
 def prepare_alice(root: Randomness, frames: int, *, key_bits: int | None = None, role: str = ALICE,
                   allow_insecure_keys: bool = False) -> None:
     """Alice's offline phase for a session that will have randomness root ``root``, started now in the
-    background (:data:`smcdp.crypto.prepared.SHELF`): the key that session derives, its CRT tables, and
-    obfuscators for ``frames`` frames -- the key size and obfuscators per frame of this process's last
-    session as Alice (before any: 2048 bits, :data:`DEFAULT_OBFUSCATORS_PER_FRAME`).  A session with
-    another root, key size or role finds nothing and does it all itself."""
-    key_bits = int(_last["key_bits"] if key_bits is None else key_bits)
-    check_key_bits(key_bits, allow_insecure_keys)
+    background (:func:`~smcdp.primitives.rng.prepare_session_keypair`): the key that session derives, its
+    CRT tables, and obfuscators for ``frames`` frames -- the key size and obfuscators per frame of this
+    process's last session as Alice (before any: 2048 bits, :data:`DEFAULT_OBFUSCATORS_PER_FRAME`).  A
+    session with another root, key size or role finds nothing and does it all itself."""
     count = int(_last["obfuscators_per_frame"] * max(1, min(int(frames), MAX_FRAMES))) + 8
-
-    def make_key() -> PrivateKey:
-        return generate_keypair(key_bits, allow_insecure=allow_insecure_keys,
-                                rng=protocol_rng(root, "keyword", role, "key"))[1]
-
-    SHELF.prepare(prepared_label(root, role, key_bits), make_key, uses=count, obfuscators=count)
+    prepare_session_keypair(root, "keyword", role, int(_last["key_bits"] if key_bits is None else key_bits),
+                            uses=count, obfuscators=count, allow_insecure=allow_insecure_keys)
 
 
 def _parse_label(label: bytes, bob: str) -> tuple[int, str]:

@@ -54,7 +54,7 @@ import numpy as np
 
 from smcdp.compute.base import ComputeEngine, ComputeSession
 from smcdp.compute.kernels import PADDING_STREAM_INDEX, keyed_gaussian
-from smcdp.compute.local import LocalEngine
+from smcdp.compute.local import TABLE_BATCHES, LocalEngine
 from smcdp.compute.sources import ArraySource, MatrixSource
 from smcdp.crypto.codec import (
     keypair_from_proto,
@@ -68,13 +68,19 @@ from smcdp.crypto.paillier import (
     PrivateKey,
     PublicKey,
     check_key_bits,
-    generate_keypair,
 )
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.errors import InputRejected, InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.net.limits import TrafficEnvelope, ciphertext_vector_bytes
-from smcdp.primitives.rng import SeedLike, protocol_rng, stream_key
+from smcdp.primitives.rng import (
+    Randomness,
+    SeedLike,
+    prepare_session_keypair,
+    protocol_rng,
+    session_keypair,
+    stream_key,
+)
 from smcdp.protocols.base import ProtocolParams
 from smcdp.v1 import messages_pb2 as pb
 
@@ -370,8 +376,8 @@ async def data_party(ch: Channel, data, params: PowerIterationParams, *,
     # Trent gets only the public key.
     if ch.role == data_roles[0]:
         if private_key is None:   # from the role's root: a replayed party1 regenerates the same key
-            _, private_key = generate_keypair(params.key_bits, allow_insecure=allow_insecure_keys,
-                                              rng=protocol_rng(seed, "power-iteration", ch.role, "key"))
+            private_key, _ = session_keypair(seed, "power-iteration", ch.role, params.key_bits,  # issue 27:
+                                             allow_insecure=allow_insecure_keys)   # made ahead, if it was
         check_key_bits(private_key.public_key.bits, allow_insecure_keys)
         sigma = np.array([2.0 ** rng.uniform(-params.sigma_bits, params.sigma_bits) for _ in range(r)])
         await ch.send_many(data_roles[1:], "keypair", keypair_to_proto(private_key))
@@ -405,6 +411,7 @@ async def _data_party_rounds(ch: Channel, source: MatrixSource, params: PowerIte
     b, r = params.block_size, params.components
     pk = private_key.public_key
     packing, gram_packing = params.packing(pk), params.gram_packing(pk)
+    _last.update(key_bits=pk.bits, uses=TABLE_BATCHES * packing.n_ciphertexts(k * b))   # the next one alike
     async with engine.session(source, private_key, label=f"{ch.session_id}/{ch.role}") as cs:
         # --- Setup 3: padding Ā_i = [A_i  ρ_i I] (ρ_i secret) and the start block C⁽⁰⁾ = Ā_i X⁽⁰⁾.
         fro2 = await cs.frobenius_sq()
@@ -482,6 +489,20 @@ async def _data_party_rounds(ch: Channel, source: MatrixSource, params: PowerIte
     stats = dict(ch.stats.as_dict(), compute=compute_stats)
     return DataPartyResult(u=us[:, 0].tolist(), alpha=None if alpha is None else alpha.tolist(), rounds=t,
                            components=[{"u": us[:, j].tolist()} for j in range(r)], stats=stats)
+
+
+#: what this process's last session as a data party used: party1's next key is prepared alike
+_last = {"key_bits": PowerIterationParams.key_bits, "uses": TABLE_BATCHES}
+
+
+def prepare_party1(root: Randomness, *, key_bits: int | None = None, allow_insecure_keys: bool = False) -> None:
+    """Issue 27: the key pair a session with root ``root`` makes if this party is its ``party1``, and the
+    key's CRT tables, started now in the background (by default the key size and table uses of this
+    process's last session as a data party).  A session in another role, or with another key size, finds
+    nothing and makes its key itself."""
+    bits = int(_last["key_bits"] if key_bits is None else key_bits)
+    prepare_session_keypair(root, "power-iteration", "party1", bits, uses=int(_last["uses"]),
+                            allow_insecure=allow_insecure_keys)
 
 
 class _Party:
