@@ -1048,8 +1048,9 @@ class ForwardBob:
 
         The table is built by the obfuscator pool's thread while the masks are drawn here (the native table
         loop releases the GIL); only one block's share of the obfuscators is made before ``ready``, the
-        rest by that thread at the lowest priority while the session runs (issue 27: they cost 0.5 s of
-        every offline phase, and an empty stock makes one where it is needed)."""
+        rest by that thread while the session runs (issue 27: they cost 0.5 s of every offline phase; an
+        empty stock makes one where it is needed).  Not at the lowest priority: on a loaded host the
+        stock would starve and the obfuscators would be made on the session's critical path instead."""
         w0, c0 = _clock()
         ch, tag, alice, plan = self.ch, self.tag, self.alice, self.plan
         await ch.send(alice, f"{tag}/hdr", self.shape.to_proto())
@@ -1058,7 +1059,7 @@ class ForwardBob:
             raise InvalidMessage(f"{tag}/plan from {alice} must be one frame count in [1, {MAX_FRAMES}]")
         expected = int(msg.values[0])
         uses = self._obfuscators_needed(expected)
-        self.pool = ObfuscatorPool.for_public_key(self.pk, capacity=uses, low_water=uses, uses=uses, nice=True)
+        self.pool = ObfuscatorPool.for_public_key(self.pk, capacity=uses, low_water=uses, uses=uses)
         w1 = time.perf_counter()
         for t in range(expected):              # masks, offsets' ingredients and weights: no observation needed
             self.masks.M(t)
@@ -1204,9 +1205,8 @@ class ForwardBob:
         for r in range(R):
             slots = [masks[k][r] << lay.shift for k in range(n)] + [0] * (S - n)
             masks_packed.append(lay.packing.pack(slots)[0] if lay.packing.packed else slots[0])
-        obfs = [self.pool.get() for _ in range(R)]
         out = await _quadratic_forms_block(_threads_for(self, b), self.pk, vec.ciphertexts, self._cints, masks_packed,
-                                           obfs)
+                                           self.pool)
         bound = lay.packing.slot_capacity if lay.packing.packed else int(self.pk.max_int)
         await ch.send(alice, f"{tag}/q/{b}", EncryptedVector(self.pk, out, R * S, -lay.v_frac_bits,
                                                              lay.packing, bound).to_proto())
@@ -1327,20 +1327,26 @@ def _threads_for(role: ForwardAlice | ForwardBob, block: int) -> CryptoThreads:
 
 
 async def _quadratic_forms_block(threads: CryptoThreads, pk: PublicKey, cts: list[mpz], cints: list[list[int]],
-                                 masks_packed: list[int], obfs: list[mpz]) -> list[mpz]:
-    """Bob, one emission block: ξ(zᵀW_r z + V_r) for every row r, all frames of the block.
+                                 masks_packed: list[int], pool: ObfuscatorPool) -> list[mpz]:
+    """Bob, one emission block: ξ(zᵀW_r z + V_r) for every row r, all frames of the block, re-randomised
+    from ``pool``.
 
     The rows are multi-exponentiations over the same product ciphertexts: they share the subset tables of
     :func:`~smcdp.crypto.modexp.multi_exp_rows` (issue 27: half the multiplications of one Bos–Coster
-    per row), the rows cut into one share per core, each share on one of ``threads``.
+    per row), the rows cut into one share per core, each share on one of ``threads`` -- which also takes
+    its obfuscators there (made on that thread if the stock has run out, not on the event loop).
     """
     n2 = pk.nsquare
     shares = max(1, min(threads.workers, os.cpu_count() or 1, len(cints)))
     size = -(-len(cints) // shares)
-    parts = await threads.amap(lambda rows: multi_exp_rows(cts, rows, n2),
-                               [cints[i:i + size] for i in range(0, len(cints), size)])
-    qs = [q for part in parts for q in part]
-    return [q * ((1 + pk.n * pk.raw_plain(m)) % n2) % n2 * obf % n2 for q, m, obf in zip(qs, masks_packed, obfs)]
+
+    def share(i: int) -> list[mpz]:
+        qs = multi_exp_rows(cts, cints[i:i + size], n2)
+        return [pool.rerandomize(q * ((1 + pk.n * pk.raw_plain(m)) % n2) % n2)
+                for q, m in zip(qs, masks_packed[i:i + size])]
+
+    parts = await threads.amap(share, range(0, len(cints), size))
+    return [c for part in parts for c in part]
 
 
 # =============================================================================== one call per role
