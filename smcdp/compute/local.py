@@ -146,9 +146,8 @@ class LocalSession(ComputeSession):
             for m in ints:            # a bad value fails here, before any thread starts on the batch
                 sk.public_key.raw_plain(m)
             threads = self.engine.crypto()
-            # the key's tables, once per key (a no-op after the first batch): sized for TABLE_BATCHES
-            # batches like this one, the two primes' tables on two threads
-            await asyncio.to_thread(sk.prepare, TABLE_BATCHES * max(1, len(ints)))
+            if not sk.tables_ready:   # the key's tables, once per key: sized for TABLE_BATCHES batches
+                await asyncio.to_thread(sk.prepare, TABLE_BATCHES * max(1, len(ints)))   # like this one
             chunks = _chunks(ints, self._parts(len(ints)))
             parts = await threads.amap(lambda chunk: [int(sk.raw_encrypt(m)) for m in chunk], chunks)
             return [c for part in parts for c in part]

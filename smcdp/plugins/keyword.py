@@ -117,7 +117,8 @@ class KeywordPlugin(ProtocolPlugin):
 
     def prepare_next(self, root: Randomness, inputs: Mapping[str, str], allow_insecure_keys: bool) -> None:
         """A party with an utterance configured is an Alice: her next session's key pair, its tables and
-        its obfuscators (for the utterance's frames) are made ahead, for the default key size (issue 27)."""
+        its obfuscators (for the utterance's frames) are made ahead, for her last session's key size
+        (issue 27, :func:`~smcdp.protocols.keyword.prepare_alice`)."""
         path = inputs.get("utterance")
         if not path:
             return

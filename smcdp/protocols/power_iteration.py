@@ -491,8 +491,9 @@ async def _data_party_rounds(ch: Channel, source: MatrixSource, params: PowerIte
                            components=[{"u": us[:, j].tolist()} for j in range(r)], stats=stats)
 
 
-#: what this process's last session as a data party used: party1's next key is prepared alike
-_last = {"key_bits": PowerIterationParams.key_bits, "uses": TABLE_BATCHES}
+#: what this process's last session as a data party used: party1's next key is prepared alike (before any
+#: session: the demos' 2048-bit key, tables for 32 rounds of one ciphertext)
+_last = {"key_bits": 2048, "uses": TABLE_BATCHES}
 
 
 def prepare_party1(root: Randomness, *, key_bits: int | None = None, allow_insecure_keys: bool = False) -> None:
