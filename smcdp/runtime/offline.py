@@ -45,11 +45,12 @@ class NextRoot:
         self._closed = False
         self._ends = 0                      # sessions ended so far (poke)
 
-    def start(self) -> None:
-        """Draw the first root (the party has just started)."""
+    def start(self, prepare_first: bool = True) -> None:
+        """Draw the first root (the party has just started); ``prepare_first=False``: prepare for it only if
+        a session takes it (nothing is known yet about what to make)."""
         with self._cond:
             if self._root is None:
-                self._next(after_ends=0)
+                self._next(after_ends=0 if prepare_first else None)
 
     def take(self) -> Randomness:
         """The root for the session starting now (prepared for, or being prepared); the next one is drawn."""
@@ -57,7 +58,6 @@ class NextRoot:
             if self._root is None:
                 self._next(after_ends=0)
             root, started = self._root, self._started
-            self._started = True
             self._next(after_ends=self._ends + 1)      # once the session taking this root has ended
         if not started:
             self._run(root)
@@ -75,10 +75,13 @@ class NextRoot:
             self._closed = True
             self._cond.notify_all()
 
-    def _next(self, after_ends: int) -> None:
+    def _next(self, after_ends: int | None) -> None:
+        """A new root, prepared for after ``after_ends`` sessions have ended and the party is idle (None: only
+        by the session that takes it)."""
         self._root, self._started = Randomness.fresh(), False
-        threading.Thread(target=self._wait_idle, args=(self._root, after_ends), name="smcdp-next-root",
-                         daemon=True).start()
+        if after_ends is not None:
+            threading.Thread(target=self._wait_idle, args=(self._root, after_ends), name="smcdp-next-root",
+                             daemon=True).start()
 
     def _wait_idle(self, root: Randomness, after_ends: int) -> None:
         with self._cond:

@@ -135,7 +135,9 @@ class Party(SessionHost):
         await self._restore_sessions()
         self.port = await self.server.start()
         self._connector = PeerConnector(self.config, self.tls)
-        self.next_root.start()
+        # a test deployment (small keys allowed) runs key sizes only its first session tells: nothing is
+        # made for that one; a real deployment's first session finds the protocols' default keys made
+        self.next_root.start(prepare_first=not self.config.allow_insecure_keys)
         log.info("party %s listening on %s (port %d)", self.name, self.config.listen, self.port)
         if self.config.console.enabled:                        # issue 18
             from smcdp.runtime.console.server import Console  # aiohttp only where a console runs

@@ -58,3 +58,15 @@ def test_a_failing_preparation_is_logged_and_the_root_still_served(caplog):
     root = nr.take()
     assert root.replayable and "preparing the next session's offline work failed" in caplog.text
     nr.close()
+
+
+def test_without_prepare_first_only_the_taker_prepares_the_first_root():
+    rec = Recorder()
+    nr = NextRoot(rec)
+    nr.start(prepare_first=False)
+    assert not threading.Event().wait(0.3) and rec.roots == []
+    root = nr.take()
+    assert rec.roots == [root]
+    nr.poke()
+    assert rec.wait_for(2)[1] is not root                       # the next one as usual, once idle
+    nr.close()
