@@ -135,6 +135,25 @@ class ObfuscatorPool:
                 self._stock.extend(part)
                 self.precomputed += len(part)
 
+    def fill(self, count: int, *, step: int = 64, threads: int = 2,
+             stop: threading.Event | None = None) -> int:
+        """Add ``count`` obfuscators ``step`` at a time (each step usable as soon as it is made, unlike one
+        :meth:`precompute` of them all), until done, ``stop`` is set or the pool is closed; returns how many
+        were added.  For a thread that makes a session's obfuscators behind it: exactly ``count``, where
+        the ``background`` refill would keep the stock full to the end and leave it unused."""
+        made = 0
+        while made < count and not self._stop and not (stop is not None and stop.is_set()):
+            n = min(int(step), count - made)
+            self.precompute(n, threads)
+            made += n
+        return made
+
+    def fill_behind(self, count: int, **kw) -> threading.Thread:
+        """:meth:`fill` on a daemon thread of its own (stopped by :meth:`close`)."""
+        th = threading.Thread(target=self.fill, args=(int(count),), kwargs=kw, name="smcdp-obf-fill", daemon=True)
+        th.start()
+        return th
+
     def get(self) -> mpz:
         with self._cond:
             if self._stock:

@@ -74,11 +74,7 @@ class _Job:
         finally:
             self.key_ready.set()
         lower_priority()                                 # the stock only uses idle cores
-        made = 0
-        while made < self.count and not self.stop.is_set():
-            n = min(STEP, self.count - made)
-            self.pool.precompute(n, threads=2)
-            made += n
+        self.pool.fill(self.count, step=STEP, stop=self.stop)
 
 
 class KeyShelf:

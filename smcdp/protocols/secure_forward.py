@@ -1046,10 +1046,10 @@ class ForwardBob:
     async def prepare(self) -> None:
         """Header, Alice's key's table, masks, the first block's obfuscators, the crypto threads; ``ready``.
 
-        The table is built by the obfuscator pool's thread while the masks are drawn here (the native table
-        loop releases the GIL); only one block's share of the obfuscators is made before ``ready``, the
-        rest by that thread while the session runs (issue 27: they cost 0.5 s of every offline phase; an
-        empty stock makes one where it is needed).  Not at the lowest priority: on a loaded host the
+        The table is built on a thread while the masks are drawn here (the native table loop releases the
+        GIL); only one block's share of the obfuscators is made before ``ready``, the rest -- exactly what
+        the session needs -- on a thread while it runs (issue 27: they cost 0.5 s of every offline phase;
+        an empty stock makes one where it is needed).  Not at the lowest priority: on a loaded host the
         stock would starve and the obfuscators would be made on the session's critical path instead."""
         w0, c0 = _clock()
         ch, tag, alice, plan = self.ch, self.tag, self.alice, self.plan
@@ -1059,7 +1059,8 @@ class ForwardBob:
             raise InvalidMessage(f"{tag}/plan from {alice} must be one frame count in [1, {MAX_FRAMES}]")
         expected = int(msg.values[0])
         uses = self._obfuscators_needed(expected)
-        self.pool = ObfuscatorPool.for_public_key(self.pk, capacity=uses, low_water=uses, uses=uses)
+        self.pool = ObfuscatorPool.for_public_key(self.pk, capacity=uses, background=False)
+        table = asyncio.ensure_future(asyncio.to_thread(self.pk.prepare, uses))   # while the masks are drawn
         w1 = time.perf_counter()
         for t in range(expected):              # masks, offsets' ingredients and weights: no observation needed
             self.masks.M(t)
@@ -1070,8 +1071,10 @@ class ForwardBob:
         self.offline["masks"] = time.perf_counter() - w1
         self._coef_ints()
         w1 = time.perf_counter()
+        await table
         head = min(uses, -(-uses // plan.n_blocks(expected)))
-        await asyncio.to_thread(self.pool.precompute, head, 2)   # waits for the table, if still being built
+        await asyncio.to_thread(self.pool.precompute, head, 2)
+        self.pool.fill_behind(uses - head)                     # the rest while the session runs
         self.offline["tables_and_first_obfuscators"] = time.perf_counter() - w1
         self.offline["obfuscator_count"] = uses
         self.offline["obfuscators_before_ready"] = head

@@ -75,3 +75,17 @@ def test_tiny_stocks(count):
     shelf.prepare(b"t" * 32, lambda: sk, uses=1, obfuscators=count)
     got = shelf.take(b"t" * 32)
     assert got is not None and got.stock <= max(1, count)
+
+
+def test_a_pool_filled_behind_a_session_makes_exactly_what_it_was_asked_for():
+    from smcdp.crypto.obfuscation import ObfuscatorPool
+
+    sk = _key()
+    pool = ObfuscatorPool.for_private_key(sk, capacity=10, background=False)
+    pool.fill_behind(37, step=8).join(60)
+    assert pool.stats() == {"precomputed": 37, "inline": 0, "stock": 37}     # not kept full: exactly 37
+    stop = threading.Event()
+    stop.set()
+    assert pool.fill(100, stop=stop) == 0
+    pool.close()
+    assert pool.fill(5) == 0                                                  # a closed pool makes nothing
