@@ -12,8 +12,9 @@ as the demos set it up (``bench/session_driver.py``: one OS process per party, m
   fixture).
 
 For each, one *cold* session (party processes started just before it: the demo's ``seconds``) and
-``--sessions`` − 1 *warm* ones (a second session on the same, running parties), with the CPU seconds of
-all party processes during the session.  Trees alternate, and which goes first alternates per
+``--sessions`` − 1 *warm* ones (another session on the same, running parties, ``--gap`` seconds after the
+last), with the CPU seconds of all party processes during the session (a party's work for its next
+session while idle is not in it: compare the CPU of cold sessions for the total).  Trees alternate, and which goes first alternates per
 repetition, so both see the same host.  The host is shared: read the load beside the times and compare
 trees within one run; the CPU seconds move less than wall times.
 
@@ -46,13 +47,14 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def run_driver(tree: Path, workload: str, sessions: int, key_bits: int, timeout: float = 1800) -> dict:
+def run_driver(tree: Path, workload: str, sessions: int, key_bits: int, gap: float = 5.0,
+               timeout: float = 1800) -> dict:
     """One driver run on ``tree`` (its smcdp first on PYTHONPATH, this interpreter)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     env.setdefault("SMCDP_PROGRESS", "off")
     proc = subprocess.run([sys.executable, str(DRIVER), "--workload", workload, "--sessions", str(sessions),
-                           "--key-bits", str(key_bits)], cwd=tree, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+                           "--key-bits", str(key_bits), "--gap", str(gap)], cwd=tree, env=env, capture_output=True,
+                          text=True, timeout=timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"{workload} on {tree} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     out = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -60,7 +62,8 @@ def run_driver(tree: Path, workload: str, sessions: int, key_bits: int, timeout:
     return out
 
 
-def measure(trees: list[Path], workloads: list[str], repeats: int, sessions: int, key_bits: int) -> list[dict]:
+def measure(trees: list[Path], workloads: list[str], repeats: int, sessions: int, key_bits: int,
+            gap: float = 5.0) -> list[dict]:
     """Every (repeat, workload, tree) run, trees alternating and their order flipped every repetition."""
     runs = []
     for r in range(repeats):
@@ -68,7 +71,7 @@ def measure(trees: list[Path], workloads: list[str], repeats: int, sessions: int
         for w in workloads:
             for tree in order:
                 log(f"[{r + 1}/{repeats}] {w} on {tree} …")
-                run = run_driver(tree, w, sessions, key_bits)
+                run = run_driver(tree, w, sessions, key_bits, gap)
                 s = run["sessions"]
                 log(f"    start {run['start_seconds']:.1f} s; sessions " + ", ".join(f"{x['seconds']:.2f} s" for x in s)
                     + "; CPU " + ", ".join(f"{x['cpu_total']:.1f}" for x in s) + f"; load {run['load']:.1f}")
@@ -94,6 +97,7 @@ def summary(runs: list[dict]) -> dict[tuple[str, str], dict]:
             cold=_med([s["seconds"] for s in cold]), warm=_med([s["seconds"] for s in warm]),
             cold_all=[s["seconds"] for s in cold], warm_all=[s["seconds"] for s in warm],
             cold_cpu=_med([s["cpu_total"] for s in cold]), warm_cpu=_med([s["cpu_total"] for s in warm]),
+            warm_idle_cpu=_med([s["cpu_idle_before"] for s in warm if s.get("cpu_idle_before") is not None]),
             cold_online=_med([s["online_seconds"] for s in cold if s.get("online_seconds") is not None]),
             warm_online=_med([s["online_seconds"] for s in warm if s.get("online_seconds") is not None]),
             loads=[r["load"] for r in cell["runs"]])
@@ -110,8 +114,8 @@ def _span(vals: list[float]) -> str:
 
 def markdown(summ: dict[tuple[str, str], dict], trees: list[Path], workloads: list[str]) -> str:
     lines = ["| workload | tree | start parties s | cold session s | warm session s | CPU cold / warm s (all parties) "
-             "| online s cold / warm (keyword) | runs | load |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| CPU while idle before a warm session | online s cold / warm (keyword) | runs | load |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for w in workloads:
         for t in trees:
             c = summ.get((str(t), w))
@@ -119,7 +123,8 @@ def markdown(summ: dict[tuple[str, str], dict], trees: list[Path], workloads: li
                 continue
             lines.append(f"| {TITLES[w]} | {t} | {_f(c['start'])} | **{_f(c['cold'])}**{_span(c['cold_all'])} | "
                          f"**{_f(c['warm'])}**{_span(c['warm_all'])} | {_f(c['cold_cpu'], '')} / "
-                         f"{_f(c['warm_cpu'], '')} | {_f(c['cold_online'], '')} / {_f(c['warm_online'], '')} | "
+                         f"{_f(c['warm_cpu'], '')} | {_f(c['warm_idle_cpu'], '')} | "
+                         f"{_f(c['cold_online'], '')} / {_f(c['warm_online'], '')} | "
                          f"{c['n']} | {min(c['loads']):.1f}–{max(c['loads']):.1f} |")
     return "\n".join(lines)
 
@@ -159,6 +164,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--repeats", type=int, default=3, help="driver runs per tree and workload (default 3)")
     ap.add_argument("--sessions", type=int, default=2, help="sessions per run: 1 cold + the rest warm (default 2)")
     ap.add_argument("--key-bits", type=int, default=2048)
+    ap.add_argument("--gap", type=float, default=5.0, help="idle seconds before each warm session (default 5)")
     ap.add_argument("--json", type=Path, help="write every run's raw record here")
 
 
@@ -169,7 +175,7 @@ def main() -> int:
     args = ap.parse_args()
     workloads = parse_workloads(args.workloads)
     trees = [ROOT] + ([args.baseline_tree.resolve()] if args.baseline_tree else [])
-    runs = measure(trees, workloads, args.repeats, max(1, args.sessions), args.key_bits)
+    runs = measure(trees, workloads, args.repeats, max(1, args.sessions), args.key_bits, args.gap)
     if args.json:
         args.json.write_text(json.dumps(runs, indent=1))
     summ = summary(runs)

@@ -7,11 +7,15 @@ then runs ``--sessions`` sessions on the same party processes:
 
 * session 1 runs on **cold** party processes, started just before: what ``smcdp demo …`` measures as
   ``seconds``;
-* sessions 2, 3, … run on **warm** ones: parties that already ran a session of the same kind.
+* sessions 2, 3, … run on **warm** ones: parties that already ran a session of the same kind, ``--gap``
+  seconds before (default 5: a user's next session does not come in the same millisecond, and a party
+  prepares its next session's offline work while it is idle -- smcdp.runtime.offline; ``--gap 0`` measures
+  back-to-back sessions).
 
 For every session: the wall time (start of the session to the last party's record), the CPU seconds each
-party process used meanwhile (``/proc/<pid>/stat``), and what the protocol reports (rounds; keyword's
-offline and online phases).  Also the time from nothing to running party processes and to stopped ones.
+party process used meanwhile (``/proc/<pid>/stat``) and, for a warm one, what all of them used while idle
+before it (the next session's offline work), and what the protocol reports (rounds; keyword's offline and
+online phases).  Also the time from nothing to running party processes and to stopped ones.
 Prints one JSON object.  Uses only APIs that have been stable since the governance work (``LocalCluster``,
 ``governed``), so that older baselines run it too.
 
@@ -86,6 +90,7 @@ def main() -> int:
     ap.add_argument("--workload", choices=WORKLOADS, required=True)
     ap.add_argument("--sessions", type=int, default=2, help="sessions on the same party processes (default 2)")
     ap.add_argument("--key-bits", type=int, default=2048)
+    ap.add_argument("--gap", type=float, default=5.0, help="idle seconds before each warm session (default 5)")
     args = ap.parse_args()
 
     # the tree under test is whichever smcdp PYTHONPATH puts first (imported here, not above, on purpose)
@@ -103,18 +108,23 @@ def main() -> int:
         with cluster:
             up = time.perf_counter() - t0
             pids = {name: p.pid for name, p in cluster.procs.items()}
+            end_cpu: dict[str, float] = {}
             for i in range(args.sessions):
+                if i:
+                    time.sleep(args.gap)
                 cpu0 = {name: process_cpu(pid) for name, pid in pids.items()}
+                idle = sum(cpu0.values()) - sum(end_cpu.values()) if end_cpu else None
                 t1 = time.perf_counter()
                 records = cluster.run(s["protocol"], s["roles"], s["params"], initiator=s["initiator"])
                 wall = time.perf_counter() - t1
-                cpu = {name: process_cpu(pid) - cpu0[name] for name, pid in pids.items()}
+                end_cpu = {name: process_cpu(pid) for name, pid in pids.items()}
+                cpu = {name: end_cpu[name] - cpu0[name] for name in pids}
                 bad = {p: r.get("error") for p, r in records.items() if r.get("state") != "succeeded"}
                 if bad:
                     print(f"session {i + 1} failed: {bad}", file=sys.stderr)
                     return 1
                 sessions.append({"seconds": wall, "cpu_seconds": cpu, "cpu_total": sum(cpu.values()),
-                                 **protocol_figures(s["protocol"], records)})
+                                 "cpu_idle_before": idle, **protocol_figures(s["protocol"], records)})
             t2 = time.perf_counter()
         stop = time.perf_counter() - t2
     print(json.dumps({"workload": args.workload, "tree": str(Path(smcdp.__file__).resolve().parents[1]),

@@ -100,7 +100,7 @@ def _run(cmd: list[str], cwd: Path | None = None) -> str:
 def guard(baseline: Path, args: argparse.Namespace) -> int:
     workloads = parse_workloads(args.workloads)
     trees = [ROOT, baseline]
-    runs = measure(trees, workloads, args.repeats, max(2, args.sessions), args.key_bits)
+    runs = measure(trees, workloads, args.repeats, max(2, args.sessions), args.key_bits, args.gap)
     if args.json:
         args.json.write_text(json.dumps(runs, indent=1))
     summ = summary(runs)

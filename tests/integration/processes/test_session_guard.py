@@ -26,7 +26,7 @@ def test_the_guard_fails_when_a_session_is_more_than_20_percent_slower(tmp_path,
     base.mkdir()
     root = session_guard.ROOT
 
-    def fake_measure(trees, workloads, repeats, sessions, key_bits):
+    def fake_measure(trees, workloads, repeats, sessions, key_bits, gap):
         assert trees == [root, base] and workloads == ["pi500", "keyword"] and sessions == 2
         runs = []
         for _ in range(repeats):
