@@ -25,46 +25,57 @@ from smcdp.primitives.rng import Randomness
 log = logging.getLogger("smcdp.party")
 
 
-#: how often a waiting preparation looks again whether the party is idle (it is also woken when a session ends)
+#: how often the preparing thread looks again whether the party is idle (it is also woken when a session ends)
 IDLE_POLL_SECONDS = 0.5
 
 
 class NextRoot:
-    """The root of the party's next unseeded session, with ``prepare(root)`` run for it once the party is
-    idle -- after the session that took the previous root has ended (it may teach the preparation what to
-    make: keyword's key size) and ``busy()`` is false (the work then takes no core a session wants) -- or,
-    at the latest, when a session takes the root before that (back-to-back sessions: the session then
-    waits for what it would have made itself anyway, and nothing is made twice)."""
+    """The root of the party's next unseeded session, with ``prepare(root)`` run for it on one thread of its
+    own once the party is idle: after the session that took the previous root has ended (it may teach the
+    preparation what to make: keyword's key size) and while ``busy()`` is false (the work then takes no
+    core a session wants).  A root that a session takes before that is not prepared for at all: that
+    session does its own work, as without this class -- nothing is made twice, and a burst of proposals
+    costs no extra work."""
 
     def __init__(self, prepare: Callable[[Randomness], None], busy: Callable[[], bool] = lambda: False) -> None:
         self._prepare = prepare
         self._busy = busy
         self._cond = threading.Condition()
         self._root: Randomness | None = None
-        self._started = False
-        self._closed = False
+        self._after: int | None = None      # prepare the current root once this many sessions have ended
         self._ends = 0                      # sessions ended so far (poke)
+        self._closed = False
+        self._preparing: Randomness | None = None   # the root the preparing thread is starting work for
+        self._thread: threading.Thread | None = None
 
     def start(self, prepare_first: bool = True) -> None:
-        """Draw the first root (the party has just started); ``prepare_first=False``: prepare for it only if
-        a session takes it (nothing is known yet about what to make)."""
+        """Draw the first root (the party has just started); ``prepare_first=False``: do not prepare for it
+        (nothing is known yet about what to make)."""
         with self._cond:
             if self._root is None:
-                self._next(after_ends=0 if prepare_first else None)
+                self._root, self._after = Randomness.fresh(), (0 if prepare_first else None)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name="smcdp-next-root", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
 
     def take(self) -> Randomness:
-        """The root for the session starting now (prepared for, or being prepared); the next one is drawn."""
+        """The root for the session starting now, prepared for if the party was idle since the last session
+        ended (by the preparing thread, or here if that thread has not got to it yet; the hooks only start
+        the work, so this is quick); the next one is drawn, to be prepared for once this session has ended."""
         with self._cond:
-            if self._root is None:
-                self._next(after_ends=0)
-            root, started = self._root, self._started
-            self._next(after_ends=self._ends + 1)      # once the session taking this root has ended
-        if not started:
+            root = self._root if self._root is not None else Randomness.fresh()
+            due = self._root is not None and self._due()
+            self._root, self._after = Randomness.fresh(), self._ends + 1
+            while self._preparing is root:       # the preparing thread is starting its work: let it finish
+                self._cond.wait()
+            self._cond.notify_all()
+        if due:
             self._run(root)
         return root
 
     def poke(self) -> None:
-        """A session ended: a waiting preparation looks again whether the party is idle."""
+        """A session ended: the preparing thread looks again whether the party is idle."""
         with self._cond:
             self._ends += 1
             self._cond.notify_all()
@@ -75,23 +86,23 @@ class NextRoot:
             self._closed = True
             self._cond.notify_all()
 
-    def _next(self, after_ends: int | None) -> None:
-        """A new root, prepared for after ``after_ends`` sessions have ended and the party is idle (None: only
-        by the session that takes it)."""
-        self._root, self._started = Randomness.fresh(), False
-        if after_ends is not None:
-            threading.Thread(target=self._wait_idle, args=(self._root, after_ends), name="smcdp-next-root",
-                             daemon=True).start()
+    def _due(self) -> bool:
+        return self._after is not None and self._ends >= self._after and not self._busy()
 
-    def _wait_idle(self, root: Randomness, after_ends: int) -> None:
-        with self._cond:
-            while not self._closed and self._root is root and not self._started and \
-                    (self._ends < after_ends or self._busy()):
-                self._cond.wait(IDLE_POLL_SECONDS)
-            if self._closed or self._root is not root or self._started:
-                return                      # stopping, or a session took the root and prepared it itself
-            self._started = True
-        self._run(root)
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and not self._due():
+                    self._cond.wait(IDLE_POLL_SECONDS)
+                if self._closed:
+                    return
+                root, self._after, self._preparing = self._root, None, self._root   # each root once
+            try:
+                self._run(root)
+            finally:
+                with self._cond:
+                    self._preparing = None
+                    self._cond.notify_all()
 
     def _run(self, root: Randomness) -> None:
         try:

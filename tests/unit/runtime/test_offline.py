@@ -37,36 +37,62 @@ def test_the_root_prepared_at_start_is_the_first_sessions_and_the_next_waits_for
     nr.close()
 
 
-def test_a_root_taken_before_its_preparation_started_is_prepared_by_the_taker_once():
+def test_a_root_taken_before_the_party_was_idle_is_not_prepared_for():
     rec = Recorder()
     nr = NextRoot(rec, lambda: True)             # never idle
-    nr.start()                                   # the first root waits for no session, only for idleness
-    root = nr.take()                             # back-to-back: the taker prepares it itself
-    assert rec.roots == [root]
+    nr.start()
+    root = nr.take()                             # back-to-back: the session does its own work
     root2 = nr.take()
-    assert rec.roots == [root, root2] and root2 is not root
-    nr.close()
+    assert root2 is not root and root.replayable and root2.replayable
     nr.poke()
-    assert not threading.Event().wait(0.3) and len(rec.roots) == 2   # nothing more after close
+    nr.poke()
+    assert not threading.Event().wait(0.6) and rec.roots == []     # nothing made, nothing made twice
+    nr.close()
 
 
 def test_a_failing_preparation_is_logged_and_the_root_still_served(caplog):
+    failed = threading.Event()
+
     def boom(root):
+        failed.set()
         raise RuntimeError("disk on fire")
 
     nr = NextRoot(boom)
+    nr.start()
+    assert failed.wait(10)
     root = nr.take()
-    assert root.replayable and "preparing the next session's offline work failed" in caplog.text
+    assert root.replayable
+    for _ in range(200):                          # the log line follows the exception on that thread
+        if "preparing the next session's offline work failed" in caplog.text:
+            break
+        threading.Event().wait(0.05)
+    assert "preparing the next session's offline work failed" in caplog.text
     nr.close()
 
 
-def test_without_prepare_first_only_the_taker_prepares_the_first_root():
+def test_without_prepare_first_only_the_roots_after_a_session_are_prepared_for():
     rec = Recorder()
     nr = NextRoot(rec)
     nr.start(prepare_first=False)
     assert not threading.Event().wait(0.3) and rec.roots == []
     root = nr.take()
-    assert rec.roots == [root]
-    nr.poke()
-    assert rec.wait_for(2)[1] is not root                       # the next one as usual, once idle
+    nr.poke()                                                   # its session ended
+    (nxt,) = rec.wait_for(1)
+    assert nxt is not root and nr.take() is nxt
+    nr.close()
+
+
+def test_a_session_that_comes_before_the_preparing_thread_prepares_its_due_root_itself():
+    """Deterministic back-to-back: the last session ended and the party is idle, so the root is due; the
+    session that takes it makes sure it is prepared (once) before it starts."""
+    rec = Recorder()
+    gate = threading.Event()
+    nr = NextRoot(rec, lambda: not gate.is_set())            # "busy" until the gate opens
+    nr.start(prepare_first=False)
+    nr.take()
+    nr.poke()                                                # that session ended; the thread still sees busy
+    gate.set()                                               # idle now: the root is due
+    root = nr.take()                                         # ... and taken at once
+    assert rec.wait_for(1) == [root]
+    assert not threading.Event().wait(0.6) and rec.roots == [root]    # prepared once, not twice
     nr.close()
