@@ -162,7 +162,9 @@ def _run(args, paillier_benchmark, progress) -> int:
 
     for name, title, extra in (("keyword_bench.py", "Keyword recognition (seed Table 4.1)", []),
                                ("aggregate_bench.py", "DP aggregation", []),
-                               ("checkpoint_bench.py", "The cost of checkpointing (issue 15)", [])):
+                               ("checkpoint_bench.py", "The cost of checkpointing (issue 15)", []),
+                               ("dp_power_iteration_bench.py",
+                                "Power iteration, DP mode: utility against central DP PCA (issue 25)", [])):
         path = HERE / name
         stage(name)
         if not path.exists():

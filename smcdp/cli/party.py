@@ -98,7 +98,8 @@ def _wait_watched(handle: SessionHandle):
     label = f"session {handle.session_id}"
     with task(label, total=None, unit="round") as t:
         def show(st: SessionStatus) -> None:
-            what = st.state.value + (f", {st.step}" if st.step else "")
+            what = st.state.value + (f", {st.step}" if st.step else "") + (
+                f", waiting for approval at {st.waiting_for}" if st.waiting_for else "")
             # an unknown round (None: an ended session recorded before rounds were kept) keeps the last one
             t.update(completed=None if st.round is None else max(0, st.round), description=f"{label} ({what})")
 
@@ -120,6 +121,8 @@ def _cmd_session_status(args: argparse.Namespace) -> int:
     except SmcdpError as exc:
         return _fail(exc)
     print(json.dumps(status.as_dict(), indent=2, sort_keys=True))
+    if status.waiting_for:   # issue 24: the session waits for an operator's approval
+        print(f"session {status.session_id}: waiting for approval at {status.waiting_for}", file=sys.stderr)
     return 0
 
 

@@ -12,19 +12,18 @@ from smcdp.cli.demo.common import (
     data_party_names,
     dump_json,
     governed,
+    ledger_budgets,
     require_success,
     run_session,
     say,
     with_progress,
 )
-from smcdp.dp.budget import fmt_amount
-from smcdp.dp.ledger import Ledger
 from smcdp.errors import InvalidMessage
 from smcdp.net.limits import Limits
 from smcdp.net.server import new_session_id
 from smcdp.plugins.dp_aggregate import load_dataset
 from smcdp.protocols.dp_aggregate import CALIBRATIONS, PROTOCOL, DPAggregateParams
-from smcdp.runtime.governance.charges import DEFAULT_LEDGER, BudgetConfig
+from smcdp.runtime.governance.charges import BudgetConfig
 from smcdp.runtime.local import LocalCluster, bytes_sent
 
 #: delta of every data party's demo budget (a session costs K * 2^-64, see docs/governance.md)
@@ -123,7 +122,7 @@ def demo_dp_aggregate(data: list[str], epsilon: float, lam: float, key_bits: int
         else:
             with_progress("dp-aggregate", run_all, total=sessions, unit="session")
         seconds = time.monotonic() - t0
-        ledgers = {n: Ledger(cluster.data_dir(n) / DEFAULT_LEDGER).status(n) for n in names}
+        budgets = ledger_budgets(cluster, names)
     outcomes = [_outcome(r, cost) for r in results]
     released = [(o, r) for o, r in zip(outcomes, results) if o["status"] == "released"]
     if not released and sessions == 1 and outcomes[0]["stage"] == "run":
@@ -138,9 +137,7 @@ def demo_dp_aggregate(data: list[str], epsilon: float, lam: float, key_bits: int
         "dim": params["dim"],
         "roles": roles,
         "sessions": outcomes,
-        "budgets": {n: {"dataset": n, "epsilon": fmt_amount(st.epsilon), "spent_epsilon": fmt_amount(st.spent_epsilon),
-                        "reserved_epsilon": fmt_amount(st.reserved_epsilon),
-                        "remaining_epsilon": fmt_amount(st.remaining_epsilon)} for n, st in ledgers.items()},
+        "budgets": budgets,
         **fault_info,
     }
     if released:
