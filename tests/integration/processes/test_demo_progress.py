@@ -35,7 +35,7 @@ def test_an_ended_sessions_status_reports_its_last_round(tmp_path):
     parties = {"trent": {}, "alice": {"power-iteration": {"data": DATA / "hospital_a.npy"}},
                "bob": {"power-iteration": {"data": DATA / "hospital_b.npy"}}}
     roles = {"trent": "trent", "party1": "alice", "party2": "bob"}
-    with LocalCluster(parties, allow_insecure_keys=True, workdir=tmp_path / "run") as cluster:
+    with LocalCluster(parties, allow_insecure_keys=True, workdir=tmp_path / "run", open_policy=True) as cluster:
         recs = cluster.run("power-iteration", roles, {"n_parties": 2, "key_bits": 512}, initiator="trent",
                            session_id="pi-rounds", timeout=120)
         assert all(r["state"] == "succeeded" for r in recs.values()), recs

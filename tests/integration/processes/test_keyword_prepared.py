@@ -15,7 +15,7 @@ def test_a_warm_alice_finds_her_next_sessions_offline_phase_done(tmp_path):
     roles = {"alice": "alice", "bob": "bob"}
     params = {"key_bits": 512}
     want = int(np.argmax(score_models(load_models(KEYWORD_DATA / "models.npz"), np.load(utterance))))
-    with LocalCluster(parties, allow_insecure_keys=True, workdir=tmp_path / "run") as cluster:
+    with LocalCluster(parties, allow_insecure_keys=True, workdir=tmp_path / "run", open_policy=True) as cluster:
         offline = []
         for sid in ("kw-cold", "kw-warm"):
             recs = cluster.run("keyword", roles, params, initiator="alice", session_id=sid, timeout=300)
