@@ -141,6 +141,18 @@ def _run(args, paillier_benchmark, progress) -> int:
               "Trent adds and scales, both decrypt k values). Target (issue 8): k = 500 ≤ 0.5 s per round.", "",
               pi, ""]
 
+    stage("whole sessions")
+    sess = run_module(HERE / "session_bench.py", ["--workloads", "pi500,pi30,keyword",
+                                                  "--repeats", "1" if args.quick else "3"])
+    parts += ["## Whole sessions as users run them: cold and warm party processes (issue 27)", "",
+              "`bench/session_bench.py`: each demo's session set up as `smcdp demo` does (one OS process per "
+              "party, mutual TLS on loopback, 2048-bit keys); the cold session runs on party processes "
+              "started just before it (the demo's `seconds`), the warm one on the same processes right after. "
+              "Median [min–max]; CPU seconds of all party processes during the session. Before every merge "
+              "that touches crypto, compute, net or protocols: `bench/session_guard.py --baseline main` "
+              "(exit 1 when a median session is more than 20 % slower than the baseline's, same run).", "",
+              sess, ""]
+
     stage("power iteration at scale")
     scale = run_module(HERE / "power_iteration_scale_bench.py", ["--full"] if args.full_scale else [])
     parts += ["## Power iteration at scale: a data party's round against k and n, local vs Dask (issue 17)", "",

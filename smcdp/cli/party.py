@@ -102,7 +102,8 @@ def _wait_watched(handle: SessionHandle):
         def show(st: SessionStatus) -> None:
             what = st.state.value + (f", {st.step}" if st.step else "") + (
                 f", waiting for approval at {st.waiting_for}" if st.waiting_for else "")
-            t.update(completed=max(0, st.round or 0), description=f"{label} ({what})")
+            # an unknown round (None: an ended session recorded before rounds were kept) keeps the last one
+            t.update(completed=None if st.round is None else max(0, st.round), description=f"{label} ({what})")
 
         return handle.wait(on_status=show, poll=1.0)
 

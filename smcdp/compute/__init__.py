@@ -5,7 +5,8 @@ than its host has.  This package reads the matrix in canonical column blocks fro
 (:mod:`~smcdp.compute.sources`), runs pure per-block kernels (:mod:`~smcdp.compute.kernels`) and batch
 Paillier encryption/decryption on an engine (:mod:`~smcdp.compute.base`):
 
-* :class:`~smcdp.compute.local.LocalEngine` (default): threads over blocks, a crypto process pool;
+* :class:`~smcdp.compute.local.LocalEngine` (default): threads over blocks, crypto threads started once
+  per party process (issue 27: no worker processes, the key stays in the party process);
 * :class:`~smcdp.compute.dask_engine.DaskEngine`: tasks on the party's own Dask cluster (Dask is an
   optional extra, imported only when this engine starts).
 

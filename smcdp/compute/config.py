@@ -3,10 +3,10 @@
 ::
 
     [compute]                    # optional; without it: engine = "local"
-    engine = "dask"              # "local" (threads + a crypto process pool) or "dask"
+    engine = "dask"              # "local" (block threads + crypto threads, in the party process) or "dask"
     scheduler = "local"          # dask: "local" starts a LocalCluster (TLS on loopback) in the party
                                  # process; "tls://host:port" joins the party's own existing cluster
-    workers = 2                  # local: pool size (default: the host's cores); dask "local": workers
+    workers = 2                  # local: block and crypto threads (default: the host's cores); dask "local": workers
     threads_per_worker = 1       # dask "local" only
     memory_limit = "4GiB"        # dask "local" only: per worker
     block_values = 4194304       # canonical block size in matrix values (part of the data's identity)

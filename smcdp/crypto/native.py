@@ -84,3 +84,15 @@ def multi_exp(bases: Sequence[int], exps: Sequence[int], modulus: int, window: i
     out = _mont.multi_exp([_le(b, nbytes) for b in bases], [_le_min(e) for e in exps],
                           _le(modulus, nbytes), int(window))
     return mpz.from_bytes(out, "little")
+
+
+def multi_exp_rows(bases: Sequence[int], rows: Sequence[Sequence[int]], modulus: int, group: int) -> list[mpz]:
+    """[Π_j bases[j]^row[j] mod modulus for row in rows] for non-negative exponents and bases below the
+    modulus, with subset tables of ``group`` bases shared by the rows (Straus)."""
+    if _mont is None:
+        raise RuntimeError(f"the native engine is not available ({REASON})")
+    modulus = mpz(modulus)
+    nbytes = (modulus.bit_length() + 7) // 8
+    out = _mont.multi_exp_rows([_le(b, nbytes) for b in bases], [[_le_min(e) for e in row] for row in rows],
+                               _le(modulus, nbytes), int(group))
+    return [mpz.from_bytes(x, "little") for x in out]

@@ -21,6 +21,7 @@ from typing import Self
 from gmpy2 import mpz
 
 from smcdp.crypto.paillier import PrivateKey, PublicKey
+from smcdp.crypto.threads import lower_priority
 
 
 class ObfuscatorPool:
@@ -42,9 +43,12 @@ class ObfuscatorPool:
     """
 
     def __init__(self, public_key: PublicKey, fn: Callable[[], mpz], capacity: int = 128,
-                 background: bool = True, low_water: int | None = None) -> None:
+                 background: bool = True, low_water: int | None = None,
+                 warm: Callable[[], object] | None = None, nice: bool = False) -> None:
         self.pk = public_key
         self.fn = fn
+        self._warm = warm
+        self._nice = nice
         self.capacity = max(1, int(capacity))
         self.low_water = self.capacity if low_water is None else max(1, min(int(low_water), self.capacity))
         self._stock: collections.deque = collections.deque()
@@ -59,13 +63,22 @@ class ObfuscatorPool:
 
     @classmethod
     def for_private_key(cls, sk: PrivateKey, capacity: int = 128, background: bool = True,
-                        low_water: int | None = None) -> ObfuscatorPool:
-        return cls(sk.public_key, lambda: sk.raw_encrypt(0), capacity, background, low_water)
+                        low_water: int | None = None, uses: int | None = None, nice: bool = False) -> ObfuscatorPool:
+        """``uses``: the background thread first builds the key's tables sized for that many obfuscators
+        (:meth:`PrivateKey.prepare <smcdp.crypto.paillier.PrivateKey.prepare>`); ``nice``: it then fills
+        the stock at the lowest priority (:func:`~smcdp.crypto.threads.lower_priority`)."""
+        warm = None if uses is None else (lambda: sk.prepare(uses))
+        return cls(sk.public_key, lambda: sk.raw_encrypt(0), capacity, background, low_water, warm, nice)
 
     @classmethod
     def for_public_key(cls, pk: PublicKey, capacity: int = 128, background: bool = True,
-                       low_water: int | None = None) -> ObfuscatorPool:
-        return cls(pk, lambda: pk.raw_encrypt(0), capacity, background, low_water)
+                       low_water: int | None = None, uses: int | None = None, nice: bool = False) -> ObfuscatorPool:
+        """``uses``: the background thread first builds the key's table sized for that many obfuscators
+        (:meth:`PublicKey.prepare <smcdp.crypto.paillier.PublicKey.prepare>`) instead of the largest the
+        memory budget allows (2 s and 172 MB at 2048 bits); ``nice``: it then fills the stock at the
+        lowest priority."""
+        warm = None if uses is None else (lambda: pk.prepare(uses))
+        return cls(pk, lambda: pk.raw_encrypt(0), capacity, background, low_water, warm, nice)
 
     def fn_warm(self) -> None:
         """Make one obfuscator in the calling thread (builds the key's tables before any thread races
@@ -76,6 +89,10 @@ class ObfuscatorPool:
             self.precomputed += 1
 
     def _fill(self) -> None:
+        if self._warm is not None:
+            self._warm()                     # the key's tables: at normal priority, someone may wait for them
+        if self._nice:
+            lower_priority()                 # the stock: only on cores nothing else wants
         while True:
             with self._cond:
                 while not self._stop and len(self._stock) >= self.low_water:
@@ -117,6 +134,25 @@ class ObfuscatorPool:
             for part in parts:
                 self._stock.extend(part)
                 self.precomputed += len(part)
+
+    def fill(self, count: int, *, step: int = 64, threads: int = 2,
+             stop: threading.Event | None = None) -> int:
+        """Add ``count`` obfuscators ``step`` at a time (each step usable as soon as it is made, unlike one
+        :meth:`precompute` of them all), until done, ``stop`` is set or the pool is closed; returns how many
+        were added.  For a thread that makes a session's obfuscators behind it: exactly ``count``, where
+        the ``background`` refill would keep the stock full to the end and leave it unused."""
+        made = 0
+        while made < count and not self._stop and not (stop is not None and stop.is_set()):
+            n = min(int(step), count - made)
+            self.precompute(n, threads)
+            made += n
+        return made
+
+    def fill_behind(self, count: int, **kw) -> threading.Thread:
+        """:meth:`fill` on a daemon thread of its own (stopped by :meth:`close`)."""
+        th = threading.Thread(target=self.fill, args=(int(count),), kwargs=kw, name="smcdp-obf-fill", daemon=True)
+        th.start()
+        return th
 
     def get(self) -> mpz:
         with self._cond:

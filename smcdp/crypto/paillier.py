@@ -36,6 +36,7 @@ import os
 import random
 import secrets
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -317,10 +318,12 @@ class PrivateKey:
             bits = self.public_key.obfuscation_bits
             with self._lock:  # built once even when several threads encrypt at the start
                 if self._tables is None:
-                    self._tables = (
-                        FixedBaseTable(hs % self.psquare, self.psquare, bits, window=window),
-                        FixedBaseTable(hs % self.qsquare, self.qsquare, bits, window=window),
-                    )
+                    # the q table on a second thread while this one builds p's: the native engine
+                    # releases the GIL while it builds, so the two take the time of one on two cores
+                    with ThreadPoolExecutor(1, thread_name_prefix="smcdp-table") as ex:
+                        tq = ex.submit(FixedBaseTable, hs % self.qsquare, self.qsquare, bits, window=window)
+                        tp = FixedBaseTable(hs % self.psquare, self.psquare, bits, window=window)
+                        self._tables = (tp, tq.result())
         return self._tables
 
     def prepare(self, uses: int) -> None:
@@ -329,6 +332,11 @@ class PrivateKey:
         if self._tables is None:
             bits = self.public_key.obfuscation_bits
             self._crt_tables(window_for_uses(bits, self.psquare.bit_length(), uses))
+
+    @property
+    def tables_ready(self) -> bool:
+        """True once the CRT tables exist (encryption then costs no table building)."""
+        return self._tables is not None
 
     def raw_encrypt(self, m: int) -> mpz:
         """Encrypt with the private key: same distribution as the public path, computed mod p² and q²."""

@@ -39,10 +39,17 @@ PRIORITIES = {"urgent": 0, "background": 19}
 def _init_thread(nice: int) -> None:
     gmpy2.set_context(gmpy2.context(allow_release_gil=True))
     if nice:
-        try:
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
-        except (AttributeError, OSError):   # not Linux, or not allowed: normal priority
-            pass
+        lower_priority(nice)
+
+
+def lower_priority(nice: int = PRIORITIES["background"]) -> None:
+    """Run the calling thread -- and the threads it starts from now on, which inherit it -- at ``nice``
+    (Linux sets it per thread; elsewhere, or where it is not allowed, nothing changes: slower under
+    contention, never wrong).  Only ever lowers: raising it again needs privileges."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+    except (AttributeError, OSError):   # not Linux, or not allowed: normal priority
+        pass
 
 
 class CryptoThreads:

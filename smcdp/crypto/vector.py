@@ -47,6 +47,7 @@ from smcdp.crypto.encoding import (
 )
 from smcdp.crypto.counters import count_many
 from smcdp.crypto.modexp import multi_exp
+from smcdp.crypto.obfuscation import ObfuscatorPool
 from smcdp.crypto.paillier import PrivateKey, PublicKey
 from smcdp.errors import CryptoOverflow, InvalidMessage
 from smcdp.v1 import messages_pb2
@@ -277,7 +278,11 @@ class EncryptedVector:
         self._check_bound(bound, "matrix-vector product")
         return EncryptedVector(pk, out, W.shape[0], self.exponent - frac_bits, UNPACKED, bound)
 
-    def rerandomize(self) -> "EncryptedVector":
+    def rerandomize(self, pool: ObfuscatorPool | None = None) -> "EncryptedVector":
+        """Every ciphertext times a fresh obfuscator: from ``pool`` (made ahead) when one is given."""
+        if pool is not None:
+            count_many("rerandomize", len(self.ciphertexts))
+            return self._like([pool.rerandomize(c) for c in self.ciphertexts], self.bound)
         pk = self.public_key
         return self._like([pk.rerandomize(c) for c in self.ciphertexts], self.bound)
 

@@ -21,7 +21,7 @@ from smcdp.compute.config import ComputeConfig
 from smcdp.errors import InputRejected, PreconditionFailed
 from smcdp.net.channel import Channel
 from smcdp.net.limits import TrafficEnvelope
-from smcdp.primitives.rng import SeedLike
+from smcdp.primitives.rng import Randomness, SeedLike
 
 
 @dataclass
@@ -146,6 +146,14 @@ class ProtocolPlugin(abc.ABC):
         leave open.  ``None`` (the default) means: the ``[limits]`` ceilings only.
         """
         return None
+
+    def prepare_next(self, root: Randomness, inputs: Mapping[str, str], allow_insecure_keys: bool) -> None:
+        """Offline work for a session this party may run next, whose randomness root will be ``root``
+        (issue 27: the runtime draws it ahead, :mod:`smcdp.runtime.offline`), started while the party is
+        idle: a key the role will derive from ``root``, its tables, its obfuscators.  ``inputs``: this
+        party's configured inputs for the protocol.  Nothing by default.  It must send nothing, read
+        nothing but this party's own inputs, and return quickly (start the work in the background); a
+        session finding nothing prepared does the work itself, so an error here is only logged."""
 
     @staticmethod
     def input_path(ctx: SessionContext, name: str, who: str) -> str:

@@ -11,6 +11,7 @@ from smcdp.crypto.paillier import check_key_bits
 from smcdp.errors import InputRejected, InvalidMessage, PermissionDenied
 from smcdp.net.channel import Channel
 from smcdp.plugins.base import OutputFlow, ProtocolPlugin, SessionContext, SessionSummary
+from smcdp.primitives.rng import Randomness
 from smcdp.protocols.base import check_roles
 from smcdp.protocols.keyword import (
     ALICE,
@@ -19,6 +20,7 @@ from smcdp.protocols.keyword import (
     frames_from,
     keyword_alice,
     keyword_bob,
+    prepare_alice,
 )
 from smcdp.protocols.secure_forward import MAX_FRAMES
 from smcdp.speech.audio import is_wav_header, read_wav
@@ -112,6 +114,19 @@ class KeywordPlugin(ProtocolPlugin):
                               data_roles=(ALICE, BOB), coordinator_roles=(), outputs=tuple(outputs))
     def traffic_envelope(self, params: Mapping[str, Any], roles: Mapping[str, str], role: str):
         return KeywordParams.from_mapping(params).traffic_envelope(role)
+
+    def prepare_next(self, root: Randomness, inputs: Mapping[str, str], allow_insecure_keys: bool) -> None:
+        """A party with an utterance configured is an Alice: her next session's key pair, its tables and
+        its obfuscators (for the utterance's frames) are made ahead, for her last session's key size
+        (issue 27, :func:`~smcdp.protocols.keyword.prepare_alice`)."""
+        path = inputs.get("utterance")
+        if not path:
+            return
+        if utterance_kind(path) == "wav":
+            frames = read_wav(path).frames
+        else:
+            frames = int(np.load(path, mmap_mode="r", allow_pickle=False).shape[0])
+        prepare_alice(root, frames, allow_insecure_keys=allow_insecure_keys)
 
     async def run_role(self, role: str, ch: Channel, ctx: SessionContext) -> dict:
         p = KeywordParams.from_mapping(ctx.params)

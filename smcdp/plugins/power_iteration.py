@@ -26,6 +26,7 @@ from smcdp.compute import engine_for, open_matrix
 from smcdp.crypto.paillier import check_key_bits
 from smcdp.net.channel import Channel
 from smcdp.plugins.base import OutputFlow, ProtocolPlugin, SessionContext, SessionSummary
+from smcdp.primitives.rng import Randomness
 from smcdp.protocols.base import check_roles
 from smcdp.protocols.power_iteration import (
     ALPHA_INLINE_MAX,
@@ -35,6 +36,7 @@ from smcdp.protocols.power_iteration import (
     check_source,
     data_party,
     dp_calibration,
+    prepare_party1,
     trent,
 )
 
@@ -83,6 +85,11 @@ class PowerIterationPlugin(ProtocolPlugin):
 
     def traffic_envelope(self, params: Mapping[str, Any], roles: Mapping[str, str], role: str):
         return PowerIterationParams.from_mapping(params).traffic_envelope(role)
+
+    def prepare_next(self, root: Randomness, inputs: Mapping[str, str], allow_insecure_keys: bool) -> None:
+        """A data party may be the next session's party1, which makes the session's key (issue 27)."""
+        if inputs.get("data"):
+            prepare_party1(root, allow_insecure_keys=allow_insecure_keys)
 
     async def run_role(self, role: str, ch: Channel, ctx: SessionContext) -> dict:
         p = PowerIterationParams.from_mapping(ctx.params)

@@ -9,8 +9,9 @@ state, so it always comes straight from the OS CSPRNG
 A role's randomness has one root, a :class:`Randomness`:
 
 * **a secret key** (the default in a party process): 32 bytes from the OS
-  CSPRNG, drawn by the party itself when the session starts and kept in the
-  session's checkpoint (mode 0600), never sent anywhere.  Each labelled
+  CSPRNG, drawn by the party itself for the session (ahead of it, so that work
+  derived from it can be done while the party is idle: smcdp.runtime.offline)
+  and kept in the session's checkpoint (mode 0600), never sent anywhere.  Each labelled
   stream is ChaCha20 keyed with HMAC-SHA256(root key, labels) -- a
   cryptographically secure generator, and a *deterministic* one: a role
   replayed after a crash (docs/fault-tolerance.md) draws exactly the same
@@ -39,10 +40,13 @@ from typing import Union
 
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
+from smcdp.crypto.obfuscation import ObfuscatorPool
+from smcdp.crypto.paillier import PrivateKey, check_key_bits, generate_keypair
+from smcdp.crypto.prepared import SHELF
 from smcdp.dp.samplers import RandomSource, SecureSource, StreamSource
 
 __all__ = ["Drbg", "DrbgRandom", "Randomness", "SeedLike", "as_randomness", "derive_seed", "noise_generator",
-           "noise_source", "protocol_rng", "stream_key"]
+           "noise_source", "prepare_session_keypair", "protocol_rng", "session_keypair", "stream_key"]
 
 KEY_BYTES = 32
 _BLOCK = 4096
@@ -219,3 +223,38 @@ def derive_seed(seed: SeedLike, *labels: str) -> int | None:
     if not r.replayable:
         return None
     return int.from_bytes(r.stream_key(*labels), "big")
+
+
+# ------------------------------------------------------------------ a role's session key pair
+def _prepared_label(seed: SeedLike, protocol: str, role: str, bits: int) -> bytes:
+    """Where the key pair of (root, protocol, role, size) is shelved when made ahead: a stream of the root
+    other than the key's own, so nothing about the key follows from it; random, never found, without a root."""
+    return as_randomness(seed).stream_key(protocol, role, "key", "prepared", str(int(bits)))
+
+
+def session_keypair(seed: SeedLike, protocol: str, role: str, bits: int, *,
+                    allow_insecure: bool = False) -> tuple[PrivateKey, ObfuscatorPool | None]:
+    """The Paillier key pair that ``role`` of ``protocol`` derives from its root ``seed`` (the stream
+    ``protocol, role, "key"``), and the obfuscators made for it ahead, if any.
+
+    Issue 27: when the party made this very key while it was idle (:func:`prepare_session_keypair`,
+    :mod:`smcdp.runtime.offline`) it is taken from the party's :data:`~smcdp.crypto.prepared.SHELF` with
+    its tables built; otherwise -- a replay, a seeded session, another key size -- it is derived now.
+    Either way it is the same key."""
+    prepared = SHELF.take(_prepared_label(seed, protocol, role, bits))
+    if prepared is not None:
+        return prepared.key, prepared.obfuscators
+    return generate_keypair(bits, allow_insecure=allow_insecure, rng=protocol_rng(seed, protocol, role, "key"))[1], None
+
+
+def prepare_session_keypair(root: Randomness, protocol: str, role: str, bits: int, *, uses: int,
+                            obfuscators: int = 0, allow_insecure: bool = False) -> None:
+    """Start making, in the background, the key pair a session with root ``root`` will derive for ``role``
+    (:func:`session_keypair`), its tables sized for ``uses`` encryptions and ``obfuscators`` of its
+    obfuscators (:mod:`smcdp.crypto.prepared`)."""
+    check_key_bits(bits, allow_insecure)
+
+    def make() -> PrivateKey:
+        return generate_keypair(bits, allow_insecure=allow_insecure, rng=protocol_rng(root, protocol, role, "key"))[1]
+
+    SHELF.prepare(_prepared_label(root, protocol, role, bits), make, uses=uses, obfuscators=obfuscators)

@@ -36,15 +36,16 @@ import numpy as np
 from smcdp.crypto.codec import public_key_from_proto, public_key_to_proto
 from smcdp.crypto.encoding import UNPACKED
 from smcdp.crypto.naor_pinkas import MODP2048
-from smcdp.crypto.paillier import PrivateKey, check_key_bits, generate_keypair
+from smcdp.crypto.paillier import PrivateKey, check_key_bits
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.errors import CryptoOverflow, InputRejected, InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.net.limits import TrafficEnvelope, ciphertext_vector_bytes
 from smcdp.primitives.ot import ot_choose, ot_send
-from smcdp.primitives.rng import SeedLike, protocol_rng
+from smcdp.primitives.rng import Randomness, SeedLike, prepare_session_keypair, protocol_rng, session_keypair
 from smcdp.protocols.secure_forward import (
     KIND_CODES,
+    MAX_FRAMES,
     ForwardAlice,
     ForwardBob,
     ForwardParams,
@@ -184,10 +185,11 @@ async def keyword_alice(ch: Channel, X, params: KeywordParams, *, private_key: P
     c_start = time.process_time()
     # ------------------------------------------------------------------ offline phase
     t0 = time.perf_counter()
-    if private_key is None:
+    obfuscators = None
+    if private_key is None:   # from the role's root (made while the party was idle, if it was: issue 27)
         check_key_bits(params.key_bits, allow_insecure_keys)
-        _, private_key = generate_keypair(params.key_bits, allow_insecure=allow_insecure_keys,
-                                          rng=protocol_rng(seed, "keyword", ch.role, "key"))
+        private_key, obfuscators = session_keypair(seed, "keyword", ch.role, params.key_bits,
+                                                   allow_insecure=allow_insecure_keys)
     sk = private_key
     check_key_bits(sk.public_key.bits, allow_insecure_keys)
     pk = sk.public_key
@@ -195,13 +197,14 @@ async def keyword_alice(ch: Channel, X, params: KeywordParams, *, private_key: P
     # --- Step 1: the public key.
     await ch.send(bob, "kw/pk", public_key_to_proto(pk))
     role = ForwardAlice(ch, params.forward(), private_key=sk, bob=bob, tag="kw/fw", seed=seed,
-                        labels=("keyword", "forward"))
+                        labels=("keyword", "forward"), obfuscators=obfuscators)
     try:
         if expected_frames is None:
             expected_frames = len(X) if not isinstance(X, AsyncIterable) else STREAM_EXPECTED_FRAMES
         await role.prepare(expected_frames)
-        offline = {"keygen": keygen, **role.offline, "seconds": time.perf_counter() - t_start,
-                   "cpu_seconds": time.process_time() - c_start}
+        _learn(role.offline["obfuscator_count"] / expected_frames, pk.bits)
+        offline = {"keygen": keygen, "prepared": obfuscators is not None, **role.offline,
+                   "seconds": time.perf_counter() - t_start, "cpu_seconds": time.process_time() - c_start}
         # ------------------------------------------------------------------ online phase
         w_on, c_on = time.perf_counter(), time.process_time()
         # --- Step 2: secure forward algorithm for every model.
@@ -242,6 +245,30 @@ async def keyword_alice(ch: Channel, X, params: KeywordParams, *, private_key: P
                            stats=ch.stats.as_dict())
     finally:
         role.close()
+
+
+# =============================================================================== Alice's next session, ahead
+#: obfuscators per frame a prepared key gets before any session has shown the real number (the fixture's
+#: 10 left-to-right 5-state models need 84); afterwards the last session's number
+DEFAULT_OBFUSCATORS_PER_FRAME = 64
+#: what the last session of this process as Alice used: the next one is prepared alike
+_last = {"obfuscators_per_frame": float(DEFAULT_OBFUSCATORS_PER_FRAME), "key_bits": KeywordParams.key_bits}
+
+
+def _learn(obfuscators_per_frame: float, key_bits: int) -> None:
+    _last.update(obfuscators_per_frame=max(1.0, float(obfuscators_per_frame)), key_bits=int(key_bits))
+
+
+def prepare_alice(root: Randomness, frames: int, *, key_bits: int | None = None, role: str = ALICE,
+                  allow_insecure_keys: bool = False) -> None:
+    """Alice's offline phase for a session that will have randomness root ``root``, started now in the
+    background (:func:`~smcdp.primitives.rng.prepare_session_keypair`): the key that session derives, its
+    CRT tables, and obfuscators for ``frames`` frames -- the key size and obfuscators per frame of this
+    process's last session as Alice (before any: 2048 bits, :data:`DEFAULT_OBFUSCATORS_PER_FRAME`).  A
+    session with another root, key size or role finds nothing and does it all itself."""
+    count = int(_last["obfuscators_per_frame"] * max(1, min(int(frames), MAX_FRAMES))) + 8
+    prepare_session_keypair(root, "keyword", role, int(_last["key_bits"] if key_bits is None else key_bits),
+                            uses=count, obfuscators=count, allow_insecure=allow_insecure_keys)
 
 
 def _parse_label(label: bytes, bob: str) -> tuple[int, str]:

@@ -56,7 +56,7 @@ import numpy as np
 from smcdp._numbers import real
 from smcdp.compute.base import ComputeEngine, ComputeSession
 from smcdp.compute.kernels import PADDING_STREAM_INDEX, keyed_gaussian
-from smcdp.compute.local import LocalEngine
+from smcdp.compute.local import TABLE_BATCHES, LocalEngine
 from smcdp.compute.sources import ArraySource, MatrixSource
 from smcdp.crypto.codec import (
     keypair_from_proto,
@@ -65,11 +65,11 @@ from smcdp.crypto.codec import (
     public_key_to_proto,
 )
 from smcdp.crypto.encoding import Packing, decode_fixed
+from smcdp.crypto.obfuscation import ObfuscatorPool
 from smcdp.crypto.paillier import (
     PrivateKey,
     PublicKey,
     check_key_bits,
-    generate_keypair,
 )
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.dp.accountants import ZCDPAccountant
@@ -79,7 +79,15 @@ from smcdp.dp.mechanisms import GaussianMechanism
 from smcdp.errors import InputRejected, InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.net.limits import TrafficEnvelope, ciphertext_vector_bytes
-from smcdp.primitives.rng import SeedLike, noise_source, protocol_rng, stream_key
+from smcdp.primitives.rng import (
+    Randomness,
+    SeedLike,
+    noise_source,
+    prepare_session_keypair,
+    protocol_rng,
+    session_keypair,
+    stream_key,
+)
 from smcdp.protocols.base import ProtocolParams
 from smcdp.v1 import messages_pb2 as pb
 
@@ -487,8 +495,8 @@ async def data_party(ch: Channel, data, params: PowerIterationParams, *,
     sigma = None
     if ch.role == data_roles[0]:
         if private_key is None:   # from the role's root: a replayed party1 regenerates the same key
-            _, private_key = generate_keypair(params.key_bits, allow_insecure=allow_insecure_keys,
-                                              rng=protocol_rng(seed, "power-iteration", ch.role, "key"))
+            private_key, _ = session_keypair(seed, "power-iteration", ch.role, params.key_bits,  # issue 27:
+                                             allow_insecure=allow_insecure_keys)   # made ahead, if it was
         check_key_bits(private_key.public_key.bits, allow_insecure_keys)
         await ch.send_many(data_roles[1:], "keypair", keypair_to_proto(private_key))
         if not params.dp:
@@ -526,6 +534,7 @@ async def _data_party_rounds(ch: Channel, source: MatrixSource, params: PowerIte
     b, r = params.block_size, params.components
     pk = private_key.public_key
     packing, gram_packing = params.packing(pk), params.gram_packing(pk)
+    _last.update(key_bits=pk.bits, uses=TABLE_BATCHES * packing.n_ciphertexts(k * b))   # the next one alike
     async with engine.session(source, private_key, label=f"{ch.session_id}/{ch.role}") as cs:
         # --- Setup 3: padding Ā_i = [A_i  ρ_i I] (ρ_i secret) and the start block C⁽⁰⁾ = Ā_i X⁽⁰⁾.
         fro2 = await cs.frobenius_sq()
@@ -605,6 +614,21 @@ async def _data_party_rounds(ch: Channel, source: MatrixSource, params: PowerIte
                            components=[{"u": us[:, j].tolist()} for j in range(r)], stats=stats)
 
 
+#: what this process's last session as a data party used: party1's next key is prepared alike (before any
+#: session: the demos' 2048-bit key, tables for 32 rounds of one ciphertext)
+_last = {"key_bits": 2048, "uses": TABLE_BATCHES}
+
+
+def prepare_party1(root: Randomness, *, key_bits: int | None = None, allow_insecure_keys: bool = False) -> None:
+    """Issue 27: the key pair a session with root ``root`` makes if this party is its ``party1``, and the
+    key's CRT tables, started now in the background (by default the key size and table uses of this
+    process's last session as a data party).  A session in another role, or with another key size, finds
+    nothing and makes its key itself."""
+    bits = int(_last["key_bits"] if key_bits is None else key_bits)
+    prepare_session_keypair(root, "power-iteration", "party1", bits, uses=int(_last["uses"]),
+                            allow_insecure=allow_insecure_keys)
+
+
 # =============================================================================== DP mode (issue 25)
 def noisy_limit(params: PowerIterationParams) -> float:
     """The largest magnitude a noisy contribution is clamped to: below 2^value_bits, on the 2^-frac grid."""
@@ -647,6 +671,7 @@ async def _dp_data_party_rounds(ch: Channel, source: MatrixSource, params: Power
     k, n_i = source.shape
     b, r, T = params.block_size, params.components, params.dp_rounds
     pk = private_key.public_key
+    _last.update(key_bits=pk.bits, uses=TABLE_BATCHES * params.packing(pk).n_ciphertexts(k * b))   # issue 27
     cal = dp_calibration(params)
     limit = noisy_limit(params)
     async with engine.session(source, private_key, label=f"{ch.session_id}/{ch.role}") as cs:
@@ -775,6 +800,36 @@ def _check_sigma(msg: pb.Floats, params: PowerIterationParams, role: str) -> np.
 async def trent(ch: Channel, params: PowerIterationParams, *, seed: SeedLike = None,
                 allow_insecure_keys: bool = False) -> TrentResult:
     """Role ``trent``: sums encrypted contributions, scales, sends decoys, blinds the Gram; never decrypts."""
+    obfuscators = _Obfuscators()
+    try:
+        return await _trent(ch, params, seed, allow_insecure_keys, obfuscators)
+    finally:
+        obfuscators.close()
+
+
+class _Obfuscators:
+    """Trent's re-randomisations (issue 27): obfuscators made ahead on a background thread (at the lowest
+    priority: the parties' work on the same host comes first) while he waits for the parties, from a table
+    sized for the session's rounds instead of the largest one the memory budget allows (172 MB, 2 s at
+    2048 bits: most of a k = 500 session)."""
+
+    #: the table is sized for this many rounds' re-randomisations (more rounds still work)
+    ROUNDS = 32
+
+    def __init__(self) -> None:
+        self.pool: ObfuscatorPool | None = None
+
+    def start(self, pk: PublicKey, per_round: int) -> None:
+        self.pool = ObfuscatorPool.for_public_key(pk, capacity=2 * per_round, uses=self.ROUNDS * per_round,
+                                                  nice=True)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+
+
+async def _trent(ch: Channel, params: PowerIterationParams, seed: SeedLike, allow_insecure_keys: bool,
+                 obfuscators: _Obfuscators) -> TrentResult:
     params.validate()
     rng = protocol_rng(seed, "power-iteration", ch.role)
     roles = params.data_roles
@@ -804,6 +859,7 @@ async def trent(ch: Channel, params: PowerIterationParams, *, seed: SeedLike = N
         return await _dp_trent(ch, params, pk, k, seed)
     packing, gram_packing = params.packing(pk), params.gram_packing(pk)
     bound_c = params.contribution_bound()
+    obfuscators.start(pk, packing.n_ciphertexts(k * b) + gram_packing.n_ciphertexts(params.gram_length))
 
     states: list[EncryptedVector] = []     # E[U] of every real state, unscaled
     sent_state: list[int | None] = []      # which state each round's block carries (None = decoy)
@@ -817,7 +873,7 @@ async def trent(ch: Channel, params: PowerIterationParams, *, seed: SeedLike = N
         return max(1, int(2.0 ** rng.uniform(lo_bits, hi_bits)))
 
     def real_block(j: int) -> EncryptedVector:
-        return states[j].mul_int(scale_r(DECOY_WEIGHT_BITS, params.scale_bits)).rerandomize()
+        return states[j].mul_int(scale_r(DECOY_WEIGHT_BITS, params.scale_bits)).rerandomize(obfuscators.pool)
 
     def decoy_block() -> EncryptedVector:
         recent = states[-DECOY_HISTORY:]
@@ -828,7 +884,7 @@ async def trent(ch: Channel, params: PowerIterationParams, *, seed: SeedLike = N
             if w:
                 term = s.mul_int(w)
                 acc = term if acc is None else acc + term
-        return acc.mul_int(scale_r(0, params.scale_bits - DECOY_WEIGHT_BITS)).rerandomize()
+        return acc.mul_int(scale_r(0, params.scale_bits - DECOY_WEIGHT_BITS)).rerandomize(obfuscators.pool)
 
     async def blinded_gram(tag: str) -> EncryptedVector:
         """Step 4: E[G'] = (Π_i E[H_i])^{m_int}, declared with exponent −(frac + a): G' = m_t·ΣH_i."""
@@ -838,7 +894,7 @@ async def trent(ch: Channel, params: PowerIterationParams, *, seed: SeedLike = N
                                                  bound=params.gram_bound(), what=f"{tag} from {role}")
                       for role in roles])
         m_int = blind_multiplier(rng, params.blind_offset_bits, params.blind_bits)
-        prod = total.mul_int(m_int).rerandomize()
+        prod = total.mul_int(m_int).rerandomize(obfuscators.pool)
         return EncryptedVector(pk, prod.ciphertexts, prod.length, prod.exponent - params.blind_offset_bits,
                                prod.packing, prod.bound)
 
@@ -944,6 +1000,8 @@ async def _dp_trent(ch: Channel, params: PowerIterationParams, pk: PublicKey, k:
     packing, bound_c = params.packing(pk), params.contribution_bound()
     # --- DP round step 1 (t = 0): a Gaussian start block V_0 from Trent's root (public to the parties).
     start = keyed_gaussian(stream_key(seed, "power-iteration", TRENT, "dp-start"), 0, (k, b))
+    # issue 27: a table for these few encryptions, not the largest one the budget allows (2 s, 172 MB)
+    await asyncio.to_thread(pk.prepare, packing.n_ciphertexts(k * b))
     v = await asyncio.to_thread(EncryptedVector.encrypt, pk, start.ravel(order="F"), frac_bits=params.frac_bits,
                                 packing=packing, bound=bound_c)
     round_seconds: list[float] = []

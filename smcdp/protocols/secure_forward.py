@@ -78,14 +78,13 @@ from collections.abc import AsyncIterable, AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-import gmpy2
 import numpy as np
 from gmpy2 import mpz
 
 from smcdp._numbers import real
 from smcdp.crypto.codec import bigints, from_bigints
 from smcdp.crypto.encoding import UNPACKED, Packing, encode_float
-from smcdp.crypto.modexp import multi_exp
+from smcdp.crypto.modexp import multi_exp_rows
 from smcdp.crypto.naor_pinkas import MODP2048
 from smcdp.crypto.obfuscation import ObfuscatorPool
 from smcdp.crypto.paillier import PrivateKey, PublicKey
@@ -697,13 +696,18 @@ class ForwardAlice:
     """Role Alice, in two phases: :meth:`prepare` (offline: needs no observations) and :meth:`run`."""
 
     def __init__(self, ch: Channel, params: ForwardParams, *, private_key: PrivateKey, bob: str = "bob",
-                 tag: str = "fw", seed: SeedLike = None, labels: Sequence[str] = ("secure-forward",)) -> None:
+                 tag: str = "fw", seed: SeedLike = None, labels: Sequence[str] = ("secure-forward",),
+                 obfuscators: ObfuscatorPool | None = None) -> None:
+        """``obfuscators``: a pool of this key's obfuscators made before the session (issue 27,
+        :mod:`smcdp.crypto.prepared`); :meth:`prepare` tops it up to what the session needs."""
         self.ch, self.params, self.sk, self.bob, self.tag = ch, params.validate(), private_key, bob, tag
         self.pk = private_key.public_key
         self.seed, self.labels = _keyed(seed), tuple(labels)
         self.urgent: CryptoThreads | None = None
         self.background: CryptoThreads | None = None
-        self.pool: ObfuscatorPool | None = None
+        if obfuscators is not None and obfuscators.pk != self.pk:
+            raise ValueError("the obfuscators belong to another key")
+        self.pool: ObfuscatorPool | None = obfuscators
         self.plan: Plan | None = None
         self.offline: dict[str, float] = {}
         self.online: dict[str, float] = {}
@@ -714,7 +718,7 @@ class ForwardAlice:
         return protocol_rng(self.seed, *self.labels, self.ch.role, *purpose)
 
     # ----------------------------------------------------------------------------- offline
-    async def prepare(self, expected_frames: int, *, background_refill: bool = False) -> Plan:
+    async def prepare(self, expected_frames: int) -> Plan:
         """Header, tables, obfuscators for ``expected_frames`` frames, the crypto threads; then Bob's ``ready``."""
         w0, c0 = _clock()
         ch, tag, bob = self.ch, self.tag, self.bob
@@ -730,11 +734,15 @@ class ForwardAlice:
         await asyncio.to_thread(self.sk.prepare, uses)
         self.offline["tables"] = time.perf_counter() - w1
         w1 = time.perf_counter()
-        self.pool = ObfuscatorPool.for_private_key(self.sk, capacity=uses, background=background_refill,
-                                                   low_water=max(1, uses // 4))
-        await asyncio.to_thread(self.pool.precompute, uses, 2)
+        made = 0
+        if self.pool is None:
+            self.pool = ObfuscatorPool.for_private_key(self.sk, capacity=uses, background=False)
+        else:   # made before the session: only the rest now
+            made = self.pool.stats()["stock"]
+        await asyncio.to_thread(self.pool.precompute, max(0, uses - made), 2)
         self.offline["obfuscators"] = time.perf_counter() - w1
         self.offline["obfuscator_count"] = uses
+        self.offline["obfuscators_made_before"] = min(made, uses)
         _open_threads(self)
         w1 = time.perf_counter()
         ready = await ch.recv(bob, f"{tag}/ready", pb.Ints)
@@ -1163,7 +1171,14 @@ class ForwardBob:
     def _rng(self, *purpose: str):
         return protocol_rng(self.seed, *self.labels, self.ch.role, *purpose)
 
-    async def prepare(self, *, background_refill: bool = False) -> None:
+    async def prepare(self) -> None:
+        """Header, Alice's key's table, masks, the first block's obfuscators, the crypto threads; ``ready``.
+
+        The table is built on a thread while the masks are drawn here (the native table loop releases the
+        GIL); only one block's share of the obfuscators is made before ``ready``, the rest -- exactly what
+        the session needs -- on a thread while it runs (issue 27: they cost 0.5 s of every offline phase;
+        an empty stock makes one where it is needed).  Not at the lowest priority: on a loaded host the
+        stock would starve and the obfuscators would be made on the session's critical path instead."""
         w0, c0 = _clock()
         ch, tag, alice, plan = self.ch, self.tag, self.alice, self.plan
         await ch.send(alice, f"{tag}/hdr", self.shape.to_proto())
@@ -1173,15 +1188,8 @@ class ForwardBob:
                                  "(max_frames)")
         expected = int(msg.values[0])
         uses = self._obfuscators_needed(expected)
-        w1 = time.perf_counter()
-        await asyncio.to_thread(self.pk.prepare, uses)
-        self.offline["tables"] = time.perf_counter() - w1
-        w1 = time.perf_counter()
-        self.pool = ObfuscatorPool.for_public_key(self.pk, capacity=uses, background=background_refill,
-                                                  low_water=max(1, uses // 4))
-        await asyncio.to_thread(self.pool.precompute, uses, 2)
-        self.offline["obfuscators"] = time.perf_counter() - w1
-        self.offline["obfuscator_count"] = uses
+        self.pool = ObfuscatorPool.for_public_key(self.pk, capacity=uses, background=False)
+        table = asyncio.ensure_future(asyncio.to_thread(self.pk.prepare, uses))   # while the masks are drawn
         w1 = time.perf_counter()
         for t in range(expected):              # masks, offsets' ingredients and weights: no observation needed
             self.masks.M(t)
@@ -1191,6 +1199,14 @@ class ForwardBob:
         self.masks.final()
         self.offline["masks"] = time.perf_counter() - w1
         self._coef_ints()
+        w1 = time.perf_counter()
+        await table
+        head = min(uses, -(-uses // plan.n_blocks(expected)))
+        await asyncio.to_thread(self.pool.precompute, head, 2)
+        self.pool.fill_behind(uses - head)                     # the rest while the session runs
+        self.offline["tables_and_first_obfuscators"] = time.perf_counter() - w1
+        self.offline["obfuscator_count"] = uses
+        self.offline["obfuscators_before_ready"] = head
         _open_threads(self)
         await ch.send(alice, f"{tag}/ready", pb.Ints(values=[expected]))
         self.offline["seconds"] = time.perf_counter() - w0
@@ -1322,9 +1338,8 @@ class ForwardBob:
         for r in range(R):
             slots = [masks[k][r] << lay.shift for k in range(n)] + [0] * (S - n)
             masks_packed.append(lay.packing.pack(slots)[0] if lay.packing.packed else slots[0])
-        obfs = [self.pool.get() for _ in range(R)]
         out = await _quadratic_forms_block(_threads_for(self, b), self.pk, vec.ciphertexts, self._cints, masks_packed,
-                                           obfs)
+                                           self.pool)
         bound = lay.packing.slot_capacity if lay.packing.packed else int(self.pk.max_int)
         await ch.send(alice, f"{tag}/q/{b}", EncryptedVector(self.pk, out, R * S, -lay.v_frac_bits,
                                                              lay.packing, bound).to_proto())
@@ -1445,25 +1460,26 @@ def _threads_for(role: ForwardAlice | ForwardBob, block: int) -> CryptoThreads:
 
 
 async def _quadratic_forms_block(threads: CryptoThreads, pk: PublicKey, cts: list[mpz], cints: list[list[int]],
-                                 masks_packed: list[int], obfs: list[mpz]) -> list[mpz]:
-    """Bob, one emission block: ξ(zᵀW_r z + V_r) for every row r, all frames of the block.
+                                 masks_packed: list[int], pool: ObfuscatorPool) -> list[mpz]:
+    """Bob, one emission block: ξ(zᵀW_r z + V_r) for every row r, all frames of the block, re-randomised
+    from ``pool``.
 
-    One multi-exponentiation per row over the product ciphertexts (inverses for negative coefficients),
-    the rows spread over ``threads``.
+    The rows are multi-exponentiations over the same product ciphertexts: they share the subset tables of
+    :func:`~smcdp.crypto.modexp.multi_exp_rows` (issue 27: half the multiplications of one Bos–Coster
+    per row), the rows cut into one share per core, each share on one of ``threads`` -- which also takes
+    its obfuscators there (made on that thread if the stock has run out, not on the event loop).
     """
     n2 = pk.nsquare
-    inv = await threads.arun(_inverses, cts, n2)
+    shares = max(1, min(threads.workers, os.cpu_count() or 1, len(cints)))
+    size = -(-len(cints) // shares)
 
-    def row(job: tuple[list[int], int, mpz]) -> mpz:
-        coefs, m, obf = job
-        q = multi_exp([c if k >= 0 else ci for c, ci, k in zip(cts, inv, coefs)], [abs(k) for k in coefs], n2)
-        return q * ((1 + pk.n * pk.raw_plain(m)) % n2) % n2 * obf % n2
+    def share(i: int) -> list[mpz]:
+        qs = multi_exp_rows(cts, cints[i:i + size], n2)
+        return [pool.rerandomize(q * ((1 + pk.n * pk.raw_plain(m)) % n2) % n2)
+                for q, m in zip(qs, masks_packed[i:i + size])]
 
-    return await threads.amap(row, list(zip(cints, masks_packed, obfs)))
-
-
-def _inverses(cts: list[mpz], n2: mpz) -> list[mpz]:
-    return [gmpy2.invert(c, n2) for c in cts]
+    parts = await threads.amap(share, range(0, len(cints), size))
+    return [c for part in parts for c in part]
 
 
 # =============================================================================== one call per role

@@ -50,6 +50,7 @@ from typing import Any, Callable, Mapping, Sequence
 import grpc
 
 from smcdp.compute import close_engines
+from smcdp.crypto.prepared import SHELF
 from smcdp.errors import (
     InvalidMessage,
     PermissionDenied,
@@ -82,6 +83,7 @@ from smcdp.net.server import (
     validate_session_id,
 )
 from smcdp.net.tls import TlsMaterial
+from smcdp.plugins.base import registered
 from smcdp.plugins.registry import get_plugin, load_plugin_modules
 from smcdp.primitives.rng import Randomness
 from smcdp.runtime.config import PartyConfig, load_config
@@ -102,6 +104,7 @@ from smcdp.runtime.limits import (  # issue 19: limits; issue 24: resume is admi
     session_budget,
 )
 from smcdp.runtime.logs import configure_logging, private_dir
+from smcdp.runtime.offline import NextRoot
 from smcdp.runtime.session import RESUMABLE_CODES, Session, error_dict, session_record, write_json_atomic
 from smcdp.v1 import transport_pb2 as tpb
 
@@ -147,6 +150,7 @@ class Party(SessionHost):
         self.observatory = Observatory(self)                  # issue 18: what the console reads
         self._reopening: set[str] = set()                     # sessions being resumed (issue 24)
         self.console = None                                   # [console], started by start()
+        self.next_root = NextRoot(self._prepare_next, self._busy)   # issue 27: offline work done while idle
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> int:
@@ -162,6 +166,9 @@ class Party(SessionHost):
         self._connector = PeerConnector(self.config, self.tls)
         if self._restored_failures:
             self._tell = asyncio.get_running_loop().create_task(self._tell_restored_failures())
+        # a test deployment (small keys allowed) runs key sizes only its first session tells: nothing is
+        # made for that one; a real deployment's first session finds the protocols' default keys made
+        self.next_root.start(prepare_first=not self.config.allow_insecure_keys)
         log.info("party %s listening on %s (port %d)", self.name, self.config.listen, self.port)
         if self.config.console.enabled:                        # issue 18
             from smcdp.runtime.console.server import Console  # aiohttp only where a console runs
@@ -197,7 +204,21 @@ class Party(SessionHost):
                 task.cancel()
         self.governor.stop()
         await close_engines()   # issue 17: the compute engines (process pools, a Dask LocalCluster)
+        self.next_root.close()  # issue 27: keys prepared for sessions that will not come
+        SHELF.clear()
         log.info("party %s stopped", self.name)
+
+    def _busy(self) -> bool:
+        """A session of this party is running (its offline work for the next one waits)."""
+        return any(not s.done.done() for s in list(self.sessions.values()))
+
+    def _prepare_next(self, root: Randomness) -> None:
+        """Every plug-in's offline work for a session with ``root`` (issue 27, smcdp.runtime.offline)."""
+        for name, plugin in sorted(registered().items()):
+            try:
+                plugin.prepare_next(root, self.config.inputs.get(name, {}), self.config.allow_insecure_keys)
+            except Exception:   # noqa: BLE001 - the session does the work itself
+                log.exception("protocol %s could not prepare the next session's offline work", name)
 
     @property
     def sessions_dir(self) -> Path:
@@ -495,7 +516,8 @@ class Party(SessionHost):
         # --- end governance
         # the role's randomness root: this party's own secret, or -- only where its policy allows
         # seeded sessions (the governor refused a seed otherwise) -- the experiment seed
-        randomness = Randomness.fresh() if spec.seed is None else Randomness.from_seed(spec.seed)
+        randomness = (await asyncio.get_running_loop().run_in_executor(None, self.next_root.take)
+                      if spec.seed is None else Randomness.from_seed(spec.seed))
         cp = Checkpoint.create(
             self.sessions_dir, session_id=spec.session_id, protocol=spec.protocol, roles=roles, params=params,
             timeout_seconds=spec.timeout_seconds, seed=spec.seed, initiator=peer, role=mine[0],
@@ -530,6 +552,7 @@ class Party(SessionHost):
         loop = asyncio.get_running_loop()
         s.done.add_done_callback(lambda f, sid=s.spec.session_id: self.governor.session_done(sid, f.result()))
         s.done.add_done_callback(lambda _f, s=s: self._ended_threadsafe(loop, s))
+        s.done.add_done_callback(lambda _f: self.next_root.poke())   # idle again: prepare the next (issue 27)
 
     def _ended_threadsafe(self, loop: asyncio.AbstractEventLoop, s: Session) -> None:
         try:
@@ -670,7 +693,7 @@ class Party(SessionHost):
             return dict(waiting, incarnation=self.incarnation)
         rec = await self.get_result(session_id)
         return {"session_id": session_id, "protocol": rec.get("protocol"), "party": self.name,
-                "role": rec.get("role"), "state": rec.get("state"), "round": None, "step": "",
+                "role": rec.get("role"), "state": rec.get("state"), "round": rec.get("round"), "step": "",
                 "restarts": rec.get("restarts", 0), "incarnation": self.incarnation, "peers": {},
                 "error": rec.get("error"), "resumable": bool(rec.get("resumable"))}
 

@@ -473,21 +473,23 @@ class Session:
             session_id=self.spec.session_id, protocol=self.spec.protocol, party=self.party.name, role=self.role,
             roles=self.spec.roles, initiator=self.initiator, params=self.spec.params, seed=self.spec.seed,
             timeout_seconds=self.spec.timeout_seconds, state=state, result=result, error=error, stats=stats,
-            started_at=self.started_at, seconds=seconds, restarts=self.restarts, resumable=resumable)
+            started_at=self.started_at, seconds=seconds, restarts=self.restarts, resumable=resumable,
+            # the last round the role reported: what an ended session's status shows (issue 27)
+            round=None if self.channel is None else max(0, self.channel.round))
 
 
 def session_record(*, session_id: str, protocol: str | None, party: str, role: str | None,
                    roles: Mapping[str, str], initiator: str | None, params: Mapping[str, Any], seed: int | None,
                    timeout_seconds: float | None, state: str, result: Any = None, error: dict | None = None,
                    stats: dict | None = None, started_at: str | None = None, seconds: float | None = None,
-                   restarts: int = 0, resumable: bool = False) -> dict:
+                   restarts: int = 0, resumable: bool = False, round: int | None = None) -> dict:
     """A session's record (``data_dir/sessions/<id>.json``, what GetResult and the console show)."""
     return {
         "session_id": session_id, "protocol": protocol, "party": party, "role": role, "roles": dict(roles),
         "initiator": initiator, "params": dict(params), "seed": seed, "timeout_seconds": timeout_seconds,
         "state": state, "result": result, "error": error, "stats": stats, "started_at": started_at,
         "finished_at": _utc_now() if state in ("succeeded", "failed") else None,
-        "seconds": seconds, "restarts": restarts, "resumable": resumable,
+        "seconds": seconds, "restarts": restarts, "resumable": resumable, "round": round,
     }
 
 

@@ -27,10 +27,17 @@ def moduli(max_bytes: int = 96):
 
 @st.composite
 def native_calls(draw, max_bytes: int = 96):
-    """One call: ("fixed", base, modulus, exp_bits, window, exponent, factor) or
-    ("multi", bases, exps, modulus, window)."""
+    """One call: ("fixed", base, modulus, exp_bits, window, exponent, factor),
+    ("multi", bases, exps, modulus, window) or ("rows", bases, rows, modulus, group)."""
     mod = draw(moduli(max_bytes))
     window = draw(st.one_of(st.integers(1, 12), st.integers(-3, 40)))
+    if draw(st.integers(0, 3)) == 0:
+        n = draw(st.integers(0, 10))
+        bases = draw(st.lists(st.binary(max_size=max_bytes + 8), min_size=n, max_size=n))
+        rows = draw(st.lists(st.lists(st.binary(max_size=40), min_size=n, max_size=n), max_size=5))
+        if rows and draw(st.integers(0, 20)) == 0:  # now and then: a short row, or a non-bytes exponent
+            rows[0] = draw(st.one_of(st.just(rows[0][:-1]), st.just(rows[0] + [5])))
+        return ("rows", bases, rows, mod, window)
     if draw(st.booleans()):
         base = draw(st.binary(max_size=max_bytes + 8))
         exp_bits = draw(st.one_of(st.integers(1, 300), st.integers(-5, 1 << 70)))
@@ -57,6 +64,16 @@ def run_call(mont, call) -> str:
             if factor is not None:
                 want = want * _int(factor) % m
             assert _int(out) == want, ("FixedBase", call)
+        elif call[0] == "rows":
+            _, bases, rows, mod, group = call
+            out = mont.multi_exp_rows(bases, rows, mod, group)
+            m = _int(mod)
+            assert len(out) == len(rows), ("multi_exp_rows", call)
+            for got, row in zip(out, rows):
+                want = gmpy2.mpz(1)
+                for b, e in zip(bases, row):
+                    want = want * gmpy2.powmod(_int(b), _int(e), m) % m
+                assert _int(got) == want % m, ("multi_exp_rows", call)
         else:
             _, bases, exps, mod, window = call
             out = mont.multi_exp(bases, exps, mod, window)

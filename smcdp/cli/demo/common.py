@@ -102,11 +102,19 @@ def with_progress(label: str, fn: Callable[[Task], Any], *, total: float | None 
         if th is not None:
             th.start()
         try:
-            return fn(t)
+            out = fn(t)
         finally:
             stop.set()
             if th is not None:
                 th.join(timeout=5)
+        if watch is not None:    # the last rounds may have run between two polls: show how it ended
+            try:
+                got = watch()
+            except SmcdpError:
+                got = None
+            if got is not None:
+                t.update(completed=got[0], description=f"{label} ({got[1]})")
+        return out
 
 
 def session_watch(cluster: LocalCluster, party: str, session_id: str) -> Callable[[], tuple[float, str] | None]:
@@ -115,7 +123,9 @@ def session_watch(cluster: LocalCluster, party: str, session_id: str) -> Callabl
 
     def watch() -> tuple[float, str] | None:
         st = client.status(session_id)
-        return float(max(0, st.round or 0)), st.state.value + (f", {st.step}" if st.step else "")
+        if st.round is None:    # no round known (an ended session's old record): keep the last one shown
+            return None
+        return float(max(0, st.round)), st.state.value + (f", {st.step}" if st.step else "")
 
     return watch
 

@@ -698,6 +698,9 @@ class _Governed(ProtocolPlugin):
         # the [limits] ceilings -- 2 GiB -- instead of its protocol's envelope
         return self.inner.traffic_envelope(params, roles, role)
 
+    def prepare_next(self, root, inputs, allow_insecure_keys):
+        return self.inner.prepare_next(root, inputs, allow_insecure_keys)
+
     async def run_role(self, role: str, ch: Channel, ctx: SessionContext) -> dict:
         ctx = dataclasses.replace(ctx, on_release=lambda: self.governor.release_point(self.session_id))
         try:

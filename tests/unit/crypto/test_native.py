@@ -98,6 +98,50 @@ def test_multi_exp_with_signs_on_both_engines(terms, exp_bits, data, keypair512)
     assert results == {ref}
 
 
+@needs_native
+@settings(max_examples=60, deadline=None)
+@given(bits=st.sampled_from([5, 64, 65, 200, 1024, 2048]), terms=st.integers(min_value=0, max_value=30),
+       rows=st.integers(min_value=0, max_value=6), exp_bits=st.sampled_from([1, 7, 45, 64, 65, 130]),
+       group=st.integers(min_value=1, max_value=12), data=st.data())
+def test_native_multi_exp_rows_matches_powmod_products(bits, terms, rows, exp_bits, group, data):
+    """Issue 27: the rows share subset tables; each row is still exactly Π b^e (every group size, last
+    groups of fewer bases, zero rows, zero exponents, exponents at limb edges, bases ≥ the modulus)."""
+    m = mpz(data.draw(st.integers(min_value=1 << (bits - 1), max_value=(1 << bits) - 1))) | 1
+    bases = [mpz(data.draw(st.integers(min_value=0, max_value=int(m) - 1))) for _ in range(terms)]
+    E = [[data.draw(st.integers(min_value=0, max_value=(1 << exp_bits) - 1)) for _ in range(terms)]
+         for _ in range(rows)]
+    want = []
+    for row in E:
+        ref = mpz(1) % m
+        for b, e in zip(bases, row):
+            ref = ref * gmpy2.powmod(b, e, m) % m
+        want.append(ref)
+    assert native.multi_exp_rows(bases, E, m, group) == want
+
+
+@settings(max_examples=30, deadline=None)
+@given(terms=st.integers(min_value=0, max_value=40), rows=st.integers(min_value=0, max_value=8),
+       exp_bits=st.sampled_from([1, 20, 44, 64, 65, 100]), data=st.data())
+def test_multi_exp_rows_with_signs_equals_one_multi_exp_per_row_on_both_engines(terms, rows, exp_bits, data,
+                                                                               keypair512):
+    """Signed exponents through the offset 2^b and one shared inversion: the same ciphertexts as one
+    multi_exp per row, on either engine."""
+    pk, _ = keypair512
+    bases = [pk.raw_encrypt(data.draw(st.integers(min_value=-1000, max_value=1000))) for _ in range(terms)]
+    E = [[data.draw(st.integers(min_value=-(1 << exp_bits) + 1, max_value=(1 << exp_bits) - 1))
+          for _ in range(terms)] for _ in range(rows)]
+    want = [multi_exp(bases, row, pk.nsquare) for row in E]
+    assert modexp.multi_exp_rows(bases, E, pk.nsquare) == want
+    saved = native.AVAILABLE
+    try:
+        native.AVAILABLE = False
+        assert modexp.multi_exp_rows(bases, E, pk.nsquare) == want
+    finally:
+        native.AVAILABLE = saved
+    with pytest.raises(ValueError, match="one exponent per base"):
+        modexp.multi_exp_rows(bases, [[1] * (terms + 1)], pk.nsquare)
+
+
 @pytest.mark.skipif(not native.AVAILABLE, reason="native engine not built")
 def test_exponents_cut_into_limbs_give_the_bucket_methods_result(keypair512):
     """65..640-bit exponents go through one-limb chunks (Bos–Coster); the result is the engine's own bucket
@@ -174,6 +218,22 @@ def test_bad_arguments_are_refused_cleanly():
         _mont.multi_exp([b"\x01" * 40], [b"\x05"], mb, 4)
     with pytest.raises(RuntimeError, match="not initialised"):
         _mont.FixedBase.__new__(_mont.FixedBase).pow(b"\x01")
+    with pytest.raises(ValueError, match="group"):
+        _mont.multi_exp_rows([b"\x02"], [[b"\x05"]], mb, 0)
+    with pytest.raises(ValueError, match="group"):
+        _mont.multi_exp_rows([b"\x02"], [[b"\x05"]], mb, 13)
+    with pytest.raises(ValueError, match="row 0 has 0 exponents for 1 bases"):
+        _mont.multi_exp_rows([b"\x02"], [[]], mb, 4)
+    with pytest.raises(TypeError, match="bytes"):
+        _mont.multi_exp_rows([b"\x02"], [[5]], mb, 4)
+    with pytest.raises(TypeError, match="sequence"):
+        _mont.multi_exp_rows([b"\x02"], [5], mb, 4)
+    with pytest.raises(ValueError, match="wider"):
+        _mont.multi_exp_rows([b"\x01" * 40], [[b"\x05"]], mb, 4)
+    with pytest.raises(ValueError, match="odd modulus"):
+        _mont.multi_exp_rows([b"\x02"], [[b"\x05"]], b"\x04", 4)
+    with pytest.raises(ValueError, match="limit"):
+        _mont.multi_exp_rows([b"\x02"], [[b"\x01" * ((1 << 20) + 1)]], mb, 4)
 
 
 @needs_native
