@@ -78,7 +78,7 @@ from smcdp.net.server import (
 from smcdp.net.tls import TlsMaterial
 from smcdp.plugins.registry import get_plugin, load_plugin_modules
 from smcdp.primitives.rng import Randomness
-from smcdp.runtime.config import PartyConfig, load_config
+from smcdp.runtime.config import PartyConfig, load_config, require_optional_parts
 from smcdp.runtime.console.readmodel import Observatory  # issue 18: console and metrics
 from smcdp.runtime.durability.checkpoint import Checkpoint, CheckpointError
 from smcdp.runtime.governance.approvals import propose_until_decided
@@ -123,6 +123,7 @@ class Party(SessionHost):
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> int:
+        require_optional_parts(self.config)                  # issue 29: a missing extra, named up front
         load_plugin_modules(self.config.plugins)
         private_dir(self.sessions_dir, self.config.data_dir)  # 0700 (issue 19)
         # governance first (audit, ledger, proposals): restored sessions keep their reservations
