@@ -4,6 +4,10 @@ import pytest
 
 from smcdp.crypto.paillier import generate_keypair
 
+# issue 29: which tests share an xdist worker (module-scoped clusters, `serial`), and the optional
+# wall/CPU report (`-p tests.support.timing --timing-json FILE`); see docs/testing.md
+pytest_plugins = ["tests.support.scheduling"]
+
 
 @functools.lru_cache(maxsize=None)
 def _keypair(bits: int):
