@@ -7,7 +7,7 @@ where sharing a worker is what the test's fixtures need, so nobody has to rememb
 * a test that uses a **module-, class- or package-scoped fixture** (a party cluster started once per
   module, say) runs on the worker that holds that fixture.  Tests of one module that share such a
   fixture, directly or through another test that uses both, form one group named after the module
-  and the fixtures (``tests/x.py::cluster``); two clusters in one module are two groups that may run
+  and the fixtures (``integration/x:cluster`` for tests/integration/x.py); two clusters in one module are two groups that may run
   on two workers at once.  Without this, every worker that got one of the module's tests would start
   its own cluster (and two copies of the namespace cluster would collide on its fixed names);
 * a test marked ``serial`` runs in the one group ``serial``: those tests run one after the other,
@@ -28,6 +28,7 @@ SHARED_SCOPES = ("module", "class", "package")
 def pytest_configure(config):
     config.addinivalue_line("markers", "serial: runs in one xdist group with every other serial test "
                                        "(never two of them at once); see tests/support/scheduling.py")
+    config.pluginmanager.register(_GroupIds(), "smcdp-xdist-group-ids")
 
 
 def shared_fixtures(item) -> list[str]:
@@ -71,7 +72,8 @@ def groups(items) -> dict[int, str]:
     for i, keys in uses.items():
         root = find(keys[0])
         # a serial test that shares a fixture takes the fixture's other users into "serial" with it
-        out[i] = "serial" if root in serial_roots else f"{root[0]}::{'+'.join(sorted(members[root]))}"
+        module = root[0].removeprefix("tests/").removesuffix(".py")
+        out[i] = "serial" if root in serial_roots else f"{module}:{'+'.join(sorted(members[root]))}"
     for i, item in enumerate(items):
         if item.get_closest_marker("serial") is not None:
             out[i] = "serial"
@@ -83,3 +85,31 @@ def pytest_collection_modifyitems(config, items):
     for i, name in groups(items).items():
         if items[i].get_closest_marker("xdist_group") is None:
             items[i].add_marker(pytest.mark.xdist_group(name))
+
+
+def group_of(item) -> str | None:
+    """The xdist group of ``item`` as xdist spells it (its marks' names, sorted, joined by ``_``)."""
+    names = {str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")}
+    return "_".join(sorted(names)) if names else None
+
+
+class _GroupIds:
+    """xdist tells its controller a test's group through the test's id, ``nodeid@group``; xdist 3.8
+    writes it where pytest 9.2 no longer reads it (pytest-xdist issue 1386), so every group would be
+    split across workers without a word.  Where its renaming did not take, this renames (the
+    structured id pytest 9.2 reads); tests/unit/test_scheduling.py checks that groups hold."""
+
+    @pytest.hookimpl(trylast=True)   # after xdist's own renaming
+    def pytest_collection_modifyitems(self, config, items):
+        if not getattr(config.option, "loadgroup", False):   # set in xdist workers under --dist loadgroup
+            return
+        for item in items:
+            group = group_of(item)
+            if group is None or item.nodeid.endswith(f"@{group}"):
+                continue
+            new = f"{item.nodeid}@{group}"
+            if hasattr(item, "_id") and hasattr(type(item._id), "parse"):
+                item._id = type(item._id).parse(new)
+            else:
+                item._nodeid = new
+            assert item.nodeid == new, "cannot give the test its xdist group"

@@ -78,6 +78,16 @@ def _wait_pending(cluster, party, sid, timeout=60.0):
         time.sleep(0.2)
 
 
+def _wait_decided(cluster, party, sid, timeout=60.0) -> str:
+    """The state of ``sid`` at ``party`` once it is no longer pending (polled, up to ``timeout``)."""
+    end = time.monotonic() + timeout
+    while True:
+        state = client.show_session(cluster.configs[party], sid)["state"]
+        if state != "pending" or time.monotonic() > end:
+            return state
+        time.sleep(0.2)
+
+
 def _restart(cluster, party, *, kill: bool):
     proc = cluster.procs[party]
     if kill:
@@ -243,18 +253,22 @@ def test_approve_reject_list_show_through_the_cli_durably_and_expiring(tmp_path,
         th.join(60)
         assert out["error"].code == "DEADLINE_EXCEEDED"
         assert "party 'alice' did not approve session 'a-3'" in str(out["error"])
-        time.sleep(1.5)
+        _wait_decided(cluster, "alice", "a-3", timeout=30)
         capsys.readouterr()
         assert cli_main(["session", "show", "a-3", "--config", alice, "--json"]) == 0
         # the initiator's abort at its deadline (withdrawn) or alice's own deadline (expired) ends it
         assert json.loads(capsys.readouterr().out)["state"] in ("withdrawn", "expired")
 
-        th, out = _start(cluster, "a-4", timeout=8.0)        # the initiator dies: nobody withdraws it
+        # the initiator dies: nobody withdraws it.  (Its operator's call is dropped with it: a
+        # start_session would go on asking the dead charlie for the record for ~40 s.)
+        call = client.begin_session(cluster.configs["charlie"], "dp-aggregate", ROLES, PARAMS, session_id="a-4",
+                                    timeout=8.0)
         _wait_pending(cluster, "alice", "a-4")
         cluster.procs["charlie"].kill()
         cluster.procs["charlie"].wait(10)
-        th.join(60)
-        time.sleep(9.0)
+        call.close()
+        # alice's own deadline (8 s after the proposal) expires it; the test used to look after ~50 s
+        _wait_decided(cluster, "alice", "a-4", timeout=50)
         capsys.readouterr()
         assert cli_main(["session", "show", "a-4", "--config", alice, "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["state"] == "expired"

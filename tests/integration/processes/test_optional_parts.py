@@ -96,6 +96,8 @@ def test_a_local_cluster_names_the_missing_engine_before_it_spawns_a_party(tmp_p
             cluster.start()
         except MissingDependency as exc:
             out["cluster"] = [str(exc), sorted(cluster.procs)]
+        finally:
+            cluster.stop()
         try:
             make_engine(ComputeConfig(engine="dask"))   # what a role would call
         except MissingDependency as exc:
