@@ -65,7 +65,7 @@ def test_argmin_decoding_refuses_inconsistent_bits():
 
 
 # ----------------------------------------------------------------------------- the protocol (DGK)
-@pytest.mark.parametrize("K", [2, 3, 4, 5])
+@pytest.mark.parametrize("K", [2, 3, 4, pytest.param(5, marks=pytest.mark.slow)])   # K = 5: 120 runs, ~7 CPU-s
 def test_all_permutations_small_K(K, keys):
     base = [10 + 7 * i for i in range(K)]
     for perm in itertools.permutations(base):
@@ -123,6 +123,7 @@ def test_nothing_in_clear(keys):
     assert not any("pi1" in t or "keypair" in t for t in to_charlie)
 
 
+@pytest.mark.slow   # ~5 CPU-s (not in make test-quick)
 def test_charlie_sees_a_uniformly_random_order(keys):
     """With the tie-break v' = K·v + j, the position of the minimum in Charlie's (doubly permuted) view
     is uniform even when all values are equal."""
