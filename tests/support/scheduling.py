@@ -94,10 +94,16 @@ def group_of(item) -> str | None:
 
 
 class _GroupIds:
-    """xdist tells its controller a test's group through the test's id, ``nodeid@group``; xdist 3.8
-    writes it where pytest 9.2 no longer reads it (pytest-xdist issue 1386), so every group would be
-    split across workers without a word.  Where its renaming did not take, this renames (the
-    structured id pytest 9.2 reads); tests/unit/test_scheduling.py checks that groups hold."""
+    """xdist tells its controller a test's group through the test ids a worker collected,
+    ``nodeid@group``; xdist 3.8 writes them where pytest 9.2 no longer reads (pytest-xdist issue 1386),
+    so every group would be split across workers without a word.  Where its renaming did not take,
+    this renames (the structured id pytest 9.2 reads) until the worker has sent its collection, then
+    gives the tests their own ids back (reports and ``-ra`` show ids one can paste into a command;
+    the controller schedules by the ids it was sent).  tests/unit/test_scheduling.py checks that
+    groups hold."""
+
+    def __init__(self) -> None:
+        self.renamed: list[tuple[object, object]] = []
 
     @pytest.hookimpl(trylast=True)   # after xdist's own renaming
     def pytest_collection_modifyitems(self, config, items):
@@ -105,11 +111,15 @@ class _GroupIds:
             return
         for item in items:
             group = group_of(item)
-            if group is None or item.nodeid.endswith(f"@{group}"):
+            if group is None or item.nodeid.endswith(f"@{group}") or not hasattr(item, "_id"):
                 continue
             new = f"{item.nodeid}@{group}"
-            if hasattr(item, "_id") and hasattr(type(item._id), "parse"):
-                item._id = type(item._id).parse(new)
-            else:
-                item._nodeid = new
+            self.renamed.append((item, item._id))
+            item._id = type(item._id).parse(new)
             assert item.nodeid == new, "cannot give the test its xdist group"
+
+    @pytest.hookimpl(trylast=True)   # after xdist's worker sent its collection to the controller
+    def pytest_collection_finish(self, session):
+        for item, original in self.renamed:
+            item._id = original
+        self.renamed.clear()

@@ -63,8 +63,7 @@ class _Collector:
             return
         for key, value in report.user_properties:
             if key == "timing":
-                nodeid = plain_nodeid(report.nodeid)
-                self.records[nodeid] = {"nodeid": nodeid, **value,
+                self.records[report.nodeid] = {"nodeid": report.nodeid, **value,
                                                "worker": getattr(report, "node", None) and report.node.gateway.id}
 
     def pytest_terminal_summary(self, terminalreporter):
@@ -91,10 +90,6 @@ class _Collector:
             tr.write_line(f"{r['wall']:9.1f} {r['cpu']:9.1f}  {r['nodeid']}")
 
 
-def plain_nodeid(nodeid: str) -> str:
-    """``nodeid`` without the ``@group`` that --dist loadgroup appends (tests/support/scheduling.py)."""
-    at = nodeid.rfind("@")
-    return nodeid[:at] if at > nodeid.rfind("]") else nodeid
 
 
 def directory(nodeid: str) -> str:

@@ -15,7 +15,7 @@ from smcdp.cli import main as cli_main
 from smcdp.cli.demo.common import governed
 from smcdp.cli.demo.dp_aggregate import demo_dp_aggregate
 from smcdp.dp.ledger import Ledger
-from smcdp.errors import SmcdpError
+from smcdp.errors import SmcdpError, Unavailable
 from smcdp.runtime import client
 from smcdp.runtime.config import load_config
 from smcdp.runtime.governance.audit import read_entries, verify_log
@@ -81,9 +81,13 @@ def _wait_pending(cluster, party, sid, timeout=60.0):
 def _wait_decided(cluster, party, sid, timeout=60.0) -> str:
     """The state of ``sid`` at ``party`` once it is no longer pending (polled, up to ``timeout``)."""
     end = time.monotonic() + timeout
+    state = "unknown"
     while True:
-        state = client.show_session(cluster.configs[party], sid)["state"]
-        if state != "pending" or time.monotonic() > end:
+        try:
+            state = client.show_session(cluster.configs[party], sid)["state"]
+        except Unavailable:          # one call lost on a loaded machine: ask again (the party is checked after)
+            pass
+        if state not in ("pending", "unknown") or time.monotonic() > end:
             return state
         time.sleep(0.2)
 
