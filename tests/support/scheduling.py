@@ -1,21 +1,24 @@
 """How the suite runs in parallel (pytest-xdist, ``make test``): which tests must share a worker.
 
 ``make test`` runs ``pytest -n N --dist loadgroup``: each test goes to whichever worker is free,
-except tests marked ``xdist_group(NAME)``, which all go to one worker.  This plugin adds that mark
-where sharing a worker is what the test's fixtures need, so nobody has to remember it:
+except tests marked ``xdist_group(NAME)``, which all go to one worker, one after the other.  This
+plugin adds that mark where the tests' fixtures need it, so nobody has to remember it:
 
-* a test that uses a **module-, class- or package-scoped fixture** (a party cluster started once per
-  module, say) runs on the worker that holds that fixture.  Tests of one module that share such a
-  fixture, directly or through another test that uses both, form one group named after the module
-  and the fixtures (``integration/x:cluster`` for tests/integration/x.py); two clusters in one module are two groups that may run
-  on two workers at once.  Without this, every worker that got one of the module's tests would start
-  its own cluster (and two copies of the namespace cluster would collide on its fixed names);
-* a test marked ``serial`` runs in the one group ``serial``: those tests run one after the other,
-  never two at once (other tests still run beside them on other workers).
+* the tests of a module that use a **module-, class- or package-scoped fixture** (a party cluster
+  started once per module, say) form one group named after the module (``integration/x`` for
+  tests/integration/x.py): the fixture is set up once, on one worker.  Without this, every worker
+  that got one of the module's tests would start its own cluster (and two copies of the namespace
+  cluster would collide on its fixed names).  A module with several clusters (fault tolerance has
+  three) runs them one after the other, as a plain run does: their tests kill and restart parties
+  that must come back within a grace period, which several clusters busy at once on two cores could
+  make them miss;
+* a test marked ``serial`` runs in the one group ``serial`` (with its module's group, if it uses a
+  shared fixture): those tests run one after the other, never two at once (other tests still run
+  beside them on other workers).
 
-Session-scoped fixtures (keys, say) are made once per worker; they must be cheap or cached on disk
-(see tests/support/keys.py).  Without xdist (``pytest`` alone, ``make test-quick`` with ``-n 0``)
-the marks change nothing.
+Session-scoped fixtures (keys, say) are made once per worker, so they must be cheap: the key
+fixtures are (docs/testing.md).  Without xdist (``pytest`` alone, ``make test JOBS=0``) the marks
+change nothing.
 """
 
 from __future__ import annotations
@@ -46,34 +49,15 @@ def shared_fixtures(item) -> list[str]:
 
 def groups(items) -> dict[int, str]:
     """index in ``items`` -> xdist group name, for the items that must share a worker."""
-    out: dict[int, str] = {}
-    parent: dict[tuple[str, str], tuple[str, str]] = {}   # union-find over (module, fixture)
-
-    def find(x):
-        while parent.setdefault(x, x) != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    uses: dict[int, list[tuple[str, str]]] = {}
+    modules: dict[int, str] = {}
+    serial_modules = set()
     for i, item in enumerate(items):
-        module = item.nodeid.split("::")[0]
-        keys = [(module, name) for name in shared_fixtures(item)]
-        if keys:
-            uses[i] = keys
-            for k in keys[1:]:
-                parent[find(k)] = find(keys[0])
-    members: dict[tuple[str, str], set[str]] = {}
-    serial_roots = set()
-    for i, keys in uses.items():
-        members.setdefault(find(keys[0]), set()).update(name for _, name in keys)
-        if items[i].get_closest_marker("serial") is not None:
-            serial_roots.add(find(keys[0]))
-    for i, keys in uses.items():
-        root = find(keys[0])
-        # a serial test that shares a fixture takes the fixture's other users into "serial" with it
-        module = root[0].removeprefix("tests/").removesuffix(".py")
-        out[i] = "serial" if root in serial_roots else f"{module}:{'+'.join(sorted(members[root]))}"
+        if shared_fixtures(item):
+            modules[i] = item.nodeid.split("::")[0]
+            if item.get_closest_marker("serial") is not None:
+                serial_modules.add(modules[i])
+    out = {i: "serial" if m in serial_modules else m.removeprefix("tests/").removesuffix(".py")
+           for i, m in modules.items()}
     for i, item in enumerate(items):
         if item.get_closest_marker("serial") is not None:
             out[i] = "serial"
