@@ -120,7 +120,7 @@ def main(argv=None) -> int:
                      f"{base:.3f} | {sec / base:.0f}× |")
     lines += ["", f"DGK comparisons of 166-bit integers, 2048-bit key, one process (both sides): "
                   f"**{rate:.1f} comparisons/s** (key generation {keygen:.1f} s, once per session). "
-                  "Stage 1 needs K(K−1)/2 comparisons: 3, 10 and 28 for K = 3, 5, 8."]
+                  "Stage 1 needs K − 1 comparisons (a tournament): 2, 4 and 7 for K = 3, 5, 8."]
     for K, d, why in retried:
         lines += ["", f"_K = {K}, d = {d} needed a second attempt: {why}_"]
     print("\n".join(lines))

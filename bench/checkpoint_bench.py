@@ -68,7 +68,7 @@ def main() -> int:
                    "bob": {"power-iteration": {"data": data / "hospital_b.npy"}}}
         roles = {"trent": "trent", "party1": "alice", "party2": "bob"}
         params = {"n_parties": 2, "key_bits": bits}
-        with LocalCluster(parties, allow_insecure_keys=insecure, workdir=tmp / "pi") as c:
+        with LocalCluster(parties, allow_insecure_keys=insecure, workdir=tmp / "pi", open_policy=True) as c:
             recs, s = _session(c, "power-iteration", roles, params, "trent")
             _, sk = _session(c, "power-iteration", roles, params, "trent", "kill:bob:round=5")
         rows.append(_row("power iteration (k = 30)", recs, s, recs["trent"]["result"]["rounds"], sk, "rounds"))
@@ -82,7 +82,7 @@ def main() -> int:
         X = np.load(data / "org1.npz")["X"]
         params = {"n_parties": 3, "dim": int(X.shape[1]), "epsilon": 1.0, "lam": 0.01, "key_bits": bits,
                   "dgk_bits": 2048 if bits >= 2048 else 1024, "dgk_t": 224 if bits >= 2048 else 96}
-        with LocalCluster(parties, allow_insecure_keys=insecure, workdir=tmp / "dpa") as c:
+        with LocalCluster(parties, allow_insecure_keys=insecure, workdir=tmp / "dpa", open_policy=True) as c:
             recs, s = _session(c, "dp-aggregate", roles, params, "charlie")
             _, sk = _session(c, "dp-aggregate", roles, params, "charlie", "kill:charlie:round=2")
         rows.append(_row("dp-aggregate (3 parties)", recs, s, 3, sk, "stages"))
@@ -90,7 +90,7 @@ def main() -> int:
         kw = REPO / "tests" / "data" / "keyword"
         parties = {"alice": {"keyword": {"utterance": kw / "utterance_98.npy"}},
                    "bob": {"keyword": {"models": kw / "models.npz"}}}
-        with LocalCluster(parties, allow_insecure_keys=insecure, workdir=tmp / "kw") as c:
+        with LocalCluster(parties, allow_insecure_keys=insecure, workdir=tmp / "kw", open_policy=True) as c:
             recs, s = _session(c, "keyword", {"alice": "alice", "bob": "bob"}, {"key_bits": bits}, "alice")
             _, sk = _session(c, "keyword", {"alice": "alice", "bob": "bob"}, {"key_bits": bits}, "alice",
                              "kill:bob:round=50")

@@ -55,7 +55,7 @@ def main() -> int:
     from smcdp.cli.bench import paillier_benchmark
     from smcdp.progress import task
 
-    with task("benchmarks", total=7, unit="bench") as progress:
+    with task("benchmarks", total=10, unit="bench") as progress:
         return _run(args, paillier_benchmark, progress)
 
 
@@ -150,7 +150,12 @@ def _run(args, paillier_benchmark, progress) -> int:
 
     for name, title, extra in (("keyword_bench.py", "Keyword recognition (seed Table 4.1)", []),
                                ("aggregate_bench.py", "DP aggregation", []),
-                               ("checkpoint_bench.py", "The cost of checkpointing (issue 15)", [])):
+                               ("scale_bench.py", "DP aggregation at scale: K up to 256 data parties (issue 28)", []),
+                               ("scale_bench.py", "Power iteration against the number of data parties (issue 28)",
+                                ["power-iteration"]),
+                               ("checkpoint_bench.py", "The cost of checkpointing (issue 15)", []),
+                               ("dp_power_iteration_bench.py",
+                                "Power iteration, DP mode: utility against central DP PCA (issue 25)", [])):
         path = HERE / name
         stage(name)
         if not path.exists():

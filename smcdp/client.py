@@ -48,7 +48,9 @@ from smcdp.runtime.config import PartyConfig, load_config
 class SessionState(str, Enum):
     """Where a session stands at one party (its record's ``state``)."""
 
-    PREPARED = "prepared"     #: admitted here, waiting for every participant to begin
+    PENDING = "pending"       #: waiting for this party's operator to approve it (status only)
+    PREPARED = "prepared"     #: admitted here, waiting for every participant to begin (``waiting_for``:
+                              #: the participant whose operator decides, if any)
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"         #: the record's ``error`` says why and who (``resumable``: may continue)
@@ -205,6 +207,8 @@ class SessionStatus:
     error: SessionError | None
     resumable: bool
     raw: Mapping[str, Any] = field(repr=False, compare=False)
+    #: the participant whose operator is deciding on the session ("waiting for approval at X"), or None
+    waiting_for: str | None = None
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "SessionStatus":
@@ -215,7 +219,8 @@ class SessionStatus:
                    step=str(d.get("step") or ""), restarts=int(d.get("restarts") or 0),
                    incarnation=_str_or_none(d.get("incarnation")), seconds_left=d.get("seconds_left"),
                    peers=MappingProxyType(peers), error=SessionError.from_dict(d.get("error")),
-                   resumable=bool(d.get("resumable")), raw=MappingProxyType(copy.deepcopy(dict(d))))
+                   resumable=bool(d.get("resumable")), raw=MappingProxyType(copy.deepcopy(dict(d))),
+                   waiting_for=_str_or_none(d.get("waiting_for")))
 
     def as_dict(self) -> dict:
         return copy.deepcopy(dict(self.raw))

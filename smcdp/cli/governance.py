@@ -5,13 +5,16 @@ party's own certificate, from ``--config``).  The audit commands read the party'
 data directory directly and need no running party.
 
 Exit status: 0 success; 1 refused or failed (e.g. a proposal that is no longer pending,
-a tampered audit log); 2 invalid arguments or an unreachable party; ``audit verify``
-exits 3 when the only damage is an incomplete last line (a crash mid-write, repaired by
-the party when it starts).
+a tampered audit log, or one a peer's witnessed head contradicts); 2 invalid arguments or
+an unreachable party; ``audit verify`` exits 3 when the only damage is an incomplete last
+line (a crash mid-write, repaired by the party when it starts), and with ``--witnesses``
+4 when no witnessed head could be checked.
 """
 
 from __future__ import annotations
 
+import asyncio
+import getpass
 import json
 import sys
 from pathlib import Path
@@ -19,9 +22,12 @@ from pathlib import Path
 from smcdp.client import PartyClient
 from smcdp.errors import InvalidMessage, SmcdpError
 from smcdp.runtime.config import load_config
+from smcdp.net.tls import TlsMaterial
 from smcdp.runtime.governance import audit
+from smcdp.runtime.governance.witness import check_log, fetch_witnessed, heads_from_file
 
 EXIT_TORN = 3
+EXIT_UNWITNESSED = 4
 
 
 def _fail(exc: BaseException) -> int:
@@ -139,26 +145,85 @@ def _data_dir(args) -> Path:
 
 
 def _cmd_verify(args) -> int:
+    wanted = args.witnesses or args.witness_file
     try:
+        if wanted and args.config is None:
+            raise InvalidMessage("--witnesses and --witness-file need --config FILE (the party's name, CA and peers)")
         d = _data_dir(args)
         v = audit.verify_log(d)
+        findings, unreachable = _witnessed(args) if wanted else ([], {})
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except SmcdpError as exc:
         return _fail(exc)
     if args.json:
-        print(json.dumps(v.as_dict(), indent=2))
+        out = v.as_dict()
+        if wanted:
+            out["witnesses"] = [vars(f) for f in findings]
+            out["unreachable"] = unreachable
+        print(json.dumps(out, indent=2))
     log = d / audit.LOG_NAME
-    if v.ok:
+    if not v.ok:
         if not args.json:
-            print(f"{log}: intact, {v.lines} lines, head sha256 {v.head}" + (f" ({v.note})" if v.note else ""))
-        return 0
+            kind = "TORN" if v.torn else "TAMPERED OR DAMAGED"
+            print(f"{log}: {kind} at line {v.bad_line}: {v.problem}", file=sys.stderr)
+            print(f"the first {v.lines} lines verify (head sha256 {v.head})", file=sys.stderr)
+        return EXIT_TORN if v.torn else 1
     if not args.json:
-        kind = "TORN" if v.torn else "TAMPERED OR DAMAGED"
-        print(f"{log}: {kind} at line {v.bad_line}: {v.problem}", file=sys.stderr)
-        print(f"the first {v.lines} lines verify (head sha256 {v.head})", file=sys.stderr)
-    return EXIT_TORN if v.torn else 1
+        print(f"{log}: intact, {v.lines} lines, head sha256 {v.head}" + (f" ({v.note})" if v.note else ""))
+    if not wanted:
+        return 0
+    return _report_witnesses(findings, unreachable, quiet=args.json)
+
+
+def _witnessed(args) -> tuple[list, dict[str, str]]:
+    """What peers (``--witnesses``) and files (``--witness-file``) say about this party's log (issue 24)."""
+    cfg = load_config(args.config)
+    heads, unreachable = [], {}
+    if args.witnesses:
+        heads, unreachable = asyncio.run(fetch_witnessed(cfg, TlsMaterial.load(cfg.tls.ca, cfg.tls.cert,
+                                                                               cfg.tls.key)))
+    for path in args.witness_file or []:
+        heads += [(f"file {path}", h) for h in heads_from_file(Path(path))]
+    return check_log(cfg.data_dir, cfg.name, cfg.tls.ca, heads), unreachable
+
+
+def _report_witnesses(findings, unreachable: dict[str, str], quiet: bool) -> int:
+    """Exit 0: every witness agrees; 1: one contradicts the log; 4: no witness could be checked."""
+    usable = [f for f in findings if f.lines is not None]
+    bad = [f for f in usable if not f.ok]
+    if not quiet:
+        for f in findings:
+            print(f"  {'ok ' if f.ok else 'BAD' if f.lines is not None else '?? '} {f.message}",
+                  file=sys.stdout if f.ok else sys.stderr)
+        for peer, why in sorted(unreachable.items()):
+            print(f"  ?? peer {peer} could not be asked: {why}", file=sys.stderr)
+    if bad:
+        if not quiet:
+            print(f"TAMPERED: {len(bad)} of {len(usable)} witnessed heads contradict the log", file=sys.stderr)
+        return 1
+    if not usable:
+        if not quiet:
+            print("no witnessed head could be checked: the log is intact as far as this disk shows, "
+                  "unconfirmed by any peer", file=sys.stderr)
+        return EXIT_UNWITNESSED
+    if not quiet:
+        print(f"{len(usable)} witnessed heads from {len({f.source for f in usable})} witnesses agree with the log")
+    return 0
+
+
+def _cmd_new(args) -> int:
+    """Start a new audit log where it is missing (itself the new log's first line)."""
+    try:
+        cfg = load_config(args.config)
+        entry = audit.start_new_log(cfg.data_dir, cfg.name, args.reason, f"{getpass.getuser()} (smcdp audit new)")
+    except SmcdpError as exc:
+        return _fail(exc)
+    prev = entry.get("previous_head")
+    print(f"{cfg.data_dir / audit.LOG_NAME}: a new audit log, started by {entry['by']}: {args.reason}"
+          + (f" (the lost log's head recorded {prev['lines']} lines, sha256 {prev['sha256']})" if prev else ""))
+    return 0
 
 
 def _cmd_audit_show(args) -> int:
@@ -201,4 +266,16 @@ def register(subparsers) -> None:
         if name == "show":
             s.add_argument("--session", help="only this session's events")
             s.add_argument("--tail", type=int, help="only the last N events")
+        else:
+            s.add_argument("--witnesses", action="store_true",
+                           help="also check the log against the signed heads every peer holds (asked over "
+                                "mutual TLS with the party's certificate; needs --config): exit 1 if one "
+                                "contradicts it, 4 if none could be checked")
+            s.add_argument("--witness-file", action="append", metavar="FILE",
+                           help="a peer's witness/<this party>.json, handed over by its operator (repeatable)")
         s.set_defaults(func=fn)
+    s = sub.add_parser("new", help="start a new audit log where it is missing (the party refuses to start "
+                                   "without one); the new log's first line records this")
+    s.add_argument("--config", required=True, help="the party's TOML configuration")
+    s.add_argument("--reason", required=True, help="why the log is started anew (recorded)")
+    s.set_defaults(func=_cmd_new)

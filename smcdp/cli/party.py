@@ -98,7 +98,8 @@ def _wait_watched(handle: SessionHandle):
     label = f"session {handle.session_id}"
     with task(label, total=None, unit="round") as t:
         def show(st: SessionStatus) -> None:
-            what = st.state.value + (f", {st.step}" if st.step else "")
+            what = st.state.value + (f", {st.step}" if st.step else "") + (
+                f", waiting for approval at {st.waiting_for}" if st.waiting_for else "")
             t.update(completed=max(0, st.round or 0), description=f"{label} ({what})")
 
         return handle.wait(on_status=show, poll=1.0)
@@ -119,6 +120,8 @@ def _cmd_session_status(args: argparse.Namespace) -> int:
     except SmcdpError as exc:
         return _fail(exc)
     print(json.dumps(status.as_dict(), indent=2, sort_keys=True))
+    if status.waiting_for:   # issue 24: the session waits for an operator's approval
+        print(f"session {status.session_id}: waiting for approval at {status.waiting_for}", file=sys.stderr)
     return 0
 
 

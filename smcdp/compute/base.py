@@ -84,6 +84,10 @@ class ComputeSession(abc.ABC):
         """(A Aᵀ Q, (Aᵀ Q)ᵀ (Aᵀ Q)) in one pass over the blocks."""
 
     @abc.abstractmethod
+    async def clipped_gram_pass(self, Q: np.ndarray, clip: float) -> tuple[np.ndarray, int]:
+        """(Ã Ãᵀ Q, how many columns were clipped), Ã = A with every column scaled to norm ≤ ``clip``."""
+
+    @abc.abstractmethod
     def project(self, U: np.ndarray) -> AsyncIterator[tuple[Block, np.ndarray]]:
         """(block, A_bᵀ U) for every block, in block order."""
 

@@ -313,6 +313,11 @@ class DaskSession(ComputeSession):
         Q = np.ascontiguousarray(Q, dtype=np.float64)
         return await asyncio.to_thread(self._tree, kernels.gram_block, (Q,), False, "gram")
 
+    async def clipped_gram_pass(self, Q: np.ndarray, clip: float) -> tuple[np.ndarray, int]:
+        Q = np.ascontiguousarray(Q, dtype=np.float64)
+        Z, over = await asyncio.to_thread(self._tree, kernels.clipped_gram_block, (Q, float(clip)), False, "gram")
+        return Z, int(over[0])
+
     async def project(self, U: np.ndarray) -> AsyncIterator[tuple[Block, np.ndarray]]:
         U = np.ascontiguousarray(U, dtype=np.float64)
         client = self.client

@@ -10,6 +10,8 @@ Kernels (A is one block, k × n_b; Q and U are k × b):
 
 * :func:`gram_block`: Z_b = A (Aᵀ Q) and H_b = (Aᵀ Q)ᵀ (Aᵀ Q); the n_b × b product Aᵀ Q never leaves
   the kernel;
+* :func:`clipped_gram_block`: Z_b = Ã (Ãᵀ Q) with every column of A scaled to norm at most C (the DP
+  mode of power iteration, issue 25), and how many columns were scaled;
 * :func:`init_block`: A X₀ and the squared column norms of X₀, where X₀ (n_b × b) is Gaussian from
   SHAKE-256(stream key ‖ block index), so the start vector depends on the key and the block, not on
   which process computes which block or in which order;
@@ -64,6 +66,15 @@ PADDING_STREAM_INDEX = -1
 def gram_block(A: np.ndarray, Q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     W = A.T @ Q
     return A @ W, W.T @ W
+
+
+def clipped_gram_block(A: np.ndarray, Q: np.ndarray, clip: float) -> tuple[np.ndarray, np.ndarray]:
+    norms = np.sqrt(np.einsum("ij,ij->j", A, A))
+    over = norms > clip
+    scale = np.ones_like(norms)
+    scale[over] = clip / norms[over]
+    W = (A.T @ Q) * scale[:, None]            # Ãᵀ Q, Ã = A·diag(scale)
+    return (A * scale) @ W, np.array([float(np.count_nonzero(over))])
 
 
 def init_block(A: np.ndarray, index: int, stream_key: bytes, b: int) -> tuple[np.ndarray, np.ndarray]:

@@ -22,6 +22,7 @@ from smcdp.compute.base import ComputeEngine, ComputeSession
 from smcdp.compute.kernels import (
     TreeSum,
     apply_block,
+    clipped_gram_block,
     frobenius_block,
     gram_block,
     init_block,
@@ -109,6 +110,10 @@ class LocalSession(ComputeSession):
 
     async def gram_pass(self, Q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return await self._run("gram", gram_block, np.ascontiguousarray(Q, dtype=np.float64))
+
+    async def clipped_gram_pass(self, Q: np.ndarray, clip: float) -> tuple[np.ndarray, int]:
+        Z, over = await self._run("gram", clipped_gram_block, np.ascontiguousarray(Q, dtype=np.float64), float(clip))
+        return Z, int(over[0])
 
     async def project(self, U: np.ndarray) -> AsyncIterator[tuple[Block, np.ndarray]]:
         U = np.ascontiguousarray(U, dtype=np.float64)

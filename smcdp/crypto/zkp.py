@@ -12,6 +12,13 @@ cost to detect (docs/security.md):
   witness-indistinguishable, and R = Π r_k is uniform given any K − 1 of the
   r_k.  dp-aggregate's Charlie proves his Stage-2 indicator with it, so he can
   no longer send zeros (no noise at all) or a non-indicator.
+* :func:`prove_bit` / :func:`verify_bit` -- the per-entry part alone, so that
+  K verifiers can check one entry each (dp-aggregate: party k checks the
+  entry Charlie sends it), and :func:`open_ciphertext` /
+  :func:`verify_opening` -- the key owner reveals a ciphertext's plaintext m
+  and its randomness r, which proves ``c = g^m · r^n`` (a perfectly binding
+  proof of correct decryption: no other m ∈ Z_n gives the same c); the
+  product's opening above is one.
 
 Challenges are ``CHALLENGE_BITS`` = 128-bit Fiat–Shamir hashes of the
 statement and a caller-supplied context (session, purpose), so a proof cannot
@@ -64,7 +71,7 @@ def _challenge(pk: PublicKey, context: bytes, *values: int) -> int:
     return int.from_bytes(h.digest(), "big") & _MASK
 
 
-def _prove_bit(pk: PublicKey, c: mpz, bit: int, r: mpz, context: bytes) -> list[int]:
+def _prove_bit_with(pk: PublicKey, c: mpz, bit: int, r: mpz, context: bytes) -> list[int]:
     n, n2 = pk.n, pk.nsquare
     us = [mpz(c), mpz(c) * (1 - n) % n2]               # c·g^-0, c·g^-1
     fake = 1 - bit
@@ -80,7 +87,11 @@ def _prove_bit(pk: PublicKey, c: mpz, bit: int, r: mpz, context: bytes) -> list[
     return [int(a[0]), int(a[1]), e[0], int(z[0]), int(z[1])]
 
 
-def _verify_bit(pk: PublicKey, c: mpz, proof: Sequence[int], context: bytes) -> bool:
+def verify_bit(pk: PublicKey, c: int, proof: Sequence[int], context: bytes) -> bool:
+    """True iff ``proof`` (5 integers) shows that ``c`` encrypts 0 or 1 (bound to ``context``)."""
+    if len(proof) != 5:
+        return False
+    c = mpz(c)
     n, n2 = pk.n, pk.nsquare
     a0, a1, e0, z0, z1 = (mpz(x) for x in proof)
     if not (0 < a0 < n2 and 0 < a1 < n2 and 0 < z0 < n and 0 < z1 < n and 0 <= e0 <= _MASK):
@@ -93,16 +104,43 @@ def _verify_bit(pk: PublicKey, c: mpz, proof: Sequence[int], context: bytes) -> 
             and gmpy2.powmod(z1, n, n2) == a1 * gmpy2.powmod(us[1], e1, n2) % n2)
 
 
+def prove_bit(sk: PrivateKey, c: int, bit: int, context: bytes) -> list[int]:
+    """Proof (5 integers) that ``c`` encrypts ``bit`` ∈ {0, 1}, witness-indistinguishable: it does not
+    say which."""
+    if bit not in (0, 1):
+        raise ValueError("a bit proof is for 0 or 1")
+    return _prove_bit_with(sk.public_key, mpz(c), bit, randomness_of(sk, c, bit), context)
+
+
+def open_ciphertext(sk: PrivateKey, c: int) -> tuple[int, int]:
+    """(m, r) with ``c = g^m · r^n mod n²`` and 0 ≤ m < n: the plaintext and its proof."""
+    m = sk.raw_decrypt(c)
+    return int(m), int(randomness_of(sk, c, m))
+
+
+def verify_opening(pk: PublicKey, c: int, m: int, r: int) -> bool:
+    """True iff ``c = g^m · r^n mod n²`` with 0 ≤ m < n and r a unit mod n (then m is c's plaintext)."""
+    n, n2 = pk.n, pk.nsquare
+    m, r = mpz(m), mpz(r)
+    if not (0 <= m < n and 0 < r < n) or gmpy2.gcd(r, n) != 1:
+        return False
+    return mpz(c) % n2 == (1 + m * n) * gmpy2.powmod(r, n, n2) % n2
+
+
+def _entry_context(context: bytes, k: int) -> bytes:
+    return context + k.to_bytes(4, "big")
+
+
 def prove_one_hot(sk: PrivateKey, cts: Sequence[int], hot: int, context: bytes) -> list[int]:
     """Proof that ``cts`` (under ``sk``'s public key) encrypt the indicator of position ``hot``.
 
-    Returns 5 integers per ciphertext and then R, the opening of their product.
+    Returns 5 integers per ciphertext (:func:`prove_bit` of entry k with context ``context ‖ k``)
+    and then R, the opening of their product to 1.
     """
     pk = sk.public_key
     proof: list[int] = []
     for k, c in enumerate(cts):
-        bit = 1 if k == hot else 0
-        proof += _prove_bit(pk, mpz(c), bit, randomness_of(sk, c, bit), context + k.to_bytes(4, "big"))
+        proof += prove_bit(sk, c, 1 if k == hot else 0, _entry_context(context, k))
     product = mpz(1)
     for c in cts:
         product = product * mpz(c) % pk.nsquare
@@ -116,13 +154,9 @@ def verify_one_hot(pk: PublicKey, cts: Sequence[int], proof: Sequence[int], cont
     if len(proof) != 5 * K + 1 or K < 1:
         return False
     for k, c in enumerate(cts):
-        if not _verify_bit(pk, mpz(c), proof[5 * k:5 * k + 5], context + k.to_bytes(4, "big")):
+        if not verify_bit(pk, c, proof[5 * k:5 * k + 5], _entry_context(context, k)):
             return False
-    n, n2 = pk.n, pk.nsquare
-    R = mpz(proof[-1])
-    if not 0 < R < n or gmpy2.gcd(R, n) != 1:
-        return False
     product = mpz(1)
     for c in cts:
-        product = product * mpz(c) % n2
-    return product == (1 + n) * gmpy2.powmod(R, n, n2) % n2
+        product = product * mpz(c) % pk.nsquare
+    return verify_opening(pk, product, 1, proof[-1])

@@ -73,6 +73,17 @@ class Limits:
     max_concurrent_rpcs: int = 512
     #: ended sessions whose de-duplication digests stay in memory (late retries are acknowledged)
     keep_ended_sessions: int = 64
+    # --- governance (issue 24): approvals, resumes, what ended sessions leave on disk
+    #: how long a proposal waits for an operator's approval: at the approving party, and at the
+    #: initiator and the parties that accepted while the initiator reports the wait
+    approval_timeout_seconds: float = 24 * 3600.0
+    #: proposals waiting for this party's operator (pending or approved, not yet started), per peer / in all
+    pending_approvals_per_peer: int = 8
+    pending_approvals_total: int = 64
+    #: how often one session may be restarted here (restored after a crash or resumed)
+    max_restarts: int = 3
+    #: checkpoints and journals of sessions that failed (resumably or not) are deleted this long after
+    failed_retention_seconds: float = 24 * 3600.0
 
     # ------------------------------------------------------------------ derived
     @property
@@ -108,10 +119,15 @@ _INT_RANGES: dict[str, tuple[int, int]] = {
     "max_concurrent_streams": (4, 100_000),
     "max_concurrent_rpcs": (8, 1_000_000),
     "keep_ended_sessions": (0, 100_000),
+    "pending_approvals_per_peer": (1, 10_000),
+    "pending_approvals_total": (1, 100_000),
+    "max_restarts": (0, 1_000),
 }
 _SECONDS_RANGES: dict[str, tuple[float, float]] = {
     "proposal_grace_seconds": (1.0, 24 * 3600.0),
     "max_session_seconds": (1.0, 7 * 24 * 3600.0),
+    "approval_timeout_seconds": (1.0, 30 * 24 * 3600.0),
+    "failed_retention_seconds": (1.0, 365 * 24 * 3600.0),
 }
 
 
@@ -147,6 +163,9 @@ def parse_limits(table: Mapping[str, Any], legacy_max_message_mib: int | None = 
     if limits.pending_total > limits.sessions_total or limits.running_per_peer > limits.sessions_total:
         raise ConfigValueError("limits.pending_total and limits.running_per_peer cannot exceed "
                                "limits.sessions_total")
+    if limits.pending_approvals_per_peer > limits.pending_approvals_total:
+        raise ConfigValueError(f"limits.pending_approvals_per_peer ({limits.pending_approvals_per_peer}) cannot "
+                               f"exceed limits.pending_approvals_total ({limits.pending_approvals_total})")
     if limits.max_message_mib > limits.max_session_mib:
         raise ConfigValueError(f"limits.max_message_mib ({limits.max_message_mib}) cannot exceed "
                                f"limits.max_session_mib ({limits.max_session_mib})")

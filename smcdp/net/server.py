@@ -255,6 +255,19 @@ class SessionHost(abc.ABC):
     async def resume(self, peer: str, session_id: str) -> str:
         """Reopen a resumably failed session from its checkpoint at the initiator's request; return the role."""
 
+    async def waiting(self, peer: str, session_id: str, party: str) -> None:
+        """The initiator ``peer`` says ``session_id`` waits for ``party``'s operator (issue 24)."""
+        raise _unimplemented("Waiting")
+
+    async def witness(self, peer: str, statement: bytes, signature: bytes, certificate: bytes
+                      ) -> tuple[bytes, bytes, bytes] | None:
+        """Keep ``peer``'s signed audit head; return this party's own (issue 24)."""
+        raise _unimplemented("Witness")
+
+    async def witnessed(self, peer: str) -> list[tuple[bytes, bytes, bytes]]:
+        """The signed audit heads this party holds about ``peer``."""
+        raise _unimplemented("GetWitnessed")
+
     @abc.abstractmethod
     async def get_status(self, session_id: str) -> dict: ...
 
@@ -480,6 +493,37 @@ class MailboxServicer(tgrpc.MailboxServicer):
             return tpb.ResumeReply(role=role)
         except Exception as exc:  # noqa: BLE001
             await _fail(context, exc, "Resume")
+
+    async def Waiting(self, request, context):
+        try:
+            peer = peer_identity(context)
+            request = checked(request)
+            if not PARTY_NAME_RE.match(request.party):
+                raise InvalidMessage("Waiting names a party that is not a valid party name")
+            await self.host.waiting(peer, validate_session_id(request.session_id), request.party)
+            return tpb.WaitingReply()
+        except Exception as exc:  # noqa: BLE001
+            await _fail(context, exc, "Waiting")
+
+    async def Witness(self, request, context):
+        try:
+            peer = peer_identity(context)
+            request = checked(request)
+            mine = await self.host.witness(peer, request.statement, request.signature, request.certificate)
+            return tpb.SignedAuditHead() if mine is None else tpb.SignedAuditHead(
+                statement=mine[0], signature=mine[1], certificate=mine[2])
+        except Exception as exc:  # noqa: BLE001
+            await _fail(context, exc, "Witness")
+
+    async def GetWitnessed(self, request, context):
+        try:
+            peer = peer_identity(context)
+            checked(request)
+            heads = await self.host.witnessed(peer)
+            return tpb.WitnessedHeads(heads=[tpb.SignedAuditHead(statement=a, signature=b, certificate=c)
+                                             for a, b, c in heads])
+        except Exception as exc:  # noqa: BLE001
+            await _fail(context, exc, "GetWitnessed")
 
 
 def _info_message(info: dict) -> tpb.SessionInfo:

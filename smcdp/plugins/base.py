@@ -76,6 +76,9 @@ class SessionSummary:
     delta: float = 0.0
     rho: float | None = None            # zCDP rho of the release, when the ledger's rule needs one
     record_bound: int | None = None     # public lower bound on every data role's number of records
+    #: how many vectors (components) the session computes from the data, for protocols that have
+    #: such a number (power iteration: components + oversample); bounded by a policy's max_components
+    components: int | None = None
 
     def outputs_from(self, role: str) -> list[OutputFlow]:
         """The outputs computed from ``role``'s private inputs."""
@@ -85,7 +88,8 @@ class SessionSummary:
         return {"protocol": self.protocol, "key_bits": dict(self.key_bits),
                 "data_roles": list(self.data_roles), "coordinator_roles": list(self.coordinator_roles),
                 "outputs": [o.as_dict() for o in self.outputs], "epsilon": self.epsilon,
-                "delta": self.delta, "rho": self.rho, "record_bound": self.record_bound}
+                "delta": self.delta, "rho": self.rho, "record_bound": self.record_bound,
+                "components": self.components}
 
 class ProtocolPlugin(abc.ABC):
     """A protocol as the party runner sees it."""
@@ -168,14 +172,14 @@ class _ReleaseGate:
             self._on_release()           # raises: the message is not sent
             self._on_release = None
 
-    async def send(self, to: str, tag: str, msg) -> None:
+    async def send(self, to: str, tag: str, msg) -> bytes:
         self._before((to,), tag)
-        await self._ch.send(to, tag, msg)
+        return await self._ch.send(to, tag, msg)
 
-    async def send_many(self, to: Iterable[str], tag: str, msg) -> None:
+    async def send_many(self, to: Iterable[str], tag: str, msg) -> bytes:
         to = list(to)
         self._before(to, tag)
-        await self._ch.send_many(to, tag, msg)
+        return await self._ch.send_many(to, tag, msg)
 
 
 _REGISTRY: dict[str, ProtocolPlugin] = {}

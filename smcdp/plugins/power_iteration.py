@@ -8,6 +8,11 @@ Outputs written by each party (``data_dir/outputs/<session>/``):
 * Trent: ``x.npy`` (n × r, column j = x_j).  Above :data:`INLINE_MAX` samples the record carries the
   path of that file (``x_file``) instead of the vectors themselves (``x`` and the components' ``x``
   are then null), so that session records and their replies stay small.
+
+In the DP mode (issue 25: ``epsilon`` and ``delta`` in the parameters) a data party writes ``u.npy`` and
+``x_block.npy`` = A_iᵀu_j, computed locally and never sent; Trent writes nothing (he learns no output).
+The session costs every data party's ``[budget]`` (epsilon, delta) (rho for a zCDP ledger), committed
+just before its first noisy contribution leaves it.
 """
 
 from __future__ import annotations
@@ -24,10 +29,12 @@ from smcdp.plugins.base import OutputFlow, ProtocolPlugin, SessionContext, Sessi
 from smcdp.protocols.base import check_roles
 from smcdp.protocols.power_iteration import (
     ALPHA_INLINE_MAX,
+    NOISY_TAG,
     TRENT,
     PowerIterationParams,
     check_source,
     data_party,
+    dp_calibration,
     trent,
 )
 
@@ -57,11 +64,22 @@ class PowerIterationPlugin(ProtocolPlugin):
         def name(v: str, lo: int, hi: int) -> str:
             return v if lo == hi == 1 else f"{v}_{lo}" if lo == hi else f"{v}_{lo}..{v}_{hi}"
 
+        if p.dp:
+            # DP mode (issue 25): every data party receives the T noisy aggregates Σ_i(Ã_iÃ_iᵀQ_t + η_i) and
+            # takes u_1 … u_r (and, with oversample, b − r more directions) from them; Trent gets only
+            # ciphertexts; x is not released.  Each party's releases cost (epsilon, delta), rho-zCDP.
+            cal = dp_calibration(p)
+            outputs = [OutputFlow(name("u", 1, r), data, data, dp=True)]
+            if b > r:
+                outputs.append(OutputFlow(f"approximate {name('u', r + 1, b)} (oversample)", data, data, dp=True))
+            return SessionSummary(protocol=self.name, key_bits={"paillier": p.key_bits}, data_roles=data,
+                                  coordinator_roles=(TRENT,), outputs=tuple(outputs), epsilon=cal.epsilon,
+                                  delta=cal.delta, rho=cal.rho, components=b)
         outputs = [OutputFlow(name("u", 1, r), data, data), OutputFlow(name("x", 1, r), (TRENT,), data)]
         if b > r:
             outputs.append(OutputFlow(f"approximate {name('u', r + 1, b)} (oversample)", data, data))
         return SessionSummary(protocol=self.name, key_bits={"paillier": p.key_bits}, data_roles=data,
-                              coordinator_roles=(TRENT,), outputs=tuple(outputs))
+                              coordinator_roles=(TRENT,), outputs=tuple(outputs), components=b)
 
     def traffic_envelope(self, params: Mapping[str, Any], roles: Mapping[str, str], role: str):
         return PowerIterationParams.from_mapping(params).traffic_envelope(role)
@@ -72,7 +90,7 @@ class PowerIterationPlugin(ProtocolPlugin):
         if role == TRENT:
             res = await trent(ch, p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys)
             out = asdict(res)
-            if ctx.output_dir is not None:
+            if ctx.output_dir is not None and res.x is not None:
                 path = ctx.output_dir / "x.npy"
                 np.save(path, np.column_stack([c["x"] for c in res.components]))
                 out["x_file"] = str(path)
@@ -87,6 +105,8 @@ class PowerIterationPlugin(ProtocolPlugin):
             blocks = np.lib.format.open_memmap(ctx.output_dir / "x_block.npy", mode="w+", dtype=np.float64,
                                                shape=(source.n, p.components))
             sink = _writer(blocks)
+        if p.dp:   # the release point: just before the first noisy contribution leaves this party
+            ch = self.release_gate(ch, ctx, [(TRENT, f"{NOISY_TAG}/0")])
         res = await data_party(ch, source, p, engine=engine_for(ctx.compute), seed=ctx.seed,
                                allow_insecure_keys=ctx.allow_insecure_keys, x_sink=sink)
         if blocks is not None:

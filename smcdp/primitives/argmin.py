@@ -1,58 +1,69 @@
-"""Secure argmin of additively shared values by blind and permute (seed 003 §4.1.3, Stage 1).
+"""Secure argmin of additively shared values: blind, permute and a tournament (seed 003 §4.1.3, Stage 1).
 
 K parties (roles ``party1`` … ``partyK``) each hold a private non-negative
 integer v_j; a curator (role ``charlie`` by default) helps.  At the end the
-curator knows the index j̃ of the smallest value *in a doubly permuted order*
-(the parties' permutation π₁, unknown to him, followed by his own π₂, unknown
-to the parties); the parties know π₁.  Nobody learns any v_j, and nobody
-learns which party holds the minimum.  ``smcdp.protocols.dp_aggregate`` uses
-the two permutations to route the smallest party's noise obliviously (Stage 2).
+curator knows the *position* of the smallest value in the parties' secret
+order π₁ (unknown to him); each party knows only its own position and whose
+shares it held.  Nobody learns any v_j, and nobody learns which party holds
+the minimum.  ``smcdp.protocols.dp_aggregate`` routes the smallest party's
+noise by that position (Stage 2) and then lets every party *verify* the
+selection (:func:`check_selection_party`: "the selected value is ≤ mine",
+secure against a curator who deviates).
 
-Steps (numbers as in the seed):
+Steps (numbers as in the seed where they exist):
 
 0. party1 generates the parties' Paillier key ξ (Charlie never gets its
-   private half) and π₁, and sends both to the other parties over their
-   mutually authenticated channels; Charlie generates his own Paillier key ζ
-   and sends the public key to every party.
+   private half) and π₁, sends every party j its own position π₁(j) and the
+   party whose shares it will hold, π₁⁻¹(j) -- nothing else of π₁ -- and ξ
+   down a binary tree of the parties (party i forwards it to parties 2i and
+   2i + 1, so nobody sends more than two copies); Charlie generates his own
+   Paillier key ζ and sends the public key to every party.
 1. Each party j forms v'_j = K·v_j + (j − 1) -- all v'_j are distinct, ties of
    v are broken by the lower party index -- and splits it into additive
    shares v'_j = a_j + b_j with b_j uniform in [0, 2^(L'+κ)), L' the bit
    length of v', κ the statistical security parameter (≥ 40).
-2. Party j sends a_j to the party at position π₁(j) and ζ(b_j) -- encrypted
-   under *Charlie's* key -- to the same party, which forwards it to Charlie.
-   **Deviation from the seed**, which lets P_j send b_j to Charlie directly
-   "with the index changed": over authenticated channels Charlie knows who
-   sent what, so he would learn π₁.  Routed through position π₁(j) and
-   re-randomised, the share reaches Charlie from the party at that position.
+2. Party j sends a_j and ζ(b_j) -- encrypted under *Charlie's* key -- to the
+   party at position π₁(j) (party index π₁(j)), which forwards ζ(b_j) to
+   Charlie.  **Deviation from the seed**, which lets P_j send b_j to Charlie
+   directly "with the index changed": over authenticated channels Charlie
+   knows who sent what, so he would learn π₁.
 3. The party at position k sends ξ(a at k) and (re-randomised) ζ(b at k) to
-   Charlie, who decrypts the latter: he holds π₁(b), the parties π₁(a).
-4. Charlie draws r_k uniform in [−2^(L'+2κ), 2^(L'+2κ)) (equally likely
-   positive or negative), computes ξ(a_k + r_k) (fresh encryption of r_k, so
-   the result is re-randomised) and b_k − r_k, draws π₂ and sends the i-th
-   element of ξ(π₂(π₁(a) + r)) to party i.
-5. Party i decrypts ã_i.  ã = π₂(π₁(a) + r), b̃ = π₂(π₁(b) − r) and
-   ã + b̃ = π₂(π₁(v')).
-6. v'_i < v'_j  ⟺  ã_i − ã_j < b̃_j − b̃_i: for every pair i < j, party i
-   holds x = ã_i − ã_j (party j sends it ã_j; ã_j is masked by Charlie's r_j,
-   statistically hiding a_j, and a_j itself hides v' behind b_j) and Charlie
-   holds y = b̃_j − b̃_i.  A DGK comparison (``smcdp.primitives.comparison``,
-   Charlie holds the DGK key and gets the bit) gives Charlie [v'_i < v'_j].
-   Party i learns only DGK ciphertexts.  Charlie learns the complete order of
-   the doubly permuted values; because the v'_j are distinct and π₁ is
-   uniform and unknown to him, that order is a uniformly random permutation
-   whatever the inputs are, so it tells him nothing (ties, which would show in
-   the comparison bits, cannot occur).
+   Charlie, who decrypts the latter: he holds b_k, the parties hold a_k, and
+   a_k + b_k = v' of the party at position k.
+4. **Tournament** (issue 28; replaces the seed's comparison of every pair):
+   ⌈log₂ K⌉ rounds over the positions; round r pairs the survivors in order
+   (an odd one out advances), and every match of a round runs at once.  The
+   t-th match of the bracket (t = 0 … K − 2, round by round, left to right)
+   is evaluated by party t + 2 -- a public schedule, so every party but
+   party1 evaluates exactly one match.  For the match of positions p, q
+   Charlie draws r uniform in [−2^(L'+2κ), 2^(L'+2κ)) and sends that party
+   ξ(a_p − a_q + r) (homomorphically, fresh encryption of r); the party
+   decrypts x = a_p − a_q + r, Charlie holds y = b_q − b_p + r, and
+   v'_p < v'_q ⟺ x < y: a DGK comparison (``smcdp.primitives.comparison``,
+   Charlie holds the DGK key and gets the bit) tells Charlie which advances.
+   K − 1 comparisons in all instead of K(K−1)/2.
 
-Bit budget: |ã|, |b̃| < 2^(L'+2κ+1), so differences fit ell = L' + 2κ + 3
-signed bits, the DGK comparison length.  docs/protocols/dp-aggregate.md has
-the full "who learns what".
+What everybody sees: the evaluating party sees x, statistically hidden by r
+(distance < 2^-κ), without knowing which positions p, q it compares.
+Charlie sees the b_k (uniform, independent of the values) and the match
+results.  The v' are distinct and π₁ is uniform and unknown to him, so the
+ranks of the values over the positions form a uniformly random permutation
+σ whatever the inputs are; the results are a function of σ -- the winner's
+position and the bracket -- and therefore distributed as the bracket of a
+uniformly random permutation, independent of the inputs.  (The seed's
+all-pairs version revealed σ itself, equally independent of the inputs but
+log₂(K!) bits instead of K − 1.)
+
+Bit budget: |x|, |y| < 2^(L'+2κ+1), so ell = L' + 2κ + 3 signed bits is the
+DGK comparison length.  docs/protocols/dp-aggregate.md has the full "who
+learns what".
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from smcdp.crypto import dgk
@@ -72,6 +83,7 @@ from smcdp.crypto.paillier import (
     check_key_bits,
     generate_keypair,
 )
+from smcdp.crypto.zkp import open_ciphertext, verify_opening
 from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.primitives.comparison import compare_holder_a, compare_holder_b
@@ -79,7 +91,7 @@ from smcdp.primitives.rng import SeedLike, protocol_rng
 from smcdp.v1 import messages_pb2 as pb
 
 CHARLIE = "charlie"
-MAX_PARTIES = 64
+MAX_PARTIES = 256
 
 
 # =============================================================================== parameters
@@ -91,7 +103,7 @@ class SecureMinParams:
     value_bits: int = 64          # every private value lies in [0, 2^value_bits)
     mask_bits: int = 40           # κ: statistical hiding of every mask (≥ 40)
     key_bits: int = 2048          # the parties' Paillier key ξ and Charlie's ζ
-    dgk_bits: int = 2048          # Charlie's DGK modulus
+    dgk_bits: int = 2048          # Charlie's DGK modulus (and the parties' keys of the selection check)
     dgk_t: int = 224              # DGK subgroup order bits
     curator: str = CHARLIE
 
@@ -117,9 +129,9 @@ class SecureMinParams:
             bad(f"dgk_t={self.dgk_t} must lie in [{dgk.ABSOLUTE_MIN_T_BITS}, 512]")
         if not isinstance(self.curator, str) or not self.curator or self.curator.startswith("party"):
             bad(f"curator={self.curator!r} must be a role name that does not start with 'party'")
-        if self.ell + 3 >= dgk.MAX_U:
+        if max(self.ell, self.check_ell) + 3 >= dgk.MAX_U:
             bad("comparison length too large")
-        if self.masked_bits + 8 > self.key_bits - 2:
+        if max(self.masked_bits, self.check_mask_bits + 1) + 8 > self.key_bits - 2:
             bad(f"key_bits={self.key_bits} too small for masked values of {self.masked_bits} bits")
         return self
 
@@ -138,19 +150,30 @@ class SecureMinParams:
 
     @property
     def masked_bits(self) -> int:
-        """|ã|, |b̃| < 2^masked_bits."""
+        """|x|, |y| < 2^masked_bits for every compared pair."""
         return self.shared_bits + 2 * self.mask_bits + 1
 
     @property
     def ell(self) -> int:
-        """Signed bit length of the compared differences."""
+        """Signed bit length of the compared values."""
         return self.shared_bits + 2 * self.mask_bits + 3
+
+    @property
+    def check_mask_bits(self) -> int:
+        """Width of the helper's mask s in the selection check: κ + ⌈log₂ K⌉ bits beyond the value, so
+        that the K masked copies of the selected value Charlie decrypts are together within 2^-κ."""
+        return self.value_bits + self.mask_bits + self.tiebreak_bits
+
+    @property
+    def check_ell(self) -> int:
+        """Signed bit length of the selection check's comparison (|v − c|, |s| < 2^(check_mask_bits+1))."""
+        return self.check_mask_bits + 2
 
 
 @dataclass
 class PartyArgminResult:
-    position: int                 # where this party's share sits after π₁ (0-based)
-    pi1: list[int]                # π₁: party index -> position
+    position: int                 # π₁(j): where this party's value sits (0-based)
+    source: int                   # π₁⁻¹(j): the party (0-based index) whose shares this party held
     xi_key: PrivateKey            # the parties' key ξ (never given to Charlie)
     zeta_pk: PublicKey            # Charlie's public key ζ
     stats: dict = field(default_factory=dict)
@@ -158,12 +181,12 @@ class PartyArgminResult:
 
 @dataclass
 class CuratorArgminResult:
-    index: int                    # j̃: the smallest value's index in the doubly permuted order
-    position: int                 # π₂⁻¹(j̃): its position in the parties' (π₁) order
-    pi2: list[int]                # doubly permuted index i holds position pi2[i]
+    position: int                 # the smallest value's position in the parties' (π₁) order
     zeta_key: PrivateKey          # Charlie's key ζ
     xi_pk: PublicKey              # the parties' public key ξ
     comparisons: int = 0
+    #: the bracket: per round, (position p, position q, the one that advanced)
+    rounds: list[list[tuple[int, int, int]]] = field(default_factory=list)
     stats: dict = field(default_factory=dict)
 
 
@@ -174,11 +197,51 @@ def random_permutation(rng: random.Random, k: int) -> list[int]:
     return perm
 
 
-def check_permutation(values: Sequence[int], k: int, what: str) -> list[int]:
+def check_permutation(values, k: int, what: str) -> list[int]:
     perm = [int(v) for v in values]
     if sorted(perm) != list(range(k)):
         raise InvalidMessage(f"{what} is not a permutation of 0..{k - 1}")
     return perm
+
+
+def tree_parent(i: int) -> int | None:
+    """The parent of party index i (0-based) in the parties' binary tree (party1 is the root)."""
+    return None if i == 0 else (i - 1) // 2
+
+
+def tree_children(i: int, k: int) -> list[int]:
+    """The children of party index i (0-based) among k parties."""
+    return [c for c in (2 * i + 1, 2 * i + 2) if c < k]
+
+
+def tree_size(i: int, k: int) -> int:
+    """How many parties the subtree of party index i holds (itself included)."""
+    return 1 + sum(tree_size(c, k) for c in tree_children(i, k))
+
+
+def match_evaluator(t: int) -> int:
+    """The party index (0-based) that evaluates match t of the bracket: every party but party1, once."""
+    return t + 1
+
+
+async def run_tournament(k: int, match: Callable[[int, int, int], Awaitable[bool]]) -> tuple[int, list]:
+    """A knockout tournament over positions 0..k−1; ``match(t, p, q)`` is True iff p beats q.
+
+    Round by round the survivors are paired in order ((s0, s1), (s2, s3), …; an odd one out
+    advances), the matches of a round run concurrently, and match t (counted over the whole
+    bracket) is the t-th call.  Returns (the winner, per round [(p, q, the one that advanced)]).
+    k − 1 matches in ⌈log₂ k⌉ rounds.
+    """
+    survivors = list(range(k))
+    rounds: list[list[tuple[int, int, int]]] = []
+    t = 0
+    while len(survivors) > 1:
+        pairs = [(survivors[i], survivors[i + 1]) for i in range(0, len(survivors) - 1, 2)]
+        won = await asyncio.gather(*(match(t + i, p, q) for i, (p, q) in enumerate(pairs)))
+        t += len(pairs)
+        rounds.append([(p, q, p if w else q) for (p, q), w in zip(pairs, won)])
+        survivors = [w for _, _, w in rounds[-1]] + survivors[2 * len(pairs):]
+    return survivors[0], rounds
 
 
 def _decrypt_bounded(sk: PrivateKey, c, bound_bits: int, what: str) -> int:
@@ -188,23 +251,19 @@ def _decrypt_bounded(sk: PrivateKey, c, bound_bits: int, what: str) -> int:
     return v
 
 
-def argmin_from_bits(bits: Mapping[tuple[int, int], int], k: int) -> int:
-    """The index that beats every other, from z[(i, j)] = [v_i < v_j] for all i < j.
+def _party_index(ch: Channel, params: SecureMinParams) -> int:
+    roles = params.party_roles
+    if ch.role not in roles:
+        raise InvalidMessage(f"role {ch.role!r} is not a party role of this secure minimum")
+    return roles.index(ch.role)
 
-    Refuses a set of bits that is not a strict total order (a faulty peer or
-    corrupted comparison): the number of wins must be a permutation of 0..k−1.
-    """
-    if set(bits) != {(i, j) for i in range(k) for j in range(i + 1, k)}:
-        raise InvalidMessage("comparison results do not cover every pair exactly once")
-    wins = [0] * k
-    for (i, j), z in bits.items():
-        if z not in (0, 1):
-            raise InvalidMessage("a comparison bit is not 0 or 1")
-        wins[i if z else j] += 1
-    if sorted(wins) != list(range(k)):
-        raise InvalidMessage("comparison results are not a total order (inconsistent comparisons)")
-    # a strict total order: the winner of every comparison it takes part in has k−1 wins
-    return wins.index(k - 1)
+
+def _check_value(ch: Channel, value, params: SecureMinParams) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidMessage(f"{ch.role}: the private value must be an integer, got {type(value).__name__}")
+    if not 0 <= value < 1 << params.value_bits:
+        raise InvalidMessage(f"{ch.role}: the private value must lie in [0, 2^{params.value_bits})")
+    return value
 
 
 # =============================================================================== party side
@@ -214,32 +273,39 @@ async def argmin_party(ch: Channel, value: int, params: SecureMinParams, *, seed
     """Role ``party<j>``: holds the private value ``value`` in [0, 2^value_bits)."""
     params.validate()
     roles = params.party_roles
-    if ch.role not in roles:
-        raise InvalidMessage(f"role {ch.role!r} is not a party role of this secure minimum")
+    me = _party_index(ch, params)
     K = params.n_parties
-    me = roles.index(ch.role)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidMessage(f"{ch.role}: the private value must be an integer, got {type(value).__name__}")
-    if not 0 <= value < 1 << params.value_bits:
-        raise InvalidMessage(f"{ch.role}: the private value must lie in [0, 2^{params.value_bits})")
+    _check_value(ch, value, params)
     check_key_bits(params.key_bits, allow_insecure_keys)
     rng = protocol_rng(seed, "secure-min", ch.role)
     C = params.curator
 
-    # --- Step 0: ξ and π₁ from party1 (parties only); ζ's public key from Charlie.
+    # --- Step 0: π₁(j) and π₁⁻¹(j) from party1, ξ down the tree (parties only); ζ's public key from Charlie.
     if me == 0:
         if xi_key is None:
             _, xi_key = generate_keypair(params.key_bits, allow_insecure=allow_insecure_keys,
                                          rng=protocol_rng(seed, "secure-min", ch.role, "xi-key"))
         check_key_bits(xi_key.public_key.bits, allow_insecure_keys)
         pi1 = random_permutation(rng, K)
-        await ch.send_many(roles[1:], f"{tag}/xi-keypair", keypair_to_proto(xi_key))
-        await ch.send_many(roles[1:], f"{tag}/pi1", pb.Ints(values=pi1))
+        inv = [0] * K
+        for j, p in enumerate(pi1):
+            inv[p] = j
+        await asyncio.gather(*(ch.send(roles[j], f"{tag}/pi1", pb.Ints(values=[pi1[j], inv[j]]))
+                               for j in range(1, K)))
         await ch.send(C, f"{tag}/xi-pk", public_key_to_proto(xi_key.public_key))
+        pos, src = pi1[0], inv[0]
     else:
-        xi_key = keypair_from_proto(await ch.recv(roles[0], f"{tag}/xi-keypair", pb.PaillierKeyPair),
+        got = list((await ch.recv(roles[0], f"{tag}/pi1", pb.Ints)).values)
+        if len(got) != 2 or not all(0 <= v < K for v in got) or (got[0] == me) != (got[1] == me):
+            raise InvalidMessage(f"{tag}/pi1 from party1 is not a position and a source in 0..{K - 1}")
+        pos, src = got
+        xi_key = keypair_from_proto(await ch.recv(roles[tree_parent(me)], f"{tag}/xi-keypair", pb.PaillierKeyPair),
                                     allow_insecure=allow_insecure_keys)
-        pi1 = check_permutation((await ch.recv(roles[0], f"{tag}/pi1", pb.Ints)).values, K, "π₁ from party1")
+        if xi_key.public_key.bits != params.key_bits:
+            raise InvalidMessage(f"the parties' key has {xi_key.public_key.bits} bits, not key_bits={params.key_bits}")
+    children = tree_children(me, K)
+    if children:
+        await ch.send_many([roles[c] for c in children], f"{tag}/xi-keypair", keypair_to_proto(xi_key))
     xi_pk = xi_key.public_key
     zeta_pk = public_key_from_proto(await ch.recv(C, f"{tag}/zeta-pk", pb.PaillierPublicKey),
                                     allow_insecure=allow_insecure_keys)
@@ -252,12 +318,7 @@ async def argmin_party(ch: Channel, value: int, params: SecureMinParams, *, seed
     a = v_prime - b
     share_bits = params.shared_bits + params.mask_bits + 1
 
-    # --- Step 2: a and ζ(b) to the party at position π₁(me).
-    pos = pi1[me]
-    inv = [0] * K
-    for j, p in enumerate(pi1):
-        inv[p] = j
-    src = inv[me]                                   # the party whose shares I hold
+    # --- Step 2: a and ζ(b) to the party at position π₁(me); the shares of party π₁⁻¹(me) from it.
     zb_mine = ciphertext_to_proto(zeta_pk, zeta_pk.raw_encrypt_textbook(b))
     if pos != me:
         await ch.send(roles[pos], f"{tag}/a", bigints([a]))
@@ -267,37 +328,28 @@ async def argmin_party(ch: Channel, value: int, params: SecureMinParams, *, seed
     else:
         (held_a,) = from_bigints(await ch.recv(roles[src], f"{tag}/a", pb.BigInts), count=1,
                                  bound_bits=share_bits, what=f"{tag}/a from {roles[src]}")
-        held_zb = zeta_pk.rerandomize_textbook(ciphertext_from_proto(await ch.recv(roles[src], f"{tag}/zb", pb.CiphertextVector),
-                                                 zeta_pk, f"{tag}/zb from {roles[src]}"))
+        held_zb = zeta_pk.rerandomize_textbook(ciphertext_from_proto(
+            await ch.recv(roles[src], f"{tag}/zb", pb.CiphertextVector), zeta_pk, f"{tag}/zb from {roles[src]}"))
 
     # --- Step 3: ξ(a at my position) and ζ(b at my position) to Charlie.
     await ch.send(C, f"{tag}/xa", ciphertext_to_proto(xi_pk, xi_pk.raw_encrypt_textbook(held_a)))
     await ch.send(C, f"{tag}/zb", ciphertext_to_proto(zeta_pk, held_zb))
 
-    # --- Step 5: decrypt ã_me.
-    at_me = _decrypt_bounded(xi_key, ciphertext_from_proto(await ch.recv(C, f"{tag}/xat", pb.CiphertextVector), xi_pk,
-                                               f"{tag}/xat from {C}"), params.masked_bits, f"{tag}/xat")
-
-    # --- Step 6: ã_me to every lower index; DGK comparisons of pairs (me, j > me) against Charlie.
+    # --- Step 4: evaluate my match of the bracket (every party but party1 has exactly one).
     if me > 0:
-        await ch.send_many(roles[:me], f"{tag}/at", bigints([at_me]))
-    if me < K - 1:
-        later = {}
-        for j in range(me + 1, K):
-            (later[j],) = from_bigints(await ch.recv(roles[j], f"{tag}/at", pb.BigInts), count=1,
-                                       bound_bits=params.masked_bits, what=f"{tag}/at from {roles[j]}")
-        xs = [at_me - later[j] for j in range(me + 1, K)]
-        await compare_holder_a(ch, C, xs, ell=params.ell, predicate="lt", output="b",
-                               tag_prefix=f"{tag}/cmp{me}", allow_insecure=allow_insecure_keys,
+        x = _decrypt_bounded(xi_key, ciphertext_from_proto(await ch.recv(C, f"{tag}/x", pb.CiphertextVector), xi_pk,
+                                                           f"{tag}/x from {C}"), params.masked_bits, f"{tag}/x")
+        await compare_holder_a(ch, C, [x], ell=params.ell, predicate="lt", output="b",
+                               tag_prefix=f"{tag}/cmp", allow_insecure=allow_insecure_keys,
                                min_key_bits=params.dgk_bits, rng=protocol_rng(seed, "secure-min", ch.role, "cmp"))
-    return PartyArgminResult(position=pos, pi1=pi1, xi_key=xi_key, zeta_pk=zeta_pk, stats=ch.stats.as_dict())
+    return PartyArgminResult(position=pos, source=src, xi_key=xi_key, zeta_pk=zeta_pk, stats=ch.stats.as_dict())
 
 
 # =============================================================================== curator side
 async def argmin_curator(ch: Channel, params: SecureMinParams, *, seed: SeedLike = None,
                          zeta_key: PrivateKey | None = None, dgk_key: dgk.DGKPrivateKey | None = None,
                          allow_insecure_keys: bool = False, tag: str = "s1") -> CuratorArgminResult:
-    """Role ``charlie``: ends with the index of the smallest value in the doubly permuted order."""
+    """Role ``charlie``: ends with the position of the smallest value in the parties' (π₁) order."""
     params.validate()
     if ch.role != params.curator:
         raise InvalidMessage(f"role {ch.role!r} is not the curator {params.curator!r}")
@@ -328,7 +380,7 @@ async def argmin_curator(ch: Channel, params: SecureMinParams, *, seed: SeedLike
     # --- Step 3: ξ(a_k) and ζ(b_k) from the party at each position k; decrypt b.
     share_bits = params.shared_bits + params.mask_bits + 1
     xa, b = [], []
-    for k, r in enumerate(roles):
+    for r in roles:
         xa.append(ciphertext_from_proto(await ch.recv(r, f"{tag}/xa", pb.CiphertextVector), xi_pk, f"{tag}/xa from {r}"))
         zb = ciphertext_from_proto(await ch.recv(r, f"{tag}/zb", pb.CiphertextVector), zeta_pk, f"{tag}/zb from {r}")
         bk = _decrypt_bounded(zeta_key, zb, share_bits, f"{tag}/zb from {r}")
@@ -336,24 +388,104 @@ async def argmin_curator(ch: Channel, params: SecureMinParams, *, seed: SeedLike
             raise InvalidMessage(f"{tag}/zb from {r} decrypts to a negative share")
         b.append(bk)
 
-    # --- Step 4: blind with r, permute with π₂, send element i to party i.
+    # --- Step 4: the tournament; match t (positions p, q) is evaluated by party match_evaluator(t).
     rbits = params.shared_bits + 2 * params.mask_bits
-    r = [rng.randrange(-(1 << rbits), 1 << rbits) for _ in range(K)]
-    xa_r = [xi_pk.raw_add(c, xi_pk.raw_encrypt_textbook(rk)) for c, rk in zip(xa, r)]      # ξ(a_k + r_k), re-randomised
-    b_r = [bk - rk for bk, rk in zip(b, r)]
-    pi2 = random_permutation(rng, K)                    # doubly permuted index i holds position pi2[i]
-    b_t = [b_r[pi2[i]] for i in range(K)]
-    for i, role in enumerate(roles):
-        await ch.send(role, f"{tag}/xat", ciphertext_to_proto(xi_pk, xa_r[pi2[i]]))
+    blinds = [rng.randrange(-(1 << rbits), 1 << rbits) for _ in range(K - 1)]     # r of match t
 
-    # --- Step 6: [ñ_i < ñ_j] for every pair i < j by DGK; party i holds the party side of (i, j > i).
-    async def batch(i: int) -> list[int]:
-        ys = [b_t[j] - b_t[i] for j in range(i + 1, K)]
-        return await compare_holder_b(ch, roles[i], ys, ell=params.ell, key=dgk_key, predicate="lt",
-                                      output="b", tag_prefix=f"{tag}/cmp{i}")
+    async def match(t: int, p: int, q: int) -> bool:
+        r = blinds[t]
+        role = roles[match_evaluator(t)]
+        x_ct = xi_pk.raw_add(xi_pk.raw_add(xa[p], xi_pk.raw_mul(xa[q], -1)), xi_pk.raw_encrypt_textbook(r))
+        await ch.send(role, f"{tag}/x", ciphertext_to_proto(xi_pk, x_ct))       # ξ(a_p − a_q + r), fresh
+        (z,) = await compare_holder_b(ch, role, [b[q] - b[p] + r], ell=params.ell, key=dgk_key, predicate="lt",
+                                      output="b", tag_prefix=f"{tag}/cmp")
+        return bool(z)                                  # [a_p − a_q + r < b_q − b_p + r] = [v'_p < v'_q]
 
-    results = await asyncio.gather(*(batch(i) for i in range(K - 1)))
-    bits = {(i, j): int(z) for i, zs in enumerate(results) for j, z in zip(range(i + 1, K), zs)}
-    index = argmin_from_bits(bits, K)
-    return CuratorArgminResult(index=index, position=pi2[index], pi2=pi2, zeta_key=zeta_key, xi_pk=xi_pk,
-                               comparisons=len(bits), stats=ch.stats.as_dict())
+    winner, rounds = await run_tournament(K, match)
+    return CuratorArgminResult(position=winner, zeta_key=zeta_key, xi_pk=xi_pk, comparisons=K - 1, rounds=rounds,
+                               stats=ch.stats.as_dict())
+
+
+# =============================================================================== verifying a selection
+# After the curator has acted on the winner's position (dp-aggregate: an encrypted one-hot indicator
+# at that position), the parties hold S = ζ(v_sel) for the value of the party the curator selected.
+# Each party j checks v_sel ≤ v_j with the help of the next party in a ring, h = j + 1 (mod K):
+#
+#   1. h draws s uniform in [0, 2^check_mask_bits) and sends S' = S·ζ(s) (fresh) to Charlie and to j;
+#   2. Charlie decrypts c = v_sel + s and sends j the opening (c, ρ) with S' = g^c ρ^n: j verifies it,
+#      so a curator cannot decrypt wrongly (the opening binds c);
+#   3. v_sel ≤ v_j ⟺ −s ≤ v_j − c: a DGK comparison with j as the key holder (its own key) and h
+#      holding −s gives j the bit; j refuses if it is 0.
+#
+# j learns c (hides v_sel statistically: s has κ + ⌈log₂ K⌉ bits more than v) and the bit, which is
+# 1 in an honest run; h learns nothing (ζ-ciphertexts, DGK ciphertexts); Charlie learns the K values
+# v_sel + s (jointly within 2^-κ of values independent of v_sel).  The curator takes no part in the
+# comparison, so whatever he does, a party whose own value is below the selected one refuses.
+
+def check_helper_of(me: int, k: int) -> int:
+    """The party index that helps party index ``me`` check the selection (the next one in a ring)."""
+    return (me + 1) % k
+
+
+async def check_selection_party(ch: Channel, value: int, params: SecureMinParams, *, zeta_pk: PublicKey,
+                                dgk_key: dgk.DGKPrivateKey | None = None, seed: SeedLike = None,
+                                allow_insecure_keys: bool = False, tag: str = "chk") -> bool:
+    """Party j's check that the selected value is ≤ ``value`` (its own); True iff it is."""
+    params.validate()
+    me = _party_index(ch, params)
+    roles, C = params.party_roles, params.curator
+    _check_value(ch, value, params)
+    helper = roles[check_helper_of(me, params.n_parties)]
+    masked = ciphertext_from_proto(await ch.recv(helper, f"{tag}/c", pb.CiphertextVector), zeta_pk,
+                                   f"{tag}/c from {helper}")
+    c, rho = from_bigints(await ch.recv(C, f"{tag}/open", pb.BigInts), count=2, bound_bits=zeta_pk.bits,
+                          what=f"{tag}/open from {C}", nonnegative=True)
+    if not verify_opening(zeta_pk, masked, c, rho):
+        raise InvalidMessage(f"{C}'s decryption of the masked selected value does not open the ciphertext: "
+                             "refusing an unverifiable selection")
+    if c >= (1 << params.value_bits) + (1 << params.check_mask_bits):
+        raise InvalidMessage(f"the selected value decrypts out of range ({C} or the selection deviated): refusing")
+    if dgk_key is None:
+        dgk_key = dgk.generate_keypair(params.dgk_bits, params.dgk_t,
+                                       max_ell=max(params.check_ell, dgk.DEFAULT_MAX_ELL),
+                                       allow_insecure=allow_insecure_keys,
+                                       rng=protocol_rng(seed, "secure-min", ch.role, "check-dgk-key"))
+    (z,) = await compare_holder_b(ch, helper, [value - c], ell=params.check_ell, key=dgk_key, predicate="le",
+                                  output="b", tag_prefix=f"{tag}/{ch.role}")
+    return bool(z)                                      # [−s ≤ value − c] = [v_sel ≤ value]
+
+
+async def check_selection_helper(ch: Channel, selected, params: SecureMinParams, *, zeta_pk: PublicKey,
+                                 seed: SeedLike = None, allow_insecure_keys: bool = False, tag: str = "chk") -> None:
+    """Party h's part in the check of party h − 1: masks the selected value ``selected`` = ζ(v_sel)."""
+    params.validate()
+    me = _party_index(ch, params)
+    roles, C, K = params.party_roles, params.curator, params.n_parties
+    checkee = roles[(me - 1) % K]
+    s = protocol_rng(seed, "secure-min", ch.role, "check-mask").randrange(1 << params.check_mask_bits)
+    msg = ciphertext_to_proto(zeta_pk, zeta_pk.raw_add(selected, zeta_pk.raw_encrypt_textbook(s)))
+    await ch.send_many([C, checkee], f"{tag}/c", msg)           # the same bytes to both (also in a replay)
+    await compare_holder_a(ch, checkee, [-s], ell=params.check_ell, predicate="le", output="b",
+                           tag_prefix=f"{tag}/{checkee}", allow_insecure=allow_insecure_keys,
+                           min_key_bits=params.dgk_bits)
+
+
+async def check_selection_curator(ch: Channel, params: SecureMinParams, *, zeta_key: PrivateKey,
+                                  tag: str = "chk") -> None:
+    """Charlie's part: decrypt every helper's masked value and send its opening to the party it helps."""
+    params.validate()
+    if ch.role != params.curator:
+        raise InvalidMessage(f"role {ch.role!r} is not the curator {params.curator!r}")
+    roles, K = params.party_roles, params.n_parties
+    zeta_pk = zeta_key.public_key
+    limit = (1 << params.value_bits) + (1 << params.check_mask_bits)
+
+    async def one(h: int) -> None:
+        masked = ciphertext_from_proto(await ch.recv(roles[h], f"{tag}/c", pb.CiphertextVector), zeta_pk,
+                                       f"{tag}/c from {roles[h]}")
+        m, r = open_ciphertext(zeta_key, masked)
+        if m >= limit:                     # never open anything but a masked selected value
+            raise InvalidMessage(f"{tag}/c from {roles[h]} is not a masked selected value")
+        await ch.send(roles[(h - 1) % K], f"{tag}/open", bigints([m, r]))
+
+    await asyncio.gather(*(one(h) for h in range(K)))

@@ -12,24 +12,32 @@ obliviously: nobody learns any n_j or which party is smallest.
 
 Stages (docs/protocols/dp-aggregate.md has the derivations and "who learns what"):
 
-Stage 1 (``smcdp.primitives.argmin``): blind-and-permute secure argmin of the
-    parties' integer keys k_j = ⌊2^G / Δ_j⌋ (Δ_j = party j's L2 sensitivity;
-    for logistic regression k_j = ⌊2^G λ n_j⌋, a public increasing function of
-    n_j, so the argmin is the seed's smallest database) with DGK comparisons.
-    Charlie ends with the index j̃ in the doubly permuted order.
-Stage 2: Charlie encrypts the indicator of j̃ under his own key ζ, un-permutes
-    it by π₂⁻¹ and sends it to every party; party j picks its entry ζ(v_j) by
-    π₁ and contributes ζ(v_j)^{N_j} = ζ(v_j·N_j) for its own fixed-point noise
-    vector N_j (packed into few ciphertexts), re-randomised.  party1 multiplies
-    all contributions: the product encrypts exactly the selected party's noise.
+Stage 1 (``smcdp.primitives.argmin``): blind, permute and a tournament of K − 1
+    DGK comparisons over the parties' integer keys k_j = ⌊2^G / Δ_j⌋ (Δ_j = party
+    j's L2 sensitivity; for logistic regression k_j = ⌊2^G λ n_j⌋, a public
+    increasing function of n_j, so the argmin is the seed's smallest database).
+    Charlie ends with the winner's position in the parties' secret order π₁.
+Stage 2: Charlie encrypts the indicator of that position under his own key ζ
+    and sends entry k, with a zero-knowledge proof that it is 0 or 1, to party
+    k, which forwards it to the party whose value sits at position k.  Party j
+    contributes ζ(v_j·N_j + Y_j) -- its own fixed-point noise vector N_j
+    (packed into few ciphertexts) and Y_j = W_j − t_j + z_j mod M, its rounded
+    model minus the share t_j it will publish, plus a zero-sum ring mask z_j --
+    and ζ(v_j·k_j); the parties multiply everything up a binary tree.  party1
+    checks that the indicator's entries add up to 1 (Charlie opens their
+    product), so the product keeps exactly one party's noise, and the selected
+    key ζ(k_sel) goes back down the tree.
+Stage 2½ (``smcdp.primitives.argmin.check_selection_*``): every party checks
+    k_sel ≤ k_j with the next party in a ring and a verifiable decryption by
+    Charlie; a party whose data needs more noise than the selected one refuses
+    (issue 25: a malicious Charlie cannot pick a less noisy party).
 Stage 3: party1 adds a fresh ζ(s) (s uniform with κ extra bits), Charlie
-    decrypts ν + s; the K + 1 participants hold additive values of
-    T = Σ_j W_j + ν modulo the public M = 2^m (Charlie: ν + s, party1: W_1 − s,
-    party j: W_j) and turn them into K + 1 uniformly random additive shares of
-    T by a one-round secure sum (every participant splits its value into K + 1
-    random pieces, one per participant).  Each participant writes its share
-    durably and publishes it (to Dave).  Dave adds the shares mod M and divides
-    by 2^F·K: ŵˢ.
+    decrypts X + s = Σ_j Y_j + N_sel + s; the K + 1 published shares are
+    Charlie's (X + s) mod M, party1's t_1 − s and party j's t_j: a uniformly
+    random additive sharing of T = Σ_j W_j + N_sel modulo the public M = 2^m,
+    after O(K·d) values sent in all (K(K+1) vectors before issue 28).  Each
+    participant writes its share durably and publishes it (to Dave).  Dave adds
+    the shares mod M and divides by 2^F·K: ŵˢ.
 
 Noise calibration (DESIGN.md §6, corrected): ν = K·η is drawn by the party as
 ``VectorMechanism(ε, Δ̂_j + √d·2^-F)`` -- density ∝ exp(−ε‖ν‖/Δ) -- on the sum,
@@ -45,6 +53,7 @@ the grid reveals nothing about n_(1)).
 
 from __future__ import annotations
 
+import asyncio
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -56,11 +65,11 @@ import numpy as np
 from scipy import stats
 
 from smcdp._files import atomic_write_json
-from smcdp.crypto.codec import bigints, from_bigints
+from smcdp.crypto.codec import bigints, ciphertext_from_proto, ciphertext_to_proto, from_bigints
 from smcdp.crypto.encoding import Packing
 from smcdp.crypto.paillier import PublicKey
 from smcdp.crypto.vector import EncryptedVector
-from smcdp.crypto.zkp import prove_one_hot, verify_one_hot
+from smcdp.crypto.zkp import open_ciphertext, prove_bit, verify_bit, verify_opening
 from smcdp.dp.learners.logistic import LogisticRegression, logistic_sensitivity
 from smcdp.dp.mechanisms import (  # at import, not lazily: see below
     LaplaceMechanism,
@@ -71,11 +80,18 @@ from smcdp.net.channel import Channel
 from smcdp.net.limits import TrafficEnvelope, ciphertext_vector_bytes
 from smcdp.primitives.argmin import (
     CHARLIE,
+    MAX_PARTIES,
     SecureMinParams,
     argmin_curator,
     argmin_party,
+    check_selection_curator,
+    check_selection_helper,
+    check_selection_party,
+    tree_children,
+    tree_parent,
+    tree_size,
 )
-from smcdp.primitives.rng import SeedLike, noise_source, protocol_rng
+from smcdp.primitives.rng import Drbg, DrbgRandom, SeedLike, noise_source, protocol_rng
 from smcdp.protocols.base import ProtocolParams
 from smcdp.v1 import messages_pb2 as pb
 
@@ -129,8 +145,8 @@ class DPAggregateParams(ProtocolParams):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int):
                 bad(f"{name}={v!r} must be an integer")
-        if not 2 <= self.n_parties <= 64:
-            bad(f"n_parties={self.n_parties} must lie in [2, 64]")
+        if not 2 <= self.n_parties <= MAX_PARTIES:
+            bad(f"n_parties={self.n_parties} must lie in [2, {MAX_PARTIES}]")
         if not 1 <= self.dim <= 100_000:
             bad(f"dim={self.dim} must lie in [1, 100000]")
         for name in ("epsilon", "lam"):
@@ -157,7 +173,7 @@ class DPAggregateParams(ProtocolParams):
         if not 1 <= F <= 512:
             bad(f"the noise scale gives a public grid of 2^-{F}; it must lie in [2^-512, 2^-1] "
                 "(epsilon too small or the sensitivity bound too large)")
-        if self.modulus_bits + self.mask_bits + 8 > self.key_bits - 4:
+        if self.slot_bits + 8 > self.key_bits - 4:
             bad(f"key_bits={self.key_bits} is too small for {self.modulus_bits}-bit shares")
         return self
 
@@ -238,9 +254,23 @@ class DPAggregateParams(ProtocolParams):
         return self.frac_bits + self.value_bits + 1
 
     @property
+    def noise_int_bound(self) -> int:
+        """2^(F+B) = M/2: every party's |N_i| (and |W_i|) is below it."""
+        return 1 << (self.frac_bits + self.value_bits)
+
+    def contribution_bound(self, parties: int) -> int:
+        """Bound on a slot of the product of ``parties`` contributions ζ(v_j·N_j + Y_j), Y_j ∈ [0, M)."""
+        return parties * ((1 << self.modulus_bits) + self.noise_int_bound)
+
+    @property
+    def share_mask_bits(self) -> int:
+        """Bits of party1's mask s: κ + 1 beyond |X| < 2K·M ≤ 2^(m + ⌈log₂(K+1)⌉ + 1)."""
+        return self.modulus_bits + self.mask_bits + self.n_parties.bit_length() + 1
+
+    @property
     def slot_bits(self) -> int:
-        """Packed Stage-2 slots hold N_i + s_i with |N_i| ≤ 2^(F+B), 0 ≤ s_i < 2^(m+κ)."""
-        return self.modulus_bits + self.mask_bits + 2
+        """Packed Stage-2 slots hold X + s with |X| ≤ contribution_bound(K) < 2^share_mask_bits, s < 2^share_mask_bits."""
+        return self.share_mask_bits + 2
 
     def packing(self, pk: PublicKey) -> Packing:
         return Packing.for_key(pk, self.slot_bits) if self.packed else Packing()
@@ -252,21 +282,24 @@ class DPAggregateParams(ProtocolParams):
         P, Dk = self.key_bits, self.dgk_bits
         sm = self.secure_min_params()
         dgk_ct = Dk // 8 + 8
-        cmp = (K - 1) * (sm.ell + 3) * dgk_ct + 128          # all of one party's DGK comparisons
+
+        def dgk_batch(ell: int) -> int:                       # one comparison's largest message
+            return (ell + 1) * dgk_ct + 128
+
         slots = max(1, (P - 5) // self.slot_bits) if self.packed else 1
         psi = ciphertext_vector_bytes(-(-d // slots), P)
         ints = d * (self.modulus_bits // 8 + 4) + 32          # BigInts of d residues mod M
         key = 4 * (P // 8) + 256
-        small = 256 + 16 * K
+        small = 256
         ct = ciphertext_vector_bytes(1, P)
         if role == DAVE:
             msgs = [(K + 1, ints)]
         elif role == CHARLIE:
-            msgs = [(K - 1, cmp), (1, psi), (K, ints), (2 * K, ct), (1, key), (4, small)]
+            msgs = [(K - 1, dgk_batch(sm.ell)), (1, psi), (3 * K, ct), (1, key)]
         else:
-            proof = (5 * K + 1) * (2 * P // 8 + 8) + 32
-            msgs = [(1, cmp), (1, ciphertext_vector_bytes(K, P)), (1, proof), (K - 1, psi), (K + 1, ints),
-                    (3 * K, ct), (3, key), (2 * K + 6, small)]
+            proof = 5 * (2 * P // 8 + 8) + 32
+            msgs = [(2, dgk_batch(sm.ell)), (4, dgk_batch(sm.check_ell)), (3, key), (1, proof), (2, psi),
+                    (9, ct), (2, ciphertext_vector_bytes(2, P)), (2, 2 * (P // 8 + 8)), (16, small)]
         return TrafficEnvelope.from_messages(msgs, f"dp-aggregate parameters (K = {K}, d = {d}, "
                                              f"{P}-bit Paillier, {Dk}-bit DGK keys)")
 
@@ -330,9 +363,16 @@ def sensitivity_key(delta: float) -> tuple[int, float]:
     return k, _float_up(Fraction(1 << SENS_PRECISION_BITS, k))
 
 
-def _indicator_context(session_id: str) -> bytes:
-    """What the Stage-2 indicator proof is bound to (no replay into another session)."""
-    return f"smcdp/dp-aggregate/s2/u/{session_id}".encode()
+def indicator_context(session_id: str, position: int) -> bytes:
+    """What the proof of the Stage-2 indicator's entry ``position`` is bound to (no replay into
+    another session or another entry)."""
+    return f"smcdp/dp-aggregate/s2/u/{session_id}".encode() + position.to_bytes(4, "big")
+
+
+def ring_mask(seed: bytes, d: int, M: int) -> list[int]:
+    """The d residues mod M a ring seed expands to (ChaCha20, ``smcdp.primitives.rng``)."""
+    rs = DrbgRandom(Drbg(seed))
+    return [rs.randrange(M) for _ in range(d)]
 
 
 def write_durable(path: Path, obj: Any) -> str:
@@ -341,28 +381,15 @@ def write_durable(path: Path, obj: Any) -> str:
 
 
 # =============================================================================== Stage 3 (everyone but Dave)
-async def _secure_sum_and_publish(ch: Channel, value: list[int], params: DPAggregateParams, rng,
-                                  output_dir: Path | None, session: str) -> tuple[list[str], str | None]:
-    """Split ``value`` (mod M) into K + 1 random pieces, exchange, publish the sum of received pieces."""
-    M = 1 << params.modulus_bits
-    d = params.dim
-    pubs = params.publishers
-    others = [r for r in pubs if r != ch.role]
-    pieces = {r: [rng.randrange(M) for _ in range(d)] for r in others}
-    own = [(v - sum(pieces[r][i] for r in others)) % M for i, v in enumerate(value)]
-    for r in others:
-        await ch.send(r, "s3/piece", bigints(pieces[r]))
-    share = own
-    for r in others:
-        got = from_bigints(await ch.recv(r, "s3/piece", pb.BigInts), count=d, bound_bits=params.modulus_bits,
-                           what=f"s3/piece from {r}", nonnegative=True)
-        share = [(x + y) % M for x, y in zip(share, got)]
+async def _publish(ch: Channel, share: list[int], params: DPAggregateParams, output_dir: Path | None,
+                   session: str) -> tuple[list[str], str | None]:
+    """Write this publisher's share durably and send it to Dave."""
     share_s = [str(v) for v in share]
     path = None
     if output_dir is not None:
         path = write_durable(Path(output_dir) / f"dp-aggregate-share-{ch.role}.json", {
             "kind": "smcdp-dp-aggregate-share", "version": 1, "session_id": session, "publisher": ch.role,
-            "index": pubs.index(ch.role), "n_parties": params.n_parties, "frac_bits": params.frac_bits,
+            "index": params.publishers.index(ch.role), "n_parties": params.n_parties, "frac_bits": params.frac_bits,
             "modulus_bits": params.modulus_bits, "share": share_s})
     await ch.send(DAVE, SHARE_TAG, bigints(share))
     return share_s, path
@@ -371,13 +398,14 @@ async def _secure_sum_and_publish(ch: Channel, value: list[int], params: DPAggre
 # =============================================================================== data party
 async def data_party(ch: Channel, weights, sensitivity: float, params: DPAggregateParams, *,
                      seed: SeedLike = None, allow_insecure_keys: bool = False,
-                     output_dir: Path | None = None, noise_random_state=None) -> PartyResult:
+                     output_dir: Path | None = None, noise_random_state=None, dgk_key=None) -> PartyResult:
     """Role ``party<j>``: holds a locally trained linear model ŵ_j and its L2 sensitivity Δ_j.
 
     ``sensitivity`` is the largest ‖ŵ_j − ŵ_j'‖₂ over data sets that differ from
     this party's in one record (for the logistic objective: 1/(n_j λ)).
     ``noise_random_state``: overrides the noise source (tests); default: the
-    OS CSPRNG, or a per-role generator derived from ``seed``.
+    OS CSPRNG, or a per-role generator derived from ``seed``.  ``dgk_key``: this
+    party's DGK key pair for the selection check (default: a fresh one).
     """
     params.validate()
     roles = params.party_roles
@@ -401,10 +429,11 @@ async def data_party(ch: Channel, weights, sensitivity: float, params: DPAggrega
                             "(too few records for the public min_records?)", f"sensitivity {sensitivity!r}")
     key, delta_hat = sensitivity_key(sensitivity)
     rng = protocol_rng(seed, "dp-aggregate", ch.role)
+    sm = params.secure_min_params()
 
     # --- Stage 1: secure argmin of the keys (largest sensitivity = smallest key).
     ch.progress(round=1, step="secure-min")
-    s1 = await argmin_party(ch, key, params.secure_min_params(), seed=seed, allow_insecure_keys=allow_insecure_keys)
+    s1 = await argmin_party(ch, key, sm, seed=seed, allow_insecure_keys=allow_insecure_keys)
     zeta_pk = s1.zeta_pk
     packing = params.packing(zeta_pk)
 
@@ -420,45 +449,97 @@ async def data_party(ch: Channel, weights, sensitivity: float, params: DPAggrega
                              "run the session again")
     N = [to_fixed(x, F) for x in nu]
     W = [to_fixed(x, F) for x in w]
-
-    # --- Stage 2: ζ(π₂⁻¹(u)) from Charlie; our entry is at our position π₁(j); contribute ζ(v_j·N_j).
-    ch.progress(round=2, step="noise-selection")
-    u_msg = await ch.recv(CHARLIE, "s2/u", pb.CiphertextVector)
-    u = EncryptedVector.from_proto(u_msg, zeta_pk, length=K, exponent=0, packing=Packing(), bound=1,
-                                   what="s2/u from charlie")
-    # Check (issue 19): Charlie proves that u is a one-hot indicator (each entry 0 or 1, sum 1), so he
-    # cannot select no noise at all, or a combination of several parties' noises.
-    proof = from_bigints(await ch.recv(CHARLIE, "s2/u-proof", pb.BigInts), count=5 * K + 1,
-                         bound_bits=2 * zeta_pk.bits + 1, what="s2/u-proof from charlie", nonnegative=True)
-    if not verify_one_hot(zeta_pk, u.ciphertexts, proof, _indicator_context(ch.session_id)):
-        raise InvalidMessage("s2/u from charlie is not proven to be a one-hot indicator (every entry 0 or 1, "
-                             "exactly one 1): refusing a noise selection that may add no noise")
-    v_j = u.ciphertexts[s1.position]
-    nbound = 1 << (F + params.value_bits)
-    psi = EncryptedVector(zeta_pk, [zeta_pk.rerandomize_textbook(zeta_pk.raw_mul(v_j, P)) for P in
-                                    (packing.pack(N) if packing.packed else N)],
-                          d, -F, packing, nbound)
     M = 1 << params.modulus_bits
-    if me == 0:
-        total = psi
-        for r in roles[1:]:
-            total = total + EncryptedVector.from_proto(await ch.recv(r, "s2/psi", pb.CiphertextVector), zeta_pk,
-                                                       length=d, exponent=-F, packing=packing, bound=nbound,
-                                                       what=f"s2/psi from {r}")
-        # --- Stage 3, step 1: mask with s (κ bits beyond the value range), fresh encryption re-randomises.
-        s = [rng.randrange(1 << (params.modulus_bits + params.mask_bits)) for _ in range(d)]
-        s_cts = [zeta_pk.raw_encrypt_textbook(P) for P in (packing.pack(s) if packing.packed else s)]
-        masked = total + EncryptedVector(zeta_pk, s_cts, d, -F, packing,
-                                         (1 << (params.modulus_bits + params.mask_bits)) - 1)
-        await ch.send(CHARLIE, "s2/psi", masked.to_proto())
-        value = [(Wi - si) % M for Wi, si in zip(W, s)]
-    else:
-        await ch.send(roles[0], "s2/psi", psi.to_proto())
-        value = [Wi % M for Wi in W]
 
-    # --- Stage 3: secure sum of K·ŵˢ into K + 1 published shares.
-    ch.progress(round=3, step="secure-sum")
-    share, path = await _secure_sum_and_publish(ch, value, params, rng, output_dir, ch.session_id)
+    # --- Stage 2, step 1: entry `me` of Charlie's indicator (position order) with its proof that it is
+    # 0 or 1; it belongs to the party whose value sits at position `me` (π₁⁻¹(me)), ours comes from the
+    # party at our position π₁(me).
+    ch.progress(round=2, step="noise-selection")
+    u_mine = ciphertext_from_proto(await ch.recv(CHARLIE, "s2/u", pb.CiphertextVector), zeta_pk, "s2/u from charlie")
+    proof = from_bigints(await ch.recv(CHARLIE, "s2/u-proof", pb.BigInts), count=5, bound_bits=2 * zeta_pk.bits + 1,
+                         what="s2/u-proof from charlie", nonnegative=True)
+    if not verify_bit(zeta_pk, u_mine, proof, indicator_context(ch.session_id, me)):
+        raise InvalidMessage("s2/u from charlie is not proven to encrypt 0 or 1: refusing a noise selection that "
+                             "may add no noise or a multiple of one")
+    if s1.source != me:
+        await ch.send(roles[s1.source], "s2/v", ciphertext_to_proto(zeta_pk, u_mine))
+    v_j = u_mine if s1.position == me else ciphertext_from_proto(
+        await ch.recv(roles[s1.position], "s2/v", pb.CiphertextVector), zeta_pk, f"s2/v from {roles[s1.position]}")
+
+    # --- Stage 2, step 2: our contribution ζ(v_j·N_j + Y_j), Y_j = W_j − t_j + ρ_j − ρ_(j−1) mod M, where t_j
+    # is the share we will publish and ρ_j, ρ_(j−1) are expanded from the ring seeds we share with our
+    # neighbours (they cancel in the sum); and ζ(v_j·k_j) for the selection check.
+    seed_mine = rng.randbytes(32)
+    await ch.send(roles[(me + 1) % K], "s2/seed", pb.Blobs(values=[seed_mine]))
+    prev = roles[(me - 1) % K]
+    got = list((await ch.recv(prev, "s2/seed", pb.Blobs)).values)
+    if len(got) != 1 or len(got[0]) != 32:
+        raise InvalidMessage(f"s2/seed from {prev} must be one 32-byte seed")
+    t = [rng.randrange(M) for _ in range(d)]
+    Y = [(Wi - ti + ri - qi) % M for Wi, ti, ri, qi in zip(W, t, ring_mask(seed_mine, d, M), ring_mask(got[0], d, M))]
+    plain_n, plain_y = (packing.pack(N), packing.pack(Y)) if packing.packed else (N, Y)
+    agg = EncryptedVector(zeta_pk, [zeta_pk.raw_add(zeta_pk.raw_mul(v_j, a), zeta_pk.raw_encrypt_textbook(b))
+                                    for a, b in zip(plain_n, plain_y)], d, -F, packing, params.contribution_bound(1))
+    sel = zeta_pk.rerandomize_textbook(zeta_pk.raw_mul(v_j, key))
+    ind = u_mine                                         # entry `me` as Charlie sent it: their product opens to 1
+
+    # --- Stage 2, step 3: multiply up the parties' tree (party i gets the products of parties 2i, 2i + 1).
+    for c in tree_children(me, K):
+        agg = agg + EncryptedVector.from_proto(await ch.recv(roles[c], "s2/agg", pb.CiphertextVector), zeta_pk,
+                                               length=d, exponent=-F, packing=packing,
+                                               bound=params.contribution_bound(tree_size(c, K)),
+                                               what=f"s2/agg from {roles[c]}")
+        pair = EncryptedVector.from_proto(await ch.recv(roles[c], "s2/agg-sel", pb.CiphertextVector), zeta_pk,
+                                          length=2, exponent=0, packing=Packing(), what=f"s2/agg-sel from {roles[c]}")
+        sel, ind = zeta_pk.raw_add(sel, pair.ciphertexts[0]), zeta_pk.raw_add(ind, pair.ciphertexts[1])
+    parent = tree_parent(me)
+    if parent is not None:
+        await ch.send(roles[parent], "s2/agg", agg.to_proto())
+        await ch.send(roles[parent], "s2/agg-sel", EncryptedVector(zeta_pk, [sel, ind], 2, 0, Packing()).to_proto())
+        sel = ciphertext_from_proto(await ch.recv(roles[parent], "s2/sel", pb.CiphertextVector), zeta_pk,
+                                    f"s2/sel from {roles[parent]}")
+    else:
+        # party1: the indicator's K entries add up to 1 (Charlie opens their product), so exactly one
+        # party's noise and key survive in the products (each entry is 0 or 1, proven to its receiver)
+        (opening,) = from_bigints(await ch.recv(CHARLIE, "s2/u-open", pb.BigInts), count=1,
+                                  bound_bits=zeta_pk.bits, what="s2/u-open from charlie", nonnegative=True)
+        if not verify_opening(zeta_pk, ind, 1, opening):
+            raise InvalidMessage("the indicator charlie sent the parties does not add up to 1 (not proven one-hot): "
+                                 "refusing a noise selection that may add no noise")
+    for c in tree_children(me, K):
+        await ch.send(roles[c], "s2/sel", ciphertext_to_proto(zeta_pk, sel))
+
+    # --- Stage 2½: the selected key is at most ours, whatever Charlie did (with the next party in the ring).
+    ch.progress(step="selection-check")
+    ok, _ = await asyncio.gather(
+        check_selection_party(ch, key, sm, zeta_pk=zeta_pk, dgk_key=dgk_key, seed=seed,
+                              allow_insecure_keys=allow_insecure_keys),
+        check_selection_helper(ch, sel, sm, zeta_pk=zeta_pk, seed=seed, allow_insecure_keys=allow_insecure_keys))
+    if not ok:
+        raise InvalidMessage(f"{ch.role}: the noise charlie selected is calibrated for a smaller sensitivity than "
+                             "this party's (he did not select the party with the largest sensitivity): refusing to "
+                             "release")
+    # ... and nobody publishes (nor is charged) before every party's check passed: "ok" up the tree, "go" down
+    for c in tree_children(me, K):
+        if not (await ch.recv(roles[c], "s2/ok", pb.Flag)).value:
+            raise InvalidMessage(f"s2/ok from {roles[c]} is not a pass")
+    if parent is not None:
+        await ch.send(roles[parent], "s2/ok", pb.Flag(value=True))
+        if not (await ch.recv(roles[parent], "s2/go", pb.Flag)).value:
+            raise InvalidMessage(f"s2/go from {roles[parent]} is not a go")
+    for c in tree_children(me, K):
+        await ch.send(roles[c], "s2/go", pb.Flag(value=True))
+
+    # --- Stage 3: party1 masks the total with s (κ bits beyond its range) for Charlie; the shares.
+    ch.progress(round=3, step="publish")
+    if me == 0:
+        s = [rng.randrange(1 << params.share_mask_bits) for _ in range(d)]
+        masked = agg + EncryptedVector(zeta_pk, [zeta_pk.raw_encrypt_textbook(P) for P in
+                                                 (packing.pack(s) if packing.packed else s)],
+                                       d, -F, packing, (1 << params.share_mask_bits) - 1)
+        await ch.send(CHARLIE, "s2/psi", masked.to_proto())
+        t = [(ti - si) % M for ti, si in zip(t, s)]
+    share, path = await _publish(ch, t, params, output_dir, ch.session_id)
     return PartyResult(share=share, share_file=path, stats=ch.stats.as_dict())
 
 
@@ -472,41 +553,50 @@ async def charlie(ch: Channel, params: DPAggregateParams, *, seed: SeedLike = No
         raise InvalidMessage(f"role {ch.role!r} is not charlie")
     K, d, F = params.n_parties, params.dim, params.frac_bits
     roles = params.party_roles
-    rng = protocol_rng(seed, "dp-aggregate", ch.role)
+    sm = params.secure_min_params()
 
     # --- Stage 1.
     ch.progress(round=1, step="secure-min")
-    s1 = await argmin_curator(ch, params.secure_min_params(), seed=seed, zeta_key=zeta_key, dgk_key=dgk_key,
+    s1 = await argmin_curator(ch, sm, seed=seed, zeta_key=zeta_key, dgk_key=dgk_key,
                               allow_insecure_keys=allow_insecure_keys)
     zeta = s1.zeta_key
     pk = zeta.public_key
     packing = params.packing(pk)
 
-    # --- Stage 2, step 1: the indicator of j̃, un-permuted by π₂ (position order), under ζ.
+    # --- Stage 2, step 1: entry k of the indicator of the winner's position to party k, with a proof that
+    # it is 0 or 1 about the ciphertext that went out (a replayed Charlie re-sends his first encryption);
+    # to party1 the opening of their product (to 1).
     ch.progress(round=2, step="noise-selection")
-    u = EncryptedVector(pk, [pk.raw_encrypt_textbook(1 if k == s1.position else 0) for k in range(K)], K, 0, Packing(), 1)
-    sent = await ch.send_many(roles, "s2/u", u.to_proto())
-    # ... with a zero-knowledge proof that it is one (the parties refuse it otherwise), about the
-    # ciphertexts that went out (a replayed Charlie re-sends his first encryption of u)
-    cts = [int(c) for c in EncryptedVector.from_proto(pb.CiphertextVector.FromString(sent), pk, length=K,
-                                                       packing=Packing(), bound=1, what="s2/u").ciphertexts]
-    proof = prove_one_hot(zeta, cts, s1.position, _indicator_context(ch.session_id))
-    await ch.send_many(roles, "s2/u-proof", bigints(proof))
 
-    # --- Stage 3, step 2: decrypt ν + s.
-    ch.progress(round=3, step="secure-sum")
-    m, kappa = params.modulus_bits, params.mask_bits
-    slot_cap = (1 << (m + kappa)) + (params.n_parties << (F + params.value_bits))
+    async def entry(k: int):
+        sent = await ch.send(roles[k], "s2/u", ciphertext_to_proto(pk, pk.raw_encrypt_textbook(int(k == s1.position))))
+        c = ciphertext_from_proto(pb.CiphertextVector.FromString(sent), pk, "s2/u")
+        proof = prove_bit(zeta, c, int(k == s1.position), indicator_context(ch.session_id, k))
+        await ch.send(roles[k], "s2/u-proof", bigints(proof))
+        return c
+
+    cts = await asyncio.gather(*(entry(k) for k in range(K)))
+    product = cts[0]
+    for c in cts[1:]:
+        product = pk.raw_add(product, c)
+    _, opening = open_ciphertext(zeta, product)
+    await ch.send(roles[0], "s2/u-open", bigints([opening]))
+
+    # --- Stage 2½: open the masked selected key for every party's check.
+    await check_selection_curator(ch, sm, zeta_key=zeta)
+
+    # --- Stage 3: decrypt X + s; our share is its residue mod M.
+    ch.progress(round=3, step="publish")
+    hi = params.contribution_bound(K) + (1 << params.share_mask_bits)
     msg = await ch.recv(roles[0], "s2/psi", pb.CiphertextVector)
     vec = EncryptedVector.from_proto(msg, pk, length=d, exponent=-F, packing=packing,
-                                     bound=min(slot_cap, packing.slot_capacity if packing.packed else pk.max_int),
+                                     bound=min(hi, packing.slot_capacity if packing.packed else pk.max_int),
                                      what="s2/psi from party1")
     c = vec.decrypt_ints(zeta)
-    lo, hi = -(1 << (F + params.value_bits)), (1 << (m + kappa)) + (1 << (F + params.value_bits))
-    if any(not lo <= x <= hi for x in c):
+    if any(not -params.noise_int_bound <= x <= hi for x in c):
         raise InvalidMessage("s2/psi from party1 decrypts to values outside the agreed range")
-    M = 1 << m
-    share, path = await _secure_sum_and_publish(ch, [x % M for x in c], params, rng, output_dir, ch.session_id)
+    M = 1 << params.modulus_bits
+    share, path = await _publish(ch, [x % M for x in c], params, output_dir, ch.session_id)
     return CharlieResult(share=share, share_file=path, comparisons=s1.comparisons, stats=ch.stats.as_dict())
 
 

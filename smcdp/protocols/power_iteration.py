@@ -44,6 +44,7 @@ sent before.  Only Paillier obfuscators are fresh, and replayed sends reuse the 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import math
 import time
@@ -70,10 +71,14 @@ from smcdp.crypto.paillier import (
     generate_keypair,
 )
 from smcdp.crypto.vector import EncryptedVector
+from smcdp.dp.accountants import ZCDPAccountant
+from smcdp.dp.conversions import rho_capacity
+from smcdp.dp.events import GaussianEvent
+from smcdp.dp.mechanisms import GaussianMechanism
 from smcdp.errors import InputRejected, InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.net.limits import TrafficEnvelope, ciphertext_vector_bytes
-from smcdp.primitives.rng import SeedLike, protocol_rng, stream_key
+from smcdp.primitives.rng import SeedLike, noise_source, protocol_rng, stream_key
 from smcdp.protocols.base import ProtocolParams
 from smcdp.v1 import messages_pb2 as pb
 
@@ -94,6 +99,14 @@ FINAL_CHUNK_VALUES = 1 << 16
 ALPHA_INLINE_MAX = 100_000
 #: a Ritz vector whose overlap with the previous round's is below this is sign-fixed by its largest entry
 SIGN_OVERLAP_MIN = 1e-6
+#: DP mode (issue 25): the tag of a data party's noisy contribution of round t ("noisy/<t>"), its release
+NOISY_TAG = "noisy"
+#: DP mode: rounds T when the session does not say ``iterations``, and the most it may say
+DP_ITERATIONS = 10
+MAX_DP_ITERATIONS = 1000
+#: DP mode: the noise is calibrated to a sensitivity C²·(1 + DP_FP_MARGIN), a margin for the floating-point
+#: error of computing Ã Ãᵀ Q (relative ~n_i·2^-52, far below it for n_i < 2^30; docs/protocols/power-iteration.md)
+DP_FP_MARGIN = 2.0 ** -20
 
 
 @dataclass
@@ -123,6 +136,12 @@ class PowerIterationParams(ProtocolParams):
     # --- issue 19: public bounds that size every message (traffic envelope)
     rows: int | None = None       # k, if the initiator states it: checked by everyone, sizes the traffic
     max_samples: int = 1_000_000  # public bound on each party's n_i (its blocks of x are sent in clear)
+    # --- issue 25: the differentially private mode (the noisy power method); epsilon and delta select it
+    epsilon: float | None = None  # (epsilon, delta)-DP for one column (sample) of each party's matrix
+    delta: float | None = None
+    column_norm: float = 1.0      # C: each party clips every column of its matrix to norm <= C
+    iterations: int | None = None  # T: the fixed number of rounds (default DP_ITERATIONS)
+    noise_parties: int = 1        # h: each party adds noise of variance sigma^2/h (h > 1 needs h honest parties)
 
     def validate(self) -> "PowerIterationParams":
         def bad(msg):
@@ -160,7 +179,45 @@ class PowerIterationParams(ProtocolParams):
             if self.block_size > self.rows:
                 bad(f"components + oversample = {self.block_size} exceeds rows = {self.rows}")
         integer("max_samples", 1, MAX_SAMPLES)
+        self._validate_dp(bad, integer)
         return self
+
+    def _validate_dp(self, bad, integer) -> None:
+        """The DP mode's parameters (issue 25): both epsilon and delta, or neither (the exact mode)."""
+        if (self.epsilon is None) != (self.delta is None):
+            bad("epsilon and delta go together: both select the differentially private mode")
+
+        def number(name, lo, hi):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                    or not lo < v < hi:
+                bad(f"{name}={v!r} must be a number in ({lo:g}, {hi:g})")
+            setattr(self, name, float(v))
+
+        number("column_norm", 0.0, 2.0 ** 20)
+        if not self.dp:
+            if self.iterations is not None or self.noise_parties != 1 or self.column_norm != 1.0:
+                bad("iterations, noise_parties and column_norm belong to the differentially private mode: "
+                    "give epsilon and delta too")
+            return
+        number("epsilon", 0.0, 100.0)
+        number("delta", 0.0, 1.0)
+        if self.iterations is not None:
+            integer("iterations", 1, MAX_DP_ITERATIONS)
+        integer("noise_parties", 1, self.n_parties)
+        if self.max_samples * self.column_norm ** 2 >= 2.0 ** (self.value_bits - 1):
+            bad(f"max_samples·column_norm² = {self.max_samples * self.column_norm ** 2:g} must stay below "
+                f"2^(value_bits - 1) = 2^{self.value_bits - 1}, the bound on a party's noiseless contribution")
+
+    @property
+    def dp(self) -> bool:
+        """The differentially private mode (issue 25): the noisy power method, T fixed rounds."""
+        return self.epsilon is not None
+
+    @property
+    def dp_rounds(self) -> int:
+        """T: the DP mode's number of rounds, each one noisy release by every data party."""
+        return self.iterations if self.iterations is not None else DP_ITERATIONS
 
     @property
     def data_roles(self) -> list[str]:
@@ -179,8 +236,10 @@ class PowerIterationParams(ProtocolParams):
 
     # -- fixed-point layout shared by everyone ---------------------------------
     def slot_bits(self) -> int:
-        """Contribution slots: value, fraction, sum over parties, decoy weights + scale, sign, guard."""
-        return self.value_bits + self.frac_bits + math.ceil(math.log2(self.n_parties)) + self.scale_bits + 2
+        """Contribution slots: value, fraction, sum over parties, decoy weights + scale (not in the DP mode,
+        where Trent only adds), sign, guard."""
+        scale = 0 if self.dp else self.scale_bits
+        return self.value_bits + self.frac_bits + math.ceil(math.log2(self.n_parties)) + scale + 2
 
     def packing(self, pk: PublicKey) -> Packing:
         return Packing.for_key(pk, self.slot_bits()) if self.packed else Packing()
@@ -220,11 +279,14 @@ class PowerIterationParams(ProtocolParams):
             slots = max(1, (B - 5) // slot_bits) if self.packed else 1
             return ciphertext_vector_bytes(-(-values // slots), B)
 
-        block = cts(k * b, self.slot_bits())                  # contrib/t, v/t, final/v
+        block = cts(k * b, self.slot_bits())                  # contrib/t, v/t, final/v (DP: noisy/t too)
         gram = cts(self.gram_length, self.gram_slot_bits())   # gram/t, blinded/t and the final ones
         flag = 16                                             # flag/t, stop/t
-        rounds = self.max_iterations
-        if role == TRENT:
+        rounds = self.dp_rounds if self.dp else self.max_iterations
+        if self.dp:    # noisy/t to Trent; v/t and final/v to the parties (and the key pair)
+            msgs = ([(rounds * self.n_parties, block), (self.n_parties, 24), (1, B // 8 + 16)] if role == TRENT
+                    else [(rounds + 1, block), (1, 3 * (B // 8) + 32)])
+        elif role == TRENT:
             chunk = 8 * self.final_chunk_rows * r + 32
             per_party = [(rounds, block), (rounds + 1, gram), (rounds, flag), (1, 24),   # dims
                          (1, 40), (self.final_chunks(self.max_samples), chunk)]         # final/cols, final/x
@@ -236,24 +298,71 @@ class PowerIterationParams(ProtocolParams):
                                              f"{rounds} rounds, {B}-bit key, n_i <= {self.max_samples})")
 
 
+@dataclass(frozen=True)
+class DPCalibration:
+    """The DP mode's noise and privacy cost, from public parameters only (docs/protocols/power-iteration.md,
+    "Privacy proof sketch").
+
+    Every round each data party releases (under encryption, then summed) Ã_iÃ_iᵀQ_t + η_i, whose L2
+    sensitivity to adding or removing one column m (‖m‖ ≤ C) is ‖m mᵀQ_t‖_F ≤ C² for any Q_t with
+    orthonormal columns.  T such Gaussian mechanisms with noise ``sigma`` are ``rho``-zCDP with
+    rho = T·sensitivity²/(2·sigma²), and (``epsilon``, ``delta``)-DP by the Canonne–Kamath–Steinke
+    conversion; ``certified_epsilon`` is what the project's zCDP accountant certifies at ``delta``."""
+
+    epsilon: float
+    delta: float
+    rounds: int                   # T
+    sensitivity: float            # C²·(1 + DP_FP_MARGIN)
+    sigma: float                  # the noise that protects one party in one round (std, per entry)
+    party_sigma: float            # the noise each party adds: sigma / sqrt(noise_parties)
+    rho: float                    # zCDP of the T rounds
+    certified_epsilon: float      # ZCDPAccountant (CKS conversion) at delta; <= epsilon
+
+    def as_dict(self) -> dict:
+        return {"epsilon": self.epsilon, "delta": self.delta, "rounds": self.rounds,
+                "sensitivity": self.sensitivity, "sigma": self.sigma, "party_sigma": self.party_sigma,
+                "rho": self.rho, "certified_epsilon": self.certified_epsilon}
+
+
+def dp_calibration(params: PowerIterationParams) -> DPCalibration:
+    """sigma for (epsilon, delta) over T rounds: the largest zCDP rho whose CKS conversion stays within
+    epsilon (:func:`~smcdp.dp.conversions.rho_capacity`), split evenly over the rounds, then checked with
+    :class:`~smcdp.dp.accountants.ZCDPAccountant` composing T Gaussian events."""
+    if not params.dp:
+        raise InvalidMessage("the exact mode of power iteration has no privacy calibration")
+    eps, delta, T = float(params.epsilon), float(params.delta), params.dp_rounds
+    sens = params.column_norm ** 2 * (1.0 + DP_FP_MARGIN)
+    multiplier = math.sqrt(T / (2.0 * rho_capacity(eps, delta)))       # sigma / sensitivity
+    acc = ZCDPAccountant(conversion="cks").compose(GaussianEvent(multiplier), count=T)
+    certified = acc.get_epsilon(delta)
+    if not certified <= eps:   # rho_capacity stays inside by construction; kept as the certificate
+        raise InvalidMessage(f"power-iteration: the accountant certifies epsilon={certified!r} > {eps!r}")
+    sigma = multiplier * sens
+    return DPCalibration(epsilon=eps, delta=delta, rounds=T, sensitivity=sens, sigma=sigma,
+                         party_sigma=sigma / math.sqrt(params.noise_parties), rho=acc.get_rho(),
+                         certified_epsilon=certified)
+
+
 @dataclass
 class DataPartyResult:
     u: list[float]                # u_1
     alpha: list[float] | None     # this party's block of x_1 up to a positive factor common to all
-                                  # parties (None above ALPHA_INLINE_MAX columns: see x_sink)
+                                  # parties (None above ALPHA_INLINE_MAX columns: see x_sink); in the DP
+                                  # mode A_iᵀu_1 itself, computed locally and never sent
     rounds: int
     components: list[dict] = field(default_factory=list)   # [{"u": u_j}] for j = 1 … r
     stats: dict = field(default_factory=dict)
+    dp: dict | None = None        # DP mode: the calibration (DPCalibration.as_dict) and clipped_columns
 
 
 @dataclass
 class TrentResult:
-    x: list[float]                # x_1
-    n_per_party: list[int]
+    x: list[float] | None         # x_1 (None in the DP mode: x is not released)
+    n_per_party: list[int]        # (empty in the DP mode: the parties' n_i are not revealed)
     rounds: int                   # all rounds, decoys included
     real_rounds: int
     decoys: int
-    converged: bool
+    converged: bool | None        # None in the DP mode: T fixed rounds, no data-dependent stopping
     round_seconds: list[float] = field(default_factory=list)   # wall time of each round at Trent
     components: list[dict] = field(default_factory=list)       # [{"x": x_j}] for j = 1 … r
     stats: dict = field(default_factory=dict)
@@ -365,16 +474,18 @@ async def data_party(ch: Channel, data, params: PowerIterationParams, *,
         raise InvalidMessage(f"role {ch.role!r} is not a data party role of this session")
     check_source(source, params, ch.role)
 
-    # --- Setup 1: the data parties share one Paillier key and the final factors σ_1 … σ_r;
+    # --- Setup 1: the data parties share one Paillier key and (exact mode) the final factors σ_1 … σ_r;
     # Trent gets only the public key.
+    sigma = None
     if ch.role == data_roles[0]:
         if private_key is None:   # from the role's root: a replayed party1 regenerates the same key
             _, private_key = generate_keypair(params.key_bits, allow_insecure=allow_insecure_keys,
                                               rng=protocol_rng(seed, "power-iteration", ch.role, "key"))
         check_key_bits(private_key.public_key.bits, allow_insecure_keys)
-        sigma = np.array([2.0 ** rng.uniform(-params.sigma_bits, params.sigma_bits) for _ in range(r)])
         await ch.send_many(data_roles[1:], "keypair", keypair_to_proto(private_key))
-        await ch.send_many(data_roles[1:], "sigma", pb.Floats(values=sigma.tolist()))
+        if not params.dp:
+            sigma = np.array([2.0 ** rng.uniform(-params.sigma_bits, params.sigma_bits) for _ in range(r)])
+            await ch.send_many(data_roles[1:], "sigma", pb.Floats(values=sigma.tolist()))
         await ch.send(TRENT, "public_key", public_key_to_proto(private_key.public_key))
     else:
         msg = await ch.recv(data_roles[0], "keypair", pb.PaillierKeyPair)
@@ -382,7 +493,8 @@ async def data_party(ch: Channel, data, params: PowerIterationParams, *,
         if private_key.public_key.bits != params.key_bits:
             raise InvalidMessage(f"the key pair from {data_roles[0]} has {private_key.public_key.bits} bits; "
                                  f"the session agreed on {params.key_bits}")
-        sigma = _check_sigma(await ch.recv(data_roles[0], "sigma", pb.Floats), params, ch.role)
+        if not params.dp:
+            sigma = _check_sigma(await ch.recv(data_roles[0], "sigma", pb.Floats), params, ch.role)
 
     # --- Setup 2: tell Trent k (public: every party must have the same number of rows).
     await ch.send(TRENT, "dims", _ints([k]))
@@ -390,6 +502,8 @@ async def data_party(ch: Channel, data, params: PowerIterationParams, *,
     own_engine = engine is None
     engine = engine or LocalEngine(1)
     try:
+        if params.dp:
+            return await _dp_data_party_rounds(ch, source, params, engine, private_key, seed, x_sink)
         return await _data_party_rounds(ch, source, params, engine, private_key, sigma, rng, seed, x_sink)
     finally:
         if own_engine:
@@ -483,11 +597,86 @@ async def _data_party_rounds(ch: Channel, source: MatrixSource, params: PowerIte
                            components=[{"u": us[:, j].tolist()} for j in range(r)], stats=stats)
 
 
+# =============================================================================== DP mode (issue 25)
+def noisy_limit(params: PowerIterationParams) -> float:
+    """The largest magnitude a noisy contribution is clamped to: below 2^value_bits, on the 2^-frac grid."""
+    v, f = params.value_bits, params.frac_bits
+    return math.ldexp(1.0, v) - math.ldexp(1.0, max(-f, v - 53))
+
+
+def dp_noise(params: PowerIterationParams, cal: DPCalibration, shape: tuple[int, int], seed: SeedLike,
+             role: str, t: int) -> GaussianMechanism:
+    """Round ``t``'s noise of data party ``role``: an exact discrete Gaussian of std
+    ``party_sigma`` (:class:`~smcdp.dp.mechanisms.GaussianMechanism`, whose grid rounding it accounts
+    for), drawn from the role's randomness root in a stream of its own per round -- a replayed round
+    draws the same noise, so a restart never releases a second noisy copy."""
+    mech = GaussianMechanism.from_sigma(cal.party_sigma, cal.sensitivity,
+                                        random_state=noise_source(seed, "power-iteration", "dp-noise", role, str(t)))
+    e = mech.grid_exponent(shape)
+    if e < -params.frac_bits:
+        raise InvalidMessage(f"power-iteration: the noise grid 2^{e} of column_norm={params.column_norm:g} is finer "
+                             f"than the fixed point 2^-{params.frac_bits}: raise frac_bits or column_norm")
+    return mech
+
+
+def dp_components(Y: np.ndarray, r: int) -> np.ndarray:
+    """u_1 … u_r from the last noisy aggregate Y = MMᵀQ + G (k × b): its leading left singular vectors,
+    with the sign convention (post-processing of a release)."""
+    if not np.all(np.isfinite(Y)):
+        raise InvalidMessage("final/v from trent holds values that are not finite")
+    U = np.linalg.svd(Y, full_matrices=False)[0]
+    return np.column_stack([sign_convention(U[:, j]) for j in range(r)])
+
+
+async def _dp_data_party_rounds(ch: Channel, source: MatrixSource, params: PowerIterationParams,
+                                engine: ComputeEngine, private_key: PrivateKey, seed: SeedLike,
+                                x_sink) -> DataPartyResult:
+    """The DP mode of a data party: T rounds of the noisy power method, then u from the last aggregate.
+
+    What leaves this party's data: E[Ã_iÃ_iᵀQ_t + η_t] to Trent, once per round t < T -- T releases,
+    counted here: the loop is the count, and after it the party only receives.  Nothing depends on its
+    data otherwise (no Gram, no padding, no flag, no x block: its own block A_iᵀu_j stays here)."""
+    k, n_i = source.shape
+    b, r, T = params.block_size, params.components, params.dp_rounds
+    pk = private_key.public_key
+    cal = dp_calibration(params)
+    limit = noisy_limit(params)
+    async with engine.session(source, private_key, label=f"{ch.session_id}/{ch.role}") as cs:
+        party = _Party(ch, cs, params, pk, params.packing(pk))
+        clipped = 0
+        for t in range(T):
+            ch.progress(round=t, step="iterate")
+            # --- DP round step 2: decrypt V_t and orthonormalise it; Q_t is this party's own, so the
+            # sensitivity bound holds whatever Trent sent.
+            Q = orthonormal_basis(party.block(await party.recv_block(f"v/{t}")), f"v/{t} from trent")
+            # --- DP round step 3: one pass, Z_i = Ã_iÃ_iᵀQ_t with every column clipped to column_norm;
+            # E[Z_i + η_t] to Trent (η_t exact discrete Gaussian; the clamp is post-processing).
+            Z, clipped = await cs.clipped_gram_pass(Q, params.column_norm)
+            W = np.clip(dp_noise(params, cal, Z.shape, seed, ch.role, t).randomise(Z), -limit, limit)
+            await party.send_contribution(W, f"{NOISY_TAG}/{t}")
+        # --- DP final: Y = Σ_i(Z_i + η_i) of the last round; u_j its leading left singular vectors.
+        ch.progress(round=T, step="final")
+        us = dp_components(party.block(await party.recv_block("final/v")), r)
+        # This party's own block A_iᵀu_j, computed here and never sent.
+        alpha = np.empty(n_i) if n_i <= ALPHA_INLINE_MAX else None
+        async for blk, out in cs.project(us):
+            if alpha is not None:
+                alpha[blk.col0:blk.col1] = out[:, 0]
+            if x_sink is not None:
+                x_sink(blk.col0, out)
+        compute_stats = await cs.astats()
+    stats = dict(ch.stats.as_dict(), compute=compute_stats)
+    return DataPartyResult(u=us[:, 0].tolist(), alpha=None if alpha is None else alpha.tolist(), rounds=T,
+                           components=[{"u": us[:, j].tolist()} for j in range(r)], stats=stats,
+                           dp=dict(cal.as_dict(), column_norm=params.column_norm,
+                                   noise_parties=params.noise_parties, clipped_columns=clipped))
+
+
 class _Party:
     """A data party's messages of one session: encrypt and send, receive and decrypt, validated."""
 
     def __init__(self, ch: Channel, cs: ComputeSession, params: PowerIterationParams, pk: PublicKey,
-                 packing: Packing, gram_packing: Packing, rho: float) -> None:
+                 packing: Packing, gram_packing: Packing | None = None, rho: float = 0.0) -> None:
         self.ch, self.cs, self.params, self.pk = ch, cs, params, pk
         self.packing, self.gram_packing, self.rho = packing, gram_packing, rho
         self.k = cs.source.k
@@ -504,18 +693,25 @@ class _Party:
             packing=self.packing, bound=self.params.contribution_bound())
         await self.ch.send(TRENT, tag, vec.to_proto())
 
+    async def recv_block(self, tag: str) -> list[int]:
+        """A k × b block from Trent, decrypted: its fixed-point integers (column by column)."""
+        msg = await self.ch.recv(TRENT, tag, pb.CiphertextVector)
+        vec = EncryptedVector.from_proto(msg, self.pk, length=self.k * self.b, exponent=-self.params.frac_bits,
+                                         packing=self.packing, what=f"{tag} from trent")
+        return await vec.decrypt_ints_with(self.cs.decrypt)
+
+    def block(self, ints: list[int]) -> np.ndarray:
+        return decode_fixed(ints, -self.params.frac_bits).reshape((self.k, self.b), order="F")
+
     async def gram_step(self, v_tag: str, gram_tag: str, accept: Callable[[bytes | None], bool] | None = None,
                         refusal: str = "") -> tuple[np.ndarray, np.ndarray, bytes | None]:
         """Receive V, send E[H_i]; return (Q, Z_i, the direction of V).  ``accept``: a check on V's
         direction that must pass before anything is computed from V (else ``refusal``)."""
-        msg = await self.ch.recv(TRENT, v_tag, pb.CiphertextVector)
-        vec = EncryptedVector.from_proto(msg, self.pk, length=self.k * self.b, exponent=-self.params.frac_bits,
-                                         packing=self.packing, what=f"{v_tag} from trent")
-        ints = await vec.decrypt_ints_with(self.cs.decrypt)
+        ints = await self.recv_block(v_tag)
         direction = _direction(ints)
         if accept is not None and not accept(direction):
             raise InvalidMessage(refusal)
-        V = decode_fixed(ints, vec.exponent).reshape((self.k, self.b), order="F")
+        V = self.block(ints)
         del ints
         Q = orthonormal_basis(V, f"{v_tag} from trent")
         Z, H = await self.cs.gram_pass(Q)
@@ -596,6 +792,8 @@ async def trent(ch: Channel, params: PowerIterationParams, *, seed: SeedLike = N
     k = ks[roles[0]][0]
     if b > k:
         raise InvalidMessage(f"components + oversample = {b} exceeds the number of rows k = {k}")
+    if params.dp:
+        return await _dp_trent(ch, params, pk, k, seed)
     packing, gram_packing = params.packing(pk), params.gram_packing(pk)
     bound_c = params.contribution_bound()
 
@@ -727,6 +925,35 @@ async def trent(ch: Channel, params: PowerIterationParams, *, seed: SeedLike = N
                        real_rounds=sum(s is not None for s in sent_state), decoys=decoys,
                        converged=converged, round_seconds=round_seconds,
                        components=[{"x": x} for x in xs], stats=ch.stats.as_dict())
+
+
+async def _dp_trent(ch: Channel, params: PowerIterationParams, pk: PublicKey, k: int,
+                    seed: SeedLike) -> TrentResult:
+    """Trent in the DP mode: sends a random start block, then each round the sum of the parties' noisy
+    contributions.  He never decrypts and stops after T rounds, whatever the data."""
+    roles = params.data_roles
+    T, b = params.dp_rounds, params.block_size
+    packing, bound_c = params.packing(pk), params.contribution_bound()
+    # --- DP round step 1 (t = 0): a Gaussian start block V_0 from Trent's root (public to the parties).
+    start = keyed_gaussian(stream_key(seed, "power-iteration", TRENT, "dp-start"), 0, (k, b))
+    v = await asyncio.to_thread(EncryptedVector.encrypt, pk, start.ravel(order="F"), frac_bits=params.frac_bits,
+                                packing=packing, bound=bound_c)
+    round_seconds: list[float] = []
+    for t in range(T):
+        ch.progress(round=t, step="iterate")
+        t_round = time.perf_counter()
+        await ch.send_many(roles, f"v/{t}", v.to_proto())
+        # --- DP round step 4: E[Y_t] = Π_i E[Z_i + η_i], next round's block.
+        noisy = await ch.recv_all(roles, f"{NOISY_TAG}/{t}", pb.CiphertextVector)
+        v = _sum([EncryptedVector.from_proto(noisy[role], pk, length=k * b, exponent=-params.frac_bits,
+                                             packing=packing, bound=bound_c, what=f"{NOISY_TAG}/{t} from {role}")
+                  for role in roles])
+        round_seconds.append(time.perf_counter() - t_round)
+    # --- DP final: the last aggregate, from which every data party takes u_1 … u_r.
+    ch.progress(round=T, step="final")
+    await ch.send_many(roles, "final/v", v.to_proto())
+    return TrentResult(x=None, n_per_party=[], rounds=T, real_rounds=T, decoys=0, converged=None,
+                       round_seconds=round_seconds, components=[], stats=ch.stats.as_dict())
 
 
 def blind_multiplier(rng, offset_bits: int, bits: int) -> int:

@@ -13,6 +13,9 @@ The party runner (:mod:`smcdp.runtime.party`) calls these at its boundary:
 * :func:`check_begin` caps the running sessions of one initiator.
 * :func:`session_budget` -- one session's inbound budget: the protocol's own
   traffic envelope (from its validated parameters) capped by ``[limits]``.
+* :func:`check_resume` and :func:`charge_journal` (issue 24) -- a session continued
+  from its checkpoint is admitted again: slots, ``max_restarts``, its unrenewed deadline,
+  and what its journal already holds counted against its envelope.
 * :class:`EndedSessions` -- what stays in memory after a session ends: its
   closed channel (de-duplication digests and failure, no buffers), for the
   last ``limits.keep_ended_sessions`` sessions only; everything else about an
@@ -23,9 +26,9 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from typing import Iterable, Protocol
+from typing import Any, Iterable, Mapping, Protocol
 
-from smcdp.errors import ResourceExhausted
+from smcdp.errors import DeadlineExceeded, ResourceExhausted, SmcdpError
 from smcdp.net.limits import InboundBudget, Limits
 from smcdp.net.server import SessionSpec
 from smcdp.plugins.base import ProtocolPlugin
@@ -85,23 +88,117 @@ def check_begin(sessions: Iterable[_Live], initiator: str, limits: Limits, me: s
             f"(limits.running_per_peer = {limits.running_per_peer}); try again when one has ended")
 
 
-def begin_wait_seconds(deadline: float, limits: Limits, own: bool, now: float | None = None) -> float:
-    """How long a prepared session waits for Begin: the proposal grace, never past the deadline.
+#: a participant told that the session waits for an operator keeps it prepared at least this long
+#: after each notice (the initiator repeats the notice with every poll, at most 5 s apart)
+WAITING_NOTICE_GRACE = 15.0
 
-    The initiator's own session is begun or failed by the initiator itself (which
-    reports the precise cause at the deadline); it waits until the deadline plus
-    a margin that only guards against a bug.
+
+def begin_by(deadline: float, received: float, limits: Limits, own: bool, extended: float | None = None) -> float:
+    """When (``time.monotonic()``) a prepared session stops waiting for Begin.
+
+    A peer's proposal waits the proposal grace from its receipt, never past the deadline;
+    ``extended`` (:func:`approval_wait_until`) lets it wait longer while an operator
+    decides.  The initiator's own session is begun or failed by the initiator itself
+    (which reports the precise cause at the deadline, extended while it waits for an
+    approval); it waits until the deadline plus a margin that only guards against a bug.
+    """
+    if own:
+        return deadline + 30.0
+    base = min(deadline, received + limits.proposal_grace_seconds)
+    return base if extended is None else max(base, extended)
+
+
+def begin_wait_seconds(deadline: float, limits: Limits, own: bool, now: float | None = None) -> float:
+    """How long a prepared session received ``now`` waits for Begin (:func:`begin_by`)."""
+    now = time.monotonic() if now is None else now
+    return max(0.0, begin_by(deadline, now, limits, own) - now)
+
+
+def approval_wait_until(received: float, limits: Limits, own: bool, now: float | None = None) -> float:
+    """How long a prepared session waits while a participant's operator decides (issue 24).
+
+    Never past ``limits.approval_timeout_seconds`` from its receipt here.  A participant
+    other than the initiator waits ``WAITING_NOTICE_GRACE`` (or the proposal grace, if
+    longer) past each notice, so an initiator that dies while it waits frees the slot soon.
     """
     now = time.monotonic() if now is None else now
+    cap = received + limits.approval_timeout_seconds
     if own:
-        return max(0.0, deadline + 30.0 - now)
-    return max(0.0, min(deadline - now, limits.proposal_grace_seconds))
+        return cap
+    return min(cap, now + max(limits.proposal_grace_seconds, WAITING_NOTICE_GRACE))
 
 
 def session_budget(plugin: ProtocolPlugin, spec: SessionSpec, role: str, limits: Limits) -> InboundBudget:
     """The session's inbound budget: the plug-in's envelope for ``role``, capped by ``[limits]``."""
     derived = plugin.traffic_envelope(dict(spec.params), dict(spec.roles), role)
     return InboundBudget(limits.envelope(derived), spec.session_id)
+
+
+def charge_journal(budget: InboundBudget, received: Iterable[tuple[str, str, int]]) -> int:
+    """Charge what a session's journal already holds to its inbound budget (issue 24).
+
+    A restored or resumed session reloads its journal: those bytes count against the
+    envelope as if they had just arrived, so no incarnation gets a fresh envelope (five
+    abort/resume cycles used to let a peer park five envelopes' worth of junk).  Raises
+    ResourceExhausted, naming the envelope, when the journal holds more than it allows.
+    Returns the bytes charged."""
+    total = 0
+    for role, tag, nbytes in received:
+        charged = budget.admit(role, tag, nbytes)
+        budget.settle(role, tag, charged, stored=True)
+        total += charged or 0
+    return total
+
+
+def _limit(cls: type[SmcdpError], rule: str, message: str) -> SmcdpError:
+    exc = cls(f"{message} (rule {rule})")
+    exc.rule = rule  # type: ignore[attr-defined]   # for the audit trail, like a policy refusal
+    return exc
+
+
+def check_resume(sessions: Iterable[_Live] | None, initiator: str, meta: Mapping[str, Any], limits: Limits,
+                 me: str, now: float | None = None) -> None:
+    """Refuse to continue a session from its checkpoint beyond this party's limits (issue 24).
+
+    A resume is admission again: it takes a slot like a proposal (``pending_per_peer``,
+    ``pending_total``, ``sessions_total``; ``sessions`` None skips them -- a restore at
+    start-up), one session is restarted at most ``limits.max_restarts`` times, and its
+    wall-clock limit is not renewed: the deadline of a session that began; for one that
+    never began (its timeout starts at its first Begin) its creation + the longest approval
+    wait + its timeout.  Past it, DEADLINE_EXCEEDED."""
+    now = time.time() if now is None else now
+    sid = meta.get("session_id")
+    restarts = int(meta.get("restarts", 0))
+    if restarts >= limits.max_restarts:
+        raise _limit(ResourceExhausted, "limits.max_restarts",
+                     f"session {sid!r} was restarted {restarts} times at party {me!r} (limits.max_restarts = "
+                     f"{limits.max_restarts}); it is not continued again")
+    deadline = float(meta.get("deadline_epoch", 0.0))
+    if "began_epoch" not in meta:
+        timeout = float(meta.get("timeout_seconds", 0.0))
+        deadline = float(meta.get("created", deadline - timeout)) + limits.approval_timeout_seconds + timeout
+    if now >= deadline:
+        raise _limit(DeadlineExceeded, "deadline",
+                     f"session {sid!r} passed its deadline at party {me!r} {now - deadline:.0f} s ago; continuing "
+                     "it does not renew the deadline")
+    if sessions is None:
+        return
+    mine_p, _mine_r, pending, total = _counts(sessions, initiator)
+    if mine_p >= limits.pending_per_peer or pending >= limits.pending_total or total >= limits.sessions_total:
+        raise _limit(ResourceExhausted, "limits.pending",
+                     f"party {me!r} cannot reopen session {sid!r} now: {mine_p} sessions of {initiator!r} and "
+                     f"{pending} in all wait for Begin, {total} are held (limits.pending_per_peer, pending_total, "
+                     "sessions_total); try again shortly")
+
+
+def check_journal(budget: InboundBudget, received: Iterable[tuple[str, str, int]]) -> None:
+    """:func:`charge_journal` as an admission check: the refusal names the rule (``envelope``)."""
+    try:
+        charge_journal(budget, received)
+    except ResourceExhausted as exc:
+        raise _limit(ResourceExhausted, "envelope",
+                     f"what the journal of session {budget.session_id!r} already holds is more than the "
+                     f"session may receive: {exc}") from None
 
 
 class EndedSessions:

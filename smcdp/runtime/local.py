@@ -58,8 +58,9 @@ class LocalCluster:
                  data_root: str | os.PathLike | None = None,
                  compute: Mapping[str, ComputeConfig] | None = None,
                  extra_env: Mapping[str, str] | None = None, limits: Limits | None = None,
-                 consoles: Mapping[str, ConsoleConfig] | None = None) -> None:
+                 consoles: Mapping[str, ConsoleConfig] | None = None, open_policy: bool = False) -> None:
         self.limits = limits
+        self.open_policy = open_policy              # parties without a policy: [policy] open = true
         self.consoles = dict(consoles or {})        # party -> its [console] (issue 18)
         self.parties = {name: dict(inputs) for name, inputs in parties.items()}
         self.compute = dict(compute or {})          # party -> its [compute] (issue 17)
@@ -101,7 +102,8 @@ class LocalCluster:
             self.workdir, list(self.parties), inputs=self.parties, plugins=self.plugins,
             allow_insecure_keys=self.allow_insecure_keys, timeouts=timeouts,
             allow_seeded=self.allow_seeded, policies=self.policies, budgets=self.budgets,
-            data_root=self.data_root, compute=self.compute, limits=self.limits, consoles=self.consoles)
+            data_root=self.data_root, compute=self.compute, limits=self.limits, consoles=self.consoles,
+            open_policy=self.open_policy)
 
     def console_url(self, party: str) -> str:
         """The base URL of ``party``'s console (issue 18; it must have a [console])."""
@@ -115,8 +117,12 @@ class LocalCluster:
             require_optional_parts(load_config(self.configs[p]))
         for p in self.configs:
             self._spawn(p)
+        # every process imports and starts at once: on a few cores that takes time in proportion to
+        # their number (≈ 1.5 CPU-s each), so the deadline grows with it (issue 28: 34 processes on 2
+        # loaded cores needed more than the fixed 60 s)
+        end = time.monotonic() + 60.0 + 10.0 * len(self.configs)
         for p in self.configs:
-            self._wait_up(p)
+            self._wait_up(p, timeout=max(5.0, end - time.monotonic()))
 
     def _spawn(self, party: str) -> None:
         log_file = open(self.workdir / f"{party}.log", "ab")  # noqa: SIM115 - owned by the child's lifetime
@@ -276,15 +282,19 @@ def write_local_deployment(root: str | os.PathLike, parties: Sequence[str], *,
                            data_root: str | os.PathLike | None = None,
                            limits: Limits | None = None,
                            compute: Mapping[str, ComputeConfig] | None = None,
-                           consoles: Mapping[str, ConsoleConfig] | None = None) -> dict[str, Path]:
+                           consoles: Mapping[str, ConsoleConfig] | None = None,
+                           open_policy: bool = False) -> dict[str, Path]:
     """Certificates (``root/certs``) and one config per party (``root/config/<name>.toml``)
     for parties on one host; returns party -> config path.
 
     ``inputs`` is party -> protocol -> input name -> path; ports are picked with
     :func:`free_tcp_port` unless given; state goes to ``data_root/<name>`` (default
     ``root/state/<name>``).  ``policies`` / ``budgets``: party -> its ``[policy]`` /
-    ``[budget]`` (none by default); ``allow_seeded`` sets ``[policy] allow_seeded`` on
-    every party (tests and demos that pass a seed need it).  ``compute`` is party -> its
+    ``[budget]`` (none by default: a party without ``[policy]`` refuses every peer's
+    proposal); ``open_policy`` gives every party without an entry in ``policies``
+    ``[policy] open = true`` (test deployments; the party warns); ``allow_seeded`` sets
+    ``[policy] allow_seeded`` on every party (tests and demos that pass a seed need it;
+    alone it opens nothing).  ``compute`` is party -> its
     ``[compute]`` section (default: the local engine); ``consoles`` party -> its ``[console]``
     (default: none).
     """
@@ -299,8 +309,10 @@ def write_local_deployment(root: str | os.PathLike, parties: Sequence[str], *,
     data_root = Path(data_root) if data_root is not None else root / "state"
     for p in parties:
         policy = (policies or {}).get(p)
+        if policy is None and open_policy:
+            policy = Policy(open=True)
         if allow_seeded:
-            policy = replace(policy or Policy(open=True), allow_seeded=True)
+            policy = replace(policy or Policy(), allow_seeded=True)
         cfg = PartyConfig(
             name=p, listen=fmt(p), data_dir=data_root / p,
             tls=TlsConfig(certs / "ca.crt", certs / f"{p}.crt", certs / f"{p}.key"),

@@ -43,7 +43,6 @@ import os
 import secrets
 import signal
 import sys
-import time
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -81,9 +80,19 @@ from smcdp.primitives.rng import Randomness
 from smcdp.runtime.config import PartyConfig, load_config, require_optional_parts
 from smcdp.runtime.console.readmodel import Observatory  # issue 18: console and metrics
 from smcdp.runtime.durability.checkpoint import Checkpoint, CheckpointError
+from smcdp.runtime.durability.retention import sweep as retention_sweep
+from smcdp.runtime.durability.retention import sweep_period
 from smcdp.runtime.governance.approvals import propose_until_decided
 from smcdp.runtime.governance.gate import Governor
-from smcdp.runtime.limits import EndedSessions, check_begin, check_proposal  # issue 19: limits
+from smcdp.runtime.governance.witness import SignedHead
+from smcdp.runtime.limits import (  # issue 19: limits; issue 24: resume is admission again
+    EndedSessions,
+    check_begin,
+    check_journal,
+    check_proposal,
+    check_resume,
+    session_budget,
+)
 from smcdp.runtime.logs import configure_logging, private_dir
 from smcdp.runtime.session import Session, write_json_atomic
 from smcdp.v1 import transport_pb2 as tpb
@@ -116,9 +125,12 @@ class Party(SessionHost):
         self.port: int | None = None
         #: this process's incarnation: peers see it change when the party restarted
         self.incarnation = secrets.token_hex(6)
-        self.governor = Governor(config, self.name)          # governance (issue 14)
+        self.governor = Governor(config, self.name, self.tls)   # governance (issue 14; witnesses: 24)
+        self._exchanges: set[asyncio.Task] = set()            # audit heads sent at sessions' ends
         self._expiry: asyncio.Task | None = None
+        self._sweeper: asyncio.Task | None = None
         self.observatory = Observatory(self)                  # issue 18: what the console reads
+        self._reopening: set[str] = set()                     # sessions being resumed (issue 24)
         self.console = None                                   # [console], started by start()
 
     # ------------------------------------------------------------ lifecycle
@@ -130,6 +142,8 @@ class Party(SessionHost):
         self.governor.start(live=self._checkpointed_sessions())
         self._expiry = asyncio.get_running_loop().create_task(self.governor.expiry_loop())
         await self._restore_sessions()
+        await asyncio.get_running_loop().run_in_executor(None, self._sweep, self._live())   # issue 24
+        self._sweeper = asyncio.get_running_loop().create_task(self._sweep_loop())
         self.port = await self.server.start()
         self._connector = PeerConnector(self.config, self.tls)
         log.info("party %s listening on %s (port %d)", self.name, self.config.listen, self.port)
@@ -156,12 +170,15 @@ class Party(SessionHost):
         if running:
             await asyncio.wait([asyncio.wrap_future(s.done) for s in running], timeout=grace)
         await self.server.stop(grace=1.0)
+        if self._exchanges:                                   # issue 24: heads being exchanged
+            await asyncio.wait(list(self._exchanges), timeout=2.0)
         if self._connector is not None:
             await self._connector.close()
         for s in running:
             s.thread.join(timeout=1.0)
-        if self._expiry is not None:                           # governance
-            self._expiry.cancel()
+        for task in (self._expiry, self._sweeper):            # governance, retention
+            if task is not None:
+                task.cancel()
         self.governor.stop()
         await close_engines()   # issue 17: the compute engines (process pools, a Dask LocalCluster)
         log.info("party %s stopped", self.name)
@@ -185,9 +202,19 @@ class Party(SessionHost):
             if state not in ("prepared", "running"):
                 continue  # failed resumably: waits for `smcdp session resume`
             try:
-                s = self._reopen(cp, begun=state == "running")
+                refused = None
+                try:   # issue 24: today's policy and budget, its restarts and deadline
+                    self._readmit(cp, "restore")
+                except SmcdpError as exc:
+                    refused = exc
+                s = self._reopen(cp, begun=state == "running" and refused is None)
             except SmcdpError as exc:
                 log.error("session %s cannot be restored: %s", cp.session_id, exc)
+                continue
+            if refused is not None:   # it ends at once, telling its peers why; its role never runs
+                await asyncio.get_running_loop().run_in_executor(None, s.ready.wait, 10.0)
+                s.fail_threadsafe(refused)
+                log.warning("session %s not restored: %s", cp.session_id, refused)
                 continue
             if state == "prepared" and cp.meta["initiator"] == self.name:
                 # the operator call that would have begun it died with the process
@@ -200,25 +227,65 @@ class Party(SessionHost):
         for s in list(self.sessions.values()):
             await asyncio.get_running_loop().run_in_executor(None, s.ready.wait, 10.0)
 
+    def _live(self) -> set[str]:
+        """Sessions whose checkpoints are in use (on the server's loop)."""
+        return set(self.sessions) | self._reopening
+
+    def _sweep(self, live: set[str]) -> None:
+        """Delete what sessions that ended here long ago left on disk (blocking; issue 24)."""
+        retention = self.config.limits.failed_retention_seconds
+        for gone in retention_sweep(self.sessions_dir, retention, live):
+            self.governor.checkpoint_deleted(gone.as_dict(), retention)
+        self.governor.prune(retention)
+
+    async def _sweep_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(sweep_period(self.config.limits.failed_retention_seconds))
+            try:
+                await loop.run_in_executor(None, self._sweep, self._live())
+            except (SmcdpError, OSError) as exc:  # logged; the next round tries again
+                log.error("deleting ended sessions' checkpoints: %s", exc)
+
     def _checkpointed_sessions(self) -> set[str]:
-        """Sessions this party will continue from a checkpoint (restored now, or resumable later)."""
+        """Sessions this party restores from a checkpoint now (a resumable one is admitted again
+        when it is resumed: issue 24)."""
         try:
             checkpoints = Checkpoint.scan(self.sessions_dir)
         except CheckpointError:
             return set()   # _restore_sessions reports it
-        return {cp.session_id for cp in checkpoints
-                if cp.meta["state"] in ("prepared", "running")
-                or (cp.meta["state"] == "failed" and cp.meta.get("resumable"))}
+        return {cp.session_id for cp in checkpoints if cp.meta["state"] in ("prepared", "running")}
 
-    def _reopen(self, cp: Checkpoint, *, begun: bool, new_deadline: bool = False) -> Session:
+    @staticmethod
+    def _spec_of(cp: Checkpoint) -> SessionSpec:
+        m = cp.meta
+        return SessionSpec(m["session_id"], m["protocol"], dict(m["roles"]), dict(m["params"]),
+                           float(m["timeout_seconds"]), m.get("seed"))
+
+    def _readmit(self, cp: Checkpoint, how: str) -> None:
+        """Issue 24: a session continued from its checkpoint is admitted again -- its restarts and
+        unrenewed deadline, a slot and its journal against its envelope (a resume), today's policy
+        and budget.  Blocking (files, ledger): at start-up or in an executor."""
+        m = cp.meta
+        spec, plugin = self._spec_of(cp), get_plugin(m["protocol"])
+
+        def limits() -> None:
+            check_resume(self.sessions.values() if how == "resume" else None, m["initiator"], m,
+                         self.config.limits, self.name)
+            if how == "resume":
+                check_journal(session_budget(plugin, spec, m["role"], self.config.limits),
+                              cp.journal.inbound_sizes())
+        self.governor.readmit(m["initiator"], spec, plugin, m["role"], how, precheck=limits)
+
+    def _reopen(self, cp: Checkpoint, *, begun: bool, resumed: bool = False) -> Session:
+        """A session from its checkpoint; its deadline is the one it has (issue 24: never renewed)."""
         m = cp.meta
         plugin = self.governor.wrap(get_plugin(m["protocol"]), m["session_id"])   # its reservation, if any
         fields = {"restarts": int(m.get("restarts", 0)) + 1}
-        if new_deadline:
-            fields["deadline_epoch"] = time.time() + float(m["timeout_seconds"])
+        if resumed:
+            fields["resumes"] = int(m.get("resumes", 0)) + 1
         cp.set_state("running" if begun else "prepared", resumable=False, **fields)
-        spec = SessionSpec(m["session_id"], m["protocol"], dict(m["roles"]), dict(m["params"]),
-                           float(m["timeout_seconds"]), m.get("seed"))
+        spec = self._spec_of(cp)
         s = Session(self, spec, m["role"], plugin, m["initiator"], cp, begun=begun)
         self.sessions[spec.session_id] = s
         self._track(s)
@@ -367,6 +434,53 @@ class Party(SessionHost):
                 self._unwritten[s.spec.session_id] = s.record
             if s.record is not None:
                 self.observatory.session_ended(s.record)       # issue 18: metrics
+            if not self._shutting_down and self._connector is not None:   # issue 24: witnessed heads
+                task = asyncio.get_running_loop().create_task(self._exchange_heads(s))
+                self._exchanges.add(task)
+                task.add_done_callback(self._exchanges.discard)
+
+    async def _exchange_heads(self, s: Session) -> None:
+        """Send this party's signed audit head to every other participant; keep theirs (best effort)."""
+        sid, loop = s.spec.session_id, asyncio.get_running_loop()
+
+        async def one(peer: str) -> None:
+            try:
+                mine = await loop.run_in_executor(None, self.governor.signed_head, peer, sid)
+                if mine is None:
+                    return
+                reply = await self._connector.mailbox(peer).Witness(
+                    tpb.SignedAuditHead(statement=mine.statement, signature=mine.signature,
+                                        certificate=mine.certificate), timeout=self.config.timeouts.connect_seconds)
+                if reply.statement:
+                    theirs = SignedHead(reply.statement, reply.signature, reply.certificate)
+                    await loop.run_in_executor(None, self.governor.keep_witnessed, peer, theirs, sid)
+            except Exception as exc:  # noqa: BLE001 - a witness is best effort; the next session tries again
+                log.info("session %s: audit heads not exchanged with %s: %s", sid, peer, exc)
+        await asyncio.gather(*(one(p) for p in sorted(set(s.spec.roles.values()) - {self.name})))
+
+    async def witness(self, peer: str, statement: bytes, signature: bytes, certificate: bytes
+                      ) -> tuple[bytes, bytes, bytes] | None:
+        head = SignedHead(statement, signature, certificate)
+        sid = validate_session_id(head.claims()["session"])
+        took_part = await self._took_part(peer, sid)
+        mine = await asyncio.get_running_loop().run_in_executor(None, self.governor.witness, peer, head, took_part)
+        return None if mine is None else (mine.statement, mine.signature, mine.certificate)
+
+    async def witnessed(self, peer: str) -> list[tuple[bytes, bytes, bytes]]:
+        heads = await asyncio.get_running_loop().run_in_executor(None, self.governor.witnesses.held_for, peer)
+        return [(h.statement, h.signature, h.certificate) for h in heads]
+
+    async def _took_part(self, peer: str, session_id: str) -> bool:
+        s = self.sessions.get(session_id)
+        roles = s.spec.roles if s is not None else getattr(self.ended.get(session_id), "roles", None)
+        if roles is None:
+            try:
+                rec = json.loads(await asyncio.get_running_loop().run_in_executor(
+                    None, self.record_path(session_id).read_text))
+                roles = rec.get("roles") if isinstance(rec, dict) else None
+            except (OSError, ValueError):
+                roles = None
+        return isinstance(roles, dict) and peer in roles.values()
 
     def _session_for(self, peer: str, session_id: str) -> Session | None:
         """The live session, or None if it ended here (after checking the peer held a role)."""
@@ -431,6 +545,9 @@ class Party(SessionHost):
         s = self.sessions.get(session_id)
         if s is not None:
             return s.status()
+        waiting = self.governor.waiting_status(session_id)   # issue 24: waits for this operator
+        if waiting is not None:
+            return dict(waiting, incarnation=self.incarnation)
         rec = await self.get_result(session_id)
         return {"session_id": session_id, "protocol": rec.get("protocol"), "party": self.name,
                 "role": rec.get("role"), "state": rec.get("state"), "round": None, "step": "",
@@ -464,10 +581,25 @@ class Party(SessionHost):
         if peer != cp.meta["initiator"]:
             raise PermissionDenied(f"only the initiator {cp.meta['initiator']!r} may resume session "
                                    f"{session_id!r}")
-        s = self._reopen(cp, begun=False, new_deadline=True)
-        await asyncio.get_running_loop().run_in_executor(None, s.ready.wait, 10.0)
+        s = await self._resume_locally(cp)
         log.warning("session %s reopened from its checkpoint at %s's request", session_id, peer)
         return s.role
+
+    async def _resume_locally(self, cp: Checkpoint) -> Session:
+        """Admit a resumably failed session again (issue 24) and reopen it, waiting for Begin."""
+        sid = cp.session_id
+        if sid in self._reopening:
+            raise Unavailable(f"session {sid!r} is being resumed at party {self.name!r}; try again shortly")
+        self._reopening.add(sid)
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, self._readmit, cp, "resume")
+            if not cp.dir.is_dir():   # the retention removed it meanwhile
+                raise PreconditionFailed(f"party {self.name!r} no longer has a checkpoint of session {sid!r}")
+            s = self._reopen(cp, begun=False, resumed=True)
+        finally:
+            self._reopening.discard(sid)
+        await asyncio.get_running_loop().run_in_executor(None, s.ready.wait, 10.0)
+        return s
 
     async def resume_session(self, session_id: str) -> dict:
         """Operator: continue a resumably failed session this party initiated (every participant replays)."""
@@ -477,8 +609,7 @@ class Party(SessionHost):
         if cp.meta["initiator"] != self.name:
             raise PermissionDenied(f"session {session_id!r} was initiated by {cp.meta['initiator']!r}; "
                                    "only its operator can resume it")
-        s = self._reopen(cp, begun=False, new_deadline=True)
-        await asyncio.get_running_loop().run_in_executor(None, s.ready.wait, 10.0)
+        s = await self._resume_locally(cp)
         others = [p for p in s.spec.roles.values() if p != self.name]
         outcomes = await asyncio.gather(*(self._call(p, "Resume", tpb.SessionRef(session_id=session_id), s)
                                           for p in others), return_exceptions=True)
@@ -487,7 +618,10 @@ class Party(SessionHost):
                     if isinstance(e, BaseException) and p not in done_already]
         if failures:
             text = "; ".join(f"{p}: {e}" for p, e in failures)
-            s.fail_threadsafe(error_for_code(status_code_of(failures[0][1]).name, f"Resume failed: {text}"))
+            code = status_code_of(failures[0][1]).name
+            if code == "RESOURCE_EXHAUSTED":   # issue 24: no slot or budget there now: it stays resumable
+                code, text = "UNAVAILABLE", f"{text} (RESOURCE_EXHAUSTED; the session stays resumable)"
+            s.fail_threadsafe(error_for_code(code, f"Resume failed: {text}"))
             s.begin_threadsafe()
         else:
             await self._begin_all(s, [p for p in others if p not in done_already])
@@ -532,9 +666,11 @@ class Party(SessionHost):
         # party's operator decides.
         others = sorted(p for p in roles.values() if p != self.name)
         failures: list[tuple[str, BaseException]] = []
-        for p in others:
+        for i, p in enumerate(others):
             try:
-                await propose_until_decided(lambda p=p: self._call(p, "Propose", msg, s), p, sid, s.deadline)
+                await propose_until_decided(lambda p=p: self._call(p, "Propose", msg, s), p, sid,
+                                            lambda: s.deadline,
+                                            lambda p=p, i=i: self._waiting_for(s, p, others[:i]))
             except Exception as exc:  # noqa: BLE001 - reported below, naming the party
                 failures.append((p, exc))
                 break
@@ -546,6 +682,31 @@ class Party(SessionHost):
             await self._begin_all(s, others)
         # shielded: an operator whose call is cancelled (it disconnected) must not cancel the session
         return await asyncio.shield(asyncio.wrap_future(s.done))
+
+    async def _waiting_for(self, s: Session, party: str, accepted: Sequence[str]) -> None:
+        """``party``'s operator decides (issue 24): this party and those that accepted keep waiting."""
+        s.await_approval(party)
+        ref = tpb.WaitingNotice(session_id=s.spec.session_id, party=party)
+
+        async def tell(p: str) -> None:
+            try:
+                await self._connector.mailbox(p).Waiting(ref, timeout=self.config.timeouts.connect_seconds)
+            except Exception as exc:  # noqa: BLE001 - best effort: it repeats with the next poll
+                log.info("session %s: could not tell %s that it waits for %s: %s", s.spec.session_id, p,
+                         party, exc)
+        await asyncio.gather(*(tell(p) for p in accepted))
+
+    async def waiting(self, peer: str, session_id: str, party: str) -> None:
+        s = self._session_for(peer, session_id)
+        if s is None or s.done.done():
+            raise PreconditionFailed(f"session {session_id!r} has already ended at {self.name!r}")
+        if peer != s.initiator:
+            raise PermissionDenied(f"only the initiator {s.initiator!r} may say what session {session_id!r} "
+                                   "waits for")
+        if party not in s.spec.roles.values() or party in (peer, self.name):
+            raise InvalidMessage(f"session {session_id!r} cannot wait for {party!r}: not another participant")
+        if s.state == "prepared":
+            s.await_approval(party)
 
     async def get_result(self, session_id: str) -> dict:
         s = self.sessions.get(session_id)

@@ -57,7 +57,7 @@ from smcdp.net.tls import TlsMaterial
 from smcdp.plugins.base import ProtocolPlugin, SessionContext
 from smcdp.runtime.config import PartyConfig
 from smcdp.runtime.durability.checkpoint import Checkpoint
-from smcdp.runtime.limits import begin_wait_seconds, session_budget  # issue 19
+from smcdp.runtime.limits import approval_wait_until, begin_by, charge_journal, session_budget  # issues 19, 24
 from smcdp.runtime.logs import private_dir
 
 #: failures after which a session can be continued (``smcdp session resume``): a participant
@@ -123,6 +123,11 @@ class Session:
         self.restarts = int(checkpoint.meta.get("restarts", 0))
         # the wall-clock deadline is in the checkpoint, so a restarted party keeps it
         self.deadline = time.monotonic() + (float(checkpoint.meta["deadline_epoch"]) - time.time())
+        self.received = time.monotonic()
+        #: issue 24: the participant whose operator is deciding (None: nobody), and how long this
+        #: party keeps the session prepared meanwhile (monotonic)
+        self.waiting_for: str | None = None
+        self._approval_until: float | None = None
         self.started_at = _utc_now()
         self.state = "prepared"
         self.record: dict | None = None
@@ -165,6 +170,16 @@ class Session:
         except RuntimeError:
             pass
 
+    def await_approval(self, party: str) -> None:
+        """``party``'s operator decides on the session (issue 24): keep it prepared meanwhile,
+        up to ``limits.approval_timeout_seconds`` from its receipt, not the proposal grace."""
+        own = self.initiator == self.party.name
+        until = approval_wait_until(self.received, self.party.config.limits, own)
+        self.waiting_for = party
+        self._approval_until = max(self._approval_until or until, until)
+        if own:   # the initiator's calls (Propose repeats, Begin) may take that long too
+            self.deadline = max(self.deadline, until)
+
     def snapshot(self) -> dict:
         if self.record is not None:
             return self.record
@@ -188,6 +203,7 @@ class Session:
             "incarnation": self.party.incarnation, "seconds_left": round(self.deadline - now, 1),
             "peers": peers, "error": (self.record or {}).get("error"),
             "resumable": bool((self.record or {}).get("resumable")),
+            "waiting_for": self.waiting_for if self.state == "prepared" else None,
         }
 
     # ------------------------------------------------------ the session thread
@@ -221,22 +237,39 @@ class Session:
         t0 = time.monotonic()
         rss_reset = False
         try:
+            if self.restarts:   # issue 24: what the journal holds counts against the envelope
+                charge_journal(ch.budget, self.checkpoint.journal.inbound_sizes())
             # A peer's proposal that is not begun within the grace expires (issue 19); the
             # initiator's own session is begun or failed by start_session, which reports the
             # precise cause (e.g. an unreachable party) at the deadline.
             own = self.initiator == self.party.name
-            try:
-                await asyncio.wait_for(self._begin.wait(), begin_wait_seconds(self.deadline, cfg.limits, own))
-            except asyncio.TimeoutError:
-                raise PreconditionFailed(
-                    f"session {self.spec.session_id} never began: the initiator "
-                    f"{self.initiator!r} did not confirm it within "
-                    f"{'the deadline' if own else 'the proposal grace (limits.proposal_grace_seconds)'}"
-                ) from None
+            while not self._begin.is_set():   # a notice that an operator decides extends the wait
+                left = begin_by(self.deadline, self.received, cfg.limits, own, self._approval_until) \
+                    - time.monotonic()
+                try:
+                    await asyncio.wait_for(self._begin.wait(), max(0.0, left))
+                except asyncio.TimeoutError:
+                    if begin_by(self.deadline, self.received, cfg.limits, own, self._approval_until) \
+                            > time.monotonic():
+                        continue
+                    raise PreconditionFailed(
+                        f"session {self.spec.session_id} never began: the initiator "
+                        f"{self.initiator!r} did not confirm it within "
+                        + ("the deadline" if own else
+                           f"the approval timeout (limits.approval_timeout_seconds) while waiting for "
+                           f"approval at {self.waiting_for}" if self.waiting_for else
+                           "the proposal grace (limits.proposal_grace_seconds)")) from None
             if self._early_failure is not None:
                 raise self._early_failure
             self.state = "running"
-            self.checkpoint.set_state("running", resumable=False, error=None)
+            meta = self.checkpoint.meta
+            began: dict[str, float] = {}
+            if not self._begun_already and "began_epoch" not in meta:
+                # issue 24: the timeout counts from the session's first Begin (an approval may take
+                # hours); once begun, a restored or resumed session keeps the deadline it has
+                self.deadline = ch.deadline = time.monotonic() + self.spec.timeout_seconds
+                began = {"began_epoch": time.time(), "deadline_epoch": time.time() + self.spec.timeout_seconds}
+            self.checkpoint.set_state("running", resumable=False, error=None, **began)
             t0 = time.monotonic()
             rss_reset = reset_peak_rss()   # issue 17: the record reports this session's peak RSS
             out_dir = private_dir(cfg.data_dir / "outputs" / self.spec.session_id, cfg.data_dir)
@@ -305,7 +338,7 @@ class Session:
             record = dict(record, record_write_error=str(exc))
         try:
             if resumable:
-                self.checkpoint.set_state("failed", resumable=True, error=error)
+                self.checkpoint.set_state("failed", resumable=True, error=error, failed_epoch=time.time())
                 self.checkpoint.close()
             else:
                 self.checkpoint.remove()  # nothing to continue: the root key and journal go too
@@ -318,15 +351,20 @@ class Session:
 
     # ------------------------------------------------------------------ liveness
     async def _watch(self, ch: GrpcChannel) -> None:
-        """Probe every other participant until the role ends; abort the session on a silent one."""
+        """Probe this party's nearest participants until the role ends; abort the session on a silent one.
+
+        The participants form a ring in name order and each probes its nearest predecessor and
+        successor that have not finished (issue 28: every participant probing every other one was
+        N(N−1) heartbeats per interval, and as many TLS connections per session).  Every running
+        participant is still probed by two running ones, and one cut off from the rest sees both
+        of its neighbours fall silent."""
         grace = float(self.party.config.timeouts.peer_grace_seconds)
         interval = max(0.2, min(5.0, grace / 6))
         peers = {party: role for role, party in self.spec.roles.items() if party != self.party.name}
+        ring = sorted({*peers, self.party.name})
         finished: set[str] = set()
         unknown: dict[str, int] = {}
         start = time.monotonic()
-        for p in peers:
-            self.peer_seen.setdefault(p, (start, ""))
         last_tick = start
 
         async def probe(party: str):
@@ -346,7 +384,9 @@ class Session:
                 for p, (_, inc) in self.peer_seen.items():
                     self.peer_seen[p] = (now, inc)
             last_tick = now
-            todo = [p for p in peers if p not in finished]
+            todo = ring_neighbours(ring, self.party.name, finished)
+            for p in todo:                      # a newly probed peer counts from now
+                self.peer_seen.setdefault(p, (now, ""))
             replies = await asyncio.gather(*(probe(p) for p in todo))
             for party, reply in zip(todo, replies):
                 if isinstance(reply, BaseException):
@@ -380,7 +420,7 @@ class Session:
             now = time.monotonic()
             silent = {p: now - self.peer_seen[p][0] for p in todo if now - self.peer_seen[p][0] > grace}
             resume_hint = f"the session can be resumed with 'smcdp session resume {self.spec.session_id}'"
-            if len(peers) >= 2 and len(silent) == len(peers):
+            if len(todo) >= 2 and len(silent) == len(todo):
                 # every other participant went silent at once: this party is the one cut off,
                 # which is also what they all conclude -- so every record names the same culprit
                 me = self.party.name
@@ -413,6 +453,15 @@ class Session:
             "finished_at": _utc_now() if state in ("succeeded", "failed") else None,
             "seconds": seconds, "restarts": self.restarts, "resumable": resumable,
         }
+
+
+def ring_neighbours(ring: list[str], me: str, finished: set[str]) -> list[str]:
+    """The nearest participants before and after ``me`` in ``ring`` that are not ``finished`` (one if
+    they are the same, none if every other one finished)."""
+    i, n = ring.index(me), len(ring)
+    after = next((ring[(i + k) % n] for k in range(1, n) if ring[(i + k) % n] not in finished), None)
+    before = next((ring[(i - k) % n] for k in range(1, n) if ring[(i - k) % n] not in finished), None)
+    return list(dict.fromkeys(p for p in (after, before) if p is not None))
 
 
 def _deadline_error(s: Session) -> SmcdpError:

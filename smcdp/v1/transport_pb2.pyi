@@ -121,6 +121,38 @@ class ResumeReply(_message.Message):
     role: str
     def __init__(self, role: _Optional[str] = ...) -> None: ...
 
+class WaitingNotice(_message.Message):
+    __slots__ = ("session_id", "party")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTY_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    party: str
+    def __init__(self, session_id: _Optional[str] = ..., party: _Optional[str] = ...) -> None: ...
+
+class WaitingReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SignedAuditHead(_message.Message):
+    __slots__ = ("statement", "signature", "certificate")
+    STATEMENT_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    CERTIFICATE_FIELD_NUMBER: _ClassVar[int]
+    statement: bytes
+    signature: bytes
+    certificate: bytes
+    def __init__(self, statement: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., certificate: _Optional[bytes] = ...) -> None: ...
+
+class WitnessQuery(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class WitnessedHeads(_message.Message):
+    __slots__ = ("heads",)
+    HEADS_FIELD_NUMBER: _ClassVar[int]
+    heads: _containers.RepeatedCompositeFieldContainer[SignedAuditHead]
+    def __init__(self, heads: _Optional[_Iterable[_Union[SignedAuditHead, _Mapping]]] = ...) -> None: ...
+
 class StartSessionRequest(_message.Message):
     __slots__ = ("protocol", "roles", "params_json", "session_id", "timeout_seconds", "seed")
     class RolesEntry(_message.Message):

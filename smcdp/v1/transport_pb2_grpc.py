@@ -69,6 +69,21 @@ class MailboxStub:
                 request_serializer=smcdp_dot_v1_dot_transport__pb2.SessionRef.SerializeToString,
                 response_deserializer=smcdp_dot_v1_dot_transport__pb2.ResumeReply.FromString,
                 _registered_method=True)
+        self.Waiting = channel.unary_unary(
+                '/smcdp.v1.Mailbox/Waiting',
+                request_serializer=smcdp_dot_v1_dot_transport__pb2.WaitingNotice.SerializeToString,
+                response_deserializer=smcdp_dot_v1_dot_transport__pb2.WaitingReply.FromString,
+                _registered_method=True)
+        self.Witness = channel.unary_unary(
+                '/smcdp.v1.Mailbox/Witness',
+                request_serializer=smcdp_dot_v1_dot_transport__pb2.SignedAuditHead.SerializeToString,
+                response_deserializer=smcdp_dot_v1_dot_transport__pb2.SignedAuditHead.FromString,
+                _registered_method=True)
+        self.GetWitnessed = channel.unary_unary(
+                '/smcdp.v1.Mailbox/GetWitnessed',
+                request_serializer=smcdp_dot_v1_dot_transport__pb2.WitnessQuery.SerializeToString,
+                response_deserializer=smcdp_dot_v1_dot_transport__pb2.WitnessedHeads.FromString,
+                _registered_method=True)
 
 
 class MailboxServicer:
@@ -126,6 +141,28 @@ class MailboxServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Waiting(self, request, context):
+        """The initiator: the session waits for another participant's operator.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Witness(self, request, context):
+        """At the end of a session: keep the caller's signed audit head, answer with ours
+        (empty statement when there is none to give).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetWitnessed(self, request, context):
+        """What this party holds about the caller's audit log (`smcdp audit verify --witnesses`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MailboxServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -163,6 +200,21 @@ def add_MailboxServicer_to_server(servicer, server):
                     servicer.Resume,
                     request_deserializer=smcdp_dot_v1_dot_transport__pb2.SessionRef.FromString,
                     response_serializer=smcdp_dot_v1_dot_transport__pb2.ResumeReply.SerializeToString,
+            ),
+            'Waiting': grpc.unary_unary_rpc_method_handler(
+                    servicer.Waiting,
+                    request_deserializer=smcdp_dot_v1_dot_transport__pb2.WaitingNotice.FromString,
+                    response_serializer=smcdp_dot_v1_dot_transport__pb2.WaitingReply.SerializeToString,
+            ),
+            'Witness': grpc.unary_unary_rpc_method_handler(
+                    servicer.Witness,
+                    request_deserializer=smcdp_dot_v1_dot_transport__pb2.SignedAuditHead.FromString,
+                    response_serializer=smcdp_dot_v1_dot_transport__pb2.SignedAuditHead.SerializeToString,
+            ),
+            'GetWitnessed': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetWitnessed,
+                    request_deserializer=smcdp_dot_v1_dot_transport__pb2.WitnessQuery.FromString,
+                    response_serializer=smcdp_dot_v1_dot_transport__pb2.WitnessedHeads.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -354,6 +406,87 @@ class Mailbox:
             '/smcdp.v1.Mailbox/Resume',
             smcdp_dot_v1_dot_transport__pb2.SessionRef.SerializeToString,
             smcdp_dot_v1_dot_transport__pb2.ResumeReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Waiting(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/smcdp.v1.Mailbox/Waiting',
+            smcdp_dot_v1_dot_transport__pb2.WaitingNotice.SerializeToString,
+            smcdp_dot_v1_dot_transport__pb2.WaitingReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Witness(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/smcdp.v1.Mailbox/Witness',
+            smcdp_dot_v1_dot_transport__pb2.SignedAuditHead.SerializeToString,
+            smcdp_dot_v1_dot_transport__pb2.SignedAuditHead.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetWitnessed(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/smcdp.v1.Mailbox/GetWitnessed',
+            smcdp_dot_v1_dot_transport__pb2.WitnessQuery.SerializeToString,
+            smcdp_dot_v1_dot_transport__pb2.WitnessedHeads.FromString,
             options,
             channel_credentials,
             insecure,

@@ -29,18 +29,20 @@ def free_port() -> int:
 
 def make_deployment(root: Path, parties, *, timeouts: Timeouts | None = None,
                     inputs=None, limits=None, allow_seeded: bool = False, policies=None,
-                    budgets=None) -> dict[str, Path]:
+                    budgets=None, open_policy: bool = True) -> dict[str, Path]:
     """Certificates + one TOML config per party under ``root``; returns name -> config path.
 
-    A test deployment: small keys are allowed; experiment seeds only with ``allow_seeded``
-    (secure by default, as a real party); ``limits``: a :class:`smcdp.net.limits.Limits`.
+    A test deployment: small keys are allowed; every party without an entry in ``policies``
+    is written with ``[policy] open = true`` (``open_policy=False``: no ``[policy]``, which
+    refuses every peer's proposal); experiment seeds only with ``allow_seeded`` (secure by
+    default, as a real party); ``limits``: a :class:`smcdp.net.limits.Limits`.
     """
     from smcdp.runtime.local import write_local_deployment
 
     return write_local_deployment(
         root, parties, inputs=inputs, plugins=(ECHO_PLUGIN,), allow_insecure_keys=True,
         timeouts=timeouts or Timeouts(connect_seconds=3, session_seconds=60, rpc_seconds=30),
-        allow_seeded=allow_seeded, policies=policies, budgets=budgets, limits=limits)
+        allow_seeded=allow_seeded, policies=policies, budgets=budgets, limits=limits, open_policy=open_policy)
 
 
 class PartiesInThread:

@@ -19,6 +19,8 @@ from typing import Any, Callable, Mapping
 
 from smcdp._files import atomic_write
 from smcdp.client import PartyClient
+from smcdp.dp.budget import fmt_amount
+from smcdp.dp.ledger import Ledger
 from smcdp.errors import InvalidMessage, SmcdpError
 from smcdp.net.grpc_channel import error_for_code
 from smcdp.net.server import new_session_id
@@ -26,6 +28,7 @@ from smcdp.plugins.base import SessionSummary
 from smcdp.plugins.registry import get_plugin
 from smcdp.progress import Task, task
 from smcdp.runtime.chaos import Chaos, ChaosAction
+from smcdp.runtime.governance.charges import DEFAULT_LEDGER
 from smcdp.runtime.governance.policy import Policy, rules_for_layout
 from smcdp.runtime.local import LocalCluster
 
@@ -50,6 +53,17 @@ def governed(protocol: str, roles: dict[str, str], params: dict, *, initiator: s
             "protocol randomness and DP noise become reproducible. Experiments only.")
     return ({"policies": {party: Policy(protocols={protocol: r}) for party, r in rules.items()},
              "allow_seeded": seed is not None}, summary)
+
+
+def ledger_budgets(cluster: LocalCluster, names: list[str]) -> dict:
+    """The JSON's ``budgets``: every data party's ledger (its dataset is named after it) as it stands."""
+    out = {}
+    for n in names:
+        st = Ledger(cluster.data_dir(n) / DEFAULT_LEDGER).status(n)
+        out[n] = {"dataset": n, "epsilon": fmt_amount(st.epsilon), "spent_epsilon": fmt_amount(st.spent_epsilon),
+                  "reserved_epsilon": fmt_amount(st.reserved_epsilon),
+                  "remaining_epsilon": fmt_amount(st.remaining_epsilon)}
+    return out
 
 
 def say(msg: str) -> None:

@@ -12,19 +12,18 @@ from smcdp.cli.demo.common import (
     data_party_names,
     dump_json,
     governed,
+    ledger_budgets,
     require_success,
     run_session,
     say,
     with_progress,
 )
-from smcdp.dp.budget import fmt_amount
-from smcdp.dp.ledger import Ledger
 from smcdp.errors import InvalidMessage
 from smcdp.net.limits import Limits
 from smcdp.net.server import new_session_id
 from smcdp.plugins.dp_aggregate import load_dataset
 from smcdp.protocols.dp_aggregate import CALIBRATIONS, PROTOCOL, DPAggregateParams
-from smcdp.runtime.governance.charges import DEFAULT_LEDGER, BudgetConfig
+from smcdp.runtime.governance.charges import BudgetConfig
 from smcdp.runtime.local import LocalCluster, bytes_sent
 
 #: delta of every data party's demo budget (a session costs K * 2^-64, see docs/governance.md)
@@ -123,7 +122,7 @@ def demo_dp_aggregate(data: list[str], epsilon: float, lam: float, key_bits: int
         else:
             with_progress("dp-aggregate", run_all, total=sessions, unit="session")
         seconds = time.monotonic() - t0
-        ledgers = {n: Ledger(cluster.data_dir(n) / DEFAULT_LEDGER).status(n) for n in names}
+        budgets = ledger_budgets(cluster, names)
     outcomes = [_outcome(r, cost) for r in results]
     released = [(o, r) for o, r in zip(outcomes, results) if o["status"] == "released"]
     if not released and sessions == 1 and outcomes[0]["stage"] == "run":
@@ -138,9 +137,7 @@ def demo_dp_aggregate(data: list[str], epsilon: float, lam: float, key_bits: int
         "dim": params["dim"],
         "roles": roles,
         "sessions": outcomes,
-        "budgets": {n: {"dataset": n, "epsilon": fmt_amount(st.epsilon), "spent_epsilon": fmt_amount(st.spent_epsilon),
-                        "reserved_epsilon": fmt_amount(st.reserved_epsilon),
-                        "remaining_epsilon": fmt_amount(st.remaining_epsilon)} for n, st in ledgers.items()},
+        "budgets": budgets,
         **fault_info,
     }
     if released:
@@ -179,8 +176,9 @@ def register(sub) -> None:
         description="Starts Charlie, Dave and one data party per --data file as separate processes over gRPC with "
                     "mutual TLS on loopback.  Each party fits L2-regularised logistic regression (no intercept) on "
                     "its .npz (X: n×d rows with ‖x‖ ≤ 1, y in {-1,+1} or {0,1}); the parties, Charlie and Dave run "
-                    "the blind-and-permute secure minimum (DGK comparisons), oblivious noise selection and the "
-                    "secure sum; Dave reassembles the model.  The JSON has weights (Dave's ŵˢ), shares (K + 1 share "
+                    "the secure minimum (blind, permute, a tournament of DGK comparisons), an oblivious noise "
+                    "selection that every party checks, and the publication of K + 1 additive shares; Dave "
+                    "reassembles the model.  The JSON has weights (Dave's ŵˢ), shares (K + 1 share "
                     "vectors whose sum divided by K is weights; shares_mod are the published residues modulo "
                     "share_modulus), seconds and bytes_sent (party name -> bytes) of the first released session, "
                     "and sessions: one object per session with status (released or refused), epsilon, weights "

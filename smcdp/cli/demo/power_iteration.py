@@ -15,6 +15,7 @@ from smcdp.cli.demo.common import (
     data_party_names,
     dump_json,
     governed,
+    ledger_budgets,
     require_success,
     run_session,
     say,
@@ -22,6 +23,7 @@ from smcdp.cli.demo.common import (
 from smcdp.compute import ComputeConfig, open_matrix
 from smcdp.compute.config import scheduler_scheme_host
 from smcdp.errors import InvalidMessage
+from smcdp.runtime.governance.charges import BudgetConfig
 from smcdp.runtime.local import LocalCluster, bytes_sent
 
 
@@ -67,7 +69,13 @@ def demo_power_iteration(data: list[str], key_bits: int = 2048, seed: int | None
     where = "its own Dask cluster" if compute.engine == "dask" else "the local engine"
     say(f"{len(data)} data parties ({', '.join(f'{n}: {s.k}×{s.n}' for n, s in zip(names, sources))}) "
         f"and trent, {key_bits}-bit Paillier, mutual TLS on loopback; each data party computes on {where}")
-    options, _ = governed("power-iteration", roles, p, initiator="trent", seed=seed)
+    options, summary = governed("power-iteration", roles, p, initiator="trent", seed=seed)
+    dp = summary.epsilon is not None
+    if dp:   # every data party guards its data with a fresh ledger holding just this session's cost
+        options["budgets"] = {n: BudgetConfig(dataset=n, epsilon=summary.epsilon * (1 + 1e-9),
+                                              delta=summary.delta * (1 + 1e-9)) for n in names}
+        say(f"differentially private mode (noisy power method): epsilon={summary.epsilon:g}, "
+            f"delta={summary.delta:g} per data party, charged to its [budget]")
     with LocalCluster(parties, allow_insecure_keys=insecure, workdir=keep_dir, data_root=keep_dir,
                       peer_grace_seconds=faults.peer_grace if faults else None,
                       compute={n: compute for n in names}, **options) as cluster:
@@ -78,9 +86,12 @@ def demo_power_iteration(data: list[str], key_bits: int = 2048, seed: int | None
         seconds = time.monotonic() - t0
         require_success(records)
         tr = records["trent"]["result"]
-        if tr["x"] is None:   # a large x is in Trent's output file (same host), not in his record
+        if dp:        # DP mode: x is not released; Trent holds no output
+            tr = dict(tr, components=[{"x": None} for _ in records[names[0]]["result"]["components"]])
+        elif tr["x"] is None:   # a large x is in Trent's output file (same host), not in his record
             X = np.load(tr["x_file"])
             tr = dict(tr, x=X[:, 0].tolist(), components=[{"x": X[:, j].tolist()} for j in range(X.shape[1])])
+        budgets = ledger_budgets(cluster, names) if dp else None
     first = records[names[0]]["result"]
     per_party = {n: records[n]["result"]["stats"]["compute"] for n in names}
     out = {
@@ -112,14 +123,28 @@ def demo_power_iteration(data: list[str], key_bits: int = 2048, seed: int | None
                                                                "max_iterations")}
                   | {"block_values": compute.block_values},
     }
-    say(f"done in {seconds:.1f} s: {tr['rounds']} rounds ({tr['decoys']} decoys), converged={tr['converged']}, "
-        f"{len(out['components'])} component(s), bytes sent: {out['bytes_sent']}")
+    if dp:
+        cal = first["dp"]
+        out.update(epsilon=summary.epsilon, delta=summary.delta, budgets=budgets,
+                   dp={k: cal[k] for k in ("rounds", "sigma", "party_sigma", "rho", "certified_epsilon",
+                                           "column_norm", "noise_parties")})
+        out["params"] = {k: records["trent"]["params"][k] for k in ("components", "oversample", "iterations",
+                                                                     "column_norm", "noise_parties")} \
+            | {"block_values": compute.block_values}
+    if dp:
+        say(f"done in {seconds:.1f} s: {tr['rounds']} noisy rounds, {len(out['components'])} component(s), "
+            f"each data party charged epsilon={summary.epsilon:g}, delta={summary.delta:g}; "
+            f"bytes sent: {out['bytes_sent']}")
+    else:
+        say(f"done in {seconds:.1f} s: {tr['rounds']} rounds ({tr['decoys']} decoys), converged={tr['converged']}, "
+            f"{len(out['components'])} component(s), bytes sent: {out['bytes_sent']}")
     return out
 
 
 def _cmd(args: argparse.Namespace) -> int:
     params = {}
-    for name in ("p", "tol", "max_iterations", "components", "oversample"):
+    for name in ("p", "tol", "max_iterations", "components", "oversample", "epsilon", "delta", "iterations",
+                 "column_norm", "noise_parties"):
         v = getattr(args, name)
         if v is not None:
             params[name] = v
@@ -142,7 +167,11 @@ def register(sub) -> None:
                         description="Starts Trent and one data party per --data input as separate processes over "
                                     "gRPC with mutual TLS on loopback and writes JSON with u, x, components "
                                     "(the top --components eigenvector pairs), iterations, decoys, seconds, "
-                                    "bytes_sent, compute (engine, workers, Dask tasks) and peak_rss_bytes.")
+                                    "bytes_sent, compute (engine, workers, Dask tasks) and peak_rss_bytes.  With "
+                                    "--epsilon and --delta it runs the differentially private mode (the noisy "
+                                    "power method, docs/protocols/power-iteration.md): x is null (not released), "
+                                    "and the JSON gains epsilon, delta, dp (the noise calibration) and budgets "
+                                    "(every data party's ledger, charged once for the session).")
     pi.add_argument("--data", action="append", required=True, metavar="PATH",
                     help="a matrix with k rows: a .npy file, a folder of .npy column shards (name order) or a "
                          "Zarr array (one data party per --data; at least two)")
@@ -156,6 +185,15 @@ def register(sub) -> None:
     pi.add_argument("--oversample", type=int,
                     help="extra block columns (default 0): faster when λ_r ≈ λ_(r+1), but every data party "
                          "also learns approximations of the next components")
+    pi.add_argument("--epsilon", type=float,
+                    help="differentially private mode: (epsilon, delta)-DP per sample of each party (needs --delta)")
+    pi.add_argument("--delta", type=float, help="differentially private mode: delta (needs --epsilon)")
+    pi.add_argument("--iterations", type=int, help="DP mode: the fixed number of noisy rounds T (default 10)")
+    pi.add_argument("--column-norm", type=float,
+                    help="DP mode: every sample (column) is clipped to this L2 norm (default 1)")
+    pi.add_argument("--noise-parties", type=int,
+                    help="DP mode: h, each party adding noise variance sigma^2/h; needs h honest data parties "
+                         "(default 1: every party's noise protects it alone)")
     pi.add_argument("--compute", choices=("local", "dask"), default="local",
                     help="where each data party computes: in its process (local) or on a Dask cluster")
     pi.add_argument("--dask-workers", type=int, help="workers of each data party's local Dask cluster (default 2)")

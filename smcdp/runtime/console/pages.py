@@ -23,6 +23,7 @@ th{background:#eaeef2;font-weight:600}td.num{text-align:right;font-variant-numer
 .running,.prepared{background:#ddf4ff;color:#0550ae}.pending{background:#fff8c5;color:#7d4e00}
 .unknown{background:#eaeef2;color:#57606a}small,.muted{color:#57606a}code{font-size:12px}
 .kv td:first-child{width:180px;font-weight:600}footer{padding:8px 20px;color:#57606a;font-size:12px}
+.warn{background:#ffebe9;color:#a40e26;border:1px solid #ff8182;padding:6px 10px;font-weight:600}
 """
 
 NAV = (("/", "Sessions"), ("/peers", "Peers"), ("/budgets", "Privacy budgets"), ("/audit", "Audit log"),
@@ -35,9 +36,11 @@ def e(v: Any) -> str:
     return html.escape(str(v), quote=True)
 
 
-def page(title: str, party: str, active: str, body: str, refresh: float, generated: str) -> str:
+def page(title: str, party: str, active: str, body: str, refresh: float, generated: str,
+         warnings: Iterable[str] = ()) -> str:
     nav = "".join(f'<a href="{href}"{" class=on" if href == active else ""}>{e(label)}</a>'
                   for href, label in NAV)
+    body = "".join(f'<p class="warn">!!! {e(w)}</p>' for w in warnings) + body
     meta = f'<meta http-equiv="refresh" content="{int(refresh)}">' if refresh > 0 else ""
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8">{meta}'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
@@ -63,13 +66,15 @@ def raw_td(html_text: str) -> str:
     return f"<td>{html_text}</td>"
 
 
-def state_badge(state: str | None, rnd: Any = None, step: str = "") -> str:
+def state_badge(state: str | None, rnd: Any = None, step: str = "", waiting_for: str | None = None) -> str:
     s = state or "unknown"
     cls = {"succeeded": "succeeded", "failed": "failed", "running": "running", "prepared": "prepared",
            "pending approval": "pending"}.get(s, "unknown")
     extra = ""
     if s == "running" and rnd is not None:
         extra = f" · round {e(rnd)}" + (f" · {e(step)}" if step else "")
+    if waiting_for and s in ("prepared", "pending approval"):   # issue 24
+        extra += f' · <span class="st pending">waiting for approval at {e(waiting_for)}</span>'
     return f'<span class="st {cls}">{e(s)}</span>{extra}'
 
 
@@ -124,7 +129,7 @@ def sessions_body(sessions: list[dict]) -> str:
         rows.append([
             raw_td(f'<a href="/sessions/{quote(sid, safe="")}"><code>{e(sid)}</code></a>'),
             td(s.get("protocol")), td(roles_text(s.get("roles"))), td(s.get("initiator")),
-            raw_td(state_badge(s.get("state"), s.get("round"), s.get("step") or "")
+            raw_td(state_badge(s.get("state"), s.get("round"), s.get("step") or "", s.get("waiting_for"))
                    + (f'<br><small>{e(error_text(s.get("error")))}</small>' if s.get("error") else "")),
             td(s.get("started_at")), td(duration(s.get("seconds")), "num"), raw_td(traffic_cell(s.get("traffic") or {})),
         ])
@@ -141,7 +146,7 @@ def session_body(s: dict) -> str:
     kv = [("Session", f"<code>{e(s['session_id'])}</code>"), ("Protocol", e(s.get("protocol"))),
           ("Roles", e(roles_text(s.get("roles")))), ("This party's role", e(s.get("role"))),
           ("Initiator", e(s.get("initiator"))),
-          ("State", state_badge(s.get("state"), s.get("round"), s.get("step") or "")),
+          ("State", state_badge(s.get("state"), s.get("round"), s.get("step") or "", s.get("waiting_for"))),
           ("Error", e(error_text(s.get("error")))), ("Started (UTC)", e(s.get("started_at"))),
           ("Finished (UTC)", e(s.get("finished_at"))), ("Duration", e(duration(s.get("seconds")))),
           ("Restarts", e(s.get("restarts"))), ("Seeded", e(s.get("seeded")))]

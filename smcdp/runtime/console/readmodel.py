@@ -229,7 +229,8 @@ class Observatory:
                         "started_at": d["received_at"], "finished_at": d["decided_at"], "seconds": None,
                         "round": None, "step": "", "error": ({"message": d["reason"]} if d["reason"] else None),
                         "traffic": {}, "epsilon": d["epsilon"], "kind": "proposal",
-                        "expires_at": d["expires_at"]})
+                        "expires_at": d["expires_at"],
+                        "waiting_for": self.party.name if d["state"] == "pending" else None})
         return out
 
     def ended_sessions(self, limit: int = MAX_RECORDS) -> list[dict]:
@@ -369,7 +370,8 @@ def _live_view(s) -> dict:
             "step": st["step"], "started_at": started, "finished_at": rec.get("finished_at"),
             "seconds": rec.get("seconds") if rec else elapsed, "error": st["error"],
             "traffic": _live_traffic(s), "restarts": st["restarts"], "kind": "session",
-            "seconds_left": st.get("seconds_left"), "peers_seen": st.get("peers")}
+            "seconds_left": st.get("seconds_left"), "peers_seen": st.get("peers"),
+            "waiting_for": st.get("waiting_for")}
 
 
 def record_view(rec: dict) -> dict:

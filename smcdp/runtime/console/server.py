@@ -11,17 +11,23 @@ from __future__ import annotations
 
 import asyncio
 import datetime as _dt
+import hmac
 import logging
+import os
 import ssl
+import stat
+from pathlib import Path
 
 from aiohttp import web
+from cryptography.hazmat.primitives import hashes
 
 from smcdp.net.config import ConfigError, parse_address
-from smcdp.net.tls import CertificateError, TlsMaterial
+from smcdp.net.tls import CertificateError, TlsMaterial, load_certificates
 from smcdp.runtime.console import pages
 from smcdp.runtime.console.config import ConsoleConfig
 from smcdp.runtime.console.metrics import CONTENT_TYPE, PartyMetrics
 from smcdp.runtime.console.readmodel import Observatory, PeerProber
+from smcdp.runtime.governance.gate import warnings_for
 
 log = logging.getLogger("smcdp.console")
 
@@ -36,17 +42,75 @@ HEADERS = {
 
 
 def console_ssl_context(cfg: ConsoleConfig, ca_path) -> ssl.SSLContext | None:
-    """HTTPS for a console with ``[console.tls]``: its certificate must come from the federation's CA."""
+    """HTTPS for a console with ``[console.tls]``: its certificate must come from the federation's CA;
+    clients present one from ``client_ca`` (required, or optional when a bearer token may stand in)."""
     if cfg.tls is None:
         return None
     try:
         TlsMaterial.load(ca_path, cfg.tls.cert, cfg.tls.key)   # issued by [tls] ca, valid now, key matches
+        if cfg.tls.client_ca is not None:
+            load_certificates(cfg.tls.client_ca)
     except (CertificateError, OSError, ValueError) as exc:
         raise ConfigError(f"[console.tls]: {exc}") from None
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.load_cert_chain(str(cfg.tls.cert), str(cfg.tls.key))
+    if cfg.tls.client_ca is not None:
+        ctx.load_verify_locations(cafile=str(cfg.tls.client_ca))
+        ctx.verify_mode = ssl.CERT_REQUIRED if cfg.token_file is None else ssl.CERT_OPTIONAL
     return ctx
+
+
+def read_token(path) -> bytes:
+    """The console's bearer token: at least 32 characters from a file only its owner can read."""
+    try:
+        mode = os.stat(path).st_mode
+        token = Path(path).read_bytes().strip()
+    except OSError as exc:
+        raise ConfigError(f"console.token_file: {exc}") from None
+    if mode & 0o077:
+        raise ConfigError(f"console.token_file {path} is readable by others (mode {stat.S_IMODE(mode):o}); "
+                          "make it 0600")
+    if len(token) < 32 or not token.isascii() or not token.decode().isprintable() or b" " in token:
+        raise ConfigError(f"console.token_file {path} must hold one token of at least 32 printable characters "
+                          "(e.g. 'python -c \"import secrets; print(secrets.token_urlsafe(32))\"')")
+    return token
+
+
+#: what a client that has not authenticated may fetch: nothing about the party
+PUBLIC_PATHS = frozenset({"/healthz", "/static/console.css", "/favicon.ico"})
+
+
+class Gate:
+    """Who may read the console (issue 24): a client certificate issued by ``client_ca`` -- this
+    party's own if ``client_ca`` is the federation's CA, which every member holds a certificate
+    of -- or the bearer token.  Without ``[console.tls]`` and a token, a loopback console is open to
+    whoever can connect on this host, as before."""
+
+    def __init__(self, cfg: ConsoleConfig, party_name: str, federation_ca) -> None:
+        self.party_name = party_name
+        self.token = read_token(cfg.token_file) if cfg.token_file is not None else None
+        self.certificates = cfg.tls is not None and cfg.tls.client_ca is not None
+        self.own_only = False
+        if self.certificates:
+            fed = {c.fingerprint(hashes.SHA256()) for c in load_certificates(federation_ca)}
+            self.own_only = any(c.fingerprint(hashes.SHA256()) in fed for c in load_certificates(cfg.tls.client_ca))
+
+    @property
+    def required(self) -> bool:
+        return self.token is not None or self.certificates
+
+    def admits(self, request: web.Request) -> bool:
+        if not self.required or request.path in PUBLIC_PATHS:
+            return True
+        peer = request.transport.get_extra_info("peercert") if request.transport is not None else None
+        if peer:   # verified by the TLS handshake against client_ca
+            cns = [v for rdn in peer.get("subject", ()) for k, v in rdn if k == "commonName"]
+            return not self.own_only or cns == [self.party_name]
+        auth = request.headers.get("Authorization", "")
+        if self.token is not None and auth.startswith("Bearer "):
+            return hmac.compare_digest(auth[7:].strip().encode(), self.token)
+        return False
 
 
 class Console:
@@ -60,6 +124,9 @@ class Console:
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
         self.url: str | None = None
+        #: what the party warns about at start-up, on every page too (an open policy, seeds; issue 24)
+        self.warnings = warnings_for(party.config)
+        self.gate: Gate | None = None
 
     # ---------------------------------------------------------------- lifecycle
     async def start(self) -> int:
@@ -70,9 +137,13 @@ class Console:
             log.warning("!!! console: serving plain HTTP on the non-loopback address %s (console.insecure_bind = "
                         "true): anyone who can reach it sees this party's sessions, peers and budgets",
                         cfg.listen)
+        self.gate = Gate(cfg, self.party.name, self.party.config.tls.ca)
+        if cfg.token_file is not None and sslctx is None and not cfg.loopback:
+            log.warning("!!! console: the bearer token travels in plain HTTP on %s (console.insecure_bind)",
+                        cfg.listen)
         self.obs.prober = PeerProber(self.party.config, self.party.tls, cfg.probe_seconds)
         self.obs.prober.start()
-        app = web.Application(middlewares=[_headers], client_max_size=4096)
+        app = web.Application(middlewares=[_headers, self._authenticated], client_max_size=4096)
         app.add_routes([
             web.get("/", self.sessions_page), web.get("/sessions", self.sessions_page),
             web.get("/sessions/{sid}", self.session_page), web.get("/peers", self.peers_page),
@@ -103,11 +174,18 @@ class Console:
             await self._runner.cleanup()
             self._runner = None
 
+    @web.middleware
+    async def _authenticated(self, request: web.Request, handler):
+        if not self.gate.admits(request):
+            raise web.HTTPUnauthorized(text="authentication required\n",
+                                       headers=dict(HEADERS, **{"WWW-Authenticate": 'Bearer realm="smcdp console"'}))
+        return await handler(request)
+
     # ---------------------------------------------------------------- pages
     def _page(self, title: str, active: str, body: str) -> web.Response:
         now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-        return web.Response(text=pages.page(title, self.party.name, active, body, self.cfg.refresh_seconds, now),
-                            content_type="text/html", charset="utf-8")
+        return web.Response(text=pages.page(title, self.party.name, active, body, self.cfg.refresh_seconds, now,
+                                            self.warnings), content_type="text/html", charset="utf-8")
 
     async def _blocking(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)

@@ -101,6 +101,12 @@ class FileJournal:
         for role, tag, type_name, off, length in items:
             yield role, tag, type_name, self._read(off, length)
 
+    def inbound_sizes(self) -> list[tuple[str, str, int]]:
+        """(sender role, tag, bytes) of every message received, without reading the messages
+        (a resume charges them to the session's envelope before it reloads them; issue 24)."""
+        with self._lock:
+            return [(role, tag, length) for role, tag, _type, _off, length in self._inbound]
+
     def record_inbound(self, sender_role: str, tag: str, type_name: str, data: bytes, durable: bool = True) -> None:
         with self._lock:
             off = self._append(_IN, sender_role, tag, type_name, data, sync=durable)

@@ -6,14 +6,16 @@ atomically), so a waiting proposal survives a restart of the party.  States::
     pending --approve--> approved --Propose again--> started
        |                    |
        +--reject------------+--> rejected
-       +--deadline----------+--> expired      (received + the session's timeout)
+       +--timeout-----------+--> expired      (received + limits.approval_timeout_seconds)
        +--initiator aborts--+--> withdrawn
 
 The initiator learns the outcome by repeating its (idempotent) ``Propose``: while the
 proposal waits the answer is ``pending``; once approved the repeat is accepted and the
-session is prepared with what is left of its deadline; a rejected or expired proposal is
+session is prepared, its timeout counting from Begin; a rejected or expired proposal is
 refused (PERMISSION_DENIED naming the operator's reason; DEADLINE_EXCEEDED).
-:func:`propose_until_decided` is the initiator's loop.
+:func:`propose_until_decided` is the initiator's loop; meanwhile the initiator and every
+participant that already accepted keep the session prepared for up to their own
+``limits.approval_timeout_seconds`` (the initiator tells them who is deciding: ``Waiting``).
 """
 
 from __future__ import annotations
@@ -61,11 +63,11 @@ class Proposal:
                 and dict(self.roles) == dict(spec.roles) and dict(self.params) == dict(spec.params)
                 and self.seed == spec.seed)
 
-    def spec(self, now: float | None = None) -> SessionSpec:
-        """The session to prepare, with what is left of the deadline as its timeout."""
-        left = self.expires_at - (time.time() if now is None else now)
+    def spec(self) -> SessionSpec:
+        """The session to prepare: its timeout counts from Begin, not from the proposal (issue 24:
+        the operator's decision may take hours, ``limits.approval_timeout_seconds``)."""
         return SessionSpec(self.session_id, self.protocol, dict(self.roles), dict(self.params),
-                           max(left, 0.001), self.seed)
+                           self.timeout_seconds, self.seed)
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -114,28 +116,42 @@ class ProposalStore:
         self._cache[p.session_id] = p
         return p
 
+    def prune(self, decided_before: float) -> list[str]:
+        """Delete proposals decided (started, rejected, expired, withdrawn) before ``decided_before``."""
+        gone = []
+        for p in list(self._cache.values()):
+            if p.state not in OPEN_STATES and (p.decided_at or p.received_at) < decided_before:
+                (self.directory / f"{p.session_id}.json").unlink(missing_ok=True)
+                del self._cache[p.session_id]
+                gone.append(p.session_id)
+        return sorted(gone)
+
     def decide(self, p: Proposal, state: str, reason: str = "") -> Proposal:
         assert state in STATES
         return self.save(replace(p, state=state, reason=reason, decided_at=time.time()))
 
 
 async def propose_until_decided(send: Callable[[], Awaitable[Any]], party: str, session_id: str,
-                                deadline: float) -> Any:
+                                deadline: Callable[[], float],
+                                on_pending: Callable[[], Awaitable[None]] | None = None) -> Any:
     """Repeat ``send()`` (one Propose, retried inside) while ``party`` answers *pending*.
 
-    ``deadline`` is a ``time.monotonic()`` value; past it, a still-pending proposal
-    fails with DEADLINE_EXCEEDED naming the party.
+    ``deadline()`` is a ``time.monotonic()`` value, read after every reply: ``on_pending()``
+    (called on each pending reply) may extend it to the initiator's approval timeout.  Past
+    it, a still-pending proposal fails with DEADLINE_EXCEEDED naming the party.
     """
     delay = POLL_FIRST
     while True:
         reply = await send()
         if not getattr(reply, "pending", False):
             return reply
-        left = deadline - time.monotonic()
+        if on_pending is not None:
+            await on_pending()
+        left = deadline() - time.monotonic()
         if left <= delay:
             raise DeadlineExceeded(
-                f"party {party!r} did not approve session {session_id!r} before its deadline "
-                f"({reply.detail or 'its operator was asked'})")
+                f"party {party!r} did not approve session {session_id!r} within the initiator's approval "
+                f"timeout (limits.approval_timeout_seconds) ({reply.detail or 'its operator was asked'})")
         await asyncio.sleep(delay)
         delay = min(delay * 1.5, POLL_MAX)
 

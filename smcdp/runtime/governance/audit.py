@@ -23,11 +23,13 @@ party, when it next starts, moves the fragment to ``audit.jsonl.torn-<line>`` (k
 deleted), cuts it from the log and appends a ``torn-tail-repaired`` event recording the
 fragment's length and SHA-256, so the chain stays whole and the repair is itself on
 record.  Any other damage stops the party at start-up: an unverifiable log is evidence,
-and a party must not keep appending to it (move it aside to start a new one).
+and a party must not keep appending to it (move it aside and start a new one with
+:func:`start_new_log`, ``smcdp audit new``).  So does a log that is missing where the party
+kept one before: it is never restarted silently (issue 24).
 
 Tamper-evidence has the usual limit: whoever can rewrite both files entirely can forge a
-consistent history.  Record the head that ``smcdp audit verify`` prints somewhere else
-(a ticket, a peer) to anchor it.
+consistent history.  The peers anchor it: they keep this party's signed heads
+(:mod:`smcdp.runtime.governance.witness`), and ``smcdp audit verify --witnesses`` compares.
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ import hashlib
 import json
 import os
 import threading
-from dataclasses import dataclass
+import time
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -244,15 +248,26 @@ class AuditLog:
         self._fd: int | None = None
         self._seq = 0
         self._prev = GENESIS
+        self._first: str | None = None      # SHA-256 of line 1: the log's identity (witnessed heads)
         self._broken: str | None = None
 
-    def open(self) -> dict | None:
+    def open(self, used_before: str | None = None) -> dict | None:
         """Verify the log, repair a torn tail, and get ready to append.
 
         Returns the ``torn-tail-repaired`` entry if there was one to repair; raises
-        :class:`AuditError` if the log is damaged otherwise.
+        :class:`AuditError` if the log is damaged otherwise, or missing although the data
+        directory was used before (``used_before`` says how it shows; ``audit.head`` left
+        behind shows it too): a lost log is not restarted silently (issue 24), its operator
+        starts a new one explicitly (:func:`start_new_log`, ``smcdp audit new``).
         """
         self.dir.mkdir(parents=True, exist_ok=True)
+        if not self.path.exists():
+            why = f"{HEAD_NAME} is still there" if self.head_path.exists() else used_before
+            if why:
+                raise AuditError(
+                    f"audit log {self.path} is missing although this party kept one before ({why}). It is not "
+                    f"restarted silently: find it, or start a new one explicitly with 'smcdp audit new --config "
+                    f"FILE --reason TEXT' (the new log's first line records that, and the old head)")
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -262,8 +277,8 @@ class AuditLog:
             if not v.ok and not v.torn:
                 raise AuditError(
                     f"audit log {self.path} fails verification at line {v.bad_line}: {v.problem}. "
-                    f"It is evidence: keep it, move {LOG_NAME} and {HEAD_NAME} aside (a new log then "
-                    "starts) and start the party again")
+                    f"It is evidence: keep it, move {LOG_NAME} and {HEAD_NAME} aside, start a new log "
+                    "('smcdp audit new --config FILE --reason TEXT') and start the party again")
             fragment = b""
             if v.torn:
                 fragment = data[data.rfind(b"\n") + 1:]
@@ -277,6 +292,7 @@ class AuditLog:
                 os.fsync(fd)
             self._fd, fd = fd, -1
             self._seq, self._prev = v.lines, v.head
+            self._first = _sha(data.split(b"\n", 1)[0]) if v.lines else None
             self._write_head()   # completes a head left one line behind by a crash
         finally:
             if fd >= 0:
@@ -315,13 +331,128 @@ class AuditLog:
                     raise AuditError(f"cannot append to audit log {self.path}: {exc}") from None
                 self._seq += 1
                 self._prev = _sha(line)
+                if self._seq == 1:
+                    self._first = self._prev
                 self._write_head()
             finally:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
             return entry
+
+    def state(self) -> tuple[str, int, str] | None:
+        """(log id = SHA-256 of line 1, lines, SHA-256 of the last line) as appended so far."""
+        with self._lock:
+            if self._fd is None or self._first is None:
+                return None
+            return self._first, self._seq, self._prev
 
     def close(self) -> None:
         with self._lock:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+
+
+def start_new_log(data_dir: str | os.PathLike, party: str, reason: str, by: str) -> dict:
+    """Start a new audit log where there is none, on purpose (``smcdp audit new``; issue 24).
+
+    Refuses when ``audit.jsonl`` exists.  The new log's first line, event ``log-started``,
+    records the reason, who ran it, and the head the lost log left behind (``audit.head``,
+    if any -- its line count and last hash, which witnesses can confirm).  Returns that line.
+    """
+    d = Path(data_dir)
+    if (d / LOG_NAME).exists():
+        raise AuditError(f"{d / LOG_NAME} exists: a new log is started only where the log is missing")
+    old, problem = _read_head(d / HEAD_NAME)
+    if old is not None or problem is not None:
+        os.replace(d / HEAD_NAME, d / f"{HEAD_NAME}.before-{_now().replace(':', '')}")
+    log = AuditLog(d, party)
+    log.open()
+    try:
+        return log.append("log-started", reason=reason, by=by, previous_head=old,
+                          previous_head_problem=problem)
+    finally:
+        log.close()
+
+
+# ---------------------------------------------------------------------- refusals per peer (issue 24)
+#: refusals of one peer recorded in full per window; beyond that they are counted
+REFUSALS_IN_FULL = 10
+REFUSAL_WINDOW_SECONDS = 60.0
+#: session ids a summary names (the first and the last are always among them)
+SUMMARY_SESSIONS = 5
+
+
+@dataclass
+class _Window:
+    started: float            # time.monotonic()
+    started_at: str           # wall clock, for the record
+    count: int = 0
+    rules: Counter = field(default_factory=Counter)
+    sessions: list = field(default_factory=list)
+    last_session: str | None = None
+
+
+class RefusalThrottle:
+    """How many of one peer's refusals the audit trail records line by line.
+
+    500 refused proposals from one peer used to append 1,000 fsync-ed lines (476 KB).
+    Now, per peer and window of ``window`` seconds, the first ``in_full`` refusals are
+    recorded as before (``proposal`` and ``refused``); the others are only counted, by
+    rule, and the count is appended as one ``refusals-summarised`` event when the
+    window ends (:meth:`due`, from the governor's periodic loop, or the peer's next
+    refusal) or the party stops (:meth:`flush`).  The chain stays one chain: a summary
+    is an ordinary line.  Peers are names from verified certificates (bounded by
+    ``[peers]``), so the state is bounded too.
+    """
+
+    def __init__(self, in_full: int = REFUSALS_IN_FULL, window: float = REFUSAL_WINDOW_SECONDS) -> None:
+        self.in_full = in_full
+        self.window = window
+        self._lock = threading.Lock()
+        self._peers: dict[str, _Window] = {}
+
+    def refused(self, peer: str, rule: str, session: str | None,
+                now: float | None = None) -> tuple[list[dict], bool]:
+        """Count one refusal of ``peer``: (summaries of windows that ended, to append first;
+        whether to record this refusal in full)."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            out = self._close(now, [peer])
+            w = self._peers.get(peer)
+            if w is None:
+                w = self._peers[peer] = _Window(now, _now())
+            w.count += 1
+            if w.count <= self.in_full:
+                return out, True
+            w.rules[rule] += 1
+            if session is not None:
+                if len(w.sessions) < SUMMARY_SESSIONS - 1:
+                    w.sessions.append(session)
+                w.last_session = session
+            return out, False
+
+    def due(self, now: float | None = None) -> list[dict]:
+        """Summaries of every window that has ended."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            return self._close(now, list(self._peers))
+
+    def flush(self) -> list[dict]:
+        """Summaries of every window, ended or not (the party stops)."""
+        with self._lock:
+            return self._close(float("inf"), list(self._peers))
+
+    def _close(self, now: float, peers: list[str]) -> list[dict]:
+        out = []
+        for peer in peers:
+            w = self._peers.get(peer)
+            if w is None or now - w.started < self.window:
+                continue
+            del self._peers[peer]
+            counted = sum(w.rules.values())
+            if counted:
+                sessions = w.sessions + ([w.last_session] if w.last_session not in w.sessions else [])
+                out.append({"peer": peer, "refused": counted, "recorded_in_full": w.count - counted,
+                            "rules": dict(sorted(w.rules.items())), "since": w.started_at, "until": _now(),
+                            "sessions": [x for x in sessions if x is not None]})
+        return out

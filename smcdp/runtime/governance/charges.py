@@ -21,7 +21,11 @@ A DP release over the party's data is charged through the one budget interface
   release message is sent, so a reservation still open at the end means nothing
   noisy has left the party;
 * after a restart, an open reservation of this party whose session no longer runs
-  is released for the same reason (a pending, approved proposal keeps its own).
+  is released for the same reason (a pending, approved proposal keeps its own);
+* a session that fails *resumably* releases its reservation too (issue 24: a peer's
+  Abort UNAVAILABLE must not hold a budget for ever); a resume is admitted again and
+  reserves anew.  A ledger key is reserved once, so a session's later reservations are
+  keyed ``<session id>/resume-<n>`` (``/`` never occurs in a session id).
 
 Every step is written to the audit trail by the caller (:mod:`smcdp.runtime.governance.gate`).
 """
@@ -44,6 +48,8 @@ from smcdp.plugins.base import SessionSummary
 log = logging.getLogger("smcdp.budget")
 
 DEFAULT_LEDGER = "ledger.sqlite"
+#: separates a session id from the number of a later reservation of it
+RESUME_KEY = "/resume-"
 
 
 @dataclass(frozen=True)
@@ -146,35 +152,46 @@ class SessionCharges:
                 "remaining_epsilon": fmt_amount(st.remaining_epsilon), "open_reservations": st.n_reserved}
 
     # ------------------------------------------------------------------ per session
-    def reserve(self, session_id: str, summary: SessionSummary, initiator: str) -> Charge:
-        """Hold the session's cost (raises BudgetExceeded; idempotent for the same session)."""
-        note = f"{self._marker}{session_id} ({summary.protocol}, initiated by {initiator})"
-        return self.budget.reserve(session_id, summary.epsilon, summary.delta, rho=summary.rho, note=note)
+    def reserve(self, key: str, summary: SessionSummary, initiator: str) -> Charge:
+        """Hold the session's cost under ``key`` (raises BudgetExceeded; idempotent for the same key)."""
+        sid = key.split(RESUME_KEY)[0]
+        note = f"{self._marker}{sid} ({summary.protocol}, initiated by {initiator})"
+        return self.budget.reserve(key, summary.epsilon, summary.delta, rho=summary.rho, note=note)
 
-    def held(self, session_id: str) -> Charge | None:
-        """This party's reservation for ``session_id`` if it is still open."""
-        c = self.budget.reservation(session_id)
+    def held(self, key: str) -> Charge | None:
+        """This party's reservation ``key`` if it is still open."""
+        c = self.budget.reservation(key)
         if c is None or c.state != "reserved" or not c.note.startswith(self._marker):
             return None
         return c
 
-    def commit(self, session_id: str) -> Charge | None:
+    def commit(self, key: str) -> Charge | None:
         """reserved -> charged; None when there is nothing open (idempotent)."""
-        if self.held(session_id) is None:
+        if self.held(key) is None:
             return None
-        return self.budget.commit(session_id)
+        return self.budget.commit(key)
 
-    def release(self, session_id: str, reason: str) -> Charge | None:
+    def release(self, key: str, reason: str) -> Charge | None:
         """reserved -> released; None when there is nothing open.  Never releases a charge."""
-        if self.held(session_id) is None:
+        if self.held(key) is None:
             return None
         try:
-            return self.budget.release(session_id, reason[:1000])
+            return self.budget.release(key, reason[:1000])
         except PreconditionFailed:  # committed in between (the release point): it stays charged
             return None
 
+    def entries(self, session_id: str) -> list[Charge]:
+        """Every entry of this party for ``session_id`` (its first key and its resumes'), oldest first."""
+        return [c for c in self.budget.history() if c.key is not None and c.note.startswith(self._marker)
+                and (c.key == session_id or c.key.startswith(session_id + RESUME_KEY))]
+
+    def next_key(self, session_id: str) -> str:
+        """The key of a new reservation for ``session_id`` (its first, or the next resume's)."""
+        n = len(self.entries(session_id))
+        return session_id if n == 0 else f"{session_id}{RESUME_KEY}{n}"
+
     def orphans(self, keep: Iterable[str]) -> list[Charge]:
-        """Open reservations of this party whose sessions are not in ``keep``."""
+        """Open reservations of this party whose keys are not in ``keep``."""
         keep = set(keep)
         return [c for c in self.budget.reservations()
                 if c.note.startswith(self._marker) and c.key not in keep]

@@ -1,15 +1,19 @@
 """Who may make this party do what: the gate every proposal passes (docs/governance.md).
 
-:class:`Governor` is what :class:`smcdp.runtime.party.Party` calls on ``Propose``, on the
+:class:`Governor` is what :class:`smcdp.runtime.party.Party` calls on ``Propose``, when a
+session is resumed or restored (:meth:`Governor.readmit`: admitted again, issue 24), on the
 operator's approve/reject/list/show, when a session reaches its release point and when it
-ends.  It composes
+ends, and for the peers' signed audit heads.  It composes
 
-* the seed rule and the ``[policy]`` (:mod:`smcdp.runtime.governance.policy`), evaluated on the
-  plug-in's :class:`~smcdp.plugins.base.SessionSummary` of the proposal;
-* operator approval (:mod:`smcdp.runtime.governance.approvals`);
+* deny by default, the seed rule and the ``[policy]`` (:mod:`smcdp.runtime.governance.policy`),
+  evaluated on the plug-in's :class:`~smcdp.plugins.base.SessionSummary` of the proposal;
+* operator approval (:mod:`smcdp.runtime.governance.approvals`), its queue bounded per peer;
 * the privacy budget (:mod:`smcdp.runtime.governance.charges`);
 * the audit trail (:mod:`smcdp.runtime.governance.audit`): every proposal, decision (with the rule),
-  reservation, charge, release, abort and session end.
+  reservation, charge, release, abort and session end -- one peer's refusals past an allowance
+  counted, not written one by one;
+* the witnesses (:mod:`smcdp.runtime.governance.witness`): this party's head signed for its
+  peers, theirs kept.
 
 Everything here runs before a session exists: no input file is opened until the
 proposal has passed every check (the plug-in reads inputs only in ``run_role``, after
@@ -26,19 +30,29 @@ import json
 import logging
 import threading
 import time
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from smcdp.dp.budget import BudgetExceeded, fmt_amount
-from smcdp.errors import DeadlineExceeded, InvalidMessage, PreconditionFailed, SmcdpError
+from smcdp.errors import DeadlineExceeded, InvalidMessage, PreconditionFailed, ResourceExhausted, SmcdpError
 from smcdp.net.channel import Channel
 from smcdp.net.grpc_channel import AlreadyExists, NotFound
 from smcdp.net.server import PendingApproval, SessionSpec
-from smcdp.plugins.base import ProtocolPlugin, SessionContext, SessionSummary
+from smcdp.plugins.base import OutputFlow, ProtocolPlugin, SessionContext, SessionSummary
 from smcdp.runtime.config import PartyConfig
 from smcdp.runtime.governance.approvals import OPEN_STATES, Proposal, ProposalStore, check_reason, proposals_dir
-from smcdp.runtime.governance.audit import AuditLog
-from smcdp.runtime.governance.charges import SessionCharges
-from smcdp.runtime.governance.policy import OutOfBounds, PolicyDenied, Refusal, check_seed, evaluate, refusal
+from smcdp.runtime.governance.audit import AuditLog, RefusalThrottle, read_entries
+from smcdp.runtime.governance.charges import RESUME_KEY, SessionCharges
+from smcdp.runtime.governance.policy import (
+    DEFAULT_PERIOD_DAYS,
+    OutOfBounds,
+    PolicyDenied,
+    Refusal,
+    check_seed,
+    evaluate,
+    refusal,
+    releases_exact,
+)
+from smcdp.runtime.governance.witness import SignedHead, WitnessError, WitnessStore, sign_head
 
 log = logging.getLogger("smcdp.governance")
 
@@ -55,7 +69,15 @@ class BudgetRefused(SmcdpError, Refusal):
 
 
 class ApprovalExpired(DeadlineExceeded, Refusal):
-    """The operator did not approve before the session's deadline."""
+    """The operator did not approve within ``limits.approval_timeout_seconds``."""
+
+
+class QueueFull(ResourceExhausted, Refusal):
+    """Too many proposals already wait for this party's operator (RESOURCE_EXHAUSTED)."""
+
+
+class QuotaRefused(ResourceExhausted, Refusal):
+    """A per-period session limit (max_exact_sessions) does not admit the session (RESOURCE_EXHAUSTED)."""
 
 
 def _iso(t: float | None) -> str | None:
@@ -68,11 +90,14 @@ def warnings_for(config: PartyConfig) -> list[str]:
     """What a party prints loudly at start-up about its governance settings."""
     out = []
     pol = config.policy
-    if pol is None or not pol.restricts:
-        where = "no [policy]" if pol is None else "[policy] open = true"
-        out.append(f"party {config.name} has {where}: ANY peer in [peers] may start ANY session involving it, "
-                   "in any role, with any parameters (only the seed rule holds). Write a [policy] "
-                   "(docs/governance.md) before this party holds real data.")
+    if pol is None:
+        out.append(f"party {config.name} has no [policy]: it refuses EVERY session a peer proposes (deny by "
+                   "default); only its own operator may start sessions. Write a [policy] "
+                   "(docs/governance.md) saying what it joins.")
+    elif not pol.restricts:
+        out.append(f"party {config.name} has [policy] open = true: ANY peer in [peers] may start ANY session "
+                   "involving it, in any role, with any parameters (only the seed rule holds). Test "
+                   "deployments only: write a [policy] (docs/governance.md) before this party holds real data.")
     elif not pol.protocols:
         out.append(f"party {config.name} joins no protocol (its [policy] has no [policy.<protocol>] table): "
                    "every proposal will be refused.")
@@ -90,16 +115,25 @@ def warnings_for(config: PartyConfig) -> list[str]:
 class Governor:
     """Policy, approvals, budget and audit of one party."""
 
-    def __init__(self, config: PartyConfig, name: str) -> None:
+    def __init__(self, config: PartyConfig, name: str, tls=None) -> None:
         self.config = config
         self.name = name
         self.policy = config.policy
         self.audit = AuditLog(config.data_dir, name)
+        #: the peers' signed audit heads this party keeps, and its TLS key that signs its own (issue 24;
+        #: without ``tls``, a :class:`~smcdp.net.tls.TlsMaterial`, nothing is witnessed)
+        self.tls = tls
+        self.witnesses = WitnessStore(config.data_dir, name, b"" if tls is None else tls.ca_pem)
         self.charges = SessionCharges(config.budget, config.data_dir, name) if config.budget else None
         self.proposals = ProposalStore(proposals_dir(config.data_dir))
         self._lock = threading.RLock()
-        #: sessions admitted here whose cost is reserved in the budget (commit/release pending)
-        self._reserved: set[str] = set()
+        #: sessions admitted here whose cost is reserved in the budget (commit/release pending) -> ledger key
+        self._reserved: dict[str, str] = {}
+        #: refusals per peer and window: the first few in full, then a count (issue 24)
+        self.throttle = RefusalThrottle()
+        #: protocol -> admission times (epoch seconds) of sessions that release exact outputs from this
+        #: party's data, from the audit trail's "accepted" events (max_exact_sessions, issue 25)
+        self._exact: dict[str, list[float]] = {}
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, live: Iterable[str] = ()) -> None:
@@ -107,7 +141,9 @@ class Governor:
 
         ``live``: sessions this party will continue from their checkpoints (restored after
         a crash, or waiting for ``session resume``): their reservations stay open."""
-        repaired = self.audit.open()
+        used = next((f"{d.name}/ exists" for d in (proposals_dir(self.config.data_dir), self.witnesses.dir)
+                     if d.is_dir()), None)
+        repaired = self.audit.open(used_before=used)
         if repaired is not None:
             log.warning("audit log: repaired an incomplete last line (a crash mid-write); the fragment "
                         "is kept in %s", repaired["saved_as"])
@@ -117,6 +153,7 @@ class Governor:
         except ValueError as exc:
             raise PreconditionFailed(str(exc)) from None
         pol = self.policy
+        self._exact = _exact_admissions(self.config.data_dir)
         self.audit.append("start", policy=None if pol is None else pol.as_dict(),
                           budget=None if self.charges is None else self.charges.status())
         if changed is not None:
@@ -129,6 +166,7 @@ class Governor:
 
     def stop(self) -> None:
         try:
+            self._summarise(self.throttle.flush())
             self.audit.append("stop")
         except SmcdpError as exc:  # pragma: no cover - the log was broken earlier; say so, stop anyway
             log.error("audit log: %s", exc)
@@ -140,20 +178,32 @@ class Governor:
         The release gate commits *before* the release message is sent, so a reservation
         still open means no noisy output left this party; an approved proposal that the
         initiator has not yet picked up keeps its reservation, and so does a session that
-        continues from its checkpoint (``live``).  A replayed session that reaches its
-        release point again re-sends the same output (its randomness is restored from the
-        checkpoint), so committing again is a no-op, not a second charge."""
+        continues from its checkpoint now (``live``: restored after a crash).  A session
+        that failed resumably does not (issue 24): a resume is admitted again and reserves
+        anew.  A replayed session that reaches its release point again re-sends the same
+        output (its randomness is restored from the checkpoint), so committing again is a
+        no-op, not a second charge."""
         if self.charges is None:
             return
-        keep = {p.session_id for p in self.proposals.all() if p.state == "approved"}
-        keep |= {sid for sid in live if self.charges.held(sid) is not None}
-        for c in self.charges.orphans(keep):
-            reason = ("party restarted: the session no longer runs here and had not reached its release "
-                      "point")
+        keep: dict[str, str] = {}
+        for sid in {p.session_id for p in self.proposals.all() if p.state == "approved"} | live:
+            c = self._open_reservation(sid)
+            if c is not None:
+                keep[sid] = c.key
+        for c in self.charges.orphans(keep.values()):
+            reason = ("party restarted: the session does not continue here now and had not reached its "
+                      "release point (a resume reserves again)")
             if self.charges.release(c.key, reason) is not None:
-                self.audit.append("released", session=c.key, dataset=self.charges.dataset,
-                                  epsilon=fmt_amount(c.epsilon), delta=fmt_amount(c.delta), reason=reason)
-        self._reserved = set(keep)
+                self._audit_amount("released", c, session=c.key.split(RESUME_KEY)[0], reason=reason)
+        self._reserved = keep
+
+    def _open_reservation(self, session_id: str):
+        return next((c for c in reversed(self.charges.entries(session_id)) if c.state == "reserved"), None)
+
+    def _audit_amount(self, event: str, c, **fields) -> None:
+        self.audit.append(event, dataset=self.charges.dataset, epsilon=fmt_amount(c.epsilon),
+                          delta=fmt_amount(c.delta), **({"key": c.key} if RESUME_KEY in (c.key or "") else {}),
+                          **fields)
 
     async def expiry_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -161,8 +211,13 @@ class Governor:
             await asyncio.sleep(EXPIRY_PERIOD)
             try:
                 await loop.run_in_executor(None, self.expire)
+                await loop.run_in_executor(None, self._summarise, self.throttle.due())
             except SmcdpError as exc:  # pragma: no cover - logged; the next round tries again
                 log.error("expiring proposals: %s", exc)
+
+    def _summarise(self, summaries: list[dict]) -> None:
+        for summary in summaries:
+            self.audit.append("refusals-summarised", **summary)
 
     # ------------------------------------------------------------------ admission
     def admit(self, peer: str, spec: SessionSpec, plugin: ProtocolPlugin, role: str) -> SessionSpec | PendingApproval:
@@ -179,40 +234,131 @@ class Governor:
 
     def _first(self, peer: str, spec: SessionSpec, plugin: ProtocolPlugin, role: str) -> SessionSpec | PendingApproval:
         sid = spec.session_id
-        self.audit.append("proposal", session=sid, peer=peer, protocol=spec.protocol, role=role,
-                          roles=dict(spec.roles), params=dict(spec.params), seeded=spec.seed is not None,
-                          timeout_seconds=spec.timeout_seconds)
+        proposal = dict(session=sid, peer=peer, protocol=spec.protocol, role=role, roles=dict(spec.roles),
+                        params=dict(spec.params), seeded=spec.seed is not None, timeout_seconds=spec.timeout_seconds)
+        reserved = None
         try:
-            check_seed(spec.seed, self.policy, self.name, sid)
-            summary = self._summary(plugin, spec)
-            evaluate(self.policy, me=self.name, session_id=sid, initiator=peer, role=role, roles=spec.roles,
-                     summary=summary, allow_insecure_keys=self.config.allow_insecure_keys)
-            costs = summary is not None and summary.epsilon is not None and role in summary.data_roles
-            if costs and self.charges is None and self.policy is not None and self.policy.restricts:
-                raise refusal(OutOfBounds, self.name, sid, "budget",
-                              "it has no privacy budget ([budget]) and the session releases a "
-                              "differentially private output computed from its data")
-            charges = costs and self.charges is not None
+            summary, charges = self._check(peer, spec, plugin, role)
             approval = self.policy.approval_for(spec.protocol) if self.policy is not None else "auto"
-            if approval == "operator" and peer != self.name:
-                now = time.time()
-                p = self.proposals.save(Proposal(
-                    session_id=sid, protocol=spec.protocol, roles=dict(spec.roles), params=dict(spec.params),
-                    seed=spec.seed, timeout_seconds=spec.timeout_seconds, initiator=peer, role=role,
-                    summary=None if summary is None else summary.as_dict(), charges_budget=charges,
-                    received_at=now, expires_at=now + spec.timeout_seconds))
-                self.audit.append("pending", session=sid, rule=f"policy.{spec.protocol}.approval",
-                                  expires_at=_iso(p.expires_at))
-                return PendingApproval(f"waiting for the operator of party {self.name!r} to approve "
-                                       "(smcdp session approve)")
-            if charges:
-                self._reserve(sid, summary, peer, refuse=True)
+            exact = summary is not None and releases_exact(summary.outputs, role, spec.roles, self.name)
+            self._check_exact_quota(sid, spec.protocol, exact)
+            pending = approval == "operator" and peer != self.name
+            if pending:
+                self._check_queue(peer, sid)
+            elif charges:
+                reserved = self._reserve(sid, summary, peer, refuse=True)
         except SmcdpError as exc:
-            self.audit.append("refused", session=sid, rule=getattr(exc, "rule", None) or "validation",
-                              code=exc.code, message=str(exc))
+            self._refused(peer, exc, proposal)   # a flood of refusals is counted, not written one by one
             raise
-        self.audit.append("accepted", session=sid, role=role, approval="auto" if peer != self.name else "own operator")
+        self.audit.append("proposal", **proposal)
+        if pending:
+            now = time.time()
+            p = self.proposals.save(Proposal(
+                session_id=sid, protocol=spec.protocol, roles=dict(spec.roles), params=dict(spec.params),
+                seed=spec.seed, timeout_seconds=spec.timeout_seconds, initiator=peer, role=role,
+                summary=None if summary is None else summary.as_dict(), charges_budget=charges,
+                received_at=now, expires_at=now + self.config.limits.approval_timeout_seconds))
+            self.audit.append("pending", session=sid, rule=f"policy.{spec.protocol}.approval",
+                              expires_at=_iso(p.expires_at))
+            return PendingApproval(f"waiting for the operator of party {self.name!r} to approve "
+                                   "(smcdp session approve)")
+        if reserved is not None:
+            self._audit_amount("reserved", reserved, session=sid)
+        self._accepted(sid, role, "auto" if peer != self.name else "own operator", spec.protocol, exact)
         return spec
+
+    def _accepted(self, sid: str, role: str, how: str, protocol: str, exact: bool) -> None:
+        """Admitted: on the audit trail (exact: its outputs from this party's data are not DP, which
+        max_exact_sessions counts, also after a restart)."""
+        entry = self.audit.append("accepted", session=sid, role=role, approval=how,
+                                  **({"protocol": protocol, "exact": True} if exact else {}))
+        if exact:
+            self._exact.setdefault(protocol, []).append(_epoch(entry["time"]))
+
+    def _check_exact_quota(self, sid: str, protocol: str, exact: bool) -> None:
+        """``max_exact_sessions`` per ``period_days``: sessions admitted in the window, from the audit trail."""
+        rules = self.policy.protocols.get(protocol) if self.policy is not None else None
+        if not exact or rules is None or rules.max_exact_sessions is None:
+            return
+        days = rules.period_days if rules.period_days is not None else DEFAULT_PERIOD_DAYS
+        since = time.time() - days * 86400.0
+        used = sum(1 for t in self._exact.get(protocol, ()) if t > since)
+        if used >= rules.max_exact_sessions:
+            raise refusal(QuotaRefused, self.name, sid, f"policy.{protocol}.max_exact_sessions",
+                          f"it already joined {used} {protocol} session(s) releasing exact outputs from its data "
+                          f"in the last {days:g} days (at most {rules.max_exact_sessions})")
+
+    def _check(self, peer: str, spec: SessionSpec, plugin: ProtocolPlugin, role: str
+               ) -> tuple[SessionSummary | None, bool]:
+        """The policy's checks on a proposal (nothing written): (its summary, whether it costs budget)."""
+        sid = spec.session_id
+        if self.policy is None:   # deny by default: refused before anything else is looked at
+            evaluate(None, me=self.name, session_id=sid, initiator=peer, role=role, roles=spec.roles,
+                     summary=None, allow_insecure_keys=self.config.allow_insecure_keys)
+        check_seed(spec.seed, self.policy, self.name, sid)
+        summary = self._summary(plugin, spec)
+        evaluate(self.policy, me=self.name, session_id=sid, initiator=peer, role=role, roles=spec.roles,
+                 summary=summary, allow_insecure_keys=self.config.allow_insecure_keys)
+        costs = summary is not None and summary.epsilon is not None and role in summary.data_roles
+        if costs and self.charges is None and self.policy is not None and self.policy.restricts:
+            raise refusal(OutOfBounds, self.name, sid, "budget",
+                          "it has no privacy budget ([budget]) and the session releases a "
+                          "differentially private output computed from its data")
+        return summary, costs and self.charges is not None
+
+    def _refused(self, peer: str, exc: SmcdpError, proposal: Mapping[str, Any] | None, session: str | None = None,
+                 **fields: Any) -> None:
+        """Audit a refusal: in full while ``peer`` is within its allowance, else counted (issue 24)."""
+        rule = getattr(exc, "rule", None) or "validation"
+        session = (proposal or {}).get("session", session)
+        ended, in_full = self.throttle.refused(peer, rule, session)
+        self._summarise(ended)
+        if in_full:
+            if proposal is not None:
+                self.audit.append("proposal", **proposal)
+            self.audit.append("refused", session=session, rule=rule, code=exc.code, message=str(exc), **fields)
+
+    def readmit(self, initiator: str, spec: SessionSpec, plugin: ProtocolPlugin, role: str, how: str,
+                precheck: Callable[[], None] | None = None) -> None:
+        """A session continues from its checkpoint (``how``: "resume" or "restore"): admitted again
+        by today's policy and budget (issue 24).  Its reservation, if it still holds one, stays; if
+        it was released (the session failed resumably, or the party restarted meanwhile) and its
+        release point was not reached, the cost is reserved again; a cost already charged stays
+        charged and the replay re-sends the same output."""
+        sid = spec.session_id
+        with self._lock:
+            reserved = None
+            try:
+                if precheck is not None:   # the party's limits (restarts, deadline, slots, envelope)
+                    precheck()
+                summary, charges = self._check(initiator, spec, plugin, role)
+                if charges and sid not in self._reserved and not any(
+                        c.state == "charged" for c in self.charges.entries(sid)):
+                    held = self._open_reservation(sid)
+                    if held is not None:
+                        self._reserved[sid] = held.key
+                    else:
+                        reserved = self._reserve(sid, summary, initiator, refuse=True)
+            except SmcdpError as exc:
+                self._refused(initiator, exc, None, sid, how=how)
+                raise
+            if reserved is not None:
+                self._audit_amount("reserved", reserved, session=sid, why=f"{how}: admitted again")
+            self.audit.append("readmitted", session=sid, role=role, how=how)
+
+    def _check_queue(self, peer: str, sid: str) -> None:
+        """The approval queue is bounded per peer and in all (issue 24: one peer left 300 waiting)."""
+        lim = self.config.limits
+        waiting = [p for p in self.proposals.all() if p.state in OPEN_STATES]
+        mine = sum(p.initiator == peer for p in waiting)
+        if mine >= lim.pending_approvals_per_peer:
+            raise refusal(QueueFull, self.name, sid, "limits.pending_approvals_per_peer",
+                          f"{peer!r} already has {mine} proposals waiting for its operator "
+                          f"(limits.pending_approvals_per_peer = {lim.pending_approvals_per_peer})")
+        if len(waiting) >= lim.pending_approvals_total:
+            raise refusal(QueueFull, self.name, sid, "limits.pending_approvals_total",
+                          f"{len(waiting)} proposals already wait for its operator "
+                          f"(limits.pending_approvals_total = {lim.pending_approvals_total})")
 
     def _summary(self, plugin: ProtocolPlugin, spec: SessionSpec) -> SessionSummary | None:
         try:
@@ -225,9 +371,11 @@ class Governor:
                               "party's policy cannot admit them") from None
             return None
 
-    def _reserve(self, sid: str, summary: SessionSummary, initiator: str, *, refuse: bool) -> None:
+    def _reserve(self, sid: str, summary: SessionSummary, initiator: str, *, refuse: bool):
+        """Reserve the session's cost (its first key, or the next resume's); the caller audits it."""
+        key = self.charges.next_key(sid)
         try:
-            c = self.charges.reserve(sid, summary, initiator)
+            c = self.charges.reserve(key, summary, initiator)
         except BudgetExceeded as exc:
             if not refuse:
                 raise          # the operator sees the ledger's own words
@@ -238,9 +386,8 @@ class Governor:
         except PreconditionFailed as exc:
             raise refusal(OutOfBounds, self.name, sid, "budget",
                           f"this session id already had a budget reservation here ({exc})") from None
-        self._reserved.add(sid)
-        self.audit.append("reserved", session=sid, dataset=self.charges.dataset, epsilon=fmt_amount(c.epsilon),
-                          delta=fmt_amount(c.delta))
+        self._reserved[sid] = key
+        return c
 
     def _repeat(self, p: Proposal, peer: str, spec: SessionSpec) -> SessionSpec | PendingApproval:
         """A Propose for a session this party already keeps a proposal of."""
@@ -252,15 +399,26 @@ class Governor:
             return PendingApproval(f"waiting for the operator of party {self.name!r} to approve "
                                    "(smcdp session approve)")
         if p.state == "approved":
+            outputs = [OutputFlow(o["name"], tuple(o["recipients"]), tuple(o["sources"]), bool(o["dp"]))
+                       for o in (p.summary or {}).get("outputs", ())]
+            exact = releases_exact(outputs, p.role, p.roles, self.name)
+            try:   # another session may have taken the last exact slot since the operator approved
+                self._check_exact_quota(sid, p.protocol, exact)
+            except QuotaRefused as exc:
+                self._give_back(sid, str(exc))
+                self.proposals.decide(p, "rejected", str(exc))
+                self._refused(peer, exc, None, sid)
+                raise
             self.proposals.decide(p, "started", p.reason)
-            self.audit.append("accepted", session=sid, role=p.role, approval="operator")
+            self._accepted(sid, p.role, "operator", p.protocol, exact)
             return p.spec()
         if p.state == "rejected":
             raise refusal(PolicyDenied, self.name, sid, "approval",
                           f"its operator rejected the session: {p.reason}")
         if p.state == "expired":
             raise refusal(ApprovalExpired, self.name, sid, "approval",
-                          "its operator did not approve the session before its deadline")
+                          "its operator did not approve the session within its approval timeout "
+                          f"(limits.approval_timeout_seconds = {self.config.limits.approval_timeout_seconds:g})")
         raise refusal(OutOfBounds, self.name, sid, "approval", f"the proposal is {p.state} here")
 
     # ------------------------------------------------------------------ operator decisions
@@ -273,7 +431,8 @@ class Governor:
             if p.state != "pending":
                 raise PreconditionFailed(f"proposal {session_id!r} is {p.state}; only a pending one can be approved")
             if p.charges_budget:
-                self._reserve(session_id, SessionSummary(**_summary_args(p.summary)), p.initiator, refuse=False)
+                c = self._reserve(session_id, SessionSummary(**_summary_args(p.summary)), p.initiator, refuse=False)
+                self._audit_amount("reserved", c, session=session_id)
             p = self.proposals.decide(p, "approved")
             self.audit.append("approved", session=session_id, by="operator")
             return self.describe(p)
@@ -313,7 +472,7 @@ class Governor:
         if p.state not in OPEN_STATES or time.time() < p.expires_at:
             return p
         self._give_back(p.session_id, "the proposal expired before the initiator started it")
-        p = self.proposals.decide(p, "expired", "not approved and started before the session's deadline")
+        p = self.proposals.decide(p, "expired", "not approved and started within the approval timeout")
         self.audit.append("expired", session=p.session_id)
         return p
 
@@ -324,13 +483,12 @@ class Governor:
         return p
 
     def _give_back(self, session_id: str, reason: str) -> None:
-        if self.charges is None or session_id not in self._reserved:
+        key = self._reserved.pop(session_id, None) if self.charges is not None else None
+        if key is None:
             return
-        c = self.charges.release(session_id, reason)
-        self._reserved.discard(session_id)
+        c = self.charges.release(key, reason)
         if c is not None:
-            self.audit.append("released", session=session_id, dataset=self.charges.dataset,
-                              epsilon=fmt_amount(c.epsilon), delta=fmt_amount(c.delta), reason=reason)
+            self._audit_amount("released", c, session=session_id, reason=reason)
 
     # ------------------------------------------------------------------ running sessions
     def wrap(self, plugin: ProtocolPlugin, session_id: str) -> ProtocolPlugin:
@@ -341,11 +499,11 @@ class Governor:
 
     def release_point(self, session_id: str) -> None:
         """The session's output may leave this party from now on: the reservation becomes a charge."""
-        c = self.charges.commit(session_id)
+        key = self._reserved.get(session_id)
+        c = None if key is None else self.charges.commit(key)
         if c is not None:
-            self.audit.append("charged", session=session_id, dataset=self.charges.dataset,
-                              epsilon=fmt_amount(c.epsilon), delta=fmt_amount(c.delta),
-                              why="release point reached: output may leave the party from here on")
+            self._audit_amount("charged", c, session=session_id,
+                               why="release point reached: output may leave the party from here on")
 
     def settle(self, session_id: str, succeeded: bool, reason: str) -> None:
         """At the end of a session: commit what is still reserved on success, release it on failure."""
@@ -353,29 +511,66 @@ class Governor:
             if session_id not in self._reserved:
                 return
             if succeeded:
-                c = self.charges.commit(session_id)
+                c = self.charges.commit(self._reserved.pop(session_id))
                 if c is not None:
-                    self.audit.append("charged", session=session_id, dataset=self.charges.dataset,
-                                      epsilon=fmt_amount(c.epsilon), delta=fmt_amount(c.delta),
-                                      why="the session succeeded")
-                self._reserved.discard(session_id)
+                    self._audit_amount("charged", c, session=session_id, why="the session succeeded")
             else:
                 self._give_back(session_id, f"the session failed before its release point: {reason}"[:1000])
 
     def session_done(self, session_id: str, record: Mapping[str, Any]) -> None:
-        """A session ended here (called from its thread).  Never raises: the record is written already."""
+        """A session ended here (called from its thread).  Never raises: the record is written already.
+
+        A session that failed resumably gives its reservation back too (issue 24: an Abort
+        UNAVAILABLE from any participant used to hold it for ever); ``session resume`` admits
+        it again (:meth:`readmit`)."""
         err = record.get("error") or {}
+        resumable = record.get("state") == "failed" and record.get("resumable")
         try:
-            if record.get("state") == "failed" and record.get("resumable"):
-                # it may continue (`session resume`): the reservation stays until it ends for good
-                self.audit.append("session-end", session=session_id, state="failed-resumable",
-                                  code=err.get("code"), origin=err.get("origin"), message=err.get("message"))
-                return
             self.settle(session_id, record.get("state") == "succeeded", str(err.get("message", "")))
-            self.audit.append("session-end", session=session_id, state=record.get("state"),
-                              code=err.get("code"), origin=err.get("origin"), message=err.get("message"))
+            self.audit.append("session-end", session=session_id, state="failed-resumable" if resumable
+                              else record.get("state"), code=err.get("code"), origin=err.get("origin"),
+                              message=err.get("message"))
         except SmcdpError as exc:   # e.g. a session ending while the party shuts down (audit closed)
             log.error("session %s: could not settle or audit its end: %s", session_id, exc)
+
+    def checkpoint_deleted(self, info: Mapping[str, Any], retention: float) -> None:
+        """The retention sweep removed a session's checkpoint and journal (issue 24)."""
+        sid = str(info["session"])
+        with self._lock:
+            self._give_back(sid, "its checkpoint was deleted: the session cannot continue")
+        self.audit.append("checkpoint-deleted", **dict(info), reason=f"the session ended over "
+                          f"limits.failed_retention_seconds = {retention:g} s ago")
+
+    def prune(self, retention: float) -> None:
+        """Forget decided proposals older than ``retention`` (their decisions are in the audit trail)."""
+        with self._lock:
+            gone = self.proposals.prune(time.time() - retention)
+        if gone:
+            self.audit.append("proposals-pruned", count=len(gone), sessions=gone[:20],
+                              reason=f"decided over limits.failed_retention_seconds = {retention:g} s ago")
+
+    def witness(self, peer: str, head: SignedHead, took_part: bool) -> SignedHead | None:
+        """Keep ``peer``'s signed audit head (issue 24); this party's own head, signed for ``peer``,
+        in return.  A head that went backwards is kept as evidence and recorded here."""
+        conflict = self.witnesses.keep(peer, head, took_part)
+        session = head.claims()["session"]
+        if conflict is not None:
+            log.warning("!!! witness: %s", conflict)
+            self.audit.append("witness-conflict", peer=peer, session=session, problem=conflict)
+        return self.signed_head(peer, session)
+
+    def signed_head(self, to: str, session: str) -> SignedHead | None:
+        """This party's audit head now, signed for witness ``to``."""
+        return None if self.tls is None else sign_head(self.tls, self.audit.state(), to, session)
+
+    def keep_witnessed(self, peer: str, head: SignedHead, session: str) -> None:
+        """``peer``'s head in answer to ours, at the end of ``session``."""
+        if head.claims()["session"] != session:
+            raise WitnessError(f"{peer!r} answered with a head for another session")
+        conflict = self.witnesses.keep(peer, head, True)
+        if conflict is not None:
+            log.warning("!!! witness: %s", conflict)
+            self.audit.append("witness-conflict", peer=peer, session=session, problem=conflict)
 
     def aborted(self, peer: str, session_id: str, code: str, message: str) -> None:
         self.audit.append("abort", session=session_id, peer=peer, code=code, message=message)
@@ -385,6 +580,15 @@ class Governor:
         self.settle(session_id, False, reason)
 
     # ------------------------------------------------------------------ operator views
+    def waiting_status(self, session_id: str) -> dict | None:
+        """GetStatus of a proposal that waits for this party's operator (None if there is none)."""
+        p = self.proposals.get(session_id)
+        if p is None or p.state != "pending":
+            return None
+        return {"session_id": p.session_id, "protocol": p.protocol, "party": self.name, "role": p.role,
+                "state": "pending", "round": None, "step": "", "restarts": 0, "peers": {}, "error": None,
+                "resumable": False, "waiting_for": self.name, "expires_at": _iso(p.expires_at)}
+
     def describe(self, p: Proposal) -> dict:
         s = p.summary or {}
         return {"session_id": p.session_id, "state": p.state, "protocol": p.protocol, "initiator": p.initiator,
@@ -397,8 +601,8 @@ class Governor:
     def _charged(self, session_id: str) -> tuple[str | None, str | None]:
         if self.charges is None:
             return None, None
-        c = self.charges.budget.reservation(session_id)
-        if c is None or c.state == "released":
+        c = next((c for c in reversed(self.charges.entries(session_id)) if c.state != "released"), None)
+        if c is None:
             return None, None
         return fmt_amount(c.epsilon), c.state
 
@@ -446,6 +650,24 @@ class Governor:
         return out
 
 
+def _epoch(iso: str) -> float:
+    return _dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+def _exact_admissions(data_dir) -> dict[str, list[float]]:
+    """protocol -> admission times of the sessions the audit trail records as releasing exact outputs
+    from this party's data (``accepted`` events with ``exact``)."""
+    out: dict[str, list[float]] = {}
+    for _, entry, _ in read_entries(data_dir):
+        if entry is not None and entry.get("event") == "accepted" and entry.get("exact") is True \
+                and isinstance(entry.get("protocol"), str) and isinstance(entry.get("time"), str):
+            try:
+                out.setdefault(entry["protocol"], []).append(_epoch(entry["time"]))
+            except ValueError:
+                continue
+    return out
+
+
 def _summary_args(d: Mapping[str, Any] | None) -> dict:
     """A stored summary dict back into SessionSummary's arguments (outputs are not needed to reserve)."""
     d = dict(d or {})
@@ -482,4 +704,4 @@ class _Governed(ProtocolPlugin):
         return result
 
 
-__all__ = ["ApprovalExpired", "BudgetRefused", "Governor", "warnings_for"]
+__all__ = ["ApprovalExpired", "BudgetRefused", "Governor", "QuotaRefused", "warnings_for"]

@@ -5,7 +5,8 @@ The TOML, written for a data-protection officer to read::
     [policy]
     approval = "operator"          # "auto" (default) or "operator": a person approves each session
     allow_seeded = false           # true lets a peer's seed replace this party's CSPRNG (tests only)
-    # open = true                  # no protocol rules at all (test deployments; as without [policy])
+    # open = true                  # no protocol rules at all (test deployments only; without
+                                   #   [policy] every peer's proposal is refused)
 
     [policy.dp-aggregate]          # one table per protocol this party joins; no table: not joined
     roles = ["party*"]             # the roles it may hold ("*" matches any characters)
@@ -23,6 +24,9 @@ The TOML, written for a data-protection officer to read::
     coordinators = ["trent"]
     release_to = ["trent", "bob"]
     allow_non_dp = true            # exact (non-DP) outputs may leave at all (default false)
+    max_components = 8             # at most 8 vectors (components + oversample) per session
+    max_exact_sessions = 4         # at most 4 sessions with exact outputs from its data ...
+    period_days = 30               # ... in any 30 days (counted from the audit trail)
 
 Every rule is checked against the plug-in's :class:`~smcdp.plugins.base.SessionSummary`
 of the proposal -- public parameters only -- so the evaluation here knows no protocol by
@@ -38,12 +42,12 @@ import fnmatch
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from smcdp.errors import InvalidMessage, PermissionDenied, PreconditionFailed, SmcdpError
 from smcdp.net.config import ConfigError, check_keys
 from smcdp.net.tls import validate_party_name
-from smcdp.plugins.base import SessionSummary
+from smcdp.plugins.base import OutputFlow, SessionSummary
 
 APPROVALS = ("auto", "operator")
 #: the smallest Paillier/DGK key a party accepts unless party.allow_insecure_keys is set
@@ -54,7 +58,10 @@ _PROTOCOL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _ROLE_PATTERN_RE = re.compile(r"^[A-Za-z0-9*][A-Za-z0-9_.*-]{0,63}$")
 _TOP_KEYS = {"approval", "allow_seeded", "open"}
 _RULE_KEYS = {"roles", "initiators", "coordinators", "release_to", "allow_non_dp", "min_key_bits",
-              "max_epsilon", "max_delta", "min_records", "approval"}
+              "max_epsilon", "max_delta", "min_records", "approval", "max_components", "max_exact_sessions",
+              "period_days"}
+#: the window of max_exact_sessions when period_days is not given
+DEFAULT_PERIOD_DAYS = 30.0
 
 
 @dataclass(frozen=True)
@@ -71,12 +78,16 @@ class ProtocolRules:
     max_delta: float | None = None
     min_records: int | None = None
     approval: str | None = None          # None: [policy].approval
+    max_components: int | None = None    # the most vectors a session computes from its data (issue 25)
+    max_exact_sessions: int | None = None  # the most sessions releasing exact outputs from its data ...
+    period_days: float | None = None     # ... in any window of this many days (default 30)
 
     def as_dict(self) -> dict:
         out: dict[str, Any] = {"roles": list(self.roles), "initiators": list(self.initiators),
                                "coordinators": list(self.coordinators), "release_to": list(self.release_to),
                                "allow_non_dp": self.allow_non_dp}
-        for k in ("min_key_bits", "max_epsilon", "max_delta", "min_records", "approval"):
+        for k in ("min_key_bits", "max_epsilon", "max_delta", "min_records", "approval", "max_components",
+                  "max_exact_sessions", "period_days"):
             if getattr(self, k) is not None:
                 out[k] = getattr(self, k)
         return out
@@ -87,7 +98,8 @@ class Policy:
     """A party's ``[policy]``: it joins the protocols it has tables for, nothing else.
 
     ``open = true`` instead means no protocol rules (whatever a peer in [peers] proposes
-    is accepted, as without a [policy]); approval and the seed rule still apply."""
+    is accepted; test deployments only); approval and the seed rule still apply.  No
+    ``[policy]`` at all refuses every peer's proposal (:func:`evaluate`)."""
 
     approval: str = "auto"
     allow_seeded: bool = False
@@ -178,7 +190,19 @@ def _rules(name: str, t: Any, known: set[str]) -> ProtocolRules:
         max_delta=_number(t, "max_delta", where, integer=False, lo=0, hi=1, hi_open=True),
         min_records=_number(t, "min_records", where, integer=True, lo=1, hi=1 << 40),
         approval=_approval(t, where, None),
+        max_components=_number(t, "max_components", where, integer=True, lo=1, hi=1 << 20),
+        max_exact_sessions=_number(t, "max_exact_sessions", where, integer=True, lo=0, hi=1 << 30),
+        period_days=_period(t, where),
     )
+
+
+def _period(t: Mapping[str, Any], where: str) -> float | None:
+    if "period_days" in t and "max_exact_sessions" not in t:
+        raise ConfigError(f"{where}.period_days is the window of max_exact_sessions: give that too")
+    if "max_exact_sessions" not in t:
+        return None
+    days = _number(t, "period_days", where, integer=False, lo=0, hi=36600, lo_open=True)
+    return DEFAULT_PERIOD_DAYS if days is None else days
 
 
 def parse_policy(t: Mapping[str, Any], me: str, peers: Mapping[str, str]) -> Policy:
@@ -241,7 +265,8 @@ def merge_rules(a: ProtocolRules, b: ProtocolRules) -> ProtocolRules:
                          coordinators=union(a.coordinators, b.coordinators),
                          release_to=union(a.release_to, b.release_to), allow_non_dp=a.allow_non_dp or b.allow_non_dp,
                          min_key_bits=a.min_key_bits, max_epsilon=a.max_epsilon, max_delta=a.max_delta,
-                         min_records=a.min_records, approval=a.approval)
+                         min_records=a.min_records, approval=a.approval, max_components=a.max_components,
+                         max_exact_sessions=a.max_exact_sessions, period_days=a.period_days)
 
 
 # ---------------------------------------------------------------------------- evaluation
@@ -286,11 +311,18 @@ def evaluate(policy: Policy | None, *, me: str, session_id: str, initiator: str,
              allow_insecure_keys: bool) -> None:
     """Raise a refusal unless ``policy`` admits holding ``role`` in the proposal.
 
-    ``summary`` may be None only when there are no protocol rules (no [policy], or
-    ``open = true``), e.g. for a plug-in without
+    No ``[policy]`` denies by default: every peer's proposal is refused (rule ``policy``),
+    only the party's own operator (``initiator == me``) may start sessions.  ``summary``
+    may be None only when there are no protocol rules to evaluate (``open = true``, or the
+    own operator of a party without ``[policy]``), e.g. for a plug-in without
     :meth:`~smcdp.plugins.base.ProtocolPlugin.summary`.
     """
-    if policy is None or not policy.restricts:
+    if policy is None:
+        if initiator != me:
+            raise refusal(PolicyDenied, me, session_id, "policy",
+                          "it has no [policy], so it joins no session a peer proposes (deny by default)")
+        return
+    if not policy.restricts:
         return
     if summary is None:  # pragma: no cover - the caller asks the plug-in first and refuses on failure
         raise SmcdpError("a restrictive policy needs the plug-in's summary")
@@ -329,7 +361,7 @@ def evaluate(policy: Policy | None, *, me: str, session_id: str, initiator: str,
             raise deny(f"{base}.coordinators", f"peer {holder!r} may not hold the coordinating role {r!r} over "
                                                f"its data (allowed: {_listing(rules.coordinators)})")
     for out in summary.outputs_from(role):
-        to = sorted({roles[r] for r in out.recipients if r in roles} - {me})
+        to = _recipients(out, roles, me)
         if not to:
             continue
         if not out.dp and not rules.allow_non_dp:
@@ -352,3 +384,19 @@ def evaluate(policy: Policy | None, *, me: str, session_id: str, initiator: str,
             f"a public record bound of {summary.record_bound}"
         raise bound(f"{base}.min_records", f"the session declares {have}; it requires at least "
                                            f"{rules.min_records}")
+    if rules.max_components is not None and (summary.components is None
+                                             or summary.components > rules.max_components):
+        have = "no number of components" if summary.components is None else \
+            f"{summary.components} components"
+        raise bound(f"{base}.max_components", f"the session computes {have} from its data; it allows at most "
+                                              f"{rules.max_components}")
+
+
+def _recipients(out: OutputFlow, roles: Mapping[str, str], me: str) -> list[str]:
+    return sorted({roles[r] for r in out.recipients if r in roles} - {me})
+
+
+def releases_exact(outputs: Iterable[OutputFlow], role: str, roles: Mapping[str, str], me: str) -> bool:
+    """Whether holding ``role`` sends an exact (not differentially private) output computed from this
+    party's data to another party: what ``allow_non_dp`` and ``max_exact_sessions`` govern."""
+    return any(role in o.sources and not o.dp and _recipients(o, roles, me) for o in outputs)

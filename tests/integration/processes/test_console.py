@@ -270,9 +270,12 @@ def test_console_is_loopback_only_unless_configured(run, tmp_path):
         parse_config(dict(doc, console={"listen": "127.0.0.1:9464", "open": True}), tmp_path)
     assert parse_config(dict(doc, console={"listen": "0.0.0.0:9464", "insecure_bind": True}), tmp_path
                         ).console.insecure_bind
-    ok = parse_config(dict(doc, console={"listen": "0.0.0.0:9464", "tls": {"cert": "c.crt", "key": "c.key"}}),
-                      tmp_path)
-    assert ok.console.tls.cert == tmp_path / "c.crt"
+    ok = parse_config(dict(doc, console={"listen": "0.0.0.0:9464", "tls": {"cert": "c.crt", "key": "c.key",
+                                                                           "client_ca": "ops.crt"}}), tmp_path)
+    assert ok.console.tls.cert == tmp_path / "c.crt" and ok.console.tls.client_ca == tmp_path / "ops.crt"
+    with pytest.raises(ConfigError, match="needs client_ca"):   # issue 24: no unauthenticated HTTPS console
+        parse_config(dict(doc, console={"listen": "0.0.0.0:9464", "tls": {"cert": "c.crt", "key": "c.key"}}),
+                     tmp_path)
 
     # a party started with insecure_bind on all addresses warns and serves there
     port2 = free_tcp_port()
@@ -291,7 +294,9 @@ def test_console_is_loopback_only_unless_configured(run, tmp_path):
 
 def test_console_over_https_with_a_certificate_from_the_federation_ca(run, tmp_path):
     """[console.tls]: a non-loopback console serves HTTPS only, with a certificate the federation's CA
-    verifies (here dave's own party certificate); plain HTTP on that port gets no page."""
+    verifies (here dave's own party certificate); plain HTTP on that port gets no page.  Its clients
+    authenticate (issue 24): with client_ca = the federation's CA, only dave's own certificate reads it
+    (tests/integration/processes/test_hardening_governance.py tries every other way in)."""
     import ssl
 
     cluster = run["cluster"]
@@ -299,9 +304,11 @@ def test_console_over_https_with_a_certificate_from_the_federation_ca(run, tmp_p
     port = free_tcp_port()
     cfg_path = _another_dave(cluster, tmp_path, "dave-https",
                              f'[console]\nlisten = "0.0.0.0:{port}"\n[console.tls]\n'
-                             f'cert = "{certs / "dave.crt"}"\nkey = "{certs / "dave.key"}"\n')
+                             f'cert = "{certs / "dave.crt"}"\nkey = "{certs / "dave.key"}"\n'
+                             f'client_ca = "{certs / "ca.crt"}"\n')
     ctx = ssl.create_default_context(cafile=str(certs / "ca.crt"))
     ctx.check_hostname = False          # the party certificate names the party, not this address
+    ctx.load_cert_chain(str(certs / "dave.crt"), str(certs / "dave.key"))   # dave's operator
     log = tmp_path / "dave-https.log"
     with open(log, "wb") as fh:
         proc = spawn_party(cfg_path, log_file=fh)

@@ -62,3 +62,34 @@ def test_demo_refuses_mismatched_files(tmp_path):
         demo_dp_aggregate([paths[0]], epsilon=1.0, lam=0.1, key_bits=512)
     assert cli_main(["demo", "dp-aggregate", "--data", paths[0], "--data", paths[1], "--epsilon", "-1",
                      "--lam", "0.1", "--key-bits", "512"]) == 2          # refused with a clear error, no crash
+
+
+def test_a_malicious_charlie_selecting_the_largest_party_is_refused_and_nobody_is_charged(tmp_path):
+    """Issue 25: an allowed Charlie running a modified plug-in selects the party with the most records
+    (the least noise; the seed's guarantee would degrade to ε·n_max/n_min).  The parties whose data need
+    more noise than the selected one refuse in the selection check, no share is published, and every
+    ledger ends with its reservation released and nothing spent."""
+    from smcdp.dp.ledger import Ledger
+    from smcdp.plugins.registry import get_plugin
+    from smcdp.runtime.governance.charges import DEFAULT_LEDGER, BudgetConfig
+    from smcdp.runtime.local import LocalCluster
+
+    paths = _write_parties(tmp_path, [60, 45, 80])          # bob has the fewest records, carol the most
+    names = ["alice", "bob", "carol"]
+    parties = {"charlie": {}, "dave": {}, **{n: {"dp-aggregate": {"data": p}} for n, p in zip(names, paths)}}
+    roles = {"charlie": "charlie", "dave": "dave", "party1": "alice", "party2": "bob", "party3": "carol"}
+    params = {"n_parties": 3, "dim": 4, "epsilon": 1.0, "lam": 0.05, "key_bits": 768, "dgk_bits": 512, "dgk_t": 64}
+    cost = get_plugin("dp-aggregate").summary(params, roles).epsilon
+    budgets = {n: BudgetConfig(dataset=n, epsilon=10 * cost, delta=1e-9) for n in names}
+    with LocalCluster(parties, allow_insecure_keys=True, workdir=tmp_path / "run", budgets=budgets,
+                      plugins=("tests.support.evil_charlie_plugin",)) as c:
+        recs = c.run("dp-aggregate", roles, params, initiator="charlie")
+        ledgers = {n: Ledger(c.data_dir(n) / DEFAULT_LEDGER).status(n) for n in names}
+    assert recs["dave"]["state"] != "succeeded"
+    refusals = {n: str((recs[n].get("error") or {}).get("message", "")) for n in names}
+    for n in ("alice", "bob"):              # both need more noise than carol's
+        assert recs[n]["state"] == "failed", (n, recs[n])
+    assert any("calibrated for a smaller sensitivity" in m for m in refusals.values()), refusals
+    for n, st in ledgers.items():
+        assert float(st.spent_epsilon) == 0.0 and float(st.reserved_epsilon) == 0.0, (n, st)
+    assert not list((tmp_path / "run").glob("*/outputs/*/dp-aggregate-share-*.json"))

@@ -68,7 +68,7 @@ def pi_cluster(tmp_path_factory):
     # parties' [limits] must admit that many from one peer (the defaults admit 4 pending, 8 running)
     limits = Limits(pending_per_peer=20, pending_total=20, running_per_peer=20)
     with LocalCluster(parties, allow_insecure_keys=True, workdir=tmp / "run", peer_grace_seconds=GRACE,
-                      limits=limits) as c:
+                      limits=limits, open_policy=True) as c:
         yield c, blocks
 
 
@@ -112,7 +112,7 @@ def dpa_cluster(tmp_path_factory):
     params = {"n_parties": 3, "dim": 3, "epsilon": 1.0, "lam": 0.05, "key_bits": 768, "dgk_bits": 512,
               "dgk_t": 64}
     with LocalCluster(parties, allow_insecure_keys=True, workdir=tmp / "run", peer_grace_seconds=GRACE,
-                      allow_seeded=True) as c:   # the seed makes "the same release" checkable
+                      allow_seeded=True, open_policy=True) as c:   # the seed makes "the same release" checkable
         undisturbed, _ = run_with(c, "dp-aggregate", roles, params, "charlie", [], seed=5)
         assert undisturbed["dave"]["state"] == "succeeded"
         yield c, roles, params, undisturbed["dave"]["result"]["weights"]
@@ -140,7 +140,7 @@ def test_a_replayed_release_is_charged_exactly_once(tmp_path, dpa_cluster, fault
     budgets = {p: BudgetConfig(dataset=p, epsilon=10.0, delta=1e-9) for p in ("alice", "bob", "carol")}
     cost = get_plugin("dp-aggregate").summary(params, roles).epsilon
     with LocalCluster(data, allow_insecure_keys=True, workdir=tmp_path / "run", peer_grace_seconds=GRACE,
-                      budgets=budgets) as c:
+                      budgets=budgets, open_policy=True) as c:
         recs, chaos = run_with(c, "dp-aggregate", roles, params, "charlie", [fault])
         assert chaos.restarts == 1
         assert {r["state"] for r in recs.values()} == {"succeeded"}, {p: r.get("error") for p, r in recs.items()}
@@ -157,7 +157,8 @@ def kw_cluster(tmp_path_factory):
     parties = {"alice": {"keyword": {"utterance": KEYWORD_DATA / "utterance_98.npy"}},
                "bob": {"keyword": {"models": KEYWORD_DATA / "models.npz"}}}
     params = {"key_bits": 768, "debug_reveal": True}
-    with LocalCluster(parties, allow_insecure_keys=True, workdir=tmp / "run", peer_grace_seconds=GRACE) as c:
+    with LocalCluster(parties, allow_insecure_keys=True, workdir=tmp / "run", peer_grace_seconds=GRACE,
+                      open_policy=True) as c:
         base, _ = run_with(c, "keyword", {"alice": "alice", "bob": "bob"}, params, "alice", [])
         assert base["alice"]["state"] == "succeeded"
         yield c, params, base["alice"]["result"]

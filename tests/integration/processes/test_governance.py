@@ -16,6 +16,7 @@ from smcdp.cli.demo.common import governed
 from smcdp.cli.demo.dp_aggregate import demo_dp_aggregate
 from smcdp.dp.ledger import Ledger
 from smcdp.errors import SmcdpError, Unavailable
+from smcdp.net.limits import Limits
 from smcdp.runtime import client
 from smcdp.runtime.config import load_config
 from smcdp.runtime.governance.audit import read_entries, verify_log
@@ -37,7 +38,8 @@ def _data(tmp_path, names=("alice", "bob")):
     return paths
 
 
-def _cluster(tmp_path, *, approval: dict | None = None, budget=2.0, session_seconds=120.0) -> LocalCluster:
+def _cluster(tmp_path, *, approval: dict | None = None, budget=2.0, session_seconds=120.0,
+             limits: Limits | None = None) -> LocalCluster:
     paths = _data(tmp_path)
     parties = {"charlie": {}, "dave": {}, "alice": {"dp-aggregate": {"data": paths[0]}},
                "bob": {"dp-aggregate": {"data": paths[1]}}}
@@ -46,7 +48,7 @@ def _cluster(tmp_path, *, approval: dict | None = None, budget=2.0, session_seco
         options["policies"][party] = replace(options["policies"][party], approval=how)
     budgets = {p: BudgetConfig(dataset=p, epsilon=budget, delta=1e-9) for p in ("alice", "bob")}
     return LocalCluster(parties, allow_insecure_keys=True, workdir=tmp_path / "run", data_root=tmp_path / "run",
-                        session_seconds=session_seconds, budgets=budgets, **options)
+                        session_seconds=session_seconds, budgets=budgets, limits=limits, **options)
 
 
 def _ledger(cluster, party):
@@ -220,7 +222,9 @@ def _restart_after_kill(cluster):
 
 # ------------------------------------------------------------------ operator approval through the CLI
 def test_approve_reject_list_show_through_the_cli_durably_and_expiring(tmp_path, capsys):
-    with _cluster(tmp_path, approval={"alice": "operator"}, budget=5.0) as cluster:
+    # an approval waits limits.approval_timeout_seconds (a day by default), at the initiator and at alice
+    with _cluster(tmp_path, approval={"alice": "operator"}, budget=5.0,
+                  limits=Limits(approval_timeout_seconds=20.0)) as cluster:
         alice = str(cluster.configs["alice"])
         th, out = _start(cluster, "a-1")
         _wait_pending(cluster, "alice", "a-1")
@@ -253,14 +257,15 @@ def test_approve_reject_list_show_through_the_cli_durably_and_expiring(tmp_path,
         assert "party 'alice'" in str(out["error"]) and "not this quarter" in str(out["error"])
         assert cli_main(["session", "approve", "a-2", "--config", alice]) == 1      # it is rejected now
 
-        th, out = _start(cluster, "a-3", timeout=6.0)        # never approved
-        th.join(60)
+        th, out = _start(cluster, "a-3", timeout=6.0)        # never approved (the timeout counts from Begin)
+        th.join(90)
         assert out["error"].code == "DEADLINE_EXCEEDED"
-        assert "party 'alice' did not approve session 'a-3'" in str(out["error"])
+        assert "party 'alice' did not approve session 'a-3' within the initiator's approval timeout" \
+            in str(out["error"])
         _wait_decided(cluster, "alice", "a-3", timeout=30)
         capsys.readouterr()
         assert cli_main(["session", "show", "a-3", "--config", alice, "--json"]) == 0
-        # the initiator's abort at its deadline (withdrawn) or alice's own deadline (expired) ends it
+        # the initiator's abort at its approval timeout (withdrawn) or alice's own (expired) ends it
         assert json.loads(capsys.readouterr().out)["state"] in ("withdrawn", "expired")
 
         # the initiator dies: nobody withdraws it.  (Its operator's call is dropped with it: a
@@ -271,8 +276,8 @@ def test_approve_reject_list_show_through_the_cli_durably_and_expiring(tmp_path,
         cluster.procs["charlie"].kill()
         cluster.procs["charlie"].wait(10)
         call.close()
-        # alice's own deadline (8 s after the proposal) expires it; the test used to look after ~50 s
-        _wait_decided(cluster, "alice", "a-4", timeout=50)
+        # alice's approval timeout (20 s) expires it
+        assert _wait_decided(cluster, "alice", "a-4", timeout=60) == "expired"
         capsys.readouterr()
         assert cli_main(["session", "show", "a-4", "--config", alice, "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["state"] == "expired"
@@ -293,7 +298,7 @@ def test_approve_reject_list_show_through_the_cli_durably_and_expiring(tmp_path,
 
 
 def test_start_up_warnings_are_loud(tmp_path):
-    cfgs = write_local_deployment(tmp_path, ["solo", "other"], allow_seeded=True,
+    cfgs = write_local_deployment(tmp_path, ["solo", "other"], allow_seeded=True, open_policy=True,
                                   inputs={"solo": {"dp-aggregate": {"data": _data(tmp_path)[0]}}})
     with open(tmp_path / "solo.log", "wb") as log:
         proc = spawn_party(cfgs["solo"], log_file=log)

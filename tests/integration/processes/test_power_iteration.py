@@ -16,7 +16,7 @@ def _cluster(tmp_path, blocks, extra=None):
         parties[name] = {"power-iteration": {"data": tmp_path / f"{name}.npy"}}
     parties.update(extra or {})
     roles = {"trent": "trent", **{f"party{i + 1}": n for i, n in enumerate(names)}}
-    return LocalCluster(parties, allow_insecure_keys=True, workdir=tmp_path / "run"), roles
+    return LocalCluster(parties, allow_insecure_keys=True, workdir=tmp_path / "run", open_policy=True), roles
 
 
 @pytest.mark.parametrize("k,ns", [(6, (4, 5)), (10, (3, 8, 4))])

@@ -101,7 +101,7 @@ def test_party_with_more_data_than_memory_keeps_its_peak_rss_below_its_data(tmp_
                "bob": {"power-iteration": {"data": tmp_path / "bob.npy"}}}
     roles = {"trent": "trent", "party1": "alice", "party2": "bob"}
     group = None
-    with LocalCluster(parties, allow_insecure_keys=True, workdir=tmp_path / "run",
+    with LocalCluster(parties, allow_insecure_keys=True, workdir=tmp_path / "run", open_policy=True,
                       compute={"alice": compute, "bob": ComputeConfig(workers=1)}) as cluster:
         if engine == "local":
             # three quarters of the data: the matrix cannot be held, even as float32

@@ -38,7 +38,7 @@ def dask_passes(engine, source, sk, Q):
     async def go():
         async with engine.session(source, sk) as cs:
             out = (await cs.frobenius_sq(), await cs.initial_product(b"s" * 32, 2), await cs.gram_pass(Q),
-                   np.concatenate([o async for _, o in cs.project(Q[:, :1])]))
+                   np.concatenate([o async for _, o in cs.project(Q[:, :1])]), await cs.clipped_gram_pass(Q, 5.0))
             ints = list(range(-40, 40)) + [2 ** 200, -(2 ** 190)]
             assert await cs.decrypt(await cs.encrypt(ints)) == ints
             return out, await cs.astats()

@@ -33,7 +33,7 @@ def passes(source, sk, Q, workers=2):
     async def go():
         async with LocalEngine(workers).session(source, sk) as cs:
             return (await cs.frobenius_sq(), await cs.initial_product(b"s" * 32, 2), await cs.gram_pass(Q),
-                    np.concatenate([o async for _, o in cs.project(Q[:, :1])]))
+                    np.concatenate([o async for _, o in cs.project(Q[:, :1])]), await cs.clipped_gram_pass(Q, 5.0))
     return asyncio.run(go())
 
 

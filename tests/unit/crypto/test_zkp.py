@@ -2,7 +2,15 @@
 
 import pytest
 
-from smcdp.crypto.zkp import prove_one_hot, randomness_of, verify_one_hot
+from smcdp.crypto.zkp import (
+    open_ciphertext,
+    prove_bit,
+    prove_one_hot,
+    randomness_of,
+    verify_bit,
+    verify_one_hot,
+    verify_opening,
+)
 
 CTX = b"session-1"
 
@@ -63,3 +71,33 @@ def test_randomness_recovery(key):
     c = pk.raw_encrypt(7, obfuscate=False) * r % pk.nsquare
     rec = randomness_of(sk, c, 7)
     assert pow(int(rec), int(pk.n), int(pk.nsquare)) == r
+
+
+@pytest.mark.parametrize("bit", [0, 1])
+def test_a_bit_proof_verifies_alone_and_only_for_its_ciphertext_and_context(key, bit):
+    pk, sk = key
+    c = pk.raw_encrypt_textbook(bit)
+    proof = prove_bit(sk, c, bit, CTX)
+    assert verify_bit(pk, c, proof, CTX)
+    assert not verify_bit(pk, c, proof, b"session-2")
+    assert not verify_bit(pk, pk.raw_encrypt_textbook(bit), proof, CTX)
+    assert not verify_bit(pk, c, proof[:4], CTX)
+    for m in (2, -1, 3):                             # not a bit, whatever the prover claims
+        c = pk.raw_encrypt_textbook(m)
+        assert not any(verify_bit(pk, c, prove_bit(sk, c, b, CTX), CTX) for b in (0, 1))
+    with pytest.raises(ValueError):
+        prove_bit(sk, c, 2, CTX)
+
+
+@pytest.mark.parametrize("m", [0, 1, 12345, -7])
+def test_an_opening_proves_the_plaintext(key, m):
+    """(m, r) with c = g^m r^n: exactly one m ∈ Z_n opens c, so a decryptor cannot claim another."""
+    pk, sk = key
+    c = pk.raw_encrypt(m)                            # table obfuscator: still g^m times an n-th residue
+    got, r = open_ciphertext(sk, c)
+    assert got == m % pk.n and verify_opening(pk, c, got, r)
+    assert not verify_opening(pk, c, (got + 1) % pk.n, r)
+    assert not verify_opening(pk, c, got, (r + 1) % pk.n)
+    assert not verify_opening(pk, c, got + pk.n, r)           # m must be reduced
+    assert not verify_opening(pk, c, got, 0)
+    assert not verify_opening(pk, pk.rerandomize_textbook(c), got, r)

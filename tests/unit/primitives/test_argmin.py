@@ -1,18 +1,29 @@
-"""Stage 1: blind-and-permute secure argmin with real DGK comparisons (small keys, in memory)."""
+"""Stage 1: the secure argmin (blind, permute, tournament) with real DGK comparisons (small keys, in memory)."""
 
+import asyncio
 import itertools
+import math
 import random
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from smcdp.crypto.codec import bigints, from_bigints
+from smcdp.crypto.codec import bigints, ciphertext_to_proto, from_bigints
 from smcdp.errors import InvalidMessage, SessionAborted
 from smcdp.primitives.argmin import (
     SecureMinParams,
     argmin_curator,
-    argmin_from_bits,
     argmin_party,
     check_permutation,
+    check_selection_curator,
+    check_selection_helper,
+    check_selection_party,
+    match_evaluator,
+    run_tournament,
+    tree_children,
+    tree_parent,
+    tree_size,
 )
 from smcdp.v1 import messages_pb2 as pb
 from tests.unit.protocols.aggregate_util import run_network, tamper_message
@@ -33,12 +44,18 @@ def run_argmin(values, keys, *, value_bits=32, seed=None, tamper=None):
             ch, values[i], p, xi_key=keys["xi"] if i == 0 else None, seed=seed, allow_insecure_keys=True))(i)
     res, net = run_network(roles, fns, tamper)
     c = res["charlie"]
-    holders = [i for i in range(K) if res[f"party{i + 1}"].position == c.position]
+    parties = [res[f"party{i + 1}"] for i in range(K)]
+    holders = [i for i in range(K) if parties[i].position == c.position]
     assert len(holders) == 1
-    # the permutations compose: doubly permuted index j̃ -> position -> party
-    assert c.pi2[c.index] == c.position
-    assert res[f"party{holders[0] + 1}"].pi1[holders[0]] == c.position
-    assert c.comparisons == K * (K - 1) // 2
+    # π₁ as the parties know it: every party its position and the party whose shares it held
+    assert sorted(q.position for q in parties) == list(range(K))
+    assert all(parties[q.position].source == i for i, q in enumerate(parties))
+    # K − 1 comparisons in ⌈log₂ K⌉ rounds, every party but party1 evaluating one
+    assert c.comparisons == K - 1 == sum(len(r) for r in c.rounds)
+    assert len(c.rounds) == math.ceil(math.log2(K))
+    evaluators = [r for (s, r, t, tn, d) in net.transcript if s == "charlie" and t == "s1/x"]
+    assert sorted(evaluators) == sorted(f"party{i + 1}" for i in range(1, K))
+    assert sum(1 for (s, r, t, tn, d) in net.transcript if t == "s1/cmp/dgk-bits") == K - 1
     return holders[0], res, net
 
 
@@ -46,22 +63,46 @@ def expected_argmin(values):
     return min(range(len(values)), key=lambda j: (values[j], j))
 
 
-# ----------------------------------------------------------------------------- decoding (plaintext)
-@pytest.mark.parametrize("K", range(2, 9))
-def test_argmin_decoding_all_permutations(K):
-    """Every permutation of K distinct values (K ≤ 8: up to 40320) decodes to the right index."""
+# ----------------------------------------------------------------------------- the bracket (plaintext)
+def _plain_tournament(values):
+    calls = []
+
+    async def match(t, p, q):
+        calls.append(t)
+        return (values[p], p) < (values[q], q)
+
+    winner, rounds = asyncio.run(run_tournament(len(values), match))
+    assert sorted(calls) == list(range(len(values) - 1))        # every match number once
+    return winner, rounds
+
+
+@pytest.mark.parametrize("K", range(2, 8))
+def test_tournament_all_permutations(K):
+    """Every permutation of K distinct values (K ≤ 7: up to 5040) gives the minimum, in K − 1 matches."""
     for perm in itertools.permutations(range(K)):
-        bits = {(i, j): int(perm[i] < perm[j]) for i in range(K) for j in range(i + 1, K)}
-        assert argmin_from_bits(bits, K) == perm.index(0)
+        winner, rounds = _plain_tournament(perm)
+        assert winner == perm.index(0)
+        assert sum(len(r) for r in rounds) == K - 1 and len(rounds) == math.ceil(math.log2(K))
 
 
-def test_argmin_decoding_refuses_inconsistent_bits():
-    with pytest.raises(InvalidMessage, match="total order"):
-        argmin_from_bits({(0, 1): 1, (1, 2): 1, (0, 2): 0}, 3)      # a cycle 0<1<2<0
-    with pytest.raises(InvalidMessage, match="every pair"):
-        argmin_from_bits({(0, 1): 1}, 3)
-    with pytest.raises(InvalidMessage, match="0 or 1"):
-        argmin_from_bits({(0, 1): 2}, 2)
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 5), min_size=2, max_size=300))
+def test_tournament_finds_the_first_minimum(values):
+    winner, rounds = _plain_tournament(values)
+    assert winner == expected_argmin(values)
+    # every position but the winner loses exactly once
+    losers = [p if w == q else q for rnd in rounds for p, q, w in rnd]
+    assert sorted(losers) == sorted(set(range(len(values))) - {winner})
+
+
+@pytest.mark.parametrize("K", [1, 2, 3, 7, 8, 40, 256])
+def test_tree_and_schedule(K):
+    for i in range(K):
+        for c in tree_children(i, K):
+            assert tree_parent(c) == i
+    assert tree_parent(0) is None and tree_size(0, K) == K
+    assert sorted(c for i in range(K) for c in tree_children(i, K)) == list(range(1, K))
+    assert sorted(match_evaluator(t) for t in range(K - 1)) == list(range(1, K))
 
 
 # ----------------------------------------------------------------------------- the protocol (DGK)
@@ -97,6 +138,47 @@ def test_extreme_values(keys):
     assert run_argmin([1, 0], keys)[0] == 1
 
 
+# property tests over K ∈ [2, 40] (issue 28): ties, equal sizes, the smallest party at every position
+_K = st.integers(2, 40)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_property_random_values_with_ties(keys, data):
+    K = data.draw(_K, label="K")
+    values = data.draw(st.lists(st.integers(0, 3), min_size=K, max_size=K), label="values")   # many ties
+    j, _, _ = run_argmin(values, keys, seed=data.draw(st.integers(0, 2 ** 30), label="seed"))
+    assert j == expected_argmin(values)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_property_equal_values_select_party1(keys, data):
+    K = data.draw(_K, label="K")
+    v = data.draw(st.integers(0, 2 ** 32 - 1), label="value")
+    assert run_argmin([v] * K, keys)[0] == 0
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_property_the_smallest_party_at_any_position(keys, data):
+    K = data.draw(_K, label="K")
+    pos = data.draw(st.integers(0, K - 1), label="position of the smallest")
+    others = data.draw(st.lists(st.integers(1, 2 ** 32 - 1), min_size=K, max_size=K), label="others")
+    values = list(others)
+    values[pos] = data.draw(st.integers(0, min(others) - 1), label="smallest")
+    assert run_argmin(values, keys)[0] == pos
+
+
+@pytest.mark.parametrize("K", [16, 17])
+def test_the_smallest_party_at_every_position(K, keys):
+    rng = random.Random(100 + K)
+    for pos in range(K):
+        values = [rng.randrange(1, 2 ** 32) for _ in range(K)]
+        values[pos] = rng.randrange(0, min(values))
+        assert run_argmin(values, keys, seed=pos)[0] == pos
+
+
 def test_nothing_in_clear(keys):
     """No message carries a value, its tie-broken form v' or an unmasked share in clear."""
     values = [123_456, 7, 98_765, 7]
@@ -117,24 +199,30 @@ def test_nothing_in_clear(keys):
             msg = pb.Ints.FromString(data)
             for v in msg.values:
                 assert v not in secret or tag.endswith("pi1") or "dgk" in tag, (sender, tag)
-    assert seen_ints >= 2 * K - 2
-    # the parties' permutation never reaches Charlie; the parties' private key neither
+    assert seen_ints == sum(1 for i in range(K) if res[f"party{i + 1}"].position != i)
+    # the parties' permutation never reaches Charlie; the parties' private key neither; a party gets
+    # only its own position and source, never π₁ whole
     to_charlie = [t for (s, r, t, tn, d) in net.transcript if r == "charlie"]
     assert not any("pi1" in t or "keypair" in t for t in to_charlie)
+    assert all(len(pb.Ints.FromString(d).values) == 2 for (s, r, t, tn, d) in net.transcript if t == "s1/pi1")
 
 
-@pytest.mark.slow   # ~5 CPU-s (not in make test-quick)
-def test_charlie_sees_a_uniformly_random_order(keys):
-    """With the tie-break v' = K·v + j, the position of the minimum in Charlie's (doubly permuted) view
-    is uniform even when all values are equal."""
+def test_the_tournament_view_is_distributed_as_for_a_random_permutation(keys):
+    """Charlie's view -- the bracket's results -- is that of a uniformly random arrangement of the
+    values over the positions, whatever the values (π₁ is uniform and unknown to him).  K = 3: match 0
+    is (0, 1), fair; match 1 is (its winner, 2), which position 2 wins with probability 1/3."""
     from scipy import stats
 
-    for values in ([4, 4, 4], [1, 2, 3]):
-        counts = [0, 0, 0]
-        for s in range(90):
+    outcomes = [(0, 0), (0, 2), (1, 1), (1, 2)]      # (winner of match 0, overall winner)
+    expected = [1 / 3, 1 / 6, 1 / 3, 1 / 6]
+    runs = 96
+    for values in ([4, 4, 4], [1, 2, 3], [30, 10, 20]):
+        counts = [0] * 4
+        for s in range(runs):
             _, res, _ = run_argmin(values, keys, seed=1000 + s)
-            counts[res["charlie"].index] += 1
-        assert stats.chisquare(counts).pvalue > 1e-3, (values, counts)
+            r = res["charlie"].rounds
+            counts[outcomes.index((r[0][0][2], r[1][0][2]))] += 1
+        assert stats.chisquare(counts, [e * runs for e in expected]).pvalue > 1e-3, (values, counts)
 
 
 # ----------------------------------------------------------------------------- malformed input
@@ -146,11 +234,12 @@ def test_out_of_range_value_is_refused(keys):
 
 
 def test_malformed_share_message_is_refused(keys):
-    def tamper(net):
-        tamper_message(net, "party2", "s1/at", lambda d: bigints([1, 2]).SerializeToString())
+    def tamper(net):                  # every share sent (seed 5: π₁ = [1, 2, 0], no party keeps its own)
+        for sender in ("party1", "party2", "party3"):
+            tamper_message(net, sender, "s1/a", lambda d: bigints([1, 2]).SerializeToString())
 
     with pytest.raises((InvalidMessage, SessionAborted), match="exactly 1 integers"):
-        run_argmin([3, 4, 5], keys, tamper=tamper)
+        run_argmin([3, 4, 5], keys, tamper=tamper, seed=5)
 
 
 def test_ciphertext_outside_range_is_refused(keys):
@@ -161,18 +250,20 @@ def test_ciphertext_outside_range_is_refused(keys):
         return msg.SerializeToString()
 
     def tamper(net):
-        tamper_message(net, "charlie", "s1/xat", bad, receiver="party2")
+        tamper_message(net, "charlie", "s1/x", bad, receiver="party2")
 
     with pytest.raises((InvalidMessage, SessionAborted), match="longer than n²|outside"):
         run_argmin([3, 4, 5], keys, tamper=tamper)
 
 
 def test_bad_permutation_is_refused(keys):
-    def tamper(net):
-        tamper_message(net, "party1", "s1/pi1", lambda d: pb.Ints(values=[0, 0, 1]).SerializeToString())
+    for bad in ([0, 0, 1], [3, 0], [-1, 0], [1, 0], [2, 1]):        # party2 (index 1): not (position, source) in 0..2,
+        def tamper(net, bad=bad):                          # or a fixed point on one side only
+            tamper_message(net, "party1", "s1/pi1", lambda d: pb.Ints(values=bad).SerializeToString(),
+                           receiver="party2")
 
-    with pytest.raises((InvalidMessage, SessionAborted), match="permutation"):
-        run_argmin([3, 4, 5], keys, tamper=tamper)
+        with pytest.raises((InvalidMessage, SessionAborted), match="position and a source"):
+            run_argmin([3, 4, 5], keys, tamper=tamper)
 
 
 def test_bigints_codec_validation():
@@ -196,3 +287,60 @@ def test_parameter_validation():
                 dict(n_parties=3, key_bits=200)):
         with pytest.raises(InvalidMessage):
             SecureMinParams(**bad).validate()
+
+
+# ----------------------------------------------------------------------------- verifying a selection
+def run_check(values, selected, keys, *, tamper=None):
+    """Every party checks 'selected ≤ my value' (selected given as ζ(selected)); returns the K bits."""
+    K = len(values)
+    p = _params(K)
+    zeta = keys["zeta"]
+    pk = zeta.public_key
+    ct = pk.raw_encrypt_textbook(selected)
+    roles = {"charlie": "charlie", **{f"party{i + 1}": f"p{i + 1}" for i in range(K)}}
+
+    async def party(ch, i):
+        ok, _ = await asyncio.gather(
+            check_selection_party(ch, values[i], p, zeta_pk=pk, allow_insecure_keys=True),
+            check_selection_helper(ch, ct, p, zeta_pk=pk, allow_insecure_keys=True))
+        return ok
+
+    fns = {"charlie": lambda ch: check_selection_curator(ch, p, zeta_key=zeta)}
+    for i in range(K):
+        fns[f"party{i + 1}"] = (lambda i: lambda ch: party(ch, i))(i)
+    res, net = run_network(roles, fns, tamper)
+    return [res[f"party{i + 1}"] for i in range(K)], net
+
+
+@pytest.mark.parametrize("values,selected", [([5, 9], 5), ([5, 9], 9), ([7, 7, 7], 7), ([3, 1, 4, 1, 5], 1),
+                                             ([3, 1, 4, 1, 5], 4), ([0, 2 ** 32 - 1], 0), ([0, 2 ** 32 - 1], 2 ** 32 - 1)])
+def test_selection_check_tells_each_party_whether_the_selected_value_is_at_most_its_own(keys, values, selected):
+    bits, net = run_check(values, selected, keys)
+    assert bits == [selected <= v for v in values]
+    # Charlie only opens masked values: none of them is the selected value or a party's
+    opened = [int.from_bytes(pb.BigInts.FromString(d).magnitude[0], "big")
+              for (s, r, t, tn, d) in net.transcript if t == "chk/open"]
+    assert len(opened) == len(values) and all(v >= 2 ** 40 for v in opened)
+
+
+def test_selection_check_refuses_an_opening_that_does_not_match(keys):
+    def tamper(net):
+        def lie(data):
+            c, r = [int.from_bytes(m, "big") for m in pb.BigInts.FromString(data).magnitude]
+            return bigints([c - 5, r]).SerializeToString()
+        tamper_message(net, "charlie", "chk/open", lie, receiver="party1")
+
+    with pytest.raises((InvalidMessage, SessionAborted), match="does not open"):
+        run_check([5, 9], 9, keys, tamper=tamper)
+
+
+def test_charlie_opens_nothing_but_a_masked_selected_value(keys):
+    """A helper's ciphertext that decrypts beyond the masked range (e.g. some other secret) is not opened."""
+    pk = keys["zeta"].public_key
+
+    def tamper(net):
+        tamper_message(net, "party2", "chk/c", lambda d: ciphertext_to_proto(pk, pk.raw_encrypt_textbook(
+            2 ** 200)).SerializeToString(), receiver="charlie")
+
+    with pytest.raises((InvalidMessage, SessionAborted), match="not a masked selected value"):
+        run_check([5, 9], 5, keys, tamper=tamper)

@@ -6,17 +6,21 @@ Each test runs the honest roles with one participant's outgoing messages rewritt
 import numpy as np
 import pytest
 
-from smcdp.crypto.codec import bigints
-from smcdp.crypto.encoding import Packing
+from smcdp.crypto.codec import bigints, ciphertext_to_proto
 from smcdp.crypto.vector import EncryptedVector
-from smcdp.crypto.zkp import prove_one_hot
-from smcdp.errors import InvalidMessage
-from smcdp.protocols.dp_aggregate import _indicator_context, to_fixed
+from smcdp.crypto.zkp import open_ciphertext, prove_bit
+from smcdp.errors import InvalidMessage, SessionAborted
+from smcdp.primitives.argmin import random_permutation
+from smcdp.primitives.rng import protocol_rng
+from smcdp.protocols.dp_aggregate import indicator_context, to_fixed
+from smcdp.v1 import messages_pb2 as pb
 from tests.unit.protocols.test_dp_aggregate import make_params, party_noise, released_T, run_aggregate
 
 K, D = 3, 4
 SENS = [0.01, 0.04, 0.02]          # party2 has the largest sensitivity: its noise is the right one
 SEEDS = [31, 32, 33]
+SEED = 7                           # a fixed protocol seed keeps π₁ (party -> position) the same in every run
+PI1 = random_permutation(protocol_rng(SEED, "secure-min", "party1"), K)     # party1's first draw
 
 
 def _rewrite(net, sender, fn):
@@ -24,7 +28,7 @@ def _rewrite(net, sender, fn):
     original = ch._transmit
 
     async def evil(to_role, tag, type_url, data):
-        await original(to_role, tag, type_url, fn(tag, data))
+        await original(to_role, tag, type_url, fn(to_role, tag, data))
 
     ch._transmit = evil
 
@@ -38,87 +42,165 @@ def _weights():
     return [rng.uniform(-1, 1, size=D) for _ in range(K)]
 
 
+def _indicator(zeta, entries, context=lambda k: indicator_context("local", k)):
+    """What a deviating Charlie sends: entry k (any value) to party k, a bit proof for it when it is 0 or 1
+    (otherwise a proof made as if it were 1), and an opening of the product of the entries."""
+    pk = zeta.public_key
+    cts = [pk.raw_encrypt_textbook(v) for v in entries]
+    out = {}
+    for k, (c, v) in enumerate(zip(cts, entries)):
+        proof = prove_bit(zeta, c, v if v in (0, 1) else 1, context(k))
+        out[(f"party{k + 1}", "s2/u")] = ciphertext_to_proto(pk, c).SerializeToString()
+        out[(f"party{k + 1}", "s2/u-proof")] = bigints(proof).SerializeToString()
+    product = 1
+    for c in cts:
+        product = product * c % pk.nsquare
+    out[("party1", "s2/u-open")] = bigints([open_ciphertext(zeta, product)[1]]).SerializeToString()
+    return out
+
+
+def _forge(forged):
+    return lambda net: _rewrite(net, "charlie", lambda to, tag, data: forged.get((to, tag), data))
+
+
 def test_charlie_selecting_no_noise_is_refused(keys):
-    """Charlie encrypts an all-zero 'indicator': every party's ψ would be ζ(0) and the release the
-    exact average, without any noise.  He cannot prove a one-hot vector, so the parties refuse."""
+    """Charlie encrypts an all-zero 'indicator', each entry with a valid proof that it is 0 or 1: every
+    party's contribution would carry no noise and the release be the exact average.  The entries'
+    product does not open to 1, so party1 refuses before anything reaches Charlie or Dave."""
     p = make_params(K, D, epsilon=2.0)
-    zeta = keys["zeta"]
-
-    def zeros(tag, data):
-        if tag != "s2/u":
-            return data
-        pk = zeta.public_key
-        return EncryptedVector(pk, [pk.raw_encrypt_textbook(0) for _ in range(K)], K, 0, Packing(),
-                               1).to_proto().SerializeToString()
-
-    with pytest.raises(InvalidMessage, match="not proven to be a one-hot indicator"):
-        run_aggregate(p, _weights(), SENS, keys, noise_seeds=SEEDS,
-                      tamper=lambda net: _rewrite(net, "charlie", zeros))
+    with pytest.raises(InvalidMessage, match="does not add up to 1"):
+        run_aggregate(p, _weights(), SENS, keys, noise_seeds=SEEDS, seed=SEED, tamper=_forge(_indicator(keys["zeta"],
+                                                                                                  [0] * K)))
 
 
-def test_charlie_proof_is_bound_to_its_session(keys):
-    """A proof made for another session's context does not verify here (no replay)."""
+def test_charlie_selecting_two_noises_is_refused(keys):
     p = make_params(K, D, epsilon=2.0)
-    zeta = keys["zeta"]
+    with pytest.raises(InvalidMessage, match="does not add up to 1"):
+        run_aggregate(p, _weights(), SENS, keys, noise_seeds=SEEDS, seed=SEED,
+                      tamper=_forge(_indicator(keys["zeta"], [1, 1, 0])))
+
+
+@pytest.mark.parametrize("entries", [[2, 0, 0], [0, -1, 2]])
+def test_charlie_entry_that_is_not_a_bit_is_refused(keys, entries):
+    """An entry of 2 (or −1) cannot be proven 0 or 1: the party that receives it refuses, even when the
+    entries add up to 1."""
+    p = make_params(K, D, epsilon=2.0)
+    with pytest.raises(InvalidMessage, match="not proven to encrypt 0 or 1"):
+        run_aggregate(p, _weights(), SENS, keys, noise_seeds=SEEDS, seed=SEED,
+                      tamper=_forge(_indicator(keys["zeta"], entries)))
+
+
+def test_charlie_different_indicators_per_party_are_refused(keys):
+    """The attack main allowed (issue 28's review): Charlie sent every party a whole one-hot vector with
+    a valid proof, but a *different* one to each, none hot at the receiver's own position -- each check
+    passed and the release had no noise (a random choice succeeds with probability ≈ 1/e without
+    knowing π₁).  Now every party receives one entry and party1 opens the product of exactly the
+    entries the parties use: a vector hot 'elsewhere' for everyone adds up to 0 and is refused.
+    (/tmp demonstration against main in the report of issue 28.)"""
+    p = make_params(K, D, epsilon=2.0)
+    honest = _indicator(keys["zeta"], [int(k == PI1[1]) for k in range(K)])     # a vector hot at party2's position
+    forged = dict(honest)
+    # each party gets the entry of a vector hot at the position of the *next* party: its own entry is 0
+    for k in range(K):
+        owner = PI1.index(k)                                        # the party whose value sits at position k
+        other = _indicator(keys["zeta"], [int(i == PI1[(owner + 1) % K]) for i in range(K)])
+        for tag in ("s2/u", "s2/u-proof"):
+            forged[(f"party{k + 1}", tag)] = other[(f"party{k + 1}", tag)]
+    with pytest.raises(InvalidMessage, match="does not add up to 1"):
+        run_aggregate(p, _weights(), SENS, keys, noise_seeds=SEEDS, seed=SEED, tamper=_forge(forged))
+
+
+def test_charlie_proof_is_bound_to_its_session_and_entry(keys):
+    """A proof made for another session's context, or for another entry, does not verify here (no replay)."""
+    p = make_params(K, D, epsilon=2.0)
+    hot = [int(k == PI1[1]) for k in range(K)]
+    for context in (lambda k: indicator_context("another-session", k), lambda k: indicator_context("local", k + 1)):
+        with pytest.raises(InvalidMessage, match="not proven to encrypt 0 or 1"):
+            run_aggregate(p, _weights(), SENS, keys, noise_seeds=SEEDS, seed=SEED,
+                          tamper=_forge(_indicator(keys["zeta"], hot, context)))
+
+
+def test_charlie_selecting_a_less_noisy_party_is_refused(keys):
+    """Issue 25: an indicator at a position of Charlie's choosing, with valid proofs and opening.  He does
+    not know which party sits at a position (π₁), but the comparisons tell him about the positions'
+    order, so he could select a *less* noisy party.  Every party checks that the selected key is at
+    most its own: at any position but the right one, some party refuses and nothing is published;
+    at the right one the session succeeds with exactly party2's noise."""
+    p = make_params(K, D, epsilon=2.0)
+    ws = _weights()
+    outcomes = {}
+    for position in range(K):
+        forged = _indicator(keys["zeta"], [int(k == position) for k in range(K)])
+        try:
+            res, net = run_aggregate(p, ws, SENS, keys, noise_seeds=SEEDS, seed=SEED, tamper=_forge(forged))
+        except (InvalidMessage, SessionAborted) as exc:
+            assert "charlie selected is calibrated for a smaller sensitivity" in str(exc)
+            outcomes[PI1.index(position)] = "refused"
+            continue
+        diff = [int(t - w) for t, w in zip(released_T(res, p), _sum_of_weights(p, ws))]
+        assert diff == party_noise(p, SENS[1], SEEDS[1])
+        outcomes[PI1.index(position)] = "released"
+    assert outcomes == {0: "refused", 1: "released", 2: "refused"}
+
+
+def test_refusing_party_is_the_one_that_needs_more_noise(keys):
+    """Charlie selects party1 (the least noisy): party2 and party3 need more noise and refuse; no share
+    reaches Dave (every party waits until every check has passed)."""
+    p = make_params(K, D, epsilon=2.0)
+    forged = _indicator(keys["zeta"], [int(k == PI1[0]) for k in range(K)])
     state = {}
 
-    def swap(tag, data):
-        if tag == "s2/u":
-            state["u"] = data
-        if tag == "s2/u-proof":
-            from smcdp.v1 import messages_pb2 as pb
-            cts = [int.from_bytes(c, "big") for c in pb.CiphertextVector.FromString(state["u"]).ciphertexts]
-            hot = next(k for k in range(K) if zeta.raw_decrypt(cts[k]) == 1)
-            return bigints(prove_one_hot(zeta, cts, hot, _indicator_context("another-session"))).SerializeToString()
-        return data
+    def keep(net):
+        state["net"] = net
+        _forge(forged)(net)
 
-    with pytest.raises(InvalidMessage, match="not proven to be a one-hot indicator"):
-        run_aggregate(p, _weights(), SENS, keys, noise_seeds=SEEDS,
-                      tamper=lambda net: _rewrite(net, "charlie", swap))
+    with pytest.raises((InvalidMessage, SessionAborted)) as info:
+        run_aggregate(p, _weights(), SENS, keys, noise_seeds=SEEDS, seed=SEED, tamper=keep)
+    assert "calibrated for a smaller sensitivity" in str(info.value)
+    transcript = state["net"].transcript
+    assert not [t for (s, r, t, tn, d) in transcript if r == "dave"]
+    assert not [t for (s, r, t, tn, d) in transcript if t == "s2/psi"]
 
 
-def test_residual_charlie_can_pick_whose_noise_is_added(keys):
-    """What the proof does not stop: a one-hot indicator at a position of Charlie's choosing.
-    Charlie does not know which party sits at a position (π₁), but he learns the positions' order
-    from the comparisons, so he can pick the one with the *least* noise.  Every position selects
-    exactly one party's noise, and over the K positions every party's.  Mitigation: who may act as
-    Charlie (issue 14's policy); the guarantee then degrades to ε·Δ_(1)/Δ_sel (docs/security.md)."""
+def test_charlie_lying_about_the_decryption_is_refused(keys):
+    """Charlie decrypts the masked selected key for each party's check; he must send its opening, so he
+    cannot claim a smaller value (which would let a wrong selection pass)."""
     p = make_params(K, D, epsilon=2.0)
-    zeta = keys["zeta"]
-    pk = zeta.public_key
-    ws = _weights()
-    selected = []
-    for position in range(K):
-        cts = [pk.raw_encrypt_textbook(1 if k == position else 0) for k in range(K)]
-        u = EncryptedVector(pk, cts, K, 0, Packing(), 1).to_proto().SerializeToString()
-        proof = bigints(prove_one_hot(zeta, cts, position, _indicator_context("local"))).SerializeToString()
-        forged = {"s2/u": u, "s2/u-proof": proof}
-        # a fixed protocol seed keeps π₁ (party -> position) the same in every run
-        res, _ = run_aggregate(p, ws, SENS, keys, noise_seeds=SEEDS, seed=7,
-                               tamper=lambda net: _rewrite(net, "charlie", lambda tag, data: forged.get(tag, data)))
-        diff = [int(t - w) for t, w in zip(released_T(res, p), _sum_of_weights(p, ws))]
-        matches = [j for j in range(K) if diff == party_noise(p, SENS[j], SEEDS[j])]
-        assert len(matches) == 1
-        selected += matches
-    assert sorted(selected) == list(range(K))
+
+    def lie(to, tag, data):
+        if tag != "chk/open":
+            return data
+        c, r = [int.from_bytes(m, "big") for m in pb.BigInts.FromString(data).magnitude]
+        return bigints([c - 1000, r]).SerializeToString()
+
+    with pytest.raises((InvalidMessage, SessionAborted), match="does not open the ciphertext"):
+        run_aggregate(p, _weights(), SENS, keys, noise_seeds=SEEDS, seed=SEED,
+                      tamper=lambda net: _rewrite(net, "charlie", lie))
 
 
 def test_residual_selected_party_can_withhold_its_noise(keys):
-    """A malicious data party contributes ζ(0) instead of ζ(v_j·N_j).  It does not know whether it
+    """A malicious data party contributes ζ(Y_j) instead of ζ(v_j·N_j + Y_j).  It does not know whether it
     is selected, but when it is, the release carries no noise at all.  No cheap check sees it (the
     contribution is encrypted under Charlie's key and its noise is private by design); mitigations:
     who may take part (issue 14's policy), and a per-dataset budget that accounts for it."""
     p = make_params(K, D, epsilon=2.0)
-    pk = keys["zeta"].public_key
+    zeta = keys["zeta"]
+    pk = zeta.public_key
+    packing = p.packing(pk)
 
-    def no_noise(tag, data):
-        if tag != "s2/psi":
+    def no_noise(to, tag, data):
+        # party2 is a leaf of the tree (K = 3): its s2/agg is its own contribution.  The test stands in for
+        # a party that leaves out its noise: it decrypts the contribution and takes party2's noise out
+        if tag != "s2/agg":
             return data
-        vec = EncryptedVector.encrypt_ints(pk, [0] * D, exponent=-p.frac_bits, packing=p.packing(pk))
-        return vec.to_proto().SerializeToString()
+        vals = EncryptedVector.from_proto(pb.CiphertextVector.FromString(data), pk, packing=packing).decrypt_ints(zeta)
+        vals = [v - n for v, n in zip(vals, party_noise(p, SENS[1], SEEDS[1]))]
+        return EncryptedVector.encrypt_ints(pk, vals, exponent=-p.frac_bits, packing=packing,
+                                            bound=p.contribution_bound(1)).to_proto().SerializeToString()
 
     ws = _weights()
-    res, _ = run_aggregate(p, ws, SENS, keys, noise_seeds=SEEDS, tamper=lambda net: _rewrite(net, "party2", no_noise))
+    res, _ = run_aggregate(p, ws, SENS, keys, noise_seeds=SEEDS, seed=SEED,
+                           tamper=lambda net: _rewrite(net, "party2", no_noise))
     diff = [int(t - w) for t, w in zip(released_T(res, p), _sum_of_weights(p, ws))]
     assert diff == [0] * D                                   # the exact sum: no noise
     assert party_noise(p, SENS[1], SEEDS[1]) != [0] * D       # ... where party2's noise belonged

@@ -230,3 +230,32 @@ def test_lines_appended_behind_the_heads_back_are_detected(tmp_path):
     (tmp_path / HEAD_NAME).write_bytes(head)
     v = verify_log(tmp_path)
     assert not v.ok and v.bad_line == 8 and "without the party recording them" in v.problem
+
+
+def test_a_missing_log_is_not_restarted_silently(tmp_path):
+    """Issue 24: a deleted log used to be restarted without a word; now only on purpose, on the record."""
+    from smcdp.runtime.governance.audit import start_new_log
+
+    log = AuditLog(tmp_path, "alice")
+    log.open()                                           # a fresh data directory: a log starts
+    for i in range(3):
+        log.append("x", i=i)
+    log.close()
+    head = json.loads((tmp_path / HEAD_NAME).read_text())
+    (tmp_path / LOG_NAME).unlink()
+    with pytest.raises(AuditError, match="missing although this party kept one before .audit.head is still there"):
+        AuditLog(tmp_path, "alice").open()
+    (tmp_path / HEAD_NAME).unlink()
+    with pytest.raises(AuditError, match="proposals/ exists"):
+        AuditLog(tmp_path, "alice").open(used_before="proposals/ exists")
+    AuditLog(tmp_path / "fresh", "alice").open(used_before=None)   # nothing says it was used: a first start
+    (tmp_path / HEAD_NAME).write_text(json.dumps(head))
+    entry = start_new_log(tmp_path, "alice", "disk replaced", "ops")
+    assert entry["event"] == "log-started" and entry["seq"] == 1 and entry["previous_head"] == head
+    assert verify_log(tmp_path).ok and verify_log(tmp_path).lines == 1
+    with pytest.raises(AuditError, match="exists"):
+        start_new_log(tmp_path, "alice", "again", "ops")
+    again = AuditLog(tmp_path, "alice")
+    again.open(used_before="proposals/ exists")          # the new log is there: the party starts
+    assert again.state()[1] == 1
+    again.close()

@@ -15,12 +15,13 @@ import pytest
 from smcdp.dp.ledger import Ledger
 from smcdp.errors import SmcdpError
 from smcdp.net.config import TlsConfig
+from smcdp.net.limits import Limits
 from smcdp.net.server import PendingApproval, SessionSpec
 from smcdp.plugins.base import OutputFlow, ProtocolPlugin, SessionSummary
 from smcdp.runtime.config import PartyConfig
 from smcdp.runtime.governance.audit import read_entries, verify_log
 from smcdp.runtime.governance.charges import BudgetConfig
-from smcdp.runtime.governance.gate import Governor
+from smcdp.runtime.governance.gate import Governor, _iso
 from smcdp.runtime.governance.policy import Policy, ProtocolRules
 
 ROLES = {"curator": "charlie", "data": "alice"}
@@ -151,7 +152,7 @@ def test_concurrent_admissions_never_overspend(tmp_path):
     g.stop()
 
 
-def test_operator_approval_waits_durably_then_admits_with_the_time_left(tmp_path):
+def test_operator_approval_waits_durably_then_admits_with_its_whole_timeout(tmp_path):
     cfg = _config(tmp_path, approval="operator")
     g = _gov(cfg)
     spec = _spec("s1", timeout=30.0)
@@ -173,7 +174,8 @@ def test_operator_approval_waits_durably_then_admits_with_the_time_left(tmp_path
     assert _ledger(tmp_path).reservation("alice", "s1").state == "reserved"
     time.sleep(0.05)
     admitted = g.admit("charlie", spec, CostPlugin(), "data")
-    assert isinstance(admitted, SessionSpec) and admitted.timeout_seconds < 30.0
+    # the session's timeout counts from Begin: the approval's hours are not taken from it (issue 24)
+    assert isinstance(admitted, SessionSpec) and admitted.timeout_seconds == 30.0
     assert json.loads(path.read_text())["state"] == "started"
     names = [e["event"] for e in _events(tmp_path)]
     assert names.count("pending") == 1 and "approved" in names and names[-1] == "accepted"
@@ -182,21 +184,30 @@ def test_operator_approval_waits_durably_then_admits_with_the_time_left(tmp_path
 
 def test_rejection_expiry_and_withdrawal(tmp_path):
     g = _gov(_config(tmp_path, approval="operator"))
-    for sid in ("r", "e", "w"):
-        g.admit("charlie", _spec(sid, timeout=0.5 if sid == "e" else 60), CostPlugin(), "data")
+    for sid in ("r", "w"):
+        g.admit("charlie", _spec(sid, timeout=3600), CostPlugin(), "data")
     g.approve("r")
     g.reject("r", "not this quarter")
     assert _ledger(tmp_path).reservation("alice", "r").state == "released"
     with pytest.raises(SmcdpError) as ei:
-        g.admit("charlie", _spec("r"), CostPlugin(), "data")
+        g.admit("charlie", _spec("r", timeout=3600), CostPlugin(), "data")
     assert ei.value.code == "PERMISSION_DENIED" and "rejected the session: not this quarter" in str(ei.value)
-    time.sleep(0.6)
-    g.expire()
-    with pytest.raises(SmcdpError) as ei:
-        g.admit("charlie", _spec("e", timeout=0.5), CostPlugin(), "data")
-    assert ei.value.code == "DEADLINE_EXCEEDED" and "did not approve" in str(ei.value)
     assert g.withdraw("charlie", "w", "another party refused") is True
     assert g.show("w", None)["state"] == "withdrawn"
+    # a proposal expires limits.approval_timeout_seconds after it arrived, whatever the session's timeout
+    short = _gov(replace(_config(tmp_path / "short", approval="operator"),
+                         limits=Limits(approval_timeout_seconds=1.0)))
+    t0 = time.time()
+    short.admit("charlie", _spec("e", timeout=3600), CostPlugin(), "data")
+    assert short.show("e", None)["expires_at"] <= _iso(t0 + 2.0)
+    time.sleep(1.1)
+    short.expire()
+    with pytest.raises(SmcdpError) as ei:
+        short.admit("charlie", _spec("e", timeout=3600), CostPlugin(), "data")
+    assert ei.value.code == "DEADLINE_EXCEEDED" and "did not approve" in str(ei.value)
+    assert "approval_timeout_seconds" in str(ei.value)
+    assert "expired" in [e["event"] for e in _events(tmp_path / "short")]
+    short.stop()
     with pytest.raises(SmcdpError, match="only a pending one"):
         g.approve("w")
     with pytest.raises(SmcdpError) as ei:
@@ -207,10 +218,10 @@ def test_rejection_expiry_and_withdrawal(tmp_path):
     assert ei.value.code == "INVALID_ARGUMENT"
     # another proposal under a used id is not the same proposal
     with pytest.raises(SmcdpError) as ei:
-        g.admit("charlie", _spec("w", epsilon=2.0), CostPlugin(), "data")
+        g.admit("charlie", _spec("w", epsilon=2.0, timeout=3600), CostPlugin(), "data")
     assert ei.value.code == "ALREADY_EXISTS"
     events = [e["event"] for e in _events(tmp_path)]
-    for name in ("rejected", "released", "expired", "withdrawn"):
+    for name in ("rejected", "released", "withdrawn"):
         assert name in events
     g.stop()
 
@@ -255,4 +266,96 @@ def test_refusals_and_seeds_are_audited_with_their_rule(tmp_path):
         g.admit("charlie", _spec("big", epsilon=9.0), CostPlugin(), "data")
     refused = {e["session"]: e["rule"] for e in _events(tmp_path) if e["event"] == "refused"}
     assert refused == {"seeded": "policy.allow_seeded", "big": "policy.cost.max_epsilon"}
+    g.stop()
+
+
+def test_the_approval_queue_is_bounded_per_peer_and_in_all(tmp_path):
+    """Issue 24: 300 proposals from one peer waited for the operator; now limits.pending_approvals_*."""
+    cfg = replace(_config(tmp_path, approval="operator"), peers={"charlie": "127.0.0.1:2", "dave": "127.0.0.1:3"},
+                  limits=Limits(pending_approvals_per_peer=3, pending_approvals_total=5))
+    cfg = replace(cfg, policy=Policy(approval="operator", protocols={
+        "cost": replace(RULES, initiators=("charlie", "dave"), coordinators=("charlie", "dave"),
+                        release_to=("charlie", "dave"))}))
+    g = _gov(cfg)
+
+    def propose(peer, sid):
+        return g.admit(peer, SessionSpec(sid, "cost", {"curator": peer, "data": "alice"}, {"epsilon": 0.1}, 60.0),
+                       CostPlugin(), "data")
+
+    for i in range(3):
+        assert isinstance(propose("charlie", f"c{i}"), PendingApproval)
+    with pytest.raises(SmcdpError) as ei:
+        propose("charlie", "c3")
+    assert ei.value.code == "RESOURCE_EXHAUSTED" and ei.value.rule == "limits.pending_approvals_per_peer"
+    for i in range(2):
+        assert isinstance(propose("dave", f"d{i}"), PendingApproval)
+    with pytest.raises(SmcdpError) as ei:
+        propose("dave", "d2")
+    assert ei.value.rule == "limits.pending_approvals_total"
+    g.reject("c0", "no")                 # a decided proposal frees its place
+    assert isinstance(propose("dave", "d2"), PendingApproval)
+    assert isinstance(propose("charlie", "c1"), PendingApproval)   # a repeat of a waiting one is not new
+
+
+# ------------------------------------------------------------------ issue 25: exact sessions per period
+class ExactPlugin(CostPlugin):
+    """Like CostPlugin, but the output to "curator" is exact unless params say epsilon (then DP)."""
+
+    name = "exact"
+
+    def summary(self, params, roles):
+        eps = params.get("epsilon")
+        return SessionSummary(protocol=self.name, key_bits={"paillier": 2048}, data_roles=("data",),
+                              coordinator_roles=("curator",),
+                              outputs=(OutputFlow("u", ("curator",), ("data",), dp=eps is not None),),
+                              epsilon=eps, delta=0.0)
+
+
+def _exact_config(tmp_path, approval="auto", **rules) -> PartyConfig:
+    r = ProtocolRules(roles=("data",), initiators=("charlie",), coordinators=("charlie",), release_to=("charlie",),
+                      allow_non_dp=True, **rules)
+    return replace(_config(tmp_path), policy=Policy(approval=approval, protocols={"exact": r}))
+
+
+def _exact_spec(sid, **params):
+    return SessionSpec(sid, "exact", ROLES, params, 60.0)
+
+
+def test_max_exact_sessions_per_period_counts_from_the_audit_trail_across_restarts(tmp_path):
+    """Two exact sessions per day: the third is refused (RESOURCE_EXHAUSTED, naming the rule), DP sessions
+    of the same protocol do not count, and a restarted party still counts the two from its audit trail."""
+    cfg = _exact_config(tmp_path, max_exact_sessions=2, period_days=1.0)
+    g = _gov(cfg)
+    for sid in ("e1", "e2"):
+        g.admit("charlie", _exact_spec(sid), ExactPlugin(), "data")
+    g.admit("charlie", _exact_spec("d1", epsilon=0.5), ExactPlugin(), "data")       # DP: not counted
+    with pytest.raises(SmcdpError) as ei:
+        g.admit("charlie", _exact_spec("e3"), ExactPlugin(), "data")
+    assert ei.value.code == "RESOURCE_EXHAUSTED" and ei.value.rule == "policy.exact.max_exact_sessions"
+    assert "at most 2" in str(ei.value) and "last 1 days" in str(ei.value)
+    g.stop()
+    accepted = [e for e in _events(tmp_path) if e["event"] == "accepted"]
+    assert [e.get("exact") for e in accepted] == [True, True, None]
+    g = _gov(cfg)                                                                       # a restart
+    with pytest.raises(SmcdpError, match="max_exact_sessions"):
+        g.admit("charlie", _exact_spec("e4"), ExactPlugin(), "data")
+    g.stop()
+    # a longer window elsewhere, a shorter one here: sessions older than the window no longer count
+    old = _gov(replace(cfg, policy=Policy(protocols={"exact": replace(cfg.policy.protocols["exact"],
+                                                                            period_days=1e-9)})))
+    old.admit("charlie", _exact_spec("e5"), ExactPlugin(), "data")
+    old.stop()
+
+
+def test_an_approved_exact_session_is_refused_at_start_when_another_took_the_last_slot(tmp_path):
+    g = _gov(_exact_config(tmp_path, approval="operator", max_exact_sessions=1))
+    assert isinstance(g.admit("charlie", _exact_spec("a"), ExactPlugin(), "data"), PendingApproval)
+    assert isinstance(g.admit("charlie", _exact_spec("b"), ExactPlugin(), "data"), PendingApproval)
+    g.approve("a")
+    g.approve("b")
+    assert g.admit("charlie", _exact_spec("a"), ExactPlugin(), "data").session_id == "a"      # started
+    with pytest.raises(SmcdpError) as ei:
+        g.admit("charlie", _exact_spec("b"), ExactPlugin(), "data")
+    assert ei.value.code == "RESOURCE_EXHAUSTED" and ei.value.rule == "policy.exact.max_exact_sessions"
+    assert g.proposals.get("b").state == "rejected"
     g.stop()

@@ -93,6 +93,12 @@ def test_parses_every_key_and_round_trips():
     ("[policy]\napproval = 'maybe'", "approval must be one of"),
     ("[policy]\nallow_seeded = 1", "allow_seeded must be true or false"),
     ("[policy]\nopen = true\n[policy.keyword]\nroles = ['alice']\ninitiators = []", "cannot be combined"),
+    ("[policy.power-iteration]\nroles = ['x']\ninitiators = []\nmax_components = 0", "max_components must be an integer"),
+    ("[policy.power-iteration]\nroles = ['x']\ninitiators = []\nperiod_days = 7", "period_days is the window"),
+    ("[policy.power-iteration]\nroles = ['x']\ninitiators = []\nmax_exact_sessions = 2\nperiod_days = 0",
+     "period_days must be a number"),
+    ("[policy.power-iteration]\nroles = ['x']\ninitiators = []\nmax_exact_sessions = -1",
+     "max_exact_sessions must be an integer"),
 ])
 def test_invalid_policies_are_refused_naming_the_field(text, message):
     with pytest.raises(ConfigError) as ei:
@@ -164,10 +170,20 @@ def test_coordinators_only_read_data_roles_rules():
 
 
 def test_no_policy_open_policy_and_a_policy_without_tables():
-    for pol in (None, _policy("[policy]\nopen = true")):
-        _eval(pol, epsilon=50.0, initiator="trent", roles={**DPA_ROLES, "dave": "trent"})   # anything goes
+    _eval(_policy("[policy]\nopen = true"), epsilon=50.0, initiator="trent",
+          roles={**DPA_ROLES, "dave": "trent"})   # anything goes
     with pytest.raises(PolicyDenied, match="does not join protocol 'dp-aggregate'"):
         _eval(_policy("[policy]\napproval = 'operator'"))
+
+
+def test_no_policy_denies_every_peer_and_admits_the_own_operator():
+    """Deny by default (issue 24): without [policy] a peer's proposal is refused, whatever it asks."""
+    for kw in (dict(initiator="trent", roles={**DPA_ROLES, "dave": "trent"}, epsilon=50.0), dict(initiator="charlie")):
+        with pytest.raises(PolicyDenied) as ei:
+            _eval(None, **kw)
+        assert ei.value.rule == "policy" and ei.value.code == "PERMISSION_DENIED"
+        assert "deny by default" in str(ei.value)
+    _eval(None, initiator="alice", epsilon=50.0)   # the party's own operator starts what it wants
 
 
 def test_the_seed_rule_holds_with_and_without_a_policy():
@@ -202,3 +218,45 @@ def test_generated_rules_admit_exactly_the_layout():
     assert pi["alice"].release_to == ("bob", "trent") and pi["alice"].allow_non_dp
     merged = merge_rules(pi["alice"], ProtocolRules(roles=("party2",), initiators=("bob",)))
     assert merged.roles == ("party1", "party2") and merged.initiators == ("bob", "trent")
+
+
+PI_DP = dict(epsilon=1.0, delta=1e-6)
+PI_POLICY = """
+[policy.power-iteration]
+roles = ["party*"]
+initiators = ["trent"]
+coordinators = ["trent"]
+release_to = ["bob"]
+max_epsilon = 1.0
+max_delta = 1e-6
+max_components = 2
+"""
+
+
+def test_a_party_that_allows_no_exact_output_joins_the_dp_mode_of_power_iteration():
+    """allow_non_dp = false (the default) refuses the exact mode and admits the DP mode, whose outputs
+    are marked DP and go to the other data parties only (Trent receives ciphertexts); max_epsilon,
+    max_delta and max_components apply (oversampled directions count as components)."""
+    pol = _policy(PI_POLICY)
+    s = _summary("power-iteration", PI_ROLES, n_parties=2, key_bits=2048, **PI_DP)
+    assert s.epsilon == 1.0 and s.delta == 1e-6 and s.rho > 0 and s.components == 1
+    assert [(o.name, o.dp, o.recipients) for o in s.outputs] == [("u", True, ("party1", "party2"))]
+    _eval(pol, protocol="power-iteration", initiator="trent", **PI_DP)
+    _eval(pol, protocol="power-iteration", initiator="trent", components=2, **PI_DP)
+    cases = [({}, PolicyDenied, "allow_non_dp"),
+             (dict(PI_DP, epsilon=1.5), OutOfBounds, "max_epsilon"),
+             (dict(PI_DP, delta=1e-5), OutOfBounds, "max_delta"),
+             (dict(PI_DP, components=3), OutOfBounds, "max_components"),
+             (dict(PI_DP, components=2, oversample=1), OutOfBounds, "max_components"),
+             (dict(components=3), OutOfBounds, "max_components")]
+    exact = _policy(PI_POLICY.replace("max_epsilon", "allow_non_dp = true\nmax_epsilon")
+                    .replace('release_to = ["bob"]', 'release_to = ["bob", "trent"]'))
+    for params, exc, rule in cases:
+        with pytest.raises(exc) as ei:
+            _eval(exact if params == dict(components=3) else pol, protocol="power-iteration", initiator="trent",
+                  **params)
+        assert ei.value.rule == f"policy.power-iteration.{rule}", params
+    # a protocol that declares no number of components is refused by a max_components rule
+    dpa = _policy(POLICY.replace("min_key_bits = 2048\n", "min_key_bits = 2048\nmax_components = 4\n", 1))
+    with pytest.raises(OutOfBounds, match="no number of components"):
+        _eval(dpa)

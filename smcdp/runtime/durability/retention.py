@@ -1,0 +1,89 @@
+"""How long what an ended session leaves on disk stays there (issue 24).
+
+A session that fails *resumably* keeps its checkpoint -- randomness root and journal --
+so that ``smcdp session resume`` can continue it (docs/fault-tolerance.md).  Nothing
+bounded how long: a peer that made sessions fail resumably (an ``Abort`` with
+UNAVAILABLE) left their journals on disk for ever (1.5 GB in the issue).  Now a
+checkpoint of a session that no longer runs here is deleted ``limits.failed_retention_seconds``
+after the session failed (``failed_epoch`` in its checkpoint; the checkpoint file's
+modification time for one written before that field existed, or left in a live state by a
+restore that did not happen).  The party sweeps periodically and records each deletion
+in its audit trail.
+
+Only the checkpoint's public interface is used (:class:`Checkpoint.load`, ``meta``,
+``remove``); a checkpoint that cannot be read is left alone (damaged files are the
+checkpoint's own business).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from smcdp.runtime.durability.checkpoint import META, SUFFIX, Checkpoint, CheckpointError
+
+#: how often the party sweeps, at most (and at least every quarter of the retention)
+SWEEP_PERIOD = 60.0
+
+
+@dataclass(frozen=True)
+class Deleted:
+    """A checkpoint the sweep removed."""
+
+    session_id: str
+    state: str                # "failed" (resumable or not), or a live state nobody continued
+    resumable: bool
+    ended_seconds_ago: float
+    bytes: int                # the checkpoint directory's size (journal, root key, metadata)
+
+    def as_dict(self) -> dict:
+        return {"session": self.session_id, "state": self.state, "resumable": self.resumable,
+                "ended_seconds_ago": round(self.ended_seconds_ago, 1), "bytes": self.bytes}
+
+
+def sweep_period(retention: float) -> float:
+    return max(1.0, min(SWEEP_PERIOD, retention / 4))
+
+
+def _size(directory: Path) -> int:
+    total = 0
+    for p in directory.rglob("*"):
+        try:
+            if p.is_file():
+                total += p.stat().st_size
+        except OSError:
+            pass
+    return total
+
+
+def sweep(sessions_dir: Path, retention: float, live: Iterable[str], now: float | None = None) -> list[Deleted]:
+    """Delete the checkpoints of sessions not in ``live`` that ended ``retention`` seconds ago or more."""
+    now = time.time() if now is None else now
+    live = set(live)
+    out = []
+    if not sessions_dir.is_dir():
+        return out
+    for d in sorted(sessions_dir.glob(f"*{SUFFIX}")):
+        if not d.is_dir():
+            continue
+        try:
+            cp = Checkpoint.load(d)
+            mtime = (d / META).stat().st_mtime
+        except (CheckpointError, OSError):
+            continue
+        if cp.session_id in live:
+            continue
+        m = cp.meta
+        ended = m.get("failed_epoch") if m["state"] == "failed" else None
+        since = float(ended) if isinstance(ended, (int, float)) else mtime
+        if now - since < retention:
+            continue
+        size = _size(d)
+        cp.remove()
+        out.append(Deleted(cp.session_id, m["state"], bool(m.get("resumable")), now - since, size))
+    return out
+
+
+__all__ = ["Deleted", "SWEEP_PERIOD", "sweep", "sweep_period"]

@@ -1,0 +1,124 @@
+"""Signed audit heads and what a witness keeps (smcdp.runtime.governance.witness, issue 24)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from smcdp.errors import SmcdpError
+from smcdp.net.tls import TlsMaterial, generate_deployment
+from smcdp.runtime.governance.audit import AuditLog
+from smcdp.runtime.governance.witness import SignedHead, WitnessError, WitnessStore, check_log, heads_from_file, \
+    sign_head
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("certs")
+    generate_deployment(d, ["alice", "bob", "eve"])
+    other = tmp_path_factory.mktemp("other-ca")
+    generate_deployment(other, ["alice"])
+    return d, other
+
+
+def _tls(d, name):
+    return TlsMaterial.load(d / "ca.crt", d / f"{name}.crt", d / f"{name}.key")
+
+
+def _log(tmp_path, n):
+    log = AuditLog(tmp_path / "alice", "alice")
+    log.open()
+    for i in range(n):
+        log.append("test", i=i)
+    return log
+
+
+def test_a_signed_head_verifies_only_as_what_it_says(tmp_path, certs):
+    d, other = certs
+    log = _log(tmp_path, 5)
+    head = sign_head(_tls(d, "alice"), log.state(), "bob", "s-1")
+    c = head.check(_tls(d, "bob").ca_pem, "alice")
+    assert (c["party"], c["to"], c["session"], c["lines"]) == ("alice", "bob", "s-1", 5)
+    assert SignedHead.from_dict(json.loads(json.dumps(head.as_dict()))) == head
+    with pytest.raises(WitnessError, match="expected 'eve'"):
+        head.check(d.joinpath("ca.crt").read_bytes(), "eve")
+    with pytest.raises(WitnessError, match="does not verify"):
+        SignedHead(head.statement.replace(b'"lines":5', b'"lines":9'), head.signature, head.certificate).check(
+            d.joinpath("ca.crt").read_bytes())
+    with pytest.raises(WitnessError, match="not issued by the deployment CA"):
+        sign_head(_tls(other, "alice"), log.state(), "bob", "s-1").check(d.joinpath("ca.crt").read_bytes())
+    # eve cannot pass her head off as alice's: the certificate names its signer
+    forged = sign_head(_tls(d, "eve"), log.state(), "bob", "s-1")
+    with pytest.raises(WitnessError):
+        SignedHead(forged.statement.replace(b'"party":"eve"', b'"party":"alice"'), forged.signature,
+                   forged.certificate).check(d.joinpath("ca.crt").read_bytes(), "alice")
+    with pytest.raises(WitnessError, match="larger"):
+        SignedHead(b"x" * 5000, b"", b"").claims()
+
+
+def test_a_witness_keeps_the_latest_head_and_evidence_of_one_that_went_back(tmp_path, certs):
+    d, _ = certs
+    log = _log(tmp_path, 3)
+    store = WitnessStore(tmp_path / "bob", "bob", _tls(d, "bob").ca_pem)
+    alice = _tls(d, "alice")
+    assert store.keep("alice", sign_head(alice, log.state(), "bob", "s-1"), True) is None
+    with pytest.raises(SmcdpError) as ei:                     # not a session alice took part in here
+        store.keep("alice", sign_head(alice, log.state(), "bob", "s-x"), False)
+    assert ei.value.code == "PERMISSION_DENIED"
+    with pytest.raises(WitnessError, match="addressed to 'eve'"):
+        store.keep("alice", sign_head(alice, log.state(), "eve", "s-1"), True)
+    with pytest.raises(WitnessError):                         # bob's certificate on alice's call
+        store.keep("alice", sign_head(_tls(d, "bob"), log.state(), "bob", "s-2"), True)
+    log.append("more")
+    assert store.keep("alice", sign_head(alice, log.state(), "bob", "s-2"), True) is None
+    [latest] = store.held_for("alice")
+    assert latest.claims()["lines"] == 4
+    # alice's log loses lines (truncated and re-headed): her next head goes back, and bob notices
+    first, _n, _sha = log.state()
+    conflict = store.keep("alice", sign_head(alice, (first, 2, "0" * 64), "bob", "s-3"), True)
+    assert conflict is not None and "went back" in conflict
+    assert sorted(h.claims()["lines"] for h in store.held_for("alice")) == [2, 4]
+    # a repeat for one session changes nothing after two heads (each side's end)
+    store.keep("alice", sign_head(alice, log.state(), "bob", "s-2"), True)
+    assert store.keep("alice", sign_head(alice, (first, 99, "1" * 64), "bob", "s-2"), True) is None
+    assert max(h.claims()["lines"] for h in store.held_for("alice")) == 4
+    assert (tmp_path / "bob" / "witness" / "alice.json").stat().st_mode & 0o777 == 0o600
+    assert [h.claims()["lines"] for h in heads_from_file(tmp_path / "bob" / "witness" / "alice.json")] == [4, 2]
+
+
+def test_check_log_names_truncation_rewrite_and_replacement(tmp_path, certs):
+    d, _ = certs
+    log = _log(tmp_path, 6)
+    alice = _tls(d, "alice")
+    state = log.state()
+    head = sign_head(alice, state, "bob", "s-1")
+    log.close()
+    data_dir = tmp_path / "alice"
+    [ok] = check_log(data_dir, "alice", d / "ca.crt", [("peer bob", head)])
+    assert ok.ok and "matches" in ok.message
+    raw = (data_dir / "audit.jsonl").read_bytes()
+    lines = raw.splitlines(keepends=True)
+    (data_dir / "audit.jsonl").write_bytes(b"".join(lines[:4]))
+    [f] = check_log(data_dir, "alice", d / "ca.crt", [("peer bob", head)])
+    assert not f.ok and "truncated" in f.message
+    (data_dir / "audit.jsonl").write_bytes(b"".join(lines[:5]) + lines[5].replace(b'"i":5', b'"i":7'))
+    [f] = check_log(data_dir, "alice", d / "ca.crt", [("peer bob", head)])
+    assert not f.ok and "rewritten" in f.message
+    (data_dir / "audit.jsonl").write_bytes(lines[1])
+    [f] = check_log(data_dir, "alice", d / "ca.crt", [("peer bob", head)])
+    assert not f.ok and "another log" in f.message
+    [f] = check_log(data_dir, "alice", d / "ca.crt", [("file x", sign_head(_tls(d, "eve"), state, "bob", "s"))])
+    assert not f.ok and f.lines is None and "unusable" in f.message
+
+
+def test_an_unreadable_witness_file_is_kept_aside_and_a_new_one_starts(tmp_path, certs):
+    d, _ = certs
+    log = _log(tmp_path, 2)
+    store = WitnessStore(tmp_path / "bob", "bob", _tls(d, "bob").ca_pem)
+    (tmp_path / "bob" / "witness").mkdir(parents=True)
+    (tmp_path / "bob" / "witness" / "alice.json").write_text("{damaged")
+    assert store.keep("alice", sign_head(_tls(d, "alice"), log.state(), "bob", "s-1"), True) is None
+    assert [h.claims()["lines"] for h in store.held_for("alice")] == [2]
+    [aside] = (tmp_path / "bob" / "witness").glob("alice.json.unreadable-*")
+    assert aside.read_text() == "{damaged"
