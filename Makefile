@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 OUT    ?= out
 
-.PHONY: all install demo test proto proto-check bench fuzz experiments multihost-test docker-image docker-lock \
+.PHONY: all install demo test test-quick proto proto-check bench fuzz experiments multihost-test docker-image docker-lock \
         container-test clean
 
 all: test
@@ -23,9 +23,16 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python examples/power_iteration_demo.py --out $(OUT)/demo
 
-## The whole test suite.
+## The whole test suite, on JOBS parallel workers (pytest-xdist; tests/support/scheduling.py says which
+## tests share a worker; JOBS=0: one process).  docs/testing.md has where the time goes.
+JOBS ?= 4
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra -n $(JOBS) --dist loadgroup
+
+## The edit loop (< 2 min): the unit tests (tests/unit) that are not marked slow -- none starts a party
+## process, a Dask cluster or a subprocess.  The whole suite is still `make test`.
+test-quick: $(STAMP)
+	$(BIN)/python -m pytest -q -ra -n $(JOBS) --dist loadgroup -m "not slow" tests/unit
 
 ## Regenerate the protobuf/gRPC code in smcdp/v1 from protos/ (a test fails if it is stale).
 proto: $(STAMP)

@@ -25,8 +25,13 @@ EPSILONS = [0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0]
 LAM = 0.31
 
 
+#: optional packages this experiment needs (smcdp._optional): checked before it runs
+NEEDS = ("plotting", "experiment-data")
+
+
 def main(argv=None) -> int:
     args = ec.parser(__doc__.splitlines()[0]).parse_args(argv)
+    ec.require(NEEDS, __file__)
     ec.quiet()
     out = ec.out_dir(args)
     runs = ec.reps(args, full=10, quick=3)

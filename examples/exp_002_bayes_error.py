@@ -29,6 +29,10 @@ from smcdp.dp import GaussianBayesClassifier, PrivacyLeakWarning
 EPS = 0.1
 
 
+#: optional packages this experiment needs (smcdp._optional): checked before it runs
+NEEDS = ("plotting",)
+
+
 def mixtures():
     s = 1.0
     corr = np.full((5, 5), 0.5 * s) + np.eye(5) * 0.5 * s
@@ -51,6 +55,7 @@ def sample(rng, mus, covs, prior, n):
 
 def main(argv=None) -> int:
     args = ec.parser(__doc__.splitlines()[0]).parse_args(argv)
+    ec.require(NEEDS, __file__)
     ec.quiet()
     # query="mean" warns on every fit that it treats class sizes as public (the paper's model); say it once
     print("note: query='mean' uses the paper's model, in which the class sizes are public")

@@ -23,6 +23,10 @@ EPSILONS = [0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0]
 LAM, C, D, N, R = 0.01, 5, 10, 500, 8.0
 
 
+#: optional packages this experiment needs (smcdp._optional): checked before it runs
+NEEDS = ("plotting",)
+
+
 def _draw(rng, means, n):
     y = np.repeat(np.arange(C), n // C)
     return means[y] + rng.normal(size=(n, D)), y
@@ -30,6 +34,7 @@ def _draw(rng, means, n):
 
 def main(argv=None) -> int:
     args = ec.parser(__doc__.splitlines()[0]).parse_args(argv)
+    ec.require(NEEDS, __file__)
     ec.quiet()
     out = ec.out_dir(args)
     runs = ec.reps(args, full=100, quick=4)

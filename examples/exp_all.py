@@ -35,6 +35,8 @@ def main(argv=None) -> int:
     if args.full and args.tiny:
         print("give --full or --tiny, not both", file=sys.stderr)
         return 2
+    # every experiment's optional packages, before the first one runs
+    ec.require(dict.fromkeys(p for name in SCRIPTS for p in importlib.import_module(name).NEEDS), __file__)
     passthrough = ["--out", args.out, "--seed", str(args.seed)] + (["--full"] if args.full else []) \
         + (["--tiny"] if args.tiny else [])
     seconds: dict[str, float] = {}

@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from smcdp import progress as _progress
+from smcdp._optional import MissingDependency
+from smcdp._optional import require as _require
 
 
 def parser(description: str) -> argparse.ArgumentParser:
@@ -30,6 +32,15 @@ def parser(description: str) -> argparse.ArgumentParser:
                    help="one repetition of the smallest configuration (checks that it runs; figures are noisy)")
     p.add_argument("--seed", type=int, default=0, help="master seed (data splits and noise)")
     return p
+
+
+def require(parts, script: str) -> None:
+    """Stop with the missing package and its ``pip install`` line before an experiment runs (issue 29)."""
+    try:
+        for part in parts:
+            _require(part, f"examples/{os.path.basename(script)}")
+    except MissingDependency as exc:
+        raise SystemExit(f"error: {exc}") from None
 
 
 def reps(args, full: int, quick: int, tiny: int = 1) -> int:

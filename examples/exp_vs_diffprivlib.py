@@ -25,6 +25,10 @@ from smcdp.dp import GaussianBayesClassifier, LogisticRegression
 EPSILONS = [0.1, 0.5, 1.0, 2.0, 5.0]
 
 
+#: optional packages this experiment needs (smcdp._optional): checked before it runs
+NEEDS = ("plotting", "experiment-data", "diffprivlib")
+
+
 def run(runs, seed, lam=None):
     import diffprivlib.models as dpl
 
@@ -70,6 +74,7 @@ def run(runs, seed, lam=None):
 
 def main(argv=None) -> int:
     args = ec.parser(__doc__.splitlines()[0]).parse_args(argv)
+    ec.require(NEEDS, __file__)
     ec.quiet()
     out = ec.out_dir(args)
     runs = ec.reps(args, full=200, quick=20, tiny=2)

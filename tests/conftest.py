@@ -4,6 +4,11 @@ import pytest
 
 from smcdp.crypto.paillier import generate_keypair
 
+# issue 29 (docs/testing.md): which tests share an xdist worker (module-scoped clusters, `serial`); no
+# process outlives the run; pytester for the scheduling test.  The wall/CPU report is opt-in:
+# `-p tests.support.timing --timing-json FILE`.
+pytest_plugins = ["tests.support.scheduling", "tests.support.leftovers", "pytester"]
+
 
 @functools.lru_cache(maxsize=None)
 def _keypair(bits: int):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 
+from smcdp._optional import require
 from smcdp.compute.base import ComputeEngine, ComputeSession
 from smcdp.compute.config import ComputeConfig, ComputeConfigError
 from smcdp.compute.local import LocalEngine
@@ -31,6 +32,7 @@ def make_engine(config: ComputeConfig | None = None) -> ComputeEngine:
     """A new engine for ``config`` (default: the local engine)."""
     config = config or ComputeConfig()
     if config.engine == "dask":
+        require("dask", '[compute] engine = "dask"')
         from smcdp.compute.dask_engine import DaskEngine  # deferred: needs the optional Dask extra
 
         return DaskEngine(config)

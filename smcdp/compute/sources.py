@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from smcdp._optional import require
 from smcdp.errors import InputRejected, InvalidMessage, PreconditionFailed
 
 #: default canonical block size in matrix values (16 MB of float32 data, 32 MB as float64 in a kernel)
@@ -292,6 +293,7 @@ class ZarrSource(MatrixSource):
 
 
 def _open_zarr(path: str):
+    require("zarr", "a Zarr array as input")
     import zarr  # deferred: Zarr is an optional extra (smcdp[dask])
 
     try:

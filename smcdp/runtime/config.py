@@ -74,6 +74,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from smcdp._files import atomic_write
+from smcdp._optional import require
 from smcdp.compute.config import ComputeConfig, ComputeConfigError
 from smcdp.errors import InvalidMessage
 from smcdp.net.config import (
@@ -197,6 +198,23 @@ def _parse_compute(tbl: Mapping[str, Any], base: Path) -> ComputeConfig:
         return ComputeConfig.from_mapping(tbl, base)
     except ComputeConfigError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def optional_parts(cfg: PartyConfig) -> list[tuple[str, str]]:
+    """The optional parts (:mod:`smcdp._optional`) ``cfg`` asks for, each with the setting that asks."""
+    parts = []
+    if cfg.compute.engine == "dask":
+        parts.append(("dask", f'party {cfg.name}: [compute] engine = "dask"'))
+    if cfg.console.enabled:
+        parts.append(("console", f"party {cfg.name}: [console]"))
+    return parts
+
+
+def require_optional_parts(cfg: PartyConfig) -> None:
+    """Refuse, naming the package and its ``pip install`` line, a configuration whose optional parts
+    are not installed here (issue 29: before the party serves, not when a session needs them)."""
+    for part, needed_by in optional_parts(cfg):
+        require(part, needed_by)
 
 
 def load_config(path: str | os.PathLike) -> PartyConfig:

@@ -32,7 +32,7 @@ from smcdp.net.limits import Limits
 from smcdp.net.server import namespaced, new_session_id
 from smcdp.net.tls import generate_deployment
 from smcdp.runtime.client import get_result, start_session, wait_healthy
-from smcdp.runtime.config import PartyConfig, dump_config
+from smcdp.runtime.config import PartyConfig, dump_config, load_config, require_optional_parts
 from smcdp.runtime.console.config import ConsoleConfig
 from smcdp.runtime.governance.charges import BudgetConfig
 from smcdp.runtime.governance.policy import Policy
@@ -113,6 +113,8 @@ class LocalCluster:
 
     def start(self) -> None:
         self.write_configs()
+        for p in self.configs:   # issue 29: a missing optional package is named before any party starts
+            require_optional_parts(load_config(self.configs[p]))
         for p in self.configs:
             self._spawn(p)
         # every process imports and starts at once: on a few cores that takes time in proportion to

@@ -86,7 +86,7 @@ from smcdp.net.tls import TlsMaterial
 from smcdp.plugins.base import registered
 from smcdp.plugins.registry import get_plugin, load_plugin_modules
 from smcdp.primitives.rng import Randomness
-from smcdp.runtime.config import PartyConfig, load_config
+from smcdp.runtime.config import PartyConfig, load_config, require_optional_parts
 from smcdp.runtime.console.readmodel import Observatory  # issue 18: console and metrics
 from smcdp.runtime.durability.checkpoint import SUFFIX as CHECKPOINT_SUFFIX
 from smcdp.runtime.durability.checkpoint import Checkpoint, CheckpointError
@@ -154,6 +154,7 @@ class Party(SessionHost):
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> int:
+        require_optional_parts(self.config)                  # issue 29: a missing extra, named up front
         load_plugin_modules(self.config.plugins)
         private_dir(self.sessions_dir, self.config.data_dir)  # 0700 (issue 19)
         # governance first (audit, ledger, proposals): restored sessions keep their reservations

@@ -46,6 +46,7 @@ from math import gcd
 
 import numpy as np
 
+from smcdp._optional import require
 from smcdp.errors import InvalidMessage
 
 from smcdp.speech.audio import read_wav
@@ -144,6 +145,7 @@ class _MFCC:
     """39-d frames from 16 kHz samples, each released once final (module docstring)."""
 
     def __init__(self, cmn: str) -> None:
+        require("speech-features", "a WAV utterance")
         from python_speech_features import get_filterbanks  # deferred: only feature extraction needs it
 
         if cmn not in CMN_MODES:

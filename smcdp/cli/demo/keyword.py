@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from smcdp._optional import require
 from smcdp.cli.demo.common import (
     Faults,
     add_fault_arguments,
@@ -121,6 +122,8 @@ def _cmd(args: argparse.Namespace) -> int:
     if args.wav and utterance_kind(args.wav) != "wav":
         raise InvalidMessage(f"--wav {args.wav}: not a WAV file (no RIFF/WAVE header); use --utterance for "
                              ".npy features")
+    if args.wav:
+        require("speech-features", "--wav")      # issue 29: Alice's features, before her process starts
     out = demo_keyword(args.wav or args.utterance, args.models, args.key_bits, args.seed, args.debug_reveal,
                        args.keep_dir, faults=Faults.from_args(args), cmn=args.cmn,
                        stream=args.stream_pace if args.stream else None)

@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 
+from smcdp._optional import require
 from smcdp.cli.demo.common import (
     Faults,
     add_fault_arguments,
@@ -151,6 +152,8 @@ def _cmd(args: argparse.Namespace) -> int:
             params[name] = v
     if args.compute == "local" and (args.dask_scheduler or args.dask_workers is not None):
         raise InvalidMessage("--dask-scheduler and --dask-workers need --compute dask")
+    if args.compute == "dask":
+        require("dask", "--compute dask")        # issue 29: before any party process starts
     compute = compute_config(args.compute, workers=args.dask_workers, scheduler=args.dask_scheduler,
                              tls=(args.dask_tls_ca, args.dask_tls_cert, args.dask_tls_key),
                              block_values=args.block_values, memory_limit=args.dask_memory_limit)

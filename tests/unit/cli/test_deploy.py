@@ -189,6 +189,7 @@ def test_yaml_writer_quotes_every_string():
 DOCKER_COMPOSE = shutil.which("docker-compose")
 
 
+@pytest.mark.slow   # runs docker-compose on every file (not in make test-quick)
 @pytest.mark.skipif(DOCKER_COMPOSE is None, reason="docker-compose is not installed "
                     "(apt-get install docker-compose); the structural validation above still ran")
 def test_docker_compose_accepts_every_generated_file(deployment):
@@ -346,6 +347,7 @@ def test_plugin_and_image_options(tmp_path, capsys):
         assert message in capsys.readouterr().err
 
 
+@pytest.mark.slow   # party processes (not in make test-quick)
 def test_bundles_run_natively_on_one_host(tmp_path):
     """Bundles for two parties on 127.0.0.1 start as they are and reach each other over mTLS."""
     import signal

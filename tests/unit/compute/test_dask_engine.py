@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("distributed", reason="the Dask engine needs the optional extra smcdp[dask]")
+pytestmark = pytest.mark.slow   # starts Dask clusters (not in make test-quick)
 
 from distributed.diagnostics.plugin import SchedulerPlugin  # noqa: E402
 

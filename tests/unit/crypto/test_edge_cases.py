@@ -41,6 +41,7 @@ def test_huge_modulus_is_refused_not_a_crash():
         _mont.multi_exp([b"\x02"], [b"\x03"], mb, 4)
 
 
+@pytest.mark.slow   # ~4 CPU-s in a subprocess (not in make test-quick)
 @needs_native
 def test_large_modulus_on_a_small_thread_stack():
     """A 120 KB modulus (under the limit) on a thread with a 64 KB stack: the quotient of the

@@ -106,7 +106,7 @@ def test_tree_and_schedule(K):
 
 
 # ----------------------------------------------------------------------------- the protocol (DGK)
-@pytest.mark.parametrize("K", [2, 3, 4, 5])
+@pytest.mark.parametrize("K", [2, 3, 4, pytest.param(5, marks=pytest.mark.slow)])   # K = 5: 120 runs, ~7 CPU-s
 def test_all_permutations_small_K(K, keys):
     base = [10 + 7 * i for i in range(K)]
     for perm in itertools.permutations(base):

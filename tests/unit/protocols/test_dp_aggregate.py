@@ -110,6 +110,7 @@ def test_ties_of_sensitivity_select_one_of_the_tied(keys):
     assert diff == party_noise(p, sens[1], seeds[1])       # ties: the lower party index
 
 
+@pytest.mark.slow   # ~4 CPU-s and more (not in make test-quick)
 @pytest.mark.parametrize("K,runs", [(3, 60), (8, 40)])
 def test_noise_norm_follows_the_smallest_partys_distribution(keys, K, runs):
     """KS test over repeated runs: ‖ŵˢ − ŵ‖ ~ Gamma(d, Δ_(1)/(Kε)) with Δ_(1) of the smallest data set."""

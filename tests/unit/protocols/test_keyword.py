@@ -31,7 +31,9 @@ def test_fixture_is_present():
     assert all(path.exists() for path, _ in UTTERANCES)
 
 
-@pytest.mark.parametrize("path,meta", UTTERANCES, ids=[p.name for p, _ in UTTERANCES])
+# ~1.5 CPU-s each: make test-quick runs the first five utterances, make test all of them
+@pytest.mark.parametrize("path,meta", [pytest.param(p, m, id=p.name, marks=[pytest.mark.slow] if i >= 5 else [])
+                                       for i, (p, m) in enumerate(UTTERANCES)])
 def test_keyword_equals_plaintext_argmax(path, meta, keypair512):
     _, sk = keypair512
     X = load_utterance(path)
@@ -142,6 +144,7 @@ def test_load_utterance_validation(tmp_path):
         load_utterance(bad)
 
 
+@pytest.mark.slow   # party processes (not in make test-quick)
 def test_demo_through_local_cluster(tmp_path):
     """Alice and Bob as separate OS processes over gRPC with mutual TLS (small key: test-only opt-in)."""
     from smcdp.cli.demo.keyword import demo_keyword

@@ -198,6 +198,7 @@ def test_issue_16_em_like_models_with_transitions_down_to_1e_297(keypair512):
     check(models, X, secure(models, X, sk))
 
 
+@pytest.mark.slow   # ~10 CPU-s (not in make test-quick)
 @pytest.mark.parametrize("kind,N", [("discrete", 5), ("diag", 1), ("diag", 5)])
 def test_a_1000_frame_utterance(kind, N, keypair512):
     _, sk = keypair512

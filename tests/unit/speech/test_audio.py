@@ -145,6 +145,7 @@ def test_ok_at_exactly_one_window(tmp_path):
     assert FE.features(A.read_wav(p).samples, 16000).shape == (1, 39)
 
 
+@pytest.mark.slow   # runs the smcdp command (not in make test-quick)
 @pytest.mark.parametrize("case", ["empty", "not a WAV", "too short at 16 kHz", "nan"])
 def test_demo_keyword_wav_bad_audio_is_one_readable_line(tmp_path, case):
     path = {name: p for name, p, _ in _bad_files(tmp_path)}[case]
@@ -158,6 +159,7 @@ def test_demo_keyword_wav_bad_audio_is_one_readable_line(tmp_path, case):
     assert lines[0].startswith("smcdp demo: error")
 
 
+@pytest.mark.slow   # runs the smcdp command (not in make test-quick)
 def test_demo_keyword_wav_refuses_a_feature_file(tmp_path):
     npy = tmp_path / "features.npy"
     np.save(npy, np.zeros((10, 39)))

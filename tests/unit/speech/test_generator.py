@@ -24,6 +24,8 @@ BASE = ["--words", "one,two,three", "--per-word", "4", "--states", "3", "--n-ite
         "--save-test-per-word", "1"]
 TINY = [*BASE, "--extras", "--extras-words", "2", "--codebook", "4"]
 
+pytestmark = pytest.mark.slow   # runs the generator script (espeak-ng, training) in a subprocess
+
 needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None,
                                   reason="espeak-ng not installed (apt-get install espeak-ng)")
 
