@@ -7,8 +7,9 @@ An action is written ``ACTION:PARTY:WHEN[,restart=no][,for=SECONDS]``:
   configuration after ``restart_delay`` seconds unless ``restart=no``) or
   ``stop`` (SIGSTOP, then SIGCONT after ``for=SECONDS``, default 10);
 * ``PARTY`` -- a party of the cluster;
-* ``WHEN`` -- ``round=R``: once the party's session status reports round ≥ R
-  (``GetStatus``, the same call ``smcdp session status`` makes), or
+* ``WHEN`` -- ``round=R``: once the party's session reports round ≥ R (the action is armed in the
+  party process itself, :mod:`smcdp.runtime.failpoints`, so that it happens at that exact point;
+  a status poll -- ``GetStatus``, the same call ``smcdp session status`` makes -- is the fallback), or
   ``after=SECONDS`` after the session started.
 """
 
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from smcdp.errors import InvalidMessage, SmcdpError
+from smcdp.runtime import failpoints
 from smcdp.runtime.client import get_status
 from smcdp.runtime.local import LocalCluster
 
@@ -118,14 +120,30 @@ class Chaos:
         return st.get("round") if isinstance(st.get("round"), int) else None
 
     def _wait(self, a: ChaosAction) -> bool:
+        """Until ``a``'s moment: its time, or its round -- an action at a round is armed in the party
+        itself (:mod:`smcdp.runtime.failpoints`: a round of a few milliseconds is over before a status
+        poll sees it), so its moment is the process's death or self-stop; a status poll stays as the
+        fallback."""
+        armed = a.round is not None
+        where = self.cluster.failpoint_dir(a.party)
+        if armed:
+            if a.action == "kill" and a.restart:
+                self.cluster.restarting.add(a.party)   # run() waits for its record, not "unknown"
+            failpoints.arm_kill(where, self.session_id, a.round, a.action)
         while not self._stop.is_set():
+            if armed and (self.cluster.procs[a.party].poll() is not None or failpoints.stopped(where)):
+                return True
             if a.after is not None and time.monotonic() - self._t0 >= a.after:
                 return True
             if a.round is not None:
                 r = self._round_of(a.party)
                 if r is not None and r >= a.round:
+                    failpoints.disarm(where)
                     return True
             time.sleep(self.poll)
+        if armed:
+            failpoints.disarm(where)
+            self.cluster.restarting.discard(a.party)
         return False
 
     def _main(self) -> None:
@@ -136,13 +154,15 @@ class Chaos:
                     continue
                 at = time.monotonic() - self._t0
                 if a.action == "kill":
-                    self.cluster.kill(a.party, restart=a.restart)
+                    self.cluster.kill(a.party, restart=a.restart)      # (already dead if its failpoint fired)
+                    failpoints.disarm(self.cluster.failpoint_dir(a.party))   # the new process must not die again
                     if a.restart:
                         time.sleep(self.restart_delay)
                         self.cluster.restart(a.party)
                         self.restarts += 1
                 else:
-                    self.cluster.pause(a.party)
+                    self.cluster.pause(a.party)          # (already stopped if its failpoint fired)
+                    failpoints.disarm(self.cluster.failpoint_dir(a.party))
                     time.sleep(a.duration)
                     self.cluster.cont(a.party)
                 self.events.append({"action": a.describe(), "done": True, "at_seconds": round(at, 2)})

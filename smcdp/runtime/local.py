@@ -31,6 +31,7 @@ from smcdp.net.config import Timeouts, TlsConfig
 from smcdp.net.limits import Limits
 from smcdp.net.server import namespaced, new_session_id
 from smcdp.net.tls import generate_deployment
+from smcdp.runtime import failpoints
 from smcdp.runtime.client import get_result, start_session, wait_healthy
 from smcdp.runtime.config import PartyConfig, dump_config, load_config, require_optional_parts
 from smcdp.runtime.console.config import ConsoleConfig
@@ -126,7 +127,13 @@ class LocalCluster:
 
     def _spawn(self, party: str) -> None:
         log_file = open(self.workdir / f"{party}.log", "ab")  # noqa: SIM115 - owned by the child's lifetime
-        self.procs[party] = spawn_party(self.configs[party], log_file=log_file, extra_env=self.extra_env)
+        # each process looks for kills armed in its own directory (smcdp.runtime.failpoints; chaos arms them)
+        env = {failpoints.ENV: str(self.failpoint_dir(party)), **self.extra_env}
+        self.procs[party] = spawn_party(self.configs[party], log_file=log_file, extra_env=env)
+
+    def failpoint_dir(self, party: str) -> Path:
+        """Where ``party``'s process finds the kills armed for it (:mod:`smcdp.runtime.failpoints`)."""
+        return self.workdir / "failpoints" / party
 
     def _wait_up(self, party: str, timeout: float = 60.0) -> None:
         try:

@@ -43,6 +43,7 @@ import os
 import secrets
 import signal
 import sys
+import time
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence

@@ -58,6 +58,7 @@ from smcdp.net.server import (
 )
 from smcdp.net.tls import TlsMaterial
 from smcdp.plugins.base import ProtocolPlugin, SessionContext
+from smcdp.runtime import failpoints
 from smcdp.runtime.config import PartyConfig
 from smcdp.runtime.durability.checkpoint import Checkpoint
 from smcdp.runtime.limits import approval_wait_until, begin_by, charge_journal, session_budget  # issues 19, 24
@@ -244,6 +245,7 @@ class Session:
         ch.budget = session_budget(self.plugin, self.spec, self.role, cfg.limits,   # issue 19, and the
                                    self.party.inbound)                            # party-wide ledger (24)
         ch.resend_delivered = self.resumed
+        ch.on_progress = failpoints.hook(self.spec.session_id)   # a loopback cluster's chaos tests only
         self.channel = ch
         self.ready.set()
         result = None
@@ -400,9 +402,14 @@ class Session:
             except SmcdpError as exc:
                 return exc
 
+        first = True
+        probed_at = start
         while True:
-            await asyncio.sleep(interval)
-            now = time.monotonic()
+            # one probe round per interval (a silent peer's probe takes up to `interval` itself: sleeping a
+            # whole interval after it made the rounds 2 intervals apart, and detection up to grace + 2
+            # intervals late)
+            await asyncio.sleep(max(0.0, interval - (time.monotonic() - probed_at)))
+            probed_at = now = time.monotonic()
             if now - last_tick > max(3 * interval, grace / 2):
                 # this party itself was paused (SIGSTOP, a starved loop): its peers' silence
                 # is its own; start counting again rather than blame them
@@ -410,8 +417,9 @@ class Session:
                     self.peer_seen[p] = (now, inc)
             last_tick = now
             todo = ring_neighbours(ring, self.party.name, finished)
-            for p in todo:                      # a newly probed peer counts from now
-                self.peer_seen.setdefault(p, (now, ""))
+            for p in todo:   # a peer counts from the start of the role; one probed later (a neighbour finished) from now
+                self.peer_seen.setdefault(p, (start if first else now, ""))
+            first = False
             replies = await asyncio.gather(*(probe(p) for p in todo))
             for party, reply in zip(todo, replies):
                 if isinstance(reply, BaseException):

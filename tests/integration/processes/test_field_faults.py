@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from smcdp.net.server import new_session_id
+from smcdp.net.server import namespaced, new_session_id
 from smcdp.protocols.power_iteration import plaintext_reference
 from smcdp.runtime import client
 from smcdp.runtime.console.config import ConsoleConfig
@@ -41,6 +41,11 @@ ROLES = {"trent": "trent", "party1": "alice", "party2": "bob"}
 PARAMS = {"n_parties": 2, "key_bits": 512, "p": 0.9, "tol": 1e-10, "max_iterations": 400}
 ENDLESS = dict(PARAMS, max_iterations=100000, tol=1e-15)        # never converges on its own
 REPO = Path(__file__).resolve().parents[3]
+
+
+def _sid() -> str:
+    """A fresh id of a session trent initiates (ids live in their initiator's namespace, issue 24)."""
+    return namespaced("trent", new_session_id("power-iteration"))
 
 
 def _blocks():
@@ -112,7 +117,8 @@ def _check_result(record: dict) -> None:
 def quick(tmp_path_factory):
     """Grace 5 s: how fast the CLI notices its party is gone."""
     tmp = tmp_path_factory.mktemp("cli")
-    with LocalCluster(_parties(tmp), allow_insecure_keys=True, workdir=tmp / "run", peer_grace_seconds=5.0) as c:
+    with LocalCluster(_parties(tmp), allow_insecure_keys=True, workdir=tmp / "run", peer_grace_seconds=5.0,
+                      open_policy=True) as c:
         yield c
 
 
@@ -127,7 +133,7 @@ def _cli_start(cluster: LocalCluster, sid: str) -> subprocess.Popen:
 @pytest.mark.parametrize("fault", ["kill", "stop"])
 def test_a_dead_or_silent_initiator_surfaces_at_its_cli_within_the_grace(quick, fault):
     cluster = quick
-    sid = new_session_id("power-iteration")
+    sid = _sid()
     cli = _cli_start(cluster, sid)
     try:
         _wait_round(cluster, "trent", sid, 2)
@@ -160,12 +166,12 @@ def cluster(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("faults")
     consoles = {"bob": ConsoleConfig(listen=f"127.0.0.1:{free_tcp_port()}", refresh_seconds=2, probe_seconds=5)}
     with LocalCluster(_parties(tmp), allow_insecure_keys=True, workdir=tmp / "run", peer_grace_seconds=30.0,
-                      consoles=consoles) as c:
+                      consoles=consoles, open_policy=True) as c:
         yield c
 
 
 def test_a_damaged_checkpoint_fails_its_session_not_the_party(cluster):
-    sid = new_session_id("power-iteration")
+    sid = _sid()
 
     def damage(d: Path) -> None:
         text = (d / "checkpoint.json").read_text()
@@ -191,7 +197,7 @@ def test_a_damaged_checkpoint_fails_its_session_not_the_party(cluster):
 def test_a_deleted_checkpoint_directory_names_its_party(cluster, party):
     """The others' messages to it are refused ("no session"): the refusal names the refuser, not the
     sender (which used to record itself as the culprit)."""
-    sid = new_session_id("power-iteration")
+    sid = _sid()
     records = _kill_damage_restart(cluster, party, sid, 3, lambda d: shutil.rmtree(d))
     assert records[party]["state"] == "unknown"                 # it no longer knows the session ...
     for p in set(records) - {party}:                            # ... and the others name it, not themselves
@@ -199,7 +205,7 @@ def test_a_deleted_checkpoint_directory_names_its_party(cluster, party):
 
 
 def test_a_flipped_bit_in_root_key_is_named_not_replayed(cluster):
-    sid = new_session_id("power-iteration")
+    sid = _sid()
     records = _kill_damage_restart(cluster, "alice", sid, 3, lambda d: _flip(d / "root.key", 9))
     _names(records, "alice", "FAILED_PRECONDITION")
     assert "root.key of party alice is damaged" in records["alice"]["error"]["message"], records["alice"]
@@ -208,7 +214,7 @@ def test_a_flipped_bit_in_root_key_is_named_not_replayed(cluster):
 
 
 def test_a_damaged_journal_record_fails_resumably_and_resume_repairs_it(cluster):
-    sid = new_session_id("power-iteration")
+    sid = _sid()
 
     def damage(d: Path) -> None:                 # the header of a message alice received from trent
         raw = (d / "journal.log").read_bytes()
@@ -258,8 +264,8 @@ def test_a_full_disk_is_named_at_every_party_and_resumable_once_space_is_back(tm
     _mount_tmpfs(root / party, "8m")
     try:
         with LocalCluster(_parties(tmp_path), allow_insecure_keys=True, workdir=tmp_path / "run", data_root=root,
-                          peer_grace_seconds=30.0) as c:
-            sid = new_session_id("power-iteration")
+                          peer_grace_seconds=30.0, open_policy=True) as c:
+            sid = _sid()
             th, out = _start(c, sid)
             _wait_round(c, party, sid, 3)
             filler = _fill(root / party)

@@ -307,7 +307,8 @@ def test_an_abort_gives_the_reservation_back_and_the_checkpoint_goes_after_the_r
         assert call_unary(alice, MAILBOX + "Propose", spec("alice.a-2"))[0] == C.RESOURCE_EXHAUSTED   # budget held
         assert _abort(alice, "alice.a-1")[0] == C.OK
         _failed_resumably(cfgs["bob"], "alice.a-1")
-        assert _reservation(tmp_path, "alice.a-1").state == "released"
+        # the record is published by the session, the reservation settled just after by the governor
+        _wait_for("alice.a-1's reservation to go back", lambda: _reservation(tmp_path, "alice.a-1").state == "released", timeout=10)
         assert (bob_dir / "sessions" / "alice.a-1.d").is_dir()         # kept for a resume, for now
         # the honest next session is admitted (it reserves the whole budget in turn) ...
         assert call_unary(alice, MAILBOX + "Propose", spec("alice.a-2"))[0] == C.OK
@@ -316,7 +317,8 @@ def test_an_abort_gives_the_reservation_back_and_the_checkpoint_goes_after_the_r
         assert code == C.RESOURCE_EXHAUSTED and "rule budget)" in details, (code, details)
         assert _abort(alice, "alice.a-2", code="ABORTED")[0] == C.OK   # a final failure: nothing to keep
         _wait_for("alice.a-2 to end", lambda: client.get_result(cfgs["bob"], "alice.a-2").get("state") == "failed")
-        assert _reservation(tmp_path, "alice.a-2").state == "released"
+        # the record is published by the session, the reservation settled just after by the governor
+        _wait_for("alice.a-2's reservation to go back", lambda: _reservation(tmp_path, "alice.a-2").state == "released", timeout=10)
         assert not (bob_dir / "sessions" / "alice.a-2.d").exists()
         assert _resume(alice, "alice.a-1")[0] == C.OK                  # now it fits: reserved again
         assert _reservation(tmp_path, "alice.a-1/resume-1").state == "reserved"

@@ -1,0 +1,87 @@
+"""Failpoints: a party process that kills itself at an exact point of a session (fault-injection tests).
+
+:mod:`smcdp.runtime.chaos` kills a party from outside once its status reports a round.  A round that
+lasts a few milliseconds (dp-aggregate's Charlie decrypts one short vector in its stage 3) is over
+before the next status poll, and the fault never happens.  So a :class:`~smcdp.runtime.local.LocalCluster`
+gives each of its party processes a directory (``SMCDP_FAILPOINTS``); the chaos runner *arms* a kill by
+writing ``kill.json`` there ({"session": ID, "round": R, "action": "kill"}), and the party, when one of
+its sessions reports round R or later, removes the file (one shot: the restarted process does not find
+it again) and sends itself SIGKILL -- the same death as from outside, at the exact point.  A pause
+("action": "stop") is the same with SIGSTOP, after the party wrote ``stopped`` beside it: the chaos
+runner sees that file, waits the pause's length and sends SIGCONT.
+
+Only processes started with ``SMCDP_FAILPOINTS`` in their environment look (a loopback cluster's; never a
+deployed party's configuration); reading the file is the only cost, once per reported round.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Callable
+
+ENV = "SMCDP_FAILPOINTS"
+KILL_FILE = "kill.json"
+STOPPED_FILE = "stopped"
+ACTIONS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP}
+
+
+def arm_kill(directory: Path, session_id: str, round: int, action: str = "kill") -> Path:
+    """Arm a one-shot ``action`` (kill or stop) of the process that owns ``directory`` at ``round`` of
+    ``session_id``."""
+    if action not in ACTIONS:
+        raise ValueError(f"a failpoint's action is one of {sorted(ACTIONS)}")
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / STOPPED_FILE).unlink(missing_ok=True)
+    path = directory / KILL_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"session": session_id, "round": int(round), "action": action}), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def stopped(directory: Path) -> bool:
+    """True once the process stopped itself at an armed ``stop``."""
+    return (directory / STOPPED_FILE).exists()
+
+
+def disarm(directory: Path) -> None:
+    (directory / KILL_FILE).unlink(missing_ok=True)
+    (directory / STOPPED_FILE).unlink(missing_ok=True)
+
+
+def _same_session(armed: str, session_id: str) -> bool:
+    # the operator may name a session without its initiator's prefix ('<party>.<name>', issue 24)
+    return session_id == armed or session_id.endswith("." + armed)
+
+
+def hook(session_id: str) -> Callable[[int], None] | None:
+    """The progress hook of a session in this process: None unless failpoints are enabled here."""
+    directory = os.environ.get(ENV)
+    if not directory:
+        return None
+    path = Path(directory) / KILL_FILE
+
+    def reached(round: int) -> None:
+        try:
+            armed = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return
+        if not isinstance(armed, dict) or not _same_session(str(armed.get("session")), session_id):
+            return
+        if round >= int(armed.get("round", 1 << 62)):
+            sig = ACTIONS.get(armed.get("action", "kill"), signal.SIGKILL)
+            try:
+                path.unlink()        # one shot: the restarted process must not die here again
+            except FileNotFoundError:
+                return               # another session of this process took it
+            if sig == signal.SIGSTOP:
+                (path.parent / STOPPED_FILE).touch()
+            os.kill(os.getpid(), sig)
+
+    return reached
+
+
+__all__ = ["ENV", "KILL_FILE", "STOPPED_FILE", "arm_kill", "disarm", "hook", "stopped"]
