@@ -58,6 +58,19 @@ MAX_GRPC_MESSAGE = 4 * CHUNK_SIZE + 64 * 1024
 CLIENT_KEEPALIVE_MS = 10_000
 
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+#: what gRPC's core library reports, with status INTERNAL, when a call's HTTP/2 stream broke under it (a
+#: reset stream, a connection torn down mid-call): the transport's failure, not the peer's answer
+CORE_INTERNAL = "Internal error from Core"
+
+
+def retryable(exc: grpc.RpcError) -> bool:
+    """A failed call worth another attempt: the peer unreachable or late, or the transport broke under the
+    call -- never an answer from the peer (a party's refusals carry their origin)."""
+    if _origin_of(exc) is not None:
+        return False
+    if exc.code() in RETRYABLE:
+        return True
+    return exc.code() == grpc.StatusCode.INTERNAL and (exc.details() or "").startswith(CORE_INTERNAL)
 
 
 class AlreadyExists(SmcdpError):
@@ -271,7 +284,7 @@ async def call_with_retry(what: str, party: str, address: str, deadline: float,
             try:
                 return await race(attempt(min(rpc_timeout, left)))
             except grpc.RpcError as exc:
-                if exc.code() not in RETRYABLE or _origin_of(exc) is not None:
+                if not retryable(exc):
                     # a refusal, or a session that already ended there (whatever its code):
                     # retrying cannot help; the culprit is the origin it names, else the refuser
                     raise with_origin(error_from_rpc(exc, f"{what} refused by party {party!r} ({address})"),
@@ -419,6 +432,8 @@ class GrpcChannel(Channel):
         self.connector = connector
         self.chunk_size = chunk_size
         self.rpc_timeout = rpc_timeout or connector.config.timeouts.rpc_seconds
+        #: sender role -> when its last message arrived (time.monotonic): liveness counts it like an answer
+        self.last_heard: dict[str, float] = {}
         self.retry = retry
         self._lock = threading.Lock()
         self._seen: dict[tuple[str, str], tuple[str, bytes]] = {}   # (role, tag) -> (type, sha256)
@@ -536,6 +551,7 @@ class GrpcChannel(Channel):
         received is still acknowledged).  The sender may be told "delivered" only after
         :meth:`durable_future`.
         """
+        self.last_heard[sender_role] = time.monotonic()   # any message is a sign of life (liveness)
         digest = hashlib.sha256(data).digest()
         key = (sender_role, tag)
         failed: SmcdpError | None = None

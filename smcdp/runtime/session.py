@@ -451,7 +451,10 @@ class Session:
                 else:
                     unknown.pop(party, None)
             now = time.monotonic()
-            silent = {p: now - self.peer_seen[p][0] for p in todo if now - self.peer_seen[p][0] > grace}
+            # a peer whose messages arrive is alive, even if its heartbeat answers are late (a party busy
+            # with twenty sessions on two cores answered no heartbeat for 30 s while its rounds went on)
+            heard = {p: max(self.peer_seen[p][0], ch.last_heard.get(peers[p], 0.0)) for p in todo}
+            silent = {p: now - heard[p] for p in todo if now - heard[p] > grace}
             resume_hint = f"the session can be resumed with 'smcdp session resume {self.spec.session_id}'"
             if len(todo) >= 2 and len(silent) == len(todo):
                 # every other participant went silent at once: this party is the one cut off,
