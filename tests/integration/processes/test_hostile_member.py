@@ -178,9 +178,16 @@ def test_concurrent_resumes_hold_slots_like_proposals(tmp_path, parties):
         ref = lambda sid: tpb.SessionRef(session_id=sid).SerializeToString()  # noqa: E731
         with ThreadPoolExecutor(len(sids)) as pool:
             got = list(pool.map(lambda sid: call_unary(alice, MAILBOX + "Resume", ref(sid)), sids))
-    codes = [c for c, _ in got]
-    assert codes.count(C.OK) == limits.pending_per_peer, got
-    assert codes.count(C.RESOURCE_EXHAUSTED) == len(sids) - limits.pending_per_peer, got
+        codes = [c for c, _ in got]
+        # never more than the limit; fewer when a resume that is refused still held its slot while it was
+        # being admitted (it was pending at that moment) -- so the refused ones are asked again, one at a
+        # time: the slots fill up exactly to the limit, and no further
+        assert 1 <= codes.count(C.OK) <= limits.pending_per_peer, got
+        assert codes.count(C.OK) + codes.count(C.RESOURCE_EXHAUSTED) == len(sids), got
+        again = [call_unary(alice, MAILBOX + "Resume", ref(sid))[0]
+                 for sid, c in zip(sids, codes) if c == C.RESOURCE_EXHAUSTED]
+    assert codes.count(C.OK) + again.count(C.OK) == limits.pending_per_peer, (got, again)
+    assert again.count(C.RESOURCE_EXHAUSTED) == len(again) - again.count(C.OK), again
 
 
 def test_session_ids_cannot_be_squatted(tmp_path, parties):
