@@ -8,8 +8,7 @@ An action is written ``ACTION:PARTY:WHEN[,restart=no][,for=SECONDS]``:
   ``stop`` (SIGSTOP, then SIGCONT after ``for=SECONDS``, default 10);
 * ``PARTY`` -- a party of the cluster;
 * ``WHEN`` -- ``round=R``: once the party's session reports round ≥ R (the action is armed in the
-  party process itself, :mod:`smcdp.runtime.failpoints`, so that it happens at that exact point;
-  a status poll -- ``GetStatus``, the same call ``smcdp session status`` makes -- is the fallback), or
+  party process itself, :mod:`smcdp.runtime.failpoints`, so that it happens at that exact point), or
   ``after=SECONDS`` after the session started.
 """
 
@@ -21,9 +20,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from smcdp.errors import InvalidMessage, SmcdpError
+from smcdp.errors import InvalidMessage
 from smcdp.runtime import failpoints
-from smcdp.runtime.client import get_status
 from smcdp.runtime.local import LocalCluster
 
 ACTIONS = ("kill", "stop")
@@ -112,18 +110,10 @@ class Chaos:
         if self._thread is not None:
             self._thread.join(timeout)
 
-    def _round_of(self, party: str) -> int | None:
-        try:
-            st = get_status(self.cluster.configs[party], self.session_id, timeout=2.0)
-        except SmcdpError:
-            return None
-        return st.get("round") if isinstance(st.get("round"), int) else None
-
     def _wait(self, a: ChaosAction) -> bool:
         """Until ``a``'s moment: its time, or its round -- an action at a round is armed in the party
         itself (:mod:`smcdp.runtime.failpoints`: a round of a few milliseconds is over before a status
-        poll sees it), so its moment is the process's death or self-stop; a status poll stays as the
-        fallback."""
+        poll sees it), so its moment is the process's death or self-stop."""
         armed = a.round is not None
         where = self.cluster.failpoint_dir(a.party)
         if armed:
@@ -135,11 +125,8 @@ class Chaos:
                 return True
             if a.after is not None and time.monotonic() - self._t0 >= a.after:
                 return True
-            if a.round is not None:
-                r = self._round_of(a.party)
-                if r is not None and r >= a.round:
-                    failpoints.disarm(where)
-                    return True
+            # (an armed action is the party's own to take: acting from outside as well could stop it
+            # twice -- the second time after its SIGCONT, for ever)
             time.sleep(self.poll)
         if armed:
             failpoints.disarm(where)

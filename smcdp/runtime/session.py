@@ -27,6 +27,7 @@ import concurrent.futures
 import datetime as _dt
 import json
 import logging
+import math
 import threading
 import time
 from pathlib import Path
@@ -451,12 +452,15 @@ class Session:
                 else:
                     unknown.pop(party, None)
             now = time.monotonic()
-            # a peer whose messages arrive is alive, even if its heartbeat answers are late (a party busy
-            # with twenty sessions on two cores answered no heartbeat for 30 s while its rounds went on)
-            heard = {p: max(self.peer_seen[p][0], ch.last_heard.get(peers[p], 0.0)) for p in todo}
-            silent = {p: now - heard[p] for p in todo if now - heard[p] > grace}
+            unanswered = {p: now - self.peer_seen[p][0] for p in todo}        # heartbeats' silence
+            quiet = {p: now - ch.last_heard.get(peers[p], -math.inf) for p in todo}   # its messages' silence
             resume_hint = f"the session can be resumed with 'smcdp session resume {self.spec.session_id}'"
-            if len(todo) >= 2 and len(silent) == len(todo):
+            # a peer whose messages arrive is alive, even if its heartbeat answers are late (a party busy
+            # with twenty sessions on two cores answered no heartbeat for 30 s while its rounds went on);
+            # but the heartbeats alone say when this party is the one cut off: they all stop at the same
+            # moment, whereas the last message from each peer came whenever the protocol sent one
+            silent = {p: unanswered[p] for p in todo if unanswered[p] > grace and quiet[p] > grace}
+            if len(todo) >= 2 and all(unanswered[p] > grace and quiet[p] > grace / 2 for p in todo):
                 # every other participant went silent at once: this party is the one cut off,
                 # which is also what they all conclude -- so every record names the same culprit
                 me = self.party.name
