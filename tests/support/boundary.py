@@ -183,6 +183,7 @@ class StreamFlood:
         self.details: dict[str, str] = {}
         self.lifetimes: dict[str, list[float]] = {}
         self._open = 0
+        self._since: dict[int, float] = {}
         self._stop = None
         self._loop = asyncio.new_event_loop()
         self._started = threading.Event()
@@ -190,6 +191,14 @@ class StreamFlood:
 
     def open_now(self) -> int:
         return self._open
+
+    def held(self, seconds: float) -> int:
+        """How many calls have been open for ``seconds`` or more: the ones the server admitted (a refused
+        call ends as soon as the server answers it; calls just reopened are in flight, not held)."""
+        import time
+
+        now = time.monotonic()
+        return sum(1 for t in list(self._since.values()) if now - t >= seconds)
 
     def start(self, timeout: float = 30) -> "StreamFlood":
         self._thread.start()
@@ -219,12 +228,13 @@ class StreamFlood:
             while not self._stop.is_set():
                 call = methods[i % len(methods)]()
                 self._open += 1
-                t0 = time.monotonic()
+                t0 = self._since[i] = time.monotonic()
                 try:
                     code = await call.code()
                     self.details.setdefault(code.name, await call.details())
                 finally:
                     self._open -= 1
+                    self._since.pop(i, None)
                 self.codes[code.name] = self.codes.get(code.name, 0) + 1
                 self.lifetimes.setdefault(code.name, []).append(time.monotonic() - t0)
                 try:
