@@ -606,6 +606,8 @@ class GrpcChannel(Channel):
         return fut
 
     def _sync_failed(self, fut: concurrent.futures.Future) -> None:
+        if fut.cancelled():          # its waiter gave up (a Stream call ended): not a failed sync
+            return
         exc = fut.exception()
         if exc is not None:
             self.abort_threadsafe(exc)

@@ -602,7 +602,8 @@ class MailboxServicer(tgrpc.MailboxServicer):
     async def _ack(target: InboundTarget, nbytes: int, duplicate: bool) -> tpb.Ack:
         """The Ack of a stored message once it is durable (a duplicate too: its first copy may still be
         waiting for the journal's sync)."""
-        await asyncio.wrap_future(target.durable_future())
+        # shielded: a cancelled Ack (the call ended) must not cancel the journal's shared sync future
+        await asyncio.shield(asyncio.wrap_future(target.durable_future()))
         return tpb.Ack(duplicate=duplicate, bytes=nbytes)
 
     async def _refuse(self, context, peer: str | None, failure: BaseException, what: str) -> None:

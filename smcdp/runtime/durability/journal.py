@@ -420,12 +420,9 @@ class FileJournal:
                 self._waiters = [w for w in self._waiters if w not in done]
                 self._sync_cv.notify_all()
             for _, fut in done:
-                if error is None:
-                    fut.set_result(None)
-                else:
-                    fut.set_exception(error)
+                _settle(fut, error)
         for _, fut in done:            # closed meanwhile: close() synced everything
-            fut.set_result(None)
+            _settle(fut, None)
 
     def outbound(self, to_role: str, tag: str) -> tuple[str, bytes] | None:
         with self._lock:
@@ -516,3 +513,17 @@ class FileJournal:
                 os.close(fd)
             except OSError:
                 pass
+
+
+def _settle(fut: concurrent.futures.Future, error: BaseException | None) -> None:
+    """Complete a sync waiter's future -- unless its waiter gave up and cancelled it (a Stream call that
+    ended with Acks pending).  Setting a cancelled future raises InvalidStateError, and that killed the
+    syncer thread: every later sync of the journal then waited for ever (a session hung after a peer was
+    killed mid-stream)."""
+    try:
+        if error is None:
+            fut.set_result(None)
+        else:
+            fut.set_exception(error)
+    except concurrent.futures.InvalidStateError:
+        pass   # cancelled by its waiter: nobody is listening

@@ -9,6 +9,7 @@ import os
 import pickle
 import stat
 import threading
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -370,3 +371,24 @@ def test_chaos_action_syntax():
                 "stop:bob:round=1,restart=no", "kill:bob:round=1,colour=red", "stop:bob:round=1,for=0"):
         with pytest.raises(InvalidMessage):
             ChaosAction.parse(bad)
+
+
+def test_a_cancelled_sync_waiter_does_not_stop_the_journals_syncs(tmp_path, monkeypatch):
+    """A Stream call that ends with Acks pending cancels their futures.  Completing a cancelled future
+    raised in the syncer thread and killed it, so every later sync of that journal waited for ever (CI: a
+    session hung after a peer was killed mid-stream).  The syncer skips cancelled waiters."""
+    import smcdp.runtime.durability.journal as journal_module
+
+    real_fsync = os.fsync
+    monkeypatch.setattr(journal_module.os, "fsync", lambda fd: (time.sleep(0.2), real_fsync(fd)))
+    j = FileJournal(tmp_path / "journal.log")
+    try:
+        for i in range(3):
+            j.record_inbound("b", f"x/{i}", "smcdp.v1.Ints", b"\x00" * 1000, durable=False)
+            gone = j.durable_future()
+            assert gone.cancel()                           # its waiter went away before the sync ended
+        j.record_inbound("b", "x/last", "smcdp.v1.Ints", b"\x01", durable=False)
+        j.durable_future().result(timeout=10)              # still served
+        j.sync()
+    finally:
+        j.close()
