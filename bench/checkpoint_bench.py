@@ -75,7 +75,7 @@ def _session(cluster, protocol, roles, params, initiator, chaos=None):
 
 
 def measure(name, parties, roles, params, initiator, chaos, repeats, tmp, insecure, rounds_of) -> str:
-    kw = dict(allow_insecure_keys=insecure, allow_seeded=True)
+    kw = dict(allow_insecure_keys=insecure, allow_seeded=True, open_policy=True)   # deny by default since issue 24
     with LocalCluster(parties, workdir=tmp / "with", **kw) as on, \
             LocalCluster(parties, workdir=tmp / "without", extra_env=NO_CHECKPOINT, **kw) as off:
         runs: dict[str, list] = {"on": [], "off": []}

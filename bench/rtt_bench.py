@@ -113,7 +113,7 @@ def main() -> int:
             parties, roles, params, initiator = setups[protocol]
             rows[protocol] = {}
             for rtt in rtts:
-                with ProxiedCluster(parties, rtt, allow_insecure_keys=insecure, allow_seeded=True,
+                with ProxiedCluster(parties, rtt, allow_insecure_keys=insecure, allow_seeded=True, open_policy=True,
                                     workdir=Path(tmp) / f"{protocol}-{rtt:g}") as c:
                     runs = [run(c, protocol, roles, params, initiator) for _ in range(args.repeats)]
                 rows[protocol][rtt] = (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs),
