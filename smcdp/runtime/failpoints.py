@@ -69,10 +69,16 @@ def hook(session_id: str) -> Callable[[int], None] | None:
             armed = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return
-        if not isinstance(armed, dict) or not _same_session(str(armed.get("session")), session_id):
+        # only a well-formed arming counts: anything else in the file is ignored, never an error in the
+        # role that reported its round
+        if not isinstance(armed, dict) or not isinstance(armed.get("session"), str) \
+                or not _same_session(armed["session"], session_id):
             return
-        if round >= int(armed.get("round", 1 << 62)):
-            sig = ACTIONS.get(armed.get("action", "kill"), signal.SIGKILL)
+        at, action = armed.get("round"), armed.get("action", "kill")
+        if isinstance(at, bool) or not isinstance(at, int) or action not in ("kill", "stop"):
+            return
+        if round >= at:
+            sig = ACTIONS[action]
             try:
                 path.unlink()        # one shot: the restarted process must not die here again
             except FileNotFoundError:

@@ -75,3 +75,11 @@ def test_an_armed_stop_stops_the_process_at_its_round_until_continued(tmp_path):
     finally:
         proc.kill()
     assert proc.returncode == 0 and out.split() == ["reached", "1", "reached", "2", "reached", "3"]
+
+
+def test_a_malformed_arming_is_ignored_not_an_error_in_the_role(tmp_path):
+    for content in ('{"session": "trent.x", "round": "3"}', '{"session": "trent.x", "round": 1, "action": ["kill"]}',
+                    '{"session": 5, "round": 1}', '[1, 2]', 'not json'):
+        (tmp_path / failpoints.KILL_FILE).write_text(content)
+        out = _run(tmp_path, "trent.x", 1, 2, 3)
+        assert out.returncode == 0 and "reached 3" in out.stdout, (content, out.stderr)
