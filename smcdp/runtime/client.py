@@ -79,9 +79,9 @@ class StartCall:
     :meth:`wait` waits for the session's record (what :func:`start_session`
     returns, with the same errors), probing the party every ``poll`` seconds: a
     party silent for ``peer_grace_seconds`` ends the wait with Unavailable naming
-    it.  :meth:`close` without waiting cancels the call, which cancels the session
-    too if the participants have not all agreed to it yet (once it has begun, it
-    runs on).
+    it.  :meth:`close` without waiting hangs up: the session runs on at the party
+    (its proposals, approvals and rounds do not depend on the operator's call) and
+    :func:`follow_session` finds its record later.
     """
 
     def __init__(self, cfg: PartyConfig, method: str, request, session_id: str, end: float) -> None:

@@ -150,6 +150,7 @@ class Party(SessionHost):
         self._sweeper: asyncio.Task | None = None
         self.observatory = Observatory(self)                  # issue 18: what the console reads
         self._reopening: set[str] = set()                     # sessions being resumed (issue 24)
+        self._operator_tasks: set[asyncio.Task] = set()       # operators' start/resume calls, run detached
         self.console = None                                   # [console], started by start()
         self.next_root = NextRoot(self._prepare_next, self._busy)   # issue 27: offline work done while idle
 
@@ -757,6 +758,9 @@ class Party(SessionHost):
 
     async def resume_session(self, session_id: str) -> dict:
         """Operator: continue a resumably failed session this party initiated (every participant replays)."""
+        return await self._detached(self._resume_session(session_id))
+
+    async def _resume_session(self, session_id: str) -> dict:
         if self._shutting_down:
             raise Unavailable(f"party {self.name} is shutting down")
         cp = self._resumable_checkpoint(session_id)
@@ -781,7 +785,7 @@ class Party(SessionHost):
             s.begin_threadsafe()
         else:
             await self._begin_all(s, [p for p in others if p not in done_already])
-        return await asyncio.shield(asyncio.wrap_future(s.done))
+        return await asyncio.wrap_future(s.done)
 
     async def _call(self, party: str, method: str, request, s: Session):
         stub = self._connector.mailbox(party)
@@ -797,9 +801,31 @@ class Party(SessionHost):
             s.fail_threadsafe(_failure_of("Begin", failures))
         s.begin_threadsafe()
 
+    async def _detached(self, coro) -> Any:
+        """Run an operator's ``coro`` (start or resume a session) as a task of the party's own.
+
+        gRPC cancels a handler whose caller went away (a closed CLI, a short deadline).  A session must
+        not depend on that: cancelled between its proposals and its Begins it would hang at every
+        participant until its deadline.  The task holds a reference here until it ends; the handler
+        only waits for it, shielded.
+        """
+        task = asyncio.get_running_loop().create_task(coro)
+        self._operator_tasks.add(task)
+
+        def settled(t: asyncio.Task) -> None:
+            self._operator_tasks.discard(t)
+            if not t.cancelled() and t.exception() is not None:   # retrieved: the caller may be gone
+                log.debug("operator call ended with %s", t.exception())
+        task.add_done_callback(settled)
+        return await asyncio.shield(task)
+
     async def start_session(self, protocol: str, roles: Mapping[str, str], params: Mapping[str, Any],
                             session_id: str | None = None, timeout: float | None = None,
                             seed: int | None = None) -> dict:
+        return await self._detached(self._start_session(protocol, roles, params, session_id, timeout, seed))
+
+    async def _start_session(self, protocol: str, roles: Mapping[str, str], params: Mapping[str, Any],
+                             session_id: str | None, timeout: float | None, seed: int | None) -> dict:
         if self._shutting_down:
             raise Unavailable(f"party {self.name} is shutting down")
         roles = parse_roles(roles)
@@ -834,8 +860,7 @@ class Party(SessionHost):
             s.begin_threadsafe()
         else:
             await self._begin_all(s, others)
-        # shielded: an operator whose call is cancelled (it disconnected) must not cancel the session
-        return await asyncio.shield(asyncio.wrap_future(s.done))
+        return await asyncio.wrap_future(s.done)
 
     def resolve_session_id(self, session_id: str) -> str:
         """The session an operator names: its full id, or a name without the initiator's prefix -- this

@@ -297,6 +297,22 @@ def test_approve_reject_list_show_through_the_cli_durably_and_expiring(tmp_path,
             assert ei.value.code == "PERMISSION_DENIED"
 
 
+def test_an_operator_that_hangs_up_while_a_party_decides_does_not_strand_the_session(tmp_path):
+    # The initiator's operator closes its call while alice's operator still decides.  gRPC cancels the
+    # StartSession handler then; the session must go on (proposals, Begin) without it -- it used to stop
+    # between its proposals and its Begins and hang at every participant until its deadline.
+    with _cluster(tmp_path, approval={"alice": "operator"}, budget=5.0) as cluster:
+        call = client.begin_session(cluster.configs["charlie"], "dp-aggregate", ROLES, PARAMS,
+                                    session_id="charlie.gone-1", timeout=120.0)
+        _wait_pending(cluster, "alice", "charlie.gone-1")
+        call.close()
+        time.sleep(1.0)                   # the cancellation reaches charlie's handler
+        client.approve_session(cluster.configs["alice"], "charlie.gone-1")
+        record = client.follow_session(cluster.configs["charlie"], "charlie.gone-1", 90)
+        assert record["state"] == "succeeded"
+        assert _ledger(cluster, "alice").reservation("alice", "charlie.gone-1").state == "charged"
+
+
 def test_start_up_warnings_are_loud(tmp_path):
     cfgs = write_local_deployment(tmp_path, ["solo", "other"], allow_seeded=True, open_policy=True,
                                   inputs={"solo": {"dp-aggregate": {"data": _data(tmp_path)[0]}}})
