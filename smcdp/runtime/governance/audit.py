@@ -345,6 +345,15 @@ class AuditLog:
                 return None
             return self._first, self._seq, self._prev
 
+    def head(self) -> tuple[str, int, str, str] | None:
+        """:meth:`state` and the UTC time it was read, taken under the log's lock: heads read one after
+        the other are ordered by that time as by their lengths (a witness relies on it)."""
+        with self._lock:
+            if self._fd is None or self._first is None:
+                return None
+            at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+            return self._first, self._seq, self._prev, at
+
     def close(self) -> None:
         with self._lock:
             if self._fd is not None:

@@ -561,7 +561,7 @@ class Governor:
 
     def signed_head(self, to: str, session: str) -> SignedHead | None:
         """This party's audit head now, signed for witness ``to``."""
-        return None if self.tls is None else sign_head(self.tls, self.audit.state(), to, session)
+        return None if self.tls is None else sign_head(self.tls, self.audit.head(), to, session)
 
     def keep_witnessed(self, peer: str, head: SignedHead, session: str) -> None:
         """``peer``'s head in answer to ours, at the end of ``session``."""

@@ -74,7 +74,32 @@ class WitnessError(InvalidMessage):
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    """UTC, to the microsecond: the heads of concurrent sessions must be ordered by it (see keep)."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _signed_at(claims: Mapping[str, Any]) -> _dt.datetime | None:
+    """When a head says it was signed (None if its time does not parse)."""
+    try:
+        t = _dt.datetime.fromisoformat(str(claims["time"]).replace("Z", "+00:00"))
+    except (KeyError, ValueError):
+        return None
+    return t if t.tzinfo is not None else t.replace(tzinfo=_dt.timezone.utc)
+
+
+def went_back(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Two heads of one log that no append-only log can have signed.
+
+    The same length with another last line; or the head signed *later* is the shorter one.  Heads
+    arrive out of order (two sessions end at once and their heads cross on the way): a shorter head
+    signed earlier than a longer one is just old news.  Heads signed at the same instant, or whose
+    times do not parse, count as out of order unless they have the same length.
+    """
+    if a["lines"] == b["lines"]:
+        return a["sha256"] != b["sha256"]
+    shorter, longer = (a, b) if a["lines"] < b["lines"] else (b, a)
+    ts, tl = _signed_at(shorter), _signed_at(longer)
+    return ts is not None and tl is not None and ts > tl
 
 
 def _canonical(obj: Mapping[str, Any]) -> bytes:
@@ -175,13 +200,16 @@ def _issued_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
         return False
 
 
-def sign_head(tls, state: tuple[str, int, str] | None, to: str, session: str) -> SignedHead | None:
-    """This party's audit head ``state`` (:meth:`AuditLog.state`), signed with its TLS key for ``to``."""
+def sign_head(tls, state: tuple[str, int, str] | tuple[str, int, str, str] | None, to: str,
+              session: str) -> SignedHead | None:
+    """This party's audit head ``state`` (:meth:`AuditLog.head`: log id, lines, last line's SHA-256 and
+    the time it was read, taken together; without a time, now), signed with its TLS key for ``to``."""
     if state is None:
         return None
-    log_id, lines, sha = state
+    log_id, lines, sha = state[:3]
+    at = state[3] if len(state) > 3 else _now()
     statement = _canonical({"kind": KIND, "version": VERSION, "party": tls.name, "to": to, "session": session,
-                            "log_id": log_id, "lines": lines, "sha256": sha, "time": _now()})
+                            "log_id": log_id, "lines": lines, "sha256": sha, "time": at})
     key = serialization.load_pem_private_key(tls.key_pem, password=None)
     return SignedHead(statement, _sign(key, statement), tls.cert_pem)
 
@@ -246,12 +274,17 @@ class WitnessStore:
             conflict = None
             old = pf.heads.get(claims["log_id"])
             old_claims = SignedHead.from_dict(old).claims() if old is not None else None
-            if old_claims is not None and (old_claims["lines"] > claims["lines"] or (
-                    old_claims["lines"] == claims["lines"] and old_claims["sha256"] != claims["sha256"])):
-                conflict = (f"party {peer!r} signed an audit head of {claims['lines']} lines (sha256 "
-                            f"{claims['sha256'][:16]}…) after one of {old_claims['lines']} lines (sha256 "
-                            f"{old_claims['sha256'][:16]}…) for the same log: its log went back")
+            if old_claims is not None and went_back(old_claims, claims):
+                first, then = sorted((old_claims, claims), key=lambda c: (_signed_at(c) is None, _signed_at(c)))
+                conflict = (f"party {peer!r} signed an audit head of {then['lines']} lines (sha256 "
+                            f"{then['sha256'][:16]}…, {then['time']}) after one of {first['lines']} lines "
+                            f"(sha256 {first['sha256'][:16]}…, {first['time']}) for the same log: "
+                            "its log went back")
                 pf.conflicts = (pf.conflicts + [{"head": head.as_dict(), "after": old}])[-KEEP_CONFLICTS:]
+                if claims["lines"] > old_claims["lines"]:     # the longest head is the one a check needs
+                    pf.heads[claims["log_id"]] = head.as_dict()
+            elif old_claims is not None and claims["lines"] < old_claims["lines"]:
+                pass     # an older head that arrived late: the longer one it preceded is kept
             else:
                 pf.heads[claims["log_id"]] = head.as_dict()
                 if len(pf.heads) > KEEP_LOGS:   # the oldest logs' heads go first
@@ -349,4 +382,4 @@ def check_log(data_dir: Path, me: str, ca_path: Path, witnessed: Iterable[tuple[
 
 
 __all__ = ["Finding", "SignedHead", "WITNESS_DIR", "WitnessError", "WitnessStore", "check_log", "fetch_witnessed",
-           "heads_from_file", "sign_head"]
+           "heads_from_file", "sign_head", "went_back"]

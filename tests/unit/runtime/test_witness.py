@@ -87,6 +87,33 @@ def test_a_witness_keeps_the_latest_head_and_evidence_of_one_that_went_back(tmp_
     assert [h.claims()["lines"] for h in heads_from_file(tmp_path / "bob" / "witness" / "alice.json")] == [4, 2]
 
 
+def test_heads_of_concurrent_sessions_that_cross_on_the_way_are_no_conflict(tmp_path, certs):
+    # two sessions end at once: alice reads her head for s-1 (3 lines), appends, reads it for s-2 (4
+    # lines); bob receives s-2's first.  That is old news, not a log that went back.
+    d, _ = certs
+    log = _log(tmp_path, 3)
+    store = WitnessStore(tmp_path / "bob", "bob", _tls(d, "bob").ca_pem)
+    alice = _tls(d, "alice")
+    early = sign_head(alice, log.head(), "bob", "s-1")
+    log.append("more")
+    late = sign_head(alice, log.head(), "bob", "s-2")
+    assert store.keep("alice", late, True) is None
+    assert store.keep("alice", early, True) is None
+    assert [h.claims()["lines"] for h in store.held_for("alice")] == [4]       # the longest is kept
+    # a shorter head signed after the longer one is a log that went back, in whichever order they come
+    first, _n, _sha, _t = log.head()
+    back = sign_head(alice, (first, 2, "0" * 64), "bob", "s-3")
+    assert "went back" in store.keep("alice", back, True)
+    store2 = WitnessStore(tmp_path / "carol", "bob", _tls(d, "bob").ca_pem)
+    assert store2.keep("alice", back, True) is None
+    conflict = store2.keep("alice", late, True)
+    assert conflict is not None and "signed an audit head of 2 lines" in conflict and "after one of 4" in conflict
+    assert max(h.claims()["lines"] for h in store2.held_for("alice")) == 4
+    # the same length with another last line conflicts whenever it was signed
+    same = sign_head(alice, (first, 4, "1" * 64), "bob", "s-4")
+    assert "went back" in store.keep("alice", same, True)
+
+
 def test_check_log_names_truncation_rewrite_and_replacement(tmp_path, certs):
     d, _ = certs
     log = _log(tmp_path, 6)
