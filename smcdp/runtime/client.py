@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from typing import Any, Callable, Mapping
 
@@ -92,6 +93,8 @@ class StartCall:
         self._future = getattr(tgrpc.ControlStub(self._channel), method).future(
             request, timeout=max(1.0, end - time.monotonic()))
         self._method = method
+        self._returned = threading.Event()        # set by the call's own completion: no polling for it
+        self._future.add_done_callback(lambda _f: self._returned.set())
         self._outcome: tuple[dict | None, SmcdpError | None] | None = None
         #: when the party last answered (its call, or a probe): the liveness clock
         self.last_answer = time.monotonic()
@@ -176,9 +179,9 @@ class StartCall:
 
 
 def _sleep_until(call: StartCall, seconds: float) -> None:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end and not call.done():
-        time.sleep(min(0.05, max(0.0, end - time.monotonic())))
+    """Sleep ``seconds``, or less: until the call returns (woken by it, not by polling)."""
+    if call._outcome is None:
+        call._returned.wait(max(0.0, seconds))
 
 
 def silent_party(cfg: PartyConfig, session_id: str, silent: float, last: BaseException | None = None) -> Unavailable:

@@ -256,7 +256,8 @@ class FileJournal:
         self._mac = mac or Mac(_PUBLIC_KEY, "journal", self.path.name)
         self._lock = threading.Lock()                 # the index and appends
         self._sync_cv = threading.Condition()
-        self._syncing = False                                              # a syncer thread runs
+        self._syncing = False                                              # an fsync is under way
+        self._syncer_thread: threading.Thread | None = None                # started by the first sync
         self._waiters: list[tuple[int, concurrent.futures.Future]] = []   # (offset, its future)
         self._inbound: list[tuple[str, str, str, int, int]] = []          # role, tag, type, offset, length
         self._outbound: dict[tuple[str, str], tuple[str, int, int]] = {}  # (to, tag) -> type, offset, length
@@ -380,8 +381,10 @@ class FileJournal:
         One syncer thread per journal serves every waiter (group commit): an ``fsync`` covers
         everything written before it began, and whoever asks meanwhile waits for the next one.
         Nobody blocks a thread to wait -- an event loop awaits the future -- so a burst of
-        messages never starves a thread pool of workers.  The future fails with the sync's
-        error (:class:`~smcdp.errors.NoSpace`, DataLoss)."""
+        messages never starves a thread pool of workers.  The thread lives as long as the journal
+        is open: starting one per burst cost the event loop a thread start (and a GIL hand-over)
+        for most messages.  The future fails with the sync's error (:class:`~smcdp.errors.NoSpace`,
+        DataLoss)."""
         fut: concurrent.futures.Future = concurrent.futures.Future()
         with self._sync_cv:
             target = self._end
@@ -389,22 +392,26 @@ class FileJournal:
                 fut.set_result(None)
                 return fut
             self._waiters.append((target, fut))
-            if not self._syncing:
-                self._syncing = True
-                threading.Thread(target=self._syncer, daemon=True, name=f"journal-sync-{self.path.parent.name}"
-                                 ).start()
+            if self._syncer_thread is None:
+                self._syncer_thread = threading.Thread(target=self._syncer, daemon=True,
+                                                       name=f"journal-sync-{self.path.parent.name}")
+                self._syncer_thread.start()
+            else:
+                self._sync_cv.notify_all()
         return fut
 
     def _syncer(self) -> None:
-        """Sync until nobody waits (then exit; the next waiter starts a new syncer)."""
+        """Sync whenever somebody waits, until the journal is closed."""
         while True:
             with self._sync_cv:
-                if not self._waiters or self._fd is None:
-                    self._syncing = False
-                    self._sync_cv.notify_all()
+                while not self._waiters and self._fd is not None:
+                    self._sync_cv.wait()
+                if self._fd is None:
                     done, self._waiters = self._waiters, []
+                    self._sync_cv.notify_all()
                     break
                 upto, fd = self._end, self._fd
+                self._syncing = True
             t0 = time.perf_counter()
             try:
                 os.fsync(fd)
@@ -412,6 +419,7 @@ class FileJournal:
             except OSError as exc:
                 error = self._local_failure(exc, "cannot sync its journal")
             with self._sync_cv:
+                self._syncing = False
                 if error is None:
                     self._synced = max(self._synced, upto)
                     self.syncs += 1
@@ -421,7 +429,7 @@ class FileJournal:
                 self._sync_cv.notify_all()
             for _, fut in done:
                 _settle(fut, error)
-        for _, fut in done:            # closed meanwhile: close() synced everything
+        for _, fut in done:            # none: close() took the waiters, and settles them after its fsync
             _settle(fut, None)
 
     def outbound(self, to_role: str, tag: str) -> tuple[str, bytes] | None:
@@ -500,19 +508,24 @@ class FileJournal:
         """Sync what is written (a message accepted but not yet acknowledged is durable all the same)
         and close; a later :meth:`sync` returns at once."""
         with self._sync_cv:
-            while self._syncing and self._waiters:
+            while self._syncing:              # an fsync of this fd is under way
                 self._sync_cv.wait(1.0)
             fd, self._fd = getattr(self, "_fd", None), None
+            waiting, self._waiters = self._waiters, []
+            self._sync_cv.notify_all()        # the syncer thread ends
+        error = None
         if fd is not None:
             try:
                 os.fsync(fd)
                 self._synced = self._end
-            except OSError:
-                pass
+            except OSError as exc:
+                error = self._local_failure(exc, "cannot sync its journal")
             try:
                 os.close(fd)
             except OSError:
                 pass
+        for _, fut in waiting:               # what they waited for is durable now (or failed)
+            _settle(fut, error)
 
 
 def _settle(fut: concurrent.futures.Future, error: BaseException | None) -> None:
