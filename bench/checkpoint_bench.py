@@ -74,13 +74,20 @@ def _session(cluster, protocol, roles, params, initiator, chaos=None):
     return recs, seconds, cpu
 
 
-def measure(name, parties, roles, params, initiator, chaos, repeats, tmp, insecure, rounds_of) -> str:
+def measure(name, parties, roles, params, initiator, chaos, repeats, tmp, insecure, rounds_of, gap) -> str:
     kw = dict(allow_insecure_keys=insecure, allow_seeded=True, open_policy=True)   # deny by default since issue 24
     with LocalCluster(parties, workdir=tmp / "with", **kw) as on, \
             LocalCluster(parties, workdir=tmp / "without", extra_env=NO_CHECKPOINT, **kw) as off:
         runs: dict[str, list] = {"on": [], "off": []}
+        # One untimed session per cluster first: a party process's first session is cold (imports,
+        # tables), and the two clusters must not be measured at different temperatures.  Before each
+        # timed session a pause of ``gap`` seconds lets both clusters' parties finish what they do while
+        # idle (the next session's offline work, issue 27), so it runs in neither configuration's session.
+        for cluster in (on, off):
+            _session(cluster, name, roles, params, initiator)
         for i in range(repeats):                  # alternate, so that drifts in load hit both alike
             for which in (("on", "off") if i % 2 == 0 else ("off", "on")):
+                time.sleep(gap)
                 runs[which].append(_session(on if which == "on" else off, name, roles, params, initiator))
         _, killed, _ = _session(on, name, roles, params, initiator, chaos)
     recs = runs["on"][0][0]
@@ -117,6 +124,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="1024-bit keys")
     ap.add_argument("--repeats", type=int, default=3, help="sessions per protocol and configuration (median)")
     ap.add_argument("--protocols", default="power-iteration,dp-aggregate,keyword")
+    ap.add_argument("--gap", type=float, default=3.0,
+                    help="seconds of idle before each timed session (the parties' offline work for the next one)")
     args = ap.parse_args()
     bits = 1024 if args.quick else args.key_bits
     insecure = bits < 2048
@@ -130,7 +139,7 @@ def main() -> int:
                        "bob": {"power-iteration": {"data": data / "hospital_b.npy"}}}
             rows.append(measure("power-iteration", parties, {"trent": "trent", "party1": "alice", "party2": "bob"},
                                 {"n_parties": 2, "key_bits": bits}, "trent", "kill:bob:round=5", args.repeats,
-                                tmp / "pi", insecure, lambda r: (r["trent"]["result"]["rounds"], "rounds")))
+                                tmp / "pi", insecure, lambda r: (r["trent"]["result"]["rounds"], "rounds"), args.gap))
         if "dp-aggregate" in todo:          # the bundled three organisations
             data = REPO / "examples" / "data" / "dp_aggregate"
             names = ("alice", "bob", "carol")
@@ -141,14 +150,15 @@ def main() -> int:
             params = {"n_parties": 3, "dim": int(X.shape[1]), "epsilon": 1.0, "lam": 0.01, "key_bits": bits,
                       "dgk_bits": 2048 if bits >= 2048 else 1024, "dgk_t": 224 if bits >= 2048 else 96}
             rows.append(measure("dp-aggregate", parties, roles, params, "charlie", "kill:charlie:round=2",
-                                args.repeats, tmp / "dpa", insecure, lambda r: (3, "stages")))
+                                args.repeats, tmp / "dpa", insecure, lambda r: (3, "stages"), args.gap))
         if "keyword" in todo:               # the committed fixture
             kw = REPO / "tests" / "data" / "keyword"
             parties = {"alice": {"keyword": {"utterance": kw / "utterance_98.npy"}},
                        "bob": {"keyword": {"models": kw / "models.npz"}}}
             rows.append(measure("keyword", parties, {"alice": "alice", "bob": "bob"}, {"key_bits": bits}, "alice",
-                                "kill:bob:round=50", args.repeats, tmp / "kw", insecure, lambda r: (98, "frames")))
-    print(f"{bits}-bit keys; median of {args.repeats} session(s) per configuration, alternating; CPU = all party "
+                                "kill:bob:round=50", args.repeats, tmp / "kw", insecure, lambda r: (98, "frames"), args.gap))
+    print(f"{bits}-bit keys; median of {args.repeats} session(s) per configuration, alternating, after one untimed "
+          f"session per configuration and {args.gap:g} s of idle before each; CPU = all party "
           "processes; the overhead is the median over back-to-back pairs of (with / without - 1); 'per round' "
           "leaves out the set-up (power iteration: Trent's rounds after the first; keyword: the online phase per "
           "frame), whose key generation varies most with the machine's load. 'Without' keeps no checkpoint at all (no journal, no checkpoint.json updates, no input "

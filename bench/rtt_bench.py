@@ -39,6 +39,8 @@ from checkpoint_bench import cpu_seconds, per_round  # noqa: E402 - bench/ is sy
 REPO = HERE.parent
 #: the same rounds and decoys in every session (the parties allow seeded sessions: a benchmark only)
 SEED = 26
+#: power iteration's final step: final block → Gram, blinded Gram → the x blocks (two dependent exchanges)
+PI_FINAL_EXCHANGES = 2
 
 
 class ProxiedCluster(LocalCluster):
@@ -115,6 +117,7 @@ def main() -> int:
             for rtt in rtts:
                 with ProxiedCluster(parties, rtt, allow_insecure_keys=insecure, allow_seeded=True, open_policy=True,
                                     workdir=Path(tmp) / f"{protocol}-{rtt:g}") as c:
+                    run(c, protocol, roles, params, initiator)      # untimed: the party processes' first session
                     runs = [run(c, protocol, roles, params, initiator) for _ in range(args.repeats)]
                 rows[protocol][rtt] = (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs),
                                        *rounds_and_step(protocol, runs, kw))
@@ -125,20 +128,30 @@ def main() -> int:
           "key generation among it); keyword, Alice's online phase (first frame to keyword) per frame. Round trips "
           "per round = (per round at this RTT - per round at 0 ms) / RTT.")
     print()
-    print("| protocol | RTT | session | CPU | rounds | per round | round trips per round | goal (session) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("The goal at 50 ms (issue 26): power iteration ≤ 1.5 × its 0 ms session + rounds × RTT; keyword ≤ 2 × "
+          "its 0 ms session. A power-iteration round has two dependent exchanges (contribution → block, Gram → "
+          "blinded Gram) and the final step two more, so the last column also gives the bound with the protocol's "
+          f"own round trips, 2 × rounds + {PI_FINAL_EXCHANGES}, in place of rounds.")
+    print()
+    print("| protocol | RTT | session | CPU | rounds | per round | round trips per round | goal (session) | "
+          "with the protocol's round trips |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for protocol, by_rtt in rows.items():
         base = by_rtt.get(0.0)
         for rtt, (seconds, cpu, rounds, step) in by_rtt.items():
-            trips = goal = ""
+            trips = goal = exchanges = ""
             if base is not None and rtt > 0:
                 trips = f"{(step - base[3]) / (rtt / 1000):.2f}"
                 if rtt == 50:
                     limit = (1.5 * base[0] + rounds * rtt / 1000) if protocol == "power-iteration" else 2 * base[0]
                     goal = f"≤ {limit:.2f} s: {'met' if seconds <= limit else 'NOT met'}"
+                    if protocol == "power-iteration":
+                        trips_total = 2 * rounds + PI_FINAL_EXCHANGES
+                        limit = 1.5 * base[0] + trips_total * rtt / 1000
+                        exchanges = f"{trips_total} round trips: ≤ {limit:.2f} s: {'met' if seconds <= limit else 'NOT met'}"
             what = "rounds" if protocol == "power-iteration" else "frames"
             print(f"| {protocol} | {rtt:g} ms | {seconds:.2f} s | {cpu:.2f} s | {rounds} {what} | {step * 1000:.0f} ms | "
-                  f"{trips} | {goal} |")
+                  f"{trips} | {goal} | {exchanges} |")
     return 0
 
 

@@ -243,6 +243,7 @@ class LocalCluster:
             return {"state": "unknown", "session_id": sid,
                     "error": {"code": "UNAVAILABLE", "message": f"party {party} was killed", "origin": party}}
         last: dict = {"state": "unknown", "session_id": sid}
+        pause = 0.01          # a participant often ends a round trip after the initiator: ask again soon
         while True:
             try:
                 r = get_result(self.configs[party], sid)
@@ -256,7 +257,8 @@ class LocalCluster:
             last = r
             if time.monotonic() > end:
                 return last
-            time.sleep(0.2)
+            time.sleep(pause)
+            pause = min(0.2, pause * 2)
 
     def _settled(self, roles: Mapping[str, str], sid: str, exclude: set[str]) -> bool:
         for p in set(roles.values()) - exclude - self.down:
