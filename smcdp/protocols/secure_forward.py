@@ -739,10 +739,19 @@ class ForwardAlice:
             self.pool = ObfuscatorPool.for_private_key(self.sk, capacity=uses, background=False)
         else:   # made before the session: only the rest now
             made = self.pool.stats()["stock"]
-        await asyncio.to_thread(self.pool.precompute, max(0, uses - made), 2)
+        # As Bob: the first block's share before `ready`, the rest behind the session.  Where the party had
+        # no time to make them while idle (its first session), making all of them here kept Bob waiting
+        # ~1 s; behind the session they are made while Alice waits for Bob's half of each frame (an
+        # empty stock makes one where it is needed: slower, never wrong).
+        rest = max(0, uses - made)
+        head = min(rest, -(-uses // plan.n_blocks(expected)))
+        await asyncio.to_thread(self.pool.precompute, head, 2)
+        if rest > head:
+            self.pool.fill_behind(rest - head)
         self.offline["obfuscators"] = time.perf_counter() - w1
         self.offline["obfuscator_count"] = uses
         self.offline["obfuscators_made_before"] = min(made, uses)
+        self.offline["obfuscators_before_ready"] = min(uses, made + head)
         _open_threads(self)
         w1 = time.perf_counter()
         ready = await ch.recv(bob, f"{tag}/ready", pb.Ints)
