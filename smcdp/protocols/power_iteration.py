@@ -217,6 +217,7 @@ class PowerIterationParams(ProtocolParams):
         if self.max_samples * self.column_norm ** 2 >= 2.0 ** (self.value_bits - 1):
             bad(f"max_samples·column_norm² = {self.max_samples * self.column_norm ** 2:g} must stay below "
                 f"2^(value_bits - 1) = 2^{self.value_bits - 1}, the bound on a party's noiseless contribution")
+        dp_calibration(self)       # a noise level exists for (epsilon, delta) over the rounds (else refused)
 
     @property
     def dp(self) -> bool:
@@ -345,7 +346,15 @@ def dp_calibration(params: PowerIterationParams) -> DPCalibration:
         raise InvalidMessage("the exact mode of power iteration has no privacy calibration")
     eps, delta, T = float(params.epsilon), float(params.delta), params.dp_rounds
     sens = params.column_norm ** 2 * (1.0 + DP_FP_MARGIN)
-    multiplier = math.sqrt(T / (2.0 * rho_capacity(eps, delta)))       # sigma / sensitivity
+    try:
+        rho = rho_capacity(eps, delta)
+        multiplier = math.sqrt(T / (2.0 * rho)) if rho > 0 else math.inf     # sigma / sensitivity
+    except (ArithmeticError, ValueError):
+        multiplier = math.inf
+    if not math.isfinite(multiplier * sens):
+        # epsilon and delta so small (5e-233, say) that the zCDP budget underflows: no finite noise level
+        raise InvalidMessage(f"power-iteration: epsilon={eps!r} with delta={delta!r} over {T} rounds leaves no "
+                             "finite noise level (the zCDP budget underflows); choose a larger epsilon or delta")
     acc = ZCDPAccountant(conversion="cks").compose(GaussianEvent(multiplier), count=T)
     certified = acc.get_epsilon(delta)
     if not certified <= eps:   # rho_capacity stays inside by construction; kept as the certificate

@@ -107,3 +107,15 @@ def test_the_issues_cases_name_the_parameter(protocol, name, value):
     plugin = next(p for p in BUILTIN if p.name == protocol)
     with pytest.raises(InvalidMessage, match=name):
         plugin.validate_params({name: value}, _roles(protocol, CLASSES[protocol]()))
+
+
+def test_an_epsilon_with_no_finite_noise_level_is_refused_at_validation():
+    # hypothesis found it (CI, 2026-11-25): epsilon = delta = 5.4e-233 passed validation, and the party's
+    # summary then divided by a zCDP budget that had underflowed to 0 (ZeroDivisionError, not a refusal)
+    plugin = next(p for p in BUILTIN if p.name == "power-iteration")
+    roles = _roles(plugin.name, CLASSES[plugin.name]())
+    with pytest.raises(InvalidMessage) as ei:
+        plugin.validate_params({"epsilon": 5.438030328818065e-233, "delta": 5.438030328818065e-233}, roles)
+    assert ei.value.code == "INVALID_ARGUMENT" and "no finite noise level" in str(ei.value)
+    norm = plugin.validate_params({"epsilon": 1e-3, "delta": 1e-9}, roles)      # small but fine
+    assert plugin.summary(norm, roles).epsilon == 1e-3
