@@ -232,8 +232,10 @@ def format_entry(entry: dict) -> str:
     return f"{head} {rest}".rstrip()
 
 
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+def utc_now(timespec: str = "milliseconds") -> str:
+    """The UTC time as the audit trail writes it (ISO 8601, ``Z``)."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec=timespec).replace("+00:00", "Z")
+
 
 
 class AuditLog:
@@ -317,7 +319,7 @@ class AuditLog:
                 raise AuditError(f"audit log {self.path} cannot be appended to since a write failed "
                                  f"({self._broken}); restart the party to repair it")
             entry = {k: _bounded(v) for k, v in fields.items() if v is not None}
-            entry.update(seq=self._seq + 1, prev=self._prev, time=_now(), party=self.party, event=event)
+            entry.update(seq=self._seq + 1, prev=self._prev, time=utc_now(), party=self.party, event=event)
             line = encode(entry)
             fcntl.flock(self._fd, fcntl.LOCK_EX)
             try:
@@ -340,19 +342,16 @@ class AuditLog:
 
     def state(self) -> tuple[str, int, str] | None:
         """(log id = SHA-256 of line 1, lines, SHA-256 of the last line) as appended so far."""
-        with self._lock:
-            if self._fd is None or self._first is None:
-                return None
-            return self._first, self._seq, self._prev
+        head = self.head()
+        return None if head is None else head[:3]
 
     def head(self) -> tuple[str, int, str, str] | None:
-        """:meth:`state` and the UTC time it was read, taken under the log's lock: heads read one after
-        the other are ordered by that time as by their lengths (a witness relies on it)."""
+        """:meth:`state` and the UTC time it was read (to the microsecond), taken under the log's lock:
+        heads read one after the other are ordered by that time as by their lengths (a witness relies on it)."""
         with self._lock:
             if self._fd is None or self._first is None:
                 return None
-            at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
-            return self._first, self._seq, self._prev, at
+            return self._first, self._seq, self._prev, utc_now("microseconds")
 
     def close(self) -> None:
         with self._lock:
@@ -373,7 +372,7 @@ def start_new_log(data_dir: str | os.PathLike, party: str, reason: str, by: str)
         raise AuditError(f"{d / LOG_NAME} exists: a new log is started only where the log is missing")
     old, problem = _read_head(d / HEAD_NAME)
     if old is not None or problem is not None:
-        os.replace(d / HEAD_NAME, d / f"{HEAD_NAME}.before-{_now().replace(':', '')}")
+        os.replace(d / HEAD_NAME, d / f"{HEAD_NAME}.before-{utc_now().replace(':', '')}")
     log = AuditLog(d, party)
     log.open()
     try:
@@ -429,7 +428,7 @@ class RefusalThrottle:
             out = self._close(now, [peer])
             w = self._peers.get(peer)
             if w is None:
-                w = self._peers[peer] = _Window(now, _now())
+                w = self._peers[peer] = _Window(now, utc_now())
             w.count += 1
             if w.count <= self.in_full:
                 return out, True
@@ -462,6 +461,6 @@ class RefusalThrottle:
             if counted:
                 sessions = w.sessions + ([w.last_session] if w.last_session not in w.sessions else [])
                 out.append({"peer": peer, "refused": counted, "recorded_in_full": w.count - counted,
-                            "rules": dict(sorted(w.rules.items())), "since": w.started_at, "until": _now(),
+                            "rules": dict(sorted(w.rules.items())), "since": w.started_at, "until": utc_now(),
                             "sessions": [x for x in sessions if x is not None]})
         return out

@@ -49,7 +49,7 @@ from smcdp._text import printable
 from smcdp.errors import InvalidMessage, PermissionDenied
 from smcdp.net.grpc_channel import PeerConnector
 from smcdp.net.tls import CertificateError, certificate_party_name, load_certificates
-from smcdp.runtime.governance.audit import LOG_NAME
+from smcdp.runtime.governance.audit import LOG_NAME, utc_now
 from smcdp.v1 import transport_pb2 as tpb
 
 log = logging.getLogger("smcdp.governance")
@@ -75,14 +75,14 @@ class WitnessError(InvalidMessage):
 
 def _now() -> str:
     """UTC, to the microsecond: the heads of concurrent sessions must be ordered by it (see keep)."""
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    return utc_now("microseconds")
 
 
 def _signed_at(claims: Mapping[str, Any]) -> _dt.datetime | None:
     """When a head says it was signed (None if its time does not parse)."""
     try:
         t = _dt.datetime.fromisoformat(str(claims["time"]).replace("Z", "+00:00"))
-    except (KeyError, ValueError):
+    except (KeyError, ValueError, TypeError):
         return None
     return t if t.tzinfo is not None else t.replace(tzinfo=_dt.timezone.utc)
 
@@ -92,8 +92,8 @@ def went_back(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
 
     The same length with another last line; or the head signed *later* is the shorter one.  Heads
     arrive out of order (two sessions end at once and their heads cross on the way): a shorter head
-    signed earlier than a longer one is just old news.  Heads signed at the same instant, or whose
-    times do not parse, count as out of order unless they have the same length.
+    signed earlier than a longer one is just old news.  Heads signed at the same instant count as out
+    of order unless they have the same length.
     """
     if a["lines"] == b["lines"]:
         return a["sha256"] != b["sha256"]
@@ -153,6 +153,8 @@ class SignedHead:
                 raise WitnessError(f"the signed head lacks a valid {k!r}")
         if c["lines"] < 1 or len(c["log_id"]) != 64 or len(c["sha256"]) != 64:
             raise WitnessError("the signed head's line count or hashes are not valid")
+        if _signed_at(c) is None:        # heads are ordered by it (WitnessStore.keep)
+            raise WitnessError("the signed head's time is not an ISO 8601 time")
         return c
 
     def as_dict(self) -> dict:
@@ -275,7 +277,7 @@ class WitnessStore:
             old = pf.heads.get(claims["log_id"])
             old_claims = SignedHead.from_dict(old).claims() if old is not None else None
             if old_claims is not None and went_back(old_claims, claims):
-                first, then = sorted((old_claims, claims), key=lambda c: (_signed_at(c) is None, _signed_at(c)))
+                first, then = sorted((old_claims, claims), key=_signed_at)    # both parse (claims() checks)
                 conflict = (f"party {peer!r} signed an audit head of {then['lines']} lines (sha256 "
                             f"{then['sha256'][:16]}…, {then['time']}) after one of {first['lines']} lines "
                             f"(sha256 {first['sha256'][:16]}…, {first['time']}) for the same log: "

@@ -114,6 +114,20 @@ def test_heads_of_concurrent_sessions_that_cross_on_the_way_are_no_conflict(tmp_
     assert "went back" in store.keep("alice", same, True)
 
 
+def test_a_head_whose_time_is_not_a_time_is_refused(tmp_path, certs):
+    # heads are ordered by their time: one a peer signed with a time that does not parse is refused
+    # (two such heads of the same length used to make keep() compare None with None: TypeError)
+    d, _ = certs
+    log = _log(tmp_path, 3)
+    first, lines, sha, _t = log.head()
+    bad = sign_head(_tls(d, "alice"), (first, lines, sha, "yesterday"), "bob", "s-1")
+    with pytest.raises(WitnessError, match="time"):
+        bad.check(_tls(d, "bob").ca_pem, "alice")
+    store = WitnessStore(tmp_path / "bob", "bob", _tls(d, "bob").ca_pem)
+    with pytest.raises(WitnessError, match="time"):
+        store.keep("alice", bad, True)
+
+
 def test_check_log_names_truncation_rewrite_and_replacement(tmp_path, certs):
     d, _ = certs
     log = _log(tmp_path, 6)
