@@ -406,10 +406,8 @@ class FileJournal:
             with self._sync_cv:
                 while not self._waiters and self._fd is not None:
                     self._sync_cv.wait()
-                if self._fd is None:
-                    done, self._waiters = self._waiters, []
-                    self._sync_cv.notify_all()
-                    break
+                if self._fd is None:        # closed: close() took the waiters and settles them after its fsync
+                    return
                 upto, fd = self._end, self._fd
                 self._syncing = True
             t0 = time.perf_counter()
@@ -429,8 +427,6 @@ class FileJournal:
                 self._sync_cv.notify_all()
             for _, fut in done:
                 _settle(fut, error)
-        for _, fut in done:            # none: close() took the waiters, and settles them after its fsync
-            _settle(fut, None)
 
     def outbound(self, to_role: str, tag: str) -> tuple[str, bytes] | None:
         with self._lock:
