@@ -324,6 +324,11 @@ class Session:
                 self.checkpoint.release_reserve()    # room to record how it failed
             error = error_dict(exc, self.party.name)
             culprit = error["origin"]
+            if error["code"] == "INTERNAL":
+                # peers hear only "internal error": the operator needs the whole story (CI, 2026-11-26:
+                # a role's INTERNAL failure under load left nothing to tell what it was)
+                log.error("session %s: role %s failed with an internal error", self.spec.session_id, self.role,
+                          exc_info=exc)
             # peers learn the rule that failed, never this party's data (InputRejected; issue 19)
             told = printable(public_message(exc)) if error["code"] != "INTERNAL" else "internal error"
             detected_here = isinstance(exc, PeerLost) or not isinstance(exc, SessionAborted) \
@@ -394,6 +399,13 @@ class Session:
         unknown: dict[str, int] = {}
         start = time.monotonic()
         last_tick = start
+        paused = max(3 * interval, grace / 2)   # a gap this long in the watcher: this party did not run
+
+        def forgive(now: float) -> None:
+            """This party itself was paused (SIGSTOP, a starved host): its peers' silence over the pause is
+            its own; start counting again rather than blame them."""
+            for p, (_, inc) in self.peer_seen.items():
+                self.peer_seen[p] = (now, inc)
 
         async def probe(party: str):
             try:
@@ -411,17 +423,19 @@ class Session:
             # intervals late)
             await asyncio.sleep(max(0.0, interval - (time.monotonic() - probed_at)))
             probed_at = now = time.monotonic()
-            if now - last_tick > max(3 * interval, grace / 2):
-                # this party itself was paused (SIGSTOP, a starved loop): its peers' silence
-                # is its own; start counting again rather than blame them
-                for p, (_, inc) in self.peer_seen.items():
-                    self.peer_seen[p] = (now, inc)
+            if now - last_tick > paused:
+                forgive(now)
             last_tick = now
             todo = ring_neighbours(ring, self.party.name, finished)
             for p in todo:   # a peer counts from the start of the role; one probed later (a neighbour finished) from now
                 self.peer_seen.setdefault(p, (start if first else now, ""))
             first = False
             replies = await asyncio.gather(*(probe(p) for p in todo))
+            if time.monotonic() - probed_at > paused:
+                # the probes, each bounded by `interval`, took far longer: this party was paused while
+                # they ran (its peers had no way to answer it), so the pause is forgiven here too -- a
+                # party stalled for 25 s blamed both peers for its own silence the moment it resumed
+                forgive(time.monotonic())
             for party, reply in zip(todo, replies):
                 if isinstance(reply, BaseException):
                     if isinstance(reply, grpc.RpcError) and reply.code() == grpc.StatusCode.PERMISSION_DENIED:

@@ -1,0 +1,119 @@
+"""A participant that was itself paused does not blame its peers for the silence (Session._watch).
+
+The watcher probes its ring neighbours every ``interval`` and ends the session when one has been
+silent for ``peer_grace_seconds``.  A party stalled for longer than that (SIGSTOP, a starved host, a
+VM that did not schedule it) hears nobody while it does not run; on resuming it must start counting
+again, not abort the session naming a peer -- also when the stall began while its probes were in
+flight (the CI failure of 2026-11-26: trent, paused for 25 s, ended one of twenty sessions with
+"lost contact with every other participant" the moment it resumed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from types import SimpleNamespace
+
+import grpc
+
+from smcdp.runtime.session import Session
+
+GRACE = 1.5          # interval 0.25 s; a gap of 0.75 s in the watcher is a pause of this party
+
+
+class _Deadline(grpc.RpcError):
+    def code(self):
+        return grpc.StatusCode.DEADLINE_EXCEEDED
+
+    def details(self):
+        return "Deadline Exceeded"
+
+
+class FakeChannel:
+    """Heartbeats answered at once, except as a test's ``behaviour`` says."""
+
+    def __init__(self, behaviour):
+        self.behaviour = behaviour
+        self.calls = 0
+        self.last_heard: dict[str, float] = {}
+        self.lost: list[BaseException] = []
+
+    async def heartbeat(self, party, incarnation, timeout):
+        self.calls += 1
+        return await self.behaviour(self, party, timeout)
+
+    def abort_local(self, exc):
+        self.lost.append(exc)
+
+
+def _watcher(me="trent"):
+    s = Session.__new__(Session)
+    s.party = SimpleNamespace(name=me, incarnation="i1",
+                              config=SimpleNamespace(timeouts=SimpleNamespace(peer_grace_seconds=GRACE)))
+    s.spec = SimpleNamespace(session_id="trent.power-iteration-20261126T000000-00000000",
+                             roles={"trent": "trent", "party1": "alice", "party2": "bob"})
+    s.peer_seen = {}
+    s._early_failure = None
+    return s
+
+
+def _watch_for(seconds: float, behaviour, pause_at: float | None = None) -> FakeChannel:
+    """Run a watcher for ``seconds``; ``pause_at``: the whole party stops then for longer than the grace."""
+    ch = FakeChannel(behaviour)
+    s = _watcher()
+
+    async def main():
+        task = asyncio.ensure_future(s._watch(ch))
+        if pause_at is not None:
+            asyncio.get_running_loop().call_later(pause_at, time.sleep, GRACE + 0.8)
+        end = time.monotonic() + seconds
+        while not task.done() and time.monotonic() < end:
+            await asyncio.sleep(0.05)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(main())
+    return ch
+
+
+def _answer():
+    return SimpleNamespace(state="running", incarnation="p1", code="", culprit="")
+
+
+def test_a_pause_that_began_while_the_probes_were_in_flight_is_not_the_peers_silence():
+    async def behaviour(ch, party, timeout):
+        if ch.calls == 5:
+            # this party stops for longer than the grace in the middle of a probe round: the
+            # probe (bounded by its deadline) has failed by the time the party runs again
+            time.sleep(GRACE + 0.8)
+            raise _Deadline()
+        if 5 < ch.calls <= 6:
+            raise _Deadline()       # the other probe of that round: also unanswered
+        return _answer()
+
+    ch = _watch_for(GRACE + 0.8 + 1.5, behaviour)
+    assert ch.calls > 8                           # the watcher went on probing after the pause
+    assert ch.lost == [], [str(e) for e in ch.lost]
+
+
+def test_a_pause_between_probe_rounds_is_not_the_peers_silence():
+    async def behaviour(ch, party, timeout):
+        return _answer()
+
+    # the probes are answered at once: at 0.6 s the watcher waits for its next round
+    ch = _watch_for(GRACE + 0.8 + 1.5, behaviour, pause_at=0.6)
+    assert ch.calls > 8
+    assert ch.lost == [], [str(e) for e in ch.lost]
+
+
+def test_a_peer_that_really_stops_answering_is_still_named_within_the_grace():
+    async def behaviour(ch, party, timeout):
+        if party == "bob" and ch.calls > 4:
+            await asyncio.sleep(timeout)          # bob's probes time out; this party runs all along
+            raise _Deadline()
+        return _answer()
+
+    t0 = time.monotonic()
+    ch = _watch_for(GRACE + 4.0, behaviour)
+    assert len(ch.lost) == 1 and "party 'bob'" in str(ch.lost[0]) and "has not answered" in str(ch.lost[0])
+    assert time.monotonic() - t0 < GRACE + 4.0
