@@ -58,19 +58,27 @@ MAX_GRPC_MESSAGE = 4 * CHUNK_SIZE + 64 * 1024
 CLIENT_KEEPALIVE_MS = 10_000
 
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
-#: what gRPC's core library reports, with status INTERNAL, when a call's HTTP/2 stream broke under it (a
-#: reset stream, a connection torn down mid-call): the transport's failure, not the peer's answer
-CORE_INTERNAL = "Internal error from Core"
+#: how a party's own INTERNAL answer begins (smcdp.net.server._fail): a bug there, not worth a retry
+PEER_INTERNAL = "internal error in "
+#: how gRPC's client library begins the INTERNAL status of its own, deterministic failures
+_LOCAL_INTERNAL = ("Exception serializing", "Exception deserializing", "Exception iterating")
 
 
 def retryable(exc: grpc.RpcError) -> bool:
     """A failed call worth another attempt: the peer unreachable or late, or the transport broke under the
-    call -- never an answer from the peer (a party's refusals carry their origin)."""
+    call -- never an answer from the peer (a party's refusals carry their origin).
+
+    gRPC core reports a call whose HTTP/2 stream or connection broke under it (a reset stream, a
+    connection torn down by a keepalive that a stalled peer did not answer) with status INTERNAL and
+    details such as "Internal error from Core" or "Received RST_STREAM with error code 2".  Those are the
+    transport's failures: messages are de-duplicated by their receiver, so they are sent again.  A
+    peer's own INTERNAL answer (a bug there) and the library's failure to (de)serialize are not."""
     if _origin_of(exc) is not None:
         return False
     if exc.code() in RETRYABLE:
         return True
-    return exc.code() == grpc.StatusCode.INTERNAL and (exc.details() or "").startswith(CORE_INTERNAL)
+    return exc.code() == grpc.StatusCode.INTERNAL and \
+        not (exc.details() or "").startswith((PEER_INTERNAL, *_LOCAL_INTERNAL))
 
 
 class AlreadyExists(SmcdpError):
@@ -359,6 +367,16 @@ class _PeerStream:
             # the call had already ended (the peer refused an earlier message or went away): its status
             self.close()
             raise await self._status() from None
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self.broken and task is not None and not task.cancelling():
+                # the stream was closed under this message (another one on it failed): gRPC raises
+                # CancelledError in a write on a locally cancelled call, but nobody cancelled this
+                # delivery -- a delivery that ends "cancelled" is no failure, and the message was lost
+                raise _rpc_error(grpc.StatusCode.UNAVAILABLE, "the message stream was closed under this "
+                                 "message") from None
+            self.close()
+            raise
         except BaseException:
             self.close()
             raise

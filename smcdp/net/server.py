@@ -66,6 +66,7 @@ from smcdp.net.grpc_channel import (
     CLIENT_KEEPALIVE_MS,
     MAX_GRPC_MESSAGE,
     ORIGIN_METADATA,
+    PEER_INTERNAL,
     status_code_of,
 )
 from smcdp.net.limits import CallQuotas, Limits, bounded_json_object
@@ -364,7 +365,7 @@ async def _fail(context: grpc.aio.ServicerContext, exc: BaseException, what: str
         context.set_trailing_metadata(((ORIGIN_METADATA, origin),))
     if code == grpc.StatusCode.INTERNAL:
         log.exception("internal error in %s", what)
-        msg = f"internal error in {what}: {type(exc).__name__}"
+        msg = f"{PEER_INTERNAL}{what}: {type(exc).__name__}"
     else:
         msg = str(exc)
     await context.abort(code, printable(msg))

@@ -33,6 +33,13 @@ class FakeStreamCall:
     async def write(self, env):
         if self.failed is not None or self.cancelled:
             raise asyncio.InvalidStateError("the call is done")
+        if env.tag in self.stub.stall_writes:
+            # gRPC's write on a call cancelled locally while it waits: CancelledError (grpc.aio's
+            # _raise_for_status), although the task that writes was not cancelled
+            self.stub.stall_writes.discard(env.tag)
+            while not self.cancelled:
+                await asyncio.sleep(0.01)
+            raise asyncio.CancelledError()
         self.writing.append(env)
         if env.chunk_index == env.chunk_count - 1:
             self.messages.put_nowait(self.writing)
@@ -75,6 +82,7 @@ class FakeStub:
         self.calls: list[FakeStreamCall] = []
         self.received: list[tuple[str, str]] = []
         self.max_unacked = 0
+        self.stall_writes: set[str] = set()
 
     def Stream(self):
         self.calls.append(FakeStreamCall(self))
@@ -184,6 +192,26 @@ def test_a_broken_or_silent_stream_is_retried_on_a_new_one(failure):
     asyncio.run(main())
     assert stub.received == [("stream", "t")]
     assert len(stub.calls) == 2 and stub.calls[0].cancelled
+
+
+def test_a_message_whose_stream_is_closed_while_it_is_written_is_sent_again_not_lost():
+    """The first message is never acknowledged: its sender closes the stream, which cancels the call while
+    the second message is being written on it.  gRPC then raises CancelledError in the second's writer
+    although nobody cancelled that delivery; it must be sent again on a new stream, not dropped (a
+    delivery task that ends "cancelled" counts as no failure, so the message was silently lost)."""
+    stub = FakeStub(script=["hang"])
+    stub.stall_writes.add("t/1")
+
+    async def main():
+        ch = channel(stub)
+        await ch.send("b", "t/0", msg(0))
+        await asyncio.sleep(0.5)          # t/1 is being written when t/0's attempt (1 s) gives up
+        await ch.send("b", "t/1", msg(1))
+        await ch.flush()
+
+    asyncio.run(main())
+    assert sorted(tag for _, tag in stub.received) == ["t/0", "t/1"]
+    assert len(stub.calls) >= 2 and stub.calls[0].cancelled
 
 
 # ------------------------------------------------------------------ the receiving side of a pipelined stream

@@ -12,7 +12,15 @@ import grpc
 import pytest
 
 from smcdp.errors import NoSpace, PermissionDenied, SessionAborted, Unavailable, resource_failure
-from smcdp.net.grpc_channel import GrpcChannel, call_with_retry, remote_failure, with_origin
+from smcdp.net.grpc_channel import (
+    PEER_INTERNAL,
+    GrpcChannel,
+    RetryPolicy,
+    call_with_retry,
+    remote_failure,
+    retryable,
+    with_origin,
+)
 from smcdp.runtime.party import _failure_of
 from smcdp.runtime.session import RESUMABLE_CODES, error_dict
 from smcdp.v1 import messages_pb2 as pb
@@ -77,6 +85,41 @@ def test_a_refused_call_names_the_refuser_and_an_unreachable_party_is_named():
         assert e3.value.origin == "carol"
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("details", ["Internal error from Core", "Received RST_STREAM with error code 2",
+                                     "Stream removed"])
+def test_a_stream_that_broke_under_a_message_is_sent_again(details):
+    """gRPC core's INTERNAL for a broken stream or connection is the transport's failure: the message is
+    sent again (its receiver de-duplicates), and the session goes on."""
+    calls = []
+
+    async def flaky(timeout):
+        calls.append(timeout)
+        if len(calls) < 3:
+            raise rpc_error(grpc.StatusCode.INTERNAL, details)
+        return "acked"
+
+    assert asyncio.run(call_with_retry("message 'x'", "bob", "b:1", time.monotonic() + 30, flaky, 1.0,
+                                       RetryPolicy(initial_backoff=0.01))) == "acked"
+    assert len(calls) == 3
+    assert retryable(rpc_error(grpc.StatusCode.INTERNAL, details))
+
+
+@pytest.mark.parametrize("details", [f"{PEER_INTERNAL}Deliver: KeyError", "Exception serializing request!"])
+def test_a_peers_own_internal_error_or_a_local_serialization_failure_is_not_sent_again(details):
+    calls = []
+
+    async def broken(timeout):
+        calls.append(timeout)
+        raise rpc_error(grpc.StatusCode.INTERNAL, details)
+
+    with pytest.raises(Exception) as e:
+        asyncio.run(call_with_retry("message 'x'", "bob", "b:1", time.monotonic() + 30, broken, 1.0))
+    assert len(calls) == 1 and e.value.code == "INTERNAL" and e.value.origin == "bob"
+    assert not retryable(rpc_error(grpc.StatusCode.INTERNAL, details))
+    # and whatever its words, a status that names its origin is that party's answer
+    assert not retryable(rpc_error(grpc.StatusCode.INTERNAL, "Stream removed", (("smcdp-origin", "carol"),)))
 
 
 class FullJournal:
