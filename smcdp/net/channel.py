@@ -28,7 +28,7 @@ from typing import Awaitable, Callable, Iterable, Mapping, Protocol, TypeVar
 
 from google.protobuf.message import DecodeError, Message
 
-from smcdp.errors import DeadlineExceeded, InvalidMessage, SessionAborted
+from smcdp.errors import DeadlineExceeded, InvalidMessage, SessionAborted, Unavailable
 from smcdp.v1 import messages_pb2 as pb
 
 M = TypeVar("M", bound=Message)
@@ -264,6 +264,7 @@ class Channel(abc.ABC):
         self.resend_delivered = False
         self._in_flight: dict[asyncio.Task, int] = {}     # deliveries under way -> their bytes
         self._delivery_failure: BaseException | None = None
+        self._closing_deliveries = False                   # set when the channel cancels what is under way
         if journal is not None:
             for sender_role, tag, type_url, data in journal.inbound():
                 self.mailbox.put(sender_role, tag, type_url, data)
@@ -412,8 +413,15 @@ class Channel(abc.ABC):
     def _delivery_done(self, task: asyncio.Task) -> None:
         self._in_flight.pop(task, None)
         if task.cancelled():
-            return
-        exc = task.exception()
+            if self._closing_deliveries:
+                return
+            # nobody but close() cancels a delivery: one that ended so anyway was not acknowledged, and
+            # its receiver would wait for it until the deadline -- a loud, resumable failure instead
+            exc: BaseException | None = Unavailable(
+                f"a message of session {self.session_id} from {self.role} was cancelled before its receiver "
+                "acknowledged it")
+        else:
+            exc = task.exception()
         if exc is not None and self._delivery_failure is None:
             self._delivery_failure = exc
             self.abort_local(exc)          # the role hears it at its next recv or send
@@ -426,6 +434,7 @@ class Channel(abc.ABC):
             raise self._delivery_failure
 
     async def _cancel_deliveries(self) -> None:
+        self._closing_deliveries = True
         tasks = list(self._in_flight)
         for t in tasks:
             t.cancel()

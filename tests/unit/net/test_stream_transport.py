@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import grpc
 import pytest
 
-from smcdp.errors import InvalidMessage
+from smcdp.errors import InvalidMessage, Unavailable
 from smcdp.net.grpc_channel import GrpcChannel, RetryPolicy
 from smcdp.net.server import STREAM_READ_AHEAD, MailboxServicer
 from smcdp.v1 import messages_pb2 as pb
@@ -212,6 +212,39 @@ def test_a_message_whose_stream_is_closed_while_it_is_written_is_sent_again_not_
     asyncio.run(main())
     assert sorted(tag for _, tag in stub.received) == ["t/0", "t/1"]
     assert len(stub.calls) >= 2 and stub.calls[0].cancelled
+
+
+def test_a_delivery_cancelled_by_anything_but_close_is_a_failure_not_silence():
+    """Only the channel's close() cancels deliveries.  One that ended cancelled otherwise was never
+    acknowledged: the role hears UNAVAILABLE (resumable) instead of its peer waiting for the message
+    until the deadline."""
+    stub = FakeStub(script=["hang"])
+
+    async def main():
+        ch = channel(stub)
+        await ch.send("b", "t/0", msg(0))
+        await asyncio.sleep(0.05)
+        for task in list(ch._in_flight):
+            task.cancel()
+        with pytest.raises(Unavailable, match="cancelled before its receiver acknowledged it"):
+            await ch.flush()
+        with pytest.raises(Unavailable):
+            await ch.recv("b", "reply", pb.Ints)
+
+    asyncio.run(main())
+
+
+def test_close_cancels_what_is_under_way_without_a_failure():
+    stub = FakeStub(script=["hang"])
+
+    async def main():
+        ch = channel(stub)
+        await ch.send("b", "t/0", msg(0))
+        await asyncio.sleep(0.05)
+        await ch.close()
+        assert ch._delivery_failure is None
+
+    asyncio.run(main())
 
 
 # ------------------------------------------------------------------ the receiving side of a pipelined stream
