@@ -237,7 +237,6 @@ def utc_now(timespec: str = "milliseconds") -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec=timespec).replace("+00:00", "Z")
 
 
-
 class AuditLog:
     """The append side, used by one party process (thread-safe)."""
 

@@ -73,11 +73,6 @@ class WitnessError(InvalidMessage):
     """A signed head that does not verify or does not say what it must."""
 
 
-def _now() -> str:
-    """UTC, to the microsecond: the heads of concurrent sessions must be ordered by it (see keep)."""
-    return utc_now("microseconds")
-
-
 def _signed_at(claims: Mapping[str, Any]) -> _dt.datetime | None:
     """When a head says it was signed (None if its time does not parse)."""
     try:
@@ -209,7 +204,7 @@ def sign_head(tls, state: tuple[str, int, str] | tuple[str, int, str, str] | Non
     if state is None:
         return None
     log_id, lines, sha = state[:3]
-    at = state[3] if len(state) > 3 else _now()
+    at = state[3] if len(state) > 3 else utc_now("microseconds")   # heads are ordered by it (keep)
     statement = _canonical({"kind": KIND, "version": VERSION, "party": tls.name, "to": to, "session": session,
                             "log_id": log_id, "lines": lines, "sha256": sha, "time": at})
     key = serialization.load_pem_private_key(tls.key_pem, password=None)
@@ -251,7 +246,7 @@ class WitnessStore:
             return _PeerFile(peer)
         except (OSError, ValueError, AttributeError, TypeError) as exc:
             # kept as it is (it may be evidence); the peer's next heads start a new file
-            aside = path.with_name(f"{path.name}.unreadable-{_now().replace(':', '')}")
+            aside = path.with_name(f"{path.name}.unreadable-{utc_now('microseconds').replace(':', '')}")
             log.error("witness file %s is unreadable (%s); moved to %s", path, exc, aside.name)
             try:
                 path.replace(aside)
