@@ -37,6 +37,7 @@ class FakeChannel:
         self.calls = 0
         self.last_heard: dict[str, float] = {}
         self.lost: list[BaseException] = []
+        self.lost_at: float | None = None
 
     async def heartbeat(self, party, incarnation, timeout):
         self.calls += 1
@@ -44,6 +45,7 @@ class FakeChannel:
 
     def abort_local(self, exc):
         self.lost.append(exc)
+        self.lost_at = time.monotonic()
 
 
 def _watcher(me="trent"):
@@ -87,7 +89,7 @@ def test_a_pause_that_began_while_the_probes_were_in_flight_is_not_the_peers_sil
             # probe (bounded by its deadline) has failed by the time the party runs again
             time.sleep(GRACE + 0.8)
             raise _Deadline()
-        if 5 < ch.calls <= 6:
+        if ch.calls == 6:
             raise _Deadline()       # the other probe of that round: also unanswered
         return _answer()
 
@@ -116,4 +118,6 @@ def test_a_peer_that_really_stops_answering_is_still_named_within_the_grace():
     t0 = time.monotonic()
     ch = _watch_for(GRACE + 4.0, behaviour)
     assert len(ch.lost) == 1 and "party 'bob'" in str(ch.lost[0]) and "has not answered" in str(ch.lost[0])
-    assert time.monotonic() - t0 < GRACE + 4.0
+    # bob fell silent at the third probe round (~0.5 s): named about a grace and a round later, not at
+    # the end of the watch (a loaded CI host gets a second of slack)
+    assert ch.lost_at - t0 < GRACE + 2.5
