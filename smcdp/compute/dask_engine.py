@@ -234,9 +234,21 @@ class DaskSession(ComputeSession):
             try:
                 key.release()
             finally:
-                self.client.run(kernels.forget_key, self._kid)
+                self._forget_everywhere()
 
         await asyncio.to_thread(forget)
+
+    def _forget_everywhere(self) -> None:
+        """Drop the key's cached tables on every worker.  A worker that died or left meanwhile took
+        them with its memory: the broadcast's connection error for it is not a failure.  Any other
+        error means a live worker may still hold the key, and is raised."""
+        answers = self.client.run(kernels.forget_key, self._kid, on_error="return")
+        for worker, answer in answers.items():
+            if isinstance(answer, OSError):     # distributed's CommClosedError is one
+                log.warning("Dask worker %s could not be reached to forget the session key (%s): it died or "
+                            "left, and its memory with it", worker, answer)
+            elif isinstance(answer, BaseException):
+                raise answer
 
     def _rebind_key(self) -> None:
         self.key_rebinds += 1
