@@ -143,6 +143,9 @@ class Session:
         self.state = "prepared"
         #: a peer's Begin was admitted (the session counts as running before its thread says so)
         self.begun = False
+        #: its end was asked for (an Abort, a failure): it will never begin, so it no longer holds a
+        #: pending or running slot while it winds down (limits._counts)
+        self.ending = False
         self.record: dict | None = None
         self.channel: GrpcChannel | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -184,7 +187,8 @@ class Session:
         try:
             self.loop.call_soon_threadsafe(fail)
         except RuntimeError:
-            pass
+            return
+        self.ending = True
 
     def await_approval(self, party: str) -> None:
         """``party``'s operator decides on the session (issue 24): keep it prepared meanwhile,

@@ -172,6 +172,15 @@ def test_admission_per_initiator_and_in_all():
         check_proposal(full, "q", _spec(), lim, "me")
     with pytest.raises(ResourceExhausted, match="max_session_seconds"):
         check_proposal([], "x", _spec(timeout=lim.max_session_seconds + 1), lim, "me")
+    # a session whose end was asked for (an accepted Abort) holds no slot while it winds down; it still
+    # counts against the party's total until it is gone (CI: a Propose right after an Abort was refused)
+    aborted = [_S("x", "prepared"), _S("x", "prepared"), _S("x", "running")]
+    for a in aborted:
+        a.ending = True
+    check_proposal(aborted, "x", _spec(), lim, "me")
+    check_begin(aborted + [_S("x", "running")], "x", lim, "me")
+    with pytest.raises(ResourceExhausted, match="sessions_total"):
+        check_proposal(aborted + [_S("y", "running")] * 2, "z", _spec(), lim, "me")
     # a seed is the governor's rule ([policy] allow_seeded, tests/unit/runtime/test_governance.py),
     # not a limit: the limits admit it
     check_proposal([], "x", _spec(seed=1), lim, "me")
