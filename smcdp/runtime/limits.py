@@ -36,15 +36,16 @@ from smcdp.plugins.base import ProtocolPlugin
 
 class _Live(Protocol):
     initiator: str
-    state: str          # "prepared" or "running"
+    state: str          # "prepared", "running", "succeeded" or "failed"
 
 
 def _counts(sessions: Iterable[_Live], initiator: str, in_flight: Mapping[str, int] | None = None
             ) -> tuple[int, int, int, int]:
     """(pending by initiator, running by initiator, pending in all, sessions in all).
 
-    A session whose end was asked for (its Abort was accepted) counts in all only: a peer that aborts a
-    proposal may propose the next one at once, however long the aborted one takes to wind down.
+    A session whose end is decided (its Abort was accepted, it failed or it ended) counts in all only: a
+    peer that aborts a proposal may propose the next one at once, however long the aborted one takes to
+    wind down.
 
     ``in_flight``: initiator -> proposals (or resumes) being admitted right now, which hold no session
     yet; they count as pending (issue 24: concurrent Proposes all passed the check before any was
@@ -55,8 +56,8 @@ def _counts(sessions: Iterable[_Live], initiator: str, in_flight: Mapping[str, i
     pending = total = sum(flying.values())
     for s in sessions:
         total += 1
-        if getattr(s, "ending", False):     # aborted or failed, winding down: it holds memory, not a slot
-            continue
+        if getattr(s, "ending", False) or s.state not in ("prepared", "running"):
+            continue      # aborted, failed or ended, winding down: it holds memory, not a slot
         if s.state == "prepared" and not getattr(s, "begun", False):   # begun: Begin admitted, thread not yet
             pending += 1
             mine_p += s.initiator == initiator

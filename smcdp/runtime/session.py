@@ -143,8 +143,8 @@ class Session:
         self.state = "prepared"
         #: a peer's Begin was admitted (the session counts as running before its thread says so)
         self.begun = False
-        #: its end was asked for (an Abort, a failure): it will never begin, so it no longer holds a
-        #: pending or running slot while it winds down (limits._counts)
+        #: its end is decided (an Abort, a failure): it no longer holds a pending or running slot while
+        #: it winds down (limits._counts)
         self.ending = False
         self.record: dict | None = None
         self.channel: GrpcChannel | None = None
@@ -174,21 +174,24 @@ class Session:
                 pass
 
     def fail_threadsafe(self, exc: BaseException) -> None:
-        """End the session with ``exc`` (wakes the begin wait and every recv and send)."""
-        if self.done.done() or self.loop is None:
+        """End the session with ``exc`` (wakes the begin wait and every recv and send).  Called before
+        the session's thread runs, the failure waits for it: the thread starts, finds it and ends."""
+        if self.done.done():
             return
+        self.ending = True
+        if self._early_failure is None:
+            self._early_failure = exc
+        loop = self.loop     # read after _early_failure is set: _main sets the loop, then reads it
 
         def fail() -> None:
-            if self._early_failure is None:
-                self._early_failure = exc
             self._begin.set()
             self.channel.abort_local(exc)
 
-        try:
-            self.loop.call_soon_threadsafe(fail)
-        except RuntimeError:
-            return
-        self.ending = True
+        if loop is not None:
+            try:
+                loop.call_soon_threadsafe(fail)
+            except RuntimeError:
+                pass
 
     def await_approval(self, party: str) -> None:
         """``party``'s operator decides on the session (issue 24): keep it prepared meanwhile,
@@ -240,9 +243,9 @@ class Session:
 
     async def _main(self) -> None:
         cfg = self.party.config
-        self.loop = asyncio.get_running_loop()
         self._begin = asyncio.Event()
-        if self._begun_already:
+        self.loop = asyncio.get_running_loop()   # from now on fail_threadsafe wakes this loop; before, it
+        if self._begun_already or self._early_failure is not None:    # left its failure for this check
             self._begin.set()
         connector = PeerConnector(cfg, self.party.tls)
         ch = GrpcChannel(self.spec.session_id, self.role, self.spec.roles, self.deadline, connector,
@@ -322,6 +325,7 @@ class Session:
                 raise SmcdpError(f"protocol {self.spec.protocol!r} returned a result that is not "
                                  f"JSON-serialisable: {exc}") from None
         except BaseException as exc:  # noqa: BLE001
+            self.ending = True     # decided: its slot is free while the abort goes out (limits._counts)
             # a disk, quota or memory that ran out here: "no space left at <this party>", resumable
             exc = resource_failure(exc, self.party.name, f"session {self.spec.session_id}") or exc
             if isinstance(exc, NoSpace):
@@ -496,6 +500,7 @@ class Session:
 
     def _lose(self, ch: GrpcChannel, exc: BaseException, culprit: str | None) -> None:
         log.warning("session %s: %s", self.spec.session_id, exc)
+        self.ending = True
         if self._early_failure is None:
             self._early_failure = exc
         ch.abort_local(exc)

@@ -11,6 +11,7 @@ flight (the CI failure of 2026-11-26: trent, paused for 25 s, ended one of twent
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import time
 from types import SimpleNamespace
 
@@ -121,3 +122,27 @@ def test_a_peer_that_really_stops_answering_is_still_named_within_the_grace():
     # bob fell silent at the third probe round (~0.5 s): named about a grace and a round later, not at
     # the end of the watch (a loaded CI host gets a second of slack)
     assert ch.lost_at - t0 < GRACE + 2.5
+
+
+def test_a_failure_before_the_session_thread_runs_waits_for_it():
+    """An Abort accepted before the session's thread has its loop used to be dropped (fail_threadsafe did
+    nothing without a loop): the session then waited for a Begin until the proposal grace.  Now the
+    failure is kept for the thread, the session stops holding a slot at once, and the first failure wins."""
+    s = _watcher()
+    s.done = concurrent.futures.Future()
+    s.loop = None
+    s.ending = False
+    first, second = RuntimeError("aborted by alice"), RuntimeError("later")
+    s.fail_threadsafe(first)
+    s.fail_threadsafe(second)
+    assert s.ending and s._early_failure is first
+    # with a loop, the failure also wakes it: the begin wait and the channel's receivers
+    s2 = _watcher()
+    s2.done, s2.ending, s2.channel = concurrent.futures.Future(), False, FakeChannel(None)
+
+    async def main():
+        s2.loop, s2._begin = asyncio.get_running_loop(), asyncio.Event()
+        s2.fail_threadsafe(first)
+        await asyncio.wait_for(s2._begin.wait(), 5)
+    asyncio.run(main())
+    assert s2.ending and s2.channel.lost == [first]
