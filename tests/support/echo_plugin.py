@@ -70,10 +70,12 @@ class EchoPlugin(ProtocolPlugin):
             big = await ch.recv("a", "big", mpb.Blobs)
             digest = hashlib.sha256(big.values[0]).hexdigest()
         if p["busy_seconds"]:
+            ch.progress(step="busy")       # the party's status shows it (tests sample while it holds)
             end = time.monotonic() + p["busy_seconds"]
             acc = 0
             while time.monotonic() < end:  # pure-Python work: holds the GIL, blocks this loop
                 acc = (acc * 31 + 7) % 1000003
+            ch.progress(step="")
         if p["late_send"]:
             await ch.recv("a", "x2", mpb.Flag)
         await ch.send("a", "y", mpb.Floats(values=[2 * v for v in x.values]))

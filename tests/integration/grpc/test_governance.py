@@ -214,9 +214,15 @@ def test_no_input_is_opened_before_policy_and_budget_pass(tmp_path):
                                      session_id=f"f-{i}", timeout=60, seed=seed)
             time.sleep(0.3)
             assert not _has_reader(fifo), f"alice opened her input for a refused proposal ({rule})"
-        # alice's reservation for the session bob refused was given back
+        # alice's reservation for the session bob refused was given back (when the initiator's Abort
+        # reaches her, which may be just after the refusal reached the operator)
         led = Ledger(tmp_path / "state" / "alice" / "ledger.sqlite")
+        end = time.monotonic() + 15
+        while getattr(led.reservation("alice", "charlie.f-3"), "state", None) != "released" \
+                and time.monotonic() < end:
+            time.sleep(0.1)
         assert led.reservation("alice", "charlie.f-3").state == "released"
+        assert not _has_reader(fifo), "alice opened her input for the session bob refused"
         # the control: a proposal every party accepts makes alice open her input once the session begins
         import threading
 

@@ -122,7 +122,8 @@ def test_launchers_exist(launcher):
 
 def test_peer_killed_mid_session_initiator_ends_by_deadline(tmp_path, processes):
     """SIGKILL (no goodbye, like a dropped link): the initiator ends at its deadline."""
-    cfgs, bob, t, outcome, t0 = _session_running_at_bob(tmp_path, processes, "proc-3", "b", 5)
+    cfgs, bob, t, outcome, _ = _session_running_at_bob(tmp_path, processes, "proc-3", "b", 5)
+    t0 = time.monotonic()     # the session began at alice before bob ran it: its deadline is < t0 + 5
     bob.kill()
     t.join(30)
     assert not t.is_alive()
@@ -132,3 +133,4 @@ def test_peer_killed_mid_session_initiator_ends_by_deadline(tmp_path, processes)
     rec = client.get_result(cfgs["alice"], "proc-3")
     assert rec["state"] == "failed" and rec["error"]["origin"] == "alice"
     assert "no message 'y' from b within" in rec["error"]["message"]
+    assert rec["seconds"] < 5 + 3 + 2     # from its Begin: the deadline, the abort attempt (3 s), slack

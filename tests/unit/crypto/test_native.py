@@ -238,8 +238,13 @@ def test_bad_arguments_are_refused_cleanly():
 
 @needs_native
 def test_pow_releases_the_gil():
-    """Another Python thread keeps running while a long table build / pow is in C."""
-    m = _odd_modulus(2048)
+    """Another Python thread keeps running while a long table build / pow is in C.
+
+    A ticker thread notes the time every millisecond it gets a turn.  While a call holds the GIL it
+    gets none: no tick falls in the middle third of that call (the control, a built-in ``pow`` of big
+    ints, shows it).  During the table build it ticks throughout -- counted loosely, as a loaded host
+    wakes a sleeping thread 5-50 ms late."""
+    m = _odd_modulus(4096)
     ticks = []
     stop = threading.Event()
 
@@ -248,18 +253,28 @@ def test_pow_releases_the_gil():
             ticks.append(time.perf_counter())
             time.sleep(0.001)
 
+    def ticks_during(call):
+        """(ticks within the call, ticks within its middle third)"""
+        time.sleep(0.01)
+        t_a = time.perf_counter()
+        call()
+        t_b = time.perf_counter()
+        third = (t_b - t_a) / 3
+        inside = [t for t in list(ticks) if t_a < t <= t_b]
+        return len(inside), sum(t_a + third <= t <= t_b - third for t in inside)
+
+    exponent = int(mpz(secrets.randbits(6000)) | 1)
     th = threading.Thread(target=ticker)
     th.start()
     try:
-        time.sleep(0.01)
-        before = len(ticks)
-        native.FixedBase(mpz(3), m, 1024, 9)  # ~0.2-0.5 s in C
-        during = len(ticks) - before
+        held = ticks_during(lambda: pow(3, exponent, int(m)))       # C that keeps the GIL: ~0.2 s
+        released = ticks_during(lambda: native.FixedBase(mpz(3), m, 1024, 8))  # ~0.2 s in C, 15 MiB
     finally:
         stop.set()
         th.join()
+    assert held[1] == 0, held              # the measurement sees a held GIL
     # with the GIL held, the ticker would get no turn at all during the build
-    assert during >= 20
+    assert released[0] >= 3 and released[1] >= 1, released
 
 
 def test_table_budget_setting(monkeypatch):

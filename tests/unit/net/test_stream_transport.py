@@ -22,7 +22,8 @@ def rpc_error(code, details="x"):
 
 
 class FakeStreamCall:
-    """Acks each complete message after ``delay`` s, in order, or fails as the stub's script says."""
+    """Acks each complete message after ``delay`` s (and, if the stub has a ``hold`` event, not before it
+    is set), in order, or fails as the stub's script says."""
 
     def __init__(self, stub):
         self.stub, self.cancelled, self.done = stub, False, False
@@ -44,19 +45,23 @@ class FakeStreamCall:
         if env.chunk_index == env.chunk_count - 1:
             self.messages.put_nowait(self.writing)
             self.writing = []
+            self.stub.unacked += 1
+            self.stub.max_unacked = max(self.stub.max_unacked, self.stub.unacked)
 
     async def read(self):
         if self.failed is not None:
             raise self.failed
         envs = await self.messages.get()
-        self.stub.max_unacked = max(self.stub.max_unacked, self.messages.qsize() + 1)
         fail = self.stub.script.pop(0) if self.stub.script else None
         if fail == "hang":
             await asyncio.sleep(3600)
+        if self.stub.hold is not None:
+            await self.stub.hold.wait()
         await asyncio.sleep(self.stub.delay)
         if fail is not None:
             self.failed = rpc_error(fail)
             raise self.failed
+        self.stub.unacked -= 1
         self.stub.received.append(("stream", envs[0].tag))
         return tpb.Ack(bytes=sum(len(e.data) for e in envs))
 
@@ -81,7 +86,9 @@ class FakeStub:
         self.delay, self.script = delay, list(script)
         self.calls: list[FakeStreamCall] = []
         self.received: list[tuple[str, str]] = []
+        self.unacked = 0              # complete messages written on a call and not acknowledged yet
         self.max_unacked = 0
+        self.hold: asyncio.Event | None = None     # set: no Ack goes out before the test sets it
         self.stall_writes: set[str] = set()
 
     def Stream(self):
@@ -94,8 +101,8 @@ class FakeStub:
         return tpb.Ack(bytes=sum(len(e.data) for e in envs))
 
 
-def channel(stub, deadline_s=30.0):
-    cfg = SimpleNamespace(timeouts=SimpleNamespace(rpc_seconds=1.0), address_of=lambda p: f"{p}:1")
+def channel(stub, deadline_s=30.0, rpc_seconds=1.0):
+    cfg = SimpleNamespace(timeouts=SimpleNamespace(rpc_seconds=rpc_seconds), address_of=lambda p: f"{p}:1")
     conn = SimpleNamespace(config=cfg, mailbox=lambda party: stub)
 
     async def close():
@@ -110,18 +117,31 @@ def msg(i):
     return pb.Ints(values=[i])
 
 
+async def wait_until(condition, what, timeout=10.0):
+    """Poll ``condition`` (letting the loop run) until it holds; fail naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
+        await asyncio.sleep(0.005)
+
+
 def test_messages_are_pipelined_on_one_stream_call_and_it_is_closed_cleanly():
-    """send returns before the Ack: five messages are under way at once on one call; flush waits for them."""
-    stub = FakeStub(delay=0.05)
+    """send returns before the Ack: five messages are under way at once on one call; flush waits for them.
+
+    The stub sends no Ack before the test says so: every send returning meanwhile shows that nobody
+    waited for one, and the stub seeing the messages written unacknowledged shows they travel at once."""
+    stub = FakeStub()
 
     async def main():
-        ch = channel(stub)
-        t0 = time.monotonic()
+        stub.hold = asyncio.Event()
+        ch = channel(stub, rpc_seconds=60.0)    # held Acks must not look like a silent stream (retried)
         for i in range(5):
-            await ch.send("b", f"t/{i}", msg(i))
-        sent = time.monotonic() - t0
-        assert stub.received == [] and sent < 0.05          # nothing acknowledged yet, nobody waited
-        await ch.flush()
+            await asyncio.wait_for(ch.send("b", f"t/{i}", msg(i)), 30)   # would wait forever for an Ack
+        await wait_until(lambda: stub.unacked == 5, "the five messages written on the stream")
+        assert stub.received == [] and ch.stats.messages_sent == 0      # nothing acknowledged yet
+        assert stub.max_unacked >= 4          # several unacknowledged messages under way at once
+        stub.hold.set()
+        await asyncio.wait_for(ch.flush(), 30)
         assert ch.stats.messages_sent == 5
         await ch.close()
 
@@ -301,7 +321,10 @@ def test_a_stream_reads_ahead_of_its_acks_only_so_far_and_acks_once_durable():
     async def main():
         acks = servicer.Stream(envelopes(), PeerContext())
         first = asyncio.ensure_future(acks.__anext__())
-        await asyncio.sleep(0.5)
+        await wait_until(lambda: len(target.accepted) >= STREAM_READ_AHEAD, "the receiver reading ahead")
+        for _ in range(200):                  # give a reader that did not hold a chance to read on
+            await asyncio.sleep(0)
+        await asyncio.sleep(0.1)
         assert not first.done()                               # not durable yet: no Ack
         assert STREAM_READ_AHEAD <= len(target.accepted) <= STREAM_READ_AHEAD + 1
         target.synced.set_result(None)
