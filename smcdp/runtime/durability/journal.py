@@ -249,6 +249,10 @@ class FileJournal:
     receiver ignores).
     """
 
+    #: seconds the syncer lingers before an fsync for the rest of a burst (group commit); a blocking
+    #: :meth:`sync` -- a thread that waits -- does not linger
+    COMMIT_DELAY = 0.002
+
     def __init__(self, path: Path, mac: Mac | None = None, *, owner: str = "this party",
                  repair: bool = False) -> None:
         self.path = Path(path)
@@ -257,6 +261,8 @@ class FileJournal:
         self._lock = threading.Lock()                 # the index and appends
         self._sync_cv = threading.Condition()
         self._syncing = False                                              # an fsync is under way
+        self._lingering = False                                            # the syncer gathers a burst
+        self._urgent = False                                               # a thread waits: sync now
         self._syncer_thread: threading.Thread | None = None                # started by the first sync
         self._waiters: list[tuple[int, concurrent.futures.Future]] = []   # (offset, its future)
         self._inbound: list[tuple[str, str, str, int, int]] = []          # role, tag, type, offset, length
@@ -373,9 +379,9 @@ class FileJournal:
 
     def sync(self) -> None:
         """Make every record written so far durable (blocks; see :meth:`durable_future`)."""
-        self.durable_future().result()
+        self.durable_future(urgent=True).result()
 
-    def durable_future(self) -> concurrent.futures.Future:
+    def durable_future(self, urgent: bool = False) -> concurrent.futures.Future:
         """A future done once every record written so far is durable.
 
         One syncer thread per journal serves every waiter (group commit): an ``fsync`` covers
@@ -384,28 +390,40 @@ class FileJournal:
         messages never starves a thread pool of workers.  The thread lives as long as the journal
         is open: starting one per burst cost the event loop a thread start (and a GIL hand-over)
         for most messages.  The future fails with the sync's error (:class:`~smcdp.errors.NoSpace`,
-        DataLoss)."""
+        DataLoss).  ``urgent``: a thread blocks on it, so the syncer does not linger for a burst."""
         fut: concurrent.futures.Future = concurrent.futures.Future()
         with self._sync_cv:
             target = self._end
             if self._synced >= target or self._fd is None:
                 fut.set_result(None)
                 return fut
+            self._urgent = self._urgent or urgent
             self._waiters.append((target, fut))
             if self._syncer_thread is None:
                 self._syncer_thread = threading.Thread(target=self._syncer, daemon=True,
                                                        name=f"journal-sync-{self.path.parent.name}")
                 self._syncer_thread.start()
-            else:
+            elif urgent or not self._lingering:
                 self._sync_cv.notify_all()
         return fut
 
     def _syncer(self) -> None:
-        """Sync whenever somebody waits, until the journal is closed."""
+        """Sync whenever somebody waits, until the journal is closed.
+
+        Before each ``fsync`` it lingers :attr:`COMMIT_DELAY` seconds so that the rest of a burst joins it
+        (a round's messages come and go within a millisecond or two: Trent's power-iteration rounds cost
+        one fsync per message without the linger, and each one woke this thread and the event loops
+        waiting on it).  Nobody's progress waits for a sync (the role reads a received message at once,
+        a pipelined send does not hold the next one back): only acknowledgements come later by as much."""
         while True:
             with self._sync_cv:
                 while not self._waiters and self._fd is not None:
                     self._sync_cv.wait()
+                until = time.monotonic() + self.COMMIT_DELAY
+                self._lingering = True              # new waiters do not cut the linger short
+                while self._fd is not None and not self._urgent and time.monotonic() < until:
+                    self._sync_cv.wait(until - time.monotonic())
+                self._lingering = self._urgent = False
                 if self._fd is None:        # closed: close() took the waiters and settles them after its fsync
                     return
                 upto, fd = self._end, self._fd

@@ -373,6 +373,31 @@ def test_chaos_action_syntax():
             ChaosAction.parse(bad)
 
 
+def test_a_burst_of_waiters_shares_one_fsync_and_a_blocking_sync_does_not_linger(tmp_path):
+    """Group commit: the syncer lingers COMMIT_DELAY for the rest of a burst, so the records a round writes
+    within it are made durable by one fsync (Trent's rounds cost one fsync per message before), and every
+    waiter is told only once its record is durable.  A thread that blocks in sync() is not kept waiting."""
+    j = FileJournal(tmp_path / "journal.log")
+    j.COMMIT_DELAY = 3.0
+    try:
+        futs = []
+        for i in range(6):
+            j.record_inbound("b", f"x/{i}", "smcdp.v1.Ints", b"\x00" * 1000, durable=False)
+            futs.append(j.durable_future())
+        time.sleep(0.3)
+        assert not any(f.done() for f in futs)             # lingering: nobody hears "durable" before the fsync
+        for f in futs:
+            f.result(timeout=30)
+        assert j.syncs == 1 and j._synced == j._end
+        j.record_inbound("b", "x/6", "smcdp.v1.Ints", b"\x01", durable=False)
+        lingering = j.durable_future()
+        t0 = time.monotonic()
+        j.sync()                                           # urgent: the syncer stops lingering
+        assert time.monotonic() - t0 < j.COMMIT_DELAY and lingering.done() and j.syncs == 2
+    finally:
+        j.close()
+
+
 def test_a_cancelled_sync_waiter_does_not_stop_the_journals_syncs(tmp_path, monkeypatch):
     """A Stream call that ends with Acks pending cancels their futures.  Completing a cancelled future
     raised in the syncer thread and killed it, so every later sync of that journal waited for ever (CI: a
