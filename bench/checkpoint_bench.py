@@ -59,6 +59,15 @@ def per_round(protocol: str, recs: dict) -> float | None:
     return None
 
 
+def bootstrap_median(values, level=0.9, draws=4000, seed=26) -> tuple[float, float]:
+    """A ``level`` bootstrap interval of the median of ``values`` (resampled with replacement): how far the
+    median of this many pairs moves with the host's noise."""
+    rng = np.random.default_rng(seed)
+    v = np.asarray(values, dtype=float)
+    meds = np.median(rng.choice(v, size=(draws, len(v)), replace=True), axis=1)
+    return float(np.quantile(meds, (1 - level) / 2)), float(np.quantile(meds, (1 + level) / 2))
+
+
 def _session(cluster, protocol, roles, params, initiator, chaos=None):
     sid = new_session_id(protocol)
     c = Chaos(cluster, [ChaosAction.parse(chaos)], sid).start() if chaos else None
@@ -95,6 +104,7 @@ def measure(name, parties, roles, params, initiator, chaos, repeats, tmp, insecu
     cpu = {k: statistics.median(r[2] for r in v) for k, v in runs.items()}
     # each pair ran back to back: the median of their ratios is less moved by a load that drifts
     ratios = sorted(a[1] / b[1] - 1 for a, b in zip(runs["on"], runs["off"]))
+    lo, hi = bootstrap_median(ratios)
     cpu_ratios = sorted(a[2] / b[2] - 1 for a, b in zip(runs["on"], runs["off"]))
     rounds_on = [per_round(name, r[0]) for r in runs["on"]]
     rounds_off = [per_round(name, r[0]) for r in runs["off"]]
@@ -111,7 +121,8 @@ def measure(name, parties, roles, params, initiator, chaos, repeats, tmp, insecu
     print(f"{name}: with {[round(r[1], 2) for r in runs['on']]} s, without {[round(r[1], 2) for r in runs['off']]} s",
           file=sys.stderr, flush=True)
     return (f"| {name} | {rounds} {what} | {wall['off']:.2f} s | {wall['on']:.2f} s | "
-            f"**{100 * statistics.median(ratios):+.1f} %** ({100 * ratios[0]:+.0f} … {100 * ratios[-1]:+.0f} %) | "
+            f"**{100 * statistics.median(ratios):+.1f} %** ({100 * lo:+.1f} … {100 * hi:+.1f} %; pairs {100 * ratios[0]:+.0f} … "
+            f"{100 * ratios[-1]:+.0f} %) | "
             f"{step} | {cpu['off']:.2f} s | {cpu['on']:.2f} s | {100 * statistics.median(cpu_ratios):+.1f} % | "
             f"{party}: {cp.get('journal_records', 0)} records, "
             f"{cp.get('journal_syncs', 0)} syncs, {cp.get('journal_bytes', 0) / 1024:.0f} KiB, "
@@ -166,7 +177,7 @@ def main() -> int:
           "iteration: bob at round 5; dp-aggregate: charlie at stage 2; keyword: bob at frame 50), restarted 1 s "
           "later from its configuration, replaying its role from its checkpoint.")
     print()
-    print("| protocol | rounds | without | with | overhead (median of pairs; range) | per round, without → with | "
+    print("| protocol | rounds | without | with | overhead (median of pairs; 90 % interval; range) | per round, without → with | "
           "CPU without | CPU with | CPU overhead | journal (busiest party) | killed + restarted |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
