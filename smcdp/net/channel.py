@@ -388,14 +388,19 @@ class Channel(abc.ABC):
         syncing = None
         if sync:
             if self.pipelined:
-                syncing = asyncio.wrap_future(self.journal.durable_future())
+                syncing = self.journal.durable_future()
             else:
                 self.journal.sync()
         try:
             await self._transmit(to, tag, type_url, data)
         finally:
             if syncing is not None:
-                await syncing
+                # by the time the Ack is in, the group commit has nearly always covered the record: then
+                # no event-loop wake-up is asked of the syncer thread (one per sent message otherwise)
+                if syncing.done():
+                    syncing.result()           # its error, if the sync failed
+                else:
+                    await asyncio.wrap_future(syncing)
         if self.journal is not None:
             self.journal.mark_delivered(to, tag)
         self.stats.bytes_sent += len(data)
