@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from typing import Any, Iterable, Mapping, Protocol
+from typing import Any, Iterable, Mapping, NamedTuple, Protocol
 
 from smcdp.errors import DeadlineExceeded, ResourceExhausted, SmcdpError
 from smcdp.net.limits import InboundBudget, InboundLedger, Limits
@@ -39,23 +39,33 @@ class _Live(Protocol):
     state: str          # "prepared", "running", "succeeded" or "failed"
 
 
-def _counts(sessions: Iterable[_Live], initiator: str, in_flight: Mapping[str, int] | None = None
-            ) -> tuple[int, int, int, int]:
-    """(pending by initiator, running by initiator, pending in all, sessions in all).
+class _Counts(NamedTuple):
+    mine_pending: int   # the initiator's sessions waiting for Begin (and its admissions in flight)
+    mine_running: int   # the initiator's sessions begun
+    mine_held: int      # the initiator's sessions in any state, winding down too
+    pending: int        # sessions waiting for Begin, of every initiator
+    total: int          # sessions held, of every initiator
 
-    A session whose end is decided (its Abort was accepted, it failed or it ended) counts in all only: a
-    peer that aborts a proposal may propose the next one at once, however long the aborted one takes to
-    wind down.
+
+def _counts(sessions: Iterable[_Live], initiator: str, in_flight: Mapping[str, int] | None = None) -> _Counts:
+    """How many sessions hold which slots.
+
+    A session whose end is decided (its Abort was accepted, it failed or it ended) holds neither a
+    pending nor a running slot: a peer that aborts a proposal may propose the next one at once, however
+    long the aborted one takes to wind down.  It still counts in ``mine_held`` and ``total``: a peer
+    cannot make the party hold more than ``pending_per_peer + running_per_peer`` of its sessions at once,
+    winding down or not (:func:`_check_slots`).
 
     ``in_flight``: initiator -> proposals (or resumes) being admitted right now, which hold no session
     yet; they count as pending (issue 24: concurrent Proposes all passed the check before any was
     registered)."""
     flying = dict(in_flight or {})
-    mine_p = flying.get(initiator, 0)
+    mine_p = mine_h = flying.get(initiator, 0)
     mine_r = 0
     pending = total = sum(flying.values())
     for s in sessions:
         total += 1
+        mine_h += s.initiator == initiator
         if getattr(s, "ending", False) or s.state not in ("prepared", "running"):
             continue      # aborted, failed or ended, winding down: it holds memory, not a slot
         if s.state == "prepared" and not getattr(s, "begun", False):   # begun: Begin admitted, thread not yet
@@ -63,7 +73,7 @@ def _counts(sessions: Iterable[_Live], initiator: str, in_flight: Mapping[str, i
             mine_p += s.initiator == initiator
         else:
             mine_r += s.initiator == initiator
-    return mine_p, mine_r, pending, total
+    return _Counts(mine_p, mine_r, mine_h, pending, total)
 
 
 def check_proposal(sessions: Iterable[_Live], initiator: str, spec: SessionSpec, limits: Limits,
@@ -80,9 +90,14 @@ def check_proposal(sessions: Iterable[_Live], initiator: str, spec: SessionSpec,
 
 def _check_slots(sessions: Iterable[_Live], initiator: str, limits: Limits, me: str,
                  in_flight: Mapping[str, int] | None) -> None:
-    mine_p, mine_r, pending, total = _counts(sessions, initiator, in_flight)
+    mine_p, mine_r, mine_h, pending, total = _counts(sessions, initiator, in_flight)
     if initiator == me:
         pass   # the party's own operator: no peer's quota applies to it, only the party's total below
+    elif mine_h >= limits.pending_per_peer + limits.running_per_peer:
+        raise ResourceExhausted(
+            f"party {initiator!r} already holds {mine_h} sessions at party {me!r}, some still winding down "
+            f"(limits.pending_per_peer + running_per_peer = {limits.pending_per_peer + limits.running_per_peer}); "
+            "try again shortly")
     elif mine_p >= limits.pending_per_peer:
         raise ResourceExhausted(
             f"party {initiator!r} already has {mine_p} proposed sessions not yet begun at party {me!r} "
@@ -102,7 +117,7 @@ def _check_slots(sessions: Iterable[_Live], initiator: str, limits: Limits, me: 
 
 
 def check_begin(sessions: Iterable[_Live], initiator: str, limits: Limits, me: str) -> None:
-    _, mine_r, _, _ = _counts(sessions, initiator)
+    mine_r = _counts(sessions, initiator).mine_running
     if mine_r >= limits.running_per_peer:
         raise ResourceExhausted(
             f"party {initiator!r} already runs {mine_r} sessions at party {me!r} "
@@ -206,12 +221,14 @@ def check_resume(sessions: Iterable[_Live] | None, initiator: str, meta: Mapping
                      "it does not renew the deadline")
     if sessions is None:
         return
-    mine_p, _mine_r, pending, total = _counts(sessions, initiator, in_flight)
-    if mine_p >= limits.pending_per_peer or pending >= limits.pending_total or total >= limits.sessions_total:
+    mine_p, _mine_r, mine_h, pending, total = _counts(sessions, initiator, in_flight)
+    if mine_p >= limits.pending_per_peer or pending >= limits.pending_total or total >= limits.sessions_total \
+            or mine_h >= limits.pending_per_peer + limits.running_per_peer:
         raise _limit(ResourceExhausted, "limits.pending",
                      f"party {me!r} cannot reopen session {sid!r} now: {mine_p} sessions of {initiator!r} and "
-                     f"{pending} in all wait for Begin, {total} are held (limits.pending_per_peer, pending_total, "
-                     "sessions_total); try again shortly")
+                     f"{pending} in all wait for Begin, {total} are held, {mine_h} of them {initiator!r}'s "
+                     "(limits.pending_per_peer, pending_total, sessions_total, pending_per_peer + running_per_peer); "
+                     "try again shortly")
 
 
 def check_journal(budget: InboundBudget, received: Iterable[tuple[str, str, int]]) -> None:

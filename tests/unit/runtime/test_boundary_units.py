@@ -181,6 +181,17 @@ def test_admission_per_initiator_and_in_all():
     check_begin(aborted + [_S("x", "running")], "x", lim, "me")
     with pytest.raises(ResourceExhausted, match="sessions_total"):
         check_proposal(aborted + [_S("y", "running")] * 2, "z", _spec(), lim, "me")
+    # but one peer holds no more of its sessions at once, winding down or not, than its two quotas allow
+    # together: a stream of propose-and-abort cannot fill the party with sessions ending
+    winding = [_S("x", "failed") for _ in range(lim.pending_per_peer + lim.running_per_peer)]
+    big = Limits(pending_per_peer=2, pending_total=3, running_per_peer=2, sessions_total=50)
+    with pytest.raises(ResourceExhausted, match="winding down"):
+        check_proposal(winding, "x", _spec(), big, "me")
+    check_proposal(winding, "y", _spec(), big, "me")            # another peer is not blocked
+    check_proposal(winding[1:], "x", _spec(), big, "me")
+    with pytest.raises(ResourceExhausted, match="rule limits.pending"):
+        check_resume(winding, "x", {"session_id": "s", "restarts": 0, "deadline_epoch": 2e9, "began_epoch": 1.0},
+                     big, "me", now=1e9)
     # a seed is the governor's rule ([policy] allow_seeded, tests/unit/runtime/test_governance.py),
     # not a limit: the limits admit it
     check_proposal([], "x", _spec(seed=1), lim, "me")
