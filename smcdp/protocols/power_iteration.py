@@ -130,7 +130,8 @@ class PowerIterationParams(ProtocolParams):
     max_iterations: int = 2000    # rounds, decoys included
     key_bits: int = 3072
     frac_bits: int = 40           # fixed-point precision 2^-frac_bits
-    value_bits: int = 24          # public bound: every |(Ā_i X_i)_jl| < 2^value_bits
+    value_bits: int = 24          # DP mode: public bound on every noisy value (the exact mode's contributions
+                                  # are Gram products, bounded by gram_bits)
     scale_bits: int = 24          # Trent's r_t is log-uniform in [2^8, 2^scale_bits]
     padding: float = 0.1          # ρ_i ≈ padding · ‖A_i‖_F / √k, times a secret factor in [0.5, 1]
     packed: bool = True           # pack values into few ciphertexts
@@ -140,7 +141,8 @@ class PowerIterationParams(ProtocolParams):
                                   # then also learns approximations of components r+1 … r+oversample
     blind_bits: int = 16          # Trent's Gram blinding m_t is log-uniform in [1, 2^blind_bits)
     blind_offset_bits: int = 48   # … sent as the integer m_t·2^blind_offset_bits
-    gram_bits: int = 48           # public bound: every |Gram entry| of one party < 2^gram_bits
+    gram_bits: int = 48           # public bound: every |entry| of one party's Gram H_i and contribution
+                                  # Ā_iĀ_iᵀQ_t < 2^gram_bits
     sigma_bits: int = 16          # the final blocks' factors σ_j are log-uniform in [2^-σ, 2^σ]
     # --- issue 19: public bounds that size every message (traffic envelope)
     rows: int | None = None       # k, if the initiator states it: checked by everyone, sizes the traffic
@@ -245,17 +247,23 @@ class PowerIterationParams(ProtocolParams):
         return b * (b + 1) // 2
 
     # -- fixed-point layout shared by everyone ---------------------------------
+    def contribution_bits(self) -> int:
+        """The public bound on a contribution's values, 2^this.  Exact mode: ``gram_bits``, since from round 1
+        on a contribution is the Gram product Ā_iĀ_iᵀQ_t (issue 26: sent with the Gram, before the Ritz step
+        that used to scale it down).  DP mode: ``value_bits``, the clamp of the noisy release."""
+        return self.value_bits if self.dp else self.gram_bits
+
     def slot_bits(self) -> int:
         """Contribution slots: value, fraction, sum over parties, decoy weights + scale (not in the DP mode,
         where Trent only adds), sign, guard."""
         scale = 0 if self.dp else self.scale_bits
-        return self.value_bits + self.frac_bits + math.ceil(math.log2(self.n_parties)) + scale + 2
+        return self.contribution_bits() + self.frac_bits + math.ceil(math.log2(self.n_parties)) + scale + 2
 
     def packing(self, pk: PublicKey) -> Packing:
         return Packing.for_key(pk, self.slot_bits()) if self.packed else Packing()
 
     def contribution_bound(self) -> int:
-        return (1 << (self.value_bits + self.frac_bits)) - 1
+        return (1 << (self.contribution_bits() + self.frac_bits)) - 1
 
     def gram_slot_bits(self) -> int:
         """Gram slots: value, fraction, sum over parties, the blinding m_t·2^a, sign, guard."""
@@ -301,12 +309,13 @@ class PowerIterationParams(ProtocolParams):
             # chunks' sizes follow max_samples, not the chunk size alone -- 512 KB a message before)
             chunks, n = self.final_chunks(self.max_samples), self.max_samples
             finals = (chunks, 8 * min(n, self.final_chunk_rows) * r + 32, 8 * n * r + 32 * chunks)
-            per_party = [(rounds, block), (rounds + 1, gram), (rounds, flag), (1, 24),   # dims
+            # contrib/0 … contrib/rounds: the last one comes with the last Gram and is ignored (issue 26)
+            per_party = [(rounds + 1, block), (rounds, gram), (rounds, flag), (1, 24),   # dims
                          (1, 40), finals]                                               # final/cols, final/x
             P = self.n_parties           # each party's messages: (count, largest[, total]) times P
             msgs = [(m[0] * P, m[1], *(t * P for t in m[2:])) for m in per_party] + [(1, B // 8 + 16)]  # key
         else:
-            msgs = [(rounds + 1, block), (rounds + 1, gram), (rounds, flag),
+            msgs = [(rounds + 1, block), (rounds, gram), (rounds, flag),
                     (1, 3 * (B // 8) + 32), (1, 8 * r + 16)]                            # keypair, sigma
         return TrafficEnvelope.from_messages(msgs, f"power-iteration parameters (k <= {k}, b = {b}, "
                                              f"{rounds} rounds, {B}-bit key, n_i <= {self.max_samples})")
@@ -556,42 +565,45 @@ async def _data_party_rounds(ch: Channel, source: MatrixSource, params: PowerIte
         party = _Party(ch, cs, params, pk, packing, gram_packing, rho)
         previous: np.ndarray | None = None
         D: float | None = None
-        recent: list[bytes | None] = []    # directions of the blocks of the last two rounds (final check)
+        recent: list[tuple[bytes | None, np.ndarray]] = []   # the last two rounds: (direction of V_t, Ritz vectors)
+        # --- Round step 1 of round 0: E[C_i⁽⁰⁾] to Trent.  Every later contribution leaves in step 3.
+        await party.send_contribution(C, "contrib/0")
         t = 0
         while True:
             ch.progress(round=t, step="iterate")
-            # --- Round step 1: E[C_i] to Trent.
-            await party.send_contribution(C, f"contrib/{t}")
             # --- Round step 3: decrypt V_t, orthonormalise, one pass: Z_i = Ā_iĀ_iᵀQ, H_i = (Ā_iᵀQ)ᵀ(Ā_iᵀQ);
-            # E[H_i] and the local flag "D⁽ᵗ⁻¹⁾ < tol²" to Trent.
+            # E[H_i] and the local flag "D⁽ᵗ⁻¹⁾ < tol²" to Trent, and with them round t + 1's step 1:
+            # E[C_i⁽ᵗ⁺¹⁾] = E[Z_i].  It does not wait for the blinded Gram, so a round costs one network
+            # round trip (issue 26); Trent ignores it when he stops.
             Q, Z, direction = await party.gram_step(f"v/{t}", f"gram/{t}")
-            recent = (recent + [direction])[-2:]
             await ch.send(TRENT, f"flag/{t}", pb.Flag(value=D is not None and D < params.tol ** 2))
-            # --- Round step 5: Rayleigh–Ritz on the blinded Gram G'; next contribution Z_i·YΘ'^{−1/2}.
+            await party.send_contribution(Z, f"contrib/{t + 1}")
+            # --- Round step 5: Rayleigh–Ritz on the blinded Gram G': round t's Ritz vectors and D⁽ᵗ⁾.
             Gp = await party.recv_gram(f"blinded/{t}")
             stop = (await ch.recv(TRENT, f"stop/{t}", pb.Flag)).value
-            U, Y, theta = rayleigh_ritz(Gp, Q, previous)
+            U, _, _ = rayleigh_ritz(Gp, Q, previous)
             if previous is not None:
                 D = float(np.sum((U[:, :r] - previous[:, :r]) ** 2))
             previous = U
-            C = Z @ (Y / np.sqrt(theta))
+            recent = (recent + [(direction, U)])[-2:]
             t += 1
             if stop:
                 break
 
-        # --- Final 1–2: the last real state Trent sent, freshly scaled; its Ritz vectors are u_1 … u_r.
+        # --- Final 1–2: the last real state Trent sent, freshly scaled (it came with the stop bit).  Check
+        # (issue 19, docs/security.md): it must be a positive multiple of a block this party received in one
+        # of the last two rounds (the last real state is one of them).  Anything else -- a block of standard
+        # basis vectors, say -- would make the blocks sent in clear below projections of Trent's choosing.
+        # Checked before anything leaves this party.  u_1 … u_r are the Ritz vectors this party computed
+        # for that block in its round (issue 26: the same vectors a fresh Gram of it would give, without
+        # another pass over the data and another round trip).
         ch.progress(round=t, step="final")
-        # Check (issue 19, docs/security.md): the final block must be a positive multiple of a block this
-        # party received in one of the last two rounds (the last real state is one of them).  Anything
-        # else -- a block of standard basis vectors, say -- would make the blocks sent in clear below
-        # projections of Trent's choosing.  Checked before anything leaves this party.
-        Q, _, direction = await party.gram_step(
-            "final/v", "final/gram",
-            accept=lambda d: d is not None and d in recent,
-            refusal="final/v from trent is not the direction of a block of the last two rounds: refusing to "
-                    "reveal projections Trent chose")
-        U, _, _ = rayleigh_ritz(await party.recv_gram("final/blinded"), Q, previous)
-        us = np.column_stack([sign_convention(U[:, j]) for j in range(r)])
+        direction = _direction(await party.recv_block("final/v"))
+        chosen = [U for d, U in recent if d is not None and d == direction]
+        if not chosen:
+            raise InvalidMessage("final/v from trent is not the direction of a block of the last two rounds: "
+                                 "refusing to reveal projections Trent chose")
+        us = np.column_stack([sign_convention(chosen[-1][:, j]) for j in range(r)])
 
         # --- Final 3: σ_j·A_iᵀu_j in clear to Trent, in messages of params.final_chunk_rows samples;
         # Trent normalises x_j.
@@ -725,11 +737,12 @@ class _Party:
         self.b = params.block_size
 
     async def send_contribution(self, C: np.ndarray, tag: str) -> None:
-        limit = 2.0 ** self.params.value_bits
-        if not np.all(np.abs(C) < limit):
+        bits = self.params.contribution_bits()
+        if not np.all(np.abs(C) < 2.0 ** bits):
+            name = "value_bits" if self.params.dp else "gram_bits"
             raise InputRejected(
-                f"{self.ch.role}: a contribution |Ā X| reaches the agreed bound 2^{self.params.value_bits}; "
-                "scale the data or raise value_bits", f"max |Ā X| = {np.max(np.abs(C)):.3g}")
+                f"{self.ch.role}: a contribution value reaches the agreed bound 2^{bits}; "
+                f"scale the data or raise {name}", f"max |contribution| = {np.max(np.abs(C)):.3g}")
         vec = await EncryptedVector.encrypt_with(
             self.cs.encrypt, self.pk, C.ravel(order="F"), frac_bits=self.params.frac_bits,
             packing=self.packing, bound=self.params.contribution_bound())
@@ -745,14 +758,10 @@ class _Party:
     def block(self, ints: list[int]) -> np.ndarray:
         return decode_fixed(ints, -self.params.frac_bits).reshape((self.k, self.b), order="F")
 
-    async def gram_step(self, v_tag: str, gram_tag: str, accept: Callable[[bytes | None], bool] | None = None,
-                        refusal: str = "") -> tuple[np.ndarray, np.ndarray, bytes | None]:
-        """Receive V, send E[H_i]; return (Q, Z_i, the direction of V).  ``accept``: a check on V's
-        direction that must pass before anything is computed from V (else ``refusal``)."""
+    async def gram_step(self, v_tag: str, gram_tag: str) -> tuple[np.ndarray, np.ndarray, bytes | None]:
+        """Receive V, send E[H_i]; return (Q, Z_i, the direction of V)."""
         ints = await self.recv_block(v_tag)
         direction = _direction(ints)
-        if accept is not None and not accept(direction):
-            raise InvalidMessage(refusal)
         V = self.block(ints)
         del ints
         Q = orthonormal_basis(V, f"{v_tag} from trent")
@@ -907,12 +916,12 @@ async def _trent(ch: Channel, params: PowerIterationParams, seed: SeedLike, allo
         return EncryptedVector(pk, prod.ciphertexts, prod.length, prod.exponent - params.blind_offset_bits,
                                prod.packing, prod.bound)
 
+    t_round = time.perf_counter()
+    contribs = await ch.recv_all(roles, "contrib/0", pb.CiphertextVector)
     while True:
         ch.progress(round=t, step="iterate")
-        t_round = time.perf_counter()
-        # --- Round step 2: collect E[C_i]; if the block sent last round was real, Π_i E[C_i] = E[U] is a
-        # new real state.
-        contribs = await ch.recv_all(roles, f"contrib/{t}", pb.CiphertextVector)
+        # --- Round step 2: E[C_i] (round 0: the start blocks; afterwards they came with round t − 1's
+        # Grams); if the block sent last round was real, Π_i E[C_i] = E[U] is a new real state.
         cvecs = [EncryptedVector.from_proto(contribs[role], pk, length=k * b, exponent=-params.frac_bits,
                                             packing=packing, bound=bound_c, what=f"contrib/{t} from {role}")
                  for role in roles]
@@ -948,18 +957,23 @@ async def _trent(ch: Channel, params: PowerIterationParams, seed: SeedLike, allo
         stop = converged or t >= params.max_iterations
         await ch.send_many(roles, f"blinded/{t - 1}", gp.to_proto())
         await ch.send_many(roles, f"stop/{t - 1}", pb.Flag(value=stop))
-        round_seconds.append(time.perf_counter() - t_round)
         if stop:
+            round_seconds.append(time.perf_counter() - t_round)
             break
+        # round t's contributions were sent with the Grams: they are here, or on their way
+        contribs = await ch.recv_all(roles, f"contrib/{t}", pb.CiphertextVector)
+        now = time.perf_counter()
+        round_seconds.append(now - t_round)
+        t_round = now
 
     # --- Final 1–2: the last real state *sent* (if the last round was a decoy, that is the round
-    # before), freshly scaled, and its blinded Gram (fresh m).  The data parties check that the final
-    # block is the direction of a block of the last two rounds.
+    # before), freshly scaled, right after the stop bit.  The data parties check that it is the direction
+    # of a block of the last two rounds and take the Ritz vectors they computed for that block.
     ch.progress(round=t, step="final")
     last_sent = next(j for j in reversed(sent_state) if j is not None)
     await ch.send_many(roles, "final/v", real_block(last_sent).to_proto())
-    gp = await blinded_gram("final/gram")
-    await ch.send_many(roles, "final/blinded", gp.to_proto())
+    # the contributions the parties sent with the last Grams, before they knew of the stop: ignored
+    await ch.recv_all(roles, f"contrib/{t}", pb.CiphertextVector)
 
     # --- Final 3: gather σ_j·A_iᵀu_j from every party; x_j is their concatenation, normalised.
     sizes = []

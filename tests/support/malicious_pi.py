@@ -3,8 +3,9 @@
 
 * As **trent** it runs the honest Trent code behind a channel that replaces every block it sends the data
   parties (``v/<t>``, ``final/v``) by E[2^20 · I_b] -- standard basis vectors of its choosing -- and, in the
-  exact mode, the final blinded Gram by E[diag(b, …, 1)], so that the parties' final Ritz vectors are the
-  basis vectors themselves (the issue's attack: the x blocks sent in clear are then rows of the data).
+  exact mode, every blinded Gram by E[diag(b, …, 1)], so that the parties' Ritz vectors, the final ones
+  among them, are the basis vectors themselves (the issue's attack: the x blocks sent in clear are then
+  rows of the data).
   It saves every contribution it receives (``noisy/<t>``, ``contrib/<t>``) to its output directory.
 * As a **data party** it is honest, but keeps the key pair party1 sent it in its output directory
   (``keypair.bin``): the key holder colluding with Trent.
@@ -47,7 +48,7 @@ class _Evil:
             E = np.zeros((k, b))
             E[np.arange(b), np.arange(b)] = SCALE
             return self._block(E.ravel(order="F"), p.frac_bits, p.packing(self._pk))
-        if tag == "final/blinded":
+        if tag.startswith("blinded/"):
             G = np.diag(np.arange(b, 0, -1, dtype=float))
             return self._block(G[np.triu_indices(b)], p.frac_bits + p.blind_offset_bits, p.gram_packing(self._pk))
         return msg

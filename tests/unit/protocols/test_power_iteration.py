@@ -139,7 +139,7 @@ def test_value_bound_overflow_is_detected():
     rng = np.random.default_rng(4)
     blocks = [rng.normal(size=(4, 3)) * 1e6, rng.normal(size=(4, 3))]
     with pytest.raises((InvalidMessage, SessionAborted), match=r"reaches the agreed bound 2\^8"):
-        run(blocks, PowerIterationParams(n_parties=2, key_bits=512, value_bits=8))
+        run(blocks, PowerIterationParams(n_parties=2, key_bits=512, gram_bits=8))
     # the value itself stays in the local record: peers learn the rule, not the data (issue 19)
 
 
