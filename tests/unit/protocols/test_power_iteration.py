@@ -1,6 +1,7 @@
 """Power iteration (003 §4.1.1) in memory: correctness against numpy.linalg.eigh and Trent's view."""
 
 import asyncio
+import time
 
 import numpy as np
 import pytest
@@ -105,6 +106,47 @@ def test_trent_receives_only_ciphertexts():
     for A in blocks:
         for v in A.ravel()[:5]:
             assert np.float64(v).tobytes() not in raw
+
+
+def test_a_round_is_one_round_trip():
+    """Issue 26: a data party sends round t + 1's contribution with its Gram of round t, before the blinded
+    Gram comes back, and Trent answers with the blinded Gram, the stop bit and the next block.  So the
+    session completes even when every blinded Gram is held back until all of the next round's contributions
+    have left.  (When the contribution waited for the Ritz step this could not happen: two round trips per
+    round.)"""
+    rng = np.random.default_rng(26)
+    blocks = blocks_with_gap(rng, 6, (5, 7))
+    params = PowerIterationParams(n_parties=2, key_bits=512, p=0.8, tol=1e-10)
+    sent = {"party1": set(), "party2": set()}
+    held = []
+
+    def tamper(net):
+        for role in sent:
+            ch = net.channel(role)
+
+            async def mark(to, tag, type_url, data, orig=ch._transmit, role=role):
+                sent[role].add(tag)
+                await orig(to, tag, type_url, data)
+            ch._transmit = mark
+        tch = net.channel("trent")
+
+        async def hold(to, tag, type_url, data, orig=tch._transmit):
+            if tag.startswith("blinded/"):
+                following = f"contrib/{int(tag.split('/')[1]) + 1}"
+                give_up = time.monotonic() + 20
+                while not all(following in tags for tags in sent.values()):
+                    if time.monotonic() > give_up:
+                        raise AssertionError(f"{following} did not leave before {tag} came back")
+                    await asyncio.sleep(0.005)
+                held.append(tag)
+            await orig(to, tag, type_url, data)
+        tch._transmit = hold
+
+    _, res = run(blocks, params, seed=6, tamper=tamper)
+    tr = res["trent"]
+    assert tr.converged and len(held) == 2 * tr.rounds        # every blinded Gram, to each of the two parties
+    u_ref, x_ref = plaintext_reference(blocks)
+    assert np.allclose(res["party1"].u, u_ref, atol=1e-5) and np.allclose(tr.x, x_ref, atol=1e-5)
 
 
 def test_mismatched_dimensions_are_refused():
