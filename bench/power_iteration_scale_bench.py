@@ -4,7 +4,7 @@ For every cell (k, n per party) the bench writes the party's matrix as float32 `
 temporary folder (removed afterwards) and measures, on the same data and key (2048-bit), the compute of
 one protocol round of that party -- exactly the engine calls the protocol makes per round:
 
-    encrypt its contribution (⌈k·b/22⌉ packed ciphertexts), decrypt the block from Trent (as many),
+    encrypt its contribution (⌈k·b/17⌉ packed ciphertexts at 2048 bits), decrypt the block from Trent (as many),
     one pass over its blocks (Z = A AᵀQ, H = (AᵀQ)ᵀ(AᵀQ)), encrypt its Gram, decrypt the blinded Gram
 
 on three engines: ``local`` (the default: block threads + a crypto process pool, 2 workers), and
@@ -70,9 +70,15 @@ async def party_round(cs, k: int, b: int, plain_contrib, plain_gram, cts_block, 
     return t3 - t0, t2 - t1, (t1 - t0) + (t3 - t2), out
 
 
+def slots_per_ciphertext(pk) -> tuple[int, int]:
+    """(contribution, Gram) values per ciphertext of the exact mode under ``pk`` (two parties)."""
+    params = PowerIterationParams(n_parties=2, key_bits=pk.bits)
+    return params.packing(pk).slots, params.gram_packing(pk).slots
+
+
 def measure_cell(engines, src, sk, k: int, b: int, reps: int) -> dict:
     pk = sk.public_key
-    slots, gslots = 22, 13
+    slots, gslots = slots_per_ciphertext(pk)
     m, g = math.ceil(k * b / slots), math.ceil(b * (b + 1) / 2 / gslots)
     rng = np.random.default_rng(1)
     plain = [int(v) << 1800 for v in rng.integers(1, 2 ** 60, size=m)]
@@ -190,7 +196,7 @@ def main(argv=None) -> int:
         for eng in engines.values():
             asyncio.run(eng.aclose())
     out = {"rows": rows, "task_costs": costs, "bytes": {f"{k},{b}": v for (k, b), v in bytes_rows.items()},
-           "load_before": load, "load_after": os.getloadavg()}
+           "slots": slots_per_ciphertext(sk.public_key), "load_before": load, "load_after": os.getloadavg()}
     print(json.dumps(out, indent=2) if args.json else markdown(out))
     return 0
 
@@ -250,7 +256,8 @@ def markdown(out) -> str:
     def model(k, n, block_bytes, b=1):
         values = k * n
         B = max(1, math.ceil(values * 4 / block_bytes))
-        m = math.ceil(k * b / 22) + math.ceil(b * (b + 1) / 2 / 13)
+        slots, gslots = out["slots"]
+        m = math.ceil(k * b / slots) + math.ceil(b * (b + 1) / 2 / gslots)
         sched = B * tau
         compute = math.ceil(B / W) * (values / B) * t_val * (0.5 + 0.5 * b)
         return max(sched, compute) + 4 * hop + m * t_ct / W, B

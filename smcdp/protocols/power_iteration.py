@@ -249,13 +249,15 @@ class PowerIterationParams(ProtocolParams):
     # -- fixed-point layout shared by everyone ---------------------------------
     def contribution_bits(self) -> int:
         """The public bound on a contribution's values, 2^this.  Exact mode: ``gram_bits``, since from round 1
-        on a contribution is the Gram product Ā_iĀ_iᵀQ_t (issue 26: sent with the Gram, before the Ritz step
-        that used to scale it down).  DP mode: ``value_bits``, the clamp of the noisy release."""
+        on a contribution is the Gram product Ā_iĀ_iᵀQ_t, raw in round 1 and scaled by the previous round's
+        blinded Ritz values Θ'^{−1/2} after that (issue 26: it leaves with the Gram, before this round's Ritz
+        step); either way far below 2^gram_bits when the party's Gram entries are.  DP mode: ``value_bits``, the
+        clamp of the noisy release."""
         return self.value_bits if self.dp else self.gram_bits
 
     def slot_bits(self) -> int:
-        """Contribution slots: value, fraction, sum over parties, decoy weights + scale (not in the DP mode,
-        where Trent only adds), sign, guard."""
+        """Contribution slots: value (``contribution_bits``), fraction, sum over parties, decoy weights +
+        scale (not in the DP mode, where Trent only adds), sign, guard."""
         scale = 0 if self.dp else self.scale_bits
         return self.contribution_bits() + self.frac_bits + math.ceil(math.log2(self.n_parties)) + scale + 2
 
@@ -298,7 +300,7 @@ class PowerIterationParams(ProtocolParams):
             return ciphertext_vector_bytes(-(-values // slots), B)
 
         block = cts(k * b, self.slot_bits())                  # contrib/t, v/t, final/v (DP: noisy/t too)
-        gram = cts(self.gram_length, self.gram_slot_bits())   # gram/t, blinded/t and the final ones
+        gram = cts(self.gram_length, self.gram_slot_bits())   # gram/t, blinded/t
         flag = 16                                             # flag/t, stop/t
         rounds = self.dp_rounds if self.dp else self.max_iterations
         if self.dp:    # noisy/t to Trent; v/t and final/v to the parties (and the key pair)
@@ -568,20 +570,22 @@ async def _data_party_rounds(ch: Channel, source: MatrixSource, params: PowerIte
         recent: list[tuple[bytes | None, np.ndarray]] = []   # the last two rounds: (direction of V_t, Ritz vectors)
         # --- Round step 1 of round 0: E[C_i⁽⁰⁾] to Trent.  Every later contribution leaves in step 3.
         await party.send_contribution(C, "contrib/0")
+        scale = np.ones(b)      # Θ'^{−1/2} of the last blinded Gram: every party's same column scaling
         t = 0
         while True:
             ch.progress(round=t, step="iterate")
             # --- Round step 3: decrypt V_t, orthonormalise, one pass: Z_i = Ā_iĀ_iᵀQ, H_i = (Ā_iᵀQ)ᵀ(Ā_iᵀQ);
             # E[H_i] and the local flag "D⁽ᵗ⁻¹⁾ < tol²" to Trent, and with them round t + 1's step 1:
-            # E[C_i⁽ᵗ⁺¹⁾] = E[Z_i].  It does not wait for the blinded Gram, so a round costs one network
-            # round trip (issue 26); Trent ignores it when he stops.
+            # E[C_i⁽ᵗ⁺¹⁾] = E[Z_i·diag(Θ'_{t−1})^{−1/2}].  It does not wait for the blinded Gram, so a round
+            # costs one network round trip (issue 26); Trent ignores it when he stops.
             Q, Z, direction = await party.gram_step(f"v/{t}", f"gram/{t}")
             await ch.send(TRENT, f"flag/{t}", pb.Flag(value=D is not None and D < params.tol ** 2))
-            await party.send_contribution(Z, f"contrib/{t + 1}")
+            await party.send_contribution(Z * scale, f"contrib/{t + 1}")
             # --- Round step 5: Rayleigh–Ritz on the blinded Gram G': round t's Ritz vectors and D⁽ᵗ⁾.
             Gp = await party.recv_gram(f"blinded/{t}")
             stop = (await ch.recv(TRENT, f"stop/{t}", pb.Flag)).value
-            U, _, _ = rayleigh_ritz(Gp, Q, previous)
+            U, _, theta = rayleigh_ritz(Gp, Q, previous)
+            scale = 1.0 / np.sqrt(theta)
             if previous is not None:
                 D = float(np.sum((U[:, :r] - previous[:, :r]) ** 2))
             previous = U

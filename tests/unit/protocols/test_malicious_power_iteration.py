@@ -3,8 +3,8 @@
 Each test plays Trent honestly except for the messages it rewrites on the wire, and shows either
 that the data parties' cheap checks refuse the attack, or -- for what no cheap check can see --
 exactly what the attacker obtains.  The protocol is the top-r subspace iteration (issue 17): what
-leaves a data party in clear is σ_j·A_iᵀu_j (tags ``final/x/<c>``), u_j being the Ritz vectors of
-the final block Trent sends.
+leaves a data party in clear is σ_j·A_iᵀu_j (tags ``final/x/<c>``), u_j being the Ritz vectors the
+party computed for the block that Trent's final block repeats.
 """
 
 import asyncio
@@ -22,9 +22,10 @@ from smcdp.v1 import messages_pb2 as pb
 K_ROWS = 5
 
 
-def _attack(blocks, params, rewrite):
+def _attack(blocks, params, rewrite, seed=None):
     """Run the session with Trent's outgoing messages passed through ``rewrite(tag, data, pk)``;
-    returns (network, results or the exception the session ended with)."""
+    returns (network, results or the exception the session ended with).  ``seed``: every role's
+    randomness (not the encryptions'), so that two runs differ only by the rewrite."""
     pk, sk = generate_keypair(params.key_bits, allow_insecure=True)
     roles = {"trent": "trent", **{f"party{i + 1}": f"org{i + 1}" for i in range(len(blocks))}}
     net = InMemoryNetwork(roles, timeout=120)
@@ -35,10 +36,11 @@ def _attack(blocks, params, rewrite):
         await original(to_role, tag, type_url, rewrite(tag, data, pk))
 
     ch._transmit = evil
-    coros = {"trent": lambda c: trent(c, params, allow_insecure_keys=True)}
+    coros = {"trent": lambda c: trent(c, params, seed=seed, allow_insecure_keys=True)}
     for i, A in enumerate(blocks):
         coros[f"party{i + 1}"] = (lambda c, A=A, i=i: data_party(
-            c, A, params, private_key=sk if i == 0 else None, allow_insecure_keys=True))
+            c, A, params, private_key=sk if i == 0 else None, allow_insecure_keys=True,
+            seed=None if seed is None else seed + i + 1))
     try:
         return net, asyncio.run(net.run(coros))
     except Exception as exc:  # noqa: BLE001 - the tests look at it
@@ -78,7 +80,7 @@ def test_basis_block_as_final_block_is_refused(components):
     """The issue's example, for r components: a final block of standard basis vectors would make every
     party's clear blocks rows of its matrix (up to σ_j).  The final block must be the direction of a
     block of the last two rounds (the last real state Trent sent), so the parties refuse before
-    sending anything from it -- not even its encrypted Gram."""
+    they send anything more (final/cols, the x blocks)."""
     params = PowerIterationParams(n_parties=2, key_bits=512, p=1.0, max_iterations=30, components=components)
 
     def rewrite(tag, data, pk):
@@ -143,6 +145,31 @@ def test_residual_a_trent_deviating_every_round_gets_chosen_rows_up_to_sigma():
         factors.append(ratios)
     # the factor of each component is σ_l, the same for both parties, and unknown to Trent
     np.testing.assert_allclose(factors[0], factors[1], rtol=1e-12)
+
+
+def test_the_final_vectors_are_those_of_the_round_whose_block_comes_again():
+    """Issue 26: the parties take u_j from the round whose block matches the final one (Trent's last real
+    state), not from the other of the last two rounds.  With p = 1 and a tolerance never met, the last round
+    is real and is the one that matches: a Gram forged in the round before leaves the result as it was,
+    the same forgery in the last round turns it."""
+    n = 8
+    params = PowerIterationParams(n_parties=2, key_bits=512, p=1.0, max_iterations=n, tol=1e-300, components=2)
+    blocks = _data(4)
+    forged = np.array([[1.0, 0.9], [0.9, 1.0]])     # positive definite; its eigenvectors turn the basis by 45°
+
+    def forge(round_):
+        return lambda tag, data, pk: _gram(pk, params, forged) if tag == f"blinded/{round_}" else data
+
+    def us(res):
+        assert isinstance(res, dict), res
+        return np.array([c["u"] for c in res["party1"].components])
+
+    _, honest = _attack(blocks, params, lambda tag, data, pk: data, seed=5)
+    _, other = _attack(blocks, params, forge(n - 2), seed=5)
+    _, matching = _attack(blocks, params, forge(n - 1), seed=5)
+    assert honest["trent"].rounds == n and not honest["trent"].converged
+    np.testing.assert_allclose(us(other), us(honest), atol=1e-9)
+    assert np.max(np.abs(us(matching) - us(honest))) > 0.1
 
 
 @pytest.mark.parametrize("p,components", [(1.0, 1), (0.6, 1), (0.6, 2)])

@@ -149,6 +149,28 @@ def test_a_round_is_one_round_trip():
     assert np.allclose(res["party1"].u, u_ref, atol=1e-5) and np.allclose(tr.x, x_ref, atol=1e-5)
 
 
+@pytest.mark.parametrize("scale", [1e-4, 1e-5])
+def test_small_data_never_claims_a_convergence_it_did_not_reach(scale):
+    """Contributions are encoded at an absolute step of 2^-frac_bits.  Sent as raw Gram products
+    (Ā_iĀ_iᵀQ, of the size of the eigenvalues), data at 1e-5 kept two or three digits: the rounded
+    iteration stood still, D was 0, and the session reported convergence with an error of 1e-4 (found in
+    review of issue 26).  Scaled per column by the previous round's blinded Ritz values, as every party
+    does alike, they carry the digits the Ritz-scaled contributions of before carried: the result is as
+    close as this precision allows, and a session that does not get within its tolerance says so."""
+    rng = np.random.default_rng(3)
+    blocks = [b * scale for b in blocks_with_gap(rng, 6, (5, 7))]
+    M = np.concatenate(blocks, axis=1)
+    ref = np.linalg.eigh(M @ M.T)[1][:, ::-1]
+    for r in (1, 2):
+        params = PowerIterationParams(n_parties=2, key_bits=512, tol=1e-9, components=r, max_iterations=120)
+        _, res = run(blocks, params, seed=4)
+        err = max(min(np.linalg.norm(np.asarray(res["party1"].components[j]["u"]) - s * ref[:, j]) for s in (1, -1))
+                  for j in range(r))
+        assert err < 2e-6, (r, err)
+        if res["trent"].converged:
+            assert err < 1e-7, (r, err, res["trent"].rounds)
+
+
 def test_mismatched_dimensions_are_refused():
     rng = np.random.default_rng(2)
     blocks = [rng.normal(size=(4, 3)), rng.normal(size=(5, 3))]

@@ -32,7 +32,7 @@ def test_without_rows_k_is_bounded_by_max_rows():
     for role in ("trent", "party1"):
         env = unset.traffic_envelope(role)
         assert env == PowerIterationParams(rows=unset.max_rows).traffic_envelope(role)
-        # 2,000 rounds of k <= 1,000, 3072-bit; contributions in Gram-wide slots (issue 26: 167 MiB, 150 before)
+        # 2,000 rounds of k <= 1,000, 3072-bit; contributions in Gram-wide slots (issue 26: 167 MiB, 138 before)
         assert env.session_bytes < 170 << 20, env
     # 30 values: two 3072-bit ciphertexts of 26 Gram-wide slots (one of 33 before issue 26)
     assert PowerIterationParams(rows=30).traffic_envelope("party1").session_bytes < 7 << 20

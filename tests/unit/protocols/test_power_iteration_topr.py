@@ -122,26 +122,29 @@ def party1_view(net, params, sk, k, n_parties):
 
 def scale_recovery_attack(net, params, sk, k, n_parties):
     """Party1 replays its own computation from what it decrypted and estimates Trent's factor on the
-    next block, F̂ = G'_t⁻¹ Q_tᵀ V_{t+1} (V_{t+1} = r_{t+1}·Σ_j Ā_jĀ_jᵀQ_t and Q_tᵀV_{t+1} = r_{t+1}·G_t).
-    Without blinding F̂ = r_{t+1}·I with r an integer (which flags consecutive real rounds); then
+    next block, F̂ = (G'_t S)⁻¹ Q_tᵀ V_{t+1}, S = diag(Θ'_{t−1})^{−1/2} being the parties' common scaling
+    of the contributions (V_{t+1} = r_{t+1}·Σ_j Ā_jĀ_jᵀQ_tS, so Q_tᵀV_{t+1} = r_{t+1}·G_tS).  Without
+    blinding F̂ = r_{t+1}·I with r an integer (which flags consecutive real rounds); then
     Σ_{j≠1} C_j = V_{t+1}/r − C_1.  Returns (pairs, recovered)."""
     b = params.block_size
     got, contrib = party1_view(net, params, sk, k, n_parties)
     rounds = sum(1 for tag in got if tag.startswith("v/"))
     previous = None
     state = {}
+    S = np.eye(b)        # round 0's contribution is unscaled
     for t in range(rounds):
         V = got[f"v/{t}"].reshape((k, b), order="F")
         Q = orthonormal_basis(V, "v")
         Gp = pi._from_triu(got[f"blinded/{t}"], b)
-        U, Y, theta = rayleigh_ritz(Gp, Q, previous)
+        U, _, theta = rayleigh_ritz(Gp, Q, previous)
         previous = U
-        state[t] = (Q, Gp)
+        state[t] = (Q, Gp, S)
+        S = np.diag(1 / np.sqrt(theta))
     pairs = recovered = 0
     for t in range(rounds - 1):
-        Q, Gp = state[t]
+        Q, Gp, S = state[t]
         V1 = got[f"v/{t + 1}"].reshape((k, b), order="F")
-        F = np.linalg.lstsq(Gp, Q.T @ V1, rcond=None)[0]
+        F = np.linalg.lstsq(Gp @ S, Q.T @ V1, rcond=None)[0]
         f = float(np.mean(np.diag(F)))
         pairs += 1
         if f >= 1 and abs(f - round(f)) < 1e-3:
