@@ -141,8 +141,8 @@ class PowerIterationParams(ProtocolParams):
                                   # then also learns approximations of components r+1 … r+oversample
     blind_bits: int = 16          # Trent's Gram blinding m_t is log-uniform in [1, 2^blind_bits)
     blind_offset_bits: int = 48   # … sent as the integer m_t·2^blind_offset_bits
-    gram_bits: int = 48           # public bound: every |entry| of one party's Gram H_i and contribution
-                                  # Ā_iĀ_iᵀQ_t < 2^gram_bits
+    gram_bits: int = 48           # public bound: every |entry| of one party's Gram H_i and of its
+                                  # contributions (scaled Gram products Ā_iĀ_iᵀQ_t) < 2^gram_bits
     sigma_bits: int = 16          # the final blocks' factors σ_j are log-uniform in [2^-σ, 2^σ]
     # --- issue 19: public bounds that size every message (traffic envelope)
     rows: int | None = None       # k, if the initiator states it: checked by everyone, sizes the traffic
