@@ -854,6 +854,11 @@ def server_options(limits: Limits) -> list[tuple[str, int]]:
         ("grpc.http2.max_ping_strikes", 2),
         ("grpc.keepalive_time_ms", SERVER_KEEPALIVE_MS),
         ("grpc.keepalive_timeout_ms", SERVER_KEEPALIVE_TIMEOUT_MS),
+        # gRPC sets SO_REUSEPORT by default on Linux: a second server -- another party, or any process --
+        # could then bind this party's port too and the kernel would share the connections between them
+        # (a test suite's port race showed it as TLS hostname failures).  The port is this party's alone:
+        # a second bind fails ("cannot listen on …").
+        ("grpc.so_reuseport", 0),
     ]
 
 

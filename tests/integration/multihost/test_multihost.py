@@ -95,21 +95,24 @@ def test_protocols_across_namespaces(cluster):
 def test_party_down_when_session_starts_fails_naming_it_at_the_deadline(cluster):
     assert cluster.stop("charlie") == 0
     sid = "trent.down-at-start"
+    # the deadline leaves room for the proposals to alice and bob, which come first (name order) and took
+    # 3.3 s of a 6 s deadline on a loaded CI host, before charlie was ever tried
+    timeout = 12
     out = cluster.session("trent", "power-iteration", PI_ROLES, power_iteration_params(),
-                          session_id=sid, timeout=6)
+                          session_id=sid, timeout=timeout)
     assert out.returncode != 0
     # the error names the unreachable party and its address, and says it kept trying
     assert "'charlie'" in out.stderr and f"{cluster.addresses['charlie']}:{PORT}" in out.stderr, out.stderr
     m = re.search(r"\((\d+) attempt", out.stderr)
     assert m and int(m.group(1)) >= 3, out.stderr  # retried with backoff, not one try
-    assert 5.0 <= out.seconds <= 6 + 25, out.seconds
+    assert timeout - 1 <= out.seconds <= timeout + 25, out.seconds
     records = cluster.wait_records(["trent", "alice", "bob"], sid, timeout=20)
     assert records["trent"]["error"]["code"] == "UNAVAILABLE"
     assert "charlie" in records["trent"]["error"]["message"]
     for p in ("alice", "bob"):                    # they had accepted the proposal
         rec = records[p]
         assert rec["state"] == "failed"
-        assert _seconds_between(rec["started_at"], rec["finished_at"]) <= 6 + 3, rec
+        assert _seconds_between(rec["started_at"], rec["finished_at"]) <= timeout + 3, rec
         err = rec["error"]
         # Both endings are clear.  The transport races them: trent retries Propose until the
         # session deadline and only then sends Abort, whose culprit is the party it could not reach

@@ -3,6 +3,7 @@ bounded JSON, log lines that cannot be forged, private directories and files."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -99,6 +100,30 @@ def test_server_keepalive_policy_accepts_the_clients_pings():
     assert opts["grpc.http2.min_ping_interval_without_data_ms"] < CLIENT_KEEPALIVE_MS
     assert opts["grpc.max_concurrent_streams"] == Limits().max_concurrent_streams
     assert opts["grpc.max_receive_message_length"] <= 5 << 20
+
+
+def test_a_partys_port_is_its_alone():
+    """Without grpc.so_reuseport = 0 a second server binds the same port and the kernel shares the
+    connections between the two (a CI run met a peer's certificate where bob's was expected)."""
+    import grpc
+
+    async def bind_twice():
+        first = grpc.aio.server(options=server_options(Limits()))
+        port = first.add_insecure_port("127.0.0.1:0")
+        await first.start()
+        try:
+            second = grpc.aio.server(options=server_options(Limits()))
+            try:
+                got = second.add_insecure_port(f"127.0.0.1:{port}")
+            except RuntimeError:
+                got = 0
+            await second.stop(None)
+            return got
+        finally:
+            await first.stop(None)
+
+    assert asyncio.run(bind_twice()) == 0
+    assert dict(server_options(Limits()))["grpc.so_reuseport"] == 0
 
 
 def test_grpc_cap_sits_above_what_the_accounting_admits():
