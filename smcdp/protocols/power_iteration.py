@@ -457,9 +457,8 @@ def orthonormal_basis(V: np.ndarray, what: str) -> np.ndarray:
     return Q * np.sign(d)
 
 
-def rayleigh_ritz(Gp: np.ndarray, Q: np.ndarray, previous: np.ndarray | None
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(Ritz vectors Û = QY, Y, Θ') from the blinded Gram G' = m·Qᵀ M̄M̄ᵀ Q, in descending order.
+def rayleigh_ritz(Gp: np.ndarray, Q: np.ndarray, previous: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """(Ritz vectors Û = QY, Θ') from the blinded Gram G' = m·Qᵀ M̄M̄ᵀ Q, in descending order.
 
     Each column's sign follows the previous round's column (or, without a usable one, makes its
     largest-magnitude entry positive), so that consecutive rounds are comparable and every party,
@@ -472,9 +471,8 @@ def rayleigh_ritz(Gp: np.ndarray, Q: np.ndarray, previous: np.ndarray | None
         d = float(U[:, j] @ previous[:, j]) if previous is not None else 0.0
         s = np.sign(d) if abs(d) >= SIGN_OVERLAP_MIN else np.sign(U[np.argmax(np.abs(U[:, j])), j])
         if s < 0:
-            Y[:, j] = -Y[:, j]
             U[:, j] = -U[:, j]
-    return U, Y, theta
+    return U, theta
 
 
 def _triu(H: np.ndarray) -> np.ndarray:
@@ -565,7 +563,6 @@ async def _data_party_rounds(ch: Channel, source: MatrixSource, params: PowerIte
         C = (Z0 + rho * X0_pad) / np.sqrt(sq + np.einsum("ij,ij->j", X0_pad, X0_pad))
 
         party = _Party(ch, cs, params, pk, packing, gram_packing, rho)
-        previous: np.ndarray | None = None
         D: float | None = None
         recent: list[tuple[bytes | None, np.ndarray]] = []   # the last two rounds: (direction of V_t, Ritz vectors)
         # --- Round step 1 of round 0: E[C_i⁽⁰⁾] to Trent.  Every later contribution leaves in step 3.
@@ -584,11 +581,11 @@ async def _data_party_rounds(ch: Channel, source: MatrixSource, params: PowerIte
             # --- Round step 5: Rayleigh–Ritz on the blinded Gram G': round t's Ritz vectors and D⁽ᵗ⁾.
             Gp = await party.recv_gram(f"blinded/{t}")
             stop = (await ch.recv(TRENT, f"stop/{t}", pb.Flag)).value
-            U, _, theta = rayleigh_ritz(Gp, Q, previous)
+            previous = recent[-1][1] if recent else None
+            U, theta = rayleigh_ritz(Gp, Q, previous)
             scale = 1.0 / np.sqrt(theta)
             if previous is not None:
                 D = float(np.sum((U[:, :r] - previous[:, :r]) ** 2))
-            previous = U
             recent = (recent + [(direction, U)])[-2:]
             t += 1
             if stop:

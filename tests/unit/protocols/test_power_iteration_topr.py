@@ -136,7 +136,7 @@ def scale_recovery_attack(net, params, sk, k, n_parties):
         V = got[f"v/{t}"].reshape((k, b), order="F")
         Q = orthonormal_basis(V, "v")
         Gp = pi._from_triu(got[f"blinded/{t}"], b)
-        U, _, theta = rayleigh_ritz(Gp, Q, previous)
+        U, theta = rayleigh_ritz(Gp, Q, previous)
         previous = U
         state[t] = (Q, Gp, S)
         S = np.diag(1 / np.sqrt(theta))
