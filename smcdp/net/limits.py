@@ -112,6 +112,12 @@ class Limits:
         return self.max_session_mib * MIB
 
     @property
+    def held_per_peer(self) -> int:
+        """Sessions of one peer this party holds at once in any state, winding down too: what its pending
+        and running slots allow (a session whose end is decided frees its slot but not its memory)."""
+        return self.pending_per_peer + self.running_per_peer
+
+    @property
     def grpc_rpc_cap(self) -> int:
         """gRPC's ``maximum_concurrent_rpcs``: a hard cap that refuses every caller alike, so it sits
         above what this party's own accounting admits (peers in all, plus the operator's reserve), with

@@ -53,8 +53,8 @@ def _counts(sessions: Iterable[_Live], initiator: str, in_flight: Mapping[str, i
     A session whose end is decided (its Abort was accepted, it failed or it ended) holds neither a
     pending nor a running slot: a peer that aborts a proposal may propose the next one at once, however
     long the aborted one takes to wind down.  It still counts in ``mine_held`` and ``total``: a peer
-    cannot make the party hold more than ``pending_per_peer + running_per_peer`` of its sessions at once,
-    winding down or not (:func:`_check_slots`).
+    cannot make the party hold more than ``limits.held_per_peer`` of its sessions at once, winding down or
+    not (:func:`_check_slots`).
 
     ``in_flight``: initiator -> proposals (or resumes) being admitted right now, which hold no session
     yet; they count as pending (issue 24: concurrent Proposes all passed the check before any was
@@ -93,11 +93,10 @@ def _check_slots(sessions: Iterable[_Live], initiator: str, limits: Limits, me: 
     mine_p, mine_r, mine_h, pending, total = _counts(sessions, initiator, in_flight)
     if initiator == me:
         pass   # the party's own operator: no peer's quota applies to it, only the party's total below
-    elif mine_h >= limits.pending_per_peer + limits.running_per_peer:
+    elif mine_h >= limits.held_per_peer:
         raise ResourceExhausted(
             f"party {initiator!r} already holds {mine_h} sessions at party {me!r}, some still winding down "
-            f"(limits.pending_per_peer + running_per_peer = {limits.pending_per_peer + limits.running_per_peer}); "
-            "try again shortly")
+            f"(limits.pending_per_peer + running_per_peer = {limits.held_per_peer}); try again shortly")
     elif mine_p >= limits.pending_per_peer:
         raise ResourceExhausted(
             f"party {initiator!r} already has {mine_p} proposed sessions not yet begun at party {me!r} "
@@ -223,7 +222,7 @@ def check_resume(sessions: Iterable[_Live] | None, initiator: str, meta: Mapping
         return
     mine_p, _mine_r, mine_h, pending, total = _counts(sessions, initiator, in_flight)
     if mine_p >= limits.pending_per_peer or pending >= limits.pending_total or total >= limits.sessions_total \
-            or mine_h >= limits.pending_per_peer + limits.running_per_peer:
+            or mine_h >= limits.held_per_peer:
         raise _limit(ResourceExhausted, "limits.pending",
                      f"party {me!r} cannot reopen session {sid!r} now: {mine_p} sessions of {initiator!r} and "
                      f"{pending} in all wait for Begin, {total} are held, {mine_h} of them {initiator!r}'s "
