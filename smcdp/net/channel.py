@@ -20,16 +20,18 @@ from __future__ import annotations
 import abc
 import asyncio
 import concurrent.futures
+import functools
 import hashlib
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Iterable, Mapping, Protocol, TypeVar
 
+from google.protobuf import descriptor_pool, message_factory
 from google.protobuf.message import DecodeError, Message
 
 from smcdp.errors import DeadlineExceeded, InvalidMessage, SessionAborted, Unavailable
-from smcdp.v1 import messages_pb2 as pb
+from smcdp.v1 import messages_pb2  # noqa: F401  (registers the types replay_view looks up by name)
 
 M = TypeVar("M", bound=Message)
 
@@ -197,25 +199,58 @@ MAX_IN_FLIGHT_BYTES = 64 * 1024 * 1024
 
 #: message types whose bytes a replay does not reproduce, and the field that differs: Paillier and DGK
 #: ciphertexts carry fresh encryption randomness, blobs may carry a proof's fresh commitments
-#: (docs/fault-tolerance.md).  Everything else in them, and every other type, must come out byte for byte.
+#: (docs/fault-tolerance.md).  Everything else in them, and every other type, must come out byte for byte;
+#: a type that holds one of these (a power-iteration round holds two ciphertext vectors) is compared the
+#: same way, field by field.
 FRESH_FIELDS = {"smcdp.v1.CiphertextVector": "ciphertexts", "smcdp.v1.Blobs": "values"}
-_FRESH_TYPES = {"smcdp.v1.CiphertextVector": pb.CiphertextVector, "smcdp.v1.Blobs": pb.Blobs}
+
+
+@functools.lru_cache(maxsize=64)
+def _fresh_class(type_url: str) -> type[Message] | None:
+    """The message class of ``type_url`` if it holds a fresh field at any depth, else None."""
+    try:
+        desc = descriptor_pool.Default().FindMessageTypeByName(type_url)
+    except KeyError:
+        return None
+
+    def holds(d, seen: frozenset) -> bool:
+        return d.full_name in FRESH_FIELDS or any(
+            f.message_type is not None and f.message_type.full_name not in seen
+            and holds(f.message_type, seen | {d.full_name}) for f in d.fields)
+
+    return message_factory.GetMessageClass(desc) if holds(desc, frozenset()) else None
+
+
+def holds_fresh(type_url: str) -> bool:
+    """Does a message of this type carry fresh randomness (so that a replay may differ in it)?"""
+    return _fresh_class(type_url) is not None
+
+
+def _clear_fresh(msg: Message, counts: list[int]) -> None:
+    name = FRESH_FIELDS.get(msg.DESCRIPTOR.full_name)
+    if name is not None:
+        counts.append(len(getattr(msg, name)))
+        msg.ClearField(name)
+    for fd, value in msg.ListFields():
+        if fd.message_type is not None:
+            for sub in (value if fd.is_repeated else (value,)):
+                _clear_fresh(sub, counts)
 
 
 def replay_view(type_url: str, data: bytes) -> bytes:
     """What a replay of a message must reproduce exactly: its bytes, or -- for a type with fresh
-    encryption randomness -- everything but those fields, and how many values they hold."""
-    field_name = FRESH_FIELDS.get(type_url)
-    if field_name is None:
+    encryption randomness, at any depth -- everything but those fields, and how many values each holds."""
+    cls = _fresh_class(type_url)
+    if cls is None:
         return data
-    msg = _FRESH_TYPES[type_url]()
+    msg = cls()
     try:
         msg.ParseFromString(data)
     except DecodeError:
         return data
-    count = len(getattr(msg, field_name))
-    msg.ClearField(field_name)
-    return msg.SerializeToString(deterministic=True) + b"#" + str(count).encode()
+    counts: list[int] = []
+    _clear_fresh(msg, counts)
+    return msg.SerializeToString(deterministic=True) + b"#" + b",".join(b"%d" % c for c in counts)
 
 
 class ReplayDiverged(InvalidMessage):
@@ -372,7 +407,7 @@ class Channel(abc.ABC):
         """A message whose journal record was lost to damage: one without fresh randomness must come out
         exactly as its recorded digest says (one with fresh randomness goes out anew; a receiver that
         holds the old bytes refuses it, naming this party)."""
-        if type_url in FRESH_FIELDS and lost[0] == type_url:
+        if holds_fresh(type_url) and lost[0] == type_url:
             return
         if (lost[0], lost[1]) != (type_url, hashlib.sha256(data).hexdigest()):
             raise ReplayDiverged(f"replay of session {self.session_id} diverged at {self.me}: message {tag!r} to "

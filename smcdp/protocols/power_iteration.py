@@ -299,9 +299,9 @@ class PowerIterationParams(ProtocolParams):
             slots = max(1, (B - 5) // slot_bits) if self.packed else 1
             return ciphertext_vector_bytes(-(-values // slots), B)
 
-        block = cts(k * b, self.slot_bits())                  # contrib/t, v/t, final/v (DP: noisy/t too)
-        gram = cts(self.gram_length, self.gram_slot_bits())   # gram/t, blinded/t
-        flag = 16                                             # flag/t, stop/t
+        block = cts(k * b, self.slot_bits())                  # contrib/0, v/t (DP: noisy/t, final/v too)
+        gram = cts(self.gram_length, self.gram_slot_bits())
+        both = block + gram + 16      # round/t and reply/t: a block, a Gram, a flag, and the fields' framing
         rounds = self.dp_rounds if self.dp else self.max_iterations
         if self.dp:    # noisy/t to Trent; v/t and final/v to the parties (and the key pair)
             msgs = ([(rounds * self.n_parties, block), (self.n_parties, 24), (1, B // 8 + 16)] if role == TRENT
@@ -311,14 +311,14 @@ class PowerIterationParams(ProtocolParams):
             # chunks' sizes follow max_samples, not the chunk size alone -- 512 KB a message before)
             chunks, n = self.final_chunks(self.max_samples), self.max_samples
             finals = (chunks, 8 * min(n, self.final_chunk_rows) * r + 32, 8 * n * r + 32 * chunks)
-            # contrib/0 … contrib/rounds: the last one comes with the last Gram and is ignored (issue 26)
-            per_party = [(rounds + 1, block), (rounds, gram), (rounds, flag), (1, 24),   # dims
-                         (1, 40), finals]                                               # final/cols, final/x
+            # contrib/0, then round/t: each round's Gram comes with the next contribution (issue 26)
+            per_party = [(1, block), (rounds, both), (1, 24),   # dims
+                         (1, 40), finals]                      # final/cols, final/x
             P = self.n_parties           # each party's messages: (count, largest[, total]) times P
             msgs = [(m[0] * P, m[1], *(t * P for t in m[2:])) for m in per_party] + [(1, B // 8 + 16)]  # key
         else:
-            msgs = [(rounds + 1, block), (rounds, gram), (rounds, flag),
-                    (1, 3 * (B // 8) + 32), (1, 8 * r + 16)]                            # keypair, sigma
+            msgs = [(1, block), (rounds, both),                     # v/0, reply/t (the last: the final block)
+                    (1, 3 * (B // 8) + 32), (1, 8 * r + 16)]       # keypair, sigma
         return TrafficEnvelope.from_messages(msgs, f"power-iteration parameters (k <= {k}, b = {b}, "
                                              f"{rounds} rounds, {B}-bit key, n_i <= {self.max_samples})")
 
@@ -568,19 +568,24 @@ async def _data_party_rounds(ch: Channel, source: MatrixSource, params: PowerIte
         # --- Round step 1 of round 0: E[C_i⁽⁰⁾] to Trent.  Every later contribution leaves in step 3.
         await party.send_contribution(C, "contrib/0")
         scale = np.ones(b)      # Θ'^{−1/2} of the last blinded Gram: every party's same column scaling
+        ints, what = await party.recv_block("v/0"), "v/0 from trent"
         t = 0
         while True:
             ch.progress(round=t, step="iterate")
-            # --- Round step 3: decrypt V_t, orthonormalise, one pass: Z_i = Ā_iĀ_iᵀQ, H_i = (Ā_iᵀQ)ᵀ(Ā_iᵀQ);
-            # E[H_i] and the local flag "D⁽ᵗ⁻¹⁾ < tol²" to Trent, and with them round t + 1's step 1:
+            # --- Round step 3: orthonormalise V_t, one pass: Z_i = Ā_iĀ_iᵀQ, H_i = (Ā_iᵀQ)ᵀ(Ā_iᵀQ); E[H_i] and
+            # the local flag "D⁽ᵗ⁻¹⁾ < tol²" to Trent, and in the same message round t + 1's step 1:
             # E[C_i⁽ᵗ⁺¹⁾] = E[Z_i·diag(Θ'_{t−1})^{−1/2}].  It does not wait for the blinded Gram, so a round
-            # costs one network round trip (issue 26); Trent ignores it when he stops.
-            Q, Z, direction = await party.gram_step(f"v/{t}", f"gram/{t}")
-            await ch.send(TRENT, f"flag/{t}", pb.Flag(value=D is not None and D < params.tol ** 2))
-            await party.send_contribution(Z * scale, f"contrib/{t + 1}")
-            # --- Round step 5: Rayleigh–Ritz on the blinded Gram G': round t's Ritz vectors and D⁽ᵗ⁾.
-            Gp = await party.recv_gram(f"blinded/{t}")
-            stop = (await ch.recv(TRENT, f"stop/{t}", pb.Flag)).value
+            # costs one message each way: one network round trip (issue 26).  Trent ignores it when he stops.
+            Q, Z, direction, gram = await party.gram_step(ints, what)
+            await ch.send(TRENT, f"round/{t}", pb.PowerIterationRound(
+                gram=gram, converged=D is not None and D < params.tol ** 2,
+                contribution=await party.contribution(Z * scale)))
+            # --- Round step 5: Rayleigh–Ritz on the blinded Gram G': round t's Ritz vectors and D⁽ᵗ⁾.  With
+            # G' and the stop bit comes the next block: V_{t+1}, or after the stop bit the final block.
+            reply = await ch.recv(TRENT, f"reply/{t}", pb.PowerIterationReply)
+            Gp = await party.blinded_gram(reply.blinded_gram, f"reply/{t} from trent (its blinded Gram)")
+            what = f"reply/{t} from trent (its block)"
+            ints = await party.decrypt_block(reply.block, what)
             previous = recent[-1][1] if recent else None
             U, theta = rayleigh_ritz(Gp, Q, previous)
             scale = 1.0 / np.sqrt(theta)
@@ -588,7 +593,7 @@ async def _data_party_rounds(ch: Channel, source: MatrixSource, params: PowerIte
                 D = float(np.sum((U[:, :r] - previous[:, :r]) ** 2))
             recent = (recent + [(direction, U)])[-2:]
             t += 1
-            if stop:
+            if reply.stop:
                 break
 
         # --- Final 1–2: the last real state Trent sent, freshly scaled (it came with the stop bit).  Check
@@ -599,11 +604,11 @@ async def _data_party_rounds(ch: Channel, source: MatrixSource, params: PowerIte
         # for that block in its round (issue 26: the same vectors a fresh Gram of it would give, without
         # another pass over the data and another round trip).
         ch.progress(round=t, step="final")
-        direction = _direction(await party.recv_block("final/v"))
+        direction = _direction(ints)
         chosen = [U for d, U in recent if d is not None and d == direction]
         if not chosen:
-            raise InvalidMessage("final/v from trent is not the direction of a block of the last two rounds: "
-                                 "refusing to reveal projections Trent chose")
+            raise InvalidMessage(f"the final block ({what}) is not the direction of a block of the last two "
+                                 "rounds: refusing to reveal projections Trent chose")
         us = np.column_stack([sign_convention(chosen[-1][:, j]) for j in range(r)])
 
         # --- Final 3: σ_j·A_iᵀu_j in clear to Trent, in messages of params.final_chunk_rows samples;
@@ -737,7 +742,8 @@ class _Party:
         self.k = cs.source.k
         self.b = params.block_size
 
-    async def send_contribution(self, C: np.ndarray, tag: str) -> None:
+    async def contribution(self, C: np.ndarray) -> pb.CiphertextVector:
+        """E[C] of a k × b contribution, within the agreed bound."""
         bits = self.params.contribution_bits()
         if not np.all(np.abs(C) < 2.0 ** bits):
             name = "value_bits" if self.params.dp else "gram_bits"
@@ -747,25 +753,28 @@ class _Party:
         vec = await EncryptedVector.encrypt_with(
             self.cs.encrypt, self.pk, C.ravel(order="F"), frac_bits=self.params.frac_bits,
             packing=self.packing, bound=self.params.contribution_bound())
-        await self.ch.send(TRENT, tag, vec.to_proto())
+        return vec.to_proto()
+
+    async def send_contribution(self, C: np.ndarray, tag: str) -> None:
+        await self.ch.send(TRENT, tag, await self.contribution(C))
 
     async def recv_block(self, tag: str) -> list[int]:
         """A k × b block from Trent, decrypted: its fixed-point integers (column by column)."""
-        msg = await self.ch.recv(TRENT, tag, pb.CiphertextVector)
+        return await self.decrypt_block(await self.ch.recv(TRENT, tag, pb.CiphertextVector), f"{tag} from trent")
+
+    async def decrypt_block(self, msg: pb.CiphertextVector, what: str) -> list[int]:
         vec = EncryptedVector.from_proto(msg, self.pk, length=self.k * self.b, exponent=-self.params.frac_bits,
-                                         packing=self.packing, what=f"{tag} from trent")
+                                         packing=self.packing, what=what)
         return await vec.decrypt_ints_with(self.cs.decrypt)
 
     def block(self, ints: list[int]) -> np.ndarray:
         return decode_fixed(ints, -self.params.frac_bits).reshape((self.k, self.b), order="F")
 
-    async def gram_step(self, v_tag: str, gram_tag: str) -> tuple[np.ndarray, np.ndarray, bytes | None]:
-        """Receive V, send E[H_i]; return (Q, Z_i, the direction of V)."""
-        ints = await self.recv_block(v_tag)
+    async def gram_step(self, ints: list[int], what: str
+                        ) -> tuple[np.ndarray, np.ndarray, bytes | None, pb.CiphertextVector]:
+        """From V's decrypted integers: (Q, Z_i, the direction of V, E[H_i])."""
         direction = _direction(ints)
-        V = self.block(ints)
-        del ints
-        Q = orthonormal_basis(V, f"{v_tag} from trent")
+        Q = orthonormal_basis(self.block(ints), what)
         Z, H = await self.cs.gram_pass(Q)
         rho2 = self.rho ** 2
         Z = Z + rho2 * Q
@@ -777,19 +786,17 @@ class _Party:
         gram = await EncryptedVector.encrypt_with(
             self.cs.encrypt, self.pk, _triu(H), frac_bits=self.params.frac_bits, packing=self.gram_packing,
             bound=self.params.gram_bound())
-        await self.ch.send(TRENT, gram_tag, gram.to_proto())
-        return Q, Z, direction
+        return Q, Z, direction, gram.to_proto()
 
-    async def recv_gram(self, tag: str) -> np.ndarray:
+    async def blinded_gram(self, msg: pb.CiphertextVector, what: str) -> np.ndarray:
         """G' = m_t·Σ_i H_i (symmetric, positive definite: padding makes it so)."""
         p = self.params
-        msg = await self.ch.recv(TRENT, tag, pb.CiphertextVector)
         vec = EncryptedVector.from_proto(msg, self.pk, length=p.gram_length,
                                          exponent=-(p.frac_bits + p.blind_offset_bits),
-                                         packing=self.gram_packing, what=f"{tag} from trent")
+                                         packing=self.gram_packing, what=what)
         Gp = _from_triu(await vec.decrypt_with(self.cs.decrypt), self.b)
         if not np.all(np.isfinite(Gp)) or not np.min(np.linalg.eigvalsh(Gp)) > 0:
-            raise InvalidMessage(f"{tag} from trent is not a positive definite Gram matrix")
+            raise InvalidMessage(f"{what} is not a positive definite Gram matrix")
         return Gp
 
 
@@ -905,76 +912,75 @@ async def _trent(ch: Channel, params: PowerIterationParams, seed: SeedLike, allo
                 acc = term if acc is None else acc + term
         return acc.mul_int(scale_r(0, params.scale_bits - DECOY_WEIGHT_BITS)).rerandomize(obfuscators.pool)
 
-    async def blinded_gram(tag: str) -> EncryptedVector:
+    def blinded_gram(t: int, ups: dict[str, pb.PowerIterationRound]) -> EncryptedVector:
         """Step 4: E[G'] = (Π_i E[H_i])^{m_int}, declared with exponent −(frac + a): G' = m_t·ΣH_i."""
-        grams = await ch.recv_all(roles, tag, pb.CiphertextVector)
-        total = _sum([EncryptedVector.from_proto(grams[role], pk, length=params.gram_length,
+        total = _sum([EncryptedVector.from_proto(ups[role].gram, pk, length=params.gram_length,
                                                  exponent=-params.frac_bits, packing=gram_packing,
-                                                 bound=params.gram_bound(), what=f"{tag} from {role}")
+                                                 bound=params.gram_bound(), what=f"round/{t} from {role} (its Gram)")
                       for role in roles])
         m_int = blind_multiplier(rng, params.blind_offset_bits, params.blind_bits)
         prod = total.mul_int(m_int).rerandomize(obfuscators.pool)
         return EncryptedVector(pk, prod.ciphertexts, prod.length, prod.exponent - params.blind_offset_bits,
                                prod.packing, prod.bound)
 
+    def next_block(contribs: dict[str, pb.CiphertextVector], what: Callable[[str], str]) -> EncryptedVector:
+        """Step 2: the next round's block V from the parties' E[C_i] (round 0: the start blocks; afterwards
+        they came with the last round's Grams).  ``what(role)`` names a contribution in errors."""
+        nonlocal decoys
+        cvecs = [EncryptedVector.from_proto(contribs[role], pk, length=k * b, exponent=-params.frac_bits,
+                                            packing=packing, bound=bound_c, what=what(role))
+                 for role in roles]
+        if sent_state and sent_state[-1] is None:
+            # --- 2b: the block sent last round was a decoy: ignore contributions computed from it and
+            # replay the last real state.
+            j = len(states) - 1
+            sent_state.append(j)
+            return real_block(j)
+        # --- 2a: Π_i E[C_i] = E[U] is a new real state; with probability p send the real r_t·U,
+        # otherwise a decoy.
+        states.append(_sum(cvecs))
+        if len(states) >= 2 and rng.random() >= params.p:
+            sent_state.append(None)
+            decoys += 1
+            return decoy_block()
+        sent_state.append(len(states) - 1)
+        return real_block(len(states) - 1)
+
     t_round = time.perf_counter()
     contribs = await ch.recv_all(roles, "contrib/0", pb.CiphertextVector)
+    await ch.send_many(roles, "v/0", next_block(contribs, lambda role: f"contrib/0 from {role}").to_proto())
     while True:
         ch.progress(round=t, step="iterate")
-        # --- Round step 2: E[C_i] (round 0: the start blocks; afterwards they came with round t − 1's
-        # Grams); if the block sent last round was real, Π_i E[C_i] = E[U] is a new real state.
-        cvecs = [EncryptedVector.from_proto(contribs[role], pk, length=k * b, exponent=-params.frac_bits,
-                                            packing=packing, bound=bound_c, what=f"contrib/{t} from {role}")
-                 for role in roles]
-        previous_was_decoy = bool(sent_state) and sent_state[-1] is None
-        if previous_was_decoy:
-            # --- 2b: ignore contributions computed from a decoy; replay the last real state.
-            j = len(states) - 1
-            v = real_block(j)
-            sent_state.append(j)
-        else:
-            states.append(_sum(cvecs))
-            j = len(states) - 1
-            # --- 2a: with probability p the real r_t·U, otherwise a decoy.
-            if len(states) >= 2 and rng.random() >= params.p:
-                v = decoy_block()
-                sent_state.append(None)
-                decoys += 1
-            else:
-                v = real_block(j)
-                sent_state.append(j)
-        await ch.send_many(roles, f"v/{t}", v.to_proto())
-
         # --- Round step 4: the blinded Gram and the stop bit.  The flags of round t compare the Ritz
         # vectors of rounds t−2 and t−1: they measure convergence only if those rounds carried
         # consecutive real states.
-        gp = await blinded_gram(f"gram/{t}")
-        flags = await ch.recv_all(roles, f"flag/{t}", pb.Flag)
+        ups = await ch.recv_all(roles, f"round/{t}", pb.PowerIterationRound)
+        gp = blinded_gram(t, ups)
         meaningful = (t >= 2 and sent_state[t - 1] is not None and sent_state[t - 2] is not None
                       and sent_state[t - 1] == sent_state[t - 2] + 1)
-        if meaningful and all(f.value for f in flags.values()):
+        if meaningful and all(up.converged for up in ups.values()):
             converged = True
-        t += 1
-        stop = converged or t >= params.max_iterations
-        await ch.send_many(roles, f"blinded/{t - 1}", gp.to_proto())
-        await ch.send_many(roles, f"stop/{t - 1}", pb.Flag(value=stop))
+        stop = converged or t + 1 >= params.max_iterations
         if stop:
-            round_seconds.append(time.perf_counter() - t_round)
-            break
-        # round t's contributions were sent with the Grams: they are here, or on their way
-        contribs = await ch.recv_all(roles, f"contrib/{t}", pb.CiphertextVector)
+            # --- Final 1–2: with the stop bit, the last real state *sent* (if the last round was a decoy,
+            # the one before), freshly scaled.  The data parties check that it is the direction of a block
+            # of the last two rounds and take the Ritz vectors they computed for it.  The contributions
+            # that came with the last Grams, before the parties knew of the stop, are ignored.
+            last_sent = next(j for j in reversed(sent_state) if j is not None)
+            block = real_block(last_sent)
+        else:
+            # --- Round t + 1's step 2, from the contributions that came with the Grams.
+            block = next_block({role: up.contribution for role, up in ups.items()},
+                               lambda role, t=t: f"round/{t} from {role} (its contribution)")
+        await ch.send_many(roles, f"reply/{t}", pb.PowerIterationReply(
+            blinded_gram=gp.to_proto(), stop=stop, block=block.to_proto()))
+        t += 1
         now = time.perf_counter()
         round_seconds.append(now - t_round)
         t_round = now
-
-    # --- Final 1–2: the last real state *sent* (if the last round was a decoy, that is the round
-    # before), freshly scaled, right after the stop bit.  The data parties check that it is the direction
-    # of a block of the last two rounds and take the Ritz vectors they computed for that block.
+        if stop:
+            break
     ch.progress(round=t, step="final")
-    last_sent = next(j for j in reversed(sent_state) if j is not None)
-    await ch.send_many(roles, "final/v", real_block(last_sent).to_proto())
-    # the contributions the parties sent with the last Grams, before they knew of the stop: ignored
-    await ch.recv_all(roles, f"contrib/{t}", pb.CiphertextVector)
 
     # --- Final 3: gather σ_j·A_iᵀu_j from every party; x_j is their concatenation, normalised.
     sizes = []

@@ -1,8 +1,8 @@
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable
-from typing import ClassVar as _ClassVar, Optional as _Optional
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -85,3 +85,23 @@ class Blobs(_message.Message):
     VALUES_FIELD_NUMBER: _ClassVar[int]
     values: _containers.RepeatedScalarFieldContainer[bytes]
     def __init__(self, values: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class PowerIterationRound(_message.Message):
+    __slots__ = ("gram", "converged", "contribution")
+    GRAM_FIELD_NUMBER: _ClassVar[int]
+    CONVERGED_FIELD_NUMBER: _ClassVar[int]
+    CONTRIBUTION_FIELD_NUMBER: _ClassVar[int]
+    gram: CiphertextVector
+    converged: bool
+    contribution: CiphertextVector
+    def __init__(self, gram: _Optional[_Union[CiphertextVector, _Mapping]] = ..., converged: _Optional[bool] = ..., contribution: _Optional[_Union[CiphertextVector, _Mapping]] = ...) -> None: ...
+
+class PowerIterationReply(_message.Message):
+    __slots__ = ("blinded_gram", "stop", "block")
+    BLINDED_GRAM_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_FIELD_NUMBER: _ClassVar[int]
+    blinded_gram: CiphertextVector
+    stop: bool
+    block: CiphertextVector
+    def __init__(self, blinded_gram: _Optional[_Union[CiphertextVector, _Mapping]] = ..., stop: _Optional[bool] = ..., block: _Optional[_Union[CiphertextVector, _Mapping]] = ...) -> None: ...

@@ -2,11 +2,12 @@
 ``party.plugins`` of trent and of the colluding key holder only).
 
 * As **trent** it runs the honest Trent code behind a channel that replaces every block it sends the data
-  parties (``v/<t>``, ``final/v``) by E[2^20 · I_b] -- standard basis vectors of its choosing -- and, in the
-  exact mode, every blinded Gram by E[diag(b, …, 1)], so that the parties' Ritz vectors, the final ones
-  among them, are the basis vectors themselves (the issue's attack: the x blocks sent in clear are then
-  rows of the data).
-  It saves every contribution it receives (``noisy/<t>``, ``contrib/<t>``) to its output directory.
+  parties (``v/<t>``, ``final/v``; in the exact mode the block of every ``reply/<t>``) by E[2^20 · I_b] --
+  standard basis vectors of its choosing -- and, in the exact mode, every blinded Gram (in ``reply/<t>``)
+  by E[diag(b, …, 1)], so that the parties' Ritz vectors, the final ones among them, are the basis vectors
+  themselves (the issue's attack: the x blocks sent in clear are then rows of the data).
+  It saves every contribution it receives (``noisy/<t>``, ``contrib/0``, the contribution in ``round/<t>``)
+  to its output directory.
 * As a **data party** it is honest, but keeps the key pair party1 sent it in its output directory
   (``keypair.bin``): the key holder colluding with Trent.
 """
@@ -48,9 +49,12 @@ class _Evil:
             E = np.zeros((k, b))
             E[np.arange(b), np.arange(b)] = SCALE
             return self._block(E.ravel(order="F"), p.frac_bits, p.packing(self._pk))
-        if tag.startswith("blinded/"):
+        if tag.startswith("reply/"):        # the exact mode: the blinded Gram and the next (or final) block
             G = np.diag(np.arange(b, 0, -1, dtype=float))
-            return self._block(G[np.triu_indices(b)], p.frac_bits + p.blind_offset_bits, p.gram_packing(self._pk))
+            return pb.PowerIterationReply(
+                blinded_gram=self._block(G[np.triu_indices(b)], p.frac_bits + p.blind_offset_bits,
+                                         p.gram_packing(self._pk)),
+                stop=msg.stop, block=self._rewrite("v/", msg.block))
         return msg
 
     async def recv(self, frm: str, tag: str, cls):
@@ -66,6 +70,10 @@ class _Evil:
         if tag.startswith(("noisy/", "contrib/")):
             for role, msg in got.items():
                 (self._out / f"{role}-{tag.replace('/', '-')}.bin").write_bytes(msg.SerializeToString())
+        if tag.startswith("round/"):
+            for role, msg in got.items():
+                t = int(tag.split("/")[1]) + 1
+                (self._out / f"{role}-contrib-{t}.bin").write_bytes(msg.contribution.SerializeToString())
         return got
 
     async def send(self, to: str, tag: str, msg):

@@ -218,7 +218,7 @@ def test_a_damaged_journal_record_fails_resumably_and_resume_repairs_it(cluster)
 
     def damage(d: Path) -> None:                 # the header of a message alice received from trent
         raw = (d / "journal.log").read_bytes()
-        at = raw.find(b'"t":"v/2"')
+        at = raw.find(b'"t":"reply/1"')
         assert at > 0
         _flip(d / "journal.log", at + 6)
 

@@ -13,7 +13,7 @@ from smcdp.crypto.paillier import generate_keypair
 from smcdp.dp.mechanisms import LaplaceMechanism
 from smcdp.dp.samplers import SecureSource, StreamSource
 from smcdp.errors import InvalidMessage
-from smcdp.net.channel import InMemoryNetwork
+from smcdp.net.channel import InMemoryNetwork, replay_view
 from smcdp.primitives.rng import (
     Drbg,
     DrbgRandom,
@@ -141,12 +141,12 @@ def _power_iteration(roots: dict[str, Randomness], blocks) -> dict:
         fns[f"party{i}"] = (lambda A, r: lambda ch: data_party(ch, A, params, seed=r, allow_insecure_keys=True))(
             A, roots[f"party{i}"])
     out = asyncio.run(net.run(fns))
-    # every plaintext (non-ciphertext) message, in each sender's order: what a replay must reproduce
-    # exactly.  Per sender, because the interleaving of different roles is up to the scheduler (the data
-    # parties compute on engine threads, issue 17) and no role's randomness depends on it.
-    plain = {role: [(r, tag, data) for s, r, tag, tn, data in net.transcript if s == role
-                    and not tn.endswith("CiphertextVector") and not tn.endswith("PaillierKeyPair")
-                    and not tn.endswith("PaillierPublicKey")] for role in roots}
+    # every message but its fresh encryption randomness (replay_view), in each sender's order: what a
+    # replay must reproduce exactly.  Per sender, because the interleaving of different roles is up to the
+    # scheduler (the data parties compute on engine threads, issue 17) and no role's randomness depends on it.
+    plain = {role: [(r, tag, replay_view(tn, data)) for s, r, tag, tn, data in net.transcript if s == role
+                    and not tn.endswith("PaillierKeyPair") and not tn.endswith("PaillierPublicKey")]
+             for role in roots}
     tags = {role: [(r, t) for s, r, t, _, _ in net.transcript if s == role] for role in roots}
     return {"result": out, "plain": plain, "tags": tags}
 

@@ -33,7 +33,7 @@ def _attack(blocks, params, rewrite, seed=None):
     original = ch._transmit
 
     async def evil(to_role, tag, type_url, data):
-        await original(to_role, tag, type_url, rewrite(tag, data, pk))
+        await original(to_role, tag, type_url, _by_step(tag, data, pk, rewrite))
 
     ch._transmit = evil
     coros = {"trent": lambda c: trent(c, params, seed=seed, allow_insecure_keys=True)}
@@ -45,6 +45,18 @@ def _attack(blocks, params, rewrite, seed=None):
         return net, asyncio.run(net.run(coros))
     except Exception as exc:  # noqa: BLE001 - the tests look at it
         return net, exc
+
+
+def _by_step(tag, data, pk, rewrite):
+    """``rewrite`` sees Trent's messages under the names of the protocol's steps: a ``reply/t`` is the
+    blinded Gram ``blinded/t`` and the block ``v/<t+1>`` -- or ``final/v`` after the stop bit."""
+    if not tag.startswith("reply/"):
+        return rewrite(tag, data, pk)
+    t, msg = int(tag.split("/")[1]), pb.PowerIterationReply.FromString(data)
+    for field, name in (("blinded_gram", f"blinded/{t}"), ("block", "final/v" if msg.stop else f"v/{t + 1}")):
+        part = getattr(msg, field)
+        part.CopyFrom(pb.CiphertextVector.FromString(rewrite(name, part.SerializeToString(), pk)))
+    return msg.SerializeToString()
 
 
 def _basis_block(pk, params, rows, scale):
@@ -88,7 +100,8 @@ def test_basis_block_as_final_block_is_refused(components):
 
     net, outcome = _attack(_data(), params, rewrite)
     assert isinstance(outcome, InvalidMessage), outcome
-    assert "final/v from trent is not the direction of a block of the last two rounds" in str(outcome)
+    assert "the final block (reply/" in str(outcome)
+    assert "from trent (its block)) is not the direction of a block of the last two rounds" in str(outcome)
     sent_after = {tag for _, tag, _, _ in net.received_by("trent")}
     assert not any(t.startswith("final/x/") or t == "final/cols" for t in sent_after)
 
@@ -106,7 +119,7 @@ def test_an_older_real_block_as_final_block_is_refused():
         return data
 
     _, outcome = _attack(_data(3), PARAMS, rewrite)
-    assert isinstance(outcome, InvalidMessage) and "final/v from trent is not the direction" in str(outcome)
+    assert isinstance(outcome, InvalidMessage) and "is not the direction of a block of the last two" in str(outcome)
 
 
 def test_residual_a_trent_deviating_every_round_gets_chosen_rows_up_to_sigma():

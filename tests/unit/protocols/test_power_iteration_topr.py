@@ -104,19 +104,28 @@ def test_one_component_is_the_seed_output_and_oversampling_gives_the_same_compon
 
 # ----------------------------------------------------------------------------------------- attack
 def party1_view(net, params, sk, k, n_parties):
-    """What party1 decrypts from Trent, and (ground truth) every party's contribution."""
+    """What party1 decrypts from Trent, and (ground truth) every party's contribution, under the names of
+    the protocol's steps: v/t (round t's block), blinded/t (round t's blinded Gram), final/v; contrib[(role,
+    t)] (the contribution Trent sums into round t's block)."""
     pk = sk.public_key
     b = params.block_size
     got, contrib = {}, {}
+
+    def dec(msg):
+        return EncryptedVector.from_proto(msg, pk).decrypt(sk)
+
     for s, r, tag, _tn, data in net.transcript:
-        msg = pb.CiphertextVector.FromString(data) if _tn == "smcdp.v1.CiphertextVector" else None
-        if msg is None:
-            continue
-        vals = EncryptedVector.from_proto(msg, pk).decrypt(sk)
-        if r == "party1" and s == "trent":
-            got[tag] = vals
-        elif r == "trent" and tag.startswith("contrib/"):
-            contrib[(s, int(tag.split("/")[1]))] = vals.reshape((k, b), order="F")
+        if r == "party1" and s == "trent" and tag == "v/0":
+            got[tag] = dec(pb.CiphertextVector.FromString(data))
+        elif r == "party1" and s == "trent" and tag.startswith("reply/"):
+            t, msg = int(tag.split("/")[1]), pb.PowerIterationReply.FromString(data)
+            got[f"blinded/{t}"] = dec(msg.blinded_gram)
+            got["final/v" if msg.stop else f"v/{t + 1}"] = dec(msg.block)
+        elif r == "trent" and tag == "contrib/0":
+            contrib[(s, 0)] = dec(pb.CiphertextVector.FromString(data)).reshape((k, b), order="F")
+        elif r == "trent" and tag.startswith("round/"):
+            t, msg = int(tag.split("/")[1]), pb.PowerIterationRound.FromString(data)
+            contrib[(s, t + 1)] = dec(msg.contribution).reshape((k, b), order="F")
     return got, contrib
 
 
@@ -202,13 +211,19 @@ def test_no_data_party_sees_an_eigenvalue(keypair512):
 
 
 # ----------------------------------------------------------------------------------------- validation
-def _tamper(net, role, tag, edit):
+def _tamper(net, role, tag, edit, field=None):
+    """``role``'s message ``tag`` edited on its way (``field``: a CiphertextVector inside a round or reply)."""
     ch = net.channel(role)
     orig = ch._transmit
+    cls = pb.PowerIterationRound if tag.startswith("round/") else pb.PowerIterationReply
 
     async def evil(to, t, type_url, data):
-        if t == tag:
+        if t == tag and field is None:
             data = edit(data)
+        elif t == tag:
+            msg = cls.FromString(data)
+            getattr(msg, field).CopyFrom(pb.CiphertextVector.FromString(edit(getattr(msg, field).SerializeToString())))
+            data = msg.SerializeToString()
         await orig(to, t, type_url, data)
 
     ch._transmit = evil
@@ -228,7 +243,7 @@ def test_a_gram_that_is_not_positive_definite_is_refused(keypair512):
         return msg.SerializeToString()
 
     with pytest.raises((InvalidMessage, SessionAborted), match="not a positive definite Gram"):
-        run(blocks, params, private_key=sk, tamper=lambda net: _tamper(net, "trent", "blinded/1", negative))
+        run(blocks, params, private_key=sk, tamper=lambda net: _tamper(net, "trent", "reply/1", negative, "blinded_gram"))
 
 
 def test_a_gram_with_the_wrong_shape_is_refused_by_trent():
@@ -240,8 +255,8 @@ def test_a_gram_with_the_wrong_shape_is_refused_by_trent():
         msg.length = msg.length - 1
         return msg.SerializeToString()
 
-    with pytest.raises(InvalidMessage, match=r"gram/0 from party2 holds 2 values, expected 3"):
-        run(blocks, params, tamper=lambda net: _tamper(net, "party2", "gram/0", shorter))
+    with pytest.raises(InvalidMessage, match=r"round/0 from party2 \(its Gram\) holds 2 values, expected 3"):
+        run(blocks, params, tamper=lambda net: _tamper(net, "party2", "round/0", shorter, "gram"))
 
 
 @pytest.mark.parametrize("edit,match", [
