@@ -350,6 +350,34 @@ def test_a_replay_may_differ_in_encryption_randomness_only(tmp_path):
             asyncio.run(ch.send("b", "v", changed))
 
 
+def test_a_replay_may_differ_in_nested_encryption_randomness_only(tmp_path):
+    """A message that holds ciphertext vectors (a power-iteration round: a Gram, a flag, a contribution) is
+    compared field by field: its ciphertexts may come out differently, its flag, exponents, lengths and the
+    number of ciphertexts in each vector may not."""
+    def round_(g, c, converged=True, exponent=-8):
+        return pb.PowerIterationRound(
+            gram=pb.CiphertextVector(ciphertexts=g, exponent=exponent, length=2, key_fingerprint=b"k"),
+            converged=converged,
+            contribution=pb.CiphertextVector(ciphertexts=c, exponent=-8, length=3, key_fingerprint=b"k"))
+
+    sent = round_([b"\x05", b"\x07"], [b"\x03"])
+    j = FileJournal(tmp_path / "j.log")
+    j.record_outbound("b", "round/0", "smcdp.v1.PowerIterationRound", sent.SerializeToString())
+    j.mark_delivered("b", "round/0")
+
+    def replay(msg):
+        ch = InMemoryNetwork({"a": "alice", "b": "bob"}, journals={"a": j}).channels["a"]
+        return asyncio.run(ch.send("b", "round/0", msg))
+
+    assert replay(round_([b"\x09", b"\x0b"], [b"\x0d"])) == sent.SerializeToString()   # the journaled bytes
+    for changed in (round_([b"\x05", b"\x07"], [b"\x03"], converged=False),
+                    round_([b"\x05", b"\x07"], [b"\x03"], exponent=-9),
+                    round_([b"\x05"], [b"\x03", b"\x07"]),          # one ciphertext moved between the vectors
+                    round_([b"\x05", b"\x07"], [])):
+        with pytest.raises(ReplayDiverged):
+            replay(changed)
+
+
 def test_replay_refuses_a_diverging_message_type(tmp_path):
     j = FileJournal(tmp_path / "j.log")
     j.record_outbound("b", "t", "smcdp.v1.Flag", b"\x08\x01")
