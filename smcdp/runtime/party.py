@@ -841,26 +841,66 @@ class Party(SessionHost):
                               params_json=json.dumps(s.spec.params), timeout_seconds=spec.timeout_seconds)
         if seed is not None:
             msg.seed = seed
-        # One participant at a time, in name order (docs/governance.md): concurrent sessions then
-        # contend for budgets in the same order, so a session refused at one party never holds
-        # another party's budget that a later session needed.  A Propose is repeated while the
-        # party's operator decides.
         others = sorted(p for p in roles.values() if p != self.name)
-        failures: list[tuple[str, BaseException]] = []
-        for i, p in enumerate(others):
-            try:
-                await propose_until_decided(lambda p=p: self._call(p, "Propose", msg, s), p, sid,
-                                            lambda: s.deadline,
-                                            lambda p=p, i=i: self._waiting_for(s, p, others[:i]))
-            except Exception as exc:  # noqa: BLE001 - reported below, naming the party
-                failures.append((p, exc))
-                break
+        if self._reserves_budget(s):
+            failures = await self._propose_in_order(s, msg, others)
+        else:
+            failures = await self._propose_at_once(s, msg, others)
         if failures:
             s.fail_threadsafe(_failure_of("Propose", failures))
             s.begin_threadsafe()
         else:
             await self._begin_all(s, others)
         return await asyncio.wrap_future(s.done)
+
+    @staticmethod
+    def _reserves_budget(s: Session) -> bool:
+        """Does the session reserve privacy budget at its data parties (a DP release)?  A plug-in that
+        does not describe its sessions is taken to (its proposals then go in order)."""
+        try:
+            summary = get_plugin(s.spec.protocol).summary(s.spec.params, s.spec.roles)
+        except SmcdpError:
+            return True
+        return summary is None or summary.epsilon is not None
+
+    async def _propose_in_order(self, s: Session, msg: tpb.SessionSpec, others: Sequence[str]
+                                ) -> list[tuple[str, BaseException]]:
+        """One participant at a time, in name order (docs/governance.md §4): concurrent sessions then
+        contend for budgets in the same order, so a session refused at one party never holds another
+        party's budget that a later session needed.  A Propose is repeated while the party's operator
+        decides.  Returns the refusal, if any."""
+        for i, p in enumerate(others):
+            try:
+                await propose_until_decided(lambda p=p: self._call(p, "Propose", msg, s), p, s.spec.session_id,
+                                            lambda: s.deadline,
+                                            lambda p=p, i=i: self._waiting_for(s, p, others[:i]))
+            except Exception as exc:  # noqa: BLE001 - reported by the caller, naming the party
+                return [(p, exc)]
+        return []
+
+    async def _propose_at_once(self, s: Session, msg: tpb.SessionSpec, others: Sequence[str]
+                               ) -> list[tuple[str, BaseException]]:
+        """Every participant at once (issue 26): a session that reserves no budget gives concurrent
+        sessions nothing to contend for in an order, and its set-up then costs one round trip instead
+        of one per participant.  A refusal stops the repeats of proposals that wait for an operator;
+        proposals under way finish, so that the abort which follows reaches every session prepared.
+        Returns the refusals, in name order."""
+        given_up = asyncio.Event()
+        accepted: list[str] = []
+
+        async def one(p: str) -> None:
+            try:
+                if await propose_until_decided(lambda: self._call(p, "Propose", msg, s), p, s.spec.session_id,
+                                               lambda: s.deadline,
+                                               lambda: self._waiting_for(s, p, [q for q in others if q in accepted]),
+                                               given_up) is not None:
+                    accepted.append(p)
+            except Exception:
+                given_up.set()
+                raise
+
+        outcomes = await asyncio.gather(*(one(p) for p in others), return_exceptions=True)
+        return [(p, e) for p, e in zip(others, outcomes, strict=True) if isinstance(e, BaseException)]
 
     def resolve_session_id(self, session_id: str) -> str:
         """The session an operator names: its full id, or a name without the initiator's prefix -- this

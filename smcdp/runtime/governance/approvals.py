@@ -133,12 +133,15 @@ class ProposalStore:
 
 async def propose_until_decided(send: Callable[[], Awaitable[Any]], party: str, session_id: str,
                                 deadline: Callable[[], float],
-                                on_pending: Callable[[], Awaitable[None]] | None = None) -> Any:
+                                on_pending: Callable[[], Awaitable[None]] | None = None,
+                                given_up: asyncio.Event | None = None) -> Any:
     """Repeat ``send()`` (one Propose, retried inside) while ``party`` answers *pending*.
 
     ``deadline()`` is a ``time.monotonic()`` value, read after every reply: ``on_pending()``
     (called on each pending reply) may extend it to the initiator's approval timeout.  Past
-    it, a still-pending proposal fails with DEADLINE_EXCEEDED naming the party.
+    it, a still-pending proposal fails with DEADLINE_EXCEEDED naming the party.  ``given_up``:
+    set when the session failed elsewhere (proposals made at once, one refused): a pending
+    proposal is not repeated any more, and None is returned.
     """
     delay = POLL_FIRST
     while True:
@@ -152,7 +155,14 @@ async def propose_until_decided(send: Callable[[], Awaitable[Any]], party: str, 
             raise DeadlineExceeded(
                 f"party {party!r} did not approve session {session_id!r} within the initiator's approval "
                 f"timeout (limits.approval_timeout_seconds) ({reply.detail or 'its operator was asked'})")
-        await asyncio.sleep(delay)
+        if given_up is None:
+            await asyncio.sleep(delay)
+        else:
+            try:
+                await asyncio.wait_for(given_up.wait(), delay)
+                return None
+            except asyncio.TimeoutError:
+                pass
         delay = min(delay * 1.5, POLL_MAX)
 
 

@@ -148,6 +148,54 @@ def test_an_operator_approving_after_the_proposal_grace_still_gets_the_session(t
         assert client.get_result(cfgs[p], "slow-ok")["state"] == "succeeded"
 
 
+def test_a_session_that_reserves_no_budget_is_proposed_to_everyone_at_once(tmp_path, processes):
+    """Issue 26: an exact power-iteration session reserves no budget, so trent proposes it to alice and
+    bob at once (one round trip of set-up, not one per participant).  alice -- first in name order --
+    waits for her operator, and bob has accepted meanwhile: he holds the session prepared and says
+    whom it waits for.  Proposed one at a time (as a session that reserves budget still is), bob would
+    not have heard of it before alice's approval."""
+    cfgs = _pi_deployment(tmp_path, approval=("alice",))
+    _start(processes, cfgs, ["trent", "alice", "bob"])
+    out = {}
+    th = threading.Thread(target=lambda: out.update(rec=client.start_session(
+        cfgs["trent"], "power-iteration", PI_ROLES, PI_PARAMS, session_id="at-once", timeout=60)))
+    th.start()
+    _wait_for("alice's pending proposal", lambda: _status(cfgs["alice"], "at-once").get("state") == "pending")
+    _wait_for("bob told whom the session waits for",
+              lambda: _status(cfgs["bob"], "at-once").get("waiting_for") == "alice")
+    assert _status(cfgs["bob"], "at-once")["state"] == "prepared"
+    client.approve_session(cfgs["alice"], "at-once")
+    th.join(120)
+    assert out["rec"]["state"] == "succeeded", out
+    for p in ("alice", "bob"):
+        assert client.get_result(cfgs[p], "at-once")["state"] == "succeeded"
+
+
+def test_a_refusal_at_one_party_aborts_the_proposals_made_at_once(tmp_path, processes):
+    """Proposed at once, one refusal (bob is stopped: UNAVAILABLE past the deadline would be slow, so
+    bob's operator rejects) ends the session everywhere: alice, who waited for her operator, has her
+    proposal withdrawn, and the initiator names bob."""
+    cfgs = _pi_deployment(tmp_path, approval=("alice", "bob"))
+    _start(processes, cfgs, ["trent", "alice", "bob"])
+    out = {}
+
+    def start():
+        try:
+            out["rec"] = client.start_session(cfgs["trent"], "power-iteration", PI_ROLES, PI_PARAMS,
+                                              session_id="refused", timeout=60)
+        except Exception as exc:  # noqa: BLE001 - looked at below
+            out["error"] = exc
+    th = threading.Thread(target=start)
+    th.start()
+    for p in ("alice", "bob"):
+        _wait_for(f"{p}'s pending proposal", lambda p=p: _status(cfgs[p], "refused").get("state") == "pending")
+    client.reject_session(cfgs["bob"], "refused", reason="not this week")
+    th.join(120)
+    assert "error" in out and getattr(out["error"], "code", "") == "PERMISSION_DENIED", out
+    assert "bob" in str(out["error"]) and "not this week" in str(out["error"]), out
+    _wait_for("alice's proposal withdrawn", lambda: _status(cfgs["alice"], "refused").get("state") != "pending")
+
+
 # ------------------------------------------------------------------ 3. resume is admission again
 def _abort(ch, sid, code="UNAVAILABLE"):
     return call_unary(ch, MAILBOX + "Abort", tpb.AbortRequest(session_id=sid, code=code,
