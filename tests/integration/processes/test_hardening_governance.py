@@ -120,6 +120,30 @@ def _wait_for(what, predicate, timeout=60.0):
         time.sleep(0.2)
 
 
+def _start_pi(cfgs, sid):
+    """trent's operator starts a power-iteration session in the background: (thread, its outcome)."""
+    out = {}
+
+    def start():
+        try:
+            out["rec"] = client.start_session(cfgs["trent"], "power-iteration", PI_ROLES, PI_PARAMS,
+                                              session_id=sid, timeout=60)
+        except Exception as exc:  # noqa: BLE001 - looked at by the test
+            out["error"] = exc
+    th = threading.Thread(target=start)
+    th.start()
+    return th, out
+
+
+def _approve_and_succeed(cfgs, party, sid, th, out):
+    """``party``'s operator approves; the session ends succeeded at every party."""
+    client.approve_session(cfgs[party], sid)
+    th.join(120)
+    assert out.get("rec", {}).get("state") == "succeeded", out
+    for p in ("alice", "bob"):
+        assert client.get_result(cfgs[p], sid)["state"] == "succeeded"
+
+
 def test_an_operator_approving_after_the_proposal_grace_still_gets_the_session(tmp_path, processes):
     """bob's operator approves by hand and takes longer than the proposal grace (3 s here, 120 s by
     default).  alice, who accepted first, keeps the session prepared and says whom it waits for, as
@@ -129,10 +153,7 @@ def test_an_operator_approving_after_the_proposal_grace_still_gets_the_session(t
 
     cfgs = _pi_deployment(tmp_path, approval=("bob",), limits=Limits(proposal_grace_seconds=3.0))
     _start(processes, cfgs, ["trent", "alice", "bob"])
-    out = {}
-    th = threading.Thread(target=lambda: out.update(rec=client.start_session(
-        cfgs["trent"], "power-iteration", PI_ROLES, PI_PARAMS, session_id="slow-ok", timeout=60)))
-    th.start()
+    th, out = _start_pi(cfgs, "slow-ok")
     _wait_for("bob's pending proposal", lambda: _status(cfgs["bob"], "slow-ok").get("state") == "pending")
     time.sleep(3.0 + 6.0)   # well past alice's proposal grace
     st = {}
@@ -141,11 +162,7 @@ def test_an_operator_approving_after_the_proposal_grace_still_gets_the_session(t
     assert st["alice"]["state"] == "prepared" and st["alice"]["waiting_for"] == "bob", st["alice"]
     assert st["trent"]["state"] == "prepared" and st["trent"]["waiting_for"] == "bob", st["trent"]
     assert st["bob"]["state"] == "pending" and st["bob"]["waiting_for"] == "bob", st["bob"]
-    client.approve_session(cfgs["bob"], "slow-ok")
-    th.join(120)
-    assert out["rec"]["state"] == "succeeded", out
-    for p in ("alice", "bob"):
-        assert client.get_result(cfgs[p], "slow-ok")["state"] == "succeeded"
+    _approve_and_succeed(cfgs, "bob", "slow-ok", th, out)
 
 
 def test_a_session_that_reserves_no_budget_is_proposed_to_everyone_at_once(tmp_path, processes):
@@ -156,37 +173,20 @@ def test_a_session_that_reserves_no_budget_is_proposed_to_everyone_at_once(tmp_p
     not have heard of it before alice's approval."""
     cfgs = _pi_deployment(tmp_path, approval=("alice",))
     _start(processes, cfgs, ["trent", "alice", "bob"])
-    out = {}
-    th = threading.Thread(target=lambda: out.update(rec=client.start_session(
-        cfgs["trent"], "power-iteration", PI_ROLES, PI_PARAMS, session_id="at-once", timeout=60)))
-    th.start()
+    th, out = _start_pi(cfgs, "at-once")
     _wait_for("alice's pending proposal", lambda: _status(cfgs["alice"], "at-once").get("state") == "pending")
     _wait_for("bob told whom the session waits for",
               lambda: _status(cfgs["bob"], "at-once").get("waiting_for") == "alice")
     assert _status(cfgs["bob"], "at-once")["state"] == "prepared"
-    client.approve_session(cfgs["alice"], "at-once")
-    th.join(120)
-    assert out["rec"]["state"] == "succeeded", out
-    for p in ("alice", "bob"):
-        assert client.get_result(cfgs[p], "at-once")["state"] == "succeeded"
+    _approve_and_succeed(cfgs, "alice", "at-once", th, out)
 
 
 def test_a_refusal_at_one_party_aborts_the_proposals_made_at_once(tmp_path, processes):
-    """Proposed at once, one refusal (bob is stopped: UNAVAILABLE past the deadline would be slow, so
-    bob's operator rejects) ends the session everywhere: alice, who waited for her operator, has her
-    proposal withdrawn, and the initiator names bob."""
+    """Proposed at once, one refusal (bob's operator rejects) ends the session everywhere: alice, whose
+    operator has not decided yet, has her proposal withdrawn, and the initiator names bob."""
     cfgs = _pi_deployment(tmp_path, approval=("alice", "bob"))
     _start(processes, cfgs, ["trent", "alice", "bob"])
-    out = {}
-
-    def start():
-        try:
-            out["rec"] = client.start_session(cfgs["trent"], "power-iteration", PI_ROLES, PI_PARAMS,
-                                              session_id="refused", timeout=60)
-        except Exception as exc:  # noqa: BLE001 - looked at below
-            out["error"] = exc
-    th = threading.Thread(target=start)
-    th.start()
+    th, out = _start_pi(cfgs, "refused")
     for p in ("alice", "bob"):
         _wait_for(f"{p}'s pending proposal", lambda p=p: _status(cfgs[p], "refused").get("state") == "pending")
     client.reject_session(cfgs["bob"], "refused", reason="not this week")
