@@ -20,7 +20,6 @@ from __future__ import annotations
 import abc
 import asyncio
 import concurrent.futures
-import functools
 import hashlib
 import time
 from collections import defaultdict
@@ -205,9 +204,14 @@ MAX_IN_FLIGHT_BYTES = 64 * 1024 * 1024
 FRESH_FIELDS = {"smcdp.v1.CiphertextVector": "ciphertexts", "smcdp.v1.Blobs": "values"}
 
 
-@functools.lru_cache(maxsize=64)
+_FRESH_CLASSES: dict[str, type[Message] | None] = {}
+
+
 def _fresh_class(type_url: str) -> type[Message] | None:
-    """The message class of ``type_url`` if it holds a fresh field at any depth, else None."""
+    """The message class of ``type_url`` if it holds a fresh field at any depth, else None (a type not
+    registered yet is looked up again next time: a plug-in's module may register it later)."""
+    if type_url in _FRESH_CLASSES:
+        return _FRESH_CLASSES[type_url]
     try:
         desc = descriptor_pool.Default().FindMessageTypeByName(type_url)
     except KeyError:
@@ -218,7 +222,10 @@ def _fresh_class(type_url: str) -> type[Message] | None:
             f.message_type is not None and f.message_type.full_name not in seen
             and holds(f.message_type, seen | {d.full_name}) for f in d.fields)
 
-    return message_factory.GetMessageClass(desc) if holds(desc, frozenset()) else None
+    cls = message_factory.GetMessageClass(desc) if holds(desc, frozenset()) else None
+    if len(_FRESH_CLASSES) < 256:
+        _FRESH_CLASSES[type_url] = cls
+    return cls
 
 
 def holds_fresh(type_url: str) -> bool:
@@ -232,9 +239,16 @@ def _clear_fresh(msg: Message, counts: list[int]) -> None:
         counts.append(len(getattr(msg, name)))
         msg.ClearField(name)
     for fd, value in msg.ListFields():
-        if fd.message_type is not None:
-            for sub in (value if fd.is_repeated else (value,)):
-                _clear_fresh(sub, counts)
+        if fd.message_type is None:
+            continue
+        if fd.message_type.GetOptions().map_entry:        # a map: its message values, in key order
+            if fd.message_type.fields_by_name["value"].message_type is None:
+                continue
+            subs = [value[k] for k in sorted(value)]
+        else:
+            subs = value if fd.is_repeated else (value,)
+        for sub in subs:
+            _clear_fresh(sub, counts)
 
 
 def replay_view(type_url: str, data: bytes) -> bytes:

@@ -553,7 +553,8 @@ class Party(SessionHost):
     def _track(self, s: Session) -> None:
         """When ``s`` ends: settle its governance, then drop it from memory (issue 19)."""
         loop = asyncio.get_running_loop()
-        s.done.add_done_callback(lambda f, sid=s.spec.session_id: self.governor.session_done(sid, f.result()))
+        s.done.add_done_callback(lambda f, s=s: self.governor.session_done(s.spec.session_id, f.result(),
+                                                                           began=s.ran or s._begun_already))
         s.done.add_done_callback(lambda _f, s=s: self._ended_threadsafe(loop, s))
         s.done.add_done_callback(lambda _f: self.next_root.poke())   # idle again: prepare the next (issue 27)
 
@@ -859,7 +860,7 @@ class Party(SessionHost):
         does not describe its sessions is taken to (its proposals then go in order)."""
         try:
             summary = get_plugin(s.spec.protocol).summary(s.spec.params, s.spec.roles)
-        except SmcdpError:
+        except Exception:  # noqa: BLE001 - a plug-in's summary failing: the order that is safe for budgets
             return True
         return summary is None or summary.epsilon is not None
 
@@ -881,10 +882,12 @@ class Party(SessionHost):
     async def _propose_at_once(self, s: Session, msg: tpb.SessionSpec, others: Sequence[str]
                                ) -> list[tuple[str, BaseException]]:
         """Every participant at once (issue 26): a session that reserves no budget gives concurrent
-        sessions nothing to contend for in an order, and its set-up then costs one round trip instead
-        of one per participant.  A refusal stops the repeats of proposals that wait for an operator;
-        proposals under way finish, so that the abort which follows reaches every session prepared.
-        Returns the refusals, in name order."""
+        sessions no budget to contend for in an order, and its set-up then costs one round trip instead
+        of one per participant.  After a refusal, proposals that wait for an operator are not repeated,
+        calls under way get ``timeouts.connect_seconds`` to finish (so that the abort which follows finds
+        the sessions they prepare), and calls still going then -- retrying a party that cannot be reached
+        -- are stopped: the refusal is reported within seconds, not at the session's deadline.  Returns
+        the refusals, in name order."""
         given_up = asyncio.Event()
         accepted: list[str] = []
 
@@ -899,8 +902,20 @@ class Party(SessionHost):
                 given_up.set()
                 raise
 
-        outcomes = await asyncio.gather(*(one(p) for p in others), return_exceptions=True)
-        return [(p, e) for p, e in zip(others, outcomes, strict=True) if isinstance(e, BaseException)]
+        tasks = [asyncio.ensure_future(one(p)) for p in others]
+        stop = asyncio.ensure_future(given_up.wait())
+        try:
+            while not given_up.is_set() and not all(t.done() for t in tasks):
+                await asyncio.wait([*tasks, stop], return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(tasks, timeout=self.config.timeouts.connect_seconds)
+        finally:
+            stop.cancel()
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        # a call stopped because another party refused is no refusal of its own
+        return [(p, t.exception()) for p, t in zip(others, tasks, strict=True)
+                if not t.cancelled() and t.exception() is not None]
 
     def resolve_session_id(self, session_id: str) -> str:
         """The session an operator names: its full id, or a name without the initiator's prefix -- this

@@ -143,6 +143,8 @@ class Session:
         self.state = "prepared"
         #: a peer's Begin was admitted (the session counts as running before its thread says so)
         self.begun = False
+        #: the role started here (Begin came): what max_exact_sessions counts (issue 26)
+        self.ran = False
         #: its end is decided (an Abort, a failure): it no longer holds a pending or running slot while
         #: it winds down (limits._counts)
         self.ending = False
@@ -289,6 +291,7 @@ class Session:
             if self._early_failure is not None:
                 raise self._early_failure
             self.state = "running"
+            self.ran = True
             meta = self.checkpoint.meta
             began: dict[str, float] = {}
             if not self._begun_already and "began_epoch" not in meta:

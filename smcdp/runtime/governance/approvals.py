@@ -150,6 +150,8 @@ async def propose_until_decided(send: Callable[[], Awaitable[Any]], party: str, 
             return reply
         if on_pending is not None:
             await on_pending()
+        if given_up is not None and given_up.is_set():
+            return None
         left = deadline() - time.monotonic()
         if left <= delay:
             raise DeadlineExceeded(

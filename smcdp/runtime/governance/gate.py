@@ -133,7 +133,7 @@ class Governor:
         self.throttle = RefusalThrottle()
         #: protocol -> admission times (epoch seconds) of sessions that release exact outputs from this
         #: party's data, from the audit trail's "accepted" events (max_exact_sessions, issue 25)
-        self._exact: dict[str, list[float]] = {}
+        self._exact: dict[str, list[tuple[float, str]]] = {}   # protocol -> (admitted at, session)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, live: Iterable[str] = ()) -> None:
@@ -273,7 +273,7 @@ class Governor:
         entry = self.audit.append("accepted", session=sid, role=role, approval=how,
                                   **({"protocol": protocol, "exact": True} if exact else {}))
         if exact:
-            self._exact.setdefault(protocol, []).append(_epoch(entry["time"]))
+            self._exact.setdefault(protocol, []).append((_epoch(entry["time"]), sid))
 
     def _check_exact_quota(self, sid: str, protocol: str, exact: bool) -> None:
         """``max_exact_sessions`` per ``period_days``: sessions admitted in the window, from the audit trail."""
@@ -282,7 +282,7 @@ class Governor:
             return
         days = rules.period_days if rules.period_days is not None else DEFAULT_PERIOD_DAYS
         since = time.time() - days * 86400.0
-        used = sum(1 for t in self._exact.get(protocol, ()) if t > since)
+        used = sum(1 for t, _ in self._exact.get(protocol, ()) if t > since)
         if used >= rules.max_exact_sessions:
             raise refusal(QuotaRefused, self.name, sid, f"policy.{protocol}.max_exact_sessions",
                           f"it already joined {used} {protocol} session(s) releasing exact outputs from its data "
@@ -517,21 +517,36 @@ class Governor:
             else:
                 self._give_back(session_id, f"the session failed before its release point: {reason}"[:1000])
 
-    def session_done(self, session_id: str, record: Mapping[str, Any]) -> None:
+    def session_done(self, session_id: str, record: Mapping[str, Any], began: bool = True) -> None:
         """A session ended here (called from its thread).  Never raises: the record is written already.
 
         A session that failed resumably gives its reservation back too (issue 24: an Abort
         UNAVAILABLE from any participant used to hold it for ever); ``session resume`` admits
-        it again (:meth:`readmit`)."""
+        it again (:meth:`readmit`).  One that ended before its role began here (``began`` false:
+        aborted or expired between Propose and Begin) computed nothing from this party's data and
+        gives back its place in ``max_exact_sessions`` (issue 26: proposals made at once, one
+        refused, used to spend every other party's allowance; any initiator could spend it so)."""
         err = record.get("error") or {}
         resumable = record.get("state") == "failed" and record.get("resumable")
         try:
+            if not began:
+                self._return_exact(session_id)
             self.settle(session_id, record.get("state") == "succeeded", str(err.get("message", "")))
             self.audit.append("session-end", session=session_id, state="failed-resumable" if resumable
                               else record.get("state"), code=err.get("code"), origin=err.get("origin"),
                               message=err.get("message"))
         except SmcdpError as exc:   # e.g. a session ending while the party shuts down (audit closed)
             log.error("session %s: could not settle or audit its end: %s", session_id, exc)
+
+    def _return_exact(self, session_id: str) -> None:
+        with self._lock:
+            for protocol, admitted in self._exact.items():
+                kept = [a for a in admitted if a[1] != session_id]
+                if len(kept) != len(admitted):
+                    self._exact[protocol] = kept
+                    self.audit.append("exact-returned", session=session_id, protocol=protocol,
+                                      why="the session ended before its role began here")
+                    return
 
     def checkpoint_deleted(self, info: Mapping[str, Any], retention: float) -> None:
         """The retention sweep removed a session's checkpoint and journal (issue 24)."""
@@ -654,18 +669,24 @@ def _epoch(iso: str) -> float:
     return _dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
-def _exact_admissions(data_dir) -> dict[str, list[float]]:
-    """protocol -> admission times of the sessions the audit trail records as releasing exact outputs
-    from this party's data (``accepted`` events with ``exact``)."""
-    out: dict[str, list[float]] = {}
+def _exact_admissions(data_dir) -> dict[str, list[tuple[float, str]]]:
+    """protocol -> (admission time, session) of the sessions the audit trail records as releasing exact
+    outputs from this party's data (``accepted`` events with ``exact``), but for those it records as
+    returned (``exact-returned``: they ended before their role began here)."""
+    out: dict[str, list[tuple[float, str]]] = {}
+    returned: set[str] = set()
     for _, entry, _ in read_entries(data_dir):
-        if entry is not None and entry.get("event") == "accepted" and entry.get("exact") is True \
+        if entry is None:
+            continue
+        if entry.get("event") == "exact-returned" and isinstance(entry.get("session"), str):
+            returned.add(entry["session"])
+        elif entry.get("event") == "accepted" and entry.get("exact") is True \
                 and isinstance(entry.get("protocol"), str) and isinstance(entry.get("time"), str):
             try:
-                out.setdefault(entry["protocol"], []).append(_epoch(entry["time"]))
+                out.setdefault(entry["protocol"], []).append((_epoch(entry["time"]), str(entry.get("session"))))
             except ValueError:
                 continue
-    return out
+    return {p: [a for a in admitted if a[1] not in returned] for p, admitted in out.items()}
 
 
 def _summary_args(d: Mapping[str, Any] | None) -> dict:

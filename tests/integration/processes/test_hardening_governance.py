@@ -196,6 +196,22 @@ def test_a_refusal_at_one_party_aborts_the_proposals_made_at_once(tmp_path, proc
     _wait_for("alice's proposal withdrawn", lambda: _status(cfgs["alice"], "refused").get("state") != "pending")
 
 
+def test_a_refusal_is_reported_while_another_party_cannot_be_reached(tmp_path, processes):
+    """Proposed at once to alice, whose operator refuses, and to bob, who is down: the refusal is reported
+    within seconds (the call retrying bob is stopped after timeouts.connect_seconds), not when bob's
+    retries reach the session's deadline -- which alice's wait for her operator had moved to the approval
+    timeout."""
+    cfgs = _pi_deployment(tmp_path, approval=("alice",))
+    _start(processes, cfgs, ["trent", "alice"])                        # bob is down
+    t0 = time.monotonic()
+    th, out = _start_pi(cfgs, "bob-down")
+    _wait_for("alice's pending proposal", lambda: _status(cfgs["alice"], "bob-down").get("state") == "pending")
+    client.reject_session(cfgs["alice"], "bob-down", reason="not now")
+    th.join(120)
+    assert getattr(out.get("error"), "code", "") == "PERMISSION_DENIED" and "not now" in str(out["error"]), out
+    assert time.monotonic() - t0 < 40, time.monotonic() - t0
+
+
 # ------------------------------------------------------------------ 3. resume is admission again
 def _abort(ch, sid, code="UNAVAILABLE"):
     return call_unary(ch, MAILBOX + "Abort", tpb.AbortRequest(session_id=sid, code=code,

@@ -445,3 +445,34 @@ def test_a_cancelled_sync_waiter_does_not_stop_the_journals_syncs(tmp_path, monk
         j.sync()
     finally:
         j.close()
+
+
+def test_replay_view_reads_ciphertexts_in_a_map_in_key_order():
+    """A (plug-in's) message type with a map of ciphertext vectors: its ciphertexts may differ in a replay,
+    its keys and the other fields may not, whatever order the map is built in."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    from smcdp.net.channel import replay_view
+
+    f = descriptor_pb2.FileDescriptorProto(name="test_replay_map.proto", package="smcdp.test",
+                                           dependency=["smcdp/v1/messages.proto"], syntax="proto3")
+    m = f.message_type.add(name="Keyed")
+    entry = m.nested_type.add(name="VecsEntry")
+    entry.options.map_entry = True
+    entry.field.add(name="key", number=1, type=9, label=1)
+    entry.field.add(name="value", number=2, type=11, label=1, type_name=".smcdp.v1.CiphertextVector")
+    m.field.add(name="vecs", number=1, type=11, label=3, type_name=".smcdp.test.Keyed.VecsEntry")
+    m.field.add(name="note", number=2, type=9, label=1)
+    descriptor_pool.Default().Add(f)
+    cls = message_factory.GetMessageClass(descriptor_pool.Default().FindMessageTypeByName("smcdp.test.Keyed"))
+
+    def keyed(order, cts, note="n"):
+        msg = cls(note=note)
+        for k in order:
+            msg.vecs[k].CopyFrom(pb.CiphertextVector(ciphertexts=cts[k], length=len(cts[k])))
+        return replay_view("smcdp.test.Keyed", msg.SerializeToString())
+
+    first = keyed("ab", {"a": [b"\x01"], "b": [b"\x02", b"\x03"]})
+    assert keyed("ba", {"a": [b"\x07"], "b": [b"\x08", b"\x09"]}) == first
+    assert keyed("ab", {"a": [b"\x01", b"\x02"], "b": [b"\x03"]}) != first        # counts moved between keys
+    assert keyed("ab", {"a": [b"\x01"], "b": [b"\x02", b"\x03"]}, note="m") != first

@@ -347,6 +347,30 @@ def test_max_exact_sessions_per_period_counts_from_the_audit_trail_across_restar
     old.stop()
 
 
+def test_an_exact_session_that_never_began_gives_its_place_back(tmp_path):
+    """Issue 26: a session aborted (or expired) between Propose and Begin computed nothing from the party's
+    data, so its place in max_exact_sessions comes back -- also across a restart, from the audit trail.
+    Without it, proposals made at once of which one is refused spent every other party's allowance, and any
+    initiator could spend it by proposing and aborting.  A session whose role began keeps its place."""
+    cfg = _exact_config(tmp_path, max_exact_sessions=1, period_days=1.0)
+    g = _gov(cfg)
+    g.admit("charlie", _exact_spec("e1"), ExactPlugin(), "data")
+    g.session_done("e1", {"state": "failed", "error": {"message": "aborted by charlie"}}, began=False)
+    g.admit("charlie", _exact_spec("e2"), ExactPlugin(), "data")                     # e1's place
+    g.session_done("e2", {"state": "failed", "error": {"message": "a peer failed"}}, began=True)
+    with pytest.raises(SmcdpError, match="max_exact_sessions"):
+        g.admit("charlie", _exact_spec("e3"), ExactPlugin(), "data")
+    g.stop()
+    assert [e["session"] for e in _events(tmp_path) if e["event"] == "exact-returned"] == ["e1"]
+    # a restart, with two a day: e2 still counts and e1 still does not, so one more is admitted
+    g = _gov(replace(cfg, policy=Policy(protocols={"exact": replace(cfg.policy.protocols["exact"],
+                                                                          max_exact_sessions=2)})))
+    g.admit("charlie", _exact_spec("e4"), ExactPlugin(), "data")
+    with pytest.raises(SmcdpError, match="max_exact_sessions"):
+        g.admit("charlie", _exact_spec("e5"), ExactPlugin(), "data")
+    g.stop()
+
+
 def test_an_approved_exact_session_is_refused_at_start_when_another_took_the_last_slot(tmp_path):
     g = _gov(_exact_config(tmp_path, approval="operator", max_exact_sessions=1))
     assert isinstance(g.admit("charlie", _exact_spec("a"), ExactPlugin(), "data"), PendingApproval)
