@@ -554,7 +554,7 @@ class Party(SessionHost):
         """When ``s`` ends: settle its governance, then drop it from memory (issue 19)."""
         loop = asyncio.get_running_loop()
         s.done.add_done_callback(lambda f, s=s: self.governor.session_done(s.spec.session_id, f.result(),
-                                                                           began=s.ran or s._begun_already))
+                                                                           began=s.has_run))
         s.done.add_done_callback(lambda _f, s=s: self._ended_threadsafe(loop, s))
         s.done.add_done_callback(lambda _f: self.next_root.poke())   # idle again: prepare the next (issue 27)
 

@@ -143,8 +143,7 @@ class Session:
         self.state = "prepared"
         #: a peer's Begin was admitted (the session counts as running before its thread says so)
         self.begun = False
-        #: the role started here (Begin came): what max_exact_sessions counts (issue 26)
-        self.ran = False
+        self.ran = False    # the role started in this process (see has_run)
         #: its end is decided (an Abort, a failure): it no longer holds a pending or running slot while
         #: it winds down (limits._counts)
         self.ending = False
@@ -242,6 +241,12 @@ class Session:
                 self.done.set_result(self.record)
         finally:
             self.ready.set()
+
+    @property
+    def has_run(self) -> bool:
+        """Did the role ever start here (Begin came; a restored or resumed session's did before)?  A session
+        that ends without it computed nothing from this party's data (max_exact_sessions, issue 26)."""
+        return self.ran or self._begun_already
 
     async def _main(self) -> None:
         cfg = self.party.config

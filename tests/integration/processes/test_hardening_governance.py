@@ -196,6 +196,22 @@ def test_a_refusal_at_one_party_aborts_the_proposals_made_at_once(tmp_path, proc
     _wait_for("alice's proposal withdrawn", lambda: _status(cfgs["alice"], "refused").get("state") != "pending")
 
 
+def test_an_exact_session_refused_elsewhere_gives_alice_her_place_back(tmp_path, processes):
+    """alice admits an exact session at once (it counts against her max_exact_sessions); bob's operator
+    refuses it; the session never began at alice, so her audit trail gives the place back."""
+    cfgs = _pi_deployment(tmp_path, approval=("bob",))
+    _start(processes, cfgs, ["trent", "alice", "bob"])
+    th, out = _start_pi(cfgs, "given-back")
+    _wait_for("bob's pending proposal", lambda: _status(cfgs["bob"], "given-back").get("state") == "pending")
+    client.reject_session(cfgs["bob"], "given-back", reason="no")
+    th.join(120)
+    assert getattr(out.get("error"), "code", "") == "PERMISSION_DENIED", out
+    alice = load_config(cfgs["alice"]).data_dir
+    assert [e.get("exact") for e in _events(alice, "accepted") if e["session"] == "trent.given-back"] == [True]
+    _wait_for("alice's place given back",
+              lambda: [e["session"] for e in _events(alice, "exact-returned")] == ["trent.given-back"])
+
+
 def test_a_refusal_is_reported_while_another_party_cannot_be_reached(tmp_path, processes):
     """Proposed at once to alice, whose operator refuses, and to bob, who is down: the refusal is reported
     within seconds (the call retrying bob is stopped after timeouts.connect_seconds), not when bob's
