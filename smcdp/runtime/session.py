@@ -62,7 +62,13 @@ from smcdp.plugins.base import ProtocolPlugin, SessionContext
 from smcdp.runtime import failpoints
 from smcdp.runtime.config import PartyConfig
 from smcdp.runtime.durability.checkpoint import Checkpoint
-from smcdp.runtime.limits import approval_wait_until, begin_by, charge_journal, session_budget  # issues 19, 24
+from smcdp.runtime.limits import (  # issues 19, 24
+    WAITING_NOTICE_GRACE,
+    approval_wait_until,
+    begin_by,
+    charge_journal,
+    session_budget,
+)
 from smcdp.runtime.logs import private_dir
 
 #: failures after which a session can be continued (``smcdp session resume``): a participant
@@ -137,7 +143,8 @@ class Session:
         self.received = time.monotonic()
         #: issue 24: the participant whose operator is deciding (None: nobody), and how long this
         #: party keeps the session prepared meanwhile (monotonic)
-        self.waiting_for: str | None = None
+        self.waiting_for: str | None = None      # the parties whose operators decide, comma-separated
+        self._noticed: dict[str, float] = {}    # party -> when we last heard the session waits for it
         self._approval_until: float | None = None
         self.started_at = _utc_now()
         self.state = "prepared"
@@ -199,7 +206,11 @@ class Session:
         up to ``limits.approval_timeout_seconds`` from its receipt, not the proposal grace."""
         own = self.initiator == self.party.name
         until = approval_wait_until(self.received, self.party.config.limits, own)
-        self.waiting_for = party
+        # proposals made at once (issue 26) may wait for several operators: each is named while its
+        # notices keep coming
+        now = time.monotonic()
+        self._noticed[party] = now
+        self.waiting_for = ", ".join(sorted(p for p, t in self._noticed.items() if now - t < WAITING_NOTICE_GRACE))
         self._approval_until = max(self._approval_until or until, until)
         if own:   # the initiator's calls (Propose repeats, Begin) may take that long too
             self.deadline = max(self.deadline, until)

@@ -189,6 +189,9 @@ def test_a_refusal_at_one_party_aborts_the_proposals_made_at_once(tmp_path, proc
     th, out = _start_pi(cfgs, "refused")
     for p in ("alice", "bob"):
         _wait_for(f"{p}'s pending proposal", lambda p=p: _status(cfgs[p], "refused").get("state") == "pending")
+    # the initiator names both operators it waits for (not whichever notice came last)
+    _wait_for("trent waiting for both", lambda: _status(cfgs["trent"], "trent.refused").get("waiting_for") ==
+              "alice, bob")
     client.reject_session(cfgs["bob"], "refused", reason="not this week")
     th.join(120)
     assert "error" in out and getattr(out["error"], "code", "") == "PERMISSION_DENIED", out
