@@ -902,6 +902,8 @@ class Party(SessionHost):
                 given_up.set()
                 raise
 
+        if not others:            # the initiator holds every role
+            return []
         tasks = [asyncio.ensure_future(one(p)) for p in others]
         stop = asyncio.ensure_future(given_up.wait())
         try:
