@@ -79,6 +79,10 @@ class SessionSummary:
     #: how many vectors (components) the session computes from the data, for protocols that have
     #: such a number (power iteration: components + oversample); bounded by a policy's max_components
     components: int | None = None
+    #: role -> how many of the protocol's frames one round covers, for the roles whose data a round of
+    #: several frames shows more of (keyword: bob's models, docs/protocols/keyword.md); bounded by a
+    #: policy's max_frames_per_round, 1 when the policy does not say
+    frames_per_round: Mapping[str, int] = field(default_factory=dict)
 
     def outputs_from(self, role: str) -> list[OutputFlow]:
         """The outputs computed from ``role``'s private inputs."""
@@ -89,7 +93,7 @@ class SessionSummary:
                 "data_roles": list(self.data_roles), "coordinator_roles": list(self.coordinator_roles),
                 "outputs": [o.as_dict() for o in self.outputs], "epsilon": self.epsilon,
                 "delta": self.delta, "rho": self.rho, "record_bound": self.record_bound,
-                "components": self.components}
+                "components": self.components, "frames_per_round": dict(self.frames_per_round)}
 
 class ProtocolPlugin(abc.ABC):
     """A protocol as the party runner sees it."""

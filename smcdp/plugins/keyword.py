@@ -111,7 +111,8 @@ class KeywordPlugin(ProtocolPlugin):
         if p.debug_reveal:
             outputs.append(OutputFlow("log-likelihoods", (ALICE,), (ALICE, BOB)))
         return SessionSummary(protocol=self.name, key_bits={"paillier": p.key_bits},
-                              data_roles=(ALICE, BOB), coordinator_roles=(), outputs=tuple(outputs))
+                              data_roles=(ALICE, BOB), coordinator_roles=(), outputs=tuple(outputs),
+                              frames_per_round={BOB: p.frames_per_round})
     def traffic_envelope(self, params: Mapping[str, Any], roles: Mapping[str, str], role: str):
         return KeywordParams.from_mapping(params).traffic_envelope(role)
 

@@ -42,7 +42,7 @@ this module fuses frame by frame.  Steps (seed 003 §4.2.1 numbering):
 2. *Start* (step 5).  Bob's offsets ``c⁰_j = fx(log π_j) + ω⁰_j`` give Alice
    ``L_0(j) = c⁰_j + v_{0,j} = log α_0(j) + M_0(j)``, ``M_0(j) = ω⁰_j + V_{0,j}``
    Bob's.  States with π_j = 0 (public pattern) start at −∞.
-3. *Induction* (steps 6–7), one round trip per frame and model group.  For
+3. *Induction* (steps 6–7), one round trip per round (one frame, or m) and model group.  For
    step t → t+1 Bob has sent, with the block of frame t+1, the offsets
    ``c_lj = fx(log a_lj) − M_t(l) + ω_{t,j} + σ_lj`` of every edge (σ = 0 for a
    state with one predecessor).  A sum with one predecessor Alice completes
@@ -51,6 +51,11 @@ this module fuses frame by frame.  Steps (seed 003 §4.2.1 numbering):
    returns them encrypted, pre-shifted into the sum's slot; (W) Bob's packed,
    smudged weighted sums; (L) Alice's ``L_{t+1}(j) = fx(ln u_j) + m_j +
    v_{t+1,j}``.  Bob's mask becomes ``M_{t+1}(j) = ω_{t,j} − K + V_{t+1,j}``.
+   *Rounds of m frames* (``frames_per_round`` m ≥ 2; 1 is the seed's): a round t → t+ℓ (ℓ = m, the
+   last one possibly shorter) sums into every state j over the paths (i_0, …, i_{ℓ−1}) → j of non-zero
+   transitions, Alice's term ``L_t(i_0) + v_{t+1,i_1} + … + v_{t+ℓ−1,i_{ℓ−1}} + c_p`` with Bob's offset
+   ``c_p = Σ fx(log a) − M_t(i_0) − Σ V_{t+r,i_r} + ω_{t,j} + σ_p``, sent with the block of frame t+ℓ:
+   one round trip per m frames (docs: what it shows Alice of Bob's models).
    The models are split into ``groups`` whose rounds interleave: while Alice
    works on one group Bob works on the other.  Each party runs its big-integer
    work on threads (:mod:`smcdp.crypto.threads`): the round's decryptions and
@@ -113,6 +118,9 @@ MAX_HEADER_VALUES = 10_000_000
 #: (Alice refuses a masked final score of magnitude 2^41 or more: |log P| < 2^40 nats).
 LOG_ZERO = -float(1 << 42)
 SCORE_BOUND_NATS = 1 << 41
+#: the most frames one induction round may cover (its sums run over paths of that many steps: up to
+#: max_states ** frames_per_round terms each, counted in the byte envelope)
+MAX_FRAMES_PER_ROUND = 4
 #: frames per block for discrete emissions (one OT batch per block)
 DISCRETE_BLOCK = 32
 #: bytes per value of a discrete OT row (signed, little-endian); the smallest value is −∞
@@ -142,6 +150,9 @@ class ForwardParams(ProtocolParams):
     coef_frac_bits: int = 32                       # fixed point of Bob's coefficients
     block_frames: int = 0                          # frames per emission block (0: a product ciphertext's slots)
     groups: int = 1                                # model groups whose induction rounds interleave (docs)
+    #: frames of the induction per round trip (docs: 1 is the seed's; m ≥ 2 sums over paths of m steps, one
+    #: round trip per m frames, and shows Alice more of Bob's models -- the leakage section says what)
+    frames_per_round: int = 1
     # public bounds that size every message (issue 24; :func:`forward_traffic`): Alice's frames T, Bob's
     # models Δ, their states N, mixture components C and features d (symbols M of discrete models).
     # Bob refuses to run models beyond them, Alice a header beyond them, both more frames.
@@ -162,7 +173,8 @@ class ForwardParams(ProtocolParams):
         self.masks().validate()
         real(self.emission_offset_nats, "emission_offset_nats", 1.0, 2.0 ** 48)
         for name, lo, hi in (("feature_bits", 1, 32), ("coef_frac_bits", 8, 96),
-                             ("block_frames", 0, 4096), ("groups", 1, 16), ("max_frames", 1, MAX_FRAMES),
+                             ("block_frames", 0, 4096), ("groups", 1, 16), ("frames_per_round", 1, MAX_FRAMES_PER_ROUND),
+                             ("max_frames", 1, MAX_FRAMES),
                              ("max_models", 1, MAX_MODELS), ("max_states", 1, MAX_STATES),
                              ("max_mixtures", 1, MAX_MIXTURES), ("max_features", 1, MAX_FEATURES)):
             v = getattr(self, name)
@@ -374,13 +386,27 @@ class Plan:
         self.D, self.N = D, N
         self.starts = [[int(j) for j in np.flatnonzero(shape.start[d])] for d in range(D)]
         self.preds = [[[int(x) for x in np.flatnonzero(shape.trans[d, :, j])] for j in range(N)] for d in range(D)]
-        he_in = [len(self.preds[d][j]) for d in range(D) for j in range(N) if len(self.preds[d][j]) >= 2]
+        # Induction rounds of m = frames_per_round steps (the last one may be shorter).  A round of ℓ steps
+        # sums, into every state j, over the paths (i_0, …, i_{ℓ−1}) → j of non-zero transitions: i_0 at the
+        # round's first frame, i_1.. at the frames inside it.  ℓ = 1: the paths are the predecessors.
+        self.m = m = params.frames_per_round
+        self.paths: dict[int, list[list[list[tuple[int, ...]]]]] = {1: [[[(l,) for l in self.preds[d][j]]
+                                                                          for j in range(N)] for d in range(D)]}
+        for ell in range(2, m + 1):
+            prev = self.paths[ell - 1]
+            self.paths[ell] = [[[q + (i,) for i in self.preds[d][j] for q in prev[d][i]] for j in range(N)]
+                               for d in range(D)]
+        he_in = [len(self.paths[ell][d][j]) for ell in self.paths for d in range(D) for j in range(N)
+                 if len(self.paths[ell][d][j]) >= 2]
         self.ind = ls.LogsumLayout.make(mp, max(he_in), pk) if he_in else None
         self.fin = ls.LogsumLayout.make(mp, N, pk) if N >= 2 else None
-        he_counts = [sum(1 for j in range(N) if len(self.preds[d][j]) >= 2) for d in range(D)]
+        he_counts = [sum(1 for j in range(N) if len(self.paths[m][d][j]) >= 2) for d in range(D)]
         self.groups = split_groups(he_counts, self.ind.slots if self.ind else 1, params.groups)
-        self.group_sums = [[(d, j) for d in g for j in range(N) if len(self.preds[d][j]) >= 2] for g in self.groups]
-        self.group_terms = [sum(len(self.preds[d][j]) for d, j in s) for s in self.group_sums]
+        #: per round length ℓ: each group's sums that need a LOGSUM, and their terms
+        self.group_sums = {ell: [[(d, j) for d in g for j in range(N) if self.he_state(d, j, ell)] for g in self.groups]
+                           for ell in self.paths}
+        self.group_terms = {ell: [sum(len(self.paths[ell][d][j]) for d, j in sums) for sums in gs]
+                            for ell, gs in self.group_sums.items()}
         # offsets of one frame: start (t = 0) or induction (t ≥ 1) edges, then mixture terms
         self.start_index = {}
         k = 0
@@ -389,13 +415,16 @@ class Plan:
                 self.start_index[(d, j)] = k
                 k += 1
         self.n_start = k
-        self.edge_index = {}
-        k = 0
-        for d in range(D):
-            for j in range(N):
-                self.edge_index[(d, j)] = k
-                k += len(self.preds[d][j])
-        self.n_edges = k
+        #: per round length ℓ: where each state's path offsets start in a round's last frame, and their count
+        self.path_index: dict[int, dict[tuple[int, int], int]] = {}
+        self.n_paths: dict[int, int] = {}
+        for ell, paths in self.paths.items():
+            k, index = 0, {}
+            for d in range(D):
+                for j in range(N):
+                    index[(d, j)] = k
+                    k += len(paths[d][j])
+            self.path_index[ell], self.n_paths[ell] = index, k
         self.mixture = shape.mixture
         self.comps: list[list[list[int]]] = []
         self.mix = None
@@ -418,14 +447,35 @@ class Plan:
         #: bound on |v| (Alice's masked emissions, discrete rows)
         self.emission_bits = ((ls.LOG_WEIGHT_BOUND_NATS << self.F) + params.emission_offset_int).bit_length() + 1
 
-    def offsets_in_frame(self, t: int) -> int:
-        return (self.n_start if t == 0 else self.n_edges) + self.n_mix
+    def round_length(self, e: int) -> int:
+        """Steps of the round that ends at frame e ≥ 1 (it starts at frame e − ℓ): rounds end at the
+        multiples of m and at the last frame, so a round's length follows from where it ends."""
+        return (e - 1) % self.m + 1
+
+    def round_end(self, t: int, total: int | None) -> bool:
+        """Does a round end at frame t (``total``: the frame count once known)?"""
+        return t >= 1 and (t % self.m == 0 or (total is not None and t == total - 1))
+
+    def induction_offsets(self, t: int, total: int | None) -> int:
+        """Frame t's start (t = 0) or path offsets (a round's last frame); none inside a round."""
+        if t == 0:
+            return self.n_start
+        return self.n_paths[self.round_length(t)] if self.round_end(t, total) else 0
+
+    def offsets_in_frame(self, t: int, total: int | None) -> int:
+        return self.induction_offsets(t, total) + self.n_mix
+
+    def rounds(self, frames: int) -> list[int]:
+        """The lengths of the induction rounds of ``frames`` frames."""
+        steps = max(0, frames - 1)
+        return [self.m] * (steps // self.m) + ([steps % self.m] if steps % self.m else [])
 
     def n_blocks(self, frames: int) -> int:
         return -(-frames // self.block)
 
-    def he_state(self, d: int, j: int) -> bool:
-        return len(self.preds[d][j]) >= 2
+    def he_state(self, d: int, j: int, ell: int) -> bool:
+        """Does state j of model d need a LOGSUM (≥ 2 paths) in a round of ℓ steps?"""
+        return len(self.paths[ell][d][j]) >= 2
 
 
 # =============================================================================== traffic bounds
@@ -478,11 +528,15 @@ def forward_traffic(params: ForwardParams, key_bits: int, kind: str) -> tuple[li
     nb = -(-T // b_min)                      # blocks
     bT = min(b_max, T)                       # frames of the largest block
     ob = offset_bits(params)
-    per_frame_offsets = DN * N + n_mix       # edges (≥ the starts of frame 0) and mixture terms
+    m = params.frames_per_round
+    paths = N ** m                           # paths into a state in a round of m steps (shorter rounds: fewer)
+    rounds = -(-max(0, T - 1) // m)
+    ends = bT if m == 1 else min(bT, -(-bT // m) + 1)       # round ends among a block's frames (≥ frame 0's starts)
+    block_offsets = ends * DN * paths + bT * n_mix
     alice: list[tuple] = [
         (1, _ints_bytes(7 + DN + DN * N + n_mix), _ints_bytes(7 + DN + DN * N + n_mix)),    # hdr
         (1, _ints_bytes(1)),                                                                 # ready
-        (nb, _bigints_bytes(bT * per_frame_offsets, ob), _bigints_bytes(T * per_frame_offsets, ob) + 16 * nb),
+        (nb, _bigints_bytes(block_offsets, ob), _bigints_bytes(DN + rounds * DN * paths + T * n_mix, ob) + 16 * nb),
         (1, _bigints_bytes(DN, ob)),                                                         # fin-c
     ]
     bob: list[tuple] = [(1, _ints_bytes(1)), (nb, _ints_bytes(2))]                          # plan, blk
@@ -500,11 +554,11 @@ def forward_traffic(params: ForwardParams, key_bits: int, kind: str) -> tuple[li
             sm = slots(C)
             alice.append((nb, ct(-(-bT * DN // sm)), cts(nb, -(-T * DN // sm) + nb)))
             bob.append((nb, ct(bT * DN * C), cts(nb, T * DN * C)))
-    if N >= 2:                               # induction (one round trip per frame and group), termination
-        si, steps = slots(N), max(0, T - 1)
-        alice += [(steps * G, ct(-(-DN // si)), cts(steps * G, steps * (-(-DN // si) + G))),
-                  (1, ct(-(-D // si)))]
-        bob += [(steps * G, ct(DN * N), cts(steps * G, steps * DN * N)), (1, ct(DN))]
+    if N >= 2:                               # induction (one round trip per round and group), termination
+        si, sf = slots(paths), slots(N)
+        alice += [(rounds * G, ct(-(-DN // si)), cts(rounds * G, rounds * (-(-DN // si) + G))),
+                  (1, ct(-(-D // sf)))]
+        bob += [(rounds * G, ct(DN * paths), cts(rounds * G, rounds * DN * paths)), (1, ct(DN))]
     bob.append((1, ct(D)))                   # fin-l
     return alice, bob
 
@@ -588,6 +642,19 @@ async def _as_chunks(X) -> AsyncIterator[Any]:
             yield chunk
     else:
         yield X
+
+
+def _path_term(L: Mapping[int, int | None], vs: Sequence[Sequence[int | None]], base: int,
+               path: tuple[int, ...], offset: int) -> int | None:
+    """Alice's term of one path (i_0, …, i_{ℓ−1}) → j of a round: L(i_0) + the masked emissions v of the states
+    it passes inside the round + Bob's offset (−∞, None, if any of them is)."""
+    y = L[base + path[0]]
+    for r in range(1, len(path)):
+        if y is None:
+            return None
+        w = vs[r - 1][base + path[r]]
+        y = None if w is None else y + w
+    return None if y is None else y + offset
 
 
 class _Timeline:
@@ -765,7 +832,7 @@ class ForwardAlice:
     def _obfuscators_needed(self, frames: int) -> int:
         plan = self.plan
         blocks = plan.n_blocks(frames)
-        n = sum(plan.group_terms) * max(0, frames - 1) + self.shape.n_models * (1 + self.shape.n_states)
+        n = sum(sum(plan.group_terms[ell]) for ell in plan.rounds(frames)) + self.shape.n_models * (1 + self.shape.n_states)
         if plan.prod is not None:
             n += plan.prod.n_products * blocks
         if plan.mix is not None:
@@ -875,7 +942,7 @@ class ForwardAlice:
 
     async def _recv_offsets(self, b: int, first: int, n: int) -> list[list[int]]:
         plan = self.plan
-        counts = [plan.offsets_in_frame(first + k) for k in range(n)]
+        counts = [plan.offsets_in_frame(first + k, self.tl.total) for k in range(n)]
         vals = from_bigints(await self.ch.recv(self.bob, f"{self.tag}/c/{b}", pb.BigInts), count=sum(counts),
                             bound_bits=plan.offset_bits, what=f"{self.tag}/c/{b} from {self.bob}")
         out, pos = [], 0
@@ -930,8 +997,7 @@ class ForwardAlice:
         ms: list[int | None] = []
         s = 0
         for k in range(n):
-            base = plan.n_start if first + k == 0 else plan.n_edges
-            pos = base
+            pos = plan.induction_offsets(first + k, self.tl.total)
             for d in range(shape.n_models):
                 for j in range(N):
                     comps = plan.comps[d][j]
@@ -964,7 +1030,6 @@ class ForwardAlice:
         ch, tag, bob, plan = self.ch, self.tag, self.bob, self.plan
         N = plan.N
         models = plan.groups[g]
-        sums = plan.group_sums[g]
         lay = plan.ind
         c0 = await self.tl.get("c", 0, keep=True)
         v0 = await self.tl.get("v", 0, keep=True)
@@ -977,53 +1042,55 @@ class ForwardAlice:
                 L[i] = None
                 if j in plan.starts[d] and v0[i] is not None:           # step 5: L_0 = c⁰ + v_0
                     L[i] = c0[plan.start_index[(d, j)]] + v0[i]
-        t = 0
-        while await self.tl.exists(t + 1):
-            ch.progress(round=t + 1, step="induction")
-            c = await self.tl.get("c", t + 1, keep=True)
+        s = 0
+        while await self.tl.exists(s + 1):                               # a round s → e of ℓ steps
+            e = s + plan.m if await self.tl.exists(s + plan.m) else self.tl.total - 1
+            ell = e - s
+            ch.progress(round=e, step="induction")
+            c = await self.tl.get("c", e, keep=True)
+            vs = [await self.tl.get("v", s + r, keep=True) for r in range(1, ell + 1)]
+            sums = plan.group_sums[ell][g]
             new: dict[int, int | None] = {}
             e_ints: list[int] = []
             ms: list[int | None] = []
             for d in models:
                 for j in range(N):
-                    pos = plan.edge_index[(d, j)]
-                    pr = plan.preds[d][j]
-                    ys = [None if L[d * N + l] is None else L[d * N + l] + c[pos + k] for k, l in enumerate(pr)]
-                    if len(pr) <= 1:                          # no predecessor (−∞) or one: no LOGSUM
-                        new[d * N + j] = ys[0] if pr else None
+                    pos = plan.path_index[ell][(d, j)]
+                    paths = plan.paths[ell][d][j]
+                    ys = [_path_term(L, vs, d * N, p, c[pos + k]) for k, p in enumerate(paths)]
+                    if len(paths) <= 1:                       # no path (−∞) or one: no LOGSUM
+                        new[d * N + j] = ys[0] if paths else None
                         continue
                     es, m = ls.exponentiate_terms(ys, lay)                 # (E), seed step 6
-                    s = len(ms)
+                    k = len(ms)
                     ms.append(m)
-                    e_ints.extend(x << lay.shift(s) for x in es)
+                    e_ints.extend(x << lay.shift(k) for x in es)
             if sums:
-                await ch.send(bob, f"{tag}/e/{t}/{g}",
+                await ch.send(bob, f"{tag}/e/{s}/{g}",
                               EncryptedVector(self.pk, [self.pool.encrypt(x) for x in e_ints], len(e_ints), 0,
                                               UNPACKED, int(self.pk.max_int)).to_proto())
-                u = EncryptedVector.from_proto(await ch.recv(bob, f"{tag}/u/{t}/{g}", pb.CiphertextVector), self.pk,
+                u = EncryptedVector.from_proto(await ch.recv(bob, f"{tag}/u/{s}/{g}", pb.CiphertextVector), self.pk,
                                                length=len(sums), exponent=0, packing=lay.packing,
-                                               what=f"{tag}/u/{t}/{g} from {bob}")
+                                               what=f"{tag}/u/{s}/{g} from {bob}")
                 totals = ls.unpack_sums(await self.urgent.adecrypt_signed(self.sk, u.ciphertexts), len(sums), lay)
                 for (d, j), u_s, m in zip(sums, totals, ms):                # (L), seed step 7
                     new[d * N + j] = None if m is None else ls.logarithm(u_s, m, lay)
-            v = await self.tl.get("v", t + 1, keep=True)
+            v = vs[-1]
             for i, x in new.items():
                 L[i] = None if (x is None or v[i] is None) else x + v[i]
-            self._release(t, g)
-            t += 1
-        self._release(t, g)
+            self._release(s, e)
+            s = e
         return L
 
-    def _release(self, t: int, g: int) -> None:
-        """Frame t's values are no longer needed by group g (the last group to pass drops them)."""
+    def _release(self, s: int, e: int) -> None:
+        """Frames s..e's values are no longer needed by one more group (the last group to pass drops them)."""
         done = self.__dict__.setdefault("_passed", {})
-        done[t] = done.get(t, 0) + 1
-        if done[t] == len(self.plan.groups):
-            del done[t]
-            self.tl._values.pop(("c", t + 1), None)
-            self.tl._values.pop(("v", t), None)
-            if t == 0:
-                self.tl._values.pop(("c", 0), None)
+        done[s] = done.get(s, 0) + 1
+        if done[s] == len(self.plan.groups):
+            del done[s]
+            for t in range(s, e + 1):
+                self.tl._values.pop(("c", t), None)
+                self.tl._values.pop(("v", t), None)
 
     # ------------------------------------------------------------------ step 4: termination
     async def _termination(self, L: dict[int, int | None]) -> None:
@@ -1112,27 +1179,31 @@ class _BobMasks:
             self._start = ls.uniform_ints(self.rng_of("start"), self.plan.shape.n_values, self.plan.mp.offset_int)
         return self._start
 
-    def step(self, t: int) -> tuple[list[int], list[list[int]], list[list[int]], list[list[list[int]]]]:
-        """Step t → t+1: (ω per state, σ per state's predecessors, ν per group's sums, k per group's sums)."""
-        if t not in self._step:
+    def step(self, t: int, ell: int) -> tuple[list[int], list[list[int]], list[list[int]], list[list[list[int]]]]:
+        """The round t → t+ℓ: (ω per state, σ per state's paths, ν per group's sums, k per group's sums).
+        A full round's stream is labelled by its first frame (with m = 1, each step's as before); a shorter
+        last round's by its length too."""
+        if (t, ell) not in self._step:
             plan = self.plan
-            rng = self.rng_of("induction", str(t))
+            rng = self.rng_of("induction", str(t), *(() if ell == plan.m else (f"steps-{ell}",)))
             omega = ls.uniform_ints(rng, plan.shape.n_values, plan.mp.offset_int)
-            sigma = [ls.uniform_ints(rng, len(plan.preds[d][j]), plan.K) if plan.he_state(d, j) else [0]
+            sigma = [ls.uniform_ints(rng, len(plan.paths[ell][d][j]), plan.K) if plan.he_state(d, j, ell) else [0]
                      for d in range(plan.D) for j in range(plan.N)]
-            nu = [ls.smudging(rng, plan.ind, len(s)) if s else [] for s in plan.group_sums]
-            k = [[ls.term_weights(sigma[d * plan.N + j], plan.ind) for d, j in s] for s in plan.group_sums]
-            self._step[t] = (omega, sigma, nu, k)
-        return self._step[t]
+            nu = [ls.smudging(rng, plan.ind, len(s)) if s else [] for s in plan.group_sums[ell]]
+            k = [[ls.term_weights(sigma[d * plan.N + j], plan.ind) for d, j in s] for s in plan.group_sums[ell]]
+            self._step[(t, ell)] = (omega, sigma, nu, k)
+        return self._step[(t, ell)]
 
     def M(self, t: int) -> list[int]:
-        """Bob's mask of Alice's L_t: M_0 = ω⁰ + V_0, M_t = ω_{t−1} − K·[LOGSUM] + V_t."""
+        """Bob's mask of Alice's L_t at a round's end (or t = 0): M_0 = ω⁰ + V_0, M_t = ω_s − K·[LOGSUM] + V_t
+        for the round s → t."""
         plan = self.plan
         V = self.state_mask(t)
         if t == 0:
             return [w + v for w, v in zip(self.start(), V)]
-        omega = self.step(t - 1)[0]
-        return [omega[d * plan.N + j] - (plan.K if plan.he_state(d, j) else 0) + V[d * plan.N + j]
+        ell = plan.round_length(t)
+        omega = self.step(t - ell, ell)[0]
+        return [omega[d * plan.N + j] - (plan.K if plan.he_state(d, j, ell) else 0) + V[d * plan.N + j]
                 for d in range(plan.D) for j in range(plan.N)]
 
     def final(self) -> tuple[list[int], list[list[int]], list[int], list[list[int]]]:
@@ -1201,8 +1272,8 @@ class ForwardBob:
         table = asyncio.ensure_future(asyncio.to_thread(self.pk.prepare, uses))   # while the masks are drawn
         w1 = time.perf_counter()
         for t in range(expected):              # masks, offsets' ingredients and weights: no observation needed
-            self.masks.M(t)
-            self.masks.step(t)
+            if plan.round_end(t, expected) or t == 0:
+                self.masks.M(t)                # and the round's step
             if plan.mixture:
                 self.masks.mixture(t)
         self.masks.final()
@@ -1224,8 +1295,9 @@ class ForwardBob:
     def _obfuscators_needed(self, frames: int) -> int:
         plan = self.plan
         blocks = plan.n_blocks(frames)
-        per_frame = sum(plan.ind.n_ciphertexts(len(s)) for s in plan.group_sums) if plan.ind else 0
-        n = per_frame * max(0, frames - 1) + (plan.fin.n_ciphertexts(plan.D) if plan.fin else 0)
+        n = sum(plan.ind.n_ciphertexts(len(s)) for ell in plan.rounds(frames) for s in plan.group_sums[ell]) \
+            if plan.ind else 0
+        n += plan.fin.n_ciphertexts(plan.D) if plan.fin else 0
         if plan.prod is not None:
             n += self.shape.rows * blocks
         if plan.mix is not None:
@@ -1277,7 +1349,7 @@ class ForwardBob:
                     raise InvalidMessage(f"{alice} sent more than the session's max_frames = "
                                          f"{self.params.max_frames} frames")
                 # the offsets of these frames depend on Bob's masks only: they leave at once
-                await ch.send(alice, f"{tag}/c/{b}", bigints(self._offsets(first, n)))
+                await ch.send(alice, f"{tag}/c/{b}", bigints(self._offsets(first, n, first + n if final else None)))
                 self.tl.announce(n, final)
                 if b == 0:
                     self.online["first_block"] = time.perf_counter() - self._t0
@@ -1292,8 +1364,18 @@ class ForwardBob:
             raise
         self.online["emissions_done"] = time.perf_counter() - self._t0
 
-    def _offsets(self, first: int, n: int) -> list[int]:
-        """Public offsets of frames first..first+n−1 (start or induction edges, then mixture terms)."""
+    def _path_logs(self, ell: int) -> list[list[int]]:
+        """Per state, Σ fx(log a) along each of its paths of ℓ steps (the same in every round)."""
+        cache = self.__dict__.setdefault("_path_log_cache", {})
+        if ell not in cache:
+            plan, N = self.plan, self.plan.N
+            cache[ell] = [[sum(self._log_a[(d, a, b)] for a, b in zip(p, p[1:] + (j,))) for p in plan.paths[ell][d][j]]
+                          for d in range(plan.D) for j in range(N)]
+        return cache[ell]
+
+    def _offsets(self, first: int, n: int, total: int | None) -> list[int]:
+        """Public offsets of frames first..first+n−1 (start, or the paths of a round ending there; then mixture
+        terms); ``total``: the frame count, when these are the last frames."""
         plan, masks = self.plan, self.masks
         D, N, F = plan.D, plan.N, plan.F
         models = self.models
@@ -1310,14 +1392,21 @@ class ForwardBob:
             if t == 0:                                                   # step 5
                 w0 = masks.start()
                 out.extend(self._log_pi[(d, j)] + w0[d * N + j] for d in range(D) for j in plan.starts[d])
-            else:                                                        # step 6, (E): edges into frame t
-                Mp = masks.M(t - 1)
-                omega, sigma, _, _ = masks.step(t - 1)
+            elif plan.round_end(t, total):                               # step 6, (E): paths into frame t
+                ell = plan.round_length(t)
+                Ms = masks.M(t - ell)
+                Vs = [masks.state_mask(t - ell + r) for r in range(1, ell)]      # the frames inside the round
+                omega, sigma, _, _ = masks.step(t - ell, ell)
+                logs = self._path_logs(ell)
                 for d in range(D):
                     for j in range(N):
-                        pr = plan.preds[d][j]
-                        out.extend(ls.term_offsets([self._log_a[(d, l, j)] for l in pr], [Mp[d * N + l] for l in pr],
-                                                   omega[d * N + j], sigma[d * N + j] if len(pr) >= 2 else [0]))
+                        paths = plan.paths[ell][d][j]
+                        if ell == 1:
+                            mask = [Ms[d * N + p[0]] for p in paths]
+                        else:
+                            mask = [Ms[d * N + p[0]] + sum(V[d * N + i] for V, i in zip(Vs, p[1:])) for p in paths]
+                        out.extend(ls.term_offsets(logs[d * N + j], mask, omega[d * N + j],
+                                                   sigma[d * N + j] if len(paths) >= 2 else [0]))
             if plan.mixture:                                             # (E) of the component LOGSUMs
                 V = masks.emission(t)
                 omega, sigma, _, _ = masks.mixture(t)
@@ -1401,30 +1490,34 @@ class ForwardBob:
     # ------------------------------------------------------------------ step 3: induction
     async def _induction(self, g: int) -> None:
         ch, tag, alice, plan = self.ch, self.tag, self.alice, self.plan
-        sums = plan.group_sums[g]
         lay = plan.ind
-        t = 0
-        while await self.tl.exists(t + 1):
-            ch.progress(round=t + 1, step="induction")
+        s = 0
+        while await self.tl.exists(s + 1):                               # a round s → e of ℓ steps
+            e = s + plan.m if await self.tl.exists(s + plan.m) else self.tl.total - 1
+            ell = e - s
+            ch.progress(round=e, step="induction")
+            sums = plan.group_sums[ell][g]
             if sums:
-                e = EncryptedVector.from_proto(await ch.recv(alice, f"{tag}/e/{t}/{g}", pb.CiphertextVector), self.pk,
-                                               length=plan.group_terms[g], exponent=0, packing=UNPACKED,
-                                               what=f"{tag}/e/{t}/{g} from {alice}")
-                _, _, nu, kw = self.masks.step(t)
-                it = iter(e.ciphertexts)
-                terms = [[(next(it), w) for w in kw[g][s]] for s in range(len(sums))]
+                msg = await ch.recv(alice, f"{tag}/e/{s}/{g}", pb.CiphertextVector)
+                x = EncryptedVector.from_proto(msg, self.pk, length=plan.group_terms[ell][g], exponent=0,
+                                               packing=UNPACKED, what=f"{tag}/e/{s}/{g} from {alice}")
+                _, _, nu, kw = self.masks.step(s, ell)
+                it = iter(x.ciphertexts)
+                terms = [[(next(it), w) for w in kw[g][k]] for k in range(len(sums))]
                 u = await ls.aweighted_sums(self.pk, terms, nu[g], lay, self.pool, self.urgent)   # (W), seed step 6
-                await ch.send(alice, f"{tag}/u/{t}/{g}", EncryptedVector(self.pk, u, len(sums), 0, lay.packing,
+                await ch.send(alice, f"{tag}/u/{s}/{g}", EncryptedVector(self.pk, u, len(sums), 0, lay.packing,
                                                                          lay.max_sum).to_proto())
-            self._step_done(t)
-            t += 1
+            self._step_done(s)
+            s = e
 
-    def _step_done(self, t: int) -> None:
-        self._steps_done[t] = self._steps_done.get(t, 0) + 1
-        if self._steps_done[t] == len(self.plan.groups):
-            del self._steps_done[t]
-            # step t stays until frame t+1's offsets were made (they leave with its block, earlier)
-            self.masks._step.pop(t - 1, None)
+    def _step_done(self, s: int) -> None:
+        self._steps_done[s] = self._steps_done.get(s, 0) + 1
+        if self._steps_done[s] == len(self.plan.groups):
+            del self._steps_done[s]
+            # the round s → e stays until the next round's offsets were made (they need M_e; they leave with
+            # e's block, nearly always earlier): the rounds before it go
+            for key in [k for k in self.masks._step if k[0] < s]:
+                del self.masks._step[key]
 
     # ------------------------------------------------------------------ step 4: termination
     async def _termination(self) -> EncryptedVector:

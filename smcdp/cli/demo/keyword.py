@@ -24,13 +24,17 @@ from smcdp.runtime.local import LocalCluster, bytes_sent
 
 def demo_keyword(utterance: str, models: str, key_bits: int = 2048, seed: int | None = None,
                  debug_reveal: bool = False, keep_dir: str | None = None, params: dict | None = None,
-                 faults: Faults | None = None, cmn: str | None = None, stream: str | None = None) -> dict:
+                 faults: Faults | None = None, cmn: str | None = None, stream: str | None = None,
+                 frames_per_round: int = 1) -> dict:
     """Run Alice and Bob as separate processes (gRPC, mutual TLS, loopback); returns the contract JSON.
 
     ``utterance`` is Alice's input: a WAV file (her process turns it into MFCC frames with cepstral
     mean normalisation ``cmn``) or a ``.npy`` feature matrix, told apart by the file's header.  ``cmn``
     defaults to what the models file records (``smcdp speech train`` writes it), else "utterance"; a
     different one is refused for a WAV: the features would not be the ones the models were trained on.
+
+    ``frames_per_round`` m ≥ 2: one induction round trip per m frames (fewer round trips; shows Alice more
+    of Bob's models, docs/protocols/keyword.md: the demo's policies admit it).
 
     ``stream`` (``"realtime"`` or ``"fast"``): Alice reads the WAV in 10 ms hops (at the audio's pace, or as
     fast as she can) and feeds each frame into the protocol as soon as the front end has it; the JSON's
@@ -47,7 +51,8 @@ def demo_keyword(utterance: str, models: str, key_bits: int = 2048, seed: int | 
     # what these models and this utterance need, no more (issue 24)
     bounds = {"max_frames": int(X.shape[0]), "max_models": M.n_words, "max_states": M.n_states,
               "max_mixtures": M.n_mix or 1, "max_features": M.n_symbols if M.kind == "discrete" else M.n_features}
-    p = {"key_bits": key_bits, "debug_reveal": bool(debug_reveal), **bounds, **(params or {})}
+    p = {"key_bits": key_bits, "debug_reveal": bool(debug_reveal), **bounds,
+         **({"frames_per_round": frames_per_round} if frames_per_round != 1 else {}), **(params or {})}
     if stream is not None:
         p["stream"], p["stream_pace"] = True, stream
     if cmn != "utterance":
@@ -126,7 +131,7 @@ def _cmd(args: argparse.Namespace) -> int:
         require("speech-features", "--wav")      # issue 29: Alice's features, before her process starts
     out = demo_keyword(args.wav or args.utterance, args.models, args.key_bits, args.seed, args.debug_reveal,
                        args.keep_dir, faults=Faults.from_args(args), cmn=args.cmn,
-                       stream=args.stream_pace if args.stream else None)
+                       stream=args.stream_pace if args.stream else None, frames_per_round=args.frames_per_round)
     dump_json(out, args.out)
     return 0
 
@@ -157,6 +162,9 @@ def register(sub) -> None:
                         "trained with (default: what the models file records, as smcdp speech train writes "
                         "it, else utterance)")
     p.add_argument("--models", required=True, metavar="M.npz", help="keyword HMMs (Bob), smcdp.speech format")
+    p.add_argument("--frames-per-round", type=int, default=1, metavar="M",
+                   help="frames per induction round trip (default 1, the seed's; 2..4 cut the round trips M-fold "
+                        "on a slow network and show Alice more of Bob's models: docs/protocols/keyword.md)")
     p.add_argument("--key-bits", type=int, default=2048, help="Paillier key size (default 2048; <2048 warns)")
     p.add_argument("--seed", type=int, help="fix Bob's mask randomness for experiments (encryption stays random)")
     p.add_argument("--debug-reveal", action="store_true",

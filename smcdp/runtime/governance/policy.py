@@ -28,6 +28,13 @@ The TOML, written for a data-protection officer to read::
     max_exact_sessions = 4         # at most 4 sessions with exact outputs from its data ...
     period_days = 30               # ... in any 30 days (counted from the audit trail)
 
+    [policy.keyword]
+    roles = ["bob"]
+    initiators = ["*"]
+    release_to = ["*"]
+    allow_non_dp = true
+    max_frames_per_round = 2       # induction rounds of up to 2 frames (default 1: the seed's)
+
 Every rule is checked against the plug-in's :class:`~smcdp.plugins.base.SessionSummary`
 of the proposal -- public parameters only -- so the evaluation here knows no protocol by
 name.  A refusal is an :mod:`smcdp.errors` exception whose status code says what kind of
@@ -59,7 +66,7 @@ _ROLE_PATTERN_RE = re.compile(r"^[A-Za-z0-9*][A-Za-z0-9_.*-]{0,63}$")
 _TOP_KEYS = {"approval", "allow_seeded", "open"}
 _RULE_KEYS = {"roles", "initiators", "coordinators", "release_to", "allow_non_dp", "min_key_bits",
               "max_epsilon", "max_delta", "min_records", "approval", "max_components", "max_exact_sessions",
-              "period_days"}
+              "period_days", "max_frames_per_round"}
 #: the window of max_exact_sessions when period_days is not given
 DEFAULT_PERIOD_DAYS = 30.0
 
@@ -81,13 +88,16 @@ class ProtocolRules:
     max_components: int | None = None    # the most vectors a session computes from its data (issue 25)
     max_exact_sessions: int | None = None  # the most sessions releasing exact outputs from its data ...
     period_days: float | None = None     # ... in any window of this many days (default 30)
+    #: the most frames one protocol round may cover where that shows more of its data (keyword's
+    #: induction; SessionSummary.frames_per_round); None: 1
+    max_frames_per_round: int | None = None
 
     def as_dict(self) -> dict:
         out: dict[str, Any] = {"roles": list(self.roles), "initiators": list(self.initiators),
                                "coordinators": list(self.coordinators), "release_to": list(self.release_to),
                                "allow_non_dp": self.allow_non_dp}
         for k in ("min_key_bits", "max_epsilon", "max_delta", "min_records", "approval", "max_components",
-                  "max_exact_sessions", "period_days"):
+                  "max_exact_sessions", "period_days", "max_frames_per_round"):
             if getattr(self, k) is not None:
                 out[k] = getattr(self, k)
         return out
@@ -193,6 +203,7 @@ def _rules(name: str, t: Any, known: set[str]) -> ProtocolRules:
         max_components=_number(t, "max_components", where, integer=True, lo=1, hi=1 << 20),
         max_exact_sessions=_number(t, "max_exact_sessions", where, integer=True, lo=0, hi=1 << 30),
         period_days=_period(t, where),
+        max_frames_per_round=_number(t, "max_frames_per_round", where, integer=True, lo=1, hi=1 << 10),
     )
 
 
@@ -244,16 +255,19 @@ def rules_for_layout(roles: Mapping[str, str], *, initiators: tuple[str, ...] | 
             out[party] = ProtocolRules(roles=(role,), initiators=tuple(sorted(set(initiators))),
                                        min_key_bits=min_key_bits)
             continue
+        frames = None
         if summary is not None:
             flows = [o for o in summary.outputs_from(role) if {roles[r] for r in o.recipients} - {party}]
             release = {roles[r] for o in flows for r in o.recipients} - {party}
             non_dp = any(not o.dp for o in flows)
+            frames = summary.frames_per_round.get(role)
         else:
             release, non_dp = set(roles.values()) - {party}, allow_non_dp
         out[party] = ProtocolRules(roles=(role,), initiators=tuple(sorted(set(initiators))),
                                    coordinators=tuple(sorted(coordinators - {party})),
                                    release_to=tuple(sorted(release)), allow_non_dp=non_dp,
-                                   min_key_bits=min_key_bits)
+                                   min_key_bits=min_key_bits,
+                                   max_frames_per_round=frames if frames is not None and frames > 1 else None)
     return out
 
 
@@ -266,7 +280,8 @@ def merge_rules(a: ProtocolRules, b: ProtocolRules) -> ProtocolRules:
                          release_to=union(a.release_to, b.release_to), allow_non_dp=a.allow_non_dp or b.allow_non_dp,
                          min_key_bits=a.min_key_bits, max_epsilon=a.max_epsilon, max_delta=a.max_delta,
                          min_records=a.min_records, approval=a.approval, max_components=a.max_components,
-                         max_exact_sessions=a.max_exact_sessions, period_days=a.period_days)
+                         max_exact_sessions=a.max_exact_sessions, period_days=a.period_days,
+                         max_frames_per_round=a.max_frames_per_round)
 
 
 # ---------------------------------------------------------------------------- evaluation
@@ -390,6 +405,12 @@ def evaluate(policy: Policy | None, *, me: str, session_id: str, initiator: str,
             f"{summary.components} components"
         raise bound(f"{base}.max_components", f"the session computes {have} from its data; it allows at most "
                                               f"{rules.max_components}")
+    frames = summary.frames_per_round.get(role)
+    limit = rules.max_frames_per_round or 1
+    if frames is not None and frames > limit:
+        raise bound(f"{base}.max_frames_per_round", f"the session's rounds cover {frames} frames each, which "
+                                                    f"shows more of its data than rounds of {limit}; it allows "
+                                                    f"at most {limit}")
 
 
 def _recipients(out: OutputFlow, roles: Mapping[str, str], me: str) -> list[str]:

@@ -87,12 +87,13 @@ def test_dp_aggregate_replays_with_the_same_noise(tmp_path):
     assert np.all(np.isfinite(first["dave"].weights))
 
 
-@pytest.mark.parametrize("kind", ["discrete", "diag"])
-def test_keyword_replays(tmp_path, kind):
+@pytest.mark.parametrize("kind,m", [("discrete", 1), ("diag", 1), ("diag", 2)])
+def test_keyword_replays(tmp_path, kind, m):
+    """Also with rounds of 2 frames (12 frames: five full rounds and a last one of 1 step)."""
     rng = np.random.default_rng(7)
     models = synthetic_models(kind, rng, D=3, N=3, d=4, M=5)
     X = rng.integers(0, 5, size=12) if kind == "discrete" else rng.normal(size=(12, 4))
-    params = KeywordParams(key_bits=768, debug_reveal=True)
+    params = KeywordParams(key_bits=768, debug_reveal=True, frames_per_round=m)
     _, sk = generate_keypair(768, allow_insecure=True)
     roles = {"alice": "alice", "bob": "bob"}
 

@@ -55,6 +55,23 @@ def test_synthetic_matches_hmmlearn(kind, topology, keypair512):
     assert_close(got, score_models(models, X))
 
 
+@pytest.mark.parametrize("kind", ["discrete", "diag", "gmm-diag"])
+@pytest.mark.parametrize("topology", ["dense", "left-right"])
+@pytest.mark.parametrize("m,T", [(2, 25), (2, 26), (3, 25), (4, 9), (3, 2)])
+def test_rounds_of_several_frames_match_hmmlearn(kind, topology, m, T, keypair512):
+    """A round of m frames (paths of m steps, one round trip) gives the forward algorithm's result, whether
+    the frames fill whole rounds or the last round is shorter, and takes ⌈(T − 1)/m⌉ round trips per group."""
+    _, sk = keypair512
+    rng = np.random.default_rng(hash((kind, topology, m, T)) % 2 ** 32)
+    models = synthetic_models(kind, rng, topology=topology)
+    X = rng.integers(0, 6, T) if kind == "discrete" else rng.normal(size=(T, 4)) * 3
+    params = ForwardParams(frames_per_round=m, **bounds_for(models, X))
+    got, _, net = secure_scores(models, X, sk, params)
+    assert_close(got, hmmlearn_scores(models, X))
+    rounds = {tag.split("/")[2] for _, tag, *_ in net.received_by("bob") if tag.startswith("fw/e/")}
+    assert rounds == {str(s) for s in range(0, T - 1, m)}, rounds
+
+
 @pytest.mark.parametrize("name", ["models.npz", "models_full.npz", "models_gmm.npz"])
 def test_fixture_models_98_frames(name, keypair1024):
     """The speech fixture (trained HMMs, real MFCCs, left-to-right) over a 98-frame utterance."""
@@ -171,10 +188,27 @@ def test_plan_left_right_and_dense(keypair512):
     shape = Shape("discrete", 1, 3, 1, 4, 0, np.array([[True, False, False]]), lr, None)
     plan = Plan(shape, ForwardParams(), pk)
     assert plan.preds == [[[0], [0, 1], [1, 2]]]
-    assert plan.group_sums == [[(0, 1), (0, 2)]] and plan.ind.n_terms == 2
+    assert plan.group_sums == {1: [[(0, 1), (0, 2)]]} and plan.ind.n_terms == 2
     dense = Shape("discrete", 1, 3, 1, 4, 0, np.ones((1, 3), bool), np.ones((1, 3, 3), bool), None)
     plan = Plan(dense, ForwardParams(), pk)
-    assert plan.group_sums == [[(0, 0), (0, 1), (0, 2)]] and plan.ind.n_terms == 3
+    assert plan.group_sums == {1: [[(0, 0), (0, 1), (0, 2)]]} and plan.ind.n_terms == 3
+
+
+def test_plan_of_rounds_of_two_frames(keypair512):
+    """Rounds of 2 steps sum over the paths i → i′ → j of non-zero transitions; rounds end at the even
+    frames and at the last one, and only a round's last frame carries its offsets."""
+    pk = keypair512[0]
+    lr = np.array([[[1, 1, 0], [0, 1, 1], [0, 0, 1]]], dtype=bool)
+    shape = Shape("discrete", 1, 3, 1, 4, 0, np.array([[True, False, False]]), lr, None)
+    plan = Plan(shape, ForwardParams(frames_per_round=2), pk)
+    assert plan.paths[2] == [[[(0, 0)], [(0, 0), (0, 1), (1, 1)], [(0, 1), (1, 1), (1, 2), (2, 2)]]]
+    assert plan.group_sums == {1: [[(0, 1), (0, 2)]], 2: [[(0, 1), (0, 2)]]} and plan.ind.n_terms == 4
+    assert plan.n_paths == {1: 5, 2: 8}
+    assert plan.rounds(1) == [] and plan.rounds(2) == [1] and plan.rounds(6) == [2, 2, 1] and plan.rounds(7) == [2] * 3
+    # frames 0..5 of a 6-frame sequence: starts, nothing, a full round, nothing, a full round, a 1-step round
+    assert [plan.induction_offsets(t, 6) for t in range(6)] == [1, 0, 8, 0, 8, 5]
+    assert [plan.induction_offsets(t, None) for t in range(6)] == [1, 0, 8, 0, 8, 0]   # not yet the last
+    assert [plan.round_length(e) for e in (2, 4, 5, 7)] == [2, 2, 1, 1]
 
 
 def test_range_bits_is_refused_with_a_clear_error():

@@ -154,8 +154,9 @@ def test_random_models_secure_equals_plaintext(kind, examples, keypair512):
         models = data.draw(keyword_models(kind))
         X = data.draw(observations(models))
         assume(possible_somewhere(models, X))          # all impossible: Alice refuses (tested below)
-        check(models, X, secure(models, X, sk))
-        ran.append((models.n_states, len(X)))
+        m = data.draw(st.integers(1, 3), label="frames_per_round")
+        check(models, X, secure(models, X, sk, ForwardParams(frames_per_round=m, **bounds_for(models, X))))
+        ran.append((models.n_states, len(X), m))
 
     prop()
     assert len(ran) >= examples // 2, f"only {len(ran)} examples ran"

@@ -260,3 +260,36 @@ def test_a_party_that_allows_no_exact_output_joins_the_dp_mode_of_power_iteratio
     dpa = _policy(POLICY.replace("min_key_bits = 2048\n", "min_key_bits = 2048\nmax_components = 4\n", 1))
     with pytest.raises(OutOfBounds, match="no number of components"):
         _eval(dpa)
+
+
+KW_ROLES = {"alice": "bob", "bob": "alice"}      # this party ("alice") holds the models: role bob
+KW_POLICY = """
+[policy.keyword]
+roles = ["bob"]
+initiators = ["bob"]
+release_to = ["bob"]
+allow_non_dp = true
+"""
+
+
+def test_keyword_rounds_of_several_frames_need_the_model_holders_consent():
+    """A keyword session whose induction rounds cover m ≥ 2 frames shows Alice more of Bob's models
+    (docs/protocols/keyword.md): the models' party admits it only up to its max_frames_per_round, 1 when
+    its policy does not say -- the seed's rounds need no rule, and Alice's side never does."""
+    s = _summary("keyword", KW_ROLES, key_bits=2048, frames_per_round=2)
+    assert s.frames_per_round == {"bob": 2} and s.as_dict()["frames_per_round"] == {"bob": 2}
+    _eval(_policy(KW_POLICY), protocol="keyword", roles=KW_ROLES, role="bob", initiator="bob")
+    with pytest.raises(OutOfBounds, match="rounds cover 2 frames each") as ei:
+        _eval(_policy(KW_POLICY), protocol="keyword", roles=KW_ROLES, role="bob", initiator="bob",
+              frames_per_round=2)
+    assert ei.value.rule == "policy.keyword.max_frames_per_round"
+    allowing = _policy(KW_POLICY + "max_frames_per_round = 2\n")
+    assert allowing.protocols["keyword"].as_dict()["max_frames_per_round"] == 2
+    _eval(allowing, protocol="keyword", roles=KW_ROLES, role="bob", initiator="bob", frames_per_round=2)
+    with pytest.raises(OutOfBounds, match="at most 2"):
+        _eval(allowing, protocol="keyword", roles=KW_ROLES, role="bob", initiator="bob", frames_per_round=3)
+    alice = _policy(KW_POLICY.replace('roles = ["bob"]', 'roles = ["alice"]'))
+    _eval(alice, protocol="keyword", roles={"alice": "alice", "bob": "bob"}, role="alice", initiator="bob",
+          frames_per_round=3)
+    with pytest.raises(ConfigError, match="max_frames_per_round must be an integer"):
+        _policy(KW_POLICY + "max_frames_per_round = 0\n")
