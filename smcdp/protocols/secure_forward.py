@@ -121,6 +121,8 @@ SCORE_BOUND_NATS = 1 << 41
 #: the most frames one induction round may cover (its sums run over paths of that many steps: up to
 #: max_states ** frames_per_round terms each, counted in the byte envelope)
 MAX_FRAMES_PER_ROUND = 4
+#: a round of ℓ steps may have at most PATH_FACTOR · ℓ times the terms of one single step (Shape.paths_beyond)
+PATH_FACTOR = 2
 #: frames per block for discrete emissions (one OT batch per block)
 DISCRETE_BLOCK = 32
 #: bytes per value of a discrete OT row (signed, little-endian); the smallest value is −∞
@@ -291,6 +293,23 @@ class Shape:
                 return f"{value} {what}, more than the session's max_{what} = {bound}"
         return None
 
+    def paths_beyond(self, params: ForwardParams) -> str | None:
+        """Rounds of m frames sum over paths: for dense topologies N^m per state against N per frame.  Refused
+        (None: fine) when a round of ℓ ≤ m steps would have more than 2ℓ times the terms of one single step,
+        where several frames per round cost more than they save -- and the envelope counts on it."""
+        m = params.frames_per_round
+        if m == 1:
+            return None
+        trans = self.trans.astype(np.float64)                     # counts as floats: no overflow
+        single = counts = trans.sum(axis=1)                       # (D, N): predecessors of every state
+        for ell in range(2, m + 1):
+            counts = np.einsum("dij,di->dj", trans, counts)       # paths of ℓ steps into every state
+            if int(counts.sum()) > PATH_FACTOR * ell * int(single.sum()):
+                return (f"rounds of {ell} frames would sum over {int(counts.sum())} paths, more than "
+                        f"{PATH_FACTOR * ell} × the {int(single.sum())} terms of one single step (frames_per_round "
+                        f"= {m} pays only for sparse, e.g. left-to-right, topologies; use 1)")
+        return None
+
     @classmethod
     def of_models(cls, models, coef_bits: int) -> Shape:
         if models.kind == "discrete":
@@ -342,10 +361,13 @@ def product_slot_bits(params: ForwardParams, coef_bits: int, n_products: int) ->
 
 
 def offset_bits(params: ForwardParams) -> int:
-    """Bound (bits) on the public offsets Bob sends (start, edges, mixture terms, termination)."""
+    """Bound (bits) on the public offsets Bob sends (start, paths, mixture terms, termination).  A path of
+    m steps adds m log weights and, besides M_t (ψ + ψ_V + K) and ω + σ, the masks of its m − 1 inner
+    frames (each ≤ ψ_V + K): m = 1 is the single step's bound."""
     mp = params.masks()
     F, psi, psi_v = params.log_frac_bits, mp.offset_int, params.emission_offset_int
-    return ((ls.LOG_WEIGHT_BOUND_NATS << F) + 2 * psi + 2 * psi_v + 4 * mp.mask_int).bit_length() + 1
+    m = params.frames_per_round
+    return ((m * ls.LOG_WEIGHT_BOUND_NATS << F) + 2 * psi + (m + 1) * psi_v + (m + 3) * mp.mask_int).bit_length() + 1
 
 
 def split_groups(he_sums: Sequence[int], slots: int, groups: int) -> list[list[int]]:
@@ -529,7 +551,8 @@ def forward_traffic(params: ForwardParams, key_bits: int, kind: str) -> tuple[li
     bT = min(b_max, T)                       # frames of the largest block
     ob = offset_bits(params)
     m = params.frames_per_round
-    paths = N ** m                           # paths into a state in a round of m steps (shorter rounds: fewer)
+    # paths into a state in a round of m steps: N^m at most, and on average at most 2m·N (Shape.paths_beyond)
+    paths = min(N ** m, PATH_FACTOR * m * N)
     rounds = -(-max(0, T - 1) // m)
     ends = bT if m == 1 else min(bT, -(-bT // m) + 1)       # round ends among a block's frames (≥ frame 0's starts)
     block_offsets = ends * DN * paths + bT * n_mix
@@ -555,7 +578,7 @@ def forward_traffic(params: ForwardParams, key_bits: int, kind: str) -> tuple[li
             alice.append((nb, ct(-(-bT * DN // sm)), cts(nb, -(-T * DN // sm) + nb)))
             bob.append((nb, ct(bT * DN * C), cts(nb, T * DN * C)))
     if N >= 2:                               # induction (one round trip per round and group), termination
-        si, sf = slots(paths), slots(N)
+        si, sf = slots(N ** m), slots(N)           # the layout is made for the state with the most paths
         alice += [(rounds * G, ct(-(-DN // si)), cts(rounds * G, rounds * (-(-DN // si) + G))),
                   (1, ct(-(-D // sf)))]
         bob += [(rounds * G, ct(DN * paths), cts(rounds * G, rounds * DN * paths)), (1, ct(DN))]
@@ -793,6 +816,9 @@ class ForwardAlice:
         beyond = self.shape.beyond(self.params)
         if beyond is not None:
             raise InvalidMessage(f"{tag}/hdr from {bob} describes models beyond the session's bounds: {beyond}")
+        paths = self.shape.paths_beyond(self.params)
+        if paths is not None:
+            raise InvalidMessage(f"{tag}/hdr from {bob} describes models whose {paths}")
         plan = self.plan = Plan(self.shape, self.params, self.pk)
         self.expected = expected = max(1, min(int(expected_frames), self.params.max_frames))
         await ch.send(bob, f"{tag}/plan", pb.Ints(values=[expected]))
@@ -1080,6 +1106,8 @@ class ForwardAlice:
                 L[i] = None if (x is None or v[i] is None) else x + v[i]
             self._release(s, e)
             s = e
+        if s == 0:                                                       # one frame: no round
+            self._release(0, 0)
         return L
 
     def _release(self, s: int, e: int) -> None:
@@ -1238,6 +1266,10 @@ class ForwardBob:
         beyond = self.shape.beyond(self.params)
         if beyond is not None:   # issue 24: the session's byte envelope follows from the bounds
             raise InputRejected("the models are larger than the session's public bounds allow", beyond)
+        paths = self.shape.paths_beyond(self.params)
+        if paths is not None:
+            raise InputRejected("the models' transitions have too many paths for the session's frames_per_round",
+                                paths)
         self.plan = Plan(self.shape, self.params, public_key)
         self.masks = _BobMasks(self.plan, self._rng)
         self.pool: ObfuscatorPool | None = None
@@ -1272,10 +1304,9 @@ class ForwardBob:
         table = asyncio.ensure_future(asyncio.to_thread(self.pk.prepare, uses))   # while the masks are drawn
         w1 = time.perf_counter()
         for t in range(expected):              # masks, offsets' ingredients and weights: no observation needed
+            self.masks.state_mask(t)           # (and the mixtures' masks): every frame's, inner frames' too
             if plan.round_end(t, expected) or t == 0:
                 self.masks.M(t)                # and the round's step
-            if plan.mixture:
-                self.masks.mixture(t)
         self.masks.final()
         self.offline["masks"] = time.perf_counter() - w1
         self._coef_ints()
@@ -1514,8 +1545,8 @@ class ForwardBob:
         self._steps_done[s] = self._steps_done.get(s, 0) + 1
         if self._steps_done[s] == len(self.plan.groups):
             del self._steps_done[s]
-            # the round s → e stays until the next round's offsets were made (they need M_e; they leave with
-            # e's block, nearly always earlier): the rounds before it go
+            # the round s → e stays until the next round is done (its offsets need M_e, and so does the
+            # termination after the last round): the rounds before it go
             for key in [k for k in self.masks._step if k[0] < s]:
                 del self.masks._step[key]
 

@@ -281,7 +281,8 @@ def merge_rules(a: ProtocolRules, b: ProtocolRules) -> ProtocolRules:
                          min_key_bits=a.min_key_bits, max_epsilon=a.max_epsilon, max_delta=a.max_delta,
                          min_records=a.min_records, approval=a.approval, max_components=a.max_components,
                          max_exact_sessions=a.max_exact_sessions, period_days=a.period_days,
-                         max_frames_per_round=a.max_frames_per_round)
+                         max_frames_per_round=max((x for x in (a.max_frames_per_round, b.max_frames_per_round)
+                                                   if x is not None), default=None))
 
 
 # ---------------------------------------------------------------------------- evaluation

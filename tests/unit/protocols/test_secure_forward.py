@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from smcdp.errors import CryptoOverflow, InvalidMessage
+from smcdp.errors import CryptoOverflow, InputRejected, InvalidMessage
 from smcdp.protocols.secure_forward import (
     LOG_ZERO,
     ForwardParams,
@@ -66,10 +66,29 @@ def test_rounds_of_several_frames_match_hmmlearn(kind, topology, m, T, keypair51
     models = synthetic_models(kind, rng, topology=topology)
     X = rng.integers(0, 6, T) if kind == "discrete" else rng.normal(size=(T, 4)) * 3
     params = ForwardParams(frames_per_round=m, **bounds_for(models, X))
+    if topology == "dense" and m >= 3:       # N^m paths into each of N = 4 states: more than 2m × the N² edges
+        with pytest.raises(InputRejected, match="too many paths for the session's frames_per_round") as ei:
+            secure_scores(models, X, sk, params)
+        assert f"rounds of 3 frames would sum over {models.n_words * models.n_states ** 4} paths" in str(ei.value)
+        return
     got, _, net = secure_scores(models, X, sk, params)
     assert_close(got, hmmlearn_scores(models, X))
     rounds = {tag.split("/")[2] for _, tag, *_ in net.received_by("bob") if tag.startswith("fw/e/")}
     assert rounds == {str(s) for s in range(0, T - 1, m)}, rounds
+
+
+def test_alice_refuses_a_header_with_too_many_paths_for_the_rounds(keypair512):
+    """An Alice whose session says rounds of 3 frames refuses Bob's header of dense models (64 paths into
+    each of 4 states) before any ciphertext: the rounds would cost more than single steps, and the byte
+    envelope counts on the bound."""
+    _, sk = keypair512
+    rng = np.random.default_rng(3)
+    models = synthetic_models("discrete", rng, topology="dense")
+    X = rng.integers(0, 6, 10)
+    bounds = bounds_for(models, X)
+    with pytest.raises(InvalidMessage, match="describes models whose rounds of 3 frames would sum over"):
+        run_pair(lambda ch: forward_alice(ch, X, ForwardParams(frames_per_round=3, **bounds), private_key=sk),
+                 lambda ch: forward_bob(ch, models, ForwardParams(**bounds), public_key=sk.public_key))
 
 
 @pytest.mark.parametrize("name", ["models.npz", "models_full.npz", "models_gmm.npz"])

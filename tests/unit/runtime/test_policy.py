@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tomllib
+from dataclasses import replace
 
 import pytest
 
@@ -293,3 +294,8 @@ def test_keyword_rounds_of_several_frames_need_the_model_holders_consent():
           frames_per_round=3)
     with pytest.raises(ConfigError, match="max_frames_per_round must be an integer"):
         _policy(KW_POLICY + "max_frames_per_round = 0\n")
+    # two generated layouts merged: the rule of the one that allows longer rounds holds
+    one = ProtocolRules(roles=("bob",), initiators=("alice",))
+    for a, b in ((one, replace(one, max_frames_per_round=2)), (replace(one, max_frames_per_round=2), one)):
+        assert merge_rules(a, b).max_frames_per_round == 2
+    assert merge_rules(one, one).max_frames_per_round is None
