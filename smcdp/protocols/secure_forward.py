@@ -711,6 +711,13 @@ class _Timeline:
             f = self._exists[t] = asyncio.get_running_loop().create_future()
         return await f
 
+    async def round_end_after(self, s: int, m: int) -> int | None:
+        """The frame where the induction round starting at frame s ends: s + m, or the last frame if the
+        sequence ends sooner (as :meth:`Plan.round_end` says); None when frame s is the last one."""
+        if not await self.exists(s + 1):
+            return None
+        return s + m if await self.exists(s + m) else self.total - 1
+
     def _future(self, name: str, t: int) -> asyncio.Future:
         key = (name, t)
         f = self._values.get(key)
@@ -1069,8 +1076,7 @@ class ForwardAlice:
                 if j in plan.starts[d] and v0[i] is not None:           # step 5: L_0 = c⁰ + v_0
                     L[i] = c0[plan.start_index[(d, j)]] + v0[i]
         s = 0
-        while await self.tl.exists(s + 1):                               # a round s → e of ℓ steps
-            e = s + plan.m if await self.tl.exists(s + plan.m) else self.tl.total - 1
+        while (e := await self.tl.round_end_after(s, plan.m)) is not None:   # a round s → e of ℓ steps
             ell = e - s
             ch.progress(round=e, step="induction")
             c = await self.tl.get("c", e, keep=True)
@@ -1272,6 +1278,7 @@ class ForwardBob:
                                 paths)
         self.plan = Plan(self.shape, self.params, public_key)
         self.masks = _BobMasks(self.plan, self._rng)
+        self._path_log_cache: dict[int, list[list[int]]] = {}
         self.pool: ObfuscatorPool | None = None
         self.offline: dict[str, float] = {}
         self.online: dict[str, float] = {}
@@ -1397,7 +1404,7 @@ class ForwardBob:
 
     def _path_logs(self, ell: int) -> list[list[int]]:
         """Per state, Σ fx(log a) along each of its paths of ℓ steps (the same in every round)."""
-        cache = self.__dict__.setdefault("_path_log_cache", {})
+        cache = self._path_log_cache
         if ell not in cache:
             plan, N = self.plan, self.plan.N
             cache[ell] = [[sum(self._log_a[(d, a, b)] for a, b in zip(p, p[1:] + (j,))) for p in plan.paths[ell][d][j]]
@@ -1432,10 +1439,7 @@ class ForwardBob:
                 for d in range(D):
                     for j in range(N):
                         paths = plan.paths[ell][d][j]
-                        if ell == 1:
-                            mask = [Ms[d * N + p[0]] for p in paths]
-                        else:
-                            mask = [Ms[d * N + p[0]] + sum(V[d * N + i] for V, i in zip(Vs, p[1:])) for p in paths]
+                        mask = [Ms[d * N + p[0]] + sum(V[d * N + i] for V, i in zip(Vs, p[1:])) for p in paths]
                         out.extend(ls.term_offsets(logs[d * N + j], mask, omega[d * N + j],
                                                    sigma[d * N + j] if len(paths) >= 2 else [0]))
             if plan.mixture:                                             # (E) of the component LOGSUMs
@@ -1523,8 +1527,7 @@ class ForwardBob:
         ch, tag, alice, plan = self.ch, self.tag, self.alice, self.plan
         lay = plan.ind
         s = 0
-        while await self.tl.exists(s + 1):                               # a round s → e of ℓ steps
-            e = s + plan.m if await self.tl.exists(s + plan.m) else self.tl.total - 1
+        while (e := await self.tl.round_end_after(s, plan.m)) is not None:   # a round s → e of ℓ steps
             ell = e - s
             ch.progress(round=e, step="induction")
             sums = plan.group_sums[ell][g]
