@@ -32,11 +32,16 @@ from smcdp.errors import DeadlineExceeded, ResourceExhausted, SmcdpError
 from smcdp.net.limits import InboundBudget, InboundLedger, Limits
 from smcdp.net.server import SessionSpec
 from smcdp.plugins.base import ProtocolPlugin
+from smcdp.runtime.states import Phase, Slot
+
+
+class _Lifecycle(Protocol):
+    phase: Phase
 
 
 class _Live(Protocol):
     initiator: str
-    state: str          # "prepared", "running", "succeeded" or "failed"
+    lifecycle: _Lifecycle
 
 
 class _Counts(NamedTuple):
@@ -66,12 +71,13 @@ def _counts(sessions: Iterable[_Live], initiator: str, in_flight: Mapping[str, i
     for s in sessions:
         total += 1
         mine_h += s.initiator == initiator
-        if getattr(s, "ending", False) or s.state not in ("prepared", "running"):
+        slot = s.lifecycle.phase.slot
+        if slot is None:
             continue      # aborted, failed or ended, winding down: it holds memory, not a slot
-        if s.state == "prepared" and not getattr(s, "begun", False):   # begun: Begin admitted, thread not yet
+        if slot is Slot.PENDING:
             pending += 1
             mine_p += s.initiator == initiator
-        else:
+        else:             # begun (Begin admitted, the thread not yet running its role) or running
             mine_r += s.initiator == initiator
     return _Counts(mine_p, mine_r, mine_h, pending, total)
 

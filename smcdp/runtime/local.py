@@ -3,7 +3,7 @@
 Used by the ``smcdp demo`` commands and by the multi-process tests.  It
 creates a CA and one certificate per party in a work directory, writes each
 party's TOML configuration (addresses on 127.0.0.1 with free ports), starts
-``python -m smcdp.runtime.party --config …`` for every party, waits until each answers
+``python -m smcdp party --config …`` for every party, waits until each answers
 ``grpc.health.v1``, runs sessions through the initiator's operator interface
 and finally stops every process with SIGTERM (SIGKILL after a grace period).
 """
@@ -37,6 +37,7 @@ from smcdp.runtime.config import PartyConfig, dump_config, load_config, require_
 from smcdp.runtime.console.config import ConsoleConfig
 from smcdp.runtime.governance.charges import BudgetConfig
 from smcdp.runtime.governance.policy import Policy
+from smcdp.runtime.states import SessionState
 
 log = logging.getLogger("smcdp.local")
 
@@ -228,11 +229,11 @@ class LocalCluster:
         for p in dict.fromkeys(roles.values()):
             records[p] = self._record(p, sid, end)
         err = outcome.get("error")
-        if isinstance(err, SmcdpError) and records[initiator].get("state") == "unknown" \
+        if isinstance(err, SmcdpError) and records[initiator].get("state") == SessionState.UNKNOWN \
                 and getattr(err, "code", "") != "UNAVAILABLE":
             # refused before the initiator registered the session (its own limits or policy):
             # the start call's error is the only account of it
-            records[initiator] = {"state": "failed", "session_id": sid,
+            records[initiator] = {"state": SessionState.FAILED.value, "session_id": sid,
                                   "error": {"code": err.code, "message": str(err), "origin": initiator}}
         return records
 
@@ -240,19 +241,19 @@ class LocalCluster:
         while party in self.restarting and time.monotonic() < end:
             time.sleep(0.2)   # killed, to be started again: its record comes after the replay
         if party in self.down:
-            return {"state": "unknown", "session_id": sid,
+            return {"state": SessionState.UNKNOWN.value, "session_id": sid,
                     "error": {"code": "UNAVAILABLE", "message": f"party {party} was killed", "origin": party}}
-        last: dict = {"state": "unknown", "session_id": sid}
+        last: dict = {"state": SessionState.UNKNOWN.value, "session_id": sid}
         pause = 0.01          # a participant often ends a round trip after the initiator: ask again soon
         while True:
             try:
                 r = get_result(self.configs[party], sid)
             except SmcdpError as exc:  # e.g. the proposal never reached it
-                r = {"state": "unknown", "session_id": sid,
+                r = {"state": SessionState.UNKNOWN.value, "session_id": sid,
                      "error": {"code": exc.code, "message": str(exc), "origin": party}}
                 if not isinstance(exc, Unavailable):
                     return r
-            if r.get("state") in ("succeeded", "failed"):
+            if SessionState(r.get("state")).ended:
                 return r
             last = r
             if time.monotonic() > end:
@@ -263,7 +264,7 @@ class LocalCluster:
     def _settled(self, roles: Mapping[str, str], sid: str, exclude: set[str]) -> bool:
         for p in set(roles.values()) - exclude - self.down:
             try:
-                if get_result(self.configs[p], sid, timeout=5).get("state") not in ("succeeded", "failed"):
+                if not SessionState(get_result(self.configs[p], sid, timeout=5).get("state")).ended:
                     return False
             except SmcdpError:
                 return False
@@ -338,7 +339,7 @@ def write_local_deployment(root: str | os.PathLike, parties: Sequence[str], *,
 
 def spawn_party(config_path: str | os.PathLike, *, log_file=None,
                 extra_env: Mapping[str, str] | None = None):
-    """Start ``python -m smcdp.runtime.party --config FILE`` as a separate OS process.
+    """Start ``python -m smcdp party --config FILE`` as a separate OS process.
 
     ``log_file``: an open binary file for its stdout/stderr (default: inherit).
     Returns the ``subprocess.Popen``; stop it with :func:`stop_party`.
@@ -346,7 +347,7 @@ def spawn_party(config_path: str | os.PathLike, *, log_file=None,
     src = str(Path(smcdp.__file__).resolve().parents[1])
     env = dict(os.environ, **(extra_env or {}))
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return subprocess.Popen([sys.executable, "-m", "smcdp.runtime.party", "--config", str(config_path)],
+    return subprocess.Popen([sys.executable, "-m", "smcdp", "party", "--config", str(config_path)],
                             env=env, stdout=log_file, stderr=subprocess.STDOUT if log_file else None)
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Iterable
 
 from smcdp.runtime.durability.checkpoint import META, SUFFIX, Checkpoint, CheckpointError
+from smcdp.runtime.states import SessionState
 
 #: how often the party sweeps, at most (and at least every quarter of the retention)
 SWEEP_PERIOD = 60.0
@@ -76,7 +77,7 @@ def sweep(sessions_dir: Path, retention: float, live: Iterable[str], now: float 
         if cp.session_id in live:
             continue
         m = cp.meta
-        ended = m.get("failed_epoch") if m["state"] == "failed" else None
+        ended = m.get("failed_epoch") if m["state"] == SessionState.FAILED else None
         since = float(ended) if isinstance(ended, (int, float)) else mtime
         if now - since < retention:
             continue
