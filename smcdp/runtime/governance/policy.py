@@ -342,76 +342,108 @@ def evaluate(policy: Policy | None, *, me: str, session_id: str, initiator: str,
         return
     if summary is None:  # pragma: no cover - the caller asks the plug-in first and refuses on failure
         raise SmcdpError("a restrictive policy needs the plug-in's summary")
-    proto = summary.protocol
-    rules = policy.protocols.get(proto)
-    base = f"policy.{proto}"
-
-    def deny(rule: str, detail: str) -> SmcdpError:
-        return refusal(PolicyDenied, me, session_id, rule, detail)
-
-    def bound(rule: str, detail: str) -> SmcdpError:
-        return refusal(OutOfBounds, me, session_id, rule, detail)
-
-    # --- who: protocol, role, initiator
+    rules = policy.protocols.get(summary.protocol)
+    ask = _Asking(me, session_id, summary.protocol)
     if rules is None:
-        raise deny(base, f"it does not join protocol {proto!r} (its policy has no [{base}] table)")
+        raise ask.deny(ask.base, f"it does not join protocol {ask.proto!r} (its policy has no [{ask.base}] table)")
+    _check_who(ask, rules, role, initiator)
+    _check_keys(ask, rules, summary, allow_insecure_keys)
+    if role not in summary.data_roles:
+        return
+    _check_where_its_data_goes(ask, rules, summary, role, roles)
+    _check_how_much_it_shows(ask, rules, summary, role)
+
+
+@dataclass(frozen=True)
+class _Asking:
+    """A proposal being evaluated: the refusals name this party, the session and the protocol's rules."""
+
+    me: str
+    session_id: str
+    proto: str
+
+    @property
+    def base(self) -> str:
+        return f"policy.{self.proto}"
+
+    def deny(self, rule: str, detail: str) -> SmcdpError:
+        return refusal(PolicyDenied, self.me, self.session_id, rule, detail)
+
+    def bound(self, rule: str, detail: str) -> SmcdpError:
+        return refusal(OutOfBounds, self.me, self.session_id, rule, detail)
+
+
+def _check_who(ask: _Asking, rules: ProtocolRules, role: str, initiator: str) -> None:
+    """The role it would hold, and who proposes."""
     if not any(fnmatch.fnmatchcase(role, pat) for pat in rules.roles):
-        raise deny(f"{base}.roles", f"it may not hold role {role!r} in {proto} (allowed: {_listing(rules.roles)})")
-    if initiator != me and not _allowed(rules.initiators, initiator):
-        raise deny(f"{base}.initiators", f"peer {initiator!r} may not initiate {proto} sessions involving it "
-                                          f"(allowed: {_listing(rules.initiators)})")
-    # --- key sizes
+        raise ask.deny(f"{ask.base}.roles", f"it may not hold role {role!r} in {ask.proto} "
+                                            f"(allowed: {_listing(rules.roles)})")
+    if initiator != ask.me and not _allowed(rules.initiators, initiator):
+        raise ask.deny(f"{ask.base}.initiators", f"peer {initiator!r} may not initiate {ask.proto} sessions "
+                                                 f"involving it (allowed: {_listing(rules.initiators)})")
+
+
+def _check_keys(ask: _Asking, rules: ProtocolRules, summary: SessionSummary, allow_insecure_keys: bool) -> None:
     floor = rules.min_key_bits
     for what, bits in summary.key_bits.items():
         if floor is not None and bits < floor:
-            raise bound(f"{base}.min_key_bits", f"the {what} key of {bits} bits is below its minimum of {floor}")
+            raise ask.bound(f"{ask.base}.min_key_bits", f"the {what} key of {bits} bits is below its minimum of "
+                                                        f"{floor}")
         if bits < SECURE_KEY_BITS and not allow_insecure_keys:
-            raise bound("party.allow_insecure_keys", f"the {what} key of {bits} bits is below "
-                        f"{SECURE_KEY_BITS} and this party does not allow insecure keys")
-    if role not in summary.data_roles:
-        return
-    # --- its data: who coordinates, where outputs go, how private they are
+            raise ask.bound("party.allow_insecure_keys", f"the {what} key of {bits} bits is below "
+                            f"{SECURE_KEY_BITS} and this party does not allow insecure keys")
+
+
+def _check_where_its_data_goes(ask: _Asking, rules: ProtocolRules, summary: SessionSummary, role: str,
+                               roles: Mapping[str, str]) -> None:
+    """Who coordinates over its data, and to whom outputs computed from it go (DP or not)."""
+    base = ask.base
     for r in summary.coordinator_roles:
         holder = roles.get(r)
-        if holder is not None and holder != me and not _allowed(rules.coordinators, holder):
-            raise deny(f"{base}.coordinators", f"peer {holder!r} may not hold the coordinating role {r!r} over "
-                                               f"its data (allowed: {_listing(rules.coordinators)})")
+        if holder is not None and holder != ask.me and not _allowed(rules.coordinators, holder):
+            raise ask.deny(f"{base}.coordinators", f"peer {holder!r} may not hold the coordinating role {r!r} "
+                                                   f"over its data (allowed: {_listing(rules.coordinators)})")
     for out in summary.outputs_from(role):
-        to = _recipients(out, roles, me)
+        to = _recipients(out, roles, ask.me)
         if not to:
             continue
         if not out.dp and not rules.allow_non_dp:
-            raise deny(f"{base}.allow_non_dp", f"output {out.name!r} is computed from its data without "
-                                               f"differential privacy and would go to {', '.join(to)}")
+            raise ask.deny(f"{base}.allow_non_dp", f"output {out.name!r} is computed from its data without "
+                                                   f"differential privacy and would go to {', '.join(to)}")
         refused = [p for p in to if not _allowed(rules.release_to, p)]
         if refused:
-            raise deny(f"{base}.release_to", f"output {out.name!r} computed from its data would go to "
-                                             f"{', '.join(refused)} (allowed: {_listing(rules.release_to)})")
+            raise ask.deny(f"{base}.release_to", f"output {out.name!r} computed from its data would go to "
+                                                 f"{', '.join(refused)} (allowed: {_listing(rules.release_to)})")
+
+
+def _check_how_much_it_shows(ask: _Asking, rules: ProtocolRules, summary: SessionSummary, role: str) -> None:
+    """The privacy cost, the public record bound, the components and frames per round."""
+    base = ask.base
     if summary.epsilon is not None:
         if rules.max_epsilon is not None and summary.epsilon > rules.max_epsilon:
-            raise bound(f"{base}.max_epsilon", f"the release costs epsilon={summary.epsilon:g}, above its "
-                                               f"per-session maximum of {rules.max_epsilon:g}")
+            raise ask.bound(f"{base}.max_epsilon", f"the release costs epsilon={summary.epsilon:g}, above its "
+                                                   f"per-session maximum of {rules.max_epsilon:g}")
         if rules.max_delta is not None and summary.delta > rules.max_delta:
-            raise bound(f"{base}.max_delta", f"the release costs delta={summary.delta:g}, above its "
-                                             f"per-session maximum of {rules.max_delta:g}")
+            raise ask.bound(f"{base}.max_delta", f"the release costs delta={summary.delta:g}, above its "
+                                                 f"per-session maximum of {rules.max_delta:g}")
     if rules.min_records is not None and (summary.record_bound is None
                                           or summary.record_bound < rules.min_records):
         have = "no public record bound" if summary.record_bound is None else \
             f"a public record bound of {summary.record_bound}"
-        raise bound(f"{base}.min_records", f"the session declares {have}; it requires at least "
-                                           f"{rules.min_records}")
+        raise ask.bound(f"{base}.min_records", f"the session declares {have}; it requires at least "
+                                               f"{rules.min_records}")
     if rules.max_components is not None and (summary.components is None
                                              or summary.components > rules.max_components):
         have = "no number of components" if summary.components is None else \
             f"{summary.components} components"
-        raise bound(f"{base}.max_components", f"the session computes {have} from its data; it allows at most "
-                                              f"{rules.max_components}")
+        raise ask.bound(f"{base}.max_components", f"the session computes {have} from its data; it allows at "
+                                                  f"most {rules.max_components}")
     frames = summary.frames_per_round.get(role)
     limit = rules.max_frames_per_round or 1
     if frames is not None and frames > limit:
-        raise bound(f"{base}.max_frames_per_round", f"the session's rounds cover {frames} frames each, which "
-                                                    f"shows more of its data than rounds of {limit}; it allows "
-                                                    f"at most {limit}")
+        raise ask.bound(f"{base}.max_frames_per_round", f"the session's rounds cover {frames} frames each, "
+                                                        f"which shows more of its data than rounds of {limit}; "
+                                                        f"it allows at most {limit}")
 
 
 def _recipients(out: OutputFlow, roles: Mapping[str, str], me: str) -> list[str]:
