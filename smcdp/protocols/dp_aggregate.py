@@ -39,7 +39,8 @@ Stage 3: party1 adds a fresh ζ(s) (s uniform with κ extra bits), Charlie
     participant writes its share durably and publishes it (to Dave).  Dave adds
     the shares mod M and divides by 2^F·K: ŵˢ.
 
-Noise calibration (DESIGN.md §6, corrected): ν = K·η is drawn by the party as
+Noise calibration (docs/protocols/dp-aggregate.md, "Sensitivity of the released average and the
+noise"): ν = K·η is drawn by the party as
 ``VectorMechanism(ε, Δ̂_j + √d·2^-F)`` -- density ∝ exp(−ε‖ν‖/Δ) -- on the sum,
 i.e. η on the average is calibrated to Δ̂_j/K, the exact sensitivity of the
 released average (``calibration="exact"``, the default).  ``calibration="seed"``
