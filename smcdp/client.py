@@ -43,7 +43,7 @@ from smcdp.net.grpc_channel import NotFound, error_for_code  # noqa: F401 - NotF
 from smcdp.net.server import new_session_id
 from smcdp.runtime import client as _rpc
 from smcdp.runtime.config import PartyConfig, load_config
-from smcdp.runtime.states import ProposalState, SessionState
+from smcdp.states import ProposalState, SessionState
 
 
 def _frozen_map(m: Mapping | None) -> Mapping:

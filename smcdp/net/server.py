@@ -72,6 +72,7 @@ from smcdp.net.grpc_channel import (
 )
 from smcdp.net.limits import CallQuotas, Limits, bounded_json_object
 from smcdp.net.tls import PARTY_NAME_RE, TlsMaterial
+from smcdp.states import SessionState
 from smcdp.v1 import transport_pb2 as tpb
 from smcdp.v1 import transport_pb2_grpc as tgrpc
 
@@ -770,7 +771,7 @@ class ControlServicer(tgrpc.ControlServicer):
 
     async def _finish(self, context, record: dict) -> tpb.SessionRecord:
         """A session's record as the reply, or -- if it failed -- its status code with the culprit."""
-        if record["state"] == "failed":
+        if record["state"] == SessionState.FAILED:
             err = record.get("error") or {}
             code = err.get("code", "INTERNAL")
             origin = err.get("origin")

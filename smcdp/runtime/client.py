@@ -37,7 +37,7 @@ from smcdp.net.server import (
 )
 from smcdp.net.tls import TlsMaterial
 from smcdp.runtime.config import PartyConfig, load_config
-from smcdp.runtime.states import SessionState
+from smcdp.states import SessionState
 from smcdp.v1 import transport_pb2 as tpb
 from smcdp.v1 import transport_pb2_grpc as tgrpc
 

@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Protocol
 import grpc
 
 from smcdp.errors import PreconditionFailed, SessionAborted, SmcdpError, Unavailable
-from smcdp.runtime.states import SessionState
+from smcdp.states import SessionState
 
 log = logging.getLogger("smcdp.session")
 

@@ -37,7 +37,7 @@ from smcdp.runtime.config import PartyConfig, dump_config, load_config, require_
 from smcdp.runtime.console.config import ConsoleConfig
 from smcdp.runtime.governance.charges import BudgetConfig
 from smcdp.runtime.governance.policy import Policy
-from smcdp.runtime.states import SessionState
+from smcdp.states import SessionState
 
 log = logging.getLogger("smcdp.local")
 

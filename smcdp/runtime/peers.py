@@ -17,7 +17,7 @@ from smcdp.runtime.core import PartyCore
 from smcdp.runtime.governance.witness import SignedHead
 from smcdp.runtime.limits import check_begin
 from smcdp.runtime.recovery import Recovery
-from smcdp.runtime.states import SessionState
+from smcdp.states import SessionState
 
 log = logging.getLogger("smcdp.party")
 

@@ -28,7 +28,7 @@ from smcdp.runtime.durability.retention import sweep as retention_sweep
 from smcdp.runtime.durability.retention import sweep_period
 from smcdp.runtime.limits import check_journal, check_resume, session_budget
 from smcdp.runtime.session import RESUMABLE_CODES, Session, error_dict, session_record
-from smcdp.runtime.states import SessionState
+from smcdp.states import SessionState
 from smcdp.v1 import transport_pb2 as tpb
 
 log = logging.getLogger("smcdp.party")

@@ -66,7 +66,8 @@ from smcdp.runtime.limits import (  # issues 19, 24
 from smcdp.runtime.logs import private_dir
 from smcdp.runtime.liveness import PeerLost, Watcher
 from smcdp.runtime.records import SessionRecords
-from smcdp.runtime.states import Lifecycle, Phase, SessionState
+from smcdp.runtime.states import Lifecycle, Phase
+from smcdp.states import SessionState
 
 #: failures after which a session can be continued (``smcdp session resume``): a participant
 #: was unreachable past its grace, shut down, or ran out of a local resource such as disk space

@@ -1,5 +1,5 @@
-"""Where a session stands: the states a record reports, a live session's phases with their legal moves,
-and where a proposal to this party stands.
+"""A live session's phases at this party, with their legal moves (the states a party *reports* are
+:mod:`smcdp.states`, re-exported here).
 
 :class:`SessionState` is what a party reports (a record's and a status's ``state``; the operator's
 client, the console and the peers' heartbeats read it).  :class:`Phase` is finer: what a live
@@ -26,47 +26,7 @@ import threading
 from enum import Enum
 
 from smcdp.errors import SmcdpError
-
-
-class SessionState(str, Enum):
-    """Where a session stands at one party (its record's ``state``)."""
-
-    PENDING = "pending"       #: waiting for this party's operator to approve it (status only)
-    PREPARED = "prepared"     #: admitted here, waiting for every participant to begin (``waiting_for``:
-                              #: the participant whose operator decides, if any)
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"         #: the record's ``error`` says why and who (``resumable``: may continue)
-    UNKNOWN = "unknown"       #: the party cannot tell (e.g. an unreadable record), or a state this client does not know
-
-    @classmethod
-    def _missing_(cls, value: object) -> "SessionState":
-        return cls.UNKNOWN
-
-    @property
-    def ended(self) -> bool:
-        return self in (SessionState.SUCCEEDED, SessionState.FAILED)
-
-    @property
-    def live(self) -> bool:
-        """A checkpoint in this state is continued by a restarted party (a failed one waits for a resume)."""
-        return self in (SessionState.PREPARED, SessionState.RUNNING)
-
-
-class ProposalState(str, Enum):
-    """Where a proposal to this party stands (docs/governance.md)."""
-
-    PENDING = "pending"       #: waiting for this operator: approve() or reject()
-    APPROVED = "approved"     #: approved (privacy cost reserved), not started yet
-    STARTED = "started"
-    REJECTED = "rejected"
-    EXPIRED = "expired"
-    WITHDRAWN = "withdrawn"
-
-    @property
-    def open(self) -> bool:
-        """Still to be decided or started (it holds its reservation)."""
-        return self in (ProposalState.PENDING, ProposalState.APPROVED)
+from smcdp.states import ProposalState, SessionState
 
 
 class Slot(str, Enum):
@@ -167,3 +127,6 @@ class Lifecycle:
         if self.phase is Phase.FAILED:
             return SessionState.FAILED
         return SessionState.RUNNING if self._ran else SessionState.PREPARED
+
+
+__all__ = ["IllegalMove", "Lifecycle", "MOVES", "Phase", "ProposalState", "SessionState", "Slot"]

@@ -40,7 +40,7 @@ from smcdp.dp.budget import fmt_amount
 from smcdp.net.config import parse_address
 from smcdp.net.grpc_channel import PeerConnector
 from smcdp.runtime.governance.audit import read_entries, verify_log
-from smcdp.runtime.states import ProposalState
+from smcdp.states import PENDING_APPROVAL, ProposalState, SessionState
 
 log = logging.getLogger("smcdp.console")
 
@@ -243,13 +243,13 @@ class Observatory:
         for v in self.ended_sessions():
             by_id[v["session_id"]] = v
         for v in self.pending_proposals():
-            if v["session_id"] not in by_id or v["state"] == "pending approval":
+            if v["session_id"] not in by_id or v["state"] == PENDING_APPROVAL:
                 by_id.setdefault(v["session_id"], v)
-                if v["state"] == "pending approval":
+                if v["state"] == PENDING_APPROVAL:
                     by_id[v["session_id"]] = v
         for v in self.live_sessions():
             by_id[v["session_id"]] = v
-        order = {"pending approval": 0, "running": 1, "prepared": 2}
+        order = {PENDING_APPROVAL: 0, SessionState.RUNNING.value: 1, SessionState.PREPARED.value: 2}
         return sorted(by_id.values(), key=lambda v: (order.get(v["state"], 3), _neg_time(v.get("started_at"))))
 
     def session(self, session_id: str) -> dict | None:
@@ -313,7 +313,7 @@ class Observatory:
 
 
 def _proposal_state(state: str) -> str:
-    return "pending approval" if state == ProposalState.PENDING else f"proposal {state}"
+    return PENDING_APPROVAL if state == ProposalState.PENDING else f"proposal {state}"
 
 
 def _neg_time(t: str | None) -> float:

@@ -53,7 +53,7 @@ from smcdp.errors import PreconditionFailed, resource_failure
 from smcdp.primitives.rng import KEY_BYTES, Randomness
 from smcdp.runtime.durability.integrity import Mac, durability_key, local_failure
 from smcdp.runtime.durability.journal import FileJournal
-from smcdp.runtime.states import SessionState
+from smcdp.states import SessionState
 
 META = "checkpoint.json"
 ROOT_KEY = "root.key"

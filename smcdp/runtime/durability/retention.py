@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Iterable
 
 from smcdp.runtime.durability.checkpoint import META, SUFFIX, Checkpoint, CheckpointError
-from smcdp.runtime.states import SessionState
+from smcdp.states import SessionState
 
 #: how often the party sweeps, at most (and at least every quarter of the retention)
 SWEEP_PERIOD = 60.0

@@ -30,7 +30,7 @@ from typing import Any, Awaitable, Callable, Mapping
 from smcdp._files import atomic_write_json
 from smcdp.errors import DeadlineExceeded
 from smcdp.net.server import SessionSpec, validate_session_id
-from smcdp.runtime.states import ProposalState
+from smcdp.states import ProposalState
 
 STATES = tuple(s.value for s in ProposalState)
 #: the initiator's polling interval while a participant's operator decides

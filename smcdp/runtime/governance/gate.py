@@ -52,7 +52,7 @@ from smcdp.runtime.governance.policy import (
 )
 from smcdp.runtime.governance.reservations import BudgetRefused, Reservations
 from smcdp.runtime.governance.witness import WitnessStore, Witnessing
-from smcdp.runtime.states import ProposalState, SessionState
+from smcdp.states import ProposalState, SessionState
 
 log = logging.getLogger("smcdp.governance")
 

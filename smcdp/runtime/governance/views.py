@@ -8,7 +8,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from smcdp.runtime.governance.approvals import Proposal
 from smcdp.runtime.governance.reservations import Reservations
-from smcdp.runtime.states import SessionState
+from smcdp.states import SessionState
 
 #: session records listed by `smcdp session list` (newest first)
 LIST_RECORDS = 500
