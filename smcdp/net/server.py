@@ -100,7 +100,7 @@ def validate_session_id(session_id: Any) -> str:
 
 
 def namespaced(initiator: str, name: str) -> str:
-    """The id of the session ``initiator`` starts under ``name``: ``<initiator>.<name>`` (issue 24).
+    """The id of the session ``initiator`` starts under ``name``: ``<initiator>.<name>``.
 
     A party accepts a proposal only under its proposer's prefix (:func:`check_namespace`), so no member
     can take -- or block for ever -- the id another party's sessions use.  Party names never contain a
@@ -114,7 +114,7 @@ def namespaced(initiator: str, name: str) -> str:
 
 
 def initiator_of(session_id: str) -> str | None:
-    """The party whose namespace ``session_id`` is in (None: an id of before issue 24, or no party)."""
+    """The party whose namespace ``session_id`` is in (None: an id from before ids were namespaced, or no party)."""
     head, sep, _ = session_id.partition(".")
     return head if sep and PARTY_NAME_RE.match(head) else None
 
@@ -393,8 +393,8 @@ class _MessageCall:
     While idle, a read waits at most ``limits.call_idle_seconds``; once bound, a watchdog checks every
     LIVENESS_POLL_SECONDS that the session still takes messages here and, when it no longer does, ends a
     read that waits (the session's own status).  So a call that names no session, or whose session ended,
-    is ended by the server (issue 24: 520 idle Stream calls of one member took every call slot of the
-    party).  Reads themselves stay plain awaits: the watchdog costs one timer per call, not per message."""
+    is ended by the server (without it, 520 idle Stream calls of one member took every call slot of
+    the party).  Reads themselves stay plain awaits: the watchdog costs one timer per call, not per message."""
 
     _END = object()
 
@@ -958,7 +958,7 @@ class PartyServer:
         self.peers = peers
         self.operator = operator
         self.health = AsyncHealthServicer()
-        #: concurrent calls per peer, of all peers, and the operator's reserve (issue 24)
+        #: concurrent calls per peer, of all peers, and the operator's reserve: no peer takes every slot
         self.quotas = CallQuotas(config.limits, config.name)
         self._server: grpc.aio.Server | None = None
         self.port: int | None = None
@@ -966,7 +966,7 @@ class PartyServer:
     async def start(self) -> int:
         limits = self.config.limits
         # gRPC's own cap refuses every caller alike: it sits above this party's accounting (per peer, all
-        # peers, the operator's reserve), which refuses the one over its quota (issue 24)
+        # peers, the operator's reserve), which refuses the one over its quota
         server = grpc.aio.server(options=server_options(limits), maximum_concurrent_rpcs=limits.grpc_rpc_cap)
         services = tpb.DESCRIPTOR.services_by_name
         server.add_generic_rpc_handlers((

@@ -206,7 +206,7 @@ def begin_session(config: str | os.PathLike | PartyConfig, protocol: str, roles:
                   timeout: float | None = None, seed: int | None = None) -> StartCall:
     """Start a session with this party as initiator without waiting; ``.wait()`` waits (see :class:`StartCall`)."""
     cfg = _as_config(config)
-    # known here, so the session can be followed: in this party's namespace, as the party names it (issue 24)
+    # known here, so the session can be followed: in this party's namespace, as the party names it
     sid = namespaced(cfg.name, session_id or new_session_id(protocol))
     req = tpb.StartSessionRequest(protocol=protocol, roles=dict(roles),
                                   params_json=json.dumps(dict(params or {})),

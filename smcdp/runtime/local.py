@@ -63,9 +63,9 @@ class LocalCluster:
                  consoles: Mapping[str, ConsoleConfig] | None = None, open_policy: bool = False) -> None:
         self.limits = limits
         self.open_policy = open_policy              # parties without a policy: [policy] open = true
-        self.consoles = dict(consoles or {})        # party -> its [console] (issue 18)
+        self.consoles = dict(consoles or {})        # party -> its [console]
         self.parties = {name: dict(inputs) for name, inputs in parties.items()}
-        self.compute = dict(compute or {})          # party -> its [compute] (issue 17)
+        self.compute = dict(compute or {})          # party -> its [compute]
         self.extra_env = dict(extra_env or {})
         self.allow_insecure_keys = allow_insecure_keys
         self.allow_seeded = allow_seeded
@@ -108,20 +108,20 @@ class LocalCluster:
             open_policy=self.open_policy)
 
     def console_url(self, party: str) -> str:
-        """The base URL of ``party``'s console (issue 18; it must have a [console])."""
+        """The base URL of ``party``'s console (it must have a [console])."""
         listen = self.consoles[party].listen
         scheme = "https" if self.consoles[party].tls is not None else "http"
         return f"{scheme}://{listen}/"
 
     def start(self) -> None:
         self.write_configs()
-        for p in self.configs:   # issue 29: a missing optional package is named before any party starts
+        for p in self.configs:   # a missing optional package is named before any party starts
             require_optional_parts(load_config(self.configs[p]))
         for p in self.configs:
             self._spawn(p)
         # every process imports and starts at once: on a few cores that takes time in proportion to
-        # their number (≈ 1.5 CPU-s each), so the deadline grows with it (issue 28: 34 processes on 2
-        # loaded cores needed more than the fixed 60 s)
+        # their number (≈ 1.5 CPU-s each), so the deadline grows with it (34 processes on 2
+        # loaded cores needed more than a fixed 60 s)
         end = time.monotonic() + 60.0 + 10.0 * len(self.configs)
         for p in self.configs:
             self._wait_up(p, timeout=max(5.0, end - time.monotonic()))
@@ -206,7 +206,7 @@ class LocalCluster:
         A party killed and not restarted meanwhile gets ``{"state": "unknown"}``;
         the others' records say how the session ended for them.
         """
-        sid = namespaced(initiator, session_id or new_session_id(protocol))   # the id it will have (issue 24)
+        sid = namespaced(initiator, session_id or new_session_id(protocol))   # the id it will have
         wait = (timeout or self.session_seconds) + 60.0
         outcome: dict[str, Any] = {}
 

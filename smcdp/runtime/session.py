@@ -56,7 +56,7 @@ from smcdp.plugins.base import ProtocolPlugin, SessionContext
 from smcdp.runtime import failpoints
 from smcdp.runtime.config import PartyConfig
 from smcdp.runtime.durability.checkpoint import Checkpoint
-from smcdp.runtime.limits import (  # issues 19, 24
+from smcdp.runtime.limits import (
     WAITING_NOTICE_GRACE,
     approval_wait_until,
     begin_by,
@@ -84,7 +84,7 @@ class SessionOwner(Protocol):
     tls: TlsMaterial
 
     incarnation: str
-    #: what the live sessions hold from each peer (issue 24)
+    #: what the live sessions hold from each peer
     inbound: InboundLedger
 
     #: the records of the sessions that ended here (the one reader and writer of their files)
@@ -108,7 +108,7 @@ def error_dict(exc: BaseException, me: str) -> dict:
     msg = str(exc) or type(exc).__name__
     if code == "INTERNAL" and not isinstance(exc, SmcdpError):
         msg = f"{type(exc).__name__}: {msg}"
-    # may quote a peer (an abort message, a refusal's details): one printable line (issue 19)
+    # may quote a peer (an abort message, a refusal's details): one printable line
     return {"code": code, "message": printable(msg), "origin": printable(origin, 63)}
 
 

@@ -1,4 +1,4 @@
-"""Prometheus metrics of one party (issue 18), served at ``/metrics`` on the console's address.
+"""Prometheus metrics of one party, served at ``/metrics`` on the console's address.
 
 One :class:`~prometheus_client.CollectorRegistry` per party, never the global one: several
 parties in one process (tests, ``smcdp demo`` in-process) keep their own counts, and nothing

@@ -1,6 +1,6 @@
-"""Server-rendered HTML of the console (issue 18): no JavaScript, no CDN, one stylesheet served
-by the party.  Every value goes through :func:`html.escape` (session ids, peer names and error
-messages come from peers)."""
+"""Server-rendered HTML of the console (docs/operations.md, 'Pages'): no JavaScript, no CDN, one
+stylesheet served by the party.  Every value goes through :func:`html.escape` (session ids, peer names
+and error messages come from peers)."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def state_badge(state: str | None, rnd: Any = None, step: str = "", waiting_for:
     extra = ""
     if s == SessionState.RUNNING and rnd is not None:
         extra = f" · round {e(rnd)}" + (f" · {e(step)}" if step else "")
-    if waiting_for and (s == SessionState.PREPARED or s == PENDING_APPROVAL):
+    if waiting_for and (s == SessionState.PREPARED or s == PENDING_APPROVAL):   # and whose operator it waits for
         extra += f' · <span class="st pending">waiting for approval at {e(waiting_for)}</span>'
     return f'<span class="st {cls}">{e(s)}</span>{extra}'
 

@@ -1,4 +1,4 @@
-"""What the console and ``/metrics`` read about a party (issue 18): one small read-model.
+"""What the console and ``/metrics`` read about a party: one small read-model.
 
 The facts already exist in the party; this module gathers them without changing how a session
 runs:

@@ -1,9 +1,9 @@
-"""How long what an ended session leaves on disk stays there (issue 24).
+"""How long what an ended session leaves on disk stays there.
 
 A session that fails *resumably* keeps its checkpoint -- randomness root and journal --
 so that ``smcdp session resume`` can continue it (docs/fault-tolerance.md).  Nothing
 bounded how long: a peer that made sessions fail resumably (an ``Abort`` with
-UNAVAILABLE) left their journals on disk for ever (1.5 GB in the issue).  Now a
+UNAVAILABLE) left their journals on disk for ever (1.5 GB when one peer tried).  Now a
 checkpoint of a session that no longer runs here is deleted ``limits.failed_retention_seconds``
 after the session failed (``failed_epoch`` in its checkpoint; the checkpoint file's
 modification time for one written before that field existed, or left in a live state by a

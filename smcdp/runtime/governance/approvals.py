@@ -64,8 +64,8 @@ class Proposal:
                 and self.seed == spec.seed)
 
     def spec(self) -> SessionSpec:
-        """The session to prepare: its timeout counts from Begin, not from the proposal (issue 24:
-        the operator's decision may take hours, ``limits.approval_timeout_seconds``)."""
+        """The session to prepare: its timeout counts from Begin, not from the proposal (the
+        operator's decision may take hours, ``limits.approval_timeout_seconds``)."""
         return SessionSpec(self.session_id, self.protocol, dict(self.roles), dict(self.params),
                            self.timeout_seconds, self.seed)
 

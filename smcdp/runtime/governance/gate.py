@@ -1,7 +1,7 @@
 """Who may make this party do what: the gate every proposal passes (docs/governance.md).
 
 :class:`Governor` is what :class:`smcdp.runtime.party.Party` calls on ``Propose``, when a
-session is resumed or restored (:meth:`Governor.readmit`: admitted again, issue 24), on the
+session is resumed or restored (:meth:`Governor.readmit`: admitted again), on the
 operator's approve/reject/list/show, when a session reaches its release point and when it
 ends, and for the peers' signed audit heads.  It composes
 
@@ -104,8 +104,8 @@ class Governor:
         self.name = name
         self.policy = config.policy
         self.audit = AuditLog(config.data_dir, name)
-        #: the peers' signed audit heads this party keeps, and its TLS key that signs its own (issue 24;
-        #: without ``tls``, a :class:`~smcdp.net.tls.TlsMaterial`, nothing is witnessed)
+        #: the peers' signed audit heads this party keeps, and its TLS key that signs its own (``tls``, a
+        #: :class:`~smcdp.net.tls.TlsMaterial`; without it nothing is witnessed)
         self.tls = tls
         self.witnesses = WitnessStore(config.data_dir, name, b"" if tls is None else tls.ca_pem)
         self.witnessing = Witnessing(self.witnesses, self.audit, tls)
@@ -114,7 +114,7 @@ class Governor:
         self._lock = threading.RLock()
         #: which admitted session holds which budget entry
         self.reservations = Reservations(self.charges, self.audit, name, self._lock)
-        #: refusals per peer and window: the first few in full, then a count (issue 24)
+        #: refusals per peer and window: the first few in full, then a count, so one peer's flood stays a few lines
         self.throttle = RefusalThrottle()
         #: sessions releasing exact outputs from this party's data, against max_exact_sessions
         self.exact = ExactSessions(self.policy, self.audit, name, self._lock)
@@ -245,7 +245,7 @@ class Governor:
 
     def _refused(self, peer: str, exc: SmcdpError, proposal: Mapping[str, Any] | None, session: str | None = None,
                  **fields: Any) -> None:
-        """Audit a refusal: in full while ``peer`` is within its allowance, else counted (issue 24)."""
+        """Audit a refusal: in full while ``peer`` is within its allowance, else counted."""
         rule = getattr(exc, "rule", None) or "validation"
         session = (proposal or {}).get("session", session)
         ended, in_full = self.throttle.refused(peer, rule, session)
@@ -258,10 +258,10 @@ class Governor:
     def readmit(self, initiator: str, spec: SessionSpec, plugin: ProtocolPlugin, role: str, how: str,
                 precheck: Callable[[], None] | None = None) -> None:
         """A session continues from its checkpoint (``how``: "resume" or "restore"): admitted again
-        by today's policy and budget (issue 24).  Its reservation, if it still holds one, stays; if
-        it was released (the session failed resumably, or the party restarted meanwhile) and its
-        release point was not reached, the cost is reserved again; a cost already charged stays
-        charged and the replay re-sends the same output."""
+        by today's policy and budget, so a resume is no way around them.  Its reservation, if it still
+        holds one, stays; if it was released (the session failed resumably, or the party restarted
+        meanwhile) and its release point was not reached, the cost is reserved again; a cost already
+        charged stays charged and the replay re-sends the same output."""
         sid = spec.session_id
         with self._lock:
             reserved = None
@@ -284,7 +284,7 @@ class Governor:
             self.audit.append("readmitted", session=sid, role=role, how=how)
 
     def _check_queue(self, peer: str, sid: str) -> None:
-        """The approval queue is bounded per peer and in all (issue 24: one peer left 300 waiting)."""
+        """The approval queue is bounded per peer and in all (else one peer can leave hundreds waiting)."""
         lim = self.config.limits
         waiting = [p for p in self.proposals.all() if ProposalState(p.state).open]
         mine = sum(p.initiator == peer for p in waiting)
@@ -423,12 +423,12 @@ class Governor:
     def session_done(self, session_id: str, record: Mapping[str, Any], began: bool = True) -> None:
         """A session ended here (called from its thread).  Never raises: the record is written already.
 
-        A session that failed resumably gives its reservation back too (issue 24: an Abort
-        UNAVAILABLE from any participant used to hold it for ever); ``session resume`` admits
+        A session that failed resumably gives its reservation back too (else one Abort
+        UNAVAILABLE from any participant would hold it for ever); ``session resume`` admits
         it again (:meth:`readmit`).  One that ended before its role began here (``began`` false:
         aborted or expired between Propose and Begin) computed nothing from this party's data and
-        gives back its place in ``max_exact_sessions`` (issue 26: proposals made at once, one
-        refused, used to spend every other party's allowance; any initiator could spend it so)."""
+        gives back its place in ``max_exact_sessions`` (else proposals made at once, one of
+        them refused, would spend every other party's allowance; any initiator could spend it so)."""
         err = record.get("error") or {}
         resumable = record.get("state") == SessionState.FAILED and record.get("resumable")
         try:
@@ -442,7 +442,7 @@ class Governor:
             log.error("session %s: could not settle or audit its end: %s", session_id, exc)
 
     def checkpoint_deleted(self, info: Mapping[str, Any], retention: float) -> None:
-        """The retention sweep removed a session's checkpoint and journal (issue 24)."""
+        """The retention sweep removed a session's checkpoint and journal."""
         sid = str(info["session"])
         with self._lock:
             self._give_back(sid, "its checkpoint was deleted: the session cannot continue")
@@ -523,7 +523,7 @@ class _Governed(ProtocolPlugin):
         return self.inner.summary(params, roles)
 
     def traffic_envelope(self, params, roles, role):
-        # issue 24: without this a governed session (a DP release charged to the budget) fell back to
+        # without this a governed session (a DP release charged to the budget) would fall back to
         # the [limits] ceilings -- 2 GiB -- instead of its protocol's envelope
         return self.inner.traffic_envelope(params, roles, role)
 

@@ -85,7 +85,7 @@ class ProtocolRules:
     max_delta: float | None = None
     min_records: int | None = None
     approval: str | None = None          # None: [policy].approval
-    max_components: int | None = None    # the most vectors a session computes from its data (issue 25)
+    max_components: int | None = None    # the most vectors a session computes from its data; each releases a direction
     max_exact_sessions: int | None = None  # the most sessions releasing exact outputs from its data ...
     period_days: float | None = None     # ... in any window of this many days (default 30)
     #: the most frames one protocol round may cover where that shows more of its data (keyword's

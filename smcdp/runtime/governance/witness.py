@@ -1,4 +1,4 @@
-"""A witnessed audit trail: peers keep each other's signed audit heads (issue 24).
+"""A witnessed audit trail: peers keep each other's signed audit heads.
 
 A hash chain with a head file shows an edit made by someone who did not rewrite everything
 after it; whoever can write the party's disk can still truncate the log and rewrite
