@@ -35,6 +35,12 @@ The TOML, written for a data-protection officer to read::
     allow_non_dp = true
     max_frames_per_round = 2       # induction rounds of up to 2 frames (default 1: the seed's)
 
+Parameters that weaken a data party's guarantee, or size what a session may make it receive, are
+bounded here with a safe default, never left to the proposer (docs/governance.md, "Parameters the
+proposer does not decide"): ``max_noise_parties`` (default 1: every party adds the whole noise
+itself), ``max_frames_per_round`` (default 1), ``max_key_bits`` (default 4096) and ``max_iterations``
+(default 2000).
+
 Every rule is checked against the plug-in's :class:`~smcdp.plugins.base.SessionSummary`
 of the proposal -- public parameters only -- so the evaluation here knows no protocol by
 name.  A refusal is an :mod:`smcdp.errors` exception whose status code says what kind of
@@ -66,9 +72,13 @@ _ROLE_PATTERN_RE = re.compile(r"^[A-Za-z0-9*][A-Za-z0-9_.*-]{0,63}$")
 _TOP_KEYS = {"approval", "allow_seeded", "open"}
 _RULE_KEYS = {"roles", "initiators", "coordinators", "release_to", "allow_non_dp", "min_key_bits",
               "max_epsilon", "max_delta", "min_records", "approval", "max_components", "max_exact_sessions",
-              "period_days", "max_frames_per_round"}
+              "period_days", "max_frames_per_round", "max_noise_parties", "max_key_bits", "max_iterations"}
 #: the window of max_exact_sessions when period_days is not given
 DEFAULT_PERIOD_DAYS = 30.0
+#: the defaults of the bounds on what a proposal may size (the receive limit derives from them): the
+#: largest key and the most rounds an honest session of today's documented sizes uses, with headroom
+DEFAULT_MAX_KEY_BITS = 4096
+DEFAULT_MAX_ITERATIONS = 2000
 
 
 @dataclass(frozen=True)
@@ -91,13 +101,21 @@ class ProtocolRules:
     #: the most frames one protocol round may cover where that shows more of its data (keyword's
     #: induction; SessionSummary.frames_per_round); None: 1
     max_frames_per_round: int | None = None
+    #: the most data parties that may share the noise protecting its data (SessionSummary.noise_parties:
+    #: with h > 1 each adds 1/h of the variance, and h − 1 colluding parties remove theirs); None: 1
+    max_noise_parties: int | None = None
+    #: the largest key and the most protocol rounds a session may use (each multiplies the bytes it may
+    #: make this party receive); None: DEFAULT_MAX_KEY_BITS, DEFAULT_MAX_ITERATIONS
+    max_key_bits: int | None = None
+    max_iterations: int | None = None
 
     def as_dict(self) -> dict:
         out: dict[str, Any] = {"roles": list(self.roles), "initiators": list(self.initiators),
                                "coordinators": list(self.coordinators), "release_to": list(self.release_to),
                                "allow_non_dp": self.allow_non_dp}
         for k in ("min_key_bits", "max_epsilon", "max_delta", "min_records", "approval", "max_components",
-                  "max_exact_sessions", "period_days", "max_frames_per_round"):
+                  "max_exact_sessions", "period_days", "max_frames_per_round", "max_noise_parties",
+                  "max_key_bits", "max_iterations"):
             if getattr(self, k) is not None:
                 out[k] = getattr(self, k)
         return out
@@ -204,6 +222,9 @@ def _rules(name: str, t: Any, known: set[str]) -> ProtocolRules:
         max_exact_sessions=_number(t, "max_exact_sessions", where, integer=True, lo=0, hi=1 << 30),
         period_days=_period(t, where),
         max_frames_per_round=_number(t, "max_frames_per_round", where, integer=True, lo=1, hi=1 << 10),
+        max_noise_parties=_number(t, "max_noise_parties", where, integer=True, lo=1, hi=1 << 10),
+        max_key_bits=_number(t, "max_key_bits", where, integer=True, lo=256, hi=16384),
+        max_iterations=_number(t, "max_iterations", where, integer=True, lo=1, hi=1 << 20),
     )
 
 
@@ -255,19 +276,21 @@ def rules_for_layout(roles: Mapping[str, str], *, initiators: tuple[str, ...] | 
             out[party] = ProtocolRules(roles=(role,), initiators=tuple(sorted(set(initiators))),
                                        min_key_bits=min_key_bits)
             continue
-        frames = None
+        frames = shared = None
         if summary is not None:
             flows = [o for o in summary.outputs_from(role) if {roles[r] for r in o.recipients} - {party}]
             release = {roles[r] for o in flows for r in o.recipients} - {party}
             non_dp = any(not o.dp for o in flows)
             frames = summary.frames_per_round.get(role)
+            shared = summary.noise_parties.get(role)
         else:
             release, non_dp = set(roles.values()) - {party}, allow_non_dp
         out[party] = ProtocolRules(roles=(role,), initiators=tuple(sorted(set(initiators))),
                                    coordinators=tuple(sorted(coordinators - {party})),
                                    release_to=tuple(sorted(release)), allow_non_dp=non_dp,
                                    min_key_bits=min_key_bits,
-                                   max_frames_per_round=frames if frames is not None and frames > 1 else None)
+                                   max_frames_per_round=frames if frames is not None and frames > 1 else None,
+                                   max_noise_parties=shared if shared is not None and shared > 1 else None)
     return out
 
 
@@ -282,7 +305,10 @@ def merge_rules(a: ProtocolRules, b: ProtocolRules) -> ProtocolRules:
                          min_records=a.min_records, approval=a.approval, max_components=a.max_components,
                          max_exact_sessions=a.max_exact_sessions, period_days=a.period_days,
                          max_frames_per_round=max((x for x in (a.max_frames_per_round, b.max_frames_per_round)
-                                                   if x is not None), default=None))
+                                                   if x is not None), default=None),
+                         max_noise_parties=max((x for x in (a.max_noise_parties, b.max_noise_parties)
+                                                if x is not None), default=None),
+                         max_key_bits=a.max_key_bits, max_iterations=a.max_iterations)
 
 
 # ---------------------------------------------------------------------------- evaluation
@@ -384,8 +410,18 @@ def _check_who(ask: _Asking, rules: ProtocolRules, role: str, initiator: str) ->
 
 
 def _check_keys(ask: _Asking, rules: ProtocolRules, summary: SessionSummary, allow_insecure_keys: bool) -> None:
+    """Key sizes between its floor and its ceiling, and no more rounds than it allows: the ceiling and the
+    rounds bound what a session may make this party receive, whatever role it holds."""
     floor = rules.min_key_bits
+    ceiling = rules.max_key_bits or DEFAULT_MAX_KEY_BITS
+    rounds = rules.max_iterations or DEFAULT_MAX_ITERATIONS
+    if summary.iterations is not None and summary.iterations > rounds:
+        raise ask.bound(f"{ask.base}.max_iterations", f"the session may run {summary.iterations} rounds; it "
+                                                      f"allows at most {rounds}")
     for what, bits in summary.key_bits.items():
+        if bits > ceiling:
+            raise ask.bound(f"{ask.base}.max_key_bits", f"the {what} key of {bits} bits is above its maximum of "
+                                                        f"{ceiling} (it sizes what the session may send it)")
         if floor is not None and bits < floor:
             raise ask.bound(f"{ask.base}.min_key_bits", f"the {what} key of {bits} bits is below its minimum of "
                                                         f"{floor}")
@@ -438,6 +474,13 @@ def _check_how_much_it_shows(ask: _Asking, rules: ProtocolRules, summary: Sessio
             f"{summary.components} components"
         raise ask.bound(f"{base}.max_components", f"the session computes {have} from its data; it allows at "
                                                   f"most {rules.max_components}")
+    shared = summary.noise_parties.get(role)
+    most = rules.max_noise_parties or 1
+    if shared is not None and shared > most:
+        raise ask.deny(f"{ask.base}.max_noise_parties",
+                       f"the noise protecting its data would be shared among {shared} parties, each adding 1/{shared} "
+                       f"of it, so that {shared - 1} colluding parties could remove theirs; it allows at most "
+                       f"{most} (1: it adds the whole noise itself)")
     frames = summary.frames_per_round.get(role)
     limit = rules.max_frames_per_round or 1
     if frames is not None and frames > limit:
