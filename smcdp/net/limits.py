@@ -81,6 +81,11 @@ class Limits:
     #: is ended after ``call_idle_seconds``
     idle_calls_per_peer: int = 16
     call_idle_seconds: float = 10.0
+    #: grpc.health.v1 Health.Watch streams of one peer, and of all peers: a Watch never ends by itself, so
+    #: without its own bound a few members holding Watch streams filled max_concurrent_rpcs and switched
+    #: the party off for everyone (a peer needs one to follow this party's health; Check needs none)
+    watch_calls_per_peer: int = 2
+    watch_calls_total: int = 32
     #: calls reserved for this party's own operator (its own certificate): StartSession waits for its
     #: session, so each session the operator runs holds one
     operator_calls: int = 128
@@ -151,6 +156,8 @@ _INT_RANGES: dict[str, tuple[int, int]] = {
     "calls_per_peer": (4, 1_000_000),
     "calls_per_session": (2, 1_000_000),
     "idle_calls_per_peer": (1, 1_000_000),
+    "watch_calls_per_peer": (0, 1_000_000),
+    "watch_calls_total": (0, 1_000_000),
     "operator_calls": (4, 1_000_000),
     "inbound_mib_per_peer": (1, 1 << 24),
     "inbound_mib_total": (1, 1 << 24),
@@ -207,6 +214,13 @@ def parse_limits(table: Mapping[str, Any], legacy_max_message_mib: int | None = 
             f"per peer by calls_per_peer ({limits.calls_per_peer}), of which per session calls_per_session "
             f"({limits.calls_per_session}) and before naming a session idle_calls_per_peer "
             f"({limits.idle_calls_per_peer}): each must be at most the one before it")
+    if not limits.watch_calls_per_peer <= limits.watch_calls_total <= limits.max_concurrent_rpcs // 2 \
+            or limits.watch_calls_per_peer > limits.calls_per_peer:
+        raise ConfigValueError(
+            f"limits: Health.Watch streams are bounded per peer by watch_calls_per_peer "
+            f"({limits.watch_calls_per_peer}, at most calls_per_peer = {limits.calls_per_peer}) and in all by "
+            f"watch_calls_total ({limits.watch_calls_total}), which may take at most half of max_concurrent_rpcs "
+            f"({limits.max_concurrent_rpcs})")
     if limits.inbound_mib_per_peer > limits.inbound_mib_total:
         raise ConfigValueError(f"limits.inbound_mib_per_peer ({limits.inbound_mib_per_peer}) cannot exceed "
                                f"limits.inbound_mib_total ({limits.inbound_mib_total})")
@@ -432,6 +446,8 @@ class CallQuotas:
         self._peer_total = 0
         self._idle: dict[str, int] = {}
         self._bound: dict[tuple[str, str], int] = {}
+        self._watches: dict[str, int] = {}
+        self._watch_total = 0
 
     def calls(self, peer: str) -> int:
         return self._calls.get(peer, 0)
@@ -461,6 +477,36 @@ class CallQuotas:
                         f"(limits.max_concurrent_rpcs); try again shortly")
                 self._peer_total += 1
             self._calls[peer] = mine + 1
+
+    def enter_watch(self, peer: str) -> None:
+        """A Health.Watch stream of ``peer`` starts (on top of :meth:`enter`): refused past
+        ``watch_calls_per_peer`` or ``watch_calls_total``.  The party's own operator is not bounded here."""
+        lim = self.limits
+        with self._lock:
+            if peer == self.me:
+                return
+            mine = self._watches.get(peer, 0)
+            if mine >= lim.watch_calls_per_peer:
+                raise ResourceExhausted(
+                    f"party {peer!r} already watches the health of party {self.me!r} with {mine} streams "
+                    f"(limits.watch_calls_per_peer = {lim.watch_calls_per_peer})")
+            if self._watch_total >= lim.watch_calls_total:
+                raise ResourceExhausted(
+                    f"party {self.me!r} already serves {self._watch_total} health Watch streams "
+                    f"(limits.watch_calls_total = {lim.watch_calls_total}); use Check")
+            self._watches[peer] = mine + 1
+            self._watch_total += 1
+
+    def leave_watch(self, peer: str) -> None:
+        with self._lock:
+            if peer == self.me:
+                return
+            left = self._watches.get(peer, 0) - 1
+            if left > 0:
+                self._watches[peer] = left
+            else:
+                self._watches.pop(peer, None)
+            self._watch_total -= 1
 
     def leave(self, peer: str) -> None:
         with self._lock:

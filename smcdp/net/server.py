@@ -904,6 +904,26 @@ def _counted(fn, quotas: CallQuotas, what: str):
     return unary
 
 
+def _watch_counted(fn, quotas: CallQuotas):
+    """A Health.Watch handler bounded by the Watch quotas (:meth:`CallQuotas.enter_watch`) *before* it counts
+    against the caller's calls: a Watch never ends by itself, and members reopening refused ones must not
+    hold the slots every other call needs, even for the moment of a refusal."""
+    async def watch(request, context):
+        try:
+            peer = peer_identity(context)
+        except Unauthenticated:
+            peer = ""    # cannot happen behind mutual TLS; one anonymous peer all the same
+        try:
+            quotas.enter_watch(peer)
+        except ResourceExhausted as exc:
+            await _fail(context, exc, "Health.Watch")
+        try:
+            return await fn(request, context)
+        finally:
+            quotas.leave_watch(peer)
+    return watch
+
+
 _HANDLER_MAKERS = {(True, True): grpc.stream_stream_rpc_method_handler,
                    (True, False): grpc.stream_unary_rpc_method_handler,
                    (False, True): grpc.unary_stream_rpc_method_handler,
@@ -922,6 +942,8 @@ def _generic_handler(service_desc, servicer: Any, quotas: CallQuotas, messages) 
         resp_cls = getattr(messages, m.output_type.name)
         make = _HANDLER_MAKERS[(m.client_streaming, m.server_streaming)]
         fn = _counted(getattr(servicer, m.name), quotas, f"{service_desc.name}.{m.name}")
+        if service_desc.full_name == "grpc.health.v1.Health" and m.name == "Watch":
+            fn = _watch_counted(fn, quotas)
         handlers[m.name] = make(fn, request_deserializer=_tolerant_deserializer(req_cls),
                                 response_serializer=resp_cls.SerializeToString)
     return grpc.method_handlers_generic_handler(service_desc.full_name, handlers)
@@ -973,8 +995,8 @@ class PartyServer:
             _generic_handler(services["Mailbox"], MailboxServicer(self.peers, self.config.max_message_bytes,
                                                                   self.quotas), self.quotas, tpb),
             _generic_handler(services["Control"], ControlServicer(self.operator), self.quotas, tpb),
-            _generic_handler(health_pb2.DESCRIPTOR.services_by_name["Health"], _HealthServicer(self.health),
-                             self.quotas, health_pb2),
+            _generic_handler(health_pb2.DESCRIPTOR.services_by_name["Health"],
+                             _HealthServicer(self.health), self.quotas, health_pb2),
         ))
         creds = grpc.ssl_server_credentials(
             [(self.tls.key_pem, self.tls.cert_pem)], root_certificates=self.tls.ca_pem,

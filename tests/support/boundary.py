@@ -17,6 +17,7 @@ from smcdp.v1 import messages_pb2 as mpb
 from smcdp.v1 import transport_pb2 as tpb
 
 MAILBOX = "/smcdp.v1.Mailbox/"
+HEALTH = "/grpc.health.v1.Health/"
 CONTROL = "/smcdp.v1.Control/"
 #: the only statuses that say "the server failed": never acceptable at the boundary
 SERVER_FAILURES = {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN}
@@ -161,7 +162,8 @@ def send(channel: grpc.Channel, request) -> tuple[grpc.StatusCode, str]:
 
 # ---------------------------------------------------------------------- a member holding idle calls (issue 24)
 class StreamFlood:
-    """``count`` idle ``Mailbox.Stream`` calls of one member (a valid certificate), kept up from a thread.
+    """``count`` idle ``Mailbox.Stream`` calls (or ``Health.Watch`` streams, ``method="watch"``) of one member
+    (a valid certificate), kept up from a thread.
 
     Each call sends nothing; when the server ends one, it is opened again after ``reopen_delay`` seconds,
     so the flood lasts until :meth:`stop`.  The calls are spread over ``connections`` separate HTTP/2
@@ -170,11 +172,13 @@ class StreamFlood:
     """
 
     def __init__(self, certs, as_party: str, address: str, target: str, count: int = 520,
-                 connections: int = 5, reopen_delay: float = 0.5) -> None:
+                 connections: int = 5, reopen_delay: float = 0.5, method: str = "stream") -> None:
         import asyncio
         import threading
 
         self.count, self.connections, self.reopen_delay = count, connections, reopen_delay
+        #: "stream": idle Mailbox.Stream calls; "watch": grpc.health.v1 Health.Watch streams
+        self.method = method
         root = (certs / "ca.crt").read_bytes()
         self._creds = grpc.ssl_channel_credentials(root, (certs / f"{as_party}.key").read_bytes(),
                                                    (certs / f"{as_party}.crt").read_bytes())
@@ -221,8 +225,15 @@ class StreamFlood:
         channels = [grpc.aio.secure_channel(self.address, self._creds, options=opts) for _ in range(self.connections)]
         for ch in channels:
             await ch.channel_ready()
-        methods = [ch.stream_stream(MAILBOX + "Stream", request_serializer=None, response_deserializer=None)
-                   for ch in channels]
+        if self.method == "watch":
+            from grpc_health.v1 import health_pb2
+
+            watch = health_pb2.HealthCheckRequest(service="").SerializeToString()
+            methods = [lambda ch=ch: ch.unary_stream(HEALTH + "Watch", request_serializer=None,
+                                                     response_deserializer=None)(watch) for ch in channels]
+        else:
+            methods = [ch.stream_stream(MAILBOX + "Stream", request_serializer=None, response_deserializer=None)
+                       for ch in channels]
 
         async def one(i: int) -> None:
             while not self._stop.is_set():

@@ -84,6 +84,44 @@ def test_a_stream_flood_leaves_other_sessions_the_operator_and_health_alone(tmp_
     assert set(flood.codes) <= {"RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "CANCELLED"}, flood.codes
 
 
+@pytest.mark.parametrize("members", [4, 8])
+def test_members_holding_health_watch_streams_switch_nobody_off(tmp_path, processes, members):
+    """Health.Watch streams never end by themselves: four members holding 128 each filled bob's
+    max_concurrent_rpcs (512), and bob then refused every peer, its own operator's session and other
+    parties' health checks.  Now each member holds at most limits.watch_calls_per_peer of them (the rest
+    RESOURCE_EXHAUSTED at once, naming the rule), and with 4 or 8 such members a session between charlie
+    and bob -- in which bob computes past the peer grace, so charlie's heartbeats must get through -- bob's
+    own operator's session, and health checks from bob's operator and from charlie all succeed."""
+    hostile = [f"m{i}" for i in range(1, members + 1)]
+    cfgs = make_deployment(tmp_path, [*hostile, "bob", "charlie", "dave"],
+                           timeouts=Timeouts(connect_seconds=3, session_seconds=60, rpc_seconds=30,
+                                             peer_grace_seconds=5.0))
+    for n in ("bob", "charlie", "dave"):
+        processes(n, cfgs[n], use_launcher=False)
+    for n in ("bob", "charlie", "dave"):
+        client.wait_healthy(cfgs[n], timeout=60)
+    per_member = 512 // members + 8          # together past bob's max_concurrent_rpcs, as in the attack
+    floods = [StreamFlood(tmp_path / "certs", m, _address(cfgs, "bob"), "bob", count=per_member, connections=2,
+                          reopen_delay=3.0, method="watch").start() for m in hostile]
+    try:
+        assert client.check_health(cfgs["bob"]) == "SERVING"
+        assert client.check_health(cfgs["charlie"], peer="bob") == "SERVING"
+        rec = client.start_session(cfgs["charlie"], "net-echo", {"a": "charlie", "b": "bob"},
+                                   {"n": 3, "busy_seconds": 7.0}, timeout=60)
+        assert rec["state"] == "succeeded", rec.get("error")
+        own = client.start_session(cfgs["bob"], "net-echo", {"a": "bob", "b": "dave"}, {"n": 2}, timeout=30)
+        assert own["state"] == "succeeded", own.get("error")
+        limit = Limits().watch_calls_per_peer
+        for f in floods:
+            assert f.held(2.0) <= limit, (f.held(2.0), f.open_now())
+    finally:
+        for f in floods:
+            f.stop()
+    for f in floods:
+        assert f.codes.get("RESOURCE_EXHAUSTED", 0) >= per_member - limit, f.codes
+        assert "limits.watch_calls_per_peer" in f.details["RESOURCE_EXHAUSTED"]
+
+
 def _spec(sid, roles, protocol="net-echo", params="{}", timeout=60.0) -> bytes:
     msg = tpb.SessionSpec(session_id=sid, protocol=protocol, params_json=params, timeout_seconds=timeout)
     for r, p in roles.items():
