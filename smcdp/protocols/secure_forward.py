@@ -86,6 +86,7 @@ from typing import Any, Mapping
 import numpy as np
 from gmpy2 import mpz
 
+from smcdp._aio import all_or_first_failure
 from smcdp._numbers import real
 from smcdp.crypto.codec import bigints, from_bigints
 from smcdp.crypto.encoding import UNPACKED, Packing, encode_float
@@ -745,18 +746,6 @@ class _Timeline:
                 f.exception()          # retrieved: the task that raised reports it
 
 
-async def _all(*aws):
-    """Await every awaitable; on the first failure cancel the others and re-raise it."""
-    tasks = [asyncio.ensure_future(a) for a in aws]
-    try:
-        return await asyncio.gather(*tasks)
-    except BaseException:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
-
-
 def _keyed(seed: SeedLike) -> Randomness:
     """The role's randomness root, keyed: the per-frame streams are drawn again on demand (offline, then
     online; and on a replay), so each must give the same values every time -- without a root (OS
@@ -886,7 +875,8 @@ class ForwardAlice:
         w0, c0 = _clock()
         self._t0 = w0
         try:
-            results = await _all(self._emissions(X), *(self._induction(g) for g in range(len(self.plan.groups))))
+            results = await all_or_first_failure(self._emissions(X),
+                                                 *(self._induction(g) for g in range(len(self.plan.groups))))
         except BaseException as exc:
             self.tl.fail(exc if isinstance(exc, Exception) else InvalidMessage("cancelled"))
             raise
@@ -927,7 +917,7 @@ class ForwardAlice:
             self._check_frame_count(self.tl.count + held)
             consumers.append(asyncio.ensure_future(self._block(b, np.concatenate(buf) if buf else buf, True)))
             self.online["audio_done"] = time.perf_counter() - self._t0
-            await _all(*consumers)
+            await all_or_first_failure(*consumers)
         except BaseException:
             for c in consumers:
                 c.cancel()
@@ -1357,7 +1347,7 @@ class ForwardBob:
         self._t0 = w0
         self._coef_ints()
         try:
-            await _all(self._blocks(), *(self._induction(g) for g in range(len(self.plan.groups))))
+            await all_or_first_failure(self._blocks(), *(self._induction(g) for g in range(len(self.plan.groups))))
         except BaseException as exc:
             self.tl.fail(exc if isinstance(exc, Exception) else InvalidMessage("cancelled"))
             raise
@@ -1395,7 +1385,7 @@ class ForwardBob:
                 if final:
                     break
                 b += 1
-            await _all(*tasks)
+            await all_or_first_failure(*tasks)
         except BaseException:
             for t in tasks:
                 t.cancel()
