@@ -32,6 +32,7 @@ from smcdp.protocols.power_iteration import (
     ALPHA_INLINE_MAX,
     NOISY_TAG,
     TRENT,
+    Party1KeySizes,
     PowerIterationParams,
     check_source,
     data_party,
@@ -48,6 +49,13 @@ INLINE_MAX = ALPHA_INLINE_MAX
 class PowerIterationPlugin(ProtocolPlugin):
     name = "power-iteration"
     coordinating_roles = (TRENT,)
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: the key size and table uses of this party's last session as a data party (from its result), which
+        #: :meth:`prepare_next` makes party1's next key for; replaced whole, so the preparing thread reads
+        #: one session's sizes or the other's, never a mixture
+        self.last_key = Party1KeySizes()
 
     def validate_params(self, params: Mapping[str, Any], roles: Mapping[str, str]) -> dict:
         p = PowerIterationParams.from_mapping(params)
@@ -89,7 +97,8 @@ class PowerIterationPlugin(ProtocolPlugin):
     def prepare_next(self, root: Randomness, inputs: Mapping[str, str], allow_insecure_keys: bool) -> None:
         """A data party may be the next session's party1, which makes the session's key (issue 27)."""
         if inputs.get("data"):
-            prepare_party1(root, allow_insecure_keys=allow_insecure_keys)
+            last = self.last_key
+            prepare_party1(root, key_bits=last.key_bits, uses=last.uses, allow_insecure_keys=allow_insecure_keys)
 
     async def run_role(self, role: str, ch: Channel, ctx: SessionContext) -> dict:
         p = PowerIterationParams.from_mapping(ctx.params)
@@ -120,7 +129,10 @@ class PowerIterationPlugin(ProtocolPlugin):
             blocks.flush()
             del blocks
             np.save(ctx.output_dir / "u.npy", np.column_stack([c["u"] for c in res.components]))
+        if res.prepare_next is not None:
+            self.last_key = res.prepare_next
         out = asdict(res)
+        del out["prepare_next"]     # kept here for the next session, not recorded
         out["data_bytes"] = source.nbytes
         return out
 
