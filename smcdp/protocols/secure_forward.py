@@ -795,10 +795,14 @@ class ForwardAlice:
             raise ValueError("the obfuscators belong to another key")
         self.pool: ObfuscatorPool | None = obfuscators
         self.plan: Plan | None = None
+        self.shape: Shape | None = None            # Bob's models' shape, from his header (prepare)
         self.offline: dict[str, float] = {}
         self.online: dict[str, float] = {}
         self.tl = _Timeline()
         self.expected = 0
+        self._t0 = 0.0                             # when run() began: the online phase's clock
+        #: first frame s of an induction round -> how many groups have passed it (the last drops its frames)
+        self._passed: dict[int, int] = {}
 
     def _rng(self, *purpose: str):
         return protocol_rng(self.seed, *self.labels, self.ch.role, *purpose)
@@ -1108,7 +1112,7 @@ class ForwardAlice:
 
     def _release(self, s: int, e: int) -> None:
         """Frames s..e's values are no longer needed by one more group (the last group to pass drops them)."""
-        done = self.__dict__.setdefault("_passed", {})
+        done = self._passed
         done[s] = done.get(s, 0) + 1
         if done[s] == len(self.plan.groups):
             del done[s]
@@ -1276,6 +1280,16 @@ class ForwardBob:
         self._steps_done: dict[int, int] = {}
         self.urgent: CryptoThreads | None = None
         self.background: CryptoThreads | None = None
+        self._t0 = 0.0                             # when run() began: the online phase's clock
+        # made once, on first use: the continuous models' coefficients on the fixed-point grid (coef_frac_bits)
+        self._cints: list[list[int]] | None = None
+        # fx(log p) of every positive start (d, j), transition (d, l, j) and mixture weight (d, j, c)
+        # probability (their pattern is public), made with the first offsets
+        self._log_pi: dict[tuple[int, int], int] | None = None
+        self._log_a: dict[tuple[int, int, int], int] | None = None
+        self._log_w: dict[tuple[int, int, int], int] | None = None
+        # discrete models: fx(log b) per (model, state) row and symbol, None where b = 0
+        self._log_b: list[list[int | None]] | None = None
 
     def _rng(self, *purpose: str):
         return protocol_rng(self.seed, *self.labels, self.ch.role, *purpose)
@@ -1333,7 +1347,7 @@ class ForwardBob:
         return n + 2 * plan.D + 8               # + the keyword step's ranked and debug vectors
 
     def _coef_ints(self) -> None:
-        if self.coefs is not None and not hasattr(self, "_cints"):
+        if self.coefs is not None and self._cints is None:
             fc = self.params.coef_frac_bits
             self._cints = [[encode_float(float(c), fc) for c in row] for row in self.coefs]
 
@@ -1407,7 +1421,7 @@ class ForwardBob:
         plan, masks = self.plan, self.masks
         D, N, F = plan.D, plan.N, plan.F
         models = self.models
-        if not hasattr(self, "_log_pi"):      # fx(log p) of every positive probability (pattern: public)
+        if self._log_pi is None:              # fx(log p) of every positive probability (pattern: public)
             self._log_pi = {(d, j): ls.fx(math.log(models.startprob[d, j]), F)
                             for d in range(D) for j in plan.starts[d]}
             self._log_a = {(d, l, j): ls.fx(math.log(models.transmat[d, l, j]), F)
@@ -1494,7 +1508,7 @@ class ForwardBob:
 
     async def _discrete_block(self, b: int, first: int, n: int) -> None:
         plan, shape = self.plan, self.shape
-        if not hasattr(self, "_log_b"):
+        if self._log_b is None:
             with np.errstate(divide="ignore"):
                 lb = np.log(np.asarray(self.models.emissionprob, dtype=np.float64)).reshape(shape.n_values, shape.dim)
             self._log_b = [[None if not np.isfinite(x) else ls.fx(float(x), plan.F) for x in row] for row in lb]
