@@ -729,6 +729,10 @@ class _Timeline:
     def put(self, name: str, t: int, value) -> None:
         self._future(name, t).set_result(value)
 
+    def forget(self, name: str, t: int) -> None:
+        """Drop frame t's value ``name`` (arrived or awaited): no one will ask for it again."""
+        self._values.pop((name, t), None)
+
     async def get(self, name: str, t: int, keep: bool = False):
         if self._error is not None:
             raise self._error
@@ -1117,8 +1121,8 @@ class ForwardAlice:
         if done[s] == len(self.plan.groups):
             del done[s]
             for t in range(s, e + 1):
-                self.tl._values.pop(("c", t), None)
-                self.tl._values.pop(("v", t), None)
+                self.tl.forget("c", t)
+                self.tl.forget("v", t)
 
     # ------------------------------------------------------------------ step 4: termination
     async def _termination(self, L: dict[int, int | None]) -> None:
@@ -1247,6 +1251,11 @@ class _BobMasks:
         """Frame t's emission masks and step t−1 are no longer needed."""
         self._emission.pop(t, None)
         self._mix.pop(t, None)
+
+    def forget_steps_before(self, s: int) -> None:
+        """The masks of every induction round that starts before frame s are no longer needed."""
+        for key in [k for k in self._step if k[0] < s]:
+            del self._step[key]
 
 
 class ForwardBob:
@@ -1554,8 +1563,7 @@ class ForwardBob:
             del self._steps_done[s]
             # the round s → e stays until the next round is done (its offsets need M_e, and so does the
             # termination after the last round): the rounds before it go
-            for key in [k for k in self.masks._step if k[0] < s]:
-                del self.masks._step[key]
+            self.masks.forget_steps_before(s)
 
     # ------------------------------------------------------------------ step 4: termination
     async def _termination(self) -> EncryptedVector:
