@@ -81,6 +81,7 @@ import os
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Mapping
 
 import numpy as np
@@ -107,8 +108,8 @@ from smcdp.speech.forward import product_index_pairs, products, quadratic_coeffi
 from smcdp.v1 import messages_pb2 as pb
 
 PROTOCOL_VERSION = 2
-KIND_CODES = {"discrete": 0, "diag": 1, "full": 2, "gmm-diag": 3, "gmm-full": 4}
-KIND_NAMES = {v: k for k, v in KIND_CODES.items()}
+KIND_CODES = MappingProxyType({"discrete": 0, "diag": 1, "full": 2, "gmm-diag": 3, "gmm-full": 4})   # read-only
+KIND_NAMES = MappingProxyType({v: k for k, v in KIND_CODES.items()})
 MAX_FRAMES = 100_000
 #: the largest shape the header format admits (the session's max_* parameters bound it further)
 MAX_MODELS, MAX_STATES, MAX_MIXTURES, MAX_FEATURES = 10_000, 1_000, 256, 1 << 16
