@@ -127,8 +127,9 @@ class KeywordPlugin(ProtocolPlugin):
 
     def prepare_next(self, root: Randomness, inputs: Mapping[str, str], allow_insecure_keys: bool) -> None:
         """A party with an utterance configured is an Alice: her next session's key pair, its tables and
-        its obfuscators (for the utterance's frames) are made ahead, for her last session's key size
-        (issue 27, :func:`~smcdp.protocols.keyword.prepare_alice`)."""
+        its obfuscators (for the utterance's frames) are made ahead, for the key size and
+        obfuscators per frame of her last session, which this plug-in keeps (docs/protocols/keyword.md,
+        :func:`~smcdp.protocols.keyword.prepare_alice`)."""
         path = inputs.get("utterance")
         if not path:
             return

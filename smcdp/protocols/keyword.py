@@ -188,7 +188,7 @@ async def keyword_alice(ch: Channel, X, params: KeywordParams, *, private_key: P
     # ------------------------------------------------------------------ offline phase
     t0 = time.perf_counter()
     obfuscators = None
-    if private_key is None:   # from the role's root (made while the party was idle, if it was: issue 27)
+    if private_key is None:   # from the role's root (made while the party was idle, if it was: smcdp.runtime.offline)
         check_key_bits(params.key_bits, allow_insecure_keys)
         private_key, obfuscators = session_keypair(seed, "keyword", ch.role, params.key_bits,
                                                    allow_insecure=allow_insecure_keys)
@@ -330,7 +330,7 @@ async def keyword_bob(ch: Channel, models, params: KeywordParams, *, alice: str 
         if D == 1:
             labels.append(b"{}")
         width = max(len(x) for x in labels)
-        if width > MAX_LABEL_BYTES:   # issue 24: the session's byte envelope counts on it
+        if width > MAX_LABEL_BYTES:   # the session's byte envelope (traffic_envelope) counts on it
             raise InputRejected(f"a keyword's label is longer than {MAX_LABEL_BYTES} bytes",
                                 f"{width} bytes")
 

@@ -157,7 +157,7 @@ class ForwardParams(ProtocolParams):
     #: frames of the induction per round trip (docs: 1 is the seed's; m ≥ 2 sums over paths of m steps, one
     #: round trip per m frames, and shows Alice more of Bob's models -- the leakage section says what)
     frames_per_round: int = 1
-    # public bounds that size every message (issue 24; :func:`forward_traffic`): Alice's frames T, Bob's
+    # public bounds that size every message (:func:`forward_traffic`, the byte envelope): Alice's frames T, Bob's
     # models Δ, their states N, mixture components C and features d (symbols M of discrete models).
     # Bob refuses to run models beyond them, Alice a header beyond them, both more frames.
     max_frames: int = 300                          # 3 s of speech in 10 ms frames
@@ -517,7 +517,7 @@ def _blobs_bytes(n: int, width: int) -> int:
 
 def forward_traffic(params: ForwardParams, key_bits: int, kind: str) -> tuple[list[tuple], list[tuple]]:
     """What Alice and Bob receive at most in one run with Bob's emission ``kind``: ``(count, largest,
-    total bytes)`` per kind of message, for Alice and for Bob (issue 24: the session's byte envelope).
+    total bytes)`` per kind of message, for Alice and for Bob: the session's byte envelope (docs/transport.md).
 
     From the public parameters only: the bounds max_frames, max_models, max_states, max_mixtures and
     max_features taken with every start, transition and component present (the most terms and the
@@ -789,8 +789,9 @@ class ForwardAlice:
     def __init__(self, ch: Channel, params: ForwardParams, *, private_key: PrivateKey, bob: str = "bob",
                  tag: str = "fw", seed: SeedLike = None, labels: Sequence[str] = ("secure-forward",),
                  obfuscators: ObfuscatorPool | None = None) -> None:
-        """``obfuscators``: a pool of this key's obfuscators made before the session (issue 27,
-        :mod:`smcdp.crypto.prepared`); :meth:`prepare` tops it up to what the session needs."""
+        """``obfuscators``: a pool of this key's obfuscators made before the session, while the party
+        was idle (:mod:`smcdp.crypto.prepared`, docs/protocols/keyword.md); :meth:`prepare` tops it up to
+        what the session needs."""
         self.ch, self.params, self.sk, self.bob, self.tag = ch, params.validate(), private_key, bob, tag
         self.pk = private_key.public_key
         self.seed, self.labels = _keyed(seed), tuple(labels)
@@ -1274,7 +1275,7 @@ class ForwardBob:
             self.coefs, bits = model_coefficients(models, self.params)
         self.shape = Shape.of_models(models, bits)
         beyond = self.shape.beyond(self.params)
-        if beyond is not None:   # issue 24: the session's byte envelope follows from the bounds
+        if beyond is not None:   # the session's byte envelope follows from the bounds
             raise InputRejected("the models are larger than the session's public bounds allow", beyond)
         paths = self.shape.paths_beyond(self.params)
         if paths is not None:
@@ -1309,7 +1310,7 @@ class ForwardBob:
 
         The table is built on a thread while the masks are drawn here (the native table loop releases the
         GIL); only one block's share of the obfuscators is made before ``ready``, the rest -- exactly what
-        the session needs -- on a thread while it runs (issue 27: they cost 0.5 s of every offline phase;
+        the session needs -- on a thread while it runs (they cost 0.5 s of every offline phase;
         an empty stock makes one where it is needed).  Not at the lowest priority: on a loaded host the
         stock would starve and the obfuscators would be made on the session's critical path instead."""
         w0, c0 = _clock()
@@ -1614,7 +1615,7 @@ async def _quadratic_forms_block(threads: CryptoThreads, pk: PublicKey, cts: lis
     from ``pool``.
 
     The rows are multi-exponentiations over the same product ciphertexts: they share the subset tables of
-    :func:`~smcdp.crypto.modexp.multi_exp_rows` (issue 27: half the multiplications of one Bos–Coster
+    :func:`~smcdp.crypto.modexp.multi_exp_rows` (half the multiplications of one Bos–Coster
     per row), the rows cut into one share per core, each share on one of ``threads`` -- which also takes
     its obfuscators there (made on that thread if the stock has run out, not on the event loop).
     """
