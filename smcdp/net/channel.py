@@ -29,6 +29,7 @@ from typing import Awaitable, Callable, Iterable, Mapping, Protocol, TypeVar
 from google.protobuf import descriptor_pool, message_factory
 from google.protobuf.message import DecodeError, Message
 
+from smcdp._aio import all_or_first_failure
 from smcdp.errors import DeadlineExceeded, InvalidMessage, SessionAborted, Unavailable
 from smcdp.v1 import messages_pb2  # noqa: F401  (registers the types replay_view looks up by name)
 
@@ -578,7 +579,7 @@ class InMemoryNetwork:
         """Run one coroutine per role; if one fails, abort the others.
 
         ``roles`` maps role -> ``async fn(channel)``.  Returns role -> result.
-        Re-raises the first failure.
+        Re-raises the first failure as it is; the other roles are cancelled and awaited.
         """
 
         async def guarded(role: str, fn):
@@ -588,27 +589,8 @@ class InMemoryNetwork:
                 self.abort(SessionAborted(f"{role} failed: {exc}", getattr(exc, "code", "ABORTED"), role))
                 raise
 
-        tasks = {r: asyncio.ensure_future(guarded(r, fn)) for r, fn in roles.items()}
-        try:
-            await asyncio.wait(tasks.values(), return_when=asyncio.FIRST_EXCEPTION)
-            first_exc = None
-            for r, t in tasks.items():
-                if t.done() and t.exception() is not None and not isinstance(t.exception(), SessionAborted):
-                    first_exc = t.exception()
-                    break
-            if first_exc is None:
-                for t in tasks.values():
-                    if t.done() and t.exception() is not None:
-                        first_exc = t.exception()
-                        break
-            if first_exc is not None:
-                await asyncio.gather(*tasks.values(), return_exceptions=True)
-                raise first_exc
-            return {r: t.result() for r, t in tasks.items()}
-        finally:
-            for t in tasks.values():
-                if not t.done():
-                    t.cancel()
+        results = await all_or_first_failure(*(guarded(r, fn) for r, fn in roles.items()))
+        return dict(zip(roles, results))
 
 
 class InMemoryChannel(Channel):

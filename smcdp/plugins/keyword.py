@@ -16,6 +16,8 @@ from smcdp.protocols.base import check_roles
 from smcdp.protocols.keyword import (
     ALICE,
     BOB,
+    AliceResult,
+    AliceSizes,
     KeywordParams,
     frames_from,
     keyword_alice,
@@ -100,6 +102,13 @@ def load_keyword_models(path) -> KeywordModels:
 class KeywordPlugin(ProtocolPlugin):
     name = "keyword"
 
+    def __init__(self) -> None:
+        super().__init__()
+        #: the key size and obfuscators per frame of this party's last session as Alice (from her result),
+        #: which :meth:`prepare_next` makes the next one's key and obfuscators for; replaced whole, so the
+        #: preparing thread reads one session's sizes or the other's, never a mixture
+        self.last_alice = AliceSizes()
+
     def validate_params(self, params: Mapping[str, Any], roles: Mapping[str, str]) -> dict:
         p = KeywordParams.from_mapping(params)
         check_roles(self.name, roles, {ALICE, BOB})
@@ -118,8 +127,9 @@ class KeywordPlugin(ProtocolPlugin):
 
     def prepare_next(self, root: Randomness, inputs: Mapping[str, str], allow_insecure_keys: bool) -> None:
         """A party with an utterance configured is an Alice: her next session's key pair, its tables and
-        its obfuscators (for the utterance's frames) are made ahead, for her last session's key size
-        (issue 27, :func:`~smcdp.protocols.keyword.prepare_alice`)."""
+        its obfuscators (for the utterance's frames) are made ahead, for the key size and
+        obfuscators per frame of her last session, which this plug-in keeps (docs/protocols/keyword.md,
+        :func:`~smcdp.protocols.keyword.prepare_alice`)."""
         path = inputs.get("utterance")
         if not path:
             return
@@ -127,7 +137,9 @@ class KeywordPlugin(ProtocolPlugin):
             frames = read_wav(path).frames
         else:
             frames = int(np.load(path, mmap_mode="r", allow_pickle=False).shape[0])
-        prepare_alice(root, frames, allow_insecure_keys=allow_insecure_keys)
+        last = self.last_alice
+        prepare_alice(root, frames, key_bits=last.key_bits, obfuscators_per_frame=last.obfuscators_per_frame,
+                      allow_insecure_keys=allow_insecure_keys)
 
     async def run_role(self, role: str, ch: Channel, ctx: SessionContext) -> dict:
         p = KeywordParams.from_mapping(ctx.params)
@@ -136,13 +148,15 @@ class KeywordPlugin(ProtocolPlugin):
             path = self.input_path(ctx, "utterance", ch.me)
             if p.stream:
                 X, audio_seconds = stream_utterance(path, p)
-                out = asdict(await keyword_alice(ch, X, p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys))
+                out = self._alice_output(await keyword_alice(ch, X, p, seed=ctx.seed,
+                                                             allow_insecure_keys=ctx.allow_insecure_keys))
                 st = out["timings"]["online"].get("stream", {})
                 st.update(audio_seconds=audio_seconds, pace=p.stream_pace,
                           real_time_factor=st.get("keyword_at", 0.0) / audio_seconds)
                 return out
             X = load_utterance(path, p.cmn)
-            return asdict(await keyword_alice(ch, X, p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys))
+            return self._alice_output(await keyword_alice(ch, X, p, seed=ctx.seed,
+                                                          allow_insecure_keys=ctx.allow_insecure_keys))
         if role == BOB:
             if p.debug_reveal and not ctx.allow_insecure_keys:
                 # the initiator chose the parameters: Bob does not hand out every score on request
@@ -153,3 +167,11 @@ class KeywordPlugin(ProtocolPlugin):
             return asdict(await keyword_bob(ch, models, p, seed=ctx.seed,
                                             allow_insecure_keys=ctx.allow_insecure_keys))
         raise InvalidMessage(f"keyword has no role {role!r}")
+
+    def _alice_output(self, res: AliceResult) -> dict:
+        """Alice's record; the sizes for her next session are kept here, not recorded."""
+        if res.prepare_next is not None:
+            self.last_alice = res.prepare_next
+        out = asdict(res)
+        del out["prepare_next"]
+        return out

@@ -9,7 +9,7 @@ Outputs written by each party (``data_dir/outputs/<session>/``):
   path of that file (``x_file``) instead of the vectors themselves (``x`` and the components' ``x``
   are then null), so that session records and their replies stay small.
 
-In the DP mode (issue 25: ``epsilon`` and ``delta`` in the parameters) a data party writes ``u.npy`` and
+In the DP mode (``epsilon`` and ``delta`` in the parameters) a data party writes ``u.npy`` and
 ``x_block.npy`` = A_iᵀu_j, computed locally and never sent; Trent writes nothing (he learns no output).
 The session costs every data party's ``[budget]`` (epsilon, delta) (rho for a zCDP ledger), committed
 just before its first noisy contribution leaves it.
@@ -33,6 +33,7 @@ from smcdp.protocols.power_iteration import (
     DP_ITERATIONS,
     NOISY_TAG,
     TRENT,
+    Party1KeySizes,
     PowerIterationParams,
     check_source,
     data_party,
@@ -49,6 +50,13 @@ INLINE_MAX = ALPHA_INLINE_MAX
 class PowerIterationPlugin(ProtocolPlugin):
     name = "power-iteration"
     coordinating_roles = (TRENT,)
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: the key size and table uses of this party's last session as a data party (from its result), which
+        #: :meth:`prepare_next` makes party1's next key for; replaced whole, so the preparing thread reads
+        #: one session's sizes or the other's, never a mixture
+        self.last_key = Party1KeySizes()
 
     def validate_params(self, params: Mapping[str, Any], roles: Mapping[str, str]) -> dict:
         p = PowerIterationParams.from_mapping(params)
@@ -68,7 +76,7 @@ class PowerIterationPlugin(ProtocolPlugin):
             return v if lo == hi == 1 else f"{v}_{lo}" if lo == hi else f"{v}_{lo}..{v}_{hi}"
 
         if p.dp:
-            # DP mode (issue 25): every data party receives the T noisy aggregates Σ_i(Ã_iÃ_iᵀQ_t + η_i) and
+            # DP mode: every data party receives the T noisy aggregates Σ_i(Ã_iÃ_iᵀQ_t + η_i) and
             # takes u_1 … u_r (and, with oversample, b − r more directions) from them; Trent gets only
             # ciphertexts; x is not released.  Each party's releases cost (epsilon, delta), rho-zCDP.
             cal = dp_calibration(p)
@@ -91,9 +99,12 @@ class PowerIterationPlugin(ProtocolPlugin):
         return PowerIterationParams.from_mapping(params).traffic_envelope(role)
 
     def prepare_next(self, root: Randomness, inputs: Mapping[str, str], allow_insecure_keys: bool) -> None:
-        """A data party may be the next session's party1, which makes the session's key (issue 27)."""
+        """A data party may be the next session's party1, which makes the session's key: made ahead while the
+        party is idle, for its last data-party session's key size and table uses, which this plug-in keeps
+        (docs/protocols/power-iteration.md, "Made ahead")."""
         if inputs.get("data"):
-            prepare_party1(root, allow_insecure_keys=allow_insecure_keys)
+            last = self.last_key
+            prepare_party1(root, key_bits=last.key_bits, uses=last.uses, allow_insecure_keys=allow_insecure_keys)
 
     async def run_role(self, role: str, ch: Channel, ctx: SessionContext) -> dict:
         p = PowerIterationParams.from_mapping(ctx.params)
@@ -124,7 +135,10 @@ class PowerIterationPlugin(ProtocolPlugin):
             blocks.flush()
             del blocks
             np.save(ctx.output_dir / "u.npy", np.column_stack([c["u"] for c in res.components]))
+        if res.prepare_next is not None:
+            self.last_key = res.prepare_next
         out = asdict(res)
+        del out["prepare_next"]     # kept here for the next session, not recorded
         out["data_bytes"] = source.nbytes
         return out
 

@@ -160,6 +160,8 @@ class AliceResult:
     log_likelihoods: list[float] | None = None
     timings: dict = field(default_factory=dict)
     stats: dict = field(default_factory=dict)
+    #: what this session used, for the next one's offline phase (:func:`prepare_alice`): the caller keeps it
+    prepare_next: AliceSizes | None = None
 
 
 @dataclass
@@ -186,7 +188,7 @@ async def keyword_alice(ch: Channel, X, params: KeywordParams, *, private_key: P
     # ------------------------------------------------------------------ offline phase
     t0 = time.perf_counter()
     obfuscators = None
-    if private_key is None:   # from the role's root (made while the party was idle, if it was: issue 27)
+    if private_key is None:   # from the role's root (made while the party was idle, if it was: smcdp.runtime.offline)
         check_key_bits(params.key_bits, allow_insecure_keys)
         private_key, obfuscators = session_keypair(seed, "keyword", ch.role, params.key_bits,
                                                    allow_insecure=allow_insecure_keys)
@@ -202,7 +204,8 @@ async def keyword_alice(ch: Channel, X, params: KeywordParams, *, private_key: P
         if expected_frames is None:
             expected_frames = len(X) if not isinstance(X, AsyncIterable) else STREAM_EXPECTED_FRAMES
         await role.prepare(expected_frames)
-        _learn(role.offline["obfuscator_count"] / expected_frames, pk.bits)
+        sizes = AliceSizes(key_bits=pk.bits,
+                           obfuscators_per_frame=max(1.0, role.offline["obfuscator_count"] / expected_frames))
         offline = {"keygen": keygen, "prepared": obfuscators is not None, **role.offline,
                    "seconds": time.perf_counter() - t_start, "cpu_seconds": time.process_time() - c_start}
         # ------------------------------------------------------------------ online phase
@@ -242,7 +245,7 @@ async def keyword_alice(ch: Channel, X, params: KeywordParams, *, private_key: P
         timings = {"offline": offline, "online": online, "frames": fw.frames,
                    "total": time.perf_counter() - t_start}
         return AliceResult(keyword=word, index=index, log_likelihoods=lls, timings=timings,
-                           stats=ch.stats.as_dict())
+                           stats=ch.stats.as_dict(), prepare_next=sizes)
     finally:
         role.close()
 
@@ -251,24 +254,28 @@ async def keyword_alice(ch: Channel, X, params: KeywordParams, *, private_key: P
 #: obfuscators per frame a prepared key gets before any session has shown the real number (the fixture's
 #: 10 left-to-right 5-state models need 84); afterwards the last session's number
 DEFAULT_OBFUSCATORS_PER_FRAME = 64
-#: what the last session of this process as Alice used: the next one is prepared alike
-_last = {"obfuscators_per_frame": float(DEFAULT_OBFUSCATORS_PER_FRAME), "key_bits": KeywordParams.key_bits}
 
 
-def _learn(obfuscators_per_frame: float, key_bits: int) -> None:
-    _last.update(obfuscators_per_frame=max(1.0, float(obfuscators_per_frame)), key_bits=int(key_bits))
+@dataclass(frozen=True)
+class AliceSizes:
+    """What Alice's next session is prepared for (:func:`prepare_alice`): the key size and obfuscators per
+    frame of her last session (:attr:`AliceResult.prepare_next`), or these defaults before any."""
+
+    key_bits: int = KeywordParams.key_bits
+    obfuscators_per_frame: float = float(DEFAULT_OBFUSCATORS_PER_FRAME)
 
 
-def prepare_alice(root: Randomness, frames: int, *, key_bits: int | None = None, role: str = ALICE,
+def prepare_alice(root: Randomness, frames: int, *, key_bits: int = AliceSizes.key_bits,
+                  obfuscators_per_frame: float = AliceSizes.obfuscators_per_frame, role: str = ALICE,
                   allow_insecure_keys: bool = False) -> None:
     """Alice's offline phase for a session that will have randomness root ``root``, started now in the
     background (:func:`~smcdp.primitives.rng.prepare_session_keypair`): the key that session derives, its
-    CRT tables, and obfuscators for ``frames`` frames -- the key size and obfuscators per frame of this
-    process's last session as Alice (before any: 2048 bits, :data:`DEFAULT_OBFUSCATORS_PER_FRAME`).  A
-    session with another root, key size or role finds nothing and does it all itself."""
-    count = int(_last["obfuscators_per_frame"] * max(1, min(int(frames), MAX_FRAMES))) + 8
-    prepare_session_keypair(root, "keyword", role, int(_last["key_bits"] if key_bits is None else key_bits),
-                            uses=count, obfuscators=count, allow_insecure=allow_insecure_keys)
+    CRT tables, and obfuscators for ``frames`` frames -- for a key of ``key_bits`` and
+    ``obfuscators_per_frame`` (the caller passes its last session's :class:`AliceSizes`).  A session with
+    another root, key size or role finds nothing and does it all itself."""
+    count = int(max(1.0, float(obfuscators_per_frame)) * max(1, min(int(frames), MAX_FRAMES))) + 8
+    prepare_session_keypair(root, "keyword", role, int(key_bits), uses=count, obfuscators=count,
+                            allow_insecure=allow_insecure_keys)
 
 
 def _parse_label(label: bytes, bob: str) -> tuple[int, str]:
@@ -323,7 +330,7 @@ async def keyword_bob(ch: Channel, models, params: KeywordParams, *, alice: str 
         if D == 1:
             labels.append(b"{}")
         width = max(len(x) for x in labels)
-        if width > MAX_LABEL_BYTES:   # issue 24: the session's byte envelope counts on it
+        if width > MAX_LABEL_BYTES:   # the session's byte envelope (traffic_envelope) counts on it
             raise InputRejected(f"a keyword's label is longer than {MAX_LABEL_BYTES} bytes",
                                 f"{width} bytes")
 

@@ -386,6 +386,7 @@ class DataPartyResult:
     components: list[dict] = field(default_factory=list)   # [{"u": u_j}] for j = 1 … r
     stats: dict = field(default_factory=dict)
     dp: dict | None = None        # DP mode: the calibration (DPCalibration.as_dict) and clipped_columns
+    prepare_next: Party1KeySizes | None = None   # what party1's next key is prepared for (prepare_party1)
 
 
 @dataclass
@@ -552,7 +553,7 @@ async def _data_party_rounds(ch: Channel, source: MatrixSource, params: PowerIte
     b, r = params.block_size, params.components
     pk = private_key.public_key
     packing, gram_packing = params.packing(pk), params.gram_packing(pk)
-    _last.update(key_bits=pk.bits, uses=TABLE_BATCHES * packing.n_ciphertexts(k * b))   # the next one alike
+    sizes = Party1KeySizes(key_bits=pk.bits, uses=TABLE_BATCHES * packing.n_ciphertexts(k * b))   # the next one alike
     async with engine.session(source, private_key, label=f"{ch.session_id}/{ch.role}") as cs:
         # --- Setup 3: padding Ā_i = [A_i  ρ_i I] (ρ_i secret) and the start block C⁽⁰⁾ = Ā_i X⁽⁰⁾.
         fro2 = await cs.frobenius_sq()
@@ -638,21 +639,25 @@ async def _data_party_rounds(ch: Channel, source: MatrixSource, params: PowerIte
         compute_stats = await cs.astats()
     stats = dict(ch.stats.as_dict(), compute=compute_stats)
     return DataPartyResult(u=us[:, 0].tolist(), alpha=None if alpha is None else alpha.tolist(), rounds=t,
-                           components=[{"u": us[:, j].tolist()} for j in range(r)], stats=stats)
+                           components=[{"u": us[:, j].tolist()} for j in range(r)], stats=stats, prepare_next=sizes)
 
 
-#: what this process's last session as a data party used: party1's next key is prepared alike (before any
-#: session: the demos' 2048-bit key, tables for 32 rounds of one ciphertext)
-_last = {"key_bits": 2048, "uses": TABLE_BATCHES}
+@dataclass(frozen=True)
+class Party1KeySizes:
+    """What a data party's last session used (:attr:`DataPartyResult.prepare_next`): party1's next key is
+    prepared alike; before any session the demos' 2048-bit key, tables for 32 rounds of one ciphertext."""
+
+    key_bits: int = 2048
+    uses: int = TABLE_BATCHES
 
 
-def prepare_party1(root: Randomness, *, key_bits: int | None = None, allow_insecure_keys: bool = False) -> None:
+def prepare_party1(root: Randomness, *, key_bits: int = Party1KeySizes.key_bits, uses: int = Party1KeySizes.uses,
+                   allow_insecure_keys: bool = False) -> None:
     """Issue 27: the key pair a session with root ``root`` makes if this party is its ``party1``, and the
-    key's CRT tables, started now in the background (by default the key size and table uses of this
-    process's last session as a data party).  A session in another role, or with another key size, finds
-    nothing and makes its key itself."""
-    bits = int(_last["key_bits"] if key_bits is None else key_bits)
-    prepare_session_keypair(root, "power-iteration", "party1", bits, uses=int(_last["uses"]),
+    key's CRT tables for ``uses``, started now in the background (the caller passes the key size and table
+    uses of its last session as a data party, :class:`Party1KeySizes`).  A session in another role, or with
+    another key size, finds nothing and makes its key itself."""
+    prepare_session_keypair(root, "power-iteration", "party1", int(key_bits), uses=int(uses),
                             allow_insecure=allow_insecure_keys)
 
 
@@ -698,7 +703,7 @@ async def _dp_data_party_rounds(ch: Channel, source: MatrixSource, params: Power
     k, n_i = source.shape
     b, r, T = params.block_size, params.components, params.dp_rounds
     pk = private_key.public_key
-    _last.update(key_bits=pk.bits, uses=TABLE_BATCHES * params.packing(pk).n_ciphertexts(k * b))   # issue 27
+    sizes = Party1KeySizes(key_bits=pk.bits, uses=TABLE_BATCHES * params.packing(pk).n_ciphertexts(k * b))   # issue 27
     cal = dp_calibration(params)
     limit = noisy_limit(params)
     async with engine.session(source, private_key, label=f"{ch.session_id}/{ch.role}") as cs:
@@ -729,7 +734,7 @@ async def _dp_data_party_rounds(ch: Channel, source: MatrixSource, params: Power
     return DataPartyResult(u=us[:, 0].tolist(), alpha=None if alpha is None else alpha.tolist(), rounds=T,
                            components=[{"u": us[:, j].tolist()} for j in range(r)], stats=stats,
                            dp=dict(cal.as_dict(), column_norm=params.column_norm,
-                                   noise_parties=params.noise_parties, clipped_columns=clipped))
+                                   noise_parties=params.noise_parties, clipped_columns=clipped), prepare_next=sizes)
 
 
 class _Party:

@@ -81,11 +81,13 @@ import os
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Mapping
 
 import numpy as np
 from gmpy2 import mpz
 
+from smcdp._aio import all_or_first_failure
 from smcdp._numbers import real
 from smcdp.crypto.codec import bigints, from_bigints
 from smcdp.crypto.encoding import UNPACKED, Packing, encode_float
@@ -106,8 +108,8 @@ from smcdp.speech.forward import product_index_pairs, products, quadratic_coeffi
 from smcdp.v1 import messages_pb2 as pb
 
 PROTOCOL_VERSION = 2
-KIND_CODES = {"discrete": 0, "diag": 1, "full": 2, "gmm-diag": 3, "gmm-full": 4}
-KIND_NAMES = {v: k for k, v in KIND_CODES.items()}
+KIND_CODES = MappingProxyType({"discrete": 0, "diag": 1, "full": 2, "gmm-diag": 3, "gmm-full": 4})   # read-only
+KIND_NAMES = MappingProxyType({v: k for k, v in KIND_CODES.items()})
 MAX_FRAMES = 100_000
 #: the largest shape the header format admits (the session's max_* parameters bound it further)
 MAX_MODELS, MAX_STATES, MAX_MIXTURES, MAX_FEATURES = 10_000, 1_000, 256, 1 << 16
@@ -155,7 +157,7 @@ class ForwardParams(ProtocolParams):
     #: frames of the induction per round trip (docs: 1 is the seed's; m ≥ 2 sums over paths of m steps, one
     #: round trip per m frames, and shows Alice more of Bob's models -- the leakage section says what)
     frames_per_round: int = 1
-    # public bounds that size every message (issue 24; :func:`forward_traffic`): Alice's frames T, Bob's
+    # public bounds that size every message (:func:`forward_traffic`, the byte envelope): Alice's frames T, Bob's
     # models Δ, their states N, mixture components C and features d (symbols M of discrete models).
     # Bob refuses to run models beyond them, Alice a header beyond them, both more frames.
     max_frames: int = 300                          # 3 s of speech in 10 ms frames
@@ -515,7 +517,7 @@ def _blobs_bytes(n: int, width: int) -> int:
 
 def forward_traffic(params: ForwardParams, key_bits: int, kind: str) -> tuple[list[tuple], list[tuple]]:
     """What Alice and Bob receive at most in one run with Bob's emission ``kind``: ``(count, largest,
-    total bytes)`` per kind of message, for Alice and for Bob (issue 24: the session's byte envelope).
+    total bytes)`` per kind of message, for Alice and for Bob: the session's byte envelope (docs/transport.md).
 
     From the public parameters only: the bounds max_frames, max_models, max_states, max_mixtures and
     max_features taken with every start, transition and component present (the most terms and the
@@ -728,6 +730,10 @@ class _Timeline:
     def put(self, name: str, t: int, value) -> None:
         self._future(name, t).set_result(value)
 
+    def forget(self, name: str, t: int) -> None:
+        """Drop frame t's value ``name`` (arrived or awaited): no one will ask for it again."""
+        self._values.pop((name, t), None)
+
     async def get(self, name: str, t: int, keep: bool = False):
         if self._error is not None:
             raise self._error
@@ -743,18 +749,6 @@ class _Timeline:
             if not f.done():
                 f.set_exception(exc)
                 f.exception()          # retrieved: the task that raised reports it
-
-
-async def _all(*aws):
-    """Await every awaitable; on the first failure cancel the others and re-raise it."""
-    tasks = [asyncio.ensure_future(a) for a in aws]
-    try:
-        return await asyncio.gather(*tasks)
-    except BaseException:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
 
 
 def _keyed(seed: SeedLike) -> Randomness:
@@ -795,8 +789,9 @@ class ForwardAlice:
     def __init__(self, ch: Channel, params: ForwardParams, *, private_key: PrivateKey, bob: str = "bob",
                  tag: str = "fw", seed: SeedLike = None, labels: Sequence[str] = ("secure-forward",),
                  obfuscators: ObfuscatorPool | None = None) -> None:
-        """``obfuscators``: a pool of this key's obfuscators made before the session (issue 27,
-        :mod:`smcdp.crypto.prepared`); :meth:`prepare` tops it up to what the session needs."""
+        """``obfuscators``: a pool of this key's obfuscators made before the session, while the party
+        was idle (:mod:`smcdp.crypto.prepared`, docs/protocols/keyword.md); :meth:`prepare` tops it up to
+        what the session needs."""
         self.ch, self.params, self.sk, self.bob, self.tag = ch, params.validate(), private_key, bob, tag
         self.pk = private_key.public_key
         self.seed, self.labels = _keyed(seed), tuple(labels)
@@ -806,10 +801,14 @@ class ForwardAlice:
             raise ValueError("the obfuscators belong to another key")
         self.pool: ObfuscatorPool | None = obfuscators
         self.plan: Plan | None = None
+        self.shape: Shape | None = None            # Bob's models' shape, from his header (prepare)
         self.offline: dict[str, float] = {}
         self.online: dict[str, float] = {}
         self.tl = _Timeline()
         self.expected = 0
+        self._t0 = 0.0                             # when run() began: the online phase's clock
+        #: first frame s of an induction round -> how many groups have passed it (the last drops its frames)
+        self._passed: dict[int, int] = {}
 
     def _rng(self, *purpose: str):
         return protocol_rng(self.seed, *self.labels, self.ch.role, *purpose)
@@ -886,7 +885,8 @@ class ForwardAlice:
         w0, c0 = _clock()
         self._t0 = w0
         try:
-            results = await _all(self._emissions(X), *(self._induction(g) for g in range(len(self.plan.groups))))
+            results = await all_or_first_failure(self._emissions(X),
+                                                 *(self._induction(g) for g in range(len(self.plan.groups))))
         except BaseException as exc:
             self.tl.fail(exc if isinstance(exc, Exception) else InvalidMessage("cancelled"))
             raise
@@ -927,7 +927,7 @@ class ForwardAlice:
             self._check_frame_count(self.tl.count + held)
             consumers.append(asyncio.ensure_future(self._block(b, np.concatenate(buf) if buf else buf, True)))
             self.online["audio_done"] = time.perf_counter() - self._t0
-            await _all(*consumers)
+            await all_or_first_failure(*consumers)
         except BaseException:
             for c in consumers:
                 c.cancel()
@@ -1118,13 +1118,13 @@ class ForwardAlice:
 
     def _release(self, s: int, e: int) -> None:
         """Frames s..e's values are no longer needed by one more group (the last group to pass drops them)."""
-        done = self.__dict__.setdefault("_passed", {})
+        done = self._passed
         done[s] = done.get(s, 0) + 1
         if done[s] == len(self.plan.groups):
             del done[s]
             for t in range(s, e + 1):
-                self.tl._values.pop(("c", t), None)
-                self.tl._values.pop(("v", t), None)
+                self.tl.forget("c", t)
+                self.tl.forget("v", t)
 
     # ------------------------------------------------------------------ step 4: termination
     async def _termination(self, L: dict[int, int | None]) -> None:
@@ -1254,6 +1254,11 @@ class _BobMasks:
         self._emission.pop(t, None)
         self._mix.pop(t, None)
 
+    def forget_steps_before(self, s: int) -> None:
+        """The masks of every induction round that starts before frame s are no longer needed."""
+        for key in [k for k in self._step if k[0] < s]:
+            del self._step[key]
+
 
 class ForwardBob:
     """Role Bob, in two phases: :meth:`prepare` (offline) and :meth:`run`."""
@@ -1270,7 +1275,7 @@ class ForwardBob:
             self.coefs, bits = model_coefficients(models, self.params)
         self.shape = Shape.of_models(models, bits)
         beyond = self.shape.beyond(self.params)
-        if beyond is not None:   # issue 24: the session's byte envelope follows from the bounds
+        if beyond is not None:   # the session's byte envelope follows from the bounds
             raise InputRejected("the models are larger than the session's public bounds allow", beyond)
         paths = self.shape.paths_beyond(self.params)
         if paths is not None:
@@ -1286,6 +1291,16 @@ class ForwardBob:
         self._steps_done: dict[int, int] = {}
         self.urgent: CryptoThreads | None = None
         self.background: CryptoThreads | None = None
+        self._t0 = 0.0                             # when run() began: the online phase's clock
+        # made once, on first use: the continuous models' coefficients on the fixed-point grid (coef_frac_bits)
+        self._cints: list[list[int]] | None = None
+        # fx(log p) of every positive start (d, j), transition (d, l, j) and mixture weight (d, j, c)
+        # probability (their pattern is public), made with the first offsets
+        self._log_pi: dict[tuple[int, int], int] | None = None
+        self._log_a: dict[tuple[int, int, int], int] | None = None
+        self._log_w: dict[tuple[int, int, int], int] | None = None
+        # discrete models: fx(log b) per (model, state) row and symbol, None where b = 0
+        self._log_b: list[list[int | None]] | None = None
 
     def _rng(self, *purpose: str):
         return protocol_rng(self.seed, *self.labels, self.ch.role, *purpose)
@@ -1295,7 +1310,7 @@ class ForwardBob:
 
         The table is built on a thread while the masks are drawn here (the native table loop releases the
         GIL); only one block's share of the obfuscators is made before ``ready``, the rest -- exactly what
-        the session needs -- on a thread while it runs (issue 27: they cost 0.5 s of every offline phase;
+        the session needs -- on a thread while it runs (they cost 0.5 s of every offline phase;
         an empty stock makes one where it is needed).  Not at the lowest priority: on a loaded host the
         stock would starve and the obfuscators would be made on the session's critical path instead."""
         w0, c0 = _clock()
@@ -1343,7 +1358,7 @@ class ForwardBob:
         return n + 2 * plan.D + 8               # + the keyword step's ranked and debug vectors
 
     def _coef_ints(self) -> None:
-        if self.coefs is not None and not hasattr(self, "_cints"):
+        if self.coefs is not None and self._cints is None:
             fc = self.params.coef_frac_bits
             self._cints = [[encode_float(float(c), fc) for c in row] for row in self.coefs]
 
@@ -1357,7 +1372,7 @@ class ForwardBob:
         self._t0 = w0
         self._coef_ints()
         try:
-            await _all(self._blocks(), *(self._induction(g) for g in range(len(self.plan.groups))))
+            await all_or_first_failure(self._blocks(), *(self._induction(g) for g in range(len(self.plan.groups))))
         except BaseException as exc:
             self.tl.fail(exc if isinstance(exc, Exception) else InvalidMessage("cancelled"))
             raise
@@ -1395,7 +1410,7 @@ class ForwardBob:
                 if final:
                     break
                 b += 1
-            await _all(*tasks)
+            await all_or_first_failure(*tasks)
         except BaseException:
             for t in tasks:
                 t.cancel()
@@ -1417,7 +1432,7 @@ class ForwardBob:
         plan, masks = self.plan, self.masks
         D, N, F = plan.D, plan.N, plan.F
         models = self.models
-        if not hasattr(self, "_log_pi"):      # fx(log p) of every positive probability (pattern: public)
+        if self._log_pi is None:              # fx(log p) of every positive probability (pattern: public)
             self._log_pi = {(d, j): ls.fx(math.log(models.startprob[d, j]), F)
                             for d in range(D) for j in plan.starts[d]}
             self._log_a = {(d, l, j): ls.fx(math.log(models.transmat[d, l, j]), F)
@@ -1504,7 +1519,7 @@ class ForwardBob:
 
     async def _discrete_block(self, b: int, first: int, n: int) -> None:
         plan, shape = self.plan, self.shape
-        if not hasattr(self, "_log_b"):
+        if self._log_b is None:
             with np.errstate(divide="ignore"):
                 lb = np.log(np.asarray(self.models.emissionprob, dtype=np.float64)).reshape(shape.n_values, shape.dim)
             self._log_b = [[None if not np.isfinite(x) else ls.fx(float(x), plan.F) for x in row] for row in lb]
@@ -1550,8 +1565,7 @@ class ForwardBob:
             del self._steps_done[s]
             # the round s → e stays until the next round is done (its offsets need M_e, and so does the
             # termination after the last round): the rounds before it go
-            for key in [k for k in self.masks._step if k[0] < s]:
-                del self.masks._step[key]
+            self.masks.forget_steps_before(s)
 
     # ------------------------------------------------------------------ step 4: termination
     async def _termination(self) -> EncryptedVector:
@@ -1601,7 +1615,7 @@ async def _quadratic_forms_block(threads: CryptoThreads, pk: PublicKey, cts: lis
     from ``pool``.
 
     The rows are multi-exponentiations over the same product ciphertexts: they share the subset tables of
-    :func:`~smcdp.crypto.modexp.multi_exp_rows` (issue 27: half the multiplications of one Bos–Coster
+    :func:`~smcdp.crypto.modexp.multi_exp_rows` (half the multiplications of one Bos–Coster
     per row), the rows cut into one share per core, each share on one of ``threads`` -- which also takes
     its obfuscators there (made on that thread if the stock has run out, not on the event loop).
     """

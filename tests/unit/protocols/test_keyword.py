@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from smcdp.errors import InvalidMessage
-from smcdp.protocols.keyword import KeywordParams, keyword_alice, keyword_bob
+from smcdp.protocols.keyword import AliceResult, KeywordParams, keyword_alice, keyword_bob
 from smcdp.plugins.keyword import KeywordPlugin, load_utterance
 from smcdp.speech import load_models, score_models
 from smcdp.v1 import messages_pb2 as pb
@@ -224,13 +224,12 @@ def test_alice_role_featurises_a_configured_wav_with_the_session_cmn(tmp_path, m
 
     async def fake_alice(ch, X, p, **kw):
         seen["X"], seen["p"] = X, p
-        return SimpleNamespace()
+        return AliceResult(keyword="w", index=0)
 
     params = KeywordPlugin().validate_params({"key_bits": 512, "cmn": cmn}, {"alice": "a", "bob": "b"})
     ctx = SessionContext("s", "keyword", {"alice": "a", "bob": "b"}, params, inputs={"utterance": str(wav)},
                          allow_insecure_keys=True)
     monkeypatch.setattr(plugin_mod, "keyword_alice", fake_alice)
-    monkeypatch.setattr(plugin_mod, "asdict", lambda obj: {})      # the fake result is no dataclass
     asyncio.run(KeywordPlugin().run_role("alice", SimpleNamespace(me="a"), ctx))
     assert seen["p"].cmn == cmn
     np.testing.assert_array_equal(seen["X"], wav_features(wav, cmn=cmn))

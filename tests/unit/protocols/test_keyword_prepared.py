@@ -7,7 +7,7 @@ from smcdp.crypto.codec import public_key_from_proto
 from smcdp.crypto.paillier import generate_keypair
 from smcdp.crypto.prepared import SHELF
 from smcdp.primitives.rng import Randomness, protocol_rng
-from smcdp.protocols.keyword import KeywordParams, keyword_alice, keyword_bob, prepare_alice
+from smcdp.protocols.keyword import AliceSizes, KeywordParams, keyword_alice, keyword_bob, prepare_alice
 from smcdp.speech import load_models, score_models
 from smcdp.v1 import messages_pb2 as pb
 from tests.unit.protocols.keyword_util import DATA, run_pair
@@ -33,6 +33,9 @@ def test_a_prepared_key_is_the_sessions_own_and_a_replay_derives_it_again():
     first, pk1 = _session(X, root, p)
     assert first.timings["offline"]["prepared"] is True and first.index == plain
     assert pk1 == want.public_key
+    # what the next session is prepared for comes back in the result (the plug-in keeps it): this one's
+    assert first.prepare_next == AliceSizes(
+        key_bits=512, obfuscators_per_frame=first.timings["offline"]["obfuscator_count"] / len(X))
 
     again, pk2 = _session(X, root, p)                        # what a replay after a crash does
     assert again.timings["offline"]["prepared"] is False and again.index == plain and pk2 == pk1
