@@ -333,8 +333,9 @@ class OperatorHost(abc.ABC):
 
     name: str
 
-    def resolve_session_id(self, session_id: str) -> str:
-        """The session an operator names (a full id, or a name without its initiator's prefix)."""
+    def resolve_session_id(self, session_id: str, exact: bool = False) -> str:
+        """The session an operator names (a full id, or a name without its initiator's prefix; ``exact``:
+        for a decision, only a full id or a name in this party's own namespace)."""
         return session_id
 
     @abc.abstractmethod
@@ -749,9 +750,10 @@ class ControlServicer(tgrpc.ControlServicer):
                 f"only this party's operator (certificate {self.host.name!r}) may control its "
                 f"sessions; the caller is {peer!r}")
 
-    def _session_id(self, request) -> str:
-        """The session an operator's request names, resolved by the host (a name without its prefix)."""
-        return self.host.resolve_session_id(validate_session_id(checked(request).session_id))
+    def _session_id(self, request, exact: bool = False) -> str:
+        """The session an operator's request names, resolved by the host (a name without its prefix);
+        ``exact``: a decision (approve, reject), which a short name must not reach across namespaces."""
+        return self.host.resolve_session_id(validate_session_id(checked(request).session_id), exact=exact)
 
     async def StartSession(self, request, context):
         try:
@@ -831,12 +833,13 @@ class ControlServicer(tgrpc.ControlServicer):
 
     async def ApproveSession(self, request, context):
         async def call():
-            return _info_message(await self.host.decide(self._session_id(request), True, ""))
+            return _info_message(await self.host.decide(self._session_id(request, exact=True), True, ""))
         return await self._governance(context, "ApproveSession", call)
 
     async def RejectSession(self, request, context):
         async def call():
-            return _info_message(await self.host.decide(self._session_id(request), False, checked(request).reason))
+            return _info_message(await self.host.decide(self._session_id(request, exact=True), False,
+                                                        checked(request).reason))
         return await self._governance(context, "RejectSession", call)
 
 

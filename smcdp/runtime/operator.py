@@ -59,9 +59,13 @@ class OperatorDesk(OperatorHost):
                 "restarts": rec.get("restarts", 0), "incarnation": core.incarnation, "peers": {},
                 "error": rec.get("error"), "resumable": bool(rec.get("resumable"))}
 
-    def resolve_session_id(self, session_id: str) -> str:
+    def resolve_session_id(self, session_id: str, exact: bool = False) -> str:
         """The session an operator names: its full id, or a name without the initiator's prefix -- this
-        party's own session of that name first, else the one session of that name."""
+        party's own session of that name first, else the one session of that name.
+
+        ``exact`` (approve, reject): a decision is never taken on a session the operator did not name
+        whole -- ``monthly-report`` approved ``dave.monthly-report`` when that was the only one -- so a
+        short name that is not this party's own is refused, naming the candidates."""
         core = self.core
         if core.holds(session_id):
             return session_id
@@ -69,6 +73,9 @@ class OperatorDesk(OperatorHost):
         if initiator_of(session_id) != self.name and core.holds(own):
             return own
         found = sorted(self._named(session_id))
+        if exact and found:
+            raise InvalidMessage(f"party {self.name!r} approves or rejects a session by its full id only: "
+                                 f"{session_id!r} could be {', '.join(found)}")
         if len(found) > 1:
             raise InvalidMessage(f"party {self.name!r} holds several sessions named {session_id!r} "
                                  f"({', '.join(found)}): give the full id")

@@ -14,6 +14,7 @@ import time
 import grpc
 import pytest
 
+from smcdp.errors import InvalidMessage
 from smcdp.runtime import client
 from smcdp.runtime.config import load_config
 from smcdp.runtime.governance.audit import read_entries
@@ -136,8 +137,11 @@ def _start_pi(cfgs, sid):
 
 
 def _approve_and_succeed(cfgs, party, sid, th, out):
-    """``party``'s operator approves; the session ends succeeded at every party."""
-    client.approve_session(cfgs[party], sid)
+    """``party``'s operator approves (by the full id: a short name is refused, naming the candidates, so a
+    member cannot have its own session of that name approved instead); the session ends succeeded."""
+    with pytest.raises(InvalidMessage, match=f"full id only: '{sid}' could be trent.{sid}"):
+        client.approve_session(cfgs[party], sid)
+    client.approve_session(cfgs[party], f"trent.{sid}")
     th.join(120)
     assert out.get("rec", {}).get("state") == "succeeded", out
     for p in ("alice", "bob"):
@@ -192,7 +196,7 @@ def test_a_refusal_at_one_party_aborts_the_proposals_made_at_once(tmp_path, proc
     # the initiator names both operators it waits for (not whichever notice came last)
     _wait_for("trent waiting for both", lambda: _status(cfgs["trent"], "trent.refused").get("waiting_for") ==
               "alice, bob")
-    client.reject_session(cfgs["bob"], "refused", reason="not this week")
+    client.reject_session(cfgs["bob"], "trent.refused", reason="not this week")
     th.join(120)
     assert "error" in out and getattr(out["error"], "code", "") == "PERMISSION_DENIED", out
     assert "bob" in str(out["error"]) and "not this week" in str(out["error"]), out
@@ -206,7 +210,7 @@ def test_an_exact_session_refused_elsewhere_gives_alice_her_place_back(tmp_path,
     _start(processes, cfgs, ["trent", "alice", "bob"])
     th, out = _start_pi(cfgs, "given-back")
     _wait_for("bob's pending proposal", lambda: _status(cfgs["bob"], "given-back").get("state") == "pending")
-    client.reject_session(cfgs["bob"], "given-back", reason="no")
+    client.reject_session(cfgs["bob"], "trent.given-back", reason="no")
     th.join(120)
     assert getattr(out.get("error"), "code", "") == "PERMISSION_DENIED", out
     alice = load_config(cfgs["alice"]).data_dir
@@ -225,7 +229,7 @@ def test_a_refusal_is_reported_while_another_party_cannot_be_reached(tmp_path, p
     t0 = time.monotonic()
     th, out = _start_pi(cfgs, "bob-down")
     _wait_for("alice's pending proposal", lambda: _status(cfgs["alice"], "bob-down").get("state") == "pending")
-    client.reject_session(cfgs["alice"], "bob-down", reason="not now")
+    client.reject_session(cfgs["alice"], "trent.bob-down", reason="not now")
     th.join(120)
     assert getattr(out.get("error"), "code", "") == "PERMISSION_DENIED" and "not now" in str(out["error"]), out
     assert time.monotonic() - t0 < 40, time.monotonic() - t0
