@@ -128,6 +128,8 @@ class Initiator:
 
         if not others:            # the initiator holds every role
             return []
+        # not smcdp._aio.all_or_first_failure: after a refusal the calls under way get a grace to finish,
+        # and every refusal is reported, not only the first
         tasks = [asyncio.ensure_future(one(p)) for p in others]
         stop = asyncio.ensure_future(given_up.wait())
         try:
