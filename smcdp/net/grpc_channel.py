@@ -62,6 +62,8 @@ RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXC
 PEER_INTERNAL = "internal error in "
 #: how gRPC's client library begins the INTERNAL status of its own, deterministic failures
 _LOCAL_INTERNAL = ("Exception serializing", "Exception deserializing", "Exception iterating")
+#: how gRPC's server library begins the UNKNOWN status of a handler that raised (a bug at the peer)
+_PEER_UNKNOWN = ("Unexpected <class", "Exception calling application", "Unexpected error")
 
 
 def retryable(exc: grpc.RpcError) -> bool:
@@ -70,15 +72,19 @@ def retryable(exc: grpc.RpcError) -> bool:
 
     gRPC core reports a call whose HTTP/2 stream or connection broke under it (a reset stream, a
     connection torn down by a keepalive that a stalled peer did not answer) with status INTERNAL and
-    details such as "Internal error from Core" or "Received RST_STREAM with error code 2".  Those are the
+    details such as "Internal error from Core" or "Received RST_STREAM with error code 2", and bytes lost
+    or damaged inside the TLS stream with status UNKNOWN ("TSI_DATA_CORRUPTED").  Those are the
     transport's failures: messages are de-duplicated by their receiver, so they are sent again.  A
-    peer's own INTERNAL answer (a bug there) and the library's failure to (de)serialize are not."""
+    peer's own INTERNAL answer (a bug there), a handler that raised there (UNKNOWN "Unexpected ...") and
+    the library's failure to (de)serialize are not."""
     if _origin_of(exc) is not None:
         return False
     if exc.code() in RETRYABLE:
         return True
-    return exc.code() == grpc.StatusCode.INTERNAL and \
-        not (exc.details() or "").startswith((PEER_INTERNAL, *_LOCAL_INTERNAL))
+    details = exc.details() or ""
+    if exc.code() == grpc.StatusCode.UNKNOWN:
+        return not details.startswith(_PEER_UNKNOWN)
+    return exc.code() == grpc.StatusCode.INTERNAL and not details.startswith((PEER_INTERNAL, *_LOCAL_INTERNAL))
 
 
 class AlreadyExists(SmcdpError):

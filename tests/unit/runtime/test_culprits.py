@@ -122,6 +122,37 @@ def test_a_peers_own_internal_error_or_a_local_serialization_failure_is_not_sent
     assert not retryable(rpc_error(grpc.StatusCode.INTERNAL, "Stream removed", (("smcdp-origin", "carol"),)))
 
 
+@pytest.mark.parametrize("details", ["TSI_DATA_CORRUPTED", "Stream removed", ""])
+def test_bytes_lost_inside_the_tls_stream_are_sent_again_not_blamed_on_the_peer(details):
+    """A TLS record damaged on the way ends the call UNKNOWN "TSI_DATA_CORRUPTED": the transport's failure,
+    not the peer refusing the message -- sent again within the deadline like UNAVAILABLE."""
+    calls = []
+
+    async def corrupted_twice(timeout):
+        calls.append(timeout)
+        if len(calls) < 3:
+            raise rpc_error(grpc.StatusCode.UNKNOWN, details)
+        return "acked"
+
+    assert asyncio.run(call_with_retry("message 'x'", "bob", "b:1", time.monotonic() + 30, corrupted_twice, 1.0,
+                                       RetryPolicy(initial_backoff=0.01))) == "acked"
+    assert len(calls) == 3 and retryable(rpc_error(grpc.StatusCode.UNKNOWN, details))
+
+
+def test_a_handler_that_raised_at_the_peer_is_its_answer():
+    """UNKNOWN from a handler that raised there ("Unexpected <class ...>") is the peer's own failure: not
+    sent again, and it names the peer."""
+    calls = []
+
+    async def raised(timeout):
+        calls.append(timeout)
+        raise rpc_error(grpc.StatusCode.UNKNOWN, "Unexpected <class 'KeyError'>: 'x'")
+
+    with pytest.raises(Exception) as e:
+        asyncio.run(call_with_retry("message 'x'", "bob", "b:1", time.monotonic() + 30, raised, 1.0))
+    assert len(calls) == 1 and e.value.origin == "bob"
+
+
 class FullJournal:
     def inbound(self):
         return []
