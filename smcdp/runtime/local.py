@@ -41,6 +41,9 @@ from smcdp.states import SessionState
 
 log = logging.getLogger("smcdp.local")
 
+#: how often a cluster starts again on fresh ports when one was taken before its party could bind it
+PORT_ATTEMPTS = 3
+
 
 class LocalCluster:
     """Start ``parties`` (name -> {protocol: {input name: path}}) as separate processes.
@@ -114,17 +117,51 @@ class LocalCluster:
         return f"{scheme}://{listen}/"
 
     def start(self) -> None:
-        self.write_configs()
-        for p in self.configs:   # a missing optional package is named before any party starts
-            require_optional_parts(load_config(self.configs[p]))
-        for p in self.configs:
-            self._spawn(p)
-        # every process imports and starts at once: on a few cores that takes time in proportion to
-        # their number (≈ 1.5 CPU-s each), so the deadline grows with it (34 processes on 2
-        # loaded cores needed more than a fixed 60 s)
-        end = time.monotonic() + 60.0 + 10.0 * len(self.configs)
-        for p in self.configs:
-            self._wait_up(p, timeout=max(5.0, end - time.monotonic()))
+        """Write the deployment and start every party.  Ports are picked free just before the parties bind
+        them, so another process may take one meanwhile: then every party is stopped and the cluster starts
+        again on fresh ports (at most :data:`PORT_ATTEMPTS` times), rather than fail a demo or a test on
+        "Address already in use"."""
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            self.write_configs()
+            for p in self.configs:   # a missing optional package is named before any party starts
+                require_optional_parts(load_config(self.configs[p]))
+            for p in self.configs:
+                self._spawn(p)
+            # every process imports and starts at once: on a few cores that takes time in proportion to
+            # their number (≈ 1.5 CPU-s each), so the deadline grows with it (34 processes on 2
+            # loaded cores needed more than a fixed 60 s)
+            end = time.monotonic() + 60.0 + 10.0 * len(self.configs)
+            try:
+                for p in self.configs:
+                    self._wait_up(p, timeout=max(5.0, end - time.monotonic()))
+                return
+            except Unavailable:
+                taken = [p for p in self.configs if self._port_taken(p)]
+                if not taken or attempt == PORT_ATTEMPTS:
+                    raise
+            log.warning("the port of %s was taken before it could bind it; starting again on fresh ports "
+                        "(attempt %d of %d)", ", ".join(taken), attempt + 1, PORT_ATTEMPTS)
+            self._stop_processes()
+            for generated in ("certs", "config"):      # written anew with the fresh ports
+                shutil.rmtree(self.workdir / generated, ignore_errors=True)
+
+    def _port_taken(self, party: str) -> bool:
+        """``party``'s process ended because its address was in use."""
+        proc = self.procs.get(party)
+        if proc is None or proc.poll() is None:
+            return False
+        text = self.log(party)
+        return "cannot listen on" in text or "Address already in use" in text
+
+    def _stop_processes(self, grace: float = 20.0) -> None:
+        for p, proc in self.procs.items():
+            if p in self.down:
+                continue
+            try:
+                proc.send_signal(signal.SIGCONT)  # a paused party cannot shut down
+            except ProcessLookupError:
+                pass
+            stop_party(proc, timeout=grace)
 
     def _spawn(self, party: str) -> None:
         log_file = open(self.workdir / f"{party}.log", "ab")  # noqa: SIM115 - owned by the child's lifetime
@@ -137,10 +174,18 @@ class LocalCluster:
         return self.workdir / "failpoints" / party
 
     def _wait_up(self, party: str, timeout: float = 60.0) -> None:
-        try:
-            wait_healthy(self.configs[party], timeout=timeout)
-        except SmcdpError:
-            raise Unavailable(f"party process {party} did not come up; its log:\n{self.log(party)}") from None
+        """Until ``party`` answers its health check; at once if its process ended (a port taken, a bad
+        configuration) rather than at the deadline."""
+        end = time.monotonic() + timeout
+        while True:
+            try:
+                wait_healthy(self.configs[party], timeout=max(0.5, min(2.0, end - time.monotonic())))
+                return
+            except SmcdpError:
+                proc = self.procs.get(party)
+                if time.monotonic() >= end or (proc is not None and proc.poll() is not None):
+                    raise Unavailable(f"party process {party} did not come up; its log:\n{self.log(party)}") \
+                        from None
 
     def log(self, party: str) -> str:
         try:
@@ -149,14 +194,7 @@ class LocalCluster:
             return ""
 
     def stop(self, grace: float = 20.0) -> None:
-        for p, proc in self.procs.items():
-            if p in self.down:
-                continue
-            try:
-                proc.send_signal(signal.SIGCONT)  # a paused party cannot shut down
-            except ProcessLookupError:
-                pass
-            stop_party(proc, timeout=grace)
+        self._stop_processes(grace)
         if not self.keep:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -276,7 +314,8 @@ def bytes_sent(records: Mapping[str, dict]) -> dict[str, int]:
 
 
 def free_tcp_port(host: str = "127.0.0.1") -> int:
-    """A port that was free a moment ago (the OS picks it; a race is possible but rare)."""
+    """A port that was free a moment ago (the OS picks it).  Another process may take it before a party
+    binds it: :meth:`LocalCluster.start` then starts again on fresh ports."""
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]

@@ -134,3 +134,35 @@ def test_peer_killed_mid_session_initiator_ends_by_deadline(tmp_path, processes)
     assert rec["state"] == "failed" and rec["error"]["origin"] == "alice"
     assert "no message 'y' from b within" in rec["error"]["message"]
     assert rec["seconds"] < 5 + 3 + 2     # from its Begin: the deadline, the abort attempt (3 s), slack
+
+
+def test_a_port_taken_before_the_party_binds_it_is_replaced(tmp_path, monkeypatch):
+    """free_tcp_port picks a port that was free a moment ago; another process can take it before the party
+    binds it (one of 40 demo runs failed with "Address already in use").  The cluster then starts again on
+    fresh ports instead of failing."""
+    import socket
+
+    from smcdp.runtime import local
+    from smcdp.runtime.config import load_config
+    from smcdp.runtime.local import LocalCluster
+
+    squatter = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen()
+    taken = squatter.getsockname()[1]
+    real, handed = local.free_tcp_port, []
+
+    def first_one_taken(host="127.0.0.1"):
+        handed.append(taken if not handed else real(host))
+        return handed[-1]
+    monkeypatch.setattr(local, "free_tcp_port", first_one_taken)
+    try:
+        with LocalCluster({"alice": {}, "bob": {}}, allow_insecure_keys=True, workdir=tmp_path / "run",
+                          open_policy=True) as cluster:
+            ports = {p: load_config(cluster.configs[p]).listen for p in ("alice", "bob")}
+            assert f":{taken}" not in " ".join(ports.values()), ports
+            assert client.check_health(cluster.configs["alice"], peer="bob") == "SERVING"
+            assert "cannot listen on" in cluster.log("alice") or "cannot listen on" in cluster.log("bob")
+    finally:
+        squatter.close()
+    assert handed[0] == taken and len(handed) >= 4        # two parties, twice
