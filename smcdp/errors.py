@@ -110,6 +110,7 @@ RESOURCE_ERRNOS = {
     _errno.ENFILE: "no file descriptors left (system table full)",
     _errno.EMFILE: "no file descriptors left (process limit)",
     _errno.ENOMEM: "no memory left",
+    _errno.EIO: "an input/output error on its disk",
 }
 
 

@@ -198,3 +198,29 @@ def test_plain_tcp_is_accepted_on_loopback_or_with_an_explicit_opt_in():
     assert not ComputeConfig.from_mapping({"engine": "dask", "scheduler": "tcp://127.0.0.1:8786"}).plaintext_scheduler
     cfg = ComputeConfig.from_mapping({"engine": "dask", "scheduler": "tcp://10.0.0.5:8786", "allow_plaintext": True})
     assert cfg.plaintext_scheduler
+
+
+@pytest.mark.parametrize("errno_", [__import__("errno").EMFILE, __import__("errno").ENOMEM, __import__("errno").EIO])
+def test_a_machine_that_runs_out_is_not_a_bad_input(tmp_path, monkeypatch, errno_):
+    """Too few file descriptors, no memory or a disk error while reading the data said "the data file is not a
+    valid .npy array" (InputRejected, not resumable).  They are this party's machine, not its data: passed on,
+    so the session fails UNAVAILABLE naming the party and the cause, resumably."""
+    from smcdp.compute import sources
+    from smcdp.errors import NoSpace, resource_failure
+
+    path = tmp_path / "a.npy"
+    np.save(path, np.ones((3, 2)))
+
+    def broken(*a, **kw):
+        raise OSError(errno_, os.strerror(errno_))
+    monkeypatch.setattr(sources.np, "load", broken)
+    with pytest.raises(OSError) as info:
+        open_matrix(path).shape
+    failure = resource_failure(info.value, "alice", "session s")
+    assert isinstance(failure, NoSpace) and failure.code == "UNAVAILABLE" and failure.origin == "alice"
+    assert os.strerror(errno_) in str(failure)
+    # a file that is not an array at all is still the data's fault
+    monkeypatch.undo()
+    (tmp_path / "b.npy").write_bytes(b"not an array")
+    with pytest.raises(InvalidMessage, match="not a valid .npy array"):
+        open_matrix(tmp_path / "b.npy").shape
