@@ -24,7 +24,7 @@ from smcdp.errors import InvalidMessage, SmcdpError
 from smcdp.runtime.config import load_config
 from smcdp.net.tls import TlsMaterial
 from smcdp.runtime.governance import audit
-from smcdp.runtime.governance.witness import check_log, fetch_witnessed, heads_from_file
+from smcdp.runtime.governance.witness import check_log, fetch_witnessed, heads_from_file, verdicts
 
 EXIT_TORN = 3
 EXIT_UNWITNESSED = 4
@@ -161,6 +161,7 @@ def _cmd_verify(args) -> int:
         out = v.as_dict()
         if wanted:
             out["witnesses"] = [vars(f) for f in findings]
+            out["by_witness"] = verdicts(findings)
             out["unreachable"] = unreachable
         print(json.dumps(out, indent=2))
     log = d / audit.LOG_NAME
@@ -209,7 +210,11 @@ def _report_witnesses(findings, unreachable: dict[str, str], quiet: bool) -> int
                   "unconfirmed by any peer", file=sys.stderr)
         return EXIT_UNWITNESSED
     if not quiet:
-        print(f"{len(usable)} witnessed heads from {len({f.source for f in usable})} witnesses agree with the log")
+        by = verdicts(findings)
+        for source, v in sorted(by.items()):
+            print(f"  {source}: {v['verdict']} ({v['heads']} head(s))")
+        agreeing = sorted(s for s, v in by.items() if v["verdict"] == "agrees")
+        print(f"{len(agreeing)} distinct witness(es) agree with the log ({len(usable)} heads): {', '.join(agreeing)}")
     return 0
 
 

@@ -378,6 +378,21 @@ def check_log(data_dir: Path, me: str, ca_path: Path, witnessed: Iterable[tuple[
     return out
 
 
+def verdicts(findings: Iterable[Finding]) -> dict[str, dict[str, Any]]:
+    """Per witness (a finding's source: one peer, one file), its verdict on the log -- "contradicts" if any
+    of its usable heads does, "agrees" if every usable one matches, "unusable" if none could be checked --
+    and how many heads it gave.  A witness is counted once however many heads it returns: one hostile peer
+    returning 2,003 copies made 2,003 "agreements"."""
+    out: dict[str, dict[str, Any]] = {}
+    for f in findings:
+        v = out.setdefault(f.source, {"heads": 0, "agreeing": 0, "contradicting": 0, "unusable": 0})
+        v["heads"] += 1
+        v["agreeing" if f.ok else "contradicting" if f.lines is not None else "unusable"] += 1
+    for v in out.values():
+        v["verdict"] = ("contradicts" if v["contradicting"] else "agrees" if v["agreeing"] else "unusable")
+    return out
+
+
 class Witnessing:
     """A party's side of the exchange at a session's end: its audit head signed for each peer, and the
     peers' heads kept (``store``).  A head that went backwards is kept as evidence and recorded on the
@@ -411,5 +426,5 @@ class Witnessing:
 
 
 __all__ = ["Finding", "SignedHead", "WITNESS_DIR", "WitnessError", "WitnessStore", "Witnessing", "check_log",
-           "fetch_witnessed",
+           "fetch_witnessed", "verdicts",
            "heads_from_file", "sign_head", "went_back"]

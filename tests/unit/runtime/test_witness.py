@@ -163,3 +163,25 @@ def test_an_unreadable_witness_file_is_kept_aside_and_a_new_one_starts(tmp_path,
     assert [h.claims()["lines"] for h in store.held_for("alice")] == [2]
     [aside] = (tmp_path / "bob" / "witness").glob("alice.json.unreadable-*")
     assert aside.read_text() == "{damaged"
+
+
+def test_a_witness_counts_once_however_many_heads_it_returns(tmp_path, certs):
+    """One hostile peer returning 2,003 copies of a head made 2,003 "agreements": the verdict is per witness."""
+    from smcdp.runtime.governance.witness import verdicts
+
+    d, _ = certs
+    log = _log(tmp_path, 3)
+    alice, state = _tls(d, "alice"), log.state()
+    head, forged = sign_head(alice, state, "bob", "s-1"), sign_head(_tls(d, "eve"), state, "bob", "s")
+    log.close()
+    data_dir = tmp_path / "alice"
+    findings = check_log(data_dir, "alice", d / "ca.crt",
+                         [("peer mallory", head)] * 2003 + [("peer bob", head)] + [("file x", forged)])
+    by = verdicts(findings)
+    assert {s: v["verdict"] for s, v in by.items()} == {"peer mallory": "agrees", "peer bob": "agrees",
+                                                        "file x": "unusable"}
+    assert by["peer mallory"]["heads"] == 2003 and by["peer bob"]["heads"] == 1
+    lines = (data_dir / "audit.jsonl").read_bytes().splitlines(keepends=True)
+    (data_dir / "audit.jsonl").write_bytes(b"".join(lines[:2]))       # truncated: bob's one head says so
+    by = verdicts(check_log(data_dir, "alice", d / "ca.crt", [("peer mallory", head), ("peer bob", head)]))
+    assert by["peer bob"]["verdict"] == "contradicts" and by["peer bob"]["contradicting"] == 1
