@@ -34,6 +34,7 @@ from smcdp.net.limits import InboundBudget, InboundLedger, Limits
 from smcdp.net.server import SessionSpec
 from smcdp.plugins.base import ProtocolPlugin
 from smcdp.runtime.states import Phase, Slot
+from smcdp.states import SessionState
 
 
 class _Lifecycle(Protocol):
@@ -207,17 +208,21 @@ def check_resume(sessions: Iterable[_Live] | None, initiator: str, meta: Mapping
 
     A resume is admission again: it takes a slot like a proposal (``pending_per_peer``,
     ``pending_total``, ``sessions_total``; ``sessions`` None skips them -- a restore at
-    start-up), one session is restarted at most ``limits.max_restarts`` times, and its
-    wall-clock limit is not renewed: the deadline of a session that began; for one that
-    never began (its timeout starts at its first Begin) its creation + the longest approval
-    wait + its timeout.  Past it, DEADLINE_EXCEEDED."""
+    start-up), one session is restarted at most ``limits.max_restarts`` times for the failures of
+    one party (:func:`restart_culprit`: a participant's Abort UNAVAILABLE, repeated, must not use up
+    the restarts an honest party's crash needs), and its wall-clock limit is not renewed: the
+    deadline of a session that began; for one that never began (its timeout starts at its first
+    Begin) its creation + the longest approval wait + its timeout.  Past it, DEADLINE_EXCEEDED."""
     now = time.time() if now is None else now
     sid = meta.get("session_id")
-    restarts = int(meta.get("restarts", 0))
+    culprit = restart_culprit(meta, me)
+    by = meta.get("restarts_by")
+    # a checkpoint from before restarts were counted per party: its total, the stricter reading
+    restarts = int(by.get(culprit, 0)) if isinstance(by, Mapping) else int(meta.get("restarts", 0))
     if restarts >= limits.max_restarts:
         raise _limit(ResourceExhausted, "limits.max_restarts",
-                     f"session {sid!r} was restarted {restarts} times at party {me!r} (limits.max_restarts = "
-                     f"{limits.max_restarts}); it is not continued again")
+                     f"session {sid!r} was restarted {restarts} times at party {me!r} after failures of "
+                     f"{culprit!r} (limits.max_restarts = {limits.max_restarts}); it is not continued again")
     deadline = float(meta.get("deadline_epoch", 0.0))
     if "began_epoch" not in meta:
         timeout = float(meta.get("timeout_seconds", 0.0))
@@ -236,6 +241,15 @@ def check_resume(sessions: Iterable[_Live] | None, initiator: str, meta: Mapping
                      f"{pending} in all wait for Begin, {total} are held, {mine_h} of them {initiator!r}'s "
                      "(limits.pending_per_peer, pending_total, sessions_total, pending_per_peer + running_per_peer); "
                      "try again shortly")
+
+
+def restart_culprit(meta: Mapping[str, Any], me: str) -> str:
+    """Whose failure a restart of this checkpointed session answers: the origin of the failure it is resumed
+    from, or this party itself when it is restored after its own process ended."""
+    error = meta.get("error")
+    if meta.get("state") == SessionState.FAILED and isinstance(error, Mapping) and isinstance(error.get("origin"), str):
+        return str(error["origin"])
+    return me
 
 
 def check_journal(budget: InboundBudget, received: Iterable[tuple[str, str, int]]) -> None:

@@ -26,7 +26,7 @@ from smcdp.runtime.core import PartyCore
 from smcdp.runtime.durability.checkpoint import Checkpoint, CheckpointError
 from smcdp.runtime.durability.retention import sweep as retention_sweep
 from smcdp.runtime.durability.retention import sweep_period
-from smcdp.runtime.limits import check_journal, check_resume, session_budget
+from smcdp.runtime.limits import check_journal, check_resume, restart_culprit, session_budget
 from smcdp.runtime.session import RESUMABLE_CODES, Session, error_dict, session_record
 from smcdp.states import SessionState
 from smcdp.v1 import transport_pb2 as tpb
@@ -173,7 +173,10 @@ class Recovery:
         plugin = core.governor.wrap(get_plugin(m["protocol"]), m["session_id"])   # its reservation, if any
         cp.repair_journal = resumed
         cp.journal                                   # noqa: B018 - a damaged journal is named before it runs
-        fields = {"restarts": int(m.get("restarts", 0)) + 1}
+        culprit = restart_culprit(m, core.name)
+        by = dict(m.get("restarts_by") or {})
+        by[culprit] = int(by.get(culprit, 0)) + 1
+        fields = {"restarts": int(m.get("restarts", 0)) + 1, "restarts_by": by}
         if resumed:
             fields["resumes"] = int(m.get("resumes", 0)) + 1
             cp.ensure_reserve()

@@ -32,6 +32,23 @@ def _meta(**kw):
     return m
 
 
+def test_restarts_count_against_the_party_that_caused_them():
+    """A participant whose Abort UNAVAILABLE fails the session again and again used up the restarts of every
+    party: now each party's failures have their own max_restarts, and the refusal names whose they were."""
+    lim = Limits(max_restarts=2)
+    failed_by = lambda who, **kw: _meta(state="failed", error={"code": "UNAVAILABLE", "origin": who}, **kw)  # noqa: E731
+    by = {"mallory": 2, "bob": 1}
+    check_resume([], "alice", failed_by("carol", restarts=3, restarts_by=by), lim, "bob", now=999.0)
+    with pytest.raises(SmcdpError, match="after failures of 'mallory'") as ei:
+        check_resume([], "alice", failed_by("mallory", restarts=3, restarts_by=by), lim, "bob", now=999.0)
+    assert ei.value.rule == "limits.max_restarts"
+    # a restore after this party's own process ended counts against this party
+    check_resume(None, "alice", _meta(state="running", restarts=3, restarts_by=by), lim, "bob", now=999.0)
+    with pytest.raises(SmcdpError, match="after failures of 'bob'"):
+        check_resume(None, "alice", _meta(state="running", restarts=3, restarts_by=dict(by, bob=2)), lim, "bob",
+                     now=999.0)
+
+
 def test_check_resume_counts_restarts_the_deadline_and_slots():
     lim = Limits(pending_per_peer=2, pending_total=3, max_restarts=2)
     check_resume([], "alice", _meta(), lim, "bob", now=999.0)
