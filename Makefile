@@ -6,14 +6,14 @@ STAMP  := $(VENV)/.installed
 OUT    ?= out
 
 .PHONY: all install demo test test-quick proto proto-check bench fuzz experiments multihost-test docker-image docker-lock \
-        container-test clean
+        container-test wheel-test clean
 
 all: test
 
 $(STAMP): pyproject.toml setup.py smcdp/crypto/_mont.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[test,dev,packaging]'
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -78,6 +78,11 @@ docker-lock:
 ## socket.  Needs root, podman, runc, debootstrap, docker-compose (.ci/run installs them).
 container-test: $(STAMP)
 	$(BIN)/python -m pytest -q -ra -m container tests/integration/containers
+
+## The wheel as users get it (issue 39): python -m build, installed into a fresh venv outside the
+## repository; smcdp --version, the demo on the bundled data, a DP learner, the pure fallback.
+wheel-test: $(STAMP)
+	tests/packaging/wheel_test.sh $(abspath $(BIN))/python
 
 clean:
 	rm -rf $(VENV) $(OUT) build *.egg-info .pytest_cache
