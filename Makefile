@@ -6,14 +6,14 @@ STAMP  := $(VENV)/.installed
 OUT    ?= out
 
 .PHONY: all install demo test test-quick proto proto-check bench fuzz experiments multihost-test docker-image docker-lock \
-        container-test wheel-test clean
+        container-test wheel-test lint clean
 
 all: test
 
 $(STAMP): pyproject.toml setup.py smcdp/crypto/_mont.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,dev,packaging]'
+	$(BIN)/python -m pip install --quiet -e '.[test,dev,packaging,lint]'
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -78,6 +78,14 @@ docker-lock:
 ## socket.  Needs root, podman, runc, debootstrap, docker-compose (.ci/run installs them).
 container-test: $(STAMP)
 	$(BIN)/python -m pytest -q -ra -m container tests/integration/containers
+
+## Lint (issue 39): ruff's rules and formatter over the code, mypy over smcdp/ at the strictness set in
+## pyproject.toml ([tool.ruff], [tool.mypy]; CONTRIBUTING.md says why).  CI runs it; so does pre-commit.
+LINT_PATHS := smcdp tests bench examples
+lint: $(STAMP)
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff format --check $(LINT_PATHS)
+	$(BIN)/mypy
 
 ## The wheel as users get it (issue 39): python -m build, installed into a fresh venv outside the
 ## repository; smcdp --version, the demo on the bundled data, a DP learner, the pure fallback.
