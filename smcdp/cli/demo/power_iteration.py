@@ -74,7 +74,7 @@ def demo_power_iteration(data: list[str], key_bits: int = 2048, seed: int | None
         f"and trent, {key_bits}-bit Paillier, mutual TLS on loopback; each data party computes on {where}")
     options, summary = governed("power-iteration", roles, p, initiator="trent", seed=seed)
     dp = summary.epsilon is not None
-    if dp:   # every data party guards its data with a fresh ledger holding just this session's cost
+    if summary.epsilon is not None:   # dp: every data party guards its data with a fresh ledger holding just this session's cost
         options["budgets"] = {n: BudgetConfig(dataset=n, epsilon=summary.epsilon * (1 + 1e-9),
                                               delta=summary.delta * (1 + 1e-9)) for n in names}
         say(f"differentially private mode (noisy power method): epsilon={summary.epsilon:g}, "
