@@ -8,7 +8,7 @@ does not import the vector code or the generated protobuf modules.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 _LAZY = {
     "PublicKey": "paillier",
@@ -46,21 +46,6 @@ __all__ = [
     "save_public_key",
 ]
 assert sorted(__all__) == sorted(_LAZY)
-
-if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ imports on first use
-    from smcdp.crypto.encoding import DEFAULT_FRAC_BITS, UNPACKED, Packing, decode_fixed, encode_fixed
-    from smcdp.crypto.obfuscation import ObfuscatorPool
-    from smcdp.crypto.paillier import (
-        PrivateKey,
-        PublicKey,
-        generate_keypair,
-        load_private_key,
-        load_public_key,
-        save_private_key,
-        save_public_key,
-    )
-    from smcdp.crypto.threads import CryptoThreads
-    from smcdp.crypto.vector import EncryptedVector
 
 
 def __getattr__(name: str) -> Any:

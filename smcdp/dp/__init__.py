@@ -22,7 +22,7 @@ to e.g. ``smcdp.dp.LogisticRegression`` does.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 _LAZY = {
     "LogisticRegression": "learners.logistic",
@@ -76,20 +76,6 @@ __all__ = [
     "solve_dpem_budget",
 ]
 assert sorted(__all__) == sorted(_LAZY)
-
-if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ imports on first use
-    from smcdp.dp.accountants import PrivacyAccountant
-    from smcdp.dp.budget import BudgetAccountant, BudgetExceeded, BudgetStatus, Charge, PrivacyBudget, PrivacyCost
-    from smcdp.dp.learners.bayes import GaussianBayesClassifier, bhattacharyya_bound
-    from smcdp.dp.learners.dpem_budget import solve_dpem_budget
-    from smcdp.dp.learners.factor_analysis import FactorAnalysis
-    from smcdp.dp.learners.kmeans import KMeans
-    from smcdp.dp.learners.large_margin import LargeMarginGaussianClassifier
-    from smcdp.dp.learners.logistic import LogisticRegression, logistic_sensitivity
-    from smcdp.dp.learners.mixture import GaussianMixture
-    from smcdp.dp.ledger import Ledger, LedgerBudget
-    from smcdp.dp.mechanisms import GaussianMechanism, LaplaceMechanism, VectorMechanism
-    from smcdp.dp.validation import InvalidParameter, PrivacyLeakWarning
 
 
 def __getattr__(name: str) -> Any:

@@ -19,13 +19,12 @@ def _public_objects():
                 yield f"{modname}.{name}", obj
             if inspect.isclass(obj):
                 for attr, member in vars(obj).items():
-                    if attr.startswith("_") or attr.startswith("set_") and attr.endswith("_request"):
-                        continue        # private, dunder, or scikit-learn's metadata-routing setters
+                    if attr.startswith("_") or (attr.startswith("set_") and attr.endswith("_request")):
+                        continue  # private, dunder, or scikit-learn's metadata-routing setters
                     if isinstance(member, (staticmethod, classmethod)):
                         member = member.__func__
                     if inspect.isfunction(member) or isinstance(member, property):
-                        yield f"{modname}.{name}.{attr}", getattr(obj, attr) if inspect.isfunction(member) \
-                            else member
+                        yield f"{modname}.{name}.{attr}", getattr(obj, attr) if inspect.isfunction(member) else member
 
 
 @pytest.mark.parametrize("modname", PUBLIC_MODULES)
@@ -40,5 +39,6 @@ def test_public_modules_state_their_api(modname):
 def test_every_public_object_has_a_docstring():
     # inspect.getdoc: an override without a docstring inherits its base's, as the reference renders it
     missing = sorted({qualname for qualname, obj in _public_objects() if not (inspect.getdoc(obj) or "").strip()})
-    assert not missing, "public objects without a docstring (the API reference would omit them):\n  " + \
-        "\n  ".join(missing)
+    assert not missing, "public objects without a docstring (the API reference would omit them):\n  " + "\n  ".join(
+        missing
+    )
