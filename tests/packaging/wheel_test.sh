@@ -65,8 +65,8 @@ WANT="smcdp $(basename "$WHEEL" | cut -d- -f2)"
 [ "$VERSION" = "$WANT" ] || fail "smcdp --version printed '$VERSION', expected '$WANT'"
 say "smcdp --version: $VERSION"
 
-# The accelerator is built and loads (SMCDP_REQUIRE_NATIVE makes a missing one an error, as in CI).
-SMCDP_REQUIRE_NATIVE=1 "$VPY" -c "from smcdp.crypto import native; assert native.AVAILABLE, 'accelerator did not load'" \
+# The accelerator was built into the wheel and loads from it.
+"$VPY" -c "from smcdp.crypto import native; assert native.AVAILABLE, 'accelerator did not load'" \
   || fail "the C accelerator does not load from the wheel"
 say "the C accelerator loads"
 
