@@ -53,7 +53,7 @@ def one_tree(tree: Path, messages: int) -> tuple[float, float]:
                            str(tmp)], cwd=tree, env=env, capture_output=True, text=True, check=True)
     cfgs = {k: Path(v) for k, v in json.loads(made.stdout.strip().splitlines()[-1]).items()}
     with open(tmp / "bob.log", "wb") as log:
-        proc = subprocess.Popen([python, "-m", "smcdp.runtime.party",
+        proc = subprocess.Popen([python, "-m", "smcdp", "party",
                                  "--config", str(cfgs["bob"])], cwd=tree, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             client.wait_healthy(cfgs["bob"], timeout=60)

@@ -9,7 +9,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from smcdp.runtime.party import main  # noqa: E402
+from smcdp.cli.party import run_party  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main(expect_name="alice"))
+    sys.exit(run_party(expect_name="alice"))

@@ -34,7 +34,7 @@ import datetime as _dt
 import os
 import time
 from dataclasses import dataclass, field
-from enum import Enum
+
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
@@ -43,38 +43,7 @@ from smcdp.net.grpc_channel import NotFound, error_for_code  # noqa: F401 - NotF
 from smcdp.net.server import new_session_id
 from smcdp.runtime import client as _rpc
 from smcdp.runtime.config import PartyConfig, load_config
-
-
-class SessionState(str, Enum):
-    """Where a session stands at one party (its record's ``state``)."""
-
-    PENDING = "pending"       #: waiting for this party's operator to approve it (status only)
-    PREPARED = "prepared"     #: admitted here, waiting for every participant to begin (``waiting_for``:
-                              #: the participant whose operator decides, if any)
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"         #: the record's ``error`` says why and who (``resumable``: may continue)
-    UNKNOWN = "unknown"       #: the party cannot tell (e.g. an unreadable record), or a state this client does not know
-
-    @classmethod
-    def _missing_(cls, value: object) -> "SessionState":
-        return cls.UNKNOWN
-
-    @property
-    def ended(self) -> bool:
-        """Whether the state is final (succeeded or failed)."""
-        return self in (SessionState.SUCCEEDED, SessionState.FAILED)
-
-
-class ProposalState(str, Enum):
-    """Where a proposal to this party stands (docs/governance.md)."""
-
-    PENDING = "pending"       #: waiting for this operator (approve() or reject())
-    APPROVED = "approved"     #: approved (privacy cost reserved), not started yet
-    STARTED = "started"
-    REJECTED = "rejected"
-    EXPIRED = "expired"
-    WITHDRAWN = "withdrawn"
+from smcdp.states import ProposalState, SessionState
 
 
 def _frozen_map(m: Mapping | None) -> Mapping:

@@ -39,7 +39,7 @@ class InputRejected(InvalidMessage):
 
     def __reduce__(self):
         # rebuilt from (rule, detail), so a copy that crossed a process boundary (a Dask worker's
-        # kernel, issue 17) still tells peers the rule only
+        # kernel) still tells peers the rule only
         return type(self), (self.public_message, self.detail)
 
 

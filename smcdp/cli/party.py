@@ -17,7 +17,8 @@ from smcdp.client import PartyClient, SessionHandle, SessionState, SessionStatus
 from smcdp.errors import InvalidMessage, SmcdpError
 from smcdp.net import tls
 from smcdp.progress import task
-from smcdp.runtime import party
+from smcdp.runtime import process
+from smcdp.runtime.logs import configure_logging
 
 
 def _fail(exc: BaseException) -> int:
@@ -47,12 +48,28 @@ def _cmd_certs(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------ party
-def _cmd_party(args: argparse.Namespace) -> int:
-    party.setup_logging(args.log_level or "INFO")
+def _cmd_party(args: argparse.Namespace, expect_name: str | None = None) -> int:
+    configure_logging("text", args.log_level or "INFO")   # until the configuration's [logging] is read
     try:
-        return party.serve(args.config, ready_file=args.ready_file, log_level=args.log_level)
+        return process.serve(args.config, expect_name, ready_file=args.ready_file, log_level=args.log_level)
     except SmcdpError as exc:
         return _fail(exc)
+
+
+def _party_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--config", required=True, help="the party's TOML configuration")
+    ap.add_argument("--ready-file", help="write {party, port, pid} JSON here once serving")
+    ap.add_argument("--log-level", default=None, help="overrides [logging] level")
+
+
+def run_party(argv: list[str] | None = None, expect_name: str | None = None) -> int:
+    """Entry point of the launchers ``parties/<name>.py``: ``smcdp party`` for one named party, refusing
+    a configuration of another."""
+    ap = argparse.ArgumentParser(
+        prog=f"parties/{expect_name}.py" if expect_name else "smcdp-party",
+        description="Run a smcdp party process until SIGTERM/SIGINT.")
+    _party_arguments(ap)
+    return _cmd_party(ap.parse_args(argv), expect_name)
 
 
 # ---------------------------------------------------------------- session
@@ -190,9 +207,7 @@ def register(subparsers) -> None:
     p.set_defaults(func=_cmd_certs)
 
     p = subparsers.add_parser("party", help="run a party process until SIGTERM/SIGINT")
-    p.add_argument("--config", required=True, help="the party's TOML configuration")
-    p.add_argument("--ready-file", help="write {party, port, pid} JSON here once serving")
-    p.add_argument("--log-level", default=None, help="overrides the config's [logging] level")
+    _party_arguments(p)
     p.set_defaults(func=_cmd_party)
 
     p = subparsers.add_parser("session", help="start sessions, fetch results, approve or reject proposals")

@@ -1,12 +1,12 @@
 """Where a data party's compute runs: in its own process (``local``) or on its own Dask cluster (``dask``).
 
-Issue 17: a party's matrix may be larger than its process's memory and its crypto may need more cores
+Why: a party's matrix may be larger than its process's memory and its crypto may need more cores
 than its host has.  This package reads the matrix in canonical column blocks from where it is stored
 (:mod:`~smcdp.compute.sources`), runs pure per-block kernels (:mod:`~smcdp.compute.kernels`) and batch
 Paillier encryption/decryption on an engine (:mod:`~smcdp.compute.base`):
 
 * :class:`~smcdp.compute.local.LocalEngine` (default): threads over blocks, crypto threads started once
-  per party process (issue 27: no worker processes, the key stays in the party process);
+  per party process (no worker processes, so the key stays in the party process);
 * :class:`~smcdp.compute.dask_engine.DaskEngine`: tasks on the party's own Dask cluster (Dask is an
   optional extra, imported only when this engine starts).
 

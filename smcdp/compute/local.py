@@ -4,13 +4,13 @@ Plaintext passes read one canonical block at a time per thread (``workers`` thre
 GIL in BLAS), run the kernel with one BLAS thread and feed a streaming tree sum, so the process holds at
 most ``workers`` blocks and the k × b partial sums, never the matrix.
 
-Crypto (issue 27) runs on ``workers`` :class:`~smcdp.crypto.threads.CryptoThreads` that the engine starts
+Crypto runs on ``workers`` :class:`~smcdp.crypto.threads.CryptoThreads` that the engine starts
 once and keeps for the party process's life: the native engine's fixed-base loop and gmpy2's ``powmod``
 release the GIL, so the threads use every core, and the session key never leaves the party process.
 Each key's CRT tables are built once, in this process, sized for the session's encryptions
-(:meth:`~smcdp.crypto.paillier.PrivateKey.prepare`, both primes' tables on two threads).  Before issue 27
-every session spawned a process pool whose workers each imported smcdp and built their own tables
-(1.3 s each at 2048 bits, six processes on two cores): 10 s of a 2 s session.  Batches smaller than
+(:meth:`~smcdp.crypto.paillier.PrivateKey.prepare`, both primes' tables on two threads).  A process
+pool per session instead has every worker import smcdp and build its own tables (1.3 s each at
+2048 bits, six processes on two cores): 10 s of a 2 s session.  Batches smaller than
 :data:`POOL_MIN_BATCH` are done on one thread.
 """
 

@@ -8,7 +8,7 @@ to the same value, and vice versa.  What this module adds to phe:
   ``allow_insecure=True`` (tests); the default is 3072 bits;
 * key files: JSON, the private one created with mode 0600 (never chmod-ed
   after the fact) and replaced atomically;
-* fast encryption (DESIGN.md §5, issue 8):
+* fast encryption (docs/crypto.md, "Encryption paths"):
 
   - **fixed-base randomness** (the Damgård–Jurik–Nielsen variant that
     SecretFlow HEU uses): ``h = -x² mod n`` for a random x, ``h_s = h^n mod n²``,

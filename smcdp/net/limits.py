@@ -90,7 +90,7 @@ class Limits:
     inbound_mib_total: int = 16384
     #: ended sessions whose de-duplication digests stay in memory (late retries are acknowledged)
     keep_ended_sessions: int = 64
-    # --- governance (issue 24): approvals, resumes, what ended sessions leave on disk
+    # --- governance (docs/governance.md): approvals, resumes, what ended sessions leave on disk
     #: how long a proposal waits for an operator's approval: at the approving party, and at the
     #: initiator and the parties that accepted while the initiator reports the wait
     approval_timeout_seconds: float = 24 * 3600.0

@@ -1,9 +1,10 @@
 """The gRPC server of one party: mailbox, session control, operator control, health.
 
 This module is transport only.  What a session *is* (which protocol, which
-thread runs it) belongs to a :class:`SessionHost` -- implemented by the party
-runner (``smcdp.runtime.party``) -- which the servicers below call with the caller's
-verified identity.  Identity is the common name of the client certificate
+thread runs it) belongs to the party runner (``smcdp.runtime``), which the servicers below
+call with the caller's verified identity through two interfaces: :class:`PeerHost` (what a
+peer may ask: the Mailbox service) and :class:`OperatorHost` (what the party's own operator
+may ask: the Control service).  Identity is the common name of the client certificate
 that gRPC verified against the deployment CA (``require_client_auth=True``);
 no request field can change it.
 
@@ -71,6 +72,7 @@ from smcdp.net.grpc_channel import (
 )
 from smcdp.net.limits import CallQuotas, Limits, bounded_json_object
 from smcdp.net.tls import PARTY_NAME_RE, TlsMaterial
+from smcdp.states import SessionState
 from smcdp.v1 import transport_pb2 as tpb
 from smcdp.v1 import transport_pb2_grpc as tgrpc
 
@@ -98,7 +100,7 @@ def validate_session_id(session_id: Any) -> str:
 
 
 def namespaced(initiator: str, name: str) -> str:
-    """The id of the session ``initiator`` starts under ``name``: ``<initiator>.<name>`` (issue 24).
+    """The id of the session ``initiator`` starts under ``name``: ``<initiator>.<name>``.
 
     A party accepts a proposal only under its proposer's prefix (:func:`check_namespace`), so no member
     can take -- or block for ever -- the id another party's sessions use.  Party names never contain a
@@ -112,7 +114,7 @@ def namespaced(initiator: str, name: str) -> str:
 
 
 def initiator_of(session_id: str) -> str | None:
-    """The party whose namespace ``session_id`` is in (None: an id of before issue 24, or no party)."""
+    """The party whose namespace ``session_id`` is in (None: an id from before ids were namespaced, or no party)."""
     head, sep, _ = session_id.partition(".")
     return head if sep and PARTY_NAME_RE.match(head) else None
 
@@ -267,11 +269,11 @@ def _nonempty(v: str, what: str) -> str:
     return v
 
 
-class SessionHost(abc.ABC):
-    """What the servicers need from the party runner.
+class PeerHost(abc.ABC):
+    """What the Mailbox servicer needs of the party runner: the calls a *peer* may make.
 
-    Every method receives ``peer``, the caller's verified party name, and
-    raises :mod:`smcdp.errors` exceptions (mapped to status codes).
+    Every method receives ``peer``, the caller's verified party name, and raises :mod:`smcdp.errors`
+    exceptions (mapped to status codes).
     """
 
     name: str
@@ -304,21 +306,36 @@ class SessionHost(abc.ABC):
     async def resume(self, peer: str, session_id: str) -> str:
         """Reopen a resumably failed session from its checkpoint at the initiator's request; return the role."""
 
-    def resolve_session_id(self, session_id: str) -> str:
-        """The session an operator names (a full id, or a name without its initiator's prefix)."""
-        return session_id
     async def waiting(self, peer: str, session_id: str, party: str) -> None:
-        """The initiator ``peer`` says ``session_id`` waits for ``party``'s operator (issue 24)."""
+        """The initiator ``peer`` says ``session_id`` waits for ``party``'s operator."""
         raise _unimplemented("Waiting")
 
     async def witness(self, peer: str, statement: bytes, signature: bytes, certificate: bytes
                       ) -> tuple[bytes, bytes, bytes] | None:
-        """Keep ``peer``'s signed audit head; return this party's own (issue 24)."""
+        """Keep ``peer``'s signed audit head; return this party's own."""
         raise _unimplemented("Witness")
 
     async def witnessed(self, peer: str) -> list[tuple[bytes, bytes, bytes]]:
         """The signed audit heads this party holds about ``peer``."""
         raise _unimplemented("GetWitnessed")
+
+    # observation (console and metrics); the transport reports, the host keeps counts
+    def inbound_delivered(self, peer: str, nbytes: int, duplicate: bool) -> None:
+        """A message of ``nbytes`` from ``peer`` was accepted (``duplicate``: already held)."""
+
+    def inbound_refused(self, peer: str | None, code: str) -> None:
+        """A message was refused with status ``code`` (``peer`` None if not even identified)."""
+
+
+class OperatorHost(abc.ABC):
+    """What the Control servicer needs of the party runner: the calls of the party's own *operator*
+    (the servicer has checked the caller's certificate is the party's own)."""
+
+    name: str
+
+    def resolve_session_id(self, session_id: str) -> str:
+        """The session an operator names (a full id, or a name without its initiator's prefix)."""
+        return session_id
 
     @abc.abstractmethod
     async def get_status(self, session_id: str) -> dict: ...
@@ -334,7 +351,7 @@ class SessionHost(abc.ABC):
     @abc.abstractmethod
     async def get_result(self, session_id: str) -> dict: ...
 
-    # -- governance (operator only; docs/governance.md).  A host without it answers UNIMPLEMENTED.
+    # -- governance (docs/governance.md).  A host without it answers UNIMPLEMENTED.
     async def list_sessions(self, pending_only: bool) -> list[dict]:
         raise _unimplemented("ListSessions")
 
@@ -343,13 +360,6 @@ class SessionHost(abc.ABC):
 
     async def decide(self, session_id: str, approve: bool, reason: str) -> dict:
         raise _unimplemented("ApproveSession/RejectSession")
-
-    # observation (issue 18: console and metrics); the transport reports, the host keeps counts
-    def inbound_delivered(self, peer: str, nbytes: int, duplicate: bool) -> None:
-        """A message of ``nbytes`` from ``peer`` was accepted (``duplicate``: already held)."""
-
-    def inbound_refused(self, peer: str | None, code: str) -> None:
-        """A message was refused with status ``code`` (``peer`` None if not even identified)."""
 
 
 def _unimplemented(what: str) -> SmcdpError:
@@ -383,8 +393,8 @@ class _MessageCall:
     While idle, a read waits at most ``limits.call_idle_seconds``; once bound, a watchdog checks every
     LIVENESS_POLL_SECONDS that the session still takes messages here and, when it no longer does, ends a
     read that waits (the session's own status).  So a call that names no session, or whose session ended,
-    is ended by the server (issue 24: 520 idle Stream calls of one member took every call slot of the
-    party).  Reads themselves stay plain awaits: the watchdog costs one timer per call, not per message."""
+    is ended by the server (without it, 520 idle Stream calls of one member took every call slot of
+    the party).  Reads themselves stay plain awaits: the watchdog costs one timer per call, not per message."""
 
     _END = object()
 
@@ -457,7 +467,7 @@ class _MessageCall:
 
 
 class MailboxServicer(tgrpc.MailboxServicer):
-    def __init__(self, host: SessionHost, max_message_bytes: int, quotas: CallQuotas | None = None,
+    def __init__(self, host: PeerHost, max_message_bytes: int, quotas: CallQuotas | None = None,
                  idle_seconds: float | None = None) -> None:
         self.host = host
         self.max_message_bytes = max_message_bytes
@@ -729,7 +739,7 @@ def _record_message(record: dict) -> tpb.SessionRecord:
 class ControlServicer(tgrpc.ControlServicer):
     """Operator calls: only a caller holding this party's own certificate."""
 
-    def __init__(self, host: SessionHost) -> None:
+    def __init__(self, host: OperatorHost) -> None:
         self.host = host
 
     def _operator(self, context) -> None:
@@ -761,7 +771,7 @@ class ControlServicer(tgrpc.ControlServicer):
 
     async def _finish(self, context, record: dict) -> tpb.SessionRecord:
         """A session's record as the reply, or -- if it failed -- its status code with the culprit."""
-        if record["state"] == "failed":
+        if record["state"] == SessionState.FAILED:
             err = record.get("error") or {}
             code = err.get("code", "INTERNAL")
             origin = err.get("origin")
@@ -942,12 +952,13 @@ class _HealthServicer:
 class PartyServer:
     """``grpc.aio`` server with mutual TLS, the servicers above and grpc.health.v1."""
 
-    def __init__(self, config: NetConfig, tls: TlsMaterial, host: SessionHost) -> None:
+    def __init__(self, config: NetConfig, tls: TlsMaterial, peers: PeerHost, operator: OperatorHost) -> None:
         self.config = config
         self.tls = tls
-        self.host = host
+        self.peers = peers
+        self.operator = operator
         self.health = AsyncHealthServicer()
-        #: concurrent calls per peer, of all peers, and the operator's reserve (issue 24)
+        #: concurrent calls per peer, of all peers, and the operator's reserve: no peer takes every slot
         self.quotas = CallQuotas(config.limits, config.name)
         self._server: grpc.aio.Server | None = None
         self.port: int | None = None
@@ -955,13 +966,13 @@ class PartyServer:
     async def start(self) -> int:
         limits = self.config.limits
         # gRPC's own cap refuses every caller alike: it sits above this party's accounting (per peer, all
-        # peers, the operator's reserve), which refuses the one over its quota (issue 24)
+        # peers, the operator's reserve), which refuses the one over its quota
         server = grpc.aio.server(options=server_options(limits), maximum_concurrent_rpcs=limits.grpc_rpc_cap)
         services = tpb.DESCRIPTOR.services_by_name
         server.add_generic_rpc_handlers((
-            _generic_handler(services["Mailbox"], MailboxServicer(self.host, self.config.max_message_bytes,
+            _generic_handler(services["Mailbox"], MailboxServicer(self.peers, self.config.max_message_bytes,
                                                                   self.quotas), self.quotas, tpb),
-            _generic_handler(services["Control"], ControlServicer(self.host), self.quotas, tpb),
+            _generic_handler(services["Control"], ControlServicer(self.operator), self.quotas, tpb),
             _generic_handler(health_pb2.DESCRIPTOR.services_by_name["Health"], _HealthServicer(self.health),
                              self.quotas, health_pb2),
         ))

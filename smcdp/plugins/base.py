@@ -83,6 +83,13 @@ class SessionSummary:
     #: several frames shows more of (keyword: bob's models, docs/protocols/keyword.md); bounded by a
     #: policy's max_frames_per_round, 1 when the policy does not say
     frames_per_round: Mapping[str, int] = field(default_factory=dict)
+    #: role -> among how many data parties the noise protecting that role's data is shared (each adds
+    #: 1/h of the variance: h − 1 colluding parties remove theirs); bounded by a policy's
+    #: max_noise_parties, 1 when the policy does not say
+    noise_parties: Mapping[str, int] = field(default_factory=dict)
+    #: the most protocol rounds a session may run (power iteration: its rounds bound); bounded by a
+    #: policy's max_iterations with a default, since every round is bytes this party may receive
+    iterations: int | None = None
 
     def outputs_from(self, role: str) -> list[OutputFlow]:
         """The outputs computed from ``role``'s private inputs."""
@@ -93,7 +100,8 @@ class SessionSummary:
                 "data_roles": list(self.data_roles), "coordinator_roles": list(self.coordinator_roles),
                 "outputs": [o.as_dict() for o in self.outputs], "epsilon": self.epsilon,
                 "delta": self.delta, "rho": self.rho, "record_bound": self.record_bound,
-                "components": self.components, "frames_per_round": dict(self.frames_per_round)}
+                "components": self.components, "frames_per_round": dict(self.frames_per_round),
+                "noise_parties": dict(self.noise_parties), "iterations": self.iterations}
 
 class ProtocolPlugin(abc.ABC):
     """A protocol as the party runner sees it."""

@@ -30,6 +30,7 @@ from smcdp.primitives.rng import Randomness
 from smcdp.protocols.base import check_roles
 from smcdp.protocols.power_iteration import (
     ALPHA_INLINE_MAX,
+    DP_ITERATIONS,
     NOISY_TAG,
     TRENT,
     PowerIterationParams,
@@ -76,12 +77,15 @@ class PowerIterationPlugin(ProtocolPlugin):
                 outputs.append(OutputFlow(f"approximate {name('u', r + 1, b)} (oversample)", data, data, dp=True))
             return SessionSummary(protocol=self.name, key_bits={"paillier": p.key_bits}, data_roles=data,
                                   coordinator_roles=(TRENT,), outputs=tuple(outputs), epsilon=cal.epsilon,
-                                  delta=cal.delta, rho=cal.rho, components=b)
+                                  delta=cal.delta, rho=cal.rho, components=b,
+                                  noise_parties={r: p.noise_parties for r in data},
+                                  iterations=p.iterations or DP_ITERATIONS)
         outputs = [OutputFlow(name("u", 1, r), data, data), OutputFlow(name("x", 1, r), (TRENT,), data)]
         if b > r:
             outputs.append(OutputFlow(f"approximate {name('u', r + 1, b)} (oversample)", data, data))
         return SessionSummary(protocol=self.name, key_bits={"paillier": p.key_bits}, data_roles=data,
-                              coordinator_roles=(TRENT,), outputs=tuple(outputs), components=b)
+                              coordinator_roles=(TRENT,), outputs=tuple(outputs), components=b,
+                              iterations=p.max_iterations)
 
     def traffic_envelope(self, params: Mapping[str, Any], roles: Mapping[str, str], role: str):
         return PowerIterationParams.from_mapping(params).traffic_envelope(role)

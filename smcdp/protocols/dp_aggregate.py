@@ -39,7 +39,8 @@ Stage 3: party1 adds a fresh ζ(s) (s uniform with κ extra bits), Charlie
     participant writes its share durably and publishes it (to Dave).  Dave adds
     the shares mod M and divides by 2^F·K: ŵˢ.
 
-Noise calibration (DESIGN.md §6, corrected): ν = K·η is drawn by the party as
+Noise calibration (docs/protocols/dp-aggregate.md, "Sensitivity of the released average and the
+noise"): ν = K·η is drawn by the party as
 ``VectorMechanism(ε, Δ̂_j + √d·2^-F)`` -- density ∝ exp(−ε‖ν‖/Δ) -- on the sum,
 i.e. η on the average is calibrated to Δ̂_j/K, the exact sensitivity of the
 released average (``calibration="exact"``, the default).  ``calibration="seed"``
@@ -411,22 +412,8 @@ async def data_party(ch: Channel, weights, sensitivity: float, params: DPAggrega
     roles = params.party_roles
     if ch.role not in roles:
         raise InvalidMessage(f"role {ch.role!r} is not a data party of this session")
-    me = roles.index(ch.role)
-    K, d, F = params.n_parties, params.dim, params.frac_bits
-    w = np.asarray(weights, dtype=np.float64).reshape(-1) if np.ndim(weights) else None
-    if w is None or w.size != d:
-        raise InvalidMessage(f"{ch.role}: the model must be a vector of length {d}")
-    if not np.all(np.isfinite(w)):
-        raise InvalidMessage(f"{ch.role}: the model contains NaN or infinite values")
-    if np.max(np.abs(w)) > params.weight_limit:
-        raise InvalidMessage(f"{ch.role}: a model weight exceeds the public bound {params.weight_limit:g}")
-    try:
-        sensitivity = float(sensitivity)
-    except (TypeError, ValueError):
-        raise InvalidMessage(f"{ch.role}: sensitivity must be a number") from None
-    if not (math.isfinite(sensitivity) and 0 < sensitivity <= params.sensitivity_bound):
-        raise InputRejected(f"{ch.role}: the model's sensitivity must lie in (0, {params.sensitivity_bound:g}] "
-                            "(too few records for the public min_records?)", f"sensitivity {sensitivity!r}")
+    me, F = roles.index(ch.role), params.frac_bits
+    w, sensitivity = _checked_model(ch.role, weights, sensitivity, params)
     key, delta_hat = sensitivity_key(sensitivity)
     rng = protocol_rng(seed, "dp-aggregate", ch.role)
     sm = params.secure_min_params()
@@ -435,26 +422,78 @@ async def data_party(ch: Channel, weights, sensitivity: float, params: DPAggrega
     ch.progress(round=1, step="secure-min")
     s1 = await argmin_party(ch, key, sm, seed=seed, allow_insecure_keys=allow_insecure_keys)
     zeta_pk = s1.zeta_pk
-    packing = params.packing(zeta_pk)
 
     # Our own noise ν_j for the sum, calibrated to our own Δ̂_j, on the public grid 2^-F.
     if noise_random_state is None:
         noise_random_state = noise_source(seed, "dp-aggregate", "noise", ch.role)
-    mech = params.mechanism(params.mechanism_sensitivity(delta_hat), random_state=noise_random_state)
+    N = [to_fixed(x, F) for x in _own_noise(ch.role, params, delta_hat, noise_random_state)]
+    W = [to_fixed(x, F) for x in w]
+
+    # --- Stage 2, step 1: our entry of Charlie's indicator, v_j.
+    ch.progress(round=2, step="noise-selection")
+    u_mine, v_j = await _indicator_entry(ch, zeta_pk, me, s1, roles)
+    # --- Stage 2, step 2: our contribution and the selection check's ζ(v_j·k_j).
+    agg, t, sel = await _contribution(ch, rng, zeta_pk, v_j, N, W, key, me, params)
+    # --- Stage 2, step 3: multiply up the parties' tree; the selected key comes back down.
+    agg, sel = await _multiply_up_the_tree(ch, zeta_pk, agg, sel, u_mine, me, params)
+
+    # --- Stage 2½: the selected key is at most ours, whatever Charlie did (with the next party in the ring).
+    ch.progress(step="selection-check")
+    ok, _ = await asyncio.gather(
+        check_selection_party(ch, key, sm, zeta_pk=zeta_pk, dgk_key=dgk_key, seed=seed,
+                              allow_insecure_keys=allow_insecure_keys),
+        check_selection_helper(ch, sel, sm, zeta_pk=zeta_pk, seed=seed, allow_insecure_keys=allow_insecure_keys))
+    if not ok:
+        raise InvalidMessage(f"{ch.role}: the noise charlie selected is calibrated for a smaller sensitivity than "
+                             "this party's (he did not select the party with the largest sensitivity): refusing to "
+                             "release")
+    await _everyone_passed(ch, me, params)
+
+    # --- Stage 3: party1 masks the total with s (κ bits beyond its range) for Charlie; the shares.
+    ch.progress(round=3, step="publish")
+    if me == 0:
+        t = await _mask_total_for_charlie(ch, rng, zeta_pk, agg, t, params)
+    share, path = await _publish(ch, t, params, output_dir, ch.session_id)
+    return PartyResult(share=share, share_file=path, stats=ch.stats.as_dict())
+
+
+def _checked_model(role: str, weights, sensitivity, params: DPAggregateParams) -> tuple[np.ndarray, float]:
+    """The party's model and sensitivity, within the session's public bounds."""
+    d = params.dim
+    w = np.asarray(weights, dtype=np.float64).reshape(-1) if np.ndim(weights) else None
+    if w is None or w.size != d:
+        raise InvalidMessage(f"{role}: the model must be a vector of length {d}")
+    if not np.all(np.isfinite(w)):
+        raise InvalidMessage(f"{role}: the model contains NaN or infinite values")
+    if np.max(np.abs(w)) > params.weight_limit:
+        raise InvalidMessage(f"{role}: a model weight exceeds the public bound {params.weight_limit:g}")
+    try:
+        sensitivity = float(sensitivity)
+    except (TypeError, ValueError):
+        raise InvalidMessage(f"{role}: sensitivity must be a number") from None
+    if not (math.isfinite(sensitivity) and 0 < sensitivity <= params.sensitivity_bound):
+        raise InputRejected(f"{role}: the model's sensitivity must lie in (0, {params.sensitivity_bound:g}] "
+                            "(too few records for the public min_records?)", f"sensitivity {sensitivity!r}")
+    return w, sensitivity
+
+
+def _own_noise(role: str, params: DPAggregateParams, delta_hat: float, random_state) -> np.ndarray:
+    """ν_j: this party's noise for the sum, calibrated to its own Δ̂_j, on the public grid 2^-F."""
+    d, F = params.dim, params.frac_bits
+    mech = params.mechanism(params.mechanism_sensitivity(delta_hat), random_state=random_state)
     if mech.grid_exponent(d) > -F:
-        raise InvalidMessage(f"{ch.role}: internal error: the noise lattice is coarser than the public grid")
+        raise InvalidMessage(f"{role}: internal error: the noise lattice is coarser than the public grid")
     nu = np.asarray(mech.sample(d), dtype=np.float64).reshape(-1)
     if not np.all(np.abs(nu) <= params.noise_bound):
-        raise InvalidMessage(f"{ch.role}: the noise exceeded its public bound (probability < 2^-{NOISE_TAIL_BITS}); "
+        raise InvalidMessage(f"{role}: the noise exceeded its public bound (probability < 2^-{NOISE_TAIL_BITS}); "
                              "run the session again")
-    N = [to_fixed(x, F) for x in nu]
-    W = [to_fixed(x, F) for x in w]
-    M = 1 << params.modulus_bits
+    return nu
 
-    # --- Stage 2, step 1: entry `me` of Charlie's indicator (position order) with its proof that it is
-    # 0 or 1; it belongs to the party whose value sits at position `me` (π₁⁻¹(me)), ours comes from the
-    # party at our position π₁(me).
-    ch.progress(round=2, step="noise-selection")
+
+async def _indicator_entry(ch: Channel, zeta_pk, me: int, s1, roles: list[str]):
+    """Stage 2, step 1: entry ``me`` of Charlie's indicator (position order) with its proof that it is 0 or
+    1; it belongs to the party whose value sits at position ``me`` (π₁⁻¹(me)), ours comes from the party at
+    our position π₁(me).  Returns (the entry Charlie sent us, ours: v_j)."""
     u_mine = ciphertext_from_proto(await ch.recv(CHARLIE, "s2/u", pb.CiphertextVector), zeta_pk, "s2/u from charlie")
     proof = from_bigints(await ch.recv(CHARLIE, "s2/u-proof", pb.BigInts), count=5, bound_bits=2 * zeta_pk.bits + 1,
                          what="s2/u-proof from charlie", nonnegative=True)
@@ -465,10 +504,17 @@ async def data_party(ch: Channel, weights, sensitivity: float, params: DPAggrega
         await ch.send(roles[s1.source], "s2/v", ciphertext_to_proto(zeta_pk, u_mine))
     v_j = u_mine if s1.position == me else ciphertext_from_proto(
         await ch.recv(roles[s1.position], "s2/v", pb.CiphertextVector), zeta_pk, f"s2/v from {roles[s1.position]}")
+    return u_mine, v_j
 
-    # --- Stage 2, step 2: our contribution ζ(v_j·N_j + Y_j), Y_j = W_j − t_j + ρ_j − ρ_(j−1) mod M, where t_j
-    # is the share we will publish and ρ_j, ρ_(j−1) are expanded from the ring seeds we share with our
-    # neighbours (they cancel in the sum); and ζ(v_j·k_j) for the selection check.
+
+async def _contribution(ch: Channel, rng, zeta_pk, v_j, N: list[int], W: list[int], key: int, me: int,
+                        params: DPAggregateParams):
+    """Stage 2, step 2: our contribution ζ(v_j·N_j + Y_j), Y_j = W_j − t_j + ρ_j − ρ_(j−1) mod M, where t_j is
+    the share we will publish and ρ_j, ρ_(j−1) are expanded from the ring seeds we share with our neighbours
+    (they cancel in the sum); and ζ(v_j·k_j) for the selection check.  Returns (ζ(…), t_j, ζ(v_j·k_j))."""
+    roles, K, d, F = params.party_roles, params.n_parties, params.dim, params.frac_bits
+    M = 1 << params.modulus_bits
+    packing = params.packing(zeta_pk)
     seed_mine = rng.randbytes(32)
     await ch.send(roles[(me + 1) % K], "s2/seed", pb.Blobs(values=[seed_mine]))
     prev = roles[(me - 1) % K]
@@ -481,9 +527,17 @@ async def data_party(ch: Channel, weights, sensitivity: float, params: DPAggrega
     agg = EncryptedVector(zeta_pk, [zeta_pk.raw_add(zeta_pk.raw_mul(v_j, a), zeta_pk.raw_encrypt_textbook(b))
                                     for a, b in zip(plain_n, plain_y)], d, -F, packing, params.contribution_bound(1))
     sel = zeta_pk.rerandomize_textbook(zeta_pk.raw_mul(v_j, key))
-    ind = u_mine                                         # entry `me` as Charlie sent it: their product opens to 1
+    return agg, t, sel
 
-    # --- Stage 2, step 3: multiply up the parties' tree (party i gets the products of parties 2i, 2i + 1).
+
+async def _multiply_up_the_tree(ch: Channel, zeta_pk, agg: EncryptedVector, sel, ind, me: int,
+                                params: DPAggregateParams):
+    """Stage 2, step 3: party i gets the products of parties 2i and 2i + 1 and passes them on to its parent;
+    party1, at the root, checks Charlie's indicator adds up to 1; the selected key ζ(k_sel) comes back down.
+    ``ind``: our entry of the indicator as Charlie sent it (their product opens to 1).  Returns (ζ(the
+    subtree's sum), ζ(k_sel))."""
+    roles, K, d, F = params.party_roles, params.n_parties, params.dim, params.frac_bits
+    packing = params.packing(zeta_pk)
     for c in tree_children(me, K):
         agg = agg + EncryptedVector.from_proto(await ch.recv(roles[c], "s2/agg", pb.CiphertextVector), zeta_pk,
                                                length=d, exponent=-F, packing=packing,
@@ -508,21 +562,17 @@ async def data_party(ch: Channel, weights, sensitivity: float, params: DPAggrega
                                  "refusing a noise selection that may add no noise")
     for c in tree_children(me, K):
         await ch.send(roles[c], "s2/sel", ciphertext_to_proto(zeta_pk, sel))
+    return agg, sel
 
-    # --- Stage 2½: the selected key is at most ours, whatever Charlie did (with the next party in the ring).
-    ch.progress(step="selection-check")
-    ok, _ = await asyncio.gather(
-        check_selection_party(ch, key, sm, zeta_pk=zeta_pk, dgk_key=dgk_key, seed=seed,
-                              allow_insecure_keys=allow_insecure_keys),
-        check_selection_helper(ch, sel, sm, zeta_pk=zeta_pk, seed=seed, allow_insecure_keys=allow_insecure_keys))
-    if not ok:
-        raise InvalidMessage(f"{ch.role}: the noise charlie selected is calibrated for a smaller sensitivity than "
-                             "this party's (he did not select the party with the largest sensitivity): refusing to "
-                             "release")
-    # ... and nobody publishes (nor is charged) before every party's check passed: "ok" up the tree, "go" down
+
+async def _everyone_passed(ch: Channel, me: int, params: DPAggregateParams) -> None:
+    """Nobody publishes (nor is charged) before every party's selection check passed: "ok" up the tree,
+    "go" down."""
+    roles, K = params.party_roles, params.n_parties
     for c in tree_children(me, K):
         if not (await ch.recv(roles[c], "s2/ok", pb.Flag)).value:
             raise InvalidMessage(f"s2/ok from {roles[c]} is not a pass")
+    parent = tree_parent(me)
     if parent is not None:
         await ch.send(roles[parent], "s2/ok", pb.Flag(value=True))
         if not (await ch.recv(roles[parent], "s2/go", pb.Flag)).value:
@@ -530,17 +580,19 @@ async def data_party(ch: Channel, weights, sensitivity: float, params: DPAggrega
     for c in tree_children(me, K):
         await ch.send(roles[c], "s2/go", pb.Flag(value=True))
 
-    # --- Stage 3: party1 masks the total with s (κ bits beyond its range) for Charlie; the shares.
-    ch.progress(round=3, step="publish")
-    if me == 0:
-        s = [rng.randrange(1 << params.share_mask_bits) for _ in range(d)]
-        masked = agg + EncryptedVector(zeta_pk, [zeta_pk.raw_encrypt_textbook(P) for P in
-                                                 (packing.pack(s) if packing.packed else s)],
-                                       d, -F, packing, (1 << params.share_mask_bits) - 1)
-        await ch.send(CHARLIE, "s2/psi", masked.to_proto())
-        t = [(ti - si) % M for ti, si in zip(t, s)]
-    share, path = await _publish(ch, t, params, output_dir, ch.session_id)
-    return PartyResult(share=share, share_file=path, stats=ch.stats.as_dict())
+
+async def _mask_total_for_charlie(ch: Channel, rng, zeta_pk, agg: EncryptedVector, t: list[int],
+                                  params: DPAggregateParams) -> list[int]:
+    """Stage 3 at party1: ζ(total + s) to Charlie, s drawn κ bits beyond the total's range; party1's share
+    becomes t_1 − s (mod M), so the shares still add up to the released model."""
+    d, F, M = params.dim, params.frac_bits, 1 << params.modulus_bits
+    packing = params.packing(zeta_pk)
+    s = [rng.randrange(1 << params.share_mask_bits) for _ in range(d)]
+    masked = agg + EncryptedVector(zeta_pk, [zeta_pk.raw_encrypt_textbook(P) for P in
+                                             (packing.pack(s) if packing.packed else s)],
+                                   d, -F, packing, (1 << params.share_mask_bits) - 1)
+    await ch.send(CHARLIE, "s2/psi", masked.to_proto())
+    return [(ti - si) % M for ti, si in zip(t, s)]
 
 
 # =============================================================================== Charlie

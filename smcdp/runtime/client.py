@@ -37,6 +37,7 @@ from smcdp.net.server import (
 )
 from smcdp.net.tls import TlsMaterial
 from smcdp.runtime.config import PartyConfig, load_config
+from smcdp.states import SessionState
 from smcdp.v1 import transport_pb2 as tpb
 from smcdp.v1 import transport_pb2_grpc as tgrpc
 
@@ -205,7 +206,7 @@ def begin_session(config: str | os.PathLike | PartyConfig, protocol: str, roles:
                   timeout: float | None = None, seed: int | None = None) -> StartCall:
     """Start a session with this party as initiator without waiting; ``.wait()`` waits (see :class:`StartCall`)."""
     cfg = _as_config(config)
-    # known here, so the session can be followed: in this party's namespace, as the party names it (issue 24)
+    # known here, so the session can be followed: in this party's namespace, as the party names it
     sid = namespaced(cfg.name, session_id or new_session_id(protocol))
     req = tpb.StartSessionRequest(protocol=protocol, roles=dict(roles),
                                   params_json=json.dumps(dict(params or {})),
@@ -250,9 +251,9 @@ def follow_session(config: str | os.PathLike | PartyConfig, session_id: str, tim
             time.sleep(poll)
             continue
         last_answer = time.monotonic()
-        if rec.get("state") == "succeeded":
+        if rec.get("state") == SessionState.SUCCEEDED:
             return rec
-        if rec.get("state") == "failed":
+        if rec.get("state") == SessionState.FAILED:
             e = rec.get("error") or {}
             code, origin = e.get("code", "INTERNAL"), e.get("origin")
             msg = f"session {session_id} failed: {e.get('message', '')}"

@@ -47,12 +47,12 @@ Example (all relative paths are resolved against the config file's directory)::
     format = "text"                # or "json": one JSON object per line
     level = "INFO"
 
-    [compute]                      # optional (issue 17): where a data party's compute runs
+    [compute]                      # optional: where a data party's compute runs
     engine = "dask"                # "local" (default) or "dask"; all keys: smcdp.compute.config
     scheduler = "local"
     workers = 2
 
-    [console]                      # optional (issue 18): read-only web console + /metrics
+    [console]                      # optional: read-only web console + /metrics
     listen = "127.0.0.1:9464"      # loopback unless [console.tls] or insecure_bind (all keys:
                                    #   smcdp.runtime.console.config, docs/operations.md)
 
@@ -134,8 +134,8 @@ class PartyConfig(NetConfig):
     policy: Policy | None = None          # None: no [policy] (see docs/governance.md)
     budget: BudgetConfig | None = None    # None: no [budget]
     logging: LoggingConfig = field(default_factory=LoggingConfig)
-    compute: ComputeConfig = field(default_factory=ComputeConfig)   # [compute] (issue 17)
-    console: ConsoleConfig = field(default_factory=ConsoleConfig)   # [console] (issue 18)
+    compute: ComputeConfig = field(default_factory=ComputeConfig)   # [compute]
+    console: ConsoleConfig = field(default_factory=ConsoleConfig)   # [console]
 
 
 def _parse_inputs(inputs_t: Mapping[str, Any], base: Path) -> dict[str, dict[str, Path]]:
@@ -193,7 +193,7 @@ def parse_config(data: Mapping[str, Any], base_dir: str | os.PathLike,
 
 
 def _parse_compute(tbl: Mapping[str, Any], base: Path) -> ComputeConfig:
-    """[compute] (issue 17); the checks live with the engines in smcdp.compute.config."""
+    """[compute]; the checks live with the engines in smcdp.compute.config."""
     try:
         return ComputeConfig.from_mapping(tbl, base)
     except ComputeConfigError as exc:
@@ -212,7 +212,7 @@ def optional_parts(cfg: PartyConfig) -> list[tuple[str, str]]:
 
 def require_optional_parts(cfg: PartyConfig) -> None:
     """Refuse, naming the package and its ``pip install`` line, a configuration whose optional parts
-    are not installed here (issue 29: before the party serves, not when a session needs them)."""
+    are not installed here (at start-up, before the party serves, not when a session needs them)."""
     for part, needed_by in optional_parts(cfg):
         require(part, needed_by)
 
@@ -257,10 +257,10 @@ def config_to_dict(cfg: PartyConfig, relative_to: str | os.PathLike | None = Non
         doc["policy"] = cfg.policy.as_dict()
     if cfg.budget is not None:
         doc["budget"] = budget_to_dict(cfg.budget, base)
-    compute = cfg.compute.to_dict(lambda p: relative_path(p, base))   # [compute] (issue 17)
+    compute = cfg.compute.to_dict(lambda p: relative_path(p, base))   # [compute]
     if compute:
         doc["compute"] = compute
-    console = console_to_dict(cfg.console, base)   # [console] (issue 18)
+    console = console_to_dict(cfg.console, base)   # [console]
     if console:
         doc["console"] = console
     return doc

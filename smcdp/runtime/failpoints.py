@@ -53,7 +53,7 @@ def disarm(directory: Path) -> None:
 
 
 def _same_session(armed: str, session_id: str) -> bool:
-    # the operator may name a session without its initiator's prefix ('<party>.<name>', issue 24)
+    # the operator may name a session without the initiator's prefix its id carries ('<party>.<name>')
     return session_id == armed or session_id.endswith("." + armed)
 
 

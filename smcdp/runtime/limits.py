@@ -1,4 +1,4 @@
-"""Admission of sessions and the bookkeeping of ended ones (issue 19).
+"""Admission of sessions and the bookkeeping of ended ones (docs/security.md, 'Limits and their defaults').
 
 The party runner (:mod:`smcdp.runtime.party`) calls these at its boundary:
 
@@ -13,9 +13,10 @@ The party runner (:mod:`smcdp.runtime.party`) calls these at its boundary:
 * :func:`check_begin` caps the running sessions of one initiator.
 * :func:`session_budget` -- one session's inbound budget: the protocol's own
   traffic envelope (from its validated parameters) capped by ``[limits]``.
-* :func:`check_resume` and :func:`charge_journal` (issue 24) -- a session continued
-  from its checkpoint is admitted again: slots, ``max_restarts``, its unrenewed deadline,
-  and what its journal already holds counted against its envelope.
+* :func:`check_resume` and :func:`charge_journal` -- a session continued from its
+  checkpoint is admitted again, so a resume is no way around the limits: slots,
+  ``max_restarts``, its unrenewed deadline, and what its journal already holds counted
+  against its envelope.
 * :class:`EndedSessions` -- what stays in memory after a session ends: its
   closed channel (de-duplication digests and failure, no buffers), for the
   last ``limits.keep_ended_sessions`` sessions only; everything else about an
@@ -32,11 +33,16 @@ from smcdp.errors import DeadlineExceeded, ResourceExhausted, SmcdpError
 from smcdp.net.limits import InboundBudget, InboundLedger, Limits
 from smcdp.net.server import SessionSpec
 from smcdp.plugins.base import ProtocolPlugin
+from smcdp.runtime.states import Phase, Slot
+
+
+class _Lifecycle(Protocol):
+    phase: Phase
 
 
 class _Live(Protocol):
     initiator: str
-    state: str          # "prepared", "running", "succeeded" or "failed"
+    lifecycle: _Lifecycle
 
 
 class _Counts(NamedTuple):
@@ -57,7 +63,7 @@ def _counts(sessions: Iterable[_Live], initiator: str, in_flight: Mapping[str, i
     not (:func:`_check_slots`).
 
     ``in_flight``: initiator -> proposals (or resumes) being admitted right now, which hold no session
-    yet; they count as pending (issue 24: concurrent Proposes all passed the check before any was
+    yet; they count as pending (else concurrent Proposes all pass the check before any is
     registered)."""
     flying = dict(in_flight or {})
     mine_p = mine_h = flying.get(initiator, 0)
@@ -66,12 +72,13 @@ def _counts(sessions: Iterable[_Live], initiator: str, in_flight: Mapping[str, i
     for s in sessions:
         total += 1
         mine_h += s.initiator == initiator
-        if getattr(s, "ending", False) or s.state not in ("prepared", "running"):
+        slot = s.lifecycle.phase.slot
+        if slot is None:
             continue      # aborted, failed or ended, winding down: it holds memory, not a slot
-        if s.state == "prepared" and not getattr(s, "begun", False):   # begun: Begin admitted, thread not yet
+        if slot is Slot.PENDING:
             pending += 1
             mine_p += s.initiator == initiator
-        else:
+        else:             # begun (Begin admitted, the thread not yet running its role) or running
             mine_r += s.initiator == initiator
     return _Counts(mine_p, mine_r, mine_h, pending, total)
 
@@ -150,7 +157,7 @@ def begin_wait_seconds(deadline: float, limits: Limits, own: bool, now: float | 
 
 
 def approval_wait_until(received: float, limits: Limits, own: bool, now: float | None = None) -> float:
-    """How long a prepared session waits while a participant's operator decides (issue 24).
+    """How long a prepared session waits while a participant's operator decides.
 
     Never past ``limits.approval_timeout_seconds`` from its receipt here.  A participant
     other than the initiator waits ``WAITING_NOTICE_GRACE`` (or the proposal grace, if
@@ -166,13 +173,14 @@ def approval_wait_until(received: float, limits: Limits, own: bool, now: float |
 def session_budget(plugin: ProtocolPlugin, spec: SessionSpec, role: str, limits: Limits,
                    ledger: InboundLedger | None = None) -> InboundBudget:
     """The session's inbound budget: the plug-in's envelope for ``role``, capped by ``[limits]``.
-    ``ledger``: the party's bytes held per peer and in all, charged alongside (issue 24)."""
+    ``ledger``: the party's bytes held per peer and in all, charged alongside, so a peer's messages
+    across all its sessions stay within ``limits.inbound_mib_per_peer``."""
     derived = plugin.traffic_envelope(dict(spec.params), dict(spec.roles), role)
     return InboundBudget(limits.envelope(derived), spec.session_id, ledger, spec.roles)
 
 
 def charge_journal(budget: InboundBudget, received: Iterable[tuple[str, str, int]]) -> int:
-    """Charge what a session's journal already holds to its inbound budget (issue 24).
+    """Charge what a session's journal already holds to its inbound budget.
 
     A restored or resumed session reloads its journal: those bytes count against the
     envelope as if they had just arrived, so no incarnation gets a fresh envelope (five
@@ -195,7 +203,7 @@ def _limit(cls: type[SmcdpError], rule: str, message: str) -> SmcdpError:
 
 def check_resume(sessions: Iterable[_Live] | None, initiator: str, meta: Mapping[str, Any], limits: Limits,
                  me: str, now: float | None = None, in_flight: Mapping[str, int] | None = None) -> None:
-    """Refuse to continue a session from its checkpoint beyond this party's limits (issue 24).
+    """Refuse to continue a session from its checkpoint beyond this party's limits.
 
     A resume is admission again: it takes a slot like a proposal (``pending_per_peer``,
     ``pending_total``, ``sessions_total``; ``sessions`` None skips them -- a restore at

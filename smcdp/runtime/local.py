@@ -3,7 +3,7 @@
 Used by the ``smcdp demo`` commands and by the multi-process tests.  It
 creates a CA and one certificate per party in a work directory, writes each
 party's TOML configuration (addresses on 127.0.0.1 with free ports), starts
-``python -m smcdp.runtime.party --config …`` for every party, waits until each answers
+``python -m smcdp party --config …`` for every party, waits until each answers
 ``grpc.health.v1``, runs sessions through the initiator's operator interface
 and finally stops every process with SIGTERM (SIGKILL after a grace period).
 """
@@ -37,6 +37,7 @@ from smcdp.runtime.config import PartyConfig, dump_config, load_config, require_
 from smcdp.runtime.console.config import ConsoleConfig
 from smcdp.runtime.governance.charges import BudgetConfig
 from smcdp.runtime.governance.policy import Policy
+from smcdp.states import SessionState
 
 log = logging.getLogger("smcdp.local")
 
@@ -62,9 +63,9 @@ class LocalCluster:
                  consoles: Mapping[str, ConsoleConfig] | None = None, open_policy: bool = False) -> None:
         self.limits = limits
         self.open_policy = open_policy              # parties without a policy: [policy] open = true
-        self.consoles = dict(consoles or {})        # party -> its [console] (issue 18)
+        self.consoles = dict(consoles or {})        # party -> its [console]
         self.parties = {name: dict(inputs) for name, inputs in parties.items()}
-        self.compute = dict(compute or {})          # party -> its [compute] (issue 17)
+        self.compute = dict(compute or {})          # party -> its [compute]
         self.extra_env = dict(extra_env or {})
         self.allow_insecure_keys = allow_insecure_keys
         self.allow_seeded = allow_seeded
@@ -107,20 +108,20 @@ class LocalCluster:
             open_policy=self.open_policy)
 
     def console_url(self, party: str) -> str:
-        """The base URL of ``party``'s console (issue 18; it must have a [console])."""
+        """The base URL of ``party``'s console (it must have a [console])."""
         listen = self.consoles[party].listen
         scheme = "https" if self.consoles[party].tls is not None else "http"
         return f"{scheme}://{listen}/"
 
     def start(self) -> None:
         self.write_configs()
-        for p in self.configs:   # issue 29: a missing optional package is named before any party starts
+        for p in self.configs:   # a missing optional package is named before any party starts
             require_optional_parts(load_config(self.configs[p]))
         for p in self.configs:
             self._spawn(p)
         # every process imports and starts at once: on a few cores that takes time in proportion to
-        # their number (≈ 1.5 CPU-s each), so the deadline grows with it (issue 28: 34 processes on 2
-        # loaded cores needed more than the fixed 60 s)
+        # their number (≈ 1.5 CPU-s each), so the deadline grows with it (34 processes on 2
+        # loaded cores needed more than a fixed 60 s)
         end = time.monotonic() + 60.0 + 10.0 * len(self.configs)
         for p in self.configs:
             self._wait_up(p, timeout=max(5.0, end - time.monotonic()))
@@ -205,7 +206,7 @@ class LocalCluster:
         A party killed and not restarted meanwhile gets ``{"state": "unknown"}``;
         the others' records say how the session ended for them.
         """
-        sid = namespaced(initiator, session_id or new_session_id(protocol))   # the id it will have (issue 24)
+        sid = namespaced(initiator, session_id or new_session_id(protocol))   # the id it will have
         wait = (timeout or self.session_seconds) + 60.0
         outcome: dict[str, Any] = {}
 
@@ -228,11 +229,11 @@ class LocalCluster:
         for p in dict.fromkeys(roles.values()):
             records[p] = self._record(p, sid, end)
         err = outcome.get("error")
-        if isinstance(err, SmcdpError) and records[initiator].get("state") == "unknown" \
+        if isinstance(err, SmcdpError) and records[initiator].get("state") == SessionState.UNKNOWN \
                 and getattr(err, "code", "") != "UNAVAILABLE":
             # refused before the initiator registered the session (its own limits or policy):
             # the start call's error is the only account of it
-            records[initiator] = {"state": "failed", "session_id": sid,
+            records[initiator] = {"state": SessionState.FAILED.value, "session_id": sid,
                                   "error": {"code": err.code, "message": str(err), "origin": initiator}}
         return records
 
@@ -240,19 +241,19 @@ class LocalCluster:
         while party in self.restarting and time.monotonic() < end:
             time.sleep(0.2)   # killed, to be started again: its record comes after the replay
         if party in self.down:
-            return {"state": "unknown", "session_id": sid,
+            return {"state": SessionState.UNKNOWN.value, "session_id": sid,
                     "error": {"code": "UNAVAILABLE", "message": f"party {party} was killed", "origin": party}}
-        last: dict = {"state": "unknown", "session_id": sid}
+        last: dict = {"state": SessionState.UNKNOWN.value, "session_id": sid}
         pause = 0.01          # a participant often ends a round trip after the initiator: ask again soon
         while True:
             try:
                 r = get_result(self.configs[party], sid)
             except SmcdpError as exc:  # e.g. the proposal never reached it
-                r = {"state": "unknown", "session_id": sid,
+                r = {"state": SessionState.UNKNOWN.value, "session_id": sid,
                      "error": {"code": exc.code, "message": str(exc), "origin": party}}
                 if not isinstance(exc, Unavailable):
                     return r
-            if r.get("state") in ("succeeded", "failed"):
+            if SessionState(r.get("state")).ended:
                 return r
             last = r
             if time.monotonic() > end:
@@ -263,7 +264,7 @@ class LocalCluster:
     def _settled(self, roles: Mapping[str, str], sid: str, exclude: set[str]) -> bool:
         for p in set(roles.values()) - exclude - self.down:
             try:
-                if get_result(self.configs[p], sid, timeout=5).get("state") not in ("succeeded", "failed"):
+                if not SessionState(get_result(self.configs[p], sid, timeout=5).get("state")).ended:
                     return False
             except SmcdpError:
                 return False
@@ -338,7 +339,7 @@ def write_local_deployment(root: str | os.PathLike, parties: Sequence[str], *,
 
 def spawn_party(config_path: str | os.PathLike, *, log_file=None,
                 extra_env: Mapping[str, str] | None = None):
-    """Start ``python -m smcdp.runtime.party --config FILE`` as a separate OS process.
+    """Start ``python -m smcdp party --config FILE`` as a separate OS process.
 
     ``log_file``: an open binary file for its stdout/stderr (default: inherit).
     Returns the ``subprocess.Popen``; stop it with :func:`stop_party`.
@@ -346,7 +347,7 @@ def spawn_party(config_path: str | os.PathLike, *, log_file=None,
     src = str(Path(smcdp.__file__).resolve().parents[1])
     env = dict(os.environ, **(extra_env or {}))
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return subprocess.Popen([sys.executable, "-m", "smcdp.runtime.party", "--config", str(config_path)],
+    return subprocess.Popen([sys.executable, "-m", "smcdp", "party", "--config", str(config_path)],
                             env=env, stdout=log_file, stderr=subprocess.STDOUT if log_file else None)
 
 

@@ -1,4 +1,4 @@
-"""A party's log lines and private directories (issue 19).
+"""A party's log lines and private directories (docs/security.md, 'Logs, records and files').
 
 Logs
     ``[logging] format = "text"`` (default) writes one line per record;

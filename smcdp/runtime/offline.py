@@ -1,4 +1,4 @@
-"""The party's offline phase for its next session, done while it is idle (issue 27).
+"""The party's offline phase for its next session, done while it is idle.
 
 A role's randomness root (:class:`~smcdp.primitives.rng.Randomness`) is 32 bytes from the OS CSPRNG that
 the party draws for each session it joins without a seed, and keeps in that session's checkpoint.

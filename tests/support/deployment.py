@@ -113,7 +113,7 @@ class PartyProcess:
             self.proc = subprocess.Popen(
                 [sys.executable, str(REPO / "parties" / f"{name}.py"), "--config", str(config)],
                 cwd=REPO, env=env, stdout=self.log, stderr=subprocess.STDOUT)
-        else:              # python -m smcdp.runtime.party --config FILE, through the library helper
+        else:              # python -m smcdp party --config FILE, through the library helper
             from smcdp.runtime.local import spawn_party
 
             self.proc = spawn_party(config, log_file=self.log, extra_env={"PYTHONPATH": str(REPO)})

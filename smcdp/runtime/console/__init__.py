@@ -1,4 +1,4 @@
-"""The party's read-only web console and Prometheus metrics (issue 18; docs/operations.md).
+"""The party's read-only web console and Prometheus metrics (docs/operations.md).
 
 * :mod:`.config` -- ``[console]`` in the party's TOML;
 * :mod:`.readmodel` -- what the console reads (sessions, traffic, peers, budgets, audit);

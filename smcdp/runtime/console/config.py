@@ -1,4 +1,4 @@
-"""``[console]``: the party's read-only web console and Prometheus metrics (issue 18).
+"""``[console]``: the party's read-only web console and Prometheus metrics (docs/operations.md).
 
 ::
 
@@ -13,10 +13,10 @@
     key = "certs/alice-console.key"
     client_ca = "certs/operators-ca.crt"   # clients must present a certificate from this CA
 
-With ``[console.tls]`` a client must authenticate (issue 24): a certificate issued by
-``client_ca`` (if that is the federation's own CA, it must be this party's own
-certificate: any member holds one from that CA), or the bearer token of ``token_file``;
-at least one of the two is required.  Without authentication a client gets only
+With ``[console.tls]`` the console may listen beyond loopback, so a client must
+authenticate: a certificate issued by ``client_ca`` (if that is the federation's own CA,
+it must be this party's own certificate: any member holds one from that CA), or the
+bearer token of ``token_file``; at least one of the two is required.  Without authentication a client gets only
 ``/healthz`` and the stylesheet.
 
 The console shows what an operator may see of this party -- sessions, peers, budgets, the audit

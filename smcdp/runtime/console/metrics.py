@@ -1,4 +1,4 @@
-"""Prometheus metrics of one party (issue 18), served at ``/metrics`` on the console's address.
+"""Prometheus metrics of one party, served at ``/metrics`` on the console's address.
 
 One :class:`~prometheus_client.CollectorRegistry` per party, never the global one: several
 parties in one process (tests, ``smcdp demo`` in-process) keep their own counts, and nothing
@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from smcdp.crypto.counters import snapshot as paillier_snapshot
+from smcdp.states import PENDING_APPROVAL
 
 log = logging.getLogger("smcdp.console")
 
@@ -114,7 +115,7 @@ class _Collector:
             counts[(s["protocol"], s["state"])] = counts.get((s["protocol"], s["state"]), 0) + 1
         try:
             for p in obs.pending_proposals():
-                if p["state"] == "pending approval":
+                if p["state"] == PENDING_APPROVAL:
                     counts[(p["protocol"], "pending_approval")] = counts.get((p["protocol"], "pending_approval"), 0) + 1
         except Exception:  # noqa: BLE001 - a scrape never fails for one family
             log.exception("metrics: proposals")

@@ -1,6 +1,6 @@
-"""Server-rendered HTML of the console (issue 18): no JavaScript, no CDN, one stylesheet served
-by the party.  Every value goes through :func:`html.escape` (session ids, peer names and error
-messages come from peers)."""
+"""Server-rendered HTML of the console (docs/operations.md, 'Pages'): no JavaScript, no CDN, one
+stylesheet served by the party.  Every value goes through :func:`html.escape` (session ids, peer names
+and error messages come from peers)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import html
 import json
 from typing import Any, Iterable
 from urllib.parse import quote
+
+from smcdp.states import PENDING_APPROVAL, SessionState
 
 CSS = """
 body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;color:#1b1f23;background:#f6f8fa}
@@ -68,12 +70,12 @@ def raw_td(html_text: str) -> str:
 
 def state_badge(state: str | None, rnd: Any = None, step: str = "", waiting_for: str | None = None) -> str:
     s = state or "unknown"
-    cls = {"succeeded": "succeeded", "failed": "failed", "running": "running", "prepared": "prepared",
-           "pending approval": "pending"}.get(s, "unknown")
+    cls = {**{st.value: st.value for st in (SessionState.SUCCEEDED, SessionState.FAILED, SessionState.RUNNING,
+                                             SessionState.PREPARED)}, PENDING_APPROVAL: "pending"}.get(s, "unknown")
     extra = ""
-    if s == "running" and rnd is not None:
+    if s == SessionState.RUNNING and rnd is not None:
         extra = f" · round {e(rnd)}" + (f" · {e(step)}" if step else "")
-    if waiting_for and s in ("prepared", "pending approval"):   # issue 24
+    if waiting_for and (s == SessionState.PREPARED or s == PENDING_APPROVAL):   # and whose operator it waits for
         extra += f' · <span class="st pending">waiting for approval at {e(waiting_for)}</span>'
     return f'<span class="st {cls}">{e(s)}</span>{extra}'
 

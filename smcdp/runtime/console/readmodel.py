@@ -1,14 +1,14 @@
-"""What the console and ``/metrics`` read about a party (issue 18): one small read-model.
+"""What the console and ``/metrics`` read about a party: one small read-model.
 
 The facts already exist in the party; this module gathers them without changing how a session
 runs:
 
 * sessions -- the live ones (``Party.sessions``: state, ``ch.progress()`` round and step, the
   channel's :class:`~smcdp.net.channel.TrafficStats`), the proposals waiting for the operator
-  (the governor's proposal store) and the ended ones (their records in ``data_dir/sessions``);
+  (the governor's proposal store) and the ended ones (``Party.records``);
 * traffic -- bytes sent per peer from the channels' stats; bytes received and messages refused
   from the mailbox server, which reports every delivery and refusal to its
-  :class:`~smcdp.net.server.SessionHost` (``inbound_delivered`` / ``inbound_refused``);
+  :class:`~smcdp.net.server.PeerHost` (``inbound_delivered`` / ``inbound_refused``);
 * peers -- probed every ``[console] probe_seconds`` by :class:`PeerProber`: grpc.health.v1
   over the party's own mutual-TLS channel (up or down, round-trip time) and the certificate the
   peer presents in a TLS handshake (subject, issuer, expiry);
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as _dt
-import json
 import logging
 import socket
 import ssl
@@ -41,6 +40,7 @@ from smcdp.dp.budget import fmt_amount
 from smcdp.net.config import parse_address
 from smcdp.net.grpc_channel import PeerConnector
 from smcdp.runtime.governance.audit import read_entries, verify_log
+from smcdp.states import PENDING_APPROVAL, ProposalState, SessionState
 
 log = logging.getLogger("smcdp.console")
 
@@ -230,25 +230,12 @@ class Observatory:
                         "round": None, "step": "", "error": ({"message": d["reason"]} if d["reason"] else None),
                         "traffic": {}, "epsilon": d["epsilon"], "kind": "proposal",
                         "expires_at": d["expires_at"],
-                        "waiting_for": self.party.name if d["state"] == "pending" else None})
+                        "waiting_for": self.party.name if d["state"] == ProposalState.PENDING else None})
         return out
 
     def ended_sessions(self, limit: int = MAX_RECORDS) -> list[dict]:
         """Records on disk (blocking file reads: call in an executor)."""
-        d = self.party.sessions_dir
-        try:
-            paths = sorted(d.glob("*.json"), key=lambda q: q.stat().st_mtime, reverse=True)[:limit]
-        except OSError:
-            return []
-        out = []
-        for path in paths:
-            try:
-                rec = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                continue
-            if isinstance(rec, dict):
-                out.append(record_view(rec))
-        return out
+        return [record_view(rec) for rec in self.party.records.recent(limit)]
 
     def sessions(self) -> list[dict]:
         """Every session this party knows: live, waiting for approval, ended (blocking reads)."""
@@ -256,13 +243,13 @@ class Observatory:
         for v in self.ended_sessions():
             by_id[v["session_id"]] = v
         for v in self.pending_proposals():
-            if v["session_id"] not in by_id or v["state"] == "pending approval":
+            if v["session_id"] not in by_id or v["state"] == PENDING_APPROVAL:
                 by_id.setdefault(v["session_id"], v)
-                if v["state"] == "pending approval":
+                if v["state"] == PENDING_APPROVAL:
                     by_id[v["session_id"]] = v
         for v in self.live_sessions():
             by_id[v["session_id"]] = v
-        order = {"pending approval": 0, "running": 1, "prepared": 2}
+        order = {PENDING_APPROVAL: 0, SessionState.RUNNING.value: 1, SessionState.PREPARED.value: 2}
         return sorted(by_id.values(), key=lambda v: (order.get(v["state"], 3), _neg_time(v.get("started_at"))))
 
     def session(self, session_id: str) -> dict | None:
@@ -326,7 +313,7 @@ class Observatory:
 
 
 def _proposal_state(state: str) -> str:
-    return {"pending": "pending approval"}.get(state, f"proposal {state}")
+    return PENDING_APPROVAL if state == ProposalState.PENDING else f"proposal {state}"
 
 
 def _neg_time(t: str | None) -> float:

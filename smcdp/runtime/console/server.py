@@ -1,4 +1,4 @@
-"""The console's HTTP server: aiohttp on the party's own event loop (issue 18).
+"""The console's HTTP server: aiohttp on the party's own event loop (why: docs/operations.md).
 
 Read-only: GET and HEAD only, no forms, no cookies, no JavaScript.  Every response says
 ``Cache-Control: no-store`` and a Content-Security-Policy that allows nothing but this
@@ -82,7 +82,7 @@ PUBLIC_PATHS = frozenset({"/healthz", "/static/console.css", "/favicon.ico"})
 
 
 class Gate:
-    """Who may read the console (issue 24): a client certificate issued by ``client_ca`` -- this
+    """Who may read the console: a client certificate issued by ``client_ca`` -- this
     party's own if ``client_ca`` is the federation's CA, which every member holds a certificate
     of -- or the bearer token.  Without ``[console.tls]`` and a token, a loopback console is open to
     whoever can connect on this host, as before."""
@@ -124,7 +124,7 @@ class Console:
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
         self.url: str | None = None
-        #: what the party warns about at start-up, on every page too (an open policy, seeds; issue 24)
+        #: what the party warns about at start-up, on every page too (an open policy, seeds), so no operator misses them
         self.warnings = warnings_for(party.config)
         self.gate: Gate | None = None
 

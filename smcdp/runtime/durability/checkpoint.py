@@ -53,6 +53,7 @@ from smcdp.errors import PreconditionFailed, resource_failure
 from smcdp.primitives.rng import KEY_BYTES, Randomness
 from smcdp.runtime.durability.integrity import Mac, durability_key, local_failure
 from smcdp.runtime.durability.journal import FileJournal
+from smcdp.states import SessionState
 
 META = "checkpoint.json"
 ROOT_KEY = "root.key"
@@ -161,7 +162,7 @@ class Checkpoint:
                 "kind": "smcdp-session-checkpoint", "version": VERSION,
                 "session_id": session_id, "protocol": protocol, "roles": dict(roles), "params": dict(params),
                 "timeout_seconds": float(timeout_seconds), "seed": seed, "initiator": initiator, "role": role,
-                "seeded": randomness.seeded, "state": "prepared", "resumable": False, "restarts": 0,
+                "seeded": randomness.seeded, "state": SessionState.PREPARED.value, "resumable": False, "restarts": 0,
                 "deadline_epoch": time.time() + float(timeout_seconds), "created": time.time(),
                 "inputs": None, "error": None,
                 "root_check": Mac(key, "root", session_id).tag(randomness.key).hex(),
@@ -277,10 +278,11 @@ class Checkpoint:
         the first time its inputs are fingerprinted, after that they must be as they were
         (:class:`CheckpointError` naming this party otherwise)."""
         if self.meta.get("inputs") is None:
-            self.set_state("running", resumable=False, error=None, inputs=input_fingerprint(inputs), **fields)
+            self.set_state(SessionState.RUNNING.value, resumable=False, error=None, inputs=input_fingerprint(inputs),
+                           **fields)
         else:
             self.check_inputs(inputs)
-            self.set_state("running", resumable=False, error=None, **fields)
+            self.set_state(SessionState.RUNNING.value, resumable=False, error=None, **fields)
 
     def check_inputs(self, inputs: Mapping[str, str]) -> None:
         now = input_fingerprint(inputs)

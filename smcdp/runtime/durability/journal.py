@@ -366,7 +366,7 @@ class FileJournal:
 
     def inbound_sizes(self) -> list[tuple[str, str, int]]:
         """(sender role, tag, bytes) of every message received, without reading the messages
-        (a resume charges them to the session's envelope before it reloads them; issue 24)."""
+        (a resume charges them to the session's envelope before it reloads them)."""
         with self._lock:
             return [(role, tag, length) for role, tag, _type, _off, length in self._inbound]
 

@@ -1,9 +1,9 @@
-"""How long what an ended session leaves on disk stays there (issue 24).
+"""How long what an ended session leaves on disk stays there.
 
 A session that fails *resumably* keeps its checkpoint -- randomness root and journal --
 so that ``smcdp session resume`` can continue it (docs/fault-tolerance.md).  Nothing
 bounded how long: a peer that made sessions fail resumably (an ``Abort`` with
-UNAVAILABLE) left their journals on disk for ever (1.5 GB in the issue).  Now a
+UNAVAILABLE) left their journals on disk for ever (1.5 GB when one peer tried).  Now a
 checkpoint of a session that no longer runs here is deleted ``limits.failed_retention_seconds``
 after the session failed (``failed_epoch`` in its checkpoint; the checkpoint file's
 modification time for one written before that field existed, or left in a live state by a
@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Iterable
 
 from smcdp.runtime.durability.checkpoint import META, SUFFIX, Checkpoint, CheckpointError
+from smcdp.states import SessionState
 
 #: how often the party sweeps, at most (and at least every quarter of the retention)
 SWEEP_PERIOD = 60.0
@@ -76,7 +77,7 @@ def sweep(sessions_dir: Path, retention: float, live: Iterable[str], now: float 
         if cp.session_id in live:
             continue
         m = cp.meta
-        ended = m.get("failed_epoch") if m["state"] == "failed" else None
+        ended = m.get("failed_epoch") if m["state"] == SessionState.FAILED else None
         since = float(ended) if isinstance(ended, (int, float)) else mtime
         if now - since < retention:
             continue

@@ -30,9 +30,9 @@ from typing import Any, Awaitable, Callable, Mapping
 from smcdp._files import atomic_write_json
 from smcdp.errors import DeadlineExceeded
 from smcdp.net.server import SessionSpec, validate_session_id
+from smcdp.states import ProposalState
 
-STATES = ("pending", "approved", "started", "rejected", "expired", "withdrawn")
-OPEN_STATES = ("pending", "approved")
+STATES = tuple(s.value for s in ProposalState)
 #: the initiator's polling interval while a participant's operator decides
 POLL_FIRST, POLL_MAX = 0.5, 5.0
 MAX_REASON = 1000
@@ -54,7 +54,7 @@ class Proposal:
     charges_budget: bool                     # approving reserves summary["epsilon"] in [budget]
     received_at: float                       # wall clock (time.time()), survives restarts
     expires_at: float
-    state: str = "pending"
+    state: str = ProposalState.PENDING.value
     reason: str = ""
     decided_at: float | None = None
 
@@ -64,8 +64,8 @@ class Proposal:
                 and self.seed == spec.seed)
 
     def spec(self) -> SessionSpec:
-        """The session to prepare: its timeout counts from Begin, not from the proposal (issue 24:
-        the operator's decision may take hours, ``limits.approval_timeout_seconds``)."""
+        """The session to prepare: its timeout counts from Begin, not from the proposal (the
+        operator's decision may take hours, ``limits.approval_timeout_seconds``)."""
         return SessionSpec(self.session_id, self.protocol, dict(self.roles), dict(self.params),
                            self.timeout_seconds, self.seed)
 
@@ -120,7 +120,7 @@ class ProposalStore:
         """Delete proposals decided (started, rejected, expired, withdrawn) before ``decided_before``."""
         gone = []
         for p in list(self._cache.values()):
-            if p.state not in OPEN_STATES and (p.decided_at or p.received_at) < decided_before:
+            if not ProposalState(p.state).open and (p.decided_at or p.received_at) < decided_before:
                 (self.directory / f"{p.session_id}.json").unlink(missing_ok=True)
                 del self._cache[p.session_id]
                 gone.append(p.session_id)
@@ -176,5 +176,5 @@ def proposals_dir(data_dir: Path) -> Path:
     return Path(data_dir) / "proposals"
 
 
-__all__ = ["OPEN_STATES", "Proposal", "ProposalStore", "STATES", "check_reason", "propose_until_decided",
+__all__ = ["Proposal", "ProposalStore", "STATES", "check_reason", "propose_until_decided",
            "proposals_dir", "remaining_seconds"]

@@ -25,7 +25,7 @@ fragment's length and SHA-256, so the chain stays whole and the repair is itself
 record.  Any other damage stops the party at start-up: an unverifiable log is evidence,
 and a party must not keep appending to it (move it aside and start a new one with
 :func:`start_new_log`, ``smcdp audit new``).  So does a log that is missing where the party
-kept one before: it is never restarted silently (issue 24).
+kept one before: it is never restarted silently, which would hide the loss.
 
 Tamper-evidence has the usual limit: whoever can rewrite both files entirely can forge a
 consistent history.  The peers anchor it: they keep this party's signed heads
@@ -258,7 +258,7 @@ class AuditLog:
         Returns the ``torn-tail-repaired`` entry if there was one to repair; raises
         :class:`AuditError` if the log is damaged otherwise, or missing although the data
         directory was used before (``used_before`` says how it shows; ``audit.head`` left
-        behind shows it too): a lost log is not restarted silently (issue 24), its operator
+        behind shows it too): a lost log is not restarted silently, its operator
         starts a new one explicitly (:func:`start_new_log`, ``smcdp audit new``).
         """
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -360,7 +360,7 @@ class AuditLog:
 
 
 def start_new_log(data_dir: str | os.PathLike, party: str, reason: str, by: str) -> dict:
-    """Start a new audit log where there is none, on purpose (``smcdp audit new``; issue 24).
+    """Start a new audit log where there is none, on purpose (``smcdp audit new``).
 
     Refuses when ``audit.jsonl`` exists.  The new log's first line, event ``log-started``,
     records the reason, who ran it, and the head the lost log left behind (``audit.head``,
@@ -381,7 +381,7 @@ def start_new_log(data_dir: str | os.PathLike, party: str, reason: str, by: str)
         log.close()
 
 
-# ---------------------------------------------------------------------- refusals per peer (issue 24)
+# ---------------------------------------------------------------------- refusals per peer
 #: refusals of one peer recorded in full per window; beyond that they are counted
 REFUSALS_IN_FULL = 10
 REFUSAL_WINDOW_SECONDS = 60.0

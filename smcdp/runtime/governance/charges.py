@@ -22,7 +22,7 @@ A DP release over the party's data is charged through the one budget interface
   noisy has left the party;
 * after a restart, an open reservation of this party whose session no longer runs
   is released for the same reason (a pending, approved proposal keeps its own);
-* a session that fails *resumably* releases its reservation too (issue 24: a peer's
+* a session that fails *resumably* releases its reservation too (a peer's
   Abort UNAVAILABLE must not hold a budget for ever); a resume is admitted again and
   reserves anew.  A ledger key is reserved once, so a session's later reservations are
   keyed ``<session id>/resume-<n>`` (``/`` never occurs in a session id).

@@ -1,7 +1,7 @@
 """Who may make this party do what: the gate every proposal passes (docs/governance.md).
 
 :class:`Governor` is what :class:`smcdp.runtime.party.Party` calls on ``Propose``, when a
-session is resumed or restored (:meth:`Governor.readmit`: admitted again, issue 24), on the
+session is resumed or restored (:meth:`Governor.readmit`: admitted again), on the
 operator's approve/reject/list/show, when a session reaches its release point and when it
 ends, and for the peers' signed audit heads.  It composes
 
@@ -25,25 +25,23 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import datetime as _dt
-import json
 import logging
 import threading
 import time
 from typing import Any, Callable, Iterable, Mapping
 
-from smcdp.dp.budget import BudgetExceeded, fmt_amount
 from smcdp.errors import DeadlineExceeded, InvalidMessage, PreconditionFailed, ResourceExhausted, SmcdpError
 from smcdp.net.channel import Channel
 from smcdp.net.grpc_channel import AlreadyExists, NotFound
 from smcdp.net.server import PendingApproval, SessionSpec
 from smcdp.plugins.base import OutputFlow, ProtocolPlugin, SessionContext, SessionSummary
 from smcdp.runtime.config import PartyConfig
-from smcdp.runtime.governance.approvals import OPEN_STATES, Proposal, ProposalStore, check_reason, proposals_dir
-from smcdp.runtime.governance.audit import AuditLog, RefusalThrottle, read_entries
-from smcdp.runtime.governance.charges import RESUME_KEY, SessionCharges
+from smcdp.runtime.governance.approvals import Proposal, ProposalStore, check_reason, proposals_dir
+from smcdp.runtime.governance.audit import AuditLog, RefusalThrottle
+from smcdp.runtime.governance import views
+from smcdp.runtime.governance.charges import SessionCharges
+from smcdp.runtime.governance.exact import ExactSessions, QuotaRefused
 from smcdp.runtime.governance.policy import (
-    DEFAULT_PERIOD_DAYS,
     OutOfBounds,
     PolicyDenied,
     Refusal,
@@ -52,20 +50,14 @@ from smcdp.runtime.governance.policy import (
     refusal,
     releases_exact,
 )
-from smcdp.runtime.governance.witness import SignedHead, WitnessError, WitnessStore, sign_head
+from smcdp.runtime.governance.reservations import BudgetRefused, Reservations
+from smcdp.runtime.governance.witness import WitnessStore, Witnessing
+from smcdp.states import ProposalState, SessionState
 
 log = logging.getLogger("smcdp.governance")
 
 #: how often waiting proposals are checked for expiry
 EXPIRY_PERIOD = 1.0
-#: session records listed by `smcdp session list` (newest first)
-LIST_RECORDS = 500
-
-
-class BudgetRefused(SmcdpError, Refusal):
-    """The privacy budget does not admit the session (RESOURCE_EXHAUSTED)."""
-
-    code = "RESOURCE_EXHAUSTED"
 
 
 class ApprovalExpired(DeadlineExceeded, Refusal):
@@ -76,14 +68,6 @@ class QueueFull(ResourceExhausted, Refusal):
     """Too many proposals already wait for this party's operator (RESOURCE_EXHAUSTED)."""
 
 
-class QuotaRefused(ResourceExhausted, Refusal):
-    """A per-period session limit (max_exact_sessions) does not admit the session (RESOURCE_EXHAUSTED)."""
-
-
-def _iso(t: float | None) -> str | None:
-    if t is None:
-        return None
-    return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def warnings_for(config: PartyConfig) -> list[str]:
@@ -120,20 +104,20 @@ class Governor:
         self.name = name
         self.policy = config.policy
         self.audit = AuditLog(config.data_dir, name)
-        #: the peers' signed audit heads this party keeps, and its TLS key that signs its own (issue 24;
-        #: without ``tls``, a :class:`~smcdp.net.tls.TlsMaterial`, nothing is witnessed)
+        #: the peers' signed audit heads this party keeps, and its TLS key that signs its own (``tls``, a
+        #: :class:`~smcdp.net.tls.TlsMaterial`; without it nothing is witnessed)
         self.tls = tls
         self.witnesses = WitnessStore(config.data_dir, name, b"" if tls is None else tls.ca_pem)
+        self.witnessing = Witnessing(self.witnesses, self.audit, tls)
         self.charges = SessionCharges(config.budget, config.data_dir, name) if config.budget else None
         self.proposals = ProposalStore(proposals_dir(config.data_dir))
         self._lock = threading.RLock()
-        #: sessions admitted here whose cost is reserved in the budget (commit/release pending) -> ledger key
-        self._reserved: dict[str, str] = {}
-        #: refusals per peer and window: the first few in full, then a count (issue 24)
+        #: which admitted session holds which budget entry
+        self.reservations = Reservations(self.charges, self.audit, name, self._lock)
+        #: refusals per peer and window: the first few in full, then a count, so one peer's flood stays a few lines
         self.throttle = RefusalThrottle()
-        #: protocol -> admission times (epoch seconds) of sessions that release exact outputs from this
-        #: party's data, from the audit trail's "accepted" events (max_exact_sessions, issue 25)
-        self._exact: dict[str, list[tuple[float, str]]] = {}   # protocol -> (admitted at, session)
+        #: sessions releasing exact outputs from this party's data, against max_exact_sessions
+        self.exact = ExactSessions(self.policy, self.audit, name, self._lock)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, live: Iterable[str] = ()) -> None:
@@ -153,7 +137,7 @@ class Governor:
         except ValueError as exc:
             raise PreconditionFailed(str(exc)) from None
         pol = self.policy
-        self._exact = _exact_admissions(self.config.data_dir)
+        self.exact.load(self.config.data_dir)
         self.audit.append("start", policy=None if pol is None else pol.as_dict(),
                           budget=None if self.charges is None else self.charges.status())
         if changed is not None:
@@ -173,37 +157,11 @@ class Governor:
         self.audit.close()
 
     def _reconcile(self, live: set[str]) -> None:
-        """After a restart: release open reservations of sessions that no longer run here.
-
-        The release gate commits *before* the release message is sent, so a reservation
-        still open means no noisy output left this party; an approved proposal that the
-        initiator has not yet picked up keeps its reservation, and so does a session that
-        continues from its checkpoint now (``live``: restored after a crash).  A session
-        that failed resumably does not (issue 24): a resume is admitted again and reserves
-        anew.  A replayed session that reaches its release point again re-sends the same
-        output (its randomness is restored from the checkpoint), so committing again is a
-        no-op, not a second charge."""
-        if self.charges is None:
-            return
-        keep: dict[str, str] = {}
-        for sid in {p.session_id for p in self.proposals.all() if p.state == "approved"} | live:
-            c = self._open_reservation(sid)
-            if c is not None:
-                keep[sid] = c.key
-        for c in self.charges.orphans(keep.values()):
-            reason = ("party restarted: the session does not continue here now and had not reached its "
-                      "release point (a resume reserves again)")
-            if self.charges.release(c.key, reason) is not None:
-                self._audit_amount("released", c, session=c.key.split(RESUME_KEY)[0], reason=reason)
-        self._reserved = keep
-
-    def _open_reservation(self, session_id: str):
-        return next((c for c in reversed(self.charges.entries(session_id)) if c.state == "reserved"), None)
-
-    def _audit_amount(self, event: str, c, **fields) -> None:
-        self.audit.append(event, dataset=self.charges.dataset, epsilon=fmt_amount(c.epsilon),
-                          delta=fmt_amount(c.delta), **({"key": c.key} if RESUME_KEY in (c.key or "") else {}),
-                          **fields)
+        """After a restart: release the open reservations of sessions that no longer run here; an approved
+        proposal the initiator has not picked up yet and a session continued from its checkpoint
+        (``live``) keep theirs (:meth:`Reservations.reconcile`)."""
+        approved = {p.session_id for p in self.proposals.all() if p.state == ProposalState.APPROVED}
+        self.reservations.reconcile(approved | live)
 
     async def expiry_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -241,12 +199,12 @@ class Governor:
             summary, charges = self._check(peer, spec, plugin, role)
             approval = self.policy.approval_for(spec.protocol) if self.policy is not None else "auto"
             exact = summary is not None and releases_exact(summary.outputs, role, spec.roles, self.name)
-            self._check_exact_quota(sid, spec.protocol, exact)
+            self.exact.check(sid, spec.protocol, exact)
             pending = approval == "operator" and peer != self.name
             if pending:
                 self._check_queue(peer, sid)
             elif charges:
-                reserved = self._reserve(sid, summary, peer, refuse=True)
+                reserved = self.reservations.reserve(sid, summary, peer, refuse=True)
         except SmcdpError as exc:
             self._refused(peer, exc, proposal)   # a flood of refusals is counted, not written one by one
             raise
@@ -259,34 +217,13 @@ class Governor:
                 summary=None if summary is None else summary.as_dict(), charges_budget=charges,
                 received_at=now, expires_at=now + self.config.limits.approval_timeout_seconds))
             self.audit.append("pending", session=sid, rule=f"policy.{spec.protocol}.approval",
-                              expires_at=_iso(p.expires_at))
+                              expires_at=views.iso(p.expires_at))
             return PendingApproval(f"waiting for the operator of party {self.name!r} to approve "
                                    "(smcdp session approve)")
         if reserved is not None:
-            self._audit_amount("reserved", reserved, session=sid)
-        self._accepted(sid, role, "auto" if peer != self.name else "own operator", spec.protocol, exact)
+            self.reservations.audit_amount("reserved", reserved, session=sid)
+        self.exact.accepted(sid, role, "auto" if peer != self.name else "own operator", spec.protocol, exact)
         return spec
-
-    def _accepted(self, sid: str, role: str, how: str, protocol: str, exact: bool) -> None:
-        """Admitted: on the audit trail (exact: its outputs from this party's data are not DP, which
-        max_exact_sessions counts, also after a restart)."""
-        entry = self.audit.append("accepted", session=sid, role=role, approval=how,
-                                  **({"protocol": protocol, "exact": True} if exact else {}))
-        if exact:
-            self._exact.setdefault(protocol, []).append((_epoch(entry["time"]), sid))
-
-    def _check_exact_quota(self, sid: str, protocol: str, exact: bool) -> None:
-        """``max_exact_sessions`` per ``period_days``: sessions admitted in the window, from the audit trail."""
-        rules = self.policy.protocols.get(protocol) if self.policy is not None else None
-        if not exact or rules is None or rules.max_exact_sessions is None:
-            return
-        days = rules.period_days if rules.period_days is not None else DEFAULT_PERIOD_DAYS
-        since = time.time() - days * 86400.0
-        used = sum(1 for t, _ in self._exact.get(protocol, ()) if t > since)
-        if used >= rules.max_exact_sessions:
-            raise refusal(QuotaRefused, self.name, sid, f"policy.{protocol}.max_exact_sessions",
-                          f"it already joined {used} {protocol} session(s) releasing exact outputs from its data "
-                          f"in the last {days:g} days (at most {rules.max_exact_sessions})")
 
     def _check(self, peer: str, spec: SessionSpec, plugin: ProtocolPlugin, role: str
                ) -> tuple[SessionSummary | None, bool]:
@@ -308,7 +245,7 @@ class Governor:
 
     def _refused(self, peer: str, exc: SmcdpError, proposal: Mapping[str, Any] | None, session: str | None = None,
                  **fields: Any) -> None:
-        """Audit a refusal: in full while ``peer`` is within its allowance, else counted (issue 24)."""
+        """Audit a refusal: in full while ``peer`` is within its allowance, else counted."""
         rule = getattr(exc, "rule", None) or "validation"
         session = (proposal or {}).get("session", session)
         ended, in_full = self.throttle.refused(peer, rule, session)
@@ -321,10 +258,10 @@ class Governor:
     def readmit(self, initiator: str, spec: SessionSpec, plugin: ProtocolPlugin, role: str, how: str,
                 precheck: Callable[[], None] | None = None) -> None:
         """A session continues from its checkpoint (``how``: "resume" or "restore"): admitted again
-        by today's policy and budget (issue 24).  Its reservation, if it still holds one, stays; if
-        it was released (the session failed resumably, or the party restarted meanwhile) and its
-        release point was not reached, the cost is reserved again; a cost already charged stays
-        charged and the replay re-sends the same output."""
+        by today's policy and budget, so a resume is no way around them.  Its reservation, if it still
+        holds one, stays; if it was released (the session failed resumably, or the party restarted
+        meanwhile) and its release point was not reached, the cost is reserved again; a cost already
+        charged stays charged and the replay re-sends the same output."""
         sid = spec.session_id
         with self._lock:
             reserved = None
@@ -332,24 +269,24 @@ class Governor:
                 if precheck is not None:   # the party's limits (restarts, deadline, slots, envelope)
                     precheck()
                 summary, charges = self._check(initiator, spec, plugin, role)
-                if charges and sid not in self._reserved and not any(
-                        c.state == "charged" for c in self.charges.entries(sid)):
-                    held = self._open_reservation(sid)
+                res = self.reservations
+                if charges and sid not in res.held and not res.was_charged(sid):
+                    held = res.open_reservation(sid)
                     if held is not None:
-                        self._reserved[sid] = held.key
+                        res.keep(sid, held.key)
                     else:
-                        reserved = self._reserve(sid, summary, initiator, refuse=True)
+                        reserved = res.reserve(sid, summary, initiator, refuse=True)
             except SmcdpError as exc:
                 self._refused(initiator, exc, None, sid, how=how)
                 raise
             if reserved is not None:
-                self._audit_amount("reserved", reserved, session=sid, why=f"{how}: admitted again")
+                self.reservations.audit_amount("reserved", reserved, session=sid, why=f"{how}: admitted again")
             self.audit.append("readmitted", session=sid, role=role, how=how)
 
     def _check_queue(self, peer: str, sid: str) -> None:
-        """The approval queue is bounded per peer and in all (issue 24: one peer left 300 waiting)."""
+        """The approval queue is bounded per peer and in all (else one peer can leave hundreds waiting)."""
         lim = self.config.limits
-        waiting = [p for p in self.proposals.all() if p.state in OPEN_STATES]
+        waiting = [p for p in self.proposals.all() if ProposalState(p.state).open]
         mine = sum(p.initiator == peer for p in waiting)
         if mine >= lim.pending_approvals_per_peer:
             raise refusal(QueueFull, self.name, sid, "limits.pending_approvals_per_peer",
@@ -371,51 +308,33 @@ class Governor:
                               "party's policy cannot admit them") from None
             return None
 
-    def _reserve(self, sid: str, summary: SessionSummary, initiator: str, *, refuse: bool):
-        """Reserve the session's cost (its first key, or the next resume's); the caller audits it."""
-        key = self.charges.next_key(sid)
-        try:
-            c = self.charges.reserve(key, summary, initiator)
-        except BudgetExceeded as exc:
-            if not refuse:
-                raise          # the operator sees the ledger's own words
-            # the initiator learns that the budget refused, not what is left of it
-            raise refusal(BudgetRefused, self.name, sid, "budget",
-                          f"the privacy budget of its dataset does not admit epsilon={summary.epsilon:g}, "
-                          f"delta={summary.delta:g} more") from exc
-        except PreconditionFailed as exc:
-            raise refusal(OutOfBounds, self.name, sid, "budget",
-                          f"this session id already had a budget reservation here ({exc})") from None
-        self._reserved[sid] = key
-        return c
-
     def _repeat(self, p: Proposal, peer: str, spec: SessionSpec) -> SessionSpec | PendingApproval:
         """A Propose for a session this party already keeps a proposal of."""
         sid = p.session_id
         if not p.same_request(peer, spec):
             raise AlreadyExists(f"session {sid!r} already exists at party {self.name!r} (another proposal)")
         p = self._expire_one(p)
-        if p.state == "pending":
+        if p.state == ProposalState.PENDING:
             return PendingApproval(f"waiting for the operator of party {self.name!r} to approve "
                                    "(smcdp session approve)")
-        if p.state == "approved":
+        if p.state == ProposalState.APPROVED:
             outputs = [OutputFlow(o["name"], tuple(o["recipients"]), tuple(o["sources"]), bool(o["dp"]))
                        for o in (p.summary or {}).get("outputs", ())]
             exact = releases_exact(outputs, p.role, p.roles, self.name)
             try:   # another session may have taken the last exact slot since the operator approved
-                self._check_exact_quota(sid, p.protocol, exact)
+                self.exact.check(sid, p.protocol, exact)
             except QuotaRefused as exc:
                 self._give_back(sid, str(exc))
-                self.proposals.decide(p, "rejected", str(exc))
+                self.proposals.decide(p, ProposalState.REJECTED.value, str(exc))
                 self._refused(peer, exc, None, sid)
                 raise
-            self.proposals.decide(p, "started", p.reason)
-            self._accepted(sid, p.role, "operator", p.protocol, exact)
+            self.proposals.decide(p, ProposalState.STARTED.value, p.reason)
+            self.exact.accepted(sid, p.role, "operator", p.protocol, exact)
             return p.spec()
-        if p.state == "rejected":
+        if p.state == ProposalState.REJECTED:
             raise refusal(PolicyDenied, self.name, sid, "approval",
                           f"its operator rejected the session: {p.reason}")
-        if p.state == "expired":
+        if p.state == ProposalState.EXPIRED:
             raise refusal(ApprovalExpired, self.name, sid, "approval",
                           "its operator did not approve the session within its approval timeout "
                           f"(limits.approval_timeout_seconds = {self.config.limits.approval_timeout_seconds:g})")
@@ -426,14 +345,15 @@ class Governor:
         with self._lock:
             p = self._proposal(session_id)
             p = self._expire_one(p)
-            if p.state == "approved":
+            if p.state == ProposalState.APPROVED:
                 return self.describe(p)
-            if p.state != "pending":
+            if p.state != ProposalState.PENDING:
                 raise PreconditionFailed(f"proposal {session_id!r} is {p.state}; only a pending one can be approved")
             if p.charges_budget:
-                c = self._reserve(session_id, SessionSummary(**_summary_args(p.summary)), p.initiator, refuse=False)
-                self._audit_amount("reserved", c, session=session_id)
-            p = self.proposals.decide(p, "approved")
+                c = self.reservations.reserve(session_id, SessionSummary(**_summary_args(p.summary)), p.initiator,
+                                              refuse=False)
+                self.reservations.audit_amount("reserved", c, session=session_id)
+            p = self.proposals.decide(p, ProposalState.APPROVED.value)
             self.audit.append("approved", session=session_id, by="operator")
             return self.describe(p)
 
@@ -444,11 +364,11 @@ class Governor:
             raise InvalidMessage(str(exc)) from None
         with self._lock:
             p = self._expire_one(self._proposal(session_id))
-            if p.state not in OPEN_STATES:
+            if not ProposalState(p.state).open:
                 raise PreconditionFailed(f"proposal {session_id!r} is {p.state}; only a pending or approved "
                                          "one can be rejected")
             self._give_back(session_id, f"rejected by the operator: {reason}")
-            p = self.proposals.decide(p, "rejected", reason)
+            p = self.proposals.decide(p, ProposalState.REJECTED.value, reason)
             self.audit.append("rejected", session=session_id, by="operator", reason=reason)
             return self.describe(p)
 
@@ -456,10 +376,10 @@ class Governor:
         """An Abort for a proposal still waiting here; True if there was one."""
         with self._lock:
             p = self.proposals.get(session_id)
-            if p is None or p.state not in OPEN_STATES or peer not in p.roles.values():
+            if p is None or not ProposalState(p.state).open or peer not in p.roles.values():
                 return False
             self._give_back(session_id, f"withdrawn: {peer} aborted the session")
-            self.proposals.decide(p, "withdrawn", f"{peer}: {message}"[:1000])
+            self.proposals.decide(p, ProposalState.WITHDRAWN.value, f"{peer}: {message}"[:1000])
             self.audit.append("withdrawn", session=session_id, peer=peer, message=message)
             return True
 
@@ -469,10 +389,10 @@ class Governor:
                 self._expire_one(p)
 
     def _expire_one(self, p: Proposal) -> Proposal:
-        if p.state not in OPEN_STATES or time.time() < p.expires_at:
+        if not ProposalState(p.state).open or time.time() < p.expires_at:
             return p
         self._give_back(p.session_id, "the proposal expired before the initiator started it")
-        p = self.proposals.decide(p, "expired", "not approved and started within the approval timeout")
+        p = self.proposals.decide(p, ProposalState.EXPIRED.value, "not approved and started within the approval timeout")
         self.audit.append("expired", session=p.session_id)
         return p
 
@@ -483,73 +403,46 @@ class Governor:
         return p
 
     def _give_back(self, session_id: str, reason: str) -> None:
-        key = self._reserved.pop(session_id, None) if self.charges is not None else None
-        if key is None:
-            return
-        c = self.charges.release(key, reason)
-        if c is not None:
-            self._audit_amount("released", c, session=session_id, reason=reason)
+        self.reservations.give_back(session_id, reason)
 
     # ------------------------------------------------------------------ running sessions
     def wrap(self, plugin: ProtocolPlugin, session_id: str) -> ProtocolPlugin:
         """The plug-in a session runs: with a release gate and settlement when its cost is reserved."""
-        if session_id not in self._reserved:
+        if session_id not in self.reservations.held:
             return plugin
         return _Governed(plugin, self, session_id)
 
     def release_point(self, session_id: str) -> None:
         """The session's output may leave this party from now on: the reservation becomes a charge."""
-        key = self._reserved.get(session_id)
-        c = None if key is None else self.charges.commit(key)
-        if c is not None:
-            self._audit_amount("charged", c, session=session_id,
-                               why="release point reached: output may leave the party from here on")
+        self.reservations.release_point(session_id)
 
     def settle(self, session_id: str, succeeded: bool, reason: str) -> None:
         """At the end of a session: commit what is still reserved on success, release it on failure."""
-        with self._lock:
-            if session_id not in self._reserved:
-                return
-            if succeeded:
-                c = self.charges.commit(self._reserved.pop(session_id))
-                if c is not None:
-                    self._audit_amount("charged", c, session=session_id, why="the session succeeded")
-            else:
-                self._give_back(session_id, f"the session failed before its release point: {reason}"[:1000])
+        self.reservations.settle(session_id, succeeded, reason)
 
     def session_done(self, session_id: str, record: Mapping[str, Any], began: bool = True) -> None:
         """A session ended here (called from its thread).  Never raises: the record is written already.
 
-        A session that failed resumably gives its reservation back too (issue 24: an Abort
-        UNAVAILABLE from any participant used to hold it for ever); ``session resume`` admits
+        A session that failed resumably gives its reservation back too (else one Abort
+        UNAVAILABLE from any participant would hold it for ever); ``session resume`` admits
         it again (:meth:`readmit`).  One that ended before its role began here (``began`` false:
         aborted or expired between Propose and Begin) computed nothing from this party's data and
-        gives back its place in ``max_exact_sessions`` (issue 26: proposals made at once, one
-        refused, used to spend every other party's allowance; any initiator could spend it so)."""
+        gives back its place in ``max_exact_sessions`` (else proposals made at once, one of
+        them refused, would spend every other party's allowance; any initiator could spend it so)."""
         err = record.get("error") or {}
-        resumable = record.get("state") == "failed" and record.get("resumable")
+        resumable = record.get("state") == SessionState.FAILED and record.get("resumable")
         try:
             if not began:
-                self._return_exact(session_id)
-            self.settle(session_id, record.get("state") == "succeeded", str(err.get("message", "")))
+                self.exact.give_back(session_id)
+            self.settle(session_id, record.get("state") == SessionState.SUCCEEDED, str(err.get("message", "")))
             self.audit.append("session-end", session=session_id, state="failed-resumable" if resumable
                               else record.get("state"), code=err.get("code"), origin=err.get("origin"),
                               message=err.get("message"))
         except SmcdpError as exc:   # e.g. a session ending while the party shuts down (audit closed)
             log.error("session %s: could not settle or audit its end: %s", session_id, exc)
 
-    def _return_exact(self, session_id: str) -> None:
-        with self._lock:
-            for protocol, admitted in self._exact.items():
-                kept = [a for a in admitted if a[1] != session_id]
-                if len(kept) != len(admitted):
-                    self._exact[protocol] = kept
-                    self.audit.append("exact-returned", session=session_id, protocol=protocol,
-                                      why="the session ended before its role began here")
-                    return
-
     def checkpoint_deleted(self, info: Mapping[str, Any], retention: float) -> None:
-        """The retention sweep removed a session's checkpoint and journal (issue 24)."""
+        """The retention sweep removed a session's checkpoint and journal."""
         sid = str(info["session"])
         with self._lock:
             self._give_back(sid, "its checkpoint was deleted: the session cannot continue")
@@ -564,29 +457,6 @@ class Governor:
             self.audit.append("proposals-pruned", count=len(gone), sessions=gone[:20],
                               reason=f"decided over limits.failed_retention_seconds = {retention:g} s ago")
 
-    def witness(self, peer: str, head: SignedHead, took_part: bool) -> SignedHead | None:
-        """Keep ``peer``'s signed audit head (issue 24); this party's own head, signed for ``peer``,
-        in return.  A head that went backwards is kept as evidence and recorded here."""
-        conflict = self.witnesses.keep(peer, head, took_part)
-        session = head.claims()["session"]
-        if conflict is not None:
-            log.warning("!!! witness: %s", conflict)
-            self.audit.append("witness-conflict", peer=peer, session=session, problem=conflict)
-        return self.signed_head(peer, session)
-
-    def signed_head(self, to: str, session: str) -> SignedHead | None:
-        """This party's audit head now, signed for witness ``to``."""
-        return None if self.tls is None else sign_head(self.tls, self.audit.head(), to, session)
-
-    def keep_witnessed(self, peer: str, head: SignedHead, session: str) -> None:
-        """``peer``'s head in answer to ours, at the end of ``session``."""
-        if head.claims()["session"] != session:
-            raise WitnessError(f"{peer!r} answered with a head for another session")
-        conflict = self.witnesses.keep(peer, head, True)
-        if conflict is not None:
-            log.warning("!!! witness: %s", conflict)
-            self.audit.append("witness-conflict", peer=peer, session=session, problem=conflict)
-
     def aborted(self, peer: str, session_id: str, code: str, message: str) -> None:
         self.audit.append("abort", session=session_id, peer=peer, code=code, message=message)
 
@@ -594,63 +464,25 @@ class Governor:
         """Admitted but never prepared (e.g. the session thread did not start)."""
         self.settle(session_id, False, reason)
 
-    # ------------------------------------------------------------------ operator views
+    # ------------------------------------------------------------------ operator views (governance.views)
     def waiting_status(self, session_id: str) -> dict | None:
         """GetStatus of a proposal that waits for this party's operator (None if there is none)."""
         p = self.proposals.get(session_id)
-        if p is None or p.state != "pending":
-            return None
-        return {"session_id": p.session_id, "protocol": p.protocol, "party": self.name, "role": p.role,
-                "state": "pending", "round": None, "step": "", "restarts": 0, "peers": {}, "error": None,
-                "resumable": False, "waiting_for": self.name, "expires_at": _iso(p.expires_at)}
+        return None if p is None or p.state != ProposalState.PENDING else views.waiting_status(p, self.name)
 
     def describe(self, p: Proposal) -> dict:
-        s = p.summary or {}
-        return {"session_id": p.session_id, "state": p.state, "protocol": p.protocol, "initiator": p.initiator,
-                "role": p.role, "roles": dict(p.roles), "params": dict(p.params), "seeded": p.seed is not None,
-                "epsilon": s.get("epsilon") if p.charges_budget else None,
-                "delta": s.get("delta") if p.charges_budget else None,
-                "summary": s or None, "received_at": _iso(p.received_at), "expires_at": _iso(p.expires_at),
-                "decided_at": _iso(p.decided_at), "reason": p.reason or None, "kind": "proposal"}
+        return views.describe(p)
 
-    def _charged(self, session_id: str) -> tuple[str | None, str | None]:
-        if self.charges is None:
-            return None, None
-        c = next((c for c in reversed(self.charges.entries(session_id)) if c.state != "released"), None)
-        if c is None:
-            return None, None
-        return fmt_amount(c.epsilon), c.state
-
-    def describe_record(self, r: Mapping[str, Any]) -> dict:
-        eps, how = self._charged(str(r.get("session_id")))
-        return {"session_id": r.get("session_id"), "state": r.get("state"), "protocol": r.get("protocol"),
-                "initiator": r.get("initiator"), "role": r.get("role"), "roles": r.get("roles"),
-                "params": r.get("params"), "seeded": r.get("seed") is not None, "epsilon": eps,
-                "budget_state": how, "started_at": r.get("started_at"), "finished_at": r.get("finished_at"),
-                "error": r.get("error"), "kind": "session"}
-
-    def list_sessions(self, pending_only: bool, live: Mapping[str, Mapping[str, Any]]) -> list[dict]:
+    def list_sessions(self, pending_only: bool, live: Mapping[str, Mapping[str, Any]],
+                      recorded: Callable[[int], Iterable[Mapping[str, Any]]] = lambda limit: ()) -> list[dict]:
+        """The proposals, and unless ``pending_only`` the live sessions and the newest ended ones
+        (``recorded(limit)``: the records, newest first; blocking)."""
         with self._lock:
             self.expire()
-            items = [self.describe(p) for p in self.proposals.all() if not pending_only or p.state == "pending"]
+            proposals = [p for p in self.proposals.all() if not pending_only or p.state == ProposalState.PENDING]
         if pending_only:
-            return items
-        seen = {i["session_id"] for i in items}
-        records = dict(live)
-        rec_dir = self.config.data_dir / "sessions"
-        paths = sorted(rec_dir.glob("*.json"), key=lambda q: q.stat().st_mtime, reverse=True)[:LIST_RECORDS]
-        for path in paths:
-            if path.stem not in records:
-                try:
-                    records[path.stem] = json.loads(path.read_text(encoding="utf-8"))
-                except (OSError, ValueError):
-                    continue
-        for sid, r in records.items():
-            if sid in seen:
-                items = [dict(i, session=self.describe_record(r)) if i["session_id"] == sid else i for i in items]
-            else:
-                items.append(self.describe_record(r))
-        return items
+            return [views.describe(p) for p in proposals]
+        return views.session_list(proposals, live, recorded, self.reservations)
 
     def show(self, session_id: str, record: Mapping[str, Any] | None) -> dict:
         with self._lock:
@@ -659,34 +491,10 @@ class Governor:
                 p = self._expire_one(p)
         if p is None and record is None:
             raise NotFound(f"party {self.name!r} has no session or proposal {session_id!r}")
-        out = self.describe(p) if p is not None else self.describe_record(record)
+        out = views.describe(p) if p is not None else views.describe_record(record, self.reservations)
         if p is not None and record is not None:
-            out["session"] = self.describe_record(record)
+            out["session"] = views.describe_record(record, self.reservations)
         return out
-
-
-def _epoch(iso: str) -> float:
-    return _dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
-
-
-def _exact_admissions(data_dir) -> dict[str, list[tuple[float, str]]]:
-    """protocol -> (admission time, session) of the sessions the audit trail records as releasing exact
-    outputs from this party's data (``accepted`` events with ``exact``), but for those it records as
-    returned (``exact-returned``: they ended before their role began here)."""
-    out: dict[str, list[tuple[float, str]]] = {}
-    returned: set[str] = set()
-    for _, entry, _ in read_entries(data_dir):
-        if entry is None:
-            continue
-        if entry.get("event") == "exact-returned" and isinstance(entry.get("session"), str):
-            returned.add(entry["session"])
-        elif entry.get("event") == "accepted" and entry.get("exact") is True \
-                and isinstance(entry.get("protocol"), str) and isinstance(entry.get("time"), str):
-            try:
-                out.setdefault(entry["protocol"], []).append((_epoch(entry["time"]), str(entry.get("session"))))
-            except ValueError:
-                continue
-    return {p: [a for a in admitted if a[1] not in returned] for p, admitted in out.items()}
 
 
 def _summary_args(d: Mapping[str, Any] | None) -> dict:
@@ -715,7 +523,7 @@ class _Governed(ProtocolPlugin):
         return self.inner.summary(params, roles)
 
     def traffic_envelope(self, params, roles, role):
-        # issue 24: without this a governed session (a DP release charged to the budget) fell back to
+        # without this a governed session (a DP release charged to the budget) would fall back to
         # the [limits] ceilings -- 2 GiB -- instead of its protocol's envelope
         return self.inner.traffic_envelope(params, roles, role)
 

@@ -35,6 +35,12 @@ The TOML, written for a data-protection officer to read::
     allow_non_dp = true
     max_frames_per_round = 2       # induction rounds of up to 2 frames (default 1: the seed's)
 
+Parameters that weaken a data party's guarantee, or size what a session may make it receive, are
+bounded here with a safe default, never left to the proposer (docs/governance.md, "Parameters the
+proposer does not decide"): ``max_noise_parties`` (default 1: every party adds the whole noise
+itself), ``max_frames_per_round`` (default 1), ``max_key_bits`` (default 4096) and ``max_iterations``
+(default 2000).
+
 Every rule is checked against the plug-in's :class:`~smcdp.plugins.base.SessionSummary`
 of the proposal -- public parameters only -- so the evaluation here knows no protocol by
 name.  A refusal is an :mod:`smcdp.errors` exception whose status code says what kind of
@@ -66,9 +72,13 @@ _ROLE_PATTERN_RE = re.compile(r"^[A-Za-z0-9*][A-Za-z0-9_.*-]{0,63}$")
 _TOP_KEYS = {"approval", "allow_seeded", "open"}
 _RULE_KEYS = {"roles", "initiators", "coordinators", "release_to", "allow_non_dp", "min_key_bits",
               "max_epsilon", "max_delta", "min_records", "approval", "max_components", "max_exact_sessions",
-              "period_days", "max_frames_per_round"}
+              "period_days", "max_frames_per_round", "max_noise_parties", "max_key_bits", "max_iterations"}
 #: the window of max_exact_sessions when period_days is not given
 DEFAULT_PERIOD_DAYS = 30.0
+#: the defaults of the bounds on what a proposal may size (the receive limit derives from them): the
+#: largest key and the most rounds an honest session of today's documented sizes uses, with headroom
+DEFAULT_MAX_KEY_BITS = 4096
+DEFAULT_MAX_ITERATIONS = 2000
 
 
 @dataclass(frozen=True)
@@ -85,19 +95,27 @@ class ProtocolRules:
     max_delta: float | None = None
     min_records: int | None = None
     approval: str | None = None          # None: [policy].approval
-    max_components: int | None = None    # the most vectors a session computes from its data (issue 25)
+    max_components: int | None = None    # the most vectors a session computes from its data; each releases a direction
     max_exact_sessions: int | None = None  # the most sessions releasing exact outputs from its data ...
     period_days: float | None = None     # ... in any window of this many days (default 30)
     #: the most frames one protocol round may cover where that shows more of its data (keyword's
     #: induction; SessionSummary.frames_per_round); None: 1
     max_frames_per_round: int | None = None
+    #: the most data parties that may share the noise protecting its data (SessionSummary.noise_parties:
+    #: with h > 1 each adds 1/h of the variance, and h − 1 colluding parties remove theirs); None: 1
+    max_noise_parties: int | None = None
+    #: the largest key and the most protocol rounds a session may use (each multiplies the bytes it may
+    #: make this party receive); None: DEFAULT_MAX_KEY_BITS, DEFAULT_MAX_ITERATIONS
+    max_key_bits: int | None = None
+    max_iterations: int | None = None
 
     def as_dict(self) -> dict:
         out: dict[str, Any] = {"roles": list(self.roles), "initiators": list(self.initiators),
                                "coordinators": list(self.coordinators), "release_to": list(self.release_to),
                                "allow_non_dp": self.allow_non_dp}
         for k in ("min_key_bits", "max_epsilon", "max_delta", "min_records", "approval", "max_components",
-                  "max_exact_sessions", "period_days", "max_frames_per_round"):
+                  "max_exact_sessions", "period_days", "max_frames_per_round", "max_noise_parties",
+                  "max_key_bits", "max_iterations"):
             if getattr(self, k) is not None:
                 out[k] = getattr(self, k)
         return out
@@ -204,6 +222,9 @@ def _rules(name: str, t: Any, known: set[str]) -> ProtocolRules:
         max_exact_sessions=_number(t, "max_exact_sessions", where, integer=True, lo=0, hi=1 << 30),
         period_days=_period(t, where),
         max_frames_per_round=_number(t, "max_frames_per_round", where, integer=True, lo=1, hi=1 << 10),
+        max_noise_parties=_number(t, "max_noise_parties", where, integer=True, lo=1, hi=1 << 10),
+        max_key_bits=_number(t, "max_key_bits", where, integer=True, lo=256, hi=16384),
+        max_iterations=_number(t, "max_iterations", where, integer=True, lo=1, hi=1 << 20),
     )
 
 
@@ -255,19 +276,21 @@ def rules_for_layout(roles: Mapping[str, str], *, initiators: tuple[str, ...] | 
             out[party] = ProtocolRules(roles=(role,), initiators=tuple(sorted(set(initiators))),
                                        min_key_bits=min_key_bits)
             continue
-        frames = None
+        frames = shared = None
         if summary is not None:
             flows = [o for o in summary.outputs_from(role) if {roles[r] for r in o.recipients} - {party}]
             release = {roles[r] for o in flows for r in o.recipients} - {party}
             non_dp = any(not o.dp for o in flows)
             frames = summary.frames_per_round.get(role)
+            shared = summary.noise_parties.get(role)
         else:
             release, non_dp = set(roles.values()) - {party}, allow_non_dp
         out[party] = ProtocolRules(roles=(role,), initiators=tuple(sorted(set(initiators))),
                                    coordinators=tuple(sorted(coordinators - {party})),
                                    release_to=tuple(sorted(release)), allow_non_dp=non_dp,
                                    min_key_bits=min_key_bits,
-                                   max_frames_per_round=frames if frames is not None and frames > 1 else None)
+                                   max_frames_per_round=frames if frames is not None and frames > 1 else None,
+                                   max_noise_parties=shared if shared is not None and shared > 1 else None)
     return out
 
 
@@ -282,7 +305,10 @@ def merge_rules(a: ProtocolRules, b: ProtocolRules) -> ProtocolRules:
                          min_records=a.min_records, approval=a.approval, max_components=a.max_components,
                          max_exact_sessions=a.max_exact_sessions, period_days=a.period_days,
                          max_frames_per_round=max((x for x in (a.max_frames_per_round, b.max_frames_per_round)
-                                                   if x is not None), default=None))
+                                                   if x is not None), default=None),
+                         max_noise_parties=max((x for x in (a.max_noise_parties, b.max_noise_parties)
+                                                if x is not None), default=None),
+                         max_key_bits=a.max_key_bits, max_iterations=a.max_iterations)
 
 
 # ---------------------------------------------------------------------------- evaluation
@@ -342,76 +368,125 @@ def evaluate(policy: Policy | None, *, me: str, session_id: str, initiator: str,
         return
     if summary is None:  # pragma: no cover - the caller asks the plug-in first and refuses on failure
         raise SmcdpError("a restrictive policy needs the plug-in's summary")
-    proto = summary.protocol
-    rules = policy.protocols.get(proto)
-    base = f"policy.{proto}"
-
-    def deny(rule: str, detail: str) -> SmcdpError:
-        return refusal(PolicyDenied, me, session_id, rule, detail)
-
-    def bound(rule: str, detail: str) -> SmcdpError:
-        return refusal(OutOfBounds, me, session_id, rule, detail)
-
-    # --- who: protocol, role, initiator
+    rules = policy.protocols.get(summary.protocol)
+    ask = _Asking(me, session_id, summary.protocol)
     if rules is None:
-        raise deny(base, f"it does not join protocol {proto!r} (its policy has no [{base}] table)")
-    if not any(fnmatch.fnmatchcase(role, pat) for pat in rules.roles):
-        raise deny(f"{base}.roles", f"it may not hold role {role!r} in {proto} (allowed: {_listing(rules.roles)})")
-    if initiator != me and not _allowed(rules.initiators, initiator):
-        raise deny(f"{base}.initiators", f"peer {initiator!r} may not initiate {proto} sessions involving it "
-                                          f"(allowed: {_listing(rules.initiators)})")
-    # --- key sizes
-    floor = rules.min_key_bits
-    for what, bits in summary.key_bits.items():
-        if floor is not None and bits < floor:
-            raise bound(f"{base}.min_key_bits", f"the {what} key of {bits} bits is below its minimum of {floor}")
-        if bits < SECURE_KEY_BITS and not allow_insecure_keys:
-            raise bound("party.allow_insecure_keys", f"the {what} key of {bits} bits is below "
-                        f"{SECURE_KEY_BITS} and this party does not allow insecure keys")
+        raise ask.deny(ask.base, f"it does not join protocol {ask.proto!r} (its policy has no [{ask.base}] table)")
+    _check_who(ask, rules, role, initiator)
+    _check_keys(ask, rules, summary, allow_insecure_keys)
     if role not in summary.data_roles:
         return
-    # --- its data: who coordinates, where outputs go, how private they are
+    _check_where_its_data_goes(ask, rules, summary, role, roles)
+    _check_how_much_it_shows(ask, rules, summary, role)
+
+
+@dataclass(frozen=True)
+class _Asking:
+    """A proposal being evaluated: the refusals name this party, the session and the protocol's rules."""
+
+    me: str
+    session_id: str
+    proto: str
+
+    @property
+    def base(self) -> str:
+        return f"policy.{self.proto}"
+
+    def deny(self, rule: str, detail: str) -> SmcdpError:
+        return refusal(PolicyDenied, self.me, self.session_id, rule, detail)
+
+    def bound(self, rule: str, detail: str) -> SmcdpError:
+        return refusal(OutOfBounds, self.me, self.session_id, rule, detail)
+
+
+def _check_who(ask: _Asking, rules: ProtocolRules, role: str, initiator: str) -> None:
+    """The role it would hold, and who proposes."""
+    if not any(fnmatch.fnmatchcase(role, pat) for pat in rules.roles):
+        raise ask.deny(f"{ask.base}.roles", f"it may not hold role {role!r} in {ask.proto} "
+                                            f"(allowed: {_listing(rules.roles)})")
+    if initiator != ask.me and not _allowed(rules.initiators, initiator):
+        raise ask.deny(f"{ask.base}.initiators", f"peer {initiator!r} may not initiate {ask.proto} sessions "
+                                                 f"involving it (allowed: {_listing(rules.initiators)})")
+
+
+def _check_keys(ask: _Asking, rules: ProtocolRules, summary: SessionSummary, allow_insecure_keys: bool) -> None:
+    """Key sizes between its floor and its ceiling, and no more rounds than it allows: the ceiling and the
+    rounds bound what a session may make this party receive, whatever role it holds."""
+    floor = rules.min_key_bits
+    ceiling = rules.max_key_bits or DEFAULT_MAX_KEY_BITS
+    rounds = rules.max_iterations or DEFAULT_MAX_ITERATIONS
+    if summary.iterations is not None and summary.iterations > rounds:
+        raise ask.bound(f"{ask.base}.max_iterations", f"the session may run {summary.iterations} rounds; it "
+                                                      f"allows at most {rounds}")
+    for what, bits in summary.key_bits.items():
+        if bits > ceiling:
+            raise ask.bound(f"{ask.base}.max_key_bits", f"the {what} key of {bits} bits is above its maximum of "
+                                                        f"{ceiling} (it sizes what the session may send it)")
+        if floor is not None and bits < floor:
+            raise ask.bound(f"{ask.base}.min_key_bits", f"the {what} key of {bits} bits is below its minimum of "
+                                                        f"{floor}")
+        if bits < SECURE_KEY_BITS and not allow_insecure_keys:
+            raise ask.bound("party.allow_insecure_keys", f"the {what} key of {bits} bits is below "
+                            f"{SECURE_KEY_BITS} and this party does not allow insecure keys")
+
+
+def _check_where_its_data_goes(ask: _Asking, rules: ProtocolRules, summary: SessionSummary, role: str,
+                               roles: Mapping[str, str]) -> None:
+    """Who coordinates over its data, and to whom outputs computed from it go (DP or not)."""
+    base = ask.base
     for r in summary.coordinator_roles:
         holder = roles.get(r)
-        if holder is not None and holder != me and not _allowed(rules.coordinators, holder):
-            raise deny(f"{base}.coordinators", f"peer {holder!r} may not hold the coordinating role {r!r} over "
-                                               f"its data (allowed: {_listing(rules.coordinators)})")
+        if holder is not None and holder != ask.me and not _allowed(rules.coordinators, holder):
+            raise ask.deny(f"{base}.coordinators", f"peer {holder!r} may not hold the coordinating role {r!r} "
+                                                   f"over its data (allowed: {_listing(rules.coordinators)})")
     for out in summary.outputs_from(role):
-        to = _recipients(out, roles, me)
+        to = _recipients(out, roles, ask.me)
         if not to:
             continue
         if not out.dp and not rules.allow_non_dp:
-            raise deny(f"{base}.allow_non_dp", f"output {out.name!r} is computed from its data without "
-                                               f"differential privacy and would go to {', '.join(to)}")
+            raise ask.deny(f"{base}.allow_non_dp", f"output {out.name!r} is computed from its data without "
+                                                   f"differential privacy and would go to {', '.join(to)}")
         refused = [p for p in to if not _allowed(rules.release_to, p)]
         if refused:
-            raise deny(f"{base}.release_to", f"output {out.name!r} computed from its data would go to "
-                                             f"{', '.join(refused)} (allowed: {_listing(rules.release_to)})")
+            raise ask.deny(f"{base}.release_to", f"output {out.name!r} computed from its data would go to "
+                                                 f"{', '.join(refused)} (allowed: {_listing(rules.release_to)})")
+
+
+def _check_how_much_it_shows(ask: _Asking, rules: ProtocolRules, summary: SessionSummary, role: str) -> None:
+    """The privacy cost, the public record bound, the components and frames per round."""
+    base = ask.base
     if summary.epsilon is not None:
         if rules.max_epsilon is not None and summary.epsilon > rules.max_epsilon:
-            raise bound(f"{base}.max_epsilon", f"the release costs epsilon={summary.epsilon:g}, above its "
-                                               f"per-session maximum of {rules.max_epsilon:g}")
+            raise ask.bound(f"{base}.max_epsilon", f"the release costs epsilon={summary.epsilon:g}, above its "
+                                                   f"per-session maximum of {rules.max_epsilon:g}")
         if rules.max_delta is not None and summary.delta > rules.max_delta:
-            raise bound(f"{base}.max_delta", f"the release costs delta={summary.delta:g}, above its "
-                                             f"per-session maximum of {rules.max_delta:g}")
+            raise ask.bound(f"{base}.max_delta", f"the release costs delta={summary.delta:g}, above its "
+                                                 f"per-session maximum of {rules.max_delta:g}")
     if rules.min_records is not None and (summary.record_bound is None
                                           or summary.record_bound < rules.min_records):
         have = "no public record bound" if summary.record_bound is None else \
             f"a public record bound of {summary.record_bound}"
-        raise bound(f"{base}.min_records", f"the session declares {have}; it requires at least "
-                                           f"{rules.min_records}")
+        raise ask.bound(f"{base}.min_records", f"the session declares {have}; it requires at least "
+                                               f"{rules.min_records}")
     if rules.max_components is not None and (summary.components is None
                                              or summary.components > rules.max_components):
         have = "no number of components" if summary.components is None else \
             f"{summary.components} components"
-        raise bound(f"{base}.max_components", f"the session computes {have} from its data; it allows at most "
-                                              f"{rules.max_components}")
+        raise ask.bound(f"{base}.max_components", f"the session computes {have} from its data; it allows at "
+                                                  f"most {rules.max_components}")
+    shared = summary.noise_parties.get(role)
+    most = rules.max_noise_parties or 1
+    if shared is not None and shared > most:
+        raise ask.deny(f"{ask.base}.max_noise_parties",
+                       f"the noise protecting its data would be shared among {shared} parties, each adding 1/{shared} "
+                       f"of it, so that {shared - 1} colluding parties could remove theirs; it allows at most "
+                       f"{most} (1: it adds the whole noise itself)")
     frames = summary.frames_per_round.get(role)
     limit = rules.max_frames_per_round or 1
     if frames is not None and frames > limit:
-        raise bound(f"{base}.max_frames_per_round", f"the session's rounds cover {frames} frames each, which "
-                                                    f"shows more of its data than rounds of {limit}; it allows "
-                                                    f"at most {limit}")
+        raise ask.bound(f"{base}.max_frames_per_round", f"the session's rounds cover {frames} frames each, "
+                                                        f"which shows more of its data than rounds of {limit}; "
+                                                        f"it allows at most {limit}")
 
 
 def _recipients(out: OutputFlow, roles: Mapping[str, str], me: str) -> list[str]:

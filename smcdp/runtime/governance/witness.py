@@ -1,4 +1,4 @@
-"""A witnessed audit trail: peers keep each other's signed audit heads (issue 24).
+"""A witnessed audit trail: peers keep each other's signed audit heads.
 
 A hash chain with a head file shows an edit made by someone who did not rewrite everything
 after it; whoever can write the party's disk can still truncate the log and rewrite
@@ -378,5 +378,38 @@ def check_log(data_dir: Path, me: str, ca_path: Path, witnessed: Iterable[tuple[
     return out
 
 
-__all__ = ["Finding", "SignedHead", "WITNESS_DIR", "WitnessError", "WitnessStore", "check_log", "fetch_witnessed",
+class Witnessing:
+    """A party's side of the exchange at a session's end: its audit head signed for each peer, and the
+    peers' heads kept (``store``).  A head that went backwards is kept as evidence and recorded on the
+    audit trail (``audit``).  Without ``tls`` nothing is signed."""
+
+    def __init__(self, store: WitnessStore, audit, tls=None) -> None:
+        self.store = store
+        self.audit = audit
+        self.tls = tls
+
+    def witness(self, peer: str, head: SignedHead, took_part: bool) -> SignedHead | None:
+        """Keep ``peer``'s signed audit head; this party's own head, signed for ``peer``, in return."""
+        self._keep(peer, head, took_part, head.claims()["session"])
+        return self.signed_head(peer, head.claims()["session"])
+
+    def signed_head(self, to: str, session: str) -> SignedHead | None:
+        """This party's audit head now, signed for witness ``to``."""
+        return None if self.tls is None else sign_head(self.tls, self.audit.head(), to, session)
+
+    def keep_witnessed(self, peer: str, head: SignedHead, session: str) -> None:
+        """``peer``'s head in answer to ours, at the end of ``session``."""
+        if head.claims()["session"] != session:
+            raise WitnessError(f"{peer!r} answered with a head for another session")
+        self._keep(peer, head, True, session)
+
+    def _keep(self, peer: str, head: SignedHead, took_part: bool, session: str) -> None:
+        conflict = self.store.keep(peer, head, took_part)
+        if conflict is not None:
+            log.warning("!!! witness: %s", conflict)
+            self.audit.append("witness-conflict", peer=peer, session=session, problem=conflict)
+
+
+__all__ = ["Finding", "SignedHead", "WITNESS_DIR", "WitnessError", "WitnessStore", "Witnessing", "check_log",
+           "fetch_witnessed",
            "heads_from_file", "sign_head", "went_back"]

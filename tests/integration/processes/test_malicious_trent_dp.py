@@ -111,3 +111,20 @@ def test_dp_mode_the_same_trent_and_key_holder_get_only_noise_at_full_scale(atta
     for q in ("alice", "bob"):
         charges = [c for c in Ledger(cluster.data_dir(q) / DEFAULT_LEDGER).history(q) if c.key == sid]
         assert [(c.state, float(c.epsilon), float(c.delta)) for c in charges] == [("charged", 1.0, 1e-6)]
+
+
+def test_trent_cannot_choose_to_share_a_data_partys_noise(attacked):
+    """noise_parties = 2 would have each party add half the noise's variance, so that bob, colluding
+    with trent, removes his half from alice's releases (1/√2 of the calibrated noise left) while her
+    ledger is charged the whole epsilon.  Whatever weakens her guarantee is her policy's decision: her
+    rules do not raise max_noise_parties (default 1), so the proposal is refused before anything runs,
+    PERMISSION_DENIED naming the rule, and nobody is charged."""
+    cluster, _, _ = attacked
+    before = {p: Ledger(cluster.data_dir(p) / DEFAULT_LEDGER).status(p).n_charges for p in ("alice", "bob")}
+    params = {"n_parties": 2, "key_bits": 512, "epsilon": 1.0, "delta": 1e-6, "components": 1, "noise_parties": 2}
+    recs = cluster.run("power-iteration", ROLES, params, initiator="trent", timeout=120)
+    err = recs["trent"].get("error") or {}
+    assert recs["trent"]["state"] == "failed" and err.get("code") == "PERMISSION_DENIED", recs["trent"]
+    assert "policy.power-iteration.max_noise_parties" in err.get("message", "") and err.get("origin") == "alice", err
+    for p in ("alice", "bob"):
+        assert Ledger(cluster.data_dir(p) / DEFAULT_LEDGER).status(p).n_charges == before[p]

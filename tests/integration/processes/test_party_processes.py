@@ -23,7 +23,7 @@ def test_two_processes_run_a_session_and_stop_on_sigterm(tmp_path, processes):
     cfgs = make_deployment(tmp_path, ["alice", "bob"],
                            inputs={"alice": {"net-echo": {"values": values}}})
     alice = processes("alice", cfgs["alice"])                      # parties/alice.py
-    bob = processes("bob", cfgs["bob"], use_launcher=False)        # python -m smcdp.runtime.party
+    bob = processes("bob", cfgs["bob"], use_launcher=False)        # python -m smcdp party
     client.wait_healthy(cfgs["alice"], timeout=30)
     client.wait_healthy(cfgs["alice"], peer="bob", timeout=30)
     rec = client.start_session(cfgs["alice"], "net-echo", ROLES, {}, session_id="proc-1", timeout=30)
@@ -108,7 +108,7 @@ def test_launcher_refuses_config_of_other_party(tmp_path):
 def test_bad_config_exits_with_clear_error(tmp_path):
     bad = tmp_path / "x.toml"
     bad.write_text('[party]\nname = "alice"\n')
-    proc = subprocess.run([sys.executable, "-m", "smcdp.runtime.party", "--config", str(bad)],
+    proc = subprocess.run([sys.executable, "-m", "smcdp", "party", "--config", str(bad)],
                           capture_output=True, text=True, timeout=60, cwd=REPO)
     assert proc.returncode == 2
     assert "missing party.listen" in proc.stderr
@@ -117,7 +117,7 @@ def test_bad_config_exits_with_clear_error(tmp_path):
 @pytest.mark.parametrize("launcher", ["alice", "bob", "trent", "charlie", "dave"])
 def test_launchers_exist(launcher):
     text = (REPO / "parties" / f"{launcher}.py").read_text()
-    assert f'main(expect_name="{launcher}")' in text
+    assert f'run_party(expect_name="{launcher}")' in text
 
 
 def test_peer_killed_mid_session_initiator_ends_by_deadline(tmp_path, processes):

@@ -285,7 +285,7 @@ class CountingTarget:
         return self.synced
 
 
-class OneSessionHost:
+class OnePeerHost:
     name = "bob"
 
     def __init__(self, target):
@@ -311,7 +311,7 @@ def test_a_stream_reads_ahead_of_its_acks_only_so_far_and_acks_once_durable():
     never gets (or reads) its Acks makes it hold at most STREAM_READ_AHEAD of them; every Ack waits
     for durability."""
     target = CountingTarget()
-    servicer = MailboxServicer(OneSessionHost(target), max_message_bytes=1 << 20)
+    servicer = MailboxServicer(OnePeerHost(target), max_message_bytes=1 << 20)
 
     async def envelopes():
         for i in range(500):

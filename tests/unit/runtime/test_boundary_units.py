@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import stat
+from types import SimpleNamespace
 
 import pytest
 
@@ -22,6 +23,7 @@ from smcdp.protocols.dp_aggregate import write_durable
 from smcdp.runtime.config import LoggingConfig, PartyConfig, dump_config, load_config
 from smcdp.runtime.limits import begin_wait_seconds, check_begin, check_proposal, check_resume
 from smcdp.runtime.logs import JsonLines, _OneLine, private_dir
+from smcdp.runtime.states import Phase
 
 BASE = """
 [party]
@@ -170,8 +172,10 @@ def test_call_quotas_per_peer_in_all_and_the_operators_reserve():
 
 # ----------------------------------------------------------------------------- admission
 class _S:
-    def __init__(self, initiator, state):
-        self.initiator, self.state = initiator, state
+    """A live session as the limits see it: its initiator and its phase."""
+
+    def __init__(self, initiator, phase):
+        self.initiator, self.lifecycle = initiator, SimpleNamespace(phase=phase)
 
 
 def _spec(timeout=60.0, seed=None):
@@ -180,35 +184,35 @@ def _spec(timeout=60.0, seed=None):
 
 def test_admission_per_initiator_and_in_all():
     lim = Limits(pending_per_peer=2, pending_total=3, running_per_peer=2, sessions_total=5)
-    live = [_S("x", "prepared"), _S("x", "prepared")]
+    live = [_S("x", Phase.PREPARED), _S("x", Phase.PREPARED)]
     with pytest.raises(ResourceExhausted, match="pending_per_peer"):
         check_proposal(live, "x", _spec(), lim, "me")
     check_proposal(live, "y", _spec(), lim, "me")          # another peer is not blocked
-    live.append(_S("y", "prepared"))
+    live.append(_S("y", Phase.PREPARED))
     with pytest.raises(ResourceExhausted, match="pending_total"):
         check_proposal(live, "z", _spec(), lim, "me")
-    running = [_S("x", "running"), _S("x", "running")]
+    running = [_S("x", Phase.RUNNING), _S("x", Phase.RUNNING)]
     with pytest.raises(ResourceExhausted, match="running_per_peer"):
         check_proposal(running, "x", _spec(), lim, "me")
     with pytest.raises(ResourceExhausted, match="running_per_peer"):
         check_begin(running, "x", lim, "me")
-    full = [_S(f"p{i}", "running") for i in range(5)]
+    full = [_S(f"p{i}", Phase.RUNNING) for i in range(5)]
     with pytest.raises(ResourceExhausted, match="sessions_total"):
         check_proposal(full, "q", _spec(), lim, "me")
     with pytest.raises(ResourceExhausted, match="max_session_seconds"):
         check_proposal([], "x", _spec(timeout=lim.max_session_seconds + 1), lim, "me")
     # a session whose end was asked for (an accepted Abort) holds no slot while it winds down; it still
     # counts against the party's total until it is gone (CI: a Propose right after an Abort was refused)
-    aborted = [_S("x", "prepared"), _S("x", "prepared"), _S("x", "running")]
+    aborted = [_S("x", Phase.PREPARED), _S("x", Phase.PREPARED), _S("x", Phase.RUNNING)]
     for a in aborted:
-        a.ending = True
+        a.lifecycle.phase = Phase.ENDING
     check_proposal(aborted, "x", _spec(), lim, "me")
-    check_begin(aborted + [_S("x", "running")], "x", lim, "me")
+    check_begin(aborted + [_S("x", Phase.RUNNING)], "x", lim, "me")
     with pytest.raises(ResourceExhausted, match="sessions_total"):
-        check_proposal(aborted + [_S("y", "running")] * 2, "z", _spec(), lim, "me")
+        check_proposal(aborted + [_S("y", Phase.RUNNING)] * 2, "z", _spec(), lim, "me")
     # but one peer holds no more of its sessions at once, winding down or not, than its two quotas allow
     # together: a stream of propose-and-abort cannot fill the party with sessions ending
-    winding = [_S("x", "failed") for _ in range(lim.pending_per_peer + lim.running_per_peer)]
+    winding = [_S("x", Phase.FAILED) for _ in range(lim.pending_per_peer + lim.running_per_peer)]
     big = Limits(pending_per_peer=2, pending_total=3, running_per_peer=2, sessions_total=50)
     with pytest.raises(ResourceExhausted, match="winding down"):
         check_proposal(winding, "x", _spec(), big, "me")
@@ -226,25 +230,25 @@ def test_admission_counts_what_is_being_admitted_and_resumes():
     """Proposals (and resumes) being admitted hold no session yet but count as pending (issue 24)."""
     lim = Limits(pending_per_peer=2, pending_total=3, running_per_peer=2, sessions_total=5)
     with pytest.raises(ResourceExhausted, match="pending_per_peer"):
-        check_proposal([_S("x", "prepared")], "x", _spec(), lim, "me", {"x": 1})
+        check_proposal([_S("x", Phase.PREPARED)], "x", _spec(), lim, "me", {"x": 1})
     with pytest.raises(ResourceExhausted, match="pending_total"):
         check_proposal([], "z", _spec(), lim, "me", {"x": 2, "y": 1})
     check_proposal([], "z", _spec(), lim, "me", {"x": 2})
     # the party's own operator: no peer's quota, only the party's total
-    check_proposal([_S("me", "prepared")] * 3, "me", _spec(), lim, "me", {"me": 1})
+    check_proposal([_S("me", Phase.PREPARED)] * 3, "me", _spec(), lim, "me", {"me": 1})
     with pytest.raises(ResourceExhausted, match="sessions_total"):
-        check_proposal([_S("me", "running")] * 5, "me", _spec(), lim, "me")
+        check_proposal([_S("me", Phase.RUNNING)] * 5, "me", _spec(), lim, "me")
     # a session whose Begin was admitted counts as running before its thread says so
-    begun = [_S("x", "prepared"), _S("x", "prepared")]
+    begun = [_S("x", Phase.PREPARED), _S("x", Phase.PREPARED)]
     for b in begun:
-        b.begun = True
+        b.lifecycle.phase = Phase.BEGUN
     with pytest.raises(ResourceExhausted, match="running_per_peer"):
         check_begin(begun, "x", lim, "me")
     # a resume (the governance half's check_resume) counts the admissions in flight too
     meta = {"session_id": "s", "restarts": 0, "deadline_epoch": 2e9, "began_epoch": 1.0}
-    check_resume([_S("x", "prepared")], "x", meta, lim, "me", now=1e9)
+    check_resume([_S("x", Phase.PREPARED)], "x", meta, lim, "me", now=1e9)
     with pytest.raises(ResourceExhausted, match="limits.pending"):
-        check_resume([_S("x", "prepared")], "x", meta, lim, "me", now=1e9, in_flight={"x": 1})
+        check_resume([_S("x", Phase.PREPARED)], "x", meta, lim, "me", now=1e9, in_flight={"x": 1})
 
 
 def test_proposal_grace():

@@ -21,7 +21,7 @@ from smcdp.net.grpc_channel import (
     retryable,
     with_origin,
 )
-from smcdp.runtime.party import _failure_of
+from smcdp.runtime.initiator import failure_of as _failure_of
 from smcdp.runtime.session import RESUMABLE_CODES, error_dict
 from smcdp.v1 import messages_pb2 as pb
 

@@ -21,7 +21,8 @@ from smcdp.plugins.base import OutputFlow, ProtocolPlugin, SessionSummary
 from smcdp.runtime.config import PartyConfig
 from smcdp.runtime.governance.audit import read_entries, verify_log
 from smcdp.runtime.governance.charges import BudgetConfig
-from smcdp.runtime.governance.gate import Governor, _iso
+from smcdp.runtime.governance.gate import Governor
+from smcdp.runtime.governance.views import iso as _iso
 from smcdp.runtime.governance.policy import Policy, ProtocolRules
 
 ROLES = {"curator": "charlie", "data": "alice"}

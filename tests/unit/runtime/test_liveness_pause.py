@@ -1,4 +1,4 @@
-"""A participant that was itself paused does not blame its peers for the silence (Session._watch).
+"""A participant that was itself paused does not blame its peers for the silence (liveness.Watcher).
 
 The watcher probes its ring neighbours every ``interval`` and ends the session when one has been
 silent for ``peer_grace_seconds``.  A party stalled for longer than that (SIGSTOP, a starved host, a
@@ -17,7 +17,9 @@ from types import SimpleNamespace
 
 import grpc
 
+from smcdp.runtime.liveness import Watcher
 from smcdp.runtime.session import Session
+from smcdp.runtime.states import Lifecycle, Phase
 
 GRACE = 1.5          # interval 0.25 s; a gap of 0.75 s in the watcher is a pause of this party
 
@@ -49,24 +51,17 @@ class FakeChannel:
         self.lost_at = time.monotonic()
 
 
-def _watcher(me="trent"):
-    s = Session.__new__(Session)
-    s.party = SimpleNamespace(name=me, incarnation="i1",
-                              config=SimpleNamespace(timeouts=SimpleNamespace(peer_grace_seconds=GRACE)))
-    s.spec = SimpleNamespace(session_id="trent.power-iteration-20261126T000000-00000000",
-                             roles={"trent": "trent", "party1": "alice", "party2": "bob"})
-    s.peer_seen = {}
-    s._early_failure = None
-    return s
+SESSION = "trent.power-iteration-20261126T000000-00000000"
+ROLES = {"trent": "trent", "party1": "alice", "party2": "bob"}
 
 
 def _watch_for(seconds: float, behaviour, pause_at: float | None = None) -> FakeChannel:
     """Run a watcher for ``seconds``; ``pause_at``: the whole party stops then for longer than the grace."""
     ch = FakeChannel(behaviour)
-    s = _watcher()
+    w = Watcher("trent", "i1", SESSION, ROLES, GRACE, lambda exc, culprit: ch.abort_local(exc))
 
     async def main():
-        task = asyncio.ensure_future(s._watch(ch))
+        task = asyncio.ensure_future(w.watch(ch))
         if pause_at is not None:
             asyncio.get_running_loop().call_later(pause_at, time.sleep, GRACE + 0.8)
         end = time.monotonic() + seconds
@@ -128,21 +123,28 @@ def test_a_failure_before_the_session_thread_runs_waits_for_it():
     """An Abort accepted before the session's thread has its loop used to be dropped (fail_threadsafe did
     nothing without a loop): the session then waited for a Begin until the proposal grace.  Now the
     failure is kept for the thread, the session stops holding a slot at once, and the first failure wins."""
-    s = _watcher()
-    s.done = concurrent.futures.Future()
+    s = _session()
     s.loop = None
-    s.ending = False
     first, second = RuntimeError("aborted by alice"), RuntimeError("later")
     s.fail_threadsafe(first)
     s.fail_threadsafe(second)
-    assert s.ending and s._early_failure is first
+    assert s.lifecycle.phase is Phase.ENDING and s.lifecycle.phase.slot is None and s._early_failure is first
     # with a loop, the failure also wakes it: the begin wait and the channel's receivers
-    s2 = _watcher()
-    s2.done, s2.ending, s2.channel = concurrent.futures.Future(), False, FakeChannel(None)
+    s2 = _session()
+    s2.channel = FakeChannel(None)
 
     async def main():
         s2.loop, s2._begin = asyncio.get_running_loop(), asyncio.Event()
         s2.fail_threadsafe(first)
         await asyncio.wait_for(s2._begin.wait(), 5)
     asyncio.run(main())
-    assert s2.ending and s2.channel.lost == [first]
+    assert s2.lifecycle.phase is Phase.ENDING and s2.channel.lost == [first]
+
+
+def _session():
+    """The parts of a Session that fail_threadsafe touches (no thread, no checkpoint)."""
+    s = Session.__new__(Session)
+    s.done = concurrent.futures.Future()
+    s.lifecycle = Lifecycle()
+    s._early_failure = None
+    return s

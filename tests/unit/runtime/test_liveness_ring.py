@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from smcdp.runtime.session import ring_neighbours
+from smcdp.runtime.liveness import ring_neighbours
 
 
 def test_two_and_three_participants_probe_everyone_as_before():

@@ -299,3 +299,56 @@ def test_keyword_rounds_of_several_frames_need_the_model_holders_consent():
     for a, b in ((one, replace(one, max_frames_per_round=2)), (replace(one, max_frames_per_round=2), one)):
         assert merge_rules(a, b).max_frames_per_round == 2
     assert merge_rules(one, one).max_frames_per_round is None
+
+
+def test_the_data_party_not_the_proposer_decides_how_many_share_its_noise():
+    """noise_parties = h > 1 makes each data party add 1/h of the noise's variance, so h − 1 colluding
+    parties (every data party holds the key) remove theirs: trent proposing h = 2 had alice's releases
+    carry 1/√2 of the calibrated noise while her ledger was charged the whole ε.  Refused unless her
+    policy allows it (max_noise_parties, default 1), with PERMISSION_DENIED naming the rule."""
+    s = _summary("power-iteration", PI_ROLES, n_parties=2, key_bits=2048, noise_parties=2, **PI_DP)
+    assert s.noise_parties == {"party1": 2, "party2": 2} and s.as_dict()["noise_parties"]["party1"] == 2
+    pol = _policy(PI_POLICY)
+    _eval(pol, protocol="power-iteration", initiator="trent", **PI_DP)                 # h = 1: admitted
+    with pytest.raises(PolicyDenied, match="shared among 2 parties") as ei:
+        _eval(pol, protocol="power-iteration", initiator="trent", noise_parties=2, **PI_DP)
+    assert ei.value.rule == "policy.power-iteration.max_noise_parties"
+    assert ei.value.code == "PERMISSION_DENIED" and "alice" in str(ei.value)
+    allowing = _policy(PI_POLICY + "max_noise_parties = 2\n")
+    assert allowing.protocols["power-iteration"].as_dict()["max_noise_parties"] == 2
+    _eval(allowing, protocol="power-iteration", initiator="trent", noise_parties=2, **PI_DP)
+    with pytest.raises(ConfigError, match="max_noise_parties must be an integer"):
+        _policy(PI_POLICY + "max_noise_parties = 0\n")
+    # trent's own rules are not asked: the noise protects the data parties
+    trent = _policy(PI_POLICY.replace('roles = ["party*"]', 'roles = ["trent"]'))
+    _eval(trent, protocol="power-iteration", initiator="trent", role="trent", noise_parties=2, **PI_DP)
+    # a layout that proposes h = 2 generates rules that admit it; merged layouts keep the larger
+    one = ProtocolRules(roles=("party1",), initiators=("trent",))
+    assert merge_rules(one, replace(one, max_noise_parties=2)).max_noise_parties == 2
+
+
+def test_what_a_proposal_may_make_a_party_receive_is_bounded_by_its_policy():
+    """Key size and rounds size a session's byte envelope (the receive limit derived from the proposal):
+    the policy bounds both, with defaults (4096 bits, 2000 rounds) that an honest session of today's
+    documented sizes stays within -- for every role, data or coordinator."""
+    pol = _policy(PI_POLICY.replace("max_epsilon", "allow_non_dp = true\nmax_epsilon")
+                  .replace('release_to = ["bob"]', 'release_to = ["bob", "trent"]'))
+    _eval(pol, protocol="power-iteration", initiator="trent", key_bits=4096, max_iterations=2000)
+    cases = [(dict(key_bits=8192), "max_key_bits", "above its maximum of 4096"),
+             (dict(max_iterations=100_000), "max_iterations", "may run 100000 rounds")]
+    for params, rule, words in cases:
+        with pytest.raises(OutOfBounds, match=words) as ei:
+            _eval(pol, protocol="power-iteration", initiator="trent", **params)
+        assert ei.value.rule == f"policy.power-iteration.{rule}" and ei.value.code == "FAILED_PRECONDITION"
+    # the DP mode's rounds are its fixed T
+    fifty = _policy(PI_POLICY + "max_iterations = 50\n")
+    _eval(fifty, protocol="power-iteration", initiator="trent", iterations=50, **PI_DP)
+    with pytest.raises(OutOfBounds, match="may run 60 rounds; it allows at most 50"):
+        _eval(fifty, protocol="power-iteration", initiator="trent", iterations=60, **PI_DP)
+    raised = _policy(PI_POLICY.replace("max_epsilon", "allow_non_dp = true\nmax_key_bits = 8192\n"
+                                       "max_iterations = 100000\nmax_epsilon")
+                     .replace('release_to = ["bob"]', 'release_to = ["bob", "trent"]'))
+    _eval(raised, protocol="power-iteration", initiator="trent", key_bits=8192, max_iterations=100_000)
+    coordinator = _policy(PI_POLICY.replace('roles = ["party*"]', 'roles = ["trent"]'))
+    with pytest.raises(OutOfBounds, match="above its maximum of 4096"):
+        _eval(coordinator, protocol="power-iteration", initiator="trent", role="trent", key_bits=8192)

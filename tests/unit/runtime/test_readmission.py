@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -15,11 +16,14 @@ from smcdp.runtime.durability.checkpoint import Checkpoint
 from smcdp.runtime.durability.retention import sweep
 from smcdp.runtime.governance.audit import RefusalThrottle
 from smcdp.runtime.limits import approval_wait_until, begin_by, charge_journal, check_journal, check_resume
+from smcdp.runtime.states import Phase
 
 
 class _S:
-    def __init__(self, initiator, state="prepared"):
-        self.initiator, self.state = initiator, state
+    """A live session as the limits see it: its initiator and its phase."""
+
+    def __init__(self, initiator, phase=Phase.PREPARED):
+        self.initiator, self.lifecycle = initiator, SimpleNamespace(phase=phase)
 
 
 def _meta(**kw):
@@ -48,7 +52,7 @@ def test_check_resume_counts_restarts_the_deadline_and_slots():
         with pytest.raises(SmcdpError) as ei:
             check_resume(live, "alice", _meta(), lim, "bob", now=999.0)
         assert ei.value.code == "RESOURCE_EXHAUSTED" and ei.value.rule == "limits.pending"
-    check_resume([_S("alice"), _S("alice", "running")], "alice", _meta(), lim, "bob", now=999.0)
+    check_resume([_S("alice"), _S("alice", Phase.RUNNING)], "alice", _meta(), lim, "bob", now=999.0)
     check_resume(None, "alice", _meta(), lim, "bob", now=999.0)   # a restore takes no new slot
 
 

@@ -1,0 +1,225 @@
+"""The initiator: sessions this party starts or resumes for its operator (docs/transport.md, life cycle).
+
+1. The session is proposed to this party itself (:class:`~smcdp.runtime.admission.Admission`), then to
+   every other participant: one at a time in name order when it reserves privacy budget (concurrent
+   sessions then contend for budgets in one order), all at once otherwise.
+2. When every participant accepted, ``Begin`` goes to each and this party's role starts.
+3. A refusal or an unreachable participant fails the session everywhere, naming that party.
+
+The operator's call runs as a task of the party's own (:meth:`Initiator.detached`): a session never
+depends on its caller staying connected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any, Awaitable, Mapping, Sequence
+
+from smcdp.errors import InvalidMessage, PermissionDenied, SmcdpError
+from smcdp.net.grpc_channel import AlreadyExists, call_with_retry, error_for_code, status_code_of, with_origin
+from smcdp.net.server import SessionSpec, namespaced, new_session_id, parse_roles
+from smcdp.plugins.registry import get_plugin
+from smcdp.runtime.admission import Admission
+from smcdp.runtime.core import PartyCore
+from smcdp.runtime.governance.approvals import propose_until_decided
+from smcdp.runtime.recovery import Recovery
+from smcdp.runtime.session import Session
+from smcdp.v1 import transport_pb2 as tpb
+
+log = logging.getLogger("smcdp.party")
+
+
+class Initiator:
+    """Starting and resuming the sessions a party (``core``) initiates."""
+
+    def __init__(self, core: PartyCore, admission: Admission, recovery: Recovery) -> None:
+        self.core = core
+        self._admission = admission
+        self._recovery = recovery
+        #: operators' start/resume calls, run detached (a reference is held until they end)
+        self._tasks: set[asyncio.Task] = set()
+
+    async def detached(self, coro: Awaitable[Any]) -> Any:
+        """Run an operator's ``coro`` (start or resume a session) as a task of the party's own.
+
+        gRPC cancels a handler whose caller went away (a closed CLI, a short deadline).  A session must
+        not depend on that: cancelled between its proposals and its Begins it would hang at every
+        participant until its deadline.  The task holds a reference here until it ends; the handler
+        only waits for it, shielded.
+        """
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+
+        def settled(t: asyncio.Task) -> None:
+            self._tasks.discard(t)
+            if not t.cancelled() and t.exception() is not None:   # retrieved: the caller may be gone
+                log.debug("operator call ended with %s", t.exception())
+        task.add_done_callback(settled)
+        return await asyncio.shield(task)
+
+    # ------------------------------------------------------------ start
+    async def start(self, protocol: str, roles: Mapping[str, str], params: Mapping[str, Any],
+                    session_id: str | None, timeout: float | None, seed: int | None) -> dict:
+        core = self.core
+        core.refuse_when_shutting_down()
+        roles = parse_roles(roles)
+        if core.name not in roles.values():
+            raise InvalidMessage(f"the initiating party {core.name!r} must hold a role in the session "
+                                 f"(roles: {roles})")
+        sid = namespaced(core.name, session_id or new_session_id(protocol))
+        spec = SessionSpec(sid, protocol, roles, dict(params), timeout or core.config.timeouts.session_seconds, seed)
+        await self._admission.propose(core.name, spec)
+        s = core.sessions[sid]
+        msg = tpb.SessionSpec(session_id=sid, protocol=protocol, roles=roles,
+                              params_json=json.dumps(s.spec.params), timeout_seconds=spec.timeout_seconds)
+        if seed is not None:
+            msg.seed = seed
+        others = sorted(p for p in roles.values() if p != core.name)
+        if _reserves_budget(s):
+            failures = await self._propose_in_order(s, msg, others)
+        else:
+            failures = await self._propose_at_once(s, msg, others)
+        if failures:
+            s.fail_threadsafe(failure_of("Propose", failures))
+            s.begin_threadsafe()
+        else:
+            await self._begin_all(s, others)
+        return await asyncio.wrap_future(s.done)
+
+    async def _propose_in_order(self, s: Session, msg: tpb.SessionSpec, others: Sequence[str]
+                                ) -> list[tuple[str, BaseException]]:
+        """One participant at a time, in name order (docs/governance.md §4): concurrent sessions then
+        contend for budgets in the same order, so a session refused at one party never holds another
+        party's budget that a later session needed.  A Propose is repeated while the party's operator
+        decides.  Returns the refusal, if any."""
+        for i, p in enumerate(others):
+            try:
+                await propose_until_decided(lambda p=p: self._call(p, "Propose", msg, s), p, s.spec.session_id,
+                                            lambda: s.deadline,
+                                            lambda p=p, i=i: self._waiting_for(s, p, others[:i]))
+            except Exception as exc:  # noqa: BLE001 - reported by the caller, naming the party
+                return [(p, exc)]
+        return []
+
+    async def _propose_at_once(self, s: Session, msg: tpb.SessionSpec, others: Sequence[str]
+                               ) -> list[tuple[str, BaseException]]:
+        """Every participant at once: a session that reserves no budget gives concurrent sessions no budget
+        to contend for in an order, and its set-up then costs one round trip instead of one per
+        participant.  After a refusal, proposals that wait for an operator are not repeated, calls under
+        way get ``timeouts.connect_seconds`` to finish (so that the abort which follows finds the sessions
+        they prepare), and calls still going then -- retrying a party that cannot be reached -- are
+        stopped: the refusal is reported within seconds, not at the session's deadline.  Returns the
+        refusals, in name order."""
+        given_up = asyncio.Event()
+        accepted: list[str] = []
+
+        async def one(p: str) -> None:
+            try:
+                if await propose_until_decided(lambda: self._call(p, "Propose", msg, s), p, s.spec.session_id,
+                                               lambda: s.deadline,
+                                               lambda: self._waiting_for(s, p, [q for q in others if q in accepted]),
+                                               given_up) is not None:
+                    accepted.append(p)
+            except Exception:
+                given_up.set()
+                raise
+
+        if not others:            # the initiator holds every role
+            return []
+        tasks = [asyncio.ensure_future(one(p)) for p in others]
+        stop = asyncio.ensure_future(given_up.wait())
+        try:
+            while not given_up.is_set() and not all(t.done() for t in tasks):
+                await asyncio.wait([*tasks, stop], return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(tasks, timeout=self.core.config.timeouts.connect_seconds)
+        finally:
+            stop.cancel()
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        # a call stopped because another party refused is no refusal of its own
+        return [(p, t.exception()) for p, t in zip(others, tasks, strict=True)
+                if not t.cancelled() and t.exception() is not None]
+
+    async def _waiting_for(self, s: Session, party: str, accepted: Sequence[str]) -> None:
+        """``party``'s operator decides: this party and those that accepted keep waiting."""
+        core = self.core
+        s.await_approval(party)
+        ref = tpb.WaitingNotice(session_id=s.spec.session_id, party=party)
+
+        async def tell(p: str) -> None:
+            assert core.connector is not None
+            try:
+                await core.connector.mailbox(p).Waiting(ref, timeout=core.config.timeouts.connect_seconds)
+            except Exception as exc:  # noqa: BLE001 - best effort: it repeats with the next poll
+                log.info("session %s: could not tell %s that it waits for %s: %s", s.spec.session_id, p,
+                         party, exc)
+        await asyncio.gather(*(tell(p) for p in accepted))
+
+    # ------------------------------------------------------------ resume
+    async def resume(self, session_id: str) -> dict:
+        """Continue a resumably failed session this party initiated (every participant replays)."""
+        core = self.core
+        core.refuse_when_shutting_down()
+        cp = self._recovery.resumable_checkpoint(session_id)
+        if cp.meta["initiator"] != core.name:
+            raise PermissionDenied(f"session {session_id!r} was initiated by {cp.meta['initiator']!r}; "
+                                   "only its operator can resume it")
+        s = await self._recovery.resume_locally(cp)
+        others = [p for p in s.spec.roles.values() if p != core.name]
+        outcomes = await asyncio.gather(*(self._call(p, "Resume", tpb.SessionRef(session_id=session_id), s)
+                                          for p in others), return_exceptions=True)
+        done_already = {p for p, e in zip(others, outcomes) if isinstance(e, AlreadyExists)}
+        failures = [(p, e) for p, e in zip(others, outcomes)
+                    if isinstance(e, BaseException) and p not in done_already]
+        if failures:
+            failure = failure_of("Resume", failures)
+            if status_code_of(failure).name == "RESOURCE_EXHAUSTED":
+                # no slot or budget there now: the session stays resumable
+                origin = getattr(failure, "origin", None)
+                failure = with_origin(error_for_code(
+                    "UNAVAILABLE", f"{failure} (RESOURCE_EXHAUSTED; the session stays resumable)", origin), origin)
+            s.fail_threadsafe(failure)
+            s.begin_threadsafe()
+        else:
+            await self._begin_all(s, [p for p in others if p not in done_already])
+        return await asyncio.wrap_future(s.done)
+
+    # ------------------------------------------------------------ calls to the participants
+    async def _call(self, party: str, method: str, request, s: Session):
+        core = self.core
+        assert core.connector is not None
+        stub = core.connector.mailbox(party)
+        return await call_with_retry(f"{method} of session {s.spec.session_id}", party,
+                                     core.config.address_of(party), s.deadline,
+                                     lambda t: getattr(stub, method)(request, timeout=t),
+                                     core.config.timeouts.connect_seconds)
+
+    async def _begin_all(self, s: Session, parties: Sequence[str]) -> None:
+        ref = tpb.SessionRef(session_id=s.spec.session_id)
+        outcomes = await asyncio.gather(*(self._call(p, "Begin", ref, s) for p in parties), return_exceptions=True)
+        failures = [(p, e) for p, e in zip(parties, outcomes, strict=True) if isinstance(e, BaseException)]
+        if failures:
+            s.fail_threadsafe(failure_of("Begin", failures))
+        s.begin_threadsafe()
+
+
+def _reserves_budget(s: Session) -> bool:
+    """Does the session reserve privacy budget at its data parties (a DP release)?  A plug-in that does not
+    describe its sessions is taken to (its proposals then go in order)."""
+    try:
+        summary = get_plugin(s.spec.protocol).summary(s.spec.params, s.spec.roles)
+    except Exception:  # noqa: BLE001 - a plug-in's summary failing: the order that is safe for budgets
+        return True
+    return summary is None or summary.epsilon is not None
+
+
+def failure_of(call: str, failures: Sequence[tuple[str, BaseException]]) -> SmcdpError:
+    """The failure of a call to several participants, with the first one's code and origin: the party that
+    refused or could not be reached (or the party its error names), not the caller."""
+    party, first = failures[0]
+    origin = getattr(first, "origin", None) or party
+    text = "; ".join(f"{p}: {e}" for p, e in failures)
+    return with_origin(error_for_code(status_code_of(first).name, f"{call} failed: {text}", origin), origin)

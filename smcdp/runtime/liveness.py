@@ -1,0 +1,178 @@
+"""Liveness: while a role runs, its party probes the other participants and ends the session on a silent one.
+
+The participants form a ring in name order and each probes its nearest predecessor and successor that
+have not finished (every participant probing every other one was N(N−1) heartbeats per interval, and as
+many TLS connections per session).  Every running participant is still probed by two running ones, and
+one cut off from the rest sees both of its neighbours fall silent.
+
+A participant that has not answered, and whose messages have not arrived, for ``[timeouts]
+peer_grace_seconds`` ends the session with UNAVAILABLE naming it (the *culprit*); the party that detects
+it first tells the others, whose records adopt the same culprit (docs/fault-tolerance.md).  A party that
+was itself paused (SIGSTOP, a starved host) forgives its peers the silence of its own pause.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from typing import Any, Callable, Mapping, Protocol
+
+import grpc
+
+from smcdp.errors import PreconditionFailed, SessionAborted, SmcdpError, Unavailable
+from smcdp.states import SessionState
+
+log = logging.getLogger("smcdp.session")
+
+
+class PeerLost(Unavailable):
+    """A participant stopped answering for longer than the grace: this party detected it."""
+
+    def __init__(self, message: str, culprit: str) -> None:
+        super().__init__(message)
+        self.culprit = culprit
+        self.origin = culprit
+
+
+class Probed(Protocol):
+    """What the watcher needs of the session's channel."""
+
+    #: role -> monotonic time of the last message received from it
+    last_heard: Mapping[str, float]
+
+    async def heartbeat(self, party: str, incarnation: str, timeout: float) -> Any: ...
+
+
+def ring_neighbours(ring: list[str], me: str, finished: set[str]) -> list[str]:
+    """The nearest participants before and after ``me`` in ``ring`` that are not ``finished`` (one if
+    they are the same, none if every other one finished)."""
+    i, n = ring.index(me), len(ring)
+    after = next((ring[(i + k) % n] for k in range(1, n) if ring[(i + k) % n] not in finished), None)
+    before = next((ring[(i - k) % n] for k in range(1, n) if ring[(i - k) % n] not in finished), None)
+    return list(dict.fromkeys(p for p in (after, before) if p is not None))
+
+
+class Watcher:
+    """The liveness of one session at party ``me``: :meth:`watch` probes until the role ends, and calls
+    ``lose(exc, culprit)`` once if the session must end (then returns).
+
+    ``roles``: role -> party of the session; ``grace``: ``peer_grace_seconds``.
+    """
+
+    def __init__(self, me: str, incarnation: str, session_id: str, roles: Mapping[str, str], grace: float,
+                 lose: Callable[[BaseException, str | None], None]) -> None:
+        self.me = me
+        self.incarnation = incarnation
+        self.session_id = session_id
+        self.grace = float(grace)
+        self.interval = max(0.2, min(5.0, self.grace / 6))
+        #: party -> role, for every other participant
+        self.peers = {party: role for role, party in roles.items() if party != me}
+        self._lose = lose
+        #: party -> (monotonic time of its last answer, its incarnation)
+        self.peer_seen: dict[str, tuple[float, str]] = {}
+        self._unknown: dict[str, int] = {}
+
+    async def watch(self, ch: Probed) -> None:
+        ring = sorted({*self.peers, self.me})
+        finished: set[str] = set()
+        start = last_tick = time.monotonic()
+        paused = max(3 * self.interval, self.grace / 2)   # a gap this long in the watcher: this party did not run
+        first = True
+        probed_at = start
+        while True:
+            # one probe round per interval (a silent peer's probe takes up to `interval` itself: sleeping a
+            # whole interval after it made the rounds 2 intervals apart, and detection up to grace + 2
+            # intervals late)
+            await asyncio.sleep(max(0.0, self.interval - (time.monotonic() - probed_at)))
+            probed_at = now = time.monotonic()
+            if now - last_tick > paused:
+                self._forgive(now)
+            last_tick = now
+            todo = ring_neighbours(ring, self.me, finished)
+            for p in todo:   # a peer counts from the start of the role; one probed later (a neighbour finished) from now
+                self.peer_seen.setdefault(p, (start if first else now, ""))
+            first = False
+            replies = await asyncio.gather(*(self._probe(ch, p) for p in todo))
+            if time.monotonic() - probed_at > paused:
+                # the probes, each bounded by `interval`, took far longer: this party was paused while they
+                # ran (its peers had no way to answer it), so the pause is forgiven here too -- a party
+                # stalled for 25 s blamed both peers for its own silence the moment it resumed
+                self._forgive(time.monotonic())
+            if not self._heard(todo, replies, finished) or not self._silence(ch, todo):
+                return
+
+    async def _probe(self, ch: Probed, party: str):
+        try:
+            return await ch.heartbeat(party, self.incarnation, timeout=self.interval)
+        except (grpc.RpcError, SmcdpError) as exc:
+            return exc
+
+    def _forgive(self, now: float) -> None:
+        """This party itself was paused: its peers' silence over the pause is its own; start counting again
+        rather than blame them."""
+        for p, (_, inc) in self.peer_seen.items():
+            self.peer_seen[p] = (now, inc)
+
+    def _heard(self, todo: list[str], replies: list[Any], finished: set[str]) -> bool:
+        """Take in one round's answers; False once the session was lost (a refusal, a failure elsewhere, a
+        peer that forgot the session)."""
+        for party, reply in zip(todo, replies):
+            if isinstance(reply, BaseException):
+                if isinstance(reply, grpc.RpcError) and reply.code() == grpc.StatusCode.PERMISSION_DENIED:
+                    self._lose(PreconditionFailed(f"party {party!r} refuses heartbeats of session "
+                                                  f"{self.session_id}: {reply.details()}"), party)
+                    return False
+                continue
+            _, inc = self.peer_seen.get(party, (0.0, ""))
+            if inc and reply.incarnation and reply.incarnation != inc:
+                log.info("session %s: party %s restarted (incarnation %s) and is back", self.session_id,
+                         party, reply.incarnation)
+            self.peer_seen[party] = (time.monotonic(), reply.incarnation)
+            state = reply.state     # a str: a state this party does not know is none of the three below
+            if state == SessionState.SUCCEEDED:
+                finished.add(party)
+            elif state == SessionState.FAILED:
+                # its abort did not reach us (or crossed ours): adopt its outcome and culprit
+                self._lose(SessionAborted(f"session {self.session_id} failed at {party} "
+                                          f"(culprit {reply.culprit or party})",
+                                          reply.code or "ABORTED", reply.culprit or party), None)
+                return False
+            elif state == SessionState.UNKNOWN:
+                self._unknown[party] = self._unknown.get(party, 0) + 1
+                if self._unknown[party] >= 2:
+                    self._lose(PeerLost(f"party {party!r} (role {self.peers[party]}) no longer knows session "
+                                        f"{self.session_id} (restarted without its checkpoint?)", party), party)
+                    return False
+            else:
+                self._unknown.pop(party, None)
+        return True
+
+    def _silence(self, ch: Probed, todo: list[str]) -> bool:
+        """False once a participant -- or this party itself -- has been silent past the grace."""
+        grace, now = self.grace, time.monotonic()
+        unanswered = {p: now - self.peer_seen[p][0] for p in todo}                         # heartbeats' silence
+        quiet = {p: now - ch.last_heard.get(self.peers[p], -math.inf) for p in todo}   # its messages' silence
+        resume_hint = f"the session can be resumed with 'smcdp session resume {self.session_id}'"
+        # a peer whose messages arrive is alive, even if its heartbeat answers are late (a party busy with
+        # twenty sessions on two cores answered no heartbeat for 30 s while its rounds went on); but the
+        # heartbeats alone say when this party is the one cut off: they all stop at the same moment,
+        # whereas the last message from each peer came whenever the protocol sent one
+        silent = {p: unanswered[p] for p in todo if unanswered[p] > grace and quiet[p] > grace}
+        if len(todo) >= 2 and all(unanswered[p] > grace and quiet[p] > grace / 2 for p in todo):
+            # every other participant went silent at once: this party is the one cut off, which is also
+            # what they all conclude -- so every record names the same culprit
+            self._lose(PeerLost(
+                f"party {self.me!r} lost contact with every other participant ({', '.join(sorted(self.peers))}) "
+                f"for over {grace:g} s (peer_grace_seconds): its own network is the likely cause; "
+                f"{resume_hint} once it is connected again", self.me), self.me)
+            return False
+        if silent:
+            party = max(silent, key=lambda p: silent[p])
+            self._lose(PeerLost(
+                f"party {party!r} (role {self.peers[party]}) has not answered for {silent[party]:.0f} s "
+                f"(peer_grace_seconds = {grace:g}); {resume_hint} once it is back", party), party)
+            return False
+        return True

@@ -1,0 +1,172 @@
+"""Session records: the one reader and writer of ``data_dir/sessions/<id>.json``.
+
+A record is what a session left when it ended here (its result or error, traffic stats): what
+``GetResult``, ``session status``, the console, a peer's heartbeat and the retention read.  Every
+read goes through :class:`SessionRecords`, so a missing and a damaged file mean the same thing
+wherever they are read:
+
+* **missing** -- :meth:`SessionRecords.load` returns ``None`` (the session never ended here, or its
+  record was removed by the retention);
+* **damaged** (unreadable, not JSON, not an object) -- :meth:`SessionRecords.load` raises
+  :class:`RecordDamaged` (DATA_LOSS, naming the file).  The operator's calls pass it on; what a *peer*
+  asks (:meth:`SessionRecords.peek`) answers as for a missing record and logs the damage, since a peer
+  learns nothing from this party's files.
+
+A record that could not be written (a full disk) is kept in memory instead and served from there until
+the process ends (:meth:`SessionRecords.write`), so an operator still gets the outcome.
+
+The ``a…`` methods run the file operations in the loop's default executor: the server's loop never
+blocks on the disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+from typing import Any, TypedDict
+
+from smcdp._files import atomic_write_json
+from smcdp.errors import DataLoss
+from smcdp.net.server import validate_session_id
+
+log = logging.getLogger("smcdp.records")
+
+SUFFIX = ".json"
+
+
+class SessionRecord(TypedDict, total=False):
+    """The fields of a record (:func:`smcdp.runtime.session.session_record` makes them)."""
+
+    session_id: str
+    protocol: str | None
+    party: str
+    role: str | None
+    roles: dict[str, str]
+    initiator: str | None
+    params: dict[str, Any]
+    seed: int | None
+    timeout_seconds: float | None
+    state: str
+    result: Any
+    error: dict[str, str] | None
+    stats: dict[str, Any] | None
+    started_at: str | None
+    finished_at: str | None
+    seconds: float | None
+    restarts: int
+    resumable: bool
+    round: int | None
+    #: the checkpoint it was restored from was damaged (its roles cannot be trusted)
+    damaged: bool
+    #: the record could not be written (kept in memory, served until the process ends)
+    record_write_error: str
+
+
+class RecordDamaged(DataLoss):
+    """A session record exists but cannot be read (DATA_LOSS, naming the file)."""
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Session records and ready files: durable, owner-only (they may hold protocol outputs)."""
+    atomic_write_json(path, obj, 0o600, sort_keys=True)
+
+
+class SessionRecords:
+    """The records of the sessions that ended at party ``party`` (files in ``directory``)."""
+
+    def __init__(self, directory: Path, party: str) -> None:
+        self.directory = directory
+        self.party = party
+        #: records that could not be written: served from memory until the process ends
+        self._unwritten: dict[str, SessionRecord] = {}
+
+    # ------------------------------------------------------------------ where
+    def path(self, session_id: str) -> Path:
+        return self.directory / f"{validate_session_id(session_id)}{SUFFIX}"
+
+    def exists(self, session_id: str) -> bool:
+        """A record of ``session_id`` is held here (on disk, or in memory after a failed write)."""
+        return session_id in self._unwritten or self.path(session_id).exists()
+
+    def ids_named(self, name: str) -> set[str]:
+        """Ids ``<initiator>.<name>`` of the records held here."""
+        found = {p.name[:-len(SUFFIX)] for p in self.directory.glob(f"*.{name}{SUFFIX}")}
+        return found | {sid for sid in self._unwritten if sid.partition(".")[2] == name}
+
+    @property
+    def unwritten(self) -> set[str]:
+        return set(self._unwritten)
+
+    # ------------------------------------------------------------------ read
+    def load(self, session_id: str) -> SessionRecord | None:
+        """The record of ``session_id``; None if there is none; :class:`RecordDamaged` if it cannot be read."""
+        if session_id in self._unwritten:
+            return self._unwritten[session_id]
+        path = self.path(session_id)
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise RecordDamaged(f"cannot read the record of session {session_id!r} ({path}): {exc}",
+                                self.party) from None
+        try:
+            record = json.loads(raw.decode("utf-8"))
+        except ValueError as exc:            # UnicodeDecodeError included
+            raise RecordDamaged(f"the record of session {session_id!r} ({path}) is not JSON: {exc}",
+                                self.party) from None
+        if not isinstance(record, dict):
+            raise RecordDamaged(f"the record of session {session_id!r} ({path}) is not a JSON object",
+                                self.party)
+        return record  # type: ignore[return-value]  # the fields were written by session_record
+
+    def peek(self, session_id: str) -> SessionRecord | None:
+        """:meth:`load` for what a peer asks: a damaged record is logged and answered as a missing one."""
+        try:
+            return self.load(session_id)
+        except RecordDamaged as exc:
+            log.error("%s", exc)
+            return None
+
+    def recent(self, limit: int) -> list[SessionRecord]:
+        """The ``limit`` newest records on disk, newest first (blocking); damaged ones are logged and left
+        out, and so is a record the retention removes meanwhile."""
+        stamped = []
+        for path in self.directory.glob(f"*{SUFFIX}"):
+            try:
+                stamped.append((path.stat().st_mtime, path.name[:-len(SUFFIX)]))
+            except OSError:
+                continue
+        out = []
+        for _mtime, sid in sorted(stamped, reverse=True)[:limit]:
+            record = self.peek(sid)
+            if record is not None:
+                out.append(record)
+        return out
+
+    async def aload(self, session_id: str) -> SessionRecord | None:
+        return await asyncio.get_running_loop().run_in_executor(None, self.load, session_id)
+
+    async def apeek(self, session_id: str) -> SessionRecord | None:
+        return await asyncio.get_running_loop().run_in_executor(None, self.peek, session_id)
+
+    # ------------------------------------------------------------------ write
+    def write(self, session_id: str, record: SessionRecord, *, overwrite: bool = True) -> SessionRecord:
+        """Write ``record`` atomically (0600).  If the disk refuses, keep it in memory and return it with
+        ``record_write_error`` set.  ``overwrite=False``: a record already published is left as it is."""
+        path = self.path(session_id)
+        if not overwrite and path.exists():
+            return record
+        try:
+            write_json_atomic(path, record)
+        except OSError as exc:
+            log.error("session %s: cannot write its record: %s", session_id, exc)
+            record = {**record, "record_write_error": str(exc)}
+            self._unwritten[session_id] = record
+        return record
+
+    def keep(self, session_id: str, record: SessionRecord) -> None:
+        """Serve ``record`` from memory (its write failed in the session's thread)."""
+        self._unwritten[session_id] = record

@@ -1,0 +1,246 @@
+"""Recovery: sessions continued from their checkpoints, and what ended sessions leave on disk.
+
+* At start-up, before the party serves, :meth:`Recovery.restore` reopens every session the process was
+  in when it died (docs/fault-tolerance.md); one whose checkpoint or journal does not verify fails on
+  its own, naming the file, and its peers are told once the server runs.
+* ``smcdp session resume`` reopens a session that failed resumably (:meth:`Recovery.resume_locally`),
+  admitted again like a new proposal: today's policy and budget, a slot, its journal against its
+  envelope, its restarts and its (never renewed) deadline.
+* The retention deletes what sessions that ended long ago left (:meth:`Recovery.sweep_loop`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Mapping
+
+import grpc
+
+from smcdp.errors import PreconditionFailed, SessionAborted, SmcdpError, Unavailable
+from smcdp.net.grpc_channel import AlreadyExists
+from smcdp.net.server import SessionSpec
+from smcdp.plugins.registry import get_plugin
+from smcdp.runtime.core import PartyCore
+from smcdp.runtime.durability.checkpoint import Checkpoint, CheckpointError
+from smcdp.runtime.durability.retention import sweep as retention_sweep
+from smcdp.runtime.durability.retention import sweep_period
+from smcdp.runtime.limits import check_journal, check_resume, session_budget
+from smcdp.runtime.session import RESUMABLE_CODES, Session, error_dict, session_record
+from smcdp.states import SessionState
+from smcdp.v1 import transport_pb2 as tpb
+
+log = logging.getLogger("smcdp.party")
+
+
+def spec_of(cp: Checkpoint) -> SessionSpec:
+    m = cp.meta
+    return SessionSpec(m["session_id"], m["protocol"], dict(m["roles"]), dict(m["params"]),
+                       float(m["timeout_seconds"]), m.get("seed"))
+
+
+class Recovery:
+    """Reopening checkpointed sessions at a party (``core``) and deleting what ended ones left."""
+
+    def __init__(self, core: PartyCore) -> None:
+        self.core = core
+        #: sessions that failed at start-up (a damaged checkpoint or journal): their peers are told
+        self._failures: list[tuple[str, dict, dict]] = []
+        self._tell: asyncio.Task | None = None
+
+    # ------------------------------------------------------------ start-up
+    def checkpointed_sessions(self) -> set[str]:
+        """Sessions this party restores from a checkpoint now (a resumable one is admitted again when it
+        is resumed)."""
+        checkpoints = Checkpoint.scan(self.core.sessions_dir, self.core.name)   # damaged ones: restore()
+        return {cp.session_id for cp in checkpoints if SessionState(cp.meta["state"]).live}
+
+    async def restore(self) -> None:
+        """Reopen every session this party was in when its process died (before serving).
+
+        A session whose checkpoint or journal does not verify fails on its own (its record says which
+        file, the peers are told once the server runs: :meth:`tell_failures`); the party starts and
+        serves the rest.
+        """
+        core = self.core
+        damaged: list[tuple[str, CheckpointError]] = []
+        checkpoints = Checkpoint.scan(core.sessions_dir, core.name, damaged)
+        for sid, exc in damaged:
+            self._fail_restored(sid, exc, None)
+        for cp in checkpoints:
+            state = SessionState(cp.meta["state"])
+            if not state.live:
+                continue  # failed resumably: waits for `smcdp session resume`
+            try:
+                refused = None
+                try:   # today's policy and budget, its restarts and deadline
+                    self.readmit(cp, "restore")
+                except SmcdpError as exc:
+                    refused = exc
+                s = self.reopen(cp, begun=state is SessionState.RUNNING and refused is None)
+            except SmcdpError as exc:
+                self._fail_restored(cp.session_id, exc, cp)
+                continue
+            if refused is not None:   # it ends at once, telling its peers why; its role never runs
+                await core.wait_ready(s)
+                s.fail_threadsafe(refused)
+                log.warning("session %s not restored: %s", cp.session_id, refused)
+                continue
+            if state is SessionState.PREPARED and cp.meta["initiator"] == core.name:
+                # the operator call that would have begun it died with the process
+                await core.wait_ready(s)
+                s.fail_threadsafe(SessionAborted(
+                    f"the initiator {core.name} restarted before session {cp.session_id} began; "
+                    f"continue it with 'smcdp session resume {cp.session_id}'", "UNAVAILABLE", core.name))
+            log.warning("session %s restored from its checkpoint (restart %d); %s", cp.session_id,
+                        cp.meta["restarts"], "replaying its role" if state is SessionState.RUNNING else "waiting for Begin")
+        for s in list(core.sessions.values()):
+            await core.wait_ready(s)
+
+    def _fail_restored(self, session_id: str, exc: SmcdpError, cp: Checkpoint | None) -> None:
+        """A checkpointed session that cannot be reopened here: record its failure (``session status``,
+        the console and the peers' heartbeats see it); resumable if its code is (a damaged journal)."""
+        core = self.core
+        error = error_dict(exc, core.name)
+        resumable = cp is not None and error["code"] in RESUMABLE_CODES
+        log.error("session %s cannot be restored at %s%s: %s", session_id, core.name,
+                  " (resumable: 'smcdp session resume' at its initiator)" if resumable else "", error["message"])
+        m = cp.meta if cp is not None else (getattr(exc, "meta", None) or {})
+        try:
+            if cp is None:   # keep what is left for the operator to inspect, out of the way of the next start
+                d = Checkpoint.directory(core.sessions_dir, session_id)
+                d.rename(d.with_name(f"{session_id}.damaged"))
+            elif resumable:
+                cp.set_state(SessionState.FAILED.value, resumable=True, error=error, failed_epoch=time.time())
+                cp.close()
+            else:
+                cp.remove()
+        except (OSError, SmcdpError) as err:
+            log.error("session %s: cannot update its checkpoint: %s", session_id, err)
+        record = dict(session_record(
+            session_id=session_id, protocol=m.get("protocol"), party=core.name, role=m.get("role"),
+            roles=m.get("roles") or {}, initiator=m.get("initiator"), params=m.get("params") or {},
+            seed=m.get("seed"), timeout_seconds=m.get("timeout_seconds"), state=SessionState.FAILED, error=error,
+            restarts=int(m.get("restarts", 0)), resumable=resumable), damaged=cp is None and not m)
+        record = core.records.write(session_id, record, overwrite=False)   # a published record stays
+        if m.get("roles"):
+            self._failures.append((session_id, dict(m["roles"]), error))
+        core.governor.session_done(session_id, record)
+
+    def tell_failures(self) -> None:
+        """Once the server runs: tell the other participants of the sessions that failed at start-up."""
+        if self._failures:
+            self._tell = asyncio.get_running_loop().create_task(self._tell_failures())
+
+    async def _tell_failures(self) -> None:
+        """Best effort, once: an Abort naming the failure to every other participant."""
+        failures, self._failures = self._failures, []
+        core, t = self.core, self.core.config.timeouts.connect_seconds
+        assert core.connector is not None
+
+        async def one(sid: str, party: str, error: dict) -> None:
+            try:
+                await core.connector.mailbox(party).Abort(tpb.AbortRequest(
+                    session_id=sid, code=error["code"], message=error["message"][:4000]), timeout=t)
+            except grpc.RpcError as exc:
+                log.info("session %s: %s was not told of its failure here: %s", sid, party, exc.code().name)
+
+        await asyncio.gather(*(one(sid, p, error) for sid, roles, error in failures
+                               for p in roles.values() if p != core.name))
+
+    # ------------------------------------------------------------ reopening
+    def readmit(self, cp: Checkpoint, how: str, in_flight: Mapping[str, int] | None = None) -> None:
+        """A session continued from its checkpoint is admitted again -- its restarts and unrenewed
+        deadline, a slot and its journal against its envelope (a resume), today's policy and budget.
+        Blocking (files, ledger): at start-up or in an executor.  ``in_flight``: the proposals and resumes
+        admitted meanwhile (they hold slots too)."""
+        core, m = self.core, cp.meta
+        spec, plugin = spec_of(cp), get_plugin(m["protocol"])
+
+        def limits() -> None:
+            check_resume(core.sessions.values() if how == "resume" else None, m["initiator"], m,
+                         core.config.limits, core.name, in_flight=in_flight)
+            if how == "resume":
+                check_journal(session_budget(plugin, spec, m["role"], core.config.limits),
+                              cp.journal.inbound_sizes())
+        core.governor.readmit(m["initiator"], spec, plugin, m["role"], how, precheck=limits)
+
+    def reopen(self, cp: Checkpoint, *, begun: bool, resumed: bool = False) -> Session:
+        """A session from its checkpoint (a restart: ``begun`` as it was; a resume: its journal repaired if
+        damaged, and what it sent before sent again); its deadline is the one it has (never renewed)."""
+        core, m = self.core, cp.meta
+        plugin = core.governor.wrap(get_plugin(m["protocol"]), m["session_id"])   # its reservation, if any
+        cp.repair_journal = resumed
+        cp.journal                                   # noqa: B018 - a damaged journal is named before it runs
+        fields = {"restarts": int(m.get("restarts", 0)) + 1}
+        if resumed:
+            fields["resumes"] = int(m.get("resumes", 0)) + 1
+            cp.ensure_reserve()
+        cp.set_state((SessionState.RUNNING if begun else SessionState.PREPARED).value, resumable=False, **fields)
+        s = Session(core, spec_of(cp), m["role"], plugin, m["initiator"], cp, begun=begun, resumed=resumed)
+        core.register(s)
+        return s
+
+    def resumable_checkpoint(self, session_id: str, peer: str | None = None) -> Checkpoint:
+        """The checkpoint of a session that failed resumably.  ``peer``: the party asking (None: this party's
+        operator); a peer that holds no role in the session hears what it would of a missing one."""
+        core = self.core
+        missing = PreconditionFailed(f"party {core.name!r} has no checkpoint of session {session_id!r} "
+                                     "(it never ran here, or it ended in a way that cannot be continued)")
+        d = Checkpoint.directory(core.sessions_dir, session_id)
+        if not d.is_dir():
+            rec = core.records.load(session_id) if peer is None else core.records.peek(session_id)
+            if rec is not None and rec.get("state") == SessionState.SUCCEEDED \
+                    and (peer is None or peer in (rec.get("roles") or {}).values()):
+                raise AlreadyExists(f"session {session_id!r} already succeeded at party {core.name!r}")
+            raise missing
+        cp = Checkpoint.load(d)
+        if peer is not None and peer not in cp.meta["roles"].values():
+            raise missing
+        if cp.meta["state"] != SessionState.FAILED or not cp.meta.get("resumable"):
+            raise PreconditionFailed(f"session {session_id!r} is {cp.meta['state']} at party {core.name!r}, "
+                                     "not failed resumably")
+        return cp
+
+    async def resume_locally(self, cp: Checkpoint) -> Session:
+        """Admit a resumably failed session again and reopen it, waiting for Begin."""
+        core, sid = self.core, cp.session_id
+        if sid in core.reopening:
+            raise Unavailable(f"session {sid!r} is being resumed at party {core.name!r}; try again shortly")
+        core.reopening.add(sid)
+        before = dict(core.admitting)     # admissions that started earlier: this one counts them
+        registered = core.admission(cp.meta["initiator"])    # and later ones count it
+        try:
+            cp.repair_journal = True   # a damaged journal is rewritten with its intact records
+            await asyncio.get_running_loop().run_in_executor(None, self.readmit, cp, "resume", before)
+            if not cp.dir.is_dir():   # the retention removed it meanwhile
+                raise PreconditionFailed(f"party {core.name!r} no longer has a checkpoint of session {sid!r}")
+            s = self.reopen(cp, begun=False, resumed=True)
+        finally:
+            core.reopening.discard(sid)
+            registered()
+        await core.wait_ready(s)
+        return s
+
+    # ------------------------------------------------------------ retention
+    def sweep(self, live: set[str]) -> None:
+        """Delete what sessions that ended here long ago left on disk (blocking)."""
+        core = self.core
+        retention = core.config.limits.failed_retention_seconds
+        for gone in retention_sweep(core.sessions_dir, retention, live):
+            core.governor.checkpoint_deleted(gone.as_dict(), retention)
+        core.governor.prune(retention)
+
+    async def sweep_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(sweep_period(self.core.config.limits.failed_retention_seconds))
+            try:
+                await loop.run_in_executor(None, self.sweep, self.core.live())
+            except (SmcdpError, OSError) as exc:  # logged; the next round tries again
+                log.error("deleting ended sessions' checkpoints: %s", exc)
+
+    def stop(self) -> None:
+        if self._tell is not None:
+            self._tell.cancel()
