@@ -6,14 +6,14 @@ STAMP  := $(VENV)/.installed
 OUT    ?= out
 
 .PHONY: all install demo test test-quick proto proto-check bench fuzz experiments multihost-test docker-image docker-lock \
-        container-test clean
+        container-test wheel-test lint docs notebook-test clean
 
 all: test
 
 $(STAMP): pyproject.toml setup.py smcdp/crypto/_mont.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[test,dev,packaging,lint,docs,notebook]'
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -78,6 +78,29 @@ docker-lock:
 ## socket.  Needs root, podman, runc, debootstrap, docker-compose (.ci/run installs them).
 container-test: $(STAMP)
 	$(BIN)/python -m pytest -q -ra -m container tests/integration/containers
+
+## Lint (issue 39): ruff's rules and formatter over the code, mypy over smcdp/ at the strictness set in
+## pyproject.toml ([tool.ruff], [tool.mypy]; CONTRIBUTING.md says why).  CI runs it; so does pre-commit.
+LINT_PATHS := smcdp tests bench examples
+lint: $(STAMP)
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff format --check $(LINT_PATHS)
+	$(BIN)/mypy
+
+## The documentation site (issue 39): docs/*.md and the API reference of the public API (docs/api) with
+## Sphinx into OUT/docs; every warning -- a broken reference, a docstring that does not render -- fails.
+docs: $(STAMP)
+	$(BIN)/python -m sphinx -b html -n -W --keep-going -q docs $(OUT)/docs
+	@echo "docs: $(OUT)/docs/index.html"
+
+## The notebooks of examples/notebooks executed top to bottom in a fresh kernel (nbclient).
+notebook-test: $(STAMP)
+	$(BIN)/python tests/packaging/run_notebooks.py
+
+## The wheel as users get it (issue 39): python -m build, installed into a fresh venv outside the
+## repository; smcdp --version, the demo on the bundled data, a DP learner, the pure fallback.
+wheel-test: $(STAMP)
+	tests/packaging/wheel_test.sh $(abspath $(BIN))/python
 
 clean:
 	rm -rf $(VENV) $(OUT) build *.egg-info .pytest_cache

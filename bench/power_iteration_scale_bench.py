@@ -89,7 +89,7 @@ def measure_cell(engines, src, sk, k: int, b: int, reps: int) -> dict:
     row = {"ciphertexts": m + g}
     results = {}
     for name, eng in engines.items():
-        async def go():
+        async def go(eng=eng, name=name):
             async with eng.session(src, sk, label=f"bench-{name}") as cs:
                 await party_round(cs, k, b, plain, gplain, cts, gcts, Q)          # warm-up: tables, pools
                 runs = [await party_round(cs, k, b, plain, gplain, cts, gcts, Q) for _ in range(reps)]

@@ -59,7 +59,7 @@ class ProxiedCluster(LocalCluster):
             port = free_tcp_port()
             proxy_of[party] = f"127.0.0.1:{port}"
             maps += ["--map", f"127.0.0.1:{port}={connect_address(load_config(path).listen)}"]
-        for party, path in self.configs.items():
+        for _party, path in self.configs.items():
             cfg = load_config(path)
             dump_config(replace(cfg, peers={q: proxy_of[q] for q in cfg.peers}), path)
         self.proxy = subprocess.Popen([sys.executable, str(HERE / "delay_proxy.py"), "--rtt-ms", str(self.rtt_ms),

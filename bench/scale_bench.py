@@ -212,9 +212,9 @@ def run_memory(K: int, d: int, key_bits: int) -> dict:
     fns = {"charlie": lambda ch: charlie(ch, p, seed=SEED, allow_insecure_keys=insecure),
            "dave": lambda ch: dave(ch, p)}
     for j in range(K):
-        fns[f"party{j + 1}"] = (lambda j: lambda ch: data_party(
-            ch, weights[j], sens[j], p, seed=SEED, allow_insecure_keys=insecure,
-            noise_random_state=np.random.default_rng(1000 + j)))(j)
+        fns[f"party{j + 1}"] = (lambda idx: lambda ch: data_party(
+            ch, weights[idx], sens[idx], p, seed=SEED, allow_insecure_keys=insecure,
+            noise_random_state=np.random.default_rng(1000 + idx)))(j)
     net = InMemoryNetwork(roles, timeout=7200)
     load_before, t0, c0 = load(), time.perf_counter(), time.process_time()
     res = asyncio.run(net.run(fns))
@@ -259,7 +259,7 @@ def pi_memory(N: int, k: int, n: int, rounds: int, key_bits: int) -> dict:
     roles = {"trent": "trent", **{f"party{i + 1}": f"p{i + 1}" for i in range(N)}}
     fns = {"trent": lambda ch: trent(ch, p, allow_insecure_keys=key_bits < 2048)}
     for i in range(N):
-        fns[f"party{i + 1}"] = (lambda i: lambda ch: pi_party(ch, data[i], p, allow_insecure_keys=key_bits < 2048))(i)
+        fns[f"party{i + 1}"] = (lambda idx: lambda ch: pi_party(ch, data[idx], p, allow_insecure_keys=key_bits < 2048))(i)
     net = InMemoryNetwork(roles, timeout=7200)
     prof = cProfile.Profile()
     load0, t0, c0 = os.getloadavg()[0], time.perf_counter(), cpu_seconds(os.getpid())

@@ -97,9 +97,9 @@ def protocol_run(params: DPAggregateParams, ws, sens, seeds, key_bits: int) -> n
     fns = {"charlie": lambda ch: charlie(ch, params, allow_insecure_keys=insecure),
            "dave": lambda ch: dave(ch, params)}
     for j in range(K):
-        fns[f"party{j + 1}"] = (lambda j: lambda ch: data_party(
-            ch, ws[j], sens[j], params, allow_insecure_keys=insecure,
-            noise_random_state=np.random.default_rng(seeds[j])))(j)
+        fns[f"party{j + 1}"] = (lambda idx: lambda ch: data_party(
+            ch, ws[idx], sens[idx], params, allow_insecure_keys=insecure,
+            noise_random_state=np.random.default_rng(seeds[idx])))(j)
     res = asyncio.run(net.run(fns))
     return np.array(res["dave"].weights)
 
@@ -128,7 +128,7 @@ def main(argv=None) -> int:
         tr, te = perm[:N_TRAIN], perm[N_TRAIN:]
         Xtr, ytr, Xte, yte = X[tr], y[tr], X[te], y[te]
         w_star, delta_all = train_local(Xtr, ytr, lam)
-        err = lambda w: float(np.mean(predict(w, Xte) != yte))
+        err = lambda w, Xte=Xte, yte=yte: float(np.mean(predict(w, Xte) != yte))
         curves["w*"][r, :] = err(w_star)
         for e, eps in enumerate(EPSILONS):
             mech = VectorMechanism(eps, delta_all, random_state=np.random.default_rng([args.seed, r, e, 0]))

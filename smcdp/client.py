@@ -86,6 +86,7 @@ class SessionError:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> "SessionError | None":
+        """The error of a session record (``None`` for a record without one)."""
         if not d:
             return None
         return cls(str(d.get("code") or "INTERNAL"), str(d.get("message") or ""), d.get("origin"))
@@ -121,6 +122,7 @@ class SessionResult:
 
     @classmethod
     def from_record(cls, r: Mapping[str, Any]) -> "SessionResult":
+        """Parse a session record as the party sends it; a record without a ``session_id`` raises :class:`~smcdp.errors.InvalidMessage`."""
         try:
             return cls(session_id=str(r["session_id"]), protocol=str(r.get("protocol")), party=str(r.get("party")),
                        role=r.get("role"), roles=_frozen_map(r.get("roles")), initiator=r.get("initiator"),
@@ -136,6 +138,7 @@ class SessionResult:
 
     @property
     def succeeded(self) -> bool:
+        """Whether the session succeeded at this party."""
         return self.state is SessionState.SUCCEEDED
 
     def raise_for_state(self) -> "SessionResult":
@@ -182,6 +185,7 @@ class SessionStatus:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "SessionStatus":
+        """Parse a status answer as the party sends it."""
         peers = {p: PeerLiveness(p, v.get("role"), v.get("last_answer_seconds_ago"), _str_or_none(v.get("incarnation")))
                  for p, v in (d.get("peers") or {}).items()}
         return cls(session_id=str(d.get("session_id")), protocol=d.get("protocol"), party=d.get("party"),
@@ -193,6 +197,7 @@ class SessionStatus:
                    waiting_for=_str_or_none(d.get("waiting_for")))
 
     def as_dict(self) -> dict:
+        """The party's JSON for this status, exactly as sent (a copy)."""
         return copy.deepcopy(dict(self.raw))
 
 
@@ -227,6 +232,7 @@ class SessionInfo:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "SessionInfo":
+        """Parse one entry of the party's session list (a session or a proposal)."""
         kind = str(d.get("kind") or "session")
         if kind == "proposal":
             try:
@@ -249,9 +255,11 @@ class SessionInfo:
 
     @property
     def pending(self) -> bool:
+        """Whether this is a proposal waiting for this party's operator."""
         return self.state is ProposalState.PENDING
 
     def as_dict(self) -> dict:
+        """The party's JSON for this entry, exactly as sent (a copy)."""
         return copy.deepcopy(dict(self.raw))
 
 
@@ -274,9 +282,11 @@ class SessionHandle:
         return f"SessionHandle({self.session_id!r}, done={self.done()})"
 
     def done(self) -> bool:
+        """Whether the session has ended (the start call returned)."""
         return self._call.done()
 
     def status(self) -> SessionStatus:
+        """The session's current :class:`SessionStatus` at this party."""
         return self._client.status(self.session_id)
 
     def wait(self, timeout: float | None = None, *, on_status: StatusCallback | None = None,
@@ -314,6 +324,7 @@ class PartyClient:
 
     @property
     def name(self) -> str:
+        """The party's name, from its configuration."""
         return self.config.name
 
     def __repr__(self) -> str:

@@ -67,6 +67,7 @@ class Unauthenticated(SmcdpError):
 
 
 class DeadlineExceeded(SmcdpError):
+    """A call or a session ran past its deadline."""
     code = "DEADLINE_EXCEEDED"
 
 
@@ -116,7 +117,7 @@ RESOURCE_ERRNOS = {
 
 def resource_failure(exc: BaseException, party: str, what: str) -> NoSpace | None:
     """``exc`` as :class:`NoSpace` ("no space left at PARTY: WHAT: ...") if it is a local resource
-    running out (an OSError with one of :data:`RESOURCE_ERRNOS`, or MemoryError), else None."""
+    running out (an OSError with one of ``RESOURCE_ERRNOS``, or MemoryError), else None."""
     if isinstance(exc, NoSpace):
         return exc
     if isinstance(exc, MemoryError):
@@ -153,3 +154,23 @@ class CryptoOverflow(SmcdpError, OverflowError):
     """A homomorphic result would leave the representable range (never wrap)."""
 
     code = "OUT_OF_RANGE"
+
+
+__all__ = [
+    "CryptoOverflow",
+    "DataLoss",
+    "DeadlineExceeded",
+    "InputRejected",
+    "InsecureParameters",
+    "InvalidMessage",
+    "NoSpace",
+    "PermissionDenied",
+    "PreconditionFailed",
+    "ResourceExhausted",
+    "SessionAborted",
+    "SmcdpError",
+    "Unauthenticated",
+    "Unavailable",
+    "public_message",
+    "resource_failure",
+]

@@ -308,6 +308,7 @@ def _display(stream: IO[str] | None, mode: str | None, interval: float | None,
             _active = d
         _depth += 1
         disp = _active
+        assert disp is not None         # made above, or by the outermost caller still inside
     try:
         yield disp, outer
     finally:

@@ -26,6 +26,7 @@ class SessionState(str, Enum):
 
     @property
     def ended(self) -> bool:
+        """Whether the state is final (succeeded or failed)."""
         return self in (SessionState.SUCCEEDED, SessionState.FAILED)
 
     @property
@@ -37,7 +38,7 @@ class SessionState(str, Enum):
 class ProposalState(str, Enum):
     """Where a proposal to this party stands (docs/governance.md)."""
 
-    PENDING = "pending"       #: waiting for this operator: approve() or reject()
+    PENDING = "pending"       #: waiting for this operator (approve() or reject())
     APPROVED = "approved"     #: approved (privacy cost reserved), not started yet
     STARTED = "started"
     REJECTED = "rejected"

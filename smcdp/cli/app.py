@@ -11,6 +11,7 @@ import argparse
 import importlib
 import sys
 
+from smcdp import __version__
 from smcdp.errors import SmcdpError
 
 #: modules that contribute subcommands, in help order
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="smcdp",
         description="Secure multiparty computation with differentially private release.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in SUBCOMMAND_MODULES:

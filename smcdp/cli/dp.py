@@ -215,7 +215,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
     ]
     rows = [
         [
-            st.dataset,
+            st.dataset or "-",
             st.rule,
             fmt_amount(st.epsilon),
             fmt_amount(st.spent_epsilon),

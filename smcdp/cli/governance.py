@@ -17,6 +17,7 @@ import asyncio
 import getpass
 import json
 import sys
+from typing import Any
 from pathlib import Path
 
 from smcdp.client import PartyClient
@@ -181,7 +182,8 @@ def _cmd_verify(args) -> int:
 def _witnessed(args) -> tuple[list, dict[str, str]]:
     """What peers (``--witnesses``) and files (``--witness-file``) say about this party's log (issue 24)."""
     cfg = load_config(args.config)
-    heads, unreachable = [], {}
+    heads: list[Any] = []
+    unreachable: dict[str, str] = {}
     if args.witnesses:
         heads, unreachable = asyncio.run(fetch_witnessed(cfg, TlsMaterial.load(cfg.tls.ca, cfg.tls.cert,
                                                                                cfg.tls.key)))

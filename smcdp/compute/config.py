@@ -155,7 +155,7 @@ def scheduler_scheme_host(address: str) -> tuple[str, str]:
     if parts.scheme not in ("tls", "tcp") or not parts.hostname or parts.path not in ("", "/"):
         raise ComputeConfigError(f"compute.scheduler {address!r} is not an address such as tls://host:8786")
     try:
-        parts.port
+        _ = parts.port          # urlsplit parses the port lazily: an invalid one raises here
     except ValueError:
         raise ComputeConfigError(f"compute.scheduler {address!r} has an invalid port") from None
     return parts.scheme, parts.hostname

@@ -35,7 +35,7 @@ import os
 import threading
 import time
 import warnings
-from typing import AsyncIterator, Callable, Sequence
+from typing import Any, AsyncIterator, Callable, Sequence
 
 import numpy as np
 
@@ -98,8 +98,8 @@ class DaskEngine(ComputeEngine):
         if config.engine != "dask":
             raise ValueError("DaskEngine needs a [compute] with engine = \"dask\"")
         self.config = config
-        self.cluster = None
-        self.client = None
+        self.cluster: Any = None        # distributed.LocalCluster / Client (dask ships no type stubs)
+        self.client: Any = None
         self.deterministic: bool | None = None
         self._lock = threading.Lock()   # sessions run on their own threads and event loops
         self._counter = itertools.count()

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from gmpy2 import mpz
+
 from smcdp.crypto.encoding import bytes_to_int, int_to_bytes
 from smcdp.crypto.paillier import PrivateKey, PublicKey, check_key_bits
 from smcdp.errors import InvalidMessage
@@ -37,18 +39,18 @@ def keypair_to_proto(sk: PrivateKey) -> pb.PaillierKeyPair:
 
 
 def keypair_from_proto(msg: pb.PaillierKeyPair, *, allow_insecure: bool = False) -> PrivateKey:
-    pk = public_key_from_proto(msg, allow_insecure=allow_insecure)
+    pk = public_key_from_proto(pb.PaillierPublicKey(n=msg.n), allow_insecure=allow_insecure)
     return PrivateKey.from_factors(pk, bytes_to_int(msg.p), bytes_to_int(msg.q))
 
 
 # --------------------------------------------------------------------------- single ciphertexts
-def ciphertext_to_proto(pk: PublicKey, c) -> pb.CiphertextVector:
+def ciphertext_to_proto(pk: PublicKey, c: int) -> pb.CiphertextVector:
     """One unpacked ciphertext with exponent 0, as a one-element CiphertextVector."""
     return pb.CiphertextVector(ciphertexts=[int_to_bytes(c)], exponent=0, length=1,
                                slots_per_ciphertext=1, slot_bits=0, key_fingerprint=pk.fingerprint)
 
 
-def ciphertext_from_proto(msg: pb.CiphertextVector, pk: PublicKey, what: str):
+def ciphertext_from_proto(msg: pb.CiphertextVector, pk: PublicKey, what: str) -> mpz:
     """One validated, unpacked ciphertext with exponent 0 under ``pk``."""
     if msg.key_fingerprint != pk.fingerprint:
         raise InvalidMessage(f"{what} was encrypted under a different public key")

@@ -37,8 +37,8 @@ def count_many(op: str, n: int) -> None:
             _batches[op] += int(n)
 
 
-def _value(c: itertools.count) -> int:
-    return c.__reduce__()[1][0]     # the next value, i.e. how many times next() was called
+def _value(c: itertools.count[int]) -> int:
+    return int(c.__reduce__()[1][0])     # the next value, i.e. how many times next() was called
 
 
 def snapshot() -> dict[str, int]:

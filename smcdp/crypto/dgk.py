@@ -40,7 +40,7 @@ import math
 import random
 import secrets
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import gmpy2
 from gmpy2 import mpz
@@ -98,7 +98,7 @@ class DGKPublicKey:
     u: int
     t: int
     _h_table: FixedBase | None = field(default=None, repr=False)
-    _g_powers: list | None = field(default=None, repr=False)
+    _g_powers: list[mpz] | None = field(default=None, repr=False)
 
     # ---------------------------------------------------------- construction
     @classmethod
@@ -155,7 +155,7 @@ class DGKPublicKey:
             h.update(len(b).to_bytes(4, "big") + b)
         return h.digest()
 
-    def cache_key(self) -> tuple:
+    def cache_key(self) -> tuple[int, int, int, int, int]:
         return (int(self.n), int(self.g), int(self.h), self.u, self.t)
 
     def to_proto(self) -> messages_pb2.BigInts:
@@ -253,7 +253,7 @@ class DGKPrivateKey:
     q: mpz
     vp: mpz
     vq: mpz
-    _tables: dict | None = field(default=None, repr=False)
+    _tables: dict[str, Any] | None = field(default=None, repr=False)
 
     @classmethod
     def from_values(cls, p: int, q: int, vp: int, vq: int, g: int, h: int, u: int, t: int, *,
@@ -286,7 +286,7 @@ class DGKPrivateKey:
     def n(self) -> mpz:
         return self.public.n
 
-    def _t(self) -> dict:
+    def _t(self) -> dict[str, Any]:
         if self._tables is None:
             pub, p, q = self.public, self.p, self.q
             gvp = gmpy2.powmod(pub.g, self.vp, p)

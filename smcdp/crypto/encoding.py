@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from smcdp.errors import InvalidMessage
 
@@ -31,7 +32,7 @@ if TYPE_CHECKING:  # typing only: encoding needs no key at run time
 DEFAULT_FRAC_BITS = 40
 
 
-def encode_fixed(values, frac_bits: int) -> list[int]:
+def encode_fixed(values: ArrayLike, frac_bits: int) -> list[int]:
     """round(v · 2^frac_bits) for each finite value (exact for integer input)."""
     arr = np.asarray(values)
     if arr.dtype.kind in "iu":
@@ -105,11 +106,12 @@ class Packing:
 
     @property
     def packed(self) -> bool:
+        """Whether more than one value shares a ciphertext."""
         return self.slots > 1
 
     @property
     def slot_capacity(self) -> int:
-        """Largest allowed |value| per slot."""
+        """Largest allowed ``|value|`` per slot."""
         return (1 << (self.slot_bits - 1)) - 1
 
     @classmethod
@@ -126,6 +128,7 @@ class Packing:
         return cls(slots, slot_bits)
 
     def pack(self, ints: Sequence[int]) -> list[int]:
+        """Pack signed integers ``slots`` to a plaintext, value j of each group at bit ``j * slot_bits`` (:meth:`unpack` undoes it)."""
         s = self.slot_bits
         out = []
         for start in range(0, len(ints), self.slots):
@@ -136,6 +139,7 @@ class Packing:
         return out
 
     def unpack(self, packed: Sequence[int], length: int) -> list[int]:
+        """The first ``length`` signed integers held in the packed plaintexts."""
         s = self.slot_bits
         full, half = 1 << s, 1 << (s - 1)
         out: list[int] = []
@@ -154,9 +158,11 @@ class Packing:
         return out
 
     def n_ciphertexts(self, length: int) -> int:
+        """How many ciphertexts hold ``length`` values."""
         return -(-length // self.slots) if self.packed else length
 
 
+#: One value per ciphertext (no packing).
 UNPACKED = Packing()
 
 

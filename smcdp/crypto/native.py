@@ -27,7 +27,7 @@ try:
         raise ImportError("disabled by SMCDP_NATIVE=0")
     from smcdp.crypto import _mont
 except ImportError as exc:  # not built here, or switched off
-    _mont = None
+    _mont = None  # type: ignore[assignment]  # the module is optional: None when it did not build
     REASON = str(exc)
 else:
     REASON = f"built against GMP {_mont.GMP_VERSION}"

@@ -16,7 +16,7 @@ import collections
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Self
+from typing import Any, Self
 
 from gmpy2 import mpz
 
@@ -51,7 +51,7 @@ class ObfuscatorPool:
         self._nice = nice
         self.capacity = max(1, int(capacity))
         self.low_water = self.capacity if low_water is None else max(1, min(int(low_water), self.capacity))
-        self._stock: collections.deque = collections.deque()
+        self._stock: collections.deque[mpz] = collections.deque()
         self._cond = threading.Condition()
         self._stop = False
         self.precomputed = 0
@@ -148,13 +148,14 @@ class ObfuscatorPool:
             made += n
         return made
 
-    def fill_behind(self, count: int, **kw) -> threading.Thread:
+    def fill_behind(self, count: int, **kw: Any) -> threading.Thread:
         """:meth:`fill` on a daemon thread of its own (stopped by :meth:`close`)."""
         th = threading.Thread(target=self.fill, args=(int(count),), kwargs=kw, name="smcdp-obf-fill", daemon=True)
         th.start()
         return th
 
     def get(self) -> mpz:
+        """One obfuscator: from the stock, or made inline when the stock is empty (never blocks)."""
         with self._cond:
             if self._stock:
                 obf = self._stock.popleft()
@@ -166,19 +167,22 @@ class ObfuscatorPool:
         return self.fn()
 
     def encrypt(self, m: int) -> mpz:
+        """A Paillier encryption of ``m`` with an obfuscator from the pool: ``(1 + n·m) · obf mod n²``."""
         pk = self.pk
         return (1 + pk.n * pk.raw_plain(m)) * self.get() % pk.nsquare
 
     def rerandomize(self, c: mpz) -> mpz:
+        """``c`` re-randomised with an obfuscator from the pool (same plaintext, fresh ciphertext)."""
         return c * self.get() % self.pk.nsquare
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, int]:
         """Obfuscators made ahead (``precomputed``), made inline because the stock was empty
         (``inline``), and left unused (``stock``)."""
         with self._cond:
             return {"precomputed": self.precomputed, "inline": self.inline, "stock": len(self._stock)}
 
     def close(self) -> None:
+        """Stop the background refill (if any) and wake any waiter; the pool still answers inline."""
         with self._cond:
             self._stop = True
             self._cond.notify_all()
@@ -188,5 +192,5 @@ class ObfuscatorPool:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

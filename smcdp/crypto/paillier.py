@@ -25,7 +25,7 @@ to the same value, and vice versa.  What this module adds to phe:
 
 Plaintexts here are integers in [0, n); signed values are represented as
 ``v mod n`` and decoded with phe's convention: results in the middle third
-(max_int, n - max_int) mean overflow and raise :class:`CryptoOverflow`.
+(max_int, n - max_int) mean overflow and raise :class:`~smcdp.errors.CryptoOverflow`.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import gmpy2
 from gmpy2 import mpz
@@ -91,6 +91,7 @@ class PublicKey:
     # ------------------------------------------------------------ fixed base
     @property
     def obfuscation_bits(self) -> int:
+        """Bits of the exponent ``a`` of a fixed-base obfuscator ``h_s^a`` (half the key size)."""
         return self.bits // 2
 
     def _fixed_base(self) -> mpz:
@@ -139,7 +140,7 @@ class PublicKey:
 
     # ------------------------------------------------------------ raw ops
     def raw_plain(self, m: int) -> mpz:
-        """Map a signed integer with |m| <= max_int into Z_n."""
+        """Map a signed integer with ``|m| <= max_int`` into Z_n."""
         if m > self.max_int or m < -self.max_int:
             raise CryptoOverflow(
                 f"plaintext integer of {abs(int(m)).bit_length()} bits does not fit below n/3 "
@@ -148,7 +149,7 @@ class PublicKey:
         return mpz(m) % self.n
 
     def raw_encrypt(self, m: int, obfuscate: bool = True) -> mpz:
-        """Encrypt a signed integer (|m| <= max_int)."""
+        """Encrypt a signed integer (``|m| <= max_int``)."""
         gm = (1 + self.n * self.raw_plain(m))  # < n², no reduction needed
         _count("encrypt")
         if not obfuscate:
@@ -156,9 +157,11 @@ class PublicKey:
         return self.obfuscator(gm)
 
     def raw_encrypt_many(self, ms: Iterable[int]) -> list[mpz]:
+        """:meth:`raw_encrypt` of every plaintext."""
         return [self.raw_encrypt(m) for m in ms]
 
     def rerandomize(self, c: mpz) -> mpz:
+        """``c`` times a fresh obfuscator: the same plaintext under new randomness."""
         _count("rerandomize")
         return self.obfuscator(c)
 
@@ -177,6 +180,7 @@ class PublicKey:
         return mpz(c) * self.slow_obfuscator() % self.nsquare
 
     def raw_add(self, c1: mpz, c2: mpz) -> mpz:
+        """The product of two ciphertexts mod n²: an encryption of the sum of their plaintexts."""
         # not counted: a few microseconds each, a counter would cost measurably here (the vector
         # additions count per element, in EncryptedVector)
         return c1 * c2 % self.nsquare
@@ -217,11 +221,13 @@ class PublicKey:
         return out
 
     # ------------------------------------------------------------ files
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
+        """The key file's JSON (hex ``n``)."""
         return {"kind": "smcdp-paillier-public-key", "version": 1, "n": format(int(self.n), "x")}
 
     @classmethod
-    def from_json(cls, obj: dict) -> "PublicKey":
+    def from_json(cls, obj: object) -> "PublicKey":
+        """The public key of a key file's JSON; anything else raises :class:`~smcdp.errors.InvalidMessage`."""
         if not isinstance(obj, dict) or obj.get("kind") != "smcdp-paillier-public-key":
             raise InvalidMessage("not an smcdp Paillier public key file")
         try:
@@ -279,6 +285,7 @@ class PrivateKey:
 
     @property
     def phe(self) -> phe_paillier.PaillierPrivateKey:
+        """The same key as a python-paillier (``phe``) private key."""
         return self._phe
 
     # ------------------------------------------------------------ decryption
@@ -309,6 +316,7 @@ class PrivateKey:
         raise CryptoOverflow("decrypted value lies in the overflow region (n/3, 2n/3): a homomorphic result wrapped")
 
     def raw_decrypt_signed(self, c: int) -> int:
+        """Decrypt to a signed integer in (-n/2, n/2]."""
         return self.decode_signed(self.raw_decrypt(c))
 
     # ------------------------------------------------------------ CRT encryption
@@ -350,7 +358,8 @@ class PrivateKey:
         return cp + self.psquare * ((cq - cp) * self.psq_inv_qsq % self.qsquare)
 
     # ------------------------------------------------------------ files
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
+        """The key file's JSON (hex ``n``, ``p``, ``q``); write it with :func:`save_private_key` (mode 0600)."""
         return {
             "kind": "smcdp-paillier-private-key",
             "version": 1,
@@ -360,7 +369,8 @@ class PrivateKey:
         }
 
     @classmethod
-    def from_json(cls, obj: dict, allow_insecure: bool = False) -> "PrivateKey":
+    def from_json(cls, obj: object, allow_insecure: bool = False) -> "PrivateKey":
+        """The private key of a key file's JSON, with its factors checked (:meth:`from_factors`)."""
         if not isinstance(obj, dict) or obj.get("kind") != "smcdp-paillier-private-key":
             raise InvalidMessage("not an smcdp Paillier private key file")
         try:
@@ -425,16 +435,17 @@ def generate_keypair(bits: int = DEFAULT_KEY_BITS, *, allow_insecure: bool = Fal
                 shown.update(completed=0)
 
 
-def save_public_key(pk: PublicKey, path: str | os.PathLike) -> None:
+def save_public_key(pk: PublicKey, path: str | os.PathLike[str]) -> None:
+    """Write the public key file (mode 0644, atomically)."""
     atomic_write(path, json.dumps(pk.to_json()).encode(), 0o644)
 
 
-def save_private_key(sk: PrivateKey, path: str | os.PathLike) -> None:
+def save_private_key(sk: PrivateKey, path: str | os.PathLike[str]) -> None:
     """Write the private key with mode 0600 from creation on."""
     atomic_write(path, json.dumps(sk.to_json()).encode(), 0o600)
 
 
-def _read_json(path: str | os.PathLike) -> dict:
+def _read_json(path: str | os.PathLike[str]) -> object:
     try:
         return json.loads(Path(path).read_text())
     except FileNotFoundError:
@@ -443,13 +454,15 @@ def _read_json(path: str | os.PathLike) -> dict:
         raise InvalidMessage(f"key file {path} is not valid JSON") from None
 
 
-def load_public_key(path: str | os.PathLike, allow_insecure: bool = False) -> PublicKey:
+def load_public_key(path: str | os.PathLike[str], allow_insecure: bool = False) -> PublicKey:
+    """Read a public key file (keys under 2048 bits only with ``allow_insecure``)."""
     pk = PublicKey.from_json(_read_json(path))
     check_key_bits(pk.bits, allow_insecure)
     return pk
 
 
-def load_private_key(path: str | os.PathLike, allow_insecure: bool = False) -> PrivateKey:
+def load_private_key(path: str | os.PathLike[str], allow_insecure: bool = False) -> PrivateKey:
+    """Read a private key file; one that group or others can read is refused (``chmod 600`` it)."""
     st = os.stat(path)
     if st.st_mode & 0o077:
         raise InvalidMessage(f"private key file {path} is readable by group/others (mode {st.st_mode & 0o777:o}); chmod 600 it")

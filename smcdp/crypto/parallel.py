@@ -41,6 +41,8 @@ def _encrypt_chunk(ints: list[int], use_private: bool) -> list[int]:
         if _WORKER_SK is None:
             raise RuntimeError("this pool holds no private key")
         return [int(_WORKER_SK.raw_encrypt(m)) for m in ints]
+    if _WORKER_PK is None:
+        raise RuntimeError("this pool was not initialised with a public key")
     return [int(_WORKER_PK.raw_encrypt(m)) for m in ints]
 
 
@@ -54,7 +56,7 @@ def _cpu_seconds() -> float:
     return time.process_time()
 
 
-def _chunks(seq: Sequence, n: int) -> list[list]:
+def _chunks(seq: Sequence[int], n: int) -> list[list[int]]:
     size = max(1, -(-len(seq) // n))
     return [list(seq[i:i + size]) for i in range(0, len(seq), size)]
 
@@ -76,7 +78,7 @@ class CryptoPool:
     def __enter__(self) -> "CryptoPool":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:

@@ -30,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Sequence
 
 import gmpy2
+from gmpy2 import mpz
 
 from smcdp.crypto.paillier import PrivateKey
 
@@ -66,14 +67,15 @@ class CryptoThreads:
     def __enter__(self) -> "CryptoThreads":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
+        """Wait for running jobs, cancel queued ones and stop the threads."""
         self._ex.shutdown(wait=True, cancel_futures=True)
 
     # ------------------------------------------------------------------ mapping
-    def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> list:
+    def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
         """``[fn(x) for x in items]`` on the threads; order kept; the first error is raised."""
         return list(self._ex.map(fn, items))
 
@@ -81,7 +83,7 @@ class CryptoThreads:
         """``fn(*args)`` on one of the threads, for async code."""
         return await asyncio.get_running_loop().run_in_executor(self._ex, fn, *args)
 
-    async def amap(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> list:
+    async def amap(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
         """:meth:`map` for async code: the event loop keeps running while the threads work."""
         loop = asyncio.get_running_loop()
         futs = [loop.run_in_executor(self._ex, fn, x) for x in items]
@@ -94,6 +96,7 @@ class CryptoThreads:
         return _combine(sk, halves)
 
     async def adecrypt_signed(self, sk: PrivateKey, cts: Sequence[int]) -> list[int]:
+        """:meth:`decrypt_signed` for async code: the event loop keeps running while the threads decrypt."""
         halves = await self.amap(_half, _half_jobs(sk, cts))
         return _combine(sk, halves)
 
@@ -102,10 +105,10 @@ def _half_jobs(sk: PrivateKey, cts: Sequence[int]) -> list[tuple[PrivateKey, int
     return [(sk, c, which) for c in cts for which in (0, 1)]
 
 
-def _half(job: tuple[PrivateKey, int, int]):
+def _half(job: tuple[PrivateKey, int, int]) -> mpz:
     sk, c, which = job
     return sk.decrypt_half(c, which)
 
 
-def _combine(sk: PrivateKey, halves: list) -> list[int]:
+def _combine(sk: PrivateKey, halves: list[mpz]) -> list[int]:
     return [sk.decode_signed(sk.combine_halves(halves[i], halves[i + 1])) for i in range(0, len(halves), 2)]

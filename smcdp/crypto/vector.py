@@ -22,7 +22,7 @@ Packing
 Overflow
     Every vector carries ``bound``, an upper bound on the absolute value of
     every integer it encrypts (per slot when packed).  Each operation computes
-    the new bound first and raises :class:`CryptoOverflow` if it could exceed
+    the new bound first and raises :class:`~smcdp.errors.CryptoOverflow` if it could exceed
     the capacity (``n/3`` unpacked, ``2^(s-1)`` per slot packed).  A vector
     received from a peer gets the bound the receiving protocol declares for
     it; decryption additionally refuses results in the middle third of Z_n.
@@ -35,6 +35,7 @@ from typing import Awaitable, Callable, Sequence
 import gmpy2
 import numpy as np
 from gmpy2 import mpz
+from numpy.typing import ArrayLike
 
 from smcdp.crypto.encoding import (
     DEFAULT_FRAC_BITS,
@@ -76,6 +77,7 @@ class EncryptedVector:
     # ------------------------------------------------------------------ basics
     @property
     def capacity(self) -> int:
+        """Largest ``|integer|`` an element may hold: the slot capacity when packed, else the key's ``max_int``."""
         return self.packing.slot_capacity if self.packing.packed else int(self.public_key.max_int)
 
     def __len__(self) -> int:
@@ -100,13 +102,13 @@ class EncryptedVector:
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def encrypt(cls, public_key: PublicKey, values, *, frac_bits: int = DEFAULT_FRAC_BITS,
+    def encrypt(cls, public_key: PublicKey, values: ArrayLike, *, frac_bits: int = DEFAULT_FRAC_BITS,
                 packing: Packing = UNPACKED, private_key: PrivateKey | None = None,
                 bound: int | None = None) -> "EncryptedVector":
         """Encrypt floats (or ints) at ``2^-frac_bits`` precision.
 
         ``private_key``: use CRT encryption (the encryptor owns the key).
-        ``bound``: a public bound on |integer| to record instead of the actual
+        ``bound``: a public bound on ``|integer|`` to record instead of the actual
         maximum (so the bound itself carries no information); it must hold.
         """
         ints = encode_fixed(values, frac_bits)
@@ -117,13 +119,14 @@ class EncryptedVector:
     def encrypt_ints(cls, public_key: PublicKey, ints: Sequence[int], *, exponent: int = 0,
                      packing: Packing = UNPACKED, private_key: PrivateKey | None = None,
                      bound: int | None = None) -> "EncryptedVector":
+        """Encrypt signed integers as they are, with the given ``exponent`` (see :meth:`encrypt` for the other arguments)."""
         ints, plain, bound = _plaintexts(public_key, ints, packing, bound)
         enc = private_key.raw_encrypt if private_key is not None else public_key.raw_encrypt
         return cls(public_key, [enc(m) for m in plain], len(ints), exponent, packing, bound)
 
     @classmethod
     async def encrypt_with(cls, encrypt_raw: Callable[[list[int]], Awaitable[list[int]]],
-                           public_key: PublicKey, values, *, frac_bits: int = DEFAULT_FRAC_BITS,
+                           public_key: PublicKey, values: ArrayLike, *, frac_bits: int = DEFAULT_FRAC_BITS,
                            packing: Packing = UNPACKED, bound: int | None = None) -> "EncryptedVector":
         """:meth:`encrypt` with the raw encryptions done by ``encrypt_raw`` (a batch engine: a process
         pool, a cluster).  Encoding, packing and the bound checks stay here."""
@@ -136,15 +139,18 @@ class EncryptedVector:
     @classmethod
     def zeros(cls, public_key: PublicKey, length: int, *, exponent: int = 0,
               packing: Packing = UNPACKED) -> "EncryptedVector":
+        """Fresh encryptions of ``length`` zeros."""
         return cls.encrypt_ints(public_key, [0] * length, exponent=exponent, packing=packing)
 
     # ------------------------------------------------------------------ decryption
     def decrypt_ints(self, private_key: PrivateKey) -> list[int]:
+        """Decrypt to the signed integers (unpacked); the key must match the vector's."""
         if private_key.public_key != self.public_key:
             raise InvalidMessage("private key does not match the vector's public key")
         return self._unpack([private_key.raw_decrypt_signed(c) for c in self.ciphertexts])
 
     def decrypt(self, private_key: PrivateKey) -> np.ndarray:
+        """Decrypt to floats (the integers scaled by ``2^exponent``); the key must match the vector's."""
         return decode_fixed(self.decrypt_ints(private_key), self.exponent)
 
     async def decrypt_with(self, decrypt_raw: Callable[[list[int]], Awaitable[list[int]]]) -> np.ndarray:
@@ -201,7 +207,7 @@ class EncryptedVector:
     def __sub__(self, other: "EncryptedVector") -> "EncryptedVector":
         return self + (-other)
 
-    def add_plain(self, values, *, frac_bits: int | None = None) -> "EncryptedVector":
+    def add_plain(self, values: ArrayLike, *, frac_bits: int | None = None) -> "EncryptedVector":
         """Add plaintext values (encoded at this vector's exponent unless ``frac_bits`` is given)."""
         fb = -self.exponent if frac_bits is None else frac_bits
         other = EncryptedVector.trivial(self.public_key, encode_fixed(values, fb), exponent=-fb, packing=self.packing)
@@ -235,7 +241,7 @@ class EncryptedVector:
         (k,) = encode_fixed([s], frac_bits)
         return self.mul_int(k)._with_exponent(self.exponent - frac_bits)
 
-    def mul_elementwise(self, values, *, frac_bits: int = 0) -> "EncryptedVector":
+    def mul_elementwise(self, values: ArrayLike, *, frac_bits: int = 0) -> "EncryptedVector":
         """Element-wise product with plaintext values (unpacked vectors only)."""
         self._require_unpacked("element-wise multiplication")
         ks = encode_fixed(values, frac_bits)
@@ -257,12 +263,12 @@ class EncryptedVector:
         bound = self._check_bound(self.bound * self.length, "sum")
         return EncryptedVector(self.public_key, [acc], 1, self.exponent, UNPACKED, bound)
 
-    def dot(self, weights, *, frac_bits: int = 0) -> "EncryptedVector":
+    def dot(self, weights: ArrayLike, *, frac_bits: int = 0) -> "EncryptedVector":
         """Σ_i w_i·x_i as a 1-vector, by multi-exponentiation (unpacked only)."""
         return self.matvec(np.asarray(weights, dtype=object if _is_int_like(weights) else np.float64)[None, :],
                            frac_bits=frac_bits)
 
-    def matvec(self, W, *, frac_bits: int = 0) -> "EncryptedVector":
+    def matvec(self, W: ArrayLike, *, frac_bits: int = 0) -> "EncryptedVector":
         """W @ x for a plaintext matrix W (rows × len), each row by multi-exponentiation."""
         self._require_unpacked("matrix-vector product")
         W = np.asarray(W)
@@ -290,7 +296,7 @@ class EncryptedVector:
         if self.packing.packed:
             raise InvalidMessage(f"{what} needs an unpacked vector")
 
-    def __getitem__(self, idx) -> "EncryptedVector":
+    def __getitem__(self, idx: slice | ArrayLike) -> "EncryptedVector":
         self._require_unpacked("indexing")
         if isinstance(idx, slice):
             cts = self.ciphertexts[idx]
@@ -300,6 +306,7 @@ class EncryptedVector:
 
     @classmethod
     def concat(cls, parts: Sequence["EncryptedVector"]) -> "EncryptedVector":
+        """One vector of the parts' elements in order, at the smallest exponent among them (same key and packing)."""
         if not parts:
             raise ValueError("nothing to concatenate")
         e = min(p.exponent for p in parts)
@@ -313,6 +320,7 @@ class EncryptedVector:
 
     # ------------------------------------------------------------------ wire format
     def to_proto(self) -> messages_pb2.CiphertextVector:
+        """The wire form: a ``CiphertextVector`` message with the key's fingerprint."""
         return messages_pb2.CiphertextVector(
             ciphertexts=[int_to_bytes(c) for c in self.ciphertexts],
             exponent=self.exponent,
@@ -323,7 +331,7 @@ class EncryptedVector:
         )
 
     @classmethod
-    def from_proto(cls, msg, public_key: PublicKey, *, length: int | None = None,
+    def from_proto(cls, msg: messages_pb2.CiphertextVector, public_key: PublicKey, *, length: int | None = None,
                    exponent: int | None = None, packing: Packing | None = None,
                    bound: int | None = None, what: str = "ciphertext vector") -> "EncryptedVector":
         """Parse and validate a received vector.
@@ -381,6 +389,6 @@ def _plaintexts(public_key: PublicKey, ints: Sequence[int], packing: Packing,
     return ints, (packing.pack(ints) if packing.packed else ints), int(bound)
 
 
-def _is_int_like(x) -> bool:
+def _is_int_like(x: ArrayLike) -> bool:
     arr = np.asarray(x)
     return arr.dtype.kind in "iu" or (arr.dtype == object and all(isinstance(v, (int, np.integer)) for v in arr.ravel()))

@@ -22,6 +22,7 @@ to e.g. ``smcdp.dp.LogisticRegression`` does.
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 _LAZY = {
     "LogisticRegression": "learners.logistic",
@@ -49,10 +50,35 @@ _LAZY = {
     "LedgerBudget": "ledger",
 }
 
-__all__ = sorted(_LAZY)
+__all__ = [
+    "BudgetAccountant",
+    "BudgetExceeded",
+    "BudgetStatus",
+    "Charge",
+    "FactorAnalysis",
+    "GaussianBayesClassifier",
+    "GaussianMechanism",
+    "GaussianMixture",
+    "InvalidParameter",
+    "KMeans",
+    "LaplaceMechanism",
+    "LargeMarginGaussianClassifier",
+    "Ledger",
+    "LedgerBudget",
+    "LogisticRegression",
+    "PrivacyAccountant",
+    "PrivacyBudget",
+    "PrivacyCost",
+    "PrivacyLeakWarning",
+    "VectorMechanism",
+    "bhattacharyya_bound",
+    "logistic_sensitivity",
+    "solve_dpem_budget",
+]
+assert sorted(__all__) == sorted(_LAZY)
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     mod = _LAZY.get(name)
     if mod is None:
         raise AttributeError(f"module 'smcdp.dp' has no attribute {name!r}")
@@ -61,5 +87,5 @@ def __getattr__(name: str):
     return value
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))

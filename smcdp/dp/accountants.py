@@ -111,6 +111,7 @@ class PrivacyAccountant(ABC):
         return f"{type(self).__name__}(conversion={self.conversion!r}, events={len(self._events)})"
 
     def compose(self, event: Event, count: int = 1) -> PrivacyAccountant:
+        """Add ``count`` repetitions of ``event`` to the composition; returns the accountant (chainable)."""
         if not isinstance(event, EVENT_TYPES):
             raise InvalidParameter(f"unknown privacy event {event!r}")
         count = check_positive(count, "count", integer=True)
@@ -123,6 +124,7 @@ class PrivacyAccountant(ABC):
 
     @property
     def events(self) -> list[tuple[Event, int]]:
+        """The composed events with their counts, in order."""
         return list(self._events)
 
     # -- descriptions of the composed events, whatever the method -------------

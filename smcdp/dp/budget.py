@@ -180,7 +180,7 @@ class PrivacyCost:
         return NON_PRIVATE if math.isinf(epsilon) else cls(epsilon, 0.0, epsilon**2 / 2.0)
 
 
-#: the cost of a non-private computation: no budget admits it
+#: the cost of a non-private computation (no budget admits it)
 NON_PRIVATE = PrivacyCost(math.inf, 0.0, math.inf)
 
 
@@ -333,21 +333,26 @@ class PrivacyBudget(ABC):
         """The dataset this budget guards (None for an unnamed in-memory budget)."""
 
     @abstractmethod
-    def status(self) -> BudgetStatus: ...
+    def status(self) -> BudgetStatus:
+        """Budget, spent, reserved and remaining amounts now (a :class:`~smcdp.dp.budget.BudgetStatus`)."""
 
     @abstractmethod
-    def spend(self, epsilon: Any, delta: Any = 0, *, rho: Any = None, note: str = "") -> Charge: ...
+    def spend(self, epsilon: Any, delta: Any = 0, *, rho: Any = None, note: str = "") -> Charge:
+        """Charge a release's cost at once; :class:`~smcdp.dp.budget.BudgetExceeded` if it does not fit (nothing is charged then)."""
 
     @abstractmethod
     def reserve(
         self, key: str, epsilon: Any, delta: Any = 0, *, rho: Any = None, note: str = ""
-    ) -> Charge: ...
+    ) -> Charge:
+        """Hold a cost under ``key`` until :meth:`commit` or :meth:`release` (idempotent for the same key and amount)."""
 
     @abstractmethod
-    def commit(self, key: str) -> Charge: ...
+    def commit(self, key: str) -> Charge:
+        """Turn the reservation ``key`` into a charge (a repeat is a no-op)."""
 
     @abstractmethod
-    def release(self, key: str, reason: str = "") -> Charge: ...
+    def release(self, key: str, reason: str = "") -> Charge:
+        """Give the reservation ``key`` back (a charge is never given back)."""
 
     @abstractmethod
     def reservation(self, key: str) -> Charge | None:
@@ -367,6 +372,7 @@ class PrivacyBudget(ABC):
         check_fits(st, eps, dlt, r)
 
     def remaining(self) -> dict[str, Any]:
+        """What can still be spent: ``epsilon``, ``delta`` (and ``rho`` under the zCDP rule)."""
         st = self.status()
         out: dict[str, Any] = {"epsilon": st.remaining_epsilon, "delta": st.remaining_delta}
         if st.remaining_rho is not None:
@@ -444,7 +450,9 @@ class BudgetAccountant(PrivacyBudget):
         with self._lock:
             entry = self._find(key)
             if not check_transition(entry, key, to_state):
+                assert entry is not None        # check_transition raised for a missing key
                 return entry
+            assert entry is not None
             i = self._entries.index(entry)
             self._entries[i] = replace(entry, state=to_state, reason=reason, settled_at=utc_now())
             return self._entries[i]

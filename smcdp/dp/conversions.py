@@ -291,7 +291,9 @@ def advanced_composition(
 
 def rho_capacity(epsilon: float, delta: float) -> float:
     """Largest rho whose CKS conversion at delta stays <= epsilon."""
-    f = lambda r: zcdp_epsilon_cks(r, delta) - epsilon
+    def f(r: float) -> float:
+        return zcdp_epsilon_cks(r, delta) - epsilon
+
     hi = max(epsilon, 1e-12)
     while f(hi) < 0:
         hi *= 2

@@ -294,7 +294,8 @@ class Ledger:
                 "VALUES (?,?,?,?,?,?,?,?,?)",
                 (dataset, str(eps), str(dlt), None if r is None else str(r), note, utc_now(), os.getpid(), state, key),
             )
-            entry = self._get(con, int(cur.lastrowid))
+            assert cur.lastrowid is not None   # set by every successful INSERT
+            entry = self._get(con, cur.lastrowid)
             if before_commit is not None:
                 before_commit()
         return entry
@@ -344,7 +345,9 @@ class Ledger:
             self._budget_row(con, dataset)
             entry = self._find(con, dataset, key)
             if not check_transition(entry, key, to_state):
+                assert entry is not None        # check_transition raised for a missing key
                 return entry
+            assert entry is not None
             con.execute(
                 "UPDATE charges SET state = ?, reason = ?, settled_at = ? WHERE id = ? AND state = 'reserved'",
                 (to_state, reason, utc_now(), entry.id),
@@ -375,6 +378,7 @@ class Ledger:
 
     # -- queries ---------------------------------------------------------------
     def datasets(self) -> list[str]:
+        """The names of the datasets with a budget, sorted."""
         with closing(self._connect()) as con:
             return [r[0] for r in con.execute("SELECT dataset FROM budgets ORDER BY dataset")]
 
@@ -389,11 +393,13 @@ class Ledger:
                 con.execute("COMMIT")
 
     def status(self, dataset: str) -> BudgetStatus:
+        """The :class:`~smcdp.dp.budget.BudgetStatus` of ``dataset``."""
         dataset = check_name(dataset)
         with self._read() as con:
             return self._status(con, dataset)
 
     def statuses(self) -> Iterator[BudgetStatus]:
+        """The status of every dataset, in name order."""
         for name in self.datasets():
             yield self.status(name)
 
@@ -410,6 +416,7 @@ class Ledger:
             return self._charges(con, dataset)
 
     def reservation(self, dataset: str, key: str) -> Charge | None:
+        """The reservation ``key`` of ``dataset`` in any state, or ``None``."""
         dataset = check_name(dataset)
         key = check_name(key, "reservation key")
         with self._read() as con:
@@ -420,6 +427,7 @@ class Ledger:
         return [c for c in self.history(dataset) if c.state == "reserved"]
 
     def remaining(self, dataset: str) -> dict[str, Any]:
+        """:meth:`~smcdp.dp.budget.PrivacyBudget.remaining` of ``dataset``."""
         return self.budget(dataset).remaining()
 
     # -- internals ---------------------------------------------------------------

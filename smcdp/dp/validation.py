@@ -27,9 +27,10 @@ import math
 import numbers
 import warnings
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, Literal, cast, overload
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from smcdp.errors import InvalidMessage
 
@@ -106,13 +107,17 @@ def check_delta(delta: Any, name: str = "delta", *, allow_zero: bool = True) -> 
     return v
 
 
-def check_positive(value: Any, name: str, *, allow_zero: bool = False, integer: bool = False):
+@overload
+def check_positive(value: Any, name: str, *, allow_zero: bool = ..., integer: Literal[True]) -> int: ...
+@overload
+def check_positive(value: Any, name: str, *, allow_zero: bool = ..., integer: Literal[False] = ...) -> float: ...
+def check_positive(value: Any, name: str, *, allow_zero: bool = False, integer: bool = False) -> float:
     """A finite real (or, with ``integer``, an integer) that is > 0 (>= 0 with ``allow_zero``)."""
     kind = numbers.Integral if integer else numbers.Real
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, kind):
         what = "an integer" if integer else "a number"
         raise InvalidParameter(f"{name} must be {what}, got {value!r}")
-    v = int(value) if integer else float(value)
+    v: float = int(cast(numbers.Integral, value)) if integer else float(value)   # the kind was checked above
     if (not integer and (math.isnan(v) or math.isinf(v))) or v < 0 or (v == 0 and not allow_zero):
         raise InvalidParameter(f"{name} must be {'>= 0' if allow_zero else '> 0'} and finite, got {value!r}")
     return v
@@ -194,11 +199,11 @@ def check_note(value: Any, what: str = "note") -> str:
     return value
 
 
-def check_out_of_bounds(value) -> str:
+def check_out_of_bounds(value: object) -> str:
     return check_choice(value, "out_of_bounds", ("clip", "raise"))
 
 
-def resolve_data_norm(data_norm, X: np.ndarray, *, private: bool, who: str) -> float:
+def resolve_data_norm(data_norm: float | None, X: np.ndarray, *, private: bool, who: str) -> float:
     """Return the row-norm bound to use.  ``None`` infers it from ``X`` with a
     loud :class:`PrivacyLeakWarning` when the fit is private."""
     if data_norm is None:
@@ -230,7 +235,8 @@ def clip_rows_to_norm(X: np.ndarray, data_norm: float, out_of_bounds: str = "cli
     return X
 
 
-def resolve_bounds(bounds, X: np.ndarray, *, private: bool, who: str):
+def resolve_bounds(bounds: tuple[ArrayLike, ArrayLike] | None, X: np.ndarray, *, private: bool,
+                   who: str) -> tuple[np.ndarray, np.ndarray]:
     """Return ``(lower, upper)`` arrays of length ``n_features``."""
     d = X.shape[1]
     if bounds is None:

@@ -92,6 +92,7 @@ class AlreadyExists(SmcdpError):
 
 
 class NotFound(SmcdpError):
+    """The party knows no such session, proposal or object."""
     code = "NOT_FOUND"
 
 

@@ -63,8 +63,9 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any, NoReturn, SupportsInt
 
 from smcdp.crypto import dgk
 from smcdp.crypto.codec import (
@@ -108,7 +109,7 @@ class SecureMinParams:
     curator: str = CHARLIE
 
     def validate(self) -> SecureMinParams:
-        def bad(msg):
+        def bad(msg: str) -> NoReturn:
             raise InvalidMessage(f"secure-min parameter {msg}")
 
         for name in ("n_parties", "value_bits", "mask_bits", "key_bits", "dgk_bits", "dgk_t"):
@@ -176,7 +177,7 @@ class PartyArgminResult:
     source: int                   # π₁⁻¹(j): the party (0-based index) whose shares this party held
     xi_key: PrivateKey            # the parties' key ξ (never given to Charlie)
     zeta_pk: PublicKey            # Charlie's public key ζ
-    stats: dict = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -187,7 +188,7 @@ class CuratorArgminResult:
     comparisons: int = 0
     #: the bracket: per round, (position p, position q, the one that advanced)
     rounds: list[list[tuple[int, int, int]]] = field(default_factory=list)
-    stats: dict = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
 
 
 # =============================================================================== helpers
@@ -197,7 +198,7 @@ def random_permutation(rng: random.Random, k: int) -> list[int]:
     return perm
 
 
-def check_permutation(values, k: int, what: str) -> list[int]:
+def check_permutation(values: Iterable[SupportsInt], k: int, what: str) -> list[int]:
     perm = [int(v) for v in values]
     if sorted(perm) != list(range(k)):
         raise InvalidMessage(f"{what} is not a permutation of 0..{k - 1}")
@@ -224,7 +225,7 @@ def match_evaluator(t: int) -> int:
     return t + 1
 
 
-async def run_tournament(k: int, match: Callable[[int, int, int], Awaitable[bool]]) -> tuple[int, list]:
+async def run_tournament(k: int, match: Callable[[int, int, int], Awaitable[bool]]) -> tuple[int, list[list[tuple[int, int, int]]]]:
     """A knockout tournament over positions 0..k−1; ``match(t, p, q)`` is True iff p beats q.
 
     Round by round the survivors are paired in order ((s0, s1), (s2, s3), …; an odd one out
@@ -244,7 +245,7 @@ async def run_tournament(k: int, match: Callable[[int, int, int], Awaitable[bool
     return survivors[0], rounds
 
 
-def _decrypt_bounded(sk: PrivateKey, c, bound_bits: int, what: str) -> int:
+def _decrypt_bounded(sk: PrivateKey, c: int, bound_bits: int, what: str) -> int:
     v = sk.raw_decrypt_signed(c)
     if abs(v) >= 1 << bound_bits:
         raise InvalidMessage(f"{what} decrypts to a value outside ±2^{bound_bits}")
@@ -258,7 +259,7 @@ def _party_index(ch: Channel, params: SecureMinParams) -> int:
     return roles.index(ch.role)
 
 
-def _check_value(ch: Channel, value, params: SecureMinParams) -> int:
+def _check_value(ch: Channel, value: object, params: SecureMinParams) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidMessage(f"{ch.role}: the private value must be an integer, got {type(value).__name__}")
     if not 0 <= value < 1 << params.value_bits:
@@ -299,7 +300,9 @@ async def argmin_party(ch: Channel, value: int, params: SecureMinParams, *, seed
         if len(got) != 2 or not all(0 <= v < K for v in got) or (got[0] == me) != (got[1] == me):
             raise InvalidMessage(f"{tag}/pi1 from party1 is not a position and a source in 0..{K - 1}")
         pos, src = got
-        xi_key = keypair_from_proto(await ch.recv(roles[tree_parent(me)], f"{tag}/xi-keypair", pb.PaillierKeyPair),
+        parent = tree_parent(me)
+        assert parent is not None                       # me > 0: party1, the root, took the branch above
+        xi_key = keypair_from_proto(await ch.recv(roles[parent], f"{tag}/xi-keypair", pb.PaillierKeyPair),
                                     allow_insecure=allow_insecure_keys)
         if xi_key.public_key.bits != params.key_bits:
             raise InvalidMessage(f"the parties' key has {xi_key.public_key.bits} bits, not key_bits={params.key_bits}")
@@ -397,8 +400,10 @@ async def argmin_curator(ch: Channel, params: SecureMinParams, *, seed: SeedLike
         role = roles[match_evaluator(t)]
         x_ct = xi_pk.raw_add(xi_pk.raw_add(xa[p], xi_pk.raw_mul(xa[q], -1)), xi_pk.raw_encrypt_textbook(r))
         await ch.send(role, f"{tag}/x", ciphertext_to_proto(xi_pk, x_ct))       # ξ(a_p − a_q + r), fresh
-        (z,) = await compare_holder_b(ch, role, [b[q] - b[p] + r], ell=params.ell, key=dgk_key, predicate="lt",
-                                      output="b", tag_prefix=f"{tag}/cmp")
+        zs = await compare_holder_b(ch, role, [b[q] - b[p] + r], ell=params.ell, key=dgk_key, predicate="lt",
+                                    output="b", tag_prefix=f"{tag}/cmp")
+        assert zs is not None                           # output="b" returns the bits
+        (z,) = zs
         return bool(z)                                  # [a_p − a_q + r < b_q − b_p + r] = [v'_p < v'_q]
 
     winner, rounds = await run_tournament(K, match)
@@ -450,12 +455,14 @@ async def check_selection_party(ch: Channel, value: int, params: SecureMinParams
                                        max_ell=max(params.check_ell, dgk.DEFAULT_MAX_ELL),
                                        allow_insecure=allow_insecure_keys,
                                        rng=protocol_rng(seed, "secure-min", ch.role, "check-dgk-key"))
-    (z,) = await compare_holder_b(ch, helper, [value - c], ell=params.check_ell, key=dgk_key, predicate="le",
-                                  output="b", tag_prefix=f"{tag}/{ch.role}")
+    zs = await compare_holder_b(ch, helper, [value - c], ell=params.check_ell, key=dgk_key, predicate="le",
+                                output="b", tag_prefix=f"{tag}/{ch.role}")
+    assert zs is not None                               # output="b" returns the bits
+    (z,) = zs
     return bool(z)                                      # [−s ≤ value − c] = [v_sel ≤ value]
 
 
-async def check_selection_helper(ch: Channel, selected, params: SecureMinParams, *, zeta_pk: PublicKey,
+async def check_selection_helper(ch: Channel, selected: int, params: SecureMinParams, *, zeta_pk: PublicKey,
                                  seed: SeedLike = None, allow_insecure_keys: bool = False, tag: str = "chk") -> None:
     """Party h's part in the check of party h − 1: masks the selected value ``selected`` = ζ(v_sel)."""
     params.validate()

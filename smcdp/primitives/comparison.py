@@ -51,7 +51,7 @@ import random
 import secrets
 from collections import OrderedDict
 from concurrent.futures import Executor
-from typing import Sequence
+from typing import Any, Sequence
 
 import gmpy2
 from gmpy2 import mpz
@@ -119,30 +119,35 @@ def _unsigned_inputs(values: Sequence[int], ell: int, name: str) -> list[int]:
     return out
 
 
+#: the picklable form of a DGK public key (n, g, h, u, t) and key pair (p, q, vp, vq, g, h, u, t)
+PubSpec = tuple[int, int, int, int, int]
+PrivSpec = tuple[int, int, int, int, int, int, int, int]
+
+
 # --------------------------------------------------------------------------
 # key caches (per process) so that executor workers build tables once per key
-_PUB_CACHE: "OrderedDict[tuple, DGKPublicKey]" = OrderedDict()
-_PRIV_CACHE: "OrderedDict[tuple, DGKPrivateKey]" = OrderedDict()
+_PUB_CACHE: "OrderedDict[PubSpec, DGKPublicKey]" = OrderedDict()
+_PRIV_CACHE: "OrderedDict[PrivSpec, DGKPrivateKey]" = OrderedDict()
 _CACHE_SIZE = 4
 
 
-def _cache_put(cache: OrderedDict, spec: tuple, obj) -> None:
+def _cache_put(cache: OrderedDict[Any, Any], spec: PubSpec | PrivSpec, obj: DGKPublicKey | DGKPrivateKey) -> None:
     cache[spec] = obj
     cache.move_to_end(spec)
     while len(cache) > _CACHE_SIZE:
         cache.popitem(last=False)
 
 
-def _pub_spec(pub: DGKPublicKey) -> tuple:
+def _pub_spec(pub: DGKPublicKey) -> PubSpec:
     return (int(pub.n), int(pub.g), int(pub.h), pub.u, pub.t)
 
 
-def _priv_spec(key: DGKPrivateKey) -> tuple:
+def _priv_spec(key: DGKPrivateKey) -> PrivSpec:
     pub = key.public
     return (int(key.p), int(key.q), int(key.vp), int(key.vq), int(pub.g), int(pub.h), pub.u, pub.t)
 
 
-def _pub_from_spec(spec: tuple) -> DGKPublicKey:
+def _pub_from_spec(spec: PubSpec) -> DGKPublicKey:
     pub = _PUB_CACHE.get(spec)
     if pub is None:  # values were validated by the process that made the spec
         n, g, h, u, t = spec
@@ -151,7 +156,7 @@ def _pub_from_spec(spec: tuple) -> DGKPublicKey:
     return pub
 
 
-def _priv_from_spec(spec: tuple) -> DGKPrivateKey:
+def _priv_from_spec(spec: PrivSpec) -> DGKPrivateKey:
     key = _PRIV_CACHE.get(spec)
     if key is None:
         p, q, vp, vq, g, h, u, t = spec
@@ -163,7 +168,7 @@ def _priv_from_spec(spec: tuple) -> DGKPrivateKey:
 
 # --------------------------------------------------------------------------
 # chunk workers (module level: picklable for process pools)
-def _b_encrypt_chunk(priv_spec: tuple, ys: list[int], ell: int) -> list[bytes]:
+def _b_encrypt_chunk(priv_spec: PrivSpec, ys: list[int], ell: int) -> list[bytes]:
     """B: E(bit i of Y) for each Y, LSB first, as fixed-width bytes."""
     key = _priv_from_spec(priv_spec)
     pub = key.public
@@ -193,7 +198,7 @@ def _batch_invert(values: list[mpz], n: mpz) -> list[mpz]:
     return out
 
 
-def _a_blind_chunk(pub_spec: tuple, ell: int, lt: bool, xs: list[int], sigmas: list[int],
+def _a_blind_chunk(pub_spec: PubSpec, ell: int, lt: bool, xs: list[int], sigmas: list[int],
                    y_cts: list[bytes]) -> list[bytes]:
     """A: for each pair, the ell+1 blinded, re-randomised, permuted E(rho_i * c_i)."""
     pub = _pub_from_spec(pub_spec)
@@ -224,7 +229,7 @@ def _a_blind_chunk(pub_spec: tuple, ell: int, lt: bool, xs: list[int], sigmas: l
     return out
 
 
-def _b_zero_chunk(priv_spec: tuple, ell: int, c_bytes: list[bytes], first: int) -> list[int]:
+def _b_zero_chunk(priv_spec: PrivSpec, ell: int, c_bytes: list[bytes], first: int) -> list[int]:
     """B: delta_B per pair = [some of its ell+1 ciphertexts encrypts 0]."""
     key = _priv_from_spec(priv_spec)
     pub = key.public

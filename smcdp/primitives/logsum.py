@@ -56,6 +56,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from gmpy2 import mpz
+from numpy.typing import ArrayLike
 
 from smcdp._numbers import real
 from smcdp.crypto.codec import bigints, from_bigints
@@ -241,7 +242,8 @@ async def aweighted_sums(pk: PublicKey, terms: Sequence[Sequence[tuple[mpz, int]
     return _finish_sums(pk, await threads.amap(functools.partial(_job_product, pk.nsquare), jobs), jobs, pool)
 
 
-def _weighted_sum_jobs(pk: PublicKey, terms, nu, layout: LogsumLayout) -> list[tuple[list, list, int]]:
+def _weighted_sum_jobs(pk: PublicKey, terms: Sequence[Sequence[tuple[mpz, int]]], nu: Sequence[int],
+                       layout: LogsumLayout) -> list[tuple[list[mpz], list[int], int]]:
     """(bases, weights, packed noise) per output ciphertext, every bound checked."""
     S = layout.slots
     cap = layout.packing.slot_capacity if layout.packing.packed else int(pk.max_int)
@@ -249,7 +251,7 @@ def _weighted_sum_jobs(pk: PublicKey, terms, nu, layout: LogsumLayout) -> list[t
         raise CryptoOverflow(f"a {layout.n_terms}-term sum could reach {layout.max_sum.bit_length()} bits, above "
                              f"the {cap.bit_length()}-bit slot")
     Wmax = 1 << layout.weight_bits
-    jobs = []
+    jobs: list[tuple[list[mpz], list[int], int]] = []
     for start in range(0, len(terms), S):
         bases: list[mpz] = []
         exps: list[int] = []
@@ -269,12 +271,13 @@ def _weighted_sum_jobs(pk: PublicKey, terms, nu, layout: LogsumLayout) -> list[t
     return jobs
 
 
-def _job_product(n2: mpz, job: tuple[list, list, int]) -> mpz:
+def _job_product(n2: mpz, job: tuple[list[mpz], list[int], int]) -> mpz:
     bases, exps, _ = job
     return multi_exp(bases, exps, n2) if bases else mpz(1)
 
 
-def _finish_sums(pk: PublicKey, prods: Sequence[mpz], jobs, pool: ObfuscatorPool) -> list[mpz]:
+def _finish_sums(pk: PublicKey, prods: Sequence[mpz], jobs: list[tuple[list[mpz], list[int], int]],
+                 pool: ObfuscatorPool) -> list[mpz]:
     """Add each ciphertext's smudging noise, then re-randomise it."""
     n2 = pk.nsquare
     return [pool.rerandomize(c * ((1 + pk.n * noise) % n2) % n2) for c, (_, _, noise) in zip(prods, jobs)]
@@ -297,7 +300,7 @@ def unpack_sums(vals: Sequence[int], count: int, layout: LogsumLayout) -> list[i
         vals = layout.packing.unpack(vals, count)
     if len(vals) != count:
         raise InvalidMessage(f"{len(vals)} sums decrypted, {count} expected")
-    return vals
+    return list(vals)
 
 
 # =============================================================================== the standalone pair
@@ -314,7 +317,7 @@ def _logsum_pattern(A: np.ndarray, n: int) -> list[list[int]]:
     return rows
 
 
-async def secure_logsum_bob(ch: Channel, alice: str, logs: EncryptedVector, weights, params: MaskParams,
+async def secure_logsum_bob(ch: Channel, alice: str, logs: EncryptedVector, weights: ArrayLike, params: MaskParams,
                             pool: ObfuscatorPool, rng: random.Random, tag: str) -> EncryptedVector:
     """Bob: ``ξ(ln Σ_l A_rl e^{ℓ_l})`` for every row r of ``weights`` (exponent −F, unpacked)."""
     params.validate()
@@ -382,10 +385,11 @@ async def secure_logsum_alice(ch: Channel, bob: str, sk: PrivateKey, params: Mas
     # (E), Alice
     it = iter(offsets)
     e_ints: list[int] = []
-    m: list[int | None] = []
+    m: list[int] = []
     for r, row in enumerate(rows):
         ys = [vals[i] + next(it) for i in row]
         es, mr = exponentiate_terms(ys, layout)
+        assert mr is not None       # None only for a row of exact zeros; every row has a term (_logsum_pattern)
         m.append(mr)
         e_ints.extend(x << layout.shift(r) for x in es)
     await ch.send(bob, f"{tag}/e", EncryptedVector(pk, [pool.encrypt(x) for x in e_ints], n_terms, 0, UNPACKED,

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import Executor
+from typing import Any, Callable
 
 
-async def run_offloaded(executor: Executor | None, fn, *args):
+async def run_offloaded(executor: Executor | None, fn: Callable[..., Any], *args: Any) -> Any:
     """fn(*args) in ``executor`` if given, else inline followed by a yield to other tasks."""
     if executor is None:
         res = fn(*args)
@@ -15,7 +16,8 @@ async def run_offloaded(executor: Executor | None, fn, *args):
     return await asyncio.get_running_loop().run_in_executor(executor, fn, *args)
 
 
-async def run_chunked(executor: Executor | None, fn, arg_list: list[tuple]) -> list:
+async def run_chunked(executor: Executor | None, fn: Callable[..., list[Any]],
+                      arg_list: list[tuple[Any, ...]]) -> list[Any]:
     """Run fn(*args) for every args (in a pool if given); flatten the results in order."""
     if executor is None:
         results = [await run_offloaded(None, fn, *args) for args in arg_list]

@@ -53,7 +53,7 @@ def _tags(prefix: str) -> dict[str, str]:
     return {k: f"{prefix}/np-{k}" for k in ("hdr", "pk0", "gr", "ct")}
 
 
-def _sender_chunk(context: bytes, first: int, pk0s: list[int], r: int, c_r: list,
+def _sender_chunk(context: bytes, first: int, pk0s: list[int], r: int, c_r: list[gmpy2.mpz],
                   rows: list[list[bytes]]) -> list[bytes]:
     out: list[bytes] = []
     for off, (pk0, row) in enumerate(zip(pk0s, rows)):
@@ -61,7 +61,7 @@ def _sender_chunk(context: bytes, first: int, pk0s: list[int], r: int, c_r: list
     return out
 
 
-def _check_m(m) -> int:
+def _check_m(m: object) -> int:
     if isinstance(m, bool) or not isinstance(m, int):
         raise InvalidMessage(f"m must be an int, got {type(m).__name__}")
     if not (2 <= m <= MAX_M):
@@ -151,7 +151,7 @@ async def ot_choose(ch: Channel, sender_role: str, choices: Sequence[int], m: in
     group = MODP2048
     context = context_bytes(ch.session_id, tag_prefix, m)
     needed = sorted({c for c in choices if c != 0})
-    cs: list = [None] * m
+    cs: list[gmpy2.mpz | None] = [None] * m
     for i in needed:  # only the C_i this batch uses
         cs[i] = group.hash_to_element(context, b"C", i.to_bytes(4, "big"))
     big = count >= TABLE_THRESHOLD

@@ -36,7 +36,7 @@ import hashlib
 import hmac
 import os
 import random
-from typing import Union
+from typing import Any
 
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
@@ -94,7 +94,7 @@ class DrbgRandom(random.Random):
         self._drbg = drbg
         super().__init__()
 
-    def seed(self, *args, **kwargs) -> None:  # noqa: D401 - the key is the seed
+    def seed(self, *args: object, **kwargs: object) -> None:  # noqa: D401 - the key is the seed
         """Ignored: a keyed stream cannot be reseeded."""
         return None
 
@@ -112,10 +112,10 @@ class DrbgRandom(random.Random):
     def randbytes(self, n: int) -> bytes:
         return self._drbg.read(n)
 
-    def getstate(self):  # pragma: no cover - deliberately unsupported
+    def getstate(self) -> tuple[Any, ...]:  # pragma: no cover - deliberately unsupported
         raise NotImplementedError("a keyed stream has no state to save; keep its key instead")
 
-    def setstate(self, state):  # pragma: no cover - deliberately unsupported
+    def setstate(self, state: object) -> None:  # pragma: no cover - deliberately unsupported
         raise NotImplementedError("a keyed stream has no state to restore")
 
 
@@ -181,7 +181,7 @@ class Randomness:
 
 
 #: what a role accepts as the root of its randomness
-SeedLike = Union[Randomness, int, None]
+SeedLike = Randomness | int | None
 
 
 def as_randomness(seed: SeedLike) -> Randomness:

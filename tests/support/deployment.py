@@ -107,7 +107,7 @@ class PartyProcess:
     def __init__(self, name: str, config: Path, log_dir: Path, use_launcher: bool = True) -> None:
         self.name = name
         self.log_path = log_dir / f"{name}.log"
-        self.log = open(self.log_path, "wb")
+        self.log = open(self.log_path, "wb")  # noqa: SIM115 - the party's stdout, closed when it stops
         if use_launcher:   # python parties/<name>.py --config FILE
             env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
             self.proc = subprocess.Popen(

@@ -90,6 +90,7 @@ def with_progress(label: str, fn: Callable[[Task], Any], *, total: float | None 
         stop = threading.Event()
 
         def poll() -> None:
+            assert watch is not None    # the thread runs only with a watch
             while not stop.wait(every):
                 try:
                     got = watch()

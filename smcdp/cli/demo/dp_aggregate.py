@@ -18,7 +18,7 @@ from smcdp.cli.demo.common import (
     say,
     with_progress,
 )
-from smcdp.errors import InvalidMessage
+from smcdp.errors import InvalidMessage, SmcdpError
 from smcdp.net.limits import Limits
 from smcdp.net.server import new_session_id
 from smcdp.plugins.dp_aggregate import load_dataset
@@ -77,6 +77,8 @@ def demo_dp_aggregate(data: list[str], epsilon: float, lam: float, key_bits: int
     DPAggregateParams.from_mapping(params)
     options, summary = governed(PROTOCOL, roles, params, initiator="charlie", seed=seed)
     cost = summary.epsilon
+    if cost is None:        # the dp-aggregate plugin always states its cost
+        raise InvalidMessage(f"the {PROTOCOL} plugin did not state the session's epsilon")
     # every data party guards its data set with a fresh ledger: --budget, or just enough for the sessions
     total = float(budget) if budget is not None else cost * sessions * (1 + 1e-9)
     options["budgets"] = {n: BudgetConfig(dataset=n, epsilon=total, delta=DEMO_DELTA) for n in names}
@@ -123,10 +125,13 @@ def demo_dp_aggregate(data: list[str], epsilon: float, lam: float, key_bits: int
             with_progress("dp-aggregate", run_all, total=sessions, unit="session")
         seconds = time.monotonic() - t0
         budgets = ledger_budgets(cluster, names)
-    outcomes = [_outcome(r, cost) for r in results]
-    released = [(o, r) for o, r in zip(outcomes, results) if o["status"] == "released"]
+    finished = [r for r in results if r is not None]
+    if len(finished) != sessions:   # a session thread died before the party answered (its error is on stderr)
+        raise SmcdpError(f"{sessions - len(finished)} of {sessions} session(s) ended without a record")
+    outcomes = [_outcome(r, cost) for r in finished]
+    released = [(o, r) for o, r in zip(outcomes, finished) if o["status"] == "released"]
     if not released and sessions == 1 and outcomes[0]["stage"] == "run":
-        require_success(results[0])          # a session that failed while running: an error, as before
+        require_success(finished[0])          # a session that failed while running: an error, as before
     out: dict = {
         "seconds": seconds,
         "epsilon": float(epsilon),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from importlib import resources
 
 import numpy as np
 
@@ -73,7 +74,7 @@ def demo_power_iteration(data: list[str], key_bits: int = 2048, seed: int | None
         f"and trent, {key_bits}-bit Paillier, mutual TLS on loopback; each data party computes on {where}")
     options, summary = governed("power-iteration", roles, p, initiator="trent", seed=seed)
     dp = summary.epsilon is not None
-    if dp:   # every data party guards its data with a fresh ledger holding just this session's cost
+    if summary.epsilon is not None:   # dp: every data party guards its data with a fresh ledger holding just this session's cost
         options["budgets"] = {n: BudgetConfig(dataset=n, epsilon=summary.epsilon * (1 + 1e-9),
                                               delta=summary.delta * (1 + 1e-9)) for n in names}
         say(f"differentially private mode (noisy power method): epsilon={summary.epsilon:g}, "
@@ -143,6 +144,20 @@ def demo_power_iteration(data: list[str], key_bits: int = 2048, seed: int | None
     return out
 
 
+def bundled_data() -> list[str]:
+    """The example matrices shipped in the package (two hospitals, k = 30 rows): the default ``--data``.
+
+    They are ``examples/data/power_iteration`` of the repository, in the wheel as package data
+    (``smcdp/_bundled``), so the demo runs the same from a source tree and from an installed wheel.
+    """
+    root = resources.files("smcdp") / "_bundled" / "power_iteration"
+    paths = sorted(str(p) for p in root.iterdir() if p.name.endswith(".npy"))
+    if len(paths) < 2:
+        raise InvalidMessage(f"the bundled example data is missing from {root} (a broken installation?); "
+                             "pass --data PATH at least twice")
+    return paths
+
+
 def _cmd(args: argparse.Namespace) -> int:
     params = {}
     for name in ("p", "tol", "max_iterations", "components", "oversample", "epsilon", "delta", "iterations",
@@ -157,7 +172,7 @@ def _cmd(args: argparse.Namespace) -> int:
     compute = compute_config(args.compute, workers=args.dask_workers, scheduler=args.dask_scheduler,
                              tls=(args.dask_tls_ca, args.dask_tls_cert, args.dask_tls_key),
                              block_values=args.block_values, memory_limit=args.dask_memory_limit)
-    out = demo_power_iteration(args.data, args.key_bits, args.seed, params, args.keep_dir, Faults.from_args(args),
+    out = demo_power_iteration(args.data or bundled_data(), args.key_bits, args.seed, params, args.keep_dir, Faults.from_args(args),
                                compute)
     dump_json(out, args.out)
     return 0
@@ -174,9 +189,10 @@ def register(sub) -> None:
                                     "power method, docs/protocols/power-iteration.md): x is null (not released), "
                                     "and the JSON gains epsilon, delta, dp (the noise calibration) and budgets "
                                     "(every data party's ledger, charged once for the session).")
-    pi.add_argument("--data", action="append", required=True, metavar="PATH",
+    pi.add_argument("--data", action="append", metavar="PATH",
                     help="a matrix with k rows: a .npy file, a folder of .npy column shards (name order) or a "
-                         "Zarr array (one data party per --data; at least two)")
+                         "Zarr array (one data party per --data; at least two; default: the two bundled "
+                         "example matrices, examples/data/power_iteration)")
     pi.add_argument("--key-bits", type=int, default=2048, help="Paillier key size (default 2048; <2048 warns)")
     pi.add_argument("--seed", type=int, help="fix protocol randomness for experiments (encryption stays random)")
     pi.add_argument("--out", help="write the JSON result here (default stdout)")

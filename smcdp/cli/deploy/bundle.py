@@ -145,9 +145,9 @@ def init_deployment(out: str | os.PathLike, hosts: str | Sequence[str] | Sequenc
     for m in plugins:
         if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$", m):
             raise DeployError(f"--plugin {m!r} is not a Python module name")
-    inputs = {p: {pr: {k: Path(v) for k, v in t.items()} for pr, t in d.items()}
-              for p, d in (inputs or {}).items()}
-    for p, tables in inputs.items():
+    paths = {p: {pr: {k: Path(v) for k, v in t.items()} for pr, t in d.items()}
+             for p, d in (inputs or {}).items()}
+    for p, tables in paths.items():
         if p not in names:
             raise DeployError(f"inputs given for {p!r}, which is not in --hosts")
         for proto, table in tables.items():
@@ -183,7 +183,7 @@ def init_deployment(out: str | os.PathLike, hosts: str | Sequence[str] | Sequenc
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     try:
-        return _write_deployment(out, specs, inputs, listen_host, image, allow_insecure_keys, timeouts,
+        return _write_deployment(out, specs, paths, listen_host, image, allow_insecure_keys, timeouts,
                                  days, restart, plugins, policies, budgets)
     except BaseException:
         # never leave half a deployment behind (a re-run would refuse the non-empty directory)
@@ -314,9 +314,9 @@ def add_parties(out: str | os.PathLike, hosts: str | Sequence[str], *,
     for s in new:
         if (out / s.name).exists():
             raise DeployError(f"{out / s.name} already exists")
-    inputs = {p: {pr: {k: Path(v) for k, v in t.items()} for pr, t in d.items()}
-              for p, d in (inputs or {}).items()}
-    for p in inputs:
+    paths = {p: {pr: {k: Path(v) for k, v in t.items()} for pr, t in d.items()}
+             for p, d in (inputs or {}).items()}
+    for p in paths:
         if p not in {s.name for s in new}:
             raise DeployError(f"inputs given for {p!r}, which is not one of the parties being added")
     t = manifest.get("timeouts") or {}
@@ -330,7 +330,7 @@ def add_parties(out: str | os.PathLike, hosts: str | Sequence[str], *,
     try:
         for s in new:
             # a party that joins later joins no protocol until its operator writes [policy.<protocol>]
-            bundles[s.name] = _write_bundle(out, s, every, ca_key, ca_cert, inputs.get(s.name, {}), st,
+            bundles[s.name] = _write_bundle(out, s, every, ca_key, ca_cert, paths.get(s.name, {}), st,
                                             Policy(), None)
     except BaseException:
         for s in new:  # none of these directories existed before (checked above)
@@ -343,7 +343,8 @@ def add_parties(out: str | os.PathLike, hosts: str | Sequence[str], *,
         cfg_path = out / s.name / "party.toml"
         if cfg_path.is_file():
             cfg = load_config(cfg_path)
-            dump_config(cfg.with_changes(peers={**cfg.peers, **{n.name: n.address for n in new}}), cfg_path)
+            dump_config(cfg.with_changes(peers={**cfg.peers, **{n.name: n.address for n in new}}),  # type: ignore[arg-type]  # with_changes is replace(): a PartyConfig here; smcdp/net/config.py annotates it NetConfig
+                        cfg_path)
             atomic_write(out / s.name / "README.txt", _bundle_readme(s, every).encode("utf-8"))
     _write_manifest(out, every, st, created=manifest.get("created"))
     return bundles, todo

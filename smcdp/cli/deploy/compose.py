@@ -84,7 +84,7 @@ def compose_document(spec: HostSpec, *, restart: str = "unless-stopped") -> dict
                 "container_name": f"smcdp-{name}",
                 "hostname": name,
                 "restart": restart,
-                "user": "${SMCDP_UID:-%d}:${SMCDP_GID:-%d}" % (CONTAINER_UID, CONTAINER_UID),
+                "user": f"${{SMCDP_UID:-{CONTAINER_UID}}}:${{SMCDP_GID:-{CONTAINER_UID}}}",
                 # the same port inside and outside: peers dial HOST:PORT from party.toml
                 "ports": [f"{spec.port}:{spec.port}/tcp"],
                 "volumes": [
@@ -182,9 +182,8 @@ def validate_compose_document(doc: Any, bundle: str | os.PathLike, party: str | 
             continue
         src, dst = parts[0], parts[1]
         mode = parts[2] if len(parts) == 3 else "rw"
-        if src.startswith("./"):
-            if not (bundle / src[2:]).exists():
-                problems.append(f"volume {v!r}: {src} does not exist in the bundle {bundle}")
+        if src.startswith("./") and not (bundle / src[2:]).exists():
+            problems.append(f"volume {v!r}: {src} does not exist in the bundle {bundle}")
         mounts[dst] = (src, mode)
     want = {
         CONTAINER_CONFIG: ("./party.toml", "ro"),

@@ -21,7 +21,7 @@ Query styles (``query=``):
     (Thm 3.7).  These sensitivities hold for neighbours of the *same* class
     size, i.e. they treat every n_c as public, as the paper does ("the number
     of records ... sensitivity 0"); the class counts are therefore used
-    exactly and a :class:`PrivacyLeakWarning` says so.  Classes are disjoint,
+    exactly and a :class:`~smcdp.dp.validation.PrivacyLeakWarning` says so.  Classes are disjoint,
     so the per-class releases compose in parallel.
 
 PSD repair of the noisy covariance (``repair=``): ``"eigen"`` is the paper's
@@ -33,6 +33,7 @@ Frobenius norm (Higham).
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 import warnings
 
 import numpy as np
@@ -173,6 +174,7 @@ class GaussianBayesClassifier(ClassifierMixin, BaseEstimator):
         return split
 
     def fit(self, X, y):
+        """Fit the per-class means, variances and priors to ``X``, ``y`` (charging ``accountant``)."""
         eps = check_epsilon(self.epsilon)
         if self.query not in ("sum", "mean"):
             raise InvalidParameter(f"query must be 'sum' or 'mean', got {self.query!r}")
@@ -287,13 +289,16 @@ class GaussianBayesClassifier(ClassifierMixin, BaseEstimator):
         return out
 
     def predict_log_proba(self, X):
+        """Log-probabilities of the classes (columns in ``classes_`` order) for every row of ``X``."""
         jll = self._joint_log_likelihood(X)
         return jll - logsumexp(jll, axis=1, keepdims=True)
 
     def predict_proba(self, X):
+        """Probabilities of the classes (columns in ``classes_`` order) for every row of ``X``."""
         return np.exp(self.predict_log_proba(X))
 
     def predict(self, X):
+        """The most probable class of every row of ``X``."""
         check_is_fitted(self)
         return self.classes_[np.argmax(self._joint_log_likelihood(X), axis=1)]
 
@@ -302,18 +307,13 @@ class GaussianBayesClassifier(ClassifierMixin, BaseEstimator):
 # Theorem 4.1: 1-D Bhattacharyya bound under Laplace noise
 # --------------------------------------------------------------------------
 
-class BhattacharyyaBound(tuple):
+class BhattacharyyaBound(NamedTuple):
     """(k_lower, k_upper, error_bound, probability)."""
 
-    __slots__ = ()
-
-    def __new__(cls, k_lower, k_upper, error_bound, probability):
-        return super().__new__(cls, (k_lower, k_upper, error_bound, probability))
-
-    k_lower = property(lambda self: self[0])
-    k_upper = property(lambda self: self[1])
-    error_bound = property(lambda self: self[2])
-    probability = property(lambda self: self[3])
+    k_lower: float
+    k_upper: float
+    error_bound: float
+    probability: float
 
 
 def bhattacharyya_k(mu1, mu2, var1, var2):
@@ -341,7 +341,7 @@ def bhattacharyya_bound(mu, var, n, noise_scales, p=0.95, priors=None):
     interval), the Laplace(0, b) central p-interval is +-b log(1/(1-p)), and
     instead of bounding the terms of the expanded square separately we take
     the two terms of K separately over the box of admissible values (the
-    first is monotone in |mu_hat_1 - mu_hat_2| and in v1 + v2, the second
+    first is monotone in ``|mu_hat_1 - mu_hat_2|`` and in v1 + v2, the second
     depends only on the ratio v1/v2), which gives a valid enclosure.  If the box admits a non-positive variance, k_lower = 0 and
     k_upper = inf (no information).
     """

@@ -139,7 +139,7 @@ def _dpem_total(
             else zcdp_epsilon_classic(rho, delta)
         )
     s = math.sqrt(2.0 * math.log(1.25 / delta_i)) / eps_i  # classic noise multiplier
-    acc = PrivacyAccountant("rdp", conversion=conversion)
+    acc = PrivacyAccountant("rdp", conversion=conversion)  # type: ignore[abstract]  # the base class's __new__ is a factory returning a concrete subclass
     if n_l:
         acc.compose(LaplaceEvent(1.0 / eps_i), n_l)
     acc.compose(GaussianEvent(s), n_g)

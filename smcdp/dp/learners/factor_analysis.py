@@ -66,7 +66,7 @@ def fa_em(Lam, n_components, *, max_iter=1000, tol=1e-8, min_psi=1e-6, rng=None,
         W = W0.copy()
     psi = np.maximum(np.diag(Lam - W @ W.T), min_psi) if psi0 is None else psi0.copy()
     it = 0
-    for it in range(1, max_iter + 1):
+    for it in range(1, max_iter + 1):  # noqa: B007 - the count is read after the loop (n_iter_)
         WtPinv = W.T / psi                                    # W^T Psi^-1 (k, d)
         G = np.linalg.inv(np.eye(n_components) + WtPinv @ W)  # posterior covariance of z
         B = Lam @ WtPinv.T @ G.T                              # Lam Psi^-1 W G^T   (d, k)
@@ -115,6 +115,7 @@ class FactorAnalysis(TransformerMixin, BaseEstimator):
         self.accountant = accountant
 
     def fit(self, X, y=None):
+        """Fit the loadings and noise variances to ``X`` (charging ``accountant``); ``y`` is ignored."""
         eps = check_epsilon(self.epsilon)
         private = is_private(eps)
         delta = check_delta(self.delta, allow_zero=not private) if private else check_delta(self.delta)
@@ -163,6 +164,7 @@ class FactorAnalysis(TransformerMixin, BaseEstimator):
         self.n_samples_seen_ = n
 
     def get_covariance(self):
+        """The model's covariance ``components_.T @ components_ + diag(noise_variance_)``."""
         check_is_fitted(self)
         return self.components_.T @ self.components_ + np.diag(self.noise_variance_)
 
@@ -176,6 +178,7 @@ class FactorAnalysis(TransformerMixin, BaseEstimator):
         return X @ (G @ WtPinv).T
 
     def score_samples(self, X):
+        """Log-likelihood of every row of ``X`` under the fitted model."""
         check_is_fitted(self)
         X = validate_data(self, X, dtype=np.float64, reset=False)
         S = self.get_covariance()

@@ -86,6 +86,7 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         self.accountant = accountant
 
     def fit(self, X, y=None):
+        """Run DP Lloyd iterations on ``X`` (charging ``accountant``); ``y`` is ignored."""
         eps = check_epsilon(self.epsilon)
         private = is_private(eps)
         k = check_positive(self.n_clusters, "n_clusters", integer=True)
@@ -153,11 +154,13 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         return np.argmin(d2, axis=1)
 
     def predict(self, X):
+        """The index of the nearest centre for every row of ``X``."""
         check_is_fitted(self)
         X = validate_data(self, X, dtype=np.float64, reset=False)
         return self._assign(X, self.cluster_centers_)
 
     def transform(self, X):
+        """Distances from every row of ``X`` to every centre."""
         check_is_fitted(self)
         X = validate_data(self, X, dtype=np.float64, reset=False)
         return np.sqrt(np.maximum(((X[:, None, :] - self.cluster_centers_[None]) ** 2).sum(-1), 0))

@@ -12,7 +12,7 @@ Objective (000, eq. 11 plus the perturbation of eq. 14)::
                + sum_cm <b_cm, Phi_cm>_F
 
 minimised over Phi_cm >= 0 (PSD), with the Huber-smoothed hinge
-l_h(v) = 0 (v < -h), (v + h)^2 / (4h) (|v| <= h), v (v > h).
+``l_h(v) = 0 (v < -h), (v + h)^2 / (4h) (|v| <= h), v (v > h)``.
 
 Privacy, as implemented (see docs/dp-learners.md for the full derivation):
 
@@ -148,7 +148,7 @@ def _solve(obj, P0, tol, max_iter):
     fY, gY = obj.value_grad(Y)
     it = 0
     resid = math.inf
-    for it in range(1, max_iter + 1):
+    for it in range(1, max_iter + 1):  # noqa: B007 - the count is read after the loop (n_iter_)
         while True:
             Pn = project_psd(Y - gY / L)
             fn, _ = obj.value_grad(Pn, need_grad=False)
@@ -204,7 +204,7 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
     Attributes
     ----------
     classes_, phi_ (n_classes, n_components, d+1, d+1), epsilon_spent_, delta_spent_,
-    rho_spent_ (epsilon'**2/2 for the objective perturbation plus twice the label mixture's rho),
+    rho_spent_ (``epsilon'**2/2`` for the objective perturbation plus twice the label mixture's rho),
     epsilon_paper_, noise_sensitivity_, optimality_ (KKT residuals), n_iter_
     """
 
@@ -252,6 +252,7 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
         return GaussianMixture(K, epsilon=le, delta=ld, data_norm=1.0, random_state=self.random_state)
 
     def fit(self, X, y):
+        """Fit the large-margin Gaussian models to ``X``, ``y`` (charging ``accountant``)."""
         eps = check_epsilon(self.epsilon)
         lam = check_positive(self.lam, "lam")
         gamma = check_positive(self.gamma, "gamma", allow_zero=True)
@@ -374,6 +375,7 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
         return -dist
 
     def predict(self, X):
+        """The class of every row of ``X`` (the largest discriminant)."""
         check_is_fitted(self)
         X = validate_data(self, X, dtype=np.float64, reset=False)
         Z = self._augment(X)

@@ -141,7 +141,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     data_norm : float or None, default=1.0
         Public bound R on the L2 norm of each row.  Longer rows are scaled back
         onto the ball (``out_of_bounds="clip"``) or rejected (``"raise"``).
-        ``None`` reads the bound from the data and warns (:class:`PrivacyLeakWarning`)
+        ``None`` reads the bound from the data and warns (:class:`~smcdp.dp.validation.PrivacyLeakWarning`)
         when ``epsilon`` is finite.
     mechanism : {"objective", "output"}, default="objective"
     fit_intercept : bool, default=False
@@ -218,6 +218,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         return eps, lam, scaling, tol
 
     def fit(self, X, y):
+        """Fit to ``X``, ``y`` (two classes; charging ``accountant`` once the fit succeeds)."""
         eps, lam, scaling, tol = self._check_params()
         cost = PrivacyCost.pure(eps)
         with charge_on_success(check_budget(self.accountant), cost, note="LogisticRegression.fit"):
@@ -301,17 +302,21 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
 
     # ------------------------------------------------------------------
     def decision_function(self, X):
+        """The score ``X @ coef_.T + intercept_`` of every row (positive: ``classes_[1]``)."""
         check_is_fitted(self)
         X = validate_data(self, X, dtype=np.float64, reset=False)
         return X @ self.coef_[0] + self.intercept_[0]
 
     def predict_proba(self, X):
+        """Probabilities of the two classes (columns in ``classes_`` order) for every row of ``X``."""
         p = expit(self.decision_function(X))
         return np.column_stack([1.0 - p, p])
 
     def predict_log_proba(self, X):
+        """Log-probabilities of the two classes for every row of ``X``."""
         return np.log(self.predict_proba(X))
 
     def predict(self, X):
+        """The class of every row of ``X``."""
         check_is_fitted(self)
         return self.classes_[(self.decision_function(X) > 0).astype(int)]

@@ -180,6 +180,8 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         once; the joint sensitivities equal the per-component ones of the paper
         (sum_k (gamma_k + gamma'_k)^2 <= 4), so one joint release costs no more than
         the single per-component release the solver accounts for K times."""
+        pi_m: LaplaceMechanism | GaussianMechanism
+        mu_m: LaplaceMechanism | GaussianMechanism
         if self.scenario == "LLG":
             pi_m = LaplaceMechanism(budget.eps_per_iter, 2.0 / N, random_state=gen)
             mu_m = LaplaceMechanism(budget.eps_per_iter, 2.0 * math.sqrt(d), random_state=gen)
@@ -190,6 +192,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         return pi_m, mu_m, cov_m
 
     def fit(self, X, y=None):
+        """Run DP-EM on ``X`` (charging ``accountant`` once for all iterations); ``y`` is ignored."""
         cost, budget = self.privacy_cost()
         with charge_on_success(check_budget(self.accountant), cost, note="GaussianMixture.fit"):
             self.budget_ = budget
@@ -198,7 +201,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         return self
 
     def _fit(self, X):
-        eps, delta, K, J, alpha, kappa0, nu0, psi0, floor, private = self._check()
+        _eps, _delta, K, J, alpha, kappa0, nu0, psi0, floor, private = self._check()
         mle = self.estimator == "mle"
         X = validate_data(self, X, dtype=np.float64, ensure_min_samples=2)
         N, d = X.shape
@@ -254,6 +257,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
 
     # ------------------------------------------------------------------
     def score_samples(self, X):
+        """Log-density of every row of ``X`` under the fitted mixture."""
         check_is_fitted(self)
         X = validate_data(self, X, dtype=np.float64, reset=False)
         logp = gaussian_log_density(X, self.means_, self.covariances_) + np.log(np.maximum(self.weights_, 1e-300))
@@ -264,10 +268,12 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         return float(np.mean(self.score_samples(X)))
 
     def predict_proba(self, X):
+        """Posterior probability of every component for every row of ``X``."""
         check_is_fitted(self)
         X = validate_data(self, X, dtype=np.float64, reset=False)
         logp = gaussian_log_density(X, self.means_, self.covariances_) + np.log(np.maximum(self.weights_, 1e-300))
         return np.exp(logp - logsumexp(logp, axis=1, keepdims=True))
 
     def predict(self, X):
+        """The most probable component of every row of ``X``."""
         return np.argmax(self.predict_proba(X), axis=1)

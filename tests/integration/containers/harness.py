@@ -453,7 +453,7 @@ class ContainerCluster(BundleRecords):
 def hand_to_container_user(bundle: Path) -> None:
     """The operator's documented step: ``chown -R 10001:10001 certs data inputs``."""
     for sub in ("certs", "data", "inputs"):
-        for root, dirs, files in os.walk(bundle / sub):
+        for root, _dirs, files in os.walk(bundle / sub):
             os.chown(root, CONTAINER_UID, CONTAINER_UID)
             for f in files:
                 os.chown(os.path.join(root, f), CONTAINER_UID, CONTAINER_UID)

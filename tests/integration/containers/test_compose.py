@@ -51,7 +51,7 @@ class ComposeCluster(ContainerCluster):
             subprocess.run(cmd, check=True, capture_output=True)
             self.netns_made = True
         self.socket = self.workdir / "podman.sock"
-        self.service_log = open(self.workdir / "podman-service.log", "wb")
+        self.service_log = open(self.workdir / "podman-service.log", "wb")  # noqa: SIM115 - the service's stdout, closed with it
         self.service = subprocess.Popen(
             ["nsenter", f"--net=/run/netns/{ns}", "podman", "system", "service", "--time", "0",
              f"unix://{self.socket}"], env=self.podman.env, stdout=self.service_log,

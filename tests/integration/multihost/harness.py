@@ -145,7 +145,7 @@ class NetnsCluster(BundleRecords):
         ready.unlink(missing_ok=True)
         if party in self._logs:
             self._logs[party].close()
-        log = open(self.workdir / f"{party}.log", "ab")
+        log = open(self.workdir / f"{party}.log", "ab")  # noqa: SIM115 - the party's stdout, closed when it stops
         self._logs[party] = log
         self.procs[party] = subprocess.Popen(
             ["ip", "netns", "exec", self.ns(party), sys.executable, "-m", "smcdp", "party",

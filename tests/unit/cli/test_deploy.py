@@ -392,7 +392,7 @@ def test_init_validates_inputs_before_writing_anything(tmp_path):
         (tmp_path / d / "X.npy").write_bytes(b"x")
     out = tmp_path / "d"
     inputs = {"alice": {"p": {"one": tmp_path / "a" / "X.npy", "two": tmp_path / "b" / "X.npy"}}}
-    with pytest.raises(DeployError, match="share the file name X.npy"):
+    with pytest.raises(DeployError, match=r"share the file name X\.npy"):
         deploy.init_deployment(out, "alice=10.0.0.1:1,bob=10.0.0.2:1", inputs=inputs)
     assert not out.exists()
     with pytest.raises(DeployError, match="is not a readable file"):

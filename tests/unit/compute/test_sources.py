@@ -112,7 +112,7 @@ def test_nan_is_refused_by_the_first_pass(tmp_path, keypair512):
     A = np.ones((4, 50))
     A[2, 33] = np.nan
     np.save(tmp_path / "a.npy", A)
-    with pytest.raises(InvalidMessage, match="columns .* NaN"):
+    with pytest.raises(InvalidMessage, match=r"columns .* NaN"):
         passes(open_matrix(tmp_path / "a.npy", block_values=1024), keypair512[1], np.eye(4)[:, :2])
 
 

@@ -122,7 +122,7 @@ def _composite_factor_key(keypair512):
 
 
 def test_private_key_from_json_checks_the_factors(keypair512):
-    pk, sk = keypair512
+    _pk, sk = keypair512
     ok = sk.to_json()
     assert PrivateKey.from_json(ok, allow_insecure=True).p == sk.p
     p_comp, q, n = _composite_factor_key(keypair512)

@@ -81,7 +81,7 @@ def test_native_multi_exp_matches_powmod_product(bits, terms, exp_bits, window, 
 @given(terms=st.integers(min_value=0, max_value=50),
        exp_bits=st.sampled_from([1, 20, 48, 64, 65, 86, 100, 128, 129, 640, 641, 700]), data=st.data())
 def test_multi_exp_with_signs_on_both_engines(terms, exp_bits, data, keypair512):
-    pk, sk = keypair512
+    pk, _sk = keypair512
     bases = [pk.raw_encrypt(data.draw(st.integers(min_value=-1000, max_value=1000))) for _ in range(terms)]
     exps = [data.draw(st.integers(min_value=-(1 << exp_bits) + 1, max_value=(1 << exp_bits) - 1))
             for _ in range(terms)]

@@ -21,7 +21,7 @@ from tests.conftest import _keypair
 def test_key_floor_refuses_small_keys_without_opt_in():
     with pytest.raises(InsecureParameters, match="2048"):
         P.generate_keypair(1024)
-    pk, sk = P.generate_keypair(512, allow_insecure=True)
+    pk, _sk = P.generate_keypair(512, allow_insecure=True)
     assert pk.bits == 512
 
 
@@ -248,7 +248,7 @@ def test_tables_are_built_once_under_concurrent_use():
 def test_obfuscator_pool_precompute_and_stats(keypair512):
     from smcdp.crypto.obfuscation import ObfuscatorPool
 
-    pk, sk = keypair512
+    _pk, sk = keypair512
     pool = ObfuscatorPool.for_private_key(sk, capacity=4, background=False)
     pool.precompute(10, threads=2)
     assert pool.stats() == {"precomputed": 10, "inline": 0, "stock": 10}

@@ -78,7 +78,7 @@ def test_spend_is_exact_and_check_does_not_record(make):
 def test_delta_is_budgeted(make):
     b = make(2.0, 1e-5)
     b.spend(0.5, 6e-6)
-    with pytest.raises(BudgetExceeded, match="delta=0.000004"):
+    with pytest.raises(BudgetExceeded, match=r"delta=0\.000004"):
         b.spend(0.5, 6e-6)
     assert b.remaining() == {"epsilon": Decimal("1.5"), "delta": Decimal("0.000004")}
 

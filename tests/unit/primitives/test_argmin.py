@@ -40,8 +40,8 @@ def run_argmin(values, keys, *, value_bits=32, seed=None, tamper=None):
     fns = {"charlie": lambda ch: argmin_curator(ch, p, zeta_key=keys["zeta"], dgk_key=keys["dgk"], seed=seed,
                                                 allow_insecure_keys=True)}
     for i in range(K):
-        fns[f"party{i + 1}"] = (lambda i: lambda ch: argmin_party(
-            ch, values[i], p, xi_key=keys["xi"] if i == 0 else None, seed=seed, allow_insecure_keys=True))(i)
+        fns[f"party{i + 1}"] = (lambda j: lambda ch: argmin_party(
+            ch, values[j], p, xi_key=keys["xi"] if j == 0 else None, seed=seed, allow_insecure_keys=True))(i)
     res, net = run_network(roles, fns, tamper)
     c = res["charlie"]
     parties = [res[f"party{i + 1}"] for i in range(K)]
@@ -252,7 +252,7 @@ def test_ciphertext_outside_range_is_refused(keys):
     def tamper(net):
         tamper_message(net, "charlie", "s1/x", bad, receiver="party2")
 
-    with pytest.raises((InvalidMessage, SessionAborted), match="longer than n²|outside"):
+    with pytest.raises((InvalidMessage, SessionAborted), match=r"longer than n²|outside"):
         run_argmin([3, 4, 5], keys, tamper=tamper)
 
 
@@ -307,7 +307,7 @@ def run_check(values, selected, keys, *, tamper=None):
 
     fns = {"charlie": lambda ch: check_selection_curator(ch, p, zeta_key=zeta)}
     for i in range(K):
-        fns[f"party{i + 1}"] = (lambda i: lambda ch: party(ch, i))(i)
+        fns[f"party{i + 1}"] = (lambda j: lambda ch: party(ch, j))(i)
     res, net = run_network(roles, fns, tamper)
     return [res[f"party{i + 1}"] for i in range(K)], net
 

@@ -193,7 +193,7 @@ ALPHA = 1e-4   # false-alarm probability of the independence test
 def _view_statistic(net) -> list[float]:
     """Top 64 bits of every PK the sender received, scaled to [0, 1)."""
     vals = []
-    for sender, tag, type_name, data in net.received_by("sender"):
+    for _sender, tag, _type_name, data in net.received_by("sender"):
         if tag.endswith("np-pk0"):
             for b in messages_pb2.Blobs.FromString(data).values:
                 assert len(b) == G.byte_length

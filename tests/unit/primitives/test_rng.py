@@ -138,7 +138,7 @@ def _power_iteration(roots: dict[str, Randomness], blocks) -> dict:
     net = InMemoryNetwork({"trent": "trent", "party1": "alice", "party2": "bob"})
     fns = {"trent": lambda ch: trent(ch, params, seed=roots["trent"], allow_insecure_keys=True)}
     for i, A in enumerate(blocks, start=1):
-        fns[f"party{i}"] = (lambda A, r: lambda ch: data_party(ch, A, params, seed=r, allow_insecure_keys=True))(
+        fns[f"party{i}"] = (lambda B, r: lambda ch: data_party(ch, B, params, seed=r, allow_insecure_keys=True))(
             A, roots[f"party{i}"])
     out = asyncio.run(net.run(fns))
     # every message but its fresh encryption randomness (replay_view), in each sender's order: what a
