@@ -157,6 +157,12 @@ def gaussian_composition_multiplier(epsilon: float, delta: float, count: int) ->
     mechanisms are (epsilon, delta)-DP by their exact PLD (:func:`gaussian_composition_epsilon`)."""
     count = check_positive(count, "count", integer=True)
     m = analytic_gaussian_sigma(epsilon, delta, 1.0) * math.sqrt(count)
+    # delta(epsilon) = e^a - e^b is computed as a difference: when the two terms agree to within 1e-9 the
+    # result is rounding noise (epsilon = delta = 5e-233, say, "solves" to a finite sigma); refuse then
+    a, b = _log_delta_terms(epsilon, math.sqrt(count) / m)
+    if not -math.expm1(b - a) >= 1e-9:
+        raise InvalidParameter(f"the exact Gaussian profile cannot resolve delta={delta!r} at epsilon={epsilon!r} "
+                               "in floating point")
     # move up until the composition's epsilon (computed as the accountant computes it) is certainly within
     while gaussian_composition_epsilon(delta, m, count) > epsilon:
         m *= 1 + 1e-12
