@@ -40,7 +40,7 @@ from smcdp.protocols.power_iteration import (
     trent,
 )
 from smcdp.v1 import messages_pb2 as pb
-from tests.support.pca_data import spectral_gap_data, top_eigenvectors
+from tests.support.pca_data import small_gap_data, spectral_gap_data, top_eigenvectors
 from tests.unit.protocols.test_power_iteration_dp import _epsilon_lower_bound
 
 
@@ -283,15 +283,6 @@ def test_a_small_gap_with_its_rounds_converges_from_every_start(keys512):
     for params in (cov_params(rows=20, max_samples=20_000, gap_ratio=0.82), cov_params(rows=20, max_samples=20_000)):
         worst = min(abs(np.dot(run(split(M, 9_000), params, sk=sk)[1]["party1"].u, u_ref)) for _ in range(5))
         assert worst >= 0.99, (params.dp_mode, worst)
-
-
-def small_gap_data(seed: int, k: int = 20, n: int = 20_000) -> np.ndarray:
-    """Columns of norm <= 1 with λ₂/λ₁ ≈ 0.82 (weights 0.5 and 0.45 on two directions)."""
-    rng = np.random.default_rng(seed)
-    U = np.linalg.qr(rng.standard_normal((k, k)))[0]
-    M = (np.outer(U[:, 0], 0.5 * rng.standard_normal(n)) + np.outer(U[:, 1], 0.45 * rng.standard_normal(n))
-         + 0.3 / math.sqrt(k) * rng.standard_normal((k, n)))
-    return M / np.maximum(1.0, np.linalg.norm(M, axis=0))
 
 
 # ------------------------------------------------------------------ the empirical privacy audit
