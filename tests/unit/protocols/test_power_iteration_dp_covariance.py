@@ -19,6 +19,7 @@ import pytest
 from smcdp.compute.kernels import clipped_gram_block
 from smcdp.crypto.encoding import decode_fixed
 from smcdp.crypto.paillier import generate_keypair
+from smcdp.dp.conversions import analytic_gaussian_sigma
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.errors import InvalidMessage
 from smcdp.net.channel import InMemoryNetwork
@@ -115,24 +116,29 @@ def test_the_release_is_the_clipped_covariance_plus_noise_at_party_sigma(keys512
     unpacked, the noise is σ on the diagonal and σ/√2 off it.  The sum the parties decrypt is the sum of
     the two releases, and u is its top eigenvector."""
     _, sk = keys512
-    k = 12
+    k = 40                        # 820 values per release: the spreads below are within ±4 standard errors
     rng = np.random.default_rng(3)
     A = rng.normal(size=(k, 200)) * 0.1
     A[:, 7] = 1000.0 * np.eye(k)[:, 0]
     B = rng.normal(size=(k, 150)) * 0.1
     params = cov_params(rows=k, max_samples=200)
-    net, res = run([A, B], params, sk=sk)
+    net, res = run([A, B], params, sk=sk, seeds=[Randomness.from_seed(31), Randomness.from_seed(32)])
     cal = dp_calibration(params)
     assert cal.method == "covariance" and cal.rounds == 1
     W = {p: release(net, sk, params, p) for p in ("party1", "party2")}
     S = {"party1": clipped_gram_block(A, np.eye(k), 1.0)[0], "party2": clipped_gram_block(B, np.eye(k), 1.0)[0]}
     noise = np.concatenate([W[p] - covariance_pack(S[p]) for p in W])
     assert abs(noise.mean()) < 4 * cal.party_sigma / math.sqrt(noise.size)
-    assert 0.85 < noise.std() / cal.party_sigma < 1.15
+    assert 0.9 < noise.std() / cal.party_sigma < 1.1
     E = covariance_unpack(W["party1"], k) - S["party1"]
     off = E[np.triu_indices(k, 1)]
     assert 0.8 < off.std() / (cal.party_sigma / math.sqrt(2)) < 1.2
     assert res["party1"].dp["clipped_columns"] == 1 and res["party2"].dp["clipped_columns"] == 0
+    # the issue's target: the aggregate's noise is √N times the central Gaussian's sigma (one release at the
+    # same (epsilon, delta), by the exact Gaussian profile), measured -- never more
+    central = analytic_gaussian_sigma(1.0, 1e-6, 1.0)
+    agg = (W["party1"] + W["party2"]) - covariance_pack(S["party1"] + S["party2"])
+    assert 0.85 * math.sqrt(2) < agg.std() / central < 1.1 * math.sqrt(2)
     total = covariance_unpack(W["party1"] + W["party2"], k)
     u = np.linalg.eigh(total)[1][:, -1]
     assert abs(np.dot(u, res["party1"].u)) == pytest.approx(1.0, abs=1e-9)
