@@ -36,6 +36,11 @@ reveal in clear); keys of another size than ``key_bits`` are refused; the public
 ``max_samples`` size every message (:meth:`PowerIterationParams.traffic_envelope`); a party's own
 data breaking a rule raises :class:`~smcdp.errors.InputRejected` (peers learn the rule, not the data).
 
+DP modes (issues 25 and 38, ``epsilon`` and ``delta`` given): the noisy power method (T noisy releases of
+Ã_iÃ_iᵀQ_t) or, ``dp_method = "covariance"`` (``auto`` up to k = 255), one noisy release of Ã_iÃ_iᵀ per party
+that Trent sums and returns (Analyze Gauss); sigma from the tighter of the zCDP and exact-PLD accountants
+(:func:`dp_calibration`).
+
 Replay (issue 15, docs/fault-tolerance.md): every random draw of a role -- party1's key and σ's, ρ_i,
 the start block X⁽⁰⁾, Trent's scales, blindings and decoys -- comes from the role's randomness root
 ``seed`` (:mod:`smcdp.primitives.rng`), so a role replayed after a crash recomputes exactly what it
