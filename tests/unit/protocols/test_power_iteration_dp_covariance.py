@@ -101,7 +101,8 @@ def test_issue_targets_k20_n2000_two_parties_median_of_five_seeds(keys512):
         for eps, (c1, c2) in cos.items():
             params = cov_params(epsilon=eps, rows=20, max_samples=2_000, components=2)
             assert params.dp_mode == "covariance"
-            _, res = run(split(M, 900), params, sk=sk)
+            roots = [Randomness.from_seed(100 + 2 * seed), Randomness.from_seed(101 + 2 * seed)]
+            _, res = run(split(M, 900), params, sk=sk, seeds=roots)
             assert res["party1"].components == res["party2"].components
             c1.append(abs(np.dot(res["party1"].components[0]["u"], U[:, 0])))
             c2.append(abs(np.dot(res["party1"].components[1]["u"], U[:, 1])))
@@ -278,16 +279,18 @@ def test_rounds_follow_the_public_gap_ratio_and_never_the_data(keys512):
 
 
 def test_a_small_gap_with_its_rounds_converges_from_every_start(keys512):
-    """The issue's failing case, at the protocol's level: λ₂/λ₁ ≈ 0.82, epsilon = 1, the power mode with
-    gap_ratio = 0.82 (31 rounds from public parameters) -- every one of 5 runs has u_1 |cos| >= 0.99; the
-    covariance mode (auto) too."""
+    """The issue's failing case, at the protocol's level: λ₂/λ₁ ≈ 0.84, epsilon = 1, the power mode with
+    gap_ratio = 0.86 (a bound on the data's ratio: 41 rounds from public parameters) -- every one of 5 runs
+    (5 noise roots) has u_1 |cos| >= 0.99; the covariance mode (auto) too."""
     _, sk = keys512
     M = small_gap_data(0)
     lam = np.linalg.eigvalsh(M @ M.T)[::-1]
-    assert 0.75 < lam[1] / lam[0] < 0.9
+    assert 0.75 < lam[1] / lam[0] < 0.86
     u_ref = top_eigenvectors(M, 1)[:, 0]
-    for params in (cov_params(rows=20, max_samples=20_000, gap_ratio=0.82), cov_params(rows=20, max_samples=20_000)):
-        worst = min(abs(np.dot(run(split(M, 9_000), params, sk=sk)[1]["party1"].u, u_ref)) for _ in range(5))
+    for params in (cov_params(rows=20, max_samples=20_000, gap_ratio=0.86), cov_params(rows=20, max_samples=20_000)):
+        worst = min(abs(np.dot(run(split(M, 9_000), params, sk=sk, trent_seed=Randomness.from_seed(50 + i),
+                                   seeds=[Randomness.from_seed(60 + i), Randomness.from_seed(70 + i)]
+                                   )[1]["party1"].u, u_ref)) for i in range(5))
         assert worst >= 0.99, (params.dp_mode, worst)
 
 
