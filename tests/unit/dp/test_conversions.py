@@ -93,8 +93,9 @@ def test_gaussian_composition_pld_against_dp_accounting(eps, delta, T):
     """Issue 38: T composed Gaussians have the exact PLD of one at noise_multiplier/√T.  The calibrated
     multiplier certifies epsilon (ours), dp-accounting's PLD accountant agrees to 1e-3 (its discretisation),
     and a multiplier 1 % smaller does not certify it."""
-    from smcdp.dp.conversions import gaussian_composition_epsilon, gaussian_composition_multiplier
     from dp_accounting.pld import pld_privacy_accountant
+
+    from smcdp.dp.conversions import gaussian_composition_epsilon, gaussian_composition_multiplier
 
     m = gaussian_composition_multiplier(eps, delta, T)
     assert gaussian_composition_epsilon(delta, m, T) <= eps

@@ -40,7 +40,7 @@ from smcdp.v1 import messages_pb2 as pb
 from tests.support.pca_data import spectral_gap_data, top_eigenvectors
 
 dpa = pytest.importorskip("dp_accounting")
-from dp_accounting.pld import pld_privacy_accountant as dpa_pld  # noqa: E402
+from dp_accounting.pld import pld_privacy_accountant as dpa_pld
 
 
 @pytest.fixture(scope="module")

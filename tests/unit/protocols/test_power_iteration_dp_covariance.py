@@ -19,8 +19,8 @@ import pytest
 from smcdp.compute.kernels import clipped_gram_block
 from smcdp.crypto.encoding import decode_fixed
 from smcdp.crypto.paillier import generate_keypair
-from smcdp.dp.conversions import analytic_gaussian_sigma
 from smcdp.crypto.vector import EncryptedVector
+from smcdp.dp.conversions import analytic_gaussian_sigma
 from smcdp.errors import InvalidMessage
 from smcdp.net.channel import InMemoryNetwork
 from smcdp.primitives.rng import Randomness
