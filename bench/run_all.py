@@ -168,7 +168,7 @@ def _run(args, paillier_benchmark, progress) -> int:
                                ("checkpoint_bench.py", "The cost of checkpointing (issues 15, 26)", []),
                                ("rtt_bench.py", "Sessions over a slow network (issue 26)", []),
                                ("dp_power_iteration_bench.py",
-                                "Power iteration, DP mode: utility against central DP PCA (issue 25)", [])):
+                                "Power iteration, DP modes: utility against central DP PCA (issues 25, 38)", [])):
         path = HERE / name
         stage(name)
         if not path.exists():

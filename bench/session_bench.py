@@ -8,6 +8,8 @@ as the demos set it up (``bench/session_driver.py``: one OS process per party, m
 
 * ``pi500`` -- power iteration, k = 500, two parties × 100 samples (the issue's regression);
 * ``pi30`` -- power iteration on ``make demo``'s data (k = 30);
+* ``pidp500``, ``pidp500cov`` -- the same data in the DP mode at epsilon = 1, delta = 1e-6 (issue 38):
+  ``auto`` (the noisy power method at this k) and the one-release covariance mode forced;
 * ``keyword`` -- keyword recognition, 98 frames × 39-d, 10 HMMs × 5 states (``smcdp demo keyword``'s
   fixture).
 
@@ -38,9 +40,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = Path(__file__).resolve().parent / "session_driver.py"
-WORKLOADS = ("pi500", "pi30", "keyword")
+WORKLOADS = ("pi500", "pi30", "keyword", "pidp500", "pidp500cov")
 TITLES = {"pi500": "power iteration k = 500, 2 × 100", "pi30": "power iteration k = 30 (make demo)",
-          "keyword": "keyword, 98 frames, 10 HMMs"}
+          "keyword": "keyword, 98 frames, 10 HMMs", "pidp500": "DP power iteration k = 500 (auto), 2 × 100",
+          "pidp500cov": "DP power iteration k = 500 (covariance), 2 × 100"}
 
 
 def log(msg: str) -> None:

@@ -35,7 +35,11 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-WORKLOADS = ("pi500", "pi30", "keyword")
+WORKLOADS = ("pi500", "pi30", "keyword", "pidp500", "pidp500cov")
+#: issue 38: the DP workloads' parameters (k = 500: ``auto`` picks the noisy power method; "cov" forces the
+#: one-release covariance mode, 125,250 values per release)
+DP_PARAMS = {"pidp500": {"epsilon": 1.0, "delta": 1e-6, "max_samples": 100},
+             "pidp500cov": {"epsilon": 1.0, "delta": 1e-6, "max_samples": 100, "dp_method": "covariance"}}
 
 
 def pi_matrices(k: int, n: int = 100, seed: int = 0) -> list[np.ndarray]:
@@ -47,8 +51,8 @@ def pi_matrices(k: int, n: int = 100, seed: int = 0) -> list[np.ndarray]:
 
 def setup(workload: str, key_bits: int, tmp: Path) -> dict:
     """What the demo of ``workload`` starts: parties with their inputs, roles, params, initiator."""
-    if workload in ("pi500", "pi30"):
-        if workload == "pi500":
+    if workload in ("pi500", "pi30", *DP_PARAMS):
+        if workload != "pi30":
             paths = []
             for i, block in enumerate(pi_matrices(500)):
                 paths.append(tmp / f"party{i}.npy")
@@ -59,9 +63,9 @@ def setup(workload: str, key_bits: int, tmp: Path) -> dict:
         parties = {"trent": {}, "alice": {"power-iteration": {"data": paths[0]}},
                    "bob": {"power-iteration": {"data": paths[1]}}}
         roles = {"trent": "trent", "party1": "alice", "party2": "bob"}
-        params = {"n_parties": 2, "key_bits": key_bits, "rows": k}
+        params = {"n_parties": 2, "key_bits": key_bits, "rows": k, **DP_PARAMS.get(workload, {})}
         return {"protocol": "power-iteration", "parties": parties, "roles": roles, "params": params,
-                "initiator": "trent"}
+                "initiator": "trent", "budgets": workload in DP_PARAMS}
     data = ROOT / "tests" / "data" / "keyword"
     parties = {"alice": {"keyword": {"utterance": data / "utterance_98.npy"}},
                "bob": {"keyword": {"models": data / "models.npz"}}}
@@ -78,7 +82,8 @@ def process_cpu(pid: int) -> float:
 
 def protocol_figures(protocol: str, records: dict) -> dict:
     if protocol == "power-iteration":
-        return {"rounds": records["trent"]["result"]["rounds"]}
+        dp = records["alice"]["result"].get("dp") or {}
+        return {"rounds": records["trent"]["result"]["rounds"], "dp_method": dp.get("dp_method")}
     ta = records["alice"]["result"].get("timings") or {}
     off, on = ta.get("offline") or {}, ta.get("online") or {}
     return {"offline_seconds": off.get("seconds"), "online_seconds": on.get("keyword_at", on.get("seconds")),
@@ -100,7 +105,12 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="smcdp-session-bench-") as d:
         s = setup(args.workload, args.key_bits, Path(d))
-        options, _ = governed(s["protocol"], s["roles"], s["params"], initiator=s["initiator"], seed=None)
+        options, summary = governed(s["protocol"], s["roles"], s["params"], initiator=s["initiator"], seed=None)
+        if s.get("budgets"):    # a DP workload: every data party holds a budget for all the sessions
+            from smcdp.runtime.governance.charges import BudgetConfig
+            options["budgets"] = {n: BudgetConfig(dataset=n, epsilon=summary.epsilon * (args.sessions + 1),
+                                                  delta=min(0.5, summary.delta * (args.sessions + 1)))
+                                  for n in ("alice", "bob")}
         sessions = []
         t0 = time.perf_counter()
         cluster = LocalCluster(s["parties"], allow_insecure_keys=args.key_bits < 2048, workdir=Path(d) / "run",

@@ -31,6 +31,8 @@ __all__ = [
     "advanced_composition",
     "analytic_gaussian_sigma",
     "classic_gaussian_sigma",
+    "gaussian_composition_epsilon",
+    "gaussian_composition_multiplier",
     "gaussian_delta",
     "gaussian_epsilon",
     "gaussian_rdp",
@@ -135,6 +137,36 @@ def analytic_gaussian_sigma(
     while gaussian_delta(epsilon, m) > delta:
         m *= 1 + 1e-12
     return m * sensitivity
+
+
+def gaussian_composition_epsilon(delta: float, noise_multiplier: float, count: int) -> float:
+    """Exact epsilon at ``delta`` of ``count`` adaptively composed Gaussian mechanisms, each with
+    sigma/Delta = ``noise_multiplier``: their privacy-loss distribution (PLD).
+
+    The privacy loss of one Gaussian mechanism is Gaussian, N(mu**2/2, mu**2) with mu = 1/noise_multiplier,
+    and privacy losses add under (adaptive) composition, so ``count`` of them have the PLD of a single
+    Gaussian mechanism with mu = sqrt(count)/noise_multiplier (Dong, Roth & Su 2019, Gaussian DP, Cor. 3.3):
+    the profile is Balle-Wang's at noise_multiplier/sqrt(count).  This is what a PLD accountant (Google's
+    dp-accounting, ``pld.PLDAccountant``) computes for these events, without its discretisation."""
+    count = check_positive(count, "count", integer=True)
+    return gaussian_epsilon(delta, check_positive(noise_multiplier, "noise multiplier") / math.sqrt(count))
+
+
+def gaussian_composition_multiplier(epsilon: float, delta: float, count: int) -> float:
+    """Smallest noise multiplier (sigma/Delta, to 1e-12 relative) for which ``count`` composed Gaussian
+    mechanisms are (epsilon, delta)-DP by their exact PLD (:func:`gaussian_composition_epsilon`)."""
+    count = check_positive(count, "count", integer=True)
+    m = analytic_gaussian_sigma(epsilon, delta, 1.0) * math.sqrt(count)
+    # delta(epsilon) = e^a - e^b is computed as a difference: when the two terms agree to within 1e-9 the
+    # result is rounding noise (epsilon = delta = 5e-233, say, "solves" to a finite sigma); refuse then
+    a, b = _log_delta_terms(epsilon, math.sqrt(count) / m)
+    if not -math.expm1(b - a) >= 1e-9:
+        raise InvalidParameter(f"the exact Gaussian profile cannot resolve delta={delta!r} at epsilon={epsilon!r} "
+                               "in floating point")
+    # move up until the composition's epsilon (computed as the accountant computes it) is certainly within
+    while gaussian_composition_epsilon(delta, m, count) > epsilon:
+        m *= 1 + 1e-12
+    return m
 
 
 # ---------------------------------------------------------------------------

@@ -12,7 +12,8 @@ Outputs written by each party (``data_dir/outputs/<session>/``):
 In the DP mode (``epsilon`` and ``delta`` in the parameters) a data party writes ``u.npy`` and
 ``x_block.npy`` = A_iᵀu_j, computed locally and never sent; Trent writes nothing (he learns no output).
 The session costs every data party's ``[budget]`` (epsilon, delta) (rho for a zCDP ledger), committed
-just before its first noisy contribution leaves it.
+just before its first noisy contribution leaves it (``noisy/0`` in the power mode, ``noisy/cov`` in the
+covariance mode of issue 38).
 """
 
 from __future__ import annotations
@@ -30,14 +31,13 @@ from smcdp.primitives.rng import Randomness
 from smcdp.protocols.base import check_roles
 from smcdp.protocols.power_iteration import (
     ALPHA_INLINE_MAX,
-    DP_ITERATIONS,
-    NOISY_TAG,
     TRENT,
     Party1KeySizes,
     PowerIterationParams,
     check_source,
     data_party,
     dp_calibration,
+    dp_release_tag,
     prepare_party1,
     trent,
 )
@@ -75,6 +75,18 @@ class PowerIterationPlugin(ProtocolPlugin):
         def name(v: str, lo: int, hi: int) -> str:
             return v if lo == hi == 1 else f"{v}_{lo}" if lo == hi else f"{v}_{lo}..{v}_{hi}"
 
+        if p.dp_mode == "covariance":
+            # DP covariance mode (issue 38): every data party receives the noisy k × k matrix Σ_i(Ã_iÃ_iᵀ + E_i)
+            # -- every direction of the data, DP -- and takes u_1 … u_r from it; Trent gets only ciphertexts.
+            # ``components`` is k: a party's max_components below k refuses this mode (use dp_method power).
+            cal = dp_calibration(p)
+            k = p.max_dp_rows
+            outputs = (OutputFlow(name("u", 1, r), data, data, dp=True),
+                       OutputFlow(f"noisy {k} × {k} covariance (all {k} directions)", data, data, dp=True))
+            return SessionSummary(protocol=self.name, key_bits={"paillier": p.key_bits}, data_roles=data,
+                                  coordinator_roles=(TRENT,), outputs=outputs, epsilon=cal.epsilon,
+                                  delta=cal.delta, rho=cal.rho, components=k,
+                                  noise_parties={r_: p.noise_parties for r_ in data}, iterations=p.dp_rounds)
         if p.dp:
             # DP mode: every data party receives the T noisy aggregates Σ_i(Ã_iÃ_iᵀQ_t + η_i) and
             # takes u_1 … u_r (and, with oversample, b − r more directions) from them; Trent gets only
@@ -87,7 +99,7 @@ class PowerIterationPlugin(ProtocolPlugin):
                                   coordinator_roles=(TRENT,), outputs=tuple(outputs), epsilon=cal.epsilon,
                                   delta=cal.delta, rho=cal.rho, components=b,
                                   noise_parties={r: p.noise_parties for r in data},
-                                  iterations=p.iterations or DP_ITERATIONS)
+                                  iterations=p.dp_rounds)
         outputs = [OutputFlow(name("u", 1, r), data, data), OutputFlow(name("x", 1, r), (TRENT,), data)]
         if b > r:
             outputs.append(OutputFlow(f"approximate {name('u', r + 1, b)} (oversample)", data, data))
@@ -128,7 +140,7 @@ class PowerIterationPlugin(ProtocolPlugin):
                                                shape=(source.n, p.components))
             sink = _writer(blocks)
         if p.dp:   # the release point: just before the first noisy contribution leaves this party
-            ch = self.release_gate(ch, ctx, [(TRENT, f"{NOISY_TAG}/0")])
+            ch = self.release_gate(ch, ctx, [(TRENT, dp_release_tag(p))])
         res = await data_party(ch, source, p, engine=engine_for(ctx.compute), seed=ctx.seed,
                                allow_insecure_keys=ctx.allow_insecure_keys, x_sink=sink)
         if blocks is not None:

@@ -36,6 +36,11 @@ reveal in clear); keys of another size than ``key_bits`` are refused; the public
 ``max_samples`` size every message (:meth:`PowerIterationParams.traffic_envelope`); a party's own
 data breaking a rule raises :class:`~smcdp.errors.InputRejected` (peers learn the rule, not the data).
 
+DP modes (issues 25 and 38, ``epsilon`` and ``delta`` given): the noisy power method (T noisy releases of
+Ã_iÃ_iᵀQ_t) or, ``dp_method = "covariance"`` (``auto`` up to k = 255), one noisy release of Ã_iÃ_iᵀ per party
+that Trent sums and returns (Analyze Gauss); sigma from the tighter of the zCDP and exact-PLD accountants
+(:func:`dp_calibration`).
+
 Replay (issue 15, docs/fault-tolerance.md): every random draw of a role -- party1's key and σ's, ρ_i,
 the start block X⁽⁰⁾, Trent's scales, blindings and decoys -- comes from the role's randomness root
 ``seed`` (:mod:`smcdp.primitives.rng`), so a role replayed after a crash recomputes exactly what it
@@ -45,6 +50,7 @@ sent before.  Only Paillier obfuscators are fresh, and replayed sends reuse the 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import math
 import time
@@ -73,7 +79,7 @@ from smcdp.crypto.paillier import (
 )
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.dp.accountants import ZCDPAccountant
-from smcdp.dp.conversions import rho_capacity
+from smcdp.dp.conversions import gaussian_composition_epsilon, gaussian_composition_multiplier, rho_capacity
 from smcdp.dp.events import GaussianEvent
 from smcdp.dp.mechanisms import GaussianMechanism
 from smcdp.errors import InputRejected, InvalidMessage
@@ -116,6 +122,24 @@ MAX_DP_ITERATIONS = 1000
 #: DP mode: the noise is calibrated to a sensitivity C²·(1 + DP_FP_MARGIN), a margin for the floating-point
 #: error of computing Ã Ãᵀ Q (relative ~n_i·2^-52, far below it for n_i < 2^30; docs/protocols/power-iteration.md)
 DP_FP_MARGIN = 2.0 ** -20
+#: DP mode (issue 38): the PLD calibration aims at epsilon·(1 − DP_PLD_MARGIN), so that independent PLD
+#: computations (dp-accounting's discretised accountant: ~1e-11 relative above the exact value) certify it too
+DP_PLD_MARGIN = 2.0 ** -20
+#: DP mode (issue 38): the one-release ("covariance") mode's tags: a data party's noisy upper triangle to Trent
+#: (its release) and the sum of them back (the only message Trent sends a data party in that mode)
+COV_TAG = "noisy/cov"
+COV_SUM_TAG = "final/cov"
+#: DP modes: "covariance" (one noisy release of ÃÃᵀ, Analyze Gauss), "power" (the noisy power method) or "auto"
+DP_METHODS = ("auto", "covariance", "power")
+#: ``auto`` picks the covariance mode while its release has at most this many values (k <= 255): about 1,100
+#: ciphertexts of 2048 bits (560 KB) per party and k² floats of memory; the noisy power method beyond
+COV_AUTO_VALUES = 1 << 15
+#: the covariance mode is refused above this k: 8k² bytes (128 MiB) of memory per copy of the k × k matrix,
+#: and a release of ~280,000 ciphertexts (145 MB at 2048 bits) in one message, below the 256 MiB message limit
+COV_MAX_ROWS = 4096
+#: power mode, with ``gap_ratio`` γ and no ``iterations``: T is the least with γ^T·√k <= DP_GAP_TARGET (the
+#: noiseless error of a random start, tan θ_0 ~ √k, falls like γ^T; docs/protocols/power-iteration.md)
+DP_GAP_TARGET = 0.01
 
 
 @dataclass
@@ -155,6 +179,11 @@ class PowerIterationParams(ProtocolParams):
     column_norm: float = 1.0      # C: each party clips every column of its matrix to norm <= C
     iterations: int | None = None  # T: the fixed number of rounds (default DP_ITERATIONS)
     noise_parties: int = 1        # h: each party adds noise of variance sigma^2/h (h > 1 needs h honest parties)
+    # --- issue 38: the one-release mode and rounds from public parameters
+    dp_method: str = "auto"       # "covariance": one noisy release of ÃÃᵀ; "power": the noisy power method;
+                                  # "auto": covariance while it fits (COV_AUTO_VALUES), power beyond
+    gap_ratio: float | None = None  # power mode: a public bound on λ_{b+1}/λ_r assumed for the data; without
+                                  # ``iterations`` it sets T (dp_rounds_for_gap), never the data
 
     def validate(self) -> "PowerIterationParams":
         def bad(msg):
@@ -206,11 +235,24 @@ class PowerIterationParams(ProtocolParams):
             setattr(self, name, float(v))
 
         number("column_norm", 0.0, 2.0 ** 20)
+        if self.dp_method not in DP_METHODS:
+            bad(f"dp_method={self.dp_method!r} must be one of {', '.join(DP_METHODS)}")
         if not self.dp:
-            if self.iterations is not None or self.noise_parties != 1 or self.column_norm != 1.0:
-                bad("iterations, noise_parties and column_norm belong to the differentially private mode: "
-                    "give epsilon and delta too")
+            if self.iterations is not None or self.noise_parties != 1 or self.column_norm != 1.0 \
+                    or self.dp_method != "auto" or self.gap_ratio is not None:
+                bad("iterations, noise_parties, column_norm, dp_method and gap_ratio belong to the differentially "
+                    "private mode: give epsilon and delta too")
             return
+        if self.gap_ratio is not None:
+            number("gap_ratio", 0.0, 1.0)
+        if self.dp_method == "covariance":
+            if self.iterations is not None or self.gap_ratio is not None:
+                bad("iterations and gap_ratio belong to the noisy power method (dp_method power), not to the "
+                    "one-release covariance mode")
+            if self.max_dp_rows > COV_MAX_ROWS:
+                bad(f"dp_method covariance needs k <= {COV_MAX_ROWS} (the k × k matrix in memory, its "
+                    f"k(k+1)/2 values in one message); state rows, or use dp_method power "
+                    f"(k <= {self.max_dp_rows} here)")
         number("epsilon", 0.0, 100.0)
         number("delta", 0.0, 1.0)
         if self.iterations is not None:
@@ -219,6 +261,11 @@ class PowerIterationParams(ProtocolParams):
         if self.max_samples * self.column_norm ** 2 >= 2.0 ** (self.value_bits - 1):
             bad(f"max_samples·column_norm² = {self.max_samples * self.column_norm ** 2:g} must stay below "
                 f"2^(value_bits - 1) = 2^{self.value_bits - 1}, the bound on a party's noiseless contribution")
+        if self.dp_mode == "covariance" and math.sqrt(2) * self.max_samples * self.column_norm ** 2 \
+                >= 2.0 ** (self.value_bits - 1):
+            bad(f"√2·max_samples·column_norm² = {math.sqrt(2) * self.max_samples * self.column_norm ** 2:g} "
+                f"must stay below 2^(value_bits - 1) = 2^{self.value_bits - 1} in the covariance mode (its "
+                "off-diagonal values are scaled by √2)")
         dp_calibration(self)       # a noise level exists for (epsilon, delta) over the rounds (else refused)
 
     @property
@@ -228,8 +275,41 @@ class PowerIterationParams(ProtocolParams):
 
     @property
     def dp_rounds(self) -> int:
-        """T: the DP mode's number of rounds, each one noisy release by every data party."""
-        return self.iterations if self.iterations is not None else DP_ITERATIONS
+        """T: the DP mode's number of releases by every data party: 1 in the covariance mode; in the power
+        mode ``iterations``, else the rounds the public ``gap_ratio`` needs (:func:`dp_rounds_for_gap`),
+        else DP_ITERATIONS.  Public parameters only, never the data."""
+        if self.dp_mode == "covariance":
+            return 1
+        if self.iterations is not None:
+            return self.iterations
+        if self.gap_ratio is not None:
+            return dp_rounds_for_gap(self.gap_ratio, self.max_dp_rows)
+        return DP_ITERATIONS
+
+    @property
+    def max_dp_rows(self) -> int:
+        """The public bound on k: ``rows`` if stated, else ``max_rows``."""
+        return self.rows if self.rows is not None else self.max_rows
+
+    @property
+    def covariance_length(self) -> int:
+        """Values of the covariance mode's release: the upper triangle of a k × k matrix (k: the public bound)."""
+        k = self.max_dp_rows
+        return k * (k + 1) // 2
+
+    @property
+    def dp_mode(self) -> str | None:
+        """The DP mode that runs (issue 38), from public parameters only: ``dp_method`` if it names one;
+        ``auto`` -> "power" when the session states a power-mode parameter (``iterations``, ``gap_ratio``) or
+        when the release of k(k+1)/2 values exceeds COV_AUTO_VALUES (k > 255), else "covariance".  None in
+        the exact mode."""
+        if not self.dp:
+            return None
+        if self.dp_method != "auto":
+            return self.dp_method
+        if self.iterations is not None or self.gap_ratio is not None:
+            return "power"
+        return "covariance" if self.covariance_length <= COV_AUTO_VALUES else "power"
 
     @property
     def data_roles(self) -> list[str]:
@@ -303,7 +383,11 @@ class PowerIterationParams(ProtocolParams):
         gram = cts(self.gram_length, self.gram_slot_bits())
         both = block + gram + 16      # round/t and reply/t: a block, a Gram, a flag, and the fields' framing
         rounds = self.dp_rounds if self.dp else self.max_iterations
-        if self.dp:    # noisy/t to Trent; v/t and final/v to the parties (and the key pair)
+        if self.dp_mode == "covariance":   # one release each to Trent; its sum and the key pair to a party
+            cov = cts(self.covariance_length, self.slot_bits())
+            msgs = ([(self.n_parties, cov), (self.n_parties, 24), (1, B // 8 + 16)] if role == TRENT
+                    else [(1, cov), (1, 3 * (B // 8) + 32)])
+        elif self.dp:    # noisy/t to Trent; v/t and final/v to the parties (and the key pair)
             msgs = ([(rounds * self.n_parties, block), (self.n_parties, 24), (1, B // 8 + 16)] if role == TRENT
                     else [(rounds + 1, block), (1, 3 * (B // 8) + 32)])
         elif role == TRENT:
@@ -319,8 +403,9 @@ class PowerIterationParams(ProtocolParams):
         else:
             msgs = [(1, block), (rounds, both),                     # v/0, reply/t (the last: the final block)
                     (1, 3 * (B // 8) + 32), (1, 8 * r + 16)]       # keypair, sigma
+        mode = f", DP {self.dp_mode}" if self.dp else ""
         return TrafficEnvelope.from_messages(msgs, f"power-iteration parameters (k <= {k}, b = {b}, "
-                                             f"{rounds} rounds, {B}-bit key, n_i <= {self.max_samples})")
+                                             f"{rounds} rounds, {B}-bit key, n_i <= {self.max_samples}{mode})")
 
 
 @dataclass(frozen=True)
@@ -328,52 +413,92 @@ class DPCalibration:
     """The DP mode's noise and privacy cost, from public parameters only (docs/protocols/power-iteration.md,
     "Privacy proof sketch").
 
-    Every round each data party releases (under encryption, then summed) Ã_iÃ_iᵀQ_t + η_i, whose L2
-    sensitivity to adding or removing one column m (‖m‖ ≤ C) is ‖m mᵀQ_t‖_F ≤ C² for any Q_t with
-    orthonormal columns.  T such Gaussian mechanisms with noise ``sigma`` are ``rho``-zCDP with
-    rho = T·sensitivity²/(2·sigma²), and (``epsilon``, ``delta``)-DP by the Canonne–Kamath–Steinke
-    conversion; ``certified_epsilon`` is what the project's zCDP accountant certifies at ``delta``."""
+    Every release of a data party (T of them in the power mode, one in the covariance mode; under encryption,
+    then summed) is a Gaussian mechanism of L2 sensitivity ``sensitivity`` to adding or removing one column m
+    (‖m‖ <= C): ‖m mᵀQ_t‖_F <= C² in the power mode, ‖m mᵀ‖_F = ‖m‖² <= C² for the covariance mode's
+    isometric upper triangle.  Two accountants bound T such mechanisms with noise ``sigma``: zCDP, rho =
+    T·sensitivity²/(2·sigma²) converted by Canonne–Kamath–Steinke, and the exact privacy-loss distribution
+    (PLD) of T composed Gaussians; sigma is the smaller of the two noise levels that certify (``epsilon``,
+    ``delta``), and ``accountant`` says which ("pld" or "zcdp").  ``certified_epsilon`` is what that
+    accountant certifies at ``delta``; ``epsilon_zcdp`` and ``epsilon_pld`` what each certifies for sigma."""
 
     epsilon: float
     delta: float
-    rounds: int                   # T
+    rounds: int                   # T: releases per data party
     sensitivity: float            # C²·(1 + DP_FP_MARGIN)
-    sigma: float                  # the noise that protects one party in one round (std, per entry)
+    sigma: float                  # the noise that protects one party in one release (std, per value)
     party_sigma: float            # the noise each party adds: sigma / sqrt(noise_parties)
-    rho: float                    # zCDP of the T rounds
-    certified_epsilon: float      # ZCDPAccountant (CKS conversion) at delta; <= epsilon
+    rho: float                    # zCDP of the T releases (what a zcdp ledger is charged)
+    certified_epsilon: float      # the chosen accountant's epsilon at delta; <= epsilon
+    method: str = "power"         # the DP mode: "covariance" or "power"
+    accountant: str = "zcdp"      # which accountant certified the smaller sigma: "pld" or "zcdp"
+    epsilon_zcdp: float = math.nan   # zCDP (CKS conversion) of this sigma at delta
+    epsilon_pld: float = math.nan    # exact PLD of the T composed Gaussians at delta
 
     def as_dict(self) -> dict:
         return {"epsilon": self.epsilon, "delta": self.delta, "rounds": self.rounds,
                 "sensitivity": self.sensitivity, "sigma": self.sigma, "party_sigma": self.party_sigma,
-                "rho": self.rho, "certified_epsilon": self.certified_epsilon}
+                "rho": self.rho, "certified_epsilon": self.certified_epsilon, "dp_method": self.method,
+                "accountant": self.accountant, "epsilon_zcdp": self.epsilon_zcdp, "epsilon_pld": self.epsilon_pld}
 
 
 def dp_calibration(params: PowerIterationParams) -> DPCalibration:
-    """sigma for (epsilon, delta) over T rounds: the largest zCDP rho whose CKS conversion stays within
-    epsilon (:func:`~smcdp.dp.conversions.rho_capacity`), split evenly over the rounds, then checked with
-    :class:`~smcdp.dp.accountants.ZCDPAccountant` composing T Gaussian events."""
+    """sigma for (epsilon, delta) over the T releases, by the tighter of two accountants (issue 38):
+
+    * zCDP: the largest rho whose CKS conversion stays within epsilon (:func:`~smcdp.dp.conversions.rho_capacity`),
+      split evenly over the releases, checked with :class:`~smcdp.dp.accountants.ZCDPAccountant`;
+    * PLD: the smallest noise multiplier whose exact privacy-loss distribution of T composed Gaussians
+      is (epsilon, delta)-DP (:func:`~smcdp.dp.conversions.gaussian_composition_multiplier`), checked with
+      :func:`~smcdp.dp.conversions.gaussian_composition_epsilon`.
+
+    The smaller sigma wins (the PLD's, for these pure Gaussian compositions: it is exact where the zCDP
+    conversion is a bound).  tests/unit/protocols/test_power_iteration_dp.py certifies the result
+    independently with dp-accounting's PLD and RDP accountants."""
     if not params.dp:
         raise InvalidMessage("the exact mode of power iteration has no privacy calibration")
-    eps, delta, T = float(params.epsilon), float(params.delta), params.dp_rounds
-    sens = params.column_norm ** 2 * (1.0 + DP_FP_MARGIN)
+    return _dp_calibration(float(params.epsilon), float(params.delta), params.dp_rounds,
+                           params.column_norm, params.noise_parties, params.dp_mode)
+
+
+@functools.lru_cache(maxsize=256)
+def _dp_calibration(eps: float, delta: float, T: int, column_norm: float, noise_parties: int,
+                    method: str) -> DPCalibration:
+    sens = column_norm ** 2 * (1.0 + DP_FP_MARGIN)
     try:
         rho = rho_capacity(eps, delta)
-        multiplier = math.sqrt(T / (2.0 * rho)) if rho > 0 else math.inf     # sigma / sensitivity
+        mult_zcdp = math.sqrt(T / (2.0 * rho)) if rho > 0 else math.inf     # sigma / sensitivity
     except (ArithmeticError, ValueError):
-        multiplier = math.inf
+        mult_zcdp = math.inf
+    try:
+        mult_pld = gaussian_composition_multiplier(eps * (1.0 - DP_PLD_MARGIN), delta, T)
+    except (ArithmeticError, ValueError):
+        mult_pld = math.inf
+    multiplier = min(mult_zcdp, mult_pld)
     if not math.isfinite(multiplier * sens):
-        # epsilon and delta so small (5e-233, say) that the zCDP budget underflows: no finite noise level
-        raise InvalidMessage(f"power-iteration: epsilon={eps!r} with delta={delta!r} over {T} rounds leaves no "
-                             "finite noise level (the zCDP budget underflows); choose a larger epsilon or delta")
+        # epsilon and delta so small (5e-233, say) that no noise level certifies them
+        raise InvalidMessage(f"power-iteration: epsilon={eps!r} with delta={delta!r} over {T} releases leaves no "
+                             "finite noise level (the privacy budget underflows); choose a larger epsilon or delta")
     acc = ZCDPAccountant(conversion="cks").compose(GaussianEvent(multiplier), count=T)
-    certified = acc.get_epsilon(delta)
-    if not certified <= eps:   # rho_capacity stays inside by construction; kept as the certificate
-        raise InvalidMessage(f"power-iteration: the accountant certifies epsilon={certified!r} > {eps!r}")
+    eps_zcdp = acc.get_epsilon(delta)
+    eps_pld = gaussian_composition_epsilon(delta, multiplier, T)
+    accountant = "pld" if mult_pld <= mult_zcdp else "zcdp"
+    certified = eps_pld if accountant == "pld" else eps_zcdp
+    if not certified <= eps:   # both calibrations stay inside by construction; kept as the certificate
+        raise InvalidMessage(f"power-iteration: the {accountant} accountant certifies epsilon={certified!r} > {eps!r}")
     sigma = multiplier * sens
     return DPCalibration(epsilon=eps, delta=delta, rounds=T, sensitivity=sens, sigma=sigma,
-                         party_sigma=sigma / math.sqrt(params.noise_parties), rho=acc.get_rho(),
-                         certified_epsilon=certified)
+                         party_sigma=sigma / math.sqrt(noise_parties), rho=acc.get_rho(),
+                         certified_epsilon=certified, method=method, accountant=accountant,
+                         epsilon_zcdp=eps_zcdp, epsilon_pld=eps_pld)
+
+
+def dp_rounds_for_gap(gap_ratio: float, k: int) -> int:
+    """T for the power mode from public parameters (issue 38): the least T with gap_ratio^T·√k <=
+    DP_GAP_TARGET, within [1, MAX_DP_ITERATIONS].  ``gap_ratio`` is the session's public bound γ on
+    λ_{b+1}/λ_r; the noiseless part of the error (tan of the angle to the top-r subspace, ~√k from a random
+    start) falls like γ^T (Hardt & Price 2014), while the noise grows like √T: no more rounds than γ needs."""
+    t = math.log(math.sqrt(k) / DP_GAP_TARGET) / -math.log(gap_ratio)
+    return max(1, min(MAX_DP_ITERATIONS, math.ceil(t - 1e-9)))
 
 
 @dataclass
@@ -669,7 +794,7 @@ def noisy_limit(params: PowerIterationParams) -> float:
 
 
 def dp_noise(params: PowerIterationParams, cal: DPCalibration, shape: tuple[int, int], seed: SeedLike,
-             role: str, t: int) -> GaussianMechanism:
+             role: str, t: int | str) -> GaussianMechanism:
     """Round ``t``'s noise of data party ``role``: an exact discrete Gaussian of std
     ``party_sigma`` (:class:`~smcdp.dp.mechanisms.GaussianMechanism`, whose grid rounding it accounts
     for), drawn from the role's randomness root in a stream of its own per round -- a replayed round
@@ -700,6 +825,8 @@ async def _dp_data_party_rounds(ch: Channel, source: MatrixSource, params: Power
     What leaves this party's data: E[Ã_iÃ_iᵀQ_t + η_t] to Trent, once per round t < T -- T releases,
     counted here: the loop is the count, and after it the party only receives.  Nothing depends on its
     data otherwise (no Gram, no padding, no flag, no x block: its own block A_iᵀu_j stays here)."""
+    if params.dp_mode == "covariance":
+        return await _cov_data_party(ch, source, params, engine, private_key, seed, x_sink)
     k, n_i = source.shape
     b, r, T = params.block_size, params.components, params.dp_rounds
     pk = private_key.public_key
@@ -735,6 +862,107 @@ async def _dp_data_party_rounds(ch: Channel, source: MatrixSource, params: Power
                            components=[{"u": us[:, j].tolist()} for j in range(r)], stats=stats,
                            dp=dict(cal.as_dict(), column_norm=params.column_norm,
                                    noise_parties=params.noise_parties, clipped_columns=clipped), prepare_next=sizes)
+
+
+# =============================================================================== DP covariance mode (issue 38)
+def covariance_pack(S: np.ndarray) -> np.ndarray:
+    """The isometric upper triangle of a symmetric k × k matrix: its diagonal entries and √2 times the entries
+    above it (row by row), so that the vector's L2 norm is S's Frobenius norm.  Adding or removing a column
+    m moves it by the packing of m mᵀ, of norm ‖m mᵀ‖_F = ‖m‖²: the same sensitivity C² as the full matrix,
+    with k(k+1)/2 values, and noise σ on the diagonal and σ/√2 above it once unpacked (the Gaussian
+    orthogonal ensemble: rotation invariant, the least noise for this sensitivity)."""
+    k = S.shape[0]
+    iu = np.triu_indices(k)
+    return S[iu] * np.where(iu[0] == iu[1], 1.0, math.sqrt(2.0))
+
+
+def covariance_unpack(values: np.ndarray, k: int) -> np.ndarray:
+    """The symmetric k × k matrix of :func:`covariance_pack`'s vector (post-processing)."""
+    iu = np.triu_indices(k)
+    if values.shape != (iu[0].size,):
+        raise InvalidMessage(f"a covariance release of k = {k} has {iu[0].size} values, got {values.shape}")
+    U = np.zeros((k, k))
+    U[iu] = values / np.where(iu[0] == iu[1], 1.0, math.sqrt(2.0))
+    return U + np.triu(U, 1).T
+
+
+def covariance_components(S: np.ndarray, r: int) -> np.ndarray:
+    """u_1 … u_r of the noisy aggregate S = MMᵀ + E: its leading eigenvectors, with the sign convention."""
+    if not np.all(np.isfinite(S)):
+        raise InvalidMessage(f"{COV_SUM_TAG} from trent holds values that are not finite")
+    _, V = np.linalg.eigh(S)
+    return np.column_stack([sign_convention(V[:, -1 - j]) for j in range(r)])
+
+
+async def _cov_data_party(ch: Channel, source: MatrixSource, params: PowerIterationParams,
+                          engine: ComputeEngine, private_key: PrivateKey, seed: SeedLike,
+                          x_sink) -> DataPartyResult:
+    """The covariance mode of a data party (issue 38, "Analyze Gauss"): one noisy release of its clipped
+    Ã_iÃ_iᵀ, then u from the sum of every party's release.
+
+    What leaves this party's data: E[pack(Ã_iÃ_iᵀ) + η] to Trent, once.  It receives nothing from Trent
+    before that release, so nothing Trent sends can shape it; afterwards only the sum of the releases."""
+    k, n_i = source.shape
+    r, L = params.components, k * (k + 1) // 2
+    pk = private_key.public_key
+    packing = params.packing(pk)
+    _last.update(key_bits=pk.bits, uses=TABLE_BATCHES * packing.n_ciphertexts(L))   # issue 27
+    cal = dp_calibration(params)
+    limit = noisy_limit(params)
+    async with engine.session(source, private_key, label=f"{ch.session_id}/{ch.role}") as cs:
+        party = _Party(ch, cs, params, pk, packing)
+        # --- Covariance step 1: one pass, S_i = Ã_iÃ_iᵀ with every column clipped to column_norm.
+        ch.progress(round=0, step="release")
+        S, clipped = await cs.clipped_gram_pass(np.eye(k), params.column_norm)
+        # --- Covariance step 2: its isometric upper triangle plus an exact discrete Gaussian of std party_sigma
+        # (stream "cov" of the role's root: a replay draws the same noise), clamped (post-processing),
+        # encrypted, to Trent: the release.
+        v = covariance_pack(S)
+        W = np.clip(dp_noise(params, cal, v.shape, seed, ch.role, "cov").randomise(v), -limit, limit)
+        await party.send_contribution(W, COV_TAG)
+        # --- Covariance step 4: the sum of every party's release, decrypted; u_1 … u_r its top eigenvectors.
+        ch.progress(round=1, step="final")
+        msg = await ch.recv(TRENT, COV_SUM_TAG, pb.CiphertextVector)
+        vec = EncryptedVector.from_proto(msg, pk, length=L, exponent=-params.frac_bits, packing=packing,
+                                         what=f"{COV_SUM_TAG} from trent")
+        total = decode_fixed(await vec.decrypt_ints_with(cs.decrypt), -params.frac_bits)
+        us = covariance_components(covariance_unpack(np.asarray(total, dtype=np.float64), k), r)
+        # This party's own block A_iᵀu_j, computed here and never sent.
+        alpha = np.empty(n_i) if n_i <= ALPHA_INLINE_MAX else None
+        async for blk, out in cs.project(us):
+            if alpha is not None:
+                alpha[blk.col0:blk.col1] = out[:, 0]
+            if x_sink is not None:
+                x_sink(blk.col0, out)
+        compute_stats = await cs.astats()
+    stats = dict(ch.stats.as_dict(), compute=compute_stats)
+    return DataPartyResult(u=us[:, 0].tolist(), alpha=None if alpha is None else alpha.tolist(), rounds=1,
+                           components=[{"u": us[:, j].tolist()} for j in range(r)], stats=stats,
+                           dp=dict(cal.as_dict(), column_norm=params.column_norm,
+                                   noise_parties=params.noise_parties, clipped_columns=clipped))
+
+
+async def _cov_trent(ch: Channel, params: PowerIterationParams, pk: PublicKey, k: int) -> TrentResult:
+    """Trent in the covariance mode: waits for every party's one release, sums them under encryption and
+    sends the sum back.  He sends a data party nothing before its release, and never decrypts."""
+    roles, L = params.data_roles, k * (k + 1) // 2
+    packing, bound_c = params.packing(pk), params.contribution_bound()
+    t0 = time.perf_counter()
+    ch.progress(round=0, step="release")
+    # --- Covariance step 3: E[Σ_i W_i] = Π_i E[W_i].
+    noisy = await ch.recv_all(roles, COV_TAG, pb.CiphertextVector)
+    total = _sum([EncryptedVector.from_proto(noisy[role], pk, length=L, exponent=-params.frac_bits,
+                                             packing=packing, bound=bound_c, what=f"{COV_TAG} from {role}")
+                  for role in roles])
+    ch.progress(round=1, step="final")
+    await ch.send_many(roles, COV_SUM_TAG, total.to_proto())
+    return TrentResult(x=None, n_per_party=[], rounds=1, real_rounds=1, decoys=0, converged=None,
+                       round_seconds=[time.perf_counter() - t0], components=[], stats=ch.stats.as_dict())
+
+
+def dp_release_tag(params: PowerIterationParams) -> str:
+    """The tag of a data party's first DP release (its release point: the budget is committed just before)."""
+    return COV_TAG if params.dp_mode == "covariance" else f"{NOISY_TAG}/0"
 
 
 class _Party:
@@ -1030,6 +1258,8 @@ async def _dp_trent(ch: Channel, params: PowerIterationParams, pk: PublicKey, k:
                     seed: SeedLike) -> TrentResult:
     """Trent in the DP mode: sends a random start block, then each round the sum of the parties' noisy
     contributions.  He never decrypts and stops after T rounds, whatever the data."""
+    if params.dp_mode == "covariance":
+        return await _cov_trent(ch, params, pk, k)
     roles = params.data_roles
     T, b = params.dp_rounds, params.block_size
     packing, bound_c = params.packing(pk), params.contribution_bound()

@@ -19,6 +19,16 @@ def spectral_gap_data(seed: int, k: int = 20, n: int = 20_000) -> np.ndarray:
     return M / np.maximum(1.0, np.linalg.norm(M, axis=0))
 
 
+def small_gap_data(seed: int, k: int = 20, n: int = 20_000) -> np.ndarray:
+    """Issue 38's second data set: like :func:`spectral_gap_data` but with a small eigengap, λ₂/λ₁ ≈ 0.82
+    (weights 0.5 and 0.45 on two directions over the same isotropic noise), every column of norm <= 1."""
+    rng = np.random.default_rng(seed)
+    U = np.linalg.qr(rng.standard_normal((k, k)))[0]
+    M = (np.outer(U[:, 0], 0.5 * rng.standard_normal(n)) + np.outer(U[:, 1], 0.45 * rng.standard_normal(n))
+         + 0.3 / math.sqrt(k) * rng.standard_normal((k, n)))
+    return M / np.maximum(1.0, np.linalg.norm(M, axis=0))
+
+
 def top_eigenvectors(M: np.ndarray, r: int) -> np.ndarray:
     """numpy's leading r eigenvectors of MMᵀ (k × r), descending (from the k × k matrix, never n × n)."""
     _, V = np.linalg.eigh(M @ M.T)

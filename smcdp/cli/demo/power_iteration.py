@@ -24,6 +24,7 @@ from smcdp.cli.demo.common import (
 from smcdp.compute import ComputeConfig, open_matrix
 from smcdp.compute.config import scheduler_scheme_host
 from smcdp.errors import InvalidMessage
+from smcdp.protocols.power_iteration import PowerIterationParams
 from smcdp.runtime.governance.charges import BudgetConfig
 from smcdp.runtime.local import LocalCluster, bytes_sent
 
@@ -77,7 +78,9 @@ def demo_power_iteration(data: list[str], key_bits: int = 2048, seed: int | None
     if summary.epsilon is not None:   # dp: every data party guards its data with a fresh ledger holding just this session's cost
         options["budgets"] = {n: BudgetConfig(dataset=n, epsilon=summary.epsilon * (1 + 1e-9),
                                               delta=summary.delta * (1 + 1e-9)) for n in names}
-        say(f"differentially private mode (noisy power method): epsilon={summary.epsilon:g}, "
+        mode = "one noisy covariance release" if PowerIterationParams.from_mapping(p).dp_mode == "covariance" \
+            else "noisy power method"
+        say(f"differentially private mode ({mode}): epsilon={summary.epsilon:g}, "
             f"delta={summary.delta:g} per data party, charged to its [budget]")
     with LocalCluster(parties, allow_insecure_keys=insecure, workdir=keep_dir, data_root=keep_dir,
                       peer_grace_seconds=faults.peer_grace if faults else None,
@@ -128,14 +131,18 @@ def demo_power_iteration(data: list[str], key_bits: int = 2048, seed: int | None
     }
     if dp:
         cal = first["dp"]
-        out.update(epsilon=summary.epsilon, delta=summary.delta, budgets=budgets,
+        # issue 38 (a contract): dp_method is the mode that ran, "covariance" or "power"
+        out.update(epsilon=summary.epsilon, delta=summary.delta, budgets=budgets, dp_method=cal["dp_method"],
                    dp={k: cal[k] for k in ("rounds", "sigma", "party_sigma", "rho", "certified_epsilon",
-                                           "column_norm", "noise_parties")})
+                                           "accountant", "epsilon_zcdp", "epsilon_pld", "column_norm",
+                                           "noise_parties")})
         out["params"] = {k: records["trent"]["params"][k] for k in ("components", "oversample", "iterations",
-                                                                     "column_norm", "noise_parties")} \
+                                                                     "column_norm", "noise_parties", "dp_method",
+                                                                     "gap_ratio")} \
             | {"block_values": compute.block_values}
     if dp:
-        say(f"done in {seconds:.1f} s: {tr['rounds']} noisy rounds, {len(out['components'])} component(s), "
+        say(f"done in {seconds:.1f} s: {out['dp_method']} mode, {tr['rounds']} noisy release(s) per party, "
+            f"{len(out['components'])} component(s), "
             f"each data party charged epsilon={summary.epsilon:g}, delta={summary.delta:g}; "
             f"bytes sent: {out['bytes_sent']}")
     else:
@@ -161,7 +168,7 @@ def bundled_data() -> list[str]:
 def _cmd(args: argparse.Namespace) -> int:
     params = {}
     for name in ("p", "tol", "max_iterations", "components", "oversample", "epsilon", "delta", "iterations",
-                 "column_norm", "noise_parties"):
+                 "column_norm", "noise_parties", "dp_method", "gap_ratio"):
         v = getattr(args, name)
         if v is not None:
             params[name] = v
@@ -186,8 +193,9 @@ def register(sub) -> None:
                                     "(the top --components eigenvector pairs), iterations, decoys, seconds, "
                                     "bytes_sent, compute (engine, workers, Dask tasks) and peak_rss_bytes.  With "
                                     "--epsilon and --delta it runs the differentially private mode (the noisy "
-                                    "power method, docs/protocols/power-iteration.md): x is null (not released), "
-                                    "and the JSON gains epsilon, delta, dp (the noise calibration) and budgets "
+                                    "power method or one noisy covariance release, docs/protocols/power-iteration.md): "
+                                    "x is null (not released), and the JSON gains epsilon, delta, dp_method (the mode "
+                                    "that ran: covariance or power), dp (the noise calibration) and budgets "
                                     "(every data party's ledger, charged once for the session).")
     pi.add_argument("--data", action="append", metavar="PATH",
                     help="a matrix with k rows: a .npy file, a folder of .npy column shards (name order) or a "
@@ -206,7 +214,14 @@ def register(sub) -> None:
     pi.add_argument("--epsilon", type=float,
                     help="differentially private mode: (epsilon, delta)-DP per sample of each party (needs --delta)")
     pi.add_argument("--delta", type=float, help="differentially private mode: delta (needs --epsilon)")
-    pi.add_argument("--iterations", type=int, help="DP mode: the fixed number of noisy rounds T (default 10)")
+    pi.add_argument("--iterations", type=int,
+                    help="DP power mode: the fixed number of noisy rounds T (default: from --gap-ratio, else 10)")
+    pi.add_argument("--dp-method", choices=("auto", "covariance", "power"),
+                    help="DP mode: one noisy release of the covariance, the noisy power method, or auto (default: "
+                         "covariance up to k = 255, and unless --iterations or --gap-ratio is given)")
+    pi.add_argument("--gap-ratio", type=float,
+                    help="DP power mode: a public bound on lambda_(b+1)/lambda_r assumed for the data; sets the "
+                         "rounds T (fewer when the gap is larger) unless --iterations is given")
     pi.add_argument("--column-norm", type=float,
                     help="DP mode: every sample (column) is clipped to this L2 norm (default 1)")
     pi.add_argument("--noise-parties", type=int,

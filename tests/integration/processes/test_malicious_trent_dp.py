@@ -6,7 +6,8 @@ Exact mode: trent's x_j are the rows of [A_alice A_bob], |cos| = 1, and nothing 
 finding, still true of the exact mode: the reason for allow_non_dp, max_exact_sessions and the DP mode).
 DP mode, same attacker: everything trent can decrypt of alice's (even alone: her individual noisy
 contributions) is ÃÃᵀQ_t plus noise at full scale; her single sample is not recovered any closer than that
-noise allows, and her ledger is charged (epsilon, delta) once.
+noise allows, and her ledger is charged (epsilon, delta) once.  The one-release covariance mode (issue 38),
+same attacker: one release, the same full-scale noise, one charge.
 """
 
 from __future__ import annotations
@@ -128,3 +129,34 @@ def test_trent_cannot_choose_to_share_a_data_partys_noise(attacked):
     assert "policy.power-iteration.max_noise_parties" in err.get("message", "") and err.get("origin") == "alice", err
     for p in ("alice", "bob"):
         assert Ledger(cluster.data_dir(p) / DEFAULT_LEDGER).status(p).n_charges == before[p]
+
+
+def test_covariance_mode_the_same_trent_and_key_holder_get_one_release_at_full_noise(attacked):
+    """Issue 38, same attacker, the one-release mode: Trent has no block to choose (he sends nothing before
+    the releases), so his rewriting finds nothing to rewrite; decrypting alice's single release gives the
+    isometric upper triangle of ã ãᵀ plus noise at party_sigma, her sample is not recovered better than a
+    random direction, and she is charged once."""
+    from smcdp.protocols.power_iteration import COV_TAG, covariance_pack, covariance_unpack
+
+    cluster, alice, _ = attacked
+    params = {"n_parties": 2, "key_bits": 512, "epsilon": 1.0, "delta": 1e-6, "rows": K, "dp_method": "covariance"}
+    recs = cluster.run("power-iteration", ROLES, params, initiator="trent", timeout=240)
+    assert {r["state"] for r in recs.values()} == {"succeeded"}, {p: r.get("error") for p, r in recs.items()}
+    assert recs["alice"]["result"]["dp"]["dp_method"] == "covariance"
+    sid = recs["trent"]["session_id"]
+    p = PowerIterationParams.from_mapping(params)
+    cal = dp_calibration(p)
+    sk = keypair_from_proto(pb.PaillierKeyPair.FromString((_outputs(cluster, "bob", sid) / "keypair.bin").read_bytes()),
+                            allow_insecure=True)
+    saved = sorted(f.name for f in _outputs(cluster, "trent", sid).iterdir() if f.name.startswith("party1-"))
+    assert saved == [f"party1-{COV_TAG.replace('/', '-')}.bin"]             # one release, nothing else
+    msg = pb.CiphertextVector.FromString((_outputs(cluster, "trent", sid) / saved[0]).read_bytes())
+    vec = EncryptedVector.from_proto(msg, sk.public_key, packing=p.packing(sk.public_key))
+    W = np.asarray(decode_fixed(vec.decrypt_ints(sk), vec.exponent), dtype=np.float64)
+    noise = W - covariance_pack(alice @ alice.T)
+    assert 0.6 < noise.std() / cal.party_sigma < 1.35     # 78 values: ±4 standard deviations of chi²(78)
+    guess = np.linalg.eigh(covariance_unpack(W, K))[1][:, -1]
+    assert abs(np.dot(guess, alice[:, 0]) / np.linalg.norm(alice)) < 0.9
+    for q in ("alice", "bob"):
+        charges = [c for c in Ledger(cluster.data_dir(q) / DEFAULT_LEDGER).history(q) if c.key == sid]
+        assert [(c.state, float(c.epsilon), float(c.delta)) for c in charges] == [("charged", 1.0, 1e-6)]

@@ -19,6 +19,7 @@ import pytest
 from smcdp.cli import main as cli_main
 from smcdp.cli.demo.common import governed
 from smcdp.dp.ledger import Ledger
+from smcdp.plugins.registry import get_plugin
 from smcdp.runtime import client
 from smcdp.runtime.governance.audit import read_entries, verify_log
 from smcdp.runtime.governance.charges import DEFAULT_LEDGER, BudgetConfig
@@ -30,6 +31,8 @@ ROLES = {"trent": "trent", "party1": "alice", "party2": "bob"}
 # enough rounds (each one cheap) that a kill at round 3..40 lands mid-session
 PARAMS = {"n_parties": 2, "key_bits": 512, "epsilon": 1.0, "delta": 1e-6, "iterations": 120, "rows": 6}
 SEED = 7
+#: issue 38: the one-release mode (auto picks it: k = 6 and no power-mode parameter)
+COV_PARAMS = {"n_parties": 2, "key_bits": 512, "epsilon": 1.0, "delta": 1e-6, "rows": 6}
 #: the peers' grace for a silent party (a restart on the loaded shared machine once took over 20 s: the
 #: kill test then resumes the session, which fails resumably as it should)
 GRACE = 20.0
@@ -118,10 +121,39 @@ def test_a_session_failed_past_the_grace_is_resumed_and_charged_once(dp_cluster)
     _check_charged_once(cluster, sid, summary)
 
 
-def test_demo_contract_dp_mode(tmp_path):
-    """``smcdp demo power-iteration --epsilon E --delta D --components R``: the JSON still has u (k entries)
-    and components (R, each with u and a null x), and gains epsilon, delta, dp and budgets (the
-    dp-aggregate demo's shape); every data party's ledger holds exactly one charge."""
+@pytest.mark.parametrize("fault", [[], ["kill:alice:round=1"]])
+def test_the_covariance_mode_between_processes_matches_numpy_and_is_charged_once(dp_cluster, fault):
+    """Issue 38: the one-release mode between real party processes, under the same policies and budgets:
+    u against numpy's, one release per party (rounds = 1, accountant pld), both parties the same u, charged
+    once -- also when alice is killed after her release and restarted (her replay re-sends the journaled
+    release; no second one is drawn)."""
+    cluster, _, _ = dp_cluster
+    summary = get_plugin("power-iteration").summary(COV_PARAMS, ROLES)
+    assert summary.epsilon == 1.0
+    recs, chaos = run_with(cluster, "power-iteration", ROLES, COV_PARAMS, "trent", fault, seed=SEED)
+    sid = recs["trent"]["session_id"]
+    if any(r["state"] == "failed" for r in recs.values()):
+        assert all(r["state"] == "failed" and r["resumable"] for r in recs.values()), recs
+        assert client.resume_session(cluster.configs["trent"], sid, timeout=180)["state"] == "succeeded"
+        recs = {p: cluster._record(p, sid, time.monotonic() + 60) for p in recs}
+    assert {r["state"] for r in recs.values()} == {"succeeded"}, {p: r.get("error") for p, r in recs.items()}
+    dp = recs["alice"]["result"]["dp"]
+    assert dp["dp_method"] == "covariance" and dp["rounds"] == 1 and dp["accountant"] == "pld"
+    assert recs["trent"]["result"]["rounds"] == 1 and recs["trent"]["result"]["x"] is None
+    assert recs["alice"]["result"]["u"] == recs["bob"]["result"]["u"]
+    u_ref = top_eigenvectors(spectral_gap_data(4, k=6, n=20_000), 1)[:, 0]
+    assert abs(np.dot(recs["alice"]["result"]["u"], u_ref)) >= 0.99
+    _check_charged_once(cluster, sid, summary)
+    if fault:
+        assert chaos.restarts == 1
+
+
+@pytest.mark.parametrize("method", [None, "power"])
+def test_demo_contract_dp_mode(tmp_path, method):
+    """``smcdp demo power-iteration --epsilon E --delta D --components R [--dp-method power]``: the JSON still
+    has u (k entries) and components (R, each with u and a null x), and gains epsilon, delta, dp_method (the
+    mode that ran: issue 38's contract), dp and budgets (the dp-aggregate demo's shape); every data party's
+    ledger holds exactly one charge.  By default (auto, k = 8) the covariance mode runs: one release."""
     M = spectral_gap_data(5, k=8, n=20_000)
     paths = []
     for name, A in (("a", M[:, :9_000]), ("b", M[:, 9_000:])):
@@ -130,6 +162,8 @@ def test_demo_contract_dp_mode(tmp_path):
     keep = tmp_path / "keep"
     argv = ["demo", "power-iteration", "--data", paths[0], "--data", paths[1], "--epsilon", "1", "--delta", "1e-6",
             "--components", "2", "--key-bits", "512", "--keep-dir", str(keep), "--out", str(tmp_path / "out.json")]
+    if method is not None:
+        argv += ["--dp-method", method]
     assert cli_main(argv) == 0
     out = json.loads((tmp_path / "out.json").read_text())
     assert out["epsilon"] == 1.0 and out["delta"] == 1e-6
@@ -137,7 +171,10 @@ def test_demo_contract_dp_mode(tmp_path):
     U = top_eigenvectors(M, 2)
     for j, c in enumerate(out["components"]):
         assert c["x"] is None and abs(np.dot(c["u"], U[:, j])) >= 0.99
-    assert out["iterations"] == out["dp"]["rounds"] == 10 and out["converged"] is None
+    rounds = 10 if method == "power" else 1
+    assert out["dp_method"] == (method or "covariance") and out["params"]["dp_method"] == (method or "auto")
+    assert out["iterations"] == out["dp"]["rounds"] == rounds and out["converged"] is None
+    assert out["dp"]["accountant"] == "pld" and out["dp"]["certified_epsilon"] <= 1.0
     assert out["params"]["iterations"] is None and out["params"]["column_norm"] == 1.0
     for party in ("alice", "bob"):
         b = out["budgets"][party]

@@ -86,3 +86,29 @@ def test_zcdp_rho_classic_inverts_the_classic_bound():
     for eps, delta in [(0.1, 1e-5), (1.0, 1e-6), (8.0, 1e-3)]:
         rho = zcdp_rho_classic(eps, delta)
         assert zcdp_epsilon_classic(rho, delta) == pytest.approx(eps, rel=1e-12)
+
+
+@pytest.mark.parametrize("eps,delta,T", [(1.0, 1e-6, 10), (0.1, 1e-6, 1), (3.0, 1e-9, 31), (0.3, 1e-5, 4)])
+def test_gaussian_composition_pld_against_dp_accounting(eps, delta, T):
+    """Issue 38: T composed Gaussians have the exact PLD of one at noise_multiplier/√T.  The calibrated
+    multiplier certifies epsilon (ours), dp-accounting's PLD accountant agrees to 1e-3 (its discretisation),
+    and a multiplier 1 % smaller does not certify it."""
+    from dp_accounting.pld import pld_privacy_accountant
+
+    from smcdp.dp.conversions import gaussian_composition_epsilon, gaussian_composition_multiplier
+
+    m = gaussian_composition_multiplier(eps, delta, T)
+    assert gaussian_composition_epsilon(delta, m, T) <= eps
+    assert gaussian_composition_epsilon(delta, m, T) == gaussian_epsilon(delta, m / math.sqrt(T))
+    assert gaussian_composition_epsilon(delta, 0.99 * m, T) > eps
+    acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4)
+    acc.compose(dpa.GaussianDpEvent(m), T)
+    assert acc.get_epsilon(delta) == pytest.approx(eps, rel=1e-3)
+
+
+def test_gaussian_composition_refuses_what_floating_point_cannot_resolve():
+    from smcdp.dp.conversions import gaussian_composition_multiplier
+    from smcdp.dp.validation import InvalidParameter
+
+    with pytest.raises(InvalidParameter, match="cannot resolve"):
+        gaussian_composition_multiplier(5.4e-233, 5.4e-233, 1)

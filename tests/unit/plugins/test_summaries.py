@@ -130,3 +130,19 @@ def test_a_failing_release_callback_keeps_the_share_in(tmp_path):
     with pytest.raises(Exception):
         _run(tmp_path, on_release, box)
     assert ("party2", "dave", SHARE_TAG) not in _sent(box["net"])
+
+
+def test_power_iteration_dp_modes_declare_what_the_data_parties_receive():
+    """Issue 38: the covariance mode gives every data party the whole noisy k × k covariance, so its summary
+    declares components = k and names that flow (DP); the power mode declares b = components + oversample.
+    Both cost (epsilon, delta) and the same rho."""
+    roles = {"trent": "t", "party1": "a", "party2": "b"}
+    cov = _summary("power-iteration", roles, n_parties=2, epsilon=0.5, delta=1e-6, rows=30, components=2)
+    assert cov.epsilon == 0.5 and cov.delta == 1e-6 and cov.components == 30
+    assert [o.name for o in cov.outputs] == ["u_1..u_2", "noisy 30 × 30 covariance (all 30 directions)"]
+    assert all(o.dp and o.recipients == ("party1", "party2") for o in cov.outputs)
+    power = _summary("power-iteration", roles, n_parties=2, epsilon=0.5, delta=1e-6, rows=30, components=2,
+                     dp_method="power")
+    assert power.components == 2 and [o.name for o in power.outputs] == ["u_1..u_2"]
+    # the same total cost: one release of sigma against T = 10 releases of √10·sigma
+    assert cov.rho == pytest.approx(power.rho, rel=1e-6)
