@@ -17,6 +17,7 @@ other:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -152,9 +153,11 @@ def gaussian_composition_epsilon(delta: float, noise_multiplier: float, count: i
     return gaussian_epsilon(delta, check_positive(noise_multiplier, "noise multiplier") / math.sqrt(count))
 
 
+@functools.lru_cache(maxsize=256)
 def gaussian_composition_multiplier(epsilon: float, delta: float, count: int) -> float:
     """Smallest noise multiplier (sigma/Delta, to 1e-12 relative) for which ``count`` composed Gaussian
-    mechanisms are (epsilon, delta)-DP by their exact PLD (:func:`gaussian_composition_epsilon`)."""
+    mechanisms are (epsilon, delta)-DP by their exact PLD (:func:`gaussian_composition_epsilon`).  A pure
+    function of public numbers, searched numerically: memoised (a session's plug-in asks several times)."""
     count = check_positive(count, "count", integer=True)
     m = analytic_gaussian_sigma(epsilon, delta, 1.0) * math.sqrt(count)
     # delta(epsilon) = e^a - e^b is computed as a difference: when the two terms agree to within 1e-9 the

@@ -50,7 +50,6 @@ sent before.  Only Paillier obfuscators are fresh, and replayed sends reuse the 
 from __future__ import annotations
 
 import asyncio
-import functools
 import hashlib
 import math
 import time
@@ -460,7 +459,6 @@ def dp_calibration(params: PowerIterationParams) -> DPCalibration:
                            params.column_norm, params.noise_parties, params.dp_mode)
 
 
-@functools.lru_cache(maxsize=256)
 def _dp_calibration(eps: float, delta: float, T: int, column_norm: float, noise_parties: int,
                     method: str) -> DPCalibration:
     sens = column_norm ** 2 * (1.0 + DP_FP_MARGIN)
@@ -906,7 +904,7 @@ async def _cov_data_party(ch: Channel, source: MatrixSource, params: PowerIterat
     r, L = params.components, k * (k + 1) // 2
     pk = private_key.public_key
     packing = params.packing(pk)
-    _last.update(key_bits=pk.bits, uses=TABLE_BATCHES * packing.n_ciphertexts(L))   # issue 27
+    sizes = Party1KeySizes(key_bits=pk.bits, uses=TABLE_BATCHES * packing.n_ciphertexts(L))   # the next one alike
     cal = dp_calibration(params)
     limit = noisy_limit(params)
     async with engine.session(source, private_key, label=f"{ch.session_id}/{ch.role}") as cs:
@@ -939,7 +937,8 @@ async def _cov_data_party(ch: Channel, source: MatrixSource, params: PowerIterat
     return DataPartyResult(u=us[:, 0].tolist(), alpha=None if alpha is None else alpha.tolist(), rounds=1,
                            components=[{"u": us[:, j].tolist()} for j in range(r)], stats=stats,
                            dp=dict(cal.as_dict(), column_norm=params.column_norm,
-                                   noise_parties=params.noise_parties, clipped_columns=clipped))
+                                   noise_parties=params.noise_parties, clipped_columns=clipped),
+                           prepare_next=sizes)
 
 
 async def _cov_trent(ch: Channel, params: PowerIterationParams, pk: PublicKey, k: int) -> TrentResult:

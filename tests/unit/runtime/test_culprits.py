@@ -44,8 +44,16 @@ def test_a_local_resource_running_out_is_no_space_naming_the_party_and_resumable
 
 
 def test_other_errors_are_not_resource_failures():
-    assert resource_failure(OSError(errno.EIO, "I/O error"), "alice", "x") is None
+    assert resource_failure(OSError(errno.EACCES, "Permission denied"), "alice", "x") is None
     assert resource_failure(ValueError("x"), "alice", "x") is None
+
+
+def test_a_disk_io_error_is_the_machines_failure_named_and_resumable():
+    """EIO while reading inputs or writing state is this party's disk, not its data nor a bug: named, and
+    resumable once the disk is repaired (issue 41)."""
+    failure = resource_failure(OSError(errno.EIO, "Input/output error"), "alice", "x")
+    assert failure is not None and failure.code == "UNAVAILABLE" and failure.origin == "alice"
+    assert "input/output error" in str(failure)
 
 
 def test_an_error_keeps_the_origin_it_names():
