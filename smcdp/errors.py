@@ -13,9 +13,11 @@ import errno as _errno
 
 
 class SmcdpError(Exception):
-    """Base class.  ``code`` is the name of a grpc.StatusCode member."""
+    """Base class.  ``code`` is the name of a grpc.StatusCode member; ``origin``, where known, the party
+    where the failure started (set by the subclasses that take it, or by the transport on the way)."""
 
     code = "INTERNAL"
+    origin: str | None = None
 
 
 class InvalidMessage(SmcdpError):

@@ -160,6 +160,7 @@ class Mailbox:
             if self._abort_event is None:
                 self._abort_event = asyncio.Event()
             await self._abort_event.wait()
+        assert self._aborted is not None    # abort() records the exception before it sets the event
         return self._aborted
 
     async def get(self, sender_role: str, tag: str, timeout: float) -> tuple[str, bytes]:
@@ -242,6 +243,7 @@ def _clear_fresh(msg: Message, counts: list[int]) -> None:
     for fd, value in msg.ListFields():
         if fd.message_type is None:
             continue
+        subs: Iterable[Message]
         if fd.message_type.GetOptions().map_entry:        # a map: its message values, in key order
             if fd.message_type.fields_by_name["value"].message_type is None:
                 continue
@@ -437,6 +439,7 @@ class Channel(abc.ABC):
         the critical path"), the in-memory one syncs first."""
         syncing = None
         if sync:
+            assert self.journal is not None    # send() asks for a sync only of a record it journalled
             if self.pipelined:
                 syncing = self.journal.durable_future()
             else:

@@ -22,7 +22,7 @@ import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping, overload
 
 from smcdp.errors import InvalidMessage
 from smcdp.net.limits import ConfigValueError, Limits, parse_limits
@@ -140,6 +140,14 @@ def table(data: Mapping[str, Any], key: str, required: bool) -> Mapping[str, Any
     return v
 
 
+@overload
+def string(table: Mapping[str, Any], key: str, where: str, required: Literal[True] = True,
+           default: str | None = None) -> str: ...
+@overload
+def string(table: Mapping[str, Any], key: str, where: str, required: bool, default: str) -> str: ...
+@overload
+def string(table: Mapping[str, Any], key: str, where: str, required: bool = True,
+           default: str | None = None) -> str | None: ...
 def string(table: Mapping[str, Any], key: str, where: str, required: bool = True,
          default: str | None = None) -> str | None:
     if key not in table:

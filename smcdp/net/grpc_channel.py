@@ -36,7 +36,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import AsyncIterator, Callable, Mapping
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, cast
 
 import grpc
 
@@ -45,6 +45,7 @@ from smcdp._text import printable
 from smcdp.errors import PreconditionFailed, SmcdpError, Unavailable
 from smcdp.net.channel import Channel, Journal, Mailbox
 from smcdp.net.config import NetConfig
+from smcdp.net.limits import InboundBudget
 from smcdp.net.tls import PARTY_NAME_RE, TlsMaterial
 from smcdp.v1 import transport_pb2 as tpb
 from smcdp.v1 import transport_pb2_grpc as tgrpc
@@ -130,7 +131,9 @@ ORIGIN_METADATA = "smcdp-origin"
 def _origin_of(exc: grpc.RpcError) -> str | None:
     """The party a failed call's ``smcdp-origin`` trailing metadata names, if any."""
     try:
-        for key, value in exc.trailing_metadata() or ():
+        # grpc-stubs type RpcError.trailing_metadata() as _Metadatum objects; grpc returns (key, value) pairs
+        pairs = cast(Iterable[tuple[str, str | bytes]], exc.trailing_metadata() or ())
+        for key, value in pairs:
             if key == ORIGIN_METADATA:
                 value = value if isinstance(value, str) else value.decode("utf-8", "replace")
                 return value if PARTY_NAME_RE.match(value) else None
@@ -209,7 +212,7 @@ class RetryPolicy:
     max_backoff: float = 3.0
     multiplier: float = 2.0
 
-    def delays(self) -> "iter[float]":
+    def delays(self) -> Iterator[float]:
         d = self.initial_backoff
         while True:
             # full jitter in [d/2, d]: peers that failed together do not retry in lockstep
@@ -256,7 +259,7 @@ class PeerConnector:
 
 
 async def call_with_retry(what: str, party: str, address: str, deadline: float,
-                          attempt: Callable[[float], "asyncio.Future"], rpc_timeout: float,
+                          attempt: Callable[[float], Awaitable[Any]], rpc_timeout: float,
                           policy: RetryPolicy = RetryPolicy(), abort: Mailbox | None = None):
     """Run ``attempt(timeout)`` until it succeeds, a final error, an abort, or ``deadline``.
 
@@ -319,7 +322,7 @@ async def call_with_retry(what: str, party: str, address: str, deadline: float,
         f"({attempts} attempt(s) over {time.monotonic() - started:.1f} s){detail}"), party)
 
 
-def with_origin(exc: SmcdpError, party: str) -> SmcdpError:
+def with_origin(exc: SmcdpError, party: str | None) -> SmcdpError:
     """``exc`` naming ``party`` as where it started, unless it names a party already."""
     if getattr(exc, "origin", None) is None:
         exc.origin = party
@@ -333,7 +336,7 @@ def _done_future() -> concurrent.futures.Future:
 
 
 def _rpc_error(code: grpc.StatusCode, details: str, trailing=None) -> grpc.aio.AioRpcError:
-    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), trailing or grpc.aio.Metadata(), details)
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), trailing or grpc.aio.Metadata(), details, None)
 
 
 class _PeerStream:
@@ -393,7 +396,8 @@ class _PeerStream:
         try:
             while True:
                 ack = await self.call.read()
-                if ack is grpc.aio.EOF:      # the server ended the call: its status concerns the next message
+                if ack is grpc.aio.EOF:  # type: ignore[attr-defined]  # grpc-stubs do not declare grpc.aio.EOF
+                    # the server ended the call: its status concerns the next message
                     error = await self._status()
                     break
                 if not self._pending:
@@ -444,7 +448,7 @@ class GrpcChannel(Channel):
     messages to before buffering them; None means no per-session budget.
     """
 
-    budget = None
+    budget: InboundBudget | None = None
     pipelined = True
 
     def __init__(self, session_id: str, role: str, roles: Mapping[str, str],
@@ -598,6 +602,7 @@ class GrpcChannel(Channel):
             except SmcdpError as exc:      # this party's disk: its session fails, the sender is told why
                 failed = exc
             else:
+                assert self._loop is not None    # _check_open() above raised otherwise (bound once, never unset)
                 try:
                     self._loop.call_soon_threadsafe(self._put, sender_role, tag, type_url, data)
                 except RuntimeError:  # the loop closed under us

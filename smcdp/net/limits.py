@@ -189,11 +189,12 @@ def parse_limits(table: Mapping[str, Any], legacy_max_message_mib: int | None = 
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
                 raise ConfigValueError(f"limits.{key} must be an integer in [{lo}, {hi}], got {v!r}")
             values[key] = v
-    for key, (lo, hi) in _SECONDS_RANGES.items():
+    for key, (low, high) in _SECONDS_RANGES.items():     # float bounds (lo, hi above are ints)
         if key in table:
             v = table[key]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
-                raise ConfigValueError(f"limits.{key} must be a number of seconds in [{lo:g}, {hi:g}], got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not low <= v <= high:
+                raise ConfigValueError(f"limits.{key} must be a number of seconds in [{low:g}, {high:g}], "
+                                       f"got {v!r}")
             values[key] = float(v)
     if legacy_max_message_mib is not None:
         if "max_message_mib" in values:

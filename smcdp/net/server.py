@@ -135,7 +135,7 @@ def new_session_id(protocol: str) -> str:
 def peer_identity(context: grpc.aio.ServicerContext) -> str:
     """The party name of the caller: the CN of its verified client certificate."""
     auth = context.auth_context() or {}
-    cns = auth.get("x509_common_name") or []
+    cns = list(auth.get("x509_common_name") or [])
     if len(cns) != 1:
         raise Unauthenticated("the caller presented no verified client certificate")
     name = cns[0].decode("utf-8", "replace") if isinstance(cns[0], bytes) else str(cns[0])
@@ -440,10 +440,12 @@ class _MessageCall:
         return None if item is self._END else checked(item)
 
     async def _watch(self) -> None:
+        session_id = self.session_id
+        assert session_id is not None    # bind() names the session before it starts this watchdog
         while self.ended is None:
             await asyncio.sleep(LIVENESS_POLL_SECONDS)
             try:
-                self.servicer.host.inbound_open(self.peer, self.session_id)   # raises once it ended
+                self.servicer.host.inbound_open(self.peer, session_id)   # raises once it ended
             except Exception as exc:  # noqa: BLE001 - the session's status, told to the sender
                 self.ended = exc
                 if self._waiting and self._reader is not None:
@@ -555,6 +557,8 @@ class MailboxServicer(tgrpc.MailboxServicer):
         journal made it durable."""
         budget = charge = None
         stored = False
+        buf: bytearray | None
+        env: tpb.Envelope | None
         peer = call.peer
         self._check_header(first)
         target, sender_role = self.host.inbound_target(peer, first.session_id)

@@ -116,7 +116,7 @@ class Chaos:
         poll sees it), so its moment is the process's death or self-stop."""
         armed = a.round is not None
         where = self.cluster.failpoint_dir(a.party)
-        if armed:
+        if a.round is not None:     # armed (spelled out, so that the round's type narrows)
             if a.action == "kill" and a.restart:
                 self.cluster.restarting.add(a.party)   # run() waits for its record, not "unknown"
             failpoints.arm_kill(where, self.session_id, a.round, a.action)

@@ -12,7 +12,7 @@ import json
 import os
 import threading
 import time
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping, cast
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -339,7 +339,9 @@ def reject_session(config: str | os.PathLike | PartyConfig, session_id: str, rea
 
 def _client_error(exc: grpc.RpcError, cfg: PartyConfig, what: str) -> SmcdpError:
     try:
-        session_failed = any(k == SESSION_FAILED_METADATA for k, _ in exc.trailing_metadata() or ())
+        # grpc-stubs type RpcError.trailing_metadata() as _Metadatum objects; grpc returns (key, value) pairs
+        pairs = cast(Iterable[tuple[str, str | bytes]], exc.trailing_metadata() or ())
+        session_failed = any(k == SESSION_FAILED_METADATA for k, _ in pairs)
     except Exception:  # noqa: BLE001 - errors raised before any response carry no metadata
         session_failed = False
     if exc.code() == grpc.StatusCode.UNAVAILABLE and not session_failed:

@@ -13,9 +13,10 @@ depends on its caller staying connected.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
-from typing import Any, Awaitable, Mapping, Sequence
+from typing import Any, Coroutine, Mapping, Sequence
 
 from smcdp.errors import InvalidMessage, PermissionDenied, SmcdpError
 from smcdp.net.grpc_channel import AlreadyExists, call_with_retry, error_for_code, status_code_of, with_origin
@@ -41,7 +42,7 @@ class Initiator:
         #: operators' start/resume calls, run detached (a reference is held until they end)
         self._tasks: set[asyncio.Task] = set()
 
-    async def detached(self, coro: Awaitable[Any]) -> Any:
+    async def detached(self, coro: Coroutine[Any, Any, Any]) -> Any:
         """Run an operator's ``coro`` (start or resume a session) as a task of the party's own.
 
         gRPC cancels a handler whose caller went away (a closed CLI, a short deadline).  A session must
@@ -96,9 +97,9 @@ class Initiator:
         decides.  Returns the refusal, if any."""
         for i, p in enumerate(others):
             try:
-                await propose_until_decided(lambda p=p: self._call(p, "Propose", msg, s), p, s.spec.session_id,
+                await propose_until_decided(functools.partial(self._call, p, "Propose", msg, s), p, s.spec.session_id,
                                             lambda: s.deadline,
-                                            lambda p=p, i=i: self._waiting_for(s, p, others[:i]))
+                                            functools.partial(self._waiting_for, s, p, others[:i]))
             except Exception as exc:  # noqa: BLE001 - reported by the caller, naming the party
                 return [(p, exc)]
         return []
@@ -142,8 +143,8 @@ class Initiator:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         # a call stopped because another party refused is no refusal of its own
-        return [(p, t.exception()) for p, t in zip(others, tasks, strict=True)
-                if not t.cancelled() and t.exception() is not None]
+        return [(p, e) for p, t in zip(others, tasks, strict=True)
+                if not t.cancelled() and (e := t.exception()) is not None]
 
     async def _waiting_for(self, s: Session, party: str, accepted: Sequence[str]) -> None:
         """``party``'s operator decides: this party and those that accepted keep waiting."""

@@ -38,12 +38,17 @@ from smcdp.states import SessionState
 
 
 class _Lifecycle(Protocol):
-    phase: Phase
+    @property
+    def phase(self) -> Phase: ...
 
 
 class _Live(Protocol):
-    initiator: str
-    lifecycle: _Lifecycle
+    # read-only members: a protocol's plain attributes are invariant, so a Session (whose lifecycle is a
+    # Lifecycle, not a _Lifecycle) would not match them
+    @property
+    def initiator(self) -> str: ...
+    @property
+    def lifecycle(self) -> _Lifecycle: ...
 
 
 class _Counts(NamedTuple):

@@ -39,8 +39,10 @@ class PeerLost(Unavailable):
 class Probed(Protocol):
     """What the watcher needs of the session's channel."""
 
-    #: role -> monotonic time of the last message received from it
-    last_heard: Mapping[str, float]
+    @property
+    def last_heard(self) -> Mapping[str, float]:
+        """role -> monotonic time of the last message received from it (read-only here: a property, so that
+        a channel's dict matches)"""
 
     async def heartbeat(self, party: str, incarnation: str, timeout: float) -> Any: ...
 

@@ -97,6 +97,7 @@ class NextRoot:
                 if self._closed:
                     return
                 root, self._after, self._preparing = self._root, None, self._root   # each root once
+                assert root is not None    # _due() needs _after, which is only ever set with a root
             try:
                 self._run(root)
             finally:

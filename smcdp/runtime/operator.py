@@ -39,7 +39,7 @@ class OperatorDesk(OperatorHost):
     async def get_result(self, session_id: str) -> dict:
         s = self.core.sessions.get(session_id)
         if s is not None:
-            return s.snapshot()
+            return dict(s.snapshot())     # a plain dict, as a stored record is returned below
         record = await self.core.records.aload(session_id)
         if record is None:
             raise NotFound(f"party {self.name!r} has no session {session_id!r}")

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import TYPE_CHECKING
 
 from smcdp.compute import close_engines
 from smcdp.crypto.prepared import SHELF
@@ -70,6 +71,9 @@ from smcdp.runtime.peers import PeerDesk
 from smcdp.runtime.recovery import Recovery
 from smcdp.runtime.session import Session
 from smcdp.v1 import transport_pb2 as tpb
+
+if TYPE_CHECKING:
+    from smcdp.runtime.console.server import Console   # imported at start() only where a console runs (aiohttp)
 
 log = logging.getLogger("smcdp.party")
 
@@ -100,7 +104,7 @@ class Party:
         self._exchanges: set[asyncio.Task] = set()            # audit heads sent at sessions' ends
         self._expiry: asyncio.Task | None = None
         self._sweeper: asyncio.Task | None = None
-        self.console = None                                   # [console], started by start()
+        self.console: Console | None = None                   # [console], started by start()
         self.port: int | None = None
 
     # what the console, metrics and tests read of the party
@@ -194,7 +198,9 @@ class Party:
         """Every plug-in's offline work for a session with ``root`` (smcdp.runtime.offline)."""
         for name, plugin in sorted(registered().items()):
             try:
-                plugin.prepare_next(root, self.config.inputs.get(name, {}), self.config.allow_insecure_keys)
+                # the plug-ins take their inputs as strings, as a session passes them (Session._run)
+                inputs = {k: str(v) for k, v in self.config.inputs.get(name, {}).items()}
+                plugin.prepare_next(root, inputs, self.config.allow_insecure_keys)
             except Exception:   # noqa: BLE001 - the session does the work itself
                 log.exception("protocol %s could not prepare the next session's offline work", name)
 
@@ -202,9 +208,10 @@ class Party:
     def _track(self, s: Session) -> None:
         """When ``s`` ends: settle its governance, then drop it from memory."""
         loop = asyncio.get_running_loop()
-        s.done.add_done_callback(lambda f, s=s: self.governor.session_done(s.spec.session_id, f.result(),
-                                                                           began=s.has_run))
-        s.done.add_done_callback(lambda _f, s=s: self._ended_threadsafe(loop, s))
+        # (``s`` is this call's own parameter, never rebound: the lambdas close over it as it is)
+        s.done.add_done_callback(lambda f: self.governor.session_done(s.spec.session_id, f.result(),
+                                                                      began=s.has_run))
+        s.done.add_done_callback(lambda _f: self._ended_threadsafe(loop, s))
         s.done.add_done_callback(lambda _f: self.next_root.poke())   # idle again: prepare the next
 
     def _ended_threadsafe(self, loop: asyncio.AbstractEventLoop, s: Session) -> None:

@@ -118,11 +118,12 @@ class Recovery:
                 cp.remove()
         except (OSError, SmcdpError) as err:
             log.error("session %s: cannot update its checkpoint: %s", session_id, err)
-        record = dict(session_record(
+        record = session_record(
             session_id=session_id, protocol=m.get("protocol"), party=core.name, role=m.get("role"),
             roles=m.get("roles") or {}, initiator=m.get("initiator"), params=m.get("params") or {},
             seed=m.get("seed"), timeout_seconds=m.get("timeout_seconds"), state=SessionState.FAILED, error=error,
-            restarts=int(m.get("restarts", 0)), resumable=resumable), damaged=cp is None and not m)
+            restarts=int(m.get("restarts", 0)), resumable=resumable)
+        record["damaged"] = cp is None and not m
         record = core.records.write(session_id, record, overwrite=False)   # a published record stays
         if m.get("roles"):
             self._failures.append((session_id, dict(m["roles"]), error))
@@ -137,11 +138,12 @@ class Recovery:
         """Best effort, once: an Abort naming the failure to every other participant."""
         failures, self._failures = self._failures, []
         core, t = self.core, self.core.config.timeouts.connect_seconds
-        assert core.connector is not None
+        connector = core.connector
+        assert connector is not None
 
         async def one(sid: str, party: str, error: dict) -> None:
             try:
-                await core.connector.mailbox(party).Abort(tpb.AbortRequest(
+                await connector.mailbox(party).Abort(tpb.AbortRequest(
                     session_id=sid, code=error["code"], message=error["message"][:4000]), timeout=t)
             except grpc.RpcError as exc:
                 log.info("session %s: %s was not told of its failure here: %s", sid, party, exc.code().name)

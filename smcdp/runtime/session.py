@@ -65,7 +65,7 @@ from smcdp.runtime.limits import (
 )
 from smcdp.runtime.logs import private_dir
 from smcdp.runtime.liveness import PeerLost, Watcher
-from smcdp.runtime.records import SessionRecords
+from smcdp.runtime.records import SessionRecord, SessionRecords
 from smcdp.runtime.states import Lifecycle, Phase
 from smcdp.states import SessionState
 
@@ -141,7 +141,7 @@ class Session:
         self.started_at = _utc_now()
         #: ``begun``: the role began in an earlier incarnation of this party (restored mid-role)
         self.lifecycle = Lifecycle(began_before=begun)
-        self.record: dict | None = None
+        self.record: SessionRecord | None = None
         self.channel: GrpcChannel | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         #: reopened by `session resume`: the replay sends again what peers acknowledged before, so that a
@@ -179,6 +179,7 @@ class Session:
 
     def begin_threadsafe(self) -> None:
         if self.loop is not None and not self.done.done():
+            assert self._begin is not None    # _main makes the event before it publishes its loop
             try:
                 self.loop.call_soon_threadsafe(self._begin.set)
             except RuntimeError:
@@ -195,7 +196,10 @@ class Session:
         loop = self.loop     # read after _early_failure is set: _main sets the loop, then reads it
 
         def fail() -> None:
+            # runs on the session's loop, so after _main made the event and (without an await between) the channel
+            assert self._begin is not None
             self._begin.set()
+            assert self.channel is not None
             self.channel.abort_local(exc)
 
         if loop is not None:
@@ -217,7 +221,7 @@ class Session:
         if own:   # the initiator's calls (Propose repeats, Begin) may take that long too
             self.deadline = max(self.deadline, until)
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> SessionRecord:
         if self.record is not None:
             return self.record
         return self._record(self.state)  # "prepared" or "running"; the record is set at the end
@@ -270,6 +274,7 @@ class Session:
         warm = asyncio.ensure_future(ch.connect(cfg.timeouts.connect_seconds))   # handshakes before Begin
         try:
             if self.restarts:   # what the journal holds counts against the envelope
+                assert ch.budget is not None    # _open_channel gave the channel its budget
                 charge_journal(ch.budget, self.checkpoint.journal.inbound_sizes())
             await self._wait_for_begin()
             result = await self._run(ch)
@@ -301,6 +306,7 @@ class Session:
         party) at the deadline.  A notice that an operator decides extends the wait."""
         limits = self.party.config.limits
         own = self.initiator == self.party.name
+        assert self._begin is not None    # _main made it before it waits here
         while not self._begin.is_set():
             left = begin_by(self.deadline, self.received, limits, own, self._approval_until) - time.monotonic()
             try:
@@ -434,7 +440,7 @@ class Session:
             self.channel.abort_local(exc)
 
     def _record(self, state: SessionState, result: Any = None, error: dict | None = None,
-                stats: dict | None = None, seconds: float | None = None, resumable: bool = False) -> dict:
+                stats: dict | None = None, seconds: float | None = None, resumable: bool = False) -> SessionRecord:
         return session_record(
             session_id=self.spec.session_id, protocol=self.spec.protocol, party=self.party.name, role=self.role,
             roles=self.spec.roles, initiator=self.initiator, params=self.spec.params, seed=self.spec.seed,
@@ -448,7 +454,7 @@ def session_record(*, session_id: str, protocol: str | None, party: str, role: s
                    roles: Mapping[str, str], initiator: str | None, params: Mapping[str, Any], seed: int | None,
                    timeout_seconds: float | None, state: SessionState, result: Any = None, error: dict | None = None,
                    stats: dict | None = None, started_at: str | None = None, seconds: float | None = None,
-                   restarts: int = 0, resumable: bool = False, round: int | None = None) -> dict:
+                   restarts: int = 0, resumable: bool = False, round: int | None = None) -> SessionRecord:
     """A session's record (``data_dir/sessions/<id>.json``, what GetResult and the console show)."""
     return {
         "session_id": session_id, "protocol": protocol, "party": party, "role": role, "roles": dict(roles),

@@ -98,6 +98,7 @@ def _peer_certificate(address: str, party: str, tls, cert_file: Path, key_file: 
     with socket.create_connection((host, port), timeout=timeout) as raw:
         with ctx.wrap_socket(raw, server_hostname=party) as s:
             der = s.getpeercert(binary_form=True)
+    assert der is not None    # the handshake verified a certificate (CERT_REQUIRED), so the peer sent one
     return x509.load_der_x509_certificate(der)
 
 
@@ -134,6 +135,7 @@ class PeerProber:
     async def probe(self, party: str) -> PeerHealth:
         h = self.peers[party]
         timeout = max(1.0, min(5.0, self.interval / 2))
+        assert self._connector is not None    # start() made it before it started the probing task
         stub = health_pb2_grpc.HealthStub(self._connector.channel(party))
         t0 = time.perf_counter()
         try:

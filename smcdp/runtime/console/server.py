@@ -17,6 +17,7 @@ import os
 import ssl
 import stat
 from pathlib import Path
+from typing import cast
 
 from aiohttp import web
 from cryptography.hazmat.primitives import hashes
@@ -90,11 +91,12 @@ class Gate:
     def __init__(self, cfg: ConsoleConfig, party_name: str, federation_ca) -> None:
         self.party_name = party_name
         self.token = read_token(cfg.token_file) if cfg.token_file is not None else None
-        self.certificates = cfg.tls is not None and cfg.tls.client_ca is not None
+        client_ca = cfg.tls.client_ca if cfg.tls is not None else None
+        self.certificates = client_ca is not None
         self.own_only = False
-        if self.certificates:
+        if client_ca is not None:
             fed = {c.fingerprint(hashes.SHA256()) for c in load_certificates(federation_ca)}
-            self.own_only = any(c.fingerprint(hashes.SHA256()) in fed for c in load_certificates(cfg.tls.client_ca))
+            self.own_only = any(c.fingerprint(hashes.SHA256()) in fed for c in load_certificates(client_ca))
 
     @property
     def required(self) -> bool:
@@ -159,7 +161,9 @@ class Console:
         except OSError as exc:
             await self._runner.cleanup()
             raise ConfigError(f"console: cannot listen on {cfg.listen}: {exc}") from None
-        sock = site._server.sockets[0]   # the bound port (port 0 picks one)
+        # the bound port (port 0 picks one); aiohttp types _server as AbstractServer | None, and once start()
+        # returned it is the loop's listening asyncio.Server
+        sock = cast(asyncio.Server, site._server).sockets[0]
         self.port = sock.getsockname()[1]
         scheme = "https" if sslctx is not None else "http"
         shown = f"[{host}]" if ":" in host else host
@@ -176,6 +180,7 @@ class Console:
 
     @web.middleware
     async def _authenticated(self, request: web.Request, handler):
+        assert self.gate is not None    # start() sets it before the app that runs this middleware serves
         if not self.gate.admits(request):
             raise web.HTTPUnauthorized(text="authentication required\n",
                                        headers=dict(HEADERS, **{"WWW-Authenticate": 'Bearer realm="smcdp console"'}))

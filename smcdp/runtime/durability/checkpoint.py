@@ -149,6 +149,8 @@ class Checkpoint:
                randomness: Randomness, inputs: Mapping[str, str] | None = None) -> "Checkpoint":
         if not randomness.replayable:
             raise ValueError("a checkpoint needs a replayable randomness root")
+        root = randomness.key
+        assert root is not None    # replayable: it has a root key
         owner = roles[role]
         d = cls.directory(sessions_dir, session_id)
         if d.exists():
@@ -157,7 +159,7 @@ class Checkpoint:
             key = durability_key(sessions_dir, owner)
             d.mkdir(mode=0o700, parents=False)
             os.chmod(d, 0o700)  # whatever the umask
-            atomic_write(d / ROOT_KEY, randomness.key, 0o600)
+            atomic_write(d / ROOT_KEY, root, 0o600)
             meta = {
                 "kind": "smcdp-session-checkpoint", "version": VERSION,
                 "session_id": session_id, "protocol": protocol, "roles": dict(roles), "params": dict(params),
@@ -165,7 +167,7 @@ class Checkpoint:
                 "seeded": randomness.seeded, "state": SessionState.PREPARED.value, "resumable": False, "restarts": 0,
                 "deadline_epoch": time.time() + float(timeout_seconds), "created": time.time(),
                 "inputs": None, "error": None,
-                "root_check": Mac(key, "root", session_id).tag(randomness.key).hex(),
+                "root_check": Mac(key, "root", session_id).tag(root).hex(),
             }
             cp = cls(d, meta, key, owner)
             cp._write_meta()

@@ -280,6 +280,7 @@ class FileJournal:
         self.seconds_writing = 0.0
         self._seq = 0
         self._end = 0
+        self._fd: int | None        # the open journal file, set by _open; None once closed
         self._open(repair)
         self._synced = self._end
 
@@ -336,7 +337,8 @@ class FileJournal:
         fsync_dir(self.path.parent)
         self.repaired = list(found.damage)
         for d in found.damage:
-            if d.kind == OUT and d.role is not None and d.type_name is not None and d.digest is not None:
+            if d.kind == OUT and d.role is not None and d.tag is not None and d.type_name is not None \
+                    and d.digest is not None:    # (role and tag come from one verified header: both or neither)
                 self.lost_outbound[(d.role, d.tag)] = (d.type_name, d.digest)
         log.warning("%s; repaired: kept %d intact record(s)", describe(self.path, self.owner, found.damage),
                     len(found.records))
@@ -352,6 +354,7 @@ class FileJournal:
                 self._delivered.add(key)
 
     def _read(self, off: int, length: int) -> bytes:
+        assert self._fd is not None    # open until close(), after which nothing is read or written
         try:
             return os.pread(self._fd, length, off)
         except OSError as exc:
@@ -498,6 +501,7 @@ class FileJournal:
 
     def _write_at(self, offset: int, parts: list[bytes]) -> None:
         total = sum(len(p) for p in parts)
+        assert self._fd is not None    # open until close(), after which nothing is read or written
         try:
             done = os.pwritev(self._fd, parts, offset)
             if done != total:

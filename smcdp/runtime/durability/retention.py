@@ -63,7 +63,7 @@ def sweep(sessions_dir: Path, retention: float, live: Iterable[str], now: float 
     """Delete the checkpoints of sessions not in ``live`` that ended ``retention`` seconds ago or more."""
     now = time.time() if now is None else now
     live = set(live)
-    out = []
+    out: list[Deleted] = []
     if not sessions_dir.is_dir():
         return out
     for d in sorted(sessions_dir.glob(f"*{SUFFIX}")):

@@ -119,6 +119,12 @@ class SessionCharges:
     def dataset(self) -> str:
         return self.config.dataset
 
+    @property
+    def _opened(self) -> LedgerBudget:
+        """The budget :meth:`open` set (the gate opens the ledger before it serves any session)."""
+        assert self.budget is not None, "SessionCharges.open() first"
+        return self.budget
+
     def open(self) -> tuple[Any, Any] | None:
         """Open the ledger; write the configured total.  Returns (old, new) epsilon if it changed."""
         ledger = Ledger(self.path)
@@ -145,7 +151,7 @@ class SessionCharges:
         return changed
 
     def status(self) -> dict:
-        st = self.budget.status()
+        st = self._opened.status()
         return {"dataset": st.dataset, "rule": st.rule, "epsilon": fmt_amount(st.epsilon),
                 "delta": fmt_amount(st.delta), "spent_epsilon": fmt_amount(st.spent_epsilon),
                 "reserved_epsilon": fmt_amount(st.reserved_epsilon),
@@ -156,11 +162,11 @@ class SessionCharges:
         """Hold the session's cost under ``key`` (raises BudgetExceeded; idempotent for the same key)."""
         sid = key.split(RESUME_KEY)[0]
         note = f"{self._marker}{sid} ({summary.protocol}, initiated by {initiator})"
-        return self.budget.reserve(key, summary.epsilon, summary.delta, rho=summary.rho, note=note)
+        return self._opened.reserve(key, summary.epsilon, summary.delta, rho=summary.rho, note=note)
 
     def held(self, key: str) -> Charge | None:
         """This party's reservation ``key`` if it is still open."""
-        c = self.budget.reservation(key)
+        c = self._opened.reservation(key)
         if c is None or c.state != "reserved" or not c.note.startswith(self._marker):
             return None
         return c
@@ -169,20 +175,20 @@ class SessionCharges:
         """reserved -> charged; None when there is nothing open (idempotent)."""
         if self.held(key) is None:
             return None
-        return self.budget.commit(key)
+        return self._opened.commit(key)
 
     def release(self, key: str, reason: str) -> Charge | None:
         """reserved -> released; None when there is nothing open.  Never releases a charge."""
         if self.held(key) is None:
             return None
         try:
-            return self.budget.release(key, reason[:1000])
+            return self._opened.release(key, reason[:1000])
         except PreconditionFailed:  # committed in between (the release point): it stays charged
             return None
 
     def entries(self, session_id: str) -> list[Charge]:
         """Every entry of this party for ``session_id`` (its first key and its resumes'), oldest first."""
-        return [c for c in self.budget.history() if c.key is not None and c.note.startswith(self._marker)
+        return [c for c in self._opened.history() if c.key is not None and c.note.startswith(self._marker)
                 and (c.key == session_id or c.key.startswith(session_id + RESUME_KEY))]
 
     def next_key(self, session_id: str) -> str:
@@ -193,5 +199,5 @@ class SessionCharges:
     def orphans(self, keep: Iterable[str]) -> list[Charge]:
         """Open reservations of this party whose keys are not in ``keep``."""
         keep = set(keep)
-        return [c for c in self.budget.reservations()
+        return [c for c in self._opened.reservations()
                 if c.note.startswith(self._marker) and c.key not in keep]

@@ -141,6 +141,7 @@ class Governor:
         self.audit.append("start", policy=None if pol is None else pol.as_dict(),
                           budget=None if self.charges is None else self.charges.status())
         if changed is not None:
+            assert self.charges is not None    # only an opened [budget] ledger reports a change
             self.audit.append("budget-set", dataset=self.charges.dataset, epsilon_before=changed[0],
                               epsilon=changed[1], source=str(self.config.source or "configuration"))
         self.expire()
@@ -204,6 +205,7 @@ class Governor:
             if pending:
                 self._check_queue(peer, sid)
             elif charges:
+                assert summary is not None    # _check finds a cost only in a summary
                 reserved = self.reservations.reserve(sid, summary, peer, refuse=True)
         except SmcdpError as exc:
             self._refused(peer, exc, proposal)   # a flood of refusals is counted, not written one by one
@@ -275,6 +277,7 @@ class Governor:
                     if held is not None:
                         res.keep(sid, held.key)
                     else:
+                        assert summary is not None    # _check finds a cost only in a summary
                         reserved = res.reserve(sid, summary, initiator, refuse=True)
             except SmcdpError as exc:
                 self._refused(initiator, exc, None, sid, how=how)
@@ -491,7 +494,11 @@ class Governor:
                 p = self._expire_one(p)
         if p is None and record is None:
             raise NotFound(f"party {self.name!r} has no session or proposal {session_id!r}")
-        out = views.describe(p) if p is not None else views.describe_record(record, self.reservations)
+        if p is not None:
+            out = views.describe(p)
+        else:
+            assert record is not None    # neither: NotFound above
+            out = views.describe_record(record, self.reservations)
         if p is not None and record is not None:
             out["session"] = views.describe_record(record, self.reservations)
         return out

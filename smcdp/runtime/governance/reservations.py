@@ -83,6 +83,7 @@ class Reservations:
             if c is not None:
                 keep[sid] = c.key
         for c in self.charges.orphans(keep.values()):
+            assert c.key is not None    # a reservation is always made under its key
             reason = ("party restarted: the session does not continue here now and had not reached its "
                       "release point (a resume reserves again)")
             if self.charges.release(c.key, reason) is not None:
@@ -117,6 +118,7 @@ class Reservations:
         key = self.held.pop(session_id, None) if self.charges is not None else None
         if key is None:
             return
+        assert self.charges is not None    # a key is held only with charges
         c = self.charges.release(key, reason)
         if c is not None:
             self.audit_amount("released", c, session=session_id, reason=reason)

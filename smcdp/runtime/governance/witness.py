@@ -36,7 +36,7 @@ import logging
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, cast
 
 import grpc
 from cryptography import x509
@@ -272,7 +272,8 @@ class WitnessStore:
             old = pf.heads.get(claims["log_id"])
             old_claims = SignedHead.from_dict(old).claims() if old is not None else None
             if old_claims is not None and went_back(old_claims, claims):
-                first, then = sorted((old_claims, claims), key=_signed_at)    # both parse (claims() checks)
+                # both times parse (claims() checks), so the keys are datetimes, never None
+                first, then = sorted((old_claims, claims), key=lambda c: cast(_dt.datetime, _signed_at(c)))
                 conflict = (f"party {peer!r} signed an audit head of {then['lines']} lines (sha256 "
                             f"{then['sha256'][:16]}…, {then['time']}) after one of {first['lines']} lines "
                             f"(sha256 {first['sha256'][:16]}…, {first['time']}) for the same log: "
