@@ -50,6 +50,7 @@ sent before.  Only Paillier obfuscators are fresh, and replayed sends reuse the 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import math
 import time
@@ -382,6 +383,7 @@ class PowerIterationParams(ProtocolParams):
         gram = cts(self.gram_length, self.gram_slot_bits())
         both = block + gram + 16      # round/t and reply/t: a block, a Gram, a flag, and the fields' framing
         rounds = self.dp_rounds if self.dp else self.max_iterations
+        msgs: list[tuple[int, ...]]
         if self.dp_mode == "covariance":   # one release each to Trent; its sum and the key pair to a party
             cov = cts(self.covariance_length, self.slot_bits())
             msgs = ([(self.n_parties, cov), (self.n_parties, 24), (1, B // 8 + 16)] if role == TRENT
@@ -453,7 +455,7 @@ def dp_calibration(params: PowerIterationParams) -> DPCalibration:
     The smaller sigma wins (the PLD's, for these pure Gaussian compositions: it is exact where the zCDP
     conversion is a bound).  tests/unit/protocols/test_power_iteration_dp.py certifies the result
     independently with dp-accounting's PLD and RDP accountants."""
-    if not params.dp:
+    if params.epsilon is None or params.delta is None or params.dp_mode is None:
         raise InvalidMessage("the exact mode of power iteration has no privacy calibration")
     return _dp_calibration(float(params.epsilon), float(params.delta), params.dp_rounds,
                            params.column_norm, params.noise_parties, params.dp_mode)
@@ -662,6 +664,7 @@ async def data_party(ch: Channel, data, params: PowerIterationParams, *,
     try:
         if params.dp:
             return await _dp_data_party_rounds(ch, source, params, engine, private_key, seed, x_sink)
+        assert sigma is not None    # the exact mode: party1 drew it, every other party received it (Setup 1)
         return await _data_party_rounds(ch, source, params, engine, private_key, sigma, rng, seed, x_sink)
     finally:
         if own_engine:
@@ -1015,6 +1018,7 @@ class _Party:
         if not np.all(np.abs(H) < limit):
             raise InputRejected(f"{self.ch.role}: a Gram entry reaches the agreed bound 2^{self.params.gram_bits}; "
                                 "scale the data or raise gram_bits", f"max |H| = {np.max(np.abs(H)):.3g}")
+        assert self.gram_packing is not None     # the exact mode's rounds (_data_party_rounds) set it
         gram = await EncryptedVector.encrypt_with(
             self.cs.encrypt, self.pk, _triu(H), frac_bits=self.params.frac_bits, packing=self.gram_packing,
             bound=self.params.gram_bound())
@@ -1142,6 +1146,7 @@ async def _trent(ch: Channel, params: PowerIterationParams, seed: SeedLike, allo
             if w:
                 term = s.mul_int(w)
                 acc = term if acc is None else acc + term
+        assert acc is not None    # the weights add up to 2^DECOY_WEIGHT_BITS: one of them is not 0
         return acc.mul_int(scale_r(0, params.scale_bits - DECOY_WEIGHT_BITS)).rerandomize(obfuscators.pool)
 
     def blinded_gram(t: int, ups: dict[str, pb.PowerIterationRound]) -> EncryptedVector:
@@ -1188,8 +1193,8 @@ async def _trent(ch: Channel, params: PowerIterationParams, seed: SeedLike, allo
         # consecutive real states.
         ups = await ch.recv_all(roles, f"round/{t}", pb.PowerIterationRound)
         gp = blinded_gram(t, ups)
-        meaningful = (t >= 2 and sent_state[t - 1] is not None and sent_state[t - 2] is not None
-                      and sent_state[t - 1] == sent_state[t - 2] + 1)
+        before, last = (sent_state[t - 2], sent_state[t - 1]) if t >= 2 else (None, None)
+        meaningful = before is not None and last is not None and last == before + 1
         if meaningful and all(up.converged for up in ups.values()):
             converged = True
         stop = converged or t + 1 >= params.max_iterations
@@ -1203,7 +1208,7 @@ async def _trent(ch: Channel, params: PowerIterationParams, seed: SeedLike, allo
         else:
             # --- Round t + 1's step 2, from the contributions that came with the Grams.
             block = next_block({role: up.contribution for role, up in ups.items()},
-                               lambda role, t=t: f"round/{t} from {role} (its contribution)")
+                               functools.partial(_contribution_of_round, t))
         await ch.send_many(roles, f"reply/{t}", pb.PowerIterationReply(
             blinded_gram=gp.to_proto(), stop=stop, block=block.to_proto()))
         t += 1
@@ -1233,10 +1238,10 @@ async def _trent(ch: Channel, params: PowerIterationParams, seed: SeedLike, allo
                 raise InvalidMessage(f"final/x/{c} from {role}: expected at most {params.final_chunk_rows} rows "
                                      f"({want} here) × {r} columns, got {m.rows} × {m.cols} with "
                                      f"{len(m.values)} values")
-            block = np.asarray(m.values, dtype=np.float64).reshape(m.rows, r)
-            if not np.all(np.isfinite(block)):
+            rows_x = np.asarray(m.values, dtype=np.float64).reshape(m.rows, r)
+            if not np.all(np.isfinite(rows_x)):
                 raise InvalidMessage(f"final/x/{c} from {role} holds values that are not finite")
-            X[c0 + got:c0 + got + m.rows] = block
+            X[c0 + got:c0 + got + m.rows] = rows_x
             got += m.rows
         if got != n_i:
             raise InvalidMessage(f"{role} announced {n_i} columns but sent {got}")
@@ -1296,6 +1301,11 @@ def blind_multiplier(rng, offset_bits: int, bits: int) -> int:
     if low:
         m = (m >> low << low) | rng.getrandbits(low)
     return min(hi, max(lo, m))
+
+
+def _contribution_of_round(t: int, role: str) -> str:
+    """What a contribution that came with round ``t``'s Gram is called in an error."""
+    return f"round/{t} from {role} (its contribution)"
 
 
 def _sum(vecs: list[EncryptedVector]) -> EncryptedVector:
