@@ -211,7 +211,8 @@ class IdentifyParams(SpeakerParams):
     max_speakers: int = 16
 
     def models_needed(self) -> int:
-        return self.max_speakers + 1
+        k = self.max_speakers
+        return k + 1 if isinstance(k, int) and not isinstance(k, bool) else 0
 
     def validate(self) -> IdentifyParams:
         k = self.max_speakers
