@@ -176,14 +176,16 @@ def _scalar(arrays: Mapping, key: str, p: str) -> float:
 
 
 def _check_keys(arrays: Mapping, allowed: set[str], required: set[str], kind: str, p: str) -> None:
+    if "kind" not in arrays:
+        raise InvalidMessage(f"{p}: not a speaker-model file (no 'kind'; smcdp speech ubm / enroll write them)")
+    if _string(arrays, "kind", p) != kind:
+        raise InvalidMessage(f"{p}: a {_string(arrays, 'kind', p)!r} file, expected {kind!r}")
     unknown = set(arrays) - allowed
     if unknown:
         raise InvalidMessage(f"{p}: unknown keys {sorted(unknown)}")
     missing = required - set(arrays)
     if missing:
         raise InvalidMessage(f"{p}: lacks {sorted(missing)}")
-    if _string(arrays, "kind", p) != kind:
-        raise InvalidMessage(f"{p}: a {_string(arrays, 'kind', p)!r} file, expected {kind!r}")
     v = np.asarray(arrays["format_version"])
     if v.shape != () or v.dtype.kind not in "iu" or int(v) != FORMAT_VERSION:
         raise InvalidMessage(f"{p}: unsupported format_version {v!r} (this reader knows {FORMAT_VERSION})")
