@@ -79,7 +79,9 @@ from smcdp.protocols.secure_forward import (
     ForwardBob,
     ForwardParams,
     forward_traffic,
+    model_coefficients,
 )
+from smcdp.speech.forward import products
 from smcdp.speech.frontend import CMN_MODES
 from smcdp.speech.speaker import DiagGMM, SpeakerModels, check_name
 from smcdp.v1 import messages_pb2 as pb
@@ -363,6 +365,45 @@ def _check_models(models: SpeakerModels, params: SpeakerParams) -> None:
         raise InputRejected("the speaker models are larger than the session's public bounds allow",
                             f"{models.ubm.n_components} components of {models.ubm.dim} features; bounds "
                             f"{params.max_mixtures}, {params.max_features}")
+
+
+# =============================================================================== the fixed-point bound
+def induction_rounding(params: ForwardParams) -> float:
+    """δ: one secure LOGSUM's error (nats), docs/protocols/keyword.md step 8: 1.0001(|ε_a| + η) + e_ln,
+    η = 0.75·2^{−p}(1 + 2^{−40}) + 2^{−51}, |ε_a| ≤ 2^{−41} + 2^{−43}, e_ln ≤ 2^{−41} + 2^{−47} (7.0·10⁻¹⁰ at p = 30)."""
+    eta = 0.75 * 2.0 ** -params.precision_bits * (1 + 2.0 ** -40) + 2.0 ** -51
+    return 1.0001 * (2.0 ** -41 + 2.0 ** -43 + eta) + 2.0 ** -41 + 2.0 ** -47
+
+
+def loglik_error_bound(models: SpeakerModels, gmms: list[DiagGMM], X, params: SpeakerParams) -> list[float]:
+    """For each GMM, the bound on |ℓ̂ − ℓ| (nats) of the secure forward algorithm on ``X``
+    (docs/protocols/speaker.md): Σ_t ε_em(t) + δ_fin, ε_em(t) = max_c ε_c(t) + 2^{−41} + 2^{−43} + δ, the
+    component error ε_c(t) = 2^{−f_p−1}‖c‖₁ + 2^{−f_c−1}‖z_t‖₁ + P·2^{−f_p−f_c−2} + 2^{−49}Σ|c_p z_tp| + 2^{−41}
+    over the quadratic form's coefficients c and the frame's products z_t."""
+    fw = params.forward()
+    hmms = models.hmm_set(gmms, [f"m{i}" for i in range(len(gmms))])
+    coefs, bits = model_coefficients(hmms, fw)
+    fp, fc = fw.product_frac_bits(bits), fw.coef_frac_bits
+    Z = np.abs(products(np.asarray(X, dtype=np.float64), "diag"))          # (T, P)
+    A = np.abs(coefs).reshape(len(gmms), -1, coefs.shape[-1])                # (models, C, P)
+    P = Z.shape[1]
+    delta = induction_rounding(fw)
+    out = []
+    for m in range(len(gmms)):
+        comp = (2.0 ** (-fp - 1) * A[m].sum(1)[None, :] + 2.0 ** (-fc - 1) * Z.sum(1)[:, None]
+                + P * 2.0 ** (-fp - fc - 2) + 2.0 ** -49 * (Z @ A[m].T) + 2.0 ** -41)   # (T, C)
+        em = comp.max(1) + 2.0 ** -41 + 2.0 ** -43 + delta
+        out.append(float(em.sum() + delta))
+    return out
+
+
+def verify_error_bound(models: SpeakerModels, claim: str, X, params: VerifyParams) -> float:
+    """The bound (nats per frame) on |secure score − plaintext score| for a verification: the two models'
+    log-likelihood bounds and the threshold's rounding T·2^{−F−1}, over T.  The secure decision equals the
+    plaintext one whenever the plaintext score is farther than this from θ."""
+    X = np.asarray(X, dtype=np.float64)
+    b = loglik_error_bound(models, [models.speaker(models.index(claim)), models.ubm], X, params)
+    return (sum(b) + len(X) * 2.0 ** (-params.log_frac_bits - 1)) / len(X)
 
 
 # =============================================================================== verification

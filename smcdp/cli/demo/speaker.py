@@ -27,7 +27,7 @@ from smcdp.cli.demo.common import (
 from smcdp.cli.speaker import enroll, parse_enroll_spec
 from smcdp.errors import InvalidMessage
 from smcdp.plugins.keyword import load_utterance, utterance_kind
-from smcdp.protocols.speaker import ALICE, BOB, IdentifyParams, VerifyParams
+from smcdp.protocols.speaker import ALICE, BOB, IdentifyParams, VerifyParams, verify_error_bound
 from smcdp.runtime.local import LocalCluster, bytes_sent
 from smcdp.speech.speaker import UBM, SpeakerModels
 
@@ -89,12 +89,14 @@ def demo_speaker_verify(ubm: str, enrolls: list[str], claim: str, wav: str, *, t
         plain_score = models.score(models.index(claim), X)
         p = {"key_bits": key_bits, "claim": claim, "output": output, "cmn": models.cmn, **_bounds(models, X),
              **(params or {})}
-        VerifyParams.from_mapping(p)
+        bound = verify_error_bound(models, claim, X, VerifyParams.from_mapping(p))
         ra, rb, common = _run("speaker-verify", p, path, wav, key_bits, seed, keep_dir, faults, "speaker verification")
     decision = (rb if output == BOB else ra)["decision"]
     plain = "accept" if plain_score >= models.threshold else "reject"
     out = {"decision": decision, "plaintext_decision": plain, "claim": claim, "output": output,
-           "plaintext_score": plain_score, "threshold": models.threshold, **common}
+           "plaintext_score": plain_score, "threshold": models.threshold,
+           # the fixed-point bound (nats per frame): beyond it from θ, the decisions must agree
+           "error_bound": bound, "beyond_bound": abs(plain_score - models.threshold) > bound, **common}
     say(f"done in {out['seconds']:.1f} s (online {out['online_seconds'] or 0:.1f} s): {claim!r} -> {decision} "
         f"(plaintext {plain}, score {plain_score:.4f} vs threshold {models.threshold:g})")
     return out
