@@ -69,7 +69,7 @@ def synthesise(exe: str, text: str, voice: str, variant: str, speed: int, pitch:
 
 def perturb(x: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, dict]:
     factor = float(rng.uniform(0.9, 1.1))                 # speed perturbation: resample by 1/factor
-    num = int(round(1000 / factor))
+    num = round(1000 / factor)
     y = resample_poly(x, num, 1000)
     lead, trail = (int(rng.uniform(0.05, 0.3) * RATE) for _ in range(2))
     y = np.concatenate([np.zeros(lead), y, np.zeros(trail)])
@@ -105,7 +105,7 @@ def main(argv=None) -> int:
     picks = rng.choice(len(combos), size=n, replace=False)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    meta = {"seed": a.seed, "espeak": subprocess.run([exe, "--version"], capture_output=True, text=True).stdout.strip(),
+    meta = {"seed": a.seed, "espeak": subprocess.run([exe, "--version"], check=False, capture_output=True, text=True).stdout.strip(),
             "speakers": []}
     with tempfile.TemporaryDirectory() as tmp:
         for i, k in enumerate(picks):

@@ -29,11 +29,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from smcdp.cli.speaker import folder_frames, train_ubm  # noqa: E402
-from smcdp.crypto.paillier import generate_keypair  # noqa: E402
-from smcdp.net.channel import InMemoryNetwork  # noqa: E402
-from smcdp.protocols.speaker import VerifyParams, verify_alice, verify_bob  # noqa: E402
-from smcdp.speech.speaker import SpeakerModels, map_adapt_means  # noqa: E402
+from smcdp.cli.speaker import folder_frames, train_ubm
+from smcdp.crypto.paillier import generate_keypair
+from smcdp.net.channel import InMemoryNetwork
+from smcdp.protocols.speaker import VerifyParams, verify_alice, verify_bob
+from smcdp.speech.speaker import SpeakerModels, map_adapt_means
 
 
 def eer(target: np.ndarray, impostor: np.ndarray) -> tuple[float, float]:

@@ -27,7 +27,13 @@ from smcdp.cli.demo.common import (
 from smcdp.cli.speaker import enroll, parse_enroll_spec
 from smcdp.errors import InvalidMessage
 from smcdp.plugins.keyword import load_utterance, utterance_kind
-from smcdp.protocols.speaker import ALICE, BOB, IdentifyParams, VerifyParams, verify_error_bound
+from smcdp.protocols.speaker import (
+    ALICE,
+    BOB,
+    IdentifyParams,
+    VerifyParams,
+    verify_error_bound,
+)
 from smcdp.runtime.local import LocalCluster, bytes_sent
 from smcdp.speech.speaker import UBM, SpeakerModels
 

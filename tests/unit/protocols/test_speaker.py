@@ -95,7 +95,7 @@ def test_secure_decision_is_right_just_beyond_the_documented_bound(keypair512, d
     bound = verify_error_bound(models, "ann", X, _params(VerifyParams, sk, claim="ann"))
     assert 0 < bound < 1e-6 * abs(score)                  # relative score error below 1e-6
     for eps, want in ((-1.0001 * bound, True), (1.0001 * bound, False)):
-        a, b = _verify(X, _models(threshold=score + eps), sk, dgk_key, claim="ann")
+        _a, b = _verify(X, _models(threshold=score + eps), sk, dgk_key, claim="ann")
         assert b.accept is want
 
 

@@ -25,7 +25,7 @@ def test_frame_logliks_equal_scikit_learn():
 
 
 def test_map_adaptation_follows_reynolds():
-    g, gmm, X = _fitted()
+    g, gmm, _X = _fitted()
     Y = np.random.default_rng(1).normal(loc=1.0, size=(50, 4))
     r = 16.0
     post = g.predict_proba(Y)
