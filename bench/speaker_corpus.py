@@ -36,12 +36,13 @@ from scipy.signal import resample_poly
 RATE = 16000
 VOICES = ("en-us", "en-gb", "en-gb-scotland", "en-gb-x-rp", "en-029", "en-us-nyc", "en-gb-x-gbclan",
           "en-gb-x-gbcwmd")
-WORDS = ("the bank will call you tomorrow morning about your account and the new card we sent last week "
+TEXT = ("the bank will call you tomorrow morning about your account and the new card we sent last week "
          "please remember to bring a passport or driving licence when you visit any branch near the station "
          "my voice is my password and nobody else can speak it like I do on a rainy afternoon in october "
          "seven green bottles stood on the kitchen window while the children counted apples and oranges "
          "quickly before the train left the platform at half past nine the weather was cold but bright "
-         "every customer should verify recent payments transfers and standing orders before the end of the month").split()
+         "every customer should verify recent payments transfers and standing orders before the end of the month")
+WORDS = tuple(TEXT.split())
 
 
 def variants(exe: str) -> list[str]:
