@@ -81,3 +81,42 @@ def test_ubm_trainers_em_and_dp_em():
     assert np.all(dp.covars >= 1e-3) and abs(dp.weights.sum() - 1) < 1e-9
     with pytest.raises(InvalidMessage, match="data-norm"):
         train_ubm(X, 3, epsilon=1.0, data_norm=None)
+
+
+def _tone_folder(folder, f0, n, rng, rate=16000):
+    from scipy.io import wavfile
+
+    folder.mkdir(parents=True)
+    t = np.arange(int(0.3 * rate)) / rate
+    for i in range(n):
+        x = np.sin(2 * np.pi * f0 * (1 + 0.02 * rng.standard_normal()) * t) + 0.05 * rng.standard_normal(t.size)
+        wavfile.write(folder / f"u{i}.wav", rate, (0.3 * x / np.abs(x).max() * 32767).astype(np.int16))
+
+
+def test_ubm_and_enroll_commands(tmp_path):
+    pytest.importorskip("python_speech_features", reason="python_speech_features is not installed")
+    from smcdp.cli.app import main
+    from smcdp.dp.ledger import Ledger
+
+    rng = np.random.default_rng(0)
+    for name, f0 in (("a", 200.0), ("b", 900.0)):
+        _tone_folder(tmp_path / name, f0, 3, rng)
+    assert main(["speech", "ubm", "--out", str(tmp_path / "ubm.npz"), "--mixtures", "2",
+                 str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    ubm = UBM.load(tmp_path / "ubm.npz")
+    assert ubm.gmm.n_components == 2 and ubm.gmm.dim == 39 and ubm.epsilon is None
+    assert main(["speech", "enroll", "--ubm", str(tmp_path / "ubm.npz"), "--enroll", f"ann={tmp_path / 'a'}",
+                 "--enroll", f"bo={tmp_path / 'b'}", "--threshold", "0.5", "--out", str(tmp_path / "s.npz")]) == 0
+    m = SpeakerModels.load(tmp_path / "s.npz")
+    assert m.names == ("ann", "bo") and m.threshold == 0.5
+    # DP-EM charged to a ledger's dataset
+    ledger = tmp_path / "ledger.db"
+    Ledger(ledger).set_budget("bob", 5.0, 1e-4)
+    assert main(["speech", "ubm", "--out", str(tmp_path / "dp.npz"), "--mixtures", "2", "--epsilon", "2",
+                 "--delta", "1e-5", "--ledger", str(ledger), "--dataset", "bob", str(tmp_path / "a")]) == 0
+    assert UBM.load(tmp_path / "dp.npz").epsilon == 2.0
+    assert float(Ledger(ledger).status("bob").spent_epsilon) == pytest.approx(2.0)
+    # a second fit beyond the budget is refused before it is trained
+    assert main(["speech", "ubm", "--out", str(tmp_path / "dp2.npz"), "--mixtures", "2", "--epsilon", "4",
+                 "--delta", "1e-5", "--ledger", str(ledger), "--dataset", "bob", str(tmp_path / "a")]) != 0
+    assert not (tmp_path / "dp2.npz").exists()
