@@ -109,8 +109,11 @@ def main(argv=None) -> int:
         models = SpeakerModels(gmm, list(enroll), means)
         tg, im, rows = trials(models, tests)
         e, th = eer(tg, im)
+        # closed-set identification: the argmax speaker of every test utterance
+        right = sum(models.names[int(np.argmax(models.scores(X)))] == true for true, us in tests.items() for X in us)
         out["systems"][label] = {"eer": e, "threshold": th, "targets": len(tg), "impostors": len(im),
-                                 "det": det_points(tg, im), **extra}
+                                 "det": det_points(tg, im), "identification_accuracy": right / len(rows) * len(enroll),
+                                 **extra}
         print(f"{label}: EER {100 * e:.2f} % at {th:.4f} ({len(tg)} target, {len(im)} impostor trials)",
               file=sys.stderr)
         return models, rows, th
