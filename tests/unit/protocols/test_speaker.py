@@ -153,3 +153,29 @@ def test_summary_names_the_designated_party(plugin, output):
     for role in roles:
         env = plugin.traffic_envelope(norm, roles, role)
         assert env.message_bytes >= 1 and env.session_bytes >= env.message_bytes
+
+
+@pytest.mark.parametrize("protocol", ["verify", "identify"])
+def test_each_role_replays_from_its_journal_and_root(tmp_path, protocol):
+    """Checkpoint/replay (docs/fault-tolerance.md): every role replayed alone from its journal and randomness
+    root reaches the same result and sends nothing again (the keys, masks, π and s come from the root)."""
+    from tests.unit.protocols.test_replay import _run_and_replay
+
+    X = _utterance(seed=6)
+    models = _models(threshold=0.1)
+    roles = {"alice": "alice", "bob": "bob"}
+    kw = dict(key_bits=768, dgk_bits=512, dgk_t=32, max_mixtures=C, max_features=D, max_frames=T)
+    if protocol == "verify":
+        p, fa, fb = VerifyParams(claim="cy", output="alice", **kw), verify_alice, verify_bob
+    else:
+        p, fa, fb = IdentifyParams(max_speakers=3, **kw), identify_alice, identify_bob
+
+    def fns(roots):
+        return {"alice": lambda ch: fa(ch, X, p, seed=roots["alice"], allow_insecure_keys=True),
+                "bob": lambda ch: fb(ch, models, p, seed=roots["bob"], allow_insecure_keys=True)}
+
+    first = _run_and_replay(tmp_path, roles, fns)
+    if protocol == "verify":
+        assert first["alice"].accept == models.verify("cy", X)
+    else:
+        assert first["bob"].speaker == models.identify(X)
