@@ -164,7 +164,7 @@ def test_each_role_replays_from_its_journal_and_root(tmp_path, protocol):
     X = _utterance(seed=6)
     models = _models(threshold=0.1)
     roles = {"alice": "alice", "bob": "bob"}
-    kw = dict(key_bits=768, dgk_bits=512, dgk_t=32, max_mixtures=C, max_features=D, max_frames=T)
+    kw = {"key_bits": 768, "dgk_bits": 512, "dgk_t": 32, "max_mixtures": C, "max_features": D, "max_frames": T}
     if protocol == "verify":
         p, fa, fb = VerifyParams(claim="cy", output="alice", **kw), verify_alice, verify_bob
     else:
