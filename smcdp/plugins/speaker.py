@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
+import numpy as np
+
 from smcdp.crypto.paillier import check_key_bits
 from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
@@ -20,7 +22,8 @@ from smcdp.plugins.base import (
     SessionContext,
     SessionSummary,
 )
-from smcdp.plugins.keyword import load_utterance
+from smcdp.plugins.keyword import load_utterance, utterance_kind
+from smcdp.primitives.rng import Randomness
 from smcdp.protocols.base import check_roles
 from smcdp.protocols.speaker import (
     ALICE,
@@ -29,9 +32,11 @@ from smcdp.protocols.speaker import (
     VerifyParams,
     identify_alice,
     identify_bob,
+    prepare_alice,
     verify_alice,
     verify_bob,
 )
+from smcdp.speech.audio import read_wav
 from smcdp.speech.speaker import SpeakerModels
 
 
@@ -56,6 +61,18 @@ class _SpeakerPlugin(ProtocolPlugin):
 
     def traffic_envelope(self, params: Mapping[str, Any], roles: Mapping[str, str], role: str):
         return self.params_class.from_mapping(params).traffic_envelope(role)
+
+    def prepare_next(self, root: Randomness, inputs: Mapping[str, str], allow_insecure_keys: bool) -> None:
+        """A party with an utterance configured is an Alice: her next session's key pair, tables and
+        obfuscators for the utterance's frames are made while she is idle (issue 27)."""
+        path = inputs.get("utterance")
+        if not path:
+            return
+        if utterance_kind(path) == "wav":
+            frames = read_wav(path).frames
+        else:
+            frames = int(np.load(path, mmap_mode="r", allow_pickle=False).shape[0])
+        prepare_alice(root, frames, self.name, allow_insecure_keys=allow_insecure_keys)
 
     async def run_role(self, role: str, ch: Channel, ctx: SessionContext) -> dict:
         p = self.params_class.from_mapping(ctx.params)

@@ -72,7 +72,13 @@ from smcdp.net.channel import Channel
 from smcdp.net.limits import TrafficEnvelope, ciphertext_vector_bytes
 from smcdp.primitives.comparison import compare_holder_a, compare_holder_b
 from smcdp.primitives.ot import ot_choose, ot_send
-from smcdp.primitives.rng import SeedLike, protocol_rng, session_keypair
+from smcdp.primitives.rng import (
+    Randomness,
+    SeedLike,
+    prepare_session_keypair,
+    protocol_rng,
+    session_keypair,
+)
 from smcdp.protocols.secure_forward import (
     MAX_FRAMES,
     ForwardAlice,
@@ -317,7 +323,8 @@ async def _alice_forward(ch: Channel, X, params: SpeakerParams, tag: str, seed: 
                         labels=(params.protocol_name, "forward"), obfuscators=obfuscators)
     try:
         await role.prepare(len(X))
-        offline = {"keygen": keygen, **role.offline, "seconds": time.perf_counter() - t0,
+        _learn(params.protocol_name, role.offline["obfuscator_count"] / len(X), params.key_bits)
+        offline = {"keygen": keygen, "prepared": obfuscators is not None, **role.offline, "seconds": time.perf_counter() - t0,
                    "cpu_seconds": time.process_time() - c0}
         w_on, c_on = time.perf_counter(), time.process_time()
         fw = await role.run(X)
@@ -351,6 +358,31 @@ async def _bob_forward(ch: Channel, gmms: list[DiagGMM], labels: list[str], mode
     finally:
         role.close()
     return pk, lls, offline, online, fw.frames
+
+
+# =============================================================================== Alice's next session, ahead
+#: obfuscators per frame before any session has shown the real number: two (verify) or K̄ + 1 = 17
+#: (identify) models of 64 components, and a few for the products and the termination
+DEFAULT_OBFUSCATORS_PER_FRAME = {"speaker-verify": 2 * 64 + 4, "speaker-identify": 17 * 64 + 4}
+_last: dict[str, dict] = {}
+
+
+def _learn(protocol: str, per_frame: float, key_bits: int) -> None:
+    _last[protocol] = {"obfuscators_per_frame": max(1.0, float(per_frame)), "key_bits": int(key_bits)}
+
+
+def prepare_alice(root: Randomness, frames: int, protocol: str, *, key_bits: int | None = None,
+                  allow_insecure_keys: bool = False) -> None:
+    """Alice's offline phase for a session of ``protocol`` with randomness root ``root``, started now in the
+    background (issue 27, as keyword's): the key that session derives, its tables and the obfuscators for
+    ``frames`` frames -- the key size and obfuscators per frame of this process's last such session (before
+    any: 2048 bits, :data:`DEFAULT_OBFUSCATORS_PER_FRAME`).  The mixture step's per-term encryptions are
+    the protocol's largest cost, so a warm party does most of its work while idle."""
+    last = _last.get(protocol, {"obfuscators_per_frame": DEFAULT_OBFUSCATORS_PER_FRAME[protocol], "key_bits": 2048})
+    count = int(last["obfuscators_per_frame"] * max(1, min(int(frames), MAX_FRAMES))) + 8
+    bits = last["key_bits"] if key_bits is None else key_bits
+    prepare_session_keypair(root, protocol, ALICE, bits, uses=count, obfuscators=count,
+                            allow_insecure=allow_insecure_keys)
 
 
 def _close_clock(online: dict) -> dict:

@@ -179,3 +179,24 @@ def test_each_role_replays_from_its_journal_and_root(tmp_path, protocol):
         assert first["alice"].accept == models.verify("cy", X)
     else:
         assert first["bob"].speaker == models.identify(X)
+
+
+def test_a_key_prepared_while_idle_is_the_sessions_own(dgk_key):
+    """Issue 27 for speaker-verify: the plug-in's prepare_next makes alice's next key and obfuscators ahead;
+    the session with that root takes them (offline "prepared") and decides as in the clear."""
+    from smcdp.crypto.prepared import SHELF
+    from smcdp.primitives.rng import Randomness
+    from smcdp.protocols.speaker import prepare_alice
+
+    X = _utterance(seed=8)
+    models = _models(threshold=0.2)
+    root = Randomness.fresh()
+    prepare_alice(root, len(X), "speaker-verify", key_bits=512, allow_insecure_keys=True)
+    p = VerifyParams(key_bits=512, dgk_bits=512, dgk_t=32, claim="bo", max_mixtures=C, max_features=D, max_frames=T)
+    try:
+        res, _ = run_pair(lambda ch: verify_alice(ch, X, p, seed=root, allow_insecure_keys=True),
+                          lambda ch: verify_bob(ch, models, p, allow_insecure_keys=True, dgk_key=dgk_key))
+    finally:
+        SHELF.clear()
+    assert res["alice"].timings["offline"]["prepared"] is True
+    assert res["bob"].accept == models.verify("bo", X)
