@@ -91,6 +91,9 @@ def main(argv=None) -> int:
     ap.add_argument("--secure-key-bits", type=int, default=1024)
     ap.add_argument("--time-key-bits", type=int, default=2048)
     ap.add_argument("--time-sessions", type=int, default=1)
+    ap.add_argument("--public-scale", action="store_true",
+                    help="DP-EM on features divided by a public per-dimension scale: the standard deviations of "
+                         "the committed keyword fixture's test utterances (tests/data/keyword/test, public)")
     ap.add_argument("--json")
     a = ap.parse_args(argv)
     root = Path(a.corpus)
@@ -124,6 +127,11 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     gmm, _ = train_ubm(Xbg, a.mixtures, n_iter=100)
     plain_models, rows, th = evaluate("plaintext (sklearn EM UBM + MAP)", gmm, {"train_seconds": time.perf_counter() - t0})
+    scale = None
+    if a.public_scale:
+        pub = np.concatenate([np.load(f) for f in sorted((ROOT / "tests" / "data" / "keyword" / "test").glob("*.npy"))])
+        scale = pub.std(axis=0)
+        out["public_scale"] = {"source": "tests/data/keyword/test", "frames": len(pub)}
     sub = Xbg[np.random.default_rng(0).choice(len(Xbg), size=min(a.dp_frames, len(Xbg)), replace=False)]
     out["dp_frames"] = len(sub)
     t0 = time.perf_counter()
@@ -133,7 +141,7 @@ def main(argv=None) -> int:
         e = float(eps)
         t0 = time.perf_counter()
         g, info = train_ubm(sub, a.mixtures, epsilon=e, delta=a.delta, data_norm=a.data_norm, n_iter=a.dp_iter,
-                            seed=1)
+                            seed=1, feature_scale=scale)
         evaluate(f"DP-EM UBM, epsilon={eps}", g, {"train_seconds": time.perf_counter() - t0,
                                                    **{k: v for k, v in info.items() if k != "trainer"}})
 

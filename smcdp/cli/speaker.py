@@ -43,15 +43,26 @@ def folder_frames(folders: Sequence[str | Path], cmn: str) -> list[np.ndarray]:
 
 def train_ubm(X: np.ndarray, n_components: int, *, epsilon: float | None = None, delta: float = 1e-5,
               data_norm: float | None = DEFAULT_DATA_NORM, n_iter: int = 20, min_covar: float = 1e-3,
-              seed: int = 0, accountant=None) -> tuple[DiagGMM, dict]:
+              seed: int = 0, accountant=None, feature_scale: np.ndarray | None = None) -> tuple[DiagGMM, dict]:
     """Bob's UBM from his pooled frames ``X`` (N × d).
 
     Without ``epsilon``: scikit-learn's ``GaussianMixture`` (diagonal covariances, k-means start).
     With ``epsilon``: DP-EM (:class:`smcdp.dp.learners.mixture.GaussianMixture`, seed 004) over the frames
     clipped to the public norm ``data_norm``; one frame is one record, so the guarantee is (ε, δ)-DP per
     frame (docs/protocols/speaker.md); the DP covariances' diagonals, floored at ``min_covar``, are the
-    UBM's variances.  ``accountant`` (e.g. a ledger's dataset) is charged the fit's cost."""
+    UBM's variances.  ``accountant`` (e.g. a ledger's dataset) is charged the fit's cost.
+
+    ``feature_scale``: a *public* per-dimension scale s (not computed from these frames): the fit runs on
+    x / s (``data_norm`` in those units) and the UBM is reported in the original units (μ·s, σ²·s²).  DP-EM's
+    covariance noise is isotropic in the clipped ball, so without it the low-variance dimensions (deltas)
+    drown; with it every dimension gets noise in proportion to its public scale."""
     X = np.asarray(X, dtype=np.float64)
+    s = None
+    if feature_scale is not None:
+        s = np.asarray(feature_scale, dtype=np.float64)
+        if X.ndim != 2 or s.shape != (X.shape[1],) or not np.all(np.isfinite(s)) or np.any(s <= 0):
+            raise InvalidMessage("--feature-scale must hold one positive finite scale per feature")
+        X = X / s
     if not isinstance(n_components, int) or not 1 <= n_components <= MAX_COMPONENTS:
         raise InvalidMessage(f"--mixtures must be in 1..{MAX_COMPONENTS}")
     if X.ndim != 2 or X.shape[0] < 2 * n_components:
@@ -64,7 +75,10 @@ def train_ubm(X: np.ndarray, n_components: int, *, epsilon: float | None = None,
         g = GaussianMixture(n_components, covariance_type="diag", reg_covar=min_covar, max_iter=n_iter,
                             random_state=seed).fit(X)
         w = g.weights_ / g.weights_.sum()
-        return DiagGMM(w, g.means_, np.maximum(g.covariances_, min_covar)), {"trainer": "em"}
+        means, cov = g.means_, g.covariances_
+        if s is not None:
+            means, cov = means * s, cov * s ** 2
+        return DiagGMM(w, means, np.maximum(cov, min_covar)), {"trainer": "em"}
     # deferred: the DP learners (scipy, scikit-learn) load only for a DP UBM
     from smcdp.dp.learners.mixture import GaussianMixture as DPGaussianMixture
 
@@ -75,8 +89,11 @@ def train_ubm(X: np.ndarray, n_components: int, *, epsilon: float | None = None,
     g.fit(X)
     w = np.clip(g.weights_, 1e-8, None)
     w = w / w.sum()
-    cov = np.maximum(np.diagonal(g.covariances_, axis1=1, axis2=2), min_covar)
-    return DiagGMM(w, g.means_, cov), {"trainer": "dp-em", "epsilon": float(epsilon), "delta": float(delta),
+    means, cov = g.means_, np.diagonal(g.covariances_, axis1=1, axis2=2)
+    if s is not None:
+        means, cov = means * s, cov * s ** 2
+    cov = np.maximum(cov, min_covar)
+    return DiagGMM(w, means, cov), {"trainer": "dp-em", "epsilon": float(epsilon), "delta": float(delta),
                                        "data_norm": float(data_norm), "rho": float(g.rho_spent_)}
 
 
@@ -118,7 +135,9 @@ def _cmd_ubm(args: argparse.Namespace) -> int:
     X = np.concatenate(folder_frames(args.dirs, args.cmn))
     gmm, info = train_ubm(X, args.mixtures, epsilon=args.epsilon,
                           delta=args.delta if args.delta is not None else 1e-5, data_norm=args.data_norm,
-                          n_iter=args.iter, min_covar=args.min_covar, seed=args.seed, accountant=accountant)
+                          n_iter=args.iter, min_covar=args.min_covar, seed=args.seed, accountant=accountant,
+                          feature_scale=None if not args.feature_scale else np.load(args.feature_scale,
+                                                                                    allow_pickle=False))
     UBM(gmm, args.cmn, info.get("epsilon"), info.get("delta")).save(args.out)
     how = (f"DP-EM, epsilon={args.epsilon} delta={info['delta']} per frame, data norm {args.data_norm}"
            if args.epsilon is not None else "EM")
@@ -155,6 +174,9 @@ def register(sub) -> None:
     u.add_argument("--delta", type=float, help="DP-EM's delta (default 1e-5)")
     u.add_argument("--data-norm", type=float, default=DEFAULT_DATA_NORM,
                    help=f"DP-EM: public L2 bound of a frame; longer frames are clipped (default {DEFAULT_DATA_NORM})")
+    u.add_argument("--feature-scale", metavar="S.npy",
+                   help="a public per-feature scale (d values, not computed from these recordings): train on x / S, "
+                        "--data-norm in those units (DP-EM's noise then follows each feature's scale)")
     u.add_argument("--ledger", help="DP-EM: charge the fit to this budget ledger (smcdp budget)")
     u.add_argument("--dataset", help="DP-EM with --ledger: the dataset charged")
     u.add_argument("--cmn", choices=("utterance", "causal", "none"), default="utterance",
