@@ -120,3 +120,16 @@ def test_ubm_and_enroll_commands(tmp_path):
     assert main(["speech", "ubm", "--out", str(tmp_path / "dp2.npz"), "--mixtures", "2", "--epsilon", "4",
                  "--delta", "1e-5", "--ledger", str(ledger), "--dataset", "bob", str(tmp_path / "a")]) != 0
     assert not (tmp_path / "dp2.npz").exists()
+
+
+def test_a_public_feature_scale_gives_the_ubm_in_original_units():
+    _, _, X = _fitted()
+    s = np.array([1.0, 10.0, 0.1, 2.0])
+    plain, _ = train_ubm(X * s, 3, n_iter=50)
+    scaled, _ = train_ubm(X * s, 3, n_iter=50, feature_scale=s)
+    order = lambda g: np.argsort(g.means[:, 0])  # noqa: E731 - the clusters lie along every axis
+    # equal up to EM's variance regulariser (1e-3), which acts in the scaled units in one fit only
+    np.testing.assert_allclose(scaled.means[order(scaled)], plain.means[order(plain)], rtol=1e-2, atol=1e-2)
+    np.testing.assert_allclose(scaled.covars[order(scaled)], plain.covars[order(plain)], rtol=1e-2, atol=1e-3)
+    with pytest.raises(InvalidMessage, match="feature-scale"):
+        train_ubm(X, 3, feature_scale=np.array([1.0, -1.0, 1.0, 1.0]))
