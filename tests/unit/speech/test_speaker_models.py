@@ -127,7 +127,7 @@ def test_a_public_feature_scale_gives_the_ubm_in_original_units():
     s = np.array([1.0, 10.0, 0.1, 2.0])
     plain, _ = train_ubm(X * s, 3, n_iter=50)
     scaled, _ = train_ubm(X * s, 3, n_iter=50, feature_scale=s)
-    order = lambda g: np.argsort(g.means[:, 0])  # noqa: E731 - the clusters lie along every axis
+    order = lambda g: np.argsort(g.means[:, 0])  # the clusters lie along every axis
     # equal up to EM's variance regulariser (1e-3), which acts in the scaled units in one fit only
     np.testing.assert_allclose(scaled.means[order(scaled)], plain.means[order(plain)], rtol=1e-2, atol=1e-2)
     np.testing.assert_allclose(scaled.covars[order(scaled)], plain.covars[order(plain)], rtol=1e-2, atol=1e-3)
