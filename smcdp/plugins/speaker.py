@@ -32,6 +32,7 @@ from smcdp.protocols.speaker import (
     VerifyParams,
     identify_alice,
     identify_bob,
+    AliceSizes,
     prepare_alice,
     verify_alice,
     verify_bob,
@@ -47,6 +48,11 @@ def load_speaker_models(path) -> SpeakerModels:
 class _SpeakerPlugin(ProtocolPlugin):
     params_class: type = VerifyParams
     output_name = ""
+
+    def __init__(self) -> None:
+        #: what Alice's next session is prepared for: her last session's sizes (the plug-in lives as long
+        #: as the party process; the protocol module keeps no state of its own)
+        self.last_alice = AliceSizes()
 
     def validate_params(self, params: Mapping[str, Any], roles: Mapping[str, str]) -> dict:
         p = self.params_class.from_mapping(params)
@@ -72,14 +78,17 @@ class _SpeakerPlugin(ProtocolPlugin):
             frames = read_wav(path).frames
         else:
             frames = int(np.load(path, mmap_mode="r", allow_pickle=False).shape[0])
-        prepare_alice(root, frames, self.name, allow_insecure_keys=allow_insecure_keys)
+        prepare_alice(root, frames, self.name, sizes=self.last_alice, allow_insecure_keys=allow_insecure_keys)
 
     async def run_role(self, role: str, ch: Channel, ctx: SessionContext) -> dict:
         p = self.params_class.from_mapping(ctx.params)
         check_key_bits(p.key_bits, ctx.allow_insecure_keys)
         if role == ALICE:
             X = load_utterance(self.input_path(ctx, "utterance", ch.me), p.cmn)
-            return self._result(await self.alice(ch, X, p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys))
+            res = await self.alice(ch, X, p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys)
+            if res.prepare_next is not None:
+                self.last_alice = res.prepare_next
+            return self._result(res)
         if role == BOB:
             models = load_speaker_models(self.input_path(ctx, "models", ch.me))
             return self._result(await self.bob(ch, models, p, seed=ctx.seed,
@@ -96,7 +105,9 @@ class SpeakerVerifyPlugin(_SpeakerPlugin):
 
     @staticmethod
     def _result(res) -> dict:
-        return {**asdict(res), "decision": res.decision}
+        out = {**asdict(res), "decision": res.decision}
+        del out["prepare_next"]        # for the next session here, not part of the record
+        return out
 
 
 class SpeakerIdentifyPlugin(_SpeakerPlugin):
@@ -108,4 +119,6 @@ class SpeakerIdentifyPlugin(_SpeakerPlugin):
 
     @staticmethod
     def _result(res) -> dict:
-        return asdict(res)
+        out = asdict(res)
+        del out["prepare_next"]        # for the next session here, not part of the record
+        return out

@@ -51,6 +51,7 @@ from __future__ import annotations
 import math
 import struct
 import time
+from types import MappingProxyType
 from dataclasses import asdict, dataclass, field, fields
 
 import gmpy2
@@ -261,12 +262,14 @@ class IdentifyParams(SpeakerParams):
 # =============================================================================== results
 @dataclass
 class VerifyResult:
-    """A role's result: ``accept`` is None at the party that does not learn the decision."""
+    """A role's result: ``accept`` is None at the party that does not learn the decision; ``prepare_next``
+    (Alice's): what her next session's key and obfuscators are made for (:func:`prepare_alice`)."""
 
     accept: bool | None
     frames: int = 0
     timings: dict = field(default_factory=dict)
     stats: dict = field(default_factory=dict)
+    prepare_next: "AliceSizes | None" = None
 
     @property
     def decision(self) -> str | None:
@@ -283,6 +286,7 @@ class IdentifyResult:
     frames: int = 0
     timings: dict = field(default_factory=dict)
     stats: dict = field(default_factory=dict)
+    prepare_next: "AliceSizes | None" = None
 
 
 # =============================================================================== shared pieces
@@ -323,7 +327,7 @@ async def _alice_forward(ch: Channel, X, params: SpeakerParams, tag: str, seed: 
                         labels=(params.protocol_name, "forward"), obfuscators=obfuscators)
     try:
         await role.prepare(len(X))
-        _learn(params.protocol_name, role.offline["obfuscator_count"] / len(X), params.key_bits)
+        sizes = AliceSizes(params.key_bits, max(1.0, float(role.offline["obfuscator_count"]) / len(X)))
         offline = {"keygen": keygen, "prepared": obfuscators is not None, **role.offline, "seconds": time.perf_counter() - t0,
                    "cpu_seconds": time.process_time() - c0}
         w_on, c_on = time.perf_counter(), time.process_time()
@@ -331,7 +335,7 @@ async def _alice_forward(ch: Channel, X, params: SpeakerParams, tag: str, seed: 
         online = {"forward": dict(role.online), "w0": w_on, "c0": c_on}
     finally:
         role.close()
-    return private_key, offline, online, fw.frames
+    return private_key, offline, online, fw.frames, sizes
 
 
 async def _bob_forward(ch: Channel, gmms: list[DiagGMM], labels: list[str], models: SpeakerModels,
@@ -363,24 +367,28 @@ async def _bob_forward(ch: Channel, gmms: list[DiagGMM], labels: list[str], mode
 # =============================================================================== Alice's next session, ahead
 #: obfuscators per frame before any session has shown the real number: two (verify) or K̄ + 1 = 17
 #: (identify) models of 64 components, and a few for the products and the termination
-DEFAULT_OBFUSCATORS_PER_FRAME = {"speaker-verify": 2 * 64 + 4, "speaker-identify": 17 * 64 + 4}
-_last: dict[str, dict] = {}
+DEFAULT_OBFUSCATORS_PER_FRAME = MappingProxyType({"speaker-verify": 2 * 64 + 4, "speaker-identify": 17 * 64 + 4})
 
 
-def _learn(protocol: str, per_frame: float, key_bits: int) -> None:
-    _last[protocol] = {"obfuscators_per_frame": max(1.0, float(per_frame)), "key_bits": int(key_bits)}
+@dataclass(frozen=True)
+class AliceSizes:
+    """What Alice's next session is prepared for: the key size and obfuscators per frame of her last
+    session (its result's ``prepare_next``, kept by the plug-in), or the defaults before any (None:
+    :data:`DEFAULT_OBFUSCATORS_PER_FRAME`)."""
+
+    key_bits: int = 2048
+    obfuscators_per_frame: float | None = None
 
 
-def prepare_alice(root: Randomness, frames: int, protocol: str, *, key_bits: int | None = None,
-                  allow_insecure_keys: bool = False) -> None:
+def prepare_alice(root: Randomness, frames: int, protocol: str, *, sizes: AliceSizes = AliceSizes(),
+                  key_bits: int | None = None, allow_insecure_keys: bool = False) -> None:
     """Alice's offline phase for a session of ``protocol`` with randomness root ``root``, started now in the
-    background (issue 27, as keyword's): the key that session derives, its tables and the obfuscators for
-    ``frames`` frames -- the key size and obfuscators per frame of this process's last such session (before
-    any: 2048 bits, :data:`DEFAULT_OBFUSCATORS_PER_FRAME`).  The mixture step's per-term encryptions are
-    the protocol's largest cost, so a warm party does most of its work while idle."""
-    last = _last.get(protocol, {"obfuscators_per_frame": DEFAULT_OBFUSCATORS_PER_FRAME[protocol], "key_bits": 2048})
-    count = int(last["obfuscators_per_frame"] * max(1, min(int(frames), MAX_FRAMES))) + 8
-    bits = last["key_bits"] if key_bits is None else key_bits
+    background (as keyword's): the key that session derives, its tables and the obfuscators for ``frames``
+    frames, of ``sizes``.  The mixture step's per-term encryptions are the protocol's largest cost, so a
+    warm party does most of its work while idle."""
+    per_frame = sizes.obfuscators_per_frame or DEFAULT_OBFUSCATORS_PER_FRAME[protocol]
+    count = int(per_frame * max(1, min(int(frames), MAX_FRAMES))) + 8
+    bits = sizes.key_bits if key_bits is None else key_bits
     prepare_session_keypair(root, protocol, ALICE, bits, uses=count, obfuscators=count,
                             allow_insecure=allow_insecure_keys)
 
@@ -448,7 +456,7 @@ async def verify_alice(ch: Channel, X, params: VerifyParams, *, private_key: Pri
     X = _frames(X, params)
     tag = "sv"
     # --- Steps 1-2: key, secure forward (Bob obtains ξ(ℓ_s), ξ(ℓ_UBM)).
-    sk, offline, online, frames = await _alice_forward(ch, X, params, tag, seed, bob, allow_insecure_keys,
+    sk, offline, online, frames, sizes = await _alice_forward(ch, X, params, tag, seed, bob, allow_insecure_keys,
                                                        private_key)
     # --- Step 4: x = D + r, then the comparison [x < r] = [D < 0].
     t0 = time.perf_counter()
@@ -465,7 +473,7 @@ async def verify_alice(ch: Channel, X, params: VerifyParams, *, private_key: Pri
     accept = None if z is None else not z[0]
     timings = {"offline": offline, "online": _close_clock(online), "frames": frames,
                "total": time.perf_counter() - t_start}
-    return VerifyResult(accept, frames, timings, ch.stats.as_dict())
+    return VerifyResult(accept, frames, timings, ch.stats.as_dict(), prepare_next=sizes)
 
 
 async def verify_bob(ch: Channel, models: SpeakerModels, params: VerifyParams, *, alice: str = ALICE,
@@ -518,7 +526,7 @@ async def identify_alice(ch: Channel, X, params: IdentifyParams, *, private_key:
     X = _frames(X, params)
     tag = "si"
     n = params.candidates
-    sk, offline, online, frames = await _alice_forward(ch, X, params, tag, seed, bob, allow_insecure_keys,
+    sk, offline, online, frames, sizes = await _alice_forward(ch, X, params, tag, seed, bob, allow_insecure_keys,
                                                        private_key)
     t0 = time.perf_counter()
     pk = sk.public_key
@@ -565,7 +573,7 @@ async def identify_alice(ch: Channel, X, params: IdentifyParams, *, private_key:
     online["output"] = time.perf_counter() - t0
     timings = {"offline": offline, "online": _close_clock(online), "frames": frames,
                "total": time.perf_counter() - t_start}
-    return IdentifyResult(learned, speaker, frames, timings, ch.stats.as_dict())
+    return IdentifyResult(learned, speaker, frames, timings, ch.stats.as_dict(), prepare_next=sizes)
 
 
 def _parse_name(raw: bytes, bob: str) -> str | None:
@@ -670,8 +678,9 @@ async def identify_bob(ch: Channel, models: SpeakerModels, params: IdentifyParam
     return IdentifyResult(learned, speaker, T, timings, ch.stats.as_dict())
 
 
-__all__ = [
+__all__ = (
     "ALICE",
+    "AliceSizes",
     "BOB",
     "IdentifyParams",
     "IdentifyResult",
@@ -679,6 +688,7 @@ __all__ = [
     "VerifyResult",
     "identify_alice",
     "identify_bob",
+    "prepare_alice",
     "verify_alice",
     "verify_bob",
-]
+)
