@@ -25,13 +25,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from smcdp.cli.demo.dp_aggregate import demo_dp_aggregate
 from smcdp.crypto import dgk  # noqa: E402
 from smcdp.errors import InvalidMessage  # noqa: E402
 from smcdp.net.channel import InMemoryNetwork
+from smcdp.plugins.dp_aggregate import load_dataset
 from smcdp.primitives.comparison import compare_holder_a, compare_holder_b
 from smcdp.protocols.dp_aggregate import DPAggregateParams, train_local
-from smcdp.cli.demo.dp_aggregate import demo_dp_aggregate
-from smcdp.plugins.dp_aggregate import load_dataset
 
 
 def write_parties(dirpath: Path, K: int, d: int, n: int = 200, seed: int = 0) -> list[str]:
@@ -68,10 +68,14 @@ def dgk_rate(count: int, ell: int = 166) -> tuple[float, float]:
     ys = [rng.getrandbits(ell) + lo for _ in range(count)]
     net = InMemoryNetwork({"a": "a", "b": "b"})
     t0 = time.perf_counter()
-    res = asyncio.run(net.run({
-        "a": lambda ch: compare_holder_a(ch, "b", xs, ell=ell, output="b"),
-        "b": lambda ch: compare_holder_b(ch, "a", ys, ell=ell, key=key, output="b"),
-    }))
+    res = asyncio.run(
+        net.run(
+            {
+                "a": lambda ch: compare_holder_a(ch, "b", xs, ell=ell, output="b"),
+                "b": lambda ch: compare_holder_b(ch, "a", ys, ell=ell, key=key, output="b"),
+            }
+        )
+    )
     el = time.perf_counter() - t0
     assert res["b"] == [int(x < y) for x, y in zip(xs, ys)]
     return count / el, keygen
@@ -93,15 +97,14 @@ def main(argv=None) -> int:
                 sub = Path(tmp) / f"K{K}d{d}"
                 sub.mkdir()
                 paths = write_parties(sub, K, d)
-                plaintext_baseline(paths, lam, eps)            # warm-up (imports, caches)
+                plaintext_baseline(paths, lam, eps)  # warm-up (imports, caches)
                 base = min(plaintext_baseline(paths, lam, eps) for _ in range(3))
                 print(f"K={K} d={d} …", file=sys.stderr)
                 for attempt in (1, 2):
                     try:
-                        out = demo_dp_aggregate(paths, epsilon=eps, lam=lam, key_bits=args.key_bits,
-                                                min_records=100)
+                        out = demo_dp_aggregate(paths, epsilon=eps, lam=lam, key_bits=args.key_bits, min_records=100)
                         break
-                    except InvalidMessage as exc:      # e.g. a session start that timed out under load
+                    except InvalidMessage as exc:  # e.g. a session start that timed out under load
                         if attempt == 2:
                             raise
                         print(f"K={K} d={d}: attempt 1 failed ({str(exc)[:200]}); retrying", file=sys.stderr)
@@ -111,16 +114,24 @@ def main(argv=None) -> int:
                 rows.append((K, d, out["seconds"], sum(b.values()), b["charlie"], max(parties.values()), base))
     rate, keygen = dgk_rate(8 if args.quick else 28)
 
-    lines = [f"Paillier {args.key_bits}-bit, DGK 2048-bit (t = 224), ε = {eps}, λ = {lam}, 200 rows per party; "
-             "separate processes over gRPC + mutual TLS on loopback, 2 cores shared by K + 2 processes.", "",
-             "| K | d | seconds end to end | bytes sent (all) | Charlie sent | max party sent | plaintext baseline (s) | ratio |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"Paillier {args.key_bits}-bit, DGK 2048-bit (t = 224), ε = {eps}, λ = {lam}, 200 rows per party; "
+        "separate processes over gRPC + mutual TLS on loopback, 2 cores shared by K + 2 processes.",
+        "",
+        "| K | d | seconds end to end | bytes sent (all) | Charlie sent | max party sent | plaintext baseline (s) | ratio |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for K, d, sec, tot, ch, mx, base in rows:
-        lines.append(f"| {K} | {d} | {sec:.1f} | {tot / 1024:.0f} KiB | {ch / 1024:.0f} KiB | {mx / 1024:.0f} KiB | "
-                     f"{base:.3f} | {sec / base:.0f}× |")
-    lines += ["", f"DGK comparisons of 166-bit integers, 2048-bit key, one process (both sides): "
-                  f"**{rate:.1f} comparisons/s** (key generation {keygen:.1f} s, once per session). "
-                  "Stage 1 needs K − 1 comparisons (a tournament): 2, 4 and 7 for K = 3, 5, 8."]
+        lines.append(
+            f"| {K} | {d} | {sec:.1f} | {tot / 1024:.0f} KiB | {ch / 1024:.0f} KiB | {mx / 1024:.0f} KiB | "
+            f"{base:.3f} | {sec / base:.0f}× |"
+        )
+    lines += [
+        "",
+        f"DGK comparisons of 166-bit integers, 2048-bit key, one process (both sides): "
+        f"**{rate:.1f} comparisons/s** (key generation {keygen:.1f} s, once per session). "
+        "Stage 1 needs K − 1 comparisons (a tournament): 2, 4 and 7 for K = 3, 5, 8.",
+    ]
     for K, d, why in retried:
         lines += ["", f"_K = {K}, d = {d} needed a second attempt: {why}_"]
     print("\n".join(lines))

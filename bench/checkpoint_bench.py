@@ -84,9 +84,11 @@ def _session(cluster, protocol, roles, params, initiator, chaos=None):
 
 
 def measure(name, parties, roles, params, initiator, chaos, repeats, tmp, insecure, rounds_of, gap) -> str:
-    kw = dict(allow_insecure_keys=insecure, allow_seeded=True, open_policy=True)   # deny by default since issue 24
-    with LocalCluster(parties, workdir=tmp / "with", **kw) as on, \
-            LocalCluster(parties, workdir=tmp / "without", extra_env=NO_CHECKPOINT, **kw) as off:
+    kw = dict(allow_insecure_keys=insecure, allow_seeded=True, open_policy=True)  # deny by default since issue 24
+    with (
+        LocalCluster(parties, workdir=tmp / "with", **kw) as on,
+        LocalCluster(parties, workdir=tmp / "without", extra_env=NO_CHECKPOINT, **kw) as off,
+    ):
         runs: dict[str, list] = {"on": [], "off": []}
         # One untimed session per cluster first: a party process's first session is cold (imports,
         # tables), and the two clusters must not be measured at different temperatures.  Before each
@@ -94,8 +96,8 @@ def measure(name, parties, roles, params, initiator, chaos, repeats, tmp, insecu
         # idle (the next session's offline work, issue 27), so it runs in neither configuration's session.
         for cluster in (on, off):
             _session(cluster, name, roles, params, initiator)
-        for i in range(repeats):                  # alternate, so that drifts in load hit both alike
-            for which in (("on", "off") if i % 2 == 0 else ("off", "on")):
+        for i in range(repeats):  # alternate, so that drifts in load hit both alike
+            for which in ("on", "off") if i % 2 == 0 else ("off", "on"):
                 time.sleep(gap)
                 runs[which].append(_session(on if which == "on" else off, name, roles, params, initiator))
         _, killed, _ = _session(on, name, roles, params, initiator, chaos)
@@ -112,21 +114,28 @@ def measure(name, parties, roles, params, initiator, chaos, repeats, tmp, insecu
         step = "—"
     else:
         step_ratio = statistics.median(a / b - 1 for a, b in zip(rounds_on, rounds_off))
-        step = (f"{statistics.median(rounds_off) * 1000:.0f} → {statistics.median(rounds_on) * 1000:.0f} ms "
-                f"(**{100 * step_ratio:+.1f} %**)")
+        step = (
+            f"{statistics.median(rounds_off) * 1000:.0f} → {statistics.median(rounds_on) * 1000:.0f} ms "
+            f"(**{100 * step_ratio:+.1f} %**)"
+        )
     cps = {p: (r.get("stats") or {}).get("checkpoint") or {} for p, r in recs.items()}
     party = max(cps, key=lambda p: cps[p].get("journal_seconds", 0.0))
     cp = cps[party]
     rounds, what = rounds_of(recs)
-    print(f"{name}: with {[round(r[1], 2) for r in runs['on']]} s, without {[round(r[1], 2) for r in runs['off']]} s",
-          file=sys.stderr, flush=True)
-    return (f"| {name} | {rounds} {what} | {wall['off']:.2f} s | {wall['on']:.2f} s | "
-            f"**{100 * statistics.median(ratios):+.1f} %** ({100 * lo:+.1f} … {100 * hi:+.1f} %; pairs {100 * ratios[0]:+.0f} … "
-            f"{100 * ratios[-1]:+.0f} %) | "
-            f"{step} | {cpu['off']:.2f} s | {cpu['on']:.2f} s | {100 * statistics.median(cpu_ratios):+.1f} % | "
-            f"{party}: {cp.get('journal_records', 0)} records, "
-            f"{cp.get('journal_syncs', 0)} syncs, {cp.get('journal_bytes', 0) / 1024:.0f} KiB, "
-            f"{cp.get('journal_seconds', 0.0) * 1000:.0f} ms writing | {killed:.2f} s |")
+    print(
+        f"{name}: with {[round(r[1], 2) for r in runs['on']]} s, without {[round(r[1], 2) for r in runs['off']]} s",
+        file=sys.stderr,
+        flush=True,
+    )
+    return (
+        f"| {name} | {rounds} {what} | {wall['off']:.2f} s | {wall['on']:.2f} s | "
+        f"**{100 * statistics.median(ratios):+.1f} %** ({100 * lo:+.1f} … {100 * hi:+.1f} %; pairs {100 * ratios[0]:+.0f} … "
+        f"{100 * ratios[-1]:+.0f} %) | "
+        f"{step} | {cpu['off']:.2f} s | {cpu['on']:.2f} s | {100 * statistics.median(cpu_ratios):+.1f} % | "
+        f"{party}: {cp.get('journal_records', 0)} records, "
+        f"{cp.get('journal_syncs', 0)} syncs, {cp.get('journal_bytes', 0) / 1024:.0f} KiB, "
+        f"{cp.get('journal_seconds', 0.0) * 1000:.0f} ms writing | {killed:.2f} s |"
+    )
 
 
 def main() -> int:
@@ -135,8 +144,12 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="1024-bit keys")
     ap.add_argument("--repeats", type=int, default=3, help="sessions per protocol and configuration (median)")
     ap.add_argument("--protocols", default="power-iteration,dp-aggregate,keyword")
-    ap.add_argument("--gap", type=float, default=3.0,
-                    help="seconds of idle before each timed session (the parties' offline work for the next one)")
+    ap.add_argument(
+        "--gap",
+        type=float,
+        default=3.0,
+        help="seconds of idle before each timed session (the parties' offline work for the next one)",
+    )
     args = ap.parse_args()
     bits = 1024 if args.quick else args.key_bits
     insecure = bits < 2048
@@ -144,41 +157,98 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        if "power-iteration" in todo:       # the bundled example data (30 rows; 80 + 120 samples)
+        if "power-iteration" in todo:  # the bundled example data (30 rows; 80 + 120 samples)
             data = REPO / "examples" / "data" / "power_iteration"
-            parties = {"trent": {}, "alice": {"power-iteration": {"data": data / "hospital_a.npy"}},
-                       "bob": {"power-iteration": {"data": data / "hospital_b.npy"}}}
-            rows.append(measure("power-iteration", parties, {"trent": "trent", "party1": "alice", "party2": "bob"},
-                                {"n_parties": 2, "key_bits": bits}, "trent", "kill:bob:round=5", args.repeats,
-                                tmp / "pi", insecure, lambda r: (r["trent"]["result"]["rounds"], "rounds"), args.gap))
-        if "dp-aggregate" in todo:          # the bundled three organisations
+            parties = {
+                "trent": {},
+                "alice": {"power-iteration": {"data": data / "hospital_a.npy"}},
+                "bob": {"power-iteration": {"data": data / "hospital_b.npy"}},
+            }
+            rows.append(
+                measure(
+                    "power-iteration",
+                    parties,
+                    {"trent": "trent", "party1": "alice", "party2": "bob"},
+                    {"n_parties": 2, "key_bits": bits},
+                    "trent",
+                    "kill:bob:round=5",
+                    args.repeats,
+                    tmp / "pi",
+                    insecure,
+                    lambda r: (r["trent"]["result"]["rounds"], "rounds"),
+                    args.gap,
+                )
+            )
+        if "dp-aggregate" in todo:  # the bundled three organisations
             data = REPO / "examples" / "data" / "dp_aggregate"
             names = ("alice", "bob", "carol")
-            parties = {"charlie": {}, "dave": {}, **{n: {"dp-aggregate": {"data": data / f"org{i + 1}.npz"}}
-                                                      for i, n in enumerate(names)}}
+            parties = {
+                "charlie": {},
+                "dave": {},
+                **{n: {"dp-aggregate": {"data": data / f"org{i + 1}.npz"}} for i, n in enumerate(names)},
+            }
             roles = {"charlie": "charlie", "dave": "dave", **{f"party{i + 1}": n for i, n in enumerate(names)}}
             X = np.load(data / "org1.npz")["X"]
-            params = {"n_parties": 3, "dim": int(X.shape[1]), "epsilon": 1.0, "lam": 0.01, "key_bits": bits,
-                      "dgk_bits": 2048 if bits >= 2048 else 1024, "dgk_t": 224 if bits >= 2048 else 96}
-            rows.append(measure("dp-aggregate", parties, roles, params, "charlie", "kill:charlie:round=2",
-                                args.repeats, tmp / "dpa", insecure, lambda r: (3, "stages"), args.gap))
-        if "keyword" in todo:               # the committed fixture
+            params = {
+                "n_parties": 3,
+                "dim": int(X.shape[1]),
+                "epsilon": 1.0,
+                "lam": 0.01,
+                "key_bits": bits,
+                "dgk_bits": 2048 if bits >= 2048 else 1024,
+                "dgk_t": 224 if bits >= 2048 else 96,
+            }
+            rows.append(
+                measure(
+                    "dp-aggregate",
+                    parties,
+                    roles,
+                    params,
+                    "charlie",
+                    "kill:charlie:round=2",
+                    args.repeats,
+                    tmp / "dpa",
+                    insecure,
+                    lambda r: (3, "stages"),
+                    args.gap,
+                )
+            )
+        if "keyword" in todo:  # the committed fixture
             kw = REPO / "tests" / "data" / "keyword"
-            parties = {"alice": {"keyword": {"utterance": kw / "utterance_98.npy"}},
-                       "bob": {"keyword": {"models": kw / "models.npz"}}}
-            rows.append(measure("keyword", parties, {"alice": "alice", "bob": "bob"}, {"key_bits": bits}, "alice",
-                                "kill:bob:round=50", args.repeats, tmp / "kw", insecure, lambda r: (98, "frames"), args.gap))
-    print(f"{bits}-bit keys; median of {args.repeats} session(s) per configuration, alternating, after one untimed "
-          f"session per configuration and {args.gap:g} s of idle before each; CPU = all party "
-          "processes; the overhead is the median over back-to-back pairs of (with / without - 1); 'per round' "
-          "leaves out the set-up (power iteration: Trent's rounds after the first; keyword: the online phase per "
-          "frame), whose key generation varies most with the machine's load. 'Without' keeps no checkpoint at all (no journal, no checkpoint.json updates, no input "
-          "fingerprint); 'with' is as shipped. 'Killed' is one session with a party SIGKILLed mid-way (power "
-          "iteration: bob at round 5; dp-aggregate: charlie at stage 2; keyword: bob at frame 50), restarted 1 s "
-          "later from its configuration, replaying its role from its checkpoint.")
+            parties = {
+                "alice": {"keyword": {"utterance": kw / "utterance_98.npy"}},
+                "bob": {"keyword": {"models": kw / "models.npz"}},
+            }
+            rows.append(
+                measure(
+                    "keyword",
+                    parties,
+                    {"alice": "alice", "bob": "bob"},
+                    {"key_bits": bits},
+                    "alice",
+                    "kill:bob:round=50",
+                    args.repeats,
+                    tmp / "kw",
+                    insecure,
+                    lambda r: (98, "frames"),
+                    args.gap,
+                )
+            )
+    print(
+        f"{bits}-bit keys; median of {args.repeats} session(s) per configuration, alternating, after one untimed "
+        f"session per configuration and {args.gap:g} s of idle before each; CPU = all party "
+        "processes; the overhead is the median over back-to-back pairs of (with / without - 1); 'per round' "
+        "leaves out the set-up (power iteration: Trent's rounds after the first; keyword: the online phase per "
+        "frame), whose key generation varies most with the machine's load. 'Without' keeps no checkpoint at all (no journal, no checkpoint.json updates, no input "
+        "fingerprint); 'with' is as shipped. 'Killed' is one session with a party SIGKILLed mid-way (power "
+        "iteration: bob at round 5; dp-aggregate: charlie at stage 2; keyword: bob at frame 50), restarted 1 s "
+        "later from its configuration, replaying its role from its checkpoint."
+    )
     print()
-    print("| protocol | rounds | without | with | overhead (median of pairs; 90 % interval; range) | per round, without → with | "
-          "CPU without | CPU with | CPU overhead | journal (busiest party) | killed + restarted |")
+    print(
+        "| protocol | rounds | without | with | overhead (median of pairs; 90 % interval; range) | per round, without → with | "
+        "CPU without | CPU with | CPU overhead | journal (busiest party) | killed + restarted |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(r)

@@ -114,8 +114,13 @@ async def _main(maps: list[tuple[tuple[str, int], tuple[str, int]]], rtt: float)
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rtt-ms", type=float, required=True, help="round-trip time to add (milliseconds)")
-    ap.add_argument("--map", action="append", required=True, metavar="LISTEN=TARGET",
-                    help="host:port to listen on = host:port to forward to (repeat)")
+    ap.add_argument(
+        "--map",
+        action="append",
+        required=True,
+        metavar="LISTEN=TARGET",
+        help="host:port to listen on = host:port to forward to (repeat)",
+    )
     args = ap.parse_args()
     maps = []
     for m in args.map:

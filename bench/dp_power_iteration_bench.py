@@ -70,26 +70,36 @@ def shares(n: int, N: int) -> list[int]:
 
 def smcdp_run(M: np.ndarray, eps: float, sk, N: int, r: int, **kw):
     """(U k × r, the parties' decrypted sum in the covariance mode or None, seconds)."""
-    params = PowerIterationParams(n_parties=N, key_bits=sk.public_key.bits, epsilon=eps, delta=DELTA,
-                                  components=r, rows=M.shape[0], max_samples=M.shape[1], **kw)
+    params = PowerIterationParams(
+        n_parties=N,
+        key_bits=sk.public_key.bits,
+        epsilon=eps,
+        delta=DELTA,
+        components=r,
+        rows=M.shape[0],
+        max_samples=M.shape[1],
+        **kw,
+    )
     roles = {"trent": "trent", **{f"party{i + 1}": f"p{i + 1}" for i in range(N)}}
     net = InMemoryNetwork(roles, timeout=1200)
     blocks, c0 = [], 0
     for n_i in shares(M.shape[1], N):
-        blocks.append(M[:, c0:c0 + n_i])
+        blocks.append(M[:, c0 : c0 + n_i])
         c0 += n_i
     coros = {"trent": lambda c: trent(c, params, allow_insecure_keys=True)}
     for i, A in enumerate(blocks):
-        coros[f"party{i + 1}"] = (lambda c, A=A, i=i: data_party(c, A, params, private_key=sk if i == 0 else None,
-                                                                allow_insecure_keys=True))
+        coros[f"party{i + 1}"] = lambda c, A=A, i=i: data_party(
+            c, A, params, private_key=sk if i == 0 else None, allow_insecure_keys=True
+        )
     t0 = time.perf_counter()
     res = asyncio.run(net.run(coros))
     secs = time.perf_counter() - t0
     total = None
     if params.dp_mode == "covariance":
         (data,) = [d for s_, t, _, d in net.received_by("party1") if t == COV_SUM_TAG]
-        vec = EncryptedVector.from_proto(pb.CiphertextVector.FromString(data), sk.public_key,
-                                         packing=params.packing(sk.public_key))
+        vec = EncryptedVector.from_proto(
+            pb.CiphertextVector.FromString(data), sk.public_key, packing=params.packing(sk.public_key)
+        )
         total = np.asarray(decode_fixed(vec.decrypt_ints(sk), vec.exponent), dtype=np.float64)
     return np.column_stack([c["u"] for c in res["party1"].components]), total, secs
 
@@ -106,13 +116,15 @@ def central_gaussian(M: np.ndarray, eps: float, r: int, rng) -> np.ndarray:
 
 
 def central_sigma(eps: float, k: int) -> float:
-    return dp_calibration(PowerIterationParams(n_parties=2, epsilon=eps, delta=DELTA, rows=k,
-                                               dp_method="covariance")).sigma
+    return dp_calibration(
+        PowerIterationParams(n_parties=2, epsilon=eps, delta=DELTA, rows=k, dp_method="covariance")
+    ).sigma
 
 
 def _dpl_fit(conn, X, eps, seed, r):
     warnings.filterwarnings("ignore")
     from diffprivlib.models import PCA
+
     t0 = time.process_time()
     p = PCA(n_components=r, epsilon=eps, data_norm=1.0, centered=True, random_state=seed).fit(X)
     conn.send((p.components_.T, time.process_time() - t0))
@@ -145,8 +157,10 @@ def dpl_table(n: int, seeds: int, timeout: float) -> int:
     """diffprivlib where its sampler may finish (small n), beside the covariance mode and the central Gaussian."""
     _, sk = generate_keypair(1024, allow_insecure=True)
     rng = np.random.default_rng(2027)
-    print(f"k = 20, n = {n:,}, N = 2, docs data, u_1; median [worst] over {seeds} seeds; diffprivlib "
-          f"{timeout:g} s per fit\n")
+    print(
+        f"k = 20, n = {n:,}, N = 2, docs data, u_1; median [worst] over {seeds} seeds; diffprivlib "
+        f"{timeout:g} s per fit\n"
+    )
     print("| ε | covariance u_1 | central u_1 | diffprivlib u_1 |\n|---|---|---|---|")
     for eps in EPSILONS:
         cos = {m: [] for m in ("covariance", "central", "diffprivlib")}
@@ -167,8 +181,12 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--dpl-timeout", type=float, default=20.0)
     ap.add_argument("--quick", action="store_true", help="n = 2,000 and N = 2 only, 3 seeds")
-    ap.add_argument("--dpl-n", type=int, help="only a diffprivlib table: this n (docs data, N = 2), against the "
-                                               "covariance mode and the central Gaussian")
+    ap.add_argument(
+        "--dpl-n",
+        type=int,
+        help="only a diffprivlib table: this n (docs data, N = 2), against the "
+        "covariance mode and the central Gaussian",
+    )
     args = ap.parse_args()
     seeds = 3 if args.quick else args.seeds
     if args.dpl_n:
@@ -179,9 +197,11 @@ def main() -> int:
     methods = ("covariance", "power", "power, gap", "central", "diffprivlib")
     noise_rows = []
     for dname, (make, gap, r) in DATA.items():
-        print(f"\n**{dname} data** (k = 20, r = {r}: u_1{' and u_2' if r == 2 else ''}; gap_ratio {gap:g}, "
-              f"T = {PowerIterationParams(n_parties=2, epsilon=1, delta=DELTA, rows=20, gap_ratio=gap).dp_rounds} "
-              f"in the power mode with it; median [worst] over {seeds} data seeds)\n")
+        print(
+            f"\n**{dname} data** (k = 20, r = {r}: u_1{' and u_2' if r == 2 else ''}; gap_ratio {gap:g}, "
+            f"T = {PowerIterationParams(n_parties=2, epsilon=1, delta=DELTA, rows=20, gap_ratio=gap).dp_rounds} "
+            f"in the power mode with it; median [worst] over {seeds} data seeds)\n"
+        )
         cols = [f"{m} u_{j + 1}" for m in methods for j in range(r)]
         print("| n | N | ε | " + " | ".join(cols) + " |")
         print("|---|---|---|" + "---|" * len(cols))
@@ -193,10 +213,12 @@ def main() -> int:
                         M = make(s_, n=n)
                         U = top_eigenvectors(M, r)
                         V, total, _ = smcdp_run(M, eps, sk, N, r, dp_method="covariance")
-                        fits = {"covariance": V,
-                                "power": smcdp_run(M, eps, sk, N, r, dp_method="power")[0],
-                                "power, gap": smcdp_run(M, eps, sk, N, r, gap_ratio=gap)[0],
-                                "central": central_gaussian(M, eps, r, rng)}
+                        fits = {
+                            "covariance": V,
+                            "power": smcdp_run(M, eps, sk, N, r, dp_method="power")[0],
+                            "power, gap": smcdp_run(M, eps, sk, N, r, gap_ratio=gap)[0],
+                            "central": central_gaussian(M, eps, r, rng),
+                        }
                         if N == 2 and n == 2_000:
                             got = diffprivlib_pca(M, eps, s_, args.dpl_timeout, r)
                             if got is not None:
@@ -213,9 +235,11 @@ def main() -> int:
                         for j in range(r):
                             row.append(cell(cos[m][j], total_fits) if total_fits else "not run")
                     print(f"| {n:,} | {N} | {eps:g} | " + " | ".join(row) + " |", flush=True)
-    print("\nThe covariance mode's aggregate noise (std of the decrypted sum minus the plaintext clipped "
-          "covariance, isometric packing) over the central sigma of one release (√N expected: every party "
-          "adds the full sigma):\n")
+    print(
+        "\nThe covariance mode's aggregate noise (std of the decrypted sum minus the plaintext clipped "
+        "covariance, isometric packing) over the central sigma of one release (√N expected: every party "
+        "adds the full sigma):\n"
+    )
     print("| n | N | ε | measured ratio | √N |\n|---|---|---|---|---|")
     for n, N, eps, ratio in noise_rows:
         print(f"| {n:,} | {N} | {eps:g} | {ratio:.3f} | {math.sqrt(N):.3f} |")
@@ -224,18 +248,32 @@ def main() -> int:
         for s_ in range(seeds):
             M = spectral_gap_data(s_, k=100, n=20_000)
             c.append(cos_of(smcdp_run(M, 0.1, sk, 2, 1)[0], top_eigenvectors(M, 1), 0))
-        cc = [cos_of(central_gaussian(spectral_gap_data(s_, k=100, n=20_000), 0.1, 1, rng),
-                     top_eigenvectors(spectral_gap_data(s_, k=100, n=20_000), 1), 0) for s_ in range(seeds)]
-        print(f"\nk = 100, n = 20,000, N = 2, ε = 0.1 (auto: covariance), u_1: {cell(c, seeds)}; "
-              f"central {cell(cc, seeds)}")
-        for kw, name in (({}, "auto (covariance)"), ({"gap_ratio": 0.86}, "power, gap_ratio 0.86"),
-                         ({"dp_method": "power"}, "power, T = 10")):
+        cc = [
+            cos_of(
+                central_gaussian(spectral_gap_data(s_, k=100, n=20_000), 0.1, 1, rng),
+                top_eigenvectors(spectral_gap_data(s_, k=100, n=20_000), 1),
+                0,
+            )
+            for s_ in range(seeds)
+        ]
+        print(
+            f"\nk = 100, n = 20,000, N = 2, ε = 0.1 (auto: covariance), u_1: {cell(c, seeds)}; "
+            f"central {cell(cc, seeds)}"
+        )
+        for kw, name in (
+            ({}, "auto (covariance)"),
+            ({"gap_ratio": 0.86}, "power, gap_ratio 0.86"),
+            ({"dp_method": "power"}, "power, T = 10"),
+        ):
             w = []
             for s_ in range(10):
                 M = small_gap_data(s_)
                 w.append(cos_of(smcdp_run(M, 1.0, sk, 2, 1, **kw)[0], top_eigenvectors(M, 1), 0))
-            print(f"small gap, n = 20,000, N = 2, ε = 1, {name}: u_1 worst of 10 seeds {min(w):.4f} "
-                  f"(median {np.median(w):.4f})", flush=True)
+            print(
+                f"small gap, n = 20,000, N = 2, ε = 1, {name}: u_1 worst of 10 seeds {min(w):.4f} "
+                f"(median {np.median(w):.4f})",
+                flush=True,
+            )
     return 0
 
 

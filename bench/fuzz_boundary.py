@@ -99,6 +99,7 @@ def phase_b(n: int) -> dict:
                 msg.ParseFromString(data)
             except Exception as exc:  # noqa: BLE001 - what Channel.recv turns into InvalidMessage
                 from google.protobuf.message import DecodeError
+
                 if isinstance(exc, DecodeError):
                     outcomes["undecodable"] += 1
                     return
@@ -128,8 +129,11 @@ def phase_b(n: int) -> dict:
 
     per_type = max(1, n // len(PAYLOADS))
     for type_name, strategy in PAYLOADS.items():
-        payloads = st.one_of(strategy.map(lambda m: m.SerializeToString()), st.binary(max_size=200),
-                             strategy.flatmap(lambda m: mutated(m.SerializeToString())))
+        payloads = st.one_of(
+            strategy.map(lambda m: m.SerializeToString()),
+            st.binary(max_size=200),
+            strategy.flatmap(lambda m: mutated(m.SerializeToString())),
+        )
 
         @settings(max_examples=per_type, **FUZZ)
         @given(data=payloads)
@@ -146,22 +150,40 @@ def phase_c(channels, cfgs, sessions: int) -> dict:
     alice, charlie = channels["alice"], channels["charlie"]
     plans = [
         # (protocol, roles, params, [(sender channel, tag, payload type)])
-        ("power-iteration", {"trent": "bob", "party1": "alice", "party2": "charlie"}, {"key_bits": 512, "rows": 3},
-         [(alice, "public_key", "smcdp.v1.PaillierPublicKey"), (alice, "dims", "smcdp.v1.Ints"),
-          (charlie, "dims", "smcdp.v1.Ints"), (alice, "contrib/0", "smcdp.v1.CiphertextVector"),
-          (charlie, "contrib/0", "smcdp.v1.CiphertextVector")]),
-        ("power-iteration", {"trent": "charlie", "party1": "alice", "party2": "bob"}, {"key_bits": 512, "rows": 3},
-         [(alice, "keypair", "smcdp.v1.PaillierKeyPair")]),
-        ("keyword", {"alice": "alice", "bob": "bob"}, {"key_bits": 512},
-         [(alice, "kw/pk", "smcdp.v1.PaillierPublicKey"), (alice, "kw/fw/T", "smcdp.v1.Ints")]),
+        (
+            "power-iteration",
+            {"trent": "bob", "party1": "alice", "party2": "charlie"},
+            {"key_bits": 512, "rows": 3},
+            [
+                (alice, "public_key", "smcdp.v1.PaillierPublicKey"),
+                (alice, "dims", "smcdp.v1.Ints"),
+                (charlie, "dims", "smcdp.v1.Ints"),
+                (alice, "contrib/0", "smcdp.v1.CiphertextVector"),
+                (charlie, "contrib/0", "smcdp.v1.CiphertextVector"),
+            ],
+        ),
+        (
+            "power-iteration",
+            {"trent": "charlie", "party1": "alice", "party2": "bob"},
+            {"key_bits": 512, "rows": 3},
+            [(alice, "keypair", "smcdp.v1.PaillierKeyPair")],
+        ),
+        (
+            "keyword",
+            {"alice": "alice", "bob": "bob"},
+            {"key_bits": 512},
+            [(alice, "kw/pk", "smcdp.v1.PaillierPublicKey"), (alice, "kw/fw/T", "smcdp.v1.Ints")],
+        ),
     ]
     codes: Counter = Counter()
     bad = []
-    samples = {t: _draw(st.one_of(s.map(lambda m: m.SerializeToString()), st.binary(max_size=120)), 64)
-               for t, s in PAYLOADS.items()}
+    samples = {
+        t: _draw(st.one_of(s.map(lambda m: m.SerializeToString()), st.binary(max_size=120)), 64)
+        for t, s in PAYLOADS.items()
+    }
     for i in range(sessions):
         protocol, roles, params, feeds = plans[i % len(plans)]
-        sid = f"alice.live-{i}"   # in the proposer's namespace (issue 24)
+        sid = f"alice.live-{i}"  # in the proposer's namespace (issue 24)
         spec = tpb.SessionSpec(session_id=sid, protocol=protocol, params_json=json.dumps(params), timeout_seconds=20)
         for r, p in roles.items():
             spec.roles[r] = p
@@ -173,8 +195,15 @@ def phase_c(channels, cfgs, sessions: int) -> dict:
         for ch, tag, type_name in feeds:
             pool = samples[type_name]
             data = pool[(i * 7 + len(tag)) % len(pool)]
-            env = tpb.Envelope(session_id=sid, tag=tag, type_name=type_name, chunk_index=0, chunk_count=1,
-                               total_size=len(data), data=data).SerializeToString()
+            env = tpb.Envelope(
+                session_id=sid,
+                tag=tag,
+                type_name=type_name,
+                chunk_index=0,
+                chunk_count=1,
+                total_size=len(data),
+                data=data,
+            ).SerializeToString()
             call_deliver(ch, [env])
         end = time.monotonic() + 30
         while True:
@@ -188,8 +217,11 @@ def phase_c(channels, cfgs, sessions: int) -> dict:
         codes[err] += 1
         if err in ("INTERNAL", "UNKNOWN") and (rec.get("error") or {}).get("origin") == "bob" and len(bad) < 20:
             bad.append({"session": sid, "protocol": protocol, "error": rec["error"]})
-        call_unary(alice, MAILBOX + "Abort", tpb.AbortRequest(session_id=sid, code="CANCELLED",
-                                                              message="fuzz done").SerializeToString())
+        call_unary(
+            alice,
+            MAILBOX + "Abort",
+            tpb.AbortRequest(session_id=sid, code="CANCELLED", message="fuzz done").SerializeToString(),
+        )
     return {"sessions": sessions, "end_states": dict(codes), "server_failures": bad}
 
 
@@ -215,9 +247,14 @@ def main(argv=None) -> int:
 
     tmp = Path(tempfile.mkdtemp(prefix="smcdp-fuzz-"))
     np.save(tmp / "B.npy", np.arange(6, dtype=float).reshape(3, 2))
-    cfgs = make_deployment(tmp, ["alice", "bob", "charlie"], limits=Limits(max_session_seconds=3600.0, proposal_grace_seconds=3600.0),
-                           inputs={"bob": {"power-iteration": {"data": tmp / "B.npy"},
-                                           "keyword": {"models": KEYWORD_DATA / "models.npz"}}})
+    cfgs = make_deployment(
+        tmp,
+        ["alice", "bob", "charlie"],
+        limits=Limits(max_session_seconds=3600.0, proposal_grace_seconds=3600.0),
+        inputs={
+            "bob": {"power-iteration": {"data": tmp / "B.npy"}, "keyword": {"models": KEYWORD_DATA / "models.npz"}}
+        },
+    )
     procs = {n: PartyProcess(n, cfgs[n], tmp, use_launcher=False) for n in ("bob", "charlie")}
     for n in procs:
         client.wait_healthy(cfgs[n], timeout=60)
@@ -225,9 +262,11 @@ def main(argv=None) -> int:
     summary: dict = {"target": "bob (separate process, mutual TLS on loopback)"}
     t0 = time.monotonic()
     try:
-        with raw_channel(tmp / "certs", "alice", address, "bob") as alice, \
-                raw_channel(tmp / "certs", "charlie", address, "bob") as charlie, \
-                raw_channel(tmp / "certs", "bob", address, "bob") as own:
+        with (
+            raw_channel(tmp / "certs", "alice", address, "bob") as alice,
+            raw_channel(tmp / "certs", "charlie", address, "bob") as charlie,
+            raw_channel(tmp / "certs", "bob", address, "bob") as own,
+        ):
             rss0 = _rss(procs["bob"].proc.pid)
             t = time.monotonic()
             summary["mailbox"] = phase_a(alice, args.inputs)
@@ -240,18 +279,26 @@ def main(argv=None) -> int:
             summary["live"]["seconds"] = round(time.monotonic() - t, 1)
             alive = procs["bob"].proc.poll() is None
             health = health_pb2_grpc.HealthStub(own).Check(health_pb2.HealthCheckRequest(service=""), timeout=10)
-            rec = client.start_session(cfgs["charlie"], "net-echo", {"a": "charlie", "b": "bob"}, {"n": 4},
-                                       timeout=30)
-            summary["after"] = {"alive": alive, "health": health_pb2.HealthCheckResponse.ServingStatus.Name(
-                health.status), "honest_session": rec["state"], "rss_mb_before": round(rss0, 1),
-                "rss_mb_after": round(_rss(procs["bob"].proc.pid), 1)}
+            rec = client.start_session(cfgs["charlie"], "net-echo", {"a": "charlie", "b": "bob"}, {"n": 4}, timeout=30)
+            summary["after"] = {
+                "alive": alive,
+                "health": health_pb2.HealthCheckResponse.ServingStatus.Name(health.status),
+                "honest_session": rec["state"],
+                "rss_mb_before": round(rss0, 1),
+                "rss_mb_after": round(_rss(procs["bob"].proc.pid), 1),
+            }
     finally:
         for p in procs.values():
             p.terminate()
     summary["seconds"] = round(time.monotonic() - t0, 1)
-    ok = (not summary["mailbox"]["server_failures"] and summary["payloads"]["findings"] == 0
-          and not summary["live"]["server_failures"] and summary["after"]["alive"]
-          and summary["after"]["health"] == "SERVING" and summary["after"]["honest_session"] == "succeeded")
+    ok = (
+        not summary["mailbox"]["server_failures"]
+        and summary["payloads"]["findings"] == 0
+        and not summary["live"]["server_failures"]
+        and summary["after"]["alive"]
+        and summary["after"]["health"] == "SERVING"
+        and summary["after"]["honest_session"] == "succeeded"
+    )
     summary["passed"] = ok
     text = json.dumps(summary, indent=2)
     print(text)

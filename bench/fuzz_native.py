@@ -41,8 +41,9 @@ def child(n: int) -> int:
 
     counts = {"ok": 0, "refused": 0}
 
-    @settings(max_examples=n, deadline=None, database=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=n, deadline=None, database=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck)
+    )
     @given(call=native_calls())
     def one(call):
         counts[run_call(_mont, call)] += 1
@@ -66,10 +67,20 @@ def _error_blocks(stderr: str) -> list[str]:
             cur.append(line)
     if cur:
         blocks.append("\n".join(cur))
-    skip = ("Memcheck,", "Copyright", "Using Valgrind", "Command:", "HEAP SUMMARY", "ERROR SUMMARY",
-            "For lists of", "Use --track-origins", "in use at exit", "total heap usage", "For counts")
-    return [b for b in blocks if not any(s in b.splitlines()[0] for s in skip)
-            and re.search(r"\bat 0x|by 0x", b)]
+    skip = (
+        "Memcheck,",
+        "Copyright",
+        "Using Valgrind",
+        "Command:",
+        "HEAP SUMMARY",
+        "ERROR SUMMARY",
+        "For lists of",
+        "Use --track-origins",
+        "in use at exit",
+        "total heap usage",
+        "For counts",
+    )
+    return [b for b in blocks if not any(s in b.splitlines()[0] for s in skip) and re.search(r"\bat 0x|by 0x", b)]
 
 
 def run(cmd: list[str], env: dict) -> tuple[int, str, str, float]:
@@ -92,42 +103,69 @@ def main(argv=None) -> int:
     summary: dict = {}
     rc, out, err, secs = run([sys.executable, __file__, "--child", str(args.inputs)], env)
     counts = json.loads(out.strip().splitlines()[-1]) if rc == 0 and out.strip() else None
-    summary["plain"] = {"inputs": args.inputs, "returncode": rc, "crashed": rc < 0, "counts": counts,
-                        "seconds": round(secs, 1), "stderr_tail": err[-1500:] if rc else ""}
+    summary["plain"] = {
+        "inputs": args.inputs,
+        "returncode": rc,
+        "crashed": rc < 0,
+        "counts": counts,
+        "seconds": round(secs, 1),
+        "stderr_tail": err[-1500:] if rc else "",
+    }
     valgrind = shutil.which("valgrind")
     if valgrind and args.valgrind_inputs > 0:
         vg_env = dict(env, PYTHONMALLOC="malloc")
         supp = [f"--suppressions={p}" for p in ("/usr/lib/valgrind/python3.supp",) if Path(p).exists()]
-        cmd = [valgrind, "--tool=memcheck", "--error-exitcode=99", "--leak-check=no", "--track-origins=no",
-               "--num-callers=40", *supp, sys.executable, __file__, "--child", str(args.valgrind_inputs)]
+        cmd = [
+            valgrind,
+            "--tool=memcheck",
+            "--error-exitcode=99",
+            "--leak-check=no",
+            "--track-origins=no",
+            "--num-callers=40",
+            *supp,
+            sys.executable,
+            __file__,
+            "--child",
+            str(args.valgrind_inputs),
+        ]
         rc, out, err, secs = run(cmd, vg_env)
         m = re.search(r"ERROR SUMMARY: (\d+) errors from (\d+) contexts", err)
         blocks = _error_blocks(err)
         ours = [b for b in blocks if "_mont" in b or "libgmp" in b]
         # glibc's vectorised string functions read whole aligned words past a string's end, which
         # memcheck reports as "Invalid read of size 32" inside them: a known false positive
-        memory = [b for b in blocks if re.search(r"Invalid (read|write|free)|Mismatched free|overlap", b)
-                  and not re.search(r"at 0x[0-9A-F]+: __\w+_(avx2|evex|sse\d?)\w*", b.splitlines()[1])]
+        memory = [
+            b
+            for b in blocks
+            if re.search(r"Invalid (read|write|free)|Mismatched free|overlap", b)
+            and not re.search(r"at 0x[0-9A-F]+: __\w+_(avx2|evex|sse\d?)\w*", b.splitlines()[1])
+        ]
         kinds: dict[str, int] = {}
         for b in blocks:
             kind = b.splitlines()[0].split("== ", 1)[-1].strip()
             kinds[kind] = kinds.get(kind, 0) + 1
-        summary["valgrind"] = {"inputs": args.valgrind_inputs, "returncode": rc,
-                               "errors": int(m.group(1)) if m else None, "contexts": int(m.group(2)) if m else None,
-                               "error_kinds": kinds, "contexts_in_extension_or_gmp": len(ours),
-                               "invalid_accesses_anywhere": len(memory),
-                               "counts": json.loads(out.strip().splitlines()[-1]) if out.strip() else None,
-                               "seconds": round(secs, 1),
-                               "version": subprocess.run([valgrind, "--version"], capture_output=True,
-                                                         text=True).stdout.strip(),
-                               "findings": (ours + memory)[:5]}
+        summary["valgrind"] = {
+            "inputs": args.valgrind_inputs,
+            "returncode": rc,
+            "errors": int(m.group(1)) if m else None,
+            "contexts": int(m.group(2)) if m else None,
+            "error_kinds": kinds,
+            "contexts_in_extension_or_gmp": len(ours),
+            "invalid_accesses_anywhere": len(memory),
+            "counts": json.loads(out.strip().splitlines()[-1]) if out.strip() else None,
+            "seconds": round(secs, 1),
+            "version": subprocess.run([valgrind, "--version"], capture_output=True, text=True).stdout.strip(),
+            "findings": (ours + memory)[:5],
+        }
     else:
         summary["valgrind"] = {"skipped": "valgrind not installed (apt-get install valgrind)"}
     vg = summary["valgrind"]
-    summary["passed"] = (summary["plain"]["returncode"] == 0
-                         and vg.get("counts", {"ok": 1}) is not None
-                         and vg.get("contexts_in_extension_or_gmp", 0) == 0
-                         and vg.get("invalid_accesses_anywhere", 0) == 0)
+    summary["passed"] = (
+        summary["plain"]["returncode"] == 0
+        and vg.get("counts", {"ok": 1}) is not None
+        and vg.get("contexts_in_extension_or_gmp", 0) == 0
+        and vg.get("invalid_accesses_anywhere", 0) == 0
+    )
     text = json.dumps(summary, indent=2)
     print(text)
     if args.json:

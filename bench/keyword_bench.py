@@ -52,10 +52,14 @@ def run_inmemory(X, models, bits: int, profile: bool = False) -> dict:
     t0 = time.perf_counter()
     if prof:
         prof.enable()
-    res = asyncio.run(net.run({
-        "alice": lambda ch: keyword_alice(ch, X, p, private_key=sk, allow_insecure_keys=True),
-        "bob": lambda ch: keyword_bob(ch, models, p, allow_insecure_keys=True),
-    }))
+    res = asyncio.run(
+        net.run(
+            {
+                "alice": lambda ch: keyword_alice(ch, X, p, private_key=sk, allow_insecure_keys=True),
+                "bob": lambda ch: keyword_bob(ch, models, p, allow_insecure_keys=True),
+            }
+        )
+    )
     if prof:
         prof.disable()
     total = time.perf_counter() - t0
@@ -68,10 +72,10 @@ def run_inmemory(X, models, bits: int, profile: bool = False) -> dict:
         "key_bits": bits,
         "keygen_s": keygen,
         "offline_s": off["seconds"],
-        "emissions_s": on["last_emission"],                 # Alice's products → Bob's forms → decrypted, pipelined
-        "forward_per_hmm_s": on["induction_done"] / D,      # online start → last induction frame, per HMM
+        "emissions_s": on["last_emission"],  # Alice's products → Bob's forms → decrypted, pipelined
+        "forward_per_hmm_s": on["induction_done"] / D,  # online start → last induction frame, per HMM
         "online_s": on["keyword_at"],
-        "cpu_online_s": on["cpu_seconds"],     # the process's CPU over Alice's online window: both roles
+        "cpu_online_s": on["cpu_seconds"],  # the process's CPU over Alice's online window: both roles
         "total_s": total,
         "bytes": a.stats["bytes_sent"] + b.stats["bytes_sent"],
         "correct": a.index == int(np.argmax(plain)),
@@ -94,11 +98,15 @@ def run_demo(utterance: Path, models: Path, bits: int) -> dict:
 
 
 def markdown(rows: list[dict], demo: dict | None, T: int, D: int, N: int) -> str:
-    lines = [(f"Utterance of {T} frames (d = 39), {D} HMMs × {N} states, diagonal Gaussians. Our figures: both "
-              "roles in one process (in-memory channel, the host's 2 cores); seed: C++/OpenSSL on a 3.2 GHz Pentium 4."), "",
-             "| activity | " + " | ".join(f"{r['key_bits']}-bit" for r in rows)
-             + " | seed 256-bit | seed 512-bit |",
-             "|---|" + "---|" * (len(rows) + 2)]
+    lines = [
+        (
+            f"Utterance of {T} frames (d = 39), {D} HMMs × {N} states, diagonal Gaussians. Our figures: both "
+            "roles in one process (in-memory channel, the host's 2 cores); seed: C++/OpenSSL on a 3.2 GHz Pentium 4."
+        ),
+        "",
+        "| activity | " + " | ".join(f"{r['key_bits']}-bit" for r in rows) + " | seed 256-bit | seed 512-bit |",
+        "|---|" + "---|" * (len(rows) + 2),
+    ]
 
     def row(label, key, seed_i, fmt="{:.2f} s"):
         cells = [fmt.format(r[key]) for r in rows]
@@ -106,26 +114,43 @@ def markdown(rows: list[dict], demo: dict | None, T: int, D: int, N: int) -> str
         lines.append(f"| {label} | " + " | ".join(cells) + " | " + " | ".join(seed) + " |")
 
     row("Offline: key pair, tables, obfuscators, Bob's masks (before the utterance)", "offline_s", None)
-    row("Online: emissions of all frames (Alice encrypts, Bob's forms, Alice decrypts; pipelined) "
-        "— seed: Alice encrypts input", "emissions_s", 0)
-    row("Online: interactive forward, until the last frame (per HMM; overlaps the emissions)", "forward_per_hmm_s", 2,
-        "{:.3f} s")
+    row(
+        "Online: emissions of all frames (Alice encrypts, Bob's forms, Alice decrypts; pipelined) "
+        "— seed: Alice encrypts input",
+        "emissions_s",
+        0,
+    )
+    row(
+        "Online: interactive forward, until the last frame (per HMM; overlaps the emissions)",
+        "forward_per_hmm_s",
+        2,
+        "{:.3f} s",
+    )
     row("Online: first frame to keyword", "online_s", None)
     row("CPU seconds of the online phase (the one process: both roles and their threads)", "cpu_online_s", None)
     row("Whole protocol, 10 HMMs, one process (incl. key generation and offline)", "total_s", None)
     lines.append("| bytes exchanged | " + " | ".join(f"{r['bytes'] / 1e6:.1f} MB" for r in rows) + " | — | — |")
-    lines.append("| keyword = plaintext argmax; max relative error of log P | "
-                 + " | ".join(f"{'yes' if r['correct'] else 'NO'}; {r['max_rel_error']:.1e}" for r in rows)
-                 + " | — | 0.52 % |")
+    lines.append(
+        "| keyword = plaintext argmax; max relative error of log P | "
+        + " | ".join(f"{'yes' if r['correct'] else 'NO'}; {r['max_rel_error']:.1e}" for r in rows)
+        + " | — | 0.52 % |"
+    )
     lines.append("")
-    lines.append("Seed's 'Bob computes ξ(log b_j(x_t)) per HMM' (79.47 s / 230.30 s) is part of our pipelined emission "
-                 "row. Key generation and the one-off fixed-base/CRT tables are in the offline row.")
+    lines.append(
+        "Seed's 'Bob computes ξ(log b_j(x_t)) per HMM' (79.47 s / 230.30 s) is part of our pipelined emission "
+        "row. Key generation and the one-off fixed-base/CRT tables are in the offline row."
+    )
     if demo is not None:
-        lines += ["", (f"`smcdp demo keyword` at {demo['key_bits']} bits (Alice and Bob as separate processes, "
-                       f"gRPC with mutual TLS on loopback): session {demo['seconds']:.1f} s, "
-                       f"{demo['wall_s']:.1f} s wall including process start-up and certificates "
-                       f"(target ≤ 30 s); keyword {demo['keyword']!r}; bytes sent "
-                       f"{sum(demo['bytes_sent'].values()) / 1e6:.1f} MB.")]
+        lines += [
+            "",
+            (
+                f"`smcdp demo keyword` at {demo['key_bits']} bits (Alice and Bob as separate processes, "
+                f"gRPC with mutual TLS on loopback): session {demo['seconds']:.1f} s, "
+                f"{demo['wall_s']:.1f} s wall including process start-up and certificates "
+                f"(target ≤ 30 s); keyword {demo['keyword']!r}; bytes sent "
+                f"{sum(demo['bytes_sent'].values()) / 1e6:.1f} MB."
+            ),
+        ]
     return "\n".join(lines)
 
 

@@ -32,8 +32,20 @@ DATA = ROOT / "tests" / "data" / "keyword"
 
 def one_session(tree: Path, utterance: Path, models: Path, bits: int, extra: list[str]) -> dict:
     out = Path(tempfile.mkstemp(suffix=".json")[1])
-    cmd = [str(tree / ".venv" / "bin" / "smcdp"), "demo", "keyword", "--utterance", str(utterance),
-           "--models", str(models), "--key-bits", str(bits), "--out", str(out), *extra]
+    cmd = [
+        str(tree / ".venv" / "bin" / "smcdp"),
+        "demo",
+        "keyword",
+        "--utterance",
+        str(utterance),
+        "--models",
+        str(models),
+        "--key-bits",
+        str(bits),
+        "--out",
+        str(out),
+        *extra,
+    ]
     load0 = os.getloadavg()[0]
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
@@ -44,8 +56,14 @@ def one_session(tree: Path, utterance: Path, models: Path, bits: int, extra: lis
         raise SystemExit(f"{tree}: demo failed:\n{proc.stderr[-3000:]}")
     res = json.loads(out.read_text())
     out.unlink()
-    return {"tree": str(tree), "command_wall_s": wall, "load_before": load0, "load_after": os.getloadavg()[0],
-            "children_cpu_s": (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime), **res}
+    return {
+        "tree": str(tree),
+        "command_wall_s": wall,
+        "load_before": load0,
+        "load_after": os.getloadavg()[0],
+        "children_cpu_s": (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime),
+        **res,
+    }
 
 
 def summary(vals: list[float]) -> str:
@@ -68,11 +86,17 @@ def main() -> int:
             print(f"session {i + 1}/{args.sessions}: {t} …", file=sys.stderr, flush=True)
             r = one_session(t, args.utterance.resolve(), args.models.resolve(), args.key_bits, [])
             runs[str(t)].append(r)
-            print(f"  seconds {r['seconds']:.2f}, online {r.get('online_seconds')}, offline {r.get('offline_seconds')}, "
-                  f"cpu {r['children_cpu_s']:.1f}, load {r['load_before']:.1f}", file=sys.stderr, flush=True)
+            print(
+                f"  seconds {r['seconds']:.2f}, online {r.get('online_seconds')}, offline {r.get('offline_seconds')}, "
+                f"cpu {r['children_cpu_s']:.1f}, load {r['load_before']:.1f}",
+                file=sys.stderr,
+                flush=True,
+            )
     lines = [f"{args.sessions} sessions per tree, {args.key_bits}-bit, alternating; median [min–max]", ""]
-    lines.append("| tree | session s (demo `seconds`) | offline s | online s | CPU online s: Alice / Bob | "
-                 "CPU offline s: Alice / Bob | CPU both party processes, whole command s | load avg (1 min) |")
+    lines.append(
+        "| tree | session s (demo `seconds`) | offline s | online s | CPU online s: Alice / Bob | "
+        "CPU offline s: Alice / Bob | CPU both party processes, whole command s | load avg (1 min) |"
+    )
     lines.append("|---|---|---|---|---|---|---|---|")
     for t, rs in runs.items():
         sess = summary([r["seconds"] for r in rs])
@@ -85,8 +109,10 @@ def main() -> int:
         else:
             on = off = con = coff = "— (everything online)"
         loads = [r["load_before"] for r in rs] + [r["load_after"] for r in rs]
-        lines.append(f"| {t} | {sess} | {off} | {on} | {con} | {coff} | "
-                     f"{summary([r['children_cpu_s'] for r in rs])} | {min(loads):.1f}–{max(loads):.1f} |")
+        lines.append(
+            f"| {t} | {sess} | {off} | {on} | {con} | {coff} | "
+            f"{summary([r['children_cpu_s'] for r in rs])} | {min(loads):.1f}–{max(loads):.1f} |"
+        )
     if len(trees) == 2:
         a, b = (statistics.median(r["seconds"] for r in runs[str(t)]) for t in trees)
         lines += ["", f"ratio of median session seconds, baseline / this tree: {b / a:.2f}"]

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from smcdp.runtime.local import LocalCluster
 from smcdp.net.channel import InMemoryNetwork
 from smcdp.protocols.power_iteration import PowerIterationParams, data_party, trent
+from smcdp.runtime.local import LocalCluster
 
 
 def data(k, n=100, seed=0):
@@ -37,11 +37,15 @@ def inmemory_rounds(blocks, key_bits, rounds):
     """Steady-state seconds per round (median over rounds 2..) and bytes per round, all roles in one process."""
     params = PowerIterationParams(n_parties=2, key_bits=key_bits, p=1.0, tol=1e-15, max_iterations=rounds)
     net = InMemoryNetwork({"trent": "trent", "party1": "alice", "party2": "bob"})
-    res = asyncio.run(net.run({
-        "trent": lambda ch: trent(ch, params, allow_insecure_keys=True),
-        "party1": lambda ch: data_party(ch, blocks[0], params, allow_insecure_keys=True),
-        "party2": lambda ch: data_party(ch, blocks[1], params, allow_insecure_keys=True),
-    }))
+    res = asyncio.run(
+        net.run(
+            {
+                "trent": lambda ch: trent(ch, params, allow_insecure_keys=True),
+                "party1": lambda ch: data_party(ch, blocks[0], params, allow_insecure_keys=True),
+                "party2": lambda ch: data_party(ch, blocks[1], params, allow_insecure_keys=True),
+            }
+        )
+    )
     sent = sum(r.stats["bytes_sent"] for r in res.values())
     return float(np.median(res["trent"].round_seconds[1:])), sent
 
@@ -53,12 +57,19 @@ def grpc_rounds(blocks, key_bits, rounds):
             p = Path(d) / f"p{i}.npy"
             np.save(p, b)
             paths.append(p)
-        parties = {"trent": {}, "alice": {"power-iteration": {"data": paths[0]}},
-                   "bob": {"power-iteration": {"data": paths[1]}}}
+        parties = {
+            "trent": {},
+            "alice": {"power-iteration": {"data": paths[0]}},
+            "bob": {"power-iteration": {"data": paths[1]}},
+        }
         roles = {"trent": "trent", "party1": "alice", "party2": "bob"}
         with LocalCluster(parties, allow_insecure_keys=key_bits < 2048, open_policy=True) as c:
-            recs = c.run("power-iteration", roles, {"n_parties": 2, "key_bits": key_bits, "p": 1.0,
-                                                     "tol": 1e-15, "max_iterations": rounds}, initiator="trent")
+            recs = c.run(
+                "power-iteration",
+                roles,
+                {"n_parties": 2, "key_bits": key_bits, "p": 1.0, "tol": 1e-15, "max_iterations": rounds},
+                initiator="trent",
+            )
             assert all(x["state"] == "succeeded" for x in recs.values()), recs
     # round 0 includes each party's one-off table building; the median of the rest is the steady state
     return float(np.median(recs["trent"]["result"]["round_seconds"][1:]))
@@ -70,10 +81,10 @@ def phe_round(blocks, key_bits):
     pub, priv = paillier.generate_paillier_keypair(n_length=key_bits)
     x = [np.ones(b.shape[1]) / np.sqrt(b.shape[1]) for b in blocks]
     t0 = time.perf_counter()
-    encs = [[pub.encrypt(float(v)) for v in b @ xi] for b, xi in zip(blocks, x)]       # parties encrypt
-    summed = [a + b for a, b in zip(*encs)]                                            # Trent adds …
-    scaled = [c * 12345 for c in summed]                                               # … and scales
-    for _ in blocks:                                                                   # each party decrypts
+    encs = [[pub.encrypt(float(v)) for v in b @ xi] for b, xi in zip(blocks, x)]  # parties encrypt
+    summed = [a + b for a, b in zip(*encs)]  # Trent adds …
+    scaled = [c * 12345 for c in summed]  # … and scales
+    for _ in blocks:  # each party decrypts
         [priv.decrypt(c) for c in scaled]
     return time.perf_counter() - t0
 
@@ -106,14 +117,25 @@ def main(argv=None) -> int:
         per_grpc = grpc_rounds(blocks, args.key_bits, args.rounds)
         phe_t = None if args.no_phe else phe_round(blocks, args.key_bits)
         np_t = numpy_round(blocks)
-        rows.append({"k": k, "n_per_party": 100, "key_bits": args.key_bits,
-                     "seconds_per_round_inmemory": per_mem, "seconds_per_round_grpc": per_grpc,
-                     "bytes_per_round": bytes_round, "phe_seconds_per_round": phe_t,
-                     "numpy_seconds_per_round": np_t,
-                     "speedup_vs_phe": None if phe_t is None else phe_t / per_grpc,
-                     "slowdown_vs_numpy": per_grpc / np_t})
-        print(f"k={k}: {per_grpc:.3f} s/round over gRPC ({per_mem:.3f} in memory), {bytes_round / 1024:.1f} KiB/round, "
-              f"phe {phe_t if phe_t is None else round(phe_t, 2)} s, numpy {np_t * 1e6:.1f} µs", file=sys.stderr)
+        rows.append(
+            {
+                "k": k,
+                "n_per_party": 100,
+                "key_bits": args.key_bits,
+                "seconds_per_round_inmemory": per_mem,
+                "seconds_per_round_grpc": per_grpc,
+                "bytes_per_round": bytes_round,
+                "phe_seconds_per_round": phe_t,
+                "numpy_seconds_per_round": np_t,
+                "speedup_vs_phe": None if phe_t is None else phe_t / per_grpc,
+                "slowdown_vs_numpy": per_grpc / np_t,
+            }
+        )
+        print(
+            f"k={k}: {per_grpc:.3f} s/round over gRPC ({per_mem:.3f} in memory), {bytes_round / 1024:.1f} KiB/round, "
+            f"phe {phe_t if phe_t is None else round(phe_t, 2)} s, numpy {np_t * 1e6:.1f} µs",
+            file=sys.stderr,
+        )
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
@@ -122,15 +144,19 @@ def main(argv=None) -> int:
 
 
 def markdown(rows) -> str:
-    out = ["| k | parties × samples | key | s/round (3 processes, gRPC+mTLS) | s/round (1 process, serial) | bytes/round "
-           "| plain phe s/round | ratio phe / smcdp | numpy s/round | smcdp / numpy |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| k | parties × samples | key | s/round (3 processes, gRPC+mTLS) | s/round (1 process, serial) | bytes/round "
+        "| plain phe s/round | ratio phe / smcdp | numpy s/round | smcdp / numpy |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         phe = "—" if r["phe_seconds_per_round"] is None else f"{r['phe_seconds_per_round']:.2f}"
         ratio = "—" if r["speedup_vs_phe"] is None else f"{r['speedup_vs_phe']:.0f}×"
-        out.append(f"| {r['k']} | 2 × {r['n_per_party']} | {r['key_bits']} | {r['seconds_per_round_grpc']:.3f} | "
-                   f"{r['seconds_per_round_inmemory']:.3f} | {r['bytes_per_round']:.0f} | {phe} | {ratio} | "
-                   f"{r['numpy_seconds_per_round'] * 1e6:.1f} µs | {r['slowdown_vs_numpy']:.0f}× |")
+        out.append(
+            f"| {r['k']} | 2 × {r['n_per_party']} | {r['key_bits']} | {r['seconds_per_round_grpc']:.3f} | "
+            f"{r['seconds_per_round_inmemory']:.3f} | {r['bytes_per_round']:.0f} | {phe} | {ratio} | "
+            f"{r['numpy_seconds_per_round'] * 1e6:.1f} µs | {r['slowdown_vs_numpy']:.0f}× |"
+        )
     return "\n".join(out)
 
 

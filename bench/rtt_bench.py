@@ -29,15 +29,16 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-if not os.environ.get("PYTHONPATH"):          # else: the smcdp it names (an older tree, for a before/after)
+if not os.environ.get("PYTHONPATH"):  # else: the smcdp it names (an older tree, for a before/after)
     sys.path.insert(0, str(HERE.parent))
+
+from checkpoint_bench import cpu_seconds, per_round  # noqa: E402 - bench/ is sys.path[0]
 
 import smcdp  # noqa: E402
 from smcdp.net.config import connect_address  # noqa: E402
 from smcdp.net.server import new_session_id  # noqa: E402
 from smcdp.runtime.config import dump_config, load_config  # noqa: E402
 from smcdp.runtime.local import LocalCluster, free_tcp_port  # noqa: E402
-from checkpoint_bench import cpu_seconds, per_round  # noqa: E402 - bench/ is sys.path[0]
 
 REPO = HERE.parent
 #: the same rounds and decoys in every session (the parties allow seeded sessions: a benchmark only)
@@ -62,8 +63,11 @@ class ProxiedCluster(LocalCluster):
         for _party, path in self.configs.items():
             cfg = load_config(path)
             dump_config(replace(cfg, peers={q: proxy_of[q] for q in cfg.peers}), path)
-        self.proxy = subprocess.Popen([sys.executable, str(HERE / "delay_proxy.py"), "--rtt-ms", str(self.rtt_ms),
-                                       *maps], stdout=subprocess.PIPE, text=True)
+        self.proxy = subprocess.Popen(
+            [sys.executable, str(HERE / "delay_proxy.py"), "--rtt-ms", str(self.rtt_ms), *maps],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert self.proxy.stdout.readline().strip() == "ready"
 
     def stop(self, grace: float = 20.0) -> None:
@@ -78,8 +82,9 @@ class ProxiedCluster(LocalCluster):
 def run(cluster: LocalCluster, protocol: str, roles: dict, params: dict, initiator: str) -> tuple[float, float, dict]:
     pids = [p.pid for p in cluster.procs.values()]
     c0, t0 = cpu_seconds(pids), time.monotonic()
-    recs = cluster.run(protocol, roles, params, initiator=initiator, session_id=new_session_id(protocol),
-                       timeout=1800, seed=SEED)
+    recs = cluster.run(
+        protocol, roles, params, initiator=initiator, session_id=new_session_id(protocol), timeout=1800, seed=SEED
+    )
     seconds, cpu = time.monotonic() - t0, cpu_seconds(pids) - c0
     bad = {p: r.get("error") for p, r in recs.items() if r.get("state") != "succeeded"}
     if bad:
@@ -93,25 +98,49 @@ def main() -> int:
     ap.add_argument("--rtts", default="0,50,100", help="RTTs in ms (default 0,50,100)")
     ap.add_argument("--repeats", type=int, default=2, help="sessions per protocol and RTT (median)")
     ap.add_argument("--protocols", default="power-iteration,keyword")
-    ap.add_argument("--rounds", type=int, help="power iteration: exactly this many rounds (no convergence test), "
-                                               "to count round trips with little compute")
-    ap.add_argument("--param", action="append", default=[], metavar="PROTOCOL:NAME=VALUE",
-                    help="a session parameter for one protocol, e.g. keyword:frames_per_round=2 (the value is "
-                         "JSON, else a string); repeatable")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        help="power iteration: exactly this many rounds (no convergence test), "
+        "to count round trips with little compute",
+    )
+    ap.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="PROTOCOL:NAME=VALUE",
+        help="a session parameter for one protocol, e.g. keyword:frames_per_round=2 (the value is "
+        "JSON, else a string); repeatable",
+    )
     args = ap.parse_args()
     rtts = [float(x) for x in args.rtts.split(",")]
     insecure = args.key_bits < 2048
     pi_data = REPO / "examples" / "data" / "power_iteration"
     kw = REPO / "tests" / "data" / "keyword"
     setups = {
-        "power-iteration": ({"trent": {}, "alice": {"power-iteration": {"data": pi_data / "hospital_a.npy"}},
-                             "bob": {"power-iteration": {"data": pi_data / "hospital_b.npy"}}},
-                            {"trent": "trent", "party1": "alice", "party2": "bob"},
-                            {"n_parties": 2, "key_bits": args.key_bits,
-                             **({"max_iterations": args.rounds, "tol": 1e-100} if args.rounds else {})}, "trent"),
-        "keyword": ({"alice": {"keyword": {"utterance": kw / "utterance_98.npy"}},
-                     "bob": {"keyword": {"models": kw / "models.npz"}}},
-                    {"alice": "alice", "bob": "bob"}, {"key_bits": args.key_bits}, "alice"),
+        "power-iteration": (
+            {
+                "trent": {},
+                "alice": {"power-iteration": {"data": pi_data / "hospital_a.npy"}},
+                "bob": {"power-iteration": {"data": pi_data / "hospital_b.npy"}},
+            },
+            {"trent": "trent", "party1": "alice", "party2": "bob"},
+            {
+                "n_parties": 2,
+                "key_bits": args.key_bits,
+                **({"max_iterations": args.rounds, "tol": 1e-100} if args.rounds else {}),
+            },
+            "trent",
+        ),
+        "keyword": (
+            {
+                "alice": {"keyword": {"utterance": kw / "utterance_98.npy"}},
+                "bob": {"keyword": {"models": kw / "models.npz"}},
+            },
+            {"alice": "alice", "bob": "bob"},
+            {"key_bits": args.key_bits},
+            "alice",
+        ),
     }
     for spec in args.param:
         protocol, _, assignment = spec.partition(":")
@@ -120,7 +149,7 @@ def main() -> int:
             ap.error(f"--param {spec!r}: expected PROTOCOL:NAME=VALUE with PROTOCOL one of {sorted(setups)}")
         try:
             setups[protocol][2][name] = json.loads(value)
-        except json.JSONDecodeError:                    # a bare word: a string
+        except json.JSONDecodeError:  # a bare word: a string
             setups[protocol][2][name] = value
     rows: dict[str, dict[float, tuple[float, float, int, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -128,26 +157,39 @@ def main() -> int:
             parties, roles, params, initiator = setups[protocol]
             rows[protocol] = {}
             for rtt in rtts:
-                with ProxiedCluster(parties, rtt, allow_insecure_keys=insecure, allow_seeded=True, open_policy=True,
-                                    workdir=Path(tmp) / f"{protocol}-{rtt:g}") as c:
-                    run(c, protocol, roles, params, initiator)      # untimed: the party processes' first session
+                with ProxiedCluster(
+                    parties,
+                    rtt,
+                    allow_insecure_keys=insecure,
+                    allow_seeded=True,
+                    open_policy=True,
+                    workdir=Path(tmp) / f"{protocol}-{rtt:g}",
+                ) as c:
+                    run(c, protocol, roles, params, initiator)  # untimed: the party processes' first session
                     runs = [run(c, protocol, roles, params, initiator) for _ in range(args.repeats)]
-                rows[protocol][rtt] = (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs),
-                                       *rounds_and_step(protocol, runs, kw))
+                rows[protocol][rtt] = (
+                    statistics.median(r[0] for r in runs),
+                    statistics.median(r[1] for r in runs),
+                    *rounds_and_step(protocol, runs, kw),
+                )
                 print(f"{protocol} at {rtt:g} ms: {[round(r[0], 2) for r in runs]} s", file=sys.stderr)
-    print(f"{args.key_bits}-bit keys; smcdp from {Path(smcdp.__file__).parent.parent}; median of {args.repeats} "
-          "session(s) per cell (seeded: the same work in each); CPU = all party processes. 'Per round': power "
-          "iteration, the median of Trent's rounds after the first (the first includes the data parties' set-up, "
-          "key generation among it); keyword, Alice's online phase (first frame to keyword) per frame. Round trips "
-          "per round = (per round at this RTT - per round at 0 ms) / RTT; keyword: per frame (a round of "
-          "frames_per_round m frames is one round trip, so about 1/m).")
+    print(
+        f"{args.key_bits}-bit keys; smcdp from {Path(smcdp.__file__).parent.parent}; median of {args.repeats} "
+        "session(s) per cell (seeded: the same work in each); CPU = all party processes. 'Per round': power "
+        "iteration, the median of Trent's rounds after the first (the first includes the data parties' set-up, "
+        "key generation among it); keyword, Alice's online phase (first frame to keyword) per frame. Round trips "
+        "per round = (per round at this RTT - per round at 0 ms) / RTT; keyword: per frame (a round of "
+        "frames_per_round m frames is one round trip, so about 1/m)."
+    )
     if args.param:
         print(f"Session parameters set: {', '.join(args.param)}.")
     print()
-    print("The goal at 50 ms (issue 26): power iteration ≤ 1.5 × its 0 ms session + rounds × RTT; keyword ≤ 2 × "
-          "its 0 ms session. A power-iteration round is one network round trip (a party's Gram and next "
-          "contribution leave together); a keyword round of m frames is one (the induction's interactive "
-          "LOGSUM; m = frames_per_round, 1 by default).")
+    print(
+        "The goal at 50 ms (issue 26): power iteration ≤ 1.5 × its 0 ms session + rounds × RTT; keyword ≤ 2 × "
+        "its 0 ms session. A power-iteration round is one network round trip (a party's Gram and next "
+        "contribution leave together); a keyword round of m frames is one (the induction's interactive "
+        "LOGSUM; m = frames_per_round, 1 by default)."
+    )
     print()
     print("| protocol | RTT | session | CPU | rounds | per round | round trips per round | goal (session) |")
     print("|---|---|---|---|---|---|---|---|")
@@ -161,8 +203,10 @@ def main() -> int:
                     limit = (1.5 * base[0] + rounds * rtt / 1000) if protocol == "power-iteration" else 2 * base[0]
                     goal = f"≤ {limit:.2f} s: {'met' if seconds <= limit else 'NOT met'}"
             what = "rounds" if protocol == "power-iteration" else "frames"
-            print(f"| {protocol} | {rtt:g} ms | {seconds:.2f} s | {cpu:.2f} s | {rounds} {what} | {step * 1000:.0f} ms | "
-                  f"{trips} | {goal} |")
+            print(
+                f"| {protocol} | {rtt:g} ms | {seconds:.2f} s | {cpu:.2f} s | {rounds} {what} | {step * 1000:.0f} ms | "
+                f"{trips} | {goal} |"
+            )
     return 0
 
 

@@ -57,18 +57,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from smcdp.net.channel import InMemoryNetwork  # noqa: E402
 from smcdp.plugins.dp_aggregate import load_dataset  # noqa: E402
 from smcdp.primitives.rng import noise_source  # noqa: E402
-from smcdp.protocols.power_iteration import PowerIterationParams  # noqa: E402
-from smcdp.protocols.power_iteration import data_party as pi_party  # noqa: E402
-from smcdp.protocols.power_iteration import trent  # noqa: E402
 from smcdp.protocols.dp_aggregate import (  # noqa: E402
     DPAggregateParams,
     charlie,
-    dave,
     data_party,
+    dave,
     sensitivity_key,
     to_fixed,
     train_local,
 )
+from smcdp.protocols.power_iteration import (
+    PowerIterationParams,  # noqa: E402
+    trent,  # noqa: E402
+)
+from smcdp.protocols.power_iteration import data_party as pi_party  # noqa: E402
 from smcdp.runtime.local import LocalCluster  # noqa: E402
 
 SEED = 28
@@ -84,7 +86,7 @@ def cpu_seconds(pid: int) -> float:
         try:
             with open(f"/proc/{p}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:             # ended meanwhile
+        except OSError:  # ended meanwhile
             continue
         total += sum(int(fields[i]) for i in (11, 12, 13, 14)) / _TICK
     return total
@@ -104,8 +106,16 @@ def load() -> float:
 
 def params_for(K: int, d: int, key_bits: int) -> dict:
     dgk_bits, dgk_t = (2048, 224) if key_bits >= 2048 else (max(512, key_bits + key_bits % 2), 96)
-    return {"n_parties": K, "dim": d, "epsilon": 1.0, "lam": 0.01, "min_records": 100, "key_bits": key_bits,
-            "dgk_bits": dgk_bits, "dgk_t": dgk_t}
+    return {
+        "n_parties": K,
+        "dim": d,
+        "epsilon": 1.0,
+        "lam": 0.01,
+        "min_records": 100,
+        "key_bits": key_bits,
+        "dgk_bits": dgk_bits,
+        "dgk_t": dgk_t,
+    }
 
 
 def selected_noise(p: DPAggregateParams, sens: list[float], streams) -> list[int]:
@@ -131,7 +141,7 @@ def write_parties(dirpath: Path, K: int, d: int, seed: int = 0) -> list[Path]:
     w = rng.normal(size=d)
     paths = []
     for j in range(K):
-        n = 200 + 7 * j                      # distinct sizes: the smallest data set is party1's
+        n = 200 + 7 * j  # distinct sizes: the smallest data set is party1's
         X = rng.normal(size=(n, d))
         X /= np.maximum(1.0, np.linalg.norm(X, axis=1))[:, None] * 1.0001
         y = (X @ w + 0.2 * rng.normal(size=n) > 0).astype(int)
@@ -143,10 +153,14 @@ def write_parties(dirpath: Path, K: int, d: int, seed: int = 0) -> list[Path]:
 def role_bytes(stats: dict[str, dict], K: int) -> dict:
     data = [f"party{i}" for i in range(1, K + 1)]
     both = {r: s["bytes_sent"] + s["bytes_received"] for r, s in stats.items()}
-    return {"total_sent": sum(s["bytes_sent"] for s in stats.values()),
-            "charlie": both["charlie"], "dave": both["dave"],
-            "party_mean": float(np.mean([both[r] for r in data])), "party_max": max(both[r] for r in data),
-            "party1": both["party1"]}
+    return {
+        "total_sent": sum(s["bytes_sent"] for s in stats.values()),
+        "charlie": both["charlie"],
+        "dave": both["dave"],
+        "party_mean": float(np.mean([both[r] for r in data])),
+        "party_max": max(both[r] for r in data),
+        "party1": both["party1"],
+    }
 
 
 def run_retrying(cluster, protocol: str, roles, params, initiator: str, out: dict, **kw) -> dict:
@@ -173,8 +187,14 @@ def run_processes(K: int, d: int, key_bits: int, tmp: Path) -> dict:
     fits = [train_local(*load_dataset(pth), p.lam) for pth in paths]
     out: dict = {"K": K, "mode": "processes", "sessions": []}
     load0, t0 = load(), time.perf_counter()
-    with LocalCluster(parties, allow_insecure_keys=key_bits < 2048, workdir=sub / "run", allow_seeded=True,
-                      session_seconds=3600, open_policy=True) as c:
+    with LocalCluster(
+        parties,
+        allow_insecure_keys=key_bits < 2048,
+        workdir=sub / "run",
+        allow_seeded=True,
+        session_seconds=3600,
+        open_policy=True,
+    ) as c:
         out["startup_seconds"] = time.perf_counter() - t0
         procs = {name: pr.pid for name, pr in c.procs.items()}
         cpu0 = {name: cpu_seconds(pid) for name, pid in procs.items()}
@@ -189,13 +209,26 @@ def run_processes(K: int, d: int, key_bits: int, tmp: Path) -> dict:
             if bad:
                 raise AssertionError(f"K = {K}: session failed: {bad}")
             by_role = {r: recs[n]["stats"] for r, n in roles.items()}
-            check_release(p, recs["dave"]["result"]["shares_mod"], [f[0] for f in fits], [f[1] for f in fits],
-                          lambda j, s=s: noise_source(SEED + s, "dp-aggregate", "noise", f"party{j + 1}"))
-            out["sessions"].append({
-                "wall": wall, "cpu_total": sum(cpu.values()), "cpu_charlie": cpu["charlie"],
-                "cpu_party_mean": float(np.mean([cpu[n] for n in names])), "cpu_party_max": max(cpu[n] for n in names),
-                "cpu_party1": cpu[names[0]], "load_before": load_before, "load_after": load(),
-                "bytes": role_bytes(by_role, K)})
+            check_release(
+                p,
+                recs["dave"]["result"]["shares_mod"],
+                [f[0] for f in fits],
+                [f[1] for f in fits],
+                lambda j, s=s: noise_source(SEED + s, "dp-aggregate", "noise", f"party{j + 1}"),
+            )
+            out["sessions"].append(
+                {
+                    "wall": wall,
+                    "cpu_total": sum(cpu.values()),
+                    "cpu_charlie": cpu["charlie"],
+                    "cpu_party_mean": float(np.mean([cpu[n] for n in names])),
+                    "cpu_party_max": max(cpu[n] for n in names),
+                    "cpu_party1": cpu[names[0]],
+                    "load_before": load_before,
+                    "load_after": load(),
+                    "bytes": role_bytes(by_role, K),
+                }
+            )
     out["load_start"] = load0
     return out
 
@@ -209,20 +242,40 @@ def run_memory(K: int, d: int, key_bits: int) -> dict:
     sens = [1.0 / (int(n) * p.lam) for n in rng.integers(100, 10_000, size=K)]
     roles = {"charlie": "charlie", "dave": "dave", **{f"party{j + 1}": f"p{j + 1}" for j in range(K)}}
     insecure = key_bits < 2048
-    fns = {"charlie": lambda ch: charlie(ch, p, seed=SEED, allow_insecure_keys=insecure),
-           "dave": lambda ch: dave(ch, p)}
+    fns = {
+        "charlie": lambda ch: charlie(ch, p, seed=SEED, allow_insecure_keys=insecure),
+        "dave": lambda ch: dave(ch, p),
+    }
     for j in range(K):
-        fns[f"party{j + 1}"] = (lambda idx: lambda ch: data_party(
-            ch, weights[idx], sens[idx], p, seed=SEED, allow_insecure_keys=insecure,
-            noise_random_state=np.random.default_rng(1000 + idx)))(j)
+        fns[f"party{j + 1}"] = (
+            lambda idx: (
+                lambda ch: data_party(
+                    ch,
+                    weights[idx],
+                    sens[idx],
+                    p,
+                    seed=SEED,
+                    allow_insecure_keys=insecure,
+                    noise_random_state=np.random.default_rng(1000 + idx),
+                )
+            )
+        )(j)
     net = InMemoryNetwork(roles, timeout=7200)
     load_before, t0, c0 = load(), time.perf_counter(), time.process_time()
     res = asyncio.run(net.run(fns))
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     check_release(p, res["dave"].shares_mod, weights, sens, lambda j: np.random.default_rng(1000 + j))
     stats = {r: res[r].stats for r in roles}
-    return {"K": K, "mode": "memory", "wall": wall, "cpu": cpu, "load_before": load_before, "load_after": load(),
-            "bytes": role_bytes(stats, K), "messages": len(net.transcript)}
+    return {
+        "K": K,
+        "mode": "memory",
+        "wall": wall,
+        "cpu": cpu,
+        "load_before": load_before,
+        "load_after": load(),
+        "bytes": role_bytes(stats, K),
+        "messages": len(net.transcript),
+    }
 
 
 # ----------------------------------------------------------------------------- power iteration against N
@@ -236,11 +289,21 @@ def pi_params(N: int, k: int, rounds: int, key_bits: int) -> dict:
     return {"n_parties": N, "key_bits": key_bits, "p": 1.0, "tol": 1e-15, "max_iterations": rounds, "rows": k}
 
 
-GROUPS = [("trent", "power_iteration.py:trent"), ("party protocol", "power_iteration.py"),
-          ("compute engine", "smcdp/compute/"), ("paillier / gmpy2", "gmpy2"), ("paillier / gmpy2", "smcdp/crypto/"),
-          ("paillier / gmpy2", "_mont"), ("channel", "smcdp/net/"), ("protobuf", "google/protobuf"),
-          ("numpy", "numpy"), ("asyncio", "asyncio"), ("waiting for workers", "acquire"),
-          ("waiting for workers", "select"), ("waiting for workers", "poll")]
+GROUPS = [
+    ("trent", "power_iteration.py:trent"),
+    ("party protocol", "power_iteration.py"),
+    ("compute engine", "smcdp/compute/"),
+    ("paillier / gmpy2", "gmpy2"),
+    ("paillier / gmpy2", "smcdp/crypto/"),
+    ("paillier / gmpy2", "_mont"),
+    ("channel", "smcdp/net/"),
+    ("protobuf", "google/protobuf"),
+    ("numpy", "numpy"),
+    ("asyncio", "asyncio"),
+    ("waiting for workers", "acquire"),
+    ("waiting for workers", "select"),
+    ("waiting for workers", "poll"),
+]
 
 
 def profile_groups(stats: pstats.Stats) -> dict[str, float]:
@@ -259,19 +322,28 @@ def pi_memory(N: int, k: int, n: int, rounds: int, key_bits: int) -> dict:
     roles = {"trent": "trent", **{f"party{i + 1}": f"p{i + 1}" for i in range(N)}}
     fns = {"trent": lambda ch: trent(ch, p, allow_insecure_keys=key_bits < 2048)}
     for i in range(N):
-        fns[f"party{i + 1}"] = (lambda idx: lambda ch: pi_party(ch, data[idx], p, allow_insecure_keys=key_bits < 2048))(i)
+        fns[f"party{i + 1}"] = (lambda idx: lambda ch: pi_party(ch, data[idx], p, allow_insecure_keys=key_bits < 2048))(
+            i
+        )
     net = InMemoryNetwork(roles, timeout=7200)
     prof = cProfile.Profile()
     load0, t0, c0 = os.getloadavg()[0], time.perf_counter(), cpu_seconds(os.getpid())
     prof.enable()
     res = asyncio.run(net.run(fns))
     prof.disable()
-    wall, cpu = time.perf_counter() - t0, cpu_seconds(os.getpid()) - c0      # the crypto workers included
+    wall, cpu = time.perf_counter() - t0, cpu_seconds(os.getpid()) - c0  # the crypto workers included
     groups = profile_groups(pstats.Stats(prof))
-    return {"N": N, "wall": wall, "cpu": cpu, "load": (load0, os.getloadavg()[0]),
-            "round_seconds": res["trent"].round_seconds, "rounds": res["trent"].rounds,
-            "bytes": sum(r.stats["bytes_sent"] for r in res.values()), "profile": groups,
-            "trent_bytes": res["trent"].stats["bytes_sent"] + res["trent"].stats["bytes_received"]}
+    return {
+        "N": N,
+        "wall": wall,
+        "cpu": cpu,
+        "load": (load0, os.getloadavg()[0]),
+        "round_seconds": res["trent"].round_seconds,
+        "rounds": res["trent"].rounds,
+        "bytes": sum(r.stats["bytes_sent"] for r in res.values()),
+        "profile": groups,
+        "trent_bytes": res["trent"].stats["bytes_sent"] + res["trent"].stats["bytes_received"],
+    }
 
 
 def pi_processes(N: int, k: int, n: int, rounds: int, key_bits: int, tmp: Path) -> dict:
@@ -285,8 +357,9 @@ def pi_processes(N: int, k: int, n: int, rounds: int, key_bits: int, tmp: Path) 
     roles = {"trent": "trent", **{f"party{i + 1}": nm for i, nm in enumerate(names)}}
     out: dict = {"N": N, "sessions": []}
     t0 = time.perf_counter()
-    with LocalCluster(parties, allow_insecure_keys=key_bits < 2048, workdir=sub / "run", session_seconds=3600,
-                      open_policy=True) as c:
+    with LocalCluster(
+        parties, allow_insecure_keys=key_bits < 2048, workdir=sub / "run", session_seconds=3600, open_policy=True
+    ) as c:
         out["startup_seconds"] = time.perf_counter() - t0
         pids = {nm: pr.pid for nm, pr in c.procs.items()}
         out["startup_cpu_per_process"] = float(np.mean([cpu_seconds(pid) for pid in pids.values()]))
@@ -299,11 +372,17 @@ def pi_processes(N: int, k: int, n: int, rounds: int, key_bits: int, tmp: Path) 
             if bad:
                 raise AssertionError(f"N = {N}: {bad}")
             cpu = {nm: cpu_seconds(pid) - before[nm] for nm, pid in pids.items()}
-            out["sessions"].append({
-                "wall": wall, "cpu_total": sum(cpu.values()), "cpu_trent": cpu["trent"],
-                "cpu_party_mean": float(np.mean([cpu[nm] for nm in names])), "load": (load0, os.getloadavg()[0]),
-                "round_seconds": recs["trent"]["result"]["round_seconds"],
-                "bytes": sum(int(r["stats"]["bytes_sent"]) for r in recs.values())})
+            out["sessions"].append(
+                {
+                    "wall": wall,
+                    "cpu_total": sum(cpu.values()),
+                    "cpu_trent": cpu["trent"],
+                    "cpu_party_mean": float(np.mean([cpu[nm] for nm in names])),
+                    "load": (load0, os.getloadavg()[0]),
+                    "round_seconds": recs["trent"]["result"]["round_seconds"],
+                    "bytes": sum(int(r["stats"]["bytes_sent"]) for r in recs.values()),
+                }
+            )
     return out
 
 
@@ -333,7 +412,8 @@ DPA_BEFORE = (
     "99 KiB, 554 KiB, 2.5 MiB, 5.8 MiB, 10.5 MiB and CPU 0.5, 1.1, 3.5, 7.5, 12.6 s for K = 2, 4, 8, 12, 16 "
     "(slopes K^2.14 and K^1.74; bytes(12)/bytes(4) = 10.74); a data party's traffic grew as K^1.14 (party1's "
     "1.3 MiB at K = 16). Now the check of issue 25 costs every party two more DGK comparisons, so K = 2 sends "
-    "more than before (225 KiB against 99 KiB) and K ≥ 8 much less.")
+    "more than before (225 KiB against 99 KiB) and K ≥ 8 much less."
+)
 PI_FINDINGS = (
     "What grew faster than O(N), and where: **the liveness probes** (smcdp/runtime/session.py): every participant "
     "probed every other one every min(5 s, grace/6) -- N(N+1) heartbeats per interval and a mutual-TLS connection "
@@ -344,52 +424,74 @@ PI_FINDINGS = (
     "vectors per round and a data party's work is constant (its CPU per session is flat in N above).  What "
     "dominates a session at every N is per party and per session -- the local engine's crypto process pool "
     "(spawned per session; its workers build their own tables: the first round's seconds) -- which issue 27 "
-    "replaces with party-lifetime crypto threads (branch `speed`).")
+    "replaces with party-lifetime crypto threads (branch `speed`)."
+)
 PI_BEFORE = (
     "With every participant probing every other one (before issue 28; processes, second session, same hour): "
     "N = 8: CPU 15.3 s, a party's 1.62 s; N = 16: CPU 32.8 s, a party's 1.85 s, Trent's 3.10 s — CPU slope "
-    "N^1.10 against N^0.85 with the ring.")
+    "N^1.10 against N^0.85 with the ring."
+)
 
 
 def dpa_report(proc: list[dict], mem: list[dict], key_bits: int, d: int, rtt: float, bandwidth: float) -> str:
-    lines = [f"Paillier {key_bits}-bit (ξ, ζ), DGK {params_for(2, d, key_bits)['dgk_bits']}-bit, d = {d}, ε = 1, "
-             "κ = 40; bytes are protobuf payloads, a role's sent + received; CPU from /proc (processes) or "
-             "the process (in memory); load = 1-minute load average before → after.", ""]
+    lines = [
+        f"Paillier {key_bits}-bit (ξ, ζ), DGK {params_for(2, d, key_bits)['dgk_bits']}-bit, d = {d}, ε = 1, "
+        "κ = 40; bytes are protobuf payloads, a role's sent + received; CPU from /proc (processes) or "
+        "the process (in memory); load = 1-minute load average before → after.",
+        "",
+    ]
     if proc:
-        lines += ["**Processes** (gRPC + mutual TLS on loopback, K + 2 processes on the 2 shared cores; second session "
-                  "of each cluster, the first in brackets):", "",
-                  "| K | wall s | CPU s (all) | Charlie CPU s | party CPU s (mean / max) | load | bytes sent (all) | "
-                  "Charlie | party (mean / max) | start-up s (CPU s per process) |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "**Processes** (gRPC + mutual TLS on loopback, K + 2 processes on the 2 shared cores; second session "
+            "of each cluster, the first in brackets):",
+            "",
+            "| K | wall s | CPU s (all) | Charlie CPU s | party CPU s (mean / max) | load | bytes sent (all) | "
+            "Charlie | party (mean / max) | start-up s (CPU s per process) |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for r in proc:
             s, f = r["sessions"][1], r["sessions"][0]
             b = s["bytes"]
-            lines.append(f"| {r['K']} | {s['wall']:.1f} ({f['wall']:.1f}) | {s['cpu_total']:.1f} ({f['cpu_total']:.1f}) | "
-                         f"{s['cpu_charlie']:.2f} | {s['cpu_party_mean']:.2f} / {s['cpu_party_max']:.2f} | "
-                         f"{s['load_before']:.1f} → {s['load_after']:.1f} | {kib(b['total_sent'])} | {kib(b['charlie'])} | "
-                         f"{kib(b['party_mean'])} / {kib(b['party_max'])} | {r['startup_seconds']:.1f} "
-                         f"({r['startup_cpu_per_process']:.1f}) |")
+            lines.append(
+                f"| {r['K']} | {s['wall']:.1f} ({f['wall']:.1f}) | {s['cpu_total']:.1f} ({f['cpu_total']:.1f}) | "
+                f"{s['cpu_charlie']:.2f} | {s['cpu_party_mean']:.2f} / {s['cpu_party_max']:.2f} | "
+                f"{s['load_before']:.1f} → {s['load_after']:.1f} | {kib(b['total_sent'])} | {kib(b['charlie'])} | "
+                f"{kib(b['party_mean'])} / {kib(b['party_max'])} | {r['startup_seconds']:.1f} "
+                f"({r['startup_cpu_per_process']:.1f}) |"
+            )
         Ks = [r["K"] for r in proc]
         warm = [r["sessions"][1] for r in proc]
-        lines += ["", f"Slopes (log–log, K ≥ 4): total bytes K^{slope(Ks, [s['bytes']['total_sent'] for s in warm]):.2f}, "
-                      f"per-party bytes K^{slope(Ks, [s['bytes']['party_mean'] for s in warm]):.2f}, "
-                      f"Charlie's bytes K^{slope(Ks, [s['bytes']['charlie'] for s in warm]):.2f}, "
-                      f"wall K^{slope(Ks, [s['wall'] for s in warm]):.2f}, CPU K^{slope(Ks, [s['cpu_total'] for s in warm]):.2f}."]
+        lines += [
+            "",
+            f"Slopes (log–log, K ≥ 4): total bytes K^{slope(Ks, [s['bytes']['total_sent'] for s in warm]):.2f}, "
+            f"per-party bytes K^{slope(Ks, [s['bytes']['party_mean'] for s in warm]):.2f}, "
+            f"Charlie's bytes K^{slope(Ks, [s['bytes']['charlie'] for s in warm]):.2f}, "
+            f"wall K^{slope(Ks, [s['wall'] for s in warm]):.2f}, CPU K^{slope(Ks, [s['cpu_total'] for s in warm]):.2f}.",
+        ]
     if mem:
-        lines += ["", "**One process** (InMemoryNetwork, the same role code, every key generated in the session):", "",
-                  "| K | wall s | CPU s | load | messages | bytes sent (all) | Charlie | party (mean / max) | party1 |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "**One process** (InMemoryNetwork, the same role code, every key generated in the session):",
+            "",
+            "| K | wall s | CPU s | load | messages | bytes sent (all) | Charlie | party (mean / max) | party1 |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
         for r in mem:
             b = r["bytes"]
-            lines.append(f"| {r['K']} | {r['wall']:.1f} | {r['cpu']:.1f} | {r['load_before']:.1f} → {r['load_after']:.1f} | "
-                         f"{r['messages']} | {kib(b['total_sent'])} | {kib(b['charlie'])} | {kib(b['party_mean'])} / "
-                         f"{kib(b['party_max'])} | {kib(b['party1'])} |")
+            lines.append(
+                f"| {r['K']} | {r['wall']:.1f} | {r['cpu']:.1f} | {r['load_before']:.1f} → {r['load_after']:.1f} | "
+                f"{r['messages']} | {kib(b['total_sent'])} | {kib(b['charlie'])} | {kib(b['party_mean'])} / "
+                f"{kib(b['party_max'])} | {kib(b['party1'])} |"
+            )
         Ks = [r["K"] for r in mem]
-        lines += ["", f"Slopes (log–log, K ≥ 4): total bytes K^{slope(Ks, [r['bytes']['total_sent'] for r in mem]):.2f}, "
-                      f"per-party bytes (mean) K^{slope(Ks, [r['bytes']['party_mean'] for r in mem]):.2f}, "
-                      f"(max) K^{slope(Ks, [r['bytes']['party_max'] for r in mem]):.2f}, "
-                      f"Charlie K^{slope(Ks, [r['bytes']['charlie'] for r in mem]):.2f}, "
-                      f"CPU K^{slope(Ks, [r['cpu'] for r in mem]):.2f}."]
+        lines += [
+            "",
+            f"Slopes (log–log, K ≥ 4): total bytes K^{slope(Ks, [r['bytes']['total_sent'] for r in mem]):.2f}, "
+            f"per-party bytes (mean) K^{slope(Ks, [r['bytes']['party_mean'] for r in mem]):.2f}, "
+            f"(max) K^{slope(Ks, [r['bytes']['party_max'] for r in mem]):.2f}, "
+            f"Charlie K^{slope(Ks, [r['bytes']['charlie'] for r in mem]):.2f}, "
+            f"CPU K^{slope(Ks, [r['cpu'] for r in mem]):.2f}.",
+        ]
         a, b = linear(Ks, [r["cpu"] for r in mem])
         lines.append(f"CPU ≈ {a:.1f} s + {b:.2f} s·K.")
         by = {r["K"]: r for r in mem}
@@ -397,8 +499,10 @@ def dpa_report(proc: list[dict], mem: list[dict], key_bits: int, d: int, rtt: fl
             ratio = by[12]["bytes"]["total_sent"] / by[4]["bytes"]["total_sent"]
             lines.append(f"Target bytes(K = 12)/bytes(K = 4) ≤ 4.5: **{ratio:.2f}**.")
         if 100 in by:
-            lines.append(f"Target K = 100 in one process within 10 minutes: **{by[100]['wall']:.0f} s** wall "
-                         f"({by[100]['cpu']:.0f} s CPU).")
+            lines.append(
+                f"Target K = 100 in one process within 10 minutes: **{by[100]['wall']:.0f} s** wall "
+                f"({by[100]['cpu']:.0f} s CPU)."
+            )
         lines += ["", DPA_BEFORE]
     if len(proc) >= 2:
         Ks = [r["K"] for r in proc]
@@ -406,24 +510,27 @@ def dpa_report(proc: list[dict], mem: list[dict], key_bits: int, d: int, rtt: fl
         ca, cb = linear(Ks, [s["cpu_charlie"] for s in warm])
         K = 100
         p_slope = max(0.0, slope(Ks, [s["cpu_party_max"] for s in warm]))
-        cpu_p = warm[-1]["cpu_party_max"] * (K / Ks[-1]) ** p_slope        # the largest K measured, extrapolated
+        cpu_p = warm[-1]["cpu_party_max"] * (K / Ks[-1]) ** p_slope  # the largest K measured, extrapolated
         depth = math.ceil(math.log2(K))
-        hops = 12 + 8 * depth                # sequential message latencies on the critical path (docs/benchmarks.md)
+        hops = 12 + 8 * depth  # sequential message latencies on the critical path (docs/benchmarks.md)
         rows = mem or [dict(K=r["K"], bytes=s["bytes"]) for r, s in zip(proc, warm)]
         ba, bb = linear([r["K"] for r in rows], [r["bytes"]["charlie"] for r in rows])
         ch_bytes = next((r["bytes"]["charlie"] for r in rows if r["K"] == K), ba + bb * K)
         cpu_c = ca + cb * K
-        lines += ["", f"**Model: {K} parties on {K} machines** (one core each).  Charlie's CPU ≈ {ca:.2f} + {cb:.3f}·K s "
-                      f"(fitted on the processes above); a data party's (the largest) grows as K^{p_slope:.2f} here "
-                      f"(its protocol work is constant but for ⌈log₂ K⌉ bits more per comparison; K + 2 processes on "
-                      f"two cores also cost each other cache and switches), extrapolated from K = {Ks[-1]}: "
-                      f"{cpu_p:.2f} s; "
-                      f"{hops} sequential message latencies (12 + 8⌈log₂ K⌉) at {rtt * 1000:.0f} ms one way; "
-                      f"Charlie's {kib(ch_bytes)} at {bandwidth / 1e6:.1f} MB/s.",
-                  f"Charlie's CPU {cpu_c:.1f} s (his K − 1 comparisons and K openings: the only part that grows with K), "
-                  f"a party's {cpu_p:.2f} s, latencies {hops * rtt:.1f} s, Charlie's transfer {ch_bytes / bandwidth:.1f} s: "
-                  f"a session ≈ **{cpu_c + cpu_p + hops * rtt + ch_bytes / bandwidth:.0f} s** (an upper bound: nothing "
-                  "overlaps)."]
+        lines += [
+            "",
+            f"**Model: {K} parties on {K} machines** (one core each).  Charlie's CPU ≈ {ca:.2f} + {cb:.3f}·K s "
+            f"(fitted on the processes above); a data party's (the largest) grows as K^{p_slope:.2f} here "
+            f"(its protocol work is constant but for ⌈log₂ K⌉ bits more per comparison; K + 2 processes on "
+            f"two cores also cost each other cache and switches), extrapolated from K = {Ks[-1]}: "
+            f"{cpu_p:.2f} s; "
+            f"{hops} sequential message latencies (12 + 8⌈log₂ K⌉) at {rtt * 1000:.0f} ms one way; "
+            f"Charlie's {kib(ch_bytes)} at {bandwidth / 1e6:.1f} MB/s.",
+            f"Charlie's CPU {cpu_c:.1f} s (his K − 1 comparisons and K openings: the only part that grows with K), "
+            f"a party's {cpu_p:.2f} s, latencies {hops * rtt:.1f} s, Charlie's transfer {ch_bytes / bandwidth:.1f} s: "
+            f"a session ≈ **{cpu_c + cpu_p + hops * rtt + ch_bytes / bandwidth:.0f} s** (an upper bound: nothing "
+            "overlaps).",
+        ]
     return "\n".join(lines)
 
 
@@ -432,36 +539,60 @@ def pi_report(mem: list[dict], proc: list[dict], k: int, n: int, rounds: int, ke
     groups = sorted({g for r in mem for g in r["profile"]})
     lines = [f"k = {k}, n = {n} per party, {rounds} rounds (p = 1), {key_bits}-bit keys.", ""]
     if mem:
-        lines += ["**One process**: seconds, and the profile's self time by group (wall seconds: 'waiting for workers' "
-                  "is the event loop waiting on the crypto pool and threads, so it includes the machine's load; "
-                  "CPU counts the pool's workers):", "",
-                  "| N | wall s | CPU s | load | round s (median) | bytes | " + " | ".join(groups) + " |",
-                  "|---|---|---|---|---|---|" + "---|" * len(groups)]
+        lines += [
+            "**One process**: seconds, and the profile's self time by group (wall seconds: 'waiting for workers' "
+            "is the event loop waiting on the crypto pool and threads, so it includes the machine's load; "
+            "CPU counts the pool's workers):",
+            "",
+            "| N | wall s | CPU s | load | round s (median) | bytes | " + " | ".join(groups) + " |",
+            "|---|---|---|---|---|---|" + "---|" * len(groups),
+        ]
         for r in mem:
-            lines.append(f"| {r['N']} | {r['wall']:.1f} | {r['cpu']:.1f} | {r['load'][0]:.1f} → {r['load'][1]:.1f} | "
-                         f"{np.median(r['round_seconds'][1:]):.2f} | {kib(r['bytes'])} | "
-                         + " | ".join(f"{r['profile'].get(g, 0):.2f}" for g in groups) + " |")
-        lines += ["", f"Slopes against N (N ≥ 4): CPU N^{slope(Ns, [r['cpu'] for r in mem]):.2f}, bytes N^"
-                      f"{slope(Ns, [r['bytes'] for r in mem]):.2f}; "
-                  + ", ".join(f"{g} N^{slope(Ns, [r['profile'].get(g, 0) for r in mem]):.2f}" for g in groups
-                              if max(r["profile"].get(g, 0) for r in mem) >= 0.5)
-                  + " (groups below 0.5 s left out: their slopes are noise)."]
+            lines.append(
+                f"| {r['N']} | {r['wall']:.1f} | {r['cpu']:.1f} | {r['load'][0]:.1f} → {r['load'][1]:.1f} | "
+                f"{np.median(r['round_seconds'][1:]):.2f} | {kib(r['bytes'])} | "
+                + " | ".join(f"{r['profile'].get(g, 0):.2f}" for g in groups)
+                + " |"
+            )
+        lines += [
+            "",
+            f"Slopes against N (N ≥ 4): CPU N^{slope(Ns, [r['cpu'] for r in mem]):.2f}, bytes N^"
+            f"{slope(Ns, [r['bytes'] for r in mem]):.2f}; "
+            + ", ".join(
+                f"{g} N^{slope(Ns, [r['profile'].get(g, 0) for r in mem]):.2f}"
+                for g in groups
+                if max(r["profile"].get(g, 0) for r in mem) >= 0.5
+            )
+            + " (groups below 0.5 s left out: their slopes are noise).",
+        ]
     if proc:
-        lines += ["", "**Processes** (second session; the first in brackets):", "",
-                  "| N | start-up s (CPU s per process) | wall s | CPU s (all, with workers) | Trent CPU s | "
-                  "party CPU s (mean) | load | round s (median) | bytes |", "|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "**Processes** (second session; the first in brackets):",
+            "",
+            "| N | start-up s (CPU s per process) | wall s | CPU s (all, with workers) | Trent CPU s | "
+            "party CPU s (mean) | load | round s (median) | bytes |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
         for r in proc:
             s, f = r["sessions"][1], r["sessions"][0]
-            lines.append(f"| {r['N']} | {r['startup_seconds']:.1f} ({r['startup_cpu_per_process']:.1f}) | {s['wall']:.1f} "
-                         f"({f['wall']:.1f}) | {s['cpu_total']:.1f} ({f['cpu_total']:.1f}) | {s['cpu_trent']:.2f} | "
-                         f"{s['cpu_party_mean']:.2f} | {s['load'][0]:.1f} → {s['load'][1]:.1f} | "
-                         f"{np.median(s['round_seconds'][1:]):.2f} | {kib(s['bytes'])} |")
+            lines.append(
+                f"| {r['N']} | {r['startup_seconds']:.1f} ({r['startup_cpu_per_process']:.1f}) | {s['wall']:.1f} "
+                f"({f['wall']:.1f}) | {s['cpu_total']:.1f} ({f['cpu_total']:.1f}) | {s['cpu_trent']:.2f} | "
+                f"{s['cpu_party_mean']:.2f} | {s['load'][0]:.1f} → {s['load'][1]:.1f} | "
+                f"{np.median(s['round_seconds'][1:]):.2f} | {kib(s['bytes'])} |"
+            )
         warm = [r["sessions"][1] for r in proc]
-        lines += ["", f"Slopes against N (N ≥ 4): wall N^{slope(Ns, [s['wall'] for s in warm]):.2f}, CPU N^"
-                      f"{slope(Ns, [s['cpu_total'] for s in warm]):.2f}, Trent's CPU N^"
-                      f"{slope(Ns, [s['cpu_trent'] for s in warm]):.2f}, a party's CPU N^"
-                      f"{slope(Ns, [s['cpu_party_mean'] for s in warm]):.2f}, start-up N^"
-                      f"{slope(Ns, [r['startup_seconds'] for r in proc]):.2f}.", "", PI_BEFORE]
+        lines += [
+            "",
+            f"Slopes against N (N ≥ 4): wall N^{slope(Ns, [s['wall'] for s in warm]):.2f}, CPU N^"
+            f"{slope(Ns, [s['cpu_total'] for s in warm]):.2f}, Trent's CPU N^"
+            f"{slope(Ns, [s['cpu_trent'] for s in warm]):.2f}, a party's CPU N^"
+            f"{slope(Ns, [s['cpu_party_mean'] for s in warm]):.2f}, start-up N^"
+            f"{slope(Ns, [r['startup_seconds'] for r in proc]):.2f}.",
+            "",
+            PI_BEFORE,
+        ]
     lines += ["", PI_FINDINGS]
     return "\n".join(lines)
 
@@ -473,10 +604,16 @@ def ints(text: str) -> list[int]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("protocol", nargs="?", default="dp-aggregate", choices=("dp-aggregate", "power-iteration"))
-    ap.add_argument("--processes", help="K (or N) for separate processes, a comma list ('' for none); default "
-                                        "2,4,8,12,16,32 (dp-aggregate), 2,4,8,16 (power-iteration)")
-    ap.add_argument("--memory", help="K (or N) in one process; default 2,4,8,12,16,32,64,100,128,256 "
-                                     "(dp-aggregate), 2,4,8,16 (power-iteration)")
+    ap.add_argument(
+        "--processes",
+        help="K (or N) for separate processes, a comma list ('' for none); default "
+        "2,4,8,12,16,32 (dp-aggregate), 2,4,8,16 (power-iteration)",
+    )
+    ap.add_argument(
+        "--memory",
+        help="K (or N) in one process; default 2,4,8,12,16,32,64,100,128,256 "
+        "(dp-aggregate), 2,4,8,16 (power-iteration)",
+    )
     ap.add_argument("--quick", action="store_true", help="small K only")
     ap.add_argument("--key-bits", type=int, default=2048)
     ap.add_argument("--dim", type=int, default=10, help="dp-aggregate: d")
@@ -489,10 +626,26 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     dpa = args.protocol == "dp-aggregate"
     quick = "2,4,8" if dpa else "2,4"
-    procs = ints(quick if args.quick else args.processes if args.processes is not None
-                 else "2,4,8,12,16,32" if dpa else "2,4,8,16")
-    mems = ints("2,4,8,12,16" if args.quick and dpa else quick if args.quick else args.memory
-                if args.memory is not None else "2,4,8,12,16,32,64,100,128,256" if dpa else "2,4,8,16")
+    procs = ints(
+        quick
+        if args.quick
+        else args.processes
+        if args.processes is not None
+        else "2,4,8,12,16,32"
+        if dpa
+        else "2,4,8,16"
+    )
+    mems = ints(
+        "2,4,8,12,16"
+        if args.quick and dpa
+        else quick
+        if args.quick
+        else args.memory
+        if args.memory is not None
+        else "2,4,8,12,16,32,64,100,128,256"
+        if dpa
+        else "2,4,8,16"
+    )
     proc_rows, mem_rows = [], []
 
     def note(row: dict) -> None:
@@ -500,19 +653,28 @@ def main(argv=None) -> int:
 
     for K in mems:
         print(f"one process, {K} data parties …", file=sys.stderr, flush=True)
-        mem_rows.append(run_memory(K, args.dim, args.key_bits) if dpa
-                        else pi_memory(K, args.rows, args.samples, args.rounds, args.key_bits))
+        mem_rows.append(
+            run_memory(K, args.dim, args.key_bits)
+            if dpa
+            else pi_memory(K, args.rows, args.samples, args.rounds, args.key_bits)
+        )
         note(mem_rows[-1])
     with tempfile.TemporaryDirectory() as tmp:
         for K in procs:
             print(f"processes, {K} data parties …", file=sys.stderr, flush=True)
-            proc_rows.append(run_processes(K, args.dim, args.key_bits, Path(tmp)) if dpa
-                             else pi_processes(K, args.rows, args.samples, args.rounds, args.key_bits, Path(tmp)))
+            proc_rows.append(
+                run_processes(K, args.dim, args.key_bits, Path(tmp))
+                if dpa
+                else pi_processes(K, args.rows, args.samples, args.rounds, args.key_bits, Path(tmp))
+            )
             note(proc_rows[-1])
     if args.json:
         Path(args.json).write_text(json.dumps({"processes": proc_rows, "memory": mem_rows}, indent=1))
-    print(dpa_report(proc_rows, mem_rows, args.key_bits, args.dim, args.rtt, args.bandwidth) if dpa
-          else pi_report(mem_rows, proc_rows, args.rows, args.samples, args.rounds, args.key_bits))
+    print(
+        dpa_report(proc_rows, mem_rows, args.key_bits, args.dim, args.rtt, args.bandwidth)
+        if dpa
+        else pi_report(mem_rows, proc_rows, args.rows, args.samples, args.rounds, args.key_bits)
+    )
     return 0
 
 

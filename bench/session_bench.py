@@ -41,23 +41,44 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = Path(__file__).resolve().parent / "session_driver.py"
 WORKLOADS = ("pi500", "pi30", "keyword", "pidp500", "pidp500cov")
-TITLES = {"pi500": "power iteration k = 500, 2 × 100", "pi30": "power iteration k = 30 (make demo)",
-          "keyword": "keyword, 98 frames, 10 HMMs", "pidp500": "DP power iteration k = 500 (auto), 2 × 100",
-          "pidp500cov": "DP power iteration k = 500 (covariance), 2 × 100"}
+TITLES = {
+    "pi500": "power iteration k = 500, 2 × 100",
+    "pi30": "power iteration k = 30 (make demo)",
+    "keyword": "keyword, 98 frames, 10 HMMs",
+    "pidp500": "DP power iteration k = 500 (auto), 2 × 100",
+    "pidp500cov": "DP power iteration k = 500 (covariance), 2 × 100",
+}
 
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def run_driver(tree: Path, workload: str, sessions: int, key_bits: int, gap: float = 5.0,
-               timeout: float = 1800) -> dict:
+def run_driver(
+    tree: Path, workload: str, sessions: int, key_bits: int, gap: float = 5.0, timeout: float = 1800
+) -> dict:
     """One driver run on ``tree`` (its smcdp first on PYTHONPATH, this interpreter)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     env.setdefault("SMCDP_PROGRESS", "off")
-    proc = subprocess.run([sys.executable, str(DRIVER), "--workload", workload, "--sessions", str(sessions),
-                           "--key-bits", str(key_bits), "--gap", str(gap)], cwd=tree, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(DRIVER),
+            "--workload",
+            workload,
+            "--sessions",
+            str(sessions),
+            "--key-bits",
+            str(key_bits),
+            "--gap",
+            str(gap),
+        ],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"{workload} on {tree} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     out = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -65,8 +86,9 @@ def run_driver(tree: Path, workload: str, sessions: int, key_bits: int, gap: flo
     return out
 
 
-def measure(trees: list[Path], workloads: list[str], repeats: int, sessions: int, key_bits: int,
-            gap: float = 5.0) -> list[dict]:
+def measure(
+    trees: list[Path], workloads: list[str], repeats: int, sessions: int, key_bits: int, gap: float = 5.0
+) -> list[dict]:
     """Every (repeat, workload, tree) run, trees alternating and their order flipped every repetition."""
     runs = []
     for r in range(repeats):
@@ -76,8 +98,13 @@ def measure(trees: list[Path], workloads: list[str], repeats: int, sessions: int
                 log(f"[{r + 1}/{repeats}] {w} on {tree} …")
                 run = run_driver(tree, w, sessions, key_bits, gap)
                 s = run["sessions"]
-                log(f"    start {run['start_seconds']:.1f} s; sessions " + ", ".join(f"{x['seconds']:.2f} s" for x in s)
-                    + "; CPU " + ", ".join(f"{x['cpu_total']:.1f}" for x in s) + f"; load {run['load']:.1f}")
+                log(
+                    f"    start {run['start_seconds']:.1f} s; sessions "
+                    + ", ".join(f"{x['seconds']:.2f} s" for x in s)
+                    + "; CPU "
+                    + ", ".join(f"{x['cpu_total']:.1f}" for x in s)
+                    + f"; load {run['load']:.1f}"
+                )
                 runs.append(run)
     return runs
 
@@ -96,14 +123,19 @@ def summary(runs: list[dict]) -> dict[tuple[str, str], dict]:
         cold = [r["sessions"][0] for r in cell["runs"]]
         warm = [s for r in cell["runs"] for s in r["sessions"][1:]]
         cell.update(
-            n=len(cell["runs"]), start=_med([r["start_seconds"] for r in cell["runs"]]),
-            cold=_med([s["seconds"] for s in cold]), warm=_med([s["seconds"] for s in warm]),
-            cold_all=[s["seconds"] for s in cold], warm_all=[s["seconds"] for s in warm],
-            cold_cpu=_med([s["cpu_total"] for s in cold]), warm_cpu=_med([s["cpu_total"] for s in warm]),
+            n=len(cell["runs"]),
+            start=_med([r["start_seconds"] for r in cell["runs"]]),
+            cold=_med([s["seconds"] for s in cold]),
+            warm=_med([s["seconds"] for s in warm]),
+            cold_all=[s["seconds"] for s in cold],
+            warm_all=[s["seconds"] for s in warm],
+            cold_cpu=_med([s["cpu_total"] for s in cold]),
+            warm_cpu=_med([s["cpu_total"] for s in warm]),
             warm_idle_cpu=_med([s["cpu_idle_before"] for s in warm if s.get("cpu_idle_before") is not None]),
             cold_online=_med([s["online_seconds"] for s in cold if s.get("online_seconds") is not None]),
             warm_online=_med([s["online_seconds"] for s in warm if s.get("online_seconds") is not None]),
-            loads=[r["load"] for r in cell["runs"]])
+            loads=[r["load"] for r in cell["runs"]],
+        )
     return out
 
 
@@ -116,19 +148,23 @@ def _span(vals: list[float]) -> str:
 
 
 def markdown(summ: dict[tuple[str, str], dict], trees: list[Path], workloads: list[str]) -> str:
-    lines = ["| workload | tree | start parties s | cold session s | warm session s | CPU cold / warm s (all parties) "
-             "| CPU while idle before a warm session | online s cold / warm (keyword) | runs | load |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| workload | tree | start parties s | cold session s | warm session s | CPU cold / warm s (all parties) "
+        "| CPU while idle before a warm session | online s cold / warm (keyword) | runs | load |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for w in workloads:
         for t in trees:
             c = summ.get((str(t), w))
             if c is None:
                 continue
-            lines.append(f"| {TITLES[w]} | {t} | {_f(c['start'])} | **{_f(c['cold'])}**{_span(c['cold_all'])} | "
-                         f"**{_f(c['warm'])}**{_span(c['warm_all'])} | {_f(c['cold_cpu'], '')} / "
-                         f"{_f(c['warm_cpu'], '')} | {_f(c['warm_idle_cpu'], '')} | "
-                         f"{_f(c['cold_online'], '')} / {_f(c['warm_online'], '')} | "
-                         f"{c['n']} | {min(c['loads']):.1f}–{max(c['loads']):.1f} |")
+            lines.append(
+                f"| {TITLES[w]} | {t} | {_f(c['start'])} | **{_f(c['cold'])}**{_span(c['cold_all'])} | "
+                f"**{_f(c['warm'])}**{_span(c['warm_all'])} | {_f(c['cold_cpu'], '')} / "
+                f"{_f(c['warm_cpu'], '')} | {_f(c['warm_idle_cpu'], '')} | "
+                f"{_f(c['cold_online'], '')} / {_f(c['warm_online'], '')} | "
+                f"{c['n']} | {min(c['loads']):.1f}–{max(c['loads']):.1f} |"
+            )
     return "\n".join(lines)
 
 
@@ -142,16 +178,25 @@ def ratios(summ: dict[tuple[str, str], dict], current: Path, baseline: Path, wor
         for kind in ("cold", "warm"):
             if a[kind] is None or b[kind] is None:
                 continue
-            out.append({"workload": w, "kind": kind, "current": a[kind], "baseline": b[kind],
-                        "ratio": a[kind] / b[kind],
-                        "cpu_ratio": (a[f"{kind}_cpu"] / b[f"{kind}_cpu"]) if b[f"{kind}_cpu"] else None})
+            out.append(
+                {
+                    "workload": w,
+                    "kind": kind,
+                    "current": a[kind],
+                    "baseline": b[kind],
+                    "ratio": a[kind] / b[kind],
+                    "cpu_ratio": (a[f"{kind}_cpu"] / b[f"{kind}_cpu"]) if b[f"{kind}_cpu"] else None,
+                }
+            )
     return out
 
 
 def describe(r: dict) -> str:
     cpu = "" if r["cpu_ratio"] is None else f", CPU {r['cpu_ratio']:.2f}×"
-    return (f"{TITLES[r['workload']]}, {r['kind']} session: {r['current']:.2f} s against {r['baseline']:.2f} s "
-            f"at the baseline ({r['ratio']:.2f}×{cpu})")
+    return (
+        f"{TITLES[r['workload']]}, {r['kind']} session: {r['current']:.2f} s against {r['baseline']:.2f} s "
+        f"at the baseline ({r['ratio']:.2f}×{cpu})"
+    )
 
 
 def parse_workloads(text: str) -> list[str]:

@@ -38,8 +38,10 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKLOADS = ("pi500", "pi30", "keyword", "pidp500", "pidp500cov")
 #: issue 38: the DP workloads' parameters (k = 500: ``auto`` picks the noisy power method; "cov" forces the
 #: one-release covariance mode, 125,250 values per release)
-DP_PARAMS = {"pidp500": {"epsilon": 1.0, "delta": 1e-6, "max_samples": 100},
-             "pidp500cov": {"epsilon": 1.0, "delta": 1e-6, "max_samples": 100, "dp_method": "covariance"}}
+DP_PARAMS = {
+    "pidp500": {"epsilon": 1.0, "delta": 1e-6, "max_samples": 100},
+    "pidp500cov": {"epsilon": 1.0, "delta": 1e-6, "max_samples": 100, "dp_method": "covariance"},
+}
 
 
 def pi_matrices(k: int, n: int = 100, seed: int = 0) -> list[np.ndarray]:
@@ -57,20 +59,36 @@ def setup(workload: str, key_bits: int, tmp: Path) -> dict:
             for i, block in enumerate(pi_matrices(500)):
                 paths.append(tmp / f"party{i}.npy")
                 np.save(paths[-1], block)
-        else:   # `make demo`'s data
+        else:  # `make demo`'s data
             paths = [ROOT / "examples" / "data" / "power_iteration" / f"hospital_{x}.npy" for x in "ab"]
         k = int(np.load(paths[0], mmap_mode="r").shape[0])
-        parties = {"trent": {}, "alice": {"power-iteration": {"data": paths[0]}},
-                   "bob": {"power-iteration": {"data": paths[1]}}}
+        parties = {
+            "trent": {},
+            "alice": {"power-iteration": {"data": paths[0]}},
+            "bob": {"power-iteration": {"data": paths[1]}},
+        }
         roles = {"trent": "trent", "party1": "alice", "party2": "bob"}
         params = {"n_parties": 2, "key_bits": key_bits, "rows": k, **DP_PARAMS.get(workload, {})}
-        return {"protocol": "power-iteration", "parties": parties, "roles": roles, "params": params,
-                "initiator": "trent", "budgets": workload in DP_PARAMS}
+        return {
+            "protocol": "power-iteration",
+            "parties": parties,
+            "roles": roles,
+            "params": params,
+            "initiator": "trent",
+            "budgets": workload in DP_PARAMS,
+        }
     data = ROOT / "tests" / "data" / "keyword"
-    parties = {"alice": {"keyword": {"utterance": data / "utterance_98.npy"}},
-               "bob": {"keyword": {"models": data / "models.npz"}}}
-    return {"protocol": "keyword", "parties": parties, "roles": {"alice": "alice", "bob": "bob"},
-            "params": {"key_bits": key_bits, "debug_reveal": False}, "initiator": "alice"}
+    parties = {
+        "alice": {"keyword": {"utterance": data / "utterance_98.npy"}},
+        "bob": {"keyword": {"models": data / "models.npz"}},
+    }
+    return {
+        "protocol": "keyword",
+        "parties": parties,
+        "roles": {"alice": "alice", "bob": "bob"},
+        "params": {"key_bits": key_bits, "debug_reveal": False},
+        "initiator": "alice",
+    }
 
 
 def process_cpu(pid: int) -> float:
@@ -86,8 +104,11 @@ def protocol_figures(protocol: str, records: dict) -> dict:
         return {"rounds": records["trent"]["result"]["rounds"], "dp_method": dp.get("dp_method")}
     ta = records["alice"]["result"].get("timings") or {}
     off, on = ta.get("offline") or {}, ta.get("online") or {}
-    return {"offline_seconds": off.get("seconds"), "online_seconds": on.get("keyword_at", on.get("seconds")),
-            "keyword": records["alice"]["result"]["keyword"]}
+    return {
+        "offline_seconds": off.get("seconds"),
+        "online_seconds": on.get("keyword_at", on.get("seconds")),
+        "keyword": records["alice"]["result"]["keyword"],
+    }
 
 
 def main() -> int:
@@ -106,15 +127,22 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="smcdp-session-bench-") as d:
         s = setup(args.workload, args.key_bits, Path(d))
         options, summary = governed(s["protocol"], s["roles"], s["params"], initiator=s["initiator"], seed=None)
-        if s.get("budgets"):    # a DP workload: every data party holds a budget for all the sessions
+        if s.get("budgets"):  # a DP workload: every data party holds a budget for all the sessions
             from smcdp.runtime.governance.charges import BudgetConfig
-            options["budgets"] = {n: BudgetConfig(dataset=n, epsilon=summary.epsilon * (args.sessions + 1),
-                                                  delta=min(0.5, summary.delta * (args.sessions + 1)))
-                                  for n in ("alice", "bob")}
+
+            options["budgets"] = {
+                n: BudgetConfig(
+                    dataset=n,
+                    epsilon=summary.epsilon * (args.sessions + 1),
+                    delta=min(0.5, summary.delta * (args.sessions + 1)),
+                )
+                for n in ("alice", "bob")
+            }
         sessions = []
         t0 = time.perf_counter()
-        cluster = LocalCluster(s["parties"], allow_insecure_keys=args.key_bits < 2048, workdir=Path(d) / "run",
-                               **options)
+        cluster = LocalCluster(
+            s["parties"], allow_insecure_keys=args.key_bits < 2048, workdir=Path(d) / "run", **options
+        )
         with cluster:
             up = time.perf_counter() - t0
             pids = {name: p.pid for name, p in cluster.procs.items()}
@@ -133,13 +161,30 @@ def main() -> int:
                 if bad:
                     print(f"session {i + 1} failed: {bad}", file=sys.stderr)
                     return 1
-                sessions.append({"seconds": wall, "cpu_seconds": cpu, "cpu_total": sum(cpu.values()),
-                                 "cpu_idle_before": idle, **protocol_figures(s["protocol"], records)})
+                sessions.append(
+                    {
+                        "seconds": wall,
+                        "cpu_seconds": cpu,
+                        "cpu_total": sum(cpu.values()),
+                        "cpu_idle_before": idle,
+                        **protocol_figures(s["protocol"], records),
+                    }
+                )
             t2 = time.perf_counter()
         stop = time.perf_counter() - t2
-    print(json.dumps({"workload": args.workload, "tree": str(Path(smcdp.__file__).resolve().parents[1]),
-                      "key_bits": args.key_bits, "start_seconds": up, "stop_seconds": stop,
-                      "sessions": sessions, "load": os.getloadavg()[0]}))
+    print(
+        json.dumps(
+            {
+                "workload": args.workload,
+                "tree": str(Path(smcdp.__file__).resolve().parents[1]),
+                "key_bits": args.key_bits,
+                "start_seconds": up,
+                "stop_seconds": stop,
+                "sessions": sessions,
+                "load": os.getloadavg()[0],
+            }
+        )
+    )
     return 0
 
 

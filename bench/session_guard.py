@@ -47,8 +47,9 @@ DEFAULT_THRESHOLD = 0.20
 
 def verdict(rows: list[dict], threshold: float) -> list[str]:
     """One message per (workload, kind) whose median this tree / baseline exceeds 1 + threshold."""
-    return [f"REGRESSION: {describe(r)}: more than {threshold:.0%} slower" for r in rows
-            if r["ratio"] > 1.0 + threshold]
+    return [
+        f"REGRESSION: {describe(r)}: more than {threshold:.0%} slower" for r in rows if r["ratio"] > 1.0 + threshold
+    ]
 
 
 class Checkout:
@@ -71,8 +72,9 @@ class Checkout:
         return self.dir
 
     def __exit__(self, *exc) -> None:
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(self.dir)],
-                       capture_output=True, text=True)
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(self.dir)], capture_output=True, text=True
+        )
         subprocess.run(["git", "-C", str(ROOT), "worktree", "prune"], capture_output=True, text=True)
         shutil.rmtree(self.dir.parent, ignore_errors=True)
 
@@ -86,8 +88,10 @@ def build(tree: Path) -> None:
 
 def check_native(tree: Path) -> None:
     if (tree / "smcdp" / "crypto" / "_mont.c").exists() and not list((tree / "smcdp" / "crypto").glob("_mont*.so")):
-        raise RuntimeError(f"{tree} has no built C accelerator (smcdp/crypto/_mont*.so): the baseline would run "
-                           "the slower pure engine and the comparison would not be fair")
+        raise RuntimeError(
+            f"{tree} has no built C accelerator (smcdp/crypto/_mont*.so): the baseline would run "
+            "the slower pure engine and the comparison would not be fair"
+        )
 
 
 def _run(cmd: list[str], cwd: Path | None = None) -> str:
@@ -116,8 +120,10 @@ def guard(baseline: Path, args: argparse.Namespace) -> int:
             print(msg)
             log(msg)
         return 1
-    print(f"OK: no session more than {args.threshold:.0%} slower than the baseline "
-          f"({', '.join(TITLES[w] for w in workloads)}; cold and warm)")
+    print(
+        f"OK: no session more than {args.threshold:.0%} slower than the baseline "
+        f"({', '.join(TITLES[w] for w in workloads)}; cold and warm)"
+    )
     return 0
 
 
@@ -126,15 +132,19 @@ def main(argv: list[str] | None = None) -> int:
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--baseline", metavar="REV", help="a commit, branch or tag of this repository")
     src.add_argument("--baseline-tree", type=Path, metavar="PATH", help="an existing source tree instead")
-    ap.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
-                    help="allowed slowdown of a median session (default 0.20 = 20 %%)")
+    ap.add_argument(
+        "--threshold",
+        type=float,
+        default=DEFAULT_THRESHOLD,
+        help="allowed slowdown of a median session (default 0.20 = 20 %%)",
+    )
     add_arguments(ap)
     args = ap.parse_args(argv)
     try:
         check_native(ROOT)
         if args.baseline_tree is not None:
             tree = args.baseline_tree.resolve()
-            check_native(tree)   # an existing tree is never written to
+            check_native(tree)  # an existing tree is never written to
             return guard(tree, args)
         with Checkout(args.baseline) as tree:
             log(f"baseline {args.baseline} checked out at {tree}")

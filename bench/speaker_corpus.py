@@ -34,14 +34,15 @@ from scipy.io import wavfile
 from scipy.signal import resample_poly
 
 RATE = 16000
-VOICES = ("en-us", "en-gb", "en-gb-scotland", "en-gb-x-rp", "en-029", "en-us-nyc", "en-gb-x-gbclan",
-          "en-gb-x-gbcwmd")
-TEXT = ("the bank will call you tomorrow morning about your account and the new card we sent last week "
-         "please remember to bring a passport or driving licence when you visit any branch near the station "
-         "my voice is my password and nobody else can speak it like I do on a rainy afternoon in october "
-         "seven green bottles stood on the kitchen window while the children counted apples and oranges "
-         "quickly before the train left the platform at half past nine the weather was cold but bright "
-         "every customer should verify recent payments transfers and standing orders before the end of the month")
+VOICES = ("en-us", "en-gb", "en-gb-scotland", "en-gb-x-rp", "en-029", "en-us-nyc", "en-gb-x-gbclan", "en-gb-x-gbcwmd")
+TEXT = (
+    "the bank will call you tomorrow morning about your account and the new card we sent last week "
+    "please remember to bring a passport or driving licence when you visit any branch near the station "
+    "my voice is my password and nobody else can speak it like I do on a rainy afternoon in october "
+    "seven green bottles stood on the kitchen window while the children counted apples and oranges "
+    "quickly before the train left the platform at half past nine the weather was cold but bright "
+    "every customer should verify recent payments transfers and standing orders before the end of the month"
+)
 WORDS = tuple(TEXT.split())
 
 
@@ -69,14 +70,14 @@ def synthesise(exe: str, text: str, voice: str, variant: str, speed: int, pitch:
 
 
 def perturb(x: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, dict]:
-    factor = float(rng.uniform(0.9, 1.1))                 # speed perturbation: resample by 1/factor
+    factor = float(rng.uniform(0.9, 1.1))  # speed perturbation: resample by 1/factor
     num = round(1000 / factor)
     y = resample_poly(x, num, 1000)
     lead, trail = (int(rng.uniform(0.05, 0.3) * RATE) for _ in range(2))
     y = np.concatenate([np.zeros(lead), y, np.zeros(trail)])
     y = y * float(rng.uniform(0.3, 0.9)) / max(1e-9, float(np.max(np.abs(y))))
     snr = float(rng.uniform(10, 30))
-    p_sig = float(np.mean(y[lead:len(y) - trail] ** 2)) or 1e-12
+    p_sig = float(np.mean(y[lead : len(y) - trail] ** 2)) or 1e-12
     y = y + rng.normal(scale=np.sqrt(p_sig / 10 ** (snr / 10)), size=y.shape)
     y = np.clip(y, -1, 1)
     return y, {"speed_factor": factor, "snr_db": snr}
@@ -106,16 +107,26 @@ def main(argv=None) -> int:
     picks = rng.choice(len(combos), size=n, replace=False)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    meta = {"seed": a.seed, "espeak": subprocess.run([exe, "--version"], check=False, capture_output=True, text=True).stdout.strip(),
-            "speakers": []}
+    meta = {
+        "seed": a.seed,
+        "espeak": subprocess.run([exe, "--version"], check=False, capture_output=True, text=True).stdout.strip(),
+        "speakers": [],
+    }
     with tempfile.TemporaryDirectory() as tmp:
         for i, k in enumerate(picks):
             voice, variant = combos[int(k)]
             enrolled = i < a.speakers
             name = f"spk{i:02d}" if enrolled else f"bg{i - a.speakers:02d}"
             pitch, speed = int(rng.integers(25, 75)), int(rng.integers(140, 190))
-            spk = {"name": name, "voice": voice, "variant": variant, "pitch": pitch, "speed": speed,
-                   "enrolled": enrolled, "utterances": []}
+            spk = {
+                "name": name,
+                "voice": voice,
+                "variant": variant,
+                "pitch": pitch,
+                "speed": speed,
+                "enrolled": enrolled,
+                "utterances": [],
+            }
             for u in range(a.utterances):
                 text = " ".join(rng.choice(WORDS, size=int(rng.integers(5, 9))))
                 s = int(speed * rng.uniform(0.85, 1.15))
@@ -128,8 +139,9 @@ def main(argv=None) -> int:
                 sub.mkdir(parents=True, exist_ok=True)
                 f = sub / f"u{u:02d}.wav"
                 wavfile.write(f, RATE, (y * 32767).astype(np.int16))
-                spk["utterances"].append({"file": str(f.relative_to(out)), "text": text, "wpm": s, **info,
-                                          "seconds": len(y) / RATE})
+                spk["utterances"].append(
+                    {"file": str(f.relative_to(out)), "text": text, "wpm": s, **info, "seconds": len(y) / RATE}
+                )
             meta["speakers"].append(spk)
             print(f"{name}: {voice}+{variant} pitch {pitch} speed {speed}", file=sys.stderr)
     (out / "corpus.json").write_text(json.dumps(meta, indent=1))

@@ -44,7 +44,7 @@ from smcdp.speech.speaker import SpeakerModels, map_adapt_means
 def eer(target: np.ndarray, impostor: np.ndarray) -> tuple[float, float]:
     """Equal error rate and its threshold (the point where FRR and FAR cross, interpolated)."""
     u = np.unique(np.concatenate([target, impostor]))
-    ths = (u[:-1] + u[1:]) / 2                 # between two scores: no trial lies on the threshold
+    ths = (u[:-1] + u[1:]) / 2  # between two scores: no trial lies on the threshold
     frr = np.array([(target < t).mean() for t in ths])
     far = np.array([(impostor >= t).mean() for t in ths])
     i = int(np.argmin(np.abs(frr - far)))
@@ -73,12 +73,24 @@ def trials(models: SpeakerModels, tests: dict[str, list[np.ndarray]]):
 
 
 def secure_decision(X, models, claim, sk, params_kw) -> tuple[bool, float]:
-    p = VerifyParams(key_bits=sk.public_key.bits, claim=claim, max_mixtures=models.ubm.n_components,
-                     max_features=models.ubm.dim, max_frames=len(X), **params_kw)
+    p = VerifyParams(
+        key_bits=sk.public_key.bits,
+        claim=claim,
+        max_mixtures=models.ubm.n_components,
+        max_features=models.ubm.dim,
+        max_frames=len(X),
+        **params_kw,
+    )
     net = InMemoryNetwork({"alice": "alice", "bob": "bob"}, timeout=3600)
     t0 = time.perf_counter()
-    res = asyncio.run(net.run({"alice": lambda ch: verify_alice(ch, X, p, private_key=sk, allow_insecure_keys=True),
-                               "bob": lambda ch: verify_bob(ch, models, p, allow_insecure_keys=True)}))
+    res = asyncio.run(
+        net.run(
+            {
+                "alice": lambda ch: verify_alice(ch, X, p, private_key=sk, allow_insecure_keys=True),
+                "bob": lambda ch: verify_bob(ch, models, p, allow_insecure_keys=True),
+            }
+        )
+    )
     return bool(res["bob"].accept), time.perf_counter() - t0, res
 
 
@@ -90,16 +102,23 @@ def main(argv=None) -> int:
     ap.add_argument("--delta", type=float, default=1e-5)
     ap.add_argument("--data-norm", type=float, default=60.0)
     ap.add_argument("--dp-iter", type=int, default=10)
-    ap.add_argument("--dp-frames", type=int, default=10000,
-                    help="DP-EM (and its EM reference) on this many frames drawn from the UBM frames: DP-EM's "
-                         "full second moments cost N·C·d² per iteration (default 10000)")
+    ap.add_argument(
+        "--dp-frames",
+        type=int,
+        default=10000,
+        help="DP-EM (and its EM reference) on this many frames drawn from the UBM frames: DP-EM's "
+        "full second moments cost N·C·d² per iteration (default 10000)",
+    )
     ap.add_argument("--secure-trials", type=int, default=12)
     ap.add_argument("--secure-key-bits", type=int, default=1024)
     ap.add_argument("--time-key-bits", type=int, default=2048)
     ap.add_argument("--time-sessions", type=int, default=1)
-    ap.add_argument("--public-scale", action="store_true",
-                    help="DP-EM on features divided by a public per-dimension scale: the standard deviations of "
-                         "the committed keyword fixture's test utterances (tests/data/keyword/test, public)")
+    ap.add_argument(
+        "--public-scale",
+        action="store_true",
+        help="DP-EM on features divided by a public per-dimension scale: the standard deviations of "
+        "the committed keyword fixture's test utterances (tests/data/keyword/test, public)",
+    )
     ap.add_argument("--json")
     a = ap.parse_args(argv)
     root = Path(a.corpus)
@@ -110,10 +129,16 @@ def main(argv=None) -> int:
     enroll = {d.name: np.concatenate(folder_frames([d / "enroll"], "utterance")) for d in spk}
     tests = {d.name: folder_frames([d / "test"], "utterance") for d in spk}
     norms = np.linalg.norm(Xbg, axis=1)
-    out = {"speakers": len(spk), "background_speakers": len(bg), "ubm_frames": int(Xbg.shape[0]),
-           "test_utterances": sum(len(v) for v in tests.values()), "mixtures": a.mixtures,
-           "frame_norm_percentiles": {p: float(np.percentile(norms, p)) for p in (50, 90, 99, 100)},
-           "data_norm": a.data_norm, "systems": {}}
+    out = {
+        "speakers": len(spk),
+        "background_speakers": len(bg),
+        "ubm_frames": int(Xbg.shape[0]),
+        "test_utterances": sum(len(v) for v in tests.values()),
+        "mixtures": a.mixtures,
+        "frame_norm_percentiles": {p: float(np.percentile(norms, p)) for p in (50, 90, 99, 100)},
+        "data_norm": a.data_norm,
+        "systems": {},
+    }
     print(f"features in {time.perf_counter() - t0:.0f} s; {Xbg.shape[0]} UBM frames", file=sys.stderr)
 
     def evaluate(label, gmm, extra):
@@ -123,16 +148,25 @@ def main(argv=None) -> int:
         e, th = eer(tg, im)
         # closed-set identification: the argmax speaker of every test utterance
         right = sum(models.names[int(np.argmax(models.scores(X)))] == true for true, us in tests.items() for X in us)
-        out["systems"][label] = {"eer": e, "threshold": th, "targets": len(tg), "impostors": len(im),
-                                 "det": det_points(tg, im), "identification_accuracy": right / len(rows) * len(enroll),
-                                 **extra}
-        print(f"{label}: EER {100 * e:.2f} % at {th:.4f} ({len(tg)} target, {len(im)} impostor trials)",
-              file=sys.stderr)
+        out["systems"][label] = {
+            "eer": e,
+            "threshold": th,
+            "targets": len(tg),
+            "impostors": len(im),
+            "det": det_points(tg, im),
+            "identification_accuracy": right / len(rows) * len(enroll),
+            **extra,
+        }
+        print(
+            f"{label}: EER {100 * e:.2f} % at {th:.4f} ({len(tg)} target, {len(im)} impostor trials)", file=sys.stderr
+        )
         return models, rows, th
 
     t0 = time.perf_counter()
     gmm, _ = train_ubm(Xbg, a.mixtures, n_iter=100)
-    plain_models, rows, th = evaluate("plaintext (sklearn EM UBM + MAP)", gmm, {"train_seconds": time.perf_counter() - t0})
+    plain_models, rows, th = evaluate(
+        "plaintext (sklearn EM UBM + MAP)", gmm, {"train_seconds": time.perf_counter() - t0}
+    )
     scale = None
     if a.public_scale:
         pub = np.concatenate([np.load(f) for f in sorted((ROOT / "tests" / "data" / "keyword" / "test").glob("*.npy"))])
@@ -146,15 +180,26 @@ def main(argv=None) -> int:
     for eps in filter(None, a.epsilons.split(",")):
         e = float(eps)
         t0 = time.perf_counter()
-        g, info = train_ubm(sub, a.mixtures, epsilon=e, delta=a.delta, data_norm=a.data_norm, n_iter=a.dp_iter,
-                            seed=1, feature_scale=scale)
-        evaluate(f"DP-EM UBM, epsilon={eps}", g, {"train_seconds": time.perf_counter() - t0,
-                                                   **{k: v for k, v in info.items() if k != "trainer"}})
+        g, info = train_ubm(
+            sub,
+            a.mixtures,
+            epsilon=e,
+            delta=a.delta,
+            data_norm=a.data_norm,
+            n_iter=a.dp_iter,
+            seed=1,
+            feature_scale=scale,
+        )
+        evaluate(
+            f"DP-EM UBM, epsilon={eps}",
+            g,
+            {"train_seconds": time.perf_counter() - t0, **{k: v for k, v in info.items() if k != "trainer"}},
+        )
 
     # the secure protocol at the plaintext EER threshold, nearest trials first
     if a.secure_trials:
         models = SpeakerModels(plain_models.ubm, plain_models.names, plain_models.means, threshold=th)
-        near = sorted(rows, key=lambda r: abs(r[3] - th))[:a.secure_trials]
+        near = sorted(rows, key=lambda r: abs(r[3] - th))[: a.secure_trials]
         _, sk = generate_keypair(a.secure_key_bits, allow_insecure=a.secure_key_bits < 2048)
         agree, times, margins = 0, [], []
         for true, u, claim, score in near:
@@ -162,13 +207,19 @@ def main(argv=None) -> int:
             dec, secs, _ = secure_decision(X, models, claim, sk, {})
             agree += dec == (score >= th)
             times.append(secs)
-            bound = verify_error_bound(models, claim, X, VerifyParams(claim=claim, max_mixtures=a.mixtures,
-                                                                      max_frames=len(X)))
+            bound = verify_error_bound(
+                models, claim, X, VerifyParams(claim=claim, max_mixtures=a.mixtures, max_frames=len(X))
+            )
             margins.append({"margin": abs(score - th), "bound": bound, "agree": dec == (score >= th)})
-        out["secure"] = {"key_bits": a.secure_key_bits, "trials": len(near), "agree": agree,
-                         "closest_margin_nats": float(min(abs(r[3] - th) for r in near)),
-                         "largest_bound_nats": float(max(m["bound"] for m in margins)),
-                         "trials_detail": margins, "seconds_per_session": float(np.mean(times))}
+        out["secure"] = {
+            "key_bits": a.secure_key_bits,
+            "trials": len(near),
+            "agree": agree,
+            "closest_margin_nats": float(min(abs(r[3] - th) for r in near)),
+            "largest_bound_nats": float(max(m["bound"] for m in margins)),
+            "trials_detail": margins,
+            "seconds_per_session": float(np.mean(times)),
+        }
         print(f"secure: {agree}/{len(near)} decisions equal at the EER threshold", file=sys.stderr)
     if a.time_sessions:
         _, sk = generate_keypair(a.time_key_bits, allow_insecure=a.time_key_bits < 2048)
@@ -181,10 +232,21 @@ def main(argv=None) -> int:
         for _ in range(a.time_sessions):
             dec, secs, res = secure_decision(X, models, models.names[0], sk, {})
             assert dec == (plain >= th)
-            runs.append({"seconds": secs, "online_seconds": res["alice"].timings["online"]["seconds"],
-                         "offline_seconds": res["alice"].timings["offline"]["seconds"]})
-        out["timing"] = {"key_bits": a.time_key_bits, "frames": 300, "mixtures": a.mixtures, "dim": int(X.shape[1]),
-                         "plaintext_seconds": plain_s, "sessions": runs}
+            runs.append(
+                {
+                    "seconds": secs,
+                    "online_seconds": res["alice"].timings["online"]["seconds"],
+                    "offline_seconds": res["alice"].timings["offline"]["seconds"],
+                }
+            )
+        out["timing"] = {
+            "key_bits": a.time_key_bits,
+            "frames": 300,
+            "mixtures": a.mixtures,
+            "dim": int(X.shape[1]),
+            "plaintext_seconds": plain_s,
+            "sessions": runs,
+        }
         print(f"timing: {runs}", file=sys.stderr)
     text = json.dumps(out, indent=1)
     if a.json:

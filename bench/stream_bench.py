@@ -47,25 +47,51 @@ def one_tree(tree: Path, messages: int) -> tuple[float, float]:
     python = str(python if python.exists() else sys.executable)
     env = dict(os.environ, PYTHONPATH=str(tree))
     # the configurations as the tree writes them (each tree knows its own [limits] keys)
-    made = subprocess.run([python, "-c", "import json, sys; from smcdp.runtime.local import write_local_deployment; "
-                           f"print(json.dumps({{k: str(v) for k, v in write_local_deployment(sys.argv[1], "
-                           f"['alice', 'bob'], plugins=({ECHO_PLUGIN!r},), allow_insecure_keys=True).items()}}))",
-                           str(tmp)], cwd=tree, env=env, capture_output=True, text=True, check=True)
+    made = subprocess.run(
+        [
+            python,
+            "-c",
+            "import json, sys; from smcdp.runtime.local import write_local_deployment; "
+            f"print(json.dumps({{k: str(v) for k, v in write_local_deployment(sys.argv[1], "
+            f"['alice', 'bob'], plugins=({ECHO_PLUGIN!r},), allow_insecure_keys=True).items()}}))",
+            str(tmp),
+        ],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     cfgs = {k: Path(v) for k, v in json.loads(made.stdout.strip().splitlines()[-1]).items()}
     with open(tmp / "bob.log", "wb") as log:
-        proc = subprocess.Popen([python, "-m", "smcdp", "party",
-                                 "--config", str(cfgs["bob"])], cwd=tree, env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [python, "-m", "smcdp", "party", "--config", str(cfgs["bob"])],
+            cwd=tree,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         try:
             client.wait_healthy(cfgs["bob"], timeout=60)
             with raw_channel(tmp / "certs", "alice", load_config(cfgs["bob"]).address_of("bob"), "bob") as ch:
-                spec = tpb.SessionSpec(session_id="alice.bench", protocol="net-echo", params_json="{}",
-                                       timeout_seconds=600)
+                spec = tpb.SessionSpec(
+                    session_id="alice.bench", protocol="net-echo", params_json="{}", timeout_seconds=600
+                )
                 spec.roles["a"], spec.roles["b"] = "alice", "bob"
                 code, details = call_unary(ch, MAILBOX + "Propose", spec.SerializeToString())
                 assert code == grpc.StatusCode.OK, (code, details)
-                envs = [tpb.Envelope(session_id="alice.bench", tag=f"t{i}", type_name="smcdp.v1.Flag", chunk_index=0,
-                                     chunk_count=1, total_size=2, data=b"\x08\x01").SerializeToString()
-                        for i in range(messages)]
+                envs = [
+                    tpb.Envelope(
+                        session_id="alice.bench",
+                        tag=f"t{i}",
+                        type_name="smcdp.v1.Flag",
+                        chunk_index=0,
+                        chunk_count=1,
+                        total_size=2,
+                        data=b"\x08\x01",
+                    ).SerializeToString()
+                    for i in range(messages)
+                ]
                 stream = ch.stream_stream(MAILBOX + "Stream", request_serializer=None, response_deserializer=None)
                 c0, t0 = _cpu(proc.pid), time.perf_counter()
                 acks = sum(1 for _ in stream(iter(envs), timeout=600))
@@ -90,13 +116,19 @@ def main() -> None:
     out = {}
     for t, rs in runs.items():
         walls, cpus = [r[0] for r in rs], [r[1] for r in rs]
-        out[str(t)] = {"wall_s": statistics.median(walls), "party_cpu_s": statistics.median(cpus),
-                       "wall_range": [min(walls), max(walls)], "cpu_range": [min(cpus), max(cpus)],
-                       "us_per_message_cpu": 1e6 * statistics.median(cpus) / args.messages}
+        out[str(t)] = {
+            "wall_s": statistics.median(walls),
+            "party_cpu_s": statistics.median(cpus),
+            "wall_range": [min(walls), max(walls)],
+            "cpu_range": [min(cpus), max(cpus)],
+            "us_per_message_cpu": 1e6 * statistics.median(cpus) / args.messages,
+        }
     if args.baseline:
         a, b = out[str(ROOT)], out[str(trees[1])]
-        out["ratio_this_over_baseline"] = {"wall": a["wall_s"] / b["wall_s"],
-                                           "party_cpu": a["party_cpu_s"] / b["party_cpu_s"]}
+        out["ratio_this_over_baseline"] = {
+            "wall": a["wall_s"] / b["wall_s"],
+            "party_cpu": a["party_cpu_s"] / b["party_cpu_s"],
+        }
     print(json.dumps(out, indent=2))
 
 

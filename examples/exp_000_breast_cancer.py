@@ -47,16 +47,21 @@ def main(argv=None) -> int:
             nonpriv[r] = 1 - m.score(X[te], y[te])
             for j, eps in enumerate(EPSILONS):
                 for name, ns in (("tight", None), ("paper", 1.0)):
-                    m = LargeMarginGaussianClassifier(epsilon=eps, lam=LAM, data_norm=1.0, noise_sensitivity=ns,
-                                                      random_state=rng).fit(X[tr], y[tr])
+                    m = LargeMarginGaussianClassifier(
+                        epsilon=eps, lam=LAM, data_norm=1.0, noise_sensitivity=ns, random_state=rng
+                    ).fit(X[tr], y[tr])
                     err[name][r, j] = 1 - m.score(X[te], y[te])
     n_train = 583
 
     k = large_margin_jacobian_term(n_train, LAM, 0.5, 2, 1)
-    rows = [[eps, eps + k, err["tight"][:, j].mean(), err["paper"][:, j].mean(), nonpriv.mean()]
-            for j, eps in enumerate(EPSILONS)]
-    table = ec.markdown_table(["epsilon (noise)", "epsilon_spent_", "test error (tight Delta)",
-                               "test error (paper Delta=1)", "non-private"], rows)
+    rows = [
+        [eps, eps + k, err["tight"][:, j].mean(), err["paper"][:, j].mean(), nonpriv.mean()]
+        for j, eps in enumerate(EPSILONS)
+    ]
+    table = ec.markdown_table(
+        ["epsilon (noise)", "epsilon_spent_", "test error (tight Delta)", "test error (paper Delta=1)", "non-private"],
+        rows,
+    )
     plt = ec.plt()
     fig, ax = plt.subplots(figsize=(5, 3.6))
     ax.semilogx(EPSILONS, err["tight"].mean(0), "o-", label="DP, Delta = 2G/n")
@@ -68,12 +73,21 @@ def main(argv=None) -> int:
     ax.legend()
     fig.tight_layout()
     fig.savefig(out / "exp_000_breast_cancer.png", dpi=120)
-    notes = (f"Large-margin Gaussian classifier (one ellipsoid per class), lambda={LAM}, gamma=0.01, h=0.5; "
-             f"583/100 random splits, {runs} runs per point (`--full`: 10 as in the paper).  "
-             f"epsilon_spent_ = epsilon + k with k = {k:.4f} (our Jacobian bound; the paper's "
-             f"log(1 + 1/(n lambda)) = {np.log1p(1 / (n_train * LAM)):.4f}).")
-    ec.write_report(out / "exp_000_breast_cancer.md", "Seed 000 Fig. 2: test error vs epsilon (breast cancer)",
-                    notes, table, "exp_000_breast_cancer.png", t.elapsed, __file__)
+    notes = (
+        f"Large-margin Gaussian classifier (one ellipsoid per class), lambda={LAM}, gamma=0.01, h=0.5; "
+        f"583/100 random splits, {runs} runs per point (`--full`: 10 as in the paper).  "
+        f"epsilon_spent_ = epsilon + k with k = {k:.4f} (our Jacobian bound; the paper's "
+        f"log(1 + 1/(n lambda)) = {np.log1p(1 / (n_train * LAM)):.4f})."
+    )
+    ec.write_report(
+        out / "exp_000_breast_cancer.md",
+        "Seed 000 Fig. 2: test error vs epsilon (breast cancer)",
+        notes,
+        table,
+        "exp_000_breast_cancer.png",
+        t.elapsed,
+        __file__,
+    )
     return 0
 
 

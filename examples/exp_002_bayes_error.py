@@ -37,9 +37,11 @@ def mixtures():
     s = 1.0
     corr = np.full((5, 5), 0.5 * s) + np.eye(5) * 0.5 * s
     return {
-        "fig1": (np.array([[1.8, 3.2, 3.8, 6, 5.5], [0.5, 1, 1.5, 2.5, 3.5]]),
-                 np.array([np.diag([0.36, 1.21, 3.24, 5.76, 0.64]), np.diag([2.56, 0.64, 4.00, 1.44, 0.16])]),
-                 np.array([0.7, 0.3])),
+        "fig1": (
+            np.array([[1.8, 3.2, 3.8, 6, 5.5], [0.5, 1, 1.5, 2.5, 3.5]]),
+            np.array([np.diag([0.36, 1.21, 3.24, 5.76, 0.64]), np.diag([2.56, 0.64, 4.00, 1.44, 0.16])]),
+            np.array([0.7, 0.3]),
+        ),
         "fig2": (np.array([np.zeros(5), np.ones(5)]), np.array([np.eye(5), corr]), np.array([0.5, 0.5])),
     }
 
@@ -61,8 +63,13 @@ def main(argv=None) -> int:
     print("note: query='mean' uses the paper's model, in which the class sizes are public")
     warnings.simplefilter("ignore", PrivacyLeakWarning)
     out = ec.out_dir(args)
-    sizes = ([500, 1000, 2000, 4000, 8000, 16000, 32000] if args.full else [500, 2000] if args.tiny
-             else [500, 2000, 8000, 32000])
+    sizes = (
+        [500, 1000, 2000, 4000, 8000, 16000, 32000]
+        if args.full
+        else [500, 2000]
+        if args.tiny
+        else [500, 2000, 8000, 32000]
+    )
     runs = ec.reps(args, full=5, quick=2)
     n_test = 50_000
     rng = np.random.default_rng(args.seed)
@@ -82,8 +89,9 @@ def main(argv=None) -> int:
                     m = GaussianBayesClassifier(epsilon=float("inf"), bounds=bounds).fit(X, y)
                     res[("non-private", "")][r, j] = 1 - m.score(Xt, yt)
                     for q, rep in variants:
-                        m = GaussianBayesClassifier(epsilon=EPS, bounds=bounds, query=q, repair=rep,
-                                                    random_state=rng).fit(X, y)
+                        m = GaussianBayesClassifier(
+                            epsilon=EPS, bounds=bounds, query=q, repair=rep, random_state=rng
+                        ).fit(X, y)
                         res[(q, rep)][r, j] = 1 - m.score(Xt, yt)
             for v, a in res.items():
                 label = "non-private" if v[0] == "non-private" else f"query={v[0]}, repair={v[1]}"
@@ -98,11 +106,20 @@ def main(argv=None) -> int:
     for (name, label), vals in curves.items():
         rows.append([name, label] + [float(v) for v in vals])
     table = ec.markdown_table(["mixture", "model"] + [f"n={n}" for n in sizes], rows)
-    notes = (f"epsilon = {EPS}; {runs} repetitions (`--full`: 5 as in the paper, sizes 500..32000); "
-             "test error on 50,000 points from the generating mixture.  Majority-class error: 0.3 (fig1), "
-             "0.5 (fig2).  query='mean' treats class sizes as public (the paper's model); query='sum' does not.")
-    ec.write_report(out / "exp_002_bayes_error.md", "Seed 002 Fig. 1-2: Bayes error vs training size",
-                    notes, table, "exp_002_bayes_error.png", t.elapsed, __file__)
+    notes = (
+        f"epsilon = {EPS}; {runs} repetitions (`--full`: 5 as in the paper, sizes 500..32000); "
+        "test error on 50,000 points from the generating mixture.  Majority-class error: 0.3 (fig1), "
+        "0.5 (fig2).  query='mean' treats class sizes as public (the paper's model); query='sum' does not."
+    )
+    ec.write_report(
+        out / "exp_002_bayes_error.md",
+        "Seed 002 Fig. 1-2: Bayes error vs training size",
+        notes,
+        table,
+        "exp_002_bayes_error.png",
+        t.elapsed,
+        __file__,
+    )
     return 0
 
 

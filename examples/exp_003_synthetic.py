@@ -52,8 +52,10 @@ def main(argv=None) -> int:
                 m = LargeMarginGaussianClassifier(epsilon=eps, lam=LAM, data_norm=R, random_state=rng).fit(X, y)
                 err[r, j] = 1 - m.score(Xt, yt)
     k = m.epsilon_spent_ - EPSILONS[-1]
-    rows = [[eps, eps + k, err[:, j].mean(), err[:, j].std() / np.sqrt(runs), nonpriv.mean()]
-            for j, eps in enumerate(EPSILONS)]
+    rows = [
+        [eps, eps + k, err[:, j].mean(), err[:, j].std() / np.sqrt(runs), nonpriv.mean()]
+        for j, eps in enumerate(EPSILONS)
+    ]
     table = ec.markdown_table(["epsilon (noise)", "epsilon_spent_", "test error", "std. error", "non-private"], rows)
     plt = ec.plt()
     fig, ax = plt.subplots(figsize=(5, 3.6))
@@ -66,10 +68,19 @@ def main(argv=None) -> int:
     ax.legend()
     fig.tight_layout()
     fig.savefig(out / "exp_003_synthetic.png", dpi=120)
-    notes = (f"{runs} runs per point (`--full`: 100 as in the seed); noise calibrated with the tight gradient "
-             f"sensitivity 2G/n; epsilon_spent_ = epsilon + {k:.4f}.  Chance error is 0.8.")
-    ec.write_report(out / "exp_003_synthetic.md", "Seed 003 Fig. 4.4: test error vs epsilon (synthetic)",
-                    notes, table, "exp_003_synthetic.png", t.elapsed, __file__)
+    notes = (
+        f"{runs} runs per point (`--full`: 100 as in the seed); noise calibrated with the tight gradient "
+        f"sensitivity 2G/n; epsilon_spent_ = epsilon + {k:.4f}.  Chance error is 0.8."
+    )
+    ec.write_report(
+        out / "exp_003_synthetic.md",
+        "Seed 003 Fig. 4.4: test error vs epsilon (synthetic)",
+        notes,
+        table,
+        "exp_003_synthetic.png",
+        t.elapsed,
+        __file__,
+    )
     return 0
 
 

@@ -62,7 +62,7 @@ def main(argv=None) -> int:
     ec.quiet()
     out = ec.out_dir(args)
     runs = ec.reps(args, full=10, quick=2)
-    EPSILONS = ALL_EPSILONS[::5] if args.tiny else ALL_EPSILONS      # --tiny: the ends only
+    EPSILONS = ALL_EPSILONS[::5] if args.tiny else ALL_EPSILONS  # --tiny: the ends only
     X = load(args.dataset, args.dims)
     rng = np.random.default_rng(args.seed)
     res = {m: np.zeros((runs, len(EPSILONS))) for m in METHODS}
@@ -72,12 +72,13 @@ def main(argv=None) -> int:
             perm = rng.permutation(len(X))
             cut = int(0.9 * len(X))
             tr, te = X[perm[:cut]], X[perm[cut:]]
-            start = int(rng.integers(2**31))        # public random start, shared by all fits of this split
+            start = int(rng.integers(2**31))  # public random start, shared by all fits of this split
             nonpriv[r] = GaussianMixture(K, epsilon=float("inf"), n_iter=J, random_state=start).fit(tr).score(te)
             for m in METHODS:
                 for j, eps in enumerate(EPSILONS):
-                    gm = GaussianMixture(K, epsilon=eps, delta=DELTA, n_iter=J, scenario=args.scenario,
-                                         composition=m, random_state=start)
+                    gm = GaussianMixture(
+                        K, epsilon=eps, delta=DELTA, n_iter=J, scenario=args.scenario, composition=m, random_state=start
+                    )
                     res[m][r, j] = gm.fit(tr).score(te)
     rows = [[eps] + [res[m][:, j].mean() for m in METHODS] + [nonpriv.mean()] for j, eps in enumerate(EPSILONS)]
     table = ec.markdown_table(["total epsilon"] + METHODS + ["non-private EM"], rows, floatfmt="{:.3f}")
@@ -94,12 +95,21 @@ def main(argv=None) -> int:
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out / "exp_004_dpem.png", dpi=120)
-    notes = (f"Data: {args.dataset}, {len(X)} rows, first {args.dims} principal components scaled into the unit "
-             f"ball; K={K}, J={J}, scenario {args.scenario}, delta={DELTA}; per-iteration budget from "
-             f"`smcdp.dp.learners.dpem_budget.solve_dpem_budget`; mean over {runs} random 90/10 splits (`--full`: 10).  "
-             "Very negative values mean a component collapsed onto noise (the log-likelihood is unbounded below).")
-    ec.write_report(out / "exp_004_dpem.md", "Seed 004 Fig. 2-3 style: DP-EM test log-likelihood vs epsilon",
-                    notes, table, "exp_004_dpem.png", t.elapsed, __file__)
+    notes = (
+        f"Data: {args.dataset}, {len(X)} rows, first {args.dims} principal components scaled into the unit "
+        f"ball; K={K}, J={J}, scenario {args.scenario}, delta={DELTA}; per-iteration budget from "
+        f"`smcdp.dp.learners.dpem_budget.solve_dpem_budget`; mean over {runs} random 90/10 splits (`--full`: 10).  "
+        "Very negative values mean a component collapsed onto noise (the log-likelihood is unbounded below)."
+    )
+    ec.write_report(
+        out / "exp_004_dpem.md",
+        "Seed 004 Fig. 2-3 style: DP-EM test log-likelihood vs epsilon",
+        notes,
+        table,
+        "exp_004_dpem.png",
+        t.elapsed,
+        __file__,
+    )
     return 0
 
 

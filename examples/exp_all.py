@@ -24,8 +24,14 @@ import exp_common as ec
 
 from smcdp.progress import task
 
-SCRIPTS = ["exp_000_breast_cancer", "exp_003_synthetic", "exp_002_bayes_error", "exp_004_dpem", "exp_vs_diffprivlib",
-           "exp_fig4_6_aggregate"]
+SCRIPTS = [
+    "exp_000_breast_cancer",
+    "exp_003_synthetic",
+    "exp_002_bayes_error",
+    "exp_004_dpem",
+    "exp_vs_diffprivlib",
+    "exp_fig4_6_aggregate",
+]
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -37,8 +43,11 @@ def main(argv=None) -> int:
         return 2
     # every experiment's optional packages, before the first one runs
     ec.require(dict.fromkeys(p for name in SCRIPTS for p in importlib.import_module(name).NEEDS), __file__)
-    passthrough = ["--out", args.out, "--seed", str(args.seed)] + (["--full"] if args.full else []) \
+    passthrough = (
+        ["--out", args.out, "--seed", str(args.seed)]
+        + (["--full"] if args.full else [])
         + (["--tiny"] if args.tiny else [])
+    )
     seconds: dict[str, float] = {}
     with task("experiments", total=len(SCRIPTS), unit="experiment") as t:
         for name in SCRIPTS:
@@ -51,8 +60,7 @@ def main(argv=None) -> int:
                 return rc
             t.advance()
         t.update(description="experiments")
-    index = write_index(Path(args.out), SCRIPTS, seconds,
-                        "full" if args.full else "tiny" if args.tiny else "quick")
+    index = write_index(Path(args.out), SCRIPTS, seconds, "full" if args.full else "tiny" if args.tiny else "quick")
     print(f"wrote {index}")
     return 0
 
@@ -76,9 +84,12 @@ def _page(md: str) -> tuple[str, list[str], list[list[str]], str | None, str]:
         if not lines:
             continue
         if all(line.startswith("|") for line in lines):
-            table = [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines
-                     if not re.fullmatch(r"\|(\s*-+\s*\|)+", line.strip())]
-        elif (m := re.fullmatch(r"!\[[^\]]*\]\(([^)]+)\)", block.strip())):
+            table = [
+                [c.strip() for c in line.strip().strip("|").split("|")]
+                for line in lines
+                if not re.fullmatch(r"\|(\s*-+\s*\|)+", line.strip())
+            ]
+        elif m := re.fullmatch(r"!\[[^\]]*\]\(([^)]+)\)", block.strip()):
             image = m.group(1)
         elif block.strip().startswith("_Generated"):
             footer = block.strip().strip("_")
@@ -104,18 +115,26 @@ def write_index(out: Path, scripts: list[str], seconds: dict[str, float], mode: 
         toc.append(f'<li><a href="#{name}">{html.escape(title or name)}</a></li>')
         parts = [f'<section id="{name}"><h2>{html.escape(title or name)}</h2>']
         for img in images:
-            parts.append(f'<figure><img src="{html.escape(img)}" alt="{html.escape(title or name)}">'
-                         f"<figcaption>{html.escape(img)}</figcaption></figure>")
+            parts.append(
+                f'<figure><img src="{html.escape(img)}" alt="{html.escape(title or name)}">'
+                f"<figcaption>{html.escape(img)}</figcaption></figure>"
+            )
         parts += [f"<p>{_inline(p)}</p>" for p in paras]
         if table:
             head, *rows = table
-            parts.append("<table><thead><tr>" + "".join(f"<th>{_inline(c)}</th>" for c in head) + "</tr></thead><tbody>"
-                         + "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in r) + "</tr>" for r in rows)
-                         + "</tbody></table>")
-        parts.append(f'<p class="meta">{_inline(footer)} Page: <a href="{md_path.name}">{md_path.name}</a>; '
-                     f"run here in {seconds.get(name, 0.0):.1f} s.</p></section>")
+            parts.append(
+                "<table><thead><tr>"
+                + "".join(f"<th>{_inline(c)}</th>" for c in head)
+                + "</tr></thead><tbody>"
+                + "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in r) + "</tr>" for r in rows)
+                + "</tbody></table>"
+            )
+        parts.append(
+            f'<p class="meta">{_inline(footer)} Page: <a href="{md_path.name}">{md_path.name}</a>; '
+            f"run here in {seconds.get(name, 0.0):.1f} s.</p></section>"
+        )
         sections.append("\n".join(parts))
-    stamp = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    stamp = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <title>smcdp: the seed papers' experiments</title>

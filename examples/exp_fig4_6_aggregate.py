@@ -46,9 +46,11 @@ from smcdp.protocols.dp_aggregate import (
 )
 
 EPSILONS = [0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0]
-SPLITS = {"even (20 %)": [0.2, 0.2, 0.2, 0.2, 0.2],
-          "n(1) = 15 %": [0.15, 0.2, 0.2, 0.2, 0.25],
-          "n(1) = 10 %": [0.1, 0.2, 0.2, 0.2, 0.3]}
+SPLITS = {
+    "even (20 %)": [0.2, 0.2, 0.2, 0.2, 0.2],
+    "n(1) = 15 %": [0.15, 0.2, 0.2, 0.2, 0.25],
+    "n(1) = 10 %": [0.1, 0.2, 0.2, 0.2, 0.3],
+}
 N_TRAIN = 18_770
 
 
@@ -70,9 +72,17 @@ def load_cps1988():
         cuts = np.quantile(v, [0.2, 0.4, 0.6, 0.8])
         return np.eye(5)[np.searchsorted(cuts, v, side="right")]
 
-    X = np.hstack([quintiles("education"), quintiles("experience"), onehot("ethnicity"), onehot("smsa"),
-                   onehot("region"), onehot("parttime")]).astype(np.float64)
-    X /= np.sqrt(6.0)                                     # six ones per row: every row has norm 1
+    X = np.hstack(
+        [
+            quintiles("education"),
+            quintiles("experience"),
+            onehot("ethnicity"),
+            onehot("smsa"),
+            onehot("region"),
+            onehot("parttime"),
+        ]
+    ).astype(np.float64)
+    X /= np.sqrt(6.0)  # six ones per row: every row has norm 1
     wage = df["wage"].to_numpy()
     y = np.where(wage > np.median(wage), 1, -1)
     return X, y
@@ -82,11 +92,11 @@ def release(params: DPAggregateParams, ws, sens, noise_states) -> np.ndarray:
     """ŵˢ exactly as the protocol computes it: T = Σ_j W_j + N_sel on the grid 2^-F, divided by K·2^F."""
     F, K = params.frac_bits, params.n_parties
     keys = [sensitivity_key(s) for s in sens]
-    sel = min(range(K), key=lambda j: (keys[j][0], j))           # largest sensitivity, lowest index on ties
+    sel = min(range(K), key=lambda j: (keys[j][0], j))  # largest sensitivity, lowest index on ties
     mech = params.mechanism(params.mechanism_sensitivity(keys[sel][1]), random_state=noise_states[sel])
     N = [to_fixed(x, F) for x in np.asarray(mech.sample(params.dim)).reshape(-1)]
     W = [sum(to_fixed(w[i], F) for w in ws) for i in range(params.dim)]
-    return np.array([(Wi + Ni) / (K << F) for Wi, Ni in zip(W, N)])     # int / int: correctly rounded
+    return np.array([(Wi + Ni) / (K << F) for Wi, Ni in zip(W, N)])  # int / int: correctly rounded
 
 
 def protocol_run(params: DPAggregateParams, ws, sens, seeds, key_bits: int) -> np.ndarray:
@@ -94,12 +104,20 @@ def protocol_run(params: DPAggregateParams, ws, sens, seeds, key_bits: int) -> n
     roles = {"charlie": "charlie", "dave": "dave", **{f"party{i + 1}": f"p{i + 1}" for i in range(K)}}
     net = InMemoryNetwork(roles)
     insecure = key_bits < 2048
-    fns = {"charlie": lambda ch: charlie(ch, params, allow_insecure_keys=insecure),
-           "dave": lambda ch: dave(ch, params)}
+    fns = {"charlie": lambda ch: charlie(ch, params, allow_insecure_keys=insecure), "dave": lambda ch: dave(ch, params)}
     for j in range(K):
-        fns[f"party{j + 1}"] = (lambda idx: lambda ch: data_party(
-            ch, ws[idx], sens[idx], params, allow_insecure_keys=insecure,
-            noise_random_state=np.random.default_rng(seeds[idx])))(j)
+        fns[f"party{j + 1}"] = (
+            lambda idx: (
+                lambda ch: data_party(
+                    ch,
+                    ws[idx],
+                    sens[idx],
+                    params,
+                    allow_insecure_keys=insecure,
+                    noise_random_state=np.random.default_rng(seeds[idx]),
+                )
+            )
+        )(j)
     res = asyncio.run(net.run(fns))
     return np.array(res["dave"].weights)
 
@@ -141,10 +159,17 @@ def main(argv=None) -> int:
             ws, sens = [f[0] for f in fits], [f[1] for f in fits]
             for cal in ("exact", "seed"):
                 for e, eps in enumerate(EPSILONS):
-                    params = DPAggregateParams(n_parties=5, dim=d, epsilon=eps, lam=lam, calibration=cal,
-                                               min_records=1000, key_bits=key_bits,
-                                               dgk_bits=2048 if key_bits >= 2048 else 512,
-                                               dgk_t=224 if key_bits >= 2048 else 96).validate()
+                    params = DPAggregateParams(
+                        n_parties=5,
+                        dim=d,
+                        epsilon=eps,
+                        lam=lam,
+                        calibration=cal,
+                        min_records=1000,
+                        key_bits=key_bits,
+                        dgk_bits=2048 if key_bits >= 2048 else 512,
+                        dgk_t=224 if key_bits >= 2048 else 96,
+                    ).validate()
                     seeds = [[args.seed, r, s, e, j, cal == "seed"] for j in range(5)]
                     w_s = release(params, ws, sens, [np.random.default_rng(sd) for sd in seeds])
                     curves[f"{name}, {cal}"][r, e] = err(w_s)
@@ -163,10 +188,22 @@ def main(argv=None) -> int:
     ax.plot(EPSILONS, curves["w*"].mean(0), "k-", label="w* (all data, non-private)")
     ax.plot(EPSILONS, curves["w* + eta"].mean(0), "k:", marker="o", label="w* + η (all data, DP)")
     for name in SPLITS:
-        ax.plot(EPSILONS, curves[f"{name}, exact"].mean(0), "-", marker="s", color=colors[name],
-                label=f"ŵˢ {name}, Δ_(1)/K (corrected)")
-        ax.plot(EPSILONS, curves[f"{name}, seed"].mean(0), "--", marker="^", color=colors[name],
-                label=f"ŵˢ {name}, seed's 2/(n_(1)ελ)")
+        ax.plot(
+            EPSILONS,
+            curves[f"{name}, exact"].mean(0),
+            "-",
+            marker="s",
+            color=colors[name],
+            label=f"ŵˢ {name}, Δ_(1)/K (corrected)",
+        )
+        ax.plot(
+            EPSILONS,
+            curves[f"{name}, seed"].mean(0),
+            "--",
+            marker="^",
+            color=colors[name],
+            label=f"ŵˢ {name}, seed's 2/(n_(1)ελ)",
+        )
     ax.set_xscale("log")
     ax.set_xlabel("ε")
     ax.set_ylabel("test error")
@@ -181,12 +218,21 @@ def main(argv=None) -> int:
     rows = [[k] + [float(v) for v in c.mean(0)] for k, c in curves.items()]
     table = ec.markdown_table(header, rows)
     check_text = "; ".join(f"{n}: {'identical' if ok else 'DIFFERENT'} ({t:.1f} s)" for n, ok, t in checks)
-    notes = (f"{__doc__.split(chr(10), 1)[1].strip()}\n\n"
-             f"{runs} runs (random train/test splits), mean test error; {len(Xte)} test rows.  "
-             f"Protocol check at ε = 0.1 with {key_bits}-bit Paillier"
-             f"{' (insecure, quick run)' if key_bits < 2048 else ''}: {check_text}.")
-    ec.write_report(out / "exp_fig4_6_aggregate.md", "Seed 003 Fig. 4.6: perturbed aggregate classifier", notes,
-                    table, png, elapsed, __file__)
+    notes = (
+        f"{__doc__.split(chr(10), 1)[1].strip()}\n\n"
+        f"{runs} runs (random train/test splits), mean test error; {len(Xte)} test rows.  "
+        f"Protocol check at ε = 0.1 with {key_bits}-bit Paillier"
+        f"{' (insecure, quick run)' if key_bits < 2048 else ''}: {check_text}."
+    )
+    ec.write_report(
+        out / "exp_fig4_6_aggregate.md",
+        "Seed 003 Fig. 4.6: perturbed aggregate classifier",
+        notes,
+        table,
+        png,
+        elapsed,
+        __file__,
+    )
     return 0
 
 

@@ -38,8 +38,16 @@ def run(runs, seed, lam=None):
     lam = 1.0 / (2 * n) if lam is None else lam
     C = 1.0 / (2 * lam * n)
     rng = np.random.default_rng(seed)
-    names = ["LR ours (objective)", "LR ours (output)", "LR diffprivlib", "Bayes ours (sum)",
-             "Bayes ours (mean)", "Bayes ours (diag, sum)", "Bayes ours (diag, mean)", "GaussianNB diffprivlib"]
+    names = [
+        "LR ours (objective)",
+        "LR ours (output)",
+        "LR diffprivlib",
+        "Bayes ours (sum)",
+        "Bayes ours (mean)",
+        "Bayes ours (diag, sum)",
+        "Bayes ours (diag, mean)",
+        "GaussianNB diffprivlib",
+    ]
     acc = {k: np.zeros((runs, len(EPSILONS))) for k in names}
     nonpriv = {"LR": [], "Bayes": []}
     bounds = (np.ones(9), np.full(9, 10.0))
@@ -48,27 +56,50 @@ def run(runs, seed, lam=None):
         for r in ec.track(range(runs), "exp vs diffprivlib", unit="split"):
             p = rng.permutation(len(X))
             tr, te = p[:n], p[n:]
-            nonpriv["LR"].append(LogisticRegression(epsilon=float("inf"), lam=lam).fit(X[tr], y[tr]).score(X[te], y[te]))
-            nonpriv["Bayes"].append(GaussianBayesClassifier(epsilon=float("inf"), bounds=bounds)
-                                    .fit(Xraw[tr], y[tr]).score(Xraw[te], y[te]))
+            nonpriv["LR"].append(
+                LogisticRegression(epsilon=float("inf"), lam=lam).fit(X[tr], y[tr]).score(X[te], y[te])
+            )
+            nonpriv["Bayes"].append(
+                GaussianBayesClassifier(epsilon=float("inf"), bounds=bounds).fit(Xraw[tr], y[tr]).score(Xraw[te], y[te])
+            )
             for j, eps in enumerate(EPSILONS):
                 s = lambda: int(rng.integers(2**31))
-                acc["LR ours (objective)"][r, j] = LogisticRegression(epsilon=eps, lam=lam, random_state=s()).fit(
-                    X[tr], y[tr]).score(X[te], y[te])
-                acc["LR ours (output)"][r, j] = LogisticRegression(epsilon=eps, lam=lam, mechanism="output",
-                                                                   random_state=s()).fit(X[tr], y[tr]).score(X[te], y[te])
-                acc["LR diffprivlib"][r, j] = dpl.LogisticRegression(epsilon=eps, data_norm=1.0, C=C, fit_intercept=False,
-                                                                     random_state=s()).fit(X[tr], y[tr]).score(X[te], y[te])
-                acc["Bayes ours (sum)"][r, j] = GaussianBayesClassifier(epsilon=eps, bounds=bounds, random_state=s()).fit(
-                    Xraw[tr], y[tr]).score(Xraw[te], y[te])
-                acc["Bayes ours (mean)"][r, j] = GaussianBayesClassifier(epsilon=eps, bounds=bounds, query="mean",
-                                                                         random_state=s()).fit(Xraw[tr], y[tr]).score(Xraw[te], y[te])
+                acc["LR ours (objective)"][r, j] = (
+                    LogisticRegression(epsilon=eps, lam=lam, random_state=s()).fit(X[tr], y[tr]).score(X[te], y[te])
+                )
+                acc["LR ours (output)"][r, j] = (
+                    LogisticRegression(epsilon=eps, lam=lam, mechanism="output", random_state=s())
+                    .fit(X[tr], y[tr])
+                    .score(X[te], y[te])
+                )
+                acc["LR diffprivlib"][r, j] = (
+                    dpl.LogisticRegression(epsilon=eps, data_norm=1.0, C=C, fit_intercept=False, random_state=s())
+                    .fit(X[tr], y[tr])
+                    .score(X[te], y[te])
+                )
+                acc["Bayes ours (sum)"][r, j] = (
+                    GaussianBayesClassifier(epsilon=eps, bounds=bounds, random_state=s())
+                    .fit(Xraw[tr], y[tr])
+                    .score(Xraw[te], y[te])
+                )
+                acc["Bayes ours (mean)"][r, j] = (
+                    GaussianBayesClassifier(epsilon=eps, bounds=bounds, query="mean", random_state=s())
+                    .fit(Xraw[tr], y[tr])
+                    .score(Xraw[te], y[te])
+                )
                 for q in ("sum", "mean"):
-                    acc[f"Bayes ours (diag, {q})"][r, j] = GaussianBayesClassifier(
-                        epsilon=eps, bounds=bounds, query=q, covariance="diag", random_state=s()).fit(
-                        Xraw[tr], y[tr]).score(Xraw[te], y[te])
-                acc["GaussianNB diffprivlib"][r, j] = dpl.GaussianNB(epsilon=eps, bounds=(1.0, 10.0), random_state=s()).fit(
-                    Xraw[tr], y[tr]).score(Xraw[te], y[te])
+                    acc[f"Bayes ours (diag, {q})"][r, j] = (
+                        GaussianBayesClassifier(
+                            epsilon=eps, bounds=bounds, query=q, covariance="diag", random_state=s()
+                        )
+                        .fit(Xraw[tr], y[tr])
+                        .score(Xraw[te], y[te])
+                    )
+                acc["GaussianNB diffprivlib"][r, j] = (
+                    dpl.GaussianNB(epsilon=eps, bounds=(1.0, 10.0), random_state=s())
+                    .fit(Xraw[tr], y[tr])
+                    .score(Xraw[te], y[te])
+                )
     return acc, {k: float(np.mean(v)) for k, v in nonpriv.items()}, lam
 
 
@@ -99,10 +130,19 @@ def main(argv=None) -> int:
     fig.savefig(out / "exp_vs_diffprivlib.png", dpi=120)
     import diffprivlib
 
-    notes = (f"diffprivlib {diffprivlib.__version__}; {runs} random 583/100 splits (`--full`: 200); "
-             f"lambda = 1/(2n) = {lam:.5f} (diffprivlib's default C = 1).  Mean accuracy ± standard error.")
-    ec.write_report(out / "exp_vs_diffprivlib.md", "Accuracy against diffprivlib", notes, table,
-                    "exp_vs_diffprivlib.png", t.elapsed, __file__)
+    notes = (
+        f"diffprivlib {diffprivlib.__version__}; {runs} random 583/100 splits (`--full`: 200); "
+        f"lambda = 1/(2n) = {lam:.5f} (diffprivlib's default C = 1).  Mean accuracy ± standard error."
+    )
+    ec.write_report(
+        out / "exp_vs_diffprivlib.md",
+        "Accuracy against diffprivlib",
+        notes,
+        table,
+        "exp_vs_diffprivlib.png",
+        t.elapsed,
+        __file__,
+    )
     return 0
 
 

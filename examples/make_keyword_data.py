@@ -65,12 +65,40 @@ from smcdp.speech.models import KeywordModels, train_keyword_models
 WORDS = ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
 
 # espeak-ng's own English voices (not the MBROLA ones, which need extra packages).
-VOICES = ("en-us", "en-gb", "en-gb-scotland", "en-gb-x-gbclan", "en-gb-x-rp",
-          "en-gb-x-gbcwmd", "en-029", "en-us-nyc")
+VOICES = ("en-us", "en-gb", "en-gb-scotland", "en-gb-x-gbclan", "en-gb-x-rp", "en-gb-x-gbcwmd", "en-029", "en-us-nyc")
 # Voice variants shipped in espeak-ng-data/voices/!v ("" = the voice's default).
-VARIANTS = ("", "m1", "m2", "m3", "m4", "m5", "m6", "m7", "f1", "f2", "f3", "f4", "f5",
-            "klatt", "klatt2", "klatt3", "Andy", "Annie", "belinda", "benjamin", "david",
-            "edward", "linda", "max", "paul", "steph", "john", "quincy", "Alicia", "Michael")
+VARIANTS = (
+    "",
+    "m1",
+    "m2",
+    "m3",
+    "m4",
+    "m5",
+    "m6",
+    "m7",
+    "f1",
+    "f2",
+    "f3",
+    "f4",
+    "f5",
+    "klatt",
+    "klatt2",
+    "klatt3",
+    "Andy",
+    "Annie",
+    "belinda",
+    "benjamin",
+    "david",
+    "edward",
+    "linda",
+    "max",
+    "paul",
+    "steph",
+    "john",
+    "quincy",
+    "Alicia",
+    "Michael",
+)
 
 
 def parse_args(argv=None):
@@ -88,10 +116,17 @@ def parse_args(argv=None):
     p.add_argument("--pitch-min", type=int, default=20, help="lowest pitch 0-99 (default 20)")
     p.add_argument("--pitch-max", type=int, default=80, help="highest pitch 0-99 (default 80)")
     p.add_argument("--words", default=",".join(WORDS), help="comma-separated words (default one..ten)")
-    p.add_argument("--save-test-per-word", type=int, default=None,
-                   help="save only this many test utterances per word (default: all)")
-    p.add_argument("--extras", action="store_true",
-                   help="also write full-covariance, mixture and discrete models and a 98-frame utterance")
+    p.add_argument(
+        "--save-test-per-word",
+        type=int,
+        default=None,
+        help="save only this many test utterances per word (default: all)",
+    )
+    p.add_argument(
+        "--extras",
+        action="store_true",
+        help="also write full-covariance, mixture and discrete models and a 98-frame utterance",
+    )
     p.add_argument("--extras-words", type=int, default=3, help="words in the full/mixture extras (default 3)")
     p.add_argument("--codebook", type=int, default=32, help="VQ codebook size for discrete models (default 32)")
     p.add_argument("--espeak", default="espeak-ng", help="espeak-ng executable (default: from PATH)")
@@ -111,9 +146,9 @@ def parse_args(argv=None):
         p.error("--states must be >= 1 and --n-iter >= 0")
     if a.snr_min > a.snr_max or a.speed_min > a.speed_max or a.pitch_min > a.pitch_max:
         p.error("a --*-min option exceeds its --*-max")
-    if not (80 <= a.speed_min and a.speed_max <= 450):
+    if not (a.speed_min >= 80 and a.speed_max <= 450):
         p.error("speeds must lie in 80..450 words/min")
-    if not (0 <= a.pitch_min and a.pitch_max <= 99):
+    if not (a.pitch_min >= 0 and a.pitch_max <= 99):
         p.error("pitch must lie in 0..99")
     if a.save_test_per_word is not None and a.save_test_per_word < 1:
         p.error("--save-test-per-word must be >= 1")
@@ -168,7 +203,7 @@ def cut_to_frames(x: np.ndarray, n_frames: int, rng: np.random.Generator, noise_
     n = F.samples_for_frames(n_frames)
     if x.size >= n:
         start = (x.size - n) // 2
-        return x[start:start + n]
+        return x[start : start + n]
     pad = n - x.size
     return np.concatenate([rng.normal(0.0, noise_sd, pad // 2), x, rng.normal(0.0, noise_sd, pad - pad // 2)])
 
@@ -184,8 +219,7 @@ def main(argv=None) -> int:
     t0 = time.time()
     exe = shutil.which(a.espeak) if os.sep not in a.espeak else a.espeak
     if not exe or not os.path.exists(exe):
-        print(f"error: espeak-ng not found ({a.espeak}); install it with 'apt-get install espeak-ng'",
-              file=sys.stderr)
+        print(f"error: espeak-ng not found ({a.espeak}); install it with 'apt-get install espeak-ng'", file=sys.stderr)
         return 2
     version = espeak_version(exe)
     rng = np.random.default_rng(a.seed)
@@ -210,31 +244,27 @@ def main(argv=None) -> int:
                     pitch=int(rng.integers(a.pitch_min, a.pitch_max + 1)),
                     snr_db=round(float(rng.uniform(a.snr_min, a.snr_max)), 2),
                 )
-                clean = synthesise(exe, word, params["voice"], params["variant"], params["speed"],
-                                   params["pitch"], tmp)
+                clean = synthesise(exe, word, params["voice"], params["variant"], params["speed"], params["pitch"], tmp)
                 sig, noise_sd = degrade(clean, rng, params["snr_db"])
                 feats = F.mfcc39(sig, F.SAMPLE_RATE)
                 if feats.shape[0] < a.states:
                     raise InvalidMessage(f"utterance of {word!r} too short ({feats.shape[0]} frames)")
                 if is_test[k]:
-                    test.append(dict(word=word, index=wi, features=feats, signal=sig,
-                                     noise_sd=noise_sd, params=params))
+                    test.append(dict(word=word, index=wi, features=feats, signal=sig, noise_sd=noise_sd, params=params))
                 else:
                     train[word].append(feats)
     t_synth = time.time() - t0
     print(f"synthesised {a.per_word * len(a.words)} utterances in {t_synth:.1f} s ({version})")
 
     t1 = time.time()
-    models = train_keyword_models(train, kind="diag", n_states=a.states, n_iter=a.n_iter,
-                                  random_state=a.seed)
+    models = train_keyword_models(train, kind="diag", n_states=a.states, n_iter=a.n_iter, random_state=a.seed)
     models.save(out / "models.npz")
     t_train = time.time() - t1
     test_feats = [t["features"] for t in test]
     test_labels = [t["index"] for t in test]
     acc, preds = accuracy(models, test_feats, test_labels)
     print(f"trained {len(a.words)} x {a.states}-state diagonal HMMs in {t_train:.1f} s")
-    print(f"plaintext test accuracy: {acc:.4f} ({sum(p == y for p, y in zip(preds, test_labels))}"
-          f"/{len(test_labels)})")
+    print(f"plaintext test accuracy: {acc:.4f} ({sum(p == y for p, y in zip(preds, test_labels))}/{len(test_labels)})")
 
     # Which test utterances to save.
     saved = []
@@ -248,8 +278,16 @@ def main(argv=None) -> int:
     for i, t in enumerate(saved):
         name = f"test/utt_{i:03d}.npy"
         np.save(out / name, t["features"])
-        labels.append(dict(file=name, word=t["word"], index=t["index"], frames=int(t["features"].shape[0]),
-                           plaintext_prediction=a.words[t["pred"]], **t["params"]))
+        labels.append(
+            dict(
+                file=name,
+                word=t["word"],
+                index=t["index"],
+                frames=int(t["features"].shape[0]),
+                plaintext_prediction=a.words[t["pred"]],
+                **t["params"],
+            )
+        )
     (out / "labels.json").write_text(json.dumps({"words": a.words, "utterances": labels}, indent=1) + "\n")
     saved_acc = sum(a.words[t["pred"]] == t["word"] for t in saved) / len(saved)
 
@@ -296,8 +334,7 @@ def _extras(a, train, test, saved, rng, out: Path) -> dict:
     sub_train = {w: train[w] for w in sub_words}
     sub_test = [t for t in test if t["word"] in sub_words]
     for kind, fname in (("full", "models_full.npz"), ("gmm-diag", "models_gmm.npz")):
-        m = train_keyword_models(sub_train, kind=kind, n_states=a.states, n_mix=2, n_iter=a.n_iter,
-                                 random_state=a.seed)
+        m = train_keyword_models(sub_train, kind=kind, n_states=a.states, n_mix=2, n_iter=a.n_iter, random_state=a.seed)
         m.save(out / fname)
         acc, _ = accuracy(m, [t["features"] for t in sub_test], [t["index"] for t in sub_test])
         info[kind] = dict(file=fname, words=sub_words, test_accuracy=acc)
@@ -313,14 +350,19 @@ def _extras(a, train, test, saved, rng, out: Path) -> dict:
         return F.vector_quantise(f, codebook)
 
     dtrain = {w: [quantise(f) for f in fs] for w, fs in train.items()}
-    dm = train_keyword_models(dtrain, kind="discrete", n_states=a.states, n_symbols=a.codebook,
-                              n_iter=a.n_iter, random_state=a.seed)
+    dm = train_keyword_models(
+        dtrain, kind="discrete", n_states=a.states, n_symbols=a.codebook, n_iter=a.n_iter, random_state=a.seed
+    )
     dm.save(out / "models_discrete.npz")
     dacc, _ = accuracy(dm, [quantise(t["features"]) for t in test], [t["index"] for t in test])
     seqs = [quantise(t["features"]) for t in saved]
-    np.savez_compressed(out / "discrete_test.npz", codebook=codebook,
-                        symbols=np.concatenate(seqs), lengths=np.array([len(s) for s in seqs], np.int64),
-                        labels=np.array([t["index"] for t in saved], np.int64))
+    np.savez_compressed(
+        out / "discrete_test.npz",
+        codebook=codebook,
+        symbols=np.concatenate(seqs),
+        lengths=np.array([len(s) for s in seqs], np.int64),
+        labels=np.array([t["index"] for t in saved], np.int64),
+    )
     info["discrete"] = dict(file="models_discrete.npz", codebook=a.codebook, test_accuracy=dacc)
     print(f"discrete ({a.codebook} symbols): test accuracy {dacc:.4f}")
 
@@ -331,8 +373,7 @@ def _extras(a, train, test, saved, rng, out: Path) -> dict:
     np.save(out / "utterance_98.npy", f98)
     main_models = KeywordModels.load(out / "models.npz")
     pred = a.words[int(np.argmax(score_models(main_models, f98)))]
-    info["utterance_98"] = dict(file="utterance_98.npy", word=t["word"], frames=98,
-                                plaintext_prediction=pred)
+    info["utterance_98"] = dict(file="utterance_98.npy", word=t["word"], frames=98, plaintext_prediction=pred)
     print(f"utterance_98.npy: word {t['word']!r}, plaintext prediction {pred!r}")
     return info
 

@@ -33,7 +33,7 @@ from smcdp.runtime.local import LocalCluster
 
 work = Path(tempfile.mkdtemp(prefix="smcdp-operator-"))
 rng = np.random.default_rng(7)
-A = rng.normal(size=(6, 9))                   # k = 6 features, n = 9 samples, split by columns
+A = rng.normal(size=(6, 9))  # k = 6 features, n = 9 samples, split by columns
 np.save(work / "alice.npy", A[:, :4])
 np.save(work / "bob.npy", A[:, 4:])
 
@@ -44,17 +44,23 @@ PARAMS = {"n_parties": 2, "rows": 6, "key_bits": 512, "tol": 1e-9}
 # wants to approve each power-iteration session by hand.
 plugin = get_plugin("power-iteration")
 summary = plugin.summary(plugin.validate_params(PARAMS, ROLES), ROLES)
-rules = rules_for_layout(ROLES, initiators=["trent"], coordinating_roles=plugin.coordinating_roles,
-                         summary=summary)
+rules = rules_for_layout(ROLES, initiators=["trent"], coordinating_roles=plugin.coordinating_roles, summary=summary)
 rules["alice"] = replace(rules["alice"], approval="operator")
 policies = {p: Policy(protocols={"power-iteration": r}) for p, r in rules.items()}
 
-cluster = LocalCluster({"trent": {}, "alice": {"power-iteration": {"data": work / "alice.npy"}},
-                        "bob": {"power-iteration": {"data": work / "bob.npy"}}},
-                       allow_insecure_keys=True, workdir=work / "cluster", session_seconds=120,
-                       policies=policies)
+cluster = LocalCluster(
+    {
+        "trent": {},
+        "alice": {"power-iteration": {"data": work / "alice.npy"}},
+        "bob": {"power-iteration": {"data": work / "bob.npy"}},
+    },
+    allow_insecure_keys=True,
+    workdir=work / "cluster",
+    session_seconds=120,
+    policies=policies,
+)
 cluster.start()
-atexit.register(cluster.stop)   # the party processes go away however this script ends
+atexit.register(cluster.stop)  # the party processes go away however this script ends
 print("party configs:", {p: str(c) for p, c in cluster.configs.items()})
 
 # %% [markdown]
@@ -81,14 +87,17 @@ print("started", handle.session_id)
 # %%
 proposal = alice.wait_for_proposal(handle.session_id, timeout=60)
 assert proposal.state is ProposalState.PENDING
-print(f"{proposal.session_id}: {proposal.protocol} from {proposal.initiator}, alice as {proposal.role}, "
-      f"roles {dict(proposal.roles)}, epsilon {proposal.epsilon}")
+print(
+    f"{proposal.session_id}: {proposal.protocol} from {proposal.initiator}, alice as {proposal.role}, "
+    f"roles {dict(proposal.roles)}, epsilon {proposal.epsilon}"
+)
 decision = alice.approve(proposal.session_id)
 print("decision:", decision.state.value)
 
 
 # %% [markdown]
 # ## Trent waits, watching rounds go by, and reads the result
+
 
 # %%
 def show(st: SessionStatus) -> None:
@@ -98,9 +107,11 @@ def show(st: SessionStatus) -> None:
 result = handle.wait(on_status=show, poll=0.5)
 assert result.state is SessionState.SUCCEEDED
 x = np.array(result.result["x"])
-top = np.linalg.svd(A, full_matrices=False)[2][0]        # x: the principal right singular vector of A
-print(f"{result.session_id}: {result.state.value} in {result.seconds:.1f} s, {result.result['rounds']} rounds "
-      f"({result.result['decoys']} decoys); |cos(x, x_true)| = {abs(x @ top) / np.linalg.norm(x):.6f}")
+top = np.linalg.svd(A, full_matrices=False)[2][0]  # x: the principal right singular vector of A
+print(
+    f"{result.session_id}: {result.state.value} in {result.seconds:.1f} s, {result.result['rounds']} rounds "
+    f"({result.result['decoys']} decoys); |cos(x, x_true)| = {abs(x @ top) / np.linalg.norm(x):.6f}"
+)
 assert abs(x @ top) / np.linalg.norm(x) > 0.999
 
 # %% [markdown]
@@ -108,7 +119,7 @@ assert abs(x @ top) / np.linalg.norm(x) > 0.999
 
 # %%
 print("alice's status:", alice.status(result.session_id).state.value)
-rec = alice.wait(result.session_id, timeout=30)           # alice's record (her outputs: u and her x block)
+rec = alice.wait(result.session_id, timeout=30)  # alice's record (her outputs: u and her x block)
 print("alice's record:", rec.state.value, "role", rec.role, "keys:", sorted(rec.result))
 for info in alice.sessions():
     print(f"  {info.kind:<8} {info.session_id:<40} {info.state.value}")

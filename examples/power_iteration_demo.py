@@ -27,8 +27,17 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result_path = out / "power_iteration.json"
-    cmd = [sys.executable, "-m", "smcdp", "demo", "power-iteration", "--key-bits", str(args.key_bits),
-           "--out", str(result_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "smcdp",
+        "demo",
+        "power-iteration",
+        "--key-bits",
+        str(args.key_bits),
+        "--out",
+        str(result_path),
+    ]
     for d in DATA:
         cmd += ["--data", str(d)]
     print("$", " ".join(cmd), flush=True)
@@ -38,12 +47,18 @@ def main() -> int:
     cu = abs(float(np.dot(res["u"], u_ref)))
     cx = abs(float(np.dot(res["x"], x_ref)))
     print()
-    print(f"rounds: {res['iterations']} ({res['decoys']} decoys), {res['seconds']:.1f} s "
-          f"({res['seconds_per_iteration'] * 1000:.0f} ms per round), bytes sent: {res['bytes_sent']}")
-    print(f"u (k={len(res['u'])}) vs numpy.linalg.eigh(MMᵀ):  |cosine| = {cu:.12f}, max |Δ| = "
-          f"{np.max(np.abs(np.asarray(res['u']) - u_ref)):.2e}")
-    print(f"x (n={len(res['x'])}) vs numpy.linalg.eigh(MᵀM): |cosine| = {cx:.12f}, max |Δ| = "
-          f"{np.max(np.abs(np.asarray(res['x']) - x_ref)):.2e}")
+    print(
+        f"rounds: {res['iterations']} ({res['decoys']} decoys), {res['seconds']:.1f} s "
+        f"({res['seconds_per_iteration'] * 1000:.0f} ms per round), bytes sent: {res['bytes_sent']}"
+    )
+    print(
+        f"u (k={len(res['u'])}) vs numpy.linalg.eigh(MMᵀ):  |cosine| = {cu:.12f}, max |Δ| = "
+        f"{np.max(np.abs(np.asarray(res['u']) - u_ref)):.2e}"
+    )
+    print(
+        f"x (n={len(res['x'])}) vs numpy.linalg.eigh(MᵀM): |cosine| = {cx:.12f}, max |Δ| = "
+        f"{np.max(np.abs(np.asarray(res['x']) - x_ref)):.2e}"
+    )
     print(f"result written to {result_path}")
     ok = cu >= 0.9999 and cx >= 0.9999
     print("OK: the secure result matches numpy" if ok else "MISMATCH")

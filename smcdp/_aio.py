@@ -9,7 +9,8 @@ would turn a peer's INVALID_ARGUMENT into an internal error.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable
+from collections.abc import Awaitable
+from typing import Any
 
 
 async def all_or_first_failure(*aws: Awaitable[Any]) -> list[Any]:

@@ -38,7 +38,7 @@ def real(value: Any, what: str, lo: float, hi: float, *, lo_open: bool = False, 
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)
     if ok and isinstance(value, float):
         ok = math.isfinite(value)
-    if ok:   # int/float comparisons are exact in Python: a huge int never overflows here
+    if ok:  # int/float comparisons are exact in Python: a huge int never overflows here
         ok = (lo < value if lo_open else lo <= value) and (value < hi if hi_open else value <= hi)
     if not ok:
         raise InvalidMessage(f"{what}={shown(value)} must be a number in {_range(lo, hi, lo_open, hi_open)}")

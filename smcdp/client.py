@@ -33,10 +33,10 @@ import copy
 import datetime as _dt
 import os
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-
 from types import MappingProxyType
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from smcdp.errors import DeadlineExceeded, InvalidMessage, SmcdpError
 from smcdp.net.grpc_channel import NotFound, error_for_code  # noqa: F401 - NotFound: re-exported for callers
@@ -85,7 +85,7 @@ class SessionError:
     origin: str | None = None
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None) -> "SessionError | None":
+    def from_dict(cls, d: Mapping[str, Any] | None) -> SessionError | None:
         """The error of a session record (``None`` for a record without one)."""
         if not d:
             return None
@@ -121,18 +121,30 @@ class SessionResult:
     record: Mapping[str, Any] = field(repr=False, compare=False)
 
     @classmethod
-    def from_record(cls, r: Mapping[str, Any]) -> "SessionResult":
+    def from_record(cls, r: Mapping[str, Any]) -> SessionResult:
         """Parse a session record as the party sends it; a record without a ``session_id`` raises :class:`~smcdp.errors.InvalidMessage`."""
         try:
-            return cls(session_id=str(r["session_id"]), protocol=str(r.get("protocol")), party=str(r.get("party")),
-                       role=r.get("role"), roles=_frozen_map(r.get("roles")), initiator=r.get("initiator"),
-                       state=SessionState(r.get("state")), result=r.get("result"),
-                       error=SessionError.from_dict(r.get("error")), params=_frozen_map(r.get("params")),
-                       seed=r.get("seed"), timeout_seconds=r.get("timeout_seconds"),
-                       stats=None if r.get("stats") is None else _frozen_map(r["stats"]),
-                       started_at=_time(r.get("started_at")), finished_at=_time(r.get("finished_at")),
-                       seconds=r.get("seconds"), restarts=int(r.get("restarts") or 0),
-                       resumable=bool(r.get("resumable")), record=MappingProxyType(copy.deepcopy(dict(r))))
+            return cls(
+                session_id=str(r["session_id"]),
+                protocol=str(r.get("protocol")),
+                party=str(r.get("party")),
+                role=r.get("role"),
+                roles=_frozen_map(r.get("roles")),
+                initiator=r.get("initiator"),
+                state=SessionState(r.get("state")),
+                result=r.get("result"),
+                error=SessionError.from_dict(r.get("error")),
+                params=_frozen_map(r.get("params")),
+                seed=r.get("seed"),
+                timeout_seconds=r.get("timeout_seconds"),
+                stats=None if r.get("stats") is None else _frozen_map(r["stats"]),
+                started_at=_time(r.get("started_at")),
+                finished_at=_time(r.get("finished_at")),
+                seconds=r.get("seconds"),
+                restarts=int(r.get("restarts") or 0),
+                resumable=bool(r.get("resumable")),
+                record=MappingProxyType(copy.deepcopy(dict(r))),
+            )
         except KeyError as exc:
             raise InvalidMessage(f"the party's session record lacks {exc}") from None
 
@@ -141,7 +153,7 @@ class SessionResult:
         """Whether the session succeeded at this party."""
         return self.state is SessionState.SUCCEEDED
 
-    def raise_for_state(self) -> "SessionResult":
+    def raise_for_state(self) -> SessionResult:
         """Raise the failure as a typed exception if the session failed; else return self."""
         if self.state is SessionState.FAILED:
             raise (self.error or SessionError("INTERNAL", "no reason recorded")).exception(self.session_id)
@@ -159,7 +171,7 @@ class PeerLiveness:
     party: str
     role: str | None
     last_answer_seconds_ago: float | None
-    incarnation: str | None          #: which run of its process answered (changes when it restarts)
+    incarnation: str | None  #: which run of its process answered (changes when it restarts)
 
 
 @dataclass(frozen=True)
@@ -184,17 +196,29 @@ class SessionStatus:
     waiting_for: str | None = None
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "SessionStatus":
+    def from_dict(cls, d: Mapping[str, Any]) -> SessionStatus:
         """Parse a status answer as the party sends it."""
-        peers = {p: PeerLiveness(p, v.get("role"), v.get("last_answer_seconds_ago"), _str_or_none(v.get("incarnation")))
-                 for p, v in (d.get("peers") or {}).items()}
-        return cls(session_id=str(d.get("session_id")), protocol=d.get("protocol"), party=d.get("party"),
-                   role=d.get("role"), state=SessionState(d.get("state")), round=_int_or_none(d.get("round")),
-                   step=str(d.get("step") or ""), restarts=int(d.get("restarts") or 0),
-                   incarnation=_str_or_none(d.get("incarnation")), seconds_left=d.get("seconds_left"),
-                   peers=MappingProxyType(peers), error=SessionError.from_dict(d.get("error")),
-                   resumable=bool(d.get("resumable")), raw=MappingProxyType(copy.deepcopy(dict(d))),
-                   waiting_for=_str_or_none(d.get("waiting_for")))
+        peers = {
+            p: PeerLiveness(p, v.get("role"), v.get("last_answer_seconds_ago"), _str_or_none(v.get("incarnation")))
+            for p, v in (d.get("peers") or {}).items()
+        }
+        return cls(
+            session_id=str(d.get("session_id")),
+            protocol=d.get("protocol"),
+            party=d.get("party"),
+            role=d.get("role"),
+            state=SessionState(d.get("state")),
+            round=_int_or_none(d.get("round")),
+            step=str(d.get("step") or ""),
+            restarts=int(d.get("restarts") or 0),
+            incarnation=_str_or_none(d.get("incarnation")),
+            seconds_left=d.get("seconds_left"),
+            peers=MappingProxyType(peers),
+            error=SessionError.from_dict(d.get("error")),
+            resumable=bool(d.get("resumable")),
+            raw=MappingProxyType(copy.deepcopy(dict(d))),
+            waiting_for=_str_or_none(d.get("waiting_for")),
+        )
 
     def as_dict(self) -> dict:
         """The party's JSON for this status, exactly as sent (a copy)."""
@@ -231,7 +255,7 @@ class SessionInfo:
     raw: Mapping[str, Any] = field(repr=False, compare=False)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "SessionInfo":
+    def from_dict(cls, d: Mapping[str, Any]) -> SessionInfo:
         """Parse one entry of the party's session list (a session or a proposal)."""
         kind = str(d.get("kind") or "session")
         if kind == "proposal":
@@ -241,17 +265,29 @@ class SessionInfo:
                 raise InvalidMessage(f"the party sent an unknown proposal state {d.get('state')!r}") from None
         else:
             state = SessionState(d.get("state"))
-        return cls(session_id=str(d.get("session_id")), kind=kind, state=state, protocol=d.get("protocol"),
-                   initiator=d.get("initiator"), role=d.get("role"), roles=_frozen_map(d.get("roles")),
-                   params=_frozen_map(d.get("params")), seeded=bool(d.get("seeded")),
-                   epsilon=_amount(d.get("epsilon")), delta=_amount(d.get("delta")),
-                   budget_state=d.get("budget_state"),
-                   summary=None if not d.get("summary") else _frozen_map(d["summary"]),
-                   received_at=_time(d.get("received_at")), expires_at=_time(d.get("expires_at")),
-                   decided_at=_time(d.get("decided_at")), reason=d.get("reason"),
-                   started_at=_time(d.get("started_at")), finished_at=_time(d.get("finished_at")),
-                   error=SessionError.from_dict(d.get("error")) if isinstance(d.get("error"), Mapping) else None,
-                   raw=MappingProxyType(copy.deepcopy(dict(d))))
+        return cls(
+            session_id=str(d.get("session_id")),
+            kind=kind,
+            state=state,
+            protocol=d.get("protocol"),
+            initiator=d.get("initiator"),
+            role=d.get("role"),
+            roles=_frozen_map(d.get("roles")),
+            params=_frozen_map(d.get("params")),
+            seeded=bool(d.get("seeded")),
+            epsilon=_amount(d.get("epsilon")),
+            delta=_amount(d.get("delta")),
+            budget_state=d.get("budget_state"),
+            summary=None if not d.get("summary") else _frozen_map(d["summary"]),
+            received_at=_time(d.get("received_at")),
+            expires_at=_time(d.get("expires_at")),
+            decided_at=_time(d.get("decided_at")),
+            reason=d.get("reason"),
+            started_at=_time(d.get("started_at")),
+            finished_at=_time(d.get("finished_at")),
+            error=SessionError.from_dict(d.get("error")) if isinstance(d.get("error"), Mapping) else None,
+            raw=MappingProxyType(copy.deepcopy(dict(d))),
+        )
 
     @property
     def pending(self) -> bool:
@@ -273,7 +309,7 @@ class SessionHandle:
     client's call before every participant has agreed to the session cancels it.
     """
 
-    def __init__(self, client: "PartyClient", call: _rpc.StartCall) -> None:
+    def __init__(self, client: PartyClient, call: _rpc.StartCall) -> None:
         self._client = client
         self._call = call
         self.session_id = call.session_id
@@ -289,8 +325,9 @@ class SessionHandle:
         """The session's current :class:`SessionStatus` at this party."""
         return self._client.status(self.session_id)
 
-    def wait(self, timeout: float | None = None, *, on_status: StatusCallback | None = None,
-             poll: float = 1.0) -> SessionResult:
+    def wait(
+        self, timeout: float | None = None, *, on_status: StatusCallback | None = None, poll: float = 1.0
+    ) -> SessionResult:
         """Wait for the session's record; raise its failure as a typed exception.
 
         The party is probed every ``poll`` seconds (``on_status`` sees its
@@ -305,8 +342,10 @@ class SessionHandle:
     def bound(self) -> str:
         """What this wait is bounded by, for a user who watches it."""
         cfg = self._client.config
-        return (f"waits at most {self._call.seconds_left:.0f} s (the session's deadline); gives up if party "
-                f"{cfg.name!r} does not answer for {cfg.timeouts.peer_grace_seconds:g} s (peer_grace_seconds)")
+        return (
+            f"waits at most {self._call.seconds_left:.0f} s (the session's deadline); gives up if party "
+            f"{cfg.name!r} does not answer for {cfg.timeouts.peer_grace_seconds:g} s (peer_grace_seconds)"
+        )
 
 
 class PartyClient:
@@ -318,7 +357,7 @@ class PartyClient:
         self.config = config
 
     @classmethod
-    def from_config(cls, path: str | os.PathLike | PartyConfig) -> "PartyClient":
+    def from_config(cls, path: str | os.PathLike | PartyConfig) -> PartyClient:
         """The client of the party configured in ``path`` (its TOML: address, [tls] certificate and key)."""
         return cls(path if isinstance(path, PartyConfig) else load_config(path))
 
@@ -331,10 +370,19 @@ class PartyClient:
         return f"PartyClient({self.name!r} at {self.config.address_of(self.name)})"
 
     # ------------------------------------------------------------------ sessions
-    def start_session(self, protocol: str, roles: Mapping[str, str], params: Mapping[str, Any] | None = None,
-                      *, wait: bool = True, session_id: str | None = None, timeout: float | None = None,
-                      seed: int | None = None, on_status: StatusCallback | None = None,
-                      poll: float = 1.0) -> SessionResult | SessionHandle:
+    def start_session(
+        self,
+        protocol: str,
+        roles: Mapping[str, str],
+        params: Mapping[str, Any] | None = None,
+        *,
+        wait: bool = True,
+        session_id: str | None = None,
+        timeout: float | None = None,
+        seed: int | None = None,
+        on_status: StatusCallback | None = None,
+        poll: float = 1.0,
+    ) -> SessionResult | SessionHandle:
         """Run ``protocol`` with this party as initiator and ``roles`` (role -> party name).
 
         ``wait=True`` (default): return the :class:`SessionResult` when it ends, or raise
@@ -366,8 +414,15 @@ class PartyClient:
         t = timeout if timeout is not None else self.config.timeouts.session_seconds
         return SessionResult.from_record(_rpc.follow_session(self.config, session_id, t))
 
-    def resume(self, session_id: str, timeout: float | None = None, *, wait: bool = True,
-               on_status: StatusCallback | None = None, poll: float = 1.0) -> SessionResult | SessionHandle:
+    def resume(
+        self,
+        session_id: str,
+        timeout: float | None = None,
+        *,
+        wait: bool = True,
+        on_status: StatusCallback | None = None,
+        poll: float = 1.0,
+    ) -> SessionResult | SessionHandle:
         """Continue a session this party initiated that failed resumably; its record when it ends
         (``wait=False``: a :class:`SessionHandle` at once)."""
         handle = SessionHandle(self, _rpc.begin_resume(self.config, session_id, timeout))
@@ -392,8 +447,7 @@ class PartyClient:
         """Reject a pending (or approved, not started) proposal; the initiator is told ``reason``."""
         return SessionInfo.from_dict(_rpc.reject_session(self.config, session_id, reason))
 
-    def wait_for_proposal(self, session_id: str | None = None, timeout: float = 30.0,
-                          poll: float = 0.2) -> SessionInfo:
+    def wait_for_proposal(self, session_id: str | None = None, timeout: float = 30.0, poll: float = 0.2) -> SessionInfo:
         """Block until a proposal (``session_id``, or any) is pending here; DeadlineExceeded after ``timeout``."""
         end = time.monotonic() + timeout
         while True:
@@ -415,5 +469,15 @@ class PartyClient:
         _rpc.wait_healthy(self.config, peer, timeout=timeout)
 
 
-__all__ = ["NotFound", "PartyClient", "PeerLiveness", "ProposalState", "SessionError", "SessionHandle", "SessionInfo",
-           "SessionResult", "SessionState", "SessionStatus"]
+__all__ = [
+    "NotFound",
+    "PartyClient",
+    "PeerLiveness",
+    "ProposalState",
+    "SessionError",
+    "SessionHandle",
+    "SessionInfo",
+    "SessionResult",
+    "SessionState",
+    "SessionStatus",
+]

@@ -70,6 +70,7 @@ class Unauthenticated(SmcdpError):
 
 class DeadlineExceeded(SmcdpError):
     """A call or a session ran past its deadline."""
+
     code = "DEADLINE_EXCEEDED"
 
 

@@ -33,8 +33,9 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import IO, Any, Iterable, Iterator, TypeVar
+from typing import IO, Any, TypeVar
 
 T = TypeVar("T")
 
@@ -73,7 +74,7 @@ def resolve_mode(mode: str | None = None, stream: IO[str] | None = None) -> str:
     stream = stream if stream is not None else sys.stderr
     try:
         tty = stream.isatty()
-    except (AttributeError, ValueError):   # a closed or odd stream
+    except (AttributeError, ValueError):  # a closed or odd stream
         tty = False
     return "bar" if tty and os.environ.get("TERM", "") != "dumb" else "plain"
 
@@ -90,7 +91,7 @@ def _interval(interval: float | None) -> float:
 class Task:
     """One piece of long work on the current display: ``advance(n)`` / ``update(...)``."""
 
-    def __init__(self, display: "_Display", description: str, total: float | None, unit: str) -> None:
+    def __init__(self, display: _Display, description: str, total: float | None, unit: str) -> None:
         self._display = display
         self.description = description
         self.total = total
@@ -100,7 +101,7 @@ class Task:
         self.finished_at: float | None = None
         self._handle: Any = None
         self._last_line = 0.0
-        self._lock = threading.Lock()   # advance() from several threads (concurrent sessions)
+        self._lock = threading.Lock()  # advance() from several threads (concurrent sessions)
 
     @property
     def elapsed(self) -> float:
@@ -125,8 +126,9 @@ class Task:
             self.completed += n
         self._display.changed(self)
 
-    def update(self, *, completed: float | None = None, total: float | None = None,
-               description: str | None = None) -> None:
+    def update(
+        self, *, completed: float | None = None, total: float | None = None, description: str | None = None
+    ) -> None:
         if completed is not None:
             self.completed = completed
         if total is not None:
@@ -188,7 +190,7 @@ class _Plain(_Display):
         t._last_line = time.monotonic()
         try:
             print(t.line(), file=self.stream, flush=True)
-        except (OSError, ValueError):   # stderr closed under us: progress is never worth a crash
+        except (OSError, ValueError):  # stderr closed under us: progress is never worth a crash
             pass
 
     def start(self) -> None:
@@ -211,7 +213,7 @@ class _Plain(_Display):
     def add(self, t: Task) -> None:
         with self._lock:
             super().add(t)
-            t._last_line = time.monotonic()   # the first line after one interval, not at once
+            t._last_line = time.monotonic()  # the first line after one interval, not at once
 
     def changed(self, t: Task) -> None:
         with self._lock:
@@ -231,8 +233,14 @@ class _Bar(_Display):
         super().__init__(stream, interval)
         # rich is imported only when a terminal shows a bar (plain lines and `off` do without it)
         from rich.console import Console
-        from rich.progress import (BarColumn, Progress, ProgressColumn, SpinnerColumn,  # rich: as above
-                                   TextColumn, TimeElapsedColumn)
+        from rich.progress import (  # rich: as above
+            BarColumn,
+            Progress,
+            ProgressColumn,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
         from rich.text import Text  # rich: as above
 
         class RateColumn(ProgressColumn):
@@ -257,9 +265,17 @@ class _Bar(_Display):
                 return Text(f"{t.completed:g} {t.unit}", style="progress.download")
 
         self.console = console if console is not None else Console(file=stream)
-        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                                 CountColumn(), RateColumn(), TimeElapsedColumn(), EtaColumn(),
-                                 console=self.console, refresh_per_second=4)
+        self.progress = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            CountColumn(),
+            RateColumn(),
+            TimeElapsedColumn(),
+            EtaColumn(),
+            console=self.console,
+            refresh_per_second=4,
+        )
 
     def start(self) -> None:
         self.progress.start()
@@ -280,8 +296,9 @@ class _Bar(_Display):
         if t._handle is None:
             return
         if keep:
-            self.progress.update(t._handle, completed=t.completed, total=t.total or t.completed or None,
-                                 description=t.description)
+            self.progress.update(
+                t._handle, completed=t.completed, total=t.total or t.completed or None, description=t.description
+            )
             self.progress.stop_task(t._handle)
         else:
             self.progress.remove_task(t._handle)
@@ -293,8 +310,9 @@ _depth = 0
 
 
 @contextmanager
-def _display(stream: IO[str] | None, mode: str | None, interval: float | None,
-             console: Any) -> Iterator[tuple[_Display, bool]]:
+def _display(
+    stream: IO[str] | None, mode: str | None, interval: float | None, console: Any
+) -> Iterator[tuple[_Display, bool]]:
     global _active, _depth
     with _lock:
         outer = _active is None
@@ -302,13 +320,14 @@ def _display(stream: IO[str] | None, mode: str | None, interval: float | None,
             stream = stream if stream is not None else sys.stderr
             m = "bar" if console is not None else resolve_mode(mode, stream)
             iv = _interval(interval)
-            d: _Display = (_Bar(stream, iv, console) if m == "bar" else _Plain(stream, iv) if m == "plain"
-                           else _Off(stream, iv))
+            d: _Display = (
+                _Bar(stream, iv, console) if m == "bar" else _Plain(stream, iv) if m == "plain" else _Off(stream, iv)
+            )
             d.start()
             _active = d
         _depth += 1
         disp = _active
-        assert disp is not None         # made above, or by the outermost caller still inside
+        assert disp is not None  # made above, or by the outermost caller still inside
     try:
         yield disp, outer
     finally:
@@ -320,8 +339,16 @@ def _display(stream: IO[str] | None, mode: str | None, interval: float | None,
 
 
 @contextmanager
-def task(description: str, total: float | None = None, unit: str = "it", *, stream: IO[str] | None = None,
-         mode: str | None = None, interval: float | None = None, console: Any = None) -> Iterator[Task]:
+def task(
+    description: str,
+    total: float | None = None,
+    unit: str = "it",
+    *,
+    stream: IO[str] | None = None,
+    mode: str | None = None,
+    interval: float | None = None,
+    console: Any = None,
+) -> Iterator[Task]:
     """A task on the display (opened for it if none is live); yields a :class:`Task`.
 
     ``total=None`` for work of unknown length (shows count, rate and elapsed).
@@ -339,8 +366,9 @@ def task(description: str, total: float | None = None, unit: str = "it", *, stre
             disp.finish(t, keep=outer)
 
 
-def track(iterable: Iterable[T], description: str, total: float | None = None, unit: str = "it",
-          **kw: Any) -> Iterator[T]:
+def track(
+    iterable: Iterable[T], description: str, total: float | None = None, unit: str = "it", **kw: Any
+) -> Iterator[T]:
     """Iterate ``iterable``, advancing a task by one per item (total from ``len()`` when it has one)."""
     if total is None and hasattr(iterable, "__len__"):
         total = len(iterable)  # type: ignore[arg-type]
@@ -350,4 +378,4 @@ def track(iterable: Iterable[T], description: str, total: float | None = None, u
             t.advance()
 
 
-__all__ = ["MODES", "MODE_ENV", "INTERVAL_ENV", "Task", "resolve_mode", "task", "track"]
+__all__ = ["INTERVAL_ENV", "MODES", "MODE_ENV", "Task", "resolve_mode", "task", "track"]

@@ -12,16 +12,16 @@ from enum import Enum
 class SessionState(str, Enum):
     """Where a session stands at one party (its record's ``state``)."""
 
-    PENDING = "pending"       #: waiting for this party's operator to approve it (status only)
-    PREPARED = "prepared"     #: admitted here, waiting for every participant to begin (``waiting_for``:
-                              #: the participant whose operator decides, if any)
+    PENDING = "pending"  #: waiting for this party's operator to approve it (status only)
+    PREPARED = "prepared"  #: admitted here, waiting for every participant to begin (``waiting_for``:
+    #: the participant whose operator decides, if any)
     RUNNING = "running"
     SUCCEEDED = "succeeded"
-    FAILED = "failed"         #: the record's ``error`` says why and who (``resumable``: may continue)
-    UNKNOWN = "unknown"       #: the party cannot tell (e.g. an unreadable record), or a state this client does not know
+    FAILED = "failed"  #: the record's ``error`` says why and who (``resumable``: may continue)
+    UNKNOWN = "unknown"  #: the party cannot tell (e.g. an unreadable record), or a state this client does not know
 
     @classmethod
-    def _missing_(cls, value: object) -> "SessionState":
+    def _missing_(cls, value: object) -> SessionState:
         return cls.UNKNOWN
 
     @property
@@ -38,8 +38,8 @@ class SessionState(str, Enum):
 class ProposalState(str, Enum):
     """Where a proposal to this party stands (docs/governance.md)."""
 
-    PENDING = "pending"       #: waiting for this operator (approve() or reject())
-    APPROVED = "approved"     #: approved (privacy cost reserved), not started yet
+    PENDING = "pending"  #: waiting for this operator (approve() or reject())
+    APPROVED = "approved"  #: approved (privacy cost reserved), not started yet
     STARTED = "started"
     REJECTED = "rejected"
     EXPIRED = "expired"

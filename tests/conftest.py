@@ -10,7 +10,7 @@ from smcdp.crypto.paillier import generate_keypair
 pytest_plugins = ["tests.support.scheduling", "tests.support.leftovers", "pytester"]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _keypair(bits: int):
     # Small keys are an explicit, test-only opt-in.
     return generate_keypair(bits, allow_insecure=bits < 2048)

@@ -44,8 +44,15 @@ class NullJournal:
         return False
 
     def stats(self):
-        return {"journal_bytes": 0, "journal_records": 0, "journal_syncs": 0, "journal_seconds": 0.0,
-                "received": 0, "sent": 0, "acknowledged": 0}
+        return {
+            "journal_bytes": 0,
+            "journal_records": 0,
+            "journal_syncs": 0,
+            "journal_seconds": 0.0,
+            "received": 0,
+            "sent": 0,
+            "acknowledged": 0,
+        }
 
     def close(self):
         pass

@@ -17,6 +17,6 @@ out.mkdir(exist_ok=True)
 for name, n in (("org1", 600), ("org2", 250), ("org3", 120), ("test", 500)):
     X = rng.normal(size=(n, d))
     y = np.where(X @ w_true + 0.5 * rng.normal(size=n) > 0, 1, -1)
-    X /= np.maximum(1.0, np.linalg.norm(X, axis=1, keepdims=True))   # ‖x‖ ≤ 1
+    X /= np.maximum(1.0, np.linalg.norm(X, axis=1, keepdims=True))  # ‖x‖ ≤ 1
     np.savez(out / f"{name}.npz", X=X, y=y)
     print(f"wrote {out / (name + '.npz')}: {n} rows")

@@ -16,13 +16,13 @@ from smcdp.errors import SmcdpError
 
 #: modules that contribute subcommands, in help order
 SUBCOMMAND_MODULES = (
-    "smcdp.cli.party",      # certs, party, session, health
-    "smcdp.cli.governance",     # audit (and session list|show|approve|reject, via cli.party)
-    "smcdp.cli.demo",           # demo power-iteration | dp-aggregate | keyword
-    "smcdp.cli.speech",         # speech train
-    "smcdp.cli.dp",         # account, budget
-    "smcdp.cli.deploy",         # deploy init
-    "smcdp.cli.bench",          # bench paillier
+    "smcdp.cli.party",  # certs, party, session, health
+    "smcdp.cli.governance",  # audit (and session list|show|approve|reject, via cli.party)
+    "smcdp.cli.demo",  # demo power-iteration | dp-aggregate | keyword
+    "smcdp.cli.speech",  # speech train
+    "smcdp.cli.dp",  # account, budget
+    "smcdp.cli.deploy",  # deploy init
+    "smcdp.cli.bench",  # bench paillier
 )
 
 

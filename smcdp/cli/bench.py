@@ -18,7 +18,7 @@ import secrets
 import statistics
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from phe import paillier as phe_paillier
 
@@ -43,8 +43,9 @@ def _rate(fn: Callable[[], object], min_seconds: float, min_reps: int = 3) -> tu
             return reps / el, reps, el
 
 
-def _paired(baseline: Callable[[], object], ours: Callable[[], object], seconds: float,
-            rounds: int = 9, min_reps: int = 2) -> tuple[float, float, float]:
+def _paired(
+    baseline: Callable[[], object], ours: Callable[[], object], seconds: float, rounds: int = 9, min_reps: int = 2
+) -> tuple[float, float, float]:
     """Rates of ``baseline`` and ``ours`` measured in alternating rounds, and the median of the
     per-round ratios: a shared machine's speed drifts between phases, and a ratio taken within
     one round cancels that drift."""
@@ -58,20 +59,29 @@ def _paired(baseline: Callable[[], object], ours: Callable[[], object], seconds:
     return statistics.median(base_rates), statistics.median(our_rates), statistics.median(ratios)
 
 
-STAGES = ("key generation", "fixed-base and CRT tables", "encryption", "decryption", "dot products",
-          "profile", "process pool")
+STAGES = (
+    "key generation",
+    "fixed-base and CRT tables",
+    "encryption",
+    "decryption",
+    "dot products",
+    "profile",
+    "process pool",
+)
 
 
-def paillier_benchmark(key_bits: int = 2048, seconds: float = 2.0, dot_terms: int = 820,
-                       dot_weight_bits: int = 48, slot_bits: int = 64) -> dict:
+def paillier_benchmark(
+    key_bits: int = 2048, seconds: float = 2.0, dot_terms: int = 820, dot_weight_bits: int = 48, slot_bits: int = 64
+) -> dict:
     """Run the micro-benchmarks; returns a JSON-serialisable dict.  Progress (stages, key generation)
     goes to stderr through :mod:`smcdp.progress`."""
     with task(f"bench paillier {key_bits}-bit", total=len(STAGES), unit="stage") as progress:
         return _paillier_benchmark(key_bits, seconds, dot_terms, dot_weight_bits, slot_bits, progress)
 
 
-def _paillier_benchmark(key_bits: int, seconds: float, dot_terms: int, dot_weight_bits: int, slot_bits: int,
-                        progress: Task) -> dict:
+def _paillier_benchmark(
+    key_bits: int, seconds: float, dot_terms: int, dot_weight_bits: int, slot_bits: int, progress: Task
+) -> dict:
     def stage(i: int) -> None:
         progress.update(completed=i, description=f"bench paillier {key_bits}-bit: {STAGES[i]}")
 
@@ -99,8 +109,9 @@ def _paillier_benchmark(key_bits: int, seconds: float, dot_terms: int, dot_weigh
     vals = [secrets.randbits(slot_bits - 2) - (1 << (slot_bits - 3)) for _ in range(packing.slots)]
     packed = EncryptedVector.encrypt_ints(pk, vals, packing=packing, private_key=sk)
     assert packed.decrypt_ints(sk) == vals
-    phe_dec, packed_dec, dec_ratio = _paired(lambda: phe_sk.decrypt(c_plain), lambda: packed.decrypt_ints(sk),
-                                             2 * seconds)
+    phe_dec, packed_dec, dec_ratio = _paired(
+        lambda: phe_sk.decrypt(c_plain), lambda: packed.decrypt_ints(sk), 2 * seconds
+    )
     packed_values_per_s = packed_dec * packing.slots
 
     # ---- homomorphic dot product: phe's naive loop vs multi-exponentiation
@@ -126,7 +137,10 @@ def _paillier_benchmark(key_bits: int, seconds: float, dot_terms: int, dot_weigh
     # ---- profile: the cost of one modular multiplication, which bounds the fixed-base paths
     import gmpy2
 
-    x, y = gmpy2.mpz(secrets.randbits(pk.nsquare.bit_length() - 1)), gmpy2.mpz(secrets.randbits(pk.nsquare.bit_length() - 1))
+    x, y = (
+        gmpy2.mpz(secrets.randbits(pk.nsquare.bit_length() - 1)),
+        gmpy2.mpz(secrets.randbits(pk.nsquare.bit_length() - 1)),
+    )
     mul_n2, _, _ = _rate(lambda: x * y % pk.nsquare, seconds / 4, 1000)
     xp, yp = x % sk.psquare, y % sk.psquare
     mul_p2, _, _ = _rate(lambda: xp * yp % sk.psquare, seconds / 4, 1000)
@@ -152,8 +166,12 @@ def _paillier_benchmark(key_bits: int, seconds: float, dot_terms: int, dot_weigh
 
     return {
         "key_bits": key_bits,
-        "machine": {"python": platform.python_version(), "cpu": platform.processor() or platform.machine(),
-                    "cores_used": 1, "cpu_count": os.cpu_count()},
+        "machine": {
+            "python": platform.python_version(),
+            "cpu": platform.processor() or platform.machine(),
+            "cores_used": 1,
+            "cpu_count": os.cpu_count(),
+        },
         "phe_encrypt_per_s": phe_enc,
         "encrypt_public_per_s": pub_enc,
         "encrypt_private_per_s": priv_enc,

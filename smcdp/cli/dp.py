@@ -29,27 +29,19 @@ def parse_step(text: str, what: str) -> tuple[float, int]:
     """Parse ``VALUE:COUNT`` (or ``VALUE``, count 1) with VALUE > 0 and COUNT >= 1."""
     parts = text.split(":")
     if len(parts) > 2 or not parts[0]:
-        raise argparse.ArgumentTypeError(
-            f"{what} must look like VALUE:COUNT, got {text!r}"
-        )
+        raise argparse.ArgumentTypeError(f"{what} must look like VALUE:COUNT, got {text!r}")
     try:
         value = float(parts[0])
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{what}: {parts[0]!r} is not a number"
-        ) from None
+        raise argparse.ArgumentTypeError(f"{what}: {parts[0]!r} is not a number") from None
     if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(
-            f"{what}: value must be positive and finite, got {parts[0]!r}"
-        )
+        raise argparse.ArgumentTypeError(f"{what}: value must be positive and finite, got {parts[0]!r}")
     count = 1
     if len(parts) == 2:
         try:
             count = int(parts[1])
         except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{what}: count {parts[1]!r} is not an integer"
-            ) from None
+            raise argparse.ArgumentTypeError(f"{what}: count {parts[1]!r} is not an integer") from None
         if count < 1:
             raise argparse.ArgumentTypeError(f"{what}: count must be >= 1, got {count}")
     return value, count
@@ -112,9 +104,7 @@ def _cmd_account(args: argparse.Namespace) -> int:
         if args.method in ("advanced", "zcdp", "rdp") and args.delta == 0:
             raise InvalidMessage(f"--method {args.method} needs --delta > 0")
         if args.gaussian and args.delta == 0:
-            raise InvalidMessage(
-                "Gaussian steps have no pure-DP guarantee: give --delta > 0"
-            )
+            raise InvalidMessage("Gaussian steps have no pure-DP guarantee: give --delta > 0")
         out = account(
             args.method,
             args.delta,
@@ -332,9 +322,7 @@ def register(subparsers: Any) -> None:
         choices=list(METHODS),
         help="rdp is the moments accountant (real orders)",
     )
-    p.add_argument(
-        "--delta", required=True, type=_delta_arg, metavar="D", help="total delta"
-    )
+    p.add_argument("--delta", required=True, type=_delta_arg, metavar="D", help="total delta")
     p.add_argument(
         "--gaussian",
         action="append",
@@ -342,9 +330,7 @@ def register(subparsers: Any) -> None:
         metavar="SIGMA:COUNT",
         default=[],
     )
-    p.add_argument(
-        "--laplace", action="append", type=_laplace_step, metavar="B:COUNT", default=[]
-    )
+    p.add_argument("--laplace", action="append", type=_laplace_step, metavar="B:COUNT", default=[])
     p.add_argument(
         "--conversion",
         choices=list(CONVERSIONS),

@@ -17,13 +17,13 @@ import asyncio
 import getpass
 import json
 import sys
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from smcdp.client import PartyClient
 from smcdp.errors import InvalidMessage, SmcdpError
-from smcdp.runtime.config import load_config
 from smcdp.net.tls import TlsMaterial
+from smcdp.runtime.config import load_config
 from smcdp.runtime.governance import audit
 from smcdp.runtime.governance.witness import check_log, fetch_witnessed, heads_from_file, verdicts
 
@@ -46,20 +46,24 @@ def _num(v) -> str:
 
 def _readable(info: dict) -> str:
     """What an operator needs to decide, one field a line (strings JSON-escaped)."""
-    lines = [f"session    {info.get('session_id')}  [{info.get('kind')}: {info.get('state')}]",
-             f"protocol   {info.get('protocol')}",
-             f"initiator  {info.get('initiator')}",
-             f"this party {info.get('role')}",
-             f"roles      {_show(info.get('roles'))}",
-             f"params     {_show(info.get('params'))}",
-             f"epsilon    {_num(info['epsilon']) if info.get('epsilon') is not None else '- (no charge to this party)'}"
-             + (f"  delta {_num(info['delta'])}" if info.get("delta") else "")]
+    lines = [
+        f"session    {info.get('session_id')}  [{info.get('kind')}: {info.get('state')}]",
+        f"protocol   {info.get('protocol')}",
+        f"initiator  {info.get('initiator')}",
+        f"this party {info.get('role')}",
+        f"roles      {_show(info.get('roles'))}",
+        f"params     {_show(info.get('params'))}",
+        f"epsilon    {_num(info['epsilon']) if info.get('epsilon') is not None else '- (no charge to this party)'}"
+        + (f"  delta {_num(info['delta'])}" if info.get("delta") else ""),
+    ]
     s = info.get("summary") or {}
     if s:
         lines.append(f"keys       {_show(s.get('key_bits'))}")
         for o in s.get("outputs") or []:
-            lines.append(f"output     {o['name']} -> roles {', '.join(o['recipients'])}"
-                         f" ({'differentially private' if o['dp'] else 'exact'})")
+            lines.append(
+                f"output     {o['name']} -> roles {', '.join(o['recipients'])}"
+                f" ({'differentially private' if o['dp'] else 'exact'})"
+            )
     if info.get("seeded"):
         lines.append("seed       YES (the initiator's seed would replace this party's randomness)")
     for k in ("received_at", "expires_at", "decided_at", "reason", "started_at", "finished_at", "error"):
@@ -84,8 +88,10 @@ def _cmd_list(args) -> int:
     print(f"{'SESSION':<40} {'STATE':<10} {'PROTOCOL':<16} {'INITIATOR':<12} {'ROLE':<10} {'EPSILON':<8} EXPIRES")
     for i in items:
         eps = "-" if i.get("epsilon") is None else _num(i["epsilon"])
-        print(f"{i['session_id']:<40} {str(i.get('state')):<10} {str(i.get('protocol')):<16} "
-              f"{str(i.get('initiator')):<12} {str(i.get('role')):<10} {eps:<8} {i.get('expires_at') or ''}")
+        print(
+            f"{i['session_id']:<40} {i.get('state')!s:<10} {i.get('protocol')!s:<16} "
+            f"{i.get('initiator')!s:<12} {i.get('role')!s:<10} {eps:<8} {i.get('expires_at') or ''}"
+        )
     return 0
 
 
@@ -99,20 +105,27 @@ def _operator_cmd(call, render) -> int:
 
 
 def _cmd_show(args) -> int:
-    return _operator_cmd(lambda: PartyClient.from_config(args.config).show(args.session_id).as_dict(),
-                         lambda info: json.dumps(info, indent=2, sort_keys=True) if args.json else _readable(info))
+    return _operator_cmd(
+        lambda: PartyClient.from_config(args.config).show(args.session_id).as_dict(),
+        lambda info: json.dumps(info, indent=2, sort_keys=True) if args.json else _readable(info),
+    )
 
 
 def _cmd_approve(args) -> int:
-    return _operator_cmd(lambda: PartyClient.from_config(args.config).approve(args.session_id).as_dict(),
-                         lambda info: f"session {info['session_id']}: approved" + (
-                             f" (epsilon {_num(info['epsilon'])} reserved)" if info.get("epsilon") is not None
-                             else ""))
+    return _operator_cmd(
+        lambda: PartyClient.from_config(args.config).approve(args.session_id).as_dict(),
+        lambda info: (
+            f"session {info['session_id']}: approved"
+            + (f" (epsilon {_num(info['epsilon'])} reserved)" if info.get("epsilon") is not None else "")
+        ),
+    )
 
 
 def _cmd_reject(args) -> int:
-    return _operator_cmd(lambda: PartyClient.from_config(args.config).reject(args.session_id, args.reason).as_dict(),
-                         lambda info: f"session {info['session_id']}: rejected ({info.get('reason')})")
+    return _operator_cmd(
+        lambda: PartyClient.from_config(args.config).reject(args.session_id, args.reason).as_dict(),
+        lambda info: f"session {info['session_id']}: rejected ({info.get('reason')})",
+    )
 
 
 def register_session_commands(sp) -> None:
@@ -185,8 +198,7 @@ def _witnessed(args) -> tuple[list, dict[str, str]]:
     heads: list[Any] = []
     unreachable: dict[str, str] = {}
     if args.witnesses:
-        heads, unreachable = asyncio.run(fetch_witnessed(cfg, TlsMaterial.load(cfg.tls.ca, cfg.tls.cert,
-                                                                               cfg.tls.key)))
+        heads, unreachable = asyncio.run(fetch_witnessed(cfg, TlsMaterial.load(cfg.tls.ca, cfg.tls.cert, cfg.tls.key)))
     for path in args.witness_file or []:
         heads += [(f"file {path}", h) for h in heads_from_file(Path(path))]
     return check_log(cfg.data_dir, cfg.name, cfg.tls.ca, heads), unreachable
@@ -198,8 +210,10 @@ def _report_witnesses(findings, unreachable: dict[str, str], quiet: bool) -> int
     bad = [f for f in usable if not f.ok]
     if not quiet:
         for f in findings:
-            print(f"  {'ok ' if f.ok else 'BAD' if f.lines is not None else '?? '} {f.message}",
-                  file=sys.stdout if f.ok else sys.stderr)
+            print(
+                f"  {'ok ' if f.ok else 'BAD' if f.lines is not None else '?? '} {f.message}",
+                file=sys.stdout if f.ok else sys.stderr,
+            )
         for peer, why in sorted(unreachable.items()):
             print(f"  ?? peer {peer} could not be asked: {why}", file=sys.stderr)
     if bad:
@@ -208,8 +222,11 @@ def _report_witnesses(findings, unreachable: dict[str, str], quiet: bool) -> int
         return 1
     if not usable:
         if not quiet:
-            print("no witnessed head could be checked: the log is intact as far as this disk shows, "
-                  "unconfirmed by any peer", file=sys.stderr)
+            print(
+                "no witnessed head could be checked: the log is intact as far as this disk shows, "
+                "unconfirmed by any peer",
+                file=sys.stderr,
+            )
         return EXIT_UNWITNESSED
     if not quiet:
         by = verdicts(findings)
@@ -228,8 +245,10 @@ def _cmd_new(args) -> int:
     except SmcdpError as exc:
         return _fail(exc)
     prev = entry.get("previous_head")
-    print(f"{cfg.data_dir / audit.LOG_NAME}: a new audit log, started by {entry['by']}: {args.reason}"
-          + (f" (the lost log's head recorded {prev['lines']} lines, sha256 {prev['sha256']})" if prev else ""))
+    print(
+        f"{cfg.data_dir / audit.LOG_NAME}: a new audit log, started by {entry['by']}: {args.reason}"
+        + (f" (the lost log's head recorded {prev['lines']} lines, sha256 {prev['sha256']})" if prev else "")
+    )
     return 0
 
 
@@ -245,7 +264,7 @@ def _cmd_audit_show(args) -> int:
     if args.session:
         entries = [e for e in entries if e[1] is not None and e[1].get("session") == args.session]
     if args.tail:
-        entries = entries[-args.tail:]
+        entries = entries[-args.tail :]
     for n, entry, raw in entries:
         if entry is None:
             print(f"{n:>6} <not a JSON object: {len(raw)} bytes {raw[:60]!r}>")
@@ -257,14 +276,23 @@ def _cmd_audit_show(args) -> int:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("audit", help="verify or show a party's hash-chained audit trail",
-                              description="The party appends every proposal, decision, reservation, charge, "
-                              "release and abort to data_dir/audit.jsonl (docs/governance.md).")
+    p = subparsers.add_parser(
+        "audit",
+        help="verify or show a party's hash-chained audit trail",
+        description="The party appends every proposal, decision, reservation, charge, "
+        "release and abort to data_dir/audit.jsonl (docs/governance.md).",
+    )
     sub = p.add_subparsers(dest="audit_command", metavar="ACTION")
     sub.required = True
-    for name, fn, text in (("verify", _cmd_verify, "check the hash chain and head: exit 0 intact, 1 tampered "
-                                                   "or damaged (naming the first bad line), 3 torn last line"),
-                           ("show", _cmd_audit_show, "print the log readably")):
+    for name, fn, text in (
+        (
+            "verify",
+            _cmd_verify,
+            "check the hash chain and head: exit 0 intact, 1 tampered "
+            "or damaged (naming the first bad line), 3 torn last line",
+        ),
+        ("show", _cmd_audit_show, "print the log readably"),
+    ):
         s = sub.add_parser(name, help=text)
         g = s.add_mutually_exclusive_group()
         g.add_argument("--data-dir", help="the party's data directory (holds audit.jsonl)")
@@ -274,15 +302,25 @@ def register(subparsers) -> None:
             s.add_argument("--session", help="only this session's events")
             s.add_argument("--tail", type=int, help="only the last N events")
         else:
-            s.add_argument("--witnesses", action="store_true",
-                           help="also check the log against the signed heads every peer holds (asked over "
-                                "mutual TLS with the party's certificate; needs --config): exit 1 if one "
-                                "contradicts it, 4 if none could be checked")
-            s.add_argument("--witness-file", action="append", metavar="FILE",
-                           help="a peer's witness/<this party>.json, handed over by its operator (repeatable)")
+            s.add_argument(
+                "--witnesses",
+                action="store_true",
+                help="also check the log against the signed heads every peer holds (asked over "
+                "mutual TLS with the party's certificate; needs --config): exit 1 if one "
+                "contradicts it, 4 if none could be checked",
+            )
+            s.add_argument(
+                "--witness-file",
+                action="append",
+                metavar="FILE",
+                help="a peer's witness/<this party>.json, handed over by its operator (repeatable)",
+            )
         s.set_defaults(func=fn)
-    s = sub.add_parser("new", help="start a new audit log where it is missing (the party refuses to start "
-                                   "without one); the new log's first line records this")
+    s = sub.add_parser(
+        "new",
+        help="start a new audit log where it is missing (the party refuses to start "
+        "without one); the new log's first line records this",
+    )
     s.add_argument("--config", required=True, help="the party's TOML configuration")
     s.add_argument("--reason", required=True, help="why the log is started anew (recorded)")
     s.set_defaults(func=_cmd_new)

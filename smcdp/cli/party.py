@@ -35,13 +35,16 @@ def _cmd_certs(args: argparse.Namespace) -> int:
         if args.localhost:
             for p in parties:
                 hosts[p] += ["localhost", "127.0.0.1", "::1"]
-        files = tls.generate_deployment(args.out, parties, hosts, days=args.days,
-                                        reuse_ca=args.reuse_ca, overwrite=args.force)
+        files = tls.generate_deployment(
+            args.out, parties, hosts, days=args.days, reuse_ca=args.reuse_ca, overwrite=args.force
+        )
     except SmcdpError as exc:
         return _fail(exc)
     out = Path(args.out)
-    print(f"CA: {out / tls.CA_CERT_FILE}" + ("" if args.reuse_ca else f" (key {out / tls.CA_KEY_FILE}, "
-          "keep it offline; parties need only ca.crt)"))
+    print(
+        f"CA: {out / tls.CA_CERT_FILE}"
+        + ("" if args.reuse_ca else f" (key {out / tls.CA_KEY_FILE}, keep it offline; parties need only ca.crt)")
+    )
     for p, f in files.items():
         print(f"{p}: {f.cert} {f.key}")
     return 0
@@ -49,7 +52,7 @@ def _cmd_certs(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------ party
 def _cmd_party(args: argparse.Namespace, expect_name: str | None = None) -> int:
-    configure_logging("text", args.log_level or "INFO")   # until the configuration's [logging] is read
+    configure_logging("text", args.log_level or "INFO")  # until the configuration's [logging] is read
     try:
         return process.serve(args.config, expect_name, ready_file=args.ready_file, log_level=args.log_level)
     except SmcdpError as exc:
@@ -67,7 +70,8 @@ def run_party(argv: list[str] | None = None, expect_name: str | None = None) -> 
     a configuration of another."""
     ap = argparse.ArgumentParser(
         prog=f"parties/{expect_name}.py" if expect_name else "smcdp-party",
-        description="Run a smcdp party process until SIGTERM/SIGINT.")
+        description="Run a smcdp party process until SIGTERM/SIGINT.",
+    )
     _party_arguments(ap)
     return _cmd_party(ap.parse_args(argv), expect_name)
 
@@ -100,8 +104,9 @@ def _cmd_session_start(args: argparse.Namespace) -> int:
         if not isinstance(params, dict):
             raise InvalidMessage("--params must be a JSON object")
         pc = PartyClient.from_config(args.config)
-        handle = pc.start_session(args.protocol, roles, params, wait=False, session_id=args.session_id,
-                                  timeout=args.timeout, seed=args.seed)
+        handle = pc.start_session(
+            args.protocol, roles, params, wait=False, session_id=args.session_id, timeout=args.timeout, seed=args.seed
+        )
         assert isinstance(handle, SessionHandle)
         record = _wait_watched(handle).as_dict()
     except (SmcdpError, OSError) as exc:
@@ -116,9 +121,13 @@ def _wait_watched(handle: SessionHandle):
     label = f"session {handle.session_id}"
     print(f"{label}: this {handle.bound}", file=sys.stderr)
     with task(label, total=None, unit="round") as t:
+
         def show(st: SessionStatus) -> None:
-            what = st.state.value + (f", {st.step}" if st.step else "") + (
-                f", waiting for approval at {st.waiting_for}" if st.waiting_for else "")
+            what = (
+                st.state.value
+                + (f", {st.step}" if st.step else "")
+                + (f", waiting for approval at {st.waiting_for}" if st.waiting_for else "")
+            )
             # an unknown round (None: an ended session recorded before rounds were kept) keeps the last one
             t.update(completed=None if st.round is None else max(0, st.round), description=f"{label} ({what})")
 
@@ -140,7 +149,7 @@ def _cmd_session_status(args: argparse.Namespace) -> int:
     except SmcdpError as exc:
         return _fail(exc)
     print(json.dumps(status.as_dict(), indent=2, sort_keys=True))
-    if status.waiting_for:   # issue 24: the session waits for an operator's approval
+    if status.waiting_for:  # issue 24: the session waits for an operator's approval
         print(f"session {status.session_id}: waiting for approval at {status.waiting_for}", file=sys.stderr)
     return 0
 
@@ -192,17 +201,21 @@ def positive_float(text: str) -> float:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("certs", help="create a CA and one key/certificate per party",
-                              description="Create ca.crt/ca.key and <party>.crt/<party>.key "
-                              "(ECDSA P-256; keys mode 0600) in --out.")
+    p = subparsers.add_parser(
+        "certs",
+        help="create a CA and one key/certificate per party",
+        description="Create ca.crt/ca.key and <party>.crt/<party>.key (ECDSA P-256; keys mode 0600) in --out.",
+    )
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--parties", required=True, help="comma-separated party names, e.g. alice,bob,trent")
     p.add_argument("--hosts", help="extra subjectAltNames, e.g. alice=10.0.0.1,bob=bob.example.org")
-    p.add_argument("--localhost", action="store_true",
-                   help="add localhost, 127.0.0.1 and ::1 to every certificate")
+    p.add_argument("--localhost", action="store_true", help="add localhost, 127.0.0.1 and ::1 to every certificate")
     p.add_argument("--days", type=int, default=825, help="party certificate validity (default 825)")
-    p.add_argument("--reuse-ca", action="store_true",
-                   help="issue under the existing ca.crt/ca.key in --out (add or rotate parties)")
+    p.add_argument(
+        "--reuse-ca",
+        action="store_true",
+        help="issue under the existing ca.crt/ca.key in --out (add or rotate parties)",
+    )
     p.add_argument("--force", action="store_true", help="replace existing files")
     p.set_defaults(func=_cmd_certs)
 
@@ -220,8 +233,11 @@ def register(subparsers) -> None:
     s.add_argument("--params-file", help="protocol parameters from a JSON file")
     s.add_argument("--session-id")
     s.add_argument("--timeout", type=positive_float, help="session deadline in seconds")
-    s.add_argument("--seed", type=int, help="explicit seed (experiments only; every participant must "
-                   "have [policy] allow_seeded = true)")
+    s.add_argument(
+        "--seed",
+        type=int,
+        help="explicit seed (experiments only; every participant must have [policy] allow_seeded = true)",
+    )
     s.add_argument("--out", help="write the record JSON here instead of stdout")
     s.set_defaults(func=_cmd_session_start)
     s = sp.add_parser("result", help="the record of a session at this party")
@@ -233,9 +249,12 @@ def register(subparsers) -> None:
     s.add_argument("session_id", metavar="ID")
     s.add_argument("--config", required=True, help="this party's TOML configuration")
     s.set_defaults(func=_cmd_session_status)
-    s = sp.add_parser("resume", help="continue a session this party initiated that failed resumably "
-                                     "(a participant was unreachable or shut down): every participant replays "
-                                     "its role from its checkpoint")
+    s = sp.add_parser(
+        "resume",
+        help="continue a session this party initiated that failed resumably "
+        "(a participant was unreachable or shut down): every participant replays "
+        "its role from its checkpoint",
+    )
     s.add_argument("session_id", metavar="ID")
     s.add_argument("--config", required=True, help="the initiating party's TOML configuration")
     s.add_argument("--timeout", type=positive_float, help="how long to wait for the session (default: its own)")
@@ -246,6 +265,5 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("health", help="grpc.health.v1 status of this party or a peer")
     p.add_argument("--config", required=True)
     p.add_argument("--peer", help="a party named in [peers] (default: this party)")
-    p.add_argument("--wait", type=positive_float, metavar="SECONDS",
-                   help="wait up to SECONDS for SERVING")
+    p.add_argument("--wait", type=positive_float, metavar="SECONDS", help="wait up to SECONDS for SERVING")
     p.set_defaults(func=_cmd_health)

@@ -24,8 +24,20 @@ from smcdp.compute.config import ComputeConfig, ComputeConfigError
 from smcdp.compute.local import LocalEngine
 from smcdp.compute.sources import ArraySource, Block, MatrixSource, open_matrix
 
-__all__ = ["ArraySource", "Block", "ComputeConfig", "ComputeConfigError", "ComputeEngine", "ComputeSession",
-           "LocalEngine", "MatrixSource", "close_engines", "engine_for", "make_engine", "open_matrix"]
+__all__ = [
+    "ArraySource",
+    "Block",
+    "ComputeConfig",
+    "ComputeConfigError",
+    "ComputeEngine",
+    "ComputeSession",
+    "LocalEngine",
+    "MatrixSource",
+    "close_engines",
+    "engine_for",
+    "make_engine",
+    "open_matrix",
+]
 
 
 def make_engine(config: ComputeConfig | None = None) -> ComputeEngine:

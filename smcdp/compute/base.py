@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import abc
 import time
-from typing import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 
 import numpy as np
 
@@ -34,18 +34,17 @@ from smcdp.crypto.paillier import PrivateKey
 class ComputeSession(abc.ABC):
     """One session's view of an engine: one source and one bound private key."""
 
-    def __init__(self, engine: "ComputeEngine", source: MatrixSource, private_key: PrivateKey,
-                 label: str) -> None:
+    def __init__(self, engine: ComputeEngine, source: MatrixSource, private_key: PrivateKey, label: str) -> None:
         self.engine = engine
         self.source = source
         self.private_key = private_key
         self.label = label
         self.fingerprint = source.fingerprint()
-        self.tasks = 0                    # engine tasks submitted and completed (Dask); 0 for local
+        self.tasks = 0  # engine tasks submitted and completed (Dask); 0 for local
         self.key_rebinds = 0
         self.seconds: dict[str, float] = {}
 
-    async def __aenter__(self) -> "ComputeSession":
+    async def __aenter__(self) -> ComputeSession:
         await self.engine.start()
         self.source.verify()
         await self.bind_key()
@@ -105,10 +104,15 @@ class ComputeSession(abc.ABC):
         return self.stats()
 
     def stats(self) -> dict:
-        return {"engine": self.engine.name, "workers": self.engine.workers, "tasks": self.tasks,
-                "key_rebinds": self.key_rebinds, "blocks": len(self.source.blocks),
-                "data_bytes": self.source.nbytes,
-                "seconds": {k: round(v, 6) for k, v in self.seconds.items()}}
+        return {
+            "engine": self.engine.name,
+            "workers": self.engine.workers,
+            "tasks": self.tasks,
+            "key_rebinds": self.key_rebinds,
+            "blocks": len(self.source.blocks),
+            "data_bytes": self.source.nbytes,
+            "seconds": {k: round(v, 6) for k, v in self.seconds.items()},
+        }
 
 
 class ComputeEngine(abc.ABC):

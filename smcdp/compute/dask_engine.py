@@ -35,7 +35,8 @@ import os
 import threading
 import time
 import warnings
-from typing import Any, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -57,7 +58,7 @@ RESUBMITS = 2
 
 #: Dask configuration for clusters this engine starts (and for its client)
 CLUSTER_CONFIG = {
-    "distributed.worker.memory.spill": False,     # key material and plaintexts never reach disk
+    "distributed.worker.memory.spill": False,  # key material and plaintexts never reach disk
     "distributed.worker.memory.target": False,
     "distributed.scheduler.allowed-failures": 3,  # re-run the tasks of a killed worker
     "distributed.comm.require-encryption": True,
@@ -85,8 +86,10 @@ def runtime_info() -> dict:
     blas = [i for i in threadpool_info() if i.get("user_api") == "blas"]
     here = os.path.dirname(os.path.realpath(np.__file__))
     numpy_own = [i for i in blas if os.path.realpath(i.get("filepath") or "").startswith(here)]
-    return {"numpy": np.__version__,
-            "blas": sorted((i.get("internal_api"), i.get("version")) for i in (numpy_own or blas))}
+    return {
+        "numpy": np.__version__,
+        "blas": sorted((i.get("internal_api"), i.get("version")) for i in (numpy_own or blas)),
+    }
 
 
 class DaskEngine(ComputeEngine):
@@ -96,12 +99,12 @@ class DaskEngine(ComputeEngine):
 
     def __init__(self, config: ComputeConfig) -> None:
         if config.engine != "dask":
-            raise ValueError("DaskEngine needs a [compute] with engine = \"dask\"")
+            raise ValueError('DaskEngine needs a [compute] with engine = "dask"')
         self.config = config
-        self.cluster: Any = None        # distributed.LocalCluster / Client (dask ships no type stubs)
+        self.cluster: Any = None  # distributed.LocalCluster / Client (dask ships no type stubs)
         self.client: Any = None
         self.deterministic: bool | None = None
-        self._lock = threading.Lock()   # sessions run on their own threads and event loops
+        self._lock = threading.Lock()  # sessions run on their own threads and event loops
         self._counter = itertools.count()
 
     @property
@@ -138,36 +141,52 @@ class DaskEngine(ComputeEngine):
         cfg = self.config
         dask.config.set(CLUSTER_CONFIG)
         if cfg.plaintext_scheduler:
-            warnings.warn(f"[compute] scheduler {cfg.scheduler} is plain TCP to another host: the session key "
-                          "and data cross the network unencrypted", stacklevel=2)
+            warnings.warn(
+                f"[compute] scheduler {cfg.scheduler} is plain TCP to another host: the session key "
+                "and data cross the network unencrypted",
+                stacklevel=2,
+            )
             dask.config.set({"distributed.comm.require-encryption": False})
         if cfg.scheduler == "local":
             kwargs = {}
             if cfg.local_directory is not None:
                 kwargs["local_directory"] = str(cfg.local_directory)
             self.cluster = distributed.LocalCluster(
-                n_workers=cfg.workers or 2, threads_per_worker=cfg.threads_per_worker,
-                memory_limit=cfg.memory_limit, processes=True, security=True, dashboard_address=None,
-                host="127.0.0.1", silence_logs=logging.WARNING, **kwargs)
-            self.client = distributed.Client(self.cluster, security=self.cluster.security,
-                                             direct_to_workers=True)
+                n_workers=cfg.workers or 2,
+                threads_per_worker=cfg.threads_per_worker,
+                memory_limit=cfg.memory_limit,
+                processes=True,
+                security=True,
+                dashboard_address=None,
+                host="127.0.0.1",
+                silence_logs=logging.WARNING,
+                **kwargs,
+            )
+            self.client = distributed.Client(self.cluster, security=self.cluster.security, direct_to_workers=True)
         else:
             scheme = cfg.scheduler.split("://", 1)[0]
             if scheme == "tls":
-                security = distributed.Security(tls_ca_file=str(cfg.tls_ca), tls_client_cert=str(cfg.tls_cert),
-                                                tls_client_key=str(cfg.tls_key), require_encryption=True)
+                security = distributed.Security(
+                    tls_ca_file=str(cfg.tls_ca),
+                    tls_client_cert=str(cfg.tls_cert),
+                    tls_client_key=str(cfg.tls_key),
+                    require_encryption=True,
+                )
             else:
                 dask.config.set({"distributed.comm.require-encryption": False})
                 security = None
-            self.client = distributed.Client(cfg.scheduler, security=security, direct_to_workers=True,
-                                             timeout=60)
+            self.client = distributed.Client(cfg.scheduler, security=security, direct_to_workers=True, timeout=60)
         self.client.wait_for_workers(1, timeout=120)
         mine = runtime_info()
         theirs = self.client.run(runtime_info)
         self.deterministic = all(v == mine for v in theirs.values())
         if not self.deterministic:
-            log.warning("Dask workers run another numpy or BLAS than the party process: results agree to "
-                        "about 1e-15, not bit for bit (%s vs %s)", mine, theirs)
+            log.warning(
+                "Dask workers run another numpy or BLAS than the party process: results agree to "
+                "about 1e-15, not bit for bit (%s vs %s)",
+                mine,
+                theirs,
+            )
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.close)
@@ -177,12 +196,16 @@ class DaskEngine(ComputeEngine):
             client, cluster, self.client, self.cluster = self.client, self.cluster, None, None
         _close(client, cluster)
 
-    def session(self, source: MatrixSource, private_key: PrivateKey, *, label: str = "session") -> "DaskSession":
+    def session(self, source: MatrixSource, private_key: PrivateKey, *, label: str = "session") -> DaskSession:
         return DaskSession(self, source, private_key, label)
 
     def stats(self) -> dict:
-        return {"engine": self.name, "workers": self.workers, "scheduler": self.scheduler_address,
-                "deterministic": self.deterministic}
+        return {
+            "engine": self.name,
+            "workers": self.workers,
+            "scheduler": self.scheduler_address,
+            "deterministic": self.deterministic,
+        }
 
 
 def _close(client, cluster) -> None:
@@ -220,8 +243,18 @@ class DaskSession(ComputeSession):
         self._key = self.client.scatter([self._material], broadcast=True, direct=True, hash=False)[0]
         # build each worker's CRT tables once (pinned to that worker)
         workers = list(self.client.scheduler_info(n_workers=-1)["workers"])
-        futs = [self.client.submit(kernels.encrypt_chunk, self._key, [0], workers=[w], allow_other_workers=False,
-                                   pure=False, key=self._key_name("warm")) for w in workers]
+        futs = [
+            self.client.submit(
+                kernels.encrypt_chunk,
+                self._key,
+                [0],
+                workers=[w],
+                allow_other_workers=False,
+                pure=False,
+                key=self._key_name("warm"),
+            )
+            for w in workers
+        ]
         self.client.gather(futs)
         self.tasks += len(futs)
 
@@ -244,9 +277,13 @@ class DaskSession(ComputeSession):
         error means a live worker may still hold the key, and is raised."""
         answers = self.client.run(kernels.forget_key, self._kid, on_error="return")
         for worker, answer in answers.items():
-            if isinstance(answer, OSError):     # distributed's CommClosedError is one
-                log.warning("Dask worker %s could not be reached to forget the session key (%s): it died or "
-                            "left, and its memory with it", worker, answer)
+            if isinstance(answer, OSError):  # distributed's CommClosedError is one
+                log.warning(
+                    "Dask worker %s could not be reached to forget the session key (%s): it died or "
+                    "left, and its memory with it",
+                    worker,
+                    answer,
+                )
             elif isinstance(answer, BaseException):
                 raise answer
 
@@ -260,8 +297,13 @@ class DaskSession(ComputeSession):
         self._scatter_key()
 
     # ------------------------------------------------------------------ batches with recovery
-    def _batch(self, what: str, submit: Callable[[], tuple[list, list]], collect: Callable[[list], object],
-               rebind_key: bool = False):
+    def _batch(
+        self,
+        what: str,
+        submit: Callable[[], tuple[list, list]],
+        collect: Callable[[list], object],
+        rebind_key: bool = False,
+    ):
         """``submit()`` scatters its inputs and submits tasks: it returns (tasks, scattered futures);
         ``collect(tasks)`` waits for the result.  If scattered inputs were lost with their workers,
         scatter again and resubmit the batch."""
@@ -294,14 +336,27 @@ class DaskSession(ComputeSession):
         def submit():
             scattered = client.scatter([self.source, *args], broadcast=True, direct=True, hash=False)
             src_f, *arg_f = scattered
-            level = [client.submit(kernels.apply_block, src_f, blk, kernel, *arg_f, index_arg=index_arg,
-                                   key=self._key_name(f"{stage}-b{blk.index}"), pure=False)
-                     for blk in self.source.blocks]
+            level = [
+                client.submit(
+                    kernels.apply_block,
+                    src_f,
+                    blk,
+                    kernel,
+                    *arg_f,
+                    index_arg=index_arg,
+                    key=self._key_name(f"{stage}-b{blk.index}"),
+                    pure=False,
+                )
+                for blk in self.source.blocks
+            ]
             tasks = list(level)
             while len(level) > 1:
-                level = [client.submit(kernels.sum_group, *level[i:i + kernels.FANIN],
-                                       key=self._key_name(f"{stage}-sum"), pure=False)
-                         for i in range(0, len(level), kernels.FANIN)]
+                level = [
+                    client.submit(
+                        kernels.sum_group, *level[i : i + kernels.FANIN], key=self._key_name(f"{stage}-sum"), pure=False
+                    )
+                    for i in range(0, len(level), kernels.FANIN)
+                ]
                 tasks.extend(level)
             return tasks, scattered
 
@@ -337,17 +392,27 @@ class DaskSession(ComputeSession):
         # one batch per group of blocks, so a long output stream does not hold every result on the workers
         group = max(1, 4 * max(1, self.engine.workers))
         for g0 in range(0, len(blocks), group):
-            part = blocks[g0:g0 + group]
+            part = blocks[g0 : g0 + group]
 
             def submit(part=part):
                 scattered = client.scatter([self.source, U], broadcast=True, direct=True, hash=False)
-                return [client.submit(kernels.apply_block, scattered[0], blk, kernels.project_block, scattered[1],
-                                      key=self._key_name(f"project-b{blk.index}"), pure=False)
-                        for blk in part], scattered
+                return [
+                    client.submit(
+                        kernels.apply_block,
+                        scattered[0],
+                        blk,
+                        kernels.project_block,
+                        scattered[1],
+                        key=self._key_name(f"project-b{blk.index}"),
+                        pure=False,
+                    )
+                    for blk in part
+                ], scattered
 
             t0 = time.perf_counter()
-            outs = await asyncio.to_thread(self._batch, "project", submit,
-                                           lambda tasks: client.gather(tasks, direct=True))
+            outs = await asyncio.to_thread(
+                self._batch, "project", submit, lambda tasks: client.gather(tasks, direct=True)
+            )
             self._timed("project", t0)
             for blk, out in zip(part, outs):
                 yield blk, out
@@ -362,8 +427,9 @@ class DaskSession(ComputeSession):
         parts = kernels.chunks([int(v) for v in items], size)
 
         def submit():
-            return [self.client.submit(kernel, self._key, part, key=self._key_name(stage), pure=False)
-                    for part in parts], []
+            return [
+                self.client.submit(kernel, self._key, part, key=self._key_name(stage), pure=False) for part in parts
+            ], []
 
         def collect(futs):
             return [x for part in self.client.gather(futs, direct=True) for x in part]

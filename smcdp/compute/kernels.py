@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from threadpoolctl import ThreadpoolController  # a dependency of scikit-learn, so always installed
@@ -51,8 +51,8 @@ def keyed_gaussian(stream_key: bytes, index: int, shape: tuple[int, int]) -> np.
     pairs = (count + 1) // 2
     raw = hashlib.shake_256(bytes(stream_key) + int(index).to_bytes(8, "big", signed=True)).digest(16 * pairs)
     u = np.frombuffer(raw, dtype="<u8").reshape(pairs, 2) >> np.uint64(11)
-    u1 = (u[:, 0].astype(np.float64) + 0.5) / 2.0 ** 53          # in (0, 1): log is finite
-    u2 = u[:, 1].astype(np.float64) / 2.0 ** 53
+    u1 = (u[:, 0].astype(np.float64) + 0.5) / 2.0**53  # in (0, 1): log is finite
+    u2 = u[:, 1].astype(np.float64) / 2.0**53
     rad = np.sqrt(-2.0 * np.log(u1))
     z = np.concatenate([rad * np.cos(2 * np.pi * u2), rad * np.sin(2 * np.pi * u2)])
     return z[:count].reshape(shape)
@@ -73,7 +73,7 @@ def clipped_gram_block(A: np.ndarray, Q: np.ndarray, clip: float) -> tuple[np.nd
     over = norms > clip
     scale = np.ones_like(norms)
     scale[over] = clip / norms[over]
-    W = (A.T @ Q) * scale[:, None]            # Ãᵀ Q, Ã = A·diag(scale)
+    W = (A.T @ Q) * scale[:, None]  # Ãᵀ Q, Ã = A·diag(scale)
     return (A * scale) @ W, np.array([float(np.count_nonzero(over))])
 
 
@@ -91,7 +91,7 @@ def frobenius_block(A: np.ndarray) -> np.ndarray:
 
 
 class _OneBlasThread:
-    """"BLAS uses one thread" in this process from the first kernel on, for the process's life.
+    """ "BLAS uses one thread" in this process from the first kernel on, for the process's life.
 
     Parallelism comes from the engine's block threads (or Dask workers, whose nanny starts them
     with one BLAS thread), each block's products run on one thread.  The limit is never lifted
@@ -114,7 +114,7 @@ class _OneBlasThread:
             if not self._pinned:
                 controller = ThreadpoolController()
                 if any(lib.get("num_threads", 1) != 1 for lib in controller.info()):
-                    self._limiter = controller.limit(limits=1)   # kept: never restored
+                    self._limiter = controller.limit(limits=1)  # kept: never restored
                 self._pinned = True
 
     def __exit__(self, *exc) -> None:
@@ -134,8 +134,10 @@ def apply_block(source: MatrixSource, block: Block, kernel: Callable, *args, ind
         out = kernel(A, block.index, *args) if index_arg else kernel(A, *args)
     for o in out if isinstance(out, tuple) else (out,):
         if not np.all(np.isfinite(o)):
-            raise InputRejected("some columns of the data hold NaN or infinite values, or values too large "
-                                "for float64 products", f"{source.path}: columns {block.col0}..{block.col1 - 1}")
+            raise InputRejected(
+                "some columns of the data hold NaN or infinite values, or values too large for float64 products",
+                f"{source.path}: columns {block.col0}..{block.col1 - 1}",
+            )
     return out
 
 
@@ -162,7 +164,7 @@ def tree_sum(parts: Sequence, fanin: int = FANIN):
     if not parts:
         raise ValueError("nothing to sum")
     while len(parts) > 1:
-        parts = [sum_group(*parts[i:i + fanin]) for i in range(0, len(parts), fanin)]
+        parts = [sum_group(*parts[i : i + fanin]) for i in range(0, len(parts), fanin)]
     return parts[0]
 
 
@@ -238,4 +240,4 @@ def decrypt_chunk(material: tuple[int, int, int], cts: Sequence[int]) -> list[in
 
 def chunks(seq: Sequence, size: int) -> list[list]:
     size = max(1, int(size))
-    return [list(seq[i:i + size]) for i in range(0, len(seq), size)]
+    return [list(seq[i : i + size]) for i in range(0, len(seq), size)]

@@ -19,8 +19,8 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import AsyncIterator, Callable, Sequence
 
 import numpy as np
 
@@ -80,7 +80,7 @@ class LocalEngine(ComputeEngine):
         if crypto is not None:
             await asyncio.to_thread(crypto.close)
 
-    def session(self, source: MatrixSource, private_key: PrivateKey, *, label: str = "session") -> "LocalSession":
+    def session(self, source: MatrixSource, private_key: PrivateKey, *, label: str = "session") -> LocalSession:
         return LocalSession(self, source, private_key, label)
 
 
@@ -103,7 +103,8 @@ class LocalSession(ComputeSession):
         # one BLAS thread from the first pass on, for good (kernels.one_blas_thread says why)
         with one_blas_thread:
             for out in self.engine.threads().map(
-                    lambda blk: apply_block(src, blk, kernel, *args, index_arg=index_arg), src.blocks):
+                lambda blk: apply_block(src, blk, kernel, *args, index_arg=index_arg), src.blocks
+            ):
                 acc.push(out)
         src.verify()
         return acc.result()
@@ -148,11 +149,11 @@ class LocalSession(ComputeSession):
         try:
             sk = self.private_key
             ints = [int(m) for m in plaintexts]
-            for m in ints:            # a bad value fails here, before any thread starts on the batch
+            for m in ints:  # a bad value fails here, before any thread starts on the batch
                 sk.public_key.raw_plain(m)
             threads = self.engine.crypto()
-            if not sk.tables_ready:   # the key's tables, once per key: sized for TABLE_BATCHES batches
-                await asyncio.to_thread(sk.prepare, TABLE_BATCHES * max(1, len(ints)))   # like this one
+            if not sk.tables_ready:  # the key's tables, once per key: sized for TABLE_BATCHES batches
+                await asyncio.to_thread(sk.prepare, TABLE_BATCHES * max(1, len(ints)))  # like this one
             chunks = _chunks(ints, self._parts(len(ints)))
             parts = await threads.amap(lambda chunk: [int(sk.raw_encrypt(m)) for m in chunk], chunks)
             return [c for part in parts for c in part]
@@ -166,11 +167,11 @@ class LocalSession(ComputeSession):
             cts = [int(c) for c in ciphertexts]
             if self._parts(len(cts)) == 1:
                 return await self.engine.crypto().arun(lambda: [sk.raw_decrypt_signed(c) for c in cts])
-            return await self.engine.crypto().adecrypt_signed(sk, cts)   # each one's two CRT halves in parallel
+            return await self.engine.crypto().adecrypt_signed(sk, cts)  # each one's two CRT halves in parallel
         finally:
             self._timed("decrypt", t0)
 
 
 def _chunks(seq: Sequence, n: int) -> list[list]:
     size = max(1, -(-len(seq) // max(1, n)))
-    return [list(seq[i:i + size]) for i in range(0, len(seq), size)]
+    return [list(seq[i : i + size]) for i in range(0, len(seq), size)]

@@ -40,8 +40,17 @@ DEFAULT_BLOCK_VALUES = 4 << 20
 #: smallest accepted block size (values)
 MIN_BLOCK_VALUES = 1024
 
-__all__ = ["Block", "MatrixSource", "ArraySource", "NpySource", "ShardSource", "ZarrSource",
-           "open_matrix", "DEFAULT_BLOCK_VALUES", "DataChanged"]
+__all__ = [
+    "DEFAULT_BLOCK_VALUES",
+    "ArraySource",
+    "Block",
+    "DataChanged",
+    "MatrixSource",
+    "NpySource",
+    "ShardSource",
+    "ZarrSource",
+    "open_matrix",
+]
 
 
 class DataChanged(PreconditionFailed):
@@ -127,8 +136,16 @@ class MatrixSource:
 
     kind = "abstract"
 
-    def __init__(self, path: str, k: int, part_cols: list[int], dtype: np.dtype, files: list[str],
-                 block_values: int, multiple: int = 1) -> None:
+    def __init__(
+        self,
+        path: str,
+        k: int,
+        part_cols: list[int],
+        dtype: np.dtype,
+        files: list[str],
+        block_values: int,
+        multiple: int = 1,
+    ) -> None:
         if k < 1 or sum(part_cols) < 1:
             raise InputRejected("data must be a non-empty 2-D matrix", f"{path}: {k} × {sum(part_cols)}")
         self.path = str(path)
@@ -186,9 +203,15 @@ class MatrixSource:
         """The matrix as a chunked ``dask.array`` whose chunks are the canonical blocks (float64)."""
         import dask.array as da  # deferred: Dask is an optional extra (smcdp[dask])
 
-        return da.from_array(_DaskView(self), chunks=((self.k,), tuple(b.width for b in self.blocks)),
-                             asarray=False, fancy=False, lock=False, inline_array=True,
-                             meta=np.empty((0, 0)))
+        return da.from_array(
+            _DaskView(self),
+            chunks=((self.k,), tuple(b.width for b in self.blocks)),
+            asarray=False,
+            fancy=False,
+            lock=False,
+            inline_array=True,
+            meta=np.empty((0, 0)),
+        )
 
 
 class _DaskView:
@@ -226,7 +249,7 @@ class ArraySource(MatrixSource):
         return hashlib.sha256(f"{super().fingerprint()}:{self._digest}".encode()).hexdigest()
 
     def _read(self, block: Block, out: np.ndarray) -> None:
-        np.copyto(out, self._array[:, block.col0:block.col1], casting="safe")
+        np.copyto(out, self._array[:, block.col0 : block.col1], casting="safe")
 
 
 class _NpyFiles(MatrixSource):
@@ -265,8 +288,10 @@ class ShardSource(_NpyFiles):
             dtypes.add(dtype.str)
             cols.append(shape[1])
         if len(rows) != 1:
-            raise InputRejected("the data's shards have different numbers of rows; every shard must hold the "
-                                "same k rows (features)", f"{path}: {sorted(rows)}")
+            raise InputRejected(
+                "the data's shards have different numbers of rows; every shard must hold the same k rows (features)",
+                f"{path}: {sorted(rows)}",
+            )
         if len(dtypes) != 1:
             raise InputRejected("the data's shards have different dtypes", f"{path}: {sorted(dtypes)}")
         super().__init__(path, rows.pop(), cols, np.dtype(dtypes.pop()), files, block_values)
@@ -289,7 +314,7 @@ class ZarrSource(MatrixSource):
     def _read(self, block: Block, out: np.ndarray) -> None:
         # the array's metadata is checked per block; chunk files by verify() after every pass
         self._check_part(self._meta)
-        np.copyto(out, _open_zarr(self.path)[:, block.col0:block.col1], casting="safe")
+        np.copyto(out, _open_zarr(self.path)[:, block.col0 : block.col1], casting="safe")
 
 
 def _local_failure(exc: BaseException) -> bool:
@@ -330,7 +355,7 @@ def _npy_header(path: str) -> tuple[tuple[int, int], np.dtype]:
 
 def _copy_npy_columns(path: str, col0: int, width: int, out: np.ndarray) -> None:
     m = np.load(path, mmap_mode="r", allow_pickle=False)
-    np.copyto(out, m[:, col0:col0 + width], casting="safe")
+    np.copyto(out, m[:, col0 : col0 + width], casting="safe")
     # dropping the last reference unmaps the file now: its pages leave this process's resident memory
     # (the page cache may keep them)
     del m

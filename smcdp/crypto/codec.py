@@ -8,7 +8,7 @@ counts and bounds, ciphertexts in Z*_{n²}.  :meth:`EncryptedVector.from_proto
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from gmpy2 import mpz
 
@@ -46,8 +46,14 @@ def keypair_from_proto(msg: pb.PaillierKeyPair, *, allow_insecure: bool = False)
 # --------------------------------------------------------------------------- single ciphertexts
 def ciphertext_to_proto(pk: PublicKey, c: int) -> pb.CiphertextVector:
     """One unpacked ciphertext with exponent 0, as a one-element CiphertextVector."""
-    return pb.CiphertextVector(ciphertexts=[int_to_bytes(c)], exponent=0, length=1,
-                               slots_per_ciphertext=1, slot_bits=0, key_fingerprint=pk.fingerprint)
+    return pb.CiphertextVector(
+        ciphertexts=[int_to_bytes(c)],
+        exponent=0,
+        length=1,
+        slots_per_ciphertext=1,
+        slot_bits=0,
+        key_fingerprint=pk.fingerprint,
+    )
 
 
 def ciphertext_from_proto(msg: pb.CiphertextVector, pk: PublicKey, what: str) -> mpz:
@@ -72,8 +78,7 @@ def bigints(values: Sequence[int]) -> pb.BigInts:
     return msg
 
 
-def from_bigints(msg: pb.BigInts, *, count: int, bound_bits: int, what: str,
-                 nonnegative: bool = False) -> list[int]:
+def from_bigints(msg: pb.BigInts, *, count: int, bound_bits: int, what: str, nonnegative: bool = False) -> list[int]:
     """Signed integers from a BigInts message; exactly ``count`` values with |v| < 2^bound_bits."""
     if len(msg.magnitude) != count or len(msg.negative) != count:
         raise InvalidMessage(f"{what} must hold exactly {count} integers, got {len(msg.magnitude)}")

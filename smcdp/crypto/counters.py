@@ -38,7 +38,7 @@ def count_many(op: str, n: int) -> None:
 
 
 def _value(c: itertools.count[int]) -> int:
-    return int(c.__reduce__()[1][0])     # the next value, i.e. how many times next() was called
+    return int(c.__reduce__()[1][0])  # the next value, i.e. how many times next() was called
 
 
 def snapshot() -> dict[str, int]:

@@ -39,8 +39,9 @@ import hashlib
 import math
 import random
 import secrets
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import gmpy2
 from gmpy2 import mpz
@@ -102,9 +103,17 @@ class DGKPublicKey:
 
     # ---------------------------------------------------------- construction
     @classmethod
-    def from_values(cls, n: int, g: int, h: int, u: int, t: int, *,
-                    allow_insecure: bool = False,
-                    min_modulus_bits: int = MIN_MODULUS_BITS) -> "DGKPublicKey":
+    def from_values(
+        cls,
+        n: int,
+        g: int,
+        h: int,
+        u: int,
+        t: int,
+        *,
+        allow_insecure: bool = False,
+        min_modulus_bits: int = MIN_MODULUS_BITS,
+    ) -> DGKPublicKey:
         """Validate public values (what a receiver can check without the factors)."""
         n, g, h, u, t = mpz(n), mpz(g), mpz(h), int(u), int(t)
         bits = n.bit_length()
@@ -113,8 +122,8 @@ class DGKPublicKey:
         floor = max(int(min_modulus_bits), MIN_MODULUS_BITS)
         if not allow_insecure and bits < floor:
             raise InsecureParameters(
-                f"DGK modulus of {bits} bits is below the {floor}-bit floor; "
-                "pass allow_insecure=True only for tests")
+                f"DGK modulus of {bits} bits is below the {floor}-bit floor; pass allow_insecure=True only for tests"
+            )
         if n % 2 == 0 or gmpy2.is_square(n) or gmpy2.is_prime(n):
             raise InvalidMessage("DGK modulus is not an odd composite non-square")
         if t < ABSOLUTE_MIN_T_BITS:
@@ -122,7 +131,8 @@ class DGKPublicKey:
         if not allow_insecure and t < MIN_T_BITS:
             raise InsecureParameters(
                 f"DGK parameter t = {t} bits is below the {MIN_T_BITS}-bit floor; "
-                "pass allow_insecure=True only for tests")
+                "pass allow_insecure=True only for tests"
+            )
         if not (3 <= u < MAX_U) or not gmpy2.is_prime(u):
             raise InvalidMessage(f"DGK plaintext modulus u = {u} is not a prime in [3, {MAX_U})")
         # p - 1 and q - 1 must each hold u and a t-bit prime.
@@ -167,8 +177,9 @@ class DGKPublicKey:
         return msg
 
     @classmethod
-    def from_proto(cls, msg: messages_pb2.BigInts, *, allow_insecure: bool = False,
-                   min_modulus_bits: int = MIN_MODULUS_BITS) -> "DGKPublicKey":
+    def from_proto(
+        cls, msg: messages_pb2.BigInts, *, allow_insecure: bool = False, min_modulus_bits: int = MIN_MODULUS_BITS
+    ) -> DGKPublicKey:
         if len(msg.magnitude) != 5 or len(msg.negative) not in (0, 5):
             raise InvalidMessage(f"a DGK public key is 5 big integers [n, g, h, u, t], got {len(msg.magnitude)}")
         if any(msg.negative):
@@ -256,8 +267,9 @@ class DGKPrivateKey:
     _tables: dict[str, Any] | None = field(default=None, repr=False)
 
     @classmethod
-    def from_values(cls, p: int, q: int, vp: int, vq: int, g: int, h: int, u: int, t: int, *,
-                    allow_insecure: bool = False) -> "DGKPrivateKey":
+    def from_values(
+        cls, p: int, q: int, vp: int, vq: int, g: int, h: int, u: int, t: int, *, allow_insecure: bool = False
+    ) -> DGKPrivateKey:
         """Build and fully validate a key pair (primality, divisibility, element orders)."""
         p, q, vp, vq, g, h = (mpz(x) for x in (p, q, vp, vq, g, h))
         u, t = int(u), int(t)
@@ -277,8 +289,11 @@ class DGKPrivateKey:
             gp, hp = g % prime, h % prime
             if gmpy2.powmod(hp, v, prime) != 1 or hp == 1:
                 raise InvalidMessage("DGK key: h does not have order v_p*v_q")
-            if gmpy2.powmod(gp, u * v, prime) != 1 or gmpy2.powmod(gp, v, prime) == 1 \
-                    or gmpy2.powmod(gp, u, prime) == 1:
+            if (
+                gmpy2.powmod(gp, u * v, prime) != 1
+                or gmpy2.powmod(gp, v, prime) == 1
+                or gmpy2.powmod(gp, u, prime) == 1
+            ):
                 raise InvalidMessage("DGK key: g does not have order u*v_p*v_q")
         return cls(public=pub, p=p, q=q, vp=vp, vq=vq)
 
@@ -301,7 +316,8 @@ class DGKPrivateKey:
                 gq_pows.append(gq_pows[-1] * pub.g % q)
             self._tables = {
                 "dec": dec,
-                "gp": gp_pows, "gq": gq_pows,
+                "gp": gp_pows,
+                "gq": gq_pows,
                 "hp": FixedBase(pub.h % p, p, self.vp.bit_length()),
                 "hq": FixedBase(pub.h % q, q, self.vq.bit_length()),
                 "q_inv_p": gmpy2.invert(q, p),
@@ -355,7 +371,7 @@ class DGKPrivateKey:
         return msg
 
     @classmethod
-    def from_proto(cls, msg: messages_pb2.BigInts, *, allow_insecure: bool = False) -> "DGKPrivateKey":
+    def from_proto(cls, msg: messages_pb2.BigInts, *, allow_insecure: bool = False) -> DGKPrivateKey:
         if len(msg.magnitude) != 8 or any(msg.negative):
             raise InvalidMessage("a DGK private key is 8 non-negative big integers [p, q, v_p, v_q, g, h, u, t]")
         if len(msg.magnitude[6]) > 4 or len(msg.magnitude[7]) > 4:
@@ -366,7 +382,7 @@ class DGKPrivateKey:
         return self.to_proto().SerializeToString()
 
     @classmethod
-    def from_bytes(cls, data: bytes, *, allow_insecure: bool = False) -> "DGKPrivateKey":
+    def from_bytes(cls, data: bytes, *, allow_insecure: bool = False) -> DGKPrivateKey:
         msg = messages_pb2.BigInts()
         try:
             msg.ParseFromString(data)
@@ -406,9 +422,15 @@ def _element_of_order(prime: mpz, factors: Sequence[int], rng: random.Random | N
             return x
 
 
-def generate_keypair(modulus_bits: int = DEFAULT_MODULUS_BITS, t: int = DEFAULT_T_BITS, *,
-                     max_ell: int = DEFAULT_MAX_ELL, u: int | None = None,
-                     allow_insecure: bool = False, rng: random.Random | None = None) -> DGKPrivateKey:
+def generate_keypair(
+    modulus_bits: int = DEFAULT_MODULUS_BITS,
+    t: int = DEFAULT_T_BITS,
+    *,
+    max_ell: int = DEFAULT_MAX_ELL,
+    u: int | None = None,
+    allow_insecure: bool = False,
+    rng: random.Random | None = None,
+) -> DGKPrivateKey:
     """Generate a DGK key pair (from ``rng`` when given, e.g. a role's keyed stream; else the OS CSPRNG).
 
     ``modulus_bits``: bits of n (>= 2048 unless allow_insecure); ``t``: bits of
@@ -422,10 +444,12 @@ def generate_keypair(modulus_bits: int = DEFAULT_MODULUS_BITS, t: int = DEFAULT_
         if modulus_bits < MIN_MODULUS_BITS:
             raise InsecureParameters(
                 f"DGK modulus of {modulus_bits} bits is below the {MIN_MODULUS_BITS}-bit floor; "
-                "pass allow_insecure=True only for tests")
+                "pass allow_insecure=True only for tests"
+            )
         if t < MIN_T_BITS:
             raise InsecureParameters(
-                f"DGK t = {t} is below the {MIN_T_BITS}-bit floor; pass allow_insecure=True only for tests")
+                f"DGK t = {t} is below the {MIN_T_BITS}-bit floor; pass allow_insecure=True only for tests"
+            )
     if modulus_bits < ABSOLUTE_MIN_MODULUS_BITS or modulus_bits % 2:
         raise InvalidMessage(f"DGK modulus bits must be even and >= {ABSOLUTE_MIN_MODULUS_BITS}")
     if t < ABSOLUTE_MIN_T_BITS:

@@ -17,8 +17,9 @@ Packing
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -115,7 +116,7 @@ class Packing:
         return (1 << (self.slot_bits - 1)) - 1
 
     @classmethod
-    def for_key(cls, pk: PublicKey, slot_bits: int, max_slots: int | None = None) -> "Packing":
+    def for_key(cls, pk: PublicKey, slot_bits: int, max_slots: int | None = None) -> Packing:
         """As many slots of ``slot_bits`` as fit below n/3 (at least 1)."""
         if slot_bits < 2:
             raise ValueError("slot_bits must be >= 2")
@@ -133,7 +134,7 @@ class Packing:
         out = []
         for start in range(0, len(ints), self.slots):
             acc = 0
-            for j, v in enumerate(ints[start:start + self.slots]):
+            for j, v in enumerate(ints[start : start + self.slots]):
                 acc += int(v) << (s * j)
             out.append(acc)
         return out

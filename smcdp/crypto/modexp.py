@@ -18,7 +18,7 @@ give the same values (tests compare them).
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 import gmpy2
 from gmpy2 import mpz
@@ -53,8 +53,9 @@ def table_budget_bytes() -> int:
     return mb << 20
 
 
-def window_for(exp_bits: int, modulus_bits: int, budget_bytes: int | None = None,
-                entry_overhead: int = 32, max_window: int = 10) -> int:
+def window_for(
+    exp_bits: int, modulus_bits: int, budget_bytes: int | None = None, entry_overhead: int = 32, max_window: int = 10
+) -> int:
     """Largest window (<= max_window) whose table fits the memory budget."""
     if budget_bytes is None:
         budget_bytes = table_budget_bytes()
@@ -72,8 +73,9 @@ def window_for_uses(exp_bits: int, modulus_bits: int, uses: int) -> int:
     a 1024-bit exponent gets w = 8 for ~600 uses and 10 for ~8 000 (where the
     largest table, w = 12, would cost more to build than it saves).
     """
-    cap = window_for(exp_bits, modulus_bits, entry_overhead=0 if native.AVAILABLE else 32,
-                     max_window=12 if native.AVAILABLE else 10)
+    cap = window_for(
+        exp_bits, modulus_bits, entry_overhead=0 if native.AVAILABLE else 32, max_window=12 if native.AVAILABLE else 10
+    )
     uses = max(1, int(uses))
     return min(range(4, cap + 1), key=lambda w: -(-exp_bits // w) * ((1 << w) - 1 + uses))
 
@@ -96,8 +98,9 @@ class FixedBaseTable:
         g = mpz(base) % self.modulus
         self._native: native.FixedBase | None = None
         if native.AVAILABLE and self.modulus % 2 == 1 and self.modulus > 1:
-            self.window = window or window_for(self.exp_bits, self.modulus.bit_length(),
-                                                entry_overhead=0, max_window=12)
+            self.window = window or window_for(
+                self.exp_bits, self.modulus.bit_length(), entry_overhead=0, max_window=12
+            )
             self._native = native.FixedBase(g, self.modulus, self.exp_bits, self.window)
             return
         self.window = window or window_for(self.exp_bits, self.modulus.bit_length())
@@ -155,7 +158,7 @@ class FixedBase(FixedBaseTable):
 
     def pow(self, e: int, factor: int | None = None) -> mpz:
         e = int(e)
-        if 0 <= e and e.bit_length() <= self.max_bits:
+        if e >= 0 and e.bit_length() <= self.max_bits:
             return super().pow(e, factor)
         m = self.modulus
         r = gmpy2.invert(self.pow(-e), m) if e < 0 else gmpy2.powmod(self.base, e, m)
@@ -271,8 +274,7 @@ def multi_exp_rows(bases: Sequence[mpz], rows: Sequence[Sequence[int]], modulus:
     neg = any(e < 0 for row in rows for e in row)
     offset = (1 << maxbits) if neg else 0
     exp_bits = maxbits + (1 if neg else 0)
-    group = min(range(1, 13), key=lambda g: len(rows) * exp_bits * (1 + -(-len(bs) // g))
-                + -(-len(bs) // g) * (1 << g))
+    group = min(range(1, 13), key=lambda g: len(rows) * exp_bits * (1 + -(-len(bs) // g)) + -(-len(bs) // g) * (1 << g))
     out = native.multi_exp_rows(bs, [[e + offset for e in row] for row in rows], modulus, group)
     if not neg:
         return out

@@ -147,8 +147,9 @@ def xor_bytes(a: bytes, b: bytes) -> bytes:
     return (int.from_bytes(a, "little") ^ int.from_bytes(b, "little")).to_bytes(len(a), "little")
 
 
-def chooser_first(group: SchnorrGroup, cs: list[mpz], choice: int, *, table: bool = False,
-                  rng: random.Random | None = None) -> tuple[mpz, mpz]:
+def chooser_first(
+    group: SchnorrGroup, cs: list[mpz], choice: int, *, table: bool = False, rng: random.Random | None = None
+) -> tuple[mpz, mpz]:
     """(k, PK_0) for one transfer."""
     k = group.random_exponent(rng)
     gk = group.exp_g(k, table=table)
@@ -157,8 +158,9 @@ def chooser_first(group: SchnorrGroup, cs: list[mpz], choice: int, *, table: boo
     return k, cs[choice] * gmpy2.invert(gk, group.p) % group.p
 
 
-def sender_encrypt(group: SchnorrGroup, context: bytes, j: int, pk0: mpz, r: int,
-                   c_r: list[mpz], messages: list[bytes]) -> list[bytes]:
+def sender_encrypt(
+    group: SchnorrGroup, context: bytes, j: int, pk0: mpz, r: int, c_r: list[mpz], messages: list[bytes]
+) -> list[bytes]:
     """Ciphertexts of one transfer j: M_i xor KDF(K_{j,i}); c_r[i] = C_i^r (i >= 1)."""
     p = group.p
     k0 = gmpy2.powmod(pk0, r, p)
@@ -170,8 +172,9 @@ def sender_encrypt(group: SchnorrGroup, context: bytes, j: int, pk0: mpz, r: int
     return out
 
 
-def chooser_decrypt(group: SchnorrGroup, context: bytes, j: int, choice: int, k: int, gr_table_or_gr: FixedBase | int,
-                    ciphertext: bytes) -> bytes:
+def chooser_decrypt(
+    group: SchnorrGroup, context: bytes, j: int, choice: int, k: int, gr_table_or_gr: FixedBase | int, ciphertext: bytes
+) -> bytes:
     """M_{j,choice} from (g^r)^k."""
     if isinstance(gr_table_or_gr, FixedBase):
         key = gr_table_or_gr.pow(k)

@@ -18,7 +18,7 @@ for the work itself.
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 from gmpy2 import mpz
 
@@ -51,7 +51,7 @@ def _le_min(x: int) -> bytes:
 class FixedBase:
     """``base^e mod modulus`` (odd modulus) from a windowed table held in C memory."""
 
-    __slots__ = ("_t", "_ebytes", "_mbytes")
+    __slots__ = ("_ebytes", "_mbytes", "_t")
 
     def __init__(self, base: int, modulus: int, exp_bits: int, window: int) -> None:
         if _mont is None:
@@ -60,8 +60,7 @@ class FixedBase:
         nbytes = (modulus.bit_length() + 7) // 8
         self._ebytes = (int(exp_bits) + 7) // 8
         self._mbytes = nbytes
-        self._t = _mont.FixedBase(_le(mpz(base) % modulus, nbytes), _le(modulus, nbytes),
-                                  int(exp_bits), int(window))
+        self._t = _mont.FixedBase(_le(mpz(base) % modulus, nbytes), _le(modulus, nbytes), int(exp_bits), int(window))
 
     @property
     def table_bytes(self) -> int:
@@ -81,8 +80,9 @@ def multi_exp(bases: Sequence[int], exps: Sequence[int], modulus: int, window: i
         raise RuntimeError(f"the native engine is not available ({REASON})")
     modulus = mpz(modulus)
     nbytes = (modulus.bit_length() + 7) // 8
-    out = _mont.multi_exp([_le(b, nbytes) for b in bases], [_le_min(e) for e in exps],
-                          _le(modulus, nbytes), int(window))
+    out = _mont.multi_exp(
+        [_le(b, nbytes) for b in bases], [_le_min(e) for e in exps], _le(modulus, nbytes), int(window)
+    )
     return mpz.from_bytes(out, "little")
 
 
@@ -93,6 +93,7 @@ def multi_exp_rows(bases: Sequence[int], rows: Sequence[Sequence[int]], modulus:
         raise RuntimeError(f"the native engine is not available ({REASON})")
     modulus = mpz(modulus)
     nbytes = (modulus.bit_length() + 7) // 8
-    out = _mont.multi_exp_rows([_le(b, nbytes) for b in bases], [[_le_min(e) for e in row] for row in rows],
-                               _le(modulus, nbytes), int(group))
+    out = _mont.multi_exp_rows(
+        [_le(b, nbytes) for b in bases], [[_le_min(e) for e in row] for row in rows], _le(modulus, nbytes), int(group)
+    )
     return [mpz.from_bytes(x, "little") for x in out]

@@ -42,9 +42,16 @@ class ObfuscatorPool:
       :meth:`stats` counts both kinds.
     """
 
-    def __init__(self, public_key: PublicKey, fn: Callable[[], mpz], capacity: int = 128,
-                 background: bool = True, low_water: int | None = None,
-                 warm: Callable[[], object] | None = None, nice: bool = False) -> None:
+    def __init__(
+        self,
+        public_key: PublicKey,
+        fn: Callable[[], mpz],
+        capacity: int = 128,
+        background: bool = True,
+        low_water: int | None = None,
+        warm: Callable[[], object] | None = None,
+        nice: bool = False,
+    ) -> None:
         self.pk = public_key
         self.fn = fn
         self._warm = warm
@@ -62,8 +69,15 @@ class ObfuscatorPool:
             self._thread.start()
 
     @classmethod
-    def for_private_key(cls, sk: PrivateKey, capacity: int = 128, background: bool = True,
-                        low_water: int | None = None, uses: int | None = None, nice: bool = False) -> ObfuscatorPool:
+    def for_private_key(
+        cls,
+        sk: PrivateKey,
+        capacity: int = 128,
+        background: bool = True,
+        low_water: int | None = None,
+        uses: int | None = None,
+        nice: bool = False,
+    ) -> ObfuscatorPool:
         """``uses``: the background thread first builds the key's tables sized for that many obfuscators
         (:meth:`PrivateKey.prepare <smcdp.crypto.paillier.PrivateKey.prepare>`); ``nice``: it then fills
         the stock at the lowest priority (:func:`~smcdp.crypto.threads.lower_priority`)."""
@@ -71,8 +85,15 @@ class ObfuscatorPool:
         return cls(sk.public_key, lambda: sk.raw_encrypt(0), capacity, background, low_water, warm, nice)
 
     @classmethod
-    def for_public_key(cls, pk: PublicKey, capacity: int = 128, background: bool = True,
-                       low_water: int | None = None, uses: int | None = None, nice: bool = False) -> ObfuscatorPool:
+    def for_public_key(
+        cls,
+        pk: PublicKey,
+        capacity: int = 128,
+        background: bool = True,
+        low_water: int | None = None,
+        uses: int | None = None,
+        nice: bool = False,
+    ) -> ObfuscatorPool:
         """``uses``: the background thread first builds the key's table sized for that many obfuscators
         (:meth:`PublicKey.prepare <smcdp.crypto.paillier.PublicKey.prepare>`) instead of the largest the
         memory budget allows (2 s and 172 MB at 2048 bits); ``nice``: it then fills the stock at the
@@ -90,9 +111,9 @@ class ObfuscatorPool:
 
     def _fill(self) -> None:
         if self._warm is not None:
-            self._warm()                     # the key's tables: at normal priority, someone may wait for them
+            self._warm()  # the key's tables: at normal priority, someone may wait for them
         if self._nice:
-            lower_priority()                 # the stock: only on cores nothing else wants
+            lower_priority()  # the stock: only on cores nothing else wants
         while True:
             with self._cond:
                 while not self._stop and len(self._stock) >= self.low_water:
@@ -135,8 +156,7 @@ class ObfuscatorPool:
                 self._stock.extend(part)
                 self.precomputed += len(part)
 
-    def fill(self, count: int, *, step: int = 64, threads: int = 2,
-             stop: threading.Event | None = None) -> int:
+    def fill(self, count: int, *, step: int = 64, threads: int = 2, stop: threading.Event | None = None) -> int:
         """Add ``count`` obfuscators ``step`` at a time (each step usable as soon as it is made, unlike one
         :meth:`precompute` of them all), until done, ``stop`` is set or the pool is closed; returns how many
         were added.  For a thread that makes a session's obfuscators behind it: exactly ``count``, where

@@ -36,10 +36,11 @@ import os
 import random
 import secrets
 import threading
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import gmpy2
 from gmpy2 import mpz
@@ -150,7 +151,7 @@ class PublicKey:
 
     def raw_encrypt(self, m: int, obfuscate: bool = True) -> mpz:
         """Encrypt a signed integer (``|m| <= max_int``)."""
-        gm = (1 + self.n * self.raw_plain(m))  # < n², no reduction needed
+        gm = 1 + self.n * self.raw_plain(m)  # < n², no reduction needed
         _count("encrypt")
         if not obfuscate:
             return gm % self.nsquare
@@ -226,7 +227,7 @@ class PublicKey:
         return {"kind": "smcdp-paillier-public-key", "version": 1, "n": format(int(self.n), "x")}
 
     @classmethod
-    def from_json(cls, obj: object) -> "PublicKey":
+    def from_json(cls, obj: object) -> PublicKey:
         """The public key of a key file's JSON; anything else raises :class:`~smcdp.errors.InvalidMessage`."""
         if not isinstance(obj, dict) or obj.get("kind") != "smcdp-paillier-public-key":
             raise InvalidMessage("not an smcdp Paillier public key file")
@@ -263,7 +264,7 @@ class PrivateKey:
         return f"PrivateKey(for {self.public_key!r})"
 
     @classmethod
-    def from_factors(cls, public_key: PublicKey, p: int, q: int) -> "PrivateKey":
+    def from_factors(cls, public_key: PublicKey, p: int, q: int) -> PrivateKey:
         """A private key from factors that came from outside this process (a file, a peer).
 
         Checks what decryption silently relies on: p and q are distinct primes
@@ -369,7 +370,7 @@ class PrivateKey:
         }
 
     @classmethod
-    def from_json(cls, obj: object, allow_insecure: bool = False) -> "PrivateKey":
+    def from_json(cls, obj: object, allow_insecure: bool = False) -> PrivateKey:
         """The private key of a key file's JSON, with its factors checked (:meth:`from_factors`)."""
         if not isinstance(obj, dict) or obj.get("kind") != "smcdp-paillier-private-key":
             raise InvalidMessage("not an smcdp Paillier private key file")
@@ -400,8 +401,13 @@ def _random_prime(bits: int, rng: random.Random) -> mpz:
             return p
 
 
-def generate_keypair(bits: int = DEFAULT_KEY_BITS, *, allow_insecure: bool = False,
-                     rng: random.Random | None = None, progress: bool = False) -> tuple[PublicKey, PrivateKey]:
+def generate_keypair(
+    bits: int = DEFAULT_KEY_BITS,
+    *,
+    allow_insecure: bool = False,
+    rng: random.Random | None = None,
+    progress: bool = False,
+) -> tuple[PublicKey, PrivateKey]:
     """New key pair with an exactly ``bits``-bit modulus (default 3072; < 2048 only with ``allow_insecure``).
 
     Primes come from ``rng`` when given -- a role's keyed stream
@@ -419,7 +425,7 @@ def generate_keypair(bits: int = DEFAULT_KEY_BITS, *, allow_insecure: bool = Fal
     check_key_bits(bits, allow_insecure)
     _count("keygen")
     rng = rng if rng is not None else random.SystemRandom()
-    with (task(f"Paillier {bits}-bit key", total=2, unit="prime") if progress else nullcontext()) as shown:
+    with task(f"Paillier {bits}-bit key", total=2, unit="prime") if progress else nullcontext() as shown:
         while True:
             p = _random_prime((bits + 1) // 2, rng)
             if shown is not None:
@@ -465,7 +471,9 @@ def load_private_key(path: str | os.PathLike[str], allow_insecure: bool = False)
     """Read a private key file; one that group or others can read is refused (``chmod 600`` it)."""
     st = os.stat(path)
     if st.st_mode & 0o077:
-        raise InvalidMessage(f"private key file {path} is readable by group/others (mode {st.st_mode & 0o777:o}); chmod 600 it")
+        raise InvalidMessage(
+            f"private key file {path} is readable by group/others (mode {st.st_mode & 0o777:o}); chmod 600 it"
+        )
     return PrivateKey.from_json(_read_json(path), allow_insecure)
 
 

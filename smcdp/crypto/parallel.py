@@ -20,8 +20,8 @@ import asyncio
 import multiprocessing as mp
 import os
 import time
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from typing import Sequence
 
 from smcdp.crypto.counters import count_many
 from smcdp.crypto.paillier import PrivateKey, PublicKey
@@ -58,24 +58,29 @@ def _cpu_seconds() -> float:
 
 def _chunks(seq: Sequence[int], n: int) -> list[list[int]]:
     size = max(1, -(-len(seq) // n))
-    return [list(seq[i:i + size]) for i in range(0, len(seq), size)]
+    return [list(seq[i : i + size]) for i in range(0, len(seq), size)]
 
 
 class CryptoPool:
     """A pool of worker processes bound to one Paillier key."""
 
-    def __init__(self, public_key: PublicKey, private_key: PrivateKey | None = None,
-                 workers: int | None = None) -> None:
+    def __init__(
+        self, public_key: PublicKey, private_key: PrivateKey | None = None, workers: int | None = None
+    ) -> None:
         if private_key is not None and private_key.public_key != public_key:
             raise ValueError("private key does not belong to the public key")
         self.public_key = public_key
         self.has_private_key = private_key is not None
         self.workers = workers or os.cpu_count() or 1
         pq = (int(private_key.p), int(private_key.q)) if private_key is not None else None
-        self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=mp.get_context("spawn"),
-                                         initializer=_init_worker, initargs=(int(public_key.n), pq))
+        self._pool = ProcessPoolExecutor(
+            max_workers=self.workers,
+            mp_context=mp.get_context("spawn"),
+            initializer=_init_worker,
+            initargs=(int(public_key.n), pq),
+        )
 
-    def __enter__(self) -> "CryptoPool":
+    def __enter__(self) -> CryptoPool:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -91,7 +96,7 @@ class CryptoPool:
         ints = [int(m) for m in ints]
         for m in ints:  # validate here so a bad value fails fast with the usual error
             self.public_key.raw_plain(m)
-        count_many("encrypt", len(ints))   # done in the workers: counted here, in this process
+        count_many("encrypt", len(ints))  # done in the workers: counted here, in this process
         out: list[int] = []
         for part in self._pool.map(_encrypt_chunk, _chunks(ints, self.workers), [use_private] * self.workers):
             out.extend(part)
@@ -102,7 +107,7 @@ class CryptoPool:
         if not self.has_private_key:
             raise ValueError("this pool holds no private key")
         cts = [int(c) for c in cts]
-        count_many("decrypt", len(cts))   # done in the workers: counted here, in this process
+        count_many("decrypt", len(cts))  # done in the workers: counted here, in this process
         out: list[int] = []
         for part in self._pool.map(_decrypt_chunk, _chunks(cts, self.workers)):
             out.extend(part)

@@ -28,8 +28,8 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from smcdp.crypto.obfuscation import ObfuscatorPool
 from smcdp.crypto.paillier import PrivateKey
@@ -49,7 +49,7 @@ class Prepared:
 
     key: PrivateKey
     obfuscators: ObfuscatorPool
-    stock: int                      # obfuscators made ahead when the session took them
+    stock: int  # obfuscators made ahead when the session took them
 
 
 class _Job:
@@ -65,15 +65,15 @@ class _Job:
     def _run(self) -> None:
         try:
             key = self.make_key()
-            key.prepare(self.uses)                       # tables, both primes on two threads
+            key.prepare(self.uses)  # tables, both primes on two threads
             self.pool = ObfuscatorPool.for_private_key(key, capacity=max(1, self.count), background=False)
             self.key = key
-        except Exception:   # noqa: BLE001 - nothing prepared: the session derives its key itself
+        except Exception:  # noqa: BLE001 - nothing prepared: the session derives its key itself
             log.exception("preparing a session key failed; its session will make it itself")
             return
         finally:
             self.key_ready.set()
-        lower_priority()                                 # the stock only uses idle cores
+        lower_priority()  # the stock only uses idle cores
         self.pool.fill(self.count, step=STEP, stop=self.stop)
 
 

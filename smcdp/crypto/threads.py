@@ -26,8 +26,9 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import gmpy2
 from gmpy2 import mpz
@@ -49,7 +50,7 @@ def lower_priority(nice: int = PRIORITIES["background"]) -> None:
     contention, never wrong).  Only ever lowers: raising it again needs privileges."""
     try:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
-    except (AttributeError, OSError):   # not Linux, or not allowed: normal priority
+    except (AttributeError, OSError):  # not Linux, or not allowed: normal priority
         pass
 
 
@@ -61,10 +62,14 @@ class CryptoThreads:
             raise ValueError(f"priority must be one of {sorted(PRIORITIES)}")
         self.workers = max(1, int(workers or os.cpu_count() or 1))
         self.priority = priority
-        self._ex = ThreadPoolExecutor(self.workers, thread_name_prefix=f"{name}-{priority}",
-                                      initializer=_init_thread, initargs=(PRIORITIES[priority],))
+        self._ex = ThreadPoolExecutor(
+            self.workers,
+            thread_name_prefix=f"{name}-{priority}",
+            initializer=_init_thread,
+            initargs=(PRIORITIES[priority],),
+        )
 
-    def __enter__(self) -> "CryptoThreads":
+    def __enter__(self) -> CryptoThreads:
         return self
 
     def __exit__(self, *exc: object) -> None:

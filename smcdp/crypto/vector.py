@@ -30,13 +30,14 @@ Overflow
 
 from __future__ import annotations
 
-from typing import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import gmpy2
 import numpy as np
 from gmpy2 import mpz
 from numpy.typing import ArrayLike
 
+from smcdp.crypto.counters import count_many
 from smcdp.crypto.encoding import (
     DEFAULT_FRAC_BITS,
     UNPACKED,
@@ -46,7 +47,6 @@ from smcdp.crypto.encoding import (
     encode_fixed,
     int_to_bytes,
 )
-from smcdp.crypto.counters import count_many
 from smcdp.crypto.modexp import multi_exp
 from smcdp.crypto.obfuscation import ObfuscatorPool
 from smcdp.crypto.paillier import PrivateKey, PublicKey
@@ -58,10 +58,17 @@ from smcdp.v1 import messages_pb2
 class EncryptedVector:
     """A vector of Paillier ciphertexts with a shared fixed-point exponent."""
 
-    __slots__ = ("public_key", "ciphertexts", "length", "exponent", "packing", "bound")
+    __slots__ = ("bound", "ciphertexts", "exponent", "length", "packing", "public_key")
 
-    def __init__(self, public_key: PublicKey, ciphertexts: list[mpz], length: int, exponent: int,
-                 packing: Packing = UNPACKED, bound: int | None = None):
+    def __init__(
+        self,
+        public_key: PublicKey,
+        ciphertexts: list[mpz],
+        length: int,
+        exponent: int,
+        packing: Packing = UNPACKED,
+        bound: int | None = None,
+    ):
         self.public_key = public_key
         self.ciphertexts = ciphertexts
         self.length = int(length)
@@ -70,9 +77,13 @@ class EncryptedVector:
         cap = self.capacity
         self.bound = cap if bound is None else int(bound)
         if self.bound > cap:
-            raise CryptoOverflow(f"declared bound of {self.bound.bit_length()} bits exceeds the capacity of {cap.bit_length()} bits")
+            raise CryptoOverflow(
+                f"declared bound of {self.bound.bit_length()} bits exceeds the capacity of {cap.bit_length()} bits"
+            )
         if len(ciphertexts) != packing.n_ciphertexts(self.length):
-            raise InvalidMessage(f"{len(ciphertexts)} ciphertexts cannot hold {self.length} values in {packing.slots} slots")
+            raise InvalidMessage(
+                f"{len(ciphertexts)} ciphertexts cannot hold {self.length} values in {packing.slots} slots"
+            )
 
     # ------------------------------------------------------------------ basics
     @property
@@ -84,8 +95,10 @@ class EncryptedVector:
         return self.length
 
     def __repr__(self) -> str:
-        return (f"EncryptedVector(len={self.length}, exponent={self.exponent}, slots={self.packing.slots}, "
-                f"bound_bits={self.bound.bit_length()})")
+        return (
+            f"EncryptedVector(len={self.length}, exponent={self.exponent}, slots={self.packing.slots}, "
+            f"bound_bits={self.bound.bit_length()})"
+        )
 
     def _check_bound(self, bound: int, what: str) -> int:
         if bound > self.capacity:
@@ -96,15 +109,23 @@ class EncryptedVector:
             )
         return bound
 
-    def _like(self, cts: list[mpz], bound: int, exponent: int | None = None) -> "EncryptedVector":
-        return EncryptedVector(self.public_key, cts, self.length, self.exponent if exponent is None else exponent,
-                               self.packing, bound)
+    def _like(self, cts: list[mpz], bound: int, exponent: int | None = None) -> EncryptedVector:
+        return EncryptedVector(
+            self.public_key, cts, self.length, self.exponent if exponent is None else exponent, self.packing, bound
+        )
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def encrypt(cls, public_key: PublicKey, values: ArrayLike, *, frac_bits: int = DEFAULT_FRAC_BITS,
-                packing: Packing = UNPACKED, private_key: PrivateKey | None = None,
-                bound: int | None = None) -> "EncryptedVector":
+    def encrypt(
+        cls,
+        public_key: PublicKey,
+        values: ArrayLike,
+        *,
+        frac_bits: int = DEFAULT_FRAC_BITS,
+        packing: Packing = UNPACKED,
+        private_key: PrivateKey | None = None,
+        bound: int | None = None,
+    ) -> EncryptedVector:
         """Encrypt floats (or ints) at ``2^-frac_bits`` precision.
 
         ``private_key``: use CRT encryption (the encryptor owns the key).
@@ -112,22 +133,37 @@ class EncryptedVector:
         maximum (so the bound itself carries no information); it must hold.
         """
         ints = encode_fixed(values, frac_bits)
-        return cls.encrypt_ints(public_key, ints, exponent=-frac_bits, packing=packing,
-                                private_key=private_key, bound=bound)
+        return cls.encrypt_ints(
+            public_key, ints, exponent=-frac_bits, packing=packing, private_key=private_key, bound=bound
+        )
 
     @classmethod
-    def encrypt_ints(cls, public_key: PublicKey, ints: Sequence[int], *, exponent: int = 0,
-                     packing: Packing = UNPACKED, private_key: PrivateKey | None = None,
-                     bound: int | None = None) -> "EncryptedVector":
+    def encrypt_ints(
+        cls,
+        public_key: PublicKey,
+        ints: Sequence[int],
+        *,
+        exponent: int = 0,
+        packing: Packing = UNPACKED,
+        private_key: PrivateKey | None = None,
+        bound: int | None = None,
+    ) -> EncryptedVector:
         """Encrypt signed integers as they are, with the given ``exponent`` (see :meth:`encrypt` for the other arguments)."""
         ints, plain, bound = _plaintexts(public_key, ints, packing, bound)
         enc = private_key.raw_encrypt if private_key is not None else public_key.raw_encrypt
         return cls(public_key, [enc(m) for m in plain], len(ints), exponent, packing, bound)
 
     @classmethod
-    async def encrypt_with(cls, encrypt_raw: Callable[[list[int]], Awaitable[list[int]]],
-                           public_key: PublicKey, values: ArrayLike, *, frac_bits: int = DEFAULT_FRAC_BITS,
-                           packing: Packing = UNPACKED, bound: int | None = None) -> "EncryptedVector":
+    async def encrypt_with(
+        cls,
+        encrypt_raw: Callable[[list[int]], Awaitable[list[int]]],
+        public_key: PublicKey,
+        values: ArrayLike,
+        *,
+        frac_bits: int = DEFAULT_FRAC_BITS,
+        packing: Packing = UNPACKED,
+        bound: int | None = None,
+    ) -> EncryptedVector:
         """:meth:`encrypt` with the raw encryptions done by ``encrypt_raw`` (a batch engine: a process
         pool, a cluster).  Encoding, packing and the bound checks stay here."""
         ints, plain, bound = _plaintexts(public_key, encode_fixed(values, frac_bits), packing, bound)
@@ -137,8 +173,9 @@ class EncryptedVector:
         return cls(public_key, [mpz(c) for c in cts], len(ints), -frac_bits, packing, bound)
 
     @classmethod
-    def zeros(cls, public_key: PublicKey, length: int, *, exponent: int = 0,
-              packing: Packing = UNPACKED) -> "EncryptedVector":
+    def zeros(
+        cls, public_key: PublicKey, length: int, *, exponent: int = 0, packing: Packing = UNPACKED
+    ) -> EncryptedVector:
         """Fresh encryptions of ``length`` zeros."""
         return cls.encrypt_ints(public_key, [0] * length, exponent=exponent, packing=packing)
 
@@ -161,15 +198,16 @@ class EncryptedVector:
         """:meth:`decrypt_ints` with the raw (signed) decryptions done by ``decrypt_raw`` (a batch engine)."""
         plain = await decrypt_raw([int(c) for c in self.ciphertexts])
         if len(plain) != len(self.ciphertexts):
-            raise InvalidMessage(f"the decryption engine returned {len(plain)} values for "
-                                 f"{len(self.ciphertexts)} ciphertexts")
+            raise InvalidMessage(
+                f"the decryption engine returned {len(plain)} values for {len(self.ciphertexts)} ciphertexts"
+            )
         return self._unpack([int(v) for v in plain])
 
     def _unpack(self, plain: list[int]) -> list[int]:
         return self.packing.unpack(plain, self.length) if self.packing.packed else plain
 
     # ------------------------------------------------------------------ arithmetic
-    def _compatible(self, other: "EncryptedVector") -> None:
+    def _compatible(self, other: EncryptedVector) -> None:
         if not isinstance(other, EncryptedVector):
             raise TypeError("expected an EncryptedVector")
         if other.public_key != self.public_key:
@@ -179,7 +217,7 @@ class EncryptedVector:
         if other.packing != self.packing:
             raise InvalidMessage("vectors use different packing layouts")
 
-    def scale_exponent(self, new_exponent: int) -> "EncryptedVector":
+    def scale_exponent(self, new_exponent: int) -> EncryptedVector:
         """Same values at a lower exponent (multiply the integers by 2^(exponent - new))."""
         if new_exponent > self.exponent:
             raise ValueError("can only lower the exponent (raising would need division)")
@@ -187,10 +225,10 @@ class EncryptedVector:
             return self
         return self.mul_int(1 << (self.exponent - new_exponent))._with_exponent(new_exponent)
 
-    def _with_exponent(self, exponent: int) -> "EncryptedVector":
+    def _with_exponent(self, exponent: int) -> EncryptedVector:
         return EncryptedVector(self.public_key, self.ciphertexts, self.length, exponent, self.packing, self.bound)
 
-    def __add__(self, other: "EncryptedVector") -> "EncryptedVector":
+    def __add__(self, other: EncryptedVector) -> EncryptedVector:
         self._compatible(other)
         a, b = self, other
         if a.exponent != b.exponent:
@@ -201,13 +239,13 @@ class EncryptedVector:
         count_many("add", len(a.ciphertexts))
         return a._like([x * y % n2 for x, y in zip(a.ciphertexts, b.ciphertexts)], bound)
 
-    def __neg__(self) -> "EncryptedVector":
+    def __neg__(self) -> EncryptedVector:
         return self.mul_int(-1)
 
-    def __sub__(self, other: "EncryptedVector") -> "EncryptedVector":
+    def __sub__(self, other: EncryptedVector) -> EncryptedVector:
         return self + (-other)
 
-    def add_plain(self, values: ArrayLike, *, frac_bits: int | None = None) -> "EncryptedVector":
+    def add_plain(self, values: ArrayLike, *, frac_bits: int | None = None) -> EncryptedVector:
         """Add plaintext values (encoded at this vector's exponent unless ``frac_bits`` is given)."""
         fb = -self.exponent if frac_bits is None else frac_bits
         other = EncryptedVector.trivial(self.public_key, encode_fixed(values, fb), exponent=-fb, packing=self.packing)
@@ -216,8 +254,9 @@ class EncryptedVector:
         return self + other
 
     @classmethod
-    def trivial(cls, public_key: PublicKey, ints: Sequence[int], *, exponent: int = 0,
-                packing: Packing = UNPACKED) -> "EncryptedVector":
+    def trivial(
+        cls, public_key: PublicKey, ints: Sequence[int], *, exponent: int = 0, packing: Packing = UNPACKED
+    ) -> EncryptedVector:
         """Deterministic encryptions (1 + n·m) of public values, for adding plaintexts."""
         ints = [int(v) for v in ints]
         bound = max((abs(v) for v in ints), default=0)
@@ -225,7 +264,7 @@ class EncryptedVector:
         pk = public_key
         return cls(pk, [(1 + pk.n * pk.raw_plain(m)) % pk.nsquare for m in plain], len(ints), exponent, packing, bound)
 
-    def mul_int(self, k: int) -> "EncryptedVector":
+    def mul_int(self, k: int) -> EncryptedVector:
         """Multiply every value (every slot) by the integer ``k``."""
         k = int(k)
         bound = self._check_bound(self.bound * abs(k), "scalar product")
@@ -236,12 +275,12 @@ class EncryptedVector:
             return self._like([gmpy2.powmod(c, -k, pk.nsquare) for c in inv], bound)
         return self._like([gmpy2.powmod(c, k, pk.nsquare) for c in self.ciphertexts], bound)
 
-    def mul_scalar(self, s: float, *, frac_bits: int = DEFAULT_FRAC_BITS) -> "EncryptedVector":
+    def mul_scalar(self, s: float, *, frac_bits: int = DEFAULT_FRAC_BITS) -> EncryptedVector:
         """Multiply by a real scalar encoded with ``frac_bits`` (the exponent drops by frac_bits)."""
         (k,) = encode_fixed([s], frac_bits)
         return self.mul_int(k)._with_exponent(self.exponent - frac_bits)
 
-    def mul_elementwise(self, values: ArrayLike, *, frac_bits: int = 0) -> "EncryptedVector":
+    def mul_elementwise(self, values: ArrayLike, *, frac_bits: int = 0) -> EncryptedVector:
         """Element-wise product with plaintext values (unpacked vectors only)."""
         self._require_unpacked("element-wise multiplication")
         ks = encode_fixed(values, frac_bits)
@@ -249,10 +288,9 @@ class EncryptedVector:
             raise InvalidMessage(f"length mismatch: {self.length} vs {len(ks)}")
         bound = self._check_bound(self.bound * max((abs(k) for k in ks), default=0), "element-wise product")
         pk = self.public_key
-        return self._like([pk.raw_mul(c, k) for c, k in zip(self.ciphertexts, ks)], bound,
-                          self.exponent - frac_bits)
+        return self._like([pk.raw_mul(c, k) for c, k in zip(self.ciphertexts, ks)], bound, self.exponent - frac_bits)
 
-    def sum(self) -> "EncryptedVector":
+    def sum(self) -> EncryptedVector:
         """Sum of all values as a 1-vector (unpacked only)."""
         self._require_unpacked("sum")
         n2 = self.public_key.nsquare
@@ -263,12 +301,13 @@ class EncryptedVector:
         bound = self._check_bound(self.bound * self.length, "sum")
         return EncryptedVector(self.public_key, [acc], 1, self.exponent, UNPACKED, bound)
 
-    def dot(self, weights: ArrayLike, *, frac_bits: int = 0) -> "EncryptedVector":
+    def dot(self, weights: ArrayLike, *, frac_bits: int = 0) -> EncryptedVector:
         """Σ_i w_i·x_i as a 1-vector, by multi-exponentiation (unpacked only)."""
-        return self.matvec(np.asarray(weights, dtype=object if _is_int_like(weights) else np.float64)[None, :],
-                           frac_bits=frac_bits)
+        return self.matvec(
+            np.asarray(weights, dtype=object if _is_int_like(weights) else np.float64)[None, :], frac_bits=frac_bits
+        )
 
-    def matvec(self, W: ArrayLike, *, frac_bits: int = 0) -> "EncryptedVector":
+    def matvec(self, W: ArrayLike, *, frac_bits: int = 0) -> EncryptedVector:
         """W @ x for a plaintext matrix W (rows × len), each row by multi-exponentiation."""
         self._require_unpacked("matrix-vector product")
         W = np.asarray(W)
@@ -284,7 +323,7 @@ class EncryptedVector:
         self._check_bound(bound, "matrix-vector product")
         return EncryptedVector(pk, out, W.shape[0], self.exponent - frac_bits, UNPACKED, bound)
 
-    def rerandomize(self, pool: ObfuscatorPool | None = None) -> "EncryptedVector":
+    def rerandomize(self, pool: ObfuscatorPool | None = None) -> EncryptedVector:
         """Every ciphertext times a fresh obfuscator: from ``pool`` (made ahead) when one is given."""
         if pool is not None:
             count_many("rerandomize", len(self.ciphertexts))
@@ -296,7 +335,7 @@ class EncryptedVector:
         if self.packing.packed:
             raise InvalidMessage(f"{what} needs an unpacked vector")
 
-    def __getitem__(self, idx: slice | ArrayLike) -> "EncryptedVector":
+    def __getitem__(self, idx: slice | ArrayLike) -> EncryptedVector:
         self._require_unpacked("indexing")
         if isinstance(idx, slice):
             cts = self.ciphertexts[idx]
@@ -305,7 +344,7 @@ class EncryptedVector:
         return EncryptedVector(self.public_key, cts, len(cts), self.exponent, UNPACKED, self.bound)
 
     @classmethod
-    def concat(cls, parts: Sequence["EncryptedVector"]) -> "EncryptedVector":
+    def concat(cls, parts: Sequence[EncryptedVector]) -> EncryptedVector:
         """One vector of the parts' elements in order, at the smallest exponent among them (same key and packing)."""
         if not parts:
             raise ValueError("nothing to concatenate")
@@ -331,9 +370,17 @@ class EncryptedVector:
         )
 
     @classmethod
-    def from_proto(cls, msg: messages_pb2.CiphertextVector, public_key: PublicKey, *, length: int | None = None,
-                   exponent: int | None = None, packing: Packing | None = None,
-                   bound: int | None = None, what: str = "ciphertext vector") -> "EncryptedVector":
+    def from_proto(
+        cls,
+        msg: messages_pb2.CiphertextVector,
+        public_key: PublicKey,
+        *,
+        length: int | None = None,
+        exponent: int | None = None,
+        packing: Packing | None = None,
+        bound: int | None = None,
+        what: str = "ciphertext vector",
+    ) -> EncryptedVector:
         """Parse and validate a received vector.
 
         Checks the key fingerprint, the expected length, exponent and packing
@@ -351,12 +398,16 @@ class EncryptedVector:
         if msg.exponent > 0 or msg.exponent < -4096:
             raise InvalidMessage(f"{what} has an out-of-range exponent {msg.exponent}")
         if msg.slots_per_ciphertext > 1 and msg.slot_bits < 2:
-            raise InvalidMessage(f"{what} declares {msg.slots_per_ciphertext} slots of {msg.slot_bits} bits; "
-                                 "packed slots need at least 2 bits")
+            raise InvalidMessage(
+                f"{what} declares {msg.slots_per_ciphertext} slots of {msg.slot_bits} bits; "
+                "packed slots need at least 2 bits"
+            )
         got = Packing(msg.slots_per_ciphertext, msg.slot_bits) if msg.slots_per_ciphertext > 1 else UNPACKED
         if packing is not None and got != packing:
-            raise InvalidMessage(f"{what} uses packing {got.slots}x{got.slot_bits} bits, expected "
-                                 f"{packing.slots}x{packing.slot_bits} bits")
+            raise InvalidMessage(
+                f"{what} uses packing {got.slots}x{got.slot_bits} bits, expected "
+                f"{packing.slots}x{packing.slot_bits} bits"
+            )
         if got.packed and got.slots * got.slot_bits > public_key.max_int.bit_length() - 1:
             raise InvalidMessage(f"{what} declares a packing that does not fit the key")
         expected_cts = got.n_ciphertexts(msg.length)
@@ -369,26 +420,35 @@ class EncryptedVector:
         cts = public_key.validate_ciphertexts((bytes_to_int(b) for b in msg.ciphertexts), f"{what}: ciphertext")
         cap = got.slot_capacity if got.packed else int(public_key.max_int)
         if bound is not None and bound > cap:
-            raise InvalidMessage(f"{what} uses {got.slots} slots of {got.slot_bits} bits, too narrow for the "
-                                 f"{int(bound).bit_length()}-bit values expected here")
+            raise InvalidMessage(
+                f"{what} uses {got.slots} slots of {got.slot_bits} bits, too narrow for the "
+                f"{int(bound).bit_length()}-bit values expected here"
+            )
         return cls(public_key, cts, msg.length, msg.exponent, got, bound)
 
 
-def _plaintexts(public_key: PublicKey, ints: Sequence[int], packing: Packing,
-                bound: int | None) -> tuple[list[int], list[int], int]:
+def _plaintexts(
+    public_key: PublicKey, ints: Sequence[int], packing: Packing, bound: int | None
+) -> tuple[list[int], list[int], int]:
     """(the integers, the plaintexts to encrypt, the bound to record), after the bound checks."""
     ints = [int(v) for v in ints]
     actual = max((abs(v) for v in ints), default=0)
     if bound is None:
         bound = actual
     elif actual > bound:
-        raise CryptoOverflow(f"a value of {actual.bit_length()} bits exceeds the declared bound of {int(bound).bit_length()} bits")
+        raise CryptoOverflow(
+            f"a value of {actual.bit_length()} bits exceeds the declared bound of {int(bound).bit_length()} bits"
+        )
     vec_cap = packing.slot_capacity if packing.packed else int(public_key.max_int)
     if bound > vec_cap:
-        raise CryptoOverflow(f"values of {int(bound).bit_length()} bits do not fit the capacity of {vec_cap.bit_length()} bits")
+        raise CryptoOverflow(
+            f"values of {int(bound).bit_length()} bits do not fit the capacity of {vec_cap.bit_length()} bits"
+        )
     return ints, (packing.pack(ints) if packing.packed else ints), int(bound)
 
 
 def _is_int_like(x: ArrayLike) -> bool:
     arr = np.asarray(x)
-    return arr.dtype.kind in "iu" or (arr.dtype == object and all(isinstance(v, (int, np.integer)) for v in arr.ravel()))
+    return arr.dtype.kind in "iu" or (
+        arr.dtype == object and all(isinstance(v, (int, np.integer)) for v in arr.ravel())
+    )

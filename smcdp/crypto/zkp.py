@@ -35,7 +35,7 @@ from __future__ import annotations
 import hashlib
 import random
 import secrets
-from typing import Sequence
+from collections.abc import Sequence
 
 import gmpy2
 from gmpy2 import mpz
@@ -50,7 +50,7 @@ def randomness_of(sk: PrivateKey, c: int, m: int) -> mpz:
     """The r of ``c = g^m · r^n mod n²`` (the key owner can recover it: n is invertible mod φ(n))."""
     pk = sk.public_key
     n, n2 = pk.n, pk.nsquare
-    rn = mpz(c) * (1 - mpz(m) * n) % n2 % n          # g^-m = 1 - m·n mod n², so c·g^-m = r^n
+    rn = mpz(c) * (1 - mpz(m) * n) % n2 % n  # g^-m = 1 - m·n mod n², so c·g^-m = r^n
     phi = (sk.p - 1) * (sk.q - 1)
     return gmpy2.powmod(rn, gmpy2.invert(n, phi), n)
 
@@ -73,10 +73,11 @@ def _challenge(pk: PublicKey, context: bytes, *values: int) -> int:
     return int.from_bytes(h.digest(), "big") & _MASK
 
 
-def _prove_bit_with(pk: PublicKey, c: mpz, bit: int, r: mpz, context: bytes,
-                    rng: random.Random | None = None) -> list[int]:
+def _prove_bit_with(
+    pk: PublicKey, c: mpz, bit: int, r: mpz, context: bytes, rng: random.Random | None = None
+) -> list[int]:
     n, n2 = pk.n, pk.nsquare
-    us = [mpz(c), mpz(c) * (1 - n) % n2]               # c·g^-0, c·g^-1
+    us = [mpz(c), mpz(c) * (1 - n) % n2]  # c·g^-0, c·g^-1
     fake = 1 - bit
     a, e, z = [mpz(0), mpz(0)], [0, 0], [mpz(0), mpz(0)]
     rho = _unit_below(n, rng)
@@ -103,8 +104,10 @@ def verify_bit(pk: PublicKey, c: int, proof: Sequence[int], context: bytes) -> b
         return False
     e1 = (_challenge(pk, context, c, a0, a1) - int(e0)) & _MASK
     us = [mpz(c), mpz(c) * (1 - n) % n2]
-    return (gmpy2.powmod(z0, n, n2) == a0 * gmpy2.powmod(us[0], e0, n2) % n2
-            and gmpy2.powmod(z1, n, n2) == a1 * gmpy2.powmod(us[1], e1, n2) % n2)
+    return (
+        gmpy2.powmod(z0, n, n2) == a0 * gmpy2.powmod(us[0], e0, n2) % n2
+        and gmpy2.powmod(z1, n, n2) == a1 * gmpy2.powmod(us[1], e1, n2) % n2
+    )
 
 
 def prove_bit(sk: PrivateKey, c: int, bit: int, context: bytes, rng: random.Random | None = None) -> list[int]:
@@ -159,7 +162,7 @@ def verify_one_hot(pk: PublicKey, cts: Sequence[int], proof: Sequence[int], cont
     if len(proof) != 5 * K + 1 or K < 1:
         return False
     for k, c in enumerate(cts):
-        if not verify_bit(pk, c, proof[5 * k:5 * k + 5], _entry_context(context, k)):
+        if not verify_bit(pk, c, proof[5 * k : 5 * k + 5], _entry_context(context, k)):
             return False
     product = mpz(1)
     for c in cts:

@@ -68,11 +68,11 @@ from smcdp.dp.validation import (
 from smcdp.errors import PreconditionFailed, SmcdpError
 
 __all__ = [
+    "NON_PRIVATE",
     "RULES",
     "STATES",
     "BudgetAccountant",
     "BudgetExceeded",
-    "NON_PRIVATE",
     "BudgetStatus",
     "Charge",
     "PrivacyBudget",
@@ -207,9 +207,7 @@ def charge_amount(
     r = decimal_amount("rho", rho, allow_zero=False) if rho is not None else None
     if rule == "zcdp" and r is None:
         if dlt > 0:
-            raise InvalidParameter(
-                "the zcdp rule needs rho for an amount with delta > 0 (rho = Delta^2/(2 sigma^2))"
-            )
+            raise InvalidParameter("the zcdp rule needs rho for an amount with delta > 0 (rho = Delta^2/(2 sigma^2))")
         with localcontext() as ctx:
             ctx.prec = 50
             r = (eps * eps / 2).normalize()
@@ -230,11 +228,21 @@ def summarize(
         r_dlt = sum((c.delta for c in held), Decimal(0))
         if rule == "linear":
             return BudgetStatus(
-                dataset=dataset, rule=rule, epsilon=epsilon, delta=delta,
-                spent_epsilon=s_eps, spent_delta=s_dlt,
-                remaining_epsilon=epsilon - s_eps - r_eps, remaining_delta=delta - s_dlt - r_dlt,
-                spent_rho=None, remaining_rho=None, n_charges=len(charged),
-                reserved_epsilon=r_eps, reserved_delta=r_dlt, reserved_rho=None, n_reserved=len(held),
+                dataset=dataset,
+                rule=rule,
+                epsilon=epsilon,
+                delta=delta,
+                spent_epsilon=s_eps,
+                spent_delta=s_dlt,
+                remaining_epsilon=epsilon - s_eps - r_eps,
+                remaining_delta=delta - s_dlt - r_dlt,
+                spent_rho=None,
+                remaining_rho=None,
+                n_charges=len(charged),
+                reserved_epsilon=r_eps,
+                reserved_delta=r_dlt,
+                reserved_rho=None,
+                n_reserved=len(held),
             )
         s_rho = float(sum((c.rho or Decimal(0) for c in charged), Decimal(0)))
         r_rho = float(sum((c.rho or Decimal(0) for c in held), Decimal(0)))
@@ -244,17 +252,25 @@ def summarize(
     rem_rho = cap - s_rho - r_rho
     rem_eps = math.sqrt(2 * rem_rho) if rem_rho > 0 else (0.0 if rem_rho == 0 else -1.0)
     return BudgetStatus(
-        dataset=dataset, rule=rule, epsilon=epsilon, delta=delta,
-        spent_epsilon=spent_eps, spent_delta=s_dlt,
-        remaining_epsilon=rem_eps, remaining_delta=delta,
-        spent_rho=s_rho, remaining_rho=rem_rho, n_charges=len(charged),
-        reserved_epsilon=held_eps, reserved_delta=r_dlt, reserved_rho=r_rho, n_reserved=len(held),
+        dataset=dataset,
+        rule=rule,
+        epsilon=epsilon,
+        delta=delta,
+        spent_epsilon=spent_eps,
+        spent_delta=s_dlt,
+        remaining_epsilon=rem_eps,
+        remaining_delta=delta,
+        spent_rho=s_rho,
+        remaining_rho=rem_rho,
+        n_charges=len(charged),
+        reserved_epsilon=held_eps,
+        reserved_delta=r_dlt,
+        reserved_rho=r_rho,
+        n_reserved=len(held),
     )
 
 
-def check_fits(
-    st: BudgetStatus, eps: Decimal, dlt: Decimal, rho: Decimal | None, *, what: str = "charge"
-) -> None:
+def check_fits(st: BudgetStatus, eps: Decimal, dlt: Decimal, rho: Decimal | None, *, what: str = "charge") -> None:
     """Raise :class:`BudgetExceeded` unless the amount fits next to what is spent and reserved."""
     where = f" to dataset {st.dataset!r}" if st.dataset is not None else ""
     held = f"; {st.n_reserved} open reservation(s) hold part of it" if st.n_reserved else ""
@@ -341,9 +357,7 @@ class PrivacyBudget(ABC):
         """Charge a release's cost at once; :class:`~smcdp.dp.budget.BudgetExceeded` if it does not fit (nothing is charged then)."""
 
     @abstractmethod
-    def reserve(
-        self, key: str, epsilon: Any, delta: Any = 0, *, rho: Any = None, note: str = ""
-    ) -> Charge:
+    def reserve(self, key: str, epsilon: Any, delta: Any = 0, *, rho: Any = None, note: str = "") -> Charge:
         """Hold a cost under ``key`` until :meth:`commit` or :meth:`release` (idempotent for the same key and amount)."""
 
     @abstractmethod
@@ -450,7 +464,7 @@ class BudgetAccountant(PrivacyBudget):
         with self._lock:
             entry = self._find(key)
             if not check_transition(entry, key, to_state):
-                assert entry is not None        # check_transition raised for a missing key
+                assert entry is not None  # check_transition raised for a missing key
                 return entry
             assert entry is not None
             i = self._entries.index(entry)

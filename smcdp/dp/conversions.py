@@ -53,9 +53,7 @@ __all__ = [
 # ---------------------------------------------------------------------------
 
 
-def classic_gaussian_sigma(
-    epsilon: float, delta: float, sensitivity: float = 1.0
-) -> float:
+def classic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.0) -> float:
     """sigma = sqrt(2 ln(1.25/delta)) * Delta / epsilon (Dwork-Roth Thm A.1; needs epsilon < 1)."""
     epsilon = check_positive(epsilon, "epsilon")
     delta = check_delta(delta, allow_zero=False)
@@ -113,9 +111,7 @@ def gaussian_epsilon(delta: float, noise_multiplier: float) -> float:
     return eps
 
 
-def analytic_gaussian_sigma(
-    epsilon: float, delta: float, sensitivity: float = 1.0
-) -> float:
+def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.0) -> float:
     """Smallest sigma (to 1e-12 relative) with Balle-Wang delta(epsilon) <= delta."""
     epsilon = check_positive(epsilon, "epsilon")
     delta = check_delta(delta, allow_zero=False)
@@ -130,9 +126,7 @@ def analytic_gaussian_sigma(
     while f(hi) > 0:
         hi += 10.0
         if hi > 200:
-            raise InvalidParameter(
-                "cannot calibrate the analytic Gaussian for these parameters"
-            )
+            raise InvalidParameter("cannot calibrate the analytic Gaussian for these parameters")
     log_m = optimize.brentq(f, lo, hi, xtol=1e-14, rtol=1e-14)
     m = math.exp(log_m)
     while gaussian_delta(epsilon, m) > delta:
@@ -164,8 +158,9 @@ def gaussian_composition_multiplier(epsilon: float, delta: float, count: int) ->
     # result is rounding noise (epsilon = delta = 5e-233, say, "solves" to a finite sigma); refuse then
     a, b = _log_delta_terms(epsilon, math.sqrt(count) / m)
     if not -math.expm1(b - a) >= 1e-9:
-        raise InvalidParameter(f"the exact Gaussian profile cannot resolve delta={delta!r} at epsilon={epsilon!r} "
-                               "in floating point")
+        raise InvalidParameter(
+            f"the exact Gaussian profile cannot resolve delta={delta!r} at epsilon={epsilon!r} in floating point"
+        )
     # move up until the composition's epsilon (computed as the accountant computes it) is certainly within
     while gaussian_composition_epsilon(delta, m, count) > epsilon:
         m *= 1 + 1e-12
@@ -210,9 +205,7 @@ def pure_dp_rdp(orders: Any, epsilon: float) -> np.ndarray:
 ORDER_GRID = 1.0 + np.logspace(-3, 8, 1800)
 
 
-def _conversion_eps(
-    orders: np.ndarray, rdp: np.ndarray, delta: float, conversion: str
-) -> np.ndarray:
+def _conversion_eps(orders: np.ndarray, rdp: np.ndarray, delta: float, conversion: str) -> np.ndarray:
     lam = orders - 1.0
     if conversion == "cks":
         return rdp + np.log1p(-1.0 / orders) - (math.log(delta) + np.log(orders)) / lam
@@ -251,14 +244,10 @@ def rdp_to_epsilon(
         if hi > lo:
 
             def f(a: float) -> float:
-                v = _conversion_eps(
-                    np.array([a]), np.asarray(rdp_fn(np.array([a]))), delta, conversion
-                )[0]
+                v = _conversion_eps(np.array([a]), np.asarray(rdp_fn(np.array([a]))), delta, conversion)[0]
                 return float(v) if math.isfinite(v) else math.inf
 
-            res = optimize.minimize_scalar(
-                f, bounds=(lo, hi), method="bounded", options={"xatol": 1e-10 * hi}
-            )
+            res = optimize.minimize_scalar(f, bounds=(lo, hi), method="bounded", options={"xatol": 1e-10 * hi})
             if res.success and res.fun < best_e:
                 best_a, best_e = float(res.x), float(res.fun)
     return max(best_e, 0.0), best_a
@@ -295,9 +284,7 @@ def zcdp_delta_cks(rho: float, epsilon: float) -> float:
     v = logd(grid)
     i = int(np.argmin(v))
     lo, hi = float(grid[max(i - 1, 0)]), float(grid[min(i + 1, grid.size - 1)])
-    res = optimize.minimize_scalar(
-        lambda a: float(logd(np.array([a]))[0]), bounds=(lo, hi), method="bounded"
-    )
+    res = optimize.minimize_scalar(lambda a: float(logd(np.array([a]))[0]), bounds=(lo, hi), method="bounded")
     best = min(float(v[i]), float(res.fun))
     return min(1.0, math.exp(best))
 
@@ -319,13 +306,13 @@ def advanced_composition(
     if e.size == 0:
         return 0.0
     return float(
-        math.sqrt(2.0 * math.log(1.0 / delta_prime) * float(np.sum(c * e * e)))
-        + float(np.sum(c * e * np.expm1(e)))
+        math.sqrt(2.0 * math.log(1.0 / delta_prime) * float(np.sum(c * e * e))) + float(np.sum(c * e * np.expm1(e)))
     )
 
 
 def rho_capacity(epsilon: float, delta: float) -> float:
     """Largest rho whose CKS conversion at delta stays <= epsilon."""
+
     def f(r: float) -> float:
         return zcdp_epsilon_cks(r, delta) - epsilon
 

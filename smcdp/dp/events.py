@@ -39,9 +39,7 @@ class GaussianEvent:
     noise_multiplier: float
 
     def __post_init__(self) -> None:
-        object.__setattr__(
-            self, "noise_multiplier", check_positive(self.noise_multiplier, "Gaussian noise multiplier")
-        )
+        object.__setattr__(self, "noise_multiplier", check_positive(self.noise_multiplier, "Gaussian noise multiplier"))
 
     @property
     def rho(self) -> float:

@@ -294,7 +294,7 @@ class Ledger:
                 "VALUES (?,?,?,?,?,?,?,?,?)",
                 (dataset, str(eps), str(dlt), None if r is None else str(r), note, utc_now(), os.getpid(), state, key),
             )
-            assert cur.lastrowid is not None   # set by every successful INSERT
+            assert cur.lastrowid is not None  # set by every successful INSERT
             entry = self._get(con, cur.lastrowid)
             if before_commit is not None:
                 before_commit()
@@ -345,7 +345,7 @@ class Ledger:
             self._budget_row(con, dataset)
             entry = self._find(con, dataset, key)
             if not check_transition(entry, key, to_state):
-                assert entry is not None        # check_transition raised for a missing key
+                assert entry is not None  # check_transition raised for a missing key
                 return entry
             assert entry is not None
             con.execute(

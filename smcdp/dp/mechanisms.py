@@ -101,9 +101,7 @@ def _size(shp: tuple[int, ...]) -> int:
     return int(np.prod(shp, dtype=np.int64)) if shp else 1
 
 
-def _grid_exponent(
-    noise_scale: float, sensitivity: float, slack: int, resolution_bits: int
-) -> int:
+def _grid_exponent(noise_scale: float, sensitivity: float, slack: int, resolution_bits: int) -> int:
     """Exponent e of the grid width g = 2**e (depends on public parameters only).
 
     g <= noise_scale * 2**-resolution_bits  and  slack * g <= sensitivity * 2**-16.
@@ -148,9 +146,7 @@ def _from_grid(n: np.ndarray, e: int, shape: tuple[int, ...]) -> np.ndarray:
         try:
             f = np.array([float(v) for v in n], dtype=np.float64)
         except OverflowError:
-            raise InvalidParameter(
-                "noisy value exceeds the double-precision range"
-            ) from None
+            raise InvalidParameter("noisy value exceeds the double-precision range") from None
     else:
         f = n.astype(np.float64)
     return np.ldexp(f, e).reshape(shape)
@@ -387,16 +383,12 @@ class GaussianMechanism(_Mechanism):
 
     def _grid(self, d: int) -> int:
         self._check_d(d)
-        return _grid_exponent(
-            self.sigma, self.sensitivity, ceil_sqrt(d), GAUSSIAN_RESOLUTION_BITS
-        )
+        return _grid_exponent(self.sigma, self.sensitivity, ceil_sqrt(d), GAUSSIAN_RESOLUTION_BITS)
 
     def _integer_params(self, d: int) -> tuple[int, int, int]:
         e = self._grid(d)
         sens_int = Fraction(self.sensitivity) / Fraction(2) ** e + ceil_sqrt(d)
-        s_min = _ceil_fraction(
-            (Fraction(self.sigma) / Fraction(self.sensitivity) * sens_int) ** 2
-        )
+        s_min = _ceil_fraction((Fraction(self.sigma) / Fraction(self.sensitivity) * sens_int) ** 2)
         t = math.isqrt(s_min) + 1
         q = max(-((-s_min) // t), 1)
         return e, t, q
@@ -437,9 +429,7 @@ class VectorMechanism(_Mechanism):
 
     def _grid(self, d: int) -> int:
         self._check_d(d)
-        return _grid_exponent(
-            self.scale, self.sensitivity, 2 * ceil_sqrt(d), GRID_RESOLUTION_BITS
-        )
+        return _grid_exponent(self.scale, self.sensitivity, 2 * ceil_sqrt(d), GRID_RESOLUTION_BITS)
 
     def _lattice_scale(self, d: int) -> tuple[int, float]:
         e = self._grid(d)

@@ -39,7 +39,8 @@ import math
 import numbers
 import os
 import secrets
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -49,8 +50,8 @@ __all__ = [
     "INT64_SAFE",
     "RandomSource",
     "SecureSource",
-    "StreamSource",
     "SeededSource",
+    "StreamSource",
     "aux_rng",
     "bernoulli_exp",
     "ceil_sqrt",
@@ -333,9 +334,7 @@ def discrete_gaussian(t: int, q: int, n: int, src: RandomSource) -> np.ndarray:
         m = pending.size
         y = discrete_laplace(t, m, src)
         absdiff = np.abs(y) - q
-        use_obj = (
-            big or y.dtype == object or (m and int(np.abs(absdiff).max()) > (1 << 30))
-        )
+        use_obj = big or y.dtype == object or (m and int(np.abs(absdiff).max()) > (1 << 30))
         if use_obj:
             absdiff = np.array([int(e) for e in absdiff], dtype=object)
             numer = absdiff * absdiff

@@ -117,7 +117,7 @@ def check_positive(value: Any, name: str, *, allow_zero: bool = False, integer: 
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, kind):
         what = "an integer" if integer else "a number"
         raise InvalidParameter(f"{name} must be {what}, got {value!r}")
-    v: float = int(cast(numbers.Integral, value)) if integer else float(value)   # the kind was checked above
+    v: float = int(cast(numbers.Integral, value)) if integer else float(value)  # the kind was checked above
     if (not integer and (math.isnan(v) or math.isinf(v))) or v < 0 or (v == 0 and not allow_zero):
         raise InvalidParameter(f"{name} must be {'>= 0' if allow_zero else '> 0'} and finite, got {value!r}")
     return v
@@ -229,14 +229,16 @@ def clip_rows_to_norm(X: np.ndarray, data_norm: float, out_of_bounds: str = "cli
     if out_of_bounds == "raise":
         raise InvalidParameter(
             f"{int(over.sum())} row(s) have L2 norm above data_norm={data_norm:g} "
-            "(use out_of_bounds='clip' to project them onto the ball)")
+            "(use out_of_bounds='clip' to project them onto the ball)"
+        )
     X = X.copy()
     X[over] *= (data_norm / norms[over])[:, None]
     return X
 
 
-def resolve_bounds(bounds: tuple[ArrayLike, ArrayLike] | None, X: np.ndarray, *, private: bool,
-                   who: str) -> tuple[np.ndarray, np.ndarray]:
+def resolve_bounds(
+    bounds: tuple[ArrayLike, ArrayLike] | None, X: np.ndarray, *, private: bool, who: str
+) -> tuple[np.ndarray, np.ndarray]:
     """Return ``(lower, upper)`` arrays of length ``n_features``."""
     d = X.shape[1]
     if bounds is None:
@@ -268,19 +270,21 @@ def resolve_bounds(bounds: tuple[ArrayLike, ArrayLike] | None, X: np.ndarray, *,
 
 
 def clip_to_bounds(X: np.ndarray, lower: np.ndarray, upper: np.ndarray, out_of_bounds: str = "clip") -> np.ndarray:
-    outside = (X < lower) | (X > upper)
+    outside = (lower > X) | (upper < X)
     if not outside.any():
         return X
     if out_of_bounds == "raise":
         raise InvalidParameter(
             f"{int(outside.any(axis=1).sum())} row(s) fall outside the declared bounds "
-            "(use out_of_bounds='clip' to clip them)")
+            "(use out_of_bounds='clip' to clip them)"
+        )
     return np.clip(X, lower, upper)
 
 
 # --------------------------------------------------------------------------
 # PSD repair
 # --------------------------------------------------------------------------
+
 
 def _sym(M: np.ndarray) -> np.ndarray:
     return (M + np.swapaxes(M, -1, -2)) / 2.0

@@ -23,8 +23,9 @@ import concurrent.futures
 import hashlib
 import time
 from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Iterable, Mapping, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from google.protobuf import descriptor_pool, message_factory
 from google.protobuf.message import DecodeError, Message
@@ -131,13 +132,13 @@ class Mailbox:
         """Store a message.  Returns False for a harmless duplicate."""
         key = (sender_role, tag)
         if key in self._items or key in self._taken:
-            if self._items.get(key) == (type_url, data) or \
-                    self._taken.get(key) == (type_url, hashlib.sha256(data).digest()):
+            if self._items.get(key) == (type_url, data) or self._taken.get(key) == (
+                type_url,
+                hashlib.sha256(data).digest(),
+            ):
                 self.duplicates += 1
                 return False
-            raise InvalidMessage(
-                f"{sender_role} sent a second, different message with tag {tag!r}"
-            )
+            raise InvalidMessage(f"{sender_role} sent a second, different message with tag {tag!r}")
         self._items[key] = (type_url, data)
         waiter = self._waiters.pop(key, None)
         if waiter is not None and not waiter.done():
@@ -160,7 +161,7 @@ class Mailbox:
             if self._abort_event is None:
                 self._abort_event = asyncio.Event()
             await self._abort_event.wait()
-        assert self._aborted is not None    # abort() records the exception before it sets the event
+        assert self._aborted is not None  # abort() records the exception before it sets the event
         return self._aborted
 
     async def get(self, sender_role: str, tag: str, timeout: float) -> tuple[str, bytes]:
@@ -175,10 +176,8 @@ class Mailbox:
                 self._waiters[key] = waiter
             try:
                 await asyncio.wait_for(asyncio.shield(waiter), timeout)
-            except asyncio.TimeoutError:
-                raise DeadlineExceeded(
-                    f"no message {tag!r} from {sender_role} within {timeout:.1f} s"
-                ) from None
+            except TimeoutError:
+                raise DeadlineExceeded(f"no message {tag!r} from {sender_role} within {timeout:.1f} s") from None
         if self._aborted is not None and key not in self._items:
             raise self._aborted
         if key in self._taken:
@@ -221,8 +220,11 @@ def _fresh_class(type_url: str) -> type[Message] | None:
 
     def holds(d, seen: frozenset) -> bool:
         return d.full_name in FRESH_FIELDS or any(
-            f.message_type is not None and f.message_type.full_name not in seen
-            and holds(f.message_type, seen | {d.full_name}) for f in d.fields)
+            f.message_type is not None
+            and f.message_type.full_name not in seen
+            and holds(f.message_type, seen | {d.full_name})
+            for f in d.fields
+        )
 
     cls = message_factory.GetMessageClass(desc) if holds(desc, frozenset()) else None
     if len(_FRESH_CLASSES) < 256:
@@ -244,7 +246,7 @@ def _clear_fresh(msg: Message, counts: list[int]) -> None:
         if fd.message_type is None:
             continue
         subs: Iterable[Message]
-        if fd.message_type.GetOptions().map_entry:        # a map: its message values, in key order
+        if fd.message_type.GetOptions().map_entry:  # a map: its message values, in key order
             if fd.message_type.fields_by_name["value"].message_type is None:
                 continue
             subs = [value[k] for k in sorted(value)]
@@ -292,8 +294,14 @@ class Channel(abc.ABC):
     #: sends return before the acknowledgement (see :meth:`send`); the in-memory network delivers at once
     pipelined = False
 
-    def __init__(self, session_id: str, role: str, roles: Mapping[str, str],
-                 deadline: float | None = None, journal: Journal | None = None) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        role: str,
+        roles: Mapping[str, str],
+        deadline: float | None = None,
+        journal: Journal | None = None,
+    ) -> None:
         if role not in roles:
             raise ValueError(f"role {role!r} is not in the session's roles {sorted(roles)}")
         self.session_id = session_id
@@ -314,9 +322,9 @@ class Channel(abc.ABC):
         #: a resumed session: send again what an earlier incarnation had delivered (a peer whose journal
         #: was damaged gets back what it lost; the others acknowledge duplicates)
         self.resend_delivered = False
-        self._in_flight: dict[asyncio.Task, int] = {}     # deliveries under way -> their bytes
+        self._in_flight: dict[asyncio.Task, int] = {}  # deliveries under way -> their bytes
         self._delivery_failure: BaseException | None = None
-        self._closing_deliveries = False                   # set when the channel cancels what is under way
+        self._closing_deliveries = False  # set when the channel cancels what is under way
         if journal is not None:
             for sender_role, tag, type_url, data in journal.inbound():
                 self.mailbox.put(sender_role, tag, type_url, data)
@@ -415,10 +423,13 @@ class Channel(abc.ABC):
         if earlier[0] != type_url:
             raise ReplayDiverged(f"{what} was a {earlier[0]}, now a {type_url}", self.me)
         if earlier[1] != data and replay_view(type_url, earlier[1]) != replay_view(type_url, data):
-            raise ReplayDiverged(f"{what} differs from what was sent before (SHA-256 "
-                                 f"{hashlib.sha256(earlier[1]).hexdigest()[:16]}… then, "
-                                 f"{hashlib.sha256(data).hexdigest()[:16]}… now): this party's randomness root "
-                                 "or inputs changed since the session started", self.me)
+            raise ReplayDiverged(
+                f"{what} differs from what was sent before (SHA-256 "
+                f"{hashlib.sha256(earlier[1]).hexdigest()[:16]}… then, "
+                f"{hashlib.sha256(data).hexdigest()[:16]}… now): this party's randomness root "
+                "or inputs changed since the session started",
+                self.me,
+            )
 
     def _check_lost(self, to: str, tag: str, lost: tuple[str, str], type_url: str, data: bytes) -> None:
         """A message whose journal record was lost to damage: one without fresh randomness must come out
@@ -427,9 +438,11 @@ class Channel(abc.ABC):
         if holds_fresh(type_url) and lost[0] == type_url:
             return
         if (lost[0], lost[1]) != (type_url, hashlib.sha256(data).hexdigest()):
-            raise ReplayDiverged(f"replay of session {self.session_id} diverged at {self.me}: message {tag!r} to "
-                                 f"{to}, lost from the damaged journal, does not come out as it was recorded",
-                                 self.me)
+            raise ReplayDiverged(
+                f"replay of session {self.session_id} diverged at {self.me}: message {tag!r} to "
+                f"{to}, lost from the damaged journal, does not come out as it was recorded",
+                self.me,
+            )
 
     async def _deliver(self, to: str, tag: str, type_url: str, data: bytes, sync: bool) -> None:
         """Transmit one message and wait for its acknowledgement.  ``sync``: its journal record (written
@@ -439,7 +452,7 @@ class Channel(abc.ABC):
         the critical path"), the in-memory one syncs first."""
         syncing = None
         if sync:
-            assert self.journal is not None    # send() asks for a sync only of a record it journalled
+            assert self.journal is not None  # send() asks for a sync only of a record it journalled
             if self.pipelined:
                 syncing = self.journal.durable_future()
             else:
@@ -451,7 +464,7 @@ class Channel(abc.ABC):
                 # by the time the Ack is in, the group commit has nearly always covered the record: then
                 # no event-loop wake-up is asked of the syncer thread (one per sent message otherwise)
                 if syncing.done():
-                    syncing.result()           # its error, if the sync failed
+                    syncing.result()  # its error, if the sync failed
                 else:
                     await asyncio.wrap_future(syncing)
         if self.journal is not None:
@@ -462,8 +475,9 @@ class Channel(abc.ABC):
 
     async def _make_room(self, nbytes: int) -> None:
         """Wait while the window of unacknowledged messages is full; raise an earlier delivery's failure."""
-        while self._in_flight and (len(self._in_flight) >= MAX_IN_FLIGHT
-                                   or sum(self._in_flight.values()) + nbytes > MAX_IN_FLIGHT_BYTES):
+        while self._in_flight and (
+            len(self._in_flight) >= MAX_IN_FLIGHT or sum(self._in_flight.values()) + nbytes > MAX_IN_FLIGHT_BYTES
+        ):
             await asyncio.wait(list(self._in_flight), return_when=asyncio.FIRST_COMPLETED)
         if self._delivery_failure is not None:
             raise self._delivery_failure
@@ -477,12 +491,13 @@ class Channel(abc.ABC):
             # its receiver would wait for it until the deadline -- a loud, resumable failure instead
             exc: BaseException | None = Unavailable(
                 f"a message of session {self.session_id} from {self.role} was cancelled before its receiver "
-                "acknowledged it")
+                "acknowledged it"
+            )
         else:
             exc = task.exception()
         if exc is not None and self._delivery_failure is None:
             self._delivery_failure = exc
-            self.abort_local(exc)          # the role hears it at its next recv or send
+            self.abort_local(exc)  # the role hears it at its next recv or send
 
     async def flush(self) -> None:
         """Wait until every message sent so far is acknowledged; raise the first delivery's failure."""
@@ -556,8 +571,13 @@ class InMemoryNetwork:
     >>> ch = net.channel("trent")
     """
 
-    def __init__(self, roles: Mapping[str, str], session_id: str = "local",
-                 timeout: float | None = None, journals: Mapping[str, Journal] | None = None) -> None:
+    def __init__(
+        self,
+        roles: Mapping[str, str],
+        session_id: str = "local",
+        timeout: float | None = None,
+        journals: Mapping[str, Journal] | None = None,
+    ) -> None:
         self.roles = dict(roles)
         self.session_id = session_id
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -567,7 +587,7 @@ class InMemoryNetwork:
         #: for tests that inspect what a role saw.
         self.transcript: list[tuple[str, str, str, str, bytes]] = []
 
-    def channel(self, role: str) -> "InMemoryChannel":
+    def channel(self, role: str) -> InMemoryChannel:
         return self.channels[role]
 
     def abort(self, exc: BaseException) -> None:
@@ -578,7 +598,7 @@ class InMemoryNetwork:
         """(sender, tag, type name, bytes) of every message sent to ``role``."""
         return [(s, t, tn, d) for (s, r, t, tn, d) in self.transcript if r == role]
 
-    async def run(self, roles: Mapping[str, Callable[["InMemoryChannel"], Awaitable]]) -> dict:
+    async def run(self, roles: Mapping[str, Callable[[InMemoryChannel], Awaitable]]) -> dict:
         """Run one coroutine per role; if one fails, abort the others.
 
         ``roles`` maps role -> ``async fn(channel)``.  Returns role -> result.
@@ -597,8 +617,9 @@ class InMemoryNetwork:
 
 
 class InMemoryChannel(Channel):
-    def __init__(self, network: InMemoryNetwork, role: str, deadline: float | None,
-                 journal: Journal | None = None) -> None:
+    def __init__(
+        self, network: InMemoryNetwork, role: str, deadline: float | None, journal: Journal | None = None
+    ) -> None:
         super().__init__(network.session_id, role, network.roles, deadline, journal=journal)
         self.network = network
 

@@ -20,9 +20,10 @@ import json
 import math
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, Mapping, overload
+from typing import Any, Literal, overload
 
 from smcdp.errors import InvalidMessage
 from smcdp.net.limits import ConfigValueError, Limits, parse_limits
@@ -92,17 +93,17 @@ class NetConfig:
                 f"{self.source or 'the configuration'} (known peers: {sorted(self.peers)})"
             ) from None
 
-    def with_changes(self, **kw) -> "NetConfig":
+    def with_changes(self, **kw) -> NetConfig:
         return replace(self, **kw)
 
 
 def parse_address(value: Any, field_name: str) -> tuple[str, int]:
     """``"host:port"`` or ``"[v6]:port"`` -> (host, port); raises naming ``field_name``."""
     if not isinstance(value, str) or not value:
-        raise ConfigError(f"{field_name} must be a string \"host:port\", got {value!r}")
+        raise ConfigError(f'{field_name} must be a string "host:port", got {value!r}')
     m = re.match(r"^\[([0-9A-Fa-f:.]+)\]:(\d+)$", value) or re.match(r"^([^:\[\]\s]+):(\d+)$", value)
     if not m:
-        raise ConfigError(f"{field_name} = {value!r} is not \"host:port\" (IPv6: \"[addr]:port\")")
+        raise ConfigError(f'{field_name} = {value!r} is not "host:port" (IPv6: "[addr]:port")')
     host, port = m.group(1), int(m.group(2))
     if not 1 <= port <= 65535:
         raise ConfigError(f"{field_name} = {value!r}: port must be 1..65535")
@@ -125,8 +126,7 @@ def connect_address(listen: str) -> str:
 def check_keys(table: Mapping[str, Any], allowed: set[str], where: str) -> None:
     unknown = sorted(set(table) - allowed)
     if unknown:
-        raise ConfigError(f"unknown key(s) in {where}: {', '.join(unknown)} "
-                          f"(allowed: {', '.join(sorted(allowed))})")
+        raise ConfigError(f"unknown key(s) in {where}: {', '.join(unknown)} (allowed: {', '.join(sorted(allowed))})")
 
 
 def table(data: Mapping[str, Any], key: str, required: bool) -> Mapping[str, Any]:
@@ -141,15 +141,18 @@ def table(data: Mapping[str, Any], key: str, required: bool) -> Mapping[str, Any
 
 
 @overload
-def string(table: Mapping[str, Any], key: str, where: str, required: Literal[True] = True,
-           default: str | None = None) -> str: ...
+def string(
+    table: Mapping[str, Any], key: str, where: str, required: Literal[True] = True, default: str | None = None
+) -> str: ...
 @overload
 def string(table: Mapping[str, Any], key: str, where: str, required: bool, default: str) -> str: ...
 @overload
-def string(table: Mapping[str, Any], key: str, where: str, required: bool = True,
-           default: str | None = None) -> str | None: ...
-def string(table: Mapping[str, Any], key: str, where: str, required: bool = True,
-         default: str | None = None) -> str | None:
+def string(
+    table: Mapping[str, Any], key: str, where: str, required: bool = True, default: str | None = None
+) -> str | None: ...
+def string(
+    table: Mapping[str, Any], key: str, where: str, required: bool = True, default: str | None = None
+) -> str | None:
     if key not in table:
         if required:
             raise ConfigError(f"missing {where}.{key}")
@@ -278,9 +281,11 @@ def net_sections_to_dict(cfg: NetConfig, base: Path | None) -> dict[str, Any]:
     return {
         "tls": {k: relative_path(getattr(cfg.tls, k), base) for k in ("ca", "cert", "key")},
         "peers": dict(cfg.peers),
-        "timeouts": {"connect_seconds": cfg.timeouts.connect_seconds,
-                     "session_seconds": cfg.timeouts.session_seconds,
-                     "rpc_seconds": cfg.timeouts.rpc_seconds,
-                     "peer_grace_seconds": cfg.timeouts.peer_grace_seconds},
+        "timeouts": {
+            "connect_seconds": cfg.timeouts.connect_seconds,
+            "session_seconds": cfg.timeouts.session_seconds,
+            "rpc_seconds": cfg.timeouts.rpc_seconds,
+            "peer_grace_seconds": cfg.timeouts.peer_grace_seconds,
+        },
         "limits": cfg.limits.to_dict(),
     }

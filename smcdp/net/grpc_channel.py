@@ -35,8 +35,9 @@ import random
 import threading
 import time
 from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, cast
+from typing import Any, cast
 
 import grpc
 
@@ -94,6 +95,7 @@ class AlreadyExists(SmcdpError):
 
 class NotFound(SmcdpError):
     """The party knows no such session, proposal or object."""
+
     code = "NOT_FOUND"
 
 
@@ -172,8 +174,9 @@ def remote_failure(code: str, message: str, origin: str) -> errors.SessionAborte
         return errors.SessionAborted(message, code, origin)
     both = _REMOTE.get(cls)
     if both is None:
-        both = _REMOTE[cls] = type(cls.__name__, (errors.SessionAborted, cls),
-                                   {"__module__": cls.__module__, "__qualname__": cls.__qualname__})
+        both = _REMOTE[cls] = type(
+            cls.__name__, (errors.SessionAborted, cls), {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
+        )
     return both(message, code, origin)
 
 
@@ -233,7 +236,8 @@ class PeerConnector:
         self.config = config
         self.tls = tls
         self._creds = grpc.ssl_channel_credentials(
-            root_certificates=tls.ca_pem, private_key=tls.key_pem, certificate_chain=tls.cert_pem)
+            root_certificates=tls.ca_pem, private_key=tls.key_pem, certificate_chain=tls.cert_pem
+        )
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     def channel(self, party: str) -> grpc.aio.Channel:
@@ -241,8 +245,8 @@ class PeerConnector:
         if ch is None:
             address = self.config.address_of(party)
             ch = grpc.aio.secure_channel(
-                address, self._creds,
-                options=channel_options() + [("grpc.ssl_target_name_override", party)])
+                address, self._creds, options=channel_options() + [("grpc.ssl_target_name_override", party)]
+            )
             self._channels[party] = ch
         return ch
 
@@ -258,9 +262,16 @@ class PeerConnector:
             await ch.close(grace=None)
 
 
-async def call_with_retry(what: str, party: str, address: str, deadline: float,
-                          attempt: Callable[[float], Awaitable[Any]], rpc_timeout: float,
-                          policy: RetryPolicy = RetryPolicy(), abort: Mailbox | None = None):
+async def call_with_retry(
+    what: str,
+    party: str,
+    address: str,
+    deadline: float,
+    attempt: Callable[[float], Awaitable[Any]],
+    rpc_timeout: float,
+    policy: RetryPolicy = RetryPolicy(),
+    abort: Mailbox | None = None,
+):
     """Run ``attempt(timeout)`` until it succeeds, a final error, an abort, or ``deadline``.
 
     ``deadline`` is a ``time.monotonic()`` value.  UNAVAILABLE and
@@ -305,8 +316,9 @@ async def call_with_retry(what: str, party: str, address: str, deadline: float,
                 if not retryable(exc):
                     # a refusal, or a session that already ended there (whatever its code):
                     # retrying cannot help; the culprit is the origin it names, else the refuser
-                    raise with_origin(error_from_rpc(exc, f"{what} refused by party {party!r} ({address})"),
-                                      party) from None
+                    raise with_origin(
+                        error_from_rpc(exc, f"{what} refused by party {party!r} ({address})"), party
+                    ) from None
                 last = exc
             left = deadline - time.monotonic()
             if left <= 0:
@@ -315,11 +327,18 @@ async def call_with_retry(what: str, party: str, address: str, deadline: float,
     finally:
         if aborted is not None and not aborted.done():
             aborted.cancel()
-    detail = (f"; last error {last.code().name}: {printable(last.details(), 400)}" if last is not None
-              else "; no time left to try")
-    raise with_origin(Unavailable(
-        f"could not reach party {party!r} at {address} for {what} within the deadline "
-        f"({attempts} attempt(s) over {time.monotonic() - started:.1f} s){detail}"), party)
+    detail = (
+        f"; last error {last.code().name}: {printable(last.details(), 400)}"
+        if last is not None
+        else "; no time left to try"
+    )
+    raise with_origin(
+        Unavailable(
+            f"could not reach party {party!r} at {address} for {what} within the deadline "
+            f"({attempts} attempt(s) over {time.monotonic() - started:.1f} s){detail}"
+        ),
+        party,
+    )
 
 
 def with_origin(exc: SmcdpError, party: str | None) -> SmcdpError:
@@ -351,8 +370,8 @@ class _PeerStream:
     def __init__(self, stub: tgrpc.MailboxStub) -> None:
         self.call = stub.Stream()
         self.broken = False
-        self._write = asyncio.Lock()                      # one message's envelopes stay together
-        self._pending: deque[asyncio.Future] = deque()    # unacknowledged messages, in the order written
+        self._write = asyncio.Lock()  # one message's envelopes stay together
+        self._pending: deque[asyncio.Future] = deque()  # unacknowledged messages, in the order written
         self._reader = asyncio.ensure_future(self._read_acks())
 
     @property
@@ -369,10 +388,9 @@ class _PeerStream:
                 for env in envelopes:
                     await asyncio.wait_for(self.call.write(env), timeout)
             return await asyncio.wait_for(asyncio.shield(fut), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self.close(_rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, f"no acknowledgement within {timeout:.1f} s"))
-            raise _rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, f"no acknowledgement within {timeout:.1f} s") \
-                from None
+            raise _rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, f"no acknowledgement within {timeout:.1f} s") from None
         except asyncio.InvalidStateError:
             # the call had already ended (the peer refused an earlier message or went away): its status
             self.close()
@@ -383,8 +401,9 @@ class _PeerStream:
                 # the stream was closed under this message (another one on it failed): gRPC raises
                 # CancelledError in a write on a locally cancelled call, but nobody cancelled this
                 # delivery -- a delivery that ends "cancelled" is no failure, and the message was lost
-                raise _rpc_error(grpc.StatusCode.UNAVAILABLE, "the message stream was closed under this "
-                                 "message") from None
+                raise _rpc_error(
+                    grpc.StatusCode.UNAVAILABLE, "the message stream was closed under this message"
+                ) from None
             self.close()
             raise
         except BaseException:
@@ -417,7 +436,8 @@ class _PeerStream:
         return _rpc_error(
             grpc.StatusCode.UNAVAILABLE if code in (grpc.StatusCode.OK, grpc.StatusCode.CANCELLED) else code,
             await self.call.details() or "the message stream had ended",
-            await self.call.trailing_metadata() or grpc.aio.Metadata())
+            await self.call.trailing_metadata() or grpc.aio.Metadata(),
+        )
 
     def _fail_pending(self, error: BaseException) -> None:
         """The first unacknowledged message gets ``error``; those behind it were not refused: retryable."""
@@ -426,9 +446,14 @@ class _PeerStream:
         while self._pending:
             fut = self._pending.popleft()
             if not fut.done():
-                fut.set_exception(error if first else _rpc_error(
-                    grpc.StatusCode.UNAVAILABLE, "the message stream ended before this message was acknowledged"))
-                fut.exception()          # retrieved by its sender, or moot
+                fut.set_exception(
+                    error
+                    if first
+                    else _rpc_error(
+                        grpc.StatusCode.UNAVAILABLE, "the message stream ended before this message was acknowledged"
+                    )
+                )
+                fut.exception()  # retrieved by its sender, or moot
             first = False
 
     def close(self, error: BaseException | None = None) -> None:
@@ -451,10 +476,19 @@ class GrpcChannel(Channel):
     budget: InboundBudget | None = None
     pipelined = True
 
-    def __init__(self, session_id: str, role: str, roles: Mapping[str, str],
-                 deadline: float | None, connector: PeerConnector, *,
-                 chunk_size: int = CHUNK_SIZE, rpc_timeout: float | None = None,
-                 retry: RetryPolicy = RetryPolicy(), journal: Journal | None = None) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        role: str,
+        roles: Mapping[str, str],
+        deadline: float | None,
+        connector: PeerConnector,
+        *,
+        chunk_size: int = CHUNK_SIZE,
+        rpc_timeout: float | None = None,
+        retry: RetryPolicy = RetryPolicy(),
+        journal: Journal | None = None,
+    ) -> None:
         super().__init__(session_id, role, roles, deadline, journal=journal)
         if not 1 <= chunk_size <= 4 * CHUNK_SIZE:
             raise ValueError(f"chunk_size must be 1..{4 * CHUNK_SIZE} bytes")
@@ -465,7 +499,7 @@ class GrpcChannel(Channel):
         self.last_heard: dict[str, float] = {}
         self.retry = retry
         self._lock = threading.Lock()
-        self._seen: dict[tuple[str, str], tuple[str, bytes]] = {}   # (role, tag) -> (type, sha256)
+        self._seen: dict[tuple[str, str], tuple[str, bytes]] = {}  # (role, tag) -> (type, sha256)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         self._failure: tuple[str, str, str] | None = None
@@ -489,10 +523,18 @@ class GrpcChannel(Channel):
     # ---------------------------------------------------------------- outbound
     def _envelopes(self, tag: str, type_url: str, data: bytes) -> list[tpb.Envelope]:
         n = max(1, -(-len(data) // self.chunk_size))
-        return [tpb.Envelope(session_id=self.session_id, tag=tag, type_name=type_url,
-                             chunk_index=i, chunk_count=n, total_size=len(data),
-                             data=data[i * self.chunk_size:(i + 1) * self.chunk_size])
-                for i in range(n)]
+        return [
+            tpb.Envelope(
+                session_id=self.session_id,
+                tag=tag,
+                type_name=type_url,
+                chunk_index=i,
+                chunk_count=n,
+                total_size=len(data),
+                data=data[i * self.chunk_size : (i + 1) * self.chunk_size],
+            )
+            for i in range(n)
+        ]
 
     async def _transmit(self, to_role: str, tag: str, type_url: str, data: bytes) -> None:
         party = self.roles[to_role]
@@ -514,22 +556,34 @@ class GrpcChannel(Channel):
             return await st.send(envelopes, timeout)
 
         deadline = self.deadline if self.deadline is not None else time.monotonic() + self.rpc_timeout
-        await call_with_retry(f"message {tag!r} to role {to_role} in session {self.session_id}",
-                              party, address, deadline, attempt, self.rpc_timeout, self.retry, abort=self.mailbox)
+        await call_with_retry(
+            f"message {tag!r} to role {to_role} in session {self.session_id}",
+            party,
+            address,
+            deadline,
+            attempt,
+            self.rpc_timeout,
+            self.retry,
+            abort=self.mailbox,
+        )
 
-    async def send_abort(self, code: str, message: str, timeout: float = 5.0,
-                         culprit: str | None = None) -> dict[str, str]:
+    async def send_abort(
+        self, code: str, message: str, timeout: float = 5.0, culprit: str | None = None
+    ) -> dict[str, str]:
         """Tell every other participant that this session failed (best effort, one try each).
 
         ``culprit``: the party whose failure ended the session (default: this party).
         Returns party -> outcome ("ok" or the error), for the log.
         """
+
         async def one(party: str) -> tuple[str, str]:
             try:
                 await self.connector.mailbox(party).Abort(
-                    tpb.AbortRequest(session_id=self.session_id, code=code, message=message[:4000],
-                                     culprit=culprit or ""),
-                    timeout=timeout)
+                    tpb.AbortRequest(
+                        session_id=self.session_id, code=code, message=message[:4000], culprit=culprit or ""
+                    ),
+                    timeout=timeout,
+                )
                 return party, "ok"
             except grpc.RpcError as exc:
                 return party, f"{exc.code().name}: {printable(exc.details(), 400)}"
@@ -543,14 +597,17 @@ class GrpcChannel(Channel):
         """Open the connections to the other participants now (TCP and TLS handshakes: two or three round
         trips each), while the session waits to begin, rather than at its first message."""
         others = [p for r, p in self.roles.items() if r != self.role]
-        await asyncio.gather(*(asyncio.wait_for(self.connector.channel(p).channel_ready(), timeout)
-                               for p in others), return_exceptions=True)
+        await asyncio.gather(
+            *(asyncio.wait_for(self.connector.channel(p).channel_ready(), timeout) for p in others),
+            return_exceptions=True,
+        )
 
     async def heartbeat(self, party: str, incarnation: str, timeout: float) -> tpb.HeartbeatReply:
         """Probe ``party``'s view of this session (one attempt; raises grpc.RpcError on failure)."""
         return await self.connector.mailbox(party).Heartbeat(
             tpb.HeartbeatRequest(session_id=self.session_id, incarnation=incarnation, round=max(0, self.round)),
-            timeout=timeout)
+            timeout=timeout,
+        )
 
     async def close(self) -> None:
         await self._cancel_deliveries()
@@ -559,7 +616,7 @@ class GrpcChannel(Channel):
             if not st.broken and st.idle:
                 try:
                     await asyncio.wait_for(st.call.done_writing(), 1.0)
-                except (grpc.RpcError, asyncio.TimeoutError):
+                except (TimeoutError, grpc.RpcError):
                     pass
             st.close()
         await self.connector.close()
@@ -580,7 +637,7 @@ class GrpcChannel(Channel):
         received is still acknowledged).  The sender may be told "delivered" only after
         :meth:`durable_future`.
         """
-        self.last_heard[sender_role] = time.monotonic()   # any message is a sign of life (liveness)
+        self.last_heard[sender_role] = time.monotonic()  # any message is a sign of life (liveness)
         digest = hashlib.sha256(data).digest()
         key = (sender_role, tag)
         failed: SmcdpError | None = None
@@ -591,18 +648,22 @@ class GrpcChannel(Channel):
                     self.inbound_duplicates += 1
                     return False
                 # the sender's state is what failed (a replay that diverged): it is the origin
-                raise with_origin(errors.InvalidMessage(
-                    f"{sender_role} ({self.roles[sender_role]}) sent a second, different message with tag "
-                    f"{tag!r} in session {self.session_id}"), self.roles[sender_role])
+                raise with_origin(
+                    errors.InvalidMessage(
+                        f"{sender_role} ({self.roles[sender_role]}) sent a second, different message with tag "
+                        f"{tag!r} in session {self.session_id}"
+                    ),
+                    self.roles[sender_role],
+                )
             self._check_open()
             try:
                 if self.journal is not None:
                     # written before the role can see it (a killed process loses nothing the kernel holds)
                     self.journal.record_inbound(sender_role, tag, type_url, data, durable=False)
-            except SmcdpError as exc:      # this party's disk: its session fails, the sender is told why
+            except SmcdpError as exc:  # this party's disk: its session fails, the sender is told why
                 failed = exc
             else:
-                assert self._loop is not None    # _check_open() above raised otherwise (bound once, never unset)
+                assert self._loop is not None  # _check_open() above raised otherwise (bound once, never unset)
                 try:
                     self._loop.call_soon_threadsafe(self._put, sender_role, tag, type_url, data)
                 except RuntimeError:  # the loop closed under us
@@ -622,8 +683,9 @@ class GrpcChannel(Channel):
         if self._closed or self._loop is None or self._loop.is_closed():
             if self._failure is not None:
                 code, message, origin = self._failure
-                raise errors.SessionAborted(f"session {self.session_id} already ended at {self.me}: {message}",
-                                            code, origin)
+                raise errors.SessionAborted(
+                    f"session {self.session_id} already ended at {self.me}: {message}", code, origin
+                )
             raise PreconditionFailed(f"session {self.session_id} has already ended here")
 
     def durable_future(self) -> concurrent.futures.Future:
@@ -636,7 +698,7 @@ class GrpcChannel(Channel):
         return fut
 
     def _sync_failed(self, fut: concurrent.futures.Future) -> None:
-        if fut.cancelled():          # its waiter gave up (a Stream call ended): not a failed sync
+        if fut.cancelled():  # its waiter gave up (a Stream call ended): not a failed sync
             return
         exc = fut.exception()
         if exc is not None:

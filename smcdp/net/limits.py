@@ -30,8 +30,9 @@ from __future__ import annotations
 import json
 import math
 import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from smcdp.errors import InvalidMessage, ResourceExhausted
 
@@ -129,15 +130,19 @@ class Limits:
         room for as many calls again that the accounting is refusing at that moment."""
         return 2 * self.max_concurrent_rpcs + self.operator_calls
 
-    def envelope(self, derived: "TrafficEnvelope | None") -> "TrafficEnvelope":
+    def envelope(self, derived: TrafficEnvelope | None) -> TrafficEnvelope:
         """A protocol's envelope, capped by the configured ceilings (the ceilings alone if none)."""
-        ceiling = TrafficEnvelope(self.max_message_bytes, self.max_session_bytes, self.max_tags_per_session,
-                                  source="the party's [limits]")
+        ceiling = TrafficEnvelope(
+            self.max_message_bytes, self.max_session_bytes, self.max_tags_per_session, source="the party's [limits]"
+        )
         if derived is None:
             return ceiling
-        return TrafficEnvelope(min(derived.message_bytes, ceiling.message_bytes),
-                               min(derived.session_bytes, ceiling.session_bytes),
-                               min(derived.tags, ceiling.tags), source=derived.source)
+        return TrafficEnvelope(
+            min(derived.message_bytes, ceiling.message_bytes),
+            min(derived.session_bytes, ceiling.session_bytes),
+            min(derived.tags, ceiling.tags),
+            source=derived.source,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -180,8 +185,9 @@ def parse_limits(table: Mapping[str, Any], legacy_max_message_mib: int | None = 
     allowed = set(_INT_RANGES) | set(_SECONDS_RANGES)
     unknown = sorted(set(table) - allowed)
     if unknown:
-        raise ConfigValueError(f"unknown key(s) in [limits]: {', '.join(unknown)} "
-                               f"(allowed: {', '.join(sorted(allowed))})")
+        raise ConfigValueError(
+            f"unknown key(s) in [limits]: {', '.join(unknown)} (allowed: {', '.join(sorted(allowed))})"
+        )
     values: dict[str, Any] = {}
     for key, (lo, hi) in _INT_RANGES.items():
         if key in table:
@@ -189,48 +195,61 @@ def parse_limits(table: Mapping[str, Any], legacy_max_message_mib: int | None = 
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
                 raise ConfigValueError(f"limits.{key} must be an integer in [{lo}, {hi}], got {v!r}")
             values[key] = v
-    for key, (low, high) in _SECONDS_RANGES.items():     # float bounds (lo, hi above are ints)
+    for key, (low, high) in _SECONDS_RANGES.items():  # float bounds (lo, hi above are ints)
         if key in table:
             v = table[key]
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not low <= v <= high:
-                raise ConfigValueError(f"limits.{key} must be a number of seconds in [{low:g}, {high:g}], "
-                                       f"got {v!r}")
+                raise ConfigValueError(f"limits.{key} must be a number of seconds in [{low:g}, {high:g}], got {v!r}")
             values[key] = float(v)
     if legacy_max_message_mib is not None:
         if "max_message_mib" in values:
-            raise ConfigValueError("party.max_message_mib and limits.max_message_mib are both set; keep "
-                                   "limits.max_message_mib only")
+            raise ConfigValueError(
+                "party.max_message_mib and limits.max_message_mib are both set; keep limits.max_message_mib only"
+            )
         values["max_message_mib"] = legacy_max_message_mib
     limits = Limits(**values)
     if limits.pending_per_peer > limits.pending_total:
-        raise ConfigValueError(f"limits.pending_per_peer ({limits.pending_per_peer}) cannot exceed "
-                               f"limits.pending_total ({limits.pending_total})")
+        raise ConfigValueError(
+            f"limits.pending_per_peer ({limits.pending_per_peer}) cannot exceed "
+            f"limits.pending_total ({limits.pending_total})"
+        )
     if limits.pending_total > limits.sessions_total or limits.running_per_peer > limits.sessions_total:
-        raise ConfigValueError("limits.pending_total and limits.running_per_peer cannot exceed "
-                               "limits.sessions_total")
-    if not limits.calls_per_session <= limits.calls_per_peer <= limits.max_concurrent_rpcs \
-            or limits.idle_calls_per_peer > limits.calls_per_peer:
+        raise ConfigValueError("limits.pending_total and limits.running_per_peer cannot exceed limits.sessions_total")
+    if (
+        not limits.calls_per_session <= limits.calls_per_peer <= limits.max_concurrent_rpcs
+        or limits.idle_calls_per_peer > limits.calls_per_peer
+    ):
         raise ConfigValueError(
             f"limits: a peer's calls are bounded in all by max_concurrent_rpcs ({limits.max_concurrent_rpcs}), "
             f"per peer by calls_per_peer ({limits.calls_per_peer}), of which per session calls_per_session "
             f"({limits.calls_per_session}) and before naming a session idle_calls_per_peer "
-            f"({limits.idle_calls_per_peer}): each must be at most the one before it")
-    if not limits.watch_calls_per_peer <= limits.watch_calls_total <= limits.max_concurrent_rpcs // 2 \
-            or limits.watch_calls_per_peer > limits.calls_per_peer:
+            f"({limits.idle_calls_per_peer}): each must be at most the one before it"
+        )
+    if (
+        not limits.watch_calls_per_peer <= limits.watch_calls_total <= limits.max_concurrent_rpcs // 2
+        or limits.watch_calls_per_peer > limits.calls_per_peer
+    ):
         raise ConfigValueError(
             f"limits: Health.Watch streams are bounded per peer by watch_calls_per_peer "
             f"({limits.watch_calls_per_peer}, at most calls_per_peer = {limits.calls_per_peer}) and in all by "
             f"watch_calls_total ({limits.watch_calls_total}), which may take at most half of max_concurrent_rpcs "
-            f"({limits.max_concurrent_rpcs})")
+            f"({limits.max_concurrent_rpcs})"
+        )
     if limits.inbound_mib_per_peer > limits.inbound_mib_total:
-        raise ConfigValueError(f"limits.inbound_mib_per_peer ({limits.inbound_mib_per_peer}) cannot exceed "
-                               f"limits.inbound_mib_total ({limits.inbound_mib_total})")
+        raise ConfigValueError(
+            f"limits.inbound_mib_per_peer ({limits.inbound_mib_per_peer}) cannot exceed "
+            f"limits.inbound_mib_total ({limits.inbound_mib_total})"
+        )
     if limits.pending_approvals_per_peer > limits.pending_approvals_total:
-        raise ConfigValueError(f"limits.pending_approvals_per_peer ({limits.pending_approvals_per_peer}) cannot "
-                               f"exceed limits.pending_approvals_total ({limits.pending_approvals_total})")
+        raise ConfigValueError(
+            f"limits.pending_approvals_per_peer ({limits.pending_approvals_per_peer}) cannot "
+            f"exceed limits.pending_approvals_total ({limits.pending_approvals_total})"
+        )
     if limits.max_message_mib > limits.max_session_mib:
-        raise ConfigValueError(f"limits.max_message_mib ({limits.max_message_mib}) cannot exceed "
-                               f"limits.max_session_mib ({limits.max_session_mib})")
+        raise ConfigValueError(
+            f"limits.max_message_mib ({limits.max_message_mib}) cannot exceed "
+            f"limits.max_session_mib ({limits.max_session_mib})"
+        )
     return limits
 
 
@@ -250,8 +269,9 @@ class TrafficEnvelope:
             raise ValueError(f"inconsistent traffic envelope {self}")
 
     @classmethod
-    def from_messages(cls, messages: Sequence[tuple[int, ...]], source: str,
-                      slack: float = 1.25, floor: int = 4096) -> "TrafficEnvelope":
+    def from_messages(
+        cls, messages: Sequence[tuple[int, ...]], source: str, slack: float = 1.25, floor: int = 4096
+    ) -> TrafficEnvelope:
         """From ``(count, largest size in bytes)`` per kind of message a role receives, or
         ``(count, largest, total bytes)`` where the messages of a kind differ in size.
 
@@ -264,10 +284,14 @@ class TrafficEnvelope:
         msg = max(floor, math.ceil(largest * slack))
         return cls(msg, max(msg, math.ceil(total * slack) + floor), max(1, tags), source)
 
-    def widest(self, other: "TrafficEnvelope") -> "TrafficEnvelope":
+    def widest(self, other: TrafficEnvelope) -> TrafficEnvelope:
         """The envelope that admits what either admits (e.g. over the choices a peer makes)."""
-        return TrafficEnvelope(max(self.message_bytes, other.message_bytes),
-                               max(self.session_bytes, other.session_bytes), max(self.tags, other.tags), self.source)
+        return TrafficEnvelope(
+            max(self.message_bytes, other.message_bytes),
+            max(self.session_bytes, other.session_bytes),
+            max(self.tags, other.tags),
+            self.source,
+        )
 
 
 def ciphertext_vector_bytes(count: int, modulus_bits: int) -> int:
@@ -303,11 +327,13 @@ class InboundLedger:
             if mine + nbytes > self.per_peer:
                 raise ResourceExhausted(
                     f"the sessions at party {self.me!r} hold {mine} bytes from party {peer!r}; {nbytes} more would "
-                    f"pass limits.inbound_mib_per_peer = {self.per_peer // MIB}")
+                    f"pass limits.inbound_mib_per_peer = {self.per_peer // MIB}"
+                )
             if self._sum + nbytes > self.total:
                 raise ResourceExhausted(
                     f"the sessions at party {self.me!r} hold {self._sum} bytes from their peers; {nbytes} more would "
-                    f"pass limits.inbound_mib_total = {self.total // MIB}")
+                    f"pass limits.inbound_mib_total = {self.total // MIB}"
+                )
             self._held[peer] = mine + nbytes
             self._sum += nbytes
 
@@ -334,8 +360,13 @@ class InboundBudget:
     is not charged again (it is a duplicate, or a rewrite the mailbox refuses).
     """
 
-    def __init__(self, envelope: TrafficEnvelope, session_id: str, ledger: InboundLedger | None = None,
-                 parties: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        envelope: TrafficEnvelope,
+        session_id: str,
+        ledger: InboundLedger | None = None,
+        parties: Mapping[str, str] | None = None,
+    ) -> None:
         self.envelope = envelope
         self.session_id = session_id
         #: the party-wide ledger charged alongside, by sender party (``parties``: role -> party)
@@ -344,8 +375,8 @@ class InboundBudget:
         self._lock = threading.Lock()
         self._bytes = 0
         self._received: set[tuple[str, str]] = set()
-        self._inflight: dict[tuple[str, str], int] = {}   # key -> number of streams carrying it
-        self._by_sender: dict[str, int] = {}               # sender role -> bytes charged to the ledger
+        self._inflight: dict[tuple[str, str], int] = {}  # key -> number of streams carrying it
+        self._by_sender: dict[str, int] = {}  # sender role -> bytes charged to the ledger
         self._closed = False
         self.refused = 0
 
@@ -364,20 +395,23 @@ class InboundBudget:
                 raise ResourceExhausted(
                     f"message {tag!r} from {sender_role} declares {total_size} bytes; session "
                     f"{self.session_id} accepts at most {env.message_bytes} bytes per message "
-                    f"(limit derived from {env.source})")
+                    f"(limit derived from {env.source})"
+                )
             if key in self._received:
                 return None
             if key not in self._inflight and len(self._received) + len(self._inflight) >= env.tags:
                 self.refused += 1
                 raise ResourceExhausted(
                     f"session {self.session_id} has reached its limit of {env.tags} distinct messages "
-                    f"(derived from {env.source}); message {tag!r} from {sender_role} refused")
+                    f"(derived from {env.source}); message {tag!r} from {sender_role} refused"
+                )
             if self._bytes + total_size > env.session_bytes:
                 self.refused += 1
                 raise ResourceExhausted(
                     f"message {tag!r} from {sender_role} ({total_size} bytes) would take session "
                     f"{self.session_id} past its budget of {env.session_bytes} received bytes "
-                    f"(derived from {env.source})")
+                    f"(derived from {env.source})"
+                )
             if self.ledger is not None and not self._closed:
                 try:
                     self.ledger.charge(self.parties.get(sender_role, sender_role), total_size)
@@ -393,7 +427,7 @@ class InboundBudget:
         """End of one stream: ``stored`` if its message entered the mailbox as new."""
         key = (sender_role, tag)
         with self._lock:
-            if charged is not None:   # this stream reserved the key (charged may be 0 bytes)
+            if charged is not None:  # this stream reserved the key (charged may be 0 bytes)
                 left = self._inflight.get(key, 0) - 1
                 if left > 0:
                     self._inflight[key] = left
@@ -466,16 +500,19 @@ class CallQuotas:
                 if mine >= lim.operator_calls:
                     raise ResourceExhausted(
                         f"party {self.me!r}'s operator already has {mine} calls in progress "
-                        f"(limits.operator_calls = {lim.operator_calls})")
+                        f"(limits.operator_calls = {lim.operator_calls})"
+                    )
             else:
                 if mine >= lim.calls_per_peer:
                     raise ResourceExhausted(
                         f"party {peer!r} already has {mine} calls in progress at party {self.me!r} "
-                        f"(limits.calls_per_peer = {lim.calls_per_peer})")
+                        f"(limits.calls_per_peer = {lim.calls_per_peer})"
+                    )
                 if self._peer_total >= lim.max_concurrent_rpcs:
                     raise ResourceExhausted(
                         f"party {self.me!r} is serving {self._peer_total} calls from its peers "
-                        f"(limits.max_concurrent_rpcs); try again shortly")
+                        f"(limits.max_concurrent_rpcs); try again shortly"
+                    )
                 self._peer_total += 1
             self._calls[peer] = mine + 1
 
@@ -490,11 +527,13 @@ class CallQuotas:
             if mine >= lim.watch_calls_per_peer:
                 raise ResourceExhausted(
                     f"party {peer!r} already watches the health of party {self.me!r} with {mine} streams "
-                    f"(limits.watch_calls_per_peer = {lim.watch_calls_per_peer})")
+                    f"(limits.watch_calls_per_peer = {lim.watch_calls_per_peer})"
+                )
             if self._watch_total >= lim.watch_calls_total:
                 raise ResourceExhausted(
                     f"party {self.me!r} already serves {self._watch_total} health Watch streams "
-                    f"(limits.watch_calls_total = {lim.watch_calls_total}); use Check")
+                    f"(limits.watch_calls_total = {lim.watch_calls_total}); use Check"
+                )
             self._watches[peer] = mine + 1
             self._watch_total += 1
 
@@ -526,7 +565,8 @@ class CallQuotas:
             if n >= self.limits.idle_calls_per_peer:
                 raise ResourceExhausted(
                     f"party {peer!r} already has {n} message calls at party {self.me!r} that name no session "
-                    f"yet (limits.idle_calls_per_peer = {self.limits.idle_calls_per_peer})")
+                    f"yet (limits.idle_calls_per_peer = {self.limits.idle_calls_per_peer})"
+                )
             self._idle[peer] = n + 1
 
     def bind(self, peer: str, session_id: str) -> None:
@@ -537,7 +577,8 @@ class CallQuotas:
             if n >= self.limits.calls_per_session:
                 raise ResourceExhausted(
                     f"party {peer!r} already has {n} message calls for session {session_id} at party "
-                    f"{self.me!r} (limits.calls_per_session = {self.limits.calls_per_session})")
+                    f"{self.me!r} (limits.calls_per_session = {self.limits.calls_per_session})"
+                )
             self._bound[key] = n + 1
             self._drop(self._idle, peer)
 
@@ -582,8 +623,9 @@ def json_depth_exceeds(text: str, max_depth: int) -> bool:
     return False
 
 
-def bounded_json_object(text: str, what: str = "params_json", max_bytes: int = MAX_PARAMS_JSON_BYTES,
-                        max_depth: int = MAX_JSON_DEPTH) -> dict:
+def bounded_json_object(
+    text: str, what: str = "params_json", max_bytes: int = MAX_PARAMS_JSON_BYTES, max_depth: int = MAX_JSON_DEPTH
+) -> dict:
     """Parse a JSON object whose size and nesting are checked before the parser sees it."""
     if not text:
         return {}

@@ -45,8 +45,9 @@ import json
 import logging
 import re
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -95,7 +96,8 @@ def validate_session_id(session_id: Any) -> str:
     if not isinstance(session_id, str) or not SESSION_ID_RE.match(session_id):
         raise InvalidMessage(
             f"session id {printable(str(session_id), 200)!r} is not valid: 1-192 characters from letters, "
-            "digits, '.', '_' and '-', starting with a letter or digit")
+            "digits, '.', '_' and '-', starting with a letter or digit"
+        )
     return session_id
 
 
@@ -122,14 +124,16 @@ def initiator_of(session_id: str) -> str | None:
 def check_namespace(proposer: str, session_id: str) -> None:
     """A proposal's id must be in its proposer's namespace (:func:`namespaced`)."""
     if initiator_of(session_id) != proposer:
-        raise InvalidMessage(f"session id {session_id!r} is not in the namespace of its proposer {proposer!r}: "
-                             f"the sessions {proposer!r} proposes are named '{proposer}.<name>'")
+        raise InvalidMessage(
+            f"session id {session_id!r} is not in the namespace of its proposer {proposer!r}: "
+            f"the sessions {proposer!r} proposes are named '{proposer}.<name>'"
+        )
 
 
 def new_session_id(protocol: str) -> str:
     """A fresh, valid session id: the protocol's name, the UTC time and 32 random bits."""
     stem = re.sub(r"[^A-Za-z0-9._-]", "-", protocol)[:60].strip("-.") or "session"
-    return f"{stem}-{_dt.datetime.now(_dt.timezone.utc):%Y%m%dT%H%M%S}-{secrets.token_hex(4)}"
+    return f"{stem}-{_dt.datetime.now(_dt.UTC):%Y%m%dT%H%M%S}-{secrets.token_hex(4)}"
 
 
 def peer_identity(context: grpc.aio.ServicerContext) -> str:
@@ -202,8 +206,7 @@ def parse_roles(roles: Mapping[str, str]) -> dict[str, str]:
     parties = list(out.values())
     dup = sorted({p for p in parties if parties.count(p) > 1})
     if dup:
-        raise InvalidMessage(f"a party holds at most one role per session; {', '.join(dup)} "
-                             "would hold several")
+        raise InvalidMessage(f"a party holds at most one role per session; {', '.join(dup)} would hold several")
     return out
 
 
@@ -222,8 +225,10 @@ def parse_timeout(value: float, default: float | None = None) -> float:
 
 def parse_abort_code(code: str) -> str:
     if code not in ABORT_CODES:
-        raise InvalidMessage(f"abort code {printable(code, 40)!r} is not a failure status; use one of "
-                             f"the gRPC status names other than OK (e.g. ABORTED, INVALID_ARGUMENT)")
+        raise InvalidMessage(
+            f"abort code {printable(code, 40)!r} is not a failure status; use one of "
+            f"the gRPC status names other than OK (e.g. ABORTED, INVALID_ARGUMENT)"
+        )
     return code
 
 
@@ -249,6 +254,7 @@ def _tolerant_deserializer(cls):
         except (DecodeError, RecursionError, ValueError) as exc:
             return Undecodable(cls.DESCRIPTOR.full_name, printable(str(exc) or type(exc).__name__, 200))
         return msg
+
     return deserialize
 
 
@@ -294,8 +300,7 @@ class PeerHost(abc.ABC):
     async def begin(self, peer: str, session_id: str) -> None: ...
 
     @abc.abstractmethod
-    async def abort(self, peer: str, session_id: str, code: str, message: str,
-                    culprit: str | None = None) -> None: ...
+    async def abort(self, peer: str, session_id: str, code: str, message: str, culprit: str | None = None) -> None: ...
 
     @abc.abstractmethod
     async def heartbeat(self, peer: str, session_id: str, incarnation: str, round: int) -> dict:
@@ -310,8 +315,9 @@ class PeerHost(abc.ABC):
         """The initiator ``peer`` says ``session_id`` waits for ``party``'s operator."""
         raise _unimplemented("Waiting")
 
-    async def witness(self, peer: str, statement: bytes, signature: bytes, certificate: bytes
-                      ) -> tuple[bytes, bytes, bytes] | None:
+    async def witness(
+        self, peer: str, statement: bytes, signature: bytes, certificate: bytes
+    ) -> tuple[bytes, bytes, bytes] | None:
         """Keep ``peer``'s signed audit head; return this party's own."""
         raise _unimplemented("Witness")
 
@@ -345,9 +351,15 @@ class OperatorHost(abc.ABC):
     async def resume_session(self, session_id: str) -> dict: ...
 
     @abc.abstractmethod
-    async def start_session(self, protocol: str, roles: Mapping[str, str], params: Mapping[str, Any],
-                            session_id: str | None, timeout: float | None,
-                            seed: int | None) -> dict: ...
+    async def start_session(
+        self,
+        protocol: str,
+        roles: Mapping[str, str],
+        params: Mapping[str, Any],
+        session_id: str | None,
+        timeout: float | None,
+        seed: int | None,
+    ) -> dict: ...
 
     @abc.abstractmethod
     async def get_result(self, session_id: str) -> dict: ...
@@ -399,14 +411,14 @@ class _MessageCall:
 
     _END = object()
 
-    def __init__(self, servicer: "MailboxServicer", peer: str, request_iterator) -> None:
+    def __init__(self, servicer: MailboxServicer, peer: str, request_iterator) -> None:
         self.servicer = servicer
         self.peer = peer
         self.it = request_iterator.__aiter__()
         servicer.quotas.enter_idle(peer)
         self.session_id: str | None = None
         self.closed = False
-        self.ended: BaseException | None = None      # why the bound session takes no more messages
+        self.ended: BaseException | None = None  # why the bound session takes no more messages
         self._waiting = False
         self._reader: asyncio.Task | None = None
         self._watchdog: asyncio.Task | None = None
@@ -422,9 +434,10 @@ class _MessageCall:
         if self.session_id is None:
             try:
                 item = await asyncio.wait_for(self._read(), self.servicer.idle_seconds)
-            except asyncio.TimeoutError:
-                raise PreconditionFailed(f"the call named no session within {self.servicer.idle_seconds:g} s "
-                                         "(limits.call_idle_seconds)") from None
+            except TimeoutError:
+                raise PreconditionFailed(
+                    f"the call named no session within {self.servicer.idle_seconds:g} s (limits.call_idle_seconds)"
+                ) from None
         else:
             if self.ended is not None:
                 raise self.ended
@@ -441,11 +454,11 @@ class _MessageCall:
 
     async def _watch(self) -> None:
         session_id = self.session_id
-        assert session_id is not None    # bind() names the session before it starts this watchdog
+        assert session_id is not None  # bind() names the session before it starts this watchdog
         while self.ended is None:
             await asyncio.sleep(LIVENESS_POLL_SECONDS)
             try:
-                self.servicer.host.inbound_open(self.peer, session_id)   # raises once it ended
+                self.servicer.host.inbound_open(self.peer, session_id)  # raises once it ended
             except Exception as exc:  # noqa: BLE001 - the session's status, told to the sender
                 self.ended = exc
                 if self._waiting and self._reader is not None:
@@ -458,8 +471,10 @@ class _MessageCall:
             self._reader = asyncio.current_task()
             self._watchdog = asyncio.ensure_future(self._watch())
         elif session_id != self.session_id:
-            raise InvalidMessage(f"a message call carries the messages of one session ({self.session_id}); "
-                                 f"open another call for session {session_id}")
+            raise InvalidMessage(
+                f"a message call carries the messages of one session ({self.session_id}); "
+                f"open another call for session {session_id}"
+            )
 
     def close(self) -> None:
         if not self.closed:
@@ -470,8 +485,13 @@ class _MessageCall:
 
 
 class MailboxServicer(tgrpc.MailboxServicer):
-    def __init__(self, host: PeerHost, max_message_bytes: int, quotas: CallQuotas | None = None,
-                 idle_seconds: float | None = None) -> None:
+    def __init__(
+        self,
+        host: PeerHost,
+        max_message_bytes: int,
+        quotas: CallQuotas | None = None,
+        idle_seconds: float | None = None,
+    ) -> None:
         self.host = host
         self.max_message_bytes = max_message_bytes
         self.quotas = quotas if quotas is not None else CallQuotas(Limits(), host.name)
@@ -510,7 +530,7 @@ class MailboxServicer(tgrpc.MailboxServicer):
             reader = asyncio.ensure_future(self._read_stream(call, acks, window))
             while True:
                 item = await acks.get()
-                if item is None:               # the sender half-closed the call
+                if item is None:  # the sender half-closed the call
                     return
                 if isinstance(item, BaseException):
                     raise item
@@ -522,7 +542,7 @@ class MailboxServicer(tgrpc.MailboxServicer):
         finally:
             if reader is not None and not reader.done():
                 reader.cancel()
-            while not acks.empty():            # Acks nobody will send now
+            while not acks.empty():  # Acks nobody will send now
                 item = acks.get_nowait()
                 if isinstance(item, asyncio.Future):
                     item.cancel()
@@ -576,32 +596,37 @@ class MailboxServicer(tgrpc.MailboxServicer):
                     if env is None:
                         raise InvalidMessage(
                             f"message {first.tag!r} incomplete: {expect}/{first.chunk_count} chunks, "
-                            f"{len(buf)}/{first.total_size} bytes")
+                            f"{len(buf)}/{first.total_size} bytes"
+                        )
                     if (env.session_id, env.tag, env.type_name, env.chunk_count, env.total_size) != (
-                            first.session_id, first.tag, first.type_name, first.chunk_count,
-                            first.total_size):
-                        raise InvalidMessage(f"chunk {env.chunk_index} of message {first.tag!r} has a "
-                                             "header that differs from chunk 0")
+                        first.session_id,
+                        first.tag,
+                        first.type_name,
+                        first.chunk_count,
+                        first.total_size,
+                    ):
+                        raise InvalidMessage(
+                            f"chunk {env.chunk_index} of message {first.tag!r} has a header that differs from chunk 0"
+                        )
                 if env.chunk_index != expect:
-                    raise InvalidMessage(f"message {first.tag!r}: expected chunk {expect}, "
-                                         f"got {env.chunk_index}")
+                    raise InvalidMessage(f"message {first.tag!r}: expected chunk {expect}, got {env.chunk_index}")
                 if len(env.data) > MAX_CHUNK:
                     raise InvalidMessage(f"chunk larger than {MAX_CHUNK} bytes")
                 if len(buf) + len(env.data) > first.total_size:
-                    raise InvalidMessage(f"message {first.tag!r} is longer than its total_size "
-                                         f"{first.total_size}")
+                    raise InvalidMessage(f"message {first.tag!r} is longer than its total_size {first.total_size}")
                 buf += env.data
             if len(buf) != first.total_size:
                 raise InvalidMessage(
                     f"message {first.tag!r} incomplete: {first.chunk_count}/{first.chunk_count} chunks, "
-                    f"{len(buf)}/{first.total_size} bytes")
+                    f"{len(buf)}/{first.total_size} bytes"
+                )
             if last and await call.next() is not None:
-                raise InvalidMessage(f"message {first.tag!r}: more chunks than its chunk_count "
-                                     f"{first.chunk_count}")
+                raise InvalidMessage(f"message {first.tag!r}: more chunks than its chunk_count {first.chunk_count}")
             # off the server's loop: the journal's write and fsync must not hold up other calls (heartbeats
             # of other sessions time out behind a disk busy with twenty sessions' journals)
-            fresh = await asyncio.to_thread(target.accept_threadsafe, sender_role, first.tag, first.type_name,
-                                            bytes(buf))
+            fresh = await asyncio.to_thread(
+                target.accept_threadsafe, sender_role, first.tag, first.type_name, bytes(buf)
+            )
             stored = fresh
             self._observe(self.host.inbound_delivered, peer, len(buf), not fresh)
             ack = self._ack(target, len(buf), not fresh)
@@ -643,11 +668,12 @@ class MailboxServicer(tgrpc.MailboxServicer):
         if env.chunk_count < 1:
             raise InvalidMessage("chunk_count must be at least 1")
         if env.total_size > self.max_message_bytes:
-            raise ResourceExhausted(f"message of {env.total_size} bytes exceeds this party's limit of "
-                                    f"{self.max_message_bytes} bytes (limits.max_message_mib)")
+            raise ResourceExhausted(
+                f"message of {env.total_size} bytes exceeds this party's limit of "
+                f"{self.max_message_bytes} bytes (limits.max_message_mib)"
+            )
         if env.chunk_count > max(1, env.total_size):
-            raise InvalidMessage(f"chunk_count {env.chunk_count} is larger than total_size "
-                                 f"{env.total_size} allows")
+            raise InvalidMessage(f"chunk_count {env.chunk_count} is larger than total_size {env.total_size} allows")
 
     async def Propose(self, request, context):
         try:
@@ -685,8 +711,12 @@ class MailboxServicer(tgrpc.MailboxServicer):
     async def Heartbeat(self, request, context):
         try:
             peer = peer_identity(context)
-            view = await self.host.heartbeat(peer, validate_session_id(checked(request).session_id),
-                                             checked(request).incarnation[:64], int(checked(request).round))
+            view = await self.host.heartbeat(
+                peer,
+                validate_session_id(checked(request).session_id),
+                checked(request).incarnation[:64],
+                int(checked(request).round),
+            )
             return tpb.HeartbeatReply(**view)
         except Exception as exc:  # noqa: BLE001
             await _fail(context, exc, "Heartbeat")
@@ -715,8 +745,11 @@ class MailboxServicer(tgrpc.MailboxServicer):
             peer = peer_identity(context)
             request = checked(request)
             mine = await self.host.witness(peer, request.statement, request.signature, request.certificate)
-            return tpb.SignedAuditHead() if mine is None else tpb.SignedAuditHead(
-                statement=mine[0], signature=mine[1], certificate=mine[2])
+            return (
+                tpb.SignedAuditHead()
+                if mine is None
+                else tpb.SignedAuditHead(statement=mine[0], signature=mine[1], certificate=mine[2])
+            )
         except Exception as exc:  # noqa: BLE001
             await _fail(context, exc, "Witness")
 
@@ -725,20 +758,25 @@ class MailboxServicer(tgrpc.MailboxServicer):
             peer = peer_identity(context)
             checked(request)
             heads = await self.host.witnessed(peer)
-            return tpb.WitnessedHeads(heads=[tpb.SignedAuditHead(statement=a, signature=b, certificate=c)
-                                             for a, b, c in heads])
+            return tpb.WitnessedHeads(
+                heads=[tpb.SignedAuditHead(statement=a, signature=b, certificate=c) for a, b, c in heads]
+            )
         except Exception as exc:  # noqa: BLE001
             await _fail(context, exc, "GetWitnessed")
 
 
 def _info_message(info: dict) -> tpb.SessionInfo:
-    return tpb.SessionInfo(session_id=str(info.get("session_id", "")), state=str(info.get("state", "")),
-                           info_json=json.dumps(info, sort_keys=True))
+    return tpb.SessionInfo(
+        session_id=str(info.get("session_id", "")),
+        state=str(info.get("state", "")),
+        info_json=json.dumps(info, sort_keys=True),
+    )
 
 
 def _record_message(record: dict) -> tpb.SessionRecord:
-    return tpb.SessionRecord(session_id=record["session_id"], state=record["state"],
-                             record_json=json.dumps(record, sort_keys=True))
+    return tpb.SessionRecord(
+        session_id=record["session_id"], state=record["state"], record_json=json.dumps(record, sort_keys=True)
+    )
 
 
 class ControlServicer(tgrpc.ControlServicer):
@@ -752,7 +790,8 @@ class ControlServicer(tgrpc.ControlServicer):
         if peer != self.host.name:
             raise PermissionDenied(
                 f"only this party's operator (certificate {self.host.name!r}) may control its "
-                f"sessions; the caller is {peer!r}")
+                f"sessions; the caller is {peer!r}"
+            )
 
     def _session_id(self, request, exact: bool = False) -> str:
         """The session an operator's request names, resolved by the host (a name without its prefix);
@@ -764,11 +803,13 @@ class ControlServicer(tgrpc.ControlServicer):
             self._operator(context)
             request = checked(request)
             record = await self.host.start_session(
-                _nonempty(request.protocol, "protocol"), parse_roles(request.roles),
+                _nonempty(request.protocol, "protocol"),
+                parse_roles(request.roles),
                 parse_params_json(request.params_json),
                 validate_session_id(request.session_id) if request.session_id else None,
                 parse_timeout(request.timeout_seconds) if request.timeout_seconds else None,
-                request.seed if request.HasField("seed") else None)
+                request.seed if request.HasField("seed") else None,
+            )
             return await self._finish(context, record)
         except grpc.aio.AbortError:
             raise
@@ -787,7 +828,8 @@ class ControlServicer(tgrpc.ControlServicer):
             context.set_trailing_metadata(tuple(meta))
             await context.abort(
                 grpc.StatusCode[code] if code in ABORT_CODES else grpc.StatusCode.INTERNAL,
-                printable(f"session {record['session_id']} failed: {err.get('message', '')}"))
+                printable(f"session {record['session_id']} failed: {err.get('message', '')}"),
+            )
         return _record_message(record)
 
     async def GetResult(self, request, context):
@@ -802,8 +844,9 @@ class ControlServicer(tgrpc.ControlServicer):
         try:
             self._operator(context)
             status = await self.host.get_status(self._session_id(request))
-            return tpb.SessionStatus(session_id=status["session_id"], state=status["state"],
-                                     status_json=json.dumps(status, sort_keys=True))
+            return tpb.SessionStatus(
+                session_id=status["session_id"], state=status["state"], status_json=json.dumps(status, sort_keys=True)
+            )
         except Exception as exc:  # noqa: BLE001
             await _fail(context, exc, "GetStatus")
 
@@ -816,6 +859,7 @@ class ControlServicer(tgrpc.ControlServicer):
             raise
         except Exception as exc:  # noqa: BLE001
             await _fail(context, exc, "ResumeSession")
+
     # -- governance
     async def _governance(self, context, what: str, call):
         try:
@@ -828,22 +872,27 @@ class ControlServicer(tgrpc.ControlServicer):
         async def call():
             items = await self.host.list_sessions(bool(checked(request).pending_only))
             return tpb.SessionList(sessions=[_info_message(i) for i in items])
+
         return await self._governance(context, "ListSessions", call)
 
     async def ShowSession(self, request, context):
         async def call():
             return _info_message(await self.host.show_session(self._session_id(request)))
+
         return await self._governance(context, "ShowSession", call)
 
     async def ApproveSession(self, request, context):
         async def call():
             return _info_message(await self.host.decide(self._session_id(request, exact=True), True, ""))
+
         return await self._governance(context, "ApproveSession", call)
 
     async def RejectSession(self, request, context):
         async def call():
-            return _info_message(await self.host.decide(self._session_id(request, exact=True), False,
-                                                        checked(request).reason))
+            return _info_message(
+                await self.host.decide(self._session_id(request, exact=True), False, checked(request).reason)
+            )
+
         return await self._governance(context, "RejectSession", call)
 
 
@@ -881,11 +930,12 @@ def server_options(limits: Limits) -> list[tuple[str, int]]:
 
 def _counted(fn, quotas: CallQuotas, what: str):
     """``fn`` (a handler) counted against the caller's call quota, refused at once past it."""
+
     async def enter(context) -> str:
         try:
             peer = peer_identity(context)
         except Unauthenticated:
-            peer = ""    # cannot happen behind mutual TLS; counted as one anonymous peer all the same
+            peer = ""  # cannot happen behind mutual TLS; counted as one anonymous peer all the same
         try:
             quotas.enter(peer)
         except ResourceExhausted as exc:
@@ -893,6 +943,7 @@ def _counted(fn, quotas: CallQuotas, what: str):
         return peer
 
     if inspect.isasyncgenfunction(fn):
+
         async def streaming(request, context):
             peer = await enter(context)
             try:
@@ -900,6 +951,7 @@ def _counted(fn, quotas: CallQuotas, what: str):
                     yield item
             finally:
                 quotas.leave(peer)
+
         return streaming
 
     async def unary(request, context):
@@ -908,6 +960,7 @@ def _counted(fn, quotas: CallQuotas, what: str):
             return await fn(request, context)
         finally:
             quotas.leave(peer)
+
     return unary
 
 
@@ -915,11 +968,12 @@ def _watch_counted(fn, quotas: CallQuotas):
     """A Health.Watch handler bounded by the Watch quotas (:meth:`CallQuotas.enter_watch`) *before* it counts
     against the caller's calls: a Watch never ends by itself, and members reopening refused ones must not
     hold the slots every other call needs, even for the moment of a refusal."""
+
     async def watch(request, context):
         try:
             peer = peer_identity(context)
         except Unauthenticated:
-            peer = ""    # cannot happen behind mutual TLS; one anonymous peer all the same
+            peer = ""  # cannot happen behind mutual TLS; one anonymous peer all the same
         try:
             quotas.enter_watch(peer)
         except ResourceExhausted as exc:
@@ -928,13 +982,16 @@ def _watch_counted(fn, quotas: CallQuotas):
             return await fn(request, context)
         finally:
             quotas.leave_watch(peer)
+
     return watch
 
 
-_HANDLER_MAKERS = {(True, True): grpc.stream_stream_rpc_method_handler,
-                   (True, False): grpc.stream_unary_rpc_method_handler,
-                   (False, True): grpc.unary_stream_rpc_method_handler,
-                   (False, False): grpc.unary_unary_rpc_method_handler}
+_HANDLER_MAKERS = {
+    (True, True): grpc.stream_stream_rpc_method_handler,
+    (True, False): grpc.stream_unary_rpc_method_handler,
+    (False, True): grpc.unary_stream_rpc_method_handler,
+    (False, False): grpc.unary_unary_rpc_method_handler,
+}
 
 
 def _generic_handler(service_desc, servicer: Any, quotas: CallQuotas, messages) -> grpc.GenericRpcHandler:
@@ -944,15 +1001,16 @@ def _generic_handler(service_desc, servicer: Any, quotas: CallQuotas, messages) 
     handlers = {}
     for m in service_desc.methods:
         if not hasattr(servicer, m.name):
-            continue    # not served (grpc.health.v1's List): UNIMPLEMENTED
+            continue  # not served (grpc.health.v1's List): UNIMPLEMENTED
         req_cls = getattr(messages, m.input_type.name)
         resp_cls = getattr(messages, m.output_type.name)
         make = _HANDLER_MAKERS[(m.client_streaming, m.server_streaming)]
         fn = _counted(getattr(servicer, m.name), quotas, f"{service_desc.name}.{m.name}")
         if service_desc.full_name == "grpc.health.v1.Health" and m.name == "Watch":
             fn = _watch_counted(fn, quotas)
-        handlers[m.name] = make(fn, request_deserializer=_tolerant_deserializer(req_cls),
-                                response_serializer=resp_cls.SerializeToString)
+        handlers[m.name] = make(
+            fn, request_deserializer=_tolerant_deserializer(req_cls), response_serializer=resp_cls.SerializeToString
+        )
     return grpc.method_handlers_generic_handler(service_desc.full_name, handlers)
 
 
@@ -998,16 +1056,26 @@ class PartyServer:
         # peers, the operator's reserve), which refuses the one over its quota
         server = grpc.aio.server(options=server_options(limits), maximum_concurrent_rpcs=limits.grpc_rpc_cap)
         services = tpb.DESCRIPTOR.services_by_name
-        server.add_generic_rpc_handlers((
-            _generic_handler(services["Mailbox"], MailboxServicer(self.peers, self.config.max_message_bytes,
-                                                                  self.quotas), self.quotas, tpb),
-            _generic_handler(services["Control"], ControlServicer(self.operator), self.quotas, tpb),
-            _generic_handler(health_pb2.DESCRIPTOR.services_by_name["Health"],
-                             _HealthServicer(self.health), self.quotas, health_pb2),
-        ))
+        server.add_generic_rpc_handlers(
+            (
+                _generic_handler(
+                    services["Mailbox"],
+                    MailboxServicer(self.peers, self.config.max_message_bytes, self.quotas),
+                    self.quotas,
+                    tpb,
+                ),
+                _generic_handler(services["Control"], ControlServicer(self.operator), self.quotas, tpb),
+                _generic_handler(
+                    health_pb2.DESCRIPTOR.services_by_name["Health"],
+                    _HealthServicer(self.health),
+                    self.quotas,
+                    health_pb2,
+                ),
+            )
+        )
         creds = grpc.ssl_server_credentials(
-            [(self.tls.key_pem, self.tls.cert_pem)], root_certificates=self.tls.ca_pem,
-            require_client_auth=True)
+            [(self.tls.key_pem, self.tls.cert_pem)], root_certificates=self.tls.ca_pem, require_client_auth=True
+        )
         try:
             port = server.add_secure_port(self.config.listen, creds)
         except RuntimeError as exc:

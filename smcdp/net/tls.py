@@ -22,9 +22,9 @@ import datetime as _dt
 import ipaddress
 import os
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
@@ -90,8 +90,10 @@ def parse_hosts(text: str | None, parties: Sequence[str]) -> dict[str, list[str]
     return out
 
 
-_DNS_RE = re.compile(r"^(?=.{1,253}$)(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*"
-                     r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+_DNS_RE = re.compile(
+    r"^(?=.{1,253}$)(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*"
+    r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$"
+)
 
 
 def validate_host(host: str) -> str:
@@ -121,11 +123,12 @@ def _san_entries(names: Iterable[str]) -> list[x509.GeneralName]:
 
 
 def _now() -> _dt.datetime:
-    return _dt.datetime.now(_dt.timezone.utc)
+    return _dt.datetime.now(_dt.UTC)
 
 
-def create_ca(common_name: str = "smcdp deployment CA", days: int = DEFAULT_CA_DAYS
-              ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+def create_ca(
+    common_name: str = "smcdp deployment CA", days: int = DEFAULT_CA_DAYS
+) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     """A self-signed CA that may sign end-entity certificates only (path length 0)."""
     if days <= 0:
         raise InvalidMessage(f"CA validity must be positive days, got {days}")
@@ -142,19 +145,33 @@ def create_ca(common_name: str = "smcdp deployment CA", days: int = DEFAULT_CA_D
         .not_valid_before(now - _dt.timedelta(minutes=5))
         .not_valid_after(now + _dt.timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.KeyUsage(
-            digital_signature=True, content_commitment=False, key_encipherment=False,
-            data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
-            encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
         .add_extension(ski, critical=False)
         .sign(key, hashes.SHA256())
     )
     return key, cert
 
 
-def issue_party_certificate(ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate,
-                            name: str, hosts: Iterable[str] = (), days: int = DEFAULT_PARTY_DAYS
-                            ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+def issue_party_certificate(
+    ca_key: ec.EllipticCurvePrivateKey,
+    ca_cert: x509.Certificate,
+    name: str,
+    hosts: Iterable[str] = (),
+    days: int = DEFAULT_PARTY_DAYS,
+) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     """Key + certificate for party ``name`` (CN and DNS SAN = name, plus ``hosts``)."""
     validate_party_name(name)
     hosts = [validate_host(h) for h in hosts]
@@ -172,16 +189,26 @@ def issue_party_certificate(ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Ce
         .not_valid_before(now - _dt.timedelta(minutes=5))
         .not_valid_after(not_after)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(
-            digital_signature=True, content_commitment=False, key_encipherment=False,
-            data_encipherment=False, key_agreement=False, key_cert_sign=False, crl_sign=False,
-            encipher_only=False, decipher_only=False), critical=True)
-        .add_extension(x509.ExtendedKeyUsage(
-            [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(
+            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
+        )
         .add_extension(x509.SubjectAlternativeName(_san_entries([name, *hosts])), critical=False)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
-                       critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     return key, cert
@@ -191,8 +218,9 @@ def issue_party_certificate(ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Ce
 def write_private_key(path: str | os.PathLike, key, overwrite: bool = False) -> Path:
     """PEM (PKCS#8, unencrypted) created with mode 0600 from the start."""
     path = Path(path)
-    data = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+    data = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     if overwrite and path.exists():
         path.unlink()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -261,10 +289,14 @@ class PartyFiles:
     key: Path
 
 
-def generate_deployment(out_dir: str | os.PathLike, parties: Sequence[str],
-                        hosts: Mapping[str, Sequence[str]] | None = None,
-                        days: int = DEFAULT_PARTY_DAYS, reuse_ca: bool = False,
-                        overwrite: bool = False) -> dict[str, PartyFiles]:
+def generate_deployment(
+    out_dir: str | os.PathLike,
+    parties: Sequence[str],
+    hosts: Mapping[str, Sequence[str]] | None = None,
+    days: int = DEFAULT_PARTY_DAYS,
+    reuse_ca: bool = False,
+    overwrite: bool = False,
+) -> dict[str, PartyFiles]:
     """Write ``ca.crt`` (+ ``ca.key``) and ``<name>.crt`` / ``<name>.key`` per party.
 
     ``reuse_ca`` issues new party certificates under the CA already in
@@ -292,7 +324,8 @@ def generate_deployment(out_dir: str | os.PathLike, parties: Sequence[str],
     if existing and not overwrite:
         raise InvalidMessage(
             f"refusing to overwrite existing files: {', '.join(existing)} (use --force, "
-            "or --reuse-ca to issue under the existing CA)")
+            "or --reuse-ca to issue under the existing CA)"
+        )
     if reuse_ca:
         ca_key_obj = load_private_key(ca_key)
         ca_cert_obj = load_certificate(ca_crt)
@@ -321,8 +354,7 @@ class TlsMaterial:
     name: str  # the CN of cert_pem
 
     @classmethod
-    def load(cls, ca: str | os.PathLike, cert: str | os.PathLike, key: str | os.PathLike
-             ) -> "TlsMaterial":
+    def load(cls, ca: str | os.PathLike, cert: str | os.PathLike, key: str | os.PathLike) -> TlsMaterial:
         """Load and check: the certificate is signed by a CA of the bundle, valid now, and matches the key.
 
         The CA file may hold several certificates (a CA rotation: the old CA and
@@ -332,10 +364,12 @@ class TlsMaterial:
         cas = load_certificates(ca)
         own = load_certificate(cert)
         priv = load_private_key(key)
-        pub_own = own.public_key().public_bytes(serialization.Encoding.DER,
-                                                serialization.PublicFormat.SubjectPublicKeyInfo)
-        pub_key = priv.public_key().public_bytes(serialization.Encoding.DER,
-                                                 serialization.PublicFormat.SubjectPublicKeyInfo)
+        pub_own = own.public_key().public_bytes(
+            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+        pub_key = priv.public_key().public_bytes(
+            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
         if pub_own != pub_key:
             raise CertificateError(f"key {key} does not belong to certificate {cert}")
         now = _now()
@@ -350,12 +384,14 @@ class TlsMaterial:
             issuer = ca_cert
             break
         if issuer is None:
-            raise CertificateError(f"certificate {cert} is not issued by the CA in {ca} "
-                                   f"({len(cas)} certificate(s) there; {'; '.join(problems)})")
+            raise CertificateError(
+                f"certificate {cert} is not issued by the CA in {ca} "
+                f"({len(cas)} certificate(s) there; {'; '.join(problems)})"
+            )
         for c, p in ((own, cert), (issuer, ca)):
             if not (c.not_valid_before_utc <= now <= c.not_valid_after_utc):
                 raise CertificateError(
                     f"certificate {p} is not valid now (valid {c.not_valid_before_utc:%Y-%m-%d} "
-                    f"to {c.not_valid_after_utc:%Y-%m-%d})")
-        return cls(Path(ca).read_bytes(), Path(cert).read_bytes(), Path(key).read_bytes(),
-                   certificate_party_name(own))
+                    f"to {c.not_valid_after_utc:%Y-%m-%d})"
+                )
+        return cls(Path(ca).read_bytes(), Path(cert).read_bytes(), Path(key).read_bytes(), certificate_party_name(own))

@@ -101,11 +101,11 @@ class SecureMinParams:
     """Public parameters of the secure argmin, agreed by every participant."""
 
     n_parties: int = 3
-    value_bits: int = 64          # every private value lies in [0, 2^value_bits)
-    mask_bits: int = 40           # κ: statistical hiding of every mask (≥ 40)
-    key_bits: int = 2048          # the parties' Paillier key ξ and Charlie's ζ
-    dgk_bits: int = 2048          # Charlie's DGK modulus (and the parties' keys of the selection check)
-    dgk_t: int = 224              # DGK subgroup order bits
+    value_bits: int = 64  # every private value lies in [0, 2^value_bits)
+    mask_bits: int = 40  # κ: statistical hiding of every mask (≥ 40)
+    key_bits: int = 2048  # the parties' Paillier key ξ and Charlie's ζ
+    dgk_bits: int = 2048  # Charlie's DGK modulus (and the parties' keys of the selection check)
+    dgk_t: int = 224  # DGK subgroup order bits
     curator: str = CHARLIE
 
     def validate(self) -> SecureMinParams:
@@ -173,18 +173,18 @@ class SecureMinParams:
 
 @dataclass
 class PartyArgminResult:
-    position: int                 # π₁(j): where this party's value sits (0-based)
-    source: int                   # π₁⁻¹(j): the party (0-based index) whose shares this party held
-    xi_key: PrivateKey            # the parties' key ξ (never given to Charlie)
-    zeta_pk: PublicKey            # Charlie's public key ζ
+    position: int  # π₁(j): where this party's value sits (0-based)
+    source: int  # π₁⁻¹(j): the party (0-based index) whose shares this party held
+    xi_key: PrivateKey  # the parties' key ξ (never given to Charlie)
+    zeta_pk: PublicKey  # Charlie's public key ζ
     stats: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
 class CuratorArgminResult:
-    position: int                 # the smallest value's position in the parties' (π₁) order
-    zeta_key: PrivateKey          # Charlie's key ζ
-    xi_pk: PublicKey              # the parties' public key ξ
+    position: int  # the smallest value's position in the parties' (π₁) order
+    zeta_key: PrivateKey  # Charlie's key ζ
+    xi_pk: PublicKey  # the parties' public key ξ
     comparisons: int = 0
     #: the bracket: per round, (position p, position q, the one that advanced)
     rounds: list[list[tuple[int, int, int]]] = field(default_factory=list)
@@ -225,7 +225,9 @@ def match_evaluator(t: int) -> int:
     return t + 1
 
 
-async def run_tournament(k: int, match: Callable[[int, int, int], Awaitable[bool]]) -> tuple[int, list[list[tuple[int, int, int]]]]:
+async def run_tournament(
+    k: int, match: Callable[[int, int, int], Awaitable[bool]]
+) -> tuple[int, list[list[tuple[int, int, int]]]]:
     """A knockout tournament over positions 0..k−1; ``match(t, p, q)`` is True iff p beats q.
 
     Round by round the survivors are paired in order ((s0, s1), (s2, s3), …; an odd one out
@@ -241,7 +243,7 @@ async def run_tournament(k: int, match: Callable[[int, int, int], Awaitable[bool
         won = await asyncio.gather(*(match(t + i, p, q) for i, (p, q) in enumerate(pairs)))
         t += len(pairs)
         rounds.append([(p, q, p if w else q) for (p, q), w in zip(pairs, won)])
-        survivors = [w for _, _, w in rounds[-1]] + survivors[2 * len(pairs):]
+        survivors = [w for _, _, w in rounds[-1]] + survivors[2 * len(pairs) :]
     return survivors[0], rounds
 
 
@@ -268,9 +270,16 @@ def _check_value(ch: Channel, value: object, params: SecureMinParams) -> int:
 
 
 # =============================================================================== party side
-async def argmin_party(ch: Channel, value: int, params: SecureMinParams, *, seed: SeedLike = None,
-                       xi_key: PrivateKey | None = None, allow_insecure_keys: bool = False,
-                       tag: str = "s1") -> PartyArgminResult:
+async def argmin_party(
+    ch: Channel,
+    value: int,
+    params: SecureMinParams,
+    *,
+    seed: SeedLike = None,
+    xi_key: PrivateKey | None = None,
+    allow_insecure_keys: bool = False,
+    tag: str = "s1",
+) -> PartyArgminResult:
     """Role ``party<j>``: holds the private value ``value`` in [0, 2^value_bits)."""
     params.validate()
     roles = params.party_roles
@@ -284,15 +293,17 @@ async def argmin_party(ch: Channel, value: int, params: SecureMinParams, *, seed
     # --- Step 0: π₁(j) and π₁⁻¹(j) from party1, ξ down the tree (parties only); ζ's public key from Charlie.
     if me == 0:
         if xi_key is None:
-            _, xi_key = generate_keypair(params.key_bits, allow_insecure=allow_insecure_keys,
-                                         rng=protocol_rng(seed, "secure-min", ch.role, "xi-key"))
+            _, xi_key = generate_keypair(
+                params.key_bits,
+                allow_insecure=allow_insecure_keys,
+                rng=protocol_rng(seed, "secure-min", ch.role, "xi-key"),
+            )
         check_key_bits(xi_key.public_key.bits, allow_insecure_keys)
         pi1 = random_permutation(rng, K)
         inv = [0] * K
         for j, p in enumerate(pi1):
             inv[p] = j
-        await asyncio.gather(*(ch.send(roles[j], f"{tag}/pi1", pb.Ints(values=[pi1[j], inv[j]]))
-                               for j in range(1, K)))
+        await asyncio.gather(*(ch.send(roles[j], f"{tag}/pi1", pb.Ints(values=[pi1[j], inv[j]])) for j in range(1, K)))
         await ch.send(C, f"{tag}/xi-pk", public_key_to_proto(xi_key.public_key))
         pos, src = pi1[0], inv[0]
     else:
@@ -301,17 +312,19 @@ async def argmin_party(ch: Channel, value: int, params: SecureMinParams, *, seed
             raise InvalidMessage(f"{tag}/pi1 from party1 is not a position and a source in 0..{K - 1}")
         pos, src = got
         parent = tree_parent(me)
-        assert parent is not None                       # me > 0: party1, the root, took the branch above
-        xi_key = keypair_from_proto(await ch.recv(roles[parent], f"{tag}/xi-keypair", pb.PaillierKeyPair),
-                                    allow_insecure=allow_insecure_keys)
+        assert parent is not None  # me > 0: party1, the root, took the branch above
+        xi_key = keypair_from_proto(
+            await ch.recv(roles[parent], f"{tag}/xi-keypair", pb.PaillierKeyPair), allow_insecure=allow_insecure_keys
+        )
         if xi_key.public_key.bits != params.key_bits:
             raise InvalidMessage(f"the parties' key has {xi_key.public_key.bits} bits, not key_bits={params.key_bits}")
     children = tree_children(me, K)
     if children:
         await ch.send_many([roles[c] for c in children], f"{tag}/xi-keypair", keypair_to_proto(xi_key))
     xi_pk = xi_key.public_key
-    zeta_pk = public_key_from_proto(await ch.recv(C, f"{tag}/zeta-pk", pb.PaillierPublicKey),
-                                    allow_insecure=allow_insecure_keys)
+    zeta_pk = public_key_from_proto(
+        await ch.recv(C, f"{tag}/zeta-pk", pb.PaillierPublicKey), allow_insecure=allow_insecure_keys
+    )
     if zeta_pk.bits < params.masked_bits + 8:
         raise InvalidMessage("Charlie's key is too small for the masked shares")
 
@@ -329,10 +342,17 @@ async def argmin_party(ch: Channel, value: int, params: SecureMinParams, *, seed
     if src == me:
         held_a, held_zb = a, zeta_pk.rerandomize_textbook(ciphertext_from_proto(zb_mine, zeta_pk, "own ζ(b)"))
     else:
-        (held_a,) = from_bigints(await ch.recv(roles[src], f"{tag}/a", pb.BigInts), count=1,
-                                 bound_bits=share_bits, what=f"{tag}/a from {roles[src]}")
-        held_zb = zeta_pk.rerandomize_textbook(ciphertext_from_proto(
-            await ch.recv(roles[src], f"{tag}/zb", pb.CiphertextVector), zeta_pk, f"{tag}/zb from {roles[src]}"))
+        (held_a,) = from_bigints(
+            await ch.recv(roles[src], f"{tag}/a", pb.BigInts),
+            count=1,
+            bound_bits=share_bits,
+            what=f"{tag}/a from {roles[src]}",
+        )
+        held_zb = zeta_pk.rerandomize_textbook(
+            ciphertext_from_proto(
+                await ch.recv(roles[src], f"{tag}/zb", pb.CiphertextVector), zeta_pk, f"{tag}/zb from {roles[src]}"
+            )
+        )
 
     # --- Step 3: ξ(a at my position) and ζ(b at my position) to Charlie.
     await ch.send(C, f"{tag}/xa", ciphertext_to_proto(xi_pk, xi_pk.raw_encrypt_textbook(held_a)))
@@ -340,18 +360,38 @@ async def argmin_party(ch: Channel, value: int, params: SecureMinParams, *, seed
 
     # --- Step 4: evaluate my match of the bracket (every party but party1 has exactly one).
     if me > 0:
-        x = _decrypt_bounded(xi_key, ciphertext_from_proto(await ch.recv(C, f"{tag}/x", pb.CiphertextVector), xi_pk,
-                                                           f"{tag}/x from {C}"), params.masked_bits, f"{tag}/x")
-        await compare_holder_a(ch, C, [x], ell=params.ell, predicate="lt", output="b",
-                               tag_prefix=f"{tag}/cmp", allow_insecure=allow_insecure_keys,
-                               min_key_bits=params.dgk_bits, rng=protocol_rng(seed, "secure-min", ch.role, "cmp"))
+        x = _decrypt_bounded(
+            xi_key,
+            ciphertext_from_proto(await ch.recv(C, f"{tag}/x", pb.CiphertextVector), xi_pk, f"{tag}/x from {C}"),
+            params.masked_bits,
+            f"{tag}/x",
+        )
+        await compare_holder_a(
+            ch,
+            C,
+            [x],
+            ell=params.ell,
+            predicate="lt",
+            output="b",
+            tag_prefix=f"{tag}/cmp",
+            allow_insecure=allow_insecure_keys,
+            min_key_bits=params.dgk_bits,
+            rng=protocol_rng(seed, "secure-min", ch.role, "cmp"),
+        )
     return PartyArgminResult(position=pos, source=src, xi_key=xi_key, zeta_pk=zeta_pk, stats=ch.stats.as_dict())
 
 
 # =============================================================================== curator side
-async def argmin_curator(ch: Channel, params: SecureMinParams, *, seed: SeedLike = None,
-                         zeta_key: PrivateKey | None = None, dgk_key: dgk.DGKPrivateKey | None = None,
-                         allow_insecure_keys: bool = False, tag: str = "s1") -> CuratorArgminResult:
+async def argmin_curator(
+    ch: Channel,
+    params: SecureMinParams,
+    *,
+    seed: SeedLike = None,
+    zeta_key: PrivateKey | None = None,
+    dgk_key: dgk.DGKPrivateKey | None = None,
+    allow_insecure_keys: bool = False,
+    tag: str = "s1",
+) -> CuratorArgminResult:
     """Role ``charlie``: ends with the position of the smallest value in the parties' (π₁) order."""
     params.validate()
     if ch.role != params.curator:
@@ -363,28 +403,39 @@ async def argmin_curator(ch: Channel, params: SecureMinParams, *, seed: SeedLike
 
     # --- Step 0: ζ (Charlie's own key) to the parties; ξ's public key from party1.
     if zeta_key is None:
-        _, zeta_key = generate_keypair(params.key_bits, allow_insecure=allow_insecure_keys,
-                                       rng=protocol_rng(seed, "secure-min", ch.role, "zeta-key"))
+        _, zeta_key = generate_keypair(
+            params.key_bits,
+            allow_insecure=allow_insecure_keys,
+            rng=protocol_rng(seed, "secure-min", ch.role, "zeta-key"),
+        )
     check_key_bits(zeta_key.public_key.bits, allow_insecure_keys)
     zeta_pk = zeta_key.public_key
     await ch.send_many(roles, f"{tag}/zeta-pk", public_key_to_proto(zeta_pk))
-    xi_pk = public_key_from_proto(await ch.recv(roles[0], f"{tag}/xi-pk", pb.PaillierPublicKey),
-                                  allow_insecure=allow_insecure_keys)
+    xi_pk = public_key_from_proto(
+        await ch.recv(roles[0], f"{tag}/xi-pk", pb.PaillierPublicKey), allow_insecure=allow_insecure_keys
+    )
     if xi_pk.bits < params.masked_bits + 8:
         raise InvalidMessage("the parties' key is too small for the masked shares")
     if dgk_key is None:
-        dgk_key = dgk.generate_keypair(params.dgk_bits, params.dgk_t, max_ell=max(params.ell, dgk.DEFAULT_MAX_ELL),
-                                       allow_insecure=allow_insecure_keys,
-                                       rng=protocol_rng(seed, "secure-min", ch.role, "dgk-key"))
+        dgk_key = dgk.generate_keypair(
+            params.dgk_bits,
+            params.dgk_t,
+            max_ell=max(params.ell, dgk.DEFAULT_MAX_ELL),
+            allow_insecure=allow_insecure_keys,
+            rng=protocol_rng(seed, "secure-min", ch.role, "dgk-key"),
+        )
     if dgk_key.public.u <= params.ell + 2:
-        raise InvalidMessage(f"the DGK key supports comparisons of at most {dgk_key.public.u - 3} bits, "
-                             f"{params.ell} needed")
+        raise InvalidMessage(
+            f"the DGK key supports comparisons of at most {dgk_key.public.u - 3} bits, {params.ell} needed"
+        )
 
     # --- Step 3: ξ(a_k) and ζ(b_k) from the party at each position k; decrypt b.
     share_bits = params.shared_bits + params.mask_bits + 1
     xa, b = [], []
     for r in roles:
-        xa.append(ciphertext_from_proto(await ch.recv(r, f"{tag}/xa", pb.CiphertextVector), xi_pk, f"{tag}/xa from {r}"))
+        xa.append(
+            ciphertext_from_proto(await ch.recv(r, f"{tag}/xa", pb.CiphertextVector), xi_pk, f"{tag}/xa from {r}")
+        )
         zb = ciphertext_from_proto(await ch.recv(r, f"{tag}/zb", pb.CiphertextVector), zeta_pk, f"{tag}/zb from {r}")
         bk = _decrypt_bounded(zeta_key, zb, share_bits, f"{tag}/zb from {r}")
         if bk < 0:
@@ -393,22 +444,31 @@ async def argmin_curator(ch: Channel, params: SecureMinParams, *, seed: SeedLike
 
     # --- Step 4: the tournament; match t (positions p, q) is evaluated by party match_evaluator(t).
     rbits = params.shared_bits + 2 * params.mask_bits
-    blinds = [rng.randrange(-(1 << rbits), 1 << rbits) for _ in range(K - 1)]     # r of match t
+    blinds = [rng.randrange(-(1 << rbits), 1 << rbits) for _ in range(K - 1)]  # r of match t
 
     async def match(t: int, p: int, q: int) -> bool:
         r = blinds[t]
         role = roles[match_evaluator(t)]
         x_ct = xi_pk.raw_add(xi_pk.raw_add(xa[p], xi_pk.raw_mul(xa[q], -1)), xi_pk.raw_encrypt_textbook(r))
-        await ch.send(role, f"{tag}/x", ciphertext_to_proto(xi_pk, x_ct))       # ξ(a_p − a_q + r), fresh
-        zs = await compare_holder_b(ch, role, [b[q] - b[p] + r], ell=params.ell, key=dgk_key, predicate="lt",
-                                    output="b", tag_prefix=f"{tag}/cmp")
-        assert zs is not None                           # output="b" returns the bits
+        await ch.send(role, f"{tag}/x", ciphertext_to_proto(xi_pk, x_ct))  # ξ(a_p − a_q + r), fresh
+        zs = await compare_holder_b(
+            ch,
+            role,
+            [b[q] - b[p] + r],
+            ell=params.ell,
+            key=dgk_key,
+            predicate="lt",
+            output="b",
+            tag_prefix=f"{tag}/cmp",
+        )
+        assert zs is not None  # output="b" returns the bits
         (z,) = zs
-        return bool(z)                                  # [a_p − a_q + r < b_q − b_p + r] = [v'_p < v'_q]
+        return bool(z)  # [a_p − a_q + r < b_q − b_p + r] = [v'_p < v'_q]
 
     winner, rounds = await run_tournament(K, match)
-    return CuratorArgminResult(position=winner, zeta_key=zeta_key, xi_pk=xi_pk, comparisons=K - 1, rounds=rounds,
-                               stats=ch.stats.as_dict())
+    return CuratorArgminResult(
+        position=winner, zeta_key=zeta_key, xi_pk=xi_pk, comparisons=K - 1, rounds=rounds, stats=ch.stats.as_dict()
+    )
 
 
 # =============================================================================== verifying a selection
@@ -427,43 +487,79 @@ async def argmin_curator(ch: Channel, params: SecureMinParams, *, seed: SeedLike
 # v_sel + s (jointly within 2^-κ of values independent of v_sel).  The curator takes no part in the
 # comparison, so whatever he does, a party whose own value is below the selected one refuses.
 
+
 def check_helper_of(me: int, k: int) -> int:
     """The party index that helps party index ``me`` check the selection (the next one in a ring)."""
     return (me + 1) % k
 
 
-async def check_selection_party(ch: Channel, value: int, params: SecureMinParams, *, zeta_pk: PublicKey,
-                                dgk_key: dgk.DGKPrivateKey | None = None, seed: SeedLike = None,
-                                allow_insecure_keys: bool = False, tag: str = "chk") -> bool:
+async def check_selection_party(
+    ch: Channel,
+    value: int,
+    params: SecureMinParams,
+    *,
+    zeta_pk: PublicKey,
+    dgk_key: dgk.DGKPrivateKey | None = None,
+    seed: SeedLike = None,
+    allow_insecure_keys: bool = False,
+    tag: str = "chk",
+) -> bool:
     """Party j's check that the selected value is ≤ ``value`` (its own); True iff it is."""
     params.validate()
     me = _party_index(ch, params)
     roles, C = params.party_roles, params.curator
     _check_value(ch, value, params)
     helper = roles[check_helper_of(me, params.n_parties)]
-    masked = ciphertext_from_proto(await ch.recv(helper, f"{tag}/c", pb.CiphertextVector), zeta_pk,
-                                   f"{tag}/c from {helper}")
-    c, rho = from_bigints(await ch.recv(C, f"{tag}/open", pb.BigInts), count=2, bound_bits=zeta_pk.bits,
-                          what=f"{tag}/open from {C}", nonnegative=True)
+    masked = ciphertext_from_proto(
+        await ch.recv(helper, f"{tag}/c", pb.CiphertextVector), zeta_pk, f"{tag}/c from {helper}"
+    )
+    c, rho = from_bigints(
+        await ch.recv(C, f"{tag}/open", pb.BigInts),
+        count=2,
+        bound_bits=zeta_pk.bits,
+        what=f"{tag}/open from {C}",
+        nonnegative=True,
+    )
     if not verify_opening(zeta_pk, masked, c, rho):
-        raise InvalidMessage(f"{C}'s decryption of the masked selected value does not open the ciphertext: "
-                             "refusing an unverifiable selection")
+        raise InvalidMessage(
+            f"{C}'s decryption of the masked selected value does not open the ciphertext: "
+            "refusing an unverifiable selection"
+        )
     if c >= (1 << params.value_bits) + (1 << params.check_mask_bits):
         raise InvalidMessage(f"the selected value decrypts out of range ({C} or the selection deviated): refusing")
     if dgk_key is None:
-        dgk_key = dgk.generate_keypair(params.dgk_bits, params.dgk_t,
-                                       max_ell=max(params.check_ell, dgk.DEFAULT_MAX_ELL),
-                                       allow_insecure=allow_insecure_keys,
-                                       rng=protocol_rng(seed, "secure-min", ch.role, "check-dgk-key"))
-    zs = await compare_holder_b(ch, helper, [value - c], ell=params.check_ell, key=dgk_key, predicate="le",
-                                output="b", tag_prefix=f"{tag}/{ch.role}")
-    assert zs is not None                               # output="b" returns the bits
+        dgk_key = dgk.generate_keypair(
+            params.dgk_bits,
+            params.dgk_t,
+            max_ell=max(params.check_ell, dgk.DEFAULT_MAX_ELL),
+            allow_insecure=allow_insecure_keys,
+            rng=protocol_rng(seed, "secure-min", ch.role, "check-dgk-key"),
+        )
+    zs = await compare_holder_b(
+        ch,
+        helper,
+        [value - c],
+        ell=params.check_ell,
+        key=dgk_key,
+        predicate="le",
+        output="b",
+        tag_prefix=f"{tag}/{ch.role}",
+    )
+    assert zs is not None  # output="b" returns the bits
     (z,) = zs
-    return bool(z)                                      # [−s ≤ value − c] = [v_sel ≤ value]
+    return bool(z)  # [−s ≤ value − c] = [v_sel ≤ value]
 
 
-async def check_selection_helper(ch: Channel, selected: int, params: SecureMinParams, *, zeta_pk: PublicKey,
-                                 seed: SeedLike = None, allow_insecure_keys: bool = False, tag: str = "chk") -> None:
+async def check_selection_helper(
+    ch: Channel,
+    selected: int,
+    params: SecureMinParams,
+    *,
+    zeta_pk: PublicKey,
+    seed: SeedLike = None,
+    allow_insecure_keys: bool = False,
+    tag: str = "chk",
+) -> None:
     """Party h's part in the check of party h − 1: masks the selected value ``selected`` = ζ(v_sel)."""
     params.validate()
     me = _party_index(ch, params)
@@ -471,14 +567,23 @@ async def check_selection_helper(ch: Channel, selected: int, params: SecureMinPa
     checkee = roles[(me - 1) % K]
     s = protocol_rng(seed, "secure-min", ch.role, "check-mask").randrange(1 << params.check_mask_bits)
     msg = ciphertext_to_proto(zeta_pk, zeta_pk.raw_add(selected, zeta_pk.raw_encrypt_textbook(s)))
-    await ch.send_many([C, checkee], f"{tag}/c", msg)           # the same bytes to both (also in a replay)
-    await compare_holder_a(ch, checkee, [-s], ell=params.check_ell, predicate="le", output="b",
-                           tag_prefix=f"{tag}/{checkee}", allow_insecure=allow_insecure_keys,
-                           min_key_bits=params.dgk_bits)
+    await ch.send_many([C, checkee], f"{tag}/c", msg)  # the same bytes to both (also in a replay)
+    await compare_holder_a(
+        ch,
+        checkee,
+        [-s],
+        ell=params.check_ell,
+        predicate="le",
+        output="b",
+        tag_prefix=f"{tag}/{checkee}",
+        allow_insecure=allow_insecure_keys,
+        min_key_bits=params.dgk_bits,
+    )
 
 
-async def check_selection_curator(ch: Channel, params: SecureMinParams, *, zeta_key: PrivateKey,
-                                  tag: str = "chk") -> None:
+async def check_selection_curator(
+    ch: Channel, params: SecureMinParams, *, zeta_key: PrivateKey, tag: str = "chk"
+) -> None:
     """Charlie's part: decrypt every helper's masked value and send its opening to the party it helps."""
     params.validate()
     if ch.role != params.curator:
@@ -488,10 +593,11 @@ async def check_selection_curator(ch: Channel, params: SecureMinParams, *, zeta_
     limit = (1 << params.value_bits) + (1 << params.check_mask_bits)
 
     async def one(h: int) -> None:
-        masked = ciphertext_from_proto(await ch.recv(roles[h], f"{tag}/c", pb.CiphertextVector), zeta_pk,
-                                       f"{tag}/c from {roles[h]}")
+        masked = ciphertext_from_proto(
+            await ch.recv(roles[h], f"{tag}/c", pb.CiphertextVector), zeta_pk, f"{tag}/c from {roles[h]}"
+        )
         m, r = open_ciphertext(zeta_key, masked)
-        if m >= limit:                     # never open anything but a masked selected value
+        if m >= limit:  # never open anything but a masked selected value
             raise InvalidMessage(f"{tag}/c from {roles[h]} is not a masked selected value")
         await ch.send(roles[(h - 1) % K], f"{tag}/open", bigints([m, r]))
 

@@ -50,8 +50,9 @@ import operator
 import random
 import secrets
 from collections import OrderedDict
+from collections.abc import Sequence
 from concurrent.futures import Executor
-from typing import Any, Sequence
+from typing import Any
 
 import gmpy2
 from gmpy2 import mpz
@@ -126,8 +127,8 @@ PrivSpec = tuple[int, int, int, int, int, int, int, int]
 
 # --------------------------------------------------------------------------
 # key caches (per process) so that executor workers build tables once per key
-_PUB_CACHE: "OrderedDict[PubSpec, DGKPublicKey]" = OrderedDict()
-_PRIV_CACHE: "OrderedDict[PrivSpec, DGKPrivateKey]" = OrderedDict()
+_PUB_CACHE: OrderedDict[PubSpec, DGKPublicKey] = OrderedDict()
+_PRIV_CACHE: OrderedDict[PrivSpec, DGKPrivateKey] = OrderedDict()
 _CACHE_SIZE = 4
 
 
@@ -198,8 +199,9 @@ def _batch_invert(values: list[mpz], n: mpz) -> list[mpz]:
     return out
 
 
-def _a_blind_chunk(pub_spec: PubSpec, ell: int, lt: bool, xs: list[int], sigmas: list[int],
-                   y_cts: list[bytes]) -> list[bytes]:
+def _a_blind_chunk(
+    pub_spec: PubSpec, ell: int, lt: bool, xs: list[int], sigmas: list[int], y_cts: list[bytes]
+) -> list[bytes]:
     """A: for each pair, the ell+1 blinded, re-randomised, permuted E(rho_i * c_i)."""
     pub = _pub_from_spec(pub_spec)
     n, u = pub.n, pub.u
@@ -208,13 +210,15 @@ def _a_blind_chunk(pub_spec: PubSpec, ell: int, lt: bool, xs: list[int], sigmas:
     g = pub.g_pow
     out: list[bytes] = []
     for k, (x, sigma) in enumerate(zip(xs, sigmas)):
-        ys = [pub.ciphertext_from_bytes(b, what=f"encrypted bit {k * ell + i}", check_unit=False)
-              for i, b in enumerate(y_cts[k * ell:(k + 1) * ell])]
-        eb = [g(b0)] + ys                       # E(b_i), i = 0..ell
+        ys = [
+            pub.ciphertext_from_bytes(b, what=f"encrypted bit {k * ell + i}", check_unit=False)
+            for i, b in enumerate(y_cts[k * ell : (k + 1) * ell])
+        ]
+        eb = [g(b0)] + ys  # E(b_i), i = 0..ell
         ebinv = [g(u - b0)] + _batch_invert(ys, n)
         a_bits = [a0] + [(x >> i) & 1 for i in range(ell)]
         cts = []
-        suffix = mpz(1)                          # E(sum_{j>i} a_j xor b_j)
+        suffix = mpz(1)  # E(sum_{j>i} a_j xor b_j)
         for i in range(ell, -1, -1):
             ai = a_bits[i]
             c = g(1 + sigma * ai) * (ebinv[i] if sigma == 1 else eb[i]) % n
@@ -222,7 +226,7 @@ def _a_blind_chunk(pub_spec: PubSpec, ell: int, lt: bool, xs: list[int], sigmas:
             rho = 1 + secrets.randbelow(u - 1)
             c = gmpy2.powmod(c, rho, n) * h_table.pow(secrets.randbits(pub.r_bits)) % n
             cts.append(c)
-            w = g(1) * ebinv[i] % n if ai else eb[i]   # E(a_i xor b_i)
+            w = g(1) * ebinv[i] % n if ai else eb[i]  # E(a_i xor b_i)
             suffix = suffix * w % n
         _sysrand.shuffle(cts)
         out.extend(pub.ciphertext_to_bytes(c) for c in cts)
@@ -238,8 +242,9 @@ def _b_zero_chunk(priv_spec: PrivSpec, ell: int, c_bytes: list[bytes], first: in
     for k in range(len(c_bytes) // group):
         zeros = 0
         for i in range(group):
-            c = pub.ciphertext_from_bytes(c_bytes[k * group + i], check_unit=False,
-                                          what=f"comparison ciphertext {(first + k) * group + i}")
+            c = pub.ciphertext_from_bytes(
+                c_bytes[k * group + i], check_unit=False, what=f"comparison ciphertext {(first + k) * group + i}"
+            )
             zeros += key.zero_test(c)
         if zeros > 1:
             raise InvalidMessage(f"comparison {first + k}: {zeros} zero ciphertexts (at most one is possible)")
@@ -267,11 +272,20 @@ def _tags(prefix: str) -> dict[str, str]:
 
 # --------------------------------------------------------------------------
 # roles
-async def compare_holder_b(ch: Channel, peer_role: str, ys: Sequence[int], *, ell: int,
-                           key: DGKPrivateKey | None = None, predicate: str = "lt",
-                           output: str = "shared", tag_prefix: str = "cmp",
-                           executor: Executor | None = None,
-                           chunk: int = DEFAULT_CHUNK, rng: random.Random | None = None) -> list[int] | None:
+async def compare_holder_b(
+    ch: Channel,
+    peer_role: str,
+    ys: Sequence[int],
+    *,
+    ell: int,
+    key: DGKPrivateKey | None = None,
+    predicate: str = "lt",
+    output: str = "shared",
+    tag_prefix: str = "cmp",
+    executor: Executor | None = None,
+    chunk: int = DEFAULT_CHUNK,
+    rng: random.Random | None = None,
+) -> list[int] | None:
     """Role B (holds y's and the DGK private key; the only side that decrypts).
 
     ``key``: DGK key pair to use (reuse one across calls; it carries its
@@ -297,8 +311,9 @@ async def compare_holder_b(ch: Channel, peer_role: str, ys: Sequence[int], *, el
 
     await ch.send(peer_role, tags["hdr"], _header(ell, count, predicate, output))
     await ch.send(peer_role, tags["pk"], key.public.to_proto())
-    bits = await run_chunked(executor, _b_encrypt_chunk,
-                          [(spec, ys_u[s:s + chunk], ell) for s in range(0, count, chunk)])
+    bits = await run_chunked(
+        executor, _b_encrypt_chunk, [(spec, ys_u[s : s + chunk], ell) for s in range(0, count, chunk)]
+    )
     await ch.send(peer_role, tags["bits"], _blobs(bits))
 
     msg = await ch.recv(peer_role, tags["c"], messages_pb2.Blobs)
@@ -307,8 +322,9 @@ async def compare_holder_b(ch: Channel, peer_role: str, ys: Sequence[int], *, el
         raise InvalidMessage(f"expected {count * group} comparison ciphertexts from {peer_role}, got {len(msg.values)}")
     cvals = list(msg.values)
     step = chunk * group
-    deltas = await run_chunked(executor, _b_zero_chunk,
-                            [(spec, ell, cvals[s:s + step], s // group) for s in range(0, len(cvals), step)])
+    deltas = await run_chunked(
+        executor, _b_zero_chunk, [(spec, ell, cvals[s : s + step], s // group) for s in range(0, len(cvals), step)]
+    )
 
     if output == "a":
         await ch.send(peer_role, tags["delta"], messages_pb2.Ints(values=deltas))
@@ -316,11 +332,21 @@ async def compare_holder_b(ch: Channel, peer_role: str, ys: Sequence[int], *, el
     return deltas  # "shared": B's share; "b": sigma = +1, so delta_B = z
 
 
-async def compare_holder_a(ch: Channel, peer_role: str, xs: Sequence[int], *, ell: int,
-                           predicate: str = "lt", output: str = "shared", tag_prefix: str = "cmp",
-                           allow_insecure: bool = False, min_key_bits: int = MIN_MODULUS_BITS,
-                           executor: Executor | None = None,
-                           chunk: int = DEFAULT_CHUNK, rng: random.Random | None = None) -> list[int] | None:
+async def compare_holder_a(
+    ch: Channel,
+    peer_role: str,
+    xs: Sequence[int],
+    *,
+    ell: int,
+    predicate: str = "lt",
+    output: str = "shared",
+    tag_prefix: str = "cmp",
+    allow_insecure: bool = False,
+    min_key_bits: int = MIN_MODULUS_BITS,
+    executor: Executor | None = None,
+    chunk: int = DEFAULT_CHUNK,
+    rng: random.Random | None = None,
+) -> list[int] | None:
     """Role A (holds x's; receives B's DGK public key and never decrypts).
 
     ``rng`` draws A's output shares (a role's stream from :mod:`smcdp.primitives.rng`;
@@ -342,8 +368,10 @@ async def compare_holder_a(ch: Channel, peer_role: str, xs: Sequence[int], *, el
     if got != want:
         names = ["version", "ell", "count", "predicate", "output"]
         diffs = ", ".join(f"{nm}: theirs {g} vs ours {w}" for nm, g, w in zip(names, got, want) if g != w)
-        raise InvalidMessage(f"comparison parameters of {peer_role} do not match ours "
-                             f"({diffs or f'header has {len(got)} fields, expected {len(want)}'})")
+        raise InvalidMessage(
+            f"comparison parameters of {peer_role} do not match ours "
+            f"({diffs or f'header has {len(got)} fields, expected {len(want)}'})"
+        )
     pkmsg = await ch.recv(peer_role, tags["pk"], messages_pb2.BigInts)
     pub = DGKPublicKey.from_proto(pkmsg, allow_insecure=allow_insecure, min_modulus_bits=min_key_bits)
     if pub.u <= ell + 2:
@@ -358,14 +386,19 @@ async def compare_holder_a(ch: Channel, peer_role: str, xs: Sequence[int], *, el
     yvals = list(bits.values)
 
     if output == "b":
-        sigmas = [1] * count           # B learns z directly
+        sigmas = [1] * count  # B learns z directly
     else:
         draw = rng.getrandbits if rng is not None else secrets.randbits
         sigmas = [1 - 2 * draw(1) for _ in range(count)]
     lt = predicate == "lt"
-    cts = await run_chunked(executor, _a_blind_chunk,
-                         [(spec, ell, lt, xs_u[s:s + chunk], sigmas[s:s + chunk], yvals[s * ell:(s + chunk) * ell])
-                          for s in range(0, count, chunk)])
+    cts = await run_chunked(
+        executor,
+        _a_blind_chunk,
+        [
+            (spec, ell, lt, xs_u[s : s + chunk], sigmas[s : s + chunk], yvals[s * ell : (s + chunk) * ell])
+            for s in range(0, count, chunk)
+        ],
+    )
     await ch.send(peer_role, tags["c"], _blobs(cts))
 
     shares = [1 if s == -1 else 0 for s in sigmas]

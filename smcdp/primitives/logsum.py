@@ -80,15 +80,15 @@ LOG_WEIGHT_BOUND_NATS = 1 << 10
 class MaskParams:
     """Public fixed-point and masking parameters of LOGSUM (both parties agree on them)."""
 
-    mask_nats: float = 4.0                 # K: per-term masks σ are uniform on [−K, K)
-    offset_nats: float = float(1 << 40)    # ψ: per-sum offsets ω are uniform on [−ψ, ψ)
-    precision_bits: int = 30               # p: relative precision 2^−p of every sum
-    smudge_bits: int = 30                  # λ: ν hides Bob's integer weights to 2^−λ−1
-    log_frac_bits: int = 40                # F: every log-domain value is an integer on the grid 2^−F
+    mask_nats: float = 4.0  # K: per-term masks σ are uniform on [−K, K)
+    offset_nats: float = float(1 << 40)  # ψ: per-sum offsets ω are uniform on [−ψ, ψ)
+    precision_bits: int = 30  # p: relative precision 2^−p of every sum
+    smudge_bits: int = 30  # λ: ν hides Bob's integer weights to 2^−λ−1
+    log_frac_bits: int = 40  # F: every log-domain value is an integer on the grid 2^−F
 
     def validate(self) -> MaskParams:
         real(self.mask_nats, "mask_nats", 0.0, 64.0)
-        real(self.offset_nats, "offset_nats", 1.0, 2.0 ** 48)
+        real(self.offset_nats, "offset_nats", 1.0, 2.0**48)
         for name, lo, hi in (("precision_bits", 12, 60), ("smudge_bits", 0, 80), ("log_frac_bits", 24, 64)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
@@ -130,13 +130,13 @@ class LogsumLayout:
     """The public bit budget of sums of at most ``n_terms`` terms under one key (module docstring)."""
 
     n_terms: int
-    exp_bits: int        # F_e: Alice's exponents ê lie in [0, 2^F_e]
-    weight_bits: int     # W: Bob's weights k lie in [2^W e^{−2K}, 2^W]
-    smudge_bits: int     # B_ν: ν lies in [0, 2^B_ν)
+    exp_bits: int  # F_e: Alice's exponents ê lie in [0, 2^F_e]
+    weight_bits: int  # W: Bob's weights k lie in [2^W e^{−2K}, 2^W]
+    smudge_bits: int  # B_ν: ν lies in [0, 2^B_ν)
     slot_bits: int
     packing: Packing
-    mask_int: int        # K on the grid (Bob's weights undo σ + K)
-    frac_bits: int       # F
+    mask_int: int  # K on the grid (Bob's weights undo σ + K)
+    frac_bits: int  # F
 
     @classmethod
     def make(cls, params: MaskParams, n_terms: int, pk: PublicKey) -> LogsumLayout:
@@ -151,9 +151,11 @@ class LogsumLayout:
         slot = Fe + W + math.ceil(math.log2(n_terms + 1)) + 2
         if slot > pk.max_int.bit_length() - 1:
             need = 2 * (slot + 4)
-            raise CryptoOverflow(f"a sum of {n_terms} terms needs {slot}-bit values (precision_bits={p}, "
-                                 f"smudge_bits={lam}, mask_nats={K:g}); a {pk.bits}-bit key holds "
-                                 f"{pk.max_int.bit_length() - 1}: use a key of at least {need} bits")
+            raise CryptoOverflow(
+                f"a sum of {n_terms} terms needs {slot}-bit values (precision_bits={p}, "
+                f"smudge_bits={lam}, mask_nats={K:g}); a {pk.bits}-bit key holds "
+                f"{pk.max_int.bit_length() - 1}: use a key of at least {need} bits"
+            )
         packing = Packing.for_key(pk, slot)
         lay = cls(n_terms, Fe, W, Bnu, slot, packing, params.mask_int, params.log_frac_bits)
         assert lay.max_sum < 1 << (slot - 1), "layout arithmetic"
@@ -171,8 +173,9 @@ class LogsumLayout:
     @property
     def min_sum(self) -> int:
         """No honest sum with a finite term is below 2^{W+F_e}·e^{−4K−1} (docs/protocols/keyword.md §bound)."""
-        return int(math.ldexp(math.exp(-4 * self.mask_int / 2.0 ** self.frac_bits - 1.0),
-                              self.weight_bits + self.exp_bits))
+        return int(
+            math.ldexp(math.exp(-4 * self.mask_int / 2.0**self.frac_bits - 1.0), self.weight_bits + self.exp_bits)
+        )
 
     def shift(self, index: int) -> int:
         """Bit offset of sum ``index`` inside its ciphertext."""
@@ -205,7 +208,7 @@ def exponentiate_terms(y: Sequence[int | None], layout: LogsumLayout) -> tuple[l
     for v in y:
         if v is None or v - m < cut:
             out.append(0)
-        else:   # |v − m| < 2^53: the division by 2^F is exact
+        else:  # |v − m| < 2^53: the division by 2^F is exact
             out.append(round(math.ldexp(math.exp((v - m) / (1 << F)), Fe)))
     return out, m
 
@@ -222,8 +225,13 @@ def smudging(rng: random.Random, layout: LogsumLayout, count: int) -> list[int]:
     return [rng.getrandbits(layout.smudge_bits) for _ in range(count)]
 
 
-def weighted_sums(pk: PublicKey, terms: Sequence[Sequence[tuple[mpz, int]]], nu: Sequence[int],
-                  layout: LogsumLayout, pool: ObfuscatorPool) -> list[mpz]:
+def weighted_sums(
+    pk: PublicKey,
+    terms: Sequence[Sequence[tuple[mpz, int]]],
+    nu: Sequence[int],
+    layout: LogsumLayout,
+    pool: ObfuscatorPool,
+) -> list[mpz]:
     """Bob, step (W): ``u_r = Σ_l k_rl ê_rl + ν_r`` for every sum r, packed and re-randomised.
 
     ``terms[r]`` lists (ciphertext of ê pre-shifted into sum r's slot, k) -- the
@@ -235,21 +243,30 @@ def weighted_sums(pk: PublicKey, terms: Sequence[Sequence[tuple[mpz, int]]], nu:
     return _finish_sums(pk, [_job_product(pk.nsquare, j) for j in jobs], jobs, pool)
 
 
-async def aweighted_sums(pk: PublicKey, terms: Sequence[Sequence[tuple[mpz, int]]], nu: Sequence[int],
-                         layout: LogsumLayout, pool: ObfuscatorPool, threads: CryptoThreads) -> list[mpz]:
+async def aweighted_sums(
+    pk: PublicKey,
+    terms: Sequence[Sequence[tuple[mpz, int]]],
+    nu: Sequence[int],
+    layout: LogsumLayout,
+    pool: ObfuscatorPool,
+    threads: CryptoThreads,
+) -> list[mpz]:
     """:func:`weighted_sums` with one multi-exponentiation per output ciphertext on ``threads``."""
     jobs = _weighted_sum_jobs(pk, terms, nu, layout)
     return _finish_sums(pk, await threads.amap(functools.partial(_job_product, pk.nsquare), jobs), jobs, pool)
 
 
-def _weighted_sum_jobs(pk: PublicKey, terms: Sequence[Sequence[tuple[mpz, int]]], nu: Sequence[int],
-                       layout: LogsumLayout) -> list[tuple[list[mpz], list[int], int]]:
+def _weighted_sum_jobs(
+    pk: PublicKey, terms: Sequence[Sequence[tuple[mpz, int]]], nu: Sequence[int], layout: LogsumLayout
+) -> list[tuple[list[mpz], list[int], int]]:
     """(bases, weights, packed noise) per output ciphertext, every bound checked."""
     S = layout.slots
     cap = layout.packing.slot_capacity if layout.packing.packed else int(pk.max_int)
     if layout.max_sum > cap:
-        raise CryptoOverflow(f"a {layout.n_terms}-term sum could reach {layout.max_sum.bit_length()} bits, above "
-                             f"the {cap.bit_length()}-bit slot")
+        raise CryptoOverflow(
+            f"a {layout.n_terms}-term sum could reach {layout.max_sum.bit_length()} bits, above "
+            f"the {cap.bit_length()}-bit slot"
+        )
     Wmax = 1 << layout.weight_bits
     jobs: list[tuple[list[mpz], list[int], int]] = []
     for start in range(0, len(terms), S):
@@ -276,8 +293,9 @@ def _job_product(n2: mpz, job: tuple[list[mpz], list[int], int]) -> mpz:
     return multi_exp(bases, exps, n2) if bases else mpz(1)
 
 
-def _finish_sums(pk: PublicKey, prods: Sequence[mpz], jobs: list[tuple[list[mpz], list[int], int]],
-                 pool: ObfuscatorPool) -> list[mpz]:
+def _finish_sums(
+    pk: PublicKey, prods: Sequence[mpz], jobs: list[tuple[list[mpz], list[int], int]], pool: ObfuscatorPool
+) -> list[mpz]:
     """Add each ciphertext's smudging noise, then re-randomise it."""
     n2 = pk.nsquare
     return [pool.rerandomize(c * ((1 + pk.n * noise) % n2) % n2) for c, (_, _, noise) in zip(prods, jobs)]
@@ -288,8 +306,10 @@ def logarithm(u: int, m: int, layout: LogsumLayout) -> int:
     """Alice, step (L): ``fx(ln(u / 2^{W+F_e})) + m`` on the grid -- never through a float at the
     magnitude of m.  ``u`` outside what an honest Bob can produce is refused."""
     if not layout.min_sum <= u <= layout.max_sum:
-        raise InvalidMessage(f"a masked sum of {int(u).bit_length()} bits lies outside what an honest weighted "
-                             f"sum can be ([2^{layout.min_sum.bit_length() - 1}, 2^{layout.max_sum.bit_length()}))")
+        raise InvalidMessage(
+            f"a masked sum of {int(u).bit_length()} bits lies outside what an honest weighted "
+            f"sum can be ([2^{layout.min_sum.bit_length() - 1}, 2^{layout.max_sum.bit_length()}))"
+        )
     z = math.ldexp(float(u), -(layout.weight_bits + layout.exp_bits))
     return encode_float(math.log(z), layout.frac_bits) + m
 
@@ -308,6 +328,7 @@ def unpack_sums(vals: Sequence[int], count: int, layout: LogsumLayout) -> list[i
 # positive weight per row, any magnitudes down to the smallest double); he obtains ξ(ln Σ_l A_rl e^{ℓ_l})
 # for every row.  Two round trips.  ``tag`` must be unique per call within a session.
 
+
 def _logsum_pattern(A: np.ndarray, n: int) -> list[list[int]]:
     if A.ndim != 2 or A.shape[1] != n or not np.all(np.isfinite(A)) or np.any(A < 0):
         raise InvalidMessage(f"LOGSUM weights must be a finite non-negative matrix with {n} columns")
@@ -317,8 +338,16 @@ def _logsum_pattern(A: np.ndarray, n: int) -> list[list[int]]:
     return rows
 
 
-async def secure_logsum_bob(ch: Channel, alice: str, logs: EncryptedVector, weights: ArrayLike, params: MaskParams,
-                            pool: ObfuscatorPool, rng: random.Random, tag: str) -> EncryptedVector:
+async def secure_logsum_bob(
+    ch: Channel,
+    alice: str,
+    logs: EncryptedVector,
+    weights: ArrayLike,
+    params: MaskParams,
+    pool: ObfuscatorPool,
+    rng: random.Random,
+    tag: str,
+) -> EncryptedVector:
     """Bob: ``ξ(ln Σ_l A_rl e^{ℓ_l})`` for every row r of ``weights`` (exponent −F, unpacked)."""
     params.validate()
     F = params.log_frac_bits
@@ -341,34 +370,58 @@ async def secure_logsum_bob(ch: Channel, alice: str, logs: EncryptedVector, weig
         raise CryptoOverflow("LOGSUM: masked logarithms would overflow the plaintext space")
     omega = uniform_ints(rng, R, psi)
     sigma = [uniform_ints(rng, len(r), layout.mask_int) for r in rows]
-    offsets = [c for r in range(R) for c in term_offsets([fx(math.log(A[r, i]), F) for i in rows[r]],
-                                                         [rho[i] for i in rows[r]], omega[r], sigma[r])]
+    offsets = [
+        c
+        for r in range(R)
+        for c in term_offsets(
+            [fx(math.log(A[r, i]), F) for i in rows[r]], [rho[i] for i in rows[r]], omega[r], sigma[r]
+        )
+    ]
     await ch.send(alice, f"{tag}/v", EncryptedVector(pk, masked, n, -F, UNPACKED, bound).to_proto())
     await ch.send(alice, f"{tag}/pattern", pb.Ints(values=[R] + [int(A[r, i] > 0) for r in range(R) for i in range(n)]))
     await ch.send(alice, f"{tag}/c", bigints(offsets))
     # (W), Bob
     n_terms = sum(len(r) for r in rows)
-    e = EncryptedVector.from_proto(await ch.recv(alice, f"{tag}/e", pb.CiphertextVector), pk, length=n_terms,
-                                   exponent=0, packing=UNPACKED, what=f"{tag}/e from {alice}")
+    e = EncryptedVector.from_proto(
+        await ch.recv(alice, f"{tag}/e", pb.CiphertextVector),
+        pk,
+        length=n_terms,
+        exponent=0,
+        packing=UNPACKED,
+        what=f"{tag}/e from {alice}",
+    )
     it = iter(e.ciphertexts)
     terms = [[(next(it), k) for k in term_weights(sigma[r], layout)] for r in range(R)]
     u = weighted_sums(pk, terms, smudging(rng, layout, R), layout, pool)
     await ch.send(alice, f"{tag}/u", EncryptedVector(pk, u, R, 0, layout.packing, layout.max_sum).to_proto())
     # (L), Bob: remove ω − K
-    back = EncryptedVector.from_proto(await ch.recv(alice, f"{tag}/l", pb.CiphertextVector), pk, length=R,
-                                      exponent=-F, packing=UNPACKED, bound=psi + (LOG_WEIGHT_BOUND_NATS << F) + bound,
-                                      what=f"{tag}/l from {alice}")
+    back = EncryptedVector.from_proto(
+        await ch.recv(alice, f"{tag}/l", pb.CiphertextVector),
+        pk,
+        length=R,
+        exponent=-F,
+        packing=UNPACKED,
+        bound=psi + (LOG_WEIGHT_BOUND_NATS << F) + bound,
+        what=f"{tag}/l from {alice}",
+    )
     return back + EncryptedVector.trivial(pk, [layout.mask_int - w for w in omega], exponent=-F)
 
 
-async def secure_logsum_alice(ch: Channel, bob: str, sk: PrivateKey, params: MaskParams, pool: ObfuscatorPool,
-                              tag: str, *, length: int) -> None:
+async def secure_logsum_alice(
+    ch: Channel, bob: str, sk: PrivateKey, params: MaskParams, pool: ObfuscatorPool, tag: str, *, length: int
+) -> None:
     """Alice's side of :func:`secure_logsum_bob` (``length``: the number of logarithms)."""
     params.validate()
     F = params.log_frac_bits
     pk = sk.public_key
-    v = EncryptedVector.from_proto(await ch.recv(bob, f"{tag}/v", pb.CiphertextVector), pk, length=length,
-                                   exponent=-F, packing=UNPACKED, what=f"{tag}/v from {bob}")
+    v = EncryptedVector.from_proto(
+        await ch.recv(bob, f"{tag}/v", pb.CiphertextVector),
+        pk,
+        length=length,
+        exponent=-F,
+        packing=UNPACKED,
+        what=f"{tag}/v from {bob}",
+    )
     pat = list((await ch.recv(bob, f"{tag}/pattern", pb.Ints)).values)
     R = pat[0] if pat else 0
     if R < 1 or len(pat) != 1 + R * length or any(x not in (0, 1) for x in pat[1:]):
@@ -378,9 +431,12 @@ async def secure_logsum_alice(ch: Channel, bob: str, sk: PrivateKey, params: Mas
         raise InvalidMessage(f"{tag}/pattern from {bob} has a row without terms")
     layout = LogsumLayout.make(params, max(len(r) for r in rows), pk)
     n_terms = sum(len(r) for r in rows)
-    offsets = from_bigints(await ch.recv(bob, f"{tag}/c", pb.BigInts), count=n_terms,
-                           bound_bits=offset_bound_bits(params),
-                           what=f"{tag}/c from {bob}")
+    offsets = from_bigints(
+        await ch.recv(bob, f"{tag}/c", pb.BigInts),
+        count=n_terms,
+        bound_bits=offset_bound_bits(params),
+        what=f"{tag}/c from {bob}",
+    )
     vals = v.decrypt_ints(sk)
     # (E), Alice
     it = iter(offsets)
@@ -389,15 +445,27 @@ async def secure_logsum_alice(ch: Channel, bob: str, sk: PrivateKey, params: Mas
     for r, row in enumerate(rows):
         ys = [vals[i] + next(it) for i in row]
         es, mr = exponentiate_terms(ys, layout)
-        assert mr is not None       # None only for a row of exact zeros; every row has a term (_logsum_pattern)
+        assert mr is not None  # None only for a row of exact zeros; every row has a term (_logsum_pattern)
         m.append(mr)
         e_ints.extend(x << layout.shift(r) for x in es)
-    await ch.send(bob, f"{tag}/e", EncryptedVector(pk, [pool.encrypt(x) for x in e_ints], n_terms, 0, UNPACKED,
-                                                   int(pk.max_int)).to_proto())
+    await ch.send(
+        bob,
+        f"{tag}/e",
+        EncryptedVector(pk, [pool.encrypt(x) for x in e_ints], n_terms, 0, UNPACKED, int(pk.max_int)).to_proto(),
+    )
     # (L), Alice
-    u = EncryptedVector.from_proto(await ch.recv(bob, f"{tag}/u", pb.CiphertextVector), pk, length=R, exponent=0,
-                                   packing=layout.packing, what=f"{tag}/u from {bob}")
+    u = EncryptedVector.from_proto(
+        await ch.recv(bob, f"{tag}/u", pb.CiphertextVector),
+        pk,
+        length=R,
+        exponent=0,
+        packing=layout.packing,
+        what=f"{tag}/u from {bob}",
+    )
     sums = unpack_sums([sk.raw_decrypt_signed(c) for c in u.ciphertexts], R, layout)
     out = [logarithm(s, mr, layout) for s, mr in zip(sums, m)]
-    await ch.send(bob, f"{tag}/l", EncryptedVector(pk, [pool.encrypt(x) for x in out], R, -F, UNPACKED,
-                                                   int(pk.max_int)).to_proto())
+    await ch.send(
+        bob,
+        f"{tag}/l",
+        EncryptedVector(pk, [pool.encrypt(x) for x in out], R, -F, UNPACKED, int(pk.max_int)).to_proto(),
+    )

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from concurrent.futures import Executor
-from typing import Any, Callable
+from typing import Any
 
 
 async def run_offloaded(executor: Executor | None, fn: Callable[..., Any], *args: Any) -> Any:
@@ -16,8 +17,9 @@ async def run_offloaded(executor: Executor | None, fn: Callable[..., Any], *args
     return await asyncio.get_running_loop().run_in_executor(executor, fn, *args)
 
 
-async def run_chunked(executor: Executor | None, fn: Callable[..., list[Any]],
-                      arg_list: list[tuple[Any, ...]]) -> list[Any]:
+async def run_chunked(
+    executor: Executor | None, fn: Callable[..., list[Any]], arg_list: list[tuple[Any, ...]]
+) -> list[Any]:
     """Run fn(*args) for every args (in a pool if given); flatten the results in order."""
     if executor is None:
         results = [await run_offloaded(None, fn, *args) for args in arg_list]

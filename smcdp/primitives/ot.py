@@ -20,8 +20,8 @@ from __future__ import annotations
 import asyncio
 import operator
 import random
+from collections.abc import Sequence
 from concurrent.futures import Executor
-from typing import Sequence
 
 import gmpy2
 
@@ -53,8 +53,9 @@ def _tags(prefix: str) -> dict[str, str]:
     return {k: f"{prefix}/np-{k}" for k in ("hdr", "pk0", "gr", "ct")}
 
 
-def _sender_chunk(context: bytes, first: int, pk0s: list[int], r: int, c_r: list[gmpy2.mpz],
-                  rows: list[list[bytes]]) -> list[bytes]:
+def _sender_chunk(
+    context: bytes, first: int, pk0s: list[int], r: int, c_r: list[gmpy2.mpz], rows: list[list[bytes]]
+) -> list[bytes]:
     out: list[bytes] = []
     for off, (pk0, row) in enumerate(zip(pk0s, rows)):
         out.extend(sender_encrypt(MODP2048, context, first + off, gmpy2.mpz(pk0), r, c_r, row))
@@ -69,9 +70,16 @@ def _check_m(m: object) -> int:
     return m
 
 
-async def ot_send(ch: Channel, chooser_role: str, messages: Sequence[Sequence[bytes]], *,
-                  tag_prefix: str = "ot", executor: Executor | None = None,
-                  chunk: int = DEFAULT_CHUNK, rng: random.Random | None = None) -> None:
+async def ot_send(
+    ch: Channel,
+    chooser_role: str,
+    messages: Sequence[Sequence[bytes]],
+    *,
+    tag_prefix: str = "ot",
+    executor: Executor | None = None,
+    chunk: int = DEFAULT_CHUNK,
+    rng: random.Random | None = None,
+) -> None:
     """Sender: ``messages[j][i]`` is string i of transfer j; every row has the same M >= 2.
 
     ``rng`` draws the sender's secret r (a role's stream from :mod:`smcdp.primitives.rng`;
@@ -102,8 +110,9 @@ async def ot_send(ch: Channel, chooser_role: str, messages: Sequence[Sequence[by
     hdr = await ch.recv(chooser_role, tags["hdr"], messages_pb2.Ints)
     want = [PROTOCOL_VERSION, count, m]
     if list(hdr.values) != want:
-        raise InvalidMessage(f"OT header from {chooser_role} is {list(hdr.values)}, "
-                             f"expected [version, transfers, m] = {want}")
+        raise InvalidMessage(
+            f"OT header from {chooser_role} is {list(hdr.values)}, expected [version, transfers, m] = {want}"
+        )
     pk_msg = await ch.recv(chooser_role, tags["pk0"], messages_pb2.Blobs)
     if len(pk_msg.values) != count:
         raise InvalidMessage(f"expected {count} OT public keys from {chooser_role}, got {len(pk_msg.values)}")
@@ -115,14 +124,23 @@ async def ot_send(ch: Channel, chooser_role: str, messages: Sequence[Sequence[by
     gr = group.exp_g(r)
     c_r = [None] + [gmpy2.powmod(c, r, group.p) for c in cs[1:]]
     await ch.send(chooser_role, tags["gr"], messages_pb2.Blobs(values=[group.encode(gr)]))
-    cts = await run_chunked(executor, _sender_chunk,
-                         [(context, s, pk0s[s:s + chunk], r, c_r, rows[s:s + chunk])
-                          for s in range(0, count, chunk)])
+    cts = await run_chunked(
+        executor,
+        _sender_chunk,
+        [(context, s, pk0s[s : s + chunk], r, c_r, rows[s : s + chunk]) for s in range(0, count, chunk)],
+    )
     await ch.send(chooser_role, tags["ct"], messages_pb2.Blobs(values=cts))
 
 
-async def ot_choose(ch: Channel, sender_role: str, choices: Sequence[int], m: int, *,
-                    tag_prefix: str = "ot", rng: random.Random | None = None) -> list[bytes]:
+async def ot_choose(
+    ch: Channel,
+    sender_role: str,
+    choices: Sequence[int],
+    m: int,
+    *,
+    tag_prefix: str = "ot",
+    rng: random.Random | None = None,
+) -> list[bytes]:
     """Chooser: returns ``[messages[j][choices[j]] for j]``; the sender learns nothing of the choices.
 
     ``rng`` draws the chooser's secrets k (a role's stream; default the OS CSPRNG).

@@ -45,8 +45,20 @@ from smcdp.crypto.paillier import PrivateKey, check_key_bits, generate_keypair
 from smcdp.crypto.prepared import SHELF
 from smcdp.dp.samplers import RandomSource, SecureSource, StreamSource
 
-__all__ = ["Drbg", "DrbgRandom", "Randomness", "SeedLike", "as_randomness", "derive_seed", "noise_generator",
-           "noise_source", "prepare_session_keypair", "protocol_rng", "session_keypair", "stream_key"]
+__all__ = [
+    "Drbg",
+    "DrbgRandom",
+    "Randomness",
+    "SeedLike",
+    "as_randomness",
+    "derive_seed",
+    "noise_generator",
+    "noise_source",
+    "prepare_session_keypair",
+    "protocol_rng",
+    "session_keypair",
+    "stream_key",
+]
 
 KEY_BYTES = 32
 _BLOCK = 4096
@@ -59,7 +71,7 @@ class Drbg:
     session.  Not thread-safe: give each thread its own stream.
     """
 
-    __slots__ = ("_enc", "_buf", "_pos")
+    __slots__ = ("_buf", "_enc", "_pos")
 
     def __init__(self, key: bytes) -> None:
         if not isinstance(key, (bytes, bytearray)) or len(key) != KEY_BYTES:
@@ -77,7 +89,7 @@ class Drbg:
                 self._buf = self._enc.update(b"\x00" * max(_BLOCK, n))
                 self._pos = 0
             take = min(n, len(self._buf) - self._pos)
-            out += self._buf[self._pos:self._pos + take]
+            out += self._buf[self._pos : self._pos + take]
             self._pos += take
             n -= take
         return bytes(out)
@@ -107,7 +119,7 @@ class DrbgRandom(random.Random):
         return int.from_bytes(self._drbg.read(nbytes), "little") >> (nbytes * 8 - k)
 
     def random(self) -> float:
-        return self.getrandbits(53) * 2.0 ** -53
+        return self.getrandbits(53) * 2.0**-53
 
     def randbytes(self, n: int) -> bytes:
         return self._drbg.read(n)
@@ -132,17 +144,17 @@ class Randomness:
         self.seeded = seeded
 
     @classmethod
-    def fresh(cls) -> "Randomness":
+    def fresh(cls) -> Randomness:
         """A new secret root from the OS CSPRNG (what a party draws for each session)."""
         return cls(os.urandom(KEY_BYTES))
 
     @classmethod
-    def from_seed(cls, seed: int) -> "Randomness":
+    def from_seed(cls, seed: int) -> Randomness:
         """The root of an experiment seed: reproducible and predictable by whoever knows the seed."""
         return cls(hashlib.sha256(f"smcdp/experiment-seed/{int(seed)}".encode()).digest(), seeded=True)
 
     @classmethod
-    def system(cls) -> "Randomness":
+    def system(cls) -> Randomness:
         """No root: every stream is the OS CSPRNG (not replayable)."""
         return cls(None)
 
@@ -232,8 +244,9 @@ def _prepared_label(seed: SeedLike, protocol: str, role: str, bits: int) -> byte
     return as_randomness(seed).stream_key(protocol, role, "key", "prepared", str(int(bits)))
 
 
-def session_keypair(seed: SeedLike, protocol: str, role: str, bits: int, *,
-                    allow_insecure: bool = False) -> tuple[PrivateKey, ObfuscatorPool | None]:
+def session_keypair(
+    seed: SeedLike, protocol: str, role: str, bits: int, *, allow_insecure: bool = False
+) -> tuple[PrivateKey, ObfuscatorPool | None]:
     """The Paillier key pair that ``role`` of ``protocol`` derives from its root ``seed`` (the stream
     ``protocol, role, "key"``), and the obfuscators made for it ahead, if any.
 
@@ -247,8 +260,16 @@ def session_keypair(seed: SeedLike, protocol: str, role: str, bits: int, *,
     return generate_keypair(bits, allow_insecure=allow_insecure, rng=protocol_rng(seed, protocol, role, "key"))[1], None
 
 
-def prepare_session_keypair(root: Randomness, protocol: str, role: str, bits: int, *, uses: int,
-                            obfuscators: int = 0, allow_insecure: bool = False) -> None:
+def prepare_session_keypair(
+    root: Randomness,
+    protocol: str,
+    role: str,
+    bits: int,
+    *,
+    uses: int,
+    obfuscators: int = 0,
+    allow_insecure: bool = False,
+) -> None:
     """Start making, in the background, the key pair a session with root ``root`` will derive for ``role``
     (:func:`session_keypair`), its tables sized for ``uses`` encryptions and ``obfuscators`` of its
     obfuscators (:mod:`smcdp.crypto.prepared`)."""

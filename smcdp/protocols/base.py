@@ -8,8 +8,9 @@ results.  Nothing here knows about sessions, files or the transport.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import fields
-from typing import Any, ClassVar, Mapping, Self
+from typing import Any, ClassVar, Self
 
 from smcdp.errors import InvalidMessage
 

@@ -115,7 +115,7 @@ SENS_KEY_BITS = 80
 #: the noise bound is exceeded with probability below 2^-NOISE_TAIL_BITS
 NOISE_TAIL_BITS = 64
 #: safety factor on the largest sensitivity used to choose the public grid
-_GRID_SLACK = 1.0 + 2.0 ** -14
+_GRID_SLACK = 1.0 + 2.0**-14
 
 
 # =============================================================================== parameters
@@ -126,18 +126,18 @@ class DPAggregateParams(ProtocolParams):
     protocol_name = "dp-aggregate"
 
     n_parties: int = 3
-    dim: int = 2                           # d: length of every model vector
+    dim: int = 2  # d: length of every model vector
     epsilon: float = 1.0
-    lam: float = 0.01                      # λ of the local logistic objective (plugin) / default bound
-    calibration: str = "exact"             # "exact" (default) or "seed" (reproduces the seed, not ε-DP in general)
-    min_records: int = 1                   # public lower bound on every n_j
-    max_sensitivity: float | None = None   # public bound on every Δ_j (default 1/(min_records·λ))
-    weight_bound: float | None = None      # public bound on |ŵ_j| per coordinate (default √(ln 2/λ))
-    mask_bits: int = 40                    # κ, statistical hiding of every mask
-    key_bits: int = 2048                   # Paillier ξ (parties) and ζ (Charlie)
+    lam: float = 0.01  # λ of the local logistic objective (plugin) / default bound
+    calibration: str = "exact"  # "exact" (default) or "seed" (reproduces the seed, not ε-DP in general)
+    min_records: int = 1  # public lower bound on every n_j
+    max_sensitivity: float | None = None  # public bound on every Δ_j (default 1/(min_records·λ))
+    weight_bound: float | None = None  # public bound on |ŵ_j| per coordinate (default √(ln 2/λ))
+    mask_bits: int = 40  # κ, statistical hiding of every mask
+    key_bits: int = 2048  # Paillier ξ (parties) and ζ (Charlie)
     dgk_bits: int = 2048
     dgk_t: int = 224
-    packed: bool = True                    # pack Stage-2 noise into few ciphertexts
+    packed: bool = True  # pack Stage-2 noise into few ciphertexts
 
     def validate(self) -> DPAggregateParams:
         def bad(msg):
@@ -154,7 +154,7 @@ class DPAggregateParams(ProtocolParams):
         # bounded, not only positive and finite: 1e308 overflowed inside the mechanism (INTERNAL), and
         # 1e-308 made the noise bound infinite.  2^-40 .. 2^40 spans every meaningful (and test) value.
         for name in ("epsilon", "lam"):
-            real(getattr(self, name), f"dp-aggregate parameter {name}", 2.0 ** -40, 2.0 ** 40)
+            real(getattr(self, name), f"dp-aggregate parameter {name}", 2.0**-40, 2.0**40)
         if self.calibration not in CALIBRATIONS:
             bad(f"calibration={self.calibration!r} must be one of {CALIBRATIONS}")
         if not 1 <= self.min_records <= 1 << 40:
@@ -162,22 +162,23 @@ class DPAggregateParams(ProtocolParams):
         for name in ("max_sensitivity", "weight_bound"):
             v = getattr(self, name)
             if v is not None:
-                real(v, f"dp-aggregate parameter {name} (a number, or unset)", 0.0, 2.0 ** 128, lo_open=True)
+                real(v, f"dp-aggregate parameter {name} (a number, or unset)", 0.0, 2.0**128, lo_open=True)
         if not isinstance(self.packed, bool):
             bad("packed must be a boolean")
-        if not 2.0 ** (SENS_PRECISION_BITS - SENS_KEY_BITS) <= self.sensitivity_bound <= 2.0 ** 28:
+        if not 2.0 ** (SENS_PRECISION_BITS - SENS_KEY_BITS) <= self.sensitivity_bound <= 2.0**28:
             bad(f"the sensitivity bound {self.sensitivity_bound:g} must lie in [2^-32, 2^28]")
-        if self.weight_limit > 2.0 ** 60:
+        if self.weight_limit > 2.0**60:
             bad("weight_bound must be below 2^60")
         self.secure_min_params().validate()
         F = self.frac_bits
         if not 1 <= F <= 512:
-            bad(f"the noise scale gives a public grid of 2^-{F}; it must lie in [2^-512, 2^-1] "
-                "(epsilon too small or the sensitivity bound too large)")
+            bad(
+                f"the noise scale gives a public grid of 2^-{F}; it must lie in [2^-512, 2^-1] "
+                "(epsilon too small or the sensitivity bound too large)"
+            )
         if self.slot_bits + 8 > self.key_bits - 4:
             bad(f"key_bits={self.key_bits} is too small for {self.modulus_bits}-bit shares")
         return self
-
 
     # -- public derived quantities -------------------------------------------------
     @property
@@ -220,7 +221,7 @@ class DPAggregateParams(ProtocolParams):
         F = self.frac_bits if F is None else F
         d = self.dim
         if self.calibration == "exact":
-            v = Fraction(delta) + Fraction(math.isqrt(d - 1) + 1, 1 << F)      # ⌈√d⌉·2^-F
+            v = Fraction(delta) + Fraction(math.isqrt(d - 1) + 1, 1 << F)  # ⌈√d⌉·2^-F
         else:
             v = 2 * self.n_parties * Fraction(delta) + d * Fraction(1, 1 << F)
         return _float_up(v)
@@ -239,10 +240,10 @@ class DPAggregateParams(ProtocolParams):
         F = self.frac_bits
         delta = self.sensitivity_bound * _GRID_SLACK
         if self.calibration == "exact":
-            s = self.mechanism_sensitivity(delta, F) / float(self.epsilon) * (1 + 2.0 ** -10)
-            return float(stats.gamma.isf(2.0 ** -NOISE_TAIL_BITS, self.dim, scale=s)) * 1.01 + 2.0 ** -F
-        b = self.mechanism_sensitivity(delta, F) / float(self.epsilon) * (1 + 2.0 ** -10)
-        return b * (NOISE_TAIL_BITS * math.log(2.0) + math.log(self.dim)) * 1.01 + 2.0 ** -F
+            s = self.mechanism_sensitivity(delta, F) / float(self.epsilon) * (1 + 2.0**-10)
+            return float(stats.gamma.isf(2.0**-NOISE_TAIL_BITS, self.dim, scale=s)) * 1.01 + 2.0**-F
+        b = self.mechanism_sensitivity(delta, F) / float(self.epsilon) * (1 + 2.0**-10)
+        return b * (NOISE_TAIL_BITS * math.log(2.0) + math.log(self.dim)) * 1.01 + 2.0**-F
 
     @cached_property
     def value_bits(self) -> int:
@@ -284,12 +285,12 @@ class DPAggregateParams(ProtocolParams):
         sm = self.secure_min_params()
         dgk_ct = Dk // 8 + 8
 
-        def dgk_batch(ell: int) -> int:                       # one comparison's largest message
+        def dgk_batch(ell: int) -> int:  # one comparison's largest message
             return (ell + 1) * dgk_ct + 128
 
         slots = max(1, (P - 5) // self.slot_bits) if self.packed else 1
         psi = ciphertext_vector_bytes(-(-d // slots), P)
-        ints = d * (self.modulus_bits // 8 + 4) + 32          # BigInts of d residues mod M
+        ints = d * (self.modulus_bits // 8 + 4) + 32  # BigInts of d residues mod M
         key = 4 * (P // 8) + 256
         small = 256
         ct = ciphertext_vector_bytes(1, P)
@@ -299,20 +300,37 @@ class DPAggregateParams(ProtocolParams):
             msgs = [(K - 1, dgk_batch(sm.ell)), (1, psi), (3 * K, ct), (1, key)]
         else:
             proof = 5 * (2 * P // 8 + 8) + 32
-            msgs = [(2, dgk_batch(sm.ell)), (4, dgk_batch(sm.check_ell)), (3, key), (1, proof), (2, psi),
-                    (9, ct), (2, ciphertext_vector_bytes(2, P)), (2, 2 * (P // 8 + 8)), (16, small)]
-        return TrafficEnvelope.from_messages(msgs, f"dp-aggregate parameters (K = {K}, d = {d}, "
-                                             f"{P}-bit Paillier, {Dk}-bit DGK keys)")
+            msgs = [
+                (2, dgk_batch(sm.ell)),
+                (4, dgk_batch(sm.check_ell)),
+                (3, key),
+                (1, proof),
+                (2, psi),
+                (9, ct),
+                (2, ciphertext_vector_bytes(2, P)),
+                (2, 2 * (P // 8 + 8)),
+                (16, small),
+            ]
+        return TrafficEnvelope.from_messages(
+            msgs, f"dp-aggregate parameters (K = {K}, d = {d}, {P}-bit Paillier, {Dk}-bit DGK keys)"
+        )
 
     def secure_min_params(self) -> SecureMinParams:
-        return SecureMinParams(n_parties=self.n_parties, value_bits=SENS_KEY_BITS, mask_bits=self.mask_bits,
-                               key_bits=self.key_bits, dgk_bits=self.dgk_bits, dgk_t=self.dgk_t, curator=CHARLIE)
+        return SecureMinParams(
+            n_parties=self.n_parties,
+            value_bits=SENS_KEY_BITS,
+            mask_bits=self.mask_bits,
+            key_bits=self.key_bits,
+            dgk_bits=self.dgk_bits,
+            dgk_t=self.dgk_t,
+            curator=CHARLIE,
+        )
 
 
 # =============================================================================== results
 @dataclass
 class PartyResult:
-    share: list[str]              # this participant's published share (residues mod 2^m, decimal)
+    share: list[str]  # this participant's published share (residues mod 2^m, decimal)
     share_file: str | None
     stats: dict = field(default_factory=dict)
 
@@ -327,10 +345,10 @@ class CharlieResult:
 
 @dataclass
 class DaveResult:
-    weights: list[float]                 # ŵˢ
-    shares: list[list[float]]            # K + 1 representatives (× 2^-F) whose plain sum is K·ŵˢ
-    shares_mod: list[list[str]]          # the published residues mod 2^m (decimal strings)
-    share_modulus: float                 # 2^m · 2^-F: shares are defined modulo this
+    weights: list[float]  # ŵˢ
+    shares: list[list[float]]  # K + 1 representatives (× 2^-F) whose plain sum is K·ŵˢ
+    shares_mod: list[list[str]]  # the published residues mod 2^m (decimal strings)
+    share_modulus: float  # 2^m · 2^-F: shares are defined modulo this
     frac_bits: int
     modulus_bits: int
     n_parties: int
@@ -382,24 +400,44 @@ def write_durable(path: Path, obj: Any) -> str:
 
 
 # =============================================================================== Stage 3 (everyone but Dave)
-async def _publish(ch: Channel, share: list[int], params: DPAggregateParams, output_dir: Path | None,
-                   session: str) -> tuple[list[str], str | None]:
+async def _publish(
+    ch: Channel, share: list[int], params: DPAggregateParams, output_dir: Path | None, session: str
+) -> tuple[list[str], str | None]:
     """Write this publisher's share durably and send it to Dave."""
     share_s = [str(v) for v in share]
     path = None
     if output_dir is not None:
-        path = write_durable(Path(output_dir) / f"dp-aggregate-share-{ch.role}.json", {
-            "kind": "smcdp-dp-aggregate-share", "version": 1, "session_id": session, "publisher": ch.role,
-            "index": params.publishers.index(ch.role), "n_parties": params.n_parties, "frac_bits": params.frac_bits,
-            "modulus_bits": params.modulus_bits, "share": share_s})
+        path = write_durable(
+            Path(output_dir) / f"dp-aggregate-share-{ch.role}.json",
+            {
+                "kind": "smcdp-dp-aggregate-share",
+                "version": 1,
+                "session_id": session,
+                "publisher": ch.role,
+                "index": params.publishers.index(ch.role),
+                "n_parties": params.n_parties,
+                "frac_bits": params.frac_bits,
+                "modulus_bits": params.modulus_bits,
+                "share": share_s,
+            },
+        )
     await ch.send(DAVE, SHARE_TAG, bigints(share))
     return share_s, path
 
 
 # =============================================================================== data party
-async def data_party(ch: Channel, weights, sensitivity: float, params: DPAggregateParams, *,
-                     seed: SeedLike = None, allow_insecure_keys: bool = False,
-                     output_dir: Path | None = None, noise_random_state=None, dgk_key=None) -> PartyResult:
+async def data_party(
+    ch: Channel,
+    weights,
+    sensitivity: float,
+    params: DPAggregateParams,
+    *,
+    seed: SeedLike = None,
+    allow_insecure_keys: bool = False,
+    output_dir: Path | None = None,
+    noise_random_state=None,
+    dgk_key=None,
+) -> PartyResult:
     """Role ``party<j>``: holds a locally trained linear model ŵ_j and its L2 sensitivity Δ_j.
 
     ``sensitivity`` is the largest ‖ŵ_j − ŵ_j'‖₂ over data sets that differ from
@@ -440,13 +478,17 @@ async def data_party(ch: Channel, weights, sensitivity: float, params: DPAggrega
     # --- Stage 2½: the selected key is at most ours, whatever Charlie did (with the next party in the ring).
     ch.progress(step="selection-check")
     ok, _ = await asyncio.gather(
-        check_selection_party(ch, key, sm, zeta_pk=zeta_pk, dgk_key=dgk_key, seed=seed,
-                              allow_insecure_keys=allow_insecure_keys),
-        check_selection_helper(ch, sel, sm, zeta_pk=zeta_pk, seed=seed, allow_insecure_keys=allow_insecure_keys))
+        check_selection_party(
+            ch, key, sm, zeta_pk=zeta_pk, dgk_key=dgk_key, seed=seed, allow_insecure_keys=allow_insecure_keys
+        ),
+        check_selection_helper(ch, sel, sm, zeta_pk=zeta_pk, seed=seed, allow_insecure_keys=allow_insecure_keys),
+    )
     if not ok:
-        raise InvalidMessage(f"{ch.role}: the noise charlie selected is calibrated for a smaller sensitivity than "
-                             "this party's (he did not select the party with the largest sensitivity): refusing to "
-                             "release")
+        raise InvalidMessage(
+            f"{ch.role}: the noise charlie selected is calibrated for a smaller sensitivity than "
+            "this party's (he did not select the party with the largest sensitivity): refusing to "
+            "release"
+        )
     await _everyone_passed(ch, me, params)
 
     # --- Stage 3: party1 masks the total with s (κ bits beyond its range) for Charlie; the shares.
@@ -472,8 +514,11 @@ def _checked_model(role: str, weights, sensitivity, params: DPAggregateParams) -
     except (TypeError, ValueError):
         raise InvalidMessage(f"{role}: sensitivity must be a number") from None
     if not (math.isfinite(sensitivity) and 0 < sensitivity <= params.sensitivity_bound):
-        raise InputRejected(f"{role}: the model's sensitivity must lie in (0, {params.sensitivity_bound:g}] "
-                            "(too few records for the public min_records?)", f"sensitivity {sensitivity!r}")
+        raise InputRejected(
+            f"{role}: the model's sensitivity must lie in (0, {params.sensitivity_bound:g}] "
+            "(too few records for the public min_records?)",
+            f"sensitivity {sensitivity!r}",
+        )
     return w, sensitivity
 
 
@@ -485,8 +530,9 @@ def _own_noise(role: str, params: DPAggregateParams, delta_hat: float, random_st
         raise InvalidMessage(f"{role}: internal error: the noise lattice is coarser than the public grid")
     nu = np.asarray(mech.sample(d), dtype=np.float64).reshape(-1)
     if not np.all(np.abs(nu) <= params.noise_bound):
-        raise InvalidMessage(f"{role}: the noise exceeded its public bound (probability < 2^-{NOISE_TAIL_BITS}); "
-                             "run the session again")
+        raise InvalidMessage(
+            f"{role}: the noise exceeded its public bound (probability < 2^-{NOISE_TAIL_BITS}); run the session again"
+        )
     return nu
 
 
@@ -495,20 +541,33 @@ async def _indicator_entry(ch: Channel, zeta_pk, me: int, s1, roles: list[str]):
     1; it belongs to the party whose value sits at position ``me`` (π₁⁻¹(me)), ours comes from the party at
     our position π₁(me).  Returns (the entry Charlie sent us, ours: v_j)."""
     u_mine = ciphertext_from_proto(await ch.recv(CHARLIE, "s2/u", pb.CiphertextVector), zeta_pk, "s2/u from charlie")
-    proof = from_bigints(await ch.recv(CHARLIE, "s2/u-proof", pb.BigInts), count=5, bound_bits=2 * zeta_pk.bits + 1,
-                         what="s2/u-proof from charlie", nonnegative=True)
+    proof = from_bigints(
+        await ch.recv(CHARLIE, "s2/u-proof", pb.BigInts),
+        count=5,
+        bound_bits=2 * zeta_pk.bits + 1,
+        what="s2/u-proof from charlie",
+        nonnegative=True,
+    )
     if not verify_bit(zeta_pk, u_mine, proof, indicator_context(ch.session_id, me)):
-        raise InvalidMessage("s2/u from charlie is not proven to encrypt 0 or 1: refusing a noise selection that "
-                             "may add no noise or a multiple of one")
+        raise InvalidMessage(
+            "s2/u from charlie is not proven to encrypt 0 or 1: refusing a noise selection that "
+            "may add no noise or a multiple of one"
+        )
     if s1.source != me:
         await ch.send(roles[s1.source], "s2/v", ciphertext_to_proto(zeta_pk, u_mine))
-    v_j = u_mine if s1.position == me else ciphertext_from_proto(
-        await ch.recv(roles[s1.position], "s2/v", pb.CiphertextVector), zeta_pk, f"s2/v from {roles[s1.position]}")
+    v_j = (
+        u_mine
+        if s1.position == me
+        else ciphertext_from_proto(
+            await ch.recv(roles[s1.position], "s2/v", pb.CiphertextVector), zeta_pk, f"s2/v from {roles[s1.position]}"
+        )
+    )
     return u_mine, v_j
 
 
-async def _contribution(ch: Channel, rng, zeta_pk, v_j, N: list[int], W: list[int], key: int, me: int,
-                        params: DPAggregateParams):
+async def _contribution(
+    ch: Channel, rng, zeta_pk, v_j, N: list[int], W: list[int], key: int, me: int, params: DPAggregateParams
+):
     """Stage 2, step 2: our contribution ζ(v_j·N_j + Y_j), Y_j = W_j − t_j + ρ_j − ρ_(j−1) mod M, where t_j is
     the share we will publish and ρ_j, ρ_(j−1) are expanded from the ring seeds we share with our neighbours
     (they cancel in the sum); and ζ(v_j·k_j) for the selection check.  Returns (ζ(…), t_j, ζ(v_j·k_j))."""
@@ -524,14 +583,21 @@ async def _contribution(ch: Channel, rng, zeta_pk, v_j, N: list[int], W: list[in
     t = [rng.randrange(M) for _ in range(d)]
     Y = [(Wi - ti + ri - qi) % M for Wi, ti, ri, qi in zip(W, t, ring_mask(seed_mine, d, M), ring_mask(got[0], d, M))]
     plain_n, plain_y = (packing.pack(N), packing.pack(Y)) if packing.packed else (N, Y)
-    agg = EncryptedVector(zeta_pk, [zeta_pk.raw_add(zeta_pk.raw_mul(v_j, a), zeta_pk.raw_encrypt_textbook(b))
-                                    for a, b in zip(plain_n, plain_y)], d, -F, packing, params.contribution_bound(1))
+    agg = EncryptedVector(
+        zeta_pk,
+        [zeta_pk.raw_add(zeta_pk.raw_mul(v_j, a), zeta_pk.raw_encrypt_textbook(b)) for a, b in zip(plain_n, plain_y)],
+        d,
+        -F,
+        packing,
+        params.contribution_bound(1),
+    )
     sel = zeta_pk.rerandomize_textbook(zeta_pk.raw_mul(v_j, key))
     return agg, t, sel
 
 
-async def _multiply_up_the_tree(ch: Channel, zeta_pk, agg: EncryptedVector, sel, ind, me: int,
-                                params: DPAggregateParams):
+async def _multiply_up_the_tree(
+    ch: Channel, zeta_pk, agg: EncryptedVector, sel, ind, me: int, params: DPAggregateParams
+):
     """Stage 2, step 3: party i gets the products of parties 2i and 2i + 1 and passes them on to its parent;
     party1, at the root, checks Charlie's indicator adds up to 1; the selected key ζ(k_sel) comes back down.
     ``ind``: our entry of the indicator as Charlie sent it (their product opens to 1).  Returns (ζ(the
@@ -539,27 +605,46 @@ async def _multiply_up_the_tree(ch: Channel, zeta_pk, agg: EncryptedVector, sel,
     roles, K, d, F = params.party_roles, params.n_parties, params.dim, params.frac_bits
     packing = params.packing(zeta_pk)
     for c in tree_children(me, K):
-        agg = agg + EncryptedVector.from_proto(await ch.recv(roles[c], "s2/agg", pb.CiphertextVector), zeta_pk,
-                                               length=d, exponent=-F, packing=packing,
-                                               bound=params.contribution_bound(tree_size(c, K)),
-                                               what=f"s2/agg from {roles[c]}")
-        pair = EncryptedVector.from_proto(await ch.recv(roles[c], "s2/agg-sel", pb.CiphertextVector), zeta_pk,
-                                          length=2, exponent=0, packing=Packing(), what=f"s2/agg-sel from {roles[c]}")
+        agg = agg + EncryptedVector.from_proto(
+            await ch.recv(roles[c], "s2/agg", pb.CiphertextVector),
+            zeta_pk,
+            length=d,
+            exponent=-F,
+            packing=packing,
+            bound=params.contribution_bound(tree_size(c, K)),
+            what=f"s2/agg from {roles[c]}",
+        )
+        pair = EncryptedVector.from_proto(
+            await ch.recv(roles[c], "s2/agg-sel", pb.CiphertextVector),
+            zeta_pk,
+            length=2,
+            exponent=0,
+            packing=Packing(),
+            what=f"s2/agg-sel from {roles[c]}",
+        )
         sel, ind = zeta_pk.raw_add(sel, pair.ciphertexts[0]), zeta_pk.raw_add(ind, pair.ciphertexts[1])
     parent = tree_parent(me)
     if parent is not None:
         await ch.send(roles[parent], "s2/agg", agg.to_proto())
         await ch.send(roles[parent], "s2/agg-sel", EncryptedVector(zeta_pk, [sel, ind], 2, 0, Packing()).to_proto())
-        sel = ciphertext_from_proto(await ch.recv(roles[parent], "s2/sel", pb.CiphertextVector), zeta_pk,
-                                    f"s2/sel from {roles[parent]}")
+        sel = ciphertext_from_proto(
+            await ch.recv(roles[parent], "s2/sel", pb.CiphertextVector), zeta_pk, f"s2/sel from {roles[parent]}"
+        )
     else:
         # party1: the indicator's K entries add up to 1 (Charlie opens their product), so exactly one
         # party's noise and key survive in the products (each entry is 0 or 1, proven to its receiver)
-        (opening,) = from_bigints(await ch.recv(CHARLIE, "s2/u-open", pb.BigInts), count=1,
-                                  bound_bits=zeta_pk.bits, what="s2/u-open from charlie", nonnegative=True)
+        (opening,) = from_bigints(
+            await ch.recv(CHARLIE, "s2/u-open", pb.BigInts),
+            count=1,
+            bound_bits=zeta_pk.bits,
+            what="s2/u-open from charlie",
+            nonnegative=True,
+        )
         if not verify_opening(zeta_pk, ind, 1, opening):
-            raise InvalidMessage("the indicator charlie sent the parties does not add up to 1 (not proven one-hot): "
-                                 "refusing a noise selection that may add no noise")
+            raise InvalidMessage(
+                "the indicator charlie sent the parties does not add up to 1 (not proven one-hot): "
+                "refusing a noise selection that may add no noise"
+            )
     for c in tree_children(me, K):
         await ch.send(roles[c], "s2/sel", ciphertext_to_proto(zeta_pk, sel))
     return agg, sel
@@ -581,24 +666,37 @@ async def _everyone_passed(ch: Channel, me: int, params: DPAggregateParams) -> N
         await ch.send(roles[c], "s2/go", pb.Flag(value=True))
 
 
-async def _mask_total_for_charlie(ch: Channel, rng, zeta_pk, agg: EncryptedVector, t: list[int],
-                                  params: DPAggregateParams) -> list[int]:
+async def _mask_total_for_charlie(
+    ch: Channel, rng, zeta_pk, agg: EncryptedVector, t: list[int], params: DPAggregateParams
+) -> list[int]:
     """Stage 3 at party1: ζ(total + s) to Charlie, s drawn κ bits beyond the total's range; party1's share
     becomes t_1 − s (mod M), so the shares still add up to the released model."""
     d, F, M = params.dim, params.frac_bits, 1 << params.modulus_bits
     packing = params.packing(zeta_pk)
     s = [rng.randrange(1 << params.share_mask_bits) for _ in range(d)]
-    masked = agg + EncryptedVector(zeta_pk, [zeta_pk.raw_encrypt_textbook(P) for P in
-                                             (packing.pack(s) if packing.packed else s)],
-                                   d, -F, packing, (1 << params.share_mask_bits) - 1)
+    masked = agg + EncryptedVector(
+        zeta_pk,
+        [zeta_pk.raw_encrypt_textbook(P) for P in (packing.pack(s) if packing.packed else s)],
+        d,
+        -F,
+        packing,
+        (1 << params.share_mask_bits) - 1,
+    )
     await ch.send(CHARLIE, "s2/psi", masked.to_proto())
     return [(ti - si) % M for ti, si in zip(t, s)]
 
 
 # =============================================================================== Charlie
-async def charlie(ch: Channel, params: DPAggregateParams, *, seed: SeedLike = None,
-                  allow_insecure_keys: bool = False, output_dir: Path | None = None, zeta_key=None,
-                  dgk_key=None) -> CharlieResult:
+async def charlie(
+    ch: Channel,
+    params: DPAggregateParams,
+    *,
+    seed: SeedLike = None,
+    allow_insecure_keys: bool = False,
+    output_dir: Path | None = None,
+    zeta_key=None,
+    dgk_key=None,
+) -> CharlieResult:
     """Role ``charlie``: the untrusted curator."""
     params.validate()
     if ch.role != CHARLIE:
@@ -609,8 +707,9 @@ async def charlie(ch: Channel, params: DPAggregateParams, *, seed: SeedLike = No
 
     # --- Stage 1.
     ch.progress(round=1, step="secure-min")
-    s1 = await argmin_curator(ch, sm, seed=seed, zeta_key=zeta_key, dgk_key=dgk_key,
-                              allow_insecure_keys=allow_insecure_keys)
+    s1 = await argmin_curator(
+        ch, sm, seed=seed, zeta_key=zeta_key, dgk_key=dgk_key, allow_insecure_keys=allow_insecure_keys
+    )
     zeta = s1.zeta_key
     pk = zeta.public_key
     packing = params.packing(pk)
@@ -623,8 +722,13 @@ async def charlie(ch: Channel, params: DPAggregateParams, *, seed: SeedLike = No
     async def entry(k: int):
         sent = await ch.send(roles[k], "s2/u", ciphertext_to_proto(pk, pk.raw_encrypt_textbook(int(k == s1.position))))
         c = ciphertext_from_proto(pb.CiphertextVector.FromString(sent), pk, "s2/u")
-        proof = prove_bit(zeta, c, int(k == s1.position), indicator_context(ch.session_id, k),
-                          rng=protocol_rng(seed, "dp-aggregate", "s2/u-proof", str(k)))   # replays alike
+        proof = prove_bit(
+            zeta,
+            c,
+            int(k == s1.position),
+            indicator_context(ch.session_id, k),
+            rng=protocol_rng(seed, "dp-aggregate", "s2/u-proof", str(k)),
+        )  # replays alike
         await ch.send(roles[k], "s2/u-proof", bigints(proof))
         return c
 
@@ -642,9 +746,15 @@ async def charlie(ch: Channel, params: DPAggregateParams, *, seed: SeedLike = No
     ch.progress(round=3, step="publish")
     hi = params.contribution_bound(K) + (1 << params.share_mask_bits)
     msg = await ch.recv(roles[0], "s2/psi", pb.CiphertextVector)
-    vec = EncryptedVector.from_proto(msg, pk, length=d, exponent=-F, packing=packing,
-                                     bound=min(hi, packing.slot_capacity if packing.packed else pk.max_int),
-                                     what="s2/psi from party1")
+    vec = EncryptedVector.from_proto(
+        msg,
+        pk,
+        length=d,
+        exponent=-F,
+        packing=packing,
+        bound=min(hi, packing.slot_capacity if packing.packed else pk.max_int),
+        what="s2/psi from party1",
+    )
     c = vec.decrypt_ints(zeta)
     if any(not -params.noise_int_bound <= x <= hi for x in c):
         raise InvalidMessage("s2/psi from party1 decrypts to values outside the agreed range")
@@ -674,17 +784,29 @@ def predict(weights, X) -> np.ndarray:
     return np.where(np.asarray(X, dtype=np.float64) @ np.asarray(weights, dtype=np.float64) > 0, 1, -1)
 
 
-async def dave(ch: Channel, params: DPAggregateParams, *, output_dir: Path | None = None,
-               test_data: tuple[np.ndarray, np.ndarray] | None = None) -> DaveResult:
+async def dave(
+    ch: Channel,
+    params: DPAggregateParams,
+    *,
+    output_dir: Path | None = None,
+    test_data: tuple[np.ndarray, np.ndarray] | None = None,
+) -> DaveResult:
     """Role ``dave``: collects the K + 1 published shares, adds them, divides by K, classifies."""
     params.validate()
     if ch.role != DAVE:
         raise InvalidMessage(f"role {ch.role!r} is not dave")
     shares: list[list[int]] = []
     for r in params.publishers:
-        ch.progress(round=len(shares) + 1, step="collect-shares")   # round i: waiting for the i-th share
-        shares.append(from_bigints(await ch.recv(r, SHARE_TAG, pb.BigInts), count=params.dim,
-                                   bound_bits=params.modulus_bits, what=f"s3/share from {r}", nonnegative=True))
+        ch.progress(round=len(shares) + 1, step="collect-shares")  # round i: waiting for the i-th share
+        shares.append(
+            from_bigints(
+                await ch.recv(r, SHARE_TAG, pb.BigInts),
+                count=params.dim,
+                bound_bits=params.modulus_bits,
+                what=f"s3/share from {r}",
+                nonnegative=True,
+            )
+        )
     weights, floats = reassemble(shares, params)
     shares_mod = [[str(v) for v in s] for s in shares]
     test_error = None
@@ -693,19 +815,45 @@ async def dave(ch: Channel, params: DPAggregateParams, *, output_dir: Path | Non
         test_error = float(np.mean(predict(weights, X) != y))
     model_file = None
     if output_dir is not None:
-        write_durable(Path(output_dir) / "dp-aggregate-shares.json", {
-            "kind": "smcdp-dp-aggregate-shares", "version": 1, "session_id": ch.session_id,
-            "publishers": params.publishers, "frac_bits": params.frac_bits, "modulus_bits": params.modulus_bits,
-            "shares": shares_mod})
-        model_file = write_durable(Path(output_dir) / "dp-aggregate-model.json", {
-            "kind": "smcdp-dp-aggregate-model", "version": 1, "session_id": ch.session_id,
-            "weights": weights.tolist(), "epsilon": float(params.epsilon), "calibration": params.calibration,
-            "n_parties": params.n_parties, "classifier": "label +1 iff weights·x > 0"})
-    return DaveResult(weights=weights.tolist(), shares=floats, shares_mod=shares_mod,
-                      share_modulus=math.ldexp(1.0, params.modulus_bits - params.frac_bits),
-                      frac_bits=params.frac_bits, modulus_bits=params.modulus_bits, n_parties=params.n_parties,
-                      calibration=params.calibration, epsilon=float(params.epsilon), model_file=model_file,
-                      test_error=test_error, stats=ch.stats.as_dict())
+        write_durable(
+            Path(output_dir) / "dp-aggregate-shares.json",
+            {
+                "kind": "smcdp-dp-aggregate-shares",
+                "version": 1,
+                "session_id": ch.session_id,
+                "publishers": params.publishers,
+                "frac_bits": params.frac_bits,
+                "modulus_bits": params.modulus_bits,
+                "shares": shares_mod,
+            },
+        )
+        model_file = write_durable(
+            Path(output_dir) / "dp-aggregate-model.json",
+            {
+                "kind": "smcdp-dp-aggregate-model",
+                "version": 1,
+                "session_id": ch.session_id,
+                "weights": weights.tolist(),
+                "epsilon": float(params.epsilon),
+                "calibration": params.calibration,
+                "n_parties": params.n_parties,
+                "classifier": "label +1 iff weights·x > 0",
+            },
+        )
+    return DaveResult(
+        weights=weights.tolist(),
+        shares=floats,
+        shares_mod=shares_mod,
+        share_modulus=math.ldexp(1.0, params.modulus_bits - params.frac_bits),
+        frac_bits=params.frac_bits,
+        modulus_bits=params.modulus_bits,
+        n_parties=params.n_parties,
+        calibration=params.calibration,
+        epsilon=float(params.epsilon),
+        model_file=model_file,
+        test_error=test_error,
+        stats=ch.stats.as_dict(),
+    )
 
 
 # =============================================================================== local training
@@ -719,8 +867,9 @@ def train_local(X: np.ndarray, y: np.ndarray, lam: float) -> tuple[np.ndarray, f
 
     if len(set(y.tolist())) < 2:
         raise InvalidMessage("the local data set needs both labels to train a classifier")
-    clf = LogisticRegression(epsilon=math.inf, lam=lam, data_norm=1.0, fit_intercept=False,
-                             out_of_bounds="raise").fit(X, y)
+    clf = LogisticRegression(epsilon=math.inf, lam=lam, data_norm=1.0, fit_intercept=False, out_of_bounds="raise").fit(
+        X, y
+    )
     w = np.asarray(clf.coef_[0], dtype=np.float64)
     delta = logistic_sensitivity(X.shape[0], lam, 1.0) + float(clf.optimality_) / lam
     return w, delta

@@ -77,7 +77,7 @@ async def frames_from(source: Iterable[Any]) -> AsyncIterator[np.ndarray]:
     it = iter(source)
     end = object()
     while True:
-        frame: Any = await asyncio.to_thread(next, it, end)    # one of the source's frames, or ``end``
+        frame: Any = await asyncio.to_thread(next, it, end)  # one of the source's frames, or ``end``
         if frame is end:
             return
         yield np.asarray(frame)[None, ...] if np.ndim(frame) <= 1 else np.asarray(frame)
@@ -91,7 +91,7 @@ class KeywordParams(ForwardParams):
 
     key_bits: int = 2048
     debug_reveal: bool = False
-    scale_bits: int = 32          # the transform's secret factor a has this many bits
+    scale_bits: int = 32  # the transform's secret factor a has this many bits
     #: cepstral mean normalisation of Alice's front end when her input is a WAV file (public: it must
     #: match what Bob's models were trained with; smcdp.speech.frontend.CMN_MODES)
     cmn: str = "utterance"
@@ -112,15 +112,18 @@ class KeywordParams(ForwardParams):
         if not isinstance(self.stream, bool):
             raise InvalidMessage("keyword parameter stream must be a boolean")
         if self.stream_pace not in STREAM_PACES:
-            raise InvalidMessage(f"keyword parameter stream_pace={self.stream_pace!r} must be one of {list(STREAM_PACES)}")
+            raise InvalidMessage(
+                f"keyword parameter stream_pace={self.stream_pace!r} must be one of {list(STREAM_PACES)}"
+            )
         if self.stream and self.cmn == "utterance":
-            raise InvalidMessage("stream with cmn='utterance': per-utterance mean normalisation needs the whole "
-                                 "utterance before any frame is final; use models trained with cmn='causal' "
-                                 "(smcdp speech train --cmn causal) or run without streaming")
+            raise InvalidMessage(
+                "stream with cmn='utterance': per-utterance mean normalisation needs the whole "
+                "utterance before any frame is final; use models trained with cmn='causal' "
+                "(smcdp speech train --cmn causal) or run without streaming"
+            )
         if self.cmn not in CMN_MODES:
             raise InvalidMessage(f"keyword parameter cmn={self.cmn!r} must be one of {list(CMN_MODES)}")
         return self
-
 
     def forward(self) -> ForwardParams:
         names = {f.name for f in fields(ForwardParams)}
@@ -135,22 +138,27 @@ class KeywordParams(ForwardParams):
         masking parameters: the secure forward algorithm's messages (:func:`forward_traffic`) for the
         emission kind that needs the most, and the keyword steps' (key, ranked scores, the label OT)."""
         B, D = self.key_bits, self.max_models
-        source = (f"keyword parameters ({self.max_frames} frames, {D} models of {self.max_states} states, "
-                  f"{self.max_mixtures} components, {self.max_features} features, {B}-bit key)")
+        source = (
+            f"keyword parameters ({self.max_frames} frames, {D} models of {self.max_states} states, "
+            f"{self.max_mixtures} components, {self.max_features} features, {B}-bit key)"
+        )
         env = None
         for kind in KIND_CODES:
             to_alice, to_bob = forward_traffic(self.forward(), B, kind)
-            group = MODP2048.byte_length + 32                 # one Naor–Pinkas group element, framed
+            group = MODP2048.byte_length + 32  # one Naor–Pinkas group element, framed
             if role == ALICE:
-                msgs = to_alice + [(1, ciphertext_vector_bytes(D, B)),                       # kw/ranked
-                                   (1, group), (1, max(2, D) * (MAX_LABEL_BYTES + 6) + 16)]  # label OT
+                msgs = to_alice + [
+                    (1, ciphertext_vector_bytes(D, B)),  # kw/ranked
+                    (1, group),
+                    (1, max(2, D) * (MAX_LABEL_BYTES + 6) + 16),
+                ]  # label OT
                 if self.debug_reveal:
-                    msgs.append((1, ciphertext_vector_bytes(D, B)))                           # kw/debug
+                    msgs.append((1, ciphertext_vector_bytes(D, B)))  # kw/debug
             else:
-                msgs = to_bob + [(1, B // 8 + 32), (1, 64), (1, group)]                       # kw/pk, label OT
+                msgs = to_bob + [(1, B // 8 + 32), (1, 64), (1, group)]  # kw/pk, label OT
             one = TrafficEnvelope.from_messages(msgs, source)
             env = one if env is None else env.widest(one)
-        assert env is not None    # KIND_CODES names at least one kind
+        assert env is not None  # KIND_CODES names at least one kind
         return env
 
 
@@ -173,9 +181,17 @@ class BobResult:
 
 
 # =============================================================================== Alice
-async def keyword_alice(ch: Channel, X, params: KeywordParams, *, private_key: PrivateKey | None = None,
-                        bob: str = BOB, seed: SeedLike = None, allow_insecure_keys: bool = False,
-                        expected_frames: int | None = None) -> AliceResult:
+async def keyword_alice(
+    ch: Channel,
+    X,
+    params: KeywordParams,
+    *,
+    private_key: PrivateKey | None = None,
+    bob: str = BOB,
+    seed: SeedLike = None,
+    allow_insecure_keys: bool = False,
+    expected_frames: int | None = None,
+) -> AliceResult:
     """Role Alice: the utterance's features and the private key; learns the keyword.
 
     ``X``: a T × d feature matrix (or T symbols), or an async iterable of frame chunks (streaming:
@@ -189,26 +205,41 @@ async def keyword_alice(ch: Channel, X, params: KeywordParams, *, private_key: P
     # ------------------------------------------------------------------ offline phase
     t0 = time.perf_counter()
     obfuscators = None
-    if private_key is None:   # from the role's root (made while the party was idle, if it was: smcdp.runtime.offline)
+    if private_key is None:  # from the role's root (made while the party was idle, if it was: smcdp.runtime.offline)
         check_key_bits(params.key_bits, allow_insecure_keys)
-        private_key, obfuscators = session_keypair(seed, "keyword", ch.role, params.key_bits,
-                                                   allow_insecure=allow_insecure_keys)
+        private_key, obfuscators = session_keypair(
+            seed, "keyword", ch.role, params.key_bits, allow_insecure=allow_insecure_keys
+        )
     sk = private_key
     check_key_bits(sk.public_key.bits, allow_insecure_keys)
     pk = sk.public_key
     keygen = time.perf_counter() - t0
     # --- Step 1: the public key.
     await ch.send(bob, "kw/pk", public_key_to_proto(pk))
-    role = ForwardAlice(ch, params.forward(), private_key=sk, bob=bob, tag="kw/fw", seed=seed,
-                        labels=("keyword", "forward"), obfuscators=obfuscators)
+    role = ForwardAlice(
+        ch,
+        params.forward(),
+        private_key=sk,
+        bob=bob,
+        tag="kw/fw",
+        seed=seed,
+        labels=("keyword", "forward"),
+        obfuscators=obfuscators,
+    )
     try:
         if expected_frames is None:
             expected_frames = len(X) if not isinstance(X, AsyncIterable) else STREAM_EXPECTED_FRAMES
         await role.prepare(expected_frames)
-        sizes = AliceSizes(key_bits=pk.bits,
-                           obfuscators_per_frame=max(1.0, role.offline["obfuscator_count"] / expected_frames))
-        offline = {"keygen": keygen, "prepared": obfuscators is not None, **role.offline,
-                   "seconds": time.perf_counter() - t_start, "cpu_seconds": time.process_time() - c_start}
+        sizes = AliceSizes(
+            key_bits=pk.bits, obfuscators_per_frame=max(1.0, role.offline["obfuscator_count"] / expected_frames)
+        )
+        offline = {
+            "keygen": keygen,
+            "prepared": obfuscators is not None,
+            **role.offline,
+            "seconds": time.perf_counter() - t_start,
+            "cpu_seconds": time.process_time() - c_start,
+        }
         # ------------------------------------------------------------------ online phase
         w_on, c_on = time.perf_counter(), time.process_time()
         # --- Step 2: secure forward algorithm for every model.
@@ -216,16 +247,23 @@ async def keyword_alice(ch: Channel, X, params: KeywordParams, *, private_key: P
         online = dict(role.online)
         # --- Step 4: argmax of the order-preserved scores, label by 1-of-Δ OT.
         t0 = time.perf_counter()
-        ranked = EncryptedVector.from_proto(await ch.recv(bob, "kw/ranked", pb.CiphertextVector), pk,
-                                            packing=UNPACKED, what=f"kw/ranked from {bob}")
+        ranked = EncryptedVector.from_proto(
+            await ch.recv(bob, "kw/ranked", pb.CiphertextVector), pk, packing=UNPACKED, what=f"kw/ranked from {bob}"
+        )
         n_models = ranked.length
         if n_models != fw.n_models:
             raise InvalidMessage(f"kw/ranked from {bob} holds {n_models} scores for {fw.n_models} models")
         scores = ranked.decrypt_ints(sk)
         best = max(range(n_models), key=lambda i: (scores[i], -i))
 
-        (label,) = await ot_choose(ch, bob, [best], max(2, n_models), tag_prefix="kw/label",
-                                   rng=protocol_rng(seed, "keyword", ch.role, "label-ot"))
+        (label,) = await ot_choose(
+            ch,
+            bob,
+            [best],
+            max(2, n_models),
+            tag_prefix="kw/label",
+            rng=protocol_rng(seed, "keyword", ch.role, "label-ot"),
+        )
         index, word = _parse_label(label, bob)
         online["argmax_and_ot"] = time.perf_counter() - t0
         online["seconds"] = time.perf_counter() - w_on
@@ -233,20 +271,33 @@ async def keyword_alice(ch: Channel, X, params: KeywordParams, *, private_key: P
         online["keyword_at"] = time.perf_counter() - w_on
         if isinstance(X, AsyncIterable):
             # streaming: the last frame left the front end at audio_done (forward's clock starts with ours)
-            online["stream"] = {"frames": fw.frames, "last_frame_at": online.get("audio_done"),
-                                "keyword_at": online["keyword_at"],
-                                "latency_after_last_frame": online["keyword_at"] - online.get("audio_done", 0.0)}
+            online["stream"] = {
+                "frames": fw.frames,
+                "last_frame_at": online.get("audio_done"),
+                "keyword_at": online["keyword_at"],
+                "latency_after_last_frame": online["keyword_at"] - online.get("audio_done", 0.0),
+            }
         lls = None
         if params.debug_reveal:
-            dbg = EncryptedVector.from_proto(await ch.recv(bob, "kw/debug", pb.CiphertextVector), pk,
-                                             length=n_models, exponent=-params.log_frac_bits, packing=UNPACKED,
-                                             what=f"kw/debug from {bob}")
+            dbg = EncryptedVector.from_proto(
+                await ch.recv(bob, "kw/debug", pb.CiphertextVector),
+                pk,
+                length=n_models,
+                exponent=-params.log_frac_bits,
+                packing=UNPACKED,
+                what=f"kw/debug from {bob}",
+            )
             # an impossible model (P = 0) arrives as LOG_ZERO = −2^42 ± 2^40, below every real score (|ℓ| < 2^40)
             lls = [float("-inf") if x < IMPOSSIBLE_BELOW else float(x) for x in dbg.decrypt(sk)]
-        timings = {"offline": offline, "online": online, "frames": fw.frames,
-                   "total": time.perf_counter() - t_start}
-        return AliceResult(keyword=word, index=index, log_likelihoods=lls, timings=timings,
-                           stats=ch.stats.as_dict(), prepare_next=sizes)
+        timings = {"offline": offline, "online": online, "frames": fw.frames, "total": time.perf_counter() - t_start}
+        return AliceResult(
+            keyword=word,
+            index=index,
+            log_likelihoods=lls,
+            timings=timings,
+            stats=ch.stats.as_dict(),
+            prepare_next=sizes,
+        )
     finally:
         role.close()
 
@@ -266,17 +317,24 @@ class AliceSizes:
     obfuscators_per_frame: float = float(DEFAULT_OBFUSCATORS_PER_FRAME)
 
 
-def prepare_alice(root: Randomness, frames: int, *, key_bits: int = AliceSizes.key_bits,
-                  obfuscators_per_frame: float = AliceSizes.obfuscators_per_frame, role: str = ALICE,
-                  allow_insecure_keys: bool = False) -> None:
+def prepare_alice(
+    root: Randomness,
+    frames: int,
+    *,
+    key_bits: int = AliceSizes.key_bits,
+    obfuscators_per_frame: float = AliceSizes.obfuscators_per_frame,
+    role: str = ALICE,
+    allow_insecure_keys: bool = False,
+) -> None:
     """Alice's offline phase for a session that will have randomness root ``root``, started now in the
     background (:func:`~smcdp.primitives.rng.prepare_session_keypair`): the key that session derives, its
     CRT tables, and obfuscators for ``frames`` frames -- for a key of ``key_bits`` and
     ``obfuscators_per_frame`` (the caller passes its last session's :class:`AliceSizes`).  A session with
     another root, key size or role finds nothing and does it all itself."""
     count = int(max(1.0, float(obfuscators_per_frame)) * max(1, min(int(frames), MAX_FRAMES))) + 8
-    prepare_session_keypair(root, "keyword", role, int(key_bits), uses=count, obfuscators=count,
-                            allow_insecure=allow_insecure_keys)
+    prepare_session_keypair(
+        root, "keyword", role, int(key_bits), uses=count, obfuscators=count, allow_insecure=allow_insecure_keys
+    )
 
 
 def _parse_label(label: bytes, bob: str) -> tuple[int, str]:
@@ -291,8 +349,15 @@ def _parse_label(label: bytes, bob: str) -> tuple[int, str]:
 
 
 # =============================================================================== Bob
-async def keyword_bob(ch: Channel, models, params: KeywordParams, *, alice: str = ALICE, seed: SeedLike = None,
-                      allow_insecure_keys: bool = False) -> BobResult:
+async def keyword_bob(
+    ch: Channel,
+    models,
+    params: KeywordParams,
+    *,
+    alice: str = ALICE,
+    seed: SeedLike = None,
+    allow_insecure_keys: bool = False,
+) -> BobResult:
     """Role Bob: the keyword HMMs; sees only ciphertexts; learns nothing of the result."""
     params.validate()
     t_start = time.perf_counter()
@@ -301,17 +366,21 @@ async def keyword_bob(ch: Channel, models, params: KeywordParams, *, alice: str 
     pk = public_key_from_proto(await ch.recv(alice, "kw/pk", pb.PaillierPublicKey), allow_insecure=allow_insecure_keys)
     if pk.bits != params.key_bits:
         raise InvalidMessage(f"{alice}'s public key has {pk.bits} bits; the session agreed on {params.key_bits}")
-    role = ForwardBob(ch, models, params.forward(), public_key=pk, alice=alice, tag="kw/fw", seed=seed,
-                      labels=("keyword", "forward"))
+    role = ForwardBob(
+        ch, models, params.forward(), public_key=pk, alice=alice, tag="kw/fw", seed=seed, labels=("keyword", "forward")
+    )
     try:
         await role.prepare()
-        offline = {**role.offline, "seconds": time.perf_counter() - t_start,
-                   "cpu_seconds": time.process_time() - c_start}
+        offline = {
+            **role.offline,
+            "seconds": time.perf_counter() - t_start,
+            "cpu_seconds": time.process_time() - c_start,
+        }
         w_on, c_on = time.perf_counter(), time.process_time()
         fw = await role.run()
         online = dict(role.online)
         pool = role.pool
-        assert pool is not None   # made by role.prepare()
+        assert pool is not None  # made by role.prepare()
         t0 = time.perf_counter()
         D = models.n_words
         # --- Step 3: order-preserving randomised transform + permutation.
@@ -332,12 +401,16 @@ async def keyword_bob(ch: Channel, models, params: KeywordParams, *, alice: str 
         if D == 1:
             labels.append(b"{}")
         width = max(len(x) for x in labels)
-        if width > MAX_LABEL_BYTES:   # the session's byte envelope (traffic_envelope) counts on it
-            raise InputRejected(f"a keyword's label is longer than {MAX_LABEL_BYTES} bytes",
-                                f"{width} bytes")
+        if width > MAX_LABEL_BYTES:  # the session's byte envelope (traffic_envelope) counts on it
+            raise InputRejected(f"a keyword's label is longer than {MAX_LABEL_BYTES} bytes", f"{width} bytes")
 
-        await ot_send(ch, alice, [[x.ljust(width) for x in labels]], tag_prefix="kw/label",
-                      rng=protocol_rng(seed, "keyword", ch.role, "label-ot"))
+        await ot_send(
+            ch,
+            alice,
+            [[x.ljust(width) for x in labels]],
+            tag_prefix="kw/label",
+            rng=protocol_rng(seed, "keyword", ch.role, "label-ot"),
+        )
         online["transform_and_ot"] = time.perf_counter() - t0
         # Bob's online clock starts when he is ready, i.e. it includes waiting for Alice's offline phase
         # and her first block (``first_block``); Alice's clock is the session's online time
@@ -346,8 +419,11 @@ async def keyword_bob(ch: Channel, models, params: KeywordParams, *, alice: str 
         online["cpu_seconds"] = time.process_time() - c_on
         if params.debug_reveal:
             dbg = [pool.rerandomize(c_) for c_ in lp]
-            await ch.send(alice, "kw/debug", EncryptedVector(pk, dbg, D, fw.log_likelihoods.exponent, UNPACKED,
-                                                             fw.log_likelihoods.bound).to_proto())
+            await ch.send(
+                alice,
+                "kw/debug",
+                EncryptedVector(pk, dbg, D, fw.log_likelihoods.exponent, UNPACKED, fw.log_likelihoods.bound).to_proto(),
+            )
         timings = {"offline": offline, "online": online, "frames": fw.frames, "total": time.perf_counter() - t_start}
         return BobResult(n_models=D, timings=timings, stats=ch.stats.as_dict())
     finally:

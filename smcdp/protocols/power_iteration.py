@@ -55,8 +55,8 @@ import hashlib
 import math
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -122,10 +122,10 @@ DP_ITERATIONS = 10
 MAX_DP_ITERATIONS = 1000
 #: DP mode: the noise is calibrated to a sensitivity C²·(1 + DP_FP_MARGIN), a margin for the floating-point
 #: error of computing Ã Ãᵀ Q (relative ~n_i·2^-52, far below it for n_i < 2^30; docs/protocols/power-iteration.md)
-DP_FP_MARGIN = 2.0 ** -20
+DP_FP_MARGIN = 2.0**-20
 #: DP mode (issue 38): the PLD calibration aims at epsilon·(1 − DP_PLD_MARGIN), so that independent PLD
 #: computations (dp-accounting's discretised accountant: ~1e-11 relative above the exact value) certify it too
-DP_PLD_MARGIN = 2.0 ** -20
+DP_PLD_MARGIN = 2.0**-20
 #: DP mode (issue 38): the one-release ("covariance") mode's tags: a data party's noisy upper triangle to Trent
 #: (its release) and the sum of them back (the only message Trent sends a data party in that mode)
 COV_TAG = "noisy/cov"
@@ -150,43 +150,43 @@ class PowerIterationParams(ProtocolParams):
     protocol_name = "power-iteration"
 
     n_parties: int = 2
-    p: float = 0.9                # probability that Trent sends the real block
-    tol: float = 1e-9             # stop when Σ_j ‖û_j − û_j^prev‖² < tol² between consecutive real states
-    max_iterations: int = 2000    # rounds, decoys included
+    p: float = 0.9  # probability that Trent sends the real block
+    tol: float = 1e-9  # stop when Σ_j ‖û_j − û_j^prev‖² < tol² between consecutive real states
+    max_iterations: int = 2000  # rounds, decoys included
     key_bits: int = 3072
-    frac_bits: int = 40           # fixed-point precision 2^-frac_bits
-    value_bits: int = 24          # DP mode: public bound on every noisy value (the exact mode's contributions
-                                  # are Gram products, bounded by gram_bits)
-    scale_bits: int = 24          # Trent's r_t is log-uniform in [2^8, 2^scale_bits]
-    padding: float = 0.1          # ρ_i ≈ padding · ‖A_i‖_F / √k, times a secret factor in [0.5, 1]
-    packed: bool = True           # pack values into few ciphertexts
+    frac_bits: int = 40  # fixed-point precision 2^-frac_bits
+    value_bits: int = 24  # DP mode: public bound on every noisy value (the exact mode's contributions
+    # are Gram products, bounded by gram_bits)
+    scale_bits: int = 24  # Trent's r_t is log-uniform in [2^8, 2^scale_bits]
+    padding: float = 0.1  # ρ_i ≈ padding · ‖A_i‖_F / √k, times a secret factor in [0.5, 1]
+    packed: bool = True  # pack values into few ciphertexts
     # --- issue 17: top-r components and the blindings of the Ritz step
-    components: int = 1           # r: how many leading eigenvectors
-    oversample: int = 0           # extra block columns: faster when λ_r ≈ λ_{r+1}, but every data party
-                                  # then also learns approximations of components r+1 … r+oversample
-    blind_bits: int = 16          # Trent's Gram blinding m_t is log-uniform in [1, 2^blind_bits)
-    blind_offset_bits: int = 48   # … sent as the integer m_t·2^blind_offset_bits
-    gram_bits: int = 48           # public bound: every |entry| of one party's Gram H_i and of its
-                                  # contributions (scaled Gram products Ā_iĀ_iᵀQ_t) < 2^gram_bits
-    sigma_bits: int = 16          # the final blocks' factors σ_j are log-uniform in [2^-σ, 2^σ]
+    components: int = 1  # r: how many leading eigenvectors
+    oversample: int = 0  # extra block columns: faster when λ_r ≈ λ_{r+1}, but every data party
+    # then also learns approximations of components r+1 … r+oversample
+    blind_bits: int = 16  # Trent's Gram blinding m_t is log-uniform in [1, 2^blind_bits)
+    blind_offset_bits: int = 48  # … sent as the integer m_t·2^blind_offset_bits
+    gram_bits: int = 48  # public bound: every |entry| of one party's Gram H_i and of its
+    # contributions (scaled Gram products Ā_iĀ_iᵀQ_t) < 2^gram_bits
+    sigma_bits: int = 16  # the final blocks' factors σ_j are log-uniform in [2^-σ, 2^σ]
     # --- issue 19: public bounds that size every message (traffic envelope)
-    rows: int | None = None       # k, if the initiator states it: checked by everyone, sizes the traffic
+    rows: int | None = None  # k, if the initiator states it: checked by everyone, sizes the traffic
     max_samples: int = 1_000_000  # public bound on each party's n_i (its blocks of x are sent in clear)
     # --- issue 24: k is bounded even when rows is not stated, so that the byte envelope is too
-    max_rows: int = 1_000         # public bound on k when rows is unset (state rows, or raise this, above)
+    max_rows: int = 1_000  # public bound on k when rows is unset (state rows, or raise this, above)
     # --- issue 25: the differentially private mode (the noisy power method); epsilon and delta select it
     epsilon: float | None = None  # (epsilon, delta)-DP for one column (sample) of each party's matrix
     delta: float | None = None
-    column_norm: float = 1.0      # C: each party clips every column of its matrix to norm <= C
+    column_norm: float = 1.0  # C: each party clips every column of its matrix to norm <= C
     iterations: int | None = None  # T: the fixed number of rounds (default DP_ITERATIONS)
-    noise_parties: int = 1        # h: each party adds noise of variance sigma^2/h (h > 1 needs h honest parties)
+    noise_parties: int = 1  # h: each party adds noise of variance sigma^2/h (h > 1 needs h honest parties)
     # --- issue 38: the one-release mode and rounds from public parameters
-    dp_method: str = "auto"       # "covariance": one noisy release of ÃÃᵀ; "power": the noisy power method;
-                                  # "auto": covariance while it fits (COV_AUTO_VALUES), power beyond
+    dp_method: str = "auto"  # "covariance": one noisy release of ÃÃᵀ; "power": the noisy power method;
+    # "auto": covariance while it fits (COV_AUTO_VALUES), power beyond
     gap_ratio: float | None = None  # power mode: a public bound on λ_{b+1}/λ_r assumed for the data; without
-                                  # ``iterations`` it sets T (dp_rounds_for_gap), never the data
+    # ``iterations`` it sets T (dp_rounds_for_gap), never the data
 
-    def validate(self) -> "PowerIterationParams":
+    def validate(self) -> PowerIterationParams:
         def bad(msg):
             raise InvalidMessage(f"power-iteration parameter {msg}")
 
@@ -230,44 +230,59 @@ class PowerIterationParams(ProtocolParams):
 
         def number(name, lo, hi):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
-                    or not lo < v < hi:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo < v < hi:
                 bad(f"{name}={v!r} must be a number in ({lo:g}, {hi:g})")
             setattr(self, name, float(v))
 
-        number("column_norm", 0.0, 2.0 ** 20)
+        number("column_norm", 0.0, 2.0**20)
         if self.dp_method not in DP_METHODS:
             bad(f"dp_method={self.dp_method!r} must be one of {', '.join(DP_METHODS)}")
         if not self.dp:
-            if self.iterations is not None or self.noise_parties != 1 or self.column_norm != 1.0 \
-                    or self.dp_method != "auto" or self.gap_ratio is not None:
-                bad("iterations, noise_parties, column_norm, dp_method and gap_ratio belong to the differentially "
-                    "private mode: give epsilon and delta too")
+            if (
+                self.iterations is not None
+                or self.noise_parties != 1
+                or self.column_norm != 1.0
+                or self.dp_method != "auto"
+                or self.gap_ratio is not None
+            ):
+                bad(
+                    "iterations, noise_parties, column_norm, dp_method and gap_ratio belong to the differentially "
+                    "private mode: give epsilon and delta too"
+                )
             return
         if self.gap_ratio is not None:
             number("gap_ratio", 0.0, 1.0)
         if self.dp_method == "covariance":
             if self.iterations is not None or self.gap_ratio is not None:
-                bad("iterations and gap_ratio belong to the noisy power method (dp_method power), not to the "
-                    "one-release covariance mode")
+                bad(
+                    "iterations and gap_ratio belong to the noisy power method (dp_method power), not to the "
+                    "one-release covariance mode"
+                )
             if self.max_dp_rows > COV_MAX_ROWS:
-                bad(f"dp_method covariance needs k <= {COV_MAX_ROWS} (the k × k matrix in memory, its "
+                bad(
+                    f"dp_method covariance needs k <= {COV_MAX_ROWS} (the k × k matrix in memory, its "
                     f"k(k+1)/2 values in one message); state rows, or use dp_method power "
-                    f"(k <= {self.max_dp_rows} here)")
+                    f"(k <= {self.max_dp_rows} here)"
+                )
         number("epsilon", 0.0, 100.0)
         number("delta", 0.0, 1.0)
         if self.iterations is not None:
             integer("iterations", 1, MAX_DP_ITERATIONS)
         integer("noise_parties", 1, self.n_parties)
-        if self.max_samples * self.column_norm ** 2 >= 2.0 ** (self.value_bits - 1):
-            bad(f"max_samples·column_norm² = {self.max_samples * self.column_norm ** 2:g} must stay below "
-                f"2^(value_bits - 1) = 2^{self.value_bits - 1}, the bound on a party's noiseless contribution")
-        if self.dp_mode == "covariance" and math.sqrt(2) * self.max_samples * self.column_norm ** 2 \
-                >= 2.0 ** (self.value_bits - 1):
-            bad(f"√2·max_samples·column_norm² = {math.sqrt(2) * self.max_samples * self.column_norm ** 2:g} "
+        if self.max_samples * self.column_norm**2 >= 2.0 ** (self.value_bits - 1):
+            bad(
+                f"max_samples·column_norm² = {self.max_samples * self.column_norm**2:g} must stay below "
+                f"2^(value_bits - 1) = 2^{self.value_bits - 1}, the bound on a party's noiseless contribution"
+            )
+        if self.dp_mode == "covariance" and math.sqrt(2) * self.max_samples * self.column_norm**2 >= 2.0 ** (
+            self.value_bits - 1
+        ):
+            bad(
+                f"√2·max_samples·column_norm² = {math.sqrt(2) * self.max_samples * self.column_norm**2:g} "
                 f"must stay below 2^(value_bits - 1) = 2^{self.value_bits - 1} in the covariance mode (its "
-                "off-diagonal values are scaled by √2)")
-        dp_calibration(self)       # a noise level exists for (epsilon, delta) over the rounds (else refused)
+                "off-diagonal values are scaled by √2)"
+            )
+        dp_calibration(self)  # a noise level exists for (epsilon, delta) over the rounds (else refused)
 
     @property
     def dp(self) -> bool:
@@ -350,8 +365,14 @@ class PowerIterationParams(ProtocolParams):
 
     def gram_slot_bits(self) -> int:
         """Gram slots: value, fraction, sum over parties, the blinding m_t·2^a, sign, guard."""
-        return (self.gram_bits + self.frac_bits + math.ceil(math.log2(self.n_parties))
-                + self.blind_offset_bits + self.blind_bits + 2)
+        return (
+            self.gram_bits
+            + self.frac_bits
+            + math.ceil(math.log2(self.n_parties))
+            + self.blind_offset_bits
+            + self.blind_bits
+            + 2
+        )
 
     def gram_packing(self, pk: PublicKey) -> Packing:
         return Packing.for_key(pk, self.gram_slot_bits()) if self.packed else Packing()
@@ -380,34 +401,52 @@ class PowerIterationParams(ProtocolParams):
             slots = max(1, (B - 5) // slot_bits) if self.packed else 1
             return ciphertext_vector_bytes(-(-values // slots), B)
 
-        block = cts(k * b, self.slot_bits())                  # contrib/0, v/t (DP: noisy/t, final/v too)
+        block = cts(k * b, self.slot_bits())  # contrib/0, v/t (DP: noisy/t, final/v too)
         gram = cts(self.gram_length, self.gram_slot_bits())
-        both = block + gram + 16      # round/t and reply/t: a block, a Gram, a flag, and the fields' framing
+        both = block + gram + 16  # round/t and reply/t: a block, a Gram, a flag, and the fields' framing
         rounds = self.dp_rounds if self.dp else self.max_iterations
         msgs: list[tuple[int, ...]]
-        if self.dp_mode == "covariance":   # one release each to Trent; its sum and the key pair to a party
+        if self.dp_mode == "covariance":  # one release each to Trent; its sum and the key pair to a party
             cov = cts(self.covariance_length, self.slot_bits())
-            msgs = ([(self.n_parties, cov), (self.n_parties, 24), (1, B // 8 + 16)] if role == TRENT
-                    else [(1, cov), (1, 3 * (B // 8) + 32)])
-        elif self.dp:    # noisy/t to Trent; v/t and final/v to the parties (and the key pair)
-            msgs = ([(rounds * self.n_parties, block), (self.n_parties, 24), (1, B // 8 + 16)] if role == TRENT
-                    else [(rounds + 1, block), (1, 3 * (B // 8) + 32)])
+            msgs = (
+                [(self.n_parties, cov), (self.n_parties, 24), (1, B // 8 + 16)]
+                if role == TRENT
+                else [(1, cov), (1, 3 * (B // 8) + 32)]
+            )
+        elif self.dp:  # noisy/t to Trent; v/t and final/v to the parties (and the key pair)
+            msgs = (
+                [(rounds * self.n_parties, block), (self.n_parties, 24), (1, B // 8 + 16)]
+                if role == TRENT
+                else [(rounds + 1, block), (1, 3 * (B // 8) + 32)]
+            )
         elif role == TRENT:
             # final/x: the public chunking of at most max_samples samples, r floats each (issue 24: the
             # chunks' sizes follow max_samples, not the chunk size alone -- 512 KB a message before)
             chunks, n = self.final_chunks(self.max_samples), self.max_samples
             finals = (chunks, 8 * min(n, self.final_chunk_rows) * r + 32, 8 * n * r + 32 * chunks)
             # contrib/0, then round/t: each round's Gram comes with the next contribution (issue 26)
-            per_party = [(1, block), (rounds, both), (1, 24),   # dims
-                         (1, 40), finals]                      # final/cols, final/x
-            P = self.n_parties           # each party's messages: (count, largest[, total]) times P
+            per_party = [
+                (1, block),
+                (rounds, both),
+                (1, 24),  # dims
+                (1, 40),
+                finals,
+            ]  # final/cols, final/x
+            P = self.n_parties  # each party's messages: (count, largest[, total]) times P
             msgs = [(m[0] * P, m[1], *(t * P for t in m[2:])) for m in per_party] + [(1, B // 8 + 16)]  # key
         else:
-            msgs = [(1, block), (rounds, both),                     # v/0, reply/t (the last: the final block)
-                    (1, 3 * (B // 8) + 32), (1, 8 * r + 16)]       # keypair, sigma
+            msgs = [
+                (1, block),
+                (rounds, both),  # v/0, reply/t (the last: the final block)
+                (1, 3 * (B // 8) + 32),
+                (1, 8 * r + 16),
+            ]  # keypair, sigma
         mode = f", DP {self.dp_mode}" if self.dp else ""
-        return TrafficEnvelope.from_messages(msgs, f"power-iteration parameters (k <= {k}, b = {b}, "
-                                             f"{rounds} rounds, {B}-bit key, n_i <= {self.max_samples}{mode})")
+        return TrafficEnvelope.from_messages(
+            msgs,
+            f"power-iteration parameters (k <= {k}, b = {b}, "
+            f"{rounds} rounds, {B}-bit key, n_i <= {self.max_samples}{mode})",
+        )
 
 
 @dataclass(frozen=True)
@@ -426,22 +465,32 @@ class DPCalibration:
 
     epsilon: float
     delta: float
-    rounds: int                   # T: releases per data party
-    sensitivity: float            # C²·(1 + DP_FP_MARGIN)
-    sigma: float                  # the noise that protects one party in one release (std, per value)
-    party_sigma: float            # the noise each party adds: sigma / sqrt(noise_parties)
-    rho: float                    # zCDP of the T releases (what a zcdp ledger is charged)
-    certified_epsilon: float      # the chosen accountant's epsilon at delta; <= epsilon
-    method: str = "power"         # the DP mode: "covariance" or "power"
-    accountant: str = "zcdp"      # which accountant certified the smaller sigma: "pld" or "zcdp"
-    epsilon_zcdp: float = math.nan   # zCDP (CKS conversion) of this sigma at delta
-    epsilon_pld: float = math.nan    # exact PLD of the T composed Gaussians at delta
+    rounds: int  # T: releases per data party
+    sensitivity: float  # C²·(1 + DP_FP_MARGIN)
+    sigma: float  # the noise that protects one party in one release (std, per value)
+    party_sigma: float  # the noise each party adds: sigma / sqrt(noise_parties)
+    rho: float  # zCDP of the T releases (what a zcdp ledger is charged)
+    certified_epsilon: float  # the chosen accountant's epsilon at delta; <= epsilon
+    method: str = "power"  # the DP mode: "covariance" or "power"
+    accountant: str = "zcdp"  # which accountant certified the smaller sigma: "pld" or "zcdp"
+    epsilon_zcdp: float = math.nan  # zCDP (CKS conversion) of this sigma at delta
+    epsilon_pld: float = math.nan  # exact PLD of the T composed Gaussians at delta
 
     def as_dict(self) -> dict:
-        return {"epsilon": self.epsilon, "delta": self.delta, "rounds": self.rounds,
-                "sensitivity": self.sensitivity, "sigma": self.sigma, "party_sigma": self.party_sigma,
-                "rho": self.rho, "certified_epsilon": self.certified_epsilon, "dp_method": self.method,
-                "accountant": self.accountant, "epsilon_zcdp": self.epsilon_zcdp, "epsilon_pld": self.epsilon_pld}
+        return {
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "rounds": self.rounds,
+            "sensitivity": self.sensitivity,
+            "sigma": self.sigma,
+            "party_sigma": self.party_sigma,
+            "rho": self.rho,
+            "certified_epsilon": self.certified_epsilon,
+            "dp_method": self.method,
+            "accountant": self.accountant,
+            "epsilon_zcdp": self.epsilon_zcdp,
+            "epsilon_pld": self.epsilon_pld,
+        }
 
 
 def dp_calibration(params: PowerIterationParams) -> DPCalibration:
@@ -458,16 +507,23 @@ def dp_calibration(params: PowerIterationParams) -> DPCalibration:
     independently with dp-accounting's PLD and RDP accountants."""
     if params.epsilon is None or params.delta is None or params.dp_mode is None:
         raise InvalidMessage("the exact mode of power iteration has no privacy calibration")
-    return _dp_calibration(float(params.epsilon), float(params.delta), params.dp_rounds,
-                           params.column_norm, params.noise_parties, params.dp_mode)
+    return _dp_calibration(
+        float(params.epsilon),
+        float(params.delta),
+        params.dp_rounds,
+        params.column_norm,
+        params.noise_parties,
+        params.dp_mode,
+    )
 
 
-def _dp_calibration(eps: float, delta: float, T: int, column_norm: float, noise_parties: int,
-                    method: str) -> DPCalibration:
-    sens = column_norm ** 2 * (1.0 + DP_FP_MARGIN)
+def _dp_calibration(
+    eps: float, delta: float, T: int, column_norm: float, noise_parties: int, method: str
+) -> DPCalibration:
+    sens = column_norm**2 * (1.0 + DP_FP_MARGIN)
     try:
         rho = rho_capacity(eps, delta)
-        mult_zcdp = math.sqrt(T / (2.0 * rho)) if rho > 0 else math.inf     # sigma / sensitivity
+        mult_zcdp = math.sqrt(T / (2.0 * rho)) if rho > 0 else math.inf  # sigma / sensitivity
     except (ArithmeticError, ValueError):
         mult_zcdp = math.inf
     try:
@@ -477,20 +533,32 @@ def _dp_calibration(eps: float, delta: float, T: int, column_norm: float, noise_
     multiplier = min(mult_zcdp, mult_pld)
     if not math.isfinite(multiplier * sens):
         # epsilon and delta so small (5e-233, say) that no noise level certifies them
-        raise InvalidMessage(f"power-iteration: epsilon={eps!r} with delta={delta!r} over {T} releases leaves no "
-                             "finite noise level (the privacy budget underflows); choose a larger epsilon or delta")
+        raise InvalidMessage(
+            f"power-iteration: epsilon={eps!r} with delta={delta!r} over {T} releases leaves no "
+            "finite noise level (the privacy budget underflows); choose a larger epsilon or delta"
+        )
     acc = ZCDPAccountant(conversion="cks").compose(GaussianEvent(multiplier), count=T)
     eps_zcdp = acc.get_epsilon(delta)
     eps_pld = gaussian_composition_epsilon(delta, multiplier, T)
     accountant = "pld" if mult_pld <= mult_zcdp else "zcdp"
     certified = eps_pld if accountant == "pld" else eps_zcdp
-    if not certified <= eps:   # both calibrations stay inside by construction; kept as the certificate
+    if not certified <= eps:  # both calibrations stay inside by construction; kept as the certificate
         raise InvalidMessage(f"power-iteration: the {accountant} accountant certifies epsilon={certified!r} > {eps!r}")
     sigma = multiplier * sens
-    return DPCalibration(epsilon=eps, delta=delta, rounds=T, sensitivity=sens, sigma=sigma,
-                         party_sigma=sigma / math.sqrt(noise_parties), rho=acc.get_rho(),
-                         certified_epsilon=certified, method=method, accountant=accountant,
-                         epsilon_zcdp=eps_zcdp, epsilon_pld=eps_pld)
+    return DPCalibration(
+        epsilon=eps,
+        delta=delta,
+        rounds=T,
+        sensitivity=sens,
+        sigma=sigma,
+        party_sigma=sigma / math.sqrt(noise_parties),
+        rho=acc.get_rho(),
+        certified_epsilon=certified,
+        method=method,
+        accountant=accountant,
+        epsilon_zcdp=eps_zcdp,
+        epsilon_pld=eps_pld,
+    )
 
 
 def dp_rounds_for_gap(gap_ratio: float, k: int) -> int:
@@ -504,27 +572,27 @@ def dp_rounds_for_gap(gap_ratio: float, k: int) -> int:
 
 @dataclass
 class DataPartyResult:
-    u: list[float]                # u_1
-    alpha: list[float] | None     # this party's block of x_1 up to a positive factor common to all
-                                  # parties (None above ALPHA_INLINE_MAX columns: see x_sink); in the DP
-                                  # mode A_iᵀu_1 itself, computed locally and never sent
+    u: list[float]  # u_1
+    alpha: list[float] | None  # this party's block of x_1 up to a positive factor common to all
+    # parties (None above ALPHA_INLINE_MAX columns: see x_sink); in the DP
+    # mode A_iᵀu_1 itself, computed locally and never sent
     rounds: int
-    components: list[dict] = field(default_factory=list)   # [{"u": u_j}] for j = 1 … r
+    components: list[dict] = field(default_factory=list)  # [{"u": u_j}] for j = 1 … r
     stats: dict = field(default_factory=dict)
-    dp: dict | None = None        # DP mode: the calibration (DPCalibration.as_dict) and clipped_columns
-    prepare_next: Party1KeySizes | None = None   # what party1's next key is prepared for (prepare_party1)
+    dp: dict | None = None  # DP mode: the calibration (DPCalibration.as_dict) and clipped_columns
+    prepare_next: Party1KeySizes | None = None  # what party1's next key is prepared for (prepare_party1)
 
 
 @dataclass
 class TrentResult:
-    x: list[float] | None         # x_1 (None in the DP mode: x is not released)
-    n_per_party: list[int]        # (empty in the DP mode: the parties' n_i are not revealed)
-    rounds: int                   # all rounds, decoys included
+    x: list[float] | None  # x_1 (None in the DP mode: x is not released)
+    n_per_party: list[int]  # (empty in the DP mode: the parties' n_i are not revealed)
+    rounds: int  # all rounds, decoys included
     real_rounds: int
     decoys: int
-    converged: bool | None        # None in the DP mode: T fixed rounds, no data-dependent stopping
-    round_seconds: list[float] = field(default_factory=list)   # wall time of each round at Trent
-    components: list[dict] = field(default_factory=list)       # [{"x": x_j}] for j = 1 … r
+    converged: bool | None  # None in the DP mode: T fixed rounds, no data-dependent stopping
+    round_seconds: list[float] = field(default_factory=list)  # wall time of each round at Trent
+    components: list[dict] = field(default_factory=list)  # [{"x": x_j}] for j = 1 … r
     stats: dict = field(default_factory=dict)
 
 
@@ -556,20 +624,18 @@ def check_source(source: MatrixSource, params: PowerIterationParams, role: str) 
     """This party's matrix against the session's public bounds (before any message depends on it)."""
     k, n_i = source.shape
     if params.rows is not None and k != params.rows:
-        raise InputRejected(f"{role}: the data's number of rows differs from the session's rows parameter",
-                            f"k = {k}")
+        raise InputRejected(f"{role}: the data's number of rows differs from the session's rows parameter", f"k = {k}")
     if params.rows is None and k > params.max_rows:
-        raise InputRejected(f"{role}: the data has more rows than the session's max_rows (state rows = k)",
-                            f"k = {k}")
+        raise InputRejected(f"{role}: the data has more rows than the session's max_rows (state rows = k)", f"k = {k}")
     if k > MAX_ROWS:
-        raise InputRejected(f"{role}: the data has more rows than power iteration accepts ({MAX_ROWS})",
-                            f"k = {k}")
+        raise InputRejected(f"{role}: the data has more rows than power iteration accepts ({MAX_ROWS})", f"k = {k}")
     if n_i > params.max_samples:
-        raise InputRejected(f"{role}: the data has more samples than the session's max_samples",
-                            f"n = {n_i}")
+        raise InputRejected(f"{role}: the data has more samples than the session's max_samples", f"n = {n_i}")
     if params.block_size > k:
-        raise InputRejected(f"{role}: components + oversample = {params.block_size} exceeds the number of "
-                            "rows k of the data", f"k = {k}")
+        raise InputRejected(
+            f"{role}: components + oversample = {params.block_size} exceeds the number of rows k of the data",
+            f"k = {k}",
+        )
 
 
 # =============================================================================== the parties' linear algebra
@@ -613,10 +679,17 @@ def _from_triu(values: np.ndarray, b: int) -> np.ndarray:
 
 
 # =============================================================================== data party
-async def data_party(ch: Channel, data, params: PowerIterationParams, *,
-                     engine: ComputeEngine | None = None, private_key: PrivateKey | None = None,
-                     seed: SeedLike = None, allow_insecure_keys: bool = False,
-                     x_sink: Callable[[int, np.ndarray], None] | None = None) -> DataPartyResult:
+async def data_party(
+    ch: Channel,
+    data,
+    params: PowerIterationParams,
+    *,
+    engine: ComputeEngine | None = None,
+    private_key: PrivateKey | None = None,
+    seed: SeedLike = None,
+    allow_insecure_keys: bool = False,
+    x_sink: Callable[[int, np.ndarray], None] | None = None,
+) -> DataPartyResult:
     """Role ``party<i>``: holds A_i (k × n_i) and the shared Paillier private key.
 
     ``data``: a :class:`~smcdp.compute.sources.MatrixSource` (a file, a shard folder, a Zarr array)
@@ -639,9 +712,14 @@ async def data_party(ch: Channel, data, params: PowerIterationParams, *,
     # Trent gets only the public key.
     sigma = None
     if ch.role == data_roles[0]:
-        if private_key is None:   # from the role's root: a replayed party1 regenerates the same key
-            private_key, _ = session_keypair(seed, "power-iteration", ch.role, params.key_bits,  # issue 27:
-                                             allow_insecure=allow_insecure_keys)   # made ahead, if it was
+        if private_key is None:  # from the role's root: a replayed party1 regenerates the same key
+            private_key, _ = session_keypair(
+                seed,
+                "power-iteration",
+                ch.role,
+                params.key_bits,  # issue 27:
+                allow_insecure=allow_insecure_keys,
+            )  # made ahead, if it was
         check_key_bits(private_key.public_key.bits, allow_insecure_keys)
         await ch.send_many(data_roles[1:], "keypair", keypair_to_proto(private_key))
         if not params.dp:
@@ -652,8 +730,10 @@ async def data_party(ch: Channel, data, params: PowerIterationParams, *,
         msg = await ch.recv(data_roles[0], "keypair", pb.PaillierKeyPair)
         private_key = keypair_from_proto(msg, allow_insecure=allow_insecure_keys)
         if private_key.public_key.bits != params.key_bits:
-            raise InvalidMessage(f"the key pair from {data_roles[0]} has {private_key.public_key.bits} bits; "
-                                 f"the session agreed on {params.key_bits}")
+            raise InvalidMessage(
+                f"the key pair from {data_roles[0]} has {private_key.public_key.bits} bits; "
+                f"the session agreed on {params.key_bits}"
+            )
         if not params.dp:
             sigma = _check_sigma(await ch.recv(data_roles[0], "sigma", pb.Floats), params, ch.role)
 
@@ -665,22 +745,30 @@ async def data_party(ch: Channel, data, params: PowerIterationParams, *,
     try:
         if params.dp:
             return await _dp_data_party_rounds(ch, source, params, engine, private_key, seed, x_sink)
-        assert sigma is not None    # the exact mode: party1 drew it, every other party received it (Setup 1)
+        assert sigma is not None  # the exact mode: party1 drew it, every other party received it (Setup 1)
         return await _data_party_rounds(ch, source, params, engine, private_key, sigma, rng, seed, x_sink)
     finally:
         if own_engine:
             await engine.aclose()
 
 
-async def _data_party_rounds(ch: Channel, source: MatrixSource, params: PowerIterationParams,
-                             engine: ComputeEngine, private_key: PrivateKey, sigma: np.ndarray, rng,
-                             seed: SeedLike, x_sink) -> DataPartyResult:
+async def _data_party_rounds(
+    ch: Channel,
+    source: MatrixSource,
+    params: PowerIterationParams,
+    engine: ComputeEngine,
+    private_key: PrivateKey,
+    sigma: np.ndarray,
+    rng,
+    seed: SeedLike,
+    x_sink,
+) -> DataPartyResult:
     """Setup 3, the rounds and the final step of a data party, on its compute engine."""
     k, n_i = source.shape
     b, r = params.block_size, params.components
     pk = private_key.public_key
     packing, gram_packing = params.packing(pk), params.gram_packing(pk)
-    sizes = Party1KeySizes(key_bits=pk.bits, uses=TABLE_BATCHES * packing.n_ciphertexts(k * b))   # the next one alike
+    sizes = Party1KeySizes(key_bits=pk.bits, uses=TABLE_BATCHES * packing.n_ciphertexts(k * b))  # the next one alike
     async with engine.session(source, private_key, label=f"{ch.session_id}/{ch.role}") as cs:
         # --- Setup 3: padding Ā_i = [A_i  ρ_i I] (ρ_i secret) and the start block C⁽⁰⁾ = Ā_i X⁽⁰⁾.
         fro2 = await cs.frobenius_sq()
@@ -692,10 +780,10 @@ async def _data_party_rounds(ch: Channel, source: MatrixSource, params: PowerIte
 
         party = _DataParty(ch, cs, params, pk, packing, gram_packing, rho)
         D: float | None = None
-        recent: list[tuple[bytes | None, np.ndarray]] = []   # the last two rounds: (direction of V_t, Ritz vectors)
+        recent: list[tuple[bytes | None, np.ndarray]] = []  # the last two rounds: (direction of V_t, Ritz vectors)
         # --- Round step 1 of round 0: E[C_i⁽⁰⁾] to Trent.  Every later contribution leaves in step 3.
         await party.send_contribution(C, "contrib/0")
-        scale = np.ones(b)      # Θ'^{−1/2} of the last blinded Gram: every party's same column scaling
+        scale = np.ones(b)  # Θ'^{−1/2} of the last blinded Gram: every party's same column scaling
         ints, what = await party.recv_block("v/0"), "v/0 from trent"
         t = 0
         while True:
@@ -705,9 +793,15 @@ async def _data_party_rounds(ch: Channel, source: MatrixSource, params: PowerIte
             # E[C_i⁽ᵗ⁺¹⁾] = E[Z_i·diag(Θ'_{t−1})^{−1/2}].  It does not wait for the blinded Gram, so a round
             # costs one message each way: one network round trip (issue 26).  Trent ignores it when he stops.
             Q, Z, direction, gram = await party.gram_step(ints, what)
-            await ch.send(TRENT, f"round/{t}", pb.PowerIterationRound(
-                gram=gram, converged=D is not None and D < params.tol ** 2,
-                contribution=await party.contribution(Z * scale)))
+            await ch.send(
+                TRENT,
+                f"round/{t}",
+                pb.PowerIterationRound(
+                    gram=gram,
+                    converged=D is not None and params.tol**2 > D,
+                    contribution=await party.contribution(Z * scale),
+                ),
+            )
             # --- Round step 5: Rayleigh–Ritz on the blinded Gram G': round t's Ritz vectors and D⁽ᵗ⁾.  With
             # G' and the stop bit comes the next block: V_{t+1}, or after the stop bit the final block.
             reply = await ch.recv(TRENT, f"reply/{t}", pb.PowerIterationReply)
@@ -735,8 +829,10 @@ async def _data_party_rounds(ch: Channel, source: MatrixSource, params: PowerIte
         direction = _direction(ints)
         chosen = [U for d, U in recent if d is not None and d == direction]
         if not chosen:
-            raise InvalidMessage(f"the final block ({what}) is not the direction of a block of the last two "
-                                 "rounds: refusing to reveal projections Trent chose")
+            raise InvalidMessage(
+                f"the final block ({what}) is not the direction of a block of the last two "
+                "rounds: refusing to reveal projections Trent chose"
+            )
         us = np.column_stack([sign_convention(chosen[-1][:, j]) for j in range(r)])
 
         # --- Final 3: σ_j·A_iᵀu_j in clear to Trent, in messages of params.final_chunk_rows samples;
@@ -749,7 +845,7 @@ async def _data_party_rounds(ch: Channel, source: MatrixSource, params: PowerIte
         async for blk, out in cs.project(us):
             out = out * sigma
             if alpha is not None:
-                alpha[blk.col0:blk.col1] = out[:, 0]
+                alpha[blk.col0 : blk.col1] = out[:, 0]
             if x_sink is not None:
                 x_sink(blk.col0, out)
             pending.append(out)
@@ -757,16 +853,23 @@ async def _data_party_rounds(ch: Channel, source: MatrixSource, params: PowerIte
             while held >= rows or (held and blk.col1 == n_i):
                 cat = pending[0] if len(pending) == 1 else np.concatenate(pending)
                 part, rest = cat[:rows], cat[rows:]
-                await ch.send(TRENT, f"final/x/{c}", pb.Matrix(rows=part.shape[0], cols=r,
-                                                               values=part.ravel().tolist()))
+                await ch.send(
+                    TRENT, f"final/x/{c}", pb.Matrix(rows=part.shape[0], cols=r, values=part.ravel().tolist())
+                )
                 c += 1
                 pending, held = ([rest] if rest.shape[0] else []), rest.shape[0]
         if c != chunks or held:
             raise AssertionError(f"{ch.role}: sent {c} final blocks for {chunks} announced")
         compute_stats = await cs.astats()
     stats = dict(ch.stats.as_dict(), compute=compute_stats)
-    return DataPartyResult(u=us[:, 0].tolist(), alpha=None if alpha is None else alpha.tolist(), rounds=t,
-                           components=[{"u": us[:, j].tolist()} for j in range(r)], stats=stats, prepare_next=sizes)
+    return DataPartyResult(
+        u=us[:, 0].tolist(),
+        alpha=None if alpha is None else alpha.tolist(),
+        rounds=t,
+        components=[{"u": us[:, j].tolist()} for j in range(r)],
+        stats=stats,
+        prepare_next=sizes,
+    )
 
 
 @dataclass(frozen=True)
@@ -778,14 +881,20 @@ class Party1KeySizes:
     uses: int = TABLE_BATCHES
 
 
-def prepare_party1(root: Randomness, *, key_bits: int = Party1KeySizes.key_bits, uses: int = Party1KeySizes.uses,
-                   allow_insecure_keys: bool = False) -> None:
+def prepare_party1(
+    root: Randomness,
+    *,
+    key_bits: int = Party1KeySizes.key_bits,
+    uses: int = Party1KeySizes.uses,
+    allow_insecure_keys: bool = False,
+) -> None:
     """Issue 27: the key pair a session with root ``root`` makes if this party is its ``party1``, and the
     key's CRT tables for ``uses``, started now in the background (the caller passes the key size and table
     uses of its last session as a data party, :class:`Party1KeySizes`).  A session in another role, or with
     another key size, finds nothing and makes its key itself."""
-    prepare_session_keypair(root, "power-iteration", "party1", int(key_bits), uses=int(uses),
-                            allow_insecure=allow_insecure_keys)
+    prepare_session_keypair(
+        root, "power-iteration", "party1", int(key_bits), uses=int(uses), allow_insecure=allow_insecure_keys
+    )
 
 
 # =============================================================================== DP mode (issue 25)
@@ -795,18 +904,22 @@ def noisy_limit(params: PowerIterationParams) -> float:
     return math.ldexp(1.0, v) - math.ldexp(1.0, max(-f, v - 53))
 
 
-def dp_noise(params: PowerIterationParams, cal: DPCalibration, shape: tuple[int, int], seed: SeedLike,
-             role: str, t: int | str) -> GaussianMechanism:
+def dp_noise(
+    params: PowerIterationParams, cal: DPCalibration, shape: tuple[int, int], seed: SeedLike, role: str, t: int | str
+) -> GaussianMechanism:
     """Round ``t``'s noise of data party ``role``: an exact discrete Gaussian of std
     ``party_sigma`` (:class:`~smcdp.dp.mechanisms.GaussianMechanism`, whose grid rounding it accounts
     for), drawn from the role's randomness root in a stream of its own per round -- a replayed round
     draws the same noise, so a restart never releases a second noisy copy."""
-    mech = GaussianMechanism.from_sigma(cal.party_sigma, cal.sensitivity,
-                                        random_state=noise_source(seed, "power-iteration", "dp-noise", role, str(t)))
+    mech = GaussianMechanism.from_sigma(
+        cal.party_sigma, cal.sensitivity, random_state=noise_source(seed, "power-iteration", "dp-noise", role, str(t))
+    )
     e = mech.grid_exponent(shape)
     if e < -params.frac_bits:
-        raise InvalidMessage(f"power-iteration: the noise grid 2^{e} of column_norm={params.column_norm:g} is finer "
-                             f"than the fixed point 2^-{params.frac_bits}: raise frac_bits or column_norm")
+        raise InvalidMessage(
+            f"power-iteration: the noise grid 2^{e} of column_norm={params.column_norm:g} is finer "
+            f"than the fixed point 2^-{params.frac_bits}: raise frac_bits or column_norm"
+        )
     return mech
 
 
@@ -819,9 +932,15 @@ def dp_components(Y: np.ndarray, r: int) -> np.ndarray:
     return np.column_stack([sign_convention(U[:, j]) for j in range(r)])
 
 
-async def _dp_data_party_rounds(ch: Channel, source: MatrixSource, params: PowerIterationParams,
-                                engine: ComputeEngine, private_key: PrivateKey, seed: SeedLike,
-                                x_sink) -> DataPartyResult:
+async def _dp_data_party_rounds(
+    ch: Channel,
+    source: MatrixSource,
+    params: PowerIterationParams,
+    engine: ComputeEngine,
+    private_key: PrivateKey,
+    seed: SeedLike,
+    x_sink,
+) -> DataPartyResult:
     """The DP mode of a data party: T rounds of the noisy power method, then u from the last aggregate.
 
     What leaves this party's data: E[Ã_iÃ_iᵀQ_t + η_t] to Trent, once per round t < T -- T releases,
@@ -832,7 +951,7 @@ async def _dp_data_party_rounds(ch: Channel, source: MatrixSource, params: Power
     k, n_i = source.shape
     b, r, T = params.block_size, params.components, params.dp_rounds
     pk = private_key.public_key
-    sizes = Party1KeySizes(key_bits=pk.bits, uses=TABLE_BATCHES * params.packing(pk).n_ciphertexts(k * b))   # issue 27
+    sizes = Party1KeySizes(key_bits=pk.bits, uses=TABLE_BATCHES * params.packing(pk).n_ciphertexts(k * b))  # issue 27
     cal = dp_calibration(params)
     limit = noisy_limit(params)
     async with engine.session(source, private_key, label=f"{ch.session_id}/{ch.role}") as cs:
@@ -855,15 +974,22 @@ async def _dp_data_party_rounds(ch: Channel, source: MatrixSource, params: Power
         alpha = np.empty(n_i) if n_i <= ALPHA_INLINE_MAX else None
         async for blk, out in cs.project(us):
             if alpha is not None:
-                alpha[blk.col0:blk.col1] = out[:, 0]
+                alpha[blk.col0 : blk.col1] = out[:, 0]
             if x_sink is not None:
                 x_sink(blk.col0, out)
         compute_stats = await cs.astats()
     stats = dict(ch.stats.as_dict(), compute=compute_stats)
-    return DataPartyResult(u=us[:, 0].tolist(), alpha=None if alpha is None else alpha.tolist(), rounds=T,
-                           components=[{"u": us[:, j].tolist()} for j in range(r)], stats=stats,
-                           dp=dict(cal.as_dict(), column_norm=params.column_norm,
-                                   noise_parties=params.noise_parties, clipped_columns=clipped), prepare_next=sizes)
+    return DataPartyResult(
+        u=us[:, 0].tolist(),
+        alpha=None if alpha is None else alpha.tolist(),
+        rounds=T,
+        components=[{"u": us[:, j].tolist()} for j in range(r)],
+        stats=stats,
+        dp=dict(
+            cal.as_dict(), column_norm=params.column_norm, noise_parties=params.noise_parties, clipped_columns=clipped
+        ),
+        prepare_next=sizes,
+    )
 
 
 # =============================================================================== DP covariance mode (issue 38)
@@ -896,9 +1022,15 @@ def covariance_components(S: np.ndarray, r: int) -> np.ndarray:
     return np.column_stack([sign_convention(V[:, -1 - j]) for j in range(r)])
 
 
-async def _cov_data_party(ch: Channel, source: MatrixSource, params: PowerIterationParams,
-                          engine: ComputeEngine, private_key: PrivateKey, seed: SeedLike,
-                          x_sink) -> DataPartyResult:
+async def _cov_data_party(
+    ch: Channel,
+    source: MatrixSource,
+    params: PowerIterationParams,
+    engine: ComputeEngine,
+    private_key: PrivateKey,
+    seed: SeedLike,
+    x_sink,
+) -> DataPartyResult:
     """The covariance mode of a data party (issue 38, "Analyze Gauss"): one noisy release of its clipped
     Ã_iÃ_iᵀ, then u from the sum of every party's release.
 
@@ -908,7 +1040,7 @@ async def _cov_data_party(ch: Channel, source: MatrixSource, params: PowerIterat
     r, L = params.components, k * (k + 1) // 2
     pk = private_key.public_key
     packing = params.packing(pk)
-    sizes = Party1KeySizes(key_bits=pk.bits, uses=TABLE_BATCHES * packing.n_ciphertexts(L))   # the next one alike
+    sizes = Party1KeySizes(key_bits=pk.bits, uses=TABLE_BATCHES * packing.n_ciphertexts(L))  # the next one alike
     cal = dp_calibration(params)
     limit = noisy_limit(params)
     async with engine.session(source, private_key, label=f"{ch.session_id}/{ch.role}") as cs:
@@ -925,24 +1057,31 @@ async def _cov_data_party(ch: Channel, source: MatrixSource, params: PowerIterat
         # --- Covariance step 4: the sum of every party's release, decrypted; u_1 … u_r its top eigenvectors.
         ch.progress(round=1, step="final")
         msg = await ch.recv(TRENT, COV_SUM_TAG, pb.CiphertextVector)
-        vec = EncryptedVector.from_proto(msg, pk, length=L, exponent=-params.frac_bits, packing=packing,
-                                         what=f"{COV_SUM_TAG} from trent")
+        vec = EncryptedVector.from_proto(
+            msg, pk, length=L, exponent=-params.frac_bits, packing=packing, what=f"{COV_SUM_TAG} from trent"
+        )
         total = decode_fixed(await vec.decrypt_ints_with(cs.decrypt), -params.frac_bits)
         us = covariance_components(covariance_unpack(np.asarray(total, dtype=np.float64), k), r)
         # This party's own block A_iᵀu_j, computed here and never sent.
         alpha = np.empty(n_i) if n_i <= ALPHA_INLINE_MAX else None
         async for blk, out in cs.project(us):
             if alpha is not None:
-                alpha[blk.col0:blk.col1] = out[:, 0]
+                alpha[blk.col0 : blk.col1] = out[:, 0]
             if x_sink is not None:
                 x_sink(blk.col0, out)
         compute_stats = await cs.astats()
     stats = dict(ch.stats.as_dict(), compute=compute_stats)
-    return DataPartyResult(u=us[:, 0].tolist(), alpha=None if alpha is None else alpha.tolist(), rounds=1,
-                           components=[{"u": us[:, j].tolist()} for j in range(r)], stats=stats,
-                           dp=dict(cal.as_dict(), column_norm=params.column_norm,
-                                   noise_parties=params.noise_parties, clipped_columns=clipped),
-                           prepare_next=sizes)
+    return DataPartyResult(
+        u=us[:, 0].tolist(),
+        alpha=None if alpha is None else alpha.tolist(),
+        rounds=1,
+        components=[{"u": us[:, j].tolist()} for j in range(r)],
+        stats=stats,
+        dp=dict(
+            cal.as_dict(), column_norm=params.column_norm, noise_parties=params.noise_parties, clipped_columns=clipped
+        ),
+        prepare_next=sizes,
+    )
 
 
 async def _cov_trent(ch: Channel, params: PowerIterationParams, pk: PublicKey, k: int) -> TrentResult:
@@ -954,13 +1093,33 @@ async def _cov_trent(ch: Channel, params: PowerIterationParams, pk: PublicKey, k
     ch.progress(round=0, step="release")
     # --- Covariance step 3: E[Σ_i W_i] = Π_i E[W_i].
     noisy = await ch.recv_all(roles, COV_TAG, pb.CiphertextVector)
-    total = _sum([EncryptedVector.from_proto(noisy[role], pk, length=L, exponent=-params.frac_bits,
-                                             packing=packing, bound=bound_c, what=f"{COV_TAG} from {role}")
-                  for role in roles])
+    total = _sum(
+        [
+            EncryptedVector.from_proto(
+                noisy[role],
+                pk,
+                length=L,
+                exponent=-params.frac_bits,
+                packing=packing,
+                bound=bound_c,
+                what=f"{COV_TAG} from {role}",
+            )
+            for role in roles
+        ]
+    )
     ch.progress(round=1, step="final")
     await ch.send_many(roles, COV_SUM_TAG, total.to_proto())
-    return TrentResult(x=None, n_per_party=[], rounds=1, real_rounds=1, decoys=0, converged=None,
-                       round_seconds=[time.perf_counter() - t0], components=[], stats=ch.stats.as_dict())
+    return TrentResult(
+        x=None,
+        n_per_party=[],
+        rounds=1,
+        real_rounds=1,
+        decoys=0,
+        converged=None,
+        round_seconds=[time.perf_counter() - t0],
+        components=[],
+        stats=ch.stats.as_dict(),
+    )
 
 
 def dp_release_tag(params: PowerIterationParams) -> str:
@@ -971,8 +1130,16 @@ def dp_release_tag(params: PowerIterationParams) -> str:
 class _DataParty:
     """A data party's messages of one session: encrypt and send, receive and decrypt, validated."""
 
-    def __init__(self, ch: Channel, cs: ComputeSession, params: PowerIterationParams, pk: PublicKey,
-                 packing: Packing, gram_packing: Packing | None = None, rho: float = 0.0) -> None:
+    def __init__(
+        self,
+        ch: Channel,
+        cs: ComputeSession,
+        params: PowerIterationParams,
+        pk: PublicKey,
+        packing: Packing,
+        gram_packing: Packing | None = None,
+        rho: float = 0.0,
+    ) -> None:
         self.ch, self.cs, self.params, self.pk = ch, cs, params, pk
         self.packing, self.gram_packing, self.rho = packing, gram_packing, rho
         self.k = cs.source.k
@@ -981,14 +1148,21 @@ class _DataParty:
     async def contribution(self, C: np.ndarray) -> pb.CiphertextVector:
         """E[C] of a k × b contribution, within the agreed bound."""
         bits = self.params.contribution_bits()
-        if not np.all(np.abs(C) < 2.0 ** bits):
+        if not np.all(np.abs(C) < 2.0**bits):
             name = "value_bits" if self.params.dp else "gram_bits"
             raise InputRejected(
                 f"{self.ch.role}: a contribution value reaches the agreed bound 2^{bits}; "
-                f"scale the data or raise {name}", f"max |contribution| = {np.max(np.abs(C)):.3g}")
+                f"scale the data or raise {name}",
+                f"max |contribution| = {np.max(np.abs(C)):.3g}",
+            )
         vec = await EncryptedVector.encrypt_with(
-            self.cs.encrypt, self.pk, C.ravel(order="F"), frac_bits=self.params.frac_bits,
-            packing=self.packing, bound=self.params.contribution_bound())
+            self.cs.encrypt,
+            self.pk,
+            C.ravel(order="F"),
+            frac_bits=self.params.frac_bits,
+            packing=self.packing,
+            bound=self.params.contribution_bound(),
+        )
         return vec.to_proto()
 
     async def send_contribution(self, C: np.ndarray, tag: str) -> None:
@@ -999,38 +1173,53 @@ class _DataParty:
         return await self.decrypt_block(await self.ch.recv(TRENT, tag, pb.CiphertextVector), f"{tag} from trent")
 
     async def decrypt_block(self, msg: pb.CiphertextVector, what: str) -> list[int]:
-        vec = EncryptedVector.from_proto(msg, self.pk, length=self.k * self.b, exponent=-self.params.frac_bits,
-                                         packing=self.packing, what=what)
+        vec = EncryptedVector.from_proto(
+            msg, self.pk, length=self.k * self.b, exponent=-self.params.frac_bits, packing=self.packing, what=what
+        )
         return await vec.decrypt_ints_with(self.cs.decrypt)
 
     def block(self, ints: list[int]) -> np.ndarray:
         return decode_fixed(ints, -self.params.frac_bits).reshape((self.k, self.b), order="F")
 
-    async def gram_step(self, ints: list[int], what: str
-                        ) -> tuple[np.ndarray, np.ndarray, bytes | None, pb.CiphertextVector]:
+    async def gram_step(
+        self, ints: list[int], what: str
+    ) -> tuple[np.ndarray, np.ndarray, bytes | None, pb.CiphertextVector]:
         """From V's decrypted integers: (Q, Z_i, the direction of V, E[H_i])."""
         direction = _direction(ints)
         Q = orthonormal_basis(self.block(ints), what)
         Z, H = await self.cs.gram_pass(Q)
-        rho2 = self.rho ** 2
+        rho2 = self.rho**2
         Z = Z + rho2 * Q
         H = H + rho2 * (Q.T @ Q)
-        limit = 2.0 ** self.params.gram_bits
+        limit = 2.0**self.params.gram_bits
         if not np.all(np.abs(H) < limit):
-            raise InputRejected(f"{self.ch.role}: a Gram entry reaches the agreed bound 2^{self.params.gram_bits}; "
-                                "scale the data or raise gram_bits", f"max |H| = {np.max(np.abs(H)):.3g}")
-        assert self.gram_packing is not None     # the exact mode's rounds (_data_party_rounds) set it
+            raise InputRejected(
+                f"{self.ch.role}: a Gram entry reaches the agreed bound 2^{self.params.gram_bits}; "
+                "scale the data or raise gram_bits",
+                f"max |H| = {np.max(np.abs(H)):.3g}",
+            )
+        assert self.gram_packing is not None  # the exact mode's rounds (_data_party_rounds) set it
         gram = await EncryptedVector.encrypt_with(
-            self.cs.encrypt, self.pk, _triu(H), frac_bits=self.params.frac_bits, packing=self.gram_packing,
-            bound=self.params.gram_bound())
+            self.cs.encrypt,
+            self.pk,
+            _triu(H),
+            frac_bits=self.params.frac_bits,
+            packing=self.gram_packing,
+            bound=self.params.gram_bound(),
+        )
         return Q, Z, direction, gram.to_proto()
 
     async def blinded_gram(self, msg: pb.CiphertextVector, what: str) -> np.ndarray:
         """G' = m_t·Σ_i H_i (symmetric, positive definite: padding makes it so)."""
         p = self.params
-        vec = EncryptedVector.from_proto(msg, self.pk, length=p.gram_length,
-                                         exponent=-(p.frac_bits + p.blind_offset_bits),
-                                         packing=self.gram_packing, what=what)
+        vec = EncryptedVector.from_proto(
+            msg,
+            self.pk,
+            length=p.gram_length,
+            exponent=-(p.frac_bits + p.blind_offset_bits),
+            packing=self.gram_packing,
+            what=what,
+        )
         Gp = _from_triu(await vec.decrypt_with(self.cs.decrypt), self.b)
         if not np.all(np.isfinite(Gp)) or not np.min(np.linalg.eigvalsh(Gp)) > 0:
             raise InvalidMessage(f"{what} is not a positive definite Gram matrix")
@@ -1052,16 +1241,19 @@ def _direction(ints: list[int]) -> bytes | None:
 
 def _check_sigma(msg: pb.Floats, params: PowerIterationParams, role: str) -> np.ndarray:
     s = np.asarray(msg.values, dtype=np.float64)
-    lim = 2.0 ** params.sigma_bits
+    lim = 2.0**params.sigma_bits
     if s.shape != (params.components,) or not np.all(np.isfinite(s)) or not np.all((s >= 1 / lim) & (s <= lim)):
-        raise InvalidMessage(f"{role}: sigma from party1 must be {params.components} factors in "
-                             f"[2^-{params.sigma_bits}, 2^{params.sigma_bits}]")
+        raise InvalidMessage(
+            f"{role}: sigma from party1 must be {params.components} factors in "
+            f"[2^-{params.sigma_bits}, 2^{params.sigma_bits}]"
+        )
     return s
 
 
 # =============================================================================== Trent
-async def trent(ch: Channel, params: PowerIterationParams, *, seed: SeedLike = None,
-                allow_insecure_keys: bool = False) -> TrentResult:
+async def trent(
+    ch: Channel, params: PowerIterationParams, *, seed: SeedLike = None, allow_insecure_keys: bool = False
+) -> TrentResult:
     """Role ``trent``: sums encrypted contributions, scales, sends decoys, blinds the Gram; never decrypts."""
     obfuscators = _Obfuscators()
     try:
@@ -1083,16 +1275,16 @@ class _Obfuscators:
         self.pool: ObfuscatorPool | None = None
 
     def start(self, pk: PublicKey, per_round: int) -> None:
-        self.pool = ObfuscatorPool.for_public_key(pk, capacity=2 * per_round, uses=self.ROUNDS * per_round,
-                                                  nice=True)
+        self.pool = ObfuscatorPool.for_public_key(pk, capacity=2 * per_round, uses=self.ROUNDS * per_round, nice=True)
 
     def close(self) -> None:
         if self.pool is not None:
             self.pool.close()
 
 
-async def _trent(ch: Channel, params: PowerIterationParams, seed: SeedLike, allow_insecure_keys: bool,
-                 obfuscators: _Obfuscators) -> TrentResult:
+async def _trent(
+    ch: Channel, params: PowerIterationParams, seed: SeedLike, allow_insecure_keys: bool, obfuscators: _Obfuscators
+) -> TrentResult:
     params.validate()
     if ch.role != TRENT:
         raise InvalidMessage(f"role {ch.role!r} is not trent")
@@ -1105,11 +1297,13 @@ async def _trent(ch: Channel, params: PowerIterationParams, seed: SeedLike, allo
 async def _trent_setup(ch: Channel, params: PowerIterationParams, allow_insecure_keys: bool) -> tuple[PublicKey, int]:
     """Setup: the public key from party1, and k from everyone (must agree; b ≤ k)."""
     roles = params.data_roles
-    pk = public_key_from_proto(await ch.recv(roles[0], "public_key", pb.PaillierPublicKey),
-                               allow_insecure=allow_insecure_keys)
+    pk = public_key_from_proto(
+        await ch.recv(roles[0], "public_key", pb.PaillierPublicKey), allow_insecure=allow_insecure_keys
+    )
     if pk.bits != params.key_bits:
-        raise InvalidMessage(f"the public key from {roles[0]} has {pk.bits} bits; the session agreed on "
-                             f"{params.key_bits}")
+        raise InvalidMessage(
+            f"the public key from {roles[0]} has {pk.bits} bits; the session agreed on {params.key_bits}"
+        )
     dims = await ch.recv_all(roles, "dims", pb.Ints)
     ks = {role: list(m.values) for role, m in dims.items()}
     if any(len(v) != 1 or not 1 <= v[0] <= MAX_ROWS for v in ks.values()):
@@ -1117,8 +1311,10 @@ async def _trent_setup(ch: Channel, params: PowerIterationParams, allow_insecure
     if params.rows is not None and any(v[0] != params.rows for v in ks.values()):
         raise InvalidMessage("a data party reported a number of rows other than the session's rows parameter")
     if len({v[0] for v in ks.values()}) != 1:
-        raise InvalidMessage("mismatched dimensions: the data parties' matrices have different numbers of rows "
-                             f"({', '.join(f'{role}: k={v[0]}' for role, v in sorted(ks.items()))})")
+        raise InvalidMessage(
+            "mismatched dimensions: the data parties' matrices have different numbers of rows "
+            f"({', '.join(f'{role}: k={v[0]}' for role, v in sorted(ks.items()))})"
+        )
     k = ks[roles[0]][0]
     if params.block_size > k:
         raise InvalidMessage(f"components + oversample = {params.block_size} exceeds the number of rows k = {k}")
@@ -1129,17 +1325,25 @@ class _Trent:
     """Trent in the exact mode, the mirror of :class:`_DataParty`: the real states he has summed, which state
     each round's block carried (None: a decoy), and the rounds' steps 2 and 4 and the final steps."""
 
-    def __init__(self, ch: Channel, params: PowerIterationParams, rng: random.Random, pk: PublicKey, k: int,
-                 obfuscators: _Obfuscators) -> None:
+    def __init__(
+        self,
+        ch: Channel,
+        params: PowerIterationParams,
+        rng: random.Random,
+        pk: PublicKey,
+        k: int,
+        obfuscators: _Obfuscators,
+    ) -> None:
         self.ch, self.params, self.rng, self.pk, self.k = ch, params, rng, pk, k
         self.roles = params.data_roles
         self.packing, self.gram_packing = params.packing(pk), params.gram_packing(pk)
         self.bound_c = params.contribution_bound()
         self.obfuscators = obfuscators
-        obfuscators.start(pk, self.packing.n_ciphertexts(k * params.block_size)
-                          + self.gram_packing.n_ciphertexts(params.gram_length))
-        self.states: list[EncryptedVector] = []     # E[U] of every real state, unscaled
-        self.sent_state: list[int | None] = []      # which state each round's block carries (None = decoy)
+        obfuscators.start(
+            pk, self.packing.n_ciphertexts(k * params.block_size) + self.gram_packing.n_ciphertexts(params.gram_length)
+        )
+        self.states: list[EncryptedVector] = []  # E[U] of every real state, unscaled
+        self.sent_state: list[int | None] = []  # which state each round's block carries (None = decoy)
         self.decoys = 0
 
     async def run(self) -> TrentResult:
@@ -1171,10 +1375,14 @@ class _Trent:
                 block = self.real_block(last_sent)
             else:
                 # --- Round t + 1's step 2, from the contributions that came with the Grams.
-                block = self.next_block({role: up.contribution for role, up in ups.items()},
-                                        functools.partial(_contribution_of_round, t))
-            await ch.send_many(roles, f"reply/{t}", pb.PowerIterationReply(
-                blinded_gram=gp.to_proto(), stop=stop, block=block.to_proto()))
+                block = self.next_block(
+                    {role: up.contribution for role, up in ups.items()}, functools.partial(_contribution_of_round, t)
+                )
+            await ch.send_many(
+                roles,
+                f"reply/{t}",
+                pb.PowerIterationReply(blinded_gram=gp.to_proto(), stop=stop, block=block.to_proto()),
+            )
             t += 1
             now = time.perf_counter()
             round_seconds.append(now - t_round)
@@ -1183,18 +1391,28 @@ class _Trent:
                 break
         ch.progress(round=t, step="final")
         xs, n_per_party = await _gather_x(ch, params)
-        return TrentResult(x=xs[0], n_per_party=n_per_party, rounds=t,
-                           real_rounds=sum(s is not None for s in self.sent_state), decoys=self.decoys,
-                           converged=converged, round_seconds=round_seconds,
-                           components=[{"x": x} for x in xs], stats=ch.stats.as_dict())
+        return TrentResult(
+            x=xs[0],
+            n_per_party=n_per_party,
+            rounds=t,
+            real_rounds=sum(s is not None for s in self.sent_state),
+            decoys=self.decoys,
+            converged=converged,
+            round_seconds=round_seconds,
+            components=[{"x": x} for x in xs],
+            stats=ch.stats.as_dict(),
+        )
 
     def scale_r(self, lo_bits: int, hi_bits: int) -> int:
         """A secret integer log-uniform in [2^lo, 2^hi]."""
         return max(1, int(2.0 ** self.rng.uniform(lo_bits, hi_bits)))
 
     def real_block(self, j: int) -> EncryptedVector:
-        return self.states[j].mul_int(self.scale_r(DECOY_WEIGHT_BITS, self.params.scale_bits)).rerandomize(
-            self.obfuscators.pool)
+        return (
+            self.states[j]
+            .mul_int(self.scale_r(DECOY_WEIGHT_BITS, self.params.scale_bits))
+            .rerandomize(self.obfuscators.pool)
+        )
 
     def decoy_block(self) -> EncryptedVector:
         recent = self.states[-DECOY_HISTORY:]
@@ -1205,30 +1423,50 @@ class _Trent:
             if w:
                 term = s.mul_int(w)
                 acc = term if acc is None else acc + term
-        assert acc is not None    # the weights add up to 2^DECOY_WEIGHT_BITS: one of them is not 0
+        assert acc is not None  # the weights add up to 2^DECOY_WEIGHT_BITS: one of them is not 0
         return acc.mul_int(self.scale_r(0, self.params.scale_bits - DECOY_WEIGHT_BITS)).rerandomize(
-            self.obfuscators.pool)
+            self.obfuscators.pool
+        )
 
     def blinded_gram(self, t: int, ups: dict[str, pb.PowerIterationRound]) -> EncryptedVector:
         """Step 4: E[G'] = (Π_i E[H_i])^{m_int}, declared with exponent −(frac + a): G' = m_t·ΣH_i."""
         params, pk = self.params, self.pk
-        total = _sum([EncryptedVector.from_proto(ups[role].gram, pk, length=params.gram_length,
-                                                 exponent=-params.frac_bits, packing=self.gram_packing,
-                                                 bound=params.gram_bound(), what=f"round/{t} from {role} (its Gram)")
-                      for role in self.roles])
+        total = _sum(
+            [
+                EncryptedVector.from_proto(
+                    ups[role].gram,
+                    pk,
+                    length=params.gram_length,
+                    exponent=-params.frac_bits,
+                    packing=self.gram_packing,
+                    bound=params.gram_bound(),
+                    what=f"round/{t} from {role} (its Gram)",
+                )
+                for role in self.roles
+            ]
+        )
         m_int = blind_multiplier(self.rng, params.blind_offset_bits, params.blind_bits)
         prod = total.mul_int(m_int).rerandomize(self.obfuscators.pool)
-        return EncryptedVector(pk, prod.ciphertexts, prod.length, prod.exponent - params.blind_offset_bits,
-                               prod.packing, prod.bound)
+        return EncryptedVector(
+            pk, prod.ciphertexts, prod.length, prod.exponent - params.blind_offset_bits, prod.packing, prod.bound
+        )
 
     def next_block(self, contribs: dict[str, pb.CiphertextVector], what: Callable[[str], str]) -> EncryptedVector:
         """Step 2: the next round's block V from the parties' E[C_i] (round 0: the start blocks; afterwards
         they came with the last round's Grams).  ``what(role)`` names a contribution in errors."""
         params = self.params
-        cvecs = [EncryptedVector.from_proto(contribs[role], self.pk, length=self.k * params.block_size,
-                                            exponent=-params.frac_bits, packing=self.packing, bound=self.bound_c,
-                                            what=what(role))
-                 for role in self.roles]
+        cvecs = [
+            EncryptedVector.from_proto(
+                contribs[role],
+                self.pk,
+                length=self.k * params.block_size,
+                exponent=-params.frac_bits,
+                packing=self.packing,
+                bound=self.bound_c,
+                what=what(role),
+            )
+            for role in self.roles
+        ]
         if self.sent_state and self.sent_state[-1] is None:
             # --- 2b: the block sent last round was a decoy: ignore contributions computed from it and
             # replay the last real state.
@@ -1254,8 +1492,10 @@ async def _gather_x(ch: Channel, params: PowerIterationParams) -> tuple[list[lis
     for role in roles:
         cols = list((await ch.recv(role, "final/cols", pb.Ints)).values)
         if len(cols) != 2 or not 1 <= cols[0] <= params.max_samples or cols[1] != params.final_chunks(cols[0]):
-            raise InvalidMessage(f"final/cols from {role} must be [columns in 1..{params.max_samples} (max_samples), "
-                                 f"their number of chunks of {params.final_chunk_rows}], got {cols}")
+            raise InvalidMessage(
+                f"final/cols from {role} must be [columns in 1..{params.max_samples} (max_samples), "
+                f"their number of chunks of {params.final_chunk_rows}], got {cols}"
+            )
         sizes.append(cols)
     X = np.empty((sum(n for n, _ in sizes), r))
     c0 = 0
@@ -1265,13 +1505,15 @@ async def _gather_x(ch: Channel, params: PowerIterationParams) -> tuple[list[lis
             m = await ch.recv(role, f"final/x/{c}", pb.Matrix)
             want = min(params.final_chunk_rows, n_i - got)
             if m.cols != r or m.rows != want or len(m.values) != m.rows * r:
-                raise InvalidMessage(f"final/x/{c} from {role}: expected at most {params.final_chunk_rows} rows "
-                                     f"({want} here) × {r} columns, got {m.rows} × {m.cols} with "
-                                     f"{len(m.values)} values")
+                raise InvalidMessage(
+                    f"final/x/{c} from {role}: expected at most {params.final_chunk_rows} rows "
+                    f"({want} here) × {r} columns, got {m.rows} × {m.cols} with "
+                    f"{len(m.values)} values"
+                )
             rows_x = np.asarray(m.values, dtype=np.float64).reshape(m.rows, r)
             if not np.all(np.isfinite(rows_x)):
                 raise InvalidMessage(f"final/x/{c} from {role} holds values that are not finite")
-            X[c0 + got:c0 + got + m.rows] = rows_x
+            X[c0 + got : c0 + got + m.rows] = rows_x
             got += m.rows
         if got != n_i:
             raise InvalidMessage(f"{role} announced {n_i} columns but sent {got}")
@@ -1285,8 +1527,7 @@ async def _gather_x(ch: Channel, params: PowerIterationParams) -> tuple[list[lis
     return xs, [n for n, _ in sizes]
 
 
-async def _dp_trent(ch: Channel, params: PowerIterationParams, pk: PublicKey, k: int,
-                    seed: SeedLike) -> TrentResult:
+async def _dp_trent(ch: Channel, params: PowerIterationParams, pk: PublicKey, k: int, seed: SeedLike) -> TrentResult:
     """Trent in the DP mode: sends a random start block, then each round the sum of the parties' noisy
     contributions.  He never decrypts and stops after T rounds, whatever the data."""
     if params.dp_mode == "covariance":
@@ -1298,8 +1539,9 @@ async def _dp_trent(ch: Channel, params: PowerIterationParams, pk: PublicKey, k:
     start = keyed_gaussian(stream_key(seed, "power-iteration", TRENT, "dp-start"), 0, (k, b))
     # issue 27: a table for these few encryptions, not the largest one the budget allows (2 s, 172 MB)
     await asyncio.to_thread(pk.prepare, packing.n_ciphertexts(k * b))
-    v = await asyncio.to_thread(EncryptedVector.encrypt, pk, start.ravel(order="F"), frac_bits=params.frac_bits,
-                                packing=packing, bound=bound_c)
+    v = await asyncio.to_thread(
+        EncryptedVector.encrypt, pk, start.ravel(order="F"), frac_bits=params.frac_bits, packing=packing, bound=bound_c
+    )
     round_seconds: list[float] = []
     for t in range(T):
         ch.progress(round=t, step="iterate")
@@ -1307,15 +1549,35 @@ async def _dp_trent(ch: Channel, params: PowerIterationParams, pk: PublicKey, k:
         await ch.send_many(roles, f"v/{t}", v.to_proto())
         # --- DP round step 4: E[Y_t] = Π_i E[Z_i + η_i], next round's block.
         noisy = await ch.recv_all(roles, f"{NOISY_TAG}/{t}", pb.CiphertextVector)
-        v = _sum([EncryptedVector.from_proto(noisy[role], pk, length=k * b, exponent=-params.frac_bits,
-                                             packing=packing, bound=bound_c, what=f"{NOISY_TAG}/{t} from {role}")
-                  for role in roles])
+        v = _sum(
+            [
+                EncryptedVector.from_proto(
+                    noisy[role],
+                    pk,
+                    length=k * b,
+                    exponent=-params.frac_bits,
+                    packing=packing,
+                    bound=bound_c,
+                    what=f"{NOISY_TAG}/{t} from {role}",
+                )
+                for role in roles
+            ]
+        )
         round_seconds.append(time.perf_counter() - t_round)
     # --- DP final: the last aggregate, from which every data party takes u_1 … u_r.
     ch.progress(round=T, step="final")
     await ch.send_many(roles, "final/v", v.to_proto())
-    return TrentResult(x=None, n_per_party=[], rounds=T, real_rounds=T, decoys=0, converged=None,
-                       round_seconds=round_seconds, components=[], stats=ch.stats.as_dict())
+    return TrentResult(
+        x=None,
+        n_per_party=[],
+        rounds=T,
+        real_rounds=T,
+        decoys=0,
+        converged=None,
+        round_seconds=round_seconds,
+        components=[],
+        stats=ch.stats.as_dict(),
+    )
 
 
 def blind_multiplier(rng, offset_bits: int, bits: int) -> int:

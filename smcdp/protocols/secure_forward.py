@@ -79,10 +79,10 @@ import asyncio
 import math
 import os
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 from gmpy2 import mpz
@@ -108,7 +108,7 @@ from smcdp.speech.forward import product_index_pairs, products, quadratic_coeffi
 from smcdp.v1 import messages_pb2 as pb
 
 PROTOCOL_VERSION = 2
-KIND_CODES = MappingProxyType({"discrete": 0, "diag": 1, "full": 2, "gmm-diag": 3, "gmm-full": 4})   # read-only
+KIND_CODES = MappingProxyType({"discrete": 0, "diag": 1, "full": 2, "gmm-diag": 3, "gmm-full": 4})  # read-only
 KIND_NAMES = MappingProxyType({v: k for k, v in KIND_CODES.items()})
 MAX_FRAMES = 100_000
 #: the largest shape the header format admits (the session's max_* parameters bound it further)
@@ -142,45 +142,54 @@ class ForwardParams(ProtocolParams):
 
     protocol_name = "secure-forward"
 
-    mask_nats: float = 4.0                         # K: per-term masks σ ~ U[−K, K)
-    offset_nats: float = float(1 << 40)            # ψ: per-sum offsets ω ~ U[−ψ, ψ) (log α, log P)
-    emission_offset_nats: float = float(1 << 30)   # ψ_V: per-(state, frame) emission offsets V
-    precision_bits: int = 30                       # p: relative precision of every sum
-    smudge_bits: int = 30                          # λ: smudging of the packed sums
-    log_frac_bits: int = 40                        # F: the grid of every log-domain value
-    feature_bits: int = 8                          # public bound |x_i| < 2^feature_bits (Gaussian)
-    coef_bits: int | str = "auto"                  # |quadratic-form coefficient| < 2^coef_bits ("auto": Bob's)
-    prod_frac_bits: int | str = "auto"             # fixed point of Alice's products ("auto": max(32, coef_bits + 20))
-    coef_frac_bits: int = 32                       # fixed point of Bob's coefficients
-    block_frames: int = 0                          # frames per emission block (0: a product ciphertext's slots)
-    groups: int = 1                                # model groups whose induction rounds interleave (docs)
+    mask_nats: float = 4.0  # K: per-term masks σ ~ U[−K, K)
+    offset_nats: float = float(1 << 40)  # ψ: per-sum offsets ω ~ U[−ψ, ψ) (log α, log P)
+    emission_offset_nats: float = float(1 << 30)  # ψ_V: per-(state, frame) emission offsets V
+    precision_bits: int = 30  # p: relative precision of every sum
+    smudge_bits: int = 30  # λ: smudging of the packed sums
+    log_frac_bits: int = 40  # F: the grid of every log-domain value
+    feature_bits: int = 8  # public bound |x_i| < 2^feature_bits (Gaussian)
+    coef_bits: int | str = "auto"  # |quadratic-form coefficient| < 2^coef_bits ("auto": Bob's)
+    prod_frac_bits: int | str = "auto"  # fixed point of Alice's products ("auto": max(32, coef_bits + 20))
+    coef_frac_bits: int = 32  # fixed point of Bob's coefficients
+    block_frames: int = 0  # frames per emission block (0: a product ciphertext's slots)
+    groups: int = 1  # model groups whose induction rounds interleave (docs)
     #: frames of the induction per round trip (docs: 1 is the seed's; m ≥ 2 sums over paths of m steps, one
     #: round trip per m frames, and shows Alice more of Bob's models -- the leakage section says what)
     frames_per_round: int = 1
     # public bounds that size every message (:func:`forward_traffic`, the byte envelope): Alice's frames T, Bob's
     # models Δ, their states N, mixture components C and features d (symbols M of discrete models).
     # Bob refuses to run models beyond them, Alice a header beyond them, both more frames.
-    max_frames: int = 300                          # 3 s of speech in 10 ms frames
+    max_frames: int = 300  # 3 s of speech in 10 ms frames
     max_models: int = 16
     max_states: int = 8
     max_mixtures: int = 2
-    max_features: int = 40                         # 39 MFCCs with deltas; or 40 symbols
+    max_features: int = 40  # 39 MFCCs with deltas; or 40 symbols
 
     @classmethod
     def from_mapping(cls, m: Mapping[str, Any]):
         if "range_bits" in m:
-            raise InvalidMessage("range_bits was removed (issue 16): transitions are exact now, whatever "
-                                 "their range; drop it from the session parameters")
+            raise InvalidMessage(
+                "range_bits was removed (issue 16): transitions are exact now, whatever "
+                "their range; drop it from the session parameters"
+            )
         return super().from_mapping(m)
 
     def validate(self) -> ForwardParams:
         self.masks().validate()
-        real(self.emission_offset_nats, "emission_offset_nats", 1.0, 2.0 ** 48)
-        for name, lo, hi in (("feature_bits", 1, 32), ("coef_frac_bits", 8, 96),
-                             ("block_frames", 0, 4096), ("groups", 1, 16), ("frames_per_round", 1, MAX_FRAMES_PER_ROUND),
-                             ("max_frames", 1, MAX_FRAMES),
-                             ("max_models", 1, MAX_MODELS), ("max_states", 1, MAX_STATES),
-                             ("max_mixtures", 1, MAX_MIXTURES), ("max_features", 1, MAX_FEATURES)):
+        real(self.emission_offset_nats, "emission_offset_nats", 1.0, 2.0**48)
+        for name, lo, hi in (
+            ("feature_bits", 1, 32),
+            ("coef_frac_bits", 8, 96),
+            ("block_frames", 0, 4096),
+            ("groups", 1, 16),
+            ("frames_per_round", 1, MAX_FRAMES_PER_ROUND),
+            ("max_frames", 1, MAX_FRAMES),
+            ("max_models", 1, MAX_MODELS),
+            ("max_states", 1, MAX_STATES),
+            ("max_mixtures", 1, MAX_MIXTURES),
+            ("max_features", 1, MAX_FEATURES),
+        ):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
                 raise InvalidMessage(f"forward parameter {name}={v!r} must be an integer in [{lo}, {hi}]")
@@ -190,14 +199,15 @@ class ForwardParams(ProtocolParams):
         f = self.prod_frac_bits
         if f != "auto" and (isinstance(f, bool) or not isinstance(f, int) or not 8 <= f <= 96):
             raise InvalidMessage(f"forward parameter prod_frac_bits={f!r} must be 'auto' or an integer in [8, 96]")
-        if isinstance(f, int) and f + self.coef_frac_bits < self.log_frac_bits:   # not "auto": an int (above)
+        if isinstance(f, int) and f + self.coef_frac_bits < self.log_frac_bits:  # not "auto": an int (above)
             raise InvalidMessage("prod_frac_bits + coef_frac_bits must be at least log_frac_bits")
         return self
 
     def masks(self) -> ls.MaskParams:
         # not float()-ed here: MaskParams.validate refuses a string, a list or an infinity by name
-        return ls.MaskParams(self.mask_nats, self.offset_nats, self.precision_bits, self.smudge_bits,
-                             self.log_frac_bits)
+        return ls.MaskParams(
+            self.mask_nats, self.offset_nats, self.precision_bits, self.smudge_bits, self.log_frac_bits
+        )
 
     @property
     def emission_offset_int(self) -> int:
@@ -223,9 +233,9 @@ class Shape:
     n_mix: int
     dim: int
     coef_bits: int
-    start: np.ndarray            # (Δ, N) bool: π > 0
-    trans: np.ndarray            # (Δ, N, N) bool: a_lj > 0
-    weights: np.ndarray | None   # (Δ, N, C) bool: w > 0 (mixtures)
+    start: np.ndarray  # (Δ, N) bool: π > 0
+    trans: np.ndarray  # (Δ, N, N) bool: a_lj > 0
+    weights: np.ndarray | None  # (Δ, N, C) bool: w > 0 (mixtures)
 
     @property
     def n_values(self) -> int:
@@ -247,18 +257,30 @@ class Shape:
     def to_proto(self) -> pb.Ints:
         flags = [int(x) for x in self.start.ravel()] + [int(x) for x in self.trans.ravel()]
         if self.mixture:
-            assert self.weights is not None   # a mixture kind's shape has its weights pattern
+            assert self.weights is not None  # a mixture kind's shape has its weights pattern
             flags += [int(x) for x in self.weights.ravel()]
-        return pb.Ints(values=[PROTOCOL_VERSION, KIND_CODES[self.kind], self.n_models, self.n_states, self.n_mix,
-                               self.dim, self.coef_bits, *flags])
+        return pb.Ints(
+            values=[
+                PROTOCOL_VERSION,
+                KIND_CODES[self.kind],
+                self.n_models,
+                self.n_states,
+                self.n_mix,
+                self.dim,
+                self.coef_bits,
+                *flags,
+            ]
+        )
 
     @classmethod
     def from_proto(cls, msg: pb.Ints) -> Shape:
         v = msg.values
         if len(v) < 7 or v[0] != PROTOCOL_VERSION:
             got = v[0] if len(v) else None
-            raise InvalidMessage(f"secure-forward header version {got}, expected {PROTOCOL_VERSION} "
-                                 "(both parties need the same smcdp protocol version)")
+            raise InvalidMessage(
+                f"secure-forward header version {got}, expected {PROTOCOL_VERSION} "
+                "(both parties need the same smcdp protocol version)"
+            )
         if v[1] not in KIND_NAMES:
             raise InvalidMessage(f"unknown emission kind code {v[1]}")
         kind = KIND_NAMES[v[1]]
@@ -271,15 +293,16 @@ class Shape:
             raise InvalidMessage(f"secure-forward header: coefficient bits {cb} outside [1, 64]")
         want = 7 + D * N + D * N * N + (D * N * C if kind.startswith("gmm") else 0)
         if want > MAX_HEADER_VALUES or len(v) != want:
-            raise InvalidMessage(f"secure-forward header has {len(v)} values; {want} expected (at most "
-                                 f"{MAX_HEADER_VALUES})")
+            raise InvalidMessage(
+                f"secure-forward header has {len(v)} values; {want} expected (at most {MAX_HEADER_VALUES})"
+            )
         flags = np.asarray(v[7:], dtype=np.int64)
         if np.any((flags != 0) & (flags != 1)):
             raise InvalidMessage("secure-forward header: zero patterns must be 0/1 flags")
         flags = flags.astype(bool)
-        start = flags[:D * N].reshape(D, N)
-        trans = flags[D * N:D * N + D * N * N].reshape(D, N, N)
-        weights = flags[D * N + D * N * N:].reshape(D, N, C) if kind.startswith("gmm") else None
+        start = flags[: D * N].reshape(D, N)
+        trans = flags[D * N : D * N + D * N * N].reshape(D, N, N)
+        weights = flags[D * N + D * N * N :].reshape(D, N, C) if kind.startswith("gmm") else None
         if not np.all(start.any(axis=1)) or not np.all(trans.any(axis=2)):
             raise InvalidMessage("secure-forward header: every model needs a start state and every state a successor")
         if weights is not None and not np.all(weights.any(axis=2)):
@@ -288,10 +311,12 @@ class Shape:
 
     def beyond(self, params: ForwardParams) -> str | None:
         """Which of the session's public bounds this shape exceeds (None: within all of them)."""
-        for what, value, bound in (("models", self.n_models, params.max_models),
-                                   ("states", self.n_states, params.max_states),
-                                   ("mixtures", self.n_mix, params.max_mixtures),
-                                   ("features", self.dim, params.max_features)):
+        for what, value, bound in (
+            ("models", self.n_models, params.max_models),
+            ("states", self.n_states, params.max_states),
+            ("mixtures", self.n_mix, params.max_mixtures),
+            ("features", self.dim, params.max_features),
+        ):
             if value > bound:
                 return f"{value} {what}, more than the session's max_{what} = {bound}"
         return None
@@ -303,24 +328,43 @@ class Shape:
         m = params.frames_per_round
         if m == 1:
             return None
-        trans = self.trans.astype(np.float64)                     # counts as floats: no overflow
-        single = counts = trans.sum(axis=1)                       # (D, N): predecessors of every state
+        trans = self.trans.astype(np.float64)  # counts as floats: no overflow
+        single = counts = trans.sum(axis=1)  # (D, N): predecessors of every state
         for ell in range(2, m + 1):
-            counts = np.einsum("dij,di->dj", trans, counts)       # paths of ℓ steps into every state
+            counts = np.einsum("dij,di->dj", trans, counts)  # paths of ℓ steps into every state
             if int(counts.sum()) > PATH_FACTOR * ell * int(single.sum()):
-                return (f"rounds of {ell} frames would sum over {int(counts.sum())} paths, more than "
-                        f"{PATH_FACTOR * ell} × the {int(single.sum())} terms of one single step (frames_per_round "
-                        f"= {m} pays only for sparse, e.g. left-to-right, topologies; use 1)")
+                return (
+                    f"rounds of {ell} frames would sum over {int(counts.sum())} paths, more than "
+                    f"{PATH_FACTOR * ell} × the {int(single.sum())} terms of one single step (frames_per_round "
+                    f"= {m} pays only for sparse, e.g. left-to-right, topologies; use 1)"
+                )
         return None
 
     @classmethod
     def of_models(cls, models, coef_bits: int) -> Shape:
         if models.kind == "discrete":
-            return cls("discrete", models.n_words, models.n_states, 1, models.n_symbols, 0,
-                       models.startprob > 0, models.transmat > 0, None)
-        return cls(models.kind, models.n_words, models.n_states, models.n_mix or 1, models.n_features, coef_bits,
-                   models.startprob > 0, models.transmat > 0,
-                   models.weights > 0 if models.kind.startswith("gmm") else None)
+            return cls(
+                "discrete",
+                models.n_words,
+                models.n_states,
+                1,
+                models.n_symbols,
+                0,
+                models.startprob > 0,
+                models.transmat > 0,
+                None,
+            )
+        return cls(
+            models.kind,
+            models.n_words,
+            models.n_states,
+            models.n_mix or 1,
+            models.n_features,
+            coef_bits,
+            models.startprob > 0,
+            models.transmat > 0,
+            models.weights > 0 if models.kind.startswith("gmm") else None,
+        )
 
 
 @dataclass(frozen=True)
@@ -330,9 +374,9 @@ class ProductLayout:
     n_products: int
     slot_bits: int
     packing: Packing
-    shift: int             # f_p + coef_frac_bits − F: Alice rounds by this many bits
-    prod_frac_bits: int    # f_p: the fixed point of Alice's products
-    v_frac_bits: int       # f_p + coef_frac_bits: the fixed point of Bob's quadratic forms
+    shift: int  # f_p + coef_frac_bits − F: Alice rounds by this many bits
+    prod_frac_bits: int  # f_p: the fixed point of Alice's products
+    v_frac_bits: int  # f_p + coef_frac_bits: the fixed point of Bob's quadratic forms
 
     @classmethod
     def make(cls, pk: PublicKey, params: ForwardParams, shape: Shape) -> ProductLayout:
@@ -341,8 +385,10 @@ class ProductLayout:
         s = product_slot_bits(params, shape.coef_bits, P)
         shift = fp + params.coef_frac_bits - params.log_frac_bits
         if s > pk.max_int.bit_length() - 1:
-            raise CryptoOverflow(f"a quadratic form needs {s}-bit values; a {pk.bits}-bit key holds "
-                                 f"{pk.max_int.bit_length() - 1}: use a key of at least {2 * (s + 4)} bits")
+            raise CryptoOverflow(
+                f"a quadratic form needs {s}-bit values; a {pk.bits}-bit key holds "
+                f"{pk.max_int.bit_length() - 1}: use a key of at least {2 * (s + 4)} bits"
+            )
         return cls(P, s, Packing.for_key(pk, s), shift, fp, fp + params.coef_frac_bits)
 
     @property
@@ -356,11 +402,10 @@ class ProductLayout:
 def product_slot_bits(params: ForwardParams, coef_bits: int, n_products: int) -> int:
     """Bits of one slot of Alice's products and Bob's quadratic forms (:class:`ProductLayout`)."""
     fp = params.product_frac_bits(coef_bits)
-    q_bits = (2 * params.feature_bits + fp + coef_bits + params.coef_frac_bits
-              + math.ceil(math.log2(n_products + 1)))
+    q_bits = 2 * params.feature_bits + fp + coef_bits + params.coef_frac_bits + math.ceil(math.log2(n_products + 1))
     shift = fp + params.coef_frac_bits - params.log_frac_bits
     mask_bits = (params.emission_offset_int << shift).bit_length()
-    return max(q_bits, mask_bits) + 2          # |q| + |V| < 2^{max+1} ≤ 2^{s−1}
+    return max(q_bits, mask_bits) + 2  # |q| + |V| < 2^{max+1} ≤ 2^{s−1}
 
 
 def offset_bits(params: ForwardParams) -> int:
@@ -415,23 +460,34 @@ class Plan:
         # sums, into every state j, over the paths (i_0, …, i_{ℓ−1}) → j of non-zero transitions: i_0 at the
         # round's first frame, i_1.. at the frames inside it.  ℓ = 1: the paths are the predecessors.
         self.m = m = params.frames_per_round
-        self.paths: dict[int, list[list[list[tuple[int, ...]]]]] = {1: [[[(l,) for l in self.preds[d][j]]
-                                                                          for j in range(N)] for d in range(D)]}
+        self.paths: dict[int, list[list[list[tuple[int, ...]]]]] = {
+            1: [[[(l,) for l in self.preds[d][j]] for j in range(N)] for d in range(D)]
+        }
         for ell in range(2, m + 1):
             prev = self.paths[ell - 1]
-            self.paths[ell] = [[[q + (i,) for i in self.preds[d][j] for q in prev[d][i]] for j in range(N)]
-                               for d in range(D)]
-        he_in = [len(self.paths[ell][d][j]) for ell in self.paths for d in range(D) for j in range(N)
-                 if len(self.paths[ell][d][j]) >= 2]
+            self.paths[ell] = [
+                [[q + (i,) for i in self.preds[d][j] for q in prev[d][i]] for j in range(N)] for d in range(D)
+            ]
+        he_in = [
+            len(self.paths[ell][d][j])
+            for ell in self.paths
+            for d in range(D)
+            for j in range(N)
+            if len(self.paths[ell][d][j]) >= 2
+        ]
         self.ind = ls.LogsumLayout.make(mp, max(he_in), pk) if he_in else None
         self.fin = ls.LogsumLayout.make(mp, N, pk) if N >= 2 else None
         he_counts = [sum(1 for j in range(N) if len(self.paths[m][d][j]) >= 2) for d in range(D)]
         self.groups = split_groups(he_counts, self.ind.slots if self.ind else 1, params.groups)
         #: per round length ℓ: each group's sums that need a LOGSUM, and their terms
-        self.group_sums = {ell: [[(d, j) for d in g for j in range(N) if self.he_state(d, j, ell)] for g in self.groups]
-                           for ell in self.paths}
-        self.group_terms = {ell: [sum(len(self.paths[ell][d][j]) for d, j in sums) for sums in gs]
-                            for ell, gs in self.group_sums.items()}
+        self.group_sums = {
+            ell: [[(d, j) for d in g for j in range(N) if self.he_state(d, j, ell)] for g in self.groups]
+            for ell in self.paths
+        }
+        self.group_terms = {
+            ell: [sum(len(self.paths[ell][d][j]) for d, j in sums) for sums in gs]
+            for ell, gs in self.group_sums.items()
+        }
         # offsets of one frame: start (t = 0) or induction (t ≥ 1) edges, then mixture terms
         self.start_index = {}
         k = 0
@@ -456,7 +512,7 @@ class Plan:
         self.mix_sums: list[tuple[int, int]] = []
         self.n_mix = 0
         if self.mixture:
-            assert shape.weights is not None   # a mixture kind's shape has its weights pattern
+            assert shape.weights is not None  # a mixture kind's shape has its weights pattern
             self.comps = [[[int(c) for c in np.flatnonzero(shape.weights[d, j])] for j in range(N)] for d in range(D)]
             self.mix_sums = [(d, j) for d in range(D) for j in range(N) if len(self.comps[d][j]) >= 2]
             mix_in = [len(self.comps[d][j]) for d, j in self.mix_sums]
@@ -506,15 +562,15 @@ class Plan:
 
 # =============================================================================== traffic bounds
 def _ints_bytes(n: int) -> int:
-    return 10 * n + 16                       # an Ints message: a varint of at most 10 bytes per value
+    return 10 * n + 16  # an Ints message: a varint of at most 10 bytes per value
 
 
 def _bigints_bytes(n: int, bits: int) -> int:
-    return n * ((bits + 7) // 8 + 8) + 16    # magnitude (tag, length) and sign per value
+    return n * ((bits + 7) // 8 + 8) + 16  # magnitude (tag, length) and sign per value
 
 
 def _blobs_bytes(n: int, width: int) -> int:
-    return n * (width + 6) + 16              # tag and length per value
+    return n * (width + 6) + 16  # tag and length per value
 
 
 def forward_traffic(params: ForwardParams, key_bits: int, kind: str) -> tuple[list[tuple], list[tuple]]:
@@ -535,13 +591,13 @@ def forward_traffic(params: ForwardParams, key_bits: int, kind: str) -> tuple[li
     def ct(n: int) -> int:
         return ciphertext_vector_bytes(n, key_bits)
 
-    def cts(messages: int, ciphertexts: int) -> int:       # total of ``messages`` vectors
+    def cts(messages: int, ciphertexts: int) -> int:  # total of ``messages`` vectors
         return ciphertexts * ctb + 64 * messages
 
     def slots(n_terms: int) -> int:
         try:
             return ls.LogsumLayout.make(params.masks(), n_terms, pk).slots
-        except CryptoOverflow:      # the run cannot happen with this key: count one slot (the most bytes)
+        except CryptoOverflow:  # the run cannot happen with this key: count one slot (the most bytes)
             return 1
 
     if kind == "discrete":
@@ -551,42 +607,45 @@ def forward_traffic(params: ForwardParams, key_bits: int, kind: str) -> tuple[li
         coef = (4, 64) if params.coef_bits == "auto" else (int(params.coef_bits), int(params.coef_bits))
         per_ct = [Packing.for_key(pk, product_slot_bits(params, cb, P)).slots for cb in coef]
         b_max, b_min = ((min(params.block_frames, S) if params.block_frames else S) for S in per_ct)
-    nb = -(-T // b_min)                      # blocks
-    bT = min(b_max, T)                       # frames of the largest block
+    nb = -(-T // b_min)  # blocks
+    bT = min(b_max, T)  # frames of the largest block
     ob = offset_bits(params)
     m = params.frames_per_round
     # paths into a state in a round of m steps: N^m at most, and on average at most 2m·N (Shape.paths_beyond)
-    paths = min(N ** m, PATH_FACTOR * m * N)
+    paths = min(N**m, PATH_FACTOR * m * N)
     rounds = -(-max(0, T - 1) // m)
-    ends = bT if m == 1 else min(bT, -(-bT // m) + 1)       # round ends among a block's frames (≥ frame 0's starts)
+    ends = bT if m == 1 else min(bT, -(-bT // m) + 1)  # round ends among a block's frames (≥ frame 0's starts)
     block_offsets = ends * DN * paths + bT * n_mix
     alice: list[tuple] = [
-        (1, _ints_bytes(7 + DN + DN * N + n_mix), _ints_bytes(7 + DN + DN * N + n_mix)),    # hdr
-        (1, _ints_bytes(1)),                                                                 # ready
+        (1, _ints_bytes(7 + DN + DN * N + n_mix), _ints_bytes(7 + DN + DN * N + n_mix)),  # hdr
+        (1, _ints_bytes(1)),  # ready
         (nb, _bigints_bytes(block_offsets, ob), _bigints_bytes(DN + rounds * DN * paths + T * n_mix, ob) + 16 * nb),
-        (1, _bigints_bytes(DN, ob)),                                                         # fin-c
+        (1, _bigints_bytes(DN, ob)),  # fin-c
     ]
-    bob: list[tuple] = [(1, _ints_bytes(1)), (nb, _ints_bytes(2))]                          # plan, blk
-    if kind == "discrete":                   # one OT batch per block (Naor–Pinkas)
+    bob: list[tuple] = [(1, _ints_bytes(1)), (nb, _ints_bytes(2))]  # plan, blk
+    if kind == "discrete":  # one OT batch per block (Naor–Pinkas)
         M, row = max(2, d), OT_VALUE_BYTES * DN
-        alice += [(nb, _blobs_bytes(1, MODP2048.byte_length)),
-                  (nb, _blobs_bytes(bT * M, row), _blobs_bytes(T * M, row) + 16 * nb)]
-        bob += [(nb, _ints_bytes(3)),
-                (nb, _blobs_bytes(bT, MODP2048.byte_length), _blobs_bytes(T, MODP2048.byte_length) + 16 * nb)]
-    else:                                    # products in, quadratic forms out: one vector per block
+        alice += [
+            (nb, _blobs_bytes(1, MODP2048.byte_length)),
+            (nb, _blobs_bytes(bT * M, row), _blobs_bytes(T * M, row) + 16 * nb),
+        ]
+        bob += [
+            (nb, _ints_bytes(3)),
+            (nb, _blobs_bytes(bT, MODP2048.byte_length), _blobs_bytes(T, MODP2048.byte_length) + 16 * nb),
+        ]
+    else:  # products in, quadratic forms out: one vector per block
         R = DN * C
         alice.append((nb, ct(R), nb * ct(R)))
         bob.append((nb, ct(P), nb * ct(P)))
-        if C >= 2:                           # the component LOGSUMs of every (state, frame)
+        if C >= 2:  # the component LOGSUMs of every (state, frame)
             sm = slots(C)
             alice.append((nb, ct(-(-bT * DN // sm)), cts(nb, -(-T * DN // sm) + nb)))
             bob.append((nb, ct(bT * DN * C), cts(nb, T * DN * C)))
-    if N >= 2:                               # induction (one round trip per round and group), termination
-        si, sf = slots(N ** m), slots(N)           # the layout is made for the state with the most paths
-        alice += [(rounds * G, ct(-(-DN // si)), cts(rounds * G, rounds * (-(-DN // si) + G))),
-                  (1, ct(-(-D // sf)))]
+    if N >= 2:  # induction (one round trip per round and group), termination
+        si, sf = slots(N**m), slots(N)  # the layout is made for the state with the most paths
+        alice += [(rounds * G, ct(-(-DN // si)), cts(rounds * G, rounds * (-(-DN // si) + G))), (1, ct(-(-D // sf)))]
         bob += [(rounds * G, ct(DN * paths), cts(rounds * G, rounds * DN * paths)), (1, ct(DN))]
-    bob.append((1, ct(D)))                   # fin-l
+    bob.append((1, ct(D)))  # fin-l
     return alice, bob
 
 
@@ -600,7 +659,7 @@ def model_coefficients(models, params: ForwardParams) -> tuple[np.ndarray, int]:
     """
     ct = models.covariance_type
     per = [quadratic_coefficients(quadratic_forms(h, include_log_weight=False), ct) for h in models.hmms()]
-    C = np.stack(per)                                   # (Δ, N, P) or (Δ, N, C, P)
+    C = np.stack(per)  # (Δ, N, P) or (Δ, N, C, P)
     flat = C.reshape(-1, C.shape[-1])
     biggest = float(np.max(np.abs(flat))) if flat.size else 0.0
     if params.coef_bits == "auto":
@@ -608,7 +667,7 @@ def model_coefficients(models, params: ForwardParams) -> tuple[np.ndarray, int]:
         bits = min(64, -(-need // 4) * 4)
     else:
         bits = int(params.coef_bits)
-    lim = 2.0 ** bits
+    lim = 2.0**bits
     if not np.all(np.isfinite(flat)) or np.any(np.abs(flat) >= lim):
         idx = np.unravel_index(int(np.argmax(np.where(np.isfinite(flat), np.abs(flat), np.inf))), flat.shape)
         row, p = int(idx[0]), int(idx[1])
@@ -622,12 +681,18 @@ def model_coefficients(models, params: ForwardParams) -> tuple[np.ndarray, int]:
         what = ""
         if I[p] == J[p] and I[p] < dim:
             what = f" (the x_{int(I[p])}² term: variance ≈ {1 / (2 * abs(value)):.2g})"
-        advice = ("floor the variances (smcdp speech train --min-covar)" if params.coef_bits == "auto"
-                  else "raise coef_bits or use coef_bits='auto'")
-        rule = (f"a quadratic-form coefficient of the models does not fit the protocol's {bits}-bit "
-                f"coefficients; {advice}")
-        exc = CryptoOverflow(f"model {models.words[d]!r}, state {j}{comp}: quadratic-form coefficient {value:.3g}"
-                             f"{what} does not fit the protocol's {bits}-bit coefficients; {advice}")
+        advice = (
+            "floor the variances (smcdp speech train --min-covar)"
+            if params.coef_bits == "auto"
+            else "raise coef_bits or use coef_bits='auto'"
+        )
+        rule = (
+            f"a quadratic-form coefficient of the models does not fit the protocol's {bits}-bit coefficients; {advice}"
+        )
+        exc = CryptoOverflow(
+            f"model {models.words[d]!r}, state {j}{comp}: quadratic-form coefficient {value:.3g}"
+            f"{what} does not fit the protocol's {bits}-bit coefficients; {advice}"
+        )
         # the value describes Bob's models: peers get the rule only (smcdp.errors.public_message reads it)
         exc.public_message = rule  # type: ignore[attr-defined]  # SmcdpError declares no public_message (errors.py)
         raise exc
@@ -654,12 +719,14 @@ def _check_frames(shape: Shape, X, params: ForwardParams, first: int) -> np.ndar
     out = arr.astype(np.float64)
     if not np.all(np.isfinite(out)):
         raise InvalidMessage("observations contain NaN or infinite values")
-    lim = 2.0 ** params.feature_bits
+    lim = 2.0**params.feature_bits
     bad = np.argwhere(np.abs(out) >= lim)
     if bad.size:
         t, i = (int(x) for x in bad[0])
-        raise InputRejected(f"a feature reaches the agreed bound 2^{params.feature_bits}; raise feature_bits",
-                            f"frame {first + t}, feature {i} is {out[t, i]:.4g}")
+        raise InputRejected(
+            f"a feature reaches the agreed bound 2^{params.feature_bits}; raise feature_bits",
+            f"frame {first + t}, feature {i} is {out[t, i]:.4g}",
+        )
     return out
 
 
@@ -672,8 +739,9 @@ async def _as_chunks(X) -> AsyncIterator[Any]:
         yield X
 
 
-def _path_term(L: Mapping[int, int | None], vs: Sequence[Sequence[int | None]], base: int,
-               path: tuple[int, ...], offset: int) -> int | None:
+def _path_term(
+    L: Mapping[int, int | None], vs: Sequence[Sequence[int | None]], base: int, path: tuple[int, ...], offset: int
+) -> int | None:
     """Alice's term of one path (i_0, …, i_{ℓ−1}) → j of a round: L(i_0) + the masked emissions v of the states
     it passes inside the round + Bob's offset (−∞, None, if any of them is)."""
     y = L[base + path[0]]
@@ -723,7 +791,7 @@ class _Timeline:
             return None
         if await self.exists(s + m):
             return s + m
-        assert self.total is not None   # exists() says a frame is missing only once the count is final
+        assert self.total is not None  # exists() says a frame is missing only once the count is final
         return self.total - 1
 
     def _future(self, name: str, t: int) -> asyncio.Future:
@@ -754,7 +822,7 @@ class _Timeline:
         for f in list(self._exists.values()) + list(self._values.values()):
             if not f.done():
                 f.set_exception(exc)
-                f.exception()          # retrieved: the task that raised reports it
+                f.exception()  # retrieved: the task that raised reports it
 
 
 def _keyed(seed: SeedLike) -> Randomness:
@@ -792,9 +860,18 @@ class BobForward:
 class ForwardAlice:
     """Role Alice, in two phases: :meth:`prepare` (offline: needs no observations) and :meth:`run`."""
 
-    def __init__(self, ch: Channel, params: ForwardParams, *, private_key: PrivateKey, bob: str = "bob",
-                 tag: str = "fw", seed: SeedLike = None, labels: Sequence[str] = ("secure-forward",),
-                 obfuscators: ObfuscatorPool | None = None) -> None:
+    def __init__(
+        self,
+        ch: Channel,
+        params: ForwardParams,
+        *,
+        private_key: PrivateKey,
+        bob: str = "bob",
+        tag: str = "fw",
+        seed: SeedLike = None,
+        labels: Sequence[str] = ("secure-forward",),
+        obfuscators: ObfuscatorPool | None = None,
+    ) -> None:
         """``obfuscators``: a pool of this key's obfuscators made before the session, while the party
         was idle (:mod:`smcdp.crypto.prepared`, docs/protocols/keyword.md); :meth:`prepare` tops it up to
         what the session needs."""
@@ -807,12 +884,12 @@ class ForwardAlice:
             raise ValueError("the obfuscators belong to another key")
         self.pool: ObfuscatorPool | None = obfuscators
         self.plan: Plan | None = None
-        self.shape: Shape | None = None            # Bob's models' shape, from his header (prepare)
+        self.shape: Shape | None = None  # Bob's models' shape, from his header (prepare)
         self.offline: dict[str, float] = {}
-        self.online: dict[str, Any] = {}           # seconds, and the obfuscator pool's counts (run)
+        self.online: dict[str, Any] = {}  # seconds, and the obfuscator pool's counts (run)
         self.tl = _Timeline()
         self.expected = 0
-        self._t0 = 0.0                             # when run() began: the online phase's clock
+        self._t0 = 0.0  # when run() began: the online phase's clock
         #: first frame s of an induction round -> how many groups have passed it (the last drops its frames)
         self._passed: dict[int, int] = {}
 
@@ -847,7 +924,7 @@ class ForwardAlice:
         made = 0
         if self.pool is None:
             self.pool = ObfuscatorPool.for_private_key(self.sk, capacity=uses, background=False)
-        else:   # made before the session: only the rest now
+        else:  # made before the session: only the rest now
             made = self.pool.stats()["stock"]
         # As Bob: the first block's share before `ready`, the rest behind the session.  Where the party had
         # no time to make them while idle (its first session), making all of them here kept Bob waiting
@@ -874,7 +951,7 @@ class ForwardAlice:
 
     def _obfuscators_needed(self, frames: int) -> int:
         plan, shape = self.plan, self.shape
-        assert plan is not None and shape is not None   # prepare() made them, then asks
+        assert plan is not None and shape is not None  # prepare() made them, then asks
         blocks = plan.n_blocks(frames)
         n = sum(sum(plan.group_terms[ell]) for ell in plan.rounds(frames)) + shape.n_models * (1 + shape.n_states)
         if plan.prod is not None:
@@ -897,8 +974,9 @@ class ForwardAlice:
         w0, c0 = _clock()
         self._t0 = w0
         try:
-            results = await all_or_first_failure(self._emissions(X),
-                                                 *(self._induction(g) for g in range(len(self.plan.groups))))
+            results = await all_or_first_failure(
+                self._emissions(X), *(self._induction(g) for g in range(len(self.plan.groups)))
+            )
         except BaseException as exc:
             self.tl.fail(exc if isinstance(exc, Exception) else InvalidMessage("cancelled"))
             raise
@@ -910,10 +988,13 @@ class ForwardAlice:
         self.online["seconds"] = time.perf_counter() - w0
         self.online["cpu_seconds"] = time.process_time() - c0
         _, shape, pool = self._prepared()
-        assert self.tl.total is not None   # the emissions sent the final block
+        assert self.tl.total is not None  # the emissions sent the final block
         self.online["obfuscators"] = pool.stats()
-        return AliceForward(frames=self.tl.total, n_models=shape.n_models,
-                            timings={"offline": dict(self.offline), "online": dict(self.online)})
+        return AliceForward(
+            frames=self.tl.total,
+            n_models=shape.n_models,
+            timings={"offline": dict(self.offline), "online": dict(self.online)},
+        )
 
     def _mark(self, name: str) -> None:
         self.online.setdefault(name, time.perf_counter() - self._t0)
@@ -963,14 +1044,18 @@ class ForwardAlice:
         if plan.prod is not None:
             lay = plan.prod
             S = lay.frames_per_ciphertext
-            Z = products(frames, shape.covariance_type)                   # (n, P)
+            Z = products(frames, shape.covariance_type)  # (n, P)
             ints = [[encode_float(float(x), lay.prod_frac_bits) for x in row] for row in Z.T]
             flat = [x for row in ints for x in (row + [0] * (S - n))]
             plain = lay.packing.pack(flat) if lay.packing.packed else flat
             cts = [pool.encrypt(m) for m in plain]
-            await ch.send(bob, f"{tag}/prod/{b}",
-                          EncryptedVector(self.pk, cts, lay.n_products * S, -lay.prod_frac_bits,
-                                          lay.packing, lay.product_bound(self.params)).to_proto())
+            await ch.send(
+                bob,
+                f"{tag}/prod/{b}",
+                EncryptedVector(
+                    self.pk, cts, lay.n_products * S, -lay.prod_frac_bits, lay.packing, lay.product_bound(self.params)
+                ).to_proto(),
+            )
         offsets = await self._recv_offsets(b, first, n)
         for k in range(n):
             self.tl.put("c", first + k, offsets[k])
@@ -987,17 +1072,23 @@ class ForwardAlice:
 
     def _check_frame_count(self, frames: int) -> None:
         if frames > self.params.max_frames:
-            raise InputRejected(f"the observations have more frames than the session's max_frames "
-                                f"({self.params.max_frames})", f"{frames} frames or more")
+            raise InputRejected(
+                f"the observations have more frames than the session's max_frames ({self.params.max_frames})",
+                f"{frames} frames or more",
+            )
 
     async def _recv_offsets(self, b: int, first: int, n: int) -> list[list[int]]:
         plan, _, _ = self._prepared()
         counts = [plan.offsets_in_frame(first + k, self.tl.total) for k in range(n)]
-        vals = from_bigints(await self.ch.recv(self.bob, f"{self.tag}/c/{b}", pb.BigInts), count=sum(counts),
-                            bound_bits=plan.offset_bits, what=f"{self.tag}/c/{b} from {self.bob}")
+        vals = from_bigints(
+            await self.ch.recv(self.bob, f"{self.tag}/c/{b}", pb.BigInts),
+            count=sum(counts),
+            bound_bits=plan.offset_bits,
+            what=f"{self.tag}/c/{b} from {self.bob}",
+        )
         out, pos = [], 0
         for c in counts:
-            out.append(vals[pos:pos + c])
+            out.append(vals[pos : pos + c])
             pos += c
         return out
 
@@ -1005,11 +1096,17 @@ class ForwardAlice:
         """Decrypt Bob's masked quadratic forms of block b; round to the grid (exact in Bob's masks)."""
         plan, shape, _ = self._prepared()
         lay = plan.prod
-        assert lay is not None   # Gaussian emissions: the plan has the products' layout
+        assert lay is not None  # Gaussian emissions: the plan has the products' layout
         S, R = lay.frames_per_ciphertext, shape.rows
         msg = await self.ch.recv(self.bob, f"{self.tag}/q/{b}", pb.CiphertextVector)
-        vec = EncryptedVector.from_proto(msg, self.pk, length=R * S, exponent=-lay.v_frac_bits,
-                                         packing=lay.packing, what=f"{self.tag}/q/{b} from {self.bob}")
+        vec = EncryptedVector.from_proto(
+            msg,
+            self.pk,
+            length=R * S,
+            exponent=-lay.v_frac_bits,
+            packing=lay.packing,
+            what=f"{self.tag}/q/{b} from {self.bob}",
+        )
         plain = await _threads_for(self, b).adecrypt_signed(self.sk, vec.ciphertexts)
         vals = lay.packing.unpack(plain, R * S) if lay.packing.packed else plain
         sh = lay.shift
@@ -1018,8 +1115,14 @@ class ForwardAlice:
 
     async def _discrete_block(self, b: int, symbols: np.ndarray) -> list[list[int | None]]:
         plan, shape, _ = self._prepared()
-        rows = await ot_choose(self.ch, self.bob, [int(x) for x in symbols], max(2, shape.dim),
-                               tag_prefix=f"{self.tag}/ot/{b}", rng=self._rng("ot", str(b)))
+        rows = await ot_choose(
+            self.ch,
+            self.bob,
+            [int(x) for x in symbols],
+            max(2, shape.dim),
+            tag_prefix=f"{self.tag}/ot/{b}",
+            rng=self._rng("ot", str(b)),
+        )
         width = OT_VALUE_BYTES * shape.n_values
         lim = 1 << plan.emission_bits
         out: list[list[int | None]] = []
@@ -1028,11 +1131,13 @@ class ForwardAlice:
                 raise InvalidMessage(f"OT row {t} of block {b} from {self.bob} has {len(row)} bytes, expected {width}")
             vals: list[int | None] = []
             for i in range(shape.n_values):
-                x = int.from_bytes(row[i * OT_VALUE_BYTES:(i + 1) * OT_VALUE_BYTES], "little", signed=True)
+                x = int.from_bytes(row[i * OT_VALUE_BYTES : (i + 1) * OT_VALUE_BYTES], "little", signed=True)
                 if x == OT_ZERO:
                     vals.append(None)
                 elif abs(x) >= lim:
-                    raise InvalidMessage(f"OT row {t} of block {b} from {self.bob} holds a value beyond 2^{plan.emission_bits}")
+                    raise InvalidMessage(
+                        f"OT row {t} of block {b} from {self.bob} holds a value beyond 2^{plan.emission_bits}"
+                    )
                 else:
                     vals.append(x)
             out.append(vals)
@@ -1058,26 +1163,35 @@ class ForwardAlice:
                     if len(comps) == 1:
                         v[k][d * N + j] = ys[0]
                         continue
-                    assert lay is not None   # a sum of >= 2 components: the plan made its layout (Plan.mix)
-                    es, m = ls.exponentiate_terms(ys, lay)          # (E)
-                    assert m is not None     # the components' terms are finite: their largest is m
+                    assert lay is not None  # a sum of >= 2 components: the plan made its layout (Plan.mix)
+                    es, m = ls.exponentiate_terms(ys, lay)  # (E)
+                    assert m is not None  # the components' terms are finite: their largest is m
                     ms.append(m)
                     e_ints.extend(x << lay.shift(s) for x in es)
                     s += 1
         if s:
-            assert lay is not None   # s sums above
-            await self.ch.send(self.bob, f"{self.tag}/mix-e/{b}",
-                               EncryptedVector(self.pk, [pool.encrypt(x) for x in e_ints], len(e_ints), 0,
-                                               UNPACKED, int(self.pk.max_int)).to_proto())
-            u = EncryptedVector.from_proto(await self.ch.recv(self.bob, f"{self.tag}/mix-u/{b}", pb.CiphertextVector),
-                                           self.pk, length=s, exponent=0, packing=lay.packing,
-                                           what=f"{self.tag}/mix-u/{b} from {self.bob}")
+            assert lay is not None  # s sums above
+            await self.ch.send(
+                self.bob,
+                f"{self.tag}/mix-e/{b}",
+                EncryptedVector(
+                    self.pk, [pool.encrypt(x) for x in e_ints], len(e_ints), 0, UNPACKED, int(self.pk.max_int)
+                ).to_proto(),
+            )
+            u = EncryptedVector.from_proto(
+                await self.ch.recv(self.bob, f"{self.tag}/mix-u/{b}", pb.CiphertextVector),
+                self.pk,
+                length=s,
+                exponent=0,
+                packing=lay.packing,
+                what=f"{self.tag}/mix-u/{b} from {self.bob}",
+            )
             sums = ls.unpack_sums(await _threads_for(self, b).adecrypt_signed(self.sk, u.ciphertexts), s, lay)
             it = iter(zip(sums, ms))
             for k in range(n):
                 for d, j in plan.mix_sums:
                     u_s, m = next(it)
-                    v[k][d * N + j] = ls.logarithm(u_s, m, lay)        # (L)
+                    v[k][d * N + j] = ls.logarithm(u_s, m, lay)  # (L)
         return v
 
     # ------------------------------------------------------------------ steps 2–3: start and induction
@@ -1096,10 +1210,10 @@ class ForwardAlice:
             for j in range(N):
                 i = d * N + j
                 L[i] = None
-                if j in plan.starts[d] and v0[i] is not None:           # step 5: L_0 = c⁰ + v_0
+                if j in plan.starts[d] and v0[i] is not None:  # step 5: L_0 = c⁰ + v_0
                     L[i] = c0[plan.start_index[(d, j)]] + v0[i]
         s = 0
-        while (e := await self.tl.round_end_after(s, plan.m)) is not None:   # a round s → e of ℓ steps
+        while (e := await self.tl.round_end_after(s, plan.m)) is not None:  # a round s → e of ℓ steps
             ell = e - s
             ch.progress(round=e, step="induction")
             c = await self.tl.get("c", e, keep=True)
@@ -1113,31 +1227,40 @@ class ForwardAlice:
                     pos = plan.path_index[ell][(d, j)]
                     paths = plan.paths[ell][d][j]
                     ys = [_path_term(L, vs, d * N, p, c[pos + k]) for k, p in enumerate(paths)]
-                    if len(paths) <= 1:                       # no path (−∞) or one: no LOGSUM
+                    if len(paths) <= 1:  # no path (−∞) or one: no LOGSUM
                         new[d * N + j] = ys[0] if paths else None
                         continue
-                    assert lay is not None    # a sum of >= 2 paths: the plan made its layout (Plan.ind)
-                    es, m = ls.exponentiate_terms(ys, lay)                 # (E), seed step 6
+                    assert lay is not None  # a sum of >= 2 paths: the plan made its layout (Plan.ind)
+                    es, m = ls.exponentiate_terms(ys, lay)  # (E), seed step 6
                     k = len(ms)
                     ms.append(m)
                     e_ints.extend(x << lay.shift(k) for x in es)
             if sums:
-                assert lay is not None and self.urgent is not None   # sums above; threads opened by prepare()
-                await ch.send(bob, f"{tag}/e/{s}/{g}",
-                              EncryptedVector(self.pk, [pool.encrypt(x) for x in e_ints], len(e_ints), 0,
-                                              UNPACKED, int(self.pk.max_int)).to_proto())
-                u = EncryptedVector.from_proto(await ch.recv(bob, f"{tag}/u/{s}/{g}", pb.CiphertextVector), self.pk,
-                                               length=len(sums), exponent=0, packing=lay.packing,
-                                               what=f"{tag}/u/{s}/{g} from {bob}")
+                assert lay is not None and self.urgent is not None  # sums above; threads opened by prepare()
+                await ch.send(
+                    bob,
+                    f"{tag}/e/{s}/{g}",
+                    EncryptedVector(
+                        self.pk, [pool.encrypt(x) for x in e_ints], len(e_ints), 0, UNPACKED, int(self.pk.max_int)
+                    ).to_proto(),
+                )
+                u = EncryptedVector.from_proto(
+                    await ch.recv(bob, f"{tag}/u/{s}/{g}", pb.CiphertextVector),
+                    self.pk,
+                    length=len(sums),
+                    exponent=0,
+                    packing=lay.packing,
+                    what=f"{tag}/u/{s}/{g} from {bob}",
+                )
                 totals = ls.unpack_sums(await self.urgent.adecrypt_signed(self.sk, u.ciphertexts), len(sums), lay)
-                for (d, j), u_s, m in zip(sums, totals, ms):                # (L), seed step 7
+                for (d, j), u_s, m in zip(sums, totals, ms):  # (L), seed step 7
                     new[d * N + j] = None if m is None else ls.logarithm(u_s, m, lay)
             v = vs[-1]
             for i, x in new.items():
                 L[i] = None if (x is None or v[i] is None) else x + v[i]
             self._release(s, e)
             s = e
-        if s == 0:                                                       # one frame: no round
+        if s == 0:  # one frame: no round
             self._release(0, 0)
         return L
 
@@ -1156,8 +1279,12 @@ class ForwardAlice:
         ch, tag, bob = self.ch, self.tag, self.bob
         plan, _, pool = self._prepared()
         D, N, F = plan.D, plan.N, plan.F
-        c = from_bigints(await ch.recv(bob, f"{tag}/fin-c", pb.BigInts), count=D * N, bound_bits=plan.offset_bits,
-                         what=f"{tag}/fin-c from {bob}")
+        c = from_bigints(
+            await ch.recv(bob, f"{tag}/fin-c", pb.BigInts),
+            count=D * N,
+            bound_bits=plan.offset_bits,
+            what=f"{tag}/fin-c from {bob}",
+        )
         ys = [[None if (l_dj := L[d * N + j]) is None else l_dj + c[d * N + j] for j in range(N)] for d in range(D)]
         lay = plan.fin
         if lay is None:
@@ -1166,17 +1293,27 @@ class ForwardAlice:
             e_ints: list[int] = []
             ms: list[int | None] = []
             for d in range(D):
-                es, m = ls.exponentiate_terms(ys[d], lay)                   # (E)
+                es, m = ls.exponentiate_terms(ys[d], lay)  # (E)
                 ms.append(m)
                 e_ints.extend(x << lay.shift(d) for x in es)
-            await ch.send(bob, f"{tag}/fin-e", EncryptedVector(self.pk, [pool.encrypt(x) for x in e_ints],
-                                                               len(e_ints), 0, UNPACKED,
-                                                               int(self.pk.max_int)).to_proto())
-            u = EncryptedVector.from_proto(await ch.recv(bob, f"{tag}/fin-u", pb.CiphertextVector), self.pk,
-                                           length=D, exponent=0, packing=lay.packing, what=f"{tag}/fin-u from {bob}")
-            assert self.urgent is not None   # opened by prepare()
+            await ch.send(
+                bob,
+                f"{tag}/fin-e",
+                EncryptedVector(
+                    self.pk, [pool.encrypt(x) for x in e_ints], len(e_ints), 0, UNPACKED, int(self.pk.max_int)
+                ).to_proto(),
+            )
+            u = EncryptedVector.from_proto(
+                await ch.recv(bob, f"{tag}/fin-u", pb.CiphertextVector),
+                self.pk,
+                length=D,
+                exponent=0,
+                packing=lay.packing,
+                what=f"{tag}/fin-u from {bob}",
+            )
+            assert self.urgent is not None  # opened by prepare()
             totals = ls.unpack_sums(await self.urgent.adecrypt_signed(self.sk, u.ciphertexts), D, lay)
-            scores = [None if m is None else ls.logarithm(u_d, m, lay) for u_d, m in zip(totals, ms)]   # (L)
+            scores = [None if m is None else ls.logarithm(u_d, m, lay) for u_d, m in zip(totals, ms)]  # (L)
         if all(s is None for s in scores):
             raise InvalidMessage("the observations are impossible under every model")
         lim = SCORE_BOUND_NATS << F
@@ -1184,8 +1321,11 @@ class ForwardAlice:
             raise InvalidMessage("a log-likelihood lies beyond ±2^40 nats: the observations are out of range")
         zero = encode_float(LOG_ZERO, F)
         ints = [zero if s is None else s for s in scores]
-        await ch.send(bob, f"{tag}/fin-l", EncryptedVector(self.pk, [pool.encrypt(x) for x in ints], D, -F,
-                                                           UNPACKED, final_bound(plan)).to_proto())
+        await ch.send(
+            bob,
+            f"{tag}/fin-l",
+            EncryptedVector(self.pk, [pool.encrypt(x) for x in ints], D, -F, UNPACKED, final_bound(plan)).to_proto(),
+        )
         self._mark("termination_done")
 
 
@@ -1210,16 +1350,18 @@ class _BobMasks:
         self.rng_of = rng_of
         self._emission: dict[int, list[int]] = {}
         self._mix: dict[int, tuple[list[int], list[list[int]], list[int], list[list[int]]]] = {}
-        self._step: dict[tuple[int, int],
-                         tuple[list[int], list[list[int]], list[list[int]], list[list[list[int]]]]] = {}
+        self._step: dict[
+            tuple[int, int], tuple[list[int], list[list[int]], list[list[int]], list[list[list[int]]]]
+        ] = {}
         self._start: list[int] | None = None
 
     def emission(self, t: int) -> list[int]:
         """V_t per emission row (model, state[, component]), uniform on ±ψ_V."""
         if t not in self._emission:
             rows = self.plan.shape.rows
-            self._emission[t] = ls.uniform_ints(self.rng_of("emission", str(t)), rows,
-                                                self.plan.params.emission_offset_int)
+            self._emission[t] = ls.uniform_ints(
+                self.rng_of("emission", str(t)), rows, self.plan.params.emission_offset_int
+            )
         return self._emission[t]
 
     def mixture(self, t: int) -> tuple[list[int], list[list[int]], list[int], list[list[int]]]:
@@ -1228,8 +1370,11 @@ class _BobMasks:
             plan = self.plan
             rng = self.rng_of("mixture", str(t))
             omega = ls.uniform_ints(rng, plan.shape.n_values, plan.params.emission_offset_int)
-            sigma = [ls.uniform_ints(rng, len(plan.comps[d][j]), plan.K) if len(plan.comps[d][j]) >= 2
-                     else [0] for d in range(plan.D) for j in range(plan.N)]
+            sigma = [
+                ls.uniform_ints(rng, len(plan.comps[d][j]), plan.K) if len(plan.comps[d][j]) >= 2 else [0]
+                for d in range(plan.D)
+                for j in range(plan.N)
+            ]
             nu = ls.smudging(rng, plan.mix, len(plan.mix_sums)) if plan.mix else []
             k = [ls.term_weights(sigma[d * plan.N + j], _layout(plan.mix)) for d, j in plan.mix_sums]
             self._mix[t] = (omega, sigma, nu, k)
@@ -1241,8 +1386,11 @@ class _BobMasks:
         if not plan.mixture:
             return self.emission(t)
         omega = self.mixture(t)[0]
-        return [omega[d * plan.N + j] - (plan.K if len(plan.comps[d][j]) >= 2 else 0)
-                for d in range(plan.D) for j in range(plan.N)]
+        return [
+            omega[d * plan.N + j] - (plan.K if len(plan.comps[d][j]) >= 2 else 0)
+            for d in range(plan.D)
+            for j in range(plan.N)
+        ]
 
     def start(self) -> list[int]:
         if self._start is None:
@@ -1257,11 +1405,15 @@ class _BobMasks:
             plan = self.plan
             rng = self.rng_of("induction", str(t), *(() if ell == plan.m else (f"steps-{ell}",)))
             omega = ls.uniform_ints(rng, plan.shape.n_values, plan.mp.offset_int)
-            sigma = [ls.uniform_ints(rng, len(plan.paths[ell][d][j]), plan.K) if plan.he_state(d, j, ell) else [0]
-                     for d in range(plan.D) for j in range(plan.N)]
+            sigma = [
+                ls.uniform_ints(rng, len(plan.paths[ell][d][j]), plan.K) if plan.he_state(d, j, ell) else [0]
+                for d in range(plan.D)
+                for j in range(plan.N)
+            ]
             nu = [ls.smudging(rng, _layout(plan.ind), len(s)) if s else [] for s in plan.group_sums[ell]]
-            k = [[ls.term_weights(sigma[d * plan.N + j], _layout(plan.ind)) for d, j in s]
-                 for s in plan.group_sums[ell]]
+            k = [
+                [ls.term_weights(sigma[d * plan.N + j], _layout(plan.ind)) for d, j in s] for s in plan.group_sums[ell]
+            ]
             self._step[(t, ell)] = (omega, sigma, nu, k)
         return self._step[(t, ell)]
 
@@ -1274,8 +1426,11 @@ class _BobMasks:
             return [w + v for w, v in zip(self.start(), V)]
         ell = plan.round_length(t)
         omega = self.step(t - ell, ell)[0]
-        return [omega[d * plan.N + j] - (plan.K if plan.he_state(d, j, ell) else 0) + V[d * plan.N + j]
-                for d in range(plan.D) for j in range(plan.N)]
+        return [
+            omega[d * plan.N + j] - (plan.K if plan.he_state(d, j, ell) else 0) + V[d * plan.N + j]
+            for d in range(plan.D)
+            for j in range(plan.N)
+        ]
 
     def final(self) -> tuple[list[int], list[list[int]], list[int], list[list[int]]]:
         plan = self.plan
@@ -1300,8 +1455,18 @@ class _BobMasks:
 class ForwardBob:
     """Role Bob, in two phases: :meth:`prepare` (offline) and :meth:`run`."""
 
-    def __init__(self, ch: Channel, models, params: ForwardParams, *, public_key: PublicKey, alice: str = "alice",
-                 tag: str = "fw", seed: SeedLike = None, labels: Sequence[str] = ("secure-forward",)) -> None:
+    def __init__(
+        self,
+        ch: Channel,
+        models,
+        params: ForwardParams,
+        *,
+        public_key: PublicKey,
+        alice: str = "alice",
+        tag: str = "fw",
+        seed: SeedLike = None,
+        labels: Sequence[str] = ("secure-forward",),
+    ) -> None:
         self.ch, self.models, self.params, self.pk = ch, models, params.validate(), public_key
         self.alice, self.tag = alice, tag
         self.seed, self.labels = _keyed(seed), tuple(labels)
@@ -1312,23 +1477,22 @@ class ForwardBob:
             self.coefs, bits = model_coefficients(models, self.params)
         self.shape = Shape.of_models(models, bits)
         beyond = self.shape.beyond(self.params)
-        if beyond is not None:   # the session's byte envelope follows from the bounds
+        if beyond is not None:  # the session's byte envelope follows from the bounds
             raise InputRejected("the models are larger than the session's public bounds allow", beyond)
         paths = self.shape.paths_beyond(self.params)
         if paths is not None:
-            raise InputRejected("the models' transitions have too many paths for the session's frames_per_round",
-                                paths)
+            raise InputRejected("the models' transitions have too many paths for the session's frames_per_round", paths)
         self.plan = Plan(self.shape, self.params, public_key)
         self.masks = _BobMasks(self.plan, self._rng)
         self._path_log_cache: dict[int, list[list[int]]] = {}
         self.pool: ObfuscatorPool | None = None
         self.offline: dict[str, float] = {}
-        self.online: dict[str, Any] = {}           # seconds, and the obfuscator pool's counts (run)
+        self.online: dict[str, Any] = {}  # seconds, and the obfuscator pool's counts (run)
         self.tl = _Timeline()
         self._steps_done: dict[int, int] = {}
         self.urgent: CryptoThreads | None = None
         self.background: CryptoThreads | None = None
-        self._t0 = 0.0                             # when run() began: the online phase's clock
+        self._t0 = 0.0  # when run() began: the online phase's clock
         # made once, on first use: the continuous models' coefficients on the fixed-point grid (coef_frac_bits)
         self._cints: list[list[int]] | None = None
         # fx(log p) of every positive start (d, j), transition (d, l, j) and mixture weight (d, j, c)
@@ -1355,17 +1519,18 @@ class ForwardBob:
         await ch.send(alice, f"{tag}/hdr", self.shape.to_proto())
         msg = await ch.recv(alice, f"{tag}/plan", pb.Ints)
         if len(msg.values) != 1 or not 1 <= msg.values[0] <= self.params.max_frames:
-            raise InvalidMessage(f"{tag}/plan from {alice} must be one frame count in [1, {self.params.max_frames}] "
-                                 "(max_frames)")
+            raise InvalidMessage(
+                f"{tag}/plan from {alice} must be one frame count in [1, {self.params.max_frames}] (max_frames)"
+            )
         expected = int(msg.values[0])
         uses = self._obfuscators_needed(expected)
         self.pool = ObfuscatorPool.for_public_key(self.pk, capacity=uses, background=False)
-        table = asyncio.ensure_future(asyncio.to_thread(self.pk.prepare, uses))   # while the masks are drawn
+        table = asyncio.ensure_future(asyncio.to_thread(self.pk.prepare, uses))  # while the masks are drawn
         w1 = time.perf_counter()
-        for t in range(expected):              # masks, offsets' ingredients and weights: no observation needed
-            self.masks.state_mask(t)           # (and the mixtures' masks): every frame's, inner frames' too
+        for t in range(expected):  # masks, offsets' ingredients and weights: no observation needed
+            self.masks.state_mask(t)  # (and the mixtures' masks): every frame's, inner frames' too
             if plan.round_end(t, expected) or t == 0:
-                self.masks.M(t)                # and the round's step
+                self.masks.M(t)  # and the round's step
         self.masks.final()
         self.offline["masks"] = time.perf_counter() - w1
         self._coef_ints()
@@ -1373,7 +1538,7 @@ class ForwardBob:
         await table
         head = min(uses, -(-uses // plan.n_blocks(expected)))
         await asyncio.to_thread(self.pool.precompute, head, 2)
-        self.pool.fill_behind(uses - head)                     # the rest while the session runs
+        self.pool.fill_behind(uses - head)  # the rest while the session runs
         self.offline["tables_and_first_obfuscators"] = time.perf_counter() - w1
         self.offline["obfuscator_count"] = uses
         self.offline["obfuscators_before_ready"] = head
@@ -1385,14 +1550,17 @@ class ForwardBob:
     def _obfuscators_needed(self, frames: int) -> int:
         plan = self.plan
         blocks = plan.n_blocks(frames)
-        n = sum(plan.ind.n_ciphertexts(len(s)) for ell in plan.rounds(frames) for s in plan.group_sums[ell]) \
-            if plan.ind else 0
+        n = (
+            sum(plan.ind.n_ciphertexts(len(s)) for ell in plan.rounds(frames) for s in plan.group_sums[ell])
+            if plan.ind
+            else 0
+        )
         n += plan.fin.n_ciphertexts(plan.D) if plan.fin else 0
         if plan.prod is not None:
             n += self.shape.rows * blocks
         if plan.mix is not None:
             n += plan.mix.n_ciphertexts(len(plan.mix_sums) * plan.block) * blocks
-        return n + 2 * plan.D + 8               # + the keyword step's ranked and debug vectors
+        return n + 2 * plan.D + 8  # + the keyword step's ranked and debug vectors
 
     def _coef_ints(self) -> None:
         if self.coefs is not None and self._cints is None:
@@ -1417,7 +1585,7 @@ class ForwardBob:
         result = await self._termination()
         self.online["seconds"] = time.perf_counter() - w0
         self.online["cpu_seconds"] = time.process_time() - c0
-        assert self.pool is not None and self.tl.total is not None   # made by prepare(); the final block came
+        assert self.pool is not None and self.tl.total is not None  # made by prepare(); the final block came
         self.online["obfuscators"] = self.pool.stats()
         return BobForward(result, self.tl.total, {"offline": dict(self.offline), "online": dict(self.online)})
 
@@ -1433,12 +1601,14 @@ class ForwardBob:
                     raise InvalidMessage(f"{tag}/blk/{b} from {alice} must be [frames, final]")
                 n, final = int(msg.values[0]), bool(msg.values[1])
                 if not 1 <= n <= plan.block or (not final and n != plan.block):
-                    raise InvalidMessage(f"{tag}/blk/{b} from {alice}: {n} frames; blocks hold {plan.block} "
-                                         "(the last one 1 or more)")
+                    raise InvalidMessage(
+                        f"{tag}/blk/{b} from {alice}: {n} frames; blocks hold {plan.block} (the last one 1 or more)"
+                    )
                 first = self.tl.count
                 if first + n > self.params.max_frames:
-                    raise InvalidMessage(f"{alice} sent more than the session's max_frames = "
-                                         f"{self.params.max_frames} frames")
+                    raise InvalidMessage(
+                        f"{alice} sent more than the session's max_frames = {self.params.max_frames} frames"
+                    )
                 # the offsets of these frames depend on Bob's masks only: they leave at once
                 await ch.send(alice, f"{tag}/c/{b}", bigints(self._offsets(first, n, first + n if final else None)))
                 self.tl.announce(n, final)
@@ -1461,9 +1631,12 @@ class ForwardBob:
         if ell not in cache:
             plan, N = self.plan, self.plan.N
             log_a = self._log_a
-            assert log_a is not None   # made by _offsets (the caller) before it asks
-            cache[ell] = [[sum(log_a[(d, a, b)] for a, b in zip(p, p[1:] + (j,))) for p in plan.paths[ell][d][j]]
-                          for d in range(plan.D) for j in range(N)]
+            assert log_a is not None  # made by _offsets (the caller) before it asks
+            cache[ell] = [
+                [sum(log_a[(d, a, b)] for a, b in zip(p, p[1:] + (j,))) for p in plan.paths[ell][d][j]]
+                for d in range(plan.D)
+                for j in range(N)
+            ]
         return cache[ell]
 
     def _offsets(self, first: int, n: int, total: int | None) -> list[int]:
@@ -1472,43 +1645,60 @@ class ForwardBob:
         plan, masks = self.plan, self.masks
         D, N, F = plan.D, plan.N, plan.F
         models = self.models
-        if self._log_pi is None:              # fx(log p) of every positive probability (pattern: public)
-            self._log_pi = {(d, j): ls.fx(math.log(models.startprob[d, j]), F)
-                            for d in range(D) for j in plan.starts[d]}
-            self._log_a = {(d, l, j): ls.fx(math.log(models.transmat[d, l, j]), F)
-                           for d in range(D) for j in range(N) for l in plan.preds[d][j]}
+        if self._log_pi is None:  # fx(log p) of every positive probability (pattern: public)
+            self._log_pi = {
+                (d, j): ls.fx(math.log(models.startprob[d, j]), F) for d in range(D) for j in plan.starts[d]
+            }
+            self._log_a = {
+                (d, l, j): ls.fx(math.log(models.transmat[d, l, j]), F)
+                for d in range(D)
+                for j in range(N)
+                for l in plan.preds[d][j]
+            }
             if plan.mixture:
-                self._log_w = {(d, j, c): ls.fx(math.log(models.weights[d, j, c]), F)
-                               for d in range(D) for j in range(N) for c in plan.comps[d][j]}
+                self._log_w = {
+                    (d, j, c): ls.fx(math.log(models.weights[d, j, c]), F)
+                    for d in range(D)
+                    for j in range(N)
+                    for c in plan.comps[d][j]
+                }
         out: list[int] = []
         for t in range(first, first + n):
-            if t == 0:                                                   # step 5
+            if t == 0:  # step 5
                 w0 = masks.start()
                 out.extend(self._log_pi[(d, j)] + w0[d * N + j] for d in range(D) for j in plan.starts[d])
-            elif plan.round_end(t, total):                               # step 6, (E): paths into frame t
+            elif plan.round_end(t, total):  # step 6, (E): paths into frame t
                 ell = plan.round_length(t)
                 Ms = masks.M(t - ell)
-                Vs = [masks.state_mask(t - ell + r) for r in range(1, ell)]      # the frames inside the round
+                Vs = [masks.state_mask(t - ell + r) for r in range(1, ell)]  # the frames inside the round
                 omega, sigma, _, _ = masks.step(t - ell, ell)
                 logs = self._path_logs(ell)
                 for d in range(D):
                     for j in range(N):
                         paths = plan.paths[ell][d][j]
                         mask = [Ms[d * N + p[0]] + sum(V[d * N + i] for V, i in zip(Vs, p[1:])) for p in paths]
-                        out.extend(ls.term_offsets(logs[d * N + j], mask, omega[d * N + j],
-                                                   sigma[d * N + j] if len(paths) >= 2 else [0]))
-            if plan.mixture:                                             # (E) of the component LOGSUMs
+                        out.extend(
+                            ls.term_offsets(
+                                logs[d * N + j], mask, omega[d * N + j], sigma[d * N + j] if len(paths) >= 2 else [0]
+                            )
+                        )
+            if plan.mixture:  # (E) of the component LOGSUMs
                 V = masks.emission(t)
                 omega, sigma, _, _ = masks.mixture(t)
                 C = plan.shape.n_mix
                 log_w = self._log_w
-                assert log_w is not None   # made above with the first offsets, for mixtures
+                assert log_w is not None  # made above with the first offsets, for mixtures
                 for d in range(D):
                     for j in range(N):
                         comps = plan.comps[d][j]
-                        out.extend(ls.term_offsets([log_w[(d, j, c)] for c in comps],
-                                                   [V[(d * N + j) * C + c] for c in comps], omega[d * N + j],
-                                                   sigma[d * N + j] if len(comps) >= 2 else [0]))
+                        out.extend(
+                            ls.term_offsets(
+                                [log_w[(d, j, c)] for c in comps],
+                                [V[(d * N + j) * C + c] for c in comps],
+                                omega[d * N + j],
+                                sigma[d * N + j] if len(comps) >= 2 else [0],
+                            )
+                        )
         return out
 
     async def _block(self, b: int, first: int, n: int) -> None:
@@ -1519,9 +1709,15 @@ class ForwardBob:
         lay = plan.prod
         S = lay.frames_per_ciphertext
         msg = await ch.recv(alice, f"{tag}/prod/{b}", pb.CiphertextVector)
-        vec = EncryptedVector.from_proto(msg, self.pk, length=lay.n_products * S, exponent=-lay.prod_frac_bits,
-                                         packing=lay.packing, bound=lay.product_bound(self.params),
-                                         what=f"{tag}/prod/{b} from {alice}")
+        vec = EncryptedVector.from_proto(
+            msg,
+            self.pk,
+            length=lay.n_products * S,
+            exponent=-lay.prod_frac_bits,
+            packing=lay.packing,
+            bound=lay.product_bound(self.params),
+            what=f"{tag}/prod/{b} from {alice}",
+        )
         R = self.shape.rows
         masks = [self.masks.emission(first + k) for k in range(n)]
         masks_packed = []
@@ -1530,11 +1726,13 @@ class ForwardBob:
             masks_packed.append(lay.packing.pack(slots)[0] if lay.packing.packed else slots[0])
         # the continuous models' coefficients (run() made them) and the pool (prepare())
         assert self._cints is not None and self.pool is not None
-        out = await _quadratic_forms_block(_threads_for(self, b), self.pk, vec.ciphertexts, self._cints, masks_packed,
-                                           self.pool)
+        out = await _quadratic_forms_block(
+            _threads_for(self, b), self.pk, vec.ciphertexts, self._cints, masks_packed, self.pool
+        )
         bound = lay.packing.slot_capacity if lay.packing.packed else int(self.pk.max_int)
-        await ch.send(alice, f"{tag}/q/{b}", EncryptedVector(self.pk, out, R * S, -lay.v_frac_bits,
-                                                             lay.packing, bound).to_proto())
+        await ch.send(
+            alice, f"{tag}/q/{b}", EncryptedVector(self.pk, out, R * S, -lay.v_frac_bits, lay.packing, bound).to_proto()
+        )
         if plan.mixture:
             await self._mixture_block(b, first, n)
         for k in range(n):
@@ -1547,9 +1745,14 @@ class ForwardBob:
         if lay is None:
             return
         per = [len(plan.comps[d][j]) for d, j in plan.mix_sums]
-        e = EncryptedVector.from_proto(await ch.recv(alice, f"{tag}/mix-e/{b}", pb.CiphertextVector), self.pk,
-                                       length=sum(per) * n, exponent=0, packing=UNPACKED,
-                                       what=f"{tag}/mix-e/{b} from {alice}")
+        e = EncryptedVector.from_proto(
+            await ch.recv(alice, f"{tag}/mix-e/{b}", pb.CiphertextVector),
+            self.pk,
+            length=sum(per) * n,
+            exponent=0,
+            packing=UNPACKED,
+            what=f"{tag}/mix-e/{b} from {alice}",
+        )
         it = iter(e.ciphertexts)
         terms, nus = [], []
         for k in range(n):
@@ -1557,10 +1760,11 @@ class ForwardBob:
             for s in range(len(plan.mix_sums)):
                 terms.append([(next(it), w) for w in kw[s]])
                 nus.append(nu[s])
-        assert self.pool is not None   # made by prepare()
+        assert self.pool is not None  # made by prepare()
         u = await ls.aweighted_sums(self.pk, terms, nus, lay, self.pool, _threads_for(self, b))
-        await ch.send(alice, f"{tag}/mix-u/{b}", EncryptedVector(self.pk, u, len(terms), 0, lay.packing,
-                                                                 lay.max_sum).to_proto())
+        await ch.send(
+            alice, f"{tag}/mix-u/{b}", EncryptedVector(self.pk, u, len(terms), 0, lay.packing, lay.max_sum).to_proto()
+        )
 
     async def _discrete_block(self, b: int, first: int, n: int) -> None:
         plan, shape = self.plan, self.shape
@@ -1587,7 +1791,7 @@ class ForwardBob:
         ch, tag, alice, plan = self.ch, self.tag, self.alice, self.plan
         lay = plan.ind
         s = 0
-        while (e := await self.tl.round_end_after(s, plan.m)) is not None:   # a round s → e of ℓ steps
+        while (e := await self.tl.round_end_after(s, plan.m)) is not None:  # a round s → e of ℓ steps
             ell = e - s
             ch.progress(round=e, step="induction")
             sums = plan.group_sums[ell][g]
@@ -1595,14 +1799,23 @@ class ForwardBob:
                 # sums: the plan made their layout (Plan.ind); prepare() the pool and the threads
                 assert lay is not None and self.pool is not None and self.urgent is not None
                 msg = await ch.recv(alice, f"{tag}/e/{s}/{g}", pb.CiphertextVector)
-                x = EncryptedVector.from_proto(msg, self.pk, length=plan.group_terms[ell][g], exponent=0,
-                                               packing=UNPACKED, what=f"{tag}/e/{s}/{g} from {alice}")
+                x = EncryptedVector.from_proto(
+                    msg,
+                    self.pk,
+                    length=plan.group_terms[ell][g],
+                    exponent=0,
+                    packing=UNPACKED,
+                    what=f"{tag}/e/{s}/{g} from {alice}",
+                )
                 _, _, nu, kw = self.masks.step(s, ell)
                 it = iter(x.ciphertexts)
                 terms = [[(next(it), w) for w in kw[g][k]] for k in range(len(sums))]
-                u = await ls.aweighted_sums(self.pk, terms, nu[g], lay, self.pool, self.urgent)   # (W), seed step 6
-                await ch.send(alice, f"{tag}/u/{s}/{g}", EncryptedVector(self.pk, u, len(sums), 0, lay.packing,
-                                                                         lay.max_sum).to_proto())
+                u = await ls.aweighted_sums(self.pk, terms, nu[g], lay, self.pool, self.urgent)  # (W), seed step 6
+                await ch.send(
+                    alice,
+                    f"{tag}/u/{s}/{g}",
+                    EncryptedVector(self.pk, u, len(sums), 0, lay.packing, lay.max_sum).to_proto(),
+                )
             self._step_done(s)
             s = e
 
@@ -1618,23 +1831,38 @@ class ForwardBob:
     async def _termination(self) -> EncryptedVector:
         ch, tag, alice, plan = self.ch, self.tag, self.alice, self.plan
         D, N, F, T = plan.D, plan.N, plan.F, self.tl.total
-        assert T is not None   # the final block came: the emissions are done
+        assert T is not None  # the final block came: the emissions are done
         omega, sigma, nu, kw = self.masks.final()
         M = self.masks.M(T - 1)
-        c = [x for d in range(D) for x in ls.term_offsets([0] * N, M[d * N:(d + 1) * N], omega[d],
-                                                          sigma[d] if plan.fin else [0])]
+        c = [
+            x
+            for d in range(D)
+            for x in ls.term_offsets([0] * N, M[d * N : (d + 1) * N], omega[d], sigma[d] if plan.fin else [0])
+        ]
         await ch.send(alice, f"{tag}/fin-c", bigints(c))
         if plan.fin is not None:
             lay = plan.fin
-            e = EncryptedVector.from_proto(await ch.recv(alice, f"{tag}/fin-e", pb.CiphertextVector), self.pk,
-                                           length=D * N, exponent=0, packing=UNPACKED, what=f"{tag}/fin-e from {alice}")
+            e = EncryptedVector.from_proto(
+                await ch.recv(alice, f"{tag}/fin-e", pb.CiphertextVector),
+                self.pk,
+                length=D * N,
+                exponent=0,
+                packing=UNPACKED,
+                what=f"{tag}/fin-e from {alice}",
+            )
             terms = [[(e.ciphertexts[d * N + j], kw[d][j]) for j in range(N)] for d in range(D)]
-            assert self.pool is not None and self.urgent is not None   # made by prepare()
+            assert self.pool is not None and self.urgent is not None  # made by prepare()
             u = await ls.aweighted_sums(self.pk, terms, nu, lay, self.pool, self.urgent)  # (W), seed step 8
             await ch.send(alice, f"{tag}/fin-u", EncryptedVector(self.pk, u, D, 0, lay.packing, lay.max_sum).to_proto())
-        back = EncryptedVector.from_proto(await ch.recv(alice, f"{tag}/fin-l", pb.CiphertextVector), self.pk,
-                                          length=D, exponent=-F, packing=UNPACKED, bound=final_bound(plan) // 2,
-                                          what=f"{tag}/fin-l from {alice}")
+        back = EncryptedVector.from_proto(
+            await ch.recv(alice, f"{tag}/fin-l", pb.CiphertextVector),
+            self.pk,
+            length=D,
+            exponent=-F,
+            packing=UNPACKED,
+            bound=final_bound(plan) // 2,
+            what=f"{tag}/fin-l from {alice}",
+        )
         K = plan.K if plan.fin is not None else 0
         return back + EncryptedVector.trivial(self.pk, [K - w for w in omega], exponent=-F)
 
@@ -1656,12 +1884,18 @@ def _threads_for(role: ForwardAlice | ForwardBob, block: int) -> CryptoThreads:
     """Block 0's emissions gate the first induction round: both parties compute them at full priority.
     Later blocks only have to be ready when the induction reaches them: background threads."""
     threads = role.urgent if block == 0 else role.background
-    assert threads is not None   # opened by prepare() (_open_threads) until close()
+    assert threads is not None  # opened by prepare() (_open_threads) until close()
     return threads
 
 
-async def _quadratic_forms_block(threads: CryptoThreads, pk: PublicKey, cts: list[mpz], cints: list[list[int]],
-                                 masks_packed: list[int], pool: ObfuscatorPool) -> list[mpz]:
+async def _quadratic_forms_block(
+    threads: CryptoThreads,
+    pk: PublicKey,
+    cts: list[mpz],
+    cints: list[list[int]],
+    masks_packed: list[int],
+    pool: ObfuscatorPool,
+) -> list[mpz]:
     """Bob, one emission block: ξ(zᵀW_r z + V_r) for every row r, all frames of the block, re-randomised
     from ``pool``.
 
@@ -1675,18 +1909,29 @@ async def _quadratic_forms_block(threads: CryptoThreads, pk: PublicKey, cts: lis
     size = -(-len(cints) // shares)
 
     def share(i: int) -> list[mpz]:
-        qs = multi_exp_rows(cts, cints[i:i + size], n2)
-        return [pool.rerandomize(q * ((1 + pk.n * pk.raw_plain(m)) % n2) % n2)
-                for q, m in zip(qs, masks_packed[i:i + size])]
+        qs = multi_exp_rows(cts, cints[i : i + size], n2)
+        return [
+            pool.rerandomize(q * ((1 + pk.n * pk.raw_plain(m)) % n2) % n2)
+            for q, m in zip(qs, masks_packed[i : i + size])
+        ]
 
     parts = await threads.amap(share, range(0, len(cints), size))
     return [c for part in parts for c in part]
 
 
 # =============================================================================== one call per role
-async def forward_alice(ch: Channel, X, params: ForwardParams, *, private_key: PrivateKey, bob: str = "bob",
-                        tag: str = "fw", seed: SeedLike = None, expected_frames: int | None = None,
-                        labels: Sequence[str] = ("secure-forward",)) -> AliceForward:
+async def forward_alice(
+    ch: Channel,
+    X,
+    params: ForwardParams,
+    *,
+    private_key: PrivateKey,
+    bob: str = "bob",
+    tag: str = "fw",
+    seed: SeedLike = None,
+    expected_frames: int | None = None,
+    labels: Sequence[str] = ("secure-forward",),
+) -> AliceForward:
     """Role Alice (offline and online phases in one call): observations and private key; learns only masked
     values.  ``X``: an array, or an async iterable of frame chunks (then ``expected_frames`` sizes the
     offline phase)."""
@@ -1700,8 +1945,17 @@ async def forward_alice(ch: Channel, X, params: ForwardParams, *, private_key: P
         role.close()
 
 
-async def forward_bob(ch: Channel, models, params: ForwardParams, *, public_key: PublicKey, alice: str = "alice",
-                      tag: str = "fw", seed: SeedLike = None, labels: Sequence[str] = ("secure-forward",)) -> BobForward:
+async def forward_bob(
+    ch: Channel,
+    models,
+    params: ForwardParams,
+    *,
+    public_key: PublicKey,
+    alice: str = "alice",
+    tag: str = "fw",
+    seed: SeedLike = None,
+    labels: Sequence[str] = ("secure-forward",),
+) -> BobForward:
     """Role Bob (both phases in one call): holds the HMMs; sees only ciphertexts; obtains ξ(log P(x | λ_δ))."""
     role = ForwardBob(ch, models, params, public_key=public_key, alice=alice, tag=tag, seed=seed, labels=labels)
     try:

@@ -51,8 +51,8 @@ from __future__ import annotations
 import math
 import struct
 import time
-from types import MappingProxyType
 from dataclasses import asdict, dataclass, field, fields
+from types import MappingProxyType
 
 import gmpy2
 import numpy as np
@@ -112,9 +112,9 @@ class SpeakerParams(ForwardParams):
     protocol_name = "speaker"
 
     key_bits: int = 2048
-    dgk_bits: int = 2048           # Bob's DGK key for the comparisons
+    dgk_bits: int = 2048  # Bob's DGK key for the comparisons
     dgk_t: int = 224
-    stat_bits: int = 40            # κ: statistical hiding of every masked score
+    stat_bits: int = 40  # κ: statistical hiding of every masked score
     #: the party that learns the result (the accept bit, the speaker): bob (the service, default) or alice
     output: str = BOB
     #: cepstral mean normalisation of Alice's front end for a WAV input (must match Bob's models)
@@ -123,7 +123,7 @@ class SpeakerParams(ForwardParams):
     max_states: int = 1
     max_mixtures: int = 64
     max_features: int = 39
-    max_models: int = 0            # derived: 2 (verify) or max_speakers + 1 (identify); 0 = derive it
+    max_models: int = 0  # derived: 2 (verify) or max_speakers + 1 (identify); 0 = derive it
 
     def models_needed(self) -> int:  # pragma: no cover - both protocols override
         raise NotImplementedError
@@ -135,24 +135,29 @@ class SpeakerParams(ForwardParams):
     def validate(self):
         super().validate()
         if isinstance(self.key_bits, bool) or not isinstance(self.key_bits, int) or not 256 <= self.key_bits <= 16384:
-            raise InvalidMessage(f"{self.protocol_name} parameter key_bits={self.key_bits!r} must be an integer in "
-                                 "[256, 16384]")
+            raise InvalidMessage(
+                f"{self.protocol_name} parameter key_bits={self.key_bits!r} must be an integer in [256, 16384]"
+            )
         for name, lo, hi in (("dgk_bits", 256, 8192), ("dgk_t", 16, 1024), ("stat_bits", 20, 128)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
                 raise InvalidMessage(f"{self.protocol_name} parameter {name}={v!r} must be an integer in [{lo}, {hi}]")
         if self.output not in OUTPUTS:
-            raise InvalidMessage(f"{self.protocol_name} parameter output={self.output!r} must be one of {list(OUTPUTS)}")
+            raise InvalidMessage(
+                f"{self.protocol_name} parameter output={self.output!r} must be one of {list(OUTPUTS)}"
+            )
         if self.cmn not in CMN_MODES:
             raise InvalidMessage(f"{self.protocol_name} parameter cmn={self.cmn!r} must be one of {list(CMN_MODES)}")
         if self.max_states != 1:
             raise InvalidMessage(f"{self.protocol_name}: max_states must be 1 (a GMM is a one-state model)")
         if self.max_models != self.models_needed():
-            raise InvalidMessage(f"{self.protocol_name}: max_models is {self.models_needed()} here (derived; "
-                                 "leave it out)")
+            raise InvalidMessage(
+                f"{self.protocol_name}: max_models is {self.models_needed()} here (derived; leave it out)"
+            )
         if self.frames_per_round != 1:
-            raise InvalidMessage(f"{self.protocol_name}: frames_per_round must be 1 (one-state models need no "
-                                 "induction round trips)")
+            raise InvalidMessage(
+                f"{self.protocol_name}: frames_per_round must be 1 (one-state models need no induction round trips)"
+            )
         return self
 
     def forward(self) -> ForwardParams:
@@ -165,8 +170,10 @@ class SpeakerParams(ForwardParams):
         return SCORE_BOUND_BITS + self.log_frac_bits
 
     def _forward_envelope(self, role: str, extra_alice, extra_bob) -> TrafficEnvelope:
-        source = (f"{self.protocol_name} parameters ({self.max_frames} frames, {self.max_models} GMMs of "
-                  f"{self.max_mixtures} components, {self.max_features} features, {self.key_bits}-bit key)")
+        source = (
+            f"{self.protocol_name} parameters ({self.max_frames} frames, {self.max_models} GMMs of "
+            f"{self.max_mixtures} components, {self.max_features} features, {self.key_bits}-bit key)"
+        )
         to_alice, to_bob = forward_traffic(self.forward(), self.key_bits, "gmm-diag")
         msgs = to_alice + extra_alice if role == ALICE else to_bob + extra_bob
         return TrafficEnvelope.from_messages(msgs, source)
@@ -207,8 +214,9 @@ class VerifyParams(SpeakerParams):
         batch = self._dgk_batch(1, self.ell)
         return self._forward_envelope(
             role,
-            [(1, ct1), (1, hdr), (1, self._dgk_key()), (1, batch)],        # sv/masked, DGK hdr, pk, bits
-            [(1, self.key_bits // 8 + 32), (1, batch), (1, hdr)])          # sv/pk, DGK ciphertexts, delta
+            [(1, ct1), (1, hdr), (1, self._dgk_key()), (1, batch)],  # sv/masked, DGK hdr, pk, bits
+            [(1, self.key_bits // 8 + 32), (1, batch), (1, hdr)],
+        )  # sv/pk, DGK ciphertexts, delta
 
 
 @dataclass
@@ -226,8 +234,9 @@ class IdentifyParams(SpeakerParams):
     def validate(self) -> IdentifyParams:
         k = self.max_speakers
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_SPEAKERS_BOUND:
-            raise InvalidMessage(f"speaker-identify parameter max_speakers={k!r} must be an integer in "
-                                 f"[1, {MAX_SPEAKERS_BOUND}]")
+            raise InvalidMessage(
+                f"speaker-identify parameter max_speakers={k!r} must be an integer in [1, {MAX_SPEAKERS_BOUND}]"
+            )
         super().validate()
         return self
 
@@ -254,9 +263,19 @@ class IdentifyParams(SpeakerParams):
         label_ot = max(2, n) * (MAX_NAME_BYTES + 6) + 16
         return self._forward_envelope(
             role,
-            [(1, self.key_bits // 8 + 32), (2, ctv), (1, 64), (1, self._dgk_key()), (1, batch),
-             (1, 64), (1, group), (1, label_ot), (1, 64)],
-            [(1, self.key_bits // 8 + 32), (1, ctv), (1, batch), (1, group), (1, 64), (1, label_ot)])
+            [
+                (1, self.key_bits // 8 + 32),
+                (2, ctv),
+                (1, 64),
+                (1, self._dgk_key()),
+                (1, batch),
+                (1, 64),
+                (1, group),
+                (1, label_ot),
+                (1, 64),
+            ],
+            [(1, self.key_bits // 8 + 32), (1, ctv), (1, batch), (1, group), (1, 64), (1, label_ot)],
+        )
 
 
 # =============================================================================== results
@@ -269,7 +288,7 @@ class VerifyResult:
     frames: int = 0
     timings: dict = field(default_factory=dict)
     stats: dict = field(default_factory=dict)
-    prepare_next: "AliceSizes | None" = None
+    prepare_next: AliceSizes | None = None
 
     @property
     def decision(self) -> str | None:
@@ -286,15 +305,16 @@ class IdentifyResult:
     frames: int = 0
     timings: dict = field(default_factory=dict)
     stats: dict = field(default_factory=dict)
-    prepare_next: "AliceSizes | None" = None
+    prepare_next: AliceSizes | None = None
 
 
 # =============================================================================== shared pieces
 def _frames(X, params: SpeakerParams) -> np.ndarray:
     X = np.asarray(X, dtype=np.float64)
     if X.ndim != 2 or not 1 <= X.shape[0] <= min(params.max_frames, MAX_FRAMES):
-        raise InputRejected(f"the utterance must be a T x d feature matrix with 1..{params.max_frames} frames",
-                            f"shape {X.shape}")
+        raise InputRejected(
+            f"the utterance must be a T x d feature matrix with 1..{params.max_frames} frames", f"shape {X.shape}"
+        )
     if not np.all(np.isfinite(X)):
         raise InputRejected("the utterance must not contain NaN or infinite values", "")
     return X
@@ -302,34 +322,58 @@ def _frames(X, params: SpeakerParams) -> np.ndarray:
 
 def _threshold_int(threshold: float, F: int) -> int:
     if not math.isfinite(threshold) or abs(threshold) > MAX_THRESHOLD_NATS:
-        raise InputRejected(f"the threshold must be finite and at most {MAX_THRESHOLD_NATS:g} nats per frame",
-                            repr(threshold))
+        raise InputRejected(
+            f"the threshold must be finite and at most {MAX_THRESHOLD_NATS:g} nats per frame", repr(threshold)
+        )
     return round(threshold * (1 << F))
 
 
-async def _alice_forward(ch: Channel, X, params: SpeakerParams, tag: str, seed: SeedLike, bob: str,
-                         allow_insecure_keys: bool, private_key: PrivateKey | None):
+async def _alice_forward(
+    ch: Channel,
+    X,
+    params: SpeakerParams,
+    tag: str,
+    seed: SeedLike,
+    bob: str,
+    allow_insecure_keys: bool,
+    private_key: PrivateKey | None,
+):
     """Step 1 and Alice's half of step 2: key, public key, secure forward.  Returns (sk, timings, frames)."""
     t0 = time.perf_counter()
     c0 = time.process_time()
     obfuscators = None
     if private_key is None:
         check_key_bits(params.key_bits, allow_insecure_keys)
-        private_key, obfuscators = session_keypair(seed, params.protocol_name, ch.role, params.key_bits,
-                                                   allow_insecure=allow_insecure_keys)
+        private_key, obfuscators = session_keypair(
+            seed, params.protocol_name, ch.role, params.key_bits, allow_insecure=allow_insecure_keys
+        )
     check_key_bits(private_key.public_key.bits, allow_insecure_keys)
     if private_key.public_key.bits != params.key_bits:
-        raise InvalidMessage(f"the private key has {private_key.public_key.bits} bits; the session agreed on "
-                             f"{params.key_bits}")
+        raise InvalidMessage(
+            f"the private key has {private_key.public_key.bits} bits; the session agreed on {params.key_bits}"
+        )
     keygen = time.perf_counter() - t0
     await ch.send(bob, f"{tag}/pk", public_key_to_proto(private_key.public_key))
-    role = ForwardAlice(ch, params.forward(), private_key=private_key, bob=bob, tag=f"{tag}/fw", seed=seed,
-                        labels=(params.protocol_name, "forward"), obfuscators=obfuscators)
+    role = ForwardAlice(
+        ch,
+        params.forward(),
+        private_key=private_key,
+        bob=bob,
+        tag=f"{tag}/fw",
+        seed=seed,
+        labels=(params.protocol_name, "forward"),
+        obfuscators=obfuscators,
+    )
     try:
         await role.prepare(len(X))
         sizes = AliceSizes(params.key_bits, max(1.0, float(role.offline["obfuscator_count"]) / len(X)))
-        offline = {"keygen": keygen, "prepared": obfuscators is not None, **role.offline, "seconds": time.perf_counter() - t0,
-                   "cpu_seconds": time.process_time() - c0}
+        offline = {
+            "keygen": keygen,
+            "prepared": obfuscators is not None,
+            **role.offline,
+            "seconds": time.perf_counter() - t0,
+            "cpu_seconds": time.process_time() - c0,
+        }
         w_on, c_on = time.perf_counter(), time.process_time()
         fw = await role.run(X)
         online = {"forward": dict(role.online), "w0": w_on, "c0": c_on}
@@ -338,18 +382,36 @@ async def _alice_forward(ch: Channel, X, params: SpeakerParams, tag: str, seed: 
     return private_key, offline, online, fw.frames, sizes
 
 
-async def _bob_forward(ch: Channel, gmms: list[DiagGMM], labels: list[str], models: SpeakerModels,
-                       params: SpeakerParams, tag: str, seed: SeedLike, alice: str, allow_insecure_keys: bool):
+async def _bob_forward(
+    ch: Channel,
+    gmms: list[DiagGMM],
+    labels: list[str],
+    models: SpeakerModels,
+    params: SpeakerParams,
+    tag: str,
+    seed: SeedLike,
+    alice: str,
+    allow_insecure_keys: bool,
+):
     """Bob's half of steps 1-2: Alice's key, the secure forward on ``gmms``; ξ(ℓ) of every model."""
     t0 = time.perf_counter()
     c0 = time.process_time()
-    pk = public_key_from_proto(await ch.recv(alice, f"{tag}/pk", pb.PaillierPublicKey),
-                               allow_insecure=allow_insecure_keys)
+    pk = public_key_from_proto(
+        await ch.recv(alice, f"{tag}/pk", pb.PaillierPublicKey), allow_insecure=allow_insecure_keys
+    )
     if pk.bits != params.key_bits:
         raise InvalidMessage(f"{alice}'s public key has {pk.bits} bits; the session agreed on {params.key_bits}")
     hmms = models.hmm_set(gmms, labels)
-    role = ForwardBob(ch, hmms, params.forward(), public_key=pk, alice=alice, tag=f"{tag}/fw", seed=seed,
-                      labels=(params.protocol_name, "forward"))
+    role = ForwardBob(
+        ch,
+        hmms,
+        params.forward(),
+        public_key=pk,
+        alice=alice,
+        tag=f"{tag}/fw",
+        seed=seed,
+        labels=(params.protocol_name, "forward"),
+    )
     try:
         await role.prepare()
         offline = {**role.offline, "seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0}
@@ -380,8 +442,15 @@ class AliceSizes:
     obfuscators_per_frame: float | None = None
 
 
-def prepare_alice(root: Randomness, frames: int, protocol: str, *, sizes: AliceSizes = AliceSizes(),
-                  key_bits: int | None = None, allow_insecure_keys: bool = False) -> None:
+def prepare_alice(
+    root: Randomness,
+    frames: int,
+    protocol: str,
+    *,
+    sizes: AliceSizes = AliceSizes(),
+    key_bits: int | None = None,
+    allow_insecure_keys: bool = False,
+) -> None:
     """Alice's offline phase for a session of ``protocol`` with randomness root ``root``, started now in the
     background (as keyword's): the key that session derives, its tables and the obfuscators for ``frames``
     frames, of ``sizes``.  The mixture step's per-term encryptions are the protocol's largest cost, so a
@@ -389,8 +458,9 @@ def prepare_alice(root: Randomness, frames: int, protocol: str, *, sizes: AliceS
     per_frame = sizes.obfuscators_per_frame or DEFAULT_OBFUSCATORS_PER_FRAME[protocol]
     count = int(per_frame * max(1, min(int(frames), MAX_FRAMES))) + 8
     bits = sizes.key_bits if key_bits is None else key_bits
-    prepare_session_keypair(root, protocol, ALICE, bits, uses=count, obfuscators=count,
-                            allow_insecure=allow_insecure_keys)
+    prepare_session_keypair(
+        root, protocol, ALICE, bits, uses=count, obfuscators=count, allow_insecure=allow_insecure_keys
+    )
 
 
 def _close_clock(online: dict) -> dict:
@@ -402,17 +472,19 @@ def _close_clock(online: dict) -> dict:
 
 def _check_models(models: SpeakerModels, params: SpeakerParams) -> None:
     if models.ubm.n_components > params.max_mixtures or models.ubm.dim > params.max_features:
-        raise InputRejected("the speaker models are larger than the session's public bounds allow",
-                            f"{models.ubm.n_components} components of {models.ubm.dim} features; bounds "
-                            f"{params.max_mixtures}, {params.max_features}")
+        raise InputRejected(
+            "the speaker models are larger than the session's public bounds allow",
+            f"{models.ubm.n_components} components of {models.ubm.dim} features; bounds "
+            f"{params.max_mixtures}, {params.max_features}",
+        )
 
 
 # =============================================================================== the fixed-point bound
 def induction_rounding(params: ForwardParams) -> float:
     """δ: one secure LOGSUM's error (nats), docs/protocols/keyword.md step 8: 1.0001(|ε_a| + η) + e_ln,
     η = 0.75·2^{−p}(1 + 2^{−40}) + 2^{−51}, |ε_a| ≤ 2^{−41} + 2^{−43}, e_ln ≤ 2^{−41} + 2^{−47} (7.0·10⁻¹⁰ at p = 30)."""
-    eta = 0.75 * 2.0 ** -params.precision_bits * (1 + 2.0 ** -40) + 2.0 ** -51
-    return 1.0001 * (2.0 ** -41 + 2.0 ** -43 + eta) + 2.0 ** -41 + 2.0 ** -47
+    eta = 0.75 * 2.0**-params.precision_bits * (1 + 2.0**-40) + 2.0**-51
+    return 1.0001 * (2.0**-41 + 2.0**-43 + eta) + 2.0**-41 + 2.0**-47
 
 
 def loglik_error_bound(models: SpeakerModels, gmms: list[DiagGMM], X, params: SpeakerParams) -> list[float]:
@@ -424,15 +496,20 @@ def loglik_error_bound(models: SpeakerModels, gmms: list[DiagGMM], X, params: Sp
     hmms = models.hmm_set(gmms, [f"m{i}" for i in range(len(gmms))])
     coefs, bits = model_coefficients(hmms, fw)
     fp, fc = fw.product_frac_bits(bits), fw.coef_frac_bits
-    Z = np.abs(products(np.asarray(X, dtype=np.float64), "diag"))          # (T, P)
-    A = np.abs(coefs).reshape(len(gmms), -1, coefs.shape[-1])                # (models, C, P)
+    Z = np.abs(products(np.asarray(X, dtype=np.float64), "diag"))  # (T, P)
+    A = np.abs(coefs).reshape(len(gmms), -1, coefs.shape[-1])  # (models, C, P)
     P = Z.shape[1]
     delta = induction_rounding(fw)
     out = []
     for m in range(len(gmms)):
-        comp = (2.0 ** (-fp - 1) * A[m].sum(1)[None, :] + 2.0 ** (-fc - 1) * Z.sum(1)[:, None]
-                + P * 2.0 ** (-fp - fc - 2) + 2.0 ** -49 * (Z @ A[m].T) + 2.0 ** -41)   # (T, C)
-        em = comp.max(1) + 2.0 ** -41 + 2.0 ** -43 + delta
+        comp = (
+            2.0 ** (-fp - 1) * A[m].sum(1)[None, :]
+            + 2.0 ** (-fc - 1) * Z.sum(1)[:, None]
+            + P * 2.0 ** (-fp - fc - 2)
+            + 2.0**-49 * (Z @ A[m].T)
+            + 2.0**-41
+        )  # (T, C)
+        em = comp.max(1) + 2.0**-41 + 2.0**-43 + delta
         out.append(float(em.sum() + delta))
     return out
 
@@ -447,8 +524,16 @@ def verify_error_bound(models: SpeakerModels, claim: str, X, params: VerifyParam
 
 
 # =============================================================================== verification
-async def verify_alice(ch: Channel, X, params: VerifyParams, *, private_key: PrivateKey | None = None,
-                       bob: str = BOB, seed: SeedLike = None, allow_insecure_keys: bool = False) -> VerifyResult:
+async def verify_alice(
+    ch: Channel,
+    X,
+    params: VerifyParams,
+    *,
+    private_key: PrivateKey | None = None,
+    bob: str = BOB,
+    seed: SeedLike = None,
+    allow_insecure_keys: bool = False,
+) -> VerifyResult:
     """Role Alice of ``speaker-verify``: the utterance's T × d features; learns the decision only with
     ``output = "alice"``."""
     params.validate()
@@ -456,8 +541,9 @@ async def verify_alice(ch: Channel, X, params: VerifyParams, *, private_key: Pri
     X = _frames(X, params)
     tag = "sv"
     # --- Steps 1-2: key, secure forward (Bob obtains ξ(ℓ_s), ξ(ℓ_UBM)).
-    sk, offline, online, frames, sizes = await _alice_forward(ch, X, params, tag, seed, bob, allow_insecure_keys,
-                                                       private_key)
+    sk, offline, online, frames, sizes = await _alice_forward(
+        ch, X, params, tag, seed, bob, allow_insecure_keys, private_key
+    )
     # --- Step 4: x = D + r, then the comparison [x < r] = [D < 0].
     t0 = time.perf_counter()
     pk = sk.public_key
@@ -465,19 +551,38 @@ async def verify_alice(ch: Channel, X, params: VerifyParams, *, private_key: Pri
     x = sk.raw_decrypt_signed(c)
     if not -(1 << params.score_bits) < x < (1 << (params.score_bits + params.stat_bits)) + (1 << params.score_bits):
         raise InvalidMessage(f"{tag}/masked from {bob} is outside the masked score's range")
-    z = await compare_holder_a(ch, bob, [x], ell=params.ell, predicate="lt",
-                               output="a" if params.output == ALICE else "b", tag_prefix=f"{tag}/cmp",
-                               allow_insecure=allow_insecure_keys,
-                               rng=protocol_rng(seed, params.protocol_name, ch.role, "cmp"))
+    z = await compare_holder_a(
+        ch,
+        bob,
+        [x],
+        ell=params.ell,
+        predicate="lt",
+        output="a" if params.output == ALICE else "b",
+        tag_prefix=f"{tag}/cmp",
+        allow_insecure=allow_insecure_keys,
+        rng=protocol_rng(seed, params.protocol_name, ch.role, "cmp"),
+    )
     online["compare"] = time.perf_counter() - t0
     accept = None if z is None else not z[0]
-    timings = {"offline": offline, "online": _close_clock(online), "frames": frames,
-               "total": time.perf_counter() - t_start}
+    timings = {
+        "offline": offline,
+        "online": _close_clock(online),
+        "frames": frames,
+        "total": time.perf_counter() - t_start,
+    }
     return VerifyResult(accept, frames, timings, ch.stats.as_dict(), prepare_next=sizes)
 
 
-async def verify_bob(ch: Channel, models: SpeakerModels, params: VerifyParams, *, alice: str = ALICE,
-                     seed: SeedLike = None, allow_insecure_keys: bool = False, dgk_key=None) -> VerifyResult:
+async def verify_bob(
+    ch: Channel,
+    models: SpeakerModels,
+    params: VerifyParams,
+    *,
+    alice: str = ALICE,
+    seed: SeedLike = None,
+    allow_insecure_keys: bool = False,
+    dgk_key=None,
+) -> VerifyResult:
     """Role Bob of ``speaker-verify``: the UBM, the enrolled models, θ; learns the decision with
     ``output = "bob"`` (the default) and nothing else."""
     params.validate()
@@ -490,8 +595,16 @@ async def verify_bob(ch: Channel, models: SpeakerModels, params: VerifyParams, *
     tag = "sv"
     # --- Steps 1-2.
     pk, lls, offline, online, T = await _bob_forward(
-        ch, [models.speaker(s), models.ubm], [params.claim, "ubm"], models, params, tag, seed, alice,
-        allow_insecure_keys)
+        ch,
+        [models.speaker(s), models.ubm],
+        [params.claim, "ubm"],
+        models,
+        params,
+        tag,
+        seed,
+        alice,
+        allow_insecure_keys,
+    )
     # --- Step 3: ξ(D + r), D = ℓ_s − ℓ_UBM − T·fx(θ).
     t0 = time.perf_counter()
     L, kappa = params.score_bits, params.stat_bits
@@ -502,11 +615,23 @@ async def verify_bob(ch: Channel, models: SpeakerModels, params: VerifyParams, *
     await ch.send(alice, f"{tag}/masked", ciphertext_to_proto(pk, masked))
     # --- Step 4: the comparison; Bob holds the DGK key and y = r.
     if dgk_key is None:
-        dgk_key = dgk.generate_keypair(params.dgk_bits, params.dgk_t, max_ell=max(params.ell, dgk.DEFAULT_MAX_ELL),
-                                       allow_insecure=allow_insecure_keys,
-                                       rng=protocol_rng(seed, params.protocol_name, ch.role, "dgk-key"))
-    z = await compare_holder_b(ch, alice, [r], ell=params.ell, key=dgk_key, predicate="lt",
-                               output="a" if params.output == ALICE else "b", tag_prefix=f"{tag}/cmp")
+        dgk_key = dgk.generate_keypair(
+            params.dgk_bits,
+            params.dgk_t,
+            max_ell=max(params.ell, dgk.DEFAULT_MAX_ELL),
+            allow_insecure=allow_insecure_keys,
+            rng=protocol_rng(seed, params.protocol_name, ch.role, "dgk-key"),
+        )
+    z = await compare_holder_b(
+        ch,
+        alice,
+        [r],
+        ell=params.ell,
+        key=dgk_key,
+        predicate="lt",
+        output="a" if params.output == ALICE else "b",
+        tag_prefix=f"{tag}/cmp",
+    )
     online["compare"] = time.perf_counter() - t0
     accept = None if z is None else not z[0]
     timings = {"offline": offline, "online": _close_clock(online), "frames": T, "total": time.perf_counter() - t_start}
@@ -518,32 +643,54 @@ def _label(i: int) -> bytes:
     return struct.pack(">H", i)
 
 
-async def identify_alice(ch: Channel, X, params: IdentifyParams, *, private_key: PrivateKey | None = None,
-                         bob: str = BOB, seed: SeedLike = None, allow_insecure_keys: bool = False) -> IdentifyResult:
+async def identify_alice(
+    ch: Channel,
+    X,
+    params: IdentifyParams,
+    *,
+    private_key: PrivateKey | None = None,
+    bob: str = BOB,
+    seed: SeedLike = None,
+    allow_insecure_keys: bool = False,
+) -> IdentifyResult:
     """Role Alice of ``speaker-identify``: the utterance; learns the speaker only with ``output = "alice"``."""
     params.validate()
     t_start = time.perf_counter()
     X = _frames(X, params)
     tag = "si"
     n = params.candidates
-    sk, offline, online, frames, sizes = await _alice_forward(ch, X, params, tag, seed, bob, allow_insecure_keys,
-                                                       private_key)
+    sk, offline, online, frames, sizes = await _alice_forward(
+        ch, X, params, tag, seed, bob, allow_insecure_keys, private_key
+    )
     t0 = time.perf_counter()
     pk = sk.public_key
     rng = protocol_rng(seed, params.protocol_name, ch.role)
     # --- Step 4: a_j = v_j + r_j; the shuffle of Bob's masks under his key ζ.
-    zeta_pk = public_key_from_proto(await ch.recv(bob, f"{tag}/zeta-pk", pb.PaillierPublicKey),
-                                    allow_insecure=allow_insecure_keys)
+    zeta_pk = public_key_from_proto(
+        await ch.recv(bob, f"{tag}/zeta-pk", pb.PaillierPublicKey), allow_insecure=allow_insecure_keys
+    )
     Lv, kappa = params.value_bits, params.stat_bits
     if zeta_pk.max_int.bit_length() < Lv + 2 * kappa + 8:
         raise InvalidMessage(f"{bob}'s key is too small for the masked scores")
-    masked = EncryptedVector.from_proto(await ch.recv(bob, f"{tag}/masked", pb.CiphertextVector), pk, length=n,
-                                        exponent=0, packing=UNPACKED, what=f"{tag}/masked from {bob}")
+    masked = EncryptedVector.from_proto(
+        await ch.recv(bob, f"{tag}/masked", pb.CiphertextVector),
+        pk,
+        length=n,
+        exponent=0,
+        packing=UNPACKED,
+        what=f"{tag}/masked from {bob}",
+    )
     a = masked.decrypt_ints(sk)
     if any(not -(1 << Lv) < v < (1 << (Lv + kappa)) + (1 << Lv) for v in a):
         raise InvalidMessage(f"{tag}/masked from {bob} holds values outside the masked scores' range")
-    zr = EncryptedVector.from_proto(await ch.recv(bob, f"{tag}/zeta-r", pb.CiphertextVector), zeta_pk, length=n,
-                                    exponent=0, packing=UNPACKED, what=f"{tag}/zeta-r from {bob}")
+    zr = EncryptedVector.from_proto(
+        await ch.recv(bob, f"{tag}/zeta-r", pb.CiphertextVector),
+        zeta_pk,
+        length=n,
+        exponent=0,
+        packing=UNPACKED,
+        what=f"{tag}/zeta-r from {bob}",
+    )
     perm = list(range(n))
     rng.shuffle(perm)
     s = [rng.randrange(0, 1 << (Lv + 2 * kappa)) for _ in range(n)]
@@ -552,27 +699,50 @@ async def identify_alice(ch: Channel, X, params: IdentifyParams, *, private_key:
     x = [a[perm[j]] + s[j] for j in range(n)]
     # --- Step 5: every pair of positions, the bits to Bob.
     pairs = [(p, q) for p in range(n) for q in range(p + 1, n)]
-    await compare_holder_a(ch, bob, [x[p] - x[q] for p, q in pairs], ell=params.ell, predicate="lt", output="b",
-                           tag_prefix=f"{tag}/cmp", allow_insecure=allow_insecure_keys)
+    await compare_holder_a(
+        ch,
+        bob,
+        [x[p] - x[q] for p, q in pairs],
+        ell=params.ell,
+        predicate="lt",
+        output="b",
+        tag_prefix=f"{tag}/cmp",
+        allow_insecure=allow_insecure_keys,
+    )
     online["rank"] = time.perf_counter() - t0
     # --- Step 6: the outcome to the designated party.
     t0 = time.perf_counter()
     speaker, learned = None, False
     if params.output == BOB:
-        await ot_send(ch, bob, [[_label(perm[j]) for j in range(n)]], tag_prefix=f"{tag}/label",
-                      rng=protocol_rng(seed, params.protocol_name, ch.role, "label-ot"))
+        await ot_send(
+            ch,
+            bob,
+            [[_label(perm[j]) for j in range(n)]],
+            tag_prefix=f"{tag}/label",
+            rng=protocol_rng(seed, params.protocol_name, ch.role, "label-ot"),
+        )
     else:
         w = (await ch.recv(bob, f"{tag}/winner", pb.Ints)).values
         if len(w) != 1 or not 0 <= w[0] < n:
             raise InvalidMessage(f"{tag}/winner from {bob} is not a position in 0..{n - 1}")
         c = perm[w[0]]
-        (name,) = await ot_choose(ch, bob, [c], n, tag_prefix=f"{tag}/label",
-                                  rng=protocol_rng(seed, params.protocol_name, ch.role, "label-ot"))
+        (name,) = await ot_choose(
+            ch,
+            bob,
+            [c],
+            n,
+            tag_prefix=f"{tag}/label",
+            rng=protocol_rng(seed, params.protocol_name, ch.role, "label-ot"),
+        )
         speaker = _parse_name(name, bob)
         learned = True
     online["output"] = time.perf_counter() - t0
-    timings = {"offline": offline, "online": _close_clock(online), "frames": frames,
-               "total": time.perf_counter() - t_start}
+    timings = {
+        "offline": offline,
+        "online": _close_clock(online),
+        "frames": frames,
+        "total": time.perf_counter() - t_start,
+    }
     return IdentifyResult(learned, speaker, frames, timings, ch.stats.as_dict(), prepare_next=sizes)
 
 
@@ -586,18 +756,25 @@ def _parse_name(raw: bytes, bob: str) -> str | None:
     return check_name(name)
 
 
-async def identify_bob(ch: Channel, models: SpeakerModels, params: IdentifyParams, *, alice: str = ALICE,
-                       seed: SeedLike = None, allow_insecure_keys: bool = False, dgk_key=None,
-                       zeta_key: PrivateKey | None = None) -> IdentifyResult:
+async def identify_bob(
+    ch: Channel,
+    models: SpeakerModels,
+    params: IdentifyParams,
+    *,
+    alice: str = ALICE,
+    seed: SeedLike = None,
+    allow_insecure_keys: bool = False,
+    dgk_key=None,
+    zeta_key: PrivateKey | None = None,
+) -> IdentifyResult:
     """Role Bob of ``speaker-identify``: the UBM, the enrolled models, θ; learns the speaker (or "none")
     with ``output = "bob"`` (the default) and nothing else."""
     params.validate()
     t_start = time.perf_counter()
     _check_models(models, params)
     K, Kbar, n = models.n_speakers, params.max_speakers, params.candidates
-    if K > Kbar:
-        raise InputRejected("more enrolled speakers than the session's public bound max_speakers",
-                            f"{K} > {Kbar}")
+    if Kbar < K:
+        raise InputRejected("more enrolled speakers than the session's public bound max_speakers", f"{K} > {Kbar}")
     F = params.log_frac_bits
     theta = _threshold_int(models.threshold, F)
     rng = protocol_rng(seed, params.protocol_name, ch.role)
@@ -605,14 +782,18 @@ async def identify_bob(ch: Channel, models: SpeakerModels, params: IdentifyParam
     # --- Steps 1-2: the padded speakers (dummies: the UBM itself) and the UBM.
     gmms = [models.speaker(k) if k < K else models.ubm for k in range(Kbar)] + [models.ubm]
     labels = [models.names[k] if k < K else f"~pad{k}" for k in range(Kbar)] + ["~ubm"]
-    pk, lls, offline, online, T = await _bob_forward(ch, gmms, labels, models, params, tag, seed, alice,
-                                                           allow_insecure_keys)
+    pk, lls, offline, online, T = await _bob_forward(
+        ch, gmms, labels, models, params, tag, seed, alice, allow_insecure_keys
+    )
     t0 = time.perf_counter()
     n2 = pk.nsquare
     # --- Step 3: candidates, ξ(v_j + r_j) and ζ(r_j).
     if zeta_key is None:
-        _, zeta_key = generate_keypair(params.key_bits, allow_insecure=allow_insecure_keys,
-                                       rng=protocol_rng(seed, params.protocol_name, ch.role, "zeta-key"))
+        _, zeta_key = generate_keypair(
+            params.key_bits,
+            allow_insecure=allow_insecure_keys,
+            rng=protocol_rng(seed, params.protocol_name, ch.role, "zeta-key"),
+        )
     zeta_pk = zeta_key.public_key
     await ch.send(alice, f"{tag}/zeta-pk", public_key_to_proto(zeta_pk))
     L, Lv, kappa = params.score_bits, params.value_bits, params.stat_bits
@@ -621,32 +802,51 @@ async def identify_bob(ch: Channel, models: SpeakerModels, params: IdentifyParam
     for j in range(n):
         rj = rng.randrange(0, 1 << (Lv + kappa))
         r.append(rj)
-        if j == 0:                                 # "none": D = 0, tie offset 0
+        if j == 0:  # "none": D = 0, tie offset 0
             c = pk.raw_encrypt(rj)
-        elif j - 1 < K:                            # speaker j − 1: (K̄+1)·(ℓ_k − ℓ_UBM − T·fx(θ)) + (K̄+1 − j)
+        elif j - 1 < K:  # speaker j − 1: (K̄+1)·(ℓ_k − ℓ_UBM − T·fx(θ)) + (K̄+1 − j)
             d = lls[j - 1] * inv_ubm % n2
-            c = pk.rerandomize(gmpy2.powmod(d, n, n2)
-                                 * ((1 + pk.n * pk.raw_plain(-n * T * theta + (n - j) + rj)) % n2) % n2)
-        else:                                      # a dummy: below every real score
+            c = pk.rerandomize(
+                gmpy2.powmod(d, n, n2) * ((1 + pk.n * pk.raw_plain(-n * T * theta + (n - j) + rj)) % n2) % n2
+            )
+        else:  # a dummy: below every real score
             c = pk.raw_encrypt(-n * (1 << L) + (n - j) + rj)
         masked.append(c)
     await ch.send(alice, f"{tag}/masked", EncryptedVector(pk, masked, n, 0, UNPACKED).to_proto())
     zr = [zeta_pk.raw_encrypt_textbook(rj) for rj in r]
     await ch.send(alice, f"{tag}/zeta-r", EncryptedVector(zeta_pk, zr, n, 0, UNPACKED).to_proto())
     # --- Step 4 (Bob's half): y_j = r_{π(j)} + s_j.
-    sh = EncryptedVector.from_proto(await ch.recv(alice, f"{tag}/shuffled", pb.CiphertextVector), zeta_pk, length=n,
-                                    exponent=0, packing=UNPACKED, what=f"{tag}/shuffled from {alice}")
+    sh = EncryptedVector.from_proto(
+        await ch.recv(alice, f"{tag}/shuffled", pb.CiphertextVector),
+        zeta_pk,
+        length=n,
+        exponent=0,
+        packing=UNPACKED,
+        what=f"{tag}/shuffled from {alice}",
+    )
     y = sh.decrypt_ints(zeta_key)
     if any(not 0 <= v < (1 << (Lv + kappa)) + (1 << (Lv + 2 * kappa)) for v in y):
         raise InvalidMessage(f"{tag}/shuffled from {alice} holds values outside the shares' range")
     # --- Step 5: all pairs; z_pq = [v_π(p) < v_π(q)].
     if dgk_key is None:
-        dgk_key = dgk.generate_keypair(params.dgk_bits, params.dgk_t, max_ell=max(params.ell, dgk.DEFAULT_MAX_ELL),
-                                       allow_insecure=allow_insecure_keys,
-                                       rng=protocol_rng(seed, params.protocol_name, ch.role, "dgk-key"))
+        dgk_key = dgk.generate_keypair(
+            params.dgk_bits,
+            params.dgk_t,
+            max_ell=max(params.ell, dgk.DEFAULT_MAX_ELL),
+            allow_insecure=allow_insecure_keys,
+            rng=protocol_rng(seed, params.protocol_name, ch.role, "dgk-key"),
+        )
     pairs = [(p, q) for p in range(n) for q in range(p + 1, n)]
-    z = await compare_holder_b(ch, alice, [y[p] - y[q] for p, q in pairs], ell=params.ell, key=dgk_key,
-                               predicate="lt", output="b", tag_prefix=f"{tag}/cmp")
+    z = await compare_holder_b(
+        ch,
+        alice,
+        [y[p] - y[q] for p, q in pairs],
+        ell=params.ell,
+        key=dgk_key,
+        predicate="lt",
+        output="b",
+        tag_prefix=f"{tag}/cmp",
+    )
     wins = [0] * n
     for (p, q), lt in zip(pairs, z):
         wins[q if lt else p] += 1
@@ -660,8 +860,14 @@ async def identify_bob(ch: Channel, models: SpeakerModels, params: IdentifyParam
     speaker, learned = None, False
     names = [b""] + [models.names[k].encode() if k < K else b"" for k in range(Kbar)]
     if params.output == BOB:
-        (lab,) = await ot_choose(ch, alice, [w], n, tag_prefix=f"{tag}/label",
-                                 rng=protocol_rng(seed, params.protocol_name, ch.role, "label-ot"))
+        (lab,) = await ot_choose(
+            ch,
+            alice,
+            [w],
+            n,
+            tag_prefix=f"{tag}/label",
+            rng=protocol_rng(seed, params.protocol_name, ch.role, "label-ot"),
+        )
         if len(lab) != 2:
             raise InvalidMessage(f"the candidate label from {alice} is not a 2-byte index")
         c = struct.unpack(">H", lab)[0]
@@ -671,8 +877,13 @@ async def identify_bob(ch: Channel, models: SpeakerModels, params: IdentifyParam
     else:
         await ch.send(alice, f"{tag}/winner", pb.Ints(values=[w]))
         width = max(len(x) for x in names)
-        await ot_send(ch, alice, [[x.ljust(width, b"\0") for x in names]], tag_prefix=f"{tag}/label",
-                      rng=protocol_rng(seed, params.protocol_name, ch.role, "label-ot"))
+        await ot_send(
+            ch,
+            alice,
+            [[x.ljust(width, b"\0") for x in names]],
+            tag_prefix=f"{tag}/label",
+            rng=protocol_rng(seed, params.protocol_name, ch.role, "label-ot"),
+        )
     online["output"] = time.perf_counter() - t0
     timings = {"offline": offline, "online": _close_clock(online), "frames": T, "total": time.perf_counter() - t_start}
     return IdentifyResult(learned, speaker, T, timings, ch.stats.as_dict())
@@ -680,8 +891,8 @@ async def identify_bob(ch: Channel, models: SpeakerModels, params: IdentifyParam
 
 __all__ = (
     "ALICE",
-    "AliceSizes",
     "BOB",
+    "AliceSizes",
     "IdentifyParams",
     "IdentifyResult",
     "VerifyParams",

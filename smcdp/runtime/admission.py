@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from smcdp.errors import InvalidMessage, PermissionDenied, PreconditionFailed, SmcdpError
 from smcdp.net.grpc_channel import AlreadyExists
@@ -42,20 +43,21 @@ class Admission:
         operator's approval)."""
         core = self.core
         core.refuse_when_shutting_down()
-        check_namespace(peer, spec.session_id)   # no member can take another's session ids
+        check_namespace(peer, spec.session_id)  # no member can take another's session ids
         roles = parse_roles(spec.roles)
         if peer not in roles.values():
-            raise PermissionDenied(f"party {peer!r} proposed session {spec.session_id!r} but holds "
-                                   "no role in it")
+            raise PermissionDenied(f"party {peer!r} proposed session {spec.session_id!r} but holds no role in it")
         mine = [r for r, p in roles.items() if p == core.name]
         if not mine:
-            raise InvalidMessage(f"party {core.name!r} holds no role in the proposed session "
-                                 f"{spec.session_id!r} (roles: {roles})")
+            raise InvalidMessage(
+                f"party {core.name!r} holds no role in the proposed session {spec.session_id!r} (roles: {roles})"
+            )
         unknown = sorted(p for p in roles.values() if p != core.name and p not in core.config.peers)
         if unknown:
             raise PreconditionFailed(
                 f"party {core.name!r} has no address for {', '.join(unknown)} "
-                f"(add them to [peers] in {core.config.source or 'its configuration'})")
+                f"(add them to [peers] in {core.config.source or 'its configuration'})"
+            )
         if spec.session_id not in core.sessions:  # slots, timeout and seed rules before any validation work
             check_proposal(core.sessions.values(), peer, spec, core.config.limits, core.name, core.admitting)
         # a proposal being admitted holds a pending slot of its initiator until its session exists
@@ -65,56 +67,76 @@ class Admission:
         finally:
             registered()
 
-    async def _admit(self, peer: str, spec: SessionSpec, roles: dict[str, str], role: str,
-                     registered: Callable[[], None]) -> str | PendingApproval:
+    async def _admit(
+        self, peer: str, spec: SessionSpec, roles: dict[str, str], role: str, registered: Callable[[], None]
+    ) -> str | PendingApproval:
         core = self.core
         plugin = get_plugin(spec.protocol)
         params = _checked_params(plugin, spec, roles, role)
         repeated = self._repeated(peer, spec, roles, params)
         if repeated is not None:
             return repeated
-        if spec.session_id in core.sessions or core.records.exists(spec.session_id) \
-                or Checkpoint.directory(core.sessions_dir, spec.session_id).exists():
+        if (
+            spec.session_id in core.sessions
+            or core.records.exists(spec.session_id)
+            or Checkpoint.directory(core.sessions_dir, spec.session_id).exists()
+        ):
             raise AlreadyExists(f"session {spec.session_id!r} already exists at party {core.name!r}")
         spec = SessionSpec(spec.session_id, spec.protocol, roles, params, spec.timeout_seconds, spec.seed)
         # governance: seed rule, policy, approval, budget reservation, audit.  Refuses before any input
         # is read; may answer "pending" (operator approval).
-        admitted = await asyncio.get_running_loop().run_in_executor(
-            None, core.governor.admit, peer, spec, plugin, role)
+        admitted = await asyncio.get_running_loop().run_in_executor(None, core.governor.admit, peer, spec, plugin, role)
         if isinstance(admitted, PendingApproval):
             return admitted
-        repeated = self._repeated(peer, spec, roles, params)   # admitted twice concurrently
+        repeated = self._repeated(peer, spec, roles, params)  # admitted twice concurrently
         if repeated is not None:
             return repeated
-        if spec.session_id in core.sessions:   # another proposal took this id meanwhile (its reservation)
+        if spec.session_id in core.sessions:  # another proposal took this id meanwhile (its reservation)
             raise AlreadyExists(f"session {spec.session_id!r} already exists at party {core.name!r}")
         spec, plugin = admitted, core.governor.wrap(plugin, spec.session_id)
         # the role's randomness root: this party's own secret, or -- only where its policy allows
         # seeded sessions (the governor refused a seed otherwise) -- the experiment seed
-        randomness = (await asyncio.get_running_loop().run_in_executor(None, core.next_root.take)
-                      if spec.seed is None else Randomness.from_seed(spec.seed))
+        randomness = (
+            await asyncio.get_running_loop().run_in_executor(None, core.next_root.take)
+            if spec.seed is None
+            else Randomness.from_seed(spec.seed)
+        )
         cp = Checkpoint.create(
-            core.sessions_dir, session_id=spec.session_id, protocol=spec.protocol, roles=roles, params=params,
-            timeout_seconds=spec.timeout_seconds, seed=spec.seed, initiator=peer, role=role,
-            randomness=randomness)
+            core.sessions_dir,
+            session_id=spec.session_id,
+            protocol=spec.protocol,
+            roles=roles,
+            params=params,
+            timeout_seconds=spec.timeout_seconds,
+            seed=spec.seed,
+            initiator=peer,
+            role=role,
+            randomness=randomness,
+        )
         s = Session(core, spec, role, plugin, peer, cp)
         core.register(s)
-        registered()                  # it holds its slot as a session from now on, not twice
+        registered()  # it holds its slot as a session from now on, not twice
         await core.wait_ready(s)
         if s.channel is None:
             core.governor.abandon(spec.session_id, "its thread did not start")
             raise SmcdpError(f"session {spec.session_id}: its thread did not start")
-        log.info("session %s (%s) proposed by %s; %s plays %s", spec.session_id, spec.protocol,
-                 peer, core.name, role)
+        log.info("session %s (%s) proposed by %s; %s plays %s", spec.session_id, spec.protocol, peer, core.name, role)
         return role
 
-    def _repeated(self, peer: str, spec: SessionSpec, roles: Mapping[str, str], params: Mapping[str, Any]
-                  ) -> str | None:
+    def _repeated(
+        self, peer: str, spec: SessionSpec, roles: Mapping[str, str], params: Mapping[str, Any]
+    ) -> str | None:
         """The role of a live session this very proposal already created (a retried Propose)."""
         existing = self.core.sessions.get(spec.session_id)
-        if existing is not None and existing.initiator == peer and existing.spec.protocol == spec.protocol \
-                and dict(existing.spec.roles) == dict(roles) and dict(existing.spec.params) == params \
-                and existing.spec.seed == spec.seed and not existing.done.done():
+        if (
+            existing is not None
+            and existing.initiator == peer
+            and existing.spec.protocol == spec.protocol
+            and dict(existing.spec.roles) == dict(roles)
+            and dict(existing.spec.params) == params
+            and existing.spec.seed == spec.seed
+            and not existing.done.done()
+        ):
             # A retried Propose (the first reply was lost or late): the same proposal is accepted again.
             log.info("session %s: repeated proposal from %s accepted again", spec.session_id, peer)
             return existing.role
@@ -129,9 +151,11 @@ def _checked_params(plugin, spec: SessionSpec, roles: dict[str, str], role: str)
         plugin.traffic_envelope(params, dict(roles), role)
     except SmcdpError:
         raise
-    except (ValueError, TypeError, KeyError, ArithmeticError) as exc:   # a plug-in's gap: still the
-        raise InvalidMessage(f"invalid parameters for {spec.protocol!r}: "  # caller's parameters
-                             f"{type(exc).__name__}: {exc}") from None
+    except (ValueError, TypeError, KeyError, ArithmeticError) as exc:  # a plug-in's gap: still the
+        raise InvalidMessage(
+            f"invalid parameters for {spec.protocol!r}: "  # caller's parameters
+            f"{type(exc).__name__}: {exc}"
+        ) from None
     try:
         json.dumps(params)
     except (TypeError, ValueError) as exc:

@@ -17,16 +17,18 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from smcdp.errors import InvalidMessage
 from smcdp.runtime import failpoints
 from smcdp.runtime.local import LocalCluster
 
 ACTIONS = ("kill", "stop")
-_SPEC_RE = re.compile(r"^(?P<action>[a-z]+):(?P<party>[A-Za-z0-9][A-Za-z0-9._-]*):(?P<when>round|after)="
-                      r"(?P<value>[0-9]+(\.[0-9]+)?)(?P<opts>(,[a-z]+=[A-Za-z0-9.]+)*)$")
+_SPEC_RE = re.compile(
+    r"^(?P<action>[a-z]+):(?P<party>[A-Za-z0-9][A-Za-z0-9._-]*):(?P<when>round|after)="
+    r"(?P<value>[0-9]+(\.[0-9]+)?)(?P<opts>(,[a-z]+=[A-Za-z0-9.]+)*)$"
+)
 
 
 @dataclass(frozen=True)
@@ -39,11 +41,13 @@ class ChaosAction:
     duration: float = 10.0
 
     @classmethod
-    def parse(cls, text: str) -> "ChaosAction":
+    def parse(cls, text: str) -> ChaosAction:
         m = _SPEC_RE.match(text.strip())
         if not m:
-            raise InvalidMessage(f"--chaos {text!r} is not ACTION:PARTY:round=R or ACTION:PARTY:after=SECONDS "
-                                 "[,restart=no][,for=SECONDS]")
+            raise InvalidMessage(
+                f"--chaos {text!r} is not ACTION:PARTY:round=R or ACTION:PARTY:after=SECONDS "
+                "[,restart=no][,for=SECONDS]"
+            )
         action = m["action"]
         if action not in ACTIONS:
             raise InvalidMessage(f"--chaos action {action!r} is not one of {', '.join(ACTIONS)}")
@@ -95,10 +99,12 @@ class Chaos:
     def __post_init__(self) -> None:
         for a in self.actions:
             if a.party not in self.cluster.configs:
-                raise InvalidMessage(f"--chaos names {a.party!r}, which is not a party of this demo "
-                                     f"({', '.join(sorted(self.cluster.configs))})")
+                raise InvalidMessage(
+                    f"--chaos names {a.party!r}, which is not a party of this demo "
+                    f"({', '.join(sorted(self.cluster.configs))})"
+                )
 
-    def start(self) -> "Chaos":
+    def start(self) -> Chaos:
         self._t0 = time.monotonic()
         self._thread = threading.Thread(target=self._main, daemon=True, name="chaos")
         self._thread.start()
@@ -116,9 +122,9 @@ class Chaos:
         poll sees it), so its moment is the process's death or self-stop."""
         armed = a.round is not None
         where = self.cluster.failpoint_dir(a.party)
-        if a.round is not None:     # armed (spelled out, so that the round's type narrows)
+        if a.round is not None:  # armed (spelled out, so that the round's type narrows)
             if a.action == "kill" and a.restart:
-                self.cluster.restarting.add(a.party)   # run() waits for its record, not "unknown"
+                self.cluster.restarting.add(a.party)  # run() waits for its record, not "unknown"
             failpoints.arm_kill(where, self.session_id, a.round, a.action)
         while not self._stop.is_set():
             if armed and (self.cluster.procs[a.party].poll() is not None or failpoints.stopped(where)):
@@ -141,14 +147,14 @@ class Chaos:
                     continue
                 at = time.monotonic() - self._t0
                 if a.action == "kill":
-                    self.cluster.kill(a.party, restart=a.restart)      # (already dead if its failpoint fired)
-                    failpoints.disarm(self.cluster.failpoint_dir(a.party))   # the new process must not die again
+                    self.cluster.kill(a.party, restart=a.restart)  # (already dead if its failpoint fired)
+                    failpoints.disarm(self.cluster.failpoint_dir(a.party))  # the new process must not die again
                     if a.restart:
                         time.sleep(self.restart_delay)
                         self.cluster.restart(a.party)
                         self.restarts += 1
                 else:
-                    self.cluster.pause(a.party)          # (already stopped if its failpoint fired)
+                    self.cluster.pause(a.party)  # (already stopped if its failpoint fired)
                     failpoints.disarm(self.cluster.failpoint_dir(a.party))
                     time.sleep(a.duration)
                     self.cluster.cont(a.party)

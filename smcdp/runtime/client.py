@@ -12,7 +12,8 @@ import json
 import os
 import threading
 import time
-from typing import Any, Callable, Iterable, Mapping, cast
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, cast
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -47,17 +48,25 @@ def _operator_channel(config: PartyConfig, party: str | None = None) -> grpc.Cha
     tls = TlsMaterial.load(config.tls.ca, config.tls.cert, config.tls.key)
     target = party or config.name
     creds = grpc.ssl_channel_credentials(tls.ca_pem, tls.key_pem, tls.cert_pem)
-    return grpc.secure_channel(config.address_of(target), creds,
-                               options=channel_options() + [("grpc.ssl_target_name_override", target)])
+    return grpc.secure_channel(
+        config.address_of(target), creds, options=channel_options() + [("grpc.ssl_target_name_override", target)]
+    )
 
 
 def _as_config(config: str | os.PathLike | PartyConfig) -> PartyConfig:
     return config if isinstance(config, PartyConfig) else load_config(config)
 
 
-def start_session(config: str | os.PathLike | PartyConfig, protocol: str, roles: Mapping[str, str],
-                  params: Mapping[str, Any] | None = None, *, session_id: str | None = None,
-                  timeout: float | None = None, seed: int | None = None) -> dict:
+def start_session(
+    config: str | os.PathLike | PartyConfig,
+    protocol: str,
+    roles: Mapping[str, str],
+    params: Mapping[str, Any] | None = None,
+    *,
+    session_id: str | None = None,
+    timeout: float | None = None,
+    seed: int | None = None,
+) -> dict:
     """Run a session with this party as initiator; return its durable record.
 
     Connects to the party's own server (address from its config) with the
@@ -71,8 +80,7 @@ def start_session(config: str | os.PathLike | PartyConfig, protocol: str, roles:
     Unavailable naming it.  A party that restarts within the grace resumes the session
     from its checkpoint, and this follows it to its end.
     """
-    return begin_session(config, protocol, roles, params, session_id=session_id, timeout=timeout,
-                         seed=seed).result()
+    return begin_session(config, protocol, roles, params, session_id=session_id, timeout=timeout, seed=seed).result()
 
 
 class StartCall:
@@ -92,9 +100,10 @@ class StartCall:
         self._end = end
         self._channel = _operator_channel(cfg)
         self._future = getattr(tgrpc.ControlStub(self._channel), method).future(
-            request, timeout=max(1.0, end - time.monotonic()))
+            request, timeout=max(1.0, end - time.monotonic())
+        )
         self._method = method
-        self._returned = threading.Event()        # set by the call's own completion: no polling for it
+        self._returned = threading.Event()  # set by the call's own completion: no polling for it
         self._future.add_done_callback(lambda _f: self._returned.set())
         self._outcome: tuple[dict | None, SmcdpError | None] | None = None
         #: when the party last answered (its call, or a probe): the liveness clock
@@ -116,8 +125,9 @@ class StartCall:
     def result(self) -> dict:
         return self.wait()
 
-    def wait(self, timeout: float | None = None, on_status: Callable[[dict], None] | None = None,
-             poll: float = 1.0) -> dict:
+    def wait(
+        self, timeout: float | None = None, on_status: Callable[[dict], None] | None = None, poll: float = 1.0
+    ) -> dict:
         """The session's record once it ended; its failure raised.  ``timeout``: DeadlineExceeded after
         that long (the session and the call run on); ``on_status``: each probe's GetStatus answer."""
         end = None if timeout is None else time.monotonic() + timeout
@@ -125,11 +135,12 @@ class StartCall:
         every = poll if on_status is not None else max(poll, self.grace / 6)
         while not self.done():
             if end is not None and time.monotonic() >= end:
-                raise DeadlineExceeded(f"session {self.session_id} did not end within {timeout:g} s "
-                                       "(it is still running)")
+                raise DeadlineExceeded(
+                    f"session {self.session_id} did not end within {timeout:g} s (it is still running)"
+                )
             self._probe(on_status)
             _sleep_until(self, every if end is None else max(0.0, min(every, end - time.monotonic())))
-        if on_status is not None and self._outcome is None:   # how it ended (the last round, the state)
+        if on_status is not None and self._outcome is None:  # how it ended (the last round, the state)
             self._probe(on_status)
         if self._outcome is None:
             self._outcome = self._settle()
@@ -142,8 +153,9 @@ class StartCall:
     def _probe(self, on_status: Callable[[dict], None] | None) -> None:
         """GetStatus once: the party answered (even "no such session yet"), or it has been silent so long."""
         try:
-            st = get_status(self.config, self.session_id, timeout=max(1.0, min(10.0, self.grace / 3)),
-                            channel=self._channel)     # the call's own connection: no handshake per probe
+            st = get_status(
+                self.config, self.session_id, timeout=max(1.0, min(10.0, self.grace / 3)), channel=self._channel
+            )  # the call's own connection: no handshake per probe
         except NotFound:
             self.last_answer = time.monotonic()
             return
@@ -168,7 +180,7 @@ class StartCall:
             except grpc.RpcError as exc:
                 err = _client_error(exc, self.config, self._method)
                 if not isinstance(err, Unavailable) or isinstance(err, SessionAborted):
-                    return None, err        # the session's outcome, not a lost call
+                    return None, err  # the session's outcome, not a lost call
             finally:
                 self.close()
             return follow_session(self.config, self.session_id, self._end - time.monotonic(), lost=err), None
@@ -191,7 +203,8 @@ def silent_party(cfg: PartyConfig, session_id: str, silent: float, last: BaseExc
         f"party {cfg.name!r} ({cfg.address_of(cfg.name)}), which runs session {session_id} for this operator, "
         f"has not answered for {silent:.0f} s (peer_grace_seconds = {cfg.timeouts.peer_grace_seconds:g}): it is "
         f"down, paused or cut off.  If it comes back, its checkpoint continues the session: 'smcdp session "
-        f"status {session_id}' then tells how it stands" + (f" (last error: {last})" if last is not None else ""))
+        f"status {session_id}' then tells how it stands" + (f" (last error: {last})" if last is not None else "")
+    )
     exc.origin = cfg.name
     return exc
 
@@ -201,31 +214,51 @@ def wait_bound(cfg: PartyConfig, session_seconds: float | None = None) -> float:
     return (session_seconds or cfg.timeouts.session_seconds) + cfg.timeouts.connect_seconds + 30.0
 
 
-def begin_session(config: str | os.PathLike | PartyConfig, protocol: str, roles: Mapping[str, str],
-                  params: Mapping[str, Any] | None = None, *, session_id: str | None = None,
-                  timeout: float | None = None, seed: int | None = None) -> StartCall:
+def begin_session(
+    config: str | os.PathLike | PartyConfig,
+    protocol: str,
+    roles: Mapping[str, str],
+    params: Mapping[str, Any] | None = None,
+    *,
+    session_id: str | None = None,
+    timeout: float | None = None,
+    seed: int | None = None,
+) -> StartCall:
     """Start a session with this party as initiator without waiting; ``.wait()`` waits (see :class:`StartCall`)."""
     cfg = _as_config(config)
     # known here, so the session can be followed: in this party's namespace, as the party names it
     sid = namespaced(cfg.name, session_id or new_session_id(protocol))
-    req = tpb.StartSessionRequest(protocol=protocol, roles=dict(roles),
-                                  params_json=json.dumps(dict(params or {})),
-                                  session_id=sid, timeout_seconds=timeout or 0)
+    req = tpb.StartSessionRequest(
+        protocol=protocol,
+        roles=dict(roles),
+        params_json=json.dumps(dict(params or {})),
+        session_id=sid,
+        timeout_seconds=timeout or 0,
+    )
     if seed is not None:
         req.seed = seed
     return StartCall(cfg, "StartSession", req, sid, time.monotonic() + wait_bound(cfg, timeout))
 
 
-def begin_resume(config: str | os.PathLike | PartyConfig, session_id: str,
-                 timeout: float | None = None) -> StartCall:
+def begin_resume(config: str | os.PathLike | PartyConfig, session_id: str, timeout: float | None = None) -> StartCall:
     """Continue a resumably failed session this party initiated, without waiting (see :class:`StartCall`)."""
     cfg = _as_config(config)
-    return StartCall(cfg, "ResumeSession", tpb.SessionRef(session_id=session_id), session_id,
-                     time.monotonic() + wait_bound(cfg, timeout))
+    return StartCall(
+        cfg,
+        "ResumeSession",
+        tpb.SessionRef(session_id=session_id),
+        session_id,
+        time.monotonic() + wait_bound(cfg, timeout),
+    )
 
 
-def follow_session(config: str | os.PathLike | PartyConfig, session_id: str, timeout: float,
-                   lost: SmcdpError | None = None, poll: float = 0.5) -> dict:
+def follow_session(
+    config: str | os.PathLike | PartyConfig,
+    session_id: str,
+    timeout: float,
+    lost: SmcdpError | None = None,
+    poll: float = 0.5,
+) -> dict:
     """Wait until ``session_id`` ends at this party (coming back after a restart); return its record.
 
     Raises the record's error if it failed, ``lost`` if the party never heard of the
@@ -257,16 +290,19 @@ def follow_session(config: str | os.PathLike | PartyConfig, session_id: str, tim
             e = rec.get("error") or {}
             code, origin = e.get("code", "INTERNAL"), e.get("origin")
             msg = f"session {session_id} failed: {e.get('message', '')}"
-            if origin and origin != cfg.name:      # it started at another party: named, and typed by its code
+            if origin and origin != cfg.name:  # it started at another party: named, and typed by its code
                 raise remote_failure(code, msg, origin)
             raise error_for_code(code, msg, origin)
         time.sleep(poll)
-    raise Unavailable(f"session {session_id} at party {cfg.name!r} did not end within the wait of {timeout:.0f} s"
-                      + (f" (last error: {last})" if last is not None else ""))
+    raise Unavailable(
+        f"session {session_id} at party {cfg.name!r} did not end within the wait of {timeout:.0f} s"
+        + (f" (last error: {last})" if last is not None else "")
+    )
 
 
-def get_status(config: str | os.PathLike | PartyConfig, session_id: str, timeout: float = 10.0,
-               channel: grpc.Channel | None = None) -> dict:
+def get_status(
+    config: str | os.PathLike | PartyConfig, session_id: str, timeout: float = 10.0, channel: grpc.Channel | None = None
+) -> dict:
     """How ``session_id`` stands at this party now: state, round, step, restarts, peers' liveness.
     ``channel``: an operator channel already open (no new TLS handshake), else one for this call."""
     cfg = _as_config(config)
@@ -281,8 +317,7 @@ def get_status(config: str | os.PathLike | PartyConfig, session_id: str, timeout
     return json.loads(reply.status_json)
 
 
-def resume_session(config: str | os.PathLike | PartyConfig, session_id: str,
-                   timeout: float | None = None) -> dict:
+def resume_session(config: str | os.PathLike | PartyConfig, session_id: str, timeout: float | None = None) -> dict:
     """Continue a session this party initiated that failed resumably; return its record when it ends
     (following the party's liveness as :func:`start_session` does)."""
     return begin_resume(config, session_id, timeout).result()
@@ -293,8 +328,7 @@ def get_result(config: str | os.PathLike | PartyConfig, session_id: str, timeout
     cfg = _as_config(config)
     with _operator_channel(cfg) as ch:
         try:
-            reply = tgrpc.ControlStub(ch).GetResult(tpb.SessionRef(session_id=session_id),
-                                                    timeout=timeout)
+            reply = tgrpc.ControlStub(ch).GetResult(tpb.SessionRef(session_id=session_id), timeout=timeout)
         except grpc.RpcError as exc:
             raise _client_error(exc, cfg, "GetResult") from None
     return json.loads(reply.record_json)
@@ -308,8 +342,9 @@ def _control(cfg: PartyConfig, method: str, request, timeout: float):
             raise _client_error(exc, cfg, method) from None
 
 
-def list_sessions(config: str | os.PathLike | PartyConfig, pending_only: bool = False,
-                  timeout: float = 30.0) -> list[dict]:
+def list_sessions(
+    config: str | os.PathLike | PartyConfig, pending_only: bool = False, timeout: float = 30.0
+) -> list[dict]:
     """Proposals (pending and decided) and sessions at this party, as dicts (docs/governance.md)."""
     cfg = _as_config(config)
     reply = _control(cfg, "ListSessions", tpb.ListSessionsRequest(pending_only=pending_only), timeout)
@@ -329,8 +364,9 @@ def approve_session(config: str | os.PathLike | PartyConfig, session_id: str, ti
     return json.loads(_control(cfg, "ApproveSession", req, timeout).info_json)
 
 
-def reject_session(config: str | os.PathLike | PartyConfig, session_id: str, reason: str,
-                   timeout: float = 60.0) -> dict:
+def reject_session(
+    config: str | os.PathLike | PartyConfig, session_id: str, reason: str, timeout: float = 60.0
+) -> dict:
     """Reject a pending (or approved, not yet started) proposal; the initiator is told ``reason``."""
     cfg = _as_config(config)
     req = tpb.DecisionRequest(session_id=session_id, reason=reason)
@@ -345,26 +381,26 @@ def _client_error(exc: grpc.RpcError, cfg: PartyConfig, what: str) -> SmcdpError
     except Exception:  # noqa: BLE001 - errors raised before any response carry no metadata
         session_failed = False
     if exc.code() == grpc.StatusCode.UNAVAILABLE and not session_failed:
-        return Unavailable(f"{what}: party {cfg.name!r} is not reachable at "
-                           f"{cfg.address_of(cfg.name)}: {exc.details()}")
+        return Unavailable(
+            f"{what}: party {cfg.name!r} is not reachable at {cfg.address_of(cfg.name)}: {exc.details()}"
+        )
     return error_from_rpc(exc, f"{what} at party {cfg.name!r}")
 
 
-def check_health(config: str | os.PathLike | PartyConfig, peer: str | None = None,
-                 timeout: float = 5.0, service: str = "") -> str:
+def check_health(
+    config: str | os.PathLike | PartyConfig, peer: str | None = None, timeout: float = 5.0, service: str = ""
+) -> str:
     """grpc.health.v1 status of this party's server (or of ``peer``), e.g. ``"SERVING"``."""
     cfg = _as_config(config)
     with _operator_channel(cfg, peer) as ch:
         try:
-            resp = health_pb2_grpc.HealthStub(ch).Check(
-                health_pb2.HealthCheckRequest(service=service), timeout=timeout)
+            resp = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
         except grpc.RpcError as exc:
             raise error_from_rpc(exc, f"health check of {peer or cfg.name!r}") from None
     return health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
 
 
-def wait_healthy(config: str | os.PathLike | PartyConfig, peer: str | None = None,
-                 timeout: float = 30.0) -> None:
+def wait_healthy(config: str | os.PathLike | PartyConfig, peer: str | None = None, timeout: float = 30.0) -> None:
     """Block until the party (or ``peer``) answers SERVING; raise Unavailable after ``timeout``."""
     cfg = _as_config(config)
     end = time.monotonic() + timeout
@@ -380,5 +416,3 @@ def wait_healthy(config: str | os.PathLike | PartyConfig, peer: str | None = Non
         if time.monotonic() >= end:
             raise Unavailable(f"party {peer or cfg.name!r} not healthy within {timeout:g} s: {last}")
         time.sleep(0.2)
-
-

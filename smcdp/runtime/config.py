@@ -69,9 +69,10 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from smcdp._files import atomic_write
 from smcdp._optional import require
@@ -131,18 +132,18 @@ class PartyConfig(NetConfig):
     inputs: Mapping[str, Mapping[str, Path]] = field(default_factory=dict)
     plugins: tuple[str, ...] = ()
     allow_insecure_keys: bool = False
-    policy: Policy | None = None          # None: no [policy] (see docs/governance.md)
-    budget: BudgetConfig | None = None    # None: no [budget]
+    policy: Policy | None = None  # None: no [policy] (see docs/governance.md)
+    budget: BudgetConfig | None = None  # None: no [budget]
     logging: LoggingConfig = field(default_factory=LoggingConfig)
-    compute: ComputeConfig = field(default_factory=ComputeConfig)   # [compute]
-    console: ConsoleConfig = field(default_factory=ConsoleConfig)   # [console]
+    compute: ComputeConfig = field(default_factory=ComputeConfig)  # [compute]
+    console: ConsoleConfig = field(default_factory=ConsoleConfig)  # [console]
 
 
 def _parse_inputs(inputs_t: Mapping[str, Any], base: Path) -> dict[str, dict[str, Path]]:
     inputs: dict[str, dict[str, Path]] = {}
     for proto, tbl in inputs_t.items():
         if not isinstance(tbl, dict):
-            raise ConfigError(f"inputs.{proto} must be a table of name = \"path\"")
+            raise ConfigError(f'inputs.{proto} must be a table of name = "path"')
         entries = {}
         for k in tbl:
             if not _KEY_RE.match(k):
@@ -152,16 +153,17 @@ def _parse_inputs(inputs_t: Mapping[str, Any], base: Path) -> dict[str, dict[str
     return inputs
 
 
-def parse_config(data: Mapping[str, Any], base_dir: str | os.PathLike,
-                 source: Path | None = None) -> PartyConfig:
+def parse_config(data: Mapping[str, Any], base_dir: str | os.PathLike, source: Path | None = None) -> PartyConfig:
     """Validate a parsed TOML document; relative paths are resolved against ``base_dir``."""
     base = Path(base_dir)
-    check_keys(data, {"party", "tls", "peers", "inputs", "timeouts", "limits", "logging", "policy", "budget",
-                      "compute", "console"}, "the top level")
+    check_keys(
+        data,
+        {"party", "tls", "peers", "inputs", "timeouts", "limits", "logging", "policy", "budget", "compute", "console"},
+        "the top level",
+    )
 
     party = table(data, "party", True)
-    check_keys(party, {"name", "listen", "data_dir", "allow_insecure_keys",
-                       "plugins", "max_message_mib"}, "[party]")
+    check_keys(party, {"name", "listen", "data_dir", "allow_insecure_keys", "plugins", "max_message_mib"}, "[party]")
     name = string(party, "name", "party")
     try:
         validate_party_name(name, "party.name")
@@ -174,22 +176,27 @@ def parse_config(data: Mapping[str, Any], base_dir: str | os.PathLike,
     if not isinstance(insecure, bool):
         raise ConfigError(f"party.allow_insecure_keys must be true or false, got {insecure!r}")
     plugins = party.get("plugins", [])
-    if not isinstance(plugins, list) or not all(isinstance(p, str) and _MODULE_RE.match(p)
-                                                for p in plugins):
+    if not isinstance(plugins, list) or not all(isinstance(p, str) and _MODULE_RE.match(p) for p in plugins):
         raise ConfigError(f"party.plugins must be a list of Python module names, got {plugins!r}")
     peers = parse_peers(table(data, "peers", False), name)
     return PartyConfig(
-        name=name, listen=listen, data_dir=data_dir, tls=parse_tls(table(data, "tls", True), base),
+        name=name,
+        listen=listen,
+        data_dir=data_dir,
+        tls=parse_tls(table(data, "tls", True), base),
         peers=parse_peers(table(data, "peers", False), name),
-        inputs=_parse_inputs(table(data, "inputs", False), base), plugins=tuple(plugins),
+        inputs=_parse_inputs(table(data, "inputs", False), base),
+        plugins=tuple(plugins),
         allow_insecure_keys=insecure,
         timeouts=parse_timeouts(table(data, "timeouts", False)),
         limits=parse_limits_section(table(data, "limits", False), party),
-        logging=_parse_logging(table(data, "logging", False)), source=source,
+        logging=_parse_logging(table(data, "logging", False)),
+        source=source,
         policy=parse_policy(table(data, "policy", False), name, peers) if "policy" in data else None,
         budget=parse_budget(table(data, "budget", False), base) if "budget" in data else None,
         compute=_parse_compute(table(data, "compute", False), base),
-        console=parse_console(table(data, "console", False), base))
+        console=parse_console(table(data, "console", False), base),
+    )
 
 
 def _parse_compute(tbl: Mapping[str, Any], base: Path) -> ComputeConfig:
@@ -242,7 +249,9 @@ def config_to_dict(cfg: PartyConfig, relative_to: str | os.PathLike | None = Non
     net = net_sections_to_dict(cfg, base)
     doc = {
         "party": {
-            "name": cfg.name, "listen": cfg.listen, "data_dir": relative_path(cfg.data_dir, base),
+            "name": cfg.name,
+            "listen": cfg.listen,
+            "data_dir": relative_path(cfg.data_dir, base),
             "allow_insecure_keys": cfg.allow_insecure_keys,
             "plugins": list(cfg.plugins),
         },
@@ -257,10 +266,10 @@ def config_to_dict(cfg: PartyConfig, relative_to: str | os.PathLike | None = Non
         doc["policy"] = cfg.policy.as_dict()
     if cfg.budget is not None:
         doc["budget"] = budget_to_dict(cfg.budget, base)
-    compute = cfg.compute.to_dict(lambda p: relative_path(p, base))   # [compute]
+    compute = cfg.compute.to_dict(lambda p: relative_path(p, base))  # [compute]
     if compute:
         doc["compute"] = compute
-    console = console_to_dict(cfg.console, base)   # [console]
+    console = console_to_dict(cfg.console, base)  # [console]
     if console:
         doc["console"] = console
     return doc

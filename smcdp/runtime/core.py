@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections import OrderedDict
-from typing import Callable
+from collections.abc import Callable
 
 from smcdp.errors import PreconditionFailed, Unavailable
 from smcdp.net.grpc_channel import PeerConnector
@@ -33,8 +33,14 @@ class PartyCore:
     metrics, the audit heads' exchange); called once per registered session.
     """
 
-    def __init__(self, config: PartyConfig, tls: TlsMaterial, governor: Governor, next_root: NextRoot,
-                 track: Callable[[Session], None]) -> None:
+    def __init__(
+        self,
+        config: PartyConfig,
+        tls: TlsMaterial,
+        governor: Governor,
+        next_root: NextRoot,
+        track: Callable[[Session], None],
+    ) -> None:
         self.config = config
         self.name = config.name
         self.tls = tls
@@ -90,13 +96,16 @@ class PartyCore:
                 self.admitting[initiator] -= 1
                 if not self.admitting[initiator]:
                     del self.admitting[initiator]
+
         return release
 
     def no_session(self, peer: str, session_id: str) -> PreconditionFailed:
         """What ``peer`` hears of a session it holds no role in: the same words whether the id exists here
         or not (a non-participant must not tell existing ids from missing ones)."""
-        return PreconditionFailed(f"party {self.name!r} has no session {session_id!r} in which {peer!r} "
-                                  "holds a role (never proposed here, or this party restarted since)")
+        return PreconditionFailed(
+            f"party {self.name!r} has no session {session_id!r} in which {peer!r} "
+            "holds a role (never proposed here, or this party restarted since)"
+        )
 
     def session_for(self, peer: str, session_id: str) -> Session | None:
         """The live session, or None if it ended here (after checking the peer held a role)."""
@@ -108,9 +117,12 @@ class PartyCore:
 
     def holds(self, session_id: str) -> bool:
         """This party holds ``session_id``: live, recorded, checkpointed or proposed."""
-        return (session_id in self.sessions or self.records.exists(session_id)
-                or Checkpoint.directory(self.sessions_dir, session_id).is_dir()
-                or self.governor.proposals.get(session_id) is not None)
+        return (
+            session_id in self.sessions
+            or self.records.exists(session_id)
+            or Checkpoint.directory(self.sessions_dir, session_id).is_dir()
+            or self.governor.proposals.get(session_id) is not None
+        )
 
     async def wait_ready(self, s: Session) -> None:
         """Until ``s``'s thread has made its loop and channel (at most 10 s)."""

@@ -19,8 +19,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 ENV = "SMCDP_FAILPOINTS"
 KILL_FILE = "kill.json"
@@ -71,8 +71,11 @@ def hook(session_id: str) -> Callable[[int], None] | None:
             return
         # only a well-formed arming counts: anything else in the file is ignored, never an error in the
         # role that reported its round
-        if not isinstance(armed, dict) or not isinstance(armed.get("session"), str) \
-                or not _same_session(armed["session"], session_id):
+        if (
+            not isinstance(armed, dict)
+            or not isinstance(armed.get("session"), str)
+            or not _same_session(armed["session"], session_id)
+        ):
             return
         at, action = armed.get("round"), armed.get("action", "kill")
         if isinstance(at, bool) or not isinstance(at, int) or action not in ("kill", "stop"):
@@ -80,9 +83,9 @@ def hook(session_id: str) -> Callable[[int], None] | None:
         if round >= at:
             sig = ACTIONS[action]
             try:
-                path.unlink()        # one shot: the restarted process must not die here again
+                path.unlink()  # one shot: the restarted process must not die here again
             except FileNotFoundError:
-                return               # another session of this process took it
+                return  # another session of this process took it
             if sig == signal.SIGSTOP:
                 (path.parent / STOPPED_FILE).touch()
             os.kill(os.getpid(), sig)

@@ -16,7 +16,8 @@ import asyncio
 import functools
 import json
 import logging
-from typing import Any, Coroutine, Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
+from typing import Any
 
 from smcdp.errors import InvalidMessage, PermissionDenied, SmcdpError
 from smcdp.net.grpc_channel import AlreadyExists, call_with_retry, error_for_code, status_code_of, with_origin
@@ -55,26 +56,38 @@ class Initiator:
 
         def settled(t: asyncio.Task) -> None:
             self._tasks.discard(t)
-            if not t.cancelled() and t.exception() is not None:   # retrieved: the caller may be gone
+            if not t.cancelled() and t.exception() is not None:  # retrieved: the caller may be gone
                 log.debug("operator call ended with %s", t.exception())
+
         task.add_done_callback(settled)
         return await asyncio.shield(task)
 
     # ------------------------------------------------------------ start
-    async def start(self, protocol: str, roles: Mapping[str, str], params: Mapping[str, Any],
-                    session_id: str | None, timeout: float | None, seed: int | None) -> dict:
+    async def start(
+        self,
+        protocol: str,
+        roles: Mapping[str, str],
+        params: Mapping[str, Any],
+        session_id: str | None,
+        timeout: float | None,
+        seed: int | None,
+    ) -> dict:
         core = self.core
         core.refuse_when_shutting_down()
         roles = parse_roles(roles)
         if core.name not in roles.values():
-            raise InvalidMessage(f"the initiating party {core.name!r} must hold a role in the session "
-                                 f"(roles: {roles})")
+            raise InvalidMessage(f"the initiating party {core.name!r} must hold a role in the session (roles: {roles})")
         sid = namespaced(core.name, session_id or new_session_id(protocol))
         spec = SessionSpec(sid, protocol, roles, dict(params), timeout or core.config.timeouts.session_seconds, seed)
         await self._admission.propose(core.name, spec)
         s = core.sessions[sid]
-        msg = tpb.SessionSpec(session_id=sid, protocol=protocol, roles=roles,
-                              params_json=json.dumps(s.spec.params), timeout_seconds=spec.timeout_seconds)
+        msg = tpb.SessionSpec(
+            session_id=sid,
+            protocol=protocol,
+            roles=roles,
+            params_json=json.dumps(s.spec.params),
+            timeout_seconds=spec.timeout_seconds,
+        )
         if seed is not None:
             msg.seed = seed
         others = sorted(p for p in roles.values() if p != core.name)
@@ -89,23 +102,29 @@ class Initiator:
             await self._begin_all(s, others)
         return await asyncio.wrap_future(s.done)
 
-    async def _propose_in_order(self, s: Session, msg: tpb.SessionSpec, others: Sequence[str]
-                                ) -> list[tuple[str, BaseException]]:
+    async def _propose_in_order(
+        self, s: Session, msg: tpb.SessionSpec, others: Sequence[str]
+    ) -> list[tuple[str, BaseException]]:
         """One participant at a time, in name order (docs/governance.md §4): concurrent sessions then
         contend for budgets in the same order, so a session refused at one party never holds another
         party's budget that a later session needed.  A Propose is repeated while the party's operator
         decides.  Returns the refusal, if any."""
         for i, p in enumerate(others):
             try:
-                await propose_until_decided(functools.partial(self._call, p, "Propose", msg, s), p, s.spec.session_id,
-                                            lambda: s.deadline,
-                                            functools.partial(self._waiting_for, s, p, others[:i]))
+                await propose_until_decided(
+                    functools.partial(self._call, p, "Propose", msg, s),
+                    p,
+                    s.spec.session_id,
+                    lambda: s.deadline,
+                    functools.partial(self._waiting_for, s, p, others[:i]),
+                )
             except Exception as exc:  # noqa: BLE001 - reported by the caller, naming the party
                 return [(p, exc)]
         return []
 
-    async def _propose_at_once(self, s: Session, msg: tpb.SessionSpec, others: Sequence[str]
-                               ) -> list[tuple[str, BaseException]]:
+    async def _propose_at_once(
+        self, s: Session, msg: tpb.SessionSpec, others: Sequence[str]
+    ) -> list[tuple[str, BaseException]]:
         """Every participant at once: a session that reserves no budget gives concurrent sessions no budget
         to contend for in an order, and its set-up then costs one round trip instead of one per
         participant.  After a refusal, proposals that wait for an operator are not repeated, calls under
@@ -118,16 +137,23 @@ class Initiator:
 
         async def one(p: str) -> None:
             try:
-                if await propose_until_decided(lambda: self._call(p, "Propose", msg, s), p, s.spec.session_id,
-                                               lambda: s.deadline,
-                                               lambda: self._waiting_for(s, p, [q for q in others if q in accepted]),
-                                               given_up) is not None:
+                if (
+                    await propose_until_decided(
+                        lambda: self._call(p, "Propose", msg, s),
+                        p,
+                        s.spec.session_id,
+                        lambda: s.deadline,
+                        lambda: self._waiting_for(s, p, [q for q in others if q in accepted]),
+                        given_up,
+                    )
+                    is not None
+                ):
                     accepted.append(p)
             except Exception:
                 given_up.set()
                 raise
 
-        if not others:            # the initiator holds every role
+        if not others:  # the initiator holds every role
             return []
         # not smcdp._aio.all_or_first_failure: after a refusal the calls under way get a grace to finish,
         # and every refusal is reported, not only the first
@@ -143,8 +169,9 @@ class Initiator:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         # a call stopped because another party refused is no refusal of its own
-        return [(p, e) for p, t in zip(others, tasks, strict=True)
-                if not t.cancelled() and (e := t.exception()) is not None]
+        return [
+            (p, e) for p, t in zip(others, tasks, strict=True) if not t.cancelled() and (e := t.exception()) is not None
+        ]
 
     async def _waiting_for(self, s: Session, party: str, accepted: Sequence[str]) -> None:
         """``party``'s operator decides: this party and those that accepted keep waiting."""
@@ -157,8 +184,8 @@ class Initiator:
             try:
                 await core.connector.mailbox(p).Waiting(ref, timeout=core.config.timeouts.connect_seconds)
             except Exception as exc:  # noqa: BLE001 - best effort: it repeats with the next poll
-                log.info("session %s: could not tell %s that it waits for %s: %s", s.spec.session_id, p,
-                         party, exc)
+                log.info("session %s: could not tell %s that it waits for %s: %s", s.spec.session_id, p, party, exc)
+
         await asyncio.gather(*(tell(p) for p in accepted))
 
     # ------------------------------------------------------------ resume
@@ -168,22 +195,27 @@ class Initiator:
         core.refuse_when_shutting_down()
         cp = self._recovery.resumable_checkpoint(session_id)
         if cp.meta["initiator"] != core.name:
-            raise PermissionDenied(f"session {session_id!r} was initiated by {cp.meta['initiator']!r}; "
-                                   "only its operator can resume it")
+            raise PermissionDenied(
+                f"session {session_id!r} was initiated by {cp.meta['initiator']!r}; only its operator can resume it"
+            )
         s = await self._recovery.resume_locally(cp)
         others = [p for p in s.spec.roles.values() if p != core.name]
-        outcomes = await asyncio.gather(*(self._call(p, "Resume", tpb.SessionRef(session_id=session_id), s)
-                                          for p in others), return_exceptions=True)
+        outcomes = await asyncio.gather(
+            *(self._call(p, "Resume", tpb.SessionRef(session_id=session_id), s) for p in others), return_exceptions=True
+        )
         done_already = {p for p, e in zip(others, outcomes) if isinstance(e, AlreadyExists)}
-        failures = [(p, e) for p, e in zip(others, outcomes)
-                    if isinstance(e, BaseException) and p not in done_already]
+        failures = [(p, e) for p, e in zip(others, outcomes) if isinstance(e, BaseException) and p not in done_already]
         if failures:
             failure = failure_of("Resume", failures)
             if status_code_of(failure).name == "RESOURCE_EXHAUSTED":
                 # no slot or budget there now: the session stays resumable
                 origin = getattr(failure, "origin", None)
-                failure = with_origin(error_for_code(
-                    "UNAVAILABLE", f"{failure} (RESOURCE_EXHAUSTED; the session stays resumable)", origin), origin)
+                failure = with_origin(
+                    error_for_code(
+                        "UNAVAILABLE", f"{failure} (RESOURCE_EXHAUSTED; the session stays resumable)", origin
+                    ),
+                    origin,
+                )
             s.fail_threadsafe(failure)
             s.begin_threadsafe()
         else:
@@ -195,10 +227,14 @@ class Initiator:
         core = self.core
         assert core.connector is not None
         stub = core.connector.mailbox(party)
-        return await call_with_retry(f"{method} of session {s.spec.session_id}", party,
-                                     core.config.address_of(party), s.deadline,
-                                     lambda t: getattr(stub, method)(request, timeout=t),
-                                     core.config.timeouts.connect_seconds)
+        return await call_with_retry(
+            f"{method} of session {s.spec.session_id}",
+            party,
+            core.config.address_of(party),
+            s.deadline,
+            lambda t: getattr(stub, method)(request, timeout=t),
+            core.config.timeouts.connect_seconds,
+        )
 
     async def _begin_all(self, s: Session, parties: Sequence[str]) -> None:
         ref = tpb.SessionRef(session_id=s.spec.session_id)

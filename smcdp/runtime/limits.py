@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from typing import Any, Iterable, Mapping, NamedTuple, Protocol
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple, Protocol
 
 from smcdp.errors import DeadlineExceeded, ResourceExhausted, SmcdpError
 from smcdp.net.limits import InboundBudget, InboundLedger, Limits
@@ -52,11 +53,11 @@ class _Live(Protocol):
 
 
 class _Counts(NamedTuple):
-    mine_pending: int   # the initiator's sessions waiting for Begin (and its admissions in flight)
-    mine_running: int   # the initiator's sessions begun
-    mine_held: int      # the initiator's sessions in any state, winding down too
-    pending: int        # sessions waiting for Begin, of every initiator
-    total: int          # sessions held, of every initiator
+    mine_pending: int  # the initiator's sessions waiting for Begin (and its admissions in flight)
+    mine_running: int  # the initiator's sessions begun
+    mine_held: int  # the initiator's sessions in any state, winding down too
+    pending: int  # sessions waiting for Begin, of every initiator
+    total: int  # sessions held, of every initiator
 
 
 def _counts(sessions: Iterable[_Live], initiator: str, in_flight: Mapping[str, int] | None = None) -> _Counts:
@@ -80,52 +81,62 @@ def _counts(sessions: Iterable[_Live], initiator: str, in_flight: Mapping[str, i
         mine_h += s.initiator == initiator
         slot = s.lifecycle.phase.slot
         if slot is None:
-            continue      # aborted, failed or ended, winding down: it holds memory, not a slot
+            continue  # aborted, failed or ended, winding down: it holds memory, not a slot
         if slot is Slot.PENDING:
             pending += 1
             mine_p += s.initiator == initiator
-        else:             # begun (Begin admitted, the thread not yet running its role) or running
+        else:  # begun (Begin admitted, the thread not yet running its role) or running
             mine_r += s.initiator == initiator
     return _Counts(mine_p, mine_r, mine_h, pending, total)
 
 
-def check_proposal(sessions: Iterable[_Live], initiator: str, spec: SessionSpec, limits: Limits,
-                   me: str, in_flight: Mapping[str, int] | None = None) -> None:
+def check_proposal(
+    sessions: Iterable[_Live],
+    initiator: str,
+    spec: SessionSpec,
+    limits: Limits,
+    me: str,
+    in_flight: Mapping[str, int] | None = None,
+) -> None:
     """Refuse a proposal that this party's limits do not admit (before any validation work).
 
     (Seeds are the governor's rule, ``[policy] allow_seeded``: see docs/governance.md.)"""
     if spec.timeout_seconds > limits.max_session_seconds:
         raise ResourceExhausted(
             f"session timeout {spec.timeout_seconds:g} s exceeds party {me!r}'s limit of "
-            f"{limits.max_session_seconds:g} s (limits.max_session_seconds)")
+            f"{limits.max_session_seconds:g} s (limits.max_session_seconds)"
+        )
     _check_slots(sessions, initiator, limits, me, in_flight)
 
 
-def _check_slots(sessions: Iterable[_Live], initiator: str, limits: Limits, me: str,
-                 in_flight: Mapping[str, int] | None) -> None:
+def _check_slots(
+    sessions: Iterable[_Live], initiator: str, limits: Limits, me: str, in_flight: Mapping[str, int] | None
+) -> None:
     mine_p, mine_r, mine_h, pending, total = _counts(sessions, initiator, in_flight)
     if initiator == me:
-        pass   # the party's own operator: no peer's quota applies to it, only the party's total below
+        pass  # the party's own operator: no peer's quota applies to it, only the party's total below
     elif mine_h >= limits.held_per_peer:
         raise ResourceExhausted(
             f"party {initiator!r} already holds {mine_h} sessions at party {me!r}, some still winding down "
-            f"(limits.pending_per_peer + running_per_peer = {limits.held_per_peer}); try again shortly")
+            f"(limits.pending_per_peer + running_per_peer = {limits.held_per_peer}); try again shortly"
+        )
     elif mine_p >= limits.pending_per_peer:
         raise ResourceExhausted(
             f"party {initiator!r} already has {mine_p} proposed sessions not yet begun at party {me!r} "
             f"(limits.pending_per_peer = {limits.pending_per_peer}); begin or abort them first, or wait "
-            f"{limits.proposal_grace_seconds:g} s for them to expire")
+            f"{limits.proposal_grace_seconds:g} s for them to expire"
+        )
     elif mine_r >= limits.running_per_peer:
         raise ResourceExhausted(
             f"party {initiator!r} already runs {mine_r} sessions at party {me!r} "
-            f"(limits.running_per_peer = {limits.running_per_peer}); try again when one has ended")
+            f"(limits.running_per_peer = {limits.running_per_peer}); try again when one has ended"
+        )
     elif pending >= limits.pending_total:
         raise ResourceExhausted(
-            f"party {me!r} holds {pending} proposed sessions not yet begun (limits.pending_total); "
-            "try again shortly")
+            f"party {me!r} holds {pending} proposed sessions not yet begun (limits.pending_total); try again shortly"
+        )
     if total >= limits.sessions_total:
-        raise ResourceExhausted(
-            f"party {me!r} already holds {total} sessions (limits.sessions_total); try again later")
+        raise ResourceExhausted(f"party {me!r} already holds {total} sessions (limits.sessions_total); try again later")
 
 
 def check_begin(sessions: Iterable[_Live], initiator: str, limits: Limits, me: str) -> None:
@@ -133,7 +144,8 @@ def check_begin(sessions: Iterable[_Live], initiator: str, limits: Limits, me: s
     if mine_r >= limits.running_per_peer:
         raise ResourceExhausted(
             f"party {initiator!r} already runs {mine_r} sessions at party {me!r} "
-            f"(limits.running_per_peer = {limits.running_per_peer}); try again when one has ended")
+            f"(limits.running_per_peer = {limits.running_per_peer}); try again when one has ended"
+        )
 
 
 #: a participant told that the session waits for an operator keeps it prepared at least this long
@@ -176,8 +188,9 @@ def approval_wait_until(received: float, limits: Limits, own: bool, now: float |
     return min(cap, now + max(limits.proposal_grace_seconds, WAITING_NOTICE_GRACE))
 
 
-def session_budget(plugin: ProtocolPlugin, spec: SessionSpec, role: str, limits: Limits,
-                   ledger: InboundLedger | None = None) -> InboundBudget:
+def session_budget(
+    plugin: ProtocolPlugin, spec: SessionSpec, role: str, limits: Limits, ledger: InboundLedger | None = None
+) -> InboundBudget:
     """The session's inbound budget: the plug-in's envelope for ``role``, capped by ``[limits]``.
     ``ledger``: the party's bytes held per peer and in all, charged alongside, so a peer's messages
     across all its sessions stay within ``limits.inbound_mib_per_peer``."""
@@ -207,8 +220,15 @@ def _limit(cls: type[SmcdpError], rule: str, message: str) -> SmcdpError:
     return exc
 
 
-def check_resume(sessions: Iterable[_Live] | None, initiator: str, meta: Mapping[str, Any], limits: Limits,
-                 me: str, now: float | None = None, in_flight: Mapping[str, int] | None = None) -> None:
+def check_resume(
+    sessions: Iterable[_Live] | None,
+    initiator: str,
+    meta: Mapping[str, Any],
+    limits: Limits,
+    me: str,
+    now: float | None = None,
+    in_flight: Mapping[str, int] | None = None,
+) -> None:
     """Refuse to continue a session from its checkpoint beyond this party's limits.
 
     A resume is admission again: it takes a slot like a proposal (``pending_per_peer``,
@@ -225,27 +245,40 @@ def check_resume(sessions: Iterable[_Live] | None, initiator: str, meta: Mapping
     # a checkpoint from before restarts were counted per party: its total, the stricter reading
     restarts = int(by.get(culprit, 0)) if isinstance(by, Mapping) else int(meta.get("restarts", 0))
     if restarts >= limits.max_restarts:
-        raise _limit(ResourceExhausted, "limits.max_restarts",
-                     f"session {sid!r} was restarted {restarts} times at party {me!r} after failures of "
-                     f"{culprit!r} (limits.max_restarts = {limits.max_restarts}); it is not continued again")
+        raise _limit(
+            ResourceExhausted,
+            "limits.max_restarts",
+            f"session {sid!r} was restarted {restarts} times at party {me!r} after failures of "
+            f"{culprit!r} (limits.max_restarts = {limits.max_restarts}); it is not continued again",
+        )
     deadline = float(meta.get("deadline_epoch", 0.0))
     if "began_epoch" not in meta:
         timeout = float(meta.get("timeout_seconds", 0.0))
         deadline = float(meta.get("created", deadline - timeout)) + limits.approval_timeout_seconds + timeout
     if now >= deadline:
-        raise _limit(DeadlineExceeded, "deadline",
-                     f"session {sid!r} passed its deadline at party {me!r} {now - deadline:.0f} s ago; continuing "
-                     "it does not renew the deadline")
+        raise _limit(
+            DeadlineExceeded,
+            "deadline",
+            f"session {sid!r} passed its deadline at party {me!r} {now - deadline:.0f} s ago; continuing "
+            "it does not renew the deadline",
+        )
     if sessions is None:
         return
     mine_p, _mine_r, mine_h, pending, total = _counts(sessions, initiator, in_flight)
-    if mine_p >= limits.pending_per_peer or pending >= limits.pending_total or total >= limits.sessions_total \
-            or mine_h >= limits.held_per_peer:
-        raise _limit(ResourceExhausted, "limits.pending",
-                     f"party {me!r} cannot reopen session {sid!r} now: {mine_p} sessions of {initiator!r} and "
-                     f"{pending} in all wait for Begin, {total} are held, {mine_h} of them {initiator!r}'s "
-                     "(limits.pending_per_peer, pending_total, sessions_total, pending_per_peer + running_per_peer); "
-                     "try again shortly")
+    if (
+        mine_p >= limits.pending_per_peer
+        or pending >= limits.pending_total
+        or total >= limits.sessions_total
+        or mine_h >= limits.held_per_peer
+    ):
+        raise _limit(
+            ResourceExhausted,
+            "limits.pending",
+            f"party {me!r} cannot reopen session {sid!r} now: {mine_p} sessions of {initiator!r} and "
+            f"{pending} in all wait for Begin, {total} are held, {mine_h} of them {initiator!r}'s "
+            "(limits.pending_per_peer, pending_total, sessions_total, pending_per_peer + running_per_peer); "
+            "try again shortly",
+        )
 
 
 def restart_culprit(meta: Mapping[str, Any], me: str) -> str:
@@ -262,9 +295,12 @@ def check_journal(budget: InboundBudget, received: Iterable[tuple[str, str, int]
     try:
         charge_journal(budget, received)
     except ResourceExhausted as exc:
-        raise _limit(ResourceExhausted, "envelope",
-                     f"what the journal of session {budget.session_id!r} already holds is more than the "
-                     f"session may receive: {exc}") from None
+        raise _limit(
+            ResourceExhausted,
+            "envelope",
+            f"what the journal of session {budget.session_id!r} already holds is more than the "
+            f"session may receive: {exc}",
+        ) from None
 
 
 class EndedSessions:

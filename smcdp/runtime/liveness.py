@@ -17,7 +17,8 @@ import asyncio
 import logging
 import math
 import time
-from typing import Any, Callable, Mapping, Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 import grpc
 
@@ -63,8 +64,15 @@ class Watcher:
     ``roles``: role -> party of the session; ``grace``: ``peer_grace_seconds``.
     """
 
-    def __init__(self, me: str, incarnation: str, session_id: str, roles: Mapping[str, str], grace: float,
-                 lose: Callable[[BaseException, str | None], None]) -> None:
+    def __init__(
+        self,
+        me: str,
+        incarnation: str,
+        session_id: str,
+        roles: Mapping[str, str],
+        grace: float,
+        lose: Callable[[BaseException, str | None], None],
+    ) -> None:
         self.me = me
         self.incarnation = incarnation
         self.session_id = session_id
@@ -81,7 +89,7 @@ class Watcher:
         ring = sorted({*self.peers, self.me})
         finished: set[str] = set()
         start = last_tick = time.monotonic()
-        paused = max(3 * self.interval, self.grace / 2)   # a gap this long in the watcher: this party did not run
+        paused = max(3 * self.interval, self.grace / 2)  # a gap this long in the watcher: this party did not run
         first = True
         probed_at = start
         while True:
@@ -94,7 +102,7 @@ class Watcher:
                 self._forgive(now)
             last_tick = now
             todo = ring_neighbours(ring, self.me, finished)
-            for p in todo:   # a peer counts from the start of the role; one probed later (a neighbour finished) from now
+            for p in todo:  # a peer counts from the start of the role; one probed later (a neighbour finished) from now
                 self.peer_seen.setdefault(p, (start if first else now, ""))
             first = False
             replies = await asyncio.gather(*(self._probe(ch, p) for p in todo))
@@ -124,29 +132,48 @@ class Watcher:
         for party, reply in zip(todo, replies):
             if isinstance(reply, BaseException):
                 if isinstance(reply, grpc.RpcError) and reply.code() == grpc.StatusCode.PERMISSION_DENIED:
-                    self._lose(PreconditionFailed(f"party {party!r} refuses heartbeats of session "
-                                                  f"{self.session_id}: {reply.details()}"), party)
+                    self._lose(
+                        PreconditionFailed(
+                            f"party {party!r} refuses heartbeats of session {self.session_id}: {reply.details()}"
+                        ),
+                        party,
+                    )
                     return False
                 continue
             _, inc = self.peer_seen.get(party, (0.0, ""))
             if inc and reply.incarnation and reply.incarnation != inc:
-                log.info("session %s: party %s restarted (incarnation %s) and is back", self.session_id,
-                         party, reply.incarnation)
+                log.info(
+                    "session %s: party %s restarted (incarnation %s) and is back",
+                    self.session_id,
+                    party,
+                    reply.incarnation,
+                )
             self.peer_seen[party] = (time.monotonic(), reply.incarnation)
-            state = reply.state     # a str: a state this party does not know is none of the three below
+            state = reply.state  # a str: a state this party does not know is none of the three below
             if state == SessionState.SUCCEEDED:
                 finished.add(party)
             elif state == SessionState.FAILED:
                 # its abort did not reach us (or crossed ours): adopt its outcome and culprit
-                self._lose(SessionAborted(f"session {self.session_id} failed at {party} "
-                                          f"(culprit {reply.culprit or party})",
-                                          reply.code or "ABORTED", reply.culprit or party), None)
+                self._lose(
+                    SessionAborted(
+                        f"session {self.session_id} failed at {party} (culprit {reply.culprit or party})",
+                        reply.code or "ABORTED",
+                        reply.culprit or party,
+                    ),
+                    None,
+                )
                 return False
             elif state == SessionState.UNKNOWN:
                 self._unknown[party] = self._unknown.get(party, 0) + 1
                 if self._unknown[party] >= 2:
-                    self._lose(PeerLost(f"party {party!r} (role {self.peers[party]}) no longer knows session "
-                                        f"{self.session_id} (restarted without its checkpoint?)", party), party)
+                    self._lose(
+                        PeerLost(
+                            f"party {party!r} (role {self.peers[party]}) no longer knows session "
+                            f"{self.session_id} (restarted without its checkpoint?)",
+                            party,
+                        ),
+                        party,
+                    )
                     return False
             else:
                 self._unknown.pop(party, None)
@@ -155,8 +182,8 @@ class Watcher:
     def _silence(self, ch: Probed, todo: list[str]) -> bool:
         """False once a participant -- or this party itself -- has been silent past the grace."""
         grace, now = self.grace, time.monotonic()
-        unanswered = {p: now - self.peer_seen[p][0] for p in todo}                         # heartbeats' silence
-        quiet = {p: now - ch.last_heard.get(self.peers[p], -math.inf) for p in todo}   # its messages' silence
+        unanswered = {p: now - self.peer_seen[p][0] for p in todo}  # heartbeats' silence
+        quiet = {p: now - ch.last_heard.get(self.peers[p], -math.inf) for p in todo}  # its messages' silence
         resume_hint = f"the session can be resumed with 'smcdp session resume {self.session_id}'"
         # a peer whose messages arrive is alive, even if its heartbeat answers are late (a party busy with
         # twenty sessions on two cores answered no heartbeat for 30 s while its rounds went on); but the
@@ -166,15 +193,25 @@ class Watcher:
         if len(todo) >= 2 and all(unanswered[p] > grace and quiet[p] > grace / 2 for p in todo):
             # every other participant went silent at once: this party is the one cut off, which is also
             # what they all conclude -- so every record names the same culprit
-            self._lose(PeerLost(
-                f"party {self.me!r} lost contact with every other participant ({', '.join(sorted(self.peers))}) "
-                f"for over {grace:g} s (peer_grace_seconds): its own network is the likely cause; "
-                f"{resume_hint} once it is connected again", self.me), self.me)
+            self._lose(
+                PeerLost(
+                    f"party {self.me!r} lost contact with every other participant ({', '.join(sorted(self.peers))}) "
+                    f"for over {grace:g} s (peer_grace_seconds): its own network is the likely cause; "
+                    f"{resume_hint} once it is connected again",
+                    self.me,
+                ),
+                self.me,
+            )
             return False
         if silent:
             party = max(silent, key=lambda p: silent[p])
-            self._lose(PeerLost(
-                f"party {party!r} (role {self.peers[party]}) has not answered for {silent[party]:.0f} s "
-                f"(peer_grace_seconds = {grace:g}); {resume_hint} once it is back", party), party)
+            self._lose(
+                PeerLost(
+                    f"party {party!r} (role {self.peers[party]}) has not answered for {silent[party]:.0f} s "
+                    f"(peer_grace_seconds = {grace:g}); {resume_hint} once it is back",
+                    party,
+                ),
+                party,
+            )
             return False
         return True

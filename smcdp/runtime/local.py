@@ -20,9 +20,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import smcdp
 from smcdp.compute.config import ComputeConfig
@@ -54,21 +55,31 @@ class LocalCluster:
     reopens its sessions from their checkpoints.
     """
 
-    def __init__(self, parties: Mapping[str, Mapping[str, Mapping[str, str | os.PathLike]]], *,
-                 allow_insecure_keys: bool = False, workdir: str | os.PathLike | None = None,
-                 plugins: tuple[str, ...] = (), keep: bool = False,
-                 session_seconds: float = 3600.0, peer_grace_seconds: float | None = None,
-                 allow_seeded: bool = False, policies: Mapping[str, Policy] | None = None,
-                 budgets: Mapping[str, BudgetConfig] | None = None,
-                 data_root: str | os.PathLike | None = None,
-                 compute: Mapping[str, ComputeConfig] | None = None,
-                 extra_env: Mapping[str, str] | None = None, limits: Limits | None = None,
-                 consoles: Mapping[str, ConsoleConfig] | None = None, open_policy: bool = False) -> None:
+    def __init__(
+        self,
+        parties: Mapping[str, Mapping[str, Mapping[str, str | os.PathLike]]],
+        *,
+        allow_insecure_keys: bool = False,
+        workdir: str | os.PathLike | None = None,
+        plugins: tuple[str, ...] = (),
+        keep: bool = False,
+        session_seconds: float = 3600.0,
+        peer_grace_seconds: float | None = None,
+        allow_seeded: bool = False,
+        policies: Mapping[str, Policy] | None = None,
+        budgets: Mapping[str, BudgetConfig] | None = None,
+        data_root: str | os.PathLike | None = None,
+        compute: Mapping[str, ComputeConfig] | None = None,
+        extra_env: Mapping[str, str] | None = None,
+        limits: Limits | None = None,
+        consoles: Mapping[str, ConsoleConfig] | None = None,
+        open_policy: bool = False,
+    ) -> None:
         self.limits = limits
-        self.open_policy = open_policy              # parties without a policy: [policy] open = true
-        self.consoles = dict(consoles or {})        # party -> its [console]
+        self.open_policy = open_policy  # parties without a policy: [policy] open = true
+        self.consoles = dict(consoles or {})  # party -> its [console]
         self.parties = {name: dict(inputs) for name, inputs in parties.items()}
-        self.compute = dict(compute or {})          # party -> its [compute]
+        self.compute = dict(compute or {})  # party -> its [compute]
         self.extra_env = dict(extra_env or {})
         self.allow_insecure_keys = allow_insecure_keys
         self.allow_seeded = allow_seeded
@@ -88,7 +99,7 @@ class LocalCluster:
         self.restarting: set[str] = set()
 
     # ------------------------------------------------------------------ lifecycle
-    def __enter__(self) -> "LocalCluster":
+    def __enter__(self) -> LocalCluster:
         try:
             self.start()
         except BaseException:
@@ -100,15 +111,26 @@ class LocalCluster:
         self.stop()
 
     def write_configs(self) -> None:
-        timeouts = Timeouts(session_seconds=self.session_seconds,
-                            **({"peer_grace_seconds": self.peer_grace_seconds}
-                               if self.peer_grace_seconds is not None else {}))
+        timeouts = Timeouts(
+            session_seconds=self.session_seconds,
+            **({"peer_grace_seconds": self.peer_grace_seconds} if self.peer_grace_seconds is not None else {}),
+        )
         self.configs = write_local_deployment(
-            self.workdir, list(self.parties), inputs=self.parties, plugins=self.plugins,
-            allow_insecure_keys=self.allow_insecure_keys, timeouts=timeouts,
-            allow_seeded=self.allow_seeded, policies=self.policies, budgets=self.budgets,
-            data_root=self.data_root, compute=self.compute, limits=self.limits, consoles=self.consoles,
-            open_policy=self.open_policy)
+            self.workdir,
+            list(self.parties),
+            inputs=self.parties,
+            plugins=self.plugins,
+            allow_insecure_keys=self.allow_insecure_keys,
+            timeouts=timeouts,
+            allow_seeded=self.allow_seeded,
+            policies=self.policies,
+            budgets=self.budgets,
+            data_root=self.data_root,
+            compute=self.compute,
+            limits=self.limits,
+            consoles=self.consoles,
+            open_policy=self.open_policy,
+        )
 
     def console_url(self, party: str) -> str:
         """The base URL of ``party``'s console (it must have a [console])."""
@@ -123,7 +145,7 @@ class LocalCluster:
         "Address already in use"."""
         for attempt in range(1, PORT_ATTEMPTS + 1):
             self.write_configs()
-            for p in self.configs:   # a missing optional package is named before any party starts
+            for p in self.configs:  # a missing optional package is named before any party starts
                 require_optional_parts(load_config(self.configs[p]))
             for p in self.configs:
                 self._spawn(p)
@@ -139,10 +161,14 @@ class LocalCluster:
                 taken = [p for p in self.configs if self._port_taken(p)]
                 if not taken or attempt == PORT_ATTEMPTS:
                     raise
-            log.warning("the port of %s was taken before it could bind it; starting again on fresh ports "
-                        "(attempt %d of %d)", ", ".join(taken), attempt + 1, PORT_ATTEMPTS)
+            log.warning(
+                "the port of %s was taken before it could bind it; starting again on fresh ports (attempt %d of %d)",
+                ", ".join(taken),
+                attempt + 1,
+                PORT_ATTEMPTS,
+            )
             self._stop_processes()
-            for generated in ("certs", "config"):      # written anew with the fresh ports
+            for generated in ("certs", "config"):  # written anew with the fresh ports
                 shutil.rmtree(self.workdir / generated, ignore_errors=True)
 
     def _port_taken(self, party: str) -> bool:
@@ -184,8 +210,7 @@ class LocalCluster:
             except SmcdpError:
                 proc = self.procs.get(party)
                 if time.monotonic() >= end or (proc is not None and proc.poll() is not None):
-                    raise Unavailable(f"party process {party} did not come up; its log:\n{self.log(party)}") \
-                        from None
+                    raise Unavailable(f"party process {party} did not come up; its log:\n{self.log(party)}") from None
 
     def log(self, party: str) -> str:
         try:
@@ -236,22 +261,31 @@ class LocalCluster:
         """The data directory of ``party`` (records, outputs, audit.jsonl, ledger)."""
         return (Path(self.data_root) if self.data_root is not None else self.workdir / "state") / party
 
-    def run(self, protocol: str, roles: Mapping[str, str], params: Mapping[str, Any], *,
-            initiator: str, seed: int | None = None, timeout: float | None = None,
-            session_id: str | None = None) -> dict[str, dict]:
+    def run(
+        self,
+        protocol: str,
+        roles: Mapping[str, str],
+        params: Mapping[str, Any],
+        *,
+        initiator: str,
+        seed: int | None = None,
+        timeout: float | None = None,
+        session_id: str | None = None,
+    ) -> dict[str, dict]:
         """Run one session; returns party name -> that party's session record.
 
         A party killed and not restarted meanwhile gets ``{"state": "unknown"}``;
         the others' records say how the session ended for them.
         """
-        sid = namespaced(initiator, session_id or new_session_id(protocol))   # the id it will have
+        sid = namespaced(initiator, session_id or new_session_id(protocol))  # the id it will have
         wait = (timeout or self.session_seconds) + 60.0
         outcome: dict[str, Any] = {}
 
         def initiate() -> None:
             try:
-                outcome["record"] = start_session(self.configs[initiator], protocol, roles, params,
-                                                  session_id=sid, seed=seed, timeout=timeout)
+                outcome["record"] = start_session(
+                    self.configs[initiator], protocol, roles, params, session_id=sid, seed=seed, timeout=timeout
+                )
             except BaseException as exc:  # noqa: BLE001 - reported through the records below
                 outcome["error"] = exc
 
@@ -259,36 +293,51 @@ class LocalCluster:
         th.start()
         end = time.monotonic() + wait
         while th.is_alive() and time.monotonic() < end:
-            if initiator in self.down and initiator not in self.restarting \
-                    and self._settled(roles, sid, exclude={initiator}):
+            if (
+                initiator in self.down
+                and initiator not in self.restarting
+                and self._settled(roles, sid, exclude={initiator})
+            ):
                 break  # the initiator is gone for good: the others' records tell how it ended
             th.join(0.2)
         records: dict[str, dict] = {}
         for p in dict.fromkeys(roles.values()):
             records[p] = self._record(p, sid, end)
         err = outcome.get("error")
-        if isinstance(err, SmcdpError) and records[initiator].get("state") == SessionState.UNKNOWN \
-                and getattr(err, "code", "") != "UNAVAILABLE":
+        if (
+            isinstance(err, SmcdpError)
+            and records[initiator].get("state") == SessionState.UNKNOWN
+            and getattr(err, "code", "") != "UNAVAILABLE"
+        ):
             # refused before the initiator registered the session (its own limits or policy):
             # the start call's error is the only account of it
-            records[initiator] = {"state": SessionState.FAILED.value, "session_id": sid,
-                                  "error": {"code": err.code, "message": str(err), "origin": initiator}}
+            records[initiator] = {
+                "state": SessionState.FAILED.value,
+                "session_id": sid,
+                "error": {"code": err.code, "message": str(err), "origin": initiator},
+            }
         return records
 
     def _record(self, party: str, sid: str, end: float) -> dict:
         while party in self.restarting and time.monotonic() < end:
-            time.sleep(0.2)   # killed, to be started again: its record comes after the replay
+            time.sleep(0.2)  # killed, to be started again: its record comes after the replay
         if party in self.down:
-            return {"state": SessionState.UNKNOWN.value, "session_id": sid,
-                    "error": {"code": "UNAVAILABLE", "message": f"party {party} was killed", "origin": party}}
+            return {
+                "state": SessionState.UNKNOWN.value,
+                "session_id": sid,
+                "error": {"code": "UNAVAILABLE", "message": f"party {party} was killed", "origin": party},
+            }
         last: dict = {"state": SessionState.UNKNOWN.value, "session_id": sid}
-        pause = 0.01          # a participant often ends a round trip after the initiator: ask again soon
+        pause = 0.01  # a participant often ends a round trip after the initiator: ask again soon
         while True:
             try:
                 r = get_result(self.configs[party], sid)
             except SmcdpError as exc:  # e.g. the proposal never reached it
-                r = {"state": SessionState.UNKNOWN.value, "session_id": sid,
-                     "error": {"code": exc.code, "message": str(exc), "origin": party}}
+                r = {
+                    "state": SessionState.UNKNOWN.value,
+                    "session_id": sid,
+                    "error": {"code": exc.code, "message": str(exc), "origin": party},
+                }
                 if not isinstance(exc, Unavailable):
                     return r
             if SessionState(r.get("state")).ended:
@@ -321,18 +370,25 @@ def free_tcp_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def write_local_deployment(root: str | os.PathLike, parties: Sequence[str], *,
-                           inputs: Mapping[str, Mapping[str, Mapping[str, str | os.PathLike]]] | None = None,
-                           plugins: Sequence[str] = (), allow_insecure_keys: bool = False,
-                           timeouts: Timeouts | None = None, host: str = "127.0.0.1",
-                           ports: Mapping[str, int] | None = None, allow_seeded: bool = False,
-                           policies: Mapping[str, Policy] | None = None,
-                           budgets: Mapping[str, BudgetConfig] | None = None,
-                           data_root: str | os.PathLike | None = None,
-                           limits: Limits | None = None,
-                           compute: Mapping[str, ComputeConfig] | None = None,
-                           consoles: Mapping[str, ConsoleConfig] | None = None,
-                           open_policy: bool = False) -> dict[str, Path]:
+def write_local_deployment(
+    root: str | os.PathLike,
+    parties: Sequence[str],
+    *,
+    inputs: Mapping[str, Mapping[str, Mapping[str, str | os.PathLike]]] | None = None,
+    plugins: Sequence[str] = (),
+    allow_insecure_keys: bool = False,
+    timeouts: Timeouts | None = None,
+    host: str = "127.0.0.1",
+    ports: Mapping[str, int] | None = None,
+    allow_seeded: bool = False,
+    policies: Mapping[str, Policy] | None = None,
+    budgets: Mapping[str, BudgetConfig] | None = None,
+    data_root: str | os.PathLike | None = None,
+    limits: Limits | None = None,
+    compute: Mapping[str, ComputeConfig] | None = None,
+    consoles: Mapping[str, ConsoleConfig] | None = None,
+    open_policy: bool = False,
+) -> dict[str, Path]:
     """Certificates (``root/certs``) and one config per party (``root/config/<name>.toml``)
     for parties on one host; returns party -> config path.
 
@@ -363,21 +419,29 @@ def write_local_deployment(root: str | os.PathLike, parties: Sequence[str], *,
         if allow_seeded:
             policy = replace(policy or Policy(), allow_seeded=True)
         cfg = PartyConfig(
-            name=p, listen=fmt(p), data_dir=data_root / p,
+            name=p,
+            listen=fmt(p),
+            data_dir=data_root / p,
             tls=TlsConfig(certs / "ca.crt", certs / f"{p}.crt", certs / f"{p}.key"),
             peers={q: fmt(q) for q in parties if q != p},
-            inputs={proto: {k: Path(v).resolve() for k, v in table.items()}
-                    for proto, table in (inputs or {}).get(p, {}).items()},
-            plugins=tuple(plugins), allow_insecure_keys=allow_insecure_keys,
-            timeouts=timeouts or Timeouts(), policy=policy, budget=(budgets or {}).get(p),
-            limits=limits or Limits(), compute=(compute or {}).get(p, ComputeConfig()),
-            console=(consoles or {}).get(p, ConsoleConfig()))
+            inputs={
+                proto: {k: Path(v).resolve() for k, v in table.items()}
+                for proto, table in (inputs or {}).get(p, {}).items()
+            },
+            plugins=tuple(plugins),
+            allow_insecure_keys=allow_insecure_keys,
+            timeouts=timeouts or Timeouts(),
+            policy=policy,
+            budget=(budgets or {}).get(p),
+            limits=limits or Limits(),
+            compute=(compute or {}).get(p, ComputeConfig()),
+            console=(consoles or {}).get(p, ConsoleConfig()),
+        )
         paths[p] = dump_config(cfg, root / "config" / f"{p}.toml")
     return paths
 
 
-def spawn_party(config_path: str | os.PathLike, *, log_file=None,
-                extra_env: Mapping[str, str] | None = None):
+def spawn_party(config_path: str | os.PathLike, *, log_file=None, extra_env: Mapping[str, str] | None = None):
     """Start ``python -m smcdp party --config FILE`` as a separate OS process.
 
     ``log_file``: an open binary file for its stdout/stderr (default: inherit).
@@ -386,8 +450,12 @@ def spawn_party(config_path: str | os.PathLike, *, log_file=None,
     src = str(Path(smcdp.__file__).resolve().parents[1])
     env = dict(os.environ, **(extra_env or {}))
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return subprocess.Popen([sys.executable, "-m", "smcdp", "party", "--config", str(config_path)],
-                            env=env, stdout=log_file, stderr=subprocess.STDOUT if log_file else None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "smcdp", "party", "--config", str(config_path)],
+        env=env,
+        stdout=log_file,
+        stderr=subprocess.STDOUT if log_file else None,
+    )
 
 
 def stop_party(proc, timeout: float = 20.0) -> int:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from smcdp.primitives.rng import Randomness
 
@@ -42,10 +42,10 @@ class NextRoot:
         self._busy = busy
         self._cond = threading.Condition()
         self._root: Randomness | None = None
-        self._after: int | None = None      # prepare the current root once this many sessions have ended
-        self._ends = 0                      # sessions ended so far (poke)
+        self._after: int | None = None  # prepare the current root once this many sessions have ended
+        self._ends = 0  # sessions ended so far (poke)
         self._closed = False
-        self._preparing: Randomness | None = None   # the root the preparing thread is starting work for
+        self._preparing: Randomness | None = None  # the root the preparing thread is starting work for
         self._thread: threading.Thread | None = None
 
     def start(self, prepare_first: bool = True) -> None:
@@ -67,7 +67,7 @@ class NextRoot:
             root = self._root if self._root is not None else Randomness.fresh()
             due = self._root is not None and self._due()
             self._root, self._after = Randomness.fresh(), self._ends + 1
-            while self._preparing is root:       # the preparing thread is starting its work: let it finish
+            while self._preparing is root:  # the preparing thread is starting its work: let it finish
                 self._cond.wait()
             self._cond.notify_all()
         if due:
@@ -96,8 +96,8 @@ class NextRoot:
                     self._cond.wait(IDLE_POLL_SECONDS)
                 if self._closed:
                     return
-                root, self._after, self._preparing = self._root, None, self._root   # each root once
-                assert root is not None    # _due() needs _after, which is only ever set with a root
+                root, self._after, self._preparing = self._root, None, self._root  # each root once
+                assert root is not None  # _due() needs _after, which is only ever set with a root
             try:
                 self._run(root)
             finally:
@@ -108,5 +108,5 @@ class NextRoot:
     def _run(self, root: Randomness) -> None:
         try:
             self._prepare(root)
-        except Exception:   # noqa: BLE001 - the session does the work itself; never its failure
+        except Exception:  # noqa: BLE001 - the session does the work itself; never its failure
             log.exception("preparing the next session's offline work failed")

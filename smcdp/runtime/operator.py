@@ -8,7 +8,8 @@ show, approve, reject).
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from smcdp.errors import InvalidMessage
 from smcdp.net.grpc_channel import NotFound
@@ -27,11 +28,16 @@ class OperatorDesk(OperatorHost):
         self._initiator = initiator
 
     # ------------------------------------------------------------ sessions
-    async def start_session(self, protocol: str, roles: Mapping[str, str], params: Mapping[str, Any],
-                            session_id: str | None = None, timeout: float | None = None,
-                            seed: int | None = None) -> dict:
-        return await self._initiator.detached(
-            self._initiator.start(protocol, roles, params, session_id, timeout, seed))
+    async def start_session(
+        self,
+        protocol: str,
+        roles: Mapping[str, str],
+        params: Mapping[str, Any],
+        session_id: str | None = None,
+        timeout: float | None = None,
+        seed: int | None = None,
+    ) -> dict:
+        return await self._initiator.detached(self._initiator.start(protocol, roles, params, session_id, timeout, seed))
 
     async def resume_session(self, session_id: str) -> dict:
         return await self._initiator.detached(self._initiator.resume(session_id))
@@ -39,7 +45,7 @@ class OperatorDesk(OperatorHost):
     async def get_result(self, session_id: str) -> dict:
         s = self.core.sessions.get(session_id)
         if s is not None:
-            return dict(s.snapshot())     # a plain dict, as a stored record is returned below
+            return dict(s.snapshot())  # a plain dict, as a stored record is returned below
         record = await self.core.records.aload(session_id)
         if record is None:
             raise NotFound(f"party {self.name!r} has no session {session_id!r}")
@@ -50,14 +56,24 @@ class OperatorDesk(OperatorHost):
         s = core.sessions.get(session_id)
         if s is not None:
             return s.status()
-        waiting = core.governor.waiting_status(session_id)   # waits for this operator
+        waiting = core.governor.waiting_status(session_id)  # waits for this operator
         if waiting is not None:
             return dict(waiting, incarnation=core.incarnation)
         rec = await self.get_result(session_id)
-        return {"session_id": session_id, "protocol": rec.get("protocol"), "party": self.name,
-                "role": rec.get("role"), "state": rec.get("state"), "round": rec.get("round"), "step": "",
-                "restarts": rec.get("restarts", 0), "incarnation": core.incarnation, "peers": {},
-                "error": rec.get("error"), "resumable": bool(rec.get("resumable"))}
+        return {
+            "session_id": session_id,
+            "protocol": rec.get("protocol"),
+            "party": self.name,
+            "role": rec.get("role"),
+            "state": rec.get("state"),
+            "round": rec.get("round"),
+            "step": "",
+            "restarts": rec.get("restarts", 0),
+            "incarnation": core.incarnation,
+            "peers": {},
+            "error": rec.get("error"),
+            "resumable": bool(rec.get("resumable")),
+        }
 
     def resolve_session_id(self, session_id: str, exact: bool = False) -> str:
         """The session an operator names: its full id, or a name without the initiator's prefix -- this
@@ -74,11 +90,15 @@ class OperatorDesk(OperatorHost):
             return own
         found = sorted(self._named(session_id))
         if exact and found:
-            raise InvalidMessage(f"party {self.name!r} approves or rejects a session by its full id only: "
-                                 f"{session_id!r} could be {', '.join(found)}")
+            raise InvalidMessage(
+                f"party {self.name!r} approves or rejects a session by its full id only: "
+                f"{session_id!r} could be {', '.join(found)}"
+            )
         if len(found) > 1:
-            raise InvalidMessage(f"party {self.name!r} holds several sessions named {session_id!r} "
-                                 f"({', '.join(found)}): give the full id")
+            raise InvalidMessage(
+                f"party {self.name!r} holds several sessions named {session_id!r} "
+                f"({', '.join(found)}): give the full id"
+            )
         return found[0] if found else session_id
 
     def _named(self, name: str) -> set[str]:
@@ -86,14 +106,15 @@ class OperatorDesk(OperatorHost):
         core = self.core
         ids = set(core.sessions) | {p.session_id for p in core.governor.proposals.all()}
         ids |= core.records.ids_named(name)
-        ids |= {p.name[:-len(CHECKPOINT_SUFFIX)] for p in core.sessions_dir.glob(f"*.{name}{CHECKPOINT_SUFFIX}")}
+        ids |= {p.name[: -len(CHECKPOINT_SUFFIX)] for p in core.sessions_dir.glob(f"*.{name}{CHECKPOINT_SUFFIX}")}
         return {i for i in ids if initiator_of(i) is not None and i.partition(".")[2] == name}
 
     # ------------------------------------------------------------ governance (docs/governance.md)
     async def list_sessions(self, pending_only: bool) -> list[dict]:
         live = {sid: s.snapshot() for sid, s in list(self.core.sessions.items())}
         return await asyncio.get_running_loop().run_in_executor(
-            None, self.core.governor.list_sessions, pending_only, live, self.core.records.recent)
+            None, self.core.governor.list_sessions, pending_only, live, self.core.records.recent
+        )
 
     async def show_session(self, session_id: str) -> dict:
         try:

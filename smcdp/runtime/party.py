@@ -73,7 +73,7 @@ from smcdp.runtime.session import Session
 from smcdp.v1 import transport_pb2 as tpb
 
 if TYPE_CHECKING:
-    from smcdp.runtime.console.server import Console   # imported at start() only where a console runs (aiohttp)
+    from smcdp.runtime.console.server import Console  # imported at start() only where a console runs (aiohttp)
 
 log = logging.getLogger("smcdp.party")
 
@@ -87,24 +87,25 @@ class Party:
     def __init__(self, config: PartyConfig, tls: TlsMaterial | None = None) -> None:
         tls = tls or TlsMaterial.load(config.tls.ca, config.tls.cert, config.tls.key)
         if tls.name != config.name:
-            raise ConfigError(f"party.name is {config.name!r} but the certificate {config.tls.cert} "
-                              f"is for {tls.name!r}")
+            raise ConfigError(
+                f"party.name is {config.name!r} but the certificate {config.tls.cert} is for {tls.name!r}"
+            )
         self.config, self.name, self.tls = config, config.name, tls
-        self.governor = Governor(config, self.name, tls)       # governance: docs/governance.md
+        self.governor = Governor(config, self.name, tls)  # governance: docs/governance.md
         #: offline work for the next session, done while the party is idle
         self.next_root = NextRoot(self._prepare_next, self._busy)
         self.core = PartyCore(config, tls, self.governor, self.next_root, self._track)
-        self.observatory = Observatory(self)                   # what the console and metrics read
+        self.observatory = Observatory(self)  # what the console and metrics read
         self.recovery = Recovery(self.core)
         admission = Admission(self.core)
         self.peers = PeerDesk(self.core, admission, self.recovery, self.observatory)
         self.initiator = Initiator(self.core, admission, self.recovery)
         self.operator = OperatorDesk(self.core, self.initiator)
         self.server = PartyServer(config, tls, self.peers, self.operator)
-        self._exchanges: set[asyncio.Task] = set()            # audit heads sent at sessions' ends
+        self._exchanges: set[asyncio.Task] = set()  # audit heads sent at sessions' ends
         self._expiry: asyncio.Task | None = None
         self._sweeper: asyncio.Task | None = None
-        self.console: Console | None = None                   # [console], started by start()
+        self.console: Console | None = None  # [console], started by start()
         self.port: int | None = None
 
     # what the console, metrics and tests read of the party
@@ -134,7 +135,7 @@ class Party:
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> int:
-        require_optional_parts(self.config)                  # a missing extra, named up front
+        require_optional_parts(self.config)  # a missing extra, named up front
         load_plugin_modules(self.config.plugins)
         private_dir(self.sessions_dir, self.config.data_dir)  # 0700
         loop = asyncio.get_running_loop()
@@ -153,6 +154,7 @@ class Party:
         log.info("party %s listening on %s (port %d)", self.name, self.config.listen, self.port)
         if self.config.console.enabled:
             from smcdp.runtime.console.server import Console  # aiohttp only where a console runs
+
             self.console = Console(self, self.observatory)
             try:
                 await self.console.start()
@@ -169,23 +171,22 @@ class Party:
             await self.console.stop()
         running = [s for s in self.sessions.values() if not s.done.done()]
         for s in running:
-            s.fail_threadsafe(SessionAborted(f"party {self.name} is shutting down", "UNAVAILABLE",
-                                             self.name))
+            s.fail_threadsafe(SessionAborted(f"party {self.name} is shutting down", "UNAVAILABLE", self.name))
         if running:
             await asyncio.wait([asyncio.wrap_future(s.done) for s in running], timeout=grace)
         await self.server.stop(grace=1.0)
-        if self._exchanges:                                   # audit heads being exchanged
+        if self._exchanges:  # audit heads being exchanged
             await asyncio.wait(list(self._exchanges), timeout=2.0)
         if self.core.connector is not None:
             await self.core.connector.close()
         for s in running:
             s.thread.join(timeout=1.0)
-        for task in (self._expiry, self._sweeper):            # governance, retention
+        for task in (self._expiry, self._sweeper):  # governance, retention
             if task is not None:
                 task.cancel()
         self.recovery.stop()
         self.governor.stop()
-        await close_engines()   # the compute engines (process pools, a Dask LocalCluster)
+        await close_engines()  # the compute engines (process pools, a Dask LocalCluster)
         self.next_root.close()  # keys prepared for sessions that will not come
         SHELF.clear()
         log.info("party %s stopped", self.name)
@@ -201,7 +202,7 @@ class Party:
                 # the plug-ins take their inputs as strings, as a session passes them (Session._run)
                 inputs = {k: str(v) for k, v in self.config.inputs.get(name, {}).items()}
                 plugin.prepare_next(root, inputs, self.config.allow_insecure_keys)
-            except Exception:   # noqa: BLE001 - the session does the work itself
+            except Exception:  # noqa: BLE001 - the session does the work itself
                 log.exception("protocol %s could not prepare the next session's offline work", name)
 
     # ------------------------------------------------------------ a session's end
@@ -209,10 +210,9 @@ class Party:
         """When ``s`` ends: settle its governance, then drop it from memory."""
         loop = asyncio.get_running_loop()
         # (``s`` is this call's own parameter, never rebound: the lambdas close over it as it is)
-        s.done.add_done_callback(lambda f: self.governor.session_done(s.spec.session_id, f.result(),
-                                                                      began=s.has_run))
+        s.done.add_done_callback(lambda f: self.governor.session_done(s.spec.session_id, f.result(), began=s.has_run))
         s.done.add_done_callback(lambda _f: self._ended_threadsafe(loop, s))
-        s.done.add_done_callback(lambda _f: self.next_root.poke())   # idle again: prepare the next
+        s.done.add_done_callback(lambda _f: self.next_root.poke())  # idle again: prepare the next
 
     def _ended_threadsafe(self, loop: asyncio.AbstractEventLoop, s: Session) -> None:
         try:
@@ -225,12 +225,12 @@ class Party:
         if self.sessions.get(s.spec.session_id) is s:
             del self.sessions[s.spec.session_id]
             if getattr(s.channel, "budget", None) is not None:
-                s.channel.budget.close()       # what it held leaves the party-wide ledger
+                s.channel.budget.close()  # what it held leaves the party-wide ledger
             if s.channel is not None:
                 self.ended.add(s.spec.session_id, s.channel)
             if s.record is not None:
                 self.observatory.session_ended(s.record)
-            if not self.core.shutting_down and self.core.connector is not None:   # witnessed audit heads
+            if not self.core.shutting_down and self.core.connector is not None:  # witnessed audit heads
                 task = asyncio.get_running_loop().create_task(self._exchange_heads(s))
                 self._exchanges.add(task)
                 task.add_done_callback(self._exchanges.discard)
@@ -246,11 +246,15 @@ class Party:
                 if mine is None:
                     return
                 reply = await connector.mailbox(peer).Witness(
-                    tpb.SignedAuditHead(statement=mine.statement, signature=mine.signature,
-                                        certificate=mine.certificate), timeout=self.config.timeouts.connect_seconds)
+                    tpb.SignedAuditHead(
+                        statement=mine.statement, signature=mine.signature, certificate=mine.certificate
+                    ),
+                    timeout=self.config.timeouts.connect_seconds,
+                )
                 if reply.statement:
                     theirs = SignedHead(reply.statement, reply.signature, reply.certificate)
                     await loop.run_in_executor(None, self.governor.witnessing.keep_witnessed, peer, theirs, sid)
             except Exception as exc:  # noqa: BLE001 - a witness is best effort; the next session tries again
                 log.info("session %s: audit heads not exchanged with %s: %s", sid, peer, exc)
+
         await asyncio.gather(*(one(p) for p in sorted(set(s.spec.roles.values()) - {self.name})))

@@ -25,8 +25,7 @@ log = logging.getLogger("smcdp.party")
 class PeerDesk(PeerHost):
     """The peers' calls at a party (``core``): messages, proposals, begin, abort, liveness, witnesses."""
 
-    def __init__(self, core: PartyCore, admission: Admission, recovery: Recovery,
-                 observatory: Observatory) -> None:
+    def __init__(self, core: PartyCore, admission: Admission, recovery: Recovery, observatory: Observatory) -> None:
         self.core = core
         self.name = core.name
         self._admission = admission
@@ -48,11 +47,11 @@ class PeerDesk(PeerHost):
             raise PermissionDenied("a party cannot deliver messages to itself")
         return channel, role
 
-    def inbound_open(self, peer: str, session_id: str) -> None:   # streams of ended sessions end
+    def inbound_open(self, peer: str, session_id: str) -> None:  # streams of ended sessions end
         s = self.core.sessions.get(session_id)
         channel = s.channel if s is not None else self.core.ended.get(session_id)
         if channel is None:
-            self.inbound_target(peer, session_id)   # raises: the session is gone
+            self.inbound_target(peer, session_id)  # raises: the session is gone
         else:
             channel.check_open()
 
@@ -70,8 +69,11 @@ class PeerDesk(PeerHost):
             return
         err = record.get("error")
         if isinstance(err, dict) and err.get("code"):
-            raise SessionAborted(f"session {session_id} already ended at {self.name}: {err.get('message', '')}",
-                                 str(err["code"]), str(err.get("origin") or self.name))
+            raise SessionAborted(
+                f"session {session_id} already ended at {self.name}: {err.get('message', '')}",
+                str(err["code"]),
+                str(err.get("origin") or self.name),
+            )
         raise PreconditionFailed(f"session {session_id} has already ended at {self.name}")
 
     # ------------------------------------------------------------ a session's course
@@ -92,14 +94,14 @@ class PeerDesk(PeerHost):
                 s.fail_threadsafe(exc)
                 s.begin_threadsafe()
                 raise
-            s.admit_begin()    # counts as running from now on (concurrent Begins must not all pass)
+            s.admit_begin()  # counts as running from now on (concurrent Begins must not all pass)
         s.begin_threadsafe()
 
-    async def abort(self, peer: str, session_id: str, code: str, message: str,
-                    culprit: str | None = None) -> None:
+    async def abort(self, peer: str, session_id: str, code: str, message: str, culprit: str | None = None) -> None:
         core, loop = self.core, asyncio.get_running_loop()
-        if session_id not in core.sessions and await loop.run_in_executor(   # governance: a waiting
-                None, core.governor.withdraw, peer, session_id, message):      # proposal is withdrawn
+        if session_id not in core.sessions and await loop.run_in_executor(  # governance: a waiting
+            None, core.governor.withdraw, peer, session_id, message
+        ):  # proposal is withdrawn
             return
         s = core.session_for(peer, session_id)
         if s is None:  # ended here already: nothing to abort
@@ -108,8 +110,9 @@ class PeerDesk(PeerHost):
         if culprit is not None and culprit not in s.spec.roles.values():
             raise InvalidMessage(f"Abort of session {session_id!r} names {culprit!r}, who holds no role in it")
         await loop.run_in_executor(None, core.governor.aborted, peer, session_id, code, message)
-        s.fail_threadsafe(SessionAborted(
-            f"session {session_id} aborted by {peer} (role {role}): {message}", code, culprit or peer))
+        s.fail_threadsafe(
+            SessionAborted(f"session {session_id} aborted by {peer} (role {role}): {message}", code, culprit or peer)
+        )
 
     async def resume(self, peer: str, session_id: str) -> str:
         core = self.core
@@ -121,8 +124,7 @@ class PeerDesk(PeerHost):
             return s.role  # a repeated Resume
         cp = self._recovery.resumable_checkpoint(session_id, peer)
         if peer != cp.meta["initiator"]:
-            raise PermissionDenied(f"only the initiator {cp.meta['initiator']!r} may resume session "
-                                   f"{session_id!r}")
+            raise PermissionDenied(f"only the initiator {cp.meta['initiator']!r} may resume session {session_id!r}")
         s = await self._recovery.resume_locally(cp)
         log.warning("session %s reopened from its checkpoint at %s's request", session_id, peer)
         return s.role
@@ -132,8 +134,7 @@ class PeerDesk(PeerHost):
         if s is None or s.done.done():
             raise PreconditionFailed(f"session {session_id!r} has already ended at {self.name!r}")
         if peer != s.initiator:
-            raise PermissionDenied(f"only the initiator {s.initiator!r} may say what session {session_id!r} "
-                                   "waits for")
+            raise PermissionDenied(f"only the initiator {s.initiator!r} may say what session {session_id!r} waits for")
         if party not in s.spec.roles.values() or party in (peer, self.name):
             raise InvalidMessage(f"session {session_id!r} cannot wait for {party!r}: not another participant")
         if s.state is SessionState.PREPARED:
@@ -142,14 +143,25 @@ class PeerDesk(PeerHost):
     # ------------------------------------------------------------ liveness
     async def heartbeat(self, peer: str, session_id: str, incarnation: str, round: int) -> dict:
         core = self.core
-        unknown = {"state": SessionState.UNKNOWN.value, "incarnation": core.incarnation, "round": 0, "code": "", "culprit": ""}
+        unknown = {
+            "state": SessionState.UNKNOWN.value,
+            "incarnation": core.incarnation,
+            "round": 0,
+            "code": "",
+            "culprit": "",
+        }
         s = core.sessions.get(session_id)
         if s is not None:
             if peer not in s.spec.roles.values():
-                return unknown         # as for an id that does not exist here
+                return unknown  # as for an id that does not exist here
             err = (s.record or {}).get("error") or {}
-            return {"state": s.state.value, "incarnation": core.incarnation, "round": 0 if s.channel is None else
-                    max(0, s.channel.round), "code": err.get("code", ""), "culprit": err.get("origin", "")}
+            return {
+                "state": s.state.value,
+                "incarnation": core.incarnation,
+                "round": 0 if s.channel is None else max(0, s.channel.round),
+                "code": err.get("code", ""),
+                "culprit": err.get("origin", ""),
+            }
         rec = await core.records.apeek(session_id)
         if rec is None:
             return unknown
@@ -159,17 +171,24 @@ class PeerDesk(PeerHost):
             # here, nothing more
             return unknown
         err = rec.get("error") or {}
-        return {"state": rec.get("state", SessionState.UNKNOWN.value), "incarnation": core.incarnation, "round": 0,
-                "code": err.get("code", ""), "culprit": err.get("origin", "")}
+        return {
+            "state": rec.get("state", SessionState.UNKNOWN.value),
+            "incarnation": core.incarnation,
+            "round": 0,
+            "code": err.get("code", ""),
+            "culprit": err.get("origin", ""),
+        }
 
     # ------------------------------------------------------------ witnesses (docs/governance.md)
-    async def witness(self, peer: str, statement: bytes, signature: bytes, certificate: bytes
-                      ) -> tuple[bytes, bytes, bytes] | None:
+    async def witness(
+        self, peer: str, statement: bytes, signature: bytes, certificate: bytes
+    ) -> tuple[bytes, bytes, bytes] | None:
         head = SignedHead(statement, signature, certificate)
         sid = validate_session_id(head.claims()["session"])
         took_part = await self._took_part(peer, sid)
         mine = await asyncio.get_running_loop().run_in_executor(
-            None, self.core.governor.witnessing.witness, peer, head, took_part)
+            None, self.core.governor.witnessing.witness, peer, head, took_part
+        )
         return None if mine is None else (mine.statement, mine.signature, mine.certificate)
 
     async def witnessed(self, peer: str) -> list[tuple[bytes, bytes, bytes]]:

@@ -29,19 +29,29 @@ async def _serve(config: PartyConfig, ready_file: Path | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     if ready_file is not None:
-        write_json_atomic(ready_file, {"party": party.name, "port": party.port, "pid": os.getpid(),
-                                       "console": party.console.url if party.console is not None else None})
+        write_json_atomic(
+            ready_file,
+            {
+                "party": party.name,
+                "port": party.port,
+                "pid": os.getpid(),
+                "console": party.console.url if party.console is not None else None,
+            },
+        )
     # through the log, so that [logging] format = "json" gives nothing but JSON lines
-    log.info("party %s serving on %s (port %d); stop with SIGTERM or Ctrl-C", party.name, config.listen,
-             party.port)
+    log.info("party %s serving on %s (port %d); stop with SIGTERM or Ctrl-C", party.name, config.listen, party.port)
     await stop.wait()
     log.info("party %s: shutting down", party.name)
     await party.stop()
     return 0
 
 
-def serve(config_path: str | os.PathLike, expect_name: str | None = None,
-          ready_file: str | os.PathLike | None = None, log_level: str | None = None) -> int:
+def serve(
+    config_path: str | os.PathLike,
+    expect_name: str | None = None,
+    ready_file: str | os.PathLike | None = None,
+    log_level: str | None = None,
+) -> int:
     """Run a party process until SIGTERM/SIGINT.  Returns the exit status.
 
     Logging follows the config's ``[logging]`` (``log_level`` from the command line wins).
@@ -49,8 +59,7 @@ def serve(config_path: str | os.PathLike, expect_name: str | None = None,
     """
     config = load_config(config_path)
     if expect_name is not None and config.name != expect_name:
-        raise ConfigError(f"{config_path} configures party {config.name!r}, but this launcher "
-                          f"runs {expect_name!r}")
+        raise ConfigError(f"{config_path} configures party {config.name!r}, but this launcher runs {expect_name!r}")
     configure_logging(config.logging.format, log_level or config.logging.level)
     os.umask(0o077)  # whatever this process creates is its own unless it says otherwise
     return asyncio.run(_serve(config, Path(ready_file) if ready_file else None))

@@ -92,7 +92,7 @@ class SessionRecords:
 
     def ids_named(self, name: str) -> set[str]:
         """Ids ``<initiator>.<name>`` of the records held here."""
-        found = {p.name[:-len(SUFFIX)] for p in self.directory.glob(f"*.{name}{SUFFIX}")}
+        found = {p.name[: -len(SUFFIX)] for p in self.directory.glob(f"*.{name}{SUFFIX}")}
         return found | {sid for sid in self._unwritten if sid.partition(".")[2] == name}
 
     @property
@@ -110,16 +110,17 @@ class SessionRecords:
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise RecordDamaged(f"cannot read the record of session {session_id!r} ({path}): {exc}",
-                                self.party) from None
+            raise RecordDamaged(
+                f"cannot read the record of session {session_id!r} ({path}): {exc}", self.party
+            ) from None
         try:
             record = json.loads(raw.decode("utf-8"))
-        except ValueError as exc:            # UnicodeDecodeError included
-            raise RecordDamaged(f"the record of session {session_id!r} ({path}) is not JSON: {exc}",
-                                self.party) from None
+        except ValueError as exc:  # UnicodeDecodeError included
+            raise RecordDamaged(
+                f"the record of session {session_id!r} ({path}) is not JSON: {exc}", self.party
+            ) from None
         if not isinstance(record, dict):
-            raise RecordDamaged(f"the record of session {session_id!r} ({path}) is not a JSON object",
-                                self.party)
+            raise RecordDamaged(f"the record of session {session_id!r} ({path}) is not a JSON object", self.party)
         return record  # type: ignore[return-value]  # the fields were written by session_record
 
     def peek(self, session_id: str) -> SessionRecord | None:
@@ -136,7 +137,7 @@ class SessionRecords:
         stamped = []
         for path in self.directory.glob(f"*{SUFFIX}"):
             try:
-                stamped.append((path.stat().st_mtime, path.name[:-len(SUFFIX)]))
+                stamped.append((path.stat().st_mtime, path.name[: -len(SUFFIX)]))
             except OSError:
                 continue
         out = []

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Mapping
+from collections.abc import Mapping
 
 import grpc
 
@@ -36,8 +36,9 @@ log = logging.getLogger("smcdp.party")
 
 def spec_of(cp: Checkpoint) -> SessionSpec:
     m = cp.meta
-    return SessionSpec(m["session_id"], m["protocol"], dict(m["roles"]), dict(m["params"]),
-                       float(m["timeout_seconds"]), m.get("seed"))
+    return SessionSpec(
+        m["session_id"], m["protocol"], dict(m["roles"]), dict(m["params"]), float(m["timeout_seconds"]), m.get("seed")
+    )
 
 
 class Recovery:
@@ -53,7 +54,7 @@ class Recovery:
     def checkpointed_sessions(self) -> set[str]:
         """Sessions this party restores from a checkpoint now (a resumable one is admitted again when it
         is resumed)."""
-        checkpoints = Checkpoint.scan(self.core.sessions_dir, self.core.name)   # damaged ones: restore()
+        checkpoints = Checkpoint.scan(self.core.sessions_dir, self.core.name)  # damaged ones: restore()
         return {cp.session_id for cp in checkpoints if SessionState(cp.meta["state"]).live}
 
     async def restore(self) -> None:
@@ -74,7 +75,7 @@ class Recovery:
                 continue  # failed resumably: waits for `smcdp session resume`
             try:
                 refused = None
-                try:   # today's policy and budget, its restarts and deadline
+                try:  # today's policy and budget, its restarts and deadline
                     self.readmit(cp, "restore")
                 except SmcdpError as exc:
                     refused = exc
@@ -82,7 +83,7 @@ class Recovery:
             except SmcdpError as exc:
                 self._fail_restored(cp.session_id, exc, cp)
                 continue
-            if refused is not None:   # it ends at once, telling its peers why; its role never runs
+            if refused is not None:  # it ends at once, telling its peers why; its role never runs
                 await core.wait_ready(s)
                 s.fail_threadsafe(refused)
                 log.warning("session %s not restored: %s", cp.session_id, refused)
@@ -90,11 +91,20 @@ class Recovery:
             if state is SessionState.PREPARED and cp.meta["initiator"] == core.name:
                 # the operator call that would have begun it died with the process
                 await core.wait_ready(s)
-                s.fail_threadsafe(SessionAborted(
-                    f"the initiator {core.name} restarted before session {cp.session_id} began; "
-                    f"continue it with 'smcdp session resume {cp.session_id}'", "UNAVAILABLE", core.name))
-            log.warning("session %s restored from its checkpoint (restart %d); %s", cp.session_id,
-                        cp.meta["restarts"], "replaying its role" if state is SessionState.RUNNING else "waiting for Begin")
+                s.fail_threadsafe(
+                    SessionAborted(
+                        f"the initiator {core.name} restarted before session {cp.session_id} began; "
+                        f"continue it with 'smcdp session resume {cp.session_id}'",
+                        "UNAVAILABLE",
+                        core.name,
+                    )
+                )
+            log.warning(
+                "session %s restored from its checkpoint (restart %d); %s",
+                cp.session_id,
+                cp.meta["restarts"],
+                "replaying its role" if state is SessionState.RUNNING else "waiting for Begin",
+            )
         for s in list(core.sessions.values()):
             await core.wait_ready(s)
 
@@ -104,11 +114,16 @@ class Recovery:
         core = self.core
         error = error_dict(exc, core.name)
         resumable = cp is not None and error["code"] in RESUMABLE_CODES
-        log.error("session %s cannot be restored at %s%s: %s", session_id, core.name,
-                  " (resumable: 'smcdp session resume' at its initiator)" if resumable else "", error["message"])
+        log.error(
+            "session %s cannot be restored at %s%s: %s",
+            session_id,
+            core.name,
+            " (resumable: 'smcdp session resume' at its initiator)" if resumable else "",
+            error["message"],
+        )
         m = cp.meta if cp is not None else (getattr(exc, "meta", None) or {})
         try:
-            if cp is None:   # keep what is left for the operator to inspect, out of the way of the next start
+            if cp is None:  # keep what is left for the operator to inspect, out of the way of the next start
                 d = Checkpoint.directory(core.sessions_dir, session_id)
                 d.rename(d.with_name(f"{session_id}.damaged"))
             elif resumable:
@@ -119,12 +134,22 @@ class Recovery:
         except (OSError, SmcdpError) as err:
             log.error("session %s: cannot update its checkpoint: %s", session_id, err)
         record = session_record(
-            session_id=session_id, protocol=m.get("protocol"), party=core.name, role=m.get("role"),
-            roles=m.get("roles") or {}, initiator=m.get("initiator"), params=m.get("params") or {},
-            seed=m.get("seed"), timeout_seconds=m.get("timeout_seconds"), state=SessionState.FAILED, error=error,
-            restarts=int(m.get("restarts", 0)), resumable=resumable)
+            session_id=session_id,
+            protocol=m.get("protocol"),
+            party=core.name,
+            role=m.get("role"),
+            roles=m.get("roles") or {},
+            initiator=m.get("initiator"),
+            params=m.get("params") or {},
+            seed=m.get("seed"),
+            timeout_seconds=m.get("timeout_seconds"),
+            state=SessionState.FAILED,
+            error=error,
+            restarts=int(m.get("restarts", 0)),
+            resumable=resumable,
+        )
         record["damaged"] = cp is None and not m
-        record = core.records.write(session_id, record, overwrite=False)   # a published record stays
+        record = core.records.write(session_id, record, overwrite=False)  # a published record stays
         if m.get("roles"):
             self._failures.append((session_id, dict(m["roles"]), error))
         core.governor.session_done(session_id, record)
@@ -143,13 +168,15 @@ class Recovery:
 
         async def one(sid: str, party: str, error: dict) -> None:
             try:
-                await connector.mailbox(party).Abort(tpb.AbortRequest(
-                    session_id=sid, code=error["code"], message=error["message"][:4000]), timeout=t)
+                await connector.mailbox(party).Abort(
+                    tpb.AbortRequest(session_id=sid, code=error["code"], message=error["message"][:4000]), timeout=t
+                )
             except grpc.RpcError as exc:
                 log.info("session %s: %s was not told of its failure here: %s", sid, party, exc.code().name)
 
-        await asyncio.gather(*(one(sid, p, error) for sid, roles, error in failures
-                               for p in roles.values() if p != core.name))
+        await asyncio.gather(
+            *(one(sid, p, error) for sid, roles, error in failures for p in roles.values() if p != core.name)
+        )
 
     # ------------------------------------------------------------ reopening
     def readmit(self, cp: Checkpoint, how: str, in_flight: Mapping[str, int] | None = None) -> None:
@@ -161,20 +188,26 @@ class Recovery:
         spec, plugin = spec_of(cp), get_plugin(m["protocol"])
 
         def limits() -> None:
-            check_resume(core.sessions.values() if how == "resume" else None, m["initiator"], m,
-                         core.config.limits, core.name, in_flight=in_flight)
+            check_resume(
+                core.sessions.values() if how == "resume" else None,
+                m["initiator"],
+                m,
+                core.config.limits,
+                core.name,
+                in_flight=in_flight,
+            )
             if how == "resume":
-                check_journal(session_budget(plugin, spec, m["role"], core.config.limits),
-                              cp.journal.inbound_sizes())
+                check_journal(session_budget(plugin, spec, m["role"], core.config.limits), cp.journal.inbound_sizes())
+
         core.governor.readmit(m["initiator"], spec, plugin, m["role"], how, precheck=limits)
 
     def reopen(self, cp: Checkpoint, *, begun: bool, resumed: bool = False) -> Session:
         """A session from its checkpoint (a restart: ``begun`` as it was; a resume: its journal repaired if
         damaged, and what it sent before sent again); its deadline is the one it has (never renewed)."""
         core, m = self.core, cp.meta
-        plugin = core.governor.wrap(get_plugin(m["protocol"]), m["session_id"])   # its reservation, if any
+        plugin = core.governor.wrap(get_plugin(m["protocol"]), m["session_id"])  # its reservation, if any
         cp.repair_journal = resumed
-        cp.journal                                   # noqa: B018 - a damaged journal is named before it runs
+        cp.journal  # noqa: B018 - a damaged journal is named before it runs
         culprit = restart_culprit(m, core.name)
         by = dict(m.get("restarts_by") or {})
         by[culprit] = int(by.get(culprit, 0)) + 1
@@ -191,21 +224,27 @@ class Recovery:
         """The checkpoint of a session that failed resumably.  ``peer``: the party asking (None: this party's
         operator); a peer that holds no role in the session hears what it would of a missing one."""
         core = self.core
-        missing = PreconditionFailed(f"party {core.name!r} has no checkpoint of session {session_id!r} "
-                                     "(it never ran here, or it ended in a way that cannot be continued)")
+        missing = PreconditionFailed(
+            f"party {core.name!r} has no checkpoint of session {session_id!r} "
+            "(it never ran here, or it ended in a way that cannot be continued)"
+        )
         d = Checkpoint.directory(core.sessions_dir, session_id)
         if not d.is_dir():
             rec = core.records.load(session_id) if peer is None else core.records.peek(session_id)
-            if rec is not None and rec.get("state") == SessionState.SUCCEEDED \
-                    and (peer is None or peer in (rec.get("roles") or {}).values()):
+            if (
+                rec is not None
+                and rec.get("state") == SessionState.SUCCEEDED
+                and (peer is None or peer in (rec.get("roles") or {}).values())
+            ):
                 raise AlreadyExists(f"session {session_id!r} already succeeded at party {core.name!r}")
             raise missing
         cp = Checkpoint.load(d)
         if peer is not None and peer not in cp.meta["roles"].values():
             raise missing
         if cp.meta["state"] != SessionState.FAILED or not cp.meta.get("resumable"):
-            raise PreconditionFailed(f"session {session_id!r} is {cp.meta['state']} at party {core.name!r}, "
-                                     "not failed resumably")
+            raise PreconditionFailed(
+                f"session {session_id!r} is {cp.meta['state']} at party {core.name!r}, not failed resumably"
+            )
         return cp
 
     async def resume_locally(self, cp: Checkpoint) -> Session:
@@ -214,12 +253,12 @@ class Recovery:
         if sid in core.reopening:
             raise Unavailable(f"session {sid!r} is being resumed at party {core.name!r}; try again shortly")
         core.reopening.add(sid)
-        before = dict(core.admitting)     # admissions that started earlier: this one counts them
-        registered = core.admission(cp.meta["initiator"])    # and later ones count it
+        before = dict(core.admitting)  # admissions that started earlier: this one counts them
+        registered = core.admission(cp.meta["initiator"])  # and later ones count it
         try:
-            cp.repair_journal = True   # a damaged journal is rewritten with its intact records
+            cp.repair_journal = True  # a damaged journal is rewritten with its intact records
             await asyncio.get_running_loop().run_in_executor(None, self.readmit, cp, "resume", before)
-            if not cp.dir.is_dir():   # the retention removed it meanwhile
+            if not cp.dir.is_dir():  # the retention removed it meanwhile
                 raise PreconditionFailed(f"party {core.name!r} no longer has a checkpoint of session {sid!r}")
             s = self.reopen(cp, begun=False, resumed=True)
         finally:

@@ -29,7 +29,8 @@ import json
 import logging
 import threading
 import time
-from typing import Any, Mapping, Protocol
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from smcdp._text import printable
 from smcdp.compute.memory import peak_rss, reset_peak_rss
@@ -63,8 +64,8 @@ from smcdp.runtime.limits import (
     charge_journal,
     session_budget,
 )
-from smcdp.runtime.logs import private_dir
 from smcdp.runtime.liveness import PeerLost, Watcher
+from smcdp.runtime.logs import private_dir
 from smcdp.runtime.records import SessionRecord, SessionRecords
 from smcdp.runtime.states import Lifecycle, Phase
 from smcdp.states import SessionState
@@ -90,6 +91,7 @@ class SessionOwner(Protocol):
     #: the records of the sessions that ended here (the one reader and writer of their files)
     records: SessionRecords
 
+
 log = logging.getLogger("smcdp.session")
 
 #: a role still running this long after its deadline is cancelled (DEADLINE_EXCEEDED)
@@ -97,7 +99,7 @@ ROLE_GRACE = 0.5
 
 
 def _utc_now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds")
 
 
 def error_dict(exc: BaseException, me: str) -> dict:
@@ -121,8 +123,18 @@ class Session:
     session's own thread runs :meth:`_main`: wait for Begin, run the role, fail, finish.
     """
 
-    def __init__(self, party: SessionOwner, spec: SessionSpec, role: str, plugin: ProtocolPlugin,
-                 initiator: str, checkpoint: Checkpoint, *, begun: bool = False, resumed: bool = False) -> None:
+    def __init__(
+        self,
+        party: SessionOwner,
+        spec: SessionSpec,
+        role: str,
+        plugin: ProtocolPlugin,
+        initiator: str,
+        checkpoint: Checkpoint,
+        *,
+        begun: bool = False,
+        resumed: bool = False,
+    ) -> None:
         self.party = party
         self.spec = spec
         self.role = role
@@ -136,7 +148,7 @@ class Session:
         #: the participants whose operators decide (comma-separated; None: nobody), and how long this
         #: party keeps the session prepared meanwhile (monotonic)
         self.waiting_for: str | None = None
-        self._noticed: dict[str, float] = {}    # party -> when we last heard the session waits for it
+        self._noticed: dict[str, float] = {}  # party -> when we last heard the session waits for it
         self._approval_until: float | None = None
         self.started_at = _utc_now()
         #: ``begun``: the role began in an earlier incarnation of this party (restored mid-role)
@@ -149,14 +161,19 @@ class Session:
         self.resumed = resumed
         self._begin: asyncio.Event | None = None
         self._early_failure: BaseException | None = None
-        self.watcher = Watcher(party.name, party.incarnation, spec.session_id, spec.roles,
-                               party.config.timeouts.peer_grace_seconds, self._lose)
-        self._t0 = time.monotonic()      # when the role started (the record's seconds)
-        self._rss_reset = False          # the peak RSS was reset when it started (the record's peak)
+        self.watcher = Watcher(
+            party.name,
+            party.incarnation,
+            spec.session_id,
+            spec.roles,
+            party.config.timeouts.peer_grace_seconds,
+            self._lose,
+        )
+        self._t0 = time.monotonic()  # when the role started (the record's seconds)
+        self._rss_reset = False  # the peak RSS was reset when it started (the record's peak)
         self.ready = threading.Event()
         self.done: concurrent.futures.Future = concurrent.futures.Future()
-        self.thread = threading.Thread(target=self._thread_main, daemon=True,
-                                       name=f"session-{spec.session_id}")
+        self.thread = threading.Thread(target=self._thread_main, daemon=True, name=f"session-{spec.session_id}")
 
     @property
     def state(self) -> SessionState:
@@ -179,7 +196,7 @@ class Session:
 
     def begin_threadsafe(self) -> None:
         if self.loop is not None and not self.done.done():
-            assert self._begin is not None    # _main makes the event before it publishes its loop
+            assert self._begin is not None  # _main makes the event before it publishes its loop
             try:
                 self.loop.call_soon_threadsafe(self._begin.set)
             except RuntimeError:
@@ -192,8 +209,8 @@ class Session:
             return
         if self._early_failure is None:
             self._early_failure = exc
-        self.lifecycle.end_decided()   # after the failure is kept: a thread that sees its end finds it
-        loop = self.loop     # read after _early_failure is set: _main sets the loop, then reads it
+        self.lifecycle.end_decided()  # after the failure is kept: a thread that sees its end finds it
+        loop = self.loop  # read after _early_failure is set: _main sets the loop, then reads it
 
         def fail() -> None:
             # runs on the session's loop, so after _main made the event and (without an await between) the channel
@@ -218,7 +235,7 @@ class Session:
         self._noticed[party] = now
         self.waiting_for = ", ".join(sorted(p for p, t in self._noticed.items() if now - t < WAITING_NOTICE_GRACE))
         self._approval_until = max(self._approval_until or until, until)
-        if own:   # the initiator's calls (Propose repeats, Begin) may take that long too
+        if own:  # the initiator's calls (Propose repeats, Begin) may take that long too
             self.deadline = max(self.deadline, until)
 
     def snapshot(self) -> SessionRecord:
@@ -235,14 +252,24 @@ class Session:
             if party == self.party.name:
                 continue
             seen = self.watcher.peer_seen.get(party)
-            peers[party] = {"role": role, "last_answer_seconds_ago": None if seen is None else round(now - seen[0], 1),
-                            "incarnation": None if seen is None else seen[1]}
+            peers[party] = {
+                "role": role,
+                "last_answer_seconds_ago": None if seen is None else round(now - seen[0], 1),
+                "incarnation": None if seen is None else seen[1],
+            }
         return {
-            "session_id": self.spec.session_id, "protocol": self.spec.protocol, "party": self.party.name,
-            "role": self.role, "state": self.state.value, "round": 0 if ch is None else ch.round,
-            "step": "" if ch is None else ch.step, "restarts": self.restarts,
-            "incarnation": self.party.incarnation, "seconds_left": round(self.deadline - now, 1),
-            "peers": peers, "error": (self.record or {}).get("error"),
+            "session_id": self.spec.session_id,
+            "protocol": self.spec.protocol,
+            "party": self.party.name,
+            "role": self.role,
+            "state": self.state.value,
+            "round": 0 if ch is None else ch.round,
+            "step": "" if ch is None else ch.step,
+            "restarts": self.restarts,
+            "incarnation": self.party.incarnation,
+            "seconds_left": round(self.deadline - now, 1),
+            "peers": peers,
+            "error": (self.record or {}).get("error"),
             "resumable": bool((self.record or {}).get("resumable")),
             "waiting_for": self.waiting_for if self.state is SessionState.PREPARED else None,
         }
@@ -263,18 +290,18 @@ class Session:
     async def _main(self) -> None:
         cfg = self.party.config
         self._begin = asyncio.Event()
-        self.loop = asyncio.get_running_loop()   # from now on fail_threadsafe wakes this loop; before, it
-        if self.lifecycle.has_run or self._early_failure is not None:    # left its failure for this check
+        self.loop = asyncio.get_running_loop()  # from now on fail_threadsafe wakes this loop; before, it
+        if self.lifecycle.has_run or self._early_failure is not None:  # left its failure for this check
             self._begin.set()
         ch = self._open_channel()
         self.ready.set()
         result = None
         error: dict | None = None
         told = ""
-        warm = asyncio.ensure_future(ch.connect(cfg.timeouts.connect_seconds))   # handshakes before Begin
+        warm = asyncio.ensure_future(ch.connect(cfg.timeouts.connect_seconds))  # handshakes before Begin
         try:
-            if self.restarts:   # what the journal holds counts against the envelope
-                assert ch.budget is not None    # _open_channel gave the channel its budget
+            if self.restarts:  # what the journal holds counts against the envelope
+                assert ch.budget is not None  # _open_channel gave the channel its budget
                 charge_journal(ch.budget, self.checkpoint.journal.inbound_sizes())
             await self._wait_for_begin()
             result = await self._run(ch)
@@ -292,11 +319,18 @@ class Session:
         """The session's channel: its journal, its byte budget (party-wide too), its chaos hook."""
         cfg = self.party.config
         connector = PeerConnector(cfg, self.party.tls)
-        ch = GrpcChannel(self.spec.session_id, self.role, self.spec.roles, self.deadline, connector,
-                         rpc_timeout=cfg.timeouts.rpc_seconds, journal=self.checkpoint.journal)
+        ch = GrpcChannel(
+            self.spec.session_id,
+            self.role,
+            self.spec.roles,
+            self.deadline,
+            connector,
+            rpc_timeout=cfg.timeouts.rpc_seconds,
+            journal=self.checkpoint.journal,
+        )
         ch.budget = session_budget(self.plugin, self.spec, self.role, cfg.limits, self.party.inbound)
         ch.resend_delivered = self.resumed
-        ch.on_progress = failpoints.hook(self.spec.session_id)   # a loopback cluster's chaos tests only
+        ch.on_progress = failpoints.hook(self.spec.session_id)  # a loopback cluster's chaos tests only
         self.channel = ch
         return ch
 
@@ -306,21 +340,26 @@ class Session:
         party) at the deadline.  A notice that an operator decides extends the wait."""
         limits = self.party.config.limits
         own = self.initiator == self.party.name
-        assert self._begin is not None    # _main made it before it waits here
+        assert self._begin is not None  # _main made it before it waits here
         while not self._begin.is_set():
             left = begin_by(self.deadline, self.received, limits, own, self._approval_until) - time.monotonic()
             try:
                 await asyncio.wait_for(self._begin.wait(), max(0.0, left))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 if begin_by(self.deadline, self.received, limits, own, self._approval_until) > time.monotonic():
                     continue
                 raise PreconditionFailed(
                     f"session {self.spec.session_id} never began: the initiator "
                     f"{self.initiator!r} did not confirm it within "
-                    + ("the deadline" if own else
-                       f"the approval timeout (limits.approval_timeout_seconds) while waiting for "
-                       f"approval at {self.waiting_for}" if self.waiting_for else
-                       "the proposal grace (limits.proposal_grace_seconds)")) from None
+                    + (
+                        "the deadline"
+                        if own
+                        else f"the approval timeout (limits.approval_timeout_seconds) while waiting for "
+                        f"approval at {self.waiting_for}"
+                        if self.waiting_for
+                        else "the proposal grace (limits.proposal_grace_seconds)"
+                    )
+                ) from None
         if self._early_failure is not None:
             raise self._early_failure
 
@@ -329,7 +368,7 @@ class Session:
         cfg = self.party.config
         began_before = self.lifecycle.has_run
         if not (self.lifecycle.advance(Phase.BEGUN) and self.lifecycle.advance(Phase.RUNNING)):
-            assert self._early_failure is not None    # kept before its end was decided
+            assert self._early_failure is not None  # kept before its end was decided
             raise self._early_failure
         meta = self.checkpoint.meta
         began: dict[str, float] = {}
@@ -339,87 +378,114 @@ class Session:
             self.deadline = ch.deadline = time.monotonic() + self.spec.timeout_seconds
             began = {"began_epoch": time.time(), "deadline_epoch": time.time() + self.spec.timeout_seconds}
         self._t0 = time.monotonic()
-        self._rss_reset = reset_peak_rss()   # the record reports this session's peak RSS
+        self._rss_reset = reset_peak_rss()  # the record reports this session's peak RSS
         out_dir = private_dir(cfg.data_dir / "outputs" / self.spec.session_id, cfg.data_dir)
         inputs = {k: str(v) for k, v in cfg.inputs.get(self.spec.protocol, {}).items()}
-        self.checkpoint.begin(inputs, **began)   # fingerprints the inputs, or checks them in a replay
+        self.checkpoint.begin(inputs, **began)  # fingerprints the inputs, or checks them in a replay
         ctx = SessionContext(
-            session_id=self.spec.session_id, protocol=self.spec.protocol,
-            roles=dict(self.spec.roles), params=dict(self.spec.params), inputs=inputs,
-            output_dir=out_dir, allow_insecure_keys=cfg.allow_insecure_keys,
-            seed=self.checkpoint.randomness(), compute=cfg.compute)
-        log.info("session %s: %s runs role %s of %s%s", self.spec.session_id, self.party.name,
-                 self.role, self.spec.protocol,
-                 f" (replay after restart {self.restarts})" if self.restarts else "")
+            session_id=self.spec.session_id,
+            protocol=self.spec.protocol,
+            roles=dict(self.spec.roles),
+            params=dict(self.spec.params),
+            inputs=inputs,
+            output_dir=out_dir,
+            allow_insecure_keys=cfg.allow_insecure_keys,
+            seed=self.checkpoint.randomness(),
+            compute=cfg.compute,
+        )
+        log.info(
+            "session %s: %s runs role %s of %s%s",
+            self.spec.session_id,
+            self.party.name,
+            self.role,
+            self.spec.protocol,
+            f" (replay after restart {self.restarts})" if self.restarts else "",
+        )
         watcher = asyncio.ensure_future(self.watcher.watch(ch))
         try:
             # a recv that waits past the deadline raises its own, more precise error ("no message 'y'
             # from b"); this catches roles that compute on
-            result = await asyncio.wait_for(self._run_role(ch, ctx),
-                                            max(0.0, self.deadline + ROLE_GRACE - time.monotonic()))
-        except asyncio.TimeoutError:
+            result = await asyncio.wait_for(
+                self._run_role(ch, ctx), max(0.0, self.deadline + ROLE_GRACE - time.monotonic())
+            )
+        except TimeoutError:
             raise _deadline_error(self) from None
         finally:
             watcher.cancel()
         try:
             json.dumps(result)
         except (TypeError, ValueError) as exc:
-            raise SmcdpError(f"protocol {self.spec.protocol!r} returned a result that is not "
-                             f"JSON-serialisable: {exc}") from None
+            raise SmcdpError(
+                f"protocol {self.spec.protocol!r} returned a result that is not JSON-serialisable: {exc}"
+            ) from None
         return result
 
     async def _run_role(self, ch: GrpcChannel, ctx: SessionContext) -> Any:
         result = await self.plugin.run_role(self.role, ch, ctx)
-        await ch.flush()     # done only once every message it sent is acknowledged (sends are pipelined)
+        await ch.flush()  # done only once every message it sent is acknowledged (sends are pipelined)
         return result
 
     async def _fail(self, ch: GrpcChannel, exc: BaseException) -> tuple[dict, str]:
         """The session failed here with ``exc``: its error, and what the peers are told (an Abort, unless
         the failure came from a peer's)."""
         cfg = self.party.config
-        self.lifecycle.end_decided()   # its slot is free while the abort goes out (limits._counts)
+        self.lifecycle.end_decided()  # its slot is free while the abort goes out (limits._counts)
         # a disk, quota or memory that ran out here: "no space left at <this party>", resumable
         exc = resource_failure(exc, self.party.name, f"session {self.spec.session_id}") or exc
         if isinstance(exc, NoSpace):
-            self.checkpoint.release_reserve()    # room to record how it failed
+            self.checkpoint.release_reserve()  # room to record how it failed
         error = error_dict(exc, self.party.name)
         culprit = error["origin"]
         if error["code"] == "INTERNAL":
             # peers hear only "internal error": the operator needs the whole story (CI, 2026-11-26: a
             # role's INTERNAL failure under load left nothing to tell what it was)
-            log.error("session %s: role %s failed with an internal error", self.spec.session_id, self.role,
-                      exc_info=exc)
+            log.error(
+                "session %s: role %s failed with an internal error", self.spec.session_id, self.role, exc_info=exc
+            )
         # peers learn the rule that failed, never this party's data (InputRejected)
         told = printable(public_message(exc)) if error["code"] != "INTERNAL" else "internal error"
-        detected_here = isinstance(exc, PeerLost) or not isinstance(exc, SessionAborted) \
-            or error["origin"] == self.party.name
+        detected_here = (
+            isinstance(exc, PeerLost) or not isinstance(exc, SessionAborted) or error["origin"] == self.party.name
+        )
         if detected_here:
             outcome = await ch.send_abort(
-                error["code"], f"role {self.role} ({self.party.name}) failed: {told}",
+                error["code"],
+                f"role {self.role} ({self.party.name}) failed: {told}",
                 timeout=min(5.0, cfg.timeouts.connect_seconds, max(1.0, self.deadline - time.monotonic())),
-                culprit=culprit if culprit != self.party.name else None)
-            log.warning("session %s failed here (%s: %s); abort sent: %s", self.spec.session_id,
-                        error["code"], error["message"], outcome)
+                culprit=culprit if culprit != self.party.name else None,
+            )
+            log.warning(
+                "session %s failed here (%s: %s); abort sent: %s",
+                self.spec.session_id,
+                error["code"],
+                error["message"],
+                outcome,
+            )
         else:
-            log.warning("session %s aborted (culprit %s): %s", self.spec.session_id, error["origin"],
-                        error["message"])
+            log.warning("session %s aborted (culprit %s): %s", self.spec.session_id, error["origin"], error["message"])
         return error, told
 
     def _finish(self, ch: GrpcChannel, result: Any, error: dict | None) -> None:
         """The record (written, or kept in memory), the checkpoint (kept if resumable), then ``done``."""
-        stats = dict(ch.stats.as_dict(), inbound_duplicates=ch.inbound_duplicates,
-                     replayed_sends=ch.replayed_sends, checkpoint=self.checkpoint.journal.stats())
+        stats = dict(
+            ch.stats.as_dict(),
+            inbound_duplicates=ch.inbound_duplicates,
+            replayed_sends=ch.replayed_sends,
+            checkpoint=self.checkpoint.journal.stats(),
+        )
         # this process's peak resident memory (VmHWM) since the session began
         stats["peak_rss_bytes"], stats["peak_rss_scope"] = peak_rss(self._rss_reset)
         state = SessionState.FAILED if error is not None else SessionState.SUCCEEDED
         resumable = error is not None and error["code"] in RESUMABLE_CODES
-        record = self._record(state, result=result, error=error, stats=stats,
-                              seconds=time.monotonic() - self._t0, resumable=resumable)
+        record = self._record(
+            state, result=result, error=error, stats=stats, seconds=time.monotonic() - self._t0, resumable=resumable
+        )
         record = self.party.records.write(self.spec.session_id, record)
         try:
             if resumable:
-                self.checkpoint.set_state(SessionState.FAILED.value, resumable=True, error=error,
-                                          failed_epoch=time.time())
+                self.checkpoint.set_state(
+                    SessionState.FAILED.value, resumable=True, error=error, failed_epoch=time.time()
+                )
                 self.checkpoint.close()
             else:
                 self.checkpoint.remove()  # nothing to continue: the root key and journal go too
@@ -439,34 +505,85 @@ class Session:
         if self.channel is not None:
             self.channel.abort_local(exc)
 
-    def _record(self, state: SessionState, result: Any = None, error: dict | None = None,
-                stats: dict | None = None, seconds: float | None = None, resumable: bool = False) -> SessionRecord:
+    def _record(
+        self,
+        state: SessionState,
+        result: Any = None,
+        error: dict | None = None,
+        stats: dict | None = None,
+        seconds: float | None = None,
+        resumable: bool = False,
+    ) -> SessionRecord:
         return session_record(
-            session_id=self.spec.session_id, protocol=self.spec.protocol, party=self.party.name, role=self.role,
-            roles=self.spec.roles, initiator=self.initiator, params=self.spec.params, seed=self.spec.seed,
-            timeout_seconds=self.spec.timeout_seconds, state=state, result=result, error=error, stats=stats,
-            started_at=self.started_at, seconds=seconds, restarts=self.restarts, resumable=resumable,
+            session_id=self.spec.session_id,
+            protocol=self.spec.protocol,
+            party=self.party.name,
+            role=self.role,
+            roles=self.spec.roles,
+            initiator=self.initiator,
+            params=self.spec.params,
+            seed=self.spec.seed,
+            timeout_seconds=self.spec.timeout_seconds,
+            state=state,
+            result=result,
+            error=error,
+            stats=stats,
+            started_at=self.started_at,
+            seconds=seconds,
+            restarts=self.restarts,
+            resumable=resumable,
             # the last round the role reported: what an ended session's status shows
-            round=None if self.channel is None else max(0, self.channel.round))
+            round=None if self.channel is None else max(0, self.channel.round),
+        )
 
 
-def session_record(*, session_id: str, protocol: str | None, party: str, role: str | None,
-                   roles: Mapping[str, str], initiator: str | None, params: Mapping[str, Any], seed: int | None,
-                   timeout_seconds: float | None, state: SessionState, result: Any = None, error: dict | None = None,
-                   stats: dict | None = None, started_at: str | None = None, seconds: float | None = None,
-                   restarts: int = 0, resumable: bool = False, round: int | None = None) -> SessionRecord:
+def session_record(
+    *,
+    session_id: str,
+    protocol: str | None,
+    party: str,
+    role: str | None,
+    roles: Mapping[str, str],
+    initiator: str | None,
+    params: Mapping[str, Any],
+    seed: int | None,
+    timeout_seconds: float | None,
+    state: SessionState,
+    result: Any = None,
+    error: dict | None = None,
+    stats: dict | None = None,
+    started_at: str | None = None,
+    seconds: float | None = None,
+    restarts: int = 0,
+    resumable: bool = False,
+    round: int | None = None,
+) -> SessionRecord:
     """A session's record (``data_dir/sessions/<id>.json``, what GetResult and the console show)."""
     return {
-        "session_id": session_id, "protocol": protocol, "party": party, "role": role, "roles": dict(roles),
-        "initiator": initiator, "params": dict(params), "seed": seed, "timeout_seconds": timeout_seconds,
-        "state": SessionState(state).value, "result": result, "error": error, "stats": stats,
-        "started_at": started_at, "finished_at": _utc_now() if SessionState(state).ended else None,
-        "seconds": seconds, "restarts": restarts, "resumable": resumable, "round": round,
+        "session_id": session_id,
+        "protocol": protocol,
+        "party": party,
+        "role": role,
+        "roles": dict(roles),
+        "initiator": initiator,
+        "params": dict(params),
+        "seed": seed,
+        "timeout_seconds": timeout_seconds,
+        "state": SessionState(state).value,
+        "result": result,
+        "error": error,
+        "stats": stats,
+        "started_at": started_at,
+        "finished_at": _utc_now() if SessionState(state).ended else None,
+        "seconds": seconds,
+        "restarts": restarts,
+        "resumable": resumable,
+        "round": round,
     }
 
 
 def _deadline_error(s: Session) -> SmcdpError:
-    return DeadlineExceeded(f"session {s.spec.session_id}: role {s.role} did not finish within the "
-                            f"session deadline of {s.spec.timeout_seconds:g} s")
-
-
+    return DeadlineExceeded(
+        f"session {s.spec.session_id}: role {s.role} did not finish within the "
+        f"session deadline of {s.spec.timeout_seconds:g} s"
+    )

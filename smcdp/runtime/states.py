@@ -39,10 +39,10 @@ class Slot(str, Enum):
 class Phase(Enum):
     """What a live session at this party is doing; ``reported`` is the state the party reports for it."""
 
-    PREPARED = "prepared"    #: admitted, waiting for Begin
-    BEGUN = "begun"          #: Begin admitted; the session's thread has not started the role yet
-    RUNNING = "running"      #: the role runs in this process
-    ENDING = "ending"        #: its end is decided (an Abort, a failure): it winds down
+    PREPARED = "prepared"  #: admitted, waiting for Begin
+    BEGUN = "begun"  #: Begin admitted; the session's thread has not started the role yet
+    RUNNING = "running"  #: the role runs in this process
+    ENDING = "ending"  #: its end is decided (an Abort, a failure): it winds down
     SUCCEEDED = "succeeded"
     FAILED = "failed"
 
@@ -129,4 +129,4 @@ class Lifecycle:
         return SessionState.RUNNING if self._ran else SessionState.PREPARED
 
 
-__all__ = ["IllegalMove", "Lifecycle", "MOVES", "Phase", "ProposalState", "SessionState", "Slot"]
+__all__ = ["MOVES", "IllegalMove", "Lifecycle", "Phase", "ProposalState", "SessionState", "Slot"]

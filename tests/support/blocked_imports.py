@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from tests.support.paths import REPO
 
@@ -48,8 +48,15 @@ def blocked_env(tmp_path: Path, modules: Sequence[str]) -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=path, SMCDP_TEST_BLOCKED_MODULES=",".join(modules))
 
 
-def run_without(tmp_path: Path, modules: Sequence[str], argv: Sequence[str], *, timeout: float = 120,
-                cwd: Path | None = None) -> subprocess.CompletedProcess:
+def run_without(
+    tmp_path: Path, modules: Sequence[str], argv: Sequence[str], *, timeout: float = 120, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
     """``python ARGV...`` (``-m smcdp ...``, a script) with ``modules`` missing; output as text."""
-    return subprocess.run([sys.executable, *argv], env=blocked_env(tmp_path, modules), cwd=cwd or tmp_path,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, *argv],
+        env=blocked_env(tmp_path, modules),
+        cwd=cwd or tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

@@ -23,7 +23,9 @@ CONTROL = "/smcdp.v1.Control/"
 SERVER_FAILURES = {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN}
 
 
-def call_unary(channel: grpc.Channel, method: str, payload: bytes, timeout: float = 10.0) -> tuple[grpc.StatusCode, str]:
+def call_unary(
+    channel: grpc.Channel, method: str, payload: bytes, timeout: float = 10.0
+) -> tuple[grpc.StatusCode, str]:
     fn = channel.unary_unary(method, request_serializer=None, response_deserializer=None)
     try:
         fn(payload, timeout=timeout)
@@ -63,29 +65,48 @@ _sid = st.one_of(_text, st.sampled_from(["alice.fuzz-live", "alice.fuzz-none", "
 _u32 = st.one_of(st.integers(0, 8), st.integers(0, (1 << 32) - 1))
 _u64 = st.one_of(st.integers(0, 64), st.integers(0, (1 << 64) - 1))
 _json = st.one_of(
-    st.just(""), st.just("{}"), st.just("[]"), st.just("null"), st.just('{"n": NaN}'),
+    st.just(""),
+    st.just("{}"),
+    st.just("[]"),
+    st.just("null"),
+    st.just('{"n": NaN}'),
     st.builds(nested_json, st.integers(1, 5000)),
-    st.dictionaries(st.text(max_size=10), st.one_of(st.integers(), st.floats(), st.text(max_size=10)),
-                    max_size=5).map(json.dumps),
-    st.text(max_size=60))
+    st.dictionaries(st.text(max_size=10), st.one_of(st.integers(), st.floats(), st.text(max_size=10)), max_size=5).map(
+        json.dumps
+    ),
+    st.text(max_size=60),
+)
 
 
 @st.composite
 def envelopes(draw, session_ids=_sid) -> bytes:
-    env = tpb.Envelope(session_id=draw(session_ids), tag=draw(_text), type_name=draw(st.one_of(
-        _text, st.sampled_from(["smcdp.v1.Floats", "smcdp.v1.CiphertextVector", "smcdp.v1.Blobs"]))),
-        chunk_index=draw(_u32), chunk_count=draw(_u32), total_size=draw(_u64), data=draw(st.binary(max_size=64)))
+    env = tpb.Envelope(
+        session_id=draw(session_ids),
+        tag=draw(_text),
+        type_name=draw(
+            st.one_of(_text, st.sampled_from(["smcdp.v1.Floats", "smcdp.v1.CiphertextVector", "smcdp.v1.Blobs"]))
+        ),
+        chunk_index=draw(_u32),
+        chunk_count=draw(_u32),
+        total_size=draw(_u64),
+        data=draw(st.binary(max_size=64)),
+    )
     return env.SerializeToString()
 
 
 @st.composite
 def session_specs(draw) -> bytes:
-    spec = tpb.SessionSpec(session_id=draw(_sid), protocol=draw(st.one_of(
-        _text, st.sampled_from(["net-echo", "power-iteration", "dp-aggregate", "keyword"]))),
-        params_json=draw(_json), timeout_seconds=draw(st.one_of(
-            st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([0.0, 1.0, 1e9, -1.0]))))
-    for role, party in draw(st.dictionaries(_text, st.one_of(_text, st.sampled_from(["alice", "bob", "zed"])),
-                                            max_size=4)).items():
+    spec = tpb.SessionSpec(
+        session_id=draw(_sid),
+        protocol=draw(st.one_of(_text, st.sampled_from(["net-echo", "power-iteration", "dp-aggregate", "keyword"]))),
+        params_json=draw(_json),
+        timeout_seconds=draw(
+            st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([0.0, 1.0, 1e9, -1.0]))
+        ),
+    )
+    for role, party in draw(
+        st.dictionaries(_text, st.one_of(_text, st.sampled_from(["alice", "bob", "zed"])), max_size=4)
+    ).items():
         spec.roles[role] = party
     if draw(st.booleans()):
         spec.seed = draw(st.integers(-(1 << 63), (1 << 63) - 1))
@@ -94,8 +115,11 @@ def session_specs(draw) -> bytes:
 
 @st.composite
 def abort_requests(draw) -> bytes:
-    return tpb.AbortRequest(session_id=draw(_sid), code=draw(st.one_of(_text, st.sampled_from(
-        ["OK", "ABORTED", "INVALID_ARGUMENT", "ok", "CANCELLED"]))), message=draw(_text)).SerializeToString()
+    return tpb.AbortRequest(
+        session_id=draw(_sid),
+        code=draw(st.one_of(_text, st.sampled_from(["OK", "ABORTED", "INVALID_ARGUMENT", "ok", "CANCELLED"]))),
+        message=draw(_text),
+    ).SerializeToString()
 
 
 def _bytes_list(max_items=4, max_size=64):
@@ -105,21 +129,35 @@ def _bytes_list(max_items=4, max_size=64):
 #: every payload type the protocols exchange, as structured random messages
 PAYLOADS = {
     "smcdp.v1.CiphertextVector": st.builds(
-        lambda cts, e, n, s, b, fp: mpb.CiphertextVector(ciphertexts=cts, exponent=e, length=n,
-                                                         slots_per_ciphertext=s, slot_bits=b, key_fingerprint=fp),
-        _bytes_list(), st.integers(-(1 << 31), (1 << 31) - 1), _u32, _u32, _u32, st.binary(max_size=40)),
+        lambda cts, e, n, s, b, fp: mpb.CiphertextVector(
+            ciphertexts=cts, exponent=e, length=n, slots_per_ciphertext=s, slot_bits=b, key_fingerprint=fp
+        ),
+        _bytes_list(),
+        st.integers(-(1 << 31), (1 << 31) - 1),
+        _u32,
+        _u32,
+        _u32,
+        st.binary(max_size=40),
+    ),
     "smcdp.v1.PaillierPublicKey": st.builds(lambda n: mpb.PaillierPublicKey(n=n), st.binary(max_size=300)),
-    "smcdp.v1.PaillierKeyPair": st.builds(lambda n, p, q: mpb.PaillierKeyPair(n=n, p=p, q=q),
-                                          st.binary(max_size=80), st.binary(max_size=40), st.binary(max_size=40)),
-    "smcdp.v1.BigInts": st.builds(lambda m, s: mpb.BigInts(magnitude=m, negative=s), _bytes_list(),
-                                  st.lists(st.booleans(), max_size=4)),
-    "smcdp.v1.Ints": st.builds(lambda v: mpb.Ints(values=v), st.lists(st.integers(-(1 << 63), (1 << 63) - 1),
-                                                                      max_size=4)),
+    "smcdp.v1.PaillierKeyPair": st.builds(
+        lambda n, p, q: mpb.PaillierKeyPair(n=n, p=p, q=q),
+        st.binary(max_size=80),
+        st.binary(max_size=40),
+        st.binary(max_size=40),
+    ),
+    "smcdp.v1.BigInts": st.builds(
+        lambda m, s: mpb.BigInts(magnitude=m, negative=s), _bytes_list(), st.lists(st.booleans(), max_size=4)
+    ),
+    "smcdp.v1.Ints": st.builds(
+        lambda v: mpb.Ints(values=v), st.lists(st.integers(-(1 << 63), (1 << 63) - 1), max_size=4)
+    ),
     "smcdp.v1.Floats": st.builds(lambda v: mpb.Floats(values=v), st.lists(st.floats(), max_size=6)),
     "smcdp.v1.Flag": st.builds(lambda v: mpb.Flag(value=v), st.booleans()),
     "smcdp.v1.Blobs": st.builds(lambda v: mpb.Blobs(values=v), _bytes_list()),
-    "smcdp.v1.Matrix": st.builds(lambda r, c, v: mpb.Matrix(rows=r, cols=c, values=v), _u32, _u32,
-                                 st.lists(st.floats(), max_size=6)),
+    "smcdp.v1.Matrix": st.builds(
+        lambda r, c, v: mpb.Matrix(rows=r, cols=c, values=v), _u32, _u32, st.lists(st.floats(), max_size=6)
+    ),
     "smcdp.v1.Text": st.builds(lambda v: mpb.Text(value=v), _text),
 }
 
@@ -129,25 +167,37 @@ def mutated(valid: bytes):
     return st.one_of(
         st.integers(0, max(0, len(valid) - 1)).map(lambda i: valid[:i]),
         st.tuples(st.integers(0, max(0, len(valid) - 1)), st.integers(1, 255)).map(
-            lambda t: valid[:t[0]] + bytes([valid[t[0]] ^ t[1]]) + valid[t[0] + 1:] if valid else b"\xff"),
+            lambda t: valid[: t[0]] + bytes([valid[t[0]] ^ t[1]]) + valid[t[0] + 1 :] if valid else b"\xff"
+        ),
         st.binary(min_size=1, max_size=32).map(lambda junk: valid + junk),
     )
 
 
 def mailbox_requests():
     """(method, payload or chunks) for any Mailbox RPC: structured, mutated or raw garbage."""
-    valid_env = tpb.Envelope(session_id="alice.fuzz-live", tag="t", type_name="smcdp.v1.Flag", chunk_index=0,
-                             chunk_count=1, total_size=2, data=b"\x08\x01").SerializeToString()
+    valid_env = tpb.Envelope(
+        session_id="alice.fuzz-live",
+        tag="t",
+        type_name="smcdp.v1.Flag",
+        chunk_index=0,
+        chunk_count=1,
+        total_size=2,
+        data=b"\x08\x01",
+    ).SerializeToString()
     garbage = st.binary(max_size=200)
     deliver = st.lists(st.one_of(envelopes(), mutated(valid_env), garbage), min_size=0, max_size=3).map(
-        lambda chunks: ("Deliver", chunks))
+        lambda chunks: ("Deliver", chunks)
+    )
     propose = st.one_of(session_specs(), garbage, mutated(tpb.SessionSpec(session_id="x").SerializeToString())).map(
-        lambda b: ("Propose", b))
+        lambda b: ("Propose", b)
+    )
     begin = st.one_of(st.builds(lambda s: tpb.SessionRef(session_id=s).SerializeToString(), _sid), garbage).map(
-        lambda b: ("Begin", b))
+        lambda b: ("Begin", b)
+    )
     abort = st.one_of(abort_requests(), garbage).map(lambda b: ("Abort", b))
     stream = st.lists(st.one_of(envelopes(), mutated(valid_env), garbage), min_size=0, max_size=4).map(
-        lambda chunks: ("Stream", chunks))
+        lambda chunks: ("Stream", chunks)
+    )
     return st.one_of(deliver, stream, propose, begin, abort)
 
 
@@ -171,8 +221,17 @@ class StreamFlood:
     server ended them; ``open_now()`` is how many are open at this moment.
     """
 
-    def __init__(self, certs, as_party: str, address: str, target: str, count: int = 520,
-                 connections: int = 5, reopen_delay: float = 0.5, method: str = "stream") -> None:
+    def __init__(
+        self,
+        certs,
+        as_party: str,
+        address: str,
+        target: str,
+        count: int = 520,
+        connections: int = 5,
+        reopen_delay: float = 0.5,
+        method: str = "stream",
+    ) -> None:
         import asyncio
         import threading
 
@@ -180,8 +239,9 @@ class StreamFlood:
         #: "stream": idle Mailbox.Stream calls; "watch": grpc.health.v1 Health.Watch streams
         self.method = method
         root = (certs / "ca.crt").read_bytes()
-        self._creds = grpc.ssl_channel_credentials(root, (certs / f"{as_party}.key").read_bytes(),
-                                                   (certs / f"{as_party}.crt").read_bytes())
+        self._creds = grpc.ssl_channel_credentials(
+            root, (certs / f"{as_party}.key").read_bytes(), (certs / f"{as_party}.crt").read_bytes()
+        )
         self.address, self.target = address, target
         self.codes: dict[str, int] = {}
         self.details: dict[str, str] = {}
@@ -204,7 +264,7 @@ class StreamFlood:
         now = time.monotonic()
         return sum(1 for t in list(self._since.values()) if now - t >= seconds)
 
-    def start(self, timeout: float = 30) -> "StreamFlood":
+    def start(self, timeout: float = 30) -> StreamFlood:
         self._thread.start()
         assert self._started.wait(timeout), "the flood did not start"
         return self
@@ -220,8 +280,10 @@ class StreamFlood:
         from smcdp.net.grpc_channel import channel_options
 
         self._stop = asyncio.Event()
-        opts = channel_options() + [("grpc.ssl_target_name_override", self.target),
-                                    ("grpc.use_local_subchannel_pool", 1)]
+        opts = channel_options() + [
+            ("grpc.ssl_target_name_override", self.target),
+            ("grpc.use_local_subchannel_pool", 1),
+        ]
         channels = [grpc.aio.secure_channel(self.address, self._creds, options=opts) for _ in range(self.connections)]
         for ch in channels:
             await ch.channel_ready()
@@ -229,11 +291,17 @@ class StreamFlood:
             from grpc_health.v1 import health_pb2
 
             watch = health_pb2.HealthCheckRequest(service="").SerializeToString()
-            methods = [lambda ch=ch: ch.unary_stream(HEALTH + "Watch", request_serializer=None,
-                                                     response_deserializer=None)(watch) for ch in channels]
+            methods = [
+                lambda ch=ch: ch.unary_stream(HEALTH + "Watch", request_serializer=None, response_deserializer=None)(
+                    watch
+                )
+                for ch in channels
+            ]
         else:
-            methods = [ch.stream_stream(MAILBOX + "Stream", request_serializer=None, response_deserializer=None)
-                       for ch in channels]
+            methods = [
+                ch.stream_stream(MAILBOX + "Stream", request_serializer=None, response_deserializer=None)
+                for ch in channels
+            ]
 
         async def one(i: int) -> None:
             while not self._stop.is_set():
@@ -250,11 +318,11 @@ class StreamFlood:
                 self.lifetimes.setdefault(code.name, []).append(time.monotonic() - t0)
                 try:
                     await asyncio.wait_for(self._stop.wait(), self.reopen_delay)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
 
         tasks = [asyncio.ensure_future(one(i)) for i in range(self.count)]
-        await asyncio.sleep(1.0)     # every call has reached the server (or been refused)
+        await asyncio.sleep(1.0)  # every call has reached the server (or been refused)
         self._started.set()
         await self._stop.wait()
         for t in tasks:

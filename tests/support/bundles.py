@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 
 class BundleRecords:
@@ -32,11 +32,14 @@ class BundleRecords:
                 return records
             if time.monotonic() > end:
                 missing = sorted(set(parties) - set(records))
-                raise AssertionError(f"no final record of {session_id} at {missing} within {timeout:g} s; "
-                                     + " | ".join(f"{p}: {self.log(p)[-1500:]}" for p in missing))
+                raise AssertionError(
+                    f"no final record of {session_id} at {missing} within {timeout:g} s; "
+                    + " | ".join(f"{p}: {self.log(p)[-1500:]}" for p in missing)
+                )
             time.sleep(0.1)
 
     def running_at(self, party: str, session_id: str) -> bool:
         """The party's role has started (its output directory exists) and not yet ended."""
-        return ((self.bundle(party) / "data" / "outputs" / session_id).is_dir()
-                and not self.record_path(party, session_id).exists())
+        return (self.bundle(party) / "data" / "outputs" / session_id).is_dir() and not self.record_path(
+            party, session_id
+        ).exists()

@@ -27,9 +27,18 @@ def free_port() -> int:
     return free_tcp_port()
 
 
-def make_deployment(root: Path, parties, *, timeouts: Timeouts | None = None,
-                    inputs=None, limits=None, allow_seeded: bool = False, policies=None,
-                    budgets=None, open_policy: bool = True) -> dict[str, Path]:
+def make_deployment(
+    root: Path,
+    parties,
+    *,
+    timeouts: Timeouts | None = None,
+    inputs=None,
+    limits=None,
+    allow_seeded: bool = False,
+    policies=None,
+    budgets=None,
+    open_policy: bool = True,
+) -> dict[str, Path]:
     """Certificates + one TOML config per party under ``root``; returns name -> config path.
 
     A test deployment: small keys are allowed; every party without an entry in ``policies``
@@ -40,9 +49,18 @@ def make_deployment(root: Path, parties, *, timeouts: Timeouts | None = None,
     from smcdp.runtime.local import write_local_deployment
 
     return write_local_deployment(
-        root, parties, inputs=inputs, plugins=(ECHO_PLUGIN,), allow_insecure_keys=True,
+        root,
+        parties,
+        inputs=inputs,
+        plugins=(ECHO_PLUGIN,),
+        allow_insecure_keys=True,
         timeouts=timeouts or Timeouts(connect_seconds=3, session_seconds=60, rpc_seconds=30),
-        allow_seeded=allow_seeded, policies=policies, budgets=budgets, limits=limits, open_policy=open_policy)
+        allow_seeded=allow_seeded,
+        policies=policies,
+        budgets=budgets,
+        limits=limits,
+        open_policy=open_policy,
+    )
 
 
 class PartiesInThread:
@@ -90,17 +108,16 @@ def in_thread():
         runner.close()
 
 
-def raw_channel(certs: Path, as_party: str | None, address: str, target: str,
-                ca: Path | None = None) -> grpc.Channel:
+def raw_channel(certs: Path, as_party: str | None, address: str, target: str, ca: Path | None = None) -> grpc.Channel:
     """A blocking channel presenting ``as_party``'s certificate (None: no client certificate)."""
     root = (ca or certs / "ca.crt").read_bytes()
     if as_party is None:
         creds = grpc.ssl_channel_credentials(root)
     else:
-        creds = grpc.ssl_channel_credentials(root, (certs / f"{as_party}.key").read_bytes(),
-                                             (certs / f"{as_party}.crt").read_bytes())
-    return grpc.secure_channel(address, creds,
-                               options=channel_options() + [("grpc.ssl_target_name_override", target)])
+        creds = grpc.ssl_channel_credentials(
+            root, (certs / f"{as_party}.key").read_bytes(), (certs / f"{as_party}.crt").read_bytes()
+        )
+    return grpc.secure_channel(address, creds, options=channel_options() + [("grpc.ssl_target_name_override", target)])
 
 
 class PartyProcess:
@@ -108,12 +125,16 @@ class PartyProcess:
         self.name = name
         self.log_path = log_dir / f"{name}.log"
         self.log = open(self.log_path, "wb")  # noqa: SIM115 - the party's stdout, closed when it stops
-        if use_launcher:   # python parties/<name>.py --config FILE
+        if use_launcher:  # python parties/<name>.py --config FILE
             env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
             self.proc = subprocess.Popen(
                 [sys.executable, str(REPO / "parties" / f"{name}.py"), "--config", str(config)],
-                cwd=REPO, env=env, stdout=self.log, stderr=subprocess.STDOUT)
-        else:              # python -m smcdp party --config FILE, through the library helper
+                cwd=REPO,
+                env=env,
+                stdout=self.log,
+                stderr=subprocess.STDOUT,
+            )
+        else:  # python -m smcdp party --config FILE, through the library helper
             from smcdp.runtime.local import spawn_party
 
             self.proc = spawn_party(config, log_file=self.log, extra_env={"PYTHONPATH": str(REPO)})

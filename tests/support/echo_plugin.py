@@ -11,15 +11,15 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.plugins.base import ProtocolPlugin, SessionContext, register
 from smcdp.v1 import messages_pb2 as mpb
 
-_PARAMS = {"n": 3, "big_bytes": 0, "busy_seconds": 0.0, "fail_role": "", "late_send": False,
-           "wait_forever_role": ""}
+_PARAMS = {"n": 3, "big_bytes": 0, "busy_seconds": 0.0, "fail_role": "", "late_send": False, "wait_forever_role": ""}
 
 
 class EchoPlugin(ProtocolPlugin):
@@ -70,7 +70,7 @@ class EchoPlugin(ProtocolPlugin):
             big = await ch.recv("a", "big", mpb.Blobs)
             digest = hashlib.sha256(big.values[0]).hexdigest()
         if p["busy_seconds"]:
-            ch.progress(step="busy")       # the party's status shows it (tests sample while it holds)
+            ch.progress(step="busy")  # the party's status shows it (tests sample while it holds)
             end = time.monotonic() + p["busy_seconds"]
             acc = 0
             while time.monotonic() < end:  # pure-Python work: holds the GIL, blocks this loop

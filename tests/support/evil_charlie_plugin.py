@@ -27,7 +27,7 @@ async def _tournament_for_the_largest(k, match):
 
 class MaliciousCharliePlugin(DPAggregatePlugin):
     async def run_role(self, role: str, ch: Channel, ctx: SessionContext) -> dict:
-        if role == CHARLIE:                  # Charlie's process runs only Charlie's role
+        if role == CHARLIE:  # Charlie's process runs only Charlie's role
             argmin.run_tournament = _tournament_for_the_largest
         return await super().run_role(role, ch, ctx)
 

@@ -31,7 +31,7 @@ def children(pid: int) -> list[tuple[int, str]]:
         try:
             stat = (entry / "stat").read_text()
             # pid (comm) state ppid ...: comm may hold spaces and parentheses
-            state, ppid = stat[stat.rindex(")") + 2:].split()[:2]
+            state, ppid = stat[stat.rindex(")") + 2 :].split()[:2]
             if int(ppid) != pid or state == "Z":
                 continue
             cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
@@ -67,6 +67,7 @@ def pytest_sessionfinish(session):
     finally:
         config = session.config
         if not (getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput")):
-            for pid, cmd in reap():   # not in the xdist controller: its children are the workers
-                sys.stderr.write(f"tests/support/leftovers.py: killed process {pid} that the tests left "
-                                 f"running: {cmd[:200]}\n")
+            for pid, cmd in reap():  # not in the xdist controller: its children are the workers
+                sys.stderr.write(
+                    f"tests/support/leftovers.py: killed process {pid} that the tests left running: {cmd[:200]}\n"
+                )

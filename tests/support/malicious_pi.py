@@ -26,7 +26,7 @@ from smcdp.plugins.power_iteration import PowerIterationPlugin
 from smcdp.protocols.power_iteration import TRENT, PowerIterationParams, data_party, trent
 from smcdp.v1 import messages_pb2 as pb
 
-SCALE = 2.0 ** 20
+SCALE = 2.0**20
 
 
 class _Evil:
@@ -49,12 +49,15 @@ class _Evil:
             E = np.zeros((k, b))
             E[np.arange(b), np.arange(b)] = SCALE
             return self._block(E.ravel(order="F"), p.frac_bits, p.packing(self._pk))
-        if tag.startswith("reply/"):        # the exact mode: the blinded Gram and the next (or final) block
+        if tag.startswith("reply/"):  # the exact mode: the blinded Gram and the next (or final) block
             G = np.diag(np.arange(b, 0, -1, dtype=float))
             return pb.PowerIterationReply(
-                blinded_gram=self._block(G[np.triu_indices(b)], p.frac_bits + p.blind_offset_bits,
-                                         p.gram_packing(self._pk)),
-                stop=msg.stop, block=self._rewrite("v/", msg.block))
+                blinded_gram=self._block(
+                    G[np.triu_indices(b)], p.frac_bits + p.blind_offset_bits, p.gram_packing(self._pk)
+                ),
+                stop=msg.stop,
+                block=self._rewrite("v/", msg.block),
+            )
         return msg
 
     async def recv(self, frm: str, tag: str, cls):
@@ -103,14 +106,16 @@ class MaliciousPowerIteration(PowerIterationPlugin):
     async def run_role(self, role: str, ch: Channel, ctx: SessionContext) -> dict:
         p = PowerIterationParams.from_mapping(ctx.params)
         if role == TRENT:
-            res = await trent(_Evil(ch, p, ctx.output_dir), p, seed=ctx.seed,
-                              allow_insecure_keys=ctx.allow_insecure_keys)
+            res = await trent(
+                _Evil(ch, p, ctx.output_dir), p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys
+            )
             return {"x": res.x, "components": res.components}
         if p.dp:
             ch = self.release_gate(ch, ctx, [(TRENT, "noisy/0")])
         A = np.load(self.input_path(ctx, "data", ch.me))
-        res = await data_party(_KeepsTheKey(ch, ctx.output_dir), A, p, seed=ctx.seed,
-                               allow_insecure_keys=ctx.allow_insecure_keys)
+        res = await data_party(
+            _KeepsTheKey(ch, ctx.output_dir), A, p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys
+        )
         return {"u": res.u}
 
 

@@ -14,8 +14,11 @@ def spectral_gap_data(seed: int, k: int = 20, n: int = 20_000) -> np.ndarray:
     down.  λ2/λ1 ~ 0.4 and λ3/λ2 ~ 0.04: u_1 and u_2 are well separated."""
     rng = np.random.default_rng(seed)
     U = np.linalg.qr(rng.standard_normal((k, k)))[0]
-    M = (np.outer(U[:, 0], 0.6 * rng.standard_normal(n)) + np.outer(U[:, 1], 0.35 * rng.standard_normal(n))
-         + 0.3 / math.sqrt(k) * rng.standard_normal((k, n)))
+    M = (
+        np.outer(U[:, 0], 0.6 * rng.standard_normal(n))
+        + np.outer(U[:, 1], 0.35 * rng.standard_normal(n))
+        + 0.3 / math.sqrt(k) * rng.standard_normal((k, n))
+    )
     return M / np.maximum(1.0, np.linalg.norm(M, axis=0))
 
 
@@ -24,8 +27,11 @@ def small_gap_data(seed: int, k: int = 20, n: int = 20_000) -> np.ndarray:
     (weights 0.5 and 0.45 on two directions over the same isotropic noise), every column of norm <= 1."""
     rng = np.random.default_rng(seed)
     U = np.linalg.qr(rng.standard_normal((k, k)))[0]
-    M = (np.outer(U[:, 0], 0.5 * rng.standard_normal(n)) + np.outer(U[:, 1], 0.45 * rng.standard_normal(n))
-         + 0.3 / math.sqrt(k) * rng.standard_normal((k, n)))
+    M = (
+        np.outer(U[:, 0], 0.5 * rng.standard_normal(n))
+        + np.outer(U[:, 1], 0.45 * rng.standard_normal(n))
+        + 0.3 / math.sqrt(k) * rng.standard_normal((k, n))
+    )
     return M / np.maximum(1.0, np.linalg.norm(M, axis=0))
 
 

@@ -29,15 +29,18 @@ SHARED_SCOPES = ("module", "class", "package")
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "serial: runs in one xdist group with every other serial test "
-                                       "(never two of them at once); see tests/support/scheduling.py")
+    config.addinivalue_line(
+        "markers",
+        "serial: runs in one xdist group with every other serial test "
+        "(never two of them at once); see tests/support/scheduling.py",
+    )
     config.pluginmanager.register(_GroupIds(), "smcdp-xdist-group-ids")
 
 
 def shared_fixtures(item) -> list[str]:
     """The names of the module/class/package-scoped fixtures ``item`` uses (directly or not)."""
     info = getattr(item, "_fixtureinfo", None)
-    if info is None:                      # not a Function (a doctest, say)
+    if info is None:  # not a Function (a doctest, say)
         return []
     names = []
     for name in item.fixturenames:
@@ -56,15 +59,16 @@ def groups(items) -> dict[int, str]:
             modules[i] = item.nodeid.split("::")[0]
             if item.get_closest_marker("serial") is not None:
                 serial_modules.add(modules[i])
-    out = {i: "serial" if m in serial_modules else m.removeprefix("tests/").removesuffix(".py")
-           for i, m in modules.items()}
+    out = {
+        i: "serial" if m in serial_modules else m.removeprefix("tests/").removesuffix(".py") for i, m in modules.items()
+    }
     for i, item in enumerate(items):
         if item.get_closest_marker("serial") is not None:
             out[i] = "serial"
     return out
 
 
-@pytest.hookimpl(tryfirst=True)   # before xdist reads the marks (it renames grouped tests)
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the marks (it renames grouped tests)
 def pytest_collection_modifyitems(config, items):
     for i, name in groups(items).items():
         if items[i].get_closest_marker("xdist_group") is None:
@@ -89,9 +93,9 @@ class _GroupIds:
     def __init__(self) -> None:
         self.renamed: list[tuple[object, object]] = []
 
-    @pytest.hookimpl(trylast=True)   # after xdist's own renaming
+    @pytest.hookimpl(trylast=True)  # after xdist's own renaming
     def pytest_collection_modifyitems(self, config, items):
-        if not getattr(config.option, "loadgroup", False):   # set in xdist workers under --dist loadgroup
+        if not getattr(config.option, "loadgroup", False):  # set in xdist workers under --dist loadgroup
             return
         for item in items:
             group = group_of(item)
@@ -102,7 +106,7 @@ class _GroupIds:
             item._id = type(item._id).parse(new)
             assert item.nodeid == new, "cannot give the test its xdist group"
 
-    @pytest.hookimpl(trylast=True)   # after xdist's worker sent its collection to the controller
+    @pytest.hookimpl(trylast=True)  # after xdist's worker sent its collection to the controller
     def pytest_collection_finish(self, session):
         for item, original in self.renamed:
             item._id = original

@@ -17,7 +17,7 @@ def test_results_come_in_the_order_of_the_awaitables_not_of_completion():
         finished: list[str] = []
 
         async def slow():
-            await first_done.wait()              # finishes only after `fast`
+            await first_done.wait()  # finishes only after `fast`
             finished.append("slow")
             return "slow"
 
@@ -50,7 +50,7 @@ def test_the_first_failure_propagates_unchanged_and_the_others_are_cancelled_and
                 await asyncio.Event().wait()
             except asyncio.CancelledError:
                 log.append("cancelled")
-                await asyncio.sleep(0)           # its clean-up awaits, and is waited for
+                await asyncio.sleep(0)  # its clean-up awaits, and is waited for
                 log.append("cleaned up")
                 raise
 
@@ -65,15 +65,14 @@ def test_the_first_failure_propagates_unchanged_and_the_others_are_cancelled_and
                 raise RuntimeError("a later failure of another awaitable")
 
         try:
-            await all_or_first_failure(waits_forever(), fails_after_the_other_started(),
-                                       fails_later_when_cancelled())
+            await all_or_first_failure(waits_forever(), fails_after_the_other_started(), fails_later_when_cancelled())
         finally:
             log.append("returned")
 
     with pytest.raises(InvalidMessage) as info:
         asyncio.run(go())
-    assert info.value is failure                     # the very exception: not wrapped, not a group
-    assert info.value.code == "INVALID_ARGUMENT"     # so the session's status code is the failure's
+    assert info.value is failure  # the very exception: not wrapped, not a group
+    assert info.value.code == "INVALID_ARGUMENT"  # so the session's status code is the failure's
     assert log == ["cancelled", "cleaned up", "returned"]
 
 
@@ -94,7 +93,7 @@ def test_a_cancelled_caller_cancels_every_awaitable_and_waits_for_them():
 
         caller = asyncio.ensure_future(all_or_first_failure(child("a"), child("b")))
         for _ in range(2):
-            await running.acquire()              # both children run
+            await running.acquire()  # both children run
         caller.cancel()
         with pytest.raises(asyncio.CancelledError):
             await caller

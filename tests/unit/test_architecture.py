@@ -25,8 +25,9 @@ PACKAGE = Path(smcdp.__file__).parent
 
 def test_import_linter_contracts_hold():
     exe = Path(sys.executable).with_name("lint-imports")
-    r = subprocess.run([str(exe), "--config", str(REPO / "pyproject.toml")], cwd=REPO,
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [str(exe), "--config", str(REPO / "pyproject.toml")], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "0 broken" in r.stdout
 

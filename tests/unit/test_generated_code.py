@@ -15,8 +15,19 @@ def test_generated_code_is_fresh(tmp_path):
     pytest.importorskip("grpc_tools")
     protos = sorted((ROOT / "protos" / "smcdp" / "v1").glob("*.proto"))
     assert protos, "no .proto files found"
-    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{ROOT / 'protos'}", f"--python_out={tmp_path}",
-                    f"--pyi_out={tmp_path}", f"--grpc_python_out={tmp_path}", *map(str, protos)], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            f"-I{ROOT / 'protos'}",
+            f"--python_out={tmp_path}",
+            f"--pyi_out={tmp_path}",
+            f"--grpc_python_out={tmp_path}",
+            *map(str, protos),
+        ],
+        check=True,
+    )
     generated = sorted(p for p in (tmp_path / "smcdp" / "v1").iterdir() if p.is_file())
     assert generated
     stale = []

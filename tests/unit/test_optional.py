@@ -42,7 +42,7 @@ def test_every_install_line_follows_pyproject(part):
     for dist in PARTS[part].distributions:
         key = _name(dist)
         if key in deps:
-            spec = re.sub(r"\s", "", deps[key][len(re.match(r"[A-Za-z0-9._-]+", deps[key]).group(0)):])
+            spec = re.sub(r"\s", "", deps[key][len(re.match(r"[A-Za-z0-9._-]+", deps[key]).group(0)) :])
             # the metadata may order a specifier's clauses differently: compare them as sets
             quoted = re.search(rf"'{re.escape(dist)}([^']*)'", line)
             assert quoted is not None, (dist, line)
@@ -57,11 +57,16 @@ def test_require_names_the_part_the_setting_and_the_install_line(monkeypatch):
     monkeypatch.setattr("smcdp._optional.missing_modules", lambda part: ("distributed",))
     with pytest.raises(MissingDependency) as err:
         require("dask", "--compute dask")
-    assert str(err.value) == ("--compute dask needs the Dask compute engine, but the Python package "
-                              "'distributed' is not installed here: pip install 'smcdp[dask]'")
+    assert str(err.value) == (
+        "--compute dask needs the Dask compute engine, but the Python package "
+        "'distributed' is not installed here: pip install 'smcdp[dask]'"
+    )
     assert err.value.code == "FAILED_PRECONDITION"
-    assert (err.value.part, err.value.modules, err.value.install) == ("dask", ("distributed",),
-                                                                       "pip install 'smcdp[dask]'")
+    assert (err.value.part, err.value.modules, err.value.install) == (
+        "dask",
+        ("distributed",),
+        "pip install 'smcdp[dask]'",
+    )
 
 
 def test_nothing_is_missing_here():

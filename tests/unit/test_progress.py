@@ -27,10 +27,10 @@ def test_not_a_terminal_gives_plain_lines_at_a_modest_rate():
     items = list(track(range(40), "crunch", stream=buf, interval=0.1, unit="item"))
     assert items == list(range(40))
     lines = buf.getvalue().splitlines()
-    assert lines and "\x1b" not in buf.getvalue()              # no escape codes, no carriage returns
+    assert lines and "\x1b" not in buf.getvalue()  # no escape codes, no carriage returns
     assert "\r" not in buf.getvalue()
     assert lines[-1].startswith("crunch: 40/40 item (100%) done, ") and "item/s" in lines[-1]
-    assert len(lines) <= 3      # 40 quick items, interval 0.1 s: a line per interval at most, plus the last
+    assert len(lines) <= 3  # 40 quick items, interval 0.1 s: a line per interval at most, plus the last
 
 
 def test_plain_lines_report_rate_and_eta_while_running_and_a_heartbeat_when_nothing_moves():
@@ -39,12 +39,13 @@ def test_plain_lines_report_rate_and_eta_while_running_and_a_heartbeat_when_noth
         for _ in range(3):
             time.sleep(0.12)
             t.advance()
-        time.sleep(0.35)                     # nothing moves: the heartbeat still prints
+        time.sleep(0.35)  # nothing moves: the heartbeat still prints
     lines = buf.getvalue().splitlines()
     running = [ln for ln in lines if "done" not in ln]
     assert running, lines
-    assert any(re.search(r"slow: [123]/4 step \(\d+%\), [\d.]+ step/s, elapsed 0:00:0\d, ETA 0:00:0\d", ln)
-               for ln in running), lines
+    assert any(
+        re.search(r"slow: [123]/4 step \(\d+%\), [\d.]+ step/s, elapsed 0:00:0\d, ETA 0:00:0\d", ln) for ln in running
+    ), lines
     assert lines[-1].startswith("slow: 3/4 step (75%) done")
 
 
@@ -66,8 +67,8 @@ def test_a_terminal_shows_a_bar_with_rate_and_eta():
     text = ANSI.sub("", buf.getvalue())
     assert "keygen" in text and "10/10 prime" in text
     assert re.search(r"[\d.]+ prime/s", text)
-    assert "ETA 0:00:0" in text                  # shown while it ran
-    assert "━" in text                           # the bar
+    assert "ETA 0:00:0" in text  # shown while it ran
+    assert "━" in text  # the bar
 
 
 def test_nested_tasks_share_one_display():
@@ -107,13 +108,21 @@ def test_concurrent_advances_are_all_counted():
 
 @pytest.mark.skipif(not hasattr(pty, "openpty"), reason="needs a pseudo-terminal")
 def test_a_real_pty_gets_the_bar_and_a_pipe_gets_lines():
-    code = ("import time\nfrom smcdp.progress import track\n"
-            "for _ in track(range(8), 'pty work', unit='it'):\n    time.sleep(0.05)\n")
+    code = (
+        "import time\nfrom smcdp.progress import track\n"
+        "for _ in track(range(8), 'pty work', unit='it'):\n    time.sleep(0.05)\n"
+    )
     env = {k: v for k, v in os.environ.items() if k != progress.MODE_ENV} | {"TERM": "xterm", "COLUMNS": "120"}
     # stderr on a pseudo-terminal: the rich bar
     master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=slave, cwd=REPO, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=slave,
+        cwd=REPO,
+        env=env,
+    )
     os.close(slave)
     chunks = []
     while True:

@@ -77,7 +77,7 @@ SUITE = {
 }
 
 
-@pytest.mark.slow   # starts a pytest with two xdist workers
+@pytest.mark.slow  # starts a pytest with two xdist workers
 def test_groups_hold_under_two_xdist_workers(pytester, monkeypatch):
     for name, text in SUITE.items():
         pytester.path.joinpath(name).write_text(textwrap.dedent(text))
@@ -88,15 +88,17 @@ def test_groups_hold_under_two_xdist_workers(pytester, monkeypatch):
     res.assert_outcomes(passed=32)
     rows = [json.loads(line) for line in log.read_text().splitlines()]
     setups = [r for r in rows if r["kind"] == "setup"]
-    assert sorted(r["name"] for r in setups) == ["kw_cluster", "pi_cluster"]          # each once
-    assert len({r["worker"] for r in setups}) == 1                                    # on one worker
+    assert sorted(r["name"] for r in setups) == ["kw_cluster", "pi_cluster"]  # each once
+    assert len({r["worker"] for r in setups}) == 1  # on one worker
     workers = {r["worker"] for r in rows if r["kind"] == "test" and r["name"] in ("pi", "kw")}
-    assert workers == {setups[0]["worker"]}, workers                                  # with their tests
-    spans = sorted((s["t"], e["t"]) for s, e in zip([r for r in rows if r["kind"] == "start"],
-                                                   [r for r in rows if r["kind"] == "end"]))
+    assert workers == {setups[0]["worker"]}, workers  # with their tests
+    spans = sorted(
+        (s["t"], e["t"])
+        for s, e in zip([r for r in rows if r["kind"] == "start"], [r for r in rows if r["kind"] == "end"])
+    )
     assert len(spans) == 4 and len({r["worker"] for r in rows if r["name"] == "alone"}) == 1
-    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:]))   # never two at once
-    assert {r["worker"] for r in rows} == {"gw0", "gw1"}                               # and both worked
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:]))  # never two at once
+    assert {r["worker"] for r in rows} == {"gw0", "gw1"}  # and both worked
 
 
 def test_group_names(pytester):

@@ -14,8 +14,9 @@ import json
 import os
 import sys
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from smcdp._files import atomic_write
 from smcdp.client import PartyClient
@@ -40,20 +41,29 @@ def data_party_names(n: int) -> list[str]:
     return [DATA_PARTY_NAMES[i] if i < len(DATA_PARTY_NAMES) else f"party{i + 1}" for i in range(n)]
 
 
-def governed(protocol: str, roles: dict[str, str], params: dict, *, initiator: str,
-             seed: int | None) -> tuple[dict, SessionSummary]:
+def governed(
+    protocol: str, roles: dict[str, str], params: dict, *, initiator: str, seed: int | None
+) -> tuple[dict, SessionSummary]:
     """LocalCluster options giving every party an explicit [policy] that admits exactly this
     session layout (initiator, roles, where outputs go), and ``allow_seeded`` only when the demo
     was given a seed; and the session's summary."""
     plugin = get_plugin(protocol)
     summary = plugin.summary(plugin.validate_params(params, roles), roles)
-    rules = rules_for_layout(roles, initiators=[initiator], coordinating_roles=plugin.coordinating_roles,
-                             summary=summary)
+    rules = rules_for_layout(
+        roles, initiators=[initiator], coordinating_roles=plugin.coordinating_roles, summary=summary
+    )
     if seed is not None:
-        say("WARNING: --seed makes every party accept the initiator's seed ([policy] allow_seeded = true): "
-            "protocol randomness and DP noise become reproducible. Experiments only.")
-    return ({"policies": {party: Policy(protocols={protocol: r}) for party, r in rules.items()},
-             "allow_seeded": seed is not None}, summary)
+        say(
+            "WARNING: --seed makes every party accept the initiator's seed ([policy] allow_seeded = true): "
+            "protocol randomness and DP noise become reproducible. Experiments only."
+        )
+    return (
+        {
+            "policies": {party: Policy(protocols={protocol: r}) for party, r in rules.items()},
+            "allow_seeded": seed is not None,
+        },
+        summary,
+    )
 
 
 def ledger_budgets(cluster: LocalCluster, names: list[str]) -> dict:
@@ -61,9 +71,13 @@ def ledger_budgets(cluster: LocalCluster, names: list[str]) -> dict:
     out = {}
     for n in names:
         st = Ledger(cluster.data_dir(n) / DEFAULT_LEDGER).status(n)
-        out[n] = {"dataset": n, "epsilon": fmt_amount(st.epsilon), "spent_epsilon": fmt_amount(st.spent_epsilon),
-                  "reserved_epsilon": fmt_amount(st.reserved_epsilon),
-                  "remaining_epsilon": fmt_amount(st.remaining_epsilon)}
+        out[n] = {
+            "dataset": n,
+            "epsilon": fmt_amount(st.epsilon),
+            "spent_epsilon": fmt_amount(st.spent_epsilon),
+            "reserved_epsilon": fmt_amount(st.reserved_epsilon),
+            "remaining_epsilon": fmt_amount(st.remaining_epsilon),
+        }
     return out
 
 
@@ -81,8 +95,15 @@ def check_key_bits_arg(bits: int) -> bool:
     return False
 
 
-def with_progress(label: str, fn: Callable[[Task], Any], *, total: float | None = None, unit: str = "round",
-                  watch: Callable[[], tuple[float, str] | None] | None = None, every: float = 1.0) -> Any:
+def with_progress(
+    label: str,
+    fn: Callable[[Task], Any],
+    *,
+    total: float | None = None,
+    unit: str = "round",
+    watch: Callable[[], tuple[float, str] | None] | None = None,
+    every: float = 1.0,
+) -> Any:
     """Run ``fn(task)`` under a progress display on stderr (smcdp.progress: a bar with rate and ETA on a
     terminal, plain lines otherwise).  ``fn`` may advance the task itself (``total`` sessions, say);
     ``watch`` is polled every ``every`` seconds for (completed, what) -- a session's round and step."""
@@ -90,11 +111,11 @@ def with_progress(label: str, fn: Callable[[Task], Any], *, total: float | None 
         stop = threading.Event()
 
         def poll() -> None:
-            assert watch is not None    # the thread runs only with a watch
+            assert watch is not None  # the thread runs only with a watch
             while not stop.wait(every):
                 try:
                     got = watch()
-                except SmcdpError:   # not registered yet, or the party restarting: ask again later
+                except SmcdpError:  # not registered yet, or the party restarting: ask again later
                     continue
                 if got is not None:
                     t.update(completed=got[0], description=f"{label} ({got[1]})")
@@ -108,7 +129,7 @@ def with_progress(label: str, fn: Callable[[Task], Any], *, total: float | None 
             stop.set()
             if th is not None:
                 th.join(timeout=5)
-        if watch is not None:    # the last rounds may have run between two polls: show how it ended
+        if watch is not None:  # the last rounds may have run between two polls: show how it ended
             try:
                 got = watch()
             except SmcdpError:
@@ -124,7 +145,7 @@ def session_watch(cluster: LocalCluster, party: str, session_id: str) -> Callabl
 
     def watch() -> tuple[float, str] | None:
         st = client.status(session_id)
-        if st.round is None:    # no round known (an ended session's old record): keep the last one shown
+        if st.round is None:  # no round known (an ended session's old record): keep the last one shown
             return None
         return float(max(0, st.round)), st.state.value + (f", {st.step}" if st.step else "")
 
@@ -139,9 +160,12 @@ def require_success(records: dict[str, dict]) -> None:
         p, r = min(failed.items(), key=lambda kv: kv[1].get("state") != "failed")
         err = r.get("error") or {}
         culprit = err.get("origin")
-        raise error_for_code(err.get("code") or "UNKNOWN",
-                             f"session failed at {p}: [{err.get('code')}] {err.get('message')}"
-                             + (f" (culprit: {culprit})" if culprit and culprit != p else ""), culprit)
+        raise error_for_code(
+            err.get("code") or "UNKNOWN",
+            f"session failed at {p}: [{err.get('code')}] {err.get('message')}"
+            + (f" (culprit: {culprit})" if culprit and culprit != p else ""),
+            culprit,
+        )
 
 
 # ------------------------------------------------------------------ faults on purpose
@@ -153,36 +177,54 @@ class Faults:
     peer_grace: float | None = None
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> "Faults":
-        return cls([ChaosAction.parse(t) for t in (getattr(args, "chaos", None) or [])],
-                   getattr(args, "peer_grace", None))
+    def from_args(cls, args: argparse.Namespace) -> Faults:
+        return cls(
+            [ChaosAction.parse(t) for t in (getattr(args, "chaos", None) or [])], getattr(args, "peer_grace", None)
+        )
 
 
 def add_fault_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--chaos", action="append", metavar="ACTION:PARTY:WHEN[,restart=no][,for=S]",
-                   help="a fault during the session (repeatable): kill (SIGKILL; restarted from its config after "
-                        "1 s unless restart=no) or stop (SIGSTOP, SIGCONT after for=SECONDS) a party once its "
-                        "status reports round=R or after=SECONDS; the JSON gains restarts")
-    p.add_argument("--peer-grace", type=float, metavar="SECONDS",
-                   help="every party's [timeouts] peer_grace_seconds (default 30)")
+    p.add_argument(
+        "--chaos",
+        action="append",
+        metavar="ACTION:PARTY:WHEN[,restart=no][,for=S]",
+        help="a fault during the session (repeatable): kill (SIGKILL; restarted from its config after "
+        "1 s unless restart=no) or stop (SIGSTOP, SIGCONT after for=SECONDS) a party once its "
+        "status reports round=R or after=SECONDS; the JSON gains restarts",
+    )
+    p.add_argument(
+        "--peer-grace", type=float, metavar="SECONDS", help="every party's [timeouts] peer_grace_seconds (default 30)"
+    )
 
 
-def run_session(cluster: LocalCluster, faults: Faults | None, label: str, protocol: str,
-                roles: Mapping[str, str], params: Mapping[str, Any], *, initiator: str,
-                seed: int | None = None) -> tuple[dict[str, dict], dict]:
+def run_session(
+    cluster: LocalCluster,
+    faults: Faults | None,
+    label: str,
+    protocol: str,
+    roles: Mapping[str, str],
+    params: Mapping[str, Any],
+    *,
+    initiator: str,
+    seed: int | None = None,
+) -> tuple[dict[str, dict], dict]:
     """One session on ``cluster`` with ``faults`` carried out meanwhile; (records, {"restarts", "chaos"})."""
     sid = new_session_id(protocol)
     grace = cluster.peer_grace_seconds or Timeouts().peer_grace_seconds
-    say(f"session {sid}: waiting at most {cluster.session_seconds + 60:.0f} s (its deadline and a minute); "
-        f"a party silent for {grace:g} s (peer_grace_seconds) ends it sooner, naming the party")
+    say(
+        f"session {sid}: waiting at most {cluster.session_seconds + 60:.0f} s (its deadline and a minute); "
+        f"a party silent for {grace:g} s (peer_grace_seconds) ends it sooner, naming the party"
+    )
     chaos = None
     if faults is not None and faults.actions:
         chaos = Chaos(cluster, faults.actions, sid).start()
         say("chaos: " + "; ".join(a.describe() for a in faults.actions))
     try:
-        records = with_progress(label, lambda _t: cluster.run(protocol, roles, params, initiator=initiator,
-                                                              seed=seed, session_id=sid),
-                                watch=session_watch(cluster, initiator, sid))
+        records = with_progress(
+            label,
+            lambda _t: cluster.run(protocol, roles, params, initiator=initiator, seed=seed, session_id=sid),
+            watch=session_watch(cluster, initiator, sid),
+        )
     finally:
         if chaos is not None:
             chaos.finish()

@@ -41,14 +41,31 @@ def _outcome(records: dict[str, dict], epsilon: float) -> dict:
         bad = next((r for r in records.values() if r.get("state") != "succeeded"), {})
         err = bad.get("error") or {}
     message = str(err.get("message", "unknown failure"))
-    return {"session_id": sid, "status": "refused", "epsilon": epsilon, "code": err.get("code"),
-            "reason": message, "stage": "propose" if "Propose failed" in message else "run"}
+    return {
+        "session_id": sid,
+        "status": "refused",
+        "epsilon": epsilon,
+        "code": err.get("code"),
+        "reason": message,
+        "stage": "propose" if "Propose failed" in message else "run",
+    }
 
 
-def demo_dp_aggregate(data: list[str], epsilon: float, lam: float, key_bits: int = 2048, seed: int | None = None,
-                      calibration: str = "exact", min_records: int = 1, test: str | None = None,
-                      keep_dir: str | None = None, faults: Faults | None = None, budget: float | None = None,
-                      sessions: int = 1, concurrent: bool = False) -> dict:
+def demo_dp_aggregate(
+    data: list[str],
+    epsilon: float,
+    lam: float,
+    key_bits: int = 2048,
+    seed: int | None = None,
+    calibration: str = "exact",
+    min_records: int = 1,
+    test: str | None = None,
+    keep_dir: str | None = None,
+    faults: Faults | None = None,
+    budget: float | None = None,
+    sessions: int = 1,
+    concurrent: bool = False,
+) -> dict:
     if len(data) < 2:
         raise InvalidMessage("dp-aggregate needs at least two --data files (one per data party)")
     if not isinstance(sessions, int) or not 1 <= sessions <= 100:
@@ -60,8 +77,10 @@ def demo_dp_aggregate(data: list[str], epsilon: float, lam: float, key_bits: int
     sets = [load_dataset(p) for p in data]
     dims = {X.shape[1] for X, _ in sets}
     if len(dims) != 1:
-        raise InvalidMessage("every --data file must have the same number of features; got "
-                             + ", ".join(f"{p}: {X.shape[1]}" for p, (X, _) in zip(data, sets)))
+        raise InvalidMessage(
+            "every --data file must have the same number of features; got "
+            + ", ".join(f"{p}: {X.shape[1]}" for p, (X, _) in zip(data, sets))
+        )
     if test is not None:
         load_dataset(test)
     insecure = check_key_bits_arg(key_bits)
@@ -71,13 +90,21 @@ def demo_dp_aggregate(data: list[str], epsilon: float, lam: float, key_bits: int
     for name, path in zip(names, data):
         parties[name] = {PROTOCOL: {"data": path}}
     roles = {"charlie": "charlie", "dave": "dave", **{f"party{i + 1}": n for i, n in enumerate(names)}}
-    params = {"n_parties": len(data), "dim": dims.pop(), "epsilon": float(epsilon), "lam": float(lam),
-              "calibration": calibration, "min_records": int(min_records), "key_bits": key_bits,
-              "dgk_bits": dgk_bits, "dgk_t": dgk_t}
+    params = {
+        "n_parties": len(data),
+        "dim": dims.pop(),
+        "epsilon": float(epsilon),
+        "lam": float(lam),
+        "calibration": calibration,
+        "min_records": int(min_records),
+        "key_bits": key_bits,
+        "dgk_bits": dgk_bits,
+        "dgk_t": dgk_t,
+    }
     DPAggregateParams.from_mapping(params)
     options, summary = governed(PROTOCOL, roles, params, initiator="charlie", seed=seed)
     cost = summary.epsilon
-    if cost is None:        # the dp-aggregate plugin always states its cost
+    if cost is None:  # the dp-aggregate plugin always states its cost
         raise InvalidMessage(f"the {PROTOCOL} plugin did not state the session's epsilon")
     # every data party guards its data set with a fresh ledger: --budget, or just enough for the sessions
     total = float(budget) if budget is not None else cost * sessions * (1 + 1e-9)
@@ -85,16 +112,26 @@ def demo_dp_aggregate(data: list[str], epsilon: float, lam: float, key_bits: int
     # every party admits --sessions proposals from charlie at once (the [limits] defaults admit 4
     # pending and 8 running per initiating peer): here the budget, not a rate limit, decides
     d = Limits()
-    options["limits"] = Limits(pending_per_peer=max(d.pending_per_peer, sessions),
-                               pending_total=max(d.pending_total, sessions),
-                               running_per_peer=max(d.running_per_peer, sessions))
-    say(f"{len(data)} data parties ({', '.join(names)}), charlie and dave; {key_bits}-bit Paillier, "
+    options["limits"] = Limits(
+        pending_per_peer=max(d.pending_per_peer, sessions),
+        pending_total=max(d.pending_total, sessions),
+        running_per_peer=max(d.running_per_peer, sessions),
+    )
+    say(
+        f"{len(data)} data parties ({', '.join(names)}), charlie and dave; {key_bits}-bit Paillier, "
         f"{dgk_bits}-bit DGK, mutual TLS on loopback; each data party's budget epsilon={total:g}, "
-        f"a session costs epsilon={cost:g}; {sessions} session(s){' at once' if concurrent else ''}")
+        f"a session costs epsilon={cost:g}; {sessions} session(s){' at once' if concurrent else ''}"
+    )
     results: list[dict | None] = [None] * sessions
     fault_info: dict = {}
-    with LocalCluster(parties, allow_insecure_keys=insecure, workdir=keep_dir, data_root=keep_dir,
-                      peer_grace_seconds=faults.peer_grace if faults else None, **options) as cluster:
+    with LocalCluster(
+        parties,
+        allow_insecure_keys=insecure,
+        workdir=keep_dir,
+        data_root=keep_dir,
+        peer_grace_seconds=faults.peer_grace if faults else None,
+        **options,
+    ) as cluster:
 
         def one(i: int) -> None:
             sid = f"{new_session_id(PROTOCOL)}-{i + 1}"
@@ -118,20 +155,22 @@ def demo_dp_aggregate(data: list[str], epsilon: float, lam: float, key_bits: int
             else:
                 for i in range(sessions):
                     counted(i)
-        if faults is not None and faults.actions:   # one session (checked above) with chaos meanwhile
-            results[0], fault_info = run_session(cluster, faults, "dp-aggregate", PROTOCOL, roles, params,
-                                                 initiator="charlie", seed=seed)
+
+        if faults is not None and faults.actions:  # one session (checked above) with chaos meanwhile
+            results[0], fault_info = run_session(
+                cluster, faults, "dp-aggregate", PROTOCOL, roles, params, initiator="charlie", seed=seed
+            )
         else:
             with_progress("dp-aggregate", run_all, total=sessions, unit="session")
         seconds = time.monotonic() - t0
         budgets = ledger_budgets(cluster, names)
     finished = [r for r in results if r is not None]
-    if len(finished) != sessions:   # a session thread died before the party answered (its error is on stderr)
+    if len(finished) != sessions:  # a session thread died before the party answered (its error is on stderr)
         raise SmcdpError(f"{sessions - len(finished)} of {sessions} session(s) ended without a record")
     outcomes = [_outcome(r, cost) for r in finished]
     released = [(o, r) for o, r in zip(outcomes, finished) if o["status"] == "released"]
     if not released and sessions == 1 and outcomes[0]["stage"] == "run":
-        require_success(finished[0])          # a session that failed while running: an error, as before
+        require_success(finished[0])  # a session that failed while running: an error, as before
     out: dict = {
         "seconds": seconds,
         "epsilon": float(epsilon),
@@ -148,19 +187,23 @@ def demo_dp_aggregate(data: list[str], epsilon: float, lam: float, key_bits: int
     if released:
         records = released[0][1]
         dv = records["dave"]["result"]
-        out.update({
-            "weights": dv["weights"],
-            "shares": dv["shares"],
-            "shares_mod": dv["shares_mod"],
-            "share_modulus": dv["share_modulus"],
-            "frac_bits": dv["frac_bits"],
-            "bytes_sent": bytes_sent(records),
-            "session_id": records["charlie"]["session_id"],
-        })
+        out.update(
+            {
+                "weights": dv["weights"],
+                "shares": dv["shares"],
+                "shares_mod": dv["shares_mod"],
+                "share_modulus": dv["share_modulus"],
+                "frac_bits": dv["frac_bits"],
+                "bytes_sent": bytes_sent(records),
+                "session_id": records["charlie"]["session_id"],
+            }
+        )
         if dv.get("test_error") is not None:
             out["test_error"] = dv["test_error"]
-    say(f"done in {seconds:.1f} s: {len(released)} released, {sessions - len(released)} refused"
-        + (f"; bytes sent (first release): {out['bytes_sent']}" if released else ""))
+    say(
+        f"done in {seconds:.1f} s: {len(released)} released, {sessions - len(released)} refused"
+        + (f"; bytes sent (first release): {out['bytes_sent']}" if released else "")
+    )
     for o in outcomes:
         if o["status"] == "refused":
             say(f"  {o['session_id']} refused: {o['reason']}")
@@ -168,45 +211,74 @@ def demo_dp_aggregate(data: list[str], epsilon: float, lam: float, key_bits: int
 
 
 def _cmd(args) -> int:
-    out = demo_dp_aggregate(args.data, args.epsilon, args.lam, args.key_bits, args.seed, args.calibration,
-                            args.min_records, args.test, args.keep_dir, Faults.from_args(args), budget=args.budget,
-                            sessions=args.sessions, concurrent=args.concurrent)
+    out = demo_dp_aggregate(
+        args.data,
+        args.epsilon,
+        args.lam,
+        args.key_bits,
+        args.seed,
+        args.calibration,
+        args.min_records,
+        args.test,
+        args.keep_dir,
+        Faults.from_args(args),
+        budget=args.budget,
+        sessions=args.sessions,
+        concurrent=args.concurrent,
+    )
     dump_json(out, args.out)
     return 0
 
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "dp-aggregate", help="DP aggregation of locally trained classifiers (charlie, dave, one process per --data)",
+        "dp-aggregate",
+        help="DP aggregation of locally trained classifiers (charlie, dave, one process per --data)",
         description="Starts Charlie, Dave and one data party per --data file as separate processes over gRPC with "
-                    "mutual TLS on loopback.  Each party fits L2-regularised logistic regression (no intercept) on "
-                    "its .npz (X: n×d rows with ‖x‖ ≤ 1, y in {-1,+1} or {0,1}); the parties, Charlie and Dave run "
-                    "the secure minimum (blind, permute, a tournament of DGK comparisons), an oblivious noise "
-                    "selection that every party checks, and the publication of K + 1 additive shares; Dave "
-                    "reassembles the model.  The JSON has weights (Dave's ŵˢ), shares (K + 1 share "
-                    "vectors whose sum divided by K is weights; shares_mod are the published residues modulo "
-                    "share_modulus), seconds and bytes_sent (party name -> bytes) of the first released session, "
-                    "and sessions: one object per session with status (released or refused), epsilon, weights "
-                    "(released) or reason (refused; it says 'budget' when the privacy budget refused), and "
-                    "budgets (every data party's ledger at the end).  Every party runs with an explicit "
-                    "[policy] for this layout; every data party guards its data set with a fresh ledger "
-                    f"(--budget; delta {DEMO_DELTA:g}).")
+        "mutual TLS on loopback.  Each party fits L2-regularised logistic regression (no intercept) on "
+        "its .npz (X: n×d rows with ‖x‖ ≤ 1, y in {-1,+1} or {0,1}); the parties, Charlie and Dave run "
+        "the secure minimum (blind, permute, a tournament of DGK comparisons), an oblivious noise "
+        "selection that every party checks, and the publication of K + 1 additive shares; Dave "
+        "reassembles the model.  The JSON has weights (Dave's ŵˢ), shares (K + 1 share "
+        "vectors whose sum divided by K is weights; shares_mod are the published residues modulo "
+        "share_modulus), seconds and bytes_sent (party name -> bytes) of the first released session, "
+        "and sessions: one object per session with status (released or refused), epsilon, weights "
+        "(released) or reason (refused; it says 'budget' when the privacy budget refused), and "
+        "budgets (every data party's ledger at the end).  Every party runs with an explicit "
+        "[policy] for this layout; every data party guards its data set with a fresh ledger "
+        f"(--budget; delta {DEMO_DELTA:g}).",
+    )
     p.add_argument("--data", action="append", required=True, metavar="P.npz", help="one data party per file (>= 2)")
     p.add_argument("--epsilon", type=float, required=True, help="privacy parameter of the released classifier")
     p.add_argument("--lam", type=float, required=True, help="regularisation λ of the local objective")
     p.add_argument("--key-bits", type=int, default=2048, help="Paillier key size (default 2048; <2048 warns)")
-    p.add_argument("--seed", type=int, help="fix protocol randomness and noise for experiments "
-                                            "(default: the OS CSPRNG; encryption randomness is always secure)")
+    p.add_argument(
+        "--seed",
+        type=int,
+        help="fix protocol randomness and noise for experiments "
+        "(default: the OS CSPRNG; encryption randomness is always secure)",
+    )
     p.add_argument("--out", help="write the JSON result here (default stdout)")
-    p.add_argument("--calibration", choices=CALIBRATIONS, default="exact",
-                   help="exact: L2 vector mechanism for Δ/K (default); seed: the seed's Laplace 2/(n ε λ)")
+    p.add_argument(
+        "--calibration",
+        choices=CALIBRATIONS,
+        default="exact",
+        help="exact: L2 vector mechanism for Δ/K (default); seed: the seed's Laplace 2/(n ε λ)",
+    )
     p.add_argument("--min-records", type=int, default=1, help="public lower bound on every party's n_j (default 1)")
     p.add_argument("--test", metavar="T.npz", help="Dave classifies this test set and reports test_error")
-    p.add_argument("--keep-dir", help="keep certificates, configs, logs and outputs in this directory; party P's "
-                                      "data directory (audit.jsonl, ledger.sqlite, sessions/, outputs/) is KEEP_DIR/P/")
-    p.add_argument("--budget", type=float, metavar="EPS",
-                   help="every data party's total epsilon for its data set, in a fresh ledger (default: just "
-                        "enough for --sessions)")
+    p.add_argument(
+        "--keep-dir",
+        help="keep certificates, configs, logs and outputs in this directory; party P's "
+        "data directory (audit.jsonl, ledger.sqlite, sessions/, outputs/) is KEEP_DIR/P/",
+    )
+    p.add_argument(
+        "--budget",
+        type=float,
+        metavar="EPS",
+        help="every data party's total epsilon for its data set, in a fresh ledger (default: just "
+        "enough for --sessions)",
+    )
     p.add_argument("--sessions", type=int, default=1, help="run N sessions (default 1)")
     p.add_argument("--concurrent", action="store_true", help="start the --sessions at once")
     add_fault_arguments(p)

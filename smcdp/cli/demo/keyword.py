@@ -22,10 +22,19 @@ from smcdp.protocols.keyword import ALICE, BOB, KeywordParams
 from smcdp.runtime.local import LocalCluster, bytes_sent
 
 
-def demo_keyword(utterance: str, models: str, key_bits: int = 2048, seed: int | None = None,
-                 debug_reveal: bool = False, keep_dir: str | None = None, params: dict | None = None,
-                 faults: Faults | None = None, cmn: str | None = None, stream: str | None = None,
-                 frames_per_round: int = 1) -> dict:
+def demo_keyword(
+    utterance: str,
+    models: str,
+    key_bits: int = 2048,
+    seed: int | None = None,
+    debug_reveal: bool = False,
+    keep_dir: str | None = None,
+    params: dict | None = None,
+    faults: Faults | None = None,
+    cmn: str | None = None,
+    stream: str | None = None,
+    frames_per_round: int = 1,
+) -> dict:
     """Run Alice and Bob as separate processes (gRPC, mutual TLS, loopback); returns the contract JSON.
 
     ``utterance`` is Alice's input: a WAV file (her process turns it into MFCC frames with cepstral
@@ -49,10 +58,20 @@ def demo_keyword(utterance: str, models: str, key_bits: int = 2048, seed: int | 
     insecure = check_key_bits_arg(key_bits)
     # the public bounds of this session are what the demo knows of both inputs: its byte envelope is then
     # what these models and this utterance need, no more (issue 24)
-    bounds = {"max_frames": int(X.shape[0]), "max_models": M.n_words, "max_states": M.n_states,
-              "max_mixtures": M.n_mix or 1, "max_features": M.n_symbols if M.kind == "discrete" else M.n_features}
-    p = {"key_bits": key_bits, "debug_reveal": bool(debug_reveal), **bounds,
-         **({"frames_per_round": frames_per_round} if frames_per_round != 1 else {}), **(params or {})}
+    bounds = {
+        "max_frames": int(X.shape[0]),
+        "max_models": M.n_words,
+        "max_states": M.n_states,
+        "max_mixtures": M.n_mix or 1,
+        "max_features": M.n_symbols if M.kind == "discrete" else M.n_features,
+    }
+    p = {
+        "key_bits": key_bits,
+        "debug_reveal": bool(debug_reveal),
+        **bounds,
+        **({"frames_per_round": frames_per_round} if frames_per_round != 1 else {}),
+        **(params or {}),
+    }
     if stream is not None:
         p["stream"], p["stream_pace"] = True, stream
     if cmn != "utterance":
@@ -60,16 +79,25 @@ def demo_keyword(utterance: str, models: str, key_bits: int = 2048, seed: int | 
     KeywordParams.from_mapping(p)
     parties = {ALICE: {"keyword": {"utterance": utterance}}, BOB: {"keyword": {"models": models}}}
     roles = {ALICE: ALICE, BOB: BOB}
-    say(f"alice: {X.shape[0]} frames; bob: {M.n_words} HMMs x {M.n_states} states ({M.kind}); "
-        f"{key_bits}-bit Paillier, mutual TLS on loopback")
+    say(
+        f"alice: {X.shape[0]} frames; bob: {M.n_words} HMMs x {M.n_states} states ({M.kind}); "
+        f"{key_bits}-bit Paillier, mutual TLS on loopback"
+    )
     # --debug-reveal: Bob hands out every score only on a test deployment (allow_insecure_keys)
     options, _ = governed("keyword", roles, p, initiator=ALICE, seed=seed)
-    with LocalCluster(parties, allow_insecure_keys=insecure or bool(debug_reveal), workdir=keep_dir, data_root=keep_dir,
-                      peer_grace_seconds=faults.peer_grace if faults else None, **options) as cluster:
+    with LocalCluster(
+        parties,
+        allow_insecure_keys=insecure or bool(debug_reveal),
+        workdir=keep_dir,
+        data_root=keep_dir,
+        peer_grace_seconds=faults.peer_grace if faults else None,
+        **options,
+    ) as cluster:
         say("party processes up; running the session")
         t0 = time.monotonic()
-        records, fault_info = run_session(cluster, faults, "keyword recognition", "keyword", roles, p,
-                                          initiator=ALICE, seed=seed)
+        records, fault_info = run_session(
+            cluster, faults, "keyword recognition", "keyword", roles, p, initiator=ALICE, seed=seed
+        )
         seconds = time.monotonic() - t0
     require_success(records)
     ra = records[ALICE]["result"]
@@ -90,8 +118,10 @@ def demo_keyword(utterance: str, models: str, key_bits: int = 2048, seed: int | 
         out["stream"] = ra.get("timings", {}).get("online", {}).get("stream")
     if debug_reveal:
         out["log_likelihoods"] = ra["log_likelihoods"]
-    say(f"done in {seconds:.1f} s (offline {out.get('offline_seconds') or 0:.1f} s, online "
-        f"{out.get('online_seconds') or 0:.1f} s): keyword {out['keyword']!r} (index {out['index']})")
+    say(
+        f"done in {seconds:.1f} s (offline {out.get('offline_seconds') or 0:.1f} s, online "
+        f"{out.get('online_seconds') or 0:.1f} s): keyword {out['keyword']!r} (index {out['index']})"
+    )
     return out
 
 
@@ -100,9 +130,11 @@ def resolve_cmn(asked: str | None, recorded: str | None, models: str, wav: bool)
     if asked is None:
         return recorded or "utterance"
     if wav and recorded is not None and asked != recorded:
-        raise InvalidMessage(f"the models in {models} were trained with --cmn {recorded}; recognising with "
-                             f"--cmn {asked} would compare other features than they were trained on "
-                             f"(drop --cmn, or pass --cmn {recorded})")
+        raise InvalidMessage(
+            f"the models in {models} were trained with --cmn {recorded}; recognising with "
+            f"--cmn {asked} would compare other features than they were trained on "
+            f"(drop --cmn, or pass --cmn {recorded})"
+        )
     return asked
 
 
@@ -125,13 +157,23 @@ def phase_seconds(ta: dict, tb: dict) -> dict:
 
 def _cmd(args: argparse.Namespace) -> int:
     if args.wav and utterance_kind(args.wav) != "wav":
-        raise InvalidMessage(f"--wav {args.wav}: not a WAV file (no RIFF/WAVE header); use --utterance for "
-                             ".npy features")
+        raise InvalidMessage(
+            f"--wav {args.wav}: not a WAV file (no RIFF/WAVE header); use --utterance for .npy features"
+        )
     if args.wav:
-        require("speech-features", "--wav")      # issue 29: Alice's features, before her process starts
-    out = demo_keyword(args.wav or args.utterance, args.models, args.key_bits, args.seed, args.debug_reveal,
-                       args.keep_dir, faults=Faults.from_args(args), cmn=args.cmn,
-                       stream=args.stream_pace if args.stream else None, frames_per_round=args.frames_per_round)
+        require("speech-features", "--wav")  # issue 29: Alice's features, before her process starts
+    out = demo_keyword(
+        args.wav or args.utterance,
+        args.models,
+        args.key_bits,
+        args.seed,
+        args.debug_reveal,
+        args.keep_dir,
+        faults=Faults.from_args(args),
+        cmn=args.cmn,
+        stream=args.stream_pace if args.stream else None,
+        frames_per_round=args.frames_per_round,
+    )
     dump_json(out, args.out)
     return 0
 
@@ -139,38 +181,63 @@ def _cmd(args: argparse.Namespace) -> int:
 def register(sub) -> None:
     """Adds ``smcdp demo keyword`` to the demo subcommands."""
     p = sub.add_parser(
-        "keyword", help="privacy-preserving keyword recognition (alice: audio or features, bob: HMMs)",
+        "keyword",
+        help="privacy-preserving keyword recognition (alice: audio or features, bob: HMMs)",
         description="Starts Alice (holding the audio in --wav, or the T x d features in --utterance) and Bob "
-                    "(holding the HMMs in "
-                    "--models) as separate processes over gRPC with mutual TLS on loopback, runs secure keyword "
-                    "recognition and writes JSON with keyword, index, seconds and bytes_sent (and, with "
-                    "--debug-reveal, log_likelihoods, which leaks every score to Alice).")
+        "(holding the HMMs in "
+        "--models) as separate processes over gRPC with mutual TLS on loopback, runs secure keyword "
+        "recognition and writes JSON with keyword, index, seconds and bytes_sent (and, with "
+        "--debug-reveal, log_likelihoods, which leaks every score to Alice).",
+    )
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--wav", metavar="U.wav",
-                     help="Alice's audio: a WAV file at any sample rate, mono or stereo, 8/16/24/32-bit integer "
-                          "or float; turned into 39-d MFCC frames inside Alice's process")
+    src.add_argument(
+        "--wav",
+        metavar="U.wav",
+        help="Alice's audio: a WAV file at any sample rate, mono or stereo, 8/16/24/32-bit integer "
+        "or float; turned into 39-d MFCC frames inside Alice's process",
+    )
     src.add_argument("--utterance", metavar="U.npy", help="Alice's T x d float feature matrix (instead of --wav)")
-    p.add_argument("--stream", action="store_true",
-                   help="with --wav: Alice reads the audio in 10 ms hops and sends frames as they are computed; "
-                        "the JSON's stream object gives the latency after the last frame (needs models trained "
-                        "with --cmn causal or none)")
-    p.add_argument("--stream-pace", choices=("realtime", "fast"), default="realtime",
-                   help="--stream: read the audio at its own pace like a microphone (default) or as fast as "
-                        "possible")
-    p.add_argument("--cmn", choices=("utterance", "causal", "none"), default=None,
-                   help="cepstral mean normalisation of the --wav front end; must be what the models were "
-                        "trained with (default: what the models file records, as smcdp speech train writes "
-                        "it, else utterance)")
+    p.add_argument(
+        "--stream",
+        action="store_true",
+        help="with --wav: Alice reads the audio in 10 ms hops and sends frames as they are computed; "
+        "the JSON's stream object gives the latency after the last frame (needs models trained "
+        "with --cmn causal or none)",
+    )
+    p.add_argument(
+        "--stream-pace",
+        choices=("realtime", "fast"),
+        default="realtime",
+        help="--stream: read the audio at its own pace like a microphone (default) or as fast as possible",
+    )
+    p.add_argument(
+        "--cmn",
+        choices=("utterance", "causal", "none"),
+        default=None,
+        help="cepstral mean normalisation of the --wav front end; must be what the models were "
+        "trained with (default: what the models file records, as smcdp speech train writes "
+        "it, else utterance)",
+    )
     p.add_argument("--models", required=True, metavar="M.npz", help="keyword HMMs (Bob), smcdp.speech format")
-    p.add_argument("--frames-per-round", type=int, default=1, metavar="M",
-                   help="frames per induction round trip (default 1, the seed's; 2..4 cut the round trips M-fold "
-                        "on a slow network and show Alice more of Bob's models: docs/protocols/keyword.md)")
+    p.add_argument(
+        "--frames-per-round",
+        type=int,
+        default=1,
+        metavar="M",
+        help="frames per induction round trip (default 1, the seed's; 2..4 cut the round trips M-fold "
+        "on a slow network and show Alice more of Bob's models: docs/protocols/keyword.md)",
+    )
     p.add_argument("--key-bits", type=int, default=2048, help="Paillier key size (default 2048; <2048 warns)")
     p.add_argument("--seed", type=int, help="fix Bob's mask randomness for experiments (encryption stays random)")
-    p.add_argument("--debug-reveal", action="store_true",
-                   help="also reveal all log-likelihoods to Alice after the protocol (LEAKS; debugging only)")
+    p.add_argument(
+        "--debug-reveal",
+        action="store_true",
+        help="also reveal all log-likelihoods to Alice after the protocol (LEAKS; debugging only)",
+    )
     p.add_argument("--out", help="write the JSON result here (default stdout)")
-    p.add_argument("--keep-dir", help="keep certificates, configs and logs in this directory; party P's data "
-                                      "directory is KEEP_DIR/P/")
+    p.add_argument(
+        "--keep-dir",
+        help="keep certificates, configs and logs in this directory; party P's data directory is KEEP_DIR/P/",
+    )
     add_fault_arguments(p)
     p.set_defaults(func=_cmd)

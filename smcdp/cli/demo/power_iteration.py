@@ -29,9 +29,15 @@ from smcdp.runtime.governance.charges import BudgetConfig
 from smcdp.runtime.local import LocalCluster, bytes_sent
 
 
-def compute_config(engine: str = "local", *, workers: int | None = None, scheduler: str | None = None,
-                   tls: tuple[str | None, str | None, str | None] = (None, None, None),
-                   block_values: int | None = None, memory_limit: str | None = None) -> ComputeConfig:
+def compute_config(
+    engine: str = "local",
+    *,
+    workers: int | None = None,
+    scheduler: str | None = None,
+    tls: tuple[str | None, str | None, str | None] = (None, None, None),
+    block_values: int | None = None,
+    memory_limit: str | None = None,
+) -> ComputeConfig:
     """The ``[compute]`` section the demo writes for every data party."""
     table: dict = {} if block_values is None else {"block_values": block_values}
     if engine == "local":
@@ -44,23 +50,33 @@ def compute_config(engine: str = "local", *, workers: int | None = None, schedul
         if scheduler_scheme_host(scheduler)[0] == "tls":
             table.update(tls_ca=tls[0], tls_cert=tls[1], tls_key=tls[2])
         elif ComputeConfig(engine="dask", scheduler=scheduler, allow_plaintext=True).plaintext_scheduler:
-            say(f"WARNING: {scheduler} is plain TCP to another host: the session key and the data cross the "
-                "network unencrypted (use tls:// for real data)")
+            say(
+                f"WARNING: {scheduler} is plain TCP to another host: the session key and the data cross the "
+                "network unencrypted (use tls:// for real data)"
+            )
             table["allow_plaintext"] = True
     return ComputeConfig.from_mapping({k: v for k, v in table.items() if v is not None})
 
 
-def demo_power_iteration(data: list[str], key_bits: int = 2048, seed: int | None = None,
-                         params: dict | None = None, keep_dir: str | None = None,
-                         faults: Faults | None = None, compute: ComputeConfig | None = None) -> dict:
+def demo_power_iteration(
+    data: list[str],
+    key_bits: int = 2048,
+    seed: int | None = None,
+    params: dict | None = None,
+    keep_dir: str | None = None,
+    faults: Faults | None = None,
+    compute: ComputeConfig | None = None,
+) -> dict:
     if len(data) < 2:
         raise InvalidMessage("power iteration needs at least two --data inputs (one per data party)")
     compute = compute or ComputeConfig()
-    sources = [open_matrix(p, block_values=compute.block_values) for p in data]   # metadata only
+    sources = [open_matrix(p, block_values=compute.block_values) for p in data]  # metadata only
     ks = {s.k for s in sources}
     if len(ks) != 1:
-        raise InvalidMessage("every --data matrix must have the same number of rows k; got "
-                             + ", ".join(f"{p}: {s.k}" for p, s in zip(data, sources)))
+        raise InvalidMessage(
+            "every --data matrix must have the same number of rows k; got "
+            + ", ".join(f"{p}: {s.k}" for p, s in zip(data, sources))
+        )
     insecure = check_key_bits_arg(key_bits)
     names = data_party_names(len(data))
     parties: dict[str, dict] = {"trent": {}}
@@ -68,33 +84,56 @@ def demo_power_iteration(data: list[str], key_bits: int = 2048, seed: int | None
         parties[name] = {"power-iteration": {"data": path}}
     roles = {"trent": "trent", **{f"party{i + 1}": n for i, n in enumerate(names)}}
     # k and the largest n_i are public bounds of the session: its byte envelope follows them (issue 24)
-    p = {"n_parties": len(data), "key_bits": key_bits, "rows": next(iter(ks)),
-         "max_samples": max(s.n for s in sources), **(params or {})}
+    p = {
+        "n_parties": len(data),
+        "key_bits": key_bits,
+        "rows": next(iter(ks)),
+        "max_samples": max(s.n for s in sources),
+        **(params or {}),
+    }
     where = "its own Dask cluster" if compute.engine == "dask" else "the local engine"
-    say(f"{len(data)} data parties ({', '.join(f'{n}: {s.k}×{s.n}' for n, s in zip(names, sources))}) "
-        f"and trent, {key_bits}-bit Paillier, mutual TLS on loopback; each data party computes on {where}")
+    say(
+        f"{len(data)} data parties ({', '.join(f'{n}: {s.k}×{s.n}' for n, s in zip(names, sources))}) "
+        f"and trent, {key_bits}-bit Paillier, mutual TLS on loopback; each data party computes on {where}"
+    )
     options, summary = governed("power-iteration", roles, p, initiator="trent", seed=seed)
     dp = summary.epsilon is not None
-    if summary.epsilon is not None:   # dp: every data party guards its data with a fresh ledger holding just this session's cost
-        options["budgets"] = {n: BudgetConfig(dataset=n, epsilon=summary.epsilon * (1 + 1e-9),
-                                              delta=summary.delta * (1 + 1e-9)) for n in names}
-        mode = "one noisy covariance release" if PowerIterationParams.from_mapping(p).dp_mode == "covariance" \
+    if (
+        summary.epsilon is not None
+    ):  # dp: every data party guards its data with a fresh ledger holding just this session's cost
+        options["budgets"] = {
+            n: BudgetConfig(dataset=n, epsilon=summary.epsilon * (1 + 1e-9), delta=summary.delta * (1 + 1e-9))
+            for n in names
+        }
+        mode = (
+            "one noisy covariance release"
+            if PowerIterationParams.from_mapping(p).dp_mode == "covariance"
             else "noisy power method"
-        say(f"differentially private mode ({mode}): epsilon={summary.epsilon:g}, "
-            f"delta={summary.delta:g} per data party, charged to its [budget]")
-    with LocalCluster(parties, allow_insecure_keys=insecure, workdir=keep_dir, data_root=keep_dir,
-                      peer_grace_seconds=faults.peer_grace if faults else None,
-                      compute={n: compute for n in names}, **options) as cluster:
+        )
+        say(
+            f"differentially private mode ({mode}): epsilon={summary.epsilon:g}, "
+            f"delta={summary.delta:g} per data party, charged to its [budget]"
+        )
+    with LocalCluster(
+        parties,
+        allow_insecure_keys=insecure,
+        workdir=keep_dir,
+        data_root=keep_dir,
+        peer_grace_seconds=faults.peer_grace if faults else None,
+        compute={n: compute for n in names},
+        **options,
+    ) as cluster:
         say(f"party processes up (pids {', '.join(str(pr.pid) for pr in cluster.procs.values())}); running the session")
         t0 = time.monotonic()
-        records, fault_info = run_session(cluster, faults, "power iteration", "power-iteration", roles, p,
-                                          initiator="trent", seed=seed)
+        records, fault_info = run_session(
+            cluster, faults, "power iteration", "power-iteration", roles, p, initiator="trent", seed=seed
+        )
         seconds = time.monotonic() - t0
         require_success(records)
         tr = records["trent"]["result"]
-        if dp:        # DP mode: x is not released; Trent holds no output
+        if dp:  # DP mode: x is not released; Trent holds no output
             tr = dict(tr, components=[{"x": None} for _ in records[names[0]]["result"]["components"]])
-        elif tr["x"] is None:   # a large x is in Trent's output file (same host), not in his record
+        elif tr["x"] is None:  # a large x is in Trent's output file (same host), not in his record
             X = np.load(tr["x_file"])
             tr = dict(tr, x=X[:, 0].tolist(), components=[{"x": X[:, j].tolist()} for j in range(X.shape[1])])
         budgets = ledger_budgets(cluster, names) if dp else None
@@ -103,8 +142,9 @@ def demo_power_iteration(data: list[str], key_bits: int = 2048, seed: int | None
     out = {
         "u": first["u"],
         "x": tr["x"],
-        "components": [{"u": cu["u"], "x": cx["x"]} for cu, cx in zip(first["components"], tr["components"],
-                                                                      strict=True)],
+        "components": [
+            {"u": cu["u"], "x": cx["x"]} for cu, cx in zip(first["components"], tr["components"], strict=True)
+        ],
         "iterations": tr["rounds"],
         "real_iterations": tr["real_rounds"],
         "decoys": tr["decoys"],
@@ -125,29 +165,57 @@ def demo_power_iteration(data: list[str], key_bits: int = 2048, seed: int | None
         },
         "peak_rss_bytes": {n: int((r.get("stats") or {}).get("peak_rss_bytes", 0)) for n, r in records.items()},
         "data_bytes": {n: int(records[n]["result"]["data_bytes"]) for n in names},
-        "params": {k: records["trent"]["params"][k] for k in ("components", "oversample", "p", "tol",
-                                                               "max_iterations")}
-                  | {"block_values": compute.block_values},
+        "params": {k: records["trent"]["params"][k] for k in ("components", "oversample", "p", "tol", "max_iterations")}
+        | {"block_values": compute.block_values},
     }
     if dp:
         cal = first["dp"]
         # issue 38 (a contract): dp_method is the mode that ran, "covariance" or "power"
-        out.update(epsilon=summary.epsilon, delta=summary.delta, budgets=budgets, dp_method=cal["dp_method"],
-                   dp={k: cal[k] for k in ("rounds", "sigma", "party_sigma", "rho", "certified_epsilon",
-                                           "accountant", "epsilon_zcdp", "epsilon_pld", "column_norm",
-                                           "noise_parties")})
-        out["params"] = {k: records["trent"]["params"][k] for k in ("components", "oversample", "iterations",
-                                                                     "column_norm", "noise_parties", "dp_method",
-                                                                     "gap_ratio")} \
-            | {"block_values": compute.block_values}
+        out.update(
+            epsilon=summary.epsilon,
+            delta=summary.delta,
+            budgets=budgets,
+            dp_method=cal["dp_method"],
+            dp={
+                k: cal[k]
+                for k in (
+                    "rounds",
+                    "sigma",
+                    "party_sigma",
+                    "rho",
+                    "certified_epsilon",
+                    "accountant",
+                    "epsilon_zcdp",
+                    "epsilon_pld",
+                    "column_norm",
+                    "noise_parties",
+                )
+            },
+        )
+        out["params"] = {
+            k: records["trent"]["params"][k]
+            for k in (
+                "components",
+                "oversample",
+                "iterations",
+                "column_norm",
+                "noise_parties",
+                "dp_method",
+                "gap_ratio",
+            )
+        } | {"block_values": compute.block_values}
     if dp:
-        say(f"done in {seconds:.1f} s: {out['dp_method']} mode, {tr['rounds']} noisy release(s) per party, "
+        say(
+            f"done in {seconds:.1f} s: {out['dp_method']} mode, {tr['rounds']} noisy release(s) per party, "
             f"{len(out['components'])} component(s), "
             f"each data party charged epsilon={summary.epsilon:g}, delta={summary.delta:g}; "
-            f"bytes sent: {out['bytes_sent']}")
+            f"bytes sent: {out['bytes_sent']}"
+        )
     else:
-        say(f"done in {seconds:.1f} s: {tr['rounds']} rounds ({tr['decoys']} decoys), converged={tr['converged']}, "
-            f"{len(out['components'])} component(s), bytes sent: {out['bytes_sent']}")
+        say(
+            f"done in {seconds:.1f} s: {tr['rounds']} rounds ({tr['decoys']} decoys), converged={tr['converged']}, "
+            f"{len(out['components'])} component(s), bytes sent: {out['bytes_sent']}"
+        )
     return out
 
 
@@ -160,47 +228,73 @@ def bundled_data() -> list[str]:
     root = resources.files("smcdp") / "_bundled" / "power_iteration"
     paths = sorted(str(p) for p in root.iterdir() if p.name.endswith(".npy"))
     if len(paths) < 2:
-        raise InvalidMessage(f"the bundled example data is missing from {root} (a broken installation?); "
-                             "pass --data PATH at least twice")
+        raise InvalidMessage(
+            f"the bundled example data is missing from {root} (a broken installation?); pass --data PATH at least twice"
+        )
     return paths
 
 
 def _cmd(args: argparse.Namespace) -> int:
     params = {}
-    for name in ("p", "tol", "max_iterations", "components", "oversample", "epsilon", "delta", "iterations",
-                 "column_norm", "noise_parties", "dp_method", "gap_ratio"):
+    for name in (
+        "p",
+        "tol",
+        "max_iterations",
+        "components",
+        "oversample",
+        "epsilon",
+        "delta",
+        "iterations",
+        "column_norm",
+        "noise_parties",
+        "dp_method",
+        "gap_ratio",
+    ):
         v = getattr(args, name)
         if v is not None:
             params[name] = v
     if args.compute == "local" and (args.dask_scheduler or args.dask_workers is not None):
         raise InvalidMessage("--dask-scheduler and --dask-workers need --compute dask")
     if args.compute == "dask":
-        require("dask", "--compute dask")        # issue 29: before any party process starts
-    compute = compute_config(args.compute, workers=args.dask_workers, scheduler=args.dask_scheduler,
-                             tls=(args.dask_tls_ca, args.dask_tls_cert, args.dask_tls_key),
-                             block_values=args.block_values, memory_limit=args.dask_memory_limit)
-    out = demo_power_iteration(args.data or bundled_data(), args.key_bits, args.seed, params, args.keep_dir, Faults.from_args(args),
-                               compute)
+        require("dask", "--compute dask")  # issue 29: before any party process starts
+    compute = compute_config(
+        args.compute,
+        workers=args.dask_workers,
+        scheduler=args.dask_scheduler,
+        tls=(args.dask_tls_ca, args.dask_tls_cert, args.dask_tls_key),
+        block_values=args.block_values,
+        memory_limit=args.dask_memory_limit,
+    )
+    out = demo_power_iteration(
+        args.data or bundled_data(), args.key_bits, args.seed, params, args.keep_dir, Faults.from_args(args), compute
+    )
     dump_json(out, args.out)
     return 0
 
 
 def register(sub) -> None:
     """Adds ``smcdp demo power-iteration`` to the demo subcommands."""
-    pi = sub.add_parser("power-iteration", help="privacy-preserving power iteration (Trent + one process per --data)",
-                        description="Starts Trent and one data party per --data input as separate processes over "
-                                    "gRPC with mutual TLS on loopback and writes JSON with u, x, components "
-                                    "(the top --components eigenvector pairs), iterations, decoys, seconds, "
-                                    "bytes_sent, compute (engine, workers, Dask tasks) and peak_rss_bytes.  With "
-                                    "--epsilon and --delta it runs the differentially private mode (the noisy "
-                                    "power method or one noisy covariance release, docs/protocols/power-iteration.md): "
-                                    "x is null (not released), and the JSON gains epsilon, delta, dp_method (the mode "
-                                    "that ran: covariance or power), dp (the noise calibration) and budgets "
-                                    "(every data party's ledger, charged once for the session).")
-    pi.add_argument("--data", action="append", metavar="PATH",
-                    help="a matrix with k rows: a .npy file, a folder of .npy column shards (name order) or a "
-                         "Zarr array (one data party per --data; at least two; default: the two bundled "
-                         "example matrices, examples/data/power_iteration)")
+    pi = sub.add_parser(
+        "power-iteration",
+        help="privacy-preserving power iteration (Trent + one process per --data)",
+        description="Starts Trent and one data party per --data input as separate processes over "
+        "gRPC with mutual TLS on loopback and writes JSON with u, x, components "
+        "(the top --components eigenvector pairs), iterations, decoys, seconds, "
+        "bytes_sent, compute (engine, workers, Dask tasks) and peak_rss_bytes.  With "
+        "--epsilon and --delta it runs the differentially private mode (the noisy "
+        "power method or one noisy covariance release, docs/protocols/power-iteration.md): "
+        "x is null (not released), and the JSON gains epsilon, delta, dp_method (the mode "
+        "that ran: covariance or power), dp (the noise calibration) and budgets "
+        "(every data party's ledger, charged once for the session).",
+    )
+    pi.add_argument(
+        "--data",
+        action="append",
+        metavar="PATH",
+        help="a matrix with k rows: a .npy file, a folder of .npy column shards (name order) or a "
+        "Zarr array (one data party per --data; at least two; default: the two bundled "
+        "example matrices, examples/data/power_iteration)",
+    )
     pi.add_argument("--key-bits", type=int, default=2048, help="Paillier key size (default 2048; <2048 warns)")
     pi.add_argument("--seed", type=int, help="fix protocol randomness for experiments (encryption stays random)")
     pi.add_argument("--out", help="write the JSON result here (default stdout)")
@@ -208,27 +302,50 @@ def register(sub) -> None:
     pi.add_argument("--tol", type=float, help="convergence tolerance on the change of u_1 … u_r (default 1e-9)")
     pi.add_argument("--max-iterations", type=int, help="maximum rounds, decoys included (default 2000)")
     pi.add_argument("--components", type=int, help="how many leading eigenvectors (default 1)")
-    pi.add_argument("--oversample", type=int,
-                    help="extra block columns (default 0): faster when λ_r ≈ λ_(r+1), but every data party "
-                         "also learns approximations of the next components")
-    pi.add_argument("--epsilon", type=float,
-                    help="differentially private mode: (epsilon, delta)-DP per sample of each party (needs --delta)")
+    pi.add_argument(
+        "--oversample",
+        type=int,
+        help="extra block columns (default 0): faster when λ_r ≈ λ_(r+1), but every data party "
+        "also learns approximations of the next components",
+    )
+    pi.add_argument(
+        "--epsilon",
+        type=float,
+        help="differentially private mode: (epsilon, delta)-DP per sample of each party (needs --delta)",
+    )
     pi.add_argument("--delta", type=float, help="differentially private mode: delta (needs --epsilon)")
-    pi.add_argument("--iterations", type=int,
-                    help="DP power mode: the fixed number of noisy rounds T (default: from --gap-ratio, else 10)")
-    pi.add_argument("--dp-method", choices=("auto", "covariance", "power"),
-                    help="DP mode: one noisy release of the covariance, the noisy power method, or auto (default: "
-                         "covariance up to k = 255, and unless --iterations or --gap-ratio is given)")
-    pi.add_argument("--gap-ratio", type=float,
-                    help="DP power mode: a public bound on lambda_(b+1)/lambda_r assumed for the data; sets the "
-                         "rounds T (fewer when the gap is larger) unless --iterations is given")
-    pi.add_argument("--column-norm", type=float,
-                    help="DP mode: every sample (column) is clipped to this L2 norm (default 1)")
-    pi.add_argument("--noise-parties", type=int,
-                    help="DP mode: h, each party adding noise variance sigma^2/h; needs h honest data parties "
-                         "(default 1: every party's noise protects it alone)")
-    pi.add_argument("--compute", choices=("local", "dask"), default="local",
-                    help="where each data party computes: in its process (local) or on a Dask cluster")
+    pi.add_argument(
+        "--iterations",
+        type=int,
+        help="DP power mode: the fixed number of noisy rounds T (default: from --gap-ratio, else 10)",
+    )
+    pi.add_argument(
+        "--dp-method",
+        choices=("auto", "covariance", "power"),
+        help="DP mode: one noisy release of the covariance, the noisy power method, or auto (default: "
+        "covariance up to k = 255, and unless --iterations or --gap-ratio is given)",
+    )
+    pi.add_argument(
+        "--gap-ratio",
+        type=float,
+        help="DP power mode: a public bound on lambda_(b+1)/lambda_r assumed for the data; sets the "
+        "rounds T (fewer when the gap is larger) unless --iterations is given",
+    )
+    pi.add_argument(
+        "--column-norm", type=float, help="DP mode: every sample (column) is clipped to this L2 norm (default 1)"
+    )
+    pi.add_argument(
+        "--noise-parties",
+        type=int,
+        help="DP mode: h, each party adding noise variance sigma^2/h; needs h honest data parties "
+        "(default 1: every party's noise protects it alone)",
+    )
+    pi.add_argument(
+        "--compute",
+        choices=("local", "dask"),
+        default="local",
+        help="where each data party computes: in its process (local) or on a Dask cluster",
+    )
     pi.add_argument("--dask-workers", type=int, help="workers of each data party's local Dask cluster (default 2)")
     pi.add_argument("--dask-scheduler", help="an existing Dask scheduler (tls://host:port; tcp:// warns off loopback)")
     pi.add_argument("--dask-tls-ca", help="the existing cluster's CA (tls:// scheduler)")
@@ -236,7 +353,9 @@ def register(sub) -> None:
     pi.add_argument("--dask-tls-key", help="client key for the existing cluster")
     pi.add_argument("--dask-memory-limit", help="memory per worker of a local Dask cluster (e.g. 1GiB)")
     pi.add_argument("--block-values", type=int, help="canonical block size in matrix values (default 4194304)")
-    pi.add_argument("--keep-dir", help="keep certificates, configs and logs in this directory; party P's data "
-                                       "directory is KEEP_DIR/P/")
+    pi.add_argument(
+        "--keep-dir",
+        help="keep certificates, configs and logs in this directory; party P's data directory is KEEP_DIR/P/",
+    )
     add_fault_arguments(pi)
     pi.set_defaults(func=_cmd)

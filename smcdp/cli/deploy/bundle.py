@@ -1,14 +1,14 @@
 """Writing bundles: ``deploy init`` (CA, keys, certificates, configs, compose files), ``add``, ``rotate``."""
 
-
 import datetime as _dt
 import json
 import os
 import re
 import shutil
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -51,8 +51,9 @@ from smcdp.runtime.governance.policy import Policy
 def _write_key_and_cert(certs_dir: Path, name: str, key, cert) -> None:
     """Replace ``name.key`` (0600) and ``name.crt`` atomically (key first: never a mismatch window
     that lasts longer than one rename)."""
-    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption())
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     atomic_write(certs_dir / f"{name}.key", key_pem, 0o600)
     atomic_write(certs_dir / f"{name}.crt", cert.public_bytes(serialization.Encoding.PEM), 0o644)
 
@@ -86,11 +87,13 @@ source for the whole walk-through (sessions, results, certificate rotation).
 
 
 def _env_file(image: str) -> str:
-    return (f"# docker-compose reads this file.  The container runs as this uid/gid (never root):\n"
-            f"# it must be able to read certs/ (the key is mode 0600) and write data/.  Either\n"
-            f"#   sudo chown -R {CONTAINER_UID}:{CONTAINER_UID} certs data inputs\n"
-            f"# or set SMCDP_UID/SMCDP_GID to the (non-root) uid/gid that owns this bundle.\n"
-            f"SMCDP_IMAGE={image}\nSMCDP_UID={CONTAINER_UID}\nSMCDP_GID={CONTAINER_UID}\n")
+    return (
+        f"# docker-compose reads this file.  The container runs as this uid/gid (never root):\n"
+        f"# it must be able to read certs/ (the key is mode 0600) and write data/.  Either\n"
+        f"#   sudo chown -R {CONTAINER_UID}:{CONTAINER_UID} certs data inputs\n"
+        f"# or set SMCDP_UID/SMCDP_GID to the (non-root) uid/gid that owns this bundle.\n"
+        f"SMCDP_IMAGE={image}\nSMCDP_UID={CONTAINER_UID}\nSMCDP_GID={CONTAINER_UID}\n"
+    )
 
 
 def load_manifest(out: Path) -> tuple[dict, list[HostSpec]]:
@@ -98,12 +101,15 @@ def load_manifest(out: Path) -> tuple[dict, list[HostSpec]]:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise DeployError(f"{out} is not a deployment directory made by `smcdp deploy init` "
-                          f"({MANIFEST} is missing)") from None
+        raise DeployError(
+            f"{out} is not a deployment directory made by `smcdp deploy init` ({MANIFEST} is missing)"
+        ) from None
     except (OSError, ValueError) as exc:
         raise DeployError(f"cannot read {path}: {exc}") from None
     if not isinstance(doc, dict) or doc.get("version") != MANIFEST_VERSION:
-        raise DeployError(f"{path}: unsupported manifest version {doc.get('version') if isinstance(doc, dict) else doc!r}")
+        raise DeployError(
+            f"{path}: unsupported manifest version {doc.get('version') if isinstance(doc, dict) else doc!r}"
+        )
     try:
         specs = [HostSpec(p["name"], p["host"], int(p["port"])) for p in doc["parties"]]
     except (KeyError, TypeError, ValueError) as exc:
@@ -113,16 +119,27 @@ def load_manifest(out: Path) -> tuple[dict, list[HostSpec]]:
 
 
 # ============================================================================ init
-def init_deployment(out: str | os.PathLike, hosts: str | Sequence[str] | Sequence[HostSpec], *,
-                    inputs: Mapping[str, Mapping[str, Mapping[str, str | os.PathLike]]] | None = None,
-                    listen_host: str = "0.0.0.0", image: str = DEFAULT_IMAGE,
-                    allow_insecure_keys: bool = False, connect_seconds: float | None = None,
-                    session_seconds: float | None = None, rpc_seconds: float | None = None,
-                    days: int | None = None, restart: str = "unless-stopped",
-                    plugins: Sequence[str] = (), peer_grace_seconds: float | None = None,
-                    layouts: Mapping[str, Sequence[Mapping[str, str]]] | None = None,
-                    initiators: Mapping[str, Sequence[str]] | None = None, approval: str = "auto",
-                    budget: float | None = None, budget_delta: float | None = None) -> dict[str, Path]:
+def init_deployment(
+    out: str | os.PathLike,
+    hosts: str | Sequence[str] | Sequence[HostSpec],
+    *,
+    inputs: Mapping[str, Mapping[str, Mapping[str, str | os.PathLike]]] | None = None,
+    listen_host: str = "0.0.0.0",
+    image: str = DEFAULT_IMAGE,
+    allow_insecure_keys: bool = False,
+    connect_seconds: float | None = None,
+    session_seconds: float | None = None,
+    rpc_seconds: float | None = None,
+    days: int | None = None,
+    restart: str = "unless-stopped",
+    plugins: Sequence[str] = (),
+    peer_grace_seconds: float | None = None,
+    layouts: Mapping[str, Sequence[Mapping[str, str]]] | None = None,
+    initiators: Mapping[str, Sequence[str]] | None = None,
+    approval: str = "auto",
+    budget: float | None = None,
+    budget_delta: float | None = None,
+) -> dict[str, Path]:
     """Write the CA and one bundle per party into ``out`` (which must be new or empty).
 
     ``layouts`` (protocol -> [role -> party]), ``initiators``, ``approval``, ``budget``,
@@ -145,8 +162,7 @@ def init_deployment(out: str | os.PathLike, hosts: str | Sequence[str] | Sequenc
     for m in plugins:
         if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$", m):
             raise DeployError(f"--plugin {m!r} is not a Python module name")
-    paths = {p: {pr: {k: Path(v) for k, v in t.items()} for pr, t in d.items()}
-             for p, d in (inputs or {}).items()}
+    paths = {p: {pr: {k: Path(v) for k, v in t.items()} for pr, t in d.items()} for p, d in (inputs or {}).items()}
     for p, tables in paths.items():
         if p not in names:
             raise DeployError(f"inputs given for {p!r}, which is not in --hosts")
@@ -156,35 +172,62 @@ def init_deployment(out: str | os.PathLike, hosts: str | Sequence[str] | Sequenc
                 if not src.is_file():
                     raise DeployError(f"input {p}:{proto}:{k} = {src} is not a readable file")
                 if src.name in names_seen:
-                    raise DeployError(f"inputs {p}:{proto}:{names_seen[src.name]} and {k} share the file "
-                                      f"name {src.name}; rename one")
+                    raise DeployError(
+                        f"inputs {p}:{proto}:{names_seen[src.name]} and {k} share the file name {src.name}; rename one"
+                    )
                 names_seen[src.name] = k
     timeouts = Timeouts()
-    timeouts = Timeouts(connect_seconds or timeouts.connect_seconds,
-                        session_seconds or timeouts.session_seconds,
-                        rpc_seconds or timeouts.rpc_seconds,
-                        peer_grace_seconds or timeouts.peer_grace_seconds)
-    for what, v in (("connect", timeouts.connect_seconds), ("session", timeouts.session_seconds),
-                    ("rpc", timeouts.rpc_seconds), ("peer-grace", timeouts.peer_grace_seconds)):
+    timeouts = Timeouts(
+        connect_seconds or timeouts.connect_seconds,
+        session_seconds or timeouts.session_seconds,
+        rpc_seconds or timeouts.rpc_seconds,
+        peer_grace_seconds or timeouts.peer_grace_seconds,
+    )
+    for what, v in (
+        ("connect", timeouts.connect_seconds),
+        ("session", timeouts.session_seconds),
+        ("rpc", timeouts.rpc_seconds),
+        ("peer-grace", timeouts.peer_grace_seconds),
+    ):
         if not v > 0:
             raise DeployError(f"--{what}-seconds must be positive")
     days = DEFAULT_PARTY_DAYS if days is None else days
     if days <= 0:
         raise DeployError("--days must be positive")
     gov_kw = {k: v for k, v in (("budget", budget), ("budget_delta", budget_delta)) if v is not None}
-    policies, budgets = bundle_governance(names, {k: [dict(x) for x in v] for k, v in (layouts or {}).items()},
-                                          {k: list(v) for k, v in (initiators or {}).items()}, approval=approval,
-                                          allow_insecure_keys=allow_insecure_keys, plugins=plugins, **gov_kw)
+    policies, budgets = bundle_governance(
+        names,
+        {k: [dict(x) for x in v] for k, v in (layouts or {}).items()},
+        {k: list(v) for k, v in (initiators or {}).items()},
+        approval=approval,
+        allow_insecure_keys=allow_insecure_keys,
+        plugins=plugins,
+        **gov_kw,
+    )
 
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise DeployError(f"{out} already exists and is not an empty directory; choose a new --out "
-                          "(to renew certificates of an existing deployment use `smcdp deploy rotate`)")
+        raise DeployError(
+            f"{out} already exists and is not an empty directory; choose a new --out "
+            "(to renew certificates of an existing deployment use `smcdp deploy rotate`)"
+        )
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     try:
-        return _write_deployment(out, specs, paths, listen_host, image, allow_insecure_keys, timeouts,
-                                 days, restart, plugins, policies, budgets)
+        return _write_deployment(
+            out,
+            specs,
+            paths,
+            listen_host,
+            image,
+            allow_insecure_keys,
+            timeouts,
+            days,
+            restart,
+            plugins,
+            policies,
+            budgets,
+        )
     except BaseException:
         # never leave half a deployment behind (a re-run would refuse the non-empty directory)
         if created:
@@ -208,9 +251,17 @@ class _Settings:
     plugins: tuple[str, ...]
 
 
-def _write_bundle(out: Path, spec: HostSpec, specs: Sequence[HostSpec], ca_key, ca_cert,
-                  inputs: Mapping[str, Mapping[str, Path]], st: _Settings, policy: Policy,
-                  budget: BudgetConfig | None) -> Path:
+def _write_bundle(
+    out: Path,
+    spec: HostSpec,
+    specs: Sequence[HostSpec],
+    ca_key,
+    ca_cert,
+    inputs: Mapping[str, Mapping[str, Path]],
+    st: _Settings,
+    policy: Policy,
+    budget: BudgetConfig | None,
+) -> Path:
     """Create ``out/<spec.name>/`` (must not exist) for ``spec`` with every other spec as a peer."""
 
     b = out / spec.name
@@ -234,8 +285,11 @@ def _write_bundle(out: Path, spec: HostSpec, specs: Sequence[HostSpec], ca_key, 
         name=spec.name,
         listen=(f"[{lh}]:{spec.port}" if ":" in lh else f"{lh}:{spec.port}"),
         data_dir=(b / "data").resolve(),
-        tls=TlsConfig(ca=(certs / "ca.crt").resolve(), cert=(certs / f"{spec.name}.crt").resolve(),
-                      key=(certs / f"{spec.name}.key").resolve()),
+        tls=TlsConfig(
+            ca=(certs / "ca.crt").resolve(),
+            cert=(certs / f"{spec.name}.crt").resolve(),
+            key=(certs / f"{spec.name}.key").resolve(),
+        ),
         peers={s.name: s.address for s in specs if s.name != spec.name},
         inputs=bundle_inputs,
         plugins=st.plugins,
@@ -245,10 +299,14 @@ def _write_bundle(out: Path, spec: HostSpec, specs: Sequence[HostSpec], ca_key, 
         budget=budget,
     )
     dump_config(cfg, b / "party.toml")
-    atomic_write(b / "docker-compose.yml",
-                  (f"# smcdp party {spec.name} on {spec.host} -- generated by `smcdp deploy`.\n"
-                   f"# Start with `docker-compose up -d` in this directory; see README.txt.\n"
-                   + dump_yaml(compose_document(spec, restart=st.restart))).encode("utf-8"))
+    atomic_write(
+        b / "docker-compose.yml",
+        (
+            f"# smcdp party {spec.name} on {spec.host} -- generated by `smcdp deploy`.\n"
+            f"# Start with `docker-compose up -d` in this directory; see README.txt.\n"
+            + dump_yaml(compose_document(spec, restart=st.restart))
+        ).encode("utf-8"),
+    )
     atomic_write(b / ".env", _env_file(st.image).encode("utf-8"))
     atomic_write(b / "README.txt", _bundle_readme(spec, specs).encode("utf-8"))
     problems = validate_compose_document(compose_document(spec, restart=st.restart), b, spec.name)
@@ -260,40 +318,69 @@ def _write_bundle(out: Path, spec: HostSpec, specs: Sequence[HostSpec], ca_key, 
 def _write_manifest(out: Path, specs: Sequence[HostSpec], st: _Settings, created: str | None = None) -> None:
     manifest = {
         "version": MANIFEST_VERSION,
-        "created": created or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "created": created or _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "parties": [{"name": s.name, "host": s.host, "port": s.port} for s in specs],
-        "listen_host": st.listen_host, "image": st.image, "restart": st.restart,
-        "allow_insecure_keys": st.allow_insecure_keys, "certificate_days": st.days,
+        "listen_host": st.listen_host,
+        "image": st.image,
+        "restart": st.restart,
+        "allow_insecure_keys": st.allow_insecure_keys,
+        "certificate_days": st.days,
         "plugins": list(st.plugins),
-        "timeouts": {"connect_seconds": st.timeouts.connect_seconds,
-                     "session_seconds": st.timeouts.session_seconds,
-                     "rpc_seconds": st.timeouts.rpc_seconds,
-                     "peer_grace_seconds": st.timeouts.peer_grace_seconds},
+        "timeouts": {
+            "connect_seconds": st.timeouts.connect_seconds,
+            "session_seconds": st.timeouts.session_seconds,
+            "rpc_seconds": st.timeouts.rpc_seconds,
+            "peer_grace_seconds": st.timeouts.peer_grace_seconds,
+        },
     }
     atomic_write(out / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode("utf-8"))
 
 
-def _write_deployment(out: Path, specs: list[HostSpec], inputs, listen_host: str, image: str,
-                      allow_insecure_keys: bool, timeouts, days: int, restart: str,
-                      plugins: tuple[str, ...], policies: Mapping[str, Policy],
-                      budgets: Mapping[str, BudgetConfig]) -> dict[str, Path]:
+def _write_deployment(
+    out: Path,
+    specs: list[HostSpec],
+    inputs,
+    listen_host: str,
+    image: str,
+    allow_insecure_keys: bool,
+    timeouts,
+    days: int,
+    restart: str,
+    plugins: tuple[str, ...],
+    policies: Mapping[str, Policy],
+    budgets: Mapping[str, BudgetConfig],
+) -> dict[str, Path]:
     st = _Settings(listen_host, image, restart, allow_insecure_keys, timeouts, days, plugins)
     ca_dir = out / "ca"
     ca_dir.mkdir(mode=0o700)
     ca_key, ca_cert = create_ca()
     write_private_key(ca_dir / "ca.key", ca_key)
     write_certificate(ca_dir / "ca.crt", ca_cert)
-    bundles = {spec.name: _write_bundle(out, spec, specs, ca_key, ca_cert, inputs.get(spec.name, {}), st,
-                                        policies[spec.name], budgets.get(spec.name))
-               for spec in specs}
+    bundles = {
+        spec.name: _write_bundle(
+            out,
+            spec,
+            specs,
+            ca_key,
+            ca_cert,
+            inputs.get(spec.name, {}),
+            st,
+            policies[spec.name],
+            budgets.get(spec.name),
+        )
+        for spec in specs
+    }
     _write_manifest(out, specs, st)
     return bundles
 
 
 # ============================================================================ add
-def add_parties(out: str | os.PathLike, hosts: str | Sequence[str], *,
-                inputs: Mapping[str, Mapping[str, Mapping[str, str | os.PathLike]]] | None = None
-                ) -> tuple[dict[str, Path], dict[str, list[str]]]:
+def add_parties(
+    out: str | os.PathLike,
+    hosts: str | Sequence[str],
+    *,
+    inputs: Mapping[str, Mapping[str, Mapping[str, str | os.PathLike]]] | None = None,
+) -> tuple[dict[str, Path], dict[str, list[str]]]:
     """Add parties to an existing deployment: a bundle for each (same CA and settings), and the
     new peers in the coordinator's copy of every existing bundle's ``party.toml``.
 
@@ -308,30 +395,34 @@ def add_parties(out: str | os.PathLike, hosts: str | Sequence[str], *,
         raise DeployError("--hosts names no party to add")
     clash = sorted({s.name for s in new} & {s.name for s in specs})
     if clash:
-        raise DeployError(f"already in the deployment: {', '.join(clash)} (use `smcdp deploy rotate` "
-                          "to renew a party's certificate)")
+        raise DeployError(
+            f"already in the deployment: {', '.join(clash)} (use `smcdp deploy rotate` to renew a party's certificate)"
+        )
     every = parse_hosts([f"{s.name}={s.address}" for s in [*specs, *new]])  # duplicates, addresses
     for s in new:
         if (out / s.name).exists():
             raise DeployError(f"{out / s.name} already exists")
-    paths = {p: {pr: {k: Path(v) for k, v in t.items()} for pr, t in d.items()}
-             for p, d in (inputs or {}).items()}
+    paths = {p: {pr: {k: Path(v) for k, v in t.items()} for pr, t in d.items()} for p, d in (inputs or {}).items()}
     for p in paths:
         if p not in {s.name for s in new}:
             raise DeployError(f"inputs given for {p!r}, which is not one of the parties being added")
     t = manifest.get("timeouts") or {}
-    st = _Settings(manifest.get("listen_host", "0.0.0.0"), manifest.get("image", DEFAULT_IMAGE),
-                   manifest.get("restart", "unless-stopped"), bool(manifest.get("allow_insecure_keys")),
-                   Timeouts(**t) if t else Timeouts(), int(manifest.get("certificate_days", 825)),
-                   tuple(manifest.get("plugins", ())))
+    st = _Settings(
+        manifest.get("listen_host", "0.0.0.0"),
+        manifest.get("image", DEFAULT_IMAGE),
+        manifest.get("restart", "unless-stopped"),
+        bool(manifest.get("allow_insecure_keys")),
+        Timeouts(**t) if t else Timeouts(),
+        int(manifest.get("certificate_days", 825)),
+        tuple(manifest.get("plugins", ())),
+    )
     ca_key = load_private_key(out / "ca" / "ca.key")
     ca_cert = load_certificate(out / "ca" / "ca.crt")
     bundles: dict[str, Path] = {}
     try:
         for s in new:
             # a party that joins later joins no protocol until its operator writes [policy.<protocol>]
-            bundles[s.name] = _write_bundle(out, s, every, ca_key, ca_cert, paths.get(s.name, {}), st,
-                                            Policy(), None)
+            bundles[s.name] = _write_bundle(out, s, every, ca_key, ca_cert, paths.get(s.name, {}), st, Policy(), None)
     except BaseException:
         for s in new:  # none of these directories existed before (checked above)
             shutil.rmtree(out / s.name, ignore_errors=True)
@@ -343,16 +434,19 @@ def add_parties(out: str | os.PathLike, hosts: str | Sequence[str], *,
         cfg_path = out / s.name / "party.toml"
         if cfg_path.is_file():
             cfg = load_config(cfg_path)
-            dump_config(cfg.with_changes(peers={**cfg.peers, **{n.name: n.address for n in new}}),  # type: ignore[arg-type]  # with_changes is replace(): a PartyConfig here; smcdp/net/config.py annotates it NetConfig
-                        cfg_path)
+            dump_config(
+                cfg.with_changes(peers={**cfg.peers, **{n.name: n.address for n in new}}),  # type: ignore[arg-type]  # with_changes is replace(): a PartyConfig here; smcdp/net/config.py annotates it NetConfig
+                cfg_path,
+            )
             atomic_write(out / s.name / "README.txt", _bundle_readme(s, every).encode("utf-8"))
     _write_manifest(out, every, st, created=manifest.get("created"))
     return bundles, todo
 
 
 # ============================================================================ rotate
-def rotate_certificates(out: str | os.PathLike, parties: Sequence[str] | None = None, *,
-                        new_ca: bool = False, days: int | None = None) -> dict[str, str]:
+def rotate_certificates(
+    out: str | os.PathLike, parties: Sequence[str] | None = None, *, new_ca: bool = False, days: int | None = None
+) -> dict[str, str]:
     """Issue new keys and certificates into the bundles under ``out``.
 
     Without ``new_ca``: new key + certificate for each of ``parties`` under the
@@ -381,7 +475,7 @@ def rotate_certificates(out: str | os.PathLike, parties: Sequence[str] | None = 
         raise DeployError("--days must be positive")
     ca_dir = out / "ca"
     if new_ca:
-        stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+        stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S")
         for f in ("ca.crt", "ca.key"):
             if (ca_dir / f).exists():
                 os.replace(ca_dir / f, ca_dir / f"{f}.replaced-{stamp}")
@@ -403,8 +497,10 @@ def rotate_certificates(out: str | os.PathLike, parties: Sequence[str] | None = 
         if new_ca:
             atomic_write(certs / "ca.crt", (ca_dir / "ca.crt").read_bytes(), 0o644)
         _write_key_and_cert(certs, name, key, cert)
-        summary[name] = (f"serial {cert.serial_number:x}, valid until "
-                         f"{cert.not_valid_after_utc:%Y-%m-%d}, SHA-256 {cert.fingerprint(hashes.SHA256()).hex()}")
+        summary[name] = (
+            f"serial {cert.serial_number:x}, valid until "
+            f"{cert.not_valid_after_utc:%Y-%m-%d}, SHA-256 {cert.fingerprint(hashes.SHA256()).hex()}"
+        )
     return summary
 
 

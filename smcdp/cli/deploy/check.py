@@ -1,6 +1,5 @@
 """``deploy check``: validate a bundle on its host before the party starts."""
 
-
 import datetime as _dt
 import os
 from pathlib import Path
@@ -21,18 +20,20 @@ def check_bundle(bundle: str | os.PathLike, warn_days: int = 30) -> tuple[list[s
         cfg = load_config(bundle / "party.toml")
     except ConfigError as exc:
         return [str(exc)], notes
-    notes.append(f"party {cfg.name}, listen {cfg.listen}, peers: "
-                 + ", ".join(f"{p}={a}" for p, a in sorted(cfg.peers.items())))
+    notes.append(
+        f"party {cfg.name}, listen {cfg.listen}, peers: " + ", ".join(f"{p}={a}" for p, a in sorted(cfg.peers.items()))
+    )
     try:
         tls = TlsMaterial.load(cfg.tls.ca, cfg.tls.cert, cfg.tls.key)
         if tls.name != cfg.name:
             problems.append(f"certificate {cfg.tls.cert} is for {tls.name!r}, not {cfg.name!r}")
 
         cert = load_certificate(cfg.tls.cert)
-        left = cert.not_valid_after_utc - _dt.datetime.now(_dt.timezone.utc)
+        left = cert.not_valid_after_utc - _dt.datetime.now(_dt.UTC)
         msg = f"certificate valid until {cert.not_valid_after_utc:%Y-%m-%d} ({left.days} days)"
         (problems if left.days < warn_days else notes).append(
-            msg + (" -- rotate it: smcdp deploy rotate" if left.days < warn_days else ""))
+            msg + (" -- rotate it: smcdp deploy rotate" if left.days < warn_days else "")
+        )
     except SmcdpError as exc:
         problems.append(str(exc))
     try:
@@ -48,17 +49,25 @@ def check_bundle(bundle: str | os.PathLike, warn_days: int = 30) -> tuple[list[s
         for k, path in table.items():
             if not Path(path).is_file():
                 problems.append(f"input {proto}.{k} = {path} does not exist")
-    pol = cfg.policy        # governance (docs/governance.md): a bundle states what its party joins
+    pol = cfg.policy  # governance (docs/governance.md): a bundle states what its party joins
     if pol is None or pol.open:
-        problems.append("party.toml has " + ("no [policy]" if pol is None else "[policy] open = true")
-                        + ": any peer may start any session with this party's data (docs/governance.md)")
+        problems.append(
+            "party.toml has "
+            + ("no [policy]" if pol is None else "[policy] open = true")
+            + ": any peer may start any session with this party's data (docs/governance.md)"
+        )
     else:
-        notes.append("policy: joins " + (", ".join(sorted(pol.protocols)) or "no protocol")
-                     + f"; approval {pol.approval}"
-                     + (f"; budget {cfg.budget.dataset!r}" if cfg.budget is not None else "; no budget"))
+        notes.append(
+            "policy: joins "
+            + (", ".join(sorted(pol.protocols)) or "no protocol")
+            + f"; approval {pol.approval}"
+            + (f"; budget {cfg.budget.dataset!r}" if cfg.budget is not None else "; no budget")
+        )
     if pol is not None and pol.allow_seeded:
-        problems.append("[policy] allow_seeded = true lets the initiator's seed replace this party's randomness, "
-                        "DP noise included (tests only)")
+        problems.append(
+            "[policy] allow_seeded = true lets the initiator's seed replace this party's randomness, "
+            "DP noise included (tests only)"
+        )
     if not (bundle / "docker-compose.yml").is_file():
         notes.append("no docker-compose.yml (fine for a native run)")
     return problems, notes

@@ -6,12 +6,12 @@ every string JSON-quoted, which YAML accepts as double-quoted scalars).  Tests
 check the output against ``docker-compose config`` and parse it back with PyYAML.
 """
 
-
 import json
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from smcdp.cli.deploy.hosts import (
     CONTAINER_CONFIG,
@@ -107,15 +107,13 @@ def compose_document(spec: HostSpec, *, restart: str = "unless-stopped") -> dict
                 },
                 # party.stop() aborts running sessions and tells the peers: give it time
                 "stop_grace_period": "30s",
-                "logging": {"driver": "json-file",
-                            "options": {"max-size": "20m", "max-file": "5"}},
+                "logging": {"driver": "json-file", "options": {"max-size": "20m", "max-file": "5"}},
             }
         },
     }
 
 
-def validate_compose_document(doc: Any, bundle: str | os.PathLike, party: str | None = None
-                              ) -> list[str]:
+def validate_compose_document(doc: Any, bundle: str | os.PathLike, party: str | None = None) -> list[str]:
     """Structural checks of a bundle's compose document against the bundle itself.
 
     Returns a list of problems (empty = fine).  Independent of Docker: it checks
@@ -140,11 +138,13 @@ def validate_compose_document(doc: Any, bundle: str | os.PathLike, party: str | 
     if unknown_top:
         problems.append(f"unknown top-level keys: {sorted(unknown_top)}")
     if "version" in doc and not (isinstance(doc["version"], str) and re.match(r"^3(\.\d+)?$", doc["version"])):
-        problems.append(f"version must be a \"3.x\" string, got {doc['version']!r}")
+        problems.append(f'version must be a "3.x" string, got {doc["version"]!r}')
     services = doc.get("services")
     if not isinstance(services, Mapping) or list(services) != [party]:
-        return problems + [f"services must hold exactly one service named {party!r}, got "
-                           f"{list(services) if isinstance(services, Mapping) else services!r}"]
+        return problems + [
+            f"services must hold exactly one service named {party!r}, got "
+            f"{list(services) if isinstance(services, Mapping) else services!r}"
+        ]
     svc = services[party]
     if not isinstance(svc, Mapping):
         return problems + [f"services.{party} is not a mapping"]
@@ -195,7 +195,9 @@ def validate_compose_document(doc: Any, bundle: str | os.PathLike, party: str | 
             problems.append(f"volumes must mount {src} at {dst} ({mode}); got {mounts.get(dst)}")
     # what party.toml resolves to inside the container must lie under a mount
     in_container = {
-        "tls.ca": cfg.tls.ca, "tls.cert": cfg.tls.cert, "tls.key": cfg.tls.key,
+        "tls.ca": cfg.tls.ca,
+        "tls.cert": cfg.tls.cert,
+        "tls.key": cfg.tls.key,
         "party.data_dir": cfg.data_dir,
         **{f"inputs.{pr}.{k}": v for pr, t in cfg.inputs.items() for k, v in t.items()},
     }
@@ -216,8 +218,12 @@ def validate_compose_document(doc: Any, bundle: str | os.PathLike, party: str | 
         problems.append("no healthcheck")
     else:
         test = hc.get("test")
-        if not (isinstance(test, list) and test[:3] == ["CMD", "smcdp", "health"]
-                and "--config" in test and test[test.index("--config") + 1:][:1] == [CONTAINER_CONFIG]):
+        if not (
+            isinstance(test, list)
+            and test[:3] == ["CMD", "smcdp", "health"]
+            and "--config" in test
+            and test[test.index("--config") + 1 :][:1] == [CONTAINER_CONFIG]
+        ):
             problems.append(f"healthcheck.test must run `smcdp health --config {CONTAINER_CONFIG}`, got {test!r}")
         for k in ("interval", "timeout"):
             if not re.match(r"^\d+(ms|s|m|h)$", str(hc.get(k, ""))):

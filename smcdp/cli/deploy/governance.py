@@ -18,7 +18,7 @@ party joins no protocol until its operator adds ``[policy.<protocol>]`` tables.
 from __future__ import annotations
 
 import re
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from smcdp.cli.deploy.hosts import DeployError
 from smcdp.errors import SmcdpError
@@ -46,14 +46,15 @@ def _plugin(protocol: str, plugins: Sequence[str]) -> ProtocolPlugin:
     except SmcdpError:
         pass
     try:
-        load_plugin_modules(plugins)      # a deployment's own protocol modules (--plugin)
+        load_plugin_modules(plugins)  # a deployment's own protocol modules (--plugin)
         return get_plugin(protocol)
     except SmcdpError as exc:
         raise DeployError(f"protocol {protocol!r}: {exc}") from None
 
 
-def parse_layouts(items: Iterable[str], parties: Sequence[str], plugins: Sequence[str] = ()
-                  ) -> dict[str, list[dict[str, str]]]:
+def parse_layouts(
+    items: Iterable[str], parties: Sequence[str], plugins: Sequence[str] = ()
+) -> dict[str, list[dict[str, str]]]:
     """``--roles PROTOCOL:ROLE=PARTY,...`` items -> {protocol: [role -> party, ...]}."""
     out: dict[str, list[dict[str, str]]] = {}
     for item in items or ():
@@ -94,11 +95,17 @@ def parse_initiators(items: Iterable[str], layouts: Mapping[str, list[dict[str, 
     return out
 
 
-def bundle_governance(parties: Sequence[str], layouts: Mapping[str, list[dict[str, str]]],
-                      initiators: Mapping[str, list[str]], *, approval: str = "auto",
-                      allow_insecure_keys: bool = False, budget: float = DEFAULT_BUDGET,
-                      budget_delta: float = DEFAULT_BUDGET_DELTA, plugins: Sequence[str] = ()
-                      ) -> tuple[dict[str, Policy], dict[str, BudgetConfig]]:
+def bundle_governance(
+    parties: Sequence[str],
+    layouts: Mapping[str, list[dict[str, str]]],
+    initiators: Mapping[str, list[str]],
+    *,
+    approval: str = "auto",
+    allow_insecure_keys: bool = False,
+    budget: float = DEFAULT_BUDGET,
+    budget_delta: float = DEFAULT_BUDGET_DELTA,
+    plugins: Sequence[str] = (),
+) -> tuple[dict[str, Policy], dict[str, BudgetConfig]]:
     """Every party's [policy] (always written) and [budget] (parties holding a data role)."""
     if approval not in APPROVALS:
         raise DeployError(f"--approval must be one of {', '.join(APPROVALS)}")
@@ -111,21 +118,32 @@ def bundle_governance(parties: Sequence[str], layouts: Mapping[str, list[dict[st
     for proto, proto_layouts in layouts.items():
         plugin = _plugin(proto, plugins)
         for layout in proto_layouts:
-            starters = [s for s in initiators.get(proto) or sorted(
-                {layout[r] for r in plugin.coordinating_roles[:1] if r in layout} or set(layout.values()))
-                if s in layout.values()]
+            starters = [
+                s
+                for s in initiators.get(proto)
+                or sorted({layout[r] for r in plugin.coordinating_roles[:1] if r in layout} or set(layout.values()))
+                if s in layout.values()
+            ]
             if not starters:
-                raise DeployError(f"no --initiator of {proto} holds a role in the layout "
-                                  + ",".join(f"{r}={p}" for r, p in layout.items()))
-            rules = rules_for_layout(layout, initiators=starters,
-                                     coordinating_roles=plugin.coordinating_roles,
-                                     allow_non_dp=not plugin.differentially_private,
-                                     min_key_bits=None if allow_insecure_keys else SECURE_KEY_BITS)
+                raise DeployError(
+                    f"no --initiator of {proto} holds a role in the layout "
+                    + ",".join(f"{r}={p}" for r, p in layout.items())
+                )
+            rules = rules_for_layout(
+                layout,
+                initiators=starters,
+                coordinating_roles=plugin.coordinating_roles,
+                allow_non_dp=not plugin.differentially_private,
+                min_key_bits=None if allow_insecure_keys else SECURE_KEY_BITS,
+            )
             for party, r in rules.items():
                 have = tables[party].get(proto)
                 tables[party][proto] = r if have is None else merge_rules(have, r)
             data_parties |= {p for role, p in layout.items() if role not in plugin.coordinating_roles}
     policies = {p: Policy(approval=approval, protocols=tables[p]) for p in parties}
-    budgets = {p: BudgetConfig(dataset=p, epsilon=float(budget), delta=float(budget_delta))
-               for p in parties if p in data_parties}
+    budgets = {
+        p: BudgetConfig(dataset=p, epsilon=float(budget), delta=float(budget_delta))
+        for p in parties
+        if p in data_parties
+    }
     return policies, budgets

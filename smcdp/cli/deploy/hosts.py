@@ -1,12 +1,11 @@
 """Who runs where: host specs (party=HOST:PORT), input specs, deployment constants."""
 
-
 import ipaddress
 import os
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from smcdp.errors import InvalidMessage
 from smcdp.net.config import parse_address
@@ -56,8 +55,7 @@ def parse_host_spec(item: str) -> HostSpec:
 
     item = item.strip()
     if "=" not in item:
-        raise DeployError(f"--hosts entry {item!r} must look like PARTY=HOST:PORT, "
-                          "e.g. alice=alice.example.org:50051")
+        raise DeployError(f"--hosts entry {item!r} must look like PARTY=HOST:PORT, e.g. alice=alice.example.org:50051")
     name, addr = (s.strip() for s in item.split("=", 1))
     try:
         validate_party_name(name, f"party name in --hosts entry {item!r}:")
@@ -66,8 +64,10 @@ def parse_host_spec(item: str) -> HostSpec:
     except InvalidMessage as exc:
         raise DeployError(str(exc)) from None
     if host in ("0.0.0.0", "::") or host == "*":
-        raise DeployError(f"--hosts entry {item!r}: {host} is a listen-everywhere address; give the "
-                          "address or DNS name the OTHER parties use to reach this party")
+        raise DeployError(
+            f"--hosts entry {item!r}: {host} is a listen-everywhere address; give the "
+            "address or DNS name the OTHER parties use to reach this party"
+        )
     return HostSpec(name, host, port)
 
 
@@ -76,8 +76,9 @@ def parse_hosts(text: str | Sequence[str]) -> list[HostSpec]:
     items = text.split(",") if isinstance(text, str) else list(text)
     specs = [parse_host_spec(i) for i in items if i.strip()]
     if len(specs) < 2:
-        raise DeployError("--hosts needs at least two parties, e.g. "
-                          "alice=10.0.0.1:50051,bob=10.0.0.2:50051,trent=10.0.0.3:50051")
+        raise DeployError(
+            "--hosts needs at least two parties, e.g. alice=10.0.0.1:50051,bob=10.0.0.2:50051,trent=10.0.0.3:50051"
+        )
     names = [s.name for s in specs]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
@@ -86,25 +87,29 @@ def parse_hosts(text: str | Sequence[str]) -> list[HostSpec]:
     for s in specs:
         key = (s.host.lower(), s.port)
         if key in seen:
-            raise DeployError(f"parties {seen[key]} and {s.name} would both listen on {s.address}; "
-                              "give parties on the same host different ports")
+            raise DeployError(
+                f"parties {seen[key]} and {s.name} would both listen on {s.address}; "
+                "give parties on the same host different ports"
+            )
         seen[key] = s.name
     return specs
 
 
-def parse_input_specs(items: Iterable[str], parties: Sequence[str]
-                      ) -> dict[str, dict[str, dict[str, Path]]]:
+def parse_input_specs(items: Iterable[str], parties: Sequence[str]) -> dict[str, dict[str, dict[str, Path]]]:
     """``--inputs alice:power-iteration:data=/srv/A.npy`` -> {party: {protocol: {name: path}}}."""
     out: dict[str, dict[str, dict[str, Path]]] = {}
     for item in items or ():
         m = re.match(r"^([^:=]+):([^:=]+):([^:=]+)=(.+)$", item.strip())
         if not m:
-            raise DeployError(f"--inputs {item!r} must look like PARTY:PROTOCOL:NAME=PATH, e.g. "
-                              "alice:power-iteration:data=/srv/alice/A.npy")
+            raise DeployError(
+                f"--inputs {item!r} must look like PARTY:PROTOCOL:NAME=PATH, e.g. "
+                "alice:power-iteration:data=/srv/alice/A.npy"
+            )
         party, protocol, name, path = (g.strip() for g in m.groups())
         if party not in parties:
-            raise DeployError(f"--inputs {item!r} names party {party!r}, which is not in --hosts "
-                              f"({', '.join(parties)})")
+            raise DeployError(
+                f"--inputs {item!r} names party {party!r}, which is not in --hosts ({', '.join(parties)})"
+            )
         if not _PROTOCOL_RE.match(protocol):
             raise DeployError(f"--inputs {item!r}: {protocol!r} is not a protocol name")
         if not _INPUT_NAME_RE.match(name):

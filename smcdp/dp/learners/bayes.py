@@ -33,8 +33,8 @@ Frobenius norm (Higham).
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 from scipy import stats
@@ -145,9 +145,20 @@ class GaussianBayesClassifier(ClassifierMixin, BaseEstimator):
     releases of epsilon shares e_i), bounds_
     """
 
-    def __init__(self, epsilon=1.0, *, bounds=None, query="sum", covariance="full", repair="eigen",
-                 budget_split=None, min_eigenvalue=1e-6, out_of_bounds="clip", random_state=None,
-                 accountant=None):
+    def __init__(
+        self,
+        epsilon=1.0,
+        *,
+        bounds=None,
+        query="sum",
+        covariance="full",
+        repair="eigen",
+        budget_split=None,
+        min_eigenvalue=1e-6,
+        out_of_bounds="clip",
+        random_state=None,
+        accountant=None,
+    ):
         self.epsilon = epsilon
         self.covariance = covariance
         self.bounds = bounds
@@ -161,7 +172,7 @@ class GaussianBayesClassifier(ClassifierMixin, BaseEstimator):
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.classifier_tags.poor_score = True   # noise calibrated to worst case; tiny check data sets
+        tags.classifier_tags.poor_score = True  # noise calibrated to worst case; tiny check data sets
         return tags
 
     def _split(self):
@@ -235,7 +246,9 @@ class GaussianBayesClassifier(ClassifierMixin, BaseEstimator):
                 warnings.warn(
                     "GaussianBayesClassifier(query='mean') uses the paper's sensitivities, which treat the "
                     "class sizes as public: the class counts are used without noise.",
-                    PrivacyLeakWarning, stacklevel=3)
+                    PrivacyLeakWarning,
+                    stacklevel=3,
+                )
                 e_m, e_c = (eps * s for s in split)
             for c in range(C):
                 Uc = U[yi == c]
@@ -246,13 +259,17 @@ class GaussianBayesClassifier(ClassifierMixin, BaseEstimator):
                     S = np.diag(np.diag(S))
                 if private:
                     if nc < 2:
-                        raise InvalidParameter(f"query='mean' needs at least 2 rows per class (Thm 3.5-3.7 assume "
-                                           f"n >= 2), got n_samples={nc} in class {self.classes_[c]!r}")
-                    mu = np.asarray(LaplaceMechanism(e_m, mean_sensitivity(nc, d), random_state=gen)
-                                    .randomise(mu), float)
+                        raise InvalidParameter(
+                            f"query='mean' needs at least 2 rows per class (Thm 3.5-3.7 assume "
+                            f"n >= 2), got n_samples={nc} in class {self.classes_[c]!r}"
+                        )
+                    mu = np.asarray(
+                        LaplaceMechanism(e_m, mean_sensitivity(nc, d), random_state=gen).randomise(mu), float
+                    )
                     sens_c = variance_sensitivity(nc, d) if diag else covariance_sensitivity(nc, d)
-                    tri_vals = np.asarray(LaplaceMechanism(e_c, sens_c, random_state=gen)
-                                          .randomise(_upper(S, diag)), float)
+                    tri_vals = np.asarray(
+                        LaplaceMechanism(e_c, sens_c, random_state=gen).randomise(_upper(S, diag)), float
+                    )
                     S = _from_upper(tri_vals, d, diag)
                 counts.append(float(nc))
                 mus.append(mu)
@@ -284,8 +301,12 @@ class GaussianBayesClassifier(ClassifierMixin, BaseEstimator):
         out = np.empty((X.shape[0], self.classes_.size))
         for c in range(self.classes_.size):
             z = (X - self.theta_[c]) @ self._prec_chol[c].T
-            out[:, c] = (np.log(self.class_prior_[c]) - 0.5 * (z * z).sum(axis=1)
-                         - 0.5 * self._logdet[c] - 0.5 * d * math.log(2 * math.pi))
+            out[:, c] = (
+                np.log(self.class_prior_[c])
+                - 0.5 * (z * z).sum(axis=1)
+                - 0.5 * self._logdet[c]
+                - 0.5 * d * math.log(2 * math.pi)
+            )
         return out
 
     def predict_log_proba(self, X):
@@ -306,6 +327,7 @@ class GaussianBayesClassifier(ClassifierMixin, BaseEstimator):
 # --------------------------------------------------------------------------
 # Theorem 4.1: 1-D Bhattacharyya bound under Laplace noise
 # --------------------------------------------------------------------------
+
 
 class BhattacharyyaBound(NamedTuple):
     """(k_lower, k_upper, error_bound, probability)."""

@@ -128,16 +128,10 @@ def _dpem_total(
         return (n_l + n_g) * eps_i
     if method == "advanced":
         n = n_l + n_g
-        return math.sqrt(
-            2.0 * n * math.log(1.0 / delta_prime)
-        ) * eps_i + n * eps_i * math.expm1(eps_i)
+        return math.sqrt(2.0 * n * math.log(1.0 / delta_prime)) * eps_i + n * eps_i * math.expm1(eps_i)
     if method == "zcdp":
         rho = _dpem_rho(eps_i, delta_i, n_l, n_g)
-        return (
-            zcdp_epsilon_cks(rho, delta)
-            if conversion == "cks"
-            else zcdp_epsilon_classic(rho, delta)
-        )
+        return zcdp_epsilon_cks(rho, delta) if conversion == "cks" else zcdp_epsilon_classic(rho, delta)
     s = math.sqrt(2.0 * math.log(1.25 / delta_i)) / eps_i  # classic noise multiplier
     acc = PrivacyAccountant("rdp", conversion=conversion)  # type: ignore[abstract]  # the base class's __new__ is a factory returning a concrete subclass
     if n_l:
@@ -207,10 +201,7 @@ def solve_dpem_budget(
         c = n_l / 2.0 + n_g / (4.0 * math.log(1.25 / delta_i))
         eps_i = math.sqrt(rho / c)
     elif method != "linear":
-        f = lambda e: (
-            _dpem_total(e, delta_i, n_l, n_g, method, delta, delta_prime, conversion)
-            - epsilon
-        )
+        f = lambda e: _dpem_total(e, delta_i, n_l, n_g, method, delta, delta_prime, conversion) - epsilon
         hi = epsilon
         while f(hi) < 0:
             hi *= 2.0
@@ -218,9 +209,7 @@ def solve_dpem_budget(
         while f(lo) > 0:
             lo /= 2.0
             if lo < 1e-300:
-                raise InvalidParameter(
-                    "cannot solve the DP-EM budget for these parameters"
-                )
+                raise InvalidParameter("cannot solve the DP-EM budget for these parameters")
         eps_i = optimize.brentq(f, lo, hi, xtol=1e-300, rtol=1e-13, maxiter=500)
         # never exceed the budget
         while f(eps_i) > 0:
@@ -231,9 +220,7 @@ def solve_dpem_budget(
             "only proved for epsilon_i < 1; lower the budget or raise iterations"
         )
     sigma = math.sqrt(2.0 * math.log(1.25 / delta_i)) / eps_i
-    achieved = _dpem_total(
-        eps_i, delta_i, n_l, n_g, method, delta, delta_prime, conversion
-    )
+    achieved = _dpem_total(eps_i, delta_i, n_l, n_g, method, delta, delta_prime, conversion)
     if method == "linear":
         achieved_delta = n_g * delta_i
     elif method == "advanced":

@@ -67,10 +67,10 @@ def fa_em(Lam, n_components, *, max_iter=1000, tol=1e-8, min_psi=1e-6, rng=None,
     psi = np.maximum(np.diag(Lam - W @ W.T), min_psi) if psi0 is None else psi0.copy()
     it = 0
     for it in range(1, max_iter + 1):  # noqa: B007 - the count is read after the loop (n_iter_)
-        WtPinv = W.T / psi                                    # W^T Psi^-1 (k, d)
+        WtPinv = W.T / psi  # W^T Psi^-1 (k, d)
         G = np.linalg.inv(np.eye(n_components) + WtPinv @ W)  # posterior covariance of z
-        B = Lam @ WtPinv.T @ G.T                              # Lam Psi^-1 W G^T   (d, k)
-        Ezz = G + G @ WtPinv @ B                              # G + G W^T Psi^-1 Lam Psi^-1 W G^T
+        B = Lam @ WtPinv.T @ G.T  # Lam Psi^-1 W G^T   (d, k)
+        Ezz = G + G @ WtPinv @ B  # G + G W^T Psi^-1 Lam Psi^-1 W G^T
         W_new = B @ np.linalg.inv(Ezz)
         psi_new = np.maximum(np.diag(Lam - W_new @ G @ WtPinv @ Lam), min_psi)
         change = max(np.abs(W_new - W).max(), np.abs(psi_new - psi).max())
@@ -100,9 +100,20 @@ class FactorAnalysis(TransformerMixin, BaseEstimator):
     for its noise multiplier s, whatever n), n_iter_
     """
 
-    def __init__(self, n_components=2, *, epsilon=1.0, delta=1e-5, data_norm=1.0, max_iter=5000,
-                 tol=1e-7, min_noise_variance=1e-6, out_of_bounds="clip", random_state=None,
-                 accountant=None):
+    def __init__(
+        self,
+        n_components=2,
+        *,
+        epsilon=1.0,
+        delta=1e-5,
+        data_norm=1.0,
+        max_iter=5000,
+        tol=1e-7,
+        min_noise_variance=1e-6,
+        out_of_bounds="clip",
+        random_state=None,
+        accountant=None,
+    ):
         self.n_components = n_components
         self.epsilon = epsilon
         self.delta = delta
@@ -144,9 +155,10 @@ class FactorAnalysis(TransformerMixin, BaseEstimator):
         Lam = Xu.T @ Xu / n
         if private:
             iu = np.triu_indices(d)
-            mech = GaussianMechanism(eps, delta, math.sqrt(2.0) / n, analytic=True,
-                                     random_state=noise_rng(self.random_state))
-            rel = np.asarray(mech.randomise(Lam[iu]), float)   # Analyze Gauss on the upper triangle
+            mech = GaussianMechanism(
+                eps, delta, math.sqrt(2.0) / n, analytic=True, random_state=noise_rng(self.random_state)
+            )
+            rel = np.asarray(mech.randomise(Lam[iu]), float)  # Analyze Gauss on the upper triangle
             Lt = np.zeros((d, d))
             Lt[iu] = rel
             Lam = project_psd(Lt + np.triu(Lt, 1).T)

@@ -72,8 +72,20 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
     cluster_centers_, labels_, inertia_, epsilon_spent_, delta_spent_, rho_spent_, epsilon_per_iter_
     """
 
-    def __init__(self, n_clusters=8, *, epsilon=1.0, delta=1e-5, n_iter=5, composition="zcdp",
-                 bounds=None, init=None, out_of_bounds="clip", random_state=None, accountant=None):
+    def __init__(
+        self,
+        n_clusters=8,
+        *,
+        epsilon=1.0,
+        delta=1e-5,
+        n_iter=5,
+        composition="zcdp",
+        bounds=None,
+        init=None,
+        out_of_bounds="clip",
+        random_state=None,
+        accountant=None,
+    ):
         self.n_clusters = n_clusters
         self.epsilon = epsilon
         self.delta = delta

@@ -115,9 +115,9 @@ class _Objective:
 
     def value_grad(self, P, need_grad=True):
         Z, n = self.Z, self.n
-        q = np.einsum("id,ckde,ie->ick", Z, P, Z)            # (n, C, K)
-        own = q[np.arange(n), self.yi, self.mi]               # (n,)
-        lse = logsumexp(-q, axis=2)                           # (n, C)
+        q = np.einsum("id,ckde,ie->ick", Z, P, Z)  # (n, C, K)
+        own = q[np.arange(n), self.yi, self.mi]  # (n,)
+        lse = logsumexp(-q, axis=2)  # (n, C)
         v = 1.0 + own[:, None] + lse
         loss, dl = _huber(v, self.h)
         loss = np.where(self.other, loss, 0.0)
@@ -129,8 +129,8 @@ class _Objective:
             f += np.sum(self.b * P)
         if not need_grad:
             return f, None
-        pi = softmax(-q, axis=2)                              # (n, C, K)
-        W = -dl[:, :, None] * pi                              # d v_ic / d q_icm = -pi
+        pi = softmax(-q, axis=2)  # (n, C, K)
+        W = -dl[:, :, None] * pi  # d v_ic / d q_icm = -pi
         W[np.arange(n), self.yi, self.mi] += dl.sum(axis=1)
         G = np.einsum("ick,id,ie->ckde", W, Z, Z) / n
         G += self.gamma * self.Itr + 2.0 * self.lam * P
@@ -163,7 +163,7 @@ def _solve(obj, P0, tol, max_iter):
             break
         tn = (1 + math.sqrt(1 + 4 * t * t)) / 2
         Yn = Pn + ((t - 1) / tn) * (Pn - P)
-        if np.sum((Y - Pn) * (Pn - P)) > 0:     # adaptive restart (O'Donoghue & Candes)
+        if np.sum((Y - Pn) * (Pn - P)) > 0:  # adaptive restart (O'Donoghue & Candes)
             Yn, tn = Pn.copy(), 1.0
         P, Y, t = Pn, Yn, tn
         fY, gY = obj.value_grad(Y)
@@ -208,9 +208,25 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
     epsilon_paper_, noise_sensitivity_, optimality_ (KKT residuals), n_iter_
     """
 
-    def __init__(self, epsilon=1.0, *, lam=0.01, gamma=0.01, h=0.5, n_components=1, data_norm=1.0,
-                 noise_sensitivity=None, component_labels="private", label_epsilon=1.0, label_delta=1e-5,
-                 out_of_bounds="clip", tol=1e-7, max_iter=20000, random_state=None, accountant=None):
+    def __init__(
+        self,
+        epsilon=1.0,
+        *,
+        lam=0.01,
+        gamma=0.01,
+        h=0.5,
+        n_components=1,
+        data_norm=1.0,
+        noise_sensitivity=None,
+        component_labels="private",
+        label_epsilon=1.0,
+        label_delta=1e-5,
+        out_of_bounds="clip",
+        tol=1e-7,
+        max_iter=20000,
+        random_state=None,
+        accountant=None,
+    ):
         self.epsilon = epsilon
         self.lam = lam
         self.gamma = gamma
@@ -270,7 +286,8 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
             # labels, as scikit-learn does) and the parameters -- X is not read before the charge
             if y is None:
                 raise InvalidParameter(
-                    f"This {type(self).__name__} estimator requires y to be passed, but the target y is None.")
+                    f"This {type(self).__name__} estimator requires y to be passed, but the target y is None."
+                )
             labels = np.asarray(y)
             n, C = int(labels.shape[0]) if labels.ndim else 0, int(np.unique(labels).size)
             if C < 2:
@@ -306,7 +323,7 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
             mi = self._component_labels(X, yi, C, K, private)
 
         b = None
-        G = 2.0 * math.sqrt(C * (C - 1))          # s = 2 in unit-norm coordinates
+        G = 2.0 * math.sqrt(C * (C - 1))  # s = 2 in unit-norm coordinates
         delta_tight = 2.0 * G / n
         if private:
             gen = noise_rng(self.random_state)
@@ -316,14 +333,15 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
                 sens = check_positive(self.noise_sensitivity, "noise_sensitivity")
                 if sens < delta_tight:
                     raise InvalidParameter(
-                        f"noise_sensitivity={sens:g} is below the gradient sensitivity 2G/n={delta_tight:g}")
+                        f"noise_sensitivity={sens:g} is below the gradient sensitivity 2G/n={delta_tight:g}"
+                    )
             tri = D * (D + 1) // 2
             u = np.asarray(VectorMechanism(eps, sens, random_state=gen).sample((C * K * tri,)), float)
             u = u.reshape(C, K, tri)
             iu = np.triu_indices(D)
             off = iu[0] != iu[1]
             b = np.zeros((C, K, D, D))
-            vals = np.where(off, u / math.sqrt(2.0), u)     # isometry: ||b||_F = ||u||_2
+            vals = np.where(off, u / math.sqrt(2.0), u)  # isometry: ||b||_F = ||u||_2
             b[:, :, iu[0], iu[1]] = vals
             b[:, :, iu[1], iu[0]] = vals
             self.noise_sensitivity_ = sens
@@ -339,8 +357,11 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
         self.optimality_ = kkt_residuals(obj, P)
         self.converged_ = resid <= tol
         if not self.converged_:
-            warnings.warn(f"LargeMarginGaussianClassifier: solver stopped at residual {resid:.3g} > tol={tol:g}",
-                          RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"LargeMarginGaussianClassifier: solver stopped at residual {resid:.3g} > tol={tol:g}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         self._obj = obj
 
     def _component_labels(self, X, yi, C, K, private):
@@ -348,9 +369,12 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
         mi = np.zeros(X.shape[0], dtype=int)
         if self.component_labels == "nonprivate":
             if private:
-                warnings.warn("component_labels='nonprivate' fits the per-class mixtures without privacy: "
-                              "the classifier is not differentially private (epsilon_spent_ = inf)",
-                              PrivacyLeakWarning, stacklevel=4)
+                warnings.warn(
+                    "component_labels='nonprivate' fits the per-class mixtures without privacy: "
+                    "the classifier is not differentially private (epsilon_spent_ = inf)",
+                    PrivacyLeakWarning,
+                    stacklevel=4,
+                )
             for c in range(C):
                 rows = yi == c
                 if rows.sum() >= K:

@@ -101,8 +101,9 @@ def fit_logistic_objective(Xs, ys, lam, *, linear=None, ridge=0.0, tol=1e-10, ma
     w = np.zeros(d) if w0 is None else np.asarray(w0, float)
     nit = 0
     if d > 500:
-        res = minimize(fg, w, jac=True, method="L-BFGS-B",
-                       options={"maxiter": max_iter, "gtol": tol, "ftol": 0.0, "maxcor": 30})
+        res = minimize(
+            fg, w, jac=True, method="L-BFGS-B", options={"maxiter": max_iter, "gtol": tol, "ftol": 0.0, "maxcor": 30}
+        )
         w, nit = res.x, int(res.nit)
     # damped Newton (exact Hessian; d is small): quadratic convergence to the stated tolerance
     f, g = fg(w)
@@ -123,7 +124,7 @@ def fit_logistic_objective(Xs, ys, lam, *, linear=None, ridge=0.0, tol=1e-10, ma
             t *= 0.5
         stalled = np.linalg.norm(wn - w) <= 1e-15 * (1.0 + np.linalg.norm(w))
         w, f, g = wn, fn, gn
-        if stalled:          # floating-point floor reached; optimality_ reports the attained gradient
+        if stalled:  # floating-point floor reached; optimality_ reports the attained gradient
             break
     gnorm = float(np.linalg.norm(fg(w)[1]))
     return w, nit, gnorm
@@ -180,9 +181,21 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         Gradient norm of the (perturbed) objective at the returned point.
     """
 
-    def __init__(self, epsilon=1.0, *, lam=0.01, data_norm=1.0, mechanism="objective",
-                 fit_intercept=False, intercept_scaling=1.0, out_of_bounds="clip",
-                 tol=1e-8, max_iter=10_000, random_state=None, accountant=None):
+    def __init__(
+        self,
+        epsilon=1.0,
+        *,
+        lam=0.01,
+        data_norm=1.0,
+        mechanism="objective",
+        fit_intercept=False,
+        intercept_scaling=1.0,
+        out_of_bounds="clip",
+        tol=1e-8,
+        max_iter=10_000,
+        random_state=None,
+        accountant=None,
+    ):
         self.epsilon = epsilon
         self.lam = lam
         self.data_norm = data_norm
@@ -200,7 +213,9 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         tags.classifier_tags.multi_class = False
         # With finite epsilon the noise is calibrated to the worst case, so on the
         # tiny data sets of the common checks the accuracy can fall below 0.83.
-        tags.classifier_tags.poor_score = is_private(float(self.epsilon)) if isinstance(self.epsilon, (int, float)) else True
+        tags.classifier_tags.poor_score = (
+            is_private(float(self.epsilon)) if isinstance(self.epsilon, (int, float)) else True
+        )
         return tags
 
     # ------------------------------------------------------------------
@@ -233,7 +248,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         if classes.size > 2:
             raise InvalidParameter(
                 "Only binary classification is supported: LogisticRegression is a binary classifier, "
-                f"got {classes.size} classes")
+                f"got {classes.size} classes"
+            )
         if classes.size < 2:
             raise InvalidParameter(f"LogisticRegression needs 2 classes, got 1 class ({classes[0]!r})")
         self.classes_ = classes
@@ -250,8 +266,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         else:
             Xa = X
             R = data_norm
-        Xs = Xa / R                 # rows in the unit ball
-        lam_u = lam / R**2          # lam ||w||^2 = lam/R^2 ||v||^2 with v = R w
+        Xs = Xa / R  # rows in the unit ball
+        lam_u = lam / R**2  # lam ||w||^2 = lam/R^2 ||v||^2 with v = R w
         self.sensitivity_ = R / (n * lam)
         self.n_samples_seen_ = n
         self.data_norm_ = data_norm
@@ -267,15 +283,16 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             if not gnorm <= tol:
                 raise PreconditionFailed(
                     f"LogisticRegression: the solver stopped at gradient norm {gnorm:.3g} > tol={tol:g}; "
-                    "nothing was released (raise max_iter or tol)")
+                    "nothing was released (raise max_iter or tol)"
+                )
             w = v / R
             # the solver returns a point within tol/(2 lam_u) of the minimiser (v coordinates), so two
             # neighbouring releases differ by at most R/(n lam) + tol R / lam before the noise
             self.noise_sensitivity_ = self.sensitivity_ + tol * R / lam
             mech = VectorMechanism(eps, self.noise_sensitivity_, random_state=noise_rng(self.random_state))
-            w = np.asarray(mech.randomise(w), float).reshape(-1)     # exact on the grid (no float channel)
+            w = np.asarray(mech.randomise(w), float).reshape(-1)  # exact on the grid (no float channel)
         else:
-            Lam = 2.0 * lam_u       # CMS regulariser Lambda * ||v||^2 / 2
+            Lam = 2.0 * lam_u  # CMS regulariser Lambda * ||v||^2 / 2
             c = _C_LOGISTIC
             eps_p = eps - math.log1p(2 * c / (n * Lam) + c**2 / (n * Lam) ** 2)
             ridge = 0.0
@@ -283,10 +300,12 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
                 ridge = c / (n * math.expm1(eps / 4)) - Lam
                 eps_p = eps / 2
             # b with density ∝ exp(-eps_p ||b|| / 2): the L2 mechanism with sensitivity 2
-            b = np.asarray(VectorMechanism(eps_p, 2.0, random_state=noise_rng(self.random_state)).sample(Xa.shape[1]),
-                           float).reshape(-1)
-            v, nit, gnorm = fit_logistic_objective(Xs, ys, lam_u, linear=b / n, ridge=ridge,
-                                                   tol=tol, max_iter=self.max_iter)
+            b = np.asarray(
+                VectorMechanism(eps_p, 2.0, random_state=noise_rng(self.random_state)).sample(Xa.shape[1]), float
+            ).reshape(-1)
+            v, nit, gnorm = fit_logistic_objective(
+                Xs, ys, lam_u, linear=b / n, ridge=ridge, tol=tol, max_iter=self.max_iter
+            )
             w = v / R
             self.epsilon_noise_ = eps_p
             self.extra_ridge_ = ridge

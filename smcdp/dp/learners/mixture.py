@@ -92,10 +92,29 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     all releases, ``budget_.rho``), budget_ (the solved per-iteration budget), n_iter_
     """
 
-    def __init__(self, n_components=1, *, epsilon=1.0, delta=1e-4, n_iter=10, scenario="GGG",
-                 composition="zcdp", estimator="mle", alpha=1.0, kappa0=0.0, nu0=0.0, psi0=0.0,
-                 data_norm=1.0, min_eigenvalue=1e-4, means_init=None, weights_init=None,
-                 covariances_init=None, out_of_bounds="clip", random_state=None, accountant=None):
+    def __init__(
+        self,
+        n_components=1,
+        *,
+        epsilon=1.0,
+        delta=1e-4,
+        n_iter=10,
+        scenario="GGG",
+        composition="zcdp",
+        estimator="mle",
+        alpha=1.0,
+        kappa0=0.0,
+        nu0=0.0,
+        psi0=0.0,
+        data_norm=1.0,
+        min_eigenvalue=1e-4,
+        means_init=None,
+        weights_init=None,
+        covariances_init=None,
+        out_of_bounds="clip",
+        random_state=None,
+        accountant=None,
+    ):
         self.n_components = n_components
         self.epsilon = epsilon
         self.delta = delta
@@ -218,8 +237,8 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             logp = gaussian_log_density(Xu, means, covs) + np.log(np.maximum(weights, 1e-300))
             resp = np.exp(logp - logsumexp(logp, axis=1, keepdims=True))
             Nk = resp.sum(axis=0)
-            sums = resp.T @ Xu                                     # (K, d)
-            second = np.einsum("ik,id,ie->kde", resp, Xu, Xu)      # (K, d, d)
+            sums = resp.T @ Xu  # (K, d)
+            second = np.einsum("ik,id,ie->kde", resp, Xu, Xu)  # (K, d, d)
             pi = Nk / N
             if private:
                 pi = np.asarray(pi_m.randomise(pi), float)
@@ -244,8 +263,9 @@ class GaussianMixture(DensityMixin, BaseEstimator):
                 w = np.maximum(Ntil + alpha - 1.0, 0.0)
                 weights = w / w.sum() if w.sum() > 0 else np.full(K, 1.0 / K)
                 means = sums / (Neff + kappa0)[:, None]
-                covs = (second + psi0 * np.eye(d)
-                        - (Neff + kappa0)[:, None, None] * np.einsum("kd,ke->kde", means, means))
+                covs = (
+                    second + psi0 * np.eye(d) - (Neff + kappa0)[:, None, None] * np.einsum("kd,ke->kde", means, means)
+                )
                 covs = covs / (Neff + nu0 + d + 2)[:, None, None]
             covs = repair_nearest(covs, floor)
         self.weights_ = weights

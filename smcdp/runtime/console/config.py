@@ -26,9 +26,10 @@ outputs, no seeds or randomness roots (docs/operations.md).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from smcdp._hosts import is_loopback
 from smcdp.net.config import ConfigError, check_keys, parse_address, path_value, relative_path, string
@@ -38,7 +39,7 @@ from smcdp.net.config import ConfigError, check_keys, parse_address, path_value,
 class ConsoleTls:
     cert: Path
     key: Path
-    client_ca: Path | None = None       # clients present a certificate issued by this CA
+    client_ca: Path | None = None  # clients present a certificate issued by this CA
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ class ConsoleConfig:
     listen: str | None = None
     tls: ConsoleTls | None = None
     insecure_bind: bool = False
-    token_file: Path | None = None      # clients send this file's bearer token
+    token_file: Path | None = None  # clients send this file's bearer token
     refresh_seconds: float = 5.0
     probe_seconds: float = 15.0
 
@@ -61,14 +62,19 @@ class ConsoleConfig:
         return self.listen is None or is_loopback(parse_address(self.listen, "console.listen")[0])
 
 
-
-
 def _seconds(t: Mapping[str, Any], key: str, default: float, allow_zero: bool) -> float:
     v = t.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v < 0 or (v == 0 and not allow_zero) \
-            or v > 86400:
-        raise ConfigError(f"console.{key} must be a number of seconds in {'[0' if allow_zero else '(0'}, 86400], "
-                          f"got {v!r}")
+    if (
+        isinstance(v, bool)
+        or not isinstance(v, (int, float))
+        or v != v
+        or v < 0
+        or (v == 0 and not allow_zero)
+        or v > 86400
+    ):
+        raise ConfigError(
+            f"console.{key} must be a number of seconds in {'[0' if allow_zero else '(0'}, 86400], got {v!r}"
+        )
     return float(v)
 
 
@@ -88,30 +94,39 @@ def parse_console(t: Mapping[str, Any], base: Path) -> ConsoleConfig:
         if not isinstance(tt, dict):
             raise ConfigError("[console.tls] must be a table with cert and key")
         check_keys(tt, {"cert", "key", "client_ca"}, "[console.tls]")
-        tls = ConsoleTls(path_value(base, tt, "cert", "console.tls"), path_value(base, tt, "key", "console.tls"),
-                         path_value(base, tt, "client_ca", "console.tls") if "client_ca" in tt else None)
+        tls = ConsoleTls(
+            path_value(base, tt, "cert", "console.tls"),
+            path_value(base, tt, "key", "console.tls"),
+            path_value(base, tt, "client_ca", "console.tls") if "client_ca" in tt else None,
+        )
     token = path_value(base, t, "token_file", "console") if "token_file" in t else None
     if tls is not None and tls.client_ca is None and token is None:
         raise ConfigError(
             "[console.tls] needs client_ca (clients present a certificate from that CA) or console.token_file "
             "(clients send its bearer token): without either any client that reaches the port reads this "
-            "party's sessions, peers, budgets and audit log")
+            "party's sessions, peers, budgets and audit log"
+        )
     if not is_loopback(host) and tls is None and not insecure:
         raise ConfigError(
             f"console.listen = {listen!r} is not a loopback address: the console would serve this party's "
             "sessions, peers and budgets in plain HTTP to the network. Give [console.tls] (a certificate "
-            "from the federation's CA) or, knowingly, console.insecure_bind = true")
-    return ConsoleConfig(listen=listen, tls=tls, insecure_bind=insecure, token_file=token,
-                         refresh_seconds=_seconds(t, "refresh_seconds", 5.0, True),
-                         probe_seconds=_seconds(t, "probe_seconds", 15.0, False))
+            "from the federation's CA) or, knowingly, console.insecure_bind = true"
+        )
+    return ConsoleConfig(
+        listen=listen,
+        tls=tls,
+        insecure_bind=insecure,
+        token_file=token,
+        refresh_seconds=_seconds(t, "refresh_seconds", 5.0, True),
+        probe_seconds=_seconds(t, "probe_seconds", 15.0, False),
+    )
 
 
 def console_to_dict(c: ConsoleConfig, base: Path | None) -> dict:
     """The ``[console]`` table of ``c`` (empty when the console is off)."""
     if not c.enabled:
         return {}
-    d: dict[str, Any] = {"listen": c.listen, "refresh_seconds": c.refresh_seconds,
-                         "probe_seconds": c.probe_seconds}
+    d: dict[str, Any] = {"listen": c.listen, "refresh_seconds": c.refresh_seconds, "probe_seconds": c.probe_seconds}
     if c.insecure_bind:
         d["insecure_bind"] = True
     if c.token_file is not None:

@@ -40,18 +40,31 @@ class PartyMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         party = observatory.party.name
         self.sessions_total = Counter(
-            "smcdp_sessions", "Sessions that ended at this party, by protocol and final state",
-            ["protocol", "state"], registry=self.registry)
+            "smcdp_sessions",
+            "Sessions that ended at this party, by protocol and final state",
+            ["protocol", "state"],
+            registry=self.registry,
+        )
         self.session_seconds = Histogram(
-            "smcdp_session_seconds", "Running time of the sessions that ended (from Begin to the end)",
-            ["protocol"], buckets=SESSION_BUCKETS, registry=self.registry)
+            "smcdp_session_seconds",
+            "Running time of the sessions that ended (from Begin to the end)",
+            ["protocol"],
+            buckets=SESSION_BUCKETS,
+            registry=self.registry,
+        )
         self.bytes_received = Counter(
-            "smcdp_bytes_received", "Bytes of session messages accepted from each peer",
-            ["peer"], registry=self.registry)
+            "smcdp_bytes_received",
+            "Bytes of session messages accepted from each peer",
+            ["peer"],
+            registry=self.registry,
+        )
         self.refused = Counter(
-            "smcdp_messages_refused", "Session messages this party refused, by gRPC status code",
-            ["reason"], registry=self.registry)
-        for peer in observatory.party.config.peers:          # every peer is listed from the start
+            "smcdp_messages_refused",
+            "Session messages this party refused, by gRPC status code",
+            ["reason"],
+            registry=self.registry,
+        )
+        for peer in observatory.party.config.peers:  # every peer is listed from the start
             self.bytes_received.labels(peer=peer)
         for reason in ("resource_exhausted", "invalid_argument", "permission_denied", "failed_precondition"):
             self.refused.labels(reason=reason)
@@ -81,23 +94,25 @@ class _Collector:
         self.party = party
 
     def describe(self):
-        return []   # values appear only when collected (no fixed label sets to announce)
+        return []  # values appear only when collected (no fixed label sets to announce)
 
     def collect(self):
         obs = self.obs
-        sent = CounterMetricFamily("smcdp_bytes_sent", "Bytes of session messages sent to each peer",
-                                   labels=["peer"])
+        sent = CounterMetricFamily("smcdp_bytes_sent", "Bytes of session messages sent to each peer", labels=["peer"])
         totals = obs.bytes_sent_by_peer()
         for peer in sorted(set(obs.party.config.peers) | set(totals)):
             sent.add_metric([peer], totals.get(peer, 0))
         yield sent
 
-        up = GaugeMetricFamily("smcdp_peer_up", "1 if the peer answered its last health probe with SERVING",
-                               labels=["peer"])
-        rtt = GaugeMetricFamily("smcdp_peer_rtt_seconds", "Round-trip time of the last health probe",
-                                labels=["peer"])
-        expiry = GaugeMetricFamily("smcdp_peer_certificate_expiry_timestamp_seconds",
-                                   "notAfter of the certificate the peer presented (Unix time)", labels=["peer"])
+        up = GaugeMetricFamily(
+            "smcdp_peer_up", "1 if the peer answered its last health probe with SERVING", labels=["peer"]
+        )
+        rtt = GaugeMetricFamily("smcdp_peer_rtt_seconds", "Round-trip time of the last health probe", labels=["peer"])
+        expiry = GaugeMetricFamily(
+            "smcdp_peer_certificate_expiry_timestamp_seconds",
+            "notAfter of the certificate the peer presented (Unix time)",
+            labels=["peer"],
+        )
         for h in obs.peers():
             up.add_metric([h["name"]], 1.0 if h["up"] else 0.0)
             if h["rtt_ms"] is not None:
@@ -108,8 +123,9 @@ class _Collector:
         yield rtt
         yield expiry
 
-        live = GaugeMetricFamily("smcdp_sessions_active", "Sessions at this party now, by protocol and state",
-                                 labels=["protocol", "state"])
+        live = GaugeMetricFamily(
+            "smcdp_sessions_active", "Sessions at this party now, by protocol and state", labels=["protocol", "state"]
+        )
         counts: dict[tuple[str, str], int] = {}
         for s in obs.live_sessions():
             counts[(s["protocol"], s["state"])] = counts.get((s["protocol"], s["state"]), 0) + 1
@@ -123,14 +139,16 @@ class _Collector:
             live.add_metric([proto, state], n)
         yield live
 
-        remaining = GaugeMetricFamily("smcdp_budget_epsilon_remaining",
-                                      "Privacy budget (epsilon) not yet spent or reserved, per dataset",
-                                      labels=["dataset"])
+        remaining = GaugeMetricFamily(
+            "smcdp_budget_epsilon_remaining",
+            "Privacy budget (epsilon) not yet spent or reserved, per dataset",
+            labels=["dataset"],
+        )
         spent = GaugeMetricFamily("smcdp_budget_epsilon_spent", "Epsilon charged, per dataset", labels=["dataset"])
-        reserved = GaugeMetricFamily("smcdp_budget_epsilon_reserved", "Epsilon held by open reservations",
-                                     labels=["dataset"])
-        total = GaugeMetricFamily("smcdp_budget_epsilon_total", "Total epsilon budget, per dataset",
-                                  labels=["dataset"])
+        reserved = GaugeMetricFamily(
+            "smcdp_budget_epsilon_reserved", "Epsilon held by open reservations", labels=["dataset"]
+        )
+        total = GaugeMetricFamily("smcdp_budget_epsilon_total", "Total epsilon budget, per dataset", labels=["dataset"])
         try:
             for b in obs.budgets():
                 remaining.add_metric([b["dataset"]], b["remaining_epsilon_float"])
@@ -144,9 +162,9 @@ class _Collector:
         yield reserved
         yield total
 
-        ops = CounterMetricFamily("smcdp_paillier_operations",
-                                  "Paillier operations done by this party's process, by operation",
-                                  labels=["op"])
+        ops = CounterMetricFamily(
+            "smcdp_paillier_operations", "Paillier operations done by this party's process, by operation", labels=["op"]
+        )
         for op, n in paillier_snapshot().items():
             ops.add_metric([op], n)
         yield ops

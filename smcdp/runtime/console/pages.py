@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import html
 import json
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 from urllib.parse import quote
 
 from smcdp.states import PENDING_APPROVAL, SessionState
@@ -28,8 +29,13 @@ th{background:#eaeef2;font-weight:600}td.num{text-align:right;font-variant-numer
 .warn{background:#ffebe9;color:#a40e26;border:1px solid #ff8182;padding:6px 10px;font-weight:600}
 """
 
-NAV = (("/", "Sessions"), ("/peers", "Peers"), ("/budgets", "Privacy budgets"), ("/audit", "Audit log"),
-       ("/metrics", "Metrics"))
+NAV = (
+    ("/", "Sessions"),
+    ("/peers", "Peers"),
+    ("/budgets", "Privacy budgets"),
+    ("/audit", "Audit log"),
+    ("/metrics", "Metrics"),
+)
 
 
 def e(v: Any) -> str:
@@ -38,18 +44,20 @@ def e(v: Any) -> str:
     return html.escape(str(v), quote=True)
 
 
-def page(title: str, party: str, active: str, body: str, refresh: float, generated: str,
-         warnings: Iterable[str] = ()) -> str:
-    nav = "".join(f'<a href="{href}"{" class=on" if href == active else ""}>{e(label)}</a>'
-                  for href, label in NAV)
+def page(
+    title: str, party: str, active: str, body: str, refresh: float, generated: str, warnings: Iterable[str] = ()
+) -> str:
+    nav = "".join(f'<a href="{href}"{" class=on" if href == active else ""}>{e(label)}</a>' for href, label in NAV)
     body = "".join(f'<p class="warn">!!! {e(w)}</p>' for w in warnings) + body
     meta = f'<meta http-equiv="refresh" content="{int(refresh)}">' if refresh > 0 else ""
-    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8">{meta}'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f'<title>{e(title)} — smcdp {e(party)}</title><link rel="stylesheet" href="/static/console.css">'
-            f'</head><body><header><h1>smcdp · party {e(party)}</h1><nav>{nav}</nav>'
-            f'</header><main><h2>{e(title)}</h2>{body}</main><footer>read-only console · generated {e(generated)}'
-            f'{f" · refreshes every {int(refresh)} s" if refresh > 0 else ""}</footer></body></html>')
+    return (
+        f'<!doctype html><html lang="en"><head><meta charset="utf-8">{meta}'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f'<title>{e(title)} — smcdp {e(party)}</title><link rel="stylesheet" href="/static/console.css">'
+        f"</head><body><header><h1>smcdp · party {e(party)}</h1><nav>{nav}</nav>"
+        f"</header><main><h2>{e(title)}</h2>{body}</main><footer>read-only console · generated {e(generated)}"
+        f"{f' · refreshes every {int(refresh)} s' if refresh > 0 else ''}</footer></body></html>"
+    )
 
 
 def table(headers: Iterable[str], rows: Iterable[Iterable[str]], empty: str = "none") -> str:
@@ -70,12 +78,17 @@ def raw_td(html_text: str) -> str:
 
 def state_badge(state: str | None, rnd: Any = None, step: str = "", waiting_for: str | None = None) -> str:
     s = state or "unknown"
-    cls = {**{st.value: st.value for st in (SessionState.SUCCEEDED, SessionState.FAILED, SessionState.RUNNING,
-                                             SessionState.PREPARED)}, PENDING_APPROVAL: "pending"}.get(s, "unknown")
+    cls = {
+        **{
+            st.value: st.value
+            for st in (SessionState.SUCCEEDED, SessionState.FAILED, SessionState.RUNNING, SessionState.PREPARED)
+        },
+        PENDING_APPROVAL: "pending",
+    }.get(s, "unknown")
     extra = ""
     if s == SessionState.RUNNING and rnd is not None:
         extra = f" · round {e(rnd)}" + (f" · {e(step)}" if step else "")
-    if waiting_for and (s == SessionState.PREPARED or s == PENDING_APPROVAL):   # and whose operator it waits for
+    if waiting_for and (s == SessionState.PREPARED or s == PENDING_APPROVAL):  # and whose operator it waits for
         extra += f' · <span class="st pending">waiting for approval at {e(waiting_for)}</span>'
     return f'<span class="st {cls}">{e(s)}</span>{extra}'
 
@@ -105,8 +118,9 @@ def duration(sec: Any) -> str:
 def traffic_cell(traffic: dict) -> str:
     if not traffic:
         return '<span class="muted">—</span>'
-    return "<br>".join(f"{e(p)}: ↑ {e(human_bytes(t['sent']))} ↓ {e(human_bytes(t['received']))}"
-                       for p, t in sorted(traffic.items()))
+    return "<br>".join(
+        f"{e(p)}: ↑ {e(human_bytes(t['sent']))} ↓ {e(human_bytes(t['received']))}" for p, t in sorted(traffic.items())
+    )
 
 
 def error_text(err: Any) -> str:
@@ -128,69 +142,135 @@ def sessions_body(sessions: list[dict]) -> str:
     rows = []
     for s in sessions:
         sid = s["session_id"]
-        rows.append([
-            raw_td(f'<a href="/sessions/{quote(sid, safe="")}"><code>{e(sid)}</code></a>'),
-            td(s.get("protocol")), td(roles_text(s.get("roles"))), td(s.get("initiator")),
-            raw_td(state_badge(s.get("state"), s.get("round"), s.get("step") or "", s.get("waiting_for"))
-                   + (f'<br><small>{e(error_text(s.get("error")))}</small>' if s.get("error") else "")),
-            td(s.get("started_at")), td(duration(s.get("seconds")), "num"), raw_td(traffic_cell(s.get("traffic") or {})),
-        ])
+        rows.append(
+            [
+                raw_td(f'<a href="/sessions/{quote(sid, safe="")}"><code>{e(sid)}</code></a>'),
+                td(s.get("protocol")),
+                td(roles_text(s.get("roles"))),
+                td(s.get("initiator")),
+                raw_td(
+                    state_badge(s.get("state"), s.get("round"), s.get("step") or "", s.get("waiting_for"))
+                    + (f"<br><small>{e(error_text(s.get('error')))}</small>" if s.get("error") else "")
+                ),
+                td(s.get("started_at")),
+                td(duration(s.get("seconds")), "num"),
+                raw_td(traffic_cell(s.get("traffic") or {})),
+            ]
+        )
     counts: dict[str, int] = {}
     for s in sessions:
         counts[s.get("state") or "unknown"] = counts.get(s.get("state") or "unknown", 0) + 1
     summary = " · ".join(f"{e(k)}: {v}" for k, v in sorted(counts.items())) or "no sessions yet"
-    return (f"<p>{summary}</p>" + table(
-        ["Session", "Protocol", "Roles", "Initiator", "State", "Started (UTC)", "Duration",
-         "Bytes per peer (↑ sent ↓ received)"], rows, "no sessions yet"))
+    return f"<p>{summary}</p>" + table(
+        [
+            "Session",
+            "Protocol",
+            "Roles",
+            "Initiator",
+            "State",
+            "Started (UTC)",
+            "Duration",
+            "Bytes per peer (↑ sent ↓ received)",
+        ],
+        rows,
+        "no sessions yet",
+    )
 
 
 def session_body(s: dict) -> str:
-    kv = [("Session", f"<code>{e(s['session_id'])}</code>"), ("Protocol", e(s.get("protocol"))),
-          ("Roles", e(roles_text(s.get("roles")))), ("This party's role", e(s.get("role"))),
-          ("Initiator", e(s.get("initiator"))),
-          ("State", state_badge(s.get("state"), s.get("round"), s.get("step") or "", s.get("waiting_for"))),
-          ("Error", e(error_text(s.get("error")))), ("Started (UTC)", e(s.get("started_at"))),
-          ("Finished (UTC)", e(s.get("finished_at"))), ("Duration", e(duration(s.get("seconds")))),
-          ("Restarts", e(s.get("restarts"))), ("Seeded", e(s.get("seeded")))]
+    kv = [
+        ("Session", f"<code>{e(s['session_id'])}</code>"),
+        ("Protocol", e(s.get("protocol"))),
+        ("Roles", e(roles_text(s.get("roles")))),
+        ("This party's role", e(s.get("role"))),
+        ("Initiator", e(s.get("initiator"))),
+        ("State", state_badge(s.get("state"), s.get("round"), s.get("step") or "", s.get("waiting_for"))),
+        ("Error", e(error_text(s.get("error")))),
+        ("Started (UTC)", e(s.get("started_at"))),
+        ("Finished (UTC)", e(s.get("finished_at"))),
+        ("Duration", e(duration(s.get("seconds")))),
+        ("Restarts", e(s.get("restarts"))),
+        ("Seeded", e(s.get("seeded"))),
+    ]
     if s.get("kind") == "proposal":
         kv.append(("Approval expires", e(s.get("expires_at"))))
     body = '<table class="kv">' + "".join(f"<tr><td>{k}</td><td>{v}</td></tr>" for k, v in kv) + "</table>"
     traffic = s.get("traffic") or {}
     body += "<h3>Traffic</h3>" + table(
         ["Peer", "Bytes sent", "Bytes received"],
-        [[td(p), td(human_bytes(t["sent"]), "num"), td(human_bytes(t["received"]), "num")]
-         for p, t in sorted(traffic.items())], "no messages yet")
+        [
+            [td(p), td(human_bytes(t["sent"]), "num"), td(human_bytes(t["received"]), "num")]
+            for p, t in sorted(traffic.items())
+        ],
+        "no messages yet",
+    )
     body += "<h3>Timeline</h3>" + table(
         ["Time (UTC)", "Event", "Details"],
         [[td(ev.get("time")), td(ev.get("event")), td(details(ev))] for ev in s.get("timeline") or []],
-        "no events recorded")
+        "no events recorded",
+    )
     return body
 
 
 def details(entry: dict) -> str:
-    return " ".join(f"{k}={json.dumps(v, ensure_ascii=True, sort_keys=True)}" for k, v in sorted(entry.items())
-                    if k not in ("seq", "time", "event", "session", "prev", "party"))
+    return " ".join(
+        f"{k}={json.dumps(v, ensure_ascii=True, sort_keys=True)}"
+        for k, v in sorted(entry.items())
+        if k not in ("seq", "time", "event", "session", "prev", "party")
+    )
 
 
 def peers_body(peers: list[dict], own: dict, name: str) -> str:
     rows = []
     for h in peers:
-        badge = ('<span class="st unknown">not probed</span>' if h["up"] is None else
-                 f'<span class="st {"up" if h["up"] else "down"}">{"up" if h["up"] else "down"}</span>')
-        cert = e(h.get("cert_subject")) if h.get("cert_subject") else f'<span class="muted">{e(h.get("cert_error") or "—")}</span>'
-        rows.append([td(h["name"]), raw_td(f"<code>{e(h['address'])}</code>"), raw_td(f"{badge} <small>{e(h['status'])}</small>"),
-                     td("" if h["rtt_ms"] is None else f"{h['rtt_ms']:.1f} ms", "num"), raw_td(cert),
-                     td(h.get("cert_issuer")),
-                     td(f"{h['cert_not_after']} ({h['cert_days_left']:.0f} days)" if h.get("cert_not_after") else ""),
-                     td(h.get("probed_at"))])
-    own_t = ('<table class="kv">' + f"<tr><td>Party</td><td>{e(name)}</td></tr>"
-             f"<tr><td>Certificate</td><td>{e(own.get('cert_subject'))}</td></tr>"
-             f"<tr><td>Issuer</td><td>{e(own.get('cert_issuer'))}</td></tr>"
-             f"<tr><td>Expires</td><td>{e(own.get('cert_not_after'))} ({own.get('cert_days_left', 0):.0f} days)</td></tr>"
-             "</table>")
-    return ("<h3>This party</h3>" + own_t + "<h3>Peers</h3>" + table(
-        ["Peer", "Address", "Health (grpc.health.v1)", "Round trip", "Certificate subject", "Issuer",
-         "Certificate expires (UTC)", "Last probe (UTC)"], rows, "no peers configured"))
+        badge = (
+            '<span class="st unknown">not probed</span>'
+            if h["up"] is None
+            else f'<span class="st {"up" if h["up"] else "down"}">{"up" if h["up"] else "down"}</span>'
+        )
+        cert = (
+            e(h.get("cert_subject"))
+            if h.get("cert_subject")
+            else f'<span class="muted">{e(h.get("cert_error") or "—")}</span>'
+        )
+        rows.append(
+            [
+                td(h["name"]),
+                raw_td(f"<code>{e(h['address'])}</code>"),
+                raw_td(f"{badge} <small>{e(h['status'])}</small>"),
+                td("" if h["rtt_ms"] is None else f"{h['rtt_ms']:.1f} ms", "num"),
+                raw_td(cert),
+                td(h.get("cert_issuer")),
+                td(f"{h['cert_not_after']} ({h['cert_days_left']:.0f} days)" if h.get("cert_not_after") else ""),
+                td(h.get("probed_at")),
+            ]
+        )
+    own_t = (
+        '<table class="kv">' + f"<tr><td>Party</td><td>{e(name)}</td></tr>"
+        f"<tr><td>Certificate</td><td>{e(own.get('cert_subject'))}</td></tr>"
+        f"<tr><td>Issuer</td><td>{e(own.get('cert_issuer'))}</td></tr>"
+        f"<tr><td>Expires</td><td>{e(own.get('cert_not_after'))} ({own.get('cert_days_left', 0):.0f} days)</td></tr>"
+        "</table>"
+    )
+    return (
+        "<h3>This party</h3>"
+        + own_t
+        + "<h3>Peers</h3>"
+        + table(
+            [
+                "Peer",
+                "Address",
+                "Health (grpc.health.v1)",
+                "Round trip",
+                "Certificate subject",
+                "Issuer",
+                "Certificate expires (UTC)",
+                "Last probe (UTC)",
+            ],
+            rows,
+            "no peers configured",
+        )
+    )
 
 
 def budgets_body(budgets: list[dict]) -> str:
@@ -199,20 +279,42 @@ def budgets_body(budgets: list[dict]) -> str:
     out = []
     for b in budgets:
         out.append(f"<h3>Dataset <code>{e(b['dataset'])}</code>{' (this party’s data)' if b['mine'] else ''}</h3>")
-        out.append(table(["", "ε", "δ"], [
-            [td("total"), td(b["epsilon"], "num"), td(b["delta"], "num")],
-            [td("spent"), td(b["spent_epsilon"], "num"), td(b["spent_delta"], "num")],
-            [td("reserved"), td(b["reserved_epsilon"], "num"), td(b["reserved_delta"], "num")],
-            [td("remaining"), td(b["remaining_epsilon"], "num"), td(b["remaining_delta"], "num")]]))
+        out.append(
+            table(
+                ["", "ε", "δ"],
+                [
+                    [td("total"), td(b["epsilon"], "num"), td(b["delta"], "num")],
+                    [td("spent"), td(b["spent_epsilon"], "num"), td(b["spent_delta"], "num")],
+                    [td("reserved"), td(b["reserved_epsilon"], "num"), td(b["reserved_delta"], "num")],
+                    [td("remaining"), td(b["remaining_epsilon"], "num"), td(b["remaining_delta"], "num")],
+                ],
+            )
+        )
         out.append(f"<p><small>composition rule: {e(b['rule'])}</small></p>")
         rows = []
         for c in b["charges"]:
-            sess = (f'<a href="/sessions/{quote(c["session"], safe="")}"><code>{e(c["session"])}</code></a>'
-                    if c["session"] else '<span class="muted">(direct spend)</span>')
-            rows.append([td(c["id"], "num"), raw_td(sess), td(c["state"]), td(c["epsilon"], "num"),
-                         td(c["delta"], "num"), td(c["time"]), td(c["settled_at"]), td(c["reason"] or c["note"])])
-        out.append(table(["#", "Session", "State", "ε", "δ", "Recorded (UTC)", "Settled (UTC)", "Note"], rows,
-                         "no charges yet"))
+            sess = (
+                f'<a href="/sessions/{quote(c["session"], safe="")}"><code>{e(c["session"])}</code></a>'
+                if c["session"]
+                else '<span class="muted">(direct spend)</span>'
+            )
+            rows.append(
+                [
+                    td(c["id"], "num"),
+                    raw_td(sess),
+                    td(c["state"]),
+                    td(c["epsilon"], "num"),
+                    td(c["delta"], "num"),
+                    td(c["time"]),
+                    td(c["settled_at"]),
+                    td(c["reason"] or c["note"]),
+                ]
+            )
+        out.append(
+            table(
+                ["#", "Session", "State", "ε", "δ", "Recorded (UTC)", "Settled (UTC)", "Note"], rows, "no charges yet"
+            )
+        )
     return "".join(out)
 
 
@@ -221,11 +323,24 @@ def audit_body(audit: dict) -> str:
     note = f" ({e(v.get('note'))})" if v.get("note") else ""
     bad = f" (first bad line {e(v.get('bad_line'))})" if v.get("bad_line") else ""
     if v.get("ok"):
-        head = (f'<p><span class="st ok">verifies</span> {e(v.get("lines"))} lines, hash chain and head match'
-                f'{note}. <small>head <code>{e(v.get("head"))}</code></small></p>')
+        head = (
+            f'<p><span class="st ok">verifies</span> {e(v.get("lines"))} lines, hash chain and head match'
+            f"{note}. <small>head <code>{e(v.get('head'))}</code></small></p>"
+        )
     else:
         head = f'<p><span class="st bad">does not verify</span> {e(v.get("problem"))}{bad}</p>'
-    rows = [[td(x.get("seq"), "num"), td(x.get("time")), td(x.get("event")),
-             raw_td(f'<a href="/sessions/{quote(str(x["session"]), safe="")}"><code>{e(x["session"])}</code></a>'
-                    if x.get("session") else ""), td(details(x))] for x in reversed(audit["tail"])]
+    rows = [
+        [
+            td(x.get("seq"), "num"),
+            td(x.get("time")),
+            td(x.get("event")),
+            raw_td(
+                f'<a href="/sessions/{quote(str(x["session"]), safe="")}"><code>{e(x["session"])}</code></a>'
+                if x.get("session")
+                else ""
+            ),
+            td(details(x)),
+        ]
+        for x in reversed(audit["tail"])
+    ]
     return head + table(["#", "Time (UTC)", "Event", "Session", "Details"], rows, "empty")

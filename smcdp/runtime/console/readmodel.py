@@ -29,9 +29,9 @@ import ssl
 import threading
 import time
 from collections import Counter, deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from cryptography import x509
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -49,14 +49,27 @@ MAX_RECORDS = 200
 #: audit lines shown
 AUDIT_TAIL = 50
 #: fields of a session record the console may show (never result, seed, params' secrets)
-_RECORD_FIELDS = ("session_id", "protocol", "role", "roles", "initiator", "state", "error", "started_at",
-                  "finished_at", "seconds", "restarts", "resumable", "timeout_seconds")
+_RECORD_FIELDS = (
+    "session_id",
+    "protocol",
+    "role",
+    "roles",
+    "initiator",
+    "state",
+    "error",
+    "started_at",
+    "finished_at",
+    "seconds",
+    "restarts",
+    "resumable",
+    "timeout_seconds",
+)
 #: audit fields never shown (none of today's events carries them; a later one might)
 _SECRET_WORDS = ("seed", "secret", "key", "randomness", "private", "result", "output", "input")
 
 
 def _now_iso() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 @dataclass
@@ -65,7 +78,7 @@ class PeerHealth:
 
     name: str
     address: str
-    up: bool | None = None               # None: not probed yet
+    up: bool | None = None  # None: not probed yet
     rtt_ms: float | None = None
     status: str = "not probed yet"
     probed_at: str | None = None
@@ -80,14 +93,18 @@ class PeerHealth:
 
 
 def cert_facts(cert: x509.Certificate) -> dict:
-    left = (cert.not_valid_after_utc - _dt.datetime.now(_dt.timezone.utc)).total_seconds() / 86400
-    return {"cert_subject": cert.subject.rfc4514_string(), "cert_issuer": cert.issuer.rfc4514_string(),
-            "cert_not_after": cert.not_valid_after_utc.isoformat(timespec="seconds"),
-            "cert_days_left": round(left, 1)}
+    left = (cert.not_valid_after_utc - _dt.datetime.now(_dt.UTC)).total_seconds() / 86400
+    return {
+        "cert_subject": cert.subject.rfc4514_string(),
+        "cert_issuer": cert.issuer.rfc4514_string(),
+        "cert_not_after": cert.not_valid_after_utc.isoformat(timespec="seconds"),
+        "cert_days_left": round(left, 1),
+    }
 
 
-def _peer_certificate(address: str, party: str, tls, cert_file: Path, key_file: Path,
-                      timeout: float) -> x509.Certificate:
+def _peer_certificate(
+    address: str, party: str, tls, cert_file: Path, key_file: Path, timeout: float
+) -> x509.Certificate:
     """The certificate ``party`` presents at ``address``, checked against the federation's CA."""
     host, port = parse_address(address, f"peers.{party}")
     ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=tls.ca_pem.decode("ascii"))
@@ -98,7 +115,7 @@ def _peer_certificate(address: str, party: str, tls, cert_file: Path, key_file: 
     with socket.create_connection((host, port), timeout=timeout) as raw:
         with ctx.wrap_socket(raw, server_hostname=party) as s:
             der = s.getpeercert(binary_form=True)
-    assert der is not None    # the handshake verified a certificate (CERT_REQUIRED), so the peer sent one
+    assert der is not None  # the handshake verified a certificate (CERT_REQUIRED), so the peer sent one
     return x509.load_der_x509_certificate(der)
 
 
@@ -135,7 +152,7 @@ class PeerProber:
     async def probe(self, party: str) -> PeerHealth:
         h = self.peers[party]
         timeout = max(1.0, min(5.0, self.interval / 2))
-        assert self._connector is not None    # start() made it before it started the probing task
+        assert self._connector is not None  # start() made it before it started the probing task
         stub = health_pb2_grpc.HealthStub(self._connector.channel(party))
         t0 = time.perf_counter()
         try:
@@ -151,8 +168,15 @@ class PeerProber:
         if h.up:
             try:
                 cert = await asyncio.get_running_loop().run_in_executor(
-                    None, _peer_certificate, h.address, party, self.tls, self.config.tls.cert,
-                    self.config.tls.key, timeout)
+                    None,
+                    _peer_certificate,
+                    h.address,
+                    party,
+                    self.tls,
+                    self.config.tls.cert,
+                    self.config.tls.key,
+                    timeout,
+                )
                 for k, v in cert_facts(cert).items():
                     setattr(h, k, v)
                 h.cert_error = None
@@ -174,10 +198,10 @@ class Observatory:
         self.received_by_peer: Counter[str] = Counter()
         self.refused_by_reason: Counter[str] = Counter()
         self.refused_by_peer: Counter[str] = Counter()
-        self.sent_by_peer_ended: Counter[str] = Counter()       # sessions that ended in this process
+        self.sent_by_peer_ended: Counter[str] = Counter()  # sessions that ended in this process
         self.sessions_by_outcome: Counter[tuple[str, str]] = Counter()
         self.durations: deque[tuple[str, float]] = deque(maxlen=10000)
-        self.listeners: list = []                                 # metrics: called on each event
+        self.listeners: list = []  # metrics: called on each event
         self.prober: PeerProber | None = None
         self.started_at = _now_iso()
 
@@ -204,8 +228,12 @@ class Observatory:
                 self.sent_by_peer_ended[roles.get(role, role)] += int(n)
             self.sessions_by_outcome[(str(record.get("protocol")), str(record.get("state")))] += 1
         for fn in self.listeners:
-            fn("session", protocol=str(record.get("protocol")), state=str(record.get("state")),
-               seconds=record.get("seconds"))
+            fn(
+                "session",
+                protocol=str(record.get("protocol")),
+                state=str(record.get("state")),
+                seconds=record.get("seconds"),
+            )
 
     # ---------------------------------------------------------------- views
     def bytes_sent_by_peer(self) -> dict[str, int]:
@@ -226,13 +254,27 @@ class Observatory:
         out = []
         for p in gov.proposals.all():
             d = gov.describe(p)
-            out.append({"session_id": d["session_id"], "protocol": d["protocol"], "roles": d["roles"],
-                        "role": d["role"], "initiator": d["initiator"], "state": _proposal_state(d["state"]),
-                        "started_at": d["received_at"], "finished_at": d["decided_at"], "seconds": None,
-                        "round": None, "step": "", "error": ({"message": d["reason"]} if d["reason"] else None),
-                        "traffic": {}, "epsilon": d["epsilon"], "kind": "proposal",
-                        "expires_at": d["expires_at"],
-                        "waiting_for": self.party.name if d["state"] == ProposalState.PENDING else None})
+            out.append(
+                {
+                    "session_id": d["session_id"],
+                    "protocol": d["protocol"],
+                    "roles": d["roles"],
+                    "role": d["role"],
+                    "initiator": d["initiator"],
+                    "state": _proposal_state(d["state"]),
+                    "started_at": d["received_at"],
+                    "finished_at": d["decided_at"],
+                    "seconds": None,
+                    "round": None,
+                    "step": "",
+                    "error": ({"message": d["reason"]} if d["reason"] else None),
+                    "traffic": {},
+                    "epsilon": d["epsilon"],
+                    "kind": "proposal",
+                    "expires_at": d["expires_at"],
+                    "waiting_for": self.party.name if d["state"] == ProposalState.PENDING else None,
+                }
+            )
         return out
 
     def ended_sessions(self, limit: int = MAX_RECORDS) -> list[dict]:
@@ -273,27 +315,47 @@ class Observatory:
         out = []
         for ds in ledger.datasets():
             st = ledger.status(ds)
-            rows = [{"id": c.id, "session": c.key, "state": c.state, "epsilon": fmt_amount(c.epsilon),
-                     "delta": fmt_amount(c.delta), "note": c.note, "time": c.created_at,
-                     "settled_at": c.settled_at, "reason": c.reason}
-                    for c in ledger.history(ds)]
-            out.append({"dataset": ds, "rule": st.rule, "epsilon": fmt_amount(st.epsilon),
-                        "delta": fmt_amount(st.delta), "spent_epsilon": fmt_amount(st.spent_epsilon),
-                        "spent_delta": fmt_amount(st.spent_delta),
-                        "reserved_epsilon": fmt_amount(st.reserved_epsilon),
-                        "reserved_delta": fmt_amount(st.reserved_delta),
-                        "remaining_epsilon": fmt_amount(st.remaining_epsilon),
-                        "remaining_delta": fmt_amount(st.remaining_delta),
-                        "remaining_epsilon_float": float(st.remaining_epsilon),
-                        "mine": ds == charges.dataset, "charges": rows})
+            rows = [
+                {
+                    "id": c.id,
+                    "session": c.key,
+                    "state": c.state,
+                    "epsilon": fmt_amount(c.epsilon),
+                    "delta": fmt_amount(c.delta),
+                    "note": c.note,
+                    "time": c.created_at,
+                    "settled_at": c.settled_at,
+                    "reason": c.reason,
+                }
+                for c in ledger.history(ds)
+            ]
+            out.append(
+                {
+                    "dataset": ds,
+                    "rule": st.rule,
+                    "epsilon": fmt_amount(st.epsilon),
+                    "delta": fmt_amount(st.delta),
+                    "spent_epsilon": fmt_amount(st.spent_epsilon),
+                    "spent_delta": fmt_amount(st.spent_delta),
+                    "reserved_epsilon": fmt_amount(st.reserved_epsilon),
+                    "reserved_delta": fmt_amount(st.reserved_delta),
+                    "remaining_epsilon": fmt_amount(st.remaining_epsilon),
+                    "remaining_delta": fmt_amount(st.remaining_delta),
+                    "remaining_epsilon_float": float(st.remaining_epsilon),
+                    "mine": ds == charges.dataset,
+                    "charges": rows,
+                }
+            )
         return out
 
     def audit_entries(self, limit: int | None = AUDIT_TAIL) -> list[dict]:
         data_dir = self.party.config.data_dir
         if not (Path(data_dir) / "audit.jsonl").exists():
             return []
-        entries = [redact(e) if e is not None else {"event": "(unreadable line)", "seq": i}
-                   for i, e, _raw in read_entries(data_dir)]
+        entries = [
+            redact(e) if e is not None else {"event": "(unreadable line)", "seq": i}
+            for i, e, _raw in read_entries(data_dir)
+        ]
         return entries if limit is None else entries[-limit:]
 
     def audit(self) -> dict:
@@ -342,8 +404,10 @@ def _live_traffic(s) -> dict[str, dict]:
     ch = s.channel
     if ch is None:
         return {}
-    return _traffic(dict(s.spec.roles), {"per_peer_sent": dict(ch.stats.per_peer_sent),
-                                         "per_peer_received": dict(ch.stats.per_peer_received)})
+    return _traffic(
+        dict(s.spec.roles),
+        {"per_peer_sent": dict(ch.stats.per_peer_sent), "per_peer_received": dict(ch.stats.per_peer_received)},
+    )
 
 
 def _live_view(s) -> dict:
@@ -354,13 +418,26 @@ def _live_view(s) -> dict:
     except ValueError:
         elapsed = None
     rec = s.record or {}
-    return {"session_id": s.spec.session_id, "protocol": s.spec.protocol, "roles": dict(s.spec.roles),
-            "role": s.role, "initiator": s.initiator, "state": st["state"], "round": st["round"],
-            "step": st["step"], "started_at": started, "finished_at": rec.get("finished_at"),
-            "seconds": rec.get("seconds") if rec else elapsed, "error": st["error"],
-            "traffic": _live_traffic(s), "restarts": st["restarts"], "kind": "session",
-            "seconds_left": st.get("seconds_left"), "peers_seen": st.get("peers"),
-            "waiting_for": st.get("waiting_for")}
+    return {
+        "session_id": s.spec.session_id,
+        "protocol": s.spec.protocol,
+        "roles": dict(s.spec.roles),
+        "role": s.role,
+        "initiator": s.initiator,
+        "state": st["state"],
+        "round": st["round"],
+        "step": st["step"],
+        "started_at": started,
+        "finished_at": rec.get("finished_at"),
+        "seconds": rec.get("seconds") if rec else elapsed,
+        "error": st["error"],
+        "traffic": _live_traffic(s),
+        "restarts": st["restarts"],
+        "kind": "session",
+        "seconds_left": st.get("seconds_left"),
+        "peers_seen": st.get("peers"),
+        "waiting_for": st.get("waiting_for"),
+    }
 
 
 def record_view(rec: dict) -> dict:
@@ -374,8 +451,9 @@ def record_view(rec: dict) -> dict:
 
 def redact(entry: dict) -> dict:
     """An audit entry without fields whose name says they could hold a secret."""
-    return {k: ("(hidden)" if any(w in k.lower() for w in _SECRET_WORDS) and k != "seeded" else v)
-            for k, v in entry.items()}
+    return {
+        k: ("(hidden)" if any(w in k.lower() for w in _SECRET_WORDS) and k != "seeded" else v) for k, v in entry.items()
+    }
 
 
 def uniq(items: Iterable[str]) -> list[str]:

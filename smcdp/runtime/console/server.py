@@ -35,7 +35,7 @@ log = logging.getLogger("smcdp.console")
 HEADERS = {
     "Cache-Control": "no-store",
     "Content-Security-Policy": "default-src 'none'; style-src 'self'; img-src 'self'; "
-                               "base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
     "X-Frame-Options": "DENY",
@@ -48,7 +48,7 @@ def console_ssl_context(cfg: ConsoleConfig, ca_path) -> ssl.SSLContext | None:
     if cfg.tls is None:
         return None
     try:
-        TlsMaterial.load(ca_path, cfg.tls.cert, cfg.tls.key)   # issued by [tls] ca, valid now, key matches
+        TlsMaterial.load(ca_path, cfg.tls.cert, cfg.tls.key)  # issued by [tls] ca, valid now, key matches
         if cfg.tls.client_ca is not None:
             load_certificates(cfg.tls.client_ca)
     except (CertificateError, OSError, ValueError) as exc:
@@ -70,11 +70,14 @@ def read_token(path) -> bytes:
     except OSError as exc:
         raise ConfigError(f"console.token_file: {exc}") from None
     if mode & 0o077:
-        raise ConfigError(f"console.token_file {path} is readable by others (mode {stat.S_IMODE(mode):o}); "
-                          "make it 0600")
+        raise ConfigError(
+            f"console.token_file {path} is readable by others (mode {stat.S_IMODE(mode):o}); make it 0600"
+        )
     if len(token) < 32 or not token.isascii() or not token.decode().isprintable() or b" " in token:
-        raise ConfigError(f"console.token_file {path} must hold one token of at least 32 printable characters "
-                          "(e.g. 'python -c \"import secrets; print(secrets.token_urlsafe(32))\"')")
+        raise ConfigError(
+            f"console.token_file {path} must hold one token of at least 32 printable characters "
+            "(e.g. 'python -c \"import secrets; print(secrets.token_urlsafe(32))\"')"
+        )
     return token
 
 
@@ -106,7 +109,7 @@ class Gate:
         if not self.required or request.path in PUBLIC_PATHS:
             return True
         peer = request.transport.get_extra_info("peercert") if request.transport is not None else None
-        if peer:   # verified by the TLS handshake against client_ca
+        if peer:  # verified by the TLS handshake against client_ca
             cns = [v for rdn in peer.get("subject", ()) for k, v in rdn if k == "commonName"]
             return not self.own_only or cns == [self.party_name]
         auth = request.headers.get("Authorization", "")
@@ -136,23 +139,31 @@ class Console:
         host, port = parse_address(cfg.listen, "console.listen")
         sslctx = console_ssl_context(cfg, self.party.config.tls.ca)
         if not cfg.loopback and sslctx is None:
-            log.warning("!!! console: serving plain HTTP on the non-loopback address %s (console.insecure_bind = "
-                        "true): anyone who can reach it sees this party's sessions, peers and budgets",
-                        cfg.listen)
+            log.warning(
+                "!!! console: serving plain HTTP on the non-loopback address %s (console.insecure_bind = "
+                "true): anyone who can reach it sees this party's sessions, peers and budgets",
+                cfg.listen,
+            )
         self.gate = Gate(cfg, self.party.name, self.party.config.tls.ca)
         if cfg.token_file is not None and sslctx is None and not cfg.loopback:
-            log.warning("!!! console: the bearer token travels in plain HTTP on %s (console.insecure_bind)",
-                        cfg.listen)
+            log.warning("!!! console: the bearer token travels in plain HTTP on %s (console.insecure_bind)", cfg.listen)
         self.obs.prober = PeerProber(self.party.config, self.party.tls, cfg.probe_seconds)
         self.obs.prober.start()
         app = web.Application(middlewares=[_headers, self._authenticated], client_max_size=4096)
-        app.add_routes([
-            web.get("/", self.sessions_page), web.get("/sessions", self.sessions_page),
-            web.get("/sessions/{sid}", self.session_page), web.get("/peers", self.peers_page),
-            web.get("/budgets", self.budgets_page), web.get("/audit", self.audit_page),
-            web.get("/metrics", self.metrics_page), web.get("/static/console.css", self.css),
-            web.get("/healthz", self.healthz), web.get("/favicon.ico", self.no_icon),
-        ])
+        app.add_routes(
+            [
+                web.get("/", self.sessions_page),
+                web.get("/sessions", self.sessions_page),
+                web.get("/sessions/{sid}", self.session_page),
+                web.get("/peers", self.peers_page),
+                web.get("/budgets", self.budgets_page),
+                web.get("/audit", self.audit_page),
+                web.get("/metrics", self.metrics_page),
+                web.get("/static/console.css", self.css),
+                web.get("/healthz", self.healthz),
+                web.get("/favicon.ico", self.no_icon),
+            ]
+        )
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port, ssl_context=sslctx, reuse_address=True)
@@ -180,17 +191,22 @@ class Console:
 
     @web.middleware
     async def _authenticated(self, request: web.Request, handler):
-        assert self.gate is not None    # start() sets it before the app that runs this middleware serves
+        assert self.gate is not None  # start() sets it before the app that runs this middleware serves
         if not self.gate.admits(request):
-            raise web.HTTPUnauthorized(text="authentication required\n",
-                                       headers=dict(HEADERS, **{"WWW-Authenticate": 'Bearer realm="smcdp console"'}))
+            raise web.HTTPUnauthorized(
+                text="authentication required\n",
+                headers=dict(HEADERS, **{"WWW-Authenticate": 'Bearer realm="smcdp console"'}),
+            )
         return await handler(request)
 
     # ---------------------------------------------------------------- pages
     def _page(self, title: str, active: str, body: str) -> web.Response:
-        now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-        return web.Response(text=pages.page(title, self.party.name, active, body, self.cfg.refresh_seconds, now,
-                                            self.warnings), content_type="text/html", charset="utf-8")
+        now = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+        return web.Response(
+            text=pages.page(title, self.party.name, active, body, self.cfg.refresh_seconds, now, self.warnings),
+            content_type="text/html",
+            charset="utf-8",
+        )
 
     async def _blocking(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
@@ -206,8 +222,9 @@ class Console:
         return self._page(f"Session {sid}", "/", pages.session_body(s))
 
     async def peers_page(self, request: web.Request) -> web.Response:
-        return self._page("Peers", "/peers", pages.peers_body(self.obs.peers(), self.obs.own_certificate(),
-                                                             self.party.name))
+        return self._page(
+            "Peers", "/peers", pages.peers_body(self.obs.peers(), self.obs.own_certificate(), self.party.name)
+        )
 
     async def budgets_page(self, request: web.Request) -> web.Response:
         return self._page("Privacy budgets", "/budgets", pages.budgets_body(await self._blocking(self.obs.budgets)))
@@ -223,7 +240,7 @@ class Console:
         return web.Response(text=pages.CSS, content_type="text/css", charset="utf-8")
 
     async def no_icon(self, request: web.Request) -> web.Response:
-        return web.Response(status=204)   # browsers ask for one; answering 404 would log an error
+        return web.Response(status=204)  # browsers ask for one; answering 404 would log an error
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.Response(text="ok\n", content_type="text/plain")

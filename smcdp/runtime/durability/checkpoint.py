@@ -45,8 +45,9 @@ import os
 import shutil
 import stat
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from smcdp._files import atomic_write
 from smcdp.errors import PreconditionFailed, resource_failure
@@ -144,13 +145,25 @@ class Checkpoint:
         return sessions_dir / f"{session_id}{SUFFIX}"
 
     @classmethod
-    def create(cls, sessions_dir: Path, *, session_id: str, protocol: str, roles: Mapping[str, str],
-               params: Mapping[str, Any], timeout_seconds: float, seed: int | None, initiator: str, role: str,
-               randomness: Randomness, inputs: Mapping[str, str] | None = None) -> "Checkpoint":
+    def create(
+        cls,
+        sessions_dir: Path,
+        *,
+        session_id: str,
+        protocol: str,
+        roles: Mapping[str, str],
+        params: Mapping[str, Any],
+        timeout_seconds: float,
+        seed: int | None,
+        initiator: str,
+        role: str,
+        randomness: Randomness,
+        inputs: Mapping[str, str] | None = None,
+    ) -> Checkpoint:
         if not randomness.replayable:
             raise ValueError("a checkpoint needs a replayable randomness root")
         root = randomness.key
-        assert root is not None    # replayable: it has a root key
+        assert root is not None  # replayable: it has a root key
         owner = roles[role]
         d = cls.directory(sessions_dir, session_id)
         if d.exists():
@@ -161,12 +174,24 @@ class Checkpoint:
             os.chmod(d, 0o700)  # whatever the umask
             atomic_write(d / ROOT_KEY, root, 0o600)
             meta = {
-                "kind": "smcdp-session-checkpoint", "version": VERSION,
-                "session_id": session_id, "protocol": protocol, "roles": dict(roles), "params": dict(params),
-                "timeout_seconds": float(timeout_seconds), "seed": seed, "initiator": initiator, "role": role,
-                "seeded": randomness.seeded, "state": SessionState.PREPARED.value, "resumable": False, "restarts": 0,
-                "deadline_epoch": time.time() + float(timeout_seconds), "created": time.time(),
-                "inputs": None, "error": None,
+                "kind": "smcdp-session-checkpoint",
+                "version": VERSION,
+                "session_id": session_id,
+                "protocol": protocol,
+                "roles": dict(roles),
+                "params": dict(params),
+                "timeout_seconds": float(timeout_seconds),
+                "seed": seed,
+                "initiator": initiator,
+                "role": role,
+                "seeded": randomness.seeded,
+                "state": SessionState.PREPARED.value,
+                "resumable": False,
+                "restarts": 0,
+                "deadline_epoch": time.time() + float(timeout_seconds),
+                "created": time.time(),
+                "inputs": None,
+                "error": None,
                 "root_check": Mac(key, "root", session_id).tag(root).hex(),
             }
             cp = cls(d, meta, key, owner)
@@ -178,9 +203,9 @@ class Checkpoint:
         return cp
 
     @classmethod
-    def load(cls, directory: Path, owner: str = "this party") -> "Checkpoint":
+    def load(cls, directory: Path, owner: str = "this party") -> Checkpoint:
         """The checkpoint in ``directory``; :class:`CheckpointDamaged` if it or its root key does not verify."""
-        session_id = directory.name[:-len(SUFFIX)] if directory.name.endswith(SUFFIX) else directory.name
+        session_id = directory.name[: -len(SUFFIX)] if directory.name.endswith(SUFFIX) else directory.name
         path = directory / META
         try:
             raw = path.read_bytes()
@@ -200,31 +225,50 @@ class Checkpoint:
         if not isinstance(meta, dict) or meta.get("kind") != "smcdp-session-checkpoint":
             raise CheckpointDamaged(f"{damaged} (not an smcdp session checkpoint)", owner)
         if meta.get("version") != VERSION:
-            raise CheckpointDamaged(f"{path} of party {owner} is not a version-{VERSION} smcdp session checkpoint "
-                                    f"(version {meta.get('version')!r}); this smcdp cannot continue it", owner)
+            raise CheckpointDamaged(
+                f"{path} of party {owner} is not a version-{VERSION} smcdp session checkpoint "
+                f"(version {meta.get('version')!r}); this smcdp cannot continue it",
+                owner,
+            )
         mac = meta.pop("mac", None)
         if not isinstance(mac, str) or not Mac(key, "checkpoint", session_id).verify(
-                bytes.fromhex(mac) if _is_hex(mac) else b"", _canonical(meta)):
-            raise CheckpointDamaged(f"{damaged}: its MAC does not verify (a changed byte, another session's "
-                                    "checkpoint, or a replaced durability.key)", owner)
-        missing = {"session_id", "protocol", "roles", "params", "timeout_seconds", "initiator", "role", "state",
-                   "deadline_epoch", "inputs", "root_check"} - set(meta)
+            bytes.fromhex(mac) if _is_hex(mac) else b"", _canonical(meta)
+        ):
+            raise CheckpointDamaged(
+                f"{damaged}: its MAC does not verify (a changed byte, another session's "
+                "checkpoint, or a replaced durability.key)",
+                owner,
+            )
+        missing = {
+            "session_id",
+            "protocol",
+            "roles",
+            "params",
+            "timeout_seconds",
+            "initiator",
+            "role",
+            "state",
+            "deadline_epoch",
+            "inputs",
+            "root_check",
+        } - set(meta)
         if missing or meta["session_id"] != session_id:
             raise CheckpointDamaged(f"{damaged} (lacks {sorted(missing)} or names another session)", owner)
         roles = meta["roles"]
         if isinstance(roles, dict) and isinstance(roles.get(meta["role"]), str):
-            owner = roles[meta["role"]]          # verified: this party's name as the session knows it
+            owner = roles[meta["role"]]  # verified: this party's name as the session knows it
         cp = cls(directory, meta, key, owner)
         try:
-            cp.randomness()    # a damaged root key is named now, not after a replay diverged
+            cp.randomness()  # a damaged root key is named now, not after a replay diverged
         except CheckpointDamaged as exc:
             exc.meta = meta
             raise
         return cp
 
     @classmethod
-    def scan(cls, sessions_dir: Path, owner: str = "this party",
-             damaged: list[tuple[str, "CheckpointError"]] | None = None) -> list["Checkpoint"]:
+    def scan(
+        cls, sessions_dir: Path, owner: str = "this party", damaged: list[tuple[str, CheckpointError]] | None = None
+    ) -> list[Checkpoint]:
         """Every intact checkpoint under ``sessions_dir``.  A damaged one is left out -- and appended to
         ``damaged`` as (session id, error) when a list is given: it fails its own session only."""
         if not sessions_dir.is_dir():
@@ -237,7 +281,7 @@ class Checkpoint:
                 out.append(cls.load(d, owner))
             except CheckpointError as exc:
                 if damaged is not None:
-                    damaged.append((d.name[:-len(SUFFIX)], exc))
+                    damaged.append((d.name[: -len(SUFFIX)], exc))
         return out
 
     def remove(self) -> None:
@@ -257,22 +301,34 @@ class Checkpoint:
         try:
             key = path.read_bytes()
         except OSError as exc:
-            raise CheckpointDamaged(f"party {self.owner} cannot read the randomness root {path} of session "
-                                    f"{self.session_id}: {exc}", self.owner) from None
+            raise CheckpointDamaged(
+                f"party {self.owner} cannot read the randomness root {path} of session {self.session_id}: {exc}",
+                self.owner,
+            ) from None
         check = self.meta.get("root_check", "")
-        if len(key) != KEY_BYTES or not _is_hex(check) or not Mac(self._key, "root", self.session_id).verify(
-                bytes.fromhex(check), key):
-            raise CheckpointDamaged(f"the randomness root {path} of party {self.owner} is damaged: it does not "
-                                    "match the check value in its checkpoint, and a replay from it would not "
-                                    "reproduce what this party sent", self.owner)
+        if (
+            len(key) != KEY_BYTES
+            or not _is_hex(check)
+            or not Mac(self._key, "root", self.session_id).verify(bytes.fromhex(check), key)
+        ):
+            raise CheckpointDamaged(
+                f"the randomness root {path} of party {self.owner} is damaged: it does not "
+                "match the check value in its checkpoint, and a replay from it would not "
+                "reproduce what this party sent",
+                self.owner,
+            )
         return Randomness(key, seeded=bool(self.meta.get("seeded")))
 
     @property
     def journal(self) -> FileJournal:
         """The session's journal (opened on first use; :class:`~.journal.JournalDamaged` if it does not verify)."""
         if self._journal is None:
-            self._journal = FileJournal(self.dir / JOURNAL, Mac(self._key, "journal", self.session_id),
-                                        owner=self.owner, repair=self.repair_journal)
+            self._journal = FileJournal(
+                self.dir / JOURNAL,
+                Mac(self._key, "journal", self.session_id),
+                owner=self.owner,
+                repair=self.repair_journal,
+            )
         return self._journal
 
     def begin(self, inputs: Mapping[str, str], **fields: Any) -> None:
@@ -280,8 +336,9 @@ class Checkpoint:
         the first time its inputs are fingerprinted, after that they must be as they were
         (:class:`CheckpointError` naming this party otherwise)."""
         if self.meta.get("inputs") is None:
-            self.set_state(SessionState.RUNNING.value, resumable=False, error=None, inputs=input_fingerprint(inputs),
-                           **fields)
+            self.set_state(
+                SessionState.RUNNING.value, resumable=False, error=None, inputs=input_fingerprint(inputs), **fields
+            )
         else:
             self.check_inputs(inputs)
             self.set_state(SessionState.RUNNING.value, resumable=False, error=None, **fields)
@@ -289,11 +346,13 @@ class Checkpoint:
     def check_inputs(self, inputs: Mapping[str, str]) -> None:
         now = input_fingerprint(inputs)
         if now != self.meta["inputs"]:
-            changed = sorted(k for k in set(now) | set(self.meta["inputs"])
-                             if now.get(k) != self.meta["inputs"].get(k))
-            raise CheckpointError(f"session {self.session_id} cannot resume: its inputs changed at party {self.owner} "
-                                  f"since it started ({', '.join(changed)}); a replay would not reproduce "
-                                  "what this party sent", self.owner)
+            changed = sorted(k for k in set(now) | set(self.meta["inputs"]) if now.get(k) != self.meta["inputs"].get(k))
+            raise CheckpointError(
+                f"session {self.session_id} cannot resume: its inputs changed at party {self.owner} "
+                f"since it started ({', '.join(changed)}); a replay would not reproduce "
+                "what this party sent",
+                self.owner,
+            )
 
     def set_state(self, state: str, **fields: Any) -> None:
         self.meta["state"] = state
@@ -305,7 +364,7 @@ class Checkpoint:
             except OSError as exc:
                 if resource_failure(exc, self.owner, what) is None or not self.release_reserve():
                     raise
-                self._write_meta()       # the reserve made room for it
+                self._write_meta()  # the reserve made room for it
         except OSError as exc:
             raise local_failure(exc, self.owner, what) from None
 
@@ -326,7 +385,7 @@ class Checkpoint:
                 try:
                     os.posix_fallocate(fd, 0, RESERVE_BYTES)
                 except OSError:
-                    os.pwrite(fd, bytes(RESERVE_BYTES), 0)   # a file system without fallocate
+                    os.pwrite(fd, bytes(RESERVE_BYTES), 0)  # a file system without fallocate
             finally:
                 os.close(fd)
         except OSError:

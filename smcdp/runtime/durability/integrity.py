@@ -41,9 +41,12 @@ def durability_key(sessions_dir: Path, party: str) -> bytes:
     except FileNotFoundError:
         key = _create(path)
     if len(key) != KEY_BYTES:
-        raise DataLoss(f"the durability key {path} of party {party} is damaged ({len(key)} bytes, not "
-                       f"{KEY_BYTES}): no checkpoint of this party can be verified; move it away to start "
-                       "afresh (every checkpointed session is then reported as damaged)", party)
+        raise DataLoss(
+            f"the durability key {path} of party {party} is damaged ({len(key)} bytes, not "
+            f"{KEY_BYTES}): no checkpoint of this party can be verified; move it away to start "
+            "afresh (every checkpointed session is then reported as damaged)",
+            party,
+        )
     return key
 
 

@@ -52,9 +52,9 @@ import struct
 import tempfile
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from smcdp._files import fsync_dir
 from smcdp.errors import DataLoss, InvalidMessage
@@ -85,7 +85,7 @@ class Damage:
     role: str | None = None
     tag: str | None = None
     type_name: str | None = None
-    digest: str | None = None        #: SHA-256 (hex) of the damaged record's data, if its header verified
+    digest: str | None = None  #: SHA-256 (hex) of the damaged record's data, if its header verified
 
 
 class JournalDamaged(DataLoss):
@@ -103,7 +103,7 @@ class _Record:
     tag: str
     type_name: str
     digest: str
-    offset: int          # of the data
+    offset: int  # of the data
     length: int
 
 
@@ -113,8 +113,8 @@ class Scan:
 
     records: list[_Record]
     damage: list[Damage]
-    end: int             # the file's length without a torn tail
-    torn: int            # bytes of a torn tail (0 if none)
+    end: int  # the file's length without a torn tail
+    torn: int  # bytes of a torn tail (0 if none)
     next_seq: int
 
 
@@ -125,10 +125,9 @@ def scan(data: bytes, mac: Mac) -> Scan:
     n = len(data)
     if n < len(FILE_MAGIC):
         if FILE_MAGIC.startswith(data):
-            return Scan(records, damage, 0, n, 0)      # cut short while being created
-        return Scan(records, [Damage(0, "the file header is damaged (the file is shorter than a header)")],
-                    n, 0, 0)
-    if data[:len(FILE_MAGIC)] != FILE_MAGIC:
+            return Scan(records, damage, 0, n, 0)  # cut short while being created
+        return Scan(records, [Damage(0, "the file header is damaged (the file is shorter than a header)")], n, 0, 0)
+    if data[: len(FILE_MAGIC)] != FILE_MAGIC:
         damage.append(Damage(0, "the file header is damaged (not a version-2 smcdp journal)"))
     pos, seq = len(FILE_MAGIC), 0
     while pos < n:
@@ -136,17 +135,19 @@ def scan(data: bytes, mac: Mac) -> Scan:
         if rest < _START:
             if _consistent_start(data[pos:], seq) or not any(data[pos:]):
                 return Scan(records, damage, pos, rest, seq)
-            damage.append(Damage(pos, f"record {seq}: its first {rest} bytes, at the end of the file, "
-                                      "are not the start of a record"))
+            damage.append(
+                Damage(
+                    pos, f"record {seq}: its first {rest} bytes, at the end of the file, are not the start of a record"
+                )
+            )
             return Scan(records, damage, n, 0, seq)
-        prefix = data[pos:pos + PREFIX.size]
-        if not mac.verify(data[pos + PREFIX.size:pos + _START], b"p", prefix):
+        prefix = data[pos : pos + PREFIX.size]
+        if not mac.verify(data[pos + PREFIX.size : pos + _START], b"p", prefix):
             if not any(data[pos:]):
-                return Scan(records, damage, pos, rest, seq)            # zero-filled tail
+                return Scan(records, damage, pos, rest, seq)  # zero-filled tail
             nxt = _resync(data, pos + 1, seq, mac)
             if nxt is None:
-                damage.append(Damage(pos, f"record {seq} and everything after it (bytes {pos}..{n}) "
-                                          "do not verify"))
+                damage.append(Damage(pos, f"record {seq} and everything after it (bytes {pos}..{n}) do not verify"))
                 return Scan(records, damage, n, 0, seq)
             npos, nseq = nxt
             lost = f"records {seq}..{nseq - 1}" if nseq - 1 > seq else f"record {seq}"
@@ -160,10 +161,10 @@ def scan(data: bytes, mac: Mac) -> Scan:
         end = pos + _START + hlen + MAC_BYTES + dlen
         if end > n:
             if rseq == seq:
-                return Scan(records, damage, pos, rest, seq)      # authentic lengths past the end: torn
+                return Scan(records, damage, pos, rest, seq)  # authentic lengths past the end: torn
             damage.append(Damage(pos, f"record {rseq}, out of place, runs past the end of the file"))
             return Scan(records, damage, n, 0, seq)
-        if rseq < seq:      # authentic, but a copy of an earlier record, or moved: never read twice
+        if rseq < seq:  # authentic, but a copy of an earlier record, or moved: never read twice
             damage.append(Damage(pos, f"record {rseq} appears again where record {seq} belongs"))
             pos = end
             continue
@@ -172,9 +173,12 @@ def scan(data: bytes, mac: Mac) -> Scan:
             damage.append(Damage(pos, f"{lost} missing before record {rseq}"))
             seq = rseq
         hstart = pos + _START
-        head_bytes = data[hstart:hstart + hlen]
-        head = _header(head_bytes, kind) if mac.verify(data[hstart + hlen:hstart + hlen + MAC_BYTES], b"h",
-                                                        prefix, head_bytes) else None
+        head_bytes = data[hstart : hstart + hlen]
+        head = (
+            _header(head_bytes, kind)
+            if mac.verify(data[hstart + hlen : hstart + hlen + MAC_BYTES], b"h", prefix, head_bytes)
+            else None
+        )
         desc = f"record {seq} ({KIND_NAMES[kind]}"
         if head is None:
             damage.append(Damage(pos, f"{desc}): its header does not verify", kind))
@@ -182,8 +186,9 @@ def scan(data: bytes, mac: Mac) -> Scan:
             desc += f" {'from' if kind == IN else 'to'} role {head['r']}, tag {head['t']!r})"
             off = hstart + hlen + MAC_BYTES
             if kind != DELIVERED and hashlib.sha256(data[off:end]).hexdigest() != head["h"]:
-                damage.append(Damage(pos, f"{desc}: its data does not verify", kind, head["r"], head["t"],
-                                     head["y"], head["h"]))
+                damage.append(
+                    Damage(pos, f"{desc}: its data does not verify", kind, head["r"], head["t"], head["y"], head["h"])
+                )
             else:
                 records.append(_Record(kind, head["r"], head["t"], head["y"], head.get("h", ""), off, dlen))
         pos, seq = end, seq + 1
@@ -193,21 +198,21 @@ def scan(data: bytes, mac: Mac) -> Scan:
 def _consistent_start(tail: bytes, seq: int) -> bool:
     """Could ``tail`` be the first bytes of record ``seq`` (a record cut short)?"""
     want = PREFIX.pack(REC_MAGIC, 1, 0, seq, 0, 0)
-    if tail[:2] != want[:len(tail[:2])]:
+    if tail[:2] != want[: len(tail[:2])]:
         return False
     if len(tail) > 2 and tail[2] not in KIND_NAMES:
         return False
     if len(tail) > 3 and tail[3] != 0:
         return False
-    return tail[4:12] == want[4:4 + len(tail[4:12])]
+    return tail[4:12] == want[4 : 4 + len(tail[4:12])]
 
 
 def _resync(data: bytes, start: int, seq: int, mac: Mac) -> tuple[int, int] | None:
     """The next authentic record after damage: (offset, its sequence number), if any."""
     pos = data.find(REC_MAGIC, start)
     while pos != -1 and pos + _START <= len(data):
-        prefix = data[pos:pos + PREFIX.size]
-        if mac.verify(data[pos + PREFIX.size:pos + _START], b"p", prefix):
+        prefix = data[pos : pos + PREFIX.size]
+        if mac.verify(data[pos + PREFIX.size : pos + _START], b"p", prefix):
             rseq = PREFIX.unpack(prefix)[3]
             if rseq > seq:
                 return pos, rseq
@@ -253,19 +258,18 @@ class FileJournal:
     #: :meth:`sync` -- a thread that waits -- does not linger
     COMMIT_DELAY = 0.002
 
-    def __init__(self, path: Path, mac: Mac | None = None, *, owner: str = "this party",
-                 repair: bool = False) -> None:
+    def __init__(self, path: Path, mac: Mac | None = None, *, owner: str = "this party", repair: bool = False) -> None:
         self.path = Path(path)
         self.owner = owner
         self._mac = mac or Mac(_PUBLIC_KEY, "journal", self.path.name)
-        self._lock = threading.Lock()                 # the index and appends
+        self._lock = threading.Lock()  # the index and appends
         self._sync_cv = threading.Condition()
-        self._syncing = False                                              # an fsync is under way
-        self._lingering = False                                            # the syncer gathers a burst
-        self._urgent = False                                               # a thread waits: sync now
-        self._syncer_thread: threading.Thread | None = None                # started by the first sync
-        self._waiters: list[tuple[int, concurrent.futures.Future]] = []   # (offset, its future)
-        self._inbound: list[tuple[str, str, str, int, int]] = []          # role, tag, type, offset, length
+        self._syncing = False  # an fsync is under way
+        self._lingering = False  # the syncer gathers a burst
+        self._urgent = False  # a thread waits: sync now
+        self._syncer_thread: threading.Thread | None = None  # started by the first sync
+        self._waiters: list[tuple[int, concurrent.futures.Future]] = []  # (offset, its future)
+        self._inbound: list[tuple[str, str, str, int, int]] = []  # role, tag, type, offset, length
         self._outbound: dict[tuple[str, str], tuple[str, int, int]] = {}  # (to, tag) -> type, offset, length
         self._delivered: set[tuple[str, str]] = set()
         #: (to, tag) -> (type, SHA-256 hex) of sent messages whose record a repair lost
@@ -280,7 +284,7 @@ class FileJournal:
         self.seconds_writing = 0.0
         self._seq = 0
         self._end = 0
-        self._fd: int | None        # the open journal file, set by _open; None once closed
+        self._fd: int | None  # the open journal file, set by _open; None once closed
         self._open(repair)
         self._synced = self._end
 
@@ -310,11 +314,15 @@ class FileJournal:
             return
         self._fd = os.open(self.path, os.O_RDWR)
         if found.torn:
-            log.warning("journal %s: dropped a torn tail of %d byte(s) (the record being written when the "
-                        "process died; never acknowledged)", self.path, found.torn)
+            log.warning(
+                "journal %s: dropped a torn tail of %d byte(s) (the record being written when the "
+                "process died; never acknowledged)",
+                self.path,
+                found.torn,
+            )
             os.ftruncate(self._fd, found.end)
             os.fsync(self._fd)
-        if found.end == 0:                 # cut short while being created
+        if found.end == 0:  # cut short while being created
             self._write_at(0, [FILE_MAGIC])
             found.end = len(FILE_MAGIC)
         self._index(found.records)
@@ -329,7 +337,7 @@ class FileJournal:
         self._end = len(FILE_MAGIC)
         kept = []
         for r in found.records:
-            off = self._append(r.kind, r.role, r.tag, r.type_name, data[r.offset:r.offset + r.length])
+            off = self._append(r.kind, r.role, r.tag, r.type_name, data[r.offset : r.offset + r.length])
             kept.append(_Record(r.kind, r.role, r.tag, r.type_name, r.digest, off, r.length))
         self._index(kept)
         os.fsync(fd)
@@ -337,11 +345,17 @@ class FileJournal:
         fsync_dir(self.path.parent)
         self.repaired = list(found.damage)
         for d in found.damage:
-            if d.kind == OUT and d.role is not None and d.tag is not None and d.type_name is not None \
-                    and d.digest is not None:    # (role and tag come from one verified header: both or neither)
+            if (
+                d.kind == OUT
+                and d.role is not None
+                and d.tag is not None
+                and d.type_name is not None
+                and d.digest is not None
+            ):  # (role and tag come from one verified header: both or neither)
                 self.lost_outbound[(d.role, d.tag)] = (d.type_name, d.digest)
-        log.warning("%s; repaired: kept %d intact record(s)", describe(self.path, self.owner, found.damage),
-                    len(found.records))
+        log.warning(
+            "%s; repaired: kept %d intact record(s)", describe(self.path, self.owner, found.damage), len(found.records)
+        )
 
     def _index(self, records: Iterable[_Record]) -> None:
         for r in records:
@@ -354,7 +368,7 @@ class FileJournal:
                 self._delivered.add(key)
 
     def _read(self, off: int, length: int) -> bytes:
-        assert self._fd is not None    # open until close(), after which nothing is read or written
+        assert self._fd is not None  # open until close(), after which nothing is read or written
         try:
             return os.pread(self._fd, length, off)
         except OSError as exc:
@@ -403,8 +417,9 @@ class FileJournal:
             self._urgent = self._urgent or urgent
             self._waiters.append((target, fut))
             if self._syncer_thread is None:
-                self._syncer_thread = threading.Thread(target=self._syncer, daemon=True,
-                                                       name=f"journal-sync-{self.path.parent.name}")
+                self._syncer_thread = threading.Thread(
+                    target=self._syncer, daemon=True, name=f"journal-sync-{self.path.parent.name}"
+                )
                 self._syncer_thread.start()
             elif urgent or not self._lingering:
                 self._sync_cv.notify_all()
@@ -423,11 +438,11 @@ class FileJournal:
                 while not self._waiters and self._fd is not None:
                     self._sync_cv.wait()
                 until = time.monotonic() + self.COMMIT_DELAY
-                self._lingering = True              # new waiters do not cut the linger short
+                self._lingering = True  # new waiters do not cut the linger short
                 while self._fd is not None and not self._urgent and time.monotonic() < until:
                     self._sync_cv.wait(until - time.monotonic())
                 self._lingering = self._urgent = False
-                if self._fd is None:        # closed: close() took the waiters and settles them after its fsync
+                if self._fd is None:  # closed: close() took the waiters and settles them after its fsync
                     return
                 upto, fd = self._end, self._fd
                 self._syncing = True
@@ -501,36 +516,42 @@ class FileJournal:
 
     def _write_at(self, offset: int, parts: list[bytes]) -> None:
         total = sum(len(p) for p in parts)
-        assert self._fd is not None    # open until close(), after which nothing is read or written
+        assert self._fd is not None  # open until close(), after which nothing is read or written
         try:
             done = os.pwritev(self._fd, parts, offset)
             if done != total:
                 raise OSError(28, f"short write ({done} of {total} bytes)")
         except OSError as exc:
             err = self._local_failure(exc, "cannot write its journal")
-            try:                          # leave no partial record behind: the next one follows the last good one
+            try:  # leave no partial record behind: the next one follows the last good one
                 os.ftruncate(self._fd, offset)
             except OSError:
-                self._broken = err        # the file's end is unknown: nothing more may be written
+                self._broken = err  # the file's end is unknown: nothing more may be written
             raise err from None
 
     def _local_failure(self, exc: OSError, what: str) -> BaseException:
         return local_failure(exc, self.owner, f"{what} ({self.path})")
 
     def stats(self) -> dict:
-        return {"journal_bytes": self.bytes_written, "journal_records": self.records_written,
-                "journal_syncs": self.syncs, "journal_seconds": round(self.seconds_writing, 6),
-                "received": len(self._inbound), "sent": len(self._outbound), "acknowledged": len(self._delivered)}
+        return {
+            "journal_bytes": self.bytes_written,
+            "journal_records": self.records_written,
+            "journal_syncs": self.syncs,
+            "journal_seconds": round(self.seconds_writing, 6),
+            "received": len(self._inbound),
+            "sent": len(self._outbound),
+            "acknowledged": len(self._delivered),
+        }
 
     def close(self) -> None:
         """Sync what is written (a message accepted but not yet acknowledged is durable all the same)
         and close; a later :meth:`sync` returns at once."""
         with self._sync_cv:
-            while self._syncing:              # an fsync of this fd is under way
+            while self._syncing:  # an fsync of this fd is under way
                 self._sync_cv.wait(1.0)
             fd, self._fd = getattr(self, "_fd", None), None
             waiting, self._waiters = self._waiters, []
-            self._sync_cv.notify_all()        # the syncer thread ends
+            self._sync_cv.notify_all()  # the syncer thread ends
         error = None
         if fd is not None:
             try:
@@ -542,7 +563,7 @@ class FileJournal:
                 os.close(fd)
             except OSError:
                 pass
-        for _, fut in waiting:               # what they waited for is durable now (or failed)
+        for _, fut in waiting:  # what they waited for is durable now (or failed)
             _settle(fut, error)
 
 
@@ -557,4 +578,4 @@ def _settle(fut: concurrent.futures.Future, error: BaseException | None) -> None
         else:
             fut.set_exception(error)
     except concurrent.futures.InvalidStateError:
-        pass   # cancelled by its waiter: nobody is listening
+        pass  # cancelled by its waiter: nobody is listening

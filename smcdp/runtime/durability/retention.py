@@ -18,9 +18,9 @@ checkpoint's own business).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from smcdp.runtime.durability.checkpoint import META, SUFFIX, Checkpoint, CheckpointError
 from smcdp.states import SessionState
@@ -34,14 +34,19 @@ class Deleted:
     """A checkpoint the sweep removed."""
 
     session_id: str
-    state: str                # "failed" (resumable or not), or a live state nobody continued
+    state: str  # "failed" (resumable or not), or a live state nobody continued
     resumable: bool
     ended_seconds_ago: float
-    bytes: int                # the checkpoint directory's size (journal, root key, metadata)
+    bytes: int  # the checkpoint directory's size (journal, root key, metadata)
 
     def as_dict(self) -> dict:
-        return {"session": self.session_id, "state": self.state, "resumable": self.resumable,
-                "ended_seconds_ago": round(self.ended_seconds_ago, 1), "bytes": self.bytes}
+        return {
+            "session": self.session_id,
+            "state": self.state,
+            "resumable": self.resumable,
+            "ended_seconds_ago": round(self.ended_seconds_ago, 1),
+            "bytes": self.bytes,
+        }
 
 
 def sweep_period(retention: float) -> float:
@@ -87,4 +92,4 @@ def sweep(sessions_dir: Path, retention: float, live: Iterable[str], now: float 
     return out
 
 
-__all__ = ["Deleted", "SWEEP_PERIOD", "sweep", "sweep_period"]
+__all__ = ["SWEEP_PERIOD", "Deleted", "sweep", "sweep_period"]

@@ -23,9 +23,10 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any
 
 from smcdp._files import atomic_write_json
 from smcdp.errors import DeadlineExceeded
@@ -50,24 +51,29 @@ class Proposal:
     timeout_seconds: float
     initiator: str
     role: str
-    summary: Mapping[str, Any] | None       # SessionSummary.as_dict(), what the operator is shown
-    charges_budget: bool                     # approving reserves summary["epsilon"] in [budget]
-    received_at: float                       # wall clock (time.time()), survives restarts
+    summary: Mapping[str, Any] | None  # SessionSummary.as_dict(), what the operator is shown
+    charges_budget: bool  # approving reserves summary["epsilon"] in [budget]
+    received_at: float  # wall clock (time.time()), survives restarts
     expires_at: float
     state: str = ProposalState.PENDING.value
     reason: str = ""
     decided_at: float | None = None
 
     def same_request(self, initiator: str, spec: SessionSpec) -> bool:
-        return (self.initiator == initiator and self.protocol == spec.protocol
-                and dict(self.roles) == dict(spec.roles) and dict(self.params) == dict(spec.params)
-                and self.seed == spec.seed)
+        return (
+            self.initiator == initiator
+            and self.protocol == spec.protocol
+            and dict(self.roles) == dict(spec.roles)
+            and dict(self.params) == dict(spec.params)
+            and self.seed == spec.seed
+        )
 
     def spec(self) -> SessionSpec:
         """The session to prepare: its timeout counts from Begin, not from the proposal (the
         operator's decision may take hours, ``limits.approval_timeout_seconds``)."""
-        return SessionSpec(self.session_id, self.protocol, dict(self.roles), dict(self.params),
-                           self.timeout_seconds, self.seed)
+        return SessionSpec(
+            self.session_id, self.protocol, dict(self.roles), dict(self.params), self.timeout_seconds, self.seed
+        )
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -111,8 +117,9 @@ class ProposalStore:
         return sorted(self._cache.values(), key=lambda p: p.received_at)
 
     def save(self, p: Proposal) -> Proposal:
-        atomic_write_json(self.directory / f"{validate_session_id(p.session_id)}.json", p.as_dict(), 0o600,
-                          sort_keys=True)
+        atomic_write_json(
+            self.directory / f"{validate_session_id(p.session_id)}.json", p.as_dict(), 0o600, sort_keys=True
+        )
         self._cache[p.session_id] = p
         return p
 
@@ -131,10 +138,14 @@ class ProposalStore:
         return self.save(replace(p, state=state, reason=reason, decided_at=time.time()))
 
 
-async def propose_until_decided(send: Callable[[], Awaitable[Any]], party: str, session_id: str,
-                                deadline: Callable[[], float],
-                                on_pending: Callable[[], Awaitable[None]] | None = None,
-                                given_up: asyncio.Event | None = None) -> Any:
+async def propose_until_decided(
+    send: Callable[[], Awaitable[Any]],
+    party: str,
+    session_id: str,
+    deadline: Callable[[], float],
+    on_pending: Callable[[], Awaitable[None]] | None = None,
+    given_up: asyncio.Event | None = None,
+) -> Any:
     """Repeat ``send()`` (one Propose, retried inside) while ``party`` answers *pending*.
 
     ``deadline()`` is a ``time.monotonic()`` value, read after every reply: ``on_pending()``
@@ -156,14 +167,15 @@ async def propose_until_decided(send: Callable[[], Awaitable[Any]], party: str, 
         if left <= delay:
             raise DeadlineExceeded(
                 f"party {party!r} did not approve session {session_id!r} within the initiator's approval "
-                f"timeout (limits.approval_timeout_seconds) ({reply.detail or 'its operator was asked'})")
+                f"timeout (limits.approval_timeout_seconds) ({reply.detail or 'its operator was asked'})"
+            )
         if given_up is None:
             await asyncio.sleep(delay)
         else:
             try:
                 await asyncio.wait_for(given_up.wait(), delay)
                 return None
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         delay = min(delay * 1.5, POLL_MAX)
 
@@ -176,5 +188,12 @@ def proposals_dir(data_dir: Path) -> Path:
     return Path(data_dir) / "proposals"
 
 
-__all__ = ["Proposal", "ProposalStore", "STATES", "check_reason", "propose_until_decided",
-           "proposals_dir", "remaining_seconds"]
+__all__ = [
+    "STATES",
+    "Proposal",
+    "ProposalStore",
+    "check_reason",
+    "proposals_dir",
+    "propose_until_decided",
+    "remaining_seconds",
+]

@@ -42,9 +42,10 @@ import os
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from smcdp._files import atomic_write
 from smcdp.errors import PreconditionFailed
@@ -61,8 +62,7 @@ class AuditError(PreconditionFailed):
 
 
 def encode(entry: dict) -> bytes:
-    return json.dumps(entry, sort_keys=True, ensure_ascii=True, separators=(",", ":"),
-                      allow_nan=False).encode("ascii")
+    return json.dumps(entry, sort_keys=True, ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode("ascii")
 
 
 def _sha(line: bytes) -> str:
@@ -85,12 +85,12 @@ class Verification:
     """The outcome of :func:`verify_log`."""
 
     ok: bool
-    lines: int                   # complete lines whose chain verified
-    head: str                    # SHA-256 of the last verified line (GENESIS for an empty log)
+    lines: int  # complete lines whose chain verified
+    head: str  # SHA-256 of the last verified line (GENESIS for an empty log)
     bad_line: int | None = None  # the first bad line (1-based), None if ok
     problem: str | None = None
-    torn: bool = False           # the only damage is an incomplete last line (a crash mid-write)
-    note: str | None = None      # e.g. "the head is one line behind"
+    torn: bool = False  # the only damage is an incomplete last line (a crash mid-write)
+    note: str | None = None  # e.g. "the head is one line behind"
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("ok", "lines", "head", "bad_line", "problem", "torn", "note")}
@@ -103,8 +103,13 @@ def _read_head(path: Path) -> tuple[dict | None, str | None]:
         return None, None
     try:
         head = json.loads(raw)
-        if not (isinstance(head, dict) and isinstance(head.get("lines"), int) and head["lines"] >= 0
-                and isinstance(head.get("sha256"), str) and len(head["sha256"]) == 64):
+        if not (
+            isinstance(head, dict)
+            and isinstance(head.get("lines"), int)
+            and head["lines"] >= 0
+            and isinstance(head.get("sha256"), str)
+            and len(head["sha256"]) == 64
+        ):
             raise ValueError("fields")
     except ValueError:
         return None, f"{path.name} is not a valid head record"
@@ -120,13 +125,17 @@ def _check_line(line: bytes, seq: int, prev: str) -> tuple[int, str] | None:
     if not isinstance(entry, dict):
         return seq, f"line {seq}: not a JSON object"
     if entry.get("seq") != seq:
-        return seq, (f"line {seq}: sequence number {entry.get('seq')!r} where {seq} is expected "
-                     "(a line was removed, inserted or moved)")
+        return seq, (
+            f"line {seq}: sequence number {entry.get('seq')!r} where {seq} is expected "
+            "(a line was removed, inserted or moved)"
+        )
     if entry.get("prev") != prev:
         if seq == 1:
             return 1, "line 1: the first line must have prev = 64 zeros (lines before it were removed)"
-        return seq - 1, (f"line {seq - 1}: its hash is not the one line {seq} records "
-                         f"(line {seq - 1} was changed, or the prev field of line {seq})")
+        return seq - 1, (
+            f"line {seq - 1}: its hash is not the one line {seq} records "
+            f"(line {seq - 1} was changed, or the prev field of line {seq})"
+        )
     if encode(entry) != line:
         return seq, f"line {seq}: not in canonical form (the line was edited)"
     return None
@@ -157,23 +166,45 @@ def verify_bytes(data: bytes, head: dict | None, head_problem: str | None = None
         k = head["lines"]
         if k > n:
             what = f"line {n + 1} is incomplete and " if tail else ""
-            return Verification(False, n, prev, n + 1,
-                                f"line {n + 1}: the log is truncated: {what}the head records {k} lines, "
-                                f"the log holds {n} complete ones")
+            return Verification(
+                False,
+                n,
+                prev,
+                n + 1,
+                f"line {n + 1}: the log is truncated: {what}the head records {k} lines, "
+                f"the log holds {n} complete ones",
+            )
         if k > 0 and hashes[k - 1] != head["sha256"]:
-            return Verification(False, n, prev, k, f"line {k}: it differs from the line the head recorded "
-                                                   "(the last line was changed or replaced)")
+            return Verification(
+                False,
+                n,
+                prev,
+                k,
+                f"line {k}: it differs from the line the head recorded (the last line was changed or replaced)",
+            )
         if k == 0 and head["sha256"] != GENESIS:
             return Verification(False, n, prev, 1, f"{HEAD_NAME} records no lines but a non-zero hash")
         if n - k > 1:
-            return Verification(False, n, prev, k + 2, f"line {k + 2}: lines after {k + 1} were added "
-                                                       "without the party recording them in the head")
+            return Verification(
+                False,
+                n,
+                prev,
+                k + 2,
+                f"line {k + 2}: lines after {k + 1} were added without the party recording them in the head",
+            )
         if n - k == 1:
             note = "the head is one line behind (a crash between a line and its head)"
     if tail:
-        return Verification(False, n, prev, n + 1, f"line {n + 1} is incomplete ({len(tail)} bytes without a "
-                            "newline): a write interrupted by a crash; the party repairs it when it starts",
-                            torn=True, note=note)
+        return Verification(
+            False,
+            n,
+            prev,
+            n + 1,
+            f"line {n + 1} is incomplete ({len(tail)} bytes without a "
+            "newline): a write interrupted by a crash; the party repairs it when it starts",
+            torn=True,
+            note=note,
+        )
     return Verification(True, n, prev, note=note)
 
 
@@ -192,7 +223,7 @@ def _snapshot(log_path: Path, head_path: Path) -> _Snapshot:
             data = f.read()
         head, problem = _read_head(head_path)
     finally:
-        os.close(fd)          # closing the descriptor drops the lock
+        os.close(fd)  # closing the descriptor drops the lock
     return _Snapshot(data, head, problem)
 
 
@@ -227,14 +258,17 @@ def format_entry(entry: dict) -> str:
     head = f"{entry.get('seq', '?'):>6} {entry.get('time', '?')} {entry.get('event', '?'):<20}"
     if "session" in entry:
         head += f" session={json.dumps(entry['session'])}"
-    rest = " ".join(f"{k}={json.dumps(v, ensure_ascii=True, sort_keys=True)}" for k, v in sorted(entry.items())
-                    if k not in _FIRST and k not in ("prev", "party"))
+    rest = " ".join(
+        f"{k}={json.dumps(v, ensure_ascii=True, sort_keys=True)}"
+        for k, v in sorted(entry.items())
+        if k not in _FIRST and k not in ("prev", "party")
+    )
     return f"{head} {rest}".rstrip()
 
 
 def utc_now(timespec: str = "milliseconds") -> str:
     """The UTC time as the audit trail writes it (ISO 8601, ``Z``)."""
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec=timespec).replace("+00:00", "Z")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec=timespec).replace("+00:00", "Z")
 
 
 class AuditLog:
@@ -249,7 +283,7 @@ class AuditLog:
         self._fd: int | None = None
         self._seq = 0
         self._prev = GENESIS
-        self._first: str | None = None      # SHA-256 of line 1: the log's identity (witnessed heads)
+        self._first: str | None = None  # SHA-256 of line 1: the log's identity (witnessed heads)
         self._broken: str | None = None
 
     def open(self, used_before: str | None = None) -> dict | None:
@@ -268,7 +302,8 @@ class AuditLog:
                 raise AuditError(
                     f"audit log {self.path} is missing although this party kept one before ({why}). It is not "
                     f"restarted silently: find it, or start a new one explicitly with 'smcdp audit new --config "
-                    f"FILE --reason TEXT' (the new log's first line records that, and the old head)")
+                    f"FILE --reason TEXT' (the new log's first line records that, and the old head)"
+                )
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -279,10 +314,11 @@ class AuditLog:
                 raise AuditError(
                     f"audit log {self.path} fails verification at line {v.bad_line}: {v.problem}. "
                     f"It is evidence: keep it, move {LOG_NAME} and {HEAD_NAME} aside, start a new log "
-                    "('smcdp audit new --config FILE --reason TEXT') and start the party again")
+                    "('smcdp audit new --config FILE --reason TEXT') and start the party again"
+                )
             fragment = b""
             if v.torn:
-                fragment = data[data.rfind(b"\n") + 1:]
+                fragment = data[data.rfind(b"\n") + 1 :]
                 saved = self.dir / f"{LOG_NAME}.torn-{v.lines + 1}"
                 k = 1
                 while saved.exists():
@@ -294,15 +330,16 @@ class AuditLog:
             self._fd, fd = fd, -1
             self._seq, self._prev = v.lines, v.head
             self._first = _sha(data.split(b"\n", 1)[0]) if v.lines else None
-            self._write_head()   # completes a head left one line behind by a crash
+            self._write_head()  # completes a head left one line behind by a crash
         finally:
             if fd >= 0:
                 os.close(fd)
             elif self._fd is not None:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
         if fragment:
-            return self.append("torn-tail-repaired", line=v.lines + 1, bytes=len(fragment),
-                               sha256=_sha(fragment), saved_as=saved.name)
+            return self.append(
+                "torn-tail-repaired", line=v.lines + 1, bytes=len(fragment), sha256=_sha(fragment), saved_as=saved.name
+            )
         return None
 
     def _write_head(self) -> None:
@@ -315,8 +352,10 @@ class AuditLog:
             if self._fd is None:
                 raise AuditError(f"audit log {self.path} is not open")
             if self._broken:
-                raise AuditError(f"audit log {self.path} cannot be appended to since a write failed "
-                                 f"({self._broken}); restart the party to repair it")
+                raise AuditError(
+                    f"audit log {self.path} cannot be appended to since a write failed "
+                    f"({self._broken}); restart the party to repair it"
+                )
             entry = {k: _bounded(v) for k, v in fields.items() if v is not None}
             entry.update(seq=self._seq + 1, prev=self._prev, time=utc_now(), party=self.party, event=event)
             line = encode(entry)
@@ -325,7 +364,7 @@ class AuditLog:
                 buf = line + b"\n"
                 try:
                     while buf:
-                        buf = buf[os.write(self._fd, buf):]
+                        buf = buf[os.write(self._fd, buf) :]
                     os.fsync(self._fd)
                 except OSError as exc:
                     self._broken = str(exc)
@@ -375,8 +414,7 @@ def start_new_log(data_dir: str | os.PathLike, party: str, reason: str, by: str)
     log = AuditLog(d, party)
     log.open()
     try:
-        return log.append("log-started", reason=reason, by=by, previous_head=old,
-                          previous_head_problem=problem)
+        return log.append("log-started", reason=reason, by=by, previous_head=old, previous_head_problem=problem)
     finally:
         log.close()
 
@@ -391,8 +429,8 @@ SUMMARY_SESSIONS = 5
 
 @dataclass
 class _Window:
-    started: float            # time.monotonic()
-    started_at: str           # wall clock, for the record
+    started: float  # time.monotonic()
+    started_at: str  # wall clock, for the record
     count: int = 0
     rules: Counter = field(default_factory=Counter)
     sessions: list = field(default_factory=list)
@@ -418,8 +456,7 @@ class RefusalThrottle:
         self._lock = threading.Lock()
         self._peers: dict[str, _Window] = {}
 
-    def refused(self, peer: str, rule: str, session: str | None,
-                now: float | None = None) -> tuple[list[dict], bool]:
+    def refused(self, peer: str, rule: str, session: str | None, now: float | None = None) -> tuple[list[dict], bool]:
         """Count one refusal of ``peer``: (summaries of windows that ended, to append first;
         whether to record this refusal in full)."""
         now = time.monotonic() if now is None else now
@@ -459,7 +496,15 @@ class RefusalThrottle:
             counted = sum(w.rules.values())
             if counted:
                 sessions = w.sessions + ([w.last_session] if w.last_session not in w.sessions else [])
-                out.append({"peer": peer, "refused": counted, "recorded_in_full": w.count - counted,
-                            "rules": dict(sorted(w.rules.items())), "since": w.started_at, "until": utc_now(),
-                            "sessions": [x for x in sessions if x is not None]})
+                out.append(
+                    {
+                        "peer": peer,
+                        "refused": counted,
+                        "recorded_in_full": w.count - counted,
+                        "rules": dict(sorted(w.rules.items())),
+                        "since": w.started_at,
+                        "until": utc_now(),
+                        "sessions": [x for x in sessions if x is not None],
+                    }
+                )
         return out

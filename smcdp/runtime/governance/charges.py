@@ -34,10 +34,11 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from smcdp.dp.budget import RULES, Charge, fmt_amount
 from smcdp.dp.ledger import Ledger, LedgerBudget
@@ -57,8 +58,8 @@ class BudgetConfig:
     """A party's ``[budget]``: which ledger dataset guards its data, and optionally its total."""
 
     dataset: str
-    ledger: Path | None = None           # None: <data_dir>/ledger.sqlite
-    epsilon: float | None = None         # None: the ledger already holds the budget
+    ledger: Path | None = None  # None: <data_dir>/ledger.sqlite
+    epsilon: float | None = None  # None: the ledger already holds the budget
     delta: float = 0.0
     rule: str = "linear"
 
@@ -69,8 +70,13 @@ class BudgetConfig:
 def parse_budget(t: Mapping[str, Any], base: Path) -> BudgetConfig:
     check_keys(t, {"dataset", "ledger", "epsilon", "delta", "rule"}, "[budget]")
     dataset = t.get("dataset")
-    if not isinstance(dataset, str) or not dataset or len(dataset) > 200 or not dataset.isprintable() \
-            or dataset != dataset.strip():
+    if (
+        not isinstance(dataset, str)
+        or not dataset
+        or len(dataset) > 200
+        or not dataset.isprintable()
+        or dataset != dataset.strip()
+    ):
         raise ConfigError(f"budget.dataset must be a name of 1-200 printable characters, got {dataset!r}")
     ledger = path_value(base, t, "ledger", "budget") if "ledger" in t else None
     eps = t.get("epsilon")
@@ -83,8 +89,10 @@ def parse_budget(t: Mapping[str, Any], base: Path) -> BudgetConfig:
     if rule not in RULES:
         raise ConfigError(f"budget.rule must be one of {', '.join(RULES)}, got {rule!r}")
     if eps is None and ("delta" in t or "rule" in t):
-        raise ConfigError("budget.delta and budget.rule need budget.epsilon (without it the ledger's "
-                          "budget, set with `smcdp budget set`, is used as it is)")
+        raise ConfigError(
+            "budget.delta and budget.rule need budget.epsilon (without it the ledger's "
+            "budget, set with `smcdp budget set`, is used as it is)"
+        )
     return BudgetConfig(dataset, ledger, None if eps is None else float(eps), float(delta), rule)
 
 
@@ -98,7 +106,7 @@ def budget_to_dict(b: BudgetConfig, base: Path | None) -> dict:
 
 
 def _same(a: Decimal, b: float) -> bool:
-    return a == Decimal(repr(float(b)))   # the ledger keeps floats by their shortest repr
+    return a == Decimal(repr(float(b)))  # the ledger keeps floats by their shortest repr
 
 
 class SessionCharges:
@@ -137,25 +145,37 @@ class SessionCharges:
         changed = None
         if cfg.epsilon is not None:
             before = ledger.status(cfg.dataset) if known else None
-            if before is None or not (_same(before.epsilon, cfg.epsilon) and _same(before.delta, cfg.delta)
-                                      and before.rule == cfg.rule):
+            if before is None or not (
+                _same(before.epsilon, cfg.epsilon) and _same(before.delta, cfg.delta) and before.rule == cfg.rule
+            ):
                 try:
                     ledger.set_budget(cfg.dataset, cfg.epsilon, cfg.delta, rule=cfg.rule)
                 except SmcdpError as exc:
                     raise ConfigError(f"[budget] of dataset {cfg.dataset!r} in {self.path}: {exc}") from None
-                changed = (None if before is None else fmt_amount(before.epsilon), fmt_amount(Decimal(repr(cfg.epsilon))))
+                changed = (
+                    None if before is None else fmt_amount(before.epsilon),
+                    fmt_amount(Decimal(repr(cfg.epsilon))),
+                )
         elif not known:
-            raise ConfigError(f"[budget]: dataset {cfg.dataset!r} has no budget in {self.path}; give "
-                              "budget.epsilon or run `smcdp budget set` first")
+            raise ConfigError(
+                f"[budget]: dataset {cfg.dataset!r} has no budget in {self.path}; give "
+                "budget.epsilon or run `smcdp budget set` first"
+            )
         self.budget = ledger.budget(cfg.dataset)
         return changed
 
     def status(self) -> dict:
         st = self._opened.status()
-        return {"dataset": st.dataset, "rule": st.rule, "epsilon": fmt_amount(st.epsilon),
-                "delta": fmt_amount(st.delta), "spent_epsilon": fmt_amount(st.spent_epsilon),
-                "reserved_epsilon": fmt_amount(st.reserved_epsilon),
-                "remaining_epsilon": fmt_amount(st.remaining_epsilon), "open_reservations": st.n_reserved}
+        return {
+            "dataset": st.dataset,
+            "rule": st.rule,
+            "epsilon": fmt_amount(st.epsilon),
+            "delta": fmt_amount(st.delta),
+            "spent_epsilon": fmt_amount(st.spent_epsilon),
+            "reserved_epsilon": fmt_amount(st.reserved_epsilon),
+            "remaining_epsilon": fmt_amount(st.remaining_epsilon),
+            "open_reservations": st.n_reserved,
+        }
 
     # ------------------------------------------------------------------ per session
     def reserve(self, key: str, summary: SessionSummary, initiator: str) -> Charge:
@@ -188,8 +208,13 @@ class SessionCharges:
 
     def entries(self, session_id: str) -> list[Charge]:
         """Every entry of this party for ``session_id`` (its first key and its resumes'), oldest first."""
-        return [c for c in self._opened.history() if c.key is not None and c.note.startswith(self._marker)
-                and (c.key == session_id or c.key.startswith(session_id + RESUME_KEY))]
+        return [
+            c
+            for c in self._opened.history()
+            if c.key is not None
+            and c.note.startswith(self._marker)
+            and (c.key == session_id or c.key.startswith(session_id + RESUME_KEY))
+        ]
 
     def next_key(self, session_id: str) -> str:
         """The key of a new reservation for ``session_id`` (its first, or the next resume's)."""
@@ -199,5 +224,4 @@ class SessionCharges:
     def orphans(self, keep: Iterable[str]) -> list[Charge]:
         """Open reservations of this party whose keys are not in ``keep``."""
         keep = set(keep)
-        return [c for c in self._opened.reservations()
-                if c.note.startswith(self._marker) and c.key not in keep]
+        return [c for c in self._opened.reservations() if c.note.startswith(self._marker) and c.key not in keep]

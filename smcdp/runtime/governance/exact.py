@@ -45,8 +45,12 @@ class ExactSessions:
                 continue
             if entry.get("event") == "exact-returned" and isinstance(entry.get("session"), str):
                 returned.add(entry["session"])
-            elif entry.get("event") == "accepted" and entry.get("exact") is True \
-                    and isinstance(entry.get("protocol"), str) and isinstance(entry.get("time"), str):
+            elif (
+                entry.get("event") == "accepted"
+                and entry.get("exact") is True
+                and isinstance(entry.get("protocol"), str)
+                and isinstance(entry.get("time"), str)
+            ):
                 try:
                     out.setdefault(entry["protocol"], []).append((_epoch(entry["time"]), str(entry.get("session"))))
                 except ValueError:
@@ -62,14 +66,20 @@ class ExactSessions:
         since = time.time() - days * 86400.0
         used = sum(1 for t, _ in self._admitted.get(protocol, ()) if t > since)
         if used >= rules.max_exact_sessions:
-            raise refusal(QuotaRefused, self.name, sid, f"policy.{protocol}.max_exact_sessions",
-                          f"it already joined {used} {protocol} session(s) releasing exact outputs from its data "
-                          f"in the last {days:g} days (at most {rules.max_exact_sessions})")
+            raise refusal(
+                QuotaRefused,
+                self.name,
+                sid,
+                f"policy.{protocol}.max_exact_sessions",
+                f"it already joined {used} {protocol} session(s) releasing exact outputs from its data "
+                f"in the last {days:g} days (at most {rules.max_exact_sessions})",
+            )
 
     def accepted(self, sid: str, role: str, how: str, protocol: str, exact: bool) -> None:
         """Admitted: on the audit trail (exact: counted, also after a restart)."""
-        entry = self.audit.append("accepted", session=sid, role=role, approval=how,
-                                  **({"protocol": protocol, "exact": True} if exact else {}))
+        entry = self.audit.append(
+            "accepted", session=sid, role=role, approval=how, **({"protocol": protocol, "exact": True} if exact else {})
+        )
         if exact:
             self._admitted.setdefault(protocol, []).append((_epoch(entry["time"]), sid))
 
@@ -80,6 +90,10 @@ class ExactSessions:
                 kept = [a for a in admitted if a[1] != session_id]
                 if len(kept) != len(admitted):
                     self._admitted[protocol] = kept
-                    self.audit.append("exact-returned", session=session_id, protocol=protocol,
-                                      why="the session ended before its role began here")
+                    self.audit.append(
+                        "exact-returned",
+                        session=session_id,
+                        protocol=protocol,
+                        why="the session ended before its role began here",
+                    )
                     return

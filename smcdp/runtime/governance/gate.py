@@ -28,7 +28,8 @@ import dataclasses
 import logging
 import threading
 import time
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from smcdp.errors import DeadlineExceeded, InvalidMessage, PreconditionFailed, ResourceExhausted, SmcdpError
 from smcdp.net.channel import Channel
@@ -36,9 +37,9 @@ from smcdp.net.grpc_channel import AlreadyExists, NotFound
 from smcdp.net.server import PendingApproval, SessionSpec
 from smcdp.plugins.base import OutputFlow, ProtocolPlugin, SessionContext, SessionSummary
 from smcdp.runtime.config import PartyConfig
+from smcdp.runtime.governance import views
 from smcdp.runtime.governance.approvals import Proposal, ProposalStore, check_reason, proposals_dir
 from smcdp.runtime.governance.audit import AuditLog, RefusalThrottle
-from smcdp.runtime.governance import views
 from smcdp.runtime.governance.charges import SessionCharges
 from smcdp.runtime.governance.exact import ExactSessions, QuotaRefused
 from smcdp.runtime.governance.policy import (
@@ -51,7 +52,7 @@ from smcdp.runtime.governance.policy import (
     releases_exact,
 )
 from smcdp.runtime.governance.reservations import BudgetRefused, Reservations
-from smcdp.runtime.governance.witness import WitnessStore, Witnessing
+from smcdp.runtime.governance.witness import Witnessing, WitnessStore
 from smcdp.states import ProposalState, SessionState
 
 log = logging.getLogger("smcdp.governance")
@@ -68,31 +69,38 @@ class QueueFull(ResourceExhausted, Refusal):
     """Too many proposals already wait for this party's operator (RESOURCE_EXHAUSTED)."""
 
 
-
-
 def warnings_for(config: PartyConfig) -> list[str]:
     """What a party prints loudly at start-up about its governance settings."""
     out = []
     pol = config.policy
     if pol is None:
-        out.append(f"party {config.name} has no [policy]: it refuses EVERY session a peer proposes (deny by "
-                   "default); only its own operator may start sessions. Write a [policy] "
-                   "(docs/governance.md) saying what it joins.")
+        out.append(
+            f"party {config.name} has no [policy]: it refuses EVERY session a peer proposes (deny by "
+            "default); only its own operator may start sessions. Write a [policy] "
+            "(docs/governance.md) saying what it joins."
+        )
     elif not pol.restricts:
-        out.append(f"party {config.name} has [policy] open = true: ANY peer in [peers] may start ANY session "
-                   "involving it, in any role, with any parameters (only the seed rule holds). Test "
-                   "deployments only: write a [policy] (docs/governance.md) before this party holds real data.")
+        out.append(
+            f"party {config.name} has [policy] open = true: ANY peer in [peers] may start ANY session "
+            "involving it, in any role, with any parameters (only the seed rule holds). Test "
+            "deployments only: write a [policy] (docs/governance.md) before this party holds real data."
+        )
     elif not pol.protocols:
-        out.append(f"party {config.name} joins no protocol (its [policy] has no [policy.<protocol>] table): "
-                   "every proposal will be refused.")
+        out.append(
+            f"party {config.name} joins no protocol (its [policy] has no [policy.<protocol>] table): "
+            "every proposal will be refused."
+        )
     if pol is not None and pol.allow_seeded:
-        out.append(f"UNSAFE: party {config.name} has [policy] allow_seeded = true: a session's seed, chosen by "
-                   "the initiating peer, replaces this party's own randomness, DP noise included, so a "
-                   "release can be recomputed and its noise subtracted. Tests and demos only.")
+        out.append(
+            f"UNSAFE: party {config.name} has [policy] allow_seeded = true: a session's seed, chosen by "
+            "the initiating peer, replaces this party's own randomness, DP noise included, so a "
+            "release can be recomputed and its noise subtracted. Tests and demos only."
+        )
     if config.inputs and config.budget is None:
-        what = ("are refused" if pol is not None and pol.restricts else "are NOT charged to any budget")
-        out.append(f"party {config.name} has inputs but no [budget]: differentially private releases "
-                   f"over its data {what}.")
+        what = "are refused" if pol is not None and pol.restricts else "are NOT charged to any budget"
+        out.append(
+            f"party {config.name} has inputs but no [budget]: differentially private releases over its data {what}."
+        )
     return out
 
 
@@ -125,12 +133,15 @@ class Governor:
 
         ``live``: sessions this party will continue from their checkpoints (restored after
         a crash, or waiting for ``session resume``): their reservations stay open."""
-        used = next((f"{d.name}/ exists" for d in (proposals_dir(self.config.data_dir), self.witnesses.dir)
-                     if d.is_dir()), None)
+        used = next(
+            (f"{d.name}/ exists" for d in (proposals_dir(self.config.data_dir), self.witnesses.dir) if d.is_dir()), None
+        )
         repaired = self.audit.open(used_before=used)
         if repaired is not None:
-            log.warning("audit log: repaired an incomplete last line (a crash mid-write); the fragment "
-                        "is kept in %s", repaired["saved_as"])
+            log.warning(
+                "audit log: repaired an incomplete last line (a crash mid-write); the fragment is kept in %s",
+                repaired["saved_as"],
+            )
         changed = self.charges.open() if self.charges is not None else None
         try:
             self.proposals.load()
@@ -138,12 +149,20 @@ class Governor:
             raise PreconditionFailed(str(exc)) from None
         pol = self.policy
         self.exact.load(self.config.data_dir)
-        self.audit.append("start", policy=None if pol is None else pol.as_dict(),
-                          budget=None if self.charges is None else self.charges.status())
+        self.audit.append(
+            "start",
+            policy=None if pol is None else pol.as_dict(),
+            budget=None if self.charges is None else self.charges.status(),
+        )
         if changed is not None:
-            assert self.charges is not None    # only an opened [budget] ledger reports a change
-            self.audit.append("budget-set", dataset=self.charges.dataset, epsilon_before=changed[0],
-                              epsilon=changed[1], source=str(self.config.source or "configuration"))
+            assert self.charges is not None  # only an opened [budget] ledger reports a change
+            self.audit.append(
+                "budget-set",
+                dataset=self.charges.dataset,
+                epsilon_before=changed[0],
+                epsilon=changed[1],
+                source=str(self.config.source or "configuration"),
+            )
         self.expire()
         self._reconcile(set(live))
         for text in warnings_for(self.config):
@@ -193,8 +212,16 @@ class Governor:
 
     def _first(self, peer: str, spec: SessionSpec, plugin: ProtocolPlugin, role: str) -> SessionSpec | PendingApproval:
         sid = spec.session_id
-        proposal = dict(session=sid, peer=peer, protocol=spec.protocol, role=role, roles=dict(spec.roles),
-                        params=dict(spec.params), seeded=spec.seed is not None, timeout_seconds=spec.timeout_seconds)
+        proposal = dict(
+            session=sid,
+            peer=peer,
+            protocol=spec.protocol,
+            role=role,
+            roles=dict(spec.roles),
+            params=dict(spec.params),
+            seeded=spec.seed is not None,
+            timeout_seconds=spec.timeout_seconds,
+        )
         reserved = None
         try:
             summary, charges = self._check(peer, spec, plugin, role)
@@ -205,48 +232,84 @@ class Governor:
             if pending:
                 self._check_queue(peer, sid)
             elif charges:
-                assert summary is not None    # _check finds a cost only in a summary
+                assert summary is not None  # _check finds a cost only in a summary
                 reserved = self.reservations.reserve(sid, summary, peer, refuse=True)
         except SmcdpError as exc:
-            self._refused(peer, exc, proposal)   # a flood of refusals is counted, not written one by one
+            self._refused(peer, exc, proposal)  # a flood of refusals is counted, not written one by one
             raise
         self.audit.append("proposal", **proposal)
         if pending:
             now = time.time()
-            p = self.proposals.save(Proposal(
-                session_id=sid, protocol=spec.protocol, roles=dict(spec.roles), params=dict(spec.params),
-                seed=spec.seed, timeout_seconds=spec.timeout_seconds, initiator=peer, role=role,
-                summary=None if summary is None else summary.as_dict(), charges_budget=charges,
-                received_at=now, expires_at=now + self.config.limits.approval_timeout_seconds))
-            self.audit.append("pending", session=sid, rule=f"policy.{spec.protocol}.approval",
-                              expires_at=views.iso(p.expires_at))
-            return PendingApproval(f"waiting for the operator of party {self.name!r} to approve "
-                                   "(smcdp session approve)")
+            p = self.proposals.save(
+                Proposal(
+                    session_id=sid,
+                    protocol=spec.protocol,
+                    roles=dict(spec.roles),
+                    params=dict(spec.params),
+                    seed=spec.seed,
+                    timeout_seconds=spec.timeout_seconds,
+                    initiator=peer,
+                    role=role,
+                    summary=None if summary is None else summary.as_dict(),
+                    charges_budget=charges,
+                    received_at=now,
+                    expires_at=now + self.config.limits.approval_timeout_seconds,
+                )
+            )
+            self.audit.append(
+                "pending", session=sid, rule=f"policy.{spec.protocol}.approval", expires_at=views.iso(p.expires_at)
+            )
+            return PendingApproval(
+                f"waiting for the operator of party {self.name!r} to approve (smcdp session approve)"
+            )
         if reserved is not None:
             self.reservations.audit_amount("reserved", reserved, session=sid)
         self.exact.accepted(sid, role, "auto" if peer != self.name else "own operator", spec.protocol, exact)
         return spec
 
-    def _check(self, peer: str, spec: SessionSpec, plugin: ProtocolPlugin, role: str
-               ) -> tuple[SessionSummary | None, bool]:
+    def _check(
+        self, peer: str, spec: SessionSpec, plugin: ProtocolPlugin, role: str
+    ) -> tuple[SessionSummary | None, bool]:
         """The policy's checks on a proposal (nothing written): (its summary, whether it costs budget)."""
         sid = spec.session_id
-        if self.policy is None:   # deny by default: refused before anything else is looked at
-            evaluate(None, me=self.name, session_id=sid, initiator=peer, role=role, roles=spec.roles,
-                     summary=None, allow_insecure_keys=self.config.allow_insecure_keys)
+        if self.policy is None:  # deny by default: refused before anything else is looked at
+            evaluate(
+                None,
+                me=self.name,
+                session_id=sid,
+                initiator=peer,
+                role=role,
+                roles=spec.roles,
+                summary=None,
+                allow_insecure_keys=self.config.allow_insecure_keys,
+            )
         check_seed(spec.seed, self.policy, self.name, sid)
         summary = self._summary(plugin, spec)
-        evaluate(self.policy, me=self.name, session_id=sid, initiator=peer, role=role, roles=spec.roles,
-                 summary=summary, allow_insecure_keys=self.config.allow_insecure_keys)
+        evaluate(
+            self.policy,
+            me=self.name,
+            session_id=sid,
+            initiator=peer,
+            role=role,
+            roles=spec.roles,
+            summary=summary,
+            allow_insecure_keys=self.config.allow_insecure_keys,
+        )
         costs = summary is not None and summary.epsilon is not None and role in summary.data_roles
         if costs and self.charges is None and self.policy is not None and self.policy.restricts:
-            raise refusal(OutOfBounds, self.name, sid, "budget",
-                          "it has no privacy budget ([budget]) and the session releases a "
-                          "differentially private output computed from its data")
+            raise refusal(
+                OutOfBounds,
+                self.name,
+                sid,
+                "budget",
+                "it has no privacy budget ([budget]) and the session releases a "
+                "differentially private output computed from its data",
+            )
         return summary, costs and self.charges is not None
 
-    def _refused(self, peer: str, exc: SmcdpError, proposal: Mapping[str, Any] | None, session: str | None = None,
-                 **fields: Any) -> None:
+    def _refused(
+        self, peer: str, exc: SmcdpError, proposal: Mapping[str, Any] | None, session: str | None = None, **fields: Any
+    ) -> None:
         """Audit a refusal: in full while ``peer`` is within its allowance, else counted."""
         rule = getattr(exc, "rule", None) or "validation"
         session = (proposal or {}).get("session", session)
@@ -257,8 +320,15 @@ class Governor:
                 self.audit.append("proposal", **proposal)
             self.audit.append("refused", session=session, rule=rule, code=exc.code, message=str(exc), **fields)
 
-    def readmit(self, initiator: str, spec: SessionSpec, plugin: ProtocolPlugin, role: str, how: str,
-                precheck: Callable[[], None] | None = None) -> None:
+    def readmit(
+        self,
+        initiator: str,
+        spec: SessionSpec,
+        plugin: ProtocolPlugin,
+        role: str,
+        how: str,
+        precheck: Callable[[], None] | None = None,
+    ) -> None:
         """A session continues from its checkpoint (``how``: "resume" or "restore"): admitted again
         by today's policy and budget, so a resume is no way around them.  Its reservation, if it still
         holds one, stays; if it was released (the session failed resumably, or the party restarted
@@ -268,7 +338,7 @@ class Governor:
         with self._lock:
             reserved = None
             try:
-                if precheck is not None:   # the party's limits (restarts, deadline, slots, envelope)
+                if precheck is not None:  # the party's limits (restarts, deadline, slots, envelope)
                     precheck()
                 summary, charges = self._check(initiator, spec, plugin, role)
                 res = self.reservations
@@ -277,7 +347,7 @@ class Governor:
                     if held is not None:
                         res.keep(sid, held.key)
                     else:
-                        assert summary is not None    # _check finds a cost only in a summary
+                        assert summary is not None  # _check finds a cost only in a summary
                         reserved = res.reserve(sid, summary, initiator, refuse=True)
             except SmcdpError as exc:
                 self._refused(initiator, exc, None, sid, how=how)
@@ -292,13 +362,23 @@ class Governor:
         waiting = [p for p in self.proposals.all() if ProposalState(p.state).open]
         mine = sum(p.initiator == peer for p in waiting)
         if mine >= lim.pending_approvals_per_peer:
-            raise refusal(QueueFull, self.name, sid, "limits.pending_approvals_per_peer",
-                          f"{peer!r} already has {mine} proposals waiting for its operator "
-                          f"(limits.pending_approvals_per_peer = {lim.pending_approvals_per_peer})")
+            raise refusal(
+                QueueFull,
+                self.name,
+                sid,
+                "limits.pending_approvals_per_peer",
+                f"{peer!r} already has {mine} proposals waiting for its operator "
+                f"(limits.pending_approvals_per_peer = {lim.pending_approvals_per_peer})",
+            )
         if len(waiting) >= lim.pending_approvals_total:
-            raise refusal(QueueFull, self.name, sid, "limits.pending_approvals_total",
-                          f"{len(waiting)} proposals already wait for its operator "
-                          f"(limits.pending_approvals_total = {lim.pending_approvals_total})")
+            raise refusal(
+                QueueFull,
+                self.name,
+                sid,
+                "limits.pending_approvals_total",
+                f"{len(waiting)} proposals already wait for its operator "
+                f"(limits.pending_approvals_total = {lim.pending_approvals_total})",
+            )
 
     def _summary(self, plugin: ProtocolPlugin, spec: SessionSpec) -> SessionSummary | None:
         try:
@@ -306,9 +386,14 @@ class Governor:
         except PreconditionFailed:
             # a third-party plug-in without a summary: only a party without protocol rules runs it
             if self.policy is not None and self.policy.restricts:
-                raise refusal(OutOfBounds, self.name, spec.session_id, "summary",
-                              f"the plug-in of {spec.protocol!r} does not describe its sessions, so this "
-                              "party's policy cannot admit them") from None
+                raise refusal(
+                    OutOfBounds,
+                    self.name,
+                    spec.session_id,
+                    "summary",
+                    f"the plug-in of {spec.protocol!r} does not describe its sessions, so this "
+                    "party's policy cannot admit them",
+                ) from None
             return None
 
     def _repeat(self, p: Proposal, peer: str, spec: SessionSpec) -> SessionSpec | PendingApproval:
@@ -318,13 +403,16 @@ class Governor:
             raise AlreadyExists(f"session {sid!r} already exists at party {self.name!r} (another proposal)")
         p = self._expire_one(p)
         if p.state == ProposalState.PENDING:
-            return PendingApproval(f"waiting for the operator of party {self.name!r} to approve "
-                                   "(smcdp session approve)")
+            return PendingApproval(
+                f"waiting for the operator of party {self.name!r} to approve (smcdp session approve)"
+            )
         if p.state == ProposalState.APPROVED:
-            outputs = [OutputFlow(o["name"], tuple(o["recipients"]), tuple(o["sources"]), bool(o["dp"]))
-                       for o in (p.summary or {}).get("outputs", ())]
+            outputs = [
+                OutputFlow(o["name"], tuple(o["recipients"]), tuple(o["sources"]), bool(o["dp"]))
+                for o in (p.summary or {}).get("outputs", ())
+            ]
             exact = releases_exact(outputs, p.role, p.roles, self.name)
-            try:   # another session may have taken the last exact slot since the operator approved
+            try:  # another session may have taken the last exact slot since the operator approved
                 self.exact.check(sid, p.protocol, exact)
             except QuotaRefused as exc:
                 self._give_back(sid, str(exc))
@@ -335,12 +423,16 @@ class Governor:
             self.exact.accepted(sid, p.role, "operator", p.protocol, exact)
             return p.spec()
         if p.state == ProposalState.REJECTED:
-            raise refusal(PolicyDenied, self.name, sid, "approval",
-                          f"its operator rejected the session: {p.reason}")
+            raise refusal(PolicyDenied, self.name, sid, "approval", f"its operator rejected the session: {p.reason}")
         if p.state == ProposalState.EXPIRED:
-            raise refusal(ApprovalExpired, self.name, sid, "approval",
-                          "its operator did not approve the session within its approval timeout "
-                          f"(limits.approval_timeout_seconds = {self.config.limits.approval_timeout_seconds:g})")
+            raise refusal(
+                ApprovalExpired,
+                self.name,
+                sid,
+                "approval",
+                "its operator did not approve the session within its approval timeout "
+                f"(limits.approval_timeout_seconds = {self.config.limits.approval_timeout_seconds:g})",
+            )
         raise refusal(OutOfBounds, self.name, sid, "approval", f"the proposal is {p.state} here")
 
     # ------------------------------------------------------------------ operator decisions
@@ -353,8 +445,9 @@ class Governor:
             if p.state != ProposalState.PENDING:
                 raise PreconditionFailed(f"proposal {session_id!r} is {p.state}; only a pending one can be approved")
             if p.charges_budget:
-                c = self.reservations.reserve(session_id, SessionSummary(**_summary_args(p.summary)), p.initiator,
-                                              refuse=False)
+                c = self.reservations.reserve(
+                    session_id, SessionSummary(**_summary_args(p.summary)), p.initiator, refuse=False
+                )
                 self.reservations.audit_amount("reserved", c, session=session_id)
             p = self.proposals.decide(p, ProposalState.APPROVED.value)
             self.audit.append("approved", session=session_id, by="operator")
@@ -368,8 +461,9 @@ class Governor:
         with self._lock:
             p = self._expire_one(self._proposal(session_id))
             if not ProposalState(p.state).open:
-                raise PreconditionFailed(f"proposal {session_id!r} is {p.state}; only a pending or approved "
-                                         "one can be rejected")
+                raise PreconditionFailed(
+                    f"proposal {session_id!r} is {p.state}; only a pending or approved one can be rejected"
+                )
             self._give_back(session_id, f"rejected by the operator: {reason}")
             p = self.proposals.decide(p, ProposalState.REJECTED.value, reason)
             self.audit.append("rejected", session=session_id, by="operator", reason=reason)
@@ -395,7 +489,9 @@ class Governor:
         if not ProposalState(p.state).open or time.time() < p.expires_at:
             return p
         self._give_back(p.session_id, "the proposal expired before the initiator started it")
-        p = self.proposals.decide(p, ProposalState.EXPIRED.value, "not approved and started within the approval timeout")
+        p = self.proposals.decide(
+            p, ProposalState.EXPIRED.value, "not approved and started within the approval timeout"
+        )
         self.audit.append("expired", session=p.session_id)
         return p
 
@@ -438,10 +534,15 @@ class Governor:
             if not began:
                 self.exact.give_back(session_id)
             self.settle(session_id, record.get("state") == SessionState.SUCCEEDED, str(err.get("message", "")))
-            self.audit.append("session-end", session=session_id, state="failed-resumable" if resumable
-                              else record.get("state"), code=err.get("code"), origin=err.get("origin"),
-                              message=err.get("message"))
-        except SmcdpError as exc:   # e.g. a session ending while the party shuts down (audit closed)
+            self.audit.append(
+                "session-end",
+                session=session_id,
+                state="failed-resumable" if resumable else record.get("state"),
+                code=err.get("code"),
+                origin=err.get("origin"),
+                message=err.get("message"),
+            )
+        except SmcdpError as exc:  # e.g. a session ending while the party shuts down (audit closed)
             log.error("session %s: could not settle or audit its end: %s", session_id, exc)
 
     def checkpoint_deleted(self, info: Mapping[str, Any], retention: float) -> None:
@@ -449,16 +550,23 @@ class Governor:
         sid = str(info["session"])
         with self._lock:
             self._give_back(sid, "its checkpoint was deleted: the session cannot continue")
-        self.audit.append("checkpoint-deleted", **dict(info), reason=f"the session ended over "
-                          f"limits.failed_retention_seconds = {retention:g} s ago")
+        self.audit.append(
+            "checkpoint-deleted",
+            **dict(info),
+            reason=f"the session ended over limits.failed_retention_seconds = {retention:g} s ago",
+        )
 
     def prune(self, retention: float) -> None:
         """Forget decided proposals older than ``retention`` (their decisions are in the audit trail)."""
         with self._lock:
             gone = self.proposals.prune(time.time() - retention)
         if gone:
-            self.audit.append("proposals-pruned", count=len(gone), sessions=gone[:20],
-                              reason=f"decided over limits.failed_retention_seconds = {retention:g} s ago")
+            self.audit.append(
+                "proposals-pruned",
+                count=len(gone),
+                sessions=gone[:20],
+                reason=f"decided over limits.failed_retention_seconds = {retention:g} s ago",
+            )
 
     def aborted(self, peer: str, session_id: str, code: str, message: str) -> None:
         self.audit.append("abort", session=session_id, peer=peer, code=code, message=message)
@@ -476,8 +584,12 @@ class Governor:
     def describe(self, p: Proposal) -> dict:
         return views.describe(p)
 
-    def list_sessions(self, pending_only: bool, live: Mapping[str, Mapping[str, Any]],
-                      recorded: Callable[[int], Iterable[Mapping[str, Any]]] = lambda limit: ()) -> list[dict]:
+    def list_sessions(
+        self,
+        pending_only: bool,
+        live: Mapping[str, Mapping[str, Any]],
+        recorded: Callable[[int], Iterable[Mapping[str, Any]]] = lambda limit: (),
+    ) -> list[dict]:
         """The proposals, and unless ``pending_only`` the live sessions and the newest ended ones
         (``recorded(limit)``: the records, newest first; blocking)."""
         with self._lock:
@@ -497,7 +609,7 @@ class Governor:
         if p is not None:
             out = views.describe(p)
         else:
-            assert record is not None    # neither: NotFound above
+            assert record is not None  # neither: NotFound above
             out = views.describe_record(record, self.reservations)
         if p is not None and record is not None:
             out["session"] = views.describe_record(record, self.reservations)
@@ -507,10 +619,17 @@ class Governor:
 def _summary_args(d: Mapping[str, Any] | None) -> dict:
     """A stored summary dict back into SessionSummary's arguments (outputs are not needed to reserve)."""
     d = dict(d or {})
-    return {"protocol": d.get("protocol", ""), "key_bits": d.get("key_bits", {}),
-            "data_roles": tuple(d.get("data_roles", ())), "coordinator_roles": tuple(d.get("coordinator_roles", ())),
-            "outputs": (), "epsilon": d.get("epsilon"), "delta": d.get("delta", 0.0), "rho": d.get("rho"),
-            "record_bound": d.get("record_bound")}
+    return {
+        "protocol": d.get("protocol", ""),
+        "key_bits": d.get("key_bits", {}),
+        "data_roles": tuple(d.get("data_roles", ())),
+        "coordinator_roles": tuple(d.get("coordinator_roles", ())),
+        "outputs": (),
+        "epsilon": d.get("epsilon"),
+        "delta": d.get("delta", 0.0),
+        "rho": d.get("rho"),
+        "record_bound": d.get("record_bound"),
+    }
 
 
 class _Governed(ProtocolPlugin):

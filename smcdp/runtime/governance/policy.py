@@ -54,8 +54,9 @@ from __future__ import annotations
 import fnmatch
 import math
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from smcdp.errors import InvalidMessage, PermissionDenied, PreconditionFailed, SmcdpError
 from smcdp.net.config import ConfigError, check_keys
@@ -70,9 +71,25 @@ ANY = "*"
 _PROTOCOL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _ROLE_PATTERN_RE = re.compile(r"^[A-Za-z0-9*][A-Za-z0-9_.*-]{0,63}$")
 _TOP_KEYS = {"approval", "allow_seeded", "open"}
-_RULE_KEYS = {"roles", "initiators", "coordinators", "release_to", "allow_non_dp", "min_key_bits",
-              "max_epsilon", "max_delta", "min_records", "approval", "max_components", "max_exact_sessions",
-              "period_days", "max_frames_per_round", "max_noise_parties", "max_key_bits", "max_iterations"}
+_RULE_KEYS = {
+    "roles",
+    "initiators",
+    "coordinators",
+    "release_to",
+    "allow_non_dp",
+    "min_key_bits",
+    "max_epsilon",
+    "max_delta",
+    "min_records",
+    "approval",
+    "max_components",
+    "max_exact_sessions",
+    "period_days",
+    "max_frames_per_round",
+    "max_noise_parties",
+    "max_key_bits",
+    "max_iterations",
+}
 #: the window of max_exact_sessions when period_days is not given
 DEFAULT_PERIOD_DAYS = 30.0
 #: the defaults of the bounds on what a proposal may size (the receive limit derives from them): the
@@ -94,10 +111,10 @@ class ProtocolRules:
     max_epsilon: float | None = None
     max_delta: float | None = None
     min_records: int | None = None
-    approval: str | None = None          # None: [policy].approval
-    max_components: int | None = None    # the most vectors a session computes from its data; each releases a direction
+    approval: str | None = None  # None: [policy].approval
+    max_components: int | None = None  # the most vectors a session computes from its data; each releases a direction
     max_exact_sessions: int | None = None  # the most sessions releasing exact outputs from its data ...
-    period_days: float | None = None     # ... in any window of this many days (default 30)
+    period_days: float | None = None  # ... in any window of this many days (default 30)
     #: the most frames one protocol round may cover where that shows more of its data (keyword's
     #: induction; SessionSummary.frames_per_round); None: 1
     max_frames_per_round: int | None = None
@@ -110,12 +127,27 @@ class ProtocolRules:
     max_iterations: int | None = None
 
     def as_dict(self) -> dict:
-        out: dict[str, Any] = {"roles": list(self.roles), "initiators": list(self.initiators),
-                               "coordinators": list(self.coordinators), "release_to": list(self.release_to),
-                               "allow_non_dp": self.allow_non_dp}
-        for k in ("min_key_bits", "max_epsilon", "max_delta", "min_records", "approval", "max_components",
-                  "max_exact_sessions", "period_days", "max_frames_per_round", "max_noise_parties",
-                  "max_key_bits", "max_iterations"):
+        out: dict[str, Any] = {
+            "roles": list(self.roles),
+            "initiators": list(self.initiators),
+            "coordinators": list(self.coordinators),
+            "release_to": list(self.release_to),
+            "allow_non_dp": self.allow_non_dp,
+        }
+        for k in (
+            "min_key_bits",
+            "max_epsilon",
+            "max_delta",
+            "min_records",
+            "approval",
+            "max_components",
+            "max_exact_sessions",
+            "period_days",
+            "max_frames_per_round",
+            "max_noise_parties",
+            "max_key_bits",
+            "max_iterations",
+        ):
             if getattr(self, k) is not None:
                 out[k] = getattr(self, k)
         return out
@@ -168,7 +200,7 @@ def _approval(t: Mapping[str, Any], where: str, default: str | None) -> str | No
 def _parties(t: Mapping[str, Any], key: str, where: str, known: set[str]) -> tuple[str, ...]:
     v = t.get(key, [])
     if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-        raise ConfigError(f"{where}.{key} must be a list of party names (or [\"*\"] for any peer), got {v!r}")
+        raise ConfigError(f'{where}.{key} must be a list of party names (or ["*"] for any peer), got {v!r}')
     for name in v:
         if name == ANY:
             continue
@@ -181,14 +213,28 @@ def _parties(t: Mapping[str, Any], key: str, where: str, known: set[str]) -> tup
     return tuple(dict.fromkeys(v))
 
 
-def _number(t: Mapping[str, Any], key: str, where: str, *, integer: bool, lo: float, hi: float | None,
-            lo_open: bool = False, hi_open: bool = False) -> Any:
+def _number(
+    t: Mapping[str, Any],
+    key: str,
+    where: str,
+    *,
+    integer: bool,
+    lo: float,
+    hi: float | None,
+    lo_open: bool = False,
+    hi_open: bool = False,
+) -> Any:
     if key not in t:
         return None
     v = t[key]
     ok_type = isinstance(v, int) if integer else isinstance(v, (int, float))
-    if isinstance(v, bool) or not ok_type or not math.isfinite(v) \
-            or (v <= lo if lo_open else v < lo) or (hi is not None and (v >= hi if hi_open else v > hi)):
+    if (
+        isinstance(v, bool)
+        or not ok_type
+        or not math.isfinite(v)
+        or (v <= lo if lo_open else v < lo)
+        or (hi is not None and (v >= hi if hi_open else v > hi))
+    ):
         rng = f"{'(' if lo_open else '['}{lo:g}, {'∞)' if hi is None else f'{hi:g}' + (')' if hi_open else ']')}"
         raise ConfigError(f"{where}.{key} must be {'an integer' if integer else 'a number'} in {rng}, got {v!r}")
     return v if integer else float(v)
@@ -203,10 +249,14 @@ def _rules(name: str, t: Any, known: set[str]) -> ProtocolRules:
         if required not in t:
             raise ConfigError(f"[{where}] must say {required} = [...] (an empty list allows none)")
     roles = t["roles"]
-    if not isinstance(roles, list) or not roles or not all(
-            isinstance(r, str) and _ROLE_PATTERN_RE.match(r) for r in roles):
-        raise ConfigError(f"{where}.roles must be a non-empty list of role names or patterns such as "
-                          f"\"party*\", got {roles!r}")
+    if (
+        not isinstance(roles, list)
+        or not roles
+        or not all(isinstance(r, str) and _ROLE_PATTERN_RE.match(r) for r in roles)
+    ):
+        raise ConfigError(
+            f'{where}.roles must be a non-empty list of role names or patterns such as "party*", got {roles!r}'
+        )
     return ProtocolRules(
         roles=tuple(dict.fromkeys(roles)),
         initiators=_parties(t, "initiators", where, known),
@@ -251,16 +301,28 @@ def parse_policy(t: Mapping[str, Any], me: str, peers: Mapping[str, str]) -> Pol
         protocols[name] = _rules(name, sub, known)
     is_open = _bool(t, "open", "policy", False)
     if is_open and protocols:
-        raise ConfigError("[policy] open = true admits every protocol; it cannot be combined with "
-                          f"[policy.<protocol>] tables ({', '.join(protocols)})")
-    return Policy(approval=_approval(t, "policy", "auto") or "auto",
-                  allow_seeded=_bool(t, "allow_seeded", "policy", False), protocols=protocols, open=is_open)
+        raise ConfigError(
+            "[policy] open = true admits every protocol; it cannot be combined with "
+            f"[policy.<protocol>] tables ({', '.join(protocols)})"
+        )
+    return Policy(
+        approval=_approval(t, "policy", "auto") or "auto",
+        allow_seeded=_bool(t, "allow_seeded", "policy", False),
+        protocols=protocols,
+        open=is_open,
+    )
 
 
 # ---------------------------------------------------------------------------- generated policies
-def rules_for_layout(roles: Mapping[str, str], *, initiators: tuple[str, ...] | list[str],
-                     coordinating_roles: tuple[str, ...], summary: SessionSummary | None = None,
-                     allow_non_dp: bool = False, min_key_bits: int | None = None) -> dict[str, ProtocolRules]:
+def rules_for_layout(
+    roles: Mapping[str, str],
+    *,
+    initiators: tuple[str, ...] | list[str],
+    coordinating_roles: tuple[str, ...],
+    summary: SessionSummary | None = None,
+    allow_non_dp: bool = False,
+    min_key_bits: int | None = None,
+) -> dict[str, ProtocolRules]:
     """Per party of ``roles`` (role -> party): the narrowest rules that admit this layout.
 
     Each party may hold exactly its role, the named initiators may propose, the parties
@@ -272,9 +334,10 @@ def rules_for_layout(roles: Mapping[str, str], *, initiators: tuple[str, ...] | 
     coordinators = {roles[r] for r in coordinating_roles if r in roles}
     out = {}
     for role, party in roles.items():
-        if role in coordinating_roles:   # holds no data: the data rules do not apply to it
-            out[party] = ProtocolRules(roles=(role,), initiators=tuple(sorted(set(initiators))),
-                                       min_key_bits=min_key_bits)
+        if role in coordinating_roles:  # holds no data: the data rules do not apply to it
+            out[party] = ProtocolRules(
+                roles=(role,), initiators=tuple(sorted(set(initiators))), min_key_bits=min_key_bits
+            )
             continue
         frames = shared = None
         if summary is not None:
@@ -285,30 +348,46 @@ def rules_for_layout(roles: Mapping[str, str], *, initiators: tuple[str, ...] | 
             shared = summary.noise_parties.get(role)
         else:
             release, non_dp = set(roles.values()) - {party}, allow_non_dp
-        out[party] = ProtocolRules(roles=(role,), initiators=tuple(sorted(set(initiators))),
-                                   coordinators=tuple(sorted(coordinators - {party})),
-                                   release_to=tuple(sorted(release)), allow_non_dp=non_dp,
-                                   min_key_bits=min_key_bits,
-                                   max_frames_per_round=frames if frames is not None and frames > 1 else None,
-                                   max_noise_parties=shared if shared is not None and shared > 1 else None)
+        out[party] = ProtocolRules(
+            roles=(role,),
+            initiators=tuple(sorted(set(initiators))),
+            coordinators=tuple(sorted(coordinators - {party})),
+            release_to=tuple(sorted(release)),
+            allow_non_dp=non_dp,
+            min_key_bits=min_key_bits,
+            max_frames_per_round=frames if frames is not None and frames > 1 else None,
+            max_noise_parties=shared if shared is not None and shared > 1 else None,
+        )
     return out
 
 
 def merge_rules(a: ProtocolRules, b: ProtocolRules) -> ProtocolRules:
     """The union of two generated rule sets for one protocol (several layouts)."""
+
     def union(x: tuple[str, ...], y: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(sorted(set(x) | set(y)))
-    return ProtocolRules(roles=union(a.roles, b.roles), initiators=union(a.initiators, b.initiators),
-                         coordinators=union(a.coordinators, b.coordinators),
-                         release_to=union(a.release_to, b.release_to), allow_non_dp=a.allow_non_dp or b.allow_non_dp,
-                         min_key_bits=a.min_key_bits, max_epsilon=a.max_epsilon, max_delta=a.max_delta,
-                         min_records=a.min_records, approval=a.approval, max_components=a.max_components,
-                         max_exact_sessions=a.max_exact_sessions, period_days=a.period_days,
-                         max_frames_per_round=max((x for x in (a.max_frames_per_round, b.max_frames_per_round)
-                                                   if x is not None), default=None),
-                         max_noise_parties=max((x for x in (a.max_noise_parties, b.max_noise_parties)
-                                                if x is not None), default=None),
-                         max_key_bits=a.max_key_bits, max_iterations=a.max_iterations)
+
+    return ProtocolRules(
+        roles=union(a.roles, b.roles),
+        initiators=union(a.initiators, b.initiators),
+        coordinators=union(a.coordinators, b.coordinators),
+        release_to=union(a.release_to, b.release_to),
+        allow_non_dp=a.allow_non_dp or b.allow_non_dp,
+        min_key_bits=a.min_key_bits,
+        max_epsilon=a.max_epsilon,
+        max_delta=a.max_delta,
+        min_records=a.min_records,
+        approval=a.approval,
+        max_components=a.max_components,
+        max_exact_sessions=a.max_exact_sessions,
+        period_days=a.period_days,
+        max_frames_per_round=max(
+            (x for x in (a.max_frames_per_round, b.max_frames_per_round) if x is not None), default=None
+        ),
+        max_noise_parties=max((x for x in (a.max_noise_parties, b.max_noise_parties) if x is not None), default=None),
+        max_key_bits=a.max_key_bits,
+        max_iterations=a.max_iterations,
+    )
 
 
 # ---------------------------------------------------------------------------- evaluation
@@ -343,14 +422,27 @@ def _listing(names: tuple[str, ...]) -> str:
 def check_seed(seed: int | None, policy: Policy | None, me: str, session_id: str) -> None:
     """DP noise never comes from a peer: a seeded proposal needs this party's allow_seeded."""
     if seed is not None and not (policy is not None and policy.allow_seeded):
-        raise refusal(OutOfBounds, me, session_id, "policy.allow_seeded",
-                      "the proposal carries a seed, which would replace this party's own randomness "
-                      "(DP noise included); this party does not allow seeded sessions")
+        raise refusal(
+            OutOfBounds,
+            me,
+            session_id,
+            "policy.allow_seeded",
+            "the proposal carries a seed, which would replace this party's own randomness "
+            "(DP noise included); this party does not allow seeded sessions",
+        )
 
 
-def evaluate(policy: Policy | None, *, me: str, session_id: str, initiator: str, role: str,
-             roles: Mapping[str, str], summary: SessionSummary | None,
-             allow_insecure_keys: bool) -> None:
+def evaluate(
+    policy: Policy | None,
+    *,
+    me: str,
+    session_id: str,
+    initiator: str,
+    role: str,
+    roles: Mapping[str, str],
+    summary: SessionSummary | None,
+    allow_insecure_keys: bool,
+) -> None:
     """Raise a refusal unless ``policy`` admits holding ``role`` in the proposal.
 
     No ``[policy]`` denies by default: every peer's proposal is refused (rule ``policy``),
@@ -361,8 +453,13 @@ def evaluate(policy: Policy | None, *, me: str, session_id: str, initiator: str,
     """
     if policy is None:
         if initiator != me:
-            raise refusal(PolicyDenied, me, session_id, "policy",
-                          "it has no [policy], so it joins no session a peer proposes (deny by default)")
+            raise refusal(
+                PolicyDenied,
+                me,
+                session_id,
+                "policy",
+                "it has no [policy], so it joins no session a peer proposes (deny by default)",
+            )
         return
     if not policy.restricts:
         return
@@ -402,11 +499,15 @@ class _Asking:
 def _check_who(ask: _Asking, rules: ProtocolRules, role: str, initiator: str) -> None:
     """The role it would hold, and who proposes."""
     if not any(fnmatch.fnmatchcase(role, pat) for pat in rules.roles):
-        raise ask.deny(f"{ask.base}.roles", f"it may not hold role {role!r} in {ask.proto} "
-                                            f"(allowed: {_listing(rules.roles)})")
+        raise ask.deny(
+            f"{ask.base}.roles", f"it may not hold role {role!r} in {ask.proto} (allowed: {_listing(rules.roles)})"
+        )
     if initiator != ask.me and not _allowed(rules.initiators, initiator):
-        raise ask.deny(f"{ask.base}.initiators", f"peer {initiator!r} may not initiate {ask.proto} sessions "
-                                                 f"involving it (allowed: {_listing(rules.initiators)})")
+        raise ask.deny(
+            f"{ask.base}.initiators",
+            f"peer {initiator!r} may not initiate {ask.proto} sessions "
+            f"involving it (allowed: {_listing(rules.initiators)})",
+        )
 
 
 def _check_keys(ask: _Asking, rules: ProtocolRules, summary: SessionSummary, allow_insecure_keys: bool) -> None:
@@ -416,40 +517,57 @@ def _check_keys(ask: _Asking, rules: ProtocolRules, summary: SessionSummary, all
     ceiling = rules.max_key_bits or DEFAULT_MAX_KEY_BITS
     rounds = rules.max_iterations or DEFAULT_MAX_ITERATIONS
     if summary.iterations is not None and summary.iterations > rounds:
-        raise ask.bound(f"{ask.base}.max_iterations", f"the session may run {summary.iterations} rounds; it "
-                                                      f"allows at most {rounds}")
+        raise ask.bound(
+            f"{ask.base}.max_iterations", f"the session may run {summary.iterations} rounds; it allows at most {rounds}"
+        )
     for what, bits in summary.key_bits.items():
         if bits > ceiling:
-            raise ask.bound(f"{ask.base}.max_key_bits", f"the {what} key of {bits} bits is above its maximum of "
-                                                        f"{ceiling} (it sizes what the session may send it)")
+            raise ask.bound(
+                f"{ask.base}.max_key_bits",
+                f"the {what} key of {bits} bits is above its maximum of "
+                f"{ceiling} (it sizes what the session may send it)",
+            )
         if floor is not None and bits < floor:
-            raise ask.bound(f"{ask.base}.min_key_bits", f"the {what} key of {bits} bits is below its minimum of "
-                                                        f"{floor}")
+            raise ask.bound(
+                f"{ask.base}.min_key_bits", f"the {what} key of {bits} bits is below its minimum of {floor}"
+            )
         if bits < SECURE_KEY_BITS and not allow_insecure_keys:
-            raise ask.bound("party.allow_insecure_keys", f"the {what} key of {bits} bits is below "
-                            f"{SECURE_KEY_BITS} and this party does not allow insecure keys")
+            raise ask.bound(
+                "party.allow_insecure_keys",
+                f"the {what} key of {bits} bits is below {SECURE_KEY_BITS} and this party does not allow insecure keys",
+            )
 
 
-def _check_where_its_data_goes(ask: _Asking, rules: ProtocolRules, summary: SessionSummary, role: str,
-                               roles: Mapping[str, str]) -> None:
+def _check_where_its_data_goes(
+    ask: _Asking, rules: ProtocolRules, summary: SessionSummary, role: str, roles: Mapping[str, str]
+) -> None:
     """Who coordinates over its data, and to whom outputs computed from it go (DP or not)."""
     base = ask.base
     for r in summary.coordinator_roles:
         holder = roles.get(r)
         if holder is not None and holder != ask.me and not _allowed(rules.coordinators, holder):
-            raise ask.deny(f"{base}.coordinators", f"peer {holder!r} may not hold the coordinating role {r!r} "
-                                                   f"over its data (allowed: {_listing(rules.coordinators)})")
+            raise ask.deny(
+                f"{base}.coordinators",
+                f"peer {holder!r} may not hold the coordinating role {r!r} "
+                f"over its data (allowed: {_listing(rules.coordinators)})",
+            )
     for out in summary.outputs_from(role):
         to = _recipients(out, roles, ask.me)
         if not to:
             continue
         if not out.dp and not rules.allow_non_dp:
-            raise ask.deny(f"{base}.allow_non_dp", f"output {out.name!r} is computed from its data without "
-                                                   f"differential privacy and would go to {', '.join(to)}")
+            raise ask.deny(
+                f"{base}.allow_non_dp",
+                f"output {out.name!r} is computed from its data without "
+                f"differential privacy and would go to {', '.join(to)}",
+            )
         refused = [p for p in to if not _allowed(rules.release_to, p)]
         if refused:
-            raise ask.deny(f"{base}.release_to", f"output {out.name!r} computed from its data would go to "
-                                                 f"{', '.join(refused)} (allowed: {_listing(rules.release_to)})")
+            raise ask.deny(
+                f"{base}.release_to",
+                f"output {out.name!r} computed from its data would go to "
+                f"{', '.join(refused)} (allowed: {_listing(rules.release_to)})",
+            )
 
 
 def _check_how_much_it_shows(ask: _Asking, rules: ProtocolRules, summary: SessionSummary, role: str) -> None:
@@ -457,36 +575,47 @@ def _check_how_much_it_shows(ask: _Asking, rules: ProtocolRules, summary: Sessio
     base = ask.base
     if summary.epsilon is not None:
         if rules.max_epsilon is not None and summary.epsilon > rules.max_epsilon:
-            raise ask.bound(f"{base}.max_epsilon", f"the release costs epsilon={summary.epsilon:g}, above its "
-                                                   f"per-session maximum of {rules.max_epsilon:g}")
+            raise ask.bound(
+                f"{base}.max_epsilon",
+                f"the release costs epsilon={summary.epsilon:g}, above its "
+                f"per-session maximum of {rules.max_epsilon:g}",
+            )
         if rules.max_delta is not None and summary.delta > rules.max_delta:
-            raise ask.bound(f"{base}.max_delta", f"the release costs delta={summary.delta:g}, above its "
-                                                 f"per-session maximum of {rules.max_delta:g}")
-    if rules.min_records is not None and (summary.record_bound is None
-                                          or summary.record_bound < rules.min_records):
-        have = "no public record bound" if summary.record_bound is None else \
-            f"a public record bound of {summary.record_bound}"
-        raise ask.bound(f"{base}.min_records", f"the session declares {have}; it requires at least "
-                                               f"{rules.min_records}")
-    if rules.max_components is not None and (summary.components is None
-                                             or summary.components > rules.max_components):
-        have = "no number of components" if summary.components is None else \
-            f"{summary.components} components"
-        raise ask.bound(f"{base}.max_components", f"the session computes {have} from its data; it allows at "
-                                                  f"most {rules.max_components}")
+            raise ask.bound(
+                f"{base}.max_delta",
+                f"the release costs delta={summary.delta:g}, above its per-session maximum of {rules.max_delta:g}",
+            )
+    if rules.min_records is not None and (summary.record_bound is None or summary.record_bound < rules.min_records):
+        have = (
+            "no public record bound"
+            if summary.record_bound is None
+            else f"a public record bound of {summary.record_bound}"
+        )
+        raise ask.bound(f"{base}.min_records", f"the session declares {have}; it requires at least {rules.min_records}")
+    if rules.max_components is not None and (summary.components is None or summary.components > rules.max_components):
+        have = "no number of components" if summary.components is None else f"{summary.components} components"
+        raise ask.bound(
+            f"{base}.max_components",
+            f"the session computes {have} from its data; it allows at most {rules.max_components}",
+        )
     shared = summary.noise_parties.get(role)
     most = rules.max_noise_parties or 1
     if shared is not None and shared > most:
-        raise ask.deny(f"{ask.base}.max_noise_parties",
-                       f"the noise protecting its data would be shared among {shared} parties, each adding 1/{shared} "
-                       f"of it, so that {shared - 1} colluding parties could remove theirs; it allows at most "
-                       f"{most} (1: it adds the whole noise itself)")
+        raise ask.deny(
+            f"{ask.base}.max_noise_parties",
+            f"the noise protecting its data would be shared among {shared} parties, each adding 1/{shared} "
+            f"of it, so that {shared - 1} colluding parties could remove theirs; it allows at most "
+            f"{most} (1: it adds the whole noise itself)",
+        )
     frames = summary.frames_per_round.get(role)
     limit = rules.max_frames_per_round or 1
     if frames is not None and frames > limit:
-        raise ask.bound(f"{base}.max_frames_per_round", f"the session's rounds cover {frames} frames each, "
-                                                        f"which shows more of its data than rounds of {limit}; "
-                                                        f"it allows at most {limit}")
+        raise ask.bound(
+            f"{base}.max_frames_per_round",
+            f"the session's rounds cover {frames} frames each, "
+            f"which shows more of its data than rounds of {limit}; "
+            f"it allows at most {limit}",
+        )
 
 
 def _recipients(out: OutputFlow, roles: Mapping[str, str], me: str) -> list[str]:

@@ -9,7 +9,7 @@ session may reserve; this module does the bookkeeping.
 from __future__ import annotations
 
 import threading
-from typing import Iterable
+from collections.abc import Iterable
 
 from smcdp.dp.budget import BudgetExceeded, fmt_amount
 from smcdp.errors import PreconditionFailed, SmcdpError
@@ -62,9 +62,14 @@ class Reservations:
 
     def audit_amount(self, event: str, c, **fields) -> None:
         assert self.charges is not None
-        self.audit.append(event, dataset=self.charges.dataset, epsilon=fmt_amount(c.epsilon),
-                          delta=fmt_amount(c.delta), **({"key": c.key} if RESUME_KEY in (c.key or "") else {}),
-                          **fields)
+        self.audit.append(
+            event,
+            dataset=self.charges.dataset,
+            epsilon=fmt_amount(c.epsilon),
+            delta=fmt_amount(c.delta),
+            **({"key": c.key} if RESUME_KEY in (c.key or "") else {}),
+            **fields,
+        )
 
     def reconcile(self, keep_sessions: Iterable[str]) -> None:
         """After a restart: release the open reservations of sessions that no longer run here.
@@ -83,9 +88,11 @@ class Reservations:
             if c is not None:
                 keep[sid] = c.key
         for c in self.charges.orphans(keep.values()):
-            assert c.key is not None    # a reservation is always made under its key
-            reason = ("party restarted: the session does not continue here now and had not reached its "
-                      "release point (a resume reserves again)")
+            assert c.key is not None  # a reservation is always made under its key
+            reason = (
+                "party restarted: the session does not continue here now and had not reached its "
+                "release point (a resume reserves again)"
+            )
             if self.charges.release(c.key, reason) is not None:
                 self.audit_amount("released", c, session=c.key.split(RESUME_KEY)[0], reason=reason)
         self.held = keep
@@ -101,12 +108,18 @@ class Reservations:
         except BudgetExceeded as exc:
             if not refuse:
                 raise
-            raise refusal(BudgetRefused, self.name, sid, "budget",
-                          f"the privacy budget of its dataset does not admit epsilon={summary.epsilon:g}, "
-                          f"delta={summary.delta:g} more") from exc
+            raise refusal(
+                BudgetRefused,
+                self.name,
+                sid,
+                "budget",
+                f"the privacy budget of its dataset does not admit epsilon={summary.epsilon:g}, "
+                f"delta={summary.delta:g} more",
+            ) from exc
         except PreconditionFailed as exc:
-            raise refusal(OutOfBounds, self.name, sid, "budget",
-                          f"this session id already had a budget reservation here ({exc})") from None
+            raise refusal(
+                OutOfBounds, self.name, sid, "budget", f"this session id already had a budget reservation here ({exc})"
+            ) from None
         self.held[sid] = key
         return c
 
@@ -118,7 +131,7 @@ class Reservations:
         key = self.held.pop(session_id, None) if self.charges is not None else None
         if key is None:
             return
-        assert self.charges is not None    # a key is held only with charges
+        assert self.charges is not None  # a key is held only with charges
         c = self.charges.release(key, reason)
         if c is not None:
             self.audit_amount("released", c, session=session_id, reason=reason)
@@ -128,8 +141,9 @@ class Reservations:
         key = self.held.get(session_id)
         c = None if key is None or self.charges is None else self.charges.commit(key)
         if c is not None:
-            self.audit_amount("charged", c, session=session_id,
-                              why="release point reached: output may leave the party from here on")
+            self.audit_amount(
+                "charged", c, session=session_id, why="release point reached: output may leave the party from here on"
+            )
 
     def settle(self, session_id: str, succeeded: bool, reason: str) -> None:
         """At the end of a session: commit what is still reserved on success, release it on failure."""

@@ -34,9 +34,10 @@ import hashlib
 import json
 import logging
 import threading
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, cast
+from typing import Any, cast
 
 import grpc
 from cryptography import x509
@@ -79,7 +80,7 @@ def _signed_at(claims: Mapping[str, Any]) -> _dt.datetime | None:
         t = _dt.datetime.fromisoformat(str(claims["time"]).replace("Z", "+00:00"))
     except (KeyError, ValueError, TypeError):
         return None
-    return t if t.tzinfo is not None else t.replace(tzinfo=_dt.timezone.utc)
+    return t if t.tzinfo is not None else t.replace(tzinfo=_dt.UTC)
 
 
 def went_back(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
@@ -116,8 +117,9 @@ def _verify(public_key, signature: bytes, data: bytes) -> None:
     if isinstance(public_key, ec.EllipticCurvePublicKey):
         public_key.verify(signature, data, ec.ECDSA(hashes.SHA256()))
     elif isinstance(public_key, rsa.RSAPublicKey):
-        public_key.verify(signature, data, padding.PSS(padding.MGF1(hashes.SHA256()), padding.PSS.MAX_LENGTH),
-                          hashes.SHA256())
+        public_key.verify(
+            signature, data, padding.PSS(padding.MGF1(hashes.SHA256()), padding.PSS.MAX_LENGTH), hashes.SHA256()
+        )
     elif isinstance(public_key, ed25519.Ed25519PublicKey):
         public_key.verify(signature, data)
     else:
@@ -128,13 +130,16 @@ def _verify(public_key, signature: bytes, data: bytes) -> None:
 class SignedHead:
     """One party's audit head, signed by it for one witness (the wire and file form)."""
 
-    statement: bytes       # canonical JSON, see :meth:`claims`
+    statement: bytes  # canonical JSON, see :meth:`claims`
     signature: bytes
-    certificate: bytes     # PEM of the signer's certificate
+    certificate: bytes  # PEM of the signer's certificate
 
     def claims(self) -> dict:
-        if len(self.statement) > MAX_STATEMENT or len(self.signature) > MAX_SIGNATURE \
-                or len(self.certificate) > MAX_CERTIFICATE:
+        if (
+            len(self.statement) > MAX_STATEMENT
+            or len(self.signature) > MAX_SIGNATURE
+            or len(self.certificate) > MAX_CERTIFICATE
+        ):
             raise WitnessError("the signed head is larger than a head can be")
         try:
             c = json.loads(self.statement)
@@ -142,25 +147,38 @@ class SignedHead:
             raise WitnessError("the signed head is not JSON") from None
         if not isinstance(c, dict) or c.get("kind") != KIND or c.get("version") != VERSION:
             raise WitnessError("the signed head is not a version-1 smcdp audit head")
-        for k, t in (("party", str), ("to", str), ("session", str), ("log_id", str), ("sha256", str),
-                     ("time", str), ("lines", int)):
+        for k, t in (
+            ("party", str),
+            ("to", str),
+            ("session", str),
+            ("log_id", str),
+            ("sha256", str),
+            ("time", str),
+            ("lines", int),
+        ):
             if not isinstance(c.get(k), t) or isinstance(c.get(k), bool):
                 raise WitnessError(f"the signed head lacks a valid {k!r}")
         if c["lines"] < 1 or len(c["log_id"]) != 64 or len(c["sha256"]) != 64:
             raise WitnessError("the signed head's line count or hashes are not valid")
-        if _signed_at(c) is None:        # heads are ordered by it (WitnessStore.keep)
+        if _signed_at(c) is None:  # heads are ordered by it (WitnessStore.keep)
             raise WitnessError("the signed head's time is not an ISO 8601 time")
         return c
 
     def as_dict(self) -> dict:
-        return {"statement": self.statement.decode("ascii"), "signature": base64.b64encode(self.signature).decode(),
-                "certificate": self.certificate.decode("ascii")}
+        return {
+            "statement": self.statement.decode("ascii"),
+            "signature": base64.b64encode(self.signature).decode(),
+            "certificate": self.certificate.decode("ascii"),
+        }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "SignedHead":
+    def from_dict(cls, d: Mapping[str, Any]) -> SignedHead:
         try:
-            return cls(str(d["statement"]).encode("ascii"), base64.b64decode(str(d["signature"]), validate=True),
-                       str(d["certificate"]).encode("ascii"))
+            return cls(
+                str(d["statement"]).encode("ascii"),
+                base64.b64decode(str(d["signature"]), validate=True),
+                str(d["certificate"]).encode("ascii"),
+            )
         except (KeyError, ValueError, TypeError, UnicodeError):
             raise WitnessError("not a signed audit head") from None
 
@@ -174,8 +192,10 @@ class SignedHead:
         except (ValueError, CertificateError) as exc:
             raise WitnessError(f"the signed head's certificate is not valid: {exc}") from None
         if name != claims["party"] or (party is not None and name != party):
-            raise WitnessError(f"the signed head of {claims['party']!r} comes with the certificate of {name!r}"
-                               + ("" if party is None else f" (expected {party!r})"))
+            raise WitnessError(
+                f"the signed head of {claims['party']!r} comes with the certificate of {name!r}"
+                + ("" if party is None else f" (expected {party!r})")
+            )
         try:
             cas = x509.load_pem_x509_certificates(ca_pem)
         except ValueError:
@@ -197,16 +217,28 @@ def _issued_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
         return False
 
 
-def sign_head(tls, state: tuple[str, int, str] | tuple[str, int, str, str] | None, to: str,
-              session: str) -> SignedHead | None:
+def sign_head(
+    tls, state: tuple[str, int, str] | tuple[str, int, str, str] | None, to: str, session: str
+) -> SignedHead | None:
     """This party's audit head ``state`` (:meth:`AuditLog.head`: log id, lines, last line's SHA-256 and
     the time it was read, taken together; without a time, now), signed with its TLS key for ``to``."""
     if state is None:
         return None
     log_id, lines, sha = state[:3]
-    at = state[3] if len(state) > 3 else utc_now("microseconds")   # heads are ordered by it (keep)
-    statement = _canonical({"kind": KIND, "version": VERSION, "party": tls.name, "to": to, "session": session,
-                            "log_id": log_id, "lines": lines, "sha256": sha, "time": at})
+    at = state[3] if len(state) > 3 else utc_now("microseconds")  # heads are ordered by it (keep)
+    statement = _canonical(
+        {
+            "kind": KIND,
+            "version": VERSION,
+            "party": tls.name,
+            "to": to,
+            "session": session,
+            "log_id": log_id,
+            "lines": lines,
+            "sha256": sha,
+            "time": at,
+        }
+    )
     key = serialization.load_pem_private_key(tls.key_pem, password=None)
     return SignedHead(statement, _sign(key, statement), tls.cert_pem)
 
@@ -215,13 +247,18 @@ def sign_head(tls, state: tuple[str, int, str] | tuple[str, int, str, str] | Non
 @dataclass
 class _PeerFile:
     party: str
-    heads: dict[str, dict] = field(default_factory=dict)        # log id -> SignedHead.as_dict() (latest)
+    heads: dict[str, dict] = field(default_factory=dict)  # log id -> SignedHead.as_dict() (latest)
     sessions: list[str] = field(default_factory=list)
     conflicts: list[dict] = field(default_factory=list)
 
     def as_dict(self) -> dict:
-        return {"kind": "smcdp-witnessed-heads", "party": self.party, "heads": self.heads,
-                "sessions": self.sessions, "conflicts": self.conflicts}
+        return {
+            "kind": "smcdp-witnessed-heads",
+            "party": self.party,
+            "heads": self.heads,
+            "sessions": self.sessions,
+            "conflicts": self.conflicts,
+        }
 
 
 class WitnessStore:
@@ -240,8 +277,9 @@ class WitnessStore:
         path = self._path(peer)
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))
-            return _PeerFile(peer, dict(raw.get("heads") or {}), list(raw.get("sessions") or []),
-                             list(raw.get("conflicts") or []))
+            return _PeerFile(
+                peer, dict(raw.get("heads") or {}), list(raw.get("sessions") or []), list(raw.get("conflicts") or [])
+            )
         except FileNotFoundError:
             return _PeerFile(peer)
         except (OSError, ValueError, AttributeError, TypeError) as exc:
@@ -259,7 +297,7 @@ class WitnessStore:
 
         ``live_or_ended``: the session the head names is one ``peer`` took part in here.
         Returns a description of a conflict (the head went backwards), else None."""
-        if not live_or_ended:   # before any signature work
+        if not live_or_ended:  # before any signature work
             raise PermissionDenied(f"party {peer!r} took part in no session {head.claims()['session']!r} here")
         claims = head.check(self.ca_pem, peer)
         if claims["to"] != self.me:
@@ -267,27 +305,30 @@ class WitnessStore:
         with self._lock:
             pf = self._load(peer)
             if pf.sessions.count(claims["session"]) >= HEADS_PER_SESSION:
-                return None          # a repeat changes nothing (each side sends one at its end)
+                return None  # a repeat changes nothing (each side sends one at its end)
             conflict = None
             old = pf.heads.get(claims["log_id"])
             old_claims = SignedHead.from_dict(old).claims() if old is not None else None
             if old_claims is not None and went_back(old_claims, claims):
                 # both times parse (claims() checks), so the keys are datetimes, never None
                 first, then = sorted((old_claims, claims), key=lambda c: cast(_dt.datetime, _signed_at(c)))
-                conflict = (f"party {peer!r} signed an audit head of {then['lines']} lines (sha256 "
-                            f"{then['sha256'][:16]}…, {then['time']}) after one of {first['lines']} lines "
-                            f"(sha256 {first['sha256'][:16]}…, {first['time']}) for the same log: "
-                            "its log went back")
+                conflict = (
+                    f"party {peer!r} signed an audit head of {then['lines']} lines (sha256 "
+                    f"{then['sha256'][:16]}…, {then['time']}) after one of {first['lines']} lines "
+                    f"(sha256 {first['sha256'][:16]}…, {first['time']}) for the same log: "
+                    "its log went back"
+                )
                 pf.conflicts = (pf.conflicts + [{"head": head.as_dict(), "after": old}])[-KEEP_CONFLICTS:]
-                if claims["lines"] > old_claims["lines"]:     # the longest head is the one a check needs
+                if claims["lines"] > old_claims["lines"]:  # the longest head is the one a check needs
                     pf.heads[claims["log_id"]] = head.as_dict()
             elif old_claims is not None and claims["lines"] < old_claims["lines"]:
-                pass     # an older head that arrived late: the longer one it preceded is kept
+                pass  # an older head that arrived late: the longer one it preceded is kept
             else:
                 pf.heads[claims["log_id"]] = head.as_dict()
-                if len(pf.heads) > KEEP_LOGS:   # the oldest logs' heads go first
-                    for k in sorted(pf.heads, key=lambda k: SignedHead.from_dict(pf.heads[k]).claims()["time"]
-                                    )[:len(pf.heads) - KEEP_LOGS]:
+                if len(pf.heads) > KEEP_LOGS:  # the oldest logs' heads go first
+                    for k in sorted(pf.heads, key=lambda k: SignedHead.from_dict(pf.heads[k]).claims()["time"])[
+                        : len(pf.heads) - KEEP_LOGS
+                    ]:
                         del pf.heads[k]
             pf.sessions = (pf.sessions + [claims["session"]])[-KEEP_SESSIONS:]
             self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -298,8 +339,9 @@ class WitnessStore:
         """Every head (latest per log, and the conflicting ones) this party holds about ``peer``."""
         with self._lock:
             pf = self._load(peer)
-        return [SignedHead.from_dict(h) for h in pf.heads.values()] + \
-               [SignedHead.from_dict(c["head"]) for c in pf.conflicts]
+        return [SignedHead.from_dict(h) for h in pf.heads.values()] + [
+            SignedHead.from_dict(c["head"]) for c in pf.conflicts
+        ]
 
 
 def heads_from_file(path: Path) -> list[SignedHead]:
@@ -310,8 +352,9 @@ def heads_from_file(path: Path) -> list[SignedHead]:
         raise WitnessError(f"{path} is not a witness file: {exc}") from None
     if not isinstance(raw, dict) or raw.get("kind") != "smcdp-witnessed-heads":
         raise WitnessError(f"{path} is not a witness file (smcdp-witnessed-heads)")
-    return [SignedHead.from_dict(h) for h in (raw.get("heads") or {}).values()] + \
-           [SignedHead.from_dict(c.get("head") or {}) for c in raw.get("conflicts") or []]
+    return [SignedHead.from_dict(h) for h in (raw.get("heads") or {}).values()] + [
+        SignedHead.from_dict(c.get("head") or {}) for c in raw.get("conflicts") or []
+    ]
 
 
 async def fetch_witnessed(config, tls) -> tuple[list[tuple[str, SignedHead]], dict[str, str]]:
@@ -323,12 +366,14 @@ async def fetch_witnessed(config, tls) -> tuple[list[tuple[str, SignedHead]], di
 
     async def one(peer: str) -> None:
         try:
-            reply = await connector.mailbox(peer).GetWitnessed(tpb.WitnessQuery(),
-                                                               timeout=config.timeouts.connect_seconds)
+            reply = await connector.mailbox(peer).GetWitnessed(
+                tpb.WitnessQuery(), timeout=config.timeouts.connect_seconds
+            )
         except grpc.RpcError as exc:
             errors[peer] = f"{exc.code().name}: {printable(exc.details() or '', 300)}"
             return
         heads.extend((f"peer {peer}", SignedHead(h.statement, h.signature, h.certificate)) for h in reply.heads)
+
     try:
         await asyncio.gather(*(one(p) for p in sorted(config.peers)))
     finally:
@@ -339,7 +384,7 @@ async def fetch_witnessed(config, tls) -> tuple[list[tuple[str, SignedHead]], di
 # ---------------------------------------------------------------------- checking the local log
 @dataclass
 class Finding:
-    source: str            # where the head came from (a peer, a file)
+    source: str  # where the head came from (a peer, a file)
     ok: bool
     lines: int | None
     message: str
@@ -365,15 +410,25 @@ def check_log(data_dir: Path, me: str, ca_path: Path, witnessed: Iterable[tuple[
             continue
         where = f"{source} witnessed {c['lines']} lines at {c['time']} (session {c['session']})"
         if not hashes_ or c["log_id"] != hashes_[0]:
-            why = (" (this log was started anew by its operator, line 1)" if restarted else
-                   " (the log was replaced or its first line changed)")
+            why = (
+                " (this log was started anew by its operator, line 1)"
+                if restarted
+                else " (the log was replaced or its first line changed)"
+            )
             out.append(Finding(source, False, c["lines"], f"{where} of another log{why}"))
         elif c["lines"] > len(hashes_):
-            out.append(Finding(source, False, c["lines"],
-                               f"{where}, the log now holds {len(hashes_)}: it was truncated"))
+            out.append(
+                Finding(source, False, c["lines"], f"{where}, the log now holds {len(hashes_)}: it was truncated")
+            )
         elif hashes_[c["lines"] - 1] != c["sha256"]:
-            out.append(Finding(source, False, c["lines"],
-                               f"{where}, but line {c['lines']} is not the line witnessed: the log was rewritten"))
+            out.append(
+                Finding(
+                    source,
+                    False,
+                    c["lines"],
+                    f"{where}, but line {c['lines']} is not the line witnessed: the log was rewritten",
+                )
+            )
         else:
             out.append(Finding(source, True, c["lines"], f"{where}: matches"))
     return out
@@ -390,7 +445,7 @@ def verdicts(findings: Iterable[Finding]) -> dict[str, dict[str, Any]]:
         v["heads"] += 1
         v["agreeing" if f.ok else "contradicting" if f.lines is not None else "unusable"] += 1
     for v in out.values():
-        v["verdict"] = ("contradicts" if v["contradicting"] else "agrees" if v["agreeing"] else "unusable")
+        v["verdict"] = "contradicts" if v["contradicting"] else "agrees" if v["agreeing"] else "unusable"
     return out
 
 
@@ -426,6 +481,17 @@ class Witnessing:
             self.audit.append("witness-conflict", peer=peer, session=session, problem=conflict)
 
 
-__all__ = ["Finding", "SignedHead", "WITNESS_DIR", "WitnessError", "WitnessStore", "Witnessing", "check_log",
-           "fetch_witnessed", "verdicts",
-           "heads_from_file", "sign_head", "went_back"]
+__all__ = [
+    "WITNESS_DIR",
+    "Finding",
+    "SignedHead",
+    "WitnessError",
+    "WitnessStore",
+    "Witnessing",
+    "check_log",
+    "fetch_witnessed",
+    "heads_from_file",
+    "sign_head",
+    "verdicts",
+    "went_back",
+]

@@ -8,6 +8,7 @@ import os
 import pytest
 
 from tests.integration.multihost.cases import available_cases, governance_args
+
 from .harness import ContainerCluster, Podman, build_images, unavailable_reason
 
 
@@ -34,8 +35,11 @@ def podman(tmp_path_factory):
 def images(podman, request):
     built = build_images(podman)
     size = podman.image_inspect(built.image)["Size"]
-    _report(request.config, f"\ncontainer test: base {built.base} ready in {built.base_seconds:.0f} s; "
-            f"party image {built.image} built in {built.build_seconds:.0f} s, {size / 1e6:.0f} MB")
+    _report(
+        request.config,
+        f"\ncontainer test: base {built.base} ready in {built.base_seconds:.0f} s; "
+        f"party image {built.image} built in {built.build_seconds:.0f} s, {size / 1e6:.0f} MB",
+    )
     return built
 
 
@@ -52,8 +56,9 @@ def cluster(podman, images, tmp_path_factory):
         inputs += items
         expected[case.protocol] = state
     plugins = [case.module for case in cases if case.module and case.module_needed]
-    c = ContainerCluster(podman, images.image, parties, workdir, inputs=inputs, plugins=plugins,
-                         init_args=governance_args(cases))
+    c = ContainerCluster(
+        podman, images.image, parties, workdir, inputs=inputs, plugins=plugins, init_args=governance_args(cases)
+    )
     c.cases = {case.protocol: case for case in cases}
     c.expected = expected
     try:

@@ -34,9 +34,10 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from tests.support.bundles import BundleRecords
 
@@ -70,8 +71,10 @@ def unavailable_reason() -> str | None:
         if shutil.which(tool) is None:
             return f"{tool} is not installed (apt-get install {pkg})"
     if not os.environ.get("SMCDP_TEST_PYTHON_IMAGE") and shutil.which("debootstrap") is None:
-        return ("debootstrap is not installed (apt-get install debootstrap) and no base image was "
-                "given (SMCDP_TEST_PYTHON_IMAGE=python:3.11-slim-bookworm)")
+        return (
+            "debootstrap is not installed (apt-get install debootstrap) and no base image was "
+            "given (SMCDP_TEST_PYTHON_IMAGE=python:3.11-slim-bookworm)"
+        )
     return None
 
 
@@ -91,16 +94,18 @@ class Podman:
             "# written by the smcdp container tests; used through CONTAINERS_CONF only\n"
             "[containers]\ndefault_ulimits = []\n"
             f'[engine]\ncgroup_manager = "cgroupfs"\n{runtime}'
-            f'[network]\nnetwork_config_dir = "{self.cni_dir}"\n')
+            f'[network]\nnetwork_config_dir = "{self.cni_dir}"\n'
+        )
         self.env = dict(os.environ, CONTAINERS_CONF=str(self.conf))
 
-    def run(self, *args: str, timeout: float = 120, check: bool = True,
-            input: str | None = None) -> subprocess.CompletedProcess:
-        r = subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout,
-                           env=self.env, input=input)
+    def run(
+        self, *args: str, timeout: float = 120, check: bool = True, input: str | None = None
+    ) -> subprocess.CompletedProcess:
+        r = subprocess.run(
+            ["podman", *args], capture_output=True, text=True, timeout=timeout, env=self.env, input=input
+        )
         # podman without systemd logs harmless errors about health-check timers on stderr
-        r.stderr = "\n".join(line for line in r.stderr.splitlines()
-                             if "unable to get systemd connection" not in line)
+        r.stderr = "\n".join(line for line in r.stderr.splitlines() if "unable to get systemd connection" not in line)
         if check and r.returncode != 0:
             raise RuntimeError(f"podman {' '.join(args)} failed ({r.returncode}):\n{r.stderr}\n{r.stdout}")
         return r
@@ -117,8 +122,9 @@ class Podman:
         for line in r.stdout.splitlines():
             name = line.split()[0] if line.split() else ""
             # ours, or made by the compose test (project smcdp-ct-<pid>-<hex>)
-            m = re.search(RUN_LABEL.replace(".", r"\.") + r":(\d+)-", line) or \
-                re.search(r"com\.docker\.compose\.project:smcdp-ct-(\d+)-", line)
+            m = re.search(RUN_LABEL.replace(".", r"\.") + r":(\d+)-", line) or re.search(
+                r"com\.docker\.compose\.project:smcdp-ct-(\d+)-", line
+            )
             if name and m and not _pid_alive(int(m.group(1))):
                 self.run("rm", "-f", "-t", "0", name, check=False)
         for ns in _netns_list():
@@ -163,8 +169,13 @@ def build_images(podman: Podman, image: str = TEST_IMAGE) -> BuiltImages:
     t0 = time.monotonic()
     if not base:
         base = BASE_IMAGE
-        r = subprocess.run([str(REPO / "deploy" / "image" / "base-image.sh"), base], env=podman.env,
-                           capture_output=True, text=True, timeout=900)
+        r = subprocess.run(
+            [str(REPO / "deploy" / "image" / "base-image.sh"), base],
+            env=podman.env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         if r.returncode != 0:
             raise RuntimeError(f"base-image.sh failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
     base_seconds = time.monotonic() - t0
@@ -173,11 +184,18 @@ def build_images(podman: Podman, image: str = TEST_IMAGE) -> BuiltImages:
     secret.write_text((host_ca.read_text() if host_ca.exists() else "") + f"# {SECRET_CANARY}\n")
     # Build containers use the host's network (not a podman bridge): no interface or
     # firewall rule is added to the host for the build.
-    env = dict(podman.env, IMAGE=image, PYTHON_IMAGE=base, BUILD_CA=str(secret),
-               CONTAINER_ENGINE="podman", BUILD_FLAGS="--network=host")
+    env = dict(
+        podman.env,
+        IMAGE=image,
+        PYTHON_IMAGE=base,
+        BUILD_CA=str(secret),
+        CONTAINER_ENGINE="podman",
+        BUILD_FLAGS="--network=host",
+    )
     t0 = time.monotonic()
-    r = subprocess.run([str(REPO / "deploy" / "image" / "build.sh")], env=env, capture_output=True,
-                       text=True, timeout=1500)
+    r = subprocess.run(
+        [str(REPO / "deploy" / "image" / "build.sh")], env=env, capture_output=True, text=True, timeout=1500
+    )
     if r.returncode != 0:
         raise RuntimeError(f"build.sh failed ({r.returncode}):\n{r.stdout[-6000:]}\n{r.stderr[-6000:]}")
     return BuiltImages(image, base, base_seconds, time.monotonic() - t0, secret)
@@ -214,8 +232,7 @@ def _duration(text: str) -> str:
     return text
 
 
-def podman_run_args(bundle: Path, *, name: str, network: str, labels: Mapping[str, str] = {}
-                    ) -> tuple[list[str], str]:
+def podman_run_args(bundle: Path, *, name: str, network: str, labels: Mapping[str, str] = {}) -> tuple[list[str], str]:
     """``podman run`` options and image for the one service of ``bundle/docker-compose.yml``.
 
     Every key of the service is either translated to the equivalent podman option or listed
@@ -225,7 +242,7 @@ def podman_run_args(bundle: Path, *, name: str, network: str, labels: Mapping[st
 
     doc = yaml.safe_load((bundle / "docker-compose.yml").read_text())
     env = read_env_file(bundle / ".env")
-    (svc_name, svc), = doc["services"].items()
+    ((svc_name, svc),) = doc["services"].items()
     args = ["--name", name, "--network", network]
     for k, v in labels.items():
         args += ["--label", f"{k}={v}"]
@@ -269,11 +286,18 @@ def podman_run_args(bundle: Path, *, name: str, network: str, labels: Mapping[st
             test = value["test"]
             if test[0] != "CMD":
                 raise ValueError(f"healthcheck.test must be exec form, got {test!r}")
-            args += ["--health-cmd", json.dumps(test[1:]),
-                     "--health-interval", _duration(value["interval"]),
-                     "--health-timeout", _duration(value["timeout"]),
-                     "--health-retries", str(int(value["retries"])),
-                     "--health-start-period", _duration(value["start_period"])]
+            args += [
+                "--health-cmd",
+                json.dumps(test[1:]),
+                "--health-interval",
+                _duration(value["interval"]),
+                "--health-timeout",
+                _duration(value["timeout"]),
+                "--health-retries",
+                str(int(value["retries"])),
+                "--health-start-period",
+                _duration(value["start_period"]),
+            ]
         elif key == "stop_grace_period":
             m = re.match(r"^(\d+)s$", value)
             if not m:
@@ -287,8 +311,10 @@ def podman_run_args(bundle: Path, *, name: str, network: str, labels: Mapping[st
                 elif f"logging.options.{k}" not in NOT_TRANSLATED:
                     raise ValueError(f"logging option {k!r} has no podman translation")
         else:
-            raise ValueError(f"docker-compose key services.{svc_name}.{key} has no podman translation "
-                             "in tests/integration/containers/harness.py; add one")
+            raise ValueError(
+                f"docker-compose key services.{svc_name}.{key} has no podman translation "
+                "in tests/integration/containers/harness.py; add one"
+            )
     return args, image
 
 
@@ -341,10 +367,24 @@ class ContainerCluster(BundleRecords):
         self.netns_made = True
         subprocess.run(["ip", "-n", self.netns, "link", "set", "lo", "up"], check=True, capture_output=True)
         hosts = ",".join(f"{p}=127.0.0.1:{self.ports[p]}" for p in self.parties)
-        cmd = [smcdp_command(), "deploy", "init", "--hosts", hosts, "--out", str(self.deploy_dir),
-               "--image", self.image, "--allow-insecure-keys",
-               "--connect-seconds", str(self.connect_seconds),
-               "--session-seconds", str(self.session_seconds), "--rpc-seconds", str(self.rpc_seconds)]
+        cmd = [
+            smcdp_command(),
+            "deploy",
+            "init",
+            "--hosts",
+            hosts,
+            "--out",
+            str(self.deploy_dir),
+            "--image",
+            self.image,
+            "--allow-insecure-keys",
+            "--connect-seconds",
+            str(self.connect_seconds),
+            "--session-seconds",
+            str(self.session_seconds),
+            "--rpc-seconds",
+            str(self.rpc_seconds),
+        ]
         for item in self.inputs:
             cmd += ["--inputs", item]
         for module in self.plugins:
@@ -357,8 +397,12 @@ class ContainerCluster(BundleRecords):
             hand_to_container_user(self.bundle(p))
 
     def run_args(self, party: str) -> tuple[list[str], str]:
-        return podman_run_args(self.bundle(party), name=self.name(party),
-                               network=f"ns:/run/netns/{self.netns}", labels={RUN_LABEL: self.run_id})
+        return podman_run_args(
+            self.bundle(party),
+            name=self.name(party),
+            network=f"ns:/run/netns/{self.netns}",
+            labels={RUN_LABEL: self.run_id},
+        )
 
     def create(self, party: str) -> None:
         args, image = self.run_args(party)
@@ -389,8 +433,9 @@ class ContainerCluster(BundleRecords):
             while True:
                 state = self.podman.inspect(self.name(p))["State"]
                 if not state["Running"]:
-                    raise RuntimeError(f"container of {p} is not running ({state['Status']}, exit "
-                                       f"{state['ExitCode']}):\n{self.log(p)}")
+                    raise RuntimeError(
+                        f"container of {p} is not running ({state['Status']}, exit {state['ExitCode']}):\n{self.log(p)}"
+                    )
                 if self.healthcheck(p).returncode == 0:
                     break
                 if time.monotonic() > end:
@@ -429,12 +474,27 @@ class ContainerCluster(BundleRecords):
     def cli(self, party: str, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess:
         return self.exec(party, "smcdp", *args, timeout=timeout)
 
-    def session(self, initiator: str, protocol: str, roles: Mapping[str, str],
-                params: Mapping[str, Any], *, session_id: str | None = None,
-                timeout: float | None = None) -> SessionOutcome:
+    def session(
+        self,
+        initiator: str,
+        protocol: str,
+        roles: Mapping[str, str],
+        params: Mapping[str, Any],
+        *,
+        session_id: str | None = None,
+        timeout: float | None = None,
+    ) -> SessionOutcome:
         """``smcdp session start`` in the initiator's container; its record from stdout."""
-        args = ["session", "start", "--config", "/etc/smcdp/party.toml", "--protocol", protocol,
-                "--params", json.dumps(dict(params))]
+        args = [
+            "session",
+            "start",
+            "--config",
+            "/etc/smcdp/party.toml",
+            "--protocol",
+            protocol,
+            "--params",
+            json.dumps(dict(params)),
+        ]
         for role, party in roles.items():
             args += ["--role", f"{role}={party}"]
         if session_id:
@@ -449,6 +509,7 @@ class ContainerCluster(BundleRecords):
         except ValueError:
             record = None
         return SessionOutcome(r.returncode, record, r.stderr, seconds)
+
 
 def hand_to_container_user(bundle: Path) -> None:
     """The operator's documented step: ``chown -R 10001:10001 certs data inputs``."""

@@ -19,6 +19,7 @@ import time
 import pytest
 
 from tests.integration.multihost.cases import KEYWORD, governance_args, run_keyword
+
 from .harness import CONTAINER_UID, ContainerCluster, smcdp_command
 
 pytestmark = [pytest.mark.container, pytest.mark.timeout(900)]
@@ -35,31 +36,65 @@ class ComposeCluster(ContainerCluster):
 
     def compose(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
         env = dict(self.podman.env, DOCKER_HOST=f"unix://{self.socket}", COMPOSE_INTERACTIVE_NO_CLI="1")
-        return subprocess.run(["docker-compose", "--project-name", f"smcdp-ct-{self.run_id}", *args],
-                              cwd=self.bundle("bob"), env=env, capture_output=True, text=True,
-                              timeout=timeout)
+        return subprocess.run(
+            ["docker-compose", "--project-name", f"smcdp-ct-{self.run_id}", *args],
+            cwd=self.bundle("bob"),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     def up(self) -> None:
         self.podman.remove_leftovers()
         ns = self.netns
-        for cmd in (["ip", "netns", "add", ns],
-                    ["ip", "-n", ns, "link", "set", "lo", "up"],
-                    ["ip", "-n", ns, "link", "add", "ct0", "type", "veth", "peer", "name", "ct1"],
-                    ["ip", "-n", ns, "addr", "add", f"{HOST_ADDR}/24", "dev", "ct0"],
-                    ["ip", "-n", ns, "link", "set", "ct0", "up"],
-                    ["ip", "-n", ns, "link", "set", "ct1", "up"]):
+        for cmd in (
+            ["ip", "netns", "add", ns],
+            ["ip", "-n", ns, "link", "set", "lo", "up"],
+            ["ip", "-n", ns, "link", "add", "ct0", "type", "veth", "peer", "name", "ct1"],
+            ["ip", "-n", ns, "addr", "add", f"{HOST_ADDR}/24", "dev", "ct0"],
+            ["ip", "-n", ns, "link", "set", "ct0", "up"],
+            ["ip", "-n", ns, "link", "set", "ct1", "up"],
+        ):
             subprocess.run(cmd, check=True, capture_output=True)
             self.netns_made = True
         self.socket = self.workdir / "podman.sock"
         self.service_log = open(self.workdir / "podman-service.log", "wb")  # noqa: SIM115 - the service's stdout, closed with it
         self.service = subprocess.Popen(
-            ["nsenter", f"--net=/run/netns/{ns}", "podman", "system", "service", "--time", "0",
-             f"unix://{self.socket}"], env=self.podman.env, stdout=self.service_log,
-            stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                "nsenter",
+                f"--net=/run/netns/{ns}",
+                "podman",
+                "system",
+                "service",
+                "--time",
+                "0",
+                f"unix://{self.socket}",
+            ],
+            env=self.podman.env,
+            stdout=self.service_log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         hosts = ",".join(f"{p}={HOST_ADDR}:{port}" for p, port in PORTS.items())
-        cmd = [smcdp_command(), "deploy", "init", "--hosts", hosts, "--out", str(self.deploy_dir),
-               "--image", self.image, "--allow-insecure-keys", "--connect-seconds", "3",
-               "--session-seconds", "120", "--rpc-seconds", "20"]
+        cmd = [
+            smcdp_command(),
+            "deploy",
+            "init",
+            "--hosts",
+            hosts,
+            "--out",
+            str(self.deploy_dir),
+            "--image",
+            self.image,
+            "--allow-insecure-keys",
+            "--connect-seconds",
+            "3",
+            "--session-seconds",
+            "120",
+            "--rpc-seconds",
+            "20",
+        ]
         for item in self.inputs:
             cmd += ["--inputs", item]
         for module in self.plugins:
@@ -73,8 +108,9 @@ class ComposeCluster(ContainerCluster):
             hand_to_container_user(self.bundle(p))
         end = time.monotonic() + 30
         while not self.socket.exists():
-            assert self.service.poll() is None and time.monotonic() < end, \
-                (self.workdir / "podman-service.log").read_text()
+            assert self.service.poll() is None and time.monotonic() < end, (
+                self.workdir / "podman-service.log"
+            ).read_text()
             time.sleep(0.2)
 
     def start_all(self, wait: float = 180.0) -> None:
@@ -109,8 +145,9 @@ def compose_cluster(podman, images, tmp_path_factory):
         pytest.skip(reason)
     workdir = tmp_path_factory.mktemp("compose")
     items, expected = KEYWORD.inputs(workdir, KEYWORD.parties)
-    c = ComposeCluster(podman, images.image, ["alice", "bob"], workdir, inputs=items,
-                       init_args=governance_args([KEYWORD]))
+    c = ComposeCluster(
+        podman, images.image, ["alice", "bob"], workdir, inputs=items, init_args=governance_args([KEYWORD])
+    )
     c.expected = expected
     try:
         c.up()
@@ -135,8 +172,7 @@ def test_compose_up_runs_the_bundle_as_written(compose_cluster):
     status = c.exec("bob", "cat", "/proc/1/status").stdout
     assert "NoNewPrivs:\t1" in status and "CapEff:\t0000000000000000" in status, status
     # the operator's check from the guide, through docker-compose exec
-    r = c.compose("exec", "-T", "bob", "smcdp", "health", "--config", "/etc/smcdp/party.toml",
-                  "--peer", "alice")
+    r = c.compose("exec", "-T", "bob", "smcdp", "health", "--config", "/etc/smcdp/party.toml", "--peer", "alice")
     assert (r.returncode, r.stdout.strip()) == (0, "SERVING"), (r.stdout, r.stderr)
 
 

@@ -23,9 +23,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.multihost.cases import PI_ROLES, check_power_iteration, power_iteration_params, run_power_iteration
-from .harness import (CONTAINER_UID, NOT_TRANSLATED, REPO, SECRET_CANARY, podman_run_args,
-                      read_env_file)
+from tests.integration.multihost.cases import (
+    PI_ROLES,
+    check_power_iteration,
+    power_iteration_params,
+    run_power_iteration,
+)
+
+from .harness import CONTAINER_UID, NOT_TRANSLATED, REPO, SECRET_CANARY, podman_run_args, read_env_file
 
 pytestmark = [pytest.mark.container, pytest.mark.timeout(1800)]
 
@@ -36,8 +41,7 @@ PI_PARTIES = list(PI_ROLES.values())
 
 def _sh(podman, image: str, script: str) -> subprocess.CompletedProcess:
     """A shell command in a throw-away container of ``image`` (no network)."""
-    return podman.run("run", "--rm", "--network", "none", "--entrypoint", "sh", image, "-c", script,
-                      check=False)
+    return podman.run("run", "--rm", "--network", "none", "--entrypoint", "sh", image, "-c", script, check=False)
 
 
 # ------------------------------------------------------------------------------ image
@@ -49,8 +53,9 @@ def test_image_metadata_labels_and_healthcheck(podman, images):
     assert labels["org.opencontainers.image.version"] == version
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True)
     if head.returncode == 0:
-        assert re.fullmatch(re.escape(head.stdout.strip()) + r"(-dirty)?",
-                            labels["org.opencontainers.image.revision"]), labels
+        assert re.fullmatch(
+            re.escape(head.stdout.strip()) + r"(-dirty)?", labels["org.opencontainers.image.revision"]
+        ), labels
     for key in ("source", "created", "title", "licenses"):
         assert labels.get(f"org.opencontainers.image.{key}"), (key, labels)
     assert cfg["User"] == f"{CONTAINER_UID}:{CONTAINER_UID}"
@@ -65,7 +70,10 @@ def test_runtime_image_has_accelerator_but_no_build_tools_pip_or_caches(podman, 
     """No compiler, no pip/setuptools/wheel in smcdp's virtualenv, no pip cache, no headers of
     the build stage.  (The base image's own interpreter may bring pip and Debian's ensurepip
     wheels, /usr/share/python-wheels, as python:3.11-slim does; smcdp does not use them.)"""
-    r = _sh(podman, images.image, r"""
+    r = _sh(
+        podman,
+        images.image,
+        r"""
         set -u
         for t in gcc cc c++ g++ cpp x86_64-linux-gnu-gcc make ld as; do
           command -v "$t" >/dev/null && echo "FOUND tool $t"; done
@@ -76,12 +84,23 @@ def test_runtime_image_has_accelerator_but_no_build_tools_pip_or_caches(podman, 
           \( -type d -name .cache -o -type f -name '*.whl' -o -path '/tmp/pip-*' \) \
           -print 2>/dev/null | sed 's/^/FOUND cache /'
         ls /usr/include/gmp*.h /usr/include/mpfr.h 2>/dev/null | sed 's/^/FOUND header /'
-        exit 0""")
+        exit 0""",
+    )
     assert r.returncode == 0, r.stderr
     assert "FOUND" not in r.stdout, r.stdout
     # the C accelerator was built in the build stage and loads here, against libgmp10
-    r = podman.run("run", "--rm", "--network", "none", "--entrypoint", "python", images.image, "-c",
-                   "from smcdp.crypto import native; print(native.AVAILABLE, native.REASON)", check=False)
+    r = podman.run(
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--entrypoint",
+        "python",
+        images.image,
+        "-c",
+        "from smcdp.crypto import native; print(native.AVAILABLE, native.REASON)",
+        check=False,
+    )
     assert r.returncode == 0 and r.stdout.startswith("True built against GMP"), (r.stdout, r.stderr)
 
 
@@ -91,12 +110,22 @@ def test_dependencies_match_the_lock_file(podman, images):
         m = re.match(r"^([A-Za-z0-9_.-]+)==([^ \\;]+)", line)
         if m:
             lock[re.sub(r"[-_.]+", "-", m.group(1)).lower()] = m.group(2)
-    r = podman.run("run", "--rm", "--network", "none", "--entrypoint", "python", images.image, "-c",
-                   "import importlib.metadata as m, json; print(json.dumps("
-                   "{d.metadata['Name']: d.version for d in m.distributions()}))")
+    r = podman.run(
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--entrypoint",
+        "python",
+        images.image,
+        "-c",
+        "import importlib.metadata as m, json; print(json.dumps("
+        "{d.metadata['Name']: d.version for d in m.distributions()}))",
+    )
     installed = {re.sub(r"[-_.]+", "-", k).lower(): v for k, v in json.loads(r.stdout).items()}
-    assert installed.pop("smcdp") == re.search(r'^version\s*=\s*"([^"]+)"',
-                                               (REPO / "pyproject.toml").read_text(), re.M).group(1)
+    assert installed.pop("smcdp") == re.search(
+        r'^version\s*=\s*"([^"]+)"', (REPO / "pyproject.toml").read_text(), re.M
+    ).group(1)
     assert installed == lock
 
 
@@ -132,13 +161,18 @@ def test_podman_run_is_the_compose_file_translated(cluster):
         args, image = podman_run_args(cluster.bundle(p), name="x", network="host")
         assert image == cluster.image == read_env_file(cluster.bundle(p) / ".env")["SMCDP_IMAGE"]
         pairs = set(zip(args, args[1:]))
-        for pair in [("--user", f"{CONTAINER_UID}:{CONTAINER_UID}"), ("--cap-drop", "ALL"),
-                     ("--security-opt", "no-new-privileges:true"), ("--tmpfs", "/tmp"),
-                     ("--restart", "unless-stopped"), ("--stop-timeout", "30"),
-                     ("--read-only", "--read-only-tmpfs=false"),
-                     ("--health-cmd", json.dumps(HEALTH_CMD[1:])),
-                     ("--volume", f"{cluster.bundle(p).resolve()}/certs:/etc/smcdp/certs:ro"),
-                     ("--volume", f"{cluster.bundle(p).resolve()}/data:/etc/smcdp/data")]:
+        for pair in [
+            ("--user", f"{CONTAINER_UID}:{CONTAINER_UID}"),
+            ("--cap-drop", "ALL"),
+            ("--security-opt", "no-new-privileges:true"),
+            ("--tmpfs", "/tmp"),
+            ("--restart", "unless-stopped"),
+            ("--stop-timeout", "30"),
+            ("--read-only", "--read-only-tmpfs=false"),
+            ("--health-cmd", json.dumps(HEALTH_CMD[1:])),
+            ("--volume", f"{cluster.bundle(p).resolve()}/certs:/etc/smcdp/certs:ro"),
+            ("--volume", f"{cluster.bundle(p).resolve()}/data:/etc/smcdp/data"),
+        ]:
             assert pair in pairs, (p, pair, args)
         untranslated = {k for k in NOT_TRANSLATED if "." not in k}
         assert untranslated <= set(svc), (untranslated, list(svc))
@@ -155,7 +189,11 @@ def test_containers_are_confined_as_compose_asks(cluster):
         assert "no-new-privileges" in " ".join(host["SecurityOpt"])
         assert info["Config"]["StopSignal"] in ("SIGTERM", 15)
         assert host["RestartPolicy"]["Name"] == "unless-stopped"
-        r = cluster.exec(p, "sh", "-c", """
+        r = cluster.exec(
+            p,
+            "sh",
+            "-c",
+            """
             id -u; id -g
             grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs):' /proc/1/status
             touch /probe 2>/dev/null && echo "ROOT WRITABLE"
@@ -164,7 +202,8 @@ def test_containers_are_confined_as_compose_asks(cluster):
             touch /var/tmp/probe 2>/dev/null && echo "VAR TMP WRITABLE"
             touch /tmp/probe && echo "tmp ok"
             touch /etc/smcdp/data/probe && rm /etc/smcdp/data/probe && echo "data ok"
-            grep ' /tmp ' /proc/mounts | cut -d' ' -f3""")
+            grep ' /tmp ' /proc/mounts | cut -d' ' -f3""",
+        )
         out = r.stdout
         lines = out.splitlines()
         assert lines[:2] == [str(CONTAINER_UID)] * 2, (p, out, r.stderr)
@@ -183,16 +222,29 @@ PRIVATE_KEY_RE = r"^-----BEGIN ([A-Z]+ )*PRIVATE KEY-----$"
 
 def test_image_holds_no_private_key(podman, images):
     """Scanned as root in a container without any bundle: no file of the image is a key."""
-    r = podman.run("run", "--rm", "--network", "none", "--user", "0", "--entrypoint", "sh", images.image,
-                   "-c", f"grep -rlIE '{PRIVATE_KEY_RE}' /etc /opt /usr /root /var /home /srv /tmp; "
-                   "echo exit=$?", check=False, timeout=300)
-    assert r.stdout.strip().splitlines()[-1] == "exit=1", r.stdout   # grep: 1 = nothing found
+    r = podman.run(
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--user",
+        "0",
+        "--entrypoint",
+        "sh",
+        images.image,
+        "-c",
+        f"grep -rlIE '{PRIVATE_KEY_RE}' /etc /opt /usr /root /var /home /srv /tmp; echo exit=$?",
+        check=False,
+        timeout=300,
+    )
+    assert r.stdout.strip().splitlines()[-1] == "exit=1", r.stdout  # grep: 1 = nothing found
 
 
 def test_each_container_holds_only_its_own_private_key(cluster):
     for p in cluster.parties:
-        r = cluster.exec(p, "sh", "-c", f"grep -rlE '{PRIVATE_KEY_RE}' /etc/smcdp /tmp; "
-                         f"stat -c '%a %u %g' /etc/smcdp/certs/{p}.key")
+        r = cluster.exec(
+            p, "sh", "-c", f"grep -rlE '{PRIVATE_KEY_RE}' /etc/smcdp /tmp; stat -c '%a %u %g' /etc/smcdp/certs/{p}.key"
+        )
         lines = r.stdout.splitlines()
         assert lines[:-1] == [f"/etc/smcdp/certs/{p}.key"], (p, r.stdout, r.stderr)
         assert lines[-1] == f"600 {CONTAINER_UID} {CONTAINER_UID}", (p, lines[-1])
@@ -232,12 +284,16 @@ def test_protocol_between_containers_matches_plaintext(cluster, protocol):
 # ------------------------------------------------------------------------------ stop / restart
 def test_sigterm_aborts_running_sessions_tells_peers_and_exits_0(cluster):
     """`podman stop` mid-session: alice aborts, every peer's record names alice, exit 0."""
-    sid = f"trent.sigterm-{secrets.token_hex(4)}"   # in its initiator's namespace (issue 24)
+    sid = f"trent.sigterm-{secrets.token_hex(4)}"  # in its initiator's namespace (issue 24)
     outcome = {}
     # 2048-bit keys: the session runs for seconds, long enough to be interrupted
-    worker = threading.Thread(target=lambda: outcome.update(out=cluster.session(
-        "trent", "power-iteration", PI_ROLES, power_iteration_params(key_bits=2048), session_id=sid,
-        timeout=90)))
+    worker = threading.Thread(
+        target=lambda: outcome.update(
+            out=cluster.session(
+                "trent", "power-iteration", PI_ROLES, power_iteration_params(key_bits=2048), session_id=sid, timeout=90
+            )
+        )
+    )
     worker.start()
     # Stop alice once the session runs at every participant.  (An abort sent before a peer has
     # accepted the Propose is refused there as an unknown session, and that peer then waits
@@ -257,8 +313,11 @@ def test_sigterm_aborts_running_sessions_tells_peers_and_exits_0(cluster):
     out = outcome["out"]
     assert out.returncode != 0, "the session succeeded although alice was stopped in the middle"
     # alice told every peer (the abort RPC was acknowledged by each)
-    m = re.search(rf"session {sid} failed here \(UNAVAILABLE: party alice is shutting down\); "
-                  r"abort sent: (\{.*\})", log)
+    m = re.search(
+        rf"session {sid} failed here \(UNAVAILABLE: party alice is shutting down\); "
+        r"abort sent: (\{.*\})",
+        log,
+    )
     assert m, log
     assert json.loads(m.group(1).replace("'", '"')) == {p: "ok" for p in PI_PARTIES if p != "alice"}, log
     # A peer busy in a long computation (2048-bit tables on two shared cores) notices the abort
@@ -278,8 +337,7 @@ def test_sigterm_aborts_running_sessions_tells_peers_and_exits_0(cluster):
 
 
 def test_container_restarted_with_the_same_bundle_serves_again(cluster):
-    others = {p: cluster.podman.inspect(cluster.name(p))["State"]["StartedAt"]
-              for p in cluster.parties if p != "alice"}
+    others = {p: cluster.podman.inspect(cluster.name(p))["State"]["StartedAt"] for p in cluster.parties if p != "alice"}
     if cluster.running("alice"):
         cluster.stop("alice")
     # 1. the stopped container started again (what a restart policy or `docker-compose start` does)

@@ -30,8 +30,7 @@ from tests.support.boundary import (
 from tests.support.deployment import make_deployment, raw_channel
 
 C = grpc.StatusCode
-LIMITS = Limits(pending_per_peer=3, pending_total=8, running_per_peer=3, sessions_total=16,
-                proposal_grace_seconds=60.0)
+LIMITS = Limits(pending_per_peer=3, pending_total=8, running_per_peer=3, sessions_total=16, proposal_grace_seconds=60.0)
 
 
 @pytest.fixture
@@ -41,10 +40,19 @@ def party(tmp_path, in_thread):
         in_thread.start(cfgs[name])
     address = load_config(cfgs["bob"]).address_of("bob")
     certs = tmp_path / "certs"
-    with raw_channel(certs, "alice", address, "bob") as peer, raw_channel(certs, "bob", address, "bob") as own, \
-            raw_channel(certs, "charlie", address, "bob") as charlie:
-        yield {"peer": peer, "own": own, "charlie_ch": charlie, "cfgs": cfgs, "root": tmp_path,
-               "party": in_thread.parties["bob"]}
+    with (
+        raw_channel(certs, "alice", address, "bob") as peer,
+        raw_channel(certs, "bob", address, "bob") as own,
+        raw_channel(certs, "charlie", address, "bob") as charlie,
+    ):
+        yield {
+            "peer": peer,
+            "own": own,
+            "charlie_ch": charlie,
+            "cfgs": cfgs,
+            "root": tmp_path,
+            "party": in_thread.parties["bob"],
+        }
 
 
 def _spec(sid, protocol="net-echo", roles=None, params="{}", timeout=30.0, seed=None):
@@ -57,8 +65,15 @@ def _spec(sid, protocol="net-echo", roles=None, params="{}", timeout=30.0, seed=
 
 
 def _env(sid, tag="t", data=b"\x08\x01", type_name="smcdp.v1.Flag", total=None, count=1, index=0):
-    return tpb.Envelope(session_id=sid, tag=tag, type_name=type_name, chunk_index=index, chunk_count=count,
-                        total_size=len(data) if total is None else total, data=data).SerializeToString()
+    return tpb.Envelope(
+        session_id=sid,
+        tag=tag,
+        type_name=type_name,
+        chunk_index=index,
+        chunk_count=count,
+        total_size=len(data) if total is None else total,
+        data=data,
+    ).SerializeToString()
 
 
 PI_ROLES = {"trent": "alice", "party1": "bob", "party2": "charlie"}
@@ -72,8 +87,15 @@ def test_status_code_table(party):
     assert propose(_spec("alice.live")) == C.OK
     # a power-iteration session: its envelope follows from k = 30, 512-bit keys, one round
     assert propose(_spec("alice.pi", "power-iteration", PI_ROLES, PI_PARAMS)) == C.OK
-    valid = tpb.Envelope(session_id="alice.live", tag="t0", type_name="smcdp.v1.Flag", chunk_index=0, chunk_count=1,
-                         total_size=2, data=b"\x08\x01").SerializeToString()
+    valid = tpb.Envelope(
+        session_id="alice.live",
+        tag="t0",
+        type_name="smcdp.v1.Flag",
+        chunk_index=0,
+        chunk_count=1,
+        total_size=2,
+        data=b"\x08\x01",
+    ).SerializeToString()
     table = [
         # (what, status, call)
         ("Deliver: garbage bytes", C.INVALID_ARGUMENT, lambda: call_deliver(peer, [b"\xff\xfe\x00garbage"])[0]),
@@ -82,67 +104,147 @@ def test_status_code_table(party):
         ("Deliver: chunk_count 0", C.INVALID_ARGUMENT, lambda: call_deliver(peer, [_env("alice.live", count=0)])[0]),
         ("Deliver: invalid session id", C.INVALID_ARGUMENT, lambda: call_deliver(peer, [_env("a\nb")])[0]),
         ("Deliver: unknown session", C.FAILED_PRECONDITION, lambda: call_deliver(peer, [_env("nope")])[0]),
-        ("Deliver: chunks beyond total_size", C.INVALID_ARGUMENT,
-         lambda: call_deliver(peer, [_env("alice.live", "t1", b"abcd", total=2)])[0]),
-        ("Deliver: message above the session's envelope", C.RESOURCE_EXHAUSTED,
-         lambda: call_deliver(peer, [_env("alice.pi", "big", b"x" * 1024, total=64 * 1024, count=64)])[0]),
-        ("Deliver: message above limits.max_message_mib", C.RESOURCE_EXHAUSTED,
-         lambda: call_deliver(peer, [_env("alice.live", "huge", b"x", total=300 << 20, count=300)])[0]),
-        ("Deliver: a second message in one call", C.INVALID_ARGUMENT,
-         lambda: call_deliver(peer, [_env("alice.live", "d1"), _env("alice.live", "d2")])[0]),
-        ("Deliver: ... and the refused call stored nothing (other bytes under its tag pass)", C.OK,
-         lambda: call_deliver(peer, [_env("alice.live", "d1", b"\x08\x00")])[0]),
+        (
+            "Deliver: chunks beyond total_size",
+            C.INVALID_ARGUMENT,
+            lambda: call_deliver(peer, [_env("alice.live", "t1", b"abcd", total=2)])[0],
+        ),
+        (
+            "Deliver: message above the session's envelope",
+            C.RESOURCE_EXHAUSTED,
+            lambda: call_deliver(peer, [_env("alice.pi", "big", b"x" * 1024, total=64 * 1024, count=64)])[0],
+        ),
+        (
+            "Deliver: message above limits.max_message_mib",
+            C.RESOURCE_EXHAUSTED,
+            lambda: call_deliver(peer, [_env("alice.live", "huge", b"x", total=300 << 20, count=300)])[0],
+        ),
+        (
+            "Deliver: a second message in one call",
+            C.INVALID_ARGUMENT,
+            lambda: call_deliver(peer, [_env("alice.live", "d1"), _env("alice.live", "d2")])[0],
+        ),
+        (
+            "Deliver: ... and the refused call stored nothing (other bytes under its tag pass)",
+            C.OK,
+            lambda: call_deliver(peer, [_env("alice.live", "d1", b"\x08\x00")])[0],
+        ),
         ("Deliver: accepted", C.OK, lambda: call_deliver(peer, [valid])[0]),
-        ("Deliver: same tag, other bytes", C.INVALID_ARGUMENT,
-         lambda: call_deliver(peer, [_env("alice.live", "t0", b"\x08\x00")])[0]),
+        (
+            "Deliver: same tag, other bytes",
+            C.INVALID_ARGUMENT,
+            lambda: call_deliver(peer, [_env("alice.live", "t0", b"\x08\x00")])[0],
+        ),
         ("Propose: garbage bytes", C.INVALID_ARGUMENT, lambda: propose(b"\xff\xff\xff\xff")),
         ("Propose: truncated", C.INVALID_ARGUMENT, lambda: propose(_spec("alice.s1")[:-2])),
-        ("Propose: params nested 200,000 deep", C.INVALID_ARGUMENT,
-         lambda: propose(_spec("alice.s2", params=nested_json(200_000)))),
-        ("Propose: params of 100 KB", C.INVALID_ARGUMENT,
-         lambda: propose(_spec("alice.s3", params=json.dumps({"n": 1, "pad": "x" * 100_000})))),
+        (
+            "Propose: params nested 200,000 deep",
+            C.INVALID_ARGUMENT,
+            lambda: propose(_spec("alice.s2", params=nested_json(200_000))),
+        ),
+        (
+            "Propose: params of 100 KB",
+            C.INVALID_ARGUMENT,
+            lambda: propose(_spec("alice.s3", params=json.dumps({"n": 1, "pad": "x" * 100_000}))),
+        ),
         ("Propose: params with NaN", C.INVALID_ARGUMENT, lambda: propose(_spec("alice.s4", params='{"n": NaN}'))),
         ("Propose: params not an object", C.INVALID_ARGUMENT, lambda: propose(_spec("alice.s5", params="[1]"))),
         ("Propose: timeout NaN", C.INVALID_ARGUMENT, lambda: propose(_spec("alice.s6", timeout=float("nan")))),
         ("Propose: unknown protocol", C.INVALID_ARGUMENT, lambda: propose(_spec("alice.s7", protocol="nope\n"))),
-        ("Propose: proposer holds no role", C.PERMISSION_DENIED,
-         lambda: propose(_spec("alice.s8", roles={"a": "charlie", "b": "bob"}))),
-        ("Propose: experiment seed not allowed here ([policy] allow_seeded)", C.FAILED_PRECONDITION, lambda: propose(_spec("alice.s9", seed=7))),
-        ("Propose: 7-day timeout above limits.max_session_seconds", C.RESOURCE_EXHAUSTED,
-         lambda: propose(_spec("alice.s10", timeout=7 * 86400.0))),
+        (
+            "Propose: proposer holds no role",
+            C.PERMISSION_DENIED,
+            lambda: propose(_spec("alice.s8", roles={"a": "charlie", "b": "bob"})),
+        ),
+        (
+            "Propose: experiment seed not allowed here ([policy] allow_seeded)",
+            C.FAILED_PRECONDITION,
+            lambda: propose(_spec("alice.s9", seed=7)),
+        ),
+        (
+            "Propose: 7-day timeout above limits.max_session_seconds",
+            C.RESOURCE_EXHAUSTED,
+            lambda: propose(_spec("alice.s10", timeout=7 * 86400.0)),
+        ),
         ("Propose: invalid parameters", C.INVALID_ARGUMENT, lambda: propose(_spec("alice.s11", params='{"n": -1}'))),
-        ("Propose: an id outside the proposer's namespace", C.INVALID_ARGUMENT,
-         lambda: propose(_spec("charlie.s14"))),
+        ("Propose: an id outside the proposer's namespace", C.INVALID_ARGUMENT, lambda: propose(_spec("charlie.s14"))),
         ("Propose: an id without a namespace", C.INVALID_ARGUMENT, lambda: propose(_spec("s15"))),
         ("Propose: used id", C.ALREADY_EXISTS, lambda: propose(_spec("alice.live", params='{"n": 5}'))),
         ("Propose: third pending proposal", C.OK, lambda: propose(_spec("alice.s12"))),
-        ("Propose: fourth pending proposal (limits.pending_per_peer = 3)", C.RESOURCE_EXHAUSTED,
-         lambda: propose(_spec("alice.s13"))),
+        (
+            "Propose: fourth pending proposal (limits.pending_per_peer = 3)",
+            C.RESOURCE_EXHAUSTED,
+            lambda: propose(_spec("alice.s13")),
+        ),
         ("Begin: garbage", C.INVALID_ARGUMENT, lambda: call_unary(peer, MAILBOX + "Begin", b"\xff\xff")[0]),
-        ("Begin: unknown session", C.FAILED_PRECONDITION,
-         lambda: call_unary(peer, MAILBOX + "Begin", tpb.SessionRef(session_id="nope").SerializeToString())[0]),
-        ("Abort: code OK", C.INVALID_ARGUMENT, lambda: call_unary(peer, MAILBOX + "Abort", tpb.AbortRequest(
-            session_id="alice.live", code="OK", message="fine").SerializeToString())[0]),
-        ("Abort: unknown code", C.INVALID_ARGUMENT, lambda: call_unary(peer, MAILBOX + "Abort", tpb.AbortRequest(
-            session_id="alice.live", code="aborted", message="x").SerializeToString())[0]),
+        (
+            "Begin: unknown session",
+            C.FAILED_PRECONDITION,
+            lambda: call_unary(peer, MAILBOX + "Begin", tpb.SessionRef(session_id="nope").SerializeToString())[0],
+        ),
+        (
+            "Abort: code OK",
+            C.INVALID_ARGUMENT,
+            lambda: call_unary(
+                peer,
+                MAILBOX + "Abort",
+                tpb.AbortRequest(session_id="alice.live", code="OK", message="fine").SerializeToString(),
+            )[0],
+        ),
+        (
+            "Abort: unknown code",
+            C.INVALID_ARGUMENT,
+            lambda: call_unary(
+                peer,
+                MAILBOX + "Abort",
+                tpb.AbortRequest(session_id="alice.live", code="aborted", message="x").SerializeToString(),
+            )[0],
+        ),
         ("Abort: garbage", C.INVALID_ARGUMENT, lambda: call_unary(peer, MAILBOX + "Abort", b"\x0a\xff")[0]),
-        ("Abort: unknown session", C.FAILED_PRECONDITION, lambda: call_unary(peer, MAILBOX + "Abort", tpb.AbortRequest(
-            session_id="nope", code="ABORTED").SerializeToString())[0]),
-        ("StartSession: another party's certificate", C.PERMISSION_DENIED,
-         lambda: call_unary(peer, CONTROL + "StartSession", b"")[0]),
-        ("StartSession: garbage from the operator", C.INVALID_ARGUMENT,
-         lambda: call_unary(own, CONTROL + "StartSession", b"\xff\xff\xff")[0]),
-        ("GetResult: unknown id", C.NOT_FOUND, lambda: call_unary(own, CONTROL + "GetResult", tpb.SessionRef(
-            session_id="nope").SerializeToString())[0]),
+        (
+            "Abort: unknown session",
+            C.FAILED_PRECONDITION,
+            lambda: call_unary(
+                peer, MAILBOX + "Abort", tpb.AbortRequest(session_id="nope", code="ABORTED").SerializeToString()
+            )[0],
+        ),
+        (
+            "StartSession: another party's certificate",
+            C.PERMISSION_DENIED,
+            lambda: call_unary(peer, CONTROL + "StartSession", b"")[0],
+        ),
+        (
+            "StartSession: garbage from the operator",
+            C.INVALID_ARGUMENT,
+            lambda: call_unary(own, CONTROL + "StartSession", b"\xff\xff\xff")[0],
+        ),
+        (
+            "GetResult: unknown id",
+            C.NOT_FOUND,
+            lambda: call_unary(own, CONTROL + "GetResult", tpb.SessionRef(session_id="nope").SerializeToString())[0],
+        ),
         ("GetResult: garbage", C.INVALID_ARGUMENT, lambda: call_unary(own, CONTROL + "GetResult", b"\xff")[0]),
-        ("Health/Check: garbage (issue 24; was UNKNOWN)", C.INVALID_ARGUMENT,
-         lambda: call_unary(peer, "/grpc.health.v1.Health/Check", b"\xff\xfe\x00garbage")[0]),
-        ("Heartbeat: a session the caller holds no role in answers as a missing one", C.OK,
-         lambda: call_unary(party["charlie_ch"], MAILBOX + "Heartbeat",
-                            tpb.HeartbeatRequest(session_id="alice.live").SerializeToString())[0]),
-        ("Begin: a session the caller holds no role in answers as a missing one", C.FAILED_PRECONDITION,
-         lambda: call_unary(party["charlie_ch"], MAILBOX + "Begin",
-                            tpb.SessionRef(session_id="alice.live").SerializeToString())[0]),
+        (
+            "Health/Check: garbage (issue 24; was UNKNOWN)",
+            C.INVALID_ARGUMENT,
+            lambda: call_unary(peer, "/grpc.health.v1.Health/Check", b"\xff\xfe\x00garbage")[0],
+        ),
+        (
+            "Heartbeat: a session the caller holds no role in answers as a missing one",
+            C.OK,
+            lambda: call_unary(
+                party["charlie_ch"],
+                MAILBOX + "Heartbeat",
+                tpb.HeartbeatRequest(session_id="alice.live").SerializeToString(),
+            )[0],
+        ),
+        (
+            "Begin: a session the caller holds no role in answers as a missing one",
+            C.FAILED_PRECONDITION,
+            lambda: call_unary(
+                party["charlie_ch"], MAILBOX + "Begin", tpb.SessionRef(session_id="alice.live").SerializeToString()
+            )[0],
+        ),
     ]
     got = [(what, expected, call()) for what, expected, call in table]
     wrong = [(what, expected.name, code.name) for what, expected, code in got if code != expected]
@@ -154,21 +256,49 @@ def test_status_code_table(party):
         ("Stream: garbage bytes", (C.INVALID_ARGUMENT, 0), [b"\xff\xfe\x00garbage"]),
         ("Stream: empty", (C.OK, 0), []),
         ("Stream: two messages", (C.OK, 2), [_env("alice.live", "s0"), _env("alice.live", "s1", b"\x08\x00")]),
-        ("Stream: a message in two chunks, then one in one", (C.OK, 2),
-         [_env("alice.live", "s2", b"\x08", total=2, count=2), _env("alice.live", "s2", b"\x01", total=2, count=2, index=1),
-          _env("alice.live", "s3")]),
+        (
+            "Stream: a message in two chunks, then one in one",
+            (C.OK, 2),
+            [
+                _env("alice.live", "s2", b"\x08", total=2, count=2),
+                _env("alice.live", "s2", b"\x01", total=2, count=2, index=1),
+                _env("alice.live", "s3"),
+            ],
+        ),
         ("Stream: a duplicate is acknowledged", (C.OK, 1), [_env("alice.live", "s0")]),
-        ("Stream: accepted, then an unknown session", (C.FAILED_PRECONDITION, 1), [_env("alice.live", "s4"), _env("nope")]),
-        ("Stream: accepted, then same tag other bytes", (C.INVALID_ARGUMENT, 1),
-         [_env("alice.live", "s5"), _env("alice.live", "s0", b"\x08\x00")]),
-        ("Stream: message above the session's envelope", (C.RESOURCE_EXHAUSTED, 0),
-         [_env("alice.pi", "big2", b"x" * 1024, total=64 * 1024, count=64)]),
-        ("Stream: message above limits.max_message_mib", (C.RESOURCE_EXHAUSTED, 0),
-         [_env("alice.live", "huge2", b"x", total=300 << 20, count=300)]),
-        ("Stream: a message cut short by the end of the call", (C.INVALID_ARGUMENT, 0),
-         [_env("alice.live", "s6", b"\x08", total=2, count=2)]),
-        ("Stream: chunk of another message inside one", (C.INVALID_ARGUMENT, 0),
-         [_env("alice.live", "s7", b"\x08", total=2, count=2), _env("alice.live", "s8", b"\x01", total=2, count=2, index=1)]),
+        (
+            "Stream: accepted, then an unknown session",
+            (C.FAILED_PRECONDITION, 1),
+            [_env("alice.live", "s4"), _env("nope")],
+        ),
+        (
+            "Stream: accepted, then same tag other bytes",
+            (C.INVALID_ARGUMENT, 1),
+            [_env("alice.live", "s5"), _env("alice.live", "s0", b"\x08\x00")],
+        ),
+        (
+            "Stream: message above the session's envelope",
+            (C.RESOURCE_EXHAUSTED, 0),
+            [_env("alice.pi", "big2", b"x" * 1024, total=64 * 1024, count=64)],
+        ),
+        (
+            "Stream: message above limits.max_message_mib",
+            (C.RESOURCE_EXHAUSTED, 0),
+            [_env("alice.live", "huge2", b"x", total=300 << 20, count=300)],
+        ),
+        (
+            "Stream: a message cut short by the end of the call",
+            (C.INVALID_ARGUMENT, 0),
+            [_env("alice.live", "s6", b"\x08", total=2, count=2)],
+        ),
+        (
+            "Stream: chunk of another message inside one",
+            (C.INVALID_ARGUMENT, 0),
+            [
+                _env("alice.live", "s7", b"\x08", total=2, count=2),
+                _env("alice.live", "s8", b"\x01", total=2, count=2, index=1),
+            ],
+        ),
     ]
     got = [(what, expected, call_stream(peer, chunks)) for what, expected, chunks in stream_table]
     wrong = [(what, expected, (r[0], r[2])) for what, expected, r in got if (r[0], r[2]) != expected]
@@ -186,7 +316,7 @@ def test_session_envelope_tags_and_bytes(party):
     assert codes == [C.OK] * tags
     code, details = call_deliver(peer, [_env("alice.pi2", "one-too-many")])
     assert code == C.RESOURCE_EXHAUSTED and "distinct messages" in details
-    assert call_deliver(peer, [_env("alice.pi2", "junk/0")])[0] == C.OK   # a duplicate: acknowledged
+    assert call_deliver(peer, [_env("alice.pi2", "junk/0")])[0] == C.OK  # a duplicate: acknowledged
     assert budget.bytes_charged == 2 * tags
 
 
@@ -194,8 +324,14 @@ def test_abort_message_is_escaped_in_the_record(party):
     peer, cfgs = party["peer"], party["cfgs"]
     assert call_unary(peer, MAILBOX + "Propose", _spec("alice.inj"))[0] == C.OK
     forged = "stop\n2026-01-01 00:00:00,000 INFO smcdp.party: session inj succeeded\x1b[2K\u2028"
-    assert call_unary(peer, MAILBOX + "Abort", tpb.AbortRequest(session_id="alice.inj", code="ABORTED",
-                                                                message=forged).SerializeToString())[0] == C.OK
+    assert (
+        call_unary(
+            peer,
+            MAILBOX + "Abort",
+            tpb.AbortRequest(session_id="alice.inj", code="ABORTED", message=forged).SerializeToString(),
+        )[0]
+        == C.OK
+    )
     rec = _wait(lambda: client.get_result(cfgs["bob"], "inj"))
     msg = rec["error"]["message"]
     assert msg.isprintable() and "\\x0a2026-01-01" in msg and "\\x1b" in msg and "\\u2028" in msg
@@ -217,8 +353,9 @@ def test_fuzz_mailbox_short(party):
     assert call_unary(peer, MAILBOX + "Propose", _spec("alice.fuzz-live"))[0] == C.OK
     seen: dict[str, int] = {}
 
-    @settings(max_examples=300, deadline=None, database=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=300, deadline=None, database=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck)
+    )
     @given(request=mailbox_requests())
     def one(request):
         code, details = send(peer, request)
@@ -230,8 +367,7 @@ def test_fuzz_mailbox_short(party):
     health = health_pb2_grpc.HealthStub(party["own"]).Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
     assert health.status == health_pb2.HealthCheckResponse.SERVING
     # ... and still runs a session that another peer starts
-    rec = client.start_session(party["cfgs"]["charlie"], "net-echo", {"a": "charlie", "b": "bob"}, {"n": 2},
-                              timeout=20)
+    rec = client.start_session(party["cfgs"]["charlie"], "net-echo", {"a": "charlie", "b": "bob"}, {"n": 2}, timeout=20)
     assert rec["state"] == "succeeded" and rec["result"]["y"] == [1.0, 3.0]
 
 
@@ -242,11 +378,19 @@ def test_ended_sessions_live_on_disk_and_answer_only_their_participants(tmp_path
     cfgs = make_deployment(tmp_path, ["alice", "bob", "charlie"], limits=Limits(keep_ended_sessions=0))
     in_thread.start(cfgs["bob"])
     address = load_config(cfgs["bob"]).address_of("bob")
-    with raw_channel(tmp_path / "certs", "alice", address, "bob") as alice, \
-            raw_channel(tmp_path / "certs", "charlie", address, "bob") as charlie:
+    with (
+        raw_channel(tmp_path / "certs", "alice", address, "bob") as alice,
+        raw_channel(tmp_path / "certs", "charlie", address, "bob") as charlie,
+    ):
         assert call_unary(alice, MAILBOX + "Propose", _spec("alice.gone"))[0] == C.OK
-        assert call_unary(alice, MAILBOX + "Abort", tpb.AbortRequest(
-            session_id="alice.gone", code="DATA_LOSS", message="x").SerializeToString())[0] == C.OK
+        assert (
+            call_unary(
+                alice,
+                MAILBOX + "Abort",
+                tpb.AbortRequest(session_id="alice.gone", code="DATA_LOSS", message="x").SerializeToString(),
+            )[0]
+            == C.OK
+        )
         assert _wait(lambda: client.get_result(cfgs["bob"], "gone"))["state"] == "failed"
         end = time.monotonic() + 10
         while "alice.gone" in in_thread.parties["bob"].sessions and time.monotonic() < end:
@@ -268,14 +412,20 @@ def test_a_stream_whose_session_ended_is_closed_with_its_status(party):
 
     def envelopes():
         yield _env("alice.short", "first")
-        hold.wait(60)                                   # keep the call open, sending nothing more
+        hold.wait(60)  # keep the call open, sending nothing more
 
     fn = peer.stream_stream(MAILBOX + "Stream", request_serializer=None, response_deserializer=None)
     call = fn(envelopes(), timeout=60)
     try:
-        assert next(call) is not None                   # the first message's Ack: the call is bound
-        assert call_unary(peer, MAILBOX + "Abort", tpb.AbortRequest(
-            session_id="alice.short", code="DATA_LOSS", message="x").SerializeToString())[0] == C.OK
+        assert next(call) is not None  # the first message's Ack: the call is bound
+        assert (
+            call_unary(
+                peer,
+                MAILBOX + "Abort",
+                tpb.AbortRequest(session_id="alice.short", code="DATA_LOSS", message="x").SerializeToString(),
+            )[0]
+            == C.OK
+        )
         t0 = time.monotonic()
         with pytest.raises(grpc.RpcError) as info:
             next(call)

@@ -46,8 +46,16 @@ initiators = ["*"]
 coordinators = ["*"]
 release_to = ["*"]
 """
-PARAMS = {"n_parties": 2, "dim": 3, "epsilon": 1.0, "lam": 0.1, "key_bits": 768, "dgk_bits": 768,
-          "dgk_t": 96, "min_records": 20}
+PARAMS = {
+    "n_parties": 2,
+    "dim": 3,
+    "epsilon": 1.0,
+    "lam": 0.1,
+    "key_bits": 768,
+    "dgk_bits": 768,
+    "dgk_t": 96,
+    "min_records": 20,
+}
 
 
 def _policy(text: str, name: str) -> Policy:
@@ -67,14 +75,18 @@ def governed(tmp_path_factory, request):
     from tests.support.deployment import PartiesInThread
 
     root = tmp_path_factory.mktemp("governed")
-    inputs = {p: {"dp-aggregate": {"data": _npz(root / f"{p}.npz", seed=i)}}
-              for i, p in enumerate(("alice", "bob", "carol", "frank", "grace"))}
+    inputs = {
+        p: {"dp-aggregate": {"data": _npz(root / f"{p}.npz", seed=i)}}
+        for i, p in enumerate(("alice", "bob", "carol", "frank", "grace"))
+    }
     np.save(root / "alice-A.npy", np.eye(3))
     inputs["alice"]["power-iteration"] = {"data": root / "alice-A.npy"}
-    policies = {"alice": _policy(ALICE, "alice"), "carol": _policy(PERMISSIVE, "carol"),
-                "frank": _policy(PERMISSIVE, "frank"),
-                "grace": _policy(PERMISSIVE.replace('release_to = ["*"]', 'release_to = ["*"]\nmax_delta = 1e-20'),
-                                 "grace")}
+    policies = {
+        "alice": _policy(ALICE, "alice"),
+        "carol": _policy(PERMISSIVE, "carol"),
+        "frank": _policy(PERMISSIVE, "frank"),
+        "grace": _policy(PERMISSIVE.replace('release_to = ["*"]', 'release_to = ["*"]\nmax_delta = 1e-20'), "grace"),
+    }
     # the others accept seeds, so that alice's own rule is what refuses a seeded session
     policies.update({p: Policy(open=True, allow_seeded=True) for p in ("charlie", "dave", "eve", "trent", "bob")})
     budgets = {p: BudgetConfig(dataset=p, epsilon=2.5, delta=1e-9) for p in ("alice", "frank", "grace")}
@@ -93,33 +105,150 @@ def governed(tmp_path_factory, request):
 DPA = {"charlie": "charlie", "dave": "dave", "party1": "alice", "party2": "bob"}
 CASES = [
     # (case id, initiator, protocol, roles, params, seed, code, refusing party, rule)
-    ("protocol not joined", "bob", "keyword", {"alice": "alice", "bob": "bob"}, {"key_bits": 512}, None,
-     "PERMISSION_DENIED", "alice", "policy.keyword"),
-    ("role", "charlie", "dp-aggregate", {**DPA, "party1": "bob", "party2": "alice"}, {}, None,
-     "PERMISSION_DENIED", "alice", "policy.dp-aggregate.roles"),
-    ("initiator", "dave", "dp-aggregate", DPA, {}, None, "PERMISSION_DENIED", "alice",
-     "policy.dp-aggregate.initiators"),
-    ("coordinator", "charlie", "dp-aggregate", {**DPA, "dave": "trent"}, {}, None, "PERMISSION_DENIED", "alice",
-     "policy.dp-aggregate.coordinators"),
-    ("recipient", "charlie", "dp-aggregate", {**DPA, "dave": "eve"}, {}, None, "PERMISSION_DENIED", "alice",
-     "policy.dp-aggregate.release_to"),
-    ("exact outputs", "trent", "power-iteration", {"trent": "trent", "party1": "alice", "party2": "bob"},
-     {"n_parties": 2, "key_bits": 768}, None, "PERMISSION_DENIED", "alice", "policy.power-iteration.allow_non_dp"),
-    ("key size", "charlie", "dp-aggregate", DPA, {"key_bits": 512, "dgk_bits": 512}, None,
-     "FAILED_PRECONDITION", "alice", "policy.dp-aggregate.min_key_bits"),
-    ("epsilon", "charlie", "dp-aggregate", DPA, {"epsilon": 3.0}, None, "FAILED_PRECONDITION", "alice",
-     "policy.dp-aggregate.max_epsilon"),
-    ("record bound", "charlie", "dp-aggregate", DPA, {"min_records": 5}, None, "FAILED_PRECONDITION", "alice",
-     "policy.dp-aggregate.min_records"),
+    (
+        "protocol not joined",
+        "bob",
+        "keyword",
+        {"alice": "alice", "bob": "bob"},
+        {"key_bits": 512},
+        None,
+        "PERMISSION_DENIED",
+        "alice",
+        "policy.keyword",
+    ),
+    (
+        "role",
+        "charlie",
+        "dp-aggregate",
+        {**DPA, "party1": "bob", "party2": "alice"},
+        {},
+        None,
+        "PERMISSION_DENIED",
+        "alice",
+        "policy.dp-aggregate.roles",
+    ),
+    (
+        "initiator",
+        "dave",
+        "dp-aggregate",
+        DPA,
+        {},
+        None,
+        "PERMISSION_DENIED",
+        "alice",
+        "policy.dp-aggregate.initiators",
+    ),
+    (
+        "coordinator",
+        "charlie",
+        "dp-aggregate",
+        {**DPA, "dave": "trent"},
+        {},
+        None,
+        "PERMISSION_DENIED",
+        "alice",
+        "policy.dp-aggregate.coordinators",
+    ),
+    (
+        "recipient",
+        "charlie",
+        "dp-aggregate",
+        {**DPA, "dave": "eve"},
+        {},
+        None,
+        "PERMISSION_DENIED",
+        "alice",
+        "policy.dp-aggregate.release_to",
+    ),
+    (
+        "exact outputs",
+        "trent",
+        "power-iteration",
+        {"trent": "trent", "party1": "alice", "party2": "bob"},
+        {"n_parties": 2, "key_bits": 768},
+        None,
+        "PERMISSION_DENIED",
+        "alice",
+        "policy.power-iteration.allow_non_dp",
+    ),
+    (
+        "key size",
+        "charlie",
+        "dp-aggregate",
+        DPA,
+        {"key_bits": 512, "dgk_bits": 512},
+        None,
+        "FAILED_PRECONDITION",
+        "alice",
+        "policy.dp-aggregate.min_key_bits",
+    ),
+    (
+        "epsilon",
+        "charlie",
+        "dp-aggregate",
+        DPA,
+        {"epsilon": 3.0},
+        None,
+        "FAILED_PRECONDITION",
+        "alice",
+        "policy.dp-aggregate.max_epsilon",
+    ),
+    (
+        "record bound",
+        "charlie",
+        "dp-aggregate",
+        DPA,
+        {"min_records": 5},
+        None,
+        "FAILED_PRECONDITION",
+        "alice",
+        "policy.dp-aggregate.min_records",
+    ),
     ("seed", "charlie", "dp-aggregate", DPA, {}, 7, "FAILED_PRECONDITION", "alice", "policy.allow_seeded"),
-    ("no summary", "bob", "net-echo", {"a": "alice", "b": "bob"}, None, None, "FAILED_PRECONDITION", "alice",
-     "summary"),
-    ("no budget", "charlie", "dp-aggregate", {**DPA, "party2": "carol"}, {}, None, "FAILED_PRECONDITION", "carol",
-     "budget"),
-    ("insecure keys", "charlie", "dp-aggregate", {**DPA, "party2": "frank"}, {}, None, "FAILED_PRECONDITION",
-     "frank", "party.allow_insecure_keys"),
-    ("delta", "charlie", "dp-aggregate", {**DPA, "party2": "grace"}, {}, None, "FAILED_PRECONDITION", "grace",
-     "policy.dp-aggregate.max_delta"),
+    (
+        "no summary",
+        "bob",
+        "net-echo",
+        {"a": "alice", "b": "bob"},
+        None,
+        None,
+        "FAILED_PRECONDITION",
+        "alice",
+        "summary",
+    ),
+    (
+        "no budget",
+        "charlie",
+        "dp-aggregate",
+        {**DPA, "party2": "carol"},
+        {},
+        None,
+        "FAILED_PRECONDITION",
+        "carol",
+        "budget",
+    ),
+    (
+        "insecure keys",
+        "charlie",
+        "dp-aggregate",
+        {**DPA, "party2": "frank"},
+        {},
+        None,
+        "FAILED_PRECONDITION",
+        "frank",
+        "party.allow_insecure_keys",
+    ),
+    (
+        "delta",
+        "charlie",
+        "dp-aggregate",
+        {**DPA, "party2": "grace"},
+        {},
+        None,
+        "FAILED_PRECONDITION",
+        "grace",
+        "policy.dp-aggregate.max_delta",
+    ),
 ]
 
 
@@ -127,7 +256,7 @@ CASES = [
 def test_each_rule_refuses_with_its_status_and_the_party_keeps_serving(governed, case):
     root, cfgs = governed
     name, initiator, protocol, roles, params, seed, code, refuser, rule = case
-    sid = f"{initiator}.m-" + name.replace(" ", "-")   # the initiator's namespace (issue 24)
+    sid = f"{initiator}.m-" + name.replace(" ", "-")  # the initiator's namespace (issue 24)
     p = {} if params is None else dict(PARAMS, **params) if protocol == "dp-aggregate" else params
     with pytest.raises(SmcdpError) as ei:
         client.start_session(cfgs[initiator], protocol, roles, p, session_id=sid, timeout=60, seed=seed)
@@ -135,8 +264,11 @@ def test_each_rule_refuses_with_its_status_and_the_party_keeps_serving(governed,
     text = str(ei.value)
     assert f"party '{refuser}' refuses session '{sid}'" in text and f"(rule {rule})" in text, text
     assert client.check_health(cfgs[refuser]) == "SERVING"
-    refusals = [e for _, e, _ in read_entries(root / "state" / refuser)
-                if e and e.get("event") == "refused" and e.get("session") == sid]
+    refusals = [
+        e
+        for _, e, _ in read_entries(root / "state" / refuser)
+        if e and e.get("event") == "refused" and e.get("session") == sid
+    ]
     assert [(e["rule"], e["code"]) for e in refusals] == [(rule, code)]
     if refuser != "alice" and "alice" in roles.values():
         # alice accepted first (proposals go out in name order) and gives her reservation back when the
@@ -186,40 +318,53 @@ def test_no_input_is_opened_before_policy_and_budget_pass(tmp_path):
     from tests.support.deployment import PartiesInThread
 
     fifo = tmp_path / "alice-data.npz"
-    os.mkfifo(fifo)                    # opening it to read blocks until a writer comes: a visible trace
-    policies = {"alice": _policy(ALICE.replace("max_epsilon = 2.0", "max_epsilon = 5.0")
-                                 .replace(', "eve"]', "]"), "alice"),
-                "bob": _policy(PERMISSIVE.replace('release_to = ["*"]', 'release_to = ["*"]\nmax_epsilon = 1.0'),
-                               "bob")}
+    os.mkfifo(fifo)  # opening it to read blocks until a writer comes: a visible trace
+    policies = {
+        "alice": _policy(ALICE.replace("max_epsilon = 2.0", "max_epsilon = 5.0").replace(', "eve"]', "]"), "alice"),
+        "bob": _policy(PERMISSIVE.replace('release_to = ["*"]', 'release_to = ["*"]\nmax_epsilon = 1.0'), "bob"),
+    }
     policies.update({p: Policy(open=True, allow_seeded=True) for p in ("charlie", "dave", "trent")})
-    cfgs = make_deployment(tmp_path, ["charlie", "dave", "trent", "alice", "bob"],
-                           inputs={"alice": {"dp-aggregate": {"data": fifo}},
-                                   "bob": {"dp-aggregate": {"data": _npz(tmp_path / "bob.npz")}}},
-                           policies=policies,
-                           budgets={"alice": BudgetConfig(dataset="alice", epsilon=2.0, delta=1e-9),
-                                    "bob": BudgetConfig(dataset="bob", epsilon=100.0, delta=1e-9)})
+    cfgs = make_deployment(
+        tmp_path,
+        ["charlie", "dave", "trent", "alice", "bob"],
+        inputs={
+            "alice": {"dp-aggregate": {"data": fifo}},
+            "bob": {"dp-aggregate": {"data": _npz(tmp_path / "bob.npz")}},
+        },
+        policies=policies,
+        budgets={
+            "alice": BudgetConfig(dataset="alice", epsilon=2.0, delta=1e-9),
+            "bob": BudgetConfig(dataset="bob", epsilon=100.0, delta=1e-9),
+        },
+    )
     runner = PartiesInThread()
     try:
         for p in ("charlie", "dave", "trent", "alice", "bob"):
             runner.start(cfgs[p])
         refused = [
-            ({}, 7, "policy.allow_seeded"),                      # alice: seed
-            ({"epsilon": 6.0}, None, "policy.dp-aggregate.max_epsilon"),      # alice: bound
-            ({"epsilon": 3.0}, None, "budget"),                  # alice: budget (2.0)
-            ({"epsilon": 1.5}, None, "policy.dp-aggregate.max_epsilon"),      # alice accepts, bob refuses
+            ({}, 7, "policy.allow_seeded"),  # alice: seed
+            ({"epsilon": 6.0}, None, "policy.dp-aggregate.max_epsilon"),  # alice: bound
+            ({"epsilon": 3.0}, None, "budget"),  # alice: budget (2.0)
+            ({"epsilon": 1.5}, None, "policy.dp-aggregate.max_epsilon"),  # alice accepts, bob refuses
         ]
         for i, (params, seed, rule) in enumerate(refused):
             with pytest.raises(SmcdpError, match=rule.replace(".", r"\.")):
-                client.start_session(cfgs["charlie"], "dp-aggregate", DPA, dict(PARAMS, **params),
-                                     session_id=f"f-{i}", timeout=60, seed=seed)
+                client.start_session(
+                    cfgs["charlie"],
+                    "dp-aggregate",
+                    DPA,
+                    dict(PARAMS, **params),
+                    session_id=f"f-{i}",
+                    timeout=60,
+                    seed=seed,
+                )
             time.sleep(0.3)
             assert not _has_reader(fifo), f"alice opened her input for a refused proposal ({rule})"
         # alice's reservation for the session bob refused was given back (when the initiator's Abort
         # reaches her, which may be just after the refusal reached the operator)
         led = Ledger(tmp_path / "state" / "alice" / "ledger.sqlite")
         end = time.monotonic() + 15
-        while getattr(led.reservation("alice", "charlie.f-3"), "state", None) != "released" \
-                and time.monotonic() < end:
+        while getattr(led.reservation("alice", "charlie.f-3"), "state", None) != "released" and time.monotonic() < end:
             time.sleep(0.1)
         assert led.reservation("alice", "charlie.f-3").state == "released"
         assert not _has_reader(fifo), "alice opened her input for the session bob refused"
@@ -233,7 +378,7 @@ def test_no_input_is_opened_before_policy_and_budget_pass(tmp_path):
         while not _has_reader(fifo):
             assert time.monotonic() < end, "alice never opened her input for an accepted session"
             time.sleep(0.1)
-        th.join(90)                    # the FIFO is no .npz: the session then fails, cleanly
+        th.join(90)  # the FIFO is no .npz: the session then fails, cleanly
         assert done["err"] is not None
     finally:
         runner.close()

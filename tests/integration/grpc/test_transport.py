@@ -40,13 +40,12 @@ def addr(cfgs, name):
 
 def test_session_end_to_end_and_records(deployment):
     root, cfgs, _ = deployment
-    rec = client.start_session(cfgs["alice"], "net-echo", ROLES, {"n": 5}, session_id="s-ok",
-                              timeout=30, seed=7)
+    rec = client.start_session(cfgs["alice"], "net-echo", ROLES, {"n": 5}, session_id="s-ok", timeout=30, seed=7)
     assert rec["state"] == "succeeded" and rec["role"] == "a" and rec["party"] == "alice"
     assert rec["result"]["y"] == [2 * (i + 0.5) for i in range(5)]
     assert rec["stats"]["messages_sent"] == 1 and rec["stats"]["messages_received"] == 1
     # every participant wrote its durable record
-    assert rec["session_id"] == "alice.s-ok"      # in its initiator's namespace (issue 24)
+    assert rec["session_id"] == "alice.s-ok"  # in its initiator's namespace (issue 24)
     on_disk = json.loads((root / "state/alice/sessions/alice.s-ok.json").read_text())
     assert on_disk == rec
     bob = _wait_record(cfgs["bob"], "s-ok")
@@ -74,22 +73,37 @@ def test_unchunked_large_envelope_is_refused(deployment):
     """The gRPC message limit is what chunking avoids: one 9 MiB envelope does not pass."""
     root, cfgs, _ = deployment
     with raw_channel(root / "certs", "alice", addr(cfgs, "bob"), "bob") as ch:
-        env = tpb.Envelope(session_id="x", tag="t", type_name="smcdp.v1.Blobs", chunk_index=0,
-                           chunk_count=1, total_size=9 << 20, data=b"\0" * (9 << 20))
+        env = tpb.Envelope(
+            session_id="x",
+            tag="t",
+            type_name="smcdp.v1.Blobs",
+            chunk_index=0,
+            chunk_count=1,
+            total_size=9 << 20,
+            data=b"\0" * (9 << 20),
+        )
         with pytest.raises(grpc.RpcError) as ei:
             tgrpc.MailboxStub(ch).Deliver(iter([env]), timeout=10)
     assert ei.value.code() in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.INVALID_ARGUMENT)
 
 
 def _spec(sid, roles=ROLES, params=None, protocol="net-echo", timeout=30.0):
-    return tpb.SessionSpec(session_id=sid, protocol=protocol, roles=roles,
-                           params_json=json.dumps(params or {}), timeout_seconds=timeout)
+    return tpb.SessionSpec(
+        session_id=sid, protocol=protocol, roles=roles, params_json=json.dumps(params or {}), timeout_seconds=timeout
+    )
 
 
 def _env(sid, tag, msg, **kw):
     data = msg.SerializeToString()
-    fields = dict(session_id=sid, tag=tag, type_name=msg.DESCRIPTOR.full_name, chunk_index=0,
-                  chunk_count=1, total_size=len(data), data=data)
+    fields = dict(
+        session_id=sid,
+        tag=tag,
+        type_name=msg.DESCRIPTOR.full_name,
+        chunk_index=0,
+        chunk_count=1,
+        total_size=len(data),
+        data=data,
+    )
     fields.update(kw)
     return tpb.Envelope(**fields)
 
@@ -98,8 +112,10 @@ def test_authorisation_duplicates_and_abort_by_raw_peer(deployment):
     """Act as alice with raw RPCs against bob: identity, roles, duplicates, abort."""
     root, cfgs, _ = deployment
     certs = root / "certs"
-    with raw_channel(certs, "alice", addr(cfgs, "bob"), "bob") as a_ch, \
-            raw_channel(certs, "charlie", addr(cfgs, "bob"), "bob") as c_ch:
+    with (
+        raw_channel(certs, "alice", addr(cfgs, "bob"), "bob") as a_ch,
+        raw_channel(certs, "charlie", addr(cfgs, "bob"), "bob") as c_ch,
+    ):
         alice = tgrpc.MailboxStub(a_ch)
         charlie = tgrpc.MailboxStub(c_ch)
         x = mpb.Floats(values=[1.0, 2.0])
@@ -182,13 +198,18 @@ def test_authorisation_duplicates_and_abort_by_raw_peer(deployment):
         alice.Begin(tpb.SessionRef(session_id="alice.s2"), timeout=5)
         assert _wait_status(cfgs["bob"], "alice.s2", lambda st: st["state"] != "prepared")["state"] == "running"
         t0 = time.monotonic()
-        alice.Abort(tpb.AbortRequest(session_id="alice.s2", code="INVALID_ARGUMENT",
-                                     message="alice found a bad ciphertext"), timeout=5)
+        alice.Abort(
+            tpb.AbortRequest(session_id="alice.s2", code="INVALID_ARGUMENT", message="alice found a bad ciphertext"),
+            timeout=5,
+        )
         rec = _wait_record(cfgs["bob"], "s2")
         assert time.monotonic() - t0 < 5
         assert rec["state"] == "failed"
-        assert rec["error"] == {"code": "INVALID_ARGUMENT", "origin": "alice",
-                                "message": "session alice.s2 aborted by alice (role a): alice found a bad ciphertext"}
+        assert rec["error"] == {
+            "code": "INVALID_ARGUMENT",
+            "origin": "alice",
+            "message": "session alice.s2 aborted by alice (role a): alice found a bad ciphertext",
+        }
 
 
 def _wait_status(cfg, sid, condition, timeout=10.0):
@@ -222,8 +243,7 @@ def test_mutual_tls_is_required(deployment, tmp_path):
     env = _env("alice.s1", "x", mpb.Flag(value=True))
     cases = {
         "no client certificate": raw_channel(certs, None, addr(cfgs, "bob"), "bob"),
-        "certificate from another CA": raw_channel(other, "alice", addr(cfgs, "bob"), "bob",
-                                                   ca=certs / "ca.crt"),
+        "certificate from another CA": raw_channel(other, "alice", addr(cfgs, "bob"), "bob", ca=certs / "ca.crt"),
     }
     for what, ch in cases.items():
         with ch:
@@ -249,9 +269,12 @@ def test_operator_control_needs_own_certificate(deployment):
     root, cfgs, _ = deployment
     with raw_channel(root / "certs", "bob", addr(cfgs, "alice"), "alice") as ch:
         ctl = tgrpc.ControlStub(ch)
-        for call in (lambda: ctl.StartSession(tpb.StartSessionRequest(
-                         protocol="net-echo", roles=ROLES, params_json="{}"), timeout=5),
-                     lambda: ctl.GetResult(tpb.SessionRef(session_id="x"), timeout=5)):
+        for call in (
+            lambda: ctl.StartSession(
+                tpb.StartSessionRequest(protocol="net-echo", roles=ROLES, params_json="{}"), timeout=5
+            ),
+            lambda: ctl.GetResult(tpb.SessionRef(session_id="x"), timeout=5),
+        ):
             with pytest.raises(grpc.RpcError) as ei:
                 call()
             assert ei.value.code() == grpc.StatusCode.PERMISSION_DENIED
@@ -267,8 +290,7 @@ def test_abort_propagates_to_pending_recv(deployment):
     t0 = time.monotonic()
     # b fails at once; a is waiting for y and must end with b's error, long before the deadline
     with pytest.raises(SessionAborted) as ei:
-        client.start_session(cfgs["alice"], "net-echo", ROLES, {"fail_role": "b"},
-                            session_id="s-abort", timeout=40)
+        client.start_session(cfgs["alice"], "net-echo", ROLES, {"fail_role": "b"}, session_id="s-abort", timeout=40)
     assert time.monotonic() - t0 < 10
     # depending on timing alice learns it from bob's Abort or from bob refusing 'x';
     # either way the error names bob and bob's cause
@@ -284,8 +306,9 @@ def test_abort_propagates_to_pending_recv(deployment):
 
 
 def test_initiator_fails_naming_unreachable_party(tmp_path, in_thread):
-    cfgs = make_deployment(tmp_path, ["alice", "bob"],
-                           timeouts=Timeouts(connect_seconds=1, session_seconds=60, rpc_seconds=5))
+    cfgs = make_deployment(
+        tmp_path, ["alice", "bob"], timeouts=Timeouts(connect_seconds=1, session_seconds=60, rpc_seconds=5)
+    )
     in_thread.start(cfgs["alice"])  # bob is down
     t0 = time.monotonic()
     with pytest.raises(Unavailable) as ei:
@@ -314,7 +337,7 @@ def test_peer_restart_between_sessions(tmp_path, in_thread):
     assert client.start_session(cfgs["alice"], "net-echo", ROLES, {}, timeout=20)["state"] == "succeeded"
 
 
-BUSY = 6.0   # seconds bob's role computes holding the GIL (the bounds below are fractions of it)
+BUSY = 6.0  # seconds bob's role computes holding the GIL (the bounds below are fractions of it)
 
 
 def test_server_answers_while_a_role_computes(deployment):
@@ -324,23 +347,27 @@ def test_server_answers_while_a_role_computes(deployment):
     result = {}
 
     def run():
-        result["rec"] = client.start_session(cfgs["alice"], "net-echo", ROLES,
-                                            {"busy_seconds": BUSY, "late_send": True},
-                                            session_id="s-busy", timeout=60)
+        result["rec"] = client.start_session(
+            cfgs["alice"], "net-echo", ROLES, {"busy_seconds": BUSY, "late_send": True}, session_id="s-busy", timeout=60
+        )
 
-    def busy() -> bool:     # bob's server says the role is computing (answering while it does)
+    def busy() -> bool:  # bob's server says the role is computing (answering while it does)
         return client.get_status(cfgs["bob"], "alice.s-busy", timeout=BUSY)["step"] == "busy"
 
     t = threading.Thread(target=run)
     t.start()
-    _wait_status(cfgs["bob"], "alice.s-busy",
-                 lambda st: st["step"] == "busy" or st["state"] in ("succeeded", "failed"), timeout=30)
-    latencies = []          # health checks that began and were answered while the role computed
+    _wait_status(
+        cfgs["bob"],
+        "alice.s-busy",
+        lambda st: st["step"] == "busy" or st["state"] in ("succeeded", "failed"),
+        timeout=30,
+    )
+    latencies = []  # health checks that began and were answered while the role computed
     while busy():
         t0 = time.monotonic()
         assert client.check_health(cfgs["bob"], timeout=BUSY) == "SERVING"
         latency = time.monotonic() - t0
-        if not busy():      # the computation may have ended before this answer
+        if not busy():  # the computation may have ended before this answer
             break
         latencies.append(latency)
         time.sleep(0.05)
@@ -368,8 +395,9 @@ def test_every_party_ends_by_its_deadline(deployment):
     _, cfgs, _ = deployment
     t0 = time.monotonic()
     with pytest.raises(Exception) as ei:
-        client.start_session(cfgs["alice"], "net-echo", ROLES, {"wait_forever_role": "b"},
-                            session_id="s-late", timeout=2)
+        client.start_session(
+            cfgs["alice"], "net-echo", ROLES, {"wait_forever_role": "b"}, session_id="s-late", timeout=2
+        )
     assert time.monotonic() - t0 < 8
     assert ei.value.code == "DEADLINE_EXCEEDED"
     a = client.get_result(cfgs["alice"], "s-late")
@@ -398,7 +426,7 @@ def test_a_ca_bundle_with_two_cas_is_honoured_during_rotation(tmp_path, in_threa
     new_key, new_ca = create_ca("smcdp rotated CA")
     key, cert = issue_party_certificate(new_key, new_ca, "bob")
     write_private_key(certs / "bob.key", key, overwrite=True)
-    write_certificate(certs / "bob.crt", cert, overwrite=True)   # bob: new CA; alice: still the old one
+    write_certificate(certs / "bob.crt", cert, overwrite=True)  # bob: new CA; alice: still the old one
     old = (certs / "ca.crt").read_bytes()
     write_certificate(certs / "ca.crt", new_ca, overwrite=True)
     (certs / "ca.crt").write_bytes(old + (certs / "ca.crt").read_bytes())
@@ -412,5 +440,6 @@ def test_a_ca_bundle_with_two_cas_is_honoured_during_rotation(tmp_path, in_threa
     write_private_key(tmp_path / "x.key", k2)
     write_certificate(tmp_path / "x.crt", c2)
     from smcdp.net.tls import CertificateError, TlsMaterial
+
     with pytest.raises(CertificateError, match="2 certificate"):
         TlsMaterial.load(certs / "ca.crt", tmp_path / "x.crt", tmp_path / "x.key")

@@ -9,8 +9,8 @@ is registered in this build (``smcdp.plugins.base.known_protocols``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -62,10 +62,12 @@ def check_power_iteration(records: dict[str, dict], blocks) -> None:
         assert np.allclose(u, u_ref, atol=1e-4), (party, u, u_ref)
 
 
-def run_power_iteration(cluster: NetnsCluster, blocks, session_id: str | None = None,
-                        timeout: float = 60.0) -> dict[str, dict]:
-    out = cluster.session("trent", "power-iteration", PI_ROLES, power_iteration_params(),
-                          session_id=session_id, timeout=timeout)
+def run_power_iteration(
+    cluster: NetnsCluster, blocks, session_id: str | None = None, timeout: float = 60.0
+) -> dict[str, dict]:
+    out = cluster.session(
+        "trent", "power-iteration", PI_ROLES, power_iteration_params(), session_id=session_id, timeout=timeout
+    )
     assert out.returncode == 0, f"session failed ({out.returncode}): {out.stderr}"
     sid = out.record["session_id"]
     records = cluster.wait_records(list(PI_ROLES.values()), sid, timeout=30)
@@ -73,10 +75,14 @@ def run_power_iteration(cluster: NetnsCluster, blocks, session_id: str | None = 
     return records
 
 
-POWER_ITERATION = ProtocolCase("power-iteration", POWER_ITERATION_PARTIES,
-                               _power_iteration_inputs, run_power_iteration, roles=PI_ROLES, initiator="trent")
-
-
+POWER_ITERATION = ProtocolCase(
+    "power-iteration",
+    POWER_ITERATION_PARTIES,
+    _power_iteration_inputs,
+    run_power_iteration,
+    roles=PI_ROLES,
+    initiator="trent",
+)
 
 
 # ------------------------------------------------------------------------ dp-aggregate
@@ -106,8 +112,15 @@ def _dp_aggregate_inputs(workdir: Path, parties: Sequence[str]):
 def run_dp_aggregate(cluster: NetnsCluster, sets, session_id: str | None = None) -> dict[str, dict]:
     from smcdp.protocols.dp_aggregate import train_local
 
-    params = {"n_parties": 2, "dim": 2, "epsilon": DPA_EPSILON, "lam": DPA_LAM, "key_bits": KEY_BITS,
-              "dgk_bits": KEY_BITS, "dgk_t": 96}
+    params = {
+        "n_parties": 2,
+        "dim": 2,
+        "epsilon": DPA_EPSILON,
+        "lam": DPA_LAM,
+        "key_bits": KEY_BITS,
+        "dgk_bits": KEY_BITS,
+        "dgk_t": 96,
+    }
     out = cluster.session("charlie", "dp-aggregate", DPA_ROLES, params, session_id=session_id, timeout=90)
     assert out.returncode == 0, f"session failed ({out.returncode}): {out.stderr}"
     sid = out.record["session_id"]
@@ -123,9 +136,15 @@ def run_dp_aggregate(cluster: NetnsCluster, sets, session_id: str | None = None)
     return records
 
 
-DP_AGGREGATE = ProtocolCase("dp-aggregate", ("charlie", "trent", "alice", "bob"),
-                            _dp_aggregate_inputs, run_dp_aggregate,
-                            module="smcdp.protocols.dp_aggregate", roles=DPA_ROLES, initiator="charlie")
+DP_AGGREGATE = ProtocolCase(
+    "dp-aggregate",
+    ("charlie", "trent", "alice", "bob"),
+    _dp_aggregate_inputs,
+    run_dp_aggregate,
+    module="smcdp.protocols.dp_aggregate",
+    roles=DPA_ROLES,
+    initiator="charlie",
+)
 
 
 # ----------------------------------------------------------------------------- keyword
@@ -142,22 +161,27 @@ def _keyword_inputs(workdir: Path, parties: Sequence[str]):
     startprob[:, 0] = 1.0
     A = np.array([[0.6, 0.4, 0.0], [0.0, 0.6, 0.4], [0.0, 0.0, 1.0]])
     means = rng.normal(size=(D, N, d)) * 3
-    models = KeywordModels(["one", "two", "three"], startprob, np.stack([A] * D), means=means,
-                           covars=rng.uniform(0.5, 1.5, (D, N, d)))
+    models = KeywordModels(
+        ["one", "two", "three"], startprob, np.stack([A] * D), means=means, covars=rng.uniform(0.5, 1.5, (D, N, d))
+    )
     # an utterance of "two": frames near its states' means, two per state
     X = np.stack([means[1, s] + 0.3 * rng.normal(size=d) for s in (0, 0, 1, 1, 2, 2)])
     models.save(workdir / "bob-models.npz")
     np.save(workdir / "alice-utterance.npy", X)
     index, word, scores = recognise(models, X)
     top2 = np.sort(scores)[-2:]
-    assert top2[1] - top2[0] > 10, scores      # a clear winner: fixed point cannot flip it
-    return ([f"alice:keyword:utterance={workdir / 'alice-utterance.npy'}",
-             f"bob:keyword:models={workdir / 'bob-models.npz'}"], (index, word))
+    assert top2[1] - top2[0] > 10, scores  # a clear winner: fixed point cannot flip it
+    return (
+        [
+            f"alice:keyword:utterance={workdir / 'alice-utterance.npy'}",
+            f"bob:keyword:models={workdir / 'bob-models.npz'}",
+        ],
+        (index, word),
+    )
 
 
 def run_keyword(cluster: NetnsCluster, expected, session_id: str | None = None) -> dict[str, dict]:
-    out = cluster.session("alice", "keyword", KW_ROLES, {"key_bits": KEY_BITS},
-                          session_id=session_id, timeout=90)
+    out = cluster.session("alice", "keyword", KW_ROLES, {"key_bits": KEY_BITS}, session_id=session_id, timeout=90)
     assert out.returncode == 0, f"session failed ({out.returncode}): {out.stderr}"
     sid = out.record["session_id"]
     records = cluster.wait_records(list(KW_ROLES.values()), sid, timeout=30)
@@ -166,13 +190,20 @@ def run_keyword(cluster: NetnsCluster, expected, session_id: str | None = None) 
     index, word = expected
     alice = records["alice"]["result"]
     assert (alice["index"], alice["keyword"]) == (index, word)
-    assert alice["log_likelihoods"] is None      # no debug reveal: alice learns only the word
+    assert alice["log_likelihoods"] is None  # no debug reveal: alice learns only the word
     assert "keyword" not in records["bob"]["result"]
     return records
 
 
-KEYWORD = ProtocolCase("keyword", ("alice", "bob"), _keyword_inputs, run_keyword,
-                       module="smcdp.protocols.keyword", roles=KW_ROLES, initiator="alice")
+KEYWORD = ProtocolCase(
+    "keyword",
+    ("alice", "bob"),
+    _keyword_inputs,
+    run_keyword,
+    module="smcdp.protocols.keyword",
+    roles=KW_ROLES,
+    initiator="alice",
+)
 
 
 # ------------------------------------------------------------------------------- all
@@ -184,8 +215,12 @@ def governance_args(cases) -> list[str]:
     large: the dp-aggregate case releases at epsilon = 1e4 so that its noise is negligible."""
     args = ["--budget", str(10 * DPA_EPSILON)]
     for case in cases:
-        args += ["--roles", f"{case.protocol}:" + ",".join(f"{r}={p}" for r, p in case.roles.items()),
-                 "--initiator", f"{case.protocol}={case.initiator}"]
+        args += [
+            "--roles",
+            f"{case.protocol}:" + ",".join(f"{r}={p}" for r, p in case.roles.items()),
+            "--initiator",
+            f"{case.protocol}={case.initiator}",
+        ]
     return args
 
 

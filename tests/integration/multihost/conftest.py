@@ -24,8 +24,17 @@ def cluster(tmp_path_factory):
         inputs += items
         expected[case.protocol] = state
     plugins = [case.module for case in cases if case.module and case.module_needed]
-    c = NetnsCluster(parties, workdir, inputs=inputs, plugins=plugins, connect_seconds=3.0, session_seconds=60.0,
-                     rpc_seconds=10.0, peer_grace_seconds=15.0, init_args=governance_args(cases))
+    c = NetnsCluster(
+        parties,
+        workdir,
+        inputs=inputs,
+        plugins=plugins,
+        connect_seconds=3.0,
+        session_seconds=60.0,
+        rpc_seconds=10.0,
+        peer_grace_seconds=15.0,
+        init_args=governance_args(cases),
+    )
     c.cases = {case.protocol: case for case in cases}
     c.expected = expected
     try:

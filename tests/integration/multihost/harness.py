@@ -21,9 +21,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from tests.support.bundles import BundleRecords
 from tests.support.paths import REPO as _REPO
@@ -67,7 +68,7 @@ class ProtocolCase:
     protocol: str
     parties: Sequence[str]
     inputs: Callable[[Path, Sequence[str]], tuple[list[str], Any]]
-    run: Callable[["NetnsCluster", Any], dict]
+    run: Callable[[NetnsCluster, Any], dict]
     #: the module that registers the protocol (passed to `deploy init --plugin` when the
     #: built-in registry does not import it yet)
     module: str | None = None
@@ -121,14 +122,28 @@ class NetnsCluster(BundleRecords):
     def up(self) -> None:
         _sh("cleanup")  # leftovers of earlier runs whose owner died
         self.up_done = True
-        _sh("up", self.run_id, SUBNET_PREFIX,
-            *(f"{p}={self.addresses[p].rsplit('.', 1)[1]}" for p in self.parties))
+        _sh("up", self.run_id, SUBNET_PREFIX, *(f"{p}={self.addresses[p].rsplit('.', 1)[1]}" for p in self.parties))
         hosts = ",".join(f"{p}={self.addresses[p]}:{PORT}" for p in self.parties)
-        cmd = [sys.executable, "-m", "smcdp", "deploy", "init", "--hosts", hosts,
-               "--out", str(self.deploy_dir), "--allow-insecure-keys",
-               "--connect-seconds", str(self.connect_seconds),
-               "--session-seconds", str(self.session_seconds), "--rpc-seconds", str(self.rpc_seconds),
-               "--peer-grace-seconds", str(self.peer_grace_seconds)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "smcdp",
+            "deploy",
+            "init",
+            "--hosts",
+            hosts,
+            "--out",
+            str(self.deploy_dir),
+            "--allow-insecure-keys",
+            "--connect-seconds",
+            str(self.connect_seconds),
+            "--session-seconds",
+            str(self.session_seconds),
+            "--rpc-seconds",
+            str(self.rpc_seconds),
+            "--peer-grace-seconds",
+            str(self.peer_grace_seconds),
+        ]
         for item in self.inputs:
             cmd += ["--inputs", item]
         for module in self.plugins:
@@ -148,10 +163,28 @@ class NetnsCluster(BundleRecords):
         log = open(self.workdir / f"{party}.log", "ab")  # noqa: SIM115 - the party's stdout, closed when it stops
         self._logs[party] = log
         self.procs[party] = subprocess.Popen(
-            ["ip", "netns", "exec", self.ns(party), sys.executable, "-m", "smcdp", "party",
-             "--config", str(self.config(party)), "--ready-file", str(ready), "--log-level", "INFO"],
-            stdout=log, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True,
-            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+            [
+                "ip",
+                "netns",
+                "exec",
+                self.ns(party),
+                sys.executable,
+                "-m",
+                "smcdp",
+                "party",
+                "--config",
+                str(self.config(party)),
+                "--ready-file",
+                str(ready),
+                "--log-level",
+                "INFO",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            start_new_session=True,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        )
 
     def _wait_ready(self, parties: Sequence[str], wait: float) -> None:
         end = time.monotonic() + wait
@@ -187,8 +220,9 @@ class NetnsCluster(BundleRecords):
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-                raise RuntimeError(f"party {party} did not exit within {timeout:g} s of signal {sig}:\n"
-                                   f"{self.log(party)}") from None
+                raise RuntimeError(
+                    f"party {party} did not exit within {timeout:g} s of signal {sig}:\n{self.log(party)}"
+                ) from None
         return proc.returncode
 
     def log(self, party: str) -> str:
@@ -220,16 +254,38 @@ class NetnsCluster(BundleRecords):
     # -------------------------------------------------------------- operations
     def cli(self, party: str, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess:
         """``smcdp ARGS`` run inside ``party``'s namespace (as its operator would on that host)."""
-        return subprocess.run(["ip", "netns", "exec", self.ns(party), sys.executable, "-m", "smcdp",
-                               *args], capture_output=True, text=True, timeout=timeout, cwd=REPO)
+        return subprocess.run(
+            ["ip", "netns", "exec", self.ns(party), sys.executable, "-m", "smcdp", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=REPO,
+        )
 
-    def session(self, initiator: str, protocol: str, roles: Mapping[str, str],
-                params: Mapping[str, Any], *, session_id: str | None = None,
-                timeout: float | None = None) -> SessionOutcome:
+    def session(
+        self,
+        initiator: str,
+        protocol: str,
+        roles: Mapping[str, str],
+        params: Mapping[str, Any],
+        *,
+        session_id: str | None = None,
+        timeout: float | None = None,
+    ) -> SessionOutcome:
         """``smcdp session start`` at ``initiator``; the initiator's record if it printed one."""
         out = self.workdir / f"start-{session_id or secrets.token_hex(4)}.json"
-        args = ["session", "start", "--config", str(self.config(initiator)), "--protocol", protocol,
-                "--params", json.dumps(dict(params)), "--out", str(out)]
+        args = [
+            "session",
+            "start",
+            "--config",
+            str(self.config(initiator)),
+            "--protocol",
+            protocol,
+            "--params",
+            json.dumps(dict(params)),
+            "--out",
+            str(out),
+        ]
         for role, party in roles.items():
             args += ["--role", f"{role}={party}"]
         if session_id:
@@ -248,8 +304,12 @@ class NetnsCluster(BundleRecords):
 
     def switch_counters(self) -> dict[str, dict[str, int]]:
         """Bytes through each party's switch port: {party: {"from_party": n, "to_party": n}}."""
-        r = subprocess.run(["ip", "-n", f"smcdp-{self.run_id}-sw", "-j", "-s", "link", "show"],
-                           capture_output=True, text=True, check=True)
+        r = subprocess.run(
+            ["ip", "-n", f"smcdp-{self.run_id}-sw", "-j", "-s", "link", "show"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         out = {}
         for link in json.loads(r.stdout):
             alias = link.get("ifalias")
@@ -260,7 +320,16 @@ class NetnsCluster(BundleRecords):
         return out
 
     def routes(self, party: str) -> list[dict]:
-        r = subprocess.run(["ip", "-n", self.ns(party), "-j", "route", "show", "table", "all"],
-                           capture_output=True, text=True, check=True)
-        return [x for x in json.loads(r.stdout) if x.get("table") not in ("local",)
-                and x.get("type", "unicast") == "unicast" and not x.get("dst", "").startswith(("fe80", "ff00"))]
+        r = subprocess.run(
+            ["ip", "-n", self.ns(party), "-j", "route", "show", "table", "all"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return [
+            x
+            for x in json.loads(r.stdout)
+            if x.get("table") not in ("local",)
+            and x.get("type", "unicast") == "unicast"
+            and not x.get("dst", "").startswith(("fe80", "ff00"))
+        ]

@@ -99,8 +99,9 @@ def test_party_down_when_session_starts_fails_naming_it_at_the_deadline(cluster)
     # 26: one at a time in name order they took 3.3 s of a 6 s deadline on a loaded CI host, before charlie
     # was ever tried)
     timeout = 12
-    out = cluster.session("trent", "power-iteration", PI_ROLES, power_iteration_params(),
-                          session_id=sid, timeout=timeout)
+    out = cluster.session(
+        "trent", "power-iteration", PI_ROLES, power_iteration_params(), session_id=sid, timeout=timeout
+    )
     assert out.returncode != 0
     # the error names the unreachable party and its address, and says it kept trying
     assert "'charlie'" in out.stderr and f"{cluster.addresses['charlie']}:{PORT}" in out.stderr, out.stderr
@@ -110,7 +111,7 @@ def test_party_down_when_session_starts_fails_naming_it_at_the_deadline(cluster)
     records = cluster.wait_records(["trent", "alice", "bob"], sid, timeout=20)
     assert records["trent"]["error"]["code"] == "UNAVAILABLE"
     assert "charlie" in records["trent"]["error"]["message"]
-    for p in ("alice", "bob"):                    # they had accepted the proposal
+    for p in ("alice", "bob"):  # they had accepted the proposal
         rec = records[p]
         assert rec["state"] == "failed"
         assert _seconds_between(rec["started_at"], rec["finished_at"]) <= timeout + 3, rec
@@ -132,22 +133,24 @@ def test_party_coming_up_during_retries_joins_the_session(cluster):
     result = {}
 
     def run():
-        result["out"] = cluster.session("trent", "power-iteration", PI_ROLES,
-                                        power_iteration_params(), session_id="trent.late-joiner", timeout=45)
+        result["out"] = cluster.session(
+            "trent", "power-iteration", PI_ROLES, power_iteration_params(), session_id="trent.late-joiner", timeout=45
+        )
 
     t = threading.Thread(target=run)
     t0 = time.monotonic()
     t.start()
     time.sleep(4.0)
-    assert t.is_alive()                           # still retrying charlie
+    assert t.is_alive()  # still retrying charlie
     cluster.start("charlie")
     t.join(90)
     assert not t.is_alive()
     out = result["out"]
     assert out.returncode == 0, out.stderr
     assert out.seconds > 4.0 and time.monotonic() - t0 < 60
-    check_power_iteration(cluster.wait_records(PI_PARTIES, "trent.late-joiner", timeout=30),
-                          cluster.expected["power-iteration"])
+    check_power_iteration(
+        cluster.wait_records(PI_PARTIES, "trent.late-joiner", timeout=30), cluster.expected["power-iteration"]
+    )
 
 
 def test_party_restarted_between_sessions(cluster):
@@ -155,7 +158,7 @@ def test_party_restarted_between_sessions(cluster):
     assert cluster.stop("bob") == 0
     cluster.start("bob")
     run_power_iteration(cluster, cluster.expected["power-iteration"], session_id="trent.after-restart")
-    for p, pid in others.items():                 # nobody else was restarted
+    for p, pid in others.items():  # nobody else was restarted
         assert cluster.procs[p].pid == pid and cluster.procs[p].poll() is None
 
 
@@ -168,9 +171,13 @@ def test_rotated_certificate_takes_effect_after_restart(cluster):
     crt = cluster.bundle("alice") / "certs" / "alice.crt"
     old = _cert_fingerprint(crt)
     ca_before = (cluster.bundle("bob") / "certs" / "ca.crt").read_bytes()
-    r = subprocess.run([sys.executable, "-m", "smcdp", "deploy", "rotate", "--dir",
-                        str(cluster.deploy_dir), "--party", "alice"],
-                       capture_output=True, text=True, timeout=60, cwd=REPO)
+    r = subprocess.run(
+        [sys.executable, "-m", "smcdp", "deploy", "rotate", "--dir", str(cluster.deploy_dir), "--party", "alice"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
     assert r.returncode == 0, r.stderr
     assert _cert_fingerprint(crt) != old
     assert (cluster.bundle("alice") / "certs" / "alice.key").stat().st_mode & 0o777 == 0o600
@@ -186,12 +193,11 @@ def _long_session(cluster, sid: str, rounds: int, timeout: float):
     result = {}
 
     def run():
-        result["out"] = cluster.session("trent", "power-iteration", PI_ROLES, params,
-                                        session_id=sid, timeout=timeout)
+        result["out"] = cluster.session("trent", "power-iteration", PI_ROLES, params, session_id=sid, timeout=timeout)
 
     t = threading.Thread(target=run)
     t.start()
-    end = time.monotonic() + 90          # a bound for a loaded host (the session starts in seconds)
+    end = time.monotonic() + 90  # a bound for a loaded host (the session starts in seconds)
     while not all(cluster.running_at(p, sid) for p in PI_PARTIES):
         assert time.monotonic() < end, "the session never started running everywhere"
         time.sleep(0.05)
@@ -253,7 +259,7 @@ def test_a_cut_longer_than_the_grace_fails_everywhere_naming_bob_then_resumes(cl
             assert rec["state"] == "failed", (p, rec["state"])
             assert rec["error"]["code"] == "UNAVAILABLE" and rec["error"]["origin"] == "bob", (p, rec["error"])
             assert rec["resumable"] is True, p
-            assert rec["seconds"] < 300 - 30, (p, rec["seconds"])       # far from the deadline
+            assert rec["seconds"] < 300 - 30, (p, rec["seconds"])  # far from the deadline
         bob = cluster.wait_records(["bob"], sid, timeout=grace + 30)["bob"]
         assert bob["state"] == "failed" and bob["error"]["origin"] == "bob", bob["error"]
         assert "lost contact with every other participant" in bob["error"]["message"], bob["error"]
@@ -266,8 +272,9 @@ def test_a_cut_longer_than_the_grace_fails_everywhere_naming_bob_then_resumes(cl
     for name, data in before.items():
         assert after.get(name) == data, f"{name} changed or vanished"
     # continue it: every participant replays from its checkpoint
-    r = cluster.cli("trent", "session", "resume", sid, "--config", str(cluster.config("trent")),
-                    "--timeout", "300", timeout=400)
+    r = cluster.cli(
+        "trent", "session", "resume", sid, "--config", str(cluster.config("trent")), "--timeout", "300", timeout=400
+    )
     assert r.returncode == 0, r.stderr
     records = {}
     end = time.monotonic() + 60

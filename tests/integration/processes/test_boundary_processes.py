@@ -41,9 +41,14 @@ def _spec(sid, roles, protocol="net-echo", params="{}", timeout=60.0):
 @pytest.fixture
 def cluster(tmp_path, processes):
     """alice, bob, charlie as processes; bob's data directory and log are what the tests look at."""
+
     def start(limits: Limits, names=("alice", "bob", "charlie"), log_format="text"):
-        cfgs = make_deployment(tmp_path, ["alice", "bob", "charlie"], limits=limits,
-                               timeouts=Timeouts(connect_seconds=3, session_seconds=60, rpc_seconds=30))
+        cfgs = make_deployment(
+            tmp_path,
+            ["alice", "bob", "charlie"],
+            limits=limits,
+            timeouts=Timeouts(connect_seconds=3, session_seconds=60, rpc_seconds=30),
+        )
         if log_format != "text":
             text = cfgs["bob"].read_text()
             assert 'format = "text"' in text
@@ -52,6 +57,7 @@ def cluster(tmp_path, processes):
         for n in names:
             client.wait_healthy(cfgs[n], timeout=60)
         return cfgs, procs
+
     return start
 
 
@@ -66,8 +72,12 @@ def test_one_peers_proposal_flood_leaves_another_peers_session_alone(tmp_path, c
     limits = Limits(max_session_seconds=WEEK, proposal_grace_seconds=4.0)
     cfgs, _ = cluster(limits)
     with _peer(tmp_path, cfgs) as alice:
-        codes = [call_unary(alice, MAILBOX + "Propose", _spec(f"alice.flood-{i}", {"a": "alice", "b": "bob"},
-                                                              timeout=WEEK))[0] for i in range(70)]
+        codes = [
+            call_unary(alice, MAILBOX + "Propose", _spec(f"alice.flood-{i}", {"a": "alice", "b": "bob"}, timeout=WEEK))[
+                0
+            ]
+            for i in range(70)
+        ]
         assert codes.count(C.OK) == limits.pending_per_peer
         assert codes.count(C.RESOURCE_EXHAUSTED) == 70 - limits.pending_per_peer
         t0 = time.monotonic()
@@ -92,21 +102,35 @@ def test_junk_into_one_session_is_refused_before_it_is_buffered(tmp_path, cluste
         before = rss_mb(pid)
         chunk = os.urandom(1 << 20)
         codes, sent = {}, 0
-        for i in range(300):       # 300 messages of 1 MiB, each a stream of one 1 MiB chunk
+        for i in range(300):  # 300 messages of 1 MiB, each a stream of one 1 MiB chunk
             if i == 50:
                 # glibc's malloc raises its mmap threshold as 1 MiB receive buffers are freed and then
                 # serves them from a heap that grows to a plateau (measured: 14 MB with the threshold
                 # pinned by MALLOC_MMAP_THRESHOLD_, 35 MB without it); from here on, nothing may grow
                 warm = rss_mb(pid)
-            env = tpb.Envelope(session_id="alice.junk", tag=f"junk/{i}", type_name="smcdp.v1.Blobs", chunk_index=0,
-                               chunk_count=1, total_size=len(chunk), data=chunk).SerializeToString()
+            env = tpb.Envelope(
+                session_id="alice.junk",
+                tag=f"junk/{i}",
+                type_name="smcdp.v1.Blobs",
+                chunk_index=0,
+                chunk_count=1,
+                total_size=len(chunk),
+                data=chunk,
+            ).SerializeToString()
             code, details = call_deliver(alice, [env])
             codes[code.name] = codes.get(code.name, 0) + 1
             sent += len(chunk)
         small = os.urandom(2000)  # then small messages, each within the per-message bound
         for i in range(20_000):
-            env = tpb.Envelope(session_id="alice.junk", tag=f"small/{i}", type_name="smcdp.v1.Blobs", chunk_index=0,
-                               chunk_count=1, total_size=len(small), data=small).SerializeToString()
+            env = tpb.Envelope(
+                session_id="alice.junk",
+                tag=f"small/{i}",
+                type_name="smcdp.v1.Blobs",
+                chunk_index=0,
+                chunk_count=1,
+                total_size=len(small),
+                data=small,
+            ).SerializeToString()
             code, details = call_deliver(alice, [env])
             codes[code.name] = codes.get(code.name, 0) + 1
             sent += len(small)
@@ -116,7 +140,7 @@ def test_junk_into_one_session_is_refused_before_it_is_buffered(tmp_path, cluste
     assert sent >= 300 << 20
     assert codes["RESOURCE_EXHAUSTED"] == 301, codes
     assert "budget of" in details or "distinct messages" in details
-    assert after - before < 150, (before, after)   # 300 MB of junk was not buffered
+    assert after - before < 150, (before, after)  # 300 MB of junk was not buffered
     assert after - warm < 30, (before, warm, after)  # and 250 MB more moved nothing: a few MB at most
 
 
@@ -127,14 +151,20 @@ def test_memory_is_flat_over_100_sessions(tmp_path, cluster):
     pid = procs["bob"].proc.pid
     rss = {}
     for i in range(1, 101):
-        rec = client.start_session(cfgs["alice"], "net-echo", {"a": "alice", "b": "bob"},
-                                   {"n": 2, "big_bytes": 512 * 1024}, session_id=f"m-{i}", timeout=30)
+        rec = client.start_session(
+            cfgs["alice"],
+            "net-echo",
+            {"a": "alice", "b": "bob"},
+            {"n": 2, "big_bytes": 512 * 1024},
+            session_id=f"m-{i}",
+            timeout=30,
+        )
         assert rec["state"] == "succeeded"
         if i in (20, 60, 100):
             time.sleep(0.5)
             rss[i] = rss_mb(pid)
-    assert rss[100] - rss[20] < 12, rss        # 80 retained mailboxes would be 40 MB
-    assert client.get_result(cfgs["bob"], "m-1")["state"] == "succeeded"   # from disk
+    assert rss[100] - rss[20] < 12, rss  # 80 retained mailboxes would be 40 MB
+    assert client.get_result(cfgs["bob"], "m-1")["state"] == "succeeded"  # from disk
 
 
 def test_json_logs_escape_a_forged_abort_and_files_are_private(tmp_path, cluster):
@@ -142,8 +172,14 @@ def test_json_logs_escape_a_forged_abort_and_files_are_private(tmp_path, cluster
     forged = "bye\n2026-01-01 00:00:00,000 INFO smcdp.party: session inj succeeded"
     with _peer(tmp_path, cfgs) as alice:
         assert call_unary(alice, MAILBOX + "Propose", _spec("alice.inj", {"a": "alice", "b": "bob"}))[0] == C.OK
-        assert call_unary(alice, MAILBOX + "Abort", tpb.AbortRequest(
-            session_id="alice.inj", code="ABORTED", message=forged).SerializeToString())[0] == C.OK
+        assert (
+            call_unary(
+                alice,
+                MAILBOX + "Abort",
+                tpb.AbortRequest(session_id="alice.inj", code="ABORTED", message=forged).SerializeToString(),
+            )[0]
+            == C.OK
+        )
     rec = client.get_result(cfgs["bob"], "inj")
     for _ in range(100):
         if rec["state"] == "failed":

@@ -83,25 +83,42 @@ def run(tmp_path_factory):
     """The cluster after one seeded dp-aggregate session, plus what was seen while it ran."""
     root = tmp_path_factory.mktemp("console")
     paths, inputs = _data(root)
-    parties = {"charlie": {}, "dave": {}, "alice": {"dp-aggregate": {"data": paths[0]}},
-               "bob": {"dp-aggregate": {"data": paths[1]}}}
+    parties = {
+        "charlie": {},
+        "dave": {},
+        "alice": {"dp-aggregate": {"data": paths[0]}},
+        "bob": {"dp-aggregate": {"data": paths[1]}},
+    }
     options, _ = governed("dp-aggregate", ROLES, PARAMS, initiator="charlie", seed=SEED)
     budgets = {p: BudgetConfig(dataset=f"{p}-records", epsilon=3.0, delta=1e-9) for p in ("alice", "bob")}
-    consoles = {p: ConsoleConfig(listen=f"127.0.0.1:{free_tcp_port()}", refresh_seconds=2, probe_seconds=1)
-                for p in ("alice", "charlie")}
-    cluster = LocalCluster(parties, allow_insecure_keys=True, workdir=root / "run", data_root=root / "run",
-                           session_seconds=300, budgets=budgets, consoles=consoles, **options)
+    consoles = {
+        p: ConsoleConfig(listen=f"127.0.0.1:{free_tcp_port()}", refresh_seconds=2, probe_seconds=1)
+        for p in ("alice", "charlie")
+    }
+    cluster = LocalCluster(
+        parties,
+        allow_insecure_keys=True,
+        workdir=root / "run",
+        data_root=root / "run",
+        session_seconds=300,
+        budgets=budgets,
+        consoles=consoles,
+        **options,
+    )
     with cluster:
         url = cluster.console_url("alice")
-        sid = "charlie.console-dp-1"   # in its initiator's namespace (issue 24)
+        sid = "charlie.console-dp-1"  # in its initiator's namespace (issue 24)
         seen = {"states": set(), "pages": [], "root_key": None}
         outcome = {}
-        get(url)   # the console answers before the session starts
+        get(url)  # the console answers before the session starts
         # the session takes about a second on an idle host, less than a few polls: bob is paused
         # (SIGSTOP) for 3 s once his role runs, so the pages are seen while it runs, deterministically
         chaos = Chaos(cluster, [ChaosAction.parse("stop:bob:round=1,for=3")], sid).start()
-        th = threading.Thread(target=lambda: outcome.update(cluster.run(
-            "dp-aggregate", ROLES, PARAMS, initiator="charlie", seed=SEED, session_id=sid)))
+        th = threading.Thread(
+            target=lambda: outcome.update(
+                cluster.run("dp-aggregate", ROLES, PARAMS, initiator="charlie", seed=SEED, session_id=sid)
+            )
+        )
         th.start()
         cp_dir = Checkpoint.directory(cluster.data_dir("alice") / "sessions", sid)
         while th.is_alive():
@@ -119,26 +136,33 @@ def run(tmp_path_factory):
         th.join()
         chaos.finish()
         assert chaos.error is None and all(e["done"] for e in chaos.events), (chaos.error, chaos.events)
-        yield {"cluster": cluster, "url": url, "sid": sid, "seen": seen, "records": outcome,
-               "inputs": inputs, "root": root}
+        yield {
+            "cluster": cluster,
+            "url": url,
+            "sid": sid,
+            "seen": seen,
+            "records": outcome,
+            "inputs": inputs,
+            "root": root,
+        }
 
 
 def test_pages_show_the_session_peers_budget_and_audit(run):
     url, sid, records = run["url"], run["sid"], run["records"]
     assert all(r["state"] == "succeeded" for r in records.values()), records
-    assert "running" in run["seen"]["states"], run["seen"]["states"]     # it updates while the session runs
+    assert "running" in run["seen"]["states"], run["seen"]["states"]  # it updates while the session runs
 
     status, body, headers = get(url)
     assert status == 200 and sid in body and "dp-aggregate" in body and "succeeded" in body
-    assert "party1=alice" in body and "charlie" in body          # roles and initiator
+    assert "party1=alice" in body and "charlie" in body  # roles and initiator
     assert "default-src 'none'" in headers["Content-Security-Policy"]
-    assert "<script" not in body and "http-equiv=\"refresh\"" in body
+    assert "<script" not in body and 'http-equiv="refresh"' in body
 
     status, page, _ = get(url + f"sessions/{sid}")
     assert status == 200
     for event in ("proposal", "accepted", "reserved", "charged", "session-end"):
         assert f"<td>{event}</td>" in page, event
-    for peer in ("charlie", "dave", "bob"):                        # bytes per peer
+    for peer in ("charlie", "dave", "bob"):  # bytes per peer
         assert re.search(rf"<td>{peer}</td><td class=\"num\">\d", page), peer
 
     # peers: probed every second, all up, with their certificate subject and expiry
@@ -171,8 +195,7 @@ def test_metrics_count_what_happened_including_a_refused_message(run):
     end = time.monotonic() + 20
     while True:
         m = metrics(url)
-        if all(value(m, "smcdp_peer_up", peer=p) == 1 for p in ("bob", "charlie", "dave")) \
-                or time.monotonic() > end:
+        if all(value(m, "smcdp_peer_up", peer=p) == 1 for p in ("bob", "charlie", "dave")) or time.monotonic() > end:
             break
         time.sleep(0.5)
     assert value(m, "smcdp_sessions_total", protocol="dp-aggregate", state="succeeded") == 1
@@ -181,8 +204,11 @@ def test_metrics_count_what_happened_including_a_refused_message(run):
     sent = {ROLES[r]: n for r, n in rec["stats"]["per_peer_sent"].items()}
     for peer, n in sent.items():
         assert value(m, "smcdp_bytes_sent_total", peer=peer) == n, peer
-    assert sum(value(m, "smcdp_bytes_received_total", peer=p) for p in ("bob", "charlie", "dave")) \
-        >= rec["stats"]["bytes_received"] > 0
+    assert (
+        sum(value(m, "smcdp_bytes_received_total", peer=p) for p in ("bob", "charlie", "dave"))
+        >= rec["stats"]["bytes_received"]
+        > 0
+    )
     for peer in ("bob", "charlie", "dave"):
         assert value(m, "smcdp_peer_up", peer=peer) == 1
     assert value(m, "smcdp_budget_epsilon_remaining", dataset="alice-records") == pytest.approx(2.0)
@@ -193,8 +219,15 @@ def test_metrics_count_what_happened_including_a_refused_message(run):
     # a message over alice's per-message limit, sent by bob (a participant) into the ended session
     before = value(m, "smcdp_messages_refused_total", reason="resource_exhausted")
     cfg = load_config(cluster.configs["alice"])
-    env = tpb.Envelope(session_id=run["sid"], tag="oversize", type_name="smcdp.v1.Blobs", chunk_index=0,
-                       chunk_count=1, total_size=cfg.max_message_bytes + 1, data=b"x").SerializeToString()
+    env = tpb.Envelope(
+        session_id=run["sid"],
+        tag="oversize",
+        type_name="smcdp.v1.Blobs",
+        chunk_index=0,
+        chunk_count=1,
+        total_size=cfg.max_message_bytes + 1,
+        data=b"x",
+    ).SerializeToString()
     with raw_channel(run["root"] / "run" / "certs", "bob", cfg.address_of("alice"), "alice") as ch:
         code, details = call_deliver(ch, [env])
     assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, details
@@ -206,7 +239,7 @@ def test_the_grafana_dashboard_asks_only_for_series_the_party_serves(run):
     """deploy/grafana: every metric a panel queries is one the party's /metrics exposes."""
     _, text, _ = get(run["url"] + "metrics")
     served = set()
-    for fam in text_string_to_metric_families(text):      # families with no sample yet count too
+    for fam in text_string_to_metric_families(text):  # families with no sample yet count too
         served |= {fam.name, *(s.name for s in fam.samples)}
         if fam.type == "counter":
             served.add(fam.name + "_total")
@@ -225,6 +258,7 @@ def test_the_grafana_dashboard_asks_only_for_series_the_party_serves(run):
             elif isinstance(node, list):
                 for v in node:
                     walk(v)
+
         walk(json.loads(path.read_text()))
         assert exprs, path
         asked = {m for e in exprs for m in re.findall(r"\bsmcdp_[a-z_]+", e)}
@@ -268,26 +302,31 @@ def test_console_is_loopback_only_unless_configured(run, tmp_path):
         with pytest.raises(OSError):
             socket.create_connection((addr, port), timeout=2).close()
 
-    doc = {"party": {"name": "alice", "listen": "127.0.0.1:1", "data_dir": "d"},
-           "tls": {"ca": "ca.crt", "cert": "a.crt", "key": "a.key"}}
+    doc = {
+        "party": {"name": "alice", "listen": "127.0.0.1:1", "data_dir": "d"},
+        "tls": {"ca": "ca.crt", "cert": "a.crt", "key": "a.key"},
+    }
     for listen in ("0.0.0.0:9464", "[::]:9464", f"{others[0]}:9464", "alice.example:9464"):
         with pytest.raises(ConfigError, match="not a loopback address"):
             parse_config(dict(doc, console={"listen": listen}), tmp_path)
     with pytest.raises(ConfigError, match="unknown key"):
         parse_config(dict(doc, console={"listen": "127.0.0.1:9464", "open": True}), tmp_path)
-    assert parse_config(dict(doc, console={"listen": "0.0.0.0:9464", "insecure_bind": True}), tmp_path
-                        ).console.insecure_bind
-    ok = parse_config(dict(doc, console={"listen": "0.0.0.0:9464", "tls": {"cert": "c.crt", "key": "c.key",
-                                                                           "client_ca": "ops.crt"}}), tmp_path)
+    assert parse_config(
+        dict(doc, console={"listen": "0.0.0.0:9464", "insecure_bind": True}), tmp_path
+    ).console.insecure_bind
+    ok = parse_config(
+        dict(doc, console={"listen": "0.0.0.0:9464", "tls": {"cert": "c.crt", "key": "c.key", "client_ca": "ops.crt"}}),
+        tmp_path,
+    )
     assert ok.console.tls.cert == tmp_path / "c.crt" and ok.console.tls.client_ca == tmp_path / "ops.crt"
-    with pytest.raises(ConfigError, match="needs client_ca"):   # issue 24: no unauthenticated HTTPS console
-        parse_config(dict(doc, console={"listen": "0.0.0.0:9464", "tls": {"cert": "c.crt", "key": "c.key"}}),
-                     tmp_path)
+    with pytest.raises(ConfigError, match="needs client_ca"):  # issue 24: no unauthenticated HTTPS console
+        parse_config(dict(doc, console={"listen": "0.0.0.0:9464", "tls": {"cert": "c.crt", "key": "c.key"}}), tmp_path)
 
     # a party started with insecure_bind on all addresses warns and serves there
     port2 = free_tcp_port()
-    cfg_path = _another_dave(cluster, tmp_path, "dave-open",
-                             f'[console]\nlisten = "0.0.0.0:{port2}"\ninsecure_bind = true\n')
+    cfg_path = _another_dave(
+        cluster, tmp_path, "dave-open", f'[console]\nlisten = "0.0.0.0:{port2}"\ninsecure_bind = true\n'
+    )
     log = tmp_path / "dave-open.log"
     with open(log, "wb") as fh:
         proc = spawn_party(cfg_path, log_file=fh)
@@ -309,17 +348,22 @@ def test_console_over_https_with_a_certificate_from_the_federation_ca(run, tmp_p
     cluster = run["cluster"]
     certs = run["root"] / "run" / "certs"
     port = free_tcp_port()
-    cfg_path = _another_dave(cluster, tmp_path, "dave-https",
-                             f'[console]\nlisten = "0.0.0.0:{port}"\n[console.tls]\n'
-                             f'cert = "{certs / "dave.crt"}"\nkey = "{certs / "dave.key"}"\n'
-                             f'client_ca = "{certs / "ca.crt"}"\n')
+    cfg_path = _another_dave(
+        cluster,
+        tmp_path,
+        "dave-https",
+        f'[console]\nlisten = "0.0.0.0:{port}"\n[console.tls]\n'
+        f'cert = "{certs / "dave.crt"}"\nkey = "{certs / "dave.key"}"\n'
+        f'client_ca = "{certs / "ca.crt"}"\n',
+    )
     ctx = ssl.create_default_context(cafile=str(certs / "ca.crt"))
-    ctx.check_hostname = False          # the party certificate names the party, not this address
-    ctx.load_cert_chain(str(certs / "dave.crt"), str(certs / "dave.key"))   # dave's operator
+    ctx.check_hostname = False  # the party certificate names the party, not this address
+    ctx.load_cert_chain(str(certs / "dave.crt"), str(certs / "dave.key"))  # dave's operator
     log = tmp_path / "dave-https.log"
     with open(log, "wb") as fh:
         proc = spawn_party(cfg_path, log_file=fh)
         try:
+
             def fetch():
                 with urllib.request.urlopen(f"https://127.0.0.1:{port}/", timeout=2, context=ctx) as r:
                     return r.status, r.read().decode()
@@ -353,7 +397,7 @@ def _first_answer(proc, log: Path, fetch, seconds: float = 60.0):
     while True:
         try:
             return fetch()
-        except OSError:            # ssl.SSLError and urllib's URLError are OSErrors
+        except OSError:  # ssl.SSLError and urllib's URLError are OSErrors
             assert proc.poll() is None and time.monotonic() < end, log.read_text()
             time.sleep(0.3)
 
@@ -363,9 +407,13 @@ def _another_dave(cluster, tmp_path: Path, name: str, console_toml: str) -> Path
     relative paths) as NAME.toml, on a new gRPC port and its own data directory."""
     text = cluster.configs["dave"].read_text()
     cfg_path = cluster.configs["dave"].parent / f"{name}.toml"
-    cfg_path.write_text(text.replace(_listen_line(text), f'listen = "127.0.0.1:{free_tcp_port()}"')
-                        .replace(_data_dir_line(text), f'data_dir = "{tmp_path / name}"')
-                        + "\n" + console_toml)
+    cfg_path.write_text(
+        text.replace(_listen_line(text), f'listen = "127.0.0.1:{free_tcp_port()}"').replace(
+            _data_dir_line(text), f'data_dir = "{tmp_path / name}"'
+        )
+        + "\n"
+        + console_toml
+    )
     return cfg_path
 
 
@@ -386,7 +434,7 @@ def _non_loopback_addresses() -> list[str]:
         pass
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect(("192.0.2.1", 9))          # no packet is sent: picks the outgoing interface
+            s.connect(("192.0.2.1", 9))  # no packet is sent: picks the outgoing interface
             addrs.add(s.getsockname()[0])
     except OSError:
         pass
@@ -403,16 +451,23 @@ def test_screenshots_of_every_page_in_chromium(run):
     url, sid = run["url"], run["sid"]
     shots = []
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, headless=True,
-                                    args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+        browser = p.chromium.launch(
+            executable_path=chromium, headless=True, args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+        )
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 900})
             requests: list[str] = []
             page.on("request", lambda r: requests.append(r.url))
             errors: list[str] = []
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            for name, path in (("sessions", "/"), ("session", f"/sessions/{sid}"), ("peers", "/peers"),
-                               ("budgets", "/budgets"), ("audit", "/audit"), ("metrics", "/metrics")):
+            for name, path in (
+                ("sessions", "/"),
+                ("session", f"/sessions/{sid}"),
+                ("peers", "/peers"),
+                ("budgets", "/budgets"),
+                ("audit", "/audit"),
+                ("metrics", "/metrics"),
+            ):
                 resp = page.goto(url.rstrip("/") + path, wait_until="load")
                 assert resp is not None and resp.status == 200, path
                 if name != "metrics":

@@ -15,8 +15,13 @@ pytest.importorskip("distributed", reason="the Dask engine needs the optional ex
 
 
 def demo(*args):
-    out = subprocess.run([sys.executable, "-m", "smcdp", "demo", "power-iteration", *args], cwd=REPO,
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-m", "smcdp", "demo", "power-iteration", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout)
 
@@ -28,8 +33,20 @@ def test_demo_components_dask_and_shard_folders(tmp_path):
     (tmp_path / "b").mkdir()
     np.save(tmp_path / "b" / "part-0.npy", blocks[1][:, :25])
     np.save(tmp_path / "b" / "part-1.npy", blocks[1][:, 25:])
-    common = ["--data", str(tmp_path / "a.npy"), "--data", str(tmp_path / "b"), "--key-bits", "512",
-              "--components", "2", "--seed", "5", "--block-values", "1024"]
+    common = [
+        "--data",
+        str(tmp_path / "a.npy"),
+        "--data",
+        str(tmp_path / "b"),
+        "--key-bits",
+        "512",
+        "--components",
+        "2",
+        "--seed",
+        "5",
+        "--block-values",
+        "1024",
+    ]
     dask = demo(*common, "--compute", "dask", "--dask-workers", "1")
     local = demo(*common)
     _, U, X = plaintext_components(blocks, 2)

@@ -18,10 +18,28 @@ DATA = REPO / "examples" / "data" / "power_iteration"
 
 def test_the_demos_last_progress_line_shows_the_sessions_rounds(tmp_path):
     env = dict(os.environ, SMCDP_PROGRESS="plain")
-    r = subprocess.run([sys.executable, "-m", "smcdp", "demo", "power-iteration", "--data",
-                        str(DATA / "hospital_a.npy"), "--data", str(DATA / "hospital_b.npy"), "--key-bits", "512",
-                        "--out", str(tmp_path / "pi.json")], capture_output=True, text=True, cwd=REPO, env=env,
-                       timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "smcdp",
+            "demo",
+            "power-iteration",
+            "--data",
+            str(DATA / "hospital_a.npy"),
+            "--data",
+            str(DATA / "hospital_b.npy"),
+            "--key-bits",
+            "512",
+            "--out",
+            str(tmp_path / "pi.json"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads((tmp_path / "pi.json").read_text())
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("power iteration (")]
@@ -32,12 +50,21 @@ def test_the_demos_last_progress_line_shows_the_sessions_rounds(tmp_path):
 
 
 def test_an_ended_sessions_status_reports_its_last_round(tmp_path):
-    parties = {"trent": {}, "alice": {"power-iteration": {"data": DATA / "hospital_a.npy"}},
-               "bob": {"power-iteration": {"data": DATA / "hospital_b.npy"}}}
+    parties = {
+        "trent": {},
+        "alice": {"power-iteration": {"data": DATA / "hospital_a.npy"}},
+        "bob": {"power-iteration": {"data": DATA / "hospital_b.npy"}},
+    }
     roles = {"trent": "trent", "party1": "alice", "party2": "bob"}
     with LocalCluster(parties, allow_insecure_keys=True, workdir=tmp_path / "run", open_policy=True) as cluster:
-        recs = cluster.run("power-iteration", roles, {"n_parties": 2, "key_bits": 512}, initiator="trent",
-                           session_id="pi-rounds", timeout=120)
+        recs = cluster.run(
+            "power-iteration",
+            roles,
+            {"n_parties": 2, "key_bits": 512},
+            initiator="trent",
+            session_id="pi-rounds",
+            timeout=120,
+        )
         assert all(r["state"] == "succeeded" for r in recs.values()), recs
         st = PartyClient.from_config(cluster.configs["trent"]).status("pi-rounds")
     rounds = recs["trent"]["result"]["rounds"]

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from smcdp.cli import main as cli_main
-from smcdp.errors import InvalidMessage
 from smcdp.cli.demo.dp_aggregate import demo_dp_aggregate
+from smcdp.errors import InvalidMessage
 from smcdp.plugins.dp_aggregate import load_dataset
 from smcdp.protocols.dp_aggregate import train_local
 
@@ -29,9 +29,22 @@ def _write_parties(tmp_path, sizes, d=4, seed=0):
 def test_demo_across_processes_matches_the_average_of_local_models(tmp_path):
     paths = _write_parties(tmp_path, [150, 60, 90])
     lam = 0.05
-    argv = ["demo", "dp-aggregate", *[a for p in paths for a in ("--data", p)], "--epsilon", "1e9", "--lam", str(lam),
-            "--key-bits", "512", "--keep-dir", str(tmp_path / "run"), "--out", str(tmp_path / "model.json")]
-    assert cli_main(argv) == 0                      # the CLI contract, in this process; parties are processes
+    argv = [
+        "demo",
+        "dp-aggregate",
+        *[a for p in paths for a in ("--data", p)],
+        "--epsilon",
+        "1e9",
+        "--lam",
+        str(lam),
+        "--key-bits",
+        "512",
+        "--keep-dir",
+        str(tmp_path / "run"),
+        "--out",
+        str(tmp_path / "model.json"),
+    ]
+    assert cli_main(argv) == 0  # the CLI contract, in this process; parties are processes
     out = json.loads((tmp_path / "model.json").read_text())
     local = [train_local(*load_dataset(p), lam)[0] for p in paths]
     assert np.max(np.abs(np.array(out["weights"]) - np.mean(local, axis=0))) < 1e-6
@@ -60,8 +73,25 @@ def test_demo_refuses_mismatched_files(tmp_path):
         demo_dp_aggregate([paths[0], str(tmp_path / "odd.npz")], epsilon=1.0, lam=0.1, key_bits=512)
     with pytest.raises(InvalidMessage, match="at least two"):
         demo_dp_aggregate([paths[0]], epsilon=1.0, lam=0.1, key_bits=512)
-    assert cli_main(["demo", "dp-aggregate", "--data", paths[0], "--data", paths[1], "--epsilon", "-1",
-                     "--lam", "0.1", "--key-bits", "512"]) == 2          # refused with a clear error, no crash
+    assert (
+        cli_main(
+            [
+                "demo",
+                "dp-aggregate",
+                "--data",
+                paths[0],
+                "--data",
+                paths[1],
+                "--epsilon",
+                "-1",
+                "--lam",
+                "0.1",
+                "--key-bits",
+                "512",
+            ]
+        )
+        == 2
+    )  # refused with a clear error, no crash
 
 
 def test_a_malicious_charlie_selecting_the_largest_party_is_refused_and_nobody_is_charged(tmp_path):
@@ -74,20 +104,26 @@ def test_a_malicious_charlie_selecting_the_largest_party_is_refused_and_nobody_i
     from smcdp.runtime.governance.charges import DEFAULT_LEDGER, BudgetConfig
     from smcdp.runtime.local import LocalCluster
 
-    paths = _write_parties(tmp_path, [60, 45, 80])          # bob has the fewest records, carol the most
+    paths = _write_parties(tmp_path, [60, 45, 80])  # bob has the fewest records, carol the most
     names = ["alice", "bob", "carol"]
     parties = {"charlie": {}, "dave": {}, **{n: {"dp-aggregate": {"data": p}} for n, p in zip(names, paths)}}
     roles = {"charlie": "charlie", "dave": "dave", "party1": "alice", "party2": "bob", "party3": "carol"}
     params = {"n_parties": 3, "dim": 4, "epsilon": 1.0, "lam": 0.05, "key_bits": 768, "dgk_bits": 512, "dgk_t": 64}
     cost = get_plugin("dp-aggregate").summary(params, roles).epsilon
     budgets = {n: BudgetConfig(dataset=n, epsilon=10 * cost, delta=1e-9) for n in names}
-    with LocalCluster(parties, allow_insecure_keys=True, workdir=tmp_path / "run", budgets=budgets,
-                      plugins=("tests.support.evil_charlie_plugin",), open_policy=True) as c:
+    with LocalCluster(
+        parties,
+        allow_insecure_keys=True,
+        workdir=tmp_path / "run",
+        budgets=budgets,
+        plugins=("tests.support.evil_charlie_plugin",),
+        open_policy=True,
+    ) as c:
         recs = c.run("dp-aggregate", roles, params, initiator="charlie")
         ledgers = {n: Ledger(c.data_dir(n) / DEFAULT_LEDGER).status(n) for n in names}
     assert recs["dave"]["state"] != "succeeded"
     refusals = {n: str((recs[n].get("error") or {}).get("message", "")) for n in names}
-    for n in ("alice", "bob"):              # both need more noise than carol's
+    for n in ("alice", "bob"):  # both need more noise than carol's
         assert recs[n]["state"] == "failed", (n, recs[n])
     assert any("calibrated for a smaller sensitivity" in m for m in refusals.values()), refusals
     for n, st in ledgers.items():

@@ -45,8 +45,7 @@ def run_with(cluster: LocalCluster, protocol, roles, params, initiator, actions,
     sid = new_session_id(protocol)
     chaos = Chaos(cluster, [ChaosAction.parse(a) for a in actions], sid).start() if actions else None
     try:
-        records = cluster.run(protocol, roles, params, initiator=initiator, seed=seed, timeout=timeout,
-                              session_id=sid)
+        records = cluster.run(protocol, roles, params, initiator=initiator, seed=seed, timeout=timeout, session_id=sid)
     finally:
         if chaos is not None:
             chaos.finish()
@@ -69,8 +68,14 @@ def pi_cluster(tmp_path_factory):
     # trent initiates 20 sessions at once in test_twenty_concurrent_sessions_on_one_trent: the data
     # parties' [limits] must admit that many from one peer (the defaults admit 4 pending, 8 running)
     limits = Limits(pending_per_peer=20, pending_total=20, running_per_peer=20)
-    with LocalCluster(parties, allow_insecure_keys=True, workdir=tmp / "run", peer_grace_seconds=GRACE,
-                      limits=limits, open_policy=True) as c:
+    with LocalCluster(
+        parties,
+        allow_insecure_keys=True,
+        workdir=tmp / "run",
+        peer_grace_seconds=GRACE,
+        limits=limits,
+        open_policy=True,
+    ) as c:
         yield c, blocks
 
 
@@ -84,11 +89,10 @@ def test_undisturbed_power_iteration_is_long_enough_for_late_faults(pi_cluster):
 @pytest.mark.parametrize("at_round", [1, 9, 18])
 def test_power_iteration_survives_a_killed_party(pi_cluster, party, at_round):
     cluster, blocks = pi_cluster
-    recs, chaos = run_with(cluster, "power-iteration", PI_ROLES, PI_PARAMS, "trent",
-                           [f"kill:{party}:round={at_round}"])
+    recs, chaos = run_with(cluster, "power-iteration", PI_ROLES, PI_PARAMS, "trent", [f"kill:{party}:round={at_round}"])
     assert chaos.restarts == 1
     assert {r["state"] for r in recs.values()} == {"succeeded"}, {p: r.get("error") for p, r in recs.items()}
-    assert recs[party]["restarts"] == 1                      # the killed party replayed its role
+    assert recs[party]["restarts"] == 1  # the killed party replayed its role
     u_ref, x_ref = plaintext_reference(blocks)
     assert abs(np.dot(recs["trent"]["result"]["x"], x_ref)) >= 0.9999
     for name in ("alice", "bob"):
@@ -111,18 +115,32 @@ def dpa_cluster(tmp_path_factory):
         np.savez(tmp / f"{name}.npz", X=X, y=y)
         parties[name] = {"dp-aggregate": {"data": tmp / f"{name}.npz"}}
     roles = {"charlie": "charlie", "dave": "dave", "party1": "alice", "party2": "bob", "party3": "carol"}
-    params = {"n_parties": 3, "dim": 3, "epsilon": 1.0, "lam": 0.05, "key_bits": 768, "dgk_bits": 512,
-              "dgk_t": 64}
-    with LocalCluster(parties, allow_insecure_keys=True, workdir=tmp / "run", peer_grace_seconds=GRACE,
-                      allow_seeded=True, open_policy=True) as c:   # the seed makes "the same release" checkable
+    params = {"n_parties": 3, "dim": 3, "epsilon": 1.0, "lam": 0.05, "key_bits": 768, "dgk_bits": 512, "dgk_t": 64}
+    with LocalCluster(
+        parties,
+        allow_insecure_keys=True,
+        workdir=tmp / "run",
+        peer_grace_seconds=GRACE,
+        allow_seeded=True,
+        open_policy=True,
+    ) as c:  # the seed makes "the same release" checkable
         undisturbed, _ = run_with(c, "dp-aggregate", roles, params, "charlie", [], seed=5)
         assert undisturbed["dave"]["state"] == "succeeded"
         yield c, roles, params, undisturbed["dave"]["result"]["weights"]
 
 
-@pytest.mark.parametrize("fault", ["kill:charlie:round=1", "kill:charlie:round=2", "kill:charlie:round=3",
-                                   "kill:alice:round=1", "kill:bob:round=2", "kill:carol:round=2",
-                                   "kill:dave:round=1"])
+@pytest.mark.parametrize(
+    "fault",
+    [
+        "kill:charlie:round=1",
+        "kill:charlie:round=2",
+        "kill:charlie:round=3",
+        "kill:alice:round=1",
+        "kill:bob:round=2",
+        "kill:carol:round=2",
+        "kill:dave:round=1",
+    ],
+)
 def test_dp_aggregate_survives_a_killed_party_with_the_same_release(dpa_cluster, fault):
     cluster, roles, params, weights = dpa_cluster
     recs, chaos = run_with(cluster, "dp-aggregate", roles, params, "charlie", [fault], seed=5)
@@ -141,8 +159,14 @@ def test_a_replayed_release_is_charged_exactly_once(tmp_path, dpa_cluster, fault
     data = {p: dict(base.parties[p]) for p in base.parties}
     budgets = {p: BudgetConfig(dataset=p, epsilon=10.0, delta=1e-9) for p in ("alice", "bob", "carol")}
     cost = get_plugin("dp-aggregate").summary(params, roles).epsilon
-    with LocalCluster(data, allow_insecure_keys=True, workdir=tmp_path / "run", peer_grace_seconds=GRACE,
-                      budgets=budgets, open_policy=True) as c:
+    with LocalCluster(
+        data,
+        allow_insecure_keys=True,
+        workdir=tmp_path / "run",
+        peer_grace_seconds=GRACE,
+        budgets=budgets,
+        open_policy=True,
+    ) as c:
         recs, chaos = run_with(c, "dp-aggregate", roles, params, "charlie", [fault])
         assert chaos.restarts == 1
         assert {r["state"] for r in recs.values()} == {"succeeded"}, {p: r.get("error") for p, r in recs.items()}
@@ -156,11 +180,14 @@ def test_a_replayed_release_is_charged_exactly_once(tmp_path, dpa_cluster, fault
 @pytest.fixture(scope="module")
 def kw_cluster(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("kw")
-    parties = {"alice": {"keyword": {"utterance": KEYWORD_DATA / "utterance_98.npy"}},
-               "bob": {"keyword": {"models": KEYWORD_DATA / "models.npz"}}}
+    parties = {
+        "alice": {"keyword": {"utterance": KEYWORD_DATA / "utterance_98.npy"}},
+        "bob": {"keyword": {"models": KEYWORD_DATA / "models.npz"}},
+    }
     params = {"key_bits": 768, "debug_reveal": True}
-    with LocalCluster(parties, allow_insecure_keys=True, workdir=tmp / "run", peer_grace_seconds=GRACE,
-                      open_policy=True) as c:
+    with LocalCluster(
+        parties, allow_insecure_keys=True, workdir=tmp / "run", peer_grace_seconds=GRACE, open_policy=True
+    ) as c:
         base, _ = run_with(c, "keyword", {"alice": "alice", "bob": "bob"}, params, "alice", [])
         assert base["alice"]["state"] == "succeeded"
         yield c, params, base["alice"]["result"]
@@ -170,8 +197,9 @@ def kw_cluster(tmp_path_factory):
 @pytest.mark.parametrize("at_round", [2, 50, 95])
 def test_keyword_survives_a_killed_party(kw_cluster, party, at_round):
     cluster, params, base = kw_cluster
-    recs, chaos = run_with(cluster, "keyword", {"alice": "alice", "bob": "bob"}, params, "alice",
-                           [f"kill:{party}:round={at_round}"])
+    recs, chaos = run_with(
+        cluster, "keyword", {"alice": "alice", "bob": "bob"}, params, "alice", [f"kill:{party}:round={at_round}"]
+    )
     assert chaos.restarts == 1 and recs[party]["restarts"] == 1
     res = recs["alice"]["result"]
     assert res["keyword"] == base["keyword"]
@@ -189,7 +217,9 @@ def test_a_pause_shorter_than_the_grace_does_not_disturb_the_session(pi_cluster)
 def test_a_pause_longer_than_the_grace_fails_cleanly_and_resume_completes(pi_cluster):
     cluster, blocks = pi_cluster
     t0 = time.monotonic()
-    recs, _ = run_with(cluster, "power-iteration", PI_ROLES, PI_PARAMS, "trent", [f"stop:alice:round=3,for={GRACE + 8}"])
+    recs, _ = run_with(
+        cluster, "power-iteration", PI_ROLES, PI_PARAMS, "trent", [f"stop:alice:round=3,for={GRACE + 8}"]
+    )
     elapsed = time.monotonic() - t0
     # every participant failed with UNAVAILABLE and names the same culprit, and each kept its checkpoint
     assert {r["state"] for r in recs.values()} == {"failed"}, recs
@@ -214,13 +244,15 @@ def test_sigterm_of_trent_ends_the_session_at_once_at_every_party(pi_cluster, tm
     """A role retrying a send hears the abort too (it used to wait for its deadline)."""
     cluster, _ = pi_cluster
     sid = new_session_id("power-iteration")
-    params = dict(PI_PARAMS, max_iterations=100000, tol=1e-15)   # never converges on its own
-    th = threading.Thread(target=lambda: cluster.run("power-iteration", PI_ROLES, params, initiator="trent",
-                                                     timeout=300, session_id=sid), daemon=True)
+    params = dict(PI_PARAMS, max_iterations=100000, tol=1e-15)  # never converges on its own
+    th = threading.Thread(
+        target=lambda: cluster.run("power-iteration", PI_ROLES, params, initiator="trent", timeout=300, session_id=sid),
+        daemon=True,
+    )
     th.start()
     deadline = time.monotonic() + 120
     st: dict = {}
-    while st.get("round", 0) < 3:         # the session runs at alice, a few rounds in
+    while st.get("round", 0) < 3:  # the session runs at alice, a few rounds in
         assert time.monotonic() < deadline, f"the session never reached round 3 at alice: {st}"
         assert st.get("state") in (None, "prepared", "running"), st
         try:
@@ -228,7 +260,7 @@ def test_sigterm_of_trent_ends_the_session_at_once_at_every_party(pi_cluster, tm
         except Exception:  # noqa: BLE001 - not proposed yet
             pass
         time.sleep(0.1)
-    sigterm = time.time()                 # (the records' finished_at is wall-clock time)
+    sigterm = time.time()  # (the records' finished_at is wall-clock time)
     cluster.procs["trent"].send_signal(signal.SIGTERM)
     assert cluster.procs["trent"].wait(30) == 0
     cluster.down.add("trent")
@@ -258,7 +290,7 @@ def test_an_operator_that_goes_away_does_not_cancel_the_session(pi_cluster):
         except NotFound:
             assert time.monotonic() < end, "the session never reached trent"
             time.sleep(0.05)
-    assert not call.done()               # the session runs: hanging up now cuts its call short
+    assert not call.done()  # the session runs: hanging up now cuts its call short
     call.close()
     rec = client.follow_session(cfg, sid, 120)
     assert rec["state"] == "succeeded"
@@ -285,12 +317,13 @@ def test_twenty_concurrent_sessions_on_one_trent(pi_cluster):
         # every party's own account, and what each party logged about those sessions (pytest's
         # assertion repr cut the one CI failure of this test short of the party that failed)
         sids = {r["session_id"] for recs in failed.values() for r in recs.values() if r.get("session_id")}
-        report = [f"session {i} at {p}: {r['state']} {r.get('error')}" for i, recs in failed.items()
-                  for p, r in recs.items()]
+        report = [
+            f"session {i} at {p}: {r['state']} {r.get('error')}" for i, recs in failed.items() for p, r in recs.items()
+        ]
         for p in cluster.configs:
             lines, keep = [], False
             for line in (cluster.workdir / f"{p}.log").read_text(errors="replace").splitlines():
-                if line[:4].isdigit():     # a record's first line (its traceback, if any, follows)
+                if line[:4].isdigit():  # a record's first line (its traceback, if any, follows)
                     keep = any(sid in line for sid in sids) and (" WARNING " in line or " ERROR " in line)
                 if keep:
                     lines.append(f"{p}.log: {line}")

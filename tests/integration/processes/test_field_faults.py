@@ -39,7 +39,7 @@ from tests.unit.protocols.test_power_iteration import blocks_with_gap
 
 ROLES = {"trent": "trent", "party1": "alice", "party2": "bob"}
 PARAMS = {"n_parties": 2, "key_bits": 512, "p": 0.9, "tol": 1e-10, "max_iterations": 400}
-ENDLESS = dict(PARAMS, max_iterations=100000, tol=1e-15)        # never converges on its own
+ENDLESS = dict(PARAMS, max_iterations=100000, tol=1e-15)  # never converges on its own
 REPO = Path(__file__).resolve().parents[3]
 
 
@@ -76,8 +76,12 @@ def _wait_round(cluster: LocalCluster, party: str, sid: str, at: int, timeout: f
 
 def _start(cluster: LocalCluster, sid: str, params=PARAMS) -> tuple[threading.Thread, dict]:
     out: dict = {}
-    th = threading.Thread(target=lambda: out.update(cluster.run("power-iteration", ROLES, params, initiator="trent",
-                                                                session_id=sid, timeout=300)), daemon=True)
+    th = threading.Thread(
+        target=lambda: out.update(
+            cluster.run("power-iteration", ROLES, params, initiator="trent", session_id=sid, timeout=300)
+        ),
+        daemon=True,
+    )
     th.start()
     return th, out
 
@@ -117,16 +121,31 @@ def _check_result(record: dict) -> None:
 def quick(tmp_path_factory):
     """Grace 5 s: how fast the CLI notices its party is gone."""
     tmp = tmp_path_factory.mktemp("cli")
-    with LocalCluster(_parties(tmp), allow_insecure_keys=True, workdir=tmp / "run", peer_grace_seconds=5.0,
-                      open_policy=True) as c:
+    with LocalCluster(
+        _parties(tmp), allow_insecure_keys=True, workdir=tmp / "run", peer_grace_seconds=5.0, open_policy=True
+    ) as c:
         yield c
 
 
 def _cli_start(cluster: LocalCluster, sid: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    args = [sys.executable, "-m", "smcdp", "session", "start", "--config", str(cluster.configs["trent"]),
-            "--protocol", "power-iteration", "--session-id", sid, "--timeout", "3000",
-            "--params", json.dumps(ENDLESS)] + [a for r, p in ROLES.items() for a in ("--role", f"{r}={p}")]
+    args = [
+        sys.executable,
+        "-m",
+        "smcdp",
+        "session",
+        "start",
+        "--config",
+        str(cluster.configs["trent"]),
+        "--protocol",
+        "power-iteration",
+        "--session-id",
+        sid,
+        "--timeout",
+        "3000",
+        "--params",
+        json.dumps(ENDLESS),
+    ] + [a for r, p in ROLES.items() for a in ("--role", f"{r}={p}")]
     return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -143,7 +162,7 @@ def test_a_dead_or_silent_initiator_surfaces_at_its_cli_within_the_grace(quick, 
         else:
             proc.send_signal(signal.SIGSTOP)
         t0 = time.monotonic()
-        _, err = cli.communicate(timeout=60)      # before: about an hour (session_seconds + connect + 30)
+        _, err = cli.communicate(timeout=60)  # before: about an hour (session_seconds + connect + 30)
         waited = time.monotonic() - t0
     finally:
         if cli.poll() is None:
@@ -165,8 +184,14 @@ def cluster(tmp_path_factory):
     """Grace 30 s: a party killed, damaged and restarted is back well within it."""
     tmp = tmp_path_factory.mktemp("faults")
     consoles = {"bob": ConsoleConfig(listen=f"127.0.0.1:{free_tcp_port()}", refresh_seconds=2, probe_seconds=5)}
-    with LocalCluster(_parties(tmp), allow_insecure_keys=True, workdir=tmp / "run", peer_grace_seconds=30.0,
-                      consoles=consoles, open_policy=True) as c:
+    with LocalCluster(
+        _parties(tmp),
+        allow_insecure_keys=True,
+        workdir=tmp / "run",
+        peer_grace_seconds=30.0,
+        consoles=consoles,
+        open_policy=True,
+    ) as c:
         yield c
 
 
@@ -175,18 +200,18 @@ def test_a_damaged_checkpoint_fails_its_session_not_the_party(cluster):
 
     def damage(d: Path) -> None:
         text = (d / "checkpoint.json").read_text()
-        (d / "checkpoint.json").write_text(text.replace('"running"', '"runninG"'))   # still JSON
+        (d / "checkpoint.json").write_text(text.replace('"running"', '"runninG"'))  # still JSON
 
     records = _kill_damage_restart(cluster, "bob", sid, 3, damage)
-    _names(records, "bob", "FAILED_PRECONDITION")                        # every party names bob
-    assert cluster.procs["bob"].poll() is None                            # bob runs (before: exit 2)
+    _names(records, "bob", "FAILED_PRECONDITION")  # every party names bob
+    assert cluster.procs["bob"].poll() is None  # bob runs (before: exit 2)
     st = client.get_status(cluster.configs["bob"], sid)
     assert st["state"] == "failed" and not st["resumable"]
     where = str(cluster.data_dir("bob") / "sessions" / f"{sid}.d" / "checkpoint.json")
     assert where in st["error"]["message"] and "party bob" in st["error"]["message"], st["error"]
     with urllib.request.urlopen(f"http://{cluster.consoles['bob'].listen}/", timeout=10) as r:
         page = r.read().decode()
-    assert sid in page                                                    # the console lists it
+    assert sid in page  # the console lists it
     # bob serves everything else: the next session succeeds
     again = cluster.run("power-iteration", ROLES, PARAMS, initiator="trent", timeout=300)
     assert {r["state"] for r in again.values()} == {"succeeded"}, again
@@ -199,8 +224,8 @@ def test_a_deleted_checkpoint_directory_names_its_party(cluster, party):
     sender (which used to record itself as the culprit)."""
     sid = _sid()
     records = _kill_damage_restart(cluster, party, sid, 3, lambda d: shutil.rmtree(d))
-    assert records[party]["state"] == "unknown"                 # it no longer knows the session ...
-    for p in set(records) - {party}:                            # ... and the others name it, not themselves
+    assert records[party]["state"] == "unknown"  # it no longer knows the session ...
+    for p in set(records) - {party}:  # ... and the others name it, not themselves
         assert records[p]["state"] == "failed" and records[p]["error"]["origin"] == party, (p, records[p])
 
 
@@ -210,13 +235,13 @@ def test_a_flipped_bit_in_root_key_is_named_not_replayed(cluster):
     _names(records, "alice", "FAILED_PRECONDITION")
     assert "root.key of party alice is damaged" in records["alice"]["error"]["message"], records["alice"]
     sessions = cluster.data_dir("alice") / "sessions"
-    assert (sessions / f"{sid}.damaged").is_dir() and not (sessions / f"{sid}.d").exists()   # kept aside
+    assert (sessions / f"{sid}.damaged").is_dir() and not (sessions / f"{sid}.d").exists()  # kept aside
 
 
 def test_a_damaged_journal_record_fails_resumably_and_resume_repairs_it(cluster):
     sid = _sid()
 
-    def damage(d: Path) -> None:                 # the header of a message alice received from trent
+    def damage(d: Path) -> None:  # the header of a message alice received from trent
         raw = (d / "journal.log").read_bytes()
         at = raw.find(b'"t":"reply/1"')
         assert at > 0
@@ -227,7 +252,7 @@ def test_a_damaged_journal_record_fails_resumably_and_resume_repairs_it(cluster)
     assert all(r["resumable"] for r in records.values()), records
     msg = records["alice"]["error"]["message"]
     assert "journal.log of party alice is damaged" in msg and "does not verify" in msg, msg
-    assert "alice" in records["bob"]["error"]["message"]                 # the others are told why
+    assert "alice" in records["bob"]["error"]["message"]  # the others are told why
     rec = client.resume_session(cluster.configs["trent"], sid, timeout=300)
     assert rec["state"] == "succeeded"
     _check_result(rec)
@@ -239,8 +264,11 @@ def test_a_damaged_journal_record_fails_resumably_and_resume_repairs_it(cluster)
 def _mount_tmpfs(where: Path, size: str) -> None:
     where.mkdir(parents=True, exist_ok=True)
     try:
-        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(where)],
-                       check=True, capture_output=True)
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(where)],
+            check=True,
+            capture_output=True,
+        )
     except (OSError, subprocess.CalledProcessError) as exc:
         pytest.skip(f"cannot mount a tmpfs here (needs root): {exc}")
 
@@ -263,8 +291,14 @@ def test_a_full_disk_is_named_at_every_party_and_resumable_once_space_is_back(tm
     root = tmp_path / "state"
     _mount_tmpfs(root / party, "8m")
     try:
-        with LocalCluster(_parties(tmp_path), allow_insecure_keys=True, workdir=tmp_path / "run", data_root=root,
-                          peer_grace_seconds=30.0, open_policy=True) as c:
+        with LocalCluster(
+            _parties(tmp_path),
+            allow_insecure_keys=True,
+            workdir=tmp_path / "run",
+            data_root=root,
+            peer_grace_seconds=30.0,
+            open_policy=True,
+        ) as c:
             sid = _sid()
             th, out = _start(c, sid)
             _wait_round(c, party, sid, 3)
@@ -275,7 +309,7 @@ def test_a_full_disk_is_named_at_every_party_and_resumable_once_space_is_back(tm
             for p, r in records.items():
                 assert f"no space left at {party}" in r["error"]["message"], (p, r["error"])
                 assert r["resumable"], (p, r)
-            filler.unlink()                                              # space is back
+            filler.unlink()  # space is back
             rec = client.resume_session(c.configs["trent"], sid, timeout=300)
             assert rec["state"] == "succeeded"
             _check_result(rec)

@@ -38,17 +38,30 @@ def _data(tmp_path, names=("alice", "bob")):
     return paths
 
 
-def _cluster(tmp_path, *, approval: dict | None = None, budget=2.0, session_seconds=120.0,
-             limits: Limits | None = None) -> LocalCluster:
+def _cluster(
+    tmp_path, *, approval: dict | None = None, budget=2.0, session_seconds=120.0, limits: Limits | None = None
+) -> LocalCluster:
     paths = _data(tmp_path)
-    parties = {"charlie": {}, "dave": {}, "alice": {"dp-aggregate": {"data": paths[0]}},
-               "bob": {"dp-aggregate": {"data": paths[1]}}}
+    parties = {
+        "charlie": {},
+        "dave": {},
+        "alice": {"dp-aggregate": {"data": paths[0]}},
+        "bob": {"dp-aggregate": {"data": paths[1]}},
+    }
     options, _ = governed("dp-aggregate", ROLES, PARAMS, initiator="charlie", seed=None)
     for party, how in (approval or {}).items():
         options["policies"][party] = replace(options["policies"][party], approval=how)
     budgets = {p: BudgetConfig(dataset=p, epsilon=budget, delta=1e-9) for p in ("alice", "bob")}
-    return LocalCluster(parties, allow_insecure_keys=True, workdir=tmp_path / "run", data_root=tmp_path / "run",
-                        session_seconds=session_seconds, budgets=budgets, limits=limits, **options)
+    return LocalCluster(
+        parties,
+        allow_insecure_keys=True,
+        workdir=tmp_path / "run",
+        data_root=tmp_path / "run",
+        session_seconds=session_seconds,
+        budgets=budgets,
+        limits=limits,
+        **options,
+    )
 
 
 def _ledger(cluster, party):
@@ -61,8 +74,9 @@ def _start(cluster, sid, timeout=120.0):
 
     def run():
         try:
-            out["record"] = client.start_session(cluster.configs["charlie"], "dp-aggregate", ROLES, PARAMS,
-                                                 session_id=sid, timeout=timeout)
+            out["record"] = client.start_session(
+                cluster.configs["charlie"], "dp-aggregate", ROLES, PARAMS, session_id=sid, timeout=timeout
+            )
         except SmcdpError as exc:
             out["error"] = exc
 
@@ -87,7 +101,7 @@ def _wait_decided(cluster, party, sid, timeout=60.0) -> str:
     while True:
         try:
             state = client.show_session(cluster.configs[party], sid)["state"]
-        except Unavailable:          # one call lost on a loaded machine: ask again (the party is checked after)
+        except Unavailable:  # one call lost on a loaded machine: ask again (the party is checked after)
             pass
         if state not in ("pending", "unknown") or time.monotonic() > end:
             return state
@@ -110,9 +124,29 @@ def _restart(cluster, party, *, kill: bool):
 def test_demo_contract_four_concurrent_sessions_against_two_and_a_half_epsilon(tmp_path):
     paths = _data(tmp_path)
     keep = tmp_path / "keep"
-    argv = ["demo", "dp-aggregate", "--data", paths[0], "--data", paths[1], "--epsilon", "1", "--lam", "0.1",
-            "--key-bits", "512", "--budget", "2.5", "--sessions", "4", "--concurrent", "--keep-dir", str(keep),
-            "--out", str(tmp_path / "out.json")]
+    argv = [
+        "demo",
+        "dp-aggregate",
+        "--data",
+        paths[0],
+        "--data",
+        paths[1],
+        "--epsilon",
+        "1",
+        "--lam",
+        "0.1",
+        "--key-bits",
+        "512",
+        "--budget",
+        "2.5",
+        "--sessions",
+        "4",
+        "--concurrent",
+        "--keep-dir",
+        str(keep),
+        "--out",
+        str(tmp_path / "out.json"),
+    ]
     assert cli_main(argv) == 0
     out = json.loads((tmp_path / "out.json").read_text())
     statuses = sorted(s["status"] for s in out["sessions"])
@@ -138,8 +172,16 @@ def test_demo_contract_four_concurrent_sessions_against_two_and_a_half_epsilon(t
 
 def test_eight_concurrent_sessions_against_a_budget_for_three(tmp_path):
     paths = _data(tmp_path)
-    out = demo_dp_aggregate(paths, epsilon=1.0, lam=0.1, key_bits=512, budget=3.5, sessions=8, concurrent=True,
-                            keep_dir=str(tmp_path / "keep"))
+    out = demo_dp_aggregate(
+        paths,
+        epsilon=1.0,
+        lam=0.1,
+        key_bits=512,
+        budget=3.5,
+        sessions=8,
+        concurrent=True,
+        keep_dir=str(tmp_path / "keep"),
+    )
     released = [s for s in out["sessions"] if s["status"] == "released"]
     refused = [s for s in out["sessions"] if s["status"] == "refused"]
     assert len(released) == 3 and len(refused) == 5
@@ -159,21 +201,27 @@ def test_kill_minus_nine_between_reservation_and_charge_loses_nothing_and_oversp
         assert _ledger(cluster, "alice").reservation("alice", "charlie.k-1").state == "reserved"
         cluster.procs["alice"].kill()
         cluster.procs["alice"].wait(10)
-        assert _ledger(cluster, "alice").reservation("alice", "charlie.k-1").state == "reserved"   # nothing lost
+        assert _ledger(cluster, "alice").reservation("alice", "charlie.k-1").state == "reserved"  # nothing lost
         _restart_after_kill(cluster)
         # alice restored the prepared session from its checkpoint (docs/fault-tolerance.md): it can
         # still begin, so its reservation stays -- released, a release would go unbudgeted
         assert _ledger(cluster, "alice").reservation("alice", "charlie.k-1").state == "reserved"
         assert verify_log(cluster.data_dir("alice")).ok
-        assert cli_main(["session", "reject", "charlie.k-1", "--config", str(cluster.configs["dave"]),
-                         "--reason", "superseded"]) == 0
+        assert (
+            cli_main(
+                ["session", "reject", "charlie.k-1", "--config", str(cluster.configs["dave"]), "--reason", "superseded"]
+            )
+            == 0
+        )
         th.join(60)
         assert out["error"].code == "PERMISSION_DENIED"
         assert "party 'dave'" in str(out["error"]) and "superseded" in str(out["error"])
         # the initiator's abort reaches the restored session: both reservations go back
         for party in ("alice", "bob"):
             end = time.monotonic() + 30
-            while _ledger(cluster, party).reservation(party, "charlie.k-1").state == "reserved" and time.monotonic() < end:
+            while (
+                _ledger(cluster, party).reservation(party, "charlie.k-1").state == "reserved" and time.monotonic() < end
+            ):
                 time.sleep(0.2)
             entry = _ledger(cluster, party).reservation(party, "charlie.k-1")
             assert entry.state == "released" and "failed before its release point" in entry.reason, (party, entry)
@@ -223,21 +271,34 @@ def _restart_after_kill(cluster):
 # ------------------------------------------------------------------ operator approval through the CLI
 def test_approve_reject_list_show_through_the_cli_durably_and_expiring(tmp_path, capsys):
     # an approval waits limits.approval_timeout_seconds (a day by default), at the initiator and at alice
-    with _cluster(tmp_path, approval={"alice": "operator"}, budget=5.0,
-                  limits=Limits(approval_timeout_seconds=20.0)) as cluster:
+    with _cluster(
+        tmp_path, approval={"alice": "operator"}, budget=5.0, limits=Limits(approval_timeout_seconds=20.0)
+    ) as cluster:
         alice = str(cluster.configs["alice"])
         th, out = _start(cluster, "charlie.a-1")
         _wait_pending(cluster, "alice", "charlie.a-1")
         capsys.readouterr()
         assert cli_main(["session", "list", "--config", alice, "--pending", "--json"]) == 0
         [item] = json.loads(capsys.readouterr().out)
-        assert (item["session_id"], item["state"], item["protocol"], item["initiator"], item["role"],
-                item["epsilon"]) == ("charlie.a-1", "pending", "dp-aggregate", "charlie", "party1", 1.0)
+        assert (
+            item["session_id"],
+            item["state"],
+            item["protocol"],
+            item["initiator"],
+            item["role"],
+            item["epsilon"],
+        ) == ("charlie.a-1", "pending", "dp-aggregate", "charlie", "party1", 1.0)
         assert item["roles"] == ROLES and item["params"]["epsilon"] == 1.0
         assert cli_main(["session", "show", "charlie.a-1", "--config", alice]) == 0
         shown = capsys.readouterr().out
-        for text in ("protocol   dp-aggregate", "initiator  charlie", "this party party1", "epsilon    1  delta 1.0842e-19",
-                     '"key_bits": 512', "output     model -> roles dave (differentially private)"):
+        for text in (
+            "protocol   dp-aggregate",
+            "initiator  charlie",
+            "this party party1",
+            "epsilon    1  delta 1.0842e-19",
+            '"key_bits": 512',
+            "output     model -> roles dave (differentially private)",
+        ):
             assert text in shown, shown
         # a restart of alice keeps the proposal waiting; the initiator keeps asking
         _restart(cluster, "alice", kill=False)
@@ -255,13 +316,14 @@ def test_approve_reject_list_show_through_the_cli_durably_and_expiring(tmp_path,
         th.join(60)
         assert out["error"].code == "PERMISSION_DENIED"
         assert "party 'alice'" in str(out["error"]) and "not this quarter" in str(out["error"])
-        assert cli_main(["session", "approve", "charlie.a-2", "--config", alice]) == 1      # it is rejected now
+        assert cli_main(["session", "approve", "charlie.a-2", "--config", alice]) == 1  # it is rejected now
 
-        th, out = _start(cluster, "charlie.a-3", timeout=6.0)        # never approved (the timeout counts from Begin)
+        th, out = _start(cluster, "charlie.a-3", timeout=6.0)  # never approved (the timeout counts from Begin)
         th.join(90)
         assert out["error"].code == "DEADLINE_EXCEEDED"
-        assert "party 'alice' did not approve session 'charlie.a-3' within the initiator's approval timeout" \
-            in str(out["error"])
+        assert "party 'alice' did not approve session 'charlie.a-3' within the initiator's approval timeout" in str(
+            out["error"]
+        )
         _wait_decided(cluster, "alice", "charlie.a-3", timeout=30)
         capsys.readouterr()
         assert cli_main(["session", "show", "charlie.a-3", "--config", alice, "--json"]) == 0
@@ -270,8 +332,9 @@ def test_approve_reject_list_show_through_the_cli_durably_and_expiring(tmp_path,
 
         # the initiator dies: nobody withdraws it.  (Its operator's call is dropped with it: a
         # start_session would go on asking the dead charlie for the record for ~40 s.)
-        call = client.begin_session(cluster.configs["charlie"], "dp-aggregate", ROLES, PARAMS, session_id="charlie.a-4",
-                                    timeout=8.0)
+        call = client.begin_session(
+            cluster.configs["charlie"], "dp-aggregate", ROLES, PARAMS, session_id="charlie.a-4", timeout=8.0
+        )
         _wait_pending(cluster, "alice", "charlie.a-4")
         cluster.procs["charlie"].kill()
         cluster.procs["charlie"].wait(10)
@@ -284,8 +347,13 @@ def test_approve_reject_list_show_through_the_cli_durably_and_expiring(tmp_path,
         assert cli_main(["session", "list", "--config", alice, "--pending"]) == 0
         assert "no pending proposals" in capsys.readouterr().out
         events = [(e["event"], e.get("session")) for _, e, _ in read_entries(cluster.data_dir("alice"))]
-        for ev in (("pending", "charlie.a-1"), ("approved", "charlie.a-1"), ("charged", "charlie.a-1"), ("rejected", "charlie.a-2"),
-                   ("expired", "charlie.a-4")):
+        for ev in (
+            ("pending", "charlie.a-1"),
+            ("approved", "charlie.a-1"),
+            ("charged", "charlie.a-1"),
+            ("rejected", "charlie.a-2"),
+            ("expired", "charlie.a-4"),
+        ):
             assert ev in events, ev
         assert verify_log(cluster.data_dir("alice")).ok
         assert [cluster.procs[p].poll() for p in ("alice", "bob", "dave")] == [None] * 3
@@ -302,11 +370,12 @@ def test_an_operator_that_hangs_up_while_a_party_decides_does_not_strand_the_ses
     # StartSession handler then; the session must go on (proposals, Begin) without it -- it used to stop
     # between its proposals and its Begins and hang at every participant until its deadline.
     with _cluster(tmp_path, approval={"alice": "operator"}, budget=5.0) as cluster:
-        call = client.begin_session(cluster.configs["charlie"], "dp-aggregate", ROLES, PARAMS,
-                                    session_id="charlie.gone-1", timeout=120.0)
+        call = client.begin_session(
+            cluster.configs["charlie"], "dp-aggregate", ROLES, PARAMS, session_id="charlie.gone-1", timeout=120.0
+        )
         _wait_pending(cluster, "alice", "charlie.gone-1")
         call.close()
-        time.sleep(1.0)                   # the cancellation reaches charlie's handler
+        time.sleep(1.0)  # the cancellation reaches charlie's handler
         client.approve_session(cluster.configs["alice"], "charlie.gone-1")
         record = client.follow_session(cluster.configs["charlie"], "charlie.gone-1", 90)
         assert record["state"] == "succeeded"
@@ -314,8 +383,13 @@ def test_an_operator_that_hangs_up_while_a_party_decides_does_not_strand_the_ses
 
 
 def test_start_up_warnings_are_loud(tmp_path):
-    cfgs = write_local_deployment(tmp_path, ["solo", "other"], allow_seeded=True, open_policy=True,
-                                  inputs={"solo": {"dp-aggregate": {"data": _data(tmp_path)[0]}}})
+    cfgs = write_local_deployment(
+        tmp_path,
+        ["solo", "other"],
+        allow_seeded=True,
+        open_policy=True,
+        inputs={"solo": {"dp-aggregate": {"data": _data(tmp_path)[0]}}},
+    )
     with open(tmp_path / "solo.log", "wb") as log:
         proc = spawn_party(cfgs["solo"], log_file=log)
         try:

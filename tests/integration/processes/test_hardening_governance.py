@@ -72,8 +72,7 @@ def test_a_party_without_policy_refuses_every_peer_and_its_own_operator_still_st
     assert rec["state"] == "succeeded" and rec["result"]["y"] == [1.0, 3.0]
     # bob has no say over alice, and alice's operator none over bob: bob's own operator can't use alice
     with pytest.raises(Exception) as ei:
-        client.start_session(cfgs["bob"], "net-echo", {"a": "bob", "b": "alice"}, {}, session_id="bob-1",
-                             timeout=30)
+        client.start_session(cfgs["bob"], "net-echo", {"a": "bob", "b": "alice"}, {}, session_id="bob-1", timeout=30)
     assert getattr(ei.value, "code", "") == "PERMISSION_DENIED" and "party 'alice'" in str(ei.value)
     refused = _events(tmp_path / "state" / "alice", "refused")
     assert {e["rule"] for e in refused} == {"policy"} and len(refused) >= 4
@@ -101,10 +100,12 @@ def _pi_deployment(tmp_path, *, approval=(), limits=None, budgets=None):
         np.save(tmp_path / f"{name}.npy", rng.normal(size=(5, n)))
         inputs[name] = {"power-iteration": {"data": tmp_path / f"{name}.npy"}}
     options, _ = governed("power-iteration", PI_ROLES, PI_PARAMS, initiator="trent", seed=None)
-    policies = {p: replace(pol, approval="operator") if p in approval else pol
-                for p, pol in options["policies"].items()}
-    return make_deployment(tmp_path, ["trent", "alice", "bob"], inputs=inputs, policies=policies, limits=limits,
-                           budgets=budgets)
+    policies = {
+        p: replace(pol, approval="operator") if p in approval else pol for p, pol in options["policies"].items()
+    }
+    return make_deployment(
+        tmp_path, ["trent", "alice", "bob"], inputs=inputs, policies=policies, limits=limits, budgets=budgets
+    )
 
 
 def _status(cfg, sid):
@@ -127,10 +128,12 @@ def _start_pi(cfgs, sid):
 
     def start():
         try:
-            out["rec"] = client.start_session(cfgs["trent"], "power-iteration", PI_ROLES, PI_PARAMS,
-                                              session_id=sid, timeout=60)
+            out["rec"] = client.start_session(
+                cfgs["trent"], "power-iteration", PI_ROLES, PI_PARAMS, session_id=sid, timeout=60
+            )
         except Exception as exc:  # noqa: BLE001 - looked at by the test
             out["error"] = exc
+
     th = threading.Thread(target=start)
     th.start()
     return th, out
@@ -159,9 +162,9 @@ def test_an_operator_approving_after_the_proposal_grace_still_gets_the_session(t
     _start(processes, cfgs, ["trent", "alice", "bob"])
     th, out = _start_pi(cfgs, "slow-ok")
     _wait_for("bob's pending proposal", lambda: _status(cfgs["bob"], "slow-ok").get("state") == "pending")
-    time.sleep(3.0 + 6.0)   # well past alice's proposal grace
+    time.sleep(3.0 + 6.0)  # well past alice's proposal grace
     st = {}
-    for p in ("trent", "alice", "bob"):   # (a status call may time out on a loaded host: asked again)
+    for p in ("trent", "alice", "bob"):  # (a status call may time out on a loaded host: asked again)
         _wait_for(f"{p}'s status", lambda p=p: st.update({p: _status(cfgs[p], "slow-ok")}) or st[p])
     assert st["alice"]["state"] == "prepared" and st["alice"]["waiting_for"] == "bob", st["alice"]
     assert st["trent"]["state"] == "prepared" and st["trent"]["waiting_for"] == "bob", st["trent"]
@@ -179,8 +182,9 @@ def test_a_session_that_reserves_no_budget_is_proposed_to_everyone_at_once(tmp_p
     _start(processes, cfgs, ["trent", "alice", "bob"])
     th, out = _start_pi(cfgs, "at-once")
     _wait_for("alice's pending proposal", lambda: _status(cfgs["alice"], "at-once").get("state") == "pending")
-    _wait_for("bob told whom the session waits for",
-              lambda: _status(cfgs["bob"], "at-once").get("waiting_for") == "alice")
+    _wait_for(
+        "bob told whom the session waits for", lambda: _status(cfgs["bob"], "at-once").get("waiting_for") == "alice"
+    )
     assert _status(cfgs["bob"], "at-once")["state"] == "prepared"
     _approve_and_succeed(cfgs, "alice", "at-once", th, out)
 
@@ -194,8 +198,9 @@ def test_a_refusal_at_one_party_aborts_the_proposals_made_at_once(tmp_path, proc
     for p in ("alice", "bob"):
         _wait_for(f"{p}'s pending proposal", lambda p=p: _status(cfgs[p], "refused").get("state") == "pending")
     # the initiator names both operators it waits for (not whichever notice came last)
-    _wait_for("trent waiting for both", lambda: _status(cfgs["trent"], "trent.refused").get("waiting_for") ==
-              "alice, bob")
+    _wait_for(
+        "trent waiting for both", lambda: _status(cfgs["trent"], "trent.refused").get("waiting_for") == "alice, bob"
+    )
     client.reject_session(cfgs["bob"], "trent.refused", reason="not this week")
     th.join(120)
     assert "error" in out and getattr(out["error"], "code", "") == "PERMISSION_DENIED", out
@@ -215,8 +220,10 @@ def test_an_exact_session_refused_elsewhere_gives_alice_her_place_back(tmp_path,
     assert getattr(out.get("error"), "code", "") == "PERMISSION_DENIED", out
     alice = load_config(cfgs["alice"]).data_dir
     assert [e.get("exact") for e in _events(alice, "accepted") if e["session"] == "trent.given-back"] == [True]
-    _wait_for("alice's place given back",
-              lambda: [e["session"] for e in _events(alice, "exact-returned")] == ["trent.given-back"])
+    _wait_for(
+        "alice's place given back",
+        lambda: [e["session"] for e in _events(alice, "exact-returned")] == ["trent.given-back"],
+    )
 
 
 def test_a_refusal_is_reported_while_another_party_cannot_be_reached(tmp_path, processes):
@@ -225,7 +232,7 @@ def test_a_refusal_is_reported_while_another_party_cannot_be_reached(tmp_path, p
     retries reach the session's deadline -- which alice's wait for her operator had moved to the approval
     timeout."""
     cfgs = _pi_deployment(tmp_path, approval=("alice",))
-    _start(processes, cfgs, ["trent", "alice"])                        # bob is down
+    _start(processes, cfgs, ["trent", "alice"])  # bob is down
     t0 = time.monotonic()
     th, out = _start_pi(cfgs, "bob-down")
     _wait_for("alice's pending proposal", lambda: _status(cfgs["alice"], "bob-down").get("state") == "pending")
@@ -237,8 +244,9 @@ def test_a_refusal_is_reported_while_another_party_cannot_be_reached(tmp_path, p
 
 # ------------------------------------------------------------------ 3. resume is admission again
 def _abort(ch, sid, code="UNAVAILABLE"):
-    return call_unary(ch, MAILBOX + "Abort", tpb.AbortRequest(session_id=sid, code=code,
-                                                              message="gone").SerializeToString())
+    return call_unary(
+        ch, MAILBOX + "Abort", tpb.AbortRequest(session_id=sid, code=code, message="gone").SerializeToString()
+    )
 
 
 def _resume(ch, sid):
@@ -255,9 +263,18 @@ def _failed_resumably(cfg, sid):
 def _junk(sid, tag, nbytes, chunk=1 << 20):
     data = b"\x00" * nbytes
     n = -(-nbytes // chunk)
-    return [tpb.Envelope(session_id=sid, tag=tag, type_name="smcdp.v1.Blobs", chunk_index=i, chunk_count=n,
-                         total_size=nbytes, data=data[i * chunk:(i + 1) * chunk]).SerializeToString()
-            for i in range(n)]
+    return [
+        tpb.Envelope(
+            session_id=sid,
+            tag=tag,
+            type_name="smcdp.v1.Blobs",
+            chunk_index=i,
+            chunk_count=n,
+            total_size=nbytes,
+            data=data[i * chunk : (i + 1) * chunk],
+        ).SerializeToString()
+        for i in range(n)
+    ]
 
 
 def _restart(processes, procs, cfgs, name):
@@ -294,13 +311,13 @@ def test_a_resume_is_admitted_again(tmp_path, processes):
         for i in range(6):
             assert call_unary(alice, MAILBOX + "Propose", _spec(f"alice.r-{i}", ECHO, timeout=40.0))[0] == C.OK
             if t0 is None:
-                t0 = time.monotonic()     # r-0's deadline was set before this: at most t0 + 40
+                t0 = time.monotonic()  # r-0's deadline was set before this: at most t0 + 40
             assert _abort(alice, f"alice.r-{i}")[0] == C.OK
             _failed_resumably(cfgs["bob"], f"alice.r-{i}")
-        time.sleep(max(0.0, t0 + 4.0 - time.monotonic()))   # a renewed deadline would be >= t0 + 44
+        time.sleep(max(0.0, t0 + 4.0 - time.monotonic()))  # a renewed deadline would be >= t0 + 44
         codes = [_resume(alice, f"alice.r-{i}") for i in range(4)]
         assert [c for c, _ in codes[:2]] == [C.OK, C.OK], codes
-        for code, details in codes[2:]:   # two of alice's sessions wait for Begin: pending_per_peer
+        for code, details in codes[2:]:  # two of alice's sessions wait for Begin: pending_per_peer
             assert code == C.RESOURCE_EXHAUSTED and "rule limits.pending)" in details, (code, details)
         # the deadline is the one the session had (proposed before t0), not a new 40 s from the resume:
         # seconds left, computed after t1, is at most t0 + 40 - t1 (+ its rounding to 0.1 s)
@@ -308,19 +325,20 @@ def test_a_resume_is_admitted_again(tmp_path, processes):
         left = client.get_status(cfgs["bob"], "alice.r-0")["seconds_left"]
         assert left <= 40.0 - (t1 - t0) + 0.1, (left, t1 - t0)
         # another peer's session still gets a slot and runs
-        rec = client.start_session(cfgs["charlie"], "net-echo", {"a": "charlie", "b": "bob"}, {"n": 2},
-                                   session_id="honest-1", timeout=30)
+        rec = client.start_session(
+            cfgs["charlie"], "net-echo", {"a": "charlie", "b": "bob"}, {"n": 2}, session_id="honest-1", timeout=30
+        )
         assert rec["state"] == "succeeded"
         # restarts are bounded: r-0 resumed once; abort and resume it until limits.max_restarts (2) says no
         assert _abort(alice, "alice.r-0")[0] == C.OK
         _failed_resumably(cfgs["bob"], "alice.r-0")
-        assert _resume(alice, "alice.r-0")[0] == C.OK                # restart 2
+        assert _resume(alice, "alice.r-0")[0] == C.OK  # restart 2
         assert _abort(alice, "alice.r-0")[0] == C.OK
         _failed_resumably(cfgs["bob"], "alice.r-0")
         code, details = _resume(alice, "alice.r-0")
         assert code == C.RESOURCE_EXHAUSTED and "rule limits.max_restarts)" in details, (code, details)
         # journaled bytes count against the envelope: 3 MiB into r-4, abort, resume, 3 MiB more is refused
-        assert _abort(alice, "alice.r-1")[0] == C.OK                 # frees alice's second slot
+        assert _abort(alice, "alice.r-1")[0] == C.OK  # frees alice's second slot
         _failed_resumably(cfgs["bob"], "alice.r-1")
         assert _resume(alice, "alice.r-4")[0] == C.OK
         from tests.support.boundary import call_deliver
@@ -368,10 +386,14 @@ def _dpa_bob(tmp_path, limits=None):
 
     np.savez(tmp_path / "bob.npz", X=np.zeros((60, 3)), y=np.ones(60))
     options, _ = governed("dp-aggregate", DPA_ROLES, DPA_PARAMS, initiator="alice", seed=None)
-    return make_deployment(tmp_path, ["alice", "bob", "carol", "dan"], limits=limits,
-                           inputs={"bob": {"dp-aggregate": {"data": tmp_path / "bob.npz"}}},
-                           policies=options["policies"],
-                           budgets={"bob": BudgetConfig(dataset="bob", epsilon=1.0, delta=1e-6)})
+    return make_deployment(
+        tmp_path,
+        ["alice", "bob", "carol", "dan"],
+        limits=limits,
+        inputs={"bob": {"dp-aggregate": {"data": tmp_path / "bob.npz"}}},
+        policies=options["policies"],
+        budgets={"bob": BudgetConfig(dataset="bob", epsilon=1.0, delta=1e-6)},
+    )
 
 
 def _reservation(tmp_path, key):
@@ -396,23 +418,31 @@ def test_an_abort_gives_the_reservation_back_and_the_checkpoint_goes_after_the_r
     with _member(tmp_path, cfgs, "alice", "bob") as alice:
         assert call_unary(alice, MAILBOX + "Propose", spec("alice.a-1"))[0] == C.OK
         assert _reservation(tmp_path, "alice.a-1").state == "reserved"
-        assert call_unary(alice, MAILBOX + "Propose", spec("alice.a-2"))[0] == C.RESOURCE_EXHAUSTED   # budget held
+        assert call_unary(alice, MAILBOX + "Propose", spec("alice.a-2"))[0] == C.RESOURCE_EXHAUSTED  # budget held
         assert _abort(alice, "alice.a-1")[0] == C.OK
         _failed_resumably(cfgs["bob"], "alice.a-1")
         # the record is published by the session, the reservation settled just after by the governor
-        _wait_for("alice.a-1's reservation to go back", lambda: _reservation(tmp_path, "alice.a-1").state == "released", timeout=10)
-        assert (bob_dir / "sessions" / "alice.a-1.d").is_dir()         # kept for a resume, for now
+        _wait_for(
+            "alice.a-1's reservation to go back",
+            lambda: _reservation(tmp_path, "alice.a-1").state == "released",
+            timeout=10,
+        )
+        assert (bob_dir / "sessions" / "alice.a-1.d").is_dir()  # kept for a resume, for now
         # the honest next session is admitted (it reserves the whole budget in turn) ...
         assert call_unary(alice, MAILBOX + "Propose", spec("alice.a-2"))[0] == C.OK
         # ... so resuming a-1 is admitted again only if its cost fits: it does not
         code, details = _resume(alice, "alice.a-1")
         assert code == C.RESOURCE_EXHAUSTED and "rule budget)" in details, (code, details)
-        assert _abort(alice, "alice.a-2", code="ABORTED")[0] == C.OK   # a final failure: nothing to keep
+        assert _abort(alice, "alice.a-2", code="ABORTED")[0] == C.OK  # a final failure: nothing to keep
         _wait_for("alice.a-2 to end", lambda: client.get_result(cfgs["bob"], "alice.a-2").get("state") == "failed")
         # the record is published by the session, the reservation settled just after by the governor
-        _wait_for("alice.a-2's reservation to go back", lambda: _reservation(tmp_path, "alice.a-2").state == "released", timeout=10)
+        _wait_for(
+            "alice.a-2's reservation to go back",
+            lambda: _reservation(tmp_path, "alice.a-2").state == "released",
+            timeout=10,
+        )
         assert not (bob_dir / "sessions" / "alice.a-2.d").exists()
-        assert _resume(alice, "alice.a-1")[0] == C.OK                  # now it fits: reserved again
+        assert _resume(alice, "alice.a-1")[0] == C.OK  # now it fits: reserved again
         assert _reservation(tmp_path, "alice.a-1/resume-1").state == "reserved"
     # kill -9 while the resumed session holds its reservation: restored, it keeps it; aborted, it goes back.
     # bob comes back with a short retention, for its part below
@@ -423,9 +453,13 @@ def test_an_abort_gives_the_reservation_back_and_the_checkpoint_goes_after_the_r
     assert _reservation(tmp_path, "alice.a-1/resume-1").state == "reserved"
     with _member(tmp_path, cfgs, "alice", "bob") as alice:
         assert _abort(alice, "alice.a-1")[0] == C.OK
-    _wait_for("alice.a-1's reservation to go back", lambda: _reservation(tmp_path, "alice.a-1/resume-1").state == "released")
+    _wait_for(
+        "alice.a-1's reservation to go back", lambda: _reservation(tmp_path, "alice.a-1/resume-1").state == "released"
+    )
     # the retention (6 s) deletes the resumable checkpoint -- root key and journal -- and says so
-    _wait_for("alice.a-1's checkpoint to be deleted", lambda: not (bob_dir / "sessions" / "alice.a-1.d").exists(), timeout=40)
+    _wait_for(
+        "alice.a-1's checkpoint to be deleted", lambda: not (bob_dir / "sessions" / "alice.a-1.d").exists(), timeout=40
+    )
     deleted = _events(bob_dir, "checkpoint-deleted")
     assert [e["session"] for e in deleted] == ["alice.a-1"] and deleted[0]["resumable"] is True
     released = [e for e in _events(bob_dir, "released") if e["session"] == "alice.a-1"]
@@ -452,8 +486,8 @@ def test_a_refused_peers_flood_is_counted_not_written_line_by_line(tmp_path, pro
         codes = {call_unary(alice, MAILBOX + "Propose", _spec(f"alice.f-{i}", ECHO))[0] for i in range(300)}
     assert codes == {C.FAILED_PRECONDITION}
     grown = (bob_dir / "audit.jsonl").stat().st_size - before
-    assert grown < 2 * REFUSALS_IN_FULL * 600, grown          # a few KB, not 300 × 2 lines
-    assert procs["bob"].terminate() == 0                      # a stop writes the open window's count
+    assert grown < 2 * REFUSALS_IN_FULL * 600, grown  # a few KB, not 300 × 2 lines
+    assert procs["bob"].terminate() == 0  # a stop writes the open window's count
     [summary] = _events(bob_dir, "refusals-summarised")
     assert summary["peer"] == "alice" and summary["refused"] == 300 - REFUSALS_IN_FULL
     assert summary["rules"] == {"summary": 300 - REFUSALS_IN_FULL}
@@ -465,13 +499,14 @@ def test_the_approval_queue_holds_a_bounded_number_per_peer(tmp_path, processes)
     """One peer left 300 proposals waiting for bob's operator on main; now limits.pending_approvals_per_peer
     (8 by default) wait, the rest are refused with RESOURCE_EXHAUSTED, and another peer still gets in."""
     # an open test party whose operator approves every proposal by hand
-    cfgs = make_deployment(tmp_path, ["alice", "bob", "charlie"],
-                           policies={"bob": Policy(open=True, approval="operator")})
+    cfgs = make_deployment(
+        tmp_path, ["alice", "bob", "charlie"], policies={"bob": Policy(open=True, approval="operator")}
+    )
     assert load_config(cfgs["bob"]).policy.approval == "operator"
     _start(processes, cfgs, ["bob"])
     with _member(tmp_path, cfgs, "alice", "bob") as alice:
         replies = [call_unary(alice, MAILBOX + "Propose", _spec(f"alice.q-{i}", ECHO)) for i in range(30)]
-    assert [c for c, _ in replies[:8]] == [C.OK] * 8            # pending
+    assert [c for c, _ in replies[:8]] == [C.OK] * 8  # pending
     for code, details in replies[8:]:
         assert code == C.RESOURCE_EXHAUSTED and "limits.pending_approvals_per_peer" in details, (code, details)
     pending = client.list_sessions(cfgs["bob"], pending_only=True)
@@ -500,8 +535,9 @@ def _verify_cli(*args):
     import subprocess
     import sys
 
-    p = subprocess.run([sys.executable, "-m", "smcdp", "audit", "verify", *args], capture_output=True, text=True,
-                       timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "smcdp", "audit", "verify", *args], capture_output=True, text=True, timeout=120
+    )
     return p.returncode, p.stdout + p.stderr
 
 
@@ -528,9 +564,11 @@ def test_peers_witness_the_audit_head_so_truncation_or_a_rewrite_shows(tmp_path,
         except (OSError, ValueError):
             return 0
         return max(json.loads(h["statement"])["lines"] for h in heads.values())
-    _wait_for("bob to hold alice's head of the second session",
-              lambda: witnessed_lines() and (alice_dir / "witness" / "bob.json").exists()
-              and "alice.w-1" in held.read_text())
+
+    _wait_for(
+        "bob to hold alice's head of the second session",
+        lambda: witnessed_lines() and (alice_dir / "witness" / "bob.json").exists() and "alice.w-1" in held.read_text(),
+    )
     n = witnessed_lines()
     code, out = _verify_cli("--config", str(cfgs["alice"]), "--witnesses")
     assert code == 0 and "agree with the log" in out, out
@@ -539,7 +577,7 @@ def test_peers_witness_the_audit_head_so_truncation_or_a_rewrite_shows(tmp_path,
     # truncation plus a rewritten head: intact on its own, contradicted by bob
     entries = [json.loads(x) for x in (alice_dir / "audit.jsonl").read_bytes().splitlines()]
     original = (alice_dir / "audit.jsonl").read_bytes(), (alice_dir / "audit.head").read_bytes()
-    log, head = _rechain(entries[:n - 2])
+    log, head = _rechain(entries[: n - 2])
     (alice_dir / "audit.jsonl").write_bytes(log)
     (alice_dir / "audit.head").write_bytes(head)
     assert verify_log(alice_dir).ok
@@ -548,8 +586,10 @@ def test_peers_witness_the_audit_head_so_truncation_or_a_rewrite_shows(tmp_path,
     code, out = _verify_cli("--config", str(cfgs["alice"]), "--witnesses")
     assert code == 1 and "it was truncated" in out and "TAMPERED" in out, out
     # a consistent rewrite of history (an event changed, every later line re-chained)
-    forged = [dict(e, state="failed") if e.get("session") == "alice.w-0" and e["event"] == "session-end" else e
-              for e in entries]
+    forged = [
+        dict(e, state="failed") if e.get("session") == "alice.w-0" and e["event"] == "session-end" else e
+        for e in entries
+    ]
     assert forged != entries
     log, head = _rechain(forged)
     (alice_dir / "audit.jsonl").write_bytes(log)
@@ -577,8 +617,12 @@ def test_peers_witness_the_audit_head_so_truncation_or_a_rewrite_shows(tmp_path,
     import subprocess
     import sys
 
-    p = subprocess.run([sys.executable, "-m", "smcdp", "audit", "new", "--config", str(cfgs["alice"]),
-                        "--reason", "disk replaced"], capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-m", "smcdp", "audit", "new", "--config", str(cfgs["alice"]), "--reason", "disk replaced"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 0, p.stderr
     first = json.loads((alice_dir / "audit.jsonl").read_bytes().splitlines()[0])
     assert first["event"] == "log-started" and first["reason"] == "disk replaced"
@@ -627,14 +671,17 @@ def test_the_console_shows_nothing_to_a_client_that_has_not_authenticated(tmp_pa
     generate_deployment(ops, ["operator"])
     certs = tmp_path / "certs"
     port = free_tcp_port()
-    console = ConsoleConfig(listen=f"127.0.0.1:{port}", refresh_seconds=0,
-                            tls=ConsoleTls(certs / "alice.crt", certs / "alice.key", client_ca=ops / "ca.crt"))
+    console = ConsoleConfig(
+        listen=f"127.0.0.1:{port}",
+        refresh_seconds=0,
+        tls=ConsoleTls(certs / "alice.crt", certs / "alice.key", client_ca=ops / "ca.crt"),
+    )
     cfgs = write_local_deployment(tmp_path, ["alice", "bob"], open_policy=True, consoles={"alice": console})
     procs = _start(processes, cfgs, ["alice"])
     base = f"https://127.0.0.1:{port}"
     operator = (ops / "operator.crt", ops / "operator.key")
     for path in PRIVATE_PAGES[:5]:
-        for cert in (None, (certs / "bob.crt", certs / "bob.key")):   # no certificate; a member's
+        for cert in (None, (certs / "bob.crt", certs / "bob.key")):  # no certificate; a member's
             with pytest.raises((ssl.SSLError, OSError)):
                 _https(base + path, cafile=certs / "ca.crt", cert=cert)
         status, body = _https(base + path, cafile=certs / "ca.crt", cert=operator)
@@ -649,8 +696,9 @@ def test_the_console_shows_nothing_to_a_client_that_has_not_authenticated(tmp_pa
     token_file.write_text(token + "\n")
     os.chmod(token_file, 0o600)
     text = cfgs["alice"].read_text()
-    text = text.replace(f'client_ca = "{os.path.relpath(ops / "ca.crt", cfgs["alice"].parent)}"',
-                        'client_ca = "../certs/ca.crt"')
+    text = text.replace(
+        f'client_ca = "{os.path.relpath(ops / "ca.crt", cfgs["alice"].parent)}"', 'client_ca = "../certs/ca.crt"'
+    )
     text = text.replace("[console.tls]", 'token_file = "../console.token"\n\n[console.tls]')
     cfgs["alice"].write_text(text)
     cfg = load_config(cfgs["alice"])
@@ -659,8 +707,7 @@ def test_the_console_shows_nothing_to_a_client_that_has_not_authenticated(tmp_pa
     client.wait_healthy(cfgs["alice"], timeout=60)
     _wait_for("the console", lambda: _https(base + "/healthz", cafile=certs / "ca.crt")[0] == 200)
     for path in PRIVATE_PAGES:
-        for how in ({}, {"cert": (certs / "bob.crt", certs / "bob.key")}, {"token": "x" * 43},
-                    {"token": token[:-1]}):
+        for how in ({}, {"cert": (certs / "bob.crt", certs / "bob.key")}, {"token": "x" * 43}, {"token": token[:-1]}):
             status, body = _https(base + path, cafile=certs / "ca.crt", **how)
             assert status == 401 and body == "authentication required\n", (path, how, status, body)
     for how in ({"token": token}, {"cert": (certs / "alice.crt", certs / "alice.key")}):
@@ -683,16 +730,26 @@ def test_a_resume_a_participant_has_no_room_for_now_stays_resumable(tmp_path, pr
     from smcdp.net.config import Timeouts
     from smcdp.net.limits import Limits
 
-    cfgs = make_deployment(tmp_path, ["alice", "bob", "charlie"], limits=Limits(pending_per_peer=2, pending_total=2),
-                           timeouts=Timeouts(connect_seconds=3, session_seconds=60, rpc_seconds=30,
-                                             peer_grace_seconds=3))
+    cfgs = make_deployment(
+        tmp_path,
+        ["alice", "bob", "charlie"],
+        limits=Limits(pending_per_peer=2, pending_total=2),
+        timeouts=Timeouts(connect_seconds=3, session_seconds=60, rpc_seconds=30, peer_grace_seconds=3),
+    )
     procs = _start(processes, cfgs, ["alice", "bob"])
     out = {}
-    th = threading.Thread(target=lambda: out.update(rec=_outcome(lambda: client.start_session(
-        cfgs["alice"], "net-echo", ECHO, {"busy_seconds": 4.0}, session_id="busy-1", timeout=60))))
+    th = threading.Thread(
+        target=lambda: out.update(
+            rec=_outcome(
+                lambda: client.start_session(
+                    cfgs["alice"], "net-echo", ECHO, {"busy_seconds": 4.0}, session_id="busy-1", timeout=60
+                )
+            )
+        )
+    )
     th.start()
     _wait_for("bob to run its role", lambda: _status(cfgs["bob"], "busy-1").get("state") == "running")
-    procs["bob"].proc.send_signal(signal.SIGSTOP)          # silent past alice's grace (3 s)
+    procs["bob"].proc.send_signal(signal.SIGSTOP)  # silent past alice's grace (3 s)
     time.sleep(8.0)
     procs["bob"].proc.send_signal(signal.SIGCONT)
     th.join(60)
@@ -700,7 +757,10 @@ def test_a_resume_a_participant_has_no_room_for_now_stays_resumable(tmp_path, pr
     _failed_resumably(cfgs["bob"], "busy-1")
     with _member(tmp_path, cfgs, "charlie", "bob") as charlie:
         for i in range(2):
-            assert call_unary(charlie, MAILBOX + "Propose", _spec(f"charlie.c-{i}", {"a": "charlie", "b": "bob"}))[0] == C.OK
+            assert (
+                call_unary(charlie, MAILBOX + "Propose", _spec(f"charlie.c-{i}", {"a": "charlie", "b": "bob"}))[0]
+                == C.OK
+            )
         rec = _outcome(lambda: client.resume_session(cfgs["alice"], "busy-1", timeout=60))
         assert rec["code"] == "UNAVAILABLE" and "RESOURCE_EXHAUSTED" in rec["message"], rec
         assert "stays resumable" in rec["message"]

@@ -26,14 +26,20 @@ C = grpc.StatusCode
 def parties(tmp_path, processes):
     """Party processes of a deployment alice, bob, charlie, dave (alice is the hostile member: she has a
     valid certificate but runs no process; the tests speak for her)."""
+
     def start(names=("bob", "charlie", "dave"), limits: Limits | None = None, grace: float = 30.0, **deployment):
-        cfgs = make_deployment(tmp_path, ["alice", "bob", "charlie", "dave"], limits=limits,
-                               timeouts=Timeouts(connect_seconds=3, session_seconds=60, rpc_seconds=30,
-                                                 peer_grace_seconds=grace), **deployment)
+        cfgs = make_deployment(
+            tmp_path,
+            ["alice", "bob", "charlie", "dave"],
+            limits=limits,
+            timeouts=Timeouts(connect_seconds=3, session_seconds=60, rpc_seconds=30, peer_grace_seconds=grace),
+            **deployment,
+        )
         procs = {n: processes(n, cfgs[n], use_launcher=False) for n in names}
         for n in names:
             client.wait_healthy(cfgs[n], timeout=60)
         return cfgs, procs
+
     return start
 
 
@@ -59,14 +65,15 @@ def test_a_stream_flood_leaves_other_sessions_the_operator_and_health_alone(tmp_
     cfgs, _ = parties(limits=limits, grace=5.0)
     flood = StreamFlood(tmp_path / "certs", "alice", _address(cfgs, "bob"), "bob", count=520, reopen_delay=3.0).start()
     try:
-        assert client.check_health(cfgs["bob"]) == "SERVING"                 # bob's operator
+        assert client.check_health(cfgs["bob"]) == "SERVING"  # bob's operator
         assert client.check_health(cfgs["charlie"], peer="bob") == "SERVING"  # another member
         t0 = time.monotonic()
-        rec = client.start_session(cfgs["charlie"], "net-echo", {"a": "charlie", "b": "bob"},
-                                   {"n": 3, "busy_seconds": 8.0}, timeout=60)
+        rec = client.start_session(
+            cfgs["charlie"], "net-echo", {"a": "charlie", "b": "bob"}, {"n": 3, "busy_seconds": 8.0}, timeout=60
+        )
         assert rec["state"] == "succeeded", rec.get("error")
         assert rec["result"]["y"] == [1.0, 3.0, 5.0]
-        assert time.monotonic() - t0 > limits.call_idle_seconds   # the flood was renewed meanwhile
+        assert time.monotonic() - t0 > limits.call_idle_seconds  # the flood was renewed meanwhile
         own = client.start_session(cfgs["bob"], "net-echo", {"a": "bob", "b": "dave"}, {"n": 2}, timeout=30)
         assert own["state"] == "succeeded", own.get("error")
         assert client.get_status(cfgs["bob"], own["session_id"])["state"] == "succeeded"
@@ -93,21 +100,35 @@ def test_members_holding_health_watch_streams_switch_nobody_off(tmp_path, proces
     and bob -- in which bob computes past the peer grace, so charlie's heartbeats must get through -- bob's
     own operator's session, and health checks from bob's operator and from charlie all succeed."""
     hostile = [f"m{i}" for i in range(1, members + 1)]
-    cfgs = make_deployment(tmp_path, [*hostile, "bob", "charlie", "dave"],
-                           timeouts=Timeouts(connect_seconds=3, session_seconds=60, rpc_seconds=30,
-                                             peer_grace_seconds=5.0))
+    cfgs = make_deployment(
+        tmp_path,
+        [*hostile, "bob", "charlie", "dave"],
+        timeouts=Timeouts(connect_seconds=3, session_seconds=60, rpc_seconds=30, peer_grace_seconds=5.0),
+    )
     for n in ("bob", "charlie", "dave"):
         processes(n, cfgs[n], use_launcher=False)
     for n in ("bob", "charlie", "dave"):
         client.wait_healthy(cfgs[n], timeout=60)
-    per_member = 512 // members + 8          # together past bob's max_concurrent_rpcs, as in the attack
-    floods = [StreamFlood(tmp_path / "certs", m, _address(cfgs, "bob"), "bob", count=per_member, connections=2,
-                          reopen_delay=3.0, method="watch").start() for m in hostile]
+    per_member = 512 // members + 8  # together past bob's max_concurrent_rpcs, as in the attack
+    floods = [
+        StreamFlood(
+            tmp_path / "certs",
+            m,
+            _address(cfgs, "bob"),
+            "bob",
+            count=per_member,
+            connections=2,
+            reopen_delay=3.0,
+            method="watch",
+        ).start()
+        for m in hostile
+    ]
     try:
         assert client.check_health(cfgs["bob"]) == "SERVING"
         assert client.check_health(cfgs["charlie"], peer="bob") == "SERVING"
-        rec = client.start_session(cfgs["charlie"], "net-echo", {"a": "charlie", "b": "bob"},
-                                   {"n": 3, "busy_seconds": 7.0}, timeout=60)
+        rec = client.start_session(
+            cfgs["charlie"], "net-echo", {"a": "charlie", "b": "bob"}, {"n": 3, "busy_seconds": 7.0}, timeout=60
+        )
         assert rec["state"] == "succeeded", rec.get("error")
         own = client.start_session(cfgs["bob"], "net-echo", {"a": "bob", "b": "dave"}, {"n": 2}, timeout=30)
         assert own["state"] == "succeeded", own.get("error")
@@ -140,23 +161,30 @@ def test_bad_numbers_and_health_garbage_are_invalid_argument(tmp_path, parties):
     naming the parameter -- {"epsilon": 1e308} was INTERNAL (OverflowError) -- and bytes that are no
     HealthCheckRequest are INVALID_ARGUMENT (were UNKNOWN)."""
     cfgs, _ = parties(names=("bob",))
-    cases = [("dp-aggregate", DPA_ROLES, '{"n_parties": 2, "epsilon": 1e308}', "epsilon"),
-             ("dp-aggregate", DPA_ROLES, '{"n_parties": 2, "epsilon": 1e-308}', "epsilon"),
-             ("dp-aggregate", DPA_ROLES, '{"n_parties": 2, "lam": 1e400}', "lam"),
-             ("dp-aggregate", DPA_ROLES, '{"n_parties": 2, "max_sensitivity": "1"}', "max_sensitivity"),
-             ("power-iteration", PI_ROLES, '{"p": ' + "9" * 1000 + "}", "power-iteration parameter p"),
-             ("power-iteration", PI_ROLES, '{"tol": [0.1]}', "tol"),
-             ("power-iteration", PI_ROLES, '{"padding": 1e308}', "padding"),
-             ("power-iteration", PI_ROLES, '{"max_iterations": 1e308}', "max_iterations"),
-             ("keyword", KW_ROLES, '{"mask_nats": 1e400}', "mask_nats"),
-             ("keyword", KW_ROLES, '{"offset_nats": null}', "offset_nats"),
-             ("keyword", KW_ROLES, '{"emission_offset_nats": -1e308}', "emission_offset_nats"),
-             ("keyword", KW_ROLES, '{"key_bits": 1e308}', "key_bits")]
+    cases = [
+        ("dp-aggregate", DPA_ROLES, '{"n_parties": 2, "epsilon": 1e308}', "epsilon"),
+        ("dp-aggregate", DPA_ROLES, '{"n_parties": 2, "epsilon": 1e-308}', "epsilon"),
+        ("dp-aggregate", DPA_ROLES, '{"n_parties": 2, "lam": 1e400}', "lam"),
+        ("dp-aggregate", DPA_ROLES, '{"n_parties": 2, "max_sensitivity": "1"}', "max_sensitivity"),
+        ("power-iteration", PI_ROLES, '{"p": ' + "9" * 1000 + "}", "power-iteration parameter p"),
+        ("power-iteration", PI_ROLES, '{"tol": [0.1]}', "tol"),
+        ("power-iteration", PI_ROLES, '{"padding": 1e308}', "padding"),
+        ("power-iteration", PI_ROLES, '{"max_iterations": 1e308}', "max_iterations"),
+        ("keyword", KW_ROLES, '{"mask_nats": 1e400}', "mask_nats"),
+        ("keyword", KW_ROLES, '{"offset_nats": null}', "offset_nats"),
+        ("keyword", KW_ROLES, '{"emission_offset_nats": -1e308}', "emission_offset_nats"),
+        ("keyword", KW_ROLES, '{"key_bits": 1e308}', "key_bits"),
+    ]
     with raw_channel(tmp_path / "certs", "alice", _address(cfgs, "bob"), "bob") as alice:
-        got = [(name, call_unary(alice, MAILBOX + "Propose", _spec(f"alice.num-{i}", roles, protocol, params)))
-               for i, (protocol, roles, params, name) in enumerate(cases)]
-        wrong = [(name, code.name, details) for name, (code, details) in got
-                 if code != C.INVALID_ARGUMENT or name not in details]
+        got = [
+            (name, call_unary(alice, MAILBOX + "Propose", _spec(f"alice.num-{i}", roles, protocol, params)))
+            for i, (protocol, roles, params, name) in enumerate(cases)
+        ]
+        wrong = [
+            (name, code.name, details)
+            for name, (code, details) in got
+            if code != C.INVALID_ARGUMENT or name not in details
+        ]
         assert not wrong, wrong
         for payload in (b"\xff\xfe\x00garbage", b"\x0a\xff\xff\xff"):
             code, details = call_unary(alice, "/grpc.health.v1.Health/Check", payload)
@@ -186,8 +214,14 @@ def test_proposals_in_flight_count_against_the_initiators_slots(tmp_path, partie
 
     with raw_channel(tmp_path / "certs", "alice", _address(cfgs, "bob"), "bob") as alice:
         with ThreadPoolExecutor(40) as pool:
-            codes = list(pool.map(lambda i: call_unary(alice, MAILBOX + "Propose", _spec(
-                f"alice.burst-{i}", {"a": "alice", "b": "bob"}))[0], range(40)))
+            codes = list(
+                pool.map(
+                    lambda i: call_unary(
+                        alice, MAILBOX + "Propose", _spec(f"alice.burst-{i}", {"a": "alice", "b": "bob"})
+                    )[0],
+                    range(40),
+                )
+            )
     assert codes.count(C.OK) == limits.pending_per_peer, codes
     assert codes.count(C.RESOURCE_EXHAUSTED) == 40 - limits.pending_per_peer, codes
 
@@ -195,8 +229,14 @@ def test_proposals_in_flight_count_against_the_initiators_slots(tmp_path, partie
 def _failed_resumably(alice, cfgs, sids, params="{}"):
     for sid in sids:
         assert call_unary(alice, MAILBOX + "Propose", _spec(sid, {"a": "alice", "b": "bob"}, params=params))[0] == C.OK
-        assert call_unary(alice, MAILBOX + "Abort", tpb.AbortRequest(
-            session_id=sid, code="UNAVAILABLE", message="gone").SerializeToString())[0] == C.OK
+        assert (
+            call_unary(
+                alice,
+                MAILBOX + "Abort",
+                tpb.AbortRequest(session_id=sid, code="UNAVAILABLE", message="gone").SerializeToString(),
+            )[0]
+            == C.OK
+        )
     for sid in sids:
         rec = _wait_state(cfgs["bob"], sid)
         assert rec["state"] == "failed" and rec["resumable"], rec
@@ -224,8 +264,11 @@ def test_concurrent_resumes_hold_slots_like_proposals(tmp_path, parties):
         # time: the slots fill up exactly to the limit, and no further
         assert 1 <= codes.count(C.OK) <= limits.pending_per_peer, got
         assert codes.count(C.OK) + codes.count(C.RESOURCE_EXHAUSTED) == len(sids), got
-        again = [call_unary(alice, MAILBOX + "Resume", ref(sid))[0]
-                 for sid, c in zip(sids, codes) if c == C.RESOURCE_EXHAUSTED]
+        again = [
+            call_unary(alice, MAILBOX + "Resume", ref(sid))[0]
+            for sid, c in zip(sids, codes)
+            if c == C.RESOURCE_EXHAUSTED
+        ]
     assert codes.count(C.OK) + again.count(C.OK) == limits.pending_per_peer, (got, again)
     assert again.count(C.RESOURCE_EXHAUSTED) == len(again) - again.count(C.OK), again
 
@@ -238,20 +281,39 @@ def test_session_ids_cannot_be_squatted(tmp_path, parties):
     cfgs, _ = parties(names=("bob", "charlie"))
     with raw_channel(tmp_path / "certs", "alice", _address(cfgs, "bob"), "bob") as alice:
         for sid in ("monthly-pca", "charlie.monthly-pca"):
-            code, details = call_unary(alice, MAILBOX + "Propose", _spec(sid, {"a": "alice", "b": "bob", }))
-            if code == C.OK:   # (main) squatted: give it up at once, as the issue's member did
-                call_unary(alice, MAILBOX + "Abort", tpb.AbortRequest(session_id=sid, code="ABORTED").SerializeToString())
+            code, details = call_unary(
+                alice,
+                MAILBOX + "Propose",
+                _spec(
+                    sid,
+                    {
+                        "a": "alice",
+                        "b": "bob",
+                    },
+                ),
+            )
+            if code == C.OK:  # (main) squatted: give it up at once, as the issue's member did
+                call_unary(
+                    alice, MAILBOX + "Abort", tpb.AbortRequest(session_id=sid, code="ABORTED").SerializeToString()
+                )
             else:
                 assert code == C.INVALID_ARGUMENT and "namespace" in details, (sid, code, details)
         assert call_unary(alice, MAILBOX + "Propose", _spec("alice.monthly-pca", {"a": "alice", "b": "bob"}))[0] == C.OK
-        assert call_unary(alice, MAILBOX + "Abort", tpb.AbortRequest(
-            session_id="alice.monthly-pca", code="ABORTED").SerializeToString())[0] == C.OK
-    rec = client.start_session(cfgs["charlie"], "net-echo", {"a": "charlie", "b": "bob"}, {"n": 2},
-                               session_id="monthly-pca", timeout=30)
+        assert (
+            call_unary(
+                alice,
+                MAILBOX + "Abort",
+                tpb.AbortRequest(session_id="alice.monthly-pca", code="ABORTED").SerializeToString(),
+            )[0]
+            == C.OK
+        )
+    rec = client.start_session(
+        cfgs["charlie"], "net-echo", {"a": "charlie", "b": "bob"}, {"n": 2}, session_id="monthly-pca", timeout=30
+    )
     assert rec["state"] == "succeeded" and rec["session_id"] == "charlie.monthly-pca"
     assert _wait_state(cfgs["bob"], "charlie.monthly-pca")["state"] == "succeeded"
     assert client.get_status(cfgs["charlie"], "monthly-pca")["session_id"] == "charlie.monthly-pca"
-    with pytest.raises(Exception, match="several sessions named 'monthly-pca'"):   # bob holds alice's too
+    with pytest.raises(Exception, match="several sessions named 'monthly-pca'"):  # bob holds alice's too
         client.get_result(cfgs["bob"], "monthly-pca")
 
 
@@ -268,23 +330,42 @@ def test_a_non_participant_hears_the_same_of_existing_and_missing_sessions(tmp_p
         for sid in ("charlie.live", "charlie.ended", "charlie.resumable"):
             assert call_unary(charlie, MAILBOX + "Propose", _spec(sid, roles))[0] == C.OK
         for sid, code in (("charlie.ended", "ABORTED"), ("charlie.resumable", "UNAVAILABLE")):
-            assert call_unary(charlie, MAILBOX + "Abort", tpb.AbortRequest(
-                session_id=sid, code=code, message="x").SerializeToString())[0] == C.OK
+            assert (
+                call_unary(
+                    charlie,
+                    MAILBOX + "Abort",
+                    tpb.AbortRequest(session_id=sid, code=code, message="x").SerializeToString(),
+                )[0]
+                == C.OK
+            )
     assert _wait_state(cfgs["bob"], "charlie.resumable")["resumable"]
     assert _wait_state(cfgs["bob"], "charlie.ended")["state"] == "failed"
 
     def ask(alice, sid):
-        env = tpb.Envelope(session_id=sid, tag="t", type_name="smcdp.v1.Flag", chunk_index=0, chunk_count=1,
-                           total_size=2, data=b"\x08\x01").SerializeToString()
+        env = tpb.Envelope(
+            session_id=sid,
+            tag="t",
+            type_name="smcdp.v1.Flag",
+            chunk_index=0,
+            chunk_count=1,
+            total_size=2,
+            data=b"\x08\x01",
+        ).SerializeToString()
         ref = tpb.SessionRef(session_id=sid).SerializeToString()
         answers = {
-            "Heartbeat": call_unary(alice, MAILBOX + "Heartbeat", tpb.HeartbeatRequest(
-                session_id=sid, incarnation="x", round=0).SerializeToString()),
+            "Heartbeat": call_unary(
+                alice,
+                MAILBOX + "Heartbeat",
+                tpb.HeartbeatRequest(session_id=sid, incarnation="x", round=0).SerializeToString(),
+            ),
             "Deliver": call_deliver(alice, [env]),
             "Stream": call_stream(alice, [env])[:2],
             "Begin": call_unary(alice, MAILBOX + "Begin", ref),
-            "Abort": call_unary(alice, MAILBOX + "Abort", tpb.AbortRequest(
-                session_id=sid, code="ABORTED", message="mine").SerializeToString()),
+            "Abort": call_unary(
+                alice,
+                MAILBOX + "Abort",
+                tpb.AbortRequest(session_id=sid, code="ABORTED", message="mine").SerializeToString(),
+            ),
             "Resume": call_unary(alice, MAILBOX + "Resume", ref),
         }
         return {m: (code.name, details.replace(sid, "<ID>")) for m, (code, details) in answers.items()}
@@ -308,9 +389,18 @@ def _junk(alice, sid, size, count, tag="junk"):
     n = max(1, -(-size // (1 << 20)))
     codes, accepted, details = [], 0, ""
     for i in range(count):
-        chunks = [tpb.Envelope(session_id=sid, tag=f"{tag}/{i}", type_name="smcdp.v1.Blobs", chunk_index=k,
-                               chunk_count=n, total_size=size, data=data[k << 20:(k + 1) << 20]).SerializeToString()
-                  for k in range(n)]
+        chunks = [
+            tpb.Envelope(
+                session_id=sid,
+                tag=f"{tag}/{i}",
+                type_name="smcdp.v1.Blobs",
+                chunk_index=k,
+                chunk_count=n,
+                total_size=size,
+                data=data[k << 20 : (k + 1) << 20],
+            ).SerializeToString()
+            for k in range(n)
+        ]
         code, details = call_deliver(alice, chunks)
         codes.append(code)
         if code != C.OK:
@@ -330,24 +420,42 @@ def test_every_protocol_session_is_bounded_by_its_own_envelope(tmp_path, parties
     from smcdp.runtime.governance.policy import Policy
 
     open_policy = {p: Policy(open=True) for p in ("alice", "bob", "charlie", "dave")}
-    cfgs, _ = parties(names=("bob",), policies=open_policy,
-                      budgets={"bob": BudgetConfig(dataset="bob", epsilon=100.0, delta=1e-6)})
+    cfgs, _ = parties(
+        names=("bob",), policies=open_policy, budgets={"bob": BudgetConfig(dataset="bob", epsilon=100.0, delta=1e-6)}
+    )
     got = {}
     with raw_channel(tmp_path / "certs", "alice", _address(cfgs, "bob"), "bob") as alice:
         # power iteration, rows not stated, 5 rounds, 512-bit keys: bob (party1) receives about 0.2 MB at most
-        assert call_unary(alice, MAILBOX + "Propose", _spec("alice.pi", PI_ROLES, "power-iteration",
-                                                            '{"key_bits": 512, "max_iterations": 5}'))[0] == C.OK
+        assert (
+            call_unary(
+                alice,
+                MAILBOX + "Propose",
+                _spec("alice.pi", PI_ROLES, "power-iteration", '{"key_bits": 512, "max_iterations": 5}'),
+            )[0]
+            == C.OK
+        )
         got["power-iteration"] = _junk(alice, "alice.pi", 256 << 10, 32)
         # keyword, default bounds: one message above what any of them can be (a few MB) is refused
-        assert call_unary(alice, MAILBOX + "Propose", _spec("alice.kw", KW_ROLES, "keyword",
-                                                            '{"key_bits": 512}'))[0] == C.OK
+        assert (
+            call_unary(alice, MAILBOX + "Propose", _spec("alice.kw", KW_ROLES, "keyword", '{"key_bits": 512}'))[0]
+            == C.OK
+        )
         got["keyword"] = _junk(alice, "alice.kw", 24 << 20, 1)
         # dp-aggregate at a data party with a privacy budget: its session runs wrapped by the governor
-        assert call_unary(alice, MAILBOX + "Propose", _spec("alice.dpa", DPA_ROLES, "dp-aggregate",
-                                                            '{"n_parties": 2, "key_bits": 512, "dgk_bits": 512}'))[0] == C.OK
+        assert (
+            call_unary(
+                alice,
+                MAILBOX + "Propose",
+                _spec("alice.dpa", DPA_ROLES, "dp-aggregate", '{"n_parties": 2, "key_bits": 512, "dgk_bits": 512}'),
+            )[0]
+            == C.OK
+        )
         got["dp-aggregate"] = _junk(alice, "alice.dpa", 8 << 20, 1)
-    wrong = {protocol: (codes[-1].name, accepted, details) for protocol, (codes, accepted, details) in got.items()
-             if codes[-1] != C.RESOURCE_EXHAUSTED or accepted >= 2 << 20 or f"{protocol} parameters" not in details}
+    wrong = {
+        protocol: (codes[-1].name, accepted, details)
+        for protocol, (codes, accepted, details) in got.items()
+        if codes[-1] != C.RESOURCE_EXHAUSTED or accepted >= 2 << 20 or f"{protocol} parameters" not in details
+    }
     assert not wrong, wrong
 
 
@@ -363,15 +471,21 @@ def test_what_one_peer_sends_is_bounded_across_its_sessions(tmp_path, parties):
         got = []
         for i in range(3):
             assert call_unary(alice, MAILBOX + "Propose", _spec(f"alice.s{i}", {"a": "alice", "b": "bob"}))[0] == C.OK
-            got.append(_junk(alice, f"alice.s{i}", 3 << 19, 1))            # 1.5 MiB each
+            got.append(_junk(alice, f"alice.s{i}", 3 << 19, 1))  # 1.5 MiB each
         assert [r[0][-1] for r in got] == [C.OK, C.OK, C.RESOURCE_EXHAUSTED], got
         assert "limits.inbound_mib_per_peer" in got[2][2]
         assert call_unary(charlie, MAILBOX + "Propose", _spec("charlie.s", {"a": "charlie", "b": "bob"}))[0] == C.OK
         assert _junk(charlie, "charlie.s", 3 << 19, 1)[0] == [C.OK]
-        assert call_unary(alice, MAILBOX + "Abort", tpb.AbortRequest(
-            session_id="alice.s0", code="ABORTED", message="x").SerializeToString())[0] == C.OK
+        assert (
+            call_unary(
+                alice,
+                MAILBOX + "Abort",
+                tpb.AbortRequest(session_id="alice.s0", code="ABORTED", message="x").SerializeToString(),
+            )[0]
+            == C.OK
+        )
         _wait_state(cfgs["bob"], "alice.s0")
         end = time.monotonic() + 10
         while (codes := _junk(alice, "alice.s2", 3 << 19, 1, tag="again")[0]) != [C.OK]:
-            assert time.monotonic() < end, codes      # the ended session's bytes come back
+            assert time.monotonic() < end, codes  # the ended session's bytes come back
             time.sleep(0.2)

@@ -10,8 +10,10 @@ from tests.support.paths import KEYWORD_DATA
 
 def test_a_warm_alice_finds_her_next_sessions_offline_phase_done(tmp_path):
     utterance = KEYWORD_DATA / "utterance_98.npy"
-    parties = {"alice": {"keyword": {"utterance": utterance}},
-               "bob": {"keyword": {"models": KEYWORD_DATA / "models.npz"}}}
+    parties = {
+        "alice": {"keyword": {"utterance": utterance}},
+        "bob": {"keyword": {"models": KEYWORD_DATA / "models.npz"}},
+    }
     roles = {"alice": "alice", "bob": "bob"}
     params = {"key_bits": 512}
     want = int(np.argmax(score_models(load_models(KEYWORD_DATA / "models.npz"), np.load(utterance))))

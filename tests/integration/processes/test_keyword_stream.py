@@ -28,12 +28,19 @@ def test_stream_recognises_a_wav_fed_in_10ms_hops(tmp_path, pace):
         d = tmp_path / "train" / w
         d.mkdir(parents=True)
         for k in range(5):
-            _speak(d / f"{k}.wav", w, str(rng.choice(gen.VOICES)), str(rng.choice(gen.VARIANTS)),
-                   int(rng.integers(130, 200)), int(rng.integers(30, 70)))
+            _speak(
+                d / f"{k}.wav",
+                w,
+                str(rng.choice(gen.VOICES)),
+                str(rng.choice(gen.VARIANTS)),
+                int(rng.integers(130, 200)),
+                int(rng.integers(30, 70)),
+            )
         specs += ["--word", f"{w}={d}"]
     models_path = tmp_path / "models.npz"
-    res = _smcdp("speech", "train", *specs, "--states", "4", "--iter", "8", "--cmn", "causal",
-                 "--out", str(models_path))
+    res = _smcdp(
+        "speech", "train", *specs, "--states", "4", "--iter", "8", "--cmn", "causal", "--out", str(models_path)
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     models = KeywordModels.load(models_path)
 
@@ -41,8 +48,22 @@ def test_stream_recognises_a_wav_fed_in_10ms_hops(tmp_path, pace):
     _speak(utt, WORDS[2], "en-gb", "f2", 165, 50)
     X = wav_features(utt, cmn="causal")
     plain = score_models(models, X)
-    res = _smcdp("demo", "keyword", "--wav", str(utt), "--models", str(models_path), "--cmn", "causal",
-                 "--stream", "--stream-pace", pace, "--key-bits", "512", "--debug-reveal")
+    res = _smcdp(
+        "demo",
+        "keyword",
+        "--wav",
+        str(utt),
+        "--models",
+        str(models_path),
+        "--cmn",
+        "causal",
+        "--stream",
+        "--stream-pace",
+        pace,
+        "--key-bits",
+        "512",
+        "--debug-reveal",
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout)
     assert out["index"] == int(np.argmax(plain)) and out["keyword"] == WORDS[out["index"]]
@@ -51,7 +72,7 @@ def test_stream_recognises_a_wav_fed_in_10ms_hops(tmp_path, pace):
     assert st["frames"] == X.shape[0] == out["frames"]
     assert st["audio_seconds"] > 0.2 and st["pace"] == pace
     assert 0 < st["latency_after_last_frame"] < st["keyword_at"]
-    if pace == "realtime":                      # the last frame cannot exist before the audio has played
+    if pace == "realtime":  # the last frame cannot exist before the audio has played
         assert st["last_frame_at"] >= 0.9 * st["audio_seconds"] - 0.05
     for key in ("offline_seconds", "online_seconds"):
         assert out[key] > 0
@@ -60,6 +81,15 @@ def test_stream_recognises_a_wav_fed_in_10ms_hops(tmp_path, pace):
 def test_stream_refuses_a_feature_file_and_per_utterance_cmn(tmp_path):
     npy = tmp_path / "u.npy"
     np.save(npy, np.zeros((10, 39)))
-    res = _smcdp("demo", "keyword", "--utterance", str(npy), "--models", "tests/data/keyword/models.npz",
-                 "--stream", "--key-bits", "512")
+    res = _smcdp(
+        "demo",
+        "keyword",
+        "--utterance",
+        str(npy),
+        "--models",
+        "tests/data/keyword/models.npz",
+        "--stream",
+        "--key-bits",
+        "512",
+    )
     assert res.returncode != 0 and "--stream needs --wav" in res.stderr

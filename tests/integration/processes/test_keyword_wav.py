@@ -40,13 +40,18 @@ def _generator():
 def _speak(path, word, voice, variant, speed, pitch):
     """espeak-ng's own WAV (22.05 kHz, 16-bit mono), untouched: the front end resamples it."""
     v = voice + (f"+{variant}" if variant else "")
-    subprocess.run([ESPEAK, "-v", v, "-s", str(speed), "-p", str(pitch), "-w", str(path), "--", word],
-                   check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [ESPEAK, "-v", v, "-s", str(speed), "-p", str(pitch), "-w", str(path), "--", word],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
 
 
 def _smcdp(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "smcdp", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "smcdp", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.mark.slow
@@ -58,15 +63,22 @@ def test_wav_round_trip_train_then_recognise_over_processes(tmp_path):
         d = tmp_path / "train" / w
         d.mkdir(parents=True)
         for k in range(6):
-            _speak(d / f"{k}.wav", w, str(rng.choice(gen.VOICES)), str(rng.choice(gen.VARIANTS)),
-                   int(rng.integers(130, 200)), int(rng.integers(30, 70)))
+            _speak(
+                d / f"{k}.wav",
+                w,
+                str(rng.choice(gen.VOICES)),
+                str(rng.choice(gen.VARIANTS)),
+                int(rng.integers(130, 200)),
+                int(rng.integers(30, 70)),
+            )
         specs += ["--word", f"{w}={d}"]
     models_path = tmp_path / "models.npz"
     res = _smcdp("speech", "train", *specs, "--states", "4", "--iter", "10", "--out", str(models_path))
     assert res.returncode == 0, res.stderr[-3000:]
     for w in WORDS:
-        assert re.search(rf"^  {w}: 6 files, \d+ frames, training log-likelihood -?\d+\.\d+ per frame", res.stdout,
-                         re.M), res.stdout
+        assert re.search(
+            rf"^  {w}: 6 files, \d+ frames, training log-likelihood -?\d+\.\d+ per frame", res.stdout, re.M
+        ), res.stdout
     assert re.search(r"^held-out accuracy: [01]\.\d{3} \(\d/6 files", res.stdout, re.M), res.stdout
     models = KeywordModels.load(models_path)
     assert tuple(models.words) == WORDS and models.kind == "diag"
@@ -81,8 +93,9 @@ def test_wav_round_trip_train_then_recognise_over_processes(tmp_path):
         y = resample_poly(x / 32768.0, 2, 1)
         wavfile.write(utt, 2 * rate, np.stack([y, 0.8 * y], axis=1).astype(np.float32))
         plain = score_models(models, wav_features(utt))
-        res = _smcdp("demo", "keyword", "--wav", str(utt), "--models", str(models_path), "--key-bits", "512",
-                     "--debug-reveal")
+        res = _smcdp(
+            "demo", "keyword", "--wav", str(utt), "--models", str(models_path), "--key-bits", "512", "--debug-reveal"
+        )
         assert res.returncode == 0, res.stderr[-3000:]
         out = json.loads(res.stdout)
         assert out["keyword"] == w

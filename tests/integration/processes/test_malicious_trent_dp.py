@@ -49,18 +49,28 @@ def attacked(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("evil")
     rng = np.random.default_rng(25)
     alice = rng.normal(size=(K, 1))
-    alice /= 1.25 * np.linalg.norm(alice)                 # one sample, norm 0.8: the whole data set
+    alice /= 1.25 * np.linalg.norm(alice)  # one sample, norm 0.8: the whole data set
     bob = rng.normal(size=(K, 5)) * 0.2
     np.save(tmp / "alice.npy", alice)
     np.save(tmp / "bob.npy", bob)
-    parties = {"trent": {}, "alice": {"power-iteration": {"data": tmp / "alice.npy"}},
-               "bob": {"power-iteration": {"data": tmp / "bob.npy"}}}
+    parties = {
+        "trent": {},
+        "alice": {"power-iteration": {"data": tmp / "alice.npy"}},
+        "bob": {"power-iteration": {"data": tmp / "bob.npy"}},
+    }
     # alice and bob allow trent to coordinate (and, for the exact mode's sake, exact outputs to him)
-    data_rules = ProtocolRules(roles=("party*",), initiators=("trent",), coordinators=("trent",),
-                               release_to=("alice", "bob", "trent"), allow_non_dp=True)
-    policies = {"trent": Policy(protocols={"power-iteration": ProtocolRules(roles=("trent",), initiators=("trent",))}),
-                "alice": Policy(protocols={"power-iteration": data_rules}),
-                "bob": Policy(protocols={"power-iteration": data_rules})}
+    data_rules = ProtocolRules(
+        roles=("party*",),
+        initiators=("trent",),
+        coordinators=("trent",),
+        release_to=("alice", "bob", "trent"),
+        allow_non_dp=True,
+    )
+    policies = {
+        "trent": Policy(protocols={"power-iteration": ProtocolRules(roles=("trent",), initiators=("trent",))}),
+        "alice": Policy(protocols={"power-iteration": data_rules}),
+        "bob": Policy(protocols={"power-iteration": data_rules}),
+    }
     budgets = {p: BudgetConfig(dataset=p, epsilon=10.0, delta=1e-3) for p in ("alice", "bob")}
     with _Cluster(parties, allow_insecure_keys=True, workdir=tmp / "run", policies=policies, budgets=budgets) as c:
         yield c, alice, bob
@@ -93,8 +103,9 @@ def test_dp_mode_the_same_trent_and_key_holder_get_only_noise_at_full_scale(atta
     sid = recs["trent"]["session_id"]
     p = PowerIterationParams.from_mapping(params)
     cal = dp_calibration(p)
-    sk = keypair_from_proto(pb.PaillierKeyPair.FromString((_outputs(cluster, "bob", sid) / "keypair.bin").read_bytes()),
-                            allow_insecure=True)
+    sk = keypair_from_proto(
+        pb.PaillierKeyPair.FromString((_outputs(cluster, "bob", sid) / "keypair.bin").read_bytes()), allow_insecure=True
+    )
     releases = []
     for t in range(T):
         msg = pb.CiphertextVector.FromString((_outputs(cluster, "trent", sid) / f"party1-noisy-{t}.bin").read_bytes())
@@ -103,7 +114,7 @@ def test_dp_mode_the_same_trent_and_key_holder_get_only_noise_at_full_scale(atta
     # Trent's unit vectors make Q_t = I: each release is alice's Gram ã ãᵀ plus the round's noise
     G = alice @ alice.T
     G_hat = np.mean(releases, axis=0)
-    expected = cal.party_sigma * K / math.sqrt(T)       # E‖mean noise‖_F for K² entries of std sigma/√T
+    expected = cal.party_sigma * K / math.sqrt(T)  # E‖mean noise‖_F for K² entries of std sigma/√T
     assert 0.8 < np.linalg.norm(G_hat - G) / expected < 1.2
     # the attacker's best guess of her sample (the top eigenvector of the averaged releases) is no closer
     # to it than a direction drawn at random in R^K (exact mode: |cos| = 1 for her rows)
@@ -146,15 +157,16 @@ def test_covariance_mode_the_same_trent_and_key_holder_get_one_release_at_full_n
     sid = recs["trent"]["session_id"]
     p = PowerIterationParams.from_mapping(params)
     cal = dp_calibration(p)
-    sk = keypair_from_proto(pb.PaillierKeyPair.FromString((_outputs(cluster, "bob", sid) / "keypair.bin").read_bytes()),
-                            allow_insecure=True)
+    sk = keypair_from_proto(
+        pb.PaillierKeyPair.FromString((_outputs(cluster, "bob", sid) / "keypair.bin").read_bytes()), allow_insecure=True
+    )
     saved = sorted(f.name for f in _outputs(cluster, "trent", sid).iterdir() if f.name.startswith("party1-"))
-    assert saved == [f"party1-{COV_TAG.replace('/', '-')}.bin"]             # one release, nothing else
+    assert saved == [f"party1-{COV_TAG.replace('/', '-')}.bin"]  # one release, nothing else
     msg = pb.CiphertextVector.FromString((_outputs(cluster, "trent", sid) / saved[0]).read_bytes())
     vec = EncryptedVector.from_proto(msg, sk.public_key, packing=p.packing(sk.public_key))
     W = np.asarray(decode_fixed(vec.decrypt_ints(sk), vec.exponent), dtype=np.float64)
     noise = W - covariance_pack(alice @ alice.T)
-    assert 0.6 < noise.std() / cal.party_sigma < 1.35     # 78 values: ±4 standard deviations of chi²(78)
+    assert 0.6 < noise.std() / cal.party_sigma < 1.35  # 78 values: ±4 standard deviations of chi²(78)
     guess = np.linalg.eigh(covariance_unpack(W, K))[1][:, -1]
     assert abs(np.dot(guess, alice[:, 0]) / np.linalg.norm(alice)) < 0.9
     for q in ("alice", "bob"):

@@ -54,27 +54,65 @@ def test_party_client_and_the_session_cli_against_party_processes(tmp_path, proc
     # the CLI over the client: JSON on stdout as before, progress as plain lines on stderr (not a TTY)
     env = dict(os.environ, SMCDP_PROGRESS_INTERVAL="0.2")
     env.pop("SMCDP_PROGRESS", None)
-    r = subprocess.run([sys.executable, "-m", "smcdp", "session", "start", "--config", str(cfgs["alice"]),
-                        "--protocol", "net-echo", "--role", "a=alice", "--role", "b=bob", "--params",
-                        '{"n": 2}', "--session-id", "op-cli", "--timeout", "30"],
-                       capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "smcdp",
+            "session",
+            "start",
+            "--config",
+            str(cfgs["alice"]),
+            "--protocol",
+            "net-echo",
+            "--role",
+            "a=alice",
+            "--role",
+            "b=bob",
+            "--params",
+            '{"n": 2}',
+            "--session-id",
+            "op-cli",
+            "--timeout",
+            "30",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     rec = json.loads(r.stdout)
     assert rec["state"] == "succeeded" and rec["session_id"] == "alice.op-cli" and rec["result"]["y"] == [1.0, 3.0]
     assert rec == alice.result("op-cli").as_dict()
     lines = r.stderr.splitlines()
-    assert lines and lines[-1].startswith("session alice.op-cli (") and " done, " in lines[-1] and "round/s" in lines[-1]
+    assert (
+        lines and lines[-1].startswith("session alice.op-cli (") and " done, " in lines[-1] and "round/s" in lines[-1]
+    )
     assert "\x1b" not in r.stderr
-    r = subprocess.run([sys.executable, "-m", "smcdp", "session", "status", "op-cli", "--config",
-                        str(cfgs["alice"])], capture_output=True, text=True, cwd=REPO, env=env, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "smcdp", "session", "status", "op-cli", "--config", str(cfgs["alice"])],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=60,
+    )
     assert r.returncode == 0 and json.loads(r.stdout)["state"] == "succeeded"
 
 
 @pytest.mark.slow
 def test_the_operator_client_example_runs_end_to_end():
     env = dict(os.environ, SMCDP_PROGRESS="plain")
-    r = subprocess.run([sys.executable, str(REPO / "examples" / "operator_client.py")], capture_output=True,
-                       text=True, cwd=REPO, env=env, timeout=400)
+    r = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "operator_client.py")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=400,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out = r.stdout
     assert "decision: approved" in out and "succeeded in" in out

@@ -20,10 +20,9 @@ ROLES = {"a": "alice", "b": "bob"}
 def test_two_processes_run_a_session_and_stop_on_sigterm(tmp_path, processes):
     values = tmp_path / "values.txt"
     values.write_text("1.25 -2 3e3\n")
-    cfgs = make_deployment(tmp_path, ["alice", "bob"],
-                           inputs={"alice": {"net-echo": {"values": values}}})
-    alice = processes("alice", cfgs["alice"])                      # parties/alice.py
-    bob = processes("bob", cfgs["bob"], use_launcher=False)        # python -m smcdp party
+    cfgs = make_deployment(tmp_path, ["alice", "bob"], inputs={"alice": {"net-echo": {"values": values}}})
+    alice = processes("alice", cfgs["alice"])  # parties/alice.py
+    bob = processes("bob", cfgs["bob"], use_launcher=False)  # python -m smcdp party
     client.wait_healthy(cfgs["alice"], timeout=30)
     client.wait_healthy(cfgs["alice"], peer="bob", timeout=30)
     rec = client.start_session(cfgs["alice"], "net-echo", ROLES, {}, session_id="proc-1", timeout=30)
@@ -57,9 +56,14 @@ def _session_running_at_bob(tmp_path, processes, session_id, wait_forever_role, 
 
     def run():
         try:
-            outcome["rec"] = client.start_session(cfgs["alice"], "net-echo", ROLES,
-                                                 {"wait_forever_role": wait_forever_role},
-                                                 session_id=session_id, timeout=timeout)
+            outcome["rec"] = client.start_session(
+                cfgs["alice"],
+                "net-echo",
+                ROLES,
+                {"wait_forever_role": wait_forever_role},
+                session_id=session_id,
+                timeout=timeout,
+            )
         except Exception as exc:  # noqa: BLE001 - inspected by the caller
             outcome["exc"] = exc
 
@@ -99,8 +103,13 @@ def _state(cfg, sid):
 
 def test_launcher_refuses_config_of_other_party(tmp_path):
     cfgs = make_deployment(tmp_path, ["alice", "bob"])
-    proc = subprocess.run([sys.executable, str(REPO / "parties" / "bob.py"), "--config",
-                           str(cfgs["alice"])], capture_output=True, text=True, timeout=60, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "parties" / "bob.py"), "--config", str(cfgs["alice"])],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
     assert proc.returncode == 2
     assert "configures party 'alice', but this launcher runs 'bob'" in proc.stderr
 
@@ -108,8 +117,13 @@ def test_launcher_refuses_config_of_other_party(tmp_path):
 def test_bad_config_exits_with_clear_error(tmp_path):
     bad = tmp_path / "x.toml"
     bad.write_text('[party]\nname = "alice"\n')
-    proc = subprocess.run([sys.executable, "-m", "smcdp", "party", "--config", str(bad)],
-                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, "-m", "smcdp", "party", "--config", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
     assert proc.returncode == 2
     assert "missing party.listen" in proc.stderr
 
@@ -123,7 +137,7 @@ def test_launchers_exist(launcher):
 def test_peer_killed_mid_session_initiator_ends_by_deadline(tmp_path, processes):
     """SIGKILL (no goodbye, like a dropped link): the initiator ends at its deadline."""
     cfgs, bob, t, outcome, _ = _session_running_at_bob(tmp_path, processes, "proc-3", "b", 5)
-    t0 = time.monotonic()     # the session began at alice before bob ran it: its deadline is < t0 + 5
+    t0 = time.monotonic()  # the session began at alice before bob ran it: its deadline is < t0 + 5
     bob.kill()
     t.join(30)
     assert not t.is_alive()
@@ -133,7 +147,7 @@ def test_peer_killed_mid_session_initiator_ends_by_deadline(tmp_path, processes)
     rec = client.get_result(cfgs["alice"], "proc-3")
     assert rec["state"] == "failed" and rec["error"]["origin"] == "alice"
     assert "no message 'y' from b within" in rec["error"]["message"]
-    assert rec["seconds"] < 5 + 3 + 2     # from its Begin: the deadline, the abort attempt (3 s), slack
+    assert rec["seconds"] < 5 + 3 + 2  # from its Begin: the deadline, the abort attempt (3 s), slack
 
 
 def test_a_port_taken_before_the_party_binds_it_is_replaced(tmp_path, monkeypatch):
@@ -155,14 +169,16 @@ def test_a_port_taken_before_the_party_binds_it_is_replaced(tmp_path, monkeypatc
     def first_one_taken(host="127.0.0.1"):
         handed.append(taken if not handed else real(host))
         return handed[-1]
+
     monkeypatch.setattr(local, "free_tcp_port", first_one_taken)
     try:
-        with LocalCluster({"alice": {}, "bob": {}}, allow_insecure_keys=True, workdir=tmp_path / "run",
-                          open_policy=True) as cluster:
+        with LocalCluster(
+            {"alice": {}, "bob": {}}, allow_insecure_keys=True, workdir=tmp_path / "run", open_policy=True
+        ) as cluster:
             ports = {p: load_config(cluster.configs[p]).listen for p in ("alice", "bob")}
             assert f":{taken}" not in " ".join(ports.values()), ports
             assert client.check_health(cluster.configs["alice"], peer="bob") == "SERVING"
             assert "cannot listen on" in cluster.log("alice") or "cannot listen on" in cluster.log("bob")
     finally:
         squatter.close()
-    assert handed[0] == taken and len(handed) >= 4        # two parties, twice
+    assert handed[0] == taken and len(handed) >= 4  # two parties, twice

@@ -24,8 +24,9 @@ def test_power_iteration_across_processes(tmp_path, k, ns):
     blocks = blocks_with_gap(np.random.default_rng(k), k, ns)
     cluster, roles = _cluster(tmp_path, blocks)
     with cluster:
-        recs = cluster.run("power-iteration", roles, {"n_parties": len(ns), "key_bits": 512, "p": 0.8},
-                           initiator="trent", timeout=120)
+        recs = cluster.run(
+            "power-iteration", roles, {"n_parties": len(ns), "key_bits": 512, "p": 0.8}, initiator="trent", timeout=120
+        )
     assert all(r["state"] == "succeeded" for r in recs.values()), recs
     u_ref, x_ref = plaintext_reference(blocks)
     assert abs(np.dot(recs["trent"]["result"]["x"], x_ref)) >= 0.9999
@@ -71,8 +72,13 @@ def test_top_three_components_across_processes(tmp_path):
     blocks = spectrum_data(np.random.default_rng(17), 10, (6, 9, 7), [8.0, 5.0, 3.0, 1.0])
     cluster, roles = _cluster(tmp_path, blocks)
     with cluster:
-        recs = cluster.run("power-iteration", roles, {"n_parties": 3, "key_bits": 512, "p": 0.8, "components": 3},
-                           initiator="trent", timeout=180)
+        recs = cluster.run(
+            "power-iteration",
+            roles,
+            {"n_parties": 3, "key_bits": 512, "p": 0.8, "components": 3},
+            initiator="trent",
+            timeout=180,
+        )
     assert all(r["state"] == "succeeded" for r in recs.values()), recs
     _, U, X = plaintext_components(blocks, 3)
     tr = recs["trent"]["result"]

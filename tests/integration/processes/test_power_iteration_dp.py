@@ -60,8 +60,9 @@ def dp_cluster(tmp_path_factory):
         rules = options["policies"][p].protocols["power-iteration"]
         assert rules.allow_non_dp is False and rules.release_to == (("bob",) if p == "alice" else ("alice",))
     budgets = {p: BudgetConfig(dataset=p, epsilon=100.0, delta=1e-3) for p in ("alice", "bob")}
-    with LocalCluster(parties, allow_insecure_keys=True, workdir=tmp / "run", peer_grace_seconds=GRACE,
-                      budgets=budgets, **options) as c:
+    with LocalCluster(
+        parties, allow_insecure_keys=True, workdir=tmp / "run", peer_grace_seconds=GRACE, budgets=budgets, **options
+    ) as c:
         base, _ = run_with(c, "power-iteration", ROLES, PARAMS, "trent", [], seed=SEED)
         assert {r["state"] for r in base.values()} == {"succeeded"}, base
         assert abs(np.dot(base["alice"]["result"]["u"], top_eigenvectors(M, 1)[:, 0])) >= 0.99
@@ -73,8 +74,11 @@ def _check_charged_once(cluster, sid, summary):
         entries = _charges(cluster, p, sid)
         assert [e.state for e in entries] == ["charged"], (p, entries)
         assert entries[0].epsilon == Decimal(repr(summary.epsilon)) and entries[0].delta == Decimal(repr(summary.delta))
-        charged = [e for _, e, _ in read_entries(cluster.data_dir(p)) if e and e.get("event") == "charged"
-                   and e.get("session") == sid]
+        charged = [
+            e
+            for _, e, _ in read_entries(cluster.data_dir(p))
+            if e and e.get("event") == "charged" and e.get("session") == sid
+        ]
         assert len(charged) == 1, (p, charged)
 
 
@@ -101,15 +105,16 @@ def test_a_killed_party_replays_the_same_noise_and_is_charged_once(dp_cluster, f
         assert client.resume_session(cluster.configs["trent"], sid, timeout=180)["state"] == "succeeded"
         recs = {p: cluster._record(p, sid, time.monotonic() + 60) for p in recs}
     assert {r["state"] for r in recs.values()} == {"succeeded"}, {p: r.get("error") for p, r in recs.items()}
-    for p in ("alice", "bob"):                      # the same releases, hence bit for bit the same u
+    for p in ("alice", "bob"):  # the same releases, hence bit for bit the same u
         assert recs[p]["result"]["u"] == base[p]["result"]["u"]
     _check_charged_once(cluster, sid, summary)
 
 
 def test_a_session_failed_past_the_grace_is_resumed_and_charged_once(dp_cluster):
     cluster, base, summary = dp_cluster
-    recs, _ = run_with(cluster, "power-iteration", ROLES, PARAMS, "trent", [f"stop:bob:round=5,for={GRACE + 8}"],
-                       seed=SEED)
+    recs, _ = run_with(
+        cluster, "power-iteration", ROLES, PARAMS, "trent", [f"stop:bob:round=5,for={GRACE + 8}"], seed=SEED
+    )
     assert {r["state"] for r in recs.values()} == {"failed"}, recs
     assert all(r["resumable"] for r in recs.values())
     sid = recs["trent"]["session_id"]
@@ -160,8 +165,26 @@ def test_demo_contract_dp_mode(tmp_path, method):
         np.save(tmp_path / f"{name}.npy", A)
         paths.append(str(tmp_path / f"{name}.npy"))
     keep = tmp_path / "keep"
-    argv = ["demo", "power-iteration", "--data", paths[0], "--data", paths[1], "--epsilon", "1", "--delta", "1e-6",
-            "--components", "2", "--key-bits", "512", "--keep-dir", str(keep), "--out", str(tmp_path / "out.json")]
+    argv = [
+        "demo",
+        "power-iteration",
+        "--data",
+        paths[0],
+        "--data",
+        paths[1],
+        "--epsilon",
+        "1",
+        "--delta",
+        "1e-6",
+        "--components",
+        "2",
+        "--key-bits",
+        "512",
+        "--keep-dir",
+        str(keep),
+        "--out",
+        str(tmp_path / "out.json"),
+    ]
     if method is not None:
         argv += ["--dp-method", method]
     assert cli_main(argv) == 0

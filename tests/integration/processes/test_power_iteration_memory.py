@@ -16,7 +16,7 @@ import pytest
 from smcdp.compute import ComputeConfig
 from smcdp.runtime.local import LocalCluster
 
-K, N_BIG = 400, 250_000            # 400 MB of float32 shards for alice
+K, N_BIG = 400, 250_000  # 400 MB of float32 shards for alice
 CGROUP_V1 = Path("/sys/fs/cgroup/memory")
 
 
@@ -95,23 +95,38 @@ def test_party_with_more_data_than_memory_keeps_its_peak_rss_below_its_data(tmp_
     np.save(tmp_path / "bob.npy", rng.normal(size=(K, 300)))
     _drop_page_cache(tmp_path / "alice")
     # local: one block thread and no crypto pool, so that the cgroup holds the party process alone
-    compute = (ComputeConfig(workers=1) if engine == "local" else
-               ComputeConfig(engine="dask", workers=2, memory_limit="700MiB"))
-    parties = {"trent": {}, "alice": {"power-iteration": {"data": tmp_path / "alice"}},
-               "bob": {"power-iteration": {"data": tmp_path / "bob.npy"}}}
+    compute = (
+        ComputeConfig(workers=1)
+        if engine == "local"
+        else ComputeConfig(engine="dask", workers=2, memory_limit="700MiB")
+    )
+    parties = {
+        "trent": {},
+        "alice": {"power-iteration": {"data": tmp_path / "alice"}},
+        "bob": {"power-iteration": {"data": tmp_path / "bob.npy"}},
+    }
     roles = {"trent": "trent", "party1": "alice", "party2": "bob"}
     group = None
-    with LocalCluster(parties, allow_insecure_keys=True, workdir=tmp_path / "run", open_policy=True,
-                      compute={"alice": compute, "bob": ComputeConfig(workers=1)}) as cluster:
+    with LocalCluster(
+        parties,
+        allow_insecure_keys=True,
+        workdir=tmp_path / "run",
+        open_policy=True,
+        compute={"alice": compute, "bob": ComputeConfig(workers=1)},
+    ) as cluster:
         if engine == "local":
             # three quarters of the data: the matrix cannot be held, even as float32
             group = MemoryCgroup.create(f"smcdp-test-{os.getpid()}", data_bytes * 3 // 4)
             if group is not None:
                 group.add(cluster.procs["alice"].pid)
         try:
-            recs = cluster.run("power-iteration", roles,
-                               {"n_parties": 2, "key_bits": 512, "p": 1.0, "max_iterations": 3, "tol": 1e-12},
-                               initiator="trent", timeout=300)
+            recs = cluster.run(
+                "power-iteration",
+                roles,
+                {"n_parties": 2, "key_bits": 512, "p": 1.0, "max_iterations": 3, "tol": 1e-12},
+                initiator="trent",
+                timeout=300,
+            )
             max_usage = group.max_usage() if group is not None else None
             tr = recs["trent"]["result"] or {}
             x = np.load(tr["x_file"]) if tr.get("x_file") else None
@@ -123,12 +138,14 @@ def test_party_with_more_data_than_memory_keeps_its_peak_rss_below_its_data(tmp_
     assert alice["result"]["data_bytes"] == data_bytes
     peak = alice["stats"]["peak_rss_bytes"]
     assert alice["stats"]["peak_rss_scope"] == "since-reset"
-    print(f"{engine}: peak RSS {peak / 2**20:.0f} MiB, data {data_bytes / 2**20:.0f} MiB, cgroup max usage "
-          f"{None if max_usage is None else round(max_usage / 2**20)} MiB")
+    print(
+        f"{engine}: peak RSS {peak / 2**20:.0f} MiB, data {data_bytes / 2**20:.0f} MiB, cgroup max usage "
+        f"{None if max_usage is None else round(max_usage / 2**20)} MiB"
+    )
     assert 0 < peak < data_bytes, (peak, data_bytes)
     if max_usage is not None:
         assert max_usage <= data_bytes * 3 // 4
-    assert tr["x"] is None and x.shape == (N_BIG + 300, 1)   # too large for the record: in Trent's file
+    assert tr["x"] is None and x.shape == (N_BIG + 300, 1)  # too large for the record: in Trent's file
     assert abs(np.linalg.norm(x) - 1) < 1e-9
     if engine == "dask":
         assert alice["result"]["stats"]["compute"]["tasks"] > 0

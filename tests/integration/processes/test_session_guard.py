@@ -16,8 +16,14 @@ session_bench = importlib.import_module("session_bench")
 
 
 def _run(tree, workload, cold, warm, cpu=1.0):
-    return {"tree": str(tree), "workload": workload, "start_seconds": 3.0, "stop_seconds": 1.0, "load": 1.0,
-            "sessions": [{"seconds": cold, "cpu_total": cpu}, {"seconds": warm, "cpu_total": cpu}]}
+    return {
+        "tree": str(tree),
+        "workload": workload,
+        "start_seconds": 3.0,
+        "stop_seconds": 1.0,
+        "load": 1.0,
+        "sessions": [{"seconds": cold, "cpu_total": cpu}, {"seconds": warm, "cpu_total": cpu}],
+    }
 
 
 @pytest.mark.parametrize("slower,code", [(1.0, 0), (1.19, 0), (1.25, 1)])
@@ -30,8 +36,12 @@ def test_the_guard_fails_when_a_session_is_more_than_20_percent_slower(tmp_path,
         assert trees == [root, base] and workloads == ["pi500", "keyword"] and sessions == 2
         runs = []
         for _ in range(repeats):
-            runs += [_run(base, "pi500", 2.0, 1.5), _run(root, "pi500", 2.0, 1.5 * slower),
-                     _run(base, "keyword", 5.0, 4.0), _run(root, "keyword", 5.0, 4.0)]
+            runs += [
+                _run(base, "pi500", 2.0, 1.5),
+                _run(root, "pi500", 2.0, 1.5 * slower),
+                _run(base, "keyword", 5.0, 4.0),
+                _run(root, "keyword", 5.0, 4.0),
+            ]
         return runs
 
     monkeypatch.setattr(session_guard, "measure", fake_measure)
@@ -55,9 +65,22 @@ def test_a_baseline_without_its_accelerator_is_refused(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_the_session_driver_runs_cold_and_warm_sessions_of_this_tree():
-    proc = subprocess.run([sys.executable, str(REPO / "bench" / "session_driver.py"), "--workload", "pi30",
-                           "--sessions", "2", "--key-bits", "512"], cwd=REPO, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "bench" / "session_driver.py"),
+            "--workload",
+            "pi30",
+            "--sessions",
+            "2",
+            "--key-bits",
+            "512",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = json.loads(proc.stdout)
     assert run["workload"] == "pi30" and len(run["sessions"]) == 2 and run["start_seconds"] > 0

@@ -25,8 +25,12 @@ pytestmark = pytest.mark.slow
 def _voice(path, f0, f1, rng, seconds=0.45):
     t = np.arange(int(seconds * RATE)) / RATE
     wobble = 1 + 0.03 * rng.standard_normal()
-    x = (np.sin(2 * np.pi * f0 * wobble * t) + 0.5 * np.sin(2 * np.pi * f1 * wobble * t)
-         + 0.3 * np.sin(2 * np.pi * 2 * f0 * wobble * t) + 0.05 * rng.standard_normal(t.size))
+    x = (
+        np.sin(2 * np.pi * f0 * wobble * t)
+        + 0.5 * np.sin(2 * np.pi * f1 * wobble * t)
+        + 0.3 * np.sin(2 * np.pi * 2 * f0 * wobble * t)
+        + 0.05 * rng.standard_normal(t.size)
+    )
     wavfile.write(path, RATE, (0.3 * x / np.abs(x).max() * 32767).astype(np.int16))
 
 
@@ -41,17 +45,47 @@ def corpus(tmp_path_factory):
             for i in range(n):
                 _voice(d / f"u{i}.wav", f0, f1, rng)
     ubm = root / "ubm.npz"
-    subprocess.run([sys.executable, "-m", "smcdp", "speech", "ubm", "--out", str(ubm), "--mixtures", "4",
-                    *[str(root / n / "enroll") for n in SPEAKERS]], check=True, cwd=REPO, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "smcdp",
+            "speech",
+            "ubm",
+            "--out",
+            str(ubm),
+            "--mixtures",
+            "4",
+            *[str(root / n / "enroll") for n in SPEAKERS],
+        ],
+        check=True,
+        cwd=REPO,
+        capture_output=True,
+    )
     return root, ubm
 
 
 def test_speaker_verify_command_matches_plaintext(corpus, tmp_path):
     root, ubm = corpus
     out = tmp_path / "r.json"
-    cmd = [sys.executable, "-m", "smcdp", "demo", "speaker-verify", "--ubm", str(ubm),
-           *[a for n in SPEAKERS for a in ("--enroll", f"{n}={root / n / 'enroll'}")],
-           "--claim", "bo", "--wav", str(root / "bo" / "test" / "u0.wav"), "--out", str(out), "--key-bits", "512"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "smcdp",
+        "demo",
+        "speaker-verify",
+        "--ubm",
+        str(ubm),
+        *[a for n in SPEAKERS for a in ("--enroll", f"{n}={root / n / 'enroll'}")],
+        "--claim",
+        "bo",
+        "--wav",
+        str(root / "bo" / "test" / "u0.wav"),
+        "--out",
+        str(out),
+        "--key-bits",
+        "512",
+    ]
     subprocess.run(cmd, check=True, cwd=REPO, capture_output=True, timeout=900)
     r = json.loads(out.read_text())
     assert r["decision"] in ("accept", "reject")
@@ -63,8 +97,13 @@ def test_speaker_identify_demo_matches_plaintext(corpus):
     from smcdp.cli.demo.speaker import demo_speaker_identify
 
     root, ubm = corpus
-    r = demo_speaker_identify(str(ubm), [f"{n}={root / n / 'enroll'}" for n in SPEAKERS],
-                              str(root / "cy" / "test" / "u0.wav"), max_speakers=4, key_bits=512)
+    r = demo_speaker_identify(
+        str(ubm),
+        [f"{n}={root / n / 'enroll'}" for n in SPEAKERS],
+        str(root / "cy" / "test" / "u0.wav"),
+        max_speakers=4,
+        key_bits=512,
+    )
     assert r["speaker"] == r["plaintext_speaker"]
     assert r["seconds"] > 0 and r["online_seconds"] > 0 and r["bytes"] > 0
     json.dumps(r)

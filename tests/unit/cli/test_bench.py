@@ -10,15 +10,29 @@ import sys
 
 import pytest
 
-CONTRACT_KEYS = ("encrypt_public_ratio", "encrypt_private_ratio", "decrypt_packed_ratio", "dot_ratio",
-                 "phe_encrypt_per_s", "encrypt_public_per_s", "encrypt_private_per_s",
-                 "phe_decrypt_values_per_s", "decrypt_packed_values_per_s", "phe_dot_per_s", "dot_per_s")
+CONTRACT_KEYS = (
+    "encrypt_public_ratio",
+    "encrypt_private_ratio",
+    "decrypt_packed_ratio",
+    "dot_ratio",
+    "phe_encrypt_per_s",
+    "encrypt_public_per_s",
+    "encrypt_private_per_s",
+    "phe_decrypt_values_per_s",
+    "decrypt_packed_values_per_s",
+    "phe_dot_per_s",
+    "dot_per_s",
+)
 
 
-@pytest.mark.slow   # runs the smcdp command (not in make test-quick)
+@pytest.mark.slow  # runs the smcdp command (not in make test-quick)
 def test_bench_paillier_json_contract():
-    out = subprocess.run([sys.executable, "-m", "smcdp", "bench", "paillier", "--key-bits", "512",
-                          "--seconds", "0.05", "--json"], capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "smcdp", "bench", "paillier", "--key-bits", "512", "--seconds", "0.05", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout)
     for k in CONTRACT_KEYS:

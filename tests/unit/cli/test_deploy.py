@@ -19,8 +19,12 @@ from tests.support.paths import REPO as _REPO
 
 REPO = _REPO
 HOSTS = "alice=10.0.0.1:50051,bob=bob.example.org:50052,trent=10.0.0.3:50051,charlie=[2001:db8::4]:6000"
-ADDR = {"alice": "10.0.0.1:50051", "bob": "bob.example.org:50052", "trent": "10.0.0.3:50051",
-        "charlie": "[2001:db8::4]:6000"}
+ADDR = {
+    "alice": "10.0.0.1:50051",
+    "bob": "bob.example.org:50052",
+    "trent": "10.0.0.3:50051",
+    "charlie": "[2001:db8::4]:6000",
+}
 
 
 @pytest.fixture()
@@ -28,8 +32,9 @@ def deployment(tmp_path):
     data = tmp_path / "A.npy"
     np.save(data, np.arange(6.0).reshape(2, 3))
     out = tmp_path / "dep"
-    rc = smcdp_main(["deploy", "init", "--hosts", HOSTS, "--out", str(out),
-                     "--inputs", f"alice:power-iteration:data={data}"])
+    rc = smcdp_main(
+        ["deploy", "init", "--hosts", HOSTS, "--out", str(out), "--inputs", f"alice:power-iteration:data={data}"]
+    )
     assert rc == 0
     return out
 
@@ -38,8 +43,9 @@ def _san(cert):
     from cryptography import x509
 
     ext = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    return {str(v) for v in ext.get_values_for_type(x509.DNSName)} | \
-        {str(v) for v in ext.get_values_for_type(x509.IPAddress)}
+    return {str(v) for v in ext.get_values_for_type(x509.DNSName)} | {
+        str(v) for v in ext.get_values_for_type(x509.IPAddress)
+    }
 
 
 # ------------------------------------------------------------------------------ init
@@ -59,7 +65,7 @@ def test_bundles_are_self_contained_and_hold_only_their_own_key(deployment):
         assert (b / "certs" / "ca.crt").read_bytes() == ca
         assert stat.S_IMODE((b / "certs" / f"{name}.key").stat().st_mode) == 0o600
         assert stat.S_IMODE((b / "data").stat().st_mode) == 0o700
-        tls = TlsMaterial.load(cfg.tls.ca, cfg.tls.cert, cfg.tls.key)   # key matches, CA signed it
+        tls = TlsMaterial.load(cfg.tls.ca, cfg.tls.cert, cfg.tls.key)  # key matches, CA signed it
         assert tls.name == name
         host = addr.rsplit(":", 1)[0].strip("[]")
         assert {name, host} <= _san(load_certificate(cfg.tls.cert))
@@ -70,8 +76,12 @@ def test_bundles_are_self_contained_and_hold_only_their_own_key(deployment):
     keys = sorted(str(p.relative_to(deployment)) for p in deployment.rglob("*.key"))
     assert keys == sorted(["ca/ca.key"] + [f"{n}/certs/{n}.key" for n in ADDR])
     manifest = json.loads((deployment / "deployment.json").read_text())
-    assert [(p["name"], p["port"]) for p in manifest["parties"]] == \
-        [("alice", 50051), ("bob", 50052), ("trent", 50051), ("charlie", 6000)]
+    assert [(p["name"], p["port"]) for p in manifest["parties"]] == [
+        ("alice", 50051),
+        ("bob", 50052),
+        ("trent", 50051),
+        ("charlie", 6000),
+    ]
 
 
 def test_inputs_are_copied_into_the_owners_bundle_only(deployment, tmp_path):
@@ -84,17 +94,20 @@ def test_inputs_are_copied_into_the_owners_bundle_only(deployment, tmp_path):
         assert not any((deployment / other / "inputs").iterdir())
 
 
-@pytest.mark.parametrize("hosts, message", [
-    ("alice=10.0.0.1:50051", "at least two parties"),
-    ("alice=10.0.0.1:50051,bob", "must look like PARTY=HOST:PORT"),
-    ("alice=10.0.0.1:50051,Bob=10.0.0.2:1", "is not valid"),
-    ("alice=10.0.0.1:50051,bob=10.0.0.2", "is not \"host:port\""),
-    ("alice=10.0.0.1:50051,bob=10.0.0.2:70000", "port must be 1..65535"),
-    ("alice=10.0.0.1:50051,bob=bad_host!:1", "neither an IP address nor a DNS name"),
-    ("alice=10.0.0.1:50051,alice=10.0.0.2:50051", "more than once"),
-    ("alice=10.0.0.1:50051,bob=10.0.0.1:50051", "would both listen on 10.0.0.1:50051"),
-    ("alice=0.0.0.0:50051,bob=10.0.0.2:50051", "listen-everywhere"),
-])
+@pytest.mark.parametrize(
+    "hosts, message",
+    [
+        ("alice=10.0.0.1:50051", "at least two parties"),
+        ("alice=10.0.0.1:50051,bob", "must look like PARTY=HOST:PORT"),
+        ("alice=10.0.0.1:50051,Bob=10.0.0.2:1", "is not valid"),
+        ("alice=10.0.0.1:50051,bob=10.0.0.2", 'is not "host:port"'),
+        ("alice=10.0.0.1:50051,bob=10.0.0.2:70000", "port must be 1..65535"),
+        ("alice=10.0.0.1:50051,bob=bad_host!:1", "neither an IP address nor a DNS name"),
+        ("alice=10.0.0.1:50051,alice=10.0.0.2:50051", "more than once"),
+        ("alice=10.0.0.1:50051,bob=10.0.0.1:50051", "would both listen on 10.0.0.1:50051"),
+        ("alice=0.0.0.0:50051,bob=10.0.0.2:50051", "listen-everywhere"),
+    ],
+)
 def test_host_specs_are_validated(hosts, message, tmp_path, capsys):
     with pytest.raises(DeployError, match=message.replace("(", r"\(").replace(".", r"\.")):
         deploy.parse_hosts(hosts)
@@ -108,12 +121,15 @@ def test_host_spec_addresses():
     assert deploy.parse_hosts(HOSTS)[3] == HostSpec("charlie", "2001:db8::4", 6000)
 
 
-@pytest.mark.parametrize("item, message", [
-    ("alice:power-iteration:data", "must look like PARTY:PROTOCOL:NAME=PATH"),
-    ("mallory:power-iteration:data={f}", "not in --hosts"),
-    ("alice:power-iteration:da ta={f}", "input names use"),
-    ("alice:power-iteration:data={f}.missing", "not a readable file"),
-])
+@pytest.mark.parametrize(
+    "item, message",
+    [
+        ("alice:power-iteration:data", "must look like PARTY:PROTOCOL:NAME=PATH"),
+        ("mallory:power-iteration:data={f}", "not in --hosts"),
+        ("alice:power-iteration:da ta={f}", "input names use"),
+        ("alice:power-iteration:data={f}.missing", "not a readable file"),
+    ],
+)
 def test_input_specs_are_validated(item, message, tmp_path):
     f = tmp_path / "A.npy"
     f.write_bytes(b"x")
@@ -149,17 +165,23 @@ def _broken(mutate):
     return doc
 
 
-@pytest.mark.parametrize("mutate, problem", [
-    (lambda s: s.update(user="0:0"), "non-root"),
-    (lambda s: s.pop("healthcheck"), "no healthcheck"),
-    (lambda s: s["healthcheck"].update(test=["CMD", "true"]), "smcdp health --config"),
-    (lambda s: s.update(ports=["50052:50052"]), "do not publish the listen port 50051"),
-    (lambda s: s.update(restart="no"), "restart must be"),
-    (lambda s: s["volumes"].remove("./certs:/etc/smcdp/certs:ro"), "tls.ca -> /etc/smcdp/certs/ca.crt"),
-    (lambda s: s["volumes"].__setitem__(3, "./data:/etc/smcdp/data:ro"), "must mount ./data at /etc/smcdp/data (rw)"),
-    (lambda s: s["volumes"].append("./nowhere:/x"), "./nowhere does not exist"),
-    (lambda s: s.pop("image"), "no image"),
-])
+@pytest.mark.parametrize(
+    "mutate, problem",
+    [
+        (lambda s: s.update(user="0:0"), "non-root"),
+        (lambda s: s.pop("healthcheck"), "no healthcheck"),
+        (lambda s: s["healthcheck"].update(test=["CMD", "true"]), "smcdp health --config"),
+        (lambda s: s.update(ports=["50052:50052"]), "do not publish the listen port 50051"),
+        (lambda s: s.update(restart="no"), "restart must be"),
+        (lambda s: s["volumes"].remove("./certs:/etc/smcdp/certs:ro"), "tls.ca -> /etc/smcdp/certs/ca.crt"),
+        (
+            lambda s: s["volumes"].__setitem__(3, "./data:/etc/smcdp/data:ro"),
+            "must mount ./data at /etc/smcdp/data (rw)",
+        ),
+        (lambda s: s["volumes"].append("./nowhere:/x"), "./nowhere does not exist"),
+        (lambda s: s.pop("image"), "no image"),
+    ],
+)
 def test_structural_validation_catches_broken_documents(deployment, mutate, problem):
     problems = deploy.validate_compose_document(_broken(mutate), deployment / "alice", "alice")
     assert any(problem in p for p in problems), problems
@@ -172,8 +194,7 @@ def test_structural_validation_checks_the_service_name(deployment):
 
 
 def test_compose_file_is_the_document_in_yaml(deployment):
-    yaml = pytest.importorskip("yaml", reason="PyYAML not installed (test extra); the structural "
-                               "tests above still run")
+    yaml = pytest.importorskip("yaml", reason="PyYAML not installed (test extra); the structural tests above still run")
     for name in ADDR:
         text = (deployment / name / "docker-compose.yml").read_text()
         assert yaml.safe_load(text) == deploy.compose_document(_spec(name))
@@ -181,29 +202,50 @@ def test_compose_file_is_the_document_in_yaml(deployment):
 
 def test_yaml_writer_quotes_every_string():
     yaml = pytest.importorskip("yaml", reason="PyYAML not installed (test extra)")
-    doc = {"a": {"b": ["yes", "no", "1.0", "on", "null", "x: y", "# c", "'q'", "ünï", "\t"],
-                 "c": True, "d": 3, "e": None, "f": {}, "g": []}}
+    doc = {
+        "a": {
+            "b": ["yes", "no", "1.0", "on", "null", "x: y", "# c", "'q'", "ünï", "\t"],
+            "c": True,
+            "d": 3,
+            "e": None,
+            "f": {},
+            "g": [],
+        }
+    }
     assert yaml.safe_load(deploy.dump_yaml(doc)) == doc
 
 
 DOCKER_COMPOSE = shutil.which("docker-compose")
 
 
-@pytest.mark.slow   # runs docker-compose on every file (not in make test-quick)
-@pytest.mark.skipif(DOCKER_COMPOSE is None, reason="docker-compose is not installed "
-                    "(apt-get install docker-compose); the structural validation above still ran")
+@pytest.mark.slow  # runs docker-compose on every file (not in make test-quick)
+@pytest.mark.skipif(
+    DOCKER_COMPOSE is None,
+    reason="docker-compose is not installed "
+    "(apt-get install docker-compose); the structural validation above still ran",
+)
 def test_docker_compose_accepts_every_generated_file(deployment):
     for name in ADDR:
         b = deployment / name
-        r = subprocess.run([DOCKER_COMPOSE, "-f", str(b / "docker-compose.yml"), "config", "-q"],
-                           cwd=b, capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            [DOCKER_COMPOSE, "-f", str(b / "docker-compose.yml"), "config", "-q"],
+            cwd=b,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert r.returncode == 0, r.stderr
-        r = subprocess.run([DOCKER_COMPOSE, "-f", str(b / "docker-compose.yml"), "config"],
-                           cwd=b, capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            [DOCKER_COMPOSE, "-f", str(b / "docker-compose.yml"), "config"],
+            cwd=b,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert r.returncode == 0, r.stderr
         port = ADDR[name].rsplit(":", 1)[1]
         assert f"published: {port}" in r.stdout and f"target: {port}" in r.stdout
-        assert "user: 10001:10001" in r.stdout          # from the bundle's .env
+        assert "user: 10001:10001" in r.stdout  # from the bundle's .env
         assert "image: smcdp:latest" in r.stdout
         assert f"{b.resolve()}/data:/etc/smcdp/data:rw" in r.stdout
 
@@ -214,8 +256,9 @@ def test_docker_compose_rejects_a_broken_file(deployment):
     b = deployment / "alice"
     text = (b / "docker-compose.yml").read_text().replace("    restart:", "    restartt:")
     (b / "broken.yml").write_text(text)
-    r = subprocess.run([DOCKER_COMPOSE, "-f", str(b / "broken.yml"), "config", "-q"],
-                       cwd=b, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [DOCKER_COMPOSE, "-f", str(b / "broken.yml"), "config", "-q"], cwd=b, capture_output=True, text=True, timeout=60
+    )
     assert r.returncode != 0 and "restartt" in (r.stderr + r.stdout)
 
 
@@ -252,11 +295,14 @@ def test_rotate_with_a_new_ca_reissues_everyone(deployment):
         TlsMaterial.load(b / "ca.crt", b / f"{n}.crt", b / f"{n}.key")
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--party", "mallory"], "not in this deployment: mallory"),
-    ([], "name the parties to rotate"),
-    (["--party", "alice", "--all"], "not both"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--party", "mallory"], "not in this deployment: mallory"),
+        ([], "name the parties to rotate"),
+        (["--party", "alice", "--all"], "not both"),
+    ],
+)
 def test_rotate_validates_its_arguments(deployment, args, message, capsys):
     assert smcdp_main(["deploy", "rotate", "--dir", str(deployment), *args]) == 2
     assert message in capsys.readouterr().err
@@ -311,18 +357,25 @@ def test_dockerfile_is_multi_stage_slim_non_root_with_grpc_health():
     users = [ln for ln in stages[1]["lines"] if ln.startswith("USER ")]
     assert users and users[-1].split()[1].split(":")[0] not in ("0", "root")
     assert users[-1] == f"USER {deploy.CONTAINER_UID}:{deploy.CONTAINER_UID}"
-    hc = [ln for ln in stages[1]["lines"] if ln.startswith(("HEALTHCHECK", "CMD [\"smcdp\", \"health\""))]
+    hc = [ln for ln in stages[1]["lines"] if ln.startswith(("HEALTHCHECK", 'CMD ["smcdp", "health"'))]
     assert hc and '"smcdp", "health", "--config", "/etc/smcdp/party.toml"' in text
     assert 'ENTRYPOINT ["smcdp", "party", "--config", "/etc/smcdp/party.toml"]' in final
     assert deploy.CONTAINER_CONFIG == "/etc/smcdp/party.toml"
 
 
 def test_dockerignore_keeps_keys_and_local_state_out_of_the_build_context():
-    lines = [ln.strip() for ln in (REPO / ".dockerignore").read_text().splitlines()
-             if ln.strip() and not ln.startswith("#")]
-    assert lines[0] == "*"                        # deny by default ...
-    assert {"!pyproject.toml", "!setup.py", "!README.md", "!smcdp/", "!deploy/requirements.lock",
-            "!deploy/build-requirements.lock"} <= set(lines)  # ... allow what the image needs
+    lines = [
+        ln.strip() for ln in (REPO / ".dockerignore").read_text().splitlines() if ln.strip() and not ln.startswith("#")
+    ]
+    assert lines[0] == "*"  # deny by default ...
+    assert {
+        "!pyproject.toml",
+        "!setup.py",
+        "!README.md",
+        "!smcdp/",
+        "!deploy/requirements.lock",
+        "!deploy/build-requirements.lock",
+    } <= set(lines)  # ... allow what the image needs
     assert "**/*.key" in lines
     text = (REPO / "deploy" / "Dockerfile").read_text()
     for src in ("pyproject.toml", "setup.py", "README.md", "smcdp", "deploy/requirements.lock"):
@@ -332,22 +385,44 @@ def test_dockerignore_keeps_keys_and_local_state_out_of_the_build_context():
 # ------------------------------------------------------------------ options, native run
 def test_plugin_and_image_options(tmp_path, capsys):
     out = tmp_path / "d"
-    assert smcdp_main(["deploy", "init", "--hosts", "alice=10.0.0.1:1,bob=10.0.0.2:1", "--out", str(out),
-                       "--plugin", "tests.support.echo_plugin", "--image", "registry.example.org/smcdp:0.1.0",
-                       "--session-seconds", "120"]) == 0
+    assert (
+        smcdp_main(
+            [
+                "deploy",
+                "init",
+                "--hosts",
+                "alice=10.0.0.1:1,bob=10.0.0.2:1",
+                "--out",
+                str(out),
+                "--plugin",
+                "tests.support.echo_plugin",
+                "--image",
+                "registry.example.org/smcdp:0.1.0",
+                "--session-seconds",
+                "120",
+            ]
+        )
+        == 0
+    )
     cfg = load_config(out / "bob" / "party.toml")
     assert cfg.plugins == ("tests.support.echo_plugin",)
     assert cfg.timeouts.session_seconds == 120.0
     assert "SMCDP_IMAGE=registry.example.org/smcdp:0.1.0" in (out / "bob" / ".env").read_text()
     capsys.readouterr()
-    for bad, message in ((["--plugin", "not a module"], "is not a Python module name"),
-                         (["--image", "bad image"], "is not an image reference")):
-        assert smcdp_main(["deploy", "init", "--hosts", "alice=10.0.0.1:1,bob=10.0.0.2:1",
-                           "--out", str(tmp_path / "e"), *bad]) == 2
+    for bad, message in (
+        (["--plugin", "not a module"], "is not a Python module name"),
+        (["--image", "bad image"], "is not an image reference"),
+    ):
+        assert (
+            smcdp_main(
+                ["deploy", "init", "--hosts", "alice=10.0.0.1:1,bob=10.0.0.2:1", "--out", str(tmp_path / "e"), *bad]
+            )
+            == 2
+        )
         assert message in capsys.readouterr().err
 
 
-@pytest.mark.slow   # party processes (not in make test-quick)
+@pytest.mark.slow  # party processes (not in make test-quick)
 def test_bundles_run_natively_on_one_host(tmp_path):
     """Bundles for two parties on 127.0.0.1 start as they are and reach each other over mTLS."""
     import signal
@@ -364,14 +439,27 @@ def test_bundles_run_natively_on_one_host(tmp_path):
 
     ports = {"alice": free_port(), "bob": free_port()}
     out = tmp_path / "d"
-    bundles = deploy.init_deployment(out, [f"{p}=127.0.0.1:{port}" for p, port in ports.items()],
-                                     listen_host="127.0.0.1")
+    bundles = deploy.init_deployment(
+        out, [f"{p}=127.0.0.1:{port}" for p, port in ports.items()], listen_host="127.0.0.1"
+    )
     procs = {}
     try:
         for p, b in bundles.items():
-            procs[p] = subprocess.Popen([sys.executable, "-m", "smcdp", "party", "--config",
-                                         str(b / "party.toml"), "--ready-file", str(tmp_path / f"{p}.ready")],
-                                        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            procs[p] = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "smcdp",
+                    "party",
+                    "--config",
+                    str(b / "party.toml"),
+                    "--ready-file",
+                    str(tmp_path / f"{p}.ready"),
+                ],
+                cwd=REPO,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
         end = time.monotonic() + 60
         while not all((tmp_path / f"{p}.ready").exists() for p in bundles):
             assert time.monotonic() < end and all(pr.poll() is None for pr in procs.values())
@@ -396,8 +484,9 @@ def test_init_validates_inputs_before_writing_anything(tmp_path):
         deploy.init_deployment(out, "alice=10.0.0.1:1,bob=10.0.0.2:1", inputs=inputs)
     assert not out.exists()
     with pytest.raises(DeployError, match="is not a readable file"):
-        deploy.init_deployment(out, "alice=10.0.0.1:1,bob=10.0.0.2:1",
-                               inputs={"bob": {"p": {"x": tmp_path / "missing.npy"}}})
+        deploy.init_deployment(
+            out, "alice=10.0.0.1:1,bob=10.0.0.2:1", inputs={"bob": {"p": {"x": tmp_path / "missing.npy"}}}
+        )
     assert not out.exists()
 
 
@@ -413,8 +502,12 @@ def test_add_a_party_to_an_existing_deployment(deployment, capsys):
     assert dave.policy is not None and dave.policy.protocols == {} and not dave.policy.open  # joins nothing yet
     assert TlsMaterial.load(dave.tls.ca, dave.tls.cert, dave.tls.key).name == "dave"
     assert (deployment / "dave" / "certs" / "ca.crt").read_bytes() == (deployment / "ca" / "ca.crt").read_bytes()
-    assert deploy.validate_compose_document(deploy.compose_document(HostSpec("dave", "10.0.0.5", 50051)),
-                                            deployment / "dave", "dave") == []
+    assert (
+        deploy.validate_compose_document(
+            deploy.compose_document(HostSpec("dave", "10.0.0.5", 50051)), deployment / "dave", "dave"
+        )
+        == []
+    )
     for n in ADDR:
         cfg = load_config(deployment / n / "party.toml")
         assert cfg.peers["dave"] == "10.0.0.5:50051"
@@ -426,11 +519,14 @@ def test_add_a_party_to_an_existing_deployment(deployment, capsys):
     assert smcdp_main(["deploy", "rotate", "--dir", str(deployment), "--party", "dave"]) == 0
 
 
-@pytest.mark.parametrize("hosts, message", [
-    ("bob=10.0.0.9:1", "already in the deployment: bob"),
-    ("dave=10.0.0.1:50051", "would both listen on 10.0.0.1:50051"),
-    ("Dave=10.0.0.9:1", "is not valid"),
-])
+@pytest.mark.parametrize(
+    "hosts, message",
+    [
+        ("bob=10.0.0.9:1", "already in the deployment: bob"),
+        ("dave=10.0.0.1:50051", "would both listen on 10.0.0.1:50051"),
+        ("Dave=10.0.0.9:1", "is not valid"),
+    ],
+)
 def test_add_refuses_clashes(deployment, hosts, message, capsys):
     manifest = (deployment / "deployment.json").read_text()
     assert smcdp_main(["deploy", "add", "--dir", str(deployment), "--hosts", hosts]) == 2
@@ -442,18 +538,40 @@ def test_add_refuses_clashes(deployment, hosts, message, capsys):
 # ------------------------------------------------------------------------------ governance
 def test_bundles_get_an_explicit_policy_and_budget_from_the_layouts(tmp_path, capsys):
     out = tmp_path / "gov"
-    rc = smcdp_main(["deploy", "init", "--hosts", HOSTS, "--out", str(out),
-                     "--roles", "power-iteration:trent=trent,party1=alice,party2=bob",
-                     "--roles", "dp-aggregate:charlie=charlie,dave=trent,party1=alice,party2=bob",
-                     "--roles", "keyword:alice=alice,bob=bob", "--initiator", "keyword=alice",
-                     "--budget", "4", "--approval", "operator"])
+    rc = smcdp_main(
+        [
+            "deploy",
+            "init",
+            "--hosts",
+            HOSTS,
+            "--out",
+            str(out),
+            "--roles",
+            "power-iteration:trent=trent,party1=alice,party2=bob",
+            "--roles",
+            "dp-aggregate:charlie=charlie,dave=trent,party1=alice,party2=bob",
+            "--roles",
+            "keyword:alice=alice,bob=bob",
+            "--initiator",
+            "keyword=alice",
+            "--budget",
+            "4",
+            "--approval",
+            "operator",
+        ]
+    )
     assert rc == 0
     alice = load_config(out / "alice" / "party.toml")
     assert alice.policy.approval == "operator" and not alice.policy.allow_seeded and not alice.policy.open
     assert set(alice.policy.protocols) == {"power-iteration", "dp-aggregate", "keyword"}
     pi = alice.policy.protocols["power-iteration"]
-    assert (pi.roles, pi.initiators, pi.coordinators, pi.allow_non_dp, pi.min_key_bits) == \
-        (("party1",), ("trent",), ("trent",), True, 2048)
+    assert (pi.roles, pi.initiators, pi.coordinators, pi.allow_non_dp, pi.min_key_bits) == (
+        ("party1",),
+        ("trent",),
+        ("trent",),
+        True,
+        2048,
+    )
     dpa = alice.policy.protocols["dp-aggregate"]
     assert (dpa.initiators, dpa.coordinators, dpa.allow_non_dp) == (("charlie",), ("charlie", "trent"), False)
     assert alice.policy.protocols["keyword"].initiators == ("alice",)
@@ -472,15 +590,18 @@ def test_without_layouts_every_party_joins_nothing(deployment, capsys):
         assert cfg.policy is not None and not cfg.policy.open and cfg.policy.protocols == {}
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--roles", "power-iteration"], "must look like PROTOCOL:ROLE=PARTY"),
-    (["--roles", "nope:a=alice,b=bob"], "unknown protocol 'nope'"),
-    (["--roles", "keyword:alice=alice,bob=zed"], "not in --hosts"),
-    (["--roles", "keyword:alice=alice,bob=alice"], "at most one role"),
-    (["--roles", "keyword:alice=alice"], "at least two roles"),
-    (["--roles", "keyword:alice=alice,bob=bob", "--initiator", "keyword=trent"], "holds no role"),
-    (["--roles", "keyword:alice=alice,bob=bob", "--initiator", "dp-aggregate=alice"], "no --roles layout"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--roles", "power-iteration"], "must look like PROTOCOL:ROLE=PARTY"),
+        (["--roles", "nope:a=alice,b=bob"], "unknown protocol 'nope'"),
+        (["--roles", "keyword:alice=alice,bob=zed"], "not in --hosts"),
+        (["--roles", "keyword:alice=alice,bob=alice"], "at most one role"),
+        (["--roles", "keyword:alice=alice"], "at least two roles"),
+        (["--roles", "keyword:alice=alice,bob=bob", "--initiator", "keyword=trent"], "holds no role"),
+        (["--roles", "keyword:alice=alice,bob=bob", "--initiator", "dp-aggregate=alice"], "no --roles layout"),
+    ],
+)
 def test_layouts_are_validated(tmp_path, capsys, args, message):
     assert smcdp_main(["deploy", "init", "--hosts", HOSTS, "--out", str(tmp_path / "x"), *args]) == 2
     assert message in capsys.readouterr().err

@@ -23,8 +23,10 @@ def run(argv):
 
 def test_certs_command(tmp_path, capsys):
     out = tmp_path / "certs"
-    assert run(["certs", "--out", str(out), "--parties", "alice,bob,trent", "--localhost",
-                "--hosts", "trent=10.1.2.3"]) == 0
+    assert (
+        run(["certs", "--out", str(out), "--parties", "alice,bob,trent", "--localhost", "--hosts", "trent=10.1.2.3"])
+        == 0
+    )
     for p in ("alice", "bob", "trent", "ca"):
         assert stat.S_IMODE((out / f"{p}.key").stat().st_mode) == 0o600
         assert (out / f"{p}.crt").exists()
@@ -43,35 +45,75 @@ def test_session_and_health_commands(tmp_path, in_thread, capsys):
     in_thread.start(cfgs["bob"])
     assert run(["health", "--config", str(cfgs["alice"]), "--peer", "bob", "--wait", "10"]) == 0
     assert capsys.readouterr().out.strip() == "SERVING"
-    assert run(["session", "start", "--config", str(cfgs["alice"]), "--protocol", "net-echo",
-                "--role", "a=alice", "--role", "b=bob", "--params", '{"n": 2}',
-                "--session-id", "cli-1", "--timeout", "30"]) == 0
+    assert (
+        run(
+            [
+                "session",
+                "start",
+                "--config",
+                str(cfgs["alice"]),
+                "--protocol",
+                "net-echo",
+                "--role",
+                "a=alice",
+                "--role",
+                "b=bob",
+                "--params",
+                '{"n": 2}',
+                "--session-id",
+                "cli-1",
+                "--timeout",
+                "30",
+            ]
+        )
+        == 0
+    )
     rec = json.loads(capsys.readouterr().out)
     assert rec["state"] == "succeeded" and rec["result"]["y"] == [1.0, 3.0]
     out = tmp_path / "bob.json"
     deadline = time.monotonic() + 10
     while True:
-        assert run(["session", "result", "--config", str(cfgs["bob"]), "--session-id", "cli-1",
-                    "--out", str(out)]) == 0
+        assert run(["session", "result", "--config", str(cfgs["bob"]), "--session-id", "cli-1", "--out", str(out)]) == 0
         if json.loads(out.read_text())["state"] == "succeeded":
             break
         assert time.monotonic() < deadline
     assert json.loads(out.read_text())["result"]["received"] == [0.5, 1.5]
     # failures: exit status and a message with the status code
-    assert run(["session", "start", "--config", str(cfgs["alice"]), "--protocol", "net-echo",
-                "--role", "a=alice", "--role", "b=bob", "--params", '{"fail_role": "a"}',
-                "--timeout", "30"]) == 2
+    assert (
+        run(
+            [
+                "session",
+                "start",
+                "--config",
+                str(cfgs["alice"]),
+                "--protocol",
+                "net-echo",
+                "--role",
+                "a=alice",
+                "--role",
+                "b=bob",
+                "--params",
+                '{"fail_role": "a"}',
+                "--timeout",
+                "30",
+            ]
+        )
+        == 2
+    )
     assert "[INVALID_ARGUMENT]" in capsys.readouterr().err
-    assert run(["session", "start", "--config", str(cfgs["alice"]), "--protocol", "net-echo",
-                "--role", "a-alice"]) == 2
+    assert run(["session", "start", "--config", str(cfgs["alice"]), "--protocol", "net-echo", "--role", "a-alice"]) == 2
     assert "ROLE=PARTY" in capsys.readouterr().err
     assert run(["session", "result", "--config", str(cfgs["alice"]), "--session-id", "nope"]) == 1
     assert "[NOT_FOUND]" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv", [["health", "--config", "x.toml", "--wait", "0"],
-                                  ["session", "start", "--config", "x", "--protocol", "p",
-                                   "--timeout", "-1"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["health", "--config", "x.toml", "--wait", "0"],
+        ["session", "start", "--config", "x", "--protocol", "p", "--timeout", "-1"],
+    ],
+)
 def test_argument_validation(argv):
     with pytest.raises(SystemExit) as ei:
         run(argv)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("distributed", reason="the Dask engine needs the optional extra smcdp[dask]")
-pytestmark = pytest.mark.slow   # starts Dask clusters (not in make test-quick)
+pytestmark = pytest.mark.slow  # starts Dask clusters (not in make test-quick)
 
 from distributed.diagnostics.plugin import SchedulerPlugin  # noqa: E402
 
@@ -37,11 +37,17 @@ def engine():
 def dask_passes(engine, source, sk, Q):
     async def go():
         async with engine.session(source, sk) as cs:
-            out = (await cs.frobenius_sq(), await cs.initial_product(b"s" * 32, 2), await cs.gram_pass(Q),
-                   np.concatenate([o async for _, o in cs.project(Q[:, :1])]), await cs.clipped_gram_pass(Q, 5.0))
-            ints = list(range(-40, 40)) + [2 ** 200, -(2 ** 190)]
+            out = (
+                await cs.frobenius_sq(),
+                await cs.initial_product(b"s" * 32, 2),
+                await cs.gram_pass(Q),
+                np.concatenate([o async for _, o in cs.project(Q[:, :1])]),
+                await cs.clipped_gram_pass(Q, 5.0),
+            )
+            ints = list(range(-40, 40)) + [2**200, -(2**190)]
             assert await cs.decrypt(await cs.encrypt(ints)) == ints
             return out, await cs.astats()
+
     return asyncio.run(go())
 
 
@@ -69,8 +75,9 @@ def run_protocol(blocks_or_sources, params, seed, engines):
     net = InMemoryNetwork(roles, timeout=600)
     coros = {"trent": lambda ch: trent(ch, params, seed=seed, allow_insecure_keys=True)}
     for i, data in enumerate(blocks_or_sources):
-        coros[f"party{i + 1}"] = (lambda ch, data=data, i=i: data_party(
-            ch, data, params, engine=engines[i], seed=seed + i + 1, allow_insecure_keys=True))
+        coros[f"party{i + 1}"] = lambda ch, data=data, i=i: data_party(
+            ch, data, params, engine=engines[i], seed=seed + i + 1, allow_insecure_keys=True
+        )
     return asyncio.run(net.run(coros))
 
 
@@ -112,10 +119,11 @@ def test_the_key_reaches_the_workers_only(tmp_path, keypair512):
                 name = cs._key.key
                 held = eng.client.run(lambda dask_worker: name in dask_worker.data)
                 return key_state.run_spec, specs, p_bytes, held, len(key_state.who_has)
+
         run_spec, specs, p_bytes, held, holders = asyncio.run(go())
-        assert run_spec is None                      # scattered data: the scheduler has no copy
+        assert run_spec is None  # scattered data: the scheduler has no copy
         assert specs and not any(p_bytes in s or str(int(sk.p)).encode() in s for s in specs)
-        assert all(held.values()) and holders == 2   # every worker holds it (broadcast)
+        assert all(held.values()) and holders == 2  # every worker holds it (broadcast)
         # after the session: every worker has forgotten it, and spilling to disk is off
         assert eng.client.run(lambda: len(kernels._KEYS)) == {a: 0 for a in held}
         cfg = eng.client.run(lambda: __import__("dask").config.get("distributed.worker.memory.spill"))
@@ -173,13 +181,14 @@ def _kill_when_busy(engine, marker, stop, how_many=1):
 def test_a_worker_killed_mid_round_is_retried_without_corrupting_it(tmp_path, keypair512):
     A = np.random.default_rng(4).normal(size=(400, 60_000))
     write_shards(tmp_path / "sh", A, list(range(5000, 60_000, 5000)))
-    src = open_matrix(tmp_path / "sh", block_values=400 * 1250)           # 48 blocks
+    src = open_matrix(tmp_path / "sh", block_values=400 * 1250)  # 48 blocks
     Q = np.linalg.qr(np.random.default_rng(5).normal(size=(400, 2)))[0]
     _, sk = keypair512
     ref = passes(src, sk, Q, workers=1)[2]
     eng = dask_engine()
     stop = threading.Event()
     try:
+
         async def gram():
             async with eng.session(src, sk) as cs:
                 clean = await cs.gram_pass(Q)
@@ -190,11 +199,12 @@ def test_a_worker_killed_mid_round_is_retried_without_corrupting_it(tmp_path, ke
                 done = time.perf_counter()
                 stop.set()
                 watcher.join()
-                assert watcher.killed_at is not None and started < watcher.killed_at < done   # mid-round
+                assert watcher.killed_at is not None and started < watcher.killed_at < done  # mid-round
                 return clean, killed, watcher.victims
+
         clean, killed, victims = asyncio.run(gram())
         assert same(clean, ref) and same(killed, ref)
-        assert victims[0] not in eng.client.run(os.getpid).values()     # it really died
+        assert victims[0] not in eng.client.run(os.getpid).values()  # it really died
     finally:
         stop.set()
         eng.close()
@@ -235,10 +245,11 @@ def test_forgetting_the_key_tolerates_a_worker_that_died_but_not_a_live_one_that
 def test_a_worker_killed_mid_decryption_gives_the_right_plaintexts(tmp_path, keypair2048, kill_all):
     _, sk = keypair2048
     src = open_matrix(_small(tmp_path), block_values=1024)
-    ints = [int(v) for v in np.random.default_rng(6).integers(-2 ** 62, 2 ** 62, size=300)]
+    ints = [int(v) for v in np.random.default_rng(6).integers(-(2**62), 2**62, size=300)]
     eng = dask_engine()
     stop = threading.Event()
     try:
+
         async def go():
             async with eng.session(src, sk) as cs:
                 cts = await cs.encrypt(ints)
@@ -254,14 +265,15 @@ def test_a_worker_killed_mid_decryption_gives_the_right_plaintexts(tmp_path, key
                 finally:
                     stop.set()
                     watcher.join()
+
         try:
             got, rebinds = asyncio.run(go())
-        except Unavailable as exc:          # every key holder died more often than the retries allow
+        except Unavailable as exc:  # every key holder died more often than the retries allow
             assert kill_all and "Dask workers" in str(exc)
             return
         assert got == ints
         if kill_all:
-            assert rebinds >= 1             # the key was lost with its holders and scattered again
+            assert rebinds >= 1  # the key was lost with its holders and scattered again
     finally:
         eng.close()
 
@@ -279,8 +291,18 @@ def test_an_existing_cluster_on_loopback_tcp(tmp_path, keypair512):
     Q = np.linalg.qr(np.random.default_rng(8).normal(size=(16, 2)))[0]
     # the cluster stands for one the party did not start: it must not inherit the process-wide Dask
     # settings an earlier DaskEngine in this test process left (require-encryption)
-    with dask.config.set({"distributed.comm.require-encryption": False}), distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, protocol="tcp://",
-                                  host="127.0.0.1", dashboard_address=None, memory_limit="1GiB") as cluster:
+    with (
+        dask.config.set({"distributed.comm.require-encryption": False}),
+        distributed.LocalCluster(
+            n_workers=1,
+            threads_per_worker=1,
+            processes=True,
+            protocol="tcp://",
+            host="127.0.0.1",
+            dashboard_address=None,
+            memory_limit="1GiB",
+        ) as cluster,
+    ):
         eng = make_engine(ComputeConfig(engine="dask", scheduler=cluster.scheduler_address))
         try:
             got, stats = dask_passes(eng, src, sk, Q)

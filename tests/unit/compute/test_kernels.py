@@ -30,8 +30,9 @@ def test_blas_is_pinned_to_one_thread_from_the_first_kernel_on_and_never_release
             pass
         print(before, inside, after, blas())
     """)
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
-                         timeout=120, check=True).stdout.split("]")
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120, check=True
+    ).stdout.split("]")
     before, inside, after, again = (s.strip(" [\n") for s in out[:4])
-    assert before == "2", before          # the precondition holds: BLAS had two threads
+    assert before == "2", before  # the precondition holds: BLAS had two threads
     assert inside == after == again == "1", (inside, after, again)

@@ -21,16 +21,16 @@ def _source():
 
 def test_sessions_share_the_engines_crypto_threads_and_spawn_no_process():
     _, sk = generate_keypair(512, allow_insecure=True)
-    ints = [0, 1, -1, 2 ** 100, -(2 ** 90)] + list(range(-40, 40))
+    ints = [0, 1, -1, 2**100, -(2**90)] + list(range(-40, 40))
     engine = LocalEngine(2)
     seen = []
 
     async def one_session():
         async with engine.session(_source(), sk) as cs:
             cts = await cs.encrypt(ints)
-            assert [sk.raw_decrypt_signed(c) for c in cts] == ints        # ordinary CRT ciphertexts
+            assert [sk.raw_decrypt_signed(c) for c in cts] == ints  # ordinary CRT ciphertexts
             assert await cs.decrypt(cts) == ints
-            assert await cs.decrypt(cts[:3]) == ints[:3]                    # a small batch, one thread
+            assert await cs.decrypt(cts[:3]) == ints[:3]  # a small batch, one thread
             # before issue 27 each session spawned a process pool here (workers importing smcdp and
             # building their own tables): the key now never leaves this process
             assert multiprocessing.active_children() == []
@@ -43,7 +43,7 @@ def test_sessions_share_the_engines_crypto_threads_and_spawn_no_process():
 
     before = {t.name for t in threading.enumerate()}
     asyncio.run(both())
-    assert seen[0] is seen[1]                       # started once, shared by the sessions
+    assert seen[0] is seen[1]  # started once, shared by the sessions
     assert not [t for t in threading.enumerate() if t.name not in before and t.name.startswith("smcdp-compute")]
 
 
@@ -63,7 +63,7 @@ def test_a_keys_tables_are_built_once_and_sized_for_the_session():
         return tables
 
     tables = asyncio.run(go())
-    assert sk._tables is tables                      # one build for every batch and session of this key
+    assert sk._tables is tables  # one build for every batch and session of this key
     want = window_for_uses(sk.public_key.obfuscation_bits, sk.psquare.bit_length(), TABLE_BATCHES * len(batch))
     assert [t.window for t in tables] == [want, want]
 

@@ -32,8 +32,14 @@ def matrix(tmp_path):
 def passes(source, sk, Q, workers=2):
     async def go():
         async with LocalEngine(workers).session(source, sk) as cs:
-            return (await cs.frobenius_sq(), await cs.initial_product(b"s" * 32, 2), await cs.gram_pass(Q),
-                    np.concatenate([o async for _, o in cs.project(Q[:, :1])]), await cs.clipped_gram_pass(Q, 5.0))
+            return (
+                await cs.frobenius_sq(),
+                await cs.initial_product(b"s" * 32, 2),
+                await cs.gram_pass(Q),
+                np.concatenate([o async for _, o in cs.project(Q[:, :1])]),
+                await cs.clipped_gram_pass(Q, 5.0),
+            )
+
     return asyncio.run(go())
 
 
@@ -53,9 +59,13 @@ def test_npy_shards_zarr_and_memory_give_identical_blocks_and_results(tmp_path, 
     z = zarr.open_array(str(tmp_path / "z.zarr"), mode="w", shape=A.shape, chunks=(20, 100), dtype="f4")
     z[:] = A
     bv = 20 * 100  # 100 columns per block: the same grid for every layout
-    sources = [open_matrix(tmp_path / "a.npy", block_values=bv), open_matrix(tmp_path / "f.npy", block_values=bv),
-               open_matrix(tmp_path / "sh", block_values=bv), open_matrix(tmp_path / "z.zarr", block_values=bv),
-               ArraySource(A, block_values=bv)]
+    sources = [
+        open_matrix(tmp_path / "a.npy", block_values=bv),
+        open_matrix(tmp_path / "f.npy", block_values=bv),
+        open_matrix(tmp_path / "sh", block_values=bv),
+        open_matrix(tmp_path / "z.zarr", block_values=bv),
+        ArraySource(A, block_values=bv),
+    ]
     assert [type(s) for s in sources[:4]] == [NpySource, NpySource, ShardSource, ZarrSource]
     for s in sources:
         assert s.shape == (20, 900) and s.nbytes == A.nbytes and len(s.blocks) == 9
@@ -64,7 +74,7 @@ def test_npy_shards_zarr_and_memory_give_identical_blocks_and_results(tmp_path, 
     Q = np.linalg.qr(np.random.default_rng(1).normal(size=(20, 2)))[0]
     ref = passes(sources[0], sk, Q, workers=1)
     A64 = A.astype(np.float64)
-    assert np.isclose(ref[0], np.sum(A64 ** 2))
+    assert np.isclose(ref[0], np.sum(A64**2))
     assert np.allclose(ref[2][0], A64 @ A64.T @ Q) and np.allclose(ref[2][1], (A64.T @ Q).T @ (A64.T @ Q))
     assert np.allclose(ref[3][:, 0], A64.T @ Q[:, 0])
     for s in sources:
@@ -84,14 +94,23 @@ def test_shards_are_concatenated_in_name_order(tmp_path):
     assert got[0].tolist() == [1, 2, 2, 2, 3, 3]
 
 
-@pytest.mark.parametrize("make,match", [
-    (lambda d: (np.save(d / "a.npy", np.ones((2, 3))), np.save(d / "b.npy", np.ones((3, 3)))), "different numbers of rows"),
-    (lambda d: (np.save(d / "a.npy", np.ones((2, 3))), np.save(d / "b.npy", np.ones((2, 3), np.float32))), "different dtypes"),
-    (lambda d: np.save(d / "a.npy", np.array([[object()]], dtype=object), allow_pickle=True), "not a valid .npy"),
-    (lambda d: np.save(d / "a.npy", np.array([["x"]])), "numeric"),
-    (lambda d: np.save(d / "a.npy", np.ones(3)), "2-D"),
-    (lambda d: None, "no .npy shards"),
-])
+@pytest.mark.parametrize(
+    "make,match",
+    [
+        (
+            lambda d: (np.save(d / "a.npy", np.ones((2, 3))), np.save(d / "b.npy", np.ones((3, 3)))),
+            "different numbers of rows",
+        ),
+        (
+            lambda d: (np.save(d / "a.npy", np.ones((2, 3))), np.save(d / "b.npy", np.ones((2, 3), np.float32))),
+            "different dtypes",
+        ),
+        (lambda d: np.save(d / "a.npy", np.array([[object()]], dtype=object), allow_pickle=True), "not a valid .npy"),
+        (lambda d: np.save(d / "a.npy", np.array([["x"]])), "numeric"),
+        (lambda d: np.save(d / "a.npy", np.ones(3)), "2-D"),
+        (lambda d: None, "no .npy shards"),
+    ],
+)
 def test_bad_shard_folders_are_refused(tmp_path, make, match):
     d = tmp_path / "sh"
     d.mkdir()
@@ -125,7 +144,7 @@ def test_data_changed_during_a_session_fails_it(tmp_path, keypair512):
         async with LocalEngine(1).session(src, keypair512[1]) as cs:
             await cs.frobenius_sq()
             time.sleep(0.01)
-            np.save(d / "part-001.npy", A[:, 1000:2000] * 2)   # same size, new modification time
+            np.save(d / "part-001.npy", A[:, 1000:2000] * 2)  # same size, new modification time
             os.utime(d / "part-001.npy", ns=(time.time_ns(), time.time_ns() + 10**9))
             await cs.gram_pass(np.eye(4)[:, :1])
 
@@ -168,27 +187,36 @@ def _write(tmp_path, compute: str):
 
 
 def test_compute_section_round_trips_and_resolves_paths(tmp_path):
-    p = _write(tmp_path, '\n[compute]\nengine = "dask"\nscheduler = "tls://sched.example:8786"\n'
-                         'tls_ca = "dask/ca.pem"\ntls_cert = "dask/c.pem"\ntls_key = "dask/k.pem"\nblock_values = 65536\n')
+    p = _write(
+        tmp_path,
+        '\n[compute]\nengine = "dask"\nscheduler = "tls://sched.example:8786"\n'
+        'tls_ca = "dask/ca.pem"\ntls_cert = "dask/c.pem"\ntls_key = "dask/k.pem"\nblock_values = 65536\n',
+    )
     cfg = load_config(p)
     assert cfg.compute.engine == "dask" and cfg.compute.tls_ca == tmp_path / "config" / "dask" / "ca.pem"
     out = dump_config(cfg, tmp_path / "config" / "again.toml")
     assert load_config(out).compute == cfg.compute
     assert config_to_dict(cfg, tmp_path / "config")["compute"]["tls_ca"] == "dask/ca.pem"
-    assert "compute" not in config_to_dict(load_config(_write(tmp_path, "")))      # the default is not written
+    assert "compute" not in config_to_dict(load_config(_write(tmp_path, "")))  # the default is not written
 
 
-@pytest.mark.parametrize("section,match", [
-    ('engine = "spark"', "engine must be one of"),
-    ('bogus = 1', "unknown key"),
-    ('engine = "dask"\nscheduler = "tcp://10.1.2.3:8786"', "plain TCP to another host"),
-    ('engine = "dask"\nscheduler = "tls://h:8786"', "tls_ca, tls_cert and tls_key are all required"),
-    ('engine = "dask"\nscheduler = "tls://h:8786"\nworkers = 2\ntls_ca="a"\ntls_cert="b"\ntls_key="c"', "existing cluster"),
-    ('workers = 0', "workers must be"),
-    ('engine = "dask"\nmemory_limit = "lots"', "memory_limit"),
-    ('memory_limit = "1GiB"', "dask"),
-    ('block_values = 5', "block_values"),
-])
+@pytest.mark.parametrize(
+    "section,match",
+    [
+        ('engine = "spark"', "engine must be one of"),
+        ("bogus = 1", "unknown key"),
+        ('engine = "dask"\nscheduler = "tcp://10.1.2.3:8786"', "plain TCP to another host"),
+        ('engine = "dask"\nscheduler = "tls://h:8786"', "tls_ca, tls_cert and tls_key are all required"),
+        (
+            'engine = "dask"\nscheduler = "tls://h:8786"\nworkers = 2\ntls_ca="a"\ntls_cert="b"\ntls_key="c"',
+            "existing cluster",
+        ),
+        ("workers = 0", "workers must be"),
+        ('engine = "dask"\nmemory_limit = "lots"', "memory_limit"),
+        ('memory_limit = "1GiB"', "dask"),
+        ("block_values = 5", "block_values"),
+    ],
+)
 def test_bad_compute_sections_are_refused(tmp_path, section, match):
     with pytest.raises(ConfigError, match=match):
         load_config(_write(tmp_path, f"\n[compute]\n{section}\n"))
@@ -213,6 +241,7 @@ def test_a_machine_that_runs_out_is_not_a_bad_input(tmp_path, monkeypatch, errno
 
     def broken(*a, **kw):
         raise OSError(errno_, os.strerror(errno_))
+
     monkeypatch.setattr(sources.np, "load", broken)
     with pytest.raises(OSError) as info:
         open_matrix(path).shape

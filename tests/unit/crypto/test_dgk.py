@@ -93,7 +93,7 @@ def test_public_key_roundtrip_and_validation(small_key):
         return m
 
     with pytest.raises(InvalidMessage, match="u ="):
-        dgk.DGKPublicKey.from_proto(mutate(3, 133), allow_insecure=True)     # not prime
+        dgk.DGKPublicKey.from_proto(mutate(3, 133), allow_insecure=True)  # not prime
     with pytest.raises(InvalidMessage, match="out of range"):
         dgk.DGKPublicKey.from_proto(mutate(1, pub.n + 5), allow_insecure=True)
     with pytest.raises(InvalidMessage, match="shares a factor"):
@@ -123,8 +123,9 @@ def test_private_key_roundtrip_and_validation(small_key):
     pub = k.public
     with pytest.raises(InvalidMessage, match="order"):
         # h replaced by g: wrong order
-        dgk.DGKPrivateKey.from_values(k.p, k.q, k.vp, k.vq, pub.g, pub.g * pub.g % pub.n, pub.u, pub.t,
-                                      allow_insecure=True)
+        dgk.DGKPrivateKey.from_values(
+            k.p, k.q, k.vp, k.vq, pub.g, pub.g * pub.g % pub.n, pub.u, pub.t, allow_insecure=True
+        )
     with pytest.raises(InvalidMessage, match="divide"):
         dgk.DGKPrivateKey.from_values(k.p, k.q, k.vq, k.vp, pub.g, pub.h, pub.u, pub.t, allow_insecure=True)
     with pytest.raises(InvalidMessage, match="parse"):
@@ -139,7 +140,7 @@ def test_keygen_floors():
     with pytest.raises(InvalidMessage):
         dgk.generate_keypair(512, 32, u=127, max_ell=128, allow_insecure=True)  # u <= ell + 2
     with pytest.raises(InvalidMessage):
-        dgk.generate_keypair(512, 240, allow_insecure=True)                     # t too large for n
+        dgk.generate_keypair(512, 240, allow_insecure=True)  # t too large for n
 
 
 def test_default_key_parameters():

@@ -3,8 +3,6 @@ InvalidMessage / ValueError or a correct value."""
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -18,7 +16,7 @@ from hypothesis import strategies as st
 from smcdp.crypto import native
 from smcdp.crypto.codec import keypair_from_proto, keypair_to_proto
 from smcdp.crypto.encoding import Packing, decode_fixed
-from smcdp.crypto.paillier import PrivateKey, PublicKey, generate_keypair
+from smcdp.crypto.paillier import PrivateKey, generate_keypair
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.errors import InvalidMessage
 from smcdp.v1 import messages_pb2 as pb
@@ -33,7 +31,7 @@ needs_native = pytest.mark.skipif(not native.AVAILABLE, reason=f"native engine n
 def test_huge_modulus_is_refused_not_a_crash():
     from smcdp.crypto import _mont
 
-    m = (1 << (8 * 8 * 1024 * 1024)) - 1          # 8 MB: used to overflow the stack
+    m = (1 << (8 * 8 * 1024 * 1024)) - 1  # 8 MB: used to overflow the stack
     mb = m.to_bytes(8 * 1024 * 1024, "little")
     with pytest.raises(ValueError, match="larger than the limit"):
         _mont.FixedBase(b"\x02", mb, 8, 4)
@@ -41,7 +39,7 @@ def test_huge_modulus_is_refused_not_a_crash():
         _mont.multi_exp([b"\x02"], [b"\x03"], mb, 4)
 
 
-@pytest.mark.slow   # ~4 CPU-s in a subprocess (not in make test-quick)
+@pytest.mark.slow  # ~4 CPU-s in a subprocess (not in make test-quick)
 @needs_native
 def test_large_modulus_on_a_small_thread_stack():
     """A 120 KB modulus (under the limit) on a thread with a 64 KB stack: the quotient of the
@@ -64,8 +62,7 @@ def test_large_modulus_on_a_small_thread_stack():
         t.start(); t.join()
         assert out == [True, True], out
     """)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          cwd=REPO)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
 
 
@@ -126,8 +123,13 @@ def test_private_key_from_json_checks_the_factors(keypair512):
     ok = sk.to_json()
     assert PrivateKey.from_json(ok, allow_insecure=True).p == sk.p
     p_comp, q, n = _composite_factor_key(keypair512)
-    bad = {"kind": "smcdp-paillier-private-key", "version": 1, "n": format(int(n), "x"),
-           "p": format(int(p_comp), "x"), "q": format(int(q), "x")}
+    bad = {
+        "kind": "smcdp-paillier-private-key",
+        "version": 1,
+        "n": format(int(n), "x"),
+        "p": format(int(p_comp), "x"),
+        "q": format(int(q), "x"),
+    }
     with pytest.raises(InvalidMessage, match="not prime"):
         PrivateKey.from_json(bad, allow_insecure=True)
     wrong_n = dict(ok, n=format(int(sk.public_key.n) + 2, "x"))
@@ -140,6 +142,7 @@ def test_private_key_from_proto_checks_the_factors(keypair512):
     assert keypair_from_proto(keypair_to_proto(sk), allow_insecure=True).q == sk.q
     p_comp, q, n = _composite_factor_key(keypair512)
     from smcdp.crypto.encoding import int_to_bytes
+
     msg = pb.PaillierKeyPair(n=int_to_bytes(n), p=int_to_bytes(p_comp), q=int_to_bytes(q))
     with pytest.raises(InvalidMessage, match="not prime"):
         keypair_from_proto(msg, allow_insecure=True)
@@ -170,10 +173,10 @@ def test_packing_too_narrow_for_the_declared_bound_is_invalid(keypair512):
 
 
 def test_decode_fixed_below_the_subnormal_range_of_the_exponent():
-    assert decode_fixed([2 ** 900], -1100)[0] == 2.0 ** -200
-    assert decode_fixed([-(2 ** 900)], -1100)[0] == -(2.0 ** -200)
+    assert decode_fixed([2**900], -1100)[0] == 2.0**-200
+    assert decode_fixed([-(2**900)], -1100)[0] == -(2.0**-200)
     assert decode_fixed([1], -1074)[0] == 5e-324
-    assert decode_fixed([2 ** 2000], 0)[0] == float("inf")
+    assert decode_fixed([2**2000], 0)[0] == float("inf")
 
 
 @settings(max_examples=400, deadline=None)

@@ -47,9 +47,12 @@ def engine(request, monkeypatch):
 
 @needs_native
 @settings(max_examples=80, deadline=None)
-@given(bits=st.sampled_from([3, 63, 64, 65, 127, 128, 129, 512, 1024, 2048]),
-       exp_bits=st.integers(min_value=1, max_value=300), window=st.integers(min_value=1, max_value=9),
-       data=st.data())
+@given(
+    bits=st.sampled_from([3, 63, 64, 65, 127, 128, 129, 512, 1024, 2048]),
+    exp_bits=st.integers(min_value=1, max_value=300),
+    window=st.integers(min_value=1, max_value=9),
+    data=st.data(),
+)
 def test_fixed_base_matches_powmod(bits, exp_bits, window, data):
     m = mpz(data.draw(st.integers(min_value=1 << (bits - 1), max_value=(1 << bits) - 1))) | 1
     base = mpz(data.draw(st.integers(min_value=0, max_value=int(m) * 3)))
@@ -61,10 +64,13 @@ def test_fixed_base_matches_powmod(bits, exp_bits, window, data):
 
 @needs_native
 @settings(max_examples=60, deadline=None)
-@given(bits=st.sampled_from([5, 64, 65, 200, 1024, 2048]),
-       terms=st.integers(min_value=0, max_value=60),
-       exp_bits=st.sampled_from([1, 7, 48, 63, 64, 65, 130]),
-       window=st.integers(min_value=1, max_value=10), data=st.data())
+@given(
+    bits=st.sampled_from([5, 64, 65, 200, 1024, 2048]),
+    terms=st.integers(min_value=0, max_value=60),
+    exp_bits=st.sampled_from([1, 7, 48, 63, 64, 65, 130]),
+    window=st.integers(min_value=1, max_value=10),
+    data=st.data(),
+)
 def test_native_multi_exp_matches_powmod_product(bits, terms, exp_bits, window, data):
     m = mpz(data.draw(st.integers(min_value=1 << (bits - 1), max_value=(1 << bits) - 1))) | 1
     bases = [mpz(data.draw(st.integers(min_value=0, max_value=int(m) - 1))) for _ in range(terms)]
@@ -78,13 +84,15 @@ def test_native_multi_exp_matches_powmod_product(bits, terms, exp_bits, window, 
 
 
 @settings(max_examples=40, deadline=None)
-@given(terms=st.integers(min_value=0, max_value=50),
-       exp_bits=st.sampled_from([1, 20, 48, 64, 65, 86, 100, 128, 129, 640, 641, 700]), data=st.data())
+@given(
+    terms=st.integers(min_value=0, max_value=50),
+    exp_bits=st.sampled_from([1, 20, 48, 64, 65, 86, 100, 128, 129, 640, 641, 700]),
+    data=st.data(),
+)
 def test_multi_exp_with_signs_on_both_engines(terms, exp_bits, data, keypair512):
     pk, _sk = keypair512
     bases = [pk.raw_encrypt(data.draw(st.integers(min_value=-1000, max_value=1000))) for _ in range(terms)]
-    exps = [data.draw(st.integers(min_value=-(1 << exp_bits) + 1, max_value=(1 << exp_bits) - 1))
-            for _ in range(terms)]
+    exps = [data.draw(st.integers(min_value=-(1 << exp_bits) + 1, max_value=(1 << exp_bits) - 1)) for _ in range(terms)]
     ref = mpz(1)
     for b, e in zip(bases, exps):
         ref = ref * pk.raw_mul(b, e) % pk.nsquare
@@ -100,16 +108,22 @@ def test_multi_exp_with_signs_on_both_engines(terms, exp_bits, data, keypair512)
 
 @needs_native
 @settings(max_examples=60, deadline=None)
-@given(bits=st.sampled_from([5, 64, 65, 200, 1024, 2048]), terms=st.integers(min_value=0, max_value=30),
-       rows=st.integers(min_value=0, max_value=6), exp_bits=st.sampled_from([1, 7, 45, 64, 65, 130]),
-       group=st.integers(min_value=1, max_value=12), data=st.data())
+@given(
+    bits=st.sampled_from([5, 64, 65, 200, 1024, 2048]),
+    terms=st.integers(min_value=0, max_value=30),
+    rows=st.integers(min_value=0, max_value=6),
+    exp_bits=st.sampled_from([1, 7, 45, 64, 65, 130]),
+    group=st.integers(min_value=1, max_value=12),
+    data=st.data(),
+)
 def test_native_multi_exp_rows_matches_powmod_products(bits, terms, rows, exp_bits, group, data):
     """Issue 27: the rows share subset tables; each row is still exactly Π b^e (every group size, last
     groups of fewer bases, zero rows, zero exponents, exponents at limb edges, bases ≥ the modulus)."""
     m = mpz(data.draw(st.integers(min_value=1 << (bits - 1), max_value=(1 << bits) - 1))) | 1
     bases = [mpz(data.draw(st.integers(min_value=0, max_value=int(m) - 1))) for _ in range(terms)]
-    E = [[data.draw(st.integers(min_value=0, max_value=(1 << exp_bits) - 1)) for _ in range(terms)]
-         for _ in range(rows)]
+    E = [
+        [data.draw(st.integers(min_value=0, max_value=(1 << exp_bits) - 1)) for _ in range(terms)] for _ in range(rows)
+    ]
     want = []
     for row in E:
         ref = mpz(1) % m
@@ -120,16 +134,23 @@ def test_native_multi_exp_rows_matches_powmod_products(bits, terms, rows, exp_bi
 
 
 @settings(max_examples=30, deadline=None)
-@given(terms=st.integers(min_value=0, max_value=40), rows=st.integers(min_value=0, max_value=8),
-       exp_bits=st.sampled_from([1, 20, 44, 64, 65, 100]), data=st.data())
-def test_multi_exp_rows_with_signs_equals_one_multi_exp_per_row_on_both_engines(terms, rows, exp_bits, data,
-                                                                               keypair512):
+@given(
+    terms=st.integers(min_value=0, max_value=40),
+    rows=st.integers(min_value=0, max_value=8),
+    exp_bits=st.sampled_from([1, 20, 44, 64, 65, 100]),
+    data=st.data(),
+)
+def test_multi_exp_rows_with_signs_equals_one_multi_exp_per_row_on_both_engines(
+    terms, rows, exp_bits, data, keypair512
+):
     """Signed exponents through the offset 2^b and one shared inversion: the same ciphertexts as one
     multi_exp per row, on either engine."""
     pk, _ = keypair512
     bases = [pk.raw_encrypt(data.draw(st.integers(min_value=-1000, max_value=1000))) for _ in range(terms)]
-    E = [[data.draw(st.integers(min_value=-(1 << exp_bits) + 1, max_value=(1 << exp_bits) - 1))
-          for _ in range(terms)] for _ in range(rows)]
+    E = [
+        [data.draw(st.integers(min_value=-(1 << exp_bits) + 1, max_value=(1 << exp_bits) - 1)) for _ in range(terms)]
+        for _ in range(rows)
+    ]
     want = [multi_exp(bases, row, pk.nsquare) for row in E]
     assert modexp.multi_exp_rows(bases, E, pk.nsquare) == want
     saved = native.AVAILABLE
@@ -267,12 +288,12 @@ def test_pow_releases_the_gil():
     th = threading.Thread(target=ticker)
     th.start()
     try:
-        held = ticks_during(lambda: pow(3, exponent, int(m)))       # C that keeps the GIL: ~0.2 s
+        held = ticks_during(lambda: pow(3, exponent, int(m)))  # C that keeps the GIL: ~0.2 s
         released = ticks_during(lambda: native.FixedBase(mpz(3), m, 1024, 8))  # ~0.2 s in C, 15 MiB
     finally:
         stop.set()
         th.join()
-    assert held[1] == 0, held              # the measurement sees a held GIL
+    assert held[1] == 0, held  # the measurement sees a held GIL
     # with the GIL held, the ticker would get no turn at all during the build
     assert released[0] >= 3 and released[1] >= 1, released
 

@@ -87,8 +87,10 @@ def test_obfuscator_is_an_nth_residue(keypair512):
 
 
 @settings(max_examples=40, deadline=None)
-@given(vals=st.lists(st.floats(min_value=-1e9, max_value=1e9, allow_nan=False), min_size=1, max_size=12),
-       frac=st.integers(min_value=0, max_value=60))
+@given(
+    vals=st.lists(st.floats(min_value=-1e9, max_value=1e9, allow_nan=False), min_size=1, max_size=12),
+    frac=st.integers(min_value=0, max_value=60),
+)
 def test_fixed_point_roundtrip_error_is_half_ulp(vals, frac):
     ints = encode_fixed(vals, frac)
     back = decode_fixed(ints, -frac)
@@ -101,7 +103,7 @@ def test_vector_operations_match_numpy(keypair1024):
     a, b = rng.normal(size=20) * 100, rng.normal(size=20)
     ea = EncryptedVector.encrypt(pk, a, frac_bits=30)
     eb = EncryptedVector.encrypt(pk, b, frac_bits=30, private_key=sk)
-    tol = 2.0 ** -20
+    tol = 2.0**-20
     assert np.allclose((ea + eb).decrypt(sk), a + b, atol=tol)
     assert np.allclose((ea - eb).decrypt(sk), a - b, atol=tol)
     assert np.allclose(ea.add_plain(b).decrypt(sk), a + b, atol=tol)
@@ -117,7 +119,7 @@ def test_vector_operations_match_numpy(keypair1024):
     assert np.allclose(ea.rerandomize().decrypt(sk), a, atol=tol)
     # exponent alignment: different precisions add correctly
     ec = EncryptedVector.encrypt(pk, b, frac_bits=10)
-    assert np.allclose((ea + ec).decrypt(sk), a + b, atol=2.0 ** -9)
+    assert np.allclose((ea + ec).decrypt(sk), a + b, atol=2.0**-9)
 
 
 def test_multi_exp_matches_naive(keypair512):
@@ -132,8 +134,10 @@ def test_multi_exp_matches_naive(keypair512):
 
 
 @settings(max_examples=25, deadline=None)
-@given(vals=st.lists(st.integers(min_value=-(2**80), max_value=2**80), min_size=1, max_size=40),
-       k=st.integers(min_value=-(2**8), max_value=2**8))
+@given(
+    vals=st.lists(st.integers(min_value=-(2**80), max_value=2**80), min_size=1, max_size=40),
+    k=st.integers(min_value=-(2**8), max_value=2**8),
+)
 def test_packed_vectors_add_and_scale_slotwise(vals, k):
     pk, sk = _keypair(1024)
     pack = Packing.for_key(pk, 100)
@@ -228,10 +232,10 @@ def test_window_for_uses_balances_building_against_use():
 def test_tables_are_built_once_under_concurrent_use():
     import threading
 
-    pk, sk = P.generate_keypair(512, allow_insecure=True)      # a fresh key: no table yet
+    pk, sk = P.generate_keypair(512, allow_insecure=True)  # a fresh key: no table yet
     pk.prepare(uses=50)
     table = pk.table()
-    assert pk.prepare(uses=10 ** 6) is table                   # an existing table is kept
+    assert pk.prepare(uses=10**6) is table  # an existing table is kept
     seen = []
 
     def enc():
@@ -270,11 +274,11 @@ def test_obfuscator_pool_background_refills_below_low_water(keypair512):
             time.sleep(0.01)
         assert pool.stats()["stock"] == 6
         pool.get()
-        pool.get()                      # 4 left: above the low-water mark, no refill
+        pool.get()  # 4 left: above the low-water mark, no refill
         time.sleep(0.2)
         assert pool.stats()["stock"] == 4
         pool.get()
-        pool.get()                      # 2 left: refilled to capacity
+        pool.get()  # 2 left: refilled to capacity
         while pool.stats()["stock"] < 6 and time.monotonic() < deadline:
             time.sleep(0.01)
         assert pool.stats()["stock"] == 6
@@ -285,7 +289,7 @@ def test_batched_unit_check_names_the_bad_ciphertext(keypair512):
     good = [pk.raw_encrypt(i) for i in range(5)]
     assert pk.validate_ciphertexts(good) == good
     bad = list(good)
-    bad[3] = bad[3] * pk.n % pk.nsquare or pk.n        # a multiple of n: not a unit
+    bad[3] = bad[3] * pk.n % pk.nsquare or pk.n  # a multiple of n: not a unit
     with pytest.raises(InvalidMessage, match="ciphertext 3 is not a unit"):
         pk.validate_ciphertexts(bad, "ciphertext")
     with pytest.raises(InvalidMessage, match="ciphertext 1 is outside"):

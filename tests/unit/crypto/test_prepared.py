@@ -17,15 +17,15 @@ def test_a_prepared_key_is_taken_once_with_its_tables_and_its_own_obfuscators():
     shelf = KeyShelf()
     sk = _key()
     shelf.prepare(b"a" * 32, lambda: sk, uses=100, obfuscators=40)
-    shelf._jobs[b"a" * 32].thread.join(60)               # all made (a session may also come earlier)
-    assert shelf.take(b"b" * 32) is None                 # nothing under another label
+    shelf._jobs[b"a" * 32].thread.join(60)  # all made (a session may also come earlier)
+    assert shelf.take(b"b" * 32) is None  # nothing under another label
     got = shelf.take(b"a" * 32)
     assert got is not None and got.key is sk and sk.tables_ready
-    assert shelf.take(b"a" * 32) is None                 # one session only
+    assert shelf.take(b"a" * 32) is None  # one session only
     assert got.stock == 40
     pk = sk.public_key
-    for m in (0, 5, -7, 2 ** 200):
-        assert sk.raw_decrypt_signed(got.obfuscators.encrypt(m)) == m   # obfuscators are n-th residues of sk's n
+    for m in (0, 5, -7, 2**200):
+        assert sk.raw_decrypt_signed(got.obfuscators.encrypt(m)) == m  # obfuscators are n-th residues of sk's n
     stats = got.obfuscators.stats()
     assert stats["inline"] == 0 and stats["precomputed"] >= 4 and got.obfuscators.pk == pk
 
@@ -83,9 +83,9 @@ def test_a_pool_filled_behind_a_session_makes_exactly_what_it_was_asked_for():
     sk = _key()
     pool = ObfuscatorPool.for_private_key(sk, capacity=10, background=False)
     pool.fill_behind(37, step=8).join(60)
-    assert pool.stats() == {"precomputed": 37, "inline": 0, "stock": 37}     # not kept full: exactly 37
+    assert pool.stats() == {"precomputed": 37, "inline": 0, "stock": 37}  # not kept full: exactly 37
     stop = threading.Event()
     stop.set()
     assert pool.fill(100, stop=stop) == 0
     pool.close()
-    assert pool.fill(5) == 0                                                  # a closed pool makes nothing
+    assert pool.fill(5) == 0  # a closed pool makes nothing

@@ -49,7 +49,7 @@ def test_background_threads_run_at_the_lowest_priority():
     with CryptoThreads(2, priority="background") as bg, CryptoThreads(2, priority="urgent") as urgent:
         assert set(bg.map(nice, range(4))) == {19}
         assert set(urgent.map(nice, range(4))) == {base}
-    assert os.getpriority(os.PRIO_PROCESS, 0) == base            # the process itself is untouched
+    assert os.getpriority(os.PRIO_PROCESS, 0) == base  # the process itself is untouched
 
 
 def test_errors_reach_the_caller_and_priorities_are_checked():
@@ -71,7 +71,7 @@ def test_threaded_weighted_sums_equal_the_serial_ones(keypair512):
     lay = ls.LogsumLayout.make(ls.MaskParams(), 3, pk)
     rng = __import__("random").Random(5)
     terms, nu, plain = [], [], []
-    for r in range(2 * lay.slots + 1):                  # three ciphertexts, the last one partly filled
+    for r in range(2 * lay.slots + 1):  # three ciphertexts, the last one partly filled
         es = [rng.randrange(1 << 20) for _ in range(3)]
         ks = [rng.randrange(1, 1 << lay.weight_bits) for _ in range(3)]
         terms.append([(pk.raw_encrypt(e << lay.shift(r)), k) for e, k in zip(es, ks)])

@@ -44,7 +44,7 @@ def test_anything_else_does_not(key, values):
 def test_half_mod_n_sums_to_one_but_is_refused(key):
     """(n+1)/2 twice sums to 1 mod n: the opening alone would accept it, the per-entry proofs do not."""
     pk, sk = key
-    half = (pk.n + 1) // 2                           # g^half = 1 + half·n mod n² (raw, beyond n/3)
+    half = (pk.n + 1) // 2  # g^half = 1 + half·n mod n² (raw, beyond n/3)
     cts = [(1 + half * pk.n) % pk.nsquare * pk.slow_obfuscator() % pk.nsquare for _ in range(2)]
     assert sk.raw_decrypt(cts[0] * cts[1] % pk.nsquare) == 1
     assert not verify_one_hot(pk, cts, prove_one_hot(sk, cts, 0, CTX), CTX)
@@ -61,13 +61,13 @@ def test_proof_is_bound_to_context_and_statement(key):
         bad = list(proof)
         bad[i] = bad[i] + 1
         assert not verify_one_hot(pk, cts, bad, CTX), i
-    fresh = _enc(pk, [0, 1, 0])                       # same plaintexts, other ciphertexts
+    fresh = _enc(pk, [0, 1, 0])  # same plaintexts, other ciphertexts
     assert not verify_one_hot(pk, fresh, proof, CTX)
 
 
 def test_randomness_recovery(key):
     pk, sk = key
-    r = pk.slow_obfuscator()                          # r^n mod n²; recover r from c = g^m r^n
+    r = pk.slow_obfuscator()  # r^n mod n²; recover r from c = g^m r^n
     c = pk.raw_encrypt(7, obfuscate=False) * r % pk.nsquare
     rec = randomness_of(sk, c, 7)
     assert pow(int(rec), int(pk.n), int(pk.nsquare)) == r
@@ -82,7 +82,7 @@ def test_a_bit_proof_verifies_alone_and_only_for_its_ciphertext_and_context(key,
     assert not verify_bit(pk, c, proof, b"session-2")
     assert not verify_bit(pk, pk.raw_encrypt_textbook(bit), proof, CTX)
     assert not verify_bit(pk, c, proof[:4], CTX)
-    for m in (2, -1, 3):                             # not a bit, whatever the prover claims
+    for m in (2, -1, 3):  # not a bit, whatever the prover claims
         c = pk.raw_encrypt_textbook(m)
         assert not any(verify_bit(pk, c, prove_bit(sk, c, b, CTX), CTX) for b in (0, 1))
     with pytest.raises(ValueError):
@@ -93,11 +93,11 @@ def test_a_bit_proof_verifies_alone_and_only_for_its_ciphertext_and_context(key,
 def test_an_opening_proves_the_plaintext(key, m):
     """(m, r) with c = g^m r^n: exactly one m ∈ Z_n opens c, so a decryptor cannot claim another."""
     pk, sk = key
-    c = pk.raw_encrypt(m)                            # table obfuscator: still g^m times an n-th residue
+    c = pk.raw_encrypt(m)  # table obfuscator: still g^m times an n-th residue
     got, r = open_ciphertext(sk, c)
     assert got == m % pk.n and verify_opening(pk, c, got, r)
     assert not verify_opening(pk, c, (got + 1) % pk.n, r)
     assert not verify_opening(pk, c, got, (r + 1) % pk.n)
-    assert not verify_opening(pk, c, got + pk.n, r)           # m must be reduced
+    assert not verify_opening(pk, c, got + pk.n, r)  # m must be reduced
     assert not verify_opening(pk, c, got, 0)
     assert not verify_opening(pk, pk.rerandomize_textbook(c), got, r)

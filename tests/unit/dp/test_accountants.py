@@ -66,12 +66,8 @@ def test_zcdp_accountant_rho_and_epsilon():
     rho = 10 / (2 * 4.0) + 8 * (0.25**2) / 2
     assert out["rho"] == pytest.approx(rho, rel=1e-15)
     assert out["epsilon"] == pytest.approx(zcdp_epsilon_cks(rho, 1e-5))
-    assert out["epsilon_classic"] == pytest.approx(
-        rho + 2 * math.sqrt(rho * math.log(1e5))
-    )
-    out2 = account(
-        "zcdp", 1e-5, gaussian=[(2.0, 10)], laplace=[(4.0, 8)], conversion="classic"
-    )
+    assert out["epsilon_classic"] == pytest.approx(rho + 2 * math.sqrt(rho * math.log(1e5)))
+    out2 = account("zcdp", 1e-5, gaussian=[(2.0, 10)], laplace=[(4.0, 8)], conversion="classic")
     assert out2["epsilon"] == pytest.approx(out["epsilon_classic"])
 
 
@@ -99,11 +95,7 @@ def test_linear_composition():
     out = account("linear", 1e-5, gaussian=[(3.0, 4)])
     e_i = out["epsilon"] / 4
     assert gaussian_delta(e_i, 3.0) == pytest.approx(1e-5 / 4, rel=1e-6)
-    acc = (
-        PrivacyAccountant("linear")
-        .compose(ApproxDPEvent(0.3, 1e-6), 3)
-        .compose(PureDPEvent(0.1))
-    )
+    acc = PrivacyAccountant("linear").compose(ApproxDPEvent(0.3, 1e-6), 3).compose(PureDPEvent(0.1))
     assert acc.get_epsilon(3e-6) == pytest.approx(1.0)
     with pytest.raises(InvalidMessage):
         acc.get_epsilon(1e-6)
@@ -125,8 +117,13 @@ def test_accountant_validation():
 
 
 def test_factory_returns_one_class_per_method():
-    for method, cls in [("linear", LinearAccountant), ("advanced", AdvancedAccountant),
-                        ("zcdp", ZCDPAccountant), ("rdp", RDPAccountant), ("moments", RDPAccountant)]:
+    for method, cls in [
+        ("linear", LinearAccountant),
+        ("advanced", AdvancedAccountant),
+        ("zcdp", ZCDPAccountant),
+        ("rdp", RDPAccountant),
+        ("moments", RDPAccountant),
+    ]:
         acc = PrivacyAccountant(method, conversion="classic")
         assert type(acc) is cls and acc.conversion == "classic"
     assert type(RDPAccountant()) is RDPAccountant
@@ -136,5 +133,6 @@ def test_factory_returns_one_class_per_method():
         PrivacyAccountant("zcdp", conversion="exact")
     # the classes agree with the CLI's composition
     acc = ZCDPAccountant().compose(GaussianEvent(2.0), 10).compose(LaplaceEvent(4.0), 8)
-    assert acc.summary(1e-5) == {k: v for k, v in account("zcdp", 1e-5, gaussian=[(2.0, 10)],
-                                                           laplace=[(4.0, 8)]).items() if k != "steps"}
+    assert acc.summary(1e-5) == {
+        k: v for k, v in account("zcdp", 1e-5, gaussian=[(2.0, 10)], laplace=[(4.0, 8)]).items() if k != "steps"
+    }

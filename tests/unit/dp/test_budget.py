@@ -32,6 +32,7 @@ def test_budget_accountant():
 # one interface, two implementations: every test below runs against both
 # ---------------------------------------------------------------------------
 
+
 def _make(kind, tmp_path, epsilon, delta=0.0, rule="linear"):
     if kind == "memory":
         return BudgetAccountant(epsilon, delta, rule=rule, dataset="d")

@@ -22,9 +22,7 @@ def _run(argv, capsys):
 
 def test_cli_budget_flow(tmp_path, capsys):
     L = ["--ledger", str(tmp_path / "cli.sqlite")]
-    rc, out, _ = _run(
-        ["budget", "set", "adult", "--epsilon", "1", "--delta", "1e-5", *L], capsys
-    )
+    rc, out, _ = _run(["budget", "set", "adult", "--epsilon", "1", "--delta", "1e-5", *L], capsys)
     assert rc == 0 and "adult" in out
     rc, out, _ = _run(
         [

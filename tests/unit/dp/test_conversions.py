@@ -26,8 +26,7 @@ def test_laplace_rdp_equals_eq19_over_lambda():
     eps = 0.7
     for lam in [0.25, 1.0, 3.5, 10.0, 40.0]:
         moment = math.log(
-            (lam + 1) / (2 * lam + 1) * math.exp(lam * eps)
-            + lam / (2 * lam + 1) * math.exp(-eps * (lam + 1))
+            (lam + 1) / (2 * lam + 1) * math.exp(lam * eps) + lam / (2 * lam + 1) * math.exp(-eps * (lam + 1))
         )
         assert laplace_rdp(lam + 1, eps) == pytest.approx(moment / lam, rel=1e-12)
     # large orders stay finite and approach eps
@@ -46,23 +45,15 @@ def test_rdp_classic_conversion_is_eq3():
 
 def test_zcdp_classic_conversion_is_the_formula():
     for rho, delta in [(0.01, 1e-5), (0.5, 1e-6), (3.0, 1e-3)]:
-        assert zcdp_epsilon_classic(rho, delta) == rho + 2 * math.sqrt(
-            rho * math.log(1 / delta)
-        )
+        assert zcdp_epsilon_classic(rho, delta) == rho + 2 * math.sqrt(rho * math.log(1 / delta))
 
 
-@pytest.mark.parametrize(
-    "rho,delta", [(0.001, 1e-5), (0.05, 1e-6), (0.5, 1e-5), (2.0, 1e-3), (10.0, 1e-9)]
-)
+@pytest.mark.parametrize("rho,delta", [(0.001, 1e-5), (0.05, 1e-6), (0.5, 1e-5), (2.0, 1e-3), (10.0, 1e-9)])
 def test_zcdp_cks_conversion_is_exact_and_tighter(rho, delta):
     eps = zcdp_epsilon_cks(rho, delta)
     # exact: the CKS formula minimised by brute force over a fine grid of real orders
     alphas = 1 + np.logspace(-4, 4, 400_001)
-    brute = np.min(
-        alphas * rho
-        + np.log1p(-1 / alphas)
-        - (math.log(delta) + np.log(alphas)) / (alphas - 1)
-    )
+    brute = np.min(alphas * rho + np.log1p(-1 / alphas) - (math.log(delta) + np.log(alphas)) / (alphas - 1))
     assert eps == pytest.approx(max(brute, 0.0), rel=1e-6)
     # same formula as dp-accounting's conversion on the same orders
     theirs, _ = dpa_rdp.compute_epsilon(alphas[::100], alphas[::100] * rho, delta)

@@ -101,7 +101,7 @@ def test_no_import_cycle():
         state[node] = 1
         for nxt in sorted(GRAPH.get(node, ())):
             if state.get(nxt) == 1:
-                raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(nxt):] + [nxt]))
+                raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(nxt) :] + [nxt]))
             if nxt not in state:
                 visit(nxt, stack + [nxt])
         state[node] = 2

@@ -27,10 +27,7 @@ def test_default_path(monkeypatch, tmp_path):
     assert default_ledger_path() == tmp_path / "xdg" / "smcdp" / "ledger.sqlite"
     monkeypatch.delenv("XDG_DATA_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert (
-        default_ledger_path()
-        == tmp_path / "home" / ".local" / "share" / "smcdp" / "ledger.sqlite"
-    )
+    assert default_ledger_path() == tmp_path / "home" / ".local" / "share" / "smcdp" / "ledger.sqlite"
     led = Ledger()
     assert led.path.exists()
     with sqlite3.connect(led.path) as con:
@@ -55,9 +52,7 @@ def test_delta_is_budgeted_and_refusal_names_remaining(tmp_path):
     led = Ledger(tmp_path / "l.sqlite")
     led.set_budget("d", "2", "1e-5")
     led.charge("d", "0.5", "6e-6")
-    with pytest.raises(
-        BudgetExceeded, match=r"remaining budget is epsilon=1.5, delta=0.000004"
-    ):
+    with pytest.raises(BudgetExceeded, match=r"remaining budget is epsilon=1.5, delta=0.000004"):
         led.charge("d", "0.5", "6e-6")
     assert led.status("d").n_charges == 1
 
@@ -131,9 +126,7 @@ def test_guarded_release_charges_before_computing(tmp_path):
 class _RacyLedger(Ledger):
     """A deliberately broken ledger: check and insert in separate transactions."""
 
-    def charge(
-        self, dataset, epsilon, delta=0, *, rho=None, note="", _before_commit=None
-    ):
+    def charge(self, dataset, epsilon, delta=0, *, rho=None, note="", _before_commit=None):
         st = self.status(dataset)
         self._check_fits(st, Decimal(epsilon), Decimal(delta), None)
         time.sleep(0.05)
@@ -161,10 +154,7 @@ def _race(path: str, racy: bool) -> int:
     n_proc, attempts = 4, 6
     barrier = CTX.Barrier(n_proc)
     results = CTX.Queue()
-    procs = [
-        CTX.Process(target=_racer, args=(path, barrier, attempts, results, racy))
-        for _ in range(n_proc)
-    ]
+    procs = [CTX.Process(target=_racer, args=(path, barrier, attempts, results, racy)) for _ in range(n_proc)]
     for p in procs:
         p.start()
     for p in procs:
@@ -262,8 +252,7 @@ class _RacyReserveLedger(Ledger):
         time.sleep(0.05)
         with closing(self._connect()) as con:
             con.execute(
-                "INSERT INTO charges(dataset, epsilon, delta, note, created_at, state, key) "
-                "VALUES (?,?,?,?,?,?,?)",
+                "INSERT INTO charges(dataset, epsilon, delta, note, created_at, state, key) VALUES (?,?,?,?,?,?,?)",
                 (dataset, str(epsilon), str(delta), note, "", "reserved", key),
             )
 

@@ -100,9 +100,7 @@ def test_outputs_live_on_the_grid_whatever_the_input(make):
     ):
         out = m.randomise(x)
         k = out / g
-        assert np.array_equal(k, np.rint(k)), (
-            "release must be a multiple of the grid width"
-        )
+        assert np.array_equal(k, np.rint(k)), "release must be a multiple of the grid width"
     # and the grid is fine relative to the noise and sensitivity
     assert g <= 3.0 * 2.0**-16
 

@@ -52,15 +52,11 @@ def worst_violation(
         ka, kb = int(np.sum(ev(a))), int(np.sum(ev(b)))
         worst = max(
             worst,
-            _cp_lower(ka, n_a, level)
-            - math.exp(eps) * _cp_upper(kb, n_b, level)
-            - delta,
+            _cp_lower(ka, n_a, level) - math.exp(eps) * _cp_upper(kb, n_b, level) - delta,
         )
         worst = max(
             worst,
-            _cp_lower(kb, n_b, level)
-            - math.exp(eps) * _cp_upper(ka, n_a, level)
-            - delta,
+            _cp_lower(kb, n_b, level) - math.exp(eps) * _cp_upper(ka, n_a, level) - delta,
         )
     return worst
 
@@ -90,9 +86,7 @@ def test_laplace_respects_epsilon_and_is_tight():
 
 def test_check_catches_laplace_with_half_the_noise():
     eps = 1.0
-    a, b = _laplace_releases(
-        2 * eps, 2
-    )  # scale 1/(2 eps): half the noise the claim needs
+    a, b = _laplace_releases(2 * eps, 2)  # scale 1/(2 eps): half the noise the claim needs
     events = _half_lines(np.linspace(-4, 5, 19))
     assert worst_violation(a, b, events, eps, 0.0) > 0
 
@@ -139,14 +133,8 @@ def _vector_events() -> list[Callable[[np.ndarray], np.ndarray]]:
         evs.append(lambda y, c=c: y[:, 0] > c)
     for r in (2.0, 4.0, 6.0):
         # narrow cones pointing away from / towards the neighbour: loss -> eps there
-        evs.append(
-            lambda y, r=r: (y[:, 0] <= -r) & (np.abs(y[:, 1]) <= 0.2 * np.abs(y[:, 0]))
-        )
-        evs.append(
-            lambda y, r=r: (
-                (y[:, 0] >= 1 + r) & (np.abs(y[:, 1]) <= 0.2 * np.abs(y[:, 0] - 1))
-            )
-        )
+        evs.append(lambda y, r=r: (y[:, 0] <= -r) & (np.abs(y[:, 1]) <= 0.2 * np.abs(y[:, 0])))
+        evs.append(lambda y, r=r: (y[:, 0] >= 1 + r) & (np.abs(y[:, 1]) <= 0.2 * np.abs(y[:, 0] - 1)))
     return evs
 
 

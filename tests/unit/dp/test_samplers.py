@@ -124,4 +124,4 @@ def test_seeded_source_is_reproducible():
 def test_ceil_sqrt():
     for n in [0, 1, 2, 3, 4, 5, 15, 16, 17, 10**30, 10**30 + 1]:
         r = ceil_sqrt(n)
-        assert r * r >= n and (r - 1) * (r - 1) < n or n == 0
+        assert (r * r >= n and (r - 1) * (r - 1) < n) or n == 0

@@ -55,24 +55,27 @@ def test_good_config_resolves_relative_paths(tmp_path):
         cfg.address_of("carol")
 
 
-@pytest.mark.parametrize("change, message", [
-    (("name = \"alice\"", "name = \"Alice\""), "party.name"),
-    (("name = \"alice\"\n", ""), "missing party.name"),
-    (("listen = \"0.0.0.0:50051\"", "listen = \"0.0.0.0\""), "party.listen"),
-    (("listen = \"0.0.0.0:50051\"", "listen = \"0.0.0.0:70000\""), "port must be"),
-    (("allow_insecure_keys = false", "allow_insecure_keys = \"no\""), "party.allow_insecure_keys"),
-    (("plugins = [\"tests.support.echo_plugin\"]", "plugins = [\"not a module\"]"), "party.plugins"),
-    (("bob = \"127.0.0.1:50052\"", "bob = \"127.0.0.1\""), "peers.bob"),
-    (("bob = \"127.0.0.1:50052\"", "alice = \"127.0.0.1:50052\""), "must not list the party itself"),
-    (("bob = \"127.0.0.1:50052\"", "Bob = \"127.0.0.1:50052\""), "peer name"),
-    (("connect_seconds = 2.5", "connect_seconds = -1"), "timeouts.connect_seconds"),
-    (("connect_seconds = 2.5", "connect_secs = 1"), "unknown key.*connect_secs"),
-    (("[tls]\n", "[tls]\ncrt = \"x\"\n"), r"unknown key.*\[tls\]"),
-    (("cert = \"certs/alice.crt\"\n", ""), "missing tls.cert"),
-    (("[timeouts]", "[timeout]"), "unknown key.*timeout"),
-    (("data = \"A.npy\"", "data = 3"), "inputs.power-iteration.data"),
-    (("name = \"alice\"", "name = \"alice"), "not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (('name = "alice"', 'name = "Alice"'), "party.name"),
+        (('name = "alice"\n', ""), "missing party.name"),
+        (('listen = "0.0.0.0:50051"', 'listen = "0.0.0.0"'), "party.listen"),
+        (('listen = "0.0.0.0:50051"', 'listen = "0.0.0.0:70000"'), "port must be"),
+        (("allow_insecure_keys = false", 'allow_insecure_keys = "no"'), "party.allow_insecure_keys"),
+        (('plugins = ["tests.support.echo_plugin"]', 'plugins = ["not a module"]'), "party.plugins"),
+        (('bob = "127.0.0.1:50052"', 'bob = "127.0.0.1"'), "peers.bob"),
+        (('bob = "127.0.0.1:50052"', 'alice = "127.0.0.1:50052"'), "must not list the party itself"),
+        (('bob = "127.0.0.1:50052"', 'Bob = "127.0.0.1:50052"'), "peer name"),
+        (("connect_seconds = 2.5", "connect_seconds = -1"), "timeouts.connect_seconds"),
+        (("connect_seconds = 2.5", "connect_secs = 1"), "unknown key.*connect_secs"),
+        (("[tls]\n", '[tls]\ncrt = "x"\n'), r"unknown key.*\[tls\]"),
+        (('cert = "certs/alice.crt"\n', ""), "missing tls.cert"),
+        (("[timeouts]", "[timeout]"), "unknown key.*timeout"),
+        (('data = "A.npy"', "data = 3"), "inputs.power-iteration.data"),
+        (('name = "alice"', 'name = "alice'), "not valid TOML"),
+    ],
+)
 def test_invalid_fields_are_named(tmp_path, change, message):
     old, new = change
     assert old in GOOD
@@ -87,12 +90,16 @@ def test_missing_file(tmp_path):
 
 def test_dump_round_trip(tmp_path):
     cfg = PartyConfig(
-        name="bob", listen="[::]:6000", data_dir=tmp_path / "state" / "bob",
+        name="bob",
+        listen="[::]:6000",
+        data_dir=tmp_path / "state" / "bob",
         tls=TlsConfig(tmp_path / "c/ca.crt", tmp_path / "c/bob.crt", tmp_path / "c/bob.key"),
         peers={"alice": "alice.example.org:6000"},
-        inputs={"power-iteration": {"data": tmp_path / "data dir" / "B \"x\".npy"}},
-        plugins=("a.b",), allow_insecure_keys=True,
-        timeouts=Timeouts(1.5, 30.0, 10.0))
+        inputs={"power-iteration": {"data": tmp_path / "data dir" / 'B "x".npy'}},
+        plugins=("a.b",),
+        allow_insecure_keys=True,
+        timeouts=Timeouts(1.5, 30.0, 10.0),
+    )
     path = dump_config(cfg, tmp_path / "cfg" / "bob.toml")
     back = load_config(path)
     assert back.with_changes(source=None) == cfg
@@ -100,6 +107,7 @@ def test_dump_round_trip(tmp_path):
 
 
 def test_dumps_toml_escapes():
-    doc = {"t": {"s": "quote \" backslash \\ newline \n tab \t ünï", "l": ["x", "y"], "f": 1.5,
-                 "b": False, "weird key": 1}}
+    doc = {
+        "t": {"s": 'quote " backslash \\ newline \n tab \t ünï', "l": ["x", "y"], "f": 1.5, "b": False, "weird key": 1}
+    }
     assert tomllib.loads(dumps_toml(doc)) == doc

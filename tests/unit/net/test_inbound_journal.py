@@ -41,16 +41,18 @@ def test_the_role_gets_the_message_while_the_journal_syncs_and_the_ack_waits_for
     async def main():
         ch = GrpcChannel("s-1", "bob", {"alice": "party-a", "bob": "party-b"}, None, connector, journal=journal)
         data = pb.Ints(values=[7]).SerializeToString()
-        acked = asyncio.ensure_future(asyncio.to_thread(ch.deliver_threadsafe, "alice", "t/0", pb.Ints.DESCRIPTOR.full_name, data))
-        msg = await asyncio.wait_for(ch.recv("alice", "t/0", pb.Ints), 5)   # the sync cannot have finished
+        acked = asyncio.ensure_future(
+            asyncio.to_thread(ch.deliver_threadsafe, "alice", "t/0", pb.Ints.DESCRIPTOR.full_name, data)
+        )
+        msg = await asyncio.wait_for(ch.recv("alice", "t/0", pb.Ints), 5)  # the sync cannot have finished
         assert list(msg.values) == [7]
         assert journal.events[0] == ("record", "t/0", False) and ("sync-done",) not in journal.events
-        for _ in range(500):                       # the delivering thread reaches the (blocked) sync
+        for _ in range(500):  # the delivering thread reaches the (blocked) sync
             if ("sync-start",) in journal.events:
                 break
             await asyncio.sleep(0.01)
         assert journal.events == [("record", "t/0", False), ("sync-start",)]
-        assert not acked.done()                                                 # no ack before it is durable
+        assert not acked.done()  # no ack before it is durable
         journal.release.set()
         assert await asyncio.wait_for(acked, 5) is True
         assert journal.events[-1] == ("sync-done",)

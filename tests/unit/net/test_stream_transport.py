@@ -86,9 +86,9 @@ class FakeStub:
         self.delay, self.script = delay, list(script)
         self.calls: list[FakeStreamCall] = []
         self.received: list[tuple[str, str]] = []
-        self.unacked = 0              # complete messages written on a call and not acknowledged yet
+        self.unacked = 0  # complete messages written on a call and not acknowledged yet
         self.max_unacked = 0
-        self.hold: asyncio.Event | None = None     # set: no Ack goes out before the test sets it
+        self.hold: asyncio.Event | None = None  # set: no Ack goes out before the test sets it
         self.stall_writes: set[str] = set()
 
     def Stream(self):
@@ -109,8 +109,14 @@ def channel(stub, deadline_s=30.0, rpc_seconds=1.0):
         pass
 
     conn.close = close
-    return GrpcChannel("s-1", "a", {"a": "alice", "b": "bob"}, time.monotonic() + deadline_s, conn,
-                       retry=RetryPolicy(initial_backoff=0.01, max_backoff=0.02))
+    return GrpcChannel(
+        "s-1",
+        "a",
+        {"a": "alice", "b": "bob"},
+        time.monotonic() + deadline_s,
+        conn,
+        retry=RetryPolicy(initial_backoff=0.01, max_backoff=0.02),
+    )
 
 
 def msg(i):
@@ -134,12 +140,12 @@ def test_messages_are_pipelined_on_one_stream_call_and_it_is_closed_cleanly():
 
     async def main():
         stub.hold = asyncio.Event()
-        ch = channel(stub, rpc_seconds=60.0)    # held Acks must not look like a silent stream (retried)
+        ch = channel(stub, rpc_seconds=60.0)  # held Acks must not look like a silent stream (retried)
         for i in range(5):
-            await asyncio.wait_for(ch.send("b", f"t/{i}", msg(i)), 30)   # would wait forever for an Ack
+            await asyncio.wait_for(ch.send("b", f"t/{i}", msg(i)), 30)  # would wait forever for an Ack
         await wait_until(lambda: stub.unacked == 5, "the five messages written on the stream")
-        assert stub.received == [] and ch.stats.messages_sent == 0      # nothing acknowledged yet
-        assert stub.max_unacked >= 4          # several unacknowledged messages under way at once
+        assert stub.received == [] and ch.stats.messages_sent == 0  # nothing acknowledged yet
+        assert stub.max_unacked >= 4  # several unacknowledged messages under way at once
         stub.hold.set()
         await asyncio.wait_for(ch.flush(), 30)
         assert ch.stats.messages_sent == 5
@@ -170,10 +176,10 @@ def test_a_refusal_on_the_stream_is_final_names_the_refuser_and_ends_the_role():
 
     async def main():
         ch = channel(stub)
-        await ch.send("b", "bad", msg(1))              # returns at once: the refusal comes later
+        await ch.send("b", "bad", msg(1))  # returns at once: the refusal comes later
         with pytest.raises(InvalidMessage) as err:
-            await ch.recv("b", "reply", pb.Ints)       # the role hears it where it waits
-        assert err.value.origin == "bob"                # the party that refused, not the sender
+            await ch.recv("b", "reply", pb.Ints)  # the role hears it where it waits
+        assert err.value.origin == "bob"  # the party that refused, not the sender
         with pytest.raises(InvalidMessage):
             await ch.flush()
         with pytest.raises(InvalidMessage):
@@ -225,7 +231,7 @@ def test_a_message_whose_stream_is_closed_while_it_is_written_is_sent_again_not_
     async def main():
         ch = channel(stub)
         await ch.send("b", "t/0", msg(0))
-        await asyncio.sleep(0.5)          # t/1 is being written when t/0's attempt (1 s) gives up
+        await asyncio.sleep(0.5)  # t/1 is being written when t/0's attempt (1 s) gives up
         await ch.send("b", "t/1", msg(1))
         await ch.flush()
 
@@ -315,17 +321,24 @@ def test_a_stream_reads_ahead_of_its_acks_only_so_far_and_acks_once_durable():
 
     async def envelopes():
         for i in range(500):
-            yield tpb.Envelope(session_id="s-1", tag=f"t/{i}", type_name="smcdp.v1.Ints", chunk_index=0,
-                               chunk_count=1, total_size=1, data=b"\x01")
+            yield tpb.Envelope(
+                session_id="s-1",
+                tag=f"t/{i}",
+                type_name="smcdp.v1.Ints",
+                chunk_index=0,
+                chunk_count=1,
+                total_size=1,
+                data=b"\x01",
+            )
 
     async def main():
         acks = servicer.Stream(envelopes(), PeerContext())
         first = asyncio.ensure_future(acks.__anext__())
         await wait_until(lambda: len(target.accepted) >= STREAM_READ_AHEAD, "the receiver reading ahead")
-        for _ in range(200):                  # give a reader that did not hold a chance to read on
+        for _ in range(200):  # give a reader that did not hold a chance to read on
             await asyncio.sleep(0)
         await asyncio.sleep(0.1)
-        assert not first.done()                               # not durable yet: no Ack
+        assert not first.done()  # not durable yet: no Ack
         assert STREAM_READ_AHEAD <= len(target.accepted) <= STREAM_READ_AHEAD + 1
         target.synced.set_result(None)
         assert (await asyncio.wait_for(first, 5)).bytes == 1

@@ -11,8 +11,9 @@ from smcdp.net import tls
 
 
 def test_deployment_files_names_and_modes(tmp_path):
-    files = tls.generate_deployment(tmp_path, ["alice", "bob", "trent"],
-                                    hosts={"alice": ["10.0.0.1", "alice.example.org"]})
+    files = tls.generate_deployment(
+        tmp_path, ["alice", "bob", "trent"], hosts={"alice": ["10.0.0.1", "alice.example.org"]}
+    )
     assert set(files) == {"alice", "bob", "trent"}
     for name in ("ca.key", "alice.key", "bob.key", "trent.key"):
         mode = stat.S_IMODE((tmp_path / name).stat().st_mode)

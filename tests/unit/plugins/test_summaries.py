@@ -27,7 +27,9 @@ def test_power_iteration_releases_exact_outputs_from_every_data_party():
     assert s.key_bits == {"paillier": 3072} and s.epsilon is None and s.record_bound is None
     assert s.data_roles == ("party1", "party2") and s.coordinator_roles == ("trent",)
     assert {o.name: (o.recipients, o.dp) for o in s.outputs} == {
-        "u": (("party1", "party2"), False), "x": (("trent",), False)}
+        "u": (("party1", "party2"), False),
+        "x": (("trent",), False),
+    }
 
 
 def test_power_iteration_names_its_r_components_and_what_oversampling_adds():
@@ -35,19 +37,24 @@ def test_power_iteration_names_its_r_components_and_what_oversampling_adds():
     s = _summary("power-iteration", roles, n_parties=3, components=3)
     data = ("party1", "party2", "party3")
     assert [(o.name, o.recipients, o.sources, o.dp) for o in s.outputs] == [
-        ("u_1..u_3", data, data, False), ("x_1..x_3", ("trent",), data, False)]
+        ("u_1..u_3", data, data, False),
+        ("x_1..x_3", ("trent",), data, False),
+    ]
     s = _summary("power-iteration", roles, n_parties=3, components=2, oversample=2)
     assert [(o.name, o.recipients) for o in s.outputs] == [
-        ("u_1..u_2", data), ("x_1..x_2", ("trent",)), ("approximate u_3..u_4 (oversample)", data)]
+        ("u_1..u_2", data),
+        ("x_1..x_2", ("trent",)),
+        ("approximate u_3..u_4 (oversample)", data),
+    ]
 
 
 def test_dp_aggregate_costs_its_epsilon_or_the_seed_calibrations_actual_guarantee():
     s = _summary("dp-aggregate", DPA_ROLES, n_parties=2, dim=9, epsilon=0.5, lam=0.1, min_records=40)
-    assert (s.epsilon, s.delta, s.rho, s.record_bound) == (0.5, 2 * 2.0 ** -64, 0.125, 40)
+    assert (s.epsilon, s.delta, s.rho, s.record_bound) == (0.5, 2 * 2.0**-64, 0.125, 40)
     assert s.key_bits == {"paillier": 2048, "dgk": 2048}
     assert [(o.name, o.recipients, o.dp) for o in s.outputs] == [("model", ("dave",), True)]
     seed = _summary("dp-aggregate", DPA_ROLES, n_parties=2, dim=9, epsilon=0.5, lam=0.1, calibration="seed")
-    assert math.isclose(seed.epsilon, 0.5 * 3 / 4)                      # eps * sqrt(d) / (2K)
+    assert math.isclose(seed.epsilon, 0.5 * 3 / 4)  # eps * sqrt(d) / (2K)
 
 
 def test_keyword_reveals_more_to_alice_only_when_asked():
@@ -86,16 +93,23 @@ def _datasets(tmp_path):
 def _run(tmp_path, on_release, box):
     """Every role through the plug-in on one in-memory network (``box["net"]``, also on failure)."""
     plugin = get_plugin("dp-aggregate")
-    params = plugin.validate_params({"n_parties": 2, "dim": 3, "epsilon": 1e6, "lam": 0.1, "key_bits": 512,
-                                     "dgk_bits": 512, "dgk_t": 64}, DPA_ROLES)
+    params = plugin.validate_params(
+        {"n_parties": 2, "dim": 3, "epsilon": 1e6, "lam": 0.1, "key_bits": 512, "dgk_bits": 512, "dgk_t": 64}, DPA_ROLES
+    )
     paths = _datasets(tmp_path)
     box["net"] = net = InMemoryNetwork(DPA_ROLES, timeout=120)
 
     def ctx(role):
         party = DPA_ROLES[role]
-        return SessionContext(session_id="s", protocol="dp-aggregate", roles=DPA_ROLES, params=params,
-                              inputs={"data": paths[party]} if party in paths else {},
-                              allow_insecure_keys=True, on_release=on_release(role) if party in paths else None)
+        return SessionContext(
+            session_id="s",
+            protocol="dp-aggregate",
+            roles=DPA_ROLES,
+            params=params,
+            inputs={"data": paths[party]} if party in paths else {},
+            allow_insecure_keys=True,
+            on_release=on_release(role) if party in paths else None,
+        )
 
     fns = {r: (lambda r: lambda ch: plugin.run_role(r, ch, ctx(r)))(r) for r in DPA_ROLES}
     return asyncio.run(net.run(fns))
@@ -112,10 +126,10 @@ def test_the_release_gate_fires_once_just_before_the_share_to_dave(tmp_path):
         return lambda: calls.append((role, _sent(box["net"], role)))
 
     results = _run(tmp_path, on_release, box)
-    assert sorted(r for r, _ in calls) == ["party1", "party2"]          # once per data party
+    assert sorted(r for r, _ in calls) == ["party1", "party2"]  # once per data party
     for role, sent_before in calls:
-        assert sent_before and (role, "dave", SHARE_TAG) not in sent_before     # nothing to dave yet
-        assert (role, "dave", SHARE_TAG) in _sent(box["net"])                   # then the share went
+        assert sent_before and (role, "dave", SHARE_TAG) not in sent_before  # nothing to dave yet
+        assert (role, "dave", SHARE_TAG) in _sent(box["net"])  # then the share went
     assert len(results["dave"]["weights"]) == 3
 
 
@@ -124,6 +138,7 @@ def test_a_failing_release_callback_keeps_the_share_in(tmp_path):
         def fire():
             if role == "party2":
                 raise SmcdpError("the ledger is unavailable")
+
         return fire
 
     box = {}
@@ -141,8 +156,9 @@ def test_power_iteration_dp_modes_declare_what_the_data_parties_receive():
     assert cov.epsilon == 0.5 and cov.delta == 1e-6 and cov.components == 30
     assert [o.name for o in cov.outputs] == ["u_1..u_2", "noisy 30 × 30 covariance (all 30 directions)"]
     assert all(o.dp and o.recipients == ("party1", "party2") for o in cov.outputs)
-    power = _summary("power-iteration", roles, n_parties=2, epsilon=0.5, delta=1e-6, rows=30, components=2,
-                     dp_method="power")
+    power = _summary(
+        "power-iteration", roles, n_parties=2, epsilon=0.5, delta=1e-6, rows=30, components=2, dp_method="power"
+    )
     assert power.components == 2 and [o.name for o in power.outputs] == ["u_1..u_2"]
     # the same total cost: one release of sigma against T = 10 releases of √10·sigma
     assert cov.rho == pytest.approx(power.rho, rel=1e-6)

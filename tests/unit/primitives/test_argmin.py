@@ -37,11 +37,19 @@ def run_argmin(values, keys, *, value_bits=32, seed=None, tamper=None):
     K = len(values)
     p = _params(K, value_bits)
     roles = {"charlie": "charlie", **{f"party{i + 1}": f"p{i + 1}" for i in range(K)}}
-    fns = {"charlie": lambda ch: argmin_curator(ch, p, zeta_key=keys["zeta"], dgk_key=keys["dgk"], seed=seed,
-                                                allow_insecure_keys=True)}
+    fns = {
+        "charlie": lambda ch: argmin_curator(
+            ch, p, zeta_key=keys["zeta"], dgk_key=keys["dgk"], seed=seed, allow_insecure_keys=True
+        )
+    }
     for i in range(K):
-        fns[f"party{i + 1}"] = (lambda j: lambda ch: argmin_party(
-            ch, values[j], p, xi_key=keys["xi"] if j == 0 else None, seed=seed, allow_insecure_keys=True))(i)
+        fns[f"party{i + 1}"] = (
+            lambda j: (
+                lambda ch: argmin_party(
+                    ch, values[j], p, xi_key=keys["xi"] if j == 0 else None, seed=seed, allow_insecure_keys=True
+                )
+            )
+        )(i)
     res, net = run_network(roles, fns, tamper)
     c = res["charlie"]
     parties = [res[f"party{i + 1}"] for i in range(K)]
@@ -72,7 +80,7 @@ def _plain_tournament(values):
         return (values[p], p) < (values[q], q)
 
     winner, rounds = asyncio.run(run_tournament(len(values), match))
-    assert sorted(calls) == list(range(len(values) - 1))        # every match number once
+    assert sorted(calls) == list(range(len(values) - 1))  # every match number once
     return winner, rounds
 
 
@@ -106,7 +114,7 @@ def test_tree_and_schedule(K):
 
 
 # ----------------------------------------------------------------------------- the protocol (DGK)
-@pytest.mark.parametrize("K", [2, 3, 4, pytest.param(5, marks=pytest.mark.slow)])   # K = 5: 120 runs, ~7 CPU-s
+@pytest.mark.parametrize("K", [2, 3, 4, pytest.param(5, marks=pytest.mark.slow)])  # K = 5: 120 runs, ~7 CPU-s
 def test_all_permutations_small_K(K, keys):
     base = [10 + 7 * i for i in range(K)]
     for perm in itertools.permutations(base):
@@ -124,15 +132,16 @@ def test_every_position_of_the_minimum(K, keys):
         assert j == pos
 
 
-@pytest.mark.parametrize("values", [[5, 5], [7, 7, 7], [3, 9, 3, 9], [9, 1, 1, 1, 4], [0, 0, 0, 0, 0, 0, 0, 0],
-                                    [2 ** 32 - 1, 2 ** 32 - 1, 0, 0]])
+@pytest.mark.parametrize(
+    "values", [[5, 5], [7, 7, 7], [3, 9, 3, 9], [9, 1, 1, 1, 4], [0, 0, 0, 0, 0, 0, 0, 0], [2**32 - 1, 2**32 - 1, 0, 0]]
+)
 def test_ties_pick_the_lowest_index(values, keys):
     j, _, _ = run_argmin(values, keys)
     assert j == expected_argmin(values)
 
 
 def test_extreme_values(keys):
-    top = 2 ** 32 - 1
+    top = 2**32 - 1
     assert run_argmin([top, 0, top - 1], keys)[0] == 1
     assert run_argmin([top, top - 1], keys)[0] == 1
     assert run_argmin([1, 0], keys)[0] == 1
@@ -146,8 +155,8 @@ _K = st.integers(2, 40)
 @given(st.data())
 def test_property_random_values_with_ties(keys, data):
     K = data.draw(_K, label="K")
-    values = data.draw(st.lists(st.integers(0, 3), min_size=K, max_size=K), label="values")   # many ties
-    j, _, _ = run_argmin(values, keys, seed=data.draw(st.integers(0, 2 ** 30), label="seed"))
+    values = data.draw(st.lists(st.integers(0, 3), min_size=K, max_size=K), label="values")  # many ties
+    j, _, _ = run_argmin(values, keys, seed=data.draw(st.integers(0, 2**30), label="seed"))
     assert j == expected_argmin(values)
 
 
@@ -155,7 +164,7 @@ def test_property_random_values_with_ties(keys, data):
 @given(st.data())
 def test_property_equal_values_select_party1(keys, data):
     K = data.draw(_K, label="K")
-    v = data.draw(st.integers(0, 2 ** 32 - 1), label="value")
+    v = data.draw(st.integers(0, 2**32 - 1), label="value")
     assert run_argmin([v] * K, keys)[0] == 0
 
 
@@ -164,7 +173,7 @@ def test_property_equal_values_select_party1(keys, data):
 def test_property_the_smallest_party_at_any_position(keys, data):
     K = data.draw(_K, label="K")
     pos = data.draw(st.integers(0, K - 1), label="position of the smallest")
-    others = data.draw(st.lists(st.integers(1, 2 ** 32 - 1), min_size=K, max_size=K), label="others")
+    others = data.draw(st.lists(st.integers(1, 2**32 - 1), min_size=K, max_size=K), label="others")
     values = list(others)
     values[pos] = data.draw(st.integers(0, min(others) - 1), label="smallest")
     assert run_argmin(values, keys)[0] == pos
@@ -174,7 +183,7 @@ def test_property_the_smallest_party_at_any_position(keys, data):
 def test_the_smallest_party_at_every_position(K, keys):
     rng = random.Random(100 + K)
     for pos in range(K):
-        values = [rng.randrange(1, 2 ** 32) for _ in range(K)]
+        values = [rng.randrange(1, 2**32) for _ in range(K)]
         values[pos] = rng.randrange(0, min(values))
         assert run_argmin(values, keys, seed=pos)[0] == pos
 
@@ -194,7 +203,7 @@ def test_nothing_in_clear(keys):
                 v = int.from_bytes(m, "big") * (-1 if neg else 1)
                 seen_ints += 1
                 assert v not in secret and -v not in secret, (sender, receiver, tag)
-                assert abs(v) > 2 ** 40, (sender, receiver, tag)        # every share is masked by ≥ 40 bits
+                assert abs(v) > 2**40, (sender, receiver, tag)  # every share is masked by ≥ 40 bits
         if type_name == "smcdp.v1.Ints":
             msg = pb.Ints.FromString(data)
             for v in msg.values:
@@ -213,7 +222,7 @@ def test_the_tournament_view_is_distributed_as_for_a_random_permutation(keys):
     is (0, 1), fair; match 1 is (its winner, 2), which position 2 wins with probability 1/3."""
     from scipy import stats
 
-    outcomes = [(0, 0), (0, 2), (1, 1), (1, 2)]      # (winner of match 0, overall winner)
+    outcomes = [(0, 0), (0, 2), (1, 1), (1, 2)]  # (winner of match 0, overall winner)
     expected = [1 / 3, 1 / 6, 1 / 3, 1 / 6]
     runs = 96
     for values in ([4, 4, 4], [1, 2, 3], [30, 10, 20]):
@@ -228,13 +237,13 @@ def test_the_tournament_view_is_distributed_as_for_a_random_permutation(keys):
 # ----------------------------------------------------------------------------- malformed input
 def test_out_of_range_value_is_refused(keys):
     with pytest.raises(InvalidMessage, match=r"\[0, 2\^32\)"):
-        run_argmin([1, 2 ** 32], keys)
+        run_argmin([1, 2**32], keys)
     with pytest.raises(InvalidMessage, match="integer"):
         run_argmin([1, 2.5], keys)
 
 
 def test_malformed_share_message_is_refused(keys):
-    def tamper(net):                  # every share sent (seed 5: π₁ = [1, 2, 0], no party keeps its own)
+    def tamper(net):  # every share sent (seed 5: π₁ = [1, 2, 0], no party keeps its own)
         for sender in ("party1", "party2", "party3"):
             tamper_message(net, sender, "s1/a", lambda d: bigints([1, 2]).SerializeToString())
 
@@ -257,18 +266,20 @@ def test_ciphertext_outside_range_is_refused(keys):
 
 
 def test_bad_permutation_is_refused(keys):
-    for bad in ([0, 0, 1], [3, 0], [-1, 0], [1, 0], [2, 1]):        # party2 (index 1): not (position, source) in 0..2,
-        def tamper(net, bad=bad):                          # or a fixed point on one side only
-            tamper_message(net, "party1", "s1/pi1", lambda d: pb.Ints(values=bad).SerializeToString(),
-                           receiver="party2")
+    for bad in ([0, 0, 1], [3, 0], [-1, 0], [1, 0], [2, 1]):  # party2 (index 1): not (position, source) in 0..2,
+
+        def tamper(net, bad=bad):  # or a fixed point on one side only
+            tamper_message(
+                net, "party1", "s1/pi1", lambda d: pb.Ints(values=bad).SerializeToString(), receiver="party2"
+            )
 
         with pytest.raises((InvalidMessage, SessionAborted), match="position and a source"):
             run_argmin([3, 4, 5], keys, tamper=tamper)
 
 
 def test_bigints_codec_validation():
-    msg = bigints([0, -5, 2 ** 70])
-    assert from_bigints(msg, count=3, bound_bits=71, what="x") == [0, -5, 2 ** 70]
+    msg = bigints([0, -5, 2**70])
+    assert from_bigints(msg, count=3, bound_bits=71, what="x") == [0, -5, 2**70]
     with pytest.raises(InvalidMessage, match="exactly 2"):
         from_bigints(msg, count=2, bound_bits=71, what="x")
     with pytest.raises(InvalidMessage, match="2\\^70"):
@@ -283,8 +294,13 @@ def test_bigints_codec_validation():
 
 
 def test_parameter_validation():
-    for bad in (dict(n_parties=1), dict(mask_bits=39), dict(value_bits=0), dict(curator="party9"),
-                dict(n_parties=3, key_bits=200)):
+    for bad in (
+        dict(n_parties=1),
+        dict(mask_bits=39),
+        dict(value_bits=0),
+        dict(curator="party9"),
+        dict(n_parties=3, key_bits=200),
+    ):
         with pytest.raises(InvalidMessage):
             SecureMinParams(**bad).validate()
 
@@ -302,7 +318,8 @@ def run_check(values, selected, keys, *, tamper=None):
     async def party(ch, i):
         ok, _ = await asyncio.gather(
             check_selection_party(ch, values[i], p, zeta_pk=pk, allow_insecure_keys=True),
-            check_selection_helper(ch, ct, p, zeta_pk=pk, allow_insecure_keys=True))
+            check_selection_helper(ch, ct, p, zeta_pk=pk, allow_insecure_keys=True),
+        )
         return ok
 
     fns = {"charlie": lambda ch: check_selection_curator(ch, p, zeta_key=zeta)}
@@ -312,15 +329,28 @@ def run_check(values, selected, keys, *, tamper=None):
     return [res[f"party{i + 1}"] for i in range(K)], net
 
 
-@pytest.mark.parametrize("values,selected", [([5, 9], 5), ([5, 9], 9), ([7, 7, 7], 7), ([3, 1, 4, 1, 5], 1),
-                                             ([3, 1, 4, 1, 5], 4), ([0, 2 ** 32 - 1], 0), ([0, 2 ** 32 - 1], 2 ** 32 - 1)])
+@pytest.mark.parametrize(
+    "values,selected",
+    [
+        ([5, 9], 5),
+        ([5, 9], 9),
+        ([7, 7, 7], 7),
+        ([3, 1, 4, 1, 5], 1),
+        ([3, 1, 4, 1, 5], 4),
+        ([0, 2**32 - 1], 0),
+        ([0, 2**32 - 1], 2**32 - 1),
+    ],
+)
 def test_selection_check_tells_each_party_whether_the_selected_value_is_at_most_its_own(keys, values, selected):
     bits, net = run_check(values, selected, keys)
     assert bits == [selected <= v for v in values]
     # Charlie only opens masked values: none of them is the selected value or a party's
-    opened = [int.from_bytes(pb.BigInts.FromString(d).magnitude[0], "big")
-              for (s, r, t, tn, d) in net.transcript if t == "chk/open"]
-    assert len(opened) == len(values) and all(v >= 2 ** 40 for v in opened)
+    opened = [
+        int.from_bytes(pb.BigInts.FromString(d).magnitude[0], "big")
+        for (s, r, t, tn, d) in net.transcript
+        if t == "chk/open"
+    ]
+    assert len(opened) == len(values) and all(v >= 2**40 for v in opened)
 
 
 def test_selection_check_refuses_an_opening_that_does_not_match(keys):
@@ -328,6 +358,7 @@ def test_selection_check_refuses_an_opening_that_does_not_match(keys):
         def lie(data):
             c, r = [int.from_bytes(m, "big") for m in pb.BigInts.FromString(data).magnitude]
             return bigints([c - 5, r]).SerializeToString()
+
         tamper_message(net, "charlie", "chk/open", lie, receiver="party1")
 
     with pytest.raises((InvalidMessage, SessionAborted), match="does not open"):
@@ -339,8 +370,13 @@ def test_charlie_opens_nothing_but_a_masked_selected_value(keys):
     pk = keys["zeta"].public_key
 
     def tamper(net):
-        tamper_message(net, "party2", "chk/c", lambda d: ciphertext_to_proto(pk, pk.raw_encrypt_textbook(
-            2 ** 200)).SerializeToString(), receiver="charlie")
+        tamper_message(
+            net,
+            "party2",
+            "chk/c",
+            lambda d: ciphertext_to_proto(pk, pk.raw_encrypt_textbook(2**200)).SerializeToString(),
+            receiver="charlie",
+        )
 
     with pytest.raises((InvalidMessage, SessionAborted), match="not a masked selected value"):
         run_check([5, 9], 5, keys, tamper=tamper)

@@ -21,12 +21,16 @@ from .util import run_roles
 
 
 def compare(key, xs, ys, ell, predicate="lt", output="shared", **kw):
-    res, net = run_roles({
-        "a": lambda ch: cmp.compare_holder_a(ch, "b", xs, ell=ell, predicate=predicate, output=output,
-                                             allow_insecure=True, **kw),
-        "b": lambda ch: cmp.compare_holder_b(ch, "a", ys, ell=ell, key=key, predicate=predicate,
-                                             output=output, **kw),
-    })
+    res, net = run_roles(
+        {
+            "a": lambda ch: cmp.compare_holder_a(
+                ch, "b", xs, ell=ell, predicate=predicate, output=output, allow_insecure=True, **kw
+            ),
+            "b": lambda ch: cmp.compare_holder_b(
+                ch, "a", ys, ell=ell, key=key, predicate=predicate, output=output, **kw
+            ),
+        }
+    )
     if output == "shared":
         assert res["a"] is not None and res["b"] is not None
         assert set(res["a"]) <= {0, 1} and set(res["b"]) <= {0, 1}
@@ -43,7 +47,7 @@ def expected(xs, ys, predicate):
 @pytest.mark.parametrize("predicate", ["lt", "le"])
 @pytest.mark.parametrize("output", ["shared", "a", "b"])
 def test_exhaustive_ell4(small_key, predicate, output):
-    pairs = list(itertools.product(range(-8, 8), repeat=2))   # every pair, equal values and negatives
+    pairs = list(itertools.product(range(-8, 8), repeat=2))  # every pair, equal values and negatives
     xs, ys = [p[0] for p in pairs], [p[1] for p in pairs]
     z, _, _ = compare(small_key, xs, ys, 4, predicate, output)
     assert z == expected(xs, ys, predicate)
@@ -69,8 +73,13 @@ def _edge_and_random(ell, n_random):
         xs.append(x)
         # a quarter equal, a quarter close, the rest independent
         r = secrets.randbelow(4)
-        ys.append(x if r == 0 else min(hi, max(lo, x + secrets.randbelow(5) - 2)) if r == 1
-                  else secrets.randbelow(1 << ell) + lo)
+        ys.append(
+            x
+            if r == 0
+            else min(hi, max(lo, x + secrets.randbelow(5) - 2))
+            if r == 1
+            else secrets.randbelow(1 << ell) + lo
+        )
     return xs, ys
 
 
@@ -92,8 +101,11 @@ def test_constant_round_trips_for_any_batch(small_key):
             assert z == expected(xs, ys, "lt")
             counts.setdefault(output, set()).add(len(net.transcript))
             # ell ciphertexts per pair one way, ell + 1 the other
-            sizes = {t: len(messages_pb2.Blobs.FromString(d).values) for (_, _, t, tn, d) in net.transcript
-                     if tn == "smcdp.v1.Blobs"}
+            sizes = {
+                t: len(messages_pb2.Blobs.FromString(d).values)
+                for (_, _, t, tn, d) in net.transcript
+                if tn == "smcdp.v1.Blobs"
+            }
             assert sizes == {"cmp/dgk-bits": 8 * n, "cmp/dgk-c": 9 * n}
     # header + key + bits, blinded ciphertexts (+ result bits for output "a"): independent of n
     assert counts == {"shared": {4}, "a": {5}}
@@ -108,21 +120,21 @@ def test_shares_are_random_and_blinding_hides_plaintexts(small_key):
     """B's share is not the result itself, and what B can decrypt is one zero or none among blinded values."""
     ell, n = 6, 80
     xs = [-5] * n
-    ys = [7] * n              # x < y for every pair
+    ys = [7] * n  # x < y for every pair
     z, res, net = compare(small_key, xs, ys, ell, "lt", "shared")
     assert z == [1] * n
-    assert 0 < sum(res["b"]) < n                      # B's shares vary (prob. of failure 2^-79)
+    assert 0 < sum(res["b"]) < n  # B's shares vary (prob. of failure 2^-79)
     cts = messages_pb2.Blobs.FromString(next(d for (_, _, t, _, d) in net.transcript if t == "cmp/dgk-c")).values
     pub = small_key.public
     nonzero, zero_pos = [], []
     for k in range(n):
-        plains = [small_key.decrypt(pub.ciphertext_from_bytes(b)) for b in cts[k * (ell + 1):(k + 1) * (ell + 1)]]
+        plains = [small_key.decrypt(pub.ciphertext_from_bytes(b)) for b in cts[k * (ell + 1) : (k + 1) * (ell + 1)]]
         zeros = [i for i, m in enumerate(plains) if m == 0]
-        assert len(zeros) == res["b"][k]             # delta_B = [a zero is present]
+        assert len(zeros) == res["b"][k]  # delta_B = [a zero is present]
         zero_pos += zeros
         nonzero += [m for m in plains if m]
-    assert len(set(zero_pos)) > 3                     # the zero is not at a fixed position (permutation)
-    assert len(set(nonzero)) > pub.u // 2             # multiplicative blinding spreads values over Z_u^*
+    assert len(set(zero_pos)) > 3  # the zero is not at a fixed position (permutation)
+    assert len(set(nonzero)) > pub.u // 2  # multiplicative blinding spreads values over Z_u^*
 
 
 def test_process_pool_executor(small_key):
@@ -143,22 +155,27 @@ def test_key_reuse_across_calls_and_default_key_refused_small():
         compare(key, xs, ys, 17)
     # A refuses a small key without the opt-in
     with pytest.raises(InsecureParameters):
-        run_roles({
-            "a": lambda ch: cmp.compare_holder_a(ch, "b", xs, ell=8),
-            "b": lambda ch: cmp.compare_holder_b(ch, "a", ys, ell=8, key=key),
-        })
+        run_roles(
+            {
+                "a": lambda ch: cmp.compare_holder_a(ch, "b", xs, ell=8),
+                "b": lambda ch: cmp.compare_holder_b(ch, "a", ys, ell=8, key=key),
+            }
+        )
 
 
-@pytest.mark.parametrize("bad", [
-    dict(xs=[128], ell=8),            # out of range
-    dict(xs=[-129], ell=8),
-    dict(xs=[1.5], ell=8),
-    dict(xs=[True], ell=8),
-    dict(xs=[1], ell=0),
-    dict(xs=[1], ell=8, predicate="lte"),
-    dict(xs=[1], ell=8, output="both"),
-    dict(xs=[1], ell=8, chunk=0),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(xs=[128], ell=8),  # out of range
+        dict(xs=[-129], ell=8),
+        dict(xs=[1.5], ell=8),
+        dict(xs=[True], ell=8),
+        dict(xs=[1], ell=0),
+        dict(xs=[1], ell=8, predicate="lte"),
+        dict(xs=[1], ell=8, output="both"),
+        dict(xs=[1], ell=8, chunk=0),
+    ],
+)
 def test_bad_arguments(small_key, bad):
     kw = dict(bad)
     xs = kw.pop("xs")
@@ -171,28 +188,34 @@ def test_bad_arguments(small_key, bad):
 
 # ---------------------------------------------------------------- malformed peers
 def _run_a_against(fake_b, ell=8, xs=(1, 2), **kw):
-    return run_roles({
-        "a": lambda ch: cmp.compare_holder_a(ch, "b", list(xs), ell=ell, allow_insecure=True, **kw),
-        "b": fake_b,
-    })
+    return run_roles(
+        {
+            "a": lambda ch: cmp.compare_holder_a(ch, "b", list(xs), ell=ell, allow_insecure=True, **kw),
+            "b": fake_b,
+        }
+    )
 
 
 def _honest_b_messages(key, ys, ell, predicate="lt", output="shared"):
     hdr = cmp._header(ell, len(ys), predicate, output)
-    bits = [key.public.ciphertext_to_bytes(key.encrypt((y + (1 << (ell - 1)) >> i) & 1))
-            for y in ys for i in range(ell)]
+    bits = [
+        key.public.ciphertext_to_bytes(key.encrypt((y + (1 << (ell - 1)) >> i) & 1)) for y in ys for i in range(ell)
+    ]
     return hdr, key.public.to_proto(), bits
 
 
-@pytest.mark.parametrize("defect,match", [
-    ("ell", "ell: theirs 9 vs ours 8"),
-    ("count", "count"),
-    ("bits_count", "encrypted bits"),
-    ("bits_short", "bytes"),
-    ("bits_range", "out of range"),
-    ("bits_zero_mod_p", "unit"),
-    ("u_small", "u > 10"),
-])
+@pytest.mark.parametrize(
+    "defect,match",
+    [
+        ("ell", "ell: theirs 9 vs ours 8"),
+        ("count", "count"),
+        ("bits_count", "encrypted bits"),
+        ("bits_short", "bytes"),
+        ("bits_range", "out of range"),
+        ("bits_zero_mod_p", "unit"),
+        ("u_small", "u > 10"),
+    ],
+)
 def test_a_refuses_malformed_messages(small_key, defect, match):
     key = small_key
     ell = 8
@@ -212,7 +235,7 @@ def test_a_refuses_malformed_messages(small_key, defect, match):
         if defect == "bits_zero_mod_p":
             bits[3] = key.public.ciphertext_to_bytes(key.p)
         if defect == "u_small":
-            k2 = dgk.generate_keypair(512, 32, max_ell=4, allow_insecure=True)   # u = 7: too small for ell = 8
+            k2 = dgk.generate_keypair(512, 32, max_ell=4, allow_insecure=True)  # u = 7: too small for ell = 8
             pk = k2.public.to_proto()
         await ch.send("a", "cmp/dgk-hdr", hdr)
         await ch.send("a", "cmp/dgk-pk", pk)
@@ -238,12 +261,15 @@ def test_a_refuses_bad_result_bits(small_key):
         _run_a_against(fake_b, output="a")
 
 
-@pytest.mark.parametrize("defect,match", [
-    ("count", "expected 18 comparison ciphertexts"),
-    ("not_in_subgroup", "subgroup"),
-    ("two_zeros", "2 zero ciphertexts"),
-    ("wrong_type", "expected smcdp.v1.Blobs"),
-])
+@pytest.mark.parametrize(
+    "defect,match",
+    [
+        ("count", "expected 18 comparison ciphertexts"),
+        ("not_in_subgroup", "subgroup"),
+        ("two_zeros", "2 zero ciphertexts"),
+        ("wrong_type", "expected smcdp.v1.Blobs"),
+    ],
+)
 def test_b_refuses_malformed_messages(small_key, defect, match):
     key, pub, ell = small_key, small_key.public, 8
 
@@ -264,7 +290,9 @@ def test_b_refuses_malformed_messages(small_key, defect, match):
         await ch.send("b", "cmp/dgk-c", cmp._blobs([pub.ciphertext_to_bytes(c) for c in cts]))
 
     with pytest.raises(InvalidMessage, match=match):
-        run_roles({
-            "a": fake_a,
-            "b": lambda ch: cmp.compare_holder_b(ch, "a", [3, 4], ell=ell, key=key),
-        })
+        run_roles(
+            {
+                "a": fake_a,
+                "b": lambda ch: cmp.compare_holder_b(ch, "a", [3, 4], ell=ell, key=key),
+            }
+        )

@@ -38,26 +38,26 @@ def clear_logsum(log_w, ell, params: ls.MaskParams, rng: random.Random) -> tuple
     n = len(log_w)
     lay = ls.LogsumLayout.make(params, n, _Key(2048))
     K, psi = lay.mask_int, params.offset_int
-    M = ls.uniform_ints(rng, n, psi)                                   # Bob's masks of Alice's values
+    M = ls.uniform_ints(rng, n, psi)  # Bob's masks of Alice's values
     L = [None if x == -math.inf else ls.fx(x, F) + m for x, m in zip(ell, M)]
     omega = ls.uniform_ints(rng, 1, psi)[0]
     sigma = ls.uniform_ints(rng, n, K)
-    c = ls.term_offsets([ls.fx(x, F) for x in log_w], M, omega, sigma)                   # (E) Bob
+    c = ls.term_offsets([ls.fx(x, F) for x in log_w], M, omega, sigma)  # (E) Bob
     y = [None if v is None else v + ci for v, ci in zip(L, c)]
-    e, m = ls.exponentiate_terms(y, lay)                                                  # (E) Alice
-    k = ls.term_weights(sigma, lay)                                                       # (W) Bob
+    e, m = ls.exponentiate_terms(y, lay)  # (E) Alice
+    k = ls.term_weights(sigma, lay)  # (W) Bob
     u = sum(ki * ei for ki, ei in zip(k, e)) + ls.smudging(rng, lay, 1)[0]
-    assert 0 <= u <= lay.max_sum < 1 << (lay.slot_bits - 1)                               # slot never overflows
+    assert 0 <= u <= lay.max_sum < 1 << (lay.slot_bits - 1)  # slot never overflows
     if m is None:
         return None, lay
-    return ls.logarithm(u, m, lay) - omega + K, lay                                       # (L) Alice, Bob unmasks
+    return ls.logarithm(u, m, lay) - omega + K, lay  # (L) Alice, Bob unmasks
 
 
 def bound(n: int, params: ls.MaskParams) -> float:
     """docs/protocols/keyword.md §bound: δ = 1.0001(|ε_a| + η) + e_ln, η ≤ 0.75·2^−p(1+2^−40) + 2^−51, plus the
     grid rounding of the n inputs (ε_a per term, ≤ 2^−F each)."""
-    eta = 0.75 * 2.0 ** -params.precision_bits * (1 + 2.0 ** -40) + 2.0 ** -51
-    return 1.0001 * (2.0 ** -41 + 2.0 ** -43 + eta) + 2.0 ** -41 + 2.0 ** -47 + 2.0 ** -F
+    eta = 0.75 * 2.0**-params.precision_bits * (1 + 2.0**-40) + 2.0**-51
+    return 1.0001 * (2.0**-41 + 2.0**-43 + eta) + 2.0**-41 + 2.0**-47 + 2.0**-F
 
 
 @settings(max_examples=300, deadline=None)
@@ -66,17 +66,22 @@ def test_logsum_steps_in_the_clear_are_exact_for_any_weights(data, n):
     params = ls.MaskParams().validate()
     log_w = [data.draw(LOG_W) for _ in range(n)]
     ell = [data.draw(st.one_of(st.floats(-5000, 50), st.just(-math.inf))) for _ in range(n)]
-    got, _ = clear_logsum(log_w, ell, params, random.Random(data.draw(st.integers(0, 2 ** 32))))
+    got, _ = clear_logsum(log_w, ell, params, random.Random(data.draw(st.integers(0, 2**32))))
     want = logsumexp(np.array(log_w) + np.array(ell))
     if want == -math.inf:
-        assert got is None                          # every term an exact zero: Alice knows, nothing leaks
+        assert got is None  # every term an exact zero: Alice knows, nothing leaks
         return
-    assert abs(got / 2.0 ** F - want) <= bound(n, params), (got / 2.0 ** F, want)
+    assert abs(got / 2.0**F - want) <= bound(n, params), (got / 2.0**F, want)
 
 
 @settings(max_examples=200, deadline=None)
-@given(K=st.floats(0, 8), p=st.integers(20, 40), lam=st.integers(20, 40), n=st.integers(1, 1000),
-       bits=st.sampled_from([512, 1024, 2048, 3072]))
+@given(
+    K=st.floats(0, 8),
+    p=st.integers(20, 40),
+    lam=st.integers(20, 40),
+    n=st.integers(1, 1000),
+    bits=st.sampled_from([512, 1024, 2048, 3072]),
+)
 def test_layout_never_overflows_or_refuses_clearly(K, p, lam, n, bits):
     params = ls.MaskParams(mask_nats=K, precision_bits=p, smudge_bits=lam).validate()
     try:
@@ -98,8 +103,9 @@ def test_weights_span_only_e_2k():
 
 
 def _pools(sk):
-    return ObfuscatorPool.for_private_key(sk, background=False), \
-        ObfuscatorPool.for_public_key(sk.public_key, background=False)
+    return ObfuscatorPool.for_private_key(sk, background=False), ObfuscatorPool.for_public_key(
+        sk.public_key, background=False
+    )
 
 
 def run_secure_logsum(sk, logs, A, seed=9):
@@ -110,7 +116,8 @@ def run_secure_logsum(sk, logs, A, seed=9):
     try:
         res, _ = run_pair(
             lambda ch: ls.secure_logsum_alice(ch, "bob", sk, params, apool, "s", length=len(logs)),
-            lambda ch: ls.secure_logsum_bob(ch, "alice", vec, A, params, bpool, protocol_rng(seed, "t"), "s"))
+            lambda ch: ls.secure_logsum_bob(ch, "alice", vec, A, params, bpool, protocol_rng(seed, "t"), "s"),
+        )
     finally:
         apool.close()
         bpool.close()
@@ -126,7 +133,7 @@ def test_secure_logsum_with_weights_down_to_the_smallest_double(keypair512):
     A[1, :3] = [TINY, 1.0, 1e-300]
     A[2, 5:] = rng.random(5)
     A[3, 7] = 0.25
-    A[4, [0, 9]] = [TINY, 1.0]              # the tiny weight's term dominates: e^{−744} · e^{−500} ≫ e^{−2000}
+    A[4, [0, 9]] = [TINY, 1.0]  # the tiny weight's term dominates: e^{−744} · e^{−500} ≫ e^{−2000}
     got = run_secure_logsum(sk, logs, A)
     with np.errstate(divide="ignore"):
         want = np.array([logsumexp(logs + np.log(A[r])) for r in range(len(A))])
@@ -144,7 +151,7 @@ def test_secure_logsum_matches_numpy_for_mixture_like_sums(keypair512):
     w[1] = [TINY, 0.5, 0.5 - TINY]
     A = np.zeros((rows, rows * C))
     for r in range(rows):
-        A[r, r * C:(r + 1) * C] = w[r]
+        A[r, r * C : (r + 1) * C] = w[r]
     got = run_secure_logsum(sk, ell.reshape(-1), A)
     want = logsumexp(ell + np.log(w), axis=1)
     assert np.max(np.abs(got - want)) < 1e-8

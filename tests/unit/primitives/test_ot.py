@@ -21,10 +21,13 @@ G = otm.MODP2048
 
 
 def transfer(messages, choices, m, **kw):
-    res, net = run_roles({
-        "sender": lambda ch: ot.ot_send(ch, "chooser", messages, **kw),
-        "chooser": lambda ch: ot.ot_choose(ch, "sender", choices, m, **kw),
-    }, roles=ROLES)
+    res, net = run_roles(
+        {
+            "sender": lambda ch: ot.ot_send(ch, "chooser", messages, **kw),
+            "chooser": lambda ch: ot.ot_choose(ch, "sender", choices, m, **kw),
+        },
+        roles=ROLES,
+    )
     assert res["sender"] is None
     return res["chooser"], net
 
@@ -60,15 +63,18 @@ def test_group_element_checks():
 
 @pytest.mark.parametrize("n,m", [(1, 2), (6, 5), (40, 3)])
 def test_chooser_gets_exactly_the_chosen_message(n, m):
-    messages = [[secrets.token_bytes(secrets.randbelow(70)) + bytes([j % 256, i]) for i in range(m)]
-                for j in range(n)]
-    messages[0][0] = b""                                     # empty strings are fine
-    choices = [j % m for j in range(n)]                      # every index is chosen somewhere
+    messages = [[secrets.token_bytes(secrets.randbelow(70)) + bytes([j % 256, i]) for i in range(m)] for j in range(n)]
+    messages[0][0] = b""  # empty strings are fine
+    choices = [j % m for j in range(n)]  # every index is chosen somewhere
     out, net = transfer(messages, choices, m)
     assert out == [messages[j][choices[j]] for j in range(n)]
     # two messages each way, whatever n is
     assert [(s, t) for (s, _, t, _, _) in net.transcript] == [
-        ("chooser", "ot/np-hdr"), ("chooser", "ot/np-pk0"), ("sender", "ot/np-gr"), ("sender", "ot/np-ct")]
+        ("chooser", "ot/np-hdr"),
+        ("chooser", "ot/np-pk0"),
+        ("sender", "ot/np-gr"),
+        ("sender", "ot/np-ct"),
+    ]
 
 
 def test_other_messages_stay_hidden_from_an_honest_chooser():
@@ -80,7 +86,7 @@ def test_other_messages_stay_hidden_from_an_honest_chooser():
     cts = messages_pb2.Blobs.FromString(net.transcript[-1][4]).values
     for j in range(n):
         for i in range(m):
-            assert cts[j * m + i] != messages[j][i]          # nothing travels in the clear
+            assert cts[j * m + i] != messages[j][i]  # nothing travels in the clear
 
 
 def test_sender_with_process_pool():
@@ -90,10 +96,13 @@ def test_sender_with_process_pool():
     messages = [[secrets.token_bytes(12) for _ in range(m)] for _ in range(n)]
     choices = [secrets.randbelow(m) for _ in range(n)]
     with ProcessPoolExecutor(max_workers=2) as pool:
-        res, _ = run_roles({
-            "sender": lambda ch: ot.ot_send(ch, "chooser", messages, executor=pool, chunk=2),
-            "chooser": lambda ch: ot.ot_choose(ch, "sender", choices, m),
-        }, roles=ROLES)
+        res, _ = run_roles(
+            {
+                "sender": lambda ch: ot.ot_send(ch, "chooser", messages, executor=pool, chunk=2),
+                "chooser": lambda ch: ot.ot_choose(ch, "sender", choices, m),
+            },
+            roles=ROLES,
+        )
     assert res["chooser"] == [messages[j][choices[j]] for j in range(n)]
 
 
@@ -105,26 +114,32 @@ def test_large_batch_with_tables():
     assert out == [messages[j][choices[j]] for j in range(n)]
 
 
-@pytest.mark.parametrize("messages,choices,m,match", [
-    ([[b"a", b"b"], [b"c"]], [0, 0], 2, "messages\\[1\\] has 1"),
-    ([[b"a", "b"]], [0], 2, "expected bytes"),
-    ([], [0], 2, "empty"),
-    ([[b"a"]], [0], 2, "m = 1"),
-])
+@pytest.mark.parametrize(
+    "messages,choices,m,match",
+    [
+        ([[b"a", b"b"], [b"c"]], [0, 0], 2, "messages\\[1\\] has 1"),
+        ([[b"a", "b"]], [0], 2, "expected bytes"),
+        ([], [0], 2, "empty"),
+        ([[b"a"]], [0], 2, "m = 1"),
+    ],
+)
 def test_sender_refuses_bad_inputs(messages, choices, m, match):
     with pytest.raises(InvalidMessage, match=match):
         asyncio.run(ot.ot_send(None, "chooser", messages))
 
 
-@pytest.mark.parametrize("choices,m,match", [
-    ([2], 2, "outside"),
-    ([-1], 2, "outside"),
-    ([0.0], 2, "not an integer"),
-    ([True], 2, "bool"),
-    ([], 2, "empty"),
-    ([0], 1, "m = 1"),
-    ([0], 1 << 17, "outside"),
-])
+@pytest.mark.parametrize(
+    "choices,m,match",
+    [
+        ([2], 2, "outside"),
+        ([-1], 2, "outside"),
+        ([0.0], 2, "not an integer"),
+        ([True], 2, "bool"),
+        ([], 2, "empty"),
+        ([0], 1, "m = 1"),
+        ([0], 1 << 17, "outside"),
+    ],
+)
 def test_chooser_refuses_bad_inputs(choices, m, match):
     with pytest.raises(InvalidMessage, match=match):
         asyncio.run(ot.ot_choose(None, "sender", choices, m))
@@ -135,12 +150,15 @@ def test_m_mismatch_refused():
         transfer([[b"a", b"b", b"c"]], [0], 2)
 
 
-@pytest.mark.parametrize("defect,match", [
-    ("count", "expected 2 OT public keys"),
-    ("non_residue", "subgroup"),
-    ("one", "subgroup"),
-    ("short", "bytes"),
-])
+@pytest.mark.parametrize(
+    "defect,match",
+    [
+        ("count", "expected 2 OT public keys"),
+        ("non_residue", "subgroup"),
+        ("one", "subgroup"),
+        ("short", "bytes"),
+    ],
+)
 def test_sender_refuses_malformed_public_keys(defect, match):
     async def fake_chooser(ch):
         pk = [G.encode(G.hash_to_element(b"x", bytes([j]))) for j in range(2)]
@@ -156,15 +174,20 @@ def test_sender_refuses_malformed_public_keys(defect, match):
         await ch.send("sender", "ot/np-pk0", messages_pb2.Blobs(values=pk))
 
     with pytest.raises(InvalidMessage, match=match):
-        run_roles({"sender": lambda ch: ot.ot_send(ch, "chooser", [[b"a", b"b"], [b"c", b"d"]]),
-                   "chooser": fake_chooser}, roles=ROLES)
+        run_roles(
+            {"sender": lambda ch: ot.ot_send(ch, "chooser", [[b"a", b"b"], [b"c", b"d"]]), "chooser": fake_chooser},
+            roles=ROLES,
+        )
 
 
-@pytest.mark.parametrize("defect,match", [
-    ("gr_non_residue", "g\\^r"),
-    ("gr_two", "one g\\^r"),
-    ("ct_count", "expected 4 OT ciphertexts"),
-])
+@pytest.mark.parametrize(
+    "defect,match",
+    [
+        ("gr_non_residue", "g\\^r"),
+        ("gr_two", "one g\\^r"),
+        ("ct_count", "expected 4 OT ciphertexts"),
+    ],
+)
 def test_chooser_refuses_malformed_replies(defect, match):
     async def fake_sender(ch):
         await ch.recv("chooser", "ot/np-hdr", messages_pb2.Ints)
@@ -181,13 +204,12 @@ def test_chooser_refuses_malformed_replies(defect, match):
         await ch.send("chooser", "ot/np-ct", messages_pb2.Blobs(values=cts))
 
     with pytest.raises(InvalidMessage, match=match):
-        run_roles({"sender": fake_sender,
-                   "chooser": lambda ch: ot.ot_choose(ch, "sender", [0, 1], 2)}, roles=ROLES)
+        run_roles({"sender": fake_sender, "chooser": lambda ch: ot.ot_choose(ch, "sender", [0, 1], 2)}, roles=ROLES)
 
 
 # ------------------------------------------------------------ the sender's view
 N_VIEW = 150
-ALPHA = 1e-4   # false-alarm probability of the independence test
+ALPHA = 1e-4  # false-alarm probability of the independence test
 
 
 def _view_statistic(net) -> list[float]:
@@ -197,7 +219,7 @@ def _view_statistic(net) -> list[float]:
         if tag.endswith("np-pk0"):
             for b in messages_pb2.Blobs.FromString(data).values:
                 assert len(b) == G.byte_length
-                vals.append(int.from_bytes(b[:8], "big") / 2.0 ** 64)
+                vals.append(int.from_bytes(b[:8], "big") / 2.0**64)
     assert len(vals) == N_VIEW
     return vals
 
@@ -205,13 +227,13 @@ def _view_statistic(net) -> list[float]:
 def _sender_view(choice: int, m: int, chooser=None) -> list[float]:
     messages = [[bytes([i]) * 8 for i in range(m)] for _ in range(N_VIEW)]
     chooser = chooser or (lambda ch: ot.ot_choose(ch, "sender", [choice] * N_VIEW, m))
-    _, net = run_roles({"sender": lambda ch: ot.ot_send(ch, "chooser", messages), "chooser": chooser},
-                       roles=ROLES)
+    _, net = run_roles({"sender": lambda ch: ot.ot_send(ch, "chooser", messages), "chooser": chooser}, roles=ROLES)
     return _view_statistic(net)
 
 
 def _leaky_chooser(choice: int, m: int):
     """A deliberately broken chooser: its blinding exponent k comes from a tiny range (weak RNG)."""
+
     async def run(ch):
         context = otm.context_bytes(ch.session_id, "ot", m)
         cs = otm.derive_cs(G, context, m)
@@ -223,6 +245,7 @@ def _leaky_chooser(choice: int, m: int):
             pks.append(G.encode(pk0))
         await ch.send("sender", "ot/np-hdr", messages_pb2.Ints(values=[ot.PROTOCOL_VERSION, N_VIEW, m]))
         await ch.send("sender", "ot/np-pk0", messages_pb2.Blobs(values=pks))
+
     return run
 
 

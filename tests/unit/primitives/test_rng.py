@@ -31,7 +31,8 @@ def test_drbg_is_chacha20_rfc8439_vector():
     # RFC 8439, appendix A.1, test vector #1: key 0, nonce 0, block counter 0
     expected = bytes.fromhex(
         "76b8e0ada0f13d90405d6ae55386bd28bdd219b8a08ded1aa836efcc8b770dc7"
-        "da41597c5157488d7724e03fb8d84a376a43b8f41518a11cc387b669b2ee6586")
+        "da41597c5157488d7724e03fb8d84a376a43b8f41518a11cc387b669b2ee6586"
+    )
     d = Drbg(b"\x00" * 32)
     # reads of any size concatenate to the same keystream
     got = d.read(1) + d.read(30) + d.read(33)
@@ -71,7 +72,7 @@ def test_drbg_random_behaves_like_random():
     assert all(0.0 <= x < 1.0 for x in xs)
     assert abs(np.mean(xs) - 0.5) < 0.01
     counts = np.bincount([r.randrange(7) for _ in range(70000)], minlength=7)
-    assert counts.min() > 9400 and counts.max() < 10600       # ~10,000 ± 4.5σ
+    assert counts.min() > 9400 and counts.max() < 10600  # ~10,000 ± 4.5σ
     perm = list(range(10))
     r.shuffle(perm)
     assert sorted(perm) == list(range(10))
@@ -88,7 +89,7 @@ def test_system_root_and_seeds():
     assert isinstance(protocol_rng(None, "x"), random.SystemRandom)
     assert isinstance(noise_source(None, "x"), SecureSource) and not isinstance(noise_source(None, "x"), StreamSource)
     assert derive_seed(None, "x") is None
-    assert stream_key(None, "x") != stream_key(None, "x")          # fresh OS bytes each time
+    assert stream_key(None, "x") != stream_key(None, "x")  # fresh OS bytes each time
     # an int is an experiment seed: reproducible, and flagged as seeded
     s = as_randomness(7)
     assert s.seeded and s.replayable
@@ -139,14 +140,20 @@ def _power_iteration(roots: dict[str, Randomness], blocks) -> dict:
     fns = {"trent": lambda ch: trent(ch, params, seed=roots["trent"], allow_insecure_keys=True)}
     for i, A in enumerate(blocks, start=1):
         fns[f"party{i}"] = (lambda B, r: lambda ch: data_party(ch, B, params, seed=r, allow_insecure_keys=True))(
-            A, roots[f"party{i}"])
+            A, roots[f"party{i}"]
+        )
     out = asyncio.run(net.run(fns))
     # every message but its fresh encryption randomness (replay_view), in each sender's order: what a
     # replay must reproduce exactly.  Per sender, because the interleaving of different roles is up to the
     # scheduler (the data parties compute on engine threads, issue 17) and no role's randomness depends on it.
-    plain = {role: [(r, tag, replay_view(tn, data)) for s, r, tag, tn, data in net.transcript if s == role
-                    and not tn.endswith("PaillierKeyPair") and not tn.endswith("PaillierPublicKey")]
-             for role in roots}
+    plain = {
+        role: [
+            (r, tag, replay_view(tn, data))
+            for s, r, tag, tn, data in net.transcript
+            if s == role and not tn.endswith("PaillierKeyPair") and not tn.endswith("PaillierPublicKey")
+        ]
+        for role in roots
+    }
     tags = {role: [(r, t) for s, r, t, _, _ in net.transcript if s == role] for role in roots}
     return {"result": out, "plain": plain, "tags": tags}
 

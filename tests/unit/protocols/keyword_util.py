@@ -48,20 +48,28 @@ def synthetic_models(kind: str, rng, D=3, N=4, d=4, C=2, M=6, topology="dense") 
     if kind == "discrete":
         return KeywordModels(words, sp, tm, emissionprob=stochastic(rng, D, N, M))
     if kind == "diag":
-        return KeywordModels(words, sp, tm, means=rng.normal(size=(D, N, d)) * 3,
-                             covars=rng.uniform(0.3, 2.0, (D, N, d)))
+        return KeywordModels(
+            words, sp, tm, means=rng.normal(size=(D, N, d)) * 3, covars=rng.uniform(0.3, 2.0, (D, N, d))
+        )
     if kind == "full":
         B = rng.normal(size=(D, N, d, d))
         cov = B @ np.swapaxes(B, -1, -2) + 0.5 * np.eye(d)
         return KeywordModels(words, sp, tm, means=rng.normal(size=(D, N, d)) * 3, covars=cov)
     if kind == "gmm-diag":
-        return KeywordModels(words, sp, tm, means=rng.normal(size=(D, N, C, d)) * 3,
-                             covars=rng.uniform(0.3, 2.0, (D, N, C, d)), weights=stochastic(rng, D, N, C))
+        return KeywordModels(
+            words,
+            sp,
+            tm,
+            means=rng.normal(size=(D, N, C, d)) * 3,
+            covars=rng.uniform(0.3, 2.0, (D, N, C, d)),
+            weights=stochastic(rng, D, N, C),
+        )
     if kind == "gmm-full":
         B = rng.normal(size=(D, N, C, d, d))
         cov = B @ np.swapaxes(B, -1, -2) + 0.5 * np.eye(d)
-        return KeywordModels(words, sp, tm, means=rng.normal(size=(D, N, C, d)) * 3, covars=cov,
-                             weights=stochastic(rng, D, N, C))
+        return KeywordModels(
+            words, sp, tm, means=rng.normal(size=(D, N, C, d)) * 3, covars=cov, weights=stochastic(rng, D, N, C)
+        )
     raise ValueError(kind)
 
 
@@ -74,6 +82,10 @@ def bounds_for(models: KeywordModels, X) -> dict:
     """The tightest public bounds (issue 24: max_frames, max_models, ...) a session with these models and
     observations runs under: the sessions of the correctness tests use them, so they also show that
     inputs exactly at the bounds pass."""
-    return {"max_frames": len(X), "max_models": models.n_words, "max_states": models.n_states,
-            "max_mixtures": models.n_mix or 1,
-            "max_features": models.n_symbols if models.kind == "discrete" else models.n_features}
+    return {
+        "max_frames": len(X),
+        "max_models": models.n_words,
+        "max_states": models.n_states,
+        "max_mixtures": models.n_mix or 1,
+        "max_features": models.n_symbols if models.kind == "discrete" else models.n_features,
+    }

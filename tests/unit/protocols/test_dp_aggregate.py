@@ -9,6 +9,7 @@ from scipy import stats
 
 from smcdp.crypto.codec import bigints
 from smcdp.errors import InvalidMessage, SessionAborted
+from smcdp.plugins.dp_aggregate import DPAggregatePlugin, load_dataset
 from smcdp.protocols.dp_aggregate import (
     DAVE,
     DPAggregateParams,
@@ -21,7 +22,6 @@ from smcdp.protocols.dp_aggregate import (
     to_fixed,
     train_local,
 )
-from smcdp.plugins.dp_aggregate import DPAggregatePlugin, load_dataset
 from smcdp.v1 import messages_pb2 as pb
 from tests.unit.protocols.aggregate_util import run_network, tamper_message
 
@@ -36,14 +36,28 @@ def make_params(K, d, **kw):
 def run_aggregate(p, weights, sens, keys, *, noise_seeds=None, seed=None, tamper=None, out_dir=None):
     K = p.n_parties
     roles = {"charlie": "charlie", "dave": "dave", **{f"party{i + 1}": f"p{i + 1}" for i in range(K)}}
-    fns = {"charlie": lambda ch: charlie(ch, p, seed=seed, allow_insecure_keys=True, zeta_key=keys["zeta"],
-                                         dgk_key=keys["dgk"], output_dir=out_dir),
-           "dave": lambda ch: dave(ch, p, output_dir=out_dir)}
+    fns = {
+        "charlie": lambda ch: charlie(
+            ch, p, seed=seed, allow_insecure_keys=True, zeta_key=keys["zeta"], dgk_key=keys["dgk"], output_dir=out_dir
+        ),
+        "dave": lambda ch: dave(ch, p, output_dir=out_dir),
+    }
     for i in range(K):
         rs = None if noise_seeds is None else np.random.default_rng(noise_seeds[i])
-        fns[f"party{i + 1}"] = (lambda i, rs: lambda ch: data_party(
-            ch, weights[i], sens[i], p, seed=seed, allow_insecure_keys=True, noise_random_state=rs,
-            output_dir=out_dir))(i, rs)
+        fns[f"party{i + 1}"] = (
+            lambda i, rs: (
+                lambda ch: data_party(
+                    ch,
+                    weights[i],
+                    sens[i],
+                    p,
+                    seed=seed,
+                    allow_insecure_keys=True,
+                    noise_random_state=rs,
+                    output_dir=out_dir,
+                )
+            )
+        )(i, rs)
     return run_network(roles, fns, tamper)
 
 
@@ -87,7 +101,7 @@ def test_exactly_the_selected_partys_noise_is_added(keys, K, smallest):
     rng = np.random.default_rng(smallest)
     ws = [rng.uniform(-1, 1, size=d) for _ in range(K)]
     sens = [0.01 + 0.001 * j for j in range(K)]
-    sens[smallest], sens[-1] = sens[-1], sens[smallest]    # the largest sensitivity sits at `smallest`
+    sens[smallest], sens[-1] = sens[-1], sens[smallest]  # the largest sensitivity sits at `smallest`
     seeds = [100 + 10 * smallest + j for j in range(K)]
     res, _ = run_aggregate(p, ws, sens, keys, noise_seeds=seeds)
     W = np.array([[to_fixed(x, p.frac_bits) for x in w] for w in ws], dtype=object).sum(axis=0)
@@ -107,16 +121,16 @@ def test_ties_of_sensitivity_select_one_of_the_tied(keys):
     res, _ = run_aggregate(p, ws, sens, keys, noise_seeds=seeds)
     W = np.array([[to_fixed(x, p.frac_bits) for x in w] for w in ws], dtype=object).sum(axis=0)
     diff = [int(t - wv) for t, wv in zip(released_T(res, p), W)]
-    assert diff == party_noise(p, sens[1], seeds[1])       # ties: the lower party index
+    assert diff == party_noise(p, sens[1], seeds[1])  # ties: the lower party index
 
 
-@pytest.mark.slow   # ~4 CPU-s and more (not in make test-quick)
+@pytest.mark.slow  # ~4 CPU-s and more (not in make test-quick)
 @pytest.mark.parametrize("K,runs", [(3, 60), (8, 40)])
 def test_noise_norm_follows_the_smallest_partys_distribution(keys, K, runs):
     """KS test over repeated runs: ‖ŵˢ − ŵ‖ ~ Gamma(d, Δ_(1)/(Kε)) with Δ_(1) of the smallest data set."""
     d, eps, lam = 3, 1.0, 0.1
     p = make_params(K, d, epsilon=eps, lam=lam, max_sensitivity=None, min_records=10)
-    ns = ([2000, 40, 400] + [100 + 97 * j for j in range(K - 3)])[:K]       # party2 is the smallest
+    ns = ([2000, 40, 400] + [100 + 97 * j for j in range(K - 3)])[:K]  # party2 is the smallest
     sens = [1 / (n * lam) for n in ns]
     ws = [np.full(d, 0.1 * ((j % 5) - 2)) for j in range(K)]
     avg = np.mean(ws, axis=0)
@@ -171,7 +185,7 @@ def test_no_plaintext_sizes_models_noise_or_unmasked_shares_on_the_wire(keys):
     for sender, receiver, tag, type_name, data in net.transcript:
         assert type_name != "smcdp.v1.Floats", tag
         if receiver == DAVE:
-            continue                      # the published shares are public by design
+            continue  # the published shares are public by design
         if type_name == "smcdp.v1.BigInts" and "dgk" not in tag:
             msg = pb.BigInts.FromString(data)
             for m, neg in zip(msg.magnitude, msg.negative):
@@ -180,7 +194,7 @@ def test_no_plaintext_sizes_models_noise_or_unmasked_shares_on_the_wire(keys):
                 checked += 1
         if type_name == "smcdp.v1.Ints" and "dgk" not in tag:
             assert not set(pb.Ints.FromString(data).values) & secret, (sender, tag)
-    assert checked >= 5 * K + 1 + 2 * K           # the entries' proofs, the product's opening, the check's openings
+    assert checked >= 5 * K + 1 + 2 * K  # the entries' proofs, the product's opening, the check's openings
     # Charlie never receives an individual party's noise contribution, only party1's masked total
     psi_to_charlie = [(s, t) for (s, r, t, tn, dd) in net.transcript if r == "charlie" and t.startswith("s2/")]
     assert psi_to_charlie == [("party1", "s2/psi")]
@@ -208,7 +222,7 @@ def test_bad_party_inputs_are_refused(keys):
     with pytest.raises(InvalidMessage, match="NaN"):
         run_aggregate(p, [np.array([0, np.nan, 0]), np.zeros(3)], [0.1, 0.1], keys)
     with pytest.raises(InvalidMessage, match="sensitivity"):
-        run_aggregate(p, [np.zeros(3), np.zeros(3)], [0.1, 0.6], keys)      # above max_sensitivity 0.5
+        run_aggregate(p, [np.zeros(3), np.zeros(3)], [0.1, 0.6], keys)  # above max_sensitivity 0.5
     with pytest.raises(InvalidMessage, match="public bound"):
         run_aggregate(p, [np.zeros(3), np.full(3, 1e6)], [0.1, 0.1], keys)
 
@@ -223,6 +237,7 @@ def test_malformed_messages_are_refused(keys):
             msg = pb.CiphertextVector.FromString(data)
             msg.length = d + 1
             return msg.SerializeToString()
+
         tamper_message(net, "party2", "s2/agg", mut)
 
     with pytest.raises((InvalidMessage, SessionAborted), match="holds 4 values"):
@@ -246,6 +261,7 @@ def test_malformed_messages_are_refused(keys):
             msg = pb.CiphertextVector.FromString(data)
             msg.key_fingerprint = b"\x00" * 32
             return msg.SerializeToString()
+
         tamper_message(net, "charlie", "s2/u", mut)
 
     with pytest.raises((InvalidMessage, SessionAborted), match="different public key"):
@@ -259,9 +275,17 @@ def test_malformed_messages_are_refused(keys):
 
 
 def test_parameter_validation():
-    for bad in (dict(epsilon=0), dict(epsilon=math.inf), dict(lam=-1), dict(calibration="laplace"),
-                dict(n_parties=1), dict(dim=0), dict(mask_bits=20), dict(max_sensitivity=2.0 ** 40),
-                dict(key_bits=512, epsilon=1e-300)):
+    for bad in (
+        dict(epsilon=0),
+        dict(epsilon=math.inf),
+        dict(lam=-1),
+        dict(calibration="laplace"),
+        dict(n_parties=1),
+        dict(dim=0),
+        dict(mask_bits=20),
+        dict(max_sensitivity=2.0**40),
+        dict(key_bits=512, epsilon=1e-300),
+    ):
         with pytest.raises(InvalidMessage):
             DPAggregateParams(**{"n_parties": 3, "dim": 2, **bad}).validate()
     with pytest.raises(InvalidMessage, match="unknown"):
@@ -283,19 +307,19 @@ def test_calibration_quantities():
     seed = DPAggregateParams(n_parties=5, dim=10, epsilon=0.5, lam=0.01, min_records=100, calibration="seed")
     assert seed.mechanism_sensitivity(0.25) == pytest.approx(2 * 5 * 0.25, rel=1e-5)
     # every allowed party's noise lattice is at least as fine as the public grid
-    for n in (100, 101, 1000, 10 ** 7):
+    for n in (100, 101, 1000, 10**7):
         _, dh = sensitivity_key(1 / (n * 0.01))
         for q in (p, seed):
             assert q.mechanism(q.mechanism_sensitivity(dh), random_state=0).grid_exponent(10) <= -q.frac_bits
     _, dh = sensitivity_key(0.01)
-    assert dh >= 0.01 and dh <= 0.01 * (1 + 2 ** -30)
+    assert dh >= 0.01 and dh <= 0.01 * (1 + 2**-30)
     assert to_fixed(0.5, 1) == 1 and to_fixed(-0.25, 1) == 0 and to_fixed(-0.75, 1) == -1 and to_fixed(1.5, 0) == 2
 
 
 def test_reassemble_and_predict():
     p = DPAggregateParams(n_parties=2, dim=2, epsilon=1.0, lam=0.1).validate()
     M, F = 1 << p.modulus_bits, p.frac_bits
-    T = [3 << F, -(5 << F)]                     # K·ŵˢ = (3, −5)
+    T = [3 << F, -(5 << F)]  # K·ŵˢ = (3, −5)
     shares = [[12345, M - 7], [M - 1, 99], None]
     shares[2] = [(t - a - b) % M for t, a, b in zip(T, shares[0], shares[1])]
     w, floats = reassemble(shares, p)
@@ -344,14 +368,14 @@ def test_local_sensitivity_holds_on_neighbouring_data_sets():
         X2, y2 = X.copy(), y.copy()
         i = rng.integers(n)
         u = rng.normal(size=d)
-        X2[i] = u / np.linalg.norm(u) / 1.0001          # a row on the unit sphere ...
-        y2[i] = -np.sign(X2[i] @ w) or 1                # ... labelled against the current model
+        X2[i] = u / np.linalg.norm(u) / 1.0001  # a row on the unit sphere ...
+        y2[i] = -np.sign(X2[i] @ w) or 1  # ... labelled against the current model
         w2, delta2 = train_local(X2, y2, lam)
         assert delta2 == pytest.approx(delta, rel=1e-6)
         ratio = np.linalg.norm(w - w2) / delta
         assert ratio <= 1.0
         worst = max(worst, ratio)
-    assert worst > 0.2          # the bound is not vacuous: some neighbours come within a factor 5
+    assert worst > 0.2  # the bound is not vacuous: some neighbours come within a factor 5
 
 
 # ----------------------------------------------------------------------------- scale (issue 28)
@@ -365,8 +389,9 @@ def test_every_role_receives_within_its_traffic_envelope(keys, K):
     d = 5
     p = make_params(K, d, epsilon=1.0)
     rng = np.random.default_rng(K)
-    res, net = run_aggregate(p, [rng.uniform(-1, 1, size=d) for _ in range(K)], list(rng.uniform(0.01, 0.4, size=K)),
-                             keys)
+    res, net = run_aggregate(
+        p, [rng.uniform(-1, 1, size=d) for _ in range(K)], list(rng.uniform(0.01, 0.4, size=K)), keys
+    )
     for role in ["charlie", "dave", *p.party_roles]:
         env = p.traffic_envelope(role)
         count, total, largest = _received(net, role)
@@ -378,11 +403,12 @@ def test_a_data_party_sends_and_receives_the_same_whatever_K(keys):
     one match of the bracket, one check as the checked party and one as the helper (issue 28)."""
     d = 6
     per_party = {}
-    for K in (7, 31):                       # both have every kind of party (two children, a match, a parent)
+    for K in (7, 31):  # both have every kind of party (two children, a match, a parent)
         p = make_params(K, d, epsilon=1.0)
         rng = np.random.default_rng(K)
-        res, net = run_aggregate(p, [rng.uniform(-1, 1, size=d) for _ in range(K)],
-                                 list(rng.uniform(0.01, 0.4, size=K)), keys)
+        res, net = run_aggregate(
+            p, [rng.uniform(-1, 1, size=d) for _ in range(K)], list(rng.uniform(0.01, 0.4, size=K)), keys
+        )
         sent = {r: sum(len(x) for (s, _, _, _, x) in net.transcript if s == r) for r in p.party_roles}
         got = {r: _received(net, r) for r in p.party_roles}
         per_party[K] = (max(sent.values()), max(g[0] for g in got.values()), max(g[1] for g in got.values()))
@@ -391,7 +417,7 @@ def test_a_data_party_sends_and_receives_the_same_whatever_K(keys):
         assert len(vectors) == (K - 1) + 1 + (K + 1)
     (s7, m7, b7), (s31, m31, b31) = per_party[7], per_party[31]
     assert m31 == m7
-    assert s31 < 1.1 * s7 and b31 < 1.1 * b7             # only ⌈log₂ K⌉ more bits per compared value
+    assert s31 < 1.1 * s7 and b31 < 1.1 * b7  # only ⌈log₂ K⌉ more bits per compared value
 
 
 def test_published_shares_are_a_uniform_sharing(keys):

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from smcdp.errors import InvalidMessage
-from smcdp.protocols.keyword import AliceResult, KeywordParams, keyword_alice, keyword_bob
 from smcdp.plugins.keyword import KeywordPlugin, load_utterance
+from smcdp.protocols.keyword import AliceResult, KeywordParams, keyword_alice, keyword_bob
 from smcdp.speech import load_models, score_models
-from smcdp.v1 import messages_pb2 as pb
 from smcdp.speech.models import KeywordModels
+from smcdp.v1 import messages_pb2 as pb
 from tests.unit.protocols.keyword_util import DATA, fixture_utterances, run_pair, synthetic_models
 
 MODELS = load_models(DATA / "models.npz")
@@ -22,8 +22,10 @@ UTTERANCES = fixture_utterances()
 
 def run_keyword(X, models, sk, **params):
     p = KeywordParams(key_bits=sk.public_key.bits, **params)
-    return run_pair(lambda ch: keyword_alice(ch, X, p, private_key=sk, allow_insecure_keys=True),
-                    lambda ch: keyword_bob(ch, models, p, allow_insecure_keys=True))
+    return run_pair(
+        lambda ch: keyword_alice(ch, X, p, private_key=sk, allow_insecure_keys=True),
+        lambda ch: keyword_bob(ch, models, p, allow_insecure_keys=True),
+    )
 
 
 def test_fixture_is_present():
@@ -32,8 +34,10 @@ def test_fixture_is_present():
 
 
 # ~1.5 CPU-s each: make test-quick runs the first five utterances, make test all of them
-@pytest.mark.parametrize("path,meta", [pytest.param(p, m, id=p.name, marks=[pytest.mark.slow] if i >= 5 else [])
-                                       for i, (p, m) in enumerate(UTTERANCES)])
+@pytest.mark.parametrize(
+    "path,meta",
+    [pytest.param(p, m, id=p.name, marks=[pytest.mark.slow] if i >= 5 else []) for i, (p, m) in enumerate(UTTERANCES)],
+)
 def test_keyword_equals_plaintext_argmax(path, meta, keypair512):
     _, sk = keypair512
     X = load_utterance(path)
@@ -42,7 +46,7 @@ def test_keyword_equals_plaintext_argmax(path, meta, keypair512):
     a = res["alice"]
     assert a.index == int(np.argmax(plain))
     assert a.keyword == MODELS.words[a.index]
-    assert a.log_likelihoods is None                  # nothing revealed without debug_reveal
+    assert a.log_likelihoods is None  # nothing revealed without debug_reveal
 
 
 def test_debug_reveal_gives_the_scores(keypair512):
@@ -85,8 +89,8 @@ def test_alice_sees_only_a_permuted_order_preserving_transform(keypair512):
     a = sorted(ranked)
     b = np.sort(want)
     ratio = np.array([float(y - x) for x, y in itertools.pairwise(a)]) / np.diff(b)
-    assert np.allclose(ratio, ratio[0], rtol=1e-4) and ratio[0] > 1e6   # gaps carry ~1e-5 abs error
-    assert abs(a[0]) > 2 ** 60                              # shifted by Bob's secret offset
+    assert np.allclose(ratio, ratio[0], rtol=1e-4) and ratio[0] > 1e6  # gaps carry ~1e-5 abs error
+    assert abs(a[0]) > 2**60  # shifted by Bob's secret offset
     # and the order Alice sees is Bob's secret permutation of the models, not the model order
     order_seen = np.argsort(np.argsort([float(x - a[0]) for x in ranked]))
     order_true = np.argsort(np.argsort(want))
@@ -103,7 +107,7 @@ def test_other_emission_kinds(keypair512):
     disc = load_models(DATA / "models_discrete.npz")
     z = np.load(DATA / "discrete_test.npz")
     starts = np.concatenate([[0], np.cumsum(z["lengths"])])
-    S = z["symbols"][starts[2]:starts[3]]
+    S = z["symbols"][starts[2] : starts[3]]
     res, _ = run_keyword(S, disc, sk)
     assert res["alice"].index == int(np.argmax(score_models(disc, S)))
 
@@ -114,8 +118,10 @@ def test_key_size_must_match_session(keypair512, keypair1024):
     p_bob = KeywordParams(key_bits=1024)
     X = load_utterance(UTTERANCES[0][0])
     with pytest.raises(InvalidMessage, match="agreed"):
-        run_pair(lambda ch: keyword_alice(ch, X, p_alice, private_key=sk, allow_insecure_keys=True),
-                 lambda ch: keyword_bob(ch, MODELS, p_bob, allow_insecure_keys=True))
+        run_pair(
+            lambda ch: keyword_alice(ch, X, p_alice, private_key=sk, allow_insecure_keys=True),
+            lambda ch: keyword_bob(ch, MODELS, p_bob, allow_insecure_keys=True),
+        )
 
 
 def test_plugin_validation():
@@ -144,7 +150,7 @@ def test_load_utterance_validation(tmp_path):
         load_utterance(bad)
 
 
-@pytest.mark.slow   # party processes (not in make test-quick)
+@pytest.mark.slow  # party processes (not in make test-quick)
 def test_demo_through_local_cluster(tmp_path):
     """Alice and Bob as separate OS processes over gRPC with mutual TLS (small key: test-only opt-in)."""
     from smcdp.cli.demo.keyword import demo_keyword
@@ -173,23 +179,26 @@ def test_load_utterance_accepts_a_wav_by_its_header(tmp_path):
     wavfile.write(wav, 22050, np.stack([x, x], axis=1))
     X = load_utterance(wav)
     np.testing.assert_array_equal(X, wav_features(wav))
-    assert X.shape == (49, 39)                         # 0.5 s: 8000 samples at 16 kHz, 1 + ceil(7600 / 160)
+    assert X.shape == (49, 39)  # 0.5 s: 8000 samples at 16 kHz, 1 + ceil(7600 / 160)
     causal = load_utterance(wav, "causal")
     np.testing.assert_array_equal(causal, wav_features(wav, cmn="causal"))
     assert not np.allclose(causal, X)
-    named_npy = tmp_path / "features.npy"               # the header decides, not the name
+    named_npy = tmp_path / "features.npy"  # the header decides, not the name
     named_npy.write_bytes(wav.read_bytes())
     np.testing.assert_array_equal(load_utterance(named_npy), X)
     np.save(tmp_path / "f.npy", X)
     (tmp_path / "f.npy").rename(tmp_path / "f.wav")
     np.testing.assert_array_equal(load_utterance(tmp_path / "f.wav"), X)
-    for content, rule in ((b"", "is empty"), (b"hello there, world", "must be a WAV file"),
-                          (b"RIFF\x24\0\0\0WAVEfmt ", "not usable audio")):
+    for content, rule in (
+        (b"", "is empty"),
+        (b"hello there, world", "must be a WAV file"),
+        (b"RIFF\x24\0\0\0WAVEfmt ", "not usable audio"),
+    ):
         bad = tmp_path / "bad.wav"
         bad.write_bytes(content)
         with pytest.raises(InputRejected, match=rule) as exc:
             load_utterance(bad)
-        assert str(bad) not in exc.value.public_message          # peers learn the rule, not the path
+        assert str(bad) not in exc.value.public_message  # peers learn the rule, not the path
     nan = tmp_path / "nan.wav"
     y = np.zeros(4000, np.float32)
     y[10] = np.nan
@@ -227,8 +236,9 @@ def test_alice_role_featurises_a_configured_wav_with_the_session_cmn(tmp_path, m
         return AliceResult(keyword="w", index=0)
 
     params = KeywordPlugin().validate_params({"key_bits": 512, "cmn": cmn}, {"alice": "a", "bob": "b"})
-    ctx = SessionContext("s", "keyword", {"alice": "a", "bob": "b"}, params, inputs={"utterance": str(wav)},
-                         allow_insecure_keys=True)
+    ctx = SessionContext(
+        "s", "keyword", {"alice": "a", "bob": "b"}, params, inputs={"utterance": str(wav)}, allow_insecure_keys=True
+    )
     monkeypatch.setattr(plugin_mod, "keyword_alice", fake_alice)
     asyncio.run(KeywordPlugin().run_role("alice", SimpleNamespace(me="a"), ctx))
     assert seen["p"].cmn == cmn
@@ -246,15 +256,16 @@ def test_streamed_frames_give_the_batch_result(keypair512):
     path, _ = UTTERANCES[1]
     X = load_utterance(path)
 
-    def slow_source():                       # 2 ms per frame: the protocol runs while frames arrive
+    def slow_source():  # 2 ms per frame: the protocol runs while frames arrive
         for row in X:
             _time.sleep(0.002)
             yield row
 
     p = KeywordParams(key_bits=sk.public_key.bits, debug_reveal=True)
-    res, net = run_pair(lambda ch: keyword_alice(ch, frames_from(slow_source()), p, private_key=sk,
-                                                 allow_insecure_keys=True),
-                        lambda ch: keyword_bob(ch, MODELS, p, allow_insecure_keys=True))
+    res, net = run_pair(
+        lambda ch: keyword_alice(ch, frames_from(slow_source()), p, private_key=sk, allow_insecure_keys=True),
+        lambda ch: keyword_bob(ch, MODELS, p, allow_insecure_keys=True),
+    )
     batch, _ = run_keyword(X, MODELS, sk, debug_reveal=True)
     a = res["alice"]
     assert a.index == batch["alice"].index == int(np.argmax(score_models(MODELS, X)))

@@ -19,19 +19,24 @@ from tests.unit.protocols.keyword_util import DATA, bounds_for, fixture_utteranc
 def _discrete():
     z = np.load(DATA / "discrete_test.npz")
     starts = np.concatenate([[0], np.cumsum(z["lengths"])])
-    return z["symbols"][starts[2]:starts[3]]
+    return z["symbols"][starts[2] : starts[3]]
 
 
 def _cases():
     X = load_utterance(fixture_utterances()[0][0])
-    return {"diag": (load_models(DATA / "models.npz"), X), "full": (load_models(DATA / "models_full.npz"), X[:30]),
-            "gmm-diag": (load_models(DATA / "models_gmm.npz"), X[:40]),
-            "discrete": (load_models(DATA / "models_discrete.npz"), _discrete())}
+    return {
+        "diag": (load_models(DATA / "models.npz"), X),
+        "full": (load_models(DATA / "models_full.npz"), X[:30]),
+        "gmm-diag": (load_models(DATA / "models_gmm.npz"), X[:40]),
+        "discrete": (load_models(DATA / "models_discrete.npz"), _discrete()),
+    }
 
 
 def _run(models, X, sk, p_alice, p_bob=None):
-    return run_pair(lambda ch: keyword_alice(ch, X, p_alice, private_key=sk, allow_insecure_keys=True),
-                    lambda ch: keyword_bob(ch, models, p_bob or p_alice, allow_insecure_keys=True))
+    return run_pair(
+        lambda ch: keyword_alice(ch, X, p_alice, private_key=sk, allow_insecure_keys=True),
+        lambda ch: keyword_bob(ch, models, p_bob or p_alice, allow_insecure_keys=True),
+    )
 
 
 @pytest.mark.parametrize("kind", ["diag", "full", "gmm-diag", "discrete"])
@@ -39,7 +44,7 @@ def _run(models, X, sk, p_alice, p_bob=None):
 def test_every_real_transcript_fits_the_envelope_of_its_bounds(kind, m, keypair512):
     _, sk = keypair512
     models, X = _cases()[kind]
-    for bounds in (bounds_for(models, X), {}):           # the inputs' own sizes, and the defaults
+    for bounds in (bounds_for(models, X), {}):  # the inputs' own sizes, and the defaults
         p = KeywordParams(key_bits=512, debug_reveal=True, frames_per_round=m, **bounds).validate()
         _, net = _run(models, X, sk, p)
         for role in ("alice", "bob"):
@@ -48,7 +53,7 @@ def test_every_real_transcript_fits_the_envelope_of_its_bounds(kind, m, keypair5
             assert max(got) <= env.message_bytes, (kind, role, max(got), env)
             assert sum(got) <= env.session_bytes, (kind, role, sum(got), env)
             assert len(got) <= env.tags, (kind, role, len(got), env)
-            if bounds:   # tight: the bounds cannot say which transitions exist (every one is counted), nor,
+            if bounds:  # tight: the bounds cannot say which transitions exist (every one is counted), nor,
                 # with rounds of m frames, how many paths (at most 2m × the edges per state on average)
                 slack = 12 if m == 1 else 12 * 2 * m
                 assert env.session_bytes <= slack * sum(got) + 64 * 1024, (kind, role, sum(got), env)
@@ -62,8 +67,10 @@ def test_the_plugin_gives_the_envelope_and_the_defaults_are_far_below_the_ceilin
         env = plugin.traffic_envelope(params, roles, role)
         assert env == KeywordParams.from_mapping(params).traffic_envelope(role)
         assert env.session_bytes < 300 << 20 and env.message_bytes < 8 << 20, env
-    tight = plugin.validate_params({"key_bits": 2048, "max_frames": 98, "max_models": 10, "max_states": 5,
-                                    "max_mixtures": 1, "max_features": 39}, roles)
+    tight = plugin.validate_params(
+        {"key_bits": 2048, "max_frames": 98, "max_models": 10, "max_states": 5, "max_mixtures": 1, "max_features": 39},
+        roles,
+    )
     assert all(plugin.traffic_envelope(tight, roles, r).session_bytes < 32 << 20 for r in roles)
 
 

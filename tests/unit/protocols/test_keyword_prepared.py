@@ -16,8 +16,10 @@ MODELS = load_models(DATA / "models.npz")
 
 
 def _session(X, root, p):
-    res, net = run_pair(lambda ch: keyword_alice(ch, X, p, seed=root, allow_insecure_keys=True),
-                        lambda ch: keyword_bob(ch, MODELS, p, allow_insecure_keys=True))
+    res, net = run_pair(
+        lambda ch: keyword_alice(ch, X, p, seed=root, allow_insecure_keys=True),
+        lambda ch: keyword_bob(ch, MODELS, p, allow_insecure_keys=True),
+    )
     (sent,) = [d for (s, r, tag, _, d) in net.transcript if tag == "kw/pk"]
     return res["alice"], public_key_from_proto(pb.PaillierPublicKey.FromString(sent), allow_insecure=True)
 
@@ -35,9 +37,10 @@ def test_a_prepared_key_is_the_sessions_own_and_a_replay_derives_it_again():
     assert pk1 == want.public_key
     # what the next session is prepared for comes back in the result (the plug-in keeps it): this one's
     assert first.prepare_next == AliceSizes(
-        key_bits=512, obfuscators_per_frame=first.timings["offline"]["obfuscator_count"] / len(X))
+        key_bits=512, obfuscators_per_frame=first.timings["offline"]["obfuscator_count"] / len(X)
+    )
 
-    again, pk2 = _session(X, root, p)                        # what a replay after a crash does
+    again, pk2 = _session(X, root, p)  # what a replay after a crash does
     assert again.timings["offline"]["prepared"] is False and again.index == plain and pk2 == pk1
 
 
@@ -45,8 +48,8 @@ def test_nothing_prepared_for_another_root_or_key_size():
     X = np.load(DATA / "utterance_98.npy")[:10]
     root = Randomness.fresh()
     prepare_alice(root, len(X), key_bits=768, allow_insecure_keys=True)
-    a, _ = _session(X, root, KeywordParams(key_bits=512))    # another key size
+    a, _ = _session(X, root, KeywordParams(key_bits=512))  # another key size
     assert a.timings["offline"]["prepared"] is False
-    a, _ = _session(X, Randomness.fresh(), KeywordParams(key_bits=768))   # another root
+    a, _ = _session(X, Randomness.fresh(), KeywordParams(key_bits=768))  # another root
     assert a.timings["offline"]["prepared"] is False
     SHELF.clear()

@@ -17,10 +17,10 @@ from smcdp.v1 import messages_pb2 as pb
 from tests.unit.protocols.test_dp_aggregate import make_params, party_noise, released_T, run_aggregate
 
 K, D = 3, 4
-SENS = [0.01, 0.04, 0.02]          # party2 has the largest sensitivity: its noise is the right one
+SENS = [0.01, 0.04, 0.02]  # party2 has the largest sensitivity: its noise is the right one
 SEEDS = [31, 32, 33]
-SEED = 7                           # a fixed protocol seed keeps π₁ (party -> position) the same in every run
-PI1 = random_permutation(protocol_rng(SEED, "secure-min", "party1"), K)     # party1's first draw
+SEED = 7  # a fixed protocol seed keeps π₁ (party -> position) the same in every run
+PI1 = random_permutation(protocol_rng(SEED, "secure-min", "party1"), K)  # party1's first draw
 
 
 def _rewrite(net, sender, fn):
@@ -69,15 +69,17 @@ def test_charlie_selecting_no_noise_is_refused(keys):
     product does not open to 1, so party1 refuses before anything reaches Charlie or Dave."""
     p = make_params(K, D, epsilon=2.0)
     with pytest.raises(InvalidMessage, match="does not add up to 1"):
-        run_aggregate(p, _weights(), SENS, keys, noise_seeds=SEEDS, seed=SEED, tamper=_forge(_indicator(keys["zeta"],
-                                                                                                  [0] * K)))
+        run_aggregate(
+            p, _weights(), SENS, keys, noise_seeds=SEEDS, seed=SEED, tamper=_forge(_indicator(keys["zeta"], [0] * K))
+        )
 
 
 def test_charlie_selecting_two_noises_is_refused(keys):
     p = make_params(K, D, epsilon=2.0)
     with pytest.raises(InvalidMessage, match="does not add up to 1"):
-        run_aggregate(p, _weights(), SENS, keys, noise_seeds=SEEDS, seed=SEED,
-                      tamper=_forge(_indicator(keys["zeta"], [1, 1, 0])))
+        run_aggregate(
+            p, _weights(), SENS, keys, noise_seeds=SEEDS, seed=SEED, tamper=_forge(_indicator(keys["zeta"], [1, 1, 0]))
+        )
 
 
 @pytest.mark.parametrize("entries", [[2, 0, 0], [0, -1, 2]])
@@ -86,8 +88,9 @@ def test_charlie_entry_that_is_not_a_bit_is_refused(keys, entries):
     entries add up to 1."""
     p = make_params(K, D, epsilon=2.0)
     with pytest.raises(InvalidMessage, match="not proven to encrypt 0 or 1"):
-        run_aggregate(p, _weights(), SENS, keys, noise_seeds=SEEDS, seed=SEED,
-                      tamper=_forge(_indicator(keys["zeta"], entries)))
+        run_aggregate(
+            p, _weights(), SENS, keys, noise_seeds=SEEDS, seed=SEED, tamper=_forge(_indicator(keys["zeta"], entries))
+        )
 
 
 def test_charlie_different_indicators_per_party_are_refused(keys):
@@ -98,11 +101,11 @@ def test_charlie_different_indicators_per_party_are_refused(keys):
     entries the parties use: a vector hot 'elsewhere' for everyone adds up to 0 and is refused.
     (/tmp demonstration against main in the report of issue 28.)"""
     p = make_params(K, D, epsilon=2.0)
-    honest = _indicator(keys["zeta"], [int(k == PI1[1]) for k in range(K)])     # a vector hot at party2's position
+    honest = _indicator(keys["zeta"], [int(k == PI1[1]) for k in range(K)])  # a vector hot at party2's position
     forged = dict(honest)
     # each party gets the entry of a vector hot at the position of the *next* party: its own entry is 0
     for k in range(K):
-        owner = PI1.index(k)                                        # the party whose value sits at position k
+        owner = PI1.index(k)  # the party whose value sits at position k
         other = _indicator(keys["zeta"], [int(i == PI1[(owner + 1) % K]) for i in range(K)])
         for tag in ("s2/u", "s2/u-proof"):
             forged[(f"party{k + 1}", tag)] = other[(f"party{k + 1}", tag)]
@@ -116,8 +119,15 @@ def test_charlie_proof_is_bound_to_its_session_and_entry(keys):
     hot = [int(k == PI1[1]) for k in range(K)]
     for context in (lambda k: indicator_context("another-session", k), lambda k: indicator_context("local", k + 1)):
         with pytest.raises(InvalidMessage, match="not proven to encrypt 0 or 1"):
-            run_aggregate(p, _weights(), SENS, keys, noise_seeds=SEEDS, seed=SEED,
-                          tamper=_forge(_indicator(keys["zeta"], hot, context)))
+            run_aggregate(
+                p,
+                _weights(),
+                SENS,
+                keys,
+                noise_seeds=SEEDS,
+                seed=SEED,
+                tamper=_forge(_indicator(keys["zeta"], hot, context)),
+            )
 
 
 def test_charlie_selecting_a_less_noisy_party_is_refused(keys):
@@ -174,8 +184,9 @@ def test_charlie_lying_about_the_decryption_is_refused(keys):
         return bigints([c - 1000, r]).SerializeToString()
 
     with pytest.raises((InvalidMessage, SessionAborted), match="does not open the ciphertext"):
-        run_aggregate(p, _weights(), SENS, keys, noise_seeds=SEEDS, seed=SEED,
-                      tamper=lambda net: _rewrite(net, "charlie", lie))
+        run_aggregate(
+            p, _weights(), SENS, keys, noise_seeds=SEEDS, seed=SEED, tamper=lambda net: _rewrite(net, "charlie", lie)
+        )
 
 
 def test_residual_selected_party_can_withhold_its_noise(keys):
@@ -195,12 +206,18 @@ def test_residual_selected_party_can_withhold_its_noise(keys):
             return data
         vals = EncryptedVector.from_proto(pb.CiphertextVector.FromString(data), pk, packing=packing).decrypt_ints(zeta)
         vals = [v - n for v, n in zip(vals, party_noise(p, SENS[1], SEEDS[1]))]
-        return EncryptedVector.encrypt_ints(pk, vals, exponent=-p.frac_bits, packing=packing,
-                                            bound=p.contribution_bound(1)).to_proto().SerializeToString()
+        return (
+            EncryptedVector.encrypt_ints(
+                pk, vals, exponent=-p.frac_bits, packing=packing, bound=p.contribution_bound(1)
+            )
+            .to_proto()
+            .SerializeToString()
+        )
 
     ws = _weights()
-    res, _ = run_aggregate(p, ws, SENS, keys, noise_seeds=SEEDS, seed=SEED,
-                           tamper=lambda net: _rewrite(net, "party2", no_noise))
+    res, _ = run_aggregate(
+        p, ws, SENS, keys, noise_seeds=SEEDS, seed=SEED, tamper=lambda net: _rewrite(net, "party2", no_noise)
+    )
     diff = [int(t - w) for t, w in zip(released_T(res, p), _sum_of_weights(p, ws))]
-    assert diff == [0] * D                                   # the exact sum: no noise
-    assert party_noise(p, SENS[1], SEEDS[1]) != [0] * D       # ... where party2's noise belonged
+    assert diff == [0] * D  # the exact sum: no noise
+    assert party_noise(p, SENS[1], SEEDS[1]) != [0] * D  # ... where party2's noise belonged

@@ -13,10 +13,14 @@ from tests.support.paths import KEYWORD_DATA
 
 def _bob_run(params, allow_insecure_keys, timeout=5.0):
     net = InMemoryNetwork({"alice": "a", "bob": "b"}, timeout=timeout)
-    ctx = SessionContext(session_id="s", protocol="keyword", roles={"alice": "a", "bob": "b"},
-                         params=KeywordPlugin().validate_params(params, {"alice": "a", "bob": "b"}),
-                         inputs={"models": str(KEYWORD_DATA / "models.npz")},
-                         allow_insecure_keys=allow_insecure_keys)
+    ctx = SessionContext(
+        session_id="s",
+        protocol="keyword",
+        roles={"alice": "a", "bob": "b"},
+        params=KeywordPlugin().validate_params(params, {"alice": "a", "bob": "b"}),
+        inputs={"models": str(KEYWORD_DATA / "models.npz")},
+        allow_insecure_keys=allow_insecure_keys,
+    )
     return asyncio.run(KeywordPlugin().run_role("bob", net.channel("bob"), ctx))
 
 
@@ -33,5 +37,5 @@ def test_bob_with_debug_reveal_on_a_test_deployment_goes_on_to_the_protocol():
     never comes here), i.e. the refusal above is the rule, not a failure to start."""
     from smcdp.errors import DeadlineExceeded
 
-    with pytest.raises(DeadlineExceeded):   # (a refusal would raise PermissionDenied at once)
+    with pytest.raises(DeadlineExceeded):  # (a refusal would raise PermissionDenied at once)
         _bob_run({"key_bits": 512, "debug_reveal": True}, allow_insecure_keys=True, timeout=1.0)

@@ -38,9 +38,14 @@ def _attack(blocks, params, rewrite, seed=None):
     ch._transmit = evil
     coros = {"trent": lambda c: trent(c, params, seed=seed, allow_insecure_keys=True)}
     for i, A in enumerate(blocks):
-        coros[f"party{i + 1}"] = (lambda c, A=A, i=i: data_party(
-            c, A, params, private_key=sk if i == 0 else None, allow_insecure_keys=True,
-            seed=None if seed is None else seed + i + 1))
+        coros[f"party{i + 1}"] = lambda c, A=A, i=i: data_party(
+            c,
+            A,
+            params,
+            private_key=sk if i == 0 else None,
+            allow_insecure_keys=True,
+            seed=None if seed is None else seed + i + 1,
+        )
     try:
         return net, asyncio.run(net.run(coros))
     except Exception as exc:  # noqa: BLE001 - the tests look at it
@@ -64,15 +69,23 @@ def _basis_block(pk, params, rows, scale):
     E = np.zeros((K_ROWS, params.block_size))
     for col, j in enumerate(rows):
         E[j, col] = scale
-    return EncryptedVector.encrypt(pk, E.ravel(order="F"), frac_bits=params.frac_bits,
-                                   packing=params.packing(pk)).to_proto().SerializeToString()
+    return (
+        EncryptedVector.encrypt(pk, E.ravel(order="F"), frac_bits=params.frac_bits, packing=params.packing(pk))
+        .to_proto()
+        .SerializeToString()
+    )
 
 
 def _gram(pk, params, G):
     """E[G] as a blinded Gram (upper triangle, exponent −(frac + a)): Trent may send any matrix there."""
     values = G[np.triu_indices(G.shape[0])]
-    return EncryptedVector.encrypt(pk, values, frac_bits=params.frac_bits + params.blind_offset_bits,
-                                   packing=params.gram_packing(pk)).to_proto().SerializeToString()
+    return (
+        EncryptedVector.encrypt(
+            pk, values, frac_bits=params.frac_bits + params.blind_offset_bits, packing=params.gram_packing(pk)
+        )
+        .to_proto()
+        .SerializeToString()
+    )
 
 
 def _data(seed=0):
@@ -131,7 +144,7 @@ def test_residual_a_trent_deviating_every_round_gets_chosen_rows_up_to_sigma():
     (issue 14's policy) and a per-dataset session budget."""
     params = PowerIterationParams(n_parties=2, key_bits=512, p=1.0, max_iterations=30, components=2)
     blocks = _data(2)
-    rows, c = (3, 1), 2.0 ** 10
+    rows, c = (3, 1), 2.0**10
 
     def rewrite(tag, data, pk):
         if tag.startswith("v/") or tag == "final/v":
@@ -143,7 +156,7 @@ def test_residual_a_trent_deviating_every_round_gets_chosen_rows_up_to_sigma():
     net, res = _attack(blocks, params, rewrite)
     assert isinstance(res, dict), res
     clear = _clear_blocks(net)
-    assert len(clear) == 2                           # one chunk per party
+    assert len(clear) == 2  # one chunk per party
     factors = []
     for sender, _tag, _, data in clear:
         m = pb.Matrix.FromString(data)
@@ -152,8 +165,8 @@ def test_residual_a_trent_deviating_every_round_gets_chosen_rows_up_to_sigma():
         ratios = []
         for col, j in enumerate(rows):
             ratio = got[:, col] / blocks[i][j]
-            np.testing.assert_allclose(ratio, ratio[0], rtol=1e-12)   # row j exactly, times one factor
-            assert 2.0 ** -16 <= abs(ratio[0]) <= 2.0 ** 16
+            np.testing.assert_allclose(ratio, ratio[0], rtol=1e-12)  # row j exactly, times one factor
+            assert 2.0**-16 <= abs(ratio[0]) <= 2.0**16
             ratios.append(ratio[0])
         factors.append(ratios)
     # the factor of each component is σ_l, the same for both parties, and unknown to Trent
@@ -168,7 +181,7 @@ def test_the_final_vectors_are_those_of_the_round_whose_block_comes_again():
     n = 8
     params = PowerIterationParams(n_parties=2, key_bits=512, p=1.0, max_iterations=n, tol=1e-300, components=2)
     blocks = _data(4)
-    forged = np.array([[1.0, 0.9], [0.9, 1.0]])     # positive definite; its eigenvectors turn the basis by 45°
+    forged = np.array([[1.0, 0.9], [0.9, 1.0]])  # positive definite; its eigenvectors turn the basis by 45°
 
     def forge(round_):
         return lambda tag, data, pk: _gram(pk, params, forged) if tag == f"blinded/{round_}" else data

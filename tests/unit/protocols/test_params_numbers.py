@@ -56,12 +56,53 @@ def _numeric_fields(cls) -> list[str]:
     return out
 
 
-SPECIAL = [math.inf, -math.inf, math.nan, 1e308, -1e308, 5e-324, -5e-324, 1e-308, 0, 0.0, -0.0, -1, 1, 2,
-           2 ** 63, -(2 ** 63), 2 ** 64 + 1, 10 ** 300, -(10 ** 300), 2 ** 1000, True, False, None, "1", "nan",
-           "inf", "", [1], {}, {"a": 1}, 1.5, 0.5, 64, 65, 2048, 100_000, 10 ** 9]
-VALUES = st.one_of(st.sampled_from(SPECIAL), st.floats(allow_nan=True, allow_infinity=True),
-                   st.integers(-(2 ** 200), 2 ** 200), st.integers(-10, 5000), st.text(max_size=4),
-                   st.lists(st.integers(), max_size=2))
+SPECIAL = [
+    math.inf,
+    -math.inf,
+    math.nan,
+    1e308,
+    -1e308,
+    5e-324,
+    -5e-324,
+    1e-308,
+    0,
+    0.0,
+    -0.0,
+    -1,
+    1,
+    2,
+    2**63,
+    -(2**63),
+    2**64 + 1,
+    10**300,
+    -(10**300),
+    2**1000,
+    True,
+    False,
+    None,
+    "1",
+    "nan",
+    "inf",
+    "",
+    [1],
+    {},
+    {"a": 1},
+    1.5,
+    0.5,
+    64,
+    65,
+    2048,
+    100_000,
+    10**9,
+]
+VALUES = st.one_of(
+    st.sampled_from(SPECIAL),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(-(2**200), 2**200),
+    st.integers(-10, 5000),
+    st.text(max_size=4),
+    st.lists(st.integers(), max_size=2),
+)
 
 
 def test_every_builtin_protocol_has_numeric_parameters_to_fuzz():
@@ -98,11 +139,20 @@ def test_numeric_parameters_are_accepted_or_invalid_argument(plugin):
     one()
 
 
-@pytest.mark.parametrize("protocol, name, value", [
-    ("dp-aggregate", "epsilon", 1e308), ("dp-aggregate", "epsilon", 1e-308), ("dp-aggregate", "lam", 10 ** 30),
-    ("power-iteration", "p", [1]), ("power-iteration", "tol", "0.1"), ("power-iteration", "padding", 10 ** 400),
-    ("keyword", "mask_nats", None), ("keyword", "offset_nats", math.inf), ("keyword", "emission_offset_nats", 2e300),
-])
+@pytest.mark.parametrize(
+    "protocol, name, value",
+    [
+        ("dp-aggregate", "epsilon", 1e308),
+        ("dp-aggregate", "epsilon", 1e-308),
+        ("dp-aggregate", "lam", 10**30),
+        ("power-iteration", "p", [1]),
+        ("power-iteration", "tol", "0.1"),
+        ("power-iteration", "padding", 10**400),
+        ("keyword", "mask_nats", None),
+        ("keyword", "offset_nats", math.inf),
+        ("keyword", "emission_offset_nats", 2e300),
+    ],
+)
 def test_the_issues_cases_name_the_parameter(protocol, name, value):
     plugin = next(p for p in BUILTIN if p.name == protocol)
     with pytest.raises(InvalidMessage, match=name):
@@ -117,5 +167,5 @@ def test_an_epsilon_with_no_finite_noise_level_is_refused_at_validation():
     with pytest.raises(InvalidMessage) as ei:
         plugin.validate_params({"epsilon": 5.438030328818065e-233, "delta": 5.438030328818065e-233}, roles)
     assert ei.value.code == "INVALID_ARGUMENT" and "no finite noise level" in str(ei.value)
-    norm = plugin.validate_params({"epsilon": 1e-3, "delta": 1e-9}, roles)      # small but fine
+    norm = plugin.validate_params({"epsilon": 1e-3, "delta": 1e-9}, roles)  # small but fine
     assert plugin.summary(norm, roles).epsilon == 1e-3

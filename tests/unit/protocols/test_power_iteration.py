@@ -1,7 +1,6 @@
 """Power iteration (003 §4.1.1) in memory: correctness against numpy.linalg.eigh and Trent's view."""
 
 import asyncio
-import time
 
 import numpy as np
 import pytest
@@ -27,9 +26,15 @@ def run(blocks, params, *, seed=None, tamper=None, private_key=None, engine=None
         tamper(net)
     coros = {"trent": lambda ch: trent(ch, params, seed=seed, allow_insecure_keys=True)}
     for i, A in enumerate(blocks):
-        coros[f"party{i + 1}"] = (lambda ch, A=A, i=i: data_party(
-            ch, A, params, engine=engine, private_key=private_key if i == 0 else None,
-            seed=None if seed is None else seed + i + 1, allow_insecure_keys=True))
+        coros[f"party{i + 1}"] = lambda ch, A=A, i=i: data_party(
+            ch,
+            A,
+            params,
+            engine=engine,
+            private_key=private_key if i == 0 else None,
+            seed=None if seed is None else seed + i + 1,
+            allow_insecure_keys=True,
+        )
     return net, asyncio.run(net.run(coros))
 
 
@@ -50,7 +55,7 @@ def test_matches_numpy_eigenvectors(k, ns, p):
     tr = res["trent"]
     assert tr.converged
     assert abs(np.dot(tr.x, x_ref)) >= 0.9999
-    assert np.allclose(tr.x, x_ref, atol=1e-5)          # sign convention too
+    assert np.allclose(tr.x, x_ref, atol=1e-5)  # sign convention too
     assert tr.n_per_party == list(ns)
     blocks_alpha = []
     for i in range(len(ns)):
@@ -88,10 +93,12 @@ def test_trent_receives_only_ciphertexts():
     assert seen
     plain_allowed = {
         # public setup: the public key and the number of rows k
-        "public_key": "smcdp.v1.PaillierPublicKey", "dims": "smcdp.v1.Ints",
+        "public_key": "smcdp.v1.PaillierPublicKey",
+        "dims": "smcdp.v1.Ints",
         # the one-bit convergence answer, and the σ-blinded output blocks of x that Trent gathers by
         # design (with their count)
-        "final/cols": "smcdp.v1.Ints", "final/x": "smcdp.v1.Matrix",
+        "final/cols": "smcdp.v1.Ints",
+        "final/x": "smcdp.v1.Matrix",
     }
     for sender, tag, tname, data in seen:
         base = tag.split("/")[0] if not tag.startswith("final/") else "/".join(tag.split("/")[:2])
@@ -128,8 +135,11 @@ def test_a_round_is_one_message_each_way():
     assert tr.converged and tr.rounds >= 4
     setup = {"public_key", "dims", "contrib/0", "final/cols"}
     for role in ("party1", "party2"):
-        sent = [tag for sender, tag, *_ in net.received_by("trent")
-                if sender == role and tag not in setup and not tag.startswith("final/x/")]
+        sent = [
+            tag
+            for sender, tag, *_ in net.received_by("trent")
+            if sender == role and tag not in setup and not tag.startswith("final/x/")
+        ]
         got = [tag for sender, tag, *_ in net.received_by(role) if sender == "trent"]
         assert sent == [f"round/{t}" for t in range(tr.rounds)], (role, sent)
         assert got == ["v/0", *(f"reply/{t}" for t in range(tr.rounds))], (role, got)
@@ -152,8 +162,10 @@ def test_small_data_never_claims_a_convergence_it_did_not_reach(scale):
     for r in (1, 2):
         params = PowerIterationParams(n_parties=2, key_bits=512, tol=1e-9, components=r, max_iterations=120)
         _, res = run(blocks, params, seed=4)
-        err = max(min(np.linalg.norm(np.asarray(res["party1"].components[j]["u"]) - s * ref[:, j]) for s in (1, -1))
-                  for j in range(r))
+        err = max(
+            min(np.linalg.norm(np.asarray(res["party1"].components[j]["u"]) - s * ref[:, j]) for s in (1, -1))
+            for j in range(r)
+        )
         assert err < 2e-6, (r, err)
         if res["trent"].converged:
             assert err < 1e-7, (r, err, res["trent"].rounds)
@@ -191,8 +203,10 @@ def test_value_bound_overflow_is_detected():
     rng = np.random.default_rng(4)
     blocks = [rng.normal(size=(4, 3)) * 1e6, rng.normal(size=(4, 3))]
     # the exact mode's contributions are bounded like the Gram (issue 26); the start block is the first to exceed it
-    with pytest.raises((InvalidMessage, SessionAborted),
-                       match=r"a contribution value reaches the agreed bound 2\^8; scale the data or raise gram_bits"):
+    with pytest.raises(
+        (InvalidMessage, SessionAborted),
+        match=r"a contribution value reaches the agreed bound 2\^8; scale the data or raise gram_bits",
+    ):
         run(blocks, PowerIterationParams(n_parties=2, key_bits=512, gram_bits=8))
     # the value itself stays in the local record: peers learn the rule, not the data (issue 19)
 
@@ -206,8 +220,15 @@ def test_stops_at_max_iterations_without_claiming_convergence():
 
 
 def test_params_are_validated():
-    for bad in ({"p": 0.0}, {"p": 1.5}, {"n_parties": 1}, {"tol": 2.0}, {"max_iterations": 0},
-                {"padding": -1.0}, {"bogus": 1}):
+    for bad in (
+        {"p": 0.0},
+        {"p": 1.5},
+        {"n_parties": 1},
+        {"tol": 2.0},
+        {"max_iterations": 0},
+        {"padding": -1.0},
+        {"bogus": 1},
+    ):
         with pytest.raises(InvalidMessage):
             PowerIterationParams.from_mapping(bad)
 

@@ -69,8 +69,9 @@ def run(blocks, params, *, sk, seeds=None, trent_seed=None, rewrite=None, timeou
     seeds = seeds or [None] * len(blocks)
     coros = {"trent": lambda c: trent(c, params, seed=trent_seed, allow_insecure_keys=True)}
     for i, A in enumerate(blocks):
-        coros[f"party{i + 1}"] = (lambda c, A=A, i=i: data_party(
-            c, A, params, private_key=sk if i == 0 else None, seed=seeds[i], allow_insecure_keys=True))
+        coros[f"party{i + 1}"] = lambda c, A=A, i=i: data_party(
+            c, A, params, private_key=sk if i == 0 else None, seed=seeds[i], allow_insecure_keys=True
+        )
     return net, asyncio.run(net.run(coros))
 
 
@@ -78,8 +79,9 @@ def decrypted(net, sk, params, sender, tag):
     """The k × b block ``sender`` sent to Trent under ``tag``, decrypted (what Trent colluding with a key
     holder sees)."""
     (data,) = [d for s, t, _, d in net.received_by("trent") if s == sender and t == tag]
-    vec = EncryptedVector.from_proto(pb.CiphertextVector.FromString(data), sk.public_key,
-                                     packing=params.packing(sk.public_key))
+    vec = EncryptedVector.from_proto(
+        pb.CiphertextVector.FromString(data), sk.public_key, packing=params.packing(sk.public_key)
+    )
     k = vec.length // params.block_size
     return decode_fixed(vec.decrypt_ints(sk), vec.exponent).reshape((k, params.block_size), order="F")
 
@@ -95,15 +97,16 @@ def test_utility_k20_n20000_epsilon_1_with_2048_bit_keys(keys2048):
     2048-bit keys (the property does not depend on the key size, but the DP session is cheap: k·b values
     per message)."""
     _, sk = keys2048
-    params = PowerIterationParams(n_parties=2, key_bits=2048, epsilon=1.0, delta=1e-6, rows=20,
-                                  max_samples=20_000, dp_method="power")
+    params = PowerIterationParams(
+        n_parties=2, key_bits=2048, epsilon=1.0, delta=1e-6, rows=20, max_samples=20_000, dp_method="power"
+    )
     for seed in range(3):
         M = spectral_gap_data(seed)
         u_ref = top_eigenvectors(M, 1)[:, 0]
         _, res = run(split(M, 9_000), params, sk=sk)
         for role in ("party1", "party2"):
             assert abs(np.dot(res[role].u, u_ref)) >= 0.99, (seed, role)
-        assert res["party1"].u == res["party2"].u          # the same post-processing of the same release
+        assert res["party1"].u == res["party2"].u  # the same post-processing of the same release
         tr = res["trent"]
         assert tr.x is None and tr.converged is None and tr.rounds == DP_ITERATIONS and tr.n_per_party == []
 
@@ -113,8 +116,7 @@ def test_top_two_components_and_each_partys_own_block(keys512):
     locally (nothing of it is sent: Trent's transcript has no final/x)."""
     _, sk = keys512
     M = spectral_gap_data(7)
-    params = PowerIterationParams(n_parties=2, key_bits=512, epsilon=1.0, delta=1e-6, components=2,
-                                  dp_method="power")
+    params = PowerIterationParams(n_parties=2, key_bits=512, epsilon=1.0, delta=1e-6, components=2, dp_method="power")
     net, res = run(split(M, 12_000), params, sk=sk)
     U = top_eigenvectors(M, 2)
     for j in range(2):
@@ -126,8 +128,9 @@ def test_top_two_components_and_each_partys_own_block(keys512):
 
 
 # ------------------------------------------------------------------ calibration
-@pytest.mark.parametrize("eps,delta,T", [(1.0, 1e-6, 10), (0.1, 1e-6, 10), (3.0, 1e-9, 25), (0.5, 1e-5, 1),
-                                         (0.3, 1e-6, 4)])
+@pytest.mark.parametrize(
+    "eps,delta,T", [(1.0, 1e-6, 10), (0.1, 1e-6, 10), (3.0, 1e-9, 25), (0.5, 1e-5, 1), (0.3, 1e-6, 4)]
+)
 def test_calibration_is_certified_by_both_accountants(eps, delta, T):
     """issue 38: sigma is the smaller of the zCDP route's and the exact PLD's; for these pure Gaussian
     compositions the PLD's always (the zCDP route would leave 7-9 % of epsilon unused).  Certified
@@ -167,28 +170,31 @@ def test_the_covariance_mode_is_one_release_at_the_single_gaussians_sigma():
     assert acc.get_epsilon(1e-6) <= 0.3
 
 
-@pytest.mark.parametrize("bad,match", [
-    ({"epsilon": 1.0}, "epsilon and delta go together"),
-    ({"delta": 1e-6}, "epsilon and delta go together"),
-    ({"epsilon": 0.0, "delta": 1e-6}, "epsilon=0.0 must be a number"),
-    ({"epsilon": 1.0, "delta": 1.0}, "delta=1.0 must be"),
-    ({"epsilon": True, "delta": 1e-6}, "epsilon=True"),
-    ({"epsilon": 1.0, "delta": 1e-6, "iterations": 0}, "iterations=0"),
-    ({"epsilon": 1.0, "delta": 1e-6, "noise_parties": 3}, "noise_parties=3"),
-    ({"epsilon": 1.0, "delta": 1e-6, "column_norm": -1.0}, "column_norm=-1.0"),
-    ({"epsilon": 1.0, "delta": 1e-6, "column_norm": 100.0}, "max_samples·column_norm²"),
-    ({"iterations": 5}, "belong to the differentially private mode"),
-    ({"dp_method": "power"}, "belong to the differentially private mode"),
-    ({"gap_ratio": 0.5}, "belong to the differentially private mode"),
-    ({"epsilon": 1.0, "delta": 1e-6, "dp_method": "pca"}, "dp_method='pca' must be one of"),
-    ({"epsilon": 1.0, "delta": 1e-6, "gap_ratio": 1.0}, "gap_ratio=1.0 must be"),
-    ({"epsilon": 1.0, "delta": 1e-6, "dp_method": "covariance", "iterations": 3}, "belong to the noisy power"),
-    ({"epsilon": 1.0, "delta": 1e-6, "dp_method": "covariance", "gap_ratio": 0.5}, "belong to the noisy power"),
-    ({"epsilon": 1.0, "delta": 1e-6, "dp_method": "covariance", "rows": 5000}, "needs k <= 4096"),
-    ({"epsilon": 1.0, "delta": 1e-6, "dp_method": "covariance", "max_rows": 5000}, "needs k <= 4096"),
-    ({"epsilon": 1.0, "delta": 1e-6, "dp_method": "covariance", "max_samples": 6_000_000}, "√2·max_samples"),
-    ({"column_norm": 2.0}, "belong to the differentially private mode"),
-])
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        ({"epsilon": 1.0}, "epsilon and delta go together"),
+        ({"delta": 1e-6}, "epsilon and delta go together"),
+        ({"epsilon": 0.0, "delta": 1e-6}, "epsilon=0.0 must be a number"),
+        ({"epsilon": 1.0, "delta": 1.0}, "delta=1.0 must be"),
+        ({"epsilon": True, "delta": 1e-6}, "epsilon=True"),
+        ({"epsilon": 1.0, "delta": 1e-6, "iterations": 0}, "iterations=0"),
+        ({"epsilon": 1.0, "delta": 1e-6, "noise_parties": 3}, "noise_parties=3"),
+        ({"epsilon": 1.0, "delta": 1e-6, "column_norm": -1.0}, "column_norm=-1.0"),
+        ({"epsilon": 1.0, "delta": 1e-6, "column_norm": 100.0}, "max_samples·column_norm²"),
+        ({"iterations": 5}, "belong to the differentially private mode"),
+        ({"dp_method": "power"}, "belong to the differentially private mode"),
+        ({"gap_ratio": 0.5}, "belong to the differentially private mode"),
+        ({"epsilon": 1.0, "delta": 1e-6, "dp_method": "pca"}, "dp_method='pca' must be one of"),
+        ({"epsilon": 1.0, "delta": 1e-6, "gap_ratio": 1.0}, "gap_ratio=1.0 must be"),
+        ({"epsilon": 1.0, "delta": 1e-6, "dp_method": "covariance", "iterations": 3}, "belong to the noisy power"),
+        ({"epsilon": 1.0, "delta": 1e-6, "dp_method": "covariance", "gap_ratio": 0.5}, "belong to the noisy power"),
+        ({"epsilon": 1.0, "delta": 1e-6, "dp_method": "covariance", "rows": 5000}, "needs k <= 4096"),
+        ({"epsilon": 1.0, "delta": 1e-6, "dp_method": "covariance", "max_rows": 5000}, "needs k <= 4096"),
+        ({"epsilon": 1.0, "delta": 1e-6, "dp_method": "covariance", "max_samples": 6_000_000}, "√2·max_samples"),
+        ({"column_norm": 2.0}, "belong to the differentially private mode"),
+    ],
+)
 def test_bad_dp_parameters_are_refused(bad, match):
     with pytest.raises(InvalidMessage, match=match):
         PowerIterationParams.from_mapping({"n_parties": 2, **bad})
@@ -232,15 +238,16 @@ def test_a_trent_asking_for_more_rounds_gets_no_more_releases(keys512):
         await ch.recv("party1", "public_key", pb.PaillierPublicKey)
         await ch.recv_all(["party1", "party2"], "dims", pb.Ints)
         block = EncryptedVector.encrypt(sk.public_key, np.eye(5)[:, 0], packing=params.packing(sk.public_key))
-        for t in range(5):                      # two rounds more than agreed
+        for t in range(5):  # two rounds more than agreed
             await ch.send_many(["party1", "party2"], f"v/{t}", block.to_proto())
         await ch.send_many(["party1", "party2"], "final/v", block.to_proto())
         return [await ch.recv_all(["party1", "party2"], f"{NOISY_TAG}/{t}", pb.CiphertextVector) for t in range(3)]
 
     coros = {"trent": greedy_trent}
     for i, A in enumerate(split(M, 12)):
-        coros[f"party{i + 1}"] = (lambda c, A=A, i=i: data_party(c, A, params, private_key=sk if i == 0 else None,
-                                                                allow_insecure_keys=True))
+        coros[f"party{i + 1}"] = lambda c, A=A, i=i: data_party(
+            c, A, params, private_key=sk if i == 0 else None, allow_insecure_keys=True
+        )
     # the parties read v/0 … v/2 and then final/v: v/3 and v/4 are never read, no fourth release is made
     res = asyncio.run(net.run(coros))
     assert res["party1"].rounds == 3
@@ -256,8 +263,9 @@ def test_replay_with_the_same_root_releases_the_same_noisy_values(keys512):
     params = PowerIterationParams(n_parties=2, key_bits=512, epsilon=1.0, delta=1e-6, iterations=3)
     roots = [Randomness.from_seed(11), Randomness.from_seed(12)]
     runs = [run(split(M, 20), params, sk=sk, seeds=roots, trent_seed=Randomness.from_seed(10))[0] for _ in range(2)]
-    other = run(split(M, 20), params, sk=sk, seeds=[Randomness.from_seed(13), roots[1]],
-                trent_seed=Randomness.from_seed(10))[0]
+    other = run(
+        split(M, 20), params, sk=sk, seeds=[Randomness.from_seed(13), roots[1]], trent_seed=Randomness.from_seed(10)
+    )[0]
     for t in range(3):
         a, b, c = (decrypted(n, sk, params, "party1", f"{NOISY_TAG}/{t}") for n in (*runs, other))
         assert np.array_equal(a, b)
@@ -273,21 +281,23 @@ def test_columns_are_clipped_and_the_noise_is_at_full_scale_whatever_trent_sends
     k, T = 4, 30
     rng = np.random.default_rng(5)
     A = rng.normal(size=(k, 20)) * 0.1
-    A[:, 3] = 1000.0 * np.eye(k)[:, 0]                       # one sample far beyond column_norm = 1
-    params = PowerIterationParams(n_parties=2, key_bits=512, epsilon=1.0, delta=1e-6, iterations=T,
-                                  components=2)
+    A[:, 3] = 1000.0 * np.eye(k)[:, 0]  # one sample far beyond column_norm = 1
+    params = PowerIterationParams(n_parties=2, key_bits=512, epsilon=1.0, delta=1e-6, iterations=T, components=2)
     E = np.zeros((k, 2))
-    E[0, 0] = E[2, 1] = 2.0 ** 20
+    E[0, 0] = E[2, 1] = 2.0**20
 
     def rewrite(tag, data, pk):
         if tag.startswith("v/") or tag == "final/v":
-            return EncryptedVector.encrypt(pk, E.ravel(order="F"), frac_bits=params.frac_bits,
-                                           packing=params.packing(pk)).to_proto().SerializeToString()
+            return (
+                EncryptedVector.encrypt(pk, E.ravel(order="F"), frac_bits=params.frac_bits, packing=params.packing(pk))
+                .to_proto()
+                .SerializeToString()
+            )
         return data
 
     net, res = run([A, A.copy()], params, sk=sk, rewrite=rewrite)
     cal = dp_calibration(params)
-    Z = clipped_gram_block(A, E / 2.0 ** 20, 1.0)[0]
+    Z = clipped_gram_block(A, E / 2.0**20, 1.0)[0]
     residual = np.stack([decrypted(net, sk, params, "party1", f"{NOISY_TAG}/{t}") - Z for t in range(T)])
     assert abs(residual.mean()) < 4 * cal.party_sigma / math.sqrt(residual.size)
     assert 0.8 < residual.std() / cal.party_sigma < 1.2
@@ -299,21 +309,25 @@ def test_two_noise_shares_add_up_to_sigma(keys512):
     _, sk = keys512
     k, T = 4, 40
     A = np.random.default_rng(6).normal(size=(k, 10)) * 0.1
-    params = PowerIterationParams(n_parties=2, key_bits=512, epsilon=1.0, delta=1e-6, iterations=T,
-                                  noise_parties=2)
+    params = PowerIterationParams(n_parties=2, key_bits=512, epsilon=1.0, delta=1e-6, iterations=T, noise_parties=2)
     E = np.eye(k)[:, :1]
 
     def rewrite(tag, data, pk):
         if tag.startswith("v/"):
-            return EncryptedVector.encrypt(pk, E.ravel(order="F"), packing=params.packing(pk)).to_proto() \
+            return (
+                EncryptedVector.encrypt(pk, E.ravel(order="F"), packing=params.packing(pk))
+                .to_proto()
                 .SerializeToString()
+            )
         return data
 
     net, _ = run([A, A.copy()], params, sk=sk, rewrite=rewrite)
     cal = dp_calibration(params)
     Z = clipped_gram_block(A, E, 1.0)[0]
-    shares = {p: np.stack([decrypted(net, sk, params, p, f"{NOISY_TAG}/{t}") - Z for t in range(T)])
-              for p in ("party1", "party2")}
+    shares = {
+        p: np.stack([decrypted(net, sk, params, p, f"{NOISY_TAG}/{t}") - Z for t in range(T)])
+        for p in ("party1", "party2")
+    }
     for p in shares:
         assert 0.75 < shares[p].std() / (cal.sigma / math.sqrt(2)) < 1.25, p
     assert 0.75 < (shares["party1"] + shares["party2"]).std() / cal.sigma < 1.25
@@ -386,8 +400,17 @@ def test_traffic_envelope_covers_every_message_of_the_dp_mode(keys512, k, ns, r,
     _, sk = keys512
     rng = np.random.default_rng(k)
     blocks = [rng.normal(size=(k, n)) * 0.2 for n in ns]
-    params = PowerIterationParams(n_parties=len(ns), key_bits=512, epsilon=1.0, delta=1e-6, iterations=4,
-                                  components=r, oversample=over, rows=k, max_samples=max(ns))
+    params = PowerIterationParams(
+        n_parties=len(ns),
+        key_bits=512,
+        epsilon=1.0,
+        delta=1e-6,
+        iterations=4,
+        components=r,
+        oversample=over,
+        rows=k,
+        max_samples=max(ns),
+    )
     net, _ = run(blocks, params, sk=sk)
     for role in ["trent", *params.data_roles]:
         env = params.traffic_envelope(role)

@@ -71,16 +71,18 @@ def run(blocks, params, *, sk, seeds=None, trent_seed=None, rewrite=None, timeou
     seeds = seeds or [None] * len(blocks)
     coros = {"trent": lambda c: trent(c, params, seed=trent_seed, allow_insecure_keys=True)}
     for i, A in enumerate(blocks):
-        coros[f"party{i + 1}"] = (lambda c, A=A, i=i: data_party(
-            c, A, params, private_key=sk if i == 0 else None, seed=seeds[i], allow_insecure_keys=True))
+        coros[f"party{i + 1}"] = lambda c, A=A, i=i: data_party(
+            c, A, params, private_key=sk if i == 0 else None, seed=seeds[i], allow_insecure_keys=True
+        )
     return net, asyncio.run(net.run(coros))
 
 
 def release(net, sk, params, sender) -> np.ndarray:
     """The packed release ``sender`` sent to Trent, decrypted (what Trent colluding with a key holder sees)."""
     (data,) = [d for s, t, _, d in net.received_by("trent") if s == sender and t == COV_TAG]
-    vec = EncryptedVector.from_proto(pb.CiphertextVector.FromString(data), sk.public_key,
-                                     packing=params.packing(sk.public_key))
+    vec = EncryptedVector.from_proto(
+        pb.CiphertextVector.FromString(data), sk.public_key, packing=params.packing(sk.public_key)
+    )
     return np.asarray(decode_fixed(vec.decrypt_ints(sk), vec.exponent), dtype=np.float64)
 
 
@@ -117,7 +119,7 @@ def test_the_release_is_the_clipped_covariance_plus_noise_at_party_sigma(keys512
     unpacked, the noise is σ on the diagonal and σ/√2 off it.  The sum the parties decrypt is the sum of
     the two releases, and u is its top eigenvector."""
     _, sk = keys512
-    k = 40                        # 820 values per release: the spreads below are within ±4 standard errors
+    k = 40  # 820 values per release: the spreads below are within ±4 standard errors
     rng = np.random.default_rng(3)
     A = rng.normal(size=(k, 200)) * 0.1
     A[:, 7] = 1000.0 * np.eye(k)[:, 0]
@@ -192,8 +194,13 @@ def test_a_malicious_trent_changes_the_output_never_the_release(keys512):
 
     def forge(tag, data, pk):
         if tag == COV_SUM_TAG:
-            return EncryptedVector.encrypt(pk, np.arange(L, dtype=float), frac_bits=params.frac_bits,
-                                           packing=params.packing(pk)).to_proto().SerializeToString()
+            return (
+                EncryptedVector.encrypt(
+                    pk, np.arange(L, dtype=float), frac_bits=params.frac_bits, packing=params.packing(pk)
+                )
+                .to_proto()
+                .SerializeToString()
+            )
         return data
 
     evil, res_e = run(split(M, 25), params, sk=sk, seeds=roots, rewrite=forge)
@@ -203,8 +210,11 @@ def test_a_malicious_trent_changes_the_output_never_the_release(keys512):
 
     def short(tag, data, pk):
         if tag == COV_SUM_TAG:
-            return EncryptedVector.encrypt(pk, np.ones(L - 1), frac_bits=params.frac_bits,
-                                           packing=params.packing(pk)).to_proto().SerializeToString()
+            return (
+                EncryptedVector.encrypt(pk, np.ones(L - 1), frac_bits=params.frac_bits, packing=params.packing(pk))
+                .to_proto()
+                .SerializeToString()
+            )
         return data
 
     with pytest.raises(Exception, match="final/cov from trent"):
@@ -246,9 +256,9 @@ def test_auto_picks_covariance_while_it_fits_and_the_power_method_beyond():
     assert cov_params(rows=255).covariance_length <= COV_AUTO_VALUES
     assert cov_params(rows=255).dp_mode == "covariance"
     assert cov_params(rows=256).dp_mode == "power"
-    assert cov_params().dp_mode == "power"                       # rows unset: k <= max_rows = 1000
+    assert cov_params().dp_mode == "power"  # rows unset: k <= max_rows = 1000
     assert cov_params(max_rows=100).dp_mode == "covariance"
-    assert cov_params(rows=20, iterations=5).dp_mode == "power"   # a power-mode parameter asks for it
+    assert cov_params(rows=20, iterations=5).dp_mode == "power"  # a power-mode parameter asks for it
     assert cov_params(rows=20, gap_ratio=0.5).dp_mode == "power"
     assert cov_params(rows=500, dp_method="covariance").dp_mode == "covariance"
     assert cov_params(rows=20, dp_method="power").dp_mode == "power"
@@ -262,13 +272,14 @@ def test_rounds_follow_the_public_gap_ratio_and_never_the_data(keys512):
     overrides.  Two data sets give the same T, and the parties make exactly that many releases."""
     assert dp_rounds_for_gap(0.19, 20) == 4 and dp_rounds_for_gap(0.82, 20) == 31
     assert [dp_rounds_for_gap(g, 20) for g in (0.1, 0.3, 0.5, 0.7, 0.9)] == sorted(
-        dp_rounds_for_gap(g, 20) for g in (0.1, 0.3, 0.5, 0.7, 0.9))
+        dp_rounds_for_gap(g, 20) for g in (0.1, 0.3, 0.5, 0.7, 0.9)
+    )
     for g in (0.1, 0.5, 0.9):
         T = dp_rounds_for_gap(g, 20)
-        assert g ** T * math.sqrt(20) <= 0.01 < g ** (T - 1) * math.sqrt(20)
+        assert g**T * math.sqrt(20) <= 0.01 < g ** (T - 1) * math.sqrt(20)
     assert cov_params(rows=20, gap_ratio=0.19).dp_rounds == 4
     assert cov_params(rows=20, gap_ratio=0.19, iterations=7).dp_rounds == 7
-    assert cov_params(gap_ratio=0.5).dp_rounds == dp_rounds_for_gap(0.5, 1000)     # k unknown: max_rows
+    assert cov_params(gap_ratio=0.5).dp_rounds == dp_rounds_for_gap(0.5, 1000)  # k unknown: max_rows
     _, sk = keys512
     params = cov_params(rows=6, max_samples=300, gap_ratio=0.3)
     for seed in (1, 2):
@@ -288,9 +299,21 @@ def test_a_small_gap_with_its_rounds_converges_from_every_start(keys512):
     assert 0.75 < lam[1] / lam[0] < 0.86
     u_ref = top_eigenvectors(M, 1)[:, 0]
     for params in (cov_params(rows=20, max_samples=20_000, gap_ratio=0.86), cov_params(rows=20, max_samples=20_000)):
-        worst = min(abs(np.dot(run(split(M, 9_000), params, sk=sk, trent_seed=Randomness.from_seed(50 + i),
-                                   seeds=[Randomness.from_seed(60 + i), Randomness.from_seed(70 + i)]
-                                   )[1]["party1"].u, u_ref)) for i in range(5))
+        worst = min(
+            abs(
+                np.dot(
+                    run(
+                        split(M, 9_000),
+                        params,
+                        sk=sk,
+                        trent_seed=Randomness.from_seed(50 + i),
+                        seeds=[Randomness.from_seed(60 + i), Randomness.from_seed(70 + i)],
+                    )[1]["party1"].u,
+                    u_ref,
+                )
+            )
+            for i in range(5)
+        )
         assert worst >= 0.99, (params.dp_mode, worst)
 
 

@@ -16,8 +16,9 @@ from tests.unit.protocols.test_power_iteration import blocks_with_gap, run
 @pytest.mark.parametrize("k,ns,r", [(30, (80, 120), 1), (12, (40, 9, 25), 2)])
 def test_the_envelope_of_tight_bounds_is_close_to_the_transcript(k, ns, r):
     blocks = blocks_with_gap(np.random.default_rng(k), k, ns)
-    params = PowerIterationParams(n_parties=len(ns), key_bits=512, p=1.0, tol=1e-14, max_iterations=6,
-                                  components=r, rows=k, max_samples=max(ns))
+    params = PowerIterationParams(
+        n_parties=len(ns), key_bits=512, p=1.0, tol=1e-14, max_iterations=6, components=r, rows=k, max_samples=max(ns)
+    )
     net, res = run(blocks, params, seed=3)
     assert res["trent"].rounds == 6
     for role in ["trent", *params.data_roles]:

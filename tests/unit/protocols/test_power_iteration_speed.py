@@ -40,13 +40,17 @@ def test_no_role_builds_a_table_for_more_uses_than_its_session_has(monkeypatch):
 
     async def go():
         try:
-            return await net.run({
-                "trent": lambda ch: trent(ch, params, seed=1, allow_insecure_keys=True),
-                "party1": lambda ch: data_party(ch, blocks[0], params, engine=engines[0], seed=2,
-                                                allow_insecure_keys=True),
-                "party2": lambda ch: data_party(ch, blocks[1], params, engine=engines[1], seed=3,
-                                                allow_insecure_keys=True),
-            })
+            return await net.run(
+                {
+                    "trent": lambda ch: trent(ch, params, seed=1, allow_insecure_keys=True),
+                    "party1": lambda ch: data_party(
+                        ch, blocks[0], params, engine=engines[0], seed=2, allow_insecure_keys=True
+                    ),
+                    "party2": lambda ch: data_party(
+                        ch, blocks[1], params, engine=engines[1], seed=3, allow_insecure_keys=True
+                    ),
+                }
+            )
         finally:
             for e in engines:
                 await e.aclose()
@@ -54,15 +58,20 @@ def test_no_role_builds_a_table_for_more_uses_than_its_session_has(monkeypatch):
     res = asyncio.run(go())
     u, x = plaintext_reference(blocks)
     assert abs(np.dot(res["trent"].x, x)) > 1 - 1e-9 and abs(np.dot(res["party1"].u, u)) > 1 - 1e-9
+
     # Trent's public table (mod n²) and each party's two CRT tables (mod p², q²), each sized by its uses
     # (tens of ciphertexts per round): never the budget's largest window
     def budget(bits):
-        return modexp.window_for(256, bits, entry_overhead=0 if modexp.native.AVAILABLE else 32,
-                                 max_window=12 if modexp.native.AVAILABLE else 10)
+        return modexp.window_for(
+            256,
+            bits,
+            entry_overhead=0 if modexp.native.AVAILABLE else 32,
+            max_window=12 if modexp.native.AVAILABLE else 10,
+        )
 
     assert len([b for b, _ in built if b <= 512]) == 4 and len([b for b, _ in built if b > 1000]) == 1, built
     assert all(w < budget(bits) for bits, w in built), built
-    assert paillier.MIN_SECURE_BITS == 2048   # the test's 512-bit key is an explicit opt-in above
+    assert paillier.MIN_SECURE_BITS == 2048  # the test's 512-bit key is an explicit opt-in above
 
 
 def test_party1_takes_the_key_its_party_prepared_for_the_sessions_root():
@@ -71,17 +80,22 @@ def test_party1_takes_the_key_its_party_prepared_for_the_sessions_root():
     blocks = blocks_with_gap(np.random.default_rng(5), 8, (6, 5))
     params = PowerIterationParams(n_parties=2, key_bits=512, max_iterations=40)
     root = Randomness.fresh()
-    want = paillier.generate_keypair(512, allow_insecure=True,
-                                     rng=protocol_rng(root, "power-iteration", "party1", "key"))[1]
+    want = paillier.generate_keypair(
+        512, allow_insecure=True, rng=protocol_rng(root, "power-iteration", "party1", "key")
+    )[1]
     prepare_party1(root, key_bits=512, allow_insecure_keys=True)
 
     def session():
         net = InMemoryNetwork({"trent": "trent", "party1": "alice", "party2": "bob"})
-        res = asyncio.run(net.run({
-            "trent": lambda ch: trent(ch, params, allow_insecure_keys=True),
-            "party1": lambda ch: data_party(ch, blocks[0], params, seed=root, allow_insecure_keys=True),
-            "party2": lambda ch: data_party(ch, blocks[1], params, allow_insecure_keys=True),
-        }))
+        res = asyncio.run(
+            net.run(
+                {
+                    "trent": lambda ch: trent(ch, params, allow_insecure_keys=True),
+                    "party1": lambda ch: data_party(ch, blocks[0], params, seed=root, allow_insecure_keys=True),
+                    "party2": lambda ch: data_party(ch, blocks[1], params, allow_insecure_keys=True),
+                }
+            )
+        )
         (sent,) = [d for (s, r, tag, _, d) in net.transcript if tag == "keypair"]
         return res, keypair_from_proto(pb.PaillierKeyPair.FromString(sent), allow_insecure=True)
 
@@ -90,6 +104,6 @@ def test_party1_takes_the_key_its_party_prepared_for_the_sessions_root():
     u, _ = plaintext_reference(blocks)
     for _ in range(2):
         res, sk = session()
-        assert label not in SHELF._jobs                       # the first session took it
+        assert label not in SHELF._jobs  # the first session took it
         assert (sk.p, sk.q) == (want.p, want.q)
         assert abs(np.dot(res["party2"].u, u)) > 1 - 1e-9

@@ -57,17 +57,21 @@ def check_components(blocks, res, r, min_gap=1e-3):
     return checked
 
 
-@pytest.mark.parametrize("k,ns,r,p", [
-    (12, (15, 20), 2, 1.0),            # k < n, N = 2
-    (10, (6, 9, 8), 3, 0.8),           # N = 3 with decoys
-    (30, (8, 9), 3, 0.9),              # k > n: MMᵀ is rank deficient (padding keeps the Gram definite)
-    (16, (10, 12, 14), 5, 0.8),        # r = 5, N = 3
-])
+@pytest.mark.parametrize(
+    "k,ns,r,p",
+    [
+        (12, (15, 20), 2, 1.0),  # k < n, N = 2
+        (10, (6, 9, 8), 3, 0.8),  # N = 3 with decoys
+        (30, (8, 9), 3, 0.9),  # k > n: MMᵀ is rank deficient (padding keeps the Gram definite)
+        (16, (10, 12, 14), 5, 0.8),  # r = 5, N = 3
+    ],
+)
 def test_top_r_matches_numpy_eigh(k, ns, r, p):
     rng = np.random.default_rng(100 * k + r)
-    blocks = spectrum_data(rng, k, ns, [10.0 * 0.6 ** j for j in range(r + 1)])
-    _, res = run(blocks, PowerIterationParams(n_parties=len(ns), key_bits=512, p=p, tol=1e-10, components=r),
-                 seed=k + r)
+    blocks = spectrum_data(rng, k, ns, [10.0 * 0.6**j for j in range(r + 1)])
+    _, res = run(
+        blocks, PowerIterationParams(n_parties=len(ns), key_bits=512, p=p, tol=1e-10, components=r), seed=k + r
+    )
     assert res["trent"].converged
     assert res["trent"].n_per_party == list(ns)
     assert check_components(blocks, res, r) == r
@@ -90,15 +94,15 @@ def test_one_component_is_the_seed_output_and_oversampling_gives_the_same_compon
     rng = np.random.default_rng(5)
     blocks = spectrum_data(rng, 9, (7, 8), [5.0, 4.0, 3.8, 1.0])
     _, one = run(blocks, PowerIterationParams(n_parties=2, key_bits=512, p=1.0, tol=1e-11), seed=2)
-    _, two = run(blocks, PowerIterationParams(n_parties=2, key_bits=512, p=1.0, tol=1e-11, components=2,
-                                              oversample=2), seed=2)
+    _, two = run(
+        blocks, PowerIterationParams(n_parties=2, key_bits=512, p=1.0, tol=1e-11, components=2, oversample=2), seed=2
+    )
     u_ref, x_ref = pi.plaintext_reference(blocks)
     assert np.allclose(one["party1"].u, u_ref, atol=1e-6) and np.allclose(one["trent"].x, x_ref, atol=1e-6)
     assert np.allclose(two["party2"].u, u_ref, atol=1e-6) and np.allclose(two["trent"].x, x_ref, atol=1e-6)
     assert check_components(blocks, two, 2) == 2
     # the boundary gap λ₂/λ₃ is small (4.0 vs 3.8): oversampling makes it λ₂/λ₅
-    _, slow = run(blocks, PowerIterationParams(n_parties=2, key_bits=512, p=1.0, tol=1e-11, components=2),
-                  seed=2)
+    _, slow = run(blocks, PowerIterationParams(n_parties=2, key_bits=512, p=1.0, tol=1e-11, components=2), seed=2)
     assert two["trent"].rounds < slow["trent"].rounds
 
 
@@ -140,7 +144,7 @@ def scale_recovery_attack(net, params, sk, k, n_parties):
     rounds = sum(1 for tag in got if tag.startswith("v/"))
     previous = None
     state = {}
-    S = np.eye(b)        # round 0's contribution is unscaled
+    S = np.eye(b)  # round 0's contribution is unscaled
     for t in range(rounds):
         V = got[f"v/{t}"].reshape((k, b), order="F")
         Q = orthonormal_basis(V, "v")
@@ -170,8 +174,7 @@ def test_blinded_gram_defeats_the_scale_recovery_attack(keypair512, monkeypatch,
     rng = np.random.default_rng(9)
     k = 8
     blocks = spectrum_data(rng, k, [10 + i for i in range(n_parties)], [6.0, 3.0, 1.5])
-    params = PowerIterationParams(n_parties=n_parties, key_bits=512, p=0.8, tol=1e-12, components=2,
-                                  max_iterations=40)
+    params = PowerIterationParams(n_parties=n_parties, key_bits=512, p=0.8, tol=1e-12, components=2, max_iterations=40)
     # the unblinded variant (m_t = 1): the attack must work, or this test could not fail
     monkeypatch.setattr(pi, "blind_multiplier", lambda rng, offset_bits, bits: 1 << offset_bits)
     net, _ = run(blocks, params, seed=4, private_key=sk)
@@ -207,7 +210,7 @@ def test_no_data_party_sees_an_eigenvalue(keypair512):
     # … while the ratio of Ritz values (inherent to any power method) is what the party may learn
     last = max(int(tag.split("/")[1]) for tag in got if tag.startswith("blinded/"))
     theta = np.linalg.eigvalsh(pi._from_triu(got[f"blinded/{last}"], 2))[::-1]
-    assert theta[1] / theta[0] > lam[1] / lam[0]   # shifted by the secret padding c = Σρ²: (λ₂+c)/(λ₁+c)
+    assert theta[1] / theta[0] > lam[1] / lam[0]  # shifted by the secret padding c = Σρ²: (λ₂+c)/(λ₁+c)
 
 
 # ----------------------------------------------------------------------------------------- validation
@@ -236,14 +239,23 @@ def test_a_gram_that_is_not_positive_definite_is_refused(keypair512):
 
     def negative(data):
         msg = pb.CiphertextVector.FromString(data)
-        bad = EncryptedVector.encrypt(pk, [-1.0, 0.0, -1.0], frac_bits=params.frac_bits + params.blind_offset_bits,
-                                      packing=params.gram_packing(pk))
+        bad = EncryptedVector.encrypt(
+            pk,
+            [-1.0, 0.0, -1.0],
+            frac_bits=params.frac_bits + params.blind_offset_bits,
+            packing=params.gram_packing(pk),
+        )
         msg.ClearField("ciphertexts")
         msg.ciphertexts.extend(bad.to_proto().ciphertexts)
         return msg.SerializeToString()
 
     with pytest.raises((InvalidMessage, SessionAborted), match="not a positive definite Gram"):
-        run(blocks, params, private_key=sk, tamper=lambda net: _tamper(net, "trent", "reply/1", negative, "blinded_gram"))
+        run(
+            blocks,
+            params,
+            private_key=sk,
+            tamper=lambda net: _tamper(net, "trent", "reply/1", negative, "blinded_gram"),
+        )
 
 
 def test_a_gram_with_the_wrong_shape_is_refused_by_trent():
@@ -259,11 +271,14 @@ def test_a_gram_with_the_wrong_shape_is_refused_by_trent():
         run(blocks, params, tamper=lambda net: _tamper(net, "party2", "round/0", shorter, "gram"))
 
 
-@pytest.mark.parametrize("edit,match", [
-    (lambda m: m.__setattr__("cols", 2), "expected at most"),
-    (lambda m: m.values.__setitem__(0, float("nan")), "not finite"),
-    (lambda m: m.__setattr__("rows", m.rows + 1), "expected at most"),
-])
+@pytest.mark.parametrize(
+    "edit,match",
+    [
+        (lambda m: m.__setattr__("cols", 2), "expected at most"),
+        (lambda m: m.values.__setitem__(0, float("nan")), "not finite"),
+        (lambda m: m.__setattr__("rows", m.rows + 1), "expected at most"),
+    ],
+)
 def test_malformed_final_blocks_are_refused_by_trent(edit, match):
     blocks = spectrum_data(np.random.default_rng(4), 5, (4, 6), [4.0, 2.0])
     params = PowerIterationParams(n_parties=2, key_bits=512, p=1.0)
@@ -284,7 +299,11 @@ def test_bad_sigma_from_party1_is_refused():
         return pb.Floats(values=[1e30]).SerializeToString()
 
     with pytest.raises((InvalidMessage, SessionAborted), match="sigma from party1"):
-        run(blocks, PowerIterationParams(n_parties=2, key_bits=512), tamper=lambda net: _tamper(net, "party1", "sigma", huge))
+        run(
+            blocks,
+            PowerIterationParams(n_parties=2, key_bits=512),
+            tamper=lambda net: _tamper(net, "party1", "sigma", huge),
+        )
 
 
 def test_block_larger_than_k_is_refused():
@@ -294,8 +313,15 @@ def test_block_larger_than_k_is_refused():
 
 
 def test_new_params_are_validated():
-    for bad in ({"components": 0}, {"oversample": -1}, {"components": 40, "oversample": 30}, {"blind_bits": 0},
-                {"gram_bits": 0}, {"sigma_bits": 99}, {"components": True}):
+    for bad in (
+        {"components": 0},
+        {"oversample": -1},
+        {"components": 40, "oversample": 30},
+        {"blind_bits": 0},
+        {"gram_bits": 0},
+        {"sigma_bits": 99},
+        {"components": True},
+    ):
         with pytest.raises(InvalidMessage):
             PowerIterationParams.from_mapping(bad)
 
@@ -306,9 +332,9 @@ def test_blind_multiplier_range_and_low_bits():
     rng = random.Random(1)
     ms = [pi.blind_multiplier(rng, 48, 16) for _ in range(2000)]
     assert all(1 << 48 <= m < 1 << 64 for m in ms)
-    assert len({m & 0xFF for m in ms}) > 200          # the low bits are random too, not zeros of a float
+    assert len({m & 0xFF for m in ms}) > 200  # the low bits are random too, not zeros of a float
     logs = np.log2(ms) - 48
-    assert logs.min() < 1 and logs.max() > 15          # log-uniform over the whole range
+    assert logs.min() < 1 and logs.max() > 15  # log-uniform over the whole range
 
 
 def test_contribution_and_gram_encodings_fit_their_slots(keypair512):
@@ -317,21 +343,33 @@ def test_contribution_and_gram_encodings_fit_their_slots(keypair512):
     assert p.gram_packing(pk).slot_bits in (0, p.gram_slot_bits())
     worst = (1 << (p.gram_bits + p.frac_bits)) * 3 * (1 << (p.blind_offset_bits + p.blind_bits))
     assert worst.bit_length() < p.gram_slot_bits() - 1
-    assert max(abs(v) for v in encode_fixed([2.0 ** p.gram_bits - 1], p.frac_bits)) <= p.gram_bound()
+    assert max(abs(v) for v in encode_fixed([2.0**p.gram_bits - 1], p.frac_bits)) <= p.gram_bound()
 
 
 # ----------------------------------------------------------------------------------------- traffic envelope
-@pytest.mark.parametrize("k,ns,r,over,p", [
-    (4, (70_000, 3), 1, 0, 1.0),       # party1's clear blocks take two final/x chunks
-    (6, (5, 7, 4), 2, 1, 0.5),         # N = 3, oversampling, decoys
-])
+@pytest.mark.parametrize(
+    "k,ns,r,over,p",
+    [
+        (4, (70_000, 3), 1, 0, 1.0),  # party1's clear blocks take two final/x chunks
+        (6, (5, 7, 4), 2, 1, 0.5),  # N = 3, oversampling, decoys
+    ],
+)
 def test_traffic_envelope_covers_every_message(k, ns, r, over, p):
     """Every message a role receives fits the envelope its party derives from the public parameters
     (issue 19: a party refuses anything beyond it before buffering it), and so do the totals."""
     rng = np.random.default_rng(k)
     blocks = [rng.normal(size=(k, n)) for n in ns]
-    params = PowerIterationParams(n_parties=len(ns), key_bits=512, p=p, tol=1e-14, max_iterations=4,
-                                  components=r, oversample=over, rows=k, max_samples=max(ns))
+    params = PowerIterationParams(
+        n_parties=len(ns),
+        key_bits=512,
+        p=p,
+        tol=1e-14,
+        max_iterations=4,
+        components=r,
+        oversample=over,
+        rows=k,
+        max_samples=max(ns),
+    )
     net, res = run(blocks, params, seed=5)
     assert res["trent"].rounds == 4
     for role in ["trent", *params.data_roles]:
@@ -340,8 +378,9 @@ def test_traffic_envelope_covers_every_message(k, ns, r, over, p):
         assert max(got) <= env.message_bytes, (role, max(got), env)
         assert sum(got) <= env.session_bytes, (role, sum(got), env)
         assert len(got) <= env.tags, (role, len(got), env)
-    assert sum(t.startswith("final/x/") for _, t, _, _ in net.received_by("trent")) == \
-        sum(params.final_chunks(n) for n in ns)
+    assert sum(t.startswith("final/x/") for _, t, _, _ in net.received_by("trent")) == sum(
+        params.final_chunks(n) for n in ns
+    )
 
 
 def test_the_final_chunking_is_exact_at_trent():
@@ -364,13 +403,18 @@ def test_data_beyond_the_public_bounds_is_rejected_with_the_rule_only():
     from smcdp.errors import InputRejected, public_message
 
     blocks = [np.ones((4, 3)), np.ones((4, 5))]
-    for params, rule in [(PowerIterationParams(n_parties=2, key_bits=512, rows=5), "rows parameter"),
-                         (PowerIterationParams(n_parties=2, key_bits=512, max_samples=4), "max_samples")]:
+    for params, rule in [
+        (PowerIterationParams(n_parties=2, key_bits=512, rows=5), "rows parameter"),
+        (PowerIterationParams(n_parties=2, key_bits=512, max_samples=4), "max_samples"),
+    ]:
         with pytest.raises((InvalidMessage, SessionAborted)) as info:
             run(blocks, params)
         err = info.value
         if isinstance(err, InputRejected):
-            assert rule in public_message(err) and "k = 4" not in public_message(err) \
+            assert (
+                rule in public_message(err)
+                and "k = 4" not in public_message(err)
                 and "n = 5" not in public_message(err)
+            )
         else:
             assert rule in str(err)

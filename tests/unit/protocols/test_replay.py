@@ -60,28 +60,31 @@ def test_power_iteration_replays(tmp_path):
     roles = {"trent": "trent", "party1": "alice", "party2": "bob"}
 
     def fns(roots):
-        return {"trent": lambda ch: trent(ch, params, seed=roots["trent"], allow_insecure_keys=True),
-                "party1": lambda ch: pi_party(ch, blocks[0], params, seed=roots["party1"], allow_insecure_keys=True),
-                "party2": lambda ch: pi_party(ch, blocks[1], params, seed=roots["party2"], allow_insecure_keys=True)}
+        return {
+            "trent": lambda ch: trent(ch, params, seed=roots["trent"], allow_insecure_keys=True),
+            "party1": lambda ch: pi_party(ch, blocks[0], params, seed=roots["party1"], allow_insecure_keys=True),
+            "party2": lambda ch: pi_party(ch, blocks[1], params, seed=roots["party2"], allow_insecure_keys=True),
+        }
 
     first = _run_and_replay(tmp_path, roles, fns)
     assert first["trent"].converged
 
 
 def test_dp_aggregate_replays_with_the_same_noise(tmp_path):
-    p = DPAggregateParams(n_parties=2, dim=3, epsilon=1.0, lam=0.1, max_sensitivity=0.5, key_bits=768,
-                          dgk_bits=512, dgk_t=64).validate()
+    p = DPAggregateParams(
+        n_parties=2, dim=3, epsilon=1.0, lam=0.1, max_sensitivity=0.5, key_bits=768, dgk_bits=512, dgk_t=64
+    ).validate()
     weights = [np.array([0.3, -0.2, 0.1]), np.array([0.25, -0.1, 0.05])]
     sens = [0.05, 0.08]
     roles = {"charlie": "charlie", "dave": "dave", "party1": "p1", "party2": "p2"}
 
     def fns(roots):
-        return {"charlie": lambda ch: charlie(ch, p, seed=roots["charlie"], allow_insecure_keys=True),
-                "dave": lambda ch: dave(ch, p),
-                "party1": lambda ch: data_party(ch, weights[0], sens[0], p, seed=roots["party1"],
-                                                allow_insecure_keys=True),
-                "party2": lambda ch: data_party(ch, weights[1], sens[1], p, seed=roots["party2"],
-                                                allow_insecure_keys=True)}
+        return {
+            "charlie": lambda ch: charlie(ch, p, seed=roots["charlie"], allow_insecure_keys=True),
+            "dave": lambda ch: dave(ch, p),
+            "party1": lambda ch: data_party(ch, weights[0], sens[0], p, seed=roots["party1"], allow_insecure_keys=True),
+            "party2": lambda ch: data_party(ch, weights[1], sens[1], p, seed=roots["party2"], allow_insecure_keys=True),
+        }
 
     first = _run_and_replay(tmp_path, roles, fns)
     assert np.all(np.isfinite(first["dave"].weights))
@@ -98,9 +101,12 @@ def test_keyword_replays(tmp_path, kind, m):
     roles = {"alice": "alice", "bob": "bob"}
 
     def fns(roots):
-        return {"alice": lambda ch: keyword_alice(ch, X, params, private_key=sk, seed=roots["alice"],
-                                                  allow_insecure_keys=True),
-                "bob": lambda ch: keyword_bob(ch, models, params, seed=roots["bob"], allow_insecure_keys=True)}
+        return {
+            "alice": lambda ch: keyword_alice(
+                ch, X, params, private_key=sk, seed=roots["alice"], allow_insecure_keys=True
+            ),
+            "bob": lambda ch: keyword_bob(ch, models, params, seed=roots["bob"], allow_insecure_keys=True),
+        }
 
     first = _run_and_replay(tmp_path, roles, fns)
     assert first["alice"].keyword in models.words

@@ -25,8 +25,10 @@ REL_TOL = 1e-6
 def secure_scores(models, X, sk, params=None, seed=None):
     params = params or ForwardParams(**bounds_for(models, X))
     pk = sk.public_key
-    res, net = run_pair(lambda ch: forward_alice(ch, X, params, private_key=sk),
-                        lambda ch: forward_bob(ch, models, params, public_key=pk, seed=seed))
+    res, net = run_pair(
+        lambda ch: forward_alice(ch, X, params, private_key=sk),
+        lambda ch: forward_bob(ch, models, params, public_key=pk, seed=seed),
+    )
     return res["bob"].log_likelihoods.decrypt(sk), res, net
 
 
@@ -45,7 +47,7 @@ def assert_close(got, want):
 @pytest.mark.parametrize("topology", ["dense", "left-right"])
 def test_synthetic_matches_hmmlearn(kind, topology, keypair512):
     _, sk = keypair512
-    rng = np.random.default_rng(hash((kind, topology)) % 2 ** 32)
+    rng = np.random.default_rng(hash((kind, topology)) % 2**32)
     models = synthetic_models(kind, rng, topology=topology)
     T = 25
     X = rng.integers(0, 6, T) if kind == "discrete" else rng.normal(size=(T, 4)) * 3
@@ -62,14 +64,14 @@ def test_rounds_of_several_frames_match_hmmlearn(kind, topology, m, T, keypair51
     """A round of m frames (paths of m steps, one round trip) gives the forward algorithm's result, whether
     the frames fill whole rounds or the last round is shorter, and takes ⌈(T − 1)/m⌉ round trips per group."""
     _, sk = keypair512
-    rng = np.random.default_rng(hash((kind, topology, m, T)) % 2 ** 32)
+    rng = np.random.default_rng(hash((kind, topology, m, T)) % 2**32)
     models = synthetic_models(kind, rng, topology=topology)
     X = rng.integers(0, 6, T) if kind == "discrete" else rng.normal(size=(T, 4)) * 3
     params = ForwardParams(frames_per_round=m, **bounds_for(models, X))
-    if topology == "dense" and m >= 3:       # N^m paths into each of N = 4 states: more than 2m × the N² edges
+    if topology == "dense" and m >= 3:  # N^m paths into each of N = 4 states: more than 2m × the N² edges
         with pytest.raises(InputRejected, match="too many paths for the session's frames_per_round") as ei:
             secure_scores(models, X, sk, params)
-        assert f"rounds of 3 frames would sum over {models.n_words * models.n_states ** 4} paths" in str(ei.value)
+        assert f"rounds of 3 frames would sum over {models.n_words * models.n_states**4} paths" in str(ei.value)
         return
     got, _, net = secure_scores(models, X, sk, params)
     assert_close(got, hmmlearn_scores(models, X))
@@ -87,8 +89,10 @@ def test_alice_refuses_a_header_with_too_many_paths_for_the_rounds(keypair512):
     X = rng.integers(0, 6, 10)
     bounds = bounds_for(models, X)
     with pytest.raises(InvalidMessage, match="describes models whose rounds of 3 frames would sum over"):
-        run_pair(lambda ch: forward_alice(ch, X, ForwardParams(frames_per_round=3, **bounds), private_key=sk),
-                 lambda ch: forward_bob(ch, models, ForwardParams(**bounds), public_key=sk.public_key))
+        run_pair(
+            lambda ch: forward_alice(ch, X, ForwardParams(frames_per_round=3, **bounds), private_key=sk),
+            lambda ch: forward_bob(ch, models, ForwardParams(**bounds), public_key=sk.public_key),
+        )
 
 
 @pytest.mark.parametrize("name", ["models.npz", "models_full.npz", "models_gmm.npz"])
@@ -166,8 +170,9 @@ def test_coefficients_above_bound_raise_overflow(keypair512):
     _, sk = keypair512
     rng = np.random.default_rng(6)
     models = synthetic_models("diag", rng, D=1, N=2, d=3)
-    tiny = KeywordModels(models.words, models.startprob, models.transmat, means=models.means,
-                         covars=np.full_like(models.covars, 1e-7))
+    tiny = KeywordModels(
+        models.words, models.startprob, models.transmat, means=models.means, covars=np.full_like(models.covars, 1e-7)
+    )
     # an agreed coefficient size the models exceed
     with pytest.raises(CryptoOverflow, match="16-bit coefficients"):
         secure_scores(tiny, rng.normal(size=(3, 3)), sk, params=ForwardParams(coef_bits=16))
@@ -176,8 +181,9 @@ def test_coefficients_above_bound_raise_overflow(keypair512):
     got, _, _ = secure_scores(tiny, X, sk)
     assert_close(got, score_models(tiny, X))
     # beyond 2^64 nothing fits: Bob refuses before sending anything, naming model, state and the fix
-    tinier = KeywordModels(models.words, models.startprob, models.transmat, means=models.means,
-                           covars=np.full_like(models.covars, 1e-22))
+    tinier = KeywordModels(
+        models.words, models.startprob, models.transmat, means=models.means, covars=np.full_like(models.covars, 1e-22)
+    )
     with pytest.raises(CryptoOverflow, match=r"model 'w0', state \d.*variance.*--min-covar") as exc:
         secure_scores(tinier, rng.normal(size=(3, 3)), sk)
     assert "1e-22" not in exc.value.public_message and "w0" not in exc.value.public_message
@@ -226,7 +232,7 @@ def test_plan_of_rounds_of_two_frames(keypair512):
     assert plan.rounds(1) == [] and plan.rounds(2) == [1] and plan.rounds(6) == [2, 2, 1] and plan.rounds(7) == [2] * 3
     # frames 0..5 of a 6-frame sequence: starts, nothing, a full round, nothing, a full round, a 1-step round
     assert [plan.induction_offsets(t, 6) for t in range(6)] == [1, 0, 8, 0, 8, 5]
-    assert [plan.induction_offsets(t, None) for t in range(6)] == [1, 0, 8, 0, 8, 0]   # not yet the last
+    assert [plan.induction_offsets(t, None) for t in range(6)] == [1, 0, 8, 0, 8, 0]  # not yet the last
     assert [plan.round_length(e) for e in (2, 4, 5, 7)] == [2, 2, 1, 1]
 
 
@@ -248,5 +254,5 @@ def test_impossible_sequence_gets_the_sentinel(keypair512):
     got, _, _ = secure_scores(models, X, sk)
     want = score_models(models, X)
     # LOG_ZERO = −2^42 shifted by Bob's final offset (±2^40): below −2^41, under every real score
-    assert want[1] == -np.inf and abs(got[1] - LOG_ZERO) <= 2.0 ** 40 + 8 and got[1] < -2.0 ** 41
+    assert want[1] == -np.inf and abs(got[1] - LOG_ZERO) <= 2.0**40 + 8 and got[1] < -(2.0**41)
     assert abs(got[0] - want[0]) / abs(want[0]) <= REL_TOL

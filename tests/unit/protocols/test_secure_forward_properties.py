@@ -30,9 +30,11 @@ from tests.unit.protocols.keyword_util import bounds_for, run_pair
 TINY = 5e-324
 REL, ABS = 1e-6, 1e-6
 #: log-uniform down to the smallest double, with the named extremes drawn often
-LOG_W = st.one_of(st.floats(-744.4, 0.0, allow_nan=False),
-                  st.floats(math.log(1e-300), 0.0, allow_nan=False),
-                  st.sampled_from([math.log(TINY), math.log(2.2250738585072014e-308), math.log(1e-300), 0.0]))
+LOG_W = st.one_of(
+    st.floats(-744.4, 0.0, allow_nan=False),
+    st.floats(math.log(1e-300), 0.0, allow_nan=False),
+    st.sampled_from([math.log(TINY), math.log(2.2250738585072014e-308), math.log(1e-300), 0.0]),
+)
 
 
 @st.composite
@@ -57,7 +59,7 @@ def transitions(draw, n: int):
     A = draw(stochastic(n, n))
     if kind == "dense" or n == 1:
         return kind, A
-    if kind == "bridge":               # the only path crosses tiny transitions
+    if kind == "bridge":  # the only path crosses tiny transitions
         A = np.zeros((n, n))
         for i in range(n):
             a = draw(st.sampled_from([TINY, 1e-300, 1e-200, 0.5])) if i + 1 < n else 0.0
@@ -74,7 +76,7 @@ def transitions(draw, n: int):
                 mask[i, draw(st.integers(0, n - 1))] = True
     A = np.where(mask, A, 0.0)
     for i in range(n):
-        if A[i].sum() == 0.0:          # the mask removed every positive entry of the row
+        if A[i].sum() == 0.0:  # the mask removed every positive entry of the row
             A[i, np.flatnonzero(mask[i])[0]] = 1.0
     A = A / A.sum(1, keepdims=True)
     return kind, A
@@ -96,16 +98,26 @@ def keyword_models(draw, kind: str, max_models=2, max_states=4, max_dim=3, max_m
             continue
         floats = lambda k, lo, hi: np.array(draw(st.lists(st.floats(lo, hi), min_size=k, max_size=k)))  # noqa: E731
         if kind == "diag":
-            hmms.append(HMM(sp, A, means=floats(N * d, -6, 6).reshape(N, d),
-                            covars=10.0 ** floats(N * d, -2, 2).reshape(N, d)))
+            hmms.append(
+                HMM(sp, A, means=floats(N * d, -6, 6).reshape(N, d), covars=10.0 ** floats(N * d, -2, 2).reshape(N, d))
+            )
         elif kind == "full":
             B = floats(N * d * d, -2, 2).reshape(N, d, d)
-            hmms.append(HMM(sp, A, means=floats(N * d, -6, 6).reshape(N, d),
-                            covars=B @ np.swapaxes(B, -1, -2) + 0.5 * np.eye(d)))
+            hmms.append(
+                HMM(
+                    sp, A, means=floats(N * d, -6, 6).reshape(N, d), covars=B @ np.swapaxes(B, -1, -2) + 0.5 * np.eye(d)
+                )
+            )
         else:
-            hmms.append(HMM(sp, A, means=floats(N * C * d, -6, 6).reshape(N, C, d),
-                            covars=10.0 ** floats(N * C * d, -2, 2).reshape(N, C, d),
-                            weights=draw(stochastic(N, C, 0.3))))
+            hmms.append(
+                HMM(
+                    sp,
+                    A,
+                    means=floats(N * C * d, -6, 6).reshape(N, C, d),
+                    covars=10.0 ** floats(N * C * d, -2, 2).reshape(N, C, d),
+                    weights=draw(stochastic(N, C, 0.3)),
+                )
+            )
     return KeywordModels.from_hmms([f"m{i}" for i in range(D)], hmms)
 
 
@@ -121,8 +133,11 @@ def observations(draw, models: KeywordModels, max_T=12):
 def secure(models, X, sk, params=None, seed=None):
     params = params or ForwardParams(**bounds_for(models, X))
     pk = sk.public_key
-    res, _ = run_pair(lambda ch: forward_alice(ch, X, params, private_key=sk),
-                      lambda ch: forward_bob(ch, models, params, public_key=pk, seed=seed), timeout=600)
+    res, _ = run_pair(
+        lambda ch: forward_alice(ch, X, params, private_key=sk),
+        lambda ch: forward_bob(ch, models, params, public_key=pk, seed=seed),
+        timeout=600,
+    )
     return np.asarray(res["bob"].log_likelihoods.decrypt(sk), dtype=float)
 
 
@@ -130,7 +145,7 @@ def check(models, X, got):
     want = score_models(models, X)
     for g, w in zip(got, want):
         if w == -np.inf:
-            assert abs(g - LOG_ZERO) <= 2.0 ** 40 + 8 and g < -2.0 ** 41, (g, w)
+            assert abs(g - LOG_ZERO) <= 2.0**40 + 8 and g < -(2.0**41), (g, w)
         else:
             assert abs(g - w) <= REL * abs(w) + ABS, (g, w, abs(g - w))
 
@@ -139,8 +154,9 @@ def possible_somewhere(models, X) -> bool:
     return bool(np.any(np.isfinite(score_models(models, X))))
 
 
-SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
-                                                        HealthCheck.data_too_large])
+SETTINGS = dict(
+    deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]
+)
 
 
 @pytest.mark.parametrize("kind,examples", [("discrete", 100), ("diag", 60), ("full", 30), ("gmm-diag", 50)])
@@ -153,11 +169,11 @@ def test_random_models_secure_equals_plaintext(kind, examples, keypair512):
     def prop(data):
         models = data.draw(keyword_models(kind))
         X = data.draw(observations(models))
-        assume(possible_somewhere(models, X))          # all impossible: Alice refuses (tested below)
+        assume(possible_somewhere(models, X))  # all impossible: Alice refuses (tested below)
         m = data.draw(st.integers(1, 3), label="frames_per_round")
         shape = Shape.of_models(models, 0)
         while shape.paths_beyond(ForwardParams(frames_per_round=m)) is not None:
-            m -= 1                                     # refused for this topology (tested elsewhere)
+            m -= 1  # refused for this topology (tested elsewhere)
         check(models, X, secure(models, X, sk, ForwardParams(frames_per_round=m, **bounds_for(models, X))))
         ran.append((models.n_states, len(X), m))
 
@@ -202,7 +218,7 @@ def test_issue_16_em_like_models_with_transitions_down_to_1e_297(keypair512):
     check(models, X, secure(models, X, sk))
 
 
-@pytest.mark.slow   # ~10 CPU-s (not in make test-quick)
+@pytest.mark.slow  # ~10 CPU-s (not in make test-quick)
 @pytest.mark.parametrize("kind,N", [("discrete", 5), ("diag", 1), ("diag", 5)])
 def test_a_1000_frame_utterance(kind, N, keypair512):
     _, sk = keypair512
@@ -226,8 +242,13 @@ def test_zero_mixture_weights_are_structural_zeros(keypair512):
     rng = np.random.default_rng(5)
     w = np.array([[0.0, 1.0, 0.0], [TINY, 0.5, 0.5]])
     w[1] /= w[1].sum()
-    hmm = HMM(np.array([0.6, 0.4]), np.array([[0.9, 0.1], [0.0, 1.0]]), means=rng.normal(size=(2, 3, 2)),
-              covars=rng.uniform(0.5, 2, (2, 3, 2)), weights=w)
+    hmm = HMM(
+        np.array([0.6, 0.4]),
+        np.array([[0.9, 0.1], [0.0, 1.0]]),
+        means=rng.normal(size=(2, 3, 2)),
+        covars=rng.uniform(0.5, 2, (2, 3, 2)),
+        weights=w,
+    )
     models = KeywordModels.from_hmms(["mix"], [hmm])
     X = rng.normal(size=(10, 2))
     check(models, X, secure(models, X, sk))
@@ -245,8 +266,12 @@ def test_a_model_fixed_point_cannot_hold_is_refused_up_front(keypair512):
     """Variances of 1e-22 make coefficients ≈ 5e21 > 2^64: Bob refuses before any ciphertext, naming
     model, state and the fix; nothing is approximated."""
     _, sk = keypair512
-    hmm = HMM(np.array([1.0, 0.0]), np.array([[0.5, 0.5], [0.0, 1.0]]), means=np.zeros((2, 2)),
-              covars=np.array([[1.0, 1.0], [1e-22, 1.0]]))
+    hmm = HMM(
+        np.array([1.0, 0.0]),
+        np.array([[0.5, 0.5], [0.0, 1.0]]),
+        means=np.zeros((2, 2)),
+        covars=np.array([[1.0, 1.0], [1e-22, 1.0]]),
+    )
     models = KeywordModels.from_hmms(["spike"], [hmm])
     with pytest.raises(CryptoOverflow, match=r"model 'spike', state 1: .*variance.*--min-covar"):
         secure(models, np.zeros((3, 2)), sk)

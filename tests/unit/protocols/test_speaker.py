@@ -43,21 +43,24 @@ def _utterance(seed=1, shift=1.5) -> np.ndarray:
 
 
 def _params(cls, sk, **kw):
-    return cls(key_bits=sk.public_key.bits, dgk_bits=512, dgk_t=32, max_mixtures=C, max_features=D, max_frames=T,
-               **kw)
+    return cls(key_bits=sk.public_key.bits, dgk_bits=512, dgk_t=32, max_mixtures=C, max_features=D, max_frames=T, **kw)
 
 
 def _verify(X, models, sk, dgk_key, **kw):
     p = _params(VerifyParams, sk, **kw)
-    res, _ = run_pair(lambda ch: verify_alice(ch, X, p, private_key=sk, allow_insecure_keys=True),
-                      lambda ch: verify_bob(ch, models, p, allow_insecure_keys=True, dgk_key=dgk_key))
+    res, _ = run_pair(
+        lambda ch: verify_alice(ch, X, p, private_key=sk, allow_insecure_keys=True),
+        lambda ch: verify_bob(ch, models, p, allow_insecure_keys=True, dgk_key=dgk_key),
+    )
     return res["alice"], res["bob"]
 
 
 def _identify(X, models, sk, dgk_key, **kw):
     p = _params(IdentifyParams, sk, **kw)
-    res, _ = run_pair(lambda ch: identify_alice(ch, X, p, private_key=sk, allow_insecure_keys=True),
-                      lambda ch: identify_bob(ch, models, p, allow_insecure_keys=True, dgk_key=dgk_key))
+    res, _ = run_pair(
+        lambda ch: identify_alice(ch, X, p, private_key=sk, allow_insecure_keys=True),
+        lambda ch: identify_bob(ch, models, p, allow_insecure_keys=True, dgk_key=dgk_key),
+    )
     return res["alice"], res["bob"]
 
 
@@ -67,10 +70,10 @@ def test_verification_decision_equals_plaintext_and_reaches_bob_only(claim, keyp
     X = _utterance()
     models = _models(threshold=0.0)
     score = models.score(models.index(claim), X)
-    for theta in (score - 0.5, score + 0.5, 0.0):           # both outcomes, and the default threshold
+    for theta in (score - 0.5, score + 0.5, 0.0):  # both outcomes, and the default threshold
         models = _models(threshold=theta)
         a, b = _verify(X, models, sk, dgk_key, claim=claim)
-        assert a.accept is None and a.decision is None      # alice learns nothing (output = bob)
+        assert a.accept is None and a.decision is None  # alice learns nothing (output = bob)
         assert b.accept == models.verify(claim, X) == (score >= theta)
 
 
@@ -93,7 +96,7 @@ def test_secure_decision_is_right_just_beyond_the_documented_bound(keypair512, d
     models = _models()
     score = models.score(0, X)
     bound = verify_error_bound(models, "ann", X, _params(VerifyParams, sk, claim="ann"))
-    assert 0 < bound < 1e-6 * abs(score)                  # relative score error below 1e-6
+    assert 0 < bound < 1e-6 * abs(score)  # relative score error below 1e-6
     for eps, want in ((-1.0001 * bound, True), (1.0001 * bound, False)):
         _a, b = _verify(X, _models(threshold=score + eps), sk, dgk_key, claim="ann")
         assert b.accept is want
@@ -171,8 +174,10 @@ def test_each_role_replays_from_its_journal_and_root(tmp_path, protocol):
         p, fa, fb = IdentifyParams(max_speakers=3, **kw), identify_alice, identify_bob
 
     def fns(roots):
-        return {"alice": lambda ch: fa(ch, X, p, seed=roots["alice"], allow_insecure_keys=True),
-                "bob": lambda ch: fb(ch, models, p, seed=roots["bob"], allow_insecure_keys=True)}
+        return {
+            "alice": lambda ch: fa(ch, X, p, seed=roots["alice"], allow_insecure_keys=True),
+            "bob": lambda ch: fb(ch, models, p, seed=roots["bob"], allow_insecure_keys=True),
+        }
 
     first = _run_and_replay(tmp_path, roles, fns)
     if protocol == "verify":
@@ -194,8 +199,10 @@ def test_a_key_prepared_while_idle_is_the_sessions_own(dgk_key):
     prepare_alice(root, len(X), "speaker-verify", key_bits=512, allow_insecure_keys=True)
     p = VerifyParams(key_bits=512, dgk_bits=512, dgk_t=32, claim="bo", max_mixtures=C, max_features=D, max_frames=T)
     try:
-        res, _ = run_pair(lambda ch: verify_alice(ch, X, p, seed=root, allow_insecure_keys=True),
-                          lambda ch: verify_bob(ch, models, p, allow_insecure_keys=True, dgk_key=dgk_key))
+        res, _ = run_pair(
+            lambda ch: verify_alice(ch, X, p, seed=root, allow_insecure_keys=True),
+            lambda ch: verify_bob(ch, models, p, allow_insecure_keys=True, dgk_key=dgk_key),
+        )
     finally:
         SHELF.clear()
     assert res["alice"].timings["offline"]["prepared"] is True

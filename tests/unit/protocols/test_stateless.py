@@ -47,8 +47,11 @@ def global_state(source: str) -> list[str]:
         if isinstance(node, ast.Global):
             found.append(f"{node.lineno}: global {', '.join(node.names)}")
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            found += [f"{node.lineno}: a cache shared by every session ({node.name})"
-                      for d in node.decorator_list if _name(d) in CACHES]
+            found += [
+                f"{node.lineno}: a cache shared by every session ({node.name})"
+                for d in node.decorator_list
+                if _name(d) in CACHES
+            ]
     return found
 
 

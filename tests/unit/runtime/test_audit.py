@@ -41,6 +41,7 @@ def test_chain_verifies_and_links_every_line(tmp_path):
     entries = [json.loads(line) for line in _lines(path)]
     assert entries[0]["prev"] == GENESIS
     import hashlib
+
     for prev, line, entry in zip(_lines(path), _lines(path)[1:], entries[1:]):
         assert entry["prev"] == hashlib.sha256(prev).hexdigest()
     assert [e["seq"] for e in entries] == [1, 2, 3, 4, 5, 6]
@@ -92,7 +93,7 @@ def test_tampering_is_detected_at_the_first_bad_line(tmp_path, name):
 def test_truncation_inside_verified_history_is_tampering_not_a_crash(tmp_path):
     path = _log(tmp_path)
     data = path.read_bytes()
-    path.write_bytes(data[: data.rfind(b"\n", 0, len(data) - 1) + 20])   # cut into line 6
+    path.write_bytes(data[: data.rfind(b"\n", 0, len(data) - 1) + 20])  # cut into line 6
     v = verify_log(tmp_path)
     assert not v.ok and not v.torn and v.bad_line == 6 and "truncated" in v.problem
     path.write_bytes(b"")
@@ -107,7 +108,7 @@ def test_truncation_inside_verified_history_is_tampering_not_a_crash(tmp_path):
 def test_a_torn_last_line_is_reported_then_repaired_at_open_without_losing_history(tmp_path, capsys):
     path = _log(tmp_path)
     before = path.read_bytes()
-    with open(path, "ab") as f:                      # a crash in the middle of the 7th write
+    with open(path, "ab") as f:  # a crash in the middle of the 7th write
         f.write(b'{"event":"reserved","party":"alice","pr')
     v = verify_log(tmp_path)
     assert not v.ok and v.torn and v.bad_line == 7 and v.lines == 6
@@ -119,8 +120,8 @@ def test_a_torn_last_line_is_reported_then_repaired_at_open_without_losing_histo
     a.close()
     assert repaired["event"] == "torn-tail-repaired" and repaired["line"] == 7 and repaired["bytes"] == 39
     saved = tmp_path / repaired["saved_as"]
-    assert saved.read_bytes() == b'{"event":"reserved","party":"alice","pr'        # kept, not dropped
-    assert path.read_bytes().startswith(before)                                      # history untouched
+    assert saved.read_bytes() == b'{"event":"reserved","party":"alice","pr'  # kept, not dropped
+    assert path.read_bytes().startswith(before)  # history untouched
     v = verify_log(tmp_path)
     assert v.ok and v.lines == 8
     assert cli_main(["audit", "verify", "--data-dir", str(tmp_path)]) == 0
@@ -130,6 +131,7 @@ def test_a_head_one_line_behind_is_a_crash_between_line_and_head(tmp_path):
     path = _log(tmp_path)
     lines = _lines(path)
     import hashlib
+
     (tmp_path / HEAD_NAME).write_text(json.dumps({"lines": 5, "sha256": hashlib.sha256(lines[4]).hexdigest()}))
     v = verify_log(tmp_path)
     assert v.ok and "one line behind" in v.note
@@ -147,7 +149,7 @@ def test_peer_strings_cannot_inject_lines_or_terminal_codes(tmp_path, capsys):
     a.append("stop")
     a.close()
     raw = (tmp_path / LOG_NAME).read_bytes()
-    assert raw.count(b"\n") == 2 and all(b < 0x80 for b in raw)          # ASCII, one line per event
+    assert raw.count(b"\n") == 2 and all(b < 0x80 for b in raw)  # ASCII, one line per event
     entries = [e for _, e, _ in read_entries(tmp_path)]
     assert entries[0]["message"] == evil and entries[1]["event"] == "stop"
     assert cli_main(["audit", "show", "--data-dir", str(tmp_path)]) == 0
@@ -197,10 +199,10 @@ def test_kill_minus_nine_while_appending_loses_no_verified_line(tmp_path):
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         v = verify_log(d)
-        assert v.ok or v.torn, v                       # never damage inside verified history
+        assert v.ok or v.torn, v  # never damage inside verified history
         n = v.lines
         a = AuditLog(d, "alice")
-        a.open()                                       # repairs a torn tail if there is one
+        a.open()  # repairs a torn tail if there is one
         a.append("start")
         a.close()
         v2 = verify_log(d)
@@ -237,7 +239,7 @@ def test_a_missing_log_is_not_restarted_silently(tmp_path):
     from smcdp.runtime.governance.audit import start_new_log
 
     log = AuditLog(tmp_path, "alice")
-    log.open()                                           # a fresh data directory: a log starts
+    log.open()  # a fresh data directory: a log starts
     for i in range(3):
         log.append("x", i=i)
     log.close()
@@ -248,7 +250,7 @@ def test_a_missing_log_is_not_restarted_silently(tmp_path):
     (tmp_path / HEAD_NAME).unlink()
     with pytest.raises(AuditError, match="proposals/ exists"):
         AuditLog(tmp_path, "alice").open(used_before="proposals/ exists")
-    AuditLog(tmp_path / "fresh", "alice").open(used_before=None)   # nothing says it was used: a first start
+    AuditLog(tmp_path / "fresh", "alice").open(used_before=None)  # nothing says it was used: a first start
     (tmp_path / HEAD_NAME).write_text(json.dumps(head))
     entry = start_new_log(tmp_path, "alice", "disk replaced", "ops")
     assert entry["event"] == "log-started" and entry["seq"] == 1 and entry["previous_head"] == head
@@ -256,6 +258,6 @@ def test_a_missing_log_is_not_restarted_silently(tmp_path):
     with pytest.raises(AuditError, match="exists"):
         start_new_log(tmp_path, "alice", "again", "ops")
     again = AuditLog(tmp_path, "alice")
-    again.open(used_before="proposals/ exists")          # the new log is there: the party starts
+    again.open(used_before="proposals/ exists")  # the new log is there: the party starts
     assert again.state()[1] == 1
     again.close()

@@ -16,8 +16,8 @@ from smcdp._files import atomic_write_json
 from smcdp._text import printable
 from smcdp.errors import InvalidMessage, ResourceExhausted
 from smcdp.net.config import ConfigError, TlsConfig
-from smcdp.net.limits import CallQuotas, InboundBudget, Limits, TrafficEnvelope, bounded_json_object
 from smcdp.net.grpc_channel import CLIENT_KEEPALIVE_MS
+from smcdp.net.limits import CallQuotas, InboundBudget, Limits, TrafficEnvelope, bounded_json_object
 from smcdp.net.server import SessionSpec, server_options
 from smcdp.protocols.dp_aggregate import write_durable
 from smcdp.runtime.config import LoggingConfig, PartyConfig, dump_config, load_config
@@ -48,31 +48,37 @@ def _load(tmp_path, extra=""):
 def test_limits_defaults_and_values(tmp_path):
     cfg = _load(tmp_path)
     assert cfg.limits == Limits() and cfg.logging == LoggingConfig()
-    cfg = _load(tmp_path, "[limits]\npending_per_peer = 2\nproposal_grace_seconds = 30\nmax_message_mib = 8\n"
-                          "[logging]\nformat = \"json\"\nlevel = \"debug\"\n")
+    cfg = _load(
+        tmp_path,
+        "[limits]\npending_per_peer = 2\nproposal_grace_seconds = 30\nmax_message_mib = 8\n"
+        '[logging]\nformat = "json"\nlevel = "debug"\n',
+    )
     assert cfg.limits.pending_per_peer == 2 and cfg.limits.proposal_grace_seconds == 30.0
     assert cfg.max_message_bytes == 8 << 20
     assert cfg.logging == LoggingConfig("json", "DEBUG")
 
 
-@pytest.mark.parametrize("extra, message", [
-    ("[limits]\npending_per_peer = 0\n", r"limits.pending_per_peer must be an integer in \[1, "),
-    ("[limits]\npending_per_peer = true\n", "limits.pending_per_peer"),
-    ("[limits]\nproposal_grace_seconds = 0.5\n", "limits.proposal_grace_seconds"),
-    ("[limits]\nmax_session_seconds = 1e9\n", "limits.max_session_seconds"),
-    ("[limits]\nslots = 3\n", r"unknown key\(s\) in \[limits\]: slots"),
-    ("[limits]\npending_per_peer = 20\npending_total = 10\n", "cannot exceed limits.pending_total"),
-    ("[limits]\nmax_message_mib = 64\nmax_session_mib = 32\n", "cannot exceed limits.max_session_mib"),
-    ("[limits]\nmax_message_mib = 64\n[party2]\n", "unknown key"),
-    ("[limits]\ncalls_per_peer = 600\n", "each must be at most the one before it"),
-    ("[limits]\ncalls_per_session = 200\n", "each must be at most the one before it"),
-    ("[limits]\nidle_calls_per_peer = 200\n", "each must be at most the one before it"),
-    ("[limits]\ncall_idle_seconds = 0\n", "limits.call_idle_seconds"),
-    ("[limits]\noperator_calls = 1\n", r"limits.operator_calls must be an integer in \[4, "),
-    ("[limits]\ninbound_mib_per_peer = 9\ninbound_mib_total = 8\n", "cannot exceed limits.inbound_mib_total"),
-    ("[logging]\nformat = \"xml\"\n", "logging.format"),
-    ("[logging]\nlevel = \"LOUD\"\n", "logging.level"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ("[limits]\npending_per_peer = 0\n", r"limits.pending_per_peer must be an integer in \[1, "),
+        ("[limits]\npending_per_peer = true\n", "limits.pending_per_peer"),
+        ("[limits]\nproposal_grace_seconds = 0.5\n", "limits.proposal_grace_seconds"),
+        ("[limits]\nmax_session_seconds = 1e9\n", "limits.max_session_seconds"),
+        ("[limits]\nslots = 3\n", r"unknown key\(s\) in \[limits\]: slots"),
+        ("[limits]\npending_per_peer = 20\npending_total = 10\n", "cannot exceed limits.pending_total"),
+        ("[limits]\nmax_message_mib = 64\nmax_session_mib = 32\n", "cannot exceed limits.max_session_mib"),
+        ("[limits]\nmax_message_mib = 64\n[party2]\n", "unknown key"),
+        ("[limits]\ncalls_per_peer = 600\n", "each must be at most the one before it"),
+        ("[limits]\ncalls_per_session = 200\n", "each must be at most the one before it"),
+        ("[limits]\nidle_calls_per_peer = 200\n", "each must be at most the one before it"),
+        ("[limits]\ncall_idle_seconds = 0\n", "limits.call_idle_seconds"),
+        ("[limits]\noperator_calls = 1\n", r"limits.operator_calls must be an integer in \[4, "),
+        ("[limits]\ninbound_mib_per_peer = 9\ninbound_mib_total = 8\n", "cannot exceed limits.inbound_mib_total"),
+        ('[logging]\nformat = "xml"\n', "logging.format"),
+        ('[logging]\nlevel = "LOUD"\n', "logging.level"),
+    ],
+)
 def test_invalid_limits_and_logging_are_named(tmp_path, extra, message):
     with pytest.raises(ConfigError, match=message):
         _load(tmp_path, extra)
@@ -82,14 +88,20 @@ def test_legacy_max_message_mib_and_round_trip(tmp_path):
     p = tmp_path / "legacy.toml"
     p.write_text(BASE.replace('data_dir = "state"', 'data_dir = "state"\nmax_message_mib = 16'))
     assert load_config(p).limits.max_message_mib == 16
-    p.write_text(BASE.replace('data_dir = "state"', 'data_dir = "state"\nmax_message_mib = 16')
-                 + "[limits]\nmax_message_mib = 16\n")
+    p.write_text(
+        BASE.replace('data_dir = "state"', 'data_dir = "state"\nmax_message_mib = 16')
+        + "[limits]\nmax_message_mib = 16\n"
+    )
     with pytest.raises(ConfigError, match="both set"):
         load_config(p)
-    full = PartyConfig(name="bob", listen="127.0.0.1:1", data_dir=tmp_path / "d",
-                       tls=TlsConfig(tmp_path / "a", tmp_path / "b", tmp_path / "c"),
-                       limits=Limits(pending_per_peer=1, max_session_mib=100, max_message_mib=10),
-                       logging=LoggingConfig("json", "WARNING"))
+    full = PartyConfig(
+        name="bob",
+        listen="127.0.0.1:1",
+        data_dir=tmp_path / "d",
+        tls=TlsConfig(tmp_path / "a", tmp_path / "b", tmp_path / "c"),
+        limits=Limits(pending_per_peer=1, max_session_mib=100, max_message_mib=10),
+        logging=LoggingConfig("json", "WARNING"),
+    )
     back = load_config(dump_config(full, tmp_path / "cfg" / "bob.toml"))
     assert back.with_changes(source=None) == full
 
@@ -136,8 +148,10 @@ def test_grpc_cap_sits_above_what_the_accounting_admits():
 
 
 def test_call_quotas_per_peer_in_all_and_the_operators_reserve():
-    q = CallQuotas(Limits(max_concurrent_rpcs=8, calls_per_peer=5, calls_per_session=2, idle_calls_per_peer=2,
-                          operator_calls=4), "me")
+    q = CallQuotas(
+        Limits(max_concurrent_rpcs=8, calls_per_peer=5, calls_per_session=2, idle_calls_per_peer=2, operator_calls=4),
+        "me",
+    )
     for _ in range(5):
         q.enter("mallory")
     with pytest.raises(ResourceExhausted, match="limits.calls_per_peer"):
@@ -145,9 +159,9 @@ def test_call_quotas_per_peer_in_all_and_the_operators_reserve():
     for _ in range(3):
         q.enter("bob")
     with pytest.raises(ResourceExhausted, match="limits.max_concurrent_rpcs"):
-        q.enter("carol")                                    # all peers together are at 8
+        q.enter("carol")  # all peers together are at 8
     for _ in range(4):
-        q.enter("me")                                       # the operator's reserve is its own
+        q.enter("me")  # the operator's reserve is its own
     with pytest.raises(ResourceExhausted, match="limits.operator_calls"):
         q.enter("me")
     q.leave("mallory")
@@ -158,13 +172,13 @@ def test_call_quotas_per_peer_in_all_and_the_operators_reserve():
     q.enter_idle("mallory")
     with pytest.raises(ResourceExhausted, match="limits.idle_calls_per_peer"):
         q.enter_idle("mallory")
-    q.bind("mallory", "s")          # frees its idle slot
+    q.bind("mallory", "s")  # frees its idle slot
     q.enter_idle("mallory")
     q.bind("mallory", "s")
     q.enter_idle("mallory")
     with pytest.raises(ResourceExhausted, match="limits.calls_per_session"):
         q.bind("mallory", "s")
-    q.bind("mallory", "t")          # another session of hers
+    q.bind("mallory", "t")  # another session of hers
     q.leave_message_call("mallory", "s")
     q.enter_idle("mallory")
     q.bind("mallory", "s")
@@ -187,7 +201,7 @@ def test_admission_per_initiator_and_in_all():
     live = [_S("x", Phase.PREPARED), _S("x", Phase.PREPARED)]
     with pytest.raises(ResourceExhausted, match="pending_per_peer"):
         check_proposal(live, "x", _spec(), lim, "me")
-    check_proposal(live, "y", _spec(), lim, "me")          # another peer is not blocked
+    check_proposal(live, "y", _spec(), lim, "me")  # another peer is not blocked
     live.append(_S("y", Phase.PREPARED))
     with pytest.raises(ResourceExhausted, match="pending_total"):
         check_proposal(live, "z", _spec(), lim, "me")
@@ -216,11 +230,17 @@ def test_admission_per_initiator_and_in_all():
     big = Limits(pending_per_peer=2, pending_total=3, running_per_peer=2, sessions_total=50)
     with pytest.raises(ResourceExhausted, match="winding down"):
         check_proposal(winding, "x", _spec(), big, "me")
-    check_proposal(winding, "y", _spec(), big, "me")            # another peer is not blocked
+    check_proposal(winding, "y", _spec(), big, "me")  # another peer is not blocked
     check_proposal(winding[1:], "x", _spec(), big, "me")
     with pytest.raises(ResourceExhausted, match="rule limits.pending"):
-        check_resume(winding, "x", {"session_id": "s", "restarts": 0, "deadline_epoch": 2e9, "began_epoch": 1.0},
-                     big, "me", now=1e9)
+        check_resume(
+            winding,
+            "x",
+            {"session_id": "s", "restarts": 0, "deadline_epoch": 2e9, "began_epoch": 1.0},
+            big,
+            "me",
+            now=1e9,
+        )
     # a seed is the governor's rule ([policy] allow_seeded, tests/unit/runtime/test_governance.py),
     # not a limit: the limits admit it
     check_proposal([], "x", _spec(seed=1), lim, "me")
@@ -264,9 +284,9 @@ def test_inbound_budget():
         b.admit("r", "t0", 101)
     c1 = b.admit("r", "t1", 100)
     b.settle("r", "t1", c1, stored=True)
-    assert b.admit("r", "t1", 100) is None               # a retry of a received message: free
+    assert b.admit("r", "t1", 100) is None  # a retry of a received message: free
     c2 = b.admit("r", "t2", 100)
-    b.settle("r", "t2", c2, stored=False)                # the stream failed: charge returned
+    b.settle("r", "t2", c2, stored=False)  # the stream failed: charge returned
     c2 = b.admit("r", "t2", 100)
     b.settle("r", "t2", c2, stored=True)
     assert b.bytes_charged == 200
@@ -300,8 +320,13 @@ def test_envelope_is_capped_by_the_ceilings():
 
 def test_bounded_json():
     assert bounded_json_object('{"a": [1, {"b": "[[[["}]}') == {"a": [1, {"b": "[[[["}]}
-    for bad, message in (("[" * 33 + "]" * 33, "deeper than 32"), ('{"x": "' + "y" * 70000 + '"}', "bytes"),
-                         ('{"a": NaN}', "not valid JSON"), ("[]", "JSON object"), ("{", "not valid JSON")):
+    for bad, message in (
+        ("[" * 33 + "]" * 33, "deeper than 32"),
+        ('{"x": "' + "y" * 70000 + '"}', "bytes"),
+        ('{"a": NaN}', "not valid JSON"),
+        ("[]", "JSON object"),
+        ("{", "not valid JSON"),
+    ):
         with pytest.raises(InvalidMessage, match=message):
             bounded_json_object(bad)
 
@@ -330,6 +355,7 @@ def test_tracebacks_cannot_pose_as_log_lines():
         raise ValueError(FORGED)
     except ValueError:
         import sys
+
         rec = _record("internal error", exc=sys.exc_info())
     text = _OneLine().format(rec)
     first, *rest = text.split("\n")
@@ -357,7 +383,7 @@ def test_private_dirs_and_files(tmp_path):
     for p in (data, data / "outputs", out, data / "sessions"):
         assert stat.S_IMODE(os.stat(p).st_mode) == 0o700, p
     assert stat.S_IMODE(os.stat(out / "dp-aggregate-model.json").st_mode) == 0o600
-    assert stat.S_IMODE(os.stat(tmp_path / "state").st_mode) == 0o755   # outside the data dir: untouched
+    assert stat.S_IMODE(os.stat(tmp_path / "state").st_mode) == 0o755  # outside the data dir: untouched
 
 
 def test_a_governed_session_keeps_its_protocols_byte_envelope():
@@ -370,8 +396,11 @@ def test_a_governed_session_keeps_its_protocols_byte_envelope():
     from smcdp.plugins.registry import get_plugin
     from smcdp.runtime.governance.gate import _Governed
 
-    asked = {n for n, f in vars(ProtocolPlugin).items()
-             if callable(f) and not n.startswith("_") and not isinstance(f, staticmethod) and n != "run_role"}
+    asked = {
+        n
+        for n, f in vars(ProtocolPlugin).items()
+        if callable(f) and not n.startswith("_") and not isinstance(f, staticmethod) and n != "run_role"
+    }
     assert {"validate_params", "summary", "traffic_envelope"} <= asked
     assert not asked - set(vars(_Governed)), asked - set(vars(_Governed))
     plugin = get_plugin("dp-aggregate")
@@ -397,15 +426,15 @@ def test_what_the_sessions_hold_is_bounded_per_peer_and_in_all():
     a.settle("x", "t1", a.admit("x", "t1", MIB), True)
     b.settle("x", "t1", b.admit("x", "t1", MIB), True)
     with pytest.raises(ResourceExhausted, match="limits.inbound_mib_per_peer"):
-        b.admit("x", "t2", 1)                               # mallory: 2 MiB over both sessions
-    b.settle("y", "t1", b.admit("y", "t1", MIB), True)      # bob is not held back by her ...
+        b.admit("x", "t2", 1)  # mallory: 2 MiB over both sessions
+    b.settle("y", "t1", b.admit("y", "t1", MIB), True)  # bob is not held back by her ...
     with pytest.raises(ResourceExhausted, match="limits.inbound_mib_total"):
-        a.admit("y", "t2", 1)                               # ... until all peers together are at 3 MiB
+        a.admit("y", "t2", 1)  # ... until all peers together are at 3 MiB
     charge = a.admit("y", "t3", 0)
-    a.settle("y", "t3", charge, False)                      # a failed stream gives its charge back
+    a.settle("y", "t3", charge, False)  # a failed stream gives its charge back
     assert ledger.held("mallory") == 2 * MIB and ledger.held() == 3 * MIB
-    a.close()                                               # session a ended
+    a.close()  # session a ended
     assert ledger.held("mallory") == MIB and ledger.held() == 2 * MIB
-    a.settle("x", "late", None, False)                      # a stream that ends after the session
+    a.settle("x", "late", None, False)  # a stream that ends after the session
     b.close()
     assert ledger.held() == 0

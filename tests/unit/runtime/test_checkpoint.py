@@ -27,8 +27,17 @@ from smcdp.v1 import messages_pb2 as pb
 
 
 def _create(tmp_path, **kw):
-    args = dict(session_id="s-1", protocol="p", roles={"a": "alice", "b": "bob"}, params={"x": 1},
-                timeout_seconds=60.0, seed=None, initiator="alice", role="a", randomness=Randomness.fresh())
+    args = dict(
+        session_id="s-1",
+        protocol="p",
+        roles={"a": "alice", "b": "bob"},
+        params={"x": 1},
+        timeout_seconds=60.0,
+        seed=None,
+        initiator="alice",
+        role="a",
+        randomness=Randomness.fresh(),
+    )
     args.update(kw)
     return Checkpoint.create(tmp_path, **args)
 
@@ -43,7 +52,7 @@ def test_checkpoint_files_are_private_and_round_trip(tmp_path):
         assert stat.S_IMODE(os.stat(cp.dir / name).st_mode) == 0o600
     cp.journal.record_inbound("b", "t1", "smcdp.v1.Ints", b"\x01")
     assert stat.S_IMODE(os.stat(cp.dir / "journal.log").st_mode) == 0o600
-    cp.begin({"data": str(data)})            # the role runs: its inputs are fingerprinted now
+    cp.begin({"data": str(data)})  # the role runs: its inputs are fingerprinted now
     cp.close()
     again = Checkpoint.load(cp.dir)
     assert again.meta["state"] == "running" and again.meta["role"] == "a"
@@ -65,9 +74,12 @@ def test_checkpoint_refuses_duplicates_damage_and_unreplayable_roots(tmp_path):
         _create(tmp_path, session_id="s-2", randomness=Randomness.system())
     meta = tmp_path / "s-1.d" / "checkpoint.json"
     good = meta.read_bytes()
-    for bad, why in ((b"{not json", "not JSON"), (b'{"kind": "other"}', "not an smcdp session checkpoint"),
-                     (good.replace(b'"state": "prepared"', b'"state": "running"'), "MAC does not verify"),
-                     (good.replace(b'"version": 2', b'"version": 1'), "not a version-2")):
+    for bad, why in (
+        (b"{not json", "not JSON"),
+        (b'{"kind": "other"}', "not an smcdp session checkpoint"),
+        (good.replace(b'"state": "prepared"', b'"state": "running"'), "MAC does not verify"),
+        (good.replace(b'"version": 2', b'"version": 1'), "not a version-2"),
+    ):
         meta.write_bytes(bad)
         with pytest.raises(CheckpointDamaged, match=why) as err:
             Checkpoint.load(tmp_path / "s-1.d", owner="alice")
@@ -82,7 +94,7 @@ def test_a_damaged_checkpoint_is_reported_by_the_scan_and_the_others_load(tmp_pa
     (tmp_path / "s-2.d" / "checkpoint.json").write_text("{}")
     key = tmp_path / "s-3.d" / "root.key"
     raw = bytearray(key.read_bytes())
-    raw[7] ^= 0x10                                   # one flipped bit in the randomness root
+    raw[7] ^= 0x10  # one flipped bit in the randomness root
     key.write_bytes(bytes(raw))
     damaged: list = []
     assert [c.session_id for c in Checkpoint.scan(tmp_path, "alice", damaged)] == ["s-1"]
@@ -97,7 +109,7 @@ def test_a_replaced_durability_key_fails_every_checkpoint(tmp_path):
     (tmp_path / KEY_FILE).unlink()
     with pytest.raises(CheckpointDamaged, match="MAC does not verify"):
         Checkpoint.load(tmp_path / "s-1.d")
-    assert stat.S_IMODE(os.stat(tmp_path / KEY_FILE).st_mode) == 0o600     # a new one, private
+    assert stat.S_IMODE(os.stat(tmp_path / KEY_FILE).st_mode) == 0o600  # a new one, private
 
 
 def test_inputs_are_fingerprinted_by_content(tmp_path):
@@ -106,11 +118,11 @@ def test_inputs_are_fingerprinted_by_content(tmp_path):
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
     cp = _create(tmp_path)
-    cp.begin({"data": str(data), "pipe": str(fifo)})      # a pipe is never opened (it would block)
-    cp.begin({"data": str(data), "pipe": str(fifo)})      # a replay: unchanged
+    cp.begin({"data": str(data), "pipe": str(fifo)})  # a pipe is never opened (it would block)
+    cp.begin({"data": str(data), "pipe": str(fifo)})  # a replay: unchanged
     st = data.stat()
-    data.write_bytes(b"y" * 10)                       # same size ...
-    os.utime(data, ns=(st.st_atime_ns, st.st_mtime_ns))   # ... and the same modification time
+    data.write_bytes(b"y" * 10)  # same size ...
+    os.utime(data, ns=(st.st_atime_ns, st.st_mtime_ns))  # ... and the same modification time
     with pytest.raises(CheckpointError, match="inputs changed at party alice"):
         cp.check_inputs({"data": str(data)})
 
@@ -119,9 +131,13 @@ def test_inputs_are_fingerprinted_by_content(tmp_path):
 def _sample_journal(path) -> list[tuple]:
     """A journal with each kind of record; returns what was written, in order."""
     j = FileJournal(path)
-    written = [("in", "b", "x/0", "smcdp.v1.Ints", b"in0"), ("out", "b", "y/0", "smcdp.v1.Ints", b"out0"),
-               ("ack", "b", "y/0", "", b""), ("out", "b", "y/1", "smcdp.v1.Floats", b"\x00" * 40),
-               ("in", "b", "x/1", "smcdp.v1.Flag", b"\x08\x01")]
+    written = [
+        ("in", "b", "x/0", "smcdp.v1.Ints", b"in0"),
+        ("out", "b", "y/0", "smcdp.v1.Ints", b"out0"),
+        ("ack", "b", "y/0", "", b""),
+        ("out", "b", "y/1", "smcdp.v1.Floats", b"\x00" * 40),
+        ("in", "b", "x/1", "smcdp.v1.Flag", b"\x08\x01"),
+    ]
     for kind, role, tag, type_name, data in written:
         if kind == "in":
             j.record_inbound(role, tag, type_name, data)
@@ -153,14 +169,14 @@ def test_journal_survives_reopening_and_drops_a_torn_tail_at_any_cut(tmp_path):
     assert j.outbound("b", "nope") is None
     j.close()
     ends = [len(journal.FILE_MAGIC)] + [r.offset + r.length for r in journal.scan(full, j._mac).records]
-    for cut in range(len(full)):                      # a crash in the middle of any record
+    for cut in range(len(full)):  # a crash in the middle of any record
         path.write_bytes(full[:cut])
         j = FileJournal(path)
         kept = max(e for e in ends if e <= cut) if cut >= ends[0] else 0
         assert path.stat().st_size == max(kept, len(journal.FILE_MAGIC)), cut
-        assert _contents(j) == set(written[:ends.index(kept)] if kept else []), cut
+        assert _contents(j) == set(written[: ends.index(kept)] if kept else []), cut
         j.close()
-    path.write_bytes(full + bytes(300))               # a zero-filled tail (power cut)
+    path.write_bytes(full + bytes(300))  # a zero-filled tail (power cut)
     assert _contents(FileJournal(path)) == set(written) and path.stat().st_size == len(full)
 
 
@@ -174,13 +190,17 @@ def test_every_flipped_bit_of_a_journal_is_named_damage(tmp_path):
             raw = bytearray(full)
             raw[pos] ^= bit
             found = journal.scan(bytes(raw), mac)
-            assert found.damage, (pos, bit)           # never silently intact, never dropped as a torn tail
-            accepted = {(journal.KIND_NAMES[r.kind], r.role, r.tag, r.type_name,
-                         bytes(raw[r.offset:r.offset + r.length])) for r in found.records}
-            originals = {(journal.KIND_NAMES[k], role, tag, t, d) for k, role, tag, t, d in
-                         [({"in": 1, "out": 2, "ack": 3}[w[0]], *w[1:]) for w in written]}
-            assert accepted <= originals, (pos, bit)    # never a record read as another
-            assert len(found.records) >= len(written) - 2, (pos, bit)   # damage stays local (resync)
+            assert found.damage, (pos, bit)  # never silently intact, never dropped as a torn tail
+            accepted = {
+                (journal.KIND_NAMES[r.kind], r.role, r.tag, r.type_name, bytes(raw[r.offset : r.offset + r.length]))
+                for r in found.records
+            }
+            originals = {
+                (journal.KIND_NAMES[k], role, tag, t, d)
+                for k, role, tag, t, d in [({"in": 1, "out": 2, "ack": 3}[w[0]], *w[1:]) for w in written]
+            }
+            assert accepted <= originals, (pos, bit)  # never a record read as another
+            assert len(found.records) >= len(written) - 2, (pos, bit)  # damage stays local (resync)
     raw = bytearray(full)
     raw[-1] ^= 0x04
     path.write_bytes(bytes(raw))
@@ -190,11 +210,14 @@ def test_every_flipped_bit_of_a_journal_is_named_damage(tmp_path):
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(edits=st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 255)), max_size=4),
-       cut=st.one_of(st.none(), st.integers(0, 10_000)), extra=st.binary(max_size=40))
+@given(
+    edits=st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 255)), max_size=4),
+    cut=st.one_of(st.none(), st.integers(0, 10_000)),
+    extra=st.binary(max_size=40),
+)
 def test_fuzzed_journals_are_intact_or_named_damage(tmp_path, edits, cut, extra):
     path, orig = tmp_path / "fuzz.log", tmp_path / "fuzz.orig"
-    if not orig.exists():                               # the fixture's directory is shared by the examples
+    if not orig.exists():  # the fixture's directory is shared by the examples
         written = _sample_journal(path)
         orig.write_bytes(path.read_bytes())
         (tmp_path / "written.pickle").write_bytes(pickle.dumps(written))
@@ -203,15 +226,15 @@ def test_fuzzed_journals_are_intact_or_named_damage(tmp_path, edits, cut, extra)
     for pos, x in edits:
         raw[pos % len(raw)] ^= x
     if cut is not None:
-        raw = raw[:cut % (len(raw) + 1)]
+        raw = raw[: cut % (len(raw) + 1)]
     raw += extra
     path.write_bytes(bytes(raw))
     try:
         j = FileJournal(path)
-    except JournalDamaged as exc:                       # a named error: which file, what is damaged
+    except JournalDamaged as exc:  # a named error: which file, what is damaged
         assert exc.damage and str(path) in str(exc)
         return
-    assert _contents(j) <= set(written)                 # intact: only what was written, as it was written
+    assert _contents(j) <= set(written)  # intact: only what was written, as it was written
     j.close()
 
 
@@ -232,7 +255,7 @@ def test_repair_keeps_the_intact_records_and_names_what_was_lost(tmp_path):
     recs = journal.scan(bytes(raw), j._mac).records
     j.close()
     out1 = next(r for r in recs if r.tag == "y/1")
-    raw[out1.offset + 3] ^= 0xFF                        # the data of a sent message
+    raw[out1.offset + 3] ^= 0xFF  # the data of a sent message
     path.write_bytes(bytes(raw))
     j = FileJournal(path, repair=True)
     assert [d.tag for d in j.repaired] == ["y/1"]
@@ -240,7 +263,7 @@ def test_repair_keeps_the_intact_records_and_names_what_was_lost(tmp_path):
     assert j.outbound("b", "y/1") is None and j.outbound("b", "y/0") == ("smcdp.v1.Ints", b"out0")
     j.record_inbound("b", "x/2", "smcdp.v1.Ints", b"new")
     j.close()
-    again = FileJournal(path)                             # the rewritten file is intact
+    again = FileJournal(path)  # the rewritten file is intact
     assert ("in", "b", "x/2", "smcdp.v1.Ints", b"new") in _contents(again)
 
 
@@ -252,19 +275,21 @@ def test_a_full_disk_fails_the_write_cleanly_and_names_the_party(tmp_path, monke
     real = os.pwritev
 
     def full(fd, parts, offset):
-        real(fd, [parts[0][:5]], offset)              # part of the record reaches the file
+        real(fd, [parts[0][:5]], offset)  # part of the record reaches the file
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "pwritev", full)
     with pytest.raises(NoSpace, match="no space left at trent") as err:
         j.record_outbound("b", "y/0", "smcdp.v1.Ints", b"out0")
     assert err.value.code == "UNAVAILABLE" and err.value.origin == "trent"
-    assert path.stat().st_size == size                # nothing half-written stays behind
+    assert path.stat().st_size == size  # nothing half-written stays behind
     monkeypatch.setattr(os, "pwritev", real)
-    j.record_outbound("b", "y/0", "smcdp.v1.Ints", b"out0")    # space is back
+    j.record_outbound("b", "y/0", "smcdp.v1.Ints", b"out0")  # space is back
     j.close()
-    assert _contents(FileJournal(path)) == {("in", "b", "x/0", "smcdp.v1.Ints", b"in0"),
-                                             ("out", "b", "y/0", "smcdp.v1.Ints", b"out0")}
+    assert _contents(FileJournal(path)) == {
+        ("in", "b", "x/0", "smcdp.v1.Ints", b"in0"),
+        ("out", "b", "y/0", "smcdp.v1.Ints", b"out0"),
+    }
 
 
 def test_concurrent_syncs_share_one_fsync(tmp_path, monkeypatch):
@@ -282,8 +307,8 @@ def test_concurrent_syncs_share_one_fsync(tmp_path, monkeypatch):
     j.record_inbound("b", "t/0", "smcdp.v1.Ints", b"0", durable=False)
     first = threading.Thread(target=j.sync)
     first.start()
-    assert entered.wait(10)                             # a sync is under way ...
-    for i in range(1, 6):                               # ... while five more records arrive
+    assert entered.wait(10)  # a sync is under way ...
+    for i in range(1, 6):  # ... while five more records arrive
         j.record_inbound("b", f"t/{i}", "smcdp.v1.Ints", b"x", durable=False)
     waiters = [threading.Thread(target=j.sync) for _ in range(5)]
     for t in waiters:
@@ -291,7 +316,7 @@ def test_concurrent_syncs_share_one_fsync(tmp_path, monkeypatch):
     release.set()
     for t in [first, *waiters]:
         t.join(10)
-    assert len(calls) == 2                              # the first sync, then one for all five
+    assert len(calls) == 2  # the first sync, then one for all five
     assert j.stats()["journal_syncs"] == 2
 
 
@@ -342,9 +367,11 @@ def test_a_replay_may_differ_in_encryption_randomness_only(tmp_path):
     j.mark_delivered("b", "v")
     ch = InMemoryNetwork({"a": "alice", "b": "bob"}, journals={"a": j}).channels["a"]
     other_randomness = pb.CiphertextVector(ciphertexts=[b"\x09", b"\x0b"], exponent=-8, length=2, key_fingerprint=b"k")
-    assert asyncio.run(ch.send("b", "v", other_randomness)) == vec.SerializeToString()   # the journaled bytes
-    for changed in (pb.CiphertextVector(ciphertexts=[b"\x09", b"\x0b"], exponent=-7, length=2, key_fingerprint=b"k"),
-                    pb.CiphertextVector(ciphertexts=[b"\x09"], exponent=-8, length=2, key_fingerprint=b"k")):
+    assert asyncio.run(ch.send("b", "v", other_randomness)) == vec.SerializeToString()  # the journaled bytes
+    for changed in (
+        pb.CiphertextVector(ciphertexts=[b"\x09", b"\x0b"], exponent=-7, length=2, key_fingerprint=b"k"),
+        pb.CiphertextVector(ciphertexts=[b"\x09"], exponent=-8, length=2, key_fingerprint=b"k"),
+    ):
         ch = InMemoryNetwork({"a": "alice", "b": "bob"}, journals={"a": j}).channels["a"]
         with pytest.raises(ReplayDiverged):
             asyncio.run(ch.send("b", "v", changed))
@@ -354,11 +381,13 @@ def test_a_replay_may_differ_in_nested_encryption_randomness_only(tmp_path):
     """A message that holds ciphertext vectors (a power-iteration round: a Gram, a flag, a contribution) is
     compared field by field: its ciphertexts may come out differently, its flag, exponents, lengths and the
     number of ciphertexts in each vector may not."""
+
     def round_(g, c, converged=True, exponent=-8):
         return pb.PowerIterationRound(
             gram=pb.CiphertextVector(ciphertexts=g, exponent=exponent, length=2, key_fingerprint=b"k"),
             converged=converged,
-            contribution=pb.CiphertextVector(ciphertexts=c, exponent=-8, length=3, key_fingerprint=b"k"))
+            contribution=pb.CiphertextVector(ciphertexts=c, exponent=-8, length=3, key_fingerprint=b"k"),
+        )
 
     sent = round_([b"\x05", b"\x07"], [b"\x03"])
     j = FileJournal(tmp_path / "j.log")
@@ -369,11 +398,13 @@ def test_a_replay_may_differ_in_nested_encryption_randomness_only(tmp_path):
         ch = InMemoryNetwork({"a": "alice", "b": "bob"}, journals={"a": j}).channels["a"]
         return asyncio.run(ch.send("b", "round/0", msg))
 
-    assert replay(round_([b"\x09", b"\x0b"], [b"\x0d"])) == sent.SerializeToString()   # the journaled bytes
-    for changed in (round_([b"\x05", b"\x07"], [b"\x03"], converged=False),
-                    round_([b"\x05", b"\x07"], [b"\x03"], exponent=-9),
-                    round_([b"\x05"], [b"\x03", b"\x07"]),          # one ciphertext moved between the vectors
-                    round_([b"\x05", b"\x07"], [])):
+    assert replay(round_([b"\x09", b"\x0b"], [b"\x0d"])) == sent.SerializeToString()  # the journaled bytes
+    for changed in (
+        round_([b"\x05", b"\x07"], [b"\x03"], converged=False),
+        round_([b"\x05", b"\x07"], [b"\x03"], exponent=-9),
+        round_([b"\x05"], [b"\x03", b"\x07"]),  # one ciphertext moved between the vectors
+        round_([b"\x05", b"\x07"], []),
+    ):
         with pytest.raises(ReplayDiverged):
             replay(changed)
 
@@ -395,8 +426,15 @@ def test_chaos_action_syntax():
     assert (b.after, b.restart) == (2.5, False)
     c = ChaosAction.parse("stop:alice:round=1,for=20")
     assert (c.action, c.duration) == ("stop", 20.0)
-    for bad in ("kill:trent", "boom:trent:round=1", "kill:trent:round=1.5", "kill:trent:when=3",
-                "stop:bob:round=1,restart=no", "kill:bob:round=1,colour=red", "stop:bob:round=1,for=0"):
+    for bad in (
+        "kill:trent",
+        "boom:trent:round=1",
+        "kill:trent:round=1.5",
+        "kill:trent:when=3",
+        "stop:bob:round=1,restart=no",
+        "kill:bob:round=1,colour=red",
+        "stop:bob:round=1,for=0",
+    ):
         with pytest.raises(InvalidMessage):
             ChaosAction.parse(bad)
 
@@ -413,14 +451,14 @@ def test_a_burst_of_waiters_shares_one_fsync_and_a_blocking_sync_does_not_linger
             j.record_inbound("b", f"x/{i}", "smcdp.v1.Ints", b"\x00" * 1000, durable=False)
             futs.append(j.durable_future())
         time.sleep(0.3)
-        assert not any(f.done() for f in futs)             # lingering: nobody hears "durable" before the fsync
+        assert not any(f.done() for f in futs)  # lingering: nobody hears "durable" before the fsync
         for f in futs:
             f.result(timeout=30)
         assert j.syncs == 1 and j._synced == j._end
         j.record_inbound("b", "x/6", "smcdp.v1.Ints", b"\x01", durable=False)
         lingering = j.durable_future()
         t0 = time.monotonic()
-        j.sync()                                           # urgent: the syncer stops lingering
+        j.sync()  # urgent: the syncer stops lingering
         assert time.monotonic() - t0 < j.COMMIT_DELAY and lingering.done() and j.syncs == 2
     finally:
         j.close()
@@ -439,9 +477,9 @@ def test_a_cancelled_sync_waiter_does_not_stop_the_journals_syncs(tmp_path, monk
         for i in range(3):
             j.record_inbound("b", f"x/{i}", "smcdp.v1.Ints", b"\x00" * 1000, durable=False)
             gone = j.durable_future()
-            assert gone.cancel()                           # its waiter went away before the sync ended
+            assert gone.cancel()  # its waiter went away before the sync ended
         j.record_inbound("b", "x/last", "smcdp.v1.Ints", b"\x01", durable=False)
-        j.durable_future().result(timeout=10)              # still served
+        j.durable_future().result(timeout=10)  # still served
         j.sync()
     finally:
         j.close()
@@ -454,8 +492,9 @@ def test_replay_view_reads_ciphertexts_in_a_map_in_key_order():
 
     from smcdp.net.channel import replay_view
 
-    f = descriptor_pb2.FileDescriptorProto(name="test_replay_map.proto", package="smcdp.test",
-                                           dependency=["smcdp/v1/messages.proto"], syntax="proto3")
+    f = descriptor_pb2.FileDescriptorProto(
+        name="test_replay_map.proto", package="smcdp.test", dependency=["smcdp/v1/messages.proto"], syntax="proto3"
+    )
     m = f.message_type.add(name="Keyed")
     entry = m.nested_type.add(name="VecsEntry")
     entry.options.map_entry = True
@@ -474,5 +513,5 @@ def test_replay_view_reads_ciphertexts_in_a_map_in_key_order():
 
     first = keyed("ab", {"a": [b"\x01"], "b": [b"\x02", b"\x03"]})
     assert keyed("ba", {"a": [b"\x07"], "b": [b"\x08", b"\x09"]}) == first
-    assert keyed("ab", {"a": [b"\x01", b"\x02"], "b": [b"\x03"]}) != first        # counts moved between keys
+    assert keyed("ab", {"a": [b"\x01", b"\x02"], "b": [b"\x03"]}) != first  # counts moved between keys
     assert keyed("ab", {"a": [b"\x01"], "b": [b"\x02", b"\x03"]}, note="m") != first

@@ -30,12 +30,15 @@ def rpc_error(code, details="x", metadata=()):
     return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(*metadata), details)
 
 
-@pytest.mark.parametrize("exc, words", [
-    (OSError(errno.ENOSPC, "No space left on device"), "no space left at alice"),
-    (OSError(errno.EDQUOT, "Disk quota exceeded"), "no space left (disk quota exceeded) at alice"),
-    (OSError(errno.EMFILE, "Too many open files"), "no file descriptors left (process limit) at alice"),
-    (MemoryError(), "no memory left at alice"),
-])
+@pytest.mark.parametrize(
+    "exc, words",
+    [
+        (OSError(errno.ENOSPC, "No space left on device"), "no space left at alice"),
+        (OSError(errno.EDQUOT, "Disk quota exceeded"), "no space left (disk quota exceeded) at alice"),
+        (OSError(errno.EMFILE, "Too many open files"), "no file descriptors left (process limit) at alice"),
+        (MemoryError(), "no memory left at alice"),
+    ],
+)
 def test_a_local_resource_running_out_is_no_space_naming_the_party_and_resumable(exc, words):
     err = resource_failure(exc, "alice", "session s")
     assert isinstance(err, NoSpace) and str(err).startswith(words) and err.origin == "alice"
@@ -59,14 +62,14 @@ def test_a_disk_io_error_is_the_machines_failure_named_and_resumable():
 def test_an_error_keeps_the_origin_it_names():
     assert with_origin(SessionAborted("x", "ABORTED", "bob"), "carol").origin == "bob"
     assert with_origin(Unavailable("x"), "carol").origin == "carol"
-    assert error_dict(Unavailable("x"), "me")["origin"] == "me"          # raised here, naming nobody
+    assert error_dict(Unavailable("x"), "me")["origin"] == "me"  # raised here, naming nobody
 
 
 def test_a_failed_propose_names_the_party_that_refused_it():
     exc = _failure_of("Propose", [("alice", PermissionDenied("party 'alice' refuses session s: rule"))])
     assert exc.code == "PERMISSION_DENIED" and exc.origin == "alice" and "alice" in str(exc)
     exc = _failure_of("Begin", [("bob", SessionAborted("x", "UNAVAILABLE", "carol"))])
-    assert exc.origin == "carol"                                          # the origin its error named
+    assert exc.origin == "carol"  # the origin its error named
 
 
 def test_a_refused_call_names_the_refuser_and_an_unreachable_party_is_named():
@@ -95,8 +98,9 @@ def test_a_refused_call_names_the_refuser_and_an_unreachable_party_is_named():
     asyncio.run(main())
 
 
-@pytest.mark.parametrize("details", ["Internal error from Core", "Received RST_STREAM with error code 2",
-                                     "Stream removed"])
+@pytest.mark.parametrize(
+    "details", ["Internal error from Core", "Received RST_STREAM with error code 2", "Stream removed"]
+)
 def test_a_stream_that_broke_under_a_message_is_sent_again(details):
     """gRPC core's INTERNAL for a broken stream or connection is the transport's failure: the message is
     sent again (its receiver de-duplicates), and the session goes on."""
@@ -108,8 +112,14 @@ def test_a_stream_that_broke_under_a_message_is_sent_again(details):
             raise rpc_error(grpc.StatusCode.INTERNAL, details)
         return "acked"
 
-    assert asyncio.run(call_with_retry("message 'x'", "bob", "b:1", time.monotonic() + 30, flaky, 1.0,
-                                       RetryPolicy(initial_backoff=0.01))) == "acked"
+    assert (
+        asyncio.run(
+            call_with_retry(
+                "message 'x'", "bob", "b:1", time.monotonic() + 30, flaky, 1.0, RetryPolicy(initial_backoff=0.01)
+            )
+        )
+        == "acked"
+    )
     assert len(calls) == 3
     assert retryable(rpc_error(grpc.StatusCode.INTERNAL, details))
 
@@ -142,8 +152,20 @@ def test_bytes_lost_inside_the_tls_stream_are_sent_again_not_blamed_on_the_peer(
             raise rpc_error(grpc.StatusCode.UNKNOWN, details)
         return "acked"
 
-    assert asyncio.run(call_with_retry("message 'x'", "bob", "b:1", time.monotonic() + 30, corrupted_twice, 1.0,
-                                       RetryPolicy(initial_backoff=0.01))) == "acked"
+    assert (
+        asyncio.run(
+            call_with_retry(
+                "message 'x'",
+                "bob",
+                "b:1",
+                time.monotonic() + 30,
+                corrupted_twice,
+                1.0,
+                RetryPolicy(initial_backoff=0.01),
+            )
+        )
+        == "acked"
+    )
     assert len(calls) == 3 and retryable(rpc_error(grpc.StatusCode.UNKNOWN, details))
 
 
@@ -173,13 +195,12 @@ def test_a_receiver_that_cannot_store_a_message_fails_its_own_session_and_names_
     connector = SimpleNamespace(config=SimpleNamespace(timeouts=SimpleNamespace(rpc_seconds=5.0)))
 
     async def main():
-        ch = GrpcChannel("s-1", "bob", {"alice": "party-a", "bob": "party-b"}, None, connector,
-                         journal=FullJournal())
+        ch = GrpcChannel("s-1", "bob", {"alice": "party-a", "bob": "party-b"}, None, connector, journal=FullJournal())
         data = pb.Ints(values=[7]).SerializeToString()
         with pytest.raises(NoSpace) as err:
             await asyncio.to_thread(ch.deliver_threadsafe, "alice", "t/0", pb.Ints.DESCRIPTOR.full_name, data)
-        assert err.value.origin == "party-b"              # the sender is told whose disk it was
-        with pytest.raises(NoSpace):                       # and this party's role hears it too
+        assert err.value.origin == "party-b"  # the sender is told whose disk it was
+        with pytest.raises(NoSpace):  # and this party's role hears it too
             await asyncio.wait_for(ch.recv("alice", "t/1", pb.Ints), 5)
 
     asyncio.run(main())

@@ -19,8 +19,9 @@ for r in map(int, sys.argv[2:]):
 
 def _run(tmp_path, session, *rounds):
     env = dict(os.environ, **{failpoints.ENV: str(tmp_path)})
-    return subprocess.run([sys.executable, "-c", SCRIPT, session, *map(str, rounds)], env=env,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-c", SCRIPT, session, *map(str, rounds)], env=env, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_without_the_environment_there_is_no_hook(monkeypatch):
@@ -33,7 +34,7 @@ def test_the_process_dies_at_the_armed_round_once(tmp_path):
     out = _run(tmp_path, "charlie.x", 1, 2, 3, 4)
     assert out.returncode == -signal.SIGKILL
     assert out.stdout.split("\n")[:2] == ["reached 1", "reached 2"] and "reached 3" not in out.stdout
-    assert not (tmp_path / failpoints.KILL_FILE).exists()      # one shot: the restart replays past it
+    assert not (tmp_path / failpoints.KILL_FILE).exists()  # one shot: the restart replays past it
     again = _run(tmp_path, "charlie.x", 1, 2, 3, 4)
     assert again.returncode == 0 and "reached 4" in again.stdout
 
@@ -46,7 +47,7 @@ def test_an_operator_name_without_the_initiator_prefix_matches(tmp_path):
 def test_another_session_or_an_earlier_round_does_not_die(tmp_path):
     failpoints.arm_kill(tmp_path, "charlie.x", 3)
     assert _run(tmp_path, "charlie.y", 1, 2, 3, 4).returncode == 0
-    assert _run(tmp_path, "xcharlie.x", 5).returncode == 0      # a prefix match is not the session
+    assert _run(tmp_path, "xcharlie.x", 5).returncode == 0  # a prefix match is not the session
     assert _run(tmp_path, "charlie.x", 1, 2).returncode == 0
     assert (tmp_path / failpoints.KILL_FILE).exists()
     failpoints.disarm(tmp_path)
@@ -58,17 +59,18 @@ def test_an_armed_stop_stops_the_process_at_its_round_until_continued(tmp_path):
 
     failpoints.arm_kill(tmp_path, "trent.x", 2, "stop")
     env = dict(os.environ, **{failpoints.ENV: str(tmp_path)})
-    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, "trent.x", "1", "2", "3"], env=env,
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SCRIPT, "trent.x", "1", "2", "3"], env=env, stdout=subprocess.PIPE, text=True
+    )
     try:
         end = time.monotonic() + 30
         while not failpoints.stopped(tmp_path):
             assert time.monotonic() < end and proc.poll() is None
             time.sleep(0.05)
         time.sleep(0.3)
-        assert proc.poll() is None                      # stopped, not dead
+        assert proc.poll() is None  # stopped, not dead
         with open(f"/proc/{proc.pid}/stat") as f:
-            assert f.read().split(") ")[1][0] == "T"    # the kernel's 'stopped' state
+            assert f.read().split(") ")[1][0] == "T"  # the kernel's 'stopped' state
         failpoints.disarm(tmp_path)
         proc.send_signal(signal.SIGCONT)
         out, _ = proc.communicate(timeout=30)
@@ -78,8 +80,13 @@ def test_an_armed_stop_stops_the_process_at_its_round_until_continued(tmp_path):
 
 
 def test_a_malformed_arming_is_ignored_not_an_error_in_the_role(tmp_path):
-    for content in ('{"session": "trent.x", "round": "3"}', '{"session": "trent.x", "round": 1, "action": ["kill"]}',
-                    '{"session": 5, "round": 1}', '[1, 2]', 'not json'):
+    for content in (
+        '{"session": "trent.x", "round": "3"}',
+        '{"session": "trent.x", "round": 1, "action": ["kill"]}',
+        '{"session": 5, "round": 1}',
+        "[1, 2]",
+        "not json",
+    ):
         (tmp_path / failpoints.KILL_FILE).write_text(content)
         out = _run(tmp_path, "trent.x", 1, 2, 3)
         assert out.returncode == 0 and "reached 3" in out.stdout, (content, out.stderr)

@@ -22,8 +22,8 @@ from smcdp.runtime.config import PartyConfig
 from smcdp.runtime.governance.audit import read_entries, verify_log
 from smcdp.runtime.governance.charges import BudgetConfig
 from smcdp.runtime.governance.gate import Governor
-from smcdp.runtime.governance.views import iso as _iso
 from smcdp.runtime.governance.policy import Policy, ProtocolRules
+from smcdp.runtime.governance.views import iso as _iso
 
 ROLES = {"curator": "charlie", "data": "alice"}
 
@@ -38,10 +38,15 @@ class CostPlugin(ProtocolPlugin):
         return dict(params)
 
     def summary(self, params, roles):
-        return SessionSummary(protocol=self.name, key_bits={"paillier": 2048}, data_roles=("data",),
-                              coordinator_roles=("curator",),
-                              outputs=(OutputFlow("model", ("curator",), ("data",), dp=True),),
-                              epsilon=params["epsilon"], delta=0.0)
+        return SessionSummary(
+            protocol=self.name,
+            key_bits={"paillier": 2048},
+            data_roles=("data",),
+            coordinator_roles=("curator",),
+            outputs=(OutputFlow("model", ("curator",), ("data",), dp=True),),
+            epsilon=params["epsilon"],
+            delta=0.0,
+        )
 
     async def run_role(self, role, ch, ctx):
         if ctx.params.get("release"):
@@ -51,15 +56,21 @@ class CostPlugin(ProtocolPlugin):
         return {}
 
 
-RULES = ProtocolRules(roles=("data",), initiators=("charlie",), coordinators=("charlie",),
-                      release_to=("charlie",), max_epsilon=5.0)
+RULES = ProtocolRules(
+    roles=("data",), initiators=("charlie",), coordinators=("charlie",), release_to=("charlie",), max_epsilon=5.0
+)
 
 
 def _config(tmp_path, approval="auto", total=3.0, **policy) -> PartyConfig:
-    return PartyConfig(name="alice", listen="127.0.0.1:1", data_dir=tmp_path / "alice",
-                       tls=TlsConfig(Path("ca"), Path("c"), Path("k")), peers={"charlie": "127.0.0.1:2"},
-                       policy=Policy(approval=approval, protocols={"cost": replace(RULES, **policy)}),
-                       budget=BudgetConfig(dataset="alice", epsilon=total))
+    return PartyConfig(
+        name="alice",
+        listen="127.0.0.1:1",
+        data_dir=tmp_path / "alice",
+        tls=TlsConfig(Path("ca"), Path("c"), Path("k")),
+        peers={"charlie": "127.0.0.1:2"},
+        policy=Policy(approval=approval, protocols={"cost": replace(RULES, **policy)}),
+        budget=BudgetConfig(dataset="alice", epsilon=total),
+    )
 
 
 def _gov(cfg) -> Governor:
@@ -100,8 +111,9 @@ def test_auto_admission_reserves_and_the_release_point_charges(tmp_path):
     assert verify_log(tmp_path / "alice").ok
 
 
-@pytest.mark.parametrize("release, fail, final", [(True, True, "charged"), (False, True, "released"),
-                                                   (False, False, "charged")])
+@pytest.mark.parametrize(
+    "release, fail, final", [(True, True, "charged"), (False, True, "released"), (False, False, "charged")]
+)
 def test_after_the_release_point_a_failure_stays_charged(tmp_path, release, fail, final):
     from smcdp.plugins.base import SessionContext
 
@@ -126,7 +138,7 @@ def test_the_budget_refuses_with_resource_exhausted_without_saying_what_is_left(
         g.admit("charlie", _spec("s3"), CostPlugin(), "data")
     assert ei.value.code == "RESOURCE_EXHAUSTED" and ei.value.rule == "budget"
     assert "party 'alice' refuses session 's3'" in str(ei.value) and "budget" in str(ei.value)
-    assert "0.5" not in str(ei.value)                                  # the remaining budget stays private
+    assert "0.5" not in str(ei.value)  # the remaining budget stays private
     refused = [e for e in _events(tmp_path) if e["event"] == "refused"]
     assert refused[0]["rule"] == "budget" and refused[0]["code"] == "RESOURCE_EXHAUSTED"
     g.stop()
@@ -158,20 +170,25 @@ def test_operator_approval_waits_durably_then_admits_with_its_whole_timeout(tmp_
     g = _gov(cfg)
     spec = _spec("s1", timeout=30.0)
     assert isinstance(g.admit("charlie", spec, CostPlugin(), "data"), PendingApproval)
-    assert isinstance(g.admit("charlie", spec, CostPlugin(), "data"), PendingApproval)   # repeated: still waits
+    assert isinstance(g.admit("charlie", spec, CostPlugin(), "data"), PendingApproval)  # repeated: still waits
     path = tmp_path / "alice" / "proposals" / "s1.json"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert _ledger(tmp_path).reservation("alice", "s1") is None            # nothing held while waiting
+    assert _ledger(tmp_path).reservation("alice", "s1") is None  # nothing held while waiting
     info = g.show("s1", None)
-    assert (info["state"], info["protocol"], info["initiator"], info["role"], info["epsilon"]) == \
-        ("pending", "cost", "charlie", "data", 1.0)
+    assert (info["state"], info["protocol"], info["initiator"], info["role"], info["epsilon"]) == (
+        "pending",
+        "cost",
+        "charlie",
+        "data",
+        1.0,
+    )
     g.stop()
-    g = _gov(cfg)                                                          # restart: still pending
+    g = _gov(cfg)  # restart: still pending
     assert [i["session_id"] for i in g.list_sessions(True, {})] == ["s1"]
     assert g.approve("s1")["state"] == "approved"
     assert _ledger(tmp_path).reservation("alice", "s1").state == "reserved"
     g.stop()
-    g = _gov(cfg)                                                          # approved survives a restart too
+    g = _gov(cfg)  # approved survives a restart too
     assert _ledger(tmp_path).reservation("alice", "s1").state == "reserved"
     time.sleep(0.05)
     admitted = g.admit("charlie", spec, CostPlugin(), "data")
@@ -196,8 +213,7 @@ def test_rejection_expiry_and_withdrawal(tmp_path):
     assert g.withdraw("charlie", "w", "another party refused") is True
     assert g.show("w", None)["state"] == "withdrawn"
     # a proposal expires limits.approval_timeout_seconds after it arrived, whatever the session's timeout
-    short = _gov(replace(_config(tmp_path / "short", approval="operator"),
-                         limits=Limits(approval_timeout_seconds=1.0)))
+    short = _gov(replace(_config(tmp_path / "short", approval="operator"), limits=Limits(approval_timeout_seconds=1.0)))
     t0 = time.time()
     short.admit("charlie", _spec("e", timeout=3600), CostPlugin(), "data")
     assert short.show("e", None)["expires_at"] <= _iso(t0 + 2.0)
@@ -246,13 +262,13 @@ def test_a_restart_releases_reservations_of_sessions_that_no_longer_run(tmp_path
     g.admit("charlie", _spec("done", release=True), CostPlugin(), "data")
     g.release_point("done")
     _ledger(tmp_path).budget("alice").reserve("operator-hold", 0.5, note="held by hand")
-    g.audit.close()                                        # the process dies: no stop event
+    g.audit.close()  # the process dies: no stop event
     g = _gov(cfg)
     led = _ledger(tmp_path)
     assert led.reservation("alice", "gone").state == "released"
     assert "party restarted" in led.reservation("alice", "gone").reason
-    assert led.reservation("alice", "done").state == "charged"             # a charge is never given back
-    assert led.reservation("alice", "operator-hold").state == "reserved"   # not this party's to release
+    assert led.reservation("alice", "done").state == "charged"  # a charge is never given back
+    assert led.reservation("alice", "operator-hold").state == "reserved"  # not this party's to release
     released = [e for e in _events(tmp_path) if e["event"] == "released"]
     assert [e["session"] for e in released] == ["gone"]
     g.stop()
@@ -272,16 +288,34 @@ def test_refusals_and_seeds_are_audited_with_their_rule(tmp_path):
 
 def test_the_approval_queue_is_bounded_per_peer_and_in_all(tmp_path):
     """Issue 24: 300 proposals from one peer waited for the operator; now limits.pending_approvals_*."""
-    cfg = replace(_config(tmp_path, approval="operator"), peers={"charlie": "127.0.0.1:2", "dave": "127.0.0.1:3"},
-                  limits=Limits(pending_approvals_per_peer=3, pending_approvals_total=5))
-    cfg = replace(cfg, policy=Policy(approval="operator", protocols={
-        "cost": replace(RULES, initiators=("charlie", "dave"), coordinators=("charlie", "dave"),
-                        release_to=("charlie", "dave"))}))
+    cfg = replace(
+        _config(tmp_path, approval="operator"),
+        peers={"charlie": "127.0.0.1:2", "dave": "127.0.0.1:3"},
+        limits=Limits(pending_approvals_per_peer=3, pending_approvals_total=5),
+    )
+    cfg = replace(
+        cfg,
+        policy=Policy(
+            approval="operator",
+            protocols={
+                "cost": replace(
+                    RULES,
+                    initiators=("charlie", "dave"),
+                    coordinators=("charlie", "dave"),
+                    release_to=("charlie", "dave"),
+                )
+            },
+        ),
+    )
     g = _gov(cfg)
 
     def propose(peer, sid):
-        return g.admit(peer, SessionSpec(sid, "cost", {"curator": peer, "data": "alice"}, {"epsilon": 0.1}, 60.0),
-                       CostPlugin(), "data")
+        return g.admit(
+            peer,
+            SessionSpec(sid, "cost", {"curator": peer, "data": "alice"}, {"epsilon": 0.1}, 60.0),
+            CostPlugin(),
+            "data",
+        )
 
     for i in range(3):
         assert isinstance(propose("charlie", f"c{i}"), PendingApproval)
@@ -293,9 +327,9 @@ def test_the_approval_queue_is_bounded_per_peer_and_in_all(tmp_path):
     with pytest.raises(SmcdpError) as ei:
         propose("dave", "d2")
     assert ei.value.rule == "limits.pending_approvals_total"
-    g.reject("c0", "no")                 # a decided proposal frees its place
+    g.reject("c0", "no")  # a decided proposal frees its place
     assert isinstance(propose("dave", "d2"), PendingApproval)
-    assert isinstance(propose("charlie", "c1"), PendingApproval)   # a repeat of a waiting one is not new
+    assert isinstance(propose("charlie", "c1"), PendingApproval)  # a repeat of a waiting one is not new
 
 
 # ------------------------------------------------------------------ issue 25: exact sessions per period
@@ -306,15 +340,26 @@ class ExactPlugin(CostPlugin):
 
     def summary(self, params, roles):
         eps = params.get("epsilon")
-        return SessionSummary(protocol=self.name, key_bits={"paillier": 2048}, data_roles=("data",),
-                              coordinator_roles=("curator",),
-                              outputs=(OutputFlow("u", ("curator",), ("data",), dp=eps is not None),),
-                              epsilon=eps, delta=0.0)
+        return SessionSummary(
+            protocol=self.name,
+            key_bits={"paillier": 2048},
+            data_roles=("data",),
+            coordinator_roles=("curator",),
+            outputs=(OutputFlow("u", ("curator",), ("data",), dp=eps is not None),),
+            epsilon=eps,
+            delta=0.0,
+        )
 
 
 def _exact_config(tmp_path, approval="auto", **rules) -> PartyConfig:
-    r = ProtocolRules(roles=("data",), initiators=("charlie",), coordinators=("charlie",), release_to=("charlie",),
-                      allow_non_dp=True, **rules)
+    r = ProtocolRules(
+        roles=("data",),
+        initiators=("charlie",),
+        coordinators=("charlie",),
+        release_to=("charlie",),
+        allow_non_dp=True,
+        **rules,
+    )
     return replace(_config(tmp_path), policy=Policy(approval=approval, protocols={"exact": r}))
 
 
@@ -329,7 +374,7 @@ def test_max_exact_sessions_per_period_counts_from_the_audit_trail_across_restar
     g = _gov(cfg)
     for sid in ("e1", "e2"):
         g.admit("charlie", _exact_spec(sid), ExactPlugin(), "data")
-    g.admit("charlie", _exact_spec("d1", epsilon=0.5), ExactPlugin(), "data")       # DP: not counted
+    g.admit("charlie", _exact_spec("d1", epsilon=0.5), ExactPlugin(), "data")  # DP: not counted
     with pytest.raises(SmcdpError) as ei:
         g.admit("charlie", _exact_spec("e3"), ExactPlugin(), "data")
     assert ei.value.code == "RESOURCE_EXHAUSTED" and ei.value.rule == "policy.exact.max_exact_sessions"
@@ -337,13 +382,14 @@ def test_max_exact_sessions_per_period_counts_from_the_audit_trail_across_restar
     g.stop()
     accepted = [e for e in _events(tmp_path) if e["event"] == "accepted"]
     assert [e.get("exact") for e in accepted] == [True, True, None]
-    g = _gov(cfg)                                                                       # a restart
+    g = _gov(cfg)  # a restart
     with pytest.raises(SmcdpError, match="max_exact_sessions"):
         g.admit("charlie", _exact_spec("e4"), ExactPlugin(), "data")
     g.stop()
     # a longer window elsewhere, a shorter one here: sessions older than the window no longer count
-    old = _gov(replace(cfg, policy=Policy(protocols={"exact": replace(cfg.policy.protocols["exact"],
-                                                                            period_days=1e-9)})))
+    old = _gov(
+        replace(cfg, policy=Policy(protocols={"exact": replace(cfg.policy.protocols["exact"], period_days=1e-9)}))
+    )
     old.admit("charlie", _exact_spec("e5"), ExactPlugin(), "data")
     old.stop()
 
@@ -357,15 +403,16 @@ def test_an_exact_session_that_never_began_gives_its_place_back(tmp_path):
     g = _gov(cfg)
     g.admit("charlie", _exact_spec("e1"), ExactPlugin(), "data")
     g.session_done("e1", {"state": "failed", "error": {"message": "aborted by charlie"}}, began=False)
-    g.admit("charlie", _exact_spec("e2"), ExactPlugin(), "data")                     # e1's place
+    g.admit("charlie", _exact_spec("e2"), ExactPlugin(), "data")  # e1's place
     g.session_done("e2", {"state": "failed", "error": {"message": "a peer failed"}}, began=True)
     with pytest.raises(SmcdpError, match="max_exact_sessions"):
         g.admit("charlie", _exact_spec("e3"), ExactPlugin(), "data")
     g.stop()
     assert [e["session"] for e in _events(tmp_path) if e["event"] == "exact-returned"] == ["e1"]
     # a restart, with two a day: e2 still counts and e1 still does not, so one more is admitted
-    g = _gov(replace(cfg, policy=Policy(protocols={"exact": replace(cfg.policy.protocols["exact"],
-                                                                          max_exact_sessions=2)})))
+    g = _gov(
+        replace(cfg, policy=Policy(protocols={"exact": replace(cfg.policy.protocols["exact"], max_exact_sessions=2)}))
+    )
     g.admit("charlie", _exact_spec("e4"), ExactPlugin(), "data")
     with pytest.raises(SmcdpError, match="max_exact_sessions"):
         g.admit("charlie", _exact_spec("e5"), ExactPlugin(), "data")
@@ -378,7 +425,7 @@ def test_an_approved_exact_session_is_refused_at_start_when_another_took_the_las
     assert isinstance(g.admit("charlie", _exact_spec("b"), ExactPlugin(), "data"), PendingApproval)
     g.approve("a")
     g.approve("b")
-    assert g.admit("charlie", _exact_spec("a"), ExactPlugin(), "data").session_id == "a"      # started
+    assert g.admit("charlie", _exact_spec("a"), ExactPlugin(), "data").session_id == "a"  # started
     with pytest.raises(SmcdpError) as ei:
         g.admit("charlie", _exact_spec("b"), ExactPlugin(), "data")
     assert ei.value.code == "RESOURCE_EXHAUSTED" and ei.value.rule == "policy.exact.max_exact_sessions"

@@ -21,7 +21,7 @@ from smcdp.runtime.liveness import Watcher
 from smcdp.runtime.session import Session
 from smcdp.runtime.states import Lifecycle, Phase
 
-GRACE = 1.5          # interval 0.25 s; a gap of 0.75 s in the watcher is a pause of this party
+GRACE = 1.5  # interval 0.25 s; a gap of 0.75 s in the watcher is a pause of this party
 
 
 class _Deadline(grpc.RpcError):
@@ -86,11 +86,11 @@ def test_a_pause_that_began_while_the_probes_were_in_flight_is_not_the_peers_sil
             time.sleep(GRACE + 0.8)
             raise _Deadline()
         if ch.calls == 6:
-            raise _Deadline()       # the other probe of that round: also unanswered
+            raise _Deadline()  # the other probe of that round: also unanswered
         return _answer()
 
     ch = _watch_for(GRACE + 0.8 + 1.5, behaviour)
-    assert ch.calls > 8                           # the watcher went on probing after the pause
+    assert ch.calls > 8  # the watcher went on probing after the pause
     assert ch.lost == [], [str(e) for e in ch.lost]
 
 
@@ -107,7 +107,7 @@ def test_a_pause_between_probe_rounds_is_not_the_peers_silence():
 def test_a_peer_that_really_stops_answering_is_still_named_within_the_grace():
     async def behaviour(ch, party, timeout):
         if party == "bob" and ch.calls > 4:
-            await asyncio.sleep(timeout)          # bob's probes time out; this party runs all along
+            await asyncio.sleep(timeout)  # bob's probes time out; this party runs all along
             raise _Deadline()
         return _answer()
 
@@ -137,6 +137,7 @@ def test_a_failure_before_the_session_thread_runs_waits_for_it():
         s2.loop, s2._begin = asyncio.get_running_loop(), asyncio.Event()
         s2.fail_threadsafe(first)
         await asyncio.wait_for(s2._begin.wait(), 5)
+
     asyncio.run(main())
     assert s2.lifecycle.phase is Phase.ENDING and s2.channel.lost == [first]
 

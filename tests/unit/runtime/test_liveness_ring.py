@@ -16,7 +16,7 @@ def test_two_and_three_participants_probe_everyone_as_before():
 def test_every_participant_probes_two_and_is_probed_by_two(n):
     ring = [f"p{i:03d}" for i in range(n)]
     probes = {p: ring_neighbours(ring, p, set()) for p in ring}
-    assert all(len(v) == 2 for v in probes.values())           # O(N) heartbeats per interval in all
+    assert all(len(v) == 2 for v in probes.values())  # O(N) heartbeats per interval in all
     probed_by = {p: [q for q in ring if p in probes[q]] for p in ring}
     assert all(len(v) == 2 for v in probed_by.values())
 

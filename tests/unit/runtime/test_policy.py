@@ -57,13 +57,20 @@ release_to = ["trent", "bob"]
 """
 
 
-def _eval(policy, protocol="dp-aggregate", roles=None, initiator="charlie", role="party1",
-          insecure=False, **params):
+def _eval(policy, protocol="dp-aggregate", roles=None, initiator="charlie", role="party1", insecure=False, **params):
     roles = dict(roles or (DPA_ROLES if protocol == "dp-aggregate" else PI_ROLES))
     base = {"dp-aggregate": DPA, "power-iteration": {"n_parties": 2, "key_bits": 2048}}.get(protocol, {})
     p = dict(base, **params)
-    evaluate(policy, me="alice", session_id="s1", initiator=initiator, role=role, roles=roles,
-             summary=_summary(protocol, roles, **p), allow_insecure_keys=insecure)
+    evaluate(
+        policy,
+        me="alice",
+        session_id="s1",
+        initiator=initiator,
+        role=role,
+        roles=roles,
+        summary=_summary(protocol, roles, **p),
+        allow_insecure_keys=insecure,
+    )
 
 
 def test_parses_every_key_and_round_trips():
@@ -71,36 +78,60 @@ def test_parses_every_key_and_round_trips():
     assert pol.approval == "operator" and pol.approval_for("dp-aggregate") == "auto"
     assert pol.approval_for("power-iteration") == "operator"
     r = pol.protocols["dp-aggregate"]
-    assert (r.roles, r.initiators, r.release_to, r.max_epsilon, r.min_records) == \
-        (("party*",), ("charlie",), ("dave",), 2.0, 10)
-    assert pol.protocols["power-iteration"].allow_non_dp is False       # default: exact outputs stay in
+    assert (r.roles, r.initiators, r.release_to, r.max_epsilon, r.min_records) == (
+        ("party*",),
+        ("charlie",),
+        ("dave",),
+        2.0,
+        10,
+    )
+    assert pol.protocols["power-iteration"].allow_non_dp is False  # default: exact outputs stay in
     assert parse_policy(pol.as_dict(), "alice", PEERS) == pol
 
 
-@pytest.mark.parametrize("text, message", [
-    ("[policy]\nmode = 1", "unknown key(s) in [policy]"),
-    ("[policy.dp-aggregate]\nroles = ['party*']\ninitiators = []\nmax_eps = 1", "unknown key(s) in [policy.dp-aggregate]"),
-    ("[policy.dp-aggregate]\ninitiators = []", "must say roles"),
-    ("[policy.dp-aggregate]\nroles = ['party*']", "must say initiators"),
-    ("[policy.dp-aggregate]\nroles = []\ninitiators = []", "non-empty list of role names"),
-    ("[policy.dp-aggregate]\nroles = ['p!']\ninitiators = []", "non-empty list of role names"),
-    ("[policy.dp-aggregate]\nroles = ['x']\ninitiators = ['mallory']", "neither this party nor in [peers]"),
-    ("[policy.dp-aggregate]\nroles = ['x']\ninitiators = ['Bad Name']", "initiators"),
-    ("[policy.dp-aggregate]\nroles = ['x']\ninitiators = []\nmax_epsilon = 0", "max_epsilon must be a number"),
-    ("[policy.dp-aggregate]\nroles = ['x']\ninitiators = []\nmax_delta = 1", "max_delta must be a number"),
-    ("[policy.dp-aggregate]\nroles = ['x']\ninitiators = []\nmin_key_bits = 2048.0", "min_key_bits must be an integer"),
-    ("[policy.dp-aggregate]\nroles = ['x']\ninitiators = []\nmin_records = true", "min_records must be an integer"),
-    ("[policy.dp-aggregate]\nroles = ['x']\ninitiators = []\nallow_non_dp = 'yes'", "allow_non_dp must be true or false"),
-    ("[policy]\napproval = 'maybe'", "approval must be one of"),
-    ("[policy]\nallow_seeded = 1", "allow_seeded must be true or false"),
-    ("[policy]\nopen = true\n[policy.keyword]\nroles = ['alice']\ninitiators = []", "cannot be combined"),
-    ("[policy.power-iteration]\nroles = ['x']\ninitiators = []\nmax_components = 0", "max_components must be an integer"),
-    ("[policy.power-iteration]\nroles = ['x']\ninitiators = []\nperiod_days = 7", "period_days is the window"),
-    ("[policy.power-iteration]\nroles = ['x']\ninitiators = []\nmax_exact_sessions = 2\nperiod_days = 0",
-     "period_days must be a number"),
-    ("[policy.power-iteration]\nroles = ['x']\ninitiators = []\nmax_exact_sessions = -1",
-     "max_exact_sessions must be an integer"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[policy]\nmode = 1", "unknown key(s) in [policy]"),
+        (
+            "[policy.dp-aggregate]\nroles = ['party*']\ninitiators = []\nmax_eps = 1",
+            "unknown key(s) in [policy.dp-aggregate]",
+        ),
+        ("[policy.dp-aggregate]\ninitiators = []", "must say roles"),
+        ("[policy.dp-aggregate]\nroles = ['party*']", "must say initiators"),
+        ("[policy.dp-aggregate]\nroles = []\ninitiators = []", "non-empty list of role names"),
+        ("[policy.dp-aggregate]\nroles = ['p!']\ninitiators = []", "non-empty list of role names"),
+        ("[policy.dp-aggregate]\nroles = ['x']\ninitiators = ['mallory']", "neither this party nor in [peers]"),
+        ("[policy.dp-aggregate]\nroles = ['x']\ninitiators = ['Bad Name']", "initiators"),
+        ("[policy.dp-aggregate]\nroles = ['x']\ninitiators = []\nmax_epsilon = 0", "max_epsilon must be a number"),
+        ("[policy.dp-aggregate]\nroles = ['x']\ninitiators = []\nmax_delta = 1", "max_delta must be a number"),
+        (
+            "[policy.dp-aggregate]\nroles = ['x']\ninitiators = []\nmin_key_bits = 2048.0",
+            "min_key_bits must be an integer",
+        ),
+        ("[policy.dp-aggregate]\nroles = ['x']\ninitiators = []\nmin_records = true", "min_records must be an integer"),
+        (
+            "[policy.dp-aggregate]\nroles = ['x']\ninitiators = []\nallow_non_dp = 'yes'",
+            "allow_non_dp must be true or false",
+        ),
+        ("[policy]\napproval = 'maybe'", "approval must be one of"),
+        ("[policy]\nallow_seeded = 1", "allow_seeded must be true or false"),
+        ("[policy]\nopen = true\n[policy.keyword]\nroles = ['alice']\ninitiators = []", "cannot be combined"),
+        (
+            "[policy.power-iteration]\nroles = ['x']\ninitiators = []\nmax_components = 0",
+            "max_components must be an integer",
+        ),
+        ("[policy.power-iteration]\nroles = ['x']\ninitiators = []\nperiod_days = 7", "period_days is the window"),
+        (
+            "[policy.power-iteration]\nroles = ['x']\ninitiators = []\nmax_exact_sessions = 2\nperiod_days = 0",
+            "period_days must be a number",
+        ),
+        (
+            "[policy.power-iteration]\nroles = ['x']\ninitiators = []\nmax_exact_sessions = -1",
+            "max_exact_sessions must be an integer",
+        ),
+    ],
+)
 def test_invalid_policies_are_refused_naming_the_field(text, message):
     with pytest.raises(ConfigError) as ei:
         _policy(text)
@@ -108,27 +139,36 @@ def test_invalid_policies_are_refused_naming_the_field(text, message):
 
 
 def test_admits_what_it_allows():
-    _eval(_policy(POLICY))                                          # the session it was written for
+    _eval(_policy(POLICY))  # the session it was written for
     _eval(_policy(POLICY), role="party2", roles={**DPA_ROLES, "party1": "bob", "party2": "alice"})
-    _eval(_policy(POLICY), roles={**DPA_ROLES, "charlie": "eve"}, initiator="charlie")   # eve may coordinate
-    _eval(_policy(POLICY), initiator="alice")                       # its own operator may always start one
+    _eval(_policy(POLICY), roles={**DPA_ROLES, "charlie": "eve"}, initiator="charlie")  # eve may coordinate
+    _eval(_policy(POLICY), initiator="alice")  # its own operator may always start one
 
 
-@pytest.mark.parametrize("kw, exc, rule", [
-    (dict(protocol="keyword", roles={"alice": "alice", "bob": "bob"}, role="alice", initiator="bob"),
-     PolicyDenied, "policy.keyword"),
-    (dict(role="charlie", roles={"charlie": "alice", "dave": "dave", "party1": "bob", "party2": "eve"}),
-     PolicyDenied, "policy.dp-aggregate.roles"),
-    (dict(initiator="dave"), PolicyDenied, "policy.dp-aggregate.initiators"),
-    (dict(roles={**DPA_ROLES, "dave": "trent"}), PolicyDenied, "policy.dp-aggregate.coordinators"),
-    (dict(roles={**DPA_ROLES, "dave": "eve"}), PolicyDenied, "policy.dp-aggregate.release_to"),
-    (dict(protocol="power-iteration", initiator="trent"), PolicyDenied, "policy.power-iteration.allow_non_dp"),
-    (dict(key_bits=1024, insecure=True), OutOfBounds, "policy.dp-aggregate.min_key_bits"),
-    (dict(dgk_bits=1024, insecure=True), OutOfBounds, "policy.dp-aggregate.min_key_bits"),
-    (dict(epsilon=2.5), OutOfBounds, "policy.dp-aggregate.max_epsilon"),
-    (dict(n_parties=3, roles={**DPA_ROLES, "party3": "eve"}), None, None),     # 3 * 2^-64 < 1e-15: admitted
-    (dict(min_records=9), OutOfBounds, "policy.dp-aggregate.min_records"),
-])
+@pytest.mark.parametrize(
+    "kw, exc, rule",
+    [
+        (
+            dict(protocol="keyword", roles={"alice": "alice", "bob": "bob"}, role="alice", initiator="bob"),
+            PolicyDenied,
+            "policy.keyword",
+        ),
+        (
+            dict(role="charlie", roles={"charlie": "alice", "dave": "dave", "party1": "bob", "party2": "eve"}),
+            PolicyDenied,
+            "policy.dp-aggregate.roles",
+        ),
+        (dict(initiator="dave"), PolicyDenied, "policy.dp-aggregate.initiators"),
+        (dict(roles={**DPA_ROLES, "dave": "trent"}), PolicyDenied, "policy.dp-aggregate.coordinators"),
+        (dict(roles={**DPA_ROLES, "dave": "eve"}), PolicyDenied, "policy.dp-aggregate.release_to"),
+        (dict(protocol="power-iteration", initiator="trent"), PolicyDenied, "policy.power-iteration.allow_non_dp"),
+        (dict(key_bits=1024, insecure=True), OutOfBounds, "policy.dp-aggregate.min_key_bits"),
+        (dict(dgk_bits=1024, insecure=True), OutOfBounds, "policy.dp-aggregate.min_key_bits"),
+        (dict(epsilon=2.5), OutOfBounds, "policy.dp-aggregate.max_epsilon"),
+        (dict(n_parties=3, roles={**DPA_ROLES, "party3": "eve"}), None, None),  # 3 * 2^-64 < 1e-15: admitted
+        (dict(min_records=9), OutOfBounds, "policy.dp-aggregate.min_records"),
+    ],
+)
 def test_each_rule_refuses_with_its_code_naming_party_and_rule(kw, exc, rule):
     pol = _policy(POLICY)
     if exc is None:
@@ -144,8 +184,11 @@ def test_each_rule_refuses_with_its_code_naming_party_and_rule(kw, exc, rule):
 
 def test_max_delta_and_the_insecure_key_floor():
     pol = _policy(POLICY.replace("max_delta = 1e-15", "max_delta = 1e-20"))
-    with pytest.raises(OutOfBounds, match=r"delta=1\.08\d*e-19, above its per-session maximum of 1e-20 "
-                                          r"\(rule policy.dp-aggregate.max_delta\)"):
+    with pytest.raises(
+        OutOfBounds,
+        match=r"delta=1\.08\d*e-19, above its per-session maximum of 1e-20 "
+        r"\(rule policy.dp-aggregate.max_delta\)",
+    ):
         _eval(pol)
     pol = _policy(POLICY.replace("min_key_bits = 2048", "min_key_bits = 512"))
     with pytest.raises(OutOfBounds) as ei:
@@ -155,8 +198,11 @@ def test_max_delta_and_the_insecure_key_floor():
 
 
 def test_a_record_bound_is_required_where_the_protocol_declares_none():
-    pol = _policy(POLICY.replace('release_to = ["trent", "bob"]',
-                                 'release_to = ["trent", "bob"]\nallow_non_dp = true\nmin_records = 5'))
+    pol = _policy(
+        POLICY.replace(
+            'release_to = ["trent", "bob"]', 'release_to = ["trent", "bob"]\nallow_non_dp = true\nmin_records = 5'
+        )
+    )
     with pytest.raises(OutOfBounds, match="declares no public record bound"):
         _eval(pol, protocol="power-iteration", initiator="trent")
 
@@ -164,15 +210,24 @@ def test_a_record_bound_is_required_where_the_protocol_declares_none():
 def test_coordinators_only_read_data_roles_rules():
     """trent holds no data: coordinator and output rules do not apply to its role."""
     pol = _policy("[policy.power-iteration]\nroles = ['trent']\ninitiators = ['trent']")
-    evaluate(pol, me="alice", session_id="s", initiator="alice", role="trent",
-             roles={"trent": "alice", "party1": "bob", "party2": "eve"},
-             summary=_summary("power-iteration", {"trent": "alice", "party1": "bob", "party2": "eve"},
-                              n_parties=2, key_bits=2048), allow_insecure_keys=False)
+    evaluate(
+        pol,
+        me="alice",
+        session_id="s",
+        initiator="alice",
+        role="trent",
+        roles={"trent": "alice", "party1": "bob", "party2": "eve"},
+        summary=_summary(
+            "power-iteration", {"trent": "alice", "party1": "bob", "party2": "eve"}, n_parties=2, key_bits=2048
+        ),
+        allow_insecure_keys=False,
+    )
 
 
 def test_no_policy_open_policy_and_a_policy_without_tables():
-    _eval(_policy("[policy]\nopen = true"), epsilon=50.0, initiator="trent",
-          roles={**DPA_ROLES, "dave": "trent"})   # anything goes
+    _eval(
+        _policy("[policy]\nopen = true"), epsilon=50.0, initiator="trent", roles={**DPA_ROLES, "dave": "trent"}
+    )  # anything goes
     with pytest.raises(PolicyDenied, match="does not join protocol 'dp-aggregate'"):
         _eval(_policy("[policy]\napproval = 'operator'"))
 
@@ -184,7 +239,7 @@ def test_no_policy_denies_every_peer_and_admits_the_own_operator():
             _eval(None, **kw)
         assert ei.value.rule == "policy" and ei.value.code == "PERMISSION_DENIED"
         assert "deny by default" in str(ei.value)
-    _eval(None, initiator="alice", epsilon=50.0)   # the party's own operator starts what it wants
+    _eval(None, initiator="alice", epsilon=50.0)  # the party's own operator starts what it wants
 
 
 def test_the_seed_rule_holds_with_and_without_a_policy():
@@ -208,8 +263,9 @@ def test_refusals_say_nothing_of_the_data():
 def test_generated_rules_admit_exactly_the_layout():
     s = _summary("dp-aggregate", DPA_ROLES, **DPA)
     rules = rules_for_layout(DPA_ROLES, initiators=["charlie"], coordinating_roles=("charlie", "dave"), summary=s)
-    assert rules["alice"] == ProtocolRules(roles=("party1",), initiators=("charlie",),
-                                           coordinators=("charlie", "dave"), release_to=("dave",))
+    assert rules["alice"] == ProtocolRules(
+        roles=("party1",), initiators=("charlie",), coordinators=("charlie", "dave"), release_to=("dave",)
+    )
     assert rules["charlie"] == ProtocolRules(roles=("charlie",), initiators=("charlie",))
     pol = Policy(protocols={"dp-aggregate": rules["alice"]})
     _eval(pol)
@@ -244,18 +300,24 @@ def test_a_party_that_allows_no_exact_output_joins_the_dp_mode_of_power_iteratio
     assert [(o.name, o.dp, o.recipients) for o in s.outputs] == [("u", True, ("party1", "party2"))]
     _eval(pol, protocol="power-iteration", initiator="trent", **PI_DP)
     _eval(pol, protocol="power-iteration", initiator="trent", components=2, **PI_DP)
-    cases = [({}, PolicyDenied, "allow_non_dp"),
-             (dict(PI_DP, epsilon=1.5), OutOfBounds, "max_epsilon"),
-             (dict(PI_DP, delta=1e-5), OutOfBounds, "max_delta"),
-             (dict(PI_DP, components=3), OutOfBounds, "max_components"),
-             (dict(PI_DP, components=2, oversample=1), OutOfBounds, "max_components"),
-             (dict(components=3), OutOfBounds, "max_components")]
-    exact = _policy(PI_POLICY.replace("max_epsilon", "allow_non_dp = true\nmax_epsilon")
-                    .replace('release_to = ["bob"]', 'release_to = ["bob", "trent"]'))
+    cases = [
+        ({}, PolicyDenied, "allow_non_dp"),
+        (dict(PI_DP, epsilon=1.5), OutOfBounds, "max_epsilon"),
+        (dict(PI_DP, delta=1e-5), OutOfBounds, "max_delta"),
+        (dict(PI_DP, components=3), OutOfBounds, "max_components"),
+        (dict(PI_DP, components=2, oversample=1), OutOfBounds, "max_components"),
+        (dict(components=3), OutOfBounds, "max_components"),
+    ]
+    exact = _policy(
+        PI_POLICY.replace("max_epsilon", "allow_non_dp = true\nmax_epsilon").replace(
+            'release_to = ["bob"]', 'release_to = ["bob", "trent"]'
+        )
+    )
     for params, exc, rule in cases:
         with pytest.raises(exc) as ei:
-            _eval(exact if params == dict(components=3) else pol, protocol="power-iteration", initiator="trent",
-                  **params)
+            _eval(
+                exact if params == dict(components=3) else pol, protocol="power-iteration", initiator="trent", **params
+            )
         assert ei.value.rule == f"policy.power-iteration.{rule}", params
     # a protocol that declares no number of components is refused by a max_components rule
     dpa = _policy(POLICY.replace("min_key_bits = 2048\n", "min_key_bits = 2048\nmax_components = 4\n", 1))
@@ -263,7 +325,7 @@ def test_a_party_that_allows_no_exact_output_joins_the_dp_mode_of_power_iteratio
         _eval(dpa)
 
 
-KW_ROLES = {"alice": "bob", "bob": "alice"}      # this party ("alice") holds the models: role bob
+KW_ROLES = {"alice": "bob", "bob": "alice"}  # this party ("alice") holds the models: role bob
 KW_POLICY = """
 [policy.keyword]
 roles = ["bob"]
@@ -281,8 +343,7 @@ def test_keyword_rounds_of_several_frames_need_the_model_holders_consent():
     assert s.frames_per_round == {"bob": 2} and s.as_dict()["frames_per_round"] == {"bob": 2}
     _eval(_policy(KW_POLICY), protocol="keyword", roles=KW_ROLES, role="bob", initiator="bob")
     with pytest.raises(OutOfBounds, match="rounds cover 2 frames each") as ei:
-        _eval(_policy(KW_POLICY), protocol="keyword", roles=KW_ROLES, role="bob", initiator="bob",
-              frames_per_round=2)
+        _eval(_policy(KW_POLICY), protocol="keyword", roles=KW_ROLES, role="bob", initiator="bob", frames_per_round=2)
     assert ei.value.rule == "policy.keyword.max_frames_per_round"
     allowing = _policy(KW_POLICY + "max_frames_per_round = 2\n")
     assert allowing.protocols["keyword"].as_dict()["max_frames_per_round"] == 2
@@ -290,8 +351,14 @@ def test_keyword_rounds_of_several_frames_need_the_model_holders_consent():
     with pytest.raises(OutOfBounds, match="at most 2"):
         _eval(allowing, protocol="keyword", roles=KW_ROLES, role="bob", initiator="bob", frames_per_round=3)
     alice = _policy(KW_POLICY.replace('roles = ["bob"]', 'roles = ["alice"]'))
-    _eval(alice, protocol="keyword", roles={"alice": "alice", "bob": "bob"}, role="alice", initiator="bob",
-          frames_per_round=3)
+    _eval(
+        alice,
+        protocol="keyword",
+        roles={"alice": "alice", "bob": "bob"},
+        role="alice",
+        initiator="bob",
+        frames_per_round=3,
+    )
     with pytest.raises(ConfigError, match="max_frames_per_round must be an integer"):
         _policy(KW_POLICY + "max_frames_per_round = 0\n")
     # two generated layouts merged: the rule of the one that allows longer rounds holds
@@ -309,7 +376,7 @@ def test_the_data_party_not_the_proposer_decides_how_many_share_its_noise():
     s = _summary("power-iteration", PI_ROLES, n_parties=2, key_bits=2048, noise_parties=2, **PI_DP)
     assert s.noise_parties == {"party1": 2, "party2": 2} and s.as_dict()["noise_parties"]["party1"] == 2
     pol = _policy(PI_POLICY)
-    _eval(pol, protocol="power-iteration", initiator="trent", **PI_DP)                 # h = 1: admitted
+    _eval(pol, protocol="power-iteration", initiator="trent", **PI_DP)  # h = 1: admitted
     with pytest.raises(PolicyDenied, match="shared among 2 parties") as ei:
         _eval(pol, protocol="power-iteration", initiator="trent", noise_parties=2, **PI_DP)
     assert ei.value.rule == "policy.power-iteration.max_noise_parties"
@@ -331,11 +398,16 @@ def test_what_a_proposal_may_make_a_party_receive_is_bounded_by_its_policy():
     """Key size and rounds size a session's byte envelope (the receive limit derived from the proposal):
     the policy bounds both, with defaults (4096 bits, 2000 rounds) that an honest session of today's
     documented sizes stays within -- for every role, data or coordinator."""
-    pol = _policy(PI_POLICY.replace("max_epsilon", "allow_non_dp = true\nmax_epsilon")
-                  .replace('release_to = ["bob"]', 'release_to = ["bob", "trent"]'))
+    pol = _policy(
+        PI_POLICY.replace("max_epsilon", "allow_non_dp = true\nmax_epsilon").replace(
+            'release_to = ["bob"]', 'release_to = ["bob", "trent"]'
+        )
+    )
     _eval(pol, protocol="power-iteration", initiator="trent", key_bits=4096, max_iterations=2000)
-    cases = [(dict(key_bits=8192), "max_key_bits", "above its maximum of 4096"),
-             (dict(max_iterations=100_000), "max_iterations", "may run 100000 rounds")]
+    cases = [
+        (dict(key_bits=8192), "max_key_bits", "above its maximum of 4096"),
+        (dict(max_iterations=100_000), "max_iterations", "may run 100000 rounds"),
+    ]
     for params, rule, words in cases:
         with pytest.raises(OutOfBounds, match=words) as ei:
             _eval(pol, protocol="power-iteration", initiator="trent", **params)
@@ -345,9 +417,11 @@ def test_what_a_proposal_may_make_a_party_receive_is_bounded_by_its_policy():
     _eval(fifty, protocol="power-iteration", initiator="trent", iterations=50, **PI_DP)
     with pytest.raises(OutOfBounds, match="may run 60 rounds; it allows at most 50"):
         _eval(fifty, protocol="power-iteration", initiator="trent", iterations=60, **PI_DP)
-    raised = _policy(PI_POLICY.replace("max_epsilon", "allow_non_dp = true\nmax_key_bits = 8192\n"
-                                       "max_iterations = 100000\nmax_epsilon")
-                     .replace('release_to = ["bob"]', 'release_to = ["bob", "trent"]'))
+    raised = _policy(
+        PI_POLICY.replace(
+            "max_epsilon", "allow_non_dp = true\nmax_key_bits = 8192\nmax_iterations = 100000\nmax_epsilon"
+        ).replace('release_to = ["bob"]', 'release_to = ["bob", "trent"]')
+    )
     _eval(raised, protocol="power-iteration", initiator="trent", key_bits=8192, max_iterations=100_000)
     coordinator = _policy(PI_POLICY.replace('roles = ["party*"]', 'roles = ["trent"]'))
     with pytest.raises(OutOfBounds, match="above its maximum of 4096"):

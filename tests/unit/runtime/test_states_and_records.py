@@ -26,12 +26,12 @@ def test_a_session_moves_forward_only():
     life = Lifecycle()
     assert life.phase is Phase.PREPARED and life.awaiting_begin and not life.has_run
     assert life.reported is SessionState.PREPARED
-    assert life.advance(Phase.BEGUN) and life.reported is SessionState.PREPARED   # not running here yet
+    assert life.advance(Phase.BEGUN) and life.reported is SessionState.PREPARED  # not running here yet
     assert life.advance(Phase.RUNNING) and life.has_run and life.reported is SessionState.RUNNING
     with pytest.raises(IllegalMove, match="from running to prepared"):
         life.advance(Phase.PREPARED)
     assert life.advance(Phase.SUCCEEDED) and life.reported is SessionState.SUCCEEDED
-    assert not life.advance(Phase.ENDING)            # an abort after the end changes nothing
+    assert not life.advance(Phase.ENDING)  # an abort after the end changes nothing
     assert life.phase is Phase.SUCCEEDED
 
 
@@ -40,13 +40,13 @@ def test_an_end_decided_frees_the_slot_but_keeps_what_is_reported():
     assert life.phase.slot is Slot.PENDING
     life.end_decided()
     assert life.phase is Phase.ENDING and life.phase.slot is None
-    assert life.reported is SessionState.PREPARED     # what it was while it winds down
-    assert not life.advance(Phase.BEGUN)              # a Begin that crossed the abort: refused quietly
+    assert life.reported is SessionState.PREPARED  # what it was while it winds down
+    assert not life.advance(Phase.BEGUN)  # a Begin that crossed the abort: refused quietly
     assert not life.advance(Phase.RUNNING)
     assert life.advance(Phase.FAILED) and life.reported is SessionState.FAILED
     running = Lifecycle()
     running.advance(Phase.BEGUN)
-    assert running.phase.slot is Slot.RUNNING         # a Begin admitted counts as running at once
+    assert running.phase.slot is Slot.RUNNING  # a Begin admitted counts as running at once
     running.advance(Phase.RUNNING)
     running.end_decided()
     assert running.reported is SessionState.RUNNING and running.has_run
@@ -55,7 +55,7 @@ def test_an_end_decided_frees_the_slot_but_keeps_what_is_reported():
 def test_a_session_restored_mid_role_has_run_and_waits_for_no_begin():
     life = Lifecycle(began_before=True)
     assert life.phase is Phase.BEGUN and life.has_run and not life.awaiting_begin
-    assert life.reported is SessionState.PREPARED     # until its role replays in this process
+    assert life.reported is SessionState.PREPARED  # until its role replays in this process
     with pytest.raises(IllegalMove):
         life.advance(Phase.PREPARED)
 
@@ -79,7 +79,7 @@ def test_states_read_from_peers_and_files():
     assert SessionState("from-a-newer-version") is SessionState.UNKNOWN
     assert SessionState("running").live and not SessionState("failed").live
     assert ProposalState("approved").open and not ProposalState("expired").open
-    assert SessionState.FAILED == "failed"           # records keep plain strings
+    assert SessionState.FAILED == "failed"  # records keep plain strings
 
 
 def _records(tmp_path):
@@ -102,7 +102,7 @@ def test_a_damaged_record_is_named_to_the_operator_and_missing_to_a_peer(tmp_pat
         r.load("bob.s-1")
     assert info.value.code == "DATA_LOSS" and info.value.origin == "alice"
     assert r.peek("bob.s-1") is None
-    assert r.recent(10) == []                         # listed nowhere, named in the log
+    assert r.recent(10) == []  # listed nowhere, named in the log
 
 
 def test_records_are_written_owner_only_newest_first(tmp_path):
@@ -114,12 +114,12 @@ def test_records_are_written_owner_only_newest_first(tmp_path):
     assert [x["session_id"] for x in r.recent(2)] == ["bob.s-2", "bob.s-1"]
     assert r.ids_named("s-1") == {"bob.s-1"}
     r.write("bob.s-1", {"session_id": "bob.s-1", "state": "failed"}, overwrite=False)
-    assert r.load("bob.s-1")["state"] == "succeeded"   # a published record is never overwritten
+    assert r.load("bob.s-1")["state"] == "succeeded"  # a published record is never overwritten
 
 
 def test_a_record_the_disk_refuses_is_kept_in_memory(tmp_path):
     r = _records(tmp_path)
-    r.path("bob.s-9").mkdir()              # the write fails as a full or broken disk would: OSError
+    r.path("bob.s-9").mkdir()  # the write fails as a full or broken disk would: OSError
     kept = r.write("bob.s-9", {"session_id": "bob.s-9", "state": "succeeded"})
     assert "record_write_error" in kept
     assert r.exists("bob.s-9") and r.load("bob.s-9") == kept and "bob.s-9" in r.unwritten

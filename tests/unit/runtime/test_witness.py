@@ -9,8 +9,14 @@ import pytest
 from smcdp.errors import SmcdpError
 from smcdp.net.tls import TlsMaterial, generate_deployment
 from smcdp.runtime.governance.audit import AuditLog
-from smcdp.runtime.governance.witness import SignedHead, WitnessError, WitnessStore, check_log, heads_from_file, \
-    sign_head
+from smcdp.runtime.governance.witness import (
+    SignedHead,
+    WitnessError,
+    WitnessStore,
+    check_log,
+    heads_from_file,
+    sign_head,
+)
 
 
 @pytest.fixture(scope="module")
@@ -45,14 +51,16 @@ def test_a_signed_head_verifies_only_as_what_it_says(tmp_path, certs):
         head.check(d.joinpath("ca.crt").read_bytes(), "eve")
     with pytest.raises(WitnessError, match="does not verify"):
         SignedHead(head.statement.replace(b'"lines":5', b'"lines":9'), head.signature, head.certificate).check(
-            d.joinpath("ca.crt").read_bytes())
+            d.joinpath("ca.crt").read_bytes()
+        )
     with pytest.raises(WitnessError, match="not issued by the deployment CA"):
         sign_head(_tls(other, "alice"), log.state(), "bob", "s-1").check(d.joinpath("ca.crt").read_bytes())
     # eve cannot pass her head off as alice's: the certificate names its signer
     forged = sign_head(_tls(d, "eve"), log.state(), "bob", "s-1")
     with pytest.raises(WitnessError):
-        SignedHead(forged.statement.replace(b'"party":"eve"', b'"party":"alice"'), forged.signature,
-                   forged.certificate).check(d.joinpath("ca.crt").read_bytes(), "alice")
+        SignedHead(
+            forged.statement.replace(b'"party":"eve"', b'"party":"alice"'), forged.signature, forged.certificate
+        ).check(d.joinpath("ca.crt").read_bytes(), "alice")
     with pytest.raises(WitnessError, match="larger"):
         SignedHead(b"x" * 5000, b"", b"").claims()
 
@@ -63,12 +71,12 @@ def test_a_witness_keeps_the_latest_head_and_evidence_of_one_that_went_back(tmp_
     store = WitnessStore(tmp_path / "bob", "bob", _tls(d, "bob").ca_pem)
     alice = _tls(d, "alice")
     assert store.keep("alice", sign_head(alice, log.state(), "bob", "s-1"), True) is None
-    with pytest.raises(SmcdpError) as ei:                     # not a session alice took part in here
+    with pytest.raises(SmcdpError) as ei:  # not a session alice took part in here
         store.keep("alice", sign_head(alice, log.state(), "bob", "s-x"), False)
     assert ei.value.code == "PERMISSION_DENIED"
     with pytest.raises(WitnessError, match="addressed to 'eve'"):
         store.keep("alice", sign_head(alice, log.state(), "eve", "s-1"), True)
-    with pytest.raises(WitnessError):                         # bob's certificate on alice's call
+    with pytest.raises(WitnessError):  # bob's certificate on alice's call
         store.keep("alice", sign_head(_tls(d, "bob"), log.state(), "bob", "s-2"), True)
     log.append("more")
     assert store.keep("alice", sign_head(alice, log.state(), "bob", "s-2"), True) is None
@@ -99,7 +107,7 @@ def test_heads_of_concurrent_sessions_that_cross_on_the_way_are_no_conflict(tmp_
     late = sign_head(alice, log.head(), "bob", "s-2")
     assert store.keep("alice", late, True) is None
     assert store.keep("alice", early, True) is None
-    assert [h.claims()["lines"] for h in store.held_for("alice")] == [4]       # the longest is kept
+    assert [h.claims()["lines"] for h in store.held_for("alice")] == [4]  # the longest is kept
     # a shorter head signed after the longer one is a log that went back, in whichever order they come
     first, _n, _sha, _t = log.head()
     back = sign_head(alice, (first, 2, "0" * 64), "bob", "s-3")
@@ -175,13 +183,17 @@ def test_a_witness_counts_once_however_many_heads_it_returns(tmp_path, certs):
     head, forged = sign_head(alice, state, "bob", "s-1"), sign_head(_tls(d, "eve"), state, "bob", "s")
     log.close()
     data_dir = tmp_path / "alice"
-    findings = check_log(data_dir, "alice", d / "ca.crt",
-                         [("peer mallory", head)] * 2003 + [("peer bob", head)] + [("file x", forged)])
+    findings = check_log(
+        data_dir, "alice", d / "ca.crt", [("peer mallory", head)] * 2003 + [("peer bob", head)] + [("file x", forged)]
+    )
     by = verdicts(findings)
-    assert {s: v["verdict"] for s, v in by.items()} == {"peer mallory": "agrees", "peer bob": "agrees",
-                                                        "file x": "unusable"}
+    assert {s: v["verdict"] for s, v in by.items()} == {
+        "peer mallory": "agrees",
+        "peer bob": "agrees",
+        "file x": "unusable",
+    }
     assert by["peer mallory"]["heads"] == 2003 and by["peer bob"]["heads"] == 1
     lines = (data_dir / "audit.jsonl").read_bytes().splitlines(keepends=True)
-    (data_dir / "audit.jsonl").write_bytes(b"".join(lines[:2]))       # truncated: bob's one head says so
+    (data_dir / "audit.jsonl").write_bytes(b"".join(lines[:2]))  # truncated: bob's one head says so
     by = verdicts(check_log(data_dir, "alice", d / "ca.crt", [("peer mallory", head), ("peer bob", head)]))
     assert by["peer bob"]["verdict"] == "contradicts" and by["peer bob"]["contradicting"] == 1

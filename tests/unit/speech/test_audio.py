@@ -29,14 +29,14 @@ def _tone(n, rate, seed=0):
 def _write_int24(path, rate, x):
     """24-bit PCM through the standard library (scipy cannot write it)."""
     x2 = x if x.ndim == 2 else x[:, None]
-    q = np.clip(np.round(x2 * 2 ** 23), -2 ** 23, 2 ** 23 - 1).astype(np.int32)
+    q = np.clip(np.round(x2 * 2**23), -(2**23), 2**23 - 1).astype(np.int32)
     raw = q.astype("<i4").view(np.uint8).reshape(-1, 4)[:, :3].tobytes()
     with wave.open(str(path), "wb") as w:
         w.setnchannels(x2.shape[1])
         w.setsampwidth(3)
         w.setframerate(rate)
         w.writeframes(raw)
-    return q / 2 ** 23
+    return q / 2**23
 
 
 def _write(path, rate, x, fmt):
@@ -49,7 +49,7 @@ def _write(path, rate, x, fmt):
         return (q.astype(float) - 128) / 128
     if fmt in ("int16", "int32"):
         bits = 16 if fmt == "int16" else 32
-        q = np.clip(np.round(x * 2.0 ** (bits - 1)), -2.0 ** (bits - 1), 2.0 ** (bits - 1) - 1).astype(fmt)
+        q = np.clip(np.round(x * 2.0 ** (bits - 1)), -(2.0 ** (bits - 1)), 2.0 ** (bits - 1) - 1).astype(fmt)
         wavfile.write(path, rate, q)
         return q / 2.0 ** (bits - 1)
     arr = x.astype(fmt)
@@ -73,7 +73,7 @@ def test_read_wav_formats_rates_channels(tmp_path, fmt, channels, rate):
     a = A.read_wav(path)
     assert a.rate == rate and a.samples.dtype == np.float64 and a.samples.ndim == 1
     want = expected.mean(axis=1) if expected.ndim == 2 else expected
-    np.testing.assert_allclose(a.samples, want, rtol=0, atol=1e-12)   # the exact scaled samples, downmixed
+    np.testing.assert_allclose(a.samples, want, rtol=0, atol=1e-12)  # the exact scaled samples, downmixed
     assert a.frames == FE.num_frames(int(np.ceil(n * 16000 / rate)))
 
 
@@ -83,8 +83,9 @@ def test_load_audio_resamples_like_resample_poly(tmp_path, rate):
     path = tmp_path / "a.wav"
     wavfile.write(path, rate, x)
     g = gcd(rate, 16000)
-    np.testing.assert_allclose(FE.load_audio(path), resample_poly(x.astype(float), 16000 // g, rate // g),
-                               rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        FE.load_audio(path), resample_poly(x.astype(float), 16000 // g, rate // g), rtol=0, atol=1e-12
+    )
 
 
 def test_load_audio_at_16k_is_the_samples(tmp_path):
@@ -110,10 +111,10 @@ def _bad_files(d):
     wavfile.write(p, 16000, np.zeros(0, dtype=np.int16))
     out.append(("no samples", p, "holds no samples"))
     p = d / "short.wav"
-    wavfile.write(p, 16000, np.zeros(399, dtype=np.int16))            # one sample short of a 25 ms window
+    wavfile.write(p, 16000, np.zeros(399, dtype=np.int16))  # one sample short of a 25 ms window
     out.append(("too short at 16 kHz", p, "shorter than one 25 ms analysis window"))
     p = d / "short44.wav"
-    wavfile.write(p, 44100, np.zeros(1000, dtype=np.float32))         # 22.7 ms
+    wavfile.write(p, 44100, np.zeros(1000, dtype=np.float32))  # 22.7 ms
     out.append(("too short at 44.1 kHz", p, "shorter than one 25 ms analysis window"))
     for name, val in (("nan", np.nan), ("inf", np.inf), ("-inf", -np.inf)):
         x = _tone(1600, 16000).astype(np.float32)
@@ -145,13 +146,29 @@ def test_ok_at_exactly_one_window(tmp_path):
     assert FE.features(A.read_wav(p).samples, 16000).shape == (1, 39)
 
 
-@pytest.mark.slow   # runs the smcdp command (not in make test-quick)
+@pytest.mark.slow  # runs the smcdp command (not in make test-quick)
 @pytest.mark.parametrize("case", ["empty", "not a WAV", "too short at 16 kHz", "nan"])
 def test_demo_keyword_wav_bad_audio_is_one_readable_line(tmp_path, case):
     path = {name: p for name, p, _ in _bad_files(tmp_path)}[case]
-    res = subprocess.run([sys.executable, "-m", "smcdp", "demo", "keyword", "--wav", str(path),
-                          "--models", str(MODELS), "--key-bits", "512"],
-                         capture_output=True, text=True, timeout=120, cwd=REPO)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "smcdp",
+            "demo",
+            "keyword",
+            "--wav",
+            str(path),
+            "--models",
+            str(MODELS),
+            "--key-bits",
+            "512",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert res.returncode == 2
     lines = [ln for ln in res.stderr.splitlines() if ln.strip() and "warning" not in ln.lower()]
     assert len(lines) == 1, res.stderr
@@ -159,12 +176,28 @@ def test_demo_keyword_wav_bad_audio_is_one_readable_line(tmp_path, case):
     assert lines[0].startswith("smcdp demo: error")
 
 
-@pytest.mark.slow   # runs the smcdp command (not in make test-quick)
+@pytest.mark.slow  # runs the smcdp command (not in make test-quick)
 def test_demo_keyword_wav_refuses_a_feature_file(tmp_path):
     npy = tmp_path / "features.npy"
     np.save(npy, np.zeros((10, 39)))
-    res = subprocess.run([sys.executable, "-m", "smcdp", "demo", "keyword", "--wav", str(npy),
-                          "--models", str(MODELS), "--key-bits", "512"],
-                         capture_output=True, text=True, timeout=120, cwd=REPO)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "smcdp",
+            "demo",
+            "keyword",
+            "--wav",
+            str(npy),
+            "--models",
+            str(MODELS),
+            "--key-bits",
+            "512",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert "not a WAV file" in res.stderr and "use --utterance" in res.stderr

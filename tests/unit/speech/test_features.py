@@ -36,9 +36,21 @@ def test_shape_and_frame_count():
 
 def test_matches_python_speech_features_directly():
     x = _signal(12345, seed=3)
-    ref = psf.mfcc(x, samplerate=16000, winlen=0.025, winstep=0.01, numcep=13, nfilt=26, nfft=512,
-                   lowfreq=0, highfreq=None, preemph=0.97, ceplifter=22, appendEnergy=True,
-                   winfunc=np.hamming)
+    ref = psf.mfcc(
+        x,
+        samplerate=16000,
+        winlen=0.025,
+        winstep=0.01,
+        numcep=13,
+        nfilt=26,
+        nfft=512,
+        lowfreq=0,
+        highfreq=None,
+        preemph=0.97,
+        ceplifter=22,
+        appendEnergy=True,
+        winfunc=np.hamming,
+    )
     d1 = psf.delta(ref, 2)
     d2 = psf.delta(d1, 2)
     raw = F.mfcc39(x, 16000, mean_normalise=False)
@@ -100,10 +112,10 @@ def test_wav_loader(tmp_path):
 
     stereo = tmp_path / "s.wav"
     wavfile.write(stereo, 16000, np.stack([pcm, np.zeros_like(pcm)], axis=1))
-    np.testing.assert_allclose(F.load_wav(stereo)[0], pcm / 65536.0)        # channels averaged
+    np.testing.assert_allclose(F.load_wav(stereo)[0], pcm / 65536.0)  # channels averaged
     low = tmp_path / "l.wav"
     wavfile.write(low, 8000, pcm)
-    assert F.wav_features(low).shape == (F.num_frames(16000), 39)           # resampled to 16 kHz
+    assert F.wav_features(low).shape == (F.num_frames(16000), 39)  # resampled to 16 kHz
     short = tmp_path / "short.wav"
     wavfile.write(short, 16000, pcm[:100])
     with pytest.raises(InvalidMessage, match="shorter than one 25 ms"):

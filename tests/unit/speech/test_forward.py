@@ -34,6 +34,7 @@ def _rel(a, b):
 
 def _random_hmm(kind: str, rng, N=4, d=5, C=3, M=7, dense=True) -> HMM:
     """A random HMM with dense (ergodic) transitions, to exercise every logsumexp term."""
+
     def stoch(*shape):
         a = rng.uniform(0.05, 1.0, shape)
         return a / a.sum(axis=-1, keepdims=True)
@@ -50,8 +51,7 @@ def _random_hmm(kind: str, rng, N=4, d=5, C=3, M=7, dense=True) -> HMM:
     if kind == "full":
         return HMM(sp, A, means=rng.normal(0, 2, (N, d)), covars=spd(N))
     if kind == "gmm-diag":
-        return HMM(sp, A, means=rng.normal(0, 2, (N, C, d)), covars=rng.uniform(0.3, 3, (N, C, d)),
-                   weights=stoch(N, C))
+        return HMM(sp, A, means=rng.normal(0, 2, (N, C, d)), covars=rng.uniform(0.3, 3, (N, C, d)), weights=stoch(N, C))
     return HMM(sp, A, means=rng.normal(0, 2, (N, C, d)), covars=spd(N, C), weights=stoch(N, C))
 
 
@@ -122,9 +122,13 @@ def test_log_emissions_against_scipy():
                 cov = np.diag(h.covars[j]) if kind == "diag" else h.covars[j]
                 ref = multivariate_normal(h.means[j], cov).logpdf(x)
             else:
-                comps = [np.log(h.weights[j, c]) + multivariate_normal(
-                    h.means[j, c], np.diag(h.covars[j, c]) if kind == "gmm-diag" else h.covars[j, c]).logpdf(x)
-                    for c in range(h.n_mix)]
+                comps = [
+                    np.log(h.weights[j, c])
+                    + multivariate_normal(
+                        h.means[j, c], np.diag(h.covars[j, c]) if kind == "gmm-diag" else h.covars[j, c]
+                    ).logpdf(x)
+                    for c in range(h.n_mix)
+                ]
                 ref = np.logaddexp.reduce(np.stack(comps), axis=0)
             np.testing.assert_allclose(got[:, j], ref, rtol=1e-10)
     hd = _random_hmm("discrete", rng)

@@ -31,8 +31,21 @@ def _reference(x, rate):
     if rate != 16000:
         g = gcd(rate, 16000)
         x = resample_poly(x, 16000 // g, rate // g)
-    s = psf.mfcc(x, samplerate=16000, winlen=0.025, winstep=0.01, numcep=13, nfilt=26, nfft=512, lowfreq=0,
-                 highfreq=None, preemph=0.97, ceplifter=22, appendEnergy=True, winfunc=np.hamming)
+    s = psf.mfcc(
+        x,
+        samplerate=16000,
+        winlen=0.025,
+        winstep=0.01,
+        numcep=13,
+        nfilt=26,
+        nfft=512,
+        lowfreq=0,
+        highfreq=None,
+        preemph=0.97,
+        ceplifter=22,
+        appendEnergy=True,
+        winfunc=np.hamming,
+    )
     d1 = psf.delta(s, 2)
     return s, d1, psf.delta(d1, 2)
 
@@ -55,7 +68,7 @@ def test_stream_any_hop_sizes_equals_batch(seed):
     if FE.frames_for_samples(x.size, rate) < 1 or x.size * 16000 < 400 * rate:
         x = np.concatenate([x, x, x, x])
     cuts = np.sort(rng.integers(0, x.size, size=int(rng.integers(1, 40))))
-    hops = np.split(x, cuts)                     # includes empty hops
+    hops = np.split(x, cuts)  # includes empty hops
     cmn = str(rng.choice(["causal", "none"]))
     stream = np.array(list(FE.stream_frames(hops, rate, cmn)))
     np.testing.assert_allclose(stream, FE.features(x, rate, cmn), rtol=0, atol=1e-12)
@@ -76,7 +89,7 @@ def test_causal_cmn_is_the_prefix_mean():
     causal = FE.features(x, 16000, "causal")
     prefix_mean = np.cumsum(s, axis=0) / np.arange(1, s.shape[0] + 1)[:, None]
     np.testing.assert_allclose(causal[:, :13], s - prefix_mean, rtol=0, atol=1e-9)
-    np.testing.assert_allclose(causal[0, :13], 0.0, atol=1e-12)          # the first frame's statics are 0
+    np.testing.assert_allclose(causal[0, :13], 0.0, atol=1e-12)  # the first frame's statics are 0
     np.testing.assert_allclose(causal[:, 13:], np.hstack([d1, d2]), rtol=0, atol=1e-9)
     # gain invariance holds for causal CMN too (a constant log-energy offset is removed from frame 0 on)
     np.testing.assert_allclose(FE.features(0.1 * x, 16000, "causal")[:, :13], causal[:, :13], atol=1e-8)
@@ -88,9 +101,9 @@ def test_frames_are_released_four_frames_after_their_window():
     fe = FE.Frontend(16000, "causal")
     released = 0
     for n in range(0, x.size, 160):
-        released += len(fe.push(x[n:n + 160]))
+        released += len(fe.push(x[n : n + 160]))
         have = n + 160
-        complete = 0 if have < 400 else 1 + (have - 400) // 160        # whole windows so far
+        complete = 0 if have < 400 else 1 + (have - 400) // 160  # whole windows so far
         assert released == max(0, complete - FE.LOOKAHEAD_FRAMES)
     assert released + len(fe.finish()) == FE.num_frames(x.size)
 
@@ -103,15 +116,16 @@ def test_utterance_cmn_releases_everything_at_the_end():
 
 
 def test_stream_wav_equals_wav_features(tmp_path):
-    x = (_speechlike(int(0.6 * 22050), 22050) * 2 ** 15).astype(np.int16)
+    x = (_speechlike(int(0.6 * 22050), 22050) * 2**15).astype(np.int16)
     stereo = np.stack([x, x // 2], axis=1)
     path = tmp_path / "s.wav"
     wavfile.write(path, 22050, stereo)
     frames = list(FE.stream_wav(path, cmn="causal"))
     assert all(f.shape == (39,) for f in frames)
     np.testing.assert_allclose(np.array(frames), F.wav_features(path, cmn="causal"), rtol=0, atol=1e-12)
-    np.testing.assert_allclose(F.wav_features(path), FE.features((stereo / 32768.0).mean(axis=1), 22050),
-                               rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        F.wav_features(path), FE.features((stereo / 32768.0).mean(axis=1), 22050), rtol=0, atol=1e-12
+    )
 
 
 def test_paced_hops_wait_for_the_audio():

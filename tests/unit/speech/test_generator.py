@@ -20,19 +20,20 @@ from tests.support.paths import REPO as _REPO
 
 ROOT = _REPO
 SCRIPT = ROOT / "examples" / "make_keyword_data.py"
-BASE = ["--words", "one,two,three", "--per-word", "4", "--states", "3", "--n-iter", "3",
-        "--save-test-per-word", "1"]
+BASE = ["--words", "one,two,three", "--per-word", "4", "--states", "3", "--n-iter", "3", "--save-test-per-word", "1"]
 TINY = [*BASE, "--extras", "--extras-words", "2", "--codebook", "4"]
 
-pytestmark = pytest.mark.slow   # runs the generator script (espeak-ng, training) in a subprocess
+pytestmark = pytest.mark.slow  # runs the generator script (espeak-ng, training) in a subprocess
 
-needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None,
-                                  reason="espeak-ng not installed (apt-get install espeak-ng)")
+needs_espeak = pytest.mark.skipif(
+    shutil.which("espeak-ng") is None, reason="espeak-ng not installed (apt-get install espeak-ng)"
+)
 
 
 def _run(args, timeout=120):
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, check=False,
-                          timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, check=False, timeout=timeout, cwd=ROOT
+    )
 
 
 @needs_espeak
@@ -54,8 +55,12 @@ def test_generator_end_to_end_and_deterministic(tmp_path):
         x = load_features(a / u["file"])
         assert x.shape == (u["frames"], 39)
         np.testing.assert_array_equal(x, np.load(b / u["file"]))  # same seed, same features
-    for name, kind in (("models.npz", "diag"), ("models_full.npz", "full"), ("models_gmm.npz", "gmm-diag"),
-                       ("models_discrete.npz", "discrete")):
+    for name, kind in (
+        ("models.npz", "diag"),
+        ("models_full.npz", "full"),
+        ("models_gmm.npz", "gmm-diag"),
+        ("models_discrete.npz", "discrete"),
+    ):
         ma, mb = KeywordModels.load(a / name), KeywordModels.load(b / name)
         assert ma.kind == kind and ma.n_states == 3
         for key, val in ma.to_arrays().items():
@@ -65,8 +70,7 @@ def test_generator_end_to_end_and_deterministic(tmp_path):
     # A different seed gives different data.
     c = tmp_path / "c"
     assert _run(["--out", str(c), "--seed", "6", *BASE]).returncode == 0
-    assert not np.array_equal(KeywordModels.load(c / "models.npz").means,
-                              KeywordModels.load(a / "models.npz").means)
+    assert not np.array_equal(KeywordModels.load(c / "models.npz").means, KeywordModels.load(a / "models.npz").means)
 
 
 @pytest.mark.parametrize(

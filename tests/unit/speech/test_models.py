@@ -30,8 +30,7 @@ def test_fixture_gaussian_models(fixture_dir, name):
     m = KeywordModels.load(fixture_dir / name)
     assert m.kind == kind and m.means.shape == mshape and m.n_mix == n_mix
     assert m.n_states == 5 and m.n_features == 39
-    assert list(m.words) == ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
-                             "ten"][: m.n_words]
+    assert list(m.words) == ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"][: m.n_words]
     # Left-to-right topology survived training.
     for i in range(m.n_words):
         np.testing.assert_array_equal(m.startprob[i], [1, 0, 0, 0, 0])
@@ -95,8 +94,11 @@ def _small(kind: str, seed: int = 0) -> dict:
     elif kind == "full":
         out |= {"means": rng.standard_normal((D, N, d)), "covars": spd(D, N)}
     elif kind == "gmm-diag":
-        out |= {"means": rng.standard_normal((D, N, C, d)), "covars": rng.uniform(0.5, 2, (D, N, C, d)),
-                "weights": stoch(D, N, C)}
+        out |= {
+            "means": rng.standard_normal((D, N, C, d)),
+            "covars": rng.uniform(0.5, 2, (D, N, C, d)),
+            "weights": stoch(D, N, C),
+        }
     elif kind == "gmm-full":
         out |= {"means": rng.standard_normal((D, N, C, d)), "covars": spd(D, N, C), "weights": stoch(D, N, C)}
     return out
@@ -119,6 +121,7 @@ def _mut(kind, fn):
 def _set(key, value):
     def f(a):
         a[key] = value
+
     return f
 
 
@@ -126,6 +129,7 @@ def _edit(key, fn):
     def f(a):
         a[key] = np.array(a[key], dtype=a[key].dtype)
         fn(a[key])
+
     return f
 
 
@@ -149,8 +153,7 @@ BAD = [
     ("startprob sum", "diag", _edit("startprob", lambda s: s.__setitem__((0, 0), s[0, 0] + 0.1)), "sum to 1"),
     ("startprob negative", "diag", _set("startprob", np.array([[1.5, -0.5, 0.0], [1, 0, 0]])), "negative"),
     ("startprob ndim", "diag", _set("startprob", np.ones(3) / 3), "(Δ, N)"),
-    ("transmat shape", "diag", lambda a: a.__setitem__("transmat", a["transmat"][:, :2]),
-     "transmat: expected shape"),
+    ("transmat shape", "diag", lambda a: a.__setitem__("transmat", a["transmat"][:, :2]), "transmat: expected shape"),
     ("transmat rows", "diag", _edit("transmat", lambda t: t.__setitem__((1, 2, 0), t[1, 2, 0] + 0.01)), "transmat"),
     ("transmat nan", "diag", _edit("transmat", lambda t: t.__setitem__((0, 0, 0), np.nan)), "NaN"),
     ("bool transmat", "diag", lambda a: a.__setitem__("transmat", a["transmat"] > 0), "real numbers"),
@@ -170,12 +173,19 @@ BAD = [
     ("weights sum", "gmm-diag", _edit("weights", lambda w: w.__setitem__((0, 0, 0), 0.9)), "weights"),
     ("weights shape", "gmm-diag", lambda a: a.__setitem__("weights", a["weights"][..., :1]), "weights: expected"),
     ("mixture covars shape", "gmm-diag", lambda a: a.__setitem__("covars", a["covars"][:, :, :1]), "covars"),
-    ("gmm full not PD", "gmm-full", _edit("covars", lambda c: c.__setitem__((1, 2, 1), [[1, 3], [3, 1]])),
-     "not positive definite"),
-    ("emissionprob rows", "discrete", _edit("emissionprob", lambda e: e.__setitem__((0, 0, 0), 5.0)),
-     "emissionprob"),
-    ("emissionprob shape", "discrete", lambda a: a.__setitem__("emissionprob", a["emissionprob"][0]),
-     "emissionprob: expected"),
+    (
+        "gmm full not PD",
+        "gmm-full",
+        _edit("covars", lambda c: c.__setitem__((1, 2, 1), [[1, 3], [3, 1]])),
+        "not positive definite",
+    ),
+    ("emissionprob rows", "discrete", _edit("emissionprob", lambda e: e.__setitem__((0, 0, 0), 5.0)), "emissionprob"),
+    (
+        "emissionprob shape",
+        "discrete",
+        lambda a: a.__setitem__("emissionprob", a["emissionprob"][0]),
+        "emissionprob: expected",
+    ),
     ("discrete plus means", "discrete", _set("means", np.zeros((2, 3, 2))), "must not also carry"),
     ("format version", "diag", _set("format_version", np.array(2)), "format_version"),
     ("format version type", "diag", _set("format_version", np.array(1.0)), "format_version"),
@@ -280,8 +290,7 @@ def test_training_keeps_left_right_topology_and_learns(kind):
 
 def test_training_discrete_and_determinism():
     rng = np.random.default_rng(1)
-    seqs = [np.concatenate([rng.integers(0, 2, 5), rng.integers(2, 4, 6), rng.integers(4, 6, 5)])
-            for _ in range(10)]
+    seqs = [np.concatenate([rng.integers(0, 2, 5), rng.integers(2, 4, 6), rng.integers(4, 6, 5)]) for _ in range(10)]
     h1 = train_word_hmm(seqs, kind="discrete", n_states=3, n_symbols=6, n_iter=10, random_state=3)
     h2 = train_word_hmm(seqs, kind="discrete", n_states=3, n_symbols=6, n_iter=10, random_state=3)
     np.testing.assert_array_equal(h1.emissionprob, h2.emissionprob)

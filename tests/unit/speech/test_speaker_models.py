@@ -66,8 +66,16 @@ def test_files_round_trip_and_refuse_nonsense(tmp_path):
         DiagGMM(gmm.weights, gmm.means, -gmm.covars)
     with pytest.raises(InvalidMessage, match="sum to 1"):
         DiagGMM(gmm.weights * 2, gmm.means, gmm.covars)
-    np.savez(tmp_path / "bad.npz", kind=np.array("ubm"), format_version=np.int64(1), weights=gmm.weights,
-             means=gmm.means, covars=gmm.covars, cmn=np.array("utterance"), extra=np.zeros(1))
+    np.savez(
+        tmp_path / "bad.npz",
+        kind=np.array("ubm"),
+        format_version=np.int64(1),
+        weights=gmm.weights,
+        means=gmm.means,
+        covars=gmm.covars,
+        cmn=np.array("utterance"),
+        extra=np.zeros(1),
+    )
     with pytest.raises(InvalidMessage, match="unknown keys"):
         UBM.load(tmp_path / "bad.npz")
 
@@ -101,24 +109,94 @@ def test_ubm_and_enroll_commands(tmp_path):
     rng = np.random.default_rng(0)
     for name, f0 in (("a", 200.0), ("b", 900.0)):
         _tone_folder(tmp_path / name, f0, 3, rng)
-    assert main(["speech", "ubm", "--out", str(tmp_path / "ubm.npz"), "--mixtures", "2",
-                 str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    assert (
+        main(
+            [
+                "speech",
+                "ubm",
+                "--out",
+                str(tmp_path / "ubm.npz"),
+                "--mixtures",
+                "2",
+                str(tmp_path / "a"),
+                str(tmp_path / "b"),
+            ]
+        )
+        == 0
+    )
     ubm = UBM.load(tmp_path / "ubm.npz")
     assert ubm.gmm.n_components == 2 and ubm.gmm.dim == 39 and ubm.epsilon is None
-    assert main(["speech", "enroll", "--ubm", str(tmp_path / "ubm.npz"), "--enroll", f"ann={tmp_path / 'a'}",
-                 "--enroll", f"bo={tmp_path / 'b'}", "--threshold", "0.5", "--out", str(tmp_path / "s.npz")]) == 0
+    assert (
+        main(
+            [
+                "speech",
+                "enroll",
+                "--ubm",
+                str(tmp_path / "ubm.npz"),
+                "--enroll",
+                f"ann={tmp_path / 'a'}",
+                "--enroll",
+                f"bo={tmp_path / 'b'}",
+                "--threshold",
+                "0.5",
+                "--out",
+                str(tmp_path / "s.npz"),
+            ]
+        )
+        == 0
+    )
     m = SpeakerModels.load(tmp_path / "s.npz")
     assert m.names == ("ann", "bo") and m.threshold == 0.5
     # DP-EM charged to a ledger's dataset
     ledger = tmp_path / "ledger.db"
     Ledger(ledger).set_budget("bob", 5.0, 1e-4)
-    assert main(["speech", "ubm", "--out", str(tmp_path / "dp.npz"), "--mixtures", "2", "--epsilon", "2",
-                 "--delta", "1e-5", "--ledger", str(ledger), "--dataset", "bob", str(tmp_path / "a")]) == 0
+    assert (
+        main(
+            [
+                "speech",
+                "ubm",
+                "--out",
+                str(tmp_path / "dp.npz"),
+                "--mixtures",
+                "2",
+                "--epsilon",
+                "2",
+                "--delta",
+                "1e-5",
+                "--ledger",
+                str(ledger),
+                "--dataset",
+                "bob",
+                str(tmp_path / "a"),
+            ]
+        )
+        == 0
+    )
     assert UBM.load(tmp_path / "dp.npz").epsilon == 2.0
     assert float(Ledger(ledger).status("bob").spent_epsilon) == pytest.approx(2.0)
     # a second fit beyond the budget is refused before it is trained
-    assert main(["speech", "ubm", "--out", str(tmp_path / "dp2.npz"), "--mixtures", "2", "--epsilon", "4",
-                 "--delta", "1e-5", "--ledger", str(ledger), "--dataset", "bob", str(tmp_path / "a")]) != 0
+    assert (
+        main(
+            [
+                "speech",
+                "ubm",
+                "--out",
+                str(tmp_path / "dp2.npz"),
+                "--mixtures",
+                "2",
+                "--epsilon",
+                "4",
+                "--delta",
+                "1e-5",
+                "--ledger",
+                str(ledger),
+                "--dataset",
+                "bob",
+                str(tmp_path / "a"),
+            ]
+        )
+        != 0
+    )
     assert not (tmp_path / "dp2.npz").exists()
 
 

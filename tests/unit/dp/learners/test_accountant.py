@@ -45,23 +45,37 @@ def _data(n=120, d=2, seed=0):
 # name -> (estimator factory taking random_state and accountant, supervised?)
 LEARNERS = {
     "logistic": (lambda rs, acc: LogisticRegression(epsilon=1.0, random_state=rs, accountant=acc), True),
-    "logistic-output": (lambda rs, acc: LogisticRegression(epsilon=1.0, mechanism="output", random_state=rs,
-                                                           accountant=acc), True),
-    "bayes": (lambda rs, acc: GaussianBayesClassifier(epsilon=1.0, bounds=(-1, 1), random_state=rs,
-                                                      accountant=acc), True),
-    "large-margin": (lambda rs, acc: LargeMarginGaussianClassifier(epsilon=1.0, random_state=rs,
-                                                                   accountant=acc), True),
-    "large-margin-k2": (lambda rs, acc: LargeMarginGaussianClassifier(epsilon=1.0, n_components=2, label_epsilon=0.5,
-                                                                      label_delta=1e-5, random_state=rs,
-                                                                      accountant=acc), True),
-    "mixture": (lambda rs, acc: GaussianMixture(2, epsilon=1.0, delta=1e-4, n_iter=3, random_state=rs,
-                                                accountant=acc), False),
-    "factor-analysis": (lambda rs, acc: FactorAnalysis(1, epsilon=1.0, delta=1e-5, max_iter=50, random_state=rs,
-                                                       accountant=acc), False),
-    "kmeans-zcdp": (lambda rs, acc: KMeans(2, epsilon=1.0, delta=1e-5, bounds=(-1, 1), random_state=rs,
-                                           accountant=acc), False),
-    "kmeans-linear": (lambda rs, acc: KMeans(2, epsilon=1.0, composition="linear", bounds=(-1, 1), random_state=rs,
-                                             accountant=acc), False),
+    "logistic-output": (
+        lambda rs, acc: LogisticRegression(epsilon=1.0, mechanism="output", random_state=rs, accountant=acc),
+        True,
+    ),
+    "bayes": (
+        lambda rs, acc: GaussianBayesClassifier(epsilon=1.0, bounds=(-1, 1), random_state=rs, accountant=acc),
+        True,
+    ),
+    "large-margin": (lambda rs, acc: LargeMarginGaussianClassifier(epsilon=1.0, random_state=rs, accountant=acc), True),
+    "large-margin-k2": (
+        lambda rs, acc: LargeMarginGaussianClassifier(
+            epsilon=1.0, n_components=2, label_epsilon=0.5, label_delta=1e-5, random_state=rs, accountant=acc
+        ),
+        True,
+    ),
+    "mixture": (
+        lambda rs, acc: GaussianMixture(2, epsilon=1.0, delta=1e-4, n_iter=3, random_state=rs, accountant=acc),
+        False,
+    ),
+    "factor-analysis": (
+        lambda rs, acc: FactorAnalysis(1, epsilon=1.0, delta=1e-5, max_iter=50, random_state=rs, accountant=acc),
+        False,
+    ),
+    "kmeans-zcdp": (
+        lambda rs, acc: KMeans(2, epsilon=1.0, delta=1e-5, bounds=(-1, 1), random_state=rs, accountant=acc),
+        False,
+    ),
+    "kmeans-linear": (
+        lambda rs, acc: KMeans(2, epsilon=1.0, composition="linear", bounds=(-1, 1), random_state=rs, accountant=acc),
+        False,
+    ),
 }
 
 
@@ -134,8 +148,11 @@ def test_refuses_before_reading_data_when_the_budget_is_short(name, kind, tmp_pa
         est2 = make(0, None)
         est2.fit(Untouchable(), y) if supervised else est2.fit(Untouchable())
     # and with just enough budget the fit goes through
-    enough = _budget(kind, tmp_path / "enough", cost.epsilon_spent_, 0.01) if kind == "ledger" else \
-        _budget(kind, tmp_path, cost.epsilon_spent_, 0.01)
+    enough = (
+        _budget(kind, tmp_path / "enough", cost.epsilon_spent_, 0.01)
+        if kind == "ledger"
+        else _budget(kind, tmp_path, cost.epsilon_spent_, 0.01)
+    )
     _fit(make(0, enough), supervised, X, y)
     assert enough.status().n_charges == 1
 
@@ -179,8 +196,9 @@ def test_a_non_private_fit_never_fits_a_budget(kind, tmp_path):
     with pytest.raises(BudgetExceeded, match="non-private"):
         LogisticRegression(epsilon=INF, accountant=budget).fit(Untouchable(), y)
     with pytest.raises(BudgetExceeded, match="non-private"):
-        LargeMarginGaussianClassifier(epsilon=1.0, n_components=2, component_labels="nonprivate",
-                                      accountant=budget).fit(Untouchable(), y)
+        LargeMarginGaussianClassifier(
+            epsilon=1.0, n_components=2, component_labels="nonprivate", accountant=budget
+        ).fit(Untouchable(), y)
     assert budget.history() == []
     LogisticRegression(epsilon=INF).fit(X, y)  # fine without a budget
 

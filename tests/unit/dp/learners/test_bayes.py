@@ -26,7 +26,9 @@ def _mixture(n=2000, seed=0):
     mu2 = np.array([0.5, 1, 1.5, 2.5, 3.5])
     s2 = np.array([2.56, 0.64, 4.00, 1.44, 0.16])
     y = (rng.uniform(size=n) > 0.7).astype(int)
-    X = np.where(y[:, None] == 0, mu1 + rng.normal(size=(n, 5)) * np.sqrt(s1), mu2 + rng.normal(size=(n, 5)) * np.sqrt(s2))
+    X = np.where(
+        y[:, None] == 0, mu1 + rng.normal(size=(n, 5)) * np.sqrt(s1), mu2 + rng.normal(size=(n, 5)) * np.sqrt(s2)
+    )
     return X, y
 
 
@@ -83,9 +85,19 @@ def test_inferred_bounds_warn_and_given_bounds_clip():
     assert np.all(m.theta_ >= 0) and np.all(m.theta_ <= 1)
 
 
-@pytest.mark.parametrize("bad", [{"bounds": (1, 0)}, {"bounds": (0, [1, 2])}, {"query": "median"},
-                                 {"repair": "higham"}, {"budget_split": (0.5, 0.5)}, {"epsilon": 0},
-                                 {"bounds": (0, np.inf)}, {"min_eigenvalue": 0}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"bounds": (1, 0)},
+        {"bounds": (0, [1, 2])},
+        {"query": "median"},
+        {"repair": "higham"},
+        {"budget_split": (0.5, 0.5)},
+        {"epsilon": 0},
+        {"bounds": (0, np.inf)},
+        {"min_eigenvalue": 0},
+    ],
+)
 def test_invalid_parameters(bad):
     X, y = _mixture(n=100)
     with pytest.raises(InvalidParameter):
@@ -100,8 +112,9 @@ def test_diagonal_covariance_option():
     for q in ("sum", "mean"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", PrivacyLeakWarning)
-            p = GaussianBayesClassifier(epsilon=1.0, bounds=BOUNDS, covariance="diag", query=q,
-                                        random_state=1).fit(X, y)
+            p = GaussianBayesClassifier(epsilon=1.0, bounds=BOUNDS, covariance="diag", query=q, random_state=1).fit(
+                X, y
+            )
         for S in p.covariance_:
             np.testing.assert_array_equal(S, np.diag(np.diag(S)))
             assert np.diag(S).min() > 0
@@ -128,7 +141,7 @@ def test_empirical_sensitivities_on_neighbours():
     for trial in range(300):
         U = rng.uniform(size=(n, d))
         if trial % 3 == 0:
-            U = (rng.uniform(size=(n, d)) > 0.5).astype(float)      # corners: extreme values
+            U = (rng.uniform(size=(n, d)) > 0.5).astype(float)  # corners: extreme values
         y = rng.integers(0, 2, size=n)
         Up, yp = U.copy(), y.copy()
         i = rng.integers(n)

@@ -25,10 +25,7 @@ def _independent_total(b) -> float:
     if b.method == "linear":
         return n * e
     if b.method == "advanced":
-        return (
-            n * e * (math.exp(e) - 1)
-            + math.sqrt(2 * n * math.log(1 / b.delta_prime)) * e
-        )
+        return n * e * (math.exp(e) - 1) + math.sqrt(2 * n * math.log(1 / b.delta_prime)) * e
     if b.method == "zcdp":
         rho = n_l * e * e / 2 + n_g / (2 * s * s)
         return (
@@ -37,10 +34,7 @@ def _independent_total(b) -> float:
             else zcdp_epsilon_cks(rho, b.delta)
         )
     lam = np.linspace(0.05, 400, 200_001)
-    alpha_l = np.log(
-        (lam + 1) / (2 * lam + 1) * np.exp(lam * e)
-        + lam / (2 * lam + 1) * np.exp(-e * (lam + 1))
-    )
+    alpha_l = np.log((lam + 1) / (2 * lam + 1) * np.exp(lam * e) + lam / (2 * lam + 1) * np.exp(-e * (lam + 1)))
     alpha_g = (lam * lam + lam) / (2 * s * s)
     total = n_l * alpha_l + n_g * alpha_g
     assert b.conversion == "classic"
@@ -68,16 +62,10 @@ def test_dpem_solver_is_exact(scenario, method):
                 math.sqrt(2 * math.log(1.25 / b.delta_per_iter)) / b.eps_per_iter
             )
             if scenario == "LLG":
-                assert (
-                    b.laplace_scale_means == pytest.approx(1 / b.eps_per_iter)
-                    and b.sigma_means is None
-                )
+                assert b.laplace_scale_means == pytest.approx(1 / b.eps_per_iter) and b.sigma_means is None
                 assert (b.n_laplace, b.n_gaussian) == (J * (K + 1), J * K)
             else:
-                assert (
-                    b.sigma_means == b.sigma_covariances
-                    and b.laplace_scale_means is None
-                )
+                assert b.sigma_means == b.sigma_covariances and b.laplace_scale_means is None
                 assert (b.n_laplace, b.n_gaussian) == (0, J * (2 * K + 1))
 
 
@@ -85,20 +73,11 @@ def test_dpem_solver_is_exact(scenario, method):
 @pytest.mark.parametrize("method", METHODS)
 def test_dpem_solver_is_monotone(scenario, method):
     eps_grid = [0.2, 0.4, 0.8, 1.6, 3.2]
-    per = [
-        solve_dpem_budget(e, 1e-4, 20, 3, scenario, method).eps_per_iter
-        for e in eps_grid
-    ]
+    per = [solve_dpem_budget(e, 1e-4, 20, 3, scenario, method).eps_per_iter for e in eps_grid]
     assert all(x < y for x, y in itertools.pairwise(per))
-    per_j = [
-        solve_dpem_budget(1.0, 1e-4, j, 3, scenario, method).eps_per_iter
-        for j in (5, 10, 20, 40)
-    ]
+    per_j = [solve_dpem_budget(1.0, 1e-4, j, 3, scenario, method).eps_per_iter for j in (5, 10, 20, 40)]
     assert all(x > y for x, y in itertools.pairwise(per_j))
-    per_k = [
-        solve_dpem_budget(1.0, 1e-4, 10, k, scenario, method).eps_per_iter
-        for k in (1, 2, 4, 8)
-    ]
+    per_k = [solve_dpem_budget(1.0, 1e-4, 10, k, scenario, method).eps_per_iter for k in (1, 2, 4, 8)]
     assert all(x > y for x, y in itertools.pairwise(per_k))
 
 
@@ -106,12 +85,8 @@ def test_dpem_refined_compositions_give_more_budget():
     # the paper's point: zCDP and MA allow more per-iteration budget than linear / advanced
     for scenario in ("LLG", "GGG"):
         lin = solve_dpem_budget(1.0, 1e-4, 20, 3, scenario, "linear").eps_per_iter
-        z = solve_dpem_budget(
-            1.0, 1e-4, 20, 3, scenario, "zcdp", conversion="classic"
-        ).eps_per_iter
-        ma = solve_dpem_budget(
-            1.0, 1e-4, 20, 3, scenario, "moments", conversion="classic"
-        ).eps_per_iter
+        z = solve_dpem_budget(1.0, 1e-4, 20, 3, scenario, "zcdp", conversion="classic").eps_per_iter
+        ma = solve_dpem_budget(1.0, 1e-4, 20, 3, scenario, "moments", conversion="classic").eps_per_iter
         assert z > lin and ma > lin
 
 

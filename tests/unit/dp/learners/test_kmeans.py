@@ -57,8 +57,9 @@ def test_kmeans_private(composition):
     # a public initial guess (the paper's DPLloyd also starts from public centres); with centres drawn
     # uniformly in the box, empty clusters get pure-noise centres, for the private and the plain fit alike
     init = np.array([[0.3, 0.2, 0.0], [-0.3, -0.1, 0.1], [0.1, -0.3, 0.0]])
-    m = KMeans(3, epsilon=1.0, delta=1e-5, composition=composition, bounds=(-1, 1), n_iter=5, init=init,
-               random_state=0).fit(X)
+    m = KMeans(
+        3, epsilon=1.0, delta=1e-5, composition=composition, bounds=(-1, 1), n_iter=5, init=init, random_state=0
+    ).fit(X)
     assert np.all(m.cluster_centers_ >= -1) and np.all(m.cluster_centers_ <= 1)
     assert m.epsilon_spent_ == 1.0
     expected = 1.0 / 5 if composition == "linear" else zcdp_per_step_epsilon(1.0, 1e-5, 5)

@@ -162,21 +162,33 @@ def test_per_row_hessian_trace_and_rank_bounds(C, K):
 def test_mixture_components_private_and_nonprivate_labels():
     X, y = _blobs(n=240, C=2)
     R = np.linalg.norm(X, axis=1).max()
-    m = LargeMarginGaussianClassifier(epsilon=1.0, n_components=2, data_norm=R, label_epsilon=0.5,
-                                      label_delta=1e-5, random_state=0).fit(X, y)
+    m = LargeMarginGaussianClassifier(
+        epsilon=1.0, n_components=2, data_norm=R, label_epsilon=0.5, label_delta=1e-5, random_state=0
+    ).fit(X, y)
     assert m.phi_.shape == (2, 2, 4, 4)
     k = large_margin_jacobian_term(240, 0.01, 0.5, 2, 2)
     assert m.epsilon_spent_ == pytest.approx(1.0 + k + 2 * 0.5)
     assert m.delta_spent_ == pytest.approx(2e-5)
     with pytest.warns(PrivacyLeakWarning, match="not differentially private"):
-        m2 = LargeMarginGaussianClassifier(epsilon=1.0, n_components=2, data_norm=R,
-                                           component_labels="nonprivate", random_state=0).fit(X, y)
+        m2 = LargeMarginGaussianClassifier(
+            epsilon=1.0, n_components=2, data_norm=R, component_labels="nonprivate", random_state=0
+        ).fit(X, y)
     assert m2.epsilon_spent_ == INF
     _check_kkt(m, 1e-7)
 
 
-@pytest.mark.parametrize("bad", [{"lam": 0}, {"h": -1}, {"n_components": 0}, {"gamma": -1},
-                                 {"component_labels": "kmeans"}, {"epsilon": -2}, {"tol": 0}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"lam": 0},
+        {"h": -1},
+        {"n_components": 0},
+        {"gamma": -1},
+        {"component_labels": "kmeans"},
+        {"epsilon": -2},
+        {"tol": 0},
+    ],
+)
 def test_invalid_parameters(bad):
     X, y = _blobs(n=30)
     with pytest.raises(InvalidParameter):

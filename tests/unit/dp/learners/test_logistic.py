@@ -37,8 +37,9 @@ def test_nonprivate_with_intercept_matches_liblinear():
     X, y = _data(seed=1)
     lam = 0.01
     ours = LogisticRegression(epsilon=INF, lam=lam, fit_intercept=True, intercept_scaling=1.5).fit(X, y + 5)
-    ref = SkLR(C=1 / (2 * len(X) * lam), solver="liblinear", intercept_scaling=1.5, tol=1e-12,
-               max_iter=100_000).fit(X, y + 5)
+    ref = SkLR(C=1 / (2 * len(X) * lam), solver="liblinear", intercept_scaling=1.5, tol=1e-12, max_iter=100_000).fit(
+        X, y + 5
+    )
     np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(ours.intercept_, ref.intercept_, rtol=1e-5, atol=1e-7)
     assert list(ours.classes_) == [5, 6]
@@ -112,9 +113,20 @@ def test_inferring_norm_warns_when_private():
         LogisticRegression(epsilon=INF, data_norm=None).fit(X * 3, y)
 
 
-@pytest.mark.parametrize("kw", [{"epsilon": 0}, {"epsilon": -1}, {"epsilon": "1"}, {"lam": 0},
-                                {"mechanism": "laplace"}, {"data_norm": -2}, {"out_of_bounds": "drop"},
-                                {"epsilon": float("nan")}, {"fit_intercept": "yes"}])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"epsilon": 0},
+        {"epsilon": -1},
+        {"epsilon": "1"},
+        {"lam": 0},
+        {"mechanism": "laplace"},
+        {"data_norm": -2},
+        {"out_of_bounds": "drop"},
+        {"epsilon": float("nan")},
+        {"fit_intercept": "yes"},
+    ],
+)
 def test_invalid_parameters(kw):
     X, y = _data()
     with pytest.raises(InvalidParameter):
@@ -174,8 +186,12 @@ def test_output_noise_norm_matches_gamma_law():
     eps, lam = 2.0, 0.05
     clean = LogisticRegression(epsilon=INF, lam=lam).fit(X, y).coef_[0]
     gen = np.random.default_rng(5)
-    norms = [np.linalg.norm(LogisticRegression(epsilon=eps, lam=lam, mechanism="output", random_state=gen)
-                            .fit(X, y).coef_[0] - clean) for _ in range(400)]
+    norms = [
+        np.linalg.norm(
+            LogisticRegression(epsilon=eps, lam=lam, mechanism="output", random_state=gen).fit(X, y).coef_[0] - clean
+        )
+        for _ in range(400)
+    ]
     scale = logistic_sensitivity(200, lam) / eps
     assert np.mean(norms) == pytest.approx(3 * scale, rel=0.1)
 

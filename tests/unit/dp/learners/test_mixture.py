@@ -21,12 +21,14 @@ def test_gmm_nonprivate_equals_sklearn_em_from_same_start():
     m0 = np.array([[0.1, 0.1, 0.0], [-0.1, 0.0, 0.1], [0.0, -0.1, 0.0]])
     c0 = np.tile(np.eye(3) * 0.05, (3, 1, 1))
     w0 = np.full(3, 1 / 3)
-    ours = GaussianMixture(3, epsilon=INF, n_iter=12, means_init=m0, covariances_init=c0, weights_init=w0,
-                           min_eigenvalue=1e-12).fit(X)
+    ours = GaussianMixture(
+        3, epsilon=INF, n_iter=12, means_init=m0, covariances_init=c0, weights_init=w0, min_eigenvalue=1e-12
+    ).fit(X)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ref = SkGMM(3, max_iter=12, tol=0, reg_covar=0, means_init=m0, weights_init=w0,
-                    precisions_init=np.linalg.inv(c0)).fit(X)
+        ref = SkGMM(
+            3, max_iter=12, tol=0, reg_covar=0, means_init=m0, weights_init=w0, precisions_init=np.linalg.inv(c0)
+        ).fit(X)
     np.testing.assert_allclose(ours.means_, ref.means_, atol=1e-10)
     np.testing.assert_allclose(ours.covariances_, ref.covariances_, atol=1e-10)
     np.testing.assert_allclose(ours.weights_, ref.weights_, atol=1e-12)
@@ -62,8 +64,9 @@ def test_gmm_statistics_sensitivity_on_neighbours():
 @pytest.mark.parametrize("composition", ["zcdp", "moments", "advanced", "linear"])
 def test_gmm_private_fit_is_valid(scenario, composition):
     X = _gmm_data(n=2000)
-    m = GaussianMixture(3, epsilon=1.0, delta=1e-4, n_iter=5, scenario=scenario, composition=composition,
-                        random_state=0).fit(X)
+    m = GaussianMixture(
+        3, epsilon=1.0, delta=1e-4, n_iter=5, scenario=scenario, composition=composition, random_state=0
+    ).fit(X)
     assert m.weights_.min() >= 0 and m.weights_.sum() == pytest.approx(1.0)
     for S in m.covariances_:
         assert np.allclose(S, S.T) and np.linalg.eigvalsh(S).min() > 0
@@ -78,8 +81,9 @@ def test_gmm_utility_improves_with_budget():
     Xt = _gmm_data(n=3000, seed=1)
 
     def scores(eps):
-        return np.array([GaussianMixture(3, epsilon=eps, delta=1e-4, n_iter=10, random_state=s).fit(X).score(Xt)
-                         for s in range(4)])
+        return np.array(
+            [GaussianMixture(3, epsilon=eps, delta=1e-4, n_iter=10, random_state=s).fit(X).score(Xt) for s in range(4)]
+        )
 
     nonpriv, lo, mid, hi = scores(INF), scores(0.1), scores(20.0), scores(1000.0)
     assert lo.mean() < mid.mean()
@@ -98,14 +102,24 @@ def test_gmm_map_updates():
     ratio = flat.covariances_[:, 0, 0] / mle.covariances_[:, 0, 0]
     np.testing.assert_allclose(ratio, Nk / (Nk + 3 + 2), rtol=1e-8)
     # a strong prior at 0 pulls the means towards 0 (MAP mean = s / (N_k + kappa0))
-    shrunk = GaussianMixture(2, epsilon=INF, n_iter=1, estimator="map", kappa0=1e6, nu0=5, psi0=0.1,
-                             random_state=0).fit(X)
+    shrunk = GaussianMixture(
+        2, epsilon=INF, n_iter=1, estimator="map", kappa0=1e6, nu0=5, psi0=0.1, random_state=0
+    ).fit(X)
     assert np.abs(shrunk.means_).max() < 1e-2
 
 
-@pytest.mark.parametrize("bad", [{"scenario": "LGG"}, {"composition": "rdp2"}, {"estimator": "mode"},
-                                 {"n_iter": 0}, {"delta": 0.0}, {"alpha": 0.5},
-                                 {"means_init": np.zeros((5, 3))}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"scenario": "LGG"},
+        {"composition": "rdp2"},
+        {"estimator": "mode"},
+        {"n_iter": 0},
+        {"delta": 0.0},
+        {"alpha": 0.5},
+        {"means_init": np.zeros((5, 3))},
+    ],
+)
 def test_gmm_invalid(bad):
     X = _gmm_data(n=100)
     with pytest.raises(InvalidParameter):

@@ -38,8 +38,9 @@ def test_objective_perturbation_at_least_as_accurate_as_diffprivlib(eps):
             p = rng.permutation(len(X))
             tr, te = p[:n], p[n:]
             ours = LogisticRegression(epsilon=eps, lam=lam, random_state=int(rng.integers(2**31))).fit(X[tr], y[tr])
-            theirs = DPLR(epsilon=eps, data_norm=1.0, C=1.0, fit_intercept=False,
-                          random_state=int(rng.integers(2**31))).fit(X[tr], y[tr])
+            theirs = DPLR(
+                epsilon=eps, data_norm=1.0, C=1.0, fit_intercept=False, random_state=int(rng.integers(2**31))
+            ).fit(X[tr], y[tr])
             diffs.append(ours.score(X[te], y[te]) - theirs.score(X[te], y[te]))
     diffs = np.array(diffs)
     se = diffs.std(ddof=1) / np.sqrt(runs)
