@@ -700,7 +700,7 @@ async def data_party(
     """
     params.validate()
     source = data if isinstance(data, MatrixSource) else ArraySource(check_matrix(data))
-    k, n_i = source.shape
+    k, _n_i = source.shape
     r = params.components
     rng = protocol_rng(seed, "power-iteration", ch.role)
     data_roles = params.data_roles
