@@ -87,8 +87,8 @@ class PrivacyAccountant(ABC):
     an :class:`RDPAccountant` (``"moments"`` is an alias of ``"rdp"``).
 
     >>> acc = PrivacyAccountant("rdp")
-    >>> acc.compose(GaussianEvent(4.0), count=100)  # doctest: +ELLIPSIS
-    <...RDPAccountant...>
+    >>> acc.compose(GaussianEvent(4.0), count=100)
+    RDPAccountant(conversion='cks', events=1)
     >>> eps = acc.get_epsilon(1e-5)
     """
 
