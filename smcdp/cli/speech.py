@@ -8,6 +8,7 @@ import sys
 
 from smcdp._files import atomic_write
 from smcdp._optional import require
+from smcdp.cli import speaker as speaker_cmds
 from smcdp.errors import InvalidMessage
 
 
@@ -37,7 +38,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("speech", help="speech front end and keyword models (train)")
+    p = subparsers.add_parser("speech", help="speech front end, keyword models (train) and speaker models (ubm, enroll)")
     sub = p.add_subparsers(dest="speech_command", metavar="COMMAND")
     sub.required = True
     t = sub.add_parser(
@@ -66,3 +67,4 @@ def register(subparsers) -> None:
     t.add_argument("--out", required=True, metavar="models.npz", help="the models file to write")
     t.add_argument("--report", metavar="report.json", help="also write the report as JSON")
     t.set_defaults(func=_cmd_train)
+    speaker_cmds.register(sub)

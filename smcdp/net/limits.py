@@ -31,7 +31,7 @@ import json
 import math
 import threading
 from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from smcdp.errors import InvalidMessage, ResourceExhausted
 
@@ -250,7 +250,7 @@ class TrafficEnvelope:
             raise ValueError(f"inconsistent traffic envelope {self}")
 
     @classmethod
-    def from_messages(cls, messages: list[tuple[int, ...]], source: str,
+    def from_messages(cls, messages: Sequence[tuple[int, ...]], source: str,
                       slack: float = 1.25, floor: int = 4096) -> "TrafficEnvelope":
         """From ``(count, largest size in bytes)`` per kind of message a role receives, or
         ``(count, largest, total bytes)`` where the messages of a kind differ in size.

@@ -10,8 +10,10 @@ from smcdp.plugins.base import ProtocolPlugin, register, registered
 from smcdp.plugins.dp_aggregate import DPAggregatePlugin
 from smcdp.plugins.keyword import KeywordPlugin
 from smcdp.plugins.power_iteration import PowerIterationPlugin
+from smcdp.plugins.speaker import SpeakerIdentifyPlugin, SpeakerVerifyPlugin
 
-BUILTIN: tuple[ProtocolPlugin, ...] = (PowerIterationPlugin(), DPAggregatePlugin(), KeywordPlugin())
+BUILTIN: tuple[ProtocolPlugin, ...] = (PowerIterationPlugin(), DPAggregatePlugin(), KeywordPlugin(),
+                                      SpeakerVerifyPlugin(), SpeakerIdentifyPlugin())
 for _plugin in BUILTIN:
     register(_plugin)
 

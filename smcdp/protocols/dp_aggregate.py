@@ -680,7 +680,7 @@ async def dave(ch: Channel, params: DPAggregateParams, *, output_dir: Path | Non
     params.validate()
     if ch.role != DAVE:
         raise InvalidMessage(f"role {ch.role!r} is not dave")
-    shares = []
+    shares: list[list[int]] = []
     for r in params.publishers:
         ch.progress(round=len(shares) + 1, step="collect-shares")   # round i: waiting for the i-th share
         shares.append(from_bigints(await ch.recv(r, SHARE_TAG, pb.BigInts), count=params.dim,

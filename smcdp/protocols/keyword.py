@@ -77,7 +77,7 @@ async def frames_from(source: Iterable[Any]) -> AsyncIterator[np.ndarray]:
     it = iter(source)
     end = object()
     while True:
-        frame = await asyncio.to_thread(next, it, end)
+        frame: Any = await asyncio.to_thread(next, it, end)    # one of the source's frames, or ``end``
         if frame is end:
             return
         yield np.asarray(frame)[None, ...] if np.ndim(frame) <= 1 else np.asarray(frame)
@@ -150,6 +150,7 @@ class KeywordParams(ForwardParams):
                 msgs = to_bob + [(1, B // 8 + 32), (1, 64), (1, group)]                       # kw/pk, label OT
             one = TrafficEnvelope.from_messages(msgs, source)
             env = one if env is None else env.widest(one)
+        assert env is not None    # KIND_CODES names at least one kind
         return env
 
 
@@ -310,6 +311,7 @@ async def keyword_bob(ch: Channel, models, params: KeywordParams, *, alice: str 
         fw = await role.run()
         online = dict(role.online)
         pool = role.pool
+        assert pool is not None   # made by role.prepare()
         t0 = time.perf_counter()
         D = models.n_words
         # --- Step 3: order-preserving randomised transform + permutation.

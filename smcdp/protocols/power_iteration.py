@@ -50,8 +50,10 @@ sent before.  Only Paillier obfuscators are fresh, and replayed sends reuse the 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import math
+import random
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -382,6 +384,7 @@ class PowerIterationParams(ProtocolParams):
         gram = cts(self.gram_length, self.gram_slot_bits())
         both = block + gram + 16      # round/t and reply/t: a block, a Gram, a flag, and the fields' framing
         rounds = self.dp_rounds if self.dp else self.max_iterations
+        msgs: list[tuple[int, ...]]
         if self.dp_mode == "covariance":   # one release each to Trent; its sum and the key pair to a party
             cov = cts(self.covariance_length, self.slot_bits())
             msgs = ([(self.n_parties, cov), (self.n_parties, 24), (1, B // 8 + 16)] if role == TRENT
@@ -453,7 +456,7 @@ def dp_calibration(params: PowerIterationParams) -> DPCalibration:
     The smaller sigma wins (the PLD's, for these pure Gaussian compositions: it is exact where the zCDP
     conversion is a bound).  tests/unit/protocols/test_power_iteration_dp.py certifies the result
     independently with dp-accounting's PLD and RDP accountants."""
-    if not params.dp:
+    if params.epsilon is None or params.delta is None or params.dp_mode is None:
         raise InvalidMessage("the exact mode of power iteration has no privacy calibration")
     return _dp_calibration(float(params.epsilon), float(params.delta), params.dp_rounds,
                            params.column_norm, params.noise_parties, params.dp_mode)
@@ -662,6 +665,7 @@ async def data_party(ch: Channel, data, params: PowerIterationParams, *,
     try:
         if params.dp:
             return await _dp_data_party_rounds(ch, source, params, engine, private_key, seed, x_sink)
+        assert sigma is not None    # the exact mode: party1 drew it, every other party received it (Setup 1)
         return await _data_party_rounds(ch, source, params, engine, private_key, sigma, rng, seed, x_sink)
     finally:
         if own_engine:
@@ -686,7 +690,7 @@ async def _data_party_rounds(ch: Channel, source: MatrixSource, params: PowerIte
         X0_pad = keyed_gaussian(key, PADDING_STREAM_INDEX, (k, b))
         C = (Z0 + rho * X0_pad) / np.sqrt(sq + np.einsum("ij,ij->j", X0_pad, X0_pad))
 
-        party = _Party(ch, cs, params, pk, packing, gram_packing, rho)
+        party = _DataParty(ch, cs, params, pk, packing, gram_packing, rho)
         D: float | None = None
         recent: list[tuple[bytes | None, np.ndarray]] = []   # the last two rounds: (direction of V_t, Ritz vectors)
         # --- Round step 1 of round 0: E[C_i⁽⁰⁾] to Trent.  Every later contribution leaves in step 3.
@@ -832,7 +836,7 @@ async def _dp_data_party_rounds(ch: Channel, source: MatrixSource, params: Power
     cal = dp_calibration(params)
     limit = noisy_limit(params)
     async with engine.session(source, private_key, label=f"{ch.session_id}/{ch.role}") as cs:
-        party = _Party(ch, cs, params, pk, params.packing(pk))
+        party = _DataParty(ch, cs, params, pk, params.packing(pk))
         clipped = 0
         for t in range(T):
             ch.progress(round=t, step="iterate")
@@ -908,7 +912,7 @@ async def _cov_data_party(ch: Channel, source: MatrixSource, params: PowerIterat
     cal = dp_calibration(params)
     limit = noisy_limit(params)
     async with engine.session(source, private_key, label=f"{ch.session_id}/{ch.role}") as cs:
-        party = _Party(ch, cs, params, pk, packing)
+        party = _DataParty(ch, cs, params, pk, packing)
         # --- Covariance step 1: one pass, S_i = Ã_iÃ_iᵀ with every column clipped to column_norm.
         ch.progress(round=0, step="release")
         S, clipped = await cs.clipped_gram_pass(np.eye(k), params.column_norm)
@@ -964,7 +968,7 @@ def dp_release_tag(params: PowerIterationParams) -> str:
     return COV_TAG if params.dp_mode == "covariance" else f"{NOISY_TAG}/0"
 
 
-class _Party:
+class _DataParty:
     """A data party's messages of one session: encrypt and send, receive and decrypt, validated."""
 
     def __init__(self, ch: Channel, cs: ComputeSession, params: PowerIterationParams, pk: PublicKey,
@@ -1015,6 +1019,7 @@ class _Party:
         if not np.all(np.abs(H) < limit):
             raise InputRejected(f"{self.ch.role}: a Gram entry reaches the agreed bound 2^{self.params.gram_bits}; "
                                 "scale the data or raise gram_bits", f"max |H| = {np.max(np.abs(H)):.3g}")
+        assert self.gram_packing is not None     # the exact mode's rounds (_data_party_rounds) set it
         gram = await EncryptedVector.encrypt_with(
             self.cs.encrypt, self.pk, _triu(H), frac_bits=self.params.frac_bits, packing=self.gram_packing,
             bound=self.params.gram_bound())
@@ -1089,13 +1094,17 @@ class _Obfuscators:
 async def _trent(ch: Channel, params: PowerIterationParams, seed: SeedLike, allow_insecure_keys: bool,
                  obfuscators: _Obfuscators) -> TrentResult:
     params.validate()
-    rng = protocol_rng(seed, "power-iteration", ch.role)
-    roles = params.data_roles
     if ch.role != TRENT:
         raise InvalidMessage(f"role {ch.role!r} is not trent")
-    b, r = params.block_size, params.components
+    pk, k = await _trent_setup(ch, params, allow_insecure_keys)
+    if params.dp:
+        return await _dp_trent(ch, params, pk, k, seed)
+    return await _Trent(ch, params, protocol_rng(seed, "power-iteration", ch.role), pk, k, obfuscators).run()
 
-    # --- Setup: the public key from party1, and k from everyone (must agree; b ≤ k).
+
+async def _trent_setup(ch: Channel, params: PowerIterationParams, allow_insecure_keys: bool) -> tuple[PublicKey, int]:
+    """Setup: the public key from party1, and k from everyone (must agree; b ≤ k)."""
+    roles = params.data_roles
     pk = public_key_from_proto(await ch.recv(roles[0], "public_key", pb.PaillierPublicKey),
                                allow_insecure=allow_insecure_keys)
     if pk.bits != params.key_bits:
@@ -1111,110 +1120,136 @@ async def _trent(ch: Channel, params: PowerIterationParams, seed: SeedLike, allo
         raise InvalidMessage("mismatched dimensions: the data parties' matrices have different numbers of rows "
                              f"({', '.join(f'{role}: k={v[0]}' for role, v in sorted(ks.items()))})")
     k = ks[roles[0]][0]
-    if b > k:
-        raise InvalidMessage(f"components + oversample = {b} exceeds the number of rows k = {k}")
-    if params.dp:
-        return await _dp_trent(ch, params, pk, k, seed)
-    packing, gram_packing = params.packing(pk), params.gram_packing(pk)
-    bound_c = params.contribution_bound()
-    obfuscators.start(pk, packing.n_ciphertexts(k * b) + gram_packing.n_ciphertexts(params.gram_length))
+    if params.block_size > k:
+        raise InvalidMessage(f"components + oversample = {params.block_size} exceeds the number of rows k = {k}")
+    return pk, k
 
-    states: list[EncryptedVector] = []     # E[U] of every real state, unscaled
-    sent_state: list[int | None] = []      # which state each round's block carries (None = decoy)
-    decoys = 0
-    converged = False
-    t = 0
-    round_seconds: list[float] = []
 
-    def scale_r(lo_bits: int, hi_bits: int) -> int:
+class _Trent:
+    """Trent in the exact mode, the mirror of :class:`_DataParty`: the real states he has summed, which state
+    each round's block carried (None: a decoy), and the rounds' steps 2 and 4 and the final steps."""
+
+    def __init__(self, ch: Channel, params: PowerIterationParams, rng: random.Random, pk: PublicKey, k: int,
+                 obfuscators: _Obfuscators) -> None:
+        self.ch, self.params, self.rng, self.pk, self.k = ch, params, rng, pk, k
+        self.roles = params.data_roles
+        self.packing, self.gram_packing = params.packing(pk), params.gram_packing(pk)
+        self.bound_c = params.contribution_bound()
+        self.obfuscators = obfuscators
+        obfuscators.start(pk, self.packing.n_ciphertexts(k * params.block_size)
+                          + self.gram_packing.n_ciphertexts(params.gram_length))
+        self.states: list[EncryptedVector] = []     # E[U] of every real state, unscaled
+        self.sent_state: list[int | None] = []      # which state each round's block carries (None = decoy)
+        self.decoys = 0
+
+    async def run(self) -> TrentResult:
+        ch, params, roles = self.ch, self.params, self.roles
+        converged = False
+        t = 0
+        round_seconds: list[float] = []
+        t_round = time.perf_counter()
+        contribs = await ch.recv_all(roles, "contrib/0", pb.CiphertextVector)
+        await ch.send_many(roles, "v/0", self.next_block(contribs, lambda role: f"contrib/0 from {role}").to_proto())
+        while True:
+            ch.progress(round=t, step="iterate")
+            # --- Round step 4: the blinded Gram and the stop bit.  The flags of round t compare the Ritz
+            # vectors of rounds t−2 and t−1: they measure convergence only if those rounds carried
+            # consecutive real states.
+            ups = await ch.recv_all(roles, f"round/{t}", pb.PowerIterationRound)
+            gp = self.blinded_gram(t, ups)
+            before, last = (self.sent_state[t - 2], self.sent_state[t - 1]) if t >= 2 else (None, None)
+            meaningful = before is not None and last is not None and last == before + 1
+            if meaningful and all(up.converged for up in ups.values()):
+                converged = True
+            stop = converged or t + 1 >= params.max_iterations
+            if stop:
+                # --- Final 1–2: with the stop bit, the last real state *sent* (if the last round was a decoy,
+                # the one before), freshly scaled.  The data parties check that it is the direction of a block
+                # of the last two rounds and take the Ritz vectors they computed for it.  The contributions
+                # that came with the last Grams, before the parties knew of the stop, are ignored.
+                last_sent = next(j for j in reversed(self.sent_state) if j is not None)
+                block = self.real_block(last_sent)
+            else:
+                # --- Round t + 1's step 2, from the contributions that came with the Grams.
+                block = self.next_block({role: up.contribution for role, up in ups.items()},
+                                        functools.partial(_contribution_of_round, t))
+            await ch.send_many(roles, f"reply/{t}", pb.PowerIterationReply(
+                blinded_gram=gp.to_proto(), stop=stop, block=block.to_proto()))
+            t += 1
+            now = time.perf_counter()
+            round_seconds.append(now - t_round)
+            t_round = now
+            if stop:
+                break
+        ch.progress(round=t, step="final")
+        xs, n_per_party = await _gather_x(ch, params)
+        return TrentResult(x=xs[0], n_per_party=n_per_party, rounds=t,
+                           real_rounds=sum(s is not None for s in self.sent_state), decoys=self.decoys,
+                           converged=converged, round_seconds=round_seconds,
+                           components=[{"x": x} for x in xs], stats=ch.stats.as_dict())
+
+    def scale_r(self, lo_bits: int, hi_bits: int) -> int:
         """A secret integer log-uniform in [2^lo, 2^hi]."""
-        return max(1, int(2.0 ** rng.uniform(lo_bits, hi_bits)))
+        return max(1, int(2.0 ** self.rng.uniform(lo_bits, hi_bits)))
 
-    def real_block(j: int) -> EncryptedVector:
-        return states[j].mul_int(scale_r(DECOY_WEIGHT_BITS, params.scale_bits)).rerandomize(obfuscators.pool)
+    def real_block(self, j: int) -> EncryptedVector:
+        return self.states[j].mul_int(self.scale_r(DECOY_WEIGHT_BITS, self.params.scale_bits)).rerandomize(
+            self.obfuscators.pool)
 
-    def decoy_block() -> EncryptedVector:
-        recent = states[-DECOY_HISTORY:]
-        cuts = sorted(rng.randrange(1, 1 << DECOY_WEIGHT_BITS) for _ in range(len(recent) - 1))
+    def decoy_block(self) -> EncryptedVector:
+        recent = self.states[-DECOY_HISTORY:]
+        cuts = sorted(self.rng.randrange(1, 1 << DECOY_WEIGHT_BITS) for _ in range(len(recent) - 1))
         weights = [hi - lo for lo, hi in zip([0] + cuts, cuts + [1 << DECOY_WEIGHT_BITS])]
         acc = None
         for w, s in zip(weights, recent):
             if w:
                 term = s.mul_int(w)
                 acc = term if acc is None else acc + term
-        return acc.mul_int(scale_r(0, params.scale_bits - DECOY_WEIGHT_BITS)).rerandomize(obfuscators.pool)
+        assert acc is not None    # the weights add up to 2^DECOY_WEIGHT_BITS: one of them is not 0
+        return acc.mul_int(self.scale_r(0, self.params.scale_bits - DECOY_WEIGHT_BITS)).rerandomize(
+            self.obfuscators.pool)
 
-    def blinded_gram(t: int, ups: dict[str, pb.PowerIterationRound]) -> EncryptedVector:
+    def blinded_gram(self, t: int, ups: dict[str, pb.PowerIterationRound]) -> EncryptedVector:
         """Step 4: E[G'] = (Π_i E[H_i])^{m_int}, declared with exponent −(frac + a): G' = m_t·ΣH_i."""
+        params, pk = self.params, self.pk
         total = _sum([EncryptedVector.from_proto(ups[role].gram, pk, length=params.gram_length,
-                                                 exponent=-params.frac_bits, packing=gram_packing,
+                                                 exponent=-params.frac_bits, packing=self.gram_packing,
                                                  bound=params.gram_bound(), what=f"round/{t} from {role} (its Gram)")
-                      for role in roles])
-        m_int = blind_multiplier(rng, params.blind_offset_bits, params.blind_bits)
-        prod = total.mul_int(m_int).rerandomize(obfuscators.pool)
+                      for role in self.roles])
+        m_int = blind_multiplier(self.rng, params.blind_offset_bits, params.blind_bits)
+        prod = total.mul_int(m_int).rerandomize(self.obfuscators.pool)
         return EncryptedVector(pk, prod.ciphertexts, prod.length, prod.exponent - params.blind_offset_bits,
                                prod.packing, prod.bound)
 
-    def next_block(contribs: dict[str, pb.CiphertextVector], what: Callable[[str], str]) -> EncryptedVector:
+    def next_block(self, contribs: dict[str, pb.CiphertextVector], what: Callable[[str], str]) -> EncryptedVector:
         """Step 2: the next round's block V from the parties' E[C_i] (round 0: the start blocks; afterwards
         they came with the last round's Grams).  ``what(role)`` names a contribution in errors."""
-        nonlocal decoys
-        cvecs = [EncryptedVector.from_proto(contribs[role], pk, length=k * b, exponent=-params.frac_bits,
-                                            packing=packing, bound=bound_c, what=what(role))
-                 for role in roles]
-        if sent_state and sent_state[-1] is None:
+        params = self.params
+        cvecs = [EncryptedVector.from_proto(contribs[role], self.pk, length=self.k * params.block_size,
+                                            exponent=-params.frac_bits, packing=self.packing, bound=self.bound_c,
+                                            what=what(role))
+                 for role in self.roles]
+        if self.sent_state and self.sent_state[-1] is None:
             # --- 2b: the block sent last round was a decoy: ignore contributions computed from it and
             # replay the last real state.
-            j = len(states) - 1
-            sent_state.append(j)
-            return real_block(j)
+            j = len(self.states) - 1
+            self.sent_state.append(j)
+            return self.real_block(j)
         # --- 2a: Π_i E[C_i] = E[U] is a new real state; with probability p send the real r_t·U,
         # otherwise a decoy.
-        states.append(_sum(cvecs))
-        if len(states) >= 2 and rng.random() >= params.p:
-            sent_state.append(None)
-            decoys += 1
-            return decoy_block()
-        sent_state.append(len(states) - 1)
-        return real_block(len(states) - 1)
+        self.states.append(_sum(cvecs))
+        if len(self.states) >= 2 and self.rng.random() >= params.p:
+            self.sent_state.append(None)
+            self.decoys += 1
+            return self.decoy_block()
+        self.sent_state.append(len(self.states) - 1)
+        return self.real_block(len(self.states) - 1)
 
-    t_round = time.perf_counter()
-    contribs = await ch.recv_all(roles, "contrib/0", pb.CiphertextVector)
-    await ch.send_many(roles, "v/0", next_block(contribs, lambda role: f"contrib/0 from {role}").to_proto())
-    while True:
-        ch.progress(round=t, step="iterate")
-        # --- Round step 4: the blinded Gram and the stop bit.  The flags of round t compare the Ritz
-        # vectors of rounds t−2 and t−1: they measure convergence only if those rounds carried
-        # consecutive real states.
-        ups = await ch.recv_all(roles, f"round/{t}", pb.PowerIterationRound)
-        gp = blinded_gram(t, ups)
-        meaningful = (t >= 2 and sent_state[t - 1] is not None and sent_state[t - 2] is not None
-                      and sent_state[t - 1] == sent_state[t - 2] + 1)
-        if meaningful and all(up.converged for up in ups.values()):
-            converged = True
-        stop = converged or t + 1 >= params.max_iterations
-        if stop:
-            # --- Final 1–2: with the stop bit, the last real state *sent* (if the last round was a decoy,
-            # the one before), freshly scaled.  The data parties check that it is the direction of a block
-            # of the last two rounds and take the Ritz vectors they computed for it.  The contributions
-            # that came with the last Grams, before the parties knew of the stop, are ignored.
-            last_sent = next(j for j in reversed(sent_state) if j is not None)
-            block = real_block(last_sent)
-        else:
-            # --- Round t + 1's step 2, from the contributions that came with the Grams.
-            block = next_block({role: up.contribution for role, up in ups.items()},
-                               lambda role, t=t: f"round/{t} from {role} (its contribution)")
-        await ch.send_many(roles, f"reply/{t}", pb.PowerIterationReply(
-            blinded_gram=gp.to_proto(), stop=stop, block=block.to_proto()))
-        t += 1
-        now = time.perf_counter()
-        round_seconds.append(now - t_round)
-        t_round = now
-        if stop:
-            break
-    ch.progress(round=t, step="final")
 
-    # --- Final 3: gather σ_j·A_iᵀu_j from every party; x_j is their concatenation, normalised.
+async def _gather_x(ch: Channel, params: PowerIterationParams) -> tuple[list[list[float]], list[int]]:
+    """Final 3: gather σ_j·A_iᵀu_j from every party; x_j is their concatenation, normalised.  Returns
+    (x_1 … x_r, each party's number of columns)."""
+    roles, r = params.data_roles, params.components
     sizes = []
     for role in roles:
         cols = list((await ch.recv(role, "final/cols", pb.Ints)).values)
@@ -1233,10 +1268,10 @@ async def _trent(ch: Channel, params: PowerIterationParams, seed: SeedLike, allo
                 raise InvalidMessage(f"final/x/{c} from {role}: expected at most {params.final_chunk_rows} rows "
                                      f"({want} here) × {r} columns, got {m.rows} × {m.cols} with "
                                      f"{len(m.values)} values")
-            block = np.asarray(m.values, dtype=np.float64).reshape(m.rows, r)
-            if not np.all(np.isfinite(block)):
+            rows_x = np.asarray(m.values, dtype=np.float64).reshape(m.rows, r)
+            if not np.all(np.isfinite(rows_x)):
                 raise InvalidMessage(f"final/x/{c} from {role} holds values that are not finite")
-            X[c0 + got:c0 + got + m.rows] = block
+            X[c0 + got:c0 + got + m.rows] = rows_x
             got += m.rows
         if got != n_i:
             raise InvalidMessage(f"{role} announced {n_i} columns but sent {got}")
@@ -1247,10 +1282,7 @@ async def _trent(ch: Channel, params: PowerIterationParams, seed: SeedLike, allo
         if not nx > 0:
             raise InvalidMessage(f"the gathered eigenvector x_{j + 1} is zero")
         xs.append(sign_convention(X[:, j] / nx).tolist())
-    return TrentResult(x=xs[0], n_per_party=[n for n, _ in sizes], rounds=t,
-                       real_rounds=sum(s is not None for s in sent_state), decoys=decoys,
-                       converged=converged, round_seconds=round_seconds,
-                       components=[{"x": x} for x in xs], stats=ch.stats.as_dict())
+    return xs, [n for n, _ in sizes]
 
 
 async def _dp_trent(ch: Channel, params: PowerIterationParams, pk: PublicKey, k: int,
@@ -1296,6 +1328,11 @@ def blind_multiplier(rng, offset_bits: int, bits: int) -> int:
     if low:
         m = (m >> low << low) | rng.getrandbits(low)
     return min(hi, max(lo, m))
+
+
+def _contribution_of_round(t: int, role: str) -> str:
+    """What a contribution that came with round ``t``'s Gram is called in an error."""
+    return f"round/{t} from {role} (its contribution)"
 
 
 def _sum(vecs: list[EncryptedVector]) -> EncryptedVector:

@@ -190,7 +190,7 @@ class ForwardParams(ProtocolParams):
         f = self.prod_frac_bits
         if f != "auto" and (isinstance(f, bool) or not isinstance(f, int) or not 8 <= f <= 96):
             raise InvalidMessage(f"forward parameter prod_frac_bits={f!r} must be 'auto' or an integer in [8, 96]")
-        if f != "auto" and f + self.coef_frac_bits < self.log_frac_bits:
+        if isinstance(f, int) and f + self.coef_frac_bits < self.log_frac_bits:   # not "auto": an int (above)
             raise InvalidMessage("prod_frac_bits + coef_frac_bits must be at least log_frac_bits")
         return self
 
@@ -247,6 +247,7 @@ class Shape:
     def to_proto(self) -> pb.Ints:
         flags = [int(x) for x in self.start.ravel()] + [int(x) for x in self.trans.ravel()]
         if self.mixture:
+            assert self.weights is not None   # a mixture kind's shape has its weights pattern
             flags += [int(x) for x in self.weights.ravel()]
         return pb.Ints(values=[PROTOCOL_VERSION, KIND_CODES[self.kind], self.n_models, self.n_states, self.n_mix,
                                self.dim, self.coef_bits, *flags])
@@ -455,6 +456,7 @@ class Plan:
         self.mix_sums: list[tuple[int, int]] = []
         self.n_mix = 0
         if self.mixture:
+            assert shape.weights is not None   # a mixture kind's shape has its weights pattern
             self.comps = [[[int(c) for c in np.flatnonzero(shape.weights[d, j])] for j in range(N)] for d in range(D)]
             self.mix_sums = [(d, j) for d in range(D) for j in range(N) if len(self.comps[d][j]) >= 2]
             mix_in = [len(self.comps[d][j]) for d, j in self.mix_sums]
@@ -546,7 +548,7 @@ def forward_traffic(params: ForwardParams, key_bits: int, kind: str) -> tuple[li
         b_min = b_max = params.block_frames or DISCRETE_BLOCK
     else:
         P = (d + 1) * (d + 2) // 2 if kind in ("full", "gmm-full") else 2 * d + 1
-        coef = (4, 64) if params.coef_bits == "auto" else (params.coef_bits, params.coef_bits)
+        coef = (4, 64) if params.coef_bits == "auto" else (int(params.coef_bits), int(params.coef_bits))
         per_ct = [Packing.for_key(pk, product_slot_bits(params, cb, P)).slots for cb in coef]
         b_max, b_min = ((min(params.block_frames, S) if params.block_frames else S) for S in per_ct)
     nb = -(-T // b_min)                      # blocks
@@ -626,7 +628,8 @@ def model_coefficients(models, params: ForwardParams) -> tuple[np.ndarray, int]:
                 f"coefficients; {advice}")
         exc = CryptoOverflow(f"model {models.words[d]!r}, state {j}{comp}: quadratic-form coefficient {value:.3g}"
                              f"{what} does not fit the protocol's {bits}-bit coefficients; {advice}")
-        exc.public_message = rule   # the value describes Bob's models: peers get the rule only
+        # the value describes Bob's models: peers get the rule only (smcdp.errors.public_message reads it)
+        exc.public_message = rule  # type: ignore[attr-defined]  # SmcdpError declares no public_message (errors.py)
         raise exc
     return flat, bits
 
@@ -718,7 +721,10 @@ class _Timeline:
         sequence ends sooner (as :meth:`Plan.round_end` says); None when frame s is the last one."""
         if not await self.exists(s + 1):
             return None
-        return s + m if await self.exists(s + m) else self.total - 1
+        if await self.exists(s + m):
+            return s + m
+        assert self.total is not None   # exists() says a frame is missing only once the count is final
+        return self.total - 1
 
     def _future(self, name: str, t: int) -> asyncio.Future:
         key = (name, t)
@@ -803,7 +809,7 @@ class ForwardAlice:
         self.plan: Plan | None = None
         self.shape: Shape | None = None            # Bob's models' shape, from his header (prepare)
         self.offline: dict[str, float] = {}
-        self.online: dict[str, float] = {}
+        self.online: dict[str, Any] = {}           # seconds, and the obfuscator pool's counts (run)
         self.tl = _Timeline()
         self.expected = 0
         self._t0 = 0.0                             # when run() began: the online phase's clock
@@ -812,6 +818,11 @@ class ForwardAlice:
 
     def _rng(self, *purpose: str):
         return protocol_rng(self.seed, *self.labels, self.ch.role, *purpose)
+
+    def _prepared(self) -> tuple[Plan, Shape, ObfuscatorPool]:
+        """The plan, Bob's shape and the obfuscators: :meth:`prepare` makes them before anything uses them."""
+        assert self.plan is not None and self.shape is not None and self.pool is not None, "prepare() first"
+        return self.plan, self.shape, self.pool
 
     # ----------------------------------------------------------------------------- offline
     async def prepare(self, expected_frames: int) -> Plan:
@@ -862,9 +873,10 @@ class ForwardAlice:
         return plan
 
     def _obfuscators_needed(self, frames: int) -> int:
-        plan = self.plan
+        plan, shape = self.plan, self.shape
+        assert plan is not None and shape is not None   # prepare() made them, then asks
         blocks = plan.n_blocks(frames)
-        n = sum(sum(plan.group_terms[ell]) for ell in plan.rounds(frames)) + self.shape.n_models * (1 + self.shape.n_states)
+        n = sum(sum(plan.group_terms[ell]) for ell in plan.rounds(frames)) + shape.n_models * (1 + shape.n_states)
         if plan.prod is not None:
             n += plan.prod.n_products * blocks
         if plan.mix is not None:
@@ -897,8 +909,10 @@ class ForwardAlice:
         await self._termination(finals)
         self.online["seconds"] = time.perf_counter() - w0
         self.online["cpu_seconds"] = time.process_time() - c0
-        self.online["obfuscators"] = self.pool.stats()
-        return AliceForward(frames=self.tl.total, n_models=self.shape.n_models,
+        _, shape, pool = self._prepared()
+        assert self.tl.total is not None   # the emissions sent the final block
+        self.online["obfuscators"] = pool.stats()
+        return AliceForward(frames=self.tl.total, n_models=shape.n_models,
                             timings={"offline": dict(self.offline), "online": dict(self.online)})
 
     def _mark(self, name: str) -> None:
@@ -906,14 +920,15 @@ class ForwardAlice:
 
     # ------------------------------------------------------------------ step 1: emissions, block by block
     async def _emissions(self, X) -> None:
-        B = self.plan.block
+        plan, shape, _ = self._prepared()
+        B = plan.block
         buf: list[np.ndarray] = []
         held = 0
         b = 0
         consumers = []
         try:
             async for chunk in _as_chunks(X):
-                frames = _check_frames(self.shape, chunk, self.params, self.tl.count + held)
+                frames = _check_frames(shape, chunk, self.params, self.tl.count + held)
                 if len(frames):
                     buf.append(frames)
                     held += len(frames)
@@ -936,7 +951,8 @@ class ForwardAlice:
 
     async def _block(self, b: int, frames, final: bool) -> None:
         """Send block b (its frames' count, then the products or the OT choices) and take its emissions."""
-        ch, tag, bob, plan = self.ch, self.tag, self.bob, self.plan
+        ch, tag, bob = self.ch, self.tag, self.bob
+        plan, shape, pool = self._prepared()
         n = len(frames)
         first = self.tl.count
         self._check_frame_count(first + n)
@@ -947,17 +963,18 @@ class ForwardAlice:
         if plan.prod is not None:
             lay = plan.prod
             S = lay.frames_per_ciphertext
-            Z = products(frames, self.shape.covariance_type)              # (n, P)
+            Z = products(frames, shape.covariance_type)                   # (n, P)
             ints = [[encode_float(float(x), lay.prod_frac_bits) for x in row] for row in Z.T]
             flat = [x for row in ints for x in (row + [0] * (S - n))]
             plain = lay.packing.pack(flat) if lay.packing.packed else flat
-            cts = [self.pool.encrypt(m) for m in plain]
+            cts = [pool.encrypt(m) for m in plain]
             await ch.send(bob, f"{tag}/prod/{b}",
                           EncryptedVector(self.pk, cts, lay.n_products * S, -lay.prod_frac_bits,
                                           lay.packing, lay.product_bound(self.params)).to_proto())
         offsets = await self._recv_offsets(b, first, n)
         for k in range(n):
             self.tl.put("c", first + k, offsets[k])
+        v: Sequence[Sequence[int | None]]
         if plan.prod is None:
             v = await self._discrete_block(b, frames)
         else:
@@ -974,7 +991,7 @@ class ForwardAlice:
                                 f"({self.params.max_frames})", f"{frames} frames or more")
 
     async def _recv_offsets(self, b: int, first: int, n: int) -> list[list[int]]:
-        plan = self.plan
+        plan, _, _ = self._prepared()
         counts = [plan.offsets_in_frame(first + k, self.tl.total) for k in range(n)]
         vals = from_bigints(await self.ch.recv(self.bob, f"{self.tag}/c/{b}", pb.BigInts), count=sum(counts),
                             bound_bits=plan.offset_bits, what=f"{self.tag}/c/{b} from {self.bob}")
@@ -986,7 +1003,9 @@ class ForwardAlice:
 
     async def _gaussian_block(self, b: int, n: int) -> list[list[int]]:
         """Decrypt Bob's masked quadratic forms of block b; round to the grid (exact in Bob's masks)."""
-        lay, shape = self.plan.prod, self.shape
+        plan, shape, _ = self._prepared()
+        lay = plan.prod
+        assert lay is not None   # Gaussian emissions: the plan has the products' layout
         S, R = lay.frames_per_ciphertext, shape.rows
         msg = await self.ch.recv(self.bob, f"{self.tag}/q/{b}", pb.CiphertextVector)
         vec = EncryptedVector.from_proto(msg, self.pk, length=R * S, exponent=-lay.v_frac_bits,
@@ -998,16 +1017,16 @@ class ForwardAlice:
         return [[(vals[r * S + k] + half) >> sh for r in range(R)] for k in range(n)]
 
     async def _discrete_block(self, b: int, symbols: np.ndarray) -> list[list[int | None]]:
-        plan, shape = self.plan, self.shape
+        plan, shape, _ = self._prepared()
         rows = await ot_choose(self.ch, self.bob, [int(x) for x in symbols], max(2, shape.dim),
                                tag_prefix=f"{self.tag}/ot/{b}", rng=self._rng("ot", str(b)))
         width = OT_VALUE_BYTES * shape.n_values
         lim = 1 << plan.emission_bits
-        out = []
+        out: list[list[int | None]] = []
         for t, row in enumerate(rows):
             if len(row) != width:
                 raise InvalidMessage(f"OT row {t} of block {b} from {self.bob} has {len(row)} bytes, expected {width}")
-            vals = []
+            vals: list[int | None] = []
             for i in range(shape.n_values):
                 x = int.from_bytes(row[i * OT_VALUE_BYTES:(i + 1) * OT_VALUE_BYTES], "little", signed=True)
                 if x == OT_ZERO:
@@ -1021,13 +1040,13 @@ class ForwardAlice:
 
     async def _mixture_block(self, b: int, first: int, q: list[list[int]], offsets) -> list[list[int]]:
         """LOGSUM over the components of every (state, frame) of block b (steps E, W, L); v per state."""
-        plan, shape = self.plan, self.shape
+        plan, shape, pool = self._prepared()
         N, C = shape.n_states, shape.n_mix
         lay = plan.mix
         n = len(q)
         v = [[0] * shape.n_values for _ in range(n)]
         e_ints: list[int] = []
-        ms: list[int | None] = []
+        ms: list[int] = []
         s = 0
         for k in range(n):
             pos = plan.induction_offsets(first + k, self.tl.total)
@@ -1039,13 +1058,16 @@ class ForwardAlice:
                     if len(comps) == 1:
                         v[k][d * N + j] = ys[0]
                         continue
+                    assert lay is not None   # a sum of >= 2 components: the plan made its layout (Plan.mix)
                     es, m = ls.exponentiate_terms(ys, lay)          # (E)
+                    assert m is not None     # the components' terms are finite: their largest is m
                     ms.append(m)
                     e_ints.extend(x << lay.shift(s) for x in es)
                     s += 1
         if s:
+            assert lay is not None   # s sums above
             await self.ch.send(self.bob, f"{self.tag}/mix-e/{b}",
-                               EncryptedVector(self.pk, [self.pool.encrypt(x) for x in e_ints], len(e_ints), 0,
+                               EncryptedVector(self.pk, [pool.encrypt(x) for x in e_ints], len(e_ints), 0,
                                                UNPACKED, int(self.pk.max_int)).to_proto())
             u = EncryptedVector.from_proto(await self.ch.recv(self.bob, f"{self.tag}/mix-u/{b}", pb.CiphertextVector),
                                            self.pk, length=s, exponent=0, packing=lay.packing,
@@ -1060,7 +1082,8 @@ class ForwardAlice:
 
     # ------------------------------------------------------------------ steps 2–3: start and induction
     async def _induction(self, g: int) -> dict[int, int | None]:
-        ch, tag, bob, plan = self.ch, self.tag, self.bob, self.plan
+        ch, tag, bob = self.ch, self.tag, self.bob
+        plan, _, pool = self._prepared()
         N = plan.N
         models = plan.groups[g]
         lay = plan.ind
@@ -1093,13 +1116,15 @@ class ForwardAlice:
                     if len(paths) <= 1:                       # no path (−∞) or one: no LOGSUM
                         new[d * N + j] = ys[0] if paths else None
                         continue
+                    assert lay is not None    # a sum of >= 2 paths: the plan made its layout (Plan.ind)
                     es, m = ls.exponentiate_terms(ys, lay)                 # (E), seed step 6
                     k = len(ms)
                     ms.append(m)
                     e_ints.extend(x << lay.shift(k) for x in es)
             if sums:
+                assert lay is not None and self.urgent is not None   # sums above; threads opened by prepare()
                 await ch.send(bob, f"{tag}/e/{s}/{g}",
-                              EncryptedVector(self.pk, [self.pool.encrypt(x) for x in e_ints], len(e_ints), 0,
+                              EncryptedVector(self.pk, [pool.encrypt(x) for x in e_ints], len(e_ints), 0,
                                               UNPACKED, int(self.pk.max_int)).to_proto())
                 u = EncryptedVector.from_proto(await ch.recv(bob, f"{tag}/u/{s}/{g}", pb.CiphertextVector), self.pk,
                                                length=len(sums), exponent=0, packing=lay.packing,
@@ -1120,7 +1145,7 @@ class ForwardAlice:
         """Frames s..e's values are no longer needed by one more group (the last group to pass drops them)."""
         done = self._passed
         done[s] = done.get(s, 0) + 1
-        if done[s] == len(self.plan.groups):
+        if done[s] == len(self._prepared()[0].groups):
             del done[s]
             for t in range(s, e + 1):
                 self.tl.forget("c", t)
@@ -1128,25 +1153,28 @@ class ForwardAlice:
 
     # ------------------------------------------------------------------ step 4: termination
     async def _termination(self, L: dict[int, int | None]) -> None:
-        ch, tag, bob, plan = self.ch, self.tag, self.bob, self.plan
+        ch, tag, bob = self.ch, self.tag, self.bob
+        plan, _, pool = self._prepared()
         D, N, F = plan.D, plan.N, plan.F
         c = from_bigints(await ch.recv(bob, f"{tag}/fin-c", pb.BigInts), count=D * N, bound_bits=plan.offset_bits,
                          what=f"{tag}/fin-c from {bob}")
-        ys = [[None if L[d * N + j] is None else L[d * N + j] + c[d * N + j] for j in range(N)] for d in range(D)]
+        ys = [[None if (l_dj := L[d * N + j]) is None else l_dj + c[d * N + j] for j in range(N)] for d in range(D)]
         lay = plan.fin
         if lay is None:
             scores = [y[0] for y in ys]
         else:
-            e_ints, ms = [], []
+            e_ints: list[int] = []
+            ms: list[int | None] = []
             for d in range(D):
                 es, m = ls.exponentiate_terms(ys[d], lay)                   # (E)
                 ms.append(m)
                 e_ints.extend(x << lay.shift(d) for x in es)
-            await ch.send(bob, f"{tag}/fin-e", EncryptedVector(self.pk, [self.pool.encrypt(x) for x in e_ints],
+            await ch.send(bob, f"{tag}/fin-e", EncryptedVector(self.pk, [pool.encrypt(x) for x in e_ints],
                                                                len(e_ints), 0, UNPACKED,
                                                                int(self.pk.max_int)).to_proto())
             u = EncryptedVector.from_proto(await ch.recv(bob, f"{tag}/fin-u", pb.CiphertextVector), self.pk,
                                            length=D, exponent=0, packing=lay.packing, what=f"{tag}/fin-u from {bob}")
+            assert self.urgent is not None   # opened by prepare()
             totals = ls.unpack_sums(await self.urgent.adecrypt_signed(self.sk, u.ciphertexts), D, lay)
             scores = [None if m is None else ls.logarithm(u_d, m, lay) for u_d, m in zip(totals, ms)]   # (L)
         if all(s is None for s in scores):
@@ -1156,7 +1184,7 @@ class ForwardAlice:
             raise InvalidMessage("a log-likelihood lies beyond ±2^40 nats: the observations are out of range")
         zero = encode_float(LOG_ZERO, F)
         ints = [zero if s is None else s for s in scores]
-        await ch.send(bob, f"{tag}/fin-l", EncryptedVector(self.pk, [self.pool.encrypt(x) for x in ints], D, -F,
+        await ch.send(bob, f"{tag}/fin-l", EncryptedVector(self.pk, [pool.encrypt(x) for x in ints], D, -F,
                                                            UNPACKED, final_bound(plan)).to_proto())
         self._mark("termination_done")
 
@@ -1167,6 +1195,13 @@ def final_bound(plan: Plan) -> int:
 
 
 # =============================================================================== Bob
+def _layout(layout: ls.LogsumLayout | None) -> ls.LogsumLayout:
+    """The plan's layout of one kind of LOGSUM (:attr:`Plan.ind`, ``fin``, ``mix``), asked for where such a sum
+    exists: the plan makes it whenever one does (None only when there is none)."""
+    assert layout is not None, "a LOGSUM without its layout"
+    return layout
+
+
 class _BobMasks:
     """Bob's masks, one labelled stream per frame and purpose (replayable, thread-order independent)."""
 
@@ -1174,8 +1209,9 @@ class _BobMasks:
         self.plan = plan
         self.rng_of = rng_of
         self._emission: dict[int, list[int]] = {}
-        self._mix: dict[int, tuple] = {}
-        self._step: dict[int, tuple] = {}
+        self._mix: dict[int, tuple[list[int], list[list[int]], list[int], list[list[int]]]] = {}
+        self._step: dict[tuple[int, int],
+                         tuple[list[int], list[list[int]], list[list[int]], list[list[list[int]]]]] = {}
         self._start: list[int] | None = None
 
     def emission(self, t: int) -> list[int]:
@@ -1195,7 +1231,7 @@ class _BobMasks:
             sigma = [ls.uniform_ints(rng, len(plan.comps[d][j]), plan.K) if len(plan.comps[d][j]) >= 2
                      else [0] for d in range(plan.D) for j in range(plan.N)]
             nu = ls.smudging(rng, plan.mix, len(plan.mix_sums)) if plan.mix else []
-            k = [ls.term_weights(sigma[d * plan.N + j], plan.mix) for d, j in plan.mix_sums]
+            k = [ls.term_weights(sigma[d * plan.N + j], _layout(plan.mix)) for d, j in plan.mix_sums]
             self._mix[t] = (omega, sigma, nu, k)
         return self._mix[t]
 
@@ -1223,8 +1259,9 @@ class _BobMasks:
             omega = ls.uniform_ints(rng, plan.shape.n_values, plan.mp.offset_int)
             sigma = [ls.uniform_ints(rng, len(plan.paths[ell][d][j]), plan.K) if plan.he_state(d, j, ell) else [0]
                      for d in range(plan.D) for j in range(plan.N)]
-            nu = [ls.smudging(rng, plan.ind, len(s)) if s else [] for s in plan.group_sums[ell]]
-            k = [[ls.term_weights(sigma[d * plan.N + j], plan.ind) for d, j in s] for s in plan.group_sums[ell]]
+            nu = [ls.smudging(rng, _layout(plan.ind), len(s)) if s else [] for s in plan.group_sums[ell]]
+            k = [[ls.term_weights(sigma[d * plan.N + j], _layout(plan.ind)) for d, j in s]
+                 for s in plan.group_sums[ell]]
             self._step[(t, ell)] = (omega, sigma, nu, k)
         return self._step[(t, ell)]
 
@@ -1286,7 +1323,7 @@ class ForwardBob:
         self._path_log_cache: dict[int, list[list[int]]] = {}
         self.pool: ObfuscatorPool | None = None
         self.offline: dict[str, float] = {}
-        self.online: dict[str, float] = {}
+        self.online: dict[str, Any] = {}           # seconds, and the obfuscator pool's counts (run)
         self.tl = _Timeline()
         self._steps_done: dict[int, int] = {}
         self.urgent: CryptoThreads | None = None
@@ -1380,6 +1417,7 @@ class ForwardBob:
         result = await self._termination()
         self.online["seconds"] = time.perf_counter() - w0
         self.online["cpu_seconds"] = time.process_time() - c0
+        assert self.pool is not None and self.tl.total is not None   # made by prepare(); the final block came
         self.online["obfuscators"] = self.pool.stats()
         return BobForward(result, self.tl.total, {"offline": dict(self.offline), "online": dict(self.online)})
 
@@ -1422,7 +1460,9 @@ class ForwardBob:
         cache = self._path_log_cache
         if ell not in cache:
             plan, N = self.plan, self.plan.N
-            cache[ell] = [[sum(self._log_a[(d, a, b)] for a, b in zip(p, p[1:] + (j,))) for p in plan.paths[ell][d][j]]
+            log_a = self._log_a
+            assert log_a is not None   # made by _offsets (the caller) before it asks
+            cache[ell] = [[sum(log_a[(d, a, b)] for a, b in zip(p, p[1:] + (j,))) for p in plan.paths[ell][d][j]]
                           for d in range(plan.D) for j in range(N)]
         return cache[ell]
 
@@ -1461,10 +1501,12 @@ class ForwardBob:
                 V = masks.emission(t)
                 omega, sigma, _, _ = masks.mixture(t)
                 C = plan.shape.n_mix
+                log_w = self._log_w
+                assert log_w is not None   # made above with the first offsets, for mixtures
                 for d in range(D):
                     for j in range(N):
                         comps = plan.comps[d][j]
-                        out.extend(ls.term_offsets([self._log_w[(d, j, c)] for c in comps],
+                        out.extend(ls.term_offsets([log_w[(d, j, c)] for c in comps],
                                                    [V[(d * N + j) * C + c] for c in comps], omega[d * N + j],
                                                    sigma[d * N + j] if len(comps) >= 2 else [0]))
         return out
@@ -1486,6 +1528,8 @@ class ForwardBob:
         for r in range(R):
             slots = [masks[k][r] << lay.shift for k in range(n)] + [0] * (S - n)
             masks_packed.append(lay.packing.pack(slots)[0] if lay.packing.packed else slots[0])
+        # the continuous models' coefficients (run() made them) and the pool (prepare())
+        assert self._cints is not None and self.pool is not None
         out = await _quadratic_forms_block(_threads_for(self, b), self.pk, vec.ciphertexts, self._cints, masks_packed,
                                            self.pool)
         bound = lay.packing.slot_capacity if lay.packing.packed else int(self.pk.max_int)
@@ -1513,6 +1557,7 @@ class ForwardBob:
             for s in range(len(plan.mix_sums)):
                 terms.append([(next(it), w) for w in kw[s]])
                 nus.append(nu[s])
+        assert self.pool is not None   # made by prepare()
         u = await ls.aweighted_sums(self.pk, terms, nus, lay, self.pool, _threads_for(self, b))
         await ch.send(alice, f"{tag}/mix-u/{b}", EncryptedVector(self.pk, u, len(terms), 0, lay.packing,
                                                                  lay.max_sum).to_proto())
@@ -1547,6 +1592,8 @@ class ForwardBob:
             ch.progress(round=e, step="induction")
             sums = plan.group_sums[ell][g]
             if sums:
+                # sums: the plan made their layout (Plan.ind); prepare() the pool and the threads
+                assert lay is not None and self.pool is not None and self.urgent is not None
                 msg = await ch.recv(alice, f"{tag}/e/{s}/{g}", pb.CiphertextVector)
                 x = EncryptedVector.from_proto(msg, self.pk, length=plan.group_terms[ell][g], exponent=0,
                                                packing=UNPACKED, what=f"{tag}/e/{s}/{g} from {alice}")
@@ -1571,6 +1618,7 @@ class ForwardBob:
     async def _termination(self) -> EncryptedVector:
         ch, tag, alice, plan = self.ch, self.tag, self.alice, self.plan
         D, N, F, T = plan.D, plan.N, plan.F, self.tl.total
+        assert T is not None   # the final block came: the emissions are done
         omega, sigma, nu, kw = self.masks.final()
         M = self.masks.M(T - 1)
         c = [x for d in range(D) for x in ls.term_offsets([0] * N, M[d * N:(d + 1) * N], omega[d],
@@ -1581,6 +1629,7 @@ class ForwardBob:
             e = EncryptedVector.from_proto(await ch.recv(alice, f"{tag}/fin-e", pb.CiphertextVector), self.pk,
                                            length=D * N, exponent=0, packing=UNPACKED, what=f"{tag}/fin-e from {alice}")
             terms = [[(e.ciphertexts[d * N + j], kw[d][j]) for j in range(N)] for d in range(D)]
+            assert self.pool is not None and self.urgent is not None   # made by prepare()
             u = await ls.aweighted_sums(self.pk, terms, nu, lay, self.pool, self.urgent)  # (W), seed step 8
             await ch.send(alice, f"{tag}/fin-u", EncryptedVector(self.pk, u, D, 0, lay.packing, lay.max_sum).to_proto())
         back = EncryptedVector.from_proto(await ch.recv(alice, f"{tag}/fin-l", pb.CiphertextVector), self.pk,
@@ -1606,7 +1655,9 @@ def _close_threads(role: ForwardAlice | ForwardBob) -> None:
 def _threads_for(role: ForwardAlice | ForwardBob, block: int) -> CryptoThreads:
     """Block 0's emissions gate the first induction round: both parties compute them at full priority.
     Later blocks only have to be ready when the induction reaches them: background threads."""
-    return role.urgent if block == 0 else role.background
+    threads = role.urgent if block == 0 else role.background
+    assert threads is not None   # opened by prepare() (_open_threads) until close()
+    return threads
 
 
 async def _quadratic_forms_block(threads: CryptoThreads, pk: PublicKey, cts: list[mpz], cints: list[list[int]],

@@ -9,12 +9,12 @@ or stdout.  One module per protocol.
 
 from __future__ import annotations
 
-from smcdp.cli.demo import dp_aggregate, keyword, power_iteration
+from smcdp.cli.demo import dp_aggregate, keyword, power_iteration, speaker
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("demo", help="run a protocol end to end between separate party processes")
     sub = p.add_subparsers(dest="demo_command", metavar="PROTOCOL")
     sub.required = True
-    for module in (power_iteration, dp_aggregate, keyword):
+    for module in (power_iteration, dp_aggregate, keyword, speaker):
         module.register(sub)

@@ -39,7 +39,7 @@ def _roles(protocol: str, p) -> dict[str, str]:
         names = ["trent", *p.data_roles]
     elif protocol == "dp-aggregate":
         names = ["charlie", *p.party_roles, "dave"]
-    elif protocol == "keyword":
+    elif protocol in ("keyword", "speaker-verify", "speaker-identify"):
         names = ["alice", "bob"]
     else:
         raise AssertionError(f"no role map for {protocol}: add it here")

@@ -1,0 +1,694 @@
+"""Privacy-preserving speaker verification and identification with GMMs (seed 003 §5.2.2; Pathak & Raj,
+IEEE TASLP 2013) between Alice (the user's device: the utterance's features, the Paillier private key) and
+Bob (the service: a GMM-UBM, the enrolled speakers' MAP-adapted GMMs and the threshold θ).
+
+A GMM is a one-state HMM with a mixture emission, so the log-likelihood of an utterance with independent
+frames, Σ_t log p(x_t | λ), is what the secure forward algorithm (:mod:`smcdp.protocols.secure_forward`)
+returns for it: per frame one LOGSUM over the mixture components of Gaussian log-likelihoods computed
+as quadratic forms of Alice's encrypted features, and for the frame sum nothing more (a state with one
+predecessor costs no round trip) -- all frames of a block in one round.  Scores are on the grid 2^−F
+(F = ``log_frac_bits``).
+
+**Verification** (``speaker-verify``), for the claimed speaker s (a public parameter: the user says who
+she is):
+
+1. Alice makes a Paillier key pair ξ and sends the public key.
+2. Alice and Bob run the secure forward algorithm on the two models (λ_s, λ_UBM); Bob obtains
+   ``ξ(ℓ_s)`` and ``ξ(ℓ_UBM)``, ℓ = Σ_t log p(x_t | λ) on the grid.
+3. Bob forms ``ξ(D) = ξ(ℓ_s − ℓ_UBM − T·fx(θ))`` (T, the number of frames, is public), draws r uniform
+   in [0, 2^{L+κ}) (|D| < 2^L, κ = ``stat_bits``) and sends ``ξ(D + r)``, re-randomised.
+4. Alice decrypts x = D + r (statistically hiding D); Alice (x) and Bob (y = r) run the DGK comparison
+   (:mod:`smcdp.primitives.comparison`, Bob holds the DGK key): ``[x < y] = [D < 0]``, the reject bit,
+   goes only to the designated party (``output``: bob by default, or alice).  Accept ⇔ D ≥ 0 ⇔ the
+   average frame log-likelihood ratio ≥ θ.
+
+**Identification** (``speaker-identify``), K enrolled speakers padded to the public bound
+``max_speakers`` = K̄ with dummy models:
+
+1. As above.
+2. The secure forward algorithm on the K̄ + 1 models (padded speakers, UBM): Bob obtains ``ξ(ℓ_k)``
+   and ``ξ(ℓ_UBM)``.
+3. Candidates j = 0 … K̄: "none of them" (j = 0, D_0 = 0) and the speakers (j = k + 1,
+   D_j = ℓ_k − ℓ_UBM − T·fx(θ); a dummy gets D_j = −2^L, below every real score).  Ties are broken by
+   distinct offsets, ``v_j = (K̄ + 1)·D_j + t_j`` (a speaker beats "none" at D = 0, a lower index beats a
+   higher one), so all v_j differ.  Bob draws r_j uniform in [0, 2^{L'+κ}) (|v| < 2^{L'}) and sends
+   ``ξ(v_j + r_j)``; with his own Paillier key ζ (public key first) he sends ``ζ(r_j)``.
+4. Alice decrypts a_j = v_j + r_j, draws a secret permutation π and s_j uniform in [0, 2^{L'+2κ}) and
+   returns ``ζ(r_{π(j)} + s_j)`` in π's order; she keeps x_j = a_{π(j)} + s_j, Bob decrypts
+   y_j = r_{π(j)} + s_j: v_{π(j)} = x_j − y_j, shared in an order Bob does not know.
+5. Every pair p < q of positions, in one batch of DGK comparisons with the bits to Bob:
+   ``[x_p − x_q < y_p − y_q] = [v_{π(p)} < v_{π(q)}]``.  Bob finds the position w that wins all its
+   comparisons (the values are distinct: exactly one).
+6. Output to bob: Alice sends, by 1-out-of-(K̄+1) oblivious transfer, the candidate index π(j) of every
+   position j; Bob chooses w and learns π(w): a speaker or "none".  Output to alice: Bob sends w, Alice
+   computes c = π(w) and obtains the candidate's name (empty for "none") from Bob by 1-out-of-(K̄+1) OT.
+
+docs/protocols/speaker.md says exactly who learns what and proves the fixed-point bound.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import time
+from types import MappingProxyType
+from dataclasses import asdict, dataclass, field, fields
+
+import gmpy2
+import numpy as np
+
+from smcdp.crypto import dgk
+from smcdp.crypto.codec import (
+    ciphertext_from_proto,
+    ciphertext_to_proto,
+    public_key_from_proto,
+    public_key_to_proto,
+)
+from smcdp.crypto.encoding import UNPACKED
+from smcdp.crypto.naor_pinkas import MODP2048
+from smcdp.crypto.paillier import PrivateKey, check_key_bits, generate_keypair
+from smcdp.crypto.vector import EncryptedVector
+from smcdp.errors import InputRejected, InvalidMessage
+from smcdp.net.channel import Channel
+from smcdp.net.limits import TrafficEnvelope, ciphertext_vector_bytes
+from smcdp.primitives.comparison import compare_holder_a, compare_holder_b
+from smcdp.primitives.ot import ot_choose, ot_send
+from smcdp.primitives.rng import (
+    Randomness,
+    SeedLike,
+    prepare_session_keypair,
+    protocol_rng,
+    session_keypair,
+)
+from smcdp.protocols.secure_forward import (
+    MAX_FRAMES,
+    ForwardAlice,
+    ForwardBob,
+    ForwardParams,
+    forward_traffic,
+    model_coefficients,
+)
+from smcdp.speech.forward import products
+from smcdp.speech.frontend import CMN_MODES
+from smcdp.speech.speaker import DiagGMM, SpeakerModels, check_name
+from smcdp.v1 import messages_pb2 as pb
+
+ALICE, BOB = "alice", "bob"
+OUTPUTS = (BOB, ALICE)
+#: public bound (bits, nats) on |D| = |ℓ_s − ℓ_UBM − T·θ|: the forward's scores lie below 2^40 nats each
+#: (Alice refuses more), |θ| ≤ 2^20 and T ≤ 10^5 < 2^17, so |D| < 2^41 + 2^37 < 2^42
+SCORE_BOUND_BITS = 42
+MAX_THRESHOLD_NATS = float(1 << 20)
+MAX_SPEAKERS_BOUND = 64
+#: the largest candidate label Bob transfers (a speaker name, ≤ 64 characters of UTF-8)
+MAX_NAME_BYTES = 256
+
+
+# =============================================================================== parameters
+@dataclass
+class SpeakerParams(ForwardParams):
+    """Public parameters shared by both speaker protocols (and the secure forward algorithm's)."""
+
+    protocol_name = "speaker"
+
+    key_bits: int = 2048
+    dgk_bits: int = 2048           # Bob's DGK key for the comparisons
+    dgk_t: int = 224
+    stat_bits: int = 40            # κ: statistical hiding of every masked score
+    #: the party that learns the result (the accept bit, the speaker): bob (the service, default) or alice
+    output: str = BOB
+    #: cepstral mean normalisation of Alice's front end for a WAV input (must match Bob's models)
+    cmn: str = "utterance"
+    # the forward algorithm's bounds for GMMs: one state; 64 components of 39 MFCCs; 3 s of frames
+    max_states: int = 1
+    max_mixtures: int = 64
+    max_features: int = 39
+    max_models: int = 0            # derived: 2 (verify) or max_speakers + 1 (identify); 0 = derive it
+
+    def models_needed(self) -> int:  # pragma: no cover - both protocols override
+        raise NotImplementedError
+
+    def __post_init__(self) -> None:
+        if self.max_models == 0:
+            self.max_models = self.models_needed()
+
+    def validate(self):
+        super().validate()
+        if isinstance(self.key_bits, bool) or not isinstance(self.key_bits, int) or not 256 <= self.key_bits <= 16384:
+            raise InvalidMessage(f"{self.protocol_name} parameter key_bits={self.key_bits!r} must be an integer in "
+                                 "[256, 16384]")
+        for name, lo, hi in (("dgk_bits", 256, 8192), ("dgk_t", 16, 1024), ("stat_bits", 20, 128)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                raise InvalidMessage(f"{self.protocol_name} parameter {name}={v!r} must be an integer in [{lo}, {hi}]")
+        if self.output not in OUTPUTS:
+            raise InvalidMessage(f"{self.protocol_name} parameter output={self.output!r} must be one of {list(OUTPUTS)}")
+        if self.cmn not in CMN_MODES:
+            raise InvalidMessage(f"{self.protocol_name} parameter cmn={self.cmn!r} must be one of {list(CMN_MODES)}")
+        if self.max_states != 1:
+            raise InvalidMessage(f"{self.protocol_name}: max_states must be 1 (a GMM is a one-state model)")
+        if self.max_models != self.models_needed():
+            raise InvalidMessage(f"{self.protocol_name}: max_models is {self.models_needed()} here (derived; "
+                                 "leave it out)")
+        if self.frames_per_round != 1:
+            raise InvalidMessage(f"{self.protocol_name}: frames_per_round must be 1 (one-state models need no "
+                                 "induction round trips)")
+        return self
+
+    def forward(self) -> ForwardParams:
+        names = {f.name for f in fields(ForwardParams)}
+        return ForwardParams(**{k: v for k, v in asdict(self).items() if k in names})
+
+    @property
+    def score_bits(self) -> int:
+        """L: |D| < 2^L on the grid 2^−F."""
+        return SCORE_BOUND_BITS + self.log_frac_bits
+
+    def _forward_envelope(self, role: str, extra_alice, extra_bob) -> TrafficEnvelope:
+        source = (f"{self.protocol_name} parameters ({self.max_frames} frames, {self.max_models} GMMs of "
+                  f"{self.max_mixtures} components, {self.max_features} features, {self.key_bits}-bit key)")
+        to_alice, to_bob = forward_traffic(self.forward(), self.key_bits, "gmm-diag")
+        msgs = to_alice + extra_alice if role == ALICE else to_bob + extra_bob
+        return TrafficEnvelope.from_messages(msgs, source)
+
+    def _dgk_batch(self, count: int, ell: int) -> int:
+        """The largest message of a batch of ``count`` DGK comparisons of ``ell`` bits (either side)."""
+        ct = self.dgk_bits // 8 + 8
+        return count * (ell + 1) * ct + 256
+
+    def _dgk_key(self) -> int:
+        return 4 * (self.dgk_bits // 8 + 8) + 64
+
+
+@dataclass
+class VerifyParams(SpeakerParams):
+    """Public parameters of a speaker-verification session."""
+
+    protocol_name = "speaker-verify"
+    #: the claimed identity (public: the user names who she is)
+    claim: str = ""
+
+    def models_needed(self) -> int:
+        return 2
+
+    def validate(self) -> VerifyParams:
+        super().validate()
+        check_name(self.claim)
+        return self
+
+    @property
+    def ell(self) -> int:
+        """DGK comparison length: x = D + r and y = r lie in (−2^L, 2^{L+κ} + 2^L)."""
+        return self.score_bits + self.stat_bits + 2
+
+    def traffic_envelope(self, role: str) -> TrafficEnvelope:
+        ct1 = ciphertext_vector_bytes(1, self.key_bits)
+        hdr = 64
+        batch = self._dgk_batch(1, self.ell)
+        return self._forward_envelope(
+            role,
+            [(1, ct1), (1, hdr), (1, self._dgk_key()), (1, batch)],        # sv/masked, DGK hdr, pk, bits
+            [(1, self.key_bits // 8 + 32), (1, batch), (1, hdr)])          # sv/pk, DGK ciphertexts, delta
+
+
+@dataclass
+class IdentifyParams(SpeakerParams):
+    """Public parameters of a speaker-identification session."""
+
+    protocol_name = "speaker-identify"
+    #: public bound K̄ on the enrolled speakers: Bob pads to it, so their number stays his
+    max_speakers: int = 16
+
+    def models_needed(self) -> int:
+        k = self.max_speakers
+        return k + 1 if isinstance(k, int) and not isinstance(k, bool) else 0
+
+    def validate(self) -> IdentifyParams:
+        k = self.max_speakers
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_SPEAKERS_BOUND:
+            raise InvalidMessage(f"speaker-identify parameter max_speakers={k!r} must be an integer in "
+                                 f"[1, {MAX_SPEAKERS_BOUND}]")
+        super().validate()
+        return self
+
+    @property
+    def candidates(self) -> int:
+        return self.max_speakers + 1
+
+    @property
+    def value_bits(self) -> int:
+        """L': |v_j| < 2^{L'} for v_j = (K̄ + 1)·D_j + t_j."""
+        return self.score_bits + math.ceil(math.log2(self.candidates)) + 1
+
+    @property
+    def ell(self) -> int:
+        """DGK comparison length: |x_p − x_q|, |y_p − y_q| < 2^{L'+2κ+2}."""
+        return self.value_bits + 2 * self.stat_bits + 3
+
+    def traffic_envelope(self, role: str) -> TrafficEnvelope:
+        n = self.candidates
+        pairs = n * (n - 1) // 2
+        ctv = ciphertext_vector_bytes(n, self.key_bits)
+        batch = self._dgk_batch(pairs, self.ell)
+        group = MODP2048.byte_length + 32
+        label_ot = max(2, n) * (MAX_NAME_BYTES + 6) + 16
+        return self._forward_envelope(
+            role,
+            [(1, self.key_bits // 8 + 32), (2, ctv), (1, 64), (1, self._dgk_key()), (1, batch),
+             (1, 64), (1, group), (1, label_ot), (1, 64)],
+            [(1, self.key_bits // 8 + 32), (1, ctv), (1, batch), (1, group), (1, 64), (1, label_ot)])
+
+
+# =============================================================================== results
+@dataclass
+class VerifyResult:
+    """A role's result: ``accept`` is None at the party that does not learn the decision; ``prepare_next``
+    (Alice's): what her next session's key and obfuscators are made for (:func:`prepare_alice`)."""
+
+    accept: bool | None
+    frames: int = 0
+    timings: dict = field(default_factory=dict)
+    stats: dict = field(default_factory=dict)
+    prepare_next: "AliceSizes | None" = None
+
+    @property
+    def decision(self) -> str | None:
+        return None if self.accept is None else ("accept" if self.accept else "reject")
+
+
+@dataclass
+class IdentifyResult:
+    """A role's result: ``learned`` says whether this party learned the outcome; ``speaker`` is the name,
+    or None for "none of them" (and None, with ``learned`` False, at the other party)."""
+
+    learned: bool
+    speaker: str | None = None
+    frames: int = 0
+    timings: dict = field(default_factory=dict)
+    stats: dict = field(default_factory=dict)
+    prepare_next: "AliceSizes | None" = None
+
+
+# =============================================================================== shared pieces
+def _frames(X, params: SpeakerParams) -> np.ndarray:
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2 or not 1 <= X.shape[0] <= min(params.max_frames, MAX_FRAMES):
+        raise InputRejected(f"the utterance must be a T x d feature matrix with 1..{params.max_frames} frames",
+                            f"shape {X.shape}")
+    if not np.all(np.isfinite(X)):
+        raise InputRejected("the utterance must not contain NaN or infinite values", "")
+    return X
+
+
+def _threshold_int(threshold: float, F: int) -> int:
+    if not math.isfinite(threshold) or abs(threshold) > MAX_THRESHOLD_NATS:
+        raise InputRejected(f"the threshold must be finite and at most {MAX_THRESHOLD_NATS:g} nats per frame",
+                            repr(threshold))
+    return round(threshold * (1 << F))
+
+
+async def _alice_forward(ch: Channel, X, params: SpeakerParams, tag: str, seed: SeedLike, bob: str,
+                         allow_insecure_keys: bool, private_key: PrivateKey | None):
+    """Step 1 and Alice's half of step 2: key, public key, secure forward.  Returns (sk, timings, frames)."""
+    t0 = time.perf_counter()
+    c0 = time.process_time()
+    obfuscators = None
+    if private_key is None:
+        check_key_bits(params.key_bits, allow_insecure_keys)
+        private_key, obfuscators = session_keypair(seed, params.protocol_name, ch.role, params.key_bits,
+                                                   allow_insecure=allow_insecure_keys)
+    check_key_bits(private_key.public_key.bits, allow_insecure_keys)
+    if private_key.public_key.bits != params.key_bits:
+        raise InvalidMessage(f"the private key has {private_key.public_key.bits} bits; the session agreed on "
+                             f"{params.key_bits}")
+    keygen = time.perf_counter() - t0
+    await ch.send(bob, f"{tag}/pk", public_key_to_proto(private_key.public_key))
+    role = ForwardAlice(ch, params.forward(), private_key=private_key, bob=bob, tag=f"{tag}/fw", seed=seed,
+                        labels=(params.protocol_name, "forward"), obfuscators=obfuscators)
+    try:
+        await role.prepare(len(X))
+        sizes = AliceSizes(params.key_bits, max(1.0, float(role.offline["obfuscator_count"]) / len(X)))
+        offline = {"keygen": keygen, "prepared": obfuscators is not None, **role.offline, "seconds": time.perf_counter() - t0,
+                   "cpu_seconds": time.process_time() - c0}
+        w_on, c_on = time.perf_counter(), time.process_time()
+        fw = await role.run(X)
+        online = {"forward": dict(role.online), "w0": w_on, "c0": c_on}
+    finally:
+        role.close()
+    return private_key, offline, online, fw.frames, sizes
+
+
+async def _bob_forward(ch: Channel, gmms: list[DiagGMM], labels: list[str], models: SpeakerModels,
+                       params: SpeakerParams, tag: str, seed: SeedLike, alice: str, allow_insecure_keys: bool):
+    """Bob's half of steps 1-2: Alice's key, the secure forward on ``gmms``; ξ(ℓ) of every model."""
+    t0 = time.perf_counter()
+    c0 = time.process_time()
+    pk = public_key_from_proto(await ch.recv(alice, f"{tag}/pk", pb.PaillierPublicKey),
+                               allow_insecure=allow_insecure_keys)
+    if pk.bits != params.key_bits:
+        raise InvalidMessage(f"{alice}'s public key has {pk.bits} bits; the session agreed on {params.key_bits}")
+    hmms = models.hmm_set(gmms, labels)
+    role = ForwardBob(ch, hmms, params.forward(), public_key=pk, alice=alice, tag=f"{tag}/fw", seed=seed,
+                      labels=(params.protocol_name, "forward"))
+    try:
+        await role.prepare()
+        offline = {**role.offline, "seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0}
+        w_on, c_on = time.perf_counter(), time.process_time()
+        fw = await role.run()
+        online = {"forward": dict(role.online), "w0": w_on, "c0": c_on}
+        lls = list(fw.log_likelihoods.ciphertexts)
+        if fw.log_likelihoods.exponent != -params.log_frac_bits or len(lls) != len(gmms):
+            raise InvalidMessage("the secure forward algorithm returned scores of an unexpected shape")
+    finally:
+        role.close()
+    return pk, lls, offline, online, fw.frames
+
+
+# =============================================================================== Alice's next session, ahead
+#: obfuscators per frame before any session has shown the real number: two (verify) or K̄ + 1 = 17
+#: (identify) models of 64 components, and a few for the products and the termination
+DEFAULT_OBFUSCATORS_PER_FRAME = MappingProxyType({"speaker-verify": 2 * 64 + 4, "speaker-identify": 17 * 64 + 4})
+
+
+@dataclass(frozen=True)
+class AliceSizes:
+    """What Alice's next session is prepared for: the key size and obfuscators per frame of her last
+    session (its result's ``prepare_next``, kept by the plug-in), or the defaults before any (None:
+    :data:`DEFAULT_OBFUSCATORS_PER_FRAME`)."""
+
+    key_bits: int = 2048
+    obfuscators_per_frame: float | None = None
+
+
+def prepare_alice(root: Randomness, frames: int, protocol: str, *, sizes: AliceSizes = AliceSizes(),
+                  key_bits: int | None = None, allow_insecure_keys: bool = False) -> None:
+    """Alice's offline phase for a session of ``protocol`` with randomness root ``root``, started now in the
+    background (as keyword's): the key that session derives, its tables and the obfuscators for ``frames``
+    frames, of ``sizes``.  The mixture step's per-term encryptions are the protocol's largest cost, so a
+    warm party does most of its work while idle."""
+    per_frame = sizes.obfuscators_per_frame or DEFAULT_OBFUSCATORS_PER_FRAME[protocol]
+    count = int(per_frame * max(1, min(int(frames), MAX_FRAMES))) + 8
+    bits = sizes.key_bits if key_bits is None else key_bits
+    prepare_session_keypair(root, protocol, ALICE, bits, uses=count, obfuscators=count,
+                            allow_insecure=allow_insecure_keys)
+
+
+def _close_clock(online: dict) -> dict:
+    w0, c0 = online.pop("w0"), online.pop("c0")
+    online["seconds"] = time.perf_counter() - w0
+    online["cpu_seconds"] = time.process_time() - c0
+    return online
+
+
+def _check_models(models: SpeakerModels, params: SpeakerParams) -> None:
+    if models.ubm.n_components > params.max_mixtures or models.ubm.dim > params.max_features:
+        raise InputRejected("the speaker models are larger than the session's public bounds allow",
+                            f"{models.ubm.n_components} components of {models.ubm.dim} features; bounds "
+                            f"{params.max_mixtures}, {params.max_features}")
+
+
+# =============================================================================== the fixed-point bound
+def induction_rounding(params: ForwardParams) -> float:
+    """δ: one secure LOGSUM's error (nats), docs/protocols/keyword.md step 8: 1.0001(|ε_a| + η) + e_ln,
+    η = 0.75·2^{−p}(1 + 2^{−40}) + 2^{−51}, |ε_a| ≤ 2^{−41} + 2^{−43}, e_ln ≤ 2^{−41} + 2^{−47} (7.0·10⁻¹⁰ at p = 30)."""
+    eta = 0.75 * 2.0 ** -params.precision_bits * (1 + 2.0 ** -40) + 2.0 ** -51
+    return 1.0001 * (2.0 ** -41 + 2.0 ** -43 + eta) + 2.0 ** -41 + 2.0 ** -47
+
+
+def loglik_error_bound(models: SpeakerModels, gmms: list[DiagGMM], X, params: SpeakerParams) -> list[float]:
+    """For each GMM, the bound on |ℓ̂ − ℓ| (nats) of the secure forward algorithm on ``X``
+    (docs/protocols/speaker.md): Σ_t ε_em(t) + δ_fin, ε_em(t) = max_c ε_c(t) + 2^{−41} + 2^{−43} + δ, the
+    component error ε_c(t) = 2^{−f_p−1}‖c‖₁ + 2^{−f_c−1}‖z_t‖₁ + P·2^{−f_p−f_c−2} + 2^{−49}Σ|c_p z_tp| + 2^{−41}
+    over the quadratic form's coefficients c and the frame's products z_t."""
+    fw = params.forward()
+    hmms = models.hmm_set(gmms, [f"m{i}" for i in range(len(gmms))])
+    coefs, bits = model_coefficients(hmms, fw)
+    fp, fc = fw.product_frac_bits(bits), fw.coef_frac_bits
+    Z = np.abs(products(np.asarray(X, dtype=np.float64), "diag"))          # (T, P)
+    A = np.abs(coefs).reshape(len(gmms), -1, coefs.shape[-1])                # (models, C, P)
+    P = Z.shape[1]
+    delta = induction_rounding(fw)
+    out = []
+    for m in range(len(gmms)):
+        comp = (2.0 ** (-fp - 1) * A[m].sum(1)[None, :] + 2.0 ** (-fc - 1) * Z.sum(1)[:, None]
+                + P * 2.0 ** (-fp - fc - 2) + 2.0 ** -49 * (Z @ A[m].T) + 2.0 ** -41)   # (T, C)
+        em = comp.max(1) + 2.0 ** -41 + 2.0 ** -43 + delta
+        out.append(float(em.sum() + delta))
+    return out
+
+
+def verify_error_bound(models: SpeakerModels, claim: str, X, params: VerifyParams) -> float:
+    """The bound (nats per frame) on |secure score − plaintext score| for a verification: the two models'
+    log-likelihood bounds and the threshold's rounding T·2^{−F−1}, over T.  The secure decision equals the
+    plaintext one whenever the plaintext score is farther than this from θ."""
+    X = np.asarray(X, dtype=np.float64)
+    b = loglik_error_bound(models, [models.speaker(models.index(claim)), models.ubm], X, params)
+    return (sum(b) + len(X) * 2.0 ** (-params.log_frac_bits - 1)) / len(X)
+
+
+# =============================================================================== verification
+async def verify_alice(ch: Channel, X, params: VerifyParams, *, private_key: PrivateKey | None = None,
+                       bob: str = BOB, seed: SeedLike = None, allow_insecure_keys: bool = False) -> VerifyResult:
+    """Role Alice of ``speaker-verify``: the utterance's T × d features; learns the decision only with
+    ``output = "alice"``."""
+    params.validate()
+    t_start = time.perf_counter()
+    X = _frames(X, params)
+    tag = "sv"
+    # --- Steps 1-2: key, secure forward (Bob obtains ξ(ℓ_s), ξ(ℓ_UBM)).
+    sk, offline, online, frames, sizes = await _alice_forward(ch, X, params, tag, seed, bob, allow_insecure_keys,
+                                                       private_key)
+    # --- Step 4: x = D + r, then the comparison [x < r] = [D < 0].
+    t0 = time.perf_counter()
+    pk = sk.public_key
+    c = ciphertext_from_proto(await ch.recv(bob, f"{tag}/masked", pb.CiphertextVector), pk, f"{tag}/masked from {bob}")
+    x = sk.raw_decrypt_signed(c)
+    if not -(1 << params.score_bits) < x < (1 << (params.score_bits + params.stat_bits)) + (1 << params.score_bits):
+        raise InvalidMessage(f"{tag}/masked from {bob} is outside the masked score's range")
+    z = await compare_holder_a(ch, bob, [x], ell=params.ell, predicate="lt",
+                               output="a" if params.output == ALICE else "b", tag_prefix=f"{tag}/cmp",
+                               allow_insecure=allow_insecure_keys,
+                               rng=protocol_rng(seed, params.protocol_name, ch.role, "cmp"))
+    online["compare"] = time.perf_counter() - t0
+    accept = None if z is None else not z[0]
+    timings = {"offline": offline, "online": _close_clock(online), "frames": frames,
+               "total": time.perf_counter() - t_start}
+    return VerifyResult(accept, frames, timings, ch.stats.as_dict(), prepare_next=sizes)
+
+
+async def verify_bob(ch: Channel, models: SpeakerModels, params: VerifyParams, *, alice: str = ALICE,
+                     seed: SeedLike = None, allow_insecure_keys: bool = False, dgk_key=None) -> VerifyResult:
+    """Role Bob of ``speaker-verify``: the UBM, the enrolled models, θ; learns the decision with
+    ``output = "bob"`` (the default) and nothing else."""
+    params.validate()
+    t_start = time.perf_counter()
+    _check_models(models, params)
+    s = models.index(params.claim)
+    F = params.log_frac_bits
+    theta = _threshold_int(models.threshold, F)
+    rng = protocol_rng(seed, params.protocol_name, ch.role)
+    tag = "sv"
+    # --- Steps 1-2.
+    pk, lls, offline, online, T = await _bob_forward(
+        ch, [models.speaker(s), models.ubm], [params.claim, "ubm"], models, params, tag, seed, alice,
+        allow_insecure_keys)
+    # --- Step 3: ξ(D + r), D = ℓ_s − ℓ_UBM − T·fx(θ).
+    t0 = time.perf_counter()
+    L, kappa = params.score_bits, params.stat_bits
+    r = rng.randrange(0, 1 << (L + kappa))
+    n2 = pk.nsquare
+    shift = (1 + pk.n * pk.raw_plain(r - T * theta)) % n2
+    masked = pk.rerandomize(lls[0] * gmpy2.invert(lls[1], n2) % n2 * shift % n2)
+    await ch.send(alice, f"{tag}/masked", ciphertext_to_proto(pk, masked))
+    # --- Step 4: the comparison; Bob holds the DGK key and y = r.
+    if dgk_key is None:
+        dgk_key = dgk.generate_keypair(params.dgk_bits, params.dgk_t, max_ell=max(params.ell, dgk.DEFAULT_MAX_ELL),
+                                       allow_insecure=allow_insecure_keys,
+                                       rng=protocol_rng(seed, params.protocol_name, ch.role, "dgk-key"))
+    z = await compare_holder_b(ch, alice, [r], ell=params.ell, key=dgk_key, predicate="lt",
+                               output="a" if params.output == ALICE else "b", tag_prefix=f"{tag}/cmp")
+    online["compare"] = time.perf_counter() - t0
+    accept = None if z is None else not z[0]
+    timings = {"offline": offline, "online": _close_clock(online), "frames": T, "total": time.perf_counter() - t_start}
+    return VerifyResult(accept, T, timings, ch.stats.as_dict())
+
+
+# =============================================================================== identification
+def _label(i: int) -> bytes:
+    return struct.pack(">H", i)
+
+
+async def identify_alice(ch: Channel, X, params: IdentifyParams, *, private_key: PrivateKey | None = None,
+                         bob: str = BOB, seed: SeedLike = None, allow_insecure_keys: bool = False) -> IdentifyResult:
+    """Role Alice of ``speaker-identify``: the utterance; learns the speaker only with ``output = "alice"``."""
+    params.validate()
+    t_start = time.perf_counter()
+    X = _frames(X, params)
+    tag = "si"
+    n = params.candidates
+    sk, offline, online, frames, sizes = await _alice_forward(ch, X, params, tag, seed, bob, allow_insecure_keys,
+                                                       private_key)
+    t0 = time.perf_counter()
+    pk = sk.public_key
+    rng = protocol_rng(seed, params.protocol_name, ch.role)
+    # --- Step 4: a_j = v_j + r_j; the shuffle of Bob's masks under his key ζ.
+    zeta_pk = public_key_from_proto(await ch.recv(bob, f"{tag}/zeta-pk", pb.PaillierPublicKey),
+                                    allow_insecure=allow_insecure_keys)
+    Lv, kappa = params.value_bits, params.stat_bits
+    if zeta_pk.max_int.bit_length() < Lv + 2 * kappa + 8:
+        raise InvalidMessage(f"{bob}'s key is too small for the masked scores")
+    masked = EncryptedVector.from_proto(await ch.recv(bob, f"{tag}/masked", pb.CiphertextVector), pk, length=n,
+                                        exponent=0, packing=UNPACKED, what=f"{tag}/masked from {bob}")
+    a = masked.decrypt_ints(sk)
+    if any(not -(1 << Lv) < v < (1 << (Lv + kappa)) + (1 << Lv) for v in a):
+        raise InvalidMessage(f"{tag}/masked from {bob} holds values outside the masked scores' range")
+    zr = EncryptedVector.from_proto(await ch.recv(bob, f"{tag}/zeta-r", pb.CiphertextVector), zeta_pk, length=n,
+                                    exponent=0, packing=UNPACKED, what=f"{tag}/zeta-r from {bob}")
+    perm = list(range(n))
+    rng.shuffle(perm)
+    s = [rng.randrange(0, 1 << (Lv + 2 * kappa)) for _ in range(n)]
+    shuffled = [zeta_pk.raw_add(zr.ciphertexts[perm[j]], zeta_pk.raw_encrypt_textbook(s[j])) for j in range(n)]
+    await ch.send(bob, f"{tag}/shuffled", EncryptedVector(zeta_pk, shuffled, n, 0, UNPACKED).to_proto())
+    x = [a[perm[j]] + s[j] for j in range(n)]
+    # --- Step 5: every pair of positions, the bits to Bob.
+    pairs = [(p, q) for p in range(n) for q in range(p + 1, n)]
+    await compare_holder_a(ch, bob, [x[p] - x[q] for p, q in pairs], ell=params.ell, predicate="lt", output="b",
+                           tag_prefix=f"{tag}/cmp", allow_insecure=allow_insecure_keys)
+    online["rank"] = time.perf_counter() - t0
+    # --- Step 6: the outcome to the designated party.
+    t0 = time.perf_counter()
+    speaker, learned = None, False
+    if params.output == BOB:
+        await ot_send(ch, bob, [[_label(perm[j]) for j in range(n)]], tag_prefix=f"{tag}/label",
+                      rng=protocol_rng(seed, params.protocol_name, ch.role, "label-ot"))
+    else:
+        w = (await ch.recv(bob, f"{tag}/winner", pb.Ints)).values
+        if len(w) != 1 or not 0 <= w[0] < n:
+            raise InvalidMessage(f"{tag}/winner from {bob} is not a position in 0..{n - 1}")
+        c = perm[w[0]]
+        (name,) = await ot_choose(ch, bob, [c], n, tag_prefix=f"{tag}/label",
+                                  rng=protocol_rng(seed, params.protocol_name, ch.role, "label-ot"))
+        speaker = _parse_name(name, bob)
+        learned = True
+    online["output"] = time.perf_counter() - t0
+    timings = {"offline": offline, "online": _close_clock(online), "frames": frames,
+               "total": time.perf_counter() - t_start}
+    return IdentifyResult(learned, speaker, frames, timings, ch.stats.as_dict(), prepare_next=sizes)
+
+
+def _parse_name(raw: bytes, bob: str) -> str | None:
+    try:
+        name = raw.rstrip(b"\0").decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidMessage(f"the speaker label from {bob} is not UTF-8") from None
+    if name == "":
+        return None
+    return check_name(name)
+
+
+async def identify_bob(ch: Channel, models: SpeakerModels, params: IdentifyParams, *, alice: str = ALICE,
+                       seed: SeedLike = None, allow_insecure_keys: bool = False, dgk_key=None,
+                       zeta_key: PrivateKey | None = None) -> IdentifyResult:
+    """Role Bob of ``speaker-identify``: the UBM, the enrolled models, θ; learns the speaker (or "none")
+    with ``output = "bob"`` (the default) and nothing else."""
+    params.validate()
+    t_start = time.perf_counter()
+    _check_models(models, params)
+    K, Kbar, n = models.n_speakers, params.max_speakers, params.candidates
+    if K > Kbar:
+        raise InputRejected("more enrolled speakers than the session's public bound max_speakers",
+                            f"{K} > {Kbar}")
+    F = params.log_frac_bits
+    theta = _threshold_int(models.threshold, F)
+    rng = protocol_rng(seed, params.protocol_name, ch.role)
+    tag = "si"
+    # --- Steps 1-2: the padded speakers (dummies: the UBM itself) and the UBM.
+    gmms = [models.speaker(k) if k < K else models.ubm for k in range(Kbar)] + [models.ubm]
+    labels = [models.names[k] if k < K else f"~pad{k}" for k in range(Kbar)] + ["~ubm"]
+    pk, lls, offline, online, T = await _bob_forward(ch, gmms, labels, models, params, tag, seed, alice,
+                                                           allow_insecure_keys)
+    t0 = time.perf_counter()
+    n2 = pk.nsquare
+    # --- Step 3: candidates, ξ(v_j + r_j) and ζ(r_j).
+    if zeta_key is None:
+        _, zeta_key = generate_keypair(params.key_bits, allow_insecure=allow_insecure_keys,
+                                       rng=protocol_rng(seed, params.protocol_name, ch.role, "zeta-key"))
+    zeta_pk = zeta_key.public_key
+    await ch.send(alice, f"{tag}/zeta-pk", public_key_to_proto(zeta_pk))
+    L, Lv, kappa = params.score_bits, params.value_bits, params.stat_bits
+    inv_ubm = gmpy2.invert(lls[-1], n2)
+    masked, r = [], []
+    for j in range(n):
+        rj = rng.randrange(0, 1 << (Lv + kappa))
+        r.append(rj)
+        if j == 0:                                 # "none": D = 0, tie offset 0
+            c = pk.raw_encrypt(rj)
+        elif j - 1 < K:                            # speaker j − 1: (K̄+1)·(ℓ_k − ℓ_UBM − T·fx(θ)) + (K̄+1 − j)
+            d = lls[j - 1] * inv_ubm % n2
+            c = pk.rerandomize(gmpy2.powmod(d, n, n2)
+                                 * ((1 + pk.n * pk.raw_plain(-n * T * theta + (n - j) + rj)) % n2) % n2)
+        else:                                      # a dummy: below every real score
+            c = pk.raw_encrypt(-n * (1 << L) + (n - j) + rj)
+        masked.append(c)
+    await ch.send(alice, f"{tag}/masked", EncryptedVector(pk, masked, n, 0, UNPACKED).to_proto())
+    zr = [zeta_pk.raw_encrypt_textbook(rj) for rj in r]
+    await ch.send(alice, f"{tag}/zeta-r", EncryptedVector(zeta_pk, zr, n, 0, UNPACKED).to_proto())
+    # --- Step 4 (Bob's half): y_j = r_{π(j)} + s_j.
+    sh = EncryptedVector.from_proto(await ch.recv(alice, f"{tag}/shuffled", pb.CiphertextVector), zeta_pk, length=n,
+                                    exponent=0, packing=UNPACKED, what=f"{tag}/shuffled from {alice}")
+    y = sh.decrypt_ints(zeta_key)
+    if any(not 0 <= v < (1 << (Lv + kappa)) + (1 << (Lv + 2 * kappa)) for v in y):
+        raise InvalidMessage(f"{tag}/shuffled from {alice} holds values outside the shares' range")
+    # --- Step 5: all pairs; z_pq = [v_π(p) < v_π(q)].
+    if dgk_key is None:
+        dgk_key = dgk.generate_keypair(params.dgk_bits, params.dgk_t, max_ell=max(params.ell, dgk.DEFAULT_MAX_ELL),
+                                       allow_insecure=allow_insecure_keys,
+                                       rng=protocol_rng(seed, params.protocol_name, ch.role, "dgk-key"))
+    pairs = [(p, q) for p in range(n) for q in range(p + 1, n)]
+    z = await compare_holder_b(ch, alice, [y[p] - y[q] for p, q in pairs], ell=params.ell, key=dgk_key,
+                               predicate="lt", output="b", tag_prefix=f"{tag}/cmp")
+    wins = [0] * n
+    for (p, q), lt in zip(pairs, z):
+        wins[q if lt else p] += 1
+    top = [j for j in range(n) if wins[j] == n - 1]
+    if len(top) != 1:
+        raise InvalidMessage(f"the comparisons with {alice} do not give one largest score")
+    w = top[0]
+    online["rank"] = time.perf_counter() - t0
+    # --- Step 6.
+    t0 = time.perf_counter()
+    speaker, learned = None, False
+    names = [b""] + [models.names[k].encode() if k < K else b"" for k in range(Kbar)]
+    if params.output == BOB:
+        (lab,) = await ot_choose(ch, alice, [w], n, tag_prefix=f"{tag}/label",
+                                 rng=protocol_rng(seed, params.protocol_name, ch.role, "label-ot"))
+        if len(lab) != 2:
+            raise InvalidMessage(f"the candidate label from {alice} is not a 2-byte index")
+        c = struct.unpack(">H", lab)[0]
+        if not 0 <= c <= K:
+            raise InvalidMessage(f"the candidate obtained from {alice} is {c}: not a speaker nor 'none'")
+        speaker, learned = (None if c == 0 else models.names[c - 1]), True
+    else:
+        await ch.send(alice, f"{tag}/winner", pb.Ints(values=[w]))
+        width = max(len(x) for x in names)
+        await ot_send(ch, alice, [[x.ljust(width, b"\0") for x in names]], tag_prefix=f"{tag}/label",
+                      rng=protocol_rng(seed, params.protocol_name, ch.role, "label-ot"))
+    online["output"] = time.perf_counter() - t0
+    timings = {"offline": offline, "online": _close_clock(online), "frames": T, "total": time.perf_counter() - t_start}
+    return IdentifyResult(learned, speaker, T, timings, ch.stats.as_dict())
+
+
+__all__ = (
+    "ALICE",
+    "AliceSizes",
+    "BOB",
+    "IdentifyParams",
+    "IdentifyResult",
+    "VerifyParams",
+    "VerifyResult",
+    "identify_alice",
+    "identify_bob",
+    "prepare_alice",
+    "verify_alice",
+    "verify_bob",
+)

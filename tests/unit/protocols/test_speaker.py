@@ -1,0 +1,202 @@
+"""Speaker verification and identification (issue 37) in one process: the secure decision and speaker
+against the same computation in the clear (small Paillier and DGK keys: a test-only opt-in)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from smcdp.crypto import dgk
+from smcdp.errors import InputRejected, InvalidMessage
+from smcdp.plugins.speaker import SpeakerIdentifyPlugin, SpeakerVerifyPlugin
+from smcdp.protocols.speaker import (
+    IdentifyParams,
+    VerifyParams,
+    identify_alice,
+    identify_bob,
+    verify_alice,
+    verify_bob,
+    verify_error_bound,
+)
+from smcdp.speech.speaker import DiagGMM, SpeakerModels, map_adapt_means
+from tests.unit.protocols.keyword_util import run_pair
+
+C, D, T = 4, 3, 12
+NAMES = ("ann", "bo", "cy")
+
+
+@pytest.fixture(scope="module")
+def dgk_key():
+    return dgk.generate_keypair(512, 32, max_ell=256, allow_insecure=True)
+
+
+def _models(seed=0, threshold=0.0) -> SpeakerModels:
+    rng = np.random.default_rng(seed)
+    w = rng.random(C) + 0.2
+    ubm = DiagGMM(w / w.sum(), rng.normal(size=(C, D)) * 2, rng.uniform(0.5, 2.0, (C, D)))
+    means = np.stack([map_adapt_means(ubm, rng.normal(size=(40, D)) * 2 + 1.5 * i) for i in range(len(NAMES))])
+    return SpeakerModels(ubm, NAMES, means, threshold=threshold)
+
+
+def _utterance(seed=1, shift=1.5) -> np.ndarray:
+    return np.random.default_rng(seed).normal(size=(T, D)) * 2 + shift
+
+
+def _params(cls, sk, **kw):
+    return cls(key_bits=sk.public_key.bits, dgk_bits=512, dgk_t=32, max_mixtures=C, max_features=D, max_frames=T,
+               **kw)
+
+
+def _verify(X, models, sk, dgk_key, **kw):
+    p = _params(VerifyParams, sk, **kw)
+    res, _ = run_pair(lambda ch: verify_alice(ch, X, p, private_key=sk, allow_insecure_keys=True),
+                      lambda ch: verify_bob(ch, models, p, allow_insecure_keys=True, dgk_key=dgk_key))
+    return res["alice"], res["bob"]
+
+
+def _identify(X, models, sk, dgk_key, **kw):
+    p = _params(IdentifyParams, sk, **kw)
+    res, _ = run_pair(lambda ch: identify_alice(ch, X, p, private_key=sk, allow_insecure_keys=True),
+                      lambda ch: identify_bob(ch, models, p, allow_insecure_keys=True, dgk_key=dgk_key))
+    return res["alice"], res["bob"]
+
+
+@pytest.mark.parametrize("claim", NAMES)
+def test_verification_decision_equals_plaintext_and_reaches_bob_only(claim, keypair512, dgk_key):
+    _, sk = keypair512
+    X = _utterance()
+    models = _models(threshold=0.0)
+    score = models.score(models.index(claim), X)
+    for theta in (score - 0.5, score + 0.5, 0.0):           # both outcomes, and the default threshold
+        models = _models(threshold=theta)
+        a, b = _verify(X, models, sk, dgk_key, claim=claim)
+        assert a.accept is None and a.decision is None      # alice learns nothing (output = bob)
+        assert b.accept == models.verify(claim, X) == (score >= theta)
+
+
+def test_decision_to_alice_when_the_policy_says_so(keypair512, dgk_key):
+    _, sk = keypair512
+    X = _utterance()
+    models = _models()
+    for theta in (models.score(1, X) - 0.3, models.score(1, X) + 0.3):
+        models = _models(threshold=theta)
+        a, b = _verify(X, models, sk, dgk_key, claim="bo", output="alice")
+        assert b.accept is None
+        assert a.accept == models.verify("bo", X)
+
+
+def test_secure_decision_is_right_just_beyond_the_documented_bound(keypair512, dgk_key):
+    """θ just beyond the fixed-point bound (docs/protocols/speaker.md) either side of the plaintext score:
+    the secure decision is the plaintext one -- the secure score is within the bound."""
+    _, sk = keypair512
+    X = _utterance(seed=5)
+    models = _models()
+    score = models.score(0, X)
+    bound = verify_error_bound(models, "ann", X, _params(VerifyParams, sk, claim="ann"))
+    assert 0 < bound < 1e-6 * abs(score)                  # relative score error below 1e-6
+    for eps, want in ((-1.0001 * bound, True), (1.0001 * bound, False)):
+        _a, b = _verify(X, _models(threshold=score + eps), sk, dgk_key, claim="ann")
+        assert b.accept is want
+
+
+@pytest.mark.parametrize("output", ["bob", "alice"])
+def test_identification_equals_plaintext(output, keypair512, dgk_key):
+    _, sk = keypair512
+    for shift, seed in ((0.0, 2), (3.0, 3)):
+        X = _utterance(seed=seed, shift=shift)
+        models = _models(threshold=float(np.sort(_models().scores(X))[-1]) - 0.2)
+        a, b = _identify(X, models, sk, dgk_key, max_speakers=4, output=output)
+        told, other = (b, a) if output == "bob" else (a, b)
+        assert told.learned and not other.learned and other.speaker is None
+        assert told.speaker == models.identify(X) is not None
+
+
+def test_identification_says_none_below_the_threshold(keypair512, dgk_key):
+    _, sk = keypair512
+    X = _utterance(seed=4)
+    models = _models(threshold=float(_models().scores(X).max()) + 0.1)
+    assert models.identify(X) is None
+    _, b = _identify(X, models, sk, dgk_key, max_speakers=3)
+    assert b.learned and b.speaker is None
+
+
+def test_more_speakers_than_the_public_bound_are_refused(keypair512, dgk_key):
+    _, sk = keypair512
+    with pytest.raises(InputRejected, match="max_speakers"):
+        _identify(_utterance(), _models(), sk, dgk_key, max_speakers=2)
+
+
+def test_parameters_are_validated():
+    with pytest.raises(InvalidMessage, match="speaker name"):
+        VerifyParams.from_mapping({"claim": "two words"})
+    with pytest.raises(InvalidMessage, match="output"):
+        VerifyParams.from_mapping({"claim": "ann", "output": "carol"})
+    with pytest.raises(InvalidMessage, match="max_states"):
+        VerifyParams.from_mapping({"claim": "ann", "max_states": 2})
+    with pytest.raises(InvalidMessage, match="max_models"):
+        IdentifyParams.from_mapping({"max_speakers": 4, "max_models": 3})
+    with pytest.raises(InvalidMessage, match="max_speakers"):
+        IdentifyParams.from_mapping({"max_speakers": "4"})
+    assert IdentifyParams.from_mapping({"max_speakers": 4}).max_models == 5
+    assert VerifyParams.from_mapping({"claim": "ann"}).key_bits == 2048
+
+
+@pytest.mark.parametrize("plugin", [SpeakerVerifyPlugin(), SpeakerIdentifyPlugin()], ids=lambda p: p.name)
+@pytest.mark.parametrize("output", ["bob", "alice"])
+def test_summary_names_the_designated_party(plugin, output):
+    params = {"output": output, **({"claim": "ann"} if plugin.name == "speaker-verify" else {})}
+    roles = {"alice": "p0", "bob": "p1"}
+    norm = plugin.validate_params(params, roles)
+    s = plugin.summary(norm, roles)
+    assert [o.recipients for o in s.outputs] == [(output,)]
+    assert s.key_bits["paillier"] == 2048
+    for role in roles:
+        env = plugin.traffic_envelope(norm, roles, role)
+        assert env.message_bytes >= 1 and env.session_bytes >= env.message_bytes
+
+
+@pytest.mark.parametrize("protocol", ["verify", "identify"])
+def test_each_role_replays_from_its_journal_and_root(tmp_path, protocol):
+    """Checkpoint/replay (docs/fault-tolerance.md): every role replayed alone from its journal and randomness
+    root reaches the same result and sends nothing again (the keys, masks, π and s come from the root)."""
+    from tests.unit.protocols.test_replay import _run_and_replay
+
+    X = _utterance(seed=6)
+    models = _models(threshold=0.1)
+    roles = {"alice": "alice", "bob": "bob"}
+    kw = {"key_bits": 768, "dgk_bits": 512, "dgk_t": 32, "max_mixtures": C, "max_features": D, "max_frames": T}
+    if protocol == "verify":
+        p, fa, fb = VerifyParams(claim="cy", output="alice", **kw), verify_alice, verify_bob
+    else:
+        p, fa, fb = IdentifyParams(max_speakers=3, **kw), identify_alice, identify_bob
+
+    def fns(roots):
+        return {"alice": lambda ch: fa(ch, X, p, seed=roots["alice"], allow_insecure_keys=True),
+                "bob": lambda ch: fb(ch, models, p, seed=roots["bob"], allow_insecure_keys=True)}
+
+    first = _run_and_replay(tmp_path, roles, fns)
+    if protocol == "verify":
+        assert first["alice"].accept == models.verify("cy", X)
+    else:
+        assert first["bob"].speaker == models.identify(X)
+
+
+def test_a_key_prepared_while_idle_is_the_sessions_own(dgk_key):
+    """Issue 27 for speaker-verify: the plug-in's prepare_next makes alice's next key and obfuscators ahead;
+    the session with that root takes them (offline "prepared") and decides as in the clear."""
+    from smcdp.crypto.prepared import SHELF
+    from smcdp.primitives.rng import Randomness
+    from smcdp.protocols.speaker import prepare_alice
+
+    X = _utterance(seed=8)
+    models = _models(threshold=0.2)
+    root = Randomness.fresh()
+    prepare_alice(root, len(X), "speaker-verify", key_bits=512, allow_insecure_keys=True)
+    p = VerifyParams(key_bits=512, dgk_bits=512, dgk_t=32, claim="bo", max_mixtures=C, max_features=D, max_frames=T)
+    try:
+        res, _ = run_pair(lambda ch: verify_alice(ch, X, p, seed=root, allow_insecure_keys=True),
+                          lambda ch: verify_bob(ch, models, p, allow_insecure_keys=True, dgk_key=dgk_key))
+    finally:
+        SHELF.clear()
+    assert res["alice"].timings["offline"]["prepared"] is True
+    assert res["bob"].accept == models.verify("bo", X)
