@@ -81,10 +81,10 @@ class PowerIterationPlugin(ProtocolPlugin):
             # ``components`` is k: a party's max_components below k refuses this mode (use dp_method power).
             cal = dp_calibration(p)
             k = p.max_dp_rows
-            outputs = (OutputFlow(name("u", 1, r), data, data, dp=True),
-                       OutputFlow(f"noisy {k} × {k} covariance (all {k} directions)", data, data, dp=True))
+            cov_outputs = (OutputFlow(name("u", 1, r), data, data, dp=True),
+                           OutputFlow(f"noisy {k} × {k} covariance (all {k} directions)", data, data, dp=True))
             return SessionSummary(protocol=self.name, key_bits={"paillier": p.key_bits}, data_roles=data,
-                                  coordinator_roles=(TRENT,), outputs=outputs, epsilon=cal.epsilon,
+                                  coordinator_roles=(TRENT,), outputs=cov_outputs, epsilon=cal.epsilon,
                                   delta=cal.delta, rho=cal.rho, components=k,
                                   noise_parties={r_: p.noise_parties for r_ in data}, iterations=p.dp_rounds)
         if p.dp:
@@ -122,15 +122,15 @@ class PowerIterationPlugin(ProtocolPlugin):
         p = PowerIterationParams.from_mapping(ctx.params)
         check_key_bits(p.key_bits, ctx.allow_insecure_keys)
         if role == TRENT:
-            res = await trent(ch, p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys)
-            out = asdict(res)
-            if ctx.output_dir is not None and res.x is not None:
+            t_res = await trent(ch, p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys)
+            out = asdict(t_res)
+            if ctx.output_dir is not None and t_res.x is not None:
                 path = ctx.output_dir / "x.npy"
-                np.save(path, np.column_stack([c["x"] for c in res.components]))
+                np.save(path, np.column_stack([c["x"] for c in t_res.components]))
                 out["x_file"] = str(path)
-                if len(res.x) > INLINE_MAX:
+                if len(t_res.x) > INLINE_MAX:
                     out["x"] = None
-                    out["components"] = [{"x": None} for _ in res.components]
+                    out["components"] = [{"x": None} for _ in t_res.components]
             return out
         source = open_matrix(self.input_path(ctx, "data", ch.me), block_values=ctx.compute.block_values)
         check_source(source, p, ch.role)   # before its output file of n_i × r values is made
@@ -144,6 +144,7 @@ class PowerIterationPlugin(ProtocolPlugin):
         res = await data_party(ch, source, p, engine=engine_for(ctx.compute), seed=ctx.seed,
                                allow_insecure_keys=ctx.allow_insecure_keys, x_sink=sink)
         if blocks is not None:
+            assert ctx.output_dir is not None  # blocks are made only in an output directory (above)
             blocks.flush()
             del blocks
             np.save(ctx.output_dir / "u.npy", np.column_stack([c["u"] for c in res.components]))

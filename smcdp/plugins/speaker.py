@@ -7,7 +7,7 @@ so, so a party's ``[policy]`` admits or refuses the layout before any file is re
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -46,8 +46,12 @@ def load_speaker_models(path) -> SpeakerModels:
 
 
 class _SpeakerPlugin(ProtocolPlugin):
-    params_class: type = VerifyParams
+    params_class: type[VerifyParams] | type[IdentifyParams] = VerifyParams
     output_name = ""
+    #: set by each plug-in below: the protocol's two roles and the record made of a role's result
+    alice: Callable[..., Awaitable[Any]]
+    bob: Callable[..., Awaitable[Any]]
+    _result: Callable[[Any], dict]
 
     def __init__(self) -> None:
         #: what Alice's next session is prepared for: her last session's sizes (the plug-in lives as long

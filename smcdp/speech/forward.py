@@ -65,8 +65,10 @@ def _check_observations(hmm: HMM, X: Any) -> np.ndarray:
             raise InvalidMessage(f"discrete observations must be a 1-D integer array, got {arr.dtype} {arr.shape}")
         if arr.size == 0:
             raise InvalidMessage("observation sequence is empty")
-        if arr.min() < 0 or arr.max() >= hmm.n_symbols:
-            raise InvalidMessage(f"observation symbols outside 0..{hmm.n_symbols - 1}")
+        n_symbols = hmm.n_symbols
+        assert n_symbols is not None  # a discrete HMM carries emissionprob (validated in HMM)
+        if arr.min() < 0 or arr.max() >= n_symbols:
+            raise InvalidMessage(f"observation symbols outside 0..{n_symbols - 1}")
         return arr.astype(np.int64)
     if arr.ndim != 2 or arr.dtype.kind not in "iuf":
         raise InvalidMessage(f"observations must be a T x d real matrix, got {arr.dtype} {arr.shape}")
@@ -113,17 +115,22 @@ def log_emissions(hmm: HMM, X: Any) -> np.ndarray:
     obs = _check_observations(hmm, X)
     N = hmm.n_states
     if hmm.kind == "discrete":
+        assert hmm.emissionprob is not None  # a discrete HMM carries emissionprob (validated in HMM)
         return _log(hmm.emissionprob)[:, obs].T
+    means, covars = hmm.means, hmm.covars
+    assert means is not None and covars is not None  # every Gaussian HMM has both (validated in HMM)
     T = obs.shape[0]
     out = np.empty((T, N))
     ct = hmm.covariance_type
     for j in range(N):
         if hmm.kind in ("diag", "full"):
-            out[:, j] = _state_logpdf(obs, hmm.means[j], hmm.covars[j], ct)
+            out[:, j] = _state_logpdf(obs, means[j], covars[j], ct)
         else:
-            comp = np.stack([_state_logpdf(obs, hmm.means[j, c], hmm.covars[j, c], ct)
-                             for c in range(hmm.n_mix)], axis=1)
-            out[:, j] = logsumexp(comp + _log(hmm.weights[j])[None, :], axis=1)
+            weights, n_mix = hmm.weights, hmm.n_mix
+            assert weights is not None and n_mix is not None  # mixtures have weights (validated in HMM)
+            comp = np.stack([_state_logpdf(obs, means[j, c], covars[j, c], ct)
+                             for c in range(n_mix)], axis=1)
+            out[:, j] = logsumexp(comp + _log(weights[j])[None, :], axis=1)
     return out
 
 
@@ -222,15 +229,18 @@ def quadratic_forms(hmm: HMM, *, include_log_weight: bool = True) -> np.ndarray:
     if hmm.kind == "discrete":
         raise InvalidMessage("quadratic forms exist only for Gaussian emissions")
     N, d = hmm.n_states, hmm.n_features
+    means, covars = hmm.means, hmm.covars
+    assert d is not None and means is not None and covars is not None  # Gaussian HMM (validated in HMM)
     if hmm.kind in ("diag", "full"):
-        return np.stack([quadratic_form(hmm.means[j], hmm.covars[j]) for j in range(N)])
-    C = hmm.n_mix
+        return np.stack([quadratic_form(means[j], covars[j]) for j in range(N)])
+    C, weights = hmm.n_mix, hmm.weights
+    assert C is not None and weights is not None  # mixtures have weights (validated in HMM)
     out = np.empty((N, C, d + 1, d + 1))
-    logw = _log(hmm.weights)
+    logw = _log(weights)
     for j in range(N):
         for c in range(C):
             lw = float(logw[j, c]) if include_log_weight else 0.0
-            out[j, c] = quadratic_form(hmm.means[j, c], hmm.covars[j, c], log_weight=lw)
+            out[j, c] = quadratic_form(means[j, c], covars[j, c], log_weight=lw)
     return out
 
 

@@ -180,7 +180,13 @@ def _infer_kind(means: np.ndarray | None, covars: np.ndarray | None, emissionpro
     raise InvalidMessage(f"means: expected (Δ, N, d) or (Δ, N, C, d), got shape {means.shape}")
 
 
-def _validate_stack(startprob, transmat, means, covars, weights, emissionprob, n_models: int | None):
+#: startprob, transmat, means, covars, weights, emissionprob (float64 copies; None where absent), kind
+_Stack = tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray | None, np.ndarray | None,
+               str]
+
+
+def _validate_stack(startprob: Any, transmat: Any, means: Any, covars: Any, weights: Any, emissionprob: Any,
+                    n_models: int | None) -> _Stack:
     """Validate stacked parameters with a leading model axis; return float64 copies + kind."""
     sp = _float_array("startprob", startprob)
     if sp.ndim != 2:
@@ -204,6 +210,7 @@ def _validate_stack(startprob, transmat, means, covars, weights, emissionprob, n
     kind = _infer_kind(mu, cv, ep, w)
 
     if kind == "discrete":
+        assert ep is not None  # _infer_kind: "discrete" means emissionprob was given
         if ep.ndim != 3 or ep.shape[:2] != (D, N) or ep.shape[2] < 1:
             raise InvalidMessage(f"emissionprob: expected shape ({D}, {N}, M), got {ep.shape}")
         if ep.shape[2] > MAX_SYMBOLS:
@@ -211,6 +218,7 @@ def _validate_stack(startprob, transmat, means, covars, weights, emissionprob, n
         _check_stochastic("emissionprob", ep)
         return sp, tm, None, None, None, ep, kind
 
+    assert mu is not None and cv is not None  # _infer_kind: every Gaussian kind has means and covars
     d = mu.shape[-1]
     if d < 1 or d > MAX_FEATURES:
         raise InvalidMessage(f"means: feature dimension {d} out of range 1..{MAX_FEATURES}")
@@ -225,6 +233,7 @@ def _validate_stack(startprob, transmat, means, covars, weights, emissionprob, n
         if C < 1 or C > MAX_MIX:
             raise InvalidMessage(f"means: number of mixture components {C} out of range 1..{MAX_MIX}")
         _check_shape("means", mu, (D, N, C, d))
+        assert w is not None  # _infer_kind: mixture means require weights
         _check_shape("weights", w, (D, N, C))
         _check_stochastic("weights", w)
         if kind == "gmm-diag":
@@ -246,6 +255,11 @@ def _validate_stack(startprob, transmat, means, covars, weights, emissionprob, n
 
 class _EmissionShape:
     """Shape facts shared by one HMM and a stack of keyword HMMs (last axis of each parameter)."""
+
+    means: np.ndarray | None
+    weights: np.ndarray | None
+    emissionprob: np.ndarray | None
+    kind: str
 
     @property
     def n_features(self) -> int | None:
@@ -405,7 +419,8 @@ class KeywordModels(_EmissionShape):
         p = os.fspath(path)
         if not p.endswith(".npz"):
             raise InvalidMessage(f"model file name must end in .npz, got {p!r}")
-        (np.savez_compressed if compressed else np.savez)(p, **self.to_arrays())
+        # allow_pickle=False: every array is numeric or unicode, and the reader refuses pickles too
+        (np.savez_compressed if compressed else np.savez)(p, allow_pickle=False, **self.to_arrays())
 
     @classmethod
     def from_arrays(cls, arrays: Mapping[str, Any]) -> KeywordModels:
@@ -547,12 +562,16 @@ def _trainer_classes() -> dict[str, type]:
     from hmmlearn import hmm as hl  # deferred: hmmlearn (~0.5 s to import) serves training only
 
     class FlooredGaussianHMM(hl.GaussianHMM):
+        _covars_: np.ndarray  # declared for the type checker (hmmlearn has no annotations); set by hmmlearn
+
         def _do_mstep(self, stats):
             super()._do_mstep(stats)
             if "c" in self.params:
                 self._covars_ = _floor_covars(np.asarray(self._covars_), self.covariance_type, self.min_covar)
 
     class FlooredGMMHMM(hl.GMMHMM):
+        covars_: np.ndarray  # declared for the type checker (hmmlearn has no annotations); set by hmmlearn
+
         def _init(self, X, lengths=None):
             super(hl.GMMHMM, self)._init(X, lengths)  # BaseHMM._init: n_features, checks
             self._init_covar_priors()
@@ -598,11 +617,13 @@ def _segments(lengths: Sequence[int], n_states: int) -> list[np.ndarray]:
     return [np.concatenate(p) for p in per_state]
 
 
-def _check_sequences(sequences: Iterable[Any], discrete: bool, n_symbols: int | None, n_states: int):
+def _check_sequences(sequences: Iterable[Any], discrete: bool, n_symbols: int | None,
+                     n_states: int) -> list[np.ndarray]:
     seqs = []
     for k, s in enumerate(sequences):
         a = np.asarray(s)
         if discrete:
+            assert n_symbols is not None  # train_word_hmm requires n_symbols for discrete training
             if a.ndim == 2 and a.shape[1] == 1:
                 a = a[:, 0]
             if a.ndim != 1 or a.dtype.kind not in "iu":
@@ -660,6 +681,7 @@ def train_word_hmm(sequences: Iterable[Any], *, kind: str = "diag", n_states: in
                   init_params="")
 
     if discrete:
+        assert n_symbols is not None  # checked above: discrete training needs n_symbols >= 1
         counts = np.stack([np.bincount(X[idx], minlength=n_symbols) for idx in seg]).astype(float) + 1.0
         # emissionprob_prior = 2 is add-one smoothing in every M-step: no symbol
         # gets probability 0, so an unseen symbol does not veto a word.

@@ -212,9 +212,10 @@ class UBM:
         if not p.endswith(".npz"):
             raise InvalidMessage(f"UBM file name must end in .npz, got {p!r}")
         extra = {} if self.epsilon is None else {"epsilon": np.float64(self.epsilon), "delta": np.float64(self.delta)}
+        # allow_pickle=False: every array is numeric or unicode, and the reader refuses pickles too
         np.savez_compressed(p, kind=np.array("ubm"), format_version=np.int64(FORMAT_VERSION),
                             weights=self.gmm.weights, means=self.gmm.means, covars=self.gmm.covars,
-                            cmn=np.array(self.cmn), **extra)
+                            cmn=np.array(self.cmn), allow_pickle=False, **extra)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> UBM:

@@ -102,8 +102,8 @@ class TrainReport:
         if h.get("computed"):
             out.append(f"held-out accuracy: {h['accuracy']:.3f} ({h['correct']}/{h['n']} files; "
                        f"{h['n_train']} trained on, models then retrained on all files)")
-            for w, row in zip(self.words, h["confusion"]):
-                out.append(f"  {w}: recognised as " + ", ".join(
+            for word, row in zip(self.words, h["confusion"]):
+                out.append(f"  {word}: recognised as " + ", ".join(
                     f"{v}={c}" for v, c in zip(self.words, row) if c))
         else:
             out.append(f"held-out accuracy: not computed ({h.get('reason', '')})")
