@@ -182,19 +182,13 @@ class _ApproxDPAccountant(PrivacyAccountant):
         return [(ev, c) for ev, c in self._events if isinstance(ev, GaussianEvent)]
 
     def _pure_eps(self) -> list[tuple[float, int]]:
-        return [
-            (ev.epsilon, c)
-            for ev, c in self._events
-            if isinstance(ev, (LaplaceEvent, PureDPEvent, ApproxDPEvent))
-        ]
+        return [(ev.epsilon, c) for ev, c in self._events if isinstance(ev, (LaplaceEvent, PureDPEvent, ApproxDPEvent))]
 
     def _delta_left(self, delta: float) -> float:
         """The delta not taken by the (epsilon, delta) events (what the Gaussians may use)."""
         fixed = self._fixed_delta()
         if fixed > delta * (1 + 1e-12):
-            raise InvalidParameter(
-                f"delta {delta} is below the deltas of the composed (eps, delta) events ({fixed})"
-            )
+            raise InvalidParameter(f"delta {delta} is below the deltas of the composed (eps, delta) events ({fixed})")
         return max(delta - fixed, 0.0)
 
 
@@ -340,10 +334,6 @@ def account(
             for ev, c in acc.events
             if isinstance(ev, GaussianEvent)
         ],
-        "laplace": [
-            {"scale": ev.noise_multiplier, "count": c}
-            for ev, c in acc.events
-            if isinstance(ev, LaplaceEvent)
-        ],
+        "laplace": [{"scale": ev.noise_multiplier, "count": c} for ev, c in acc.events if isinstance(ev, LaplaceEvent)],
     }
     return out

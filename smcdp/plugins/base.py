@@ -13,9 +13,10 @@ config ``plugins = [...]``) call :func:`register` when imported.
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Collection, Iterable, Mapping
+from typing import Any
 
 from smcdp.compute.config import ComputeConfig
 from smcdp.errors import InputRejected, PreconditionFailed
@@ -30,17 +31,17 @@ class SessionContext:
 
     session_id: str
     protocol: str
-    roles: Mapping[str, str]            # role -> party name
-    params: Mapping[str, Any]           # validated, agreed by every participant
-    inputs: Mapping[str, str] = field(default_factory=dict)   # this party's configured inputs (name -> path)
-    output_dir: Path | None = None      # where this party writes durable outputs
-    allow_insecure_keys: bool = False   # only test deployments set this
-    seed: SeedLike = None               # the role's randomness root (smcdp.primitives.rng); None = OS CSPRNG
+    roles: Mapping[str, str]  # role -> party name
+    params: Mapping[str, Any]  # validated, agreed by every participant
+    inputs: Mapping[str, str] = field(default_factory=dict)  # this party's configured inputs (name -> path)
+    output_dir: Path | None = None  # where this party writes durable outputs
+    allow_insecure_keys: bool = False  # only test deployments set this
+    seed: SeedLike = None  # the role's randomness root (smcdp.primitives.rng); None = OS CSPRNG
     #: called once, in the role's thread, just before the first message after which this party's
     #: differentially private output may have left it (the runtime commits the budget there);
     #: if it raises, that message is not sent
     on_release: Callable[[], None] | None = None
-    compute: ComputeConfig = field(default_factory=ComputeConfig)   # [compute]: this party's engine (issue 17)
+    compute: ComputeConfig = field(default_factory=ComputeConfig)  # [compute]: this party's engine (issue 17)
 
 
 @dataclass(frozen=True)
@@ -48,13 +49,12 @@ class OutputFlow:
     """One output of a session in governance terms: what, computed from whose data, sent to whom."""
 
     name: str
-    recipients: tuple[str, ...]         # roles that receive it
-    sources: tuple[str, ...]            # roles whose private inputs it is computed from
-    dp: bool = False                    # released under differential privacy (the session's epsilon)
+    recipients: tuple[str, ...]  # roles that receive it
+    sources: tuple[str, ...]  # roles whose private inputs it is computed from
+    dp: bool = False  # released under differential privacy (the session's epsilon)
 
     def as_dict(self) -> dict:
-        return {"name": self.name, "recipients": list(self.recipients), "sources": list(self.sources),
-                "dp": self.dp}
+        return {"name": self.name, "recipients": list(self.recipients), "sources": list(self.sources), "dp": self.dp}
 
 
 @dataclass(frozen=True)
@@ -66,16 +66,16 @@ class SessionSummary:
     """
 
     protocol: str
-    key_bits: Mapping[str, int]         # every key size the session uses, e.g. {"paillier": 3072}
-    data_roles: tuple[str, ...]         # roles that read their party's private inputs
+    key_bits: Mapping[str, int]  # every key size the session uses, e.g. {"paillier": 3072}
+    data_roles: tuple[str, ...]  # roles that read their party's private inputs
     coordinator_roles: tuple[str, ...]  # roles that coordinate over the data roles' contributions
     outputs: tuple[OutputFlow, ...]
     #: the differential-privacy cost to every data role's dataset; None: the session releases
     #: nothing under DP (its outputs, if any, are exact)
     epsilon: float | None = None
     delta: float = 0.0
-    rho: float | None = None            # zCDP rho of the release, when the ledger's rule needs one
-    record_bound: int | None = None     # public lower bound on every data role's number of records
+    rho: float | None = None  # zCDP rho of the release, when the ledger's rule needs one
+    record_bound: int | None = None  # public lower bound on every data role's number of records
     #: how many vectors (components) the session computes from the data, for protocols that have
     #: such a number (power iteration: components + oversample); bounded by a policy's max_components
     components: int | None = None
@@ -96,12 +96,22 @@ class SessionSummary:
         return [o for o in self.outputs if role in o.sources]
 
     def as_dict(self) -> dict:
-        return {"protocol": self.protocol, "key_bits": dict(self.key_bits),
-                "data_roles": list(self.data_roles), "coordinator_roles": list(self.coordinator_roles),
-                "outputs": [o.as_dict() for o in self.outputs], "epsilon": self.epsilon,
-                "delta": self.delta, "rho": self.rho, "record_bound": self.record_bound,
-                "components": self.components, "frames_per_round": dict(self.frames_per_round),
-                "noise_parties": dict(self.noise_parties), "iterations": self.iterations}
+        return {
+            "protocol": self.protocol,
+            "key_bits": dict(self.key_bits),
+            "data_roles": list(self.data_roles),
+            "coordinator_roles": list(self.coordinator_roles),
+            "outputs": [o.as_dict() for o in self.outputs],
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "rho": self.rho,
+            "record_bound": self.record_bound,
+            "components": self.components,
+            "frames_per_round": dict(self.frames_per_round),
+            "noise_parties": dict(self.noise_parties),
+            "iterations": self.iterations,
+        }
+
 
 class ProtocolPlugin(abc.ABC):
     """A protocol as the party runner sees it."""
@@ -134,8 +144,10 @@ class ProtocolPlugin(abc.ABC):
         budget on it before it opens any of its files.  A plug-in that does not
         implement it can run only at parties without a ``[policy]``.
         """
-        raise PreconditionFailed(f"the plug-in of protocol {self.name!r} does not describe its sessions "
-                                 "(ProtocolPlugin.summary), so no party policy can admit it")
+        raise PreconditionFailed(
+            f"the plug-in of protocol {self.name!r} does not describe its sessions "
+            "(ProtocolPlugin.summary), so no party policy can admit it"
+        )
 
     @staticmethod
     def release_gate(ch: Channel, ctx: SessionContext, points: Iterable[tuple[str, str]]) -> Channel:
@@ -145,8 +157,9 @@ class ProtocolPlugin(abc.ABC):
             return ch
         return _ReleaseGate(ch, frozenset(points), ctx.on_release)  # type: ignore[return-value]
 
-    def traffic_envelope(self, params: Mapping[str, Any], roles: Mapping[str, str],
-                         role: str) -> TrafficEnvelope | None:
+    def traffic_envelope(
+        self, params: Mapping[str, Any], roles: Mapping[str, str], role: str
+    ) -> TrafficEnvelope | None:
         """The most ``role`` may receive in a session with these (validated) parameters.
 
         A party refuses, with RESOURCE_EXHAUSTED and before buffering it, any
@@ -189,7 +202,7 @@ class _ReleaseGate:
 
     def _before(self, to: Iterable[str], tag: str) -> None:
         if self._on_release is not None and any((r, tag) in self._points for r in to):
-            self._on_release()           # raises: the message is not sent
+            self._on_release()  # raises: the message is not sent
             self._on_release = None
 
     async def send(self, to: str, tag: str, msg) -> bytes:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Mapping
 from dataclasses import asdict
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -46,8 +47,10 @@ def load_dataset(path) -> tuple[np.ndarray, np.ndarray]:
         raise InputRejected("X must not contain NaN or infinite values", str(path))
     norms = np.linalg.norm(X, axis=1)
     if np.any(norms > 1.0 + 1e-9):
-        raise InputRejected("every row x must have ‖x‖ ≤ 1 (scale the features into the unit ball: the "
-                            "sensitivity bound needs it)", f"{path}: {int(np.sum(norms > 1 + 1e-9))} rows have ‖x‖ > 1")
+        raise InputRejected(
+            "every row x must have ‖x‖ ≤ 1 (scale the features into the unit ball: the sensitivity bound needs it)",
+            f"{path}: {int(np.sum(norms > 1 + 1e-9))} rows have ‖x‖ > 1",
+        )
     X = X / np.maximum(norms, 1.0)[:, None]
     if y.ndim != 1 or y.shape[0] != X.shape[0] or y.dtype.kind not in "fiub":
         raise InputRejected("y must be a numeric vector with one label per row of X", f"{path}: y {y.shape}")
@@ -71,7 +74,7 @@ def privacy_cost(p: DPAggregateParams) -> tuple[float, float]:
     eps = float(p.epsilon)
     if p.calibration == "seed":
         eps = eps * math.sqrt(p.dim) / (2 * p.n_parties)
-    return eps, p.n_parties * 2.0 ** -NOISE_TAIL_BITS
+    return eps, p.n_parties * 2.0**-NOISE_TAIL_BITS
 
 
 class DPAggregatePlugin(ProtocolPlugin):
@@ -89,10 +92,17 @@ class DPAggregatePlugin(ProtocolPlugin):
         eps, delta = privacy_cost(p)
         data = tuple(p.party_roles)
         # rho: the pure epsilon part (eps^2/2); the K*2^-64 delta is informational under zCDP
-        return SessionSummary(protocol=self.name, key_bits={"paillier": p.key_bits, "dgk": p.dgk_bits},
-                              data_roles=data, coordinator_roles=(CHARLIE, DAVE),
-                              outputs=(OutputFlow("model", (DAVE,), data, dp=True),),
-                              epsilon=eps, delta=delta, rho=eps * eps / 2, record_bound=p.min_records)
+        return SessionSummary(
+            protocol=self.name,
+            key_bits={"paillier": p.key_bits, "dgk": p.dgk_bits},
+            data_roles=data,
+            coordinator_roles=(CHARLIE, DAVE),
+            outputs=(OutputFlow("model", (DAVE,), data, dp=True),),
+            epsilon=eps,
+            delta=delta,
+            rho=eps * eps / 2,
+            record_bound=p.min_records,
+        )
 
     def traffic_envelope(self, params: Mapping[str, Any], roles: Mapping[str, str], role: str):
         return DPAggregateParams.from_mapping(params).traffic_envelope(role)
@@ -102,27 +112,44 @@ class DPAggregatePlugin(ProtocolPlugin):
         for bits in (p.key_bits, p.dgk_bits):
             check_key_bits(bits, ctx.allow_insecure_keys)
         if role == CHARLIE:
-            return asdict(await charlie(ch, p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys,
-                                        output_dir=ctx.output_dir))
+            return asdict(
+                await charlie(
+                    ch, p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys, output_dir=ctx.output_dir
+                )
+            )
         if role == DAVE:
             test = ctx.inputs.get("test")
             test_data = None
             if test:
                 X, y = load_dataset(test)
                 if X.shape[1] != p.dim:
-                    raise InputRejected(f"{ch.me}: the test data does not have the session's dim features",
-                                        f"{X.shape[1]} features, dim = {p.dim}")
+                    raise InputRejected(
+                        f"{ch.me}: the test data does not have the session's dim features",
+                        f"{X.shape[1]} features, dim = {p.dim}",
+                    )
                 test_data = (X, y)
             return asdict(await dave(ch, p, output_dir=ctx.output_dir, test_data=test_data))
         X, y = load_dataset(self.input_path(ctx, "data", ch.me))
         # these errors reach the other participants: they say which public bound fails, never the count
         if X.shape[1] != p.dim:
-            raise InputRejected(f"{ch.me}: the data does not have the session's dim features",
-                                f"{X.shape[1]} features, dim = {p.dim}")
+            raise InputRejected(
+                f"{ch.me}: the data does not have the session's dim features", f"{X.shape[1]} features, dim = {p.dim}"
+            )
         if X.shape[0] < p.min_records:
-            raise InputRejected(f"{ch.me}: the data has fewer records than the public min_records={p.min_records}",
-                                f"{X.shape[0]} records")
+            raise InputRejected(
+                f"{ch.me}: the data has fewer records than the public min_records={p.min_records}",
+                f"{X.shape[0]} records",
+            )
         w, delta = await asyncio.get_running_loop().run_in_executor(None, train_local, X, y, float(p.lam))
         gated = self.release_gate(ch, ctx, [(DAVE, SHARE_TAG)])
-        return asdict(await data_party(gated, w, delta, p, seed=ctx.seed,
-                                       allow_insecure_keys=ctx.allow_insecure_keys, output_dir=ctx.output_dir))
+        return asdict(
+            await data_party(
+                gated,
+                w,
+                delta,
+                p,
+                seed=ctx.seed,
+                allow_insecure_keys=ctx.allow_insecure_keys,
+                output_dir=ctx.output_dir,
+            )
+        )

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -30,7 +31,6 @@ from smcdp.speech.features import wav_features
 from smcdp.speech.frontend import stream_wav
 from smcdp.speech.models import KeywordModels, load_models
 
-
 NPY_MAGIC = b"\x93NUMPY"
 
 
@@ -49,8 +49,10 @@ def utterance_kind(path) -> str:
         return "wav"
     if not head:
         raise InputRejected("the utterance file is empty", str(path))
-    raise InputRejected("the utterance must be a WAV file (audio) or a .npy array (features)",
-                        f"{path}: neither a RIFF/WAVE nor a NUMPY header")
+    raise InputRejected(
+        "the utterance must be a WAV file (audio) or a .npy array (features)",
+        f"{path}: neither a RIFF/WAVE nor a NUMPY header",
+    )
 
 
 def load_utterance(path, cmn: str = "utterance") -> np.ndarray:
@@ -75,8 +77,9 @@ def load_utterance(path, cmn: str = "utterance") -> np.ndarray:
         if not np.all(np.isfinite(X)):
             raise InputRejected("the utterance must not contain NaN or infinite values", str(path))
     elif not (X.ndim == 1 and X.dtype.kind in "iu"):
-        raise InputRejected("the utterance must be a T x d real matrix (or 1-D integer symbols)",
-                            f"{path}: {X.dtype} {X.shape}")
+        raise InputRejected(
+            "the utterance must be a T x d real matrix (or 1-D integer symbols)", f"{path}: {X.dtype} {X.shape}"
+        )
     if X.shape[0] < 1 or X.shape[0] > MAX_FRAMES:
         raise InputRejected(f"the utterance must have 1..{MAX_FRAMES} frames", f"{path}: {X.shape[0]} frames")
     return X
@@ -119,9 +122,15 @@ class KeywordPlugin(ProtocolPlugin):
         outputs = [OutputFlow("keyword", (ALICE,), (ALICE, BOB))]
         if p.debug_reveal:
             outputs.append(OutputFlow("log-likelihoods", (ALICE,), (ALICE, BOB)))
-        return SessionSummary(protocol=self.name, key_bits={"paillier": p.key_bits},
-                              data_roles=(ALICE, BOB), coordinator_roles=(), outputs=tuple(outputs),
-                              frames_per_round={BOB: p.frames_per_round})
+        return SessionSummary(
+            protocol=self.name,
+            key_bits={"paillier": p.key_bits},
+            data_roles=(ALICE, BOB),
+            coordinator_roles=(),
+            outputs=tuple(outputs),
+            frames_per_round={BOB: p.frames_per_round},
+        )
+
     def traffic_envelope(self, params: Mapping[str, Any], roles: Mapping[str, str], role: str):
         return KeywordParams.from_mapping(params).traffic_envelope(role)
 
@@ -138,8 +147,13 @@ class KeywordPlugin(ProtocolPlugin):
         else:
             frames = int(np.load(path, mmap_mode="r", allow_pickle=False).shape[0])
         last = self.last_alice
-        prepare_alice(root, frames, key_bits=last.key_bits, obfuscators_per_frame=last.obfuscators_per_frame,
-                      allow_insecure_keys=allow_insecure_keys)
+        prepare_alice(
+            root,
+            frames,
+            key_bits=last.key_bits,
+            obfuscators_per_frame=last.obfuscators_per_frame,
+            allow_insecure_keys=allow_insecure_keys,
+        )
 
     async def run_role(self, role: str, ch: Channel, ctx: SessionContext) -> dict:
         p = KeywordParams.from_mapping(ctx.params)
@@ -148,24 +162,29 @@ class KeywordPlugin(ProtocolPlugin):
             path = self.input_path(ctx, "utterance", ch.me)
             if p.stream:
                 X, audio_seconds = stream_utterance(path, p)
-                out = self._alice_output(await keyword_alice(ch, X, p, seed=ctx.seed,
-                                                             allow_insecure_keys=ctx.allow_insecure_keys))
+                out = self._alice_output(
+                    await keyword_alice(ch, X, p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys)
+                )
                 st = out["timings"]["online"].get("stream", {})
-                st.update(audio_seconds=audio_seconds, pace=p.stream_pace,
-                          real_time_factor=st.get("keyword_at", 0.0) / audio_seconds)
+                st.update(
+                    audio_seconds=audio_seconds,
+                    pace=p.stream_pace,
+                    real_time_factor=st.get("keyword_at", 0.0) / audio_seconds,
+                )
                 return out
             X = load_utterance(path, p.cmn)
-            return self._alice_output(await keyword_alice(ch, X, p, seed=ctx.seed,
-                                                          allow_insecure_keys=ctx.allow_insecure_keys))
+            return self._alice_output(
+                await keyword_alice(ch, X, p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys)
+            )
         if role == BOB:
             if p.debug_reveal and not ctx.allow_insecure_keys:
                 # the initiator chose the parameters: Bob does not hand out every score on request
                 raise PermissionDenied(
                     f"{ch.me}: debug_reveal would reveal every model's score to Alice; this party accepts it "
-                    "only on a test deployment (party.allow_insecure_keys = true)")
+                    "only on a test deployment (party.allow_insecure_keys = true)"
+                )
             models = load_keyword_models(self.input_path(ctx, "models", ch.me))
-            return asdict(await keyword_bob(ch, models, p, seed=ctx.seed,
-                                            allow_insecure_keys=ctx.allow_insecure_keys))
+            return asdict(await keyword_bob(ch, models, p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys))
         raise InvalidMessage(f"keyword has no role {role!r}")
 
     def _alice_output(self, res: AliceResult) -> dict:

@@ -18,8 +18,9 @@ covariance mode of issue 38).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -41,7 +42,6 @@ from smcdp.protocols.power_iteration import (
     prepare_party1,
     trent,
 )
-
 
 #: Trent's record holds x_1 … x_r inline up to this many samples (the same limit as a party's own block)
 INLINE_MAX = ALPHA_INLINE_MAX
@@ -67,6 +67,7 @@ class PowerIterationPlugin(ProtocolPlugin):
         p = PowerIterationParams.from_mapping(params)
         data = tuple(p.data_roles)
         r, b = p.components, p.block_size
+
         # exact outputs, computed from every data party's matrix:
         # * u_1 … u_r (k entries each) to every data party;
         # * x_1 … x_r to Trent, gathered from the parties' blocks σ_j·A_iᵀu_j sent in clear;
@@ -81,12 +82,23 @@ class PowerIterationPlugin(ProtocolPlugin):
             # ``components`` is k: a party's max_components below k refuses this mode (use dp_method power).
             cal = dp_calibration(p)
             k = p.max_dp_rows
-            cov_outputs = (OutputFlow(name("u", 1, r), data, data, dp=True),
-                           OutputFlow(f"noisy {k} × {k} covariance (all {k} directions)", data, data, dp=True))
-            return SessionSummary(protocol=self.name, key_bits={"paillier": p.key_bits}, data_roles=data,
-                                  coordinator_roles=(TRENT,), outputs=cov_outputs, epsilon=cal.epsilon,
-                                  delta=cal.delta, rho=cal.rho, components=k,
-                                  noise_parties={r_: p.noise_parties for r_ in data}, iterations=p.dp_rounds)
+            cov_outputs = (
+                OutputFlow(name("u", 1, r), data, data, dp=True),
+                OutputFlow(f"noisy {k} × {k} covariance (all {k} directions)", data, data, dp=True),
+            )
+            return SessionSummary(
+                protocol=self.name,
+                key_bits={"paillier": p.key_bits},
+                data_roles=data,
+                coordinator_roles=(TRENT,),
+                outputs=cov_outputs,
+                epsilon=cal.epsilon,
+                delta=cal.delta,
+                rho=cal.rho,
+                components=k,
+                noise_parties={r_: p.noise_parties for r_ in data},
+                iterations=p.dp_rounds,
+            )
         if p.dp:
             # DP mode: every data party receives the T noisy aggregates Σ_i(Ã_iÃ_iᵀQ_t + η_i) and
             # takes u_1 … u_r (and, with oversample, b − r more directions) from them; Trent gets only
@@ -95,17 +107,31 @@ class PowerIterationPlugin(ProtocolPlugin):
             outputs = [OutputFlow(name("u", 1, r), data, data, dp=True)]
             if b > r:
                 outputs.append(OutputFlow(f"approximate {name('u', r + 1, b)} (oversample)", data, data, dp=True))
-            return SessionSummary(protocol=self.name, key_bits={"paillier": p.key_bits}, data_roles=data,
-                                  coordinator_roles=(TRENT,), outputs=tuple(outputs), epsilon=cal.epsilon,
-                                  delta=cal.delta, rho=cal.rho, components=b,
-                                  noise_parties={r: p.noise_parties for r in data},
-                                  iterations=p.dp_rounds)
+            return SessionSummary(
+                protocol=self.name,
+                key_bits={"paillier": p.key_bits},
+                data_roles=data,
+                coordinator_roles=(TRENT,),
+                outputs=tuple(outputs),
+                epsilon=cal.epsilon,
+                delta=cal.delta,
+                rho=cal.rho,
+                components=b,
+                noise_parties={r: p.noise_parties for r in data},
+                iterations=p.dp_rounds,
+            )
         outputs = [OutputFlow(name("u", 1, r), data, data), OutputFlow(name("x", 1, r), (TRENT,), data)]
         if b > r:
             outputs.append(OutputFlow(f"approximate {name('u', r + 1, b)} (oversample)", data, data))
-        return SessionSummary(protocol=self.name, key_bits={"paillier": p.key_bits}, data_roles=data,
-                              coordinator_roles=(TRENT,), outputs=tuple(outputs), components=b,
-                              iterations=p.max_iterations)
+        return SessionSummary(
+            protocol=self.name,
+            key_bits={"paillier": p.key_bits},
+            data_roles=data,
+            coordinator_roles=(TRENT,),
+            outputs=tuple(outputs),
+            components=b,
+            iterations=p.max_iterations,
+        )
 
     def traffic_envelope(self, params: Mapping[str, Any], roles: Mapping[str, str], role: str):
         return PowerIterationParams.from_mapping(params).traffic_envelope(role)
@@ -133,16 +159,24 @@ class PowerIterationPlugin(ProtocolPlugin):
                     out["components"] = [{"x": None} for _ in t_res.components]
             return out
         source = open_matrix(self.input_path(ctx, "data", ch.me), block_values=ctx.compute.block_values)
-        check_source(source, p, ch.role)   # before its output file of n_i × r values is made
+        check_source(source, p, ch.role)  # before its output file of n_i × r values is made
         blocks = sink = None
         if ctx.output_dir is not None:
-            blocks = np.lib.format.open_memmap(ctx.output_dir / "x_block.npy", mode="w+", dtype=np.float64,
-                                               shape=(source.n, p.components))
+            blocks = np.lib.format.open_memmap(
+                ctx.output_dir / "x_block.npy", mode="w+", dtype=np.float64, shape=(source.n, p.components)
+            )
             sink = _writer(blocks)
-        if p.dp:   # the release point: just before the first noisy contribution leaves this party
+        if p.dp:  # the release point: just before the first noisy contribution leaves this party
             ch = self.release_gate(ch, ctx, [(TRENT, dp_release_tag(p))])
-        res = await data_party(ch, source, p, engine=engine_for(ctx.compute), seed=ctx.seed,
-                               allow_insecure_keys=ctx.allow_insecure_keys, x_sink=sink)
+        res = await data_party(
+            ch,
+            source,
+            p,
+            engine=engine_for(ctx.compute),
+            seed=ctx.seed,
+            allow_insecure_keys=ctx.allow_insecure_keys,
+            x_sink=sink,
+        )
         if blocks is not None:
             assert ctx.output_dir is not None  # blocks are made only in an output directory (above)
             blocks.flush()
@@ -151,13 +185,15 @@ class PowerIterationPlugin(ProtocolPlugin):
         if res.prepare_next is not None:
             self.last_key = res.prepare_next
         out = asdict(res)
-        del out["prepare_next"]     # kept here for the next session, not recorded
+        del out["prepare_next"]  # kept here for the next session, not recorded
         out["data_bytes"] = source.nbytes
         return out
 
 
 def _writer(blocks: np.ndarray):
     """A sink writing a party's final blocks (col0, n_b × r) into its memory-mapped output file."""
+
     def sink(col0: int, block: np.ndarray) -> None:
-        blocks[col0:col0 + block.shape[0]] = block
+        blocks[col0 : col0 + block.shape[0]] = block
+
     return sink

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from typing import Sequence
+from collections.abc import Sequence
 
 from smcdp.errors import InvalidMessage
 from smcdp.plugins.base import ProtocolPlugin, register, registered
@@ -12,8 +12,13 @@ from smcdp.plugins.keyword import KeywordPlugin
 from smcdp.plugins.power_iteration import PowerIterationPlugin
 from smcdp.plugins.speaker import SpeakerIdentifyPlugin, SpeakerVerifyPlugin
 
-BUILTIN: tuple[ProtocolPlugin, ...] = (PowerIterationPlugin(), DPAggregatePlugin(), KeywordPlugin(),
-                                      SpeakerVerifyPlugin(), SpeakerIdentifyPlugin())
+BUILTIN: tuple[ProtocolPlugin, ...] = (
+    PowerIterationPlugin(),
+    DPAggregatePlugin(),
+    KeywordPlugin(),
+    SpeakerVerifyPlugin(),
+    SpeakerIdentifyPlugin(),
+)
 for _plugin in BUILTIN:
     register(_plugin)
 

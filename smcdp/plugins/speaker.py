@@ -28,11 +28,11 @@ from smcdp.protocols.base import check_roles
 from smcdp.protocols.speaker import (
     ALICE,
     BOB,
+    AliceSizes,
     IdentifyParams,
     VerifyParams,
     identify_alice,
     identify_bob,
-    AliceSizes,
     prepare_alice,
     verify_alice,
     verify_bob,
@@ -65,9 +65,13 @@ class _SpeakerPlugin(ProtocolPlugin):
 
     def summary(self, params: Mapping[str, Any], roles: Mapping[str, str]) -> SessionSummary:
         p = self.params_class.from_mapping(params)
-        return SessionSummary(protocol=self.name, key_bits={"paillier": p.key_bits, "dgk": p.dgk_bits},
-                              data_roles=(ALICE, BOB), coordinator_roles=(),
-                              outputs=(OutputFlow(self.output_name, (p.output,), (ALICE, BOB)),))
+        return SessionSummary(
+            protocol=self.name,
+            key_bits={"paillier": p.key_bits, "dgk": p.dgk_bits},
+            data_roles=(ALICE, BOB),
+            coordinator_roles=(),
+            outputs=(OutputFlow(self.output_name, (p.output,), (ALICE, BOB)),),
+        )
 
     def traffic_envelope(self, params: Mapping[str, Any], roles: Mapping[str, str], role: str):
         return self.params_class.from_mapping(params).traffic_envelope(role)
@@ -95,8 +99,9 @@ class _SpeakerPlugin(ProtocolPlugin):
             return self._result(res)
         if role == BOB:
             models = load_speaker_models(self.input_path(ctx, "models", ch.me))
-            return self._result(await self.bob(ch, models, p, seed=ctx.seed,
-                                               allow_insecure_keys=ctx.allow_insecure_keys))
+            return self._result(
+                await self.bob(ch, models, p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys)
+            )
         raise InvalidMessage(f"{self.name} has no role {role!r}")
 
 
@@ -110,7 +115,7 @@ class SpeakerVerifyPlugin(_SpeakerPlugin):
     @staticmethod
     def _result(res) -> dict:
         out = {**asdict(res), "decision": res.decision}
-        del out["prepare_next"]        # for the next session here, not part of the record
+        del out["prepare_next"]  # for the next session here, not part of the record
         return out
 
 
@@ -124,5 +129,5 @@ class SpeakerIdentifyPlugin(_SpeakerPlugin):
     @staticmethod
     def _result(res) -> dict:
         out = asdict(res)
-        del out["prepare_next"]        # for the next session here, not part of the record
+        del out["prepare_next"]  # for the next session here, not part of the record
         return out

@@ -431,8 +431,8 @@ def split_groups(he_sums: Sequence[int], slots: int, groups: int) -> list[list[i
     total = sum(he_sums)
     if groups == 1 or total == 0:
         return [list(range(D))]
-    used_slots = -(-total // slots)                    # ceil(total / slots)
-    per = -(-used_slots // groups) * slots             # ceil(used_slots / groups) slots per group
+    used_slots = -(-total // slots)  # ceil(total / slots)
+    per = -(-used_slots // groups) * slots  # ceil(used_slots / groups) slots per group
     out: list[list[int]] = [[]]
     fill = 0
     for d in range(D):

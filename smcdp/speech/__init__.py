@@ -45,9 +45,9 @@ from .training import train_from_folders
 
 __all__ = [
     "HMM",
-    "Frontend",
     "N_FEATURES",
     "SAMPLE_RATE",
+    "Frontend",
     "KeywordModels",
     "load_features",
     "load_models",

@@ -88,7 +88,7 @@ def read_wav(path: str | os.PathLike) -> Audio:
         raise InvalidMessage(f"{p}: the WAV holds no samples")
     if data.dtype == np.int16:
         x = data / 32768.0
-    elif data.dtype == np.int32:           # 32-bit PCM, and 24-bit (scipy left-justifies it)
+    elif data.dtype == np.int32:  # 32-bit PCM, and 24-bit (scipy left-justifies it)
         x = data / 2147483648.0
     elif data.dtype == np.uint8:
         x = (data.astype(np.float64) - 128.0) / 128.0
@@ -99,15 +99,17 @@ def read_wav(path: str | os.PathLike) -> Audio:
     else:
         raise InvalidMessage(f"{p}: unsupported sample type {data.dtype}")
     if x.ndim == 2:
-        x = x.mean(axis=1)                  # downmix
+        x = x.mean(axis=1)  # downmix
     if not MIN_RATE <= rate <= MAX_RATE:
         raise InvalidMessage(f"{p}: sample rate {rate} Hz outside {MIN_RATE // 1000}–{MAX_RATE // 1000} kHz")
     audio = Audio(np.ascontiguousarray(x, dtype=np.float64), int(rate), p)
     n16 = -(-x.shape[0] * SAMPLE_RATE // int(rate))
     if n16 < MIN_SAMPLES:
-        raise InvalidMessage(f"{p}: {audio.seconds * 1000:.1f} ms of audio, shorter than one "
-                             f"{WINLEN * 1000:.0f} ms analysis window")
+        raise InvalidMessage(
+            f"{p}: {audio.seconds * 1000:.1f} ms of audio, shorter than one {WINLEN * 1000:.0f} ms analysis window"
+        )
     if n16 > MAX_SAMPLES:
-        raise InvalidMessage(f"{p}: {audio.seconds:.0f} s of audio, longer than the limit of "
-                             f"{MAX_SAMPLES // SAMPLE_RATE} s")
+        raise InvalidMessage(
+            f"{p}: {audio.seconds:.0f} s of audio, longer than the limit of {MAX_SAMPLES // SAMPLE_RATE} s"
+        )
     return audio

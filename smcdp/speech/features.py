@@ -54,9 +54,30 @@ from smcdp.speech.frontend import (
     num_frames,
 )
 
-__all__ = ["CEPLIFTER", "DELTA_N", "FRAME_LEN", "FRAME_STEP", "MAX_SAMPLES", "MIN_SAMPLES", "NFFT", "NFILT",
-           "NUMCEP", "N_FEATURES", "PREEMPH", "SAMPLE_RATE", "WINLEN", "WINSTEP", "load_features", "load_wav",
-           "mfcc39", "num_frames", "samples_for_frames", "validate_features", "vector_quantise", "wav_features"]
+__all__ = [
+    "CEPLIFTER",
+    "DELTA_N",
+    "FRAME_LEN",
+    "FRAME_STEP",
+    "MAX_SAMPLES",
+    "MIN_SAMPLES",
+    "NFFT",
+    "NFILT",
+    "NUMCEP",
+    "N_FEATURES",
+    "PREEMPH",
+    "SAMPLE_RATE",
+    "WINLEN",
+    "WINSTEP",
+    "load_features",
+    "load_wav",
+    "mfcc39",
+    "num_frames",
+    "samples_for_frames",
+    "validate_features",
+    "vector_quantise",
+    "wav_features",
+]
 
 
 def samples_for_frames(n_frames: int) -> int:
@@ -76,9 +97,7 @@ def _as_signal(signal: Any, samplerate: int) -> np.ndarray:
     if not isinstance(samplerate, (int, np.integer)) or isinstance(samplerate, bool):
         raise InvalidMessage(f"sample rate must be an integer, got {samplerate!r}")
     if int(samplerate) != SAMPLE_RATE:
-        raise InvalidMessage(
-            f"sample rate must be {SAMPLE_RATE} Hz, got {samplerate} Hz (resample first)"
-        )
+        raise InvalidMessage(f"sample rate must be {SAMPLE_RATE} Hz, got {samplerate} Hz (resample first)")
     x = np.asarray(signal)
     if x.ndim == 2 and x.shape[1] == 1:
         x = x[:, 0]
@@ -87,9 +106,7 @@ def _as_signal(signal: Any, samplerate: int) -> np.ndarray:
     if x.dtype.kind not in "iuf":
         raise InvalidMessage(f"signal must be numeric, got dtype {x.dtype}")
     if x.size < MIN_SAMPLES:
-        raise InvalidMessage(
-            f"signal too short: {x.size} samples, need at least {MIN_SAMPLES} (one 25 ms window)"
-        )
+        raise InvalidMessage(f"signal too short: {x.size} samples, need at least {MIN_SAMPLES} (one 25 ms window)")
     if x.size > MAX_SAMPLES:
         raise InvalidMessage(f"signal too long: {x.size} samples, limit {MAX_SAMPLES}")
     x = x.astype(np.float64)

@@ -128,8 +128,7 @@ def log_emissions(hmm: HMM, X: Any) -> np.ndarray:
         else:
             weights, n_mix = hmm.weights, hmm.n_mix
             assert weights is not None and n_mix is not None  # mixtures have weights (validated in HMM)
-            comp = np.stack([_state_logpdf(obs, means[j, c], covars[j, c], ct)
-                             for c in range(n_mix)], axis=1)
+            comp = np.stack([_state_logpdf(obs, means[j, c], covars[j, c], ct) for c in range(n_mix)], axis=1)
             out[:, j] = logsumexp(comp + _log(weights[j])[None, :], axis=1)
     return out
 
@@ -265,7 +264,7 @@ def product_index_pairs(d: int, covariance_type: str = "full") -> tuple[np.ndarr
     if covariance_type == "full":
         return I, J
     if covariance_type == "diag":
-        keep = (I == J) | (J == d)
+        keep = (I == J) | (d == J)
         return I[keep], J[keep]
     raise InvalidMessage(f"covariance_type must be 'full' or 'diag', got {covariance_type!r}")
 
@@ -296,7 +295,7 @@ def quadratic_coefficients(W: Any, covariance_type: str = "full") -> np.ndarray:
         return full
     if covariance_type != "diag":
         raise InvalidMessage(f"covariance_type must be 'full' or 'diag', got {covariance_type!r}")
-    keep = (I == J) | (J == d)
+    keep = (I == J) | (d == J)
     if np.any(full[..., ~keep] != 0):
         raise InvalidMessage("W has off-diagonal x-terms: not a diagonal-covariance form")
     return full[..., keep]

@@ -48,7 +48,6 @@ import numpy as np
 
 from smcdp._optional import require
 from smcdp.errors import InvalidMessage
-
 from smcdp.speech.audio import read_wav
 from smcdp.speech.framing import (  # noqa: F401  (re-exported: the front end's settings)
     CEPLIFTER,
@@ -57,10 +56,10 @@ from smcdp.speech.framing import (  # noqa: F401  (re-exported: the front end's 
     FRAME_STEP,
     MAX_SAMPLES,
     MIN_SAMPLES,
+    N_FEATURES,
     NFFT,
     NFILT,
     NUMCEP,
-    N_FEATURES,
     PREEMPH,
     SAMPLE_RATE,
     WINLEN,
@@ -100,8 +99,8 @@ class StreamingResampler:
         self.pre_remove = (half_len + n_pre_pad) // self.down
         self.ntaps = -(-self.h.size // self.up) + 1
         self.x = np.zeros(0)
-        self.base = 0           # input index of self.x[0]
-        self.k = 0              # next output index
+        self.base = 0  # input index of self.x[0]
+        self.k = 0  # next output index
 
     def _outputs(self, k_end: int) -> np.ndarray:
         if k_end <= self.k:
@@ -120,7 +119,7 @@ class StreamingResampler:
         # inputs before the first one the next output touches are no longer needed
         first = max(0, ((self.k + self.pre_remove) * self.down - self.h.size + 1) // self.up)
         if first - self.base > 65536:
-            self.x = self.x[first - self.base:]
+            self.x = self.x[first - self.base :]
             self.base = first
         return np.concatenate(parts)
 
@@ -151,13 +150,13 @@ class _MFCC:
         if cmn not in CMN_MODES:
             raise InvalidMessage(f"cepstral mean normalisation must be one of {CMN_MODES}, got {cmn!r}")
         self.cmn = cmn
-        self.pre = np.zeros(0)       # pre-emphasised samples not yet framed out (from sample self.pre0)
+        self.pre = np.zeros(0)  # pre-emphasised samples not yet framed out (from sample self.pre0)
         self.pre0 = 0
-        self.n = 0                   # 16 kHz samples so far
-        self.last = None             # last raw sample (pre-emphasis)
+        self.n = 0  # 16 kHz samples so far
+        self.last = None  # last raw sample (pre-emphasis)
         self.static: list[np.ndarray] = []
         self.d1: list[np.ndarray] = []
-        self.out = 0                 # frames released
+        self.out = 0  # frames released
         self.sum = np.zeros(NUMCEP)
         self.win = np.hamming(FRAME_LEN)
         self.fb = get_filterbanks(NFILT, NFFT, SAMPLE_RATE, 0, SAMPLE_RATE / 2)
@@ -182,7 +181,7 @@ class _MFCC:
             pspec = 1.0 / NFFT * np.square(np.absolute(np.fft.rfft(frames, NFFT)))
             energy = np.sum(pspec, 1)
             energy = np.where(energy == 0, np.finfo(float).eps, energy)
-            feat = (pspec[:, None, :] * self.fb[None, :, :]).sum(axis=2)   # row by row: chunking-independent
+            feat = (pspec[:, None, :] * self.fb[None, :, :]).sum(axis=2)  # row by row: chunking-independent
             feat = np.where(feat == 0, np.finfo(float).eps, feat)
             c = dct(np.log(feat), type=2, axis=1, norm="ortho")[:, :NUMCEP] * self.lift
             c[:, 0] = np.log(energy)
@@ -207,10 +206,10 @@ class _MFCC:
                 break
             if total is not None and t >= total:
                 break
-            end = total if total is not None else have + 10 ** 9     # no edge before the end of the stream
+            end = total if total is not None else have + 10**9  # no edge before the end of the stream
             while len(self.d1) < min(t + DELTA_N + 1, end):
                 self.d1.append(self._delta(self.static, len(self.d1), min(end, have)))
-            d2 = self._delta(self.d1, t, end if total is not None else 10 ** 9)
+            d2 = self._delta(self.d1, t, end if total is not None else 10**9)
             s = self.static[t]
             self.sum = self.sum + s
             if self.cmn == "causal":
@@ -233,7 +232,7 @@ class _MFCC:
         if complete > len(self.static):
             self._statics(complete - len(self.static))
         frames = self._release(None)
-        if self.cmn == "utterance":                 # nothing is final before the end
+        if self.cmn == "utterance":  # nothing is final before the end
             self.held.extend(frames)
             return []
         return frames
@@ -241,8 +240,10 @@ class _MFCC:
     def finish(self) -> list[np.ndarray]:
         total = num_frames(self.n)
         if self.n < MIN_SAMPLES:
-            raise InvalidMessage(f"{self.n / SAMPLE_RATE * 1000:.1f} ms of audio, shorter than one "
-                                 f"{WINLEN * 1000:.0f} ms analysis window")
+            raise InvalidMessage(
+                f"{self.n / SAMPLE_RATE * 1000:.1f} ms of audio, shorter than one "
+                f"{WINLEN * 1000:.0f} ms analysis window"
+            )
         if total > len(self.static):
             self._statics(total - len(self.static))
         frames = self._release(total)
@@ -307,7 +308,7 @@ def hops_of(samples, rate: int, hop_seconds: float = WINSTEP) -> Iterator[np.nda
     x = np.asarray(samples, dtype=np.float64)
     step = max(1, int(round(int(rate) * hop_seconds)))
     for s in range(0, x.size, step):
-        yield x[s:s + step]
+        yield x[s : s + step]
 
 
 def paced(hops: Iterable, rate: int, clock=time.monotonic, sleep=time.sleep) -> Iterator[np.ndarray]:
@@ -326,8 +327,7 @@ def paced(hops: Iterable, rate: int, clock=time.monotonic, sleep=time.sleep) -> 
         yield hop
 
 
-def stream_wav(path, cmn: str = "causal", hop_seconds: float = WINSTEP, realtime: bool = False
-               ) -> Iterator[np.ndarray]:
+def stream_wav(path, cmn: str = "causal", hop_seconds: float = WINSTEP, realtime: bool = False) -> Iterator[np.ndarray]:
     """The frames of a WAV file (any format :func:`smcdp.speech.audio.read_wav` accepts), read in hops
     of ``hop_seconds`` (default 10 ms) and yielded one by one as soon as each is final; with
     ``realtime`` the hops arrive at the pace of the audio, as from a microphone."""

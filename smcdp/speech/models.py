@@ -107,8 +107,7 @@ def _check_stochastic(name: str, arr: np.ndarray) -> None:
     if np.any(bad):
         idx = tuple(int(i) for i in np.argwhere(bad)[0])
         raise InvalidMessage(
-            f"{name}: probabilities must sum to 1 along the last axis "
-            f"(entry {idx} sums to {sums[idx]!r})"
+            f"{name}: probabilities must sum to 1 along the last axis (entry {idx} sums to {sums[idx]!r})"
         )
 
 
@@ -118,15 +117,12 @@ def _check_full_covars(name: str, cov: np.ndarray) -> None:
     for k, c in enumerate(flat):
         scale = max(float(np.max(np.abs(c))), np.finfo(float).tiny)
         if np.max(np.abs(c - c.T)) > SYMMETRY_RTOL * scale:
-            raise InvalidMessage(
-                f"{name}: covariance matrix {np.unravel_index(k, cov.shape[:-2])} is not symmetric"
-            )
+            raise InvalidMessage(f"{name}: covariance matrix {np.unravel_index(k, cov.shape[:-2])} is not symmetric")
         try:
             np.linalg.cholesky(c)
         except np.linalg.LinAlgError as exc:
             raise InvalidMessage(
-                f"{name}: covariance matrix {np.unravel_index(k, cov.shape[:-2])} "
-                "is not positive definite"
+                f"{name}: covariance matrix {np.unravel_index(k, cov.shape[:-2])} is not positive definite"
             ) from exc
 
 
@@ -149,13 +145,12 @@ def _validate_words(words: Any) -> tuple[str, ...]:
     return out
 
 
-def _infer_kind(means: np.ndarray | None, covars: np.ndarray | None, emissionprob: np.ndarray | None,
-                weights: np.ndarray | None) -> str:
+def _infer_kind(
+    means: np.ndarray | None, covars: np.ndarray | None, emissionprob: np.ndarray | None, weights: np.ndarray | None
+) -> str:
     if emissionprob is not None:
         if means is not None or covars is not None or weights is not None:
-            raise InvalidMessage(
-                "discrete models (emissionprob) must not also carry means, covars or weights"
-            )
+            raise InvalidMessage("discrete models (emissionprob) must not also carry means, covars or weights")
         return "discrete"
     if means is None or covars is None:
         raise InvalidMessage("Gaussian models need both means and covars (or give emissionprob)")
@@ -174,25 +169,23 @@ def _infer_kind(means: np.ndarray | None, covars: np.ndarray | None, emissionpro
             return "gmm-diag"
         if covars.ndim == 5:
             return "gmm-full"
-        raise InvalidMessage(
-            f"covars: expected (Δ, N, C, d) or (Δ, N, C, d, d) for mixtures, got shape {covars.shape}"
-        )
+        raise InvalidMessage(f"covars: expected (Δ, N, C, d) or (Δ, N, C, d, d) for mixtures, got shape {covars.shape}")
     raise InvalidMessage(f"means: expected (Δ, N, d) or (Δ, N, C, d), got shape {means.shape}")
 
 
 #: startprob, transmat, means, covars, weights, emissionprob (float64 copies; None where absent), kind
-_Stack = tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray | None, np.ndarray | None,
-               str]
+_Stack = tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray | None, np.ndarray | None, str]
 
 
-def _validate_stack(startprob: Any, transmat: Any, means: Any, covars: Any, weights: Any, emissionprob: Any,
-                    n_models: int | None) -> _Stack:
+def _validate_stack(
+    startprob: Any, transmat: Any, means: Any, covars: Any, weights: Any, emissionprob: Any, n_models: int | None
+) -> _Stack:
     """Validate stacked parameters with a leading model axis; return float64 copies + kind."""
     sp = _float_array("startprob", startprob)
     if sp.ndim != 2:
         raise InvalidMessage(f"startprob: expected shape (Δ, N), got {sp.shape}")
     D, N = sp.shape
-    if n_models is not None and D != n_models:
+    if n_models is not None and n_models != D:
         raise InvalidMessage(f"startprob: {D} models but {n_models} words")
     if D < 1 or N < 1:
         raise InvalidMessage("startprob: need at least one model and one state")
@@ -251,8 +244,6 @@ def _validate_stack(startprob: Any, transmat: Any, means: Any, covars: Any, weig
 # --------------------------------------------------------------------------- containers
 
 
-
-
 class _EmissionShape:
     """Shape facts shared by one HMM and a stack of keyword HMMs (last axis of each parameter)."""
 
@@ -299,13 +290,24 @@ class HMM(_EmissionShape):
             return None if a is None else np.asarray(a)[None, ...]
 
         sp, tm, mu, cv, w, ep, kind = _validate_stack(
-            add(self.startprob), add(self.transmat), add(self.means), add(self.covars),
-            add(self.weights), add(self.emissionprob), None,
+            add(self.startprob),
+            add(self.transmat),
+            add(self.means),
+            add(self.covars),
+            add(self.weights),
+            add(self.emissionprob),
+            None,
         )
         if self.kind and self.kind != kind:
             raise InvalidMessage(f"declared kind {self.kind!r} does not match parameters ({kind!r})")
-        for name, val in (("startprob", sp), ("transmat", tm), ("means", mu), ("covars", cv),
-                          ("weights", w), ("emissionprob", ep)):
+        for name, val in (
+            ("startprob", sp),
+            ("transmat", tm),
+            ("means", mu),
+            ("covars", cv),
+            ("weights", w),
+            ("emissionprob", ep),
+        ):
             arr = None if val is None else val[0]
             if arr is not None:
                 arr.setflags(write=False)
@@ -320,9 +322,18 @@ class HMM(_EmissionShape):
 class KeywordModels(_EmissionShape):
     """Δ keyword HMMs sharing one emission kind and state count (validated on construction)."""
 
-    def __init__(self, words: Sequence[str] | np.ndarray, startprob: Any, transmat: Any, *,
-                 means: Any = None, covars: Any = None, weights: Any = None,
-                 emissionprob: Any = None, cmn: str | None = None) -> None:
+    def __init__(
+        self,
+        words: Sequence[str] | np.ndarray,
+        startprob: Any,
+        transmat: Any,
+        *,
+        means: Any = None,
+        covars: Any = None,
+        weights: Any = None,
+        emissionprob: Any = None,
+        cmn: str | None = None,
+    ) -> None:
         if isinstance(words, str):
             raise InvalidMessage("words: expected a sequence of strings, got a single string")
         self.words = _validate_words(words if isinstance(words, np.ndarray) else np.asarray(list(words)))
@@ -354,9 +365,11 @@ class KeywordModels(_EmissionShape):
         return self.n_words
 
     def __repr__(self) -> str:
-        return (f"KeywordModels(kind={self.kind!r}, words={list(self.words)!r}, "
-                f"n_states={self.n_states}, n_features={self.n_features}, n_mix={self.n_mix}, "
-                f"n_symbols={self.n_symbols})")
+        return (
+            f"KeywordModels(kind={self.kind!r}, words={list(self.words)!r}, "
+            f"n_states={self.n_states}, n_features={self.n_features}, n_mix={self.n_mix}, "
+            f"n_symbols={self.n_symbols})"
+        )
 
     # -- per-word access
     def hmm(self, index: int) -> HMM:
@@ -366,8 +379,14 @@ class KeywordModels(_EmissionShape):
         def pick(a):
             return None if a is None else a[index]
 
-        return HMM(self.startprob[index], self.transmat[index], pick(self.means), pick(self.covars),
-                   pick(self.weights), pick(self.emissionprob))
+        return HMM(
+            self.startprob[index],
+            self.transmat[index],
+            pick(self.means),
+            pick(self.covars),
+            pick(self.weights),
+            pick(self.emissionprob),
+        )
 
     def __getitem__(self, word: str) -> HMM:
         try:
@@ -395,8 +414,15 @@ class KeywordModels(_EmissionShape):
                 raise InvalidMessage(f"{name}: HMMs have different shapes {sorted(shapes)}")
             return np.stack(vals)
 
-        return cls(list(words), stack("startprob"), stack("transmat"), means=stack("means"),
-                   covars=stack("covars"), weights=stack("weights"), emissionprob=stack("emissionprob"))
+        return cls(
+            list(words),
+            stack("startprob"),
+            stack("transmat"),
+            means=stack("means"),
+            covars=stack("covars"),
+            weights=stack("weights"),
+            emissionprob=stack("emissionprob"),
+        )
 
     # -- file format
     def to_arrays(self) -> dict[str, np.ndarray]:
@@ -441,9 +467,16 @@ class KeywordModels(_EmissionShape):
             if c.shape != () or c.dtype.kind != "U":
                 raise InvalidMessage("'cmn' must be a single string")
             cmn = str(c)
-        return cls(np.asarray(arrays["words"]), arrays["startprob"], arrays["transmat"],
-                   means=arrays.get("means"), covars=arrays.get("covars"),
-                   weights=arrays.get("weights"), emissionprob=arrays.get("emissionprob"), cmn=cmn)
+        return cls(
+            np.asarray(arrays["words"]),
+            arrays["startprob"],
+            arrays["transmat"],
+            means=arrays.get("means"),
+            covars=arrays.get("covars"),
+            weights=arrays.get("weights"),
+            emissionprob=arrays.get("emissionprob"),
+            cmn=cmn,
+        )
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> KeywordModels:
@@ -493,8 +526,7 @@ def to_hmmlearn(hmm: HMM):
         m.covars_ = np.array(hmm.covars)
         m.n_features = hmm.n_features
     else:
-        m = hl.GMMHMM(n_components=hmm.n_states, n_mix=hmm.n_mix, covariance_type=hmm.covariance_type,
-                      init_params="")
+        m = hl.GMMHMM(n_components=hmm.n_states, n_mix=hmm.n_mix, covariance_type=hmm.covariance_type, init_params="")
         m.weights_ = np.array(hmm.weights)
         m.means_ = np.array(hmm.means)
         m.covars_ = np.array(hmm.covars)
@@ -523,8 +555,7 @@ def from_hmmlearn(model) -> HMM:
         ct = model.covariance_type
         if ct not in ("diag", "full"):
             raise InvalidMessage(f"unsupported GMMHMM covariance_type {ct!r} (use diag or full)")
-        return HMM(model.startprob_, model.transmat_, means=model.means_, covars=model.covars_,
-                   weights=model.weights_)
+        return HMM(model.startprob_, model.transmat_, means=model.means_, covars=model.covars_, weights=model.weights_)
     raise InvalidMessage(f"unsupported hmmlearn model type {type(model).__name__}")
 
 
@@ -617,8 +648,9 @@ def _segments(lengths: Sequence[int], n_states: int) -> list[np.ndarray]:
     return [np.concatenate(p) for p in per_state]
 
 
-def _check_sequences(sequences: Iterable[Any], discrete: bool, n_symbols: int | None,
-                     n_states: int) -> list[np.ndarray]:
+def _check_sequences(
+    sequences: Iterable[Any], discrete: bool, n_symbols: int | None, n_states: int
+) -> list[np.ndarray]:
     seqs = []
     for k, s in enumerate(sequences):
         a = np.asarray(s)
@@ -649,9 +681,18 @@ def _check_sequences(sequences: Iterable[Any], discrete: bool, n_symbols: int | 
     return seqs
 
 
-def train_word_hmm(sequences: Iterable[Any], *, kind: str = "diag", n_states: int = 5, n_mix: int = 2,
-                   n_symbols: int | None = None, n_iter: int = 20, tol: float = 1e-3,
-                   min_covar: float = 1e-3, random_state: int = 0) -> HMM:
+def train_word_hmm(
+    sequences: Iterable[Any],
+    *,
+    kind: str = "diag",
+    n_states: int = 5,
+    n_mix: int = 2,
+    n_symbols: int | None = None,
+    n_iter: int = 20,
+    tol: float = 1e-3,
+    min_covar: float = 1e-3,
+    random_state: int = 0,
+) -> HMM:
     """Train one left-to-right HMM on the utterances of one word (Baum–Welch via hmmlearn).
 
     ``kind``: ``diag`` / ``full`` (GaussianHMM), ``gmm-diag`` / ``gmm-full`` (GMMHMM with
@@ -677,8 +718,7 @@ def train_word_hmm(sequences: Iterable[Any], *, kind: str = "diag", n_states: in
     X = np.concatenate(seqs)
     seg = _segments(lengths, n_states)
     startprob, transmat = left_right_topology(n_states, float(np.mean(lengths)) / n_states)
-    common = dict(n_components=n_states, n_iter=n_iter, tol=tol, random_state=random_state,
-                  init_params="")
+    common = dict(n_components=n_states, n_iter=n_iter, tol=tol, random_state=random_state, init_params="")
 
     if discrete:
         assert n_symbols is not None  # checked above: discrete training needs n_symbols >= 1
@@ -690,14 +730,12 @@ def train_word_hmm(sequences: Iterable[Any], *, kind: str = "diag", n_states: in
         Xfit = X.reshape(-1, 1)
     elif kind in ("diag", "full"):
         d = X.shape[1]
-        model = _trainer_classes()["gaussian"](covariance_type=kind, min_covar=min_covar, params="tmc",
-                                               **common)
+        model = _trainer_classes()["gaussian"](covariance_type=kind, min_covar=min_covar, params="tmc", **common)
         model.means_ = np.stack([X[idx].mean(axis=0) for idx in seg])
         if kind == "diag":
             model.covars_ = np.stack([X[idx].var(axis=0) + min_covar for idx in seg])
         else:
-            model.covars_ = np.stack([np.cov(X[idx].T, bias=True).reshape(d, d) + min_covar * np.eye(d)
-                                      for idx in seg])
+            model.covars_ = np.stack([np.cov(X[idx].T, bias=True).reshape(d, d) + min_covar * np.eye(d) for idx in seg])
         Xfit = X
     else:
         from sklearn.cluster import KMeans  # deferred: only codebook training needs scikit-learn
@@ -725,8 +763,7 @@ def train_word_hmm(sequences: Iterable[Any], *, kind: str = "diag", n_states: in
             means.append(m_)
             covs.append(c_)
             weights.append(np.asarray(w_, float) / np.sum(w_))
-        model = _trainer_classes()["gmm"](n_mix=n_mix, covariance_type=ct, min_covar=min_covar,
-                                          params="tmcw", **common)
+        model = _trainer_classes()["gmm"](n_mix=n_mix, covariance_type=ct, min_covar=min_covar, params="tmcw", **common)
         model.means_ = np.asarray(means)
         model.covars_ = np.asarray(covs)
         model.weights_ = np.asarray(weights)

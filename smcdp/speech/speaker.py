@@ -204,7 +204,7 @@ class UBM:
 
     gmm: DiagGMM
     cmn: str = "utterance"
-    epsilon: float | None = None     # DP-EM budget when trained privately
+    epsilon: float | None = None  # DP-EM budget when trained privately
     delta: float | None = None
 
     def save(self, path: str | os.PathLike) -> None:
@@ -213,16 +213,29 @@ class UBM:
             raise InvalidMessage(f"UBM file name must end in .npz, got {p!r}")
         extra = {} if self.epsilon is None else {"epsilon": np.float64(self.epsilon), "delta": np.float64(self.delta)}
         # allow_pickle=False: every array is numeric or unicode, and the reader refuses pickles too
-        np.savez_compressed(p, kind=np.array("ubm"), format_version=np.int64(FORMAT_VERSION),
-                            weights=self.gmm.weights, means=self.gmm.means, covars=self.gmm.covars,
-                            cmn=np.array(self.cmn), allow_pickle=False, **extra)
+        np.savez_compressed(
+            p,
+            kind=np.array("ubm"),
+            format_version=np.int64(FORMAT_VERSION),
+            weights=self.gmm.weights,
+            means=self.gmm.means,
+            covars=self.gmm.covars,
+            cmn=np.array(self.cmn),
+            allow_pickle=False,
+            **extra,
+        )
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> UBM:
         p = os.fspath(path)
         a = _load_npz(p, "UBM")
-        _check_keys(a, {"kind", "format_version", "weights", "means", "covars", "cmn", "epsilon", "delta"},
-                    {"kind", "format_version", "weights", "means", "covars", "cmn"}, "ubm", p)
+        _check_keys(
+            a,
+            {"kind", "format_version", "weights", "means", "covars", "cmn", "epsilon", "delta"},
+            {"kind", "format_version", "weights", "means", "covars", "cmn"},
+            "ubm",
+            p,
+        )
         try:
             gmm = DiagGMM(a["weights"], a["means"], a["covars"])
         except InvalidMessage as exc:
@@ -235,8 +248,16 @@ class UBM:
 class SpeakerModels:
     """Bob's input: the UBM, the enrolled speakers' adapted means and the decision threshold θ."""
 
-    def __init__(self, ubm: DiagGMM, names: Sequence[str], means, *, threshold: float = 0.0,
-                 relevance: float = DEFAULT_RELEVANCE, cmn: str = "utterance") -> None:
+    def __init__(
+        self,
+        ubm: DiagGMM,
+        names: Sequence[str],
+        means,
+        *,
+        threshold: float = 0.0,
+        relevance: float = DEFAULT_RELEVANCE,
+        cmn: str = "utterance",
+    ) -> None:
         names = [check_name(str(n)) for n in names]
         if not 1 <= len(names) <= MAX_SPEAKERS:
             raise InvalidMessage(f"1..{MAX_SPEAKERS} enrolled speakers needed, got {len(names)}")
@@ -284,34 +305,62 @@ class SpeakerModels:
         """The GMMs as one-state mixture HMMs (π = 1, a₁₁ = 1): the forward algorithm of such a model is
         Σ_t log p(x_t | λ), the utterance's log-likelihood with independent frames."""
         D = len(gmms)
-        return KeywordModels(list(labels), np.ones((D, 1)), np.ones((D, 1, 1)),
-                             means=np.stack([g.means for g in gmms])[:, None],
-                             covars=np.stack([g.covars for g in gmms])[:, None],
-                             weights=np.stack([g.weights for g in gmms])[:, None])
+        return KeywordModels(
+            list(labels),
+            np.ones((D, 1)),
+            np.ones((D, 1, 1)),
+            means=np.stack([g.means for g in gmms])[:, None],
+            covars=np.stack([g.covars for g in gmms])[:, None],
+            weights=np.stack([g.weights for g in gmms])[:, None],
+        )
 
     def save(self, path: str | os.PathLike) -> None:
         p = os.fspath(path)
         if not p.endswith(".npz"):
             raise InvalidMessage(f"speaker models file name must end in .npz, got {p!r}")
-        np.savez_compressed(p, kind=np.array("speakers"), format_version=np.int64(FORMAT_VERSION),
-                            ubm_weights=self.ubm.weights, ubm_means=self.ubm.means, ubm_covars=self.ubm.covars,
-                            names=np.array(self.names, dtype=str), means=self.means,
-                            threshold=np.float64(self.threshold), relevance=np.float64(self.relevance),
-                            cmn=np.array(self.cmn))
+        np.savez_compressed(
+            p,
+            kind=np.array("speakers"),
+            format_version=np.int64(FORMAT_VERSION),
+            ubm_weights=self.ubm.weights,
+            ubm_means=self.ubm.means,
+            ubm_covars=self.ubm.covars,
+            names=np.array(self.names, dtype=str),
+            means=self.means,
+            threshold=np.float64(self.threshold),
+            relevance=np.float64(self.relevance),
+            cmn=np.array(self.cmn),
+        )
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> SpeakerModels:
         p = os.fspath(path)
         a = _load_npz(p, "speaker models")
-        keys = {"kind", "format_version", "ubm_weights", "ubm_means", "ubm_covars", "names", "means",
-                "threshold", "relevance", "cmn"}
+        keys = {
+            "kind",
+            "format_version",
+            "ubm_weights",
+            "ubm_means",
+            "ubm_covars",
+            "names",
+            "means",
+            "threshold",
+            "relevance",
+            "cmn",
+        }
         _check_keys(a, keys, keys, "speakers", p)
         names = np.asarray(a["names"])
         if names.ndim != 1 or names.dtype.kind != "U":
             raise InvalidMessage(f"{p}: 'names' must be a 1-D array of strings")
         try:
             ubm = DiagGMM(a["ubm_weights"], a["ubm_means"], a["ubm_covars"])
-            return cls(ubm, [str(n) for n in names], a["means"], threshold=_scalar(a, "threshold", p),
-                       relevance=_scalar(a, "relevance", p), cmn=_cmn(a, p))
+            return cls(
+                ubm,
+                [str(n) for n in names],
+                a["means"],
+                threshold=_scalar(a, "threshold", p),
+                relevance=_scalar(a, "relevance", p),
+                cmn=_cmn(a, p),
+            )
         except InvalidMessage as exc:
             raise InvalidMessage(f"{p}: {exc}") from None

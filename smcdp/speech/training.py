@@ -88,23 +88,36 @@ class TrainReport:
     seconds: float = 0.0
 
     def as_dict(self) -> dict:
-        return {"words": self.words, "kind": self.kind, "states": self.states, "mixtures": self.mixtures,
-                "cmn": self.cmn, "per_word": self.per_word, "heldout": self.heldout,
-                "seconds": self.seconds}
+        return {
+            "words": self.words,
+            "kind": self.kind,
+            "states": self.states,
+            "mixtures": self.mixtures,
+            "cmn": self.cmn,
+            "per_word": self.per_word,
+            "heldout": self.heldout,
+            "seconds": self.seconds,
+        }
 
     def lines(self) -> list[str]:
-        out = [f"{len(self.words)} words, {self.kind} HMMs with {self.states} states"
-               + (f" x {self.mixtures} mixtures" if self.mixtures > 1 else "") + f", CMN {self.cmn}"]
+        out = [
+            f"{len(self.words)} words, {self.kind} HMMs with {self.states} states"
+            + (f" x {self.mixtures} mixtures" if self.mixtures > 1 else "")
+            + f", CMN {self.cmn}"
+        ]
         for w in self.per_word:
-            out.append(f"  {w['word']}: {w['files']} files, {w['frames']} frames, training log-likelihood "
-                       f"{w['loglik_per_frame']:.3f} per frame (total {w['loglik_total']:.2f})")
+            out.append(
+                f"  {w['word']}: {w['files']} files, {w['frames']} frames, training log-likelihood "
+                f"{w['loglik_per_frame']:.3f} per frame (total {w['loglik_total']:.2f})"
+            )
         h = self.heldout
         if h.get("computed"):
-            out.append(f"held-out accuracy: {h['accuracy']:.3f} ({h['correct']}/{h['n']} files; "
-                       f"{h['n_train']} trained on, models then retrained on all files)")
+            out.append(
+                f"held-out accuracy: {h['accuracy']:.3f} ({h['correct']}/{h['n']} files; "
+                f"{h['n_train']} trained on, models then retrained on all files)"
+            )
             for word, row in zip(self.words, h["confusion"]):
-                out.append(f"  {word}: recognised as " + ", ".join(
-                    f"{v}={c}" for v, c in zip(self.words, row) if c))
+                out.append(f"  {word}: recognised as " + ", ".join(f"{v}={c}" for v, c in zip(self.words, row) if c))
         else:
             out.append(f"held-out accuracy: not computed ({h.get('reason', '')})")
         out.append(f"trained in {self.seconds:.1f} s")
@@ -119,10 +132,19 @@ def _split(n: int, fraction: float, rng: np.random.Generator) -> tuple[list[int]
     return train, test
 
 
-def train_from_folders(word_dirs: Sequence[tuple[str, os.PathLike | str]], *, states: int = 5, mixtures: int = 1,
-                       covariance: str = "diag", cmn: str = "utterance", n_iter: int = 20,
-                       min_covar: float = 1e-3, heldout: float = HELDOUT_FRACTION,
-                       min_files_heldout: int = MIN_FILES_HELDOUT, seed: int = 0) -> tuple[KeywordModels, TrainReport]:
+def train_from_folders(
+    word_dirs: Sequence[tuple[str, os.PathLike | str]],
+    *,
+    states: int = 5,
+    mixtures: int = 1,
+    covariance: str = "diag",
+    cmn: str = "utterance",
+    n_iter: int = 20,
+    min_covar: float = 1e-3,
+    heldout: float = HELDOUT_FRACTION,
+    min_files_heldout: int = MIN_FILES_HELDOUT,
+    seed: int = 0,
+) -> tuple[KeywordModels, TrainReport]:
     """Train one HMM per word from its folder of WAVs; returns the models and a report (module docstring)."""
     t0 = time.monotonic()
     if not word_dirs:
@@ -152,8 +174,10 @@ def train_from_folders(word_dirs: Sequence[tuple[str, os.PathLike | str]], *, st
         for f in wav_files(Path(folder)):
             X = file_features(f, cmn)
             if X.shape[0] < states:
-                raise InvalidMessage(f"{f}: {X.shape[0]} frames, fewer than the {states} states of a word model "
-                                     "(use a longer recording or fewer --states)")
+                raise InvalidMessage(
+                    f"{f}: {X.shape[0]} frames, fewer than the {states} states of a word model "
+                    "(use a longer recording or fewer --states)"
+                )
             seqs.append(X)
         data[word] = seqs
 
@@ -169,21 +193,35 @@ def train_from_folders(word_dirs: Sequence[tuple[str, os.PathLike | str]], *, st
                 confusion[i, recognise(held, data[w][j])[0]] += 1
         n = int(confusion.sum())
         correct = int(np.trace(confusion))
-        report.heldout = {"computed": True, "accuracy": correct / n, "correct": correct, "n": n,
-                          "n_train": sum(len(splits[w][0]) for w in words), "fraction": heldout,
-                          "confusion": confusion.tolist()}
+        report.heldout = {
+            "computed": True,
+            "accuracy": correct / n,
+            "correct": correct,
+            "n": n,
+            "n_train": sum(len(splits[w][0]) for w in words),
+            "fraction": heldout,
+            "confusion": confusion.tolist(),
+        }
     else:
-        report.heldout = {"computed": False,
-                          "reason": f"need at least {min_files_heldout} files per word, the smallest folder has "
-                                    f"{smallest}"}
+        report.heldout = {
+            "computed": False,
+            "reason": f"need at least {min_files_heldout} files per word, the smallest folder has {smallest}",
+        }
 
     models = train_keyword_models(data, **kw)
-    models.cmn = cmn                      # recorded in the models file: recognition must use the same front end
+    models.cmn = cmn  # recorded in the models file: recognition must use the same front end
     for i, w in enumerate(words):
         hmm = models.hmm(i)
         ll = [log_likelihood(hmm, X) for X in data[w]]
         frames = sum(X.shape[0] for X in data[w])
-        report.per_word.append({"word": w, "files": len(data[w]), "frames": frames,
-                                "loglik_total": float(np.sum(ll)), "loglik_per_frame": float(np.sum(ll) / frames)})
+        report.per_word.append(
+            {
+                "word": w,
+                "files": len(data[w]),
+                "frames": frames,
+                "loglik_total": float(np.sum(ll)),
+                "loglik_per_frame": float(np.sum(ll) / frames),
+            }
+        )
     report.seconds = time.monotonic() - t0
     return models, report
