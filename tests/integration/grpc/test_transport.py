@@ -386,7 +386,7 @@ def test_party_refuses_certificate_of_other_name(tmp_path):
     text = cfgs["alice"].read_text().replace('cert = "../certs/alice.crt"', 'cert = "../certs/bob.crt"')
     text = text.replace('key = "../certs/alice.key"', 'key = "../certs/bob.key"')
     cfgs["alice"].write_text(text)
-    with pytest.raises(Exception, match="certificate .* is for 'bob'"):
+    with pytest.raises(Exception, match=r"certificate .* is for 'bob'"):
         party.Party(load_config(cfgs["alice"]))
 
 
@@ -410,7 +410,7 @@ def test_every_party_ends_by_its_deadline(deployment):
 
 def test_client_reports_own_party_down(tmp_path):
     cfgs = make_deployment(tmp_path, ["alice", "bob"])
-    with pytest.raises(Unavailable, match="party 'alice' is not reachable at 127.0.0.1:"):
+    with pytest.raises(Unavailable, match=re.escape("party 'alice' is not reachable at 127.0.0.1:")):
         client.start_session(cfgs["alice"], "net-echo", ROLES, {}, timeout=5)
     with pytest.raises(Unavailable, match="not healthy within"):
         client.wait_healthy(cfgs["alice"], peer="bob", timeout=1)

@@ -124,7 +124,7 @@ def run(tmp_path_factory):
         while th.is_alive():
             if seen["root_key"] is None and (cp_dir / "root.key").exists():
                 seen["root_key"] = (cp_dir / "root.key").read_bytes()
-            status, body, _ = get(url)
+            _status, body, _ = get(url)
             if sid in body:
                 m = re.search(re.escape(sid) + r".*?<span class=\"st (\w+)\">", body, re.S)
                 if m:
@@ -248,7 +248,7 @@ def test_the_grafana_dashboard_asks_only_for_series_the_party_serves(run):
     for path in dashboards:
         exprs: list[str] = []
 
-        def walk(node):
+        def walk(node, exprs=exprs):
             if isinstance(node, dict):
                 for k, v in node.items():
                     if k == "expr" and isinstance(v, str):

@@ -80,7 +80,7 @@ def pi_cluster(tmp_path_factory):
 
 
 def test_undisturbed_power_iteration_is_long_enough_for_late_faults(pi_cluster):
-    cluster, blocks = pi_cluster
+    cluster, _blocks = pi_cluster
     recs, _ = run_with(cluster, "power-iteration", PI_ROLES, PI_PARAMS, "trent", [])
     assert recs["trent"]["state"] == "succeeded" and recs["trent"]["result"]["rounds"] >= 20
 
@@ -208,7 +208,7 @@ def test_keyword_survives_a_killed_party(kw_cluster, party, at_round):
 
 # ----------------------------------------------------------------- pauses, resume, shutdown
 def test_a_pause_shorter_than_the_grace_does_not_disturb_the_session(pi_cluster):
-    cluster, blocks = pi_cluster
+    cluster, _blocks = pi_cluster
     recs, _ = run_with(cluster, "power-iteration", PI_ROLES, PI_PARAMS, "trent", ["stop:bob:round=3,for=5"])
     assert {r["state"] for r in recs.values()} == {"succeeded"}
     assert recs["bob"]["restarts"] == 0

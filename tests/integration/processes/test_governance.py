@@ -115,7 +115,7 @@ def _restart(cluster, party, *, kill: bool):
         proc.wait(10)
     else:
         assert stop_party(proc) == 0
-    log = open(cluster.workdir / f"{party}.log", "ab")
+    log = open(cluster.workdir / f"{party}.log", "ab")  # noqa: SIM115 -- the party process writes to it for its lifetime
     cluster.procs[party] = spawn_party(cluster.configs[party], log_file=log)
     client.wait_healthy(cluster.configs[party], timeout=60)
 
@@ -263,7 +263,7 @@ def test_kill_minus_nine_between_reservation_and_charge_loses_nothing_and_oversp
 
 
 def _restart_after_kill(cluster):
-    log = open(cluster.workdir / "alice.log", "ab")
+    log = open(cluster.workdir / "alice.log", "ab")  # noqa: SIM115 -- the party process writes to it for its lifetime
     cluster.procs["alice"] = spawn_party(cluster.configs["alice"], log_file=log)
     client.wait_healthy(cluster.configs["alice"], timeout=60)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -44,7 +45,7 @@ def test_party_client_and_the_session_cli_against_party_processes(tmp_path, proc
     assert {"alice.op-1", "alice.op-2"} <= set(listed) and listed["alice.op-1"].state is SessionState.SUCCEEDED
 
     # failures are typed, and the record stays available with its error
-    with pytest.raises(InvalidMessage, match="session alice.op-3 failed"):
+    with pytest.raises(InvalidMessage, match=re.escape("session alice.op-3 failed")):
         alice.start_session("net-echo", ROLES, {"fail_role": "a"}, session_id="op-3", timeout=30)
     failed = alice.result("op-3")
     assert failed.state is SessionState.FAILED and failed.error.code == "INVALID_ARGUMENT"

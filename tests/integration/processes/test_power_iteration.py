@@ -88,5 +88,5 @@ def test_top_three_components_across_processes(tmp_path):
         assert np.allclose(tr["components"][j]["x"], X[:, j], atol=1e-5)
         for name in ("alice", "bob", "carol"):
             assert np.allclose(recs[name]["result"]["components"][j]["u"], U[:, j], atol=1e-5)
-    for name, rec in recs.items():
+    for _name, rec in recs.items():
         assert rec["stats"]["peak_rss_bytes"] > 0

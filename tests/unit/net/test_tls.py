@@ -55,7 +55,7 @@ def test_party_name_validation(bad):
 
 def test_party_list_unique_and_valid():
     assert tls.parse_party_list("alice, bob,trent") == ["alice", "bob", "trent"]
-    with pytest.raises(InvalidMessage, match="unique.*alice"):
+    with pytest.raises(InvalidMessage, match=r"unique.*alice"):
         tls.parse_party_list("alice,bob,alice")
     with pytest.raises(InvalidMessage, match="not valid"):
         tls.parse_party_list("alice,Bob")

@@ -89,7 +89,7 @@ def test_power_iteration_prepares_party1s_next_key_for_the_last_sessions_kept_by
 
     net = InMemoryNetwork(roles)
     records = asyncio.run(
-        net.run({role: (lambda role: lambda ch: plugins[role].run_role(role, ch, ctx(role)))(role) for role in roles})
+        net.run({role: (lambda ch, role=role: plugins[role].run_role(role, ch, ctx(role))) for role in roles})
     )
     assert all("prepare_next" not in r for r in records.values())  # kept by the plug-ins, not recorded
     p, pk = PowerIterationParams.from_mapping(params), generate_keypair(512, allow_insecure=True)[0]

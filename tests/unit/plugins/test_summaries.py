@@ -111,7 +111,7 @@ def _run(tmp_path, on_release, box):
             on_release=on_release(role) if party in paths else None,
         )
 
-    fns = {r: (lambda r: lambda ch: plugin.run_role(r, ch, ctx(r)))(r) for r in DPA_ROLES}
+    fns = {r: (lambda ch, r=r: plugin.run_role(r, ch, ctx(r))) for r in DPA_ROLES}
     return asyncio.run(net.run(fns))
 
 

@@ -44,20 +44,16 @@ def run_aggregate(p, weights, sens, keys, *, noise_seeds=None, seed=None, tamper
     }
     for i in range(K):
         rs = None if noise_seeds is None else np.random.default_rng(noise_seeds[i])
-        fns[f"party{i + 1}"] = (
-            lambda i, rs: (
-                lambda ch: data_party(
-                    ch,
-                    weights[i],
-                    sens[i],
-                    p,
-                    seed=seed,
-                    allow_insecure_keys=True,
-                    noise_random_state=rs,
-                    output_dir=out_dir,
-                )
-            )
-        )(i, rs)
+        fns[f"party{i + 1}"] = lambda ch, i=i, rs=rs: data_party(
+            ch,
+            weights[i],
+            sens[i],
+            p,
+            seed=seed,
+            allow_insecure_keys=True,
+            noise_random_state=rs,
+            output_dir=out_dir,
+        )
     return run_network(roles, fns, tamper)
 
 
@@ -360,7 +356,7 @@ def test_local_sensitivity_holds_on_neighbouring_data_sets():
     rng = np.random.default_rng(5)
     n, d, lam = 40, 3, 0.05
     worst = 0.0
-    for trial in range(15):
+    for _trial in range(15):
         X = rng.normal(size=(n, d))
         X /= np.maximum(1.0, np.linalg.norm(X, axis=1))[:, None] * 1.0001
         y = np.where(X[:, 0] + 0.5 * rng.normal(size=n) > 0, 1, -1)
@@ -389,7 +385,7 @@ def test_every_role_receives_within_its_traffic_envelope(keys, K):
     d = 5
     p = make_params(K, d, epsilon=1.0)
     rng = np.random.default_rng(K)
-    res, net = run_aggregate(
+    _res, net = run_aggregate(
         p, [rng.uniform(-1, 1, size=d) for _ in range(K)], list(rng.uniform(0.01, 0.4, size=K)), keys
     )
     for role in ["charlie", "dave", *p.party_roles]:
@@ -406,7 +402,7 @@ def test_a_data_party_sends_and_receives_the_same_whatever_K(keys):
     for K in (7, 31):  # both have every kind of party (two children, a match, a parent)
         p = make_params(K, d, epsilon=1.0)
         rng = np.random.default_rng(K)
-        res, net = run_aggregate(
+        _res, net = run_aggregate(
             p, [rng.uniform(-1, 1, size=d) for _ in range(K)], list(rng.uniform(0.01, 0.4, size=K)), keys
         )
         sent = {r: sum(len(x) for (s, _, _, _, x) in net.transcript if s == r) for r in p.party_roles}
@@ -427,7 +423,6 @@ def test_published_shares_are_a_uniform_sharing(keys):
     K, d = 3, 1
     p = make_params(K, d, epsilon=1e9)
     ws = [np.full(d, 0.25), np.full(d, -0.5), np.full(d, 0.125)]
-    M = 1 << p.modulus_bits
     low = [[] for _ in range(K + 1)]
     for r in range(64):
         res, _ = run_aggregate(p, ws, [0.1, 0.2, 0.3], keys, seed=500 + r)

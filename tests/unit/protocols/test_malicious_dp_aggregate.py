@@ -142,7 +142,7 @@ def test_charlie_selecting_a_less_noisy_party_is_refused(keys):
     for position in range(K):
         forged = _indicator(keys["zeta"], [int(k == position) for k in range(K)])
         try:
-            res, net = run_aggregate(p, ws, SENS, keys, noise_seeds=SEEDS, seed=SEED, tamper=_forge(forged))
+            res, _net = run_aggregate(p, ws, SENS, keys, noise_seeds=SEEDS, seed=SEED, tamper=_forge(forged))
         except (InvalidMessage, SessionAborted) as exc:
             assert "charlie selected is calibrated for a smaller sensitivity" in str(exc)
             outcomes[PI1.index(position)] = "refused"

@@ -50,7 +50,7 @@ def test_matches_numpy_eigenvectors(k, ns, p):
     rng = np.random.default_rng(k * 100 + len(ns))
     blocks = blocks_with_gap(rng, k, ns)
     params = PowerIterationParams(n_parties=len(ns), key_bits=512, p=p, tol=1e-10)
-    net, res = run(blocks, params, seed=k)
+    _net, res = run(blocks, params, seed=k)
     u_ref, x_ref = plaintext_reference(blocks)
     tr = res["trent"]
     assert tr.converged
@@ -88,7 +88,7 @@ def test_decoys_do_not_change_the_result_and_happen_at_rate_one_minus_p():
 def test_trent_receives_only_ciphertexts():
     rng = np.random.default_rng(11)
     blocks = blocks_with_gap(rng, 4, (3, 3))
-    net, res = run(blocks, PowerIterationParams(n_parties=2, key_bits=512, p=0.8))
+    net, _res = run(blocks, PowerIterationParams(n_parties=2, key_bits=512, p=0.8))
     seen = net.received_by("trent")
     assert seen
     plain_allowed = {
@@ -100,7 +100,7 @@ def test_trent_receives_only_ciphertexts():
         "final/cols": "smcdp.v1.Ints",
         "final/x": "smcdp.v1.Matrix",
     }
-    for sender, tag, tname, data in seen:
+    for _sender, tag, tname, data in seen:
         base = tag.split("/")[0] if not tag.startswith("final/") else "/".join(tag.split("/")[:2])
         if base in plain_allowed:
             assert tname == plain_allowed[base], (tag, tname)

@@ -194,7 +194,7 @@ def test_no_data_party_sees_an_eigenvalue(keypair512):
     rng = np.random.default_rng(12)
     blocks = spectrum_data(rng, 7, (9, 8), [6.0, 3.0, 1.0])
     params = PowerIterationParams(n_parties=2, key_bits=512, p=1.0, tol=1e-12, components=2)
-    net, res = run(blocks, params, seed=7, private_key=sk)
+    net, _res = run(blocks, params, seed=7, private_key=sk)
     lam = np.linalg.eigvalsh(np.concatenate(blocks, axis=1) @ np.concatenate(blocks, axis=1).T)[::-1]
     got, _ = party1_view(net, params, sk, 7, 2)
     tops = []

@@ -152,7 +152,7 @@ def _sample_journal(path) -> list[tuple]:
 
 def _contents(j: FileJournal) -> set[tuple]:
     out = {("in", *r) for r in j.inbound()}
-    for (role, tag), (type_name, _, _) in j._outbound.items():
+    for (role, tag), (_type_name, _, _) in j._outbound.items():
         out.add(("out", role, tag, *j.outbound(role, tag)))
     out |= {("ack", role, tag, "", b"") for role, tag in j._delivered}
     return out

@@ -66,7 +66,11 @@ def test_concurrent_moves_leave_one_consistent_phase():
     for _ in range(200):
         life = Lifecycle()
         started = []
-        t = threading.Thread(target=lambda: started.append(life.advance(Phase.BEGUN) and life.advance(Phase.RUNNING)))
+        t = threading.Thread(
+            target=lambda life=life, started=started: started.append(
+                life.advance(Phase.BEGUN) and life.advance(Phase.RUNNING)
+            )
+        )
         t.start()
         life.end_decided()
         t.join()
