@@ -9,7 +9,7 @@ results.  Nothing here knows about sessions, files or the transport.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import fields
+from dataclasses import fields, is_dataclass
 from typing import Any, ClassVar, Self
 
 from smcdp.errors import InvalidMessage
@@ -26,6 +26,8 @@ class ProtocolParams:
 
     @classmethod
     def from_mapping(cls, m: Mapping[str, Any]) -> Self:
+        if not is_dataclass(cls):  # pragma: no cover - the mixin is for dataclasses only
+            raise TypeError(f"{cls.__name__} must be a dataclass")
         unknown = set(m) - {f.name for f in fields(cls)}
         if unknown:
             raise InvalidMessage(f"unknown {cls.protocol_name} parameters: {sorted(unknown)}")

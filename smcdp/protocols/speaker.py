@@ -847,6 +847,7 @@ async def identify_bob(
         output="b",
         tag_prefix=f"{tag}/cmp",
     )
+    assert z is not None  # output="b": this party, b, receives the bits
     wins = [0] * n
     for (p, q), lt in zip(pairs, z):
         wins[q if lt else p] += 1
