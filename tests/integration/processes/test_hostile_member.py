@@ -98,18 +98,24 @@ def test_members_holding_health_watch_streams_switch_nobody_off(tmp_path, proces
     parties' health checks.  Now each member holds at most limits.watch_calls_per_peer of them (the rest
     RESOURCE_EXHAUSTED at once, naming the rule), and with 4 or 8 such members a session between charlie
     and bob -- in which bob computes past the peer grace, so charlie's heartbeats must get through -- bob's
-    own operator's session, and health checks from bob's operator and from charlie all succeed."""
+    own operator's session, and health checks from bob's operator and from charlie all succeed.
+
+    The call quotas are scaled down by 4 (the members together still attempt more than max_concurrent_rpcs,
+    as in the attack, and fill it on the code before) so that the flood's refusals do not take the CPU a
+    loaded test host needs for the sessions themselves."""
     hostile = [f"m{i}" for i in range(1, members + 1)]
+    limits = _limits(max_concurrent_rpcs=128, calls_per_peer=32, calls_per_session=16, idle_calls_per_peer=8)
     cfgs = make_deployment(
         tmp_path,
         [*hostile, "bob", "charlie", "dave"],
-        timeouts=Timeouts(connect_seconds=3, session_seconds=60, rpc_seconds=30, peer_grace_seconds=5.0),
+        limits=limits,
+        timeouts=Timeouts(connect_seconds=3, session_seconds=90, rpc_seconds=30, peer_grace_seconds=8.0),
     )
     for n in ("bob", "charlie", "dave"):
         processes(n, cfgs[n], use_launcher=False)
     for n in ("bob", "charlie", "dave"):
         client.wait_healthy(cfgs[n], timeout=60)
-    per_member = 512 // members + 8  # together past bob's max_concurrent_rpcs, as in the attack
+    per_member = limits.max_concurrent_rpcs // members + 8  # together past bob's max_concurrent_rpcs
     floods = [
         StreamFlood(
             tmp_path / "certs",
@@ -127,12 +133,12 @@ def test_members_holding_health_watch_streams_switch_nobody_off(tmp_path, proces
         assert client.check_health(cfgs["bob"]) == "SERVING"
         assert client.check_health(cfgs["charlie"], peer="bob") == "SERVING"
         rec = client.start_session(
-            cfgs["charlie"], "net-echo", {"a": "charlie", "b": "bob"}, {"n": 3, "busy_seconds": 7.0}, timeout=60
+            cfgs["charlie"], "net-echo", {"a": "charlie", "b": "bob"}, {"n": 3, "busy_seconds": 10.0}, timeout=90
         )
         assert rec["state"] == "succeeded", rec.get("error")
         own = client.start_session(cfgs["bob"], "net-echo", {"a": "bob", "b": "dave"}, {"n": 2}, timeout=30)
         assert own["state"] == "succeeded", own.get("error")
-        limit = Limits().watch_calls_per_peer
+        limit = limits.watch_calls_per_peer
         for f in floods:
             assert f.held(2.0) <= limit, (f.held(2.0), f.open_now())
     finally:
