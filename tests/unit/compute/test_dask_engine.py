@@ -118,6 +118,11 @@ def test_the_key_reaches_the_workers_only(tmp_path, keypair512):
                 specs = list(recorder.specs)
                 name = cs._key.key
                 held = eng.client.run(lambda dask_worker: name in dask_worker.data)
+                # the workers hold it (``held``); the scheduler hears of each replica a moment later
+                # (under load, after the decryption returned): wait for that, bounded
+                until = time.monotonic() + 20.0
+                while len(key_state.who_has) < len(held) and time.monotonic() < until:
+                    await asyncio.sleep(0.05)
                 return key_state.run_spec, specs, p_bytes, held, len(key_state.who_has)
 
         run_spec, specs, p_bytes, held, holders = asyncio.run(go())
