@@ -71,12 +71,8 @@ ANY = "*"
 _PROTOCOL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _ROLE_PATTERN_RE = re.compile(r"^[A-Za-z0-9*][A-Za-z0-9_.*-]{0,63}$")
 _TOP_KEYS = {"approval", "allow_seeded", "open"}
-_RULE_KEYS = {
-    "roles",
-    "initiators",
-    "coordinators",
-    "release_to",
-    "allow_non_dp",
+#: the rules of a [policy.<protocol>] table that may be absent (None: the rule's default)
+_OPTIONAL_RULES = (
     "min_key_bits",
     "max_epsilon",
     "max_delta",
@@ -89,7 +85,8 @@ _RULE_KEYS = {
     "max_noise_parties",
     "max_key_bits",
     "max_iterations",
-}
+)
+_RULE_KEYS = {"roles", "initiators", "coordinators", "release_to", "allow_non_dp", *_OPTIONAL_RULES}
 #: the window of max_exact_sessions when period_days is not given
 DEFAULT_PERIOD_DAYS = 30.0
 #: the defaults of the bounds on what a proposal may size (the receive limit derives from them): the
@@ -134,20 +131,7 @@ class ProtocolRules:
             "release_to": list(self.release_to),
             "allow_non_dp": self.allow_non_dp,
         }
-        for k in (
-            "min_key_bits",
-            "max_epsilon",
-            "max_delta",
-            "min_records",
-            "approval",
-            "max_components",
-            "max_exact_sessions",
-            "period_days",
-            "max_frames_per_round",
-            "max_noise_parties",
-            "max_key_bits",
-            "max_iterations",
-        ):
+        for k in _OPTIONAL_RULES:
             if getattr(self, k) is not None:
                 out[k] = getattr(self, k)
         return out
