@@ -970,13 +970,7 @@ async def _dp_data_party_rounds(
         # --- DP final: Y = Σ_i(Z_i + η_i) of the last round; u_j its leading left singular vectors.
         ch.progress(round=T, step="final")
         us = dp_components(party.block(await party.recv_block("final/v")), r)
-        # This party's own block A_iᵀu_j, computed here and never sent.
-        alpha = np.empty(n_i) if n_i <= ALPHA_INLINE_MAX else None
-        async for blk, out in cs.project(us):
-            if alpha is not None:
-                alpha[blk.col0 : blk.col1] = out[:, 0]
-            if x_sink is not None:
-                x_sink(blk.col0, out)
+        alpha = await _own_block(cs, us, n_i, x_sink)
         compute_stats = await cs.astats()
     stats = dict(ch.stats.as_dict(), compute=compute_stats)
     return DataPartyResult(
@@ -1062,13 +1056,7 @@ async def _cov_data_party(
         )
         total = decode_fixed(await vec.decrypt_ints_with(cs.decrypt), -params.frac_bits)
         us = covariance_components(covariance_unpack(np.asarray(total, dtype=np.float64), k), r)
-        # This party's own block A_iᵀu_j, computed here and never sent.
-        alpha = np.empty(n_i) if n_i <= ALPHA_INLINE_MAX else None
-        async for blk, out in cs.project(us):
-            if alpha is not None:
-                alpha[blk.col0 : blk.col1] = out[:, 0]
-            if x_sink is not None:
-                x_sink(blk.col0, out)
+        alpha = await _own_block(cs, us, n_i, x_sink)
         compute_stats = await cs.astats()
     stats = dict(ch.stats.as_dict(), compute=compute_stats)
     return DataPartyResult(
@@ -1082,6 +1070,20 @@ async def _cov_data_party(
         ),
         prepare_next=sizes,
     )
+
+
+async def _own_block(
+    cs: ComputeSession, us: np.ndarray, n_i: int, x_sink: Callable[[int, np.ndarray], None] | None
+) -> np.ndarray | None:
+    """This party's own block A_iᵀu_j in the DP modes, computed here and never sent: its first column
+    returned when it fits inline (ALPHA_INLINE_MAX), every block handed to ``x_sink`` as it comes."""
+    alpha = np.empty(n_i) if n_i <= ALPHA_INLINE_MAX else None
+    async for blk, out in cs.project(us):
+        if alpha is not None:
+            alpha[blk.col0 : blk.col1] = out[:, 0]
+        if x_sink is not None:
+            x_sink(blk.col0, out)
+    return alpha
 
 
 async def _cov_trent(ch: Channel, params: PowerIterationParams, pk: PublicKey, k: int) -> TrentResult:
