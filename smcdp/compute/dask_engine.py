@@ -22,8 +22,9 @@ How a session uses the cluster:
   result per task reaches the party), so Dask may re-run the tasks of a worker that died.  Scattered
   data cannot be recomputed: if every worker holding the key, the source or Q dies, the batch fails with
   "lost dependencies"; the engine then scatters them again and resubmits the batch (twice at most).
-* **No spilling.** Worker spilling to disk is switched off for clusters this engine starts, so key
-  material and plaintexts never reach the workers' disks.
+* **No spilling, no replica reduction.** Worker spilling to disk is switched off for clusters this
+  engine starts, so key material and plaintexts never reach the workers' disks; so is the active
+  memory manager, whose ReduceReplicas policy would undo the broadcast of the key.
 """
 
 from __future__ import annotations
@@ -61,6 +62,10 @@ CLUSTER_CONFIG = {
     "distributed.worker.memory.spill": False,  # key material and plaintexts never reach disk
     "distributed.worker.memory.target": False,
     "distributed.scheduler.allowed-failures": 3,  # re-run the tasks of a killed worker
+    # the key and each pass's inputs are broadcast on purpose: every worker decrypts with its own
+    # copy.  The active memory manager's ReduceReplicas (on by default, every 2 s) would drop all
+    # but one replica, and the key would then travel worker to worker in the middle of a pass.
+    "distributed.scheduler.active-memory-manager.start": False,
     "distributed.comm.require-encryption": True,
     # the scheduler and workers always run an HTTP server: serve the health check only (no task,
     # worker or metrics pages, no dashboard), and it binds to the cluster's own address (loopback)

@@ -129,6 +129,9 @@ def test_the_key_reaches_the_workers_only(tmp_path, keypair512):
         assert run_spec is None  # scattered data: the scheduler has no copy
         assert specs and not any(p_bytes in s or str(int(sk.p)).encode() in s for s in specs)
         assert all(held.values()) and holders == 2  # every worker holds it (broadcast)
+        # and keeps it: the active memory manager (on by default, it drops "excess" replicas every
+        # 2 s) is off, so a slow pass cannot find its worker's copy gone
+        assert eng.client.amm.running() is False
         # after the session: every worker has forgotten it, and spilling to disk is off
         assert eng.client.run(lambda: len(kernels._KEYS)) == {a: 0 for a in held}
         cfg = eng.client.run(lambda: __import__("dask").config.get("distributed.worker.memory.spill"))
