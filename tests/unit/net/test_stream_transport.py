@@ -11,6 +11,7 @@ import grpc
 import pytest
 
 from smcdp.errors import InvalidMessage, Unavailable
+from smcdp.net import server as server_mod
 from smcdp.net.grpc_channel import GrpcChannel, RetryPolicy
 from smcdp.net.server import STREAM_READ_AHEAD, MailboxServicer
 from smcdp.v1 import messages_pb2 as pb
@@ -300,6 +301,10 @@ class OnePeerHost:
     def inbound_target(self, peer, session_id):
         return self.target, "a"
 
+    def inbound_open(self, peer, session_id):
+        """The session stays open: the server's watchdog asks every LIVENESS_POLL_SECONDS (2 s), so a
+        test slower than that on a loaded machine reaches it (without it, the stream ended there)."""
+
     def inbound_delivered(self, peer, nbytes, duplicate):
         pass
 
@@ -312,10 +317,12 @@ class PeerContext:
         return {"x509_common_name": [b"alice"]}
 
 
-def test_a_stream_reads_ahead_of_its_acks_only_so_far_and_acks_once_durable():
+def test_a_stream_reads_ahead_of_its_acks_only_so_far_and_acks_once_durable(monkeypatch):
     """The receiver stores the next messages while the journal syncs (pipelining), but a sender that
     never gets (or reads) its Acks makes it hold at most STREAM_READ_AHEAD of them; every Ack waits
-    for durability."""
+    for durability.  The server's watchdog polls often here, so its checks of an open session run
+    during the test however fast the machine is (and must not end the call)."""
+    monkeypatch.setattr(server_mod, "LIVENESS_POLL_SECONDS", 0.01)
     target = CountingTarget()
     servicer = MailboxServicer(OnePeerHost(target), max_message_bytes=1 << 20)
 
