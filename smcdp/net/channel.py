@@ -25,9 +25,10 @@ import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from google.protobuf import descriptor_pool, message_factory
+from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import DecodeError, Message
 
 from smcdp._aio import all_or_first_failure
@@ -56,7 +57,7 @@ class TrafficStats:
     per_peer_sent: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     per_peer_received: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, object]:
         return {
             "bytes_sent": self.bytes_sent,
             "bytes_received": self.bytes_received,
@@ -88,7 +89,7 @@ class Journal(Protocol):
     def sync(self) -> None:
         """Make everything recorded so far durable."""
 
-    def durable_future(self) -> concurrent.futures.Future:
+    def durable_future(self) -> concurrent.futures.Future[None]:
         """A future done once everything recorded so far is durable (no thread need wait for it)."""
 
     def outbound(self, to_role: str, tag: str) -> tuple[str, bytes] | None:
@@ -119,7 +120,7 @@ class Mailbox:
         self._items: dict[tuple[str, str], tuple[str, bytes]] = {}
         #: (type, SHA-256) of messages already handed to the role: their bytes are freed at once
         self._taken: dict[tuple[str, str], tuple[str, bytes]] = {}
-        self._waiters: dict[tuple[str, str], asyncio.Future] = {}
+        self._waiters: dict[tuple[str, str], asyncio.Future[None]] = {}
         self._aborted: BaseException | None = None
         self._abort_event: asyncio.Event | None = None
         self.duplicates = 0
@@ -218,7 +219,7 @@ def _fresh_class(type_url: str) -> type[Message] | None:
     except KeyError:
         return None
 
-    def holds(d, seen: frozenset) -> bool:
+    def holds(d: Descriptor, seen: frozenset[str]) -> bool:
         return d.full_name in FRESH_FIELDS or any(
             f.message_type is not None
             and f.message_type.full_name not in seen
@@ -322,7 +323,7 @@ class Channel(abc.ABC):
         #: a resumed session: send again what an earlier incarnation had delivered (a peer whose journal
         #: was damaged gets back what it lost; the others acknowledge duplicates)
         self.resend_delivered = False
-        self._in_flight: dict[asyncio.Task, int] = {}  # deliveries under way -> their bytes
+        self._in_flight: dict[asyncio.Task[None], int] = {}  # deliveries under way -> their bytes
         self._delivery_failure: BaseException | None = None
         self._closing_deliveries = False  # set when the channel cancels what is under way
         if journal is not None:
@@ -482,7 +483,7 @@ class Channel(abc.ABC):
         if self._delivery_failure is not None:
             raise self._delivery_failure
 
-    def _delivery_done(self, task: asyncio.Task) -> None:
+    def _delivery_done(self, task: asyncio.Task[None]) -> None:
         self._in_flight.pop(task, None)
         if task.cancelled():
             if self._closing_deliveries:
@@ -598,14 +599,14 @@ class InMemoryNetwork:
         """(sender, tag, type name, bytes) of every message sent to ``role``."""
         return [(s, t, tn, d) for (s, r, t, tn, d) in self.transcript if r == role]
 
-    async def run(self, roles: Mapping[str, Callable[[InMemoryChannel], Awaitable]]) -> dict:
+    async def run(self, roles: Mapping[str, Callable[[InMemoryChannel], Awaitable[object]]]) -> dict[str, Any]:
         """Run one coroutine per role; if one fails, abort the others.
 
         ``roles`` maps role -> ``async fn(channel)``.  Returns role -> result.
         Re-raises the first failure as it is; the other roles are cancelled and awaited.
         """
 
-        async def guarded(role: str, fn):
+        async def guarded(role: str, fn: Callable[[InMemoryChannel], Awaitable[object]]) -> object:
             try:
                 return await fn(self.channels[role])
             except BaseException as exc:  # propagate the abort to everyone

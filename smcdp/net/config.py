@@ -93,7 +93,7 @@ class NetConfig:
                 f"{self.source or 'the configuration'} (known peers: {sorted(self.peers)})"
             ) from None
 
-    def with_changes(self, **kw) -> NetConfig:
+    def with_changes(self, **kw: Any) -> NetConfig:
         return replace(self, **kw)
 
 

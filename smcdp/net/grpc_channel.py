@@ -271,7 +271,7 @@ async def call_with_retry(
     rpc_timeout: float,
     policy: RetryPolicy = RetryPolicy(),
     abort: Mailbox | None = None,
-):
+) -> Any:
     """Run ``attempt(timeout)`` until it succeeds, a final error, an abort, or ``deadline``.
 
     ``deadline`` is a ``time.monotonic()`` value.  UNAVAILABLE and
@@ -287,7 +287,7 @@ async def call_with_retry(
     delays = policy.delays()
     aborted = asyncio.ensure_future(abort.wait_aborted()) if abort is not None else None
 
-    async def race(coro):
+    async def race(coro: Awaitable[Any]) -> Any:
         """``await coro``, unless the session is aborted first."""
         if aborted is None:
             return await coro
@@ -348,13 +348,13 @@ def with_origin(exc: SmcdpError, party: str | None) -> SmcdpError:
     return exc
 
 
-def _done_future() -> concurrent.futures.Future:
-    fut: concurrent.futures.Future = concurrent.futures.Future()
+def _done_future() -> concurrent.futures.Future[None]:
+    fut: concurrent.futures.Future[None] = concurrent.futures.Future()
     fut.set_result(None)
     return fut
 
 
-def _rpc_error(code: grpc.StatusCode, details: str, trailing=None) -> grpc.aio.AioRpcError:
+def _rpc_error(code: grpc.StatusCode, details: str, trailing: grpc.aio.Metadata | None = None) -> grpc.aio.AioRpcError:
     return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), trailing or grpc.aio.Metadata(), details, None)
 
 
@@ -371,7 +371,7 @@ class _PeerStream:
         self.call = stub.Stream()
         self.broken = False
         self._write = asyncio.Lock()  # one message's envelopes stay together
-        self._pending: deque[asyncio.Future] = deque()  # unacknowledged messages, in the order written
+        self._pending: deque[asyncio.Future[Any]] = deque()  # unacknowledged messages, in the order written
         self._reader = asyncio.ensure_future(self._read_acks())
 
     @property
@@ -546,7 +546,7 @@ class GrpcChannel(Channel):
             for env in envelopes:
                 yield env
 
-        async def attempt(timeout: float):
+        async def attempt(timeout: float) -> Any:
             if len(data) > self.chunk_size:
                 # a large message is its own Deliver call: small ones do not queue behind its transfer
                 return await stub.Deliver(gen(), timeout=timeout)
@@ -688,7 +688,7 @@ class GrpcChannel(Channel):
                 )
             raise PreconditionFailed(f"session {self.session_id} has already ended here")
 
-    def durable_future(self) -> concurrent.futures.Future:
+    def durable_future(self) -> concurrent.futures.Future[None]:
         """A future done once every message accepted so far is durable (the journal's group commit; no
         thread waits for it): then their senders may hear "delivered".  The role works on the messages
         meanwhile; whatever it sends is journaled after them.  A failed sync fails this party's session
@@ -697,7 +697,7 @@ class GrpcChannel(Channel):
         fut.add_done_callback(self._sync_failed)
         return fut
 
-    def _sync_failed(self, fut: concurrent.futures.Future) -> None:
+    def _sync_failed(self, fut: concurrent.futures.Future[None]) -> None:
         if fut.cancelled():  # its waiter gave up (a Stream call ended): not a failed sync
             return
         exc = fut.exception()

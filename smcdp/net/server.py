@@ -161,7 +161,7 @@ class InboundTarget(Protocol):
     def accept_threadsafe(self, sender_role: str, tag: str, type_url: str, data: bytes) -> bool:
         """Store the message and hand it on; False for a duplicate of one already held."""
 
-    def durable_future(self) -> concurrent.futures.Future:
+    def durable_future(self) -> concurrent.futures.Future[None]:
         """A future done once every message accepted so far is durable (then it may be acknowledged)."""
 
 

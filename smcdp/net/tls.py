@@ -30,9 +30,13 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from smcdp.errors import InvalidMessage
+
+#: a path given as text or as a path object
+StrPath = str | os.PathLike[str]
 
 #: Allowed party names: lowercase letters, digits and dashes, starting with a
 #: letter or digit, at most 63 characters (a DNS label, so the name can be a SAN).
@@ -215,7 +219,7 @@ def issue_party_certificate(
 
 
 # ------------------------------------------------------------------ files
-def write_private_key(path: str | os.PathLike, key, overwrite: bool = False) -> Path:
+def write_private_key(path: StrPath, key: PrivateKeyTypes, overwrite: bool = False) -> Path:
     """PEM (PKCS#8, unencrypted) created with mode 0600 from the start."""
     path = Path(path)
     data = key.private_bytes(
@@ -231,7 +235,7 @@ def write_private_key(path: str | os.PathLike, key, overwrite: bool = False) -> 
     return path
 
 
-def write_certificate(path: str | os.PathLike, cert: x509.Certificate, overwrite: bool = False) -> Path:
+def write_certificate(path: StrPath, cert: x509.Certificate, overwrite: bool = False) -> Path:
     path = Path(path)
     if overwrite and path.exists():
         path.unlink()
@@ -243,7 +247,7 @@ def write_certificate(path: str | os.PathLike, cert: x509.Certificate, overwrite
     return path
 
 
-def load_certificate(path: str | os.PathLike) -> x509.Certificate:
+def load_certificate(path: StrPath) -> x509.Certificate:
     try:
         return x509.load_pem_x509_certificate(Path(path).read_bytes())
     except FileNotFoundError:
@@ -252,7 +256,7 @@ def load_certificate(path: str | os.PathLike) -> x509.Certificate:
         raise CertificateError(f"{path} is not a PEM certificate: {exc}") from None
 
 
-def load_certificates(path: str | os.PathLike) -> list[x509.Certificate]:
+def load_certificates(path: StrPath) -> list[x509.Certificate]:
     """Every certificate of a PEM bundle (a CA file may hold several during a CA rotation)."""
     try:
         certs = x509.load_pem_x509_certificates(Path(path).read_bytes())
@@ -265,7 +269,7 @@ def load_certificates(path: str | os.PathLike) -> list[x509.Certificate]:
     return certs
 
 
-def load_private_key(path: str | os.PathLike):
+def load_private_key(path: StrPath) -> PrivateKeyTypes:
     try:
         return serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
     except FileNotFoundError:
@@ -290,7 +294,7 @@ class PartyFiles:
 
 
 def generate_deployment(
-    out_dir: str | os.PathLike,
+    out_dir: StrPath,
     parties: Sequence[str],
     hosts: Mapping[str, Sequence[str]] | None = None,
     days: int = DEFAULT_PARTY_DAYS,
@@ -354,7 +358,7 @@ class TlsMaterial:
     name: str  # the CN of cert_pem
 
     @classmethod
-    def load(cls, ca: str | os.PathLike, cert: str | os.PathLike, key: str | os.PathLike) -> TlsMaterial:
+    def load(cls, ca: StrPath, cert: StrPath, key: StrPath) -> TlsMaterial:
         """Load and check: the certificate is signed by a CA of the bundle, valid now, and matches the key.
 
         The CA file may hold several certificates (a CA rotation: the old CA and

@@ -56,20 +56,24 @@ from __future__ import annotations
 
 import asyncio
 import math
+import random
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
+from gmpy2 import mpz
+from numpy.typing import ArrayLike
 from scipy import stats
 
 from smcdp._files import atomic_write_json
 from smcdp._numbers import real
 from smcdp.crypto.codec import bigints, ciphertext_from_proto, ciphertext_to_proto, from_bigints
+from smcdp.crypto.dgk import DGKPrivateKey
 from smcdp.crypto.encoding import Packing
-from smcdp.crypto.paillier import PublicKey
+from smcdp.crypto.paillier import PrivateKey, PublicKey
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.crypto.zkp import open_ciphertext, prove_bit, verify_bit, verify_opening
 from smcdp.dp.learners.logistic import LogisticRegression, logistic_sensitivity
@@ -81,8 +85,11 @@ from smcdp.errors import InputRejected, InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.net.limits import TrafficEnvelope, ciphertext_vector_bytes
 from smcdp.primitives.argmin import (
-    CHARLIE,
+    CHARLIE as CHARLIE,  # the curator's role name, part of this protocol's interface
+)
+from smcdp.primitives.argmin import (
     MAX_PARTIES,
+    PartyArgminResult,
     SecureMinParams,
     argmin_curator,
     argmin_party,
@@ -140,7 +147,7 @@ class DPAggregateParams(ProtocolParams):
     packed: bool = True  # pack Stage-2 noise into few ciphertexts
 
     def validate(self) -> DPAggregateParams:
-        def bad(msg):
+        def bad(msg: str) -> NoReturn:
             raise InvalidMessage(f"dp-aggregate parameter {msg}")
 
         for name in ("n_parties", "dim", "min_records", "mask_bits", "key_bits", "dgk_bits", "dgk_t"):
@@ -204,7 +211,7 @@ class DPAggregateParams(ProtocolParams):
             return float(self.weight_bound)
         return math.sqrt(math.log(2.0) / float(self.lam))
 
-    def mechanism(self, sensitivity: float, random_state=None):
+    def mechanism(self, sensitivity: float, random_state: Any = None) -> VectorMechanism | LaplaceMechanism:
         """The noise mechanism on the *sum* Σ_j ŵ_j for a party of L2 sensitivity ``sensitivity``."""
         if self.calibration == "exact":
             return VectorMechanism(float(self.epsilon), sensitivity, random_state=random_state)
@@ -332,7 +339,7 @@ class DPAggregateParams(ProtocolParams):
 class PartyResult:
     share: list[str]  # this participant's published share (residues mod 2^m, decimal)
     share_file: str | None
-    stats: dict = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -340,7 +347,7 @@ class CharlieResult:
     share: list[str]
     share_file: str | None
     comparisons: int
-    stats: dict = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -356,7 +363,7 @@ class DaveResult:
     epsilon: float
     model_file: str | None
     test_error: float | None = None
-    stats: dict = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
 
 
 # =============================================================================== exact fixed point
@@ -428,15 +435,15 @@ async def _publish(
 # =============================================================================== data party
 async def data_party(
     ch: Channel,
-    weights,
+    weights: ArrayLike,
     sensitivity: float,
     params: DPAggregateParams,
     *,
     seed: SeedLike = None,
     allow_insecure_keys: bool = False,
     output_dir: Path | None = None,
-    noise_random_state=None,
-    dgk_key=None,
+    noise_random_state: Any = None,
+    dgk_key: DGKPrivateKey | None = None,
 ) -> PartyResult:
     """Role ``party<j>``: holds a locally trained linear model ŵ_j and its L2 sensitivity Δ_j.
 
@@ -499,7 +506,9 @@ async def data_party(
     return PartyResult(share=share, share_file=path, stats=ch.stats.as_dict())
 
 
-def _checked_model(role: str, weights, sensitivity, params: DPAggregateParams) -> tuple[np.ndarray, float]:
+def _checked_model(
+    role: str, weights: ArrayLike, sensitivity: float, params: DPAggregateParams
+) -> tuple[np.ndarray, float]:
     """The party's model and sensitivity, within the session's public bounds."""
     d = params.dim
     w = np.asarray(weights, dtype=np.float64).reshape(-1) if np.ndim(weights) else None
@@ -522,7 +531,7 @@ def _checked_model(role: str, weights, sensitivity, params: DPAggregateParams) -
     return w, sensitivity
 
 
-def _own_noise(role: str, params: DPAggregateParams, delta_hat: float, random_state) -> np.ndarray:
+def _own_noise(role: str, params: DPAggregateParams, delta_hat: float, random_state: Any) -> np.ndarray:
     """ν_j: this party's noise for the sum, calibrated to its own Δ̂_j, on the public grid 2^-F."""
     d, F = params.dim, params.frac_bits
     mech = params.mechanism(params.mechanism_sensitivity(delta_hat), random_state=random_state)
@@ -536,7 +545,9 @@ def _own_noise(role: str, params: DPAggregateParams, delta_hat: float, random_st
     return nu
 
 
-async def _indicator_entry(ch: Channel, zeta_pk, me: int, s1, roles: list[str]):
+async def _indicator_entry(
+    ch: Channel, zeta_pk: PublicKey, me: int, s1: PartyArgminResult, roles: list[str]
+) -> tuple[mpz, mpz]:
     """Stage 2, step 1: entry ``me`` of Charlie's indicator (position order) with its proof that it is 0 or
     1; it belongs to the party whose value sits at position ``me`` (π₁⁻¹(me)), ours comes from the party at
     our position π₁(me).  Returns (the entry Charlie sent us, ours: v_j)."""
@@ -566,8 +577,16 @@ async def _indicator_entry(ch: Channel, zeta_pk, me: int, s1, roles: list[str]):
 
 
 async def _contribution(
-    ch: Channel, rng, zeta_pk, v_j, N: list[int], W: list[int], key: int, me: int, params: DPAggregateParams
-):
+    ch: Channel,
+    rng: random.Random,
+    zeta_pk: PublicKey,
+    v_j: mpz,
+    N: list[int],
+    W: list[int],
+    key: int,
+    me: int,
+    params: DPAggregateParams,
+) -> tuple[EncryptedVector, list[int], mpz]:
     """Stage 2, step 2: our contribution ζ(v_j·N_j + Y_j), Y_j = W_j − t_j + ρ_j − ρ_(j−1) mod M, where t_j is
     the share we will publish and ρ_j, ρ_(j−1) are expanded from the ring seeds we share with our neighbours
     (they cancel in the sum); and ζ(v_j·k_j) for the selection check.  Returns (ζ(…), t_j, ζ(v_j·k_j))."""
@@ -596,8 +615,8 @@ async def _contribution(
 
 
 async def _multiply_up_the_tree(
-    ch: Channel, zeta_pk, agg: EncryptedVector, sel, ind, me: int, params: DPAggregateParams
-):
+    ch: Channel, zeta_pk: PublicKey, agg: EncryptedVector, sel: mpz, ind: mpz, me: int, params: DPAggregateParams
+) -> tuple[EncryptedVector, mpz]:
     """Stage 2, step 3: party i gets the products of parties 2i and 2i + 1 and passes them on to its parent;
     party1, at the root, checks Charlie's indicator adds up to 1; the selected key ζ(k_sel) comes back down.
     ``ind``: our entry of the indicator as Charlie sent it (their product opens to 1).  Returns (ζ(the
@@ -667,7 +686,7 @@ async def _everyone_passed(ch: Channel, me: int, params: DPAggregateParams) -> N
 
 
 async def _mask_total_for_charlie(
-    ch: Channel, rng, zeta_pk, agg: EncryptedVector, t: list[int], params: DPAggregateParams
+    ch: Channel, rng: random.Random, zeta_pk: PublicKey, agg: EncryptedVector, t: list[int], params: DPAggregateParams
 ) -> list[int]:
     """Stage 3 at party1: ζ(total + s) to Charlie, s drawn κ bits beyond the total's range; party1's share
     becomes t_1 − s (mod M), so the shares still add up to the released model."""
@@ -694,8 +713,8 @@ async def charlie(
     seed: SeedLike = None,
     allow_insecure_keys: bool = False,
     output_dir: Path | None = None,
-    zeta_key=None,
-    dgk_key=None,
+    zeta_key: PrivateKey | None = None,
+    dgk_key: DGKPrivateKey | None = None,
 ) -> CharlieResult:
     """Role ``charlie``: the untrusted curator."""
     params.validate()
@@ -719,7 +738,7 @@ async def charlie(
     # to party1 the opening of their product (to 1).
     ch.progress(round=2, step="noise-selection")
 
-    async def entry(k: int):
+    async def entry(k: int) -> mpz:
         sent = await ch.send(roles[k], "s2/u", ciphertext_to_proto(pk, pk.raw_encrypt_textbook(int(k == s1.position))))
         c = ciphertext_from_proto(pb.CiphertextVector.FromString(sent), pk, "s2/u")
         proof = prove_bit(
@@ -779,7 +798,7 @@ def reassemble(shares: list[list[int]], params: DPAggregateParams) -> tuple[np.n
     return weights, floats
 
 
-def predict(weights, X) -> np.ndarray:
+def predict(weights: ArrayLike, X: ArrayLike) -> np.ndarray:
     """Dave's classifier: label +1 if sigmoid(wᵀx) > 1/2, else −1."""
     return np.where(np.asarray(X, dtype=np.float64) @ np.asarray(weights, dtype=np.float64) > 0, 1, -1)
 

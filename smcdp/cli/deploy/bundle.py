@@ -483,10 +483,11 @@ def rotate_certificates(
         write_private_key(ca_dir / "ca.key", ca_key)
         write_certificate(ca_dir / "ca.crt", ca_cert)
     else:
-        ca_key = load_private_key(ca_dir / "ca.key")
+        loaded = load_private_key(ca_dir / "ca.key")
         ca_cert = load_certificate(ca_dir / "ca.crt")
-        if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        if not isinstance(loaded, ec.EllipticCurvePrivateKey):
             raise DeployError(f"{ca_dir / 'ca.key'} is not the EC key of a smcdp CA")
+        ca_key = loaded
     summary = {}
     for name in targets:
         b = out / name

@@ -41,6 +41,7 @@ convexity -- which the privacy proofs need -- also covers it).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from scipy.optimize import minimize
@@ -183,19 +184,19 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
 
     def __init__(
         self,
-        epsilon=1.0,
+        epsilon: float = 1.0,
         *,
-        lam=0.01,
-        data_norm=1.0,
-        mechanism="objective",
-        fit_intercept=False,
-        intercept_scaling=1.0,
-        out_of_bounds="clip",
-        tol=1e-8,
-        max_iter=10_000,
-        random_state=None,
-        accountant=None,
-    ):
+        lam: float = 0.01,
+        data_norm: float = 1.0,
+        mechanism: str = "objective",
+        fit_intercept: bool = False,
+        intercept_scaling: float = 1.0,
+        out_of_bounds: str = "clip",
+        tol: float = 1e-8,
+        max_iter: int = 10_000,
+        random_state: Any = None,
+        accountant: Any = None,
+    ) -> None:
         self.epsilon = epsilon
         self.lam = lam
         self.data_norm = data_norm
@@ -232,7 +233,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         check_positive(self.max_iter, "max_iter", integer=True)
         return eps, lam, scaling, tol
 
-    def fit(self, X, y):
+    def fit(self, X: Any, y: Any) -> LogisticRegression:
         """Fit to ``X``, ``y`` (two classes; charging ``accountant`` once the fit succeeds)."""
         eps, lam, scaling, tol = self._check_params()
         cost = PrivacyCost.pure(eps)

@@ -398,7 +398,7 @@ class FileJournal:
         """Make every record written so far durable (blocks; see :meth:`durable_future`)."""
         self.durable_future(urgent=True).result()
 
-    def durable_future(self, urgent: bool = False) -> concurrent.futures.Future:
+    def durable_future(self, urgent: bool = False) -> concurrent.futures.Future[None]:
         """A future done once every record written so far is durable.
 
         One syncer thread per journal serves every waiter (group commit): an ``fsync`` covers
