@@ -7,7 +7,8 @@ ends, and for the peers' signed audit heads.  It composes
 
 * deny by default, the seed rule and the ``[policy]`` (:mod:`smcdp.runtime.governance.policy`),
   evaluated on the plug-in's :class:`~smcdp.plugins.base.SessionSummary` of the proposal;
-* operator approval (:mod:`smcdp.runtime.governance.approvals`), its queue bounded per peer;
+* operator approval (:mod:`smcdp.runtime.governance.approvals`), its queue bounded per peer, and
+  the decisions on a waiting proposal (:mod:`smcdp.runtime.governance.decisions`);
 * the privacy budget (:mod:`smcdp.runtime.governance.charges`);
 * the audit trail (:mod:`smcdp.runtime.governance.audit`): every proposal, decision (with the rule),
   reservation, charge, release, abort and session end -- one peer's refusals past an allowance
@@ -31,21 +32,20 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from smcdp.errors import DeadlineExceeded, InvalidMessage, PreconditionFailed, ResourceExhausted, SmcdpError
+from smcdp.errors import PreconditionFailed, SmcdpError
 from smcdp.net.channel import Channel
-from smcdp.net.grpc_channel import AlreadyExists, NotFound
+from smcdp.net.grpc_channel import NotFound
 from smcdp.net.server import PendingApproval, SessionSpec
-from smcdp.plugins.base import OutputFlow, ProtocolPlugin, SessionContext, SessionSummary
+from smcdp.plugins.base import ProtocolPlugin, SessionContext, SessionSummary
 from smcdp.runtime.config import PartyConfig
 from smcdp.runtime.governance import views
-from smcdp.runtime.governance.approvals import Proposal, ProposalStore, check_reason, proposals_dir
+from smcdp.runtime.governance.approvals import Proposal, ProposalStore, proposals_dir
 from smcdp.runtime.governance.audit import AuditLog, RefusalThrottle
 from smcdp.runtime.governance.charges import SessionCharges
+from smcdp.runtime.governance.decisions import ApprovalExpired, Decisions, QueueFull
 from smcdp.runtime.governance.exact import ExactSessions, QuotaRefused
 from smcdp.runtime.governance.policy import (
     OutOfBounds,
-    PolicyDenied,
-    Refusal,
     check_seed,
     evaluate,
     refusal,
@@ -59,14 +59,6 @@ log = logging.getLogger("smcdp.governance")
 
 #: how often waiting proposals are checked for expiry
 EXPIRY_PERIOD = 1.0
-
-
-class ApprovalExpired(DeadlineExceeded, Refusal):
-    """The operator did not approve within ``limits.approval_timeout_seconds``."""
-
-
-class QueueFull(ResourceExhausted, Refusal):
-    """Too many proposals already wait for this party's operator (RESOURCE_EXHAUSTED)."""
 
 
 def warnings_for(config: PartyConfig) -> list[str]:
@@ -126,6 +118,10 @@ class Governor:
         self.throttle = RefusalThrottle()
         #: sessions releasing exact outputs from this party's data, against max_exact_sessions
         self.exact = ExactSessions(self.policy, self.audit, name, self._lock)
+        #: what becomes of the proposals that wait for the operator
+        self.decisions = Decisions(
+            config, name, self.proposals, self.reservations, self.exact, self.audit, self._lock, self._refused
+        )
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, live: Iterable[str] = ()) -> None:
@@ -207,7 +203,7 @@ class Governor:
         with self._lock:
             prop = self.proposals.get(spec.session_id)
             if prop is not None:
-                return self._repeat(prop, peer, spec)
+                return self.decisions.repeat(prop, peer, spec)
             return self._first(peer, spec, plugin, role)
 
     def _first(self, peer: str, spec: SessionSpec, plugin: ProtocolPlugin, role: str) -> SessionSpec | PendingApproval:
@@ -230,7 +226,7 @@ class Governor:
             self.exact.check(sid, spec.protocol, exact)
             pending = approval == "operator" and peer != self.name
             if pending:
-                self._check_queue(peer, sid)
+                self.decisions.check_queue(peer, sid)
             elif charges:
                 assert summary is not None  # _check finds a cost only in a summary
                 reserved = self.reservations.reserve(sid, summary, peer, refuse=True)
@@ -239,29 +235,7 @@ class Governor:
             raise
         self.audit.append("proposal", **proposal)
         if pending:
-            now = time.time()
-            p = self.proposals.save(
-                Proposal(
-                    session_id=sid,
-                    protocol=spec.protocol,
-                    roles=dict(spec.roles),
-                    params=dict(spec.params),
-                    seed=spec.seed,
-                    timeout_seconds=spec.timeout_seconds,
-                    initiator=peer,
-                    role=role,
-                    summary=None if summary is None else summary.as_dict(),
-                    charges_budget=charges,
-                    received_at=now,
-                    expires_at=now + self.config.limits.approval_timeout_seconds,
-                )
-            )
-            self.audit.append(
-                "pending", session=sid, rule=f"policy.{spec.protocol}.approval", expires_at=views.iso(p.expires_at)
-            )
-            return PendingApproval(
-                f"waiting for the operator of party {self.name!r} to approve (smcdp session approve)"
-            )
+            return self.decisions.queue(peer, spec, role, summary, charges)
         if reserved is not None:
             self.reservations.audit_amount("reserved", reserved, session=sid)
         self.exact.accepted(sid, role, "auto" if peer != self.name else "own operator", spec.protocol, exact)
@@ -356,30 +330,6 @@ class Governor:
                 self.reservations.audit_amount("reserved", reserved, session=sid, why=f"{how}: admitted again")
             self.audit.append("readmitted", session=sid, role=role, how=how)
 
-    def _check_queue(self, peer: str, sid: str) -> None:
-        """The approval queue is bounded per peer and in all (else one peer can leave hundreds waiting)."""
-        lim = self.config.limits
-        waiting = [p for p in self.proposals.all() if ProposalState(p.state).open]
-        mine = sum(p.initiator == peer for p in waiting)
-        if mine >= lim.pending_approvals_per_peer:
-            raise refusal(
-                QueueFull,
-                self.name,
-                sid,
-                "limits.pending_approvals_per_peer",
-                f"{peer!r} already has {mine} proposals waiting for its operator "
-                f"(limits.pending_approvals_per_peer = {lim.pending_approvals_per_peer})",
-            )
-        if len(waiting) >= lim.pending_approvals_total:
-            raise refusal(
-                QueueFull,
-                self.name,
-                sid,
-                "limits.pending_approvals_total",
-                f"{len(waiting)} proposals already wait for its operator "
-                f"(limits.pending_approvals_total = {lim.pending_approvals_total})",
-            )
-
     def _summary(self, plugin: ProtocolPlugin, spec: SessionSpec) -> SessionSummary | None:
         try:
             return plugin.summary(spec.params, spec.roles)
@@ -396,110 +346,19 @@ class Governor:
                 ) from None
             return None
 
-    def _repeat(self, p: Proposal, peer: str, spec: SessionSpec) -> SessionSpec | PendingApproval:
-        """A Propose for a session this party already keeps a proposal of."""
-        sid = p.session_id
-        if not p.same_request(peer, spec):
-            raise AlreadyExists(f"session {sid!r} already exists at party {self.name!r} (another proposal)")
-        p = self._expire_one(p)
-        if p.state == ProposalState.PENDING:
-            return PendingApproval(
-                f"waiting for the operator of party {self.name!r} to approve (smcdp session approve)"
-            )
-        if p.state == ProposalState.APPROVED:
-            outputs = [
-                OutputFlow(o["name"], tuple(o["recipients"]), tuple(o["sources"]), bool(o["dp"]))
-                for o in (p.summary or {}).get("outputs", ())
-            ]
-            exact = releases_exact(outputs, p.role, p.roles, self.name)
-            try:  # another session may have taken the last exact slot since the operator approved
-                self.exact.check(sid, p.protocol, exact)
-            except QuotaRefused as exc:
-                self._give_back(sid, str(exc))
-                self.proposals.decide(p, ProposalState.REJECTED.value, str(exc))
-                self._refused(peer, exc, None, sid)
-                raise
-            self.proposals.decide(p, ProposalState.STARTED.value, p.reason)
-            self.exact.accepted(sid, p.role, "operator", p.protocol, exact)
-            return p.spec()
-        if p.state == ProposalState.REJECTED:
-            raise refusal(PolicyDenied, self.name, sid, "approval", f"its operator rejected the session: {p.reason}")
-        if p.state == ProposalState.EXPIRED:
-            raise refusal(
-                ApprovalExpired,
-                self.name,
-                sid,
-                "approval",
-                "its operator did not approve the session within its approval timeout "
-                f"(limits.approval_timeout_seconds = {self.config.limits.approval_timeout_seconds:g})",
-            )
-        raise refusal(OutOfBounds, self.name, sid, "approval", f"the proposal is {p.state} here")
-
-    # ------------------------------------------------------------------ operator decisions
+    # ------------------------------------------------------------------ operator decisions (governance.decisions)
     def approve(self, session_id: str) -> dict:
-        with self._lock:
-            p = self._proposal(session_id)
-            p = self._expire_one(p)
-            if p.state == ProposalState.APPROVED:
-                return self.describe(p)
-            if p.state != ProposalState.PENDING:
-                raise PreconditionFailed(f"proposal {session_id!r} is {p.state}; only a pending one can be approved")
-            if p.charges_budget:
-                c = self.reservations.reserve(
-                    session_id, SessionSummary(**_summary_args(p.summary)), p.initiator, refuse=False
-                )
-                self.reservations.audit_amount("reserved", c, session=session_id)
-            p = self.proposals.decide(p, ProposalState.APPROVED.value)
-            self.audit.append("approved", session=session_id, by="operator")
-            return self.describe(p)
+        return self.decisions.approve(session_id)
 
     def reject(self, session_id: str, reason: str) -> dict:
-        try:
-            reason = check_reason(reason)
-        except ValueError as exc:
-            raise InvalidMessage(str(exc)) from None
-        with self._lock:
-            p = self._expire_one(self._proposal(session_id))
-            if not ProposalState(p.state).open:
-                raise PreconditionFailed(
-                    f"proposal {session_id!r} is {p.state}; only a pending or approved one can be rejected"
-                )
-            self._give_back(session_id, f"rejected by the operator: {reason}")
-            p = self.proposals.decide(p, ProposalState.REJECTED.value, reason)
-            self.audit.append("rejected", session=session_id, by="operator", reason=reason)
-            return self.describe(p)
+        return self.decisions.reject(session_id, reason)
 
     def withdraw(self, peer: str, session_id: str, message: str) -> bool:
         """An Abort for a proposal still waiting here; True if there was one."""
-        with self._lock:
-            p = self.proposals.get(session_id)
-            if p is None or not ProposalState(p.state).open or peer not in p.roles.values():
-                return False
-            self._give_back(session_id, f"withdrawn: {peer} aborted the session")
-            self.proposals.decide(p, ProposalState.WITHDRAWN.value, f"{peer}: {message}"[:1000])
-            self.audit.append("withdrawn", session=session_id, peer=peer, message=message)
-            return True
+        return self.decisions.withdraw(peer, session_id, message)
 
     def expire(self) -> None:
-        with self._lock:
-            for p in self.proposals.all():
-                self._expire_one(p)
-
-    def _expire_one(self, p: Proposal) -> Proposal:
-        if not ProposalState(p.state).open or time.time() < p.expires_at:
-            return p
-        self._give_back(p.session_id, "the proposal expired before the initiator started it")
-        p = self.proposals.decide(
-            p, ProposalState.EXPIRED.value, "not approved and started within the approval timeout"
-        )
-        self.audit.append("expired", session=p.session_id)
-        return p
-
-    def _proposal(self, session_id: str) -> Proposal:
-        p = self.proposals.get(session_id)
-        if p is None:
-            raise NotFound(f"party {self.name!r} has no proposal {session_id!r}")
-        return p
+        self.decisions.expire()
 
     def _give_back(self, session_id: str, reason: str) -> None:
         self.reservations.give_back(session_id, reason)
@@ -603,7 +462,7 @@ class Governor:
         with self._lock:
             p = self.proposals.get(session_id)
             if p is not None:
-                p = self._expire_one(p)
+                p = self.decisions.expire_one(p)
         if p is None and record is None:
             raise NotFound(f"party {self.name!r} has no session or proposal {session_id!r}")
         if p is not None:
@@ -614,22 +473,6 @@ class Governor:
         if p is not None and record is not None:
             out["session"] = views.describe_record(record, self.reservations)
         return out
-
-
-def _summary_args(d: Mapping[str, Any] | None) -> dict:
-    """A stored summary dict back into SessionSummary's arguments (outputs are not needed to reserve)."""
-    d = dict(d or {})
-    return {
-        "protocol": d.get("protocol", ""),
-        "key_bits": d.get("key_bits", {}),
-        "data_roles": tuple(d.get("data_roles", ())),
-        "coordinator_roles": tuple(d.get("coordinator_roles", ())),
-        "outputs": (),
-        "epsilon": d.get("epsilon"),
-        "delta": d.get("delta", 0.0),
-        "rho": d.get("rho"),
-        "record_bound": d.get("record_bound"),
-    }
 
 
 class _Governed(ProtocolPlugin):
@@ -667,4 +510,4 @@ class _Governed(ProtocolPlugin):
         return result
 
 
-__all__ = ["ApprovalExpired", "BudgetRefused", "Governor", "QuotaRefused", "warnings_for"]
+__all__ = ["ApprovalExpired", "BudgetRefused", "Governor", "QueueFull", "QuotaRefused", "warnings_for"]
