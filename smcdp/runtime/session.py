@@ -37,7 +37,6 @@ from smcdp.compute.memory import peak_rss, reset_peak_rss
 from smcdp.errors import (
     DeadlineExceeded,
     NoSpace,
-    PreconditionFailed,
     SessionAborted,
     SmcdpError,
     public_message,
@@ -55,15 +54,10 @@ from smcdp.net.server import (
 from smcdp.net.tls import TlsMaterial
 from smcdp.plugins.base import ProtocolPlugin, SessionContext
 from smcdp.runtime import failpoints
+from smcdp.runtime.begin import BeginWait
 from smcdp.runtime.config import PartyConfig
 from smcdp.runtime.durability.checkpoint import Checkpoint
-from smcdp.runtime.limits import (
-    WAITING_NOTICE_GRACE,
-    approval_wait_until,
-    begin_by,
-    charge_journal,
-    session_budget,
-)
+from smcdp.runtime.limits import charge_journal, session_budget
 from smcdp.runtime.liveness import PeerLost, Watcher
 from smcdp.runtime.logs import private_dir
 from smcdp.runtime.records import SessionRecord, SessionRecords
@@ -144,12 +138,8 @@ class Session:
         self.restarts = int(checkpoint.meta.get("restarts", 0))
         # the wall-clock deadline is in the checkpoint, so a restarted party keeps it
         self.deadline = time.monotonic() + (float(checkpoint.meta["deadline_epoch"]) - time.time())
-        self.received = time.monotonic()
-        #: the participants whose operators decide (comma-separated; None: nobody), and how long this
-        #: party keeps the session prepared meanwhile (monotonic)
-        self.waiting_for: str | None = None
-        self._noticed: dict[str, float] = {}  # party -> when we last heard the session waits for it
-        self._approval_until: float | None = None
+        #: since when it waits for Begin, for whose approval, until when
+        self.begin_wait = BeginWait(spec.session_id, initiator, initiator == party.name, party.config.limits)
         self.started_at = _utc_now()
         #: ``begun``: the role began in an earlier incarnation of this party (restored mid-role)
         self.lifecycle = Lifecycle(began_before=begun)
@@ -226,17 +216,15 @@ class Session:
                 pass
 
     def await_approval(self, party: str) -> None:
-        """``party``'s operator decides on the session: keep it prepared meanwhile, up to
-        ``limits.approval_timeout_seconds`` from its receipt, not the proposal grace."""
-        own = self.initiator == self.party.name
-        until = approval_wait_until(self.received, self.party.config.limits, own)
-        # proposals made at once may wait for several operators: each is named while its notices keep coming
-        now = time.monotonic()
-        self._noticed[party] = now
-        self.waiting_for = ", ".join(sorted(p for p, t in self._noticed.items() if now - t < WAITING_NOTICE_GRACE))
-        self._approval_until = max(self._approval_until or until, until)
-        if own:  # the initiator's calls (Propose repeats, Begin) may take that long too
+        """``party``'s operator decides on the session: keep it prepared meanwhile (:meth:`BeginWait.notice`)."""
+        until = self.begin_wait.notice(party)
+        if self.begin_wait.own:  # the initiator's calls (Propose repeats, Begin) may take that long too
             self.deadline = max(self.deadline, until)
+
+    @property
+    def waiting_for(self) -> str | None:
+        """The participants whose operators decide on the session (comma-separated; None: nobody)."""
+        return self.begin_wait.waiting_for
 
     def snapshot(self) -> SessionRecord:
         if self.record is not None:
@@ -335,31 +323,9 @@ class Session:
         return ch
 
     async def _wait_for_begin(self) -> None:
-        """Until Begin.  A peer's proposal that is not begun within the grace expires; the initiator's own
-        session is begun or failed by its start call, which reports the precise cause (e.g. an unreachable
-        party) at the deadline.  A notice that an operator decides extends the wait."""
-        limits = self.party.config.limits
-        own = self.initiator == self.party.name
+        """Until Begin (:meth:`BeginWait.wait`), then the failure that came meanwhile, if one did."""
         assert self._begin is not None  # _main made it before it waits here
-        while not self._begin.is_set():
-            left = begin_by(self.deadline, self.received, limits, own, self._approval_until) - time.monotonic()
-            try:
-                await asyncio.wait_for(self._begin.wait(), max(0.0, left))
-            except TimeoutError:
-                if begin_by(self.deadline, self.received, limits, own, self._approval_until) > time.monotonic():
-                    continue
-                raise PreconditionFailed(
-                    f"session {self.spec.session_id} never began: the initiator "
-                    f"{self.initiator!r} did not confirm it within "
-                    + (
-                        "the deadline"
-                        if own
-                        else f"the approval timeout (limits.approval_timeout_seconds) while waiting for "
-                        f"approval at {self.waiting_for}"
-                        if self.waiting_for
-                        else "the proposal grace (limits.proposal_grace_seconds)"
-                    )
-                ) from None
+        await self.begin_wait.wait(self._begin, lambda: self.deadline)
         if self._early_failure is not None:
             raise self._early_failure
 
