@@ -770,96 +770,12 @@ async def _data_party_rounds(
     packing, gram_packing = params.packing(pk), params.gram_packing(pk)
     sizes = Party1KeySizes(key_bits=pk.bits, uses=TABLE_BATCHES * packing.n_ciphertexts(k * b))  # the next one alike
     async with engine.session(source, private_key, label=f"{ch.session_id}/{ch.role}") as cs:
-        # --- Setup 3: padding Ā_i = [A_i  ρ_i I] (ρ_i secret) and the start block C⁽⁰⁾ = Ā_i X⁽⁰⁾.
-        fro2 = await cs.frobenius_sq()
-        rho = params.padding * (math.sqrt(fro2 / k) if fro2 > 0 else 1.0) * rng.uniform(0.5, 1.0)
-        key = stream_key(seed, "power-iteration", ch.role, "start")
-        Z0, sq = await cs.initial_product(key, b)
-        X0_pad = keyed_gaussian(key, PADDING_STREAM_INDEX, (k, b))
-        C = (Z0 + rho * X0_pad) / np.sqrt(sq + np.einsum("ij,ij->j", X0_pad, X0_pad))
-
+        rho, C = await _setup3_padding_and_start(ch, cs, params, rng, seed, k)
         party = _DataParty(ch, cs, params, pk, packing, gram_packing, rho)
-        D: float | None = None
-        recent: list[tuple[bytes | None, np.ndarray]] = []  # the last two rounds: (direction of V_t, Ritz vectors)
-        # --- Round step 1 of round 0: E[C_i⁽⁰⁾] to Trent.  Every later contribution leaves in step 3.
-        await party.send_contribution(C, "contrib/0")
-        scale = np.ones(b)  # Θ'^{−1/2} of the last blinded Gram: every party's same column scaling
-        ints, what = await party.recv_block("v/0"), "v/0 from trent"
-        t = 0
-        while True:
-            ch.progress(round=t, step="iterate")
-            # --- Round step 3: orthonormalise V_t, one pass: Z_i = Ā_iĀ_iᵀQ, H_i = (Ā_iᵀQ)ᵀ(Ā_iᵀQ); E[H_i] and
-            # the local flag "D⁽ᵗ⁻¹⁾ < tol²" to Trent, and in the same message round t + 1's step 1:
-            # E[C_i⁽ᵗ⁺¹⁾] = E[Z_i·diag(Θ'_{t−1})^{−1/2}].  It does not wait for the blinded Gram, so a round
-            # costs one message each way: one network round trip (issue 26).  Trent ignores it when he stops.
-            Q, Z, direction, gram = await party.gram_step(ints, what)
-            await ch.send(
-                TRENT,
-                f"round/{t}",
-                pb.PowerIterationRound(
-                    gram=gram,
-                    converged=D is not None and params.tol**2 > D,
-                    contribution=await party.contribution(Z * scale),
-                ),
-            )
-            # --- Round step 5: Rayleigh–Ritz on the blinded Gram G': round t's Ritz vectors and D⁽ᵗ⁾.  With
-            # G' and the stop bit comes the next block: V_{t+1}, or after the stop bit the final block.
-            reply = await ch.recv(TRENT, f"reply/{t}", pb.PowerIterationReply)
-            Gp = await party.blinded_gram(reply.blinded_gram, f"reply/{t} from trent (its blinded Gram)")
-            what = f"reply/{t} from trent (its block)"
-            ints = await party.decrypt_block(reply.block, what)
-            previous = recent[-1][1] if recent else None
-            U, theta = rayleigh_ritz(Gp, Q, previous)
-            scale = 1.0 / np.sqrt(theta)
-            if previous is not None:
-                D = float(np.sum((U[:, :r] - previous[:, :r]) ** 2))
-            recent = (recent + [(direction, U)])[-2:]
-            t += 1
-            if reply.stop:
-                break
-
-        # --- Final 1–2: the last real state Trent sent, freshly scaled (it came with the stop bit).  Check
-        # (issue 19, docs/security.md): it must be a positive multiple of a block this party received in one
-        # of the last two rounds (the last real state is one of them).  Anything else -- a block of standard
-        # basis vectors, say -- would make the blocks sent in clear below projections of Trent's choosing.
-        # Checked before anything leaves this party.  u_1 … u_r are the Ritz vectors this party computed
-        # for that block in its round (issue 26: the same vectors a fresh Gram of it would give, without
-        # another pass over the data and another round trip).
+        t, ints, what, recent = await _rounds(ch, party, params, C)
         ch.progress(round=t, step="final")
-        direction = _direction(ints)
-        chosen = [U for d, U in recent if d is not None and d == direction]
-        if not chosen:
-            raise InvalidMessage(
-                f"the final block ({what}) is not the direction of a block of the last two "
-                "rounds: refusing to reveal projections Trent chose"
-            )
-        us = np.column_stack([sign_convention(chosen[-1][:, j]) for j in range(r)])
-
-        # --- Final 3: σ_j·A_iᵀu_j in clear to Trent, in messages of params.final_chunk_rows samples;
-        # Trent normalises x_j.
-        rows, chunks = params.final_chunk_rows, params.final_chunks(n_i)
-        await ch.send(TRENT, "final/cols", _ints([n_i, chunks]))
-        alpha = np.empty(n_i) if n_i <= ALPHA_INLINE_MAX else None
-        pending: list[np.ndarray] = []
-        held = c = 0
-        async for blk, out in cs.project(us):
-            out = out * sigma
-            if alpha is not None:
-                alpha[blk.col0 : blk.col1] = out[:, 0]
-            if x_sink is not None:
-                x_sink(blk.col0, out)
-            pending.append(out)
-            held += out.shape[0]
-            while held >= rows or (held and blk.col1 == n_i):
-                cat = pending[0] if len(pending) == 1 else np.concatenate(pending)
-                part, rest = cat[:rows], cat[rows:]
-                await ch.send(
-                    TRENT, f"final/x/{c}", pb.Matrix(rows=part.shape[0], cols=r, values=part.ravel().tolist())
-                )
-                c += 1
-                pending, held = ([rest] if rest.shape[0] else []), rest.shape[0]
-        if c != chunks or held:
-            raise AssertionError(f"{ch.role}: sent {c} final blocks for {chunks} announced")
+        us = _final_check_block(ints, what, recent, r)
+        alpha = await _final_send_projections(ch, cs, params, us, sigma, n_i, x_sink)
         compute_stats = await cs.astats()
     stats = dict(ch.stats.as_dict(), compute=compute_stats)
     return DataPartyResult(
@@ -870,6 +786,121 @@ async def _data_party_rounds(
         stats=stats,
         prepare_next=sizes,
     )
+
+
+async def _setup3_padding_and_start(
+    ch: Channel, cs: ComputeSession, params: PowerIterationParams, rng, seed: SeedLike, k: int
+) -> tuple[float, np.ndarray]:
+    """Setup 3: padding Ā_i = [A_i  ρ_i I] (ρ_i secret) and the start block C⁽⁰⁾ = Ā_i X⁽⁰⁾: (ρ_i, C⁽⁰⁾)."""
+    b = params.block_size
+    fro2 = await cs.frobenius_sq()
+    rho = params.padding * (math.sqrt(fro2 / k) if fro2 > 0 else 1.0) * rng.uniform(0.5, 1.0)
+    key = stream_key(seed, "power-iteration", ch.role, "start")
+    Z0, sq = await cs.initial_product(key, b)
+    X0_pad = keyed_gaussian(key, PADDING_STREAM_INDEX, (k, b))
+    C = (Z0 + rho * X0_pad) / np.sqrt(sq + np.einsum("ij,ij->j", X0_pad, X0_pad))
+    return rho, C
+
+
+async def _rounds(
+    ch: Channel, party: _DataParty, params: PowerIterationParams, C: np.ndarray
+) -> tuple[int, list[int], str, list[tuple[bytes | None, np.ndarray]]]:
+    """Round steps 1, 3 and 5 until Trent's stop bit: (rounds, the final block Trent sent with it and its
+    description, the last two rounds' (direction of V_t, Ritz vectors))."""
+    b, r = params.block_size, params.components
+    D: float | None = None
+    recent: list[tuple[bytes | None, np.ndarray]] = []  # the last two rounds: (direction of V_t, Ritz vectors)
+    # --- Round step 1 of round 0: E[C_i⁽⁰⁾] to Trent.  Every later contribution leaves in step 3.
+    await party.send_contribution(C, "contrib/0")
+    scale = np.ones(b)  # Θ'^{−1/2} of the last blinded Gram: every party's same column scaling
+    ints, what = await party.recv_block("v/0"), "v/0 from trent"
+    t = 0
+    while True:
+        ch.progress(round=t, step="iterate")
+        # --- Round step 3: orthonormalise V_t, one pass: Z_i = Ā_iĀ_iᵀQ, H_i = (Ā_iᵀQ)ᵀ(Ā_iᵀQ); E[H_i] and
+        # the local flag "D⁽ᵗ⁻¹⁾ < tol²" to Trent, and in the same message round t + 1's step 1:
+        # E[C_i⁽ᵗ⁺¹⁾] = E[Z_i·diag(Θ'_{t−1})^{−1/2}].  It does not wait for the blinded Gram, so a round
+        # costs one message each way: one network round trip.  Trent ignores it when he stops.
+        Q, Z, direction, gram = await party.gram_step(ints, what)
+        await ch.send(
+            TRENT,
+            f"round/{t}",
+            pb.PowerIterationRound(
+                gram=gram,
+                converged=D is not None and params.tol**2 > D,
+                contribution=await party.contribution(Z * scale),
+            ),
+        )
+        # --- Round step 5: Rayleigh–Ritz on the blinded Gram G': round t's Ritz vectors and D⁽ᵗ⁾.  With
+        # G' and the stop bit comes the next block: V_{t+1}, or after the stop bit the final block.
+        reply = await ch.recv(TRENT, f"reply/{t}", pb.PowerIterationReply)
+        Gp = await party.blinded_gram(reply.blinded_gram, f"reply/{t} from trent (its blinded Gram)")
+        what = f"reply/{t} from trent (its block)"
+        ints = await party.decrypt_block(reply.block, what)
+        previous = recent[-1][1] if recent else None
+        U, theta = rayleigh_ritz(Gp, Q, previous)
+        scale = 1.0 / np.sqrt(theta)
+        if previous is not None:
+            D = float(np.sum((U[:, :r] - previous[:, :r]) ** 2))
+        recent = (recent + [(direction, U)])[-2:]
+        t += 1
+        if reply.stop:
+            return t, ints, what, recent
+
+
+def _final_check_block(ints: list[int], what: str, recent: list[tuple[bytes | None, np.ndarray]], r: int) -> np.ndarray:
+    """Final 1–2: the last real state Trent sent, freshly scaled (it came with the stop bit), and u_1 … u_r.
+
+    Check (docs/security.md): it must be a positive multiple of a block this party received in one of
+    the last two rounds (the last real state is one of them).  Anything else -- a block of standard
+    basis vectors, say -- would make the blocks sent in clear below projections of Trent's choosing.
+    Checked before anything leaves this party.  u_1 … u_r are the Ritz vectors this party computed for
+    that block in its round: the same vectors a fresh Gram of it would give, without another pass over
+    the data and another round trip."""
+    direction = _direction(ints)
+    chosen = [U for d, U in recent if d is not None and d == direction]
+    if not chosen:
+        raise InvalidMessage(
+            f"the final block ({what}) is not the direction of a block of the last two "
+            "rounds: refusing to reveal projections Trent chose"
+        )
+    return np.column_stack([sign_convention(chosen[-1][:, j]) for j in range(r)])
+
+
+async def _final_send_projections(
+    ch: Channel,
+    cs: ComputeSession,
+    params: PowerIterationParams,
+    us: np.ndarray,
+    sigma: np.ndarray,
+    n_i: int,
+    x_sink: Callable[[int, np.ndarray], None] | None,
+) -> np.ndarray | None:
+    """Final 3: σ_j·A_iᵀu_j in clear to Trent, in messages of params.final_chunk_rows samples; Trent
+    normalises x_j.  Returns this party's block of x_1 up to σ_1 (None above ALPHA_INLINE_MAX columns)."""
+    r = params.components
+    rows, chunks = params.final_chunk_rows, params.final_chunks(n_i)
+    await ch.send(TRENT, "final/cols", _ints([n_i, chunks]))
+    alpha = np.empty(n_i) if n_i <= ALPHA_INLINE_MAX else None
+    pending: list[np.ndarray] = []
+    held = c = 0
+    async for blk, out in cs.project(us):
+        out = out * sigma
+        if alpha is not None:
+            alpha[blk.col0 : blk.col1] = out[:, 0]
+        if x_sink is not None:
+            x_sink(blk.col0, out)
+        pending.append(out)
+        held += out.shape[0]
+        while held >= rows or (held and blk.col1 == n_i):
+            cat = pending[0] if len(pending) == 1 else np.concatenate(pending)
+            part, rest = cat[:rows], cat[rows:]
+            await ch.send(TRENT, f"final/x/{c}", pb.Matrix(rows=part.shape[0], cols=r, values=part.ravel().tolist()))
+            c += 1
+            pending, held = ([rest] if rest.shape[0] else []), rest.shape[0]
+    if c != chunks or held:
+        raise AssertionError(f"{ch.role}: sent {c} final blocks for {chunks} announced")
+    return alpha
 
 
 @dataclass(frozen=True)
