@@ -66,7 +66,7 @@ from smcdp.crypto.codec import (
 )
 from smcdp.crypto.encoding import UNPACKED
 from smcdp.crypto.naor_pinkas import MODP2048
-from smcdp.crypto.paillier import PrivateKey, check_key_bits, generate_keypair
+from smcdp.crypto.paillier import PrivateKey, PublicKey, check_key_bits, generate_keypair
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.errors import InputRejected, InvalidMessage
 from smcdp.net.channel import Channel
@@ -658,14 +658,54 @@ async def identify_alice(
     t_start = time.perf_counter()
     X = _frames(X, params)
     tag = "si"
-    n = params.candidates
+    # --- Steps 1-2: her key, the secure forward algorithm on Bob's models.
     sk, offline, online, frames, sizes = await _alice_forward(
         ch, X, params, tag, seed, bob, allow_insecure_keys, private_key
     )
     t0 = time.perf_counter()
-    pk = sk.public_key
     rng = protocol_rng(seed, params.protocol_name, ch.role)
     # --- Step 4: a_j = v_j + r_j; the shuffle of Bob's masks under his key ζ.
+    perm, x = await _alice_step4_shuffle(ch, params, sk, rng, bob, tag, allow_insecure_keys)
+    # --- Step 5: every pair of positions, the bits to Bob.
+    n = params.candidates
+    pairs = [(p, q) for p in range(n) for q in range(p + 1, n)]
+    await compare_holder_a(
+        ch,
+        bob,
+        [x[p] - x[q] for p, q in pairs],
+        ell=params.ell,
+        predicate="lt",
+        output="b",
+        tag_prefix=f"{tag}/cmp",
+        allow_insecure=allow_insecure_keys,
+    )
+    online["rank"] = time.perf_counter() - t0
+    # --- Step 6: the outcome to the designated party.
+    t0 = time.perf_counter()
+    speaker, learned = await _alice_step6_outcome(ch, params, perm, seed, bob, tag)
+    online["output"] = time.perf_counter() - t0
+    timings = {
+        "offline": offline,
+        "online": _close_clock(online),
+        "frames": frames,
+        "total": time.perf_counter() - t_start,
+    }
+    return IdentifyResult(learned, speaker, frames, timings, ch.stats.as_dict(), prepare_next=sizes)
+
+
+async def _alice_step4_shuffle(
+    ch: Channel,
+    params: IdentifyParams,
+    sk: PrivateKey,
+    rng,
+    bob: str,
+    tag: str,
+    allow_insecure_keys: bool,
+) -> tuple[list[int], list[int]]:
+    """Step 4 (Alice's half): a_j = v_j + r_j; the shuffle of Bob's masks under his key ζ, returned in π's
+    order.  Returns (π, x) with x_j = a_{π(j)} + s_j."""
+    n = params.candidates
+    pk = sk.public_key
     zeta_pk = public_key_from_proto(
         await ch.recv(bob, f"{tag}/zeta-pk", pb.PaillierPublicKey), allow_insecure=allow_insecure_keys
     )
@@ -696,54 +736,24 @@ async def identify_alice(
     s = [rng.randrange(0, 1 << (Lv + 2 * kappa)) for _ in range(n)]
     shuffled = [zeta_pk.raw_add(zr.ciphertexts[perm[j]], zeta_pk.raw_encrypt_textbook(s[j])) for j in range(n)]
     await ch.send(bob, f"{tag}/shuffled", EncryptedVector(zeta_pk, shuffled, n, 0, UNPACKED).to_proto())
-    x = [a[perm[j]] + s[j] for j in range(n)]
-    # --- Step 5: every pair of positions, the bits to Bob.
-    pairs = [(p, q) for p in range(n) for q in range(p + 1, n)]
-    await compare_holder_a(
-        ch,
-        bob,
-        [x[p] - x[q] for p, q in pairs],
-        ell=params.ell,
-        predicate="lt",
-        output="b",
-        tag_prefix=f"{tag}/cmp",
-        allow_insecure=allow_insecure_keys,
-    )
-    online["rank"] = time.perf_counter() - t0
-    # --- Step 6: the outcome to the designated party.
-    t0 = time.perf_counter()
-    speaker, learned = None, False
+    return perm, [a[perm[j]] + s[j] for j in range(n)]
+
+
+async def _alice_step6_outcome(
+    ch: Channel, params: IdentifyParams, perm: list[int], seed: SeedLike, bob: str, tag: str
+) -> tuple[str | None, bool]:
+    """Step 6 (Alice's half): the outcome to the designated party.  Returns (speaker, whether she learned it):
+    to bob she sends every position's candidate index by OT; to alice she gets the winner's name by OT."""
+    n = params.candidates
+    ot_rng = protocol_rng(seed, params.protocol_name, ch.role, "label-ot")
     if params.output == BOB:
-        await ot_send(
-            ch,
-            bob,
-            [[_label(perm[j]) for j in range(n)]],
-            tag_prefix=f"{tag}/label",
-            rng=protocol_rng(seed, params.protocol_name, ch.role, "label-ot"),
-        )
-    else:
-        w = (await ch.recv(bob, f"{tag}/winner", pb.Ints)).values
-        if len(w) != 1 or not 0 <= w[0] < n:
-            raise InvalidMessage(f"{tag}/winner from {bob} is not a position in 0..{n - 1}")
-        c = perm[w[0]]
-        (name,) = await ot_choose(
-            ch,
-            bob,
-            [c],
-            n,
-            tag_prefix=f"{tag}/label",
-            rng=protocol_rng(seed, params.protocol_name, ch.role, "label-ot"),
-        )
-        speaker = _parse_name(name, bob)
-        learned = True
-    online["output"] = time.perf_counter() - t0
-    timings = {
-        "offline": offline,
-        "online": _close_clock(online),
-        "frames": frames,
-        "total": time.perf_counter() - t_start,
-    }
-    return IdentifyResult(learned, speaker, frames, timings, ch.stats.as_dict(), prepare_next=sizes)
+        await ot_send(ch, bob, [[_label(perm[j]) for j in range(n)]], tag_prefix=f"{tag}/label", rng=ot_rng)
+        return None, False
+    w = (await ch.recv(bob, f"{tag}/winner", pb.Ints)).values
+    if len(w) != 1 or not 0 <= w[0] < n:
+        raise InvalidMessage(f"{tag}/winner from {bob} is not a position in 0..{n - 1}")
+    (name,) = await ot_choose(ch, bob, [perm[w[0]]], n, tag_prefix=f"{tag}/label", rng=ot_rng)
+    return _parse_name(name, bob), True
 
 
 def _parse_name(raw: bytes, bob: str) -> str | None:
@@ -772,11 +782,10 @@ async def identify_bob(
     params.validate()
     t_start = time.perf_counter()
     _check_models(models, params)
-    K, Kbar, n = models.n_speakers, params.max_speakers, params.candidates
+    K, Kbar = models.n_speakers, params.max_speakers
     if Kbar < K:
         raise InputRejected("more enrolled speakers than the session's public bound max_speakers", f"{K} > {Kbar}")
-    F = params.log_frac_bits
-    theta = _threshold_int(models.threshold, F)
+    theta = _threshold_int(models.threshold, params.log_frac_bits)  # checked before any message
     rng = protocol_rng(seed, params.protocol_name, ch.role)
     tag = "si"
     # --- Steps 1-2: the padded speakers (dummies: the UBM itself) and the UBM.
@@ -786,7 +795,6 @@ async def identify_bob(
         ch, gmms, labels, models, params, tag, seed, alice, allow_insecure_keys
     )
     t0 = time.perf_counter()
-    n2 = pk.nsquare
     # --- Step 3: candidates, ξ(v_j + r_j) and ζ(r_j).
     if zeta_key is None:
         _, zeta_key = generate_keypair(
@@ -794,7 +802,45 @@ async def identify_bob(
             allow_insecure=allow_insecure_keys,
             rng=protocol_rng(seed, params.protocol_name, ch.role, "zeta-key"),
         )
-    zeta_pk = zeta_key.public_key
+    await _bob_step3_candidates(ch, params, models, pk, lls, T, theta, zeta_key.public_key, rng, alice, tag)
+    # --- Step 4 (Bob's half): y_j = r_{π(j)} + s_j.
+    y = await _bob_step4_shares(ch, params, zeta_key, alice, tag)
+    # --- Step 5: all pairs; z_pq = [v_π(p) < v_π(q)].
+    if dgk_key is None:
+        dgk_key = dgk.generate_keypair(
+            params.dgk_bits,
+            params.dgk_t,
+            max_ell=max(params.ell, dgk.DEFAULT_MAX_ELL),
+            allow_insecure=allow_insecure_keys,
+            rng=protocol_rng(seed, params.protocol_name, ch.role, "dgk-key"),
+        )
+    w = await _bob_step5_rank(ch, params, y, dgk_key, alice, tag)
+    online["rank"] = time.perf_counter() - t0
+    # --- Step 6: the outcome to the designated party.
+    t0 = time.perf_counter()
+    speaker, learned = await _bob_step6_outcome(ch, params, models, w, seed, alice, tag)
+    online["output"] = time.perf_counter() - t0
+    timings = {"offline": offline, "online": _close_clock(online), "frames": T, "total": time.perf_counter() - t_start}
+    return IdentifyResult(learned, speaker, T, timings, ch.stats.as_dict())
+
+
+async def _bob_step3_candidates(
+    ch: Channel,
+    params: IdentifyParams,
+    models: SpeakerModels,
+    pk: PublicKey,
+    lls: list,
+    T: int,
+    theta: int,
+    zeta_pk: PublicKey,
+    rng,
+    alice: str,
+    tag: str,
+) -> None:
+    """Step 3: the candidates' ξ(v_j + r_j) and, under Bob's own key (its public key first), ζ(r_j);
+    ``theta``: fx(θ) on the grid."""
+    K, n = models.n_speakers, params.candidates
+    n2 = pk.nsquare
     await ch.send(alice, f"{tag}/zeta-pk", public_key_to_proto(zeta_pk))
     L, Lv, kappa = params.score_bits, params.value_bits, params.stat_bits
     inv_ubm = gmpy2.invert(lls[-1], n2)
@@ -815,11 +861,17 @@ async def identify_bob(
     await ch.send(alice, f"{tag}/masked", EncryptedVector(pk, masked, n, 0, UNPACKED).to_proto())
     zr = [zeta_pk.raw_encrypt_textbook(rj) for rj in r]
     await ch.send(alice, f"{tag}/zeta-r", EncryptedVector(zeta_pk, zr, n, 0, UNPACKED).to_proto())
-    # --- Step 4 (Bob's half): y_j = r_{π(j)} + s_j.
+
+
+async def _bob_step4_shares(
+    ch: Channel, params: IdentifyParams, zeta_key: PrivateKey, alice: str, tag: str
+) -> list[int]:
+    """Step 4 (Bob's half): y_j = r_{π(j)} + s_j, decrypted from Alice's shuffle."""
+    Lv, kappa = params.value_bits, params.stat_bits
     sh = EncryptedVector.from_proto(
         await ch.recv(alice, f"{tag}/shuffled", pb.CiphertextVector),
-        zeta_pk,
-        length=n,
+        zeta_key.public_key,
+        length=params.candidates,
         exponent=0,
         packing=UNPACKED,
         what=f"{tag}/shuffled from {alice}",
@@ -827,15 +879,12 @@ async def identify_bob(
     y = sh.decrypt_ints(zeta_key)
     if any(not 0 <= v < (1 << (Lv + kappa)) + (1 << (Lv + 2 * kappa)) for v in y):
         raise InvalidMessage(f"{tag}/shuffled from {alice} holds values outside the shares' range")
-    # --- Step 5: all pairs; z_pq = [v_π(p) < v_π(q)].
-    if dgk_key is None:
-        dgk_key = dgk.generate_keypair(
-            params.dgk_bits,
-            params.dgk_t,
-            max_ell=max(params.ell, dgk.DEFAULT_MAX_ELL),
-            allow_insecure=allow_insecure_keys,
-            rng=protocol_rng(seed, params.protocol_name, ch.role, "dgk-key"),
-        )
+    return y
+
+
+async def _bob_step5_rank(ch: Channel, params: IdentifyParams, y: list[int], dgk_key, alice: str, tag: str) -> int:
+    """Step 5: all pairs, z_pq = [v_π(p) < v_π(q)] to Bob; the position w that wins all its comparisons."""
+    n = params.candidates
     pairs = [(p, q) for p in range(n) for q in range(p + 1, n)]
     z = await compare_holder_b(
         ch,
@@ -854,40 +903,29 @@ async def identify_bob(
     top = [j for j in range(n) if wins[j] == n - 1]
     if len(top) != 1:
         raise InvalidMessage(f"the comparisons with {alice} do not give one largest score")
-    w = top[0]
-    online["rank"] = time.perf_counter() - t0
-    # --- Step 6.
-    t0 = time.perf_counter()
-    speaker, learned = None, False
-    names = [b""] + [models.names[k].encode() if k < K else b"" for k in range(Kbar)]
+    return top[0]
+
+
+async def _bob_step6_outcome(
+    ch: Channel, params: IdentifyParams, models: SpeakerModels, w: int, seed: SeedLike, alice: str, tag: str
+) -> tuple[str | None, bool]:
+    """Step 6 (Bob's half): to bob, π(w) by OT (a speaker or "none"); to alice, w and every candidate's name
+    by OT.  Returns (speaker, whether he learned it)."""
+    K, Kbar, n = models.n_speakers, params.max_speakers, params.candidates
+    ot_rng = protocol_rng(seed, params.protocol_name, ch.role, "label-ot")
     if params.output == BOB:
-        (lab,) = await ot_choose(
-            ch,
-            alice,
-            [w],
-            n,
-            tag_prefix=f"{tag}/label",
-            rng=protocol_rng(seed, params.protocol_name, ch.role, "label-ot"),
-        )
+        (lab,) = await ot_choose(ch, alice, [w], n, tag_prefix=f"{tag}/label", rng=ot_rng)
         if len(lab) != 2:
             raise InvalidMessage(f"the candidate label from {alice} is not a 2-byte index")
         c = struct.unpack(">H", lab)[0]
         if not 0 <= c <= K:
             raise InvalidMessage(f"the candidate obtained from {alice} is {c}: not a speaker nor 'none'")
-        speaker, learned = (None if c == 0 else models.names[c - 1]), True
-    else:
-        await ch.send(alice, f"{tag}/winner", pb.Ints(values=[w]))
-        width = max(len(x) for x in names)
-        await ot_send(
-            ch,
-            alice,
-            [[x.ljust(width, b"\0") for x in names]],
-            tag_prefix=f"{tag}/label",
-            rng=protocol_rng(seed, params.protocol_name, ch.role, "label-ot"),
-        )
-    online["output"] = time.perf_counter() - t0
-    timings = {"offline": offline, "online": _close_clock(online), "frames": T, "total": time.perf_counter() - t_start}
-    return IdentifyResult(learned, speaker, T, timings, ch.stats.as_dict())
+        return (None if c == 0 else models.names[c - 1]), True
+    names = [b""] + [models.names[k].encode() if k < K else b"" for k in range(Kbar)]
+    await ch.send(alice, f"{tag}/winner", pb.Ints(values=[w]))
+    width = max(len(x) for x in names)
+    await ot_send(ch, alice, [[x.ljust(width, b"\0") for x in names]], tag_prefix=f"{tag}/label", rng=ot_rng)
+    return None, False
 
 
 __all__ = (
