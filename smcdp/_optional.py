@@ -5,7 +5,7 @@ imports"): a data party's compute on Dask, Zarr input arrays, the party's web co
 from WAV audio, HMM training, the experiments' plots.  Where such a package is missing, the part
 that needs it must say so -- which part, which package, the ``pip install`` line -- at the command
 line or when the party process starts, not as "internal error" from a role in a session that
-three processes already started (issue 29).
+three processes already started.
 
 :func:`require` checks with :func:`importlib.util.find_spec`, which finds a package without
 importing it (cheap at start-up); the lazy import itself stays where the part runs.  The install

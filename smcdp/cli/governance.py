@@ -193,7 +193,7 @@ def _cmd_verify(args) -> int:
 
 
 def _witnessed(args) -> tuple[list, dict[str, str]]:
-    """What peers (``--witnesses``) and files (``--witness-file``) say about this party's log (issue 24)."""
+    """What peers (``--witnesses``) and files (``--witness-file``) say about this party's log."""
     cfg = load_config(args.config)
     heads: list[Any] = []
     unreachable: dict[str, str] = {}

@@ -149,7 +149,7 @@ def _cmd_session_status(args: argparse.Namespace) -> int:
     except SmcdpError as exc:
         return _fail(exc)
     print(json.dumps(status.as_dict(), indent=2, sort_keys=True))
-    if status.waiting_for:  # issue 24: the session waits for an operator's approval
+    if status.waiting_for:  # the session waits for an operator's approval
         print(f"session {status.session_id}: waiting for approval at {status.waiting_for}", file=sys.stderr)
     return 0
 

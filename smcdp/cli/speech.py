@@ -13,7 +13,7 @@ from smcdp.errors import InvalidMessage
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    require("speech-training", "smcdp speech train")  # issue 29: before any recording is read
+    require("speech-training", "smcdp speech train")  # before any recording is read
     # deferred: the front end and hmmlearn load only when training runs, not for every smcdp command
     from smcdp.speech.training import parse_word_spec, train_from_folders
 

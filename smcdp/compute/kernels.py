@@ -11,7 +11,7 @@ Kernels (A is one block, k × n_b; Q and U are k × b):
 * :func:`gram_block`: Z_b = A (Aᵀ Q) and H_b = (Aᵀ Q)ᵀ (Aᵀ Q); the n_b × b product Aᵀ Q never leaves
   the kernel;
 * :func:`clipped_gram_block`: Z_b = Ã (Ãᵀ Q) with every column of A scaled to norm at most C (the DP
-  mode of power iteration, issue 25), and how many columns were scaled;
+  mode of power iteration), and how many columns were scaled;
 * :func:`init_block`: A X₀ and the squared column norms of X₀, where X₀ (n_b × b) is Gaussian from
   SHAKE-256(stream key ‖ block index), so the start vector depends on the key and the block, not on
   which process computes which block or in which order;

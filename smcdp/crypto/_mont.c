@@ -1,7 +1,7 @@
 /*
  * smcdp.crypto._mont -- Montgomery-domain kernels for the Paillier engine.
  *
- * Why this file exists (issue 8, docs/benchmarks.md): with gmpy2 every step of a
+ * Why this file exists (docs/benchmarks.md): with gmpy2 every step of a
  * fixed-base exponentiation or of Pippenger's bucket method is a Python-level
  * `a * b % m`, i.e. a GMP multiplication followed by a GMP *division*, plus two
  * object allocations and the interpreter's dispatch.  The profile showed that
@@ -718,7 +718,7 @@ done:
 
 /* ------------------------------------------------------------------ multi_exp_rows */
 
-/* Many multi-exponentiations over the same bases (issue 27: Bob's emission rows, 50 rows over the 79
+/* Many multi-exponentiations over the same bases (Bob's emission rows, 50 rows over the 79
  * product ciphertexts of a block): prod_j bases[j]^rows[i][j] for every row i, by Straus's method with
  * the tables shared by all rows.  The bases are cut into groups of g; for each group every subset
  * product is made once (2^g - g - 1 multiplications); each row then costs one squaring per exponent

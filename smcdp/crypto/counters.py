@@ -1,11 +1,11 @@
-"""Process-wide counts of Paillier operations, for the party's metrics (issue 18).
+"""Process-wide counts of Paillier operations, for the party's metrics.
 
 ``smcdp_paillier_operations_total{op}`` on the console's ``/metrics`` reads :func:`snapshot`.
 Counting is one integer addition per call under the GIL, next to operations that cost from
 tens of microseconds (a ciphertext addition) to milliseconds (an encryption): not measurable.
 Counts are kept per process: work done in a process pool is counted where the batch is
 dispatched (:class:`smcdp.crypto.parallel.CryptoPool`); work done by a Dask cluster's
-workers (issue 17) is counted by those workers' processes, not by the party.
+workers is counted by those workers' processes, not by the party.
 
 Operations: ``encrypt``, ``decrypt``, ``add`` (ciphertext · ciphertext), ``mul`` (ciphertext ^
 plaintext, including each term of a multi-exponentiation), ``rerandomize``, ``keygen``.

@@ -1,5 +1,5 @@
 """Paillier keys made before the session that will use them: a key owner's offline phase, done while the
-party is idle (issue 27).
+party is idle.
 
 A party that will own a session's key -- keyword recognition's Alice -- derives that key from the
 session's randomness root (:mod:`smcdp.primitives.rng`).  When the root of its *next* session is known

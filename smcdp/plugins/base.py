@@ -41,7 +41,7 @@ class SessionContext:
     #: differentially private output may have left it (the runtime commits the budget there);
     #: if it raises, that message is not sent
     on_release: Callable[[], None] | None = None
-    compute: ComputeConfig = field(default_factory=ComputeConfig)  # [compute]: this party's engine (issue 17)
+    compute: ComputeConfig = field(default_factory=ComputeConfig)  # [compute]: this party's engine
 
 
 @dataclass(frozen=True)
@@ -174,7 +174,7 @@ class ProtocolPlugin(abc.ABC):
 
     def prepare_next(self, root: Randomness, inputs: Mapping[str, str], allow_insecure_keys: bool) -> None:
         """Offline work for a session this party may run next, whose randomness root will be ``root``
-        (issue 27: the runtime draws it ahead, :mod:`smcdp.runtime.offline`), started while the party is
+        (the runtime draws it ahead, :mod:`smcdp.runtime.offline`), started while the party is
         idle: a key the role will derive from ``root``, its tables, its obfuscators.  ``inputs``: this
         party's configured inputs for the protocol.  Nothing by default.  It must send nothing, read
         nothing but this party's own inputs, and return quickly (start the work in the background); a

@@ -13,7 +13,7 @@ In the DP mode (``epsilon`` and ``delta`` in the parameters) a data party writes
 ``x_block.npy`` = A_iᵀu_j, computed locally and never sent; Trent writes nothing (he learns no output).
 The session costs every data party's ``[budget]`` (epsilon, delta) (rho for a zCDP ledger), committed
 just before its first noisy contribution leaves it (``noisy/0`` in the power mode, ``noisy/cov`` in the
-covariance mode of issue 38).
+one-release covariance mode).
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ class PowerIterationPlugin(ProtocolPlugin):
             return v if lo == hi == 1 else f"{v}_{lo}" if lo == hi else f"{v}_{lo}..{v}_{hi}"
 
         if p.dp_mode == "covariance":
-            # DP covariance mode (issue 38): every data party receives the noisy k × k matrix Σ_i(Ã_iÃ_iᵀ + E_i)
+            # DP covariance mode: every data party receives the noisy k × k matrix Σ_i(Ã_iÃ_iᵀ + E_i)
             # -- every direction of the data, DP -- and takes u_1 … u_r from it; Trent gets only ciphertexts.
             # ``components`` is k: a party's max_components below k refuses this mode (use dp_method power).
             cal = dp_calibration(p)

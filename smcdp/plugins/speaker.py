@@ -78,7 +78,7 @@ class _SpeakerPlugin(ProtocolPlugin):
 
     def prepare_next(self, root: Randomness, inputs: Mapping[str, str], allow_insecure_keys: bool) -> None:
         """A party with an utterance configured is an Alice: her next session's key pair, tables and
-        obfuscators for the utterance's frames are made while she is idle (issue 27)."""
+        obfuscators for the utterance's frames are made while she is idle."""
         path = inputs.get("utterance")
         if not path:
             return

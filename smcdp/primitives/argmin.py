@@ -30,7 +30,7 @@ Steps (numbers as in the seed where they exist):
 3. The party at position k sends ξ(a at k) and (re-randomised) ζ(b at k) to
    Charlie, who decrypts the latter: he holds b_k, the parties hold a_k, and
    a_k + b_k = v' of the party at position k.
-4. **Tournament** (issue 28; replaces the seed's comparison of every pair):
+4. **Tournament** (replaces the seed's comparison of every pair):
    ⌈log₂ K⌉ rounds over the positions; round r pairs the survivors in order
    (an odd one out advances), and every match of a round runs at once.  The
    t-th match of the bracket (t = 0 … K − 2, round by round, left to right)

@@ -14,7 +14,7 @@ masks, the three steps of the seed's LOGSUM become:
     ``m_r``, and returns ``ê_rl = round(2^{F_e} e^{y_rl − m_r})`` encrypted,
     pre-shifted into the packed slot of sum r.  A weight of any size -- 5e-324
     beside 1 -- is just another offset: no term is lost to the range of
-    fixed point (issue 16), and exact zeros are left out (public pattern).
+    fixed point, and exact zeros are left out (public pattern).
 **(W) homomorphic weighted sum** -- :func:`term_weights`, :func:`smudging`, :func:`weighted_sums` (Bob).
     Bob's integer weights ``k_rl = round(2^W e^{−σ_rl − K})`` only undo his
     per-term masks, so they span at most ``e^{2K}``; he computes

@@ -250,7 +250,7 @@ def session_keypair(
     """The Paillier key pair that ``role`` of ``protocol`` derives from its root ``seed`` (the stream
     ``protocol, role, "key"``), and the obfuscators made for it ahead, if any.
 
-    Issue 27: when the party made this very key while it was idle (:func:`prepare_session_keypair`,
+    When the party made this very key while it was idle (:func:`prepare_session_keypair`,
     :mod:`smcdp.runtime.offline`) it is taken from the party's :data:`~smcdp.crypto.prepared.SHELF` with
     its tables built; otherwise -- a replay, a seeded session, another key size -- it is derived now.
     Either way it is the same key."""

@@ -30,12 +30,12 @@ Stage 2: Charlie encrypts the indicator of that position under his own key ζ
 Stage 2½ (``smcdp.primitives.argmin.check_selection_*``): every party checks
     k_sel ≤ k_j with the next party in a ring and a verifiable decryption by
     Charlie; a party whose data needs more noise than the selected one refuses
-    (issue 25: a malicious Charlie cannot pick a less noisy party).
+    (a malicious Charlie cannot pick a less noisy party).
 Stage 3: party1 adds a fresh ζ(s) (s uniform with κ extra bits), Charlie
     decrypts X + s = Σ_j Y_j + N_sel + s; the K + 1 published shares are
     Charlie's (X + s) mod M, party1's t_1 − s and party j's t_j: a uniformly
     random additive sharing of T = Σ_j W_j + N_sel modulo the public M = 2^m,
-    after O(K·d) values sent in all (K(K+1) vectors before issue 28).  Each
+    after O(K·d) values sent in all (K(K+1) vectors when Charlie sent every party the whole selection vector).  Each
     participant writes its share durably and publishes it (to Dave).  Dave adds
     the shares mod M and divides by 2^F·K: ŵˢ.
 

@@ -1,5 +1,5 @@
 """Privacy-preserving power iteration with an untrusted arbitrator (seed 003 §4.1.1), for the top r
-principal components (issue 17).
+principal components.
 
 N >= 2 data parties (roles ``party1`` … ``partyN``) hold column blocks A_i (k × n_i) of
 M = [A_1 … A_N]; the arbitrator Trent (role ``trent``) coordinates and decrypts nothing.  Outputs, in
@@ -30,18 +30,18 @@ over its column blocks per round, never an n-sized iterate in the party process;
 packed decryption go through the same engine.  The steps below are numbered as in
 docs/protocols/power-iteration.md.
 
-Hardening (issue 19, docs/security.md): the final block must be a positive multiple of a block the
+Hardening (docs/security.md): the final block must be a positive multiple of a block the
 parties received in one of the last two rounds (so Trent cannot pick the projection the parties
 reveal in clear); keys of another size than ``key_bits`` are refused; the public bounds ``rows`` and
 ``max_samples`` size every message (:meth:`PowerIterationParams.traffic_envelope`); a party's own
 data breaking a rule raises :class:`~smcdp.errors.InputRejected` (peers learn the rule, not the data).
 
-DP modes (issues 25 and 38, ``epsilon`` and ``delta`` given): the noisy power method (T noisy releases of
+DP modes (``epsilon`` and ``delta`` given): the noisy power method (T noisy releases of
 Ã_iÃ_iᵀQ_t) or, ``dp_method = "covariance"`` (``auto`` up to k = 255), one noisy release of Ã_iÃ_iᵀ per party
 that Trent sums and returns (Analyze Gauss); sigma from the tighter of the zCDP and exact-PLD accountants
 (:func:`dp_calibration`).
 
-Replay (issue 15, docs/fault-tolerance.md): every random draw of a role -- party1's key and σ's, ρ_i,
+Replay (docs/fault-tolerance.md): every random draw of a role -- party1's key and σ's, ρ_i,
 the start block X⁽⁰⁾, Trent's scales, blindings and decoys -- comes from the role's randomness root
 ``seed`` (:mod:`smcdp.primitives.rng`), so a role replayed after a crash recomputes exactly what it
 sent before.  Only Paillier obfuscators are fresh, and replayed sends reuse the journaled bytes.
@@ -115,7 +115,7 @@ FINAL_CHUNK_VALUES = 1 << 16
 ALPHA_INLINE_MAX = 100_000
 #: a Ritz vector whose overlap with the previous round's is below this is sign-fixed by its largest entry
 SIGN_OVERLAP_MIN = 1e-6
-#: DP mode (issue 25): the tag of a data party's noisy contribution of round t ("noisy/<t>"), its release
+#: DP mode: the tag of a data party's noisy contribution of round t ("noisy/<t>"), its release
 NOISY_TAG = "noisy"
 #: DP mode: rounds T when the session does not say ``iterations``, and the most it may say
 DP_ITERATIONS = 10
@@ -123,10 +123,10 @@ MAX_DP_ITERATIONS = 1000
 #: DP mode: the noise is calibrated to a sensitivity C²·(1 + DP_FP_MARGIN), a margin for the floating-point
 #: error of computing Ã Ãᵀ Q (relative ~n_i·2^-52, far below it for n_i < 2^30; docs/protocols/power-iteration.md)
 DP_FP_MARGIN = 2.0**-20
-#: DP mode (issue 38): the PLD calibration aims at epsilon·(1 − DP_PLD_MARGIN), so that independent PLD
+#: DP mode: the PLD calibration aims at epsilon·(1 − DP_PLD_MARGIN), so that independent PLD
 #: computations (dp-accounting's discretised accountant: ~1e-11 relative above the exact value) certify it too
 DP_PLD_MARGIN = 2.0**-20
-#: DP mode (issue 38): the one-release ("covariance") mode's tags: a data party's noisy upper triangle to Trent
+#: DP mode: the one-release ("covariance") mode's tags: a data party's noisy upper triangle to Trent
 #: (its release) and the sum of them back (the only message Trent sends a data party in that mode)
 COV_TAG = "noisy/cov"
 COV_SUM_TAG = "final/cov"
@@ -160,7 +160,7 @@ class PowerIterationParams(ProtocolParams):
     scale_bits: int = 24  # Trent's r_t is log-uniform in [2^8, 2^scale_bits]
     padding: float = 0.1  # ρ_i ≈ padding · ‖A_i‖_F / √k, times a secret factor in [0.5, 1]
     packed: bool = True  # pack values into few ciphertexts
-    # --- issue 17: top-r components and the blindings of the Ritz step
+    # --- top-r components and the blindings of the Ritz step
     components: int = 1  # r: how many leading eigenvectors
     oversample: int = 0  # extra block columns: faster when λ_r ≈ λ_{r+1}, but every data party
     # then also learns approximations of components r+1 … r+oversample
@@ -169,18 +169,18 @@ class PowerIterationParams(ProtocolParams):
     gram_bits: int = 48  # public bound: every |entry| of one party's Gram H_i and of its
     # contributions (scaled Gram products Ā_iĀ_iᵀQ_t) < 2^gram_bits
     sigma_bits: int = 16  # the final blocks' factors σ_j are log-uniform in [2^-σ, 2^σ]
-    # --- issue 19: public bounds that size every message (traffic envelope)
+    # --- public bounds that size every message (traffic envelope)
     rows: int | None = None  # k, if the initiator states it: checked by everyone, sizes the traffic
     max_samples: int = 1_000_000  # public bound on each party's n_i (its blocks of x are sent in clear)
-    # --- issue 24: k is bounded even when rows is not stated, so that the byte envelope is too
+    # --- k is bounded even when rows is not stated, so that the byte envelope is too
     max_rows: int = 1_000  # public bound on k when rows is unset (state rows, or raise this, above)
-    # --- issue 25: the differentially private mode (the noisy power method); epsilon and delta select it
+    # --- the differentially private mode (the noisy power method); epsilon and delta select it
     epsilon: float | None = None  # (epsilon, delta)-DP for one column (sample) of each party's matrix
     delta: float | None = None
     column_norm: float = 1.0  # C: each party clips every column of its matrix to norm <= C
     iterations: int | None = None  # T: the fixed number of rounds (default DP_ITERATIONS)
     noise_parties: int = 1  # h: each party adds noise of variance sigma^2/h (h > 1 needs h honest parties)
-    # --- issue 38: the one-release mode and rounds from public parameters
+    # --- the one-release mode and rounds from public parameters
     dp_method: str = "auto"  # "covariance": one noisy release of ÃÃᵀ; "power": the noisy power method;
     # "auto": covariance while it fits (COV_AUTO_VALUES), power beyond
     gap_ratio: float | None = None  # power mode: a public bound on λ_{b+1}/λ_r assumed for the data; without
@@ -224,7 +224,7 @@ class PowerIterationParams(ProtocolParams):
         return self
 
     def _validate_dp(self, bad, integer) -> None:
-        """The DP mode's parameters (issue 25): both epsilon and delta, or neither (the exact mode)."""
+        """The DP mode's parameters: both epsilon and delta, or neither (the exact mode)."""
         if (self.epsilon is None) != (self.delta is None):
             bad("epsilon and delta go together: both select the differentially private mode")
 
@@ -286,7 +286,7 @@ class PowerIterationParams(ProtocolParams):
 
     @property
     def dp(self) -> bool:
-        """The differentially private mode (issue 25): the noisy power method, T fixed rounds."""
+        """The differentially private mode: the noisy power method, T fixed rounds."""
         return self.epsilon is not None
 
     @property
@@ -315,7 +315,7 @@ class PowerIterationParams(ProtocolParams):
 
     @property
     def dp_mode(self) -> str | None:
-        """The DP mode that runs (issue 38), from public parameters only: ``dp_method`` if it names one;
+        """The DP mode that runs, from public parameters only: ``dp_method`` if it names one;
         ``auto`` -> "power" when the session states a power-mode parameter (``iterations``, ``gap_ratio``) or
         when the release of k(k+1)/2 values exceeds COV_AUTO_VALUES (k > 255), else "covariance".  None in
         the exact mode."""
@@ -346,7 +346,7 @@ class PowerIterationParams(ProtocolParams):
     def contribution_bits(self) -> int:
         """The public bound on a contribution's values, 2^this.  Exact mode: ``gram_bits``, since from round 1
         on a contribution is the Gram product Ā_iĀ_iᵀQ_t, raw in round 1 and scaled by the previous round's
-        blinded Ritz values Θ'^{−1/2} after that (issue 26: it leaves with the Gram, before this round's Ritz
+        blinded Ritz values Θ'^{−1/2} after that (it leaves with the Gram, before this round's Ritz
         step); either way far below 2^gram_bits when the party's Gram entries are.  DP mode: ``value_bits``, the
         clamp of the noisy release."""
         return self.value_bits if self.dp else self.gram_bits
@@ -420,11 +420,11 @@ class PowerIterationParams(ProtocolParams):
                 else [(rounds + 1, block), (1, 3 * (B // 8) + 32)]
             )
         elif role == TRENT:
-            # final/x: the public chunking of at most max_samples samples, r floats each (issue 24: the
+            # final/x: the public chunking of at most max_samples samples, r floats each (the
             # chunks' sizes follow max_samples, not the chunk size alone -- 512 KB a message before)
             chunks, n = self.final_chunks(self.max_samples), self.max_samples
             finals = (chunks, 8 * min(n, self.final_chunk_rows) * r + 32, 8 * n * r + 32 * chunks)
-            # contrib/0, then round/t: each round's Gram comes with the next contribution (issue 26)
+            # contrib/0, then round/t: each round's Gram comes with the next contribution
             per_party = [
                 (1, block),
                 (rounds, both),
@@ -494,7 +494,7 @@ class DPCalibration:
 
 
 def dp_calibration(params: PowerIterationParams) -> DPCalibration:
-    """sigma for (epsilon, delta) over the T releases, by the tighter of two accountants (issue 38):
+    """sigma for (epsilon, delta) over the T releases, by the tighter of two accountants:
 
     * zCDP: the largest rho whose CKS conversion stays within epsilon (:func:`~smcdp.dp.conversions.rho_capacity`),
       split evenly over the releases, checked with :class:`~smcdp.dp.accountants.ZCDPAccountant`;
@@ -562,7 +562,7 @@ def _dp_calibration(
 
 
 def dp_rounds_for_gap(gap_ratio: float, k: int) -> int:
-    """T for the power mode from public parameters (issue 38): the least T with gap_ratio^T·√k <=
+    """T for the power mode from public parameters: the least T with gap_ratio^T·√k <=
     DP_GAP_TARGET, within [1, MAX_DP_ITERATIONS].  ``gap_ratio`` is the session's public bound γ on
     λ_{b+1}/λ_r; the noiseless part of the error (tan of the angle to the top-r subspace, ~√k from a random
     start) falls like γ^T (Hardt & Price 2014), while the noise grows like √T: no more rounds than γ needs."""
@@ -717,9 +717,9 @@ async def data_party(
                 seed,
                 "power-iteration",
                 ch.role,
-                params.key_bits,  # issue 27:
+                params.key_bits,
                 allow_insecure=allow_insecure_keys,
-            )  # made ahead, if it was
+            )  # taken from the shelf if the party made it ahead while idle
         check_key_bits(private_key.public_key.bits, allow_insecure_keys)
         await ch.send_many(data_roles[1:], "keypair", keypair_to_proto(private_key))
         if not params.dp:
@@ -919,7 +919,7 @@ def prepare_party1(
     uses: int = Party1KeySizes.uses,
     allow_insecure_keys: bool = False,
 ) -> None:
-    """Issue 27: the key pair a session with root ``root`` makes if this party is its ``party1``, and the
+    """The key pair a session with root ``root`` makes if this party is its ``party1``, and the
     key's CRT tables for ``uses``, started now in the background (the caller passes the key size and table
     uses of its last session as a data party, :class:`Party1KeySizes`).  A session in another role, or with
     another key size, finds nothing and makes its key itself."""
@@ -928,7 +928,7 @@ def prepare_party1(
     )
 
 
-# =============================================================================== DP mode (issue 25)
+# =============================================================================== DP mode
 def noisy_limit(params: PowerIterationParams) -> float:
     """The largest magnitude a noisy contribution is clamped to: below 2^value_bits, on the 2^-frac grid."""
     v, f = params.value_bits, params.frac_bits
@@ -982,7 +982,7 @@ async def _dp_data_party_rounds(
     k, n_i = source.shape
     b, r, T = params.block_size, params.components, params.dp_rounds
     pk = private_key.public_key
-    sizes = Party1KeySizes(key_bits=pk.bits, uses=TABLE_BATCHES * params.packing(pk).n_ciphertexts(k * b))  # issue 27
+    sizes = Party1KeySizes(key_bits=pk.bits, uses=TABLE_BATCHES * params.packing(pk).n_ciphertexts(k * b))
     cal = dp_calibration(params)
     limit = noisy_limit(params)
     async with engine.session(source, private_key, label=f"{ch.session_id}/{ch.role}") as cs:
@@ -1017,7 +1017,7 @@ async def _dp_data_party_rounds(
     )
 
 
-# =============================================================================== DP covariance mode (issue 38)
+# =============================================================================== DP covariance mode
 def covariance_pack(S: np.ndarray) -> np.ndarray:
     """The isometric upper triangle of a symmetric k × k matrix: its diagonal entries and √2 times the entries
     above it (row by row), so that the vector's L2 norm is S's Frobenius norm.  Adding or removing a column
@@ -1056,7 +1056,7 @@ async def _cov_data_party(
     seed: SeedLike,
     x_sink,
 ) -> DataPartyResult:
-    """The covariance mode of a data party (issue 38, "Analyze Gauss"): one noisy release of its clipped
+    """The covariance mode of a data party ("Analyze Gauss"): one noisy release of its clipped
     Ã_iÃ_iᵀ, then u from the sum of every party's release.
 
     What leaves this party's data: E[pack(Ã_iÃ_iᵀ) + η] to Trent, once.  It receives nothing from Trent
@@ -1296,7 +1296,7 @@ async def trent(
 
 
 class _Obfuscators:
-    """Trent's re-randomisations (issue 27): obfuscators made ahead on a background thread (at the lowest
+    """Trent's re-randomisations: obfuscators made ahead on a background thread (at the lowest
     priority: the parties' work on the same host comes first) while he waits for the parties, from a table
     sized for the session's rounds instead of the largest one the memory budget allows (172 MB, 2 s at
     2048 bits: most of a k = 500 session)."""
@@ -1570,7 +1570,7 @@ async def _dp_trent(ch: Channel, params: PowerIterationParams, pk: PublicKey, k:
     packing, bound_c = params.packing(pk), params.contribution_bound()
     # --- DP round step 1 (t = 0): a Gaussian start block V_0 from Trent's root (public to the parties).
     start = keyed_gaussian(stream_key(seed, "power-iteration", TRENT, "dp-start"), 0, (k, b))
-    # issue 27: a table for these few encryptions, not the largest one the budget allows (2 s, 172 MB)
+    # a table for these few encryptions, not the largest one the budget allows (2 s, 172 MB)
     await asyncio.to_thread(pk.prepare, packing.n_ciphertexts(k * b))
     v = await asyncio.to_thread(
         EncryptedVector.encrypt, pk, start.ravel(order="F"), frac_bits=params.frac_bits, packing=packing, bound=bound_c

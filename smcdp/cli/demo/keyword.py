@@ -57,7 +57,7 @@ def demo_keyword(
         raise InvalidMessage(f"the utterance has shape {X.shape}; the models expect T x {M.n_features} features")
     insecure = check_key_bits_arg(key_bits)
     # the public bounds of this session are what the demo knows of both inputs: its byte envelope is then
-    # what these models and this utterance need, no more (issue 24)
+    # what these models and this utterance need, no more
     bounds = {
         "max_frames": int(X.shape[0]),
         "max_models": M.n_words,
@@ -161,7 +161,7 @@ def _cmd(args: argparse.Namespace) -> int:
             f"--wav {args.wav}: not a WAV file (no RIFF/WAVE header); use --utterance for .npy features"
         )
     if args.wav:
-        require("speech-features", "--wav")  # issue 29: Alice's features, before her process starts
+        require("speech-features", "--wav")  # Alice's features, before her process starts
     out = demo_keyword(
         args.wav or args.utterance,
         args.models,

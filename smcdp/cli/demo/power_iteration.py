@@ -83,7 +83,7 @@ def demo_power_iteration(
     for name, path in zip(names, data):
         parties[name] = {"power-iteration": {"data": path}}
     roles = {"trent": "trent", **{f"party{i + 1}": n for i, n in enumerate(names)}}
-    # k and the largest n_i are public bounds of the session: its byte envelope follows them (issue 24)
+    # k and the largest n_i are public bounds of the session: its byte envelope follows them
     p = {
         "n_parties": len(data),
         "key_bits": key_bits,
@@ -170,7 +170,7 @@ def demo_power_iteration(
     }
     if dp:
         cal = first["dp"]
-        # issue 38 (a contract): dp_method is the mode that ran, "covariance" or "power"
+        # part of the output's contract: dp_method is the mode that ran, "covariance" or "power"
         out.update(
             epsilon=summary.epsilon,
             delta=summary.delta,
@@ -256,7 +256,7 @@ def _cmd(args: argparse.Namespace) -> int:
     if args.compute == "local" and (args.dask_scheduler or args.dask_workers is not None):
         raise InvalidMessage("--dask-scheduler and --dask-workers need --compute dask")
     if args.compute == "dask":
-        require("dask", "--compute dask")  # issue 29: before any party process starts
+        require("dask", "--compute dask")  # before any party process starts
     compute = compute_config(
         args.compute,
         workers=args.dask_workers,
