@@ -218,7 +218,7 @@ def noise_source(seed: SeedLike, *labels: str) -> RandomSource:
 
 
 def noise_generator(seed: SeedLike, *labels: str) -> RandomSource:
-    """The name :func:`noise_source` had on the issue-17 branch: the same DP noise stream of the root
+    """An older name of :func:`noise_source`, kept for callers that still use it: the same DP noise stream of the root
     ``seed`` (a :class:`Randomness`, an experiment seed or None), so that a replayed role draws the
     same noise."""
     return noise_source(seed, *labels)
