@@ -36,6 +36,7 @@ import numpy as np
 from smcdp.crypto.codec import public_key_from_proto, public_key_to_proto
 from smcdp.crypto.encoding import UNPACKED
 from smcdp.crypto.naor_pinkas import MODP2048
+from smcdp.crypto.obfuscation import ObfuscatorPool
 from smcdp.crypto.paillier import PrivateKey, check_key_bits
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.errors import CryptoOverflow, InputRejected, InvalidMessage
@@ -203,17 +204,8 @@ async def keyword_alice(
     t_start = time.perf_counter()
     c_start = time.process_time()
     # ------------------------------------------------------------------ offline phase
-    t0 = time.perf_counter()
-    obfuscators = None
-    if private_key is None:  # from the role's root (made while the party was idle, if it was: smcdp.runtime.offline)
-        check_key_bits(params.key_bits, allow_insecure_keys)
-        private_key, obfuscators = session_keypair(
-            seed, "keyword", ch.role, params.key_bits, allow_insecure=allow_insecure_keys
-        )
-    sk = private_key
-    check_key_bits(sk.public_key.bits, allow_insecure_keys)
+    sk, obfuscators, keygen = _alice_key(ch, params, private_key, seed, allow_insecure_keys)
     pk = sk.public_key
-    keygen = time.perf_counter() - t0
     # --- Step 1: the public key.
     await ch.send(bob, "kw/pk", public_key_to_proto(pk))
     role = ForwardAlice(
@@ -247,48 +239,11 @@ async def keyword_alice(
         online = dict(role.online)
         # --- Step 4: argmax of the order-preserved scores, label by 1-of-Δ OT.
         t0 = time.perf_counter()
-        ranked = EncryptedVector.from_proto(
-            await ch.recv(bob, "kw/ranked", pb.CiphertextVector), pk, packing=UNPACKED, what=f"kw/ranked from {bob}"
-        )
-        n_models = ranked.length
-        if n_models != fw.n_models:
-            raise InvalidMessage(f"kw/ranked from {bob} holds {n_models} scores for {fw.n_models} models")
-        scores = ranked.decrypt_ints(sk)
-        best = max(range(n_models), key=lambda i: (scores[i], -i))
-
-        (label,) = await ot_choose(
-            ch,
-            bob,
-            [best],
-            max(2, n_models),
-            tag_prefix="kw/label",
-            rng=protocol_rng(seed, "keyword", ch.role, "label-ot"),
-        )
-        index, word = _parse_label(label, bob)
+        index, word = await _alice_keyword(ch, bob, sk, fw.n_models, seed)
         online["argmax_and_ot"] = time.perf_counter() - t0
-        online["seconds"] = time.perf_counter() - w_on
-        online["cpu_seconds"] = time.process_time() - c_on
-        online["keyword_at"] = time.perf_counter() - w_on
-        if isinstance(X, AsyncIterable):
-            # streaming: the last frame left the front end at audio_done (forward's clock starts with ours)
-            online["stream"] = {
-                "frames": fw.frames,
-                "last_frame_at": online.get("audio_done"),
-                "keyword_at": online["keyword_at"],
-                "latency_after_last_frame": online["keyword_at"] - online.get("audio_done", 0.0),
-            }
-        lls = None
-        if params.debug_reveal:
-            dbg = EncryptedVector.from_proto(
-                await ch.recv(bob, "kw/debug", pb.CiphertextVector),
-                pk,
-                length=n_models,
-                exponent=-params.log_frac_bits,
-                packing=UNPACKED,
-                what=f"kw/debug from {bob}",
-            )
-            # an impossible model (P = 0) arrives as LOG_ZERO = −2^42 ± 2^40, below every real score (|ℓ| < 2^40)
-            lls = [float("-inf") if x < IMPOSSIBLE_BELOW else float(x) for x in dbg.decrypt(sk)]
+        _online_done(online, w_on, c_on, fw.frames if isinstance(X, AsyncIterable) else None)
+        # --- Step 5 (debug_reveal only): every score
+        lls = await _alice_debug_scores(ch, bob, sk, fw.n_models, params) if params.debug_reveal else None
         timings = {"offline": offline, "online": online, "frames": fw.frames, "total": time.perf_counter() - t_start}
         return AliceResult(
             keyword=word,
@@ -300,6 +255,74 @@ async def keyword_alice(
         )
     finally:
         role.close()
+
+
+def _online_done(online: dict, w_on: float, c_on: float, streamed_frames: int | None) -> None:
+    """Alice's online clock stops at the keyword; a streamed utterance also reports the latency after its
+    last frame (which left the front end at ``audio_done``: forward's clock starts with ours)."""
+    online["seconds"] = online["keyword_at"] = time.perf_counter() - w_on
+    online["cpu_seconds"] = time.process_time() - c_on
+    if streamed_frames is not None:
+        online["stream"] = {
+            "frames": streamed_frames,
+            "last_frame_at": online.get("audio_done"),
+            "keyword_at": online["keyword_at"],
+            "latency_after_last_frame": online["keyword_at"] - online.get("audio_done", 0.0),
+        }
+
+
+def _alice_key(
+    ch: Channel, params: KeywordParams, private_key: PrivateKey | None, seed: SeedLike, allow_insecure_keys: bool
+) -> tuple[PrivateKey, ObfuscatorPool | None, float]:
+    """Offline: the session's key pair (the caller's, or derived from the role's root -- made while the party
+    was idle, with its obfuscators, if it was: smcdp.runtime.offline), its obfuscators if prepared, and the
+    seconds it took."""
+    t0 = time.perf_counter()
+    obfuscators = None
+    if private_key is None:
+        check_key_bits(params.key_bits, allow_insecure_keys)
+        private_key, obfuscators = session_keypair(
+            seed, "keyword", ch.role, params.key_bits, allow_insecure=allow_insecure_keys
+        )
+    check_key_bits(private_key.public_key.bits, allow_insecure_keys)
+    return private_key, obfuscators, time.perf_counter() - t0
+
+
+async def _alice_keyword(ch: Channel, bob: str, sk: PrivateKey, n_models: int, seed: SeedLike) -> tuple[int, str]:
+    """Step 4: decrypt Bob's order-preserved scores, take their argmax i*, obtain label π(i*) by 1-of-Δ OT."""
+    pk = sk.public_key
+    ranked = EncryptedVector.from_proto(
+        await ch.recv(bob, "kw/ranked", pb.CiphertextVector), pk, packing=UNPACKED, what=f"kw/ranked from {bob}"
+    )
+    if ranked.length != n_models:
+        raise InvalidMessage(f"kw/ranked from {bob} holds {ranked.length} scores for {n_models} models")
+    scores = ranked.decrypt_ints(sk)
+    best = max(range(n_models), key=lambda i: (scores[i], -i))
+    (label,) = await ot_choose(
+        ch,
+        bob,
+        [best],
+        max(2, n_models),
+        tag_prefix="kw/label",
+        rng=protocol_rng(seed, "keyword", ch.role, "label-ot"),
+    )
+    return _parse_label(label, bob)
+
+
+async def _alice_debug_scores(
+    ch: Channel, bob: str, sk: PrivateKey, n_models: int, params: KeywordParams
+) -> list[float]:
+    """Step 5 (``debug_reveal``): ξ(log P(x | λ_δ)) in model order, decrypted."""
+    dbg = EncryptedVector.from_proto(
+        await ch.recv(bob, "kw/debug", pb.CiphertextVector),
+        sk.public_key,
+        length=n_models,
+        exponent=-params.log_frac_bits,
+        packing=UNPACKED,
+        what=f"kw/debug from {bob}",
+    )
+    # an impossible model (P = 0) arrives as LOG_ZERO = −2^42 ± 2^40, below every real score (|ℓ| < 2^40)
+    return [float("-inf") if x < IMPOSSIBLE_BELOW else float(x) for x in dbg.decrypt(sk)]
 
 
 # =============================================================================== Alice's next session, ahead

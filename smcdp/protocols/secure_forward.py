@@ -457,10 +457,28 @@ class Plan:
         self.D, self.N = D, N
         self.starts = [[int(j) for j in np.flatnonzero(shape.start[d])] for d in range(D)]
         self.preds = [[[int(x) for x in np.flatnonzero(shape.trans[d, :, j])] for j in range(N)] for d in range(D)]
-        # Induction rounds of m = frames_per_round steps (the last one may be shorter).  A round of ℓ steps
-        # sums, into every state j, over the paths (i_0, …, i_{ℓ−1}) → j of non-zero transitions: i_0 at the
-        # round's first frame, i_1.. at the frames inside it.  ℓ = 1: the paths are the predecessors.
-        self.m = m = params.frames_per_round
+        self.m = params.frames_per_round
+        self._induction_paths()  # steps 6-7
+        self._offset_indices()  # steps 5-6: where each offset sits in a frame
+        self._mixtures()  # step 1, mixtures
+        if shape.kind == "discrete":  # step 1: emission blocks
+            self.prod = None
+            self.block = params.block_frames or DISCRETE_BLOCK
+        else:
+            self.prod = ProductLayout.make(pk, params, shape)
+            per_ct = self.prod.frames_per_ciphertext
+            self.block = min(params.block_frames, per_ct) if params.block_frames else per_ct
+        self.offset_bits = offset_bits(params)
+        #: bound on |v| (Alice's masked emissions, discrete rows)
+        self.emission_bits = ((ls.LOG_WEIGHT_BOUND_NATS << self.F) + params.emission_offset_int).bit_length() + 1
+
+    def _induction_paths(self) -> None:
+        """Steps 6–7: the paths, LOGSUM layouts (induction and termination) and model groups.
+
+        Induction rounds of m = frames_per_round steps (the last one may be shorter).  A round of ℓ steps
+        sums, into every state j, over the paths (i_0, …, i_{ℓ−1}) → j of non-zero transitions: i_0 at the
+        round's first frame, i_1.. at the frames inside it.  ℓ = 1: the paths are the predecessors."""
+        D, N, m, mp, pk = self.D, self.N, self.m, self.mp, self.pk
         self.paths: dict[int, list[list[list[tuple[int, ...]]]]] = {
             1: [[[(l,) for l in self.preds[d][j]] for j in range(N)] for d in range(D)]
         }
@@ -479,7 +497,7 @@ class Plan:
         self.ind = ls.LogsumLayout.make(mp, max(he_in), pk) if he_in else None
         self.fin = ls.LogsumLayout.make(mp, N, pk) if N >= 2 else None
         he_counts = [sum(1 for j in range(N) if len(self.paths[m][d][j]) >= 2) for d in range(D)]
-        self.groups = split_groups(he_counts, self.ind.slots if self.ind else 1, params.groups)
+        self.groups = split_groups(he_counts, self.ind.slots if self.ind else 1, self.params.groups)
         #: per round length ℓ: each group's sums that need a LOGSUM, and their terms
         self.group_sums = {
             ell: [[(d, j) for d in g for j in range(N) if self.he_state(d, j, ell)] for g in self.groups]
@@ -489,7 +507,10 @@ class Plan:
             ell: [sum(len(self.paths[ell][d][j]) for d, j in sums) for sums in gs]
             for ell, gs in self.group_sums.items()
         }
-        # offsets of one frame: start (t = 0) or induction (t ≥ 1) edges, then mixture terms
+
+    def _offset_indices(self) -> None:
+        """Offsets of one frame: start (t = 0) or induction (a round's last frame) edges, then mixture terms."""
+        D, N = self.D, self.N
         self.start_index = {}
         k = 0
         for d in range(D):
@@ -507,6 +528,10 @@ class Plan:
                     index[(d, j)] = k
                     k += len(paths[d][j])
             self.path_index[ell], self.n_paths[ell] = index, k
+
+    def _mixtures(self) -> None:
+        """Step 1 with mixtures: every (state, frame)'s components and their LOGSUM layout."""
+        D, N, shape = self.D, self.N, self.shape
         self.mixture = shape.mixture
         self.comps: list[list[list[int]]] = []
         self.mix = None
@@ -517,18 +542,8 @@ class Plan:
             self.comps = [[[int(c) for c in np.flatnonzero(shape.weights[d, j])] for j in range(N)] for d in range(D)]
             self.mix_sums = [(d, j) for d in range(D) for j in range(N) if len(self.comps[d][j]) >= 2]
             mix_in = [len(self.comps[d][j]) for d, j in self.mix_sums]
-            self.mix = ls.LogsumLayout.make(mp, max(mix_in), pk) if mix_in else None
+            self.mix = ls.LogsumLayout.make(self.mp, max(mix_in), self.pk) if mix_in else None
             self.n_mix = sum(len(self.comps[d][j]) for d in range(D) for j in range(N))
-        if shape.kind == "discrete":
-            self.prod = None
-            self.block = params.block_frames or DISCRETE_BLOCK
-        else:
-            self.prod = ProductLayout.make(pk, params, shape)
-            per_ct = self.prod.frames_per_ciphertext
-            self.block = min(params.block_frames, per_ct) if params.block_frames else per_ct
-        self.offset_bits = offset_bits(params)
-        #: bound on |v| (Alice's masked emissions, discrete rows)
-        self.emission_bits = ((ls.LOG_WEIGHT_BOUND_NATS << self.F) + params.emission_offset_int).bit_length() + 1
 
     def round_length(self, e: int) -> int:
         """Steps of the round that ends at frame e ≥ 1 (it starts at frame e − ℓ): rounds end at the
