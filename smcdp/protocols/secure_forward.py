@@ -942,19 +942,17 @@ class ForwardAlice:
             self.pool = ObfuscatorPool.for_private_key(self.sk, capacity=uses, background=False)
         else:  # made before the session: only the rest now
             made = self.pool.stats()["stock"]
-        # As Bob: the first block's share before `ready`, the rest behind the session.  Where the party had
-        # no time to make them while idle (its first session), making all of them here kept Bob waiting
-        # ~1 s; behind the session they are made while Alice waits for Bob's half of each frame (an
-        # empty stock makes one where it is needed: slower, never wrong).
+        # Every obfuscator of the session before `ready` (issue 42): an online encryption is then one
+        # multiplication.  Made behind the session instead (issue 27), they took about a third of Alice's
+        # online CPU from the frames' decryptions on the two cores (docs/benchmarks.md, the online profile);
+        # a party that had the time made them while idle (the pool it was given).  An empty stock still
+        # makes one where it is needed: slower, never wrong.
         rest = max(0, uses - made)
-        head = min(rest, -(-uses // plan.n_blocks(expected)))
-        await asyncio.to_thread(self.pool.precompute, head, 2)
-        if rest > head:
-            self.pool.fill_behind(rest - head)
+        await asyncio.to_thread(self.pool.precompute, rest, 2)
         self.offline["obfuscators"] = time.perf_counter() - w1
         self.offline["obfuscator_count"] = uses
         self.offline["obfuscators_made_before"] = min(made, uses)
-        self.offline["obfuscators_before_ready"] = min(uses, made + head)
+        self.offline["obfuscators_before_ready"] = min(uses, made + rest)
         _open_threads(self)
         w1 = time.perf_counter()
         ready = await ch.recv(bob, f"{tag}/ready", pb.Ints)
@@ -1523,13 +1521,12 @@ class ForwardBob:
         return protocol_rng(self.seed, *self.labels, self.ch.role, *purpose)
 
     async def prepare(self) -> None:
-        """Header, Alice's key's table, masks, the first block's obfuscators, the crypto threads; ``ready``.
+        """Header, Alice's key's table, masks, the session's obfuscators, the crypto threads; ``ready``.
 
         The table is built on a thread while the masks are drawn here (the native table loop releases the
-        GIL); only one block's share of the obfuscators is made before ``ready``, the rest -- exactly what
-        the session needs -- on a thread while it runs (they cost 0.5 s of every offline phase;
-        an empty stock makes one where it is needed).  Not at the lowest priority: on a loaded host the
-        stock would starve and the obfuscators would be made on the session's critical path instead."""
+        GIL); then exactly the obfuscators the session needs, on two threads, while Alice makes hers (she
+        takes longer: Bob waits for her ``plan`` and ``ready`` anyway), so that every re-randomisation
+        online is one multiplication (an empty stock makes one where it is needed)."""
         w0, c0 = _clock()
         ch, tag, alice, plan = self.ch, self.tag, self.alice, self.plan
         await ch.send(alice, f"{tag}/hdr", self.shape.to_proto())
@@ -1552,12 +1549,10 @@ class ForwardBob:
         self._coef_ints()
         w1 = time.perf_counter()
         await table
-        head = min(uses, -(-uses // plan.n_blocks(expected)))
-        await asyncio.to_thread(self.pool.precompute, head, 2)
-        self.pool.fill_behind(uses - head)  # the rest while the session runs
-        self.offline["tables_and_first_obfuscators"] = time.perf_counter() - w1
+        await asyncio.to_thread(self.pool.precompute, uses, 2)
+        self.offline["tables_and_obfuscators"] = time.perf_counter() - w1
         self.offline["obfuscator_count"] = uses
-        self.offline["obfuscators_before_ready"] = head
+        self.offline["obfuscators_before_ready"] = uses
         _open_threads(self)
         await ch.send(alice, f"{tag}/ready", pb.Ints(values=[expected]))
         self.offline["seconds"] = time.perf_counter() - w0
