@@ -1,0 +1,512 @@
+"""Threshold Paillier decryption over the integers (Shoup 2000, Damgård–Jurik 2001 with s = 1).
+
+A (t, n) threshold key is an ordinary Paillier public key N (g = N + 1: encryption, homomorphic
+operations, packing and the C accelerator are those of :class:`~smcdp.crypto.paillier.PublicKey`,
+unchanged) whose decryption exponent is shared among n parties so that any t + 1 of them decrypt
+and no t of them learn anything about a plaintext.  docs/crypto.md, "Threshold key without a dealer",
+has the construction, its assumptions and error probabilities; in short:
+
+* **The exponent.**  A secret integer d with d ≡ 0 mod φ(N) and a public θ = d mod N, invertible
+  mod N.  A dealer (:func:`deal`, for tests and benchmarks) uses d = φ·(φ⁻¹ mod N), so θ = 1 as in
+  Damgård–Jurik; the dealer-free key generation (:mod:`smcdp.protocols.keygen`) uses d = β·φ for a
+  β nobody knows and reveals θ = β·φ mod N.  Either way c^d = (1 + N)^(m·θ) mod N² for c = Enc(m).
+* **Shares.**  Shamir shares over the integers: s_i = f(i) for f(X) = d + a_1 X + … + a_t X^t with
+  a_k uniform in [0, 2^(ℓ_d + κ)), κ = :data:`STAT_BITS` (Rabin's integer sharing; t shares are
+  statistically independent of d).  With Δ = n!, Δ·λ_{0,i}^S = Δ·Π_{j∈S∖i} j/(j − i) is an integer
+  for every set S of t + 1 indices.
+* **Partial decryption** of c by party i: c_i = c^(2Δ s_i) mod N².
+* **Combination** of the c_i of t + 1 parties S: c' = Π c_i^(2Δλ_{0,i}^S) = c^(4Δ² d) =
+  (1 + N)^(4Δ² θ m), so m = L(c') · (4Δ²θ)⁻¹ mod N with L(u) = (u − 1)/N.
+* **Proof of correct partial decryption** (Shoup's, Fiat–Shamir): the verification base v is a
+  square in Z*_{N²} derived from N by a domain-separated hash (nobody knows its discrete logarithm
+  to anything), party i's verification key is v_i = v^(Δ s_i), and party i proves
+  log_{c⁴}(c_i²) = log_v(v_i) (= Δ s_i).  A partial decryption whose proof fails raises
+  :class:`BadPartialDecryption` naming the party; nothing is combined from it.
+
+Proofs (:func:`partial_decrypt`):
+
+* ``batch=False`` -- one proof per ciphertext (2 exponentiations to prove, 4 to verify, each).
+* ``batch=True`` (the default for vectors) -- **one** proof for the whole vector: the verifier's
+  weights ρ_k (``CHALLENGE_BITS`` bits each) are a hash of every ciphertext and every partial
+  decryption, and the party proves log_X(Y) = log_v(v_i) for X = Π c_k^(4ρ_k), Y = Π c_{i,k}^(2ρ_k)
+  (a random linear combination, Bellare–Garay–Rabin's small-exponent test).  If any c_{i,k}² differs
+  from c_k^(4Δ s_i) by a factor ε_k, Y = X^(Δs_i)·Π ε_k^(ρ_k) and the proof passes only if
+  Π ε_k^(ρ_k) = 1, probability ≤ 2^-128 over the hash under the assumption below.  Cost: two
+  multi-exponentiations with 128-bit exponents instead of 2k full-size exponentiations, so
+  verifying a 1,000-ciphertext vector costs about what 30 single proofs would.  Both variants name
+  the party; only the per-ciphertext one also names the ciphertext.
+
+Soundness (both variants) rests on the assumption that no party can find an element of small odd
+order in the squares of Z*_{N²} (true by construction for safe-prime moduli, and, for the moduli
+that the dealer-free generation produces, a computational assumption the literature makes too:
+Damgård–Jurik §4.1 and Fouque–Poupard–Stern; Squaring c_i removes the elements of order 2).  The
+challenge is ``CHALLENGE_BITS`` = 128 bits, the hash SHA-256 with the domain tag
+``smcdp/threshold-paillier/v1``, the key and a caller-supplied context (session, purpose), so a proof
+does not replay into another session, another key or another ciphertext.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import gmpy2
+from gmpy2 import mpz
+
+from smcdp._files import atomic_write
+from smcdp.crypto.counters import count_many as _count_many
+from smcdp.crypto.modexp import multi_exp
+from smcdp.crypto.paillier import PrivateKey, PublicKey, check_key_bits
+from smcdp.errors import CryptoOverflow, InvalidMessage
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+
+    from smcdp.crypto.vector import EncryptedVector
+
+#: bits of a Fiat–Shamir challenge and of a batch weight ρ_k
+CHALLENGE_BITS = 128
+#: statistical hiding parameter κ: integer sharing coefficients and proof nonces exceed what they hide by 2^κ
+STAT_BITS = 128
+#: most parties a threshold key supports (Δ = n! has 296 bits at 64)
+MAX_PARTIES = 64
+_DOMAIN = b"smcdp/threshold-paillier/v1"
+_MASK = (1 << CHALLENGE_BITS) - 1
+
+
+class BadPartialDecryption(InvalidMessage):
+    """A party's partial decryption is malformed or its proof of correctness fails: ``party`` names it."""
+
+    def __init__(self, party: int, reason: str) -> None:
+        super().__init__(f"party {party}'s partial decryption is refused: {reason}")
+        self.party = party
+        self.reason = reason
+
+
+class NotEnoughShares(InvalidMessage):
+    """Fewer than t + 1 valid partial decryptions: the ciphertexts cannot be decrypted."""
+
+
+# --------------------------------------------------------------------------- helpers
+def _int_bytes(v: int) -> bytes:
+    v = int(v)
+    b = abs(v).to_bytes((abs(v).bit_length() + 7) // 8 or 1, "big")
+    return (b"-" if v < 0 else b"+") + len(b).to_bytes(4, "big") + b
+
+
+def _hash(*parts: bytes | int) -> bytes:
+    h = hashlib.sha256(_DOMAIN + b"\x00")
+    for p in parts:
+        h.update(_int_bytes(p) if isinstance(p, int) else len(p).to_bytes(4, "big") + p)
+    return h.digest()
+
+
+def verification_base(n: int) -> mpz:
+    """The public verification base v of modulus ``n``: a square in Z*_{n²} from a domain-separated hash
+    of n (so every party derives the same v and nobody chose it)."""
+    n = mpz(n)
+    n2 = n * n
+    need = n2.bit_length() + STAT_BITS
+    counter = 0
+    while True:
+        stream = b"".join(_hash(b"verification-base", int(n), counter, block) for block in range((need + 255) // 256))
+        x = mpz(int.from_bytes(stream, "big")) % n2
+        counter += 1
+        if x > 1 and gmpy2.gcd(x, n) == 1:
+            return x * x % n2
+
+
+def lagrange_at_zero(delta: int, indices: Sequence[int], i: int) -> int:
+    """Δ·λ_{0,i}^S = Δ·Π_{j∈S, j≠i} j/(j − i): an integer when Δ = n! and S ⊂ {1..n} (exact division)."""
+    num, den = delta, 1
+    for j in indices:
+        if j != i:
+            num *= j
+            den *= j - i
+    q, r = divmod(num, den)
+    if r:  # pragma: no cover - impossible for Δ = n! and distinct indices in 1..n
+        raise ArithmeticError("Δ·λ is not an integer")
+    return q
+
+
+def decode_signed(pk: PublicKey, m: int) -> int:
+    """The signed value of a plaintext in [0, n) (phe's convention; the middle third means overflow)."""
+    n, max_int = pk.n, pk.max_int
+    if m <= max_int:
+        return int(m)
+    if m >= n - max_int:
+        return int(m - n)
+    raise CryptoOverflow("decrypted value lies in the overflow region (n/3, 2n/3): a homomorphic result wrapped")
+
+
+# --------------------------------------------------------------------------- keys
+@dataclass(frozen=True)
+class ThresholdPublicKey:
+    """The public part of a (t, n) threshold Paillier key: what every party and every verifier holds."""
+
+    public_key: PublicKey
+    parties: int
+    threshold: int
+    #: d mod N, invertible mod N (1 for a dealt key)
+    theta: int
+    #: public bound: every share satisfies |s_i| < 2^share_bits (sizes the proof nonces)
+    share_bits: int
+    #: v_i = v^(Δ s_i) mod N² for i = 1..parties
+    verification_keys: tuple[int, ...]
+    v: mpz = field(init=False, repr=False, compare=False)
+    delta: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.parties, int) and 2 <= self.parties <= MAX_PARTIES):
+            raise InvalidMessage(f"a threshold key needs 2 to {MAX_PARTIES} parties, got {self.parties!r}")
+        if not (isinstance(self.threshold, int) and 1 <= self.threshold < self.parties):
+            raise InvalidMessage(f"threshold t must satisfy 1 <= t < n = {self.parties}, got {self.threshold!r}")
+        n = self.public_key.n
+        if not (0 < self.theta < n) or gmpy2.gcd(self.theta, n) != 1:
+            raise InvalidMessage("theta must be a unit mod N")
+        if not (0 < self.share_bits <= 4 * n.bit_length() + 4096):
+            raise InvalidMessage("share_bits out of range")
+        if len(self.verification_keys) != self.parties:
+            raise InvalidMessage(f"{self.parties} verification keys needed, got {len(self.verification_keys)}")
+        n2 = self.public_key.nsquare
+        for i, vk in enumerate(self.verification_keys, 1):
+            if not (0 < vk < n2) or gmpy2.gcd(vk, n) != 1:
+                raise InvalidMessage(f"verification key of party {i} is not a unit mod N²")
+        object.__setattr__(self, "v", verification_base(int(n)))
+        object.__setattr__(self, "delta", math.factorial(self.parties))
+
+    @property
+    def n(self) -> mpz:
+        return self.public_key.n
+
+    @property
+    def fingerprint(self) -> bytes:
+        """SHA-256 of the canonical JSON: two parties holding the same key hold the same fingerprint."""
+        return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).digest()
+
+    def nonce_bits(self) -> int:
+        """Bits of a proof nonce r: |Δ s_i|·2^challenge, times 2^κ for statistical zero knowledge."""
+        return self.share_bits + self.delta.bit_length() + CHALLENGE_BITS + STAT_BITS
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": "smcdp-threshold-paillier-public-key",
+            "version": 1,
+            "n": format(int(self.n), "x"),
+            "parties": self.parties,
+            "threshold": self.threshold,
+            "theta": format(int(self.theta), "x"),
+            "share_bits": self.share_bits,
+            "verification_keys": [format(int(v), "x") for v in self.verification_keys],
+        }
+
+    @classmethod
+    def from_json(cls, obj: object, allow_insecure: bool = False) -> ThresholdPublicKey:
+        if not isinstance(obj, dict) or obj.get("kind") != "smcdp-threshold-paillier-public-key":
+            raise InvalidMessage("not an smcdp threshold Paillier public key")
+        try:
+            n = int(obj["n"], 16)
+            theta = int(obj["theta"], 16)
+            vks = tuple(int(v, 16) for v in obj["verification_keys"])
+            parties, threshold, share_bits = obj["parties"], obj["threshold"], obj["share_bits"]
+        except (KeyError, TypeError, ValueError):
+            raise InvalidMessage("threshold public key needs hex n, theta, verification_keys and integers") from None
+        check_key_bits(n.bit_length(), allow_insecure)
+        return cls(PublicKey(n), parties, threshold, theta, share_bits, vks)
+
+
+@dataclass(frozen=True)
+class KeyShare:
+    """Party ``index``'s secret share s_i of the decryption exponent (keep it 0600: :func:`save_key_share`)."""
+
+    public: ThresholdPublicKey
+    index: int
+    secret: int = field(repr=False)
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.index, int) and 1 <= self.index <= self.public.parties):
+            raise InvalidMessage(f"share index must be in 1..{self.public.parties}, got {self.index!r}")
+        if abs(int(self.secret)).bit_length() > self.public.share_bits:
+            raise InvalidMessage("key share exceeds the key's public share bound")
+
+    def check(self) -> None:
+        """Raise unless v^(Δ s_i) is this party's published verification key."""
+        pub = self.public
+        if (
+            gmpy2.powmod(pub.v, pub.delta * self.secret, pub.public_key.nsquare)
+            != pub.verification_keys[self.index - 1]
+        ):
+            raise InvalidMessage(f"key share {self.index} does not match its verification key")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": "smcdp-threshold-paillier-key-share",
+            "version": 1,
+            "public": self.public.to_json(),
+            "index": self.index,
+            "secret": format(int(self.secret), "x") if self.secret >= 0 else "-" + format(-int(self.secret), "x"),
+        }
+
+    @classmethod
+    def from_json(cls, obj: object, allow_insecure: bool = False) -> KeyShare:
+        if not isinstance(obj, dict) or obj.get("kind") != "smcdp-threshold-paillier-key-share":
+            raise InvalidMessage("not an smcdp threshold Paillier key share")
+        try:
+            secret = int(obj["secret"], 16)
+            index = obj["index"]
+            public = ThresholdPublicKey.from_json(obj["public"], allow_insecure)
+        except (KeyError, TypeError, ValueError):
+            raise InvalidMessage("key share needs a public key, an index and a hexadecimal secret") from None
+        share = cls(public, index, secret)
+        share.check()
+        return share
+
+
+def save_key_share(share: KeyShare, path: str | os.PathLike[str]) -> None:
+    """Write a key share with mode 0600 from creation on (atomically)."""
+    atomic_write(path, json.dumps(share.to_json()).encode(), 0o600)
+
+
+def load_key_share(path: str | os.PathLike[str], allow_insecure: bool = False) -> KeyShare:
+    """Read a key share file; one that group or others can read is refused."""
+    st = os.stat(path)
+    if st.st_mode & 0o077:
+        raise InvalidMessage(f"key share file {path} is readable by group/others; chmod 600 it")
+    try:
+        obj = json.loads(Path(path).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise InvalidMessage(f"key share file {path} is not valid JSON") from None
+    return KeyShare.from_json(obj, allow_insecure)
+
+
+# --------------------------------------------------------------------------- sharing
+def coefficient_bits(secret_bits: int, parties: int) -> int:
+    """Bits of the random coefficients of an integer Shamir sharing of a ``secret_bits``-bit secret."""
+    return secret_bits + math.factorial(parties).bit_length() + STAT_BITS
+
+
+def share_bound_bits(secret_bits: int, parties: int, threshold: int, dealers: int = 1) -> int:
+    """A public bound on |s_i| for the sum of ``dealers`` integer sharings of secrets below 2^secret_bits."""
+    cb = coefficient_bits(secret_bits, parties)
+    # |f(i)| <= |d| + Σ_k a_k i^k < 2^secret_bits + t·2^cb·n^t, summed over the dealers
+    return cb + threshold * parties.bit_length() + (threshold + 1).bit_length() + dealers.bit_length() + 1
+
+
+def integer_shamir(secret: int, parties: int, threshold: int, secret_bits: int) -> tuple[list[int], list[int]]:
+    """(coefficients a_0 = secret, a_1..a_t; shares f(1)..f(n)) of an integer Shamir sharing (secrets RNG)."""
+    if abs(int(secret)).bit_length() > secret_bits:
+        raise ValueError("secret exceeds its declared size")
+    cb = coefficient_bits(secret_bits, parties)
+    coeffs = [int(secret)] + [secrets.randbits(cb) for _ in range(threshold)]
+    shares = [sum(a * i**k for k, a in enumerate(coeffs)) for i in range(1, parties + 1)]
+    return coeffs, shares
+
+
+def deal(sk: PrivateKey, parties: int, threshold: int) -> tuple[ThresholdPublicKey, list[KeyShare]]:
+    """A (threshold, parties) key from a trusted dealer who knows ``sk`` (tests, benchmarks, migration).
+
+    d = φ·(φ⁻¹ mod N): d ≡ 0 mod φ, d ≡ 1 mod N (θ = 1).  The dealer-free generation is
+    :mod:`smcdp.protocols.keygen`; this one exists to test and measure decryption on its own.
+    """
+    pk = sk.public_key
+    n = pk.n
+    phi = (sk.p - 1) * (sk.q - 1)
+    d = int(phi * gmpy2.invert(phi, n))
+    bits = d.bit_length()
+    _, shares = integer_shamir(d, parties, threshold, bits)
+    share_bits = share_bound_bits(bits, parties, threshold)
+    delta = math.factorial(parties)
+    v = verification_base(int(n))
+    vks = tuple(int(gmpy2.powmod(v, delta * s, pk.nsquare)) for s in shares)
+    pub = ThresholdPublicKey(pk, parties, threshold, 1, share_bits, vks)
+    return pub, [KeyShare(pub, i, s) for i, s in enumerate(shares, 1)]
+
+
+# --------------------------------------------------------------------------- partial decryption
+@dataclass(frozen=True)
+class PartialDecryption:
+    """Party ``party``'s c_i = c^(2Δ s_i) for each ciphertext, with its proof of correctness.
+
+    ``proofs``: one (e, z) pair per ciphertext, or exactly one pair for the whole batch (``batch``)."""
+
+    party: int
+    values: tuple[int, ...]
+    proofs: tuple[tuple[int, int], ...]
+    batch: bool
+
+
+def _challenge(pub: ThresholdPublicKey, context: bytes, party: int, x: int, y: int, a: int, b: int) -> int:
+    vi = pub.verification_keys[party - 1]
+    d = _hash(b"dleq", context, pub.fingerprint, party, int(pub.v), vi, x, y, a, b)
+    return int.from_bytes(d, "big") & _MASK
+
+
+def _batch_weights(
+    pub: ThresholdPublicKey, context: bytes, party: int, cts: Sequence[int], values: Sequence[int]
+) -> list[int]:
+    h = hashlib.sha256(_hash(b"batch-weights", context, pub.fingerprint, party, len(cts)))
+    for c, ci in zip(cts, values):
+        h.update(_int_bytes(c) + _int_bytes(ci))
+    seed = h.digest()
+    out = []
+    for k in range(len(cts)):
+        out.append(int.from_bytes(_hash(b"rho", seed, k), "big") & _MASK)
+    return out
+
+
+def _prove(pub: ThresholdPublicKey, share: KeyShare, x: mpz, y: mpz, context: bytes) -> tuple[int, int]:
+    n2 = pub.public_key.nsquare
+    r = secrets.randbits(pub.nonce_bits())
+    a = gmpy2.powmod(x, r, n2)
+    b = gmpy2.powmod(pub.v, r, n2)
+    e = _challenge(pub, context, share.index, int(x), int(y), int(a), int(b))
+    return e, r + e * pub.delta * share.secret
+
+
+def _verify(pub: ThresholdPublicKey, party: int, x: mpz, y: mpz, proof: tuple[int, int], context: bytes) -> bool:
+    n2 = pub.public_key.nsquare
+    e, z = (int(v) for v in proof)
+    if not (0 <= e <= _MASK) or abs(z).bit_length() > pub.nonce_bits() + 1:
+        return False
+    vi = mpz(pub.verification_keys[party - 1])
+    a = multi_exp([x, y], [z, -e], n2)
+    b = multi_exp([pub.v, vi], [z, -e], n2)
+    return _challenge(pub, context, party, int(x), int(y), int(a), int(b)) == e
+
+
+def _batch_statement(
+    pub: ThresholdPublicKey, party: int, cts: Sequence[mpz], values: Sequence[mpz], context: bytes
+) -> tuple[mpz, mpz]:
+    n2 = pub.public_key.nsquare
+    rho = _batch_weights(pub, context, party, cts, values)
+    x = multi_exp(list(cts), [4 * r for r in rho], n2)
+    y = multi_exp(list(values), [2 * r for r in rho], n2)
+    return x, y
+
+
+def partial_decrypt(share: KeyShare, cts: Sequence[int], context: bytes, *, batch: bool = True) -> PartialDecryption:
+    """Party ``share.index``'s partial decryptions of ``cts`` and the proof(s) that they are correct."""
+    pub = share.public
+    pk = pub.public_key
+    cs = pk.validate_ciphertexts(cts, "ciphertext")
+    n2 = pk.nsquare
+    exp = 2 * pub.delta * share.secret
+    values = [gmpy2.powmod(c, exp, n2) for c in cs]
+    if batch:
+        x, y = _batch_statement(pub, share.index, cs, values, context)
+        proofs: tuple[tuple[int, int], ...] = (_prove(pub, share, x, y, context),)
+    else:
+        proofs = tuple(
+            _prove(pub, share, gmpy2.powmod(c, 4, n2), ci * ci % n2, context + k.to_bytes(8, "big"))
+            for k, (c, ci) in enumerate(zip(cs, values))
+        )
+    return PartialDecryption(share.index, tuple(int(v) for v in values), proofs, batch)
+
+
+def verify_partial(pub: ThresholdPublicKey, cts: Sequence[int], partial: PartialDecryption, context: bytes) -> None:
+    """Raise :class:`BadPartialDecryption` (naming the party) unless ``partial`` is correct for ``cts``."""
+    party = partial.party
+    if not (isinstance(party, int) and 1 <= party <= pub.parties):
+        raise InvalidMessage(f"partial decryption from an unknown party index {party!r}")
+    pk = pub.public_key
+    n, n2 = pk.n, pk.nsquare
+    if len(partial.values) != len(cts):
+        raise BadPartialDecryption(party, f"{len(partial.values)} values for {len(cts)} ciphertexts")
+    values = []
+    for k, ci in enumerate(partial.values):
+        ci = mpz(ci)
+        if not (0 < ci < n2) or gmpy2.gcd(ci, n) != 1:
+            raise BadPartialDecryption(party, f"value {k} is not a unit mod N²")
+        values.append(ci)
+    cs = [mpz(c) for c in cts]
+    if partial.batch:
+        if len(partial.proofs) != 1:
+            raise BadPartialDecryption(party, "a batch proof is one (e, z) pair")
+        x, y = _batch_statement(pub, party, cs, values, context)
+        if not _verify(pub, party, x, y, partial.proofs[0], context):
+            raise BadPartialDecryption(party, "the batch proof of correct decryption fails")
+        return
+    if len(partial.proofs) != len(cs):
+        raise BadPartialDecryption(party, f"{len(partial.proofs)} proofs for {len(cs)} ciphertexts")
+    for k, (c, ci, proof) in enumerate(zip(cs, values, partial.proofs)):
+        x, y = gmpy2.powmod(c, 4, n2), ci * ci % n2
+        if not _verify(pub, party, x, y, proof, context + k.to_bytes(8, "big")):
+            raise BadPartialDecryption(party, f"the proof of correct decryption of ciphertext {k} fails")
+
+
+def _combine(pub: ThresholdPublicKey, count: int, partials: Sequence[PartialDecryption]) -> list[int]:
+    """Lagrange combination of exactly the given partials (no checks): plaintexts in [0, N)."""
+    pk = pub.public_key
+    n, n2 = pk.n, pk.nsquare
+    indices = [p.party for p in partials]
+    mus = [2 * lagrange_at_zero(pub.delta, indices, i) for i in indices]
+    inv = gmpy2.invert(4 * pub.delta * pub.delta * pub.theta % n, n)
+    out = []
+    for k in range(count):
+        cprime = multi_exp([mpz(p.values[k]) for p in partials], mus, n2)
+        out.append(int((cprime - 1) // n * inv % n))
+    _count_many("decrypt", count)
+    return out
+
+
+def combine(
+    pub: ThresholdPublicKey,
+    cts: Sequence[int],
+    partials: Sequence[PartialDecryption],
+    context: bytes,
+    *,
+    signed: bool = True,
+) -> list[int]:
+    """The plaintexts of ``cts`` from the partial decryptions of at least t + 1 distinct parties.
+
+    Every partial decryption is verified first: one that fails raises :class:`BadPartialDecryption`
+    naming its party (a caller that wants to go on without it drops it and calls again); fewer than
+    t + 1 distinct parties raise :class:`NotEnoughShares`.  ``signed``: decode into (−N/3, N/3) with
+    phe's overflow convention (as :meth:`PrivateKey.raw_decrypt_signed`), else return [0, N)."""
+    seen: dict[int, PartialDecryption] = {}
+    for p in partials:
+        if p.party in seen:
+            raise InvalidMessage(f"two partial decryptions from party {p.party}")
+        verify_partial(pub, cts, p, context)
+        seen[p.party] = p
+    if len(seen) < pub.threshold + 1:
+        raise NotEnoughShares(f"{len(seen)} partial decryptions, {pub.threshold + 1} needed")
+    chosen = [seen[i] for i in sorted(seen)[: pub.threshold + 1]]
+    plain = _combine(pub, len(cts), chosen)
+    return [decode_signed(pub.public_key, m) for m in plain] if signed else plain
+
+
+# --------------------------------------------------------------------------- vectors
+def partial_decrypt_vector(
+    share: KeyShare, vec: EncryptedVector, context: bytes, *, batch: bool = True
+) -> PartialDecryption:
+    """:func:`partial_decrypt` of every ciphertext of an :class:`~smcdp.crypto.vector.EncryptedVector`."""
+    if vec.public_key != share.public.public_key:
+        raise InvalidMessage("the vector is not encrypted under the threshold key")
+    return partial_decrypt(share, [int(c) for c in vec.ciphertexts], context, batch=batch)
+
+
+def combine_vector_ints(
+    pub: ThresholdPublicKey, vec: EncryptedVector, partials: Sequence[PartialDecryption], context: bytes
+) -> list[int]:
+    """The vector's signed integers (unpacked), as :meth:`EncryptedVector.decrypt_ints` with a private key."""
+    if vec.public_key != pub.public_key:
+        raise InvalidMessage("the vector is not encrypted under the threshold key")
+    plain = combine(pub, [int(c) for c in vec.ciphertexts], partials, context)
+    return vec._unpack(plain)
+
+
+def combine_vector(
+    pub: ThresholdPublicKey, vec: EncryptedVector, partials: Sequence[PartialDecryption], context: bytes
+) -> np.ndarray:
+    """The vector's values (fixed point decoded), as :meth:`EncryptedVector.decrypt` with a private key."""
+    from smcdp.crypto.encoding import decode_fixed
+
+    return decode_fixed(combine_vector_ints(pub, vec, partials, context), vec.exponent)

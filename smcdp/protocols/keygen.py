@@ -1,0 +1,510 @@
+"""Dealer-free (t, n) threshold Paillier key generation (issue 36): Boneh–Franklin among the data parties.
+
+Roles ``party1`` … ``partyN`` (N = ``parties`` ≥ 3), all symmetric; no dealer, no coordinator.  At the
+end every party holds the same :class:`~smcdp.crypto.threshold.ThresholdPublicKey` (modulus N = pq,
+θ, verification keys) and its own :class:`~smcdp.crypto.threshold.KeyShare`; nobody ever holds p, q,
+φ(N) or the decryption exponent.  Construction, assumptions and error probabilities:
+docs/crypto.md, "Threshold key without a dealer".  The steps, numbered as there:
+
+1. **Distributed sieving** (Boneh–Franklin §3): each party draws a_i ∈ Z*_M (M the product of the odd
+   primes up to a bound, public); the parties compute Shamir shares of A = Π a_i over a prime field
+   (BGW products with Gennaro–Rabin–Rabin degree reduction, n ≥ 2t + 1) and convert them into
+   additive integer shares x_i (parties 2..n draw x_i, party 1 alone learns A − Σ_{i≥2} x_i,
+   statistically masked).  Party i's share of the candidate prime is p_i = x_i + M·y_i (+ a public
+   offset ≡ 0 mod 4M for party 1), with y_i chosen so that p_1 ≡ 3 and p_i ≡ 0 (mod 4): p = Σ p_i ≡
+   A (mod M) has no prime factor below the bound, and p ≡ 3 (mod 4).  The same for q.
+2. **N = pq** by one BGW multiplication of Shamir shares of p and q plus a random sharing of zero of
+   degree 2t (so the opened polynomial is uniform given N); every party learns N, nothing else.
+3. **Trial division** of N by the primes below 2^16 (public: N is public).
+4. **Biprimality** (Boneh–Franklin §4): for g ∈ Z*_N with Jacobi symbol 1, derived from N by a hash,
+   party 1 publishes g^((N + 1 − p_1 − q_1)/4) and party i ≥ 2 publishes g^(−(p_i + q_i)/4); N passes
+   if the product is ±1 mod N.  ``jacobi_rounds`` independent g: a non-biprime N (other than the
+   forms excluded by step 5) passes each round with probability ≤ 1/2.
+5. **gcd(N, p + q − 1) = 1**, tested by opening r·(p + q − 1) + N·s for random shared r, s (the
+   integer is statistically masked; only its residue mod N, uniform when the gcd is 1, matters).
+6. **The decryption exponent**: d = β·φ(N) for β = Σ β_i (β_i uniform below 2^(bits + κ)), from
+   additive shares φ_i of φ(N) = N + 1 − p − q.  The parties open w = β·φ + N·s (s = Σ s_i masks
+   ⌊β·φ/N⌋ statistically) and set θ = w mod N (public, a unit mod N) and d_i = [w if i = 1] − N·s_i:
+   integer additive shares of d, d ≡ 0 mod φ(N) and d ≡ θ mod N.
+7. **Threshold shares**: each party shares d_i by integer Shamir sharing of degree t with Feldman
+   commitments v^(a_ik) (v the key's verification base); party j checks what it received, and sums:
+   s_j = Σ_i f_i(j).  The verification keys v^(Δ s_j) follow from the commitments, so every party
+   computes every one of them.
+8. Every party checks its share against its verification key and compares the fingerprint of the
+   public key with everyone's.
+
+Security model: **semi-honest**, any coalition of at most t parties (n ≥ 2t + 1, BGW); the key's
+decryption then tolerates malicious parties (proofs of correct partial decryption,
+:mod:`smcdp.crypto.threshold`).  Not supported: n = 2 (a two-party product needs another method,
+e.g. Gilboa's oblivious-transfer or Paillier-based multiplication); a party that deviates during
+generation can make it fail or produce a bad key undetected (Nishide–Sakurai / Hazay et al. give the
+malicious version).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import gmpy2
+from gmpy2 import mpz
+
+from smcdp.crypto.codec import bigints, from_bigints
+from smcdp.crypto.paillier import PublicKey, check_key_bits
+from smcdp.crypto.threshold import (
+    STAT_BITS,
+    KeyShare,
+    ThresholdPublicKey,
+    integer_shamir,
+    share_bound_bits,
+    verification_base,
+)
+from smcdp.errors import InvalidMessage, SmcdpError
+from smcdp.net.channel import Channel
+from smcdp.protocols.base import ProtocolParams
+from smcdp.v1 import messages_pb2 as pb
+
+#: Mersenne prime exponents: the protocol's prime fields are Z_P with P = 2^e − 1 (public, no generation)
+MERSENNE_EXPONENTS = (521, 607, 1279, 2203, 2281, 3217, 4253, 4423, 9689, 9941, 11213, 19937, 21701, 23209)
+#: N is trial-divided by every prime below this (step 3)
+TRIAL_DIVISION_BOUND = 1 << 16
+#: the most parties a key ceremony supports
+MAX_PARTIES = 64
+KAPPA = STAT_BITS
+
+
+class KeygenFailed(SmcdpError):
+    """No biprime within the candidate budget, or the parties' results disagree."""
+
+
+def field_prime(min_bits: int) -> int:
+    """The smallest Mersenne prime 2^e − 1 of more than ``min_bits`` bits."""
+    for e in MERSENNE_EXPONENTS:
+        if e > min_bits:
+            return (1 << e) - 1
+    raise InvalidMessage(f"no prime field of more than {min_bits} bits is configured (key too large)")
+
+
+def sieve_modulus(half_bits: int, parties: int) -> int:
+    """M: the product of the odd primes 3, 5, 7, … while n·bits(M) ≤ half_bits − 8 (step 1)."""
+    budget = (half_bits - 8) // parties
+    m, ell = 1, 3
+    while True:
+        nxt = m * ell
+        if nxt.bit_length() > budget:
+            return m
+        m = nxt
+        ell = int(gmpy2.next_prime(ell))
+
+
+_TRIAL_PRODUCT: mpz | None = None
+
+
+def _trial_product() -> mpz:
+    global _TRIAL_PRODUCT
+    if _TRIAL_PRODUCT is None:
+        prod, ell = mpz(1), mpz(2)
+        while ell < TRIAL_DIVISION_BOUND:
+            prod *= ell
+            ell = gmpy2.next_prime(ell)
+        _TRIAL_PRODUCT = prod
+    return _TRIAL_PRODUCT
+
+
+@dataclass(frozen=True)
+class KeygenParams(ProtocolParams):
+    """Public parameters of a key ceremony (every party must hold the same)."""
+
+    protocol_name = "threshold-keygen"
+
+    parties: int
+    threshold: int
+    key_bits: int = 2048
+    allow_insecure: bool = False
+    #: rounds of the Jacobi biprimality test: a non-biprime passes with probability ≤ 2^-jacobi_rounds
+    jacobi_rounds: int = 80
+    #: candidate primes sieved per batch (each of p and q)
+    batch: int = 128
+    #: give up after this many candidate moduli
+    max_candidates: int = 1_000_000
+
+    def validate(self) -> KeygenParams:
+        for name in ("parties", "threshold", "key_bits", "jacobi_rounds", "batch", "max_candidates"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise InvalidMessage(f"{name} must be an integer, got {v!r}")
+        if not 3 <= self.parties <= MAX_PARTIES:
+            raise InvalidMessage(
+                f"the key ceremony needs 3 to {MAX_PARTIES} parties (BGW products need n >= 2t + 1 >= 3; "
+                f"n = 2 is not supported), got {self.parties}"
+            )
+        if not self.threshold >= 1 or 2 * self.threshold + 1 > self.parties:
+            raise InvalidMessage(
+                f"threshold t must satisfy 1 <= t and 2t + 1 <= n = {self.parties}, got {self.threshold}"
+            )
+        if self.key_bits % 2:
+            raise InvalidMessage("key_bits must be even (p and q have key_bits/2 bits each)")
+        check_key_bits(self.key_bits, self.allow_insecure)
+        if self.key_bits < 256:
+            raise InvalidMessage("the key ceremony needs key_bits >= 256")
+        if not 40 <= self.jacobi_rounds <= 512:
+            raise InvalidMessage("jacobi_rounds must be between 40 and 512")
+        if not 1 <= self.batch <= 4096:
+            raise InvalidMessage("batch must be between 1 and 4096")
+        if self.max_candidates < 1:
+            raise InvalidMessage("max_candidates must be positive")
+        field_prime(self.d_bits + 8)  # the key size is within the configured fields
+        return self
+
+    @property
+    def half_bits(self) -> int:
+        return self.key_bits // 2
+
+    @property
+    def s_bits(self) -> int:
+        """Bits of a mask share s_i (steps 5, 6): κ above ⌊β·φ/N⌋ < n·2^(bits + κ)."""
+        return self.key_bits + 2 * KAPPA + 8
+
+    @property
+    def d_bits(self) -> int:
+        """A bound on |d_i| (step 6): w and N·s_i are below 2^(2·bits + 2κ + 16)."""
+        return 2 * self.key_bits + 2 * KAPPA + 16
+
+
+@dataclass
+class KeygenResult:
+    """One party's outcome: its key share (with the public key) and what the ceremony cost."""
+
+    share: KeyShare
+    candidates: int
+    sieve_batches: int
+    biprimality_tests: int
+    seconds: float
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def public(self) -> ThresholdPublicKey:
+        return self.share.public
+
+
+def party_roles(parties: int) -> list[str]:
+    return [f"party{i}" for i in range(1, parties + 1)]
+
+
+class _Ceremony:
+    """One party's state: its index, the fields, and the exchange helpers (Shamir over Z_P)."""
+
+    def __init__(self, ch: Channel, params: KeygenParams) -> None:
+        self.ch = ch
+        self.params = params
+        self.n = params.parties
+        self.t = params.threshold
+        roles = party_roles(self.n)
+        if sorted(ch.roles) != sorted(roles):
+            raise InvalidMessage(f"the key ceremony needs exactly the roles {roles}, got {sorted(ch.roles)}")
+        self.roles = roles
+        self.me = roles.index(ch.role) + 1
+        self.others = [r for r in roles if r != ch.role]
+        self.M = sieve_modulus(params.half_bits, self.n)
+        self.P_sieve = field_prime(self.n * self.M.bit_length() + KAPPA + 16)
+        self.P_n = field_prime(params.key_bits + 8)
+        self.P_big = field_prime(params.d_bits + 8)
+        self._lam: dict[int, list[int]] = {}
+        self.round = 0
+
+    # ----------------------------------------------------------- Shamir over Z_P
+    def lam(self, P: int) -> list[int]:
+        """Lagrange coefficients at 0 for the points 1..n mod P (interpolates any degree ≤ n − 1)."""
+        if P not in self._lam:
+            out = []
+            for i in range(1, self.n + 1):
+                num, den = 1, 1
+                for j in range(1, self.n + 1):
+                    if j != i:
+                        num = num * j % P
+                        den = den * (j - i) % P
+                out.append(num * pow(den, -1, P) % P)
+            self._lam[P] = out
+        return self._lam[P]
+
+    def share(self, secret: int, degree: int, P: int) -> list[int]:
+        """Points f(1..n) of a random polynomial of ``degree`` over Z_P with f(0) = secret."""
+        coeffs = [secret % P] + [secrets.randbelow(P) for _ in range(degree)]
+        out = []
+        for x in range(1, self.n + 1):
+            acc = 0
+            for a in reversed(coeffs):
+                acc = (acc * x + a) % P
+            out.append(acc)
+        return out
+
+    def open(self, points: list[int], P: int) -> int:
+        """The constant term of the polynomial through (j, points[j−1]), as a signed integer in (−P/2, P/2)."""
+        v = sum(lam * y for lam, y in zip(self.lam(P), points)) % P
+        return v - P if v > P // 2 else v
+
+    def tag(self, step: str) -> str:
+        return f"kg/{self.round}/{step}"
+
+    # ----------------------------------------------------------- exchanges
+    async def exchange(
+        self, step: str, rows: list[list[int]], bound_bits: int, *, signed: bool = False
+    ) -> list[list[int]]:
+        """Send rows[j−1] to party j; return the rows every party i sent me, by i (my own included)."""
+        tag = self.tag(step)
+        count = len(rows[0])
+        for j, role in enumerate(self.roles, 1):
+            if j != self.me:
+                await self.ch.send(role, tag, bigints(rows[j - 1]))
+        got = await self.ch.recv_all(self.others, tag, pb.BigInts)
+        out = []
+        for i, role in enumerate(self.roles, 1):
+            if i == self.me:
+                out.append(rows[i - 1])
+            else:
+                out.append(
+                    from_bigints(
+                        got[role], count=count, bound_bits=bound_bits, what=f"{tag} from {role}", nonnegative=not signed
+                    )
+                )
+        return out
+
+    async def broadcast(
+        self, step: str, values: list[int], bound_bits: int, *, signed: bool = False
+    ) -> list[list[int]]:
+        """Send ``values`` to everyone; return everyone's values by party index (mine included)."""
+        return await self.exchange(step, [values] * self.n, bound_bits, signed=signed)
+
+    async def shared(self, step: str, secrets_by_kind: list[tuple[list[int], int]], P: int) -> list[list[list[int]]]:
+        """Shamir-share several vectors of secrets (each with its degree) over Z_P in one exchange.
+
+        Returns, per kind, per sender i, the points f_i(me) of that kind (a list over the vector)."""
+        rows: list[list[int]] = [[] for _ in range(self.n)]
+        sizes = []
+        for values, degree in secrets_by_kind:
+            sizes.append(len(values))
+            for v in values:
+                pts = self.share(v, degree, P)
+                for j in range(self.n):
+                    rows[j].append(pts[j])
+        got = await self.exchange(step, rows, P.bit_length())
+        out = []
+        off = 0
+        for size in sizes:
+            out.append([row[off : off + size] for row in got])
+            off += size
+        return out
+
+    # ----------------------------------------------------------- step 1: sieving
+    async def sieve(self, count: int) -> list[int]:
+        """My additive shares of ``count`` candidate primes, each ≡ 3 (mod 4), coprime to M (step 1)."""
+        M, P, n = self.M, self.P_sieve, self.n
+        a: list[int] = []
+        while len(a) < count:
+            cand = secrets.randbelow(M - 1) + 1
+            if math.gcd(cand, M) == 1:
+                a.append(cand)
+        a_bits = n * M.bit_length()
+        r = [0] * count if self.me == 1 else [secrets.randbits(a_bits + KAPPA) for _ in range(count)]
+        kinds = await self.shared("sieve/a", [(a, self.t), (r, self.t)], P)
+        a_pts, r_pts = kinds
+        prod = a_pts[0]
+        for i in range(1, n):  # BGW product with the next party's factor, then GRR degree reduction
+            local = [u * v % P for u, v in zip(prod, a_pts[i])]
+            (reshared,) = await self.shared(f"sieve/mul{i}", [(local, self.t)], P)
+            lam = self.lam(P)
+            prod = [sum(lam[k] * reshared[k][c] for k in range(n)) % P for c in range(count)]
+        masked = [(prod[c] - sum(r_pts[i][c] for i in range(n))) % P for c in range(count)]
+        if self.me == 1:
+            got = await self.ch.recv_all(self.others, self.tag("sieve/open"), pb.BigInts)
+            points = [masked] + [
+                from_bigints(got[role], count=count, bound_bits=P.bit_length(), what="sieve/open", nonnegative=True)
+                for role in self.roles[1:]
+            ]
+            x: list[int] = [self.open([points[j][c] for j in range(n)], P) for c in range(count)]
+        else:
+            await self.ch.send(self.roles[0], self.tag("sieve/open"), bigints(masked))
+            x = r
+        # p_i = x_i + M·y_i (+ offset for party 1), p_1 ≡ 3 and p_i ≡ 0 (mod 4)
+        h = self.params.half_bits
+        y_range = max(1, (1 << (h - 4 - M.bit_length())) // n // 4)
+        m_inv4 = pow(M, -1, 4)
+        offset = 4 * M * -(-(3 << (h - 2)) // (4 * M))
+        out = []
+        for xc in x:
+            target = 3 if self.me == 1 else 0
+            base = xc + (offset if self.me == 1 else 0)
+            fix = (target - base) * m_inv4 % 4
+            y = 4 * secrets.randbelow(y_range) + fix
+            out.append(base + M * y)
+        return out
+
+    # ----------------------------------------------------------- products
+    async def open_products(
+        self, step: str, xs: list[int], ys: list[int], P: int, mask: int = 0, s: list[int] | None = None
+    ) -> list[int]:
+        """Open Σx·Σy + mask·Σs for each entry (BGW, plus a random degree-2t sharing of zero)."""
+        count = len(xs)
+        kinds: list[tuple[list[int], int]] = [(xs, self.t), (ys, self.t), ([0] * count, 2 * self.t)]
+        if s is not None:
+            kinds.append((s, self.t))
+        got = await self.shared(step, kinds, P)
+        n = self.n
+        mine = []
+        for c in range(count):
+            X = sum(got[0][i][c] for i in range(n))
+            Y = sum(got[1][i][c] for i in range(n))
+            Z = sum(got[2][i][c] for i in range(n))
+            S = sum(got[3][i][c] for i in range(n)) if s is not None else 0
+            mine.append((X * Y + mask * S + Z) % P)
+        points = await self.broadcast(step + "/open", mine, P.bit_length())
+        return [self.open([points[j][c] for j in range(n)], P) for c in range(count)]
+
+
+def _hash_to_jacobi_one(N: int, k: int, counter: int) -> int:
+    """A g ∈ Z*_N with Jacobi symbol (g/N) = 1, derived from N (step 4; public, deterministic)."""
+    nbytes = (N.bit_length() + 7) // 8 + KAPPA // 8
+    j = 0
+    while True:
+        digest = hashlib.shake_256(
+            b"smcdp/keygen/biprimality/v1\x00"
+            + N.to_bytes((N.bit_length() + 7) // 8, "big")
+            + k.to_bytes(4, "big")
+            + counter.to_bytes(4, "big")
+            + j.to_bytes(4, "big")
+        ).digest(nbytes)
+        g = int.from_bytes(digest, "big") % N
+        j += 1
+        if g > 1 and gmpy2.jacobi(g, N) == 1:
+            return g
+
+
+def _jacobi_share(me: int, N: int, p_i: int, q_i: int, g: int) -> int:
+    """Party ``me``'s factor of g^(φ/4) mod N (step 4)."""
+    e4 = (N + 1 - p_i - q_i) if me == 1 else -(p_i + q_i)
+    if e4 % 4:
+        raise KeygenFailed("a share violates the mod-4 constraint")  # pragma: no cover - by construction
+    return int(gmpy2.powmod(g, e4 // 4, N))
+
+
+async def party(ch: Channel, params: KeygenParams) -> KeygenResult:
+    """One data party's side of the key ceremony (every party runs the same code)."""
+    params.validate()
+    start = time.monotonic()
+    st = _Ceremony(ch, params)
+    me, n, bits = st.me, st.n, params.key_bits
+    candidates = batches = tests = 0
+    found: tuple[int, int, int] | None = None
+    while found is None:
+        if candidates >= params.max_candidates:
+            raise KeygenFailed(f"no biprime among {candidates} candidate moduli")
+        st.round += 1
+        batches += 1
+        ch.progress(round=st.round, step="sieve")
+        # step 1: K candidate p's and K candidate q's, sieved
+        k = params.batch
+        primes = await st.sieve(2 * k)
+        ps, qs = primes[:k], primes[k:]
+        # step 2: N for every pair
+        ch.progress(step="modulus")
+        Ns = await st.open_products("n", ps, qs, st.P_n)
+        candidates += k
+        # step 3: public trial division
+        alive = [
+            c for c in range(k) if Ns[c] > 0 and Ns[c].bit_length() == bits and gmpy2.gcd(Ns[c], _trial_product()) == 1
+        ]
+        if not alive:
+            continue
+        # step 4, first round for every survivor at once
+        ch.progress(step="biprimality")
+        tests += len(alive)
+        first = [_jacobi_share(me, Ns[c], ps[c], qs[c], _hash_to_jacobi_one(Ns[c], c, 0)) for c in alive]
+        got = await st.broadcast("jacobi/0", first, bits)
+        passing = []
+        for idx, c in enumerate(alive):
+            prod = mpz(1)
+            for i in range(n):
+                prod = prod * got[i][idx] % Ns[c]
+            if prod in (1, Ns[c] - 1):
+                passing.append(c)
+        for c in passing:
+            N = Ns[c]
+            rest = [
+                _jacobi_share(me, N, ps[c], qs[c], _hash_to_jacobi_one(N, c, r)) for r in range(1, params.jacobi_rounds)
+            ]
+            got = await st.broadcast(f"jacobi/rest/{c}", rest, bits)
+            ok = True
+            for r in range(len(rest)):
+                prod = mpz(1)
+                for i in range(n):
+                    prod = prod * got[i][r] % N
+                if prod not in (1, N - 1):
+                    ok = False
+                    break
+            if not ok:
+                continue
+            # step 5: gcd(N, p + q − 1) = 1
+            psi = ps[c] + qs[c] - (1 if me == 1 else 0)
+            rnd = secrets.randbits(bits + KAPPA)
+            s = secrets.randbits(params.s_bits)
+            (w,) = await st.open_products(f"gcd/{c}", [rnd], [psi], st.P_big, mask=N, s=[s])
+            if math.gcd(w % N, N) != 1:
+                continue
+            found = (N, ps[c], qs[c])
+            break
+    N, p_i, q_i = found
+    # step 6: d = β·φ, θ = d mod N
+    ch.progress(step="exponent")
+    phi_i = (N + 1 - p_i - q_i) if me == 1 else -(p_i + q_i)
+    while True:
+        beta = secrets.randbits(bits + KAPPA)
+        s_i = secrets.randbits(params.s_bits)
+        (w,) = await st.open_products("theta", [beta], [phi_i], st.P_big, mask=N, s=[s_i])
+        theta = w % N
+        if w > 0 and math.gcd(theta, N) == 1:
+            break
+        st.round += 1  # pragma: no cover - probability about 2/sqrt(N)
+    d_i = (w if me == 1 else 0) - N * s_i
+    del p_i, q_i, phi_i, beta
+    # step 7: integer Shamir sharing of d_i with Feldman commitments
+    ch.progress(step="shares")
+    pk = PublicKey(N)
+    n2 = pk.nsquare
+    v = verification_base(N)
+    coeffs, my_shares = integer_shamir(d_i, n, params.threshold, params.d_bits)
+    share_bits = share_bound_bits(params.d_bits, n, params.threshold, dealers=n)
+    commits = [int(gmpy2.powmod(v, a, n2)) for a in coeffs]
+    got_commits = await st.broadcast("commit", commits, n2.bit_length())
+    got_shares = await st.exchange("share", [[s] for s in my_shares], share_bits, signed=True)
+    for i in range(1, n + 1):
+        f_ij = got_shares[i - 1][0]
+        expect = mpz(1)
+        for kk, V in enumerate(got_commits[i - 1]):
+            expect = expect * gmpy2.powmod(V, me**kk, n2) % n2
+        if gmpy2.powmod(v, f_ij, n2) != expect:
+            raise KeygenFailed(f"party {i}'s share of the decryption exponent does not match its commitments")
+    secret = sum(row[0] for row in got_shares)
+    delta = math.factorial(n)
+    C = [mpz(1)] * (params.threshold + 1)
+    for kk in range(params.threshold + 1):
+        for i in range(n):
+            C[kk] = C[kk] * got_commits[i][kk] % n2
+    vks = []
+    for j in range(1, n + 1):
+        vk = mpz(1)
+        for kk in range(params.threshold + 1):
+            vk = vk * gmpy2.powmod(C[kk], delta * j**kk, n2) % n2
+        vks.append(int(vk))
+    pub = ThresholdPublicKey(pk, n, params.threshold, int(theta), share_bits, tuple(vks))
+    share = KeyShare(pub, me, secret)
+    share.check()
+    # step 8: everyone holds the same public key
+    fp = int.from_bytes(pub.fingerprint, "big")
+    fps = await st.broadcast("fingerprint", [fp], 256)
+    if any(f[0] != fp for f in fps):
+        raise KeygenFailed("the parties computed different public keys")
+    return KeygenResult(share, candidates, batches, tests, time.monotonic() - start)
