@@ -1,0 +1,255 @@
+"""Threshold Paillier decryption with proofs of correct partial decryption (smcdp.crypto.threshold).
+
+Keys here come from the trusted dealer (:func:`deal`) so that decryption is tested on its own; the
+dealer-free generation is tested in tests/unit/protocols/test_keygen.py.  Small keys: an explicit,
+test-only opt-in (``allow_insecure=True``)."""
+
+import itertools
+import os
+import secrets
+
+import gmpy2
+import numpy as np
+import pytest
+from phe import paillier as phe_paillier
+
+from smcdp.crypto.encoding import Packing
+from smcdp.crypto.paillier import generate_keypair
+from smcdp.crypto.threshold import (
+    BadPartialDecryption,
+    KeyShare,
+    NotEnoughShares,
+    PartialDecryption,
+    ThresholdPublicKey,
+    _combine,
+    combine,
+    combine_vector,
+    combine_vector_ints,
+    deal,
+    load_key_share,
+    partial_decrypt,
+    partial_decrypt_vector,
+    save_key_share,
+    verify_partial,
+)
+from smcdp.crypto.vector import EncryptedVector
+from smcdp.errors import InsecureParameters, InvalidMessage
+
+CTX = b"session-1/decrypt"
+N_PARTIES, T = 5, 2
+
+
+@pytest.fixture(scope="module")
+def key():
+    pk, sk = generate_keypair(768, allow_insecure=True)
+    pub, shares = deal(sk, N_PARTIES, T)
+    return pk, sk, pub, shares
+
+
+def _cts(pk, values):
+    return [pk.raw_encrypt(v) for v in values]
+
+
+VALUES = [0, 1, -1, 42, -(10**30), 2**200 + 7]
+
+
+@pytest.mark.parametrize("batch", [True, False])
+def test_threshold_decryption_equals_the_plaintext(key, batch):
+    pk, sk, pub, shares = key
+    cts = _cts(pk, VALUES)
+    partials = [partial_decrypt(s, cts, CTX, batch=batch) for s in shares[: T + 1]]
+    assert combine(pub, cts, partials, CTX) == VALUES
+    # the same as the ordinary private key's decryption, unsigned too
+    assert combine(pub, cts, partials, CTX, signed=False) == [int(sk.raw_decrypt(c)) for c in cts]
+
+
+def test_every_set_of_t_plus_one_parties_decrypts(key):
+    pk, _, pub, shares = key
+    cts = _cts(pk, [123456789, -5])
+    partials = {s.index: partial_decrypt(s, cts, CTX) for s in shares}
+    for subset in itertools.combinations(sorted(partials), T + 1):
+        assert combine(pub, cts, [partials[i] for i in subset], CTX) == [123456789, -5], subset
+    # more than t + 1 is fine too (the first t + 1 valid ones are combined)
+    assert combine(pub, cts, list(partials.values()), CTX) == [123456789, -5]
+
+
+def test_t_parties_do_not_decrypt(key):
+    """t partial decryptions are refused, and combining them anyway (Lagrange over t points) gives
+    values unrelated to the plaintexts."""
+    pk, _, pub, shares = key
+    values = [7, -3, 99, 10**12]
+    cts = _cts(pk, values)
+    partials = {s.index: partial_decrypt(s, cts, CTX) for s in shares}
+    for subset in itertools.combinations(sorted(partials), T):
+        chosen = [partials[i] for i in subset]
+        with pytest.raises(NotEnoughShares):
+            combine(pub, cts, chosen, CTX)
+        wrong = _combine(pub, len(cts), chosen)
+        assert all(w != v % int(pk.n) for w, v in zip(wrong, values)), subset
+
+
+def _tamper_value(partial: PartialDecryption, k: int, factor: int, n2: int) -> PartialDecryption:
+    values = list(partial.values)
+    values[k] = values[k] * factor % n2
+    return PartialDecryption(partial.party, tuple(values), partial.proofs, partial.batch)
+
+
+@pytest.mark.parametrize("batch", [True, False])
+@pytest.mark.parametrize("bad_party", [1, 3])
+def test_a_tampered_partial_decryption_is_refused_and_its_party_named(key, batch, bad_party):
+    pk, _, pub, shares = key
+    cts = _cts(pk, [5, 6, 7])
+    partials = [partial_decrypt(s, cts, CTX, batch=batch) for s in shares[: T + 1]]
+    idx = bad_party - 1
+    # (1 + N)^1 shifts the partial's plaintext by one: a plausible-looking wrong share
+    partials[idx] = _tamper_value(partials[idx], 1, int(pk.n) + 1, int(pk.nsquare))
+    with pytest.raises(BadPartialDecryption) as err:
+        combine(pub, cts, partials, CTX)
+    assert err.value.party == bad_party
+    assert f"party {bad_party}" in str(err.value)
+
+
+@pytest.mark.parametrize("batch", [True, False])
+def test_a_partial_decryption_with_a_wrong_share_is_refused(key, batch):
+    """A party that uses s_i + 1 (and proves with it) does not match its verification key."""
+    pk, _, pub, shares = key
+    cts = _cts(pk, [11, 12])
+    liar = KeyShare(pub, 2, shares[1].secret + 1)
+    with pytest.raises(BadPartialDecryption) as err:
+        verify_partial(pub, cts, partial_decrypt(liar, cts, CTX, batch=batch), CTX)
+    assert err.value.party == 2
+
+
+def test_a_negated_partial_decryption_is_refused_or_harmless(key):
+    """−c_i has the same square as c_i.  A batch proof hashes the exact values into its weights, so it
+    refuses the negation; a per-ciphertext proof is about c_i² only and accepts it -- harmlessly, since
+    the combination raises c_i to an even power too."""
+    pk, _, pub, shares = key
+    cts = _cts(pk, [31])
+    n2 = int(pk.nsquare)
+    for batch in (True, False):
+        partials = [partial_decrypt(s, cts, CTX, batch=batch) for s in shares[: T + 1]]
+        neg = PartialDecryption(1, (n2 - partials[0].values[0],), partials[0].proofs, batch)
+        if batch:
+            with pytest.raises(BadPartialDecryption) as err:
+                combine(pub, cts, [neg, *partials[1:]], CTX)
+            assert err.value.party == 1
+        else:
+            assert combine(pub, cts, [neg, *partials[1:]], CTX) == [31]
+
+
+def test_proofs_are_bound_to_context_party_and_ciphertexts(key):
+    pk, _, pub, shares = key
+    cts = _cts(pk, [1, 2, 3])
+    p = partial_decrypt(shares[0], cts, CTX)
+    verify_partial(pub, cts, p, CTX)
+    with pytest.raises(BadPartialDecryption):
+        verify_partial(pub, cts, p, b"session-2/decrypt")
+    with pytest.raises(BadPartialDecryption):  # claimed by another party
+        verify_partial(pub, cts, PartialDecryption(2, p.values, p.proofs, True), CTX)
+    with pytest.raises(BadPartialDecryption):  # for other ciphertexts
+        verify_partial(pub, list(reversed(cts)), PartialDecryption(1, tuple(reversed(p.values)), p.proofs, True), CTX)
+    e, z = p.proofs[0]
+    for proof in ((e ^ 1, z), (e, z + 1), (e, -z), (e, 1 << (pub.nonce_bits() + 8))):
+        with pytest.raises(BadPartialDecryption):
+            verify_partial(pub, cts, PartialDecryption(1, p.values, (proof,), True), CTX)
+    with pytest.raises(BadPartialDecryption):  # wrong count
+        verify_partial(pub, cts[:2], p, CTX)
+    with pytest.raises(BadPartialDecryption):  # not a unit
+        verify_partial(pub, cts, PartialDecryption(1, (0, *p.values[1:]), p.proofs, True), CTX)
+    with pytest.raises(InvalidMessage):
+        verify_partial(pub, cts, PartialDecryption(N_PARTIES + 1, p.values, p.proofs, True), CTX)
+
+
+def test_duplicate_parties_are_refused(key):
+    pk, _, pub, shares = key
+    cts = _cts(pk, [1])
+    p = partial_decrypt(shares[0], cts, CTX)
+    with pytest.raises(InvalidMessage, match="two partial decryptions"):
+        combine(pub, cts, [p, p, partial_decrypt(shares[1], cts, CTX)], CTX)
+
+
+def test_ciphertexts_from_phe_decrypt_too(key):
+    """Encryption stays plain Paillier: phe's ciphertexts (textbook obfuscator) threshold-decrypt."""
+    pk, _, pub, shares = key
+    values = [secrets.randbelow(10**15) - 10**14 for _ in range(4)]
+    cts = [pk.phe.encrypt(v).ciphertext() for v in values]
+    partials = [partial_decrypt(s, cts, CTX) for s in shares[1 : T + 2]]
+    assert combine(pub, cts, partials, CTX) == values
+
+
+def test_encrypted_vectors_packing_and_homomorphic_ops(key):
+    """EncryptedVector arithmetic (packing, addition, scaling, fixed point) is unchanged; only the
+    decryption is threshold."""
+    pk, sk, pub, shares = key
+    ints_a = [3, -7, 1000, 0, -1, 12]
+    ints_b = [1, 2, 3, 4, 5, 6]
+    pack = Packing.for_key(pk, 80)
+    assert pack.slots >= 2
+    ea = EncryptedVector.encrypt_ints(pk, ints_a, packing=pack)
+    eb = EncryptedVector.encrypt_ints(pk, ints_b, packing=pack)
+    out = (ea + eb).mul_int(3)
+    partials = [partial_decrypt_vector(s, out, CTX) for s in shares[2:]]
+    assert combine_vector_ints(pub, out, partials, CTX) == [3 * (a + b) for a, b in zip(ints_a, ints_b)]
+    assert combine_vector_ints(pub, out, partials, CTX) == out.decrypt_ints(sk)
+    x = np.array([0.5, -1.25, 3.0])
+    ev = EncryptedVector.encrypt(pk, x).mul_scalar(2.0) + EncryptedVector.encrypt(pk, x)
+    partials = [partial_decrypt_vector(s, ev, CTX, batch=False) for s in shares[: T + 1]]
+    np.testing.assert_allclose(combine_vector(pub, ev, partials, CTX), 3 * x, rtol=0, atol=1e-9)
+    other_pk, _ = generate_keypair(512, allow_insecure=True)
+    with pytest.raises(InvalidMessage):
+        partial_decrypt_vector(shares[0], EncryptedVector.encrypt_ints(other_pk, [1]), CTX)
+
+
+def test_key_share_files_are_0600_and_checked(key, tmp_path):
+    _, _, pub, shares = key
+    path = tmp_path / "share.json"
+    save_key_share(shares[2], path)
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    loaded = load_key_share(path, allow_insecure=True)
+    assert loaded.index == 3 and loaded.secret == shares[2].secret and loaded.public == pub
+    with pytest.raises(InsecureParameters):
+        load_key_share(path)  # a 768-bit key needs the explicit opt-in
+    os.chmod(path, 0o644)
+    with pytest.raises(InvalidMessage, match="chmod 600"):
+        load_key_share(path, allow_insecure=True)
+    # a share that does not match its verification key is refused on load
+    obj = shares[2].to_json()
+    obj["secret"] = format(shares[2].secret + 1, "x")
+    with pytest.raises(InvalidMessage, match="verification key"):
+        KeyShare.from_json(obj, allow_insecure=True)
+
+
+def test_public_key_validation(key):
+    pk, _, pub, _ = key
+    assert ThresholdPublicKey.from_json(pub.to_json(), allow_insecure=True) == pub
+    vks = pub.verification_keys
+    for bad in (
+        dict(parties=N_PARTIES, threshold=N_PARTIES),
+        dict(parties=N_PARTIES, threshold=0),
+        dict(parties=1, threshold=0),
+    ):
+        with pytest.raises(InvalidMessage):
+            ThresholdPublicKey(pk, bad["parties"], bad["threshold"], 1, pub.share_bits, vks[: bad["parties"]])
+    with pytest.raises(InvalidMessage, match="theta"):
+        ThresholdPublicKey(pk, N_PARTIES, T, 0, pub.share_bits, vks)
+    with pytest.raises(InvalidMessage, match="verification keys"):
+        ThresholdPublicKey(pk, N_PARTIES, T, 1, pub.share_bits, vks[:-1])
+    with pytest.raises(InvalidMessage, match="verification key of party 2"):
+        ThresholdPublicKey(pk, N_PARTIES, T, 1, pub.share_bits, (vks[0], int(pk.n), *vks[2:]))
+
+
+def test_dealt_exponent_is_zero_mod_phi_and_one_mod_n(key):
+    """The construction's invariants: Δ·d (from t + 1 shares) ≡ 0 mod φ(N) and Δ·d ≡ Δ mod N."""
+    from smcdp.crypto.threshold import lagrange_at_zero
+
+    pk, sk, pub, shares = key
+    subset = [1, 3, 5]
+    delta_d = sum(lagrange_at_zero(pub.delta, subset, i) * shares[i - 1].secret for i in subset)
+    phi = int((sk.p - 1) * (sk.q - 1))
+    assert delta_d % phi == 0
+    assert delta_d % int(pk.n) == pub.delta % int(pk.n)
+    # phe's EncryptedNumber built on the same modulus decrypts what the threshold key encrypts
+    c = pk.raw_encrypt(77)
+    assert sk.phe.decrypt(phe_paillier.EncryptedNumber(pk.phe, int(c))) == 77
+    assert gmpy2.gcd(pub.theta, pk.n) == 1
