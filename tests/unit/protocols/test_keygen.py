@@ -1,0 +1,235 @@
+"""Dealer-free threshold Paillier key generation (smcdp.protocols.keygen), in process.
+
+Small keys (256 bits): an explicit, test-only opt-in.  The factors are never output by the protocol;
+the tests recover them from t + 1 key shares (Δ·d is a multiple of φ(N), which factors N) -- only
+here, to check that N really is a product of two primes and that no message carried them."""
+
+import asyncio
+import itertools
+import math
+import secrets
+
+import gmpy2
+import numpy as np
+import pytest
+
+from smcdp.crypto.codec import bigints, from_bigints
+from smcdp.crypto.encoding import Packing
+from smcdp.crypto.threshold import (
+    NotEnoughShares,
+    combine,
+    combine_vector,
+    lagrange_at_zero,
+    partial_decrypt,
+    partial_decrypt_vector,
+)
+from smcdp.crypto.vector import EncryptedVector
+from smcdp.errors import InsecureParameters, InvalidMessage
+from smcdp.net.channel import InMemoryNetwork
+from smcdp.protocols.keygen import KeygenFailed, KeygenParams, _Ceremony, party, party_roles, sieve_modulus
+from smcdp.v1 import messages_pb2 as pb
+
+BITS = 256
+CTX = b"keygen-test/decrypt"
+
+
+def _run(n, t, bits=BITS, tamper=None, **kw):
+    params = KeygenParams(parties=n, threshold=t, key_bits=bits, allow_insecure=True, **kw).validate()
+    roles = party_roles(n)
+    net = InMemoryNetwork({r: f"org{r[5:]}" for r in roles}, timeout=300)
+    if tamper is not None:
+        tamper(net)
+    res = asyncio.run(net.run({r: (lambda ch: party(ch, params)) for r in roles}))
+    return [res[r] for r in roles], net
+
+
+@pytest.fixture(scope="module", params=[(3, 1), (5, 2)], ids=["n3t1", "n5t2"])
+def ceremony(request):
+    n, t = request.param
+    results, net = _run(n, t)
+    return n, t, results, net
+
+
+def _factor_from_phi_multiple(N: int, k: int) -> tuple[int, int]:
+    """p, q from N and a multiple k of φ(N) (the standard randomized reduction)."""
+    s, r = 0, k
+    while r % 2 == 0:
+        s, r = s + 1, r // 2
+    for _ in range(200):
+        g = secrets.randbelow(N - 3) + 2
+        x = pow(g, r, N)
+        if x in (1, N - 1):
+            continue
+        for _ in range(s):
+            y = x * x % N
+            if y == 1:
+                p = math.gcd(x - 1, N)
+                return min(p, N // p), max(p, N // p)
+            if y == N - 1:
+                break
+            x = y
+    raise AssertionError("could not factor N from a multiple of φ(N)")
+
+
+def _factors(results, t):
+    pub = results[0].public
+    subset = [r.share.index for r in results[: t + 1]]
+    delta_d = sum(lagrange_at_zero(pub.delta, subset, r.share.index) * r.share.secret for r in results[: t + 1])
+    assert delta_d > 0
+    return _factor_from_phi_multiple(int(pub.n), delta_d), delta_d
+
+
+def test_every_party_holds_the_same_public_key_and_a_matching_share(ceremony):
+    n, t, results, _ = ceremony
+    pub = results[0].public
+    assert pub.parties == n and pub.threshold == t
+    assert pub.n.bit_length() == BITS
+    for i, r in enumerate(results, 1):
+        assert r.public == pub
+        assert r.share.index == i
+        r.share.check()
+    assert len({r.share.secret for r in results}) == n
+
+
+def test_n_is_a_product_of_two_primes_3_mod_4(ceremony):
+    _n, t, results, _ = ceremony
+    pub = results[0].public
+    (p, q), delta_d = _factors(results, t)
+    N = int(pub.n)
+    assert p * q == N and p != q
+    assert gmpy2.is_prime(p, 50) and gmpy2.is_prime(q, 50)
+    assert p % 4 == 3 and q % 4 == 3
+    assert p.bit_length() == q.bit_length() == BITS // 2
+    assert math.gcd(N, (p - 1) * (q - 1)) == 1
+    # the exponent: d ≡ 0 mod φ(N) and d ≡ θ mod N (Δ·d as reconstructed)
+    phi = (p - 1) * (q - 1)
+    assert delta_d % phi == 0
+    assert delta_d % N == pub.delta * pub.theta % N
+    # nothing below the sieve bound divides p or q (distributed sieving), nor below the trial bound
+    for ell in (3, 5, 7, 11, 13, 17, 19):
+        assert p % ell and q % ell
+
+
+def test_the_key_decrypts_with_any_t_plus_one_parties_and_not_with_t(ceremony):
+    _n, t, results, _ = ceremony
+    pub = results[0].public
+    pk = pub.public_key
+    values = [0, 17, -17, 2**60 + 3]
+    cts = [pk.raw_encrypt(v) for v in values]
+    partials = {r.share.index: partial_decrypt(r.share, cts, CTX) for r in results}
+    for subset in itertools.combinations(sorted(partials), t + 1):
+        assert combine(pub, cts, [partials[i] for i in subset], CTX) == values
+    with pytest.raises(NotEnoughShares):
+        combine(pub, cts, [partials[i] for i in range(1, t + 1)], CTX)
+
+
+def test_existing_vector_arithmetic_works_under_the_generated_key(ceremony):
+    _n, t, results, _ = ceremony
+    pub = results[0].public
+    pk = pub.public_key
+    a, b = [5, -6, 7, 8], [1, 1, -20, 0]
+    pack = Packing.for_key(pk, 40)
+    ea = EncryptedVector.encrypt_ints(pk, a, packing=pack)
+    out = (ea + EncryptedVector.encrypt_ints(pk, b, packing=pack)).mul_int(-2)
+    partials = [partial_decrypt_vector(r.share, out, CTX) for r in results[-(t + 1) :]]
+    from smcdp.crypto.threshold import combine_vector_ints
+
+    assert combine_vector_ints(pub, out, partials, CTX) == [-2 * (x + y) for x, y in zip(a, b)]
+    x = np.array([1.5, -0.25])
+    ev = EncryptedVector.encrypt(pk, x) + EncryptedVector.encrypt(pk, x)
+    partials = [partial_decrypt_vector(r.share, ev, CTX) for r in results[: t + 1]]
+    np.testing.assert_allclose(combine_vector(pub, ev, partials, CTX), 2 * x, rtol=0, atol=1e-9)
+
+
+def _int_bytes(v: int) -> bytes:
+    return v.to_bytes((v.bit_length() + 7) // 8, "big")
+
+
+def test_no_message_carries_p_q_phi_or_the_exponent(ceremony):
+    """Inspect the whole transcript: the factors, φ(N) and Δ·d appear in no message's bytes."""
+    n, t, results, net = ceremony
+    (p, q), delta_d = _factors(results, t)
+    N = int(results[0].public.n)
+    secrets_ = {"p": p, "q": q, "phi": (p - 1) * (q - 1), "p+q": p + q, "delta*d": delta_d}
+    assert net.transcript
+    senders = {s for (s, *_rest) in net.transcript}
+    assert senders == set(party_roles(n))
+    for sender, receiver, tag, _type, data in net.transcript:
+        for name, v in secrets_.items():
+            assert _int_bytes(v) not in data, (name, sender, receiver, tag)
+    # the search does find what is sent: the public key's fingerprint (step 8) and the θ-bearing key
+    fp = _int_bytes(int.from_bytes(results[0].public.fingerprint, "big"))
+    assert sum(fp in data for *_rest, data in net.transcript) == n * (n - 1)
+    assert N > 0
+
+
+def test_params_are_validated():
+    with pytest.raises(InvalidMessage, match="n = 2 is not supported"):
+        KeygenParams(parties=2, threshold=1, key_bits=BITS, allow_insecure=True).validate()
+    with pytest.raises(InvalidMessage, match="2t \\+ 1 <= n"):
+        KeygenParams(parties=4, threshold=2, key_bits=BITS, allow_insecure=True).validate()
+    with pytest.raises(InvalidMessage):
+        KeygenParams(parties=3, threshold=0, key_bits=BITS, allow_insecure=True).validate()
+    with pytest.raises(InsecureParameters):
+        KeygenParams(parties=3, threshold=1, key_bits=1024).validate()
+    with pytest.raises(InvalidMessage):
+        KeygenParams(parties=3, threshold=1, key_bits=BITS, allow_insecure=True, jacobi_rounds=10).validate()
+    with pytest.raises(InvalidMessage, match="unknown"):
+        KeygenParams.from_mapping({"parties": 3, "threshold": 1, "dealer": "party1"})
+    assert KeygenParams(parties=3, threshold=1).validate().key_bits == 2048
+
+
+def test_a_wrong_exponent_share_is_caught_by_the_commitments():
+    """party2 sends party3 a share of its d_2 that does not match its Feldman commitments: party3
+    refuses it and names party2."""
+
+    def tamper(net):
+        ch = net.channels["party2"]
+        original = ch._transmit
+
+        async def _transmit(to_role, tag, type_url, data):
+            if tag.endswith("/share") and to_role == "party3":
+                msg = pb.BigInts.FromString(data)
+                (v,) = from_bigints(msg, count=1, bound_bits=1 << 16, what="share")
+                data = bigints([v + 1]).SerializeToString()
+            await original(to_role, tag, type_url, data)
+
+        ch._transmit = _transmit
+
+    with pytest.raises(KeygenFailed, match="party 2's share"):
+        _run(3, 1, tamper=tamper)
+
+
+def test_a_wrong_role_set_is_refused():
+    params = KeygenParams(parties=3, threshold=1, key_bits=BITS, allow_insecure=True)
+    net = InMemoryNetwork({"party1": "a", "party2": "b", "trent": "c"}, timeout=30)
+
+    async def go():
+        await party(net.channel("party1"), params)
+
+    with pytest.raises(InvalidMessage, match="roles"):
+        asyncio.run(go())
+
+
+@pytest.mark.parametrize("n,t", [(3, 1), (5, 2)])
+def test_distributed_sieving_yields_shares_of_numbers_3_mod_4_free_of_small_primes(n, t):
+    """Step 1 on its own: the parties' shares sum to candidates p ≡ 3 (mod 4), coprime to M, of exactly
+    key_bits/2 bits; party 1's share is ≡ 3 and the others' ≡ 0 (mod 4) (the biprimality test needs it)."""
+    params = KeygenParams(parties=n, threshold=t, key_bits=BITS, allow_insecure=True).validate()
+    roles = party_roles(n)
+    net = InMemoryNetwork({r: r for r in roles}, timeout=60)
+
+    async def sieve(ch):
+        return await _Ceremony(ch, params).sieve(40)
+
+    res = asyncio.run(net.run({r: sieve for r in roles}))
+    M = sieve_modulus(BITS // 2, n)
+    assert M % 3 == 0 and M % 4 and M.bit_length() * n <= BITS // 2 - 8
+    for c in range(40):
+        shares = [res[r][c] for r in roles]
+        p = sum(shares)
+        assert p % 4 == 3 and shares[0] % 4 == 3 and all(s % 4 == 0 for s in shares[1:])
+        assert math.gcd(p, M) == 1
+        assert p.bit_length() == BITS // 2
+    # the candidates differ (fresh randomness per candidate)
+    assert len({sum(res[r][c] for r in roles) for c in range(40)}) == 40
