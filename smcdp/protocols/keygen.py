@@ -54,7 +54,7 @@ import gmpy2
 from gmpy2 import mpz
 
 from smcdp.crypto.codec import bigints, from_bigints
-from smcdp.crypto.paillier import PublicKey, check_key_bits
+from smcdp.crypto.paillier import PrivateKey, PublicKey, check_key_bits, generate_keypair
 from smcdp.crypto.threshold import (
     STAT_BITS,
     KeyShare,
@@ -137,14 +137,14 @@ class KeygenParams(ProtocolParams):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int):
                 raise InvalidMessage(f"{name} must be an integer, got {v!r}")
-        if not 3 <= self.parties <= MAX_PARTIES:
+        if not 2 <= self.parties <= MAX_PARTIES:
+            raise InvalidMessage(f"the key ceremony needs 2 to {MAX_PARTIES} parties, got {self.parties}")
+        if self.parties == 2:
+            if self.threshold != 1:
+                raise InvalidMessage(f"with two parties the threshold is t = 1 (both decrypt), got {self.threshold}")
+        elif not self.threshold >= 1 or 2 * self.threshold + 1 > self.parties:
             raise InvalidMessage(
-                f"the key ceremony needs 3 to {MAX_PARTIES} parties (BGW products need n >= 2t + 1 >= 3; "
-                f"n = 2 is not supported), got {self.parties}"
-            )
-        if not self.threshold >= 1 or 2 * self.threshold + 1 > self.parties:
-            raise InvalidMessage(
-                f"threshold t must satisfy 1 <= t and 2t + 1 <= n = {self.parties}, got {self.threshold}"
+                f"threshold t must satisfy 1 <= t and 2t + 1 <= n = {self.parties} (BGW products), got {self.threshold}"
             )
         if self.key_bits % 2:
             raise InvalidMessage("key_bits must be even (p and q have key_bits/2 bits each)")
@@ -215,6 +215,66 @@ class _Ceremony:
         self.P_big = field_prime(params.d_bits + 8)
         self._lam: dict[int, list[int]] = {}
         self.round = 0
+        #: n = 2: party 1's ephemeral Paillier keys for the two-party products (small: the sieve and N;
+        #: big: the masked products of steps 5 and 6), and party 2's copies of their public halves
+        self.ek: dict[str, PrivateKey] = {}
+        self.ek_public: dict[str, PublicKey] = {}
+
+    async def two_party_setup(self) -> None:
+        """n = 2: party 1 makes its ephemeral keys (at least ``key_bits``, large enough that no product
+        wraps) and sends party 2 the public keys."""
+        # a share of p is x_i + M·y_i: x_2 has n·bits(M) + κ bits, so products of shares can exceed N
+        share_bits = max(self.params.half_bits, self.n * self.M.bit_length() + KAPPA) + 4
+        sizes = {"small": max(self.params.key_bits, 2 * share_bits + 8) + 64, "big": self.params.d_bits + 32}
+        tag = "kg/0/ephemeral-keys"
+        if self.me == 1:
+            for name, bits in sizes.items():
+                pk, sk = generate_keypair(bits, allow_insecure=True)  # above key_bits: never insecure
+                self.ek[name], self.ek_public[name] = sk, pk
+            await self.ch.send(self.roles[1], tag, bigints([int(self.ek_public[k].n) for k in sizes]))
+        else:
+            msg = await self.ch.recv(self.roles[0], tag, pb.BigInts)
+            ns = from_bigints(msg, count=2, bound_bits=sizes["big"] + 8, what=tag, nonnegative=True)
+            for (name, bits), n_e in zip(sizes.items(), ns):
+                if n_e.bit_length() != bits:
+                    raise InvalidMessage(f"party1's {name} ephemeral key has {n_e.bit_length()} bits, {bits} expected")
+                self.ek_public[name] = PublicKey(n_e)
+
+    async def two_party_products(
+        self, step: str, key: str, xs: list[int], ys: list[int], extra: list[int]
+    ) -> tuple[list[int], list[int]]:
+        """n = 2, Paillier-based multiplication under party 1's ephemeral key ``key``: for every entry,
+        party 1 learns u = x_1·y_2 + y_1·x_2 + extra_2 (party 2's ``extra``, which masks or completes it)
+        and party 2 learns nothing (it sees ciphertexts only; its answer is rerandomised by the fresh
+        encryption of extra_2).  Party 1 sends [Enc(x_1)], [Enc(y_1)]; party 2 answers
+        Enc(extra_2)·Enc(x_1)^(y_2)·Enc(y_1)^(x_2).  Returns (u for party 1, [] for party 2)."""
+        pk = self.ek_public[key]
+        count = len(xs)
+        tag_enc, tag_ret = self.tag(step + "/enc"), self.tag(step + "/ret")
+        bound = pk.nsquare.bit_length()
+        if self.me == 1:
+            sk = self.ek[key]
+            cts = [sk.raw_encrypt(v) for v in xs] + [sk.raw_encrypt(v) for v in ys]
+            await self.ch.send(self.roles[1], tag_enc, bigints([int(c) for c in cts]))
+            msg = await self.ch.recv(self.roles[1], tag_ret, pb.BigInts)
+            back = pk.validate_ciphertexts(
+                from_bigints(msg, count=count, bound_bits=bound, what=tag_ret, nonnegative=True)
+            )
+            return [sk.raw_decrypt_signed(c) for c in back], []
+        msg = await self.ch.recv(self.roles[0], tag_enc, pb.BigInts)
+        cts = pk.validate_ciphertexts(
+            from_bigints(msg, count=2 * count, bound_bits=bound, what=tag_enc, nonnegative=True), tag_enc
+        )
+        out = []
+        for c in range(count):
+            acc = pk.raw_encrypt(extra[c])
+            if ys[c]:
+                acc = pk.raw_add(acc, pk.raw_mul(cts[c], ys[c]))
+            if xs[c]:
+                acc = pk.raw_add(acc, pk.raw_mul(cts[count + c], xs[c]))
+            out.append(int(acc))
+        await self.ch.send(self.roles[0], tag_ret, bigints(out))
+        return [], []
 
     # ----------------------------------------------------------- Shamir over Z_P
     def lam(self, P: int) -> list[int]:
@@ -310,6 +370,12 @@ class _Ceremony:
                 a.append(cand)
         a_bits = n * M.bit_length()
         r = [0] * count if self.me == 1 else [secrets.randbits(a_bits + KAPPA) for _ in range(count)]
+        if n == 2:
+            # A = a_1·a_2: party 1 learns a_1·a_2 − r_2 (Enc(a_1)^(a_2)·Enc(−r_2)), party 2 keeps r_2
+            zeros = [0] * count
+            xs, ys = (a, zeros) if self.me == 1 else (zeros, a)
+            u, _ = await self.two_party_products("sieve", "small", xs, ys, [-v for v in r])
+            return self._prime_shares(u if self.me == 1 else r)
         kinds = await self.shared("sieve/a", [(a, self.t), (r, self.t)], P)
         a_pts, r_pts = kinds
         prod = a_pts[0]
@@ -329,7 +395,11 @@ class _Ceremony:
         else:
             await self.ch.send(self.roles[0], self.tag("sieve/open"), bigints(masked))
             x = r
-        # p_i = x_i + M·y_i (+ offset for party 1), p_1 ≡ 3 and p_i ≡ 0 (mod 4)
+        return self._prime_shares(x)
+
+    def _prime_shares(self, x: list[int]) -> list[int]:
+        """p_i = x_i + M·y_i (+ offset for party 1), p_1 ≡ 3 and p_i ≡ 0 (mod 4), from additive shares x_i of A."""
+        M, n = self.M, self.n
         h = self.params.half_bits
         y_range = max(1, (1 << (h - 4 - M.bit_length())) // n // 4)
         m_inv4 = pow(M, -1, 4)
@@ -347,8 +417,22 @@ class _Ceremony:
     async def open_products(
         self, step: str, xs: list[int], ys: list[int], P: int, mask: int = 0, s: list[int] | None = None
     ) -> list[int]:
-        """Open Σx·Σy + mask·Σs for each entry (BGW, plus a random degree-2t sharing of zero)."""
+        """Open Σx·Σy + mask·Σs for each entry (BGW, plus a random degree-2t sharing of zero; for n = 2
+        a Paillier-based product, after which party 1 sends party 2 the opened values)."""
         count = len(xs)
+        if self.n == 2:
+            s_ = s if s is not None else [0] * count
+            key = "big" if self.P_big == P else "small"
+            own = [x * y + mask * v for x, y, v in zip(xs, ys, s_)]
+            # party 1 learns x_1·y_2 + y_1·x_2 + (x_2·y_2 + mask·s_2) = w − x_1·y_1 − mask·s_1: nothing beyond w
+            u, _ = await self.two_party_products(step, key, xs, ys, own)
+            tag = self.tag(step + "/open")
+            if self.me == 1:
+                w = [a + b for a, b in zip(u, own)]
+                await self.ch.send(self.roles[1], tag, bigints(w))
+                return w
+            msg = await self.ch.recv(self.roles[0], tag, pb.BigInts)
+            return from_bigints(msg, count=count, bound_bits=P.bit_length(), what=tag)
         kinds: list[tuple[list[int], int]] = [(xs, self.t), (ys, self.t), ([0] * count, 2 * self.t)]
         if s is not None:
             kinds.append((s, self.t))
@@ -396,6 +480,8 @@ async def party(ch: Channel, params: KeygenParams) -> KeygenResult:
     params.validate()
     start = time.monotonic()
     st = _Ceremony(ch, params)
+    if st.n == 2:
+        await st.two_party_setup()
     me, n, bits = st.me, st.n, params.key_bits
     candidates = batches = tests = 0
     found: tuple[int, int, int] | None = None

@@ -43,7 +43,7 @@ def _run(n, t, bits=BITS, tamper=None, **kw):
     return [res[r] for r in roles], net
 
 
-@pytest.fixture(scope="module", params=[(3, 1), (5, 2)], ids=["n3t1", "n5t2"])
+@pytest.fixture(scope="module", params=[(2, 1), (3, 1), (5, 2)], ids=["n2t1", "n3t1", "n5t2"])
 def ceremony(request):
     n, t = request.param
     results, net = _run(n, t)
@@ -164,8 +164,10 @@ def test_no_message_carries_p_q_phi_or_the_exponent(ceremony):
 
 
 def test_params_are_validated():
-    with pytest.raises(InvalidMessage, match="n = 2 is not supported"):
-        KeygenParams(parties=2, threshold=1, key_bits=BITS, allow_insecure=True).validate()
+    with pytest.raises(InvalidMessage, match="2 to 64 parties"):
+        KeygenParams(parties=1, threshold=1, key_bits=BITS, allow_insecure=True).validate()
+    with pytest.raises(InvalidMessage, match="two parties the threshold is t = 1"):
+        KeygenParams(parties=2, threshold=2, key_bits=BITS, allow_insecure=True).validate()
     with pytest.raises(InvalidMessage, match="2t \\+ 1 <= n"):
         KeygenParams(parties=4, threshold=2, key_bits=BITS, allow_insecure=True).validate()
     with pytest.raises(InvalidMessage):
@@ -211,7 +213,7 @@ def test_a_wrong_role_set_is_refused():
         asyncio.run(go())
 
 
-@pytest.mark.parametrize("n,t", [(3, 1), (5, 2)])
+@pytest.mark.parametrize("n,t", [(2, 1), (3, 1), (5, 2)])
 def test_distributed_sieving_yields_shares_of_numbers_3_mod_4_free_of_small_primes(n, t):
     """Step 1 on its own: the parties' shares sum to candidates p ≡ 3 (mod 4), coprime to M, of exactly
     key_bits/2 bits; party 1's share is ≡ 3 and the others' ≡ 0 (mod 4) (the biprimality test needs it)."""
@@ -220,7 +222,10 @@ def test_distributed_sieving_yields_shares_of_numbers_3_mod_4_free_of_small_prim
     net = InMemoryNetwork({r: r for r in roles}, timeout=60)
 
     async def sieve(ch):
-        return await _Ceremony(ch, params).sieve(40)
+        st = _Ceremony(ch, params)
+        if n == 2:
+            await st.two_party_setup()
+        return await st.sieve(40)
 
     res = asyncio.run(net.run({r: sieve for r in roles}))
     M = sieve_modulus(BITS // 2, n)
@@ -233,3 +238,23 @@ def test_distributed_sieving_yields_shares_of_numbers_3_mod_4_free_of_small_prim
         assert p.bit_length() == BITS // 2
     # the candidates differ (fresh randomness per candidate)
     assert len({sum(res[r][c] for r in roles) for c in range(40)}) == 40
+
+
+def test_two_parties_refuse_an_ephemeral_key_of_the_wrong_size():
+    """n = 2: party 2 multiplies under party 1's ephemeral Paillier keys; keys of another size than the
+    public parameters give (too small: products would wrap) are refused."""
+
+    def tamper(net):
+        ch = net.channels["party1"]
+        original = ch._transmit
+
+        async def _transmit(to_role, tag, type_url, data):
+            if tag.endswith("ephemeral-keys"):
+                ns = from_bigints(pb.BigInts.FromString(data), count=2, bound_bits=1 << 16, what="keys")
+                data = bigints([ns[0] >> 8, ns[1]]).SerializeToString()
+            await original(to_role, tag, type_url, data)
+
+        ch._transmit = _transmit
+
+    with pytest.raises(InvalidMessage, match="ephemeral key"):
+        _run(2, 1, tamper=tamper)
