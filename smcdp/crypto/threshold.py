@@ -62,6 +62,7 @@ from gmpy2 import mpz
 
 from smcdp._files import atomic_write
 from smcdp.crypto.counters import count_many as _count_many
+from smcdp.crypto.encoding import decode_fixed
 from smcdp.crypto.modexp import multi_exp
 from smcdp.crypto.paillier import PrivateKey, PublicKey, check_key_bits
 from smcdp.errors import CryptoOverflow, InvalidMessage
@@ -507,6 +508,4 @@ def combine_vector(
     pub: ThresholdPublicKey, vec: EncryptedVector, partials: Sequence[PartialDecryption], context: bytes
 ) -> np.ndarray:
     """The vector's values (fixed point decoded), as :meth:`EncryptedVector.decrypt` with a private key."""
-    from smcdp.crypto.encoding import decode_fixed
-
     return decode_fixed(combine_vector_ints(pub, vec, partials, context), vec.exponent)

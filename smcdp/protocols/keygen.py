@@ -1,6 +1,6 @@
 """Dealer-free (t, n) threshold Paillier key generation (issue 36): Boneh–Franklin among the data parties.
 
-Roles ``party1`` … ``partyN`` (N = ``parties`` ≥ 3), all symmetric; no dealer, no coordinator.  At the
+Roles ``party1`` … ``partyN`` (N = ``parties`` ≥ 2), all symmetric; no dealer, no coordinator.  At the
 end every party holds the same :class:`~smcdp.crypto.threshold.ThresholdPublicKey` (modulus N = pq,
 θ, verification keys) and its own :class:`~smcdp.crypto.threshold.KeyShare`; nobody ever holds p, q,
 φ(N) or the decryption exponent.  Construction, assumptions and error probabilities:
@@ -33,10 +33,14 @@ docs/crypto.md, "Threshold key without a dealer".  The steps, numbered as there:
 8. Every party checks its share against its verification key and compares the fingerprint of the
    public key with everyone's.
 
-Security model: **semi-honest**, any coalition of at most t parties (n ≥ 2t + 1, BGW); the key's
-decryption then tolerates malicious parties (proofs of correct partial decryption,
-:mod:`smcdp.crypto.threshold`).  Not supported: n = 2 (a two-party product needs another method,
-e.g. Gilboa's oblivious-transfer or Paillier-based multiplication); a party that deviates during
+Two parties (n = 2, t = 1): BGW needs n ≥ 2t + 1, so every product above is instead a Paillier-based
+two-party multiplication under ephemeral keys party 1 makes for the ceremony (party 1 sends Enc(x_1),
+Enc(y_1); party 2 answers Enc(x_1)^(y_2)·Enc(y_1)^(x_2)·Enc(e_2); party 1 decrypts), and values to open
+are then sent by party 1 to party 2.
+
+Security model: **semi-honest**, any coalition of at most t parties (n ≥ 2t + 1 with BGW; for n = 2,
+one party, under DCR for the ephemeral keys); the key's decryption then tolerates malicious parties
+(proofs of correct partial decryption, :mod:`smcdp.crypto.threshold`).  A party that deviates during
 generation can make it fail or produce a bad key undetected (Nishide–Sakurai / Hazay et al. give the
 malicious version).
 """
