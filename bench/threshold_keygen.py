@@ -103,8 +103,13 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="ceremonies per (n, bits)")
     ap.add_argument("--ciphertexts", type=int, default=200, help="k for the decryption comparison")
     ap.add_argument("--decrypt-bits", type=int, default=2048)
-    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--json", action="store_true", help="print the measurements as JSON instead of tables")
+    ap.add_argument("--from-json", metavar="FILE", help="render the tables of an earlier --json run")
     args = ap.parse_args()
+    if args.from_json:
+        saved = json.loads(Path(args.from_json).read_text())
+        render(saved["keygen"], saved["decryption"])
+        return
     runs = []
     for bits in (int(b) for b in args.bits.split(",")):
         for n in (int(x) for x in args.parties.split(",")):
@@ -122,12 +127,17 @@ def main() -> None:
     if args.json:
         print(json.dumps({"keygen": runs, "decryption": dec}, indent=2))
         return
+    render(runs, dec)
+
+
+def render(runs: list[dict], dec: dict) -> None:
+    """The markdown tables of docs/benchmarks.md."""
     print("| n | t | bits | runs | median s | seconds of each run | candidates (median) | MB sent by party1 (median) |")
     print("|---|---|---|---|---|---|---|---|")
     groups: dict[tuple[int, int], list[dict]] = {}
     for r in runs:
         groups.setdefault((r["parties"], r["bits"]), []).append(r)
-    for (n, bits), rs in groups.items():
+    for (n, bits), rs in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         secs = [r["seconds"] for r in rs]
         print(
             f"| {n} | {rs[0]['threshold']} | {bits} | {len(rs)} | {statistics.median(secs):.1f} | "
@@ -150,8 +160,8 @@ def main() -> None:
         ("threshold: one party's partial decryption + per-ciphertext proofs", dec["each_partial_seconds_per_party"]),
         ("threshold: verify t + 1 × k per-ciphertext proofs", dec["each_verify_seconds"]),
     ]
-    for name, s in rows:
-        ms = s / k * 1e3
+    for name, sec in rows:
+        ms = sec / k * 1e3
         print(f"| {name} | {ms:.2f} | {ms / phe_ms:.1f} |")
 
 

@@ -163,6 +163,8 @@ class ThresholdPublicKey:
     verification_keys: tuple[int, ...]
     v: mpz = field(init=False, repr=False, compare=False)
     delta: int = field(init=False, repr=False, compare=False)
+    #: SHA-256 of the canonical JSON: two parties holding the same key hold the same fingerprint
+    fingerprint: bytes = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not (isinstance(self.parties, int) and 2 <= self.parties <= MAX_PARTIES):
@@ -182,15 +184,13 @@ class ThresholdPublicKey:
                 raise InvalidMessage(f"verification key of party {i} is not a unit mod N²")
         object.__setattr__(self, "v", verification_base(int(n)))
         object.__setattr__(self, "delta", math.factorial(self.parties))
+        object.__setattr__(
+            self, "fingerprint", hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).digest()
+        )
 
     @property
     def n(self) -> mpz:
         return self.public_key.n
-
-    @property
-    def fingerprint(self) -> bytes:
-        """SHA-256 of the canonical JSON: two parties holding the same key hold the same fingerprint."""
-        return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).digest()
 
     def nonce_bits(self) -> int:
         """Bits of a proof nonce r: |Δ s_i|·2^challenge, times 2^κ for statistical zero knowledge."""
