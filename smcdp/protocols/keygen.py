@@ -79,6 +79,9 @@ TRIAL_DIVISION_BOUND = 1 << 16
 #: the most parties a key ceremony supports
 MAX_PARTIES = 64
 KAPPA = STAT_BITS
+#: n = 2: the ephemeral small key's encryption tables are sized for this many encryptions per batch
+#: candidate (a guess at the whole ceremony's count; only the table's window depends on it)
+TABLE_USES = 24
 
 
 class KeygenFailed(SmcdpError):
@@ -235,6 +238,7 @@ class _Ceremony:
             for name, bits in sizes.items():
                 pk, sk = generate_keypair(bits, allow_insecure=True)  # above key_bits: never insecure
                 self.ek[name], self.ek_public[name] = sk, pk
+            self.ek["small"].prepare(TABLE_USES * self.params.batch)
             await self.ch.send(self.roles[1], tag, bigints([int(self.ek_public[k].n) for k in sizes]))
         else:
             msg = await self.ch.recv(self.roles[0], tag, pb.BigInts)
@@ -243,42 +247,54 @@ class _Ceremony:
                 if n_e.bit_length() != bits:
                     raise InvalidMessage(f"party1's {name} ephemeral key has {n_e.bit_length()} bits, {bits} expected")
                 self.ek_public[name] = PublicKey(n_e)
+            self.ek_public["small"].prepare(TABLE_USES * self.params.batch)
 
     async def two_party_products(
-        self, step: str, key: str, xs: list[int], ys: list[int], extra: list[int]
-    ) -> tuple[list[int], list[int]]:
+        self, step: str, key: str, xs: list[int], ys: list[int] | None, extra: list[int]
+    ) -> list[int]:
         """n = 2, Paillier-based multiplication under party 1's ephemeral key ``key``: for every entry,
         party 1 learns u = x_1·y_2 + y_1·x_2 + extra_2 (party 2's ``extra``, which masks or completes it)
         and party 2 learns nothing (it sees ciphertexts only; its answer is rerandomised by the fresh
-        encryption of extra_2).  Party 1 sends [Enc(x_1)], [Enc(y_1)]; party 2 answers
-        Enc(extra_2)·Enc(x_1)^(y_2)·Enc(y_1)^(x_2).  Returns (u for party 1, [] for party 2)."""
+        encryption of extra_2).  Party 1 sends [Enc(x_1)] and, unless ``ys`` is None (then u =
+        x_1·x_2 + extra_2: a product of one private value of each party), [Enc(y_1)]; party 2 answers
+        Enc(extra_2)·Enc(x_1)^(y_2)·Enc(y_1)^(x_2).  Returns u for party 1, [] for party 2."""
         pk = self.ek_public[key]
         count = len(xs)
+        cross = ys is not None
         tag_enc, tag_ret = self.tag(step + "/enc"), self.tag(step + "/ret")
         bound = pk.nsquare.bit_length()
+        # the small key serves thousands of products: a fixed-base table sized for them; the big key a
+        # handful: textbook obfuscators, no table
         if self.me == 1:
             sk = self.ek[key]
-            cts = [sk.raw_encrypt(v) for v in xs] + [sk.raw_encrypt(v) for v in ys]
+            enc = sk.raw_encrypt if key == "small" else pk.raw_encrypt_textbook
+            cts = [enc(v) for v in xs] + ([enc(v) for v in ys] if ys is not None else [])
             await self.ch.send(self.roles[1], tag_enc, bigints([int(c) for c in cts]))
             msg = await self.ch.recv(self.roles[1], tag_ret, pb.BigInts)
             back = pk.validate_ciphertexts(
                 from_bigints(msg, count=count, bound_bits=bound, what=tag_ret, nonnegative=True)
             )
-            return [sk.raw_decrypt_signed(c) for c in back], []
+            return [sk.raw_decrypt_signed(c) for c in back]
         msg = await self.ch.recv(self.roles[0], tag_enc, pb.BigInts)
         cts = pk.validate_ciphertexts(
-            from_bigints(msg, count=2 * count, bound_bits=bound, what=tag_enc, nonnegative=True), tag_enc
+            from_bigints(msg, count=(2 if cross else 1) * count, bound_bits=bound, what=tag_enc, nonnegative=True),
+            tag_enc,
         )
+        enc_pub = pk.raw_encrypt if key == "small" else pk.raw_encrypt_textbook
         out = []
         for c in range(count):
-            acc = pk.raw_encrypt(extra[c])
-            if ys[c]:
-                acc = pk.raw_add(acc, pk.raw_mul(cts[c], ys[c]))
-            if xs[c]:
-                acc = pk.raw_add(acc, pk.raw_mul(cts[count + c], xs[c]))
+            acc = enc_pub(extra[c])
+            if cross:
+                assert ys is not None
+                if ys[c]:
+                    acc = pk.raw_add(acc, pk.raw_mul(cts[c], ys[c]))
+                if xs[c]:
+                    acc = pk.raw_add(acc, pk.raw_mul(cts[count + c], xs[c]))
+            elif xs[c]:
+                acc = pk.raw_add(acc, pk.raw_mul(cts[c], xs[c]))
             out.append(int(acc))
         await self.ch.send(self.roles[0], tag_ret, bigints(out))
-        return [], []
+        return []
 
     # ----------------------------------------------------------- Shamir over Z_P
     def lam(self, P: int) -> list[int]:
@@ -376,9 +392,7 @@ class _Ceremony:
         r = [0] * count if self.me == 1 else [secrets.randbits(a_bits + KAPPA) for _ in range(count)]
         if n == 2:
             # A = a_1·a_2: party 1 learns a_1·a_2 − r_2 (Enc(a_1)^(a_2)·Enc(−r_2)), party 2 keeps r_2
-            zeros = [0] * count
-            xs, ys = (a, zeros) if self.me == 1 else (zeros, a)
-            u, _ = await self.two_party_products("sieve", "small", xs, ys, [-v for v in r])
+            u = await self.two_party_products("sieve", "small", a, None, [-v for v in r])
             return self._prime_shares(u if self.me == 1 else r)
         kinds = await self.shared("sieve/a", [(a, self.t), (r, self.t)], P)
         a_pts, r_pts = kinds
@@ -429,7 +443,7 @@ class _Ceremony:
             key = "big" if self.P_big == P else "small"
             own = [x * y + mask * v for x, y, v in zip(xs, ys, s_)]
             # party 1 learns x_1·y_2 + y_1·x_2 + (x_2·y_2 + mask·s_2) = w − x_1·y_1 − mask·s_1: nothing beyond w
-            u, _ = await self.two_party_products(step, key, xs, ys, own)
+            u = await self.two_party_products(step, key, xs, ys, own)
             tag = self.tag(step + "/open")
             if self.me == 1:
                 w = [a + b for a, b in zip(u, own)]
