@@ -1,4 +1,4 @@
-"""Dealer-free (t, n) threshold Paillier key generation (issue 36): Boneh–Franklin among the data parties.
+"""Dealer-free (t, n) threshold Paillier key generation: Boneh–Franklin among the data parties.
 
 Roles ``party1`` … ``partyN`` (N = ``parties`` ≥ 2), all symmetric; no dealer, no coordinator.  At the
 end every party holds the same :class:`~smcdp.crypto.threshold.ThresholdPublicKey` (modulus N = pq,
@@ -500,82 +500,96 @@ async def party(ch: Channel, params: KeygenParams) -> KeygenResult:
     st = _Ceremony(ch, params)
     if st.n == 2:
         await st.two_party_setup()
-    me, n, bits = st.me, st.n, params.key_bits
-    candidates = batches = tests = 0
+    counts = {"candidates": 0, "batches": 0, "tests": 0}
     found: tuple[int, int, int] | None = None
     while found is None:
-        if candidates >= params.max_candidates:
-            raise KeygenFailed(f"no biprime among {candidates} candidate moduli")
-        st.round += 1
-        batches += 1
-        ch.progress(round=st.round, step="sieve")
-        # step 1: K candidate p's and K candidate q's, sieved
-        k = params.batch
-        primes = await st.sieve(2 * k)
-        ps, qs = primes[:k], primes[k:]
-        # step 2: N for every pair
-        ch.progress(step="modulus")
-        Ns = await st.open_products("n", ps, qs, st.P_n)
-        candidates += k
-        # step 3: public trial division
-        alive = [
-            c for c in range(k) if Ns[c] > 0 and Ns[c].bit_length() == bits and gmpy2.gcd(Ns[c], _trial_product()) == 1
-        ]
-        if not alive:
-            continue
-        # step 4, first round for every survivor at once
-        ch.progress(step="biprimality")
-        tests += len(alive)
-        first = [_jacobi_share(me, Ns[c], ps[c], qs[c], _hash_to_jacobi_one(Ns[c], c, 0)) for c in alive]
-        got = await st.broadcast("jacobi/0", first, bits)
-        passing = []
-        for idx, c in enumerate(alive):
-            prod = mpz(1)
-            for i in range(n):
-                prod = prod * got[i][idx] % Ns[c]
-            if prod in (1, Ns[c] - 1):
-                passing.append(c)
-        for c in passing:
-            N = Ns[c]
-            rest = [
-                _jacobi_share(me, N, ps[c], qs[c], _hash_to_jacobi_one(N, c, r)) for r in range(1, params.jacobi_rounds)
-            ]
-            got = await st.broadcast(f"jacobi/rest/{c}", rest, bits)
-            ok = True
-            for r in range(len(rest)):
-                prod = mpz(1)
-                for i in range(n):
-                    prod = prod * got[i][r] % N
-                if prod not in (1, N - 1):
-                    ok = False
-                    break
-            if not ok:
-                continue
-            # step 5: gcd(N, p + q − 1) = 1
-            psi = ps[c] + qs[c] - (1 if me == 1 else 0)
-            rnd = secrets.randbits(bits + KAPPA)
-            s = secrets.randbits(params.s_bits)
-            (w,) = await st.open_products(f"gcd/{c}", [rnd], [psi], st.P_big, mask=N, s=[s])
-            if math.gcd(w % N, N) != 1:
-                continue
-            found = (N, ps[c], qs[c])
-            break
+        if counts["candidates"] >= params.max_candidates:
+            raise KeygenFailed(f"no biprime among {counts['candidates']} candidate moduli")
+        found = await _candidate_batch(st, counts)
     N, p_i, q_i = found
-    # step 6: d = β·φ, θ = d mod N
-    ch.progress(step="exponent")
-    phi_i = (N + 1 - p_i - q_i) if me == 1 else -(p_i + q_i)
+    theta, d_i = await _exponent(st, N, p_i, q_i)
+    del p_i, q_i
+    share = await _share_exponent(st, N, theta, d_i)
+    await _agree(st, share.public)
+    return KeygenResult(share, counts["candidates"], counts["batches"], counts["tests"], time.monotonic() - start)
+
+
+async def _candidate_batch(st: _Ceremony, counts: dict[str, int]) -> tuple[int, int, int] | None:
+    """Steps 1-5 for one batch of candidates: (N, p_i, q_i) of the first biprime N, or None."""
+    ch, params, me = st.ch, st.params, st.me
+    bits = params.key_bits
+    st.round += 1
+    counts["batches"] += 1
+    ch.progress(round=st.round, step="sieve")
+    # step 1: K candidate p's and K candidate q's, sieved
+    k = params.batch
+    primes = await st.sieve(2 * k)
+    ps, qs = primes[:k], primes[k:]
+    # step 2: N for every pair
+    ch.progress(step="modulus")
+    Ns = await st.open_products("n", ps, qs, st.P_n)
+    counts["candidates"] += k
+    # step 3: public trial division
+    alive = [
+        c for c in range(k) if Ns[c] > 0 and Ns[c].bit_length() == bits and gmpy2.gcd(Ns[c], _trial_product()) == 1
+    ]
+    if not alive:
+        return None
+    # step 4, first round for every survivor at once
+    ch.progress(step="biprimality")
+    counts["tests"] += len(alive)
+    first = [_jacobi_share(me, Ns[c], ps[c], qs[c], _hash_to_jacobi_one(Ns[c], c, 0)) for c in alive]
+    got = await st.broadcast("jacobi/0", first, bits)
+    passing = [c for idx, c in enumerate(alive) if _jacobi_passes(Ns[c], [row[idx] for row in got])]
+    for c in passing:
+        N = Ns[c]
+        # step 4, the remaining rounds for this candidate
+        rest = [
+            _jacobi_share(me, N, ps[c], qs[c], _hash_to_jacobi_one(N, c, r)) for r in range(1, params.jacobi_rounds)
+        ]
+        got = await st.broadcast(f"jacobi/rest/{c}", rest, bits)
+        if not all(_jacobi_passes(N, [row[r] for row in got]) for r in range(len(rest))):
+            continue
+        # step 5: gcd(N, p + q − 1) = 1
+        psi = ps[c] + qs[c] - (1 if me == 1 else 0)
+        rnd = secrets.randbits(bits + KAPPA)
+        s = secrets.randbits(params.s_bits)
+        (w,) = await st.open_products(f"gcd/{c}", [rnd], [psi], st.P_big, mask=N, s=[s])
+        if math.gcd(w % N, N) == 1:
+            return N, ps[c], qs[c]
+    return None
+
+
+def _jacobi_passes(N: int, factors: list[int]) -> bool:
+    """Step 4's check of one round: the product of every party's factor is ±1 mod N."""
+    prod = mpz(1)
+    for f in factors:
+        prod = prod * f % N
+    return prod in (1, N - 1)
+
+
+async def _exponent(st: _Ceremony, N: int, p_i: int, q_i: int) -> tuple[int, int]:
+    """Step 6: d = β·φ, θ = d mod N; returns (θ, this party's additive share d_i of d)."""
+    st.ch.progress(step="exponent")
+    phi_i = (N + 1 - p_i - q_i) if st.me == 1 else -(p_i + q_i)
     while True:
-        beta = secrets.randbits(bits + KAPPA)
-        s_i = secrets.randbits(params.s_bits)
+        beta = secrets.randbits(st.params.key_bits + KAPPA)
+        s_i = secrets.randbits(st.params.s_bits)
         (w,) = await st.open_products("theta", [beta], [phi_i], st.P_big, mask=N, s=[s_i])
         theta = w % N
         if w > 0 and math.gcd(theta, N) == 1:
             break
         st.round += 1  # pragma: no cover - probability about 2/sqrt(N)
-    d_i = (w if me == 1 else 0) - N * s_i
-    del p_i, q_i, phi_i, beta
-    # step 7: integer Shamir sharing of d_i with Feldman commitments
-    ch.progress(step="shares")
+    d_i = (w if st.me == 1 else 0) - N * s_i
+    del phi_i, beta
+    return int(theta), d_i
+
+
+async def _share_exponent(st: _Ceremony, N: int, theta: int, d_i: int) -> KeyShare:
+    """Step 7: integer Shamir sharing of d_i with Feldman commitments; every share checked against its
+    dealer's commitments; the verification keys from the combined commitments."""
+    params, me, n = st.params, st.me, st.n
+    st.ch.progress(step="shares")
     pk = PublicKey(N)
     n2 = pk.nsquare
     v = verification_base(N)
@@ -603,12 +617,15 @@ async def party(ch: Channel, params: KeygenParams) -> KeygenResult:
         for kk in range(params.threshold + 1):
             vk = vk * gmpy2.powmod(C[kk], delta * j**kk, n2) % n2
         vks.append(int(vk))
-    pub = ThresholdPublicKey(pk, n, params.threshold, int(theta), share_bits, tuple(vks))
+    pub = ThresholdPublicKey(pk, n, params.threshold, theta, share_bits, tuple(vks))
     share = KeyShare(pub, me, secret)
     share.check()
-    # step 8: everyone holds the same public key
+    return share
+
+
+async def _agree(st: _Ceremony, pub: ThresholdPublicKey) -> None:
+    """Step 8: everyone holds the same public key (its fingerprint broadcast and compared)."""
     fp = int.from_bytes(pub.fingerprint, "big")
     fps = await st.broadcast("fingerprint", [fp], 256)
     if any(f[0] != fp for f in fps):
         raise KeygenFailed("the parties computed different public keys")
-    return KeygenResult(share, candidates, batches, tests, time.monotonic() - start)
