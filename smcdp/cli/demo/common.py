@@ -33,6 +33,7 @@ from smcdp.runtime.chaos import Chaos, ChaosAction
 from smcdp.runtime.governance.charges import DEFAULT_LEDGER
 from smcdp.runtime.governance.policy import Policy, rules_for_layout
 from smcdp.runtime.local import LocalCluster
+from smcdp.states import SessionState
 
 DATA_PARTY_NAMES = ("alice", "bob", "carol", "erin", "frank", "grace", "heidi", "ivan", "judy", "mallory")
 
@@ -154,10 +155,10 @@ def session_watch(cluster: LocalCluster, party: str, session_id: str) -> Callabl
 
 def require_success(records: dict[str, dict]) -> None:
     """Raise the session's failure if any party did not succeed, naming the culprit."""
-    failed = {p: r for p, r in records.items() if r.get("state") != "succeeded"}
+    failed = {p: r for p, r in records.items() if r.get("state") != SessionState.SUCCEEDED}
     if failed:
         # a surviving party's record says how the session ended and who caused it
-        p, r = min(failed.items(), key=lambda kv: kv[1].get("state") != "failed")
+        p, r = min(failed.items(), key=lambda kv: kv[1].get("state") != SessionState.FAILED)
         err = r.get("error") or {}
         culprit = err.get("origin")
         raise error_for_code(

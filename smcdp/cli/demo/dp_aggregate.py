@@ -25,6 +25,7 @@ from smcdp.plugins.dp_aggregate import load_dataset
 from smcdp.protocols.dp_aggregate import CALIBRATIONS, PROTOCOL, DPAggregateParams
 from smcdp.runtime.governance.charges import BudgetConfig
 from smcdp.runtime.local import LocalCluster, bytes_sent
+from smcdp.states import SessionState
 
 #: delta of every data party's demo budget (a session costs K * 2^-64, see docs/governance.md)
 DEMO_DELTA = 1e-9
@@ -34,11 +35,11 @@ def _outcome(records: dict[str, dict], epsilon: float) -> dict:
     """One entry of the JSON's ``sessions``: released (Dave's weights) or refused (why)."""
     dave = records.get("dave") or {}
     sid = records["charlie"].get("session_id")
-    if dave.get("state") == "succeeded" and records["charlie"].get("state") == "succeeded":
+    if dave.get("state") == SessionState.SUCCEEDED and records["charlie"].get("state") == SessionState.SUCCEEDED:
         return {"session_id": sid, "status": "released", "epsilon": epsilon, "weights": dave["result"]["weights"]}
     err = records["charlie"].get("error") or {}
     if not err:
-        bad = next((r for r in records.values() if r.get("state") != "succeeded"), {})
+        bad = next((r for r in records.values() if r.get("state") != SessionState.SUCCEEDED), {})
         err = bad.get("error") or {}
     message = str(err.get("message", "unknown failure"))
     return {
