@@ -47,6 +47,7 @@ malicious version).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import secrets
@@ -108,18 +109,14 @@ def sieve_modulus(half_bits: int, parties: int) -> int:
         ell = int(gmpy2.next_prime(ell))
 
 
-_TRIAL_PRODUCT: mpz | None = None
-
-
+@functools.cache
 def _trial_product() -> mpz:
-    global _TRIAL_PRODUCT
-    if _TRIAL_PRODUCT is None:
-        prod, ell = mpz(1), mpz(2)
-        while ell < TRIAL_DIVISION_BOUND:
-            prod *= ell
-            ell = gmpy2.next_prime(ell)
-        _TRIAL_PRODUCT = prod
-    return _TRIAL_PRODUCT
+    """The product of the primes below TRIAL_DIVISION_BOUND (a constant, computed once)."""
+    prod, ell = mpz(1), mpz(2)
+    while ell < TRIAL_DIVISION_BOUND:
+        prod *= ell
+        ell = gmpy2.next_prime(ell)
+    return prod
 
 
 @dataclass(frozen=True)
