@@ -32,9 +32,12 @@ import math
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, NoReturn, TypeVar
 
 from smcdp.errors import InvalidMessage, ResourceExhausted
+
+#: the key of a count in CallQuotas: a peer, or a (peer, session id) pair
+_K = TypeVar("_K")
 
 MIB = 1024 * 1024
 
@@ -591,7 +594,7 @@ class CallQuotas:
                 self._drop(self._bound, (peer, session_id))
 
     @staticmethod
-    def _drop(counts: dict, key) -> None:
+    def _drop(counts: dict[_K, int], key: _K) -> None:
         left = counts.get(key, 0) - 1
         if left > 0:
             counts[key] = left
@@ -625,7 +628,7 @@ def json_depth_exceeds(text: str, max_depth: int) -> bool:
 
 def bounded_json_object(
     text: str, what: str = "params_json", max_bytes: int = MAX_PARAMS_JSON_BYTES, max_depth: int = MAX_JSON_DEPTH
-) -> dict:
+) -> dict[str, Any]:
     """Parse a JSON object whose size and nesting are checked before the parser sees it."""
     if not text:
         return {}
@@ -643,5 +646,5 @@ def bounded_json_object(
     return value
 
 
-def _no_constant(name: str):
+def _no_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not a JSON number")

@@ -45,12 +45,14 @@ import json
 import logging
 import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from types import ModuleType
+from typing import Any, Literal, NoReturn, ParamSpec, Protocol, TypeAlias, TypeVar, overload
 
 import grpc
-from google.protobuf.message import DecodeError
+from google.protobuf.descriptor import ServiceDescriptor
+from google.protobuf.message import DecodeError, Message
 from grpc_health.v1 import health_pb2
 from grpc_health.v1._async import HealthServicer as AsyncHealthServicer
 
@@ -71,7 +73,7 @@ from smcdp.net.grpc_channel import (
     PEER_INTERNAL,
     status_code_of,
 )
-from smcdp.net.limits import CallQuotas, Limits, bounded_json_object
+from smcdp.net.limits import CallQuotas, InboundBudget, Limits, bounded_json_object
 from smcdp.net.tls import PARTY_NAME_RE, TlsMaterial
 from smcdp.states import SessionState
 from smcdp.v1 import transport_pb2 as tpb
@@ -90,6 +92,18 @@ MAX_CHUNK = 4 * 1024 * 1024
 SERVICE_NAMES = ("smcdp.v1.Mailbox", "smcdp.v1.Control")
 #: trailing metadata of a StartSession that ran and failed (value: the session id)
 SESSION_FAILED_METADATA = "smcdp-session-failed"
+
+#: the context of a call this module serves.  Its handlers never read or write messages through it (only
+#: the caller's identity, trailing metadata and abort), and the requests they receive are decoded here
+#: (:class:`Undecodable`), so its request and response type parameters say nothing about them.
+_Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
+#: a handler as gRPC calls it: ``(request or request iterator, context)``, a coroutine (unary response)
+#: or an async generator (streamed response); picked by name from a service descriptor at run time
+_Behaviour: TypeAlias = Callable[[Any, _Context], Any]
+_M = TypeVar("_M", bound=Message)
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+_P = ParamSpec("_P")
 
 
 def validate_session_id(session_id: Any) -> str:
@@ -136,7 +150,7 @@ def new_session_id(protocol: str) -> str:
     return f"{stem}-{_dt.datetime.now(_dt.UTC):%Y%m%dT%H%M%S}-{secrets.token_hex(4)}"
 
 
-def peer_identity(context: grpc.aio.ServicerContext) -> str:
+def peer_identity(context: _Context) -> str:
     """The party name of the caller: the CN of its verified client certificate."""
     auth = context.auth_context() or {}
     cns = list(auth.get("x509_common_name") or [])
@@ -156,7 +170,7 @@ class InboundTarget(Protocol):
     rest of it is read.
     """
 
-    budget: Any
+    budget: InboundBudget | None
 
     def accept_threadsafe(self, sender_role: str, tag: str, type_url: str, data: bytes) -> bool:
         """Store the message and hand it on; False for a duplicate of one already held."""
@@ -210,7 +224,7 @@ def parse_roles(roles: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def parse_params_json(text: str) -> dict:
+def parse_params_json(text: str) -> dict[str, Any]:
     """A session's parameters: a JSON object of bounded size and depth (checked before parsing)."""
     return bounded_json_object(text, "params_json")
 
@@ -240,14 +254,15 @@ class Undecodable:
     reason: str
 
 
-def checked(request: Any) -> Any:
+def checked(request: _T | Undecodable) -> _T:
+    """``request`` itself once it decoded; InvalidMessage (INVALID_ARGUMENT) if it did not."""
     if isinstance(request, Undecodable):
         raise InvalidMessage(f"the request is not a valid {request.type_name}: {request.reason}")
     return request
 
 
-def _tolerant_deserializer(cls):
-    def deserialize(data: bytes):
+def _tolerant_deserializer(cls: type[_M]) -> Callable[[bytes], _M | Undecodable]:
+    def deserialize(data: bytes) -> _M | Undecodable:
         msg = cls()
         try:
             msg.ParseFromString(data)
@@ -303,7 +318,7 @@ class PeerHost(abc.ABC):
     async def abort(self, peer: str, session_id: str, code: str, message: str, culprit: str | None = None) -> None: ...
 
     @abc.abstractmethod
-    async def heartbeat(self, peer: str, session_id: str, incarnation: str, round: int) -> dict:
+    async def heartbeat(self, peer: str, session_id: str, incarnation: str, round: int) -> dict[str, Any]:
         """This party's view of ``session_id`` for a participant's liveness probe:
         ``{"state", "incarnation", "round", "code", "culprit"}`` (state "unknown" if it has none)."""
 
@@ -345,10 +360,10 @@ class OperatorHost(abc.ABC):
         return session_id
 
     @abc.abstractmethod
-    async def get_status(self, session_id: str) -> dict: ...
+    async def get_status(self, session_id: str) -> dict[str, Any]: ...
 
     @abc.abstractmethod
-    async def resume_session(self, session_id: str) -> dict: ...
+    async def resume_session(self, session_id: str) -> dict[str, Any]: ...
 
     @abc.abstractmethod
     async def start_session(
@@ -359,19 +374,19 @@ class OperatorHost(abc.ABC):
         session_id: str | None,
         timeout: float | None,
         seed: int | None,
-    ) -> dict: ...
+    ) -> dict[str, Any]: ...
 
     @abc.abstractmethod
-    async def get_result(self, session_id: str) -> dict: ...
+    async def get_result(self, session_id: str) -> dict[str, Any]: ...
 
     # -- governance (docs/governance.md).  A host without it answers UNIMPLEMENTED.
-    async def list_sessions(self, pending_only: bool) -> list[dict]:
+    async def list_sessions(self, pending_only: bool) -> list[dict[str, Any]]:
         raise _unimplemented("ListSessions")
 
-    async def show_session(self, session_id: str) -> dict:
+    async def show_session(self, session_id: str) -> dict[str, Any]:
         raise _unimplemented("ShowSession")
 
-    async def decide(self, session_id: str, approve: bool, reason: str) -> dict:
+    async def decide(self, session_id: str, approve: bool, reason: str) -> dict[str, Any]:
         raise _unimplemented("ApproveSession/RejectSession")
 
 
@@ -381,7 +396,7 @@ def _unimplemented(what: str) -> SmcdpError:
     return exc
 
 
-async def _fail(context: grpc.aio.ServicerContext, exc: BaseException, what: str):
+async def _fail(context: _Context, exc: BaseException, what: str) -> NoReturn:
     code = status_code_of(exc)
     origin = getattr(exc, "origin", None)
     if isinstance(origin, str) and PARTY_NAME_RE.match(origin):
@@ -399,6 +414,11 @@ async def _fail(context: grpc.aio.ServicerContext, exc: BaseException, what: str
 LIVENESS_POLL_SECONDS = 2.0
 
 
+#: what the reader of a Stream call queues for its sender, in order: a message's Ack (done once the message
+#: is durable), the refusal that ends the call, or None where the peer half-closed it
+_AckItem: TypeAlias = asyncio.Future[tpb.Ack] | Exception | None
+
+
 class _MessageCall:
     """One Deliver or Stream call of ``peer``: *idle* until its first envelope names a session the peer
     holds a role in, then *bound* to that session (:class:`smcdp.net.limits.CallQuotas`).
@@ -409,9 +429,9 @@ class _MessageCall:
     is ended by the server (without it, 520 idle Stream calls of one member took every call slot of
     the party).  Reads themselves stay plain awaits: the watchdog costs one timer per call, not per message."""
 
-    _END = object()
-
-    def __init__(self, servicer: MailboxServicer, peer: str, request_iterator) -> None:
+    def __init__(
+        self, servicer: MailboxServicer, peer: str, request_iterator: AsyncIterable[tpb.Envelope | Undecodable]
+    ) -> None:
         self.servicer = servicer
         self.peer = peer
         self.it = request_iterator.__aiter__()
@@ -420,14 +440,15 @@ class _MessageCall:
         self.closed = False
         self.ended: BaseException | None = None  # why the bound session takes no more messages
         self._waiting = False
-        self._reader: asyncio.Task | None = None
-        self._watchdog: asyncio.Task | None = None
+        self._reader: asyncio.Task[Any] | None = None
+        self._watchdog: asyncio.Task[None] | None = None
 
-    async def _read(self):
+    async def _read(self) -> tpb.Envelope | Undecodable | None:
+        """The next request, or None at the end of the call."""
         try:
             return await self.it.__anext__()
         except StopAsyncIteration:
-            return self._END
+            return None
 
     async def next(self) -> tpb.Envelope | None:
         """The next envelope (checked: not undecodable), or None at the end of the call."""
@@ -450,7 +471,7 @@ class _MessageCall:
                 raise self.ended from None
             finally:
                 self._waiting = False
-        return None if item is self._END else checked(item)
+        return None if item is None else checked(item)
 
     async def _watch(self) -> None:
         session_id = self.session_id
@@ -497,8 +518,11 @@ class MailboxServicer(tgrpc.MailboxServicer):
         self.quotas = quotas if quotas is not None else CallQuotas(Limits(), host.name)
         self.idle_seconds = idle_seconds if idle_seconds is not None else self.quotas.limits.call_idle_seconds
 
-    async def Deliver(self, request_iterator, context):
-        failure = peer = first = call = None
+    async def Deliver(self, request_iterator: AsyncIterable[tpb.Envelope | Undecodable], context: _Context) -> tpb.Ack:
+        failure: Exception | None = None
+        peer: str | None = None
+        first: tpb.Envelope | None = None
+        call: _MessageCall | None = None
         try:
             peer = peer_identity(context)
             call = _MessageCall(self, peer, request_iterator)
@@ -512,18 +536,23 @@ class MailboxServicer(tgrpc.MailboxServicer):
             if call is not None:
                 call.close()
         first = None  # noqa: F841 - not kept alive by the abort (see _receive)
+        assert failure is not None  # the call returned unless it failed
         await self._refuse(context, peer, failure, "Deliver")
 
-    async def Stream(self, request_iterator, context):
+    async def Stream(
+        self, request_iterator: AsyncIterable[tpb.Envelope | Undecodable], context: _Context
+    ) -> AsyncIterator[tpb.Ack]:
         """Deliver for many messages of one session on one call: an Ack per message, in order; the first
         refusal ends the call, and so does the end of the session.
 
         Pipelined: the next message is read, checked and handed to its role while the journal syncs the
         ones before it (their syncs share one fsync); each Ack waits for its message to be durable."""
-        failure = peer = call = None
-        acks: asyncio.Queue = asyncio.Queue()
+        failure: Exception | None = None
+        peer: str | None = None
+        call: _MessageCall | None = None
+        acks: asyncio.Queue[_AckItem] = asyncio.Queue()
         window = asyncio.Semaphore(STREAM_READ_AHEAD)
-        reader: asyncio.Task | None = None
+        reader: asyncio.Task[None] | None = None
         try:
             peer = peer_identity(context)
             call = _MessageCall(self, peer, request_iterator)
@@ -548,9 +577,10 @@ class MailboxServicer(tgrpc.MailboxServicer):
                     item.cancel()
             if call is not None:
                 call.close()
+        assert failure is not None  # the call returned unless it failed
         await self._refuse(context, peer, failure, "Stream")
 
-    async def _read_stream(self, call: _MessageCall, acks: asyncio.Queue, window: asyncio.Semaphore) -> None:
+    async def _read_stream(self, call: _MessageCall, acks: asyncio.Queue[_AckItem], window: asyncio.Semaphore) -> None:
         """The messages of a Stream call, one after the other, each stored at once; its Ack (a task that
         waits for durability) or the refusal goes into ``acks`` in order.  At most STREAM_READ_AHEAD
         messages are read ahead of their Acks: a sender that never reads its Acks holds nothing more."""
@@ -569,7 +599,19 @@ class MailboxServicer(tgrpc.MailboxServicer):
             exc.__traceback__ = None
             acks.put_nowait(exc)
 
-    async def _receive(self, call: _MessageCall, first: tpb.Envelope, last: bool = False, durable: bool = True):
+    @overload
+    async def _receive(
+        self, call: _MessageCall, first: tpb.Envelope, last: bool = ..., durable: Literal[True] = ...
+    ) -> tpb.Ack: ...
+
+    @overload
+    async def _receive(
+        self, call: _MessageCall, first: tpb.Envelope, last: bool = ..., *, durable: Literal[False]
+    ) -> Coroutine[Any, Any, tpb.Ack]: ...
+
+    async def _receive(
+        self, call: _MessageCall, first: tpb.Envelope, last: bool = False, durable: bool = True
+    ) -> tpb.Ack | Coroutine[Any, Any, tpb.Ack]:
         """One message whose first chunk is ``first`` (the rest come from ``call``): checked, charged to the
         session's budget before a byte is buffered, delivered; the Ack.  ``last``: the call holds nothing
         else (Deliver), which is checked before the message is delivered.  ``durable`` False: the message
@@ -647,15 +689,15 @@ class MailboxServicer(tgrpc.MailboxServicer):
         await asyncio.shield(asyncio.wrap_future(target.durable_future()))
         return tpb.Ack(duplicate=duplicate, bytes=nbytes)
 
-    async def _refuse(self, context, peer: str | None, failure: BaseException, what: str) -> None:
+    async def _refuse(self, context: _Context, peer: str | None, failure: BaseException, what: str) -> NoReturn:
         failure.__traceback__ = None
         self._observe(self.host.inbound_refused, peer, status_code_of(failure).name)
         await _fail(context, failure, what)
 
     @staticmethod
-    def _observe(fn, *args) -> None:
+    def _observe(fn: Callable[_P, object], *args: _P.args, **kwargs: _P.kwargs) -> None:
         try:
-            fn(*args)
+            fn(*args, **kwargs)
         except Exception:  # noqa: BLE001 - observation never changes what the peer is answered
             log.exception("observing a delivery failed")
 
@@ -675,7 +717,7 @@ class MailboxServicer(tgrpc.MailboxServicer):
         if env.chunk_count > max(1, env.total_size):
             raise InvalidMessage(f"chunk_count {env.chunk_count} is larger than total_size {env.total_size} allows")
 
-    async def Propose(self, request, context):
+    async def Propose(self, request: tpb.SessionSpec | Undecodable, context: _Context) -> tpb.ProposeReply:
         try:
             peer = peer_identity(context)
             spec = spec_from_message(checked(request))
@@ -686,7 +728,7 @@ class MailboxServicer(tgrpc.MailboxServicer):
         except Exception as exc:  # noqa: BLE001
             await _fail(context, exc, "Propose")
 
-    async def Begin(self, request, context):
+    async def Begin(self, request: tpb.SessionRef | Undecodable, context: _Context) -> tpb.BeginReply:
         try:
             peer = peer_identity(context)
             await self.host.begin(peer, validate_session_id(checked(request).session_id))
@@ -694,7 +736,7 @@ class MailboxServicer(tgrpc.MailboxServicer):
         except Exception as exc:  # noqa: BLE001
             await _fail(context, exc, "Begin")
 
-    async def Abort(self, request, context):
+    async def Abort(self, request: tpb.AbortRequest | Undecodable, context: _Context) -> tpb.AbortReply:
         try:
             peer = peer_identity(context)
             request = checked(request)
@@ -708,7 +750,7 @@ class MailboxServicer(tgrpc.MailboxServicer):
         except Exception as exc:  # noqa: BLE001
             await _fail(context, exc, "Abort")
 
-    async def Heartbeat(self, request, context):
+    async def Heartbeat(self, request: tpb.HeartbeatRequest | Undecodable, context: _Context) -> tpb.HeartbeatReply:
         try:
             peer = peer_identity(context)
             view = await self.host.heartbeat(
@@ -721,7 +763,7 @@ class MailboxServicer(tgrpc.MailboxServicer):
         except Exception as exc:  # noqa: BLE001
             await _fail(context, exc, "Heartbeat")
 
-    async def Resume(self, request, context):
+    async def Resume(self, request: tpb.SessionRef | Undecodable, context: _Context) -> tpb.ResumeReply:
         try:
             peer = peer_identity(context)
             role = await self.host.resume(peer, validate_session_id(checked(request).session_id))
@@ -729,7 +771,7 @@ class MailboxServicer(tgrpc.MailboxServicer):
         except Exception as exc:  # noqa: BLE001
             await _fail(context, exc, "Resume")
 
-    async def Waiting(self, request, context):
+    async def Waiting(self, request: tpb.WaitingNotice | Undecodable, context: _Context) -> tpb.WaitingReply:
         try:
             peer = peer_identity(context)
             request = checked(request)
@@ -740,7 +782,7 @@ class MailboxServicer(tgrpc.MailboxServicer):
         except Exception as exc:  # noqa: BLE001
             await _fail(context, exc, "Waiting")
 
-    async def Witness(self, request, context):
+    async def Witness(self, request: tpb.SignedAuditHead | Undecodable, context: _Context) -> tpb.SignedAuditHead:
         try:
             peer = peer_identity(context)
             request = checked(request)
@@ -753,7 +795,7 @@ class MailboxServicer(tgrpc.MailboxServicer):
         except Exception as exc:  # noqa: BLE001
             await _fail(context, exc, "Witness")
 
-    async def GetWitnessed(self, request, context):
+    async def GetWitnessed(self, request: tpb.WitnessQuery | Undecodable, context: _Context) -> tpb.WitnessedHeads:
         try:
             peer = peer_identity(context)
             checked(request)
@@ -765,7 +807,7 @@ class MailboxServicer(tgrpc.MailboxServicer):
             await _fail(context, exc, "GetWitnessed")
 
 
-def _info_message(info: dict) -> tpb.SessionInfo:
+def _info_message(info: Mapping[str, Any]) -> tpb.SessionInfo:
     return tpb.SessionInfo(
         session_id=str(info.get("session_id", "")),
         state=str(info.get("state", "")),
@@ -773,10 +815,16 @@ def _info_message(info: dict) -> tpb.SessionInfo:
     )
 
 
-def _record_message(record: dict) -> tpb.SessionRecord:
+def _record_message(record: Mapping[str, Any]) -> tpb.SessionRecord:
     return tpb.SessionRecord(
         session_id=record["session_id"], state=record["state"], record_json=json.dumps(record, sort_keys=True)
     )
+
+
+class _NamesSession(Protocol):
+    """A request that names a session (``SessionRef``, ``DecisionRequest``)."""
+
+    session_id: str
 
 
 class ControlServicer(tgrpc.ControlServicer):
@@ -785,7 +833,7 @@ class ControlServicer(tgrpc.ControlServicer):
     def __init__(self, host: OperatorHost) -> None:
         self.host = host
 
-    def _operator(self, context) -> None:
+    def _operator(self, context: _Context) -> None:
         peer = peer_identity(context)
         if peer != self.host.name:
             raise PermissionDenied(
@@ -793,12 +841,14 @@ class ControlServicer(tgrpc.ControlServicer):
                 f"sessions; the caller is {peer!r}"
             )
 
-    def _session_id(self, request, exact: bool = False) -> str:
+    def _session_id(self, request: _NamesSession | Undecodable, exact: bool = False) -> str:
         """The session an operator's request names, resolved by the host (a name without its prefix);
         ``exact``: a decision (approve, reject), which a short name must not reach across namespaces."""
         return self.host.resolve_session_id(validate_session_id(checked(request).session_id), exact=exact)
 
-    async def StartSession(self, request, context):
+    async def StartSession(
+        self, request: tpb.StartSessionRequest | Undecodable, context: _Context
+    ) -> tpb.SessionRecord:
         try:
             self._operator(context)
             request = checked(request)
@@ -816,7 +866,7 @@ class ControlServicer(tgrpc.ControlServicer):
         except Exception as exc:  # noqa: BLE001
             await _fail(context, exc, "StartSession")
 
-    async def _finish(self, context, record: dict) -> tpb.SessionRecord:
+    async def _finish(self, context: _Context, record: Mapping[str, Any]) -> tpb.SessionRecord:
         """A session's record as the reply, or -- if it failed -- its status code with the culprit."""
         if record["state"] == SessionState.FAILED:
             err = record.get("error") or {}
@@ -832,7 +882,7 @@ class ControlServicer(tgrpc.ControlServicer):
             )
         return _record_message(record)
 
-    async def GetResult(self, request, context):
+    async def GetResult(self, request: tpb.SessionRef | Undecodable, context: _Context) -> tpb.SessionRecord:
         try:
             self._operator(context)
             record = await self.host.get_result(self._session_id(request))
@@ -840,7 +890,7 @@ class ControlServicer(tgrpc.ControlServicer):
         except Exception as exc:  # noqa: BLE001
             await _fail(context, exc, "GetResult")
 
-    async def GetStatus(self, request, context):
+    async def GetStatus(self, request: tpb.SessionRef | Undecodable, context: _Context) -> tpb.SessionStatus:
         try:
             self._operator(context)
             status = await self.host.get_status(self._session_id(request))
@@ -850,7 +900,7 @@ class ControlServicer(tgrpc.ControlServicer):
         except Exception as exc:  # noqa: BLE001
             await _fail(context, exc, "GetStatus")
 
-    async def ResumeSession(self, request, context):
+    async def ResumeSession(self, request: tpb.SessionRef | Undecodable, context: _Context) -> tpb.SessionRecord:
         try:
             self._operator(context)
             record = await self.host.resume_session(self._session_id(request))
@@ -861,34 +911,34 @@ class ControlServicer(tgrpc.ControlServicer):
             await _fail(context, exc, "ResumeSession")
 
     # -- governance
-    async def _governance(self, context, what: str, call):
+    async def _governance(self, context: _Context, what: str, call: Callable[[], Awaitable[_R]]) -> _R:
         try:
             self._operator(context)
             return await call()
         except Exception as exc:  # noqa: BLE001
             await _fail(context, exc, what)
 
-    async def ListSessions(self, request, context):
-        async def call():
+    async def ListSessions(self, request: tpb.ListSessionsRequest | Undecodable, context: _Context) -> tpb.SessionList:
+        async def call() -> tpb.SessionList:
             items = await self.host.list_sessions(bool(checked(request).pending_only))
             return tpb.SessionList(sessions=[_info_message(i) for i in items])
 
         return await self._governance(context, "ListSessions", call)
 
-    async def ShowSession(self, request, context):
-        async def call():
+    async def ShowSession(self, request: tpb.SessionRef | Undecodable, context: _Context) -> tpb.SessionInfo:
+        async def call() -> tpb.SessionInfo:
             return _info_message(await self.host.show_session(self._session_id(request)))
 
         return await self._governance(context, "ShowSession", call)
 
-    async def ApproveSession(self, request, context):
-        async def call():
+    async def ApproveSession(self, request: tpb.DecisionRequest | Undecodable, context: _Context) -> tpb.SessionInfo:
+        async def call() -> tpb.SessionInfo:
             return _info_message(await self.host.decide(self._session_id(request, exact=True), True, ""))
 
         return await self._governance(context, "ApproveSession", call)
 
-    async def RejectSession(self, request, context):
-        async def call():
+    async def RejectSession(self, request: tpb.DecisionRequest | Undecodable, context: _Context) -> tpb.SessionInfo:
+        async def call() -> tpb.SessionInfo:
             return _info_message(
                 await self.host.decide(self._session_id(request, exact=True), False, checked(request).reason)
             )
@@ -928,10 +978,10 @@ def server_options(limits: Limits) -> list[tuple[str, int]]:
     ]
 
 
-def _counted(fn, quotas: CallQuotas, what: str):
+def _counted(fn: _Behaviour, quotas: CallQuotas, what: str) -> _Behaviour:
     """``fn`` (a handler) counted against the caller's call quota, refused at once past it."""
 
-    async def enter(context) -> str:
+    async def enter(context: _Context) -> str:
         try:
             peer = peer_identity(context)
         except Unauthenticated:
@@ -944,7 +994,7 @@ def _counted(fn, quotas: CallQuotas, what: str):
 
     if inspect.isasyncgenfunction(fn):
 
-        async def streaming(request, context):
+        async def streaming(request: Any, context: _Context) -> AsyncIterator[Any]:
             peer = await enter(context)
             try:
                 async for item in fn(request, context):
@@ -954,7 +1004,7 @@ def _counted(fn, quotas: CallQuotas, what: str):
 
         return streaming
 
-    async def unary(request, context):
+    async def unary(request: Any, context: _Context) -> Any:
         peer = await enter(context)
         try:
             return await fn(request, context)
@@ -964,12 +1014,12 @@ def _counted(fn, quotas: CallQuotas, what: str):
     return unary
 
 
-def _watch_counted(fn, quotas: CallQuotas):
+def _watch_counted(fn: _Behaviour, quotas: CallQuotas) -> _Behaviour:
     """A Health.Watch handler bounded by the Watch quotas (:meth:`CallQuotas.enter_watch`) *before* it counts
     against the caller's calls: a Watch never ends by itself, and members reopening refused ones must not
     hold the slots every other call needs, even for the moment of a refusal."""
 
-    async def watch(request, context):
+    async def watch(request: Any, context: _Context) -> Any:
         try:
             peer = peer_identity(context)
         except Unauthenticated:
@@ -994,11 +1044,13 @@ _HANDLER_MAKERS = {
 }
 
 
-def _generic_handler(service_desc, servicer: Any, quotas: CallQuotas, messages) -> grpc.GenericRpcHandler:
+def _generic_handler(
+    service_desc: ServiceDescriptor, servicer: object, quotas: CallQuotas, messages: ModuleType
+) -> grpc.GenericRpcHandler[Any, Any]:
     """The service's handlers with this module's decoding (see :class:`Undecodable`), each call counted
     against the caller's quota (:class:`smcdp.net.limits.CallQuotas`).  ``messages``: the module holding
     the service's request and response classes."""
-    handlers = {}
+    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
     for m in service_desc.methods:
         if not hasattr(servicer, m.name):
             continue  # not served (grpc.health.v1's List): UNIMPLEMENTED
@@ -1021,14 +1073,14 @@ class _HealthServicer:
     def __init__(self, health: AsyncHealthServicer) -> None:
         self.health = health
 
-    async def Check(self, request, context):
+    async def Check(self, request: health_pb2.HealthCheckRequest | Undecodable, context: _Context) -> Any:
         try:
             request = checked(request)
         except InvalidMessage as exc:
             await _fail(context, exc, "Health.Check")
         return await self.health.Check(request, context)
 
-    async def Watch(self, request, context):
+    async def Watch(self, request: health_pb2.HealthCheckRequest | Undecodable, context: _Context) -> None:
         try:
             request = checked(request)
         except InvalidMessage as exc:
