@@ -50,9 +50,11 @@ from smcdp.protocols.secure_forward import (
     ForwardAlice,
     ForwardBob,
     ForwardParams,
+    Frames,
     forward_traffic,
 )
 from smcdp.speech.frontend import CMN_MODES
+from smcdp.speech.models import KeywordModels
 from smcdp.v1 import messages_pb2 as pb
 
 ALICE, BOB = "alice", "bob"
@@ -168,8 +170,8 @@ class AliceResult:
     keyword: str
     index: int
     log_likelihoods: list[float] | None = None
-    timings: dict = field(default_factory=dict)
-    stats: dict = field(default_factory=dict)
+    timings: dict[str, Any] = field(default_factory=dict)
+    stats: dict[str, object] = field(default_factory=dict)
     #: what this session used, for the next one's offline phase (:func:`prepare_alice`): the caller keeps it
     prepare_next: AliceSizes | None = None
 
@@ -177,14 +179,14 @@ class AliceResult:
 @dataclass
 class BobResult:
     n_models: int
-    timings: dict = field(default_factory=dict)
-    stats: dict = field(default_factory=dict)
+    timings: dict[str, Any] = field(default_factory=dict)
+    stats: dict[str, object] = field(default_factory=dict)
 
 
 # =============================================================================== Alice
 async def keyword_alice(
     ch: Channel,
-    X,
+    X: Frames,
     params: KeywordParams,
     *,
     private_key: PrivateKey | None = None,
@@ -257,7 +259,7 @@ async def keyword_alice(
         role.close()
 
 
-def _online_done(online: dict, w_on: float, c_on: float, streamed_frames: int | None) -> None:
+def _online_done(online: dict[str, Any], w_on: float, c_on: float, streamed_frames: int | None) -> None:
     """Alice's online clock stops at the keyword; a streamed utterance also reports the latency after its
     last frame (which left the front end at ``audio_done``: forward's clock starts with ours)."""
     online["seconds"] = online["keyword_at"] = time.perf_counter() - w_on
@@ -374,7 +376,7 @@ def _parse_label(label: bytes, bob: str) -> tuple[int, str]:
 # =============================================================================== Bob
 async def keyword_bob(
     ch: Channel,
-    models,
+    models: KeywordModels,
     params: KeywordParams,
     *,
     alice: str = ALICE,

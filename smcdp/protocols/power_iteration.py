@@ -55,10 +55,12 @@ import hashlib
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import NoReturn, SupportsInt, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 
 from smcdp._numbers import real
 from smcdp.compute.base import ComputeEngine, ComputeSession
@@ -99,6 +101,8 @@ from smcdp.protocols.base import ProtocolParams
 from smcdp.v1 import messages_pb2 as pb
 
 TRENT = "trent"
+#: receives a data party's blocks of its final projections: (first column, n_b × r block)
+XSink: TypeAlias = Callable[[int, np.ndarray], None]
 #: weights of a decoy combination sum to about 2^DECOY_WEIGHT_BITS
 DECOY_WEIGHT_BITS = 8
 #: how many recent real states a decoy combines
@@ -187,10 +191,10 @@ class PowerIterationParams(ProtocolParams):
     # ``iterations`` it sets T (dp_rounds_for_gap), never the data
 
     def validate(self) -> PowerIterationParams:
-        def bad(msg):
+        def bad(msg: str) -> NoReturn:
             raise InvalidMessage(f"power-iteration parameter {msg}")
 
-        def integer(name, lo, hi):
+        def integer(name: str, lo: int, hi: int) -> None:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
                 bad(f"{name}={v!r} must be an integer in [{lo}, {hi}]")
@@ -223,12 +227,12 @@ class PowerIterationParams(ProtocolParams):
         self._validate_dp(bad, integer)
         return self
 
-    def _validate_dp(self, bad, integer) -> None:
+    def _validate_dp(self, bad: Callable[[str], NoReturn], integer: Callable[[str, int, int], None]) -> None:
         """The DP mode's parameters: both epsilon and delta, or neither (the exact mode)."""
         if (self.epsilon is None) != (self.delta is None):
             bad("epsilon and delta go together: both select the differentially private mode")
 
-        def number(name, lo, hi):
+        def number(name: str, lo: float, hi: float) -> None:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo < v < hi:
                 bad(f"{name}={v!r} must be a number in ({lo:g}, {hi:g})")
@@ -476,7 +480,7 @@ class DPCalibration:
     epsilon_zcdp: float = math.nan  # zCDP (CKS conversion) of this sigma at delta
     epsilon_pld: float = math.nan  # exact PLD of the T composed Gaussians at delta
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, object]:
         return {
             "epsilon": self.epsilon,
             "delta": self.delta,
@@ -577,9 +581,9 @@ class DataPartyResult:
     # parties (None above ALPHA_INLINE_MAX columns: see x_sink); in the DP
     # mode A_iᵀu_1 itself, computed locally and never sent
     rounds: int
-    components: list[dict] = field(default_factory=list)  # [{"u": u_j}] for j = 1 … r
-    stats: dict = field(default_factory=dict)
-    dp: dict | None = None  # DP mode: the calibration (DPCalibration.as_dict) and clipped_columns
+    components: list[dict[str, list[float]]] = field(default_factory=list)  # [{"u": u_j}] for j = 1 … r
+    stats: dict[str, object] = field(default_factory=dict)
+    dp: dict[str, object] | None = None  # DP mode: the calibration (DPCalibration.as_dict) and clipped_columns
     prepare_next: Party1KeySizes | None = None  # what party1's next key is prepared for (prepare_party1)
 
 
@@ -592,8 +596,8 @@ class TrentResult:
     decoys: int
     converged: bool | None  # None in the DP mode: T fixed rounds, no data-dependent stopping
     round_seconds: list[float] = field(default_factory=list)  # wall time of each round at Trent
-    components: list[dict] = field(default_factory=list)  # [{"x": x_j}] for j = 1 … r
-    stats: dict = field(default_factory=dict)
+    components: list[dict[str, list[float]]] = field(default_factory=list)  # [{"x": x_j}] for j = 1 … r
+    stats: dict[str, object] = field(default_factory=dict)
 
 
 def sign_convention(v: np.ndarray) -> np.ndarray:
@@ -604,11 +608,11 @@ def sign_convention(v: np.ndarray) -> np.ndarray:
     return v
 
 
-def _ints(values) -> pb.Ints:
+def _ints(values: Iterable[SupportsInt]) -> pb.Ints:
     return pb.Ints(values=[int(v) for v in values])
 
 
-def check_matrix(A) -> np.ndarray:
+def check_matrix(A: npt.ArrayLike) -> np.ndarray:
     A = np.asarray(A)
     if A.ndim != 2 or A.shape[0] < 1 or A.shape[1] < 1:
         raise InputRejected("data must be a non-empty 2-D matrix", f"shape {A.shape}")
@@ -681,14 +685,14 @@ def _from_triu(values: np.ndarray, b: int) -> np.ndarray:
 # =============================================================================== data party
 async def data_party(
     ch: Channel,
-    data,
+    data: MatrixSource | npt.ArrayLike,
     params: PowerIterationParams,
     *,
     engine: ComputeEngine | None = None,
     private_key: PrivateKey | None = None,
     seed: SeedLike = None,
     allow_insecure_keys: bool = False,
-    x_sink: Callable[[int, np.ndarray], None] | None = None,
+    x_sink: XSink | None = None,
 ) -> DataPartyResult:
     """Role ``party<i>``: holds A_i (k × n_i) and the shared Paillier private key.
 
@@ -759,9 +763,9 @@ async def _data_party_rounds(
     engine: ComputeEngine,
     private_key: PrivateKey,
     sigma: np.ndarray,
-    rng,
+    rng: random.Random,
     seed: SeedLike,
-    x_sink,
+    x_sink: XSink | None,
 ) -> DataPartyResult:
     """Setup 3, the rounds and the final step of a data party, on its compute engine."""
     k, n_i = source.shape
@@ -789,7 +793,7 @@ async def _data_party_rounds(
 
 
 async def _setup3_padding_and_start(
-    ch: Channel, cs: ComputeSession, params: PowerIterationParams, rng, seed: SeedLike, k: int
+    ch: Channel, cs: ComputeSession, params: PowerIterationParams, rng: random.Random, seed: SeedLike, k: int
 ) -> tuple[float, np.ndarray]:
     """Setup 3: padding Ā_i = [A_i  ρ_i I] (ρ_i secret) and the start block C⁽⁰⁾ = Ā_i X⁽⁰⁾: (ρ_i, C⁽⁰⁾)."""
     b = params.block_size
@@ -874,7 +878,7 @@ async def _final_send_projections(
     us: np.ndarray,
     sigma: np.ndarray,
     n_i: int,
-    x_sink: Callable[[int, np.ndarray], None] | None,
+    x_sink: XSink | None,
 ) -> np.ndarray | None:
     """Final 3: σ_j·A_iᵀu_j in clear to Trent, in messages of params.final_chunk_rows samples; Trent
     normalises x_j.  Returns this party's block of x_1 up to σ_1 (None above ALPHA_INLINE_MAX columns)."""
@@ -970,7 +974,7 @@ async def _dp_data_party_rounds(
     engine: ComputeEngine,
     private_key: PrivateKey,
     seed: SeedLike,
-    x_sink,
+    x_sink: XSink | None,
 ) -> DataPartyResult:
     """The DP mode of a data party: T rounds of the noisy power method, then u from the last aggregate.
 
@@ -1054,7 +1058,7 @@ async def _cov_data_party(
     engine: ComputeEngine,
     private_key: PrivateKey,
     seed: SeedLike,
-    x_sink,
+    x_sink: XSink | None,
 ) -> DataPartyResult:
     """The covariance mode of a data party ("Analyze Gauss"): one noisy release of its clipped
     Ã_iÃ_iᵀ, then u from the sum of every party's release.
@@ -1103,9 +1107,7 @@ async def _cov_data_party(
     )
 
 
-async def _own_block(
-    cs: ComputeSession, us: np.ndarray, n_i: int, x_sink: Callable[[int, np.ndarray], None] | None
-) -> np.ndarray | None:
+async def _own_block(cs: ComputeSession, us: np.ndarray, n_i: int, x_sink: XSink | None) -> np.ndarray | None:
     """This party's own block A_iᵀu_j in the DP modes, computed here and never sent: its first column
     returned when it fits inline (ALPHA_INLINE_MAX), every block handed to ``x_sink`` as it comes."""
     alpha = np.empty(n_i) if n_i <= ALPHA_INLINE_MAX else None
@@ -1613,7 +1615,7 @@ async def _dp_trent(ch: Channel, params: PowerIterationParams, pk: PublicKey, k:
     )
 
 
-def blind_multiplier(rng, offset_bits: int, bits: int) -> int:
+def blind_multiplier(rng: random.Random, offset_bits: int, bits: int) -> int:
     """Trent's Gram blinding as an integer m_int = m_t·2^offset_bits, m_t log-uniform in [1, 2^bits).
 
     The float draw fixes the top 53 bits; the bits below are filled uniformly."""

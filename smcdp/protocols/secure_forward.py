@@ -78,11 +78,12 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import random
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Self, TypeAlias
 
 import numpy as np
 from gmpy2 import mpz
@@ -105,12 +106,19 @@ from smcdp.primitives.ot import ot_choose, ot_send
 from smcdp.primitives.rng import Randomness, SeedLike, as_randomness, protocol_rng
 from smcdp.protocols.base import ProtocolParams
 from smcdp.speech.forward import product_index_pairs, products, quadratic_coefficients, quadratic_forms
+from smcdp.speech.models import KeywordModels
 from smcdp.v1 import messages_pb2 as pb
 
 PROTOCOL_VERSION = 2
 KIND_CODES = MappingProxyType({"discrete": 0, "diag": 1, "full": 2, "gmm-diag": 3, "gmm-full": 4})  # read-only
 KIND_NAMES = MappingProxyType({v: k for k, v in KIND_CODES.items()})
 MAX_FRAMES = 100_000
+#: a chunk of Alice's observations: a T × d feature matrix, or T symbols (discrete models)
+FrameChunk: TypeAlias = np.ndarray | Sequence[Sequence[float]] | Sequence[int]
+#: all of them at once, or an async iterable of chunks (streaming)
+Frames: TypeAlias = FrameChunk | AsyncIterable[FrameChunk]
+#: the checked frames of one block (an empty list for a last block that holds none)
+_BlockFrames: TypeAlias = np.ndarray | list[np.ndarray]
 #: the largest shape the header format admits (the session's max_* parameters bound it further)
 MAX_MODELS, MAX_STATES, MAX_MIXTURES, MAX_FEATURES = 10_000, 1_000, 256, 1 << 16
 #: largest header (zero patterns included) a party accepts
@@ -167,7 +175,7 @@ class ForwardParams(ProtocolParams):
     max_features: int = 40  # 39 MFCCs with deltas; or 40 symbols
 
     @classmethod
-    def from_mapping(cls, m: Mapping[str, Any]):
+    def from_mapping(cls, m: Mapping[str, Any]) -> Self:
         if "range_bits" in m:
             raise InvalidMessage(
                 "range_bits was removed (issue 16): transitions are exact now, whatever "
@@ -341,8 +349,11 @@ class Shape:
         return None
 
     @classmethod
-    def of_models(cls, models, coef_bits: int) -> Shape:
+    def of_models(cls, models: KeywordModels, coef_bits: int) -> Shape:
+        # KeywordModels validated its arrays against its kind: discrete models carry emission
+        # probabilities, the others means (and mixtures their weights)
         if models.kind == "discrete":
+            assert models.n_symbols is not None
             return cls(
                 "discrete",
                 models.n_words,
@@ -354,6 +365,11 @@ class Shape:
                 models.transmat > 0,
                 None,
             )
+        assert models.n_features is not None
+        weights = None
+        if models.kind.startswith("gmm"):
+            assert models.weights is not None
+            weights = models.weights > 0
         return cls(
             models.kind,
             models.n_words,
@@ -363,7 +379,7 @@ class Shape:
             coef_bits,
             models.startprob > 0,
             models.transmat > 0,
-            models.weights > 0 if models.kind.startswith("gmm") else None,
+            weights,
         )
 
 
@@ -589,7 +605,9 @@ def _blobs_bytes(n: int, width: int) -> int:
     return n * (width + 6) + 16  # tag and length per value
 
 
-def forward_traffic(params: ForwardParams, key_bits: int, kind: str) -> tuple[list[tuple], list[tuple]]:
+def forward_traffic(
+    params: ForwardParams, key_bits: int, kind: str
+) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
     """What Alice and Bob receive at most in one run with Bob's emission ``kind``: ``(count, largest,
     total bytes)`` per kind of message, for Alice and for Bob: the session's byte envelope (docs/transport.md).
 
@@ -632,13 +650,13 @@ def forward_traffic(params: ForwardParams, key_bits: int, kind: str) -> tuple[li
     rounds = -(-max(0, T - 1) // m)
     ends = bT if m == 1 else min(bT, -(-bT // m) + 1)  # round ends among a block's frames (≥ frame 0's starts)
     block_offsets = ends * DN * paths + bT * n_mix
-    alice: list[tuple] = [
+    alice: list[tuple[int, ...]] = [
         (1, _ints_bytes(7 + DN + DN * N + n_mix), _ints_bytes(7 + DN + DN * N + n_mix)),  # hdr
         (1, _ints_bytes(1)),  # ready
         (nb, _bigints_bytes(block_offsets, ob), _bigints_bytes(DN + rounds * DN * paths + T * n_mix, ob) + 16 * nb),
         (1, _bigints_bytes(DN, ob)),  # fin-c
     ]
-    bob: list[tuple] = [(1, _ints_bytes(1)), (nb, _ints_bytes(2))]  # plan, blk
+    bob: list[tuple[int, ...]] = [(1, _ints_bytes(1)), (nb, _ints_bytes(2))]  # plan, blk
     if kind == "discrete":  # one OT batch per block (Naor–Pinkas)
         M, row = max(2, d), OT_VALUE_BYTES * DN
         alice += [
@@ -666,14 +684,15 @@ def forward_traffic(params: ForwardParams, key_bits: int, kind: str) -> tuple[li
 
 
 # =============================================================================== Bob's coefficients
-def model_coefficients(models, params: ForwardParams) -> tuple[np.ndarray, int]:
+def model_coefficients(models: KeywordModels, params: ForwardParams) -> tuple[np.ndarray, int]:
     """Bob: the coefficients of the distinct products, rows (δ, j[, c]) flattened, and the coefficient bits.
 
     With ``coef_bits="auto"`` the bits are ⌈log₂ max|c|⌉ rounded up to a multiple of 4 (public: Bob's
     coefficient magnitude class); up to 64.  A model whose coefficients do not fit is refused here,
     before anything is sent, with the model, state and value named.
     """
-    ct = models.covariance_type
+    ct, dim = models.covariance_type, models.n_features
+    assert ct is not None and dim is not None  # Gaussian emissions: ForwardBob calls this for no other kind
     per = [quadratic_coefficients(quadratic_forms(h, include_log_weight=False), ct) for h in models.hmms()]
     C = np.stack(per)  # (Δ, N, P) or (Δ, N, C, P)
     flat = C.reshape(-1, C.shape[-1])
@@ -692,8 +711,7 @@ def model_coefficients(models, params: ForwardParams) -> tuple[np.ndarray, int]:
         d, j = int(pos[0]), int(pos[1])
         comp = f", component {int(pos[2])}" if len(pos) > 2 else ""
         value = float(flat[row, p])
-        I, J = product_index_pairs(models.n_features, ct)
-        dim = models.n_features
+        I, J = product_index_pairs(dim, ct)
         what = ""
         if I[p] == J[p] and I[p] < dim:
             what = f" (the x_{int(I[p])}² term: variance ≈ {1 / (2 * abs(value)):.2g})"
@@ -716,7 +734,7 @@ def model_coefficients(models, params: ForwardParams) -> tuple[np.ndarray, int]:
 
 
 # =============================================================================== frames in
-def _check_frames(shape: Shape, X, params: ForwardParams, first: int) -> np.ndarray:
+def _check_frames(shape: Shape, X: FrameChunk, params: ForwardParams, first: int) -> np.ndarray:
     arr = np.asarray(X)
     if shape.kind == "discrete":
         if arr.ndim == 2 and arr.shape[1] == 1:
@@ -746,7 +764,7 @@ def _check_frames(shape: Shape, X, params: ForwardParams, first: int) -> np.ndar
     return out
 
 
-async def _as_chunks(X) -> AsyncIterator[Any]:
+async def _as_chunks(X: Frames) -> AsyncIterator[FrameChunk]:
     """An array is one chunk; an async iterable yields its chunks."""
     if isinstance(X, AsyncIterable):
         async for chunk in X:
@@ -775,8 +793,9 @@ class _Timeline:
     def __init__(self) -> None:
         self.count = 0
         self.total: int | None = None
-        self._exists: dict[int, asyncio.Future] = {}
-        self._values: dict[tuple[str, int], asyncio.Future] = {}
+        self._exists: dict[int, asyncio.Future[bool]] = {}
+        # per-frame values of several kinds (offsets, shares, ciphertext rows), told apart by their name
+        self._values: dict[tuple[str, int], asyncio.Future[Any]] = {}
         self._error: BaseException | None = None
 
     def announce(self, n: int, final: bool) -> None:
@@ -810,21 +829,21 @@ class _Timeline:
         assert self.total is not None  # exists() says a frame is missing only once the count is final
         return self.total - 1
 
-    def _future(self, name: str, t: int) -> asyncio.Future:
+    def _future(self, name: str, t: int) -> asyncio.Future[Any]:
         key = (name, t)
         f = self._values.get(key)
         if f is None:
             f = self._values[key] = asyncio.get_running_loop().create_future()
         return f
 
-    def put(self, name: str, t: int, value) -> None:
+    def put(self, name: str, t: int, value: object) -> None:
         self._future(name, t).set_result(value)
 
     def forget(self, name: str, t: int) -> None:
         """Drop frame t's value ``name`` (arrived or awaited): no one will ask for it again."""
         self._values.pop((name, t), None)
 
-    async def get(self, name: str, t: int, keep: bool = False):
+    async def get(self, name: str, t: int, keep: bool = False) -> Any:
         if self._error is not None:
             raise self._error
         f = self._future(name, t)
@@ -860,7 +879,7 @@ class AliceForward:
 
     frames: int
     n_models: int
-    timings: dict = field(default_factory=dict)
+    timings: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -869,7 +888,7 @@ class BobForward:
 
     log_likelihoods: EncryptedVector
     frames: int = 0
-    timings: dict = field(default_factory=dict)
+    timings: dict[str, Any] = field(default_factory=dict)
 
 
 # =============================================================================== Alice
@@ -909,7 +928,7 @@ class ForwardAlice:
         #: first frame s of an induction round -> how many groups have passed it (the last drops its frames)
         self._passed: dict[int, int] = {}
 
-    def _rng(self, *purpose: str):
+    def _rng(self, *purpose: str) -> random.Random:
         return protocol_rng(self.seed, *self.labels, self.ch.role, *purpose)
 
     def _prepared(self) -> tuple[Plan, Shape, ObfuscatorPool]:
@@ -980,7 +999,7 @@ class ForwardAlice:
         _close_threads(self)
 
     # ----------------------------------------------------------------------------- online
-    async def run(self, X) -> AliceForward:
+    async def run(self, X: Frames) -> AliceForward:
         """The observations: an array (T × d features, or T symbols), or an async iterable of chunks of
         frames (streaming: blocks leave as soon as they are complete)."""
         if self.plan is None:
@@ -1014,7 +1033,7 @@ class ForwardAlice:
         self.online.setdefault(name, time.perf_counter() - self._t0)
 
     # ------------------------------------------------------------------ step 1: emissions, block by block
-    async def _emissions(self, X) -> None:
+    async def _emissions(self, X: Frames) -> None:
         plan, shape, _ = self._prepared()
         B = plan.block
         buf: list[np.ndarray] = []
@@ -1044,7 +1063,7 @@ class ForwardAlice:
             raise
         self._mark("emissions_done")
 
-    async def _block(self, b: int, frames, final: bool) -> None:
+    async def _block(self, b: int, frames: _BlockFrames, final: bool) -> None:
         """Send block b (its frames' count, then the products or the OT choices) and take its emissions."""
         ch, tag, bob = self.ch, self.tag, self.bob
         plan, shape, pool = self._prepared()
@@ -1127,7 +1146,7 @@ class ForwardAlice:
         half = (1 << sh) >> 1
         return [[(vals[r * S + k] + half) >> sh for r in range(R)] for k in range(n)]
 
-    async def _discrete_block(self, b: int, symbols: np.ndarray) -> list[list[int | None]]:
+    async def _discrete_block(self, b: int, symbols: _BlockFrames) -> list[list[int | None]]:
         plan, shape, _ = self._prepared()
         rows = await ot_choose(
             self.ch,
@@ -1157,7 +1176,7 @@ class ForwardAlice:
             out.append(vals)
         return out
 
-    async def _mixture_block(self, b: int, first: int, q: list[list[int]], offsets) -> list[list[int]]:
+    async def _mixture_block(self, b: int, first: int, q: list[list[int]], offsets: list[list[int]]) -> list[list[int]]:
         """LOGSUM over the components of every (state, frame) of block b (steps E, W, L); v per state."""
         plan, shape, pool = self._prepared()
         N, C = shape.n_states, shape.n_mix
@@ -1359,7 +1378,7 @@ def _layout(layout: ls.LogsumLayout | None) -> ls.LogsumLayout:
 class _BobMasks:
     """Bob's masks, one labelled stream per frame and purpose (replayable, thread-order independent)."""
 
-    def __init__(self, plan: Plan, rng_of) -> None:
+    def __init__(self, plan: Plan, rng_of: Callable[..., random.Random]) -> None:
         self.plan = plan
         self.rng_of = rng_of
         self._emission: dict[int, list[int]] = {}
@@ -1472,7 +1491,7 @@ class ForwardBob:
     def __init__(
         self,
         ch: Channel,
-        models,
+        models: KeywordModels,
         params: ForwardParams,
         *,
         public_key: PublicKey,
@@ -1517,7 +1536,7 @@ class ForwardBob:
         # discrete models: fx(log b) per (model, state) row and symbol, None where b = 0
         self._log_b: list[list[int | None]] | None = None
 
-    def _rng(self, *purpose: str):
+    def _rng(self, *purpose: str) -> random.Random:
         return protocol_rng(self.seed, *self.labels, self.ch.role, *purpose)
 
     async def prepare(self) -> None:
@@ -1667,6 +1686,7 @@ class ForwardBob:
                 for l in plan.preds[d][j]
             }
             if plan.mixture:
+                assert models.weights is not None  # mixture models carry their weights (KeywordModels)
                 self._log_w = {
                     (d, j, c): ls.fx(math.log(models.weights[d, j, c]), F)
                     for d in range(D)
@@ -1933,7 +1953,7 @@ async def _quadratic_forms_block(
 # =============================================================================== one call per role
 async def forward_alice(
     ch: Channel,
-    X,
+    X: Frames,
     params: ForwardParams,
     *,
     private_key: PrivateKey,
@@ -1958,7 +1978,7 @@ async def forward_alice(
 
 async def forward_bob(
     ch: Channel,
-    models,
+    models: KeywordModels,
     params: ForwardParams,
     *,
     public_key: PublicKey,

@@ -49,13 +49,17 @@ docs/protocols/speaker.md says exactly who learns what and proves the fixed-poin
 from __future__ import annotations
 
 import math
+import random
 import struct
 import time
 from dataclasses import asdict, dataclass, field, fields
 from types import MappingProxyType
+from typing import Any, Self
 
 import gmpy2
 import numpy as np
+import numpy.typing as npt
+from gmpy2 import mpz
 
 from smcdp.crypto import dgk
 from smcdp.crypto.codec import (
@@ -132,7 +136,7 @@ class SpeakerParams(ForwardParams):
         if self.max_models == 0:
             self.max_models = self.models_needed()
 
-    def validate(self):
+    def validate(self) -> Self:
         super().validate()
         if isinstance(self.key_bits, bool) or not isinstance(self.key_bits, int) or not 256 <= self.key_bits <= 16384:
             raise InvalidMessage(
@@ -169,7 +173,9 @@ class SpeakerParams(ForwardParams):
         """L: |D| < 2^L on the grid 2^−F."""
         return SCORE_BOUND_BITS + self.log_frac_bits
 
-    def _forward_envelope(self, role: str, extra_alice, extra_bob) -> TrafficEnvelope:
+    def _forward_envelope(
+        self, role: str, extra_alice: list[tuple[int, ...]], extra_bob: list[tuple[int, ...]]
+    ) -> TrafficEnvelope:
         source = (
             f"{self.protocol_name} parameters ({self.max_frames} frames, {self.max_models} GMMs of "
             f"{self.max_mixtures} components, {self.max_features} features, {self.key_bits}-bit key)"
@@ -286,8 +292,8 @@ class VerifyResult:
 
     accept: bool | None
     frames: int = 0
-    timings: dict = field(default_factory=dict)
-    stats: dict = field(default_factory=dict)
+    timings: dict[str, Any] = field(default_factory=dict)
+    stats: dict[str, object] = field(default_factory=dict)
     prepare_next: AliceSizes | None = None
 
     @property
@@ -303,13 +309,13 @@ class IdentifyResult:
     learned: bool
     speaker: str | None = None
     frames: int = 0
-    timings: dict = field(default_factory=dict)
-    stats: dict = field(default_factory=dict)
+    timings: dict[str, Any] = field(default_factory=dict)
+    stats: dict[str, object] = field(default_factory=dict)
     prepare_next: AliceSizes | None = None
 
 
 # =============================================================================== shared pieces
-def _frames(X, params: SpeakerParams) -> np.ndarray:
+def _frames(X: npt.ArrayLike, params: SpeakerParams) -> np.ndarray:
     X = np.asarray(X, dtype=np.float64)
     if X.ndim != 2 or not 1 <= X.shape[0] <= min(params.max_frames, MAX_FRAMES):
         raise InputRejected(
@@ -330,15 +336,16 @@ def _threshold_int(threshold: float, F: int) -> int:
 
 async def _alice_forward(
     ch: Channel,
-    X,
+    X: np.ndarray,
     params: SpeakerParams,
     tag: str,
     seed: SeedLike,
     bob: str,
     allow_insecure_keys: bool,
     private_key: PrivateKey | None,
-):
-    """Step 1 and Alice's half of step 2: key, public key, secure forward.  Returns (sk, timings, frames)."""
+) -> tuple[PrivateKey, dict[str, Any], dict[str, Any], int, AliceSizes]:
+    """Step 1 and Alice's half of step 2: key, public key, secure forward.  Returns (sk, offline timings,
+    online timings with the clocks' starts, frames, what the next session is to be prepared for)."""
     t0 = time.perf_counter()
     c0 = time.process_time()
     obfuscators = None
@@ -392,7 +399,7 @@ async def _bob_forward(
     seed: SeedLike,
     alice: str,
     allow_insecure_keys: bool,
-):
+) -> tuple[PublicKey, list[mpz], dict[str, Any], dict[str, Any], int]:
     """Bob's half of steps 1-2: Alice's key, the secure forward on ``gmms``; ξ(ℓ) of every model."""
     t0 = time.perf_counter()
     c0 = time.process_time()
@@ -463,7 +470,7 @@ def prepare_alice(
     )
 
 
-def _close_clock(online: dict) -> dict:
+def _close_clock(online: dict[str, Any]) -> dict[str, Any]:
     w0, c0 = online.pop("w0"), online.pop("c0")
     online["seconds"] = time.perf_counter() - w0
     online["cpu_seconds"] = time.process_time() - c0
@@ -487,7 +494,9 @@ def induction_rounding(params: ForwardParams) -> float:
     return 1.0001 * (2.0**-41 + 2.0**-43 + eta) + 2.0**-41 + 2.0**-47
 
 
-def loglik_error_bound(models: SpeakerModels, gmms: list[DiagGMM], X, params: SpeakerParams) -> list[float]:
+def loglik_error_bound(
+    models: SpeakerModels, gmms: list[DiagGMM], X: npt.ArrayLike, params: SpeakerParams
+) -> list[float]:
     """For each GMM, the bound on |ℓ̂ − ℓ| (nats) of the secure forward algorithm on ``X``
     (docs/protocols/speaker.md): Σ_t ε_em(t) + δ_fin, ε_em(t) = max_c ε_c(t) + 2^{−41} + 2^{−43} + δ, the
     component error ε_c(t) = 2^{−f_p−1}‖c‖₁ + 2^{−f_c−1}‖z_t‖₁ + P·2^{−f_p−f_c−2} + 2^{−49}Σ|c_p z_tp| + 2^{−41}
@@ -514,7 +523,7 @@ def loglik_error_bound(models: SpeakerModels, gmms: list[DiagGMM], X, params: Sp
     return out
 
 
-def verify_error_bound(models: SpeakerModels, claim: str, X, params: VerifyParams) -> float:
+def verify_error_bound(models: SpeakerModels, claim: str, X: npt.ArrayLike, params: VerifyParams) -> float:
     """The bound (nats per frame) on |secure score − plaintext score| for a verification: the two models'
     log-likelihood bounds and the threshold's rounding T·2^{−F−1}, over T.  The secure decision equals the
     plaintext one whenever the plaintext score is farther than this from θ."""
@@ -526,7 +535,7 @@ def verify_error_bound(models: SpeakerModels, claim: str, X, params: VerifyParam
 # =============================================================================== verification
 async def verify_alice(
     ch: Channel,
-    X,
+    X: npt.ArrayLike,
     params: VerifyParams,
     *,
     private_key: PrivateKey | None = None,
@@ -581,7 +590,7 @@ async def verify_bob(
     alice: str = ALICE,
     seed: SeedLike = None,
     allow_insecure_keys: bool = False,
-    dgk_key=None,
+    dgk_key: dgk.DGKPrivateKey | None = None,
 ) -> VerifyResult:
     """Role Bob of ``speaker-verify``: the UBM, the enrolled models, θ; learns the decision with
     ``output = "bob"`` (the default) and nothing else."""
@@ -645,7 +654,7 @@ def _label(i: int) -> bytes:
 
 async def identify_alice(
     ch: Channel,
-    X,
+    X: npt.ArrayLike,
     params: IdentifyParams,
     *,
     private_key: PrivateKey | None = None,
@@ -697,7 +706,7 @@ async def _alice_step4_shuffle(
     ch: Channel,
     params: IdentifyParams,
     sk: PrivateKey,
-    rng,
+    rng: random.Random,
     bob: str,
     tag: str,
     allow_insecure_keys: bool,
@@ -774,7 +783,7 @@ async def identify_bob(
     alice: str = ALICE,
     seed: SeedLike = None,
     allow_insecure_keys: bool = False,
-    dgk_key=None,
+    dgk_key: dgk.DGKPrivateKey | None = None,
     zeta_key: PrivateKey | None = None,
 ) -> IdentifyResult:
     """Role Bob of ``speaker-identify``: the UBM, the enrolled models, θ; learns the speaker (or "none")
@@ -829,11 +838,11 @@ async def _bob_step3_candidates(
     params: IdentifyParams,
     models: SpeakerModels,
     pk: PublicKey,
-    lls: list,
+    lls: list[mpz],
     T: int,
     theta: int,
     zeta_pk: PublicKey,
-    rng,
+    rng: random.Random,
     alice: str,
     tag: str,
 ) -> None:
@@ -882,7 +891,9 @@ async def _bob_step4_shares(
     return y
 
 
-async def _bob_step5_rank(ch: Channel, params: IdentifyParams, y: list[int], dgk_key, alice: str, tag: str) -> int:
+async def _bob_step5_rank(
+    ch: Channel, params: IdentifyParams, y: list[int], dgk_key: dgk.DGKPrivateKey, alice: str, tag: str
+) -> int:
     """Step 5: all pairs, z_pq = [v_π(p) < v_π(q)] to Bob; the position w that wins all its comparisons."""
     n = params.candidates
     pairs = [(p, q) for p in range(n) for q in range(p + 1, n)]
