@@ -177,4 +177,5 @@ def int_to_bytes(x: int) -> bytes:
 
 
 def bytes_to_int(b: bytes) -> int:
+    """The non-negative integer whose big-endian bytes are ``b`` (the inverse of :func:`int_to_bytes`)."""
     return int.from_bytes(b, "big")

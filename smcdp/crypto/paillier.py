@@ -383,6 +383,9 @@ class PrivateKey:
 
 
 def check_key_bits(bits: int, allow_insecure: bool) -> None:
+    """Refuse a key size below 2048 bits unless ``allow_insecure`` (tests only), and below 128 bits always.
+
+    Raises :class:`~smcdp.errors.InsecureParameters`."""
     if bits < MIN_SECURE_BITS and not allow_insecure:
         raise InsecureParameters(
             f"a {bits}-bit Paillier key is below the {MIN_SECURE_BITS}-bit floor; "
@@ -478,4 +481,6 @@ def load_private_key(path: str | os.PathLike[str], allow_insecure: bool = False)
 
 
 def decrypt_many(sk: PrivateKey, cs: Sequence[int]) -> list[int]:
+    """The ciphertexts ``cs`` decrypted with ``sk`` to signed integers in (-n/2, n/2], in order
+    (:meth:`PrivateKey.raw_decrypt_signed` of each)."""
     return [sk.raw_decrypt_signed(c) for c in cs]

@@ -103,6 +103,7 @@ class BudgetExceeded(SmcdpError):
 
 
 def utc_now() -> str:
+    """The current UTC time in ISO 8601 with microseconds: the timestamps of a budget's charges."""
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
 

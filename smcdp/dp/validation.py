@@ -80,6 +80,8 @@ class PrivacyLeakWarning(UserWarning):
 
 
 def is_private(epsilon: float) -> bool:
+    """Whether a fit with ``epsilon`` is differentially private: any finite epsilon (the learners'
+    convention: ``float('inf')`` means a non-private fit)."""
     return not math.isinf(epsilon)
 
 
@@ -100,6 +102,8 @@ def check_epsilon(epsilon: Any, name: str = "epsilon", *, allow_inf: bool = True
 
 
 def check_delta(delta: Any, name: str = "delta", *, allow_zero: bool = True) -> float:
+    """``delta`` as a float if it is a real number in [0, 1) -- (0, 1) without ``allow_zero``;
+    :class:`InvalidParameter` otherwise."""
     v = _real(delta, name, "a real number in [0, 1)")
     if math.isnan(v) or v < 0 or v >= 1 or (not allow_zero and v == 0):
         lo = "(0" if not allow_zero else "[0"
@@ -124,6 +128,7 @@ def check_positive(value: Any, name: str, *, allow_zero: bool = False, integer: 
 
 
 def check_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
+    """``value`` if it is one of the strings ``choices``; :class:`InvalidParameter` naming ``name`` otherwise."""
     if not isinstance(value, str) or value not in choices:
         raise InvalidParameter(f"{name} must be one of {', '.join(repr(c) for c in choices)}; got {value!r}")
     return value
@@ -194,12 +199,15 @@ def check_name(value: Any, what: str = "dataset name") -> str:
 
 
 def check_note(value: Any, what: str = "note") -> str:
+    """``value`` if it is a string of at most :data:`MAX_NOTE` characters (a charge's note);
+    :class:`InvalidParameter` naming ``what`` otherwise."""
     if not isinstance(value, str) or len(value) > MAX_NOTE:
         raise InvalidParameter(f"{what} must be a string of at most {MAX_NOTE} characters")
     return value
 
 
 def check_out_of_bounds(value: object) -> str:
+    """A learner's ``out_of_bounds`` parameter: "clip" or "raise" (see :func:`clip_to_bounds`)."""
     return check_choice(value, "out_of_bounds", ("clip", "raise"))
 
 
@@ -270,6 +278,9 @@ def resolve_bounds(
 
 
 def clip_to_bounds(X: np.ndarray, lower: np.ndarray, upper: np.ndarray, out_of_bounds: str = "clip") -> np.ndarray:
+    """``X`` with every value clipped to its column's declared bounds [``lower``, ``upper``]; ``X`` itself
+    when all lie within them.  With ``out_of_bounds="raise"`` a row outside them raises
+    :class:`InvalidParameter` (saying how many rows) instead of being clipped."""
     outside = (lower > X) | (upper < X)
     if not outside.any():
         return X

@@ -99,6 +99,7 @@ class DPEMBudget:
     rho: float
 
     def as_dict(self) -> dict[str, Any]:
+        """Every field by name (for JSON reports)."""
         return asdict(self)
 
 
