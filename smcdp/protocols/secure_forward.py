@@ -692,7 +692,7 @@ def model_coefficients(models: KeywordModels, params: ForwardParams) -> tuple[np
     before anything is sent, with the model, state and value named.
     """
     ct, dim = models.covariance_type, models.n_features
-    assert ct is not None and dim is not None  # Gaussian emissions: ForwardBob calls this for no other kind
+    assert ct is not None and dim is not None  # Gaussian emissions: no caller passes discrete models
     per = [quadratic_coefficients(quadratic_forms(h, include_log_weight=False), ct) for h in models.hmms()]
     C = np.stack(per)  # (Δ, N, P) or (Δ, N, C, P)
     flat = C.reshape(-1, C.shape[-1])
