@@ -92,6 +92,9 @@ class Journal(Protocol):
     def durable_future(self) -> concurrent.futures.Future[None]:
         """A future done once everything recorded so far is durable (no thread need wait for it)."""
 
+    def received(self, sender_role: str, tag: str) -> tuple[str, bytes] | None:
+        """(type name, bytes) of the message received earlier from ``sender_role`` under ``tag``, if any."""
+
     def outbound(self, to_role: str, tag: str) -> tuple[str, bytes] | None:
         """(type name, bytes) of the message sent earlier to ``to_role`` under ``tag``, if any."""
 
@@ -435,7 +438,8 @@ class Channel(abc.ABC):
     def _check_lost(self, to: str, tag: str, lost: tuple[str, str], type_url: str, data: bytes) -> None:
         """A message whose journal record was lost to damage: one without fresh randomness must come out
         exactly as its recorded digest says (one with fresh randomness goes out anew; a receiver that
-        holds the old bytes refuses it, naming this party)."""
+        holds the old bytes keeps them and takes the new ones for a duplicate if they differ in that
+        randomness only, and refuses them, naming this party, otherwise)."""
         if holds_fresh(type_url) and lost[0] == type_url:
             return
         if (lost[0], lost[1]) != (type_url, hashlib.sha256(data).hexdigest()):

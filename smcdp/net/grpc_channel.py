@@ -44,7 +44,7 @@ import grpc
 from smcdp import errors
 from smcdp._text import printable
 from smcdp.errors import PreconditionFailed, SmcdpError, Unavailable
-from smcdp.net.channel import Channel, Journal, Mailbox
+from smcdp.net.channel import Channel, Journal, Mailbox, holds_fresh, replay_view
 from smcdp.net.config import NetConfig
 from smcdp.net.limits import InboundBudget
 from smcdp.net.tls import PARTY_NAME_RE, TlsMaterial
@@ -644,7 +644,7 @@ class GrpcChannel(Channel):
         with self._lock:
             prev = self._seen.get(key)
             if prev is not None:
-                if prev == (type_url, digest):
+                if prev == (type_url, digest) or self._same_but_randomness(key, type_url, data):
                     self.inbound_duplicates += 1
                     return False
                 # the sender's state is what failed (a replay that diverged): it is the origin
@@ -673,6 +673,20 @@ class GrpcChannel(Channel):
             self.abort_threadsafe(failed)
             raise failed
         return True
+
+    def _same_but_randomness(self, key: tuple[str, str], type_url: str, data: bytes) -> bool:
+        """A resend that differs from the message received under ``key`` in fresh encryption randomness
+        only: what a sender whose journal lost the record of its message computes again in a resumed
+        session (its replay cannot reproduce the randomness).  It says the same thing, so it is taken for a
+        duplicate and the first copy kept.  Read from the journal, on this rare path only."""
+        if self.journal is None or not holds_fresh(type_url):
+            return False
+        earlier = self.journal.received(*key)
+        return (
+            earlier is not None
+            and earlier[0] == type_url
+            and replay_view(type_url, earlier[1]) == replay_view(type_url, data)
+        )
 
     def check_open(self) -> None:
         """Raise what a new message would hear once the session no longer takes messages here."""

@@ -15,6 +15,9 @@
   sender is told it was delivered) and every message sent (written *before*
   the first attempt to send it, and synced while it travels), with the
   acknowledgements (:mod:`smcdp.runtime.durability.journal`);
+* ``journal.log.head`` -- how much of the journal the last sync covered, so a
+  journal cut short behind it (truncated, an older copy, deleted) is damage, not
+  a torn tail;
 * ``reserve`` -- 256 KiB set aside so that, on a full disk, the session can
   still record how it failed (released then, taken again when it resumes).
 
@@ -193,6 +196,7 @@ class Checkpoint:
                 "inputs": None,
                 "error": None,
                 "root_check": Mac(key, "root", session_id).tag(root).hex(),
+                "journal_head": True,  # the journal keeps journal.head: a truncation is damage, not a torn tail
             }
             cp = cls(d, meta, key, owner)
             cp._write_meta()
@@ -328,6 +332,7 @@ class Checkpoint:
                 Mac(self._key, "journal", self.session_id),
                 owner=self.owner,
                 repair=self.repair_journal,
+                head=bool(self.meta.get("journal_head")),
             )
         return self._journal
 

@@ -36,9 +36,19 @@ dropped, with a log line -- exactly when, after the last intact record,
   reached the disk, after a power cut).
 
 Everything else -- a MAC that fails where the bytes are all there, a sequence
-number out of order, bytes after a short record -- is damage.  What the scan cannot
-see is a file cut short *at a record boundary* by something other than a crash
-(a restore from an older copy): that looks like an earlier crash.
+number out of order, bytes after a short record -- is damage.
+
+**The head.**  What the scan alone cannot see is a file cut short *at a record
+boundary* by something other than a crash (a truncation, a restore from an older
+copy, a deleted file recreated empty): that looks like an earlier crash, although the
+records it lost had been made durable -- and acknowledged to the peers.  So a journal
+opened with ``head=True`` (every checkpoint since format 3) keeps ``journal.head``
+beside it: the number of records and bytes the last ``fsync`` covered, under the
+session's MAC, rewritten after every sync.  A crash can only cut what follows the
+head; a journal shorter than its head, a head without its journal, a journal with
+records but no head, or a head that does not verify is damage.  (The head is written
+after the sync it describes and not synced itself: after a power cut it may be older
+than the journal, never newer, so it never calls a real torn tail damage.)
 """
 
 from __future__ import annotations
@@ -57,7 +67,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from smcdp._files import fsync_dir
-from smcdp.errors import DataLoss, InvalidMessage
+from smcdp.errors import DataLoss, InvalidMessage, SmcdpError
 from smcdp.runtime.durability.integrity import MAC_BYTES, Mac, local_failure
 
 log = logging.getLogger("smcdp.durability")
@@ -65,6 +75,10 @@ log = logging.getLogger("smcdp.durability")
 IN, OUT, DELIVERED = 1, 2, 3
 KIND_NAMES = {IN: "a message received", OUT: "a message sent", DELIVERED: "an acknowledgement"}
 FILE_MAGIC = b"smcdp journal 2\n"
+HEAD_MAGIC = b"smcdpJH1"
+#: magic, records, bytes (the length of the journal file the last sync covered)
+HEAD = struct.Struct(">8sQQ")
+HEAD_SUFFIX = ".head"
 REC_MAGIC = b"\xd7J"
 #: magic, kind, reserved, sequence number, header length, data length
 PREFIX = struct.Struct(">2sBBQHQ")
@@ -258,8 +272,13 @@ class FileJournal:
     #: :meth:`sync` -- a thread that waits -- does not linger
     COMMIT_DELAY = 0.002
 
-    def __init__(self, path: Path, mac: Mac | None = None, *, owner: str = "this party", repair: bool = False) -> None:
+    def __init__(
+        self, path: Path, mac: Mac | None = None, *, owner: str = "this party", repair: bool = False, head: bool = False
+    ) -> None:
         self.path = Path(path)
+        #: ``journal.head`` beside the journal (see the module docstring), or None when not kept
+        self.head_path: Path | None = self.path.with_name(self.path.name + HEAD_SUFFIX) if head else None
+        self._head_fd: int | None = None
         self.owner = owner
         self._mac = mac or Mac(_PUBLIC_KEY, "journal", self.path.name)
         self._lock = threading.Lock()  # the index and appends
@@ -270,6 +289,7 @@ class FileJournal:
         self._syncer_thread: threading.Thread | None = None  # started by the first sync
         self._waiters: list[tuple[int, concurrent.futures.Future]] = []  # (offset, its future)
         self._inbound: list[tuple[str, str, str, int, int]] = []  # role, tag, type, offset, length
+        self._inbound_at: dict[tuple[str, str], tuple[str, int, int]] = {}  # (from, tag) -> type, offset, length
         self._outbound: dict[tuple[str, str], tuple[str, int, int]] = {}  # (to, tag) -> type, offset, length
         self._delivered: set[tuple[str, str]] = set()
         #: (to, tag) -> (type, SHA-256 hex) of sent messages whose record a repair lost
@@ -287,6 +307,8 @@ class FileJournal:
         self._fd: int | None  # the open journal file, set by _open; None once closed
         self._open(repair)
         self._synced = self._end
+        if self.head_path is not None:
+            self._open_head()
 
     # ------------------------------------------------------------------ reading
     def _open(self, repair: bool) -> None:
@@ -297,9 +319,28 @@ class FileJournal:
         except OSError as exc:
             raise self._local_failure(exc, "cannot create its journal") from None
         if fd is not None:
+            head = self._read_head()
+            if head is not None and head[0] != 0:
+                os.close(fd)
+                os.unlink(self.path)
+                damage = Damage(
+                    0,
+                    "the journal is missing but its head is not (the head says "
+                    + (
+                        f"{head[0]} record(s) were made durable and acknowledged"
+                        if head[0] > 0
+                        else "it does not verify"
+                    )
+                    + "): deleted, or the checkpoint directory was restored without it",
+                )
+                if not repair:
+                    raise JournalDamaged(describe(self.path, self.owner, [damage]), self.owner, [damage])
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+                self.repaired = [damage]
             self._fd = fd
             self._write_at(0, [FILE_MAGIC])
             self._end = len(FILE_MAGIC)
+            os.fsync(fd)
             fsync_dir(self.path.parent)
             return
         try:
@@ -307,6 +348,7 @@ class FileJournal:
         except OSError as exc:
             raise self._local_failure(exc, "cannot read its journal") from None
         found = scan(data, self._mac)
+        found.damage.extend(self._behind_head(found))
         if found.damage:
             if not repair:
                 raise JournalDamaged(describe(self.path, self.owner, found.damage), self.owner, found.damage)
@@ -327,6 +369,75 @@ class FileJournal:
             found.end = len(FILE_MAGIC)
         self._index(found.records)
         self._seq, self._end = found.next_seq, found.end
+
+    # -------------------------------------------------------------------- the head
+    def _read_head(self) -> tuple[int, int] | None:
+        """(records, bytes) of the head, None if no head is kept or it does not exist; a head that does
+        not verify raises JournalDamaged (repair: None, the rewrite writes a new one)."""
+        if self.head_path is None:
+            return None
+        try:
+            raw = self.head_path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise self._local_failure(exc, "cannot read its journal's head") from None
+        body, tag = raw[: HEAD.size], raw[HEAD.size :]
+        if len(raw) != HEAD.size + MAC_BYTES or not self._mac.verify(tag, b"H", body):
+            return (-1, -1)  # damaged: _behind_head names it
+        magic, records, end = HEAD.unpack(body)
+        if magic != HEAD_MAGIC:
+            return (-1, -1)
+        return records, end
+
+    def _behind_head(self, found: Scan) -> list[Damage]:
+        """Damage the head shows: records it says were made durable that the journal no longer holds."""
+        if self.head_path is None:
+            return []
+        head = self._read_head()
+        if head is None:
+            if found.next_seq == 0:
+                return []  # created, then the process died before its first sync
+            return [
+                Damage(0, f"its head {self.head_path.name} is missing (the journal holds {found.next_seq} record(s))")
+            ]
+        records, end = head
+        if records < 0:
+            return [Damage(0, f"its head {self.head_path.name} does not verify")]
+        if found.next_seq < records or found.end < end:
+            lost = (
+                f"records {found.next_seq}..{records - 1}"
+                if records - 1 > found.next_seq
+                else f"record {found.next_seq}"
+            )
+            return [
+                Damage(
+                    found.end,
+                    f"{lost} ({max(0, end - found.end)} bytes) are missing: the file ends at byte {found.end} but "
+                    f"its head says {records} record(s), {end} bytes, were made durable and acknowledged "
+                    "(truncated, or replaced by an older copy; not a torn tail)",
+                )
+            ]
+        return []
+
+    def _open_head(self) -> None:
+        assert self.head_path is not None
+        try:
+            self._head_fd = os.open(self.head_path, os.O_CREAT | os.O_RDWR, 0o600)
+        except OSError as exc:
+            raise self._local_failure(exc, "cannot open its journal's head") from None
+        self._write_head(self._seq, self._synced)
+        fsync_dir(self.path.parent)
+
+    def _write_head(self, records: int, end: int) -> None:
+        """Record that ``records`` records, ``end`` bytes, are durable (after the sync that made them so)."""
+        if self._head_fd is None:
+            return
+        body = HEAD.pack(HEAD_MAGIC, records, end)
+        try:
+            os.pwrite(self._head_fd, body + self._mac.tag(b"H", body), 0)
+        except OSError as exc:
+            raise self._local_failure(exc, "cannot write its journal's head") from None
 
     def _rewrite(self, data: bytes, found: Scan) -> None:
         """Keep the intact records only, in a new file that replaces the damaged one atomically."""
@@ -362,6 +473,7 @@ class FileJournal:
             key = (r.role, r.tag)
             if r.kind == IN:
                 self._inbound.append((r.role, r.tag, r.type_name, r.offset, r.length))
+                self._inbound_at[key] = (r.type_name, r.offset, r.length)
             elif r.kind == OUT:
                 self._outbound[key] = (r.type_name, r.offset, r.length)
             else:
@@ -391,6 +503,7 @@ class FileJournal:
         off = self._append(IN, sender_role, tag, type_name, data)
         with self._lock:
             self._inbound.append((sender_role, tag, type_name, off, len(data)))
+            self._inbound_at[(sender_role, tag)] = (type_name, off, len(data))
         if durable:
             self.sync()
 
@@ -444,7 +557,8 @@ class FileJournal:
                 self._lingering = self._urgent = False
                 if self._fd is None:  # closed: close() took the waiters and settles them after its fsync
                     return
-                upto, fd = self._end, self._fd
+                with self._lock:
+                    upto, records, fd = self._end, self._seq, self._fd
                 self._syncing = True
             t0 = time.perf_counter()
             try:
@@ -452,6 +566,11 @@ class FileJournal:
                 error = None
             except OSError as exc:
                 error = self._local_failure(exc, "cannot sync its journal")
+            if error is None:
+                try:
+                    self._write_head(records, upto)
+                except SmcdpError as exc:
+                    error = exc
             with self._sync_cv:
                 self._syncing = False
                 if error is None:
@@ -463,6 +582,14 @@ class FileJournal:
                 self._sync_cv.notify_all()
             for _, fut in done:
                 _settle(fut, error)
+
+    def received(self, sender_role: str, tag: str) -> tuple[str, bytes] | None:
+        with self._lock:
+            entry = self._inbound_at.get((sender_role, tag))
+        if entry is None:
+            return None
+        type_name, off, length = entry
+        return type_name, self._read(off, length)
 
     def outbound(self, to_role: str, tag: str) -> tuple[str, bytes] | None:
         with self._lock:
@@ -552,15 +679,25 @@ class FileJournal:
             fd, self._fd = getattr(self, "_fd", None), None
             waiting, self._waiters = self._waiters, []
             self._sync_cv.notify_all()  # the syncer thread ends
-        error = None
+        error: BaseException | None = None
         if fd is not None:
             try:
                 os.fsync(fd)
                 self._synced = self._end
+                self._write_head(self._seq, self._end)
             except OSError as exc:
                 error = self._local_failure(exc, "cannot sync its journal")
+            except SmcdpError as exc:
+                error = exc
             try:
                 os.close(fd)
+            except OSError:
+                pass
+        head_fd, self._head_fd = self._head_fd, None
+        if head_fd is not None:
+            try:
+                os.fsync(head_fd)
+                os.close(head_fd)
             except OSError:
                 pass
         for _, fut in waiting:  # what they waited for is durable now (or failed)

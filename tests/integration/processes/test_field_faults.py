@@ -34,6 +34,8 @@ from smcdp.net.server import namespaced, new_session_id
 from smcdp.protocols.power_iteration import plaintext_reference
 from smcdp.runtime import client
 from smcdp.runtime.console.config import ConsoleConfig
+from smcdp.runtime.durability import journal
+from smcdp.runtime.durability.integrity import KEY_FILE, Mac
 from smcdp.runtime.local import LocalCluster, free_tcp_port
 from tests.unit.protocols.test_power_iteration import blocks_with_gap
 
@@ -258,6 +260,56 @@ def test_a_damaged_journal_record_fails_resumably_and_resume_repairs_it(cluster)
     _check_result(rec)
     for p in ("alice", "bob"):
         assert cluster._record(p, sid, time.monotonic() + 60)["state"] == "succeeded"
+
+
+def _journal_records(d: Path, sid: str) -> list:
+    """The records of a party's journal, read with its durability key (as the party reads them)."""
+    key = (d.parent / KEY_FILE).read_bytes()
+    return journal.scan((d / "journal.log").read_bytes(), Mac(key, "journal", sid)).records
+
+
+def test_a_journal_cut_short_behind_its_head_is_damage_and_resume_repairs_it(cluster):
+    """A truncation at a record boundary used to be taken for a torn tail: the lost messages had been
+    acknowledged, so the session hung until its deadline or failed with "sent a second, different message".
+    Here alice's journal is cut, while she is down, before the last contribution she sent and trent
+    acknowledged (with the message she received before it and whatever followed): the
+    session fails resumably with DATA_LOSS naming her journal and the loss, and a resume completes it:
+    her peers send again what she had received, and trent takes her recomputed contribution -- the same
+    up to its encryption randomness -- for a duplicate of the one he holds."""
+    sid = _sid()
+
+    def damage(d: Path) -> None:
+        recs = _journal_records(d, sid)
+        # what the last sync covered (after it a cut is a torn tail, rightly dropped)
+        _, _, durable = journal.HEAD.unpack((d / "journal.log.head").read_bytes()[: journal.HEAD.size])
+        # from the last message she received before a contribution trent acknowledged on: she lost
+        # records of both directions, and her replay's contribution has new encryption randomness
+        acked = {r.tag for r in recs if r.kind == journal.DELIVERED}
+        sent = [i for i, r in enumerate(recs) if r.kind == journal.OUT and r.tag in acked]
+        sent = [i for i in sent if recs[i].offset + recs[i].length <= durable]
+        cut = [r for r in recs[: sent[-1]] if r.kind == journal.IN][-1]
+        raw = (d / "journal.log").read_bytes()
+        start = raw.rfind(journal.REC_MAGIC, 0, cut.offset)
+        (d / "journal.log").write_bytes(raw[:start])
+
+    records = _kill_damage_restart(cluster, "alice", sid, 4, damage)
+    _names(records, "alice", "DATA_LOSS")
+    assert all(r["resumable"] for r in records.values()), records
+    msg = records["alice"]["error"]["message"]
+    assert "journal.log of party alice is damaged" in msg and "not a torn tail" in msg, msg
+    rec = client.resume_session(cluster.configs["trent"], sid, timeout=300)
+    assert rec["state"] == "succeeded", rec
+    _check_result(rec)
+
+
+def test_a_deleted_journal_is_named_not_recreated_empty(cluster):
+    """Before, a deleted journal.log was silently recreated empty and the session lost what it held."""
+    sid = _sid()
+    records = _kill_damage_restart(cluster, "bob", sid, 3, lambda d: (d / "journal.log").unlink())
+    _names(records, "bob", "DATA_LOSS")
+    msg = records["bob"]["error"]["message"]
+    assert "journal.log of party bob is damaged" in msg and "the journal is missing" in msg, msg
+    assert not (cluster.data_dir("bob") / "sessions" / f"{sid}.d" / "journal.log").exists()
 
 
 # ---------------------------------------------------------------- a full disk
