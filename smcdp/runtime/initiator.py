@@ -51,6 +51,10 @@ class Initiator:
         participant until its deadline.  The task holds a reference here until it ends; the handler
         only waits for it, shielded.
         """
+        return await asyncio.shield(self._spawn(coro))
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task:
+        """``coro`` as a task of the party's own, referenced here until it ends."""
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
 
@@ -60,7 +64,7 @@ class Initiator:
                 log.debug("operator call ended with %s", t.exception())
 
         task.add_done_callback(settled)
-        return await asyncio.shield(task)
+        return task
 
     # ------------------------------------------------------------ start
     async def start(
@@ -80,17 +84,31 @@ class Initiator:
         sid = namespaced(core.name, session_id or new_session_id(protocol))
         spec = SessionSpec(sid, protocol, roles, dict(params), timeout or core.config.timeouts.session_seconds, seed)
         await self._admission.propose(core.name, spec)
-        s = core.sessions[sid]
+        return await self._propose_and_begin(core.sessions[sid])
+
+    def continue_restored(self, s: Session) -> None:
+        """A session this party initiated that its process left between its proposals and ``Begin`` (it
+        restarted): propose it again -- a participant that holds it prepared answers as before, a retried
+        Propose being idempotent -- and begin it.  Run detached once the party serves; the session then
+        ends as the operator's call would have ended it."""
+        log.warning(
+            "session %s: proposing again and beginning it (this party restarted before it began)", s.spec.session_id
+        )
+        self._spawn(self._propose_and_begin(s))
+
+    async def _propose_and_begin(self, s: Session) -> dict:
+        """Steps 1 (the others) and 2: propose ``s`` to every other participant, then Begin everywhere."""
+        spec = s.spec
         msg = tpb.SessionSpec(
-            session_id=sid,
-            protocol=protocol,
-            roles=roles,
-            params_json=json.dumps(s.spec.params),
+            session_id=spec.session_id,
+            protocol=spec.protocol,
+            roles=spec.roles,
+            params_json=json.dumps(spec.params),
             timeout_seconds=spec.timeout_seconds,
         )
-        if seed is not None:
-            msg.seed = seed
-        others = sorted(p for p in roles.values() if p != core.name)
+        if spec.seed is not None:
+            msg.seed = spec.seed
+        others = sorted(p for p in spec.roles.values() if p != self.core.name)
         if _reserves_budget(s):
             failures = await self._propose_in_order(s, msg, others)
         else:

@@ -148,6 +148,9 @@ class Party:
         self.port = await self.server.start()
         self.core.connector = PeerConnector(self.config, self.tls)
         self.recovery.tell_failures()
+        for s in self.recovery.initiated_unbegun:  # proposed before the process died, never begun
+            self.initiator.continue_restored(s)
+        self.recovery.initiated_unbegun.clear()
         # a test deployment (small keys allowed) runs key sizes only its first session tells: nothing is
         # made for that one; a real deployment's first session finds the protocols' default keys made
         self.next_root.start(prepare_first=not self.config.allow_insecure_keys)

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 import grpc
 
-from smcdp.errors import PreconditionFailed, SessionAborted, SmcdpError, Unavailable
+from smcdp.errors import PreconditionFailed, SmcdpError, Unavailable
 from smcdp.net.grpc_channel import AlreadyExists
 from smcdp.net.server import SessionSpec
 from smcdp.plugins.registry import get_plugin
@@ -49,6 +49,8 @@ class Recovery:
         #: sessions that failed at start-up (a damaged checkpoint or journal): their peers are told
         self._failures: list[tuple[str, dict, dict]] = []
         self._tell: asyncio.Task | None = None
+        #: restored sessions this party initiated that had not begun: its initiator continues them (Party.start)
+        self.initiated_unbegun: list[Session] = []
 
     # ------------------------------------------------------------ start-up
     def checkpointed_sessions(self) -> set[str]:
@@ -89,16 +91,9 @@ class Recovery:
                 log.warning("session %s not restored: %s", cp.session_id, refused)
                 continue
             if state is SessionState.PREPARED and cp.meta["initiator"] == core.name:
-                # the operator call that would have begun it died with the process
-                await core.wait_ready(s)
-                s.fail_threadsafe(
-                    SessionAborted(
-                        f"the initiator {core.name} restarted before session {cp.session_id} began; "
-                        f"continue it with 'smcdp session resume {cp.session_id}'",
-                        "UNAVAILABLE",
-                        core.name,
-                    )
-                )
+                # the operator call that would have begun it died with the process: the initiator
+                # proposes it again and begins it once the party serves (Party.start)
+                self.initiated_unbegun.append(s)
             log.warning(
                 "session %s restored from its checkpoint (restart %d); %s",
                 cp.session_id,

@@ -382,6 +382,28 @@ def test_an_operator_that_hangs_up_while_a_party_decides_does_not_strand_the_ses
         assert _ledger(cluster, "alice").reservation("alice", "charlie.gone-1").state == "charged"
 
 
+def test_an_initiator_killed_between_its_proposals_and_begin_continues_the_session(tmp_path):
+    # charlie proposed; alice's operator still decides when charlie is killed (SIGKILL) and restarted.  The
+    # restarted charlie used to fail the session ("continue it with 'smcdp session resume'") and every
+    # party with it; now it proposes again (alice's pending proposal and the others' prepared sessions
+    # answer as before) and, once alice's operator approves, begins it: the session succeeds, charged once.
+    with _cluster(tmp_path, approval={"alice": "operator"}, budget=5.0) as cluster:
+        sid = "charlie.restarted-1"
+        call = client.begin_session(
+            cluster.configs["charlie"], "dp-aggregate", ROLES, PARAMS, session_id=sid, timeout=300.0
+        )
+        _wait_pending(cluster, "alice", sid)
+        _restart(cluster, "charlie", kill=True)
+        call.close()
+        client.approve_session(cluster.configs["alice"], sid)
+        record = client.follow_session(cluster.configs["charlie"], sid, 180)
+        assert record["state"] == "succeeded", record
+        assert record["restarts"] == 1
+        for party in ("alice", "bob", "dave"):  # each party's own record of the session
+            assert cluster._record(party, sid, time.monotonic() + 60)["state"] == "succeeded", party
+        assert _ledger(cluster, "alice").reservation("alice", sid).state == "charged"
+
+
 def test_start_up_warnings_are_loud(tmp_path):
     cfgs = write_local_deployment(
         tmp_path,
