@@ -51,6 +51,7 @@ import hashlib
 import json
 import math
 import os
+import random
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -300,12 +301,18 @@ def share_bound_bits(secret_bits: int, parties: int, threshold: int, dealers: in
     return cb + threshold * parties.bit_length() + (threshold + 1).bit_length() + dealers.bit_length() + 1
 
 
-def integer_shamir(secret: int, parties: int, threshold: int, secret_bits: int) -> tuple[list[int], list[int]]:
-    """(coefficients a_0 = secret, a_1..a_t; shares f(1)..f(n)) of an integer Shamir sharing (secrets RNG)."""
+def integer_shamir(
+    secret: int, parties: int, threshold: int, secret_bits: int, rng: random.Random | None = None
+) -> tuple[list[int], list[int]]:
+    """(coefficients a_0 = secret, a_1..a_t; shares f(1)..f(n)) of an integer Shamir sharing.
+
+    The coefficients come from ``rng`` when given (a role's keyed stream, :mod:`smcdp.primitives.rng`, so
+    that a replayed role deals the same shares), from the OS CSPRNG otherwise."""
     if abs(int(secret)).bit_length() > secret_bits:
         raise ValueError("secret exceeds its declared size")
     cb = coefficient_bits(secret_bits, parties)
-    coeffs = [int(secret)] + [secrets.randbits(cb) for _ in range(threshold)]
+    draw = rng.getrandbits if rng is not None else secrets.randbits
+    coeffs = [int(secret)] + [draw(cb) for _ in range(threshold)]
     shares = [sum(a * i**k for k, a in enumerate(coeffs)) for i in range(1, parties + 1)]
     return coeffs, shares
 

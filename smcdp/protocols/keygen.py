@@ -50,7 +50,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-import secrets
+import random
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,6 +59,7 @@ import gmpy2
 from gmpy2 import mpz
 
 from smcdp.crypto.codec import bigints, from_bigints
+from smcdp.crypto.encoding import bytes_to_int, int_to_bytes
 from smcdp.crypto.paillier import PrivateKey, PublicKey, check_key_bits, generate_keypair
 from smcdp.crypto.threshold import (
     STAT_BITS,
@@ -70,6 +71,7 @@ from smcdp.crypto.threshold import (
 )
 from smcdp.errors import InvalidMessage, SmcdpError
 from smcdp.net.channel import Channel
+from smcdp.primitives.rng import SeedLike, as_randomness
 from smcdp.protocols.base import ProtocolParams
 from smcdp.v1 import messages_pb2 as pb
 
@@ -195,6 +197,43 @@ class KeygenResult:
         return self.share.public
 
 
+def expected_candidates(key_bits: int, parties: int) -> float:
+    """How many candidate moduli the ceremony is expected to try before one is a biprime.
+
+    A sieved candidate p of h = key_bits/2 bits is odd and has no prime factor dividing M (step 1), so it
+    is prime with probability about Π_{ℓ | 2M} ℓ/(ℓ − 1) / (h·ln 2) (the prime number theorem, with the
+    density of primes among numbers free of those factors); N needs p and q prime: the count of
+    candidate pairs is geometric with mean 1/P(prime)^2.  An estimate (the ceremony's progress shows
+    the count tried so far), not a bound."""
+    h = key_bits // 2
+    m = sieve_modulus(h, parties)
+    boost, ell = 2.0, 3  # 2/(2 − 1): every candidate is odd; M is the product of the odd primes 3..L
+    while m % ell == 0:
+        boost *= ell / (ell - 1)
+        ell = int(gmpy2.next_prime(ell))
+    p_prime = min(1.0, boost / (h * math.log(2)))
+    return 1.0 / (p_prime * p_prime)
+
+
+def _blobs(values: list[Any]) -> pb.Blobs:
+    """Ciphertexts as a Blobs message: their encryption randomness is fresh, in the field a replay may
+    change (smcdp.net.channel.FRESH_FIELDS)."""
+    return pb.Blobs(values=[int_to_bytes(int(v)) for v in values])
+
+
+def _from_blobs(msg: pb.Blobs, count: int, bound_bits: int, what: str) -> list[int]:
+    """Exactly ``count`` canonical non-negative integers below 2^bound_bits from a Blobs message."""
+    if len(msg.values) != count:
+        raise InvalidMessage(f"{what} must hold exactly {count} ciphertexts, got {len(msg.values)}")
+    max_bytes = (bound_bits + 7) // 8
+    out = []
+    for i, b in enumerate(msg.values):
+        if not b or len(b) > max_bytes or b[:1] == b"\x00":
+            raise InvalidMessage(f"{what}[{i}] is not a canonical integer below 2^{bound_bits}")
+        out.append(bytes_to_int(b))
+    return out
+
+
 def party_roles(parties: int) -> list[str]:
     return [f"party{i}" for i in range(1, parties + 1)]
 
@@ -202,7 +241,7 @@ def party_roles(parties: int) -> list[str]:
 class _Ceremony:
     """One party's state: its index, the fields, and the exchange helpers (Shamir over Z_P)."""
 
-    def __init__(self, ch: Channel, params: KeygenParams) -> None:
+    def __init__(self, ch: Channel, params: KeygenParams, seed: SeedLike = None) -> None:
         self.ch = ch
         self.params = params
         self.n = params.parties
@@ -213,6 +252,13 @@ class _Ceremony:
         self.roles = roles
         self.me = roles.index(ch.role) + 1
         self.others = [r for r in roles if r != ch.role]
+        root = as_randomness(seed)
+        #: every draw that ends up in a message or in this party's state, one stream per purpose, from the
+        #: session's randomness root: a replayed party re-sends what it sent (docs/fault-tolerance.md)
+        self.rng: dict[str, random.Random] = {
+            purpose: root.rng(params.protocol_name, ch.role, purpose)
+            for purpose in ("shamir", "sieve", "gcd", "exponent", "exponent-shares", "ephemeral-small", "ephemeral-big")
+        }
         self.M = sieve_modulus(params.half_bits, self.n)
         self.P_sieve = field_prime(self.n * self.M.bit_length() + KAPPA + 16)
         self.P_n = field_prime(params.key_bits + 8)
@@ -233,7 +279,8 @@ class _Ceremony:
         tag = "kg/0/ephemeral-keys"
         if self.me == 1:
             for name, bits in sizes.items():
-                pk, sk = generate_keypair(bits, allow_insecure=True)  # above key_bits: never insecure
+                # above key_bits: never insecure
+                pk, sk = generate_keypair(bits, allow_insecure=True, rng=self.rng[f"ephemeral-{name}"])
                 self.ek[name], self.ek_public[name] = sk, pk
             self.ek["small"].prepare(TABLE_USES * self.params.batch)
             await self.ch.send(self.roles[1], tag, bigints([int(self.ek_public[k].n) for k in sizes]))
@@ -266,17 +313,12 @@ class _Ceremony:
             sk = self.ek[key]
             enc = sk.raw_encrypt if key == "small" else pk.raw_encrypt_textbook
             cts = [enc(v) for v in xs] + ([enc(v) for v in ys] if ys is not None else [])
-            await self.ch.send(self.roles[1], tag_enc, bigints([int(c) for c in cts]))
-            msg = await self.ch.recv(self.roles[1], tag_ret, pb.BigInts)
-            back = pk.validate_ciphertexts(
-                from_bigints(msg, count=count, bound_bits=bound, what=tag_ret, nonnegative=True)
-            )
+            await self.ch.send(self.roles[1], tag_enc, _blobs(cts))
+            msg = await self.ch.recv(self.roles[1], tag_ret, pb.Blobs)
+            back = pk.validate_ciphertexts(_from_blobs(msg, count, bound, tag_ret))
             return [sk.raw_decrypt_signed(c) for c in back]
-        msg = await self.ch.recv(self.roles[0], tag_enc, pb.BigInts)
-        cts = pk.validate_ciphertexts(
-            from_bigints(msg, count=(2 if cross else 1) * count, bound_bits=bound, what=tag_enc, nonnegative=True),
-            tag_enc,
-        )
+        msg = await self.ch.recv(self.roles[0], tag_enc, pb.Blobs)
+        cts = pk.validate_ciphertexts(_from_blobs(msg, (2 if cross else 1) * count, bound, tag_enc), tag_enc)
         enc_pub = pk.raw_encrypt if key == "small" else pk.raw_encrypt_textbook
         out = []
         for c in range(count):
@@ -290,7 +332,7 @@ class _Ceremony:
             elif xs[c]:
                 acc = pk.raw_add(acc, pk.raw_mul(cts[c], xs[c]))
             out.append(int(acc))
-        await self.ch.send(self.roles[0], tag_ret, bigints(out))
+        await self.ch.send(self.roles[0], tag_ret, _blobs(out))
         return []
 
     # ----------------------------------------------------------- Shamir over Z_P
@@ -310,7 +352,8 @@ class _Ceremony:
 
     def share(self, secret: int, degree: int, P: int) -> list[int]:
         """Points f(1..n) of a random polynomial of ``degree`` over Z_P with f(0) = secret."""
-        coeffs = [secret % P] + [secrets.randbelow(P) for _ in range(degree)]
+        rng = self.rng["shamir"]
+        coeffs = [secret % P] + [rng.randrange(P) for _ in range(degree)]
         out = []
         for x in range(1, self.n + 1):
             acc = 0
@@ -380,13 +423,14 @@ class _Ceremony:
     async def sieve(self, count: int) -> list[int]:
         """My additive shares of ``count`` candidate primes, each ≡ 3 (mod 4), coprime to M (step 1)."""
         M, P, n = self.M, self.P_sieve, self.n
+        rng = self.rng["sieve"]
         a: list[int] = []
         while len(a) < count:
-            cand = secrets.randbelow(M - 1) + 1
+            cand = rng.randrange(M - 1) + 1
             if math.gcd(cand, M) == 1:
                 a.append(cand)
         a_bits = n * M.bit_length()
-        r = [0] * count if self.me == 1 else [secrets.randbits(a_bits + KAPPA) for _ in range(count)]
+        r = [0] * count if self.me == 1 else [rng.getrandbits(a_bits + KAPPA) for _ in range(count)]
         if n == 2:
             # A = a_1·a_2: party 1 learns a_1·a_2 − r_2 (Enc(a_1)^(a_2)·Enc(−r_2)), party 2 keeps r_2
             u = await self.two_party_products("sieve", "small", a, None, [-v for v in r])
@@ -424,7 +468,7 @@ class _Ceremony:
             target = 3 if self.me == 1 else 0
             base = xc + (offset if self.me == 1 else 0)
             fix = (target - base) * m_inv4 % 4
-            y = 4 * secrets.randbelow(y_range) + fix
+            y = 4 * self.rng["sieve"].randrange(y_range) + fix
             out.append(base + M * y)
         return out
 
@@ -490,11 +534,15 @@ def _jacobi_share(me: int, N: int, p_i: int, q_i: int, g: int) -> int:
     return int(gmpy2.powmod(g, e4 // 4, N))
 
 
-async def party(ch: Channel, params: KeygenParams) -> KeygenResult:
-    """One data party's side of the key ceremony (every party runs the same code)."""
+async def party(ch: Channel, params: KeygenParams, *, seed: SeedLike = None) -> KeygenResult:
+    """One data party's side of the key ceremony (every party runs the same code).
+
+    ``seed``: the role's randomness root (:mod:`smcdp.primitives.rng`); every value this party draws comes
+    from it, so a party replayed from its journal and root sends exactly what it sent before.  Only the
+    ephemeral keys' encryption randomness (n = 2) is fresh, in message fields the replay check exempts."""
     params.validate()
     start = time.monotonic()
-    st = _Ceremony(ch, params)
+    st = _Ceremony(ch, params, seed)
     if st.n == 2:
         await st.two_party_setup()
     counts = {"candidates": 0, "batches": 0, "tests": 0}
@@ -517,13 +565,14 @@ async def _candidate_batch(st: _Ceremony, counts: dict[str, int]) -> tuple[int, 
     bits = params.key_bits
     st.round += 1
     counts["batches"] += 1
-    ch.progress(round=st.round, step="sieve")
+    tried = f"{counts['candidates']} candidates tried"
+    ch.progress(round=st.round, step=f"sieve, {tried}")
     # step 1: K candidate p's and K candidate q's, sieved
     k = params.batch
     primes = await st.sieve(2 * k)
     ps, qs = primes[:k], primes[k:]
     # step 2: N for every pair
-    ch.progress(step="modulus")
+    ch.progress(step=f"modulus, {tried}")
     Ns = await st.open_products("n", ps, qs, st.P_n)
     counts["candidates"] += k
     # step 3: public trial division
@@ -533,7 +582,7 @@ async def _candidate_batch(st: _Ceremony, counts: dict[str, int]) -> tuple[int, 
     if not alive:
         return None
     # step 4, first round for every survivor at once
-    ch.progress(step="biprimality")
+    ch.progress(step=f"biprimality, {counts['candidates']} candidates tried")
     counts["tests"] += len(alive)
     first = [_jacobi_share(me, Ns[c], ps[c], qs[c], _hash_to_jacobi_one(Ns[c], c, 0)) for c in alive]
     got = await st.broadcast("jacobi/0", first, bits)
@@ -549,8 +598,8 @@ async def _candidate_batch(st: _Ceremony, counts: dict[str, int]) -> tuple[int, 
             continue
         # step 5: gcd(N, p + q − 1) = 1
         psi = ps[c] + qs[c] - (1 if me == 1 else 0)
-        rnd = secrets.randbits(bits + KAPPA)
-        s = secrets.randbits(params.s_bits)
+        rnd = st.rng["gcd"].getrandbits(bits + KAPPA)
+        s = st.rng["gcd"].getrandbits(params.s_bits)
         (w,) = await st.open_products(f"gcd/{c}", [rnd], [psi], st.P_big, mask=N, s=[s])
         if math.gcd(w % N, N) == 1:
             return N, ps[c], qs[c]
@@ -570,8 +619,8 @@ async def _exponent(st: _Ceremony, N: int, p_i: int, q_i: int) -> tuple[int, int
     st.ch.progress(step="exponent")
     phi_i = (N + 1 - p_i - q_i) if st.me == 1 else -(p_i + q_i)
     while True:
-        beta = secrets.randbits(st.params.key_bits + KAPPA)
-        s_i = secrets.randbits(st.params.s_bits)
+        beta = st.rng["exponent"].getrandbits(st.params.key_bits + KAPPA)
+        s_i = st.rng["exponent"].getrandbits(st.params.s_bits)
         (w,) = await st.open_products("theta", [beta], [phi_i], st.P_big, mask=N, s=[s_i])
         theta = w % N
         if w > 0 and math.gcd(theta, N) == 1:
@@ -590,7 +639,7 @@ async def _share_exponent(st: _Ceremony, N: int, theta: int, d_i: int) -> KeySha
     pk = PublicKey(N)
     n2 = pk.nsquare
     v = verification_base(N)
-    coeffs, my_shares = integer_shamir(d_i, n, params.threshold, params.d_bits)
+    coeffs, my_shares = integer_shamir(d_i, n, params.threshold, params.d_bits, rng=st.rng["exponent-shares"])
     share_bits = share_bound_bits(params.d_bits, n, params.threshold, dealers=n)
     commits = [int(gmpy2.powmod(v, a, n2)) for a in coeffs]
     got_commits = await st.broadcast("commit", commits, n2.bit_length())

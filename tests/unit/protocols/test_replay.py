@@ -26,6 +26,8 @@ from smcdp.crypto.paillier import generate_keypair
 from smcdp.net.channel import InMemoryNetwork
 from smcdp.primitives.rng import Randomness
 from smcdp.protocols.dp_aggregate import DPAggregateParams, charlie, data_party, dave
+from smcdp.protocols.keygen import KeygenParams, party_roles
+from smcdp.protocols.keygen import party as keygen_party
 from smcdp.protocols.keyword import KeywordParams, keyword_alice, keyword_bob
 from smcdp.protocols.power_iteration import PowerIterationParams, trent
 from smcdp.protocols.power_iteration import data_party as pi_party
@@ -236,3 +238,26 @@ def test_a_crash_still_leaves_a_torn_tail_and_a_repair_takes_a_truncated_journal
     assert repaired.repaired and [t for _, t, _, _ in repaired.inbound()] == ["x/0"]
     repaired.close()
     _journal(path).close()  # the repaired journal and its head agree
+
+
+@pytest.mark.parametrize("n,t", [(2, 1), (3, 1)])
+def test_key_ceremony_replays_every_message(tmp_path, n, t):
+    """Every party of the dealer-free key ceremony, replayed alone from its journal and root, re-sends
+    exactly what it sent (the channel checks each message; n = 2's ephemeral-key ciphertexts may differ
+    only in their fresh encryption randomness) and ends with the same key share."""
+    params = KeygenParams(parties=n, threshold=t, key_bits=256, allow_insecure=True).validate()
+    roles = {r: f"org{r[5:]}" for r in party_roles(n)}
+
+    def fns(roots):
+        return {r: (lambda ch, r=r: keygen_party(ch, params, seed=roots[r])) for r in roles}
+
+    roots, first, net = _run(tmp_path, roles, fns)
+    assert len({first[r].public.fingerprint for r in roles}) == 1
+    for role in roles:
+        replay = InMemoryNetwork(roles, journals={role: _journal(tmp_path / f"{role}.log")})
+        ch = replay.channels[role]
+        again = asyncio.run(fns({r: Randomness(k.key) for r, k in roots.items()})[role](ch))
+        assert again.share.to_json() == first[role].share.to_json(), f"replayed {role} holds another share"
+        assert again.candidates == first[role].candidates
+        assert replay.transcript == [], f"replayed {role} sent {len(replay.transcript)} message(s) again"
+        assert ch.replayed_sends == sum(1 for sender, *_ in net.transcript if sender == role)
