@@ -42,6 +42,9 @@ class SessionContext:
     #: if it raises, that message is not sent
     on_release: Callable[[], None] | None = None
     compute: ComputeConfig = field(default_factory=ComputeConfig)  # [compute]: this party's engine
+    #: this party's key store, ``<data_dir>/keys`` (smcdp.plugins.keystore): the key ceremony writes a
+    #: group there; None outside a party process
+    keys_dir: Path | None = None
 
 
 @dataclass(frozen=True)

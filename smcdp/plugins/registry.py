@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from smcdp.errors import InvalidMessage
 from smcdp.plugins.base import ProtocolPlugin, register, registered
 from smcdp.plugins.dp_aggregate import DPAggregatePlugin
+from smcdp.plugins.keygen import KeyCeremonyPlugin
 from smcdp.plugins.keyword import KeywordPlugin
 from smcdp.plugins.power_iteration import PowerIterationPlugin
 from smcdp.plugins.speaker import SpeakerIdentifyPlugin, SpeakerVerifyPlugin
@@ -18,6 +19,7 @@ BUILTIN: tuple[ProtocolPlugin, ...] = (
     KeywordPlugin(),
     SpeakerVerifyPlugin(),
     SpeakerIdentifyPlugin(),
+    KeyCeremonyPlugin(),
 )
 for _plugin in BUILTIN:
     register(_plugin)

@@ -71,6 +71,7 @@ from smcdp.crypto.threshold import (
 )
 from smcdp.errors import InvalidMessage, SmcdpError
 from smcdp.net.channel import Channel
+from smcdp.net.limits import TrafficEnvelope
 from smcdp.primitives.rng import SeedLike, as_randomness
 from smcdp.protocols.base import ProtocolParams
 from smcdp.v1 import messages_pb2 as pb
@@ -234,6 +235,54 @@ def _from_blobs(msg: pb.Blobs, count: int, bound_bits: int, what: str) -> list[i
     return out
 
 
+def ephemeral_key_bits(params: KeygenParams) -> dict[str, int]:
+    """n = 2: the sizes of party 1's ephemeral keys, large enough that no product of shares wraps."""
+    # a share of p is x_i + M·y_i: x_2 has n·bits(M) + κ bits, so products of shares can exceed N
+    m_bits = sieve_modulus(params.half_bits, params.parties).bit_length()
+    share_bits = max(params.half_bits, params.parties * m_bits + KAPPA) + 4
+    return {"small": max(params.key_bits, 2 * share_bits + 8) + 64, "big": params.d_bits + 32}
+
+
+def traffic_envelope(params: KeygenParams) -> TrafficEnvelope:
+    """The most any party of a ceremony with these parameters receives (smcdp.net.limits): per batch of
+    candidates the sieve's sharings and products, N's product and opening, the first Jacobi round, and
+    -- as if every candidate of every batch passed that round -- the remaining rounds and the gcd test;
+    ``max_candidates / batch`` batches; then the exponent, its shares and the fingerprints."""
+    n, k, bits = params.parties, params.batch, params.key_bits
+    m_bits = sieve_modulus(params.half_bits, n).bit_length()
+    p_sieve = field_prime(n * m_bits + KAPPA + 16).bit_length()
+    p_n = field_prime(bits + 8).bit_length()
+    p_big = field_prime(params.d_bits + 8).bit_length()
+
+    def ints(count: int, width: int) -> int:  # a BigInts of ``count`` values below 2^width
+        return count * ((width + 7) // 8 + 6) + 16
+
+    batches = -(-params.max_candidates // k)
+    peers = n - 1
+    shares = share_bound_bits(params.d_bits, n, params.threshold, dealers=n)
+    once = [(peers, ints(2, 2 * bits)), (2 * peers, ints(4, p_big)), (2 * peers, ints(1, p_big))]
+    once += [(peers, ints(params.threshold + 1, 2 * bits + 2)), (peers, ints(1, shares)), (peers, ints(1, 256))]
+    if n == 2:
+        eph = ephemeral_key_bits(params)
+        small, big = (eph["small"] + 4) // 4 + 8, (eph["big"] + 4) // 4 + 8  # a ciphertext mod n_e²
+        per_batch = [(1, 2 * k * small), (1, 2 * k * small), (1, ints(k, p_n)), (1, ints(k, bits))]
+        per_candidate = [(1, ints(params.jacobi_rounds, bits)), (1, 2 * big), (1, ints(1, p_big))]
+        once += [(1, ints(2, eph["big"] + 8)), (2, 2 * big)]
+    else:
+        per_batch = [
+            (peers, ints(4 * k, p_sieve)),
+            (peers * peers, ints(2 * k, p_sieve)),
+            (peers, ints(2 * k, p_sieve)),
+        ]
+        per_batch += [(peers, ints(3 * k, p_n)), (peers, ints(k, p_n)), (peers, ints(k, bits))]
+        per_candidate = [(peers, ints(params.jacobi_rounds, bits)), (peers, ints(4, p_big)), (peers, ints(1, p_big))]
+    messages = [(c * batches, size) for c, size in per_batch]
+    messages += [(c * batches * k, size) for c, size in per_candidate]
+    return TrafficEnvelope.from_messages(
+        messages + once, f"key ceremony parameters (n = {n}, {bits}-bit key, {batches} batches of {k})"
+    )
+
+
 def party_roles(parties: int) -> list[str]:
     return [f"party{i}" for i in range(1, parties + 1)]
 
@@ -273,9 +322,7 @@ class _Ceremony:
     async def two_party_setup(self) -> None:
         """n = 2: party 1 makes its ephemeral keys (at least ``key_bits``, large enough that no product
         wraps) and sends party 2 the public keys."""
-        # a share of p is x_i + M·y_i: x_2 has n·bits(M) + κ bits, so products of shares can exceed N
-        share_bits = max(self.params.half_bits, self.n * self.M.bit_length() + KAPPA) + 4
-        sizes = {"small": max(self.params.key_bits, 2 * share_bits + 8) + 64, "big": self.params.d_bits + 32}
+        sizes = ephemeral_key_bits(self.params)
         tag = "kg/0/ephemeral-keys"
         if self.me == 1:
             for name, bits in sizes.items():

@@ -358,6 +358,7 @@ class Session:
             allow_insecure_keys=cfg.allow_insecure_keys,
             seed=self.checkpoint.randomness(),
             compute=cfg.compute,
+            keys_dir=cfg.data_dir / "keys",
         )
         log.info(
             "session %s: %s runs role %s of %s%s",

@@ -31,6 +31,8 @@ def _params_classes() -> dict[str, type]:
 
 
 CLASSES = _params_classes()
+#: parameters a protocol needs besides its numbers (fuzzed ones are merged over them)
+BASE = {"key-ceremony": {"group": "g", "parties": 3, "threshold": 1}}
 
 
 def _roles(protocol: str, p) -> dict[str, str]:
@@ -41,6 +43,8 @@ def _roles(protocol: str, p) -> dict[str, str]:
         names = ["charlie", *p.party_roles, "dave"]
     elif protocol in ("keyword", "speaker-verify", "speaker-identify"):
         names = ["alice", "bob"]
+    elif protocol == "key-ceremony":
+        names = [f"party{i}" for i in range(1, p.parties + 1)]
     else:
         raise AssertionError(f"no role map for {protocol}: add it here")
     return {r: f"p{i}" for i, r in enumerate(names)}
@@ -115,11 +119,13 @@ def test_every_builtin_protocol_has_numeric_parameters_to_fuzz():
 def test_numeric_parameters_are_accepted_or_invalid_argument(plugin):
     cls = CLASSES[plugin.name]
     fields = _numeric_fields(cls)
-    default_roles = _roles(plugin.name, cls())
+    base = BASE.get(plugin.name, {})
+    default_roles = _roles(plugin.name, cls(**base))
 
     @settings(max_examples=400, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     @given(st.dictionaries(st.sampled_from(fields), VALUES, min_size=1, max_size=3))
     def one(params):
+        params = {**base, **params}
         try:
             roles = _roles(plugin.name, cls.from_mapping(params))
         except InvalidMessage:
@@ -156,7 +162,7 @@ def test_numeric_parameters_are_accepted_or_invalid_argument(plugin):
 def test_the_issues_cases_name_the_parameter(protocol, name, value):
     plugin = next(p for p in BUILTIN if p.name == protocol)
     with pytest.raises(InvalidMessage, match=name):
-        plugin.validate_params({name: value}, _roles(protocol, CLASSES[protocol]()))
+        plugin.validate_params({name: value}, _roles(protocol, CLASSES[protocol](**BASE.get(protocol, {}))))
 
 
 def test_an_epsilon_with_no_finite_noise_level_is_refused_at_validation():

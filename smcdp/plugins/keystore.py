@@ -1,0 +1,203 @@
+"""A party's store of threshold keys: one directory per group, written by the key ceremony.
+
+Layout (docs/crypto.md, "The key ceremony as an operation")::
+
+    <data_dir>/keys/                  0700
+        <group>/                      0700
+            share.json                0600  this party's key share (with the public key)
+            group.json                0600  the public key, threshold, parties by index, key size,
+                                            when and by which session it was made, how long it took
+
+A group name is validated like a party name (lowercase letters, digits and '-'), so it is a plain
+directory name.  A group is written whole or not at all: the ceremony's files go into a fresh
+directory beside it, which then takes the group's name (a refresh swaps the old one out the same
+way).  Nothing here reads a key share except :meth:`KeyStore.load_share`; listing a group reads
+``group.json`` only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from smcdp._files import atomic_write_json
+from smcdp.crypto.threshold import KeyShare, ThresholdPublicKey, load_key_share, save_key_share
+from smcdp.errors import InvalidMessage, PreconditionFailed
+from smcdp.net.tls import validate_party_name
+
+GROUP_FILE = "group.json"
+SHARE_FILE = "share.json"
+KIND = "smcdp-key-group"
+
+
+class GroupExists(PreconditionFailed):
+    """A ceremony would overwrite an existing group without ``replace``."""
+
+
+def validate_group_name(name: object) -> str:
+    """``name`` if it is a valid group name (the rules of a party name), else InvalidMessage."""
+    return validate_party_name(name, "group name")
+
+
+@dataclass(frozen=True)
+class KeyGroup:
+    """What ``group.json`` says of one group (public: no private material)."""
+
+    group: str
+    public: ThresholdPublicKey
+    #: this party's share index
+    index: int
+    #: share index -> party name
+    parties: Mapping[int, str]
+    key_bits: int
+    #: when the ceremony ended (UTC, ISO 8601)
+    created: str
+    session_id: str
+    generation_seconds: float
+    candidates: int = 0
+
+    @property
+    def threshold(self) -> int:
+        return self.public.threshold
+
+    @property
+    def fingerprint(self) -> str:
+        return self.public.fingerprint.hex()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": KIND,
+            "version": 1,
+            "group": self.group,
+            "public": self.public.to_json(),
+            "fingerprint": self.fingerprint,
+            "index": self.index,
+            "parties": {str(i): name for i, name in sorted(self.parties.items())},
+            "threshold": self.threshold,
+            "key_bits": self.key_bits,
+            "created": self.created,
+            "session_id": self.session_id,
+            "generation_seconds": self.generation_seconds,
+            "candidates": self.candidates,
+        }
+
+    def summary(self) -> dict[str, Any]:
+        """One line of ``smcdp keys list``: everything but the key's numbers."""
+        d = self.to_json()
+        del d["public"], d["kind"], d["version"]
+        d["parties"] = [self.parties[i] for i in sorted(self.parties)]
+        return d
+
+    @classmethod
+    def from_json(cls, obj: object, allow_insecure: bool = False) -> KeyGroup:
+        if not isinstance(obj, dict) or obj.get("kind") != KIND:
+            raise InvalidMessage(f"not an smcdp key group ({GROUP_FILE})")
+        try:
+            public = ThresholdPublicKey.from_json(obj["public"], allow_insecure)
+            parties = {int(i): validate_party_name(p) for i, p in obj["parties"].items()}
+            group = cls(
+                group=validate_group_name(obj["group"]),
+                public=public,
+                index=int(obj["index"]),
+                parties=parties,
+                key_bits=int(obj["key_bits"]),
+                created=str(obj["created"]),
+                session_id=str(obj["session_id"]),
+                generation_seconds=float(obj["generation_seconds"]),
+                candidates=int(obj.get("candidates", 0)),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise InvalidMessage(f"{GROUP_FILE} is missing or has malformed fields") from None
+        if sorted(parties) != list(range(1, public.parties + 1)) or group.index not in parties:
+            raise InvalidMessage(f"{GROUP_FILE} does not name one party per share index 1..{public.parties}")
+        if obj.get("fingerprint") != group.fingerprint:
+            raise InvalidMessage(f"{GROUP_FILE}'s fingerprint does not match its public key")
+        return group
+
+
+class KeyStore:
+    """The groups under one party's ``<data_dir>/keys``."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+
+    def group_dir(self, group: str) -> Path:
+        return self.root / validate_group_name(group)
+
+    def exists(self, group: str) -> bool:
+        return (self.group_dir(group) / GROUP_FILE).exists()
+
+    def groups(self) -> list[str]:
+        """The names of the stored groups, sorted (directories being written are not groups yet)."""
+        if not self.root.is_dir():
+            return []
+        return sorted(d.name for d in self.root.iterdir() if not d.name.startswith(".") and (d / GROUP_FILE).is_file())
+
+    def load(self, group: str, allow_insecure: bool = False) -> KeyGroup:
+        path = self.group_dir(group) / GROUP_FILE
+        try:
+            obj = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise InvalidMessage(f"no key group {group!r} in {self.root}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise InvalidMessage(f"{path} is not valid JSON") from None
+        return KeyGroup.from_json(obj, allow_insecure)
+
+    def load_share(self, group: str, allow_insecure: bool = False) -> KeyShare:
+        """This party's key share of ``group`` (refused if group or others may read it)."""
+        share = load_key_share(self.group_dir(group) / SHARE_FILE, allow_insecure)
+        info = self.load(group, allow_insecure)
+        if share.public != info.public or share.index != info.index:
+            raise InvalidMessage(f"the key share of group {group!r} does not belong to its {GROUP_FILE}")
+        return share
+
+    def check_writable(self, group: str, *, replace: bool, session_id: str) -> None:
+        """Raise :class:`GroupExists` if ``group`` exists, unless ``replace`` or it was written by this very
+        session (a replay of the ceremony after a restart writes the same group again)."""
+        if not self.exists(group) or replace:
+            return
+        try:
+            made_by = json.loads((self.group_dir(group) / GROUP_FILE).read_text()).get("session_id")
+        except (OSError, ValueError, AttributeError):
+            made_by = None
+        if made_by != session_id:
+            raise GroupExists(
+                f"key group {group!r} exists already (made by session {made_by}); "
+                'give "replace": true to refresh it with a new key'
+            )
+
+    def save(self, info: KeyGroup, share: KeyShare, *, replace: bool) -> Path:
+        """Write ``group.json`` and ``share.json`` of a new group whole, or replace an existing one."""
+        if share.public != info.public or share.index != info.index:
+            raise ValueError("the share does not belong to the group record")
+        self.check_writable(info.group, replace=replace, session_id=info.session_id)
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(self.root, 0o700)
+        target = self.group_dir(info.group)
+        fresh = Path(tempfile.mkdtemp(prefix=f".{info.group}.", dir=self.root))  # mode 0700
+        try:
+            save_key_share(share, fresh / SHARE_FILE)
+            atomic_write_json(fresh / GROUP_FILE, info.to_json(), 0o600)
+            if target.exists():
+                old = Path(tempfile.mkdtemp(prefix=f".{info.group}.old.", dir=self.root))
+                os.replace(target, old / info.group)
+                os.replace(fresh, target)
+                shutil.rmtree(old)
+            else:
+                os.replace(fresh, target)
+        finally:
+            if fresh.exists():
+                shutil.rmtree(fresh)
+        return target
+
+
+def utc_now() -> str:
+    """Now, as ``group.json``'s ``created`` says it (ISO 8601, UTC, seconds)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
