@@ -21,6 +21,7 @@ SUBCOMMAND_MODULES = (
     "smcdp.cli.demo",  # demo power-iteration | dp-aggregate | keyword
     "smcdp.cli.speech",  # speech train
     "smcdp.cli.dp",  # account, budget
+    "smcdp.cli.keys",  # keys generate | list
     "smcdp.cli.deploy",  # deploy init
     "smcdp.cli.bench",  # bench paillier
 )

@@ -108,19 +108,20 @@ def _cmd_session_start(args: argparse.Namespace) -> int:
             args.protocol, roles, params, wait=False, session_id=args.session_id, timeout=args.timeout, seed=args.seed
         )
         assert isinstance(handle, SessionHandle)
-        record = _wait_watched(handle).as_dict()
+        record = wait_watched(handle).as_dict()
     except (SmcdpError, OSError) as exc:
         return _fail(exc)
     _emit(record, args.out)
     return 0
 
 
-def _wait_watched(handle: SessionHandle):
+def wait_watched(handle: SessionHandle, unit: str = "round"):
     """Wait for a session with a progress display on stderr (rounds done, their rate, the current step),
-    after saying what bounds the wait."""
+    after saying what bounds the wait.  ``unit``: what the protocol's rounds are (the key ceremony's
+    are batches of candidates)."""
     label = f"session {handle.session_id}"
     print(f"{label}: this {handle.bound}", file=sys.stderr)
-    with task(label, total=None, unit="round") as t:
+    with task(label, total=None, unit=unit) as t:
 
         def show(st: SessionStatus) -> None:
             what = (
@@ -158,7 +159,7 @@ def _cmd_session_resume(args: argparse.Namespace) -> int:
     try:
         handle = PartyClient.from_config(args.config).resume(args.session_id, timeout=args.timeout, wait=False)
         assert isinstance(handle, SessionHandle)
-        record = _wait_watched(handle).as_dict()
+        record = wait_watched(handle).as_dict()
     except SmcdpError as exc:
         return _fail(exc)
     _emit(record, args.out)

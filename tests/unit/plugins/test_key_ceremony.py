@@ -259,3 +259,17 @@ def test_the_store_lists_groups_and_refuses_tampered_or_readable_files(tmp_path)
         store.group_dir("../alice")
     with pytest.raises(InvalidMessage, match="no key group"):
         store.load("absent")
+
+
+def test_keys_generate_gives_this_party_the_role_of_its_place_in_parties():
+    from smcdp.cli.keys import ceremony_request
+
+    roles, params = ceremony_request("bob", ["alice", "bob", "carol"], "g", 1, 2048, False)
+    assert roles == ROLES3 and params == {"group": "g", "parties": 3, "threshold": 1, "key_bits": 2048}
+    assert ceremony_request("carol", ["carol", "alice"], "g", 1, 2048, True)[1]["replace"] is True
+    with pytest.raises(InvalidMessage, match="must be one of --parties"):
+        ceremony_request("dave", ["alice", "bob", "carol"], "g", 1, 2048, False)
+    with pytest.raises(InvalidMessage, match="twice"):
+        ceremony_request("bob", ["alice", "bob", "bob"], "g", 1, 2048, False)
+    with pytest.raises(InvalidMessage, match="2t \\+ 1"):
+        ceremony_request("bob", ["alice", "bob", "carol"], "g", 2, 2048, False)
