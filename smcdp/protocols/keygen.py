@@ -309,6 +309,8 @@ class _Ceremony:
             for purpose in ("shamir", "sieve", "gcd", "exponent", "exponent-shares", "ephemeral-small", "ephemeral-big")
         }
         self.M = sieve_modulus(params.half_bits, self.n)
+        #: the expected number of candidate moduli, shown with the count tried so far (the progress step)
+        self.expected = round(expected_candidates(params.key_bits, self.n))
         self.P_sieve = field_prime(self.n * self.M.bit_length() + KAPPA + 16)
         self.P_n = field_prime(params.key_bits + 8)
         self.P_big = field_prime(params.d_bits + 8)
@@ -612,7 +614,7 @@ async def _candidate_batch(st: _Ceremony, counts: dict[str, int]) -> tuple[int, 
     bits = params.key_bits
     st.round += 1
     counts["batches"] += 1
-    tried = f"{counts['candidates']} candidates tried"
+    tried = f"{counts['candidates']} of ~{st.expected} candidates tried"
     ch.progress(round=st.round, step=f"sieve, {tried}")
     # step 1: K candidate p's and K candidate q's, sieved
     k = params.batch
@@ -629,7 +631,7 @@ async def _candidate_batch(st: _Ceremony, counts: dict[str, int]) -> tuple[int, 
     if not alive:
         return None
     # step 4, first round for every survivor at once
-    ch.progress(step=f"biprimality, {counts['candidates']} candidates tried")
+    ch.progress(step=f"biprimality, {counts['candidates']} of ~{st.expected} candidates tried")
     counts["tests"] += len(alive)
     first = [_jacobi_share(me, Ns[c], ps[c], qs[c], _hash_to_jacobi_one(Ns[c], c, 0)) for c in alive]
     got = await st.broadcast("jacobi/0", first, bits)

@@ -273,3 +273,26 @@ def test_keys_generate_gives_this_party_the_role_of_its_place_in_parties():
         ceremony_request("bob", ["alice", "bob", "bob"], "g", 1, 2048, False)
     with pytest.raises(InvalidMessage, match="2t \\+ 1"):
         ceremony_request("bob", ["alice", "bob", "carol"], "g", 2, 2048, False)
+
+
+def test_the_progress_step_counts_the_candidates_tried_against_the_expected_count(tmp_path):
+    from smcdp.protocols.keygen import KeygenParams, party
+
+    params = KeygenParams(parties=3, threshold=1, key_bits=256, allow_insecure=True, batch=8).validate()
+    net = InMemoryNetwork(ROLES3, timeout=300)
+    steps: list[str] = []
+    ch1 = net.channels["party1"]
+    progress = ch1.progress
+
+    def record(round=None, step=None):
+        if step is not None:
+            steps.append(step)
+        progress(round=round, step=step)
+
+    ch1.progress = record  # type: ignore[method-assign]
+    res = asyncio.run(net.run({r: (lambda ch: party(ch, params)) for r in ROLES3}))
+    expected = round(expected_candidates(256, 3))
+    sieving = [s for s in steps if s.startswith("sieve, ")]
+    assert sieving[0] == f"sieve, 0 of ~{expected} candidates tried"
+    assert sieving[-1] == f"sieve, {res['party1'].candidates - 8} of ~{expected} candidates tried"
+    assert steps[-2:] == ["exponent", "shares"]
