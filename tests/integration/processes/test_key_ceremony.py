@@ -68,3 +68,39 @@ def test_keys_generate_then_list_at_every_party(tmp_path, capsys):
         fresh = json.loads(capsys.readouterr().out)
         assert fresh["fingerprint"] != made["fingerprint"]
         assert {_list(cluster, n, capsys)[0]["fingerprint"] for n in NAMES} == {fresh["fingerprint"]}
+
+
+def test_a_party_killed_mid_ceremony_replays_and_every_party_stores_the_same_key(tmp_path):
+    """bob is killed in the ceremony's third batch of candidates and restarted: he replays his role
+    from his checkpoint and journal (every value he drew comes from the session's root), the session
+    succeeds, and the key is the one the same seeded ceremony makes undisturbed."""
+    from smcdp.net.server import new_session_id
+    from smcdp.runtime.chaos import Chaos, ChaosAction
+
+    roles = {"party1": "alice", "party2": "bob", "party3": "carol"}
+    params = {"parties": 3, "threshold": 1, "key_bits": 512, "batch": 16}
+    seed = 7
+    with LocalCluster(
+        {n: {} for n in NAMES},
+        allow_insecure_keys=True,
+        workdir=tmp_path / "run",
+        peer_grace_seconds=30.0,
+        allow_seeded=True,
+        open_policy=True,
+    ) as cluster:
+        calm = cluster.run("key-ceremony", roles, {**params, "group": "calm"}, initiator="alice", seed=seed)
+        assert {r["state"] for r in calm.values()} == {"succeeded"}
+        assert calm["bob"]["result"]["sieve_batches"] >= 4  # long enough to be killed in batch 3
+        sid = new_session_id("key-ceremony")
+        chaos = Chaos(cluster, [ChaosAction.parse("kill:bob:round=3")], sid).start()
+        try:
+            recs = cluster.run(
+                "key-ceremony", roles, {**params, "group": "killed"}, initiator="alice", seed=seed, session_id=sid
+            )
+        finally:
+            chaos.finish()
+        assert chaos.error is None and chaos.restarts == 1
+        assert {r["state"] for r in recs.values()} == {"succeeded"}, {p: r.get("error") for p, r in recs.items()}
+        assert recs["bob"]["restarts"] == 1
+        fps = {n: KeyStore(cluster.data_dir(n) / "keys").load("killed", allow_insecure=True).fingerprint for n in NAMES}
+        assert set(fps.values()) == {calm["alice"]["result"]["fingerprint"]}
