@@ -93,6 +93,20 @@ class NoSpace(Unavailable):
         self.origin = origin
 
 
+class NotAdmittedNow(Unavailable):
+    """A session continued from its checkpoint (a restart or a resume) that this party's policy does not
+    admit today (a rule changed since it was proposed).
+
+    Reported as UNAVAILABLE: like a party that is down, it is this party's present state, not the
+    session's, so the session fails resumably everywhere, keeps its checkpoints, and continues with
+    ``smcdp session resume`` once the policy admits it again.  ``origin`` is the refusing party.
+    """
+
+    def __init__(self, message: str, origin: str | None = None) -> None:
+        super().__init__(message)
+        self.origin = origin
+
+
 class DataLoss(SmcdpError):
     """A party's own durable state (a checkpoint, a journal record) is damaged or missing.
 

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 import grpc
 
-from smcdp.errors import PreconditionFailed, SmcdpError, Unavailable
+from smcdp.errors import NotAdmittedNow, PreconditionFailed, SmcdpError, Unavailable
 from smcdp.net.grpc_channel import AlreadyExists
 from smcdp.net.server import SessionSpec
 from smcdp.plugins.registry import get_plugin
@@ -26,6 +26,7 @@ from smcdp.runtime.core import PartyCore
 from smcdp.runtime.durability.checkpoint import Checkpoint, CheckpointError
 from smcdp.runtime.durability.retention import sweep as retention_sweep
 from smcdp.runtime.durability.retention import sweep_period
+from smcdp.runtime.governance.policy import OutOfBounds, PolicyDenied
 from smcdp.runtime.limits import check_journal, check_resume, restart_culprit, session_budget
 from smcdp.runtime.session import RESUMABLE_CODES, Session, error_dict, session_record
 from smcdp.states import SessionState
@@ -194,7 +195,15 @@ class Recovery:
             if how == "resume":
                 check_journal(session_budget(plugin, spec, m["role"], core.config.limits), cp.journal.inbound_sizes())
 
-        core.governor.readmit(m["initiator"], spec, plugin, m["role"], how, precheck=limits)
+        try:
+            core.governor.readmit(m["initiator"], spec, plugin, m["role"], how, precheck=limits)
+        except (PolicyDenied, OutOfBounds) as exc:  # today's policy: the session waits (resumably) until it
+            # admits it again
+            raise NotAdmittedNow(
+                f"{exc}; the session stays resumable: 'smcdp session resume {m['session_id']}' once party "
+                f"{core.name!r}'s policy admits it again",
+                core.name,
+            ) from None
 
     def reopen(self, cp: Checkpoint, *, begun: bool, resumed: bool = False) -> Session:
         """A session from its checkpoint (a restart: ``begun`` as it was; a resume: its journal repaired if

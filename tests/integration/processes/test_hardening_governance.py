@@ -367,7 +367,13 @@ def test_a_resume_is_admitted_again(tmp_path, processes):
     _restart(processes, procs, cfgs, "bob")
     with _member(tmp_path, cfgs, "alice", "bob") as alice:
         code, details = _resume(alice, "alice.r-5")
-        assert code == C.PERMISSION_DENIED and "rule policy)" in details, (code, details)
+        # refused by today's policy, but not for ever: the session stays resumable (it used to be refused
+        # as PERMISSION_DENIED, and still after the policy was restored)
+        assert code == C.UNAVAILABLE and "rule policy)" in details and "stays resumable" in details, (code, details)
+    cfgs["bob"].write_text(text)  # the operator restores the policy
+    _restart(processes, procs, cfgs, "bob")
+    with _member(tmp_path, cfgs, "alice", "bob") as alice:
+        assert _resume(alice, "alice.r-5")[0] == C.OK
     refused = {e["rule"] for e in _events(bob_dir, "refused") if e.get("how") == "resume"}
     assert {"limits.pending", "limits.max_restarts", "envelope", "policy"} <= refused, refused
 
