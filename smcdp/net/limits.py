@@ -75,7 +75,8 @@ class Limits:
     #: gRPC: concurrent streams per connection
     max_concurrent_streams: int = 128
     #: concurrent calls from all peers together (the operator's own calls are not counted: they have
-    #: ``operator_calls``); gRPC's own hard cap is set above it (:attr:`grpc_rpc_cap`)
+    #: ``operator_calls``; nor are the calls of running sessions, see CallQuotas); gRPC's own hard cap is set
+    #: above it (:meth:`grpc_rpc_cap`)
     max_concurrent_rpcs: int = 512
     #: concurrent calls from one peer (every Mailbox method and health check)
     calls_per_peer: int = 128
@@ -126,12 +127,12 @@ class Limits:
         and running slots allow (a session whose end is decided frees its slot but not its memory)."""
         return self.pending_per_peer + self.running_per_peer
 
-    @property
-    def grpc_rpc_cap(self) -> int:
+    def grpc_rpc_cap(self, peers: int = 0) -> int:
         """gRPC's ``maximum_concurrent_rpcs``: a hard cap that refuses every caller alike, so it sits
-        above what this party's own accounting admits (peers in all, plus the operator's reserve), with
+        above what this party's own accounting admits (peers in all, the operator's reserve, and the calls
+        of running sessions, at most ``calls_per_peer`` for each of the ``peers`` in ``[peers]``), with
         room for as many calls again that the accounting is refusing at that moment."""
-        return 2 * self.max_concurrent_rpcs + self.operator_calls
+        return 2 * self.max_concurrent_rpcs + self.operator_calls + peers * self.calls_per_peer
 
     def envelope(self, derived: TrafficEnvelope | None) -> TrafficEnvelope:
         """A protocol's envelope, capped by the configured ceilings (the ceilings alone if none)."""
@@ -470,7 +471,13 @@ class CallQuotas:
       ``operator_calls``, that no peer can take;
     * a Deliver/Stream call is *idle* until its first envelope names a session the peer holds a role
       in (``idle_calls_per_peer``; the server ends it after ``call_idle_seconds``), and is then
-      *bound* to that session (``calls_per_session`` per peer and session).
+      *bound* to that session (``calls_per_session`` per peer and session);
+    * the calls of a *running* session -- message calls bound to it, its heartbeats and aborts -- are
+      *reserved*: they count against their peer's ``calls_per_peer`` but not against
+      ``max_concurrent_rpcs``, so calls that no running session needs (idle or stalled streams, Watch,
+      proposals, calls of sessions not yet begun) cannot take the capacity a running session needs, however
+      many members send them.  In all they are bounded by the peers' own quotas (every participant of a
+      session is in ``[peers]``) and gRPC's hard cap leaves room for them (:meth:`Limits.grpc_rpc_cap`).
 
     Every refusal is ResourceExhausted naming the rule, and happens before the call holds anything.
     Used from the server's event loop only (a lock keeps it safe if that ever changes).
@@ -486,6 +493,7 @@ class CallQuotas:
         self._bound: dict[tuple[str, str], int] = {}
         self._watches: dict[str, int] = {}
         self._watch_total = 0
+        self._reserved = 0  # peers' calls of running sessions (outside max_concurrent_rpcs)
 
     def calls(self, peer: str) -> int:
         return self._calls.get(peer, 0)
@@ -494,8 +502,14 @@ class CallQuotas:
     def peer_calls(self) -> int:
         return self._peer_total
 
-    def enter(self, peer: str) -> None:
-        """A call of ``peer`` starts (refused if it would pass a quota)."""
+    @property
+    def reserved_calls(self) -> int:
+        """Peers' calls of running sessions in progress (not counted against ``max_concurrent_rpcs``)."""
+        return self._reserved
+
+    def enter(self, peer: str, reserved: bool = False) -> None:
+        """A call of ``peer`` starts (refused if it would pass a quota).  ``reserved``: a call of a running
+        session ``peer`` takes part in, bounded by the peer's own quota only."""
         lim = self.limits
         with self._lock:
             mine = self._calls.get(peer, 0)
@@ -511,13 +525,36 @@ class CallQuotas:
                         f"party {peer!r} already has {mine} calls in progress at party {self.me!r} "
                         f"(limits.calls_per_peer = {lim.calls_per_peer})"
                     )
-                if self._peer_total >= lim.max_concurrent_rpcs:
-                    raise ResourceExhausted(
-                        f"party {self.me!r} is serving {self._peer_total} calls from its peers "
-                        f"(limits.max_concurrent_rpcs); try again shortly"
-                    )
-                self._peer_total += 1
+                if reserved:
+                    self._reserved += 1
+                else:
+                    self._check_shared()
+                    self._peer_total += 1
             self._calls[peer] = mine + 1
+
+    def _check_shared(self) -> None:
+        if self._peer_total >= self.limits.max_concurrent_rpcs:
+            raise ResourceExhausted(
+                f"party {self.me!r} is serving {self._peer_total} calls from its peers "
+                f"(limits.max_concurrent_rpcs; running sessions' calls have capacity of their own); try again shortly"
+            )
+
+    def reserve(self, peer: str) -> None:
+        """A call of ``peer`` counted in the shared pool turns out to carry a running session: it moves to the
+        reserved calls and frees its place in ``max_concurrent_rpcs``."""
+        with self._lock:
+            if peer != self.me:
+                self._peer_total -= 1
+                self._reserved += 1
+
+    def unreserve(self, peer: str) -> None:
+        """A call admitted as reserved carries no running session after all: it moves to the shared pool,
+        refused if that is full (the caller then ends it with :meth:`leave`, reserved)."""
+        with self._lock:
+            if peer != self.me:
+                self._check_shared()
+                self._reserved -= 1
+                self._peer_total += 1
 
     def enter_watch(self, peer: str) -> None:
         """A Health.Watch stream of ``peer`` starts (on top of :meth:`enter`): refused past
@@ -551,7 +588,7 @@ class CallQuotas:
                 self._watches.pop(peer, None)
             self._watch_total -= 1
 
-    def leave(self, peer: str) -> None:
+    def leave(self, peer: str, reserved: bool = False) -> None:
         with self._lock:
             left = self._calls.get(peer, 0) - 1
             if left > 0:
@@ -559,7 +596,10 @@ class CallQuotas:
             else:
                 self._calls.pop(peer, None)
             if peer != self.me:
-                self._peer_total -= 1
+                if reserved:
+                    self._reserved -= 1
+                else:
+                    self._peer_total -= 1
 
     def enter_idle(self, peer: str) -> None:
         """A Deliver/Stream call of ``peer`` starts, not yet bound to a session."""

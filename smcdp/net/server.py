@@ -307,6 +307,12 @@ class PeerHost(abc.ABC):
         """Raise (as :meth:`inbound_target` would for a new message) once ``session_id``, whose messages
         ``peer`` is streaming, no longer takes new ones here; the server then ends the idle call."""
 
+    def running_with(self, peer: str, session_id: str | None = None) -> bool:
+        """Does ``peer`` hold a role in the running (begun) session ``session_id`` here -- in any running
+        session if None?  Such calls use the capacity running sessions have of their own
+        (:class:`smcdp.net.limits.CallQuotas`).  Called on the server's loop: cheap, no I/O."""
+        return False
+
     @abc.abstractmethod
     async def propose(self, peer: str, spec: SessionSpec) -> str | PendingApproval:
         """Register a session proposed by ``peer``; return this party's role (or that it waits)."""
@@ -435,7 +441,22 @@ class _MessageCall:
         self.servicer = servicer
         self.peer = peer
         self.it = request_iterator.__aiter__()
-        servicer.quotas.enter_idle(peer)
+        quotas = servicer.quotas
+        # counted in the shared pool, or -- when that is full and the peer takes part in a running session
+        # here -- as a call of a running session, which bind() confirms (or moves it back, or refuses it)
+        self.reserved = False
+        try:
+            quotas.enter(peer)
+        except ResourceExhausted:
+            if not servicer.host.running_with(peer):
+                raise
+            quotas.enter(peer, reserved=True)
+            self.reserved = True
+        try:
+            quotas.enter_idle(peer)
+        except BaseException:
+            quotas.leave(peer, self.reserved)
+            raise
         self.session_id: str | None = None
         self.closed = False
         self.ended: BaseException | None = None  # why the bound session takes no more messages
@@ -487,7 +508,15 @@ class _MessageCall:
 
     def bind(self, session_id: str) -> None:
         if self.session_id is None:
-            self.servicer.quotas.bind(self.peer, session_id)
+            quotas = self.servicer.quotas
+            running = self.servicer.host.running_with(self.peer, session_id)
+            if self.reserved and not running:
+                quotas.unreserve(self.peer)  # raises if the shared pool is full: the call ends
+                self.reserved = False
+            quotas.bind(self.peer, session_id)
+            if running and not self.reserved:
+                quotas.reserve(self.peer)
+                self.reserved = True
             self.session_id = session_id
             self._reader = asyncio.current_task()
             self._watchdog = asyncio.ensure_future(self._watch())
@@ -503,6 +532,7 @@ class _MessageCall:
             if self._watchdog is not None:
                 self._watchdog.cancel()
             self.servicer.quotas.leave_message_call(self.peer, self.session_id)
+            self.servicer.quotas.leave(self.peer, self.reserved)
 
 
 class MailboxServicer(tgrpc.MailboxServicer):
@@ -978,40 +1008,63 @@ def server_options(limits: Limits) -> list[tuple[str, int]]:
     ]
 
 
-def _counted(fn: _Behaviour, quotas: CallQuotas, what: str) -> _Behaviour:
-    """``fn`` (a handler) counted against the caller's call quota, refused at once past it."""
+def _counted(
+    fn: _Behaviour, quotas: CallQuotas, what: str, reserved: Callable[[str, Any], bool] | None = None
+) -> _Behaviour:
+    """``fn`` (a handler) counted against the caller's call quota, refused at once past it.  ``reserved(peer,
+    request)``: whether the call belongs to the capacity of running sessions (not the shared pool)."""
 
-    async def enter(context: _Context) -> str:
+    async def enter(request: Any, context: _Context) -> tuple[str, bool]:
         try:
             peer = peer_identity(context)
         except Unauthenticated:
             peer = ""  # cannot happen behind mutual TLS; counted as one anonymous peer all the same
+        own = False
         try:
-            quotas.enter(peer)
+            own = reserved is not None and reserved(peer, request)
+        except Exception:  # noqa: BLE001 - a request that names nothing usable: the shared pool
+            own = False
+        try:
+            quotas.enter(peer, own)
         except ResourceExhausted as exc:
             await _fail(context, exc, what)
-        return peer
+        return peer, own
 
     if inspect.isasyncgenfunction(fn):
 
         async def streaming(request: Any, context: _Context) -> AsyncIterator[Any]:
-            peer = await enter(context)
+            peer, own = await enter(request, context)
             try:
                 async for item in fn(request, context):
                     yield item
             finally:
-                quotas.leave(peer)
+                quotas.leave(peer, own)
 
         return streaming
 
     async def unary(request: Any, context: _Context) -> Any:
-        peer = await enter(context)
+        peer, own = await enter(request, context)
         try:
             return await fn(request, context)
         finally:
-            quotas.leave(peer)
+            quotas.leave(peer, own)
 
     return unary
+
+
+def _reserved_calls(service: str, method: str, host: PeerHost | None) -> Callable[[str, Any], bool] | None:
+    """Which calls of ``service.method`` use the capacity of running sessions rather than the shared pool:
+    a heartbeat or an abort of a running session the caller takes part in, and a health Check (answered at
+    once: it cannot be held, so it needs no shared slot and a flood of other calls cannot refuse it)."""
+    if service == "grpc.health.v1.Health" and method == "Check":
+        return lambda peer, request: True
+    if service == "smcdp.v1.Mailbox" and method in ("Heartbeat", "Abort") and host is not None:
+        return lambda peer, request: (
+            not isinstance(request, Undecodable)
+            and bool(request.session_id)
+            and host.running_with(peer, request.session_id)
+        )
+    return None
 
 
 def _watch_counted(fn: _Behaviour, quotas: CallQuotas) -> _Behaviour:
@@ -1045,11 +1098,15 @@ _HANDLER_MAKERS = {
 
 
 def _generic_handler(
-    service_desc: ServiceDescriptor, servicer: object, quotas: CallQuotas, messages: ModuleType
+    service_desc: ServiceDescriptor,
+    servicer: object,
+    quotas: CallQuotas,
+    messages: ModuleType,
+    host: PeerHost | None = None,
 ) -> grpc.GenericRpcHandler[Any, Any]:
     """The service's handlers with this module's decoding (see :class:`Undecodable`), each call counted
     against the caller's quota (:class:`smcdp.net.limits.CallQuotas`).  ``messages``: the module holding
-    the service's request and response classes."""
+    the service's request and response classes; ``host``: tells which calls are a running session's."""
     handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
     for m in service_desc.methods:
         if not hasattr(servicer, m.name):
@@ -1057,7 +1114,15 @@ def _generic_handler(
         req_cls = getattr(messages, m.input_type.name)
         resp_cls = getattr(messages, m.output_type.name)
         make = _HANDLER_MAKERS[(m.client_streaming, m.server_streaming)]
-        fn = _counted(getattr(servicer, m.name), quotas, f"{service_desc.name}.{m.name}")
+        if service_desc.full_name == "smcdp.v1.Mailbox" and m.name in ("Deliver", "Stream"):
+            fn = getattr(servicer, m.name)  # counted by the call itself (_MessageCall): idle, then bound
+        else:
+            fn = _counted(
+                getattr(servicer, m.name),
+                quotas,
+                f"{service_desc.name}.{m.name}",
+                _reserved_calls(service_desc.full_name, m.name, host),
+            )
         if service_desc.full_name == "grpc.health.v1.Health" and m.name == "Watch":
             fn = _watch_counted(fn, quotas)
         handlers[m.name] = make(
@@ -1106,7 +1171,9 @@ class PartyServer:
         limits = self.config.limits
         # gRPC's own cap refuses every caller alike: it sits above this party's accounting (per peer, all
         # peers, the operator's reserve), which refuses the one over its quota
-        server = grpc.aio.server(options=server_options(limits), maximum_concurrent_rpcs=limits.grpc_rpc_cap)
+        server = grpc.aio.server(
+            options=server_options(limits), maximum_concurrent_rpcs=limits.grpc_rpc_cap(len(self.config.peers))
+        )
         services = tpb.DESCRIPTOR.services_by_name
         server.add_generic_rpc_handlers(
             (
@@ -1115,6 +1182,7 @@ class PartyServer:
                     MailboxServicer(self.peers, self.config.max_message_bytes, self.quotas),
                     self.quotas,
                     tpb,
+                    self.peers,
                 ),
                 _generic_handler(services["Control"], ControlServicer(self.operator), self.quotas, tpb),
                 _generic_handler(

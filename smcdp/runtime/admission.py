@@ -59,7 +59,15 @@ class Admission:
                 f"(add them to [peers] in {core.config.source or 'its configuration'})"
             )
         if spec.session_id not in core.sessions:  # slots, timeout and seed rules before any validation work
-            check_proposal(core.sessions.values(), peer, spec, core.config.limits, core.name, core.admitting)
+            check_proposal(
+                core.sessions.values(),
+                peer,
+                spec,
+                core.config.limits,
+                core.name,
+                core.admitting,
+                len(core.config.proposers),
+            )
         # a proposal being admitted holds a pending slot of its initiator until its session exists
         registered = core.admission(peer)
         try:

@@ -138,6 +138,12 @@ class PartyConfig(NetConfig):
     compute: ComputeConfig = field(default_factory=ComputeConfig)  # [compute]
     console: ConsoleConfig = field(default_factory=ConsoleConfig)  # [console]
 
+    @property
+    def proposers(self) -> frozenset[str]:
+        """The peers whose proposals the policy may admit (none without ``[policy]``): ``pending_total`` and
+        ``pending_approvals_total`` are shared among them (docs/security.md, "Fair admission")."""
+        return frozenset() if self.policy is None else self.policy.proposers(self.peers)
+
 
 def _parse_inputs(inputs_t: Mapping[str, Any], base: Path) -> dict[str, dict[str, Path]]:
     inputs: dict[str, dict[str, Path]] = {}
@@ -179,7 +185,7 @@ def parse_config(data: Mapping[str, Any], base_dir: str | os.PathLike, source: P
     if not isinstance(plugins, list) or not all(isinstance(p, str) and _MODULE_RE.match(p) for p in plugins):
         raise ConfigError(f"party.plugins must be a list of Python module names, got {plugins!r}")
     peers = parse_peers(table(data, "peers", False), name)
-    return PartyConfig(
+    cfg = PartyConfig(
         name=name,
         listen=listen,
         data_dir=data_dir,
@@ -197,6 +203,21 @@ def parse_config(data: Mapping[str, Any], base_dir: str | os.PathLike, source: P
         compute=_parse_compute(table(data, "compute", False), base),
         console=parse_console(table(data, "console", False), base),
     )
+    _check_shares(cfg)
+    return cfg
+
+
+def _check_shares(cfg: PartyConfig) -> None:
+    """Every peer the policy may admit gets at least one place in the shared admission queues: a total
+    smaller than the number of such peers would let some of them fill it (docs/security.md, "Fair
+    admission"); refused at start-up, naming the keys."""
+    n, lim = len(cfg.proposers), cfg.limits
+    for key, total in (("pending_total", lim.pending_total), ("pending_approvals_total", lim.pending_approvals_total)):
+        if total < n:
+            raise ConfigError(
+                f"limits.{key} ({total}) is smaller than the {n} peers whose proposals [policy] may admit: each of "
+                f"them must get a share of at least one (raise limits.{key} to {n} or more, or admit fewer peers)"
+            )
 
 
 def _parse_compute(tbl: Mapping[str, Any], base: Path) -> ComputeConfig:

@@ -90,6 +90,14 @@ def _counts(sessions: Iterable[_Live], initiator: str, in_flight: Mapping[str, i
     return _Counts(mine_p, mine_r, mine_h, pending, total)
 
 
+def fair_share(per_peer: int, total: int, proposers: int) -> int:
+    """What one peer may hold of a queue shared by ``proposers`` peers (those the policy may admit): its
+    per-peer limit, but never more than an equal part of the total -- so that any k of them, hostile or
+    not, hold at most k parts and every other admitted peer still finds its own.  At least one (start-up
+    refuses a total smaller than the number of such peers: smcdp.runtime.config)."""
+    return max(1, min(per_peer, total // max(1, proposers)))
+
+
 def check_proposal(
     sessions: Iterable[_Live],
     initiator: str,
@@ -97,6 +105,7 @@ def check_proposal(
     limits: Limits,
     me: str,
     in_flight: Mapping[str, int] | None = None,
+    proposers: int = 1,
 ) -> None:
     """Refuse a proposal that this party's limits do not admit (before any validation work).
 
@@ -106,13 +115,19 @@ def check_proposal(
             f"session timeout {spec.timeout_seconds:g} s exceeds party {me!r}'s limit of "
             f"{limits.max_session_seconds:g} s (limits.max_session_seconds)"
         )
-    _check_slots(sessions, initiator, limits, me, in_flight)
+    _check_slots(sessions, initiator, limits, me, in_flight, proposers)
 
 
 def _check_slots(
-    sessions: Iterable[_Live], initiator: str, limits: Limits, me: str, in_flight: Mapping[str, int] | None
+    sessions: Iterable[_Live],
+    initiator: str,
+    limits: Limits,
+    me: str,
+    in_flight: Mapping[str, int] | None,
+    proposers: int = 1,
 ) -> None:
     mine_p, mine_r, mine_h, pending, total = _counts(sessions, initiator, in_flight)
+    share = fair_share(limits.pending_per_peer, limits.pending_total, proposers)
     if initiator == me:
         pass  # the party's own operator: no peer's quota applies to it, only the party's total below
     elif mine_h >= limits.held_per_peer:
@@ -120,11 +135,12 @@ def _check_slots(
             f"party {initiator!r} already holds {mine_h} sessions at party {me!r}, some still winding down "
             f"(limits.pending_per_peer + running_per_peer = {limits.held_per_peer}); try again shortly"
         )
-    elif mine_p >= limits.pending_per_peer:
+    elif mine_p >= share:
         raise ResourceExhausted(
             f"party {initiator!r} already has {mine_p} proposed sessions not yet begun at party {me!r} "
-            f"(limits.pending_per_peer = {limits.pending_per_peer}); begin or abort them first, or wait "
-            f"{limits.proposal_grace_seconds:g} s for them to expire"
+            f"(limits.pending_per_peer = {limits.pending_per_peer}, and its share of limits.pending_total = "
+            f"{limits.pending_total} among the {proposers} peers the policy admits: {share}); begin or abort "
+            f"them first, or wait {limits.proposal_grace_seconds:g} s for them to expire"
         )
     elif mine_r >= limits.running_per_peer:
         raise ResourceExhausted(
@@ -228,6 +244,7 @@ def check_resume(
     me: str,
     now: float | None = None,
     in_flight: Mapping[str, int] | None = None,
+    proposers: int = 1,
 ) -> None:
     """Refuse to continue a session from its checkpoint beyond this party's limits.
 
@@ -266,7 +283,7 @@ def check_resume(
         return
     mine_p, _mine_r, mine_h, pending, total = _counts(sessions, initiator, in_flight)
     if (
-        mine_p >= limits.pending_per_peer
+        mine_p >= fair_share(limits.pending_per_peer, limits.pending_total, proposers)
         or pending >= limits.pending_total
         or total >= limits.sessions_total
         or mine_h >= limits.held_per_peer

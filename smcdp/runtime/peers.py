@@ -17,6 +17,7 @@ from smcdp.runtime.core import PartyCore
 from smcdp.runtime.governance.witness import SignedHead
 from smcdp.runtime.limits import check_begin
 from smcdp.runtime.recovery import Recovery
+from smcdp.runtime.states import Slot
 from smcdp.states import SessionState
 
 log = logging.getLogger("smcdp.party")
@@ -57,6 +58,14 @@ class PeerDesk(PeerHost):
 
     def inbound_delivered(self, peer: str, nbytes: int, duplicate: bool) -> None:
         self._observatory.inbound_delivered(peer, nbytes, duplicate)
+
+    def running_with(self, peer: str, session_id: str | None = None) -> bool:
+        """``peer`` holds a role in the begun, not yet ended session ``session_id`` (any, if None) here."""
+        sessions = self.core.sessions
+        if session_id is not None:
+            s = sessions.get(session_id)
+            return s is not None and _running_with(s, peer)
+        return any(_running_with(s, peer) for s in list(sessions.values()))
 
     def inbound_refused(self, peer: str | None, code: str) -> None:
         self._observatory.inbound_refused(peer, code)
@@ -203,3 +212,9 @@ class PeerDesk(PeerHost):
             rec = await core.records.apeek(session_id)
             roles = None if rec is None else rec.get("roles")
         return isinstance(roles, dict) and peer in roles.values()
+
+
+def _running_with(s, peer: str) -> bool:
+    """A running session's calls have capacity of their own: begun (its slot is a running one, so it is not
+    a stalled proposal) and ``peer`` one of its participants."""
+    return s.lifecycle.phase.slot is Slot.RUNNING and peer in s.spec.roles.values()

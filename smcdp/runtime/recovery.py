@@ -191,6 +191,7 @@ class Recovery:
                 core.config.limits,
                 core.name,
                 in_flight=in_flight,
+                proposers=len(core.config.proposers),
             )
             if how == "resume":
                 check_journal(session_budget(plugin, spec, m["role"], core.config.limits), cp.journal.inbound_sizes())

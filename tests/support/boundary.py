@@ -9,6 +9,7 @@ truncations -- reaches the server exactly as given.
 from __future__ import annotations
 
 import json
+import re
 
 import grpc
 from hypothesis import strategies as st
@@ -215,6 +216,11 @@ class StreamFlood:
     """``count`` idle ``Mailbox.Stream`` calls (or ``Health.Watch`` streams, ``method="watch"``) of one member
     (a valid certificate), kept up from a thread.
 
+    ``method`` may also be ``"bound"`` -- a Stream that sends the first chunk of a two-chunk message of one
+    of ``session_ids`` (the member's own admitted sessions) and then stalls -- or ``"propose"`` (a Propose of
+    a fresh session with ``target`` that the member never begins), or a tuple of these: call ``i`` is of
+    kind ``method[i % len(method)]``.
+
     Each call sends nothing; when the server ends one, it is opened again after ``reopen_delay`` seconds,
     so the flood lasts until :meth:`stop`.  The calls are spread over ``connections`` separate HTTP/2
     connections (gRPC allows ``limits.max_concurrent_streams`` per connection).  ``codes`` counts how the
@@ -230,7 +236,8 @@ class StreamFlood:
         count: int = 520,
         connections: int = 5,
         reopen_delay: float = 0.5,
-        method: str = "stream",
+        method: str | tuple[str, ...] = "stream",
+        session_ids: tuple[str, ...] = (),
     ) -> None:
         import asyncio
         import threading
@@ -238,6 +245,7 @@ class StreamFlood:
         self.count, self.connections, self.reopen_delay = count, connections, reopen_delay
         #: "stream": idle Mailbox.Stream calls; "watch": grpc.health.v1 Health.Watch streams
         self.method = method
+        self.session_ids, self.as_party = session_ids, as_party
         root = (certs / "ca.crt").read_bytes()
         self._creds = grpc.ssl_channel_credentials(
             root, (certs / f"{as_party}.key").read_bytes(), (certs / f"{as_party}.crt").read_bytes()
@@ -246,6 +254,8 @@ class StreamFlood:
         self.codes: dict[str, int] = {}
         self.details: dict[str, str] = {}
         self.lifetimes: dict[str, list[float]] = {}
+        #: how often each limit was named in a refusal ("limits.max_concurrent_rpcs": ...)
+        self.rules: dict[str, int] = {}
         self._open = 0
         self._since: dict[int, float] = {}
         self._stop = None
@@ -287,30 +297,53 @@ class StreamFlood:
         channels = [grpc.aio.secure_channel(self.address, self._creds, options=opts) for _ in range(self.connections)]
         for ch in channels:
             await ch.channel_ready()
-        if self.method == "watch":
-            from grpc_health.v1 import health_pb2
+        from grpc_health.v1 import health_pb2
 
-            watch = health_pb2.HealthCheckRequest(service="").SerializeToString()
-            methods = [
-                lambda ch=ch: ch.unary_stream(HEALTH + "Watch", request_serializer=None, response_deserializer=None)(
-                    watch
+        watch = health_pb2.HealthCheckRequest(service="").SerializeToString()
+        stop = self._stop
+        proposed = [0]
+
+        async def stalled(sid: str):
+            yield tpb.Envelope(
+                session_id=sid, tag="stall", type_name="smcdp.v1.Flag", chunk_count=2, total_size=4, data=b"\x08\x01"
+            ).SerializeToString()
+            await stop.wait()
+
+        def start(kind: str, ch, i: int):
+            if kind == "watch":
+                return ch.unary_stream(HEALTH + "Watch", request_serializer=None, response_deserializer=None)(watch)
+            if kind == "bound":
+                sid = self.session_ids[i % len(self.session_ids)]
+                return ch.stream_stream(MAILBOX + "Stream", request_serializer=None, response_deserializer=None)(
+                    stalled(sid)
                 )
-                for ch in channels
-            ]
-        else:
-            methods = [
-                ch.stream_stream(MAILBOX + "Stream", request_serializer=None, response_deserializer=None)
-                for ch in channels
-            ]
+            if kind == "propose":
+                proposed[0] += 1
+                spec = tpb.SessionSpec(
+                    session_id=f"{self.as_party}.flood-{proposed[0]}",
+                    protocol="net-echo",
+                    params_json="{}",
+                    timeout_seconds=600.0,
+                )
+                spec.roles["a"], spec.roles["b"] = self.as_party, self.target
+                return ch.unary_unary(MAILBOX + "Propose", request_serializer=None, response_deserializer=None)(
+                    spec.SerializeToString()
+                )
+            return ch.stream_stream(MAILBOX + "Stream", request_serializer=None, response_deserializer=None)()
+
+        kinds = (self.method,) if isinstance(self.method, str) else tuple(self.method)
 
         async def one(i: int) -> None:
             while not self._stop.is_set():
-                call = methods[i % len(methods)]()
+                call = start(kinds[i % len(kinds)], channels[i % len(channels)], i // len(kinds))
                 self._open += 1
                 t0 = self._since[i] = time.monotonic()
                 try:
                     code = await call.code()
-                    self.details.setdefault(code.name, await call.details())
+                    details = await call.details() or ""
+                    self.details.setdefault(code.name, details)
+                    for rule in set(re.findall(r"limits\.[a-z_]+", details)):
+                        self.rules[rule] = self.rules.get(rule, 0) + 1
                 finally:
                     self._open -= 1
                     self._since.pop(i, None)

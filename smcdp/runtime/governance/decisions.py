@@ -25,6 +25,7 @@ from smcdp.runtime.governance.audit import AuditLog
 from smcdp.runtime.governance.exact import ExactSessions, QuotaRefused
 from smcdp.runtime.governance.policy import OutOfBounds, PolicyDenied, Refusal, refusal, releases_exact
 from smcdp.runtime.governance.reservations import Reservations
+from smcdp.runtime.limits import fair_share
 from smcdp.states import ProposalState
 
 #: audits a refusal (the governor's, throttled per peer): (peer, error, proposal, session)
@@ -72,14 +73,18 @@ class Decisions:
         lim = self.config.limits
         waiting = [p for p in self.proposals.all() if ProposalState(p.state).open]
         mine = sum(p.initiator == peer for p in waiting)
-        if mine >= lim.pending_approvals_per_peer:
+        n = len(self.config.proposers)
+        share = fair_share(lim.pending_approvals_per_peer, lim.pending_approvals_total, n)
+        if mine >= share:
             raise refusal(
                 QueueFull,
                 self.name,
                 sid,
                 "limits.pending_approvals_per_peer",
                 f"{peer!r} already has {mine} proposals waiting for its operator "
-                f"(limits.pending_approvals_per_peer = {lim.pending_approvals_per_peer})",
+                f"(limits.pending_approvals_per_peer = {lim.pending_approvals_per_peer}, and its share of "
+                f"limits.pending_approvals_total = {lim.pending_approvals_total} among the {n} peers the policy "
+                f"admits: {share})",
             )
         if len(waiting) >= lim.pending_approvals_total:
             raise refusal(

@@ -154,6 +154,15 @@ class Policy:
     def restricts(self) -> bool:
         return not self.open
 
+    def proposers(self, peers: Iterable[str]) -> frozenset[str]:
+        """The peers (of ``peers``, the ``[peers]`` table) whose proposals this policy may admit: every one
+        when ``open``, else those some ``[policy.<protocol>]`` names in ``initiators`` ("*": every one).
+        The admission queues are shared among them (:func:`smcdp.runtime.limits.fair_share`)."""
+        peers = frozenset(peers)
+        if self.open:
+            return peers
+        return frozenset(p for p in peers if any(_allowed(r.initiators, p) for r in self.protocols.values()))
+
     def approval_for(self, protocol: str) -> str:
         rules = self.protocols.get(protocol)
         return (rules.approval if rules is not None and rules.approval else None) or self.approval

@@ -149,6 +149,123 @@ def test_members_holding_health_watch_streams_switch_nobody_off(tmp_path, proces
         assert "limits.watch_calls_per_peer" in f.details["RESOURCE_EXHAUSTED"]
 
 
+def _wait_for(predicate, what: str, timeout: float = 60.0):
+    end = time.monotonic() + timeout
+    last: object = None
+    while True:
+        try:
+            value = last = predicate()
+        except Exception as exc:  # noqa: BLE001 - not there yet
+            value, last = None, exc
+        if value:
+            return value
+        assert time.monotonic() < end, f"timed out waiting for {what} (last: {last!r})"
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("members", [4, 8])
+def test_members_flooding_every_kind_of_call_cannot_stop_a_running_session(tmp_path, processes, members):
+    """Issue 40, item 1: members whose certificates bob admits flood bob with every kind of call they can
+    hold -- idle Streams, Health.Watch, Streams stalled inside their own admitted (never begun) sessions, and
+    new proposals -- together far more than bob's max_concurrent_rpcs, which they fill (refusals name it).  A
+    session between charlie and bob that was running when the flood began still succeeds: charlie's
+    heartbeats to bob (bob's peer grace is short) and its final message, sent on a new call once charlie has
+    computed for a while, are calls of a running session and use capacity no other call can take.  Bob's
+    operator starts a session of its own with dave and reads statuses, and health checks of bob from its
+    operator and from charlie answer SERVING throughout.  Before, the same flood starved the session.
+
+    The call quotas are scaled down by 4 (as in the Watch test) so that the flood's refusals do not take the
+    CPU a loaded test host needs for the sessions themselves."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    hostile = [f"m{i}" for i in range(1, members + 1)]
+    limits = _limits(
+        max_concurrent_rpcs=128,
+        calls_per_peer=48,
+        calls_per_session=24,
+        idle_calls_per_peer=8,
+        proposal_grace_seconds=900.0,
+    )
+    cfgs = make_deployment(
+        tmp_path,
+        [*hostile, "bob", "charlie", "dave"],
+        limits=limits,
+        timeouts=Timeouts(connect_seconds=3, session_seconds=120, rpc_seconds=30, peer_grace_seconds=8.0),
+    )
+    for n in ("bob", "charlie", "dave"):
+        processes(n, cfgs[n], use_launcher=False)
+    for n in ("bob", "charlie", "dave"):
+        client.wait_healthy(cfgs[n], timeout=120)
+    bob = _address(cfgs, "bob")
+    # each member's own sessions with bob, admitted and never begun: as many as bob lets it propose
+    stalled: dict[str, list[str]] = {m: [] for m in hostile}
+    for m in hostile:
+        with raw_channel(tmp_path / "certs", m, bob, "bob") as ch:
+            for i in range(limits.pending_per_peer + 1):
+                code, _ = call_unary(ch, MAILBOX + "Propose", _spec(f"{m}.stall-{i}", {"a": m, "b": "bob"}))
+                if code != C.OK:
+                    assert code == C.RESOURCE_EXHAUSTED, code
+                    break
+                stalled[m].append(f"{m}.stall-{i}")
+        assert stalled[m], m  # every member holds at least one: its share of pending_total
+    # charlie's session with bob: bob sends x, charlie computes 12 s (past bob's peer grace), then sends y
+    sid = "charlie.guarded"
+    with ThreadPoolExecutor(1) as pool:
+        guarded = pool.submit(
+            client.start_session,
+            cfgs["charlie"],
+            "net-echo",
+            {"a": "bob", "b": "charlie"},
+            {"n": 3, "busy_seconds": 12.0},
+            session_id=sid,
+            timeout=120,
+        )
+        _wait_for(
+            lambda: client.get_status(cfgs["bob"], sid)["state"] == "running" or (guarded.done() and guarded.result()),
+            "bob to run the session",
+        )
+        assert not guarded.done(), guarded.result()
+        per_member = 2 * limits.calls_per_peer  # together far past max_concurrent_rpcs
+        floods = [
+            StreamFlood(
+                tmp_path / "certs",
+                m,
+                bob,
+                "bob",
+                count=per_member,
+                connections=2,
+                reopen_delay=2.0,
+                method=("stream", "bound", "watch", "bound", "propose", "bound"),
+                session_ids=tuple(stalled[m]),
+            ).start()
+            for m in hostile
+        ]
+        try:
+            # the members fill bob's shared pool: some of their calls are refused for it
+            _wait_for(
+                lambda: sum(f.rules.get("limits.max_concurrent_rpcs", 0) for f in floods) > 0,
+                "the flood to fill max_concurrent_rpcs",
+            )
+            assert client.check_health(cfgs["bob"]) == "SERVING"  # bob's operator
+            assert client.check_health(cfgs["charlie"], peer="bob") == "SERVING"  # another member
+            assert client.get_status(cfgs["bob"], sid)["state"] == "running"
+            assert client.list_sessions(cfgs["bob"]) is not None
+            rec = guarded.result(timeout=150)
+            assert rec["state"] == "succeeded", rec.get("error")
+            assert rec["result"]["received"] == [0.5, 1.5, 2.5], rec
+            own = client.start_session(cfgs["bob"], "net-echo", {"a": "bob", "b": "dave"}, {"n": 2}, timeout=60)
+            assert own["state"] == "succeeded", own.get("error")
+            assert client.check_health(cfgs["charlie"], peer="bob") == "SERVING"
+            for f in floods:  # what bob held of each member: within its own quota
+                assert f.held(2.0) <= limits.calls_per_peer, (f.held(2.0), f.open_now())
+            assert sum(f.rules.get("limits.max_concurrent_rpcs", 0) for f in floods) > 0
+        finally:
+            for f in floods:
+                f.stop()
+    bob_rec = client.get_result(cfgs["bob"], sid)
+    assert bob_rec["state"] == "succeeded" and bob_rec["result"]["y"] == [1.0, 3.0, 5.0], bob_rec
+
+
 def _spec(sid, roles, protocol="net-echo", params="{}", timeout=60.0) -> bytes:
     msg = tpb.SessionSpec(session_id=sid, protocol=protocol, params_json=params, timeout_seconds=timeout)
     for r, p in roles.items():

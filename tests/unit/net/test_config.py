@@ -111,3 +111,25 @@ def test_dumps_toml_escapes():
         "t": {"s": 'quote " backslash \\ newline \n tab \t ünï', "l": ["x", "y"], "f": 1.5, "b": False, "weird key": 1}
     }
     assert tomllib.loads(dumps_toml(doc)) == doc
+
+
+def test_the_admission_queues_are_shared_among_the_peers_the_policy_admits(tmp_path):
+    """Issue 40 (fair admission): pending_total and pending_approvals_total are shared among the peers whose
+    proposals the policy may admit; a total smaller than their number would let some of them fill it, and is
+    refused at start-up naming the key."""
+    peers = "".join(f'm{i} = "127.0.0.1:{51000 + i}"\n' for i in range(6))
+    text = GOOD.replace("[peers]\n", "[peers]\n" + peers, 1)
+    opened = text + "\n[policy]\nopen = true\n"
+    cfg = load_config(write(tmp_path, opened))
+    assert cfg.proposers == {"bob", "trent"} | {f"m{i}" for i in range(6)}
+    with pytest.raises(ConfigError, match=r"limits\.pending_total \(7\) is smaller than the 8 peers"):
+        load_config(write(tmp_path, opened + "\n[limits]\npending_per_peer = 1\npending_total = 7\n"))
+    with pytest.raises(ConfigError, match=r"limits\.pending_approvals_total"):
+        load_config(
+            write(tmp_path, opened + "\n[limits]\npending_approvals_per_peer = 1\npending_approvals_total = 5\n")
+        )
+    # a policy that lets two peers propose: only they share the queues
+    ruled = text + '\n[policy.net-echo]\nroles = ["b"]\ninitiators = ["bob", "m1"]\n'
+    ruled += "\n[limits]\npending_per_peer = 1\npending_total = 2\n"
+    assert load_config(write(tmp_path, ruled)).proposers == {"bob", "m1"}
+    assert load_config(write(tmp_path, text)).proposers == frozenset()  # no [policy]: nobody is admitted

@@ -22,7 +22,7 @@ from smcdp.net.limits import CallQuotas, InboundBudget, Limits, TrafficEnvelope,
 from smcdp.net.server import SessionSpec, server_options
 from smcdp.protocols.dp_aggregate import write_durable
 from smcdp.runtime.config import LoggingConfig, PartyConfig, dump_config, load_config
-from smcdp.runtime.limits import begin_wait_seconds, check_begin, check_proposal, check_resume
+from smcdp.runtime.limits import begin_wait_seconds, check_begin, check_proposal, check_resume, fair_share
 from smcdp.runtime.logs import JsonLines, _OneLine, private_dir
 from smcdp.runtime.states import Phase
 
@@ -145,7 +145,38 @@ def test_grpc_cap_sits_above_what_the_accounting_admits():
     """gRPC's maximum_concurrent_rpcs refuses everyone alike (issue 24: a flood of one member took it all):
     it must never bind before this party's own per-peer accounting and the operator's reserve do."""
     lim = Limits()
-    assert lim.grpc_rpc_cap > lim.max_concurrent_rpcs + lim.operator_calls
+    assert lim.grpc_rpc_cap() > lim.max_concurrent_rpcs + lim.operator_calls
+    # and above the calls running sessions may hold outside max_concurrent_rpcs: calls_per_peer per peer
+    assert lim.grpc_rpc_cap(10) > lim.max_concurrent_rpcs + lim.operator_calls + 10 * lim.calls_per_peer
+
+
+def test_running_sessions_calls_are_outside_the_shared_pool():
+    """Issue 40: calls of running sessions (reserved) count against their peer's quota only, so any number of
+    members filling max_concurrent_rpcs cannot refuse them; a call moves between the pools when it names its
+    session, and one that turns out not to be a running session's is refused if the shared pool is full."""
+    q = CallQuotas(Limits(max_concurrent_rpcs=8, calls_per_peer=5, calls_per_session=2, idle_calls_per_peer=2), "me")
+    for m in ("m1", "m2"):
+        for _ in range(4):
+            q.enter(m)
+    with pytest.raises(ResourceExhausted, match=re.escape("limits.max_concurrent_rpcs")):
+        q.enter("charlie")  # the shared pool is full ...
+    q.enter("charlie", reserved=True)  # ... a running session's call still enters
+    assert q.peer_calls == 8 and q.reserved_calls == 1 and q.calls("charlie") == 1
+    for _ in range(4):
+        q.enter("charlie", reserved=True)
+    with pytest.raises(ResourceExhausted, match=re.escape("limits.calls_per_peer")):
+        q.enter("charlie", reserved=True)  # bounded by the peer's own quota
+    with pytest.raises(ResourceExhausted, match=re.escape("limits.max_concurrent_rpcs")):
+        q.unreserve("charlie")  # not a running session's call after all: no room in the shared pool
+    q.leave("charlie", reserved=True)
+    q.leave("m1")
+    q.unreserve("charlie")  # now there is room
+    assert q.peer_calls == 8 and q.reserved_calls == 3
+    q.reserve("charlie")  # bound to a running session: frees its shared slot
+    assert q.peer_calls == 7 and q.reserved_calls == 4
+    for _ in range(4):
+        q.leave("charlie", reserved=True)
+    assert q.calls("charlie") == 0 and q.reserved_calls == 0 and q.peer_calls == 7
 
 
 def test_call_quotas_per_peer_in_all_and_the_operators_reserve():
@@ -195,6 +226,20 @@ class _S:
 
 def _spec(timeout=60.0, seed=None):
     return SessionSpec("s", "p", {"a": "x", "b": "me"}, {}, timeout, seed)
+
+
+def test_pending_slots_are_a_fair_share_of_the_total():
+    """Issue 40: four members each at pending_per_peer filled pending_total (16 of 16).  Each peer's share is
+    its per-peer limit but at most an equal part of the total among the peers the policy admits, so k of
+    them hold at most k parts and every other admitted peer finds its own."""
+    lim = Limits(pending_per_peer=4, pending_total=16)
+    assert fair_share(4, 16, 1) == 4 and fair_share(4, 16, 6) == 2 and fair_share(4, 16, 10) == 1
+    live = [_S(f"m{i}", Phase.PREPARED) for i in range(1, 5) for _ in range(2)]  # 4 members, 2 each
+    for m in ("m1", "m2", "m3", "m4"):
+        with pytest.raises(ResourceExhausted, match=r"its share of limits.pending_total = 16 among the 6 peers"):
+            check_proposal(live, m, _spec(), lim, "me", proposers=6)
+    check_proposal(live, "charlie", _spec(), lim, "me", proposers=6)  # the honest members' shares are free
+    check_proposal(live, "m1", _spec(), lim, "me", proposers=3)  # fewer admitted peers: larger shares
 
 
 def test_admission_per_initiator_and_in_all():
