@@ -286,12 +286,11 @@ def test_refusals_and_seeds_are_audited_with_their_rule(tmp_path):
     g.stop()
 
 
-def test_the_approval_queue_is_bounded_per_peer_and_in_all(tmp_path):
-    """Issue 24: 300 proposals from one peer waited for the operator; now limits.pending_approvals_*."""
+def _queue_governor(tmp_path, per_peer: int, total: int):
     cfg = replace(
         _config(tmp_path, approval="operator"),
         peers={"charlie": "127.0.0.1:2", "dave": "127.0.0.1:3"},
-        limits=Limits(pending_approvals_per_peer=3, pending_approvals_total=5),
+        limits=Limits(pending_approvals_per_peer=per_peer, pending_approvals_total=total),
     )
     cfg = replace(
         cfg,
@@ -317,19 +316,39 @@ def test_the_approval_queue_is_bounded_per_peer_and_in_all(tmp_path):
             "data",
         )
 
+    return g, propose
+
+
+def test_the_approval_queue_is_bounded_per_peer_and_in_all(tmp_path):
+    """300 proposals from one peer waited for the operator; now limits.pending_approvals_*: a peer's
+    per-peer limit, when the total leaves every peer the policy admits that much."""
+    g, propose = _queue_governor(tmp_path, per_peer=3, total=6)
     for i in range(3):
         assert isinstance(propose("charlie", f"c{i}"), PendingApproval)
     with pytest.raises(SmcdpError) as ei:
         propose("charlie", "c3")
     assert ei.value.code == "RESOURCE_EXHAUSTED" and ei.value.rule == "limits.pending_approvals_per_peer"
+    g.reject("c0", "no")  # a decided proposal frees its place
+    assert isinstance(propose("charlie", "c3"), PendingApproval)
+    assert isinstance(propose("charlie", "c1"), PendingApproval)  # a repeat of a waiting one is not new
+    g.stop()
+
+
+def test_the_approval_queue_is_shared_fairly_among_the_peers_the_policy_admits(tmp_path):
+    """Members at their per-peer limit filled the whole queue (4 x 4 of 16) and the next admitted peer found
+    none.  A peer's place is its per-peer limit but at most an equal share of the total: with a total of 5
+    and two admitted peers each holds at most 2, so charlie at its share leaves dave his."""
+    g, propose = _queue_governor(tmp_path, per_peer=3, total=5)
+    for i in range(2):
+        assert isinstance(propose("charlie", f"c{i}"), PendingApproval)
+    with pytest.raises(SmcdpError) as ei:
+        propose("charlie", "c2")  # below its per-peer limit of 3, at its share
+    assert ei.value.rule == "limits.pending_approvals_per_peer" and "share" in str(ei.value)
     for i in range(2):
         assert isinstance(propose("dave", f"d{i}"), PendingApproval)
-    with pytest.raises(SmcdpError) as ei:
+    with pytest.raises(SmcdpError):
         propose("dave", "d2")
-    assert ei.value.rule == "limits.pending_approvals_total"
-    g.reject("c0", "no")  # a decided proposal frees its place
-    assert isinstance(propose("dave", "d2"), PendingApproval)
-    assert isinstance(propose("charlie", "c1"), PendingApproval)  # a repeat of a waiting one is not new
+    g.stop()
 
 
 # ------------------------------------------------------------------ issue 25: exact sessions per period
