@@ -52,6 +52,7 @@ from smcdp.runtime.governance.policy import (
     releases_exact,
 )
 from smcdp.runtime.governance.reservations import BudgetRefused, Reservations
+from smcdp.runtime.governance.unbegun import Unbegun
 from smcdp.runtime.governance.witness import Witnessing, WitnessStore
 from smcdp.states import ProposalState, SessionState
 
@@ -116,6 +117,9 @@ class Governor:
         self.reservations = Reservations(self.charges, self.audit, name, self._lock)
         #: refusals per peer and window: the first few in full, then a count, so one peer's flood stays a few lines
         self.throttle = RefusalThrottle()
+        #: proposals accepted automatically whose audit lines wait for Begin: per peer and window only the
+        #: first few of those that end before it are written in full, the others counted, as refusals are
+        self.unbegun = Unbegun(self.audit, self._lock)
         #: sessions releasing exact outputs from this party's data, against max_exact_sessions
         self.exact = ExactSessions(self.policy, self.audit, name, self._lock)
         #: what becomes of the proposals that wait for the operator
@@ -167,6 +171,7 @@ class Governor:
     def stop(self) -> None:
         try:
             self._summarise(self.throttle.flush())
+            self.unbegun.stop()
             self.audit.append("stop")
         except SmcdpError as exc:  # pragma: no cover - the log was broken earlier; say so, stop anyway
             log.error("audit log: %s", exc)
@@ -186,12 +191,18 @@ class Governor:
             try:
                 await loop.run_in_executor(None, self.expire)
                 await loop.run_in_executor(None, self._summarise, self.throttle.due())
+                await loop.run_in_executor(None, self.unbegun.due)
             except SmcdpError as exc:  # pragma: no cover - logged; the next round tries again
                 log.error("expiring proposals: %s", exc)
 
     def _summarise(self, summaries: list[dict]) -> None:
         for summary in summaries:
             self.audit.append("refusals-summarised", **summary)
+
+    def begun(self, session_id: str) -> None:
+        """Begin was admitted: a proposal whose audit lines waited for it is written in full now, before
+        the session computes anything (blocking: call in an executor)."""
+        self.unbegun.write(session_id)
 
     # ------------------------------------------------------------------ admission
     def admit(self, peer: str, spec: SessionSpec, plugin: ProtocolPlugin, role: str) -> SessionSpec | PendingApproval:
@@ -233,6 +244,12 @@ class Governor:
         except SmcdpError as exc:
             self._refused(peer, exc, proposal)  # a flood of refusals is counted, not written one by one
             raise
+        if not pending and reserved is None and not exact and peer != self.name:
+            # nothing reserved or counted: its lines wait for Begin (an abort before it is summarised)
+            self.unbegun.keep(
+                sid, [("proposal", proposal), ("accepted", dict(session=sid, role=role, approval="auto"))]
+            )
+            return spec
         self.audit.append("proposal", **proposal)
         if pending:
             return self.decisions.queue(peer, spec, role, summary, charges)
@@ -393,6 +410,8 @@ class Governor:
             if not began:
                 self.exact.give_back(session_id)
             self.settle(session_id, record.get("state") == SessionState.SUCCEEDED, str(err.get("message", "")))
+            if not self.unbegun.ended(session_id, str(record.get("initiator") or ""), began):
+                return  # ended before Begin, past its initiator's allowance: counted
             self.audit.append(
                 "session-end",
                 session=session_id,
@@ -428,10 +447,13 @@ class Governor:
             )
 
     def aborted(self, peer: str, session_id: str, code: str, message: str) -> None:
-        self.audit.append("abort", session=session_id, peer=peer, code=code, message=message)
+        fields = dict(session=session_id, peer=peer, code=code, message=message)
+        if not self.unbegun.add(session_id, "abort", fields):  # before Begin: kept with the proposal's lines
+            self.audit.append("abort", **fields)
 
     def abandon(self, session_id: str, reason: str) -> None:
         """Admitted but never prepared (e.g. the session thread did not start)."""
+        self.unbegun.write(session_id)
         self.settle(session_id, False, reason)
 
     # ------------------------------------------------------------------ operator views (governance.views)

@@ -450,3 +450,48 @@ def test_an_approved_exact_session_is_refused_at_start_when_another_took_the_las
     assert ei.value.code == "RESOURCE_EXHAUSTED" and ei.value.rule == "policy.exact.max_exact_sessions"
     assert g.proposals.get("b").state == "rejected"
     g.stop()
+
+
+class FreePlugin(ProtocolPlugin):
+    """A protocol that costs nothing and releases nothing exact: admitted without a reservation."""
+
+    name = "free"
+
+    def validate_params(self, params, roles):
+        return dict(params)
+
+    async def run_role(self, role, ch, ctx):
+        return {}
+
+
+def test_proposals_aborted_before_begin_are_summarised_per_peer_and_window(tmp_path):
+    """Issue 40: 300 accepted-then-aborted proposals of one peer wrote 1,500 fsync-ed audit lines.  A proposal
+    accepted with nothing reserved or counted keeps its lines back until Begin: one that ends before it
+    (computing nothing from this party's data) is written in full only among the first few of its peer's
+    window; the rest are counted in one 'unbegun-summarised' line.  A session that begins is recorded in full,
+    its proposal before anything it computes; the chain verifies."""
+    cfg = replace(_config(tmp_path), policy=Policy(open=True), budget=None)
+    g = _gov(cfg)
+    in_full = g.unbegun.throttle.in_full
+    aborted = [f"charlie.s{i}" for i in range(in_full + 25)]
+    for sid in aborted:
+        spec = SessionSpec(sid, "free", ROLES, {}, 60.0)
+        assert g.admit("charlie", spec, FreePlugin(), "data") == spec
+        g.aborted("charlie", sid, "ABORTED", "never mind")
+        g.session_done(sid, {"state": "failed", "initiator": "charlie", "error": {"code": "ABORTED"}}, began=False)
+    ran = SessionSpec("charlie.ran", "free", ROLES, {}, 60.0)
+    g.admit("charlie", ran, FreePlugin(), "data")
+    assert not any(e.get("session") == "charlie.ran" for e in _events(tmp_path))  # kept back until Begin
+    g.begun("charlie.ran")
+    assert [e["event"] for e in _events(tmp_path) if e.get("session") == "charlie.ran"] == ["proposal", "accepted"]
+    g.session_done("charlie.ran", {"state": "succeeded", "initiator": "charlie"}, began=True)
+    g.stop()
+    events = _events(tmp_path)
+    written = {e["session"] for e in events if e.get("event") == "proposal"}
+    assert written == set(aborted[:in_full]) | {"charlie.ran"}
+    assert sum(e.get("event") == "abort" for e in events) == in_full
+    assert sum(e.get("event") == "session-end" for e in events) == in_full + 1
+    (summary,) = [e for e in events if e.get("event") == "unbegun-summarised"]
+    assert summary["peer"] == "charlie" and summary["ended_before_begin"] == 25
+    assert summary["recorded_in_full"] == in_full and aborted[-1] in summary["sessions"]
+    assert verify_log(tmp_path / "alice").ok
