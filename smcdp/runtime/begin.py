@@ -31,6 +31,8 @@ class BeginWait:
         self._noticed: dict[str, float] = {}  # party -> when we last heard the session waits for it
         #: how long this party keeps the session prepared while they decide (monotonic; None: no approval)
         self.approval_until: float | None = None
+        #: party -> when it last confirmed (a Heartbeat answering "pending") that the session waits for its operator
+        self.confirmed: dict[str, float] = {}
 
     def notice(self, party: str) -> float:
         """``party``'s operator decides on the session: keep it prepared meanwhile, up to

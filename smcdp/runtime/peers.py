@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import time
 
 from smcdp.errors import InvalidMessage, PermissionDenied, PreconditionFailed, SessionAborted, SmcdpError
 from smcdp.net.server import PeerHost, PendingApproval, SessionSpec, validate_session_id
@@ -15,7 +17,7 @@ from smcdp.runtime.admission import Admission
 from smcdp.runtime.console.readmodel import Observatory
 from smcdp.runtime.core import PartyCore
 from smcdp.runtime.governance.witness import SignedHead
-from smcdp.runtime.limits import check_begin
+from smcdp.runtime.limits import WAITING_NOTICE_GRACE, check_begin
 from smcdp.runtime.recovery import Recovery
 from smcdp.runtime.states import Slot
 from smcdp.states import SessionState
@@ -56,9 +58,6 @@ class PeerDesk(PeerHost):
         else:
             channel.check_open()
 
-    def inbound_delivered(self, peer: str, nbytes: int, duplicate: bool) -> None:
-        self._observatory.inbound_delivered(peer, nbytes, duplicate)
-
     def running_with(self, peer: str, session_id: str | None = None) -> bool:
         """``peer`` holds a role in the begun, not yet ended session ``session_id`` (any, if None) here."""
         sessions = self.core.sessions
@@ -66,6 +65,9 @@ class PeerDesk(PeerHost):
             s = sessions.get(session_id)
             return s is not None and _running_with(s, peer)
         return any(_running_with(s, peer) for s in list(sessions.values()))
+
+    def inbound_delivered(self, peer: str, nbytes: int, duplicate: bool) -> None:
+        self._observatory.inbound_delivered(peer, nbytes, duplicate)
 
     def inbound_refused(self, peer: str | None, code: str) -> None:
         self._observatory.inbound_refused(peer, code)
@@ -149,7 +151,39 @@ class PeerDesk(PeerHost):
         if party not in s.spec.roles.values() or party in (peer, self.name):
             raise InvalidMessage(f"session {session_id!r} cannot wait for {party!r}: not another participant")
         if s.state is SessionState.PREPARED:
+            # only while the party it names confirms the wait: else an initiator's notices naming a party
+            # never asked kept a proposal -- and its slot -- prepared for approval_timeout_seconds
+            if not await self._confirms_waiting(s, party):
+                raise PreconditionFailed(
+                    f"party {party!r} does not confirm that session {session_id!r} waits for its operator: the "
+                    f"proposal keeps its grace (limits.proposal_grace_seconds) at {self.name!r}"
+                )
             s.await_approval(party)
+
+    async def _confirms_waiting(self, s, party: str) -> bool:
+        """Ask ``party`` (a Heartbeat on the session) whether the session waits for its operator there; a
+        confirmation holds WAITING_NOTICE_GRACE seconds, so repeated notices do not make this party ask
+        again each time."""
+        now = time.monotonic()
+        if now - s.begin_wait.confirmed.get(party, -math.inf) < WAITING_NOTICE_GRACE:
+            return True
+        channel, loop = s.channel, s.loop
+        if channel is None or loop is None:
+            return False
+        timeout = min(5.0, self.core.config.timeouts.connect_seconds, self.core.config.timeouts.rpc_seconds)
+        # the session's channel lives on the session's own loop (its thread), not on the server's
+        probe = None
+        try:
+            probe = asyncio.run_coroutine_threadsafe(channel.heartbeat(party, self.core.incarnation, timeout), loop)
+            reply = await asyncio.wait_for(asyncio.wrap_future(probe), timeout + 1.0)
+        except Exception:  # noqa: BLE001 - unreachable, refused or the session ended: nothing confirmed
+            if probe is not None:
+                probe.cancel()
+            return False
+        if reply.state != SessionState.PENDING.value:
+            return False
+        s.begin_wait.confirmed[party] = time.monotonic()
+        return True
 
     # ------------------------------------------------------------ liveness
     async def heartbeat(self, peer: str, session_id: str, incarnation: str, round: int) -> dict:
@@ -162,6 +196,10 @@ class PeerDesk(PeerHost):
             "culprit": "",
         }
         s = core.sessions.get(session_id)
+        if s is None and core.governor.decisions.waiting_for_operator(session_id, peer):
+            # a proposal that waits for this party's operator: a participant asks whether the initiator's
+            # Waiting notices naming this party are true (PeerDesk.waiting)
+            return dict(unknown, state=SessionState.PENDING.value)
         if s is not None:
             if peer not in s.spec.roles.values():
                 return unknown  # as for an id that does not exist here

@@ -68,6 +68,11 @@ class Decisions:
         return PendingApproval(f"waiting for the operator of party {self.name!r} to approve (smcdp session approve)")
 
     # ------------------------------------------------------------------ a proposal that waits
+    def waiting_for_operator(self, session_id: str, peer: str) -> bool:
+        """A proposal of ``session_id`` waits here for this party's operator, and ``peer`` takes part in it."""
+        p = self.proposals.get(session_id)
+        return p is not None and p.state == ProposalState.PENDING and peer in p.roles.values()
+
     def check_queue(self, peer: str, sid: str) -> None:
         """The approval queue is bounded per peer and in all (else one peer can leave hundreds waiting)."""
         lim = self.config.limits

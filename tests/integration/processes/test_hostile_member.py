@@ -612,3 +612,41 @@ def test_what_one_peer_sends_is_bounded_across_its_sessions(tmp_path, parties):
         while (codes := _junk(alice, "alice.s2", 3 << 19, 1, tag="again")[0]) != [C.OK]:
             assert time.monotonic() < end, codes  # the ended session's bytes come back
             time.sleep(0.2)
+
+
+def test_a_waiting_notice_naming_a_party_never_asked_does_not_keep_a_proposal(tmp_path, parties):
+    """Issue 40, item 2: alice proposes to bob a session with charlie, never asks charlie, and keeps telling
+    bob that it waits for charlie's operator.  Each notice kept the proposal prepared -- and its slot held --
+    for the proposal grace again, up to approval_timeout_seconds (a day).  Now bob asks charlie (a Heartbeat
+    on the session), charlie knows of no proposal waiting for its operator, so the notice is refused
+    (FAILED_PRECONDITION, saying so) and the proposal expires after its grace while the notices go on."""
+    import threading
+
+    limits = _limits(proposal_grace_seconds=6.0)
+    cfgs, _ = parties(names=("bob", "charlie"), limits=limits)
+    sid = "alice.pi-never-asked"
+    notice = tpb.WaitingNotice(session_id=sid, party="charlie").SerializeToString()
+    stop = threading.Event()
+    answers: list[tuple[grpc.StatusCode, str]] = []
+    with raw_channel(tmp_path / "certs", "alice", _address(cfgs, "bob"), "bob") as alice:
+        spec = _spec(sid, PI_ROLES, "power-iteration", '{"key_bits": 512, "max_iterations": 5}')
+        assert call_unary(alice, MAILBOX + "Propose", spec)[0] == C.OK
+        t0 = time.monotonic()
+
+        def keep_telling() -> None:
+            while not stop.is_set():
+                answers.append(call_unary(alice, MAILBOX + "Waiting", notice))
+                stop.wait(1.0)  # the initiator's pace: it repeats the notice with every poll
+
+        teller = threading.Thread(target=keep_telling, daemon=True)
+        teller.start()
+        try:
+            rec = _wait_state(cfgs["bob"], sid, timeout=90.0)
+        finally:
+            stop.set()
+            teller.join(30)
+    waited = time.monotonic() - t0
+    assert rec["state"] == "failed" and "proposal grace" in rec["error"]["message"], rec
+    assert waited < limits.proposal_grace_seconds + 60.0, waited  # not a notice's grace again and again
+    assert answers and all(code == C.FAILED_PRECONDITION for code, _ in answers[:-1]), answers
+    assert "does not confirm" in answers[0][1], answers
