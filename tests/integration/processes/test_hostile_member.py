@@ -208,7 +208,8 @@ def test_members_flooding_every_kind_of_call_cannot_stop_a_running_session(tmp_p
                     break
                 stalled[m].append(f"{m}.stall-{i}")
         assert stalled[m], m  # every member holds at least one: its share of pending_total
-    # charlie's session with bob: bob sends x, charlie computes 12 s (past bob's peer grace), then sends y
+    # charlie's session with bob: bob sends x, charlie computes 40 s (past bob's peer grace, and long enough for
+    # the flood to fill bob's pool first on a loaded host: 12 s were not always), then sends y
     sid = "charlie.guarded"
     with ThreadPoolExecutor(1) as pool:
         guarded = pool.submit(
@@ -216,7 +217,7 @@ def test_members_flooding_every_kind_of_call_cannot_stop_a_running_session(tmp_p
             cfgs["charlie"],
             "net-echo",
             {"a": "bob", "b": "charlie"},
-            {"n": 3, "busy_seconds": 12.0},
+            {"n": 3, "busy_seconds": 40.0},
             session_id=sid,
             timeout=120,
         )
