@@ -107,7 +107,7 @@ class PeerDesk(PeerHost):
                 raise
             s.admit_begin()  # counts as running from now on (concurrent Begins must not all pass)
             # the proposal's audit lines, kept back while it might end before Begin, before it computes
-            await asyncio.get_running_loop().run_in_executor(None, core.governor.begun, session_id)
+            await asyncio.get_running_loop().run_in_executor(None, core.governor.unbegun.write, session_id)
         s.begin_threadsafe()
 
     async def abort(self, peer: str, session_id: str, code: str, message: str, culprit: str | None = None) -> None:

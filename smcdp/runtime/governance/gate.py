@@ -199,11 +199,6 @@ class Governor:
         for summary in summaries:
             self.audit.append("refusals-summarised", **summary)
 
-    def begun(self, session_id: str) -> None:
-        """Begin was admitted: a proposal whose audit lines waited for it is written in full now, before
-        the session computes anything (blocking: call in an executor)."""
-        self.unbegun.write(session_id)
-
     # ------------------------------------------------------------------ admission
     def admit(self, peer: str, spec: SessionSpec, plugin: ProtocolPlugin, role: str) -> SessionSpec | PendingApproval:
         """Decide on a proposal (``spec.params`` already normalised by the plug-in).
@@ -276,6 +271,7 @@ class Governor:
             )
         check_seed(spec.seed, self.policy, self.name, sid)
         summary = self._summary(plugin, spec)
+        envelope = plugin.traffic_envelope(dict(spec.params), dict(spec.roles), role)  # what it may make us receive
         evaluate(
             self.policy,
             me=self.name,
@@ -285,6 +281,7 @@ class Governor:
             roles=spec.roles,
             summary=summary,
             allow_insecure_keys=self.config.allow_insecure_keys,
+            receive_bytes=None if envelope is None else envelope.session_bytes,
         )
         costs = summary is not None and summary.epsilon is not None and role in summary.data_roles
         if costs and self.charges is None and self.policy is not None and self.policy.restricts:

@@ -38,8 +38,9 @@ The TOML, written for a data-protection officer to read::
 Parameters that weaken a data party's guarantee, or size what a session may make it receive, are
 bounded here with a safe default, never left to the proposer (docs/governance.md, "Parameters the
 proposer does not decide"): ``max_noise_parties`` (default 1: every party adds the whole noise
-itself), ``max_frames_per_round`` (default 1), ``max_key_bits`` (default 4096) and ``max_iterations``
-(default 2000).
+itself), ``max_frames_per_round`` (default 1), ``max_key_bits`` (default 4096), ``max_iterations``
+(default 2000) and ``max_receive_mib`` (default 512: what the protocol's envelope for the proposal's
+parameters lets a peer's session make this party receive).
 
 Every rule is checked against the plug-in's :class:`~smcdp.plugins.base.SessionSummary`
 of the proposal -- public parameters only -- so the evaluation here knows no protocol by
@@ -85,6 +86,7 @@ _OPTIONAL_RULES = (
     "max_noise_parties",
     "max_key_bits",
     "max_iterations",
+    "max_receive_mib",
 )
 _RULE_KEYS = {"roles", "initiators", "coordinators", "release_to", "allow_non_dp", *_OPTIONAL_RULES}
 #: the window of max_exact_sessions when period_days is not given
@@ -93,6 +95,11 @@ DEFAULT_PERIOD_DAYS = 30.0
 #: largest key and the most rounds an honest session of today's documented sizes uses, with headroom
 DEFAULT_MAX_KEY_BITS = 4096
 DEFAULT_MAX_ITERATIONS = 2000
+#: the default bound on what one session a peer proposes may make this party receive (the envelope its
+#: protocol derives from the proposal's parameters, MiB): the largest documented honest sessions at their
+#: defaults -- keyword's Bob 266 MB, power iteration's Trent 175 MB -- with headroom, a quarter of the
+#: [limits] ceiling (max_session_mib, 2 GiB) that 64 components of 4096-bit keys reached
+DEFAULT_MAX_RECEIVE_MIB = 512
 
 
 @dataclass(frozen=True)
@@ -122,6 +129,9 @@ class ProtocolRules:
     #: make this party receive); None: DEFAULT_MAX_KEY_BITS, DEFAULT_MAX_ITERATIONS
     max_key_bits: int | None = None
     max_iterations: int | None = None
+    #: the most a session a peer proposes may make this party receive: its protocol's envelope for this
+    #: party's role, derived from the proposal's parameters (MiB); None: DEFAULT_MAX_RECEIVE_MIB
+    max_receive_mib: int | None = None
 
     def as_dict(self) -> dict:
         out: dict[str, Any] = {
@@ -268,6 +278,7 @@ def _rules(name: str, t: Any, known: set[str]) -> ProtocolRules:
         max_noise_parties=_number(t, "max_noise_parties", where, integer=True, lo=1, hi=1 << 10),
         max_key_bits=_number(t, "max_key_bits", where, integer=True, lo=256, hi=16384),
         max_iterations=_number(t, "max_iterations", where, integer=True, lo=1, hi=1 << 20),
+        max_receive_mib=_number(t, "max_receive_mib", where, integer=True, lo=1, hi=1 << 20),
     )
 
 
@@ -380,6 +391,7 @@ def merge_rules(a: ProtocolRules, b: ProtocolRules) -> ProtocolRules:
         max_noise_parties=max((x for x in (a.max_noise_parties, b.max_noise_parties) if x is not None), default=None),
         max_key_bits=a.max_key_bits,
         max_iterations=a.max_iterations,
+        max_receive_mib=a.max_receive_mib,
     )
 
 
@@ -435,8 +447,13 @@ def evaluate(
     roles: Mapping[str, str],
     summary: SessionSummary | None,
     allow_insecure_keys: bool,
+    receive_bytes: int | None = None,
 ) -> None:
     """Raise a refusal unless ``policy`` admits holding ``role`` in the proposal.
+
+    ``receive_bytes``: the most the session may make this party receive in ``role`` (its protocol's
+    envelope for the proposal's parameters; None: the protocol derives none, the ``[limits]`` ceilings
+    apply), bounded by ``max_receive_mib`` for a peer's proposal.
 
     No ``[policy]`` denies by default: every peer's proposal is refused (rule ``policy``),
     only the party's own operator (``initiator == me``) may start sessions.  ``summary``
@@ -464,6 +481,15 @@ def evaluate(
         raise ask.deny(ask.base, f"it does not join protocol {ask.proto!r} (its policy has no [{ask.base}] table)")
     _check_who(ask, rules, role, initiator)
     _check_keys(ask, rules, summary, allow_insecure_keys)
+    if receive_bytes is not None and initiator != me:
+        most = rules.max_receive_mib or DEFAULT_MAX_RECEIVE_MIB
+        if receive_bytes > most << 20:
+            raise ask.bound(
+                f"{ask.base}.max_receive_mib",
+                f"its parameters would let the session make it receive up to {receive_bytes / 2**20:,.0f} MiB as "
+                f"{role}; it allows at most {most} MiB (fewer components, rounds or a smaller key, or public "
+                "bounds on the sizes such as power iteration's rows, make it smaller)",
+            )
     if role not in summary.data_roles:
         return
     _check_where_its_data_goes(ask, rules, summary, role, roles)

@@ -651,3 +651,30 @@ def test_a_waiting_notice_naming_a_party_never_asked_does_not_keep_a_proposal(tm
     assert waited < limits.proposal_grace_seconds + 60.0, waited  # not a notice's grace again and again
     assert answers and all(code == C.FAILED_PRECONDITION for code, _ in answers[:-1]), answers
     assert "does not confirm" in answers[0][1], answers
+
+
+def test_a_proposer_cannot_size_the_partys_receive_limit(tmp_path, parties):
+    """Issue 40, item 4: alice, admitted by bob's policy as power iteration's Trent, proposes 64 components of
+    4096-bit keys over 2,000 rounds -- each within its own bound -- whose envelope at bob was gigabytes, capped
+    only by max_session_mib (2 GiB), so 300 MB of junk was accepted.  Bob's policy bounds the envelope a peer's
+    proposal derives (max_receive_mib, default 512 MiB): the proposal is refused, FAILED_PRECONDITION naming
+    the rule, and nothing of alice's junk is taken for it; a session of honest size is admitted."""
+    from smcdp.runtime.governance.policy import Policy, ProtocolRules
+
+    rules = ProtocolRules(
+        roles=("party*",),
+        initiators=("alice",),
+        coordinators=("alice",),
+        release_to=("alice", "charlie"),
+        allow_non_dp=True,
+    )
+    cfgs, _ = parties(names=("bob",), policies={"bob": Policy(protocols={"power-iteration": rules})})
+    big = '{"components": 64, "key_bits": 4096, "max_iterations": 2000}'
+    with raw_channel(tmp_path / "certs", "alice", _address(cfgs, "bob"), "bob") as alice:
+        code, details = call_unary(alice, MAILBOX + "Propose", _spec("alice.big", PI_ROLES, "power-iteration", big))
+        assert code == C.FAILED_PRECONDITION and "policy.power-iteration.max_receive_mib" in details, (code, details)
+        codes, accepted, _ = _junk(alice, "alice.big", 4 << 20, 2)
+        assert accepted == 0 and C.OK not in codes, (codes, accepted)
+        honest = '{"key_bits": 2048, "max_iterations": 2000}'  # a data party receives at most ~80 MB
+        code, details = call_unary(alice, MAILBOX + "Propose", _spec("alice.ok", PI_ROLES, "power-iteration", honest))
+        assert code == C.OK, (code, details)

@@ -482,7 +482,7 @@ def test_proposals_aborted_before_begin_are_summarised_per_peer_and_window(tmp_p
     ran = SessionSpec("charlie.ran", "free", ROLES, {}, 60.0)
     g.admit("charlie", ran, FreePlugin(), "data")
     assert not any(e.get("session") == "charlie.ran" for e in _events(tmp_path))  # kept back until Begin
-    g.begun("charlie.ran")
+    g.unbegun.write("charlie.ran")
     assert [e["event"] for e in _events(tmp_path) if e.get("session") == "charlie.ran"] == ["proposal", "accepted"]
     g.session_done("charlie.ran", {"state": "succeeded", "initiator": "charlie"}, began=True)
     g.stop()

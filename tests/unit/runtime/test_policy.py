@@ -61,6 +61,8 @@ def _eval(policy, protocol="dp-aggregate", roles=None, initiator="charlie", role
     roles = dict(roles or (DPA_ROLES if protocol == "dp-aggregate" else PI_ROLES))
     base = {"dp-aggregate": DPA, "power-iteration": {"n_parties": 2, "key_bits": 2048}}.get(protocol, {})
     p = dict(base, **params)
+    plugin = get_plugin(protocol)
+    envelope = plugin.traffic_envelope(plugin.validate_params(p, roles), roles, role)  # as the governor asks
     evaluate(
         policy,
         me="alice",
@@ -70,6 +72,7 @@ def _eval(policy, protocol="dp-aggregate", roles=None, initiator="charlie", role
         roles=roles,
         summary=_summary(protocol, roles, **p),
         allow_insecure_keys=insecure,
+        receive_bytes=None if envelope is None else envelope.session_bytes,
     )
 
 
@@ -419,10 +422,38 @@ def test_what_a_proposal_may_make_a_party_receive_is_bounded_by_its_policy():
         _eval(fifty, protocol="power-iteration", initiator="trent", iterations=60, **PI_DP)
     raised = _policy(
         PI_POLICY.replace(
-            "max_epsilon", "allow_non_dp = true\nmax_key_bits = 8192\nmax_iterations = 100000\nmax_epsilon"
+            "max_epsilon",
+            "allow_non_dp = true\nmax_key_bits = 8192\nmax_iterations = 100000\nmax_receive_mib = 1048576\nmax_epsilon",
         ).replace('release_to = ["bob"]', 'release_to = ["bob", "trent"]')
     )
     _eval(raised, protocol="power-iteration", initiator="trent", key_bits=8192, max_iterations=100_000)
     coordinator = _policy(PI_POLICY.replace('roles = ["party*"]', 'roles = ["trent"]'))
     with pytest.raises(OutOfBounds, match="above its maximum of 4096"):
         _eval(coordinator, protocol="power-iteration", initiator="trent", role="trent", key_bits=8192)
+
+
+def test_the_receive_limit_a_peer_proposes_is_bounded_by_the_policy():
+    """64 components of 4096-bit keys over 2,000 rounds -- every one within its own bound -- derived a
+    power-iteration envelope of gigabytes, capped only by [limits] max_session_mib (2 GiB), and 300 MB of
+    junk was accepted.  The envelope the proposal derives for this party's role is bounded by
+    max_receive_mib (default 512 MiB): an honest session of the documented defaults fits, this one is
+    refused naming the rule; a policy may raise it, and the party's own sessions are not its peers' to size."""
+    text = PI_POLICY.replace("max_components = 2", "allow_non_dp = true").replace(
+        'release_to = ["bob"]', 'release_to = ["bob", "trent"]'
+    )
+    pol = _policy(text)
+    assert pol.protocols["power-iteration"].max_receive_mib is None
+    big = dict(components=64, key_bits=4096, max_iterations=2000)
+    _eval(pol, protocol="power-iteration", initiator="trent", key_bits=3072, max_iterations=2000)  # the defaults
+    for role in ("party1", "trent"):
+        roles = {"trent": "alice", "party1": "bob", "party2": "charlie"} if role == "trent" else PI_ROLES
+        policy = _policy(text.replace('roles = ["party*"]', 'roles = ["party*", "trent"]'))
+        with pytest.raises(OutOfBounds, match="it allows at most 512 MiB") as ei:
+            _eval(policy, protocol="power-iteration", initiator="trent", role=role, roles=roles, **big)
+        assert ei.value.rule == "policy.power-iteration.max_receive_mib" and ei.value.code == "FAILED_PRECONDITION"
+    _eval(pol, protocol="power-iteration", initiator="alice", **big)  # its own operator's session
+    raised = _policy(text + "max_receive_mib = 8192\n")
+    assert raised.protocols["power-iteration"].as_dict()["max_receive_mib"] == 8192
+    _eval(raised, protocol="power-iteration", initiator="trent", **big)
+    with pytest.raises(ConfigError, match="max_receive_mib must be an integer"):
+        _policy(text + "max_receive_mib = 0\n")
