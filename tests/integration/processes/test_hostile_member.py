@@ -678,3 +678,31 @@ def test_a_proposer_cannot_size_the_partys_receive_limit(tmp_path, parties):
         honest = '{"key_bits": 2048, "max_iterations": 2000}'  # a data party receives at most ~80 MB
         code, details = call_unary(alice, MAILBOX + "Propose", _spec("alice.ok", PI_ROLES, "power-iteration", honest))
         assert code == C.OK, (code, details)
+
+
+def test_proposals_aborted_before_begin_are_summarised_in_the_audit_trail(tmp_path, parties):
+    """Issue 40, item 5: 300 proposals accepted and aborted before Begin added 1,500 fsync-ed audit lines.  alice
+    proposes 40 sessions to bob and aborts each before Begin: bob's audit trail records the first ones of her
+    window in full (proposal, accepted, abort, session-end) and counts the others in one 'unbegun-summarised'
+    line (written when the window ends or, here, when bob stops); the chain verifies."""
+    from smcdp.runtime.governance.audit import REFUSALS_IN_FULL, read_entries, verify_log
+
+    cfgs, procs = parties(names=("bob",))
+    n = 40
+    sids = [f"alice.gone-{i}" for i in range(n)]
+    with raw_channel(tmp_path / "certs", "alice", _address(cfgs, "bob"), "bob") as alice:
+        for sid in sids:
+            assert call_unary(alice, MAILBOX + "Propose", _spec(sid, {"a": "alice", "b": "bob"}))[0] == C.OK
+            abort = tpb.AbortRequest(session_id=sid, code="ABORTED", message="never mind").SerializeToString()
+            assert call_unary(alice, MAILBOX + "Abort", abort)[0] == C.OK
+    for sid in sids:  # every one ended at bob before bob stops
+        _wait_for(lambda sid=sid: client.get_result(cfgs["bob"], sid).get("state") == "failed", f"{sid} to end")
+    procs["bob"].terminate()
+    data_dir = load_config(cfgs["bob"]).data_dir
+    events = [e for _, e, _ in read_entries(data_dir) if e is not None]
+    mine = [e for e in events if str(e.get("session", "")).startswith("alice.gone-")]
+    assert [e["session"] for e in mine if e["event"] == "proposal"] == sids[:REFUSALS_IN_FULL]
+    assert len(mine) == 4 * REFUSALS_IN_FULL, [e["event"] for e in mine]
+    (summary,) = [e for e in events if e["event"] == "unbegun-summarised"]
+    assert summary["peer"] == "alice" and summary["ended_before_begin"] == n - REFUSALS_IN_FULL, summary
+    assert verify_log(data_dir).ok
