@@ -66,8 +66,9 @@ def pi_cluster(tmp_path_factory):
         np.save(tmp / f"{name}.npy", A)
         parties[name] = {"power-iteration": {"data": tmp / f"{name}.npy"}}
     # trent initiates 20 sessions at once in test_twenty_concurrent_sessions_on_one_trent: the data
-    # parties' [limits] must admit that many from one peer (the defaults admit 4 pending, 8 running)
-    limits = Limits(pending_per_peer=20, pending_total=20, running_per_peer=20)
+    # parties' [limits] must admit that many from one peer (the defaults admit 4 pending, 8 running); a peer's
+    # pending slots are at most an equal share of pending_total among the peers each party's policy admits (2)
+    limits = Limits(pending_per_peer=20, pending_total=40, running_per_peer=20)
     with LocalCluster(
         parties,
         allow_insecure_keys=True,
