@@ -271,7 +271,9 @@ class Governor:
             )
         check_seed(spec.seed, self.policy, self.name, sid)
         summary = self._summary(plugin, spec)
-        envelope = plugin.traffic_envelope(dict(spec.params), dict(spec.roles), role)  # what it may make us receive
+        # the receive limit the session would have here: its protocol's envelope capped by [limits] (None: none)
+        derived = plugin.traffic_envelope(dict(spec.params), dict(spec.roles), role)
+        envelope = None if derived is None else self.config.limits.envelope(derived)
         evaluate(
             self.policy,
             me=self.name,

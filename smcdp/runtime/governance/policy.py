@@ -130,7 +130,8 @@ class ProtocolRules:
     max_key_bits: int | None = None
     max_iterations: int | None = None
     #: the most a session a peer proposes may make this party receive: its protocol's envelope for this
-    #: party's role, derived from the proposal's parameters (MiB); None: DEFAULT_MAX_RECEIVE_MIB
+    #: party's role, derived from the proposal's parameters and capped by [limits] (MiB); None:
+    #: DEFAULT_MAX_RECEIVE_MIB (a value >= [limits] max_session_mib adds no bound of its own)
     max_receive_mib: int | None = None
 
     def as_dict(self) -> dict:
@@ -451,9 +452,9 @@ def evaluate(
 ) -> None:
     """Raise a refusal unless ``policy`` admits holding ``role`` in the proposal.
 
-    ``receive_bytes``: the most the session may make this party receive in ``role`` (its protocol's
-    envelope for the proposal's parameters; None: the protocol derives none, the ``[limits]`` ceilings
-    apply), bounded by ``max_receive_mib`` for a peer's proposal.
+    ``receive_bytes``: the session's receive limit here in ``role`` (its protocol's envelope for the
+    proposal's parameters, capped by the ``[limits]`` ceilings), bounded by ``max_receive_mib`` for a
+    peer's proposal (None: the protocol derives no envelope; the ``[limits]`` ceilings alone apply).
 
     No ``[policy]`` denies by default: every peer's proposal is refused (rule ``policy``),
     only the party's own operator (``initiator == me``) may start sessions.  ``summary``
@@ -488,7 +489,7 @@ def evaluate(
                 f"{ask.base}.max_receive_mib",
                 f"its parameters would let the session make it receive up to {receive_bytes / 2**20:,.0f} MiB as "
                 f"{role}; it allows at most {most} MiB (fewer components, rounds or a smaller key, or public "
-                "bounds on the sizes such as power iteration's rows, make it smaller)",
+                "bounds on the sizes such as power iteration's rows, make it smaller; or raise the rule)",
             )
     if role not in summary.data_roles:
         return

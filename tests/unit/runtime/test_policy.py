@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from smcdp.net.config import ConfigError
+from smcdp.net.limits import Limits
 from smcdp.plugins.registry import get_plugin
 from smcdp.runtime.governance.policy import (
     OutOfBounds,
@@ -62,7 +63,9 @@ def _eval(policy, protocol="dp-aggregate", roles=None, initiator="charlie", role
     base = {"dp-aggregate": DPA, "power-iteration": {"n_parties": 2, "key_bits": 2048}}.get(protocol, {})
     p = dict(base, **params)
     plugin = get_plugin(protocol)
-    envelope = plugin.traffic_envelope(plugin.validate_params(p, roles), roles, role)  # as the governor asks
+    # the receive limit, as the governor asks: the protocol's envelope capped by [limits]
+    derived = plugin.traffic_envelope(plugin.validate_params(p, roles), roles, role)
+    envelope = None if derived is None else Limits().envelope(derived)
     evaluate(
         policy,
         me="alice",
