@@ -62,7 +62,7 @@ import struct
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -250,6 +250,96 @@ def describe(path: Path, owner: str, damage: list[Damage]) -> str:
     return f"the journal {path} of party {owner} is damaged: {shown}"
 
 
+class JournalHead:
+    """``journal.log.head``: how many records, and bytes, of a journal the last sync covered (see the
+    module docstring), under the session's MAC.  ``fail`` turns an OSError into the party's error."""
+
+    def __init__(self, path: Path, mac: Mac, fail: Callable[[OSError, str], BaseException]) -> None:
+        self.path = path
+        self._mac = mac
+        self._fail = fail
+        self._fd: int | None = None
+
+    def read(self) -> tuple[int, int] | None:
+        """(records, bytes), None if there is no head, (-1, -1) if it does not verify."""
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise self._fail(exc, "cannot read its journal's head") from None
+        body, tag = raw[: HEAD.size], raw[HEAD.size :]
+        if len(raw) != HEAD.size + MAC_BYTES or not self._mac.verify(tag, b"H", body):
+            return (-1, -1)
+        magic, records, end = HEAD.unpack(body)
+        return (records, end) if magic == HEAD_MAGIC else (-1, -1)
+
+    def missing_journal(self) -> Damage | None:
+        """The journal file does not exist: damage if the head says it held something (or is damaged)."""
+        head = self.read()
+        if head is None or head[0] == 0:
+            return None
+        said = f"{head[0]} record(s) were made durable and acknowledged" if head[0] > 0 else "it does not verify"
+        return Damage(
+            0,
+            f"the journal is missing but its head is not (the head says {said}): deleted, or the checkpoint "
+            "directory was restored without it",
+        )
+
+    def behind(self, found: Scan) -> list[Damage]:
+        """Damage the head shows: records it says were made durable that the journal no longer holds."""
+        head = self.read()
+        if head is None:
+            if found.next_seq == 0:
+                return []  # created, then the process died before its first sync
+            return [Damage(0, f"its head {self.path.name} is missing (the journal holds {found.next_seq} record(s))")]
+        records, end = head
+        if records < 0:
+            return [Damage(0, f"its head {self.path.name} does not verify")]
+        if found.next_seq >= records and found.end >= end:
+            return []
+        lost = (
+            f"records {found.next_seq}..{records - 1}" if records - 1 > found.next_seq else f"record {found.next_seq}"
+        )
+        return [
+            Damage(
+                found.end,
+                f"{lost} ({max(0, end - found.end)} bytes) are missing: the file ends at byte {found.end} but "
+                f"its head says {records} record(s), {end} bytes, were made durable and acknowledged "
+                "(truncated, or replaced by an older copy; not a torn tail)",
+            )
+        ]
+
+    def open(self, records: int, end: int) -> None:
+        """Open (or create, 0600) the head for writing and record ``records`` / ``end`` in it."""
+        try:
+            self._fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
+        except OSError as exc:
+            raise self._fail(exc, "cannot open its journal's head") from None
+        self.write(records, end)
+        fsync_dir(self.path.parent)
+
+    def write(self, records: int, end: int) -> None:
+        """Record that ``records`` records, ``end`` bytes, are durable (after the sync that made them so)."""
+        if self._fd is None:
+            return
+        body = HEAD.pack(HEAD_MAGIC, records, end)
+        try:
+            os.pwrite(self._fd, body + self._mac.tag(b"H", body), 0)
+        except OSError as exc:
+            raise self._fail(exc, "cannot write its journal's head") from None
+
+    def close(self) -> None:
+        """Sync and close the head (the journal closes)."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            try:
+                os.fsync(fd)
+                os.close(fd)
+            except OSError:
+                pass
+
+
 class FileJournal:
     """An append-only journal file implementing :class:`smcdp.net.channel.Journal`.
 
@@ -276,11 +366,14 @@ class FileJournal:
         self, path: Path, mac: Mac | None = None, *, owner: str = "this party", repair: bool = False, head: bool = False
     ) -> None:
         self.path = Path(path)
-        #: ``journal.head`` beside the journal (see the module docstring), or None when not kept
-        self.head_path: Path | None = self.path.with_name(self.path.name + HEAD_SUFFIX) if head else None
-        self._head_fd: int | None = None
         self.owner = owner
         self._mac = mac or Mac(_PUBLIC_KEY, "journal", self.path.name)
+        #: ``journal.log.head`` beside the journal (see the module docstring), or None when not kept
+        self.head: JournalHead | None = (
+            JournalHead(self.path.with_name(self.path.name + HEAD_SUFFIX), self._mac, self._local_failure)
+            if head
+            else None
+        )
         self._lock = threading.Lock()  # the index and appends
         self._sync_cv = threading.Condition()
         self._syncing = False  # an fsync is under way
@@ -307,8 +400,8 @@ class FileJournal:
         self._fd: int | None  # the open journal file, set by _open; None once closed
         self._open(repair)
         self._synced = self._end
-        if self.head_path is not None:
-            self._open_head()
+        if self.head is not None:
+            self.head.open(self._seq, self._synced)
 
     # ------------------------------------------------------------------ reading
     def _open(self, repair: bool) -> None:
@@ -319,20 +412,10 @@ class FileJournal:
         except OSError as exc:
             raise self._local_failure(exc, "cannot create its journal") from None
         if fd is not None:
-            head = self._read_head()
-            if head is not None and head[0] != 0:
+            damage = self.head.missing_journal() if self.head is not None else None
+            if damage is not None:
                 os.close(fd)
                 os.unlink(self.path)
-                damage = Damage(
-                    0,
-                    "the journal is missing but its head is not (the head says "
-                    + (
-                        f"{head[0]} record(s) were made durable and acknowledged"
-                        if head[0] > 0
-                        else "it does not verify"
-                    )
-                    + "): deleted, or the checkpoint directory was restored without it",
-                )
                 if not repair:
                     raise JournalDamaged(describe(self.path, self.owner, [damage]), self.owner, [damage])
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
@@ -348,7 +431,8 @@ class FileJournal:
         except OSError as exc:
             raise self._local_failure(exc, "cannot read its journal") from None
         found = scan(data, self._mac)
-        found.damage.extend(self._behind_head(found))
+        if self.head is not None:
+            found.damage.extend(self.head.behind(found))
         if found.damage:
             if not repair:
                 raise JournalDamaged(describe(self.path, self.owner, found.damage), self.owner, found.damage)
@@ -369,75 +453,6 @@ class FileJournal:
             found.end = len(FILE_MAGIC)
         self._index(found.records)
         self._seq, self._end = found.next_seq, found.end
-
-    # -------------------------------------------------------------------- the head
-    def _read_head(self) -> tuple[int, int] | None:
-        """(records, bytes) of the head, None if no head is kept or it does not exist; a head that does
-        not verify raises JournalDamaged (repair: None, the rewrite writes a new one)."""
-        if self.head_path is None:
-            return None
-        try:
-            raw = self.head_path.read_bytes()
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise self._local_failure(exc, "cannot read its journal's head") from None
-        body, tag = raw[: HEAD.size], raw[HEAD.size :]
-        if len(raw) != HEAD.size + MAC_BYTES or not self._mac.verify(tag, b"H", body):
-            return (-1, -1)  # damaged: _behind_head names it
-        magic, records, end = HEAD.unpack(body)
-        if magic != HEAD_MAGIC:
-            return (-1, -1)
-        return records, end
-
-    def _behind_head(self, found: Scan) -> list[Damage]:
-        """Damage the head shows: records it says were made durable that the journal no longer holds."""
-        if self.head_path is None:
-            return []
-        head = self._read_head()
-        if head is None:
-            if found.next_seq == 0:
-                return []  # created, then the process died before its first sync
-            return [
-                Damage(0, f"its head {self.head_path.name} is missing (the journal holds {found.next_seq} record(s))")
-            ]
-        records, end = head
-        if records < 0:
-            return [Damage(0, f"its head {self.head_path.name} does not verify")]
-        if found.next_seq < records or found.end < end:
-            lost = (
-                f"records {found.next_seq}..{records - 1}"
-                if records - 1 > found.next_seq
-                else f"record {found.next_seq}"
-            )
-            return [
-                Damage(
-                    found.end,
-                    f"{lost} ({max(0, end - found.end)} bytes) are missing: the file ends at byte {found.end} but "
-                    f"its head says {records} record(s), {end} bytes, were made durable and acknowledged "
-                    "(truncated, or replaced by an older copy; not a torn tail)",
-                )
-            ]
-        return []
-
-    def _open_head(self) -> None:
-        assert self.head_path is not None
-        try:
-            self._head_fd = os.open(self.head_path, os.O_CREAT | os.O_RDWR, 0o600)
-        except OSError as exc:
-            raise self._local_failure(exc, "cannot open its journal's head") from None
-        self._write_head(self._seq, self._synced)
-        fsync_dir(self.path.parent)
-
-    def _write_head(self, records: int, end: int) -> None:
-        """Record that ``records`` records, ``end`` bytes, are durable (after the sync that made them so)."""
-        if self._head_fd is None:
-            return
-        body = HEAD.pack(HEAD_MAGIC, records, end)
-        try:
-            os.pwrite(self._head_fd, body + self._mac.tag(b"H", body), 0)
-        except OSError as exc:
-            raise self._local_failure(exc, "cannot write its journal's head") from None
 
     def _rewrite(self, data: bytes, found: Scan) -> None:
         """Keep the intact records only, in a new file that replaces the damaged one atomically."""
@@ -568,7 +583,8 @@ class FileJournal:
                 error = self._local_failure(exc, "cannot sync its journal")
             if error is None:
                 try:
-                    self._write_head(records, upto)
+                    if self.head is not None:
+                        self.head.write(records, upto)
                 except SmcdpError as exc:
                     error = exc
             with self._sync_cv:
@@ -684,7 +700,8 @@ class FileJournal:
             try:
                 os.fsync(fd)
                 self._synced = self._end
-                self._write_head(self._seq, self._end)
+                if self.head is not None:
+                    self.head.write(self._seq, self._end)
             except OSError as exc:
                 error = self._local_failure(exc, "cannot sync its journal")
             except SmcdpError as exc:
@@ -693,13 +710,8 @@ class FileJournal:
                 os.close(fd)
             except OSError:
                 pass
-        head_fd, self._head_fd = self._head_fd, None
-        if head_fd is not None:
-            try:
-                os.fsync(head_fd)
-                os.close(head_fd)
-            except OSError:
-                pass
+        if self.head is not None:
+            self.head.close()
         for _, fut in waiting:  # what they waited for is durable now (or failed)
             _settle(fut, error)
 
