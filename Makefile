@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 OUT    ?= out
 
-.PHONY: all install demo test test-quick proto proto-check bench fuzz experiments multihost-test docker-image docker-lock \
+.PHONY: all install demo test test-quick proto proto-check bench fuzz fault-campaign experiments multihost-test docker-image docker-lock \
         container-test wheel-test lint docs notebook-test clean
 
 all: test
@@ -48,6 +48,13 @@ fuzz: $(STAMP)
 	@mkdir -p $(OUT)
 	$(BIN)/python bench/fuzz_boundary.py --json $(OUT)/fuzz-boundary.json
 	$(BIN)/python bench/fuzz_native.py --json $(OUT)/fuzz-native.json
+
+## A seeded fault campaign against real party processes (kills, pauses, a party kept down, damaged
+## journals and checkpoints): per fault identical / named-and-resumed-identical / named / lost.
+FAULTS ?= 24
+fault-campaign: $(STAMP)
+	@mkdir -p $(OUT)
+	$(BIN)/python bench/fault_campaign.py --faults $(FAULTS) --json $(OUT)/fault-campaign.json
 
 ## Reproductions of the seed papers' experiments at reduced repetitions (FULL=1 for the papers').
 ## Writes a PNG and a markdown page per experiment and OUT/experiments/index.html indexing them.
