@@ -106,6 +106,14 @@ class Chaos:
 
     def start(self) -> Chaos:
         self._t0 = time.monotonic()
+        # each party's first action at a round is armed now, every party's at once: two parties killed
+        # "at round 3" must both die there (armed one after the other, the second was armed only once the
+        # first had been restarted -- rounds later, or never)
+        self._armed: set[int] = set()
+        for i, a in enumerate(self.actions):
+            if a.round is not None and not any(self.actions[j].party == a.party for j in self._armed):
+                self._arm(a)
+                self._armed.add(i)
         self._thread = threading.Thread(target=self._main, daemon=True, name="chaos")
         self._thread.start()
         return self
@@ -116,16 +124,20 @@ class Chaos:
         if self._thread is not None:
             self._thread.join(timeout)
 
-    def _wait(self, a: ChaosAction) -> bool:
+    def _arm(self, a: ChaosAction) -> None:
+        assert a.round is not None
+        if a.action == "kill" and a.restart:
+            self.cluster.restarting.add(a.party)  # run() waits for its record, not "unknown"
+        failpoints.arm_kill(self.cluster.failpoint_dir(a.party), self.session_id, a.round, a.action)
+
+    def _wait(self, i: int, a: ChaosAction) -> bool:
         """Until ``a``'s moment: its time, or its round -- an action at a round is armed in the party
         itself (:mod:`smcdp.runtime.failpoints`: a round of a few milliseconds is over before a status
         poll sees it), so its moment is the process's death or self-stop."""
         armed = a.round is not None
         where = self.cluster.failpoint_dir(a.party)
-        if a.round is not None:  # armed (spelled out, so that the round's type narrows)
-            if a.action == "kill" and a.restart:
-                self.cluster.restarting.add(a.party)  # run() waits for its record, not "unknown"
-            failpoints.arm_kill(where, self.session_id, a.round, a.action)
+        if a.round is not None and i not in self._armed:  # a party's later action: armed now
+            self._arm(a)
         while not self._stop.is_set():
             if armed and (self.cluster.procs[a.party].poll() is not None or failpoints.stopped(where)):
                 return True
@@ -141,8 +153,8 @@ class Chaos:
 
     def _main(self) -> None:
         try:
-            for a in self.actions:
-                if not self._wait(a):
+            for i, a in enumerate(self.actions):
+                if not self._wait(i, a):
                     self.events.append({"action": a.describe(), "done": False})
                     continue
                 at = time.monotonic() - self._t0

@@ -1,5 +1,6 @@
 """Failpoints (smcdp.runtime.failpoints): a party process kills itself at the exact round chaos armed."""
 
+import json
 import os
 import signal
 import subprocess
@@ -90,3 +91,27 @@ def test_a_malformed_arming_is_ignored_not_an_error_in_the_role(tmp_path):
         (tmp_path / failpoints.KILL_FILE).write_text(content)
         out = _run(tmp_path, "trent.x", 1, 2, 3)
         assert out.returncode == 0 and "reached 3" in out.stdout, (content, out.stderr)
+
+
+def test_chaos_arms_every_partys_first_round_action_at_once(tmp_path):
+    """Two parties to be killed "at round 3" are both armed when the chaos starts: armed one after the other,
+    the second was armed only once the first had been restarted -- rounds later, or after the session."""
+    from types import SimpleNamespace
+
+    from smcdp.runtime.chaos import Chaos, ChaosAction
+
+    cluster = SimpleNamespace(
+        configs={"alice": None, "bob": None},
+        restarting=set(),
+        procs={"alice": SimpleNamespace(poll=lambda: None), "bob": SimpleNamespace(poll=lambda: None)},
+        failpoint_dir=lambda party: tmp_path / party,
+    )
+    actions = [ChaosAction.parse(a) for a in ("kill:alice:round=3", "kill:bob:round=3", "kill:alice:round=9")]
+    chaos = Chaos(cluster, actions, "s-1", poll=0.01).start()  # type: ignore[arg-type]
+    try:
+        armed = {p: json.loads((tmp_path / p / "kill.json").read_text()) for p in ("alice", "bob")}
+        assert armed["alice"]["round"] == 3 and armed["bob"]["round"] == 3  # alice's round 9 comes later
+        assert cluster.restarting == {"alice", "bob"}
+    finally:
+        chaos.finish(timeout=5)
+    assert not (tmp_path / "alice" / "kill.json").exists()  # disarmed: the moment never came
