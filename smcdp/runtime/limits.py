@@ -28,6 +28,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any, NamedTuple, Protocol
 
 from smcdp.errors import DeadlineExceeded, ResourceExhausted, SmcdpError
@@ -36,6 +37,10 @@ from smcdp.net.server import SessionSpec
 from smcdp.plugins.base import ProtocolPlugin
 from smcdp.runtime.states import Phase, Slot
 from smcdp.states import SessionState
+
+#: what one confirmation of the final acknowledgement round may take of the envelope (smcdp.runtime.ending;
+#: its bytes are a few, its framing under the envelope's floor)
+CONFIRMATION_BYTES = 64
 
 
 class _Lifecycle(Protocol):
@@ -211,6 +216,11 @@ def session_budget(
     ``ledger``: the party's bytes held per peer and in all, charged alongside, so a peer's messages
     across all its sessions stay within ``limits.inbound_mib_per_peer``."""
     derived = plugin.traffic_envelope(dict(spec.params), dict(spec.roles), role)
+    if derived is not None:  # and the final acknowledgement round: a confirmation from every other role
+        others = len(spec.roles) - 1
+        derived = replace(
+            derived, session_bytes=derived.session_bytes + others * CONFIRMATION_BYTES, tags=derived.tags + others
+        )
     return InboundBudget(limits.envelope(derived), spec.session_id, ledger, spec.roles)
 
 

@@ -58,6 +58,9 @@ class SessionRecord(TypedDict, total=False):
     restarts: int
     resumable: bool
     round: int | None
+    #: the parties that had not confirmed holding their outputs when the session ended here ([] once every
+    #: one did; absent or None if this party's role never ended: smcdp.runtime.ending)
+    unconfirmed: list[str] | None
     #: the checkpoint it was restored from was damaged (its roles cannot be trusted)
     damaged: bool
     #: the record could not be written (kept in memory, served until the process ends)

@@ -57,6 +57,7 @@ from smcdp.runtime import failpoints
 from smcdp.runtime.begin import BeginWait
 from smcdp.runtime.config import PartyConfig
 from smcdp.runtime.durability.checkpoint import Checkpoint
+from smcdp.runtime.ending import Ending
 from smcdp.runtime.limits import charge_journal, session_budget
 from smcdp.runtime.liveness import PeerLost, Watcher
 from smcdp.runtime.logs import private_dir
@@ -159,6 +160,8 @@ class Session:
             party.config.timeouts.peer_grace_seconds,
             self._lose,
         )
+        #: the final acknowledgement round: succeeded only once every participant holds its output
+        self.ending = Ending(poll=min(1.0, self.watcher.interval))
         self._t0 = time.monotonic()  # when the role started (the record's seconds)
         self._rss_reset = False  # the peak RSS was reset when it started (the record's peak)
         self.ready = threading.Event()
@@ -233,34 +236,7 @@ class Session:
 
     def status(self) -> dict:
         """How the session stands right now (for GetStatus and heartbeats)."""
-        now = time.monotonic()
-        ch = self.channel
-        peers = {}
-        for role, party in self.spec.roles.items():
-            if party == self.party.name:
-                continue
-            seen = self.watcher.peer_seen.get(party)
-            peers[party] = {
-                "role": role,
-                "last_answer_seconds_ago": None if seen is None else round(now - seen[0], 1),
-                "incarnation": None if seen is None else seen[1],
-            }
-        return {
-            "session_id": self.spec.session_id,
-            "protocol": self.spec.protocol,
-            "party": self.party.name,
-            "role": self.role,
-            "state": self.state.value,
-            "round": 0 if ch is None else ch.round,
-            "step": "" if ch is None else ch.step,
-            "restarts": self.restarts,
-            "incarnation": self.party.incarnation,
-            "seconds_left": round(self.deadline - now, 1),
-            "peers": peers,
-            "error": (self.record or {}).get("error"),
-            "resumable": bool((self.record or {}).get("resumable")),
-            "waiting_for": self.waiting_for if self.state is SessionState.PREPARED else None,
-        }
+        return session_status(self)
 
     # ------------------------------------------------------ the session thread
     def _thread_main(self) -> None:
@@ -390,7 +366,14 @@ class Session:
     async def _run_role(self, ch: GrpcChannel, ctx: SessionContext) -> Any:
         result = await self.plugin.run_role(self.role, ch, ctx)
         await ch.flush()  # done only once every message it sent is acknowledged (sends are pipelined)
+        await self.ending.run(ch, self._peer_state)
         return result
+
+    async def _peer_state(self, role: str) -> str:
+        """How the session stands at the participant holding ``role`` (one heartbeat)."""
+        assert self.channel is not None  # the ending runs on the session's channel
+        reply = await self.channel.heartbeat(self.spec.roles[role], self.party.incarnation, self.ending.poll)
+        return str(reply.state)
 
     async def _fail(self, ch: GrpcChannel, exc: BaseException) -> tuple[dict, str]:
         """The session failed here with ``exc``: its error, and what the peers are told (an Abort, unless
@@ -402,7 +385,9 @@ class Session:
         if isinstance(exc, NoSpace):
             self.checkpoint.release_reserve()  # room to record how it failed
         error = error_dict(exc, self.party.name)
-        culprit = error["origin"]
+        culprit, missing = error["origin"], self.ending.unconfirmed(ch)
+        if missing:  # its role ended here: say whose output is not known to have arrived
+            error["message"] += f" (the role ended here, but not confirmed to hold their outputs: {', '.join(missing)})"
         if error["code"] == "INTERNAL":
             # peers hear only "internal error": the operator needs the whole story (CI, 2026-11-26: a
             # role's INTERNAL failure under load left nothing to tell what it was)
@@ -447,6 +432,7 @@ class Session:
         record = self._record(
             state, result=result, error=error, stats=stats, seconds=time.monotonic() - self._t0, resumable=resumable
         )
+        record["unconfirmed"] = self.ending.unconfirmed(ch)  # whose outputs are not known to have arrived
         record = self.party.records.write(self.spec.session_id, record)
         try:
             if resumable:
@@ -502,6 +488,38 @@ class Session:
             # the last round the role reported: what an ended session's status shows
             round=None if self.channel is None else max(0, self.channel.round),
         )
+
+
+def session_status(s: Session) -> dict:
+    """How the session stands right now (for GetStatus and heartbeats)."""
+    now = time.monotonic()
+    ch = s.channel
+    peers = {}
+    for role, party in s.spec.roles.items():
+        if party == s.party.name:
+            continue
+        seen = s.watcher.peer_seen.get(party)
+        peers[party] = {
+            "role": role,
+            "last_answer_seconds_ago": None if seen is None else round(now - seen[0], 1),
+            "incarnation": None if seen is None else seen[1],
+        }
+    return {
+        "session_id": s.spec.session_id,
+        "protocol": s.spec.protocol,
+        "party": s.party.name,
+        "role": s.role,
+        "state": s.state.value,
+        "round": 0 if ch is None else ch.round,
+        "step": "" if ch is None else ch.step,
+        "restarts": s.restarts,
+        "incarnation": s.party.incarnation,
+        "seconds_left": round(s.deadline - now, 1),
+        "peers": peers,
+        "error": (s.record or {}).get("error"),
+        "resumable": bool((s.record or {}).get("resumable")),
+        "waiting_for": s.waiting_for if s.state is SessionState.PREPARED else None,
+    }
 
 
 def session_record(

@@ -1,0 +1,110 @@
+"""How a session ends: nobody reports "succeeded" until every participant holds its output.
+
+A role that returned has its output, and once its channel's :meth:`~smcdp.net.channel.Channel.flush`
+returned, every message it sent -- the outputs it produced for its peers among them -- is journaled at its
+receiver.  But a participant still waiting for a message from a third one may never get it (that one was
+killed after the others finished), and before, the others reported "succeeded" regardless: an initiator's
+``smcdp session start`` exited 0 while the party that was to receive the model failed 35 s later, and
+``smcdp session resume`` was refused because the initiator had succeeded.
+
+So after its role returned and its messages are acknowledged, each participant runs a final
+acknowledgement round (:class:`Ending`): it sends every other participant a confirmation, "my role ended
+here: I hold my output" (tag :data:`CONFIRM_TAG`), and waits until every other participant has confirmed
+too.  The confirmations are ordinary messages of the session's channel -- journaled, acknowledged, replayed
+by a restarted party like any other -- so the round is as transport-agnostic as the protocols are.
+
+A participant that reports "succeeded" therefore vouches that every participant held its output.  That is
+what a participant still waiting in this round may rely on: while it waits it asks the others how the
+session stands (``probe``), and one that answers "succeeded" ends its wait too.  So a participant killed
+after its confirmation reached everyone does not hold the others back (they succeed), and when it is
+restarted it finds the others succeeded and succeeds as well; one killed before -- before its role ended,
+say before the model reached it -- holds everyone back: nobody succeeds, and the session fails at every
+participant naming it, resumably, once its silence passes the grace (docs/fault-tolerance.md, "How a
+session ends").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+
+from smcdp.net.channel import Channel
+from smcdp.states import SessionState
+from smcdp.v1 import messages_pb2 as pb
+
+#: the tag of the final acknowledgement round's messages (no protocol uses the ``end/`` prefix)
+CONFIRM_TAG = "end/holds-output"
+
+#: asks a participant (a role) how the session stands there; its state's value ("succeeded", ...)
+Probe = Callable[[str], Awaitable[str]]
+
+
+class Ending:
+    """The final acknowledgement round of one session at one party.
+
+    ``poll``: while the round waits, every other participant is asked this often how the session stands
+    there (and once the round is complete, the own confirmations' acknowledgements are awaited at most
+    this long: a peer that never acknowledges learns from its own probes that this party succeeded).
+    """
+
+    def __init__(self, poll: float) -> None:
+        self.poll = float(poll)
+        #: the role returned here and the round started
+        self.reached = False
+        #: the roles whose confirmation arrived
+        self.confirmed: set[str] = set()
+        #: the participant whose "succeeded" ended the wait, if one did
+        self.vouched_by: str | None = None
+
+    def unconfirmed(self, ch: Channel) -> list[str] | None:
+        """The parties that did not confirm holding their outputs (None: the round never started here)."""
+        if not self.reached:
+            return None
+        if self.vouched_by is not None:
+            return []
+        return sorted(ch.roles[r] for r in ch.peers() if r not in self.confirmed)
+
+    async def run(self, ch: Channel, probe: Probe | None) -> None:
+        """Confirm to every other participant, and return once every one confirmed (or one succeeded)."""
+        self.reached = True
+        peers = ch.peers()
+        if not peers:
+            return
+        ch.progress(step="confirming outputs")
+        await ch.send_many(peers, CONFIRM_TAG, pb.Flag(value=True))
+        waits = {asyncio.ensure_future(self._confirmation(ch, r)) for r in peers}
+        asker = asyncio.ensure_future(self._ask(ch, probe)) if probe is not None else None
+        try:
+            while waits:
+                done, _ = await asyncio.wait(
+                    waits | ({asker} if asker is not None else set()), return_when=asyncio.FIRST_COMPLETED
+                )
+                for task in done:
+                    task.result()  # an abort, a failed delivery
+                if asker is not None and asker in done:
+                    break  # a participant succeeded: every one held its output
+                waits -= done
+        finally:
+            for task in [*waits, *([asker] if asker is not None else [])]:
+                task.cancel()
+            await asyncio.gather(*waits, *([asker] if asker is not None else []), return_exceptions=True)
+        # the own confirmations' acknowledgements, for a while; a peer that has not acknowledged by then
+        # learns that this party succeeded from its probes
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(ch.flush(), self.poll)
+
+    async def _confirmation(self, ch: Channel, role: str) -> None:
+        await ch.recv(role, CONFIRM_TAG, pb.Flag)
+        self.confirmed.add(role)
+
+    async def _ask(self, ch: Channel, probe: Probe) -> None:
+        """Return once a participant answers that the session succeeded there."""
+        while True:
+            await asyncio.sleep(self.poll)
+            roles = ch.peers()
+            states = await asyncio.gather(*(probe(r) for r in roles), return_exceptions=True)
+            for role, state in zip(roles, states):
+                if state == SessionState.SUCCEEDED.value:
+                    self.vouched_by = ch.roles[role]
+                    return

@@ -1,0 +1,97 @@
+"""The final acknowledgement round (smcdp.runtime.ending): nobody's wait ends until every participant
+confirmed holding its output, or one of them reports that the session succeeded there."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from smcdp.errors import SessionAborted
+from smcdp.net.channel import InMemoryNetwork
+from smcdp.runtime.ending import CONFIRM_TAG, Ending
+from smcdp.v1 import messages_pb2 as pb
+
+ROLES = {"a": "alice", "b": "bob", "c": "carol"}
+
+
+def test_every_participant_ends_once_all_confirmed():
+    async def main():
+        net = InMemoryNetwork(ROLES, timeout=10)
+        endings = {r: Ending(poll=0.05) for r in ROLES}
+        await asyncio.gather(*(endings[r].run(net.channel(r), None) for r in ROLES))
+        return net, endings
+
+    net, endings = asyncio.run(main())
+    for r, e in endings.items():
+        assert e.reached and e.confirmed == set(ROLES) - {r}
+        assert e.unconfirmed(net.channel(r)) == []
+    # one confirmation from every participant to every other one, under its own tag
+    assert sorted((s, d) for s, d, tag, _, _ in net.transcript if tag == CONFIRM_TAG) == sorted(
+        (s, d) for s in ROLES for d in ROLES if s != d
+    )
+
+
+def test_a_participant_that_never_confirms_holds_everyone_back():
+    async def main():
+        net = InMemoryNetwork(ROLES, timeout=10)
+        endings = {r: Ending(poll=0.05) for r in ("a", "b")}  # c's role never ends
+        tasks = [asyncio.ensure_future(endings[r].run(net.channel(r), None)) for r in endings]
+        done, _ = await asyncio.wait(tasks, timeout=0.5)
+        assert not done  # nobody ends while c has not confirmed
+        net.abort(SessionAborted("c is gone", "UNAVAILABLE", "carol"))  # what the liveness watcher does
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        return net, endings, results
+
+    net, endings, results = asyncio.run(main())
+    assert all(isinstance(r, SessionAborted) for r in results), results
+    assert endings["a"].unconfirmed(net.channel("a")) == ["carol"]
+    assert endings["b"].unconfirmed(net.channel("b")) == ["carol"]
+
+
+def test_a_participant_that_never_reached_the_round_names_nobody():
+    net = InMemoryNetwork(ROLES)
+    assert Ending(poll=0.05).unconfirmed(net.channel("a")) is None
+
+
+@pytest.mark.parametrize("succeeded_at", ["b", "c"])
+def test_a_participant_that_succeeded_vouches_for_everyone(succeeded_at):
+    """A participant that reports "succeeded" had every confirmation: one still waiting (a confirmation was
+    lost with a killed party, or it is the killed party, restarted) may end too."""
+
+    async def main():
+        net = InMemoryNetwork(ROLES, timeout=10)
+        asked = []
+
+        async def probe(role: str) -> str:
+            asked.append(role)
+            return "succeeded" if role == succeeded_at else "running"
+
+        ending = Ending(poll=0.05)
+        await asyncio.wait_for(ending.run(net.channel("a"), probe), 5)  # nobody else ever confirms
+        return net, ending, asked
+
+    net, ending, asked = asyncio.run(main())
+    assert ending.vouched_by == ROLES[succeeded_at]
+    assert ending.unconfirmed(net.channel("a")) == []
+    assert succeeded_at in asked
+
+
+def test_a_probe_that_fails_is_no_answer():
+    async def main():
+        net = InMemoryNetwork(ROLES, timeout=10)
+
+        async def probe(role: str) -> str:
+            raise ConnectionError("no route")
+
+        ending = Ending(poll=0.02)
+        task = asyncio.ensure_future(ending.run(net.channel("a"), probe))
+        await asyncio.sleep(0.2)
+        assert not task.done()
+        for r in ("b", "c"):  # the confirmations arrive after all
+            await net.channel(r).send("a", CONFIRM_TAG, pb.Flag())
+        await asyncio.wait_for(task, 5)
+        return ending
+
+    ending = asyncio.run(main())
+    assert ending.confirmed == {"b", "c"} and ending.vouched_by is None
