@@ -85,6 +85,12 @@ class Ending:
                 if asker is not None and asker in done:
                     break  # a participant succeeded: every one held its output
                 waits -= done
+        except Exception:
+            # an abort or a silent peer ended the wait; but if a participant already succeeded, every one
+            # held its output, and so the session succeeded here too (else it would fail here and not
+            # there, and a resume at a succeeded initiator would be refused)
+            if probe is None or not await self._any_succeeded(ch, probe):
+                raise
         finally:
             for task in [*waits, *([asker] if asker is not None else [])]:
                 task.cancel()
@@ -102,9 +108,15 @@ class Ending:
         """Return once a participant answers that the session succeeded there."""
         while True:
             await asyncio.sleep(self.poll)
-            roles = ch.peers()
-            states = await asyncio.gather(*(probe(r) for r in roles), return_exceptions=True)
-            for role, state in zip(roles, states):
-                if state == SessionState.SUCCEEDED.value:
-                    self.vouched_by = ch.roles[role]
-                    return
+            if await self._any_succeeded(ch, probe):
+                return
+
+    async def _any_succeeded(self, ch: Channel, probe: Probe) -> bool:
+        """Ask every other participant once; True (and :attr:`vouched_by` set) if one says it succeeded."""
+        roles = ch.peers()
+        states = await asyncio.gather(*(probe(r) for r in roles), return_exceptions=True)
+        for role, state in zip(roles, states, strict=True):
+            if state == SessionState.SUCCEEDED.value:
+                self.vouched_by = ch.roles[role]
+                return True
+        return False

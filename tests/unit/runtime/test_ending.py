@@ -95,3 +95,27 @@ def test_a_probe_that_fails_is_no_answer():
 
     ending = asyncio.run(main())
     assert ending.confirmed == {"b", "c"} and ending.vouched_by is None
+
+
+def test_an_abort_after_a_participant_succeeded_is_a_success_here():
+    """Every participant had confirmed (one reports "succeeded"), then an abort or a silent peer ends the
+    wait here: the session succeeded here too, rather than failing here and not there."""
+
+    async def main(answer: str):
+        net = InMemoryNetwork(ROLES, timeout=10)
+
+        async def probe(role: str) -> str:
+            return answer if role == "b" else "running"
+
+        ending = Ending(poll=30.0)  # no periodic asking within the test: only the one after the abort
+        task = asyncio.ensure_future(ending.run(net.channel("a"), probe))
+        await asyncio.sleep(0.05)
+        net.channel("a").abort_local(SessionAborted("c is gone", "UNAVAILABLE", "carol"))
+        try:
+            await asyncio.wait_for(task, 5)
+        except SessionAborted:
+            return None
+        return ending.vouched_by
+
+    assert asyncio.run(main("succeeded")) == "bob"
+    assert asyncio.run(main("running")) is None  # nobody succeeded: the failure stands
