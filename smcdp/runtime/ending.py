@@ -26,7 +26,7 @@ session ends").
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 from collections.abc import Awaitable, Callable
 
 from smcdp.net.channel import Channel
@@ -35,6 +35,8 @@ from smcdp.v1 import messages_pb2 as pb
 
 #: the tag of the final acknowledgement round's messages (no protocol uses the ``end/`` prefix)
 CONFIRM_TAG = "end/holds-output"
+
+log = logging.getLogger("smcdp.session")
 
 #: asks a participant (a role) how the session stands there; its state's value ("succeeded", ...)
 Probe = Callable[[str], Awaitable[str]]
@@ -95,10 +97,14 @@ class Ending:
             for task in [*waits, *([asker] if asker is not None else [])]:
                 task.cancel()
             await asyncio.gather(*waits, *([asker] if asker is not None else []), return_exceptions=True)
-        # the own confirmations' acknowledgements, for a while; a peer that has not acknowledged by then
-        # learns that this party succeeded from its probes
-        with contextlib.suppress(TimeoutError):
+        # every participant holds its output: the session succeeded here, whatever becomes of this party's
+        # own confirmations.  They are awaited for a while; a peer that has not acknowledged one by then
+        # learns from its probes that this party succeeded, and one that refuses it has ended already
+        # (it succeeded meanwhile, vouched for by another participant)
+        try:
             await asyncio.wait_for(ch.flush(), self.poll)
+        except Exception as exc:  # noqa: BLE001 - see above: nothing here can undo the success
+            log.info("session %s: a confirmation was not acknowledged (%s); the session succeeded", ch.session_id, exc)
 
     async def _confirmation(self, ch: Channel, role: str) -> None:
         await ch.recv(role, CONFIRM_TAG, pb.Flag)

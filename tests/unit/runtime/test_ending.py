@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from smcdp.errors import SessionAborted
+from smcdp.errors import PreconditionFailed, SessionAborted
 from smcdp.net.channel import InMemoryNetwork
 from smcdp.runtime.ending import CONFIRM_TAG, Ending
 from smcdp.v1 import messages_pb2 as pb
@@ -119,3 +119,32 @@ def test_an_abort_after_a_participant_succeeded_is_a_success_here():
 
     assert asyncio.run(main("succeeded")) == "bob"
     assert asyncio.run(main("running")) is None  # nobody succeeded: the failure stands
+
+
+def test_a_confirmation_refused_after_every_one_arrived_does_not_undo_the_success():
+    """Every participant confirmed to ``a``; then ``a``'s own confirmation to ``c`` is refused (``c``
+    succeeded meanwhile, vouched for by another participant, and takes no new messages): ``a`` succeeded."""
+
+    async def main():
+        net = InMemoryNetwork(ROLES, timeout=10)
+        a = net.channel("a")
+        a.pipelined = True  # as the gRPC channel: a delivery fails after send() returned
+        transmit = a._transmit
+
+        async def refusing(to_role, tag, type_url, data):
+            if to_role == "c":
+                await asyncio.sleep(0.1)
+                raise PreconditionFailed("session local has already ended here")
+            await transmit(to_role, tag, type_url, data)
+
+        a._transmit = refusing  # type: ignore[method-assign]
+        ending = Ending(poll=1.0)
+        others = [asyncio.ensure_future(Ending(poll=1.0).run(net.channel(r), None)) for r in ("b", "c")]
+        await asyncio.wait_for(ending.run(a, None), 5)
+        for t in others:
+            t.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
+        return ending
+
+    ending = asyncio.run(main())
+    assert ending.confirmed == {"b", "c"}
