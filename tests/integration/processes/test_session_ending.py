@@ -143,13 +143,17 @@ def test_dp_aggregate_a_data_party_killed_at_its_ending_and_not_restarted(dpa):
     # the initiator's CLI: not "succeeded", exit non-zero, the dead party and the output that did not arrive
     assert cli.returncode != 0, (out, err)
     assert "error [UNAVAILABLE]" in err and "party 'carol'" in err, err
-    # (alice may be among them too: her last messages to carol were never acknowledged)
-    assert "not confirmed to hold their outputs: " in err and "carol" in err.split("outputs: ")[1], err
-    assert "dave" in err.split("not confirmed to hold their outputs: ")[1], err
     recs = _settle(cluster, sid, ["charlie", "dave", "alice", "bob"])
     _nobody_succeeded_and_all_name(recs, "carol")
-    # Charlie's role had ended: his record names the participants whose outputs are not known to have arrived
-    assert {"carol", "dave"} <= set(recs["charlie"]["unconfirmed"]), recs["charlie"]
+    assert recs["dave"]["unconfirmed"] is None  # dave's role never ended: carol's share never came
+    # Charlie's role usually ended before carol died (he needs nothing more from her; it did in 2 of 3 runs
+    # here, and then, before, his CLI exited 0 "succeeded"); unless his last messages to her were still
+    # unacknowledged.  If it ended, his CLI and his record name the participants whose outputs are not known
+    # to have arrived (alice among them too if her last messages to carol were unacknowledged)
+    if recs["charlie"]["unconfirmed"] is not None:
+        assert {"carol", "dave"} <= set(recs["charlie"]["unconfirmed"]), recs["charlie"]
+        named = err.split("not confirmed to hold their outputs: ")[1]
+        assert "carol" in named and "dave" in named, err
     # carol is back: she reopens the session from her checkpoint and learns it failed
     cluster.restart("carol")
     assert _wait_ended(cluster, "carol", sid)["state"] == "failed"
