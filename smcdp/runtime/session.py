@@ -355,16 +355,16 @@ class Session:
             raise _deadline_error(self) from None
         finally:
             watcher.cancel()
-        try:
+        return result
+
+    async def _run_role(self, ch: GrpcChannel, ctx: SessionContext) -> Any:
+        result = await self.plugin.run_role(self.role, ch, ctx)
+        try:  # checked before this party confirms it holds its output: nothing fails here after that
             json.dumps(result)
         except (TypeError, ValueError) as exc:
             raise SmcdpError(
                 f"protocol {self.spec.protocol!r} returned a result that is not JSON-serialisable: {exc}"
             ) from None
-        return result
-
-    async def _run_role(self, ch: GrpcChannel, ctx: SessionContext) -> Any:
-        result = await self.plugin.run_role(self.role, ch, ctx)
         await ch.flush()  # done only once every message it sent is acknowledged (sends are pipelined)
         await self.ending.run(ch, self._peer_state)
         return result
