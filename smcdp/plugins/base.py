@@ -13,6 +13,7 @@ config ``plugins = [...]``) call :func:`register` when imported.
 from __future__ import annotations
 
 import abc
+import dataclasses
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,6 +94,10 @@ class SessionSummary:
     #: the most protocol rounds a session may run (power iteration: its rounds bound); bounded by a
     #: policy's max_iterations with a default, since every round is bytes this party may receive
     iterations: int | None = None
+    #: the proposal's statistical hiding parameters -- name -> (its value, the protocol's default), each
+    #: one that hides more the larger it is (masks' ranges, smudging, blinding, statistical bits); bounded
+    #: below by a policy's min_hiding, the protocol's default when the policy does not say
+    hiding: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
     def outputs_from(self, role: str) -> list[OutputFlow]:
         """The outputs computed from ``role``'s private inputs."""
@@ -113,7 +118,19 @@ class SessionSummary:
             "frames_per_round": dict(self.frames_per_round),
             "noise_parties": dict(self.noise_parties),
             "iterations": self.iterations,
+            "hiding": {k: list(v) for k, v in self.hiding.items()},
         }
+
+
+#: the secure forward algorithm's hiding parameters (keyword, speaker): masks' and offsets' ranges, the
+#: smudging of packed sums
+FORWARD_HIDING = ("mask_nats", "offset_nats", "emission_offset_nats", "smudge_bits")
+
+
+def hiding_of(params: Any, names: Iterable[str]) -> dict[str, tuple[float, float]]:
+    """:attr:`SessionSummary.hiding` of a parameters dataclass: each name's value and its field's default."""
+    defaults: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(params)}
+    return {n: (float(getattr(params, n)), float(defaults[n])) for n in names}
 
 
 class ProtocolPlugin(abc.ABC):

@@ -11,7 +11,7 @@ import numpy as np
 from smcdp.crypto.paillier import check_key_bits
 from smcdp.errors import InputRejected, InvalidMessage, PermissionDenied
 from smcdp.net.channel import Channel
-from smcdp.plugins.base import OutputFlow, ProtocolPlugin, SessionContext, SessionSummary
+from smcdp.plugins.base import FORWARD_HIDING, OutputFlow, ProtocolPlugin, SessionContext, SessionSummary, hiding_of
 from smcdp.primitives.rng import Randomness
 from smcdp.protocols.base import check_roles
 from smcdp.protocols.keyword import (
@@ -129,6 +129,7 @@ class KeywordPlugin(ProtocolPlugin):
             coordinator_roles=(),
             outputs=tuple(outputs),
             frames_per_round={BOB: p.frames_per_round},
+            hiding=hiding_of(p, FORWARD_HIDING),
         )
 
     def traffic_envelope(self, params: Mapping[str, Any], roles: Mapping[str, str], role: str):

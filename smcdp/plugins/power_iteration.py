@@ -27,7 +27,7 @@ import numpy as np
 from smcdp.compute import engine_for, open_matrix
 from smcdp.crypto.paillier import check_key_bits
 from smcdp.net.channel import Channel
-from smcdp.plugins.base import OutputFlow, ProtocolPlugin, SessionContext, SessionSummary
+from smcdp.plugins.base import OutputFlow, ProtocolPlugin, SessionContext, SessionSummary, hiding_of
 from smcdp.primitives.rng import Randomness
 from smcdp.protocols.base import check_roles
 from smcdp.protocols.power_iteration import (
@@ -45,6 +45,11 @@ from smcdp.protocols.power_iteration import (
 
 #: Trent's record holds x_1 … x_r inline up to this many samples (the same limit as a party's own block)
 INLINE_MAX = ALPHA_INLINE_MAX
+
+
+#: the proposer's parameters that hide the data parties' values from Trent and each other (Trent's Gram
+#: blinding, the final blocks' factors): each bounded below by the data party's policy (min_hiding)
+HIDING = ("blind_bits", "sigma_bits")
 
 
 class PowerIterationPlugin(ProtocolPlugin):
@@ -98,6 +103,7 @@ class PowerIterationPlugin(ProtocolPlugin):
                 components=k,
                 noise_parties={r_: p.noise_parties for r_ in data},
                 iterations=p.dp_rounds,
+                hiding=hiding_of(p, HIDING),
             )
         if p.dp:
             # DP mode: every data party receives the T noisy aggregates Σ_i(Ã_iÃ_iᵀQ_t + η_i) and
@@ -119,6 +125,7 @@ class PowerIterationPlugin(ProtocolPlugin):
                 components=b,
                 noise_parties={r: p.noise_parties for r in data},
                 iterations=p.dp_rounds,
+                hiding=hiding_of(p, HIDING),
             )
         outputs = [OutputFlow(name("u", 1, r), data, data), OutputFlow(name("x", 1, r), (TRENT,), data)]
         if b > r:
@@ -131,6 +138,7 @@ class PowerIterationPlugin(ProtocolPlugin):
             outputs=tuple(outputs),
             components=b,
             iterations=p.max_iterations,
+            hiding=hiding_of(p, HIDING),
         )
 
     def traffic_envelope(self, params: Mapping[str, Any], roles: Mapping[str, str], role: str):

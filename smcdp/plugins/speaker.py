@@ -17,10 +17,12 @@ from smcdp.crypto.paillier import check_key_bits
 from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.plugins.base import (
+    FORWARD_HIDING,
     OutputFlow,
     ProtocolPlugin,
     SessionContext,
     SessionSummary,
+    hiding_of,
 )
 from smcdp.plugins.keyword import load_utterance, utterance_kind
 from smcdp.primitives.rng import Randomness
@@ -71,6 +73,7 @@ class _SpeakerPlugin(ProtocolPlugin):
             data_roles=(ALICE, BOB),
             coordinator_roles=(),
             outputs=(OutputFlow(self.output_name, (p.output,), (ALICE, BOB)),),
+            hiding=hiding_of(p, (*FORWARD_HIDING, "stat_bits")),
         )
 
     def traffic_envelope(self, params: Mapping[str, Any], roles: Mapping[str, str], role: str):

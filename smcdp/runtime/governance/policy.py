@@ -87,6 +87,7 @@ _OPTIONAL_RULES = (
     "max_key_bits",
     "max_iterations",
     "max_receive_mib",
+    "min_hiding",
 )
 _RULE_KEYS = {"roles", "initiators", "coordinators", "release_to", "allow_non_dp", *_OPTIONAL_RULES}
 #: the window of max_exact_sessions when period_days is not given
@@ -133,6 +134,10 @@ class ProtocolRules:
     #: party's role, derived from the proposal's parameters and capped by [limits] (MiB); None:
     #: DEFAULT_MAX_RECEIVE_MIB (a value >= [limits] max_session_mib adds no bound of its own)
     max_receive_mib: int | None = None
+    #: the least value of each statistical hiding parameter a proposal may use (SessionSummary.hiding: masks'
+    #: ranges, smudging, blinding, statistical bits -- each hides its data less the smaller it is), as
+    #: (name, floor) pairs; a parameter it does not name: the protocol's default
+    min_hiding: tuple[tuple[str, float], ...] | None = None
 
     def as_dict(self) -> dict:
         out: dict[str, Any] = {
@@ -145,6 +150,8 @@ class ProtocolRules:
         for k in _OPTIONAL_RULES:
             if getattr(self, k) is not None:
                 out[k] = getattr(self, k)
+        if self.min_hiding is not None:
+            out["min_hiding"] = dict(self.min_hiding)  # a TOML table
         return out
 
 
@@ -280,6 +287,22 @@ def _rules(name: str, t: Any, known: set[str]) -> ProtocolRules:
         max_key_bits=_number(t, "max_key_bits", where, integer=True, lo=256, hi=16384),
         max_iterations=_number(t, "max_iterations", where, integer=True, lo=1, hi=1 << 20),
         max_receive_mib=_number(t, "max_receive_mib", where, integer=True, lo=1, hi=1 << 20),
+        min_hiding=_min_hiding(t, where),
+    )
+
+
+def _min_hiding(t: Mapping[str, Any], where: str) -> tuple[tuple[str, float], ...] | None:
+    """``min_hiding = { blind_bits = 8 }``: floors of the protocol's hiding parameters, by name."""
+    if "min_hiding" not in t:
+        return None
+    table = t["min_hiding"]
+    if not isinstance(table, dict) or not all(isinstance(k, str) and re.fullmatch(r"[a-z_]{1,64}", k) for k in table):
+        raise ConfigError(
+            f"{where}.min_hiding must be a table of parameter names to numbers, e.g. {{ blind_bits = 8 }}"
+        )
+    return tuple(
+        (k, float(_number(table, k, f"{where}.min_hiding", integer=False, lo=0, hi=1e300, lo_open=True)))
+        for k in sorted(table)
     )
 
 
@@ -393,6 +416,7 @@ def merge_rules(a: ProtocolRules, b: ProtocolRules) -> ProtocolRules:
         max_key_bits=a.max_key_bits,
         max_iterations=a.max_iterations,
         max_receive_mib=a.max_receive_mib,
+        min_hiding=a.min_hiding,
     )
 
 
@@ -627,6 +651,15 @@ def _check_how_much_it_shows(ask: _Asking, rules: ProtocolRules, summary: Sessio
             f"of it, so that {shared - 1} colluding parties could remove theirs; it allows at most "
             f"{most} (1: it adds the whole noise itself)",
         )
+    floors = dict(rules.min_hiding or ())
+    for name, (value, default) in summary.hiding.items():
+        floor = floors.get(name, default)
+        if value < floor:
+            raise ask.bound(
+                f"{base}.min_hiding.{name}",
+                f"the proposal's {name} = {value:g} hides its data less than {floor:g}"
+                + ("" if name in floors else " (the protocol's default; its policy names no lower floor)"),
+            )
     frames = summary.frames_per_round.get(role)
     limit = rules.max_frames_per_round or 1
     if frames is not None and frames > limit:

@@ -460,3 +460,32 @@ def test_the_receive_limit_a_peer_proposes_is_bounded_by_the_policy():
     _eval(raised, protocol="power-iteration", initiator="trent", **big)
     with pytest.raises(ConfigError, match="max_receive_mib must be an integer"):
         _policy(text + "max_receive_mib = 0\n")
+
+
+def test_the_data_party_not_the_proposer_decides_how_weakly_its_data_is_hidden():
+    """Statistical hiding parameters (power iteration's blinding, keyword's masks, offsets and smudging,
+    speaker's statistical bits) used to be the proposer's choice within the protocols' own ranges: trent
+    could propose blind_bits = 1.  Each is now bounded below by the party's min_hiding, the protocol's
+    default where its policy names none; a lower floor is the party's decision."""
+    s = _summary("power-iteration", PI_ROLES, n_parties=2, key_bits=2048, blind_bits=4, **PI_DP)
+    assert s.hiding["blind_bits"] == (4.0, 16.0) and s.as_dict()["hiding"]["sigma_bits"] == [16.0, 16.0]
+    pol = _policy(PI_POLICY)
+    _eval(pol, protocol="power-iteration", initiator="trent", **PI_DP)  # the defaults: admitted
+    _eval(pol, protocol="power-iteration", initiator="trent", blind_bits=24, **PI_DP)  # more hiding: admitted
+    with pytest.raises(OutOfBounds, match="blind_bits = 4 hides its data less than 16") as ei:
+        _eval(pol, protocol="power-iteration", initiator="trent", blind_bits=4, **PI_DP)
+    assert ei.value.rule == "policy.power-iteration.min_hiding.blind_bits" and ei.value.code == "FAILED_PRECONDITION"
+    allowing = _policy(PI_POLICY + "min_hiding = { blind_bits = 4 }\n")
+    assert allowing.protocols["power-iteration"].as_dict()["min_hiding"] == {"blind_bits": 4.0}
+    _eval(allowing, protocol="power-iteration", initiator="trent", blind_bits=4, **PI_DP)
+    with pytest.raises(OutOfBounds, match="sigma_bits = 2"):  # a floor for one name leaves the others' defaults
+        _eval(allowing, protocol="power-iteration", initiator="trent", sigma_bits=2, **PI_DP)
+    kw = _summary("keyword", KW_ROLES, key_bits=2048, mask_nats=1.0)
+    assert kw.hiding["mask_nats"] == (1.0, 4.0) and set(kw.hiding) >= {"smudge_bits", "offset_nats"}
+    with pytest.raises(OutOfBounds, match="mask_nats = 1 hides"):
+        _eval(_policy(KW_POLICY), protocol="keyword", roles=KW_ROLES, role="bob", initiator="bob", mask_nats=1.0)
+    sp = _summary("speaker-verify", {"alice": "alice", "bob": "bob"}, key_bits=2048, claim="carol", stat_bits=20)
+    assert sp.hiding["stat_bits"] == (20.0, 40.0)
+    for bad in ("min_hiding = 3", "min_hiding = { blind_bits = 0 }", 'min_hiding = { "Blind Bits" = 2 }'):
+        with pytest.raises(ConfigError, match="min_hiding"):
+            _policy(PI_POLICY + bad + "\n")
