@@ -7,7 +7,8 @@
   use it.
 * :class:`FixedBase` — the same table with 8-bit windows, for any signed
   exponent (longer ones fall back to ``powmod``).
-* :func:`multi_exp` — ``Π b_i^e_i mod m`` (Bos–Coster, on one-limb chunks of
+* :func:`multi_exp` — ``Π b_i^e_i mod m`` (Straus with subset tables for up to
+  32 terms of 65..128 bits; otherwise Bos–Coster, on one-limb chunks of
   exponents up to 640 bits; Pippenger beyond), the homomorphic dot product.
 
 Where the optional C accelerator is built (:mod:`smcdp.crypto.native`, odd
@@ -30,6 +31,12 @@ LIMB_BITS = 64
 #: native multi-exponentiations with exponents up to this many bits are cut into one-limb chunks
 #: (:func:`_multi_exp_limbs`); measured faster up to 600-bit exponents, longer ones keep the bucket method
 SPLIT_MAX_BITS = 640
+#: native multi-exponentiations of at most this many terms with 65..STRAUS_MAX_BITS-bit exponents go to
+#: Straus with subset tables (one row of ``native.multi_exp_rows``): for the keyword rounds' weighted sums
+#: (24-28 terms, 86-bit weights) 13-21 % fewer CPU seconds than the one-limb Bos-Coster, for 4-14 terms
+#: 28-53 %; from about 50 terms on Bos-Coster is as fast or faster (docs/benchmarks.md, issue 42)
+STRAUS_MAX_TERMS = 32
+STRAUS_MAX_BITS = 128
 
 
 def table_budget_bytes() -> int:
@@ -208,6 +215,8 @@ def _multi_exp_nonneg(bs: list[mpz], es: list[int], modulus: mpz) -> mpz:
     c = _pippenger_window(len(bs), maxbits)
     if native.AVAILABLE and modulus % 2 == 1:
         bs = [b % modulus for b in bs]
+        if len(bs) <= STRAUS_MAX_TERMS and LIMB_BITS < maxbits <= STRAUS_MAX_BITS:
+            return native.multi_exp_rows(bs, [es], modulus, _straus_group(len(bs), maxbits))[0]
         if LIMB_BITS < maxbits <= SPLIT_MAX_BITS:
             return _multi_exp_limbs(bs, es, modulus, maxbits, c)
         return native.multi_exp(bs, es, modulus, c)
@@ -274,7 +283,7 @@ def multi_exp_rows(bases: Sequence[mpz], rows: Sequence[Sequence[int]], modulus:
     neg = any(e < 0 for row in rows for e in row)
     offset = (1 << maxbits) if neg else 0
     exp_bits = maxbits + (1 if neg else 0)
-    group = min(range(1, 13), key=lambda g: len(rows) * exp_bits * (1 + -(-len(bs) // g)) + -(-len(bs) // g) * (1 << g))
+    group = _straus_group(len(bs), exp_bits, len(rows))
     out = native.multi_exp_rows(bs, [[e + offset for e in row] for row in rows], modulus, group)
     if not neg:
         return out
@@ -283,6 +292,12 @@ def multi_exp_rows(bases: Sequence[mpz], rows: Sequence[Sequence[int]], modulus:
         prod = prod * b % modulus
     x_inv = gmpy2.invert(gmpy2.powmod(prod, offset, modulus), modulus)
     return [r * x_inv % modulus for r in out]
+
+
+def _straus_group(terms: int, bits: int, rows: int = 1) -> int:
+    """Bases per subset table minimising the multiplications of Straus over ``rows`` rows: the tables,
+    ⌈terms/g⌉ · 2^g, and per row and exponent bit one squaring and one multiplication per table."""
+    return min(range(1, 13), key=lambda g: rows * bits * (1 + -(-terms // g)) + -(-terms // g) * (1 << g))
 
 
 def _pippenger_window(terms: int, bits: int) -> int:

@@ -181,6 +181,38 @@ def test_exponents_cut_into_limbs_give_the_bucket_methods_result(keypair512):
         assert modexp.multi_exp(bases, exps, pk.nsquare) == want
 
 
+@needs_native
+def test_short_wide_multi_exps_go_to_straus_and_give_the_powmod_product(keypair512, monkeypatch):
+    """Up to STRAUS_MAX_TERMS terms with 65..STRAUS_MAX_BITS-bit exponents (the keyword rounds' weighted
+    sums) take Straus with subset tables, one row of native.multi_exp_rows; more terms, or exponents of
+    one limb or beyond the bound, do not.  Every result is the product of powmods."""
+    pk, _ = keypair512
+    n2 = pk.nsquare
+    calls = []
+    rows = native.multi_exp_rows
+    monkeypatch.setattr(native, "multi_exp_rows", lambda *a: calls.append(len(a[0])) or rows(*a))
+    rng = __import__("random").Random(42)
+    for terms, bits, straus in (
+        (5, 65, True),
+        (24, 86, True),
+        (28, 86, True),
+        (modexp.STRAUS_MAX_TERMS + 1, modexp.STRAUS_MAX_BITS, True),
+        (modexp.STRAUS_MAX_TERMS + 2, 86, False),  # one more than the bound after the zero is dropped
+        (20, 64, False),
+        (20, modexp.STRAUS_MAX_BITS + 1, False),
+    ):
+        bases = [pk.raw_encrypt(rng.randrange(-1000, 1000)) for _ in range(terms)]
+        exps = [rng.getrandbits(bits) for _ in range(terms)]
+        exps[0] = (1 << bits) - 1  # the widest exponent: maxbits = bits
+        exps[-1] = 0
+        want = mpz(1)
+        for b, e in zip(bases, exps):
+            want = want * gmpy2.powmod(b, e, n2) % n2
+        calls.clear()
+        assert multi_exp(bases, exps, n2) == want
+        assert calls == ([terms - 1] if straus else []), (terms, bits)  # the zero exponent is dropped
+
+
 def test_fixed_base_table_engines_agree(engine):
     m = _odd_modulus(1024)
     base = mpz(secrets.randbits(1024)) % m
