@@ -121,7 +121,7 @@ def install(out_dir: str) -> None:
 
     def round_of(tag: str) -> str | None:
         parts = tag.split("/")  # …/e/<round>/<group> and …/u/<round>/<group>
-        return parts[-2] if len(parts) >= 3 and parts[-3] in ("e", "u") else None
+        return f"{parts[-2]}/{parts[-1]}" if len(parts) >= 3 and parts[-3] in ("e", "u") else None
 
     send = atimed("Channel.send (event loop)", channel.Channel.send)
 
@@ -325,23 +325,30 @@ def critical_path(alice: dict, bob: dict) -> str:
     def inside(sp: list[tuple[float, float]], lo: float, hi: float) -> float:
         return sum(min(b, hi) - max(a, lo) for a, b in sp if a < hi and b > lo)
 
-    rounds = sorted((int(r) for r in a_send if r in b_recv and r in b_send and r in a_recv), key=int)
+    # keys "<round>/<group>": with groups > 1 every group's rounds are legs of their own
+    def key(r: str) -> tuple[int, int]:
+        s, g = r.split("/")
+        return int(s), int(g)
+
+    rounds = sorted(key(r) for r in a_send if r in b_recv and r in b_send and r in a_recv)
     legs: dict[str, list[float]] = {
         k: [] for k in ("transit e", "bob turn", "bob sums", "transit u", "alice turn", "alice dec")
     }
-    for r in rounds:
-        k = str(r)
+    for r, g in rounds:
+        k = f"{r}/{g}"
         legs["transit e"].append(b_recv[k] - a_send[k])
         legs["bob turn"].append(b_send[k] - b_recv[k])
         legs["bob sums"].append(inside(ws, b_recv[k], b_send[k]))
         legs["transit u"].append(a_recv[k] - b_send[k])
-        nxt = str(r + 1)
+        nxt = f"{r + 1}/{g}"
         if nxt in a_send:
             legs["alice turn"].append(a_send[nxt] - a_recv[k])
             legs["alice dec"].append(inside(dec, a_recv[k], a_send[nxt]))
     if not rounds:
         return "(no induction rounds recorded)"
-    first, last = a_send[str(rounds[0])], a_recv[str(rounds[-1])]
+    first = min(a_send[f"{r}/{g}"] for r, g in rounds)
+    last = max(a_recv[f"{r}/{g}"] for r, g in rounds)
+    n_rounds = len({r for r, _ in rounds})
 
     def row(name: str, key: str) -> str:
         v = sorted(legs[key])
@@ -351,8 +358,8 @@ def critical_path(alice: dict, bob: dict) -> str:
 
     return "\n".join(
         [
-            f"induction: {len(rounds)} rounds, first terms sent to last sums received {last - first:.2f} s "
-            f"({(last - first) / len(rounds) * 1e3:.1f} ms a round)",
+            f"induction: {n_rounds} rounds ({len(rounds)} round trips), first terms sent to last sums received "
+            f"{last - first:.2f} s ({(last - first) / n_rounds * 1e3:.1f} ms a round)",
             "",
             "| leg of a round | median ms | mean ms | total s |",
             "|---|---|---|---|",
@@ -383,6 +390,9 @@ def main() -> int:
     ap.add_argument("--gap", type=float, default=3.0)
     ap.add_argument("--json", type=Path)
     ap.add_argument(
+        "--param", action="append", default=[], metavar="NAME=JSON", help="a session parameter (e.g. groups=2)"
+    )
+    ap.add_argument(
         "--cprofile",
         type=int,
         default=0,
@@ -411,6 +421,7 @@ def main() -> int:
                 str(args.sessions),
                 "--gap",
                 str(args.gap),
+                *(x for p in args.param for x in ("--param", p)),
             ],
             env=env,
             capture_output=True,

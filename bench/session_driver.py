@@ -117,6 +117,13 @@ def main() -> int:
     ap.add_argument("--sessions", type=int, default=2, help="sessions on the same party processes (default 2)")
     ap.add_argument("--key-bits", type=int, default=2048)
     ap.add_argument("--gap", type=float, default=5.0, help="idle seconds before each warm session (default 5)")
+    ap.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=JSON",
+        help="a session parameter beyond the workload's (e.g. groups=2), its value as JSON; repeatable",
+    )
     args = ap.parse_args()
 
     # the tree under test is whichever smcdp PYTHONPATH puts first (imported here, not above, on purpose)
@@ -126,6 +133,11 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="smcdp-session-bench-") as d:
         s = setup(args.workload, args.key_bits, Path(d))
+        for item in args.param:
+            name, sep, value = item.partition("=")
+            if not sep:
+                raise SystemExit(f"--param {item!r}: NAME=JSON expected")
+            s["params"][name] = json.loads(value)
         options, summary = governed(s["protocol"], s["roles"], s["params"], initiator=s["initiator"], seed=None)
         if s.get("budgets"):  # a DP workload: every data party holds a budget for all the sessions
             from smcdp.runtime.governance.charges import BudgetConfig
