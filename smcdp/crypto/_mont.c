@@ -33,6 +33,10 @@
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
+#if defined(__unix__) || defined(__APPLE__)
+#include <pthread.h>
+#define HAVE_PTHREADS 1
+#endif
 
 #define MAX_WINDOW 20
 /* Size limits: every size below is checked against these before anything is allocated, so no
@@ -42,6 +46,8 @@
 #define MAX_MODULUS_BYTES ((Py_ssize_t)1 << 17)
 #define MAX_TABLE_BYTES ((size_t)1 << 32)
 #define MAX_EXPONENT_BYTES ((Py_ssize_t)1 << 20)
+/* multi_exp_rows shares its work among at most this many threads */
+#define MAX_ROW_THREADS 16
 
 /* ------------------------------------------------------------------ Montgomery context */
 typedef struct {
@@ -718,23 +724,127 @@ done:
 
 /* ------------------------------------------------------------------ multi_exp_rows */
 
+/* One thread's share of multi_exp_rows: tables of groups [g0, g1), then rows [r0, r1).  Every share
+ * reads the same tables, so the two phases are separated by a join: no share evaluates a row before
+ * every table is complete. */
+typedef struct {
+    const mont_ctx *ctx;
+    mp_limb_t *T;           /* groups x 2^g residues: the subset products, Montgomery form */
+    const mp_limb_t *E;     /* r x t exponents of k limbs */
+    mp_limb_t *R;           /* r results of n limbs */
+    unsigned char *have;    /* per row: R holds a value yet */
+    mp_limb_t *tp;          /* 2n limbs of this share's scratch */
+    size_t groups, entries, tt, bits, g0, g1;
+    Py_ssize_t t, r0, r1;
+    mp_size_t k;
+    int g;
+} rows_share;
+
+static void rows_tables(rows_share *s)
+{
+    const mont_ctx *c = s->ctx;
+    size_t n = (size_t)c->n, g = (size_t)s->g;
+    for (size_t G = s->g0; G < s->g1; G++) {        /* every subset product of the group's bases */
+        size_t rem = (size_t)s->t - G * g, size = rem < g ? rem : g;
+        mp_limb_t *tab = s->T + G * s->entries * n;
+        for (size_t mask = 3; mask < ((size_t)1 << size); mask++) {
+            size_t low = mask & (~mask + 1);
+            if (low == mask)
+                continue;                             /* a single base: loaded by the caller */
+            mont_mul(tab + mask * n, tab + (mask ^ low) * n, tab + low * n, c, s->tp);
+        }
+    }
+}
+
+static void rows_eval(rows_share *s)
+{
+    const mont_ctx *c = s->ctx;
+    size_t n = (size_t)c->n, g = (size_t)s->g, k = (size_t)s->k, t = (size_t)s->t;
+    for (Py_ssize_t i = s->r0; i < s->r1; i++) {
+        mp_limb_t *acc = s->R + (size_t)i * n;
+        const mp_limb_t *Ei = s->E + (size_t)i * s->tt * k;
+        for (size_t b = s->bits; b-- > 0;) {
+            if (s->have[i])
+                mont_mul(acc, acc, acc, c, s->tp);
+            size_t li = b / GMP_NUMB_BITS, off = b % GMP_NUMB_BITS;
+            for (size_t G = 0; G < s->groups; G++) {
+                size_t idx = 0;
+                for (size_t jj = 0; jj < g && G * g + jj < t; jj++)
+                    idx |= (size_t)((Ei[(G * g + jj) * k + li] >> off) & 1) << jj;
+                if (!idx)
+                    continue;
+                const mp_limb_t *e = s->T + (G * s->entries + idx) * n;
+                if (s->have[i])
+                    mont_mul(acc, acc, e, c, s->tp);
+                else {
+                    memcpy(acc, e, n * sizeof(mp_limb_t));
+                    s->have[i] = 1;
+                }
+            }
+        }
+        if (s->have[i])
+            from_mont(acc, acc, c, s->tp);
+        else {
+            memset(acc, 0, n * sizeof(mp_limb_t));
+            acc[0] = 1;
+        }
+    }
+}
+
+static void *rows_tables_thread(void *arg)
+{
+    rows_tables((rows_share *)arg);
+    return NULL;
+}
+
+static void *rows_eval_thread(void *arg)
+{
+    rows_eval((rows_share *)arg);
+    return NULL;
+}
+
+/* Run phase `fn` of every share: shares 1.. on threads of their own (they inherit the caller's
+ * scheduling priority), share 0 here; a share whose thread cannot start runs here too. */
+static void rows_phase(rows_share *sh, int nsh, void (*fn)(rows_share *), void *(*thread_fn)(void *))
+{
+#ifdef HAVE_PTHREADS
+    pthread_t tid[MAX_ROW_THREADS];
+    int started[MAX_ROW_THREADS] = {0};
+    for (int i = 1; i < nsh; i++)
+        started[i] = pthread_create(&tid[i], NULL, thread_fn, &sh[i]) == 0;
+    fn(&sh[0]);
+    for (int i = 1; i < nsh; i++) {
+        if (started[i])
+            pthread_join(tid[i], NULL);
+        else
+            fn(&sh[i]);
+    }
+#else
+    (void)thread_fn;
+    for (int i = 0; i < nsh; i++)
+        fn(&sh[i]);
+#endif
+}
+
 /* Many multi-exponentiations over the same bases (Bob's emission rows, 50 rows over the 79
  * product ciphertexts of a block): prod_j bases[j]^rows[i][j] for every row i, by Straus's method with
  * the tables shared by all rows.  The bases are cut into groups of g; for each group every subset
  * product is made once (2^g - g - 1 multiplications); each row then costs one squaring per exponent
  * bit and one multiplication per group and bit (the group's bits at that position index its table).
  * For 50 rows of 79 terms with 45-bit exponents: ~27k multiplications against ~51k for Bos-Coster per
- * row.  Bases are converted into Montgomery form once (t multiplications). */
+ * row.  Bases are converted into Montgomery form once (t multiplications).  With `threads` > 1 the
+ * groups' tables, then the rows, are shared among that many threads, all reading one set of tables
+ * (one call per core would build every table once per core). */
 static PyObject *multi_exp_rows(PyObject *module, PyObject *args)
 {
     PyObject *bases_in, *rows_in;
     Py_buffer mod;
-    int g;
-    if (!PyArg_ParseTuple(args, "OOy*i", &bases_in, &rows_in, &mod, &g))
+    int g, threads = 1;
+    if (!PyArg_ParseTuple(args, "OOy*i|i", &bases_in, &rows_in, &mod, &g, &threads))
         return NULL;
-    if (g < 1 || g > 12) {
+    if (g < 1 || g > 12 || threads < 1 || threads > MAX_ROW_THREADS) {
         PyBuffer_Release(&mod);
-        PyErr_SetString(PyExc_ValueError, "need 1 <= group <= 12");
+        PyErr_Format(PyExc_ValueError, "need 1 <= group <= 12 and 1 <= threads <= %d", MAX_ROW_THREADS);
         return NULL;
     }
     mont_ctx ctx;
@@ -819,47 +929,30 @@ static PyObject *multi_exp_rows(PyObject *module, PyObject *args)
             const unsigned char *eb = (const unsigned char *)PyBytes_AS_STRING(o);
             bytes_to_limbs(eb, trimmed_len(eb, PyBytes_GET_SIZE(o)), E + ((size_t)i * tt + (size_t)j) * (size_t)k, k);
         }
-    Py_BEGIN_ALLOW_THREADS
-    for (size_t G = 0; G < groups; G++) {           /* every subset product of the group's bases */
-        size_t rem = (size_t)t - G * (size_t)g, size = rem < (size_t)g ? rem : (size_t)g;
-        mp_limb_t *tab = T + G * entries * (size_t)n;
-        for (size_t mask = 3; mask < ((size_t)1 << size); mask++) {
-            size_t low = mask & (~mask + 1);
-            if (low == mask)
-                continue;                             /* a single base: loaded above */
-            mont_mul(tab + mask * (size_t)n, tab + (mask ^ low) * (size_t)n, tab + low * (size_t)n, &ctx, tp);
-        }
-    }
-    for (Py_ssize_t i = 0; i < r; i++) {
-        mp_limb_t *acc = R + (size_t)i * (size_t)n;
-        const mp_limb_t *Ei = E + (size_t)i * tt * (size_t)k;
-        for (size_t b = bits; b-- > 0;) {
-            if (have[i])
-                mont_mul(acc, acc, acc, &ctx, tp);
-            size_t li = b / GMP_NUMB_BITS, off = b % GMP_NUMB_BITS;
-            for (size_t G = 0; G < groups; G++) {
-                size_t idx = 0;
-                for (size_t jj = 0; jj < (size_t)g && G * (size_t)g + jj < (size_t)t; jj++)
-                    idx |= (size_t)((Ei[(G * (size_t)g + jj) * (size_t)k + li] >> off) & 1) << jj;
-                if (!idx)
-                    continue;
-                const mp_limb_t *e = T + (G * entries + idx) * (size_t)n;
-                if (have[i])
-                    mont_mul(acc, acc, e, &ctx, tp);
-                else {
-                    memcpy(acc, e, (size_t)n * sizeof(mp_limb_t));
-                    have[i] = 1;
-                }
+    {
+        rows_share sh[MAX_ROW_THREADS];
+        int nsh = threads;
+        if ((Py_ssize_t)nsh > r)
+            nsh = r > 0 ? (int)r : 1;
+        for (int i = 0; i < nsh; i++) {
+            sh[i] = (rows_share){&ctx, T, E, R, have, NULL, groups, entries, tt, bits,
+                                 groups * (size_t)i / (size_t)nsh, groups * (size_t)(i + 1) / (size_t)nsh,
+                                 t, r * i / nsh, r * (i + 1) / nsh, k, g};
+            sh[i].tp = i ? PyMem_Malloc((size_t)(2 * n) * sizeof(mp_limb_t)) : tp;
+            if (!sh[i].tp) {
+                for (int j = 1; j < i; j++)
+                    PyMem_Free(sh[j].tp);
+                PyErr_NoMemory();
+                goto done;
             }
         }
-        if (have[i])
-            from_mont(acc, acc, &ctx, tp);
-        else {
-            memset(acc, 0, (size_t)n * sizeof(mp_limb_t));
-            acc[0] = 1;
-        }
+        Py_BEGIN_ALLOW_THREADS
+        rows_phase(sh, nsh, rows_tables, rows_tables_thread);
+        rows_phase(sh, nsh, rows_eval, rows_eval_thread);
+        Py_END_ALLOW_THREADS
+        for (int i = 1; i < nsh; i++)
+            PyMem_Free(sh[i].tp);
     }
-    Py_END_ALLOW_THREADS
     out = PyList_New(r);
     if (!out)
         goto done;
@@ -892,9 +985,9 @@ static PyMethodDef module_methods[] = {
      "multi_exp(bases, exps, modulus, window) -> bytes: prod bases[j]^exps[j] mod modulus "
      "(Pippenger; all integers little-endian bytes, exponents non-negative)"},
     {"multi_exp_rows", multi_exp_rows, METH_VARARGS,
-     "multi_exp_rows(bases, rows, modulus, group) -> list of bytes: prod_j bases[j]^rows[i][j] mod modulus for "
-     "every row i (Straus with subset tables of `group` bases shared by the rows; little-endian bytes, "
-     "exponents non-negative)"},
+     "multi_exp_rows(bases, rows, modulus, group, threads=1) -> list of bytes: prod_j bases[j]^rows[i][j] mod "
+     "modulus for every row i (Straus with subset tables of `group` bases shared by the rows, the tables and "
+     "then the rows shared among `threads` threads; little-endian bytes, exponents non-negative)"},
     {NULL},
 };
 

@@ -14,5 +14,5 @@ class FixedBase:
 
 def multi_exp(bases: Sequence[bytes], exps: Sequence[bytes], modulus: bytes, window: int, /) -> bytes: ...
 def multi_exp_rows(
-    bases: Sequence[bytes], rows: Sequence[Sequence[bytes]], modulus: bytes, group: int, /
+    bases: Sequence[bytes], rows: Sequence[Sequence[bytes]], modulus: bytes, group: int, threads: int = 1, /
 ) -> list[bytes]: ...

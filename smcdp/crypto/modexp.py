@@ -262,12 +262,13 @@ def _multi_exp_limbs(bs: list[mpz], es: list[int], modulus: mpz, maxbits: int, c
     return result
 
 
-def multi_exp_rows(bases: Sequence[mpz], rows: Sequence[Sequence[int]], modulus: mpz) -> list[mpz]:
+def multi_exp_rows(bases: Sequence[mpz], rows: Sequence[Sequence[int]], modulus: mpz, threads: int = 1) -> list[mpz]:
     """``[multi_exp(bases, row, modulus) for row in rows]``: many multi-exponentiations over the same bases.
 
     With the native engine (odd modulus) the rows share Straus tables of every subset of each group of
     bases (``native.multi_exp_rows``: for 50 rows of 79 terms and 45-bit exponents about half the
-    multiplications of one Bos–Coster per row).  Signed exponents are made non-negative by an offset
+    multiplications of one Bos–Coster per row); ``threads`` > 1 shares the tables' making and then the
+    rows among that many of the engine's threads, which all read the one set of tables.  Signed exponents are made non-negative by an offset
     E = 2^b ≥ every |e|: Π b^(e+E) = Π b^e · X with X = (Π b)^E, one inversion of X for all rows, which
     also keeps the exponents one bit longer instead of doubling the bases with their inverses.
     Otherwise, and for a handful of rows or terms, one :func:`multi_exp` per row.
@@ -284,7 +285,7 @@ def multi_exp_rows(bases: Sequence[mpz], rows: Sequence[Sequence[int]], modulus:
     offset = (1 << maxbits) if neg else 0
     exp_bits = maxbits + (1 if neg else 0)
     group = _straus_group(len(bs), exp_bits, len(rows))
-    out = native.multi_exp_rows(bs, [[e + offset for e in row] for row in rows], modulus, group)
+    out = native.multi_exp_rows(bs, [[e + offset for e in row] for row in rows], modulus, group, threads)
     if not neg:
         return out
     prod = mpz(1)

@@ -86,14 +86,26 @@ def multi_exp(bases: Sequence[int], exps: Sequence[int], modulus: int, window: i
     return mpz.from_bytes(out, "little")
 
 
-def multi_exp_rows(bases: Sequence[int], rows: Sequence[Sequence[int]], modulus: int, group: int) -> list[mpz]:
+#: the most threads one multi_exp_rows call shares its work among (the C side's MAX_ROW_THREADS)
+MAX_ROW_THREADS = 16
+
+
+def multi_exp_rows(
+    bases: Sequence[int], rows: Sequence[Sequence[int]], modulus: int, group: int, threads: int = 1
+) -> list[mpz]:
     """[Π_j bases[j]^row[j] mod modulus for row in rows] for non-negative exponents and bases below the
-    modulus, with subset tables of ``group`` bases shared by the rows (Straus)."""
+    modulus, with subset tables of ``group`` bases shared by the rows (Straus).  ``threads`` > 1: the
+    tables, then the rows, are shared among that many threads of the engine (they start with the calling
+    thread's scheduling priority), all reading one set of tables."""
     if _mont is None:
         raise RuntimeError(f"the native engine is not available ({REASON})")
     modulus = mpz(modulus)
     nbytes = (modulus.bit_length() + 7) // 8
     out = _mont.multi_exp_rows(
-        [_le(b, nbytes) for b in bases], [[_le_min(e) for e in row] for row in rows], _le(modulus, nbytes), int(group)
+        [_le(b, nbytes) for b in bases],
+        [[_le_min(e) for e in row] for row in rows],
+        _le(modulus, nbytes),
+        int(group),
+        max(1, min(int(threads), MAX_ROW_THREADS)),
     )
     return [mpz.from_bytes(x, "little") for x in out]

@@ -90,6 +90,7 @@ from gmpy2 import mpz
 
 from smcdp._aio import all_or_first_failure
 from smcdp._numbers import real
+from smcdp.crypto import native
 from smcdp.crypto.codec import bigints, from_bigints
 from smcdp.crypto.encoding import UNPACKED, Packing, encode_float
 from smcdp.crypto.modexp import multi_exp_rows
@@ -1932,19 +1933,24 @@ async def _quadratic_forms_block(
 
     The rows are multi-exponentiations over the same product ciphertexts: they share the subset tables of
     :func:`~smcdp.crypto.modexp.multi_exp_rows` (half the multiplications of one Bos–Coster
-    per row), the rows cut into one share per core, each share on one of ``threads`` -- which also takes
-    its obfuscators there (made on that thread if the stock has run out, not on the event loop).
+    per row), one share of them per core.  With the native engine one call on one of ``threads`` shares
+    the work among the engine's threads, which read one set of tables (they start at that thread's
+    priority); otherwise the rows are cut into one share per core, each share on one of ``threads``.
+    Each job also takes its obfuscators there (made on that thread if the stock has run out, not on the
+    event loop).
     """
     n2 = pk.nsquare
     shares = max(1, min(threads.workers, os.cpu_count() or 1, len(cints)))
+
+    def finish(qs: list[mpz], masks: list[int]) -> list[mpz]:
+        return [pool.rerandomize(q * ((1 + pk.n * pk.raw_plain(m)) % n2) % n2) for q, m in zip(qs, masks)]
+
+    if native.AVAILABLE and n2 % 2 == 1:
+        return list(await threads.arun(lambda: finish(multi_exp_rows(cts, cints, n2, shares), masks_packed)))
     size = -(-len(cints) // shares)
 
     def share(i: int) -> list[mpz]:
-        qs = multi_exp_rows(cts, cints[i : i + size], n2)
-        return [
-            pool.rerandomize(q * ((1 + pk.n * pk.raw_plain(m)) % n2) % n2)
-            for q, m in zip(qs, masks_packed[i : i + size])
-        ]
+        return finish(multi_exp_rows(cts, cints[i : i + size], n2), masks_packed[i : i + size])
 
     parts = await threads.amap(share, range(0, len(cints), size))
     return [c for part in parts for c in part]

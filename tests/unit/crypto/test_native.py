@@ -114,11 +114,14 @@ def test_multi_exp_with_signs_on_both_engines(terms, exp_bits, data, keypair512)
     rows=st.integers(min_value=0, max_value=6),
     exp_bits=st.sampled_from([1, 7, 45, 64, 65, 130]),
     group=st.integers(min_value=1, max_value=12),
+    threads=st.integers(min_value=1, max_value=5),
     data=st.data(),
 )
-def test_native_multi_exp_rows_matches_powmod_products(bits, terms, rows, exp_bits, group, data):
+def test_native_multi_exp_rows_matches_powmod_products(bits, terms, rows, exp_bits, group, threads, data):
     """Issue 27: the rows share subset tables; each row is still exactly Π b^e (every group size, last
-    groups of fewer bases, zero rows, zero exponents, exponents at limb edges, bases ≥ the modulus)."""
+    groups of fewer bases, zero rows, zero exponents, exponents at limb edges, bases ≥ the modulus).
+    Issue 42: the same when the tables and rows are shared among threads (more threads than rows or
+    groups included)."""
     m = mpz(data.draw(st.integers(min_value=1 << (bits - 1), max_value=(1 << bits) - 1))) | 1
     bases = [mpz(data.draw(st.integers(min_value=0, max_value=int(m) - 1))) for _ in range(terms)]
     E = [
@@ -130,7 +133,20 @@ def test_native_multi_exp_rows_matches_powmod_products(bits, terms, rows, exp_bi
         for b, e in zip(bases, row):
             ref = ref * gmpy2.powmod(b, e, m) % m
         want.append(ref)
-    assert native.multi_exp_rows(bases, E, m, group) == want
+    assert native.multi_exp_rows(bases, E, m, group, threads) == want
+
+
+@needs_native
+def test_multi_exp_rows_threads_outside_the_engines_bounds_are_refused_or_clamped():
+    from smcdp.crypto import _mont
+
+    m = _odd_modulus(256)
+    b = (5).to_bytes(32, "little")
+    for threads in (0, -1, native.MAX_ROW_THREADS + 1):
+        with pytest.raises(ValueError, match="threads"):
+            _mont.multi_exp_rows([b], [[b"\x03"]], int(m).to_bytes(32, "little"), 1, threads)
+    # the wrapper clamps to what the engine takes
+    assert native.multi_exp_rows([5], [[3]], m, 1, 100) == [mpz(125) % m]
 
 
 @settings(max_examples=30, deadline=None)
