@@ -8,16 +8,20 @@ CPU seconds (``time.thread_time``) of
 * decryptions (``PrivateKey.decrypt_half``: the CRT halves), split into the emission blocks and the
   induction rounds by the caller's thread pool;
 * obfuscators made (``raw_encrypt`` of the pool's maker: the fixed-base r^n), ahead or inline;
-* Bob's multi-exponentiations: the emission blocks' rows (``multi_exp_rows``) and the induction's weighted
-  sums (``logsum._job_product``);
+* Bob's multi-exponentiations: the emission blocks' rows (``multi_exp_rows``: the calling thread's share;
+  the engine's own threads, which end with the call, are "threads that ended meanwhile" in the CPU by
+  thread) and the induction's weighted sums (``logsum._job_product``);
 * encryptions and re-randomisations with a pooled obfuscator (one multiplication each);
 * (de)serialisation of ciphertext vectors (``EncryptedVector.to_proto`` / ``from_proto``);
 * ``Channel.send`` on the event loop (protobuf, the journal, gRPC's hand-over) and the wall time spent
   waiting in ``Channel.recv``;
 
-and each party's whole online phase: wall, the process's CPU, the event-loop thread's CPU.  What the
-wrappers do not name is "other" (Python protocol code, gRPC and TLS threads, the event loop).  The
-wrappers cost about a microsecond a call (thousands of calls: a few ms).
+and each party's whole online phase: wall, the process's CPU, the event-loop thread's CPU, the CPU of
+every thread (``/proc``); the wall time of each leg of every induction round (Alice's turn and its
+decryptions, the terms in transit, Bob's turn and his weighted sums, the sums in transit), from both
+parties' marks on one clock.  What the wrappers do not name is "other" (Python protocol code, gRPC and
+TLS threads, the event loop).  The wrappers cost about a microsecond a call (thousands of calls: a few
+ms).  ``--param NAME=JSON`` sets a session parameter (e.g. ``groups=2``).
 
     PYTHONPATH=. .venv/bin/python bench/keyword_profile.py --sessions 2 [--json out.json] [--cprofile 25]
 
@@ -108,7 +112,9 @@ def install(out_dir: str) -> None:
     paillier.PublicKey.raw_encrypt = timed(pool_name, paillier.PublicKey.raw_encrypt)
     obfuscation.ObfuscatorPool.encrypt = timed("encryptions (pooled obfuscator)", obfuscation.ObfuscatorPool.encrypt)
     obfuscation.ObfuscatorPool.rerandomize = timed("re-randomisations (pooled)", obfuscation.ObfuscatorPool.rerandomize)
-    sf.multi_exp_rows = timed("multi-exp: emission rows", sf.multi_exp_rows)
+    # the calling thread's CPU only: the engine shares the rows with threads of its own, which end with the
+    # call -- their CPU shows as "threads that ended" in the CPU by thread
+    sf.multi_exp_rows = timed("multi-exp: emission rows (calling thread)", sf.multi_exp_rows)
     logsum._job_product = timed("multi-exp: induction sums", logsum._job_product)
     EncryptedVector.to_proto = timed("serialise ciphertexts", EncryptedVector.to_proto)
     EncryptedVector.from_proto = classmethod(  # type: ignore[method-assign]
@@ -239,6 +245,9 @@ def install(out_dir: str) -> None:
                 wall, cpu, loop_cpu = time.perf_counter() - w0, time.process_time() - c0, time.thread_time() - l0
                 threads1 = thread_cpu()
                 by_thread = {k: v - threads0.get(k, 0.0) for k, v in threads1.items()}
+                # threads that started and ended within the run (the engine's row-sharing threads) are in
+                # no snapshot: what the process used beyond the live threads' deltas
+                by_thread["threads that ended meanwhile"] = cpu - sum(by_thread.values())
                 if prof is not None:
                     prof.disable()
                     prof.dump_stats(str(Path(out_dir) / f"{role}-{os.getpid()}-{int(time.time() * 1e6)}.pstats"))
