@@ -1010,6 +1010,7 @@ PyMODINIT_FUNC PyInit__mont(void)
         return NULL;
     }
     PyModule_AddIntConstant(m, "LIMB_BITS", GMP_NUMB_BITS);
+    PyModule_AddIntConstant(m, "MAX_ROW_THREADS", MAX_ROW_THREADS);
     PyModule_AddStringConstant(m, "GMP_VERSION", gmp_version);
     return m;
 }

@@ -2,6 +2,7 @@
 from collections.abc import Sequence
 
 LIMB_BITS: int
+MAX_ROW_THREADS: int
 GMP_VERSION: str
 
 class FixedBase:

@@ -86,8 +86,9 @@ def multi_exp(bases: Sequence[int], exps: Sequence[int], modulus: int, window: i
     return mpz.from_bytes(out, "little")
 
 
-#: the most threads one multi_exp_rows call shares its work among (the C side's MAX_ROW_THREADS)
-MAX_ROW_THREADS = 16
+#: the most threads one multi_exp_rows call shares its work among: the engine's MAX_ROW_THREADS, or 1 for
+#: an engine built before it took ``threads`` (the rows then run on the calling thread; rebuild it)
+MAX_ROW_THREADS: int = int(getattr(_mont, "MAX_ROW_THREADS", 1)) if _mont is not None else 1
 
 
 def multi_exp_rows(
@@ -101,11 +102,7 @@ def multi_exp_rows(
         raise RuntimeError(f"the native engine is not available ({REASON})")
     modulus = mpz(modulus)
     nbytes = (modulus.bit_length() + 7) // 8
-    out = _mont.multi_exp_rows(
-        [_le(b, nbytes) for b in bases],
-        [[_le_min(e) for e in row] for row in rows],
-        _le(modulus, nbytes),
-        int(group),
-        max(1, min(int(threads), MAX_ROW_THREADS)),
-    )
+    args = ([_le(b, nbytes) for b in bases], [[_le_min(e) for e in row] for row in rows], _le(modulus, nbytes))
+    threads = max(1, min(int(threads), MAX_ROW_THREADS))
+    out = _mont.multi_exp_rows(*args, int(group), threads) if threads > 1 else _mont.multi_exp_rows(*args, int(group))
     return [mpz.from_bytes(x, "little") for x in out]

@@ -1935,7 +1935,8 @@ async def _quadratic_forms_block(
     :func:`~smcdp.crypto.modexp.multi_exp_rows` (half the multiplications of one Bos–Coster
     per row), one share of them per core.  With the native engine one call on one of ``threads`` shares
     the work among the engine's threads, which read one set of tables (they start at that thread's
-    priority); otherwise the rows are cut into one share per core, each share on one of ``threads``.
+    priority); otherwise (or with an engine built before it took threads) the rows are cut into one share
+    per core, each share on one of ``threads``.
     Each job also takes its obfuscators there (made on that thread if the stock has run out, not on the
     event loop).
     """
@@ -1945,7 +1946,7 @@ async def _quadratic_forms_block(
     def finish(qs: list[mpz], masks: list[int]) -> list[mpz]:
         return [pool.rerandomize(q * ((1 + pk.n * pk.raw_plain(m)) % n2) % n2) for q, m in zip(qs, masks)]
 
-    if native.AVAILABLE and n2 % 2 == 1:
+    if native.AVAILABLE and native.MAX_ROW_THREADS > 1 and n2 % 2 == 1:
         return list(await threads.arun(lambda: finish(multi_exp_rows(cts, cints, n2, shares), masks_packed)))
     size = -(-len(cints) // shares)
 

@@ -229,6 +229,30 @@ def test_short_wide_multi_exps_go_to_straus_and_give_the_powmod_product(keypair5
         assert calls == ([terms - 1] if straus else []), (terms, bits)  # the zero exponent is dropped
 
 
+@needs_native
+def test_an_engine_built_before_row_threads_gets_four_arguments_and_the_same_rows(monkeypatch):
+    """An accelerator built before multi_exp_rows took ``threads`` (no MAX_ROW_THREADS) is called as it was:
+    the rows run on the calling thread, same values (a tree updated without rebuilding the engine)."""
+    from smcdp.crypto import _mont
+
+    real = _mont.multi_exp_rows
+    seen = []
+
+    def four_only(bases, rows, modulus, group):  # the old signature: a fifth argument is a TypeError
+        seen.append(group)
+        return real(bases, rows, modulus, group)
+
+    m = _odd_modulus(512)
+    bases = [mpz(secrets.randbits(500)) for _ in range(9)]
+    rows = [[secrets.randbits(70) for _ in bases] for _ in range(5)]
+    want = native.multi_exp_rows(bases, rows, m, 3, 2)
+    monkeypatch.setattr(_mont, "multi_exp_rows", four_only)
+    monkeypatch.setattr(native, "MAX_ROW_THREADS", 1)
+    assert native.multi_exp_rows(bases, rows, m, 3, 2) == want
+    assert modexp.multi_exp_rows(bases, rows, m, threads=4) == want
+    assert len(seen) == 2
+
+
 def test_fixed_base_table_engines_agree(engine):
     m = _odd_modulus(1024)
     base = mpz(secrets.randbits(1024)) % m
