@@ -153,6 +153,8 @@ def install(out_dir: str) -> None:
             r = round_of(tag)
             if r is not None:
                 marks.append((f"recv {tag.split('/')[-3]}", r, w1))
+            elif tag.count("/") >= 2 and tag.split("/")[-2] == "q":  # an emission block's results
+                marks.append(("recv q", tag.split("/")[-1], w1))
 
     channel.Channel.recv = recv_wrapper
 
@@ -365,6 +367,24 @@ def critical_path(alice: dict, bob: dict) -> str:
             return f"| {name} | — | — | — |"
         return f"| {name} | {v[len(v) // 2] * 1e3:.1f} | {sum(v) / len(v) * 1e3:.1f} | {sum(v):.2f} |"
 
+    # an emission block's results (as they arrive, before Alice decrypts them) against the round that needs
+    # its first frame f: at m = 1 the round f - 1 -> f, which Alice starts once the sums of round f - 2 are in
+    q = {int(b): t for e, b, t in alice["marks"] if e == "recv q"}
+    blocks = []
+    for b in sorted(q):
+        first_frame = 20 * b  # the fixture's blocks: 20 frames (a product ciphertext's slots)
+        need = a_recv.get(f"{first_frame - 2}/0") if first_frame >= 2 else None
+        if need is not None:
+            blocks.append(f"block {b}: {(q[b] - need) * 1e3:+.0f} ms")
+    waits = (
+        [
+            "",
+            "an emission block's results received (before their decryption) relative to the rounds reaching it "
+            "(+: after): " + ", ".join(blocks),
+        ]
+        if blocks
+        else []
+    )
     return "\n".join(
         [
             f"induction: {n_rounds} rounds ({len(rounds)} round trips), first terms sent to last sums received "
@@ -378,6 +398,7 @@ def critical_path(alice: dict, bob: dict) -> str:
             row("Bob's turn (terms received → sums sent)", "bob turn"),
             row("  of which his weighted sums (wall)", "bob sums"),
             row("sums in transit (send → Alice's recv returns)", "transit u"),
+            *waits,
         ]
     )
 

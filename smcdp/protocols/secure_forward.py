@@ -1527,6 +1527,9 @@ class ForwardBob:
         self.urgent: CryptoThreads | None = None
         self.background: CryptoThreads | None = None
         self._t0 = 0.0  # when run() began: the online phase's clock
+        # one emission block's rows at a time, in the order the blocks came (each takes every core): the
+        # induction needs block b before block b + 1, so two blocks sharing the cores would both come late
+        self._rows_turn = asyncio.Lock()
         # made once, on first use: the continuous models' coefficients on the fixed-point grid (coef_frac_bits)
         self._cints: list[list[int]] | None = None
         # fx(log p) of every positive start (d, j), transition (d, l, j) and mixture weight (d, j, c)
@@ -1758,9 +1761,10 @@ class ForwardBob:
             masks_packed.append(lay.packing.pack(slots)[0] if lay.packing.packed else slots[0])
         # the continuous models' coefficients (run() made them) and the pool (prepare())
         assert self._cints is not None and self.pool is not None
-        out = await _quadratic_forms_block(
-            _threads_for(self, b), self.pk, vec.ciphertexts, self._cints, masks_packed, self.pool
-        )
+        async with self._rows_turn:
+            out = await _quadratic_forms_block(
+                _threads_for(self, b), self.pk, vec.ciphertexts, self._cints, masks_packed, self.pool
+            )
         bound = lay.packing.slot_capacity if lay.packing.packed else int(self.pk.max_int)
         await ch.send(
             alice, f"{tag}/q/{b}", EncryptedVector(self.pk, out, R * S, -lay.v_frac_bits, lay.packing, bound).to_proto()
