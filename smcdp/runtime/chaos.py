@@ -110,6 +110,9 @@ class Chaos:
         # "at round 3" must both die there (armed one after the other, the second was armed only once the
         # first had been restarted -- rounds later, or never)
         self._armed: set[int] = set()
+        #: set once each action's moment came (before it is carried out): a caller that must act during a
+        #: pause waits on it (the failpoint's ``stopped`` file is gone once the pause is handled)
+        self.reached = [threading.Event() for _ in self.actions]
         for i, a in enumerate(self.actions):
             if a.round is not None and not any(self.actions[j].party == a.party for j in self._armed):
                 self._arm(a)
@@ -157,6 +160,7 @@ class Chaos:
                 if not self._wait(i, a):
                     self.events.append({"action": a.describe(), "done": False})
                     continue
+                self.reached[i].set()
                 at = time.monotonic() - self._t0
                 if a.action == "kill":
                     self.cluster.kill(a.party, restart=a.restart)  # (already dead if its failpoint fired)

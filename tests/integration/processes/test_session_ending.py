@@ -30,7 +30,7 @@ import pytest
 
 from smcdp.cli.demo.common import governed
 from smcdp.net.server import namespaced, new_session_id
-from smcdp.runtime import client, failpoints
+from smcdp.runtime import client
 from smcdp.runtime.chaos import Chaos, ChaosAction
 from smcdp.runtime.governance.charges import BudgetConfig
 from smcdp.runtime.local import LocalCluster
@@ -198,9 +198,10 @@ def _pi_session_losing_alice_before_u(cluster: LocalCluster, restart: bool) -> t
     th.start()
     try:
         end = time.monotonic() + 120
-        while not failpoints.stopped(cluster.failpoint_dir("trent")):
+        # the chaos runner's own signal: the failpoint's 'stopped' file is gone once it handled the pause
+        # (polling that file raced with it and missed the stop about one run in five)
+        while not chaos.reached[0].wait(0.02):
             assert time.monotonic() < end and th.is_alive(), "trent never reached the final step"
-            time.sleep(0.02)
         cluster.kill("alice", restart=restart)
         if restart:
             time.sleep(1.0)  # as the chaos runner does
@@ -222,14 +223,17 @@ def test_power_iteration_a_data_party_killed_before_u_and_restarted(pidp):
 
 
 def test_power_iteration_a_data_party_killed_before_u_and_not_restarted(pidp):
-    """Alice dies after her last contribution, before the final aggregate reaches her: Bob gets his and
-    ends his role, but neither he nor Trent may report "succeeded"."""
+    """Alice dies after her last contribution, around the final aggregate (while trent is paused at his
+    final step): Bob gets his and ends his role, but neither he nor Trent may report "succeeded"."""
     cluster, us = pidp
     sid, recs = _pi_session_losing_alice_before_u(cluster, restart=False)
     assert recs["alice"]["state"] == "unknown"  # killed
     _nobody_succeeded_and_all_name({p: recs[p] for p in ("trent", "bob")}, "alice")
-    # bob's role ended; alice never confirmed, nor did trent (his final aggregate to alice is not acknowledged)
-    assert recs["bob"]["unconfirmed"] == ["alice", "trent"], recs["bob"]
+    # bob's role ended, and he was not told that everyone holds its output.  Whose confirmation he lacks
+    # depends on where in trent's final step the pause fell (trent reports the round as he sends the final
+    # aggregate): alice's (the aggregate never reached her), or trent's (she got it and confirmed while
+    # trent was paused, then died before trent heard her confirmation, so trent waits for it), or both
+    assert recs["bob"]["unconfirmed"] in (["alice"], ["trent"], ["alice", "trent"]), recs["bob"]
     cluster.restart("alice")
     assert _wait_ended(cluster, "alice", sid)["state"] == "failed"
     rec = client.resume_session(cluster.configs["trent"], sid, timeout=300)
