@@ -47,13 +47,12 @@ malicious version).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import math
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import gmpy2
 from gmpy2 import mpz
@@ -112,14 +111,18 @@ def sieve_modulus(half_bits: int, parties: int) -> int:
         ell = int(gmpy2.next_prime(ell))
 
 
-@functools.cache
-def _trial_product() -> mpz:
-    """The product of the primes below TRIAL_DIVISION_BOUND (a constant, computed once)."""
+def _primes_product(bound: int) -> mpz:
+    """The product of the primes below ``bound``."""
     prod, ell = mpz(1), mpz(2)
-    while ell < TRIAL_DIVISION_BOUND:
+    while ell < bound:
         prod *= ell
         ell = gmpy2.next_prime(ell)
     return prod
+
+
+#: the product of the primes below TRIAL_DIVISION_BOUND (a constant of the module, computed at import:
+#: a few milliseconds)
+TRIAL_PRODUCT: Final = _primes_product(TRIAL_DIVISION_BOUND)
 
 
 @dataclass(frozen=True)
@@ -625,9 +628,7 @@ async def _candidate_batch(st: _Ceremony, counts: dict[str, int]) -> tuple[int, 
     Ns = await st.open_products("n", ps, qs, st.P_n)
     counts["candidates"] += k
     # step 3: public trial division
-    alive = [
-        c for c in range(k) if Ns[c] > 0 and Ns[c].bit_length() == bits and gmpy2.gcd(Ns[c], _trial_product()) == 1
-    ]
+    alive = [c for c in range(k) if Ns[c] > 0 and Ns[c].bit_length() == bits and gmpy2.gcd(Ns[c], TRIAL_PRODUCT) == 1]
     if not alive:
         return None
     # step 4, first round for every survivor at once
