@@ -494,6 +494,8 @@ class CallQuotas:
         self._watches: dict[str, int] = {}
         self._watch_total = 0
         self._reserved = 0  # peers' calls of running sessions (outside max_concurrent_rpcs)
+        #: the most calls each peer had in progress at once (reported when the server stops)
+        self.peak: dict[str, int] = {}
 
     def calls(self, peer: str) -> int:
         return self._calls.get(peer, 0)
@@ -531,6 +533,8 @@ class CallQuotas:
                     self._check_shared()
                     self._peer_total += 1
             self._calls[peer] = mine + 1
+            if mine + 1 > self.peak.get(peer, 0):
+                self.peak[peer] = mine + 1
 
     def _check_shared(self) -> None:
         if self._peer_total >= self.limits.max_concurrent_rpcs:

@@ -1216,6 +1216,12 @@ class PartyServer:
         if self._server is not None:
             await self._server.stop(grace)
             self._server = None
+            peak = self.quotas.peak
+            if peak:  # what each peer held at most: its quota (limits.calls_per_peer) bounds it
+                log.info(
+                    "calls in progress at their peak, per peer: %s",
+                    ", ".join(f"{p} {n}" for p, n in sorted(peak.items())),
+                )
 
     async def wait_for_termination(self) -> None:
         if self._server is not None:
