@@ -34,7 +34,8 @@ SPLIT_MAX_BITS = 640
 #: native multi-exponentiations of at most this many terms with 65..STRAUS_MAX_BITS-bit exponents go to
 #: Straus with subset tables (one row of ``native.multi_exp_rows``): for the keyword rounds' weighted sums
 #: (24-28 terms, 86-bit weights) 13-21 % fewer CPU seconds than the one-limb Bos-Coster, for 4-14 terms
-#: 28-53 %; from about 50 terms on Bos-Coster is as fast or faster (docs/benchmarks.md, issue 42)
+#: 28-53 %; from about 50 terms on Bos-Coster is as fast or faster (docs/benchmarks.md, "Keyword online
+#: phase: where the time goes")
 STRAUS_MAX_TERMS = 32
 STRAUS_MAX_BITS = 128
 

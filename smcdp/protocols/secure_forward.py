@@ -179,7 +179,7 @@ class ForwardParams(ProtocolParams):
     def from_mapping(cls, m: Mapping[str, Any]) -> Self:
         if "range_bits" in m:
             raise InvalidMessage(
-                "range_bits was removed (issue 16): transitions are exact now, whatever "
+                "range_bits was removed: transitions are exact now, whatever "
                 "their range; drop it from the session parameters"
             )
         return super().from_mapping(m)
@@ -962,8 +962,8 @@ class ForwardAlice:
             self.pool = ObfuscatorPool.for_private_key(self.sk, capacity=uses, background=False)
         else:  # made before the session: only the rest now
             made = self.pool.stats()["stock"]
-        # Every obfuscator of the session before `ready` (issue 42): an online encryption is then one
-        # multiplication.  Made behind the session instead (issue 27), they took about a third of Alice's
+        # Every obfuscator of the session before `ready`: an online encryption is then one
+        # multiplication.  Made behind the session instead, they took about a third of Alice's
         # online CPU from the frames' decryptions on the two cores (docs/benchmarks.md, the online profile);
         # a party that had the time made them while idle (the pool it was given).  An empty stock still
         # makes one where it is needed: slower, never wrong.
