@@ -214,16 +214,7 @@ class Governor:
 
     def _first(self, peer: str, spec: SessionSpec, plugin: ProtocolPlugin, role: str) -> SessionSpec | PendingApproval:
         sid = spec.session_id
-        proposal = dict(
-            session=sid,
-            peer=peer,
-            protocol=spec.protocol,
-            role=role,
-            roles=dict(spec.roles),
-            params=dict(spec.params),
-            seeded=spec.seed is not None,
-            timeout_seconds=spec.timeout_seconds,
-        )
+        proposal = _proposal(peer, spec, role)
         reserved = None
         try:
             summary, charges = self._check(peer, spec, plugin, role)
@@ -344,7 +335,9 @@ class Governor:
                 raise
             if reserved is not None:
                 self.reservations.audit_amount("reserved", reserved, session=sid, why=f"{how}: admitted again")
-            self.audit.append("readmitted", session=sid, role=role, how=how)
+            # with what the session is: a proposal accepted with nothing reserved had its lines kept back
+            # until Begin (governance.unbegun), and a crash before Begin lost them
+            self.audit.append("readmitted", how=how, **_proposal(initiator, spec, role))
 
     def _summary(self, plugin: ProtocolPlugin, spec: SessionSpec) -> SessionSummary | None:
         try:
@@ -532,3 +525,17 @@ class _Governed(ProtocolPlugin):
 
 
 __all__ = ["ApprovalExpired", "BudgetRefused", "Governor", "QueueFull", "QuotaRefused", "warnings_for"]
+
+
+def _proposal(peer: str, spec: SessionSpec, role: str) -> dict[str, Any]:
+    """What the audit trail records of a proposal (and of a session admitted again)."""
+    return dict(
+        session=spec.session_id,
+        peer=peer,
+        protocol=spec.protocol,
+        role=role,
+        roles=dict(spec.roles),
+        params=dict(spec.params),
+        seeded=spec.seed is not None,
+        timeout_seconds=spec.timeout_seconds,
+    )

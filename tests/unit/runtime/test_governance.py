@@ -495,3 +495,20 @@ def test_proposals_aborted_before_begin_are_summarised_per_peer_and_window(tmp_p
     assert summary["peer"] == "charlie" and summary["ended_before_begin"] == 25
     assert summary["recorded_in_full"] == in_full and aborted[-1] in summary["sessions"]
     assert verify_log(tmp_path / "alice").ok
+
+
+def test_a_session_restored_before_begin_is_in_the_audit_trail_with_what_it_is(tmp_path):
+    """A proposal accepted with nothing reserved keeps its audit lines back until Begin; a crash before Begin
+    lost them, and the restored session then ran with no line saying what it was.  Admitted again at the
+    restart, its 'readmitted' line carries the proposal's fields (peer, protocol, roles, parameters)."""
+    cfg = replace(_config(tmp_path), policy=Policy(open=True), budget=None)
+    g = _gov(cfg)
+    spec = SessionSpec("charlie.kept", "free", ROLES, {"n": 3}, 60.0)
+    assert g.admit("charlie", spec, FreePlugin(), "data") == spec
+    assert not any(e.get("session") == "charlie.kept" for e in _events(tmp_path))  # kept back, then the crash
+    again = _gov(cfg)  # the restarted party (the first governor never stopped)
+    again.readmit("charlie", spec, FreePlugin(), "data", "restore")
+    (line,) = [e for e in _events(tmp_path) if e.get("session") == "charlie.kept"]
+    assert line["event"] == "readmitted" and line["how"] == "restore", line
+    assert line["peer"] == "charlie" and line["protocol"] == "free" and line["params"] == {"n": 3}, line
+    again.stop()
