@@ -582,6 +582,19 @@ async def verify_alice(
     return VerifyResult(accept, frames, timings, ch.stats.as_dict(), prepare_next=sizes)
 
 
+def _bob_dgk_key(
+    params: VerifyParams | IdentifyParams, seed: SeedLike, role: str, allow_insecure_keys: bool
+) -> dgk.DGKPrivateKey:
+    """Bob's DGK key for the comparisons, from his root (made here when none was prepared)."""
+    return dgk.generate_keypair(
+        params.dgk_bits,
+        params.dgk_t,
+        max_ell=max(params.ell, dgk.DEFAULT_MAX_ELL),
+        allow_insecure=allow_insecure_keys,
+        rng=protocol_rng(seed, params.protocol_name, role, "dgk-key"),
+    )
+
+
 async def verify_bob(
     ch: Channel,
     models: SpeakerModels,
@@ -624,13 +637,7 @@ async def verify_bob(
     await ch.send(alice, f"{tag}/masked", ciphertext_to_proto(pk, masked))
     # --- Step 4: the comparison; Bob holds the DGK key and y = r.
     if dgk_key is None:
-        dgk_key = dgk.generate_keypair(
-            params.dgk_bits,
-            params.dgk_t,
-            max_ell=max(params.ell, dgk.DEFAULT_MAX_ELL),
-            allow_insecure=allow_insecure_keys,
-            rng=protocol_rng(seed, params.protocol_name, ch.role, "dgk-key"),
-        )
+        dgk_key = _bob_dgk_key(params, seed, ch.role, allow_insecure_keys)
     z = await compare_holder_b(
         ch,
         alice,
@@ -816,13 +823,7 @@ async def identify_bob(
     y = await _bob_step4_shares(ch, params, zeta_key, alice, tag)
     # --- Step 5: all pairs; z_pq = [v_π(p) < v_π(q)].
     if dgk_key is None:
-        dgk_key = dgk.generate_keypair(
-            params.dgk_bits,
-            params.dgk_t,
-            max_ell=max(params.ell, dgk.DEFAULT_MAX_ELL),
-            allow_insecure=allow_insecure_keys,
-            rng=protocol_rng(seed, params.protocol_name, ch.role, "dgk-key"),
-        )
+        dgk_key = _bob_dgk_key(params, seed, ch.role, allow_insecure_keys)
     w = await _bob_step5_rank(ch, params, y, dgk_key, alice, tag)
     online["rank"] = time.perf_counter() - t0
     # --- Step 6: the outcome to the designated party.
