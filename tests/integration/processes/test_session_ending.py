@@ -61,6 +61,18 @@ def _nobody_succeeded_and_all_name(records: dict[str, dict], culprit: str) -> No
         assert r["resumable"] is True, (p, r)
 
 
+def _back_and_resumed(cluster: LocalCluster, party: str, sid: str, initiator: str, parties) -> dict[str, dict]:
+    """``party`` started again: it reopens the session from its checkpoint and learns it failed; the
+    initiator's ``session resume`` then ends it "succeeded" at every party.  Returns every party's record."""
+    cluster.restart(party)
+    assert _wait_ended(cluster, party, sid)["state"] == "failed"
+    rec = client.resume_session(cluster.configs[initiator], sid, timeout=300)
+    assert rec["state"] == "succeeded", rec
+    recs = _settle(cluster, sid, parties)
+    assert {r["state"] for r in recs.values()} == {"succeeded"}, {p: r.get("error") for p, r in recs.items()}
+    return recs
+
+
 def _wait_ended(cluster: LocalCluster, party: str, sid: str) -> dict:
     """``party``, restarted, reopened ``sid`` from its checkpoint: until it ended there (it learns from its
     peers that the session failed)."""
@@ -154,13 +166,8 @@ def test_dp_aggregate_a_data_party_killed_at_its_ending_and_not_restarted(dpa):
         assert {"carol", "dave"} <= set(recs["charlie"]["unconfirmed"]), recs["charlie"]
         named = err.split("not confirmed to hold their outputs: ")[1]
         assert "carol" in named and "dave" in named, err
-    # carol is back: she reopens the session from her checkpoint and learns it failed
-    cluster.restart("carol")
-    assert _wait_ended(cluster, "carol", sid)["state"] == "failed"
-    rec = client.resume_session(cluster.configs["charlie"], sid, timeout=300)
-    assert rec["state"] == "succeeded", rec
-    recs = _settle(cluster, sid, DPA_ROLES.values())
-    assert {r["state"] for r in recs.values()} == {"succeeded"}, {p: r.get("error") for p, r in recs.items()}
+    # carol is back: she reopens the session from her checkpoint and learns it failed; then a resume
+    recs = _back_and_resumed(cluster, "carol", sid, "charlie", DPA_ROLES.values())
     assert recs["dave"]["result"]["weights"] == weights  # the same noise: the undisturbed model
 
 
@@ -234,11 +241,6 @@ def test_power_iteration_a_data_party_killed_before_u_and_not_restarted(pidp):
     # aggregate): alice's (the aggregate never reached her), or trent's (she got it and confirmed while
     # trent was paused, then died before trent heard her confirmation, so trent waits for it), or both
     assert recs["bob"]["unconfirmed"] in (["alice"], ["trent"], ["alice", "trent"]), recs["bob"]
-    cluster.restart("alice")
-    assert _wait_ended(cluster, "alice", sid)["state"] == "failed"
-    rec = client.resume_session(cluster.configs["trent"], sid, timeout=300)
-    assert rec["state"] == "succeeded", rec
-    recs = _settle(cluster, sid, PI_ROLES.values())
-    assert {r["state"] for r in recs.values()} == {"succeeded"}, {p: r.get("error") for p, r in recs.items()}
+    recs = _back_and_resumed(cluster, "alice", sid, "trent", PI_ROLES.values())
     for p in ("alice", "bob"):
         assert recs[p]["result"]["u"] == us[p]
