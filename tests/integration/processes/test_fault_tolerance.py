@@ -30,6 +30,7 @@ from smcdp.runtime import client
 from smcdp.runtime.chaos import Chaos, ChaosAction
 from smcdp.runtime.governance.charges import DEFAULT_LEDGER, BudgetConfig
 from smcdp.runtime.local import LocalCluster
+from tests.support.dpa_data import dpa_parties
 from tests.support.paths import KEYWORD_DATA
 from tests.unit.protocols.test_power_iteration import blocks_with_gap
 
@@ -107,14 +108,7 @@ def test_power_iteration_survives_a_killed_party(pi_cluster, party, at_round):
 @pytest.fixture(scope="module")
 def dpa_cluster(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("dpa")
-    rng = np.random.default_rng(11)
-    parties = {"charlie": {}, "dave": {}}
-    for name, n in (("alice", 60), ("bob", 45), ("carol", 80)):
-        X = rng.normal(size=(n, 3))
-        X /= np.maximum(1.0, np.linalg.norm(X, axis=1))[:, None]
-        y = np.where(X @ np.array([1.0, -0.5, 0.2]) + 0.1 * rng.normal(size=n) > 0, 1, -1)
-        np.savez(tmp / f"{name}.npz", X=X, y=y)
-        parties[name] = {"dp-aggregate": {"data": tmp / f"{name}.npz"}}
+    parties = dpa_parties(tmp)
     roles = {"charlie": "charlie", "dave": "dave", "party1": "alice", "party2": "bob", "party3": "carol"}
     params = {"n_parties": 3, "dim": 3, "epsilon": 1.0, "lam": 0.05, "key_bits": 768, "dgk_bits": 512, "dgk_t": 64}
     with LocalCluster(

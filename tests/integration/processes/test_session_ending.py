@@ -35,6 +35,7 @@ from smcdp.runtime.chaos import Chaos, ChaosAction
 from smcdp.runtime.governance.charges import BudgetConfig
 from smcdp.runtime.local import LocalCluster
 from tests.integration.processes.test_fault_tolerance import run_with
+from tests.support.dpa_data import dpa_parties
 from tests.support.pca_data import spectral_gap_data
 
 REPO = Path(__file__).resolve().parents[3]
@@ -83,14 +84,7 @@ def _wait_ended(cluster: LocalCluster, party: str, sid: str) -> dict:
 @pytest.fixture(scope="module")
 def dpa(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("dpa_end")
-    rng = np.random.default_rng(11)
-    parties: dict[str, dict] = {"charlie": {}, "dave": {}}
-    for name, n in (("alice", 60), ("bob", 45), ("carol", 80)):
-        X = rng.normal(size=(n, 3))
-        X /= np.maximum(1.0, np.linalg.norm(X, axis=1))[:, None]
-        y = np.where(X @ np.array([1.0, -0.5, 0.2]) + 0.1 * rng.normal(size=n) > 0, 1, -1)
-        np.savez(tmp / f"{name}.npz", X=X, y=y)
-        parties[name] = {"dp-aggregate": {"data": tmp / f"{name}.npz"}}
+    parties = dpa_parties(tmp)
     with LocalCluster(
         parties,
         allow_insecure_keys=True,
