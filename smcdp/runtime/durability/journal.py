@@ -401,6 +401,12 @@ class FileJournal:
         self._open(repair)
         self._synced = self._end
         if self.head is not None:
+            # what a killed process wrote is in the page cache, not necessarily on disk: synced before the
+            # head says so (else a power cut after this start could make an intact journal look truncated)
+            try:
+                os.fsync(self._fd)
+            except OSError as exc:
+                raise self._local_failure(exc, "cannot sync its journal") from None
             self.head.open(self._seq, self._synced)
 
     # ------------------------------------------------------------------ reading
