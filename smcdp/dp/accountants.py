@@ -28,6 +28,7 @@ factory: it returns the class below that implements ``method``.
 
 :func:`account` composes Gaussian / Laplace steps for the ``smcdp account`` CLI.
 The conversions themselves live in :mod:`smcdp.dp.conversions`.
+scipy is imported where it is used, as there (start-up cost of every party process).
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ from collections.abc import Iterable
 from typing import Any, ClassVar
 
 import numpy as np
-from scipy import optimize
 
 from smcdp.dp.conversions import (
     advanced_composition,
@@ -243,6 +243,8 @@ class AdvancedAccountant(_ApproxDPAccountant):
         vals = [adv(float(f)) for f in fracs]
         i = int(np.argmin(vals))
         lo, hi = float(fracs[max(i - 1, 0)]), float(fracs[min(i + 1, len(fracs) - 1)])
+        from scipy import optimize  # lazily: the module docstring says why
+
         res = optimize.minimize_scalar(adv, bounds=(lo, hi), method="bounded", options={"xatol": 1e-6})
         return float(min(vals[i], res.fun))
 

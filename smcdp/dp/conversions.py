@@ -13,6 +13,10 @@ other:
   Canonne-Kamath-Steinke one, their inverses (:func:`zcdp_rho_classic`,
   :func:`rho_capacity`, :func:`zcdp_delta_cks`);
 * advanced composition (Dwork-Roth Thm 3.20).
+
+scipy is imported inside the functions that use it, not at module level: every party process and
+every ``smcdp`` command imports this module at start-up (through the budget ledger), and importing
+scipy.optimize there costs about a second of CPU, mostly in processes that never calibrate anything.
 """
 
 from __future__ import annotations
@@ -23,7 +27,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from scipy import optimize, special
 
 from smcdp.dp.validation import InvalidParameter, check_delta, check_positive
 
@@ -67,6 +70,8 @@ def classic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.
 
 
 def _log_delta_terms(epsilon: float, mu: float) -> tuple[float, float]:
+    from scipy import special  # lazily: the module docstring says why
+
     a = special.log_ndtr(mu / 2.0 - epsilon / mu)
     b = epsilon + special.log_ndtr(-mu / 2.0 - epsilon / mu)
     return float(a), float(b)
@@ -98,6 +103,8 @@ def gaussian_epsilon(delta: float, noise_multiplier: float) -> float:
         hi *= 2.0
         if hi > 1e12:
             raise InvalidParameter("no finite epsilon for this delta / noise")
+    from scipy import optimize  # lazily: the module docstring says why
+
     eps = optimize.brentq(
         lambda e: gaussian_delta(e, noise_multiplier) - delta,
         0.0,
@@ -127,6 +134,8 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
         hi += 10.0
         if hi > 200:
             raise InvalidParameter("cannot calibrate the analytic Gaussian for these parameters")
+    from scipy import optimize  # lazily: the module docstring says why
+
     log_m = optimize.brentq(f, lo, hi, xtol=1e-14, rtol=1e-14)
     m = math.exp(log_m)
     while gaussian_delta(epsilon, m) > delta:
@@ -247,6 +256,8 @@ def rdp_to_epsilon(
                 v = _conversion_eps(np.array([a]), np.asarray(rdp_fn(np.array([a]))), delta, conversion)[0]
                 return float(v) if math.isfinite(v) else math.inf
 
+            from scipy import optimize  # lazily: the module docstring says why
+
             res = optimize.minimize_scalar(f, bounds=(lo, hi), method="bounded", options={"xatol": 1e-10 * hi})
             if res.success and res.fun < best_e:
                 best_a, best_e = float(res.x), float(res.fun)
@@ -284,6 +295,8 @@ def zcdp_delta_cks(rho: float, epsilon: float) -> float:
     v = logd(grid)
     i = int(np.argmin(v))
     lo, hi = float(grid[max(i - 1, 0)]), float(grid[min(i + 1, grid.size - 1)])
+    from scipy import optimize  # lazily: the module docstring says why
+
     res = optimize.minimize_scalar(lambda a: float(logd(np.array([a]))[0]), bounds=(lo, hi), method="bounded")
     best = min(float(v[i]), float(res.fun))
     return min(1.0, math.exp(best))
@@ -320,6 +333,8 @@ def rho_capacity(epsilon: float, delta: float) -> float:
     while f(hi) < 0:
         hi *= 2
     lo = 0.0
+    from scipy import optimize  # lazily: the module docstring says why
+
     r = optimize.brentq(f, lo, hi, xtol=1e-15, rtol=1e-13)
     while f(r) > 0:
         r *= 1 - 1e-12

@@ -66,7 +66,6 @@ from typing import Any, NoReturn
 import numpy as np
 from gmpy2 import mpz
 from numpy.typing import ArrayLike
-from scipy import stats
 
 from smcdp._files import atomic_write_json
 from smcdp._numbers import real
@@ -76,8 +75,7 @@ from smcdp.crypto.encoding import Packing
 from smcdp.crypto.paillier import PrivateKey, PublicKey
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.crypto.zkp import open_ciphertext, prove_bit, verify_bit, verify_opening
-from smcdp.dp.learners.logistic import LogisticRegression, logistic_sensitivity
-from smcdp.dp.mechanisms import (  # at import, not lazily: see below
+from smcdp.dp.mechanisms import (
     LaplaceMechanism,
     VectorMechanism,
 )
@@ -104,9 +102,9 @@ from smcdp.primitives.rng import Drbg, DrbgRandom, SeedLike, noise_source, proto
 from smcdp.protocols.base import ProtocolParams
 from smcdp.v1 import messages_pb2 as pb
 
-# scipy and the mechanisms are imported at module level on purpose: a party process imports this
-# plug-in at start-up, so the first Propose (which validates the parameters with the mechanisms) does not
-# pay for importing scipy while the machine is loaded.
+# scipy and the learners (scikit-learn) are imported where they are used: every party process imports
+# this plug-in at start-up, and those imports cost more than a second of CPU there, mostly in parties that
+# never train a classifier.  The first session that needs them pays it once.
 
 DAVE = "dave"
 PROTOCOL = "dp-aggregate"
@@ -248,7 +246,10 @@ class DPAggregateParams(ProtocolParams):
         delta = self.sensitivity_bound * _GRID_SLACK
         if self.calibration == "exact":
             s = self.mechanism_sensitivity(delta, F) / float(self.epsilon) * (1 + 2.0**-10)
-            return float(stats.gamma.isf(2.0**-NOISE_TAIL_BITS, self.dim, scale=s)) * 1.01 + 2.0**-F
+            from scipy.special import gammainccinv  # lazily: see the imports
+
+            # the Gamma(dim, s) tail: stats.gamma.isf(q, dim, scale=s), without importing scipy.stats
+            return float(s * gammainccinv(self.dim, 2.0**-NOISE_TAIL_BITS)) * 1.01 + 2.0**-F
         b = self.mechanism_sensitivity(delta, F) / float(self.epsilon) * (1 + 2.0**-10)
         return b * (NOISE_TAIL_BITS * math.log(2.0) + math.log(self.dim)) * 1.01 + 2.0**-F
 
@@ -886,6 +887,8 @@ def train_local(X: np.ndarray, y: np.ndarray, lam: float) -> tuple[np.ndarray, f
 
     if len(set(y.tolist())) < 2:
         raise InvalidMessage("the local data set needs both labels to train a classifier")
+    from smcdp.dp.learners.logistic import LogisticRegression, logistic_sensitivity  # lazily: see the imports
+
     clf = LogisticRegression(epsilon=math.inf, lam=lam, data_norm=1.0, fit_intercept=False, out_of_bounds="raise").fit(
         X, y
     )

@@ -22,7 +22,6 @@ import struct
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.io import wavfile
 
 from smcdp.errors import InvalidMessage
 from smcdp.speech.framing import MAX_SAMPLES, MIN_SAMPLES, SAMPLE_RATE, WINLEN, frames_for_samples
@@ -81,6 +80,8 @@ def read_wav(path: str | os.PathLike) -> Audio:
     if not is_wav_header(head):
         raise InvalidMessage(f"{p}: not a WAV file (no RIFF/WAVE header)")
     try:
+        from scipy.io import wavfile  # lazily: scipy's import is a party's start-up cost
+
         rate, data = wavfile.read(p)
     except (ValueError, OSError, EOFError, struct.error, MemoryError) as exc:
         raise InvalidMessage(f"{p}: unreadable WAV ({type(exc).__name__}: {exc})") from None

@@ -43,8 +43,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from scipy.linalg import solve_triangular
-from scipy.special import logsumexp
 
 from smcdp.errors import InvalidMessage
 
@@ -99,6 +97,8 @@ def gaussian_logpdf_diag(X: np.ndarray, mean: np.ndarray, var: np.ndarray) -> np
 def gaussian_logpdf_full(X: np.ndarray, mean: np.ndarray, cov: np.ndarray) -> np.ndarray:
     """log N(x_t; mean, cov) for each row of X (Cholesky; cov validated positive definite)."""
     L = np.linalg.cholesky(cov)
+    from scipy.linalg import solve_triangular  # lazily: scipy's import is a party's start-up cost
+
     sol = solve_triangular(L, (X - mean).T, lower=True)
     logdet = 2.0 * np.sum(np.log(np.diag(L)))
     return -0.5 * (mean.shape[-1] * _LOG_2PI + logdet + np.sum(sol * sol, axis=0))
@@ -112,6 +112,8 @@ def _state_logpdf(X, mean, cov, cov_type):
 
 def log_emissions(hmm: HMM, X: Any) -> np.ndarray:
     """The T × N matrix ``log b_j(x_t)``."""
+    from scipy.special import logsumexp  # lazily: scipy's import is a party's start-up cost
+
     obs = _check_observations(hmm, X)
     N = hmm.n_states
     if hmm.kind == "discrete":
@@ -166,6 +168,8 @@ def forward_log_alpha(hmm: HMM, X: Any) -> np.ndarray:
 
 def log_likelihood(hmm: HMM, X: Any) -> float:
     """log P(x_1..x_T | λ) by the forward algorithm (``-inf`` if the sequence is impossible)."""
+    from scipy.special import logsumexp  # lazily: scipy's import is a party's start-up cost
+
     return float(logsumexp(forward_log_alpha(hmm, X)[-1]))
 
 
@@ -309,4 +313,6 @@ def log_emissions_quadratic(hmm: HMM, X: Any) -> np.ndarray:
     if hmm.kind in ("diag", "full"):
         return np.einsum("ti,nij,tj->tn", Z, Ws, Z)
     comp = np.einsum("ti,ncij,tj->tnc", Z, Ws, Z)
+    from scipy.special import logsumexp  # lazily: scipy's import is a party's start-up cost
+
     return logsumexp(comp, axis=2)

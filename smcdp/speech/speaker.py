@@ -29,7 +29,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import logsumexp
 
 from smcdp.errors import InvalidMessage
 from smcdp.speech.frontend import CMN_MODES
@@ -109,6 +108,8 @@ class DiagGMM:
 
     def frame_logliks(self, X: np.ndarray) -> np.ndarray:
         """log p(x_t | λ) for every frame: (T,)."""
+        from scipy.special import logsumexp  # lazily: scipy's import is a party's start-up cost
+
         return logsumexp(self.component_logliks(X), axis=1)
 
     def loglik(self, X: np.ndarray) -> float:
@@ -129,6 +130,8 @@ def map_adapt_means(ubm: DiagGMM, X: np.ndarray, relevance: float = DEFAULT_RELE
     if X.ndim != 2 or X.shape[0] < 1:
         raise InvalidMessage(f"enrolment features must be a non-empty T x d matrix, got shape {X.shape}")
     lc = ubm.component_logliks(X)
+    from scipy.special import logsumexp  # lazily: scipy's import is a party's start-up cost
+
     gamma = np.exp(lc - logsumexp(lc, axis=1, keepdims=True))
     n = gamma.sum(axis=0)
     first = gamma.T @ X
