@@ -18,20 +18,29 @@ $(STAMP): pyproject.toml setup.py smcdp/crypto/_mont.c
 
 install: $(STAMP)
 
+## Byte-code for the package and the tests, written before a run that starts many processes: where
+## PYTHONDONTWRITEBYTECODE is set (it is on some CI images), every party process would otherwise compile
+## the whole package from source at start-up (~0.3 CPU-s each, hundreds of processes per test run).
+## Python still reads .pyc files under that variable; compileall skips what is up to date.
+BYTECODE = $(BIN)/python -m compileall -q -j 0 smcdp tests examples >/dev/null
+
 ## The main job: privacy-preserving power iteration between three separate party processes
 ## (Trent and two data parties) over gRPC with mutual TLS, on bundled example data.
 demo: $(STAMP)
+	$(BYTECODE)
 	$(BIN)/python examples/power_iteration_demo.py --out $(OUT)/demo
 
 ## The whole test suite, on JOBS parallel workers (pytest-xdist; tests/support/scheduling.py says which
 ## tests share a worker; JOBS=0: one process).  docs/testing.md has where the time goes.
 JOBS ?= 4
 test: $(STAMP)
+	$(BYTECODE)
 	$(BIN)/python -m pytest -q -ra -n $(JOBS) --dist loadgroup
 
 ## The edit loop (< 2 min): the unit tests (tests/unit) that are not marked slow -- none starts a party
 ## process, a Dask cluster or a subprocess.  The whole suite is still `make test`.
 test-quick: $(STAMP)
+	$(BYTECODE)
 	$(BIN)/python -m pytest -q -ra -n $(JOBS) --dist loadgroup -m "not slow" tests/unit
 
 ## Regenerate the protobuf/gRPC code in smcdp/v1 from protos/ (a test fails if it is stale).
