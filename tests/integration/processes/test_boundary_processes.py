@@ -93,7 +93,9 @@ def test_one_peers_proposal_flood_leaves_another_peers_session_alone(tmp_path, c
 def test_junk_into_one_session_is_refused_before_it_is_buffered(tmp_path, cluster):
     """300 MB of junk sent into a power-iteration session (k = 30) at bob: the session's envelope,
     derived from its parameters, refuses it with RESOURCE_EXHAUSTED; bob's memory barely moves."""
-    cfgs, procs = cluster(Limits(), names=("bob",))
+    # the proposal must outlive the test's ~20,000 calls: under load they took longer than the default
+    # proposal grace (120 s), the proposal expired and the rest were FAILED_PRECONDITION
+    cfgs, procs = cluster(Limits(proposal_grace_seconds=1800.0), names=("bob",))
     pid = procs["bob"].proc.pid
     roles = {"trent": "alice", "party1": "bob", "party2": "charlie"}
     params = json.dumps({"key_bits": 512, "rows": 30})
