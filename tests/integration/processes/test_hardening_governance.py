@@ -379,6 +379,62 @@ def test_a_resume_is_admitted_again(tmp_path, processes):
     assert {"limits.pending", "limits.max_restarts", "envelope", "policy"} <= refused, refused
 
 
+def test_a_participant_failing_a_session_again_and_again_uses_up_only_its_own_restarts(tmp_path, processes):
+    """bob, a participant alice's policy admits, runs a modified net-echo whose role fails with UNAVAILABLE: he
+    answers each run of alice's sessions with Abort UNAVAILABLE, and alice's operator resumes them.  Their
+    restarts are charged to bob: his third failure of a session is not resumed, the refusal naming him and his
+    count; but a session bob failed twice still comes back when alice's own process is killed (a restore, her
+    failure).  With restarts counted as a whole, that restore was refused: bob had used up max_restarts."""
+    from dataclasses import replace
+
+    from smcdp.net.config import Timeouts
+    from smcdp.net.limits import Limits
+    from smcdp.runtime.config import dump_config
+    from tests.support.deployment import ECHO_PLUGIN
+    from tests.support.unavailable_echo_plugin import SWITCH
+
+    cfgs = make_deployment(
+        tmp_path,
+        ["alice", "bob"],
+        limits=Limits(max_restarts=2),
+        timeouts=Timeouts(connect_seconds=3, session_seconds=60, rpc_seconds=30, peer_grace_seconds=30),
+    )
+    hostile = (ECHO_PLUGIN, "tests.support.unavailable_echo_plugin")
+    dump_config(replace(load_config(cfgs["bob"]), plugins=hostile), cfgs["bob"])
+    switch = tmp_path / "state" / "bob" / SWITCH  # while it exists, bob's role aborts every run
+    procs = _start(processes, cfgs, ["alice", "bob"])
+    switch.touch()
+
+    def failed_by_bob(sid, outcome):
+        assert outcome.get("code") == "UNAVAILABLE" and "role b (bob) failed" in outcome["message"], outcome
+        assert _failed_resumably(cfgs["alice"], sid)["error"]["origin"] == "bob"
+
+    start = lambda sid, params: client.start_session(  # noqa: E731
+        cfgs["alice"], "net-echo", ECHO, params, session_id=sid, timeout=60
+    )
+    resume = lambda sid: client.resume_session(cfgs["alice"], sid, timeout=60)  # noqa: E731
+    # bob fails "worn" at its start and at each of its two resumes; the third resume is not his to have
+    failed_by_bob("worn", _outcome(lambda: start("worn", {"n": 3})))
+    for _ in range(2):
+        failed_by_bob("worn", _outcome(lambda: resume("worn")))
+    refused = _outcome(lambda: resume("worn"))
+    assert refused.get("code") == "RESOURCE_EXHAUSTED", refused
+    assert "restarted 2 times at party 'alice' after failures of 'bob'" in refused["message"], refused
+    assert "limits.max_restarts" in refused["message"], refused
+    # bob fails "crash" twice too, then plays his role (busy for 5 s); alice's process is killed meanwhile
+    failed_by_bob("crash", _outcome(lambda: start("crash", {"n": 3, "busy_seconds": 5.0})))
+    failed_by_bob("crash", _outcome(lambda: resume("crash")))
+    switch.unlink()
+    call = client.begin_resume(cfgs["alice"], "crash", timeout=60)
+    _wait_for("bob to play his role", lambda: _status(cfgs["bob"], "crash").get("step") == "busy")
+    procs["alice"].kill()
+    procs["alice"] = processes("alice", cfgs["alice"], use_launcher=False)  # restores "crash" at start-up
+    rec = call.result()  # the operator's `session resume` follows alice through her restart
+    assert rec["state"] == "succeeded" and rec["result"]["y"] == [1.0, 3.0, 5.0], rec
+    assert rec["restarts"] == 3, rec  # bob's two and alice's own
+    _wait_for("bob's record", lambda: client.get_result(cfgs["bob"], "crash")["state"] == "succeeded")
+
+
 # ------------------------------------------------------------------ 4. abort releases
 DPA_ROLES = {"charlie": "alice", "dave": "carol", "party1": "bob", "party2": "dan"}
 DPA_PARAMS = {"n_parties": 2, "dim": 3, "epsilon": 1.0, "lam": 0.1, "key_bits": 512, "dgk_bits": 512, "dgk_t": 96}
