@@ -17,6 +17,7 @@ import asyncio
 import getpass
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -205,22 +206,35 @@ def _witnessed(args) -> tuple[list, dict[str, str]]:
 
 
 def _report_witnesses(findings, unreachable: dict[str, str], quiet: bool) -> int:
-    """Exit 0: every witness agrees; 1: one contradicts the log; 4: no witness could be checked."""
-    usable = [f for f in findings if f.lines is not None]
-    bad = [f for f in usable if not f.ok]
+    """Exit 0: every witness agrees; 1: one contradicts the log; 4: no witness could be checked.
+
+    Counted per witness (a peer, a file), each one's verdict on a line of its own, each distinct finding
+    printed once: a witness returning one head 2,003 times is one witness, its copies neither inflate the
+    agreement nor flood the report, nor make a contradiction read as 1 head of 2,004."""
+    by = verdicts(findings)
+    heads = sum(1 for f in findings if f.lines is not None)
+    checked = sorted(s for s, v in by.items() if v["verdict"] != "unusable")
+    against = sorted(s for s, v in by.items() if v["verdict"] == "contradicts")
     if not quiet:
-        for f in findings:
+        repeated = Counter((f.ok, f.lines is not None, f.message) for f in findings)
+        for (ok, usable, message), n in repeated.items():
             print(
-                f"  {'ok ' if f.ok else 'BAD' if f.lines is not None else '?? '} {f.message}",
-                file=sys.stdout if f.ok else sys.stderr,
+                f"  {'ok ' if ok else 'BAD' if usable else '?? '} {message}" + (f" (x{n})" if n > 1 else ""),
+                file=sys.stdout if ok else sys.stderr,
             )
         for peer, why in sorted(unreachable.items()):
             print(f"  ?? peer {peer} could not be asked: {why}", file=sys.stderr)
-    if bad:
+        for source, v in sorted(by.items()):
+            print(f"  {source}: {v['verdict']} ({v['heads']} head(s))")
+    if against:
         if not quiet:
-            print(f"TAMPERED: {len(bad)} of {len(usable)} witnessed heads contradict the log", file=sys.stderr)
+            print(
+                f"TAMPERED: {len(against)} of {len(checked)} witness(es) contradict the log ({heads} heads): "
+                + ", ".join(against),
+                file=sys.stderr,
+            )
         return 1
-    if not usable:
+    if not checked:
         if not quiet:
             print(
                 "no witnessed head could be checked: the log is intact as far as this disk shows, "
@@ -229,11 +243,7 @@ def _report_witnesses(findings, unreachable: dict[str, str], quiet: bool) -> int
             )
         return EXIT_UNWITNESSED
     if not quiet:
-        by = verdicts(findings)
-        for source, v in sorted(by.items()):
-            print(f"  {source}: {v['verdict']} ({v['heads']} head(s))")
-        agreeing = sorted(s for s, v in by.items() if v["verdict"] == "agrees")
-        print(f"{len(agreeing)} distinct witness(es) agree with the log ({len(usable)} heads): {', '.join(agreeing)}")
+        print(f"{len(checked)} distinct witness(es) agree with the log ({heads} heads): {', '.join(checked)}")
     return 0
 
 

@@ -694,6 +694,62 @@ def test_peers_witness_the_audit_head_so_truncation_or_a_rewrite_shows(tmp_path,
     assert code == 1 and "of another log (this log was started anew by its operator" in out, out
 
 
+def test_a_witness_returning_one_head_many_times_counts_once(tmp_path, processes):
+    """bob answers GetWitnessed with the one head he holds for alice 2,003 times (a modified servicer,
+    tests/support/repeating_witness.py); charlie is an honest witness.  alice's `smcdp audit verify
+    --witnesses` reports each witness's verdict by name and counts bob once -- "2 distinct witness(es)
+    agree", not 2,004 agreements -- and, once alice's log is cut back to what bob witnessed, bob's copies
+    outweigh nothing: charlie contradicts, TAMPERED, one of two witnesses."""
+    from dataclasses import replace
+
+    from smcdp.runtime.config import dump_config
+    from smcdp.runtime.governance.audit import verify_log
+    from tests.support.deployment import ECHO_PLUGIN
+    from tests.support.repeating_witness import COPIES
+
+    cfgs = make_deployment(tmp_path, ["alice", "bob", "charlie"])
+    hostile = (ECHO_PLUGIN, "tests.support.repeating_witness")
+    dump_config(replace(load_config(cfgs["bob"]), plugins=hostile), cfgs["bob"])
+    procs = _start(processes, cfgs, ["alice", "bob", "charlie"])
+    alice_dir = tmp_path / "state" / "alice"
+    for peer in ("bob", "charlie"):  # alice's head is witnessed at the end of each session
+        rec = client.start_session(
+            cfgs["alice"], "net-echo", {"a": "alice", "b": peer}, {"n": 2}, session_id=f"w-{peer}", timeout=30
+        )
+        assert rec["state"] == "succeeded"
+        held, sid = tmp_path / "state" / peer / "witness" / "alice.json", f"alice.w-{peer}"
+        _wait_for(f"{peer} to hold alice's head", lambda held=held, sid=sid: held.exists() and sid in held.read_text())
+    code, out = _verify_cli("--config", str(cfgs["alice"]), "--witnesses")
+    assert code == 0, out
+    assert f"peer bob: agrees ({COPIES} head(s))" in out and "peer charlie: agrees (1 head(s))" in out, out
+    assert f"2 distinct witness(es) agree with the log ({COPIES + 1} heads): peer bob, peer charlie" in out, out
+    code, out = _verify_cli("--config", str(cfgs["alice"]), "--witnesses", "--json")
+    by = json.loads(out)["by_witness"]
+    assert {w: (v["verdict"], v["heads"]) for w, v in by.items()} == {
+        "peer bob": ("agrees", COPIES),
+        "peer charlie": ("agrees", 1),
+    }, by
+    # alice's log cut back to the lines bob witnessed (its head rewritten to match): intact on its own, bob's
+    # copies agree, charlie's one head says it was truncated
+    assert procs["alice"].terminate() == 0
+    [bob_saw] = {json.loads(h["statement"])["lines"] for h in _held(tmp_path / "state" / "bob", "alice")}
+    entries = [json.loads(x) for x in (alice_dir / "audit.jsonl").read_bytes().splitlines()]
+    log, head = _rechain(entries[:bob_saw])
+    (alice_dir / "audit.jsonl").write_bytes(log)
+    (alice_dir / "audit.head").write_bytes(head)
+    assert verify_log(alice_dir).ok
+    code, out = _verify_cli("--config", str(cfgs["alice"]), "--witnesses")
+    assert code == 1 and "it was truncated" in out, out
+    assert f"peer bob: agrees ({COPIES} head(s))" in out and "peer charlie: contradicts (1 head(s))" in out, out
+    assert f"TAMPERED: 1 of 2 witness(es) contradict the log ({COPIES + 1} heads): peer charlie" in out, out
+    assert out.count("peer bob witnessed") == 1 and f"matches (x{COPIES})" in out, out  # one line, not 2,003
+
+
+def _held(data_dir, peer):
+    """The heads a party's witness file holds for ``peer``."""
+    return list(json.loads((data_dir / "witness" / f"{peer}.json").read_text())["heads"].values())
+
+
 # ------------------------------------------------------------------ 9. the console authenticates its clients
 PRIVATE_PAGES = ("/", "/peers", "/budgets", "/audit", "/metrics", "/sessions/x")
 
