@@ -391,17 +391,19 @@ def test_a_participant_failing_a_session_again_and_again_uses_up_only_its_own_re
     from smcdp.net.limits import Limits
     from smcdp.runtime.config import dump_config
     from tests.support.deployment import ECHO_PLUGIN
-    from tests.support.unavailable_echo_plugin import SWITCH
+    from tests.support.unavailable_echo_plugin import HOLD, SWITCH
 
     cfgs = make_deployment(
         tmp_path,
         ["alice", "bob"],
         limits=Limits(max_restarts=2),
-        timeouts=Timeouts(connect_seconds=3, session_seconds=60, rpc_seconds=30, peer_grace_seconds=30),
+        # a grace that outlasts alice's restart on a busy machine
+        timeouts=Timeouts(connect_seconds=3, session_seconds=60, rpc_seconds=30, peer_grace_seconds=120),
     )
     hostile = (ECHO_PLUGIN, "tests.support.unavailable_echo_plugin")
     dump_config(replace(load_config(cfgs["bob"]), plugins=hostile), cfgs["bob"])
-    switch = tmp_path / "state" / "bob" / SWITCH  # while it exists, bob's role aborts every run
+    # while they exist, bob's role aborts every run / waits before it plays
+    switch, hold = tmp_path / "state" / "bob" / SWITCH, tmp_path / "state" / "bob" / HOLD
     procs = _start(processes, cfgs, ["alice", "bob"])
     switch.touch()
 
@@ -409,26 +411,31 @@ def test_a_participant_failing_a_session_again_and_again_uses_up_only_its_own_re
         assert outcome.get("code") == "UNAVAILABLE" and "role b (bob) failed" in outcome["message"], outcome
         assert _failed_resumably(cfgs["alice"], sid)["error"]["origin"] == "bob"
 
-    start = lambda sid, params: client.start_session(  # noqa: E731
-        cfgs["alice"], "net-echo", ECHO, params, session_id=sid, timeout=60
-    )
-    resume = lambda sid: client.resume_session(cfgs["alice"], sid, timeout=60)  # noqa: E731
+    def start(sid):
+        return client.start_session(cfgs["alice"], "net-echo", ECHO, {"n": 3}, session_id=sid, timeout=240)
+
+    def resume(sid):
+        return client.resume_session(cfgs["alice"], sid, timeout=240)
+
     # bob fails "worn" at its start and at each of its two resumes; the third resume is not his to have
-    failed_by_bob("worn", _outcome(lambda: start("worn", {"n": 3})))
+    failed_by_bob("worn", _outcome(lambda: start("worn")))
     for _ in range(2):
         failed_by_bob("worn", _outcome(lambda: resume("worn")))
     refused = _outcome(lambda: resume("worn"))
     assert refused.get("code") == "RESOURCE_EXHAUSTED", refused
     assert "restarted 2 times at party 'alice' after failures of 'bob'" in refused["message"], refused
     assert "limits.max_restarts" in refused["message"], refused
-    # bob fails "crash" twice too, then plays his role (busy for 5 s); alice's process is killed meanwhile
-    failed_by_bob("crash", _outcome(lambda: start("crash", {"n": 3, "busy_seconds": 5.0})))
+    # bob fails "crash" twice too, then plays his role; alice's process is killed before he is done
+    failed_by_bob("crash", _outcome(lambda: start("crash")))
     failed_by_bob("crash", _outcome(lambda: resume("crash")))
+    hold.touch()
     switch.unlink()
-    call = client.begin_resume(cfgs["alice"], "crash", timeout=60)
-    _wait_for("bob to play his role", lambda: _status(cfgs["bob"], "crash").get("step") == "busy")
+    call = client.begin_resume(cfgs["alice"], "crash", timeout=240)
+    _wait_for("bob to play his role", lambda: _status(cfgs["bob"], "crash").get("step") == "held")
     procs["alice"].kill()
     procs["alice"] = processes("alice", cfgs["alice"], use_launcher=False)  # restores "crash" at start-up
+    client.wait_healthy(cfgs["alice"], timeout=120)
+    hold.unlink()
     rec = call.result()  # the operator's `session resume` follows alice through her restart
     assert rec["state"] == "succeeded" and rec["result"]["y"] == [1.0, 3.0, 5.0], rec
     assert rec["restarts"] == 3, rec  # bob's two and alice's own
