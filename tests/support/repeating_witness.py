@@ -2,7 +2,8 @@
 
 Loaded into a party process, it changes what the party answers to ``Mailbox.GetWitnessed``: instead of the
 heads it holds for the asking peer, the first of them ``COPIES`` times -- one witness posing as many, to
-inflate the "agree" count of the asking party's ``smcdp audit verify --witnesses``.
+inflate the "agree" count of the asking party's ``smcdp audit verify --witnesses``.  Only party processes
+load it: imported by a test, it would patch the test's own process.
 """
 
 from __future__ import annotations

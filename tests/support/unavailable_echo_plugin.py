@@ -6,7 +6,8 @@ session with Abort UNAVAILABLE, a resumable failure -- every time it runs while 
 exists in the party's data directory, and plays the honest role once it is gone.  While ``hold-sessions``
 exists there, the role waits before playing (its status step "held"), so that a test can fail another
 party at a moment it knows.  The test holds the files (the hostile party's operator's switches; not
-inputs of the party, whose change a resume refuses).
+inputs of the party, whose change a resume refuses).  Only party processes load it: imported by a test, it
+would replace ``net-echo`` in the test's own process.
 """
 
 from __future__ import annotations

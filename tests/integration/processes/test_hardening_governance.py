@@ -391,7 +391,6 @@ def test_a_participant_failing_a_session_again_and_again_uses_up_only_its_own_re
     from smcdp.net.limits import Limits
     from smcdp.runtime.config import dump_config
     from tests.support.deployment import ECHO_PLUGIN
-    from tests.support.unavailable_echo_plugin import HOLD, SWITCH
 
     cfgs = make_deployment(
         tmp_path,
@@ -403,7 +402,9 @@ def test_a_participant_failing_a_session_again_and_again_uses_up_only_its_own_re
     hostile = (ECHO_PLUGIN, "tests.support.unavailable_echo_plugin")
     dump_config(replace(load_config(cfgs["bob"]), plugins=hostile), cfgs["bob"])
     # while they exist, bob's role aborts every run / waits before it plays
-    switch, hold = tmp_path / "state" / "bob" / SWITCH, tmp_path / "state" / "bob" / HOLD
+    # (the names tests/support/unavailable_echo_plugin.py looks for; the module is not imported here: it would
+    # replace net-echo in this process too)
+    switch, hold = tmp_path / "state" / "bob" / "abort-sessions", tmp_path / "state" / "bob" / "hold-sessions"
     procs = _start(processes, cfgs, ["alice", "bob"])
     switch.touch()
 
@@ -712,7 +713,8 @@ def test_a_witness_returning_one_head_many_times_counts_once(tmp_path, processes
     from smcdp.runtime.config import dump_config
     from smcdp.runtime.governance.audit import verify_log
     from tests.support.deployment import ECHO_PLUGIN
-    from tests.support.repeating_witness import COPIES
+
+    copies = 2003  # tests/support/repeating_witness.COPIES (not imported: it would patch this process's store)
 
     cfgs = make_deployment(tmp_path, ["alice", "bob", "charlie"])
     hostile = (ECHO_PLUGIN, "tests.support.repeating_witness")
@@ -728,12 +730,12 @@ def test_a_witness_returning_one_head_many_times_counts_once(tmp_path, processes
         _wait_for(f"{peer} to hold alice's head", lambda held=held, sid=sid: held.exists() and sid in held.read_text())
     code, out = _verify_cli("--config", str(cfgs["alice"]), "--witnesses")
     assert code == 0, out
-    assert f"peer bob: agrees ({COPIES} head(s))" in out and "peer charlie: agrees (1 head(s))" in out, out
-    assert f"2 distinct witness(es) agree with the log ({COPIES + 1} heads): peer bob, peer charlie" in out, out
+    assert f"peer bob: agrees ({copies} head(s))" in out and "peer charlie: agrees (1 head(s))" in out, out
+    assert f"2 distinct witness(es) agree with the log ({copies + 1} heads): peer bob, peer charlie" in out, out
     code, out = _verify_cli("--config", str(cfgs["alice"]), "--witnesses", "--json")
     by = json.loads(out)["by_witness"]
     assert {w: (v["verdict"], v["heads"]) for w, v in by.items()} == {
-        "peer bob": ("agrees", COPIES),
+        "peer bob": ("agrees", copies),
         "peer charlie": ("agrees", 1),
     }, by
     # alice's log cut back to the lines bob witnessed (its head rewritten to match): intact on its own, bob's
@@ -747,9 +749,9 @@ def test_a_witness_returning_one_head_many_times_counts_once(tmp_path, processes
     assert verify_log(alice_dir).ok
     code, out = _verify_cli("--config", str(cfgs["alice"]), "--witnesses")
     assert code == 1 and "it was truncated" in out, out
-    assert f"peer bob: agrees ({COPIES} head(s))" in out and "peer charlie: contradicts (1 head(s))" in out, out
-    assert f"TAMPERED: 1 of 2 witness(es) contradict the log ({COPIES + 1} heads): peer charlie" in out, out
-    assert out.count("peer bob witnessed") == 1 and f"matches (x{COPIES})" in out, out  # one line, not 2,003
+    assert f"peer bob: agrees ({copies} head(s))" in out and "peer charlie: contradicts (1 head(s))" in out, out
+    assert f"TAMPERED: 1 of 2 witness(es) contradict the log ({copies + 1} heads): peer charlie" in out, out
+    assert out.count("peer bob witnessed") == 1 and f"matches (x{copies})" in out, out  # one line, not 2,003
 
 
 def _held(data_dir, peer):
