@@ -29,12 +29,13 @@ import numpy as np
 
 from smcdp.compute.sources import Block, MatrixSource
 from smcdp.crypto.paillier import PrivateKey
+from smcdp.errors import InvalidMessage
 
 
 class ComputeSession(abc.ABC):
     """One session's view of an engine: one source and one bound private key."""
 
-    def __init__(self, engine: ComputeEngine, source: MatrixSource, private_key: PrivateKey, label: str) -> None:
+    def __init__(self, engine: ComputeEngine, source: MatrixSource, private_key: PrivateKey | None, label: str) -> None:
         self.engine = engine
         self.source = source
         self.private_key = private_key
@@ -99,6 +100,12 @@ class ComputeSession(abc.ABC):
     async def decrypt(self, ciphertexts: Sequence[int]) -> list[int]:
         """Signed decryptions, in order."""
 
+    def key(self) -> PrivateKey:
+        """The bound private key; a session without one (a group key) refuses batch crypto."""
+        if self.private_key is None:
+            raise InvalidMessage(f"{self.label}: this compute session holds no private key (a group key session)")
+        return self.private_key
+
     async def astats(self) -> dict:
         """:meth:`stats` plus what needs a round trip to the workers (their peak memory)."""
         return self.stats()
@@ -132,8 +139,11 @@ class ComputeEngine(abc.ABC):
         """Release every resource (the party process calls it when it stops)."""
 
     @abc.abstractmethod
-    def session(self, source: MatrixSource, private_key: PrivateKey, *, label: str = "session") -> ComputeSession:
-        """A session on ``source`` with ``private_key`` bound (use as ``async with``)."""
+    def session(
+        self, source: MatrixSource, private_key: PrivateKey | None, *, label: str = "session"
+    ) -> ComputeSession:
+        """A session on ``source`` with ``private_key`` bound (use as ``async with``); None: no private key
+        (a group key's share holder: the data passes only, no encryption or decryption through the engine)."""
 
     def stats(self) -> dict:
         return {"engine": self.name, "workers": self.workers}

@@ -47,7 +47,7 @@ from smcdp.compute.config import ComputeConfig
 from smcdp.compute.memory import peak_rss
 from smcdp.compute.sources import Block, MatrixSource
 from smcdp.crypto.paillier import PrivateKey
-from smcdp.errors import SmcdpError, Unavailable
+from smcdp.errors import InvalidMessage, SmcdpError, Unavailable
 
 log = logging.getLogger("smcdp.compute.dask")
 
@@ -201,7 +201,7 @@ class DaskEngine(ComputeEngine):
             client, cluster, self.client, self.cluster = self.client, self.cluster, None, None
         _close(client, cluster)
 
-    def session(self, source: MatrixSource, private_key: PrivateKey, *, label: str = "session") -> DaskSession:
+    def session(self, source: MatrixSource, private_key: PrivateKey | None, *, label: str = "session") -> DaskSession:
         return DaskSession(self, source, private_key, label)
 
     def stats(self) -> dict:
@@ -227,6 +227,11 @@ class DaskSession(ComputeSession):
 
     def __init__(self, *args) -> None:
         super().__init__(*args)
+        if self.private_key is None:
+            raise InvalidMessage(
+                "the Dask engine needs the session's private key on its workers; a group (threshold) key session "
+                "runs on the local engine"
+            )
         self._material = (int(self.private_key.public_key.n), int(self.private_key.p), int(self.private_key.q))
         self._kid = kernels.key_id(self._material[0])
         self._key = None

@@ -80,7 +80,7 @@ class LocalEngine(ComputeEngine):
         if crypto is not None:
             await asyncio.to_thread(crypto.close)
 
-    def session(self, source: MatrixSource, private_key: PrivateKey, *, label: str = "session") -> LocalSession:
+    def session(self, source: MatrixSource, private_key: PrivateKey | None, *, label: str = "session") -> LocalSession:
         return LocalSession(self, source, private_key, label)
 
 
@@ -147,7 +147,7 @@ class LocalSession(ComputeSession):
     async def encrypt(self, plaintexts: Sequence[int]) -> list[int]:
         t0 = time.perf_counter()
         try:
-            sk = self.private_key
+            sk = self.key()
             ints = [int(m) for m in plaintexts]
             for m in ints:  # a bad value fails here, before any thread starts on the batch
                 sk.public_key.raw_plain(m)
@@ -163,7 +163,7 @@ class LocalSession(ComputeSession):
     async def decrypt(self, ciphertexts: Sequence[int]) -> list[int]:
         t0 = time.perf_counter()
         try:
-            sk = self.private_key
+            sk = self.key()
             cts = [int(c) for c in ciphertexts]
             if self._parts(len(cts)) == 1:
                 return await self.engine.crypto().arun(lambda: [sk.raw_decrypt_signed(c) for c in cts])

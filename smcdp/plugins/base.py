@@ -98,6 +98,10 @@ class SessionSummary:
     #: one that hides more the larger it is (masks' ranges, smudging, blinding, statistical bits); bounded
     #: below by a policy's min_hiding, the protocol's default when the policy does not say
     hiding: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    #: the kind of encryption key that protects the data roles' contributions, for protocols that have the
+    #: choice: "threshold" (a group key, no party holds the private key) or "single" (one party's key pair,
+    #: shared with the other data parties); bounded by a policy's ``key`` rule.  None: no such choice
+    key: str | None = None
 
     def outputs_from(self, role: str) -> list[OutputFlow]:
         """The outputs computed from ``role``'s private inputs."""
@@ -119,6 +123,7 @@ class SessionSummary:
             "noise_parties": dict(self.noise_parties),
             "iterations": self.iterations,
             "hiding": {k: list(v) for k, v in self.hiding.items()},
+            "key": self.key,
         }
 
 

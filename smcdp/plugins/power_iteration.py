@@ -26,8 +26,10 @@ import numpy as np
 
 from smcdp.compute import engine_for, open_matrix
 from smcdp.crypto.paillier import check_key_bits
+from smcdp.errors import PreconditionFailed
 from smcdp.net.channel import Channel
 from smcdp.plugins.base import OutputFlow, ProtocolPlugin, SessionContext, SessionSummary, hiding_of
+from smcdp.plugins.keystore import KeyStore
 from smcdp.primitives.rng import Randomness
 from smcdp.protocols.base import check_roles
 from smcdp.protocols.power_iteration import (
@@ -42,6 +44,7 @@ from smcdp.protocols.power_iteration import (
     prepare_party1,
     trent,
 )
+from smcdp.protocols.power_iteration_threshold import GroupKey
 
 #: Trent's record holds x_1 … x_r inline up to this many samples (the same limit as a party's own block)
 INLINE_MAX = ALPHA_INLINE_MAX
@@ -101,7 +104,8 @@ class PowerIterationPlugin(ProtocolPlugin):
                 delta=cal.delta,
                 rho=cal.rho,
                 components=k,
-                noise_parties={r_: p.noise_parties for r_ in data},
+                noise_parties={r_: p.noise_share for r_ in data},
+                key=p.key_kind,
                 iterations=p.dp_rounds,
                 hiding=hiding_of(p, HIDING),
             )
@@ -123,7 +127,8 @@ class PowerIterationPlugin(ProtocolPlugin):
                 delta=cal.delta,
                 rho=cal.rho,
                 components=b,
-                noise_parties={r: p.noise_parties for r in data},
+                noise_parties={r: p.noise_share for r in data},
+                key=p.key_kind,
                 iterations=p.dp_rounds,
                 hiding=hiding_of(p, HIDING),
             )
@@ -139,6 +144,7 @@ class PowerIterationPlugin(ProtocolPlugin):
             components=b,
             iterations=p.max_iterations,
             hiding=hiding_of(p, HIDING),
+            key=p.key_kind,
         )
 
     def traffic_envelope(self, params: Mapping[str, Any], roles: Mapping[str, str], role: str):
@@ -174,6 +180,7 @@ class PowerIterationPlugin(ProtocolPlugin):
                 ctx.output_dir / "x_block.npy", mode="w+", dtype=np.float64, shape=(source.n, p.components)
             )
             sink = _writer(blocks)
+        group_key = _group_key(ctx, p, ch.role) if p.key_group is not None else None
         if p.dp:  # the release point: just before the first noisy contribution leaves this party
             ch = self.release_gate(ch, ctx, [(TRENT, dp_release_tag(p))])
         res = await data_party(
@@ -184,6 +191,7 @@ class PowerIterationPlugin(ProtocolPlugin):
             seed=ctx.seed,
             allow_insecure_keys=ctx.allow_insecure_keys,
             x_sink=sink,
+            group_key=group_key,
         )
         if blocks is not None:
             assert ctx.output_dir is not None  # blocks are made only in an output directory (above)
@@ -196,6 +204,29 @@ class PowerIterationPlugin(ProtocolPlugin):
         del out["prepare_next"]  # kept here for the next session, not recorded
         out["data_bytes"] = source.nbytes
         return out
+
+
+def _group_key(ctx: SessionContext, p: PowerIterationParams, role: str) -> GroupKey:
+    """This party's share of the session's key group, from its key store, and each data role's share index:
+    the session's data roles must be held by exactly the group's parties (refused otherwise)."""
+    assert p.key_group is not None
+    if ctx.keys_dir is None:
+        raise PreconditionFailed(f"{ctx.roles[role]} has no key store for key group {p.key_group!r}")
+    store = KeyStore(ctx.keys_dir)
+    if not store.exists(p.key_group):
+        raise PreconditionFailed(
+            f"{ctx.roles[role]} holds no key group {p.key_group!r} (smcdp keys list; smcdp keys generate makes one)"
+        )
+    info = store.load(p.key_group, ctx.allow_insecure_keys)
+    share = store.load_share(p.key_group, ctx.allow_insecure_keys)
+    index_of = {name: i for i, name in info.parties.items()}
+    holders = {r: ctx.roles[r] for r in p.data_roles}
+    if sorted(holders.values()) != sorted(index_of):
+        raise PreconditionFailed(
+            f"key group {p.key_group!r} belongs to {', '.join(sorted(index_of))}; the session's data roles are held "
+            f"by {', '.join(sorted(holders.values()))}: they must be exactly the group's parties"
+        )
+    return GroupKey(share, {r: index_of[name] for r, name in holders.items()}, p.key_group)
 
 
 def _writer(blocks: np.ndarray):

@@ -88,6 +88,7 @@ from smcdp.dp.mechanisms import GaussianMechanism
 from smcdp.errors import InputRejected, InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.net.limits import TrafficEnvelope, ciphertext_vector_bytes
+from smcdp.net.tls import validate_party_name
 from smcdp.primitives.rng import (
     Randomness,
     SeedLike,
@@ -98,6 +99,16 @@ from smcdp.primitives.rng import (
     stream_key,
 )
 from smcdp.protocols.base import ProtocolParams
+from smcdp.protocols.power_iteration_threshold import (
+    GroupKey,
+    check_distributed_noise,
+    check_group_key,
+    checked_sum,
+    key_summary,
+    release_and_commit,
+    threshold_decrypt,
+    trent_deliver,
+)
 from smcdp.v1 import messages_pb2 as pb
 
 TRENT = "trent"
@@ -183,12 +194,16 @@ class PowerIterationParams(ProtocolParams):
     delta: float | None = None
     column_norm: float = 1.0  # C: each party clips every column of its matrix to norm <= C
     iterations: int | None = None  # T: the fixed number of rounds (default DP_ITERATIONS)
-    noise_parties: int = 1  # h: each party adds noise of variance sigma^2/h (h > 1 needs h honest parties)
+    noise_parties: int | None = None  # h: each party adds noise of variance sigma^2/h; None: 1, or n − t
+    # with a group key (noise_share); h > 1 with the single key needs h honest parties and a semi-honest Trent
     # --- the one-release mode and rounds from public parameters
     dp_method: str = "auto"  # "covariance": one noisy release of ÃÃᵀ; "power": the noisy power method;
     # "auto": covariance while it fits (COV_AUTO_VALUES), power beyond
     gap_ratio: float | None = None  # power mode: a public bound on λ_{b+1}/λ_r assumed for the data; without
     # ``iterations`` it sets T (dp_rounds_for_gap), never the data
+    # --- a group (threshold) key instead of party1's key pair (covariance mode; power_iteration_threshold)
+    key_group: str | None = None  # the key group every data party holds a share of (smcdp keys generate)
+    key_threshold: int | None = None  # t of that group: any t + 1 data parties decrypt, no t of them can
 
     def validate(self) -> PowerIterationParams:
         def bad(msg: str) -> NoReturn:
@@ -224,8 +239,45 @@ class PowerIterationParams(ProtocolParams):
                 bad(f"components + oversample = {self.block_size} exceeds rows = {self.rows}")
         integer("max_samples", 1, MAX_SAMPLES)
         integer("max_rows", 1, MAX_ROWS)
+        self._validate_key_group(bad, integer)
         self._validate_dp(bad, integer)
         return self
+
+    def _validate_key_group(self, bad: Callable[[str], NoReturn], integer: Callable[[str, int, int], None]) -> None:
+        """A group key: its name and threshold t together, and (so far) the DP covariance mode only."""
+        if (self.key_group is None) != (self.key_threshold is None):
+            bad("key_group and key_threshold go together: the group's name and its threshold t")
+        if self.key_group is None:
+            return
+        try:
+            validate_party_name(self.key_group, "key_group")
+        except InvalidMessage as exc:
+            bad(str(exc))
+        integer("key_threshold", 1, self.n_parties - 1)
+        if not self.dp or self.dp_mode != "covariance":
+            bad("key_group is implemented for the DP covariance mode (dp_method covariance) only")
+        assert self.key_threshold is not None
+        h, most = self.noise_share, self.n_parties - self.key_threshold
+        if h > most:
+            bad(
+                f"noise_parties={h} exceeds n − t = {most}: trent with t data parties could leave less than "
+                "σ² of honest noise on the sum"
+            )
+
+    @property
+    def noise_share(self) -> int:
+        """h: each data party adds σ²/h of the noise.  ``noise_parties`` if stated; else n − t with a group
+        key (the n − t parties outside any coalition of t add σ² together), 1 with the single key."""
+        if self.noise_parties is not None:
+            return self.noise_parties
+        if self.key_group is not None and self.key_threshold is not None:
+            return max(1, self.n_parties - self.key_threshold)
+        return 1
+
+    @property
+    def key_kind(self) -> str:
+        """ "threshold" (a group key, no party holds the private key) or "single" (party1's key pair)."""
+        return "threshold" if self.key_group is not None else "single"
 
     def _validate_dp(self, bad: Callable[[str], NoReturn], integer: Callable[[str, int, int], None]) -> None:
         """The DP mode's parameters: both epsilon and delta, or neither (the exact mode)."""
@@ -244,7 +296,7 @@ class PowerIterationParams(ProtocolParams):
         if not self.dp:
             if (
                 self.iterations is not None
-                or self.noise_parties != 1
+                or self.noise_parties not in (None, 1)
                 or self.column_norm != 1.0
                 or self.dp_method != "auto"
                 or self.gap_ratio is not None
@@ -272,7 +324,8 @@ class PowerIterationParams(ProtocolParams):
         number("delta", 0.0, 1.0)
         if self.iterations is not None:
             integer("iterations", 1, MAX_DP_ITERATIONS)
-        integer("noise_parties", 1, self.n_parties)
+        if self.noise_parties is not None:
+            integer("noise_parties", 1, self.n_parties)
         if self.max_samples * self.column_norm**2 >= 2.0 ** (self.value_bits - 1):
             bad(
                 f"max_samples·column_norm² = {self.max_samples * self.column_norm**2:g} must stay below "
@@ -412,11 +465,14 @@ class PowerIterationParams(ProtocolParams):
         msgs: list[tuple[int, ...]]
         if self.dp_mode == "covariance":  # one release each to Trent; its sum and the key pair to a party
             cov = cts(self.covariance_length, self.slot_bits())
-            msgs = (
-                [(self.n_parties, cov), (self.n_parties, 24), (1, B // 8 + 16)]
-                if role == TRENT
-                else [(1, cov), (1, 3 * (B // 8) + 32)]
-            )
+            N = self.n_parties
+            if role == TRENT:
+                msgs = [(N, cov), (N, 24), (1, B // 8 + 16)]
+            elif self.key_group is not None:  # every release, the others' digests and partial decryptions
+                partial = cov + (4 * B + 5000) // 8 + 64  # a value per ciphertext (mod N²), the proof's e and z
+                msgs = [(N, cov), (N - 1, 128), (N - 1, partial)]
+            else:
+                msgs = [(1, cov), (1, 3 * (B // 8) + 32)]
         elif self.dp:  # noisy/t to Trent; v/t and final/v to the parties (and the key pair)
             msgs = (
                 [(rounds * self.n_parties, block), (self.n_parties, 24), (1, B // 8 + 16)]
@@ -516,7 +572,7 @@ def dp_calibration(params: PowerIterationParams) -> DPCalibration:
         float(params.delta),
         params.dp_rounds,
         params.column_norm,
-        params.noise_parties,
+        params.noise_share,
         params.dp_mode,
     )
 
@@ -693,6 +749,7 @@ async def data_party(
     seed: SeedLike = None,
     allow_insecure_keys: bool = False,
     x_sink: XSink | None = None,
+    group_key: GroupKey | None = None,
 ) -> DataPartyResult:
     """Role ``party<i>``: holds A_i (k × n_i) and the shared Paillier private key.
 
@@ -700,7 +757,8 @@ async def data_party(
     or an in-memory matrix.  ``engine``: where the plaintext passes and the batch crypto run (default:
     the local engine, in this process).  ``x_sink(col0, block)``: receives this party's blocks of
     σ_j·A_iᵀu_j (n_b × r) as they are computed in the final step.  ``seed``: the role's randomness
-    root (:class:`~smcdp.primitives.rng.Randomness`, an experiment seed or None).
+    root (:class:`~smcdp.primitives.rng.Randomness`, an experiment seed or None).  ``group_key``: this
+    party's share of the session's ``key_group`` (:mod:`smcdp.protocols.power_iteration_threshold`).
     """
     params.validate()
     source = data if isinstance(data, MatrixSource) else ArraySource(check_matrix(data))
@@ -712,6 +770,11 @@ async def data_party(
         raise InvalidMessage(f"role {ch.role!r} is not a data party role of this session")
     check_source(source, params, ch.role)
 
+    if params.key_group is not None:  # a group key: no party holds the private key
+        if group_key is None:
+            raise InvalidMessage(f"{ch.role}: the session uses key group {params.key_group!r}; no share of it given")
+        check_group_key(params, group_key, ch.role)
+        return await _threshold_data_party(ch, source, params, engine, group_key, seed, x_sink)
     # --- Setup 1: the data parties share one Paillier key and (exact mode) the final factors σ_1 … σ_r;
     # Trent gets only the public key.
     sigma = None
@@ -1015,7 +1078,7 @@ async def _dp_data_party_rounds(
         components=[{"u": us[:, j].tolist()} for j in range(r)],
         stats=stats,
         dp=dict(
-            cal.as_dict(), column_norm=params.column_norm, noise_parties=params.noise_parties, clipped_columns=clipped
+            cal.as_dict(), column_norm=params.column_norm, noise_parties=params.noise_share, clipped_columns=clipped
         ),
         prepare_next=sizes,
     )
@@ -1101,9 +1164,68 @@ async def _cov_data_party(
         components=[{"u": us[:, j].tolist()} for j in range(r)],
         stats=stats,
         dp=dict(
-            cal.as_dict(), column_norm=params.column_norm, noise_parties=params.noise_parties, clipped_columns=clipped
+            cal.as_dict(), column_norm=params.column_norm, noise_parties=params.noise_share, clipped_columns=clipped
         ),
         prepare_next=sizes,
+    )
+
+
+async def _threshold_data_party(
+    ch: Channel,
+    source: MatrixSource,
+    params: PowerIterationParams,
+    engine: ComputeEngine | None,
+    key: GroupKey,
+    seed: SeedLike,
+    x_sink: XSink | None,
+) -> DataPartyResult:
+    """The covariance mode under a group key (docs/protocols/power-iteration.md, "The covariance mode with a
+    group key"): setup, then steps 1–6 of :mod:`smcdp.protocols.power_iteration_threshold`."""
+    k, n_i = source.shape
+    r, L = params.components, k * (k + 1) // 2
+    pk = key.public.public_key
+    packing = params.packing(pk)
+    cal = dp_calibration(params)
+    # --- Setup: Trent gets the group's public key from party1 (he only checks and relays ciphertexts), and k.
+    if ch.role == params.data_roles[0]:
+        await ch.send(TRENT, "public_key", public_key_to_proto(pk))
+    await ch.send(TRENT, "dims", _ints([k]))
+    own_engine = engine is None
+    engine = engine or LocalEngine(1)
+    try:
+        async with engine.session(source, None, label=f"{ch.session_id}/{ch.role}") as cs:
+            # --- Step 1: S_i clipped, packed, plus an exact discrete Gaussian of variance σ²/h, clamped.
+            ch.progress(round=0, step="release")
+            S, clipped = await cs.clipped_gram_pass(np.eye(k), params.column_norm)
+            v = covariance_pack(S)
+            mech = dp_noise(params, cal, v.shape, seed, ch.role, "cov")
+            check_distributed_noise(params, mech, v.shape)
+            W = np.clip(mech.randomise(v), -noisy_limit(params), noisy_limit(params))
+            # --- Steps 2–3: commit to the encrypted release (digests), then send it to Trent.
+            digests = await release_and_commit(ch, params, key, W, packing)
+            # --- Steps 4–6: every contribution checked, the sum recomputed here, decrypted by t + 1 parties.
+            ch.progress(round=1, step="final")
+            total = await checked_sum(ch, params, pk, packing, digests, L)
+            ints = await threshold_decrypt(ch, params, key, total, COV_SUM_TAG)
+            us = covariance_components(covariance_unpack(decode_fixed(ints, -params.frac_bits), k), r)
+            alpha = await _own_block(cs, us, n_i, x_sink)
+            compute_stats = await cs.astats()
+    finally:
+        if own_engine:
+            await engine.aclose()
+    return DataPartyResult(
+        u=us[:, 0].tolist(),
+        alpha=None if alpha is None else alpha.tolist(),
+        rounds=1,
+        components=[{"u": us[:, j].tolist()} for j in range(r)],
+        stats=dict(ch.stats.as_dict(), compute=compute_stats),
+        dp=dict(
+            cal.as_dict(),
+            column_norm=params.column_norm,
+            noise_parties=params.noise_share,
+            clipped_columns=clipped,
+            key=key_summary(params, key),
+        ),
     )
 
 
@@ -1121,8 +1243,14 @@ async def _own_block(cs: ComputeSession, us: np.ndarray, n_i: int, x_sink: XSink
 
 async def _cov_trent(ch: Channel, params: PowerIterationParams, pk: PublicKey, k: int) -> TrentResult:
     """Trent in the covariance mode: waits for every party's one release, sums them under encryption and
-    sends the sum back.  He sends a data party nothing before its release, and never decrypts."""
+    sends the sum back.  He sends a data party nothing before its release, and never decrypts.  With a group
+    key he sends every party every release instead (its step 4): each data party sums them itself."""
     roles, L = params.data_roles, k * (k + 1) // 2
+    if params.key_group is not None:
+        t0 = time.perf_counter()
+        ch.progress(round=0, step="release")
+        await trent_deliver(ch, params, pk, L)
+        return TrentResult(None, [], 1, 1, 0, None, [time.perf_counter() - t0], [], ch.stats.as_dict())
     packing, bound_c = params.packing(pk), params.contribution_bound()
     t0 = time.perf_counter()
     ch.progress(round=0, step="release")

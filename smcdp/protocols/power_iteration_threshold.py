@@ -1,0 +1,311 @@
+"""Power iteration's DP covariance mode under a group (threshold) key (docs/protocols/power-iteration.md,
+"The covariance mode with a group key").
+
+The data parties hold shares of a (t, n) threshold Paillier key made by the key ceremony
+(:mod:`smcdp.protocols.keygen`, stored by :mod:`smcdp.plugins.keystore`); nobody holds the private key.
+Trent gets the public key only.  The steps, numbered as in the docs:
+
+1. Party i computes its clipped covariance S_i (one pass), packs it and adds an exact discrete Gaussian of
+   variance σ²/h, h = n − t by default (:func:`noise_guarantee`), and encrypts the release E_i.
+2. It sends a digest of E_i to every other data party and waits for every other party's digest:
+   every contribution is fixed (committed) before any party's ciphertext leaves it.
+3. Only then it sends E_i to Trent (its release point).
+4. Trent sends every data party all n contributions.
+5. Party i checks each contribution against the digest its owner sent (its own against its own),
+   recomputes E[Σ_j W_j] = Π_j E_j itself, and sends its partial decryption **of that sum** (with its
+   proof of correctness, bound to the session, the round's tag and the sum's digest) to the other data
+   parties.  **It never partially decrypts a ciphertext it did not recompute itself**: there is no other
+   call of :func:`~smcdp.crypto.threshold.partial_decrypt` here, so a coordinator asking for the decryption
+   of one party's contribution (sending it in place of the contributions, say) is refused with the
+   deviating participant named (:class:`ContributionMismatch`, whose ``origin`` the session's failure and
+   the audit trail's ``session-end`` line carry).
+6. It verifies every other party's partial decryption (a wrong one raises
+   :class:`~smcdp.crypto.threshold.BadPartialDecryption`, re-raised with the party's name as ``origin``)
+   and combines t + 1 of them: the noisy sum, from which it takes u_1 … u_r as in the single-key mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from smcdp.crypto.codec import bigints, from_bigints
+from smcdp.crypto.encoding import Packing
+from smcdp.crypto.paillier import PublicKey
+from smcdp.crypto.threshold import (
+    BadPartialDecryption,
+    KeyShare,
+    PartialDecryption,
+    ThresholdPublicKey,
+    combine_vector_ints,
+    partial_decrypt_vector,
+)
+from smcdp.crypto.vector import EncryptedVector
+from smcdp.errors import InvalidMessage
+from smcdp.net.channel import Channel
+from smcdp.v1 import messages_pb2 as pb
+
+if TYPE_CHECKING:  # pragma: no cover
+    from smcdp.dp.mechanisms import GaussianMechanism
+    from smcdp.protocols.power_iteration import PowerIterationParams
+
+#: a data party's digest of its contribution, to every other data party (step 2)
+DIGEST_TAG = "digest/cov"
+#: Trent's copy of party j's contribution, to every data party (step 4): "contrib/cov/<role j>"
+CONTRIB_TAG = "contrib/cov"
+#: a data party's partial decryption of the sum it recomputed, to every other data party (step 5)
+PARTIAL_TAG = "partial/cov"
+_DOMAIN = b"smcdp/power-iteration/threshold-cov/v1"
+
+
+class ContributionMismatch(InvalidMessage):
+    """What Trent delivered as a party's contribution is not what that party committed to (step 5):
+    nothing is decrypted.  ``origin``: Trent's party, who delivered it."""
+
+
+@dataclass(frozen=True)
+class GroupKey:
+    """A data party's view of the group key of a session: its share and the share index of each data role."""
+
+    share: KeyShare
+    #: data role -> share index (1..n), from the key group's parties and the session's roles
+    indices: Mapping[str, int]
+    group: str = ""
+
+    @property
+    def public(self) -> ThresholdPublicKey:
+        return self.share.public
+
+
+def check_group_key(params: PowerIterationParams, key: GroupKey, role: str) -> None:
+    """The session's data roles must be exactly the group's parties, its threshold and key size the group's."""
+    pub = key.public
+    if pub.parties != params.n_parties or pub.threshold != params.key_threshold:
+        raise InvalidMessage(
+            f"key group {params.key_group!r} is a ({pub.threshold}, {pub.parties}) key; the session asks for "
+            f"key_threshold = {params.key_threshold} among n_parties = {params.n_parties} data parties"
+        )
+    if pub.public_key.bits != params.key_bits:
+        raise InvalidMessage(
+            f"key group {params.key_group!r} has a {pub.public_key.bits}-bit key; the session says key_bits = "
+            f"{params.key_bits}"
+        )
+    if sorted(key.indices) != sorted(params.data_roles) or sorted(key.indices.values()) != list(
+        range(1, params.n_parties + 1)
+    ):
+        raise InvalidMessage(
+            f"the data roles must be held by exactly the parties of key group {params.key_group!r}, one per share"
+        )
+    if key.indices.get(role) != key.share.index:
+        raise InvalidMessage(f"{role} holds share {key.share.index} of the group, not the one its role maps to")
+
+
+def noise_guarantee(n: int, t: int, h: int) -> float:
+    """The honest noise's variance, in units of σ², that Trent plus any t data parties cannot remove from
+    the sum: the n − t other parties' (n − t)·σ²/h.  At least 1 (one curator's σ²) iff h <= n − t."""
+    return (n - t) / h
+
+
+def distributed_gaussian_tau(grid_sigma: float, honest: int) -> float:
+    """τ of Kairouz, Liu & Steinke 2021 (Thm. 1) for the sum of ``honest`` discrete Gaussians of parameter
+    ``grid_sigma`` (in grid steps): τ = 10·Σ_{k=1}^{m−1} exp(−2π²σ²·k/(k+1)).  The sum is ½ε²-zCDP with
+    ε = Δ/(√m·σ) + τ√d (d coordinates) instead of the Δ/(√m·σ) of one discrete Gaussian of variance mσ²."""
+    return 10.0 * sum(math.exp(-2.0 * math.pi**2 * grid_sigma**2 * k / (k + 1)) for k in range(1, honest))
+
+
+#: the Kairouz–Liu–Steinke correction τ√d may add at most this fraction of Δ/σ to the honest sum's zCDP ε
+#: parameter: far inside the calibration's margins (DP_PLD_MARGIN, DP_FP_MARGIN, 2^-20 each)
+KLS_MARGIN = 2.0**-30
+
+
+def check_distributed_noise(params: PowerIterationParams, mech: GaussianMechanism, shape: tuple[int, ...]) -> None:
+    """Refuse unless the sum of the n − t honest parties' discrete Gaussians protects like one discrete
+    Gaussian of their summed variance, up to KLS_MARGIN (Kairouz, Liu & Steinke 2021, Thm. 1): τ√d <=
+    KLS_MARGIN·Δ/σ with σ one curator's noise.  At the grid's σ >= 2^20 steps, τ underflows to 0."""
+    assert params.key_threshold is not None
+    d = int(np.prod(shape))
+    e = mech.grid_exponent(shape)
+    honest = params.n_parties - params.key_threshold
+    tau = distributed_gaussian_tau(math.ldexp(mech.grid_sigma(shape), -e), honest)
+    central = mech.sigma * math.sqrt(params.noise_share)
+    if tau * math.sqrt(d) > KLS_MARGIN * mech.sensitivity / central:
+        raise InvalidMessage(
+            f"power-iteration: the sum of {honest} discrete Gaussians is too far from one (τ√d = "
+            f"{tau * math.sqrt(d):.3g}); raise epsilon's noise grid resolution"
+        )
+
+
+def key_summary(params: PowerIterationParams, key: GroupKey) -> dict[str, Any]:
+    """The session's key, as a result records it."""
+    return {
+        "kind": "threshold",
+        "group": params.key_group,
+        "threshold": key.public.threshold,
+        "parties": sorted(key.indices, key=lambda r: key.indices[r]),
+        "fingerprint": key.public.fingerprint.hex(),
+        "noise_share": params.noise_share,
+        "honest_noise_sigma2": noise_guarantee(params.n_parties, key.public.threshold, params.noise_share),
+    }
+
+
+def contribution_digest(session_id: str, role: str, vec: EncryptedVector) -> bytes:
+    """SHA-256 of a contribution: the session, its owner's role, its layout and every ciphertext."""
+    h = hashlib.sha256(_DOMAIN + b"\x00contribution\x00")
+    for part in (session_id.encode(), role.encode()):
+        h.update(len(part).to_bytes(4, "big") + part)
+    h.update(b"%d,%d,%d,%d;" % (vec.exponent, vec.length, vec.packing.slots, vec.packing.slot_bits))
+    for c in vec.ciphertexts:
+        b = int(c).to_bytes((int(c).bit_length() + 7) // 8 or 1, "big")
+        h.update(len(b).to_bytes(4, "big") + b)
+    return h.digest()
+
+
+def sum_context(session_id: str, tag: str, total: EncryptedVector) -> bytes:
+    """The context a partial decryption's proof is bound to: the session, the round's tag and the digest of
+    the sum being decrypted (a proof does not replay into another session, round or ciphertext)."""
+    return (
+        _DOMAIN
+        + b"\x00sum\x00"
+        + hashlib.sha256(session_id.encode()).digest()
+        + tag.encode()
+        + b"\x00"
+        + (contribution_digest(session_id, "sum", total))
+    )
+
+
+def partial_to_proto(p: PartialDecryption) -> pb.BigInts:
+    """A batch partial decryption as BigInts: its values, then the proof's e and z."""
+    if not p.batch or len(p.proofs) != 1:
+        raise ValueError("only batch partial decryptions are sent")
+    e, z = p.proofs[0]
+    return bigints([*p.values, e, z])
+
+
+def partial_from_proto(
+    msg: pb.BigInts, pub: ThresholdPublicKey, party: int, count: int, what: str
+) -> PartialDecryption:
+    """A partial decryption of ``count`` ciphertexts by share ``party`` (sizes checked; the proof by combine)."""
+    nbits = pub.public_key.nsquare.bit_length()
+    values = from_bigints(msg, count=count + 2, bound_bits=max(nbits, pub.nonce_bits() + 2), what=what)
+    if any(v <= 0 or v.bit_length() > nbits for v in values[:count]):
+        raise BadPartialDecryption(party, "a value is not in (0, N²)")
+    return PartialDecryption(party, tuple(values[:count]), ((values[count], values[count + 1]),), True)
+
+
+async def release_and_commit(
+    ch: Channel, params: PowerIterationParams, key: GroupKey, W: np.ndarray, packing: Packing
+) -> dict[str, bytes]:
+    """Steps 1–3 for the release W (already noisy and clamped): encrypt, commit, wait, send to Trent.
+    Returns every data role's committed digest (this party's own included)."""
+    pk = key.public.public_key
+    vec = await asyncio.to_thread(
+        EncryptedVector.encrypt,
+        pk,
+        W,
+        frac_bits=params.frac_bits,
+        packing=packing,
+        bound=params.contribution_bound(),
+    )
+    mine = contribution_digest(ch.session_id, ch.role, vec)
+    others = [r for r in params.data_roles if r != ch.role]
+    # --- Step 2: the digest to every other data party; every other party's digest before anything more.
+    await ch.send_many(others, DIGEST_TAG, pb.Blobs(values=[key.public.fingerprint, mine]))
+    got = await ch.recv_all(others, DIGEST_TAG, pb.Blobs)
+    digests = {ch.role: mine}
+    for role, msg in got.items():
+        if len(msg.values) != 2 or len(msg.values[1]) != 32:
+            raise InvalidMessage(f"{DIGEST_TAG} from {role} must be (key fingerprint, 32-byte digest)")
+        if msg.values[0] != key.public.fingerprint:
+            raise InvalidMessage(f"{role} holds another key under group {params.key_group!r} (fingerprints differ)")
+        digests[role] = bytes(msg.values[1])
+    # --- Step 3: the release to Trent (the release point), only now that every contribution is committed.
+    from smcdp.protocols.power_iteration import COV_TAG, TRENT
+
+    await ch.send(TRENT, COV_TAG, vec.to_proto())
+    return digests
+
+
+async def checked_sum(
+    ch: Channel, params: PowerIterationParams, pk: PublicKey, packing: Packing, digests: Mapping[str, bytes], L: int
+) -> EncryptedVector:
+    """Step 5's check: every contribution Trent delivers against its owner's digest, then their sum,
+    recomputed here.  A mismatch refuses (nothing is decrypted) and names Trent."""
+    from smcdp.protocols.power_iteration import TRENT
+
+    vecs = []
+    for role in params.data_roles:
+        tag = f"{CONTRIB_TAG}/{role}"
+        vec = EncryptedVector.from_proto(
+            await ch.recv(TRENT, tag, pb.CiphertextVector),
+            pk,
+            length=L,
+            exponent=-params.frac_bits,
+            packing=packing,
+            bound=params.contribution_bound(),
+            what=f"{tag} from {TRENT}",
+        )
+        if contribution_digest(ch.session_id, role, vec) != digests[role]:
+            exc = ContributionMismatch(
+                f"{ch.role} refuses to decrypt: the contribution of {role} that {TRENT} delivered ({tag}) is not "
+                f"the one {role} committed to ({DIGEST_TAG}); {TRENT} (or {role}, if it sent {TRENT} another "
+                "ciphertext than it committed to) deviated -- a party partially decrypts only the sum it "
+                "recomputed from the committed contributions"
+            )
+            exc.origin = ch.roles[TRENT]
+            raise exc
+        vecs.append(vec)
+    total = vecs[0]
+    for v in vecs[1:]:
+        total = total + v
+    return total
+
+
+async def threshold_decrypt(
+    ch: Channel, params: PowerIterationParams, key: GroupKey, total: EncryptedVector, tag: str
+) -> list[int]:
+    """Steps 5–6: this party's partial decryption of ``total`` (the sum it recomputed) to the other data
+    parties, theirs verified and t + 1 combined: the sum's signed integers."""
+    others = [r for r in params.data_roles if r != ch.role]
+    context = sum_context(ch.session_id, tag, total)
+    own = await asyncio.to_thread(partial_decrypt_vector, key.share, total, context)
+    await ch.send_many(others, PARTIAL_TAG, partial_to_proto(own))
+    got = await ch.recv_all(others, PARTIAL_TAG, pb.BigInts)
+    role_of = {i: r for r, i in key.indices.items()}
+    count = len(total.ciphertexts)
+    try:
+        partials = [own] + [
+            partial_from_proto(got[r], key.public, key.indices[r], count, f"{PARTIAL_TAG} from {r}") for r in others
+        ]
+        return await asyncio.to_thread(combine_vector_ints, key.public, total, partials, context)
+    except BadPartialDecryption as exc:
+        role = role_of[exc.party]
+        named = BadPartialDecryption(exc.party, f"{exc.reason} ({role}, {ch.roles[role]!r})")
+        named.origin = ch.roles[role]
+        raise named from None
+
+
+async def trent_deliver(ch: Channel, params: PowerIterationParams, pk: PublicKey, L: int) -> None:
+    """Trent's step 4: every data party's release to every data party (he sums nothing; he decrypts nothing)."""
+    from smcdp.protocols.power_iteration import COV_TAG
+
+    roles = params.data_roles
+    packing = params.packing(pk)
+    noisy = await ch.recv_all(roles, COV_TAG, pb.CiphertextVector)
+    for role in roles:
+        EncryptedVector.from_proto(
+            noisy[role],
+            pk,
+            length=L,
+            exponent=-params.frac_bits,
+            packing=packing,
+            bound=params.contribution_bound(),
+            what=f"{COV_TAG} from {role}",
+        )
+    for role in roles:
+        await ch.send_many(roles, f"{CONTRIB_TAG}/{role}", noisy[role])

@@ -1,0 +1,344 @@
+"""Power iteration's DP covariance mode under a group (threshold) key, in memory, with dealt shares
+(smcdp.crypto.threshold.deal: the key ceremony is tested on its own).
+
+What is shown: the session computes what the single-key mode computes; every contribution is committed
+(digests) before any party's ciphertext leaves it; a Trent asking for the decryption of anything but the
+sum of the committed contributions is refused and named; a wrong partial decryption is named; with
+n = 5, t = 2 the aggregate's noise is 5/3·σ² (not 5σ²); and a coalition of Trent and t data parties,
+pooling their shares and every message they hold, cannot read an honest party's contribution -- which the
+same coalition reads in the single-key mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import numpy as np
+import pytest
+
+from smcdp.compute.kernels import clipped_gram_block
+from smcdp.crypto.encoding import decode_fixed
+from smcdp.crypto.paillier import generate_keypair
+from smcdp.crypto.threshold import (
+    BadPartialDecryption,
+    NotEnoughShares,
+    combine_vector_ints,
+    deal,
+    partial_decrypt_vector,
+)
+from smcdp.crypto.vector import EncryptedVector
+from smcdp.errors import InvalidMessage
+from smcdp.net.channel import InMemoryNetwork
+from smcdp.protocols.power_iteration import (
+    COV_TAG,
+    PowerIterationParams,
+    covariance_pack,
+    data_party,
+    dp_calibration,
+    trent,
+)
+from smcdp.protocols.power_iteration_threshold import (
+    CONTRIB_TAG,
+    DIGEST_TAG,
+    PARTIAL_TAG,
+    ContributionMismatch,
+    GroupKey,
+    partial_from_proto,
+    partial_to_proto,
+    sum_context,
+)
+from smcdp.v1 import messages_pb2 as pb
+from tests.support.pca_data import spectral_gap_data, top_eigenvectors
+
+
+@pytest.fixture(scope="module")
+def sk512():
+    return generate_keypair(512, allow_insecure=True)[1]
+
+
+def params_for(n, t, **kw) -> PowerIterationParams:
+    base = dict(n_parties=n, key_bits=512, epsilon=1.0, delta=1e-6, dp_method="covariance")
+    if t is not None:
+        base.update(key_group="lab", key_threshold=t)
+    return PowerIterationParams(**{**base, **kw})
+
+
+def run(blocks, params, *, sk, shares=None, rewrite=None, timeout=120):
+    """All roles on one InMemoryNetwork.  ``shares``: dealt key shares (the group-key mode), else party1
+    holds ``sk`` (the single-key mode).  ``rewrite``: role -> fn(to, tag, data) -> data, that role's
+    outgoing messages rewritten (a deviating participant).  Returns (network, results or the exception)."""
+    n = len(blocks)
+    roles = {"trent": "trent", **{f"party{i + 1}": f"org{i + 1}" for i in range(n)}}
+    net = InMemoryNetwork(roles, timeout=timeout)
+    for role, fn in (rewrite or {}).items():
+        ch = net.channels[role]
+
+        async def evil(to_role, tag, type_url, data, original=ch._transmit, fn=fn):
+            await original(to_role, tag, type_url, fn(to_role, tag, data))
+
+        ch._transmit = evil
+    indices = {f"party{i + 1}": i + 1 for i in range(n)}
+    coros = {"trent": lambda c: trent(c, params, allow_insecure_keys=True)}
+    for i, A in enumerate(blocks):
+        group = None if shares is None else GroupKey(shares[i], indices, "lab")
+        coros[f"party{i + 1}"] = lambda c, A=A, i=i, group=group: data_party(
+            c,
+            A,
+            params,
+            private_key=sk if (i == 0 and shares is None) else None,
+            allow_insecure_keys=True,
+            group_key=group,
+        )
+    try:
+        return net, asyncio.run(net.run(coros))
+    except Exception as exc:  # noqa: BLE001 - the tests look at it
+        return net, exc
+
+
+def contributions(net, params, pk):
+    """role -> the encrypted release that role sent Trent (what Trent holds)."""
+    out = {}
+    for sender, tag, _, data in net.received_by("trent"):
+        if tag == COV_TAG:
+            out[sender] = EncryptedVector.from_proto(
+                pb.CiphertextVector.FromString(data), pk, packing=params.packing(pk), bound=params.contribution_bound()
+            )
+    return out
+
+
+def decrypt(vec, sk):
+    return np.asarray(decode_fixed(vec.decrypt_ints(sk), vec.exponent), dtype=np.float64)
+
+
+# ------------------------------------------------------------------ the protocol computes what the single key does
+def test_with_negligible_noise_the_group_key_session_computes_the_components(sk512):
+    """n = 3, t = 1, epsilon = 99: every party's u_1, u_2 match numpy's to 1e-4 (the recomputed sum,
+    the partial decryptions and their combination give the sum the single-key mode decrypts)."""
+    M = spectral_gap_data(11, k=8, n=3_000)
+    params = params_for(3, 1, epsilon=99.0, delta=1e-3, components=2, rows=8, max_samples=3_000)
+    _, shares = deal(sk512, 3, 1)
+    _, res = run([M[:, :1000], M[:, 1000:2200], M[:, 2200:]], params, sk=sk512, shares=shares)
+    assert not isinstance(res, Exception), res
+    U = top_eigenvectors(M, 2)
+    for role in ("party1", "party2", "party3"):
+        for j in range(2):
+            assert abs(np.dot(res[role].components[j]["u"], U[:, j])) > 1 - 1e-4, (role, j)
+        assert res[role].dp["key"]["kind"] == "threshold" and res[role].dp["key"]["threshold"] == 1
+    assert res["party1"].dp["noise_parties"] == 2  # h = n − t
+
+
+def test_every_contribution_is_committed_before_any_ciphertext_leaves_a_party(sk512):
+    """Commit, then reveal: a party sends its release to Trent only after it holds every other data party's
+    digest, so no party (colluding with Trent, who sees the releases) can choose its contribution after
+    seeing another's -- e.g. the inverse of the honest ones, which would make the 'sum' one party's
+    contribution.  Trent's only messages to a data party are the n contributions, after every release."""
+    rng = np.random.default_rng(1)
+    blocks = [rng.normal(size=(4, 30)) for _ in range(3)]
+    _, shares = deal(sk512, 3, 1)
+    net, res = run(blocks, params_for(3, 1, rows=4, max_samples=30), sk=sk512, shares=shares)
+    assert not isinstance(res, Exception), res
+    order = [(s, r, t) for s, r, t, _, _ in net.transcript]
+    for me in ("party1", "party2", "party3"):
+        sent = order.index((me, "trent", COV_TAG))
+        digests_in = [i for i, (s, r, t) in enumerate(order) if r == me and t == DIGEST_TAG]
+        assert len(digests_in) == 2 and max(digests_in) < sent
+    last_release = max(i for i, (_, _, t) in enumerate(order) if t == COV_TAG)
+    from_trent = [(i, t) for i, (s, r, t) in enumerate(order) if s == "trent" and r.startswith("party")]
+    assert {t for _, t in from_trent} == {f"{CONTRIB_TAG}/party{j}" for j in (1, 2, 3)}
+    assert all(i > last_release for i, _ in from_trent)
+
+
+# ------------------------------------------------------------------ a deviating coordinator, a wrong partial
+def test_a_trent_asking_for_one_contribution_to_be_decrypted_is_refused_and_named(sk512):
+    """Trent delivers party3's contribution in place of party1's and party2's to party2: the 'sum' party2 would
+    decrypt is 3·W_3 -- party3's release.  party2 checks each contribution against its owner's digest,
+    refuses before it decrypts anything (it sends no partial decryption), and names Trent."""
+    rng = np.random.default_rng(2)
+    blocks = [rng.normal(size=(4, 30)) for _ in range(3)]
+    _, shares = deal(sk512, 3, 1)
+    third = {}
+
+    def grab(to, tag, data):  # party3's release, as Trent receives it
+        if tag == COV_TAG:
+            third["w3"] = data
+        return data
+
+    def swap(to, tag, data):
+        if to == "party2" and tag in (f"{CONTRIB_TAG}/party1", f"{CONTRIB_TAG}/party2"):
+            return third["w3"]
+        return data
+
+    net, outcome = run(
+        blocks,
+        params_for(3, 1, rows=4, max_samples=30),
+        sk=sk512,
+        shares=shares,
+        rewrite={"trent": swap, "party3": grab},
+    )
+    assert isinstance(outcome, ContributionMismatch), outcome
+    assert outcome.origin == "trent" and "party2 refuses to decrypt" in str(outcome)
+    assert "contribution of party1 that trent delivered" in str(outcome)
+    assert not any(s == "party2" and t == PARTIAL_TAG for s, _, t, _, _ in net.transcript)
+
+
+def test_a_wrong_partial_decryption_is_refused_and_its_party_named(sk512):
+    """party2 sends the others a partial decryption with one value changed (the proof no longer holds):
+    the session fails with BadPartialDecryption naming party2 (origin org2, share 2)."""
+    rng = np.random.default_rng(4)
+    blocks = [rng.normal(size=(4, 30)) for _ in range(3)]
+    _, shares = deal(sk512, 3, 1)
+
+    def corrupt(to, tag, data):
+        if tag != PARTIAL_TAG:
+            return data
+        msg = pb.BigInts.FromString(data)
+        v = int.from_bytes(msg.magnitude[0], "big")
+        msg.magnitude[0] = (
+            (v * 4 % shares[0].public.public_key.nsquare).to_bytes(len(msg.magnitude[0]) + 1, "big").lstrip(b"\0")
+        )
+        return msg.SerializeToString()
+
+    _, outcome = run(
+        blocks, params_for(3, 1, rows=4, max_samples=30), sk=sk512, shares=shares, rewrite={"party2": corrupt}
+    )
+    assert isinstance(outcome, BadPartialDecryption), outcome
+    assert outcome.party == 2 and outcome.origin == "org2" and "party2" in str(outcome)
+
+
+# ------------------------------------------------------------------ noise no coalition can subtract
+def _noise_ratio(sk, n, t, noise_parties=None):
+    """One session on zero data (k = 48: 1,176 values): the decrypted sum of the releases is the aggregate
+    noise; its variance over the 1,176 values, divided by one curator's σ²."""
+    k = 48
+    params = params_for(n, t, rows=k, max_samples=10, noise_parties=noise_parties)
+    _, shares = deal(sk, n, t)
+    net, res = run([np.zeros((k, 10)) for _ in range(n)], params, sk=sk, shares=shares, timeout=300)
+    assert not isinstance(res, Exception), res
+    total = None
+    for vec in contributions(net, params, sk.public_key).values():
+        total = vec if total is None else total + vec
+    noise = decrypt(total, sk)
+    return float(np.var(noise)) / dp_calibration(params).sigma ** 2
+
+
+def test_five_parties_threshold_two_add_five_thirds_of_sigma_squared(sk512):
+    """n = 5, t = 2: each party adds σ²/h with h = n − t = 3, so the aggregate carries 5/3·σ² -- not the
+    single-key mode's 5σ² -- and Trent with any 2 data parties, removing theirs, still faces 3·σ²/3 = σ².
+    The variance over 1,176 values has a relative standard error of √(2/1176) = 4.1 %; the tolerance
+    (±15 %, 3.6 standard errors) fails for 5σ² and for σ² alike.  With noise_parties = 1 stated (every
+    party adds σ², as the single key must) the same measurement gives 5σ², outside it: the test can fail."""
+    ratio = _noise_ratio(sk512, 5, 2)
+    assert abs(ratio / (5 / 3) - 1) < 0.15, ratio
+    full = _noise_ratio(sk512, 5, 2, noise_parties=1)
+    assert abs(full / 5 - 1) < 0.15 and abs(full / (5 / 3) - 1) > 0.15, full
+
+
+def test_noise_share_defaults_to_n_minus_t_and_never_exceeds_it():
+    assert params_for(5, 2).noise_share == 3 and params_for(5, 2).validate().noise_share == 3
+    assert dp_calibration(params_for(5, 2)).party_sigma == pytest.approx(
+        dp_calibration(params_for(5, 2)).sigma / 3**0.5
+    )
+    assert params_for(5, None).noise_share == 1
+    with pytest.raises(InvalidMessage, match="noise_parties=4 exceeds n − t = 3"):
+        params_for(5, 2, noise_parties=4).validate()
+    with pytest.raises(InvalidMessage, match="key_group and key_threshold go together"):
+        dataclasses.replace(params_for(3, 1), key_threshold=None).validate()
+    with pytest.raises(InvalidMessage, match="DP covariance mode"):
+        params_for(3, 1, dp_method="power").validate()
+    with pytest.raises(InvalidMessage, match="key_threshold"):
+        params_for(3, 3).validate()
+
+
+def test_a_group_that_is_not_the_sessions_data_parties_is_refused(sk512):
+    """A share of a (1, 3) key for a session of (1, 4), or a threshold other than the session's, is refused
+    by every data party before it sends anything."""
+    _, shares = deal(sk512, 3, 1)
+    rng = np.random.default_rng(5)
+    blocks = [rng.normal(size=(4, 10)) for _ in range(3)]
+    _, outcome = run(blocks, params_for(3, 1, rows=4, max_samples=10, key_threshold=2), sk=sk512, shares=shares)
+    assert isinstance(outcome, InvalidMessage) and "is a (1, 3) key" in str(outcome), outcome
+
+
+# ------------------------------------------------------------------ a coalition of Trent and t data parties
+def _coalition_tries(net, params, pub, pooled_shares, target):
+    """Trent + the data parties holding ``pooled_shares`` pool every message they hold and their shares, and
+    try to decrypt ``target``'s contribution: with their own shares, and with the honest parties' partial
+    decryptions (of the sum) that they received.  Returns the exceptions, one per attempt."""
+    pk = pub.public_key
+    c = contributions(net, params, pk)[target]
+    ctx = b"coalition"
+    own = [partial_decrypt_vector(s, c, ctx) for s in pooled_shares]
+    outcomes = []
+    try:
+        combine_vector_ints(pub, c, own, ctx)
+    except Exception as exc:  # noqa: BLE001
+        outcomes.append(exc)
+    members = {f"party{s.index}" for s in pooled_shares}
+    honest = [
+        partial_from_proto(pb.BigInts.FromString(d), pub, int(s[len("party") :]), len(c.ciphertexts), "p")
+        for s, r, t, _, d in net.transcript
+        if t == PARTIAL_TAG and r in members and s not in members
+    ]
+    total = None
+    for v in contributions(net, params, pk).values():
+        total = v if total is None else total + v
+    sctx = sum_context(net.session_id, "final/cov", total)
+    for p in honest[:1]:
+        try:  # an honest partial of the sum, offered for the target's contribution under the sum's context
+            combine_vector_ints(pub, c, [partial_decrypt_vector(s, c, sctx) for s in pooled_shares] + [p], sctx)
+        except Exception as exc:  # noqa: BLE001
+            outcomes.append(exc)
+    # what they do read: the sum (their own partials of it and an honest one), the session's DP output
+    mine = [partial_decrypt_vector(s, total, sctx) for s in pooled_shares]
+    return outcomes, np.asarray(decode_fixed(combine_vector_ints(pub, total, mine + honest[:1], sctx), total.exponent))
+
+
+def _sum(vecs):
+    vecs = list(vecs.values())
+    total = vecs[0]
+    for v in vecs[1:]:
+        total = total + v
+    return total
+
+
+def test_trent_and_t_parties_cannot_read_an_honest_contribution_which_they_read_with_the_single_key(sk512):
+    """n = 3, t = 1: Trent and party1 pool party1's share and every message either holds.  party3's
+    contribution: their one share is not t + 1 (NotEnoughShares), and an honest party's partial decryption
+    of the sum does not decrypt it (its proof is for the sum: BadPartialDecryption naming that party).  What
+    they can decrypt is the sum, which carries 2·σ²/2 = σ² of honest noise.  The same coalition in the
+    single-key mode (party1 holds the key pair) decrypts party3's release exactly: the test can fail."""
+    rng = np.random.default_rng(6)
+    k = 5
+    blocks = [rng.normal(size=(k, 40)) * 0.3 for _ in range(3)]
+    params = params_for(3, 1, rows=k, max_samples=40, epsilon=99.0, delta=1e-3)
+    pub, shares = deal(sk512, 3, 1)
+    net, res = run(blocks, params, sk=sk512, shares=shares)
+    assert not isinstance(res, Exception), res
+    outcomes, the_sum = _coalition_tries(net, params, pub, [shares[0]], "party3")
+    assert isinstance(outcomes[0], NotEnoughShares), outcomes
+    assert isinstance(outcomes[1], BadPartialDecryption) and outcomes[1].party in (2, 3), outcomes
+    S = [covariance_pack(clipped_gram_block(A, np.eye(k), 1.0)[0]) for A in blocks]
+    np.testing.assert_allclose(the_sum, decrypt(_sum(contributions(net, params, pub.public_key)), sk512))
+    assert np.max(np.abs(the_sum - sum(S))) < 10 * dp_calibration(params).sigma
+    S3 = S[2]
+    # the single-key mode, the same coalition: party1's key pair decrypts what Trent holds of party3
+    single = dataclasses.replace(params, key_group=None, key_threshold=None)
+    net1, res1 = run(blocks, single, sk=sk512)
+    assert not isinstance(res1, Exception), res1
+    read = decrypt(contributions(net1, single, sk512.public_key)["party3"], sk512)
+    assert np.max(np.abs(read - S3)) < 10 * dp_calibration(single).party_sigma  # party3's covariance, read
+    # and the group-key mode's ciphertext of party3 is unreadable without t + 1 shares (decrypting with the
+    # dealer's key -- which nobody in the session holds -- confirms it was party3's release all along)
+    mine = decrypt(contributions(net, params, pub.public_key)["party3"], sk512)
+    assert np.max(np.abs(mine - S3)) < 10 * dp_calibration(params).party_sigma
+
+
+def test_a_partial_decryption_round_trips_through_its_message(sk512):
+    pub, shares = deal(sk512, 3, 1)
+    vec = EncryptedVector.encrypt(pub.public_key, [1.0, -2.0, 3.5], frac_bits=20)
+    p = partial_decrypt_vector(shares[1], vec, b"ctx")
+    back = partial_from_proto(pb.BigInts.FromString(partial_to_proto(p).SerializeToString()), pub, 2, 3, "p")
+    assert back == p
+    q = partial_decrypt_vector(shares[2], vec, b"ctx")
+    np.testing.assert_allclose(decode_fixed(combine_vector_ints(pub, vec, [back, q], b"ctx"), -20), [1.0, -2.0, 3.5])
