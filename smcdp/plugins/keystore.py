@@ -18,6 +18,7 @@ way).  Nothing here reads a key share except :meth:`KeyStore.load_share`; listin
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -35,6 +36,7 @@ from smcdp.net.tls import validate_party_name
 GROUP_FILE = "group.json"
 SHARE_FILE = "share.json"
 KIND = "smcdp-key-group"
+log = logging.getLogger("smcdp.keys")
 
 
 class GroupExists(PreconditionFailed):
@@ -196,6 +198,21 @@ class KeyStore:
             if fresh.exists():
                 shutil.rmtree(fresh)
         return target
+
+
+def stored_groups(root: str | os.PathLike[str], allow_insecure: bool = False) -> dict[str, tuple[str, ...]]:
+    """The key groups under ``root``: name -> their parties by share index (one that does not load is left
+    out, with a warning: a policy's default then treats it as absent)."""
+    store = KeyStore(root)
+    out = {}
+    for name in store.groups():
+        try:
+            info = store.load(name, allow_insecure)
+        except InvalidMessage as exc:
+            log.warning("key group %s does not load: %s", name, exc)
+            continue
+        out[name] = tuple(info.parties[i] for i in sorted(info.parties))
+    return out
 
 
 def utc_now() -> str:

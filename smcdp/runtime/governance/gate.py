@@ -37,6 +37,7 @@ from smcdp.net.channel import Channel
 from smcdp.net.grpc_channel import NotFound
 from smcdp.net.server import PendingApproval, SessionSpec
 from smcdp.plugins.base import ProtocolPlugin, SessionContext, SessionSummary
+from smcdp.plugins.keystore import stored_groups
 from smcdp.runtime.config import PartyConfig
 from smcdp.runtime.governance import views
 from smcdp.runtime.governance.approvals import Proposal, ProposalStore, proposals_dir
@@ -275,6 +276,9 @@ class Governor:
             summary=summary,
             allow_insecure_keys=self.config.allow_insecure_keys,
             receive_bytes=None if envelope is None else envelope.session_bytes,
+            key_groups=stored_groups(self.config.data_dir / "keys", self.config.allow_insecure_keys)
+            if summary is not None and summary.key == "single"
+            else None,
         )
         costs = summary is not None and summary.epsilon is not None and role in summary.data_roles
         if costs and self.charges is None and self.policy is not None and self.policy.restricts:

@@ -88,10 +88,13 @@ _OPTIONAL_RULES = (
     "max_iterations",
     "max_receive_mib",
     "min_hiding",
+    "key",
 )
 _RULE_KEYS = {"roles", "initiators", "coordinators", "release_to", "allow_non_dp", *_OPTIONAL_RULES}
 #: the window of max_exact_sessions when period_days is not given
 DEFAULT_PERIOD_DAYS = 30.0
+#: what a ``key`` rule may say: the kind of encryption key a session may protect its data with
+KEY_KINDS = ("threshold", "single")
 #: the defaults of the bounds on what a proposal may size (the receive limit derives from them): the
 #: largest key and the most rounds an honest session of today's documented sizes uses, with headroom
 DEFAULT_MAX_KEY_BITS = 4096
@@ -138,6 +141,10 @@ class ProtocolRules:
     #: ranges, smudging, blinding, statistical bits -- each hides its data less the smaller it is), as
     #: (name, floor) pairs; a parameter it does not name: the protocol's default
     min_hiding: tuple[tuple[str, float], ...] | None = None
+    #: the kind of key its data may be encrypted under (SessionSummary.key): "threshold" refuses a session in
+    #: which one party's key pair decrypts the data parties' contributions, "single" admits one; None: threshold
+    #: where this party holds a group key of exactly the session's data parties, else single
+    key: str | None = None
 
     def as_dict(self) -> dict:
         out: dict[str, Any] = {
@@ -288,7 +295,15 @@ def _rules(name: str, t: Any, known: set[str]) -> ProtocolRules:
         max_iterations=_number(t, "max_iterations", where, integer=True, lo=1, hi=1 << 20),
         max_receive_mib=_number(t, "max_receive_mib", where, integer=True, lo=1, hi=1 << 20),
         min_hiding=_min_hiding(t, where),
+        key=_key_kind(t, where),
     )
+
+
+def _key_kind(t: Mapping[str, Any], where: str) -> str | None:
+    v = t.get("key")
+    if v is not None and v not in KEY_KINDS:
+        raise ConfigError(f"{where}.key must be one of {', '.join(repr(k) for k in KEY_KINDS)}, got {v!r}")
+    return v
 
 
 def _min_hiding(t: Mapping[str, Any], where: str) -> tuple[tuple[str, float], ...] | None:
@@ -417,6 +432,7 @@ def merge_rules(a: ProtocolRules, b: ProtocolRules) -> ProtocolRules:
         max_iterations=a.max_iterations,
         max_receive_mib=a.max_receive_mib,
         min_hiding=a.min_hiding,
+        key=a.key,
     )
 
 
@@ -473,8 +489,12 @@ def evaluate(
     summary: SessionSummary | None,
     allow_insecure_keys: bool,
     receive_bytes: int | None = None,
+    key_groups: Mapping[str, Iterable[str]] | None = None,
 ) -> None:
     """Raise a refusal unless ``policy`` admits holding ``role`` in the proposal.
+
+    ``key_groups``: this party's stored key groups, name -> the group's parties (the default of the ``key``
+    rule: threshold where one of them is exactly the session's data parties).
 
     ``receive_bytes``: the session's receive limit here in ``role`` (its protocol's envelope for the
     proposal's parameters, capped by the ``[limits]`` ceilings), bounded by ``max_receive_mib`` for a
@@ -518,6 +538,7 @@ def evaluate(
     if role not in summary.data_roles:
         return
     _check_where_its_data_goes(ask, rules, summary, role, roles)
+    _check_key_kind(ask, rules, summary, roles, key_groups or {})
     _check_how_much_it_shows(ask, rules, summary, role)
 
 
@@ -614,6 +635,34 @@ def _check_where_its_data_goes(
             )
 
 
+def _check_key_kind(
+    ask: _Asking,
+    rules: ProtocolRules,
+    summary: SessionSummary,
+    roles: Mapping[str, str],
+    key_groups: Mapping[str, Iterable[str]],
+) -> None:
+    """``key``: a single-key session (one party's key pair decrypts every data party's contribution) is refused
+    where the policy says "threshold", and by default where this party holds a group key of exactly the
+    session's data parties (then nothing justifies trusting one key holder)."""
+    if summary.key != "single" or rules.key == "single":
+        return
+    holders = {roles[r] for r in summary.data_roles if r in roles}
+    if rules.key == "threshold":
+        raise ask.deny(
+            f"{ask.base}.key",
+            "the session encrypts its data parties' contributions under one party's key pair; it allows only a "
+            "group (threshold) key",
+        )
+    groups = sorted(name for name, parties in key_groups.items() if set(parties) == holders)
+    if groups:
+        raise ask.deny(
+            f"{ask.base}.key",
+            f"it holds key group {groups[0]!r} of exactly the session's data parties, and the proposal uses one "
+            'party\'s key pair instead (propose key_group; or key = "single" in its policy admits it)',
+        )
+
+
 def _check_how_much_it_shows(ask: _Asking, rules: ProtocolRules, summary: SessionSummary, role: str) -> None:
     """The privacy cost, the public record bound, the components and frames per round."""
     base = ask.base
@@ -644,7 +693,9 @@ def _check_how_much_it_shows(ask: _Asking, rules: ProtocolRules, summary: Sessio
         )
     shared = summary.noise_parties.get(role)
     most = rules.max_noise_parties or 1
-    if shared is not None and shared > most:
+    # under a group key no coalition of t parties (with the coordinator) isolates a contribution, and the
+    # protocol bounds h by n − t (docs/protocols/power-iteration.md): the rule is about a single key's holders
+    if shared is not None and shared > most and summary.key != "threshold":
         raise ask.deny(
             f"{ask.base}.max_noise_parties",
             f"the noise protecting its data would be shared among {shared} parties, each adding 1/{shared} "

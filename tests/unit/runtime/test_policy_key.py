@@ -1,0 +1,92 @@
+"""[policy.<protocol>] key = "threshold" | "single": which kind of key a party's data may be encrypted under
+(power iteration: party1's key pair, or a group key no party holds whole)."""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+
+from smcdp.net.config import ConfigError
+from smcdp.plugins.registry import get_plugin
+from smcdp.runtime.governance.policy import PolicyDenied, evaluate, parse_policy
+
+PEERS = {"bob": "h:1", "carol": "h:2", "trent": "h:5"}
+ROLES2 = {"trent": "trent", "party1": "alice", "party2": "bob"}
+ROLES3 = {**ROLES2, "party3": "carol"}
+BASE = """
+[policy.power-iteration]
+roles = ["party*"]
+initiators = ["trent"]
+coordinators = ["trent"]
+release_to = ["bob", "carol"]
+"""
+DP = dict(key_bits=2048, epsilon=1.0, delta=1e-6, dp_method="covariance", rows=4)
+
+
+def _policy(extra: str = ""):
+    return parse_policy(tomllib.loads(BASE + extra)["policy"], "alice", PEERS)
+
+
+def _eval(policy, roles=ROLES2, key_groups=None, **params):
+    plugin = get_plugin("power-iteration")
+    p = dict(DP, n_parties=len(roles) - 1, **params)
+    summary = plugin.summary(plugin.validate_params(p, roles), roles)
+    evaluate(
+        policy,
+        me="alice",
+        session_id="s1",
+        initiator="trent",
+        role="party1",
+        roles=roles,
+        summary=summary,
+        allow_insecure_keys=False,
+        key_groups=key_groups,
+    )
+    return summary
+
+
+GROUP = dict(key_group="lab", key_threshold=1)
+
+
+def test_the_summary_says_which_key_the_session_uses():
+    plugin = get_plugin("power-iteration")
+    for params, kind in ((DP, "single"), ({**DP, **GROUP}, "threshold"), ({"key_bits": 2048}, "single")):
+        s = plugin.summary(plugin.validate_params(dict(params, n_parties=2), ROLES2), ROLES2)
+        assert s.key == kind and s.as_dict()["key"] == kind
+
+
+def test_key_threshold_refuses_a_single_key_session_and_admits_a_group_key():
+    pol = _policy('key = "threshold"\n')
+    assert pol.protocols["power-iteration"].as_dict()["key"] == "threshold"
+    with pytest.raises(PolicyDenied) as ei:
+        _eval(pol)
+    assert ei.value.rule == "policy.power-iteration.key" and "one party's key pair" in str(ei.value)
+    _eval(pol, **GROUP)
+
+
+def test_by_default_a_single_key_session_is_refused_where_a_group_of_exactly_its_data_parties_exists():
+    """No key rule: threshold where this party holds a group key of exactly the session's data parties
+    (alice and bob); a group of other parties, or key = "single", admits the single key."""
+    with pytest.raises(PolicyDenied) as ei:
+        _eval(_policy(), key_groups={"lab": ("alice", "bob")})
+    assert ei.value.rule == "policy.power-iteration.key" and "'lab'" in str(ei.value)
+    _eval(_policy(), key_groups={"other": ("alice", "bob", "carol")})
+    _eval(_policy(), key_groups={})
+    _eval(_policy('key = "single"\n'), key_groups={"lab": ("alice", "bob")})
+
+
+def test_a_group_key_shares_the_noise_among_n_minus_t_without_raising_max_noise_parties():
+    """Under a group key each party adds σ²/(n − t): trent with t parties cannot isolate a contribution, so
+    max_noise_parties (default 1: a single key's holders could remove their share) does not apply; with the
+    single key the same h is refused by it."""
+    s = _eval(_policy(), roles=ROLES3, **GROUP)
+    assert s.noise_parties["party1"] == 2
+    with pytest.raises(PolicyDenied) as ei:
+        _eval(_policy(), roles=ROLES3, noise_parties=2)
+    assert ei.value.rule == "policy.power-iteration.max_noise_parties"
+
+
+def test_an_unknown_key_kind_is_a_config_error():
+    with pytest.raises(ConfigError, match="key must be one of 'threshold', 'single'"):
+        _policy('key = "both"\n')
