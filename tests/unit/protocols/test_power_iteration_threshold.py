@@ -342,3 +342,47 @@ def test_a_partial_decryption_round_trips_through_its_message(sk512):
     assert back == p
     q = partial_decrypt_vector(shares[2], vec, b"ctx")
     np.testing.assert_allclose(decode_fixed(combine_vector_ints(pub, vec, [back, q], b"ctx"), -20), [1.0, -2.0, 3.5])
+
+
+@pytest.mark.parametrize("k,n", [(6, 2), (9, 3)])
+def test_traffic_envelope_covers_every_message_of_the_group_key_mode(sk512, k, n):
+    """Trent: n releases, dims, the public key.  A data party: the n releases Trent relays, n − 1 digests and
+    n − 1 partial decryptions (no key pair)."""
+    rng = np.random.default_rng(k)
+    blocks = [rng.normal(size=(k, 12)) * 0.2 for _ in range(n)]
+    params = params_for(n, 1, rows=k, max_samples=12)
+    _, shares = deal(sk512, n, 1)
+    net, res = run(blocks, params, sk=sk512, shares=shares)
+    assert not isinstance(res, Exception), res
+    for role in ["trent", *params.data_roles]:
+        env = params.traffic_envelope(role)
+        got = [len(d) for *_, d in net.received_by(role)]
+        assert max(got) <= env.message_bytes and sum(got) <= env.session_bytes and len(got) <= env.tags, role
+        assert env.session_bytes < 4 * sum(got) + 4096, role
+
+
+def test_the_plug_in_takes_the_share_from_the_key_store_and_the_group_must_be_the_data_parties(sk512, tmp_path):
+    """The plug-in maps each data role to its holder's share index by party name (whatever the role order);
+    a session whose data roles are not held by exactly the group's parties, or naming a group this party does
+    not hold, is refused before anything is sent."""
+    from smcdp.errors import PreconditionFailed
+    from smcdp.plugins.base import SessionContext
+    from smcdp.plugins.keystore import KeyGroup, KeyStore
+    from smcdp.plugins.power_iteration import _group_key
+
+    pub, shares = deal(sk512, 3, 1)
+    names = {1: "alice", 2: "bob", 3: "carol"}
+    info = KeyGroup("lab", pub, 2, names, 512, "2026-12-02T00:00:00Z", "ceremony", 1.0)
+    KeyStore(tmp_path).save(info, shares[1], replace=False)  # bob's store
+    params = params_for(3, 1, rows=4)
+
+    def ctx(roles):
+        return SessionContext("s", "power-iteration", roles, {}, keys_dir=tmp_path, allow_insecure_keys=True)
+
+    roles = {"trent": "trent", "party1": "carol", "party2": "bob", "party3": "alice"}
+    key = _group_key(ctx(roles), params, "party2")
+    assert key.indices == {"party1": 3, "party2": 2, "party3": 1} and key.share.index == 2
+    with pytest.raises(PreconditionFailed, match="must be exactly the group's parties"):
+        _group_key(ctx({**roles, "party1": "dave"}), params, "party2")
+    with pytest.raises(PreconditionFailed, match="holds no key group 'other'"):
+        _group_key(ctx(roles), dataclasses.replace(params, key_group="other"), "party2")
