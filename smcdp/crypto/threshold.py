@@ -369,9 +369,23 @@ def _batch_weights(
     return out
 
 
-def _prove(pub: ThresholdPublicKey, share: KeyShare, x: mpz, y: mpz, context: bytes) -> tuple[int, int]:
+def _nonce(pub: ThresholdPublicKey, share: KeyShare, x: mpz, y: mpz, context: bytes, nonce_key: bytes | None) -> int:
+    """The proof's nonce: fresh, or -- with ``nonce_key``, a secret of the prover's -- a function of the key and
+    the whole statement (as RFC 6979 derives a signature's), so that a replayed prover sends the same proof
+    and two different statements never share a nonce."""
+    bits = pub.nonce_bits()
+    if nonce_key is None:
+        return secrets.randbits(bits)
+    statement = _hash(b"nonce", context, pub.fingerprint, share.index, int(x), int(y))
+    stream = hashlib.shake_256(b"smcdp/threshold-nonce/v1\x00" + nonce_key + statement).digest((bits + 7) // 8)
+    return int.from_bytes(stream, "big") >> (8 * len(stream) - bits)
+
+
+def _prove(
+    pub: ThresholdPublicKey, share: KeyShare, x: mpz, y: mpz, context: bytes, nonce_key: bytes | None = None
+) -> tuple[int, int]:
     n2 = pub.public_key.nsquare
-    r = secrets.randbits(pub.nonce_bits())
+    r = _nonce(pub, share, x, y, context, nonce_key)
     a = gmpy2.powmod(x, r, n2)
     b = gmpy2.powmod(pub.v, r, n2)
     e = _challenge(pub, context, share.index, int(x), int(y), int(a), int(b))
@@ -399,8 +413,13 @@ def _batch_statement(
     return x, y
 
 
-def partial_decrypt(share: KeyShare, cts: Sequence[int], context: bytes, *, batch: bool = True) -> PartialDecryption:
-    """Party ``share.index``'s partial decryptions of ``cts`` and the proof(s) that they are correct."""
+def partial_decrypt(
+    share: KeyShare, cts: Sequence[int], context: bytes, *, batch: bool = True, nonce_key: bytes | None = None
+) -> PartialDecryption:
+    """Party ``share.index``'s partial decryptions of ``cts`` and the proof(s) that they are correct.
+
+    ``nonce_key``: a secret of the party (a stream of its randomness root) from which the proofs' nonces are
+    derived together with each statement, so that a replayed party sends the same bytes; fresh nonces without."""
     pub = share.public
     pk = pub.public_key
     cs = pk.validate_ciphertexts(cts, "ciphertext")
@@ -409,10 +428,10 @@ def partial_decrypt(share: KeyShare, cts: Sequence[int], context: bytes, *, batc
     values = [gmpy2.powmod(c, exp, n2) for c in cs]
     if batch:
         x, y = _batch_statement(pub, share.index, cs, values, context)
-        proofs: tuple[tuple[int, int], ...] = (_prove(pub, share, x, y, context),)
+        proofs: tuple[tuple[int, int], ...] = (_prove(pub, share, x, y, context, nonce_key),)
     else:
         proofs = tuple(
-            _prove(pub, share, gmpy2.powmod(c, 4, n2), ci * ci % n2, context + k.to_bytes(8, "big"))
+            _prove(pub, share, gmpy2.powmod(c, 4, n2), ci * ci % n2, context + k.to_bytes(8, "big"), nonce_key)
             for k, (c, ci) in enumerate(zip(cs, values))
         )
     return PartialDecryption(share.index, tuple(int(v) for v in values), proofs, batch)
@@ -493,12 +512,12 @@ def combine(
 
 # --------------------------------------------------------------------------- vectors
 def partial_decrypt_vector(
-    share: KeyShare, vec: EncryptedVector, context: bytes, *, batch: bool = True
+    share: KeyShare, vec: EncryptedVector, context: bytes, *, batch: bool = True, nonce_key: bytes | None = None
 ) -> PartialDecryption:
     """:func:`partial_decrypt` of every ciphertext of an :class:`~smcdp.crypto.vector.EncryptedVector`."""
     if vec.public_key != share.public.public_key:
         raise InvalidMessage("the vector is not encrypted under the threshold key")
-    return partial_decrypt(share, [int(c) for c in vec.ciphertexts], context, batch=batch)
+    return partial_decrypt(share, [int(c) for c in vec.ciphertexts], context, batch=batch, nonce_key=nonce_key)
 
 
 def combine_vector_ints(

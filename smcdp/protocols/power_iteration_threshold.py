@@ -29,10 +29,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import math
-from collections.abc import Mapping
+import random
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import gmpy2
 import numpy as np
 
 from smcdp.crypto.codec import bigints, from_bigints
@@ -49,6 +51,7 @@ from smcdp.crypto.threshold import (
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
+from smcdp.primitives.rng import SeedLike, protocol_rng, stream_key
 from smcdp.v1 import messages_pb2 as pb
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -198,14 +201,41 @@ def partial_from_proto(
     return PartialDecryption(party, tuple(values[:count]), ((values[count], values[count + 1]),), True)
 
 
+def _replayable_encryption(pk: PublicKey, rng: random.Random) -> Callable[[list[int]], Awaitable[list[int]]]:
+    """Encryption whose randomness r (c = (1 + N)^m·r^N mod N²) comes from ``rng``, a stream of the party's
+    randomness root: a replayed party re-encrypts its release bit for bit, so the digest it committed to
+    (which may have left it before a crash, and the release not) still matches what it sends."""
+
+    def encrypt(ms: list[int]) -> list[int]:
+        n, n2 = pk.n, pk.nsquare
+        out = []
+        for m in ms:
+            r = rng.randrange(1, int(n))
+            while gmpy2.gcd(r, n) != 1:  # pragma: no cover - probability ~2/√N
+                r = rng.randrange(1, int(n))
+            out.append(int(pk.raw_encrypt(m, obfuscate=False) * gmpy2.powmod(r, n, n2) % n2))
+        return out
+
+    async def run(ms: list[int]) -> list[int]:
+        return await asyncio.to_thread(encrypt, ms)
+
+    return run
+
+
 async def release_and_commit(
-    ch: Channel, params: PowerIterationParams, key: GroupKey, W: np.ndarray, packing: Packing
+    ch: Channel,
+    params: PowerIterationParams,
+    key: GroupKey,
+    W: np.ndarray,
+    packing: Packing,
+    release: tuple[str, str],
+    seed: SeedLike,
 ) -> dict[str, bytes]:
-    """Steps 1–3 for the release W (already noisy and clamped): encrypt, commit, wait, send to Trent.
-    Returns every data role's committed digest (this party's own included)."""
+    """Steps 1–3 for the release W (already noisy and clamped): encrypt, commit, wait, send it to ``release``
+    = (Trent's role, the release's tag).  Returns every data role's committed digest (its own included)."""
     pk = key.public.public_key
-    vec = await asyncio.to_thread(
-        EncryptedVector.encrypt,
+    vec = await EncryptedVector.encrypt_with(
+        _replayable_encryption(pk, protocol_rng(seed, "power-iteration", ch.role, "cov-encryption")),
         pk,
         W,
         frac_bits=params.frac_bits,
@@ -225,39 +255,41 @@ async def release_and_commit(
             raise InvalidMessage(f"{role} holds another key under group {params.key_group!r} (fingerprints differ)")
         digests[role] = bytes(msg.values[1])
     # --- Step 3: the release to Trent (the release point), only now that every contribution is committed.
-    from smcdp.protocols.power_iteration import COV_TAG, TRENT
-
-    await ch.send(TRENT, COV_TAG, vec.to_proto())
+    await ch.send(*release, vec.to_proto())
     return digests
 
 
 async def checked_sum(
-    ch: Channel, params: PowerIterationParams, pk: PublicKey, packing: Packing, digests: Mapping[str, bytes], L: int
+    ch: Channel,
+    params: PowerIterationParams,
+    pk: PublicKey,
+    packing: Packing,
+    digests: Mapping[str, bytes],
+    L: int,
+    trent: str,
 ) -> EncryptedVector:
-    """Step 5's check: every contribution Trent delivers against its owner's digest, then their sum,
+    """Step 5's check: every contribution ``trent`` delivers against its owner's digest, then their sum,
     recomputed here.  A mismatch refuses (nothing is decrypted) and names Trent."""
-    from smcdp.protocols.power_iteration import TRENT
-
     vecs = []
     for role in params.data_roles:
         tag = f"{CONTRIB_TAG}/{role}"
         vec = EncryptedVector.from_proto(
-            await ch.recv(TRENT, tag, pb.CiphertextVector),
+            await ch.recv(trent, tag, pb.CiphertextVector),
             pk,
             length=L,
             exponent=-params.frac_bits,
             packing=packing,
             bound=params.contribution_bound(),
-            what=f"{tag} from {TRENT}",
+            what=f"{tag} from {trent}",
         )
         if contribution_digest(ch.session_id, role, vec) != digests[role]:
             exc = ContributionMismatch(
-                f"{ch.role} refuses to decrypt: the contribution of {role} that {TRENT} delivered ({tag}) is not "
-                f"the one {role} committed to ({DIGEST_TAG}); {TRENT} (or {role}, if it sent {TRENT} another "
+                f"{ch.role} refuses to decrypt: the contribution of {role} that {trent} delivered ({tag}) is not "
+                f"the one {role} committed to ({DIGEST_TAG}); {trent} (or {role}, if it sent {trent} another "
                 "ciphertext than it committed to) deviated -- a party partially decrypts only the sum it "
                 "recomputed from the committed contributions"
             )
-            exc.origin = ch.roles[TRENT]
+            exc.origin = ch.roles[trent]
             raise exc
         vecs.append(vec)
     total = vecs[0]
@@ -267,13 +299,15 @@ async def checked_sum(
 
 
 async def threshold_decrypt(
-    ch: Channel, params: PowerIterationParams, key: GroupKey, total: EncryptedVector, tag: str
+    ch: Channel, params: PowerIterationParams, key: GroupKey, total: EncryptedVector, tag: str, seed: SeedLike
 ) -> list[int]:
     """Steps 5–6: this party's partial decryption of ``total`` (the sum it recomputed) to the other data
-    parties, theirs verified and t + 1 combined: the sum's signed integers."""
+    parties, theirs verified and t + 1 combined: the sum's signed integers.  The proof's nonce is derived from
+    a stream of the party's root and the statement, so a replayed party sends the same bytes."""
     others = [r for r in params.data_roles if r != ch.role]
     context = sum_context(ch.session_id, tag, total)
-    own = await asyncio.to_thread(partial_decrypt_vector, key.share, total, context)
+    nonce_key = stream_key(seed, "power-iteration", ch.role, "cov-proof")
+    own = await asyncio.to_thread(partial_decrypt_vector, key.share, total, context, nonce_key=nonce_key)
     await ch.send_many(others, PARTIAL_TAG, partial_to_proto(own))
     got = await ch.recv_all(others, PARTIAL_TAG, pb.BigInts)
     role_of = {i: r for r, i in key.indices.items()}
@@ -290,13 +324,12 @@ async def threshold_decrypt(
         raise named from None
 
 
-async def trent_deliver(ch: Channel, params: PowerIterationParams, pk: PublicKey, L: int) -> None:
-    """Trent's step 4: every data party's release to every data party (he sums nothing; he decrypts nothing)."""
-    from smcdp.protocols.power_iteration import COV_TAG
-
+async def trent_deliver(ch: Channel, params: PowerIterationParams, pk: PublicKey, L: int, release_tag: str) -> None:
+    """Trent's step 4: every data party's release (``release_tag``) to every data party, each checked (size,
+    key, bound) first.  He sums nothing and decrypts nothing."""
     roles = params.data_roles
     packing = params.packing(pk)
-    noisy = await ch.recv_all(roles, COV_TAG, pb.CiphertextVector)
+    noisy = await ch.recv_all(roles, release_tag, pb.CiphertextVector)
     for role in roles:
         EncryptedVector.from_proto(
             noisy[role],
@@ -305,7 +338,7 @@ async def trent_deliver(ch: Channel, params: PowerIterationParams, pk: PublicKey
             exponent=-params.frac_bits,
             packing=packing,
             bound=params.contribution_bound(),
-            what=f"{COV_TAG} from {role}",
+            what=f"{release_tag} from {role}",
         )
     for role in roles:
         await ch.send_many(roles, f"{CONTRIB_TAG}/{role}", noisy[role])

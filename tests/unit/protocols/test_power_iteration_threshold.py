@@ -64,7 +64,7 @@ def params_for(n, t, **kw) -> PowerIterationParams:
     return PowerIterationParams(**{**base, **kw})
 
 
-def run(blocks, params, *, sk, shares=None, rewrite=None, timeout=120):
+def run(blocks, params, *, sk, shares=None, rewrite=None, timeout=120, seeds=None):
     """All roles on one InMemoryNetwork.  ``shares``: dealt key shares (the group-key mode), else party1
     holds ``sk`` (the single-key mode).  ``rewrite``: role -> fn(to, tag, data) -> data, that role's
     outgoing messages rewritten (a deviating participant).  Returns (network, results or the exception)."""
@@ -89,6 +89,7 @@ def run(blocks, params, *, sk, shares=None, rewrite=None, timeout=120):
             private_key=sk if (i == 0 and shares is None) else None,
             allow_insecure_keys=True,
             group_key=group,
+            seed=None if seeds is None else seeds[i],
         )
     try:
         return net, asyncio.run(net.run(coros))
@@ -386,3 +387,29 @@ def test_the_plug_in_takes_the_share_from_the_key_store_and_the_group_must_be_th
         _group_key(ctx({**roles, "party1": "dave"}), params, "party2")
     with pytest.raises(PreconditionFailed, match="holds no key group 'other'"):
         _group_key(ctx(roles), dataclasses.replace(params, key_group="other"), "party2")
+
+
+def test_a_replayed_party_sends_the_same_bytes_so_its_commitment_still_holds(sk512):
+    """The encryption randomness of a release and the nonce of a partial decryption's proof come from the
+    party's randomness root (the nonce also from the statement): a party replayed after a crash -- which may
+    have sent its digest and not yet its release -- re-sends every message bit for bit, so the digest the
+    others hold still matches.  Another root gives other bytes (nothing is fixed but by the root)."""
+    from smcdp.primitives.rng import Randomness
+
+    rng = np.random.default_rng(8)
+    blocks = [rng.normal(size=(4, 20)) for _ in range(3)]
+    params = params_for(3, 1, rows=4, max_samples=20)
+    _, shares = deal(sk512, 3, 1)
+
+    def sent(seeds):
+        net, res = run(blocks, params, sk=sk512, shares=shares, seeds=seeds)
+        assert not isinstance(res, Exception), res
+        return {(s, r, t): d for s, r, t, _, d in net.transcript if s.startswith("party")}
+
+    roots = [Randomness.from_seed(40 + i) for i in range(3)]
+    first, again = sent(roots), sent([Randomness.from_seed(40 + i) for i in range(3)])
+    assert first == again
+    other = sent([Randomness.from_seed(99), *roots[1:]])
+    for tag in (DIGEST_TAG, COV_TAG, PARTIAL_TAG):
+        mine = [k for k in first if k[0] == "party1" and k[2] == tag]
+        assert mine and all(first[k] != other[k] for k in mine), tag
