@@ -90,3 +90,18 @@ def test_a_group_key_shares_the_noise_among_n_minus_t_without_raising_max_noise_
 def test_an_unknown_key_kind_is_a_config_error():
     with pytest.raises(ConfigError, match="key must be one of 'threshold', 'single'"):
         _policy('key = "both"\n')
+
+
+def test_the_governor_reads_its_stored_groups_parties_and_skips_one_that_does_not_load(tmp_path):
+    """What the default of the key rule is decided from: each stored group's parties by share index."""
+    from smcdp.crypto.paillier import generate_keypair
+    from smcdp.crypto.threshold import deal
+    from smcdp.plugins.keystore import GROUP_FILE, KeyGroup, KeyStore, stored_groups
+
+    pub, shares = deal(generate_keypair(512, allow_insecure=True)[1], 2, 1)
+    store = KeyStore(tmp_path)
+    store.save(KeyGroup("lab", pub, 1, {1: "alice", 2: "bob"}, 512, "t", "s", 1.0), shares[0], replace=False)
+    store.save(KeyGroup("old", pub, 1, {1: "alice", 2: "carol"}, 512, "t", "s", 1.0), shares[0], replace=False)
+    (tmp_path / "old" / GROUP_FILE).write_text("{}")
+    assert stored_groups(tmp_path, allow_insecure=True) == {"lab": ("alice", "bob")}
+    assert stored_groups(tmp_path / "none") == {}
