@@ -1,0 +1,111 @@
+"""Power iteration's DP covariance mode under a group key between real party processes: trent and three data
+parties (alice, bob, carol) whose key stores hold dealt shares of one (1, 3) key (the ceremony is tested on
+its own).  A session naming the group succeeds and charges each party once; a single-key proposal is refused
+by the parties' default key rule (they hold a group of exactly these data parties); a trent delivering one
+party's release in place of the others' is refused, and every data party's audit trail names trent."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from smcdp.crypto.paillier import generate_keypair
+from smcdp.crypto.threshold import deal
+from smcdp.dp.ledger import Ledger
+from smcdp.plugins.keystore import KeyGroup, KeyStore
+from smcdp.runtime.config import dump_config, load_config
+from smcdp.runtime.governance.audit import read_entries
+from smcdp.runtime.governance.charges import DEFAULT_LEDGER, BudgetConfig
+from smcdp.runtime.governance.policy import Policy, ProtocolRules
+from smcdp.runtime.local import LocalCluster
+
+K = 4
+ROLES = {"trent": "trent", "party1": "alice", "party2": "bob", "party3": "carol"}
+DATA = ("alice", "bob", "carol")
+PARAMS = {
+    "n_parties": 3,
+    "key_bits": 512,
+    "epsilon": 1.0,
+    "delta": 1e-6,
+    "dp_method": "covariance",
+    "rows": K,
+    "max_samples": 20,
+}
+GROUP = {"key_group": "lab", "key_threshold": 1}
+
+
+class _Cluster(LocalCluster):
+    """trent loads the modified plug-in when ``evil`` is set."""
+
+    evil = False
+
+    def write_configs(self) -> None:
+        super().write_configs()
+        if self.evil:
+            cfg = load_config(self.configs["trent"])
+            dump_config(replace(cfg, plugins=("tests.support.malicious_pi_group",)), self.configs["trent"])
+
+
+def _cluster(tmp, evil: bool):
+    rng = np.random.default_rng(36)
+    parties: dict = {"trent": {}}
+    for name in DATA:
+        np.save(tmp / f"{name}.npy", rng.normal(size=(K, 20)) * 0.3)
+        parties[name] = {"power-iteration": {"data": tmp / f"{name}.npy"}}
+    rules = ProtocolRules(roles=("party*",), initiators=("trent",), coordinators=("trent",), release_to=DATA)
+    policies = {
+        "trent": Policy(protocols={"power-iteration": ProtocolRules(roles=("trent",), initiators=("trent",))}),
+        **{p: Policy(protocols={"power-iteration": rules}) for p in DATA},
+    }
+    budgets = {p: BudgetConfig(dataset=p, epsilon=10.0, delta=1e-3) for p in DATA}
+    cls = type("C", (_Cluster,), {"evil": evil})
+    return cls(parties, allow_insecure_keys=True, workdir=tmp / "run", policies=policies, budgets=budgets)
+
+
+def _store_shares(cluster) -> None:
+    pub, shares = deal(generate_keypair(512, allow_insecure=True)[1], 3, 1)
+    names = dict(enumerate(DATA, 1))
+    for i, name in names.items():
+        info = KeyGroup("lab", pub, i, names, 512, "2026-12-02T00:00:00Z", "dealt", 0.0)
+        KeyStore(cluster.data_dir(name) / "keys").save(info, shares[i - 1], replace=False)
+
+
+def test_a_group_key_session_succeeds_and_a_single_key_one_is_refused_by_default(tmp_path):
+    with _cluster(tmp_path, evil=False) as cluster:
+        _store_shares(cluster)
+        recs = cluster.run("power-iteration", ROLES, {**PARAMS, **GROUP}, initiator="trent", timeout=240)
+        assert {r["state"] for r in recs.values()} == {"succeeded"}, {p: r.get("error") for p, r in recs.items()}
+        sid = recs["trent"]["session_id"]
+        us = [recs[p]["result"]["u"] for p in DATA]
+        assert us[0] == us[1] == us[2]
+        for p in DATA:
+            key = recs[p]["result"]["dp"]["key"]
+            assert key["kind"] == "threshold" and key["parties"] == ["party1", "party2", "party3"]
+            charges = [c for c in Ledger(cluster.data_dir(p) / DEFAULT_LEDGER).history(p) if c.key == sid]
+            assert [(c.state, float(c.epsilon)) for c in charges] == [("charged", 1.0)]
+        # the same session with party1's key pair: every data party holds group 'lab' of exactly these
+        # parties, so its default key rule refuses it
+        recs = cluster.run("power-iteration", ROLES, PARAMS, initiator="trent", timeout=120)
+        err = recs["trent"].get("error") or {}
+        assert recs["trent"]["state"] == "failed" and "policy.power-iteration.key" in err.get("message", ""), err
+        assert err.get("origin") in DATA, err
+
+
+def test_a_trent_relaying_one_release_for_all_is_named_in_every_data_partys_audit_trail(tmp_path):
+    with _cluster(tmp_path, evil=True) as cluster:
+        _store_shares(cluster)
+        recs = cluster.run("power-iteration", ROLES, {**PARAMS, **GROUP}, initiator="trent", timeout=240)
+        sid = recs["trent"]["session_id"]
+        for p in DATA:
+            assert recs[p]["state"] == "failed", recs[p]
+        refused = [p for p in DATA if "refuses to decrypt" in (recs[p].get("error") or {}).get("message", "")]
+        assert refused, {p: recs[p].get("error") for p in DATA}
+        for p in refused:
+            assert recs[p]["error"]["origin"] == "trent", recs[p]["error"]
+            ends = [
+                e
+                for _, e, _ in read_entries(cluster.data_dir(p))
+                if e is not None and e.get("event") == "session-end" and e.get("session") == sid
+            ]
+            assert ends and ends[-1]["origin"] == "trent" and "refuses to decrypt" in ends[-1]["message"], ends
