@@ -101,6 +101,7 @@ from smcdp.primitives.rng import (
 from smcdp.protocols.base import ProtocolParams
 from smcdp.protocols.power_iteration_threshold import (
     GroupKey,
+    Tags,
     check_distributed_noise,
     check_group_key,
     checked_sum,
@@ -1202,11 +1203,11 @@ async def _threshold_data_party(
             check_distributed_noise(params, mech, v.shape)
             W = np.clip(mech.randomise(v), -noisy_limit(params), noisy_limit(params))
             # --- Steps 2–3: commit to the encrypted release (digests), then send it to Trent.
-            digests = await release_and_commit(ch, params, key, W, packing, (TRENT, COV_TAG), seed)
+            digests = await release_and_commit(ch, params, key, W, packing, TRENT, Tags.covariance(), seed)
             # --- Steps 4–6: every contribution checked, the sum recomputed here, decrypted by t + 1 parties.
             ch.progress(round=1, step="final")
-            total = await checked_sum(ch, params, pk, packing, digests, L, TRENT)
-            ints = await threshold_decrypt(ch, params, key, total, COV_SUM_TAG, seed)
+            total = await checked_sum(ch, params, pk, packing, digests, L, TRENT, Tags.covariance())
+            ints = await threshold_decrypt(ch, params, key, total, Tags.covariance(), seed)
             us = covariance_components(covariance_unpack(decode_fixed(ints, -params.frac_bits), k), r)
             alpha = await _own_block(cs, us, n_i, x_sink)
             compute_stats = await cs.astats()
@@ -1249,7 +1250,7 @@ async def _cov_trent(ch: Channel, params: PowerIterationParams, pk: PublicKey, k
     if params.key_group is not None:
         t0 = time.perf_counter()
         ch.progress(round=0, step="release")
-        await trent_deliver(ch, params, pk, L, COV_TAG)
+        await trent_deliver(ch, params, pk, L, Tags.covariance())
         return TrentResult(None, [], 1, 1, 0, None, [time.perf_counter() - t0], [], ch.stats.as_dict())
     packing, bound_c = params.packing(pk), params.contribution_bound()
     t0 = time.perf_counter()

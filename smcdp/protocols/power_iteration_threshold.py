@@ -67,6 +67,28 @@ PARTIAL_TAG = "partial/cov"
 _DOMAIN = b"smcdp/power-iteration/threshold-cov/v1"
 
 
+@dataclass(frozen=True)
+class Tags:
+    """The messages of one release under the group key: to Trent (``release``), the digests to the other data
+    parties, Trent's relays (``<contrib>/<role>``), the partial decryptions, and the tag the partial
+    decryptions' proofs are bound to (``sum``)."""
+
+    release: str
+    digest: str
+    contrib: str
+    partial: str
+    sum: str
+
+    @classmethod
+    def covariance(cls) -> Tags:
+        return cls("noisy/cov", DIGEST_TAG, CONTRIB_TAG, PARTIAL_TAG, "final/cov")
+
+    @classmethod
+    def power_round(cls, t: int) -> Tags:
+        """Round t of the noisy power method: its release ``noisy/<t>``, the sum being the next block."""
+        return cls(f"noisy/{t}", f"digest/{t}", f"contrib/{t}", f"partial/{t}", f"sum/{t}")
+
+
 class ContributionMismatch(InvalidMessage):
     """What Trent delivered as a party's contribution is not what that party committed to (step 5):
     nothing is decrypted.  ``origin``: Trent's party, who delivered it."""
@@ -228,14 +250,15 @@ async def release_and_commit(
     key: GroupKey,
     W: np.ndarray,
     packing: Packing,
-    release: tuple[str, str],
+    trent: str,
+    tags: Tags,
     seed: SeedLike,
 ) -> dict[str, bytes]:
-    """Steps 1–3 for the release W (already noisy and clamped): encrypt, commit, wait, send it to ``release``
-    = (Trent's role, the release's tag).  Returns every data role's committed digest (its own included)."""
+    """Steps 1–3 for the release W (already noisy and clamped): encrypt, commit, wait, send it to ``trent``
+    (``tags.release``).  Returns every data role's committed digest (its own included)."""
     pk = key.public.public_key
     vec = await EncryptedVector.encrypt_with(
-        _replayable_encryption(pk, protocol_rng(seed, "power-iteration", ch.role, "cov-encryption")),
+        _replayable_encryption(pk, protocol_rng(seed, "power-iteration", ch.role, "encryption", tags.release)),
         pk,
         W,
         frac_bits=params.frac_bits,
@@ -245,17 +268,17 @@ async def release_and_commit(
     mine = contribution_digest(ch.session_id, ch.role, vec)
     others = [r for r in params.data_roles if r != ch.role]
     # --- Step 2: the digest to every other data party; every other party's digest before anything more.
-    await ch.send_many(others, DIGEST_TAG, pb.Blobs(values=[key.public.fingerprint, mine]))
-    got = await ch.recv_all(others, DIGEST_TAG, pb.Blobs)
+    await ch.send_many(others, tags.digest, pb.Blobs(values=[key.public.fingerprint, mine]))
+    got = await ch.recv_all(others, tags.digest, pb.Blobs)
     digests = {ch.role: mine}
     for role, msg in got.items():
         if len(msg.values) != 2 or len(msg.values[1]) != 32:
-            raise InvalidMessage(f"{DIGEST_TAG} from {role} must be (key fingerprint, 32-byte digest)")
+            raise InvalidMessage(f"{tags.digest} from {role} must be (key fingerprint, 32-byte digest)")
         if msg.values[0] != key.public.fingerprint:
             raise InvalidMessage(f"{role} holds another key under group {params.key_group!r} (fingerprints differ)")
         digests[role] = bytes(msg.values[1])
     # --- Step 3: the release to Trent (the release point), only now that every contribution is committed.
-    await ch.send(*release, vec.to_proto())
+    await ch.send(trent, tags.release, vec.to_proto())
     return digests
 
 
@@ -267,12 +290,13 @@ async def checked_sum(
     digests: Mapping[str, bytes],
     L: int,
     trent: str,
+    tags: Tags,
 ) -> EncryptedVector:
     """Step 5's check: every contribution ``trent`` delivers against its owner's digest, then their sum,
     recomputed here.  A mismatch refuses (nothing is decrypted) and names Trent."""
     vecs = []
     for role in params.data_roles:
-        tag = f"{CONTRIB_TAG}/{role}"
+        tag = f"{tags.contrib}/{role}"
         vec = EncryptedVector.from_proto(
             await ch.recv(trent, tag, pb.CiphertextVector),
             pk,
@@ -285,7 +309,7 @@ async def checked_sum(
         if contribution_digest(ch.session_id, role, vec) != digests[role]:
             exc = ContributionMismatch(
                 f"{ch.role} refuses to decrypt: the contribution of {role} that {trent} delivered ({tag}) is not "
-                f"the one {role} committed to ({DIGEST_TAG}); {trent} (or {role}, if it sent {trent} another "
+                f"the one {role} committed to ({tags.digest}); {trent} (or {role}, if it sent {trent} another "
                 "ciphertext than it committed to) deviated -- a party partially decrypts only the sum it "
                 "recomputed from the committed contributions"
             )
@@ -299,22 +323,22 @@ async def checked_sum(
 
 
 async def threshold_decrypt(
-    ch: Channel, params: PowerIterationParams, key: GroupKey, total: EncryptedVector, tag: str, seed: SeedLike
+    ch: Channel, params: PowerIterationParams, key: GroupKey, total: EncryptedVector, tags: Tags, seed: SeedLike
 ) -> list[int]:
     """Steps 5–6: this party's partial decryption of ``total`` (the sum it recomputed) to the other data
     parties, theirs verified and t + 1 combined: the sum's signed integers.  The proof's nonce is derived from
     a stream of the party's root and the statement, so a replayed party sends the same bytes."""
     others = [r for r in params.data_roles if r != ch.role]
-    context = sum_context(ch.session_id, tag, total)
-    nonce_key = stream_key(seed, "power-iteration", ch.role, "cov-proof")
+    context = sum_context(ch.session_id, tags.sum, total)
+    nonce_key = stream_key(seed, "power-iteration", ch.role, "proof", tags.partial)
     own = await asyncio.to_thread(partial_decrypt_vector, key.share, total, context, nonce_key=nonce_key)
-    await ch.send_many(others, PARTIAL_TAG, partial_to_proto(own))
-    got = await ch.recv_all(others, PARTIAL_TAG, pb.BigInts)
+    await ch.send_many(others, tags.partial, partial_to_proto(own))
+    got = await ch.recv_all(others, tags.partial, pb.BigInts)
     role_of = {i: r for r, i in key.indices.items()}
     count = len(total.ciphertexts)
     try:
         partials = [own] + [
-            partial_from_proto(got[r], key.public, key.indices[r], count, f"{PARTIAL_TAG} from {r}") for r in others
+            partial_from_proto(got[r], key.public, key.indices[r], count, f"{tags.partial} from {r}") for r in others
         ]
         return await asyncio.to_thread(combine_vector_ints, key.public, total, partials, context)
     except BadPartialDecryption as exc:
@@ -324,9 +348,10 @@ async def threshold_decrypt(
         raise named from None
 
 
-async def trent_deliver(ch: Channel, params: PowerIterationParams, pk: PublicKey, L: int, release_tag: str) -> None:
-    """Trent's step 4: every data party's release (``release_tag``) to every data party, each checked (size,
+async def trent_deliver(ch: Channel, params: PowerIterationParams, pk: PublicKey, L: int, tags: Tags) -> None:
+    """Trent's step 4: every data party's release (``tags.release``) to every data party, each checked (size,
     key, bound) first.  He sums nothing and decrypts nothing."""
+    release_tag = tags.release
     roles = params.data_roles
     packing = params.packing(pk)
     noisy = await ch.recv_all(roles, release_tag, pb.CiphertextVector)
@@ -341,4 +366,4 @@ async def trent_deliver(ch: Channel, params: PowerIterationParams, pk: PublicKey
             what=f"{release_tag} from {role}",
         )
     for role in roles:
-        await ch.send_many(roles, f"{CONTRIB_TAG}/{role}", noisy[role])
+        await ch.send_many(roles, f"{tags.contrib}/{role}", noisy[role])
