@@ -255,8 +255,8 @@ class PowerIterationParams(ProtocolParams):
         except InvalidMessage as exc:
             bad(str(exc))
         integer("key_threshold", 1, self.n_parties - 1)
-        if not self.dp or self.dp_mode != "covariance":
-            bad("key_group is implemented for the DP covariance mode (dp_method covariance) only")
+        if not self.dp:
+            bad("key_group is implemented for the DP modes only (give epsilon and delta)")
         assert self.key_threshold is not None
         h, most = self.noise_share, self.n_parties - self.key_threshold
         if h > most:
@@ -474,6 +474,10 @@ class PowerIterationParams(ProtocolParams):
                 msgs = [(N, cov), (N - 1, 128), (N - 1, partial)]
             else:
                 msgs = [(1, cov), (1, 3 * (B // 8) + 32)]
+        elif self.dp and self.key_group is not None and role != TRENT:  # v/0 in clear; per round: every
+            # release, the others' digests and partial decryptions (docs: the group key)
+            N, partial = self.n_parties, block + (4 * B + 5000) // 8 + 64
+            msgs = [(1, 9 * k * b + 64), (rounds * N, block), (rounds * (N - 1), 128), (rounds * (N - 1), partial)]
         elif self.dp:  # noisy/t to Trent; v/t and final/v to the parties (and the key pair)
             msgs = (
                 [(rounds * self.n_parties, block), (self.n_parties, 24), (1, B // 8 + 16)]
@@ -1180,35 +1184,24 @@ async def _threshold_data_party(
     seed: SeedLike,
     x_sink: XSink | None,
 ) -> DataPartyResult:
-    """The covariance mode under a group key (docs/protocols/power-iteration.md, "The covariance mode with a
-    group key"): setup, then steps 1–6 of :mod:`smcdp.protocols.power_iteration_threshold`."""
+    """A DP mode under a group key (docs/protocols/power-iteration.md, "The covariance mode with a group key"):
+    setup, then the covariance mode's one release or the power method's T, each by steps 1–6 of
+    :mod:`smcdp.protocols.power_iteration_threshold`."""
     k, n_i = source.shape
-    r, L = params.components, k * (k + 1) // 2
-    pk = key.public.public_key
-    packing = params.packing(pk)
+    r = params.components
     cal = dp_calibration(params)
     # --- Setup: Trent gets the group's public key from party1 (he only checks and relays ciphertexts), and k.
     if ch.role == params.data_roles[0]:
-        await ch.send(TRENT, "public_key", public_key_to_proto(pk))
+        await ch.send(TRENT, "public_key", public_key_to_proto(key.public.public_key))
     await ch.send(TRENT, "dims", _ints([k]))
     own_engine = engine is None
     engine = engine or LocalEngine(1)
     try:
         async with engine.session(source, None, label=f"{ch.session_id}/{ch.role}") as cs:
-            # --- Step 1: S_i clipped, packed, plus an exact discrete Gaussian of variance σ²/h, clamped.
-            ch.progress(round=0, step="release")
-            S, clipped = await cs.clipped_gram_pass(np.eye(k), params.column_norm)
-            v = covariance_pack(S)
-            mech = dp_noise(params, cal, v.shape, seed, ch.role, "cov")
-            check_distributed_noise(params, mech, v.shape)
-            W = np.clip(mech.randomise(v), -noisy_limit(params), noisy_limit(params))
-            # --- Steps 2–3: commit to the encrypted release (digests), then send it to Trent.
-            digests = await release_and_commit(ch, params, key, W, packing, TRENT, Tags.covariance(), seed)
-            # --- Steps 4–6: every contribution checked, the sum recomputed here, decrypted by t + 1 parties.
-            ch.progress(round=1, step="final")
-            total = await checked_sum(ch, params, pk, packing, digests, L, TRENT, Tags.covariance())
-            ints = await threshold_decrypt(ch, params, key, total, Tags.covariance(), seed)
-            us = covariance_components(covariance_unpack(decode_fixed(ints, -params.frac_bits), k), r)
+            if params.dp_mode == "covariance":
+                us, clipped = await _threshold_cov_release(ch, cs, params, key, cal, seed)
+            else:
+                us, clipped = await _threshold_power_rounds(ch, cs, params, key, cal, seed)
             alpha = await _own_block(cs, us, n_i, x_sink)
             compute_stats = await cs.astats()
     finally:
@@ -1217,7 +1210,7 @@ async def _threshold_data_party(
     return DataPartyResult(
         u=us[:, 0].tolist(),
         alpha=None if alpha is None else alpha.tolist(),
-        rounds=1,
+        rounds=params.dp_rounds,
         components=[{"u": us[:, j].tolist()} for j in range(r)],
         stats=dict(ch.stats.as_dict(), compute=compute_stats),
         dp=dict(
@@ -1228,6 +1221,69 @@ async def _threshold_data_party(
             key=key_summary(params, key),
         ),
     )
+
+
+async def _threshold_release(
+    ch: Channel,
+    params: PowerIterationParams,
+    key: GroupKey,
+    W: np.ndarray,
+    tags: Tags,
+    seed: SeedLike,
+) -> np.ndarray:
+    """One release under the group key, steps 2–6: commit, release, check what Trent relays, recompute the sum
+    and decrypt it with t + 1 parties.  Returns the sum's values (flat)."""
+    pk = key.public.public_key
+    packing = params.packing(pk)
+    digests = await release_and_commit(ch, params, key, W, packing, TRENT, tags, seed)
+    total = await checked_sum(ch, params, pk, packing, digests, W.size, TRENT, tags)
+    return decode_fixed(await threshold_decrypt(ch, params, key, total, tags, seed), -params.frac_bits)
+
+
+async def _threshold_cov_release(
+    ch: Channel, cs: ComputeSession, params: PowerIterationParams, key: GroupKey, cal: DPCalibration, seed: SeedLike
+) -> tuple[np.ndarray, int]:
+    """The covariance mode's one release under the group key: (u_1 … u_r, clipped columns)."""
+    k = cs.source.k
+    # --- Step 1: S_i clipped, packed, plus an exact discrete Gaussian of variance σ²/h, clamped.
+    ch.progress(round=0, step="release")
+    S, clipped = await cs.clipped_gram_pass(np.eye(k), params.column_norm)
+    v = covariance_pack(S)
+    mech = dp_noise(params, cal, v.shape, seed, ch.role, "cov")
+    check_distributed_noise(params, mech, v.shape)
+    W = np.clip(mech.randomise(v), -noisy_limit(params), noisy_limit(params))
+    # --- Steps 2–6: committed, released, every release checked, the sum recomputed and decrypted here.
+    total = await _threshold_release(ch, params, key, W, Tags.covariance(), seed)
+    ch.progress(round=1, step="final")
+    return covariance_components(covariance_unpack(total, k), params.components), clipped
+
+
+async def _threshold_power_rounds(
+    ch: Channel, cs: ComputeSession, params: PowerIterationParams, key: GroupKey, cal: DPCalibration, seed: SeedLike
+) -> tuple[np.ndarray, int]:
+    """The noisy power method under the group key: Trent's start block in clear (public randomness: the
+    sensitivity bound holds for any block), then T releases, each round's decrypted sum -- which every party
+    recomputed from committed releases -- being the next round's block.  (u_1 … u_r, clipped columns)."""
+    k, b, T = cs.source.k, params.block_size, params.dp_rounds
+    msg = await ch.recv(TRENT, "v/0", pb.Matrix)
+    if (msg.rows, msg.cols, len(msg.values)) != (k, b, k * b):
+        raise InvalidMessage(f"v/0 from trent must be a {k} × {b} matrix")
+    V = np.asarray(msg.values, dtype=np.float64).reshape((k, b))
+    clipped = 0
+    for t in range(T):
+        ch.progress(round=t, step="iterate")
+        # --- DP round steps 2–3 as with the single key: Q_t of the block, Z_i, its noise (σ²/h), clamped.
+        Q = orthonormal_basis(V, f"the block of round {t}")
+        Z, clipped = await cs.clipped_gram_pass(Q, params.column_norm)
+        mech = dp_noise(params, cal, Z.shape, seed, ch.role, t)
+        check_distributed_noise(params, mech, Z.shape)
+        W = np.clip(mech.randomise(Z), -noisy_limit(params), noisy_limit(params))
+        # --- Steps 2–6 of the group key: the sum of the round's releases, recomputed here, decrypted.
+        V = (await _threshold_release(ch, params, key, W.ravel(order="F"), Tags.power_round(t), seed)).reshape(
+            (k, b), order="F"
+        )
+    ch.progress(round=T, step="final")
+    return dp_components(V, params.components), clipped
 
 
 async def _own_block(cs: ComputeSession, us: np.ndarray, n_i: int, x_sink: XSink | None) -> np.ndarray | None:
@@ -1696,6 +1752,8 @@ async def _dp_trent(ch: Channel, params: PowerIterationParams, pk: PublicKey, k:
     contributions.  He never decrypts and stops after T rounds, whatever the data."""
     if params.dp_mode == "covariance":
         return await _cov_trent(ch, params, pk, k)
+    if params.key_group is not None:
+        return await _threshold_power_trent(ch, params, pk, k, seed)
     roles = params.data_roles
     T, b = params.dp_rounds, params.block_size
     packing, bound_c = params.packing(pk), params.contribution_bound()
@@ -1742,6 +1800,23 @@ async def _dp_trent(ch: Channel, params: PowerIterationParams, pk: PublicKey, k:
         components=[],
         stats=ch.stats.as_dict(),
     )
+
+
+async def _threshold_power_trent(
+    ch: Channel, params: PowerIterationParams, pk: PublicKey, k: int, seed: SeedLike
+) -> TrentResult:
+    """Trent in the noisy power method under a group key: the start block in clear, then every round's releases
+    relayed to every data party (each sums and decrypts them itself).  He decrypts nothing."""
+    T, b = params.dp_rounds, params.block_size
+    start = keyed_gaussian(stream_key(seed, "power-iteration", TRENT, "dp-start"), 0, (k, b))
+    await ch.send_many(params.data_roles, "v/0", pb.Matrix(rows=k, cols=b, values=start.ravel().tolist()))
+    round_seconds = []
+    for t in range(T):
+        ch.progress(round=t, step="iterate")
+        t0 = time.perf_counter()
+        await trent_deliver(ch, params, pk, k * b, Tags.power_round(t))
+        round_seconds.append(time.perf_counter() - t0)
+    return TrentResult(None, [], T, T, 0, None, round_seconds, [], ch.stats.as_dict())
 
 
 def blind_multiplier(rng: random.Random, offset_bits: int, bits: int) -> int:

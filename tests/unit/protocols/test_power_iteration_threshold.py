@@ -245,8 +245,8 @@ def test_noise_share_defaults_to_n_minus_t_and_never_exceeds_it():
         params_for(5, 2, noise_parties=4).validate()
     with pytest.raises(InvalidMessage, match="key_group and key_threshold go together"):
         dataclasses.replace(params_for(3, 1), key_threshold=None).validate()
-    with pytest.raises(InvalidMessage, match="DP covariance mode"):
-        params_for(3, 1, dp_method="power").validate()
+    with pytest.raises(InvalidMessage, match="DP modes only"):
+        PowerIterationParams(n_parties=3, key_bits=512, key_group="lab", key_threshold=1).validate()
     with pytest.raises(InvalidMessage, match="key_threshold"):
         params_for(3, 3).validate()
 
@@ -413,3 +413,60 @@ def test_a_replayed_party_sends_the_same_bytes_so_its_commitment_still_holds(sk5
     for tag in (DIGEST_TAG, COV_TAG, PARTIAL_TAG):
         mine = [k for k in first if k[0] == "party1" and k[2] == tag]
         assert mine and all(first[k] != other[k] for k in mine), tag
+
+
+# ------------------------------------------------------------------ the noisy power method under the group key
+def test_the_noisy_power_method_under_the_group_key_computes_the_components(sk512):
+    """dp_method = "power", n = 3, t = 1, negligible noise: T rounds, each round's sum recomputed and decrypted
+    by the parties (Trent's start block comes in clear), u_1 matches numpy's; Trent relays every round."""
+    M = spectral_gap_data(12, k=8, n=3_000)
+    params = params_for(
+        3, 1, dp_method="power", iterations=25, epsilon=99.0, delta=1e-3, rows=8, max_samples=3_000, components=1
+    )
+    _, shares = deal(sk512, 3, 1)
+    net, res = run([M[:, :1000], M[:, 1000:2200], M[:, 2200:]], params, sk=sk512, shares=shares)
+    assert not isinstance(res, Exception), res
+    U = top_eigenvectors(M, 1)
+    for role in ("party1", "party2", "party3"):
+        assert abs(np.dot(res[role].u, U[:, 0])) > 1 - 1e-4, role
+        assert res[role].rounds == 25 and res[role].dp["key"]["kind"] == "threshold"
+    releases = [t for s, _, t, _, _ in net.transcript if s == "party2" and t.startswith("noisy/")]
+    assert releases == [f"noisy/{t}" for t in range(25)]
+    # Trent sends a data party the start block and, per round, the three releases -- nothing to decrypt alone
+    to_party = {t for s, r, t, _, _ in net.transcript if s == "trent" and r == "party1"}
+    assert to_party == {"v/0"} | {f"contrib/{t}/party{j}" for t in range(25) for j in (1, 2, 3)}
+
+
+def test_in_the_power_method_a_trent_relaying_one_release_for_another_is_refused(sk512):
+    """Round 2: Trent delivers party3's release as party1's to party2: refused, Trent named, no partial."""
+    rng = np.random.default_rng(9)
+    blocks = [rng.normal(size=(4, 30)) for _ in range(3)]
+    _, shares = deal(sk512, 3, 1)
+    third = {}
+
+    def grab(to, tag, data):
+        if tag == "noisy/2":
+            third["w3"] = data
+        return data
+
+    def swap(to, tag, data):
+        return third["w3"] if (to == "party2" and tag == "contrib/2/party1") else data
+
+    params = params_for(3, 1, dp_method="power", iterations=4, rows=4, max_samples=30)
+    net, outcome = run(blocks, params, sk=sk512, shares=shares, rewrite={"trent": swap, "party3": grab})
+    assert isinstance(outcome, ContributionMismatch) and outcome.origin == "trent", outcome
+    assert not any(s == "party2" and t == "partial/2" for s, _, t, _, _ in net.transcript)
+
+
+def test_traffic_envelope_covers_every_message_of_the_group_key_power_method(sk512):
+    rng = np.random.default_rng(10)
+    blocks = [rng.normal(size=(6, 12)) * 0.2 for _ in range(3)]
+    params = params_for(3, 1, dp_method="power", iterations=3, rows=6, max_samples=12, components=2)
+    _, shares = deal(sk512, 3, 1)
+    net, res = run(blocks, params, sk=sk512, shares=shares)
+    assert not isinstance(res, Exception), res
+    for role in ["trent", *params.data_roles]:
+        env = params.traffic_envelope(role)
+        got = [len(d) for *_, d in net.received_by(role)]
+        assert max(got) <= env.message_bytes and sum(got) <= env.session_bytes and len(got) <= env.tags, role
+        assert env.session_bytes < 4 * sum(got) + 4096, role
