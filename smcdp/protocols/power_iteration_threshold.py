@@ -1,9 +1,10 @@
-"""Power iteration's DP covariance mode under a group (threshold) key (docs/protocols/power-iteration.md,
-"The covariance mode with a group key").
+"""Power iteration's DP modes under a group (threshold) key (docs/protocols/power-iteration.md, "The
+covariance mode with a group key" and "The noisy power method with a group key").
 
 The data parties hold shares of a (t, n) threshold Paillier key made by the key ceremony
 (:mod:`smcdp.protocols.keygen`, stored by :mod:`smcdp.plugins.keystore`); nobody holds the private key.
-Trent gets the public key only.  The steps, numbered as in the docs:
+Trent gets the public key only.  The steps of one release (the covariance mode's one, each round's in the
+power method; :class:`Tags` names its messages), numbered as in the docs:
 
 1. Party i computes its clipped covariance S_i (one pass), packs it and adds an exact discrete Gaussian of
    variance σ²/h, h = n − t by default (:func:`noise_guarantee`), and encrypts the release E_i.
