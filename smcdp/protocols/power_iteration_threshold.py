@@ -34,6 +34,7 @@ import random
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from typing import Protocol as TypingProtocol
 
 import gmpy2
 import numpy as np
@@ -57,7 +58,28 @@ from smcdp.v1 import messages_pb2 as pb
 
 if TYPE_CHECKING:  # pragma: no cover
     from smcdp.dp.mechanisms import GaussianMechanism
-    from smcdp.protocols.power_iteration import PowerIterationParams
+
+
+class PowerIterationParams(TypingProtocol):
+    """What these steps read of :class:`smcdp.protocols.power_iteration.PowerIterationParams` (a structural
+    type, so that this module, which that one imports, does not import it back)."""
+
+    n_parties: int
+    key_bits: int
+    frac_bits: int
+    key_group: str | None
+    key_threshold: int | None
+
+    @property
+    def data_roles(self) -> list[str]: ...
+
+    @property
+    def noise_share(self) -> int: ...
+
+    def contribution_bound(self) -> int: ...
+
+    def packing(self, pk: PublicKey) -> Packing: ...
+
 
 #: a data party's digest of its contribution, to every other data party (step 2)
 DIGEST_TAG = "digest/cov"
