@@ -102,6 +102,10 @@ class SessionSummary:
     #: choice: "threshold" (a group key, no party holds the private key) or "single" (one party's key pair,
     #: shared with the other data parties); bounded by a policy's ``key`` rule.  None: no such choice
     key: str | None = None
+    #: the threshold t of the group key involved (no t of its parties together decrypt anything, t + 1 do):
+    #: the key ceremony's, or that of the group key a session encrypts under; bounded below by a policy's
+    #: ``min_threshold``.  None: no group key
+    threshold: int | None = None
 
     def outputs_from(self, role: str) -> list[OutputFlow]:
         """The outputs computed from ``role``'s private inputs."""
@@ -124,6 +128,7 @@ class SessionSummary:
             "iterations": self.iterations,
             "hiding": {k: list(v) for k, v in self.hiding.items()},
             "key": self.key,
+            "threshold": self.threshold,
         }
 
 

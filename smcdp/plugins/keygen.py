@@ -122,6 +122,7 @@ class KeyCeremonyPlugin(ProtocolPlugin):
             data_roles=(),
             coordinator_roles=(),
             outputs=(OutputFlow(f"threshold public key of group {p.group!r}", every, ()),),
+            threshold=p.threshold,
         )
 
     def traffic_envelope(

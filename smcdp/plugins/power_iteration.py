@@ -106,6 +106,7 @@ class PowerIterationPlugin(ProtocolPlugin):
                 components=k,
                 noise_parties={r_: p.noise_share for r_ in data},
                 key=p.key_kind,
+                threshold=p.key_threshold if p.key_group is not None else None,
                 iterations=p.dp_rounds,
                 hiding=hiding_of(p, HIDING),
             )
@@ -129,6 +130,7 @@ class PowerIterationPlugin(ProtocolPlugin):
                 components=b,
                 noise_parties={r: p.noise_share for r in data},
                 key=p.key_kind,
+                threshold=p.key_threshold if p.key_group is not None else None,
                 iterations=p.dp_rounds,
                 hiding=hiding_of(p, HIDING),
             )

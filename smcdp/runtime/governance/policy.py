@@ -89,6 +89,7 @@ _OPTIONAL_RULES = (
     "max_receive_mib",
     "min_hiding",
     "key",
+    "min_threshold",
 )
 _RULE_KEYS = {"roles", "initiators", "coordinators", "release_to", "allow_non_dp", *_OPTIONAL_RULES}
 #: the window of max_exact_sessions when period_days is not given
@@ -145,6 +146,9 @@ class ProtocolRules:
     #: which one party's key pair decrypts the data parties' contributions, "single" admits one; None: threshold
     #: where this party holds a group key of exactly the session's data parties, else single
     key: str | None = None
+    #: the least threshold t of a group key it holds a share of or encrypts its data under
+    #: (SessionSummary.threshold: a coalition of t + 1 of the group's parties decrypts); None: 1
+    min_threshold: int | None = None
 
     def as_dict(self) -> dict:
         out: dict[str, Any] = {
@@ -296,6 +300,7 @@ def _rules(name: str, t: Any, known: set[str]) -> ProtocolRules:
         max_receive_mib=_number(t, "max_receive_mib", where, integer=True, lo=1, hi=1 << 20),
         min_hiding=_min_hiding(t, where),
         key=_key_kind(t, where),
+        min_threshold=_number(t, "min_threshold", where, integer=True, lo=1, hi=1 << 10),
     )
 
 
@@ -433,6 +438,7 @@ def merge_rules(a: ProtocolRules, b: ProtocolRules) -> ProtocolRules:
         max_receive_mib=a.max_receive_mib,
         min_hiding=a.min_hiding,
         key=a.key,
+        min_threshold=a.min_threshold,
     )
 
 
@@ -584,6 +590,12 @@ def _check_keys(ask: _Asking, rules: ProtocolRules, summary: SessionSummary, all
     if summary.iterations is not None and summary.iterations > rounds:
         raise ask.bound(
             f"{ask.base}.max_iterations", f"the session may run {summary.iterations} rounds; it allows at most {rounds}"
+        )
+    if rules.min_threshold is not None and summary.threshold is not None and summary.threshold < rules.min_threshold:
+        raise ask.bound(
+            f"{ask.base}.min_threshold",
+            f"the group key's threshold is t = {summary.threshold}: {summary.threshold + 1} of its parties together "
+            f"decrypt anything encrypted under it; it requires t >= {rules.min_threshold}",
         )
     for what, bits in summary.key_bits.items():
         if bits > ceiling:

@@ -87,6 +87,57 @@ def test_a_group_key_shares_the_noise_among_n_minus_t_without_raising_max_noise_
     assert ei.value.rule == "policy.power-iteration.max_noise_parties"
 
 
+def test_min_threshold_bounds_the_group_key_a_session_uses():
+    """A party's data under a group key of threshold t: t + 1 of the group's parties decrypt it.  A policy's
+    min_threshold refuses a smaller t (FAILED_PRECONDITION naming the rule); without it any t >= 1."""
+    from smcdp.runtime.governance.policy import OutOfBounds
+
+    peers = {**PEERS, "dave": "h:4"}
+    text = BASE.replace('release_to = ["bob", "carol"]', 'release_to = ["bob", "carol", "dave"]')
+    pol = parse_policy(tomllib.loads(text + "min_threshold = 2\n")["policy"], "alice", peers)
+    assert pol.protocols["power-iteration"].as_dict()["min_threshold"] == 2
+    roles4 = {**ROLES3, "party4": "dave"}
+    with pytest.raises(OutOfBounds) as ei:
+        _eval(pol, roles=roles4, **GROUP)
+    assert ei.value.rule == "policy.power-iteration.min_threshold" and "t = 1" in str(ei.value)
+    s = _eval(pol, roles=roles4, key_group="lab", key_threshold=2)
+    assert s.threshold == 2 and s.as_dict()["threshold"] == 2
+    no_floor = parse_policy(tomllib.loads(text)["policy"], "alice", peers)
+    assert _eval(no_floor, roles=roles4, **GROUP).threshold == 1
+
+
+def test_min_threshold_bounds_the_key_ceremony_a_party_joins():
+    """The threshold is fixed when the key is made: a party whose [policy.key-ceremony] says min_threshold = 2
+    holds no share of a key that any two of the group's parties could use to decrypt its data."""
+    from smcdp.runtime.governance.policy import OutOfBounds
+
+    pol = parse_policy(
+        tomllib.loads('[policy.key-ceremony]\nroles = ["party*"]\ninitiators = ["bob"]\nmin_threshold = 2\n')["policy"],
+        "alice",
+        {**PEERS, "dave": "h:4"},
+    )
+    plugin = get_plugin("key-ceremony")
+    roles = {"party1": "bob", "party2": "alice", "party3": "carol", "party4": "trent", "party5": "dave"}
+
+    def ask(t):
+        params = plugin.validate_params({"group": "lab", "parties": 5, "threshold": t, "key_bits": 2048}, roles)
+        evaluate(
+            pol,
+            me="alice",
+            session_id="k1",
+            initiator="bob",
+            role="party2",
+            roles=roles,
+            summary=plugin.summary(params, roles),
+            allow_insecure_keys=False,
+        )
+
+    with pytest.raises(OutOfBounds) as ei:
+        ask(1)
+    assert ei.value.rule == "policy.key-ceremony.min_threshold"
+    ask(2)
+
+
 def test_an_unknown_key_kind_is_a_config_error():
     with pytest.raises(ConfigError, match="key must be one of 'threshold', 'single'"):
         _policy('key = "both"\n')
