@@ -17,6 +17,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -138,6 +139,51 @@ def measure(name, parties, roles, params, initiator, chaos, repeats, tmp, insecu
     )
 
 
+def concurrency(parties, roles, params, initiator, n, tmp, insecure, gap) -> str:
+    """``n`` sessions on one cluster as shipped (checkpoints on), one after the other and then all at once
+    (each from its own thread, as n operators would start them): with two cores and three party processes,
+    sessions at once should overlap one party's computing with another's waiting, so all n at once must
+    take less than n serial.  Unseeded: n sessions at once with one seed would be one session id's worth of
+    randomness n times."""
+    from smcdp.net.limits import Limits
+
+    limits = Limits(pending_per_peer=2 * n, pending_total=4 * n, running_per_peer=2 * n)
+    kw = dict(allow_insecure_keys=insecure, open_policy=True, limits=limits)
+    with LocalCluster(parties, workdir=tmp / "concurrent", **kw) as c:
+        pids = [pr.pid for pr in c.procs.values()]
+
+        def one(results, i):
+            results[i] = c.run("power-iteration", roles, params, initiator=initiator, timeout=900)
+
+        one({}, -1)  # untimed: a cold party process's first session
+        time.sleep(gap)
+        serial: dict = {}
+        c0, t0 = cpu_seconds(pids), time.monotonic()
+        for i in range(n):
+            one(serial, i)
+        t_serial, cpu_serial = time.monotonic() - t0, cpu_seconds(pids) - c0
+        time.sleep(gap)
+        together: dict = {}
+        threads = [threading.Thread(target=one, args=(together, i)) for i in range(n)]
+        c0, t0 = cpu_seconds(pids), time.monotonic()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        t_together, cpu_together = time.monotonic() - t0, cpu_seconds(pids) - c0
+    for runs in (serial, together):
+        bad = {
+            i: {p: r.get("error") for p, r in recs.items() if r.get("state") != "succeeded"} for i, recs in runs.items()
+        }
+        bad = {i: b for i, b in bad.items() if b}
+        if len(runs) != n or bad:
+            raise SystemExit(f"concurrency: {n - len(runs)} sessions missing, failed: {bad}")
+    return (
+        f"| power-iteration | {n} | {t_serial:.2f} s ({cpu_serial:.1f} CPU-s) | {t_together:.2f} s "
+        f"({cpu_together:.1f} CPU-s) | **{t_together / t_serial:.2f}** | {'yes' if t_together < t_serial else 'no'} |"
+    )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--key-bits", type=int, default=2048)
@@ -150,11 +196,18 @@ def main() -> int:
         default=3.0,
         help="seconds of idle before each timed session (the parties' offline work for the next one)",
     )
+    ap.add_argument(
+        "--concurrent",
+        type=int,
+        default=0,
+        help="also time this many power-iteration sessions on one trent, one after the other and all at once",
+    )
     args = ap.parse_args()
     bits = 1024 if args.quick else args.key_bits
     insecure = bits < 2048
     todo = args.protocols.split(",")
     rows = []
+    together = None
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         if "power-iteration" in todo:  # the bundled example data (30 rows; 80 + 120 samples)
@@ -179,6 +232,17 @@ def main() -> int:
                     args.gap,
                 )
             )
+            if args.concurrent:
+                together = concurrency(
+                    parties,
+                    {"trent": "trent", "party1": "alice", "party2": "bob"},
+                    {"n_parties": 2, "key_bits": bits},
+                    "trent",
+                    args.concurrent,
+                    tmp / "pi",
+                    insecure,
+                    args.gap,
+                )
         if "dp-aggregate" in todo:  # the bundled three organisations
             data = REPO / "examples" / "data" / "dp_aggregate"
             names = ("alice", "bob", "carol")
@@ -252,6 +316,13 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(r)
+    if together is not None:
+        print()
+        print("Sessions on one trent (checkpoints on), one after the other and all at once:")
+        print()
+        print("| protocol | sessions | one after the other | all at once | ratio | at once faster |")
+        print("|---|---|---|---|---|---|")
+        print(together)
     return 0
 
 
