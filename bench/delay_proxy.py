@@ -6,6 +6,12 @@ direction is written out ``rtt/2`` later, in order, so a request and its answer 
 and data that follows back to back (a pipelined stream) is delayed once, not once per message.
 Bandwidth is not limited.  Loopback only: it refuses to listen on or forward to anything else.
 
+The link-fault tests use the same proxy with ``rtt=0`` and a *fault* per direction, switched while it
+runs (:meth:`DelayProxy.set_fault`): ``"up"`` is what the connecting side sends, ``"down"`` what it
+receives.  ``"corrupt"`` flips one byte of every chunk passed on (inside a TLS stream: a record that
+fails its authentication), ``"drop"`` passes nothing on and keeps the connection open (a black hole:
+nothing arrives, nothing is refused).  :attr:`DelayProxy.faulted` counts the chunks a fault touched.
+
     python bench/delay_proxy.py --rtt-ms 50 --map 127.0.0.1:41001=127.0.0.1:40001 [--map ...]
 
 prints ``ready`` once every listener is up and runs until SIGTERM.  :class:`DelayProxy` is the same in
@@ -21,6 +27,9 @@ import sys
 import time
 
 CHUNK = 256 * 1024
+#: a direction of a proxied connection: what the connecting side sends ("up") or receives ("down")
+DIRECTIONS = ("up", "down")
+FAULTS = ("corrupt", "drop")
 
 
 def _loopback(host: str) -> bool:
@@ -39,6 +48,28 @@ class DelayProxy:
         self.listen, self.target, self.delay = listen, target, rtt / 2
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task] = set()
+        #: direction -> the fault applied to it now (None: bytes pass unchanged)
+        self.faults: dict[str, str | None] = dict.fromkeys(DIRECTIONS)
+        #: direction -> chunks a fault corrupted or dropped so far
+        self.faulted: dict[str, int] = dict.fromkeys(DIRECTIONS, 0)
+
+    def set_fault(self, direction: str, fault: str | None) -> None:
+        """From now on apply ``fault`` ("corrupt", "drop" or None) to ``direction`` ("up" or "down") of every
+        connection, open ones included.  Call it in the proxy's event loop (or between its iterations)."""
+        if direction not in DIRECTIONS or (fault is not None and fault not in FAULTS):
+            raise ValueError(f"direction must be one of {DIRECTIONS}, fault one of {FAULTS} or None")
+        self.faults[direction] = fault
+
+    def _apply(self, direction: str, data: bytes) -> bytes | None:
+        """``data`` as the fault of ``direction`` lets it through (None: dropped)."""
+        fault = self.faults[direction]
+        if fault is None or not data:
+            return data
+        self.faulted[direction] += 1
+        if fault == "drop":
+            return None
+        i = len(data) // 2
+        return data[:i] + bytes([data[i] ^ 0xFF]) + data[i + 1 :]
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._accept, *self.listen)
@@ -55,13 +86,14 @@ class DelayProxy:
         except OSError:
             writer.close()
             return
-        for src, dst in ((reader, up_writer), (up_reader, writer)):
-            task = asyncio.ensure_future(self._pump(src, dst))
+        for direction, src, dst in (("up", reader, up_writer), ("down", up_reader, writer)):
+            task = asyncio.ensure_future(self._pump(direction, src, dst))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _pump(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-        """Copy ``src`` to ``dst``, each chunk written ``delay`` after it was read (order kept)."""
+    async def _pump(self, direction: str, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        """Copy ``src`` to ``dst``, each chunk written ``delay`` after it was read (order kept), as the
+        fault of ``direction`` lets it through."""
         queue: asyncio.Queue = asyncio.Queue()
 
         async def later() -> None:
@@ -72,7 +104,10 @@ class DelayProxy:
                     await asyncio.sleep(wait)
                 if data is None:
                     break
-                dst.write(data)
+                passed = self._apply(direction, data)
+                if passed is None:
+                    continue
+                dst.write(passed)
                 await dst.drain()
 
         writer = asyncio.ensure_future(later())

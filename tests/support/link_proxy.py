@@ -1,0 +1,83 @@
+"""One party's link to another through the userspace proxy of ``bench/delay_proxy.py``, with faults switched
+on and off while a session runs (a corrupted TLS stream, a one-way black hole).
+
+:class:`ProxiedCluster` is a :class:`~smcdp.runtime.local.LocalCluster` whose party ``src`` reaches party
+``dst`` through a :class:`LinkProxy` (its configuration names the proxy's address for ``dst``); every other
+link is direct.  The proxy runs in an event loop of its own thread in the test process.  ``"up"`` on it is
+what ``src`` sends to ``dst``'s server (its messages, its heartbeats), ``"down"`` what comes back (the
+acknowledgements, the heartbeat answers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import sys
+import threading
+from dataclasses import replace
+
+from smcdp.runtime.config import dump_config, load_config
+from smcdp.runtime.local import LocalCluster
+from tests.support.paths import REPO
+
+if str(REPO / "bench") not in sys.path:
+    sys.path.insert(0, str(REPO / "bench"))
+delay_proxy = importlib.import_module("delay_proxy")
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+class LinkProxy:
+    """A :class:`delay_proxy.DelayProxy` without delay, in a thread of its own; faults set from any thread."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="link-proxy")
+        self.thread.start()
+        # the target is filled in once the cluster's ports are known (LinkProxy.to)
+        self.proxy = delay_proxy.DelayProxy(("127.0.0.1", 0), ("127.0.0.1", 0), 0.0)
+        self._call(self.proxy.start())
+        assert self.proxy._server is not None
+        self.port = self.proxy._server.sockets[0].getsockname()[1]
+
+    def _call(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)
+
+    def to(self, address: str) -> None:
+        self.proxy.target = _address(address)
+
+    def set_fault(self, direction: str, fault: str | None) -> None:
+        self.loop.call_soon_threadsafe(self.proxy.set_fault, direction, fault)
+
+    def faulted(self, direction: str) -> int:
+        return self.proxy.faulted[direction]
+
+    def close(self) -> None:
+        self._call(self.proxy.close())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+        self.loop.close()
+
+
+class ProxiedCluster(LocalCluster):
+    """A local cluster in which ``src`` reaches ``dst`` through ``proxy`` (closed with the cluster)."""
+
+    def __init__(self, parties, *, link: tuple[str, str], **kw) -> None:
+        super().__init__(parties, **kw)
+        self.src, self.dst = link
+        self.proxy = LinkProxy()
+
+    def write_configs(self) -> None:
+        super().write_configs()
+        cfg = load_config(self.configs[self.src])
+        self.proxy.to(cfg.peers[self.dst])
+        dump_config(replace(cfg, peers={**cfg.peers, self.dst: f"127.0.0.1:{self.proxy.port}"}), self.configs[self.src])
+
+    def stop(self, grace: float = 20.0) -> None:
+        try:
+            super().stop(grace)
+        finally:
+            self.proxy.close()
