@@ -155,10 +155,12 @@ class ResourceExhausted(SmcdpError):
 class SessionAborted(SmcdpError):
     """Another participant ended the session with an error."""
 
-    def __init__(self, message: str, code: str = "ABORTED", origin: str | None = None):
+    def __init__(self, message: str, code: str = "ABORTED", origin: str | None = None, link: str | None = None):
         super().__init__(message)
         self.code = code
         self.origin = origin
+        #: "A→B" when the session ended because A's link to B carried nothing (runtime.liveness.LinkLost)
+        self.link = link
 
 
 class InsecureParameters(SmcdpError):

@@ -568,11 +568,12 @@ class GrpcChannel(Channel):
         )
 
     async def send_abort(
-        self, code: str, message: str, timeout: float = 5.0, culprit: str | None = None
+        self, code: str, message: str, timeout: float = 5.0, culprit: str | None = None, link: str | None = None
     ) -> dict[str, str]:
         """Tell every other participant that this session failed (best effort, one try each).
 
-        ``culprit``: the party whose failure ended the session (default: this party).
+        ``culprit``: the party whose failure ended the session (default: this party); ``link``: "A→B" if
+        A's link to B is what failed.
         Returns party -> outcome ("ok" or the error), for the log.
         """
 
@@ -580,7 +581,11 @@ class GrpcChannel(Channel):
             try:
                 await self.connector.mailbox(party).Abort(
                     tpb.AbortRequest(
-                        session_id=self.session_id, code=code, message=message[:4000], culprit=culprit or ""
+                        session_id=self.session_id,
+                        code=code,
+                        message=message[:4000],
+                        culprit=culprit or "",
+                        link=link or "",
                     ),
                     timeout=timeout,
                 )

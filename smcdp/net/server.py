@@ -290,6 +290,16 @@ def _nonempty(v: str, what: str) -> str:
     return v
 
 
+def _link(text: str) -> str | None:
+    """An Abort's ``link`` ("A→B", two party names), None if empty; InvalidMessage if it is anything else."""
+    if not text:
+        return None
+    sender, sep, receiver = text.partition("→")
+    if not (sep and PARTY_NAME_RE.match(sender) and PARTY_NAME_RE.match(receiver)):
+        raise InvalidMessage("Abort names a link that is not two valid party names joined by '→'")
+    return text
+
+
 class PeerHost(abc.ABC):
     """What the Mailbox servicer needs of the party runner: the calls a *peer* may make.
 
@@ -321,12 +331,15 @@ class PeerHost(abc.ABC):
     async def begin(self, peer: str, session_id: str) -> None: ...
 
     @abc.abstractmethod
-    async def abort(self, peer: str, session_id: str, code: str, message: str, culprit: str | None = None) -> None: ...
+    async def abort(
+        self, peer: str, session_id: str, code: str, message: str, culprit: str | None = None, link: str | None = None
+    ) -> None: ...
 
     @abc.abstractmethod
     async def heartbeat(self, peer: str, session_id: str, incarnation: str, round: int) -> dict[str, Any]:
         """This party's view of ``session_id`` for a participant's liveness probe:
-        ``{"state", "incarnation", "round", "code", "culprit"}`` (state "unknown" if it has none)."""
+        ``{"state", "incarnation", "round", "code", "culprit"}`` and, for a session failed by a link that
+        carried nothing, ``"link"`` (state "unknown" if it has none)."""
 
     @abc.abstractmethod
     async def resume(self, peer: str, session_id: str) -> str:
@@ -775,7 +788,7 @@ class MailboxServicer(tgrpc.MailboxServicer):
             culprit = request.culprit or None
             if culprit is not None and not PARTY_NAME_RE.match(culprit):
                 raise InvalidMessage("Abort names a culprit that is not a valid party name")
-            await self.host.abort(peer, sid, code, printable(request.message), culprit)
+            await self.host.abort(peer, sid, code, printable(request.message), culprit, _link(request.link))
             return tpb.AbortReply()
         except Exception as exc:  # noqa: BLE001
             await _fail(context, exc, "Abort")

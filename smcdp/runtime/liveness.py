@@ -9,6 +9,10 @@ A participant that has not answered, and whose messages have not arrived, for ``
 peer_grace_seconds`` ends the session with UNAVAILABLE naming it (the *culprit*); the party that detects
 it first tells the others, whose records adopt the same culprit (docs/fault-tolerance.md).  A party that
 was itself paused (SIGSTOP, a starved host) forgives its peers the silence of its own pause.
+
+A silent participant that still probes this party (its heartbeats arrive here) is alive: what failed is
+this party's link to it, and the session ends with :class:`LinkLost` naming "the link A→B" (this party is
+the origin: the one that cannot reach the other), not with a dead peer.
 """
 
 from __future__ import annotations
@@ -35,6 +39,20 @@ class PeerLost(Unavailable):
         super().__init__(message)
         self.culprit = culprit
         self.origin = culprit
+
+
+class LinkLost(PeerLost):
+    """This party's link to a live participant carries nothing: the participant probes this party, but has
+    answered none of its heartbeats and messages for longer than the grace.  ``link`` is "A→B" (A this
+    party); the culprit -- the record's origin -- is A, where the failure was seen."""
+
+    def __init__(self, message: str, me: str, peer: str) -> None:
+        super().__init__(message, me)
+        self.link = link_name(me, peer)
+
+
+def link_name(sender: str, receiver: str) -> str:
+    return f"{sender}→{receiver}"
 
 
 class Probed(Protocol):
@@ -83,6 +101,8 @@ class Watcher:
         self._lose = lose
         #: party -> (monotonic time of its last answer, its incarnation)
         self.peer_seen: dict[str, tuple[float, str]] = {}
+        #: party -> monotonic time its last heartbeat for this session arrived here (set by the server's loop)
+        self.probed_at: dict[str, float] = {}
         self._unknown: dict[str, int] = {}
 
     async def watch(self, ch: Probed) -> None:
@@ -113,6 +133,11 @@ class Watcher:
                 self._forgive(time.monotonic())
             if not self._heard(todo, replies, finished) or not self._silence(ch, todo):
                 return
+
+    def probed_by(self, party: str) -> None:
+        """``party`` probed this session here: it is alive, and its link to this party carries."""
+        if party in self.peers:
+            self.probed_at[party] = time.monotonic()
 
     async def _probe(self, ch: Probed, party: str):
         try:
@@ -153,12 +178,15 @@ class Watcher:
             if state == SessionState.SUCCEEDED:
                 finished.add(party)
             elif state == SessionState.FAILED:
-                # its abort did not reach us (or crossed ours): adopt its outcome and culprit
+                # its abort did not reach us (or crossed ours): adopt its outcome, culprit and failed link
+                link = getattr(reply, "link", "")
                 self._lose(
                     SessionAborted(
-                        f"session {self.session_id} failed at {party} (culprit {reply.culprit or party})",
+                        f"session {self.session_id} failed at {party} (culprit {reply.culprit or party}"
+                        + (f"; the link {link} carried nothing for over {self.grace:g} s)" if link else ")"),
                         reply.code or "ABORTED",
                         reply.culprit or party,
+                        link=link or None,
                     ),
                     None,
                 )
@@ -205,6 +233,21 @@ class Watcher:
             return False
         if silent:
             party = max(silent, key=lambda p: silent[p])
+            if now - self.probed_at.get(party, -math.inf) <= grace / 2:
+                # it probes this party all along: alive, and its link to this party carries -- this party's
+                # link to it is what fails (a one-way black hole), not the party
+                self._lose(
+                    LinkLost(
+                        f"the link {link_name(self.me, party)} carried nothing for {silent[party]:.0f} s "
+                        f"(peer_grace_seconds = {grace:g}): party {party!r} (role {self.peers[party]}) is alive -- "
+                        f"its heartbeats reach {self.me!r} -- but has answered none of the heartbeats and messages "
+                        f"{self.me!r} sent it; {resume_hint} once the link carries again",
+                        self.me,
+                        party,
+                    ),
+                    self.me,
+                )
+                return False
             self._lose(
                 PeerLost(
                     f"party {party!r} (role {self.peers[party]}) has not answered for {silent[party]:.0f} s "

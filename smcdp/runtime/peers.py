@@ -110,7 +110,9 @@ class PeerDesk(PeerHost):
             await asyncio.get_running_loop().run_in_executor(None, core.governor.unbegun.write, session_id)
         s.begin_threadsafe()
 
-    async def abort(self, peer: str, session_id: str, code: str, message: str, culprit: str | None = None) -> None:
+    async def abort(
+        self, peer: str, session_id: str, code: str, message: str, culprit: str | None = None, link: str | None = None
+    ) -> None:
         core, loop = self.core, asyncio.get_running_loop()
         if session_id not in core.sessions and await loop.run_in_executor(  # governance: a waiting
             None, core.governor.withdraw, peer, session_id, message
@@ -124,7 +126,9 @@ class PeerDesk(PeerHost):
             raise InvalidMessage(f"Abort of session {session_id!r} names {culprit!r}, who holds no role in it")
         await loop.run_in_executor(None, core.governor.aborted, peer, session_id, code, message)
         s.fail_threadsafe(
-            SessionAborted(f"session {session_id} aborted by {peer} (role {role}): {message}", code, culprit or peer)
+            SessionAborted(
+                f"session {session_id} aborted by {peer} (role {role}): {message}", code, culprit or peer, link=link
+            )
         )
 
     async def resume(self, peer: str, session_id: str) -> str:
@@ -203,6 +207,7 @@ class PeerDesk(PeerHost):
         if s is not None:
             if peer not in s.spec.roles.values():
                 return unknown  # as for an id that does not exist here
+            s.watcher.probed_by(peer)  # alive, and its link to this party carries (liveness.LinkLost)
             err = (s.record or {}).get("error") or {}
             return {
                 "state": s.state.value,
@@ -210,6 +215,7 @@ class PeerDesk(PeerHost):
                 "round": 0 if s.channel is None else max(0, s.channel.round),
                 "code": err.get("code", ""),
                 "culprit": err.get("origin", ""),
+                "link": err.get("link", ""),
             }
         rec = await core.records.apeek(session_id)
         if rec is None:
@@ -226,6 +232,7 @@ class PeerDesk(PeerHost):
             "round": 0,
             "code": err.get("code", ""),
             "culprit": err.get("origin", ""),
+            "link": err.get("link", ""),
         }
 
     # ------------------------------------------------------------ witnesses (docs/governance.md)

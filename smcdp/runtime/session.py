@@ -106,7 +106,11 @@ def error_dict(exc: BaseException, me: str) -> dict:
     if code == "INTERNAL" and not isinstance(exc, SmcdpError):
         msg = f"{type(exc).__name__}: {msg}"
     # may quote a peer (an abort message, a refusal's details): one printable line
-    return {"code": code, "message": printable(msg), "origin": printable(origin, 63)}
+    error = {"code": code, "message": printable(msg), "origin": printable(origin, 63)}
+    link = getattr(exc, "link", None)
+    if link:  # the session ended because this link carried nothing (runtime.liveness.LinkLost)
+        error["link"] = printable(link, 130)
+    return error
 
 
 class Session:
@@ -405,6 +409,7 @@ class Session:
                 f"role {self.role} ({self.party.name}) failed: {told}",
                 timeout=min(5.0, cfg.timeouts.connect_seconds, max(1.0, self.deadline - time.monotonic())),
                 culprit=culprit if culprit != self.party.name else None,
+                link=error.get("link"),
             )
             log.warning(
                 "session %s failed here (%s: %s); abort sent: %s",

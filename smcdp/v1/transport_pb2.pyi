@@ -76,16 +76,18 @@ class BeginReply(_message.Message):
     def __init__(self) -> None: ...
 
 class AbortRequest(_message.Message):
-    __slots__ = ("session_id", "code", "message", "culprit")
+    __slots__ = ("session_id", "code", "message", "culprit", "link")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     CULPRIT_FIELD_NUMBER: _ClassVar[int]
+    LINK_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     code: str
     message: str
     culprit: str
-    def __init__(self, session_id: _Optional[str] = ..., code: _Optional[str] = ..., message: _Optional[str] = ..., culprit: _Optional[str] = ...) -> None: ...
+    link: str
+    def __init__(self, session_id: _Optional[str] = ..., code: _Optional[str] = ..., message: _Optional[str] = ..., culprit: _Optional[str] = ..., link: _Optional[str] = ...) -> None: ...
 
 class AbortReply(_message.Message):
     __slots__ = ()
@@ -102,18 +104,20 @@ class HeartbeatRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., incarnation: _Optional[str] = ..., round: _Optional[int] = ...) -> None: ...
 
 class HeartbeatReply(_message.Message):
-    __slots__ = ("state", "incarnation", "round", "code", "culprit")
+    __slots__ = ("state", "incarnation", "round", "code", "culprit", "link")
     STATE_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
     CULPRIT_FIELD_NUMBER: _ClassVar[int]
+    LINK_FIELD_NUMBER: _ClassVar[int]
     state: str
     incarnation: str
     round: int
     code: str
     culprit: str
-    def __init__(self, state: _Optional[str] = ..., incarnation: _Optional[str] = ..., round: _Optional[int] = ..., code: _Optional[str] = ..., culprit: _Optional[str] = ...) -> None: ...
+    link: str
+    def __init__(self, state: _Optional[str] = ..., incarnation: _Optional[str] = ..., round: _Optional[int] = ..., code: _Optional[str] = ..., culprit: _Optional[str] = ..., link: _Optional[str] = ...) -> None: ...
 
 class ResumeReply(_message.Message):
     __slots__ = ("role",)

@@ -200,6 +200,17 @@ def test_status_code_table(party):
                 tpb.AbortRequest(session_id="alice.live", code="aborted", message="x").SerializeToString(),
             )[0],
         ),
+        (
+            "Abort: a link that is not two party names joined by an arrow",
+            C.INVALID_ARGUMENT,
+            lambda: call_unary(
+                peer,
+                MAILBOX + "Abort",
+                tpb.AbortRequest(
+                    session_id="alice.live", code="UNAVAILABLE", message="x", link="alice->Bob\n"
+                ).SerializeToString(),
+            )[0],
+        ),
         ("Abort: garbage", C.INVALID_ARGUMENT, lambda: call_unary(peer, MAILBOX + "Abort", b"\x0a\xff")[0]),
         (
             "Abort: unknown session",

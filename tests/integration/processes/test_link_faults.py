@@ -10,6 +10,11 @@ that link for a while, then lets it through again.
   the transport's errors: retried, nobody blamed, and every party ends "succeeded" with the undisturbed
   (plaintext) result.  (Before such errors were retried, Alice's send failed at once, "refused by party
   'trent'", and the session failed everywhere blaming Trent.)
+* A one-way black hole (what Alice sends to Trent vanishes), or the corruption above, longer than the grace:
+  Alice still hears Trent (his heartbeats reach her) while her own sends to him get no answer.  Every
+  party's record names the link alice→trent (origin alice, where it was seen), not a dead Trent, and is
+  resumable; once the link carries again, ``smcdp session resume`` ends the session with the plaintext
+  result.  (Before, Alice reported "party 'trent' has not answered" and every record named Trent.)
 """
 
 from __future__ import annotations
@@ -102,4 +107,34 @@ def test_a_corrupted_tls_stream_is_retried_and_the_session_ends_the_same_everywh
     recs = out["recs"]
     assert {r["state"] for r in recs.values()} == {"succeeded"}, {p: r.get("error") for p, r in recs.items()}
     assert all(r["unconfirmed"] == [] for r in recs.values())
+    _matches_plaintext(recs, reference)
+
+
+@pytest.mark.parametrize(("direction", "fault"), [("up", "drop"), ("down", "corrupt")])
+def test_a_link_that_carries_nothing_past_the_grace_is_named_and_the_session_resumes(linked, direction, fault):
+    """A one-way black hole (alice's messages and heartbeats to trent vanish), or a corrupted stream that
+    lasts (trent's answers to alice are damaged): trent is alive and probes alice all along.  Every record
+    names the link alice→trent, resumably; none says trent stopped answering."""
+    cluster, reference = linked
+    sid = new_session_id("power-iteration")
+    th, out = _run_in_background(cluster, sid)
+    full = namespaced("trent", sid)
+    _wait_round(cluster, full, 3, th)
+    cluster.proxy.set_fault(direction, fault)
+    try:
+        th.join(GRACE + 120)
+        assert not th.is_alive(), "the session did not end"
+    finally:
+        cluster.proxy.set_fault(direction, None)
+    recs = out["recs"]
+    for p, r in recs.items():
+        assert r["state"] == "failed" and r["resumable"] is True, (p, r)
+        err = r["error"]
+        assert err["code"] == "UNAVAILABLE" and err["origin"] == "alice", (p, err)
+        assert err["link"] == "alice→trent" and "the link alice→trent" in err["message"], (p, err)
+        assert "has not answered" not in err["message"], (p, err)  # what a dead peer's record says
+    rec = client.resume_session(cluster.configs["trent"], full, timeout=300)
+    assert rec["state"] == "succeeded", rec
+    recs = {p: cluster._record(p, full, time.monotonic() + 90) for p in PI_ROLES.values()}
+    assert {r["state"] for r in recs.values()} == {"succeeded"}, {p: r.get("error") for p, r in recs.items()}
     _matches_plaintext(recs, reference)
