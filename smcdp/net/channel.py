@@ -320,8 +320,8 @@ class Channel(abc.ABC):
         #: progress the role reports (for status and chaos tests): its current round and step
         self.round = 0
         self.step = ""
-        #: called with each round the role reports (the runtime's failpoints, smcdp.runtime.failpoints)
-        self.on_progress: Callable[[int], None] | None = None
+        #: called with the round and step at each report (the runtime's failpoints, smcdp.runtime.failpoints)
+        self.on_progress: Callable[[int, str], None] | None = None
         self._sent_tags: set[tuple[str, str]] = set()
         #: a resumed session: send again what an earlier incarnation had delivered (a peer whose journal
         #: was damaged gets back what it lost; the others acknowledge duplicates)
@@ -362,10 +362,10 @@ class Channel(abc.ABC):
         """Report the role's progress (a round number, a step name); shown by the party's status."""
         if round is not None:
             self.round = int(round)
-            if self.on_progress is not None:
-                self.on_progress(self.round)
         if step is not None:
             self.step = str(step)[:64]
+        if self.on_progress is not None and (round is not None or step is not None):
+            self.on_progress(self.round, self.step)
 
     def _check_role(self, role: str) -> None:
         if role not in self.roles:

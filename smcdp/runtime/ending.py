@@ -35,6 +35,9 @@ from smcdp.v1 import messages_pb2 as pb
 
 #: the tag of the final acknowledgement round's messages (no protocol uses the ``end/`` prefix)
 CONFIRM_TAG = "end/holds-output"
+#: the step a participant reports once every other participant acknowledged its confirmation (status; an
+#: exact point for the failpoints of the fault tests)
+DELIVERED_STEP = "confirmations delivered"
 
 log = logging.getLogger("smcdp.session")
 
@@ -75,6 +78,7 @@ class Ending:
             return
         ch.progress(step="confirming outputs")
         await ch.send_many(peers, CONFIRM_TAG, pb.Flag(value=True))
+        delivered = asyncio.ensure_future(self._delivered(ch))
         waits = {asyncio.ensure_future(self._confirmation(ch, r)) for r in peers}
         asker = asyncio.ensure_future(self._ask(ch, probe)) if probe is not None else None
         try:
@@ -94,9 +98,9 @@ class Ending:
             if probe is None or not await self._any_succeeded(ch, probe):
                 raise
         finally:
-            for task in [*waits, *([asker] if asker is not None else [])]:
+            for task in [*waits, *([asker] if asker is not None else []), delivered]:
                 task.cancel()
-            await asyncio.gather(*waits, *([asker] if asker is not None else []), return_exceptions=True)
+            await asyncio.gather(*waits, *([asker] if asker is not None else []), delivered, return_exceptions=True)
         # every participant holds its output: the session succeeded here, whatever becomes of this party's
         # own confirmations.  They are awaited for a while; a peer that has not acknowledged one by then
         # learns from its probes that this party succeeded, and one that refuses it has ended already
@@ -105,6 +109,16 @@ class Ending:
             await asyncio.wait_for(ch.flush(), self.poll)
         except Exception as exc:  # noqa: BLE001 - see above: nothing here can undo the success
             log.info("session %s: a confirmation was not acknowledged (%s); the session succeeded", ch.session_id, exc)
+
+    @staticmethod
+    async def _delivered(ch: Channel) -> None:
+        """Report :data:`DELIVERED_STEP` once this party's confirmations are acknowledged (a failed delivery
+        is the round's to handle, not this report's)."""
+        try:
+            await ch.flush()
+        except Exception:  # noqa: BLE001 - see above
+            return
+        ch.progress(step=DELIVERED_STEP)
 
     async def _confirmation(self, ch: Channel, role: str) -> None:
         await ch.recv(role, CONFIRM_TAG, pb.Flag)

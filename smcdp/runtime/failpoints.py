@@ -8,7 +8,9 @@ writing ``kill.json`` there ({"session": ID, "round": R, "action": "kill"}), and
 its sessions reports round R or later, removes the file (one shot: the restarted process does not find
 it again) and sends itself SIGKILL -- the same death as from outside, at the exact point.  A pause
 ("action": "stop") is the same with SIGSTOP, after the party wrote ``stopped`` beside it: the chaos
-runner sees that file, waits the pause's length and sends SIGCONT.
+runner sees that file, waits the pause's length and sends SIGCONT.  An arming may also name a ``step``
+(``arm_kill(..., step="outputs delivered")``): then it fires at the first report of that step at round R or
+later (the session's ending reports its steps at the last round: docs/fault-tolerance.md).
 
 Only processes started with ``SMCDP_FAILPOINTS`` in their environment look (a loopback cluster's; never a
 deployed party's configuration); reading the file is the only cost, once per reported round.
@@ -28,16 +30,19 @@ STOPPED_FILE = "stopped"
 ACTIONS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP}
 
 
-def arm_kill(directory: Path, session_id: str, round: int, action: str = "kill") -> Path:
+def arm_kill(directory: Path, session_id: str, round: int, action: str = "kill", step: str | None = None) -> Path:
     """Arm a one-shot ``action`` (kill or stop) of the process that owns ``directory`` at ``round`` of
-    ``session_id``."""
+    ``session_id`` (and at ``step``, if given)."""
     if action not in ACTIONS:
         raise ValueError(f"a failpoint's action is one of {sorted(ACTIONS)}")
     directory.mkdir(parents=True, exist_ok=True)
     (directory / STOPPED_FILE).unlink(missing_ok=True)
     path = directory / KILL_FILE
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"session": session_id, "round": int(round), "action": action}), encoding="utf-8")
+    armed: dict = {"session": session_id, "round": int(round), "action": action}
+    if step is not None:
+        armed["step"] = step
+    tmp.write_text(json.dumps(armed), encoding="utf-8")
     os.replace(tmp, path)
     return path
 
@@ -57,14 +62,14 @@ def _same_session(armed: str, session_id: str) -> bool:
     return session_id == armed or session_id.endswith("." + armed)
 
 
-def hook(session_id: str) -> Callable[[int], None] | None:
+def hook(session_id: str) -> Callable[[int, str], None] | None:
     """The progress hook of a session in this process: None unless failpoints are enabled here."""
     directory = os.environ.get(ENV)
     if not directory:
         return None
     path = Path(directory) / KILL_FILE
 
-    def reached(round: int) -> None:
+    def reached(round: int, step: str = "") -> None:
         try:
             armed = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -79,6 +84,8 @@ def hook(session_id: str) -> Callable[[int], None] | None:
             return
         at, action = armed.get("round"), armed.get("action", "kill")
         if isinstance(at, bool) or not isinstance(at, int) or action not in ("kill", "stop"):
+            return
+        if "step" in armed and armed["step"] != step:
             return
         if round >= at:
             sig = ACTIONS[action]

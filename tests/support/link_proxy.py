@@ -1,11 +1,12 @@
 """One party's link to another through the userspace proxy of ``bench/delay_proxy.py``, with faults switched
 on and off while a session runs (a corrupted TLS stream, a one-way black hole).
 
-:class:`ProxiedCluster` is a :class:`~smcdp.runtime.local.LocalCluster` whose party ``src`` reaches party
-``dst`` through a :class:`LinkProxy` (its configuration names the proxy's address for ``dst``); every other
-link is direct.  The proxy runs in an event loop of its own thread in the test process.  ``"up"`` on it is
-what ``src`` sends to ``dst``'s server (its messages, its heartbeats), ``"down"`` what comes back (the
-acknowledgements, the heartbeat answers).
+:class:`ProxiedCluster` is a :class:`~smcdp.runtime.local.LocalCluster` in which, for each of its
+``links`` (``src``, ``dst``), party ``src`` reaches party ``dst`` through a :class:`LinkProxy` of its own
+(``src``'s configuration names the proxy's address for ``dst``); every other link is direct.  Each proxy
+runs in an event loop of its own thread in the test process.  ``"up"`` on it is what ``src`` sends to
+``dst``'s server (its messages, its heartbeats), ``"down"`` what comes back (the acknowledgements, the
+heartbeat answers).
 """
 
 from __future__ import annotations
@@ -63,21 +64,33 @@ class LinkProxy:
 
 
 class ProxiedCluster(LocalCluster):
-    """A local cluster in which ``src`` reaches ``dst`` through ``proxy`` (closed with the cluster)."""
+    """A local cluster in which each of ``links`` (src, dst) goes through a proxy of its own,
+    ``proxies[(src, dst)]`` (closed with the cluster)."""
 
-    def __init__(self, parties, *, link: tuple[str, str], **kw) -> None:
+    def __init__(self, parties, *, links: list[tuple[str, str]], **kw) -> None:
         super().__init__(parties, **kw)
-        self.src, self.dst = link
-        self.proxy = LinkProxy()
+        self.proxies = {link: LinkProxy() for link in links}
+
+    @property
+    def proxy(self) -> LinkProxy:
+        """The proxy of a cluster with one proxied link."""
+        [only] = self.proxies.values()
+        return only
 
     def write_configs(self) -> None:
         super().write_configs()
-        cfg = load_config(self.configs[self.src])
-        self.proxy.to(cfg.peers[self.dst])
-        dump_config(replace(cfg, peers={**cfg.peers, self.dst: f"127.0.0.1:{self.proxy.port}"}), self.configs[self.src])
+        for src in {s for s, _ in self.proxies}:
+            cfg = load_config(self.configs[src])
+            peers = dict(cfg.peers)
+            for (s, dst), proxy in self.proxies.items():
+                if s == src:
+                    proxy.to(cfg.peers[dst])
+                    peers[dst] = f"127.0.0.1:{proxy.port}"
+            dump_config(replace(cfg, peers=peers), self.configs[src])
 
     def stop(self, grace: float = 20.0) -> None:
         try:
             super().stop(grace)
         finally:
-            self.proxy.close()
+            for proxy in self.proxies.values():
+                proxy.close()

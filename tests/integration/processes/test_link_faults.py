@@ -46,7 +46,7 @@ def linked(tmp_path_factory):
         parties[name] = {"power-iteration": {"data": tmp / f"{name}.npy"}}
     with ProxiedCluster(
         parties,
-        link=("alice", "trent"),
+        links=[("alice", "trent")],
         allow_insecure_keys=True,
         workdir=tmp / "run",
         peer_grace_seconds=GRACE,

@@ -115,3 +115,29 @@ def test_chaos_arms_every_partys_first_round_action_at_once(tmp_path):
     finally:
         chaos.finish(timeout=5)
     assert not (tmp_path / "alice" / "kill.json").exists()  # disarmed: the moment never came
+
+
+STEP_SCRIPT = """
+import sys
+from smcdp.runtime import failpoints
+hook = failpoints.hook(sys.argv[1])
+for report in sys.argv[2:]:
+    r, _, step = report.partition(":")
+    hook(int(r), step)
+    print("reached", report, flush=True)
+"""
+
+
+def test_an_arming_with_a_step_fires_at_that_step_only(tmp_path):
+    failpoints.arm_kill(tmp_path, "trent.x", 0, step="confirmations delivered")
+    env = dict(os.environ, **{failpoints.ENV: str(tmp_path)})
+    out = subprocess.run(
+        [sys.executable, "-c", STEP_SCRIPT, "trent.x", "3:", "5:confirming outputs", "5:confirmations delivered", "6:"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == -signal.SIGKILL
+    assert "reached 5:confirming outputs" in out.stdout and "reached 5:confirmations delivered" not in out.stdout
+    assert not (tmp_path / failpoints.KILL_FILE).exists()
