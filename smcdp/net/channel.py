@@ -326,6 +326,9 @@ class Channel(abc.ABC):
         #: a resumed session: send again what an earlier incarnation had delivered (a peer whose journal
         #: was damaged gets back what it lost; the others acknowledge duplicates)
         self.resend_delivered = False
+        #: roles whose session already succeeded: nothing delivered to them before is sent again (they
+        #: vouched that every participant held its output; their session no longer takes messages)
+        self.finished: set[str] = set()
         self._in_flight: dict[asyncio.Task[None], int] = {}  # deliveries under way -> their bytes
         self._delivery_failure: BaseException | None = None
         self._closing_deliveries = False  # set when the channel cancels what is under way
@@ -403,7 +406,7 @@ class Channel(abc.ABC):
                 # randomness now, but the peer may hold the old bytes already)
                 self._check_replay(to, tag, earlier, type_url, data)
                 type_url, data = earlier
-                if self.journal.delivered(to, tag) and not self.resend_delivered:
+                if self.journal.delivered(to, tag) and (not self.resend_delivered or to in self.finished):
                     self.replayed_sends += 1
                     return data
             else:

@@ -45,6 +45,13 @@ log = logging.getLogger("smcdp.session")
 Probe = Callable[[str], Awaitable[str]]
 
 
+async def finished_roles(ch: Channel, probe: Probe) -> set[str]:
+    """The other participants whose session already succeeded (asked once each; an unanswered one is not)."""
+    roles = ch.peers()
+    states = await asyncio.gather(*(probe(r) for r in roles), return_exceptions=True)
+    return {r for r, state in zip(roles, states, strict=True) if state == SessionState.SUCCEEDED.value}
+
+
 class Ending:
     """The final acknowledgement round of one session at one party.
 

@@ -26,6 +26,7 @@ from smcdp.plugins.registry import get_plugin
 from smcdp.runtime.admission import Admission
 from smcdp.runtime.core import PartyCore
 from smcdp.runtime.governance.approvals import propose_until_decided
+from smcdp.runtime.late import bring_to_end
 from smcdp.runtime.recovery import Recovery
 from smcdp.runtime.session import Session
 from smcdp.v1 import transport_pb2 as tpb
@@ -208,10 +209,14 @@ class Initiator:
 
     # ------------------------------------------------------------ resume
     async def resume(self, session_id: str) -> dict:
-        """Continue a resumably failed session this party initiated (every participant replays)."""
+        """Continue a resumably failed session this party initiated (every participant replays); or, if it
+        succeeded here, bring the participants that failed after it to the same end (:mod:`.late`)."""
         core = self.core
         core.refuse_when_shutting_down()
-        cp = self._recovery.resumable_checkpoint(session_id)
+        try:
+            cp = self._recovery.resumable_checkpoint(session_id)
+        except AlreadyExists:  # it succeeded here
+            return await bring_to_end(core, session_id)
         if cp.meta["initiator"] != core.name:
             raise PermissionDenied(
                 f"session {session_id!r} was initiated by {cp.meta['initiator']!r}; only its operator can resume it"

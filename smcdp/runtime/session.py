@@ -57,7 +57,7 @@ from smcdp.runtime import failpoints
 from smcdp.runtime.begin import BeginWait
 from smcdp.runtime.config import PartyConfig
 from smcdp.runtime.durability.checkpoint import Checkpoint
-from smcdp.runtime.ending import Ending
+from smcdp.runtime.ending import Ending, finished_roles
 from smcdp.runtime.limits import charge_journal, session_budget
 from smcdp.runtime.liveness import PeerLost, Watcher
 from smcdp.runtime.logs import private_dir
@@ -362,6 +362,8 @@ class Session:
         return result
 
     async def _run_role(self, ch: GrpcChannel, ctx: SessionContext) -> Any:
+        if self.resumed:  # brought to the end after others succeeded: they need nothing sent again
+            ch.finished = await finished_roles(ch, self._peer_state)
         result = await self.plugin.run_role(self.role, ch, ctx)
         try:  # checked before this party confirms it holds its output: nothing fails here after that
             json.dumps(result)
