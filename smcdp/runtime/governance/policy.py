@@ -705,14 +705,26 @@ def _check_how_much_it_shows(ask: _Asking, rules: ProtocolRules, summary: Sessio
         )
     shared = summary.noise_parties.get(role)
     most = rules.max_noise_parties or 1
-    # under a group key no coalition of t parties (with the coordinator) isolates a contribution, and the
-    # protocol bounds h by n − t (docs/protocols/power-iteration.md): the rule is about a single key's holders
-    if shared is not None and shared > most and summary.key != "threshold":
+    # under a group key of threshold t no coalition of t data parties (with the coordinator) isolates a
+    # contribution, and the protocol bounds h by n − t (docs/protocols/power-iteration.md); but t + 1 of them
+    # read one carrying only σ²/h.  So h beyond max_noise_parties needs the party's own statement of the
+    # coalition it must withstand, min_threshold m (t >= m is checked with the keys): then h <= n − m
+    grouped = summary.key == "threshold" and rules.min_threshold is not None
+    if grouped:
+        assert rules.min_threshold is not None
+        most = max(most, len(summary.data_roles) - rules.min_threshold)
+    if shared is not None and shared > most:
         raise ask.deny(
             f"{ask.base}.max_noise_parties",
             f"the noise protecting its data would be shared among {shared} parties, each adding 1/{shared} "
             f"of it, so that {shared - 1} colluding parties could remove theirs; it allows at most "
-            f"{most} (1: it adds the whole noise itself)",
+            f"{most} (1: it adds the whole noise itself"
+            + (
+                ""
+                if grouped or summary.key != "threshold"
+                else "; under a group key, min_threshold = m in its policy admits up to n − m"
+            )
+            + ")",
         )
     floors = dict(rules.min_hiding or ())
     for name, (value, default) in summary.hiding.items():

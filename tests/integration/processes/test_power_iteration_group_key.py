@@ -53,7 +53,11 @@ def _cluster(tmp, evil: bool):
     for name in DATA:
         np.save(tmp / f"{name}.npy", rng.normal(size=(K, 20)) * 0.3)
         parties[name] = {"power-iteration": {"data": tmp / f"{name}.npy"}}
-    rules = ProtocolRules(roles=("party*",), initiators=("trent",), coordinators=("trent",), release_to=DATA)
+    # min_threshold = 1: each data party states the coalition its data must withstand (trent and one data
+    # party), which admits the group key's noise share h = n − t = 2
+    rules = ProtocolRules(
+        roles=("party*",), initiators=("trent",), coordinators=("trent",), release_to=DATA, min_threshold=1
+    )
     policies = {
         "trent": Policy(protocols={"power-iteration": ProtocolRules(roles=("trent",), initiators=("trent",))}),
         **{p: Policy(protocols={"power-iteration": rules}) for p in DATA},

@@ -76,14 +76,20 @@ def test_by_default_a_single_key_session_is_refused_where_a_group_of_exactly_its
     _eval(_policy('key = "single"\n'), key_groups={"lab": ("alice", "bob")})
 
 
-def test_a_group_key_shares_the_noise_among_n_minus_t_without_raising_max_noise_parties():
-    """Under a group key each party adds σ²/(n − t): trent with t parties cannot isolate a contribution, so
-    max_noise_parties (default 1: a single key's holders could remove their share) does not apply; with the
-    single key the same h is refused by it."""
-    s = _eval(_policy(), roles=ROLES3, **GROUP)
+def test_a_group_key_shares_the_noise_among_n_minus_t_only_where_the_party_states_its_coalition_bound():
+    """Under a group key the proposal's default is h = n − t: trent with t parties cannot isolate a contribution,
+    but t + 1 of them read one carrying σ²/h.  A party that states min_threshold = m admits h up to n − m
+    without raising max_noise_parties; without it max_noise_parties (default 1) applies, as for a single key,
+    and the group key with h = 1 is admitted."""
+    s = _eval(_policy("min_threshold = 1\n"), roles=ROLES3, **GROUP)
     assert s.noise_parties["party1"] == 2
     with pytest.raises(PolicyDenied) as ei:
-        _eval(_policy(), roles=ROLES3, noise_parties=2)
+        _eval(_policy(), roles=ROLES3, **GROUP)
+    assert ei.value.rule == "policy.power-iteration.max_noise_parties" and "min_threshold" in str(ei.value)
+    _eval(_policy(), roles=ROLES3, noise_parties=1, **GROUP)
+    _eval(_policy("max_noise_parties = 2\n"), roles=ROLES3, **GROUP)
+    with pytest.raises(PolicyDenied) as ei:
+        _eval(_policy("min_threshold = 1\n"), roles=ROLES3, noise_parties=2)
     assert ei.value.rule == "policy.power-iteration.max_noise_parties"
 
 
@@ -103,7 +109,7 @@ def test_min_threshold_bounds_the_group_key_a_session_uses():
     s = _eval(pol, roles=roles4, key_group="lab", key_threshold=2)
     assert s.threshold == 2 and s.as_dict()["threshold"] == 2
     no_floor = parse_policy(tomllib.loads(text)["policy"], "alice", peers)
-    assert _eval(no_floor, roles=roles4, **GROUP).threshold == 1
+    assert _eval(no_floor, roles=roles4, noise_parties=1, **GROUP).threshold == 1
 
 
 def test_min_threshold_bounds_the_key_ceremony_a_party_joins():
