@@ -61,7 +61,7 @@ from numpy.typing import ArrayLike
 from smcdp._numbers import real
 from smcdp.crypto.codec import bigints, from_bigints
 from smcdp.crypto.encoding import UNPACKED, Packing, encode_float
-from smcdp.crypto.modexp import multi_exp
+from smcdp.crypto.modexp import multi_exp, multi_exp_rows
 from smcdp.crypto.obfuscation import ObfuscatorPool
 from smcdp.crypto.paillier import PrivateKey, PublicKey
 from smcdp.crypto.threads import CryptoThreads
@@ -137,9 +137,14 @@ class LogsumLayout:
     packing: Packing
     mask_int: int  # K on the grid (Bob's weights undo σ + K)
     frac_bits: int  # F
+    #: λ_g > 0: the spread layout (:func:`spread_terms`): every slot also holds, in the sums that are not its
+    #: own, another sum's weights applied to its terms, hidden by Bob's noise of λ_g bits more than them
+    garbage_bits: int = 0
 
     @classmethod
-    def make(cls, params: MaskParams, n_terms: int, pk: PublicKey) -> LogsumLayout:
+    def make(cls, params: MaskParams, n_terms: int, pk: PublicKey, garbage_bits: int = 0) -> LogsumLayout:
+        """The layout of sums of at most ``n_terms`` terms; ``garbage_bits`` λ_g > 0: the spread layout, whose
+        slots are wide enough for a hidden cross term, max_sum + 2^{bits(max_sum) + λ_g} < 2^{slot−1}."""
         if n_terms < 1:
             raise ValueError("a sum has at least one term")
         p, lam, K = params.precision_bits, params.smudge_bits, float(params.mask_nats)
@@ -149,6 +154,8 @@ class LogsumLayout:
         W = p + lam + ln + k4 + 1
         Bnu = Fe + ln + lam
         slot = Fe + W + math.ceil(math.log2(n_terms + 1)) + 2
+        if garbage_bits:
+            slot = (n_terms * (1 << (W + Fe)) + (1 << Bnu) - 1).bit_length() + garbage_bits + 2
         if slot > pk.max_int.bit_length() - 1:
             need = 2 * (slot + 4)
             raise CryptoOverflow(
@@ -157,9 +164,15 @@ class LogsumLayout:
                 f"{pk.max_int.bit_length() - 1}: use a key of at least {need} bits"
             )
         packing = Packing.for_key(pk, slot)
-        lay = cls(n_terms, Fe, W, Bnu, slot, packing, params.mask_int, params.log_frac_bits)
+        lay = cls(n_terms, Fe, W, Bnu, slot, packing, params.mask_int, params.log_frac_bits, garbage_bits)
         assert lay.max_sum < 1 << (slot - 1), "layout arithmetic"
+        assert not garbage_bits or lay.max_sum + (1 << lay.garbage_mask_bits) < 1 << (slot - 1), "layout arithmetic"
         return lay
+
+    @property
+    def garbage_mask_bits(self) -> int:
+        """Spread layout: Bob's noise on a slot that is not the sum's own is uniform on [0, 2^this)."""
+        return self.max_sum.bit_length() + self.garbage_bits
 
     @property
     def slots(self) -> int:
@@ -299,6 +312,106 @@ def _finish_sums(
     """Add each ciphertext's smudging noise, then re-randomise it."""
     n2 = pk.nsquare
     return [pool.rerandomize(c * ((1 + pk.n * noise) % n2) % n2) for c, (_, _, noise) in zip(prods, jobs)]
+
+
+# =============================================================================== the spread layout
+# Many sums of many terms (a GMM's components): in the packed layout above Alice encrypts every term alone
+# (Bob's weight undoes a mask of that term only, and a ciphertext is scaled by one weight), one ciphertext
+# per term.  In the spread layout the sums fill chunks of S = ``layout.slots`` (sum i in slot i mod S of chunk
+# i // S) and Alice's ciphertext ℓ of a chunk packs the ℓ-th term of each of its sums into that sum's slot:
+# S terms per ciphertext.  Bob makes one output per sum, Π_ℓ E_ℓ^{k_iℓ}: its own slot holds u_i exactly as
+# in the packed layout (+ ν_i); every other slot j of the chunk holds the cross term Σ_ℓ k_iℓ ê_jℓ, which
+# Bob hides under noise uniform on [0, 2^{bits(max_sum)+λ_g}) (statistical distance 2^{−λ_g} per slot).
+# Alice encrypts S times fewer terms and decrypts one ciphertext per sum instead of one per S sums.
+
+
+def spread_chunks(term_counts: Sequence[int], layout: LogsumLayout) -> list[int]:
+    """Spread layout: per chunk of S sums (``term_counts``: each sum's terms, in order), the number of Alice's
+    ciphertexts -- the most terms of its sums."""
+    S = layout.slots
+    return [max(term_counts[c : c + S]) for c in range(0, len(term_counts), S)]
+
+
+def spread_terms(es: Sequence[Sequence[int]], layout: LogsumLayout) -> list[int]:
+    """Alice, step (E) in the spread layout: per chunk of S sums, plaintext ℓ packs the ℓ-th exponentiated term
+    of each of the chunk's sums into that sum's slot (nothing where a sum has fewer terms)."""
+    S = layout.slots
+    out: list[int] = []
+    for c in range(0, len(es), S):
+        chunk = es[c : c + S]
+        for term in range(max(len(e) for e in chunk)):
+            out.append(sum(e[term] << layout.shift(i) for i, e in enumerate(chunk) if term < len(e)))
+    return out
+
+
+def spread_noise(
+    rng: random.Random, weights: Sequence[Sequence[int]], nu: Sequence[int], layout: LogsumLayout
+) -> list[int]:
+    """Bob, step (W) in the spread layout: the packed noise of each sum's output -- ν_i in its own slot, and in
+    every other slot of its chunk a fresh uniform value on [0, 2^{bits(max_sum)+λ_g}) (the cross term's
+    cover).  Drawn in order from ``rng`` (replayable)."""
+    S = layout.slots
+    if layout.garbage_bits <= 0 or not layout.packing.packed:
+        raise ValueError("the spread layout needs garbage bits and at least two slots")
+    gb = layout.garbage_mask_bits
+    out = []
+    for i in range(len(weights)):
+        first = i - i % S
+        if not 0 <= nu[i] < 1 << layout.smudge_bits:
+            raise CryptoOverflow("smudging noise outside [0, 2^B_ν)")
+        noise = int(nu[i]) << layout.shift(i)
+        for j in range(first, min(first + S, len(weights))):
+            if j != i:
+                noise += rng.getrandbits(gb) << layout.shift(j)
+        out.append(noise)
+    return out
+
+
+async def aspread_weighted_sums(
+    pk: PublicKey,
+    inputs: Sequence[mpz],
+    weights: Sequence[Sequence[int]],
+    noise: Sequence[int],
+    layout: LogsumLayout,
+    pool: ObfuscatorPool,
+    threads: CryptoThreads,
+) -> list[mpz]:
+    """Bob, step (W) in the spread layout: one ciphertext per sum i, ``Π_ℓ E_ℓ^{k_iℓ} · ξ(noise_i)`` over its
+    chunk's ciphertexts E (:func:`spread_terms`), re-randomised; ``noise`` from :func:`spread_noise`.  The
+    rows of a chunk share the multi-exponentiation's tables (:func:`~smcdp.crypto.modexp.multi_exp_rows`),
+    one chunk per job on ``threads``.  Every bound is checked from the layout, never from the data."""
+    S, Wmax, n2 = layout.slots, 1 << layout.weight_bits, pk.nsquare
+    counts = spread_chunks([len(w) for w in weights], layout)
+    if len(inputs) != sum(counts) or len(noise) != len(weights):
+        raise ValueError("the spread inputs do not match the sums")
+    for w in weights:
+        if len(w) > layout.n_terms:
+            raise CryptoOverflow(f"a sum has {len(w)} terms; the layout holds {layout.n_terms}")
+        if any(not 0 < k <= Wmax for k in w):
+            raise CryptoOverflow(f"a weight outside (0, 2^{layout.weight_bits}]")
+    jobs = []
+    pos = 0
+    for c, L in enumerate(counts):
+        rows = [list(w) + [0] * (L - len(w)) for w in weights[c * S : (c + 1) * S]]
+        jobs.append((list(inputs[pos : pos + L]), rows, noise[c * S : (c + 1) * S]))
+        pos += L
+
+    def chunk(job: tuple[list[mpz], list[list[int]], Sequence[int]]) -> list[mpz]:
+        bases, rows, noises = job
+        prods = multi_exp_rows(bases, rows, n2)
+        return [pool.rerandomize(p * ((1 + pk.n * z) % n2) % n2) for p, z in zip(prods, noises)]
+
+    parts = await threads.amap(chunk, jobs)
+    return [c for part in parts for c in part]
+
+
+def unspread_sums(vals: Sequence[int], layout: LogsumLayout) -> list[int]:
+    """Alice, the spread layout: sum i from slot i mod S of the i-th decrypted output (the chunk's other
+    slots hold Bob's noise, which she ignores)."""
+    mask = (1 << layout.slot_bits) - 1
+    if any(v < 0 for v in vals):
+        raise InvalidMessage("a spread weighted sum decrypted to a negative value")
+    return [(int(v) >> layout.shift(i)) & mask for i, v in enumerate(vals)]
 
 
 # =============================================================================== (L) secure logarithm

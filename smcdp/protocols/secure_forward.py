@@ -425,6 +425,30 @@ def product_slot_bits(params: ForwardParams, coef_bits: int, n_products: int) ->
     return max(q_bits, mask_bits) + 2  # |q| + |V| < 2^{max+1} ≤ 2^{s−1}
 
 
+#: the spread layout's cover of the cross terms: λ_g = smudge_bits + this, so that the S − 1 covered slots of
+#: one output are together within 2^{−λ−1} of independent noise for S ≤ 129 (as ν hides each sum)
+SPREAD_EXTRA_BITS = 8
+#: what one decryption costs Alice in encryptions (each with its obfuscator), and one re-randomisation Bob in
+#: the same unit, measured at 2048 bits (3.3 ms, 0.32 ms and 0.5 ms of CPU; docs/benchmarks.md, speaker)
+DECRYPT_COST, RERANDOMIZE_COST = 10.0, 1.5
+
+
+def mixture_layout(mp: ls.MaskParams, terms: int, pk: PublicKey) -> tuple[ls.LogsumLayout, bool]:
+    """The layout of the component sums of at most ``terms`` terms and whether it is spread: the one with the
+    smaller cost per sum, in encryptions -- packed ``terms + (d + r)/S``, spread ``terms/S' + d + r``.  Spread
+    pays from about 12 components on (a 64-component GMM: 4× less); the keyword HMMs' 1-2 stay packed.
+    Public: both parties derive it from the shape, the parameters and the key."""
+    packed = ls.LogsumLayout.make(mp, terms, pk)
+    try:
+        spread = ls.LogsumLayout.make(mp, terms, pk, garbage_bits=mp.smudge_bits + SPREAD_EXTRA_BITS)
+    except CryptoOverflow:
+        return packed, False
+    per_output = DECRYPT_COST + RERANDOMIZE_COST
+    if spread.packing.packed and terms / spread.slots + per_output < terms + per_output / packed.slots:
+        return spread, True
+    return packed, False
+
+
 def offset_bits(params: ForwardParams) -> int:
     """Bound (bits) on the public offsets Bob sends (start, paths, mixture terms, termination).  A path of
     m steps adds m log weights and, besides M_t (ψ + ψ_V + K) and ω + σ, the masks of its m − 1 inner
@@ -551,7 +575,8 @@ class Plan:
         D, N, shape = self.D, self.N, self.shape
         self.mixture = shape.mixture
         self.comps: list[list[list[int]]] = []
-        self.mix = None
+        self.mix: ls.LogsumLayout | None = None
+        self.mix_spread = False  # the component sums' layout: spread (ls.spread_terms) or packed
         self.mix_sums: list[tuple[int, int]] = []
         self.n_mix = 0
         if self.mixture:
@@ -559,8 +584,28 @@ class Plan:
             self.comps = [[[int(c) for c in np.flatnonzero(shape.weights[d, j])] for j in range(N)] for d in range(D)]
             self.mix_sums = [(d, j) for d in range(D) for j in range(N) if len(self.comps[d][j]) >= 2]
             mix_in = [len(self.comps[d][j]) for d, j in self.mix_sums]
-            self.mix = ls.LogsumLayout.make(self.mp, max(mix_in), self.pk) if mix_in else None
+            self.mix, self.mix_spread = mixture_layout(self.mp, max(mix_in), self.pk) if mix_in else (None, False)
             self.n_mix = sum(len(self.comps[d][j]) for d in range(D) for j in range(N))
+
+    def mix_inputs(self, frames: int) -> int:
+        """Alice's ciphertexts of exponentiated component terms for ``frames`` frames, block by block: one per
+        term, or in the spread layout one per chunk of sums and term."""
+        if self.mix is None:
+            return 0
+        per = [len(self.comps[d][j]) for d, j in self.mix_sums]
+        if not self.mix_spread:
+            return sum(per) * frames
+        return sum(
+            sum(ls.spread_chunks(per * min(self.block, frames - first), self.mix))
+            for first in range(0, frames, self.block)
+        )
+
+    def mix_outputs(self, frames: int) -> int:
+        """Bob's weighted-sum ciphertexts for a block of ``frames`` frames: one per sum (spread), or packed."""
+        if self.mix is None:
+            return 0
+        sums = len(self.mix_sums) * frames
+        return sums if self.mix_spread else self.mix.n_ciphertexts(sums)
 
     def round_length(self, e: int) -> int:
         """Steps of the round that ends at frame e ≥ 1 (it starts at frame e − ℓ): rounds end at the
@@ -672,9 +717,11 @@ def forward_traffic(
         R = DN * C
         alice.append((nb, ct(R), nb * ct(R)))
         bob.append((nb, ct(P), nb * ct(P)))
-        if C >= 2:  # the component LOGSUMs of every (state, frame)
-            sm = slots(C)
-            alice.append((nb, ct(-(-bT * DN // sm)), cts(nb, -(-T * DN // sm) + nb)))
+        if C >= 2:  # the component LOGSUMs of every (state, frame): the larger of the two layouts' messages
+            sm = slots(
+                C
+            )  # packed: one ciphertext per term in, S sums per ciphertext out; spread: fewer in, one out per sum
+            alice.append((nb, ct(max(bT * DN, -(-bT * DN // sm))), cts(nb, T * DN + nb)))
             bob.append((nb, ct(bT * DN * C), cts(nb, T * DN * C)))
     if N >= 2:  # induction (one round trip per round and group), termination
         si, sf = slots(N**m), slots(N)  # the layout is made for the state with the most paths
@@ -990,8 +1037,7 @@ class ForwardAlice:
         n = sum(sum(plan.group_terms[ell]) for ell in plan.rounds(frames)) + shape.n_models * (1 + shape.n_states)
         if plan.prod is not None:
             n += plan.prod.n_products * blocks
-        if plan.mix is not None:
-            n += sum(len(plan.comps[d][j]) for d, j in plan.mix_sums) * frames
+        n += plan.mix_inputs(frames)
         return n + 8
 
     def close(self) -> None:
@@ -1179,14 +1225,13 @@ class ForwardAlice:
 
     async def _mixture_block(self, b: int, first: int, q: list[list[int]], offsets: list[list[int]]) -> list[list[int]]:
         """LOGSUM over the components of every (state, frame) of block b (steps E, W, L); v per state."""
-        plan, shape, pool = self._prepared()
+        plan, shape, _ = self._prepared()
         N, C = shape.n_states, shape.n_mix
         lay = plan.mix
         n = len(q)
         v = [[0] * shape.n_values for _ in range(n)]
-        e_ints: list[int] = []
+        es_all: list[list[int]] = []
         ms: list[int] = []
-        s = 0
         for k in range(n):
             pos = plan.induction_offsets(first + k, self.tl.total)
             for d in range(shape.n_models):
@@ -1201,32 +1246,44 @@ class ForwardAlice:
                     es, m = ls.exponentiate_terms(ys, lay)  # (E)
                     assert m is not None  # the components' terms are finite: their largest is m
                     ms.append(m)
-                    e_ints.extend(x << lay.shift(s) for x in es)
-                    s += 1
-        if s:
-            assert lay is not None  # s sums above
-            await self.ch.send(
-                self.bob,
-                f"{self.tag}/mix-e/{b}",
-                EncryptedVector(
-                    self.pk, [pool.encrypt(x) for x in e_ints], len(e_ints), 0, UNPACKED, int(self.pk.max_int)
-                ).to_proto(),
-            )
-            u = EncryptedVector.from_proto(
-                await self.ch.recv(self.bob, f"{self.tag}/mix-u/{b}", pb.CiphertextVector),
-                self.pk,
-                length=s,
-                exponent=0,
-                packing=lay.packing,
-                what=f"{self.tag}/mix-u/{b} from {self.bob}",
-            )
-            sums = ls.unpack_sums(await _threads_for(self, b).adecrypt_signed(self.sk, u.ciphertexts), s, lay)
+                    es_all.append(es)
+        if es_all:
+            assert lay is not None  # sums above
+            sums = await self._mixture_sums(b, es_all, lay)
             it = iter(zip(sums, ms))
             for k in range(n):
                 for d, j in plan.mix_sums:
                     u_s, m = next(it)
                     v[k][d * N + j] = ls.logarithm(u_s, m, lay)  # (L)
         return v
+
+    async def _mixture_sums(self, b: int, es: list[list[int]], lay: ls.LogsumLayout) -> list[int]:
+        """(E) and (W) of block b's component sums: Alice's exponentiated terms ``es`` (per sum) out, encrypted
+        one per term pre-shifted into its sum's slot (packed layout) or S per ciphertext (spread); Bob's
+        weighted sums back, decrypted: u per sum."""
+        plan, _, pool = self._prepared()
+        s = len(es)
+        if plan.mix_spread:
+            plain = ls.spread_terms(es, lay)
+        else:
+            plain = [x << lay.shift(i) for i, e in enumerate(es) for x in e]
+        await self.ch.send(
+            self.bob,
+            f"{self.tag}/mix-e/{b}",
+            EncryptedVector(
+                self.pk, [pool.encrypt(x) for x in plain], len(plain), 0, UNPACKED, int(self.pk.max_int)
+            ).to_proto(),
+        )
+        u = EncryptedVector.from_proto(
+            await self.ch.recv(self.bob, f"{self.tag}/mix-u/{b}", pb.CiphertextVector),
+            self.pk,
+            length=s,
+            exponent=0,
+            packing=UNPACKED if plan.mix_spread else lay.packing,
+            what=f"{self.tag}/mix-u/{b} from {self.bob}",
+        )
+        vals = await _threads_for(self, b).adecrypt_signed(self.sk, u.ciphertexts)
+        return ls.unspread_sums(vals, lay) if plan.mix_spread else ls.unpack_sums(vals, s, lay)
 
     # ------------------------------------------------------------------ steps 2–3: start and induction
     async def _induction(self, g: int) -> dict[int, int | None]:
@@ -1592,8 +1649,7 @@ class ForwardBob:
         n += plan.fin.n_ciphertexts(plan.D) if plan.fin else 0
         if plan.prod is not None:
             n += self.shape.rows * blocks
-        if plan.mix is not None:
-            n += plan.mix.n_ciphertexts(len(plan.mix_sums) * plan.block) * blocks
+        n += plan.mix_outputs(plan.block) * blocks
         return n + 2 * plan.D + 8  # + the keyword step's ranked and debug vectors
 
     def _coef_ints(self) -> None:
@@ -1780,27 +1836,32 @@ class ForwardBob:
         lay = plan.mix
         if lay is None:
             return
-        per = [len(plan.comps[d][j]) for d, j in plan.mix_sums]
         e = EncryptedVector.from_proto(
             await ch.recv(alice, f"{tag}/mix-e/{b}", pb.CiphertextVector),
             self.pk,
-            length=sum(per) * n,
+            length=plan.mix_inputs(n),
             exponent=0,
             packing=UNPACKED,
             what=f"{tag}/mix-e/{b} from {alice}",
         )
-        it = iter(e.ciphertexts)
-        terms, nus = [], []
+        weights, nus = [], []
         for k in range(n):
             _, _, nu, kw = self.masks.mixture(first + k)
-            for s in range(len(plan.mix_sums)):
-                terms.append([(next(it), w) for w in kw[s]])
-                nus.append(nu[s])
+            weights.extend(kw)
+            nus.extend(nu)
         assert self.pool is not None  # made by prepare()
-        u = await ls.aweighted_sums(self.pk, terms, nus, lay, self.pool, _threads_for(self, b))
-        await ch.send(
-            alice, f"{tag}/mix-u/{b}", EncryptedVector(self.pk, u, len(terms), 0, lay.packing, lay.max_sum).to_proto()
-        )
+        if plan.mix_spread:  # one output per sum; the cross terms covered by noise of a labelled stream
+            noise = ls.spread_noise(self._rng("mixture-cover", str(b)), weights, nus, lay)
+            u = await ls.aspread_weighted_sums(
+                self.pk, e.ciphertexts, weights, noise, lay, self.pool, _threads_for(self, b)
+            )
+            out = EncryptedVector(self.pk, u, len(weights), 0, UNPACKED, int(self.pk.max_int))
+        else:
+            it = iter(e.ciphertexts)
+            terms = [[(next(it), w) for w in kw] for kw in weights]
+            u = await ls.aweighted_sums(self.pk, terms, nus, lay, self.pool, _threads_for(self, b))
+            out = EncryptedVector(self.pk, u, len(terms), 0, lay.packing, lay.max_sum)
+        await ch.send(alice, f"{tag}/mix-u/{b}", out.to_proto())
 
     async def _discrete_block(self, b: int, first: int, n: int) -> None:
         plan, shape = self.plan, self.shape

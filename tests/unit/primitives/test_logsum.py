@@ -3,6 +3,7 @@ standalone secure pair over the in-memory network -- exact for weights of any ma
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from scipy.special import logsumexp
 
 from smcdp.crypto.obfuscation import ObfuscatorPool
+from smcdp.crypto.threads import CryptoThreads
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.errors import CryptoOverflow, InvalidMessage
 from smcdp.primitives import logsum as ls
@@ -192,3 +194,93 @@ def test_uniform_ints_range_and_seed():
     assert a == ls.uniform_ints(random.Random(1), 1000, 1 << 20)
     assert min(a) >= -(1 << 20) and max(a) < 1 << 20
     assert a != ls.uniform_ints(protocol_rng(None), 1000, 1 << 20)
+
+
+# ------------------------------------------------------------------------------- the spread layout
+def _spread_in_the_clear(es, weights, nu, lay, rng):
+    """Alice's spread plaintexts, Bob's outputs computed on them in the clear (Σ_ℓ k·E_ℓ + noise: what
+    Paillier returns while no slot overflows), and what Alice reads back."""
+    E = ls.spread_terms(es, lay)
+    counts = ls.spread_chunks([len(w) for w in weights], lay)
+    noise = ls.spread_noise(rng, weights, nu, lay)
+    S, out, pos = lay.slots, [], 0
+    for c, L in enumerate(counts):
+        for i in range(c * S, min((c + 1) * S, len(weights))):
+            out.append(sum(k * E[pos + l] for l, k in enumerate(weights[i])) + noise[i])
+        pos += L
+    assert pos == len(E)
+    return out, ls.unspread_sums(out, lay)
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data(), n_sums=st.integers(1, 25), bits=st.sampled_from([512, 1024, 2048]))
+def test_spread_layout_gives_each_sum_exactly_and_covers_the_cross_terms(data, n_sums, bits):
+    """Each sum reads back exactly Σ k·ê + ν (what the packed layout gives), at the largest values too; every
+    other slot of its chunk holds the cross term plus noise of λ_g more bits, and no slot overflows."""
+    params = ls.MaskParams()
+    n_terms = data.draw(st.integers(2, 64))
+    lay = ls.LogsumLayout.make(params, n_terms, _Key(bits), garbage_bits=params.smudge_bits + 8)
+    top = data.draw(st.booleans())  # every value at its bound: the overflow case
+    Wmax, Emax = 1 << lay.weight_bits, 1 << lay.exp_bits
+    lens = [data.draw(st.integers(1, n_terms)) for _ in range(n_sums)]
+    es = [[Emax if top else data.draw(st.integers(0, Emax)) for _ in range(m)] for m in lens]
+    ks = [[Wmax if top else data.draw(st.integers(1, Wmax)) for _ in range(m)] for m in lens]
+    nu = [(1 << lay.smudge_bits) - 1 if top else data.draw(st.integers(0, (1 << lay.smudge_bits) - 1)) for _ in lens]
+    rng = random.Random(data.draw(st.integers(0, 2**32)))
+    out, got = _spread_in_the_clear(es, ks, nu, lay, rng)
+    assert got == [sum(k * e for k, e in zip(kw, ew)) + v for kw, ew, v in zip(ks, es, nu)]
+    S, s, mask = lay.slots, lay.slot_bits, (1 << lay.slot_bits) - 1
+    assert S >= 2 and S * s <= bits
+    for i, P in enumerate(out):
+        assert 0 <= P < 1 << (S * s)  # below n/3: decrypts as it is
+        for j in range(i - i % S, min(i - i % S + S, n_sums)):
+            slot = (P >> (s * (j % S))) & mask
+            assert slot < 1 << (s - 1)  # no carry into the next slot
+            if j != i:
+                cross = sum(k * e for k, e in zip(ks[i], es[j]))
+                assert cross <= lay.max_sum and slot >= cross  # the cover is non-negative and added
+
+
+def test_spread_cover_is_wide_enough_to_hide_the_cross_terms():
+    """The noise on a cross slot is uniform on [0, 2^{bits(max_sum)+λ_g}): the statistical distance of
+    cross + noise from noise alone is at most max_sum / 2^{bits(max_sum)+λ_g} < 2^{−λ_g}."""
+    params = ls.MaskParams()
+    lay = ls.LogsumLayout.make(params, 64, _Key(2048), garbage_bits=38)
+    assert lay.garbage_mask_bits == lay.max_sum.bit_length() + 38
+    rng = random.Random(3)
+    weights = [[1] * 64 for _ in range(2 * lay.slots)]
+    noise = ls.spread_noise(rng, weights, [0] * len(weights), lay)
+    s, mask = lay.slot_bits, (1 << lay.slot_bits) - 1
+    covers = [(z >> (s * j)) & mask for i, z in enumerate(noise) for j in range(lay.slots) if j != i % lay.slots]
+    assert len(covers) == 2 * lay.slots * (lay.slots - 1)
+    assert all(0 <= c < 1 << lay.garbage_mask_bits for c in covers)
+    assert max(c.bit_length() for c in covers) >= lay.garbage_mask_bits - 8  # drawn on the full range
+    own = [(z >> (s * (i % lay.slots))) & mask for i, z in enumerate(noise)]
+    assert own == [0] * len(noise)  # ν = 0 here: nothing but ν in the sum's own slot
+
+
+def test_spread_weighted_sums_under_paillier(keypair512):
+    """Bob's spread step on real ciphertexts = the clear computation; Alice reads every sum exactly."""
+    _, sk = keypair512
+    pk = sk.public_key
+    params = ls.MaskParams()
+    lay = ls.LogsumLayout.make(params, 24, pk, garbage_bits=params.smudge_bits + 8)
+    assert lay.packing.packed
+    r = random.Random(5)
+    lens = [24, 7, 24, 1, 13]
+    es = [[r.randrange(1 << lay.exp_bits) for _ in range(m)] for m in lens]
+    ks = [ls.term_weights(ls.uniform_ints(r, m, lay.mask_int), lay) for m in lens]
+    nu = ls.smudging(r, lay, len(lens))
+    apool, bpool = _pools(sk)
+    threads = CryptoThreads(2, name="test-spread")
+    try:
+        cts = [apool.encrypt(x) for x in ls.spread_terms(es, lay)]
+        assert len(cts) == sum(ls.spread_chunks(lens, lay)) < sum(lens)
+        noise = ls.spread_noise(random.Random(1), ks, nu, lay)
+        u = asyncio.run(ls.aspread_weighted_sums(pk, cts, ks, noise, lay, bpool, threads))
+    finally:
+        threads.close()
+        apool.close()
+        bpool.close()
+    got = ls.unspread_sums([sk.raw_decrypt_signed(c) for c in u], lay)
+    assert got == [sum(k * e for k, e in zip(kw, ew)) + v for kw, ew, v in zip(ks, es, nu)]

@@ -256,3 +256,30 @@ def test_impossible_sequence_gets_the_sentinel(keypair512):
     # LOG_ZERO = −2^42 shifted by Bob's final offset (±2^40): below −2^41, under every real score
     assert want[1] == -np.inf and abs(got[1] - LOG_ZERO) <= 2.0**40 + 8 and got[1] < -(2.0**41)
     assert abs(got[0] - want[0]) / abs(want[0]) <= REL_TOL
+
+
+def test_many_components_take_the_spread_layout_and_match_hmmlearn(keypair512):
+    """Mixtures of many components (a speaker GMM's 64; 24 here at a 512-bit key) take the spread layout
+    (S terms per ciphertext of Alice's -- S = 2 at this key, 10 at 2048 bits -- and one weighted sum per
+    ciphertext back), and the scores still match hmmlearn within 1e-6."""
+    _, sk = keypair512
+    rng = np.random.default_rng(24)
+    models = synthetic_models("gmm-diag", rng, D=2, N=2, C=24)
+    T = 9
+    X = rng.normal(size=(T, 4)) * 3
+    params = ForwardParams(**bounds_for(models, X))
+    plan = Plan(Shape.of_models(models, 8), params, sk.public_key)
+    assert plan.mix_spread and plan.mix_inputs(T) < T * plan.n_mix
+    got, _, net = secure_scores(models, X, sk, params)
+    assert_close(got, hmmlearn_scores(models, X))
+    terms = [pb.CiphertextVector.FromString(d) for _, t, _, d in net.received_by("bob") if "/mix-e/" in t]
+    sums = [pb.CiphertextVector.FromString(d) for _, t, _, d in net.received_by("alice") if "/mix-u/" in t]
+    assert sum(len(v.ciphertexts) for v in terms) == plan.mix_inputs(T)  # S terms per ciphertext
+    assert sum(len(v.ciphertexts) for v in sums) == T * len(plan.mix_sums)  # one ciphertext per sum
+
+
+def test_few_components_stay_packed(keypair512):
+    _, sk = keypair512
+    models = synthetic_models("gmm-diag", np.random.default_rng(2), C=2)
+    plan = Plan(Shape.of_models(models, 8), ForwardParams(max_mixtures=2), sk.public_key)
+    assert not plan.mix_spread and plan.mix_inputs(10) == 10 * plan.n_mix

@@ -19,6 +19,7 @@ from smcdp.protocols.speaker import (
     verify_error_bound,
 )
 from smcdp.speech.speaker import DiagGMM, SpeakerModels, map_adapt_means
+from smcdp.v1 import messages_pb2 as pb
 from tests.unit.protocols.keyword_util import run_pair
 
 C, D, T = 4, 3, 12
@@ -100,6 +101,36 @@ def test_secure_decision_is_right_just_beyond_the_documented_bound(keypair512, d
     for eps, want in ((-1.0001 * bound, True), (1.0001 * bound, False)):
         _a, b = _verify(X, _models(threshold=score + eps), sk, dgk_key, claim="ann")
         assert b.accept is want
+
+
+def test_many_components_decide_as_in_the_clear_through_the_spread_layout(keypair512, dgk_key):
+    """A GMM of many components (24 at this key; 64 at 2048 bits) goes through the forward algorithm's spread
+    layout -- Alice's terms several per ciphertext, one weighted sum back per frame and model -- and the
+    decision is still the plaintext one just beyond the documented bound on either side."""
+    _, sk = keypair512
+    rng = np.random.default_rng(11)
+    c = 24
+    w = rng.random(c) + 0.2
+    ubm = DiagGMM(w / w.sum(), rng.normal(size=(c, D)) * 2, rng.uniform(0.5, 2.0, (c, D)))
+    means = np.stack([map_adapt_means(ubm, rng.normal(size=(60, D)) * 2 + 1.5 * i) for i in range(len(NAMES))])
+    X = _utterance(seed=6)
+    p = VerifyParams(
+        key_bits=sk.public_key.bits, dgk_bits=512, dgk_t=32, max_mixtures=c, max_features=D, max_frames=T, claim="bo"
+    )
+    score = SpeakerModels(ubm, NAMES, means).score(1, X)
+    bound = verify_error_bound(SpeakerModels(ubm, NAMES, means), "bo", X, p)
+    assert 0 < bound < 1e-6 * abs(score)
+    for eps, want in ((-1.0001 * bound, True), (1.0001 * bound, False)):
+        models = SpeakerModels(ubm, NAMES, means, threshold=score + eps)
+        res, net = run_pair(
+            lambda ch: verify_alice(ch, X, p, private_key=sk, allow_insecure_keys=True),
+            lambda ch, models=models: verify_bob(ch, models, p, allow_insecure_keys=True, dgk_key=dgk_key),
+        )
+        assert res["bob"].accept is want and res["alice"].accept is None
+        back = [pb.CiphertextVector.FromString(d) for _, t, _, d in net.received_by("alice") if "/mix-u/" in t]
+        terms = [pb.CiphertextVector.FromString(d) for _, t, _, d in net.received_by("bob") if "/mix-e/" in t]
+        assert sum(len(v.ciphertexts) for v in back) == 2 * T  # one per frame and model: spread
+        assert sum(len(v.ciphertexts) for v in terms) < 2 * T * c  # fewer than one per term
 
 
 @pytest.mark.parametrize("output", ["bob", "alice"])
