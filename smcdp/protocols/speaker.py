@@ -435,8 +435,11 @@ async def _bob_forward(
 
 # =============================================================================== Alice's next session, ahead
 #: obfuscators per frame before any session has shown the real number: two (verify) or K̄ + 1 = 17
-#: (identify) models of 64 components, and a few for the products and the termination
-DEFAULT_OBFUSCATORS_PER_FRAME = MappingProxyType({"speaker-verify": 2 * 64 + 4, "speaker-identify": 17 * 64 + 4})
+#: (identify) models of 64 components, whose terms the forward algorithm's spread layout packs 10 to a
+#: ciphertext at 2048 bits, and a few for the products (79 per block of 20 frames) and the termination
+DEFAULT_OBFUSCATORS_PER_FRAME = MappingProxyType(
+    {"speaker-verify": 2 * 64 / 10 + 5, "speaker-identify": 17 * 64 / 10 + 5}
+)
 
 
 @dataclass(frozen=True)
