@@ -48,6 +48,7 @@ does not replay into another session, another key or another ciphertext.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import math
 import os
@@ -370,15 +371,20 @@ def _batch_weights(
 
 
 def _nonce(pub: ThresholdPublicKey, share: KeyShare, x: mpz, y: mpz, context: bytes, nonce_key: bytes | None) -> int:
-    """The proof's nonce: fresh, or -- with ``nonce_key``, a secret of the prover's -- a function of the key and
-    the whole statement (as RFC 6979 derives a signature's), so that a replayed prover sends the same proof
-    and two different statements never share a nonce."""
+    """The proof's nonce: fresh, or -- with ``nonce_key`` -- derived as RFC 6979 derives a signature's: HMAC-SHA256
+    keyed by ``nonce_key`` over the share's secret and the whole statement (expanded in counter mode to
+    ``nonce_bits``).  A replayed prover sends the same proof; two different statements never share a nonce; and
+    since the secret share is an input, whoever knows ``nonce_key`` (the root of a seeded session, say) still
+    cannot recompute the nonce, so z = r + e·Δ·s does not reveal s."""
     bits = pub.nonce_bits()
     if nonce_key is None:
         return secrets.randbits(bits)
     statement = _hash(b"nonce", context, pub.fingerprint, share.index, int(x), int(y))
-    stream = hashlib.shake_256(b"smcdp/threshold-nonce/v1\x00" + nonce_key + statement).digest((bits + 7) // 8)
-    return int.from_bytes(stream, "big") >> (8 * len(stream) - bits)
+    msg = b"smcdp/threshold-nonce/v2\x00" + _int_bytes(share.secret) + statement
+    out = b"".join(
+        hmac.new(nonce_key, k.to_bytes(4, "big") + msg, hashlib.sha256).digest() for k in range((bits + 255) // 256)
+    )
+    return int.from_bytes(out, "big") >> (8 * len(out) - bits)
 
 
 def _prove(

@@ -44,7 +44,7 @@ from smcdp.protocols.power_iteration import (
     prepare_party1,
     trent,
 )
-from smcdp.protocols.power_iteration_threshold import GroupKey
+from smcdp.protocols.power_iteration_threshold import GroupKey, refuse_seeded
 
 #: Trent's record holds x_1 … x_r inline up to this many samples (the same limit as a party's own block)
 INLINE_MAX = ALPHA_INLINE_MAX
@@ -163,6 +163,7 @@ class PowerIterationPlugin(ProtocolPlugin):
     async def run_role(self, role: str, ch: Channel, ctx: SessionContext) -> dict:
         p = PowerIterationParams.from_mapping(ctx.params)
         check_key_bits(p.key_bits, ctx.allow_insecure_keys)
+        refuse_seeded(p, ctx.seed)
         if role == TRENT:
             t_res = await trent(ch, p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys)
             out = asdict(t_res)

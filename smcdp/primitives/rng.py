@@ -2,9 +2,15 @@
 
 Every mask, permutation, scaling factor, decoy choice, key, oblivious-transfer
 secret and DP noise draw of a protocol role comes from here.  Paillier and DGK
-*encryption* randomness does not: an obfuscator is never part of a role's
-state, so it always comes straight from the OS CSPRNG
-(:mod:`smcdp.crypto.paillier`).
+*encryption* randomness mostly does not: an obfuscator is never part of a role's
+state, so it comes straight from the OS CSPRNG (:mod:`smcdp.crypto.paillier`).
+One exception is replayable on purpose: a data party's release under a group key
+(:mod:`smcdp.protocols.power_iteration_threshold`) draws its Paillier randomness
+from a stream of the party's root, so that a party replayed after a crash re-sends
+bit for bit the ciphertext whose digest it committed to.  That is safe because the
+root is the party's own secret (never sent; kept only in its 0600 checkpoint), and
+because a group-key session refuses a seeded root, whose streams anyone knowing the
+seed could recompute.
 
 A role's randomness has one root, a :class:`Randomness`:
 

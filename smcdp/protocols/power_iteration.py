@@ -106,6 +106,7 @@ from smcdp.protocols.power_iteration_threshold import (
     check_group_key,
     checked_sum,
     key_summary,
+    refuse_seeded,
     release_and_commit,
     threshold_decrypt,
     trent_deliver,
@@ -766,6 +767,7 @@ async def data_party(
     party's share of the session's ``key_group`` (:mod:`smcdp.protocols.power_iteration_threshold`).
     """
     params.validate()
+    refuse_seeded(params, seed)
     source = data if isinstance(data, MatrixSource) else ArraySource(check_matrix(data))
     k, _n_i = source.shape
     r = params.components
@@ -1506,6 +1508,7 @@ async def _trent(
     ch: Channel, params: PowerIterationParams, seed: SeedLike, allow_insecure_keys: bool, obfuscators: _Obfuscators
 ) -> TrentResult:
     params.validate()
+    refuse_seeded(params, seed)
     if ch.role != TRENT:
         raise InvalidMessage(f"role {ch.role!r} is not trent")
     pk, k = await _trent_setup(ch, params, allow_insecure_keys)

@@ -154,6 +154,18 @@ def check_group_key(params: PowerIterationParams, key: GroupKey, role: str) -> N
         raise InvalidMessage(f"{role} holds share {key.share.index} of the group, not the one its role maps to")
 
 
+def refuse_seeded(params: PowerIterationParams, seed: SeedLike) -> None:
+    """A group key needs secret randomness: a release's Paillier randomness comes from the party's root (so a
+    replayed party re-sends it bit for bit), and under an experiment seed that root is known to everyone who
+    knows the seed -- every release would be decryptable by them.  So a seeded session is refused."""
+    if params.key_group is not None and (isinstance(seed, int) or getattr(seed, "seeded", False)):
+        raise InvalidMessage(
+            f"key_group {params.key_group!r} cannot run in a seeded session: a release's encryption randomness "
+            "comes from the party's randomness root, which a known seed makes public (every release would be "
+            "readable by whoever knows the seed); run it without a seed"
+        )
+
+
 def noise_guarantee(n: int, t: int, h: int) -> float:
     """The honest noise's variance, in units of σ², that Trent plus any t data parties cannot remove from
     the sum: the n − t other parties' (n − t)·σ²/h.  At least 1 (one curator's σ²) iff h <= n − t."""

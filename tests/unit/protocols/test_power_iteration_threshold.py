@@ -406,10 +406,13 @@ def test_a_replayed_party_sends_the_same_bytes_so_its_commitment_still_holds(sk5
         assert not isinstance(res, Exception), res
         return {(s, r, t): d for s, r, t, _, d in net.transcript if s.startswith("party")}
 
-    roots = [Randomness.from_seed(40 + i) for i in range(3)]
-    first, again = sent(roots), sent([Randomness.from_seed(40 + i) for i in range(3)])
+    def root(i):  # a party's secret root, as its checkpoint keeps it (not an experiment seed)
+        return Randomness(bytes([i]) * 32)
+
+    roots = [root(40 + i) for i in range(3)]
+    first, again = sent(roots), sent([root(40 + i) for i in range(3)])
     assert first == again
-    other = sent([Randomness.from_seed(99), *roots[1:]])
+    other = sent([root(99), *roots[1:]])
     for tag in (DIGEST_TAG, COV_TAG, PARTIAL_TAG):
         mine = [k for k in first if k[0] == "party1" and k[2] == tag]
         assert mine and all(first[k] != other[k] for k in mine), tag
@@ -470,3 +473,43 @@ def test_traffic_envelope_covers_every_message_of_the_group_key_power_method(sk5
         got = [len(d) for *_, d in net.received_by(role)]
         assert max(got) <= env.message_bytes and sum(got) <= env.session_bytes and len(got) <= env.tags, role
         assert env.session_bytes < 4 * sum(got) + 4096, role
+
+
+# ------------------------------------------------------------------ secret randomness (seeds and proof nonces)
+def test_a_known_nonce_key_does_not_reveal_the_key_share(sk512):
+    """The proof's z = r + e·Δ·s is computed over the integers: whoever can recompute the nonce r reads the
+    long-lived share s.  In a seeded session the nonce key (a stream of the root) is known to everyone knowing
+    the seed; an observer who recomputes r from it and the public statement must not get s: the nonce is also
+    keyed by the share's secret (RFC 6979 style)."""
+    import gmpy2
+
+    from smcdp.crypto.threshold import _batch_statement, _nonce, partial_decrypt
+    from smcdp.primitives.rng import stream_key
+
+    pub, shares = deal(sk512, 3, 1)
+    share = shares[1]
+    nonce_key = stream_key(7, "power-iteration", "party2", "proof", PARTIAL_TAG)
+    cts = [int(pub.public_key.raw_encrypt(5, obfuscate=False))]
+    p = partial_decrypt(share, cts, b"context", nonce_key=nonce_key)
+    assert partial_decrypt(share, cts, b"context", nonce_key=nonce_key) == p  # still replayable
+    # the observer knows the seed, the role, the tag and every public value -- not the share
+    x, y = _batch_statement(pub, share.index, [gmpy2.mpz(c) for c in cts], [gmpy2.mpz(v) for v in p.values], b"context")
+    guess = dataclasses.replace(share, secret=0)
+    r = _nonce(pub, guess, x, y, b"context", stream_key(7, "power-iteration", "party2", "proof", PARTIAL_TAG))
+    e, z = p.proofs[0]
+    assert (z - r) // (e * pub.delta) != share.secret
+
+
+def test_a_group_key_session_with_an_experiment_seed_is_refused(sk512):
+    """A release's Paillier randomness comes from the party's root (for replay): under a seed that root is
+    public, so every release would be decryptable by whoever knows the seed.  The session refuses a seed."""
+    from smcdp.primitives.rng import Randomness
+
+    rng = np.random.default_rng(3)
+    blocks = [rng.normal(size=(4, 20)) for _ in range(3)]
+    params = params_for(3, 1, rows=4, max_samples=20)
+    _, shares = deal(sk512, 3, 1)
+    for seeds in ([7, 8, 9], [Randomness.from_seed(7 + i) for i in range(3)]):
+        net, res = run(blocks, params, sk=sk512, shares=shares, seeds=seeds)
+        assert isinstance(res, InvalidMessage) and "seeded session" in str(res), res
+        assert not any(tag == COV_TAG for _, tag, _, _ in net.received_by("trent"))
