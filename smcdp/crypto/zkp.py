@@ -19,6 +19,13 @@ cost to detect (docs/security.md):
   and its randomness r, which proves ``c = g^m · r^n`` (a perfectly binding
   proof of correct decryption: no other m ∈ Z_n gives the same c); the
   product's opening above is one.
+* :func:`prove_plaintext_knowledge` / :func:`verify_plaintext_knowledge` -- a
+  batched proof that the prover knows an opening (m_i, r_i) of every
+  ciphertext of a vector (it encrypted them itself): a contribution cannot be
+  a copy (or a power, or a product with) another party's ciphertext whose
+  plaintext the sender does not know.  Its nonces may be derived from a
+  secret key *and the witness* (:func:`_witness_stream`), so that a replayed
+  prover sends the same proof and nobody who lacks the witness can predict them.
 
 Challenges are ``CHALLENGE_BITS`` = 128-bit Fiat–Shamir hashes of the
 statement and a caller-supplied context (session, purpose), so a proof cannot
@@ -27,12 +34,15 @@ prime factor of n: true for every key a party accepts outside tests (primes
 of ≥ 1024 bits), and for the test keys too (≥ 128-bit primes from 256-bit
 moduli up).  The proofs' nonces come from
 ``secrets`` -- like encryption obfuscators, never from a seedable generator:
-a predictable nonce would reveal which branch of an OR-proof is real.
+a predictable nonce would reveal which branch of an OR-proof is real (or the
+witness of a proof of knowledge) -- or from a secret stream mixed with the
+witness, which is as unpredictable.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import random
 import secrets
 from collections.abc import Sequence
@@ -40,6 +50,7 @@ from collections.abc import Sequence
 import gmpy2
 from gmpy2 import mpz
 
+from smcdp.crypto.modexp import multi_exp
 from smcdp.crypto.paillier import PrivateKey, PublicKey
 
 CHALLENGE_BITS = 128
@@ -168,3 +179,118 @@ def verify_one_hot(pk: PublicKey, cts: Sequence[int], proof: Sequence[int], cont
     for c in cts:
         product = product * mpz(c) % pk.nsquare
     return verify_opening(pk, product, 1, proof[-1])
+
+
+# --------------------------------------------------------------------------- proof of plaintext knowledge
+_POPK_DOMAIN = b"smcdp/zkp/plaintext-knowledge/v1\x00"
+
+
+def _popk_weights(pk: PublicKey, cts: Sequence[mpz], a: int, context: bytes) -> list[int]:
+    """The challenge: one CHALLENGE_BITS weight per ciphertext, from a hash of the context, the key, every
+    ciphertext and the commitment ``a`` (Fiat–Shamir: the weights are fixed only once ``a`` is)."""
+    seed = _challenge(pk, _POPK_DOMAIN + context, len(cts), a, *cts)
+    root = seed.to_bytes(CHALLENGE_BITS // 8, "big")
+    return [
+        int.from_bytes(hashlib.sha256(root + k.to_bytes(8, "big")).digest(), "big") & _MASK for k in range(len(cts))
+    ]
+
+
+def _witness_stream(key: bytes, label: bytes, parts: Sequence[int], nbytes: int) -> bytes:
+    """``nbytes`` of HMAC-SHA256(key, label ‖ parts ‖ counter) in counter mode: a nonce that is a function of
+    a secret key and the witness (RFC 6979 style), so that it repeats only with the same statement and
+    witness, and nobody lacking either the key or the witness can compute it."""
+    msg = hashlib.sha256(_POPK_DOMAIN + label)
+    for v in parts:
+        b = int(v).to_bytes((int(v).bit_length() + 7) // 8 or 1, "big")
+        msg.update(len(b).to_bytes(4, "big") + b)
+    digest = msg.digest()
+    out = b"".join(
+        hmac.new(key, digest + k.to_bytes(4, "big"), hashlib.sha256).digest() for k in range(-(-nbytes // 32))
+    )
+    return out[:nbytes]
+
+
+def _popk_nonces(
+    pk: PublicKey, cts: Sequence[mpz], ms: Sequence[int], rs: Sequence[int], context: bytes, key: bytes | None
+) -> tuple[mpz, mpz]:
+    """x uniform in Z_n and s uniform in Z*_n: from the OS CSPRNG, or (``key``) from the key and the whole
+    witness -- n's size plus 128 bits reduced mod n, statistically uniform."""
+    n = pk.n
+    if key is None:
+        return mpz(secrets.randbelow(int(n))), _unit_below(n)
+    parts = [len(cts), *cts, *ms, *rs]
+    size = (int(n).bit_length() + CHALLENGE_BITS + 7) // 8
+    x = mpz(int.from_bytes(_witness_stream(key, b"x" + context, parts, size), "big")) % n
+    for k in range(1 << 16):
+        s = mpz(int.from_bytes(_witness_stream(key, b"s%d" % k + context, parts, size), "big")) % n
+        if s > 0 and gmpy2.gcd(s, n) == 1:
+            return x, s
+    raise AssertionError("no unit found")  # pragma: no cover - probability ~(2/√n)^65536
+
+
+def prove_plaintext_knowledge(
+    pk: PublicKey,
+    cts: Sequence[int],
+    plaintexts: Sequence[int],
+    randomness: Sequence[int],
+    context: bytes,
+    nonce_key: bytes | None = None,
+) -> tuple[int, int, int]:
+    """Proof (a, z, w) that the prover knows (m_i, r_i) with c_i = g^{m_i}·r_i^n mod n² for every c_i in
+    ``cts`` (``plaintexts``: the m_i, any sign, taken mod n; ``randomness``: the r_i), bound to ``context``.
+
+    The Σ-protocol, batched by per-ciphertext weights and made non-interactive by Fiat–Shamir:
+
+    * commitment a = g^x·s^n mod n², x uniform in Z_n, s uniform in Z*_n;
+    * challenge e_1 … e_k, each CHALLENGE_BITS bits, a hash of the context, the key, all c_i and a;
+    * response z = x + Σ e_i·m_i mod n and w = s·Π r_i^{e_i} mod n.  The carry q of the reduction of z
+      would enter w as g^q -- and g^q = (1 + n)^q ≡ 1 (mod n): it vanishes, as does every multiple of n in
+      w, since (w + jn)^n ≡ w^n (mod n²).
+    * the verifier checks 0 <= z < n, w and a units, and g^z·w^n ≡ a·Π c_i^{e_i} (mod n²).
+
+    Zero knowledge (perfect, honest verifier; in the random-oracle model for Fiat–Shamir): z is uniform in
+    Z_n (x is) and w uniform in Z*_n (s is), independent of each other and of the witness; a is then
+    determined.  A simulator draws e, z, w and sets a = g^z·w^n·Π c_i^{-e_i}: the same distribution.
+
+    Soundness (knowledge): two accepting answers to one a whose weights differ only at i, by δ with
+    0 < |δ| < 2^CHALLENGE_BITS, give g^{z−z'}·(w/w')^n = c_i^δ.  δ is below n's smallest prime factor,
+    so αδ + βn = 1 for some α, β, and c_i = g^{α(z−z')}·((w/w')^α·c_i^β)^n: an opening of c_i.  With
+    the forking lemma a prover who convinces with probability noticeably above 2^-CHALLENGE_BITS per
+    hash query knows an opening of every c_i.  So a party cannot contribute another's ciphertext c (or
+    c^C, or c times its own): an opening of c^C·E(m) gives C·m_c + m, hence m_c -- which it does not know.
+
+    ``nonce_key``: a secret of the prover (a stream of its randomness root).  The nonces x, s are then an
+    HMAC keyed by it over the context and the witness (every c_i, m_i, r_i), so a replayed prover sends
+    the same proof and whoever knows the key but not the witness still cannot predict x (z − x = Σ e_i m_i
+    would reveal a combination of the plaintexts).  Without it, fresh from the OS CSPRNG."""
+    n, n2 = pk.n, pk.nsquare
+    if not (len(cts) == len(plaintexts) == len(randomness)) or not cts:
+        raise ValueError("one plaintext and one randomness per ciphertext, at least one ciphertext")
+    cs = [mpz(c) for c in cts]
+    ms = [int(mpz(m) % n) for m in plaintexts]
+    rs = [int(mpz(r) % n) for r in randomness]
+    x, s = _popk_nonces(pk, cs, ms, rs, context, nonce_key)
+    a = (1 + x * n) * gmpy2.powmod(s, n, n2) % n2
+    es = _popk_weights(pk, cs, int(a), context)
+    z = (x + sum(e * m for e, m in zip(es, ms))) % n
+    w = s * multi_exp([mpz(r) for r in rs], es, n) % n
+    return int(a), int(z), int(w)
+
+
+def verify_plaintext_knowledge(pk: PublicKey, cts: Sequence[int], proof: Sequence[int], context: bytes) -> bool:
+    """True iff ``proof`` (a, z, w) shows knowledge of an opening of every ciphertext of ``cts`` (bound to
+    ``context``; see :func:`prove_plaintext_knowledge`)."""
+    n, n2 = pk.n, pk.nsquare
+    if len(proof) != 3 or not cts:
+        return False
+    a, z, w = (mpz(v) for v in proof)
+    cs = [mpz(c) for c in cts]
+    if not (0 < a < n2 and 0 <= z < n and 0 < w < n) or any(not 0 < c < n2 for c in cs):
+        return False
+    acc = a * w % n
+    for c in cs:
+        acc = acc * c % n
+    if gmpy2.gcd(acc, n) != 1:  # a, w and every c_i units
+        return False
+    es = _popk_weights(pk, cs, int(a), context)
+    return (1 + z * n) * gmpy2.powmod(w, n, n2) % n2 == a * multi_exp(cs, es, n2) % n2

@@ -6,10 +6,12 @@ from smcdp.crypto.zkp import (
     open_ciphertext,
     prove_bit,
     prove_one_hot,
+    prove_plaintext_knowledge,
     randomness_of,
     verify_bit,
     verify_one_hot,
     verify_opening,
+    verify_plaintext_knowledge,
 )
 
 CTX = b"session-1"
@@ -101,3 +103,67 @@ def test_an_opening_proves_the_plaintext(key, m):
     assert not verify_opening(pk, c, got + pk.n, r)  # m must be reduced
     assert not verify_opening(pk, c, got, 0)
     assert not verify_opening(pk, pk.rerandomize_textbook(c), got, r)
+
+
+# ------------------------------------------------------------------ proof of plaintext knowledge
+def _enc_known(pk, values, seed=1):
+    """Ciphertexts with their openings: (cts, ms, rs)."""
+    import random
+
+    import gmpy2
+
+    rng = random.Random(seed)
+    rs = [rng.randrange(2, int(pk.n) - 1) for _ in values]
+    cts = [
+        int(pk.raw_encrypt(m, obfuscate=False) * gmpy2.powmod(r, pk.n, pk.nsquare) % pk.nsquare)
+        for m, r in zip(values, rs)
+    ]
+    return cts, list(values), rs
+
+
+@pytest.mark.parametrize("values", [[0], [5, -3, 2**200], list(range(40))])
+def test_a_proof_of_plaintext_knowledge_verifies(key, values):
+    pk, _ = key
+    cts, ms, rs = _enc_known(pk, values)
+    proof = prove_plaintext_knowledge(pk, cts, ms, rs, CTX)
+    assert verify_plaintext_knowledge(pk, cts, proof, CTX)
+    assert verify_plaintext_knowledge(pk, cts, prove_plaintext_knowledge(pk, cts, ms, rs, CTX, b"k" * 32), CTX)
+
+
+def test_a_proof_of_plaintext_knowledge_is_bound_to_context_and_every_ciphertext(key):
+    pk, _ = key
+    cts, ms, rs = _enc_known(pk, [1, 2, 3])
+    proof = prove_plaintext_knowledge(pk, cts, ms, rs, CTX)
+    assert not verify_plaintext_knowledge(pk, cts, proof, b"session-2")
+    assert not verify_plaintext_knowledge(pk, list(reversed(cts)), proof, CTX)
+    assert not verify_plaintext_knowledge(pk, cts[:2], proof, CTX)
+    assert not verify_plaintext_knowledge(pk, [cts[0], cts[1], cts[2] * cts[0] % pk.nsquare], proof, CTX)
+    for i in range(3):
+        for delta in (1, -1):
+            bad = list(proof)
+            bad[i] += delta
+            assert not verify_plaintext_knowledge(pk, cts, bad, CTX), (i, delta)
+    assert not verify_plaintext_knowledge(pk, cts, [proof[0], proof[1] + pk.n, proof[2]], CTX)  # z out of range
+    assert not verify_plaintext_knowledge(pk, cts, proof[:2], CTX)
+
+
+def test_a_wrong_witness_gives_no_proof(key):
+    """Someone else's ciphertext (or its power) with a made-up opening -- the copy attack -- fails."""
+    pk, _ = key
+    cts, ms, rs = _enc_known(pk, [7, 8])
+    copied = [pow(c, 3, pk.nsquare) for c in cts]
+    assert not verify_plaintext_knowledge(pk, copied, prove_plaintext_knowledge(pk, copied, ms, rs, CTX), CTX)
+    assert not verify_plaintext_knowledge(pk, cts, prove_plaintext_knowledge(pk, cts, [7, 9], rs, CTX), CTX)
+
+
+def test_keyed_nonces_replay_and_depend_on_the_key_and_the_witness(key):
+    """With a nonce key the proof is a function of the key and the witness (a replayed prover re-sends it);
+    another key, or another witness of the same ciphertexts' plaintexts, gives another commitment."""
+    pk, _ = key
+    cts, ms, rs = _enc_known(pk, [1, 2])
+    one = prove_plaintext_knowledge(pk, cts, ms, rs, CTX, b"a" * 32)
+    assert prove_plaintext_knowledge(pk, cts, ms, rs, CTX, b"a" * 32) == one
+    assert prove_plaintext_knowledge(pk, cts, ms, rs, CTX, b"b" * 32)[0] != one[0]
+    assert prove_plaintext_knowledge(pk, cts, ms, rs, b"other", b"a" * 32)[0] != one[0]
+    cts2, ms2, rs2 = _enc_known(pk, [1, 3], seed=2)
+    assert prove_plaintext_knowledge(pk, cts2, ms2, rs2, CTX, b"a" * 32)[0] != one[0]
