@@ -463,6 +463,7 @@ class PowerIterationParams(ProtocolParams):
         block = cts(k * b, self.slot_bits())  # contrib/0, v/t (DP: noisy/t, final/v too)
         gram = cts(self.gram_length, self.gram_slot_bits())
         both = block + gram + 16  # round/t and reply/t: a block, a Gram, a flag, and the fields' framing
+        proof = 4 * B // 8 + 64  # a release's proof of plaintext knowledge (group key): a < N², z, w < N
         rounds = self.dp_rounds if self.dp else self.max_iterations
         msgs: list[tuple[int, ...]]
         if self.dp_mode == "covariance":  # one release each to Trent; its sum and the key pair to a party
@@ -470,21 +471,31 @@ class PowerIterationParams(ProtocolParams):
             N = self.n_parties
             if role == TRENT:
                 msgs = [(N, cov), (N, 24), (1, B // 8 + 16)]
-            elif self.key_group is not None:  # every release, the others' digests and partial decryptions
+                if self.key_group is not None:  # and every release's proof
+                    msgs.append((N, proof))
+            elif self.key_group is not None:  # every release and its proof, the others' digests, partials
                 partial = cov + (4 * B + 5000) // 8 + 64  # a value per ciphertext (mod N²), the proof's e and z
-                msgs = [(N, cov), (N - 1, 128), (N - 1, partial)]
+                msgs = [(N, cov), (N, proof), (N - 1, 128), (N - 1, partial)]
             else:
                 msgs = [(1, cov), (1, 3 * (B // 8) + 32)]
         elif self.dp and self.key_group is not None and role != TRENT:  # v/0 in clear; per round: every
             # release, the others' digests and partial decryptions (docs: the group key)
             N, partial = self.n_parties, block + (4 * B + 5000) // 8 + 64
-            msgs = [(1, 9 * k * b + 64), (rounds * N, block), (rounds * (N - 1), 128), (rounds * (N - 1), partial)]
+            msgs = [
+                (1, 9 * k * b + 64),
+                (rounds * N, block),
+                (rounds * N, proof),
+                (rounds * (N - 1), 128),
+                (rounds * (N - 1), partial),
+            ]
         elif self.dp:  # noisy/t to Trent; v/t and final/v to the parties (and the key pair)
             msgs = (
                 [(rounds * self.n_parties, block), (self.n_parties, 24), (1, B // 8 + 16)]
                 if role == TRENT
                 else [(rounds + 1, block), (1, 3 * (B // 8) + 32)]
             )
+            if role == TRENT and self.key_group is not None:  # every release's proof
+                msgs.append((rounds * self.n_parties, proof))
         elif role == TRENT:
             # final/x: the public chunking of at most max_samples samples, r floats each (the
             # chunks' sizes follow max_samples, not the chunk size alone -- 512 KB a message before)
@@ -1238,7 +1249,7 @@ async def _threshold_release(
     pk = key.public.public_key
     packing = params.packing(pk)
     digests = await release_and_commit(ch, params, key, W, packing, TRENT, tags, seed)
-    total = await checked_sum(ch, params, pk, packing, digests, W.size, TRENT, tags)
+    total = await checked_sum(ch, params, key, packing, digests, W.size, TRENT, tags)
     return decode_fixed(await threshold_decrypt(ch, params, key, total, tags, seed), -params.frac_bits)
 
 

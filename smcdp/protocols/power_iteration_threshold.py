@@ -51,6 +51,7 @@ from smcdp.crypto.threshold import (
     partial_decrypt_vector,
 )
 from smcdp.crypto.vector import EncryptedVector
+from smcdp.crypto.zkp import prove_plaintext_knowledge, verify_plaintext_knowledge
 from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.primitives.rng import SeedLike, protocol_rng, stream_key
@@ -87,6 +88,8 @@ DIGEST_TAG = "digest/cov"
 CONTRIB_TAG = "contrib/cov"
 #: a data party's partial decryption of the sum it recomputed, to every other data party (step 5)
 PARTIAL_TAG = "partial/cov"
+#: a data party's proof that it knows what its release encrypts, to Trent (step 3), relayed as "pok/cov/<role>"
+PROOF_TAG = "pok/cov"
 _DOMAIN = b"smcdp/power-iteration/threshold-cov/v1"
 
 
@@ -101,20 +104,28 @@ class Tags:
     contrib: str
     partial: str
     sum: str
+    #: the release's proof of plaintext knowledge, to Trent; his relay of party j's: ``<proof>/<role j>``
+    proof: str
 
     @classmethod
     def covariance(cls) -> Tags:
-        return cls("noisy/cov", DIGEST_TAG, CONTRIB_TAG, PARTIAL_TAG, "final/cov")
+        return cls("noisy/cov", DIGEST_TAG, CONTRIB_TAG, PARTIAL_TAG, "final/cov", PROOF_TAG)
 
     @classmethod
     def power_round(cls, t: int) -> Tags:
         """Round t of the noisy power method: its release ``noisy/<t>``, the sum being the next block."""
-        return cls(f"noisy/{t}", f"digest/{t}", f"contrib/{t}", f"partial/{t}", f"sum/{t}")
+        return cls(f"noisy/{t}", f"digest/{t}", f"contrib/{t}", f"partial/{t}", f"sum/{t}", f"pok/{t}")
 
 
 class ContributionMismatch(InvalidMessage):
     """What Trent delivered as a party's contribution is not what that party committed to (step 5):
     nothing is decrypted.  ``origin``: Trent's party, who delivered it."""
+
+
+class BadContributionProof(InvalidMessage):
+    """A contribution's proof of plaintext knowledge fails (step 5): its owner committed to a ciphertext whose
+    plaintext it cannot show it knows -- a copy of another's, say.  Nothing is decrypted.  ``origin``: the
+    contribution's owner."""
 
 
 @dataclass(frozen=True)
@@ -214,16 +225,35 @@ def key_summary(params: PowerIterationParams, key: GroupKey) -> dict[str, Any]:
     }
 
 
-def contribution_digest(session_id: str, role: str, vec: EncryptedVector) -> bytes:
-    """SHA-256 of a contribution: the session, its owner's role, its layout and every ciphertext."""
+def contribution_digest(
+    session_id: str, role: str, vec: EncryptedVector, proof: tuple[int, ...] | list[int] = ()
+) -> bytes:
+    """SHA-256 of a contribution: the session, its owner's role, its layout, every ciphertext and its proof of
+    plaintext knowledge (a sum's digest has none)."""
     h = hashlib.sha256(_DOMAIN + b"\x00contribution\x00")
     for part in (session_id.encode(), role.encode()):
         h.update(len(part).to_bytes(4, "big") + part)
     h.update(b"%d,%d,%d,%d;" % (vec.exponent, vec.length, vec.packing.slots, vec.packing.slot_bits))
-    for c in vec.ciphertexts:
+    for c in [*vec.ciphertexts, *proof]:
         b = int(c).to_bytes((int(c).bit_length() + 7) // 8 or 1, "big")
         h.update(len(b).to_bytes(4, "big") + b)
     return h.digest()
+
+
+def proof_context(session_id: str, role: str, tag: str, key: ThresholdPublicKey) -> bytes:
+    """What a release's proof of plaintext knowledge is bound to: the session, its owner's role, the release's
+    tag (the round) and the group key's fingerprint -- it does not replay into another session, round or
+    party's name."""
+    h = hashlib.sha256(_DOMAIN + b"\x00plaintext-knowledge\x00")
+    for part in (session_id.encode(), role.encode(), tag.encode(), key.fingerprint):
+        h.update(len(part).to_bytes(4, "big") + part)
+    return h.digest()
+
+
+def proof_from_proto(msg: pb.BigInts, pk: PublicKey, what: str) -> tuple[int, int, int]:
+    """A proof of plaintext knowledge (a, z, w), sizes checked (the proof itself by :func:`checked_sum`)."""
+    a, z, w = from_bigints(msg, count=3, bound_bits=pk.nsquare.bit_length(), what=what, nonnegative=True)
+    return a, z, w
 
 
 def sum_context(session_id: str, tag: str, total: EncryptedVector) -> bytes:
@@ -258,10 +288,13 @@ def partial_from_proto(
     return PartialDecryption(party, tuple(values[:count]), ((values[count], values[count + 1]),), True)
 
 
-def _replayable_encryption(pk: PublicKey, rng: random.Random) -> Callable[[list[int]], Awaitable[list[int]]]:
+def _replayable_encryption(
+    pk: PublicKey, rng: random.Random, witness: list[tuple[int, int]]
+) -> Callable[[list[int]], Awaitable[list[int]]]:
     """Encryption whose randomness r (c = (1 + N)^m·r^N mod N²) comes from ``rng``, a stream of the party's
     randomness root: a replayed party re-encrypts its release bit for bit, so the digest it committed to
-    (which may have left it before a crash, and the release not) still matches what it sends."""
+    (which may have left it before a crash, and the release not) still matches what it sends.  Each (m, r)
+    is appended to ``witness``: the opening the release's proof of plaintext knowledge is made from."""
 
     def encrypt(ms: list[int]) -> list[int]:
         n, n2 = pk.n, pk.nsquare
@@ -270,6 +303,7 @@ def _replayable_encryption(pk: PublicKey, rng: random.Random) -> Callable[[list[
             r = rng.randrange(1, int(n))
             while gmpy2.gcd(r, n) != 1:  # pragma: no cover - probability ~2/√N
                 r = rng.randrange(1, int(n))
+            witness.append((m, r))
             out.append(int(pk.raw_encrypt(m, obfuscate=False) * gmpy2.powmod(r, n, n2) % n2))
         return out
 
@@ -289,18 +323,31 @@ async def release_and_commit(
     tags: Tags,
     seed: SeedLike,
 ) -> dict[str, bytes]:
-    """Steps 1–3 for the release W (already noisy and clamped): encrypt, commit, wait, send it to ``trent``
-    (``tags.release``).  Returns every data role's committed digest (its own included)."""
+    """Steps 1–3 for the release W (already noisy and clamped): encrypt and prove, commit, wait, send it and
+    its proof to ``trent`` (``tags.release``, ``tags.proof``).  Returns every data role's committed digest (its
+    own included)."""
     pk = key.public.public_key
+    witness: list[tuple[int, int]] = []
+    rng = protocol_rng(seed, "power-iteration", ch.role, "encryption", tags.release)
     vec = await EncryptedVector.encrypt_with(
-        _replayable_encryption(pk, protocol_rng(seed, "power-iteration", ch.role, "encryption", tags.release)),
+        _replayable_encryption(pk, rng, witness),
         pk,
         W,
         frac_bits=params.frac_bits,
         packing=packing,
         bound=params.contribution_bound(),
     )
-    mine = contribution_digest(ch.session_id, ch.role, vec)
+    # --- Step 1b: the proof that this party knows what its release encrypts (it is no copy of another's).
+    proof = await asyncio.to_thread(
+        prove_plaintext_knowledge,
+        pk,
+        [int(c) for c in vec.ciphertexts],
+        [m for m, _ in witness],
+        [r for _, r in witness],
+        proof_context(ch.session_id, ch.role, tags.release, key.public),
+        stream_key(seed, "power-iteration", ch.role, "plaintext-knowledge", tags.release),
+    )
+    mine = contribution_digest(ch.session_id, ch.role, vec, proof)
     others = [r for r in params.data_roles if r != ch.role]
     # --- Step 2: the digest to every other data party; every other party's digest before anything more.
     await ch.send_many(others, tags.digest, pb.Blobs(values=[key.public.fingerprint, mine]))
@@ -314,45 +361,74 @@ async def release_and_commit(
         digests[role] = bytes(msg.values[1])
     # --- Step 3: the release to Trent (the release point), only now that every contribution is committed.
     await ch.send(trent, tags.release, vec.to_proto())
+    await ch.send(trent, tags.proof, bigints(list(proof)))
     return digests
+
+
+async def _relayed(
+    ch: Channel,
+    params: PowerIterationParams,
+    pk: PublicKey,
+    packing: Packing,
+    L: int,
+    trent: str,
+    tags: Tags,
+    role: str,
+) -> tuple[EncryptedVector, tuple[int, int, int]]:
+    """``role``'s release and its proof as ``trent`` relays them (sizes, key and bound checked)."""
+    tag = f"{tags.contrib}/{role}"
+    vec = EncryptedVector.from_proto(
+        await ch.recv(trent, tag, pb.CiphertextVector),
+        pk,
+        length=L,
+        exponent=-params.frac_bits,
+        packing=packing,
+        bound=params.contribution_bound(),
+        what=f"{tag} from {trent}",
+    )
+    proof = proof_from_proto(await ch.recv(trent, f"{tags.proof}/{role}", pb.BigInts), pk, f"{tags.proof}/{role}")
+    return vec, proof
 
 
 async def checked_sum(
     ch: Channel,
     params: PowerIterationParams,
-    pk: PublicKey,
+    key: GroupKey,
     packing: Packing,
     digests: Mapping[str, bytes],
     L: int,
     trent: str,
     tags: Tags,
 ) -> EncryptedVector:
-    """Step 5's check: every contribution ``trent`` delivers against its owner's digest, then their sum,
-    recomputed here.  A mismatch refuses (nothing is decrypted) and names Trent."""
-    vecs = []
+    """Step 5's checks: every contribution ``trent`` delivers (with its proof) against its owner's digest
+    (a mismatch names Trent), then every contribution's proof of plaintext knowledge (a failure names its
+    owner) -- all of them before anything is summed or decrypted; then their sum, recomputed here."""
+    pk = key.public.public_key
+    vecs = {}
     for role in params.data_roles:
-        tag = f"{tags.contrib}/{role}"
-        vec = EncryptedVector.from_proto(
-            await ch.recv(trent, tag, pb.CiphertextVector),
-            pk,
-            length=L,
-            exponent=-params.frac_bits,
-            packing=packing,
-            bound=params.contribution_bound(),
-            what=f"{tag} from {trent}",
-        )
-        if contribution_digest(ch.session_id, role, vec) != digests[role]:
+        vec, proof = await _relayed(ch, params, pk, packing, L, trent, tags, role)
+        if contribution_digest(ch.session_id, role, vec, proof) != digests[role]:
             exc = ContributionMismatch(
-                f"{ch.role} refuses to decrypt: the contribution of {role} that {trent} delivered ({tag}) is not "
-                f"the one {role} committed to ({tags.digest}); {trent} (or {role}, if it sent {trent} another "
-                "ciphertext than it committed to) deviated -- a party partially decrypts only the sum it "
-                "recomputed from the committed contributions"
+                f"{ch.role} refuses to decrypt: the contribution of {role} that {trent} delivered "
+                f"({tags.contrib}/{role}) is not the one {role} committed to ({tags.digest}); {trent} (or {role}, "
+                f"if it sent {trent} another ciphertext than it committed to) deviated -- a party partially "
+                "decrypts only the sum it recomputed from the committed contributions"
             )
             exc.origin = ch.roles[trent]
             raise exc
-        vecs.append(vec)
-    total = vecs[0]
-    for v in vecs[1:]:
+        vecs[role] = (vec, proof)
+    for role, (vec, proof) in vecs.items():
+        context = proof_context(ch.session_id, role, tags.release, key.public)
+        cts = [int(c) for c in vec.ciphertexts]
+        if not await asyncio.to_thread(verify_plaintext_knowledge, pk, cts, proof, context):
+            bad = BadContributionProof(
+                f"{ch.role} refuses to decrypt: {role}'s release ({tags.release}) comes with no valid proof that "
+                f"{role} knows what it encrypts ({tags.proof}) -- it may be a copy of another party's ciphertext"
+            )
+            bad.origin = ch.roles[role]
+            raise bad
+    total, *rest = [v for v, _ in vecs.values()]
+    for v in rest:
         total = total + v
     return total
 
@@ -384,8 +460,8 @@ async def threshold_decrypt(
 
 
 async def trent_deliver(ch: Channel, params: PowerIterationParams, pk: PublicKey, L: int, tags: Tags) -> None:
-    """Trent's step 4: every data party's release (``tags.release``) to every data party, each checked (size,
-    key, bound) first.  He sums nothing and decrypts nothing."""
+    """Trent's step 4: every data party's release (``tags.release``) and its proof of plaintext knowledge
+    (``tags.proof``) to every data party, each checked (size, key, bound) first.  He sums nothing and decrypts nothing."""
     release_tag = tags.release
     roles = params.data_roles
     packing = params.packing(pk)
@@ -400,5 +476,9 @@ async def trent_deliver(ch: Channel, params: PowerIterationParams, pk: PublicKey
             bound=params.contribution_bound(),
             what=f"{release_tag} from {role}",
         )
+    proofs = await ch.recv_all(roles, tags.proof, pb.BigInts)
+    for role in roles:
+        proof_from_proto(proofs[role], pk, f"{tags.proof} from {role}")
     for role in roles:
         await ch.send_many(roles, f"{tags.contrib}/{role}", noisy[role])
+        await ch.send_many(roles, f"{tags.proof}/{role}", proofs[role])

@@ -42,6 +42,8 @@ from smcdp.protocols.power_iteration_threshold import (
     CONTRIB_TAG,
     DIGEST_TAG,
     PARTIAL_TAG,
+    PROOF_TAG,
+    BadContributionProof,
     ContributionMismatch,
     GroupKey,
     partial_from_proto,
@@ -133,7 +135,8 @@ def test_every_contribution_is_committed_before_any_ciphertext_leaves_a_party(sk
     """Commit, then reveal: a party sends its release to Trent only after it holds every other data party's
     digest, so no party (colluding with Trent, who sees the releases) can choose its contribution after
     seeing another's -- e.g. the inverse of the honest ones, which would make the 'sum' one party's
-    contribution.  Trent's only messages to a data party are the n contributions, after every release."""
+    contribution.  Trent's only messages to a data party are the n contributions and their proofs of plaintext
+    knowledge, after every release."""
     rng = np.random.default_rng(1)
     blocks = [rng.normal(size=(4, 30)) for _ in range(3)]
     _, shares = deal(sk512, 3, 1)
@@ -146,7 +149,7 @@ def test_every_contribution_is_committed_before_any_ciphertext_leaves_a_party(sk
         assert len(digests_in) == 2 and max(digests_in) < sent
     last_release = max(i for i, (_, _, t) in enumerate(order) if t == COV_TAG)
     from_trent = [(i, t) for i, (s, r, t) in enumerate(order) if s == "trent" and r.startswith("party")]
-    assert {t for _, t in from_trent} == {f"{CONTRIB_TAG}/party{j}" for j in (1, 2, 3)}
+    assert {t for _, t in from_trent} == {f"{tag}/party{j}" for j in (1, 2, 3) for tag in (CONTRIB_TAG, PROOF_TAG)}
     assert all(i > last_release for i, _ in from_trent)
 
 
@@ -437,7 +440,9 @@ def test_the_noisy_power_method_under_the_group_key_computes_the_components(sk51
     assert releases == [f"noisy/{t}" for t in range(25)]
     # Trent sends a data party the start block and, per round, the three releases -- nothing to decrypt alone
     to_party = {t for s, r, t, _, _ in net.transcript if s == "trent" and r == "party1"}
-    assert to_party == {"v/0"} | {f"contrib/{t}/party{j}" for t in range(25) for j in (1, 2, 3)}
+    assert to_party == {"v/0"} | {
+        f"{tag}/{t}/party{j}" for t in range(25) for j in (1, 2, 3) for tag in ("contrib", "pok")
+    }
 
 
 def test_in_the_power_method_a_trent_relaying_one_release_for_another_is_refused(sk512):
@@ -513,3 +518,56 @@ def test_a_group_key_session_with_an_experiment_seed_is_refused(sk512):
         net, res = run(blocks, params, sk=sk512, shares=shares, seeds=seeds)
         assert isinstance(res, InvalidMessage) and "seeded session" in str(res), res
         assert not any(tag == COV_TAG for _, tag, _, _ in net.received_by("trent"))
+
+
+# ------------------------------------------------------------------ a data party contributing what it cannot open
+def test_a_party_releasing_a_power_of_an_earlier_release_of_another_is_refused_and_named(sk512):
+    """Session A runs; in session B under the same group key party3 commits to and releases party1's session-A
+    release raised to C (with Trent handing party3 its own honest release back, so party3's own checks pass).
+    Without proofs, party1 and party2 would each send party3 a valid partial decryption of W1_B + W2_B + C·W1_A:
+    party3 alone reads party1's session-A release.  Now every release carries a proof that its owner knows
+    what it encrypts: party1 and party2 check every proof before summing and refuse, naming party3 -- and no
+    partial decryption leaves them."""
+    from smcdp.crypto.codec import bigints
+    from smcdp.crypto.zkp import prove_plaintext_knowledge
+    from smcdp.protocols.power_iteration_threshold import contribution_digest, proof_context
+
+    C = 2
+    pub, shares = deal(sk512, 3, 1)
+    pk = pub.public_key
+    rng = np.random.default_rng(5)
+    params = params_for(3, 1, rows=4, max_samples=30)
+    net_a, res_a = run([rng.normal(size=(4, 30)) for _ in range(3)], params, sk=sk512, shares=shares)
+    assert not isinstance(res_a, Exception), res_a
+    w1_a = contributions(net_a, params, pk)["party1"]
+    evil = EncryptedVector(
+        pk, [c**C % pk.nsquare for c in w1_a.ciphertexts], w1_a.length, w1_a.exponent, w1_a.packing, w1_a.bound
+    )
+    cts = [int(c) for c in evil.ciphertexts]  # party3's best try: an opening it makes up
+    forged = prove_plaintext_knowledge(
+        pk, cts, [0] * len(cts), [1] * len(cts), proof_context("local", "party3", COV_TAG, pub)
+    )
+    digest = contribution_digest("local", "party3", evil, forged)
+    own = {}
+
+    def party3(to, tag, data):
+        if tag == DIGEST_TAG:
+            return pb.Blobs(values=[pub.fingerprint, digest]).SerializeToString()
+        if tag in (COV_TAG, PROOF_TAG):
+            own[tag] = data
+            return (evil.to_proto() if tag == COV_TAG else bigints(list(forged))).SerializeToString()
+        return data
+
+    def trent_(to, tag, data):  # colluding: party3's own checks see its honest release
+        back = {f"{CONTRIB_TAG}/party3": COV_TAG, f"{PROOF_TAG}/party3": PROOF_TAG}
+        return own[back[tag]] if to == "party3" and tag in back else data
+
+    blocks_b = [rng.normal(size=(4, 30)) for _ in range(3)]
+    net_b, outcome = run(blocks_b, params, sk=sk512, shares=shares, rewrite={"party3": party3, "trent": trent_})
+    held = contributions(net_b, params, pk)  # the attack is real: the sum holds C·W1_A
+    total = _sum(held)
+    expected = decrypt(held["party1"], sk512) + decrypt(held["party2"], sk512) + C * decrypt(w1_a, sk512)
+    assert np.allclose(decrypt(total, sk512), expected, atol=1e-6)
+    assert isinstance(outcome, BadContributionProof), outcome
+    assert outcome.origin == "org3" and "party3's release" in str(outcome)
+    assert not any(r == "party3" and t == PARTIAL_TAG for _, r, t, _, _ in net_b.transcript)
