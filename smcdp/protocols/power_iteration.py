@@ -473,9 +473,9 @@ class PowerIterationParams(ProtocolParams):
                 msgs = [(N, cov), (N, 24), (1, B // 8 + 16)]
                 if self.key_group is not None:  # and every release's proof
                     msgs.append((N, proof))
-            elif self.key_group is not None:  # every release and its proof, the others' digests, partials
+            elif self.key_group is not None:  # every release and its proof, the others' digests, echoes, partials
                 partial = cov + (4 * B + 5000) // 8 + 64  # a value per ciphertext (mod N²), the proof's e and z
-                msgs = [(N, cov), (N, proof), (N - 1, 128), (N - 1, partial)]
+                msgs = [(N, cov), (N, proof), (N - 1, 128), (N - 1, 64), (N - 1, partial)]  # 64: an echo
             else:
                 msgs = [(1, cov), (1, 3 * (B // 8) + 32)]
         elif self.dp and self.key_group is not None and role != TRENT:  # v/0 in clear; per round: every
@@ -486,6 +486,7 @@ class PowerIterationParams(ProtocolParams):
                 (rounds * N, block),
                 (rounds * N, proof),
                 (rounds * (N - 1), 128),
+                (rounds * (N - 1), 64),  # the echoes
                 (rounds * (N - 1), partial),
             ]
         elif self.dp:  # noisy/t to Trent; v/t and final/v to the parties (and the key pair)
@@ -1248,9 +1249,9 @@ async def _threshold_release(
     and decrypt it with t + 1 parties.  Returns the sum's values (flat)."""
     pk = key.public.public_key
     packing = params.packing(pk)
-    digests = await release_and_commit(ch, params, key, W, packing, TRENT, tags, seed)
+    digests, echo = await release_and_commit(ch, params, key, W, packing, TRENT, tags, seed)
     total = await checked_sum(ch, params, key, packing, digests, W.size, TRENT, tags)
-    return decode_fixed(await threshold_decrypt(ch, params, key, total, tags, seed), -params.frac_bits)
+    return decode_fixed(await threshold_decrypt(ch, params, key, total, tags, seed, echo), -params.frac_bits)
 
 
 async def _threshold_cov_release(

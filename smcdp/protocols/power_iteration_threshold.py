@@ -88,6 +88,8 @@ DIGEST_TAG = "digest/cov"
 CONTRIB_TAG = "contrib/cov"
 #: a data party's partial decryption of the sum it recomputed, to every other data party (step 5)
 PARTIAL_TAG = "partial/cov"
+#: a data party's hash of every digest it holds, to every other data party (step 2b)
+ECHO_TAG = "echo/cov"
 #: a data party's proof that it knows what its release encrypts, to Trent (step 3), relayed as "pok/cov/<role>"
 PROOF_TAG = "pok/cov"
 _DOMAIN = b"smcdp/power-iteration/threshold-cov/v1"
@@ -106,20 +108,33 @@ class Tags:
     sum: str
     #: the release's proof of plaintext knowledge, to Trent; his relay of party j's: ``<proof>/<role j>``
     proof: str
+    #: the hash of every digest a data party received (its echo), to every other data party
+    echo: str
 
     @classmethod
     def covariance(cls) -> Tags:
-        return cls("noisy/cov", DIGEST_TAG, CONTRIB_TAG, PARTIAL_TAG, "final/cov", PROOF_TAG)
+        return cls("noisy/cov", DIGEST_TAG, CONTRIB_TAG, PARTIAL_TAG, "final/cov", PROOF_TAG, ECHO_TAG)
 
     @classmethod
     def power_round(cls, t: int) -> Tags:
         """Round t of the noisy power method: its release ``noisy/<t>``, the sum being the next block."""
-        return cls(f"noisy/{t}", f"digest/{t}", f"contrib/{t}", f"partial/{t}", f"sum/{t}", f"pok/{t}")
+        return cls(f"noisy/{t}", f"digest/{t}", f"contrib/{t}", f"partial/{t}", f"sum/{t}", f"pok/{t}", f"echo/{t}")
 
 
 class ContributionMismatch(InvalidMessage):
     """What Trent delivered as a party's contribution is not what that party committed to (step 5):
     nothing is decrypted.  ``origin``: Trent's party, who delivered it."""
+
+
+class EchoMismatch(InvalidMessage):
+    """Another data party holds other digests than this one (step 2b): someone sent different digests to
+    different parties.  Nothing is released.  ``parties``: the roles whose echoes differ from this party's.
+    No ``origin``: an equivocating sender makes honest parties' echoes differ too, so the echoes alone do not
+    say who deviated."""
+
+    def __init__(self, message: str, parties: list[str]) -> None:
+        super().__init__(message)
+        self.parties = parties
 
 
 class BadContributionProof(InvalidMessage):
@@ -256,15 +271,26 @@ def proof_from_proto(msg: pb.BigInts, pk: PublicKey, what: str) -> tuple[int, in
     return a, z, w
 
 
-def sum_context(session_id: str, tag: str, total: EncryptedVector) -> bytes:
-    """The context a partial decryption's proof is bound to: the session, the round's tag and the digest of
-    the sum being decrypted (a proof does not replay into another session, round or ciphertext)."""
+def echo_hash(key: ThresholdPublicKey, roles: list[str], digests: Mapping[str, bytes]) -> bytes:
+    """SHA-256 of the key's fingerprint and every data role's digest, in role order: what a data party echoes
+    (step 2b) -- equal at two parties iff they hold the same digests."""
+    h = hashlib.sha256(_DOMAIN + b"\x00echo\x00" + key.fingerprint)
+    for role in roles:
+        h.update(digests[role])
+    return h.digest()
+
+
+def sum_context(session_id: str, tag: str, total: EncryptedVector, echo: bytes) -> bytes:
+    """The context a partial decryption's proof is bound to: the session, the round's tag, the echo every data
+    party agreed on (step 2b) and the digest of the sum being decrypted (a proof does not replay into another
+    session, round, set of commitments or ciphertext)."""
     return (
         _DOMAIN
         + b"\x00sum\x00"
         + hashlib.sha256(session_id.encode()).digest()
         + tag.encode()
         + b"\x00"
+        + echo
         + (contribution_digest(session_id, "sum", total))
     )
 
@@ -313,6 +339,42 @@ def _replayable_encryption(
     return run
 
 
+async def _exchange_digests(
+    ch: Channel, params: PowerIterationParams, key: GroupKey, mine: bytes, tags: Tags
+) -> dict[str, bytes]:
+    """Step 2: this party's digest to every other data party; every other party's digest back."""
+    others = [r for r in params.data_roles if r != ch.role]
+    await ch.send_many(others, tags.digest, pb.Blobs(values=[key.public.fingerprint, mine]))
+    got = await ch.recv_all(others, tags.digest, pb.Blobs)
+    digests = {ch.role: mine}
+    for role, msg in got.items():
+        if len(msg.values) != 2 or len(msg.values[1]) != 32:
+            raise InvalidMessage(f"{tags.digest} from {role} must be (key fingerprint, 32-byte digest)")
+        if msg.values[0] != key.public.fingerprint:
+            raise InvalidMessage(f"{role} holds another key under group {params.key_group!r} (fingerprints differ)")
+        digests[role] = bytes(msg.values[1])
+    return digests
+
+
+async def _echo(
+    ch: Channel, params: PowerIterationParams, key: GroupKey, digests: Mapping[str, bytes], tags: Tags
+) -> bytes:
+    """Step 2b: the hash of every digest held here to every other data party, theirs back; all must equal
+    this party's, else nothing is released (:class:`EchoMismatch` names the parties whose echoes differ)."""
+    others = [r for r in params.data_roles if r != ch.role]
+    echo = echo_hash(key.public, params.data_roles, digests)
+    await ch.send_many(others, tags.echo, pb.Blobs(values=[echo]))
+    got = await ch.recv_all(others, tags.echo, pb.Blobs)
+    differ = [r for r in others if list(got[r].values) != [echo]]
+    if differ:
+        raise EchoMismatch(
+            f"{ch.role} releases nothing: {', '.join(differ)} hold(s) other digests ({tags.digest}) than "
+            f"{ch.role} does ({tags.echo} differs) -- a data party sent different digests to different parties",
+            differ,
+        )
+    return echo
+
+
 async def release_and_commit(
     ch: Channel,
     params: PowerIterationParams,
@@ -322,10 +384,10 @@ async def release_and_commit(
     trent: str,
     tags: Tags,
     seed: SeedLike,
-) -> dict[str, bytes]:
-    """Steps 1–3 for the release W (already noisy and clamped): encrypt and prove, commit, wait, send it and
-    its proof to ``trent`` (``tags.release``, ``tags.proof``).  Returns every data role's committed digest (its
-    own included)."""
+) -> tuple[dict[str, bytes], bytes]:
+    """Steps 1–3 for the release W (already noisy and clamped): encrypt and prove, commit, echo, send it and
+    its proof to ``trent`` (``tags.release``, ``tags.proof``).  Returns every data role's committed digest
+    (its own included) and the echo every data party agreed on."""
     pk = key.public.public_key
     witness: list[tuple[int, int]] = []
     rng = protocol_rng(seed, "power-iteration", ch.role, "encryption", tags.release)
@@ -347,22 +409,14 @@ async def release_and_commit(
         proof_context(ch.session_id, ch.role, tags.release, key.public),
         stream_key(seed, "power-iteration", ch.role, "plaintext-knowledge", tags.release),
     )
-    mine = contribution_digest(ch.session_id, ch.role, vec, proof)
-    others = [r for r in params.data_roles if r != ch.role]
     # --- Step 2: the digest to every other data party; every other party's digest before anything more.
-    await ch.send_many(others, tags.digest, pb.Blobs(values=[key.public.fingerprint, mine]))
-    got = await ch.recv_all(others, tags.digest, pb.Blobs)
-    digests = {ch.role: mine}
-    for role, msg in got.items():
-        if len(msg.values) != 2 or len(msg.values[1]) != 32:
-            raise InvalidMessage(f"{tags.digest} from {role} must be (key fingerprint, 32-byte digest)")
-        if msg.values[0] != key.public.fingerprint:
-            raise InvalidMessage(f"{role} holds another key under group {params.key_group!r} (fingerprints differ)")
-        digests[role] = bytes(msg.values[1])
+    digests = await _exchange_digests(ch, params, key, contribution_digest(ch.session_id, ch.role, vec, proof), tags)
+    # --- Step 2b: every data party holds the same digests (nobody sent different ones to different parties).
+    echo = await _echo(ch, params, key, digests, tags)
     # --- Step 3: the release to Trent (the release point), only now that every contribution is committed.
     await ch.send(trent, tags.release, vec.to_proto())
     await ch.send(trent, tags.proof, bigints(list(proof)))
-    return digests
+    return digests, echo
 
 
 async def _relayed(
@@ -434,13 +488,19 @@ async def checked_sum(
 
 
 async def threshold_decrypt(
-    ch: Channel, params: PowerIterationParams, key: GroupKey, total: EncryptedVector, tags: Tags, seed: SeedLike
+    ch: Channel,
+    params: PowerIterationParams,
+    key: GroupKey,
+    total: EncryptedVector,
+    tags: Tags,
+    seed: SeedLike,
+    echo: bytes,
 ) -> list[int]:
     """Steps 5–6: this party's partial decryption of ``total`` (the sum it recomputed) to the other data
     parties, theirs verified and t + 1 combined: the sum's signed integers.  The proof's nonce is derived from
     a stream of the party's root and the statement, so a replayed party sends the same bytes."""
     others = [r for r in params.data_roles if r != ch.role]
-    context = sum_context(ch.session_id, tags.sum, total)
+    context = sum_context(ch.session_id, tags.sum, total, echo)
     nonce_key = stream_key(seed, "power-iteration", ch.role, "proof", tags.partial)
     own = await asyncio.to_thread(partial_decrypt_vector, key.share, total, context, nonce_key=nonce_key)
     await ch.send_many(others, tags.partial, partial_to_proto(own))

@@ -41,10 +41,12 @@ from smcdp.protocols.power_iteration import (
 from smcdp.protocols.power_iteration_threshold import (
     CONTRIB_TAG,
     DIGEST_TAG,
+    ECHO_TAG,
     PARTIAL_TAG,
     PROOF_TAG,
     BadContributionProof,
     ContributionMismatch,
+    EchoMismatch,
     GroupKey,
     partial_from_proto,
     partial_to_proto,
@@ -66,13 +68,15 @@ def params_for(n, t, **kw) -> PowerIterationParams:
     return PowerIterationParams(**{**base, **kw})
 
 
-def run(blocks, params, *, sk, shares=None, rewrite=None, timeout=120, seeds=None):
+def run(blocks, params, *, sk, shares=None, rewrite=None, timeout=120, seeds=None, on_net=None):
     """All roles on one InMemoryNetwork.  ``shares``: dealt key shares (the group-key mode), else party1
     holds ``sk`` (the single-key mode).  ``rewrite``: role -> fn(to, tag, data) -> data, that role's
     outgoing messages rewritten (a deviating participant).  Returns (network, results or the exception)."""
     n = len(blocks)
     roles = {"trent": "trent", **{f"party{i + 1}": f"org{i + 1}" for i in range(n)}}
     net = InMemoryNetwork(roles, timeout=timeout)
+    if on_net is not None:  # a deviating participant's rewrite may read what its role received
+        on_net(net)
     for role, fn in (rewrite or {}).items():
         ch = net.channels[role]
 
@@ -132,8 +136,8 @@ def test_with_negligible_noise_the_group_key_session_computes_the_components(sk5
 
 
 def test_every_contribution_is_committed_before_any_ciphertext_leaves_a_party(sk512):
-    """Commit, then reveal: a party sends its release to Trent only after it holds every other data party's
-    digest, so no party (colluding with Trent, who sees the releases) can choose its contribution after
+    """Commit, then reveal: a party sends its release to Trent only after *every* data party holds every other
+    data party's digest (the echoes say so), so no party (colluding with Trent, who sees the releases) can choose its contribution after
     seeing another's -- e.g. the inverse of the honest ones, which would make the 'sum' one party's
     contribution.  Trent's only messages to a data party are the n contributions and their proofs of plaintext
     knowledge, after every release."""
@@ -143,10 +147,10 @@ def test_every_contribution_is_committed_before_any_ciphertext_leaves_a_party(sk
     net, res = run(blocks, params_for(3, 1, rows=4, max_samples=30), sk=sk512, shares=shares)
     assert not isinstance(res, Exception), res
     order = [(s, r, t) for s, r, t, _, _ in net.transcript]
-    for me in ("party1", "party2", "party3"):
-        sent = order.index((me, "trent", COV_TAG))
-        digests_in = [i for i, (s, r, t) in enumerate(order) if r == me and t == DIGEST_TAG]
-        assert len(digests_in) == 2 and max(digests_in) < sent
+    digests_in = [i for i, (s, r, t) in enumerate(order) if t == DIGEST_TAG]
+    assert len(digests_in) == 6
+    for me in ("party1", "party2", "party3"):  # every digest reached every party before any release left
+        assert max(digests_in) < order.index((me, "trent", COV_TAG))
     last_release = max(i for i, (_, _, t) in enumerate(order) if t == COV_TAG)
     from_trent = [(i, t) for i, (s, r, t) in enumerate(order) if s == "trent" and r.startswith("party")]
     assert {t for _, t in from_trent} == {f"{tag}/party{j}" for j in (1, 2, 3) for tag in (CONTRIB_TAG, PROOF_TAG)}
@@ -287,7 +291,8 @@ def _coalition_tries(net, params, pub, pooled_shares, target):
     total = None
     for v in contributions(net, params, pk).values():
         total = v if total is None else total + v
-    sctx = sum_context(net.session_id, "final/cov", total)
+    echo = next(pb.Blobs.FromString(d).values[0] for s, r, t, _, d in net.transcript if t == ECHO_TAG and r in members)
+    sctx = sum_context(net.session_id, "final/cov", total, echo)
     for p in honest[:1]:
         try:  # an honest partial of the sum, offered for the target's contribution under the sum's context
             combine_vector_ints(pub, c, [partial_decrypt_vector(s, c, sctx) for s in pooled_shares] + [p], sctx)
@@ -416,7 +421,7 @@ def test_a_replayed_party_sends_the_same_bytes_so_its_commitment_still_holds(sk5
     first, again = sent(roots), sent([root(40 + i) for i in range(3)])
     assert first == again
     other = sent([root(99), *roots[1:]])
-    for tag in (DIGEST_TAG, COV_TAG, PARTIAL_TAG):
+    for tag in (DIGEST_TAG, COV_TAG, PROOF_TAG, PARTIAL_TAG):
         mine = [k for k in first if k[0] == "party1" and k[2] == tag]
         assert mine and all(first[k] != other[k] for k in mine), tag
 
@@ -530,7 +535,7 @@ def test_a_party_releasing_a_power_of_an_earlier_release_of_another_is_refused_a
     partial decryption leaves them."""
     from smcdp.crypto.codec import bigints
     from smcdp.crypto.zkp import prove_plaintext_knowledge
-    from smcdp.protocols.power_iteration_threshold import contribution_digest, proof_context
+    from smcdp.protocols.power_iteration_threshold import contribution_digest, echo_hash, proof_context
 
     C = 2
     pub, shares = deal(sk512, 3, 1)
@@ -548,11 +553,18 @@ def test_a_party_releasing_a_power_of_an_earlier_release_of_another_is_refused_a
         pk, cts, [0] * len(cts), [1] * len(cts), proof_context("local", "party3", COV_TAG, pub)
     )
     digest = contribution_digest("local", "party3", evil, forged)
-    own = {}
+    own, nets = {}, []
+
+    def echo_of(third):  # the echo of every digest party3 received and party3's ``third``
+        held = {s: pb.Blobs.FromString(d).values[1] for s, t, _, d in nets[0].received_by("party3") if t == DIGEST_TAG}
+        return echo_hash(pub, params.data_roles, {**held, "party3": third})
 
     def party3(to, tag, data):
         if tag == DIGEST_TAG:
+            own[tag] = pb.Blobs.FromString(data).values[1]
             return pb.Blobs(values=[pub.fingerprint, digest]).SerializeToString()
+        if tag == ECHO_TAG:  # the echo of what the others hold: its forged digest
+            return pb.Blobs(values=[echo_of(digest)]).SerializeToString()
         if tag in (COV_TAG, PROOF_TAG):
             own[tag] = data
             return (evil.to_proto() if tag == COV_TAG else bigints(list(forged))).SerializeToString()
@@ -562,8 +574,20 @@ def test_a_party_releasing_a_power_of_an_earlier_release_of_another_is_refused_a
         back = {f"{CONTRIB_TAG}/party3": COV_TAG, f"{PROOF_TAG}/party3": PROOF_TAG}
         return own[back[tag]] if to == "party3" and tag in back else data
 
+    def hook(net):  # party3's own checks see echoes of its honest digest
+        nets.append(net)
+        ch = net.channels["party3"]
+
+        async def recv_all(roles, tag, cls, original=ch.recv_all):
+            got = await original(roles, tag, cls)
+            return {r: pb.Blobs(values=[echo_of(own[DIGEST_TAG])]) for r in got} if tag == ECHO_TAG else got
+
+        ch.recv_all = recv_all
+
     blocks_b = [rng.normal(size=(4, 30)) for _ in range(3)]
-    net_b, outcome = run(blocks_b, params, sk=sk512, shares=shares, rewrite={"party3": party3, "trent": trent_})
+    net_b, outcome = run(
+        blocks_b, params, sk=sk512, shares=shares, rewrite={"party3": party3, "trent": trent_}, on_net=hook
+    )
     held = contributions(net_b, params, pk)  # the attack is real: the sum holds C·W1_A
     total = _sum(held)
     expected = decrypt(held["party1"], sk512) + decrypt(held["party2"], sk512) + C * decrypt(w1_a, sk512)
@@ -571,3 +595,30 @@ def test_a_party_releasing_a_power_of_an_earlier_release_of_another_is_refused_a
     assert isinstance(outcome, BadContributionProof), outcome
     assert outcome.origin == "org3" and "party3's release" in str(outcome)
     assert not any(r == "party3" and t == PARTIAL_TAG for _, r, t, _, _ in net_b.transcript)
+
+
+# ------------------------------------------------------------------ a data party sending different digests
+def test_a_party_sending_different_digests_to_different_parties_stops_every_release(sk512):
+    """party3 commits to one contribution towards party2 and to another towards party1 (with Trent's help and
+    party2's release in hand, it could choose the one towards party1 late: the inverse of party2's release,
+    so that party1 decrypts its own release for party3).  The echo round: each data party sends every other
+    the hash of all the digests it holds, and releases nothing unless every echo equals its own.  party1's
+    and party2's differ: no release reaches Trent, no partial decryption leaves anyone; the failure names the
+    parties whose echoes differ."""
+    rng = np.random.default_rng(12)
+    blocks = [rng.normal(size=(4, 30)) for _ in range(3)]
+    _, shares = deal(sk512, 3, 1)
+
+    def party3(to, tag, data):  # towards party1: another commitment than towards party2
+        if to == "party1" and tag == DIGEST_TAG:
+            msg = pb.Blobs.FromString(data)
+            return pb.Blobs(values=[msg.values[0], bytes(32)]).SerializeToString()
+        return data
+
+    net, outcome = run(
+        blocks, params_for(3, 1, rows=4, max_samples=30), sk=sk512, shares=shares, rewrite={"party3": party3}
+    )
+    assert not any(r == "trent" and t == COV_TAG for _, r, t, _, _ in net.transcript)
+    assert not any(t == PARTIAL_TAG for _, _, t, _, _ in net.transcript)
+    assert isinstance(outcome, EchoMismatch), outcome
+    assert "releases nothing" in str(outcome) and outcome.parties in (["party2"], ["party1"], ["party1", "party3"])
