@@ -471,8 +471,8 @@ class PowerIterationParams(ProtocolParams):
             N = self.n_parties
             if role == TRENT:
                 msgs = [(N, cov), (N, 24), (1, B // 8 + 16)]
-                if self.key_group is not None:  # and every release's proof
-                    msgs.append((N, proof))
+                if self.key_group is not None:  # and every release's proof and digest
+                    msgs += [(N, proof), (N, 128)]
             elif self.key_group is not None:  # every release and its proof, the others' digests, echoes, partials
                 partial = cov + (4 * B + 5000) // 8 + 64  # a value per ciphertext (mod N²), the proof's e and z
                 msgs = [(N, cov), (N, proof), (N - 1, 128), (N - 1, 64), (N - 1, partial)]  # 64: an echo
@@ -495,8 +495,8 @@ class PowerIterationParams(ProtocolParams):
                 if role == TRENT
                 else [(rounds + 1, block), (1, 3 * (B // 8) + 32)]
             )
-            if role == TRENT and self.key_group is not None:  # every release's proof
-                msgs.append((rounds * self.n_parties, proof))
+            if role == TRENT and self.key_group is not None:  # every release's proof and digest
+                msgs += [(rounds * self.n_parties, proof), (rounds * self.n_parties, 128)]
         elif role == TRENT:
             # final/x: the public chunking of at most max_samples samples, r floats each (the
             # chunks' sizes follow max_samples, not the chunk size alone -- 512 KB a message before)

@@ -122,8 +122,9 @@ class Tags:
 
 
 class ContributionMismatch(InvalidMessage):
-    """What Trent delivered as a party's contribution is not what that party committed to (step 5):
-    nothing is decrypted.  ``origin``: Trent's party, who delivered it."""
+    """A contribution is not what its owner committed to.  At Trent (step 4): the release a data party sent
+    him, ``origin`` that party; nothing is relayed.  At a data party (step 5): what Trent delivered -- Trent
+    checked it against the same digest first, so ``origin`` is Trent's party; nothing is decrypted."""
 
 
 class EchoMismatch(InvalidMessage):
@@ -340,11 +341,12 @@ def _replayable_encryption(
 
 
 async def _exchange_digests(
-    ch: Channel, params: PowerIterationParams, key: GroupKey, mine: bytes, tags: Tags
+    ch: Channel, params: PowerIterationParams, key: GroupKey, mine: bytes, trent: str, tags: Tags
 ) -> dict[str, bytes]:
-    """Step 2: this party's digest to every other data party; every other party's digest back."""
+    """Step 2: this party's digest to every other data party and to ``trent`` (who checks the release against
+    it); every other data party's digest back."""
     others = [r for r in params.data_roles if r != ch.role]
-    await ch.send_many(others, tags.digest, pb.Blobs(values=[key.public.fingerprint, mine]))
+    await ch.send_many([*others, trent], tags.digest, pb.Blobs(values=[key.public.fingerprint, mine]))
     got = await ch.recv_all(others, tags.digest, pb.Blobs)
     digests = {ch.role: mine}
     for role, msg in got.items():
@@ -410,7 +412,8 @@ async def release_and_commit(
         stream_key(seed, "power-iteration", ch.role, "plaintext-knowledge", tags.release),
     )
     # --- Step 2: the digest to every other data party; every other party's digest before anything more.
-    digests = await _exchange_digests(ch, params, key, contribution_digest(ch.session_id, ch.role, vec, proof), tags)
+    mine = contribution_digest(ch.session_id, ch.role, vec, proof)
+    digests = await _exchange_digests(ch, params, key, mine, trent, tags)
     # --- Step 2b: every data party holds the same digests (nobody sent different ones to different parties).
     echo = await _echo(ch, params, key, digests, tags)
     # --- Step 3: the release to Trent (the release point), only now that every contribution is committed.
@@ -464,9 +467,9 @@ async def checked_sum(
         if contribution_digest(ch.session_id, role, vec, proof) != digests[role]:
             exc = ContributionMismatch(
                 f"{ch.role} refuses to decrypt: the contribution of {role} that {trent} delivered "
-                f"({tags.contrib}/{role}) is not the one {role} committed to ({tags.digest}); {trent} (or {role}, "
-                f"if it sent {trent} another ciphertext than it committed to) deviated -- a party partially "
-                "decrypts only the sum it recomputed from the committed contributions"
+                f"({tags.contrib}/{role}) is not the one {role} committed to ({tags.digest}), which {trent} "
+                f"checked it against before relaying it: {trent} deviated -- a party partially decrypts only the "
+                "sum it recomputed from the committed contributions"
             )
             exc.origin = ch.roles[trent]
             raise exc
@@ -521,24 +524,35 @@ async def threshold_decrypt(
 
 async def trent_deliver(ch: Channel, params: PowerIterationParams, pk: PublicKey, L: int, tags: Tags) -> None:
     """Trent's step 4: every data party's release (``tags.release``) and its proof of plaintext knowledge
-    (``tags.proof``) to every data party, each checked (size, key, bound) first.  He sums nothing and decrypts nothing."""
-    release_tag = tags.release
+    (``tags.proof``) to every data party, each checked first (size, key, bound) and against the digest its
+    owner committed to (``tags.digest``, which every data party sent him too): a release that is not what
+    its sender committed to is refused, naming the sender (:class:`ContributionMismatch`), and nothing is
+    relayed.  He sums nothing and decrypts nothing."""
     roles = params.data_roles
     packing = params.packing(pk)
-    noisy = await ch.recv_all(roles, release_tag, pb.CiphertextVector)
+    digests = await ch.recv_all(roles, tags.digest, pb.Blobs)
+    noisy = await ch.recv_all(roles, tags.release, pb.CiphertextVector)
+    proofs = await ch.recv_all(roles, tags.proof, pb.BigInts)
     for role in roles:
-        EncryptedVector.from_proto(
+        if len(digests[role].values) != 2 or len(digests[role].values[1]) != 32:
+            raise InvalidMessage(f"{tags.digest} from {role} must be (key fingerprint, 32-byte digest)")
+        vec = EncryptedVector.from_proto(
             noisy[role],
             pk,
             length=L,
             exponent=-params.frac_bits,
             packing=packing,
             bound=params.contribution_bound(),
-            what=f"{release_tag} from {role}",
+            what=f"{tags.release} from {role}",
         )
-    proofs = await ch.recv_all(roles, tags.proof, pb.BigInts)
-    for role in roles:
-        proof_from_proto(proofs[role], pk, f"{tags.proof} from {role}")
+        proof = proof_from_proto(proofs[role], pk, f"{tags.proof} from {role}")
+        if contribution_digest(ch.session_id, role, vec, proof) != digests[role].values[1]:
+            exc = ContributionMismatch(
+                f"{ch.role} relays nothing: the release {role} sent ({tags.release}, {tags.proof}) is not the one "
+                f"{role} committed to ({tags.digest}): {role} deviated"
+            )
+            exc.origin = ch.roles[role]
+            raise exc
     for role in roles:
         await ch.send_many(roles, f"{tags.contrib}/{role}", noisy[role])
         await ch.send_many(roles, f"{tags.proof}/{role}", proofs[role])

@@ -147,7 +147,7 @@ def test_every_contribution_is_committed_before_any_ciphertext_leaves_a_party(sk
     net, res = run(blocks, params_for(3, 1, rows=4, max_samples=30), sk=sk512, shares=shares)
     assert not isinstance(res, Exception), res
     order = [(s, r, t) for s, r, t, _, _ in net.transcript]
-    digests_in = [i for i, (s, r, t) in enumerate(order) if t == DIGEST_TAG]
+    digests_in = [i for i, (s, r, t) in enumerate(order) if t == DIGEST_TAG and r != "trent"]
     assert len(digests_in) == 6
     for me in ("party1", "party2", "party3"):  # every digest reached every party before any release left
         assert max(digests_in) < order.index((me, "trent", COV_TAG))
@@ -622,3 +622,29 @@ def test_a_party_sending_different_digests_to_different_parties_stops_every_rele
     assert not any(t == PARTIAL_TAG for _, _, t, _, _ in net.transcript)
     assert isinstance(outcome, EchoMismatch), outcome
     assert "releases nothing" in str(outcome) and outcome.parties in (["party2"], ["party1"], ["party1", "party3"])
+
+
+# ------------------------------------------------------------------ who is named when a release is not its commitment
+def test_a_party_sending_trent_another_release_than_it_committed_to_is_named_by_trent(sk512):
+    """party3 commits to its release (digest to every data party and to Trent) and sends Trent a release
+    with one ciphertext changed.  Trent checks every release against its owner's digest before relaying:
+    he refuses, naming party3 (not himself, as every data party used to), and relays nothing."""
+    rng = np.random.default_rng(13)
+    blocks = [rng.normal(size=(4, 30)) for _ in range(3)]
+    pub, shares = deal(sk512, 3, 1)
+    pk = pub.public_key
+
+    def party3(to, tag, data):
+        if tag != COV_TAG:
+            return data
+        msg = pb.CiphertextVector.FromString(data)
+        c = int.from_bytes(msg.ciphertexts[0], "big") * (1 + pk.n) % pk.nsquare  # one more in the first slot
+        msg.ciphertexts[0] = c.to_bytes((c.bit_length() + 7) // 8, "big")
+        return msg.SerializeToString()
+
+    net, outcome = run(
+        blocks, params_for(3, 1, rows=4, max_samples=30), sk=sk512, shares=shares, rewrite={"party3": party3}
+    )
+    assert isinstance(outcome, ContributionMismatch), outcome
+    assert outcome.origin == "org3" and "trent relays nothing" in str(outcome) and "party3 deviated" in str(outcome)
+    assert not any(s == "trent" and t.startswith(CONTRIB_TAG) for s, _, t, _, _ in net.transcript)
