@@ -7,22 +7,35 @@ Trent gets the public key only.  The steps of one release (the covariance mode's
 power method; :class:`Tags` names its messages), numbered as in the docs:
 
 1. Party i computes its clipped covariance S_i (one pass), packs it and adds an exact discrete Gaussian of
-   variance σ²/h, h = n − t by default (:func:`noise_guarantee`), and encrypts the release E_i.
-2. It sends a digest of E_i to every other data party and waits for every other party's digest:
-   every contribution is fixed (committed) before any party's ciphertext leaves it.
-3. Only then it sends E_i to Trent (its release point).
-4. Trent sends every data party all n contributions.
-5. Party i checks each contribution against the digest its owner sent (its own against its own),
-   recomputes E[Σ_j W_j] = Π_j E_j itself, and sends its partial decryption **of that sum** (with its
-   proof of correctness, bound to the session, the round's tag and the sum's digest) to the other data
-   parties.  **It never partially decrypts a ciphertext it did not recompute itself**: there is no other
-   call of :func:`~smcdp.crypto.threshold.partial_decrypt` here, so a coordinator asking for the decryption
-   of one party's contribution (sending it in place of the contributions, say) is refused with the
-   deviating participant named (:class:`ContributionMismatch`, whose ``origin`` the session's failure and
-   the audit trail's ``session-end`` line carry).
+   variance σ²/h, h = n − t by default (:func:`noise_guarantee`), encrypts the release E_i, and proves that
+   it knows what E_i encrypts (:func:`~smcdp.crypto.zkp.prove_plaintext_knowledge`, bound to the session,
+   its role, the round's tag and the key: :func:`proof_context`).
+2. It sends a digest of E_i and its proof to every other data party and to Trent, and waits for every other
+   data party's digest: every contribution is fixed (committed) before any party's ciphertext leaves it.
+   2b. Echo: it sends every other data party the hash of all the digests it holds (:func:`echo_hash`) and
+   waits for theirs; unless all equal its own, it releases nothing (:class:`EchoMismatch`) -- nobody can
+   commit to one thing towards one party and to another (chosen late) towards another.
+3. Only then it sends E_i and its proof to Trent (its release point).
+4. Trent checks every release against the digest its owner sent him (a mismatch names that party:
+   :class:`ContributionMismatch`) and sends every data party all n contributions and proofs.
+5. Party i checks each contribution against the digest its owner sent (its own against its own; a mismatch
+   names Trent, who checked the same digest), verifies every contribution's proof (a failure names its
+   owner: :class:`BadContributionProof`), all before anything is summed, recomputes E[Σ_j W_j] = Π_j E_j
+   itself, and sends its partial decryption **of that sum** (with its proof of correctness, bound to the
+   session, the round's tag, the echo and the sum's digest) to the other data parties.  **It never partially
+   decrypts a ciphertext it did not recompute itself**: there is no other call of
+   :func:`~smcdp.crypto.threshold.partial_decrypt` here, so a coordinator asking for the decryption of one
+   party's contribution (sending it in place of the contributions, say) is refused with the deviating
+   participant named (the error's ``origin``, which the session's failure and the audit trail's
+   ``session-end`` line carry).
 6. It verifies every other party's partial decryption (a wrong one raises
    :class:`~smcdp.crypto.threshold.BadPartialDecryption`, re-raised with the party's name as ``origin``)
    and combines t + 1 of them: the noisy sum, from which it takes u_1 … u_r as in the single-key mode.
+
+Randomness: the release's encryption randomness and both proofs' nonces derive from the party's root (a
+replayed party re-sends every message bit for bit); the nonces also from a secret (the witness, the share),
+so a known root does not reveal them -- and a seeded session, whose root is public, is refused
+(:func:`refuse_seeded`).
 """
 
 from __future__ import annotations
