@@ -47,39 +47,71 @@ def ceremony_request(me: str, parties: list[str], group: str, threshold: int, ke
     return roles, params
 
 
-def _cmd_generate(args: argparse.Namespace) -> int:
-    try:
-        pc = PartyClient.from_config(args.config)
-        roles, params = ceremony_request(
-            pc.name, parse_party_list(args.parties), args.group, args.threshold, args.key_bits, args.replace
-        )
-        store = KeyStore(pc.config.data_dir / "keys")
-        if store.exists(args.group) and not args.replace:
-            raise InvalidMessage(f"key group {args.group!r} exists in {store.root}; --replace refreshes it")
-        p = KeyCeremonyParams.from_mapping(params)
-        expected = expected_candidates(p.key_bits, p.parties)
-        print(
-            f"key ceremony {args.group!r}: {p.parties} parties, threshold {p.threshold}, {p.key_bits}-bit key; "
-            f"about {expected:.0f} candidate moduli expected (~{expected / p.batch:.0f} batches of {p.batch}; "
-            f"the count varies from run to run), at most {p.candidate_budget()}",
-            file=sys.stderr,
-        )
-        handle = pc.start_session(PROTOCOL, roles, params, wait=False, timeout=args.timeout)
-        assert isinstance(handle, SessionHandle)
-        record = wait_watched(handle, unit="batch")
-    except (SmcdpError, OSError) as exc:
-        return _fail(exc)
+class CeremonyFailed(SmcdpError):
+    """The key ceremony session ran and did not succeed (its record says how it ended)."""
+
+
+def generate(
+    client: PartyClient,
+    parties: list[str],
+    group: str,
+    threshold: int,
+    key_bits: int = 2048,
+    *,
+    replace: bool = False,
+    timeout: float | None = None,
+) -> dict:
+    """Run a key ceremony among ``parties`` (share-index order) from ``client``'s party, which takes the role
+    of its place in ``parties``: says on stderr how many candidate moduli it expects, shows the session's
+    progress, and returns what ``keys generate`` prints (:data:`PRINTED`, session_id, candidates).
+
+    Raises :class:`~smcdp.errors.InvalidMessage` for a request refused before any session starts (the group
+    exists and ``replace`` is false, say) and :class:`CeremonyFailed` if the session did not succeed.
+    ``smcdp keys generate`` and ``smcdp demo … --threshold`` both run a ceremony through this."""
+    roles, params = ceremony_request(client.name, parties, group, threshold, key_bits, replace)
+    store = KeyStore(client.config.data_dir / "keys")
+    if store.exists(group) and not replace:
+        raise InvalidMessage(f"key group {group!r} exists in {store.root}; --replace refreshes it")
+    p = KeyCeremonyParams.from_mapping(params)
+    expected = expected_candidates(p.key_bits, p.parties)
+    print(
+        f"key ceremony {group!r}: {p.parties} parties, threshold {p.threshold}, {p.key_bits}-bit key; "
+        f"about {expected:.0f} candidate moduli expected (~{expected / p.batch:.0f} batches of {p.batch}; "
+        f"the count varies from run to run), at most {p.candidate_budget()}",
+        file=sys.stderr,
+    )
+    handle = client.start_session(PROTOCOL, roles, params, wait=False, timeout=timeout)
+    assert isinstance(handle, SessionHandle)
+    record = wait_watched(handle, unit="batch")
     if record.state is not SessionState.SUCCEEDED or not isinstance(record.result, dict):
         err = record.error
-        print(
-            f"smcdp keys: the key ceremony (session {record.session_id}) ended {record.state.value}"
-            + (f": [{err.code}] {err.message}" + (f" (at {err.origin})" if err.origin else "") if err else ""),
-            file=sys.stderr,
+        raise CeremonyFailed(
+            f"the key ceremony (session {record.session_id}) ended {record.state.value}"
+            + (f": [{err.code}] {err.message}" + (f" (at {err.origin})" if err.origin else "") if err else "")
         )
-        return 1
     out = {k: record.result[k] for k in PRINTED}
     out["session_id"] = record.session_id
     out["candidates"] = record.result.get("candidates")
+    return out
+
+
+def _cmd_generate(args: argparse.Namespace) -> int:
+    try:
+        pc = PartyClient.from_config(args.config)
+        out = generate(
+            pc,
+            parse_party_list(args.parties),
+            args.group,
+            args.threshold,
+            args.key_bits,
+            replace=args.replace,
+            timeout=args.timeout,
+        )
+    except CeremonyFailed as exc:
+        print(f"smcdp keys: {exc}", file=sys.stderr)
+        return 1
+    except (SmcdpError, OSError) as exc:
+        return _fail(exc)
     print(json.dumps(out, indent=2, sort_keys=True))
     return 0
 

@@ -15,10 +15,11 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from smcdp._files import atomic_write
+from smcdp.cli.keys import ceremony_request, generate
 from smcdp.client import PartyClient
 from smcdp.dp.budget import fmt_amount
 from smcdp.dp.ledger import Ledger
@@ -27,14 +28,18 @@ from smcdp.net.config import Timeouts
 from smcdp.net.grpc_channel import error_for_code
 from smcdp.net.server import new_session_id
 from smcdp.plugins.base import SessionSummary
+from smcdp.plugins.keygen import PROTOCOL as KEY_CEREMONY
+from smcdp.plugins.keystore import KeyStore
 from smcdp.plugins.registry import get_plugin
 from smcdp.progress import Task, task
 from smcdp.runtime.chaos import Chaos, ChaosAction
 from smcdp.runtime.governance.charges import DEFAULT_LEDGER
-from smcdp.runtime.governance.policy import Policy, rules_for_layout
+from smcdp.runtime.governance.policy import Policy, ProtocolRules, rules_for_layout
 from smcdp.runtime.local import LocalCluster
 from smcdp.states import SessionState
 
+#: the name of the key group a demo's ``--threshold`` makes among its data parties
+DEMO_KEY_GROUP = "demo"
 DATA_PARTY_NAMES = ("alice", "bob", "carol", "erin", "frank", "grace", "heidi", "ivan", "judy", "mallory")
 
 
@@ -65,6 +70,58 @@ def governed(
         },
         summary,
     )
+
+
+def ceremony_rules(names: list[str], threshold: int, key_bits: int) -> dict[str, ProtocolRules]:
+    """Every data party's ``[policy.key-ceremony]`` rules admitting exactly the demo's key ceremony: among
+    ``names`` (share-index order), started by the first of them, ``--threshold`` and ``--key-bits`` as given
+    (checked here, before any process starts)."""
+    roles, params = ceremony_request(names[0], names, DEMO_KEY_GROUP, threshold, key_bits, False)
+    plugin = get_plugin(KEY_CEREMONY)
+    summary = plugin.summary(plugin.validate_params(params, roles), roles)
+    return rules_for_layout(roles, initiators=[names[0]], coordinating_roles=plugin.coordinating_roles, summary=summary)
+
+
+def add_rules(options: dict, protocol: str, rules: Mapping[str, ProtocolRules]) -> None:
+    """Adds ``rules`` for ``protocol`` to the policies :func:`governed` made (``options["policies"]``)."""
+    policies = options["policies"]
+    for party, r in rules.items():
+        policies[party] = replace(policies[party], protocols={**policies[party].protocols, protocol: r})
+
+
+def key_ceremony(cluster: LocalCluster, names: list[str], threshold: int, key_bits: int) -> dict:
+    """Run the key ceremony among the data parties ``names`` of ``cluster`` as ``smcdp keys generate`` does
+    (the same code: the first party starts it, the estimate and the progress go to stderr) and return the
+    JSON's ``key`` block: kind, threshold, parties (names), generation_seconds, group, fingerprint, … .
+    Every party stores its share under :data:`DEMO_KEY_GROUP` in its data directory's key store (an earlier
+    run's group of that name in a ``--keep-dir`` is refreshed)."""
+    client = PartyClient.from_config(cluster.configs[names[0]])
+    refresh = KeyStore(cluster.data_dir(names[0]) / "keys").exists(DEMO_KEY_GROUP)
+    say(
+        f"key ceremony among {', '.join(names)}: a dealer-free ({threshold}, {len(names)}) threshold Paillier key "
+        f"of {key_bits} bits, group {DEMO_KEY_GROUP!r} (at 2048 bits this takes minutes; docs/crypto.md)"
+    )
+    made = generate(
+        client,
+        names,
+        DEMO_KEY_GROUP,
+        threshold,
+        key_bits,
+        replace=refresh,
+        timeout=cluster.session_seconds,
+    )
+    say(f"key ceremony done in {made['generation_seconds']:.1f} s ({made['candidates']} candidate moduli)")
+    return {
+        "kind": "threshold",
+        "threshold": made["threshold"],
+        "parties": list(made["parties"]),
+        "generation_seconds": made["generation_seconds"],
+        "group": made["group"],
+        "fingerprint": made["fingerprint"],
+        "key_bits": key_bits,
+        "candidates": made["candidates"],
+        "session_id": made["session_id"],
+    }
 
 
 def ledger_budgets(cluster: LocalCluster, names: list[str]) -> dict:

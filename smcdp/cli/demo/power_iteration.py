@@ -10,12 +10,16 @@ import numpy as np
 
 from smcdp._optional import require
 from smcdp.cli.demo.common import (
+    DEMO_KEY_GROUP,
     Faults,
     add_fault_arguments,
+    add_rules,
+    ceremony_rules,
     check_key_bits_arg,
     data_party_names,
     dump_json,
     governed,
+    key_ceremony,
     ledger_budgets,
     require_success,
     run_session,
@@ -24,6 +28,7 @@ from smcdp.cli.demo.common import (
 from smcdp.compute import ComputeConfig, open_matrix
 from smcdp.compute.config import scheduler_scheme_host
 from smcdp.errors import InvalidMessage
+from smcdp.plugins.keygen import PROTOCOL as KEY_CEREMONY
 from smcdp.protocols.power_iteration import PowerIterationParams
 from smcdp.runtime.governance.charges import BudgetConfig
 from smcdp.runtime.local import LocalCluster, bytes_sent
@@ -66,9 +71,18 @@ def demo_power_iteration(
     keep_dir: str | None = None,
     faults: Faults | None = None,
     compute: ComputeConfig | None = None,
+    threshold: int | None = None,
 ) -> dict:
+    """Start the parties, run one session, return the contract JSON.  ``threshold``: first a key ceremony
+    among the data parties (a (threshold, N) group key), then a DP session under that key."""
     if len(data) < 2:
         raise InvalidMessage("power iteration needs at least two --data inputs (one per data party)")
+    if threshold is not None and (params or {}).get("epsilon") is None:
+        raise InvalidMessage(
+            "--threshold needs the differentially private mode (--epsilon and --delta): a group key serves the "
+            "DP modes only; the exact mode decrypts every data party's blinded contributions with party1's own "
+            "key pair and cannot use one"
+        )
     compute = compute or ComputeConfig()
     sources = [open_matrix(p, block_values=compute.block_values) for p in data]  # metadata only
     ks = {s.k for s in sources}
@@ -91,12 +105,16 @@ def demo_power_iteration(
         "max_samples": max(s.n for s in sources),
         **(params or {}),
     }
+    if threshold is not None:
+        p.update(key_group=DEMO_KEY_GROUP, key_threshold=threshold)
     where = "its own Dask cluster" if compute.engine == "dask" else "the local engine"
     say(
         f"{len(data)} data parties ({', '.join(f'{n}: {s.k}×{s.n}' for n, s in zip(names, sources))}) "
         f"and trent, {key_bits}-bit Paillier, mutual TLS on loopback; each data party computes on {where}"
     )
     options, summary = governed("power-iteration", roles, p, initiator="trent", seed=seed)
+    if threshold is not None:  # the data parties also admit the demo's key ceremony (checked here, not later)
+        add_rules(options, KEY_CEREMONY, ceremony_rules(names, threshold, key_bits))
     dp = summary.epsilon is not None
     if (
         summary.epsilon is not None
@@ -124,6 +142,8 @@ def demo_power_iteration(
         **options,
     ) as cluster:
         say(f"party processes up (pids {', '.join(str(pr.pid) for pr in cluster.procs.values())}); running the session")
+        # the exact mode and the DP modes without --threshold: party1 makes the session's Paillier key pair
+        key = key_ceremony(cluster, names, threshold, key_bits) if threshold is not None else None
         t0 = time.monotonic()
         records, fault_info = run_session(
             cluster, faults, "power iteration", "power-iteration", roles, p, initiator="trent", seed=seed
@@ -155,6 +175,7 @@ def demo_power_iteration(
         "key_bits": key_bits,
         "roles": roles,
         "session_id": records["trent"]["session_id"],
+        "key": key or {"kind": "single", "holder": names[0], "key_bits": key_bits},
         **fault_info,
         "compute": {
             "engine": compute.engine,
@@ -168,6 +189,11 @@ def demo_power_iteration(
         "params": {k: records["trent"]["params"][k] for k in ("components", "oversample", "p", "tol", "max_iterations")}
         | {"block_values": compute.block_values},
     }
+    if key is not None:  # what the session says of its key: the ceremony's, and each party's noise share
+        used = first["dp"]["key"]
+        if used["fingerprint"] != key["fingerprint"]:
+            raise InvalidMessage(f"the session used key {used['fingerprint']}, not the ceremony's {key['fingerprint']}")
+        key.update(noise_share=used["noise_share"], honest_noise_sigma2=used["honest_noise_sigma2"])
     if dp:
         cal = first["dp"]
         # part of the output's contract: dp_method is the mode that ran, "covariance" or "power"
@@ -266,7 +292,14 @@ def _cmd(args: argparse.Namespace) -> int:
         memory_limit=args.dask_memory_limit,
     )
     out = demo_power_iteration(
-        args.data or bundled_data(), args.key_bits, args.seed, params, args.keep_dir, Faults.from_args(args), compute
+        args.data or bundled_data(),
+        args.key_bits,
+        args.seed,
+        params,
+        args.keep_dir,
+        Faults.from_args(args),
+        compute,
+        threshold=args.threshold,
     )
     dump_json(out, args.out)
     return 0
@@ -285,7 +318,10 @@ def register(sub) -> None:
         "power method or one noisy covariance release, docs/protocols/power-iteration.md): "
         "x is null (not released), and the JSON gains epsilon, delta, dp_method (the mode "
         "that ran: covariance or power), dp (the noise calibration) and budgets "
-        "(every data party's ledger, charged once for the session).",
+        "(every data party's ledger, charged once for the session).  key says who can decrypt: "
+        '{"kind": "single", "holder": party1\'s name} (party1 makes a key pair for the session), or with '
+        '--threshold T {"kind": "threshold", "threshold": T, "parties": [...], "generation_seconds": ...} '
+        "(a key ceremony among the data parties first; needs --epsilon).",
     )
     pi.add_argument(
         "--data",
@@ -339,6 +375,15 @@ def register(sub) -> None:
         type=int,
         help="DP mode: h, each party adding noise variance sigma^2/h; needs h honest data parties "
         "(default 1: every party's noise protects it alone)",
+    )
+    pi.add_argument(
+        "--threshold",
+        type=int,
+        metavar="T",
+        help="DP mode under a group key: first a key ceremony among the data parties makes a dealer-free "
+        "(T, N) threshold Paillier key of --key-bits bits (minutes at 2048 bits), which the session "
+        "uses: any T + 1 data parties decrypt, no T of them (with trent) can; each party adds noise "
+        "variance sigma^2/(N - T) (needs --epsilon; docs/protocols/power-iteration.md)",
     )
     pi.add_argument(
         "--compute",

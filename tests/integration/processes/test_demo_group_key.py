@@ -1,0 +1,77 @@
+"""The contract of ``smcdp demo … --threshold T`` (checks outside the test suite rely on it): power iteration
+runs the key ceremony among its data parties, then a DP session under the group key; dp-aggregate refuses
+the flag (it does not support group keys yet).  512-bit keys: the demos' insecure test size."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+
+from smcdp.cli import main as cli_main
+from smcdp.plugins.keystore import KeyStore
+from tests.support.paths import REPO
+
+NAMES = ["alice", "bob", "carol"]
+
+
+def _blocks(rng, k=6, sizes=(50, 60, 70)):
+    """Three parties' columns along one strong direction, every column of norm <= 1 (nothing is clipped)."""
+    v = rng.normal(size=k)
+    v /= np.linalg.norm(v)
+    out = []
+    for n in sizes:
+        A = np.outer(v, rng.uniform(0.5, 1.0, size=n)) + 0.05 * rng.normal(size=(k, n))
+        out.append(A / np.maximum(1.0, np.linalg.norm(A, axis=0)))
+    return out
+
+
+def test_demo_power_iteration_threshold_runs_the_ceremony_then_the_session_under_the_group_key(tmp_path):
+    blocks = _blocks(np.random.default_rng(36))
+    data = []
+    for name, A in zip(NAMES, blocks):
+        np.save(tmp_path / f"{name}.npy", A)
+        data += ["--data", str(tmp_path / f"{name}.npy")]
+    keep = tmp_path / "keep"
+    args = ["--threshold", "1", "--key-bits", "512", "--epsilon", "10", "--delta", "1e-6", "--keep-dir", str(keep)]
+    run = subprocess.run(
+        [sys.executable, "-m", "smcdp", "demo", "power-iteration", *data, *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "candidate moduli expected" in run.stderr  # the ceremony's estimate, as `smcdp keys generate` says it
+    out = json.loads(run.stdout)
+    key = out["key"]
+    assert key["kind"] == "threshold" and key["threshold"] == 1 and key["parties"] == NAMES
+    assert key["generation_seconds"] > 0 and key["key_bits"] == 512 and key["group"] == "demo"
+    assert key["noise_share"] == 2  # h = n − t: each party adds sigma^2/2
+    # every data party's key store holds the group, its own share of the same key
+    for i, name in enumerate(NAMES, 1):
+        g = KeyStore(keep / name / "keys").load("demo", allow_insecure=True).summary()
+        assert g["fingerprint"] == key["fingerprint"] and g["index"] == i and g["parties"] == NAMES
+    # the fields the demo has without --threshold are all there
+    for field in ("u", "x", "components", "epsilon", "delta", "budgets", "dp_method", "dp", "bytes_sent", "seconds"):
+        assert field in out, field
+    assert out["x"] is None and out["epsilon"] == 10 and out["dp_method"] == "covariance"
+    assert set(out["budgets"]) == set(NAMES)
+    # u is numpy's leading eigenvector of M Mᵀ up to the (small, at epsilon = 10) noise
+    M = np.hstack(blocks)
+    top = np.linalg.eigh(M @ M.T)[1][:, -1]
+    assert abs(float(np.dot(out["u"], top))) / np.linalg.norm(out["u"]) > 0.999
+
+
+def test_demo_power_iteration_threshold_needs_the_dp_mode(capsys):
+    assert cli_main(["demo", "power-iteration", "--threshold", "1", "--key-bits", "512"]) == 2
+    err = capsys.readouterr().err
+    assert "--threshold needs the differentially private mode (--epsilon and --delta)" in err
+    assert "exact mode" in err
+
+
+def test_demo_dp_aggregate_threshold_is_refused_clearly(tmp_path, capsys):
+    args = ["--data", "a.npz", "--data", "b.npz", "--epsilon", "1", "--lam", "0.1", "--key-bits", "512"]
+    assert cli_main(["demo", "dp-aggregate", *args, "--threshold", "1", "--keep-dir", str(tmp_path / "k")]) == 2
+    assert "dp-aggregate does not support group keys yet" in capsys.readouterr().err
+    assert not (tmp_path / "k").exists()  # refused before any party process started
