@@ -26,6 +26,7 @@ from smcdp.dp.ledger import Ledger
 from smcdp.errors import InvalidMessage, SmcdpError
 from smcdp.net.config import Timeouts
 from smcdp.net.grpc_channel import error_for_code
+from smcdp.net.limits import MIB, Limits
 from smcdp.net.server import new_session_id
 from smcdp.plugins.base import SessionSummary
 from smcdp.plugins.keygen import PROTOCOL as KEY_CEREMONY
@@ -34,7 +35,7 @@ from smcdp.plugins.registry import get_plugin
 from smcdp.progress import Task, task
 from smcdp.runtime.chaos import Chaos, ChaosAction
 from smcdp.runtime.governance.charges import DEFAULT_LEDGER
-from smcdp.runtime.governance.policy import Policy, ProtocolRules, rules_for_layout
+from smcdp.runtime.governance.policy import DEFAULT_MAX_RECEIVE_MIB, Policy, ProtocolRules, rules_for_layout
 from smcdp.runtime.local import LocalCluster
 from smcdp.states import SessionState
 
@@ -78,8 +79,20 @@ def ceremony_rules(names: list[str], threshold: int, key_bits: int) -> dict[str,
     (checked here, before any process starts)."""
     roles, params = ceremony_request(names[0], names, DEMO_KEY_GROUP, threshold, key_bits, False)
     plugin = get_plugin(KEY_CEREMONY)
-    summary = plugin.summary(plugin.validate_params(params, roles), roles)
-    return rules_for_layout(roles, initiators=[names[0]], coordinating_roles=plugin.coordinating_roles, summary=summary)
+    params = plugin.validate_params(params, roles)
+    summary = plugin.summary(params, roles)
+    rules = rules_for_layout(
+        roles, initiators=[names[0]], coordinating_roles=plugin.coordinating_roles, summary=summary
+    )
+    # the ceremony's byte envelope allows for 30 times the expected candidates: above 512-bit keys it exceeds
+    # the default max_receive_mib (docs/governance.md), so each party admits what its [limits] let it receive
+    for role, party in roles.items():
+        derived = plugin.traffic_envelope(params, roles, role)
+        if derived is not None:
+            most = -(-Limits().envelope(derived).session_bytes // MIB)
+            if most > DEFAULT_MAX_RECEIVE_MIB:
+                rules[party] = replace(rules[party], max_receive_mib=most)
+    return rules
 
 
 def add_rules(options: dict, protocol: str, rules: Mapping[str, ProtocolRules]) -> None:
