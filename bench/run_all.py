@@ -252,6 +252,7 @@ def _run(args, paillier_benchmark, progress) -> int:
             "Power iteration, DP modes: utility against central DP PCA (issues 25, 38)",
             [],
         ),
+        ("group_key_bench.py", "Group keys: DP power iteration against the single-key mode (issue 36)", []),
     ):
         path = HERE / name
         stage(name)
