@@ -281,6 +281,11 @@ def _cmd(args: argparse.Namespace) -> int:
             params[name] = v
     if args.compute == "local" and (args.dask_scheduler or args.dask_workers is not None):
         raise InvalidMessage("--dask-scheduler and --dask-workers need --compute dask")
+    if args.compute == "dask" and args.threshold is not None:
+        raise InvalidMessage(
+            "--threshold needs --compute local: a data party under a group key computes in its own process (the "
+            "Dask engine ships the session's private key to its workers, and under a group key there is none)"
+        )
     if args.compute == "dask":
         require("dask", "--compute dask")  # before any party process starts
     compute = compute_config(

@@ -63,11 +63,14 @@ def test_demo_power_iteration_threshold_runs_the_ceremony_then_the_session_under
     assert abs(float(np.dot(out["u"], top))) / np.linalg.norm(out["u"]) > 0.999
 
 
-def test_demo_power_iteration_threshold_needs_the_dp_mode(capsys):
+def test_demo_power_iteration_threshold_needs_the_dp_mode_and_the_local_engine(capsys):
     assert cli_main(["demo", "power-iteration", "--threshold", "1", "--key-bits", "512"]) == 2
     err = capsys.readouterr().err
     assert "--threshold needs the differentially private mode (--epsilon and --delta)" in err
     assert "exact mode" in err
+    dp = ["--threshold", "1", "--key-bits", "512", "--epsilon", "1", "--delta", "1e-6"]
+    assert cli_main(["demo", "power-iteration", *dp, "--compute", "dask"]) == 2
+    assert "--threshold needs --compute local" in capsys.readouterr().err
 
 
 def test_demo_dp_aggregate_threshold_is_refused_clearly(tmp_path, capsys):
