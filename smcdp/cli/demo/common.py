@@ -84,7 +84,7 @@ def ceremony_rules(names: list[str], threshold: int, key_bits: int) -> dict[str,
     rules = rules_for_layout(
         roles, initiators=[names[0]], coordinating_roles=plugin.coordinating_roles, summary=summary
     )
-    # the ceremony's byte envelope allows for 30 times the expected candidates: above 512-bit keys it exceeds
+    # the ceremony's byte envelope allows for 30 times the expected candidates: from 768-bit keys up it exceeds
     # the default max_receive_mib (docs/governance.md), so each party admits what its [limits] let it receive
     for role, party in roles.items():
         derived = plugin.traffic_envelope(params, roles, role)
