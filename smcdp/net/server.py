@@ -290,13 +290,21 @@ def _nonempty(v: str, what: str) -> str:
     return v
 
 
+def parse_link(text: str) -> tuple[str, str] | None:
+    """(A, B) of a link "A→B" -- the whole text two distinct valid party names joined by '→' -- else None.
+    Which parties may name it is the session's to say (smcdp.runtime.liveness.checked_link)."""
+    sender, sep, receiver = text.partition("→")
+    if sep and sender != receiver and PARTY_NAME_RE.fullmatch(sender) and PARTY_NAME_RE.fullmatch(receiver):
+        return sender, receiver
+    return None
+
+
 def _link(text: str) -> str | None:
     """An Abort's ``link`` ("A→B", two party names), None if empty; InvalidMessage if it is anything else."""
     if not text:
         return None
-    sender, sep, receiver = text.partition("→")
-    if not (sep and PARTY_NAME_RE.match(sender) and PARTY_NAME_RE.match(receiver)):
-        raise InvalidMessage("Abort names a link that is not two valid party names joined by '→'")
+    if parse_link(text) is None:
+        raise InvalidMessage("Abort names a link that is not two distinct valid party names joined by '→'")
     return text
 
 
@@ -786,7 +794,7 @@ class MailboxServicer(tgrpc.MailboxServicer):
             sid = validate_session_id(request.session_id)
             code = parse_abort_code(request.code)
             culprit = request.culprit or None
-            if culprit is not None and not PARTY_NAME_RE.match(culprit):
+            if culprit is not None and not PARTY_NAME_RE.fullmatch(culprit):
                 raise InvalidMessage("Abort names a culprit that is not a valid party name")
             await self.host.abort(peer, sid, code, printable(request.message), culprit, _link(request.link))
             return tpb.AbortReply()

@@ -21,12 +21,13 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Protocol
 
 import grpc
 
 from smcdp.errors import PreconditionFailed, SessionAborted, SmcdpError, Unavailable
+from smcdp.net.server import parse_link
 from smcdp.states import SessionState
 
 log = logging.getLogger("smcdp.session")
@@ -53,6 +54,18 @@ class LinkLost(PeerLost):
 
 def link_name(sender: str, receiver: str) -> str:
     return f"{sender}→{receiver}"
+
+
+def checked_link(text: str, participants: Collection[str], senders: Collection[str] | None = None) -> str | None:
+    """A link a peer named ("A→B", an Abort's or a heartbeat answer's): ``text`` if it is two distinct
+    ``participants`` of the session -- and, for an Abort, if A is one of ``senders`` (the aborting peer or
+    the culprit it names: only the party at a link's sending end sees it carry nothing) -- else None."""
+    ends = parse_link(text)
+    if ends is None or not all(end in participants for end in ends):
+        return None
+    if senders is not None and ends[0] not in senders:
+        return None
+    return text
 
 
 class Probed(Protocol):
@@ -104,6 +117,8 @@ class Watcher:
         #: party -> monotonic time its last heartbeat for this session arrived here (set by the server's loop)
         self.probed_at: dict[str, float] = {}
         self._unknown: dict[str, int] = {}
+        #: a peer's answer named a culprit or link outside the session: logged once, then ignored
+        self._odd_logged = False
 
     async def watch(self, ch: Probed) -> None:
         ring = sorted({*self.peers, self.me})
@@ -179,14 +194,14 @@ class Watcher:
                 finished.add(party)
             elif state == SessionState.FAILED:
                 # its abort did not reach us (or crossed ours): adopt its outcome, culprit and failed link
-                link = getattr(reply, "link", "")
+                culprit, link = self._adopted(party, reply.culprit, getattr(reply, "link", ""))
                 self._lose(
                     SessionAborted(
-                        f"session {self.session_id} failed at {party} (culprit {reply.culprit or party}"
+                        f"session {self.session_id} failed at {party} (culprit {culprit}"
                         + (f"; the link {link} carried nothing for over {self.grace:g} s)" if link else ")"),
                         reply.code or "ABORTED",
-                        reply.culprit or party,
-                        link=link or None,
+                        culprit,
+                        link=link,
                     ),
                     None,
                 )
@@ -206,6 +221,25 @@ class Watcher:
             else:
                 self._unknown.pop(party, None)
         return True
+
+    def _adopted(self, party: str, culprit: str, link: str) -> tuple[str, str | None]:
+        """The culprit and link of ``party``'s failure as this party records them: a culprit that holds no
+        role in the session becomes ``party`` itself, a link that is not two distinct participants is
+        dropped (a hostile peer's text reaches no record or audit trail; logged once)."""
+        participants = {*self.peers, self.me}
+        good_culprit = culprit if culprit in participants else party
+        good_link = checked_link(link, participants) if link else None
+        odd = (culprit and good_culprit != culprit) or (link and good_link is None)
+        if odd and not self._odd_logged:
+            self._odd_logged = True
+            log.warning(
+                "session %s: party %s answered with a culprit or link outside the session (%r, %r): ignored",
+                self.session_id,
+                party,
+                culprit[:64],
+                link[:64],
+            )
+        return good_culprit, good_link
 
     def _silence(self, ch: Probed, todo: list[str]) -> bool:
         """False once a participant -- or this party itself -- has been silent past the grace."""

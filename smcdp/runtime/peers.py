@@ -18,6 +18,7 @@ from smcdp.runtime.console.readmodel import Observatory
 from smcdp.runtime.core import PartyCore
 from smcdp.runtime.governance.witness import SignedHead
 from smcdp.runtime.limits import WAITING_NOTICE_GRACE, check_begin
+from smcdp.runtime.liveness import checked_link
 from smcdp.runtime.recovery import Recovery
 from smcdp.runtime.states import Slot
 from smcdp.states import SessionState
@@ -124,6 +125,11 @@ class PeerDesk(PeerHost):
         role = next(r for r, p in s.spec.roles.items() if p == peer)
         if culprit is not None and culprit not in s.spec.roles.values():
             raise InvalidMessage(f"Abort of session {session_id!r} names {culprit!r}, who holds no role in it")
+        if link is not None and checked_link(link, s.spec.roles.values(), {peer, culprit or peer}) is None:
+            raise InvalidMessage(
+                f"Abort of session {session_id!r} names the link {link!r}: not from {peer!r} (or the culprit it "
+                "names) to another participant of the session"
+            )
         await loop.run_in_executor(None, core.governor.aborted, peer, session_id, code, message)
         s.fail_threadsafe(
             SessionAborted(

@@ -211,6 +211,23 @@ def test_status_code_table(party):
                 ).SerializeToString(),
             )[0],
         ),
+        *(
+            (
+                f"Abort: {what}",
+                C.INVALID_ARGUMENT,
+                lambda sid=sid, link=link: call_unary(
+                    peer,
+                    MAILBOX + "Abort",
+                    tpb.AbortRequest(session_id=sid, code="UNAVAILABLE", message="x", link=link).SerializeToString(),
+                )[0],
+            )
+            for what, sid, link in [
+                ("a link from a party to itself", "alice.live", "alice→alice"),
+                ("a link with a newline after each name", "alice.live", "alice\n→bob\n"),
+                ("a link to a party outside the session", "alice.live", "alice→charlie"),
+                ("a link whose sending end is neither the aborting peer nor its culprit", "alice.pi", "charlie→bob"),
+            ]
+        ),
         ("Abort: garbage", C.INVALID_ARGUMENT, lambda: call_unary(peer, MAILBOX + "Abort", b"\x0a\xff")[0]),
         (
             "Abort: unknown session",

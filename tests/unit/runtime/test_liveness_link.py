@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import grpc
 
-from smcdp.runtime.liveness import LinkLost, PeerLost, Watcher
+from smcdp.runtime.liveness import LinkLost, PeerLost, Watcher, checked_link
 
 GRACE = 1.5
 SESSION = "trent.power-iteration-20261202T000000-00000000"
@@ -71,3 +71,44 @@ def test_probes_from_a_party_outside_the_session_are_ignored():
     w = Watcher("trent", "t1", SESSION, ROLES, GRACE, lambda exc, culprit: None)
     w.probed_by("mallory")
     assert w.probed_at == {}
+
+
+def test_a_link_a_peer_names_is_two_distinct_participants_and_for_an_abort_starts_at_its_sender():
+    members = {"trent", "alice", "bob"}
+    assert checked_link("alice→bob", members) == "alice→bob"
+    assert checked_link("alice→bob", members, {"alice"}) == "alice→bob"
+    for bad in ("alice→alice", "alice\n→bob\n", "alice→mallory", "alice->bob", "→bob", "alice→bob→trent"):
+        assert checked_link(bad, members) is None, bad
+    assert checked_link("alice→bob", members, {"trent"}) is None  # trent's Abort cannot speak for alice's link
+
+
+class _FailedElsewhere:
+    """Bob's session failed; his answer names a culprit and link as given."""
+
+    last_heard: dict[str, float] = {}
+
+    def __init__(self, culprit: str, link: str) -> None:
+        self.culprit, self.link = culprit, link
+
+    async def heartbeat(self, party, incarnation, timeout):
+        return SimpleNamespace(
+            state="failed", incarnation="b1", code="UNAVAILABLE", culprit=self.culprit, link=self.link
+        )
+
+
+def _adopted(culprit: str, link: str) -> BaseException:
+    lost: list[BaseException] = []
+    w = Watcher("trent", "t1", SESSION, {"trent": "trent", "party1": "bob"}, GRACE, lambda e, c: lost.append(e))
+    asyncio.run(asyncio.wait_for(w.watch(_FailedElsewhere(culprit, link)), 4 * GRACE))
+    [exc] = lost
+    return exc
+
+
+def test_a_failure_adopted_from_a_heartbeat_answer_keeps_only_a_culprit_and_link_inside_the_session(caplog):
+    exc = _adopted("trent", "trent→bob")
+    assert (exc.origin, exc.link) == ("trent", "trent→bob")
+    forged = _adopted("mallory\nINFO forged", "alice\n→bob\n")
+    assert (forged.origin, forged.link) == ("bob", None)  # the answering party, and no link
+    assert "forged" not in str(forged)
+    assert "outside the session" in caplog.text
+
