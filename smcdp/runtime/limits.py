@@ -33,7 +33,7 @@ from typing import Any, NamedTuple, Protocol
 
 from smcdp.errors import DeadlineExceeded, ResourceExhausted, SmcdpError
 from smcdp.net.limits import InboundBudget, InboundLedger, Limits
-from smcdp.net.server import SessionSpec
+from smcdp.net.server import SessionSpec, parse_link
 from smcdp.plugins.base import ProtocolPlugin
 from smcdp.runtime.states import Phase, Slot
 from smcdp.states import SessionState
@@ -261,8 +261,9 @@ def check_resume(
     A resume is admission again: it takes a slot like a proposal (``pending_per_peer``,
     ``pending_total``, ``sessions_total``; ``sessions`` None skips them -- a restore at
     start-up), one session is restarted at most ``limits.max_restarts`` times for the failures of
-    one party (:func:`restart_culprit`: a participant's Abort UNAVAILABLE, repeated, must not use up
-    the restarts an honest party's crash needs), and its wall-clock limit is not renewed: the
+    one party, and as many for those of one link (:func:`restart_culprit`: a participant's Abort
+    UNAVAILABLE, repeated, or its silence towards a party it keeps probing, must not use up the
+    restarts an honest party's crash needs), and its wall-clock limit is not renewed: the
     deadline of a session that began; for one that never began (its timeout starts at its first
     Begin) its creation + the longest approval wait + its timeout.  Past it, DEADLINE_EXCEEDED."""
     now = time.time() if now is None else now
@@ -276,7 +277,7 @@ def check_resume(
             ResourceExhausted,
             "limits.max_restarts",
             f"session {sid!r} was restarted {restarts} times at party {me!r} after failures of "
-            f"{culprit!r} (limits.max_restarts = {limits.max_restarts}); it is not continued again",
+            f"{_whose(culprit)} (limits.max_restarts = {limits.max_restarts}); it is not continued again",
         )
     deadline = float(meta.get("deadline_epoch", 0.0))
     if "began_epoch" not in meta:
@@ -309,12 +310,24 @@ def check_resume(
 
 
 def restart_culprit(meta: Mapping[str, Any], me: str) -> str:
-    """Whose failure a restart of this checkpointed session answers: the origin of the failure it is resumed
-    from, or this party itself when it is restored after its own process ended."""
+    """Whose failure a restart of this checkpointed session answers -- the key of its ``restarts_by`` count:
+    the origin of the failure it is resumed from, or this party itself when it is restored after its own
+    process ended.  A failed link ("A→B", runtime.liveness.LinkLost) is charged to the link, never to either
+    of its ends: its origin A is only where the failure was seen, and a hostile B that probes A but answers
+    none of A's heartbeats would otherwise use up the restarts A's own crashes need."""
     error = meta.get("error")
-    if meta.get("state") == SessionState.FAILED and isinstance(error, Mapping) and isinstance(error.get("origin"), str):
-        return str(error["origin"])
+    if meta.get("state") == SessionState.FAILED and isinstance(error, Mapping):
+        link = error.get("link")
+        if isinstance(link, str) and parse_link(link) is not None:
+            return link
+        if isinstance(error.get("origin"), str):
+            return str(error["origin"])
     return me
+
+
+def _whose(culprit: str) -> str:
+    """A restart bucket as the refusal names it: a party, or a link."""
+    return f"the link {culprit!r}" if "→" in culprit else repr(culprit)
 
 
 def check_journal(budget: InboundBudget, received: Iterable[tuple[str, str, int]]) -> None:

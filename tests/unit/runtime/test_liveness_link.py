@@ -8,7 +8,11 @@ import time
 from types import SimpleNamespace
 
 import grpc
+import pytest
 
+from smcdp.errors import SmcdpError
+from smcdp.net.limits import Limits
+from smcdp.runtime.limits import check_resume, restart_culprit
 from smcdp.runtime.liveness import LinkLost, PeerLost, Watcher, checked_link
 
 GRACE = 1.5
@@ -112,3 +116,19 @@ def test_a_failure_adopted_from_a_heartbeat_answer_keeps_only_a_culprit_and_link
     assert "forged" not in str(forged)
     assert "outside the session" in caplog.text
 
+
+def test_a_failed_link_uses_up_the_restarts_of_the_link_not_those_of_the_party_that_saw_it():
+    """Hostile alice probes trent but answers none of his heartbeats: each session fails at trent with the
+    link trent→alice, origin trent.  Those restarts are the link's; trent's own crash still has his."""
+    lim = Limits(max_restarts=2)
+    meta = {"session_id": "s", "deadline_epoch": 1000.0, "began_epoch": 900.0, "state": "failed"}
+    link_failed = dict(meta, error={"code": "UNAVAILABLE", "origin": "trent", "link": "trent→alice"})
+    assert restart_culprit(link_failed, "bob") == "trent→alice"
+    by = {"trent→alice": 2}
+    with pytest.raises(SmcdpError, match="after failures of the link 'trent→alice'"):
+        check_resume([], "trent", dict(link_failed, restarts=2, restarts_by=by), lim, "bob", now=999.0)
+    crashed = dict(meta, error={"code": "UNAVAILABLE", "origin": "trent"}, restarts=2, restarts_by=by)
+    check_resume([], "trent", crashed, lim, "bob", now=999.0)  # trent's own failures: none counted yet
+    # a link that is not two party names (an old or damaged record) charges its origin, as before
+    odd = dict(meta, error={"code": "UNAVAILABLE", "origin": "trent", "link": "trent\n→alice"})
+    assert restart_culprit(odd, "bob") == "trent"
