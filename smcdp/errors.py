@@ -56,6 +56,11 @@ class PreconditionFailed(SmcdpError):
     code = "FAILED_PRECONDITION"
 
 
+class AlreadySucceeded(PreconditionFailed):
+    """A message for a session that already succeeded at its receiver: nothing is missing there (the
+    receiver vouches that every participant held its output), so its sender takes it as delivered."""
+
+
 class PermissionDenied(SmcdpError):
     """The authenticated peer holds no role that allows this."""
 

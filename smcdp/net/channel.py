@@ -32,7 +32,7 @@ from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import DecodeError, Message
 
 from smcdp._aio import all_or_first_failure
-from smcdp.errors import DeadlineExceeded, InvalidMessage, SessionAborted, Unavailable
+from smcdp.errors import AlreadySucceeded, DeadlineExceeded, InvalidMessage, SessionAborted, Unavailable
 from smcdp.v1 import messages_pb2  # noqa: F401  (registers the types replay_view looks up by name)
 
 M = TypeVar("M", bound=Message)
@@ -326,8 +326,9 @@ class Channel(abc.ABC):
         #: a resumed session: send again what an earlier incarnation had delivered (a peer whose journal
         #: was damaged gets back what it lost; the others acknowledge duplicates)
         self.resend_delivered = False
-        #: roles whose session already succeeded: nothing delivered to them before is sent again (they
-        #: vouched that every participant held its output; their session no longer takes messages)
+        #: roles whose session already succeeded: nothing journaled for them is sent again, delivered or not
+        #: (they vouched that every participant held its output; their session no longer takes messages);
+        #: a receiver that refuses a message with AlreadySucceeded joins them
         self.finished: set[str] = set()
         self._in_flight: dict[asyncio.Task[None], int] = {}  # deliveries under way -> their bytes
         self._delivery_failure: BaseException | None = None
@@ -406,7 +407,9 @@ class Channel(abc.ABC):
                 # randomness now, but the peer may hold the old bytes already)
                 self._check_replay(to, tag, earlier, type_url, data)
                 type_url, data = earlier
-                if self.journal.delivered(to, tag) and (not self.resend_delivered or to in self.finished):
+                # nothing journaled goes again to a participant that succeeded, delivered or not: it holds
+                # every message it needs (an acknowledgement cut by a partition left one unmarked)
+                if to in self.finished or (self.journal.delivered(to, tag) and not self.resend_delivered):
                     self.replayed_sends += 1
                     return data
             else:
@@ -467,6 +470,10 @@ class Channel(abc.ABC):
                 self.journal.sync()
         try:
             await self._transmit(to, tag, type_url, data)
+        except AlreadySucceeded:
+            # its session succeeded there: it needs nothing more from this party (and says so), so the
+            # message counts as delivered and the receiver as finished -- not as a failed delivery
+            self.finished.add(to)
         finally:
             if syncing is not None:
                 # by the time the Ack is in, the group commit has nearly always covered the record: then

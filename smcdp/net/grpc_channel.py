@@ -128,6 +128,20 @@ def error_for_code(code: str, message: str, origin: str | None = None) -> SmcdpE
 
 #: trailing-metadata key naming the party where a session failure started
 ORIGIN_METADATA = "smcdp-origin"
+#: trailing-metadata key of a refusal whose session already succeeded at the refusing party
+#: (:class:`~smcdp.errors.AlreadySucceeded`; its value is "succeeded")
+ENDED_METADATA = "smcdp-ended"
+
+
+def _succeeded_there(exc: grpc.RpcError) -> bool:
+    """A FAILED_PRECONDITION refusal that says the session already succeeded at the refusing party."""
+    try:
+        if exc.code() != grpc.StatusCode.FAILED_PRECONDITION:
+            return False
+        pairs = cast(Iterable[tuple[str, str | bytes]], exc.trailing_metadata() or ())
+        return any(key == ENDED_METADATA and value in ("succeeded", b"succeeded") for key, value in pairs)
+    except Exception:  # noqa: BLE001 - some RpcErrors carry no metadata
+        return False
 
 
 def _origin_of(exc: grpc.RpcError) -> str | None:
@@ -159,6 +173,8 @@ def error_from_rpc(exc: grpc.RpcError, what: str) -> SmcdpError:
     origin = _origin_of(exc)
     if origin is not None:
         return remote_failure(name, f"{what}: {name}: {details}", origin)
+    if _succeeded_there(exc):
+        return errors.AlreadySucceeded(f"{what}: {name}: {details}")
     return error_for_code(name, f"{what}: {name}: {details}")
 
 
@@ -503,6 +519,7 @@ class GrpcChannel(Channel):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         self._failure: tuple[str, str, str] | None = None
+        self._succeeded = False
         self.inbound_duplicates = 0
         self._party_role = {party: r for r, party in self.roles.items()}
         self._streams: dict[str, _PeerStream] = {}
@@ -705,6 +722,8 @@ class GrpcChannel(Channel):
                 raise errors.SessionAborted(
                     f"session {self.session_id} already ended at {self.me}: {message}", code, origin
                 )
+            if self._succeeded:
+                raise errors.AlreadySucceeded(f"session {self.session_id} already succeeded at {self.me}")
             raise PreconditionFailed(f"session {self.session_id} has already ended here")
 
     def durable_future(self) -> concurrent.futures.Future[None]:
@@ -739,14 +758,17 @@ class GrpcChannel(Channel):
                 except RuntimeError:
                     pass
 
-    def mark_closed(self, failure: tuple[str, str, str] | None = None) -> None:
+    def mark_closed(self, failure: tuple[str, str, str] | None = None, succeeded: bool = False) -> None:
         """No new messages from now on; duplicates of received ones are still acknowledged.
 
         ``failure`` = (code, message, origin party) if the session failed here:
         later deliveries are then refused with that code and origin, so a sender
-        learns the real cause rather than "session ended".
+        learns the real cause rather than "session ended".  ``succeeded``: it
+        succeeded here; later deliveries are refused with
+        :class:`~smcdp.errors.AlreadySucceeded` (the sender takes them as delivered).
         """
         with self._lock:
             self._closed = True
             self._failure = failure
+            self._succeeded = succeeded and failure is None
         self.mailbox.clear()

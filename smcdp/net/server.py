@@ -58,6 +58,7 @@ from grpc_health.v1._async import HealthServicer as AsyncHealthServicer
 
 from smcdp._text import printable
 from smcdp.errors import (
+    AlreadySucceeded,
     InvalidMessage,
     PermissionDenied,
     PreconditionFailed,
@@ -68,6 +69,7 @@ from smcdp.errors import (
 from smcdp.net.config import NetConfig
 from smcdp.net.grpc_channel import (
     CLIENT_KEEPALIVE_MS,
+    ENDED_METADATA,
     MAX_GRPC_MESSAGE,
     ORIGIN_METADATA,
     PEER_INTERNAL,
@@ -426,7 +428,9 @@ def _unimplemented(what: str) -> SmcdpError:
 async def _fail(context: _Context, exc: BaseException, what: str) -> NoReturn:
     code = status_code_of(exc)
     origin = getattr(exc, "origin", None)
-    if isinstance(origin, str) and PARTY_NAME_RE.match(origin):
+    if isinstance(exc, AlreadySucceeded):  # its session succeeded here: the sender may take it as delivered
+        context.set_trailing_metadata(((ENDED_METADATA, "succeeded"),))
+    elif isinstance(origin, str) and PARTY_NAME_RE.match(origin):
         context.set_trailing_metadata(((ORIGIN_METADATA, origin),))
     if code == grpc.StatusCode.INTERNAL:
         log.exception("internal error in %s", what)

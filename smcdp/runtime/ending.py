@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from smcdp.net.channel import Channel
@@ -45,11 +46,25 @@ log = logging.getLogger("smcdp.session")
 Probe = Callable[[str], Awaitable[str]]
 
 
-async def finished_roles(ch: Channel, probe: Probe) -> set[str]:
-    """The other participants whose session already succeeded (asked once each; an unanswered one is not)."""
+async def finished_roles(ch: Channel, probe: Probe, within: float, retry: float = 0.5) -> set[str]:
+    """The other participants whose session already succeeded.  One that does not answer is asked again
+    every ``retry`` seconds for ``within`` seconds (the connect timeout): a finished participant briefly
+    unreachable is not taken for a running one; one still silent then is not counted."""
     roles = ch.peers()
-    states = await asyncio.gather(*(probe(r) for r in roles), return_exceptions=True)
+    states = await asyncio.gather(*(_answer(probe, r, within, retry) for r in roles))
     return {r for r, state in zip(roles, states, strict=True) if state == SessionState.SUCCEEDED.value}
+
+
+async def _answer(probe: Probe, role: str, within: float, retry: float) -> str | None:
+    """``probe(role)``, asked until it answers or ``within`` seconds passed (None: never answered)."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            return await probe(role)
+        except Exception:  # noqa: BLE001 - unreachable for now, or refused: ask again while there is time
+            if time.monotonic() + retry >= deadline:
+                return None
+        await asyncio.sleep(retry)
 
 
 class Ending:

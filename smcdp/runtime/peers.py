@@ -11,7 +11,14 @@ import logging
 import math
 import time
 
-from smcdp.errors import InvalidMessage, PermissionDenied, PreconditionFailed, SessionAborted, SmcdpError
+from smcdp.errors import (
+    AlreadySucceeded,
+    InvalidMessage,
+    PermissionDenied,
+    PreconditionFailed,
+    SessionAborted,
+    SmcdpError,
+)
 from smcdp.net.server import PeerHost, PendingApproval, SessionSpec, validate_session_id
 from smcdp.runtime.admission import Admission
 from smcdp.runtime.console.readmodel import Observatory
@@ -86,6 +93,8 @@ class PeerDesk(PeerHost):
                 str(err["code"]),
                 str(err.get("origin") or self.name),
             )
+        if record.get("state") == SessionState.SUCCEEDED:
+            raise AlreadySucceeded(f"session {session_id} already succeeded at {self.name}")
         raise PreconditionFailed(f"session {session_id} has already ended at {self.name}")
 
     # ------------------------------------------------------------ a session's course

@@ -279,7 +279,7 @@ class Session:
                 raise
         finally:
             warm.cancel()
-            ch.mark_closed(None if error is None else (error["code"], told, error["origin"]))
+            ch.mark_closed(None if error is None else (error["code"], told, error["origin"]), succeeded=error is None)
             await ch.close()
         self._finish(ch, result, error)
 
@@ -363,7 +363,7 @@ class Session:
 
     async def _run_role(self, ch: GrpcChannel, ctx: SessionContext) -> Any:
         if self.resumed:  # brought to the end after others succeeded: they need nothing sent again
-            ch.finished = await finished_roles(ch, self._peer_state)
+            ch.finished = await finished_roles(ch, self._peer_state, self.party.config.timeouts.connect_seconds)
         result = await self.plugin.run_role(self.role, ch, ctx)
         try:  # checked before this party confirms it holds its output: nothing fails here after that
             json.dumps(result)

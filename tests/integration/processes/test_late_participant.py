@@ -109,3 +109,54 @@ def test_a_participant_that_failed_after_the_others_succeeded_is_brought_to_the_
     assert abs(np.dot(alice["result"]["u"], u_ref)) >= 0.9999
     assert abs(np.dot(recs["bob"]["result"]["u"], u_ref)) >= 0.9999
     assert abs(np.dot(recs["trent"]["result"]["x"], x_ref)) >= 0.9999
+
+
+def test_a_late_participant_whose_confirmation_was_never_acknowledged_is_brought_to_the_same_end(split):
+    """The same split, made by a partition that cuts the acknowledgements of alice's confirmation: trent and
+    bob received it (and succeeded), but alice's journal never marked it delivered.  Her resumed replay must
+    not send it again to them (restarted, they refuse it: "already ended"), acknowledged or not."""
+    cluster, (u_ref, _x_ref) = split
+    sid = new_session_id("power-iteration")
+    full = namespaced("trent", sid)
+    alice_fp = cluster.failpoint_dir("alice")
+    failpoints.arm_kill(alice_fp, sid, 0, action="stop", step="confirming outputs")
+    cluster.proxies[("bob", "alice")].set_fault("up", "drop")
+    out: dict = {}
+    th = threading.Thread(
+        target=lambda: out.update(
+            recs=cluster.run("power-iteration", PI_ROLES, PI_PARAMS, initiator="trent", session_id=sid, timeout=300)
+        ),
+        daemon=True,
+    )
+    th.start()
+    try:
+        _wait("alice stopped herself before sending her confirmations", lambda: failpoints.stopped(alice_fp))
+        # from now on nothing trent's and bob's servers answer alice arrives: her confirmation reaches them,
+        # its acknowledgement does not (nor do the answers to her heartbeats)
+        for link in (("alice", "trent"), ("alice", "bob")):
+            cluster.proxies[link].set_fault("down", "drop")
+    finally:
+        failpoints.disarm(alice_fp)
+        cluster.cont("alice")
+    _wait("trent and bob succeeded", lambda: {_state(cluster, p, full) for p in ("trent", "bob")} == {"succeeded"})
+    th.join(GRACE + 120)
+    recs = out["recs"]
+    assert recs["trent"]["state"] == recs["bob"]["state"] == "succeeded", recs
+    alice = recs["alice"]
+    assert alice["state"] == "failed" and alice["resumable"] is True, alice
+    assert cluster.proxies[("alice", "trent")].faulted("down") > 0
+    for link in cluster.proxies:
+        for direction in ("up", "down"):
+            cluster.proxies[link].set_fault(direction, None)
+    for p in ("trent", "bob"):
+        cluster.kill(p, restart=True)
+        cluster.restart(p)
+    rec = client.resume_session(cluster.configs["trent"], full, timeout=300)
+    assert rec["state"] == "succeeded" and rec.get("brought_to_end") == {"alice": "succeeded"}, rec
+    late = cluster._record("alice", full, time.monotonic() + 90)
+    assert late["state"] == "succeeded", late
+    assert abs(np.dot(late["result"]["u"], u_ref)) >= 0.9999
+    # her replay sent nothing: every message she had sent (those acknowledged before, and her two
+    # confirmations, never acknowledged) went to a participant that had finished
+    assert late["stats"]["messages_sent"] == 0, late["stats"]
+    assert late["stats"]["replayed_sends"] == alice["stats"]["messages_sent"] + 2, (late["stats"], alice["stats"])

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import asyncio
 
+import grpc
 import pytest
 
-from smcdp.errors import PreconditionFailed, SessionAborted
-from smcdp.net.channel import InMemoryNetwork
-from smcdp.runtime.ending import CONFIRM_TAG, Ending
+from smcdp.errors import AlreadySucceeded, PreconditionFailed, SessionAborted
+from smcdp.net.channel import Channel, InMemoryNetwork
+from smcdp.net.grpc_channel import error_from_rpc
+from smcdp.net.server import _fail as server_fail
+from smcdp.runtime.ending import CONFIRM_TAG, Ending, finished_roles
 from smcdp.v1 import messages_pb2 as pb
 
 ROLES = {"a": "alice", "b": "bob", "c": "carol"}
@@ -148,3 +151,105 @@ def test_a_confirmation_refused_after_every_one_arrived_does_not_undo_the_succes
 
     ending = asyncio.run(main())
     assert ending.confirmed == {"b", "c"}
+
+
+class _Journal:
+    """What a resumed late participant's journal holds: a confirmation to b and one to c, neither marked
+    delivered (their acknowledgements were cut)."""
+
+    def __init__(self) -> None:
+        self.out = {(r, CONFIRM_TAG): ("smcdp.v1.Flag", pb.Flag(value=True).SerializeToString()) for r in "bc"}
+        self.acked: set[tuple[str, str]] = set()
+
+    def inbound(self):
+        return []
+
+    def outbound(self, to_role, tag):
+        return self.out.get((to_role, tag))
+
+    def record_outbound(self, to_role, tag, type_name, data, durable=True):
+        self.out[(to_role, tag)] = (type_name, data)
+
+    def delivered(self, to_role, tag):
+        return (to_role, tag) in self.acked
+
+    def mark_delivered(self, to_role, tag):
+        self.acked.add((to_role, tag))
+
+    def sync(self):
+        pass
+
+
+class _Refused(Channel):
+    """A channel whose receivers' sessions succeeded: each refuses what it is sent with AlreadySucceeded."""
+
+    def __init__(self, journal) -> None:
+        super().__init__("s", "a", ROLES, journal=journal)
+        self.transmitted: list[tuple[str, str]] = []
+
+    async def _transmit(self, to_role, tag, type_url, data):
+        self.transmitted.append((to_role, tag))
+        raise AlreadySucceeded(f"session s already succeeded at {ROLES[to_role]}")
+
+
+def test_a_replay_sends_nothing_journaled_to_a_finished_participant_and_a_succeeded_refusal_is_delivery():
+    async def main():
+        ch = _Refused(_Journal())
+        ch.resend_delivered = True  # a resumed session
+        ch.finished = {"b"}
+        await ch.send_many(["b", "c"], CONFIRM_TAG, pb.Flag(value=True))
+        await ch.send("b", "fresh", pb.Flag(value=True))  # journaled by nobody yet: it goes, and is refused
+        await ch.flush()
+        return ch
+
+    ch = asyncio.run(main())
+    # the confirmation to b, journaled but never acknowledged, is not sent again (b finished); c's is, and
+    # c's refusal "succeeded here" counts as its delivery: c joins the finished, nothing failed
+    assert ch.transmitted == [("c", CONFIRM_TAG), ("b", "fresh")]
+    assert ch.finished == {"b", "c"} and ch.journal.acked == {("c", CONFIRM_TAG), ("b", "fresh")}
+
+
+def test_finished_roles_asks_a_participant_that_does_not_answer_again_within_the_connect_timeout():
+    asked: dict[str, int] = {}
+
+    async def probe(role: str) -> str:
+        asked[role] = asked.get(role, 0) + 1
+        if role == "b" and asked[role] < 3:
+            raise ConnectionError("unreachable for a moment")
+        if role == "c":
+            raise ConnectionError("never reachable")
+        return "succeeded"
+
+    net = InMemoryNetwork(ROLES)
+    finished = asyncio.run(finished_roles(net.channel("a"), probe, within=1.0, retry=0.05))
+    assert finished == {"b"} and asked["b"] == 3 and asked["c"] > 3
+
+
+def test_a_refusal_succeeded_here_crosses_the_wire_as_such():
+    """The receiver's AlreadySucceeded leaves its server as FAILED_PRECONDITION with ``smcdp-ended:
+    succeeded`` (even when it names an origin), and the sender's channel reads it back as AlreadySucceeded;
+    an ordinary "already ended" stays a PreconditionFailed."""
+
+    class _Context:
+        def __init__(self) -> None:
+            self.trailing: tuple = ()
+
+        def set_trailing_metadata(self, md) -> None:
+            self.trailing = tuple(md)
+
+        async def abort(self, code, details):
+            raise grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(*self.trailing), details, None)
+
+    async def refused(exc: BaseException) -> BaseException:
+        ctx = _Context()
+        try:
+            await server_fail(ctx, exc, "Deliver")
+        except grpc.aio.AioRpcError as rpc:
+            return error_from_rpc(rpc, "message 'x' to role b")
+        raise AssertionError("not refused")
+
+    done = AlreadySucceeded("session s already succeeded at bob")
+    done.origin = "bob"
+    assert isinstance(asyncio.run(refused(done)), AlreadySucceeded)
+    ended = asyncio.run(refused(PreconditionFailed("session s has already ended at bob")))
+    assert isinstance(ended, PreconditionFailed) and not isinstance(ended, AlreadySucceeded)
