@@ -4,15 +4,17 @@ confirmed holding its output, or one of them reports that the session succeeded 
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 import grpc
 import pytest
 
 from smcdp.errors import AlreadySucceeded, PreconditionFailed, SessionAborted
 from smcdp.net.channel import Channel, InMemoryNetwork
-from smcdp.net.grpc_channel import error_from_rpc
+from smcdp.net.grpc_channel import GrpcChannel, error_from_rpc
 from smcdp.net.server import _fail as server_fail
 from smcdp.runtime.ending import CONFIRM_TAG, Ending, finished_roles
+from smcdp.runtime.peers import PeerDesk
 from smcdp.v1 import messages_pb2 as pb
 
 ROLES = {"a": "alice", "b": "bob", "c": "carol"}
@@ -253,3 +255,33 @@ def test_a_refusal_succeeded_here_crosses_the_wire_as_such():
     assert isinstance(asyncio.run(refused(done)), AlreadySucceeded)
     ended = asyncio.run(refused(PreconditionFailed("session s has already ended at bob")))
     assert isinstance(ended, PreconditionFailed) and not isinstance(ended, AlreadySucceeded)
+
+
+def test_a_channel_whose_session_succeeded_refuses_new_messages_as_succeeded_and_others_as_ended():
+    connector = SimpleNamespace(config=SimpleNamespace(timeouts=SimpleNamespace(rpc_seconds=5.0)))
+    data = pb.Flag(value=True).SerializeToString()
+
+    async def refusal(succeeded: bool) -> BaseException:
+        ch = GrpcChannel("s", "b", ROLES, None, connector)
+        ch.mark_closed(None, succeeded=succeeded)
+        with pytest.raises(PreconditionFailed) as info:
+            ch.accept_threadsafe("a", CONFIRM_TAG, "smcdp.v1.Flag", data)
+        return info.value
+
+    assert isinstance(asyncio.run(refusal(True)), AlreadySucceeded)
+    assert not isinstance(asyncio.run(refusal(False)), AlreadySucceeded)  # cancelled, shut down: not known
+
+
+def test_a_party_restarted_after_its_session_succeeded_refuses_its_messages_as_succeeded():
+    records = {
+        "s-ok": {"state": "succeeded", "roles": {"a": "alice", "b": "bob"}},
+        "s-old": {"state": "failed", "roles": {"a": "alice", "b": "bob"}},  # no error code recorded
+    }
+    core = SimpleNamespace(name="bob", records=SimpleNamespace(peek=records.get))
+    desk = PeerDesk(core, None, None, None)  # type: ignore[arg-type]
+    with pytest.raises(AlreadySucceeded):
+        desk._refuse_ended("alice", "s-ok")
+    with pytest.raises(PreconditionFailed) as info:
+        desk._refuse_ended("alice", "s-old")
+    assert not isinstance(info.value, AlreadySucceeded)
+    desk._refuse_ended("carol", "s-ok")  # not a participant: learns nothing here (the caller says "no session")
