@@ -45,7 +45,8 @@ class PeerLost(Unavailable):
 class LinkLost(PeerLost):
     """This party's link to a live participant carries nothing: the participant probes this party, but has
     answered none of its heartbeats and messages for longer than the grace.  ``link`` is "A→B" (A this
-    party); the culprit -- the record's origin -- is A, where the failure was seen."""
+    party); the culprit -- the record's origin -- is A, where the failure was seen.  Its restarts are charged
+    to the link, not to A (runtime.limits.restart_culprit)."""
 
     def __init__(self, message: str, me: str, peer: str) -> None:
         super().__init__(message, me)
