@@ -51,6 +51,17 @@ def split(tmp_path_factory):
         yield c, plaintext_reference(blocks)
 
 
+@pytest.fixture(autouse=True)
+def _links_restored(split):
+    """Every link carries everything again after each test, whatever it asserted: the module's tests share
+    one cluster, and a test that failed with a link still cut would make the next one fail for that reason."""
+    yield
+    cluster, _ = split
+    for proxy in cluster.proxies.values():
+        for direction in ("up", "down"):
+            proxy.set_fault(direction, None)
+
+
 def _wait(what: str, cond, seconds: float = 120.0) -> None:
     end = time.monotonic() + seconds
     while not cond():
@@ -93,7 +104,10 @@ def test_a_participant_that_failed_after_the_others_succeeded_is_brought_to_the_
     assert recs["trent"]["state"] == recs["bob"]["state"] == "succeeded", recs
     alice = recs["alice"]
     assert alice["state"] == "failed" and alice["resumable"] is True, alice
-    assert alice["error"]["origin"] == "alice" and alice["unconfirmed"] == ["bob"], alice
+    # bob's confirmation never reached her; trent's may have arrived before she stopped, or not (under load
+    # her own confirmations can be acknowledged first): either way she names herself and cannot succeed alone
+    assert alice["error"]["origin"] == "alice" and "bob" in alice["unconfirmed"], alice
+    assert set(alice["unconfirmed"]) <= {"bob", "trent"}, alice
     for link in cluster.proxies:
         cluster.proxies[link].set_fault("up", None)
     # the finished parties restarted meanwhile: what they received lives only in their records now, and a
