@@ -9,7 +9,7 @@ power method; :class:`Tags` names its messages), numbered as in the docs:
 1. Party i computes its clipped covariance S_i (one pass), packs it and adds an exact discrete Gaussian of
    variance σ²/h, h = n − t by default (:func:`noise_guarantee`), encrypts the release E_i, and proves that
    it knows what E_i encrypts (:func:`~smcdp.crypto.zkp.prove_plaintext_knowledge`, bound to the session,
-   its role, the round's tag and the key: :func:`proof_context`).
+   its role, the party holding it and its share index, the round's tag and the key: :func:`proof_context`).
 2. It sends a digest of E_i and its proof to every other data party and to Trent, and waits for every other
    data party's digest: every contribution is fixed (committed) before any party's ciphertext leaves it.
    2b. Echo: it sends every other data party the hash of all the digests it holds (:func:`echo_hash`) and
@@ -255,12 +255,15 @@ def key_summary(params: PowerIterationParams, key: GroupKey) -> dict[str, Any]:
 
 
 def contribution_digest(
-    session_id: str, role: str, vec: EncryptedVector, proof: tuple[int, ...] | list[int] = ()
+    session_id: str, role: str, holder: str, vec: EncryptedVector, proof: tuple[int, ...] | list[int] = ()
 ) -> bytes:
-    """SHA-256 of a contribution: the session, its owner's role, its layout, every ciphertext and its proof of
-    plaintext knowledge (a sum's digest has none)."""
+    """SHA-256 of a contribution: the session, its owner's role and the party holding that role (``holder``, its
+    name in the session's roles: a role taken over by another party in a session of the same id commits to
+    something else), its layout, every ciphertext and its proof of plaintext knowledge (a sum's digest has
+    none).  The holder's share index is bound by the proof (:func:`proof_context`), which the digest covers:
+    Trent, who checks releases against digests, does not know the group's share map."""
     h = hashlib.sha256(_DOMAIN + b"\x00contribution\x00")
-    for part in (session_id.encode(), role.encode()):
+    for part in (session_id.encode(), role.encode(), holder.encode()):
         h.update(len(part).to_bytes(4, "big") + part)
     h.update(b"%d,%d,%d,%d;" % (vec.exponent, vec.length, vec.packing.slots, vec.packing.slot_bits))
     for c in [*vec.ciphertexts, *proof]:
@@ -269,12 +272,13 @@ def contribution_digest(
     return h.digest()
 
 
-def proof_context(session_id: str, role: str, tag: str, key: ThresholdPublicKey) -> bytes:
-    """What a release's proof of plaintext knowledge is bound to: the session, its owner's role, the release's
-    tag (the round) and the group key's fingerprint -- it does not replay into another session, round or
-    party's name."""
+def proof_context(session_id: str, role: str, holder: str, index: int, tag: str, key: ThresholdPublicKey) -> bytes:
+    """What a release's proof of plaintext knowledge is bound to: the session, its owner's role, the party
+    holding that role (``holder``) and its share index, the release's tag (the round) and the group key's
+    fingerprint -- it does not replay into another session, round or role, nor into the hands of another
+    party (one that holds the same role name in a later session of the same id, say)."""
     h = hashlib.sha256(_DOMAIN + b"\x00plaintext-knowledge\x00")
-    for part in (session_id.encode(), role.encode(), tag.encode(), key.fingerprint):
+    for part in (session_id.encode(), role.encode(), holder.encode(), b"%d" % index, tag.encode(), key.fingerprint):
         h.update(len(part).to_bytes(4, "big") + part)
     return h.digest()
 
@@ -305,7 +309,7 @@ def sum_context(session_id: str, tag: str, total: EncryptedVector, echo: bytes) 
         + tag.encode()
         + b"\x00"
         + echo
-        + (contribution_digest(session_id, "sum", total))
+        + contribution_digest(session_id, "sum", "", total)
     )
 
 
@@ -390,6 +394,41 @@ async def _echo(
     return echo
 
 
+async def _encrypt_and_prove(
+    ch: Channel,
+    params: PowerIterationParams,
+    key: GroupKey,
+    W: np.ndarray,
+    packing: Packing,
+    tags: Tags,
+    seed: SeedLike,
+) -> tuple[EncryptedVector, tuple[int, int, int]]:
+    """Step 1: the release W encrypted (randomness from the party's root) and the proof that this party knows
+    what it encrypts (it is no copy of another's), bound to the session, the role, its holder and share
+    index, the round and the key (:func:`proof_context`)."""
+    pk = key.public.public_key
+    witness: list[tuple[int, int]] = []
+    rng = protocol_rng(seed, "power-iteration", ch.role, "encryption", tags.release)
+    vec = await EncryptedVector.encrypt_with(
+        _replayable_encryption(pk, rng, witness),
+        pk,
+        W,
+        frac_bits=params.frac_bits,
+        packing=packing,
+        bound=params.contribution_bound(),
+    )
+    proof = await asyncio.to_thread(
+        prove_plaintext_knowledge,
+        pk,
+        [int(c) for c in vec.ciphertexts],
+        [m for m, _ in witness],
+        [r for _, r in witness],
+        proof_context(ch.session_id, ch.role, ch.roles[ch.role], key.share.index, tags.release, key.public),
+        stream_key(seed, "power-iteration", ch.role, "plaintext-knowledge", tags.release),
+    )
+    return vec, proof
+
+
 async def release_and_commit(
     ch: Channel,
     params: PowerIterationParams,
@@ -403,29 +442,9 @@ async def release_and_commit(
     """Steps 1–3 for the release W (already noisy and clamped): encrypt and prove, commit, echo, send it and
     its proof to ``trent`` (``tags.release``, ``tags.proof``).  Returns every data role's committed digest
     (its own included) and the echo every data party agreed on."""
-    pk = key.public.public_key
-    witness: list[tuple[int, int]] = []
-    rng = protocol_rng(seed, "power-iteration", ch.role, "encryption", tags.release)
-    vec = await EncryptedVector.encrypt_with(
-        _replayable_encryption(pk, rng, witness),
-        pk,
-        W,
-        frac_bits=params.frac_bits,
-        packing=packing,
-        bound=params.contribution_bound(),
-    )
-    # --- Step 1b: the proof that this party knows what its release encrypts (it is no copy of another's).
-    proof = await asyncio.to_thread(
-        prove_plaintext_knowledge,
-        pk,
-        [int(c) for c in vec.ciphertexts],
-        [m for m, _ in witness],
-        [r for _, r in witness],
-        proof_context(ch.session_id, ch.role, tags.release, key.public),
-        stream_key(seed, "power-iteration", ch.role, "plaintext-knowledge", tags.release),
-    )
+    vec, proof = await _encrypt_and_prove(ch, params, key, W, packing, tags, seed)
     # --- Step 2: the digest to every other data party; every other party's digest before anything more.
-    mine = contribution_digest(ch.session_id, ch.role, vec, proof)
+    mine = contribution_digest(ch.session_id, ch.role, ch.roles[ch.role], vec, proof)
     digests = await _exchange_digests(ch, params, key, mine, trent, tags)
     # --- Step 2b: every data party holds the same digests (nobody sent different ones to different parties).
     echo = await _echo(ch, params, key, digests, tags)
@@ -477,7 +496,7 @@ async def checked_sum(
     vecs = {}
     for role in params.data_roles:
         vec, proof = await _relayed(ch, params, pk, packing, L, trent, tags, role)
-        if contribution_digest(ch.session_id, role, vec, proof) != digests[role]:
+        if contribution_digest(ch.session_id, role, ch.roles[role], vec, proof) != digests[role]:
             exc = ContributionMismatch(
                 f"{ch.role} refuses to decrypt: the contribution of {role} that {trent} delivered "
                 f"({tags.contrib}/{role}) is not the one {role} committed to ({tags.digest}), which {trent} "
@@ -488,7 +507,7 @@ async def checked_sum(
             raise exc
         vecs[role] = (vec, proof)
     for role, (vec, proof) in vecs.items():
-        context = proof_context(ch.session_id, role, tags.release, key.public)
+        context = proof_context(ch.session_id, role, ch.roles[role], key.indices[role], tags.release, key.public)
         cts = [int(c) for c in vec.ciphertexts]
         if not await asyncio.to_thread(verify_plaintext_knowledge, pk, cts, proof, context):
             bad = BadContributionProof(
@@ -559,7 +578,7 @@ async def trent_deliver(ch: Channel, params: PowerIterationParams, pk: PublicKey
             what=f"{tags.release} from {role}",
         )
         proof = proof_from_proto(proofs[role], pk, f"{tags.proof} from {role}")
-        if contribution_digest(ch.session_id, role, vec, proof) != digests[role].values[1]:
+        if contribution_digest(ch.session_id, role, ch.roles[role], vec, proof) != digests[role].values[1]:
             exc = ContributionMismatch(
                 f"{ch.role} relays nothing: the release {role} sent ({tags.release}, {tags.proof}) is not the one "
                 f"{role} committed to ({tags.digest}): {role} deviated"

@@ -550,9 +550,9 @@ def test_a_party_releasing_a_power_of_an_earlier_release_of_another_is_refused_a
     )
     cts = [int(c) for c in evil.ciphertexts]  # party3's best try: an opening it makes up
     forged = prove_plaintext_knowledge(
-        pk, cts, [0] * len(cts), [1] * len(cts), proof_context("local", "party3", COV_TAG, pub)
+        pk, cts, [0] * len(cts), [1] * len(cts), proof_context("local", "party3", "org3", 3, COV_TAG, pub)
     )
-    digest = contribution_digest("local", "party3", evil, forged)
+    digest = contribution_digest("local", "party3", "org3", evil, forged)
     own, nets = {}, []
 
     def echo_of(third):  # the echo of every digest party3 received and party3's ``third``
@@ -595,6 +595,61 @@ def test_a_party_releasing_a_power_of_an_earlier_release_of_another_is_refused_a
     assert isinstance(outcome, BadContributionProof), outcome
     assert outcome.origin == "org3" and "party3's release" in str(outcome)
     assert not any(r == "party3" and t == PARTIAL_TAG for _, r, t, _, _ in net_b.transcript)
+
+
+# ------------------------------------------------------------------ a role taken over under a reused session id
+def test_a_party_holding_anothers_role_under_a_reused_session_id_cannot_replay_its_release(sk512, monkeypatch):
+    """Session A: party1 = org1, party2 = org2, party3 = org3.  Session B reuses A's id (possible once no honest
+    party keeps a record of A) with the roles permuted: org3 now holds party1 and releases, as its own, org1's
+    session-A release and proof verbatim (Trent relayed both to org3 in A), committing to them honestly.  Were
+    the proof bound to the role's name only, every check would pass and org1, org2 would partially decrypt a sum
+    holding org1's old release.  The proof binds the holder's party name and share index: org1 and org2 refuse,
+    naming org3, and no partial decryption leaves them."""
+    import smcdp.protocols.power_iteration_threshold as pit
+
+    pub, shares = deal(sk512, 3, 1)
+    share_of = dict(zip(("org1", "org2", "org3"), shares, strict=True))
+    params = params_for(3, 1, rows=4, max_samples=30)
+    rng = np.random.default_rng(5)
+    data = {o: rng.normal(size=(4, 30)) for o in share_of}
+
+    def session(holders):
+        net = InMemoryNetwork({"trent": "trent", **holders}, timeout=120, session_id="org3.pca-S")
+        idx = {r: share_of[o].index for r, o in holders.items()}
+        coros = {"trent": lambda c: trent(c, params, allow_insecure_keys=True)}
+        for r, o in holders.items():
+            coros[r] = lambda c, o=o: data_party(
+                c, data[o], params, allow_insecure_keys=True, group_key=GroupKey(share_of[o], idx, "lab")
+            )
+        try:
+            return net, asyncio.run(net.run(coros))
+        except Exception as exc:  # noqa: BLE001 - the test looks at it
+            return net, exc
+
+    net_a, res_a = session({"party1": "org1", "party2": "org2", "party3": "org3"})
+    assert not isinstance(res_a, Exception), res_a
+    held = {t: d for _, r, t, _, d in net_a.transcript if r == "party3"}  # what org3 received in A
+    old_vec = EncryptedVector.from_proto(
+        pb.CiphertextVector.FromString(held[f"{CONTRIB_TAG}/party1"]),
+        pub.public_key,
+        packing=params.packing(pub.public_key),
+        bound=params.contribution_bound(),
+    )
+    old_proof = pit.proof_from_proto(pb.BigInts.FromString(held[f"{PROOF_TAG}/party1"]), pub.public_key, "org1's")
+    honest = pit._encrypt_and_prove
+
+    async def replaying(ch, *args):
+        if ch.roles[ch.role] == "org3":  # org1's session-A release and proof, as org3's own
+            return old_vec, old_proof
+        return await honest(ch, *args)
+
+    monkeypatch.setattr(pit, "_encrypt_and_prove", replaying)
+    net_b, outcome = session({"party1": "org3", "party2": "org1", "party3": "org2"})
+    sent_b = {t: d for s, r, t, _, d in net_b.transcript if s == "party1" and r == "trent"}
+    assert sent_b[COV_TAG] == held[f"{CONTRIB_TAG}/party1"]  # the replay is real: org1's A release, verbatim
+    assert isinstance(outcome, BadContributionProof), outcome
+    assert outcome.origin == "org3" and "party1's release" in str(outcome)
+    assert not any(t == PARTIAL_TAG for _, _, t, _, _ in net_b.transcript)
 
 
 # ------------------------------------------------------------------ a data party sending different digests
