@@ -198,8 +198,9 @@ def _popk_weights(pk: PublicKey, cts: Sequence[mpz], a: int, context: bytes) -> 
 def _witness_stream(key: bytes, label: bytes, parts: Sequence[int], nbytes: int) -> bytes:
     """``nbytes`` of HMAC-SHA256(key, label ‖ parts ‖ counter) in counter mode: a nonce that is a function of
     a secret key and the witness (RFC 6979 style), so that it repeats only with the same statement and
-    witness, and nobody lacking either the key or the witness can compute it."""
-    msg = hashlib.sha256(_POPK_DOMAIN + label)
+    witness, and nobody lacking either the key or the witness can compute it.  The label (the nonce's name
+    and the context) and every part are length-prefixed: no two (label, parts) hash alike."""
+    msg = hashlib.sha256(_POPK_DOMAIN + len(label).to_bytes(4, "big") + label)
     for v in parts:
         b = int(v).to_bytes((int(v).bit_length() + 7) // 8 or 1, "big")
         msg.update(len(b).to_bytes(4, "big") + b)
@@ -220,9 +221,9 @@ def _popk_nonces(
         return mpz(secrets.randbelow(int(n))), _unit_below(n)
     parts = [len(cts), *cts, *ms, *rs]
     size = (int(n).bit_length() + CHALLENGE_BITS + 7) // 8
-    x = mpz(int.from_bytes(_witness_stream(key, b"x" + context, parts, size), "big")) % n
+    x = mpz(int.from_bytes(_witness_stream(key, b"x:" + context, parts, size), "big")) % n
     for k in range(1 << 16):
-        s = mpz(int.from_bytes(_witness_stream(key, b"s%d" % k + context, parts, size), "big")) % n
+        s = mpz(int.from_bytes(_witness_stream(key, b"s%d:" % k + context, parts, size), "big")) % n
         if s > 0 and gmpy2.gcd(s, n) == 1:
             return x, s
     raise AssertionError("no unit found")  # pragma: no cover - probability ~(2/√n)^65536
@@ -252,12 +253,23 @@ def prove_plaintext_knowledge(
     Z_n (x is) and w uniform in Z*_n (s is), independent of each other and of the witness; a is then
     determined.  A simulator draws e, z, w and sets a = g^z·w^n·Π c_i^{-e_i}: the same distribution.
 
-    Soundness (knowledge): two accepting answers to one a whose weights differ only at i, by δ with
-    0 < |δ| < 2^CHALLENGE_BITS, give g^{z−z'}·(w/w')^n = c_i^δ.  δ is below n's smallest prime factor,
-    so αδ + βn = 1 for some α, β, and c_i = g^{α(z−z')}·((w/w')^α·c_i^β)^n: an opening of c_i.  With
-    the forking lemma a prover who convinces with probability noticeably above 2^-CHALLENGE_BITS per
-    hash query knows an opening of every c_i.  So a party cannot contribute another's ciphertext c (or
-    c^C, or c times its own): an opening of c^C·E(m) gives C·m_c + m, hence m_c -- which it does not know.
+    Soundness (knowledge).  All k weights come from one hash of (context, key, c_1 … c_k, a), so no prover
+    answers two challenges that differ in one weight only; an extractor needs k + 1 accepting transcripts
+    with the same commitment a.  The generalised forking lemma (Bellare–Neven 2006) gives them: a prover that
+    convinces with probability noticeably above 2^-CHALLENGE_BITS per hash query, rewound k times at the
+    query that fixed a, answers k + 1 weight vectors e^(0) … e^(k), each fresh and uniform in
+    [0, 2^CHALLENGE_BITS)^k (random oracle), with (z_j, w_j).  Dividing transcript j by transcript 0:
+    g^{z_j − z_0}·(w_j/w_0)^n ≡ Π_i c_i^{D_ji} (mod n²), j = 1 … k, with D_ji = e^(j)_i − e^(0)_i.
+    det D is coprime to n except with probability at most 2k·2^-CHALLENGE_BITS: modulo a prime p of n
+    (p > 2^CHALLENGE_BITS), row j makes D singular only if e^(j) satisfies one nonzero linear equation
+    mod p fixed by the rows before it, which a vector uniform on a box of side 2^CHALLENGE_BITS < p does with
+    probability at most 2^-CHALLENGE_BITS (Schwartz–Zippel); a union bound over the k rows and n's two
+    primes.  Then invert D: with adj(D) the adjugate (integer entries, adj(D)·D = det D·I), raising relation j
+    to adj(D)_ij and multiplying over j gives c_i^{det D} = g^{x_i}·y_i^n, x_i = Σ_j adj(D)_ij·(z_j − z_0),
+    y_i = Π_j (w_j/w_0)^{adj(D)_ij}; and with β·det D + γ·n = 1 (Bézout), c_i = (c_i^{det D})^β·(c_i^γ)^n =
+    g^{β·x_i}·(y_i^β·c_i^γ)^n -- an opening (β·x_i mod n, y_i^β·c_i^γ mod n) of every c_i (g has order n
+    mod n², and (y + jn)^n ≡ y^n).  So a party cannot contribute another's ciphertext c (or c^C, or c times
+    its own): an opening of c^C·E(m) gives C·m_c + m, hence m_c -- which it does not know.
 
     ``nonce_key``: a secret of the prover (a stream of its randomness root).  The nonces x, s are then an
     HMAC keyed by it over the context and the witness (every c_i, m_i, r_i), so a replayed prover sends
