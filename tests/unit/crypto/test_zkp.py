@@ -167,3 +167,15 @@ def test_keyed_nonces_replay_and_depend_on_the_key_and_the_witness(key):
     assert prove_plaintext_knowledge(pk, cts, ms, rs, b"other", b"a" * 32)[0] != one[0]
     cts2, ms2, rs2 = _enc_known(pk, [1, 3], seed=2)
     assert prove_plaintext_knowledge(pk, cts2, ms2, rs2, CTX, b"a" * 32)[0] != one[0]
+
+
+def test_the_nonce_stream_separates_its_label_from_the_witness():
+    """The keyed nonce hashes the label (the nonce's name and the context) and then the witness's integers,
+    each length-prefixed.  Were the label not length-prefixed, a context ending in the encoding of the first
+    integer, with that integer dropped from the witness, would hash alike: two statements, one nonce."""
+    from smcdp.crypto.zkp import _witness_stream
+
+    key, label = b"k" * 32, b"x:context"
+    shifted = label + (1).to_bytes(4, "big") + b"\x05"  # the label swallowing the encoding of the integer 5
+    assert _witness_stream(key, label, [5, 6], 64) != _witness_stream(key, shifted, [6], 64)
+    assert _witness_stream(key, label, [5, 6], 64) == _witness_stream(key, label, [5, 6], 64)
