@@ -12,14 +12,15 @@ power method; :class:`Tags` names its messages), numbered as in the docs:
    its role, the party holding it and its share index, the round's tag and the key: :func:`proof_context`).
 2. It sends a digest of E_i and its proof to every other data party and to Trent, and waits for every other
    data party's digest: every contribution is fixed (committed) before any party's ciphertext leaves it.
-   2b. Echo: it sends every other data party the hash of all the digests it holds (:func:`echo_hash`) and
-   waits for theirs; unless all equal its own, it releases nothing (:class:`EchoMismatch`) -- nobody can
-   commit to one thing towards one party and to another (chosen late) towards another.
+   2b. Echo: it sends every other data party and Trent the hash of all the digests it holds
+   (:func:`echo_hash`) and waits for theirs and for Trent's echo of the digests *he* received; unless all
+   equal its own, it releases nothing (:class:`EchoMismatch`) -- nobody can commit to one thing towards one
+   participant and to another (chosen late, or meant to frame Trent) towards another.
 3. Only then it sends E_i and its proof to Trent (its release point).
 4. Trent checks every release against the digest its owner sent him (a mismatch names that party:
    :class:`ContributionMismatch`) and sends every data party all n contributions and proofs.
 5. Party i checks each contribution against the digest its owner sent (its own against its own; a mismatch
-   names Trent, who checked the same digest), verifies every contribution's proof (a failure names its
+   names Trent, who checked the same digest -- the echo showed he holds it), verifies every contribution's proof (a failure names its
    owner: :class:`BadContributionProof`), all before anything is summed, recomputes E[Σ_j W_j] = Π_j E_j
    itself, and sends its partial decryption **of that sum** (with its proof of correctness, bound to the
    session, the round's tag, the echo and the sum's digest) to the other data parties.  **It never partially
@@ -141,8 +142,9 @@ class ContributionMismatch(InvalidMessage):
 
 
 class EchoMismatch(InvalidMessage):
-    """Another data party holds other digests than this one (step 2b): someone sent different digests to
-    different parties.  Nothing is released.  ``parties``: the roles whose echoes differ from this party's.
+    """Another data party, or Trent, holds other digests than this one (step 2b): someone sent different
+    digests to different participants.  Nothing is released (at Trent: nothing relayed).  ``parties``: the
+    roles whose echoes differ from this participant's.
     No ``origin``: an equivocating sender makes honest parties' echoes differ too, so the echoes alone do not
     say who deviated."""
 
@@ -289,10 +291,10 @@ def proof_from_proto(msg: pb.BigInts, pk: PublicKey, what: str) -> tuple[int, in
     return a, z, w
 
 
-def echo_hash(key: ThresholdPublicKey, roles: list[str], digests: Mapping[str, bytes]) -> bytes:
-    """SHA-256 of the key's fingerprint and every data role's digest, in role order: what a data party echoes
-    (step 2b) -- equal at two parties iff they hold the same digests."""
-    h = hashlib.sha256(_DOMAIN + b"\x00echo\x00" + key.fingerprint)
+def echo_hash(fingerprint: bytes, roles: list[str], digests: Mapping[str, bytes]) -> bytes:
+    """SHA-256 of the group key's fingerprint and every data role's digest, in role order: what a data party
+    (and Trent) echoes (step 2b) -- equal at two participants iff they hold the same digests."""
+    h = hashlib.sha256(_DOMAIN + b"\x00echo\x00" + fingerprint)
     for role in roles:
         h.update(digests[role])
     return h.digest()
@@ -376,19 +378,22 @@ async def _exchange_digests(
 
 
 async def _echo(
-    ch: Channel, params: PowerIterationParams, key: GroupKey, digests: Mapping[str, bytes], tags: Tags
+    ch: Channel, params: PowerIterationParams, key: GroupKey, digests: Mapping[str, bytes], trent: str, tags: Tags
 ) -> bytes:
-    """Step 2b: the hash of every digest held here to every other data party, theirs back; all must equal
-    this party's, else nothing is released (:class:`EchoMismatch` names the parties whose echoes differ)."""
+    """Step 2b: the hash of every digest held here to every other data party and to ``trent``; theirs back,
+    and Trent's echo of the digests *he* received.  All must equal this party's, else nothing is released
+    (:class:`EchoMismatch` names the participants whose echoes differ): after this, Trent holds the very
+    digests every data party holds, so a relayed contribution that does not match one is his doing."""
     others = [r for r in params.data_roles if r != ch.role]
-    echo = echo_hash(key.public, params.data_roles, digests)
-    await ch.send_many(others, tags.echo, pb.Blobs(values=[echo]))
-    got = await ch.recv_all(others, tags.echo, pb.Blobs)
-    differ = [r for r in others if list(got[r].values) != [echo]]
+    echo = echo_hash(key.public.fingerprint, params.data_roles, digests)
+    await ch.send_many([*others, trent], tags.echo, pb.Blobs(values=[echo]))
+    got = await ch.recv_all([*others, trent], tags.echo, pb.Blobs)
+    differ = [r for r in [*others, trent] if list(got[r].values) != [echo]]
     if differ:
         raise EchoMismatch(
             f"{ch.role} releases nothing: {', '.join(differ)} hold(s) other digests ({tags.digest}) than "
-            f"{ch.role} does ({tags.echo} differs) -- a data party sent different digests to different parties",
+            f"{ch.role} does ({tags.echo} differs) -- a data party sent different digests to different "
+            "participants",
             differ,
         )
     return echo
@@ -447,7 +452,7 @@ async def release_and_commit(
     mine = contribution_digest(ch.session_id, ch.role, ch.roles[ch.role], vec, proof)
     digests = await _exchange_digests(ch, params, key, mine, trent, tags)
     # --- Step 2b: every data party holds the same digests (nobody sent different ones to different parties).
-    echo = await _echo(ch, params, key, digests, tags)
+    echo = await _echo(ch, params, key, digests, trent, tags)
     # --- Step 3: the release to Trent (the release point), only now that every contribution is committed.
     await ch.send(trent, tags.release, vec.to_proto())
     await ch.send(trent, tags.proof, bigints(list(proof)))
@@ -554,20 +559,42 @@ async def threshold_decrypt(
         raise named from None
 
 
-async def trent_deliver(ch: Channel, params: PowerIterationParams, pk: PublicKey, L: int, tags: Tags) -> None:
-    """Trent's step 4: every data party's release (``tags.release``) and its proof of plaintext knowledge
-    (``tags.proof``) to every data party, each checked first (size, key, bound) and against the digest its
-    owner committed to (``tags.digest``, which every data party sent him too): a release that is not what
-    its sender committed to is refused, naming the sender (:class:`ContributionMismatch`), and nothing is
-    relayed.  He sums nothing and decrypts nothing."""
+async def _trent_echo(ch: Channel, params: PowerIterationParams, tags: Tags) -> Mapping[str, pb.Blobs]:
+    """Trent's part of step 2b: every data party's digest, then the echo of the digests he received to every
+    data party (each releases only if it equals its own), and theirs back: unless all equal his, he relays
+    nothing (:class:`EchoMismatch`).  Returns the digest messages."""
     roles = params.data_roles
-    packing = params.packing(pk)
     digests = await ch.recv_all(roles, tags.digest, pb.Blobs)
-    noisy = await ch.recv_all(roles, tags.release, pb.CiphertextVector)
-    proofs = await ch.recv_all(roles, tags.proof, pb.BigInts)
     for role in roles:
         if len(digests[role].values) != 2 or len(digests[role].values[1]) != 32:
             raise InvalidMessage(f"{tags.digest} from {role} must be (key fingerprint, 32-byte digest)")
+    held = {role: bytes(digests[role].values[1]) for role in roles}
+    echo = echo_hash(bytes(digests[roles[0]].values[0]), roles, held)
+    await ch.send_many(roles, tags.echo, pb.Blobs(values=[echo]))
+    got = await ch.recv_all(roles, tags.echo, pb.Blobs)
+    differ = [r for r in roles if list(got[r].values) != [echo]]
+    if differ:
+        raise EchoMismatch(
+            f"{ch.role} relays nothing: {', '.join(differ)} hold(s) other digests ({tags.digest}) than "
+            f"{ch.role} received ({tags.echo} differs)",
+            differ,
+        )
+    return digests
+
+
+async def trent_deliver(ch: Channel, params: PowerIterationParams, pk: PublicKey, L: int, tags: Tags) -> None:
+    """Trent's steps 2b and 4: he echoes the digests he received (:func:`_trent_echo`), then relays every data
+    party's release (``tags.release``) and its proof of plaintext knowledge (``tags.proof``) to every data
+    party, each checked first (size, key, bound) and against the digest its owner committed to
+    (``tags.digest``, which every data party sent him too): a release that is not what its sender committed
+    to is refused, naming the sender (:class:`ContributionMismatch`), and nothing is relayed.  He sums
+    nothing and decrypts nothing."""
+    roles = params.data_roles
+    packing = params.packing(pk)
+    digests = await _trent_echo(ch, params, tags)
+    noisy = await ch.recv_all(roles, tags.release, pb.CiphertextVector)
+    proofs = await ch.recv_all(roles, tags.proof, pb.BigInts)
+    for role in roles:
         vec = EncryptedVector.from_proto(
             noisy[role],
             pk,

@@ -557,7 +557,7 @@ def test_a_party_releasing_a_power_of_an_earlier_release_of_another_is_refused_a
 
     def echo_of(third):  # the echo of every digest party3 received and party3's ``third``
         held = {s: pb.Blobs.FromString(d).values[1] for s, t, _, d in nets[0].received_by("party3") if t == DIGEST_TAG}
-        return echo_hash(pub, params.data_roles, {**held, "party3": third})
+        return echo_hash(pub.fingerprint, params.data_roles, {**held, "party3": third})
 
     def party3(to, tag, data):
         if tag == DIGEST_TAG:
@@ -702,4 +702,46 @@ def test_a_party_sending_trent_another_release_than_it_committed_to_is_named_by_
     )
     assert isinstance(outcome, ContributionMismatch), outcome
     assert outcome.origin == "org3" and "trent relays nothing" in str(outcome) and "party3 deviated" in str(outcome)
+    assert not any(s == "trent" and t.startswith(CONTRIB_TAG) for s, _, t, _, _ in net.transcript)
+
+
+def test_a_party_committing_to_one_release_towards_trent_and_another_towards_the_parties_cannot_frame_him(
+    sk512, monkeypatch
+):
+    """party3 sends the data parties the digest of its release E3 and Trent the digest of E3' (one more in
+    the first slot), then sends Trent E3'.  Trent's check passes (E3' is what party3 committed to towards
+    him); were there no more, every honest data party would see E3' where party3 committed to E3 and name
+    Trent.  Trent is in the echo round now: he echoes the digests he received, which differ from the data
+    parties', so nobody releases anything (EchoMismatch, no one named) and nothing is relayed."""
+    import smcdp.protocols.power_iteration_threshold as pit
+    from smcdp.protocols.power_iteration_threshold import contribution_digest
+
+    rng = np.random.default_rng(13)
+    blocks = [rng.normal(size=(4, 30)) for _ in range(3)]
+    pub, shares = deal(sk512, 3, 1)
+    pk = pub.public_key
+    honest, state = pit._encrypt_and_prove, {}
+
+    async def capture(ch, *args):
+        vec, proof = await honest(ch, *args)
+        if ch.role == "party3":  # E3' and its digest, for Trent's eyes only
+            cts = [vec.ciphertexts[0] * (1 + pk.n) % pk.nsquare, *vec.ciphertexts[1:]]
+            evil = EncryptedVector(pk, cts, vec.length, vec.exponent, vec.packing, vec.bound)
+            state.update(evil=evil, digest=contribution_digest(ch.session_id, ch.role, "org3", evil, proof))
+        return vec, proof
+
+    def party3(to, tag, data):
+        if to == "trent" and tag == DIGEST_TAG:
+            return pb.Blobs(values=[pub.fingerprint, state["digest"]]).SerializeToString()
+        if to == "trent" and tag == COV_TAG:
+            return state["evil"].to_proto().SerializeToString()
+        return data
+
+    monkeypatch.setattr(pit, "_encrypt_and_prove", capture)
+    net, outcome = run(
+        blocks, params_for(3, 1, rows=4, max_samples=30), sk=sk512, shares=shares, rewrite={"party3": party3}
+    )
+    assert isinstance(outcome, EchoMismatch), outcome
+    assert getattr(outcome, "origin", None) is None
+    assert not any(r == "trent" and t == COV_TAG for _, r, t, _, _ in net.transcript)
     assert not any(s == "trent" and t.startswith(CONTRIB_TAG) for s, _, t, _, _ in net.transcript)
