@@ -34,8 +34,9 @@ power method; :class:`Tags` names its messages), numbered as in the docs:
    and combines t + 1 of them: the noisy sum, from which it takes u_1 … u_r as in the single-key mode.
 
 Randomness: the release's encryption randomness and both proofs' nonces derive from the party's root (a
-replayed party re-sends every message bit for bit); the nonces also from a secret (the witness, the share),
-so a known root does not reveal them -- and a seeded session, whose root is public, is refused
+replayed party re-sends every message bit for bit); the randomness also from the plaintext (a replay with other
+data never reuses it), the nonces also from a secret (the witness, the share), so a known root does not reveal
+them -- and a seeded session, whose root is public, is refused
 (:func:`refuse_seeded`).
 """
 
@@ -43,8 +44,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import hmac
 import math
-import random
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -68,7 +69,7 @@ from smcdp.crypto.vector import EncryptedVector
 from smcdp.crypto.zkp import prove_plaintext_knowledge, verify_plaintext_knowledge
 from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
-from smcdp.primitives.rng import SeedLike, protocol_rng, stream_key
+from smcdp.primitives.rng import SeedLike, stream_key
 from smcdp.v1 import messages_pb2 as pb
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -334,21 +335,41 @@ def partial_from_proto(
     return PartialDecryption(party, tuple(values[:count]), ((values[count], values[count + 1]),), True)
 
 
+def encryption_randomness(pk: PublicKey, key: bytes, tag: str, index: int, m: int) -> int:
+    """The Paillier randomness r ∈ Z*_N of ciphertext ``index`` of the release ``tag`` encrypting ``m``:
+    HMAC-SHA256(key, tag ‖ index ‖ m ‖ attempt ‖ counter) in counter mode, N's size plus 128 bits reduced
+    mod N.  A function of the plaintext too, so a replay that re-encrypts other data (a lost record, changed
+    data) never reuses r: E/E' = g^(m − m') would reveal the difference."""
+    n = int(pk.n)
+    size = (n.bit_length() + 128 + 7) // 8
+    mb = (int(m) % n).to_bytes((n.bit_length() + 7) // 8, "big")
+    tb = tag.encode()
+    for attempt in range(1 << 16):
+        msg = len(tb).to_bytes(4, "big") + tb + index.to_bytes(8, "big") + mb + attempt.to_bytes(4, "big")
+        out = b"".join(
+            hmac.new(key, msg + k.to_bytes(4, "big"), hashlib.sha256).digest() for k in range(-(-size // 32))
+        )
+        r = int.from_bytes(out[:size], "big") % n
+        if r > 0 and gmpy2.gcd(r, n) == 1:
+            return r
+    raise AssertionError("no unit found")  # pragma: no cover - probability ~(2/√N)^65536
+
+
 def _replayable_encryption(
-    pk: PublicKey, rng: random.Random, witness: list[tuple[int, int]]
+    pk: PublicKey, key: bytes, tag: str, witness: list[tuple[int, int]]
 ) -> Callable[[list[int]], Awaitable[list[int]]]:
-    """Encryption whose randomness r (c = (1 + N)^m·r^N mod N²) comes from ``rng``, a stream of the party's
-    randomness root: a replayed party re-encrypts its release bit for bit, so the digest it committed to
-    (which may have left it before a crash, and the release not) still matches what it sends.  Each (m, r)
-    is appended to ``witness``: the opening the release's proof of plaintext knowledge is made from."""
+    """Encryption whose randomness r (c = (1 + N)^m·r^N mod N²) comes from ``key``, a stream of the party's
+    randomness root, the release's tag, the ciphertext's index and its plaintext
+    (:func:`encryption_randomness`): a replayed party re-encrypts its release bit for bit, so the digest it
+    committed to (which may have left it before a crash, and the release not) still matches what it sends.
+    Each (m, r) is appended to ``witness``: the opening the release's proof of plaintext knowledge is made
+    from (its length is the next ciphertext's index)."""
 
     def encrypt(ms: list[int]) -> list[int]:
         n, n2 = pk.n, pk.nsquare
         out = []
         for m in ms:
-            r = rng.randrange(1, int(n))
-            while gmpy2.gcd(r, n) != 1:  # pragma: no cover - probability ~2/√N
-                r = rng.randrange(1, int(n))
+            r = encryption_randomness(pk, key, tag, len(witness), m)
             witness.append((m, r))
             out.append(int(pk.raw_encrypt(m, obfuscate=False) * gmpy2.powmod(r, n, n2) % n2))
         return out
@@ -413,9 +434,9 @@ async def _encrypt_and_prove(
     index, the round and the key (:func:`proof_context`)."""
     pk = key.public.public_key
     witness: list[tuple[int, int]] = []
-    rng = protocol_rng(seed, "power-iteration", ch.role, "encryption", tags.release)
+    key_r = stream_key(seed, "power-iteration", ch.role, "encryption", tags.release)
     vec = await EncryptedVector.encrypt_with(
-        _replayable_encryption(pk, rng, witness),
+        _replayable_encryption(pk, key_r, tags.release, witness),
         pk,
         W,
         frac_bits=params.frac_bits,

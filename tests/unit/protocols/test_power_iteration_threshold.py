@@ -426,6 +426,31 @@ def test_a_replayed_party_sends_the_same_bytes_so_its_commitment_still_holds(sk5
         assert mine and all(first[k] != other[k] for k in mine), tag
 
 
+def test_a_replay_that_encrypts_other_data_uses_other_randomness(sk512):
+    """The release's Paillier randomness comes from the party's root -- and from the plaintext.  Were it from
+    the root alone, a party replayed with other data (its record lost, its data changed) would encrypt with
+    the same r, and E/E' = g^(W − W') ≡ 1 (mod N) would hand Trent the difference of its two releases."""
+    from smcdp.primitives.rng import Randomness
+
+    rng = np.random.default_rng(8)
+    blocks = [rng.normal(size=(4, 20)) for _ in range(3)]
+    params = params_for(3, 1, rows=4, max_samples=20)
+    pub, shares = deal(sk512, 3, 1)
+    pk = pub.public_key
+
+    def release(first_block):  # party1's release, every party on the same secret root as before
+        roots = [Randomness(bytes([40 + i]) * 32) for i in range(3)]
+        net, res = run([first_block, *blocks[1:]], params, sk=sk512, shares=shares, seeds=roots)
+        assert not isinstance(res, Exception), res
+        return contributions(net, params, pk)["party1"].ciphertexts
+
+    first, changed, again = release(blocks[0]), release(blocks[0] * 0.5), release(blocks[0])
+    assert [int(c) for c in again] == [int(c) for c in first]  # a replay of the same data: bit for bit
+    for c, c2 in zip(first, changed, strict=True):
+        ratio = int(c) * pow(int(c2), -1, int(pk.nsquare)) % int(pk.nsquare)
+        assert ratio % int(pk.n) != 1  # not g^(W − W'): the randomness differs
+
+
 # ------------------------------------------------------------------ the noisy power method under the group key
 def test_the_noisy_power_method_under_the_group_key_computes_the_components(sk512):
     """dp_method = "power", n = 3, t = 1, negligible noise: T rounds, each round's sum recomputed and decrypted
