@@ -473,15 +473,9 @@ class PowerIterationParams(ProtocolParams):
                 msgs = [(N, cov), (N, 24), (1, B // 8 + 16)]
                 if self.key_group is not None:  # and every release's proof and digest
                     msgs += [(N, proof), (N, 128), (N, 64)]  # 64: an echo
-            elif self.key_group is not None:  # every release and its proof, the others' digests, echoes, partials
+            elif self.key_group is not None:  # every release, proof; others' digests; echoes (+Trent's); partials
                 partial = cov + (4 * B + 5000) // 8 + 64  # a value per ciphertext (mod N²), the proof's e and z
-                msgs = [
-                    (N, cov),
-                    (N, proof),
-                    (N - 1, 128),
-                    (N, 64),
-                    (N - 1, partial),
-                ]  # 64: an echo (N - 1 and Trent's)
+                msgs = [(N, cov), (N, proof), (N - 1, 128), (N, 64), (N - 1, partial)]  # 64: an echo
             else:
                 msgs = [(1, cov), (1, 3 * (B // 8) + 32)]
         elif self.dp and self.key_group is not None and role != TRENT:  # v/0 in clear; per round: every
@@ -502,11 +496,7 @@ class PowerIterationParams(ProtocolParams):
                 else [(rounds + 1, block), (1, 3 * (B // 8) + 32)]
             )
             if role == TRENT and self.key_group is not None:  # every release's proof, digest and echo
-                msgs += [
-                    (rounds * self.n_parties, proof),
-                    (rounds * self.n_parties, 128),
-                    (rounds * self.n_parties, 64),
-                ]
+                msgs += [(rounds * self.n_parties, size) for size in (proof, 128, 64)]
         elif role == TRENT:
             # final/x: the public chunking of at most max_samples samples, r floats each (the
             # chunks' sizes follow max_samples, not the chunk size alone -- 512 KB a message before)
