@@ -20,10 +20,11 @@ power method; :class:`Tags` names its messages), numbered as in the docs:
 4. Trent checks every release against the digest its owner sent him (a mismatch names that party:
    :class:`ContributionMismatch`) and sends every data party all n contributions and proofs.
 5. Party i checks each contribution against the digest its owner sent (its own against its own; a mismatch
-   names Trent, who checked the same digest -- the echo showed he holds it), verifies every contribution's proof (a failure names its
-   owner: :class:`BadContributionProof`), all before anything is summed, recomputes E[Σ_j W_j] = Π_j E_j
-   itself, and sends its partial decryption **of that sum** (with its proof of correctness, bound to the
-   session, the round's tag, the echo and the sum's digest) to the other data parties.  **It never partially
+   names Trent, who checked the same digest -- the echo showed he holds it), verifies every contribution's
+   proof (a failure names its owner: :class:`BadContributionProof`), all before anything is summed,
+   recomputes E[Σ_j W_j] = Π_j E_j itself, and sends its partial decryption **of that sum** (with its proof
+   of correctness, bound to the session, the round's tag, the echo and the sum's digest) to the other data
+   parties.  **It never partially
    decrypts a ciphertext it did not recompute itself**: there is no other call of
    :func:`~smcdp.crypto.threshold.partial_decrypt` here, so a coordinator asking for the decryption of one
    party's contribution (sending it in place of the contributions, say) is refused with the deviating
