@@ -139,8 +139,9 @@ def test_every_contribution_is_committed_before_any_ciphertext_leaves_a_party(sk
     """Commit, then reveal: a party sends its release to Trent only after *every* data party holds every other
     data party's digest (the echoes say so), so no party (colluding with Trent, who sees the releases) can choose its contribution after
     seeing another's -- e.g. the inverse of the honest ones, which would make the 'sum' one party's
-    contribution.  Trent's only messages to a data party are the n contributions and their proofs of plaintext
-    knowledge, after every release."""
+    contribution.  Trent's only messages to a data party are his echo of the digests he received (after every
+    digest reached him, before any release) and the n contributions and their proofs of plaintext knowledge,
+    after every release."""
     rng = np.random.default_rng(1)
     blocks = [rng.normal(size=(4, 30)) for _ in range(3)]
     _, shares = deal(sk512, 3, 1)
@@ -153,8 +154,12 @@ def test_every_contribution_is_committed_before_any_ciphertext_leaves_a_party(sk
         assert max(digests_in) < order.index((me, "trent", COV_TAG))
     last_release = max(i for i, (_, _, t) in enumerate(order) if t == COV_TAG)
     from_trent = [(i, t) for i, (s, r, t) in enumerate(order) if s == "trent" and r.startswith("party")]
-    assert {t for _, t in from_trent} == {f"{tag}/party{j}" for j in (1, 2, 3) for tag in (CONTRIB_TAG, PROOF_TAG)}
-    assert all(i > last_release for i, _ in from_trent)
+    relays = {f"{tag}/party{j}" for j in (1, 2, 3) for tag in (CONTRIB_TAG, PROOF_TAG)}
+    assert {t for _, t in from_trent} == relays | {ECHO_TAG}
+    assert all(i > last_release for i, t in from_trent if t != ECHO_TAG)
+    to_trent = [i for i, (s, r, t) in enumerate(order) if r == "trent" and t == DIGEST_TAG]
+    first_release = min(i for i, (_, _, t) in enumerate(order) if t == COV_TAG)
+    assert all(max(to_trent) < i < first_release for i, t in from_trent if t == ECHO_TAG)
 
 
 # ------------------------------------------------------------------ a deviating coordinator, a wrong partial
@@ -468,9 +473,10 @@ def test_the_noisy_power_method_under_the_group_key_computes_the_components(sk51
         assert res[role].rounds == 25 and res[role].dp["key"]["kind"] == "threshold"
     releases = [t for s, _, t, _, _ in net.transcript if s == "party2" and t.startswith("noisy/")]
     assert releases == [f"noisy/{t}" for t in range(25)]
-    # Trent sends a data party the start block and, per round, the three releases -- nothing to decrypt alone
+    # Trent sends a data party the start block and, per round, his echo and the three releases -- nothing to
+    # decrypt alone
     to_party = {t for s, r, t, _, _ in net.transcript if s == "trent" and r == "party1"}
-    assert to_party == {"v/0"} | {
+    assert to_party == {"v/0"} | {f"echo/{t}" for t in range(25)} | {
         f"{tag}/{t}/party{j}" for t in range(25) for j in (1, 2, 3) for tag in ("contrib", "pok")
     }
 
@@ -683,8 +689,8 @@ def test_a_party_sending_different_digests_to_different_parties_stops_every_rele
     party2's release in hand, it could choose the one towards party1 late: the inverse of party2's release,
     so that party1 decrypts its own release for party3).  The echo round: each data party sends every other
     the hash of all the digests it holds, and releases nothing unless every echo equals its own.  party1's
-    and party2's differ: no release reaches Trent, no partial decryption leaves anyone; the failure names the
-    parties whose echoes differ."""
+    and the others' (Trent's too) differ: no release reaches Trent, no partial decryption leaves anyone; the
+    failure names the participants whose echoes differ."""
     rng = np.random.default_rng(12)
     blocks = [rng.normal(size=(4, 30)) for _ in range(3)]
     _, shares = deal(sk512, 3, 1)
@@ -701,7 +707,10 @@ def test_a_party_sending_different_digests_to_different_parties_stops_every_rele
     assert not any(r == "trent" and t == COV_TAG for _, r, t, _, _ in net.transcript)
     assert not any(t == PARTIAL_TAG for _, _, t, _, _ in net.transcript)
     assert isinstance(outcome, EchoMismatch), outcome
-    assert "releases nothing" in str(outcome) and outcome.parties in (["party2"], ["party1"], ["party1", "party3"])
+    assert "releases nothing" in str(outcome) and outcome.parties in (
+        ["party2", "party3", "trent"],  # party1's view: everyone else holds party3's true digest
+        ["party1"],  # anyone else's (Trent's too): party1 holds another
+    )
 
 
 # ------------------------------------------------------------------ who is named when a release is not its commitment
