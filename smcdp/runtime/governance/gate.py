@@ -48,6 +48,7 @@ from smcdp.runtime.governance.exact import ExactSessions, QuotaRefused
 from smcdp.runtime.governance.policy import (
     OutOfBounds,
     check_seed,
+    check_seeded_key,
     evaluate,
     refusal,
     releases_exact,
@@ -263,6 +264,7 @@ class Governor:
             )
         check_seed(spec.seed, self.policy, self.name, sid)
         summary = self._summary(plugin, spec)
+        check_seeded_key(spec.seed, summary, self.name, sid)
         # the receive limit the session would have here: its protocol's envelope capped by [limits] (None: none)
         derived = plugin.traffic_envelope(dict(spec.params), dict(spec.roles), role)
         envelope = None if derived is None else self.config.limits.envelope(derived)

@@ -484,6 +484,22 @@ def check_seed(seed: int | None, policy: Policy | None, me: str, session_id: str
         )
 
 
+def check_seeded_key(seed: int | None, summary: SessionSummary | None, me: str, session_id: str) -> None:
+    """A session under a group key is never seeded, even where seeds are allowed: its releases are encrypted
+    with randomness from each party's root (so that a replay re-sends them bit for bit), which a known seed
+    makes public to everyone who knows it.  (The protocol refuses too, when its roles start; here nothing
+    is reserved or prepared first.)"""
+    if seed is not None and summary is not None and summary.key == "threshold":
+        raise refusal(
+            OutOfBounds,
+            me,
+            session_id,
+            "policy.allow_seeded",
+            "a session under a group key cannot be seeded: its encryption randomness comes from the "
+            "parties' randomness roots, which a known seed makes public",
+        )
+
+
 def evaluate(
     policy: Policy | None,
     *,

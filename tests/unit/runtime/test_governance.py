@@ -286,6 +286,28 @@ def test_refusals_and_seeds_are_audited_with_their_rule(tmp_path):
     g.stop()
 
 
+class GroupKeyCostPlugin(CostPlugin):
+    """The same session, encrypted under a group (threshold) key."""
+
+    def summary(self, params, roles):
+        return replace(super().summary(params, roles), key="threshold", threshold=1)
+
+
+def test_a_seeded_proposal_under_a_group_key_is_refused_before_anything_is_reserved(tmp_path):
+    """Even where seeds are allowed (tests, experiments): a group key's encryption randomness comes from the
+    parties' roots, which a known seed makes public; refused at admission, naming the rule, with no
+    reservation left behind."""
+    cfg = _config(tmp_path)
+    g = _gov(replace(cfg, policy=replace(cfg.policy, allow_seeded=True)))
+    with pytest.raises(SmcdpError, match="group key cannot be seeded"):
+        g.admit("charlie", replace(_spec("grouped"), seed=7), GroupKeyCostPlugin(), "data")
+    refused = {e["session"]: e["rule"] for e in _events(tmp_path) if e["event"] == "refused"}
+    assert refused == {"grouped": "policy.allow_seeded"}
+    assert Ledger(cfg.data_dir / "ledger.sqlite").reservation("alice", "grouped") is None
+    g.admit("charlie", replace(_spec("plain"), seed=7), CostPlugin(), "data")  # a single key may be seeded
+    g.stop()
+
+
 def _queue_governor(tmp_path, per_peer: int, total: int):
     cfg = replace(
         _config(tmp_path, approval="operator"),
