@@ -32,14 +32,12 @@ from smcdp.runtime.governance.charges import DEFAULT_LEDGER, BudgetConfig
 from smcdp.runtime.local import LocalCluster
 from tests.support.dpa_data import dpa_parties
 from tests.support.paths import KEYWORD_DATA
-from tests.unit.protocols.test_power_iteration import blocks_with_gap
+from tests.support.pi_data import PI_PARAMS, PI_ROLES, pi_parties
 
 # A killed party is back (restarted after 1 s) well within this: its process needs ~2 CPU-s of imports
 # before it answers, which on two cores busy with `make test`'s parallel workers (and more on a shared
 # host) took longer than the 10 s this used to be.  Only the pause-longer-than-the-grace test waits it out.
 GRACE = 30.0
-PI_PARAMS = {"n_parties": 2, "key_bits": 512, "p": 0.9, "tol": 1e-10, "max_iterations": 400}
-PI_ROLES = {"trent": "trent", "party1": "alice", "party2": "bob"}
 KW_FRAMES = 32  # the keyword sessions' frames (one induction round each)
 
 
@@ -61,12 +59,7 @@ def run_with(cluster: LocalCluster, protocol, roles, params, initiator, actions,
 @pytest.fixture(scope="module")
 def pi_cluster(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("pi")
-    # a modest eigengap (λ₂/λ₁ ≈ 0.55): 20-odd rounds, so that round 18 is late
-    blocks = blocks_with_gap(np.random.default_rng(3), 6, (5, 7), gap=0.45)
-    parties = {"trent": {}}
-    for name, A in zip(("alice", "bob"), blocks):
-        np.save(tmp / f"{name}.npy", A)
-        parties[name] = {"power-iteration": {"data": tmp / f"{name}.npy"}}
+    parties, blocks = pi_parties(tmp)  # 20-odd rounds, so that round 18 is late
     # trent initiates 20 sessions at once in test_twenty_concurrent_sessions_on_one_trent: the data
     # parties' [limits] must admit that many from one peer (the defaults admit 4 pending, 8 running); a peer's
     # pending slots are at most an equal share of pending_total among the peers each party's policy admits (2)

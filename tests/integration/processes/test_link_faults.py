@@ -29,21 +29,15 @@ from smcdp.net.server import namespaced, new_session_id
 from smcdp.protocols.power_iteration import plaintext_reference
 from smcdp.runtime import client
 from tests.support.link_proxy import ProxiedCluster
-from tests.unit.protocols.test_power_iteration import blocks_with_gap
+from tests.support.pi_data import PI_PARAMS, PI_ROLES, pi_parties
 
 GRACE = 15.0
-PI_PARAMS = {"n_parties": 2, "key_bits": 512, "p": 0.9, "tol": 1e-10, "max_iterations": 400}
-PI_ROLES = {"trent": "trent", "party1": "alice", "party2": "bob"}
 
 
 @pytest.fixture(scope="module")
 def linked(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("link")
-    blocks = blocks_with_gap(np.random.default_rng(3), 6, (5, 7), gap=0.45)
-    parties: dict[str, dict] = {"trent": {}}
-    for name, A in zip(("alice", "bob"), blocks):
-        np.save(tmp / f"{name}.npy", A)
-        parties[name] = {"power-iteration": {"data": tmp / f"{name}.npy"}}
+    parties, blocks = pi_parties(tmp)
     with ProxiedCluster(
         parties,
         links=[("alice", "trent")],
