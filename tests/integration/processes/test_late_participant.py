@@ -25,21 +25,15 @@ from smcdp.protocols.power_iteration import plaintext_reference
 from smcdp.runtime import client, failpoints
 from smcdp.runtime.ending import DELIVERED_STEP
 from tests.support.link_proxy import ProxiedCluster
-from tests.unit.protocols.test_power_iteration import blocks_with_gap
+from tests.support.pi_data import PI_PARAMS, PI_ROLES, pi_parties
 
 GRACE = 20.0
-PI_PARAMS = {"n_parties": 2, "key_bits": 512, "p": 0.9, "tol": 1e-10, "max_iterations": 400}
-PI_ROLES = {"trent": "trent", "party1": "alice", "party2": "bob"}
 
 
 @pytest.fixture(scope="module")
 def split(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("late")
-    blocks = blocks_with_gap(np.random.default_rng(3), 6, (5, 7), gap=0.45)
-    parties: dict[str, dict] = {"trent": {}}
-    for name, A in zip(("alice", "bob"), blocks):
-        np.save(tmp / f"{name}.npy", A)
-        parties[name] = {"power-iteration": {"data": tmp / f"{name}.npy"}}
+    parties, blocks = pi_parties(tmp)
     with ProxiedCluster(
         parties,
         links=[("bob", "alice"), ("alice", "trent"), ("alice", "bob")],
@@ -76,12 +70,14 @@ def _state(cluster: ProxiedCluster, party: str, sid: str) -> str:
         return "unknown"
 
 
-def test_a_participant_that_failed_after_the_others_succeeded_is_brought_to_the_same_end(split):
-    cluster, (u_ref, x_ref) = split
+def _split_session(cluster: ProxiedCluster, step: str):
+    """A session started from trent (on a thread) with bob's link to alice carrying nothing, and alice armed to
+    stop herself at ``step`` of her session's ending: (its namespaced id, alice's failpoints, the thread, the
+    dict its records land in under "recs")."""
     sid = new_session_id("power-iteration")
     full = namespaced("trent", sid)
     alice_fp = cluster.failpoint_dir("alice")
-    failpoints.arm_kill(alice_fp, sid, 0, action="stop", step=DELIVERED_STEP)
+    failpoints.arm_kill(alice_fp, sid, 0, action="stop", step=step)
     cluster.proxies[("bob", "alice")].set_fault("up", "drop")
     out: dict = {}
     th = threading.Thread(
@@ -91,6 +87,12 @@ def test_a_participant_that_failed_after_the_others_succeeded_is_brought_to_the_
         daemon=True,
     )
     th.start()
+    return full, alice_fp, th, out
+
+
+def test_a_participant_that_failed_after_the_others_succeeded_is_brought_to_the_same_end(split):
+    cluster, (u_ref, x_ref) = split
+    full, alice_fp, th, out = _split_session(cluster, DELIVERED_STEP)
     try:
         _wait("alice stopped herself at her confirmations' acknowledgement", lambda: failpoints.stopped(alice_fp))
         _wait("trent and bob succeeded", lambda: {_state(cluster, p, full) for p in ("trent", "bob")} == {"succeeded"})
@@ -130,19 +132,7 @@ def test_a_late_participant_whose_confirmation_was_never_acknowledged_is_brought
     bob received it (and succeeded), but alice's journal never marked it delivered.  Her resumed replay must
     not send it again to them (restarted, they refuse it: "already ended"), acknowledged or not."""
     cluster, (u_ref, _x_ref) = split
-    sid = new_session_id("power-iteration")
-    full = namespaced("trent", sid)
-    alice_fp = cluster.failpoint_dir("alice")
-    failpoints.arm_kill(alice_fp, sid, 0, action="stop", step="confirming outputs")
-    cluster.proxies[("bob", "alice")].set_fault("up", "drop")
-    out: dict = {}
-    th = threading.Thread(
-        target=lambda: out.update(
-            recs=cluster.run("power-iteration", PI_ROLES, PI_PARAMS, initiator="trent", session_id=sid, timeout=300)
-        ),
-        daemon=True,
-    )
-    th.start()
+    full, alice_fp, th, out = _split_session(cluster, "confirming outputs")
     try:
         _wait("alice stopped herself before sending her confirmations", lambda: failpoints.stopped(alice_fp))
         # from now on nothing trent's and bob's servers answer alice arrives: her confirmation reaches them,
