@@ -481,6 +481,22 @@ async def release_and_commit(
     return digests, echo
 
 
+def _release(
+    msg: pb.CiphertextVector, pk: PublicKey, params: PowerIterationParams, L: int, packing: Packing, what: str
+) -> EncryptedVector:
+    """A data party's release as it arrives (at trent from its owner, at a data party from trent): its length,
+    key, packing and value bound checked."""
+    return EncryptedVector.from_proto(
+        msg,
+        pk,
+        length=L,
+        exponent=-params.frac_bits,
+        packing=packing,
+        bound=params.contribution_bound(),
+        what=what,
+    )
+
+
 async def _relayed(
     ch: Channel,
     params: PowerIterationParams,
@@ -493,15 +509,7 @@ async def _relayed(
 ) -> tuple[EncryptedVector, tuple[int, int, int]]:
     """``role``'s release and its proof as ``trent`` relays them (sizes, key and bound checked)."""
     tag = f"{tags.contrib}/{role}"
-    vec = EncryptedVector.from_proto(
-        await ch.recv(trent, tag, pb.CiphertextVector),
-        pk,
-        length=L,
-        exponent=-params.frac_bits,
-        packing=packing,
-        bound=params.contribution_bound(),
-        what=f"{tag} from {trent}",
-    )
+    vec = _release(await ch.recv(trent, tag, pb.CiphertextVector), pk, params, L, packing, f"{tag} from {trent}")
     proof = proof_from_proto(await ch.recv(trent, f"{tags.proof}/{role}", pb.BigInts), pk, f"{tags.proof}/{role}")
     return vec, proof
 
@@ -617,15 +625,7 @@ async def trent_deliver(ch: Channel, params: PowerIterationParams, pk: PublicKey
     noisy = await ch.recv_all(roles, tags.release, pb.CiphertextVector)
     proofs = await ch.recv_all(roles, tags.proof, pb.BigInts)
     for role in roles:
-        vec = EncryptedVector.from_proto(
-            noisy[role],
-            pk,
-            length=L,
-            exponent=-params.frac_bits,
-            packing=packing,
-            bound=params.contribution_bound(),
-            what=f"{tags.release} from {role}",
-        )
+        vec = _release(noisy[role], pk, params, L, packing, f"{tags.release} from {role}")
         proof = proof_from_proto(proofs[role], pk, f"{tags.proof} from {role}")
         if contribution_digest(ch.session_id, role, ch.roles[role], vec, proof) != digests[role].values[1]:
             exc = ContributionMismatch(
