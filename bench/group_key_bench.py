@@ -88,16 +88,22 @@ def cluster(tmp: Path, k: int, n: int, bits: int, sessions: int, eps: float) -> 
     )
 
 
+def timed_run(c: LocalCluster, protocol: str, roles: dict, params: dict, initiator: str, what: str):
+    """One session's records and its wall seconds at the initiator's CLI; exits naming ``what`` if any party failed."""
+    t0 = time.monotonic()
+    recs = c.run(protocol, roles, params, initiator=initiator)
+    wall = time.monotonic() - t0
+    failed = {p: r.get("error") for p, r in recs.items() if r.get("state") != "succeeded"}
+    if failed:
+        raise SystemExit(f"{what} failed: {failed}")
+    return recs, wall
+
+
 def ceremony(c: LocalCluster, bits: int) -> dict:
     roles = {"party1": "alice", "party2": "bob", "party3": "carol"}
     params = {"group": GROUP, "parties": 3, "threshold": 1, "key_bits": bits}
     print(f"key ceremony: 3 parties, t = 1, {bits} bits (minutes at 2048 bits) ...", file=sys.stderr, flush=True)
-    t0 = time.monotonic()
-    recs = c.run("key-ceremony", roles, params, initiator="alice")
-    wall = time.monotonic() - t0
-    failed = {p: r.get("error") for p, r in recs.items() if r.get("state") != "succeeded"}
-    if failed:
-        raise SystemExit(f"the key ceremony failed: {failed}")
+    recs, wall = timed_run(c, "key-ceremony", roles, params, "alice", "the key ceremony")
     res = recs["alice"]["result"]
     out = {"wall_seconds": wall, **{k: res[k] for k in ("generation_seconds", "candidates", "fingerprint")}}
     print(f"key ceremony: {wall:.1f} s wall, {res['candidates']} candidate moduli", file=sys.stderr, flush=True)
@@ -110,12 +116,9 @@ def session(c: LocalCluster, k: int, n: int, bits: int, eps: float, group: bool)
         params["dp_method"] = "covariance"
     if group:
         params.update(key_group=GROUP, key_threshold=1)
-    t0 = time.monotonic()
-    recs = c.run("power-iteration", ROLES, params, initiator="trent")
-    wall = time.monotonic() - t0
-    failed = {p: r.get("error") for p, r in recs.items() if r.get("state") != "succeeded"}
-    if failed:
-        raise SystemExit(f"k = {k} ({'group' if group else 'single'} key) failed: {failed}")
+    recs, wall = timed_run(
+        c, "power-iteration", ROLES, params, "trent", f"k = {k} ({'group' if group else 'single'} key)"
+    )
     sent = bytes_sent(recs)
     dp = recs["alice"]["result"]["dp"]
     return {
