@@ -51,7 +51,13 @@ class LinkProxy:
         self.proxy.target = _address(address)
 
     def set_fault(self, direction: str, fault: str | None) -> None:
-        self.loop.call_soon_threadsafe(self.proxy.set_fault, direction, fault)
+        """Apply ``fault`` to ``direction`` and return once it is in force: a test that goes on to let a party
+        send (SIGCONT, say) must not race the proxy's thread, or under load a chunk slips through unfaulted."""
+
+        async def apply() -> None:
+            self.proxy.set_fault(direction, fault)
+
+        self._call(apply())
 
     def faulted(self, direction: str) -> int:
         return self.proxy.faulted[direction]
