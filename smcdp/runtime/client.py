@@ -9,6 +9,7 @@ these functions.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
@@ -25,6 +26,7 @@ from smcdp.errors import (
     Unavailable,
 )
 from smcdp.net.grpc_channel import (
+    AlreadyExists,
     NotFound,
     channel_options,
     error_for_code,
@@ -41,6 +43,8 @@ from smcdp.runtime.config import PartyConfig, load_config
 from smcdp.states import SessionState
 from smcdp.v1 import transport_pb2 as tpb
 from smcdp.v1 import transport_pb2_grpc as tgrpc
+
+log = logging.getLogger("smcdp.client")
 
 
 def _operator_channel(config: PartyConfig, party: str | None = None) -> grpc.Channel:
@@ -94,20 +98,32 @@ class StartCall:
     :func:`follow_session` finds its record later.
     """
 
+    #: how often the call is made in all when it is lost in the transport before the party heard of the
+    #: session (the party answers, moments later, that it has no such session)
+    ATTEMPTS = 3
+
     def __init__(self, cfg: PartyConfig, method: str, request, session_id: str, end: float) -> None:
         self.config = cfg
         self.session_id = session_id
         self._end = end
-        self._channel = _operator_channel(cfg)
-        self._future = getattr(tgrpc.ControlStub(self._channel), method).future(
-            request, timeout=max(1.0, end - time.monotonic())
-        )
         self._method = method
+        self._request = request
         self._returned = threading.Event()  # set by the call's own completion: no polling for it
-        self._future.add_done_callback(lambda _f: self._returned.set())
         self._outcome: tuple[dict | None, SmcdpError | None] | None = None
         #: when the party last answered (its call, or a probe): the liveness clock
         self.last_answer = time.monotonic()
+        self.attempts = 0
+        self._call()
+
+    def _call(self) -> None:
+        """Make the call (again) on a fresh connection."""
+        self.attempts += 1
+        self._returned.clear()
+        self._channel = _operator_channel(self.config)
+        self._future = getattr(tgrpc.ControlStub(self._channel), self._method).future(
+            self._request, timeout=max(1.0, self._end - time.monotonic())
+        )
+        self._future.add_done_callback(lambda _f: self._returned.set())
 
     @property
     def grace(self) -> float:
@@ -133,17 +149,18 @@ class StartCall:
         end = None if timeout is None else time.monotonic() + timeout
         # without a display to feed, a probe every sixth of the grace is enough to notice silence in time
         every = poll if on_status is not None else max(poll, self.grace / 6)
-        while not self.done():
-            if end is not None and time.monotonic() >= end:
-                raise DeadlineExceeded(
-                    f"session {self.session_id} did not end within {timeout:g} s (it is still running)"
-                )
-            self._probe(on_status)
-            _sleep_until(self, every if end is None else max(0.0, min(every, end - time.monotonic())))
-        if on_status is not None and self._outcome is None:  # how it ended (the last round, the state)
-            self._probe(on_status)
-        if self._outcome is None:
-            self._outcome = self._settle()
+        while self._outcome is None:
+            while not self.done():
+                if end is not None and time.monotonic() >= end:
+                    raise DeadlineExceeded(
+                        f"session {self.session_id} did not end within {timeout:g} s (it is still running)"
+                    )
+                self._probe(on_status)
+                _sleep_until(self, every if end is None else max(0.0, min(every, end - time.monotonic())))
+            if on_status is not None and self._outcome is None:  # how it ended (the last round, the state)
+                self._probe(on_status)
+            if self._outcome is None:
+                self._outcome = self._settle()  # None: the call was lost before the party heard of it, made again
         record, err = self._outcome
         if err is not None:
             raise err
@@ -172,18 +189,36 @@ class StartCall:
         if on_status is not None:
             on_status(st)
 
-    def _settle(self) -> tuple[dict | None, SmcdpError | None]:
+    def _settle(self) -> tuple[dict | None, SmcdpError | None] | None:
+        """How the call ended: (record, None) or (None, error); None when it was made again."""
         try:
             try:
                 reply = self._future.result()
                 return json.loads(reply.record_json), None
             except grpc.RpcError as exc:
                 err = _client_error(exc, self.config, self._method)
+                if isinstance(err, AlreadyExists) and self.attempts > 1:
+                    # a repeated call whose first did reach the party after all, and the session ended there
+                    # meanwhile: its record is the answer
+                    return follow_session(self.config, self.session_id, self._end - time.monotonic()), None
                 if not isinstance(err, Unavailable) or isinstance(err, SessionAborted):
                     return None, err  # the session's outcome, not a lost call
             finally:
                 self.close()
-            return follow_session(self.config, self.session_id, self._end - time.monotonic(), lost=err), None
+            try:
+                return follow_session(self.config, self.session_id, self._end - time.monotonic(), lost=err), None
+            except SmcdpError as exc:
+                # the party answers, and has no such session: the call was lost in the transport before it
+                # arrived (a connection that failed under load).  The party refuses a second session under
+                # the same id, and takes a repeated call of a session it runs for the same one, so the call
+                # is made again, a few times, rather than failing a session nobody began
+                if exc is not err or self.attempts >= self.ATTEMPTS or self._end - time.monotonic() < 1.0:
+                    raise
+                log.warning(
+                    "%s at party %r was lost before it arrived (%s); calling again", self._method, self.config.name, err
+                )
+                self._call()
+                return None
         except SmcdpError as exc:
             return None, exc
 

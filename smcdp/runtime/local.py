@@ -305,16 +305,19 @@ class LocalCluster:
             records[p] = self._record(p, sid, end)
         err = outcome.get("error")
         if (
-            isinstance(err, SmcdpError)
+            err is not None
+            and initiator not in self.down
             and records[initiator].get("state") == SessionState.UNKNOWN
-            and getattr(err, "code", "") != "UNAVAILABLE"
+            and (records[initiator].get("error") or {}).get("code") in (None, "NOT_FOUND")
         ):
-            # refused before the initiator registered the session (its own limits or policy):
-            # the start call's error is the only account of it
+            # the session never began at the initiator (refused by its own limits or policy, or the start
+            # call failed before it registered the session): the start call's error is the only account of
+            # it -- "no session" at every party would hide the cause
+            code = getattr(err, "code", "") or type(err).__name__
             records[initiator] = {
-                "state": SessionState.FAILED.value,
+                "state": SessionState.FAILED.value if isinstance(err, SmcdpError) else SessionState.UNKNOWN.value,
                 "session_id": sid,
-                "error": {"code": err.code, "message": str(err), "origin": initiator},
+                "error": {"code": code, "message": str(err), "origin": getattr(err, "origin", None) or initiator},
             }
         return records
 

@@ -14,6 +14,7 @@ import pytest
 from smcdp.client import PartyClient, SessionHandle, SessionState
 from smcdp.errors import InvalidMessage
 from smcdp.net.grpc_channel import NotFound
+from smcdp.runtime import client as runtime_client
 from tests.support.deployment import REPO, make_deployment
 
 ROLES = {"a": "alice", "b": "bob"}
@@ -40,6 +41,17 @@ def test_party_client_and_the_session_cli_against_party_processes(tmp_path, proc
     res2 = handle.wait(timeout=60, on_status=seen.append, poll=0.05)
     assert res2.succeeded and handle.done()
     assert all(s.session_id == "alice.op-2" for s in seen)
+
+    # the operator's start call made twice under one id (a client repeats a call its transport lost, and the
+    # first arrived after all): one session, both calls answered with its record
+    calls = [
+        runtime_client.begin_session(cfgs["alice"], "net-echo", ROLES, {"n": 2}, session_id="op-twice", timeout=30)
+        for _ in range(2)
+    ]
+    twice = [c.wait(timeout=60) for c in calls]
+    assert [r["state"] for r in twice] == ["succeeded", "succeeded"], twice
+    assert twice[0]["result"] == twice[1]["result"] and twice[0]["result"]["y"] == [1.0, 3.0]
+    assert bob.wait("op-twice", timeout=30).result["received"] == [0.5, 1.5]
 
     listed = {i.session_id: i for i in alice.sessions()}
     assert {"alice.op-1", "alice.op-2"} <= set(listed) and listed["alice.op-1"].state is SessionState.SUCCEEDED
