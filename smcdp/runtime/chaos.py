@@ -39,6 +39,9 @@ class ChaosAction:
     after: float | None = None
     restart: bool = True
     duration: float = 10.0
+    #: with ``round``: only at this step of the session (a step the session reports, e.g. its ending's
+    #: "confirming outputs", :mod:`smcdp.runtime.ending`); tests build such an action directly
+    step: str | None = None
 
     @classmethod
     def parse(cls, text: str) -> ChaosAction:
@@ -77,6 +80,8 @@ class ChaosAction:
 
     def describe(self) -> str:
         when = f"round {self.round}" if self.round is not None else f"{self.after:g} s"
+        if self.step is not None:
+            when += f", step {self.step!r}"
         tail = (" (no restart)" if not self.restart else "") if self.action == "kill" else f" for {self.duration:g} s"
         return f"{self.action} {self.party} at {when}{tail}"
 
@@ -131,7 +136,7 @@ class Chaos:
         assert a.round is not None
         if a.action == "kill" and a.restart:
             self.cluster.restarting.add(a.party)  # run() waits for its record, not "unknown"
-        failpoints.arm_kill(self.cluster.failpoint_dir(a.party), self.session_id, a.round, a.action)
+        failpoints.arm_kill(self.cluster.failpoint_dir(a.party), self.session_id, a.round, a.action, step=a.step)
 
     def _wait(self, i: int, a: ChaosAction) -> bool:
         """Until ``a``'s moment: its time, or its round -- an action at a round is armed in the party

@@ -30,14 +30,17 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from smcdp.errors import SessionAborted
 from smcdp.net.channel import Channel
 from smcdp.states import SessionState
 from smcdp.v1 import messages_pb2 as pb
 
 #: the tag of the final acknowledgement round's messages (no protocol uses the ``end/`` prefix)
 CONFIRM_TAG = "end/holds-output"
-#: the step a participant reports once every other participant acknowledged its confirmation (status; an
-#: exact point for the failpoints of the fault tests)
+#: the step a participant reports once its role returned and its messages were acknowledged, before its
+#: confirmations leave (status; an exact point for the failpoints of the fault tests)
+CONFIRMING_STEP = "confirming outputs"
+#: the step a participant reports once every other participant acknowledged its confirmation (as above)
 DELIVERED_STEP = "confirmations delivered"
 
 log = logging.getLogger("smcdp.session")
@@ -98,7 +101,7 @@ class Ending:
         peers = ch.peers()
         if not peers:
             return
-        ch.progress(step="confirming outputs")
+        ch.progress(step=CONFIRMING_STEP)
         await ch.send_many(peers, CONFIRM_TAG, pb.Flag(value=True))
         delivered = asyncio.ensure_future(self._delivered(ch))
         waits = {asyncio.ensure_future(self._confirmation(ch, r)) for r in peers}
@@ -123,13 +126,19 @@ class Ending:
             for task in [*waits, *([asker] if asker is not None else []), delivered]:
                 task.cancel()
             await asyncio.gather(*waits, *([asker] if asker is not None else []), delivered, return_exceptions=True)
-        # every participant holds its output: the session succeeded here, whatever becomes of this party's
-        # own confirmations.  They are awaited for a while; a peer that has not acknowledged one by then
-        # learns from its probes that this party succeeded, and one that refuses it has ended already
-        # (it succeeded meanwhile, vouched for by another participant)
+        # every participant holds its output: the session succeeded here, unless a peer refuses this party's
+        # confirmation because the session *failed* there.  They are awaited for a while; a peer that has not
+        # acknowledged one by then learns from its probes that this party succeeded
         try:
             await asyncio.wait_for(ch.flush(), self.poll)
-        except Exception as exc:  # noqa: BLE001 - see above: nothing here can undo the success
+        except SessionAborted:
+            # that peer gave up waiting for this party's confirmation (this party was down or cut off past the
+            # grace, and its replay found every other confirmation in its journal): succeeding here would
+            # leave the session succeeded here and failed there.  It fails here too, as it did there -- unless
+            # a participant already succeeded (then the failed one is the late participant; :mod:`.late`)
+            if probe is None or not await self._any_succeeded(ch, probe):
+                raise
+        except Exception as exc:  # noqa: BLE001 - not acknowledged in time: see above
             log.info("session %s: a confirmation was not acknowledged (%s); the session succeeded", ch.session_id, exc)
 
     @staticmethod

@@ -43,7 +43,8 @@ KW_FRAMES = 32  # the keyword sessions' frames (one induction round each)
 
 def run_with(cluster: LocalCluster, protocol, roles, params, initiator, actions, *, seed=None, timeout=240):
     sid = new_session_id(protocol)
-    chaos = Chaos(cluster, [ChaosAction.parse(a) for a in actions], sid).start() if actions else None
+    parsed = [a if isinstance(a, ChaosAction) else ChaosAction.parse(a) for a in actions]
+    chaos = Chaos(cluster, parsed, sid).start() if actions else None
     try:
         records = cluster.run(protocol, roles, params, initiator=initiator, seed=seed, timeout=timeout, session_id=sid)
     finally:

@@ -3,7 +3,8 @@ session ends").
 
 A participant killed at its protocol's ending -- dp-aggregate: a data party killed after Charlie's role
 ended, before it published its share to Dave; power iteration (DP mode): a data party killed before the
-final aggregate from which it takes u reached it:
+final aggregate from which it takes u reached it; keyword: Alice (the client, who learns the keyword) or
+Bob killed once their role ended, before their confirmation left (the final acknowledgement round):
 
 * restarted -> every participant ends "succeeded" with the undisturbed output;
 * not restarted -> nobody reports "succeeded": the initiator's ``smcdp session start`` exits non-zero and
@@ -29,13 +30,16 @@ import numpy as np
 import pytest
 
 from smcdp.cli.demo.common import governed
+from smcdp.errors import SmcdpError
 from smcdp.net.server import namespaced, new_session_id
 from smcdp.runtime import client
 from smcdp.runtime.chaos import Chaos, ChaosAction
+from smcdp.runtime.ending import CONFIRMING_STEP
 from smcdp.runtime.governance.charges import BudgetConfig
 from smcdp.runtime.local import LocalCluster
 from tests.integration.processes.test_fault_tolerance import run_with
 from tests.support.dpa_data import dpa_parties
+from tests.support.kw_data import KW_PARAMS, KW_ROLES, kw_parties
 from tests.support.pca_data import spectral_gap_data
 
 REPO = Path(__file__).resolve().parents[3]
@@ -238,3 +242,73 @@ def test_power_iteration_a_data_party_killed_before_u_and_not_restarted(pidp):
     recs = _back_and_resumed(cluster, "alice", sid, "trent", PI_ROLES.values())
     for p in ("alice", "bob"):
         assert recs[p]["result"]["u"] == us[p]
+
+
+# ----------------------------------------------------------------- keyword
+def _kw_outputs(records: dict[str, dict]) -> dict:
+    alice, bob = records["alice"]["result"], records["bob"]["result"]
+    return {
+        "keyword": alice["keyword"],
+        "index": alice["index"],
+        "log_likelihoods": alice["log_likelihoods"],
+        "n_models": bob["n_models"],
+    }
+
+
+@pytest.fixture(scope="module")
+def kw(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("kw_end")
+    parties = kw_parties(tmp)  # a short utterance, three models: the ending is tested, not the forward pass
+    with LocalCluster(
+        parties, allow_insecure_keys=True, workdir=tmp / "run", peer_grace_seconds=GRACE, open_policy=True
+    ) as c:
+        base, _ = run_with(c, "keyword", KW_ROLES, KW_PARAMS, "alice", [])
+        assert {r["state"] for r in base.values()} == {"succeeded"}, base
+        assert all(r["unconfirmed"] == [] for r in base.values()), base
+        yield c, _kw_outputs(base)
+
+
+def _killed_at_its_ending(party: str, restart: bool) -> ChaosAction:
+    """``party`` killed once its role ended and its messages were acknowledged, before its confirmation left."""
+    return ChaosAction("kill", party, round=0, restart=restart, step=CONFIRMING_STEP)
+
+
+@pytest.mark.parametrize("party", ["alice", "bob"])
+def test_keyword_a_party_killed_at_its_ending_and_restarted(kw, party):
+    cluster, base = kw
+    recs, chaos = run_with(cluster, "keyword", KW_ROLES, KW_PARAMS, "alice", [_killed_at_its_ending(party, True)])
+    assert chaos.restarts == 1
+    assert {r["state"] for r in recs.values()} == {"succeeded"}, {p: r.get("error") for p, r in recs.items()}
+    assert recs[party]["restarts"] == 1
+    assert _kw_outputs(recs) == base
+    assert all(r["unconfirmed"] == [] for r in recs.values())
+
+
+@pytest.mark.parametrize("party", ["alice", "bob"])
+def test_keyword_a_party_killed_at_its_ending_and_not_restarted(kw, party):
+    """Alice (the initiator, who learns the keyword) or Bob dies with the role ended and the confirmation not
+    sent: the other holds every message it needs, but must not report "succeeded"; the operator's call names
+    the dead party; once it is back, a resume at Alice ends the session with the undisturbed keyword."""
+    cluster, base = kw
+    other = "bob" if party == "alice" else "alice"
+    sid = namespaced("alice", new_session_id("keyword"))
+    chaos = Chaos(cluster, [_killed_at_its_ending(party, False)], sid).start()
+    try:
+        with pytest.raises(SmcdpError) as raised:
+            client.start_session(cluster.configs["alice"], "keyword", KW_ROLES, KW_PARAMS, session_id=sid, timeout=240)
+    finally:
+        chaos.finish()
+    assert chaos.error is None and all(e["done"] for e in chaos.events), chaos.events
+    # the initiator's call (the dead initiator's own, or that of the initiator left alone) names the dead party
+    assert raised.value.code == "UNAVAILABLE" and f"party '{party}'" in str(raised.value), raised.value
+    survivor = _settle(cluster, sid, [other])
+    _nobody_succeeded_and_all_name(survivor, party)
+    # the survivor's role ended once every message it sent was acknowledged -- usually before the dead party
+    # died, though its last acknowledgement may still have been under way (the receiver acknowledges once the
+    # message is durable, while its role goes on): then nobody is confirmed; else only the dead party is missing
+    if survivor[other]["unconfirmed"] is not None:
+        assert survivor[other]["unconfirmed"] == [party], survivor[other]
+        if other == "alice":  # the initiator's call says whose output is not known to have arrived
+            assert f"not confirmed to hold their outputs: {party}" in str(raised.value), raised.value
+    recs = _back_and_resumed(cluster, party, sid, "alice", KW_ROLES.values())
+    assert _kw_outputs(recs) == base

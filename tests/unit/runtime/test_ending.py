@@ -155,6 +155,48 @@ def test_a_confirmation_refused_after_every_one_arrived_does_not_undo_the_succes
     assert ending.confirmed == {"b", "c"}
 
 
+@pytest.mark.parametrize("elsewhere", ["failed", "succeeded"])
+def test_a_confirmation_refused_because_the_session_failed_there_fails_it_here_too(elsewhere):
+    """Every other participant confirmed to ``a`` (their confirmations were in ``a``'s journal when it came
+    back), but ``c`` gave up waiting for ``a``'s: it refuses ``a``'s confirmation, its session failed naming
+    ``a``.  ``a`` does not report "succeeded" while ``c`` failed: it fails as ``c`` did -- unless another
+    participant succeeded (then ``c`` is the late participant that a resume brings to the end)."""
+
+    async def main():
+        net = InMemoryNetwork(ROLES, timeout=10)
+        a = net.channel("a")
+        a.pipelined = True
+        transmit = a._transmit
+
+        async def refusing(to_role, tag, type_url, data):
+            if to_role == "c":
+                await asyncio.sleep(0.1)  # the refusal comes back over the network
+                raise SessionAborted("session s already ended at carol: alice has not answered", "UNAVAILABLE", "alice")
+            await transmit(to_role, tag, type_url, data)
+
+        a._transmit = refusing  # type: ignore[method-assign]
+
+        async def probe(role: str) -> str:
+            return elsewhere if role == "b" else "failed"
+
+        ending = Ending(poll=30.0)  # only the asking after the refusal
+        others = [asyncio.ensure_future(Ending(poll=1.0).run(net.channel(r), None)) for r in ("b", "c")]
+        await asyncio.sleep(0.05)  # their confirmations are in before a's round starts
+        try:
+            await asyncio.wait_for(ending.run(a, probe), 5)
+            outcome = "succeeded"
+        except SessionAborted as exc:
+            outcome = f"failed {exc.code} {exc.origin}"
+        for t in others:
+            t.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
+        return ending, outcome
+
+    ending, outcome = asyncio.run(main())
+    assert ending.confirmed == {"b", "c"}
+    assert outcome == ("failed UNAVAILABLE alice" if elsewhere == "failed" else "succeeded")
+
+
 class _Journal:
     """What a resumed late participant's journal holds: a confirmation to b and one to c, neither marked
     delivered (their acknowledgements were cut)."""
