@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -95,7 +96,9 @@ def hook(session_id: str) -> Callable[[int, str], None] | None:
                 return  # another session of this process took it
             if sig == signal.SIGSTOP:
                 (path.parent / STOPPED_FILE).touch()
-            os.kill(os.getpid(), sig)
+            # to this very thread: a signal sent to the process may be taken by another of its threads (gRPC's),
+            # and this one ran on meanwhile -- a stop "before the confirmations leave" let them leave first
+            signal.pthread_kill(threading.get_ident(), sig)
 
     return reached
 
