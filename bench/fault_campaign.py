@@ -3,7 +3,7 @@ undisturbed one, *named and resumable* (and did the resume then end identical), 
 does not continue, e.g. a damaged checkpoint: every party names the same culprit), or was it *lost* (a split
 outcome, a different result, a hang, an unnamed failure)?
 
-    PYTHONPATH=. .venv/bin/python bench/fault_campaign.py --faults 24 --seed 1 [--json out.json]
+    PYTHONPATH=. .venv/bin/python bench/fault_campaign.py --faults 24 --seed 1 [--kinds link] [--json out.json]
 
 One loopback cluster per protocol (mutual TLS, one OS process per party, small explicitly insecure keys,
 seeded sessions, so that two sessions' results can be compared bit for bit): power iteration (trent, alice, bob), dp-aggregate
@@ -18,7 +18,16 @@ the protocols, each a fresh session:
 * ``down`` -- a role killed and kept down past the grace, then started again and the session resumed;
 * ``journal-cut`` / ``journal-flip`` / ``journal-zero`` -- a role killed, its journal cut short inside what
   a sync covered, one bit flipped or 64 bytes zeroed in it, then restarted (named DATA_LOSS, resumed);
-* ``checkpoint`` -- a role killed and a byte of its ``checkpoint.json`` changed (named, not resumable).
+* ``checkpoint`` -- a role killed and a byte of its ``checkpoint.json`` changed (named, not resumable);
+* ``link-corrupt`` -- bytes of one direction of one link's TLS stream corrupted (a userspace proxy on every
+  link, :mod:`tests.support.link_proxy`) for a moment well within the grace: the transport's errors are
+  retried and the session ends identical;
+* ``link-oneway`` -- one link carries nothing from sender to receiver past the grace (a one-way black hole):
+  named as the link ``A→B``, resumable, identical once resumed;
+* ``link-both`` -- two parties' links to each other carry nothing either way past the grace: each side sees
+  a silent peer, so the records may name either end (both ends are accepted as "named"), resumable.
+
+``--kinds link`` selects the three link faults, ``--kinds process`` the others.
 
 Prints one line per fault and a summary; ``--json`` writes every outcome.  docs/fault-tolerance.md quotes a
 run.  Wall time: about 20-40 s per fault on two quiet cores.
@@ -47,9 +56,13 @@ from smcdp.runtime.chaos import Chaos, ChaosAction  # noqa: E402
 from smcdp.runtime.durability import journal  # noqa: E402
 from smcdp.runtime.durability.integrity import KEY_FILE, Mac  # noqa: E402
 from smcdp.runtime.local import LocalCluster  # noqa: E402
+from tests.support.link_proxy import ProxiedCluster  # noqa: E402
 
 GRACE = 12.0
-KINDS = ("kill", "kill-two", "pause", "down", "journal-cut", "journal-flip", "journal-zero", "checkpoint")
+PROCESS_KINDS = ("kill", "kill-two", "pause", "down", "journal-cut", "journal-flip", "journal-zero", "checkpoint")
+LINK_KINDS = ("link-corrupt", "link-oneway", "link-both")
+KINDS = PROCESS_KINDS + LINK_KINDS
+GROUPS = {"process": PROCESS_KINDS, "link": LINK_KINDS}
 KEYWORD_DATA = ROOT / "tests" / "data" / "keyword"
 
 
@@ -194,8 +207,78 @@ class KillDamageRestart(threading.Thread):
         self.join(120)
 
 
+# ----------------------------------------------------------------------------------------- links
+class LinkFault(threading.Thread):
+    """Once the initiator's session reports ``round``, apply ``kind`` to the link ``src``→``dst``: corrupt one
+    direction for a moment well within the grace, or make it (``link-both``: both links between the two)
+    carry nothing until :meth:`finish` (the session ended)."""
+
+    def __init__(self, p: Protocol, sid: str, round_: int, kind: str, link: tuple[str, str], direction: str):
+        super().__init__(daemon=True)
+        self.p, self.sid, self.round, self.kind, self.link, self.direction = p, sid, round_, kind, link, direction
+        self.done = False
+        self.what = "not reached"
+        self._halt = threading.Event()
+
+    @property
+    def cluster(self) -> ProxiedCluster:
+        assert isinstance(self.p.cluster, ProxiedCluster)
+        return self.p.cluster
+
+    def _reached(self) -> bool:
+        while not self._halt.wait(0.05):
+            try:
+                rec = client.get_result(self.cluster.configs[self.p.initiator], self.sid, timeout=5)
+            except Exception:  # noqa: BLE001 - not registered yet
+                continue
+            if (rec.get("round") or 0) >= self.round:
+                return True
+        return False
+
+    def _faults(self) -> list[tuple[tuple[str, str], str, str]]:
+        src, dst = self.link
+        if self.kind == "link-corrupt":
+            return [(self.link, self.direction, "corrupt")]
+        if self.kind == "link-oneway":
+            return [(self.link, "up", "drop")]
+        return [(link, d, "drop") for link in ((src, dst), (dst, src)) for d in ("up", "down")]
+
+    def run(self) -> None:
+        if not self._reached():
+            return
+        faults = self._faults()
+        for link, direction, fault in faults:
+            self.cluster.proxies[link].set_fault(direction, fault)
+        self.done = True
+        proxy = self.cluster.proxies[self.link]
+        try:
+            if self.kind == "link-corrupt":
+                # a few chunks corrupted (its connections break, new ones fail their handshakes), well
+                # within the grace; then the link carries again
+                end = time.monotonic() + 0.4 * GRACE
+                while proxy.faulted(self.direction) < 3 and time.monotonic() < end and not self._halt.wait(0.05):
+                    pass
+            else:
+                self._halt.wait()
+        finally:
+            for link, direction, _ in faults:
+                self.cluster.proxies[link].set_fault(direction, None)
+            arrow = "→".join(self.link)
+            self.what = {
+                "link-corrupt": f"{arrow} {self.direction} corrupted ({proxy.faulted(self.direction)} chunks)",
+                "link-oneway": f"{arrow} carried nothing",
+                "link-both": f"{arrow} and back carried nothing",
+            }[self.kind]
+
+    def finish(self) -> None:
+        self._halt.set()
+        self.join(120)
+
+
 # ----------------------------------------------------------------------------------------- one fault
-def _classify(p: Protocol, records: dict) -> tuple[str, str]:
+def _classify(p: Protocol, records: dict, ends: tuple[str, str] | None = None) -> tuple[str, str]:
+    """``ends``: a link cut both ways between these two -- each side sees a silent peer, and a record naming
+    either of them names the fault."""
     states = {party: r.get("state") for party, r in records.items()}
     if set(states.values()) == {"succeeded"}:
         got = p.result(records)
@@ -209,23 +292,30 @@ def _classify(p: Protocol, records: dict) -> tuple[str, str]:
     if "succeeded" in states.values():
         return "lost", f"split outcome: {states}"
     culprits = {(r.get("error") or {}).get("origin") for r in records.values()}
-    if len(culprits) != 1 or None in culprits:
+    links = sorted({str((r.get("error") or {}).get("link")) for r in records.values()} - {"None"})
+    named = f"culprit {', '.join(sorted(map(str, culprits)))}" + (f", link {', '.join(links)}" if links else "")
+    if None in culprits or (len(culprits) != 1 and not (ends is not None and culprits <= set(ends))):
         return "lost", f"no single culprit: {sorted(map(str, culprits))}"
     resumable = all(r.get("resumable") for r in records.values() if r.get("state") == "failed")
-    return ("named-resumable" if resumable else "named"), f"culprit {culprits.pop()}"
+    return ("named-resumable" if resumable else "named"), named
 
 
 def run_fault(p: Protocol, kind: str, rng: random.Random) -> dict:
     c = p.cluster
     assert c is not None
     parties = sorted(set(p.roles.values()))
-    victims = rng.sample(parties, 2 if kind == "kill-two" else 1)
+    victims = rng.sample(parties, 2 if kind == "kill-two" or kind in LINK_KINDS else 1)
     at = rng.randint(*p.rounds)
     sid = namespaced(p.initiator, new_session_id(p.name))
     out: dict = {"protocol": p.name, "fault": kind, "parties": victims, "round": at, "session": sid}
     chaos = None
     damagers: list[KillDamageRestart] = []
-    if kind == "pause":
+    linker = None
+    if kind in LINK_KINDS:  # the link victims[0]→victims[1]
+        direction = rng.choice(("up", "down"))
+        linker = LinkFault(p, sid, at, kind, (victims[0], victims[1]), direction)
+        linker.start()
+    elif kind == "pause":
         chaos = Chaos(c, [ChaosAction.parse(f"stop:{victims[0]}:round={at},for={GRACE + 10:g}")], sid).start()
     elif kind == "down":
         chaos = Chaos(c, [ChaosAction.parse(f"kill:{victims[0]}:round={at},restart=no")], sid).start()
@@ -237,6 +327,9 @@ def run_fault(p: Protocol, kind: str, rng: random.Random) -> dict:
     try:
         records = c.run(p.name, p.roles, p.params, initiator=p.initiator, seed=p.seed, timeout=600, session_id=sid)
     finally:
+        if linker is not None:
+            linker.finish()
+            out["damage"] = linker.what
         if chaos is not None:
             chaos.finish()
         for d in damagers:
@@ -249,11 +342,16 @@ def run_fault(p: Protocol, kind: str, rng: random.Random) -> dict:
         c.restart(victims[0])
         end = time.monotonic() + 120
         records[victims[0]] = c._record(victims[0], sid, end)
-    happened = (chaos is None or all(e["done"] for e in chaos.events)) and all(d.done for d in damagers)
+    happened = (
+        (chaos is None or all(e["done"] for e in chaos.events))
+        and all(d.done for d in damagers)
+        and (linker is None or linker.done)
+    )
     if not happened:  # the session ended before the fault's round: no fault, nothing to judge
         out.update(outcome="not-reached", detail="the session ended before the fault's round")
         return out
-    outcome, detail = _classify(p, records)
+    ends = (victims[0], victims[1]) if kind == "link-both" else None
+    outcome, detail = _classify(p, records, ends)
     if outcome == "named-resumable":
         try:
             client.resume_session(c.configs[p.initiator], sid, timeout=600)
@@ -268,15 +366,31 @@ def run_fault(p: Protocol, kind: str, rng: random.Random) -> dict:
     return out
 
 
+def _cluster(p: Protocol, tmp: Path, linked: bool) -> LocalCluster:
+    """The protocol's loopback cluster; ``linked``: every party reaches every other through a proxy of its own
+    (the link faults switch it)."""
+    kw = dict(
+        allow_insecure_keys=True, workdir=tmp / p.name, peer_grace_seconds=GRACE, open_policy=True, allow_seeded=True
+    )
+    if not linked:
+        return LocalCluster(p.parties, **kw)
+    names = sorted(p.parties)
+    return ProxiedCluster(p.parties, links=[(a, b) for a in names for b in names if a != b], **kw)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--faults", type=int, default=24, help="how many faults (in turn over the protocols)")
     ap.add_argument("--seed", type=int, default=1, help="the campaign's seed (which role, round and kind)")
-    ap.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated subset of {','.join(KINDS)}")
+    ap.add_argument(
+        "--kinds",
+        default=",".join(KINDS),
+        help=f"comma-separated subset of {','.join(KINDS)}, or a group: {', '.join(GROUPS)}",
+    )
     ap.add_argument("--protocols", default="power-iteration,dp-aggregate,keyword")
     ap.add_argument("--json", help="write every outcome here")
     args = ap.parse_args()
-    kinds = [k for k in args.kinds.split(",") if k]
+    kinds = [kind for k in args.kinds.split(",") if k for kind in GROUPS.get(k, (k,))]
     if any(k not in KINDS for k in kinds):
         ap.error(f"--kinds: one of {KINDS}")
     rng = random.Random(args.seed)
@@ -286,14 +400,7 @@ def main() -> int:
         clusters = []
         try:
             for p in protocols:
-                p.cluster = LocalCluster(
-                    p.parties,
-                    allow_insecure_keys=True,
-                    workdir=Path(tmp) / p.name,
-                    peer_grace_seconds=GRACE,
-                    open_policy=True,
-                    allow_seeded=True,
-                ).__enter__()
+                p.cluster = _cluster(p, Path(tmp), linked=any(k in LINK_KINDS for k in kinds)).__enter__()
                 clusters.append(p.cluster)
                 ref = p.cluster.run(p.name, p.roles, p.params, initiator=p.initiator, seed=p.seed, timeout=600)
                 assert {r["state"] for r in ref.values()} == {"succeeded"}, ref

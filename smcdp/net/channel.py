@@ -331,6 +331,8 @@ class Channel(abc.ABC):
         #: a receiver that refuses a message with AlreadySucceeded joins them
         self.finished: set[str] = set()
         self._in_flight: dict[asyncio.Task[None], int] = {}  # deliveries under way -> their bytes
+        #: role -> monotonic start times of the deliveries to it not yet acknowledged (:attr:`awaiting`)
+        self._unacknowledged: defaultdict[str, list[float]] = defaultdict(list)
         self._delivery_failure: BaseException | None = None
         self._closing_deliveries = False  # set when the channel cancels what is under way
         if journal is not None:
@@ -468,6 +470,8 @@ class Channel(abc.ABC):
                 syncing = self.journal.durable_future()
             else:
                 self.journal.sync()
+        started = time.monotonic()
+        self._unacknowledged[to].append(started)
         try:
             await self._transmit(to, tag, type_url, data)
         except AlreadySucceeded:
@@ -475,6 +479,7 @@ class Channel(abc.ABC):
             # message counts as delivered and the receiver as finished -- not as a failed delivery
             self.finished.add(to)
         finally:
+            self._unacknowledged[to].remove(started)
             if syncing is not None:
                 # by the time the Ack is in, the group commit has nearly always covered the record: then
                 # no event-loop wake-up is asked of the syncer thread (one per sent message otherwise)
@@ -496,6 +501,12 @@ class Channel(abc.ABC):
             await asyncio.wait(list(self._in_flight), return_when=asyncio.FIRST_COMPLETED)
         if self._delivery_failure is not None:
             raise self._delivery_failure
+
+    @property
+    def awaiting(self) -> dict[str, float]:
+        """role -> since when (monotonic) a message to it has waited for its acknowledgement: the oldest
+        delivery under way to each role that has one (the liveness watch probes such a peer too)."""
+        return {role: min(times) for role, times in self._unacknowledged.items() if times}
 
     def _delivery_done(self, task: asyncio.Task[None]) -> None:
         self._in_flight.pop(task, None)

@@ -79,6 +79,9 @@ class Probed(Protocol):
 
     async def heartbeat(self, party: str, incarnation: str, timeout: float) -> Any: ...
 
+    # (optionally) ``awaiting``: role -> since when a message to it waits for its acknowledgement
+    # (:attr:`smcdp.net.channel.Channel.awaiting`)
+
 
 def ring_neighbours(ring: list[str], me: str, finished: set[str]) -> list[str]:
     """The nearest participants before and after ``me`` in ``ring`` that are not ``finished`` (one if
@@ -118,6 +121,8 @@ class Watcher:
         #: party -> monotonic time its last heartbeat for this session arrived here (set by the server's loop)
         self.probed_at: dict[str, float] = {}
         self._unknown: dict[str, int] = {}
+        #: the participants probed besides the ring's neighbours in the last round (:meth:`_awaited`)
+        self._extra: set[str] = set()
         #: a peer's answer named a culprit or link outside the session: logged once, then ignored
         self._odd_logged = False
 
@@ -140,6 +145,7 @@ class Watcher:
             todo = ring_neighbours(ring, self.me, finished)
             for p in todo:  # a peer counts from the start of the role; one probed later (a neighbour finished) from now
                 self.peer_seen.setdefault(p, (start if first else now, ""))
+            todo += self._awaited(ch, now, finished, todo)
             first = False
             replies = await asyncio.gather(*(self._probe(ch, p) for p in todo))
             if time.monotonic() - probed_at > paused:
@@ -149,6 +155,23 @@ class Watcher:
                 self._forgive(time.monotonic())
             if not self._heard(todo, replies, finished) or not self._silence(ch, todo):
                 return
+
+    def _awaited(self, ch: Probed, now: float, finished: set[str], ring: list[str]) -> list[str]:
+        """The participants outside ``ring`` (this party's neighbours) that a message from this party has
+        waited on, unacknowledged, for over an interval: probed as well from now on, until it is -- else a
+        link to a participant nobody probes could carry nothing until the session's deadline (in
+        dp-aggregate, a data party's share to Dave)."""
+        waiting = getattr(ch, "awaiting", {})
+        extra = [
+            p
+            for p, role in self.peers.items()
+            if p not in ring and p not in finished and now - waiting.get(role, now) > self.interval
+        ]
+        for p in extra:
+            if p not in self._extra:  # its silence counts from now, not from an earlier spell of probing
+                self.peer_seen[p] = (now, self.peer_seen.get(p, (0.0, ""))[1])
+        self._extra = set(extra)
+        return extra
 
     def probed_by(self, party: str) -> None:
         """``party`` probed this session here: it is alive, and its link to this party carries."""

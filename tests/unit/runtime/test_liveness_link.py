@@ -132,3 +132,47 @@ def test_a_failed_link_uses_up_the_restarts_of_the_link_not_those_of_the_party_t
     # a link that is not two party names (an old or damaged record) charges its origin, as before
     odd = dict(meta, error={"code": "UNAVAILABLE", "origin": "trent", "link": "trent\n→alice"})
     assert restart_culprit(odd, "bob") == "trent"
+
+
+class _Awaiting:
+    """Bob's channel in a four-party session: his neighbours alice and charlie answer, and a message to dave
+    -- no neighbour of his, so not probed by him -- has waited for its acknowledgement since the start: the
+    link carries nothing, and dave sends bob nothing (he would not know either)."""
+
+    def __init__(self, waits: bool) -> None:
+        self.last_heard: dict[str, float] = {}
+        self.awaiting = {"dave": time.monotonic()} if waits else {}
+        self.probed: set[str] = set()
+
+    async def heartbeat(self, party, incarnation, timeout):
+        self.probed.add(party)
+        if party == "dave":
+            await asyncio.sleep(timeout)
+            raise _Deadline()
+        return SimpleNamespace(state="running", incarnation=f"{party}1", code="", culprit="")
+
+
+@pytest.mark.parametrize("waits", [True, False])
+def test_a_participant_a_message_waits_on_is_probed_too_and_named_once_silent(waits):
+    """Before, only the ring's neighbours were probed: a message to any other participant over a link that
+    carried nothing was retried until the session's deadline, and nobody noticed."""
+    roles = {"charlie": "charlie", "dave": "dave", "party1": "alice", "party2": "bob"}
+    lost: list[tuple[BaseException, str | None]] = []
+    w = Watcher("bob", "b1", SESSION, roles, GRACE, lambda exc, culprit: lost.append((exc, culprit)))
+    ch = _Awaiting(waits)
+
+    async def main():
+        task = asyncio.ensure_future(w.watch(ch))
+        end = time.monotonic() + 4 * GRACE
+        while not task.done() and time.monotonic() < end:
+            await asyncio.sleep(0.05)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(main())
+    if not waits:  # nothing waits on dave: he is no neighbour of bob's, and bob leaves him to them
+        assert lost == [] and ch.probed == {"alice", "charlie"}
+        return
+    [(exc, culprit)] = lost
+    assert isinstance(exc, PeerLost) and culprit == "dave" and "'dave'" in str(exc)
+    assert ch.probed == {"alice", "charlie", "dave"}
