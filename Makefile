@@ -61,9 +61,10 @@ fuzz: $(STAMP)
 ## A seeded fault campaign against real party processes (kills, pauses, a party kept down, damaged
 ## journals and checkpoints): per fault identical / named-and-resumed-identical / named / lost.
 FAULTS ?= 24
+FAULT_KINDS ?= process,link
 fault-campaign: $(STAMP)
 	@mkdir -p $(OUT)
-	$(BIN)/python bench/fault_campaign.py --faults $(FAULTS) --json $(OUT)/fault-campaign.json
+	$(BIN)/python bench/fault_campaign.py --faults $(FAULTS) --kinds $(FAULT_KINDS) --json $(OUT)/fault-campaign.json
 
 ## Reproductions of the seed papers' experiments at reduced repetitions (FULL=1 for the papers').
 ## Writes a PNG and a markdown page per experiment and OUT/experiments/index.html indexing them.
