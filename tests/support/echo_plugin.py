@@ -2,8 +2,9 @@
 
 Role ``a`` sends Floats ``x`` (and optionally a large Blobs ``big``, and a
 late ``x2``) to role ``b``; ``b`` answers ``y = 2 x``.  Parameters make a role
-fail, compute (CPU-bound, holding the GIL) or wait for a message that never
-comes, so tests can exercise aborts, deadlines and server responsiveness.
+fail, compute (CPU-bound, holding the GIL), block its event loop without computing
+(``block_seconds``: the GIL is released, no CPU is spent) or wait for a message that
+never comes, so tests can exercise aborts, deadlines and server responsiveness.
 """
 
 from __future__ import annotations
@@ -19,7 +20,15 @@ from smcdp.net.channel import Channel
 from smcdp.plugins.base import ProtocolPlugin, SessionContext, register
 from smcdp.v1 import messages_pb2 as mpb
 
-_PARAMS = {"n": 3, "big_bytes": 0, "busy_seconds": 0.0, "fail_role": "", "late_send": False, "wait_forever_role": ""}
+_PARAMS = {
+    "n": 3,
+    "big_bytes": 0,
+    "busy_seconds": 0.0,
+    "block_seconds": 0.0,
+    "fail_role": "",
+    "late_send": False,
+    "wait_forever_role": "",
+}
 
 
 class EchoPlugin(ProtocolPlugin):
@@ -75,6 +84,13 @@ class EchoPlugin(ProtocolPlugin):
             acc = 0
             while time.monotonic() < end:  # pure-Python work: holds the GIL, blocks this loop
                 acc = (acc * 31 + 7) % 1000003
+            ch.progress(step="")
+        if p["block_seconds"]:
+            # the role's loop is held as by a computation (its own messages and the channel's work wait),
+            # but the GIL is free: for tests whose subject is the *other* party, where burning a core
+            # here would only take CPU from the parties under test
+            ch.progress(step="blocked")
+            time.sleep(p["block_seconds"])  # noqa: ASYNC251 - blocking the loop is the point
             ch.progress(step="")
         if p["late_send"]:
             await ch.recv("a", "x2", mpb.Flag)

@@ -174,7 +174,7 @@ def test_members_flooding_every_kind_of_call_cannot_stop_a_running_session(tmp_p
     new proposals -- together far more than bob's max_concurrent_rpcs, which they fill (refusals name it).  A
     session between charlie and bob that was running when the flood began still succeeds: charlie's
     heartbeats to bob (bob's peer grace is short) and its final message, sent on a new call once charlie has
-    computed for a while, are calls of a running session and use capacity no other call can take.  Bob's
+    been busy for a while, are calls of a running session and use capacity no other call can take.  Bob's
     operator starts a session of its own with dave and reads statuses, and health checks of bob from its
     operator and from charlie answer SERVING throughout.  Before, the same flood starved the session.
 
@@ -211,8 +211,10 @@ def test_members_flooding_every_kind_of_call_cannot_stop_a_running_session(tmp_p
                     break
                 stalled[m].append(f"{m}.stall-{i}")
         assert stalled[m], m  # every member holds at least one: its share of pending_total
-    # charlie's session with bob: bob sends x, charlie computes 40 s (past bob's peer grace, and long enough for
-    # the flood to fill bob's pool first on a loaded host: 12 s were not always), then sends y
+    # charlie's session with bob: bob sends x, charlie's role holds its loop 40 s (past bob's peer grace, and long
+    # enough for the flood to fill bob's pool first on a loaded host: 12 s were not always), then sends y.  It
+    # blocks without computing (block_seconds): the party under attack is bob, and a charlie burning a core for
+    # 40 s took that CPU from bob and the flood (test_transport checks a party answering while a role computes)
     sid = "charlie.guarded"
     with ThreadPoolExecutor(1) as pool:
         guarded = pool.submit(
@@ -220,7 +222,7 @@ def test_members_flooding_every_kind_of_call_cannot_stop_a_running_session(tmp_p
             cfgs["charlie"],
             "net-echo",
             {"a": "bob", "b": "charlie"},
-            {"n": 3, "busy_seconds": 40.0},
+            {"n": 3, "block_seconds": 40.0},
             session_id=sid,
             timeout=120,
         )
