@@ -79,6 +79,7 @@ from smcdp.dp.mechanisms import (
     LaplaceMechanism,
     VectorMechanism,
 )
+from smcdp.dp.validation import InvalidParameter, check_positive, clip_rows_to_norm
 from smcdp.errors import InputRejected, InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.net.limits import TrafficEnvelope, ciphertext_vector_bytes
@@ -877,6 +878,10 @@ async def dave(
 
 
 # =============================================================================== local training
+#: the local fit's solver settings (LogisticRegression's defaults)
+LOCAL_FIT_TOL, LOCAL_FIT_MAX_ITER = 1e-8, 10_000
+
+
 def train_local(X: np.ndarray, y: np.ndarray, lam: float) -> tuple[np.ndarray, float]:
     """Non-private fit of (1/n)Σ log(1+exp(−y wᵀx)) + λ‖w‖² and its L2 sensitivity.
 
@@ -887,11 +892,18 @@ def train_local(X: np.ndarray, y: np.ndarray, lam: float) -> tuple[np.ndarray, f
 
     if len(set(y.tolist())) < 2:
         raise InvalidMessage("the local data set needs both labels to train a classifier")
-    from smcdp.dp.learners.logistic import LogisticRegression, logistic_sensitivity  # lazily: see the imports
+    # the solver the DP learners use, without scikit-learn (a data party would import it for this fit alone):
+    # exactly LogisticRegression(epsilon=inf, lam=lam, data_norm=1.0, fit_intercept=False,
+    # out_of_bounds="raise", tol=1e-8, max_iter=10_000).fit(X, y), which a unit test checks bit for bit
+    from smcdp.dp.learners.logistic_objective import fit_logistic_objective, logistic_sensitivity
 
-    clf = LogisticRegression(epsilon=math.inf, lam=lam, data_norm=1.0, fit_intercept=False, out_of_bounds="raise").fit(
-        X, y
-    )
-    w = np.asarray(clf.coef_[0], dtype=np.float64)
-    delta = logistic_sensitivity(X.shape[0], lam, 1.0) + float(clf.optimality_) / lam
+    X = np.asarray(X, dtype=np.float64)
+    classes = np.unique(y)
+    if classes.size > 2:
+        raise InvalidParameter(f"Only binary classification is supported: got {classes.size} classes")
+    ys = np.where(y == classes[1], 1.0, -1.0)
+    lam = check_positive(lam, "lam")
+    Xs = clip_rows_to_norm(X, 1.0, "raise") / 1.0  # as the learner scales rows into the unit ball (R = 1)
+    w, _, optimality = fit_logistic_objective(Xs, ys, lam, tol=LOCAL_FIT_TOL, max_iter=LOCAL_FIT_MAX_ITER)
+    delta = logistic_sensitivity(X.shape[0], lam, 1.0) + optimality / lam
     return w, delta

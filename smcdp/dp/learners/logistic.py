@@ -44,13 +44,13 @@ import math
 from typing import Any
 
 import numpy as np
-from scipy.optimize import minimize
 from scipy.special import expit
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from smcdp.dp.budget import PrivacyCost, charge_on_success, check_budget
+from smcdp.dp.learners.logistic_objective import fit_logistic_objective, logistic_sensitivity
 from smcdp.dp.mechanisms import VectorMechanism
 from smcdp.dp.samplers import noise_rng
 from smcdp.dp.validation import (
@@ -68,67 +68,6 @@ __all__ = ["LogisticRegression", "fit_logistic_objective", "logistic_sensitivity
 
 #: bound on the second derivative of log(1 + exp(-z))
 _C_LOGISTIC = 0.25
-
-
-def logistic_sensitivity(n: int, lam: float, data_norm: float = 1.0) -> float:
-    """L2 sensitivity of the minimiser of J(w) = (1/n) sum log(1+exp(-y w.x)) + lam ||w||^2
-    over data sets of ``n`` rows with ``||x|| <= data_norm`` that differ in one row:
-    ``data_norm / (n * lam)`` (see the module docstring for the derivation)."""
-    n = check_positive(n, "n", integer=True)
-    lam = check_positive(lam, "lam")
-    data_norm = check_positive(data_norm, "data_norm")
-    return data_norm / (n * lam)
-
-
-def fit_logistic_objective(Xs, ys, lam, *, linear=None, ridge=0.0, tol=1e-10, max_iter=10_000, w0=None):
-    """Minimise (1/n) sum log(1+exp(-y x.w)) + lam||w||^2 + linear.w + (ridge/2)||w||^2.
-
-    ``ys`` in {-1, +1}.  Returns ``(w, n_iter, grad_norm)``.  Damped Newton (after
-    L-BFGS when d > 500) on a smooth, strongly convex objective; ``grad_norm`` is the gradient norm at the returned
-    point (the optimality certificate: ||w - w*|| <= grad_norm / (2 lam + ridge)).
-    """
-    n, d = Xs.shape
-    lin = np.zeros(d) if linear is None else np.asarray(linear, dtype=float)
-    mu = 2.0 * lam + ridge
-
-    def fg(w):
-        m = ys * (Xs @ w)
-        loss = np.logaddexp(0.0, -m).mean()
-        coef = -ys * expit(-m) / n
-        f = loss + 0.5 * mu * (w @ w) + lin @ w
-        g = Xs.T @ coef + mu * w + lin
-        return f, g
-
-    w = np.zeros(d) if w0 is None else np.asarray(w0, float)
-    nit = 0
-    if d > 500:
-        res = minimize(
-            fg, w, jac=True, method="L-BFGS-B", options={"maxiter": max_iter, "gtol": tol, "ftol": 0.0, "maxcor": 30}
-        )
-        w, nit = res.x, int(res.nit)
-    # damped Newton (exact Hessian; d is small): quadratic convergence to the stated tolerance
-    f, g = fg(w)
-    for _ in range(max_iter):
-        if np.linalg.norm(g) <= tol:
-            break
-        nit += 1
-        m = ys * (Xs @ w)
-        s = expit(m) * expit(-m) / n
-        H = (Xs.T * s) @ Xs + mu * np.eye(d)
-        step = np.linalg.solve(H, g)
-        t = 1.0
-        while True:
-            wn = w - t * step
-            fn, gn = fg(wn)
-            if fn <= f - 1e-4 * t * (g @ step) or t < 1e-12:
-                break
-            t *= 0.5
-        stalled = np.linalg.norm(wn - w) <= 1e-15 * (1.0 + np.linalg.norm(w))
-        w, f, g = wn, fn, gn
-        if stalled:  # floating-point floor reached; optimality_ reports the attained gradient
-            break
-    gnorm = float(np.linalg.norm(fg(w)[1]))
-    return w, nit, gnorm
 
 
 class LogisticRegression(ClassifierMixin, BaseEstimator):

@@ -374,6 +374,42 @@ def test_local_sensitivity_holds_on_neighbouring_data_sets():
     assert worst > 0.2  # the bound is not vacuous: some neighbours come within a factor 5
 
 
+@pytest.mark.parametrize("n,d,labels", [(200, 3, (-1, 1)), (37, 5, (0, 1)), (60, 8, (-1, 1)), (40, 510, (-1, 1))])
+def test_train_local_is_the_learners_fit_bit_for_bit(n, d, labels):
+    """train_local calls the learners' solver without scikit-learn: its weights and optimality are exactly those
+    of LogisticRegression(epsilon=inf, ...).fit, Newton's path and (d > 500) L-BFGS's alike."""
+    from smcdp.dp import LogisticRegression
+    from smcdp.protocols.dp_aggregate import LOCAL_FIT_MAX_ITER, LOCAL_FIT_TOL
+
+    rng = np.random.default_rng(n * d)
+    X = rng.normal(size=(n, d))
+    X /= np.maximum(1.0, np.linalg.norm(X, axis=1))[:, None]
+    y = np.where(X @ rng.normal(size=d) + 0.3 * rng.normal(size=n) > 0, labels[1], labels[0])
+    lam = 0.05
+    clf = LogisticRegression(
+        epsilon=math.inf,
+        lam=lam,
+        data_norm=1.0,
+        fit_intercept=False,
+        out_of_bounds="raise",
+        tol=LOCAL_FIT_TOL,
+        max_iter=LOCAL_FIT_MAX_ITER,
+    ).fit(X, y)
+    w, delta = train_local(X, y, lam)
+    assert w.dtype == np.float64 and w.tobytes() == np.asarray(clf.coef_[0], dtype=np.float64).tobytes()
+    assert delta == 1 / (n * lam) + float(clf.optimality_) / lam
+    assert LogisticRegression().get_params()["tol"] == LOCAL_FIT_TOL  # the learner's defaults
+    assert LogisticRegression().get_params()["max_iter"] == LOCAL_FIT_MAX_ITER
+
+
+def test_train_local_refuses_rows_beyond_the_unit_ball_and_a_third_label():
+    X = np.array([[0.6, 0.8], [0.0, 1.0], [1.5, 0.0]])
+    with pytest.raises(InvalidMessage, match="above data_norm"):
+        train_local(X, np.array([1, -1, 1]), 0.1)
+    with pytest.raises(InvalidMessage, match="binary"):
+        train_local(np.array([[0.1, 0.2], [0.3, 0.1], [0.2, 0.2]]), np.array([0, 1, 2]), 0.1)
+
+
 # ----------------------------------------------------------------------------- scale (issue 28)
 def _received(net, role):
     msgs = [d for (s, r, t, tn, d) in net.transcript if r == role]
