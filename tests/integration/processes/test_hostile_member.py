@@ -58,10 +58,14 @@ def test_a_stream_flood_leaves_other_sessions_the_operator_and_health_alone(tmp_
     """The issue's stream flood: ~520 idle Mailbox.Stream calls from alice, kept up (a closed call is opened
     again), with no session at all.  Bob admits limits.idle_calls_per_peer of them at a time, refuses the
     rest at once (RESOURCE_EXHAUSTED), and ends the admitted ones after limits.call_idle_seconds
-    (FAILED_PRECONDITION).  Meanwhile charlie runs a session with bob in which bob computes past the peer
-    grace (so charlie's heartbeats must get through), bob's operator starts a session and reads its status,
-    and bob's health check answers SERVING to its operator and to charlie.  On main the flood took every
-    call slot (max_concurrent_rpcs): all of these were refused with RESOURCE_EXHAUSTED."""
+    (FAILED_PRECONDITION).  Meanwhile charlie runs a session with bob in which bob's role holds its loop past
+    the peer grace (so charlie's heartbeats must get through), bob's operator starts a session and reads its
+    status, and bob's health check answers SERVING to its operator and to charlie.  On main the flood took
+    every call slot (max_concurrent_rpcs): all of these were refused with RESOURCE_EXHAUSTED.
+
+    bob's role blocks without computing (the echo plug-in's block_seconds): the subject is bob's call slots,
+    and a GIL-holding spin only burnt a core for 13 s (test_transport checks a party answering while a role
+    computes)."""
     limits = _limits(call_idle_seconds=4.0)
     # a 10-s grace: bob must answer charlie's heartbeats through the flood, and at 5 s a host at load ~19
     # (the suite beside other work on 2 cores) starved it past the grace; the session computes past it
@@ -73,7 +77,11 @@ def test_a_stream_flood_leaves_other_sessions_the_operator_and_health_alone(tmp_
         assert client.check_health(cfgs["charlie"], peer="bob") == "SERVING"  # another member
         t0 = time.monotonic()
         rec = client.start_session(
-            cfgs["charlie"], "net-echo", {"a": "charlie", "b": "bob"}, {"n": 3, "busy_seconds": grace + 3.0}, timeout=60
+            cfgs["charlie"],
+            "net-echo",
+            {"a": "charlie", "b": "bob"},
+            {"n": 3, "block_seconds": grace + 3.0},
+            timeout=60,
         )
         assert rec["state"] == "succeeded", rec.get("error")
         assert rec["result"]["y"] == [1.0, 3.0, 5.0]
@@ -101,8 +109,9 @@ def test_members_holding_health_watch_streams_switch_nobody_off(tmp_path, proces
     max_concurrent_rpcs (512), and bob then refused every peer, its own operator's session and other
     parties' health checks.  Now each member holds at most limits.watch_calls_per_peer of them (the rest
     RESOURCE_EXHAUSTED at once, naming the rule), and with 4 or 8 such members a session between charlie
-    and bob -- in which bob computes past the peer grace, so charlie's heartbeats must get through -- bob's
-    own operator's session, and health checks from bob's operator and from charlie all succeed.
+    and bob -- in which bob's role holds its loop past the peer grace, so charlie's heartbeats must get through
+    -- bob's own operator's session, and health checks from bob's operator and from charlie all succeed.
+    (The role blocks without computing, as in the stream flood test: the subject is bob's call slots.)
 
     The call quotas are scaled down by 4 (the members together still attempt more than max_concurrent_rpcs,
     as in the attack, and fill it on the code before) so that the flood's refusals do not take the CPU a
@@ -137,7 +146,7 @@ def test_members_holding_health_watch_streams_switch_nobody_off(tmp_path, proces
         assert client.check_health(cfgs["bob"]) == "SERVING"
         assert client.check_health(cfgs["charlie"], peer="bob") == "SERVING"
         rec = client.start_session(
-            cfgs["charlie"], "net-echo", {"a": "charlie", "b": "bob"}, {"n": 3, "busy_seconds": 10.0}, timeout=90
+            cfgs["charlie"], "net-echo", {"a": "charlie", "b": "bob"}, {"n": 3, "block_seconds": 10.0}, timeout=90
         )
         assert rec["state"] == "succeeded", rec.get("error")
         own = client.start_session(cfgs["bob"], "net-echo", {"a": "bob", "b": "dave"}, {"n": 2}, timeout=30)
