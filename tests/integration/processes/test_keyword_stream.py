@@ -18,14 +18,16 @@ from tests.integration.processes.test_keyword_wav import ESPEAK, WORDS, _generat
 pytestmark = pytest.mark.skipif(ESPEAK is None, reason="espeak-ng not installed (apt-get install espeak-ng)")
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("pace", ["fast", "realtime"])
-def test_stream_recognises_a_wav_fed_in_10ms_hops(tmp_path, pace):
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """Models trained once (``smcdp speech train --cmn causal`` on espeak-ng words) for both paces: the two
+    tests only read them, and the training (15 synthesised WAVs, 8 EM iterations) is what they had in common."""
+    tmp = tmp_path_factory.mktemp("stream_models")
     gen = _generator()
     rng = np.random.default_rng(61)
     specs = []
     for w in WORDS:
-        d = tmp_path / "train" / w
+        d = tmp / "train" / w
         d.mkdir(parents=True)
         for k in range(5):
             _speak(
@@ -37,11 +39,18 @@ def test_stream_recognises_a_wav_fed_in_10ms_hops(tmp_path, pace):
                 int(rng.integers(30, 70)),
             )
         specs += ["--word", f"{w}={d}"]
-    models_path = tmp_path / "models.npz"
+    models_path = tmp / "models.npz"
     res = _smcdp(
         "speech", "train", *specs, "--states", "4", "--iter", "8", "--cmn", "causal", "--out", str(models_path)
     )
     assert res.returncode == 0, res.stderr[-3000:]
+    return models_path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pace", ["fast", "realtime"])
+def test_stream_recognises_a_wav_fed_in_10ms_hops(tmp_path, trained, pace):
+    models_path = trained
     models = KeywordModels.load(models_path)
 
     utt = tmp_path / "alice.wav"
