@@ -140,30 +140,41 @@ def test_dp_aggregate_survives_a_killed_party_with_the_same_release(dpa_cluster,
     assert recs["dave"]["result"]["weights"] == weights
 
 
-@pytest.mark.parametrize("fault", ["kill:alice:round=1", "kill:bob:round=2", "kill:carol:round=3"])
-def test_a_replayed_release_is_charged_exactly_once(tmp_path, dpa_cluster, fault):
-    """Governance and replay together (docs/governance.md, docs/fault-tolerance.md): a data party
-    killed and restarted keeps its budget reservation, and the replayed release -- the same noisy
-    output, from the checkpointed randomness -- commits it once, not twice."""
+@pytest.fixture(scope="module")
+def dpa_budget_cluster(tmp_path_factory, dpa_cluster):
+    """dpa_cluster's parties and data with a budget at each data party: one cluster for the three replayed-release
+    tests (each checks what its own session charged: the ledger's counts before and after it)."""
     base, roles, params, _ = dpa_cluster
+    tmp = tmp_path_factory.mktemp("dpa_budget")
     data = {p: dict(base.parties[p]) for p in base.parties}
     budgets = {p: BudgetConfig(dataset=p, epsilon=10.0, delta=1e-9) for p in ("alice", "bob", "carol")}
-    cost = get_plugin("dp-aggregate").summary(params, roles).epsilon
     with LocalCluster(
         data,
         allow_insecure_keys=True,
-        workdir=tmp_path / "run",
+        workdir=tmp / "run",
         peer_grace_seconds=GRACE,
         budgets=budgets,
         open_policy=True,
     ) as c:
-        recs, chaos = run_with(c, "dp-aggregate", roles, params, "charlie", [fault])
-        assert chaos.restarts == 1
-        assert {r["state"] for r in recs.values()} == {"succeeded"}, {p: r.get("error") for p, r in recs.items()}
-        for p in ("alice", "bob", "carol"):
-            st = Ledger(c.data_dir(p) / DEFAULT_LEDGER).status(p)
-            assert st.n_charges == 1 and float(st.reserved_epsilon) == 0.0, (p, st)
-            assert float(st.spent_epsilon) == pytest.approx(cost), (p, st)
+        yield c, roles, params
+
+
+@pytest.mark.parametrize("fault", ["kill:alice:round=1", "kill:bob:round=2", "kill:carol:round=3"])
+def test_a_replayed_release_is_charged_exactly_once(dpa_budget_cluster, fault):
+    """Governance and replay together (docs/governance.md, docs/fault-tolerance.md): a data party
+    killed and restarted keeps its budget reservation, and the replayed release -- the same noisy
+    output, from the checkpointed randomness -- commits it once, not twice."""
+    c, roles, params = dpa_budget_cluster
+    cost = get_plugin("dp-aggregate").summary(params, roles).epsilon
+    ledgers = {p: Ledger(c.data_dir(p) / DEFAULT_LEDGER) for p in ("alice", "bob", "carol")}
+    before = {p: ledger.status(p) for p, ledger in ledgers.items()}
+    recs, chaos = run_with(c, "dp-aggregate", roles, params, "charlie", [fault])
+    assert chaos.restarts == 1
+    assert {r["state"] for r in recs.values()} == {"succeeded"}, {p: r.get("error") for p, r in recs.items()}
+    for p, ledger in ledgers.items():
+        st, was = ledger.status(p), before[p]
+        assert st.n_charges == was.n_charges + 1 and float(st.reserved_epsilon) == 0.0, (p, was, st)
+        assert float(st.spent_epsilon) - float(was.spent_epsilon) == pytest.approx(cost), (p, was, st)
 
 
 # ----------------------------------------------------------------- keyword
