@@ -31,11 +31,12 @@ demo: $(STAMP)
 	$(BIN)/python examples/power_iteration_demo.py --out $(OUT)/demo
 
 ## The whole test suite, on JOBS parallel workers (pytest-xdist; tests/support/scheduling.py says which
-## tests share a worker; JOBS=0: one process).  docs/testing.md has where the time goes.
+## tests share a worker; JOBS=0: one process).  docs/testing.md has where the time goes; --durations=25
+## puts the slowest tests (setup, call and teardown) at the end of every log, CI's included.
 JOBS ?= 4
 test: $(STAMP)
 	$(BYTECODE)
-	$(BIN)/python -m pytest -q -ra -n $(JOBS) --dist loadgroup
+	$(BIN)/python -m pytest -q -ra -n $(JOBS) --dist loadgroup --durations=25
 
 ## The edit loop (< 2 min): the unit tests (tests/unit) that are not marked slow -- none starts a party
 ## process, a Dask cluster or a subprocess.  The whole suite is still `make test`.
