@@ -867,11 +867,13 @@ def test_a_resume_a_participant_has_no_room_for_now_stays_resumable(tmp_path, pr
     )
     procs = _start(processes, cfgs, ["alice", "bob"])
     out = {}
+    # bob's role holds its loop for 4 s, so that the session is running at bob when bob is stopped (block_seconds:
+    # without spinning a core, which nothing here needs)
     th = threading.Thread(
         target=lambda: out.update(
             rec=_outcome(
                 lambda: client.start_session(
-                    cfgs["alice"], "net-echo", ECHO, {"busy_seconds": 4.0}, session_id="busy-1", timeout=60
+                    cfgs["alice"], "net-echo", ECHO, {"block_seconds": 4.0}, session_id="busy-1", timeout=60
                 )
             )
         )
