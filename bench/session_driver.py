@@ -169,7 +169,11 @@ def main() -> int:
                 wall = time.perf_counter() - t1
                 end_cpu = {name: process_cpu(pid) for name, pid in pids.items()}
                 cpu = {name: end_cpu[name] - cpu0[name] for name in pids}
-                bad = {p: r.get("error") for p, r in records.items() if r.get("state") != "succeeded"}
+                bad = {
+                    p: {**(r.get("error") or {}), **({"start_call": r["start_error"]} if "start_error" in r else {})}
+                    for p, r in records.items()
+                    if r.get("state") != "succeeded"
+                }
                 if bad:
                     print(f"session {i + 1} failed: {bad}", file=sys.stderr)
                     return 1

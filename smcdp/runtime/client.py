@@ -26,7 +26,6 @@ from smcdp.errors import (
     Unavailable,
 )
 from smcdp.net.grpc_channel import (
-    AlreadyExists,
     NotFound,
     channel_options,
     error_for_code,
@@ -45,6 +44,9 @@ from smcdp.v1 import transport_pb2 as tpb
 from smcdp.v1 import transport_pb2_grpc as tgrpc
 
 log = logging.getLogger("smcdp.client")
+
+#: the words of gRPC's UNAVAILABLE for a call that was never sent: no connection to the server could be made
+NOT_CONNECTED = "failed to connect to all addresses"
 
 
 def _operator_channel(config: PartyConfig, party: str | None = None) -> grpc.Channel:
@@ -98,8 +100,8 @@ class StartCall:
     :func:`follow_session` finds its record later.
     """
 
-    #: how often the call is made in all when it is lost in the transport before the party heard of the
-    #: session (the party answers, moments later, that it has no such session)
+    #: how often the call is made in all when it never left (no connection could be made) and the party,
+    #: asked moments later, has no such session
     ATTEMPTS = 3
 
     def __init__(self, cfg: PartyConfig, method: str, request, session_id: str, end: float) -> None:
@@ -191,16 +193,15 @@ class StartCall:
 
     def _settle(self) -> tuple[dict | None, SmcdpError | None] | None:
         """How the call ended: (record, None) or (None, error); None when it was made again."""
+        unsent = False
         try:
             try:
                 reply = self._future.result()
                 return json.loads(reply.record_json), None
             except grpc.RpcError as exc:
                 err = _client_error(exc, self.config, self._method)
-                if isinstance(err, AlreadyExists) and self.attempts > 1:
-                    # a repeated call whose first did reach the party after all, and the session ended there
-                    # meanwhile: its record is the answer
-                    return follow_session(self.config, self.session_id, self._end - time.monotonic()), None
+                # gRPC's words for a call that never left: no connection to the party could be made
+                unsent = exc.code() == grpc.StatusCode.UNAVAILABLE and NOT_CONNECTED in str(exc.details())
                 if not isinstance(err, Unavailable) or isinstance(err, SessionAborted):
                     return None, err  # the session's outcome, not a lost call
             finally:
@@ -208,11 +209,13 @@ class StartCall:
             try:
                 return follow_session(self.config, self.session_id, self._end - time.monotonic(), lost=err), None
             except SmcdpError as exc:
-                # the party answers, and has no such session: the call was lost in the transport before it
-                # arrived (a connection that failed under load).  The party refuses a second session under
-                # the same id, and takes a repeated call of a session it runs for the same one, so the call
-                # is made again, a few times, rather than failing a session nobody began
-                if exc is not err or self.attempts >= self.ATTEMPTS or self._end - time.monotonic() < 1.0:
+                # the party answers, and has no such session, and the call never left (its connection could
+                # not be made: under load, a handshake that timed out): nobody began the session.  The party
+                # refuses a second session under the same id and takes a repeated call of a session it runs
+                # for the same one, so the call is made again, a few times.  A call that did leave and was
+                # cut (the party killed mid-call, say) is not repeated: a party that restarted without the
+                # session (its state lost) must not begin it anew
+                if not unsent or exc is not err or self.attempts >= self.ATTEMPTS or self._end - time.monotonic() < 1.0:
                     raise
                 log.warning(
                     "%s at party %r was lost before it arrived (%s); calling again", self._method, self.config.name, err

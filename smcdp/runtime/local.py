@@ -304,21 +304,23 @@ class LocalCluster:
         for p in dict.fromkeys(roles.values()):
             records[p] = self._record(p, sid, end)
         err = outcome.get("error")
-        if (
-            err is not None
-            and initiator not in self.down
-            and records[initiator].get("state") == SessionState.UNKNOWN
-            and (records[initiator].get("error") or {}).get("code") in (None, "NOT_FOUND")
-        ):
-            # the session never began at the initiator (refused by its own limits or policy, or the start
-            # call failed before it registered the session): the start call's error is the only account of
-            # it -- "no session" at every party would hide the cause
-            code = getattr(err, "code", "") or type(err).__name__
-            records[initiator] = {
-                "state": SessionState.FAILED.value if isinstance(err, SmcdpError) else SessionState.UNKNOWN.value,
-                "session_id": sid,
-                "error": {"code": code, "message": str(err), "origin": getattr(err, "origin", None) or initiator},
-            }
+        if err is not None and records[initiator].get("state") == SessionState.UNKNOWN:
+            if isinstance(err, SmcdpError) and getattr(err, "code", "") != "UNAVAILABLE":
+                # refused before the initiator registered the session (its own limits or policy):
+                # the start call's error is the only account of it
+                records[initiator] = {
+                    "state": SessionState.FAILED.value,
+                    "session_id": sid,
+                    "error": {"code": err.code, "message": str(err), "origin": initiator},
+                }
+            else:
+                # the start call was lost (or the initiator lost the session): how it stands there is not
+                # known, but the call's own error is kept beside it -- "no session" at every party alone
+                # would hide the cause
+                records[initiator]["start_error"] = {
+                    "code": getattr(err, "code", "") or type(err).__name__,
+                    "message": str(err),
+                }
         return records
 
     def _record(self, party: str, sid: str, end: float) -> dict:
