@@ -64,6 +64,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii as _quote  # what json.dumps quotes with
 from pathlib import Path
 
 from smcdp._files import fsync_dir
@@ -243,6 +244,13 @@ def _header(raw: bytes, kind: int) -> dict | None:
     if not isinstance(head, dict) or not all(isinstance(head.get(k), str) for k in keys):
         return None
     return head
+
+
+def _header_bytes(role: str, tag: str, type_name: str, digest: str | None) -> bytes:
+    """A record's header: the bytes ``json.dumps({"r": role, "t": tag, "y": type_name[, "h": digest]},
+    separators=(",", ":"))`` gives, built directly (a third of an append's Python time went into json)."""
+    hb = '{"r":' + _quote(role) + ',"t":' + _quote(tag) + ',"y":' + _quote(type_name)
+    return (hb + ("}" if digest is None else ',"h":' + _quote(digest) + "}")).encode()
 
 
 def describe(path: Path, owner: str, damage: list[Damage]) -> str:
@@ -642,10 +650,7 @@ class FileJournal:
     # ------------------------------------------------------------------ writing
     def _append(self, kind: int, role: str, tag: str, type_name: str, data: bytes) -> int:
         """Write one record at the end; returns the offset of its data.  A failed write leaves nothing."""
-        head = {"r": role, "t": tag, "y": type_name}
-        if kind != DELIVERED:
-            head["h"] = hashlib.sha256(data).hexdigest()
-        hb = json.dumps(head, separators=(",", ":")).encode()
+        hb = _header_bytes(role, tag, type_name, None if kind == DELIVERED else hashlib.sha256(data).hexdigest())
         if len(hb) > MAX_HEADER:
             raise InvalidMessage("journal record header too long (tag or type name)")
         t0 = time.perf_counter()
