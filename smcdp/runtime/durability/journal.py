@@ -337,12 +337,13 @@ class JournalHead:
         except OSError as exc:
             raise self._fail(exc, "cannot write its journal's head") from None
 
-    def close(self) -> None:
-        """Sync and close the head (the journal closes)."""
+    def close(self, sync: bool = True) -> None:
+        """Sync (unless told not to: about to be deleted) and close the head (the journal closes)."""
         fd, self._fd = self._fd, None
         if fd is not None:
             try:
-                os.fsync(fd)
+                if sync:
+                    os.fsync(fd)
                 os.close(fd)
             except OSError:
                 pass
@@ -369,6 +370,9 @@ class FileJournal:
     #: seconds the syncer lingers before an fsync for the rest of a burst (group commit); a blocking
     #: :meth:`sync` -- a thread that waits -- does not linger
     COMMIT_DELAY = 0.002
+    #: seconds a sync only lazy waiters asked for may wait for another reason to sync (a sent message's
+    #: record: the next received message's sync covers it, see :meth:`durable_future`)
+    LAZY_DELAY = 0.1
 
     def __init__(
         self, path: Path, mac: Mac | None = None, *, owner: str = "this party", repair: bool = False, head: bool = False
@@ -387,8 +391,10 @@ class FileJournal:
         self._syncing = False  # an fsync is under way
         self._lingering = False  # the syncer gathers a burst
         self._urgent = False  # a thread waits: sync now
+        self._eager_since: float | None = None  # when the first waiter that is not lazy came (None: none)
         self._syncer_thread: threading.Thread | None = None  # started by the first sync
-        self._waiters: list[tuple[int, concurrent.futures.Future]] = []  # (offset, its future)
+        #: (offset, its future, when it came if it is not lazy)
+        self._waiters: list[tuple[int, concurrent.futures.Future, float | None]] = []
         self._inbound: list[tuple[str, str, str, int, int]] = []  # role, tag, type, offset, length
         self._inbound_at: dict[tuple[str, str], tuple[str, int, int]] = {}  # (from, tag) -> type, offset, length
         self._outbound: dict[tuple[str, str], tuple[str, int, int]] = {}  # (to, tag) -> type, offset, length
@@ -406,9 +412,18 @@ class FileJournal:
         self._seq = 0
         self._end = 0
         self._fd: int | None  # the open journal file, set by _open; None once closed
-        self._open(repair)
+        created = self._open(repair)
         self._synced = self._end
-        if self.head is not None:
+        if created:
+            # Nothing in it needs to be durable yet: a new journal lost to a power cut is one "cut short while
+            # being created", and the syncer's first fsync covers its file header with its first records.
+            # Only the names of the journal and its head must be durable before any record is (else a power
+            # cut could leave synced records without their head: damage), so one fsync of the directory.
+            if self.head is not None:
+                self.head.open(0, 0)  # (0, 0): no record, and no byte, was made durable yet
+            else:
+                fsync_dir(self.path.parent)
+        elif self.head is not None:
             # what a killed process wrote is in the page cache, not necessarily on disk: synced before the
             # head says so (else a power cut after this start could make an intact journal look truncated)
             try:
@@ -418,7 +433,8 @@ class FileJournal:
             self.head.open(self._seq, self._synced)
 
     # ------------------------------------------------------------------ reading
-    def _open(self, repair: bool) -> None:
+    def _open(self, repair: bool) -> bool:
+        """Open the journal, or create it (True: created, nothing synced yet)."""
         try:
             fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         except FileExistsError:
@@ -437,9 +453,7 @@ class FileJournal:
             self._fd = fd
             self._write_at(0, [FILE_MAGIC])
             self._end = len(FILE_MAGIC)
-            os.fsync(fd)
-            fsync_dir(self.path.parent)
-            return
+            return True
         try:
             data = self.path.read_bytes()
         except OSError as exc:
@@ -451,7 +465,7 @@ class FileJournal:
             if not repair:
                 raise JournalDamaged(describe(self.path, self.owner, found.damage), self.owner, found.damage)
             self._rewrite(data, found)
-            return
+            return False
         self._fd = os.open(self.path, os.O_RDWR)
         if found.torn:
             log.warning(
@@ -467,6 +481,7 @@ class FileJournal:
             found.end = len(FILE_MAGIC)
         self._index(found.records)
         self._seq, self._end = found.next_seq, found.end
+        return False
 
     def _rewrite(self, data: bytes, found: Scan) -> None:
         """Keep the intact records only, in a new file that replaces the damaged one atomically."""
@@ -540,7 +555,7 @@ class FileJournal:
         """Make every record written so far durable (blocks; see :meth:`durable_future`)."""
         self.durable_future(urgent=True).result()
 
-    def durable_future(self, urgent: bool = False) -> concurrent.futures.Future[None]:
+    def durable_future(self, urgent: bool = False, lazy: bool = False) -> concurrent.futures.Future[None]:
         """A future done once every record written so far is durable.
 
         One syncer thread per journal serves every waiter (group commit): an ``fsync`` covers
@@ -549,7 +564,10 @@ class FileJournal:
         messages never starves a thread pool of workers.  The thread lives as long as the journal
         is open: starting one per burst cost the event loop a thread start (and a GIL hand-over)
         for most messages.  The future fails with the sync's error (:class:`~smcdp.errors.NoSpace`,
-        DataLoss).  ``urgent``: a thread blocks on it, so the syncer does not linger for a burst."""
+        DataLoss).  ``urgent``: a thread blocks on it, so the syncer does not linger for a burst.
+        ``lazy``: nobody waits for it (a sent message's record), so the sync may wait up to
+        :attr:`LAZY_DELAY` for a waiter that is not lazy -- the next received message, whose sync covers
+        it too: a data party's round then costs one sync, not one for each message in and out."""
         fut: concurrent.futures.Future = concurrent.futures.Future()
         with self._sync_cv:
             target = self._end
@@ -557,13 +575,17 @@ class FileJournal:
                 fut.set_result(None)
                 return fut
             self._urgent = self._urgent or urgent
-            self._waiters.append((target, fut))
+            came = None if lazy else time.monotonic()
+            self._waiters.append((target, fut, came))
+            eager = came is not None and self._eager_since is None
+            if eager:
+                self._eager_since = came
             if self._syncer_thread is None:
                 self._syncer_thread = threading.Thread(
                     target=self._syncer, daemon=True, name=f"journal-sync-{self.path.parent.name}"
                 )
                 self._syncer_thread.start()
-            elif urgent or not self._lingering:
+            elif urgent or not self._lingering or eager:  # (lingering lazily: now for COMMIT_DELAY only)
                 self._sync_cv.notify_all()
         return fut
 
@@ -579,11 +601,7 @@ class FileJournal:
             with self._sync_cv:
                 while not self._waiters and self._fd is not None:
                     self._sync_cv.wait()
-                until = time.monotonic() + self.COMMIT_DELAY
-                self._lingering = True  # new waiters do not cut the linger short
-                while self._fd is not None and not self._urgent and time.monotonic() < until:
-                    self._sync_cv.wait(until - time.monotonic())
-                self._lingering = self._urgent = False
+                self._linger(time.monotonic())
                 if self._fd is None:  # closed: close() took the waiters and settles them after its fsync
                     return
                 with self._lock:
@@ -609,9 +627,23 @@ class FileJournal:
                     self.seconds_writing += time.perf_counter() - t0
                 done = [w for w in self._waiters if error is not None or w[0] <= upto]
                 self._waiters = [w for w in self._waiters if w not in done]
+                self._eager_since = min((w[2] for w in self._waiters if w[2] is not None), default=None)
                 self._sync_cv.notify_all()
-            for _, fut in done:
+            for _, fut, _came in done:
                 _settle(fut, error)
+
+    def _linger(self, start: float) -> None:
+        """Wait (holding ``_sync_cv``) for the rest of a burst: :attr:`COMMIT_DELAY` after the first waiter
+        that is not lazy, :attr:`LAZY_DELAY` after ``start`` while all are lazy, not at all if one is urgent."""
+        self._lingering = True  # new waiters do not cut the linger short (but the first eager one shortens it)
+        while self._fd is not None and not self._urgent:
+            eager = self._eager_since
+            until = start + self.LAZY_DELAY if eager is None else max(start, eager) + self.COMMIT_DELAY
+            left = until - time.monotonic()
+            if left <= 0:
+                break
+            self._sync_cv.wait(left)
+        self._lingering = self._urgent = False
 
     def received(self, sender_role: str, tag: str) -> tuple[str, bytes] | None:
         with self._lock:
@@ -697,17 +729,24 @@ class FileJournal:
             "acknowledged": len(self._delivered),
         }
 
-    def close(self) -> None:
+    def close(self, discard: bool = False) -> None:
         """Sync what is written (a message accepted but not yet acknowledged is durable all the same)
-        and close; a later :meth:`sync` returns at once."""
+        and close; a later :meth:`sync` returns at once.  ``discard``: the journal is about to be deleted
+        (its session ended for good), so nothing is synced -- an fsync of a file unlinked a moment later
+        bought nothing, and it held up the end of every session at every party."""
         with self._sync_cv:
             while self._syncing:  # an fsync of this fd is under way
                 self._sync_cv.wait(1.0)
             fd, self._fd = getattr(self, "_fd", None), None
-            waiting, self._waiters = self._waiters, []
+            waiting, self._waiters, self._eager_since = self._waiters, [], None
             self._sync_cv.notify_all()  # the syncer thread ends
         error: BaseException | None = None
-        if fd is not None:
+        if fd is not None and discard:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        elif fd is not None:
             try:
                 os.fsync(fd)
                 self._synced = self._end
@@ -722,8 +761,10 @@ class FileJournal:
             except OSError:
                 pass
         if self.head is not None:
-            self.head.close()
-        for _, fut in waiting:  # what they waited for is durable now (or failed)
+            self.head.close(sync=not discard)
+        # what they waited for is durable now (or failed; or, discarded, the session ended here for good and
+        # nothing of it is kept -- before, the same waiters were told after an fsync of a file deleted next)
+        for _, fut, _came in waiting:
             _settle(fut, error)
 
 
