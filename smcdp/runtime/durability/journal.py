@@ -2,8 +2,8 @@
 
 Every message received is stored durably *before* the sender is told it was
 delivered; every message sent is written *before* it first leaves (a killed
-process keeps it) and made durable by the group commit while it travels; and
-acknowledgements are recorded after them.  A role replayed after a crash
+process keeps it) and made durable lazily, by the group commit's next sync (at the
+latest :attr:`FileJournal.LAZY_DELAY` later); and acknowledgements are recorded after them.  A role replayed after a crash
 (:mod:`smcdp.runtime.durability.checkpoint`, docs/fault-tolerance.md) reads its
 received messages from here and looks up what it sends.
 
@@ -361,8 +361,8 @@ class FileJournal:
 
     Writes never wait for the disk: :meth:`sync` makes everything written so far durable,
     and concurrent syncs share one ``fsync`` (group commit).  A received message is
-    acknowledged only once a sync covered it; a sent message is synced while it travels
-    (the channel starts the sync with its first transmission); acknowledgements are never
+    acknowledged only once a sync covered it; a sent message asks for a lazy sync when it
+    first leaves (nobody waits for it: the next sync covers it); acknowledgements are never
     synced on their own (losing one means sending identical bytes once more, which the
     receiver ignores).
     """
