@@ -26,7 +26,7 @@ class NullJournal:
     def sync(self):
         pass
 
-    def durable_future(self, urgent=False, lazy=False):
+    def durable_future(self):
         fut = concurrent.futures.Future()
         fut.set_result(None)
         return fut

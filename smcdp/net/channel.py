@@ -89,9 +89,8 @@ class Journal(Protocol):
     def sync(self) -> None:
         """Make everything recorded so far durable."""
 
-    def durable_future(self, *, lazy: bool = False) -> concurrent.futures.Future[None]:
-        """A future done once everything recorded so far is durable (no thread need wait for it).
-        ``lazy``: nobody waits for it, so the journal may take its time (join it to a later sync)."""
+    def durable_future(self) -> concurrent.futures.Future[None]:
+        """A future done once everything recorded so far is durable (no thread need wait for it)."""
 
     def received(self, sender_role: str, tag: str) -> tuple[str, bytes] | None:
         """(type name, bytes) of the message received earlier from ``sender_role`` under ``tag``, if any."""
@@ -458,15 +457,15 @@ class Channel(abc.ABC):
 
     async def _deliver(self, to: str, tag: str, type_url: str, data: bytes, sync: bool) -> None:
         """Transmit one message and wait for its acknowledgement.  ``sync``: its journal record (written
-        already, so a killed process keeps it) is to be made durable.  The in-memory channel syncs first;
-        a pipelined one neither holds the message back nor waits for the sync: it asks for a *lazy* one
-        (the journal's next sync, which the next message received brings, covers the record; at the
-        latest after the journal's lazy delay), and a sync that fails -- a full disk -- fails the session
-        here (docs/fault-tolerance.md, "Fsync off the critical path")."""
+        already, so a killed process keeps it) is made durable meanwhile -- on a worker thread, by a
+        sync that concurrent ones share (group commit) -- and the delivery fails if that sync does; a
+        pipelined channel does not hold the message back for it (docs/fault-tolerance.md, "Fsync off
+        the critical path"), the in-memory one syncs first."""
+        syncing = None
         if sync:
             assert self.journal is not None  # send() asks for a sync only of a record it journalled
             if self.pipelined:
-                self._sync_lazily(self.journal)
+                syncing = self.journal.durable_future()
             else:
                 self.journal.sync()
         try:
@@ -475,32 +474,19 @@ class Channel(abc.ABC):
             # its session succeeded there: it needs nothing more from this party (and says so), so the
             # message counts as delivered and the receiver as finished -- not as a failed delivery
             self.finished.add(to)
+        finally:
+            if syncing is not None:
+                # by the time the Ack is in, the group commit has nearly always covered the record: then
+                # no event-loop wake-up is asked of the syncer thread (one per sent message otherwise)
+                if syncing.done():
+                    syncing.result()  # its error, if the sync failed
+                else:
+                    await asyncio.wrap_future(syncing)
         if self.journal is not None:
             self.journal.mark_delivered(to, tag)
         self.stats.bytes_sent += len(data)
         self.stats.messages_sent += 1
         self.stats.per_peer_sent[to] += len(data)
-
-    def _sync_lazily(self, journal: Journal) -> None:
-        """Ask for a lazy sync of what the journal holds; nobody waits for it, and its failure aborts the
-        session here (from the journal's syncer thread, through this channel's loop)."""
-        loop = asyncio.get_running_loop()
-
-        def done(fut: concurrent.futures.Future[None]) -> None:
-            exc = None if fut.cancelled() else fut.exception()
-            if exc is not None and not loop.is_closed():
-                try:
-                    loop.call_soon_threadsafe(self._lazy_sync_failed, exc)
-                except RuntimeError:  # the loop closed meanwhile: the session has ended
-                    pass
-
-        journal.durable_future(lazy=True).add_done_callback(done)
-
-    def _lazy_sync_failed(self, exc: BaseException) -> None:
-        """A sync of sent messages' records failed: like a failed delivery, the session fails here."""
-        if self._delivery_failure is None:
-            self._delivery_failure = exc
-        self.abort_local(exc)
 
     async def _make_room(self, nbytes: int) -> None:
         """Wait while the window of unacknowledged messages is full; raise an earlier delivery's failure."""

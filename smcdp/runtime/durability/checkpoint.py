@@ -13,7 +13,7 @@
   files, never sent anywhere, deleted with the checkpoint;
 * ``journal.log`` -- every message received (stored durably *before* the
   sender is told it was delivered) and every message sent (written *before*
-  the first attempt to send it, and synced lazily by the next sync), with the
+  the first attempt to send it, and synced while it travels), with the
   acknowledgements (:mod:`smcdp.runtime.durability.journal`);
 * ``journal.log.head`` -- how much of the journal the last sync covered, so a
   journal cut short behind it (truncated, an older copy, deleted) is damage, not

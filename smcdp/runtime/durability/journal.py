@@ -2,8 +2,8 @@
 
 Every message received is stored durably *before* the sender is told it was
 delivered; every message sent is written *before* it first leaves (a killed
-process keeps it) and made durable lazily, by the group commit's next sync (at the
-latest :attr:`FileJournal.LAZY_DELAY` later); and acknowledgements are recorded after them.  A role replayed after a crash
+process keeps it) and made durable by the group commit while it travels; and
+acknowledgements are recorded after them.  A role replayed after a crash
 (:mod:`smcdp.runtime.durability.checkpoint`, docs/fault-tolerance.md) reads its
 received messages from here and looks up what it sends.
 
@@ -361,8 +361,8 @@ class FileJournal:
 
     Writes never wait for the disk: :meth:`sync` makes everything written so far durable,
     and concurrent syncs share one ``fsync`` (group commit).  A received message is
-    acknowledged only once a sync covered it; a sent message asks for a lazy sync when it
-    first leaves (nobody waits for it: the next sync covers it); acknowledgements are never
+    acknowledged only once a sync covered it; a sent message is synced while it travels
+    (the channel starts the sync with its first transmission); acknowledgements are never
     synced on their own (losing one means sending identical bytes once more, which the
     receiver ignores).
     """
@@ -370,9 +370,6 @@ class FileJournal:
     #: seconds the syncer lingers before an fsync for the rest of a burst (group commit); a blocking
     #: :meth:`sync` -- a thread that waits -- does not linger
     COMMIT_DELAY = 0.002
-    #: seconds a sync only lazy waiters asked for may wait for another reason to sync (a sent message's
-    #: record: the next received message's sync covers it, see :meth:`durable_future`)
-    LAZY_DELAY = 0.1
 
     def __init__(
         self, path: Path, mac: Mac | None = None, *, owner: str = "this party", repair: bool = False, head: bool = False
@@ -391,10 +388,8 @@ class FileJournal:
         self._syncing = False  # an fsync is under way
         self._lingering = False  # the syncer gathers a burst
         self._urgent = False  # a thread waits: sync now
-        self._eager_since: float | None = None  # when the first waiter that is not lazy came (None: none)
         self._syncer_thread: threading.Thread | None = None  # started by the first sync
-        #: (offset, its future, when it came if it is not lazy)
-        self._waiters: list[tuple[int, concurrent.futures.Future, float | None]] = []
+        self._waiters: list[tuple[int, concurrent.futures.Future]] = []  # (offset, its future)
         self._inbound: list[tuple[str, str, str, int, int]] = []  # role, tag, type, offset, length
         self._inbound_at: dict[tuple[str, str], tuple[str, int, int]] = {}  # (from, tag) -> type, offset, length
         self._outbound: dict[tuple[str, str], tuple[str, int, int]] = {}  # (to, tag) -> type, offset, length
@@ -555,7 +550,7 @@ class FileJournal:
         """Make every record written so far durable (blocks; see :meth:`durable_future`)."""
         self.durable_future(urgent=True).result()
 
-    def durable_future(self, urgent: bool = False, lazy: bool = False) -> concurrent.futures.Future[None]:
+    def durable_future(self, urgent: bool = False) -> concurrent.futures.Future[None]:
         """A future done once every record written so far is durable.
 
         One syncer thread per journal serves every waiter (group commit): an ``fsync`` covers
@@ -564,10 +559,7 @@ class FileJournal:
         messages never starves a thread pool of workers.  The thread lives as long as the journal
         is open: starting one per burst cost the event loop a thread start (and a GIL hand-over)
         for most messages.  The future fails with the sync's error (:class:`~smcdp.errors.NoSpace`,
-        DataLoss).  ``urgent``: a thread blocks on it, so the syncer does not linger for a burst.
-        ``lazy``: nobody waits for it (a sent message's record), so the sync may wait up to
-        :attr:`LAZY_DELAY` for a waiter that is not lazy -- the next received message, whose sync covers
-        it too: a data party's round then costs one sync, not one for each message in and out."""
+        DataLoss).  ``urgent``: a thread blocks on it, so the syncer does not linger for a burst."""
         fut: concurrent.futures.Future = concurrent.futures.Future()
         with self._sync_cv:
             target = self._end
@@ -575,17 +567,13 @@ class FileJournal:
                 fut.set_result(None)
                 return fut
             self._urgent = self._urgent or urgent
-            came = None if lazy else time.monotonic()
-            self._waiters.append((target, fut, came))
-            eager = came is not None and self._eager_since is None
-            if eager:
-                self._eager_since = came
+            self._waiters.append((target, fut))
             if self._syncer_thread is None:
                 self._syncer_thread = threading.Thread(
                     target=self._syncer, daemon=True, name=f"journal-sync-{self.path.parent.name}"
                 )
                 self._syncer_thread.start()
-            elif urgent or not self._lingering or eager:  # (lingering lazily: now for COMMIT_DELAY only)
+            elif urgent or not self._lingering:
                 self._sync_cv.notify_all()
         return fut
 
@@ -601,7 +589,11 @@ class FileJournal:
             with self._sync_cv:
                 while not self._waiters and self._fd is not None:
                     self._sync_cv.wait()
-                self._linger(time.monotonic())
+                until = time.monotonic() + self.COMMIT_DELAY
+                self._lingering = True  # new waiters do not cut the linger short
+                while self._fd is not None and not self._urgent and time.monotonic() < until:
+                    self._sync_cv.wait(until - time.monotonic())
+                self._lingering = self._urgent = False
                 if self._fd is None:  # closed: close() took the waiters and settles them after its fsync
                     return
                 with self._lock:
@@ -627,23 +619,9 @@ class FileJournal:
                     self.seconds_writing += time.perf_counter() - t0
                 done = [w for w in self._waiters if error is not None or w[0] <= upto]
                 self._waiters = [w for w in self._waiters if w not in done]
-                self._eager_since = min((w[2] for w in self._waiters if w[2] is not None), default=None)
                 self._sync_cv.notify_all()
-            for _, fut, _came in done:
+            for _, fut in done:
                 _settle(fut, error)
-
-    def _linger(self, start: float) -> None:
-        """Wait (holding ``_sync_cv``) for the rest of a burst: :attr:`COMMIT_DELAY` after the first waiter
-        that is not lazy, :attr:`LAZY_DELAY` after ``start`` while all are lazy, not at all if one is urgent."""
-        self._lingering = True  # new waiters do not cut the linger short (but the first eager one shortens it)
-        while self._fd is not None and not self._urgent:
-            eager = self._eager_since
-            until = start + self.LAZY_DELAY if eager is None else max(start, eager) + self.COMMIT_DELAY
-            left = until - time.monotonic()
-            if left <= 0:
-                break
-            self._sync_cv.wait(left)
-        self._lingering = self._urgent = False
 
     def received(self, sender_role: str, tag: str) -> tuple[str, bytes] | None:
         with self._lock:
@@ -738,7 +716,7 @@ class FileJournal:
             while self._syncing:  # an fsync of this fd is under way
                 self._sync_cv.wait(1.0)
             fd, self._fd = getattr(self, "_fd", None), None
-            waiting, self._waiters, self._eager_since = self._waiters, [], None
+            waiting, self._waiters = self._waiters, []
             self._sync_cv.notify_all()  # the syncer thread ends
         error: BaseException | None = None
         if fd is not None and discard:
@@ -764,7 +742,7 @@ class FileJournal:
             self.head.close(sync=not discard)
         # what they waited for is durable now (or failed; or, discarded, the session ended here for good and
         # nothing of it is kept -- before, the same waiters were told after an fsync of a file deleted next)
-        for _, fut, _came in waiting:
+        for _, fut in waiting:
             _settle(fut, error)
 
 

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from smcdp.errors import InvalidMessage, NoSpace
-from smcdp.net.channel import Channel, InMemoryNetwork, ReplayDiverged
+from smcdp.net.channel import InMemoryNetwork, ReplayDiverged
 from smcdp.primitives.rng import Randomness
 from smcdp.runtime.chaos import ChaosAction
 from smcdp.runtime.durability import journal
@@ -586,70 +586,3 @@ def test_a_journal_about_to_be_deleted_is_closed_without_a_sync(tmp_path, monkey
     again = Checkpoint.load(kept.dir)
     assert [t for _r, t, _y, _d in again.journal.inbound()] == ["t/0"]
     again.close()
-
-
-def test_a_lazy_sync_joins_the_next_eager_one_and_comes_by_itself_later(tmp_path):
-    """A sent message's record asks for a lazy sync: the syncer waits up to LAZY_DELAY for a waiter that is
-    not lazy (the next message received), whose COMMIT_DELAY then starts, and one fsync covers both.  Alone,
-    a lazy waiter is synced once LAZY_DELAY has passed."""
-    j = FileJournal(tmp_path / "journal.log")
-    j.LAZY_DELAY, j.COMMIT_DELAY = 60.0, 0.01
-    try:
-        j.record_outbound("b", "out/0", "smcdp.v1.Ints", b"\x00" * 100, durable=False)
-        lazy = j.durable_future(lazy=True)
-        t0 = time.monotonic()
-        j.record_inbound("b", "in/0", "smcdp.v1.Ints", b"\x01", durable=False)
-        eager = j.durable_future()
-        eager.result(timeout=30)
-        assert time.monotonic() - t0 < 30 and lazy.done() and j.syncs == 1 and j._synced == j._end
-        j.LAZY_DELAY = 0.05
-        j.record_outbound("b", "out/1", "smcdp.v1.Ints", b"\x02", durable=False)
-        j.durable_future(lazy=True).result(timeout=30)  # nobody else asks: it comes by itself
-        assert j.syncs == 2 and j._synced == j._end
-    finally:
-        j.close()
-
-
-class _Pipelined(Channel):
-    """A pipelined channel whose transport delivers at once (what a peer's Ack would say)."""
-
-    pipelined = True
-
-    def __init__(self, journal):
-        super().__init__("s-1", "a", {"a": "alice", "b": "bob"}, journal=journal)
-        self.sent: list[str] = []
-
-    async def _transmit(self, to_role, tag, type_url, data):
-        self.sent.append(tag)
-
-
-def test_a_pipelined_send_does_not_wait_for_its_records_sync_and_a_failed_one_fails_the_session(tmp_path):
-    """A delivery is done when the Ack is in; the record's sync is lazy (the next one covers it), and if that
-    sync fails (a full disk), the session fails here as if the delivery had."""
-    import smcdp.runtime.durability.journal as journal_module
-
-    j = FileJournal(tmp_path / "journal.log")
-    j.LAZY_DELAY = 60.0
-
-    async def run():
-        ch = _Pipelined(j)
-        await ch.send("b", "t/0", pb.Ints(values=[1]))
-        await ch.flush()
-        assert ch.sent == ["t/0"] and j.delivered("b", "t/0") and j.syncs == 0  # not waited for
-        j.LAZY_DELAY = 0.01
-        real = os.fsync
-        journal_module.os.fsync = lambda fd: (_ for _ in ()).throw(OSError(errno.ENOSPC, "full"))
-        try:
-            await ch.send("b", "t/1", pb.Ints(values=[2]))
-            await ch.flush()
-            with pytest.raises(NoSpace):
-                await ch.recv("b", "never", pb.Ints, timeout=30)
-        finally:
-            journal_module.os.fsync = real
-        with pytest.raises(NoSpace):
-            await ch.send("b", "t/2", pb.Ints(values=[3]))
-
-    try:
-        asyncio.run(run())
-    finally:
-        j.close()
