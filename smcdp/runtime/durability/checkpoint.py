@@ -291,7 +291,7 @@ class Checkpoint:
     def remove(self) -> None:
         """Delete the checkpoint, root key and journal included."""
         if self._journal is not None:
-            self._journal.close()
+            self._journal.close(discard=True)
             self._journal = None
         shutil.rmtree(self.dir, ignore_errors=True)
 

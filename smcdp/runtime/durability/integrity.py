@@ -19,7 +19,6 @@ field or a record of another session through.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import os
 from pathlib import Path
@@ -70,10 +69,8 @@ class Mac:
         self._key = hmac.digest(key, f"smcdp/durability/v2/{purpose}/{session_id}".encode(), "sha256")
 
     def tag(self, *parts: bytes) -> bytes:
-        h = hmac.new(self._key, digestmod=hashlib.sha256)
-        for p in parts:
-            h.update(p)
-        return h.digest()[:MAC_BYTES]
+        # one call into OpenSSL (the HMAC object and its updates cost twice as much per record)
+        return hmac.digest(self._key, parts[0] if len(parts) == 1 else b"".join(parts), "sha256")[:MAC_BYTES]
 
     def verify(self, tag: bytes, *parts: bytes) -> bool:
         return hmac.compare_digest(tag, self.tag(*parts))

@@ -64,6 +64,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii as _quote  # what json.dumps quotes with
 from pathlib import Path
 
 from smcdp._files import fsync_dir
@@ -245,6 +246,13 @@ def _header(raw: bytes, kind: int) -> dict | None:
     return head
 
 
+def _header_bytes(role: str, tag: str, type_name: str, digest: str | None) -> bytes:
+    """A record's header: the bytes ``json.dumps({"r": role, "t": tag, "y": type_name[, "h": digest]},
+    separators=(",", ":"))`` gives, built directly (a third of an append's Python time went into json)."""
+    hb = '{"r":' + _quote(role) + ',"t":' + _quote(tag) + ',"y":' + _quote(type_name)
+    return (hb + ("}" if digest is None else ',"h":' + _quote(digest) + "}")).encode()
+
+
 def describe(path: Path, owner: str, damage: list[Damage]) -> str:
     shown = "; ".join(d.what for d in damage[:5]) + (f"; and {len(damage) - 5} more" if len(damage) > 5 else "")
     return f"the journal {path} of party {owner} is damaged: {shown}"
@@ -329,12 +337,13 @@ class JournalHead:
         except OSError as exc:
             raise self._fail(exc, "cannot write its journal's head") from None
 
-    def close(self) -> None:
-        """Sync and close the head (the journal closes)."""
+    def close(self, sync: bool = True) -> None:
+        """Sync (unless told not to: about to be deleted) and close the head (the journal closes)."""
         fd, self._fd = self._fd, None
         if fd is not None:
             try:
-                os.fsync(fd)
+                if sync:
+                    os.fsync(fd)
                 os.close(fd)
             except OSError:
                 pass
@@ -398,9 +407,18 @@ class FileJournal:
         self._seq = 0
         self._end = 0
         self._fd: int | None  # the open journal file, set by _open; None once closed
-        self._open(repair)
+        created = self._open(repair)
         self._synced = self._end
-        if self.head is not None:
+        if created:
+            # Nothing in it needs to be durable yet: a new journal lost to a power cut is one "cut short while
+            # being created", and the syncer's first fsync covers its file header with its first records.
+            # Only the names of the journal and its head must be durable before any record is (else a power
+            # cut could leave synced records without their head: damage), so one fsync of the directory.
+            if self.head is not None:
+                self.head.open(0, 0)  # (0, 0): no record, and no byte, was made durable yet
+            else:
+                fsync_dir(self.path.parent)
+        elif self.head is not None:
             # what a killed process wrote is in the page cache, not necessarily on disk: synced before the
             # head says so (else a power cut after this start could make an intact journal look truncated)
             try:
@@ -410,7 +428,8 @@ class FileJournal:
             self.head.open(self._seq, self._synced)
 
     # ------------------------------------------------------------------ reading
-    def _open(self, repair: bool) -> None:
+    def _open(self, repair: bool) -> bool:
+        """Open the journal, or create it (True: created, nothing synced yet)."""
         try:
             fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         except FileExistsError:
@@ -429,9 +448,7 @@ class FileJournal:
             self._fd = fd
             self._write_at(0, [FILE_MAGIC])
             self._end = len(FILE_MAGIC)
-            os.fsync(fd)
-            fsync_dir(self.path.parent)
-            return
+            return True
         try:
             data = self.path.read_bytes()
         except OSError as exc:
@@ -443,7 +460,7 @@ class FileJournal:
             if not repair:
                 raise JournalDamaged(describe(self.path, self.owner, found.damage), self.owner, found.damage)
             self._rewrite(data, found)
-            return
+            return False
         self._fd = os.open(self.path, os.O_RDWR)
         if found.torn:
             log.warning(
@@ -459,6 +476,7 @@ class FileJournal:
             found.end = len(FILE_MAGIC)
         self._index(found.records)
         self._seq, self._end = found.next_seq, found.end
+        return False
 
     def _rewrite(self, data: bytes, found: Scan) -> None:
         """Keep the intact records only, in a new file that replaces the damaged one atomically."""
@@ -642,10 +660,7 @@ class FileJournal:
     # ------------------------------------------------------------------ writing
     def _append(self, kind: int, role: str, tag: str, type_name: str, data: bytes) -> int:
         """Write one record at the end; returns the offset of its data.  A failed write leaves nothing."""
-        head = {"r": role, "t": tag, "y": type_name}
-        if kind != DELIVERED:
-            head["h"] = hashlib.sha256(data).hexdigest()
-        hb = json.dumps(head, separators=(",", ":")).encode()
+        hb = _header_bytes(role, tag, type_name, None if kind == DELIVERED else hashlib.sha256(data).hexdigest())
         if len(hb) > MAX_HEADER:
             raise InvalidMessage("journal record header too long (tag or type name)")
         t0 = time.perf_counter()
@@ -692,9 +707,11 @@ class FileJournal:
             "acknowledged": len(self._delivered),
         }
 
-    def close(self) -> None:
+    def close(self, discard: bool = False) -> None:
         """Sync what is written (a message accepted but not yet acknowledged is durable all the same)
-        and close; a later :meth:`sync` returns at once."""
+        and close; a later :meth:`sync` returns at once.  ``discard``: the journal is about to be deleted
+        (its session ended for good), so nothing is synced -- an fsync of a file unlinked a moment later
+        bought nothing, and it held up the end of every session at every party."""
         with self._sync_cv:
             while self._syncing:  # an fsync of this fd is under way
                 self._sync_cv.wait(1.0)
@@ -702,7 +719,12 @@ class FileJournal:
             waiting, self._waiters = self._waiters, []
             self._sync_cv.notify_all()  # the syncer thread ends
         error: BaseException | None = None
-        if fd is not None:
+        if fd is not None and discard:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        elif fd is not None:
             try:
                 os.fsync(fd)
                 self._synced = self._end
@@ -717,8 +739,10 @@ class FileJournal:
             except OSError:
                 pass
         if self.head is not None:
-            self.head.close()
-        for _, fut in waiting:  # what they waited for is durable now (or failed)
+            self.head.close(sync=not discard)
+        # what they waited for is durable now (or failed; or, discarded, the session ended here for good and
+        # nothing of it is kept -- before, the same waiters were told after an fsync of a file deleted next)
+        for _, fut in waiting:
             _settle(fut, error)
 
 

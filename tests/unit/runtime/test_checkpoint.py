@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import errno
 import hashlib
+import hmac
+import json
 import os
 import pickle
 import stat
@@ -515,3 +517,72 @@ def test_replay_view_reads_ciphertexts_in_a_map_in_key_order():
     assert keyed("ba", {"a": [b"\x07"], "b": [b"\x08", b"\x09"]}) == first
     assert keyed("ab", {"a": [b"\x01", b"\x02"], "b": [b"\x03"]}) != first  # counts moved between keys
     assert keyed("ab", {"a": [b"\x01"], "b": [b"\x02", b"\x03"]}, note="m") != first
+
+
+@given(st.text(), st.text(), st.text(), st.one_of(st.none(), st.text(alphabet="0123456789abcdef", max_size=64)))
+def test_a_record_header_is_the_json_the_scan_reads(role, tag, type_name, digest):
+    """The header is built without json.dumps, byte for byte what json.dumps gave (journals written before
+    read the same), and the scan's json.loads reads it back."""
+    head = {"r": role, "t": tag, "y": type_name}
+    if digest is not None:
+        head["h"] = digest
+    raw = journal._header_bytes(role, tag, type_name, digest)
+    assert raw == json.dumps(head, separators=(",", ":")).encode()
+    assert json.loads(raw) == head
+
+
+@given(st.lists(st.binary(max_size=100), min_size=1, max_size=4))
+def test_a_mac_is_hmac_sha256_of_its_parts_truncated(parts):
+    key = b"k" * 32
+    mac = Mac(key, "journal", "s-1")
+    h = hmac.new(hmac.digest(key, b"smcdp/durability/v2/journal/s-1", "sha256"), digestmod=hashlib.sha256)
+    for p in parts:
+        h.update(p)
+    assert mac.tag(*parts) == h.digest()[:16]
+    assert mac.verify(h.digest()[:16], b"".join(parts))
+
+
+def _count_fsyncs(monkeypatch):
+    """Count os.fsync calls on directories and on files."""
+    real, calls = os.fsync, {"dir": 0, "file": 0}
+
+    def counting(fd):
+        calls["dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file"] += 1
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", counting)
+    return calls
+
+
+def test_a_new_journal_costs_one_directory_fsync_and_a_power_cut_then_is_no_damage(tmp_path, monkeypatch):
+    """Creating a journal syncs only the directory (the names of the journal and its head); its file header is
+    synced with its first records.  A power cut that lost the header is a journal cut short while being
+    created, not damage: the head says nothing was made durable."""
+    mac = Mac(b"k" * 32, "journal", "s-1")
+    calls = _count_fsyncs(monkeypatch)
+    j = FileJournal(tmp_path / "journal.log", mac, head=True)
+    assert calls == {"dir": 1, "file": 0}
+    assert j.head is not None and j.head.read() == (0, 0)
+    j.close(discard=True)  # (no sync: the state a power cut right after creation may leave)
+    os.truncate(tmp_path / "journal.log", 0)
+    again = FileJournal(tmp_path / "journal.log", mac, head=True)
+    assert again.repaired == [] and again.stats()["received"] == 0
+    again.record_inbound("b", "t/0", "smcdp.v1.Ints", b"\x01")  # synced: the header with it
+    assert again.head is not None and again.head.read() == (1, os.path.getsize(tmp_path / "journal.log"))
+    again.close()
+
+
+def test_a_journal_about_to_be_deleted_is_closed_without_a_sync(tmp_path, monkeypatch):
+    """Checkpoint.remove (the session ended for good) closes the journal without syncing it or its head; a
+    checkpoint kept for a resume is synced when it closes."""
+    kept, gone = _create(tmp_path, session_id="s-kept"), _create(tmp_path, session_id="s-gone")
+    for cp in (kept, gone):
+        cp.journal.record_inbound("b", "t/0", "smcdp.v1.Ints", b"\x01", durable=False)
+    calls = _count_fsyncs(monkeypatch)
+    gone.remove()
+    assert calls == {"dir": 0, "file": 0} and not gone.dir.exists()
+    kept.close()
+    assert calls["file"] == 2  # the journal, then its head
+    again = Checkpoint.load(kept.dir)
+    assert [t for _r, t, _y, _d in again.journal.inbound()] == ["t/0"]
+    again.close()
