@@ -138,6 +138,11 @@ def scan(data: bytes, mac: Mac) -> Scan:
     records: list[_Record] = []
     damage: list[Damage] = []
     n = len(data)
+    if not any(data):
+        # nothing of it but zeros: a new journal cut short by a power cut before its first sync, on a file
+        # system that extends a file before it writes the data (its header is synced with its first records).
+        # Were records acknowledged, the head says so, and the journal shorter than its head is damage
+        return Scan(records, damage, 0, n, 0)
     if n < len(FILE_MAGIC):
         if FILE_MAGIC.startswith(data):
             return Scan(records, damage, 0, n, 0)  # cut short while being created
