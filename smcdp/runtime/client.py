@@ -49,14 +49,29 @@ log = logging.getLogger("smcdp.client")
 NOT_CONNECTED = "failed to connect to all addresses"
 
 
+#: how long one connection attempt of an operator's call may take (TCP, the TLS handshake, HTTP/2's
+#: settings).  gRPC takes it from ``grpc.min_reconnect_backoff_ms``, which the parties' own channels keep
+#: at 200 ms (their calls are retried within the grace, and a peer that comes back is noticed at once).
+#: An operator's call is made once: with 200 ms, a handshake with a party busy computing on a loaded host
+#: failed the call ("connection attempt timed out before receiving SETTINGS frame", "Handshake read
+#: failed") although the party was up -- so here it is gRPC's own default.
+OPERATOR_CONNECT_MS = 20_000
+
+
+def _operator_options(target: str) -> list[tuple[str, int | str]]:
+    options: list[tuple[str, int | str]] = [
+        (key, OPERATOR_CONNECT_MS if key == "grpc.min_reconnect_backoff_ms" else value)
+        for key, value in channel_options()
+    ]
+    return options + [("grpc.ssl_target_name_override", target)]
+
+
 def _operator_channel(config: PartyConfig, party: str | None = None) -> grpc.Channel:
     """A blocking channel to ``party`` (default: this party) with this party's certificate."""
     tls = TlsMaterial.load(config.tls.ca, config.tls.cert, config.tls.key)
     target = party or config.name
     creds = grpc.ssl_channel_credentials(tls.ca_pem, tls.key_pem, tls.cert_pem)
-    return grpc.secure_channel(
-        config.address_of(target), creds, options=channel_options() + [("grpc.ssl_target_name_override", target)]
-    )
+    return grpc.secure_channel(config.address_of(target), creds, options=_operator_options(target))
 
 
 def _as_config(config: str | os.PathLike | PartyConfig) -> PartyConfig:

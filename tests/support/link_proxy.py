@@ -32,14 +32,15 @@ def _address(text: str) -> tuple[str, int]:
 
 
 class LinkProxy:
-    """A :class:`delay_proxy.DelayProxy` without delay, in a thread of its own; faults set from any thread."""
+    """A :class:`delay_proxy.DelayProxy` (without delay unless ``rtt`` seconds are given), in a thread of its
+    own; faults set from any thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, rtt: float = 0.0) -> None:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="link-proxy")
         self.thread.start()
         # the target is filled in once the cluster's ports are known (LinkProxy.to)
-        self.proxy = delay_proxy.DelayProxy(("127.0.0.1", 0), ("127.0.0.1", 0), 0.0)
+        self.proxy = delay_proxy.DelayProxy(("127.0.0.1", 0), ("127.0.0.1", 0), rtt)
         self._call(self.proxy.start())
         assert self.proxy._server is not None
         self.port = self.proxy._server.sockets[0].getsockname()[1]

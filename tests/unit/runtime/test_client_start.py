@@ -122,3 +122,32 @@ def test_a_lost_reply_of_a_session_the_party_runs_gives_its_record(party):
     standin.cut, standin.starts = 1, 0
     rec = client.start_session(cfg, "power-iteration", {"trent": "trent", "party1": "alice"}, {}, session_id="begun")
     assert rec["result"] == {"n": 0} and standin.starts == 1
+
+
+def test_an_operator_call_waits_for_a_slow_handshake(tmp_path):
+    """The party's own channels give a connection attempt 200 ms (their calls are retried); an operator's call
+    is made once, and a TLS handshake that takes longer (a busy party on a loaded host; here a link with 0.6 s
+    of round trip) must not fail it."""
+    from tests.support.link_proxy import LinkProxy
+
+    proxy = LinkProxy(rtt=0.6)
+    try:
+        configs = write_local_deployment(
+            tmp_path, ["trent", "alice"], allow_insecure_keys=True, ports={"trent": proxy.port}
+        )
+        cfg = load_config(configs["trent"])
+        tls = TlsMaterial.load(cfg.tls.ca, cfg.tls.cert, cfg.tls.key)
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        tgrpc.add_ControlServicer_to_server(StandIn(), server)
+        creds = grpc.ssl_server_credentials(
+            [(tls.key_pem, tls.cert_pem)], root_certificates=tls.ca_pem, require_client_auth=True
+        )
+        port = server.add_secure_port("127.0.0.1:0", creds)
+        server.start()
+        proxy.to(f"127.0.0.1:{port}")
+        try:
+            assert _start(cfg)["state"] == "succeeded"
+        finally:
+            server.stop(0)
+    finally:
+        proxy.close()
