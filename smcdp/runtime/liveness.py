@@ -142,10 +142,12 @@ class Watcher:
             if now - last_tick > paused:
                 self._forgive(now)
             last_tick = now
-            todo = ring_neighbours(ring, self.me, finished)
-            for p in todo:  # a peer counts from the start of the role; one probed later (a neighbour finished) from now
+            neighbours = ring_neighbours(ring, self.me, finished)
+            for p in (
+                neighbours
+            ):  # a peer counts from the start of the role; one probed later (a neighbour finished) from now
                 self.peer_seen.setdefault(p, (start if first else now, ""))
-            todo += self._awaited(ch, now, finished, todo)
+            todo = neighbours + self._awaited(ch, now, finished, neighbours)
             first = False
             replies = await asyncio.gather(*(self._probe(ch, p) for p in todo))
             if time.monotonic() - probed_at > paused:
@@ -153,7 +155,7 @@ class Watcher:
                 # ran (its peers had no way to answer it), so the pause is forgiven here too -- a party
                 # stalled for 25 s blamed both peers for its own silence the moment it resumed
                 self._forgive(time.monotonic())
-            if not self._heard(todo, replies, finished) or not self._silence(ch, todo):
+            if not self._heard(todo, replies, finished) or not self._silence(ch, todo, neighbours):
                 return
 
     def _awaited(self, ch: Probed, now: float, finished: set[str], ring: list[str]) -> list[str]:
@@ -265,8 +267,12 @@ class Watcher:
             )
         return good_culprit, good_link
 
-    def _silence(self, ch: Probed, todo: list[str]) -> bool:
-        """False once a participant -- or this party itself -- has been silent past the grace."""
+    def _silence(self, ch: Probed, todo: list[str], neighbours: list[str] | None = None) -> bool:
+        """False once a participant -- or this party itself -- has been silent past the grace.  ``neighbours``
+        (default: all of ``todo``): the ring's, whose silence all at once says this party is the one cut off;
+        the others in ``todo`` are probed only while a message waits on them, and their silence counts from
+        then, so it cannot tell when this party was cut off."""
+        neighbours = todo if neighbours is None else neighbours
         grace, now = self.grace, time.monotonic()
         unanswered = {p: now - self.peer_seen[p][0] for p in todo}  # heartbeats' silence
         quiet = {p: now - ch.last_heard.get(self.peers[p], -math.inf) for p in todo}  # its messages' silence
@@ -276,7 +282,7 @@ class Watcher:
         # heartbeats alone say when this party is the one cut off: they all stop at the same moment,
         # whereas the last message from each peer came whenever the protocol sent one
         silent = {p: unanswered[p] for p in todo if unanswered[p] > grace and quiet[p] > grace}
-        if len(todo) >= 2 and all(unanswered[p] > grace and quiet[p] > grace / 2 for p in todo):
+        if len(neighbours) >= 2 and all(unanswered[p] > grace and quiet[p] > grace / 2 for p in neighbours):
             # every other participant went silent at once: this party is the one cut off, which is also
             # what they all conclude -- so every record names the same culprit
             self._lose(

@@ -176,3 +176,41 @@ def test_a_participant_a_message_waits_on_is_probed_too_and_named_once_silent(wa
     [(exc, culprit)] = lost
     assert isinstance(exc, PeerLost) and culprit == "dave" and "'dave'" in str(exc)
     assert ch.probed == {"alice", "charlie", "dave"}
+
+
+class _CutOff:
+    """Bob's channel when bob himself is cut off, a second after the role began: no heartbeat is answered and
+    nothing arrives from anyone -- and a message of his to dave (no neighbour of his) has waited since the cut."""
+
+    def __init__(self) -> None:
+        self.cut = time.monotonic() + 1.0
+        self.last_heard: dict[str, float] = {}
+        self.awaiting: dict[str, float] = {}
+
+    async def heartbeat(self, party, incarnation, timeout):
+        if time.monotonic() < self.cut:
+            return SimpleNamespace(state="running", incarnation=f"{party}1", code="", culprit="")
+        self.awaiting.setdefault("dave", self.cut)
+        await asyncio.sleep(timeout)
+        raise _Deadline()
+
+
+def test_a_party_cut_off_from_everyone_names_itself_though_it_probes_a_participant_its_message_waits_on():
+    """Its neighbours went silent at once: it is the one cut off.  The participant probed besides them since its
+    message began to wait is silent for less time (its silence counts from then), and before, that hid the
+    moment of the cut: bob named a neighbour (the multi-host cable-cut test, 2 of 2 fresh-clone runs)."""
+    roles = {"charlie": "charlie", "dave": "dave", "party1": "alice", "party2": "bob"}
+    lost: list[tuple[BaseException, str | None]] = []
+    w = Watcher("bob", "b1", SESSION, roles, GRACE, lambda exc, culprit: lost.append((exc, culprit)))
+
+    async def main():
+        task = asyncio.ensure_future(w.watch(_CutOff()))
+        end = time.monotonic() + 4 * GRACE
+        while not task.done() and time.monotonic() < end:
+            await asyncio.sleep(0.05)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(main())
+    [(exc, culprit)] = lost
+    assert isinstance(exc, PeerLost) and culprit == "bob" and "lost contact with every other participant" in str(exc)
