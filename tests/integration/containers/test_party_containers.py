@@ -286,12 +286,14 @@ def test_sigterm_aborts_running_sessions_tells_peers_and_exits_0(cluster):
     """`podman stop` mid-session: alice aborts, every peer's record names alice, exit 0."""
     sid = f"trent.sigterm-{secrets.token_hex(4)}"  # in its initiator's namespace (issue 24)
     outcome = {}
-    # 2048-bit keys: the session runs for seconds, long enough to be interrupted
+    # A session that cannot end before alice is stopped, however loaded the host: a tolerance that never
+    # stops it (tol² is 0), so it runs its 400 rounds -- half a minute -- unless interrupted.  (With the
+    # default tolerance it converged in ~16 rounds, about a second, and at load ~20 it ended before
+    # `podman stop` reached alice.)
+    params = power_iteration_params(key_bits=2048, tol=1e-300, max_iterations=400)
     worker = threading.Thread(
         target=lambda: outcome.update(
-            out=cluster.session(
-                "trent", "power-iteration", PI_ROLES, power_iteration_params(key_bits=2048), session_id=sid, timeout=90
-            )
+            out=cluster.session("trent", "power-iteration", PI_ROLES, params, session_id=sid, timeout=90)
         )
     )
     worker.start()
