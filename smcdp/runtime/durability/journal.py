@@ -605,11 +605,12 @@ class FileJournal:
                     upto, records, fd = self._end, self._seq, self._fd
                 self._syncing = True
             t0 = time.perf_counter()
-            try:
-                os.fsync(fd)
-                error = None
-            except OSError as exc:
-                error = self._local_failure(exc, "cannot sync its journal")
+            error = self._broken
+            if error is None:
+                try:
+                    os.fsync(fd)
+                except OSError as exc:
+                    error = self._latch(self._local_failure(exc, "cannot sync its journal"))
             if error is None:
                 try:
                     if self.head is not None:
@@ -683,6 +684,16 @@ class FileJournal:
             self.seconds_writing += time.perf_counter() - t0
         return start + len(rec)
 
+    def _latch(self, error: BaseException) -> BaseException:
+        """A failed ``fsync`` breaks the journal for good: the kernel may report a lost write-back once and let
+        the next ``fsync`` succeed, and a head written after that would vouch for records that never reached
+        the disk.  Nothing more is written or synced here (the session fails, resumably where the error
+        allows; a resume opens the journal anew and reads what is really there)."""
+        with self._lock:
+            if self._broken is None:
+                self._broken = error
+            return self._broken
+
     def _write_at(self, offset: int, parts: list[bytes]) -> None:
         total = sum(len(p) for p in parts)
         assert self._fd is not None  # open until close(), after which nothing is read or written
@@ -730,15 +741,18 @@ class FileJournal:
             except OSError:
                 pass
         elif fd is not None:
-            try:
-                os.fsync(fd)
-                self._synced = self._end
-                if self.head is not None:
-                    self.head.write(self._seq, self._end)
-            except OSError as exc:
-                error = self._local_failure(exc, "cannot sync its journal")
-            except SmcdpError as exc:
-                error = exc
+            if self._broken is not None:
+                error = self._broken  # no sync may vouch for what an earlier, failed one may have lost
+            else:
+                try:
+                    os.fsync(fd)
+                    self._synced = self._end
+                    if self.head is not None:
+                        self.head.write(self._seq, self._end)
+                except OSError as exc:
+                    error = self._local_failure(exc, "cannot sync its journal")
+                except SmcdpError as exc:
+                    error = exc
             try:
                 os.close(fd)
             except OSError:

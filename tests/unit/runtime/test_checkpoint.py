@@ -595,3 +595,32 @@ def test_a_journal_about_to_be_deleted_is_closed_without_a_sync(tmp_path, monkey
     again = Checkpoint.load(kept.dir)
     assert [t for _r, t, _y, _d in again.journal.inbound()] == ["t/0"]
     again.close()
+
+
+def test_a_failed_fsync_breaks_the_journal_for_good(tmp_path, monkeypatch):
+    """Linux may report a lost write-back to one fsync and let the next succeed: a head written after it would
+    vouch for records that never reached the disk.  After a failed fsync nothing more is written or synced,
+    and the head still says what the last good sync covered."""
+    mac = Mac(b"k" * 32, "journal", "s-1")
+    j = FileJournal(tmp_path / "journal.log", mac, head=True)
+    j.record_inbound("b", "t/0", "smcdp.v1.Ints", b"\x01")
+    assert j.head is not None
+    good = j.head.read()
+    real, failures = os.fsync, [0]
+
+    def once(fd):
+        if not failures[0] and not stat.S_ISDIR(os.fstat(fd).st_mode):
+            failures[0] += 1
+            raise OSError(5, "Input/output error")
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", once)
+    with pytest.raises(Exception, match="cannot sync its journal") as first:
+        j.record_inbound("b", "t/1", "smcdp.v1.Ints", b"\x02")
+    with pytest.raises(type(first.value)):  # the next fsync would succeed: it is not asked
+        j.record_inbound("b", "t/2", "smcdp.v1.Ints", b"\x03")
+    with pytest.raises(type(first.value)):
+        j.sync()
+    assert j.head.read() == good
+    j.close()
+    assert j.head.read() == good
