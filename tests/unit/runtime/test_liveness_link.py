@@ -134,6 +134,24 @@ def test_a_failed_link_uses_up_the_restarts_of_the_link_not_those_of_the_party_t
     assert restart_culprit(odd, "bob") == "trent"
 
 
+def _watch_as_bob(ch) -> list[tuple[BaseException, str | None]]:
+    """Bob's watch in a four-party session over ``ch``, until it names a culprit (or 4 graces pass): what it lost."""
+    roles = {"charlie": "charlie", "dave": "dave", "party1": "alice", "party2": "bob"}
+    lost: list[tuple[BaseException, str | None]] = []
+    w = Watcher("bob", "b1", SESSION, roles, GRACE, lambda exc, culprit: lost.append((exc, culprit)))
+
+    async def main():
+        task = asyncio.ensure_future(w.watch(ch))
+        end = time.monotonic() + 4 * GRACE
+        while not task.done() and time.monotonic() < end:
+            await asyncio.sleep(0.05)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(main())
+    return lost
+
+
 class _Awaiting:
     """Bob's channel in a four-party session: his neighbours alice and charlie answer, and a message to dave
     -- no neighbour of his, so not probed by him -- has waited for its acknowledgement since the start: the
@@ -156,20 +174,8 @@ class _Awaiting:
 def test_a_participant_a_message_waits_on_is_probed_too_and_named_once_silent(waits):
     """Before, only the ring's neighbours were probed: a message to any other participant over a link that
     carried nothing was retried until the session's deadline, and nobody noticed."""
-    roles = {"charlie": "charlie", "dave": "dave", "party1": "alice", "party2": "bob"}
-    lost: list[tuple[BaseException, str | None]] = []
-    w = Watcher("bob", "b1", SESSION, roles, GRACE, lambda exc, culprit: lost.append((exc, culprit)))
     ch = _Awaiting(waits)
-
-    async def main():
-        task = asyncio.ensure_future(w.watch(ch))
-        end = time.monotonic() + 4 * GRACE
-        while not task.done() and time.monotonic() < end:
-            await asyncio.sleep(0.05)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-
-    asyncio.run(main())
+    lost = _watch_as_bob(ch)
     if not waits:  # nothing waits on dave: he is no neighbour of bob's, and bob leaves him to them
         assert lost == [] and ch.probed == {"alice", "charlie"}
         return
@@ -199,18 +205,6 @@ def test_a_party_cut_off_from_everyone_names_itself_though_it_probes_a_participa
     """Its neighbours went silent at once: it is the one cut off.  The participant probed besides them since its
     message began to wait is silent for less time (its silence counts from then), and before, that hid the
     moment of the cut: bob named a neighbour (the multi-host cable-cut test, 2 of 2 fresh-clone runs)."""
-    roles = {"charlie": "charlie", "dave": "dave", "party1": "alice", "party2": "bob"}
-    lost: list[tuple[BaseException, str | None]] = []
-    w = Watcher("bob", "b1", SESSION, roles, GRACE, lambda exc, culprit: lost.append((exc, culprit)))
-
-    async def main():
-        task = asyncio.ensure_future(w.watch(_CutOff()))
-        end = time.monotonic() + 4 * GRACE
-        while not task.done() and time.monotonic() < end:
-            await asyncio.sleep(0.05)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-
-    asyncio.run(main())
+    lost = _watch_as_bob(_CutOff())
     [(exc, culprit)] = lost
     assert isinstance(exc, PeerLost) and culprit == "bob" and "lost contact with every other participant" in str(exc)
