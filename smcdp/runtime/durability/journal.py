@@ -48,7 +48,8 @@ session's MAC, rewritten after every sync.  A crash can only cut what follows th
 head; a journal shorter than its head, a head without its journal, a journal with
 records but no head, or a head that does not verify is damage.  (The head is written
 after the sync it describes and not synced itself: after a power cut it may be older
-than the journal, never newer, so it never calls a real torn tail damage.)
+than the journal, never newer, so it never calls a real torn tail damage.  Only its
+first content is synced, when it is opened, so that it is never found empty.)
 """
 
 from __future__ import annotations
@@ -330,6 +331,12 @@ class JournalHead:
         except OSError as exc:
             raise self._fail(exc, "cannot open its journal's head") from None
         self.write(records, end)
+        # its content synced before its name: a head that exists is never empty after a power cut (an empty
+        # head does not verify, which would call an intact journal damaged)
+        try:
+            os.fsync(self._fd)
+        except OSError as exc:
+            raise self._fail(exc, "cannot sync its journal's head") from None
         fsync_dir(self.path.parent)
 
     def write(self, records: int, end: int) -> None:
@@ -417,8 +424,9 @@ class FileJournal:
         if created:
             # Nothing in it needs to be durable yet: a new journal lost to a power cut is one "cut short while
             # being created", and the syncer's first fsync covers its file header with its first records.
-            # Only the names of the journal and its head must be durable before any record is (else a power
-            # cut could leave synced records without their head: damage), so one fsync of the directory.
+            # Only the head, (0, 0), and the names of the journal and its head must be durable before any record
+            # is (else a power cut could leave synced records without their head, or with an empty one: damage),
+            # so one fsync of the head and one of the directory.
             if self.head is not None:
                 self.head.open(0, 0)  # (0, 0): no record, and no byte, was made durable yet
             else:

@@ -554,14 +554,19 @@ def _count_fsyncs(monkeypatch):
     return calls
 
 
-def test_a_new_journal_costs_one_directory_fsync_and_a_power_cut_then_is_no_damage(tmp_path, monkeypatch):
-    """Creating a journal syncs only the directory (the names of the journal and its head); its file header is
-    synced with its first records.  A power cut that lost the header is a journal cut short while being
+def test_a_new_journal_syncs_its_head_and_directory_and_a_power_cut_then_is_no_damage(tmp_path, monkeypatch):
+    """Creating a journal syncs the head's first content, (0, 0), and the directory (the names of the journal
+    and its head) -- never an empty head after a power cut, which would not verify; the journal's file header
+    is synced with its first records.  A power cut that lost the header is a journal cut short while being
     created, not damage: the head says nothing was made durable."""
     mac = Mac(b"k" * 32, "journal", "s-1")
     calls = _count_fsyncs(monkeypatch)
+    counting = os.fsync
+    synced: list[str] = []
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), counting(fd)))
     j = FileJournal(tmp_path / "journal.log", mac, head=True)
-    assert calls == {"dir": 1, "file": 0}
+    assert calls == {"dir": 1, "file": 1}
+    assert synced == [str(tmp_path / "journal.log.head"), str(tmp_path)]  # the head's content before the names
     assert j.head is not None and j.head.read() == (0, 0)
     j.close(discard=True)  # (no sync: the state a power cut right after creation may leave)
     # the header lost: the file's length without its data (zeros, on a file system that extends a file
