@@ -35,7 +35,7 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -624,10 +624,15 @@ class GrpcChannel(Channel):
             return_exceptions=True,
         )
 
-    async def heartbeat(self, party: str, incarnation: str, timeout: float) -> tpb.HeartbeatReply:
-        """Probe ``party``'s view of this session (one attempt; raises grpc.RpcError on failure)."""
+    async def heartbeat(
+        self, party: str, incarnation: str, timeout: float, about: Sequence[str] = ()
+    ) -> tpb.HeartbeatReply:
+        """Probe ``party``'s view of this session (one attempt; raises grpc.RpcError on failure), and ask how
+        long ago it last heard from the participants in ``about``."""
         return await self.connector.mailbox(party).Heartbeat(
-            tpb.HeartbeatRequest(session_id=self.session_id, incarnation=incarnation, round=max(0, self.round)),
+            tpb.HeartbeatRequest(
+                session_id=self.session_id, incarnation=incarnation, round=max(0, self.round), about=about
+            ),
             timeout=timeout,
         )
 

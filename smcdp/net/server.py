@@ -45,7 +45,7 @@ import json
 import logging
 import re
 import secrets
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Literal, NoReturn, ParamSpec, Protocol, TypeAlias, TypeVar, overload
@@ -203,6 +203,8 @@ class SessionSpec:
 ROLE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 MAX_TIMEOUT = 7 * 24 * 3600.0
 MAX_ROLES = 128
+#: the most participants one Heartbeat may ask about (HeartbeatRequest.about)
+MAX_ABOUT = 16
 #: codes an Abort may carry: every gRPC status except OK (a failure must say it failed)
 ABORT_CODES = frozenset(c.name for c in grpc.StatusCode if c is not grpc.StatusCode.OK)
 
@@ -346,10 +348,14 @@ class PeerHost(abc.ABC):
     ) -> None: ...
 
     @abc.abstractmethod
-    async def heartbeat(self, peer: str, session_id: str, incarnation: str, round: int) -> dict[str, Any]:
+    async def heartbeat(
+        self, peer: str, session_id: str, incarnation: str, round: int, about: Sequence[str] = ()
+    ) -> dict[str, Any]:
         """This party's view of ``session_id`` for a participant's liveness probe:
         ``{"state", "incarnation", "round", "code", "culprit"}`` and, for a session failed by a link that
-        carried nothing, ``"link"`` (state "unknown" if it has none)."""
+        carried nothing, ``"link"`` (state "unknown" if it has none); for the participants named in
+        ``about`` (valid party names, at most :data:`MAX_ABOUT`), ``"about_heard_seconds"``: how long ago this
+        party last heard from each, -1 where it has not or has no view."""
 
     @abc.abstractmethod
     async def resume(self, peer: str, session_id: str) -> str:
@@ -808,11 +814,15 @@ class MailboxServicer(tgrpc.MailboxServicer):
     async def Heartbeat(self, request: tpb.HeartbeatRequest | Undecodable, context: _Context) -> tpb.HeartbeatReply:
         try:
             peer = peer_identity(context)
+            about = list(checked(request).about)
+            if len(about) > MAX_ABOUT or not all(PARTY_NAME_RE.fullmatch(a) for a in about):
+                raise InvalidMessage(f"Heartbeat asks about more than {MAX_ABOUT} parties or an invalid party name")
             view = await self.host.heartbeat(
                 peer,
                 validate_session_id(checked(request).session_id),
                 checked(request).incarnation[:64],
                 int(checked(request).round),
+                about,
             )
             return tpb.HeartbeatReply(**view)
         except Exception as exc:  # noqa: BLE001

@@ -12,7 +12,10 @@ was itself paused (SIGSTOP, a starved host) forgives its peers the silence of it
 
 A silent participant that still probes this party (its heartbeats arrive here) is alive: what failed is
 this party's link to it, and the session ends with :class:`LinkLost` naming "the link A→B" (this party is
-the origin: the one that cannot reach the other), not with a dead peer.
+the origin: the one that cannot reach the other), not with a dead peer.  One that does not probe this party
+(not a ring neighbour, or its link back is cut too) is asked about: once it has been silent for half the
+grace, this party's heartbeats to its ring neighbours ask how long ago they last heard from it
+(``HeartbeatRequest.about``); if one of them did within half the grace, it is alive and the link is named.
 """
 
 from __future__ import annotations
@@ -21,13 +24,13 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Protocol
 
 import grpc
 
 from smcdp.errors import PreconditionFailed, SessionAborted, SmcdpError, Unavailable
-from smcdp.net.server import parse_link
+from smcdp.net.server import MAX_ABOUT, parse_link
 from smcdp.states import SessionState
 
 log = logging.getLogger("smcdp.session")
@@ -77,7 +80,8 @@ class Probed(Protocol):
         """role -> monotonic time of the last message received from it (read-only here: a property, so that
         a channel's dict matches)"""
 
-    async def heartbeat(self, party: str, incarnation: str, timeout: float) -> Any: ...
+    async def heartbeat(self, party: str, incarnation: str, timeout: float, about: Sequence[str] = ()) -> Any:
+        """``party``'s answer (raises on failure), with how long ago it heard from each of ``about``."""
 
     # (optionally) ``awaiting``: role -> since when a message to it waits for its acknowledgement
     # (:attr:`smcdp.net.channel.Channel.awaiting`)
@@ -125,6 +129,12 @@ class Watcher:
         self._extra: set[str] = set()
         #: a peer's answer named a culprit or link outside the session: logged once, then ignored
         self._odd_logged = False
+        #: party -> monotonic time of its last answer to a heartbeat of this party's (evidence it is alive;
+        #: ``peer_seen`` also holds when its silence began to count)
+        self.answered_at: dict[str, float] = {}
+        #: party -> (monotonic time another participant last heard from it, that participant): a third
+        #: party's word that a participant this party cannot hear from is alive (:meth:`_asks`)
+        self.vouched: dict[str, tuple[float, str]] = {}
 
     async def watch(self, ch: Probed) -> None:
         ring = sorted({*self.peers, self.me})
@@ -149,13 +159,16 @@ class Watcher:
                 self.peer_seen.setdefault(p, (start if first else now, ""))
             todo = neighbours + self._awaited(ch, now, finished, neighbours)
             first = False
-            replies = await asyncio.gather(*(self._probe(ch, p) for p in todo))
+            asks = self._asks(ch, now, ring, finished, todo)
+            probes = todo + [p for p in asks if p not in todo]
+            replies = await asyncio.gather(*(self._probe(ch, p, asks.get(p, [])) for p in probes))
             if time.monotonic() - probed_at > paused:
                 # the probes, each bounded by `interval`, took far longer: this party was paused while they
                 # ran (its peers had no way to answer it), so the pause is forgiven here too -- a party
                 # stalled for 25 s blamed both peers for its own silence the moment it resumed
                 self._forgive(time.monotonic())
-            if not self._heard(todo, replies, finished) or not self._silence(ch, todo, neighbours):
+            self._vouches(probes, replies, asks)
+            if not self._heard(probes, replies, finished) or not self._silence(ch, todo, neighbours):
                 return
 
     def _awaited(self, ch: Probed, now: float, finished: set[str], ring: list[str]) -> list[str]:
@@ -175,14 +188,57 @@ class Watcher:
         self._extra = set(extra)
         return extra
 
+    def _asks(
+        self, ch: Probed, now: float, ring: list[str], finished: set[str], todo: list[str]
+    ) -> dict[str, list[str]]:
+        """Whom to ask about whom this round: every participant in ``todo`` silent for over half the grace that
+        does not probe this party, asked of its own ring neighbours (they probe it) -- third party -> the
+        participants to ask it about."""
+        half = self.grace / 2
+        asks: dict[str, list[str]] = {}
+        for p in todo:
+            heard = max(self.answered_at.get(p, -math.inf), ch.last_heard.get(self.peers[p], -math.inf))
+            if (
+                now - self.peer_seen[p][0] > half
+                and now - heard > half
+                and now - self.probed_at.get(p, -math.inf) > half
+            ):
+                for q in ring_neighbours(ring, p, finished):
+                    if q != self.me and len(asks.get(q, [])) < MAX_ABOUT:
+                        asks.setdefault(q, []).append(p)
+        return asks
+
+    def _vouches(self, probes: list[str], replies: list[Any], asks: Mapping[str, list[str]]) -> None:
+        """Take in what the third parties asked this round said of the participants asked about."""
+        now = time.monotonic()
+        for party, reply in zip(probes, replies):
+            if isinstance(reply, BaseException) or not asks.get(party):
+                continue
+            for about, ago in zip(asks[party], getattr(reply, "about_heard_seconds", ())):
+                if 0 <= ago < math.inf and now - ago > self.vouched.get(about, (-math.inf, ""))[0]:
+                    self.vouched[about] = (now - ago, party)
+
+    def heard_ago(self, party: str, last_heard: Mapping[str, float], asker: str) -> float:
+        """For another participant's question (``HeartbeatRequest.about``): seconds since this party last heard
+        from participant ``party`` in this session -- its answer to a heartbeat, its heartbeat, a message --
+        or -1 (not a participant, the asker itself, or never heard from)."""
+        if party not in self.peers or party == asker:
+            return -1.0
+        last = max(
+            self.answered_at.get(party, -math.inf),
+            self.probed_at.get(party, -math.inf),
+            last_heard.get(self.peers[party], -math.inf),
+        )
+        return -1.0 if last == -math.inf else max(0.0, time.monotonic() - last)
+
     def probed_by(self, party: str) -> None:
         """``party`` probed this session here: it is alive, and its link to this party carries."""
         if party in self.peers:
             self.probed_at[party] = time.monotonic()
 
-    async def _probe(self, ch: Probed, party: str):
+    async def _probe(self, ch: Probed, party: str, about: list[str]):
         try:
-            return await ch.heartbeat(party, self.incarnation, timeout=self.interval)
+            return await ch.heartbeat(party, self.incarnation, timeout=self.interval, about=about)
         except (grpc.RpcError, SmcdpError) as exc:
             return exc
 
@@ -215,6 +271,7 @@ class Watcher:
                     reply.incarnation,
                 )
             self.peer_seen[party] = (time.monotonic(), reply.incarnation)
+            self.answered_at[party] = self.peer_seen[party][0]
             state = reply.state  # a str: a state this party does not know is none of the three below
             if state == SessionState.SUCCEEDED:
                 finished.add(party)
@@ -297,14 +354,21 @@ class Watcher:
             return False
         if silent:
             party = max(silent, key=lambda p: silent[p])
-            if now - self.probed_at.get(party, -math.inf) <= grace / 2:
-                # it probes this party all along: alive, and its link to this party carries -- this party's
-                # link to it is what fails (a one-way black hole), not the party
+            vouched_at, witness = self.vouched.get(party, (-math.inf, ""))
+            if now - self.probed_at.get(party, -math.inf) <= grace / 2 or now - vouched_at <= grace / 2:
+                # it probes this party all along (its link to this party carries), or another participant
+                # heard from it just now: alive -- this party's link to it is what fails (a black hole one
+                # way or both), not the party
+                evidence = (
+                    f"its heartbeats reach {self.me!r}"
+                    if now - self.probed_at.get(party, -math.inf) <= grace / 2
+                    else f"{witness!r} heard from it {now - vouched_at:.0f} s ago"
+                )
                 self._lose(
                     LinkLost(
                         f"the link {link_name(self.me, party)} carried nothing for {silent[party]:.0f} s "
                         f"(peer_grace_seconds = {grace:g}): party {party!r} (role {self.peers[party]}) is alive -- "
-                        f"its heartbeats reach {self.me!r} -- but has answered none of the heartbeats and messages "
+                        f"{evidence} -- but has answered none of the heartbeats and messages "
                         f"{self.me!r} sent it; {resume_hint} once the link carries again",
                         self.me,
                         party,

@@ -10,6 +10,7 @@ import asyncio
 import logging
 import math
 import time
+from collections.abc import Sequence
 
 from smcdp.errors import (
     AlreadySucceeded,
@@ -205,7 +206,9 @@ class PeerDesk(PeerHost):
         return True
 
     # ------------------------------------------------------------ liveness
-    async def heartbeat(self, peer: str, session_id: str, incarnation: str, round: int) -> dict:
+    async def heartbeat(
+        self, peer: str, session_id: str, incarnation: str, round: int, about: Sequence[str] = ()
+    ) -> dict:
         core = self.core
         unknown = {
             "state": SessionState.UNKNOWN.value,
@@ -224,6 +227,7 @@ class PeerDesk(PeerHost):
                 return unknown  # as for an id that does not exist here
             s.watcher.probed_by(peer)  # alive, and its link to this party carries (liveness.LinkLost)
             err = (s.record or {}).get("error") or {}
+            heard = {} if s.channel is None else s.channel.last_heard
             return {
                 "state": s.state.value,
                 "incarnation": core.incarnation,
@@ -231,6 +235,8 @@ class PeerDesk(PeerHost):
                 "code": err.get("code", ""),
                 "culprit": err.get("origin", ""),
                 "link": err.get("link", ""),
+                # a third party's view of participants the prober cannot hear from (liveness.Watcher.vouched)
+                "about_heard_seconds": [s.watcher.heard_ago(a, heard, asker=peer) for a in about],
             }
         rec = await core.records.apeek(session_id)
         if rec is None:

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18smcdp/v1/transport.proto\x12\x08smcdp.v1\"\x8a\x01\n\x08\x45nvelope\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03tag\x18\x02 \x01(\t\x12\x11\n\ttype_name\x18\x03 \x01(\t\x12\x13\n\x0b\x63hunk_index\x18\x04 \x01(\r\x12\x13\n\x0b\x63hunk_count\x18\x05 \x01(\r\x12\x12\n\ntotal_size\x18\x06 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x07 \x01(\x0c\"\'\n\x03\x41\x63k\x12\x11\n\tduplicate\x18\x01 \x01(\x08\x12\r\n\x05\x62ytes\x18\x02 \x01(\x04\"\xdc\x01\n\x0bSessionSpec\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08protocol\x18\x02 \x01(\t\x12/\n\x05roles\x18\x03 \x03(\x0b\x32 .smcdp.v1.SessionSpec.RolesEntry\x12\x13\n\x0bparams_json\x18\x04 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x05 \x01(\x01\x12\x11\n\x04seed\x18\x06 \x01(\x03H\x00\x88\x01\x01\x1a,\n\nRolesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x07\n\x05_seed\"=\n\x0cProposeReply\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07pending\x18\x02 \x01(\x08\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\" \n\nSessionRef\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x0c\n\nBeginReply\"`\n\x0c\x41\x62ortRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x0f\n\x07\x63ulprit\x18\x04 \x01(\t\x12\x0c\n\x04link\x18\x05 \x01(\t\"\x0c\n\nAbortReply\"J\n\x10HeartbeatRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\t\x12\r\n\x05round\x18\x03 \x01(\x04\"p\n\x0eHeartbeatReply\x12\r\n\x05state\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\t\x12\r\n\x05round\x18\x03 \x01(\x04\x12\x0c\n\x04\x63ode\x18\x04 \x01(\t\x12\x0f\n\x07\x63ulprit\x18\x05 \x01(\t\x12\x0c\n\x04link\x18\x06 \x01(\t\"\x1b\n\x0bResumeReply\x12\x0c\n\x04role\x18\x01 \x01(\t\"2\n\rWaitingNotice\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05party\x18\x02 \x01(\t\"\x0e\n\x0cWaitingReply\"L\n\x0fSignedAuditHead\x12\x11\n\tstatement\x18\x01 \x01(\x0c\x12\x11\n\tsignature\x18\x02 \x01(\x0c\x12\x13\n\x0b\x63\x65rtificate\x18\x03 \x01(\x0c\"\x0e\n\x0cWitnessQuery\":\n\x0eWitnessedHeads\x12(\n\x05heads\x18\x01 \x03(\x0b\x32\x19.smcdp.v1.SignedAuditHead\"\xec\x01\n\x13StartSessionRequest\x12\x10\n\x08protocol\x18\x01 \x01(\t\x12\x37\n\x05roles\x18\x02 \x03(\x0b\x32(.smcdp.v1.StartSessionRequest.RolesEntry\x12\x13\n\x0bparams_json\x18\x03 \x01(\t\x12\x12\n\nsession_id\x18\x04 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x05 \x01(\x01\x12\x11\n\x04seed\x18\x06 \x01(\x03H\x00\x88\x01\x01\x1a,\n\nRolesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x07\n\x05_seed\"+\n\x13ListSessionsRequest\x12\x14\n\x0cpending_only\x18\x01 \x01(\x08\"C\n\x0bSessionInfo\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\x11\n\tinfo_json\x18\x03 \x01(\t\"6\n\x0bSessionList\x12\'\n\x08sessions\x18\x01 \x03(\x0b\x32\x15.smcdp.v1.SessionInfo\"5\n\x0f\x44\x65\x63isionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"G\n\rSessionRecord\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\x13\n\x0brecord_json\x18\x03 \x01(\t\"G\n\rSessionStatus\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\x13\n\x0bstatus_json\x18\x03 \x01(\t2\xc9\x04\n\x07Mailbox\x12.\n\x07\x44\x65liver\x12\x12.smcdp.v1.Envelope\x1a\r.smcdp.v1.Ack(\x01\x12/\n\x06Stream\x12\x12.smcdp.v1.Envelope\x1a\r.smcdp.v1.Ack(\x01\x30\x01\x12\x38\n\x07Propose\x12\x15.smcdp.v1.SessionSpec\x1a\x16.smcdp.v1.ProposeReply\x12\x33\n\x05\x42\x65gin\x12\x14.smcdp.v1.SessionRef\x1a\x14.smcdp.v1.BeginReply\x12\x35\n\x05\x41\x62ort\x12\x16.smcdp.v1.AbortRequest\x1a\x14.smcdp.v1.AbortReply\x12\x41\n\tHeartbeat\x12\x1a.smcdp.v1.HeartbeatRequest\x1a\x18.smcdp.v1.HeartbeatReply\x12\x35\n\x06Resume\x12\x14.smcdp.v1.SessionRef\x1a\x15.smcdp.v1.ResumeReply\x12:\n\x07Waiting\x12\x17.smcdp.v1.WaitingNotice\x1a\x16.smcdp.v1.WaitingReply\x12?\n\x07Witness\x12\x19.smcdp.v1.SignedAuditHead\x1a\x19.smcdp.v1.SignedAuditHead\x12@\n\x0cGetWitnessed\x12\x16.smcdp.v1.WitnessQuery\x1a\x18.smcdp.v1.WitnessedHeads2\x92\x04\n\x07\x43ontrol\x12\x46\n\x0cStartSession\x12\x1d.smcdp.v1.StartSessionRequest\x1a\x17.smcdp.v1.SessionRecord\x12:\n\tGetResult\x12\x14.smcdp.v1.SessionRef\x1a\x17.smcdp.v1.SessionRecord\x12:\n\tGetStatus\x12\x14.smcdp.v1.SessionRef\x1a\x17.smcdp.v1.SessionStatus\x12>\n\rResumeSession\x12\x14.smcdp.v1.SessionRef\x1a\x17.smcdp.v1.SessionRecord\x12\x44\n\x0cListSessions\x12\x1d.smcdp.v1.ListSessionsRequest\x1a\x15.smcdp.v1.SessionList\x12:\n\x0bShowSession\x12\x14.smcdp.v1.SessionRef\x1a\x15.smcdp.v1.SessionInfo\x12\x42\n\x0e\x41pproveSession\x12\x19.smcdp.v1.DecisionRequest\x1a\x15.smcdp.v1.SessionInfo\x12\x41\n\rRejectSession\x12\x19.smcdp.v1.DecisionRequest\x1a\x15.smcdp.v1.SessionInfob\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18smcdp/v1/transport.proto\x12\x08smcdp.v1\"\x8a\x01\n\x08\x45nvelope\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03tag\x18\x02 \x01(\t\x12\x11\n\ttype_name\x18\x03 \x01(\t\x12\x13\n\x0b\x63hunk_index\x18\x04 \x01(\r\x12\x13\n\x0b\x63hunk_count\x18\x05 \x01(\r\x12\x12\n\ntotal_size\x18\x06 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x07 \x01(\x0c\"\'\n\x03\x41\x63k\x12\x11\n\tduplicate\x18\x01 \x01(\x08\x12\r\n\x05\x62ytes\x18\x02 \x01(\x04\"\xdc\x01\n\x0bSessionSpec\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08protocol\x18\x02 \x01(\t\x12/\n\x05roles\x18\x03 \x03(\x0b\x32 .smcdp.v1.SessionSpec.RolesEntry\x12\x13\n\x0bparams_json\x18\x04 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x05 \x01(\x01\x12\x11\n\x04seed\x18\x06 \x01(\x03H\x00\x88\x01\x01\x1a,\n\nRolesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x07\n\x05_seed\"=\n\x0cProposeReply\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07pending\x18\x02 \x01(\x08\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\" \n\nSessionRef\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x0c\n\nBeginReply\"`\n\x0c\x41\x62ortRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x0f\n\x07\x63ulprit\x18\x04 \x01(\t\x12\x0c\n\x04link\x18\x05 \x01(\t\"\x0c\n\nAbortReply\"Y\n\x10HeartbeatRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\t\x12\r\n\x05round\x18\x03 \x01(\x04\x12\r\n\x05\x61\x62out\x18\x04 \x03(\t\"\x8d\x01\n\x0eHeartbeatReply\x12\r\n\x05state\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\t\x12\r\n\x05round\x18\x03 \x01(\x04\x12\x0c\n\x04\x63ode\x18\x04 \x01(\t\x12\x0f\n\x07\x63ulprit\x18\x05 \x01(\t\x12\x0c\n\x04link\x18\x06 \x01(\t\x12\x1b\n\x13\x61\x62out_heard_seconds\x18\x07 \x03(\x01\"\x1b\n\x0bResumeReply\x12\x0c\n\x04role\x18\x01 \x01(\t\"2\n\rWaitingNotice\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05party\x18\x02 \x01(\t\"\x0e\n\x0cWaitingReply\"L\n\x0fSignedAuditHead\x12\x11\n\tstatement\x18\x01 \x01(\x0c\x12\x11\n\tsignature\x18\x02 \x01(\x0c\x12\x13\n\x0b\x63\x65rtificate\x18\x03 \x01(\x0c\"\x0e\n\x0cWitnessQuery\":\n\x0eWitnessedHeads\x12(\n\x05heads\x18\x01 \x03(\x0b\x32\x19.smcdp.v1.SignedAuditHead\"\xec\x01\n\x13StartSessionRequest\x12\x10\n\x08protocol\x18\x01 \x01(\t\x12\x37\n\x05roles\x18\x02 \x03(\x0b\x32(.smcdp.v1.StartSessionRequest.RolesEntry\x12\x13\n\x0bparams_json\x18\x03 \x01(\t\x12\x12\n\nsession_id\x18\x04 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x05 \x01(\x01\x12\x11\n\x04seed\x18\x06 \x01(\x03H\x00\x88\x01\x01\x1a,\n\nRolesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x07\n\x05_seed\"+\n\x13ListSessionsRequest\x12\x14\n\x0cpending_only\x18\x01 \x01(\x08\"C\n\x0bSessionInfo\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\x11\n\tinfo_json\x18\x03 \x01(\t\"6\n\x0bSessionList\x12\'\n\x08sessions\x18\x01 \x03(\x0b\x32\x15.smcdp.v1.SessionInfo\"5\n\x0f\x44\x65\x63isionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"G\n\rSessionRecord\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\x13\n\x0brecord_json\x18\x03 \x01(\t\"G\n\rSessionStatus\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\x13\n\x0bstatus_json\x18\x03 \x01(\t2\xc9\x04\n\x07Mailbox\x12.\n\x07\x44\x65liver\x12\x12.smcdp.v1.Envelope\x1a\r.smcdp.v1.Ack(\x01\x12/\n\x06Stream\x12\x12.smcdp.v1.Envelope\x1a\r.smcdp.v1.Ack(\x01\x30\x01\x12\x38\n\x07Propose\x12\x15.smcdp.v1.SessionSpec\x1a\x16.smcdp.v1.ProposeReply\x12\x33\n\x05\x42\x65gin\x12\x14.smcdp.v1.SessionRef\x1a\x14.smcdp.v1.BeginReply\x12\x35\n\x05\x41\x62ort\x12\x16.smcdp.v1.AbortRequest\x1a\x14.smcdp.v1.AbortReply\x12\x41\n\tHeartbeat\x12\x1a.smcdp.v1.HeartbeatRequest\x1a\x18.smcdp.v1.HeartbeatReply\x12\x35\n\x06Resume\x12\x14.smcdp.v1.SessionRef\x1a\x15.smcdp.v1.ResumeReply\x12:\n\x07Waiting\x12\x17.smcdp.v1.WaitingNotice\x1a\x16.smcdp.v1.WaitingReply\x12?\n\x07Witness\x12\x19.smcdp.v1.SignedAuditHead\x1a\x19.smcdp.v1.SignedAuditHead\x12@\n\x0cGetWitnessed\x12\x16.smcdp.v1.WitnessQuery\x1a\x18.smcdp.v1.WitnessedHeads2\x92\x04\n\x07\x43ontrol\x12\x46\n\x0cStartSession\x12\x1d.smcdp.v1.StartSessionRequest\x1a\x17.smcdp.v1.SessionRecord\x12:\n\tGetResult\x12\x14.smcdp.v1.SessionRef\x1a\x17.smcdp.v1.SessionRecord\x12:\n\tGetStatus\x12\x14.smcdp.v1.SessionRef\x1a\x17.smcdp.v1.SessionStatus\x12>\n\rResumeSession\x12\x14.smcdp.v1.SessionRef\x1a\x17.smcdp.v1.SessionRecord\x12\x44\n\x0cListSessions\x12\x1d.smcdp.v1.ListSessionsRequest\x1a\x15.smcdp.v1.SessionList\x12:\n\x0bShowSession\x12\x14.smcdp.v1.SessionRef\x1a\x15.smcdp.v1.SessionInfo\x12\x42\n\x0e\x41pproveSession\x12\x19.smcdp.v1.DecisionRequest\x1a\x15.smcdp.v1.SessionInfo\x12\x41\n\rRejectSession\x12\x19.smcdp.v1.DecisionRequest\x1a\x15.smcdp.v1.SessionInfob\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -54,39 +54,39 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ABORTREPLY']._serialized_start=652
   _globals['_ABORTREPLY']._serialized_end=664
   _globals['_HEARTBEATREQUEST']._serialized_start=666
-  _globals['_HEARTBEATREQUEST']._serialized_end=740
-  _globals['_HEARTBEATREPLY']._serialized_start=742
-  _globals['_HEARTBEATREPLY']._serialized_end=854
-  _globals['_RESUMEREPLY']._serialized_start=856
-  _globals['_RESUMEREPLY']._serialized_end=883
-  _globals['_WAITINGNOTICE']._serialized_start=885
-  _globals['_WAITINGNOTICE']._serialized_end=935
-  _globals['_WAITINGREPLY']._serialized_start=937
-  _globals['_WAITINGREPLY']._serialized_end=951
-  _globals['_SIGNEDAUDITHEAD']._serialized_start=953
-  _globals['_SIGNEDAUDITHEAD']._serialized_end=1029
-  _globals['_WITNESSQUERY']._serialized_start=1031
-  _globals['_WITNESSQUERY']._serialized_end=1045
-  _globals['_WITNESSEDHEADS']._serialized_start=1047
-  _globals['_WITNESSEDHEADS']._serialized_end=1105
-  _globals['_STARTSESSIONREQUEST']._serialized_start=1108
-  _globals['_STARTSESSIONREQUEST']._serialized_end=1344
+  _globals['_HEARTBEATREQUEST']._serialized_end=755
+  _globals['_HEARTBEATREPLY']._serialized_start=758
+  _globals['_HEARTBEATREPLY']._serialized_end=899
+  _globals['_RESUMEREPLY']._serialized_start=901
+  _globals['_RESUMEREPLY']._serialized_end=928
+  _globals['_WAITINGNOTICE']._serialized_start=930
+  _globals['_WAITINGNOTICE']._serialized_end=980
+  _globals['_WAITINGREPLY']._serialized_start=982
+  _globals['_WAITINGREPLY']._serialized_end=996
+  _globals['_SIGNEDAUDITHEAD']._serialized_start=998
+  _globals['_SIGNEDAUDITHEAD']._serialized_end=1074
+  _globals['_WITNESSQUERY']._serialized_start=1076
+  _globals['_WITNESSQUERY']._serialized_end=1090
+  _globals['_WITNESSEDHEADS']._serialized_start=1092
+  _globals['_WITNESSEDHEADS']._serialized_end=1150
+  _globals['_STARTSESSIONREQUEST']._serialized_start=1153
+  _globals['_STARTSESSIONREQUEST']._serialized_end=1389
   _globals['_STARTSESSIONREQUEST_ROLESENTRY']._serialized_start=388
   _globals['_STARTSESSIONREQUEST_ROLESENTRY']._serialized_end=432
-  _globals['_LISTSESSIONSREQUEST']._serialized_start=1346
-  _globals['_LISTSESSIONSREQUEST']._serialized_end=1389
-  _globals['_SESSIONINFO']._serialized_start=1391
-  _globals['_SESSIONINFO']._serialized_end=1458
-  _globals['_SESSIONLIST']._serialized_start=1460
-  _globals['_SESSIONLIST']._serialized_end=1514
-  _globals['_DECISIONREQUEST']._serialized_start=1516
-  _globals['_DECISIONREQUEST']._serialized_end=1569
-  _globals['_SESSIONRECORD']._serialized_start=1571
-  _globals['_SESSIONRECORD']._serialized_end=1642
-  _globals['_SESSIONSTATUS']._serialized_start=1644
-  _globals['_SESSIONSTATUS']._serialized_end=1715
-  _globals['_MAILBOX']._serialized_start=1718
-  _globals['_MAILBOX']._serialized_end=2303
-  _globals['_CONTROL']._serialized_start=2306
-  _globals['_CONTROL']._serialized_end=2836
+  _globals['_LISTSESSIONSREQUEST']._serialized_start=1391
+  _globals['_LISTSESSIONSREQUEST']._serialized_end=1434
+  _globals['_SESSIONINFO']._serialized_start=1436
+  _globals['_SESSIONINFO']._serialized_end=1503
+  _globals['_SESSIONLIST']._serialized_start=1505
+  _globals['_SESSIONLIST']._serialized_end=1559
+  _globals['_DECISIONREQUEST']._serialized_start=1561
+  _globals['_DECISIONREQUEST']._serialized_end=1614
+  _globals['_SESSIONRECORD']._serialized_start=1616
+  _globals['_SESSIONRECORD']._serialized_end=1687
+  _globals['_SESSIONSTATUS']._serialized_start=1689
+  _globals['_SESSIONSTATUS']._serialized_end=1760
+  _globals['_MAILBOX']._serialized_start=1763
+  _globals['_MAILBOX']._serialized_end=2348
+  _globals['_CONTROL']._serialized_start=2351
+  _globals['_CONTROL']._serialized_end=2881
 # @@protoc_insertion_point(module_scope)

@@ -94,30 +94,34 @@ class AbortReply(_message.Message):
     def __init__(self) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("session_id", "incarnation", "round")
+    __slots__ = ("session_id", "incarnation", "round", "about")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
+    ABOUT_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     incarnation: str
     round: int
-    def __init__(self, session_id: _Optional[str] = ..., incarnation: _Optional[str] = ..., round: _Optional[int] = ...) -> None: ...
+    about: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, session_id: _Optional[str] = ..., incarnation: _Optional[str] = ..., round: _Optional[int] = ..., about: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class HeartbeatReply(_message.Message):
-    __slots__ = ("state", "incarnation", "round", "code", "culprit", "link")
+    __slots__ = ("state", "incarnation", "round", "code", "culprit", "link", "about_heard_seconds")
     STATE_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
     CULPRIT_FIELD_NUMBER: _ClassVar[int]
     LINK_FIELD_NUMBER: _ClassVar[int]
+    ABOUT_HEARD_SECONDS_FIELD_NUMBER: _ClassVar[int]
     state: str
     incarnation: str
     round: int
     code: str
     culprit: str
     link: str
-    def __init__(self, state: _Optional[str] = ..., incarnation: _Optional[str] = ..., round: _Optional[int] = ..., code: _Optional[str] = ..., culprit: _Optional[str] = ..., link: _Optional[str] = ...) -> None: ...
+    about_heard_seconds: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, state: _Optional[str] = ..., incarnation: _Optional[str] = ..., round: _Optional[int] = ..., code: _Optional[str] = ..., culprit: _Optional[str] = ..., link: _Optional[str] = ..., about_heard_seconds: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class ResumeReply(_message.Message):
     __slots__ = ("role",)

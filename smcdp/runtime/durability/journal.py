@@ -324,6 +324,25 @@ class JournalHead:
             )
         ]
 
+    def start(self, journal_fd: int, created: bool, records: int, end: int) -> None:
+        """Open the head of a journal just opened (``journal_fd``) that holds ``records`` records, ``end`` bytes.
+
+        A new journal (``created``): nothing in it needs to be durable yet -- a new journal lost to a power cut
+        is one "cut short while being created", and the syncer's first fsync covers its file header with its
+        first records.  Only the head, (0, 0), and the names of the journal and its head must be durable before
+        any record is (else a power cut could leave synced records without their head, or with an empty one:
+        damage), so one fsync of the head and one of the directory.  An existing journal: what a killed process
+        wrote is in the page cache, not necessarily on disk, so it is synced before the head says so (else a
+        power cut after this start could make an intact journal look truncated)."""
+        if created:
+            self.open(0, 0)  # no record, and no byte (not even the file header), was made durable yet
+            return
+        try:
+            os.fsync(journal_fd)
+        except OSError as exc:
+            raise self._fail(exc, "cannot sync its journal") from None
+        self.open(records, end)
+
     def open(self, records: int, end: int) -> None:
         """Open (or create, 0600) the head for writing and record ``records`` / ``end`` in it."""
         try:
@@ -421,24 +440,11 @@ class FileJournal:
         self._fd: int | None  # the open journal file, set by _open; None once closed
         created = self._open(repair)
         self._synced = self._end
-        if created:
-            # Nothing in it needs to be durable yet: a new journal lost to a power cut is one "cut short while
-            # being created", and the syncer's first fsync covers its file header with its first records.
-            # Only the head, (0, 0), and the names of the journal and its head must be durable before any record
-            # is (else a power cut could leave synced records without their head, or with an empty one: damage),
-            # so one fsync of the head and one of the directory.
-            if self.head is not None:
-                self.head.open(0, 0)  # (0, 0): no record, and no byte, was made durable yet
-            else:
-                fsync_dir(self.path.parent)
-        elif self.head is not None:
-            # what a killed process wrote is in the page cache, not necessarily on disk: synced before the
-            # head says so (else a power cut after this start could make an intact journal look truncated)
-            try:
-                os.fsync(self._fd)
-            except OSError as exc:
-                raise self._local_failure(exc, "cannot sync its journal") from None
-            self.head.open(self._seq, self._synced)
+        if self.head is not None:
+            assert self._fd is not None
+            self.head.start(self._fd, created, self._seq, self._synced)
+        elif created:
+            fsync_dir(self.path.parent)  # its name (see JournalHead.start)
 
     # ------------------------------------------------------------------ reading
     def _open(self, repair: bool) -> bool:

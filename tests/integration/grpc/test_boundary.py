@@ -266,6 +266,21 @@ def test_status_code_table(party):
                 tpb.HeartbeatRequest(session_id="alice.live").SerializeToString(),
             )[0],
         ),
+        *(
+            (
+                f"Heartbeat: {what}",
+                C.INVALID_ARGUMENT,
+                lambda about=about: call_unary(
+                    peer,
+                    MAILBOX + "Heartbeat",
+                    tpb.HeartbeatRequest(session_id="alice.pi", about=about).SerializeToString(),
+                )[0],
+            )
+            for what, about in [
+                ("asks about more than 16 parties", ["charlie"] * 17),
+                ("asks about an invalid party name", ["charlie\nINFO forged"]),
+            ]
+        ),
         (
             "Begin: a session the caller holds no role in answers as a missing one",
             C.FAILED_PRECONDITION,
@@ -277,6 +292,13 @@ def test_status_code_table(party):
     got = [(what, expected, call()) for what, expected, call in table]
     wrong = [(what, expected.name, code.name) for what, expected, code in got if code != expected]
     assert not wrong, wrong
+    # a participant's question about others: one answer each, -1 for the asker itself, a party outside the
+    # session and a participant bob has not heard from
+    ask = peer.unary_unary(MAILBOX + "Heartbeat", request_serializer=None, response_deserializer=None)
+    reply = tpb.HeartbeatReply.FromString(
+        ask(tpb.HeartbeatRequest(session_id="alice.pi", about=["charlie", "alice", "dave"]).SerializeToString())
+    )
+    assert list(reply.about_heard_seconds) == [-1.0, -1.0, -1.0]
 
     # Mailbox.Stream: every message is checked exactly as by Deliver; one Ack per message, in order; the first
     # refused message ends the call with its status (the Acks before it stand)

@@ -1,8 +1,9 @@
 """Faults of one link between real party processes (docs/fault-tolerance.md, "A faulty link").
 
-Alice reaches Trent through a userspace proxy (``bench/delay_proxy.py``, :mod:`tests.support.link_proxy`);
-every other link is direct.  While a power iteration runs the proxy damages or drops one direction of
-that link for a while, then lets it through again.
+Alice reaches Trent, and Trent Alice, through a userspace proxy each (``bench/delay_proxy.py``,
+:mod:`tests.support.link_proxy`); every other link is direct.  While a power iteration runs a proxy damages
+or drops one direction of its link for a while, or both proxies drop everything, then they let it through
+again.
 
 * Bytes corrupted inside the TLS stream for a while (shorter than the grace), in what Trent's server sends
   back on Alice's connection (the acknowledgements of her messages, the answers to her heartbeats): her
@@ -15,6 +16,9 @@ that link for a while, then lets it through again.
   party's record names the link alice→trent (origin alice, where it was seen), not a dead Trent, and is
   resumable; once the link carries again, ``smcdp session resume`` ends the session with the plaintext
   result.  (Before, Alice reported "party 'trent' has not answered" and every record named Trent.)
+* Alice and Trent cut off from each other both ways: neither hears the other, but Bob hears both, and each
+  asks Bob about the other (``HeartbeatRequest.about``).  Every record names a link between them, not a dead
+  party; resume ends the session with the plaintext result.  (Before, each named the other dead.)
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from tests.support.link_proxy import ProxiedCluster
 from tests.support.pi_data import PI_PARAMS, PI_ROLES, pi_parties
 
 GRACE = 15.0
+ALICE_TRENT = ("alice", "trent")  # the link the one-way faults are on
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +45,7 @@ def linked(tmp_path_factory):
     parties, blocks = pi_parties(tmp)
     with ProxiedCluster(
         parties,
-        links=[("alice", "trent")],
+        links=[("alice", "trent"), ("trent", "alice")],
         allow_insecure_keys=True,
         workdir=tmp / "run",
         peer_grace_seconds=GRACE,
@@ -87,16 +92,16 @@ def test_a_corrupted_tls_stream_is_retried_and_the_session_ends_the_same_everywh
     sid = new_session_id("power-iteration")
     th, out = _run_in_background(cluster, sid)
     _wait_round(cluster, namespaced("trent", sid), 3, th)
-    cluster.proxy.set_fault("down", "corrupt")
+    cluster.proxies[ALICE_TRENT].set_fault("down", "corrupt")
     try:
         # alice's stream to trent breaks, and so does every new connection she opens, several times over
         # (corrupting what she sends instead mostly shows her UNAVAILABLE: trent's server drops the stream)
         end = time.monotonic() + 0.6 * GRACE  # well within the grace: nobody may give up
-        while cluster.proxy.faulted("down") < 3:
-            assert time.monotonic() < end, f"only {cluster.proxy.faulted('down')} chunks corrupted"
+        while cluster.proxies[ALICE_TRENT].faulted("down") < 3:
+            assert time.monotonic() < end, f"only {cluster.proxies[ALICE_TRENT].faulted('down')} chunks corrupted"
             time.sleep(0.05)
     finally:
-        cluster.proxy.set_fault("down", None)
+        cluster.proxies[ALICE_TRENT].set_fault("down", None)
     th.join(300)
     recs = out["recs"]
     assert {r["state"] for r in recs.values()} == {"succeeded"}, {p: r.get("error") for p, r in recs.items()}
@@ -114,12 +119,12 @@ def test_a_link_that_carries_nothing_past_the_grace_is_named_and_the_session_res
     th, out = _run_in_background(cluster, sid)
     full = namespaced("trent", sid)
     _wait_round(cluster, full, 3, th)
-    cluster.proxy.set_fault(direction, fault)
+    cluster.proxies[ALICE_TRENT].set_fault(direction, fault)
     try:
         th.join(GRACE + 120)
         assert not th.is_alive(), "the session did not end"
     finally:
-        cluster.proxy.set_fault(direction, None)
+        cluster.proxies[ALICE_TRENT].set_fault(direction, None)
     recs = out["recs"]
     for p, r in recs.items():
         assert r["state"] == "failed" and r["resumable"] is True, (p, r)
@@ -127,6 +132,34 @@ def test_a_link_that_carries_nothing_past_the_grace_is_named_and_the_session_res
         assert err["code"] == "UNAVAILABLE" and err["origin"] == "alice", (p, err)
         assert err["link"] == "alice→trent" and "the link alice→trent" in err["message"], (p, err)
         assert "has not answered" not in err["message"], (p, err)  # what a dead peer's record says
+    rec = client.resume_session(cluster.configs["trent"], full, timeout=300)
+    assert rec["state"] == "succeeded", rec
+    recs = {p: cluster._record(p, full, time.monotonic() + 90) for p in PI_ROLES.values()}
+    assert {r["state"] for r in recs.values()} == {"succeeded"}, {p: r.get("error") for p, r in recs.items()}
+    _matches_plaintext(recs, reference)
+
+
+def test_a_link_cut_both_ways_is_named_as_the_link_by_what_a_third_party_hears(linked):
+    cluster, reference = linked
+    sid = new_session_id("power-iteration")
+    th, out = _run_in_background(cluster, sid)
+    full = namespaced("trent", sid)
+    _wait_round(cluster, full, 3, th)
+    cut = [(link, d) for link in (ALICE_TRENT, ("trent", "alice")) for d in ("up", "down")]
+    for link, d in cut:
+        cluster.proxies[link].set_fault(d, "drop")
+    try:
+        th.join(GRACE + 120)
+        assert not th.is_alive(), "the session did not end"
+    finally:
+        for link, d in cut:
+            cluster.proxies[link].set_fault(d, None)
+    for p, r in out["recs"].items():
+        assert r["state"] == "failed" and r["resumable"] is True, (p, r)
+        err = r["error"]
+        assert err["code"] == "UNAVAILABLE" and err["origin"] in ("alice", "trent"), (p, err)
+        assert err["link"] in ("alice→trent", "trent→alice") and "is alive" in err["message"], (p, err)
+        assert "has not answered" not in err["message"], (p, err)
     rec = client.resume_session(cluster.configs["trent"], full, timeout=300)
     assert rec["state"] == "succeeded", rec
     recs = {p: cluster._record(p, full, time.monotonic() + 90) for p in PI_ROLES.values()}

@@ -33,7 +33,7 @@ class _Channel:
 
     last_heard: dict[str, float] = {}
 
-    async def heartbeat(self, party, incarnation, timeout):
+    async def heartbeat(self, party, incarnation, timeout, about=()):
         if party == "alice":
             await asyncio.sleep(timeout)
             raise _Deadline()
@@ -94,7 +94,7 @@ class _FailedElsewhere:
     def __init__(self, culprit: str, link: str) -> None:
         self.culprit, self.link = culprit, link
 
-    async def heartbeat(self, party, incarnation, timeout):
+    async def heartbeat(self, party, incarnation, timeout, about=()):
         return SimpleNamespace(
             state="failed", incarnation="b1", code="UNAVAILABLE", culprit=self.culprit, link=self.link
         )
@@ -162,7 +162,7 @@ class _Awaiting:
         self.awaiting = {"dave": time.monotonic()} if waits else {}
         self.probed: set[str] = set()
 
-    async def heartbeat(self, party, incarnation, timeout):
+    async def heartbeat(self, party, incarnation, timeout, about=()):
         self.probed.add(party)
         if party == "dave":
             await asyncio.sleep(timeout)
@@ -193,7 +193,7 @@ class _CutOff:
         self.last_heard: dict[str, float] = {}
         self.awaiting: dict[str, float] = {}
 
-    async def heartbeat(self, party, incarnation, timeout):
+    async def heartbeat(self, party, incarnation, timeout, about=()):
         if time.monotonic() < self.cut:
             return SimpleNamespace(state="running", incarnation=f"{party}1", code="", culprit="")
         self.awaiting.setdefault("dave", self.cut)
@@ -208,3 +208,60 @@ def test_a_party_cut_off_from_everyone_names_itself_though_it_probes_a_participa
     lost = _watch_as_bob(_CutOff())
     [(exc, culprit)] = lost
     assert isinstance(exc, PeerLost) and culprit == "bob" and "lost contact with every other participant" in str(exc)
+
+
+class _Vouching:
+    """Bob's channel in a four-party session: a message to dave waits, and dave answers nothing and never probes
+    bob -- the link is cut both ways.  Dave's own ring neighbours (charlie, alice) answer bob's questions about
+    him: ``ago`` seconds since they last heard from dave (-1: never), or nothing at all (a party of an earlier
+    version: ``ago`` None)."""
+
+    def __init__(self, ago: float | None) -> None:
+        self.ago = ago
+        self.last_heard: dict[str, float] = {}
+        self.awaiting = {"dave": time.monotonic()}
+        self.asked: dict[str, set[str]] = {}
+
+    async def heartbeat(self, party, incarnation, timeout, about=()):
+        if party == "dave":
+            await asyncio.sleep(timeout)
+            raise _Deadline()
+        self.asked.setdefault(party, set()).update(about)
+        reply = SimpleNamespace(state="running", incarnation=f"{party}1", code="", culprit="")
+        if self.ago is not None:
+            reply.about_heard_seconds = [self.ago for _ in about]
+        return reply
+
+
+def test_a_silent_participant_another_one_hears_is_alive_and_the_link_is_named():
+    """Dave does not probe bob (no neighbours), so bob had no evidence that dave is alive and named him dead
+    although charlie and alice heard from him all along.  Bob now asks dave's ring neighbours about him."""
+    ch = _Vouching(ago=0.2)
+    [(exc, culprit)] = _watch_as_bob(ch)
+    assert isinstance(exc, LinkLost) and exc.link == "bob→dave" and culprit == "bob"
+    assert "is alive" in str(exc) and "heard from it" in str(exc)
+    assert ch.asked == {"alice": {"dave"}, "charlie": {"dave"}}  # dave's neighbours, asked about him only
+
+
+@pytest.mark.parametrize("ago", [-1.0, 5 * GRACE, None])
+def test_a_silent_participant_nobody_hears_is_named_as_before(ago):
+    """Nobody heard from dave (never, long ago, or parties that do not answer the question): dave is lost."""
+    [(exc, culprit)] = _watch_as_bob(_Vouching(ago=ago))
+    assert isinstance(exc, PeerLost) and not isinstance(exc, LinkLost) and culprit == "dave"
+
+
+def test_only_a_participant_silent_for_half_the_grace_is_asked_about_and_the_answer_is_from_here():
+    """The answer side (``Watcher.heard_ago``): evidence of life is an answer, a heartbeat or a message; a party
+    outside the session, the asker itself and a participant never heard from get -1."""
+    roles = {"charlie": "charlie", "dave": "dave", "party1": "alice", "party2": "bob"}
+    w = Watcher("charlie", "c1", SESSION, roles, GRACE, lambda exc, culprit: None)
+    assert w.heard_ago("dave", {}, asker="bob") == -1.0  # never heard
+    w.probed_by("dave")
+    assert 0.0 <= w.heard_ago("dave", {}, asker="bob") < 0.5
+    assert w.heard_ago("dave", {}, asker="dave") == -1.0  # nobody vouches for the asker to itself
+    assert w.heard_ago("mallory", {}, asker="bob") == -1.0
+    assert 0.0 <= w.heard_ago("alice", {"party1": time.monotonic() - 1.0}, asker="bob") - 1.0 < 0.5
+    # a participant silent for less than half the grace is not asked about (the answers cost a probe each)
+    ch = _Vouching(ago=0.2)
+    ch.awaiting = {"dave": time.monotonic() + 10 * GRACE}  # nothing waits on him: not probed by bob
+    assert _watch_as_bob(ch) == [] and ch.asked == {"alice": set(), "charlie": set()}

@@ -42,7 +42,7 @@ class FakeChannel:
         self.lost: list[BaseException] = []
         self.lost_at: float | None = None
 
-    async def heartbeat(self, party, incarnation, timeout):
+    async def heartbeat(self, party, incarnation, timeout, about=()):
         self.calls += 1
         return await self.behaviour(self, party, timeout)
 
