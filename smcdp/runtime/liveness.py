@@ -229,7 +229,9 @@ class Watcher:
             self.probed_at.get(party, -math.inf),
             last_heard.get(self.peers[party], -math.inf),
         )
-        return -1.0 if last == -math.inf else max(0.0, time.monotonic() - last)
+        # in whole seconds, rounded up: enough to tell a live participant from a silent one, not a clock of
+        # when its messages reach this party
+        return -1.0 if last == -math.inf else float(math.ceil(max(0.0, time.monotonic() - last)))
 
     def probed_by(self, party: str) -> None:
         """``party`` probed this session here: it is alive, and its link to this party carries."""
@@ -355,19 +357,23 @@ class Watcher:
         if silent:
             party = max(silent, key=lambda p: silent[p])
             vouched_at, witness = self.vouched.get(party, (-math.inf, ""))
-            if now - self.probed_at.get(party, -math.inf) <= grace / 2 or now - vouched_at <= grace / 2:
+            probes_us = now - self.probed_at.get(party, -math.inf) <= grace / 2
+            # another participant heard from it within what its own probing (an interval apart) and the
+            # answer's rounding up to a second allow: it was alive then
+            heard_elsewhere = now - vouched_at <= min(grace / 2, 3 * self.interval + 1.0)
+            if probes_us or heard_elsewhere:
                 # it probes this party all along (its link to this party carries), or another participant
-                # heard from it just now: alive -- this party's link to it is what fails (a black hole one
-                # way or both), not the party
+                # heard from it just now: this party's link to it is what fails (a black hole one way or
+                # both), not the party
                 evidence = (
-                    f"its heartbeats reach {self.me!r}"
-                    if now - self.probed_at.get(party, -math.inf) <= grace / 2
-                    else f"{witness!r} heard from it {now - vouched_at:.0f} s ago"
+                    f"is alive -- its heartbeats reach {self.me!r}"
+                    if probes_us
+                    else f"was heard from by {witness!r} {now - vouched_at:.0f} s ago"
                 )
                 self._lose(
                     LinkLost(
                         f"the link {link_name(self.me, party)} carried nothing for {silent[party]:.0f} s "
-                        f"(peer_grace_seconds = {grace:g}): party {party!r} (role {self.peers[party]}) is alive -- "
+                        f"(peer_grace_seconds = {grace:g}): party {party!r} (role {self.peers[party]}) "
                         f"{evidence} -- but has answered none of the heartbeats and messages "
                         f"{self.me!r} sent it; {resume_hint} once the link carries again",
                         self.me,

@@ -350,6 +350,10 @@ class JournalHead:
         except OSError as exc:
             raise self._fail(exc, "cannot open its journal's head") from None
         self.write(records, end)
+        try:  # a head that had grown (damage, repaired now) is cut to its size
+            os.ftruncate(self._fd, HEAD.size + MAC_BYTES)
+        except OSError as exc:
+            raise self._fail(exc, "cannot write its journal's head") from None
         # its content synced before its name: a head that exists is never empty after a power cut (an empty
         # head does not verify, which would call an intact journal damaged)
         try:

@@ -629,3 +629,22 @@ def test_a_failed_fsync_breaks_the_journal_for_good(tmp_path, monkeypatch):
     assert j.head.read() == good
     j.close()
     assert j.head.read() == good
+
+
+def test_a_head_grown_by_damage_is_whole_again_after_a_repair(tmp_path):
+    """Bytes appended to the head: damage, and a repair rewrites the head at its size (it was overwritten in
+    place, so the extra bytes stayed and every later open called the repaired journal damaged)."""
+    path = tmp_path / "journal.log"
+    j = FileJournal(path, head=True)
+    j.record_inbound("b", "t/0", "smcdp.v1.Ints", b"\x01")
+    j.close()
+    head = path.with_name("journal.log.head")
+    head.write_bytes(head.read_bytes() + bytes(8))
+    with pytest.raises(JournalDamaged, match="does not verify"):
+        FileJournal(path, head=True)
+    repaired = FileJournal(path, head=True, repair=True)
+    assert [d.what for d in repaired.repaired] == ["its head journal.log.head does not verify"]
+    repaired.close()
+    again = FileJournal(path, head=True)
+    assert [t for _r, t, _y, _d in again.inbound()] == ["t/0"] and again.repaired == []
+    again.close()
