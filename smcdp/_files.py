@@ -16,9 +16,12 @@ from pathlib import Path
 from typing import Any
 
 
-def atomic_write(path: str | os.PathLike, data: bytes, mode: int = 0o644, *, replace: bool = True) -> Path:
+def atomic_write(
+    path: str | os.PathLike, data: bytes, mode: int = 0o644, *, replace: bool = True, sync_dir: bool = True
+) -> Path:
     """Write ``path`` whole or not at all.  ``replace`` False: raise FileExistsError if it exists (also if
-    another writer created it meanwhile: the first one wins, whole)."""
+    another writer created it meanwhile: the first one wins, whole).  ``sync_dir`` False: the caller makes
+    the directory's entries durable itself (one ``fsync`` of it after several files)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -39,7 +42,8 @@ def atomic_write(path: str | os.PathLike, data: bytes, mode: int = 0o644, *, rep
         except FileNotFoundError:
             pass
         raise
-    fsync_dir(path.parent)
+    if sync_dir:
+        fsync_dir(path.parent)
     return path
 
 

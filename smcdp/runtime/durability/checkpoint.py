@@ -52,7 +52,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from smcdp._files import atomic_write
+from smcdp._files import atomic_write, fsync_dir
 from smcdp.errors import PreconditionFailed, resource_failure
 from smcdp.primitives.rng import KEY_BYTES, Randomness
 from smcdp.runtime.durability.integrity import Mac, durability_key, local_failure
@@ -175,7 +175,7 @@ class Checkpoint:
             key = durability_key(sessions_dir, owner)
             d.mkdir(mode=0o700, parents=False)
             os.chmod(d, 0o700)  # whatever the umask
-            atomic_write(d / ROOT_KEY, root, 0o600)
+            atomic_write(d / ROOT_KEY, root, 0o600, sync_dir=False)  # the directory is synced below
             meta = {
                 "kind": "smcdp-session-checkpoint",
                 "version": VERSION,
@@ -199,8 +199,13 @@ class Checkpoint:
                 "journal_head": True,  # the journal keeps journal.head: a truncation is damage, not a torn tail
             }
             cp = cls(d, meta, key, owner)
-            cp._write_meta()
+            cp._write_meta(sync_dir=False)
             cp.ensure_reserve()
+            # the root key's and checkpoint's names in the new directory, and the directory's own name in
+            # sessions/: without the last, a power cut could lose the whole directory -- records synced in
+            # it and acknowledged to the peers included -- and the session with it
+            fsync_dir(d)
+            fsync_dir(sessions_dir)
         except OSError as exc:
             shutil.rmtree(d, ignore_errors=True)
             raise local_failure(exc, owner, f"cannot create the checkpoint of session {session_id}") from None
@@ -373,10 +378,11 @@ class Checkpoint:
         except OSError as exc:
             raise local_failure(exc, self.owner, what) from None
 
-    def _write_meta(self) -> None:
+    def _write_meta(self, sync_dir: bool = True) -> None:
         body = {k: v for k, v in self.meta.items() if k != "mac"}
         body["mac"] = Mac(self._key, "checkpoint", self.session_id).tag(_canonical(body)).hex()
-        atomic_write(self.dir / META, json.dumps(body, indent=2, sort_keys=True).encode() + b"\n", 0o600)
+        data = json.dumps(body, indent=2, sort_keys=True).encode() + b"\n"
+        atomic_write(self.dir / META, data, 0o600, sync_dir=sync_dir)
 
     # ------------------------------------------------------------ disk-full reserve
     def ensure_reserve(self) -> None:

@@ -648,3 +648,19 @@ def test_a_head_grown_by_damage_is_whole_again_after_a_repair(tmp_path):
     again = FileJournal(path, head=True)
     assert [t for _r, t, _y, _d in again.inbound()] == ["t/0"] and again.repaired == []
     again.close()
+
+
+def test_a_new_checkpoint_directory_is_made_durable_in_sessions(tmp_path, monkeypatch):
+    """The root key and checkpoint.json are synced, then the new directory (their names) and sessions/ (the
+    directory's own name): before, sessions/ was never synced, and a power cut could lose the whole
+    directory -- journal records synced in it and acknowledged to the peers included."""
+    _create(tmp_path, session_id="s-0").close()  # the party's durability key exists from here on
+    real = os.fsync
+    synced: list[str] = []
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real(fd)))
+    cp = _create(tmp_path, session_id="s-1")
+    d = str(cp.dir)
+    assert [p.startswith(d + "/") for p in synced[:2]] == [True, True], synced  # the root key, checkpoint.json
+    assert synced[-2:] == [d, str(tmp_path)], synced  # then the directory, then sessions/
+    assert len(synced) == 4, synced  # no more fsyncs than before: the two files' directory syncs became one
+    cp.close()
