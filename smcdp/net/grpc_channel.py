@@ -208,13 +208,23 @@ def status_code_of(exc: BaseException) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
+#: how long one connection attempt to a peer may take: TCP, the TLS handshake with both certificates and
+#: HTTP/2's settings, about three round trips plus the handshake's CPU.  gRPC takes it from
+#: ``grpc.min_reconnect_backoff_ms`` (the deadline of an attempt is the larger of it and the backoff).  It
+#: was 200 ms, growing with the backoff to 2 s: between parties more than ~0.8 s of round trip apart (a
+#: satellite link), or with a party busy on a loaded host, no handshake ever completed and the session
+#: failed naming a live peer.  5 s covers round trips of about 1.5 s; it does not slow the healing of a cut
+#: link (an attempt to a black hole sends SYNs at 0, 1 and 3 s, then the next attempt begins).
+PEER_CONNECT_MS = 5_000
+
+
 def channel_options(max_message: int = MAX_GRPC_MESSAGE) -> list[tuple[str, int]]:
     return [
         ("grpc.max_send_message_length", max_message),
         ("grpc.max_receive_message_length", max_message),
         # notice a peer that comes back quickly (gRPC's default backoff grows to 120 s)
         ("grpc.initial_reconnect_backoff_ms", 200),
-        ("grpc.min_reconnect_backoff_ms", 200),
+        ("grpc.min_reconnect_backoff_ms", PEER_CONNECT_MS),
         ("grpc.max_reconnect_backoff_ms", 2000),
         # a dead link shows at the HTTP/2 level within ~15 s; the server's policy permits these
         # pings (smcdp.net.server.server_options)

@@ -51,10 +51,10 @@ NOT_CONNECTED = "failed to connect to all addresses"
 
 #: how long one connection attempt of an operator's call may take (TCP, the TLS handshake, HTTP/2's
 #: settings).  gRPC takes it from ``grpc.min_reconnect_backoff_ms``, which the parties' own channels keep
-#: at 200 ms (their calls are retried within the grace, and a peer that comes back is noticed at once).
-#: An operator's call is made once: with 200 ms, a handshake with a party busy computing on a loaded host
-#: failed the call ("connection attempt timed out before receiving SETTINGS frame", "Handshake read
-#: failed") although the party was up -- so here it is gRPC's own default.
+#: at :data:`~smcdp.net.grpc_channel.PEER_CONNECT_MS` (their calls are retried within the grace).  An
+#: operator's call is made once: with 200 ms (the parties' value then), a handshake with a party busy
+#: computing on a loaded host failed the call ("connection attempt timed out before receiving SETTINGS
+#: frame", "Handshake read failed") although the party was up -- so here it is gRPC's own default.
 OPERATOR_CONNECT_MS = 20_000
 
 
