@@ -213,8 +213,10 @@ def status_code_of(exc: BaseException) -> grpc.StatusCode:
 #: ``grpc.min_reconnect_backoff_ms`` (the deadline of an attempt is the larger of it and the backoff).  It
 #: was 200 ms, growing with the backoff to 2 s: between parties more than ~0.8 s of round trip apart (a
 #: satellite link), or with a party busy on a loaded host, no handshake ever completed and the session
-#: failed naming a live peer.  5 s covers round trips of about 1.5 s; it does not slow the healing of a cut
-#: link (an attempt to a black hole sends SYNs at 0, 1 and 3 s, then the next attempt begins).
+#: failed naming a live peer.  5 s covers round trips of about 1.2 s.  The cost: the first call on a channel
+#: not yet connected to a black-holed peer fails after up to 5 s instead of 0.2-2 s (an Abort told to it,
+#: bounded by its own 5-s timeout, ends the session that much later), and a cut link heals up to ~1 s later
+#: (an attempt to a black hole sends SYNs at 0, 1 and 3 s, then the next attempt begins at 5 s).
 PEER_CONNECT_MS = 5_000
 
 

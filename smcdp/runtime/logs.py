@@ -25,6 +25,7 @@ import os
 import sys
 from pathlib import Path
 
+from smcdp._files import fsync_dir
 from smcdp._text import printable
 
 
@@ -88,7 +89,9 @@ def private_dir(path: Path, data_dir: Path) -> Path:
 
     Existing directories on the way are narrowed to 0700 too (the data
     directory holds session records and protocol outputs, which are the
-    party's alone).
+    party's alone).  A directory made here has its name synced in its
+    parent: a power cut must not lose ``sessions/`` with the checkpoints
+    in it (whose own names are synced there).
     """
     path, data_dir = Path(path), Path(data_dir)
     data_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -100,6 +103,8 @@ def private_dir(path: Path, data_dir: Path) -> Path:
             d.mkdir(mode=0o700)
         except FileExistsError:
             pass
+        else:
+            fsync_dir(d.parent)
         if os.stat(d).st_mode & 0o077:
             try:
                 os.chmod(d, 0o700)

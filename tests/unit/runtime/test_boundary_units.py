@@ -432,6 +432,19 @@ def test_private_dirs_and_files(tmp_path):
     assert stat.S_IMODE(os.stat(tmp_path / "state").st_mode) == 0o755  # outside the data dir: untouched
 
 
+def test_a_directory_made_private_has_its_name_synced(tmp_path, monkeypatch):
+    """``sessions/`` made at a party's first start: its name synced in the data directory, as each made
+    directory's in its parent (a power cut lost ``sessions/`` and every checkpoint in it)."""
+    real, synced = os.fsync, []
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real(fd)))
+    data = tmp_path / "alice"
+    private_dir(data / "sessions", data)
+    assert synced == [str(tmp_path), str(data)]  # alice/ in tmp_path, then sessions/ in alice/
+    synced.clear()
+    private_dir(data / "sessions", data)
+    assert synced == []  # nothing made: nothing synced
+
+
 def test_a_governed_session_keeps_its_protocols_byte_envelope():
     """A session holding a budget reservation runs its plug-in wrapped by the governor (issue 24: the
     wrapper did not pass traffic_envelope on, so a DP release got the [limits] ceilings, 2 GiB, instead of
