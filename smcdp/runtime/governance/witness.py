@@ -47,9 +47,10 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 
 from smcdp._files import atomic_write_json
 from smcdp._text import printable
-from smcdp.errors import InvalidMessage, PermissionDenied
+from smcdp.errors import InvalidMessage, PermissionDenied, resource_failure
 from smcdp.net.grpc_channel import PeerConnector
 from smcdp.net.tls import CertificateError, certificate_party_name, load_certificates
+from smcdp.runtime.durability.integrity import local_failure
 from smcdp.runtime.governance.audit import LOG_NAME, utc_now
 from smcdp.v1 import transport_pb2 as tpb
 
@@ -282,15 +283,27 @@ class WitnessStore:
             )
         except FileNotFoundError:
             return _PeerFile(peer)
-        except (OSError, ValueError, AttributeError, TypeError) as exc:
-            # kept as it is (it may be evidence); the peer's next heads start a new file
-            aside = path.with_name(f"{path.name}.unreadable-{utc_now('microseconds').replace(':', '')}")
-            log.error("witness file %s is unreadable (%s); moved to %s", path, exc, aside.name)
-            try:
-                path.replace(aside)
-            except OSError:
-                pass
-            return _PeerFile(peer)
+        except OSError as exc:
+            # this party running out of something (file descriptors under a connection flood, memory, a
+            # full disk) says nothing of the file: it stays where it is, and the call fails UNAVAILABLE
+            # (before, EMFILE moved an intact file aside as unreadable and its heads were forgotten)
+            failure = resource_failure(exc, self.me, f"cannot read its witness file {path.name}")
+            if failure is not None:
+                raise failure from None
+            return self._aside(peer, path, exc)
+        except (ValueError, AttributeError, TypeError) as exc:
+            return self._aside(peer, path, exc)
+
+    def _aside(self, peer: str, path: Path, exc: BaseException) -> _PeerFile:
+        """A witness file that cannot be read as one: kept as it is (it may be evidence) under another name;
+        the peer's next heads start a new file."""
+        aside = path.with_name(f"{path.name}.unreadable-{utc_now('microseconds').replace(':', '')}")
+        log.error("witness file %s is unreadable (%s); moved to %s", path, exc, aside.name)
+        try:
+            path.replace(aside)
+        except OSError:
+            pass
+        return _PeerFile(peer)
 
     def keep(self, peer: str, head: SignedHead, live_or_ended: bool) -> str | None:
         """Keep ``peer``'s signed head (``peer``: the caller's verified identity).
@@ -331,8 +344,11 @@ class WitnessStore:
                     ]:
                         del pf.heads[k]
             pf.sessions = (pf.sessions + [claims["session"]])[-KEEP_SESSIONS:]
-            self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            atomic_write_json(self._path(peer), pf.as_dict(), 0o600, sort_keys=True)
+            try:
+                self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+                atomic_write_json(self._path(peer), pf.as_dict(), 0o600, sort_keys=True)
+            except OSError as exc:
+                raise local_failure(exc, self.me, f"cannot write its witness file {peer}.json") from None
             return conflict
 
     def held_for(self, peer: str) -> list[SignedHead]:

@@ -173,6 +173,37 @@ def test_an_unreadable_witness_file_is_kept_aside_and_a_new_one_starts(tmp_path,
     assert aside.read_text() == "{damaged"
 
 
+def test_a_witness_file_this_party_cannot_open_for_want_of_descriptors_stays_and_the_call_fails(
+    tmp_path, certs, monkeypatch
+):
+    """Under a connection flood the party ran out of file descriptors: EMFILE moved an intact witness file aside
+    as "unreadable" and the peer's heads were forgotten.  Running out is this party's state, not the file's: it
+    stays, and the call fails UNAVAILABLE (NoSpace) naming the cause; afterwards the heads are all there."""
+    import errno
+    import pathlib
+
+    from smcdp.errors import NoSpace
+
+    d, _ = certs
+    log = _log(tmp_path, 2)
+    store = WitnessStore(tmp_path / "bob", "bob", _tls(d, "bob").ca_pem)
+    alice = _tls(d, "alice")
+    assert store.keep("alice", sign_head(alice, log.state(), "bob", "s-1"), True) is None
+    real = pathlib.Path.read_text
+
+    def no_descriptors(self, *a, **kw):
+        if self.name == "alice.json":
+            raise OSError(errno.EMFILE, "Too many open files", str(self))
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(pathlib.Path, "read_text", no_descriptors)
+    with pytest.raises(NoSpace, match=r"no file descriptors left \(process limit\) at bob: cannot read its witness"):
+        store.keep("alice", sign_head(alice, log.state(), "bob", "s-2"), True)
+    monkeypatch.setattr(pathlib.Path, "read_text", real)
+    assert list((tmp_path / "bob" / "witness").glob("alice.json.unreadable-*")) == []
+    assert [h.claims()["lines"] for h in store.held_for("alice")] == [2]
+
+
 def test_a_witness_counts_once_however_many_heads_it_returns(tmp_path, certs):
     """One hostile peer returning 2,003 copies of a head made 2,003 "agreements": the verdict is per witness."""
     from smcdp.runtime.governance.witness import verdicts
