@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from smcdp.errors import InvalidMessage, PermissionDenied, PreconditionFailed, SmcdpError
+from smcdp.errors import InvalidMessage, PermissionDenied, PreconditionFailed, SmcdpError, resource_failure
 from smcdp.net.grpc_channel import AlreadyExists
 from smcdp.net.server import PendingApproval, SessionSpec, check_namespace, parse_roles
 from smcdp.plugins.registry import get_plugin
@@ -127,7 +127,10 @@ class Admission:
         await core.wait_ready(s)
         if s.channel is None:
             core.governor.abandon(spec.session_id, "its thread did not start")
-            raise SmcdpError(f"session {spec.session_id}: its thread did not start")
+            what = f"session {spec.session_id}: its thread did not start"
+            # this party out of file descriptors or memory: UNAVAILABLE naming the cause, not INTERNAL
+            failure = s.thread_error and resource_failure(s.thread_error, core.name, what)
+            raise failure or SmcdpError(what)
         log.info("session %s (%s) proposed by %s; %s plays %s", spec.session_id, spec.protocol, peer, core.name, role)
         return role
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import resource
 import signal
 from pathlib import Path
 
@@ -46,6 +47,19 @@ async def _serve(config: PartyConfig, ready_file: Path | None = None) -> int:
     return 0
 
 
+def _raise_open_file_limit() -> None:
+    """The soft limit on open files raised to the hard one (at most 2^20): a shell's default soft limit is
+    often 1,024, and the server's connection cap (``smcdp.net.server.connection_cap``) is taken from it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = 1 << 20 if hard == resource.RLIM_INFINITY else min(hard, 1 << 20)
+    if soft == resource.RLIM_INFINITY or soft >= target:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError) as exc:  # a container may forbid it: the cap follows the soft limit
+        log.warning("cannot raise the open-file limit from %d to %d: %s", soft, target, exc)
+
+
 def serve(
     config_path: str | os.PathLike,
     expect_name: str | None = None,
@@ -62,4 +76,5 @@ def serve(
         raise ConfigError(f"{config_path} configures party {config.name!r}, but this launcher runs {expect_name!r}")
     configure_logging(config.logging.format, log_level or config.logging.level)
     os.umask(0o077)  # whatever this process creates is its own unless it says otherwise
+    _raise_open_file_limit()
     return asyncio.run(_serve(config, Path(ready_file) if ready_file else None))

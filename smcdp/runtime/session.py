@@ -149,6 +149,8 @@ class Session:
         #: ``begun``: the role began in an earlier incarnation of this party (restored mid-role)
         self.lifecycle = Lifecycle(began_before=begun)
         self.record: SessionRecord | None = None
+        #: what ended the session's thread before its channel was made (a Propose answers with it)
+        self.thread_error: BaseException | None = None
         self.channel: GrpcChannel | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         #: reopened by `session resume`: the replay sends again what peers acknowledged before, so that a
@@ -248,6 +250,7 @@ class Session:
             asyncio.run(self._main())
         except BaseException as exc:  # noqa: BLE001 - never leave `done` unset
             log.exception("session %s: thread failed", self.spec.session_id)
+            self.thread_error = exc
             if not self.done.done():
                 self.lifecycle.advance(Phase.FAILED)
                 self.record = self._record(SessionState.FAILED, error=error_dict(exc, self.party.name))

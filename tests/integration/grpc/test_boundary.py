@@ -483,3 +483,20 @@ def test_a_stream_whose_session_ended_is_closed_with_its_status(party):
         assert info.value.code() == C.DATA_LOSS and "already ended" in info.value.details()
     finally:
         hold.set()
+
+
+def test_a_session_whose_thread_cannot_start_for_want_of_descriptors_is_unavailable(party, monkeypatch):
+    """A Propose at a party out of file descriptors (EMFILE when its session thread opened the checkpoint's
+    journal) answered INTERNAL "its thread did not start": now UNAVAILABLE naming the cause, which the
+    initiator retries like a party that is down."""
+    import errno
+
+    from smcdp.runtime.session import Session
+
+    async def no_descriptors(self):
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(Session, "_main", no_descriptors)
+    code, details = call_unary(party["peer"], MAILBOX + "Propose", _spec("alice.no-fds"))
+    assert code == C.UNAVAILABLE, (code, details)
+    assert "no file descriptors left (process limit) at bob" in details and "did not start" in details
