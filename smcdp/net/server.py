@@ -1024,34 +1024,36 @@ SERVER_KEEPALIVE_TIMEOUT_MS = 20_000
 MAX_METADATA_BYTES = 16 * 1024
 
 
-#: how long a new connection may take to complete its TLS handshake (gRPC's default: 120 s).  Anyone who can
-#: reach the port can open connections -- no certificate is needed to start a handshake -- and one that
-#: never sends a byte held a file descriptor for two minutes.  A peer's own attempt gives up after
+#: how long a new connection may take to complete its TLS handshake and HTTP/2 settings, from its accept
+#: (gRPC's default: 120 s).  Anyone who can reach the port can open connections -- no certificate is needed
+#: to start a handshake -- and one that never sent a byte held a file descriptor for two minutes.  As long as
+#: an operator's connection attempt (``smcdp.runtime.client.OPERATOR_CONNECT_MS``); a peer's gives up after
 #: ``PEER_CONNECT_MS`` (5 s).
-HANDSHAKE_TIMEOUT_MS = 10_000
-#: a connection that carries no call for this long is closed (its peer reconnects when it next calls): a
-#: member's idle connections cannot pile up.  A running session's heartbeats keep its connections busy.
-CONNECTION_IDLE_MS = 300_000
+HANDSHAKE_TIMEOUT_MS = 20_000
+#: the most connections the server holds at once, whatever the open-file limit allows: a TLS handshake in
+#: progress costs ~20-25 KB, so the cap bounds a flood's memory too (8,192: ~200 MB).  An honest deployment
+#: needs about one connection per peer and per session it shares with that peer.
+MAX_CONNECTIONS = 8192
 
 
 def connection_cap(open_files: int | None = None) -> int:
-    """The most connections the server holds at once: what the process's open-file limit (``open_files``,
-    default: its soft RLIMIT_NOFILE) leaves after a reserve of a quarter (at least 256) for this party's own
-    files -- journals, records, the audit log -- and its channels to its peers.  A flood of connections then
-    fills the cap and is refused there, and never takes the descriptors that running sessions need (it did:
-    1,500 idle connections from anyone made every file operation of the party fail with EMFILE)."""
+    """The most connections the server holds at once (per listening address): what the process's open-file
+    limit (``open_files``, default: its soft RLIMIT_NOFILE) leaves after a reserve of a quarter (at least
+    256) for this party's own files -- journals, records, the audit log -- and its channels to its peers, and
+    at most :data:`MAX_CONNECTIONS`.  A flood of connections then fills the cap and is refused there, and
+    never takes the descriptors the party's files need (it did: 1,500 idle connections from anyone made
+    every file operation of the party fail with EMFILE)."""
     if open_files is None:
         open_files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if open_files == resource.RLIM_INFINITY or open_files > 1 << 20:
         open_files = 1 << 20
-    return max(64, open_files - max(256, open_files // 4))
+    return min(MAX_CONNECTIONS, max(64, open_files - max(256, open_files // 4)))
 
 
 def server_options(limits: Limits) -> list[tuple[str, int]]:
     """The gRPC server's own limits, set deliberately (docs/security.md)."""
     return [
         ("grpc.server_handshake_timeout_ms", HANDSHAKE_TIMEOUT_MS),
-        ("grpc.max_connection_idle_ms", CONNECTION_IDLE_MS),
         ("grpc.max_allowed_incoming_connections", connection_cap()),
         ("grpc.max_send_message_length", MAX_GRPC_MESSAGE),
         ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE),
@@ -1231,6 +1233,15 @@ class PartyServer:
 
     async def start(self) -> int:
         limits = self.config.limits
+        if connection_cap() < 4 * max(1, len(self.config.peers)):
+            log.warning(
+                "party %s holds at most %d connections (its open-file limit %d, less a reserve) for %d peers: "
+                "a session per peer needs one; raise the limit (ulimit -n, LimitNOFILE=)",
+                self.config.name,
+                connection_cap(),
+                resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+                len(self.config.peers),
+            )
         # gRPC's own cap refuses every caller alike: it sits above this party's accounting (per peer, all
         # peers, the operator's reserve), which refuses the one over its quota
         server = grpc.aio.server(

@@ -47,7 +47,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 
 from smcdp._files import atomic_write_json
 from smcdp._text import printable
-from smcdp.errors import InvalidMessage, PermissionDenied, resource_failure
+from smcdp.errors import InvalidMessage, PermissionDenied
 from smcdp.net.grpc_channel import PeerConnector
 from smcdp.net.tls import CertificateError, certificate_party_name, load_certificates
 from smcdp.runtime.durability.integrity import local_failure
@@ -284,13 +284,11 @@ class WitnessStore:
         except FileNotFoundError:
             return _PeerFile(peer)
         except OSError as exc:
-            # this party running out of something (file descriptors under a connection flood, memory, a
-            # full disk) says nothing of the file: it stays where it is, and the call fails UNAVAILABLE
-            # (before, EMFILE moved an intact file aside as unreadable and its heads were forgotten)
-            failure = resource_failure(exc, self.me, f"cannot read its witness file {path.name}")
-            if failure is not None:
-                raise failure from None
-            return self._aside(peer, path, exc)
+            # a file this party cannot open -- out of file descriptors under a connection flood, memory, a
+            # wrong owner after a restore -- says nothing of its content: it stays where it is, and the call
+            # fails naming the cause (UNAVAILABLE for a resource; before, EMFILE moved an intact file aside as
+            # unreadable and its heads were forgotten)
+            raise local_failure(exc, self.me, f"cannot read its witness file {path.name}") from None
         except (ValueError, AttributeError, TypeError) as exc:
             return self._aside(peer, path, exc)
 

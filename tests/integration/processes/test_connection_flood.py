@@ -2,12 +2,16 @@
 
 Anyone who can reach a party's port can open TCP connections -- no certificate is needed to begin a TLS
 handshake.  1,500 connections that never sent a byte held the party's file descriptors (gRPC waited two
-minutes for each handshake): every file it opened failed with EMFILE ("Too many open files") -- its witness
-files, its session records, its journals -- while the flood lasted.  The server now holds at most what the
-open-file limit leaves after a reserve for the party's own files and channels (``connection_cap``), and a
-handshake that does not complete within 10 s is dropped.  Here the parties run with an open-file limit of
-512 (a soft limit like a shell's 1,024 and a hard limit the party cannot raise), and the flood has 700
-connections, reopened as the party closes them.
+minutes for each handshake): every file it opened failed with EMFILE ("Too many open files") -- its session
+checkpoints (a Propose answered INTERNAL), its witness files (moved aside as "unreadable"), its records --
+while the flood lasted.  The server now holds at most what the open-file limit leaves after a reserve for
+the party's own files and channels (``connection_cap``), and a handshake not done within 20 s is dropped.
+Here the parties run with an open-file limit of 512 (soft and hard: the party cannot raise it), and the
+flood keeps 700 connections open, reopening at once every one the party closes.
+
+What a flood still does (docs/security.md): connections past the cap are refused, so nobody can open a *new*
+connection to the party while it lasts -- its operator, a peer starting a session.  A session whose
+connections are up carries on and ends, writing its files.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import resource
 import socket
 import subprocess
 import threading
+import time
 
 import pytest
 
@@ -38,44 +43,45 @@ class _LimitedPopen(subprocess.Popen):
 
 
 class Flood(threading.Thread):
-    """Keeps ``n`` connections to ``address`` open that never send a byte, reopening (at most ~200 a second)
-    each one the party closes."""
+    """Keeps ``n`` connections to ``address`` open that never send a byte, reopening at once each one the
+    party closes; ``closed`` counts those (a full cap closes every connection past it as it comes)."""
 
     def __init__(self, address: str, n: int) -> None:
         super().__init__(daemon=True)
         host, port = address.rsplit(":", 1)
         self.target, self.n = (host, int(port)), n
         self.halt = threading.Event()
-        self.opened = 0
+        self.closed = 0
 
     def _open(self) -> socket.socket | None:
         try:
             s = socket.create_connection(self.target, timeout=2)
         except OSError:
             return None
-        self.opened += 1
+        s.setblocking(False)
         return s
 
     def run(self) -> None:
-        socks = [s for s in (self._open() for _ in range(self.n)) if s is not None]
+        socks = [self._open() for _ in range(self.n)]
         try:
             while not self.halt.is_set():
                 for i, s in enumerate(socks):
-                    s.setblocking(False)
-                    try:
-                        closed = s.recv(1) == b""
-                    except BlockingIOError:
-                        closed = False
-                    except OSError:
-                        closed = True
-                    if closed:
+                    if s is not None:
+                        try:
+                            if s.recv(1) != b"":
+                                continue
+                        except BlockingIOError:
+                            continue
+                        except OSError:
+                            pass
                         s.close()
-                        socks[i] = self._open() or s
-                        self.halt.wait(0.005)
-                self.halt.wait(0.2)
+                        self.closed += 1
+                    socks[i] = self._open()
+                self.halt.wait(0.02)
         finally:
             for s in socks:
-                s.close()
+                if s is not None:
+                    s.close()
 
 
 @pytest.fixture
@@ -102,25 +108,47 @@ def test_a_connection_flood_fills_the_cap_not_the_partys_descriptors(cluster):
     out: dict = {}
 
     def run() -> None:
-        out["rec"] = client.start_session(cfgs["bob"], "net-echo", roles, {"n": 3, "block_seconds": 6.0}, timeout=60)
+        try:
+            out["rec"] = client.start_session(
+                cfgs["bob"], "net-echo", roles, {"n": 3, "block_seconds": 8.0}, session_id="flooded", timeout=60
+            )
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            out["error"] = exc
 
     session = threading.Thread(target=run, daemon=True)
     session.start()
+    _wait_for("alice to hold her role (its connections are up)", lambda: _step(cfgs["alice"]) == "blocked")
     flood = Flood(load_config(cfgs["alice"]).address_of("alice"), FLOOD)
     flood.start()
     try:
         session.join(90)
         assert not session.is_alive(), "the session did not end"
+        closed_during = flood.closed
     finally:
         flood.halt.set()
         flood.join(30)
-    assert flood.opened >= FLOOD  # the flood reached the party (and every connection past the cap was closed)
-    # the session ran through the flood, ending (its record, its witness exchange) while it lasted
-    assert out["rec"]["state"] == "succeeded", out["rec"].get("error")
+    # the session ran through the flood and ended while it lasted (its record, checkpoint, witness exchange)
     log = cluster.log("alice")
     assert "Too many open files" not in log, log[-3000:]
+    assert "error" not in out, out.get("error")
+    assert out["rec"]["state"] == "succeeded", out["rec"].get("error")
+    assert closed_during > 0  # the cap was full: connections past it were closed as they came
     assert not list((cluster.data_dir("alice") / "witness").glob("*.unreadable-*"))
     # the flood over, the party serves at once
     client.wait_healthy(cfgs["alice"], timeout=30)
     assert client.get_result(cfgs["alice"], out["rec"]["session_id"])["state"] == "succeeded"
     assert client.start_session(cfgs["bob"], "net-echo", roles, {"n": 2}, timeout=30)["state"] == "succeeded"
+
+
+def _step(cfg) -> str | None:
+    try:
+        return client.get_status(cfg, "bob.flooded").get("step")
+    except Exception:  # noqa: BLE001 - not there yet
+        return None
+
+
+def _wait_for(what, predicate, timeout=60.0):
+    end = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        time.sleep(0.1)

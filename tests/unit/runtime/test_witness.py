@@ -173,16 +173,16 @@ def test_an_unreadable_witness_file_is_kept_aside_and_a_new_one_starts(tmp_path,
     assert aside.read_text() == "{damaged"
 
 
-def test_a_witness_file_this_party_cannot_open_for_want_of_descriptors_stays_and_the_call_fails(
-    tmp_path, certs, monkeypatch
-):
+def test_a_witness_file_this_party_cannot_open_stays_and_the_call_fails_naming_why(tmp_path, certs, monkeypatch):
     """Under a connection flood the party ran out of file descriptors: EMFILE moved an intact witness file aside
-    as "unreadable" and the peer's heads were forgotten.  Running out is this party's state, not the file's: it
-    stays, and the call fails UNAVAILABLE (NoSpace) naming the cause; afterwards the heads are all there."""
+    as "unreadable" and the peer's heads were forgotten.  Not being able to open a file (out of descriptors, or
+    not its owner after a restore) says nothing of its content: it stays, and the call fails naming the cause
+    (UNAVAILABLE for a resource); afterwards the heads are all there.  Only content that does not parse is
+    moved aside."""
     import errno
     import pathlib
 
-    from smcdp.errors import NoSpace
+    from smcdp.errors import DataLoss, NoSpace
 
     d, _ = certs
     log = _log(tmp_path, 2)
@@ -199,6 +199,15 @@ def test_a_witness_file_this_party_cannot_open_for_want_of_descriptors_stays_and
     monkeypatch.setattr(pathlib.Path, "read_text", no_descriptors)
     with pytest.raises(NoSpace, match=r"no file descriptors left \(process limit\) at bob: cannot read its witness"):
         store.keep("alice", sign_head(alice, log.state(), "bob", "s-2"), True)
+
+    def not_ours(self, *a, **kw):  # a restore with the wrong owner: the file is not this process's to read
+        if self.name == "alice.json":
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(pathlib.Path, "read_text", not_ours)
+    with pytest.raises(DataLoss, match=r"party bob cannot read its witness file alice\.json"):
+        store.held_for("alice")
     monkeypatch.setattr(pathlib.Path, "read_text", real)
     assert list((tmp_path / "bob" / "witness").glob("alice.json.unreadable-*")) == []
     assert [h.claims()["lines"] for h in store.held_for("alice")] == [2]
