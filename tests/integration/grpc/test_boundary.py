@@ -500,3 +500,21 @@ def test_a_session_whose_thread_cannot_start_for_want_of_descriptors_is_unavaila
     code, details = call_unary(party["peer"], MAILBOX + "Propose", _spec("alice.no-fds"))
     assert code == C.UNAVAILABLE, (code, details)
     assert "no file descriptors left (process limit) at bob" in details and "did not start" in details
+
+
+def test_a_compressed_message_is_bounded_by_its_size_once_decompressed(party):
+    """16 MiB of a Propose sent gzip-compressed (16 KiB on the wire): a member's decompression bomb is refused by
+    the decompressed size (RESOURCE_EXHAUSTED), and the party goes on answering."""
+    cfg = load_config(party["cfgs"]["bob"])
+    certs = party["root"] / "certs"
+    creds = grpc.ssl_channel_credentials(
+        (certs / "ca.crt").read_bytes(), (certs / "alice.key").read_bytes(), (certs / "alice.crt").read_bytes()
+    )
+    options = [("grpc.ssl_target_name_override", "bob"), ("grpc.max_send_message_length", -1)]
+    bomb = tpb.SessionSpec(session_id="alice.bomb", protocol="net-echo", params_json="{" + " " * (16 << 20) + "}")
+    with grpc.secure_channel(cfg.address_of("bob"), creds, options=options) as ch:
+        propose = ch.unary_unary(MAILBOX + "Propose", request_serializer=None, response_deserializer=None)
+        with pytest.raises(grpc.RpcError) as refused:
+            propose(bomb.SerializeToString(), timeout=30, compression=grpc.Compression.Gzip)
+    assert refused.value.code() == C.RESOURCE_EXHAUSTED, refused.value.details()
+    assert client.check_health(party["cfgs"]["bob"]) == "SERVING"
