@@ -19,10 +19,11 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from smcdp.crypto.counters import snapshot as paillier_snapshot
+from smcdp.net.server import connection_cap
 from smcdp.states import PENDING_APPROVAL
 
 log = logging.getLogger("smcdp.console")
@@ -69,6 +70,8 @@ class PartyMetrics:
         for reason in ("resource_exhausted", "invalid_argument", "permission_denied", "failed_precondition"):
             self.refused.labels(reason=reason)
         self.registry.register(_Collector(observatory, party))
+        # process_open_fds against smcdp_connection_cap shows a connection flood (docs/security.md)
+        ProcessCollector(registry=self.registry)
         observatory.listeners.append(self._on_event)
 
     def _on_event(self, kind: str, **kw) -> None:
@@ -168,3 +171,9 @@ class _Collector:
         for op, n in paillier_snapshot().items():
             ops.add_metric([op], n)
         yield ops
+        yield GaugeMetricFamily(
+            "smcdp_connection_cap",
+            "The most connections this party's server holds at once per listening address (its open-file limit "
+            "less a reserve for its own files)",
+            value=connection_cap(),
+        )

@@ -215,6 +215,8 @@ def test_metrics_count_what_happened_including_a_refused_message(run):
     assert value(m, "smcdp_budget_epsilon_spent", dataset="alice-records") == pytest.approx(1.0)
     assert value(m, "smcdp_paillier_operations_total", op="encrypt") > 0
     assert value(m, "smcdp_paillier_operations_total", op="keygen") >= 0
+    assert 64 <= value(m, "smcdp_connection_cap") <= 8192
+    assert 0 < value(m, "process_open_fds") < value(m, "process_max_fds")
 
     # a message over alice's per-message limit, sent by bob (a participant) into the ended session
     before = value(m, "smcdp_messages_refused_total", reason="resource_exhausted")
