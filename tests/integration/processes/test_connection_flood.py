@@ -17,6 +17,7 @@ connections are up carries on and ends, writing its files.
 from __future__ import annotations
 
 import resource
+import selectors
 import socket
 import subprocess
 import threading
@@ -43,8 +44,9 @@ class _LimitedPopen(subprocess.Popen):
 
 
 class Flood(threading.Thread):
-    """Keeps ``n`` connections to ``address`` open that never send a byte, reopening at once each one the
-    party closes; ``closed`` counts those (a full cap closes every connection past it as it comes)."""
+    """Keeps ``n`` connections to ``address`` open that never send a byte, reopening each one the party closes
+    at once (up to 1,000 a second); ``closed`` counts those (a full cap closes every connection past it as it
+    comes)."""
 
     def __init__(self, address: str, n: int) -> None:
         super().__init__(daemon=True)
@@ -62,26 +64,38 @@ class Flood(threading.Thread):
         return s
 
     def run(self) -> None:
-        socks = [self._open() for _ in range(self.n)]
+        sel = selectors.DefaultSelector()  # wakes on the connections the party closed, not a poll of all
+        missing = 0
+        for _ in range(self.n):
+            s = self._open()
+            if s is None:
+                missing += 1
+            else:
+                sel.register(s, selectors.EVENT_READ)
         try:
             while not self.halt.is_set():
-                for i, s in enumerate(socks):
-                    if s is not None:
-                        try:
-                            if s.recv(1) != b"":
-                                continue
-                        except BlockingIOError:
+                for key, _ in sel.select(timeout=0.1):
+                    s = key.fileobj
+                    try:
+                        if s.recv(1) != b"":
                             continue
-                        except OSError:
-                            pass
-                        s.close()
-                        self.closed += 1
-                    socks[i] = self._open()
-                self.halt.wait(0.02)
-        finally:
-            for s in socks:
-                if s is not None:
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        pass
+                    sel.unregister(s)
                     s.close()
+                    self.closed += 1
+                    missing += 1
+                for _ in range(min(missing, 100)):  # reopened at once, up to 1,000 a second
+                    s = self._open()
+                    if s is not None:
+                        sel.register(s, selectors.EVENT_READ)
+                        missing -= 1
+        finally:
+            for key in list(sel.get_map().values()):
+                key.fileobj.close()
+            sel.close()
 
 
 @pytest.fixture
