@@ -48,6 +48,7 @@ import resource
 import secrets
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal, NoReturn, ParamSpec, Protocol, TypeAlias, TypeVar, overload
 
@@ -1220,7 +1221,14 @@ class _HealthServicer:
 class PartyServer:
     """``grpc.aio`` server with mutual TLS, the servicers above and grpc.health.v1."""
 
-    def __init__(self, config: NetConfig, tls: TlsMaterial, peers: PeerHost, operator: OperatorHost) -> None:
+    def __init__(
+        self,
+        config: NetConfig,
+        tls: TlsMaterial,
+        peers: PeerHost,
+        operator: OperatorHost,
+        unix_socket: Path | None = None,
+    ) -> None:
         self.config = config
         self.tls = tls
         self.peers = peers
@@ -1230,6 +1238,9 @@ class PartyServer:
         self.quotas = CallQuotas(config.limits, config.name)
         self._server: grpc.aio.Server | None = None
         self.port: int | None = None
+        #: a second listener, a unix socket (the operator's: ``smcdp.runtime.config.operator_socket``), with a
+        #: connection cap of its own; None: the TCP address only
+        self.unix_socket = unix_socket
 
     async def start(self) -> int:
         limits = self.config.limits
@@ -1275,6 +1286,7 @@ class PartyServer:
             raise SmcdpError(f"cannot listen on {self.config.listen}: {exc}") from None
         if port == 0:
             raise SmcdpError(f"cannot listen on {self.config.listen} (address in use or invalid)")
+        self._listen_unix(server, creds)
         await server.start()
         self._server = server
         self.port = port
@@ -1285,10 +1297,26 @@ class PartyServer:
     async def set_not_serving(self) -> None:
         await self.health.enter_graceful_shutdown()
 
+    def _listen_unix(self, server: grpc.aio.Server, creds: grpc.ServerCredentials) -> None:
+        """The unix-socket listener, after the TCP port is this process's (a second process of the same party
+        fails there first): a socket file left by a killed process is replaced."""
+        path = self.unix_socket
+        if path is None:
+            return
+        try:
+            path.unlink(missing_ok=True)
+            if server.add_secure_port(f"unix:{path}", creds) == 0:
+                raise RuntimeError("refused")
+        except (OSError, RuntimeError) as exc:
+            log.warning("cannot listen on %s (%s): the operator uses %s", path, exc, self.config.listen)
+            self.unix_socket = None
+
     async def stop(self, grace: float = 2.0) -> None:
         if self._server is not None:
             await self._server.stop(grace)
             self._server = None
+            if self.unix_socket is not None:
+                self.unix_socket.unlink(missing_ok=True)
             peak = self.quotas.peak
             if peak:  # what each peer held at most: its quota (limits.calls_per_peer) bounds it
                 log.info(

@@ -38,7 +38,7 @@ from smcdp.net.server import (
     new_session_id,
 )
 from smcdp.net.tls import TlsMaterial
-from smcdp.runtime.config import PartyConfig, load_config
+from smcdp.runtime.config import PartyConfig, load_config, operator_socket
 from smcdp.states import SessionState
 from smcdp.v1 import transport_pb2 as tpb
 from smcdp.v1 import transport_pb2_grpc as tgrpc
@@ -66,12 +66,23 @@ def _operator_options(target: str) -> list[tuple[str, int | str]]:
     return options + [("grpc.ssl_target_name_override", target)]
 
 
+def _operator_address(config: PartyConfig, party: str | None = None) -> str:
+    """Where this party's operator reaches ``party`` (default: this party): its own party through the unix
+    socket in its data directory where this user may open it -- a connection flood on the TCP port does not
+    lock the operator out -- else the configured address."""
+    target = party or config.name
+    sock = operator_socket(config) if target == config.name else None
+    if sock is not None and os.access(sock, os.W_OK):
+        return f"unix:{sock}"
+    return config.address_of(target)
+
+
 def _operator_channel(config: PartyConfig, party: str | None = None) -> grpc.Channel:
     """A blocking channel to ``party`` (default: this party) with this party's certificate."""
     tls = TlsMaterial.load(config.tls.ca, config.tls.cert, config.tls.key)
     target = party or config.name
     creds = grpc.ssl_channel_credentials(tls.ca_pem, tls.key_pem, tls.cert_pem)
-    return grpc.secure_channel(config.address_of(target), creds, options=_operator_options(target))
+    return grpc.secure_channel(_operator_address(config, target), creds, options=_operator_options(target))
 
 
 def _as_config(config: str | os.PathLike | PartyConfig) -> PartyConfig:
@@ -434,9 +445,7 @@ def _client_error(exc: grpc.RpcError, cfg: PartyConfig, what: str) -> SmcdpError
     except Exception:  # noqa: BLE001 - errors raised before any response carry no metadata
         session_failed = False
     if exc.code() == grpc.StatusCode.UNAVAILABLE and not session_failed:
-        return Unavailable(
-            f"{what}: party {cfg.name!r} is not reachable at {cfg.address_of(cfg.name)}: {exc.details()}"
-        )
+        return Unavailable(f"{what}: party {cfg.name!r} is not reachable at {_operator_address(cfg)}: {exc.details()}")
     return error_from_rpc(exc, f"{what} at party {cfg.name!r}")
 
 

@@ -58,7 +58,7 @@ from smcdp.plugins.base import registered
 from smcdp.plugins.registry import load_plugin_modules
 from smcdp.primitives.rng import Randomness
 from smcdp.runtime.admission import Admission
-from smcdp.runtime.config import PartyConfig, require_optional_parts
+from smcdp.runtime.config import PartyConfig, operator_socket, require_optional_parts
 from smcdp.runtime.console.readmodel import Observatory
 from smcdp.runtime.core import PartyCore
 from smcdp.runtime.governance.gate import Governor
@@ -101,7 +101,7 @@ class Party:
         self.peers = PeerDesk(self.core, admission, self.recovery, self.observatory)
         self.initiator = Initiator(self.core, admission, self.recovery)
         self.operator = OperatorDesk(self.core, self.initiator)
-        self.server = PartyServer(config, tls, self.peers, self.operator)
+        self.server = PartyServer(config, tls, self.peers, self.operator, operator_socket(config))
         self._exchanges: set[asyncio.Task] = set()  # audit heads sent at sessions' ends
         self._expiry: asyncio.Task | None = None
         self._sweeper: asyncio.Task | None = None

@@ -9,16 +9,19 @@ the party's own files and channels (``connection_cap``), and a handshake not don
 Here the parties run with an open-file limit of 512 (soft and hard: the party cannot raise it), and the
 flood keeps 700 connections open, reopening at once every one the party closes.
 
-What a flood still does (docs/security.md): connections past the cap are refused, so nobody can open a *new*
-connection to the party while it lasts -- its operator, a peer starting a session.  A session whose
-connections are up carries on and ends, writing its files.
+What a flood still does (docs/security.md): connections past the cap are refused, so no peer can open a *new*
+connection to the party while it lasts (a peer starting a session).  Its operator still reaches it, through
+the unix socket in its data directory.  A session whose connections are up carries on and ends, writing
+its files.
 """
 
 from __future__ import annotations
 
+import os
 import resource
 import selectors
 import socket
+import stat
 import subprocess
 import threading
 import time
@@ -135,6 +138,13 @@ def test_a_connection_flood_fills_the_cap_not_the_partys_descriptors(cluster):
     flood = Flood(load_config(cfgs["alice"]).address_of("alice"), FLOOD)
     flood.start()
     try:
+        # the operator reaches its own party through its unix socket, outside the TCP port's cap -- only its
+        # own OS user may open it
+        sock = cluster.data_dir("alice") / "operator.sock"
+        assert stat.S_ISSOCK(os.stat(sock).st_mode) and stat.S_IMODE(os.stat(sock).st_mode) & 0o077 == 0
+        _wait_for("the flood to fill the cap", lambda: flood.closed > 0, timeout=30)
+        assert client.check_health(cfgs["alice"], timeout=10) == "SERVING"
+        assert client.get_status(cfgs["alice"], "bob.flooded")["state"] == "running"
         session.join(90)
         assert not session.is_alive(), "the session did not end"
         closed_during = flood.closed

@@ -445,6 +445,18 @@ def test_a_directory_made_private_has_its_name_synced(tmp_path, monkeypatch):
     assert synced == []  # nothing made: nothing synced
 
 
+def test_the_operator_socket_is_in_the_data_directory_unless_its_path_is_too_long(tmp_path):
+    from dataclasses import replace
+
+    from smcdp.runtime.config import load_config, operator_socket
+    from smcdp.runtime.local import write_local_deployment
+
+    cfg = load_config(write_local_deployment(tmp_path, ["alice", "bob"], allow_insecure_keys=True)["alice"])
+    assert operator_socket(cfg) == cfg.data_dir.absolute() / "operator.sock"
+    deep = replace(cfg, data_dir=tmp_path / ("d" * 120))  # past a unix socket's 108 bytes: the TCP address
+    assert operator_socket(deep) is None
+
+
 def test_a_governed_session_keeps_its_protocols_byte_envelope():
     """A session holding a budget reservation runs its plug-in wrapped by the governor (issue 24: the
     wrapper did not pass traffic_envelope on, so a DP release got the [limits] ceilings, 2 GiB, instead of
