@@ -43,6 +43,7 @@ import datetime as _dt
 import inspect
 import json
 import logging
+import os
 import re
 import resource
 import secrets
@@ -1241,6 +1242,7 @@ class PartyServer:
         #: a second listener, a unix socket (the operator's: ``smcdp.runtime.config.operator_socket``), with a
         #: connection cap of its own; None: the TCP address only
         self.unix_socket = unix_socket
+        self._unix_inode: tuple[int, int] | None = None  # (device, inode) of the socket file it made
 
     async def start(self) -> int:
         limits = self.config.limits
@@ -1288,6 +1290,12 @@ class PartyServer:
             raise SmcdpError(f"cannot listen on {self.config.listen} (address in use or invalid)")
         self._listen_unix(server, creds)
         await server.start()
+        if self.unix_socket is not None:  # bound by start(): the file this server made (_remove_unix_socket)
+            try:
+                st = os.stat(self.unix_socket)
+                self._unix_inode = (st.st_dev, st.st_ino)
+            except OSError:
+                self._unix_inode = None
         self._server = server
         self.port = port
         for svc in ("",) + SERVICE_NAMES:
@@ -1311,12 +1319,24 @@ class PartyServer:
             log.warning("cannot listen on %s (%s): the operator uses %s", path, exc, self.config.listen)
             self.unix_socket = None
 
+    def _remove_unix_socket(self) -> None:
+        """Delete the socket file this server made -- not one a successor process (the port is free during
+        ``stop``'s grace) has bound at the same path since."""
+        path, made = self.unix_socket, self._unix_inode
+        if path is None or made is None:
+            return
+        try:
+            st = os.stat(path)
+            if (st.st_dev, st.st_ino) == made:
+                path.unlink()
+        except OSError:
+            pass
+
     async def stop(self, grace: float = 2.0) -> None:
         if self._server is not None:
             await self._server.stop(grace)
             self._server = None
-            if self.unix_socket is not None:
-                self.unix_socket.unlink(missing_ok=True)
+            self._remove_unix_socket()
             peak = self.quotas.peak
             if peak:  # what each peer held at most: its quota (limits.calls_per_peer) bounds it
                 log.info(

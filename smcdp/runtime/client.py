@@ -11,9 +11,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any, cast
 
 import grpc
@@ -72,9 +75,24 @@ def _operator_address(config: PartyConfig, party: str | None = None) -> str:
     lock the operator out -- else the configured address."""
     target = party or config.name
     sock = operator_socket(config) if target == config.name else None
-    if sock is not None and os.access(sock, os.W_OK):
+    if sock is not None and _answers(sock):
         return f"unix:{sock}"
     return config.address_of(target)
+
+
+def _answers(sock: Path) -> bool:
+    """Is a process listening on the unix socket ``sock``, for this user?  (A socket left by a killed process,
+    one this user may not open, or one across a mount that does not carry it -- a VM's bind mount, NFS --
+    sends the operator to the TCP address instead.)"""
+    try:
+        if not stat.S_ISSOCK(os.stat(sock).st_mode):
+            return False
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(1.0)
+            s.connect(str(sock))
+        return True
+    except OSError:
+        return False
 
 
 def _operator_channel(config: PartyConfig, party: str | None = None) -> grpc.Channel:

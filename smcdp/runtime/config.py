@@ -247,15 +247,20 @@ def require_optional_parts(cfg: PartyConfig) -> None:
 
 #: the longest unix-socket path used (``sun_path`` holds 108 bytes with its NUL; a margin below that)
 _UNIX_PATH_MAX = 100
+_PLAIN_PATH = re.compile(r"[A-Za-z0-9_./+@=,~-]+")
 
 
 def operator_socket(config: PartyConfig) -> Path | None:
     """``data_dir/operator.sock``: the party's second listener, for its operator on the same host (docs/security.md,
     a connection flood): the TCP port's connection cap does not cover it, and only this party's OS user can
-    open it (the data directory is 0700, the socket 0600).  None where the path is too long for a unix socket
+    open it (the data directory is 0700, the socket its owner's only).  None where the path is too long for a unix socket
     (the operator then uses the TCP address)."""
     path = Path(config.data_dir).absolute() / "operator.sock"
-    return path if len(str(path).encode()) <= _UNIX_PATH_MAX else None
+    # gRPC reads a "unix:" target as a URI on the client's side only: a path with "?", "#", "%" or a space
+    # would name another file there, so such a data directory keeps the operator on the TCP address
+    if len(str(path).encode()) > _UNIX_PATH_MAX or not _PLAIN_PATH.fullmatch(str(path)):
+        return None
+    return path
 
 
 def load_config(path: str | os.PathLike) -> PartyConfig:

@@ -30,7 +30,7 @@ import pytest
 
 import smcdp.runtime.local as local
 from smcdp.runtime import client
-from smcdp.runtime.config import load_config
+from smcdp.runtime.config import load_config, operator_socket
 from tests.support.deployment import ECHO_PLUGIN
 
 OPEN_FILES = 512
@@ -140,7 +140,9 @@ def test_a_connection_flood_fills_the_cap_not_the_partys_descriptors(cluster):
     try:
         # the operator reaches its own party through its unix socket, outside the TCP port's cap -- only its
         # own OS user may open it
-        sock = cluster.data_dir("alice") / "operator.sock"
+        sock = operator_socket(load_config(cfgs["alice"]))
+        if sock is None:
+            pytest.skip("the data directory's path is too long (or unusual) for a unix socket")
         assert stat.S_ISSOCK(os.stat(sock).st_mode) and stat.S_IMODE(os.stat(sock).st_mode) & 0o077 == 0
         _wait_for("the flood to fill the cap", lambda: flood.closed > 0, timeout=30)
         assert client.check_health(cfgs["alice"], timeout=10) == "SERVING"

@@ -455,6 +455,29 @@ def test_the_operator_socket_is_in_the_data_directory_unless_its_path_is_too_lon
     assert operator_socket(cfg) == cfg.data_dir.absolute() / "operator.sock"
     deep = replace(cfg, data_dir=tmp_path / ("d" * 120))  # past a unix socket's 108 bytes: the TCP address
     assert operator_socket(deep) is None
+    for odd in ("party#1", "p?x", "p%41", "p x"):  # gRPC's client reads a "unix:" target as a URI
+        assert operator_socket(replace(cfg, data_dir=tmp_path / odd)) is None, odd
+
+
+def test_the_operator_uses_the_socket_only_where_a_party_answers_on_it(tmp_path):
+    """A socket file nobody listens on (left by a killed process) or a plain file sends the operator to the TCP
+    address; one a process listens on is used."""
+    import socket as _socket
+
+    from smcdp.runtime.client import _operator_address
+    from smcdp.runtime.config import load_config, operator_socket
+    from smcdp.runtime.local import write_local_deployment
+
+    cfg = load_config(write_local_deployment(tmp_path, ["alice", "bob"], allow_insecure_keys=True)["alice"])
+    sock = operator_socket(cfg)
+    assert sock is not None and _operator_address(cfg) == cfg.address_of("alice")  # no socket yet
+    sock.parent.mkdir(parents=True, exist_ok=True)
+    with _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM) as listener:
+        listener.bind(str(sock))
+        assert _operator_address(cfg) == cfg.address_of("alice")  # bound, not listening: a stale socket
+        listener.listen()
+        assert _operator_address(cfg) == f"unix:{sock}"
+        assert _operator_address(cfg, "bob") == cfg.address_of("bob")  # another party: its address
 
 
 def test_a_governed_session_keeps_its_protocols_byte_envelope():
