@@ -94,13 +94,16 @@ def test_junk_into_one_session_is_refused_before_it_is_buffered(tmp_path, cluste
     """300 MB of junk sent into a power-iteration session (k = 30) at bob: the session's envelope,
     derived from its parameters, refuses it with RESOURCE_EXHAUSTED; bob's memory barely moves."""
     # the proposal must outlive the test's ~20,000 calls: under load they took longer than the default
-    # proposal grace (120 s), the proposal expired and the rest were FAILED_PRECONDITION
+    # proposal grace (120 s), the proposal expired and the rest were FAILED_PRECONDITION -- and a proposal
+    # waits no longer than its session's deadline either (60 s by default here: under a loaded fresh-clone
+    # run the calls took longer than that, and 19,009 were FAILED_PRECONDITION)
     cfgs, procs = cluster(Limits(proposal_grace_seconds=1800.0), names=("bob",))
     pid = procs["bob"].proc.pid
     roles = {"trent": "alice", "party1": "bob", "party2": "charlie"}
     params = json.dumps({"key_bits": 512, "rows": 30})
+    spec = _spec("alice.junk", roles, "power-iteration", params, timeout=1800.0)
     with _peer(tmp_path, cfgs) as alice:
-        assert call_unary(alice, MAILBOX + "Propose", _spec("alice.junk", roles, "power-iteration", params))[0] == C.OK
+        assert call_unary(alice, MAILBOX + "Propose", spec)[0] == C.OK
         before = rss_mb(pid)
         chunk = os.urandom(1 << 20)
         codes, sent = {}, 0
