@@ -102,7 +102,7 @@ class Flood(threading.Thread):
 
 
 @pytest.fixture
-def cluster(tmp_path, monkeypatch):
+def cluster(monkeypatch):
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < FLOOD + 200:  # this test process holds the flood's sockets
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
@@ -112,7 +112,8 @@ def cluster(tmp_path, monkeypatch):
         allow_insecure_keys=True,
         open_policy=True,
         plugins=(ECHO_PLUGIN,),
-        workdir=tmp_path / "run",
+        # a short working directory (/tmp/smcdp-local-*), not pytest's: the operator socket's path must stay
+        # within a unix socket's ~100 bytes (under xdist, pytest's was 101 and the party made no socket)
     ) as c:
         yield c
     resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
@@ -141,8 +142,7 @@ def test_a_connection_flood_fills_the_cap_not_the_partys_descriptors(cluster):
         # the operator reaches its own party through its unix socket, outside the TCP port's cap -- only its
         # own OS user may open it
         sock = operator_socket(load_config(cfgs["alice"]))
-        if sock is None:
-            pytest.skip("the data directory's path is too long (or unusual) for a unix socket")
+        assert sock is not None  # the cluster's short working directory keeps the path within a socket's limit
         assert stat.S_ISSOCK(os.stat(sock).st_mode) and stat.S_IMODE(os.stat(sock).st_mode) & 0o077 == 0
         _wait_for("the flood to fill the cap", lambda: flood.closed > 0, timeout=30)
         assert client.check_health(cfgs["alice"], timeout=10) == "SERVING"
