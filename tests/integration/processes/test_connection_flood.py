@@ -24,7 +24,6 @@ import socket
 import stat
 import subprocess
 import threading
-import time
 
 import pytest
 
@@ -32,6 +31,7 @@ import smcdp.runtime.local as local
 from smcdp.runtime import client
 from smcdp.runtime.config import load_config, operator_socket
 from tests.support.deployment import ECHO_PLUGIN
+from tests.support.late import wait_for
 
 OPEN_FILES = 512
 FLOOD = 700
@@ -135,7 +135,7 @@ def test_a_connection_flood_fills_the_cap_not_the_partys_descriptors(cluster):
 
     session = threading.Thread(target=run, daemon=True)
     session.start()
-    _wait_for("alice to hold her role (its connections are up)", lambda: _step(cfgs["alice"]) == "blocked")
+    wait_for("alice to hold her role (its connections are up)", lambda: _step(cfgs["alice"]) == "blocked", 60)
     flood = Flood(load_config(cfgs["alice"]).address_of("alice"), FLOOD)
     flood.start()
     try:
@@ -144,7 +144,7 @@ def test_a_connection_flood_fills_the_cap_not_the_partys_descriptors(cluster):
         sock = operator_socket(load_config(cfgs["alice"]))
         assert sock is not None  # the cluster's short working directory keeps the path within a socket's limit
         assert stat.S_ISSOCK(os.stat(sock).st_mode) and stat.S_IMODE(os.stat(sock).st_mode) & 0o077 == 0
-        _wait_for("the flood to fill the cap", lambda: flood.closed > 0, timeout=30)
+        wait_for("the flood to fill the cap", lambda: flood.closed > 0, 30)
         assert client.check_health(cfgs["alice"], timeout=10) == "SERVING"
         assert client.get_status(cfgs["alice"], "bob.flooded")["state"] == "running"
         session.join(90)
@@ -171,10 +171,3 @@ def _step(cfg) -> str | None:
         return client.get_status(cfg, "bob.flooded").get("step")
     except Exception:  # noqa: BLE001 - not there yet
         return None
-
-
-def _wait_for(what, predicate, timeout=60.0):
-    end = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        time.sleep(0.1)
