@@ -1246,12 +1246,13 @@ class PartyServer:
 
     async def start(self) -> int:
         limits = self.config.limits
-        if connection_cap() < 4 * max(1, len(self.config.peers)):
+        cap = connection_cap()
+        if cap < 4 * max(1, len(self.config.peers)):
             log.warning(
                 "party %s holds at most %d connections (its open-file limit %d, less a reserve) for %d peers: "
                 "a session per peer needs one; raise the limit (ulimit -n, LimitNOFILE=)",
                 self.config.name,
-                connection_cap(),
+                cap,
                 resource.getrlimit(resource.RLIMIT_NOFILE)[0],
                 len(self.config.peers),
             )
