@@ -107,12 +107,8 @@ def test_junk_into_one_session_is_refused_before_it_is_buffered(tmp_path, cluste
         before = rss_mb(pid)
         chunk = os.urandom(1 << 20)
         codes, sent = {}, 0
+        rss = []  # bob's resident size after each junk message
         for i in range(300):  # 300 messages of 1 MiB, each a stream of one 1 MiB chunk
-            if i == 50:
-                # glibc's malloc raises its mmap threshold as 1 MiB receive buffers are freed and then
-                # serves them from a heap that grows to a plateau (measured: 14 MB with the threshold
-                # pinned by MALLOC_MMAP_THRESHOLD_, 35 MB without it); from here on, nothing may grow
-                warm = rss_mb(pid)
             env = tpb.Envelope(
                 session_id="alice.junk",
                 tag=f"junk/{i}",
@@ -125,6 +121,7 @@ def test_junk_into_one_session_is_refused_before_it_is_buffered(tmp_path, cluste
             code, details = call_deliver(alice, [env])
             codes[code.name] = codes.get(code.name, 0) + 1
             sent += len(chunk)
+            rss.append(rss_mb(pid))
         small = os.urandom(2000)  # then small messages, each within the per-message bound
         for i in range(20_000):
             env = tpb.Envelope(
@@ -145,8 +142,14 @@ def test_junk_into_one_session_is_refused_before_it_is_buffered(tmp_path, cluste
     assert sent >= 300 << 20
     assert codes["RESOURCE_EXHAUSTED"] == 301, codes
     assert "budget of" in details or "distinct messages" in details
-    assert after - before < 150, (before, after)  # 300 MB of junk was not buffered
-    assert after - warm < 30, (before, warm, after)  # and 250 MB more moved nothing: a few MB at most
+    assert after - before < 150, (before, after)  # 300 MB of junk (and the small messages) were not buffered
+    # and after a warm-up, 250 MB more junk moved nothing.  glibc's malloc raises its mmap threshold as 1 MiB
+    # receive buffers are freed, then serves them from heaps (one arena per gRPC thread) that grow to a
+    # plateau; a single reading swings by +-15 MB with what the threads happen to hold (a CI run: 102 MB at
+    # message 50, 139 MB at the end).  What the party keeps is the least it holds over a stretch of
+    # messages: buffered junk would keep that rising by ~1 MB a message, 200 MB over this window
+    warm, late = min(rss[50:75]), min(rss[275:])
+    assert late - warm < 30, (before, warm, late, rss[::25])
 
 
 def test_memory_is_flat_over_100_sessions(tmp_path, cluster):
