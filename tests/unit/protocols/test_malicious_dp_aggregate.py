@@ -6,7 +6,7 @@ Each test runs the honest roles with one participant's outgoing messages rewritt
 import numpy as np
 import pytest
 
-from smcdp.crypto.codec import bigints, ciphertext_to_proto
+from smcdp.crypto.codec import bigints, ciphertext_from_proto, ciphertext_to_proto
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.crypto.zkp import open_ciphertext, prove_bit
 from smcdp.errors import InvalidMessage, SessionAborted
@@ -221,3 +221,35 @@ def test_residual_selected_party_can_withhold_its_noise(keys):
     diff = [int(t - w) for t, w in zip(released_T(res, p), _sum_of_weights(p, ws))]
     assert diff == [0] * D  # the exact sum: no noise
     assert party_noise(p, SENS[1], SEEDS[1]) != [0] * D  # ... where party2's noise belonged
+
+
+def test_residual_charlie_with_the_selected_party_removes_the_noise(keys):
+    """Two colluders, no deviation: Charlie knows the position p̂ he selected (he encrypted the indicator)
+    and every data party knows its own position π₁(j) (party1 sends it in Stage 1).  Together they learn
+    whether that party's noise was selected -- and when it was, the party knows N_sel = N_j and the
+    published shares give T, so T − N_j is the exact sum of the models.  The selected party is the one with
+    the smallest data set, so a curator allied with a small site has this with certainty (issue 36: the
+    noise must be shared so that no coalition of the curator and t parties can subtract it)."""
+    p = make_params(K, D, epsilon=2.0)
+    zeta = keys["zeta"]
+    seen: dict[int, int] = {}  # position k -> the indicator entry Charlie sent party k
+
+    def watch(to, tag, data):
+        if tag == "s2/u":
+            k = int(to.removeprefix("party")) - 1
+            c = ciphertext_from_proto(pb.CiphertextVector.FromString(data), zeta.public_key, "s2/u")
+            seen[k] = int(zeta.raw_decrypt(c))
+        return data
+
+    ws = _weights()
+    res, _ = run_aggregate(
+        p, ws, SENS, keys, noise_seeds=SEEDS, seed=SEED, tamper=lambda net: _rewrite(net, "charlie", watch)
+    )
+    selected = [k for k, v in seen.items() if v == 1]
+    assert sorted(seen) == list(range(K)) and len(selected) == 1  # Charlie's view: the position p̂
+    # party2 (the largest sensitivity, its noise the right one) knows its own position: the coalition sees
+    # that it is p̂, and subtracts party2's noise from the release
+    assert PI1[1] == selected[0]
+    removed = [int(t - n) for t, n in zip(released_T(res, p), party_noise(p, SENS[1], SEEDS[1]))]
+    assert removed == [int(w) for w in _sum_of_weights(p, ws)]  # the exact sum of the models
+    assert released_T(res, p) != removed  # ... from a release that carried noise
