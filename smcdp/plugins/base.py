@@ -102,6 +102,9 @@ class SessionSummary:
     #: choice: "threshold" (a group key, no party holds the private key) or "single" (one party's key pair,
     #: shared with the other data parties); bounded by a policy's ``key`` rule.  None: no such choice
     key: str | None = None
+    #: whether this protocol, in this session's mode, can run under a group key instead of one party's key
+    #: pair (power iteration's DP modes: ``key_group``); only the advice of a refusal by the ``key`` rule
+    group_key_mode: bool = False
     #: the threshold t of the group key involved (no t of its parties together decrypt anything, t + 1 do):
     #: the key ceremony's, or that of the group key a session encrypts under; bounded below by a policy's
     #: ``min_threshold``.  None: no group key
@@ -128,6 +131,7 @@ class SessionSummary:
             "iterations": self.iterations,
             "hiding": {k: list(v) for k, v in self.hiding.items()},
             "key": self.key,
+            "group_key_mode": self.group_key_mode,
             "threshold": self.threshold,
         }
 

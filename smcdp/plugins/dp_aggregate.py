@@ -102,6 +102,10 @@ class DPAggregatePlugin(ProtocolPlugin):
             delta=delta,
             rho=eps * eps / 2,
             record_bound=p.min_records,
+            # party1's key pair ξ, shared with every data party, protects the sizes' shares and Charlie's key ζ
+            # the contributions: no group-key mode yet (docs/protocols/dp-aggregate.md, "Trust assumptions"),
+            # so a policy asking for one refuses the session
+            key="single",
         )
 
     def traffic_envelope(self, params: Mapping[str, Any], roles: Mapping[str, str], role: str):

@@ -680,14 +680,20 @@ def _check_key_kind(
         raise ask.deny(
             f"{ask.base}.key",
             "the session encrypts its data parties' contributions under one party's key pair; it allows only a "
-            "group (threshold) key",
+            "group (threshold) key"
+            + ("" if summary.group_key_mode else f", and {summary.protocol} has no group-key mode for such a session"),
         )
     groups = sorted(name for name, parties in key_groups.items() if set(parties) == holders)
     if groups:
+        advice = (
+            "propose key_group"
+            if summary.group_key_mode
+            else f"{summary.protocol} has no group-key mode for such a session"
+        )
         raise ask.deny(
             f"{ask.base}.key",
             f"it holds key group {groups[0]!r} of exactly the session's data parties, and the proposal uses one "
-            'party\'s key pair instead (propose key_group; or key = "single" in its policy admits it)',
+            f'party\'s key pair instead ({advice}; or key = "single" in its policy admits it)',
         )
 
 

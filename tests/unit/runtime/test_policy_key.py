@@ -162,3 +162,78 @@ def test_the_governor_reads_its_stored_groups_parties_and_skips_one_that_does_no
     (tmp_path / "old" / GROUP_FILE).write_text("{}")
     assert stored_groups(tmp_path, allow_insecure=True) == {"lab": ("alice", "bob")}
     assert stored_groups(tmp_path / "none") == {}
+
+
+AGG_ROLES = {"charlie": "trent", "dave": "carol", "party1": "alice", "party2": "bob"}
+AGG_POLICY = """
+[policy.dp-aggregate]
+roles = ["party*"]
+initiators = ["trent"]
+coordinators = ["trent", "carol"]
+release_to = ["carol"]
+"""
+
+
+def _eval_aggregate(extra: str = "", key_groups=None):
+    policy = parse_policy(tomllib.loads(AGG_POLICY + extra)["policy"], "alice", PEERS)
+    plugin = get_plugin("dp-aggregate")
+    params = {"n_parties": 2, "dim": 3, "epsilon": 1.0, "lam": 0.1, "key_bits": 2048}
+    summary = plugin.summary(plugin.validate_params(params, AGG_ROLES), AGG_ROLES)
+    evaluate(
+        policy,
+        me="alice",
+        session_id="s1",
+        initiator="trent",
+        role="party1",
+        roles=AGG_ROLES,
+        summary=summary,
+        allow_insecure_keys=False,
+        key_groups=key_groups,
+    )
+    return summary
+
+
+def test_dp_aggregate_is_a_single_key_session_which_a_threshold_policy_refuses():
+    """dp-aggregate encrypts under party1's key pair (shared with every data party) and Charlie's: it has no
+    group-key mode, so a party whose policy asks for a group key refuses it, and so does a party holding a
+    group key of exactly its data parties unless its policy says key = "single" (before, the summary named
+    no key and every such policy admitted the session)."""
+    assert _eval_aggregate().key == "single"
+    with pytest.raises(PolicyDenied) as ei:
+        _eval_aggregate('key = "threshold"\n')
+    assert ei.value.rule == "policy.dp-aggregate.key"
+    assert "dp-aggregate has no group-key mode" in str(ei.value)
+    with pytest.raises(PolicyDenied) as ei:
+        _eval_aggregate(key_groups={"lab": ("alice", "bob")})
+    assert ei.value.rule == "policy.dp-aggregate.key" and "propose key_group" not in str(ei.value)
+    _eval_aggregate('key = "single"\n', key_groups={"lab": ("alice", "bob")})
+    _eval_aggregate(key_groups={"other": ("alice", "bob", "carol")})
+
+
+def test_the_refusal_advises_a_group_key_only_where_the_mode_has_one():
+    """Power iteration's exact mode has no group-key mode (key_group is refused there): its refusal says so,
+    where the DP modes' refusal advises proposing key_group."""
+    with pytest.raises(PolicyDenied) as ei:
+        _eval(_policy(), key_groups={"lab": ("alice", "bob")})
+    assert "propose key_group" in str(ei.value)
+    plugin = get_plugin("power-iteration")
+    exact = plugin.summary(plugin.validate_params({"key_bits": 2048, "rows": 4, "n_parties": 2}, ROLES2), ROLES2)
+    assert exact.key == "single" and not exact.group_key_mode
+    with pytest.raises(PolicyDenied) as ei:
+        evaluate(
+            parse_policy(
+                tomllib.loads(BASE.replace('"carol"]', '"carol", "trent"]') + "allow_non_dp = true\n")["policy"],
+                "alice",
+                PEERS,
+            ),
+            me="alice",
+            session_id="s1",
+            initiator="trent",
+            role="party1",
+            roles=ROLES2,
+            summary=exact,
+            allow_insecure_keys=False,
+            key_groups={"lab": ("alice", "bob")},
+        )
+    assert ei.value.rule == "policy.power-iteration.key"
+    assert "power-iteration has no group-key mode" in str(ei.value)
