@@ -137,6 +137,13 @@ RESOURCE_ERRNOS = {
 }
 
 
+def local_failure(exc: BaseException) -> bool:
+    """An error of this party's machine (descriptors, memory, disk), not of its data: a reader of input files
+    passes it on as it is, so that the session fails resumably naming it (:func:`resource_failure`), never as
+    a rejected input nobody can repair by resuming."""
+    return isinstance(exc, MemoryError) or (isinstance(exc, OSError) and exc.errno in RESOURCE_ERRNOS)
+
+
 def resource_failure(exc: BaseException, party: str, what: str) -> NoSpace | None:
     """``exc`` as :class:`NoSpace` ("no space left at PARTY: WHAT: ...") if it is a local resource
     running out (an OSError with one of ``RESOURCE_ERRNOS``, or MemoryError), else None."""

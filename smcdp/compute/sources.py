@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from smcdp._optional import require
-from smcdp.errors import RESOURCE_ERRNOS, InputRejected, InvalidMessage, PreconditionFailed
+from smcdp.errors import InputRejected, InvalidMessage, PreconditionFailed, local_failure
 
 #: default canonical block size in matrix values (16 MB of float32 data, 32 MB as float64 in a kernel)
 DEFAULT_BLOCK_VALUES = 4 << 20
@@ -317,13 +317,6 @@ class ZarrSource(MatrixSource):
         np.copyto(out, _open_zarr(self.path)[:, block.col0 : block.col1], casting="safe")
 
 
-def _local_failure(exc: BaseException) -> bool:
-    """An error of this party's machine (descriptors, memory, disk), not of its data: passed on as it is,
-    so that the session fails resumably naming it (smcdp.errors.resource_failure), not as a rejected
-    input nobody can repair by resuming."""
-    return isinstance(exc, MemoryError) or (isinstance(exc, OSError) and exc.errno in RESOURCE_ERRNOS)
-
-
 def _open_zarr(path: str):
     require("zarr", "a Zarr array as input")
     import zarr  # deferred: Zarr is an optional extra (smcdp[dask])
@@ -331,7 +324,7 @@ def _open_zarr(path: str):
     try:
         return zarr.open_array(str(path), mode="r")
     except Exception as exc:  # zarr raises several unrelated types for a bad store
-        if _local_failure(exc):
+        if local_failure(exc):
             raise
         raise InputRejected("the configured data is not a readable Zarr array", f"{path}: {exc}") from None
 
@@ -342,7 +335,7 @@ def _npy_header(path: str) -> tuple[tuple[int, int], np.dtype]:
     except FileNotFoundError:
         raise InputRejected("the configured data file does not exist", str(path)) from None
     except (ValueError, OSError) as exc:
-        if _local_failure(exc):
+        if local_failure(exc):
             raise
         raise InputRejected("the data file is not a valid .npy array", f"{path}: {exc}") from None
     try:

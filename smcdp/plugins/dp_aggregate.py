@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from smcdp.crypto.paillier import check_key_bits
-from smcdp.errors import InputRejected
+from smcdp.errors import InputRejected, local_failure
 from smcdp.net.channel import Channel
 from smcdp.plugins.base import OutputFlow, ProtocolPlugin, SessionContext, SessionSummary
 from smcdp.protocols.base import check_roles
@@ -39,6 +39,8 @@ def load_dataset(path) -> tuple[np.ndarray, np.ndarray]:
     except FileNotFoundError:
         raise InputRejected("the configured data file does not exist", str(path)) from None
     except (ValueError, OSError) as exc:
+        if local_failure(exc):
+            raise
         raise InputRejected("the data file is not a valid .npz without pickles", f"{path}: {exc}") from None
     if X.ndim != 2 or X.shape[0] < 1 or X.shape[1] < 1 or X.dtype.kind not in "fiu":
         raise InputRejected("X must be a non-empty numeric n × d matrix", f"{path}: shape {X.shape}, {X.dtype}")

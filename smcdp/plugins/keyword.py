@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from smcdp.crypto.paillier import check_key_bits
-from smcdp.errors import InputRejected, InvalidMessage, PermissionDenied
+from smcdp.errors import InputRejected, InvalidMessage, PermissionDenied, local_failure
 from smcdp.net.channel import Channel
 from smcdp.plugins.base import FORWARD_HIDING, OutputFlow, ProtocolPlugin, SessionContext, SessionSummary, hiding_of
 from smcdp.primitives.rng import Randomness
@@ -42,6 +42,8 @@ def utterance_kind(path) -> str:
     except FileNotFoundError:
         raise InputRejected("the configured utterance file does not exist", str(path)) from None
     except OSError as exc:
+        if local_failure(exc):
+            raise
         raise InputRejected("the utterance file cannot be read", f"{path}: {exc}") from None
     if head.startswith(NPY_MAGIC):
         return "npy"
@@ -72,6 +74,8 @@ def load_utterance(path, cmn: str = "utterance") -> np.ndarray:
     except FileNotFoundError:
         raise InputRejected("the configured utterance file does not exist", str(path)) from None
     except (ValueError, OSError) as exc:
+        if local_failure(exc):
+            raise
         raise InputRejected("the utterance file is not a valid .npy array", f"{path}: {exc}") from None
     if X.ndim == 2 and X.dtype.kind in "fiu":
         if not np.all(np.isfinite(X)):

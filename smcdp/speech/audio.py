@@ -18,12 +18,11 @@ including WAVE_FORMAT_EXTENSIBLE headers.  The front end
 from __future__ import annotations
 
 import os
-import struct
 from dataclasses import dataclass
 
 import numpy as np
 
-from smcdp.errors import InvalidMessage
+from smcdp.errors import InvalidMessage, local_failure
 from smcdp.speech.framing import MAX_SAMPLES, MIN_SAMPLES, SAMPLE_RATE, WINLEN, frames_for_samples
 
 MIN_RATE, MAX_RATE = 4000, 192000
@@ -74,6 +73,8 @@ def read_wav(path: str | os.PathLike) -> Audio:
     except IsADirectoryError:
         raise InvalidMessage(f"{p}: is a directory, not a WAV file") from None
     except OSError as exc:
+        if local_failure(exc):
+            raise
         raise InvalidMessage(f"{p}: cannot read: {exc}") from None
     if not head:
         raise InvalidMessage(f"{p}: the file is empty")
@@ -83,7 +84,10 @@ def read_wav(path: str | os.PathLike) -> Audio:
         from scipy.io import wavfile  # lazily: scipy's import is a party's start-up cost
 
         rate, data = wavfile.read(p)
-    except (ValueError, OSError, EOFError, struct.error, MemoryError) as exc:
+    except Exception as exc:  # scipy raises several unrelated types for a malformed file (ValueError,
+        # EOFError, struct.error; UnboundLocalError for a RIFF/WAVE header without a fmt chunk)
+        if local_failure(exc):
+            raise
         raise InvalidMessage(f"{p}: unreadable WAV ({type(exc).__name__}: {exc})") from None
     if data.size == 0:
         raise InvalidMessage(f"{p}: the WAV holds no samples")

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from smcdp.errors import InvalidMessage
+from smcdp.errors import InvalidMessage, local_failure
 from smcdp.speech.audio import read_wav
 from smcdp.speech.frontend import (
     CEPLIFTER,
@@ -175,6 +175,8 @@ def load_features(path: str | os.PathLike, n_features: int | None = N_FEATURES) 
     except FileNotFoundError as exc:
         raise InvalidMessage(f"feature file not found: {path}") from exc
     except (ValueError, OSError, EOFError) as exc:
+        if local_failure(exc):
+            raise
         raise InvalidMessage(f"cannot read feature file {path}: {exc}") from exc
     if not isinstance(arr, np.ndarray):
         arr.close()

@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from smcdp.errors import InvalidMessage
+from smcdp.errors import InvalidMessage, local_failure
 from smcdp.speech.frontend import CMN_MODES
 
 FORMAT_VERSION = 1
@@ -487,6 +487,8 @@ class KeywordModels(_EmissionShape):
         except FileNotFoundError as exc:
             raise InvalidMessage(f"model file not found: {p}") from exc
         except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+            if local_failure(exc):
+                raise
             raise InvalidMessage(f"cannot read model file {p}: {exc}") from exc
         if not isinstance(obj, np.lib.npyio.NpzFile):
             raise InvalidMessage(f"{p}: expected an .npz archive, got a single array")
@@ -497,6 +499,8 @@ class KeywordModels(_EmissionShape):
                     try:
                         arrays[k] = obj[k]
                     except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+                        if local_failure(exc):
+                            raise
                         raise InvalidMessage(f"{p}: cannot read array {k!r}: {exc}") from exc
         except zipfile.BadZipFile as exc:  # pragma: no cover - corrupt archive
             raise InvalidMessage(f"{p}: corrupt archive: {exc}") from exc

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from smcdp.errors import InvalidMessage
+from smcdp.errors import InvalidMessage, local_failure
 from smcdp.speech.frontend import CMN_MODES
 from smcdp.speech.models import KeywordModels
 
@@ -154,6 +154,8 @@ def _load_npz(path: str | os.PathLike, what: str) -> dict[str, np.ndarray]:
     except FileNotFoundError:
         raise InvalidMessage(f"{what} file not found: {p}") from None
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+        if local_failure(exc):
+            raise
         raise InvalidMessage(f"cannot read {what} file {p}: {exc}") from None
     if not isinstance(obj, np.lib.npyio.NpzFile):
         raise InvalidMessage(f"{p}: expected an .npz archive, got a single array")
@@ -161,6 +163,8 @@ def _load_npz(path: str | os.PathLike, what: str) -> dict[str, np.ndarray]:
         try:
             return {k: obj[k] for k in obj.files}
         except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+            if local_failure(exc):
+                raise
             raise InvalidMessage(f"{p}: cannot read {what}: {exc}") from None
 
 
