@@ -10,6 +10,8 @@ from scipy import stats
 from smcdp.crypto.codec import bigints
 from smcdp.errors import InvalidMessage, SessionAborted
 from smcdp.plugins.dp_aggregate import DPAggregatePlugin, load_dataset
+from smcdp.primitives.argmin import random_permutation
+from smcdp.primitives.rng import protocol_rng
 from smcdp.protocols.dp_aggregate import (
     DAVE,
     DPAggregateParams,
@@ -430,6 +432,18 @@ def test_every_role_receives_within_its_traffic_envelope(keys, K):
         assert count <= env.tags and total <= env.session_bytes and largest <= env.message_bytes, role
 
 
+def _no_fixed_point_seed(K: int) -> int:
+    """A protocol seed whose π₁ moves every party's value: a party whose value sits at its own position sends
+    itself its a, ζ(b) and v, which never cross the network, so its count would depend on the draw (with a
+    random π₁ the busiest parties at K = 7 -- party2 and party3, two children and a match each -- were both
+    fixed points in about 1 run of 40, and the counts at K = 7 and 31 then differed by those 3)."""
+    return next(
+        s
+        for s in range(1000)
+        if all(pos != j for j, pos in enumerate(random_permutation(protocol_rng(s, "secure-min", "party1"), K)))
+    )
+
+
 def test_a_data_party_sends_and_receives_the_same_whatever_K(keys):
     """Per-party traffic does not grow with K: at most two tree children, one ring neighbour each way,
     one match of the bracket, one check as the checked party and one as the helper (issue 28)."""
@@ -439,7 +453,11 @@ def test_a_data_party_sends_and_receives_the_same_whatever_K(keys):
         p = make_params(K, d, epsilon=1.0)
         rng = np.random.default_rng(K)
         _res, net = run_aggregate(
-            p, [rng.uniform(-1, 1, size=d) for _ in range(K)], list(rng.uniform(0.01, 0.4, size=K)), keys
+            p,
+            [rng.uniform(-1, 1, size=d) for _ in range(K)],
+            list(rng.uniform(0.01, 0.4, size=K)),
+            keys,
+            seed=_no_fixed_point_seed(K),
         )
         sent = {r: sum(len(x) for (s, _, _, _, x) in net.transcript if s == r) for r in p.party_roles}
         got = {r: _received(net, r) for r in p.party_roles}
