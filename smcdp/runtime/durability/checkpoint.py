@@ -338,6 +338,7 @@ class Checkpoint:
                 owner=self.owner,
                 repair=self.repair_journal,
                 head=bool(self.meta.get("journal_head")),
+                begun=self.meta.get("inputs") is not None,  # set by begin(), after the journal was made
             )
         return self._journal
 

@@ -42,7 +42,7 @@ number out of order, bytes after a short record -- is damage.
 boundary* by something other than a crash (a truncation, a restore from an older
 copy, a deleted file recreated empty): that looks like an earlier crash, although the
 records it lost had been made durable -- and acknowledged to the peers.  So a journal
-opened with ``head=True`` (every checkpoint since format 3) keeps ``journal.head``
+opened with ``head=True`` (every checkpoint since format 3) keeps ``journal.log.head``
 beside it: the number of records and bytes the last ``fsync`` covered, under the
 session's MAC, rewritten after every sync.  A crash can only cut what follows the
 head; a journal shorter than its head, a head without its journal, a journal with
@@ -288,9 +288,17 @@ class JournalHead:
         magic, records, end = HEAD.unpack(body)
         return (records, end) if magic == HEAD_MAGIC else (-1, -1)
 
-    def missing_journal(self) -> Damage | None:
-        """The journal file does not exist: damage if the head says it held something (or is damaged)."""
+    def missing_journal(self, begun: bool = False) -> Damage | None:
+        """The journal file does not exist: damage if the head says it held something (or is damaged), or if
+        the head is missing too although the session ``begun`` here (both are made before it begins)."""
         head = self.read()
+        if head is None and begun:
+            return Damage(
+                0,
+                "the journal and its head are both missing although the session had begun at this party (its "
+                "checkpoint says so, and both are made before a session begins): deleted, or the checkpoint "
+                "directory was restored without them",
+            )
         if head is None or head[0] == 0:
             return None
         said = f"{head[0]} record(s) were made durable and acknowledged" if head[0] > 0 else "it does not verify"
@@ -389,7 +397,9 @@ class FileJournal:
 
     ``mac``: the session's journal MAC (:class:`~smcdp.runtime.durability.integrity.Mac`);
     without one the records carry a keyed checksum under a public key (tests, tools).
-    ``owner``: the party, for messages.  A damaged journal raises :class:`JournalDamaged`
+    ``owner``: the party, for messages.  ``begun``: the session began at this party (its checkpoint says
+    so), so its journal was made before (a session's journal and head exist before it begins): both files
+    missing is damage, not a journal to create.  A damaged journal raises :class:`JournalDamaged`
     unless ``repair`` is true: then it is rewritten with its intact records only (after
     which the peers must send what it lost again: a resumed session does), and
     :attr:`repaired` lists what was lost.
@@ -407,10 +417,18 @@ class FileJournal:
     COMMIT_DELAY = 0.002
 
     def __init__(
-        self, path: Path, mac: Mac | None = None, *, owner: str = "this party", repair: bool = False, head: bool = False
+        self,
+        path: Path,
+        mac: Mac | None = None,
+        *,
+        owner: str = "this party",
+        repair: bool = False,
+        head: bool = False,
+        begun: bool = False,
     ) -> None:
         self.path = Path(path)
         self.owner = owner
+        self._begun = begun
         self._mac = mac or Mac(_PUBLIC_KEY, "journal", self.path.name)
         #: ``journal.log.head`` beside the journal (see the module docstring), or None when not kept
         self.head: JournalHead | None = (
@@ -460,7 +478,7 @@ class FileJournal:
         except OSError as exc:
             raise self._local_failure(exc, "cannot create its journal") from None
         if fd is not None:
-            damage = self.head.missing_journal() if self.head is not None else None
+            damage = self.head.missing_journal(self._begun) if self.head is not None else None
             if damage is not None:
                 os.close(fd)
                 os.unlink(self.path)

@@ -664,3 +664,31 @@ def test_a_new_checkpoint_directory_is_made_durable_in_sessions(tmp_path, monkey
     assert synced[-2:] == [d, str(tmp_path)], synced  # then the directory, then sessions/
     assert len(synced) == 4, synced  # no more fsyncs than before: the two files' directory syncs became one
     cp.close()
+
+
+def test_a_journal_deleted_with_its_head_after_the_session_began_is_damage_not_a_new_journal(tmp_path):
+    """journal.log and journal.log.head both deleted: the head could not tell (it is gone too) and the journal
+    was recreated empty -- the records the peers had been told were durable silently lost.  Both are made
+    before a session begins (the channel opens them before Begin), so a checkpoint that says it began names
+    their absence as damage; a resume repairs it (the peers send again what it lost).  Before Begin the
+    checkpoint cannot tell deletion from a journal not yet made, and a new one is made."""
+    cp = _create(tmp_path)
+    cp.journal.record_inbound("b", "t1", "smcdp.v1.Ints", b"\x01")
+    cp.journal.sync()
+    cp.begin({})
+    cp.close()
+    for name in ("journal.log", "journal.log.head"):
+        (cp.dir / name).unlink()
+    again = Checkpoint.load(cp.dir, owner="alice")
+    with pytest.raises(JournalDamaged, match="both missing although the session had begun") as info:
+        _ = again.journal
+    assert "alice" in str(info.value) and str(cp.dir / "journal.log") in str(info.value)
+    assert not (cp.dir / "journal.log").exists()  # not recreated empty
+    again.repair_journal = True
+    assert again.journal.repaired and "both missing" in again.journal.repaired[0].what
+    again.close()
+    # a session that never began: nothing says a journal existed
+    fresh = _create(tmp_path, session_id="s-2")
+    fresh.close()
+    assert not (fresh.dir / "journal.log").exists()
+    assert Checkpoint.load(fresh.dir).journal.repaired == []
