@@ -401,9 +401,9 @@ class PartyClient:
             return handle
         return handle.wait(on_status=on_status, poll=poll)
 
-    def result(self, session_id: str) -> SessionResult:
+    def result(self, session_id: str, timeout: float = 30.0) -> SessionResult:
         """The record of ``session_id`` at this party (running, succeeded or failed; NotFound if unknown)."""
-        return SessionResult.from_record(_rpc.get_result(self.config, session_id))
+        return SessionResult.from_record(_rpc.get_result(self.config, session_id, timeout=timeout))
 
     def status(self, session_id: str, timeout: float = 10.0) -> SessionStatus:
         """How ``session_id`` stands now: state, round, step, restarts, peers' liveness."""

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from smcdp.cli.governance import register_session_commands
 from smcdp.client import PartyClient, SessionHandle, SessionState, SessionStatus
-from smcdp.errors import InvalidMessage, SmcdpError
+from smcdp.errors import InvalidMessage, SmcdpError, Unavailable
 from smcdp.net import tls
 from smcdp.progress import task
 from smcdp.runtime import process
@@ -92,6 +92,7 @@ def _parse_roles(items: list[str]) -> dict[str, str]:
 
 
 def _cmd_session_start(args: argparse.Namespace) -> int:
+    pc, handle = None, None
     try:
         roles = _parse_roles(args.role)
         if args.params and args.params_file:
@@ -110,9 +111,26 @@ def _cmd_session_start(args: argparse.Namespace) -> int:
         assert isinstance(handle, SessionHandle)
         record = wait_watched(handle).as_dict()
     except (SmcdpError, OSError) as exc:
+        if pc is not None and handle is not None:
+            _emit_failed(pc, handle.session_id, exc, args.out)
         return _fail(exc)
     _emit(record, args.out)
     return 0
+
+
+def _emit_failed(pc: PartyClient, session_id: str, exc: BaseException, out: str | None) -> None:
+    """A session that failed: its record as well as the error, when the party can give it -- the JSON says
+    which participants never confirmed their output (``unconfirmed``), whether it is ``resumable``, and who
+    failed (``error.origin``).  Not when the operator's own party is what failed (down, paused, cut off: the
+    wait said so), and never for long."""
+    if getattr(exc, "origin", None) == pc.name and isinstance(exc, Unavailable):
+        return
+    try:
+        res = pc.result(session_id, timeout=5.0)
+    except SmcdpError:
+        return
+    if res.state is SessionState.FAILED:
+        _emit(res.as_dict(), out)
 
 
 def wait_watched(handle: SessionHandle, unit: str = "round"):
@@ -156,11 +174,15 @@ def _cmd_session_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_session_resume(args: argparse.Namespace) -> int:
+    pc, handle = None, None
     try:
-        handle = PartyClient.from_config(args.config).resume(args.session_id, timeout=args.timeout, wait=False)
+        pc = PartyClient.from_config(args.config)
+        handle = pc.resume(args.session_id, timeout=args.timeout, wait=False)
         assert isinstance(handle, SessionHandle)
         record = wait_watched(handle).as_dict()
     except SmcdpError as exc:
+        if pc is not None and handle is not None:
+            _emit_failed(pc, handle.session_id, exc, args.out)
         return _fail(exc)
     _emit(record, args.out)
     return 0

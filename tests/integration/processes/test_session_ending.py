@@ -156,6 +156,10 @@ def test_dp_aggregate_a_data_party_killed_at_its_ending_and_not_restarted(dpa):
     recs = _settle(cluster, sid, ["charlie", "dave", "alice", "bob"])
     _nobody_succeeded_and_all_name(recs, "carol")
     assert recs["dave"]["unconfirmed"] is None  # dave's role never ended: carol's share never came
+    # the CLI printed the failed session's record too (JSON on stdout, as for a success)
+    printed = json.loads(out)
+    assert printed["state"] == "failed" and printed["error"]["origin"] == "carol" and printed["resumable"] is True
+    assert printed["unconfirmed"] == recs["charlie"]["unconfirmed"], (printed, recs["charlie"])
     # Charlie's role usually ended before carol died (he needs nothing more from her; it did in 2 of 3 runs
     # here, and then, before, his CLI exited 0 "succeeded"); unless his last messages to her were still
     # unacknowledged.  If it ended, his CLI and his record name the participants whose outputs are not known

@@ -100,7 +100,13 @@ def test_session_and_health_commands(tmp_path, in_thread, capsys):
         )
         == 2
     )
-    assert "[INVALID_ARGUMENT]" in capsys.readouterr().err
+    failed = capsys.readouterr()
+    assert "[INVALID_ARGUMENT]" in failed.err
+    # and the failed session's record on stdout, as for a success: who failed, whether it can be resumed,
+    # which participants never confirmed their output (issue 41: the JSON tells the operator)
+    record = json.loads(failed.out)
+    assert record["state"] == "failed" and record["error"]["code"] == "INVALID_ARGUMENT"
+    assert record["error"]["origin"] == "alice" and "unconfirmed" in record and "resumable" in record
     assert run(["session", "start", "--config", str(cfgs["alice"]), "--protocol", "net-echo", "--role", "a-alice"]) == 2
     assert "ROLE=PARTY" in capsys.readouterr().err
     assert run(["session", "result", "--config", str(cfgs["alice"]), "--session-id", "nope"]) == 1
