@@ -4,7 +4,9 @@ session ends").
 A participant killed at its protocol's ending -- dp-aggregate: a data party killed after Charlie's role
 ended, before it published its share to Dave; power iteration (DP mode): a data party killed before the
 final aggregate from which it takes u reached it; keyword: Alice (the client, who learns the keyword) or
-Bob killed once their role ended, before their confirmation left (the final acknowledgement round):
+Bob killed once their role ended, before their confirmation left (the final acknowledgement round); and in
+dp-aggregate and power iteration every other kind of participant -- the initiator (Charlie, Trent), Dave, a
+data party -- killed at that same confirming step:
 
 * restarted -> every participant ends "succeeded" with the undisturbed output;
 * not restarted -> nobody reports "succeeded": the initiator's ``smcdp session start`` exits non-zero and
@@ -53,6 +55,11 @@ SEED = 5
 PI_ROLES = {"trent": "trent", "party1": "alice", "party2": "bob"}
 PI_PARAMS = {"n_parties": 2, "key_bits": 512, "epsilon": 1.0, "delta": 1e-6, "iterations": 12, "rows": 6}
 PI_FINAL = PI_PARAMS["iterations"]  # a data party's round while it waits for the final aggregate
+
+
+def _killed_at_its_ending(party: str, restart: bool) -> ChaosAction:
+    """``party`` killed once its role ended and its messages were acknowledged, before its confirmation left."""
+    return ChaosAction("kill", party, round=0, restart=restart, step=CONFIRMING_STEP)
 
 
 def _settle(cluster: LocalCluster, sid: str, parties) -> dict[str, dict]:
@@ -174,6 +181,22 @@ def test_dp_aggregate_a_data_party_killed_at_its_ending_and_not_restarted(dpa):
 
 
 # ----------------------------------------------------------------- power iteration (DP mode)
+@pytest.mark.parametrize("party", ["charlie", "dave", "alice"])
+def test_dp_aggregate_a_participant_killed_at_its_confirmation_and_restarted(dpa, party):
+    """The final acknowledgement round itself: Charlie (the initiator), Dave (who reassembles the model) or
+    party1 killed once its role ended, before its confirmation left; restarted, it replays to its ending and
+    every participant succeeds with the undisturbed model."""
+    cluster, weights = dpa
+    recs, chaos = run_with(
+        cluster, "dp-aggregate", DPA_ROLES, DPA_PARAMS, "charlie", [_killed_at_its_ending(party, True)], seed=SEED
+    )
+    assert chaos.restarts == 1
+    assert {r["state"] for r in recs.values()} == {"succeeded"}, {p: r.get("error") for p, r in recs.items()}
+    assert recs[party]["restarts"] == 1
+    assert recs["dave"]["result"]["weights"] == weights
+    assert all(r["unconfirmed"] == [] for r in recs.values())
+
+
 @pytest.fixture(scope="module")
 def pidp(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("pidp_end")
@@ -248,6 +271,22 @@ def test_power_iteration_a_data_party_killed_before_u_and_not_restarted(pidp):
         assert recs[p]["result"]["u"] == us[p]
 
 
+@pytest.mark.parametrize("party", ["trent", "bob"])
+def test_power_iteration_a_participant_killed_at_its_confirmation_and_restarted(pidp, party):
+    """Trent (the initiator) or a data party killed once its role ended, before its confirmation left:
+    restarted, it replays to its ending and every participant succeeds with the undisturbed u."""
+    cluster, us = pidp
+    recs, chaos = run_with(
+        cluster, "power-iteration", PI_ROLES, PI_PARAMS, "trent", [_killed_at_its_ending(party, True)], seed=SEED
+    )
+    assert chaos.restarts == 1
+    assert {r["state"] for r in recs.values()} == {"succeeded"}, {p: r.get("error") for p, r in recs.items()}
+    assert recs[party]["restarts"] == 1
+    for p in ("alice", "bob"):
+        assert recs[p]["result"]["u"] == us[p]
+    assert all(r["unconfirmed"] == [] for r in recs.values())
+
+
 # ----------------------------------------------------------------- keyword
 def _kw_outputs(records: dict[str, dict]) -> dict:
     alice, bob = records["alice"]["result"], records["bob"]["result"]
@@ -270,11 +309,6 @@ def kw(tmp_path_factory):
         assert {r["state"] for r in base.values()} == {"succeeded"}, base
         assert all(r["unconfirmed"] == [] for r in base.values()), base
         yield c, _kw_outputs(base)
-
-
-def _killed_at_its_ending(party: str, restart: bool) -> ChaosAction:
-    """``party`` killed once its role ended and its messages were acknowledged, before its confirmation left."""
-    return ChaosAction("kill", party, round=0, restart=restart, step=CONFIRMING_STEP)
 
 
 @pytest.mark.parametrize("party", ["alice", "bob"])
