@@ -904,3 +904,47 @@ def _outcome(call):
         return call()
     except Exception as exc:  # noqa: BLE001 - the test looks at it
         return {"code": getattr(exc, "code", type(exc).__name__), "message": str(exc)}
+
+
+def test_a_restart_refused_by_todays_policy_waits_resumably_and_continues_once_it_admits_it(tmp_path, processes):
+    """The restart path of a resume's admission: bob is killed while it runs a session, and comes back with a
+    policy that no longer admits it (its operator removed [policy]).  The session must not be reopened against
+    today's policy -- nor end for good: it fails resumably, naming the rule and saying it stays resumable; once
+    the policy is restored, the initiator's resume ends it with the undisturbed result (before, a restart
+    refused by today's policy ended the session for good, and it was still refused after the restore)."""
+    from smcdp.net.config import Timeouts
+
+    cfgs = make_deployment(
+        tmp_path,
+        ["alice", "bob"],
+        timeouts=Timeouts(connect_seconds=3, session_seconds=120, rpc_seconds=30, peer_grace_seconds=30),
+    )
+    procs = _start(processes, cfgs, ["alice", "bob"])
+    out = {}
+    th = threading.Thread(
+        target=lambda: out.update(
+            rec=_outcome(
+                lambda: client.start_session(
+                    cfgs["alice"], "net-echo", ECHO, {"n": 3, "block_seconds": 8.0}, session_id="kept-1", timeout=120
+                )
+            )
+        )
+    )
+    th.start()
+    _wait_for("bob to run its role", lambda: _status(cfgs["bob"], "kept-1").get("state") == "running")
+    procs["bob"].kill()  # no shutdown: at its next start bob continues the session from its checkpoint
+    text = cfgs["bob"].read_text()
+    policy = '[policy]\napproval = "auto"\nallow_seeded = false\nopen = true\n'
+    assert policy in text
+    cfgs["bob"].write_text(text.replace(policy, ""))
+    procs["bob"] = processes("bob", cfgs["bob"], use_launcher=False)
+    client.wait_healthy(cfgs["bob"], timeout=60)
+    rec = _failed_resumably(cfgs["bob"], "kept-1")
+    assert "stays resumable" in rec["error"]["message"] and "policy" in rec["error"]["message"], rec["error"]
+    th.join(90)
+    assert out["rec"].get("code") == "UNAVAILABLE" and "stays resumable" in out["rec"]["message"], out["rec"]
+    _failed_resumably(cfgs["alice"], "kept-1")
+    cfgs["bob"].write_text(text)  # the operator restores the policy
+    _restart(processes, procs, cfgs, "bob")
+    rec = client.resume_session(cfgs["alice"], "kept-1", timeout=120)
+    assert rec["state"] == "succeeded" and rec["result"]["y"] == [1.0, 3.0, 5.0], rec
