@@ -326,15 +326,20 @@ def _mount_tmpfs(where: Path, size: str) -> None:
 
 
 def _fill(where: Path) -> Path:
-    """Take every free byte of ``where``'s file system."""
+    """Take every free byte of ``where``'s file system.  Unbuffered: with a buffered file, whether the ENOSPC
+    of the last write was raised inside the loop or again when the ``with`` closed the file depended on how
+    much space was left (on an 8-MiB tmpfs: with 1 or 4,096 bytes taken before, the close raised it; with
+    5,000, not), and a fresh-clone run failed on it."""
     filler = where / "filler"
-    with open(filler, "wb") as f:
-        try:
-            while True:
-                f.write(b"\0" * 65536)
-                f.flush()
-        except OSError as exc:
-            assert exc.errno == errno.ENOSPC
+    fd = os.open(filler, os.O_CREAT | os.O_WRONLY, 0o600)
+    try:
+        chunk = b"\0" * 65536
+        while True:
+            os.write(fd, chunk)  # a short write, then ENOSPC
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC, exc
+    finally:
+        os.close(fd)
     return filler
 
 

@@ -404,6 +404,53 @@ def test_an_initiator_killed_between_its_proposals_and_begin_continues_the_sessi
         assert _ledger(cluster, "alice").reservation("alice", sid).state == "charged"
 
 
+def _state(cluster, party, sid) -> str | None:
+    """The session's state at ``party`` now, None while it has none (an approved proposal becomes a session
+    a moment later)."""
+    try:
+        return client.get_status(cluster.configs[party], sid)["state"]
+    except SmcdpError:
+        return None
+
+
+def test_an_initiator_killed_while_its_begin_is_under_way_continues_the_session(tmp_path):
+    # another instant of the initiator's start: its Begin has reached some participants and not the others.
+    # dave's operator decides, and dave is proposed to last (after the data parties); once alice and bob have
+    # accepted, bob is paused (SIGSTOP) and dave's operator approves, so charlie's Begin reaches alice and dave
+    # (their roles run) and hangs at bob; charlie is killed then and restarted, and bob continues (SIGCONT).
+    # The restarted charlie continues the session: it succeeds everywhere, charged once.
+    import signal
+
+    with _cluster(tmp_path, approval={"dave": "operator"}, budget=5.0) as cluster:
+        sid = "charlie.begin-cut-1"
+        call = client.begin_session(
+            cluster.configs["charlie"], "dp-aggregate", ROLES, PARAMS, session_id=sid, timeout=300.0
+        )
+        _wait_pending(cluster, "dave", sid)
+        assert _state(cluster, "alice", sid) == _state(cluster, "bob", sid) == "prepared"
+        bob = cluster.procs["bob"]
+        bob.send_signal(signal.SIGSTOP)
+        try:
+            client.approve_session(cluster.configs["dave"], sid)
+            end = time.monotonic() + 60
+            for party in ("alice", "dave"):  # Begin reached them: their roles run
+                while _state(cluster, party, sid) != "running":
+                    assert time.monotonic() < end, f"{party} never began"
+                    time.sleep(0.1)
+            assert _state(cluster, "charlie", sid) != "running"  # its Begin waits for bob
+            _restart(cluster, "charlie", kill=True)
+        finally:
+            bob.send_signal(signal.SIGCONT)
+        call.close()
+        record = client.follow_session(cluster.configs["charlie"], sid, 180)
+        assert record["state"] == "succeeded", record
+        assert record["restarts"] == 1
+        for party in ("alice", "bob", "dave"):  # each party's own record of the session
+            assert cluster._record(party, sid, time.monotonic() + 60)["state"] == "succeeded", party
+        for party in ("alice", "bob"):
+            assert _ledger(cluster, party).reservation(party, sid).state == "charged"
+
+
 def test_start_up_warnings_are_loud(tmp_path):
     cfgs = write_local_deployment(
         tmp_path,
