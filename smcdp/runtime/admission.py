@@ -37,6 +37,9 @@ class Admission:
 
     def __init__(self, core: PartyCore) -> None:
         self.core = core
+        #: session id -> the admission of a proposal under way: an identical one arriving meanwhile (a retried
+        #: Propose whose first copy is still being admitted) waits for it and then gets its answer
+        self._admitting: dict[str, asyncio.Future[None]] = {}
 
     async def propose(self, peer: str, spec: SessionSpec) -> str | PendingApproval:
         """Register a session proposed by ``peer``; return this party's role (or that it waits for its
@@ -68,12 +71,23 @@ class Admission:
                 core.admitting,
                 len(core.config.proposers),
             )
+        while (first := self._admitting.get(spec.session_id)) is not None:
+            # the same id is being admitted: two copies of one Propose (a retry that overtook the first
+            # reply, or an operator's start made twice) raced through governance and both created the session
+            # -- the second failed on the checkpoint the first had made.  This copy waits for the first, then
+            # gets the answer of a repeated proposal (or the refusal of another one under that id)
+            await asyncio.shield(first)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._admitting[spec.session_id] = done
         # a proposal being admitted holds a pending slot of its initiator until its session exists
         registered = core.admission(peer)
         try:
             return await self._admit(peer, spec, roles, mine[0], registered)
         finally:
             registered()
+            if self._admitting.get(spec.session_id) is done:
+                del self._admitting[spec.session_id]
+            done.set_result(None)
 
     async def _admit(
         self, peer: str, spec: SessionSpec, roles: dict[str, str], role: str, registered: Callable[[], None]

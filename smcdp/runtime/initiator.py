@@ -43,6 +43,8 @@ class Initiator:
         self._recovery = recovery
         #: operators' start/resume calls, run detached (a reference is held until they end)
         self._tasks: set[asyncio.Task] = set()
+        #: session id -> its proposals and Begins, run once however many start calls name the session
+        self._starting: dict[str, asyncio.Future[dict]] = {}
 
     async def detached(self, coro: Coroutine[Any, Any, Any]) -> Any:
         """Run an operator's ``coro`` (start or resume a session) as a task of the party's own.
@@ -85,7 +87,18 @@ class Initiator:
         sid = namespaced(core.name, session_id or new_session_id(protocol))
         spec = SessionSpec(sid, protocol, roles, dict(params), timeout or core.config.timeouts.session_seconds, seed)
         await self._admission.propose(core.name, spec)
-        return await self._propose_and_begin(core.sessions[sid])
+        return await self._once(core.sessions[sid])
+
+    async def _once(self, s: Session) -> dict:
+        """Steps 1 and 2 of ``s``, started by the first call that names it; a repeated operator call (a client
+        that made its start twice: its transport lost the first, which arrived after all) waits for them
+        instead of proposing again -- two proposal flows at once raced each other at every participant."""
+        sid = s.spec.session_id
+        flow = self._starting.get(sid)
+        if flow is None:
+            flow = self._starting[sid] = self._spawn(self._propose_and_begin(s))
+            flow.add_done_callback(lambda _f: self._starting.pop(sid, None))
+        return await asyncio.shield(flow)
 
     def continue_restored(self, s: Session) -> None:
         """A session this party initiated that its process left between its proposals and ``Begin`` (it
@@ -95,7 +108,7 @@ class Initiator:
         log.warning(
             "session %s: proposing again and beginning it (this party restarted before it began)", s.spec.session_id
         )
-        self._spawn(self._propose_and_begin(s))
+        self._spawn(self._once(s))
 
     async def _propose_and_begin(self, s: Session) -> dict:
         """Steps 1 (the others) and 2: propose ``s`` to every other participant, then Begin everywhere."""

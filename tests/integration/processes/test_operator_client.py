@@ -20,6 +20,30 @@ from tests.support.deployment import REPO, make_deployment
 ROLES = {"a": "alice", "b": "bob"}
 
 
+def test_one_start_call_made_many_times_at_once_is_one_session(tmp_path, processes):
+    """Eight copies of one operator start call, sent at once (a client that repeated a call its transport lost,
+    and the first arrived after all): one session, every call answered with its record.  Two copies used to
+    run two proposal flows at the initiator, whose Proposes raced through bob's admission: both created the
+    session there, and the second failed on the checkpoint the first had made -- failing the session (a
+    fresh-clone run failed so, with two copies)."""
+    cfgs = make_deployment(tmp_path, ["alice", "bob"])
+    processes("alice", cfgs["alice"])
+    processes("bob", cfgs["bob"])
+    runtime_client.wait_healthy(cfgs["alice"], timeout=30)
+    runtime_client.wait_healthy(cfgs["alice"], "bob", timeout=30)
+    for k in range(3):
+        sid = f"op-many-{k}"
+        calls = [
+            runtime_client.begin_session(cfgs["alice"], "net-echo", ROLES, {"n": 2}, session_id=sid, timeout=30)
+            for _ in range(8)
+        ]
+        records = [c.wait(timeout=60) for c in calls]
+        assert {r["state"] for r in records} == {"succeeded"}, [r.get("error") for r in records]
+        assert all(r["result"] == records[0]["result"] for r in records) and records[0]["result"]["y"] == [1.0, 3.0]
+        bob = runtime_client.get_result(cfgs["bob"], f"alice.{sid}")
+        assert bob["state"] == "succeeded" and bob["restarts"] == 0, bob
+
+
 def test_party_client_and_the_session_cli_against_party_processes(tmp_path, processes):
     cfgs = make_deployment(tmp_path, ["alice", "bob"])
     processes("alice", cfgs["alice"])
