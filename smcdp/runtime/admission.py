@@ -61,7 +61,33 @@ class Admission:
                 f"party {core.name!r} has no address for {', '.join(unknown)} "
                 f"(add them to [peers] in {core.config.source or 'its configuration'})"
             )
-        if spec.session_id not in core.sessions:  # slots, timeout and seed rules before any validation work
+        self._check_slots(peer, spec)  # slots, timeout and seed rules before any validation work
+        if spec.session_id in self._admitting:
+            while (first := self._admitting.get(spec.session_id)) is not None:
+                # the same id is being admitted: two copies of one Propose (a retry that overtook the first
+                # reply, or an operator's start made twice) raced through governance and both created the
+                # session -- the second failed on the checkpoint the first had made.  This copy waits for the
+                # first, then gets the answer of a repeated proposal (or the refusal of another one)
+                await asyncio.shield(first)
+            self._check_slots(peer, spec)  # again: it held no slot while it waited
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._admitting[spec.session_id] = done
+        try:
+            # a proposal being admitted holds a pending slot of its initiator until its session exists
+            registered = core.admission(peer)
+            try:
+                return await self._admit(peer, spec, roles, mine[0], registered)
+            finally:
+                registered()
+        finally:
+            if self._admitting.get(spec.session_id) is done:
+                del self._admitting[spec.session_id]
+            done.set_result(None)
+
+    def _check_slots(self, peer: str, spec: SessionSpec) -> None:
+        """The proposer's slots, the session's timeout and seed rules (unless the session exists: a repeat)."""
+        core = self.core
+        if spec.session_id not in core.sessions:
             check_proposal(
                 core.sessions.values(),
                 peer,
@@ -71,23 +97,6 @@ class Admission:
                 core.admitting,
                 len(core.config.proposers),
             )
-        while (first := self._admitting.get(spec.session_id)) is not None:
-            # the same id is being admitted: two copies of one Propose (a retry that overtook the first
-            # reply, or an operator's start made twice) raced through governance and both created the session
-            # -- the second failed on the checkpoint the first had made.  This copy waits for the first, then
-            # gets the answer of a repeated proposal (or the refusal of another one under that id)
-            await asyncio.shield(first)
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._admitting[spec.session_id] = done
-        # a proposal being admitted holds a pending slot of its initiator until its session exists
-        registered = core.admission(peer)
-        try:
-            return await self._admit(peer, spec, roles, mine[0], registered)
-        finally:
-            registered()
-            if self._admitting.get(spec.session_id) is done:
-                del self._admitting[spec.session_id]
-            done.set_result(None)
 
     async def _admit(
         self, peer: str, spec: SessionSpec, roles: dict[str, str], role: str, registered: Callable[[], None]
