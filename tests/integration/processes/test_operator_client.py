@@ -31,10 +31,14 @@ def test_one_start_call_made_many_times_at_once_is_one_session(tmp_path, process
     processes("bob", cfgs["bob"])
     runtime_client.wait_healthy(cfgs["alice"], timeout=30)
     runtime_client.wait_healthy(cfgs["alice"], "bob", timeout=30)
+    # bob's role holds 3 s (without computing), so that every copy arrives while the session runs: a copy of a
+    # session that has already ended is refused (ALREADY_EXISTS), as any start under a used id -- a fresh-clone
+    # run saw the eighth copy arrive after a session of a few milliseconds had ended
+    params = {"n": 2, "block_seconds": 3.0}
     for k in range(3):
         sid = f"op-many-{k}"
         calls = [
-            runtime_client.begin_session(cfgs["alice"], "net-echo", ROLES, {"n": 2}, session_id=sid, timeout=30)
+            runtime_client.begin_session(cfgs["alice"], "net-echo", ROLES, params, session_id=sid, timeout=30)
             for _ in range(8)
         ]
         records = [c.wait(timeout=60) for c in calls]
