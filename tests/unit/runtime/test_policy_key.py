@@ -32,6 +32,11 @@ def _eval(policy, roles=ROLES2, key_groups=None, **params):
     plugin = get_plugin("power-iteration")
     p = dict(DP, n_parties=len(roles) - 1, **params)
     summary = plugin.summary(plugin.validate_params(p, roles), roles)
+    return _evaluate(policy, summary, roles, key_groups)
+
+
+def _evaluate(policy, summary, roles, key_groups=None):
+    """alice (party1) asked by trent to take part in the session ``summary`` describes."""
     evaluate(
         policy,
         me="alice",
@@ -179,18 +184,7 @@ def _eval_aggregate(extra: str = "", key_groups=None):
     plugin = get_plugin("dp-aggregate")
     params = {"n_parties": 2, "dim": 3, "epsilon": 1.0, "lam": 0.1, "key_bits": 2048}
     summary = plugin.summary(plugin.validate_params(params, AGG_ROLES), AGG_ROLES)
-    evaluate(
-        policy,
-        me="alice",
-        session_id="s1",
-        initiator="trent",
-        role="party1",
-        roles=AGG_ROLES,
-        summary=summary,
-        allow_insecure_keys=False,
-        key_groups=key_groups,
-    )
-    return summary
+    return _evaluate(policy, summary, AGG_ROLES, key_groups)
 
 
 def test_dp_aggregate_is_a_single_key_session_which_a_threshold_policy_refuses():
@@ -219,21 +213,10 @@ def test_the_refusal_advises_a_group_key_only_where_the_mode_has_one():
     plugin = get_plugin("power-iteration")
     exact = plugin.summary(plugin.validate_params({"key_bits": 2048, "rows": 4, "n_parties": 2}, ROLES2), ROLES2)
     assert exact.key == "single" and not exact.group_key_mode
+    exact_policy = parse_policy(
+        tomllib.loads(BASE.replace('"carol"]', '"carol", "trent"]') + "allow_non_dp = true\n")["policy"], "alice", PEERS
+    )
     with pytest.raises(PolicyDenied) as ei:
-        evaluate(
-            parse_policy(
-                tomllib.loads(BASE.replace('"carol"]', '"carol", "trent"]') + "allow_non_dp = true\n")["policy"],
-                "alice",
-                PEERS,
-            ),
-            me="alice",
-            session_id="s1",
-            initiator="trent",
-            role="party1",
-            roles=ROLES2,
-            summary=exact,
-            allow_insecure_keys=False,
-            key_groups={"lab": ("alice", "bob")},
-        )
+        _evaluate(exact_policy, exact, ROLES2, {"lab": ("alice", "bob")})
     assert ei.value.rule == "policy.power-iteration.key"
     assert "power-iteration has no group-key mode" in str(ei.value)
