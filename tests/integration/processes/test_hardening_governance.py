@@ -866,20 +866,9 @@ def test_a_resume_a_participant_has_no_room_for_now_stays_resumable(tmp_path, pr
         timeouts=Timeouts(connect_seconds=3, session_seconds=60, rpc_seconds=30, peer_grace_seconds=3),
     )
     procs = _start(processes, cfgs, ["alice", "bob"])
-    out = {}
     # bob's role holds its loop for 4 s, so that the session is running at bob when bob is stopped (block_seconds:
     # without spinning a core, which nothing here needs)
-    th = threading.Thread(
-        target=lambda: out.update(
-            rec=_outcome(
-                lambda: client.start_session(
-                    cfgs["alice"], "net-echo", ECHO, {"block_seconds": 4.0}, session_id="busy-1", timeout=60
-                )
-            )
-        )
-    )
-    th.start()
-    _wait_for("bob to run its role", lambda: _status(cfgs["bob"], "busy-1").get("state") == "running")
+    th, _ = _echo_running_at_bob(cfgs, "busy-1", {"block_seconds": 4.0}, timeout=60)
     procs["bob"].proc.send_signal(signal.SIGSTOP)  # silent past alice's grace (3 s)
     time.sleep(8.0)
     procs["bob"].proc.send_signal(signal.SIGCONT)
@@ -896,6 +885,22 @@ def test_a_resume_a_participant_has_no_room_for_now_stays_resumable(tmp_path, pr
         assert _abort(alice, "alice.c-0", code="ABORTED")[0] == C.OK
     rec = client.resume_session(cfgs["alice"], "busy-1", timeout=60)
     assert rec["state"] == "succeeded" and rec["result"]["y"] == [1.0, 3.0, 5.0]
+
+
+def _echo_running_at_bob(cfgs, sid, params, timeout):
+    """alice's operator starts a net-echo session with bob in the background; returns once bob runs its role:
+    (the thread, a dict that gets its outcome as ``rec``)."""
+    out: dict = {}
+    th = threading.Thread(
+        target=lambda: out.update(
+            rec=_outcome(
+                lambda: client.start_session(cfgs["alice"], "net-echo", ECHO, params, session_id=sid, timeout=timeout)
+            )
+        )
+    )
+    th.start()
+    _wait_for("bob to run its role", lambda: _status(cfgs["bob"], sid).get("state") == "running")
+    return th, out
 
 
 def _outcome(call):
@@ -920,18 +925,7 @@ def test_a_restart_refused_by_todays_policy_waits_resumably_and_continues_once_i
         timeouts=Timeouts(connect_seconds=3, session_seconds=120, rpc_seconds=30, peer_grace_seconds=30),
     )
     procs = _start(processes, cfgs, ["alice", "bob"])
-    out = {}
-    th = threading.Thread(
-        target=lambda: out.update(
-            rec=_outcome(
-                lambda: client.start_session(
-                    cfgs["alice"], "net-echo", ECHO, {"n": 3, "block_seconds": 8.0}, session_id="kept-1", timeout=120
-                )
-            )
-        )
-    )
-    th.start()
-    _wait_for("bob to run its role", lambda: _status(cfgs["bob"], "kept-1").get("state") == "running")
+    th, out = _echo_running_at_bob(cfgs, "kept-1", {"n": 3, "block_seconds": 8.0}, timeout=120)
     procs["bob"].kill()  # no shutdown: at its next start bob continues the session from its checkpoint
     text = cfgs["bob"].read_text()
     policy = '[policy]\napproval = "auto"\nallow_seeded = false\nopen = true\n'
