@@ -382,6 +382,18 @@ def test_an_operator_that_hangs_up_while_a_party_decides_does_not_strand_the_ses
         assert _ledger(cluster, "alice").reservation("alice", "charlie.gone-1").state == "charged"
 
 
+def _continued_everywhere(cluster, sid, charged) -> None:
+    """The restarted charlie's session ended succeeded at him (one restart) and at every participant, and the
+    budgets of ``charged`` were charged once."""
+    record = client.follow_session(cluster.configs["charlie"], sid, 180)
+    assert record["state"] == "succeeded", record
+    assert record["restarts"] == 1
+    for party in ("alice", "bob", "dave"):  # each party's own record of the session
+        assert cluster._record(party, sid, time.monotonic() + 60)["state"] == "succeeded", party
+    for party in charged:
+        assert _ledger(cluster, party).reservation(party, sid).state == "charged"
+
+
 def test_an_initiator_killed_between_its_proposals_and_begin_continues_the_session(tmp_path):
     # charlie proposed; alice's operator still decides when charlie is killed (SIGKILL) and restarted.  The
     # restarted charlie used to fail the session ("continue it with 'smcdp session resume'") and every
@@ -396,12 +408,7 @@ def test_an_initiator_killed_between_its_proposals_and_begin_continues_the_sessi
         _restart(cluster, "charlie", kill=True)
         call.close()
         client.approve_session(cluster.configs["alice"], sid)
-        record = client.follow_session(cluster.configs["charlie"], sid, 180)
-        assert record["state"] == "succeeded", record
-        assert record["restarts"] == 1
-        for party in ("alice", "bob", "dave"):  # each party's own record of the session
-            assert cluster._record(party, sid, time.monotonic() + 60)["state"] == "succeeded", party
-        assert _ledger(cluster, "alice").reservation("alice", sid).state == "charged"
+        _continued_everywhere(cluster, sid, charged=("alice",))
 
 
 def _state(cluster, party, sid) -> str | None:
@@ -442,13 +449,7 @@ def test_an_initiator_killed_while_its_begin_is_under_way_continues_the_session(
         finally:
             bob.send_signal(signal.SIGCONT)
         call.close()
-        record = client.follow_session(cluster.configs["charlie"], sid, 180)
-        assert record["state"] == "succeeded", record
-        assert record["restarts"] == 1
-        for party in ("alice", "bob", "dave"):  # each party's own record of the session
-            assert cluster._record(party, sid, time.monotonic() + 60)["state"] == "succeeded", party
-        for party in ("alice", "bob"):
-            assert _ledger(cluster, party).reservation(party, sid).state == "charged"
+        _continued_everywhere(cluster, sid, charged=("alice", "bob"))
 
 
 def test_start_up_warnings_are_loud(tmp_path):

@@ -62,6 +62,17 @@ def _killed_at_its_ending(party: str, restart: bool) -> ChaosAction:
     return ChaosAction("kill", party, round=0, restart=restart, step=CONFIRMING_STEP)
 
 
+def _restarted_at_its_confirmation(cluster: LocalCluster, protocol, roles, params, initiator, party) -> dict:
+    """A seeded session with ``party`` killed at its confirming step and restarted: every participant ended
+    succeeded and confirmed, ``party`` after one restart.  Returns the records (for the outputs)."""
+    recs, chaos = run_with(cluster, protocol, roles, params, initiator, [_killed_at_its_ending(party, True)], seed=SEED)
+    assert chaos.restarts == 1
+    assert {r["state"] for r in recs.values()} == {"succeeded"}, {p: r.get("error") for p, r in recs.items()}
+    assert recs[party]["restarts"] == 1
+    assert all(r["unconfirmed"] == [] for r in recs.values())
+    return recs
+
+
 def _settle(cluster: LocalCluster, sid: str, parties) -> dict[str, dict]:
     return {p: cluster._record(p, sid, time.monotonic() + 90) for p in parties}
 
@@ -187,14 +198,8 @@ def test_dp_aggregate_a_participant_killed_at_its_confirmation_and_restarted(dpa
     killed once its role ended, before its confirmation left; restarted, it replays to its ending and every
     participant succeeds with the undisturbed model (a data party: the tests above)."""
     cluster, weights = dpa
-    recs, chaos = run_with(
-        cluster, "dp-aggregate", DPA_ROLES, DPA_PARAMS, "charlie", [_killed_at_its_ending(party, True)], seed=SEED
-    )
-    assert chaos.restarts == 1
-    assert {r["state"] for r in recs.values()} == {"succeeded"}, {p: r.get("error") for p, r in recs.items()}
-    assert recs[party]["restarts"] == 1
+    recs = _restarted_at_its_confirmation(cluster, "dp-aggregate", DPA_ROLES, DPA_PARAMS, "charlie", party)
     assert recs["dave"]["result"]["weights"] == weights
-    assert all(r["unconfirmed"] == [] for r in recs.values())
 
 
 @pytest.fixture(scope="module")
@@ -276,15 +281,9 @@ def test_power_iteration_a_participant_killed_at_its_confirmation_and_restarted(
     """Trent (the initiator) killed once his role ended, before his confirmation left: restarted, he replays
     to his ending and every participant succeeds with the undisturbed u (a data party: the tests above)."""
     cluster, us = pidp
-    recs, chaos = run_with(
-        cluster, "power-iteration", PI_ROLES, PI_PARAMS, "trent", [_killed_at_its_ending(party, True)], seed=SEED
-    )
-    assert chaos.restarts == 1
-    assert {r["state"] for r in recs.values()} == {"succeeded"}, {p: r.get("error") for p, r in recs.items()}
-    assert recs[party]["restarts"] == 1
+    recs = _restarted_at_its_confirmation(cluster, "power-iteration", PI_ROLES, PI_PARAMS, "trent", party)
     for p in ("alice", "bob"):
         assert recs[p]["result"]["u"] == us[p]
-    assert all(r["unconfirmed"] == [] for r in recs.values())
 
 
 # ----------------------------------------------------------------- keyword
