@@ -19,17 +19,21 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from smcdp.errors import InvalidMessage, PermissionDenied, PreconditionFailed, SmcdpError, resource_failure
+from smcdp.errors import InvalidMessage, NoSpace, PermissionDenied, PreconditionFailed, SmcdpError, resource_failure
 from smcdp.net.grpc_channel import AlreadyExists
 from smcdp.net.server import PendingApproval, SessionSpec, check_namespace, parse_roles
 from smcdp.plugins.registry import get_plugin
 from smcdp.primitives.rng import Randomness
-from smcdp.runtime.core import PartyCore
+from smcdp.runtime.core import READY_SECONDS, PartyCore
 from smcdp.runtime.durability.checkpoint import Checkpoint
 from smcdp.runtime.limits import check_proposal
 from smcdp.runtime.session import Session
+from smcdp.runtime.states import Phase
 
 log = logging.getLogger("smcdp.party")
+
+#: the phases of a session that a repeated proposal may be answered for
+_ALIVE = frozenset({Phase.PREPARED, Phase.BEGUN, Phase.RUNNING})
 
 
 class Admission:
@@ -39,7 +43,7 @@ class Admission:
         self.core = core
         #: session id -> the admission of a proposal under way: an identical one arriving meanwhile (a retried
         #: Propose whose first copy is still being admitted) waits for it and then gets its answer
-        self._admitting: dict[str, asyncio.Future[None]] = {}
+        self._admitting: dict[str, asyncio.Task[str | PendingApproval]] = {}
 
     async def propose(self, peer: str, spec: SessionSpec) -> str | PendingApproval:
         """Register a session proposed by ``peer``; return this party's role (or that it waits for its
@@ -68,21 +72,33 @@ class Admission:
                 # reply, or an operator's start made twice) raced through governance and both created the
                 # session -- the second failed on the checkpoint the first had made.  This copy waits for the
                 # first, then gets the answer of a repeated proposal (or the refusal of another one)
-                await asyncio.shield(first)
+                await asyncio.wait({first})
             self._check_slots(peer, spec)  # again: it held no slot while it waited
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._admitting[spec.session_id] = done
-        try:
-            # a proposal being admitted holds a pending slot of its initiator until its session exists
-            registered = core.admission(peer)
-            try:
-                return await self._admit(peer, spec, roles, mine[0], registered)
-            finally:
-                registered()
-        finally:
-            if self._admitting.get(spec.session_id) is done:
+        # The admission runs as a task of this party's own, not in the caller's handler: gRPC cancels a handler
+        # whose caller went away (a short deadline, a closed channel), but the governance work it started in a
+        # thread goes on -- a copy let in at the cancellation ran governance a second time beside it.  The
+        # admission ends as it would have; a retried Propose gets its answer as a repeated proposal.
+        admitting = asyncio.get_running_loop().create_task(self._admit_holding_a_slot(peer, spec, roles, mine[0]))
+        self._admitting[spec.session_id] = admitting
+
+        def settled(t: asyncio.Task) -> None:
+            if self._admitting.get(spec.session_id) is t:
                 del self._admitting[spec.session_id]
-            done.set_result(None)
+            if not t.cancelled():
+                t.exception()  # retrieved: its caller may be gone
+
+        admitting.add_done_callback(settled)
+        return await asyncio.shield(admitting)
+
+    async def _admit_holding_a_slot(
+        self, peer: str, spec: SessionSpec, roles: dict[str, str], role: str
+    ) -> str | PendingApproval:
+        """:meth:`_admit`, the proposal holding a pending slot of its initiator until its session exists."""
+        registered = self.core.admission(peer)
+        try:
+            return await self._admit(peer, spec, roles, role, registered)
+        finally:
+            registered()
 
     def _check_slots(self, peer: str, spec: SessionSpec) -> None:
         """The proposer's slots, the session's timeout and seed rules (unless the session exists: a repeat)."""
@@ -132,6 +148,9 @@ class Admission:
             if spec.seed is None
             else Randomness.from_seed(spec.seed)
         )
+        if core.shutting_down:  # it began stopping meanwhile: no new session now (its sessions are being ended)
+            core.governor.abandon(spec.session_id, "the party is shutting down")
+            core.refuse_when_shutting_down()
         cp = Checkpoint.create(
             core.sessions_dir,
             session_id=spec.session_id,
@@ -152,8 +171,16 @@ class Admission:
             core.governor.abandon(spec.session_id, "its thread did not start")
             what = f"session {spec.session_id}: its thread did not start"
             # this party out of file descriptors or memory: UNAVAILABLE naming the cause, not INTERNAL
-            failure = s.thread_error and resource_failure(s.thread_error, core.name, what)
-            raise failure or SmcdpError(what)
+            failure = (s.thread_error and resource_failure(s.thread_error, core.name, what)) or (
+                SmcdpError(f"{what}: {s.thread_error}")
+                if s.thread_error
+                # no error and no thread within the wait: this party is overloaded, which passes (resumable)
+                else NoSpace(f"party {core.name} is overloaded: {what} within {READY_SECONDS:g} s", core.name)
+            )
+            # and the session ends so: a thread that starts after all finds the failure and ends it, and a
+            # retried copy of this proposal meanwhile is not answered as accepted
+            s.fail_threadsafe(failure)
+            raise failure
         log.info("session %s (%s) proposed by %s; %s plays %s", spec.session_id, spec.protocol, peer, core.name, role)
         return role
 
@@ -170,6 +197,7 @@ class Admission:
             and dict(existing.spec.params) == params
             and existing.spec.seed == spec.seed
             and not existing.done.done()
+            and existing.lifecycle.phase in _ALIVE  # not a session whose end is decided
         ):
             # A retried Propose (the first reply was lost or late): the same proposal is accepted again.
             log.info("session %s: repeated proposal from %s accepted again", spec.session_id, peer)

@@ -25,6 +25,9 @@ from smcdp.runtime.offline import NextRoot
 from smcdp.runtime.records import SessionRecords
 from smcdp.runtime.session import Session
 
+#: how long a party waits for a new session's thread to make its loop and channel
+READY_SECONDS = 10.0
+
 
 class PartyCore:
     """A party's identity, configuration and sessions (live, ended, recorded), shared by its rooms.
@@ -125,5 +128,5 @@ class PartyCore:
         )
 
     async def wait_ready(self, s: Session) -> None:
-        """Until ``s``'s thread has made its loop and channel (at most 10 s)."""
-        await asyncio.get_running_loop().run_in_executor(None, s.ready.wait, 10.0)
+        """Until ``s``'s thread has made its loop and channel (at most :data:`READY_SECONDS`)."""
+        await asyncio.get_running_loop().run_in_executor(None, s.ready.wait, READY_SECONDS)

@@ -16,7 +16,7 @@ import asyncio
 import functools
 import json
 import logging
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from smcdp.errors import InvalidMessage, PermissionDenied, SmcdpError
@@ -89,14 +89,15 @@ class Initiator:
         await self._admission.propose(core.name, spec)
         return await self._once(core.sessions[sid])
 
-    async def _once(self, s: Session) -> dict:
-        """Steps 1 and 2 of ``s``, started by the first call that names it; a repeated operator call (a client
-        that made its start twice: its transport lost the first, which arrived after all) waits for them
-        instead of proposing again -- two proposal flows at once raced each other at every participant."""
+    async def _once(self, s: Session, steps: Callable[[Session], Coroutine[Any, Any, dict]] | None = None) -> dict:
+        """Steps 1 and 2 of ``s`` (or the ``steps`` of its resume), started by the first call that names it; a
+        repeated operator call (a client that made its start twice: its transport lost the first, which arrived
+        after all), or a start naming a session being resumed, waits for them instead of proposing again --
+        two proposal flows at once raced each other at every participant."""
         sid = s.spec.session_id
         flow = self._starting.get(sid)
         if flow is None:
-            flow = self._starting[sid] = self._spawn(self._propose_and_begin(s))
+            flow = self._starting[sid] = self._spawn((steps or self._propose_and_begin)(s))
             flow.add_done_callback(lambda _f: self._starting.pop(sid, None))
         return await asyncio.shield(flow)
 
@@ -235,6 +236,11 @@ class Initiator:
                 f"session {session_id!r} was initiated by {cp.meta['initiator']!r}; only its operator can resume it"
             )
         s = await self._recovery.resume_locally(cp)
+        return await self._once(s, self._resume_everywhere)
+
+    async def _resume_everywhere(self, s: Session) -> dict:
+        """A resume's steps 1 and 2: ``Resume`` to every other participant, then Begin where it was resumed."""
+        session_id, core = s.spec.session_id, self.core
         others = [p for p in s.spec.roles.values() if p != core.name]
         outcomes = await asyncio.gather(
             *(self._call(p, "Resume", tpb.SessionRef(session_id=session_id), s) for p in others), return_exceptions=True
