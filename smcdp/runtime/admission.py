@@ -19,8 +19,16 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from smcdp.errors import InvalidMessage, NoSpace, PermissionDenied, PreconditionFailed, SmcdpError, resource_failure
-from smcdp.net.grpc_channel import AlreadyExists
+from smcdp.errors import (
+    InvalidMessage,
+    NoSpace,
+    PermissionDenied,
+    PreconditionFailed,
+    SmcdpError,
+    Unavailable,
+    resource_failure,
+)
+from smcdp.net.grpc_channel import AlreadyExists, with_origin
 from smcdp.net.server import PendingApproval, SessionSpec, check_namespace, parse_roles
 from smcdp.plugins.registry import get_plugin
 from smcdp.primitives.rng import Randomness
@@ -78,10 +86,14 @@ class Admission:
         # whose caller went away (a short deadline, a closed channel), but the governance work it started in a
         # thread goes on -- a copy let in at the cancellation ran governance a second time beside it.  The
         # admission ends as it would have; a retried Propose gets its answer as a repeated proposal.
-        admitting = asyncio.get_running_loop().create_task(self._admit_holding_a_slot(peer, spec, roles, mine[0]))
+        # A proposal being admitted holds a pending slot of its initiator until its session exists -- counted
+        # from here, with no await since the slot check, so that a proposal checked next sees it.
+        registered = core.admission(peer)
+        admitting = asyncio.get_running_loop().create_task(self._admit(peer, spec, roles, mine[0], registered))
         self._admitting[spec.session_id] = admitting
 
         def settled(t: asyncio.Task) -> None:
+            registered()  # (idempotent) also for a task cancelled before it ran
             if self._admitting.get(spec.session_id) is t:
                 del self._admitting[spec.session_id]
             if not t.cancelled():
@@ -90,15 +102,11 @@ class Admission:
         admitting.add_done_callback(settled)
         return await asyncio.shield(admitting)
 
-    async def _admit_holding_a_slot(
-        self, peer: str, spec: SessionSpec, roles: dict[str, str], role: str
-    ) -> str | PendingApproval:
-        """:meth:`_admit`, the proposal holding a pending slot of its initiator until its session exists."""
-        registered = self.core.admission(peer)
-        try:
-            return await self._admit(peer, spec, roles, role, registered)
-        finally:
-            registered()
+    async def settle(self, timeout: float) -> None:
+        """Wait (at most ``timeout`` s) for the admissions under way: the party is stopping, and governance
+        must not be closed under them."""
+        if self._admitting:
+            await asyncio.wait(list(self._admitting.values()), timeout=timeout)
 
     def _check_slots(self, peer: str, spec: SessionSpec) -> None:
         """The proposer's slots, the session's timeout and seed rules (unless the session exists: a repeat)."""
@@ -123,6 +131,9 @@ class Admission:
         repeated = self._repeated(peer, spec, roles, params)
         if repeated is not None:
             return repeated
+        failed = self._failed_early(peer, spec, roles, params)
+        if failed is not None:  # a copy of a proposal whose session failed here before it began: its answer
+            raise failed
         if (
             spec.session_id in core.sessions
             or core.records.exists(spec.session_id)
@@ -150,7 +161,7 @@ class Admission:
         )
         if core.shutting_down:  # it began stopping meanwhile: no new session now (its sessions are being ended)
             core.governor.abandon(spec.session_id, "the party is shutting down")
-            core.refuse_when_shutting_down()
+            raise with_origin(Unavailable(f"party {core.name} is shutting down"), core.name)
         cp = Checkpoint.create(
             core.sessions_dir,
             session_id=spec.session_id,
@@ -184,10 +195,10 @@ class Admission:
         log.info("session %s (%s) proposed by %s; %s plays %s", spec.session_id, spec.protocol, peer, core.name, role)
         return role
 
-    def _repeated(
+    def _same(
         self, peer: str, spec: SessionSpec, roles: Mapping[str, str], params: Mapping[str, Any]
-    ) -> str | None:
-        """The role of a live session this very proposal already created (a retried Propose)."""
+    ) -> Session | None:
+        """The session this very proposal created here, if it is still in memory."""
         existing = self.core.sessions.get(spec.session_id)
         if (
             existing is not None
@@ -196,6 +207,27 @@ class Admission:
             and dict(existing.spec.roles) == dict(roles)
             and dict(existing.spec.params) == params
             and existing.spec.seed == spec.seed
+        ):
+            return existing
+        return None
+
+    def _failed_early(
+        self, peer: str, spec: SessionSpec, roles: Mapping[str, str], params: Mapping[str, Any]
+    ) -> BaseException | None:
+        """The failure of the session this proposal created, if it failed here before its role began (its
+        thread did not start): what the first copy was answered, which its caller may not have heard."""
+        existing = self._same(peer, spec, roles, params)
+        if existing is not None and not existing.has_run and existing.lifecycle.phase not in _ALIVE:
+            return existing.early_failure
+        return None
+
+    def _repeated(
+        self, peer: str, spec: SessionSpec, roles: Mapping[str, str], params: Mapping[str, Any]
+    ) -> str | None:
+        """The role of a live session this very proposal already created (a retried Propose)."""
+        existing = self._same(peer, spec, roles, params)
+        if (
+            existing is not None
             and not existing.done.done()
             and existing.lifecycle.phase in _ALIVE  # not a session whose end is decided
         ):

@@ -97,7 +97,7 @@ class Party:
         self.core = PartyCore(config, tls, self.governor, self.next_root, self._track)
         self.observatory = Observatory(self)  # what the console and metrics read
         self.recovery = Recovery(self.core)
-        admission = Admission(self.core)
+        self.admission = admission = Admission(self.core)
         self.peers = PeerDesk(self.core, admission, self.recovery, self.observatory)
         self.initiator = Initiator(self.core, admission, self.recovery)
         self.operator = OperatorDesk(self.core, self.initiator)
@@ -178,6 +178,7 @@ class Party:
         if running:
             await asyncio.wait([asyncio.wrap_future(s.done) for s in running], timeout=grace)
         await self.server.stop(grace=1.0)
+        await self.admission.settle(timeout=5.0)  # proposals whose governance is under way end before it closes
         if self._exchanges:  # audit heads being exchanged
             await asyncio.wait(list(self._exchanges), timeout=2.0)
         if self.core.connector is not None:

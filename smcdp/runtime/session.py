@@ -201,6 +201,11 @@ class Session:
             except RuntimeError:
                 pass
 
+    @property
+    def early_failure(self) -> BaseException | None:
+        """The failure that decided this session's end before its thread ran it, if any."""
+        return self._early_failure
+
     def fail_threadsafe(self, exc: BaseException) -> None:
         """End the session with ``exc`` (wakes the begin wait and every recv and send).  Called before
         the session's thread runs, the failure waits for it: the thread starts, finds it and ends."""

@@ -450,9 +450,15 @@ class Governor:
             self.audit.append("abort", **fields)
 
     def abandon(self, session_id: str, reason: str) -> None:
-        """Admitted but never prepared (e.g. the session thread did not start)."""
-        self.unbegun.write(session_id)
-        self.settle(session_id, False, reason)
+        """Admitted but never prepared (its thread did not start, the party began stopping): it computed
+        nothing from this party's data, so its reservation and its place in ``max_exact_sessions`` go back.
+        Never raises (a party stopping may have closed its audit)."""
+        try:
+            self.exact.give_back(session_id)
+            self.unbegun.write(session_id)
+            self.settle(session_id, False, reason)
+        except SmcdpError as exc:
+            log.error("session %s: could not settle its abandoned admission: %s", session_id, exc)
 
     # ------------------------------------------------------------------ operator views (governance.views)
     def waiting_status(self, session_id: str) -> dict | None:

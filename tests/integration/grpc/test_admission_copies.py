@@ -73,10 +73,11 @@ def test_a_proposal_whose_caller_went_away_is_admitted_once(pair, monkeypatch):
     monkeypatch.setattr(governor, "admit", slow_admit)
     with _bob_as_alice(root, cfgs) as ch:
         bob = tgrpc.MailboxStub(ch)
-        with pytest.raises(grpc.RpcError) as ei:
-            bob.Propose(_spec("alice.gone"), timeout=1.0)  # still in governance when the caller gives up
-        assert ei.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-        assert calls == ["alice.gone"]
+        first = bob.Propose.future(_spec("alice.gone"), timeout=30)
+        _wait_for("the first copy to reach bob's governance", lambda: calls == ["alice.gone"])
+        first.cancel()  # the caller goes away: gRPC cancels bob's handler
+        with pytest.raises(grpc.FutureCancelledError):
+            first.result()
         retry = bob.Propose.future(_spec("alice.gone"), timeout=30)
         time.sleep(1.0)  # the retry arrives while the first copy's governance still runs (without the fix it
         gate.set()  # ran governance beside it; with it, the retry waits whatever the instant)
@@ -86,10 +87,12 @@ def test_a_proposal_whose_caller_went_away_is_admitted_once(pair, monkeypatch):
     assert parties["bob"].sessions["alice.gone"].initiator == "alice"
 
 
-def test_a_retried_proposal_is_not_accepted_for_a_session_whose_thread_did_not_start(pair, monkeypatch):
-    """bob admits a proposal but its session thread does not start in time: the Propose fails.  A retried copy
-    must not then be answered "accepted" for that session (before, it was: the session stayed registered and
-    undecided, so alice would have begun a session bob had already given up)."""
+def test_a_retried_proposal_of_a_session_whose_thread_did_not_start_gets_its_failure(pair, monkeypatch):
+    """bob admits a proposal but its session thread does not start in time, and alice gave up waiting for the
+    answer (its attempt's deadline is shorter than bob's wait for the thread).  Her retry must get the failure
+    -- UNAVAILABLE, bob overloaded, which leaves the session resumable -- not "accepted" for a session bob has
+    given up (before: the session stayed undecided and the retry was accepted), nor ALREADY_EXISTS (which
+    would fail the session at alice for good)."""
     root, cfgs, parties, runner = pair
     core = parties["bob"].core
     release = threading.Event()
@@ -99,25 +102,47 @@ def test_a_retried_proposal_is_not_accepted_for_a_session_whose_thread_did_not_s
         threading.Thread(target=lambda: (release.wait(20), real_start(self)), daemon=True).start()
 
     async def short_wait_ready(s):  # the party's wait for a session thread, cut from 10 s
-        await asyncio.get_running_loop().run_in_executor(None, s.ready.wait, 0.5)
+        await asyncio.get_running_loop().run_in_executor(None, s.ready.wait, 1.0)
 
     monkeypatch.setattr(Session, "start_thread", late_start)
     monkeypatch.setattr(core, "wait_ready", short_wait_ready)
     try:
         with _bob_as_alice(root, cfgs) as ch:
             bob = tgrpc.MailboxStub(ch)
-            with pytest.raises(grpc.RpcError) as ei:
-                bob.Propose(_spec("alice.late"), timeout=10)
-            # this party overloaded: UNAVAILABLE naming it (the session can be proposed again or resumed)
-            assert ei.value.code() == grpc.StatusCode.UNAVAILABLE, (ei.value.code(), ei.value.details())
-            assert "bob is overloaded" in ei.value.details() and "thread did not start" in ei.value.details()
-            with pytest.raises(grpc.RpcError) as ei:
-                bob.Propose(_spec("alice.late"), timeout=10)
-            assert ei.value.code() == grpc.StatusCode.ALREADY_EXISTS, (ei.value.code(), ei.value.details())
+            first = bob.Propose.future(_spec("alice.late"), timeout=30)
+            _wait_for("bob to create the session", lambda: "alice.late" in parties["bob"].sessions)
+            first.cancel()  # alice's attempt ran out before bob's answer
+            for _ in range(2):  # her retries get the failure, each time
+                with pytest.raises(grpc.RpcError) as ei:
+                    bob.Propose(_spec("alice.late"), timeout=10)
+                # this party overloaded: UNAVAILABLE naming it (the session can be proposed again or resumed)
+                assert ei.value.code() == grpc.StatusCode.UNAVAILABLE, (ei.value.code(), ei.value.details())
+                assert "bob is overloaded" in ei.value.details() and "thread did not start" in ei.value.details()
     finally:
         release.set()  # the thread starts after all: it finds the failure and ends the session so
     rec = runner.run(_record(parties["bob"], "alice.late"))
     assert rec["state"] == "failed" and "thread did not start" in rec["error"]["message"], rec
+    assert rec["resumable"] is True, rec
+
+
+def test_a_proposal_counts_against_its_initiators_slots_before_the_next_is_checked(tmp_path, in_thread):
+    """Two proposals of alice's arriving together at bob, which gives her one pending slot: one is admitted, the
+    other refused RESOURCE_EXHAUSTED -- the first counts from the instant its slots were checked (when its
+    admission ran as a task that counted it only on its first step, both were admitted)."""
+    from smcdp.net.limits import Limits
+    from smcdp.net.server import SessionSpec
+
+    cfgs = make_deployment(tmp_path, ["alice", "bob"], limits=Limits(pending_per_peer=1, pending_total=2))
+    bob = in_thread.start(cfgs["bob"])
+
+    async def both():
+        specs = [SessionSpec(f"alice.slot-{i}", "net-echo", ROLES, {}, 30.0) for i in range(2)]
+        return await asyncio.gather(*(bob.admission.propose("alice", s) for s in specs), return_exceptions=True)
+
+    outcomes = in_thread.run(both())
+    assert sorted(type(o).__name__ for o in outcomes) == ["ResourceExhausted", "str"], outcomes
+    refused = next(o for o in outcomes if not isinstance(o, str))
+    assert "limits.pending" in str(refused), refused
 
 
 async def _record(party, sid):
@@ -128,18 +153,20 @@ async def _record(party, sid):
 
 
 def test_a_start_naming_a_session_being_resumed_waits_for_the_resume(tmp_path, in_thread):
-    """alice's operator resumes a session and, while it runs, starts it again under the same id (a client that
-    repeated its call, or an operator who did not know the resume was under way).  The start must wait for the
-    resume's flow and answer with its record -- not run a second proposal flow (before, it proposed the session
-    to bob again and began it a second time)."""
+    """alice's operator resumes a session and, while the resume is under way, starts it again under the same id
+    (a client that repeated its call, or an operator who did not know of the resume).  The start must wait for
+    the resume's flow and answer with its record -- not run a second proposal flow (before, it proposed the
+    session to bob again and began it a second time).  The resume is held at bob's Resume until the start has
+    reached alice's initiator, so the order is the same in every run."""
     cfgs = make_deployment(
         tmp_path,
         ["alice", "bob"],
-        timeouts=Timeouts(connect_seconds=2, session_seconds=60, rpc_seconds=20, peer_grace_seconds=2),
+        timeouts=Timeouts(connect_seconds=2, session_seconds=60, rpc_seconds=20, peer_grace_seconds=6),
     )
     alice = in_thread.start(cfgs["alice"])
     in_thread.start(cfgs["bob"])
-    params = {"n": 3, "block_seconds": 3.0}  # bob's role holds 3 s, without computing
+    # bob's role holds 2 s without computing (below the 6-s grace): bob is stopped while it runs
+    params = {"n": 3, "block_seconds": 2.0}
     out: dict = {}
 
     def start():
@@ -156,22 +183,43 @@ def test_a_start_naming_a_session_being_resumed_waits_for_the_resume(tmp_path, i
     in_thread.stop("bob")  # bob's sessions end resumably at its shutdown; alice's fails UNAVAILABLE
     th.join(60)
     assert getattr(out["first"], "code", None) == "UNAVAILABLE", out["first"]
+
     bob = in_thread.start(cfgs["bob"])
-    proposals = []
-    real_propose = bob.peers._admission.propose
+    proposals, gate = [], threading.Event()
+    real_propose, real_resume = bob.peers._admission.propose, bob.peers.resume
 
     async def counted(peer, spec):
         proposals.append(spec.session_id)
         return await real_propose(peer, spec)
 
-    bob.peers._admission.propose = counted
+    async def held(peer, session_id):  # bob answers alice's Resume once the start has reached alice
+        await asyncio.get_running_loop().run_in_executor(None, gate.wait, 30)
+        return await real_resume(peer, session_id)
+
+    bob.peers._admission.propose, bob.peers.resume = counted, held
+    flows, real_once = [], alice.initiator._once
+
+    async def watched(s, steps=None):
+        flows.append(steps)
+        return await (real_once(s) if steps is None else real_once(s, steps))
+
+    alice.initiator._once = watched
     resumed: dict = {}
     th = threading.Thread(target=lambda: resumed.update(rec=client.resume_session(cfgs["alice"], "twice", timeout=60)))
     th.start()
-    _wait_for("bob to run its role again", lambda: _state(cfgs["bob"], "alice.twice") == "running")
-    again = client.start_session(cfgs["alice"], "net-echo", ROLES, params, session_id="twice", timeout=60)
+    again: dict = {}
+    th2 = threading.Thread(
+        target=lambda: again.update(
+            rec=client.start_session(cfgs["alice"], "net-echo", ROLES, params, session_id="twice", timeout=60)
+        )
+    )
+    _wait_for("the resume to reach bob", lambda: "alice.twice" in alice.sessions)
+    th2.start()
+    _wait_for("the start to reach alice's initiator", lambda: None in flows)
+    gate.set()
     th.join(60)
+    th2.join(60)
     assert resumed["rec"]["state"] == "succeeded" and resumed["rec"]["result"]["y"] == [1.0, 3.0, 5.0], resumed
-    assert again == resumed["rec"], (again, resumed["rec"])
+    assert again["rec"] == resumed["rec"], (again, resumed["rec"])
     assert proposals == [], proposals  # nothing proposed to bob again
     assert alice.records.load("alice.twice")["state"] == "succeeded"
