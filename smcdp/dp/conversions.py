@@ -35,6 +35,7 @@ __all__ = [
     "advanced_composition",
     "analytic_gaussian_sigma",
     "classic_gaussian_sigma",
+    "distributed_gaussian_tau",
     "gaussian_composition_epsilon",
     "gaussian_composition_multiplier",
     "gaussian_delta",
@@ -321,6 +322,13 @@ def advanced_composition(
     return float(
         math.sqrt(2.0 * math.log(1.0 / delta_prime) * float(np.sum(c * e * e))) + float(np.sum(c * e * np.expm1(e)))
     )
+
+
+def distributed_gaussian_tau(grid_sigma: float, honest: int) -> float:
+    """τ of Kairouz, Liu & Steinke 2021 (Thm. 1) for the sum of ``honest`` discrete Gaussians of parameter
+    ``grid_sigma`` (in grid steps): τ = 10·Σ_{k=1}^{m−1} exp(−2π²σ²·k/(k+1)).  The sum is ½ε²-zCDP with
+    ε = Δ/(√m·σ) + τ√d (d coordinates) instead of the Δ/(√m·σ) of one discrete Gaussian of variance mσ²."""
+    return 10.0 * sum(math.exp(-2.0 * math.pi**2 * grid_sigma**2 * k / (k + 1)) for k in range(1, honest))
 
 
 def rho_capacity(epsilon: float, delta: float) -> float:

@@ -71,12 +71,16 @@ def privacy_cost(p: DPAggregateParams) -> tuple[float, float]:
 
     ``calibration="exact"``: the session's epsilon.  ``"seed"``: the actual guarantee of the
     seed's per-coordinate Laplace noise, epsilon * sqrt(d) / (2K) (above epsilon when
-    sqrt(d) > 2K).  delta: K * 2^-64, the chance that some party aborts on a noise draw
-    beyond the public bound."""
+    sqrt(d) > 2K).  ``"gaussian"``: the session's (epsilon, delta).  delta also counts K * 2^-64, the
+    chance that some party aborts on a noise draw beyond the public bound."""
     eps = float(p.epsilon)
     if p.calibration == "seed":
         eps = eps * math.sqrt(p.dim) / (2 * p.n_parties)
-    return eps, p.n_parties * 2.0**-NOISE_TAIL_BITS
+    tail = p.n_parties * 2.0**-NOISE_TAIL_BITS
+    if p.calibration == "gaussian":  # (epsilon, delta) of the Gaussian release, against h honest parties' shares
+        assert p.delta is not None
+        return eps, float(p.delta) + tail
+    return eps, tail
 
 
 class DPAggregatePlugin(ProtocolPlugin):
@@ -93,16 +97,25 @@ class DPAggregatePlugin(ProtocolPlugin):
         p = DPAggregateParams.from_mapping(params)
         eps, delta = privacy_cost(p)
         data = tuple(p.party_roles)
-        # rho: the pure epsilon part (eps^2/2); the K*2^-64 delta is informational under zCDP
+        shared = p.calibration == "gaussian"
+        outputs = [OutputFlow("model", (DAVE,), data, dp=True)]
+        if shared:
+            # every data party learns the selected calibration k_sel exactly (its noise share is drawn for it):
+            # the smallest data set's size, not whose it is -- an exact output of every data role's data
+            outputs.append(OutputFlow("selected_sensitivity", data, data, dp=False))
         return SessionSummary(
             protocol=self.name,
             key_bits={"paillier": p.key_bits, "dgk": p.dgk_bits},
             data_roles=data,
             coordinator_roles=(CHARLIE, DAVE),
-            outputs=(OutputFlow("model", (DAVE,), data, dp=True),),
+            outputs=tuple(outputs),
             epsilon=eps,
             delta=delta,
-            rho=eps * eps / 2,
+            # rho: the Gaussian release's zCDP capacity; otherwise the pure epsilon part (eps^2/2).  The
+            # K*2^-64 delta is informational under zCDP
+            rho=p.rho_capacity if shared else eps * eps / 2,
+            # h > 1: each party adds 1/h of the variance, and h - 1 colluding parties remove theirs
+            noise_parties={r: p.noise_parties for r in data} if shared and p.noise_parties > 1 else {},
             record_bound=p.min_records,
             # party1's key pair ξ, shared with every data party, protects the sizes' shares and Charlie's key ζ
             # the contributions: no group-key mode yet (docs/protocols/dp-aggregate.md, "Trust assumptions"),

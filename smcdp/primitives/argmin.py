@@ -507,26 +507,13 @@ async def check_selection_party(
     """Party j's check that the selected value is ≤ ``value`` (its own); True iff it is."""
     params.validate()
     me = _party_index(ch, params)
-    roles, C = params.party_roles, params.curator
+    roles = params.party_roles
     _check_value(ch, value, params)
     helper = roles[check_helper_of(me, params.n_parties)]
     masked = ciphertext_from_proto(
         await ch.recv(helper, f"{tag}/c", pb.CiphertextVector), zeta_pk, f"{tag}/c from {helper}"
     )
-    c, rho = from_bigints(
-        await ch.recv(C, f"{tag}/open", pb.BigInts),
-        count=2,
-        bound_bits=zeta_pk.bits,
-        what=f"{tag}/open from {C}",
-        nonnegative=True,
-    )
-    if not verify_opening(zeta_pk, masked, c, rho):
-        raise InvalidMessage(
-            f"{C}'s decryption of the masked selected value does not open the ciphertext: "
-            "refusing an unverifiable selection"
-        )
-    if c >= (1 << params.value_bits) + (1 << params.check_mask_bits):
-        raise InvalidMessage(f"the selected value decrypts out of range ({C} or the selection deviated): refusing")
+    c = await _opened(ch, masked, params, zeta_pk, tag)
     if dgk_key is None:
         dgk_key = dgk.generate_keypair(
             params.dgk_bits,
@@ -581,10 +568,56 @@ async def check_selection_helper(
     )
 
 
+async def reveal_selection_party(
+    ch: Channel,
+    selected: int,
+    params: SecureMinParams,
+    *,
+    zeta_pk: PublicKey,
+    seed: SeedLike = None,
+    tag: str = "chk",
+) -> int:
+    """The selected value v_sel itself, for a protocol whose parties may learn it (dp-aggregate's shared noise
+    is calibrated to it): party j masks ``selected`` = ζ(v_sel) with its own s, the curator decrypts v_sel + s
+    and proves it by an opening (he cannot lie), and j removes s.  The curator sees v_sel + s, s κ bits longer
+    than v_sel: within 2^-κ of a value independent of v_sel (as in the check)."""
+    params.validate()
+    C = params.curator
+    _party_index(ch, params)
+    s = protocol_rng(seed, "secure-min", ch.role, "reveal-mask").randrange(1 << params.check_mask_bits)
+    masked = zeta_pk.raw_add(selected, zeta_pk.raw_encrypt_textbook(s))
+    await ch.send(C, f"{tag}/c", ciphertext_to_proto(zeta_pk, masked))
+    value = await _opened(ch, masked, params, zeta_pk, tag) - s
+    if not 0 <= value < 1 << params.value_bits:
+        raise InvalidMessage(f"the selected value decrypts out of range ({C} or the selection deviated): refusing")
+    return value
+
+
+async def _opened(ch: Channel, masked: int, params: SecureMinParams, zeta_pk: PublicKey, tag: str) -> int:
+    """The curator's decryption of ``masked`` (a masked selected value), checked against its opening and range."""
+    C = params.curator
+    c, rho = from_bigints(
+        await ch.recv(C, f"{tag}/open", pb.BigInts),
+        count=2,
+        bound_bits=zeta_pk.bits,
+        what=f"{tag}/open from {C}",
+        nonnegative=True,
+    )
+    if not verify_opening(zeta_pk, masked, c, rho):
+        raise InvalidMessage(
+            f"{C}'s decryption of the masked selected value does not open the ciphertext: "
+            "refusing an unverifiable selection"
+        )
+    if c >= (1 << params.value_bits) + (1 << params.check_mask_bits):
+        raise InvalidMessage(f"the selected value decrypts out of range ({C} or the selection deviated): refusing")
+    return c
+
+
 async def check_selection_curator(
-    ch: Channel, params: SecureMinParams, *, zeta_key: PrivateKey, tag: str = "chk"
+    ch: Channel, params: SecureMinParams, *, zeta_key: PrivateKey, tag: str = "chk", reveal: bool = False
 ) -> None:
-    """Charlie's part: decrypt every helper's masked value and send its opening to the party it helps."""
+    """Charlie's part: decrypt every helper's masked value and send its opening to the party it helps (with
+    ``reveal``: every party's own masked value, opened to itself -- :func:`reveal_selection_party`)."""
     params.validate()
     if ch.role != params.curator:
         raise InvalidMessage(f"role {ch.role!r} is not the curator {params.curator!r}")
@@ -599,6 +632,6 @@ async def check_selection_curator(
         m, r = open_ciphertext(zeta_key, masked)
         if m >= limit:  # never open anything but a masked selected value
             raise InvalidMessage(f"{tag}/c from {roles[h]} is not a masked selected value")
-        await ch.send(roles[(h - 1) % K], f"{tag}/open", bigints([m, r]))
+        await ch.send(roles[h if reveal else (h - 1) % K], f"{tag}/open", bigints([m, r]))
 
     await asyncio.gather(*(one(h) for h in range(K)))

@@ -50,6 +50,14 @@ fixed-point grid 2^-F is chosen from public parameters so that every party's
 noise lattice is at least as fine as it: the release is then an exact
 post-processing of the mechanism's output (no floating-point side channel, and
 the grid reveals nothing about n_(1)).
+
+Shared noise (``calibration="gaussian"``, docs/protocols/dp-aggregate.md, "Shared
+noise"): the selection runs as above, but then every party learns k_sel itself
+(Charlie opens it masked), refuses a k_sel above its own key, and adds a share
+N_j ~ N_Z(0, σ²/h)^d of (ε, δ) Gaussian noise for Δ̂_sel, drawn on the grid, to its
+own contribution; T = Σ_j W_j + Σ_j N_j.  No coalition of Charlie and up to K − h
+data parties can subtract the honest parties' shares, which carry at least one
+curator's σ² (Kairouz, Liu & Steinke's distributed discrete Gaussian).
 """
 
 from __future__ import annotations
@@ -75,10 +83,12 @@ from smcdp.crypto.encoding import Packing
 from smcdp.crypto.paillier import PrivateKey, PublicKey
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.crypto.zkp import open_ciphertext, prove_bit, verify_bit, verify_opening
+from smcdp.dp.conversions import distributed_gaussian_tau, rho_capacity
 from smcdp.dp.mechanisms import (
     LaplaceMechanism,
     VectorMechanism,
 )
+from smcdp.dp.samplers import ceil_sqrt, discrete_gaussian, resolve_rng
 from smcdp.dp.validation import InvalidParameter, check_positive, clip_rows_to_norm
 from smcdp.errors import InputRejected, InvalidMessage
 from smcdp.net.channel import Channel
@@ -95,6 +105,7 @@ from smcdp.primitives.argmin import (
     check_selection_curator,
     check_selection_helper,
     check_selection_party,
+    reveal_selection_party,
     tree_children,
     tree_parent,
     tree_size,
@@ -109,7 +120,14 @@ from smcdp.v1 import messages_pb2 as pb
 
 DAVE = "dave"
 PROTOCOL = "dp-aggregate"
-CALIBRATIONS = ("exact", "seed")
+CALIBRATIONS = ("exact", "seed", "gaussian")
+#: calibration "gaussian": the public grid resolves the largest admissible sensitivity to this many bits
+GAUSSIAN_GRID_BITS = 40
+#: calibration "gaussian": sigma is raised by this factor beyond what the zCDP capacity needs (the capacity's
+#: floating-point root finding, the Kairouz–Liu–Steinke correction, the rounding of sigma^2 to integers)
+GAUSSIAN_MARGIN = 2.0**-20
+#: the Kairouz–Liu–Steinke correction τ√d may add at most this fraction of Δ/σ (as in power iteration)
+KLS_MARGIN = 2.0**-30
 #: the tag of a publisher's share to Dave.  For a data party this is the release point: before
 #: it, nothing that leaves the party lets anyone (short of collusion) compute the noisy model;
 #: once it is sent, Dave may hold every share (see docs/governance.md)
@@ -135,7 +153,10 @@ class DPAggregateParams(ProtocolParams):
     dim: int = 2  # d: length of every model vector
     epsilon: float = 1.0
     lam: float = 0.01  # λ of the local logistic objective (plugin) / default bound
-    calibration: str = "exact"  # "exact" (default) or "seed" (reproduces the seed, not ε-DP in general)
+    calibration: str = "exact"  # "exact" (default), "seed" (reproduces the seed, not ε-DP in general), or
+    # "gaussian": every party adds a share of (ε, δ) Gaussian noise, so no coalition removes it (below)
+    delta: float | None = None  # "gaussian": the δ of the release
+    noise_parties: int = 1  # "gaussian": h, each party adds 1/h of the noise's variance (any h honest carry it)
     min_records: int = 1  # public lower bound on every n_j
     max_sensitivity: float | None = None  # public bound on every Δ_j (default 1/(min_records·λ))
     weight_bound: float | None = None  # public bound on |ŵ_j| per coordinate (default √(ln 2/λ))
@@ -171,6 +192,19 @@ class DPAggregateParams(ProtocolParams):
                 real(v, f"dp-aggregate parameter {name} (a number, or unset)", 0.0, 2.0**128, lo_open=True)
         if not isinstance(self.packed, bool):
             bad("packed must be a boolean")
+        if isinstance(self.noise_parties, bool) or not isinstance(self.noise_parties, int):
+            bad(f"noise_parties={self.noise_parties!r} must be an integer")
+        if self.calibration == "gaussian":
+            if self.delta is None:
+                bad("delta must be set with calibration='gaussian' (the release is (epsilon, delta)-DP)")
+            real(self.delta, "dp-aggregate parameter delta", 2.0**-1000, 0.5)
+            if not 1 <= self.noise_parties <= self.n_parties:
+                bad(f"noise_parties={self.noise_parties} must lie in [1, n_parties={self.n_parties}]")
+        elif self.delta is not None or self.noise_parties != 1:
+            bad(
+                "delta and noise_parties belong to calibration='gaussian' (the shared noise); "
+                f"calibration={self.calibration!r} draws one party's noise"
+            )
         if not 2.0 ** (SENS_PRECISION_BITS - SENS_KEY_BITS) <= self.sensitivity_bound <= 2.0**28:
             bad(f"the sensitivity bound {self.sensitivity_bound:g} must lie in [2^-32, 2^28]")
         if self.weight_limit > 2.0**60:
@@ -234,16 +268,62 @@ class DPAggregateParams(ProtocolParams):
 
     @cached_property
     def frac_bits(self) -> int:
-        """F: the public grid 2^-F, as coarse as the coarsest noise lattice any allowed party can have."""
+        """F: the public grid 2^-F, as coarse as the coarsest noise lattice any allowed party can have
+        ("gaussian": the shares are drawn on the grid itself, which resolves Δ_max to GAUSSIAN_GRID_BITS bits)."""
+        if self.calibration == "gaussian":
+            return GAUSSIAN_GRID_BITS - math.floor(math.log2(self.sensitivity_bound))
         bound = self.sensitivity_bound * _GRID_SLACK
         if self.calibration == "seed":
             bound *= 2 * self.n_parties
         return -self.mechanism(bound, random_state=0).grid_exponent(self.dim)
 
     @cached_property
+    def rho_capacity(self) -> float:
+        """ "gaussian": the zCDP ρ whose conversion (Canonne, Kamath & Steinke) is (ε, δ)-DP."""
+        assert self.delta is not None
+        return rho_capacity(float(self.epsilon), float(self.delta))
+
+    def share_parameters(self, delta_hat: float) -> tuple[int, int]:
+        """ "gaussian": (t, q) of one party's share, a discrete Gaussian on the grid with σ_p² = t·q (in grid
+        steps) and h·t·q ≥ σ², σ the noise one trusted curator would add to the sum for (ε, δ) when the selected
+        sensitivity is ``delta_hat``: σ = (1 + GAUSSIAN_MARGIN)·Δ_g/√(2ρ), Δ_g = Δ̂·2^F + ⌈√d⌉ (one record moves
+        ŵ_j by ≤ Δ̂, its rounding onto the grid by ≤ ½ a step per coordinate)."""
+        sens = Fraction(delta_hat) * (1 << self.frac_bits) + ceil_sqrt(self.dim)
+        sigma2 = sens**2 * Fraction((1.0 + GAUSSIAN_MARGIN) ** 2) / (2 * Fraction(self.rho_capacity))
+        share2 = math.ceil(sigma2 / self.noise_parties)
+        t = math.isqrt(share2) + 1
+        return t, max(-(-share2 // t), 1)
+
+    def check_shared_noise(self, delta_hat: float) -> None:
+        """ "gaussian": refuse unless the honest parties' sum of shares protects like one discrete Gaussian of
+        their summed variance, up to KLS_MARGIN (Kairouz, Liu & Steinke 2021, Thm. 1), for any number of
+        honest parties from h to K: τ_K·√d ≤ KLS_MARGIN·Δ_g/σ."""
+        t, q = self.share_parameters(delta_hat)
+        sens = delta_hat * 2.0**self.frac_bits + ceil_sqrt(self.dim)
+        tau = distributed_gaussian_tau(math.sqrt(t * q), self.n_parties)
+        if tau * math.sqrt(self.dim) > KLS_MARGIN * sens / math.sqrt(self.noise_parties * t * q):
+            raise InvalidMessage(
+                f"dp-aggregate: the selected sensitivity {delta_hat:g} is too small for the public grid 2^-"
+                f"{self.frac_bits} (the parties' noise shares would be {math.sqrt(t * q):.3g} grid steps); "
+                "lower max_sensitivity"
+            )
+
+    @cached_property
+    def share_noise_int_bound(self) -> int:
+        """ "gaussian": public bound on |N_j,i| (grid steps) of one party's share for any admissible selection,
+        exceeded in some coordinate with probability < 2^-64: a discrete Gaussian of parameter σ_p² is
+        σ_p²-subgaussian (Canonne, Kamath & Steinke), P[|Y| ≥ x] ≤ 2e^(−x²/2σ_p²)."""
+        t, q = self.share_parameters(self.sensitivity_bound * _GRID_SLACK)
+        z = math.sqrt(2.0 * (NOISE_TAIL_BITS * math.log(2.0) + math.log(2.0 * self.dim)))
+        return math.ceil(math.sqrt(t * q) * z * 1.01) + 1
+
+    @cached_property
     def noise_bound(self) -> float:
-        """Public bound on |ν_i| (noise on the sum) exceeded with probability < 2^-64 for any allowed party."""
+        """Public bound on |ν_i| (noise on the sum) exceeded with probability < 2^-64 for any allowed party
+        ("gaussian": the K shares together)."""
         F = self.frac_bits
+        if self.calibration == "gaussian":
+            return math.ldexp(float(self.n_parties * self.share_noise_int_bound), -F)
         delta = self.sensitivity_bound * _GRID_SLACK
         if self.calibration == "exact":
             s = self.mechanism_sensitivity(delta, F) / float(self.epsilon) * (1 + 2.0**-10)
@@ -470,34 +550,34 @@ async def data_party(
     s1 = await argmin_party(ch, key, sm, seed=seed, allow_insecure_keys=allow_insecure_keys)
     zeta_pk = s1.zeta_pk
 
-    # Our own noise ν_j for the sum, calibrated to our own Δ̂_j, on the public grid 2^-F.
     if noise_random_state is None:
         noise_random_state = noise_source(seed, "dp-aggregate", "noise", ch.role)
-    N = [to_fixed(x, F) for x in _own_noise(ch.role, params, delta_hat, noise_random_state)]
     W = [to_fixed(x, F) for x in w]
+    if params.calibration == "gaussian":
+        t, agg = await _shared_noise_stages(ch, rng, zeta_pk, s1, W, key, me, params, noise_random_state, seed)
+    else:
+        # Our own noise ν_j for the sum, calibrated to our own Δ̂_j, on the public grid 2^-F.
+        N = [to_fixed(x, F) for x in _own_noise(ch.role, params, delta_hat, noise_random_state)]
 
-    # --- Stage 2, step 1: our entry of Charlie's indicator, v_j.
-    ch.progress(round=2, step="noise-selection")
-    u_mine, v_j = await _indicator_entry(ch, zeta_pk, me, s1, roles)
-    # --- Stage 2, step 2: our contribution and the selection check's ζ(v_j·k_j).
-    agg, t, sel = await _contribution(ch, rng, zeta_pk, v_j, N, W, key, me, params)
-    # --- Stage 2, step 3: multiply up the parties' tree; the selected key comes back down.
-    agg, sel = await _multiply_up_the_tree(ch, zeta_pk, agg, sel, u_mine, me, params)
+        # --- Stage 2, step 1: our entry of Charlie's indicator, v_j.
+        ch.progress(round=2, step="noise-selection")
+        u_mine, v_j = await _indicator_entry(ch, zeta_pk, me, s1, roles)
+        # --- Stage 2, step 2: our contribution and the selection check's ζ(v_j·k_j).
+        agg, t, sel = await _contribution(ch, rng, zeta_pk, v_j, N, W, key, me, params)
+        # --- Stage 2, step 3: multiply up the parties' tree; the selected key comes back down.
+        agg = await _add_up_the_tree(ch, zeta_pk, agg, me, params)
+        sel = await _select_up_the_tree(ch, zeta_pk, sel, u_mine, me, params)
 
-    # --- Stage 2½: the selected key is at most ours, whatever Charlie did (with the next party in the ring).
-    ch.progress(step="selection-check")
-    ok, _ = await asyncio.gather(
-        check_selection_party(
-            ch, key, sm, zeta_pk=zeta_pk, dgk_key=dgk_key, seed=seed, allow_insecure_keys=allow_insecure_keys
-        ),
-        check_selection_helper(ch, sel, sm, zeta_pk=zeta_pk, seed=seed, allow_insecure_keys=allow_insecure_keys),
-    )
-    if not ok:
-        raise InvalidMessage(
-            f"{ch.role}: the noise charlie selected is calibrated for a smaller sensitivity than "
-            "this party's (he did not select the party with the largest sensitivity): refusing to "
-            "release"
+        # --- Stage 2½: the selected key is at most ours, whatever Charlie did (with the next party in the ring).
+        ch.progress(step="selection-check")
+        ok, _ = await asyncio.gather(
+            check_selection_party(
+                ch, key, sm, zeta_pk=zeta_pk, dgk_key=dgk_key, seed=seed, allow_insecure_keys=allow_insecure_keys
+            ),
+            check_selection_helper(ch, sel, sm, zeta_pk=zeta_pk, seed=seed, allow_insecure_keys=allow_insecure_keys),
         )
+        if not ok:
+            _refuse_selection(ch.role)
     await _everyone_passed(ch, me, params)
 
     # --- Stage 3: party1 masks the total with s (κ bits beyond its range) for Charlie; the shares.
@@ -582,16 +662,18 @@ async def _contribution(
     ch: Channel,
     rng: random.Random,
     zeta_pk: PublicKey,
-    v_j: mpz,
+    v_j: mpz | None,
     N: list[int],
     W: list[int],
     key: int,
     me: int,
     params: DPAggregateParams,
-) -> tuple[EncryptedVector, list[int], mpz]:
+) -> tuple[EncryptedVector, list[int], mpz | None]:
     """Stage 2, step 2: our contribution ζ(v_j·N_j + Y_j), Y_j = W_j − t_j + ρ_j − ρ_(j−1) mod M, where t_j is
     the share we will publish and ρ_j, ρ_(j−1) are expanded from the ring seeds we share with our neighbours
-    (they cancel in the sum); and ζ(v_j·k_j) for the selection check.  Returns (ζ(…), t_j, ζ(v_j·k_j))."""
+    (they cancel in the sum); and ζ(v_j·k_j) for the selection check.  Returns (ζ(…), t_j, ζ(v_j·k_j)).
+    Shared noise (``v_j`` None): ζ(Y_j) with our share N_j inside Y_j = W_j + N_j − t_j + ρ_j − ρ_(j−1), and no
+    ζ(v_j·k_j) (the selection is known by then)."""
     roles, K, d, F = params.party_roles, params.n_parties, params.dim, params.frac_bits
     M = 1 << params.modulus_bits
     packing = params.packing(zeta_pk)
@@ -602,27 +684,29 @@ async def _contribution(
     if len(got) != 1 or len(got[0]) != 32:
         raise InvalidMessage(f"s2/seed from {prev} must be one 32-byte seed")
     t = [rng.randrange(M) for _ in range(d)]
-    Y = [(Wi - ti + ri - qi) % M for Wi, ti, ri, qi in zip(W, t, ring_mask(seed_mine, d, M), ring_mask(got[0], d, M))]
-    plain_n, plain_y = (packing.pack(N), packing.pack(Y)) if packing.packed else (N, Y)
-    agg = EncryptedVector(
-        zeta_pk,
-        [zeta_pk.raw_add(zeta_pk.raw_mul(v_j, a), zeta_pk.raw_encrypt_textbook(b)) for a, b in zip(plain_n, plain_y)],
-        d,
-        -F,
-        packing,
-        params.contribution_bound(1),
-    )
-    sel = zeta_pk.rerandomize_textbook(zeta_pk.raw_mul(v_j, key))
+    inside = [0] * d if v_j is not None else N  # the shared noise share travels inside Y_j
+    Y = [
+        (Wi + ni - ti + ri - qi) % M
+        for Wi, ni, ti, ri, qi in zip(W, inside, t, ring_mask(seed_mine, d, M), ring_mask(got[0], d, M))
+    ]
+    plain_y = packing.pack(Y) if packing.packed else Y
+    if v_j is None:
+        cts = [zeta_pk.raw_encrypt_textbook(b) for b in plain_y]
+    else:
+        plain_n = packing.pack(N) if packing.packed else N
+        cts = [
+            zeta_pk.raw_add(zeta_pk.raw_mul(v_j, a), zeta_pk.raw_encrypt_textbook(b)) for a, b in zip(plain_n, plain_y)
+        ]
+    agg = EncryptedVector(zeta_pk, cts, d, -F, packing, params.contribution_bound(1))
+    sel = None if v_j is None else zeta_pk.rerandomize_textbook(zeta_pk.raw_mul(v_j, key))
     return agg, t, sel
 
 
-async def _multiply_up_the_tree(
-    ch: Channel, zeta_pk: PublicKey, agg: EncryptedVector, sel: mpz, ind: mpz, me: int, params: DPAggregateParams
-) -> tuple[EncryptedVector, mpz]:
-    """Stage 2, step 3: party i gets the products of parties 2i and 2i + 1 and passes them on to its parent;
-    party1, at the root, checks Charlie's indicator adds up to 1; the selected key ζ(k_sel) comes back down.
-    ``ind``: our entry of the indicator as Charlie sent it (their product opens to 1).  Returns (ζ(the
-    subtree's sum), ζ(k_sel))."""
+async def _add_up_the_tree(
+    ch: Channel, zeta_pk: PublicKey, agg: EncryptedVector, me: int, params: DPAggregateParams
+) -> EncryptedVector:
+    """Stage 2, step 3 (the contributions): party i adds the sums of parties 2i and 2i + 1 to its own and passes
+    the result on to its parent.  Returns ζ(the subtree's sum) (the whole sum at party1)."""
     roles, K, d, F = params.party_roles, params.n_parties, params.dim, params.frac_bits
     packing = params.packing(zeta_pk)
     for c in tree_children(me, K):
@@ -635,6 +719,20 @@ async def _multiply_up_the_tree(
             bound=params.contribution_bound(tree_size(c, K)),
             what=f"s2/agg from {roles[c]}",
         )
+    parent = tree_parent(me)
+    if parent is not None:
+        await ch.send(roles[parent], "s2/agg", agg.to_proto())
+    return agg
+
+
+async def _select_up_the_tree(
+    ch: Channel, zeta_pk: PublicKey, sel: mpz, ind: mpz, me: int, params: DPAggregateParams
+) -> mpz:
+    """Stage 2, step 3 (the selection): the products of ζ(v_j·k_j) and of the indicator's entries go up the tree;
+    party1, at the root, checks Charlie's indicator adds up to 1; the selected key ζ(k_sel) comes back down.
+    ``ind``: our entry of the indicator as Charlie sent it (their product opens to 1).  Returns ζ(k_sel)."""
+    roles, K = params.party_roles, params.n_parties
+    for c in tree_children(me, K):
         pair = EncryptedVector.from_proto(
             await ch.recv(roles[c], "s2/agg-sel", pb.CiphertextVector),
             zeta_pk,
@@ -646,7 +744,6 @@ async def _multiply_up_the_tree(
         sel, ind = zeta_pk.raw_add(sel, pair.ciphertexts[0]), zeta_pk.raw_add(ind, pair.ciphertexts[1])
     parent = tree_parent(me)
     if parent is not None:
-        await ch.send(roles[parent], "s2/agg", agg.to_proto())
         await ch.send(roles[parent], "s2/agg-sel", EncryptedVector(zeta_pk, [sel, ind], 2, 0, Packing()).to_proto())
         sel = ciphertext_from_proto(
             await ch.recv(roles[parent], "s2/sel", pb.CiphertextVector), zeta_pk, f"s2/sel from {roles[parent]}"
@@ -668,7 +765,66 @@ async def _multiply_up_the_tree(
             )
     for c in tree_children(me, K):
         await ch.send(roles[c], "s2/sel", ciphertext_to_proto(zeta_pk, sel))
-    return agg, sel
+    return sel
+
+
+def _refuse_selection(role: str) -> NoReturn:
+    raise InvalidMessage(
+        f"{role}: the noise charlie selected is calibrated for a smaller sensitivity than "
+        "this party's (he did not select the party with the largest sensitivity): refusing to "
+        "release"
+    )
+
+
+async def _shared_noise_stages(
+    ch: Channel,
+    rng: random.Random,
+    zeta_pk: PublicKey,
+    s1: PartyArgminResult,
+    W: list[int],
+    key: int,
+    me: int,
+    params: DPAggregateParams,
+    noise_random_state: Any,
+    seed: SeedLike,
+) -> tuple[list[int], EncryptedVector]:
+    """Stages 2 and 2½ with shared noise (``calibration="gaussian"``): the selection (Charlie's indicator, the
+    tree's product ζ(k_sel), party1's check that it is one-hot) as in the single-noise stages; then every party
+    learns k_sel itself (Charlie opens it masked: :func:`reveal_selection_party`), refuses a k_sel above its own
+    key, draws its share N_j of the noise for Δ̂_sel on the grid, and the parties add up ζ(W_j + N_j − t_j + ring
+    masks).  Returns (t_j, ζ(the subtree's sum))."""
+    roles, sm = params.party_roles, params.secure_min_params()
+    ch.progress(round=2, step="noise-selection")
+    u_mine, v_j = await _indicator_entry(ch, zeta_pk, me, s1, roles)
+    sel = await _select_up_the_tree(
+        ch, zeta_pk, zeta_pk.rerandomize_textbook(zeta_pk.raw_mul(v_j, key)), u_mine, me, params
+    )
+    ch.progress(step="selection-check")
+    k_sel = await reveal_selection_party(ch, sel, sm, zeta_pk=zeta_pk, seed=seed)
+    if not 1 <= k_sel <= key:
+        _refuse_selection(ch.role)
+    N = shared_noise(ch.role, params, k_sel, noise_random_state)
+    agg, t, _ = await _contribution(ch, rng, zeta_pk, None, N, W, key, me, params)
+    return t, await _add_up_the_tree(ch, zeta_pk, agg, me, params)
+
+
+def selected_sensitivity(k_sel: int) -> float:
+    """Δ̂_sel = 2^G/k_sel (rounded up): the calibration of the selected key, as its party computed it."""
+    return _float_up(Fraction(1 << SENS_PRECISION_BITS, k_sel))
+
+
+def shared_noise(role: str, params: DPAggregateParams, k_sel: int, random_state: Any) -> list[int]:
+    """N_j: this party's share of the noise on the sum, in grid steps -- d draws of the discrete Gaussian of
+    :meth:`DPAggregateParams.share_parameters` for the selected calibration (exact sampler, CKS 2020)."""
+    delta_hat = selected_sensitivity(k_sel)
+    params.check_shared_noise(delta_hat)
+    t, q = params.share_parameters(delta_hat)
+    N = [int(v) for v in discrete_gaussian(t, q, params.dim, resolve_rng(random_state))]
+    if any(abs(v) > params.share_noise_int_bound for v in N):
+        raise InvalidMessage(
+            f"{role}: the noise exceeded its public bound (probability < 2^-{NOISE_TAIL_BITS}); run the session again"
+        )
+    return N
 
 
 async def _everyone_passed(ch: Channel, me: int, params: DPAggregateParams) -> None:
@@ -760,8 +916,8 @@ async def charlie(
     _, opening = open_ciphertext(zeta, product)
     await ch.send(roles[0], "s2/u-open", bigints([opening]))
 
-    # --- Stage 2½: open the masked selected key for every party's check.
-    await check_selection_curator(ch, sm, zeta_key=zeta)
+    # --- Stage 2½: open the masked selected key for every party's check (shared noise: to the party itself).
+    await check_selection_curator(ch, sm, zeta_key=zeta, reveal=params.calibration == "gaussian")
 
     # --- Stage 3: decrypt X + s; our share is its residue mod M.
     ch.progress(round=3, step="publish")

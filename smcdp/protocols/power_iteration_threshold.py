@@ -68,6 +68,7 @@ from smcdp.crypto.threshold import (
 )
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.crypto.zkp import prove_plaintext_knowledge, verify_plaintext_knowledge
+from smcdp.dp.conversions import distributed_gaussian_tau
 from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.primitives.rng import SeedLike, stream_key
@@ -214,13 +215,6 @@ def noise_guarantee(n: int, t: int, h: int) -> float:
     """The honest noise's variance, in units of σ², that Trent plus any t data parties cannot remove from
     the sum: the n − t other parties' (n − t)·σ²/h.  At least 1 (one curator's σ²) iff h <= n − t."""
     return (n - t) / h
-
-
-def distributed_gaussian_tau(grid_sigma: float, honest: int) -> float:
-    """τ of Kairouz, Liu & Steinke 2021 (Thm. 1) for the sum of ``honest`` discrete Gaussians of parameter
-    ``grid_sigma`` (in grid steps): τ = 10·Σ_{k=1}^{m−1} exp(−2π²σ²·k/(k+1)).  The sum is ½ε²-zCDP with
-    ε = Δ/(√m·σ) + τ√d (d coordinates) instead of the Δ/(√m·σ) of one discrete Gaussian of variance mσ²."""
-    return 10.0 * sum(math.exp(-2.0 * math.pi**2 * grid_sigma**2 * k / (k + 1)) for k in range(1, honest))
 
 
 #: the Kairouz–Liu–Steinke correction τ√d may add at most this fraction of Δ/σ to the honest sum's zCDP ε

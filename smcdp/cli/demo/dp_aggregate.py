@@ -66,6 +66,8 @@ def demo_dp_aggregate(
     budget: float | None = None,
     sessions: int = 1,
     concurrent: bool = False,
+    delta: float | None = None,
+    noise_parties: int = 1,
 ) -> dict:
     if len(data) < 2:
         raise InvalidMessage("dp-aggregate needs at least two --data files (one per data party)")
@@ -91,6 +93,8 @@ def demo_dp_aggregate(
     for name, path in zip(names, data):
         parties[name] = {PROTOCOL: {"data": path}}
     roles = {"charlie": "charlie", "dave": "dave", **{f"party{i + 1}": n for i, n in enumerate(names)}}
+    # the shared noise's parameters (validated with the others just below)
+    shared = {"delta": delta, "noise_parties": noise_parties} if calibration == "gaussian" else {}
     params = {
         "n_parties": len(data),
         "dim": dims.pop(),
@@ -98,6 +102,7 @@ def demo_dp_aggregate(
         "lam": float(lam),
         "calibration": calibration,
         "min_records": int(min_records),
+        **shared,
         "key_bits": key_bits,
         "dgk_bits": dgk_bits,
         "dgk_t": dgk_t,
@@ -109,7 +114,8 @@ def demo_dp_aggregate(
         raise InvalidMessage(f"the {PROTOCOL} plugin did not state the session's epsilon")
     # every data party guards its data set with a fresh ledger: --budget, or just enough for the sessions
     total = float(budget) if budget is not None else cost * sessions * (1 + 1e-9)
-    options["budgets"] = {n: BudgetConfig(dataset=n, epsilon=total, delta=DEMO_DELTA) for n in names}
+    delta_total = max(DEMO_DELTA, summary.delta * sessions * (1 + 1e-9))  # the Gaussian release's delta
+    options["budgets"] = {n: BudgetConfig(dataset=n, epsilon=total, delta=delta_total) for n in names}
     # every party admits --sessions proposals from charlie at once (the [limits] defaults admit 4
     # pending and 8 running per initiating peer): here the budget, not a rate limit, decides
     d = Limits()
@@ -177,6 +183,7 @@ def demo_dp_aggregate(
         "epsilon": float(epsilon),
         "lam": float(lam),
         "calibration": calibration,
+        **shared,
         "key_bits": key_bits,
         "n_parties": len(data),
         "dim": params["dim"],
@@ -215,10 +222,15 @@ def _cmd(args) -> int:
     if args.threshold is not None:  # refused before any party process starts
         raise InvalidMessage(
             "--threshold: dp-aggregate does not support group keys yet; its keys are still one party's "
-            "(party1 holds xi's private key, charlie his own), so charlie with party1 can remove the noise "
-            "(docs/protocols/dp-aggregate.md, 'Trust assumptions'). Run it without --threshold; "
+            "(party1 holds xi's private key, charlie his own), so charlie with any data party learns every "
+            "party's size (docs/protocols/dp-aggregate.md, 'Trust assumptions'). Run it without --threshold; "
+            "`--calibration gaussian --delta D` shares the noise so that no coalition can remove it; "
             "`smcdp demo power-iteration --threshold T --epsilon E --delta D` runs a session under a group key"
         )
+    if args.calibration != "gaussian" and (args.delta is not None or args.noise_parties != 1):
+        raise InvalidMessage("--delta and --noise-parties belong to --calibration gaussian (the shared noise)")
+    if args.calibration == "gaussian" and args.delta is None:
+        raise InvalidMessage("--calibration gaussian needs --delta (the release is (epsilon, delta)-DP)")
     out = demo_dp_aggregate(
         args.data,
         args.epsilon,
@@ -233,6 +245,8 @@ def _cmd(args) -> int:
         budget=args.budget,
         sessions=args.sessions,
         concurrent=args.concurrent,
+        delta=args.delta,
+        noise_parties=args.noise_parties,
     )
     dump_json(out, args.out)
     return 0
@@ -271,7 +285,18 @@ def register(sub) -> None:
         "--calibration",
         choices=CALIBRATIONS,
         default="exact",
-        help="exact: L2 vector mechanism for Δ/K (default); seed: the seed's Laplace 2/(n ε λ)",
+        help="exact: L2 vector mechanism for Δ/K, drawn by the selected party (default); seed: the seed's "
+        "Laplace 2/(n ε λ); gaussian: (ε, δ) Gaussian noise shared by every data party, so that charlie with "
+        "parties cannot remove it (needs --delta; every party learns the selected sensitivity)",
+    )
+    p.add_argument("--delta", type=float, help="--calibration gaussian: the δ of the release")
+    p.add_argument(
+        "--noise-parties",
+        type=int,
+        default=1,
+        metavar="H",
+        help="--calibration gaussian: each party adds 1/H of the noise's variance, so the noise survives any "
+        "coalition of charlie and K − H data parties (default 1: every party adds all of it)",
     )
     p.add_argument("--min-records", type=int, default=1, help="public lower bound on every party's n_j (default 1)")
     p.add_argument("--test", metavar="T.npz", help="Dave classifies this test set and reports test_error")

@@ -21,6 +21,7 @@ from smcdp.protocols.dp_aggregate import (
     predict,
     reassemble,
     sensitivity_key,
+    shared_noise,
     to_fixed,
     train_local,
 )
@@ -159,10 +160,23 @@ def test_secure_noise_source_by_default(keys):
 
 
 # ----------------------------------------------------------------------------- who sees what
-def test_no_plaintext_sizes_models_noise_or_unmasked_shares_on_the_wire(keys):
+#: the single party's noise (the default), or every party's share of it
+MODES = {"single": {}, "shared": {"calibration": "gaussian", "delta": 1e-6, "noise_parties": 2}}
+
+
+def _noise_of(p, sens, j, seed):
+    """Party j's noise vector (grid steps) as it draws it in this session."""
+    if p.calibration != "gaussian":
+        return party_noise(p, sens[j], seed)
+    k_sel = min(sensitivity_key(s)[0] for s in sens)
+    return shared_noise(f"party{j + 1}", p, k_sel, np.random.default_rng(seed))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_no_plaintext_sizes_models_noise_or_unmasked_shares_on_the_wire(keys, mode):
     K, d = 3, 4
     lam = 0.1
-    p = make_params(K, d, epsilon=1.0, lam=lam, max_sensitivity=None, min_records=5)
+    p = make_params(K, d, epsilon=1.0, lam=lam, max_sensitivity=None, min_records=5, **MODES[mode])
     ns = [1234, 56, 789]
     sens = [1 / (n * lam) for n in ns]
     rng = np.random.default_rng(3)
@@ -175,7 +189,8 @@ def test_no_plaintext_sizes_models_noise_or_unmasked_shares_on_the_wire(keys):
         k, _ = sensitivity_key(s)
         secret |= {k, K * k + j}
         secret |= {to_fixed(x, F) % M for x in ws[j]} | set(to_fixed(x, F) for x in ws[j])
-        secret |= set(party_noise(p, s, seeds[j])) | {v % M for v in party_noise(p, s, seeds[j])}
+        noise = _noise_of(p, sens, j, seeds[j])
+        secret |= set(noise) | {v % M for v in noise}
     T = released_T(res, p)
     secret |= set(T) | {t % M for t in T}
     secret.discard(0)
@@ -418,10 +433,11 @@ def _received(net, role):
     return len(msgs), sum(len(d) for d in msgs), max(len(d) for d in msgs)
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("K", [2, 3, 9])
-def test_every_role_receives_within_its_traffic_envelope(keys, K):
+def test_every_role_receives_within_its_traffic_envelope(keys, K, mode):
     d = 5
-    p = make_params(K, d, epsilon=1.0)
+    p = make_params(K, d, epsilon=1.0, **MODES[mode])
     rng = np.random.default_rng(K)
     _res, net = run_aggregate(
         p, [rng.uniform(-1, 1, size=d) for _ in range(K)], list(rng.uniform(0.01, 0.4, size=K)), keys

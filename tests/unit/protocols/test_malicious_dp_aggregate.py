@@ -137,6 +137,16 @@ def test_charlie_selecting_a_less_noisy_party_is_refused(keys):
     most its own: at any position but the right one, some party refuses and nothing is published;
     at the right one the session succeeds with exactly party2's noise."""
     p = make_params(K, D, epsilon=2.0)
+    assert _outcomes_of_each_selection(keys, p, party_noise(p, SENS[1], SEEDS[1])) == {
+        0: "refused",
+        1: "released",
+        2: "refused",
+    }
+
+
+def _outcomes_of_each_selection(keys, p, released_noise):
+    """party -> "refused" or "released" when Charlie puts the indicator at that party's position; a release
+    must carry exactly ``released_noise`` (grid steps) on the sum of the models."""
     ws = _weights()
     outcomes = {}
     for position in range(K):
@@ -148,9 +158,9 @@ def test_charlie_selecting_a_less_noisy_party_is_refused(keys):
             outcomes[PI1.index(position)] = "refused"
             continue
         diff = [int(t - w) for t, w in zip(released_T(res, p), _sum_of_weights(p, ws))]
-        assert diff == party_noise(p, SENS[1], SEEDS[1])
+        assert diff == released_noise
         outcomes[PI1.index(position)] = "released"
-    assert outcomes == {0: "refused", 1: "released", 2: "refused"}
+    return outcomes
 
 
 def test_refusing_party_is_the_one_that_needs_more_noise(keys):
@@ -253,3 +263,40 @@ def test_residual_charlie_with_the_selected_party_removes_the_noise(keys):
     removed = [int(t - n) for t, n in zip(released_T(res, p), party_noise(p, SENS[1], SEEDS[1]))]
     assert removed == [int(w) for w in _sum_of_weights(p, ws)]  # the exact sum of the models
     assert released_T(res, p) != removed  # ... from a release that carried noise
+
+
+# ----------------------------------------------------------------------------- shared noise (calibration="gaussian")
+def _gaussian():
+    return make_params(K, D, epsilon=2.0, calibration="gaussian", delta=1e-6, noise_parties=2)
+
+
+def test_shared_noise_charlie_selecting_a_less_noisy_party_is_refused(keys):
+    """With shared noise every party learns k_sel itself (Charlie opens it masked) and refuses one above its own
+    key: at any position but the right one some party refuses; at the right one the release carries every
+    party's share for party2's calibration."""
+    from smcdp.protocols.dp_aggregate import sensitivity_key, shared_noise
+
+    p = _gaussian()
+    k_sel = sensitivity_key(SENS[1])[0]
+    shares = [shared_noise("p", p, k_sel, np.random.default_rng(s)) for s in SEEDS]
+    assert _outcomes_of_each_selection(keys, p, [sum(col) for col in zip(*shares)]) == {
+        0: "refused",
+        1: "released",
+        2: "refused",
+    }
+
+
+def test_shared_noise_charlie_lying_about_the_selected_key_is_refused(keys):
+    """Charlie opens k_sel + s_j to party j; a smaller value (less noise) does not open the ciphertext."""
+    p = _gaussian()
+
+    def lie(to, tag, data):
+        if tag != "chk/open":
+            return data
+        c, r = [int.from_bytes(m, "big") for m in pb.BigInts.FromString(data).magnitude]
+        return bigints([c + 1000, r]).SerializeToString()
+
+    with pytest.raises((InvalidMessage, SessionAborted), match="does not open the ciphertext"):
+        run_aggregate(
+            p, _weights(), SENS, keys, noise_seeds=SEEDS, seed=SEED, tamper=lambda net: _rewrite(net, "charlie", lie)
+        )

@@ -489,3 +489,33 @@ def test_the_data_party_not_the_proposer_decides_how_weakly_its_data_is_hidden()
     for bad in ("min_hiding = 3", "min_hiding = { blind_bits = 0 }", 'min_hiding = { "Blind Bits" = 2 }'):
         with pytest.raises(ConfigError, match="min_hiding"):
             _policy(PI_POLICY + bad + "\n")
+
+
+def test_dp_aggregates_shared_noise_is_the_data_partys_decision():
+    """calibration = "gaussian" (every data party adds a share of the noise) weakens a party's guarantee in two
+    ways its policy must admit, never the proposer: every data party learns the selected calibration exactly
+    (the smallest data set's size) -- an exact output to the other data parties, so ``allow_non_dp`` and
+    ``release_to`` -- and with noise_parties = h > 1 its noise survives only K − h colluding parties
+    (``max_noise_parties``); and its δ counts against ``max_delta``."""
+    shared = dict(calibration="gaussian", delta=1e-6, n_parties=2)
+
+    def dpa(extra: str = "", release: str = '"dave"', max_delta: str = "1e-5") -> Policy:
+        text = POLICY.replace("max_delta = 1e-15", f"max_delta = {max_delta}")
+        text = text.replace('release_to = ["dave"]\n', f"release_to = [{release}]\n" + extra, 1)
+        return _policy(text)
+
+    with pytest.raises(PolicyDenied, match="selected_sensitivity") as ei:
+        _eval(dpa(), **shared)
+    assert ei.value.rule == "policy.dp-aggregate.allow_non_dp"
+    with pytest.raises(PolicyDenied, match="selected_sensitivity") as ei:  # exact outputs, but not to bob
+        _eval(dpa("allow_non_dp = true\n"), **shared)
+    assert ei.value.rule == "policy.dp-aggregate.release_to"
+    both = '"dave", "bob"'
+    _eval(dpa("allow_non_dp = true\n", both), **shared)  # h = 1: every party adds all of the noise
+    with pytest.raises(PolicyDenied) as ei:
+        _eval(dpa("allow_non_dp = true\n", both), noise_parties=2, **shared)
+    assert ei.value.rule == "policy.dp-aggregate.max_noise_parties"
+    _eval(dpa("allow_non_dp = true\nmax_noise_parties = 2\n", both), noise_parties=2, **shared)
+    with pytest.raises(OutOfBounds) as ei:  # δ above the policy's max_delta
+        _eval(dpa("allow_non_dp = true\n", both, max_delta="1e-7"), **shared)
+    assert ei.value.rule == "policy.dp-aggregate.max_delta"
