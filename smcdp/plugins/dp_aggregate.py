@@ -76,6 +76,9 @@ def privacy_cost(p: DPAggregateParams) -> tuple[float, float]:
     eps = float(p.epsilon)
     if p.calibration == "seed":
         eps = eps * math.sqrt(p.dim) / (2 * p.n_parties)
+    # a party aborts when its noise exceeds the public bound (probability p <= K*2^-64, whatever the data).
+    # Strictly the truncated mechanism is (eps, delta + e^eps * p)-DP; the ledger charges p (docs: a known
+    # approximation, below 2^-40 for eps <= 14)
     tail = p.n_parties * 2.0**-NOISE_TAIL_BITS
     if p.calibration == "gaussian":  # (epsilon, delta) of the Gaussian release, against h honest parties' shares
         assert p.delta is not None

@@ -585,8 +585,11 @@ async def reveal_selection_party(
     C = params.curator
     _party_index(ch, params)
     s = protocol_rng(seed, "secure-min", ch.role, "reveal-mask").randrange(1 << params.check_mask_bits)
-    masked = zeta_pk.raw_add(selected, zeta_pk.raw_encrypt_textbook(s))
-    await ch.send(C, f"{tag}/c", ciphertext_to_proto(zeta_pk, masked))
+    sent = await ch.send(
+        C, f"{tag}/c", ciphertext_to_proto(zeta_pk, zeta_pk.raw_add(selected, zeta_pk.raw_encrypt_textbook(s)))
+    )
+    # what went out (a replayed party re-sends its journaled bytes, not a fresh encryption): the opening is of it
+    masked = ciphertext_from_proto(pb.CiphertextVector.FromString(sent), zeta_pk, f"{tag}/c")
     value = await _opened(ch, masked, params, zeta_pk, tag) - s
     if not 0 <= value < 1 << params.value_bits:
         raise InvalidMessage(f"the selected value decrypts out of range ({C} or the selection deviated): refusing")

@@ -400,6 +400,8 @@ class DPAggregateParams(ProtocolParams):
                 (2, 2 * (P // 8 + 8)),
                 (16, small),
             ]
+            if self.calibration == "gaussian":  # a mask seed from every other party (_zero_sum_mask)
+                msgs.append((K, small))
         return TrafficEnvelope.from_messages(
             msgs, f"dp-aggregate parameters (K = {K}, d = {d}, {P}-bit Paillier, {Dk}-bit DGK keys)"
         )
@@ -672,23 +674,15 @@ async def _contribution(
     """Stage 2, step 2: our contribution ζ(v_j·N_j + Y_j), Y_j = W_j − t_j + ρ_j − ρ_(j−1) mod M, where t_j is
     the share we will publish and ρ_j, ρ_(j−1) are expanded from the ring seeds we share with our neighbours
     (they cancel in the sum); and ζ(v_j·k_j) for the selection check.  Returns (ζ(…), t_j, ζ(v_j·k_j)).
-    Shared noise (``v_j`` None): ζ(Y_j) with our share N_j inside Y_j = W_j + N_j − t_j + ρ_j − ρ_(j−1), and no
-    ζ(v_j·k_j) (the selection is known by then)."""
-    roles, K, d, F = params.party_roles, params.n_parties, params.dim, params.frac_bits
+    Shared noise (``v_j`` None): ζ(Y_j) with our share N_j inside Y_j = W_j + N_j − t_j + Σ_k ±ρ_{jk}, masks
+    from a seed shared with *every* other party (:func:`_zero_sum_mask`), and no ζ(v_j·k_j)."""
+    d, F = params.dim, params.frac_bits
     M = 1 << params.modulus_bits
     packing = params.packing(zeta_pk)
-    seed_mine = rng.randbytes(32)
-    await ch.send(roles[(me + 1) % K], "s2/seed", pb.Blobs(values=[seed_mine]))
-    prev = roles[(me - 1) % K]
-    got = list((await ch.recv(prev, "s2/seed", pb.Blobs)).values)
-    if len(got) != 1 or len(got[0]) != 32:
-        raise InvalidMessage(f"s2/seed from {prev} must be one 32-byte seed")
+    mask = await _zero_sum_mask(ch, rng, me, params, pairwise=v_j is None)
     t = [rng.randrange(M) for _ in range(d)]
     inside = [0] * d if v_j is not None else N  # the shared noise share travels inside Y_j
-    Y = [
-        (Wi + ni - ti + ri - qi) % M
-        for Wi, ni, ti, ri, qi in zip(W, inside, t, ring_mask(seed_mine, d, M), ring_mask(got[0], d, M))
-    ]
+    Y = [(Wi + ni - ti + mi) % M for Wi, ni, ti, mi in zip(W, inside, t, mask)]
     plain_y = packing.pack(Y) if packing.packed else Y
     if v_j is None:
         cts = [zeta_pk.raw_encrypt_textbook(b) for b in plain_y]
@@ -700,6 +694,31 @@ async def _contribution(
     agg = EncryptedVector(zeta_pk, cts, d, -F, packing, params.contribution_bound(1))
     sel = None if v_j is None else zeta_pk.rerandomize_textbook(zeta_pk.raw_mul(v_j, key))
     return agg, t, sel
+
+
+async def _zero_sum_mask(
+    ch: Channel, rng: random.Random, me: int, params: DPAggregateParams, *, pairwise: bool
+) -> list[int]:
+    """Our mask (d residues mod M); the K parties' masks add up to 0.  The ring (one party's noise): ρ_j − ρ_(j−1),
+    ρ_j from the seed we send our successor -- Charlie with our tree parent and both ring neighbours can remove
+    it, which leaves W_j + v_j·N_j.  Pairwise (shared noise): Σ_{k>j} ρ_{jk} − Σ_{i<j} ρ_{ij}, one seed per
+    pair of parties drawn by the lower index -- any sum of contributions the coalition can see is masked unless
+    every party outside it colludes, so it always carries every honest party's share (K − 1 seeds a party)."""
+    roles, K, d = params.party_roles, params.n_parties, params.dim
+    M = 1 << params.modulus_bits
+    ours = [rng.randbytes(32) for _ in range(me + 1, K)] if pairwise else [rng.randbytes(32)]
+    to = list(range(me + 1, K)) if pairwise else [(me + 1) % K]
+    await asyncio.gather(*(ch.send(roles[k], "s2/seed", pb.Blobs(values=[sd])) for k, sd in zip(to, ours)))
+    theirs = []
+    for i in range(me) if pairwise else [(me - 1) % K]:
+        got = list((await ch.recv(roles[i], "s2/seed", pb.Blobs)).values)
+        if len(got) != 1 or len(got[0]) != 32:
+            raise InvalidMessage(f"s2/seed from {roles[i]} must be one 32-byte seed")
+        theirs.append(got[0])
+    mask = [0] * d
+    for sd, sign in [(x, 1) for x in ours] + [(x, -1) for x in theirs]:
+        mask = [(m + sign * r) % M for m, r in zip(mask, ring_mask(sd, d, M))]
+    return mask
 
 
 async def _add_up_the_tree(

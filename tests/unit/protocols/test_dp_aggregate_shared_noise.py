@@ -149,3 +149,72 @@ def test_the_summary_states_the_delta_the_shared_noise_and_what_the_parties_lear
     ]
     single = plugin.summary(base, roles)
     assert single.noise_parties == {} and all(o.dp for o in single.outputs)
+
+
+def test_a_coalition_of_k_minus_h_parties_cannot_isolate_one_partys_model_and_share(keys):
+    """K = 5, h = 2: Charlie with party2 (the tree parent of the leaf party4) and party3, party5 (party4's ring
+    neighbours) -- c = 3 = K − h data parties.  Charlie decrypts what party2 received from party4, party5 and
+    party3 contribute the mask seeds they share with party4, t_4 is published.  With ring masks (one party's
+    noise) this recovers W_4 + N_4, party4's model with a single share, σ²/h, of noise.  With pairwise masks the
+    seed party1 (honest) shares with party4 stays hidden, so the coalition is left with a uniform residue; given
+    that seed too, the same arithmetic gives W_4 + N_4 exactly (the control that the arithmetic is right)."""
+    K, d, h = 5, 3, 2
+    p = gaussian(K, d, h)
+    ws = [np.full(d, 0.1 * (j + 1)) for j in range(K)]
+    sens = [0.01 + 0.001 * j for j in range(K)]
+    seeds = [70 + j for j in range(K)]
+    res, net = run_aggregate(p, ws, sens, keys, noise_seeds=seeds)
+    M = 1 << p.modulus_bits
+    msgs = {(s, r, t): data for (s, r, t, _tn, data) in net.transcript}
+    zeta = keys["zeta"]
+    from smcdp.crypto.vector import EncryptedVector
+    from smcdp.protocols.dp_aggregate import ring_mask
+    from smcdp.v1 import messages_pb2 as pb
+
+    agg = EncryptedVector.from_proto(
+        pb.CiphertextVector.FromString(msgs[("party4", "party2", "s2/agg")]), zeta.public_key
+    )
+    seen = [v % M for v in agg.decrypt_ints(zeta)]  # Charlie decrypts what party2 holds
+    t4 = [int(v) for v in res["party4"].share]  # published
+
+    def estimate(holders):
+        """Y_4 + t_4 with every mask of party4's the ``holders`` know removed, centred."""
+        est = [(y + t) % M for y, t in zip(seen, t4)]
+        for (s, r, tag), data in msgs.items():
+            if tag != "s2/seed" or "party4" not in (s, r) or ({s, r} - {"party4"}).isdisjoint(holders):
+                continue
+            sign = 1 if s == "party4" else -1  # party4 adds the masks of the seeds it drew
+            rho = ring_mask(pb.Blobs.FromString(data).values[0], d, M)
+            est = [(e - sign * m) % M for e, m in zip(est, rho)]
+        return [e - M if e >= M // 2 else e for e in est]
+
+    k_sel = min(sensitivity_key(s)[0] for s in sens)
+    target = [
+        w + n
+        for w, n in zip(
+            [to_fixed(x, p.frac_bits) for x in ws[3]], shared_noise("party4", p, k_sel, np.random.default_rng(seeds[3]))
+        )
+    ]
+    assert estimate({"party2", "party3", "party5"}) != target  # the coalition of K − h: masked
+    assert estimate({"party1", "party2", "party3", "party5"}) == target  # every other party: exact
+
+
+def test_a_share_beyond_its_public_bound_aborts_and_the_bounds_hold(monkeypatch):
+    """The public bound on a share covers the largest admissible calibration at the subgaussian tail 2^-64 (so
+    that no sum wraps modulo M), a draw beyond it aborts the session, and the mask that hides k_sel from Charlie
+    is κ bits longer than any key."""
+    import smcdp.protocols.dp_aggregate as dpa
+    from smcdp.protocols.dp_aggregate import NOISE_TAIL_BITS, SENS_KEY_BITS
+
+    K, d = 4, 6
+    p = gaussian(K, d, 2)
+    t, q = p.share_parameters(p.sensitivity_bound)
+    z = math.sqrt(2 * (NOISE_TAIL_BITS * math.log(2) + math.log(2 * d)))
+    assert p.share_noise_int_bound >= math.sqrt(t * q) * z
+    # K shares and K models at their bounds stay below M/2: nothing wraps
+    assert K * p.share_noise_int_bound + K * (p.weight_limit * 2**p.frac_bits + 1) < 2 ** (p.modulus_bits - 1)
+    assert p.secure_min_params().check_mask_bits >= SENS_KEY_BITS + p.mask_bits
+    k = sensitivity_key(p.sensitivity_bound)[0]
+    monkeypatch.setattr(dpa, "discrete_gaussian", lambda t, q, n, src: np.full(n, p.share_noise_int_bound + 1))
+    with pytest.raises(InvalidMessage, match="exceeded its public bound"):
+        shared_noise("party1", p, k, np.random.default_rng(0))

@@ -93,27 +93,38 @@ def test_power_iteration_replays(tmp_path):
     assert first["trent"].converged
 
 
-def _dp_aggregate():
+def _dp_aggregate(**mode):
+    K = 3
     p = DPAggregateParams(
-        n_parties=2, dim=3, epsilon=1.0, lam=0.1, max_sensitivity=0.5, key_bits=768, dgk_bits=512, dgk_t=64
+        n_parties=K, dim=3, epsilon=1.0, lam=0.1, max_sensitivity=0.5, key_bits=768, dgk_bits=512, dgk_t=64, **mode
     ).validate()
-    weights = [np.array([0.3, -0.2, 0.1]), np.array([0.25, -0.1, 0.05])]
-    sens = [0.05, 0.08]
-    roles = {"charlie": "charlie", "dave": "dave", "party1": "p1", "party2": "p2"}
+    weights = [np.array([0.3, -0.2, 0.1]), np.array([0.25, -0.1, 0.05]), np.array([-0.1, 0.4, 0.0])]
+    sens = [0.05, 0.08, 0.06]
+    roles = {"charlie": "charlie", "dave": "dave", **{f"party{j + 1}": f"p{j + 1}" for j in range(K)}}
 
     def fns(roots):
         return {
             "charlie": lambda ch: charlie(ch, p, seed=roots["charlie"], allow_insecure_keys=True),
             "dave": lambda ch: dave(ch, p),
-            "party1": lambda ch: data_party(ch, weights[0], sens[0], p, seed=roots["party1"], allow_insecure_keys=True),
-            "party2": lambda ch: data_party(ch, weights[1], sens[1], p, seed=roots["party2"], allow_insecure_keys=True),
+            **{
+                f"party{j + 1}": lambda ch, j=j: data_party(
+                    ch, weights[j], sens[j], p, seed=roots[f"party{j + 1}"], allow_insecure_keys=True
+                )
+                for j in range(K)
+            },
         }
 
     return roles, fns
 
 
-def test_dp_aggregate_replays_with_the_same_noise(tmp_path):
-    first = _run_and_replay(tmp_path, *_dp_aggregate())
+@pytest.mark.parametrize(
+    "mode", [{}, {"calibration": "gaussian", "delta": 1e-6, "noise_parties": 2}], ids=["single-noise", "shared-noise"]
+)
+def test_dp_aggregate_replays_with_the_same_noise(tmp_path, mode):
+    """Every role replayed from its journal re-sends nothing and reaches the same result -- with shared noise
+    too, where a party's masked selected key must be the journaled ciphertext Charlie opened (a fresh
+    encryption of it failed the opening check on every replay)."""
+    first = _run_and_replay(tmp_path, *_dp_aggregate(**mode))
     assert np.all(np.isfinite(first["dave"].weights))
 
 
