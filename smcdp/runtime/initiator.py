@@ -227,6 +227,9 @@ class Initiator:
         succeeded here, bring the participants that failed after it to the same end (:mod:`.late`)."""
         core = self.core
         core.refuse_when_shutting_down()
+        flow = self._starting.get(session_id)
+        if flow is not None:  # a resume (or start) of it under way: a repeated call gets its record too
+            return await asyncio.shield(flow)
         try:
             cp = self._recovery.resumable_checkpoint(session_id)
         except AlreadyExists:  # it succeeded here

@@ -152,12 +152,10 @@ async def _record(party, sid):
     return party.records.load(sid)
 
 
-def test_a_start_naming_a_session_being_resumed_waits_for_the_resume(tmp_path, in_thread):
-    """alice's operator resumes a session and, while the resume is under way, starts it again under the same id
-    (a client that repeated its call, or an operator who did not know of the resume).  The start must wait for
-    the resume's flow and answer with its record -- not run a second proposal flow (before, it proposed the
-    session to bob again and began it a second time).  The resume is held at bob's Resume until the start has
-    reached alice's initiator, so the order is the same in every run."""
+def _failed_resumably_with_a_held_resume(tmp_path, in_thread):
+    """alice's net-echo session "twice" with bob, failed resumably (bob stopped while it ran); bob restarted with
+    his Resume held until the returned gate is set and his proposals counted.  Returns (cfgs, alice, gate,
+    proposals, params)."""
     cfgs = make_deployment(
         tmp_path,
         ["alice", "bob"],
@@ -192,11 +190,35 @@ def test_a_start_naming_a_session_being_resumed_waits_for_the_resume(tmp_path, i
         proposals.append(spec.session_id)
         return await real_propose(peer, spec)
 
-    async def held(peer, session_id):  # bob answers alice's Resume once the start has reached alice
+    async def held(peer, session_id):  # bob answers alice's Resume once the test sets the gate
         await asyncio.get_running_loop().run_in_executor(None, gate.wait, 30)
         return await real_resume(peer, session_id)
 
     bob.peers._admission.propose, bob.peers.resume = counted, held
+    return cfgs, alice, gate, proposals, params
+
+
+def _in_background(call) -> tuple[threading.Thread, dict]:
+    out: dict = {}
+
+    def run():
+        try:
+            out["rec"] = call()
+        except Exception as exc:  # noqa: BLE001 - looked at by the test
+            out["rec"] = exc
+
+    th = threading.Thread(target=run)
+    th.start()
+    return th, out
+
+
+def test_a_start_naming_a_session_being_resumed_waits_for_the_resume(tmp_path, in_thread):
+    """alice's operator resumes a session and, while the resume is under way, starts it again under the same id
+    (a client that repeated its call, or an operator who did not know of the resume).  The start must wait for
+    the resume's flow and answer with its record -- not run a second proposal flow (before, it proposed the
+    session to bob again, which refused it, failing the resumed session).  The resume is held at bob's Resume
+    until the start has reached alice's initiator, so the order is the same in every run."""
+    cfgs, alice, gate, proposals, params = _failed_resumably_with_a_held_resume(tmp_path, in_thread)
     flows, real_once = [], alice.initiator._once
 
     async def watched(s, steps=None):
@@ -204,17 +226,11 @@ def test_a_start_naming_a_session_being_resumed_waits_for_the_resume(tmp_path, i
         return await (real_once(s) if steps is None else real_once(s, steps))
 
     alice.initiator._once = watched
-    resumed: dict = {}
-    th = threading.Thread(target=lambda: resumed.update(rec=client.resume_session(cfgs["alice"], "twice", timeout=60)))
-    th.start()
-    again: dict = {}
-    th2 = threading.Thread(
-        target=lambda: again.update(
-            rec=client.start_session(cfgs["alice"], "net-echo", ROLES, params, session_id="twice", timeout=60)
-        )
-    )
+    th, resumed = _in_background(lambda: client.resume_session(cfgs["alice"], "twice", timeout=60))
     _wait_for("the resume to reach bob", lambda: "alice.twice" in alice.sessions)
-    th2.start()
+    th2, again = _in_background(
+        lambda: client.start_session(cfgs["alice"], "net-echo", ROLES, params, session_id="twice", timeout=60)
+    )
     _wait_for("the start to reach alice's initiator", lambda: None in flows)
     gate.set()
     th.join(60)
@@ -223,3 +239,26 @@ def test_a_start_naming_a_session_being_resumed_waits_for_the_resume(tmp_path, i
     assert again["rec"] == resumed["rec"], (again, resumed["rec"])
     assert proposals == [], proposals  # nothing proposed to bob again
     assert alice.records.load("alice.twice")["state"] == "succeeded"
+
+
+def test_a_resume_made_twice_at_once_gets_one_record(tmp_path, in_thread):
+    """The operator's resume call made twice while the first is under way (a client repeating a call it lost):
+    the second waits for the first's flow and gets its record -- before, it was refused (the session being
+    resumed, UNAVAILABLE, or not failed any more, FAILED_PRECONDITION), unlike a repeated start."""
+    cfgs, alice, gate, _proposals, _ = _failed_resumably_with_a_held_resume(tmp_path, in_thread)
+    calls, real_resume = [], alice.initiator.resume
+
+    async def watched(session_id):
+        calls.append(session_id)
+        return await real_resume(session_id)
+
+    alice.initiator.resume = watched
+    th, first = _in_background(lambda: client.resume_session(cfgs["alice"], "twice", timeout=60))
+    _wait_for("the resume to reach bob", lambda: "alice.twice" in alice.sessions and len(calls) == 1)
+    th2, second = _in_background(lambda: client.resume_session(cfgs["alice"], "twice", timeout=60))
+    _wait_for("the second resume to reach alice's initiator", lambda: len(calls) == 2)
+    gate.set()
+    th.join(60)
+    th2.join(60)
+    assert first["rec"]["state"] == "succeeded" and first["rec"]["result"]["y"] == [1.0, 3.0, 5.0], first
+    assert second["rec"] == first["rec"], second
