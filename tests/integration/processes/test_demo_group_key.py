@@ -78,3 +78,19 @@ def test_demo_dp_aggregate_threshold_is_refused_clearly(tmp_path, capsys):
     assert cli_main(["demo", "dp-aggregate", *args, "--threshold", "1", "--keep-dir", str(tmp_path / "k")]) == 2
     assert "dp-aggregate does not support group keys yet" in capsys.readouterr().err
     assert not (tmp_path / "k").exists()  # refused before any party process started
+
+
+def test_demo_dp_aggregate_shared_noise_flags_are_checked_before_any_process(tmp_path, capsys):
+    """--delta and --noise-parties belong to --calibration gaussian, which needs --delta: each misuse exits 2
+    naming the flag, before any party process starts; the --threshold refusal points at the shared noise."""
+    args = ["--data", "a.npz", "--data", "b.npz", "--epsilon", "1", "--lam", "0.1", "--key-bits", "512"]
+    keep = ["--keep-dir", str(tmp_path / "k")]
+    assert cli_main(["demo", "dp-aggregate", *args, "--delta", "1e-6", *keep]) == 2
+    assert "--delta and --noise-parties belong to --calibration gaussian" in capsys.readouterr().err
+    assert cli_main(["demo", "dp-aggregate", *args, "--noise-parties", "2", *keep]) == 2
+    assert "--delta and --noise-parties belong to --calibration gaussian" in capsys.readouterr().err
+    assert cli_main(["demo", "dp-aggregate", *args, "--calibration", "gaussian", *keep]) == 2
+    assert "--calibration gaussian needs --delta" in capsys.readouterr().err
+    assert cli_main(["demo", "dp-aggregate", *args, "--threshold", "1", *keep]) == 2
+    assert "--calibration gaussian --delta D` shares the noise" in capsys.readouterr().err
+    assert not (tmp_path / "k").exists()
