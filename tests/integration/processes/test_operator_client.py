@@ -44,7 +44,9 @@ def test_one_start_call_made_many_times_at_once_is_one_session(tmp_path, process
         records = [c.wait(timeout=60) for c in calls]
         assert {r["state"] for r in records} == {"succeeded"}, [r.get("error") for r in records]
         assert all(r["result"] == records[0]["result"] for r in records) and records[0]["result"]["y"] == [1.0, 3.0]
-        bob = runtime_client.get_result(cfgs["bob"], f"alice.{sid}")
+        # alice reports success once bob confirmed he holds his output; bob writes his record just after, so
+        # his end is waited for (a fresh-clone run read him at that instant, still "running")
+        bob = runtime_client.follow_session(cfgs["bob"], f"alice.{sid}", 30)
         assert bob["state"] == "succeeded" and bob["restarts"] == 0, bob
 
 
