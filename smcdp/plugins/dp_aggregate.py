@@ -66,23 +66,32 @@ def load_dataset(path) -> tuple[np.ndarray, np.ndarray]:
     return X, y.astype(int)
 
 
+def abort_delta(epsilon: float, n_parties: int) -> float:
+    """What the parties' aborts add to delta: e^epsilon * K * 2^-64, capped at 1.
+
+    A party aborts when its noise exceeds the public bound (probability p <= K * 2^-64 in all, whatever the
+    data: the abort depends on the noise alone).  Truncating an (epsilon, delta)-DP mechanism there gives
+    P_D[S] <= e^epsilon * P_D'[S] + delta + e^epsilon * p for every set S of outcomes (the untruncated
+    mechanism's mass on the aborted draws, under D', is at most p), so the truncated one is
+    (epsilon, delta + e^epsilon * p)-DP.  Beyond epsilon ~ 44 the term reaches 1 and the charge is vacuous."""
+    log_term = float(epsilon) + math.log(n_parties) - NOISE_TAIL_BITS * math.log(2.0)
+    return 1.0 if log_term >= 0.0 else math.exp(log_term)
+
+
 def privacy_cost(p: DPAggregateParams) -> tuple[float, float]:
     """(epsilon, delta) of one release to every data party's dataset (docs/protocols/dp-aggregate.md).
 
     ``calibration="exact"``: the session's epsilon.  ``"seed"``: the actual guarantee of the
     seed's per-coordinate Laplace noise, epsilon * sqrt(d) / (2K) (above epsilon when
-    sqrt(d) > 2K).  ``"gaussian"``: the session's (epsilon, delta).  delta also counts K * 2^-64, the
-    chance that some party aborts on a noise draw beyond the public bound."""
+    sqrt(d) > 2K).  ``"gaussian"``: the session's (epsilon, delta).  delta also counts the parties' aborts on a
+    noise draw beyond the public bound: e^epsilon * K * 2^-64 (:func:`abort_delta`)."""
     eps = float(p.epsilon)
     if p.calibration == "seed":
         eps = eps * math.sqrt(p.dim) / (2 * p.n_parties)
-    # a party aborts when its noise exceeds the public bound (probability p <= K*2^-64, whatever the data).
-    # Strictly the truncated mechanism is (eps, delta + e^eps * p)-DP; the ledger charges p (docs: a known
-    # approximation, below 2^-40 for eps <= 14)
-    tail = p.n_parties * 2.0**-NOISE_TAIL_BITS
+    tail = abort_delta(eps, p.n_parties)
     if p.calibration == "gaussian":  # (epsilon, delta) of the Gaussian release, against h honest parties' shares
         assert p.delta is not None
-        return eps, float(p.delta) + tail
+        return eps, min(1.0, float(p.delta) + tail)
     return eps, tail
 
 

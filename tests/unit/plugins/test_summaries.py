@@ -50,11 +50,51 @@ def test_power_iteration_names_its_r_components_and_what_oversampling_adds():
 
 def test_dp_aggregate_costs_its_epsilon_or_the_seed_calibrations_actual_guarantee():
     s = _summary("dp-aggregate", DPA_ROLES, n_parties=2, dim=9, epsilon=0.5, lam=0.1, min_records=40)
-    assert (s.epsilon, s.delta, s.rho, s.record_bound) == (0.5, 2 * 2.0**-64, 0.125, 40)
+    assert (s.epsilon, s.rho, s.record_bound) == (0.5, 0.125, 40)
+    assert math.isclose(s.delta, math.exp(0.5) * 2 * 2.0**-64)  # the aborts' e^eps * K * 2^-64
     assert s.key_bits == {"paillier": 2048, "dgk": 2048}
     assert [(o.name, o.recipients, o.dp) for o in s.outputs] == [("model", ("dave",), True)]
     seed = _summary("dp-aggregate", DPA_ROLES, n_parties=2, dim=9, epsilon=0.5, lam=0.1, calibration="seed")
     assert math.isclose(seed.epsilon, 0.5 * 3 / 4)  # eps * sqrt(d) / (2K)
+
+
+def _truncated_laplace_excess(eps: float, bound: int) -> tuple[float, float]:
+    """A discrete Laplace mechanism of sensitivity 1 that aborts when |noise| > ``bound`` (as a dp-aggregate party
+    does beyond its public bound): (its hockey-stick divergence at e^eps between neighbours 0 and 1 -- the
+    smallest delta it is (eps, delta)-DP with -- and its abort probability p), computed exactly over outcomes
+    (rationals: q = e^-eps rounded once, and e^eps taken as 1/q)."""
+    from fractions import Fraction
+
+    q = Fraction(math.exp(-eps))
+    c = (1 - q) / (1 + q)
+
+    def pmf(k: int) -> Fraction:
+        return c * q ** abs(k) if abs(k) <= bound else Fraction(0)
+
+    p_abort = 2 * c * q ** (bound + 1) / (1 - q)
+    # the outcomes of D (mean 0) and D' (mean 1); the aborts have the same chance under both and cancel
+    excess = sum(max(Fraction(0), pmf(x) - pmf(x - 1) / q) for x in range(-bound, bound + 2))
+    return float(excess), float(p_abort)
+
+
+@pytest.mark.parametrize("eps", [0.5, 1.0, 3.0, 8.0])
+def test_dp_aggregate_charges_what_its_aborts_cost_not_just_their_chance(eps):
+    """A party's abort on noise beyond the public bound truncates the mechanism: the truncated mechanism's
+    delta is (e^eps - 1)/2 times the abort probability here -- above it for eps > ln 3, so charging the chance
+    alone (as before) understated delta -- and the ledger's e^eps times it covers every eps."""
+    from smcdp.plugins.dp_aggregate import abort_delta
+
+    excess, p_abort = _truncated_laplace_excess(eps, bound=12)
+    assert math.isclose(excess, (math.exp(eps) - 1) / 2 * p_abort, rel_tol=1e-6)
+    factor = abort_delta(eps, 3) / (3 * 2.0**-64)  # what the charge is per unit of abort probability
+    assert math.isclose(factor, math.exp(eps)) and excess <= factor * p_abort
+    if eps > math.log(3):
+        assert excess > p_abort  # the abort probability alone is not enough
+    assert abort_delta(50.0, 3) == 1.0 and abort_delta(math.inf, 3) == 1.0  # vacuous, never above 1
+    s = _summary(
+        "dp-aggregate", DPA_ROLES, n_parties=2, dim=4, epsilon=eps, lam=0.1, calibration="gaussian", delta=1e-6
+    )
+    assert math.isclose(s.delta, 1e-6 + abort_delta(eps, 2), rel_tol=1e-12)
 
 
 def test_keyword_reveals_more_to_alice_only_when_asked():
