@@ -66,15 +66,20 @@ def load_dataset(path) -> tuple[np.ndarray, np.ndarray]:
     return X, y.astype(int)
 
 
-def abort_delta(epsilon: float, n_parties: int) -> float:
-    """What the parties' aborts add to delta: e^epsilon * K * 2^-64, capped at 1.
+def abort_delta(epsilon: float, n_parties: int, *, margin: bool) -> float:
+    """What the parties' aborts on a noise draw beyond the public bound add to delta.
 
-    A party aborts when its noise exceeds the public bound (probability p <= K * 2^-64 in all, whatever the
-    data: the abort depends on the noise alone).  Truncating an (epsilon, delta)-DP mechanism there gives
-    P_D[S] <= e^epsilon * P_D'[S] + delta + e^epsilon * p for every set S of outcomes (the untruncated
-    mechanism's mass on the aborted draws, under D', is at most p), so the truncated one is
-    (epsilon, delta + e^epsilon * p)-DP.  Beyond epsilon ~ 44 the term reaches 1 and the charge is vacuous."""
-    log_term = float(epsilon) + math.log(n_parties) - NOISE_TAIL_BITS * math.log(2.0)
+    Their chance is at most K * 2^-64, whatever the data (it depends on the noise alone).  With ``margin`` (the
+    single-noise calibrations: the bound is the noise's 2^-64 tail quantile plus the largest shift one record
+    can cause, ``DPAggregateParams.noise_bound``) every draw within the quantile has its counterpart under the
+    neighbouring data set, and the cost is that chance.  Without (shared noise: each share is truncated at its
+    own bound while the shift applies to their sum), the truncated mechanism is (epsilon, delta + e^epsilon * p)-DP:
+    P_D[S] <= e^epsilon * P_D'[S] + delta + e^epsilon * p for every set S of outcomes, the untruncated mechanism's
+    mass on the aborted draws being at most p under D'.  Capped at 1 (vacuous from epsilon ~ 44 on)."""
+    tail = n_parties * 2.0**-NOISE_TAIL_BITS
+    if margin:
+        return tail
+    log_term = float(epsilon) + math.log(tail)
     return 1.0 if log_term >= 0.0 else math.exp(log_term)
 
 
@@ -84,15 +89,14 @@ def privacy_cost(p: DPAggregateParams) -> tuple[float, float]:
     ``calibration="exact"``: the session's epsilon.  ``"seed"``: the actual guarantee of the
     seed's per-coordinate Laplace noise, epsilon * sqrt(d) / (2K) (above epsilon when
     sqrt(d) > 2K).  ``"gaussian"``: the session's (epsilon, delta).  delta also counts the parties' aborts on a
-    noise draw beyond the public bound: e^epsilon * K * 2^-64 (:func:`abort_delta`)."""
+    noise draw beyond the public bound (:func:`abort_delta`): K * 2^-64, or e^epsilon times that with shared noise."""
     eps = float(p.epsilon)
     if p.calibration == "seed":
         eps = eps * math.sqrt(p.dim) / (2 * p.n_parties)
-    tail = abort_delta(eps, p.n_parties)
     if p.calibration == "gaussian":  # (epsilon, delta) of the Gaussian release, against h honest parties' shares
         assert p.delta is not None
-        return eps, min(1.0, float(p.delta) + tail)
-    return eps, tail
+        return eps, min(1.0, float(p.delta) + abort_delta(eps, p.n_parties, margin=False))
+    return eps, abort_delta(eps, p.n_parties, margin=True)
 
 
 class DPAggregatePlugin(ProtocolPlugin):

@@ -319,17 +319,33 @@ class DPAggregateParams(ProtocolParams):
 
     @cached_property
     def noise_bound(self) -> float:
-        """Public bound on |ν_i| (noise on the sum) exceeded with probability < 2^-64 for any allowed party
-        ("gaussian": the K shares together)."""
+        """Public bound on |ν_i| (noise on the sum) a party aborts beyond ("gaussian": the K shares together).
+
+        exact, seed: the noise's 2^-64 tail quantile for any allowed party (``noise_tail_bound``) plus the
+        largest shift of the sum one record can cause (``mechanism_sensitivity`` of the largest allowed Δ̂,
+        at least the shift in every coordinate).  The margin is what keeps the truncation's cost at the tail's
+        chance: a draw within the tail quantile is one the neighbouring data set's mechanism produces too (its
+        noise, shifted, stays within the bound), so only draws beyond the quantile -- probability < 2^-64 --
+        lack a counterpart, and the release is (ε, 2^-64)-DP; without it, a draw near the bound had none, and
+        the cost was e^ε times the abort chance (``smcdp.plugins.dp_aggregate.abort_delta``)."""
         F = self.frac_bits
         if self.calibration == "gaussian":
             return math.ldexp(float(self.n_parties * self.share_noise_int_bound), -F)
+        margin = self.mechanism_sensitivity(self.sensitivity_bound * _GRID_SLACK, F) * (1 + 2.0**-20)
+        return self.noise_tail_bound + margin
+
+    @cached_property
+    def noise_tail_bound(self) -> float:
+        """exact, seed: a bound on |ν_i| for every coordinate at once, exceeded with probability < 2^-64 for any
+        allowed party (its noise scale is at most the largest allowed sensitivity's)."""
+        F = self.frac_bits
         delta = self.sensitivity_bound * _GRID_SLACK
         if self.calibration == "exact":
             s = self.mechanism_sensitivity(delta, F) / float(self.epsilon) * (1 + 2.0**-10)
             from scipy.special import gammainccinv  # lazily: see the imports
 
-            # the Gamma(dim, s) tail: stats.gamma.isf(q, dim, scale=s), without importing scipy.stats
+            # the Gamma(dim, s) tail of the radius (which bounds every coordinate): stats.gamma.isf(q, dim,
+            # scale=s), without importing scipy.stats
             return float(s * gammainccinv(self.dim, 2.0**-NOISE_TAIL_BITS)) * 1.01 + 2.0**-F
         b = self.mechanism_sensitivity(delta, F) / float(self.epsilon) * (1 + 2.0**-10)
         return b * (NOISE_TAIL_BITS * math.log(2.0) + math.log(self.dim)) * 1.01 + 2.0**-F

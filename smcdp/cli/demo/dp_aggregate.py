@@ -115,6 +115,12 @@ def demo_dp_aggregate(
     # every data party guards its data set with a fresh ledger: --budget, or just enough for the sessions
     total = float(budget) if budget is not None else cost * sessions * (1 + 1e-9)
     delta_total = max(DEMO_DELTA, summary.delta * sessions * (1 + 1e-9))  # the Gaussian release's delta
+    if delta_total >= 1.0:
+        raise InvalidMessage(
+            f"at epsilon={epsilon:g} the sessions' delta adds up to {summary.delta * sessions:g} (shared noise: "
+            "e^epsilon times the parties' abort chance, docs/protocols/dp-aggregate.md): no ledger holds it; "
+            "lower --epsilon or --sessions"
+        )
     options["budgets"] = {n: BudgetConfig(dataset=n, epsilon=total, delta=delta_total) for n in names}
     # every party admits --sessions proposals from charlie at once (the [limits] defaults admit 4
     # pending and 8 running per initiating peer): here the budget, not a rate limit, decides

@@ -295,7 +295,7 @@ def test_approve_reject_list_show_through_the_cli_durably_and_expiring(tmp_path,
             "protocol   dp-aggregate",
             "initiator  charlie",
             "this party party1",
-            "epsilon    1  delta 2.94717e-19",  # e * 2 * 2^-64: the aborts
+            "epsilon    1  delta 1.0842e-19",
             '"key_bits": 512',
             "output     model -> roles dave (differentially private)",
         ):

@@ -50,8 +50,7 @@ def test_power_iteration_names_its_r_components_and_what_oversampling_adds():
 
 def test_dp_aggregate_costs_its_epsilon_or_the_seed_calibrations_actual_guarantee():
     s = _summary("dp-aggregate", DPA_ROLES, n_parties=2, dim=9, epsilon=0.5, lam=0.1, min_records=40)
-    assert (s.epsilon, s.rho, s.record_bound) == (0.5, 0.125, 40)
-    assert math.isclose(s.delta, math.exp(0.5) * 2 * 2.0**-64)  # the aborts' e^eps * K * 2^-64
+    assert (s.epsilon, s.delta, s.rho, s.record_bound) == (0.5, 2 * 2.0**-64, 0.125, 40)  # the aborts' K * 2^-64
     assert s.key_bits == {"paillier": 2048, "dgk": 2048}
     assert [(o.name, o.recipients, o.dp) for o in s.outputs] == [("model", ("dave",), True)]
     seed = _summary("dp-aggregate", DPA_ROLES, n_parties=2, dim=9, epsilon=0.5, lam=0.1, calibration="seed")
@@ -79,22 +78,47 @@ def _truncated_laplace_excess(eps: float, bound: int) -> tuple[float, float]:
 
 @pytest.mark.parametrize("eps", [0.5, 1.0, 3.0, 8.0])
 def test_dp_aggregate_charges_what_its_aborts_cost_not_just_their_chance(eps):
-    """A party's abort on noise beyond the public bound truncates the mechanism: the truncated mechanism's
-    delta is (e^eps - 1)/2 times the abort probability here -- above it for eps > ln 3, so charging the chance
-    alone (as before) understated delta -- and the ledger's e^eps times it covers every eps."""
+    """A party's abort on noise beyond the public bound truncates the mechanism.  At a bound of the tail quantile
+    alone, the truncated mechanism's delta is (e^eps - 1)/2 times the abort chance here -- above it for
+    eps > ln 3 -- and e^eps times it covers every eps (shared noise's charge).  At the tail quantile plus the
+    sensitivity (the single-noise calibrations' bound) it is at most the chance of a draw beyond the quantile,
+    which is what they charge."""
     from smcdp.plugins.dp_aggregate import abort_delta
 
-    excess, p_abort = _truncated_laplace_excess(eps, bound=12)
+    tail = 12
+    excess, p_abort = _truncated_laplace_excess(eps, bound=tail)
     assert math.isclose(excess, (math.exp(eps) - 1) / 2 * p_abort, rel_tol=1e-6)
-    factor = abort_delta(eps, 3) / (3 * 2.0**-64)  # what the charge is per unit of abort probability
+    factor = abort_delta(eps, 3, margin=False) / (3 * 2.0**-64)  # the charge per unit of abort chance
     assert math.isclose(factor, math.exp(eps)) and excess <= factor * p_abort
     if eps > math.log(3):
-        assert excess > p_abort  # the abort probability alone is not enough
-    assert abort_delta(50.0, 3) == 1.0 and abort_delta(math.inf, 3) == 1.0  # vacuous, never above 1
+        assert excess > p_abort  # the abort chance alone is not enough without a margin
+    with_margin, _ = _truncated_laplace_excess(eps, bound=tail + 1)  # + the sensitivity, 1
+    assert with_margin <= p_abort  # = P(|noise| > tail): the draws beyond the quantile
+    assert abort_delta(eps, 3, margin=True) == 3 * 2.0**-64
+    assert abort_delta(50.0, 3, margin=False) == 1.0 and abort_delta(math.inf, 3, margin=False) == 1.0
     s = _summary(
         "dp-aggregate", DPA_ROLES, n_parties=2, dim=4, epsilon=eps, lam=0.1, calibration="gaussian", delta=1e-6
     )
-    assert math.isclose(s.delta, 1e-6 + abort_delta(eps, 2), rel_tol=1e-12)
+    assert math.isclose(s.delta, 1e-6 + abort_delta(eps, 2, margin=False), rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("calibration", ["exact", "seed"])
+def test_dp_aggregate_noise_bound_is_the_tail_quantile_plus_the_largest_shift(calibration):
+    """The single-noise bound a party aborts beyond leaves room for the shift one record causes beyond the
+    2^-64 tail quantile of the noisiest allowed party (the radius's Gamma tail, or d Laplace coordinates)."""
+    from scipy import stats
+
+    from smcdp.protocols.dp_aggregate import DPAggregateParams
+
+    p = DPAggregateParams(n_parties=3, dim=5, epsilon=2.0, lam=0.1, calibration=calibration)
+    shift = p.mechanism_sensitivity(p.sensitivity_bound)
+    assert p.noise_bound >= p.noise_tail_bound + shift
+    scale = p.mechanism_sensitivity(p.sensitivity_bound) / p.epsilon
+    if calibration == "exact":  # the radius bounds every coordinate
+        beyond = stats.gamma.sf(p.noise_tail_bound, p.dim, scale=scale)
+    else:
+        beyond = p.dim * math.exp(-p.noise_tail_bound / scale)
+    assert beyond <= 2.0**-64
 
 
 def test_keyword_reveals_more_to_alice_only_when_asked():
