@@ -17,17 +17,24 @@ Steps (numbers as in the seed where they exist):
    party whose shares it will hold, π₁⁻¹(j) -- nothing else of π₁ -- and ξ
    down a binary tree of the parties (party i forwards it to parties 2i and
    2i + 1, so nobody sends more than two copies); Charlie generates his own
-   Paillier key ζ and sends the public key to every party.
+   Paillier keys ζ and β and sends the public keys to every party.  β
+   encrypts only the shares b of step 2, and Charlie never decrypts anything
+   under it for anyone: a protocol built on this one may have him open
+   values under ζ to the parties (dp-aggregate's selection check and its
+   reveal of the selected key), and the party holding a_j must not be able
+   to have b_j opened -- it would read v'_j = a_j + b_j.  (With one key, a
+   shift of the forwarded ciphertext by its known a_j -- ζ(b_j)·ζ(a_j − j)
+   = ζ(K·v_j) -- fitted any window that holds the selected value.)
 1. Each party j forms v'_j = K·v_j + (j − 1) -- all v'_j are distinct, ties of
    v are broken by the lower party index -- and splits it into additive
    shares v'_j = a_j + b_j with b_j uniform in [0, 2^(L'+κ)), L' the bit
    length of v', κ the statistical security parameter (≥ 40).
-2. Party j sends a_j and ζ(b_j) -- encrypted under *Charlie's* key -- to the
-   party at position π₁(j) (party index π₁(j)), which forwards ζ(b_j) to
+2. Party j sends a_j and β(b_j) -- encrypted under *Charlie's* key β -- to
+   the party at position π₁(j) (party index π₁(j)), which forwards β(b_j) to
    Charlie.  **Deviation from the seed**, which lets P_j send b_j to Charlie
    directly "with the index changed": over authenticated channels Charlie
    knows who sent what, so he would learn π₁.
-3. The party at position k sends ξ(a at k) and (re-randomised) ζ(b at k) to
+3. The party at position k sends ξ(a at k) and (re-randomised) β(b at k) to
    Charlie, who decrypts the latter: he holds b_k, the parties hold a_k, and
    a_k + b_k = v' of the party at position k.
 4. **Tournament** (replaces the seed's comparison of every pair):
@@ -85,7 +92,7 @@ from smcdp.crypto.paillier import (
     generate_keypair,
 )
 from smcdp.crypto.zkp import open_ciphertext, verify_opening
-from smcdp.errors import InvalidMessage
+from smcdp.errors import CryptoOverflow, InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.primitives.comparison import compare_holder_a, compare_holder_b
 from smcdp.primitives.rng import SeedLike, protocol_rng
@@ -177,6 +184,7 @@ class PartyArgminResult:
     source: int  # π₁⁻¹(j): the party (0-based index) whose shares this party held
     xi_key: PrivateKey  # the parties' key ξ (never given to Charlie)
     zeta_pk: PublicKey  # Charlie's public key ζ
+    beta_pk: PublicKey | None = None  # Charlie's public key β (the shares b only)
     stats: dict[str, Any] = field(default_factory=dict)
 
 
@@ -248,7 +256,10 @@ async def run_tournament(
 
 
 def _decrypt_bounded(sk: PrivateKey, c: int, bound_bits: int, what: str) -> int:
-    v = sk.raw_decrypt_signed(c)
+    try:
+        v = sk.raw_decrypt_signed(c)
+    except CryptoOverflow:  # a plaintext in (n/3, 2n/3): nothing the protocol sends
+        raise InvalidMessage(f"{what} decrypts to a value outside ±2^{bound_bits}") from None
     if abs(v) >= 1 << bound_bits:
         raise InvalidMessage(f"{what} decrypts to a value outside ±2^{bound_bits}")
     return v
@@ -327,6 +338,13 @@ async def argmin_party(
     )
     if zeta_pk.bits < params.masked_bits + 8:
         raise InvalidMessage("Charlie's key is too small for the masked shares")
+    beta_pk = public_key_from_proto(
+        await ch.recv(C, f"{tag}/beta-pk", pb.PaillierPublicKey), allow_insecure=allow_insecure_keys
+    )
+    if beta_pk.bits < params.masked_bits + 8:
+        raise InvalidMessage("Charlie's key β is too small for the shares")
+    if beta_pk.n == zeta_pk.n:
+        raise InvalidMessage("Charlie's keys ζ and β are the same key: refusing (b would be opened under ζ)")
 
     # --- Step 1: v' = K·v + j (distinct), shares v' = a + b with b uniform in [0, 2^(L'+κ)).
     v_prime = K * value + me
@@ -334,13 +352,13 @@ async def argmin_party(
     a = v_prime - b
     share_bits = params.shared_bits + params.mask_bits + 1
 
-    # --- Step 2: a and ζ(b) to the party at position π₁(me); the shares of party π₁⁻¹(me) from it.
-    zb_mine = ciphertext_to_proto(zeta_pk, zeta_pk.raw_encrypt_textbook(b))
+    # --- Step 2: a and β(b) to the party at position π₁(me); the shares of party π₁⁻¹(me) from it.
+    zb_mine = ciphertext_to_proto(beta_pk, beta_pk.raw_encrypt_textbook(b))
     if pos != me:
         await ch.send(roles[pos], f"{tag}/a", bigints([a]))
         await ch.send(roles[pos], f"{tag}/zb", zb_mine)
     if src == me:
-        held_a, held_zb = a, zeta_pk.rerandomize_textbook(ciphertext_from_proto(zb_mine, zeta_pk, "own ζ(b)"))
+        held_a, held_zb = a, beta_pk.rerandomize_textbook(ciphertext_from_proto(zb_mine, beta_pk, "own β(b)"))
     else:
         (held_a,) = from_bigints(
             await ch.recv(roles[src], f"{tag}/a", pb.BigInts),
@@ -348,15 +366,15 @@ async def argmin_party(
             bound_bits=share_bits,
             what=f"{tag}/a from {roles[src]}",
         )
-        held_zb = zeta_pk.rerandomize_textbook(
+        held_zb = beta_pk.rerandomize_textbook(
             ciphertext_from_proto(
-                await ch.recv(roles[src], f"{tag}/zb", pb.CiphertextVector), zeta_pk, f"{tag}/zb from {roles[src]}"
+                await ch.recv(roles[src], f"{tag}/zb", pb.CiphertextVector), beta_pk, f"{tag}/zb from {roles[src]}"
             )
         )
 
-    # --- Step 3: ξ(a at my position) and ζ(b at my position) to Charlie.
+    # --- Step 3: ξ(a at my position) and β(b at my position) to Charlie.
     await ch.send(C, f"{tag}/xa", ciphertext_to_proto(xi_pk, xi_pk.raw_encrypt_textbook(held_a)))
-    await ch.send(C, f"{tag}/zb", ciphertext_to_proto(zeta_pk, held_zb))
+    await ch.send(C, f"{tag}/zb", ciphertext_to_proto(beta_pk, held_zb))
 
     # --- Step 4: evaluate my match of the bracket (every party but party1 has exactly one).
     if me > 0:
@@ -378,7 +396,9 @@ async def argmin_party(
             min_key_bits=params.dgk_bits,
             rng=protocol_rng(seed, "secure-min", ch.role, "cmp"),
         )
-    return PartyArgminResult(position=pos, source=src, xi_key=xi_key, zeta_pk=zeta_pk, stats=ch.stats.as_dict())
+    return PartyArgminResult(
+        position=pos, source=src, xi_key=xi_key, zeta_pk=zeta_pk, beta_pk=beta_pk, stats=ch.stats.as_dict()
+    )
 
 
 # =============================================================================== curator side
@@ -391,6 +411,7 @@ async def argmin_curator(
     dgk_key: dgk.DGKPrivateKey | None = None,
     allow_insecure_keys: bool = False,
     tag: str = "s1",
+    beta_key: PrivateKey | None = None,
 ) -> CuratorArgminResult:
     """Role ``charlie``: ends with the position of the smallest value in the parties' (π₁) order."""
     params.validate()
@@ -410,7 +431,17 @@ async def argmin_curator(
         )
     check_key_bits(zeta_key.public_key.bits, allow_insecure_keys)
     zeta_pk = zeta_key.public_key
+    if beta_key is None:  # the shares' key: nothing under it is ever opened to anyone (step 0)
+        _, beta_key = generate_keypair(
+            params.key_bits,
+            allow_insecure=allow_insecure_keys,
+            rng=protocol_rng(seed, "secure-min", ch.role, "beta-key"),
+        )
+    check_key_bits(beta_key.public_key.bits, allow_insecure_keys)
+    if beta_key.public_key.n == zeta_pk.n:
+        raise InvalidMessage("the shares' key β must not be ζ")
     await ch.send_many(roles, f"{tag}/zeta-pk", public_key_to_proto(zeta_pk))
+    await ch.send_many(roles, f"{tag}/beta-pk", public_key_to_proto(beta_key.public_key))
     xi_pk = public_key_from_proto(
         await ch.recv(roles[0], f"{tag}/xi-pk", pb.PaillierPublicKey), allow_insecure=allow_insecure_keys
     )
@@ -429,15 +460,17 @@ async def argmin_curator(
             f"the DGK key supports comparisons of at most {dgk_key.public.u - 3} bits, {params.ell} needed"
         )
 
-    # --- Step 3: ξ(a_k) and ζ(b_k) from the party at each position k; decrypt b.
+    # --- Step 3: ξ(a_k) and β(b_k) from the party at each position k; decrypt b.
     share_bits = params.shared_bits + params.mask_bits + 1
     xa, b = [], []
     for r in roles:
         xa.append(
             ciphertext_from_proto(await ch.recv(r, f"{tag}/xa", pb.CiphertextVector), xi_pk, f"{tag}/xa from {r}")
         )
-        zb = ciphertext_from_proto(await ch.recv(r, f"{tag}/zb", pb.CiphertextVector), zeta_pk, f"{tag}/zb from {r}")
-        bk = _decrypt_bounded(zeta_key, zb, share_bits, f"{tag}/zb from {r}")
+        zb = ciphertext_from_proto(
+            await ch.recv(r, f"{tag}/zb", pb.CiphertextVector), beta_key.public_key, f"{tag}/zb from {r}"
+        )
+        bk = _decrypt_bounded(beta_key, zb, share_bits, f"{tag}/zb from {r}")
         if bk < 0:
             raise InvalidMessage(f"{tag}/zb from {r} decrypts to a negative share")
         b.append(bk)
@@ -620,7 +653,9 @@ async def check_selection_curator(
     ch: Channel, params: SecureMinParams, *, zeta_key: PrivateKey, tag: str = "chk", reveal: bool = False
 ) -> None:
     """Charlie's part: decrypt every helper's masked value and send its opening to the party it helps (with
-    ``reveal``: every party's own masked value, opened to itself -- :func:`reveal_selection_party`)."""
+    ``reveal``: every party's own masked value, opened to itself -- :func:`reveal_selection_party` -- and only
+    once all K have arrived: a party sends its own after its selection check passed, so nobody learns the
+    selected value while some party may still refuse it)."""
     params.validate()
     if ch.role != params.curator:
         raise InvalidMessage(f"role {ch.role!r} is not the curator {params.curator!r}")
@@ -628,13 +663,23 @@ async def check_selection_curator(
     zeta_pk = zeta_key.public_key
     limit = (1 << params.value_bits) + (1 << params.check_mask_bits)
 
-    async def one(h: int) -> None:
-        masked = ciphertext_from_proto(
+    async def received(h: int) -> int:
+        return ciphertext_from_proto(
             await ch.recv(roles[h], f"{tag}/c", pb.CiphertextVector), zeta_pk, f"{tag}/c from {roles[h]}"
         )
+
+    async def opened(h: int, masked: int) -> None:
         m, r = open_ciphertext(zeta_key, masked)
         if m >= limit:  # never open anything but a masked selected value
             raise InvalidMessage(f"{tag}/c from {roles[h]} is not a masked selected value")
         await ch.send(roles[h if reveal else (h - 1) % K], f"{tag}/open", bigints([m, r]))
 
-    await asyncio.gather(*(one(h) for h in range(K)))
+    if reveal:
+        masked = await asyncio.gather(*(received(h) for h in range(K)))
+        await asyncio.gather(*(opened(h, c) for h, c in enumerate(masked)))
+    else:
+
+        async def one(h: int) -> None:
+            await opened(h, await received(h))
+
+        await asyncio.gather(*(one(h) for h in range(K)))

@@ -63,6 +63,7 @@ curator's σ² (Kairouz, Liu & Steinke's distributed discrete Gaussian).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import math
 import random
 from dataclasses import dataclass, field
@@ -90,7 +91,7 @@ from smcdp.dp.mechanisms import (
 )
 from smcdp.dp.samplers import ceil_sqrt, discrete_gaussian, resolve_rng
 from smcdp.dp.validation import InvalidParameter, check_positive, clip_rows_to_norm
-from smcdp.errors import InputRejected, InvalidMessage
+from smcdp.errors import CryptoOverflow, InputRejected, InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.net.limits import TrafficEnvelope, ciphertext_vector_bytes
 from smcdp.primitives.argmin import (
@@ -402,13 +403,19 @@ class DPAggregateParams(ProtocolParams):
         if role == DAVE:
             msgs = [(K + 1, ints)]
         elif role == CHARLIE:
-            msgs = [(K - 1, dgk_batch(sm.ell)), (1, psi), (3 * K, ct), (1, key)]
+            # ξ(a), β(b) and the check's masked key from every party (shared noise: and its masked k_sel)
+            msgs = [
+                (K - 1, dgk_batch(sm.ell)),
+                (1, psi),
+                ((4 if self.calibration == "gaussian" else 3) * K, ct),
+                (1, key),
+            ]
         else:
             proof = 5 * (2 * P // 8 + 8) + 32
             msgs = [
                 (2, dgk_batch(sm.ell)),
                 (4, dgk_batch(sm.check_ell)),
-                (3, key),
+                (4, key),  # ξ's key pair, ζ, β and a DGK public key
                 (1, proof),
                 (2, psi),
                 (9, ct),
@@ -416,7 +423,7 @@ class DPAggregateParams(ProtocolParams):
                 (2, 2 * (P // 8 + 8)),
                 (16, small),
             ]
-            if self.calibration == "gaussian":  # a mask seed from every other party (_zero_sum_mask)
+            if self.calibration == "gaussian":  # a mask seed from every other party (_mask_seeds)
                 msgs.append((K, small))
         return TrafficEnvelope.from_messages(
             msgs, f"dp-aggregate parameters (K = {K}, d = {d}, {P}-bit Paillier, {Dk}-bit DGK keys)"
@@ -572,7 +579,9 @@ async def data_party(
         noise_random_state = noise_source(seed, "dp-aggregate", "noise", ch.role)
     W = [to_fixed(x, F) for x in w]
     if params.calibration == "gaussian":
-        t, agg = await _shared_noise_stages(ch, rng, zeta_pk, s1, W, key, me, params, noise_random_state, seed)
+        t, agg = await _shared_noise_stages(
+            ch, rng, zeta_pk, s1, W, key, me, params, noise_random_state, seed, dgk_key, allow_insecure_keys
+        )
     else:
         # Our own noise ν_j for the sum, calibrated to our own Δ̂_j, on the public grid 2^-F.
         N = [to_fixed(x, F) for x in _own_noise(ch.role, params, delta_hat, noise_random_state)]
@@ -581,21 +590,16 @@ async def data_party(
         ch.progress(round=2, step="noise-selection")
         u_mine, v_j = await _indicator_entry(ch, zeta_pk, me, s1, roles)
         # --- Stage 2, step 2: our contribution and the selection check's ζ(v_j·k_j).
-        agg, t, sel = await _contribution(ch, rng, zeta_pk, v_j, N, W, key, me, params)
+        seeds = await _mask_seeds(ch, rng, me, params, pairwise=False)
+        agg, t, sel = await _contribution(ch, rng, zeta_pk, v_j, N, W, key, me, params, seeds)
+        assert sel is not None  # one party's noise: the contribution comes with ζ(v_j·k_j)
         # --- Stage 2, step 3: multiply up the parties' tree; the selected key comes back down.
         agg = await _add_up_the_tree(ch, zeta_pk, agg, me, params)
-        sel = await _select_up_the_tree(ch, zeta_pk, sel, u_mine, me, params)
+        sel = await _select_up_the_tree(ch, zeta_pk, *_masked_selection(zeta_pk, seeds, sel, u_mine), me, params)
 
         # --- Stage 2½: the selected key is at most ours, whatever Charlie did (with the next party in the ring).
         ch.progress(step="selection-check")
-        ok, _ = await asyncio.gather(
-            check_selection_party(
-                ch, key, sm, zeta_pk=zeta_pk, dgk_key=dgk_key, seed=seed, allow_insecure_keys=allow_insecure_keys
-            ),
-            check_selection_helper(ch, sel, sm, zeta_pk=zeta_pk, seed=seed, allow_insecure_keys=allow_insecure_keys),
-        )
-        if not ok:
-            _refuse_selection(ch.role)
+        await _check_the_selection(ch, sel, key, sm, zeta_pk, dgk_key, seed, allow_insecure_keys)
     await _everyone_passed(ch, me, params)
 
     # --- Stage 3: party1 masks the total with s (κ bits beyond its range) for Charlie; the shares.
@@ -664,8 +668,8 @@ async def _indicator_entry(
             "s2/u from charlie is not proven to encrypt 0 or 1: refusing a noise selection that "
             "may add no noise or a multiple of one"
         )
-    if s1.source != me:
-        await ch.send(roles[s1.source], "s2/v", ciphertext_to_proto(zeta_pk, u_mine))
+    if s1.source != me:  # re-randomised: our masked term ζ(u)·g^μ' must not reveal μ' to the receiver
+        await ch.send(roles[s1.source], "s2/v", ciphertext_to_proto(zeta_pk, zeta_pk.rerandomize_textbook(u_mine)))
     v_j = (
         u_mine
         if s1.position == me
@@ -686,16 +690,20 @@ async def _contribution(
     key: int,
     me: int,
     params: DPAggregateParams,
+    seeds: list[tuple[bytes, int]] | None = None,
 ) -> tuple[EncryptedVector, list[int], mpz | None]:
     """Stage 2, step 2: our contribution ζ(v_j·N_j + Y_j), Y_j = W_j − t_j + ρ_j − ρ_(j−1) mod M, where t_j is
     the share we will publish and ρ_j, ρ_(j−1) are expanded from the ring seeds we share with our neighbours
     (they cancel in the sum); and ζ(v_j·k_j) for the selection check.  Returns (ζ(…), t_j, ζ(v_j·k_j)).
     Shared noise (``v_j`` None): ζ(Y_j) with our share N_j inside Y_j = W_j + N_j − t_j + Σ_k ±ρ_{jk}, masks
-    from a seed shared with *every* other party (:func:`_zero_sum_mask`), and no ζ(v_j·k_j)."""
+    from a seed shared with *every* other party (:func:`_mask_seeds`; ``seeds``: exchanged already), and no
+    ζ(v_j·k_j)."""
     d, F = params.dim, params.frac_bits
     M = 1 << params.modulus_bits
     packing = params.packing(zeta_pk)
-    mask = await _zero_sum_mask(ch, rng, me, params, pairwise=v_j is None)
+    if seeds is None:
+        seeds = await _mask_seeds(ch, rng, me, params, pairwise=v_j is None)
+    mask = zero_sum_mask(seeds, d, M)
     t = [rng.randrange(M) for _ in range(d)]
     inside = [0] * d if v_j is not None else N  # the shared noise share travels inside Y_j
     Y = [(Wi + ni - ti + mi) % M for Wi, ni, ti, mi in zip(W, inside, t, mask)]
@@ -712,16 +720,16 @@ async def _contribution(
     return agg, t, sel
 
 
-async def _zero_sum_mask(
+async def _mask_seeds(
     ch: Channel, rng: random.Random, me: int, params: DPAggregateParams, *, pairwise: bool
-) -> list[int]:
-    """Our mask (d residues mod M); the K parties' masks add up to 0.  The ring (one party's noise): ρ_j − ρ_(j−1),
-    ρ_j from the seed we send our successor -- Charlie with our tree parent and both ring neighbours can remove
-    it, which leaves W_j + v_j·N_j.  Pairwise (shared noise): Σ_{k>j} ρ_{jk} − Σ_{i<j} ρ_{ij}, one seed per
-    pair of parties drawn by the lower index -- any sum of contributions the coalition can see is masked unless
-    every party outside it colludes, so it always carries every honest party's share (K − 1 seeds a party)."""
-    roles, K, d = params.party_roles, params.n_parties, params.dim
-    M = 1 << params.modulus_bits
+) -> list[tuple[bytes, int]]:
+    """The seeds of our zero-sum masks, each with its sign (+1: ours, −1: a lower party's): the K parties' masks add
+    up to 0.  The ring (one party's noise): ρ_j − ρ_(j−1), ρ_j from the seed we send our successor -- Charlie with
+    our tree parent and both ring neighbours can remove it, which leaves W_j + v_j·N_j.  Pairwise (shared noise):
+    Σ_{k>j} ρ_{jk} − Σ_{i<j} ρ_{ij}, one seed per pair of parties drawn by the lower index -- any sum of
+    contributions the coalition can see is masked unless every party outside it colludes, so it always carries
+    every honest party's share (K − 1 seeds a party)."""
+    roles, K = params.party_roles, params.n_parties
     ours = [rng.randbytes(32) for _ in range(me + 1, K)] if pairwise else [rng.randbytes(32)]
     to = list(range(me + 1, K)) if pairwise else [(me + 1) % K]
     await asyncio.gather(*(ch.send(roles[k], "s2/seed", pb.Blobs(values=[sd])) for k, sd in zip(to, ours)))
@@ -731,8 +739,17 @@ async def _zero_sum_mask(
         if len(got) != 1 or len(got[0]) != 32:
             raise InvalidMessage(f"s2/seed from {roles[i]} must be one 32-byte seed")
         theirs.append(got[0])
+    return [(x, 1) for x in ours] + [(x, -1) for x in theirs]
+
+
+def zero_sum_mask(seeds: list[tuple[bytes, int]], d: int, M: int, purpose: bytes = b"") -> list[int]:
+    """Our mask: d residues mod M from the signed ``seeds`` (:func:`_mask_seeds`); the K parties' masks add up to
+    0 mod M.  ``purpose``: another, independent mask from the same seeds (its expansion's seed is
+    SHA-256(purpose ‖ seed)); empty: the contributions' mask."""
     mask = [0] * d
-    for sd, sign in [(x, 1) for x in ours] + [(x, -1) for x in theirs]:
+    for sd, sign in seeds:
+        if purpose:
+            sd = hashlib.sha256(purpose + sd).digest()
         mask = [(m + sign * r) % M for m, r in zip(mask, ring_mask(sd, d, M))]
     return mask
 
@@ -803,6 +820,32 @@ async def _select_up_the_tree(
     return sel
 
 
+#: the tag of the shared-noise reveal of k_sel (its Stage 2½ check uses the check's own, "chk")
+REVEAL_TAG = "rev"
+
+
+async def _check_the_selection(
+    ch: Channel,
+    sel: mpz,
+    key: int,
+    sm: SecureMinParams,
+    zeta_pk: PublicKey,
+    dgk_key: DGKPrivateKey | None,
+    seed: SeedLike,
+    allow_insecure_keys: bool,
+) -> None:
+    """Stage 2½: the selected key ζ(k_sel) is at most ours, whatever Charlie or another party did -- checked with
+    the next party in the ring as helper (``check_selection_party`` / ``check_selection_helper``)."""
+    ok, _ = await asyncio.gather(
+        check_selection_party(
+            ch, key, sm, zeta_pk=zeta_pk, dgk_key=dgk_key, seed=seed, allow_insecure_keys=allow_insecure_keys
+        ),
+        check_selection_helper(ch, sel, sm, zeta_pk=zeta_pk, seed=seed, allow_insecure_keys=allow_insecure_keys),
+    )
+    if not ok:
+        _refuse_selection(ch.role)
+
+
 def _refuse_selection(role: str) -> NoReturn:
     raise InvalidMessage(
         f"{role}: the noise charlie selected is calibrated for a smaller sensitivity than "
@@ -822,25 +865,52 @@ async def _shared_noise_stages(
     params: DPAggregateParams,
     noise_random_state: Any,
     seed: SeedLike,
+    dgk_key: DGKPrivateKey | None,
+    allow_insecure_keys: bool,
 ) -> tuple[list[int], EncryptedVector]:
     """Stages 2 and 2½ with shared noise (``calibration="gaussian"``): the selection (Charlie's indicator, the
-    tree's product ζ(k_sel), party1's check that it is one-hot) as in the single-noise stages; then every party
-    learns k_sel itself (Charlie opens it masked: :func:`reveal_selection_party`), refuses a k_sel above its own
-    key, draws its share N_j of the noise for Δ̂_sel on the grid, and the parties add up ζ(W_j + N_j − t_j + ring
+    tree's product ζ(k_sel), party1's check that it is one-hot) and the selection check as in the single-noise
+    stages; then every party learns k_sel itself (Charlie opens it masked once every party asked:
+    :func:`reveal_selection_party`), draws its share N_j of the noise for Δ̂_sel on the grid, and the parties add up ζ(W_j + N_j − t_j + ring
     masks).  Returns (t_j, ζ(the subtree's sum))."""
     roles, sm = params.party_roles, params.secure_min_params()
     ch.progress(round=2, step="noise-selection")
     u_mine, v_j = await _indicator_entry(ch, zeta_pk, me, s1, roles)
-    sel = await _select_up_the_tree(
-        ch, zeta_pk, zeta_pk.rerandomize_textbook(zeta_pk.raw_mul(v_j, key)), u_mine, me, params
-    )
+    # the pairwise seeds now: they mask the selection's products up the tree as well as the contributions
+    seeds = await _mask_seeds(ch, rng, me, params, pairwise=True)
+    term = zeta_pk.rerandomize_textbook(zeta_pk.raw_mul(v_j, key))
+    sel = await _select_up_the_tree(ch, zeta_pk, *_masked_selection(zeta_pk, seeds, term, u_mine), me, params)
     ch.progress(step="selection-check")
-    k_sel = await reveal_selection_party(ch, sel, sm, zeta_pk=zeta_pk, seed=seed)
-    if not 1 <= k_sel <= key:
+    # Stage 2½ before anyone learns k_sel: a party holding another's share a can make that party's position win
+    # (it sends Charlie ξ(a − 2^L')), and the reveal would then hand everyone that party's key (found by
+    # review); a party whose key is below the selected one refuses here, and Charlie opens the reveals only
+    # once every party has sent its own -- which it does after its check passed
+    await _check_the_selection(ch, sel, key, sm, zeta_pk, dgk_key, seed, allow_insecure_keys)
+    k_sel = await reveal_selection_party(ch, sel, sm, zeta_pk=zeta_pk, seed=seed, tag=REVEAL_TAG)
+    if not 1 <= k_sel <= key:  # the check and the opening make this impossible; kept as the last word
         _refuse_selection(ch.role)
     N = shared_noise(ch.role, params, k_sel, noise_random_state)
-    agg, t, _ = await _contribution(ch, rng, zeta_pk, None, N, W, key, me, params)
+    agg, t, _ = await _contribution(ch, rng, zeta_pk, None, N, W, key, me, params, seeds)
     return t, await _add_up_the_tree(ch, zeta_pk, agg, me, params)
+
+
+#: the selection's masks: a subtree's products ζ(Σ v_i·k_i) and ζ(Σ u_i) -- 0, k_sel or 1, read by whoever had
+#: Charlie open or publish them (a parent holds its children's) -- carry the subtree's share of a zero-sum mask mod
+#: n, so a value Charlie opens is one of them only with probability about 2^(check_mask_bits + 1)/n
+SELECTION_MASK = b"smcdp/dp-aggregate/selection-mask/"
+
+
+def _masked_selection(pk: PublicKey, seeds: list[tuple[bytes, int]], sel: mpz, ind: mpz) -> tuple[mpz, mpz]:
+    """Our terms of the selection's two products, ζ(v_j·k_j) and our indicator entry ζ(u), each plus our share of
+    a zero-sum mask mod n (:data:`SELECTION_MASK`, from the contributions' seeds)."""
+    sel_mask, ind_mask = zero_sum_mask(seeds, 2, pk.n, SELECTION_MASK)
+    return _plus(pk, sel, sel_mask), _plus(pk, ind, ind_mask)
+
+
+def _plus(pk: PublicKey, c: mpz, m: int) -> mpz:
+    """c · g^m: ``m`` added to c's plaintext without new randomness (c is randomised already; the K masks'
+    product is g^(a multiple of n) = 1, so the indicator's product keeps the opening Charlie sends party1)."""
+    return pk.raw_add(c, (1 + pk.n * (mpz(m) % pk.n)) % pk.nsquare)  # g^m = 1 + m·n mod n², g = n + 1
 
 
 def selected_sensitivity(k_sel: int) -> float:
@@ -908,8 +978,10 @@ async def charlie(
     output_dir: Path | None = None,
     zeta_key: PrivateKey | None = None,
     dgk_key: DGKPrivateKey | None = None,
+    beta_key: PrivateKey | None = None,
 ) -> CharlieResult:
-    """Role ``charlie``: the untrusted curator."""
+    """Role ``charlie``: the untrusted curator.  ``zeta_key``, ``beta_key``, ``dgk_key``: his keys ζ, β (the
+    secure minimum's shares) and DGK (default: fresh ones)."""
     params.validate()
     if ch.role != CHARLIE:
         raise InvalidMessage(f"role {ch.role!r} is not charlie")
@@ -920,7 +992,13 @@ async def charlie(
     # --- Stage 1.
     ch.progress(round=1, step="secure-min")
     s1 = await argmin_curator(
-        ch, sm, seed=seed, zeta_key=zeta_key, dgk_key=dgk_key, allow_insecure_keys=allow_insecure_keys
+        ch,
+        sm,
+        seed=seed,
+        zeta_key=zeta_key,
+        dgk_key=dgk_key,
+        allow_insecure_keys=allow_insecure_keys,
+        beta_key=beta_key,
     )
     zeta = s1.zeta_key
     pk = zeta.public_key
@@ -952,7 +1030,9 @@ async def charlie(
     await ch.send(roles[0], "s2/u-open", bigints([opening]))
 
     # --- Stage 2½: open the masked selected key for every party's check (shared noise: to the party itself).
-    await check_selection_curator(ch, sm, zeta_key=zeta, reveal=params.calibration == "gaussian")
+    await check_selection_curator(ch, sm, zeta_key=zeta)
+    if params.calibration == "gaussian":  # then every party's own masked k_sel, once all K have come
+        await check_selection_curator(ch, sm, zeta_key=zeta, tag=REVEAL_TAG, reveal=True)
 
     # --- Stage 3: decrypt X + s; our share is its residue mod M.
     ch.progress(round=3, step="publish")
@@ -967,8 +1047,11 @@ async def charlie(
         bound=min(hi, packing.slot_capacity if packing.packed else pk.max_int),
         what="s2/psi from party1",
     )
-    c = vec.decrypt_ints(zeta)
-    if any(not -params.noise_int_bound <= x <= hi for x in c):
+    try:
+        c = vec.decrypt_ints(zeta)
+    except CryptoOverflow:  # a plaintext in (n/3, 2n/3): no total ever is
+        c = None
+    if c is None or any(not -params.noise_int_bound <= x <= hi for x in c):
         raise InvalidMessage("s2/psi from party1 decrypts to values outside the agreed range")
     M = 1 << params.modulus_bits
     share, path = await _publish(ch, [x % M for x in c], params, output_dir, ch.session_id)

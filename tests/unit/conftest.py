@@ -20,6 +20,11 @@ def small_key() -> dgk.DGKPrivateKey:
 
 @pytest.fixture(scope="session")
 def keys():
-    """Small Paillier keys ζ, ξ and a DGK key for the secure-minimum and aggregation tests."""
+    """Small Paillier keys ζ, ξ, β and a DGK key for the secure-minimum and aggregation tests."""
 
-    return {"zeta": small_paillier(768, 1), "xi": small_paillier(768, 2), "dgk": small_dgk()}
+    return {
+        "zeta": small_paillier(768, 1),
+        "xi": small_paillier(768, 2),
+        "beta": small_paillier(768, 3),
+        "dgk": small_dgk(),
+    }

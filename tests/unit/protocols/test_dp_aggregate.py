@@ -41,7 +41,14 @@ def run_aggregate(p, weights, sens, keys, *, noise_seeds=None, seed=None, tamper
     roles = {"charlie": "charlie", "dave": "dave", **{f"party{i + 1}": f"p{i + 1}" for i in range(K)}}
     fns = {
         "charlie": lambda ch: charlie(
-            ch, p, seed=seed, allow_insecure_keys=True, zeta_key=keys["zeta"], dgk_key=keys["dgk"], output_dir=out_dir
+            ch,
+            p,
+            seed=seed,
+            allow_insecure_keys=True,
+            zeta_key=keys["zeta"],
+            dgk_key=keys["dgk"],
+            beta_key=keys.get("beta"),
+            output_dir=out_dir,
         ),
         "dave": lambda ch: dave(ch, p, output_dir=out_dir),
     }

@@ -286,12 +286,14 @@ def test_shared_noise_charlie_selecting_a_less_noisy_party_is_refused(keys):
     }
 
 
-def test_shared_noise_charlie_lying_about_the_selected_key_is_refused(keys):
-    """Charlie opens k_sel + s_j to party j; a smaller value (less noise) does not open the ciphertext."""
+@pytest.mark.parametrize("which", ["chk/open", "rev/open"], ids=["check", "reveal"])
+def test_shared_noise_charlie_lying_about_the_selected_key_is_refused(keys, which):
+    """Charlie opens k_sel + s to the checked party (the check) and k_sel + s_j to party j (the reveal); a
+    smaller value (less noise) does not open the ciphertext."""
     p = _gaussian()
 
     def lie(to, tag, data):
-        if tag != "chk/open":
+        if tag != which:
             return data
         c, r = [int.from_bytes(m, "big") for m in pb.BigInts.FromString(data).magnitude]
         return bigints([c + 1000, r]).SerializeToString()
@@ -300,3 +302,215 @@ def test_shared_noise_charlie_lying_about_the_selected_key_is_refused(keys):
         run_aggregate(
             p, _weights(), SENS, keys, noise_seeds=SEEDS, seed=SEED, tamper=lambda net: _rewrite(net, "charlie", lie)
         )
+
+
+# ----------------------------------------------------------------------------- a data party using Charlie's openings
+def _open_instead(keys, attacker: int, pick):
+    """Tamper: party ``attacker`` sends Charlie, as its masked selected key ("rev/c", the reveal), the ciphertext
+    ``pick(seen)`` chooses among what the others sent it (``seen``: (sender, tag) -> bytes); the
+    openings Charlie sends it are recorded.  Returns (tamper, openings)."""
+    zeta_pk = keys["zeta"].public_key
+    me = f"party{attacker + 1}"
+    seen: dict[tuple[str, str], bytes] = {}
+    openings: list[tuple[int, int]] = []
+
+    def watch(sender):
+        def fn(to, tag, data):
+            if to == me:
+                seen[(sender, tag)] = data
+            return data
+
+        return fn
+
+    def swap(to, tag, data):
+        if to == "charlie" and tag == "rev/c":
+            return ciphertext_to_proto(zeta_pk, pick(seen)).SerializeToString()
+        return data
+
+    def record(to, tag, data):
+        if to == me and tag == "rev/open":
+            openings.append(tuple(int.from_bytes(m, "big") for m in pb.BigInts.FromString(data).magnitude))
+        return data
+
+    def tamper(net):
+        for sender in [f"party{k + 1}" for k in range(K) if k != attacker] + ["charlie"]:
+            _rewrite(net, sender, watch(sender))
+        _rewrite(net, me, swap)
+        _rewrite(net, "charlie", record)
+
+    return tamper, openings
+
+
+@pytest.mark.parametrize("shift", [False, True], ids=["as-forwarded", "shifted-by-a"])
+def test_shared_noise_a_holder_cannot_have_charlie_open_the_share_it_forwards(keys, shift):
+    """party1 holds party2's share a and forwards its encrypted b to Charlie (Stage 1, step 2: PI1 puts party2
+    at position 0, party1's index).  With shared noise Charlie opens every party's masked selected key; party1
+    sends him the forwarded ciphertext instead -- shifted by its a: E(b)·E(a − 1) = E(v' − 1) = E(K·k), party2's
+    sensitivity key times K (found by review: it fitted Charlie's window).  Under ζ he opened it; b is now
+    under Charlie's key β, which he never opens: refused, nothing opened to party1."""
+    from smcdp.crypto.codec import from_bigints, public_key_from_proto
+
+    p = _gaussian()
+    assert PI1[1] == 0  # party1 holds party2's shares
+
+    def pick(seen):
+        pk = keys["zeta"].public_key
+        if ("charlie", "s1/beta-pk") in seen:  # the key the forwarded share is under
+            pk = public_key_from_proto(
+                pb.PaillierPublicKey.FromString(seen[("charlie", "s1/beta-pk")]), allow_insecure=True
+            )
+        zb = ciphertext_from_proto(pb.CiphertextVector.FromString(seen[("party2", "s1/zb")]), pk, "zb")
+        if not shift:
+            return zb
+        (a,) = from_bigints(pb.BigInts.FromString(seen[("party2", "s1/a")]), count=1, bound_bits=4096, what="a")
+        return pk.raw_add(zb, pk.raw_encrypt_textbook(a - 1))  # party2's index is 1: v' = K·k + 1
+
+    tamper, openings = _open_instead(keys, 0, pick)
+    with pytest.raises((InvalidMessage, SessionAborted)):
+        run_aggregate(p, _weights(), SENS, keys, noise_seeds=SEEDS, seed=SEED, tamper=tamper)
+    assert openings == []  # before β, the shifted one opened to K·k exactly
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["selected-key", "indicator"])
+def test_shared_noise_a_parent_cannot_have_charlie_open_a_subtree_product(keys, which):
+    """party1, the tree's root, receives party2's subtree products ζ(v·k) and ζ(u) (Stage 2, step 3): unmasked,
+    0 or k_sel and 0 or 1 -- whether the selected party is in that subtree.  Each carries the subtree's share of
+    a zero-sum mask mod n, so what party1 has Charlie open instead of its masked key is out of his window:
+    refused, nothing opened."""
+    p = _gaussian()
+    zeta_pk = keys["zeta"].public_key
+
+    def pick(seen):
+        pair = pb.CiphertextVector.FromString(seen[("party2", "s2/agg-sel")])
+        return EncryptedVector.from_proto(pair, zeta_pk, length=2, exponent=0, what="pair").ciphertexts[which]
+
+    tamper, openings = _open_instead(keys, 0, pick)
+    with pytest.raises((InvalidMessage, SessionAborted), match="not a masked selected value"):
+        run_aggregate(p, _weights(), SENS, keys, noise_seeds=SEEDS, seed=SEED, tamper=tamper)
+    assert openings == []
+
+
+def test_residual_a_deviating_party_can_open_its_own_indicator_entry(keys):
+    """What a single deviating data party can still have Charlie open with shared noise: its own entry of his
+    indicator, ζ(u) for its position -- whether the party whose shares it holds is the selected one (party1
+    holds party2's, and party2, with the largest sensitivity, is selected).  With k_sel, which every data
+    party learns, that is the other party's sensitivity key when the answer is yes (probability 1/K for a
+    party outside the coalition); a party that reads k_sel = its own key knows as much of itself anyway.
+    Documented in docs/protocols/dp-aggregate.md (Shared noise: a deviating data party)."""
+    p = _gaussian()
+    zeta_pk = keys["zeta"].public_key
+
+    def pick(seen):
+        return ciphertext_from_proto(pb.CiphertextVector.FromString(seen[("charlie", "s2/u")]), zeta_pk, "u")
+
+    tamper, openings = _open_instead(keys, 0, pick)
+    # party1's unmodified code then finds the opening is not of what it meant to send and fails the session;
+    # a deviating party1 just reads it
+    with pytest.raises((InvalidMessage, SessionAborted), match="does not open the ciphertext"):
+        run_aggregate(p, _weights(), SENS, keys, noise_seeds=SEEDS, seed=SEED, tamper=tamper)
+    assert [c for c, _ in openings] == [1]  # party2, whose shares party1 holds, is the selected party
+
+
+def test_a_forwarded_entry_does_not_strip_the_receivers_child_of_its_mask(keys):
+    """party3 holds the indicator entry of party1's value's position and forwards it to party1, who is also its
+    tree parent (PI1 = [2, 0, 1]); its own selection term is that entry times g^μ'.  Forwarded as it was, party1
+    divided the two and read g^μ' -- the child's mask, and with its own seeds a sibling's (found by review).
+    Forwarded re-randomised, the quotient is no power of g."""
+    p = _gaussian()
+    pk = keys["zeta"].public_key
+    assert PI1[0] == 2  # party1's value sits at position 2, whose entry party3 receives
+    sent: dict[str, bytes] = {}
+
+    def watch(to, tag, data):
+        if to == "party1" and tag in ("s2/v", "s2/agg-sel"):
+            sent[tag] = data
+        return data
+
+    run_aggregate(
+        p, _weights(), SENS, keys, noise_seeds=SEEDS, seed=SEED, tamper=lambda net: _rewrite(net, "party3", watch)
+    )
+    v = ciphertext_from_proto(pb.CiphertextVector.FromString(sent["s2/v"]), pk, "v")
+    ind = EncryptedVector.from_proto(
+        pb.CiphertextVector.FromString(sent["s2/agg-sel"]), pk, length=2, exponent=0, what="pair"
+    ).ciphertexts[1]
+    q = ind * pow(int(v), -1, int(pk.nsquare)) % pk.nsquare
+    assert q % pk.n != 1  # g^μ' = 1 + μ'·n would be ≡ 1 (mod n)
+
+
+def test_party1_cannot_have_charlie_publish_a_subtree_product(keys):
+    """Stage 3: Charlie publishes, mod M, what party1 sends as ζ(X + s).  party1 sends its child party2's
+    subtree product ζ(Σ v·k) instead (one noise: there the selection check's openings go elsewhere, so this was
+    its way in): unmasked, Charlie published k_sel's low bits -- and 0 had the selected party not been below
+    party2 (found by review).  Masked, it decrypts out of the agreed range: refused, nothing published."""
+    p = make_params(K, D, epsilon=2.0)
+    pk = keys["zeta"].public_key
+    child: dict[str, bytes] = {}
+    published: list[bytes] = []
+
+    def watch(to, tag, data):
+        if to == "party1" and tag == "s2/agg-sel":
+            child["pair"] = data
+        return data
+
+    def swap(to, tag, data):
+        if to == "charlie" and tag == "s2/psi":
+            pair = pb.CiphertextVector.FromString(child["pair"])
+            sel = EncryptedVector.from_proto(pair, pk, length=2, exponent=0, what="pair").ciphertexts[0]
+            vec = EncryptedVector.from_proto(
+                pb.CiphertextVector.FromString(data), pk, length=D, exponent=-p.frac_bits, packing=p.packing(pk)
+            )
+            cts = [sel] + [pk.raw_encrypt_textbook(0) for _ in vec.ciphertexts[1:]]
+            return EncryptedVector(pk, cts, D, -p.frac_bits, p.packing(pk), vec.bound).to_proto().SerializeToString()
+        return data
+
+    def record(to, tag, data):
+        if tag.startswith("s3/"):
+            published.append(data)
+        return data
+
+    def tamper(net):
+        _rewrite(net, "party2", watch)
+        _rewrite(net, "party1", swap)
+        _rewrite(net, "charlie", record)
+
+    with pytest.raises((InvalidMessage, SessionAborted), match="outside the agreed range"):
+        run_aggregate(p, _weights(), SENS, keys, noise_seeds=SEEDS, seed=SEED, tamper=tamper)
+    assert published == []
+
+
+def test_shared_noise_a_holder_forcing_its_source_selected_learns_nothing_before_the_refusal(keys):
+    """party1 holds party2's share a and sends Charlie ξ(a − 2^L') for it, so that party2's position wins the
+    tournament (party1's own key is the smallest here).  Revealed at once, k_sel was party2's key -- to every
+    party, party1 knowing whose it is (found by review).  Now the selection check runs first: party3, whose key
+    is below party2's, refuses, never asks for the reveal, and Charlie opens no reveal before all K asked."""
+    from smcdp.crypto.codec import public_key_from_proto
+
+    p = _gaussian()
+    sm = p.secure_min_params()
+    sens = [0.04, 0.01, 0.02]  # keys: party1 < party3 < party2
+    assert PI1[1] == 0  # party1 holds party2's shares
+    xi: dict[str, object] = {}
+    opened: list[bytes] = []
+
+    def evil(to, tag, data):
+        if tag == "s1/xi-pk":
+            xi["pk"] = public_key_from_proto(pb.PaillierPublicKey.FromString(data), allow_insecure=True)
+        if to == "charlie" and tag == "s1/xa":
+            pk = xi["pk"]
+            c = ciphertext_from_proto(pb.CiphertextVector.FromString(data), pk, "xa")
+            c = pk.raw_add(c, pk.raw_encrypt_textbook(-(1 << sm.shared_bits)))  # a − 2^L': this position wins
+            return ciphertext_to_proto(pk, c).SerializeToString()
+        return data
+
+    def record(to, tag, data):
+        if tag == "rev/open":
+            opened.append(data)
+        return data
+
+    def tamper(net):
+        _rewrite(net, "party1", evil)
+        _rewrite(net, "charlie", record)
+
+    with pytest.raises((InvalidMessage, SessionAborted), match="smaller sensitivity"):
+        run_aggregate(p, _weights(), sens, keys, noise_seeds=SEEDS, seed=SEED, tamper=tamper)
+    assert opened == []  # no party, party1 included, learnt k_sel
