@@ -456,12 +456,18 @@ def test_screenshots_of_every_page_in_chromium(run):
         browser = p.chromium.launch(
             executable_path=chromium, headless=True, args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
         )
-        try:
+        requests: list[str] = []
+        errors: list[str] = []
+
+        def new_page():
+            # a page of its own for every path: the console's pages reload themselves every 5 s (meta refresh),
+            # and on a loaded host one page's reload fired as the next goto began and interrupted it
             page = browser.new_page(viewport={"width": 1400, "height": 900})
-            requests: list[str] = []
             page.on("request", lambda r: requests.append(r.url))
-            errors: list[str] = []
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            return page
+
+        try:
             for name, path in (
                 ("sessions", "/"),
                 ("session", f"/sessions/{sid}"),
@@ -470,6 +476,7 @@ def test_screenshots_of_every_page_in_chromium(run):
                 ("audit", "/audit"),
                 ("metrics", "/metrics"),
             ):
+                page = new_page()
                 resp = page.goto(url.rstrip("/") + path, wait_until="load")
                 assert resp is not None and resp.status == 200, path
                 if name != "metrics":
@@ -481,6 +488,8 @@ def test_screenshots_of_every_page_in_chromium(run):
                 page.screenshot(path=str(out), full_page=True)
                 assert out.stat().st_size > 5000
                 shots.append(out)
+                page.close()
+            page = new_page()
             assert page.goto(url).ok
             assert sid in page.locator("table").first.inner_text()
         finally:
