@@ -66,6 +66,7 @@ import asyncio
 import hashlib
 import math
 import random
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property
@@ -103,6 +104,8 @@ from smcdp.primitives.argmin import (
     SecureMinParams,
     argmin_curator,
     argmin_party,
+    check_dgk_key,
+    check_offsets,
     check_selection_curator,
     check_selection_helper,
     check_selection_party,
@@ -400,27 +403,28 @@ class DPAggregateParams(ProtocolParams):
         key = 4 * (P // 8) + 256
         small = 256
         ct = ciphertext_vector_bytes(1, P)
+        checks = len(check_offsets(K))  # selection checks a party takes part in as checked party and as helper
         if role == DAVE:
             msgs = [(K + 1, ints)]
         elif role == CHARLIE:
-            # ξ(a), β(b) and the check's masked key from every party (shared noise: and its masked k_sel)
+            # ξ(a), β(b) and each check's masked key from every party (shared noise: and its masked k_sel)
             msgs = [
                 (K - 1, dgk_batch(sm.ell)),
                 (1, psi),
-                ((4 if self.calibration == "gaussian" else 3) * K, ct),
+                ((2 + checks + (1 if self.calibration == "gaussian" else 0)) * K, ct),
                 (1, key),
             ]
         else:
             proof = 5 * (2 * P // 8 + 8) + 32
             msgs = [
                 (2, dgk_batch(sm.ell)),
-                (4, dgk_batch(sm.check_ell)),
-                (4, key),  # ξ's key pair, ζ, β and a DGK public key
+                (4 * checks, dgk_batch(sm.check_ell)),
+                (3 + checks, key),  # ξ's key pair, ζ, β and the DGK public key of each party we help check
                 (1, proof),
                 (2, psi),
-                (9, ct),
+                (8 + checks, ct),
                 (2, ciphertext_vector_bytes(2, P)),
-                (2, 2 * (P // 8 + 8)),
+                (1 + checks, 2 * (P // 8 + 8)),
                 (16, small),
             ]
             if self.calibration == "gaussian":  # a mask seed from every other party (_mask_seeds)
@@ -835,15 +839,29 @@ async def _check_the_selection(
     allow_insecure_keys: bool,
 ) -> None:
     """Stage 2½: the selected key ζ(k_sel) is at most ours, whatever Charlie or another party did -- checked with
-    the next party in the ring as helper (``check_selection_party`` / ``check_selection_helper``)."""
-    ok, _ = await asyncio.gather(
-        check_selection_party(
-            ch, key, sm, zeta_pk=zeta_pk, dgk_key=dgk_key, seed=seed, allow_insecure_keys=allow_insecure_keys
-        ),
-        check_selection_helper(ch, sel, sm, zeta_pk=zeta_pk, seed=seed, allow_insecure_keys=allow_insecure_keys),
-    )
-    if not ok:
+    the next party in the ring as helper and, from three parties on, with the one after it too
+    (``check_offsets``: a deviating helper can make one check pass); we help the parties as many places back."""
+    if dgk_key is None:
+        dgk_key = check_dgk_key(ch, sm, seed, allow_insecure_keys)
+    checks: list[Awaitable[bool | None]] = []
+    for offset in check_offsets(sm.n_parties):
+        tag = check_tag(offset)
+        checks.append(
+            check_selection_party(ch, key, sm, zeta_pk=zeta_pk, dgk_key=dgk_key, seed=seed, tag=tag, offset=offset)
+        )
+        checks.append(
+            check_selection_helper(
+                ch, sel, sm, zeta_pk=zeta_pk, seed=seed, allow_insecure_keys=allow_insecure_keys, tag=tag, offset=offset
+            )
+        )
+    outcomes = await asyncio.gather(*checks)
+    if not all(outcomes[0::2]):
         _refuse_selection(ch.role)
+
+
+def check_tag(offset: int) -> str:
+    """The messages' tag of the selection check with the helper ``offset`` places on ("chk", "chk2")."""
+    return "chk" if offset == 1 else f"chk{offset}"
 
 
 def _refuse_selection(role: str) -> NoReturn:
@@ -887,7 +905,7 @@ async def _shared_noise_stages(
     # once every party has sent its own -- which it does after its check passed
     await _check_the_selection(ch, sel, key, sm, zeta_pk, dgk_key, seed, allow_insecure_keys)
     k_sel = await reveal_selection_party(ch, sel, sm, zeta_pk=zeta_pk, seed=seed, tag=REVEAL_TAG)
-    if not 1 <= k_sel <= key:  # the check and the opening make this impossible; kept as the last word
+    if not 1 <= k_sel <= key:  # what our checks said, unless both our helpers deviated: then this refuses
         _refuse_selection(ch.role)
     N = shared_noise(ch.role, params, k_sel, noise_random_state)
     agg, t, _ = await _contribution(ch, rng, zeta_pk, None, N, W, key, me, params, seeds)
@@ -1030,7 +1048,12 @@ async def charlie(
     await ch.send(roles[0], "s2/u-open", bigints([opening]))
 
     # --- Stage 2½: open the masked selected key for every party's check (shared noise: to the party itself).
-    await check_selection_curator(ch, sm, zeta_key=zeta)
+    await asyncio.gather(
+        *(
+            check_selection_curator(ch, sm, zeta_key=zeta, tag=check_tag(o), offset=o)
+            for o in check_offsets(sm.n_parties)
+        )
+    )
     if params.calibration == "gaussian":  # then every party's own masked k_sel, once all K have come
         await check_selection_curator(ch, sm, zeta_key=zeta, tag=REVEAL_TAG, reveal=True)
 

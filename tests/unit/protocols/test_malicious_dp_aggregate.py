@@ -514,3 +514,51 @@ def test_shared_noise_a_holder_forcing_its_source_selected_learns_nothing_before
     with pytest.raises((InvalidMessage, SessionAborted), match="smaller sensitivity"):
         run_aggregate(p, _weights(), sens, keys, noise_seeds=SEEDS, seed=SEED, tamper=tamper)
     assert opened == []  # no party, party1 included, learnt k_sel
+
+
+@pytest.mark.parametrize("calibration", ["exact", "gaussian"])
+def test_a_holder_forcing_its_source_and_subverting_one_check_is_refused(keys, calibration):
+    """party1 forces party2's selection (it holds party2's share) and, as party3's helper, sends party3's check a
+    masked value with no k_sel in it, ζ(s), so that party3's check passes whatever was selected (found by review):
+    with one helper a party, the reveal then gave party1 party2's key (shared noise), and the release carried party2's
+    noise, too small for party3's data (one noise).  Each party is now checked by two helpers; party2, party3's
+    second, is honest, so party3 refuses: nothing is revealed or published."""
+    from smcdp.crypto.codec import public_key_from_proto
+
+    shared = calibration == "gaussian"
+    p = _gaussian() if shared else make_params(K, D, epsilon=2.0)
+    sm = p.secure_min_params()
+    sens = [0.01, 0.02, 0.04]  # keys: party3 < party2 < party1
+    assert PI1[1] == 0  # party1 holds party2's shares
+    zpk = keys["zeta"].public_key
+    s_chk = protocol_rng(SEED, "secure-min", "party1", "check-mask").randrange(1 << sm.check_mask_bits)
+    xi: dict[str, object] = {}
+    fake: dict[str, bytes] = {}
+    leaked: list[tuple[str, str]] = []
+
+    def evil(to, tag, data):
+        if tag == "s1/xi-pk":
+            xi["pk"] = public_key_from_proto(pb.PaillierPublicKey.FromString(data), allow_insecure=True)
+        if to == "charlie" and tag == "s1/xa":
+            pk = xi["pk"]
+            c = ciphertext_from_proto(pb.CiphertextVector.FromString(data), pk, "xa")
+            c = pk.raw_add(c, pk.raw_encrypt_textbook(-(1 << sm.shared_bits)))  # party2's position wins
+            return ciphertext_to_proto(pk, c).SerializeToString()
+        if tag == "chk/c":  # party3's first helper: no k_sel in the masked value, so its check passes
+            if "c" not in fake:  # the same bytes to Charlie and to party3
+                fake["c"] = ciphertext_to_proto(zpk, zpk.raw_encrypt_textbook(s_chk)).SerializeToString()
+            return fake["c"]
+        return data
+
+    def record(to, tag, data):
+        if tag == "rev/open" or to == "dave":
+            leaked.append((to, tag))
+        return data
+
+    def tamper(net):
+        _rewrite(net, "party1", evil)
+        _rewrite(net, "charlie", record)
+
+    with pytest.raises((InvalidMessage, SessionAborted), match="smaller sensitivity"):
+        run_aggregate(p, _weights(), sens, keys, noise_seeds=SEEDS, seed=SEED, tamper=tamper)
+    assert leaked == []
