@@ -478,19 +478,12 @@ def test_party1_cannot_have_charlie_publish_a_subtree_product(keys):
     assert published == []
 
 
-def test_shared_noise_a_holder_forcing_its_source_selected_learns_nothing_before_the_refusal(keys):
-    """party1 holds party2's share a and sends Charlie ξ(a − 2^L') for it, so that party2's position wins the
-    tournament (party1's own key is the smallest here).  Revealed at once, k_sel was party2's key -- to every
-    party, party1 knowing whose it is (found by review).  Now the selection check runs first: party3, whose key
-    is below party2's, refuses, never asks for the reveal, and Charlie opens no reveal before all K asked."""
+def _forcing_party1(sm, then=lambda to, tag, data: data):
+    """party1's rewrite: ξ(a − 2^L') to Charlie for the position it holds (party2's share: PI1), so that this
+    position wins the tournament; ``then`` rewrites its other messages."""
     from smcdp.crypto.codec import public_key_from_proto
 
-    p = _gaussian()
-    sm = p.secure_min_params()
-    sens = [0.04, 0.01, 0.02]  # keys: party1 < party3 < party2
-    assert PI1[1] == 0  # party1 holds party2's shares
     xi: dict[str, object] = {}
-    opened: list[bytes] = []
 
     def evil(to, tag, data):
         if tag == "s1/xi-pk":
@@ -500,58 +493,18 @@ def test_shared_noise_a_holder_forcing_its_source_selected_learns_nothing_before
             c = ciphertext_from_proto(pb.CiphertextVector.FromString(data), pk, "xa")
             c = pk.raw_add(c, pk.raw_encrypt_textbook(-(1 << sm.shared_bits)))  # a − 2^L': this position wins
             return ciphertext_to_proto(pk, c).SerializeToString()
-        return data
+        return then(to, tag, data)
 
-    def record(to, tag, data):
-        if tag == "rev/open":
-            opened.append(data)
-        return data
-
-    def tamper(net):
-        _rewrite(net, "party1", evil)
-        _rewrite(net, "charlie", record)
-
-    with pytest.raises((InvalidMessage, SessionAborted), match="smaller sensitivity"):
-        run_aggregate(p, _weights(), sens, keys, noise_seeds=SEEDS, seed=SEED, tamper=tamper)
-    assert opened == []  # no party, party1 included, learnt k_sel
+    return evil
 
 
-@pytest.mark.parametrize("calibration", ["exact", "gaussian"])
-def test_a_holder_forcing_its_source_and_subverting_one_check_is_refused(keys, calibration):
-    """party1 forces party2's selection (it holds party2's share) and, as party3's helper, sends party3's check a
-    masked value with no k_sel in it, ζ(s), so that party3's check passes whatever was selected (found by review):
-    with one helper a party, the reveal then gave party1 party2's key (shared noise), and the release carried party2's
-    noise, too small for party3's data (one noise).  Each party is now checked by two helpers; party2, party3's
-    second, is honest, so party3 refuses: nothing is revealed or published."""
-    from smcdp.crypto.codec import public_key_from_proto
-
-    shared = calibration == "gaussian"
-    p = _gaussian() if shared else make_params(K, D, epsilon=2.0)
-    sm = p.secure_min_params()
-    sens = [0.01, 0.02, 0.04]  # keys: party3 < party2 < party1
-    assert PI1[1] == 0  # party1 holds party2's shares
-    zpk = keys["zeta"].public_key
-    s_chk = protocol_rng(SEED, "secure-min", "party1", "check-mask").randrange(1 << sm.check_mask_bits)
-    xi: dict[str, object] = {}
-    fake: dict[str, bytes] = {}
+def _refused_without_leaking(keys, p, sens, evil, leaks) -> None:
+    """Run with party1's messages rewritten by ``evil``: some party refuses the selection as too small for its
+    data, and Charlie sends none of the messages ``leaks(to, tag)`` names."""
     leaked: list[tuple[str, str]] = []
 
-    def evil(to, tag, data):
-        if tag == "s1/xi-pk":
-            xi["pk"] = public_key_from_proto(pb.PaillierPublicKey.FromString(data), allow_insecure=True)
-        if to == "charlie" and tag == "s1/xa":
-            pk = xi["pk"]
-            c = ciphertext_from_proto(pb.CiphertextVector.FromString(data), pk, "xa")
-            c = pk.raw_add(c, pk.raw_encrypt_textbook(-(1 << sm.shared_bits)))  # party2's position wins
-            return ciphertext_to_proto(pk, c).SerializeToString()
-        if tag == "chk/c":  # party3's first helper: no k_sel in the masked value, so its check passes
-            if "c" not in fake:  # the same bytes to Charlie and to party3
-                fake["c"] = ciphertext_to_proto(zpk, zpk.raw_encrypt_textbook(s_chk)).SerializeToString()
-            return fake["c"]
-        return data
-
     def record(to, tag, data):
-        if tag == "rev/open" or to == "dave":
+        if leaks(to, tag):
             leaked.append((to, tag))
         return data
 
@@ -562,3 +515,47 @@ def test_a_holder_forcing_its_source_and_subverting_one_check_is_refused(keys, c
     with pytest.raises((InvalidMessage, SessionAborted), match="smaller sensitivity"):
         run_aggregate(p, _weights(), sens, keys, noise_seeds=SEEDS, seed=SEED, tamper=tamper)
     assert leaked == []
+
+
+def test_shared_noise_a_holder_forcing_its_source_selected_learns_nothing_before_the_refusal(keys):
+    """party1 holds party2's share a and sends Charlie ξ(a − 2^L') for it, so that party2's position wins the
+    tournament (party1's own key is the smallest here).  Revealed at once, k_sel was party2's key -- to every
+    party, party1 knowing whose it is (found by review).  Now the selection check runs first: party3, whose key
+    is below party2's, refuses, never asks for the reveal, and Charlie opens no reveal before all K asked."""
+    p = _gaussian()
+    assert PI1[1] == 0  # party1 holds party2's shares
+    # keys: party1 < party3 < party2; no party, party1 included, learns k_sel
+    _refused_without_leaking(
+        keys, p, [0.04, 0.01, 0.02], _forcing_party1(p.secure_min_params()), lambda to, tag: tag == "rev/open"
+    )
+
+
+@pytest.mark.parametrize("calibration", ["exact", "gaussian"])
+def test_a_holder_forcing_its_source_and_subverting_one_check_is_refused(keys, calibration):
+    """party1 forces party2's selection (it holds party2's share) and, as party3's helper, sends party3's check a
+    masked value with no k_sel in it, ζ(s), so that party3's check passes whatever was selected (found by review):
+    with one helper a party, the reveal then gave party1 party2's key (shared noise), and the release carried party2's
+    noise, too small for party3's data (one noise).  Each party is now checked by two helpers; party2, party3's
+    second, is honest, so party3 refuses: nothing is revealed or published."""
+    p = _gaussian() if calibration == "gaussian" else make_params(K, D, epsilon=2.0)
+    sm = p.secure_min_params()
+    assert PI1[1] == 0  # party1 holds party2's shares
+    zpk = keys["zeta"].public_key
+    s_chk = protocol_rng(SEED, "secure-min", "party1", "check-mask").randrange(1 << sm.check_mask_bits)
+    fake: dict[str, bytes] = {}
+
+    def subvert(to, tag, data):
+        if tag == "chk/c":  # party3's first helper: no k_sel in the masked value, so its check passes
+            if "c" not in fake:  # the same bytes to Charlie and to party3
+                fake["c"] = ciphertext_to_proto(zpk, zpk.raw_encrypt_textbook(s_chk)).SerializeToString()
+            return fake["c"]
+        return data
+
+    # keys: party3 < party2 < party1
+    _refused_without_leaking(
+        keys,
+        p,
+        [0.01, 0.02, 0.04],
+        _forcing_party1(sm, subvert),
+        lambda to, tag: tag == "rev/open" or to == "dave",
+    )
