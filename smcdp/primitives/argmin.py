@@ -521,35 +521,9 @@ async def argmin_curator(
 # comparison, so whatever he does, a party whose own value is below the selected one refuses.
 
 
-def check_helper_of(me: int, k: int, offset: int = 1) -> int:
-    """The party index that helps party index ``me`` check the selection: the next one in a ring (``offset`` 2:
-    the one after it, for a second, independent check)."""
-    return (me + offset) % k
-
-
-def check_offsets(k: int) -> list[int]:
-    """The helpers each party's check uses, as ring offsets: two distinct ones when there are three parties or
-    more.  A helper chooses the masked value its party's check compares with, so one deviating helper could make
-    that check pass whatever was selected; with two helpers, one deviating party subverts at most one of a
-    party's two checks, and the other still refuses (found by review)."""
-    return [1, 2] if k >= 3 else [1]
-
-
-def check_dgk_key(
-    ch: Channel, params: SecureMinParams, seed: SeedLike = None, allow_insecure_keys: bool = False
-) -> dgk.DGKPrivateKey:
-    """A party's DGK key for its selection checks (every check of the session compares under it)."""
-    return dgk.generate_keypair(
-        params.dgk_bits,
-        params.dgk_t,
-        max_ell=max(params.check_ell, dgk.DEFAULT_MAX_ELL),
-        allow_insecure=allow_insecure_keys,
-        rng=protocol_rng(seed, "secure-min", ch.role, "check-dgk-key"),
-    )
-
-
-def _check_mask_label(offset: int) -> str:
-    return "check-mask" if offset == 1 else f"check-mask-{offset}"
+def check_helper_of(me: int, k: int) -> int:
+    """The party index that helps party index ``me`` check the selection (the next one in a ring)."""
+    return (me + 1) % k
 
 
 async def check_selection_party(
@@ -562,21 +536,25 @@ async def check_selection_party(
     seed: SeedLike = None,
     allow_insecure_keys: bool = False,
     tag: str = "chk",
-    offset: int = 1,
 ) -> bool:
-    """Party j's check that the selected value is ≤ ``value`` (its own), with the helper ``offset`` places on in
-    the ring; True iff it is."""
+    """Party j's check that the selected value is ≤ ``value`` (its own); True iff it is."""
     params.validate()
     me = _party_index(ch, params)
     roles = params.party_roles
     _check_value(ch, value, params)
-    helper = roles[check_helper_of(me, params.n_parties, offset)]
+    helper = roles[check_helper_of(me, params.n_parties)]
     masked = ciphertext_from_proto(
         await ch.recv(helper, f"{tag}/c", pb.CiphertextVector), zeta_pk, f"{tag}/c from {helper}"
     )
     c = await _opened(ch, masked, params, zeta_pk, tag)
     if dgk_key is None:
-        dgk_key = check_dgk_key(ch, params, seed, allow_insecure_keys)
+        dgk_key = dgk.generate_keypair(
+            params.dgk_bits,
+            params.dgk_t,
+            max_ell=max(params.check_ell, dgk.DEFAULT_MAX_ELL),
+            allow_insecure=allow_insecure_keys,
+            rng=protocol_rng(seed, "secure-min", ch.role, "check-dgk-key"),
+        )
     zs = await compare_holder_b(
         ch,
         helper,
@@ -601,14 +579,13 @@ async def check_selection_helper(
     seed: SeedLike = None,
     allow_insecure_keys: bool = False,
     tag: str = "chk",
-    offset: int = 1,
 ) -> None:
-    """Party h's part in the check of party h − ``offset``: masks the selected value ``selected`` = ζ(v_sel)."""
+    """Party h's part in the check of party h − 1: masks the selected value ``selected`` = ζ(v_sel)."""
     params.validate()
     me = _party_index(ch, params)
     roles, C, K = params.party_roles, params.curator, params.n_parties
-    checkee = roles[(me - offset) % K]
-    s = protocol_rng(seed, "secure-min", ch.role, _check_mask_label(offset)).randrange(1 << params.check_mask_bits)
+    checkee = roles[(me - 1) % K]
+    s = protocol_rng(seed, "secure-min", ch.role, "check-mask").randrange(1 << params.check_mask_bits)
     msg = ciphertext_to_proto(zeta_pk, zeta_pk.raw_add(selected, zeta_pk.raw_encrypt_textbook(s)))
     await ch.send_many([C, checkee], f"{tag}/c", msg)  # the same bytes to both (also in a replay)
     await compare_holder_a(
@@ -673,18 +650,10 @@ async def _opened(ch: Channel, masked: int, params: SecureMinParams, zeta_pk: Pu
 
 
 async def check_selection_curator(
-    ch: Channel,
-    params: SecureMinParams,
-    *,
-    zeta_key: PrivateKey,
-    tag: str = "chk",
-    reveal: bool = False,
-    offset: int = 1,
+    ch: Channel, params: SecureMinParams, *, zeta_key: PrivateKey, tag: str = "chk", reveal: bool = False
 ) -> None:
     """Charlie's part: decrypt every helper's masked value and send its opening to the party it helps (with
-    ``reveal``: every party's own masked value, opened to itself -- :func:`reveal_selection_party` -- and only
-    once all K have arrived: a party sends its own after its selection check passed, so nobody learns the
-    selected value while some party may still refuse it)."""
+    ``reveal``: every party's own masked value, opened to itself -- :func:`reveal_selection_party`)."""
     params.validate()
     if ch.role != params.curator:
         raise InvalidMessage(f"role {ch.role!r} is not the curator {params.curator!r}")
@@ -692,23 +661,13 @@ async def check_selection_curator(
     zeta_pk = zeta_key.public_key
     limit = (1 << params.value_bits) + (1 << params.check_mask_bits)
 
-    async def received(h: int) -> int:
-        return ciphertext_from_proto(
+    async def one(h: int) -> None:
+        masked = ciphertext_from_proto(
             await ch.recv(roles[h], f"{tag}/c", pb.CiphertextVector), zeta_pk, f"{tag}/c from {roles[h]}"
         )
-
-    async def opened(h: int, masked: int) -> None:
         m, r = open_ciphertext(zeta_key, masked)
         if m >= limit:  # never open anything but a masked selected value
             raise InvalidMessage(f"{tag}/c from {roles[h]} is not a masked selected value")
-        await ch.send(roles[h if reveal else (h - offset) % K], f"{tag}/open", bigints([m, r]))
+        await ch.send(roles[h if reveal else (h - 1) % K], f"{tag}/open", bigints([m, r]))
 
-    if reveal:
-        masked = await asyncio.gather(*(received(h) for h in range(K)))
-        await asyncio.gather(*(opened(h, c) for h, c in enumerate(masked)))
-    else:
-
-        async def one(h: int) -> None:
-            await opened(h, await received(h))
-
-        await asyncio.gather(*(one(h) for h in range(K)))
+    await asyncio.gather(*(one(h) for h in range(K)))

@@ -66,7 +66,6 @@ import asyncio
 import hashlib
 import math
 import random
-from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property
@@ -104,8 +103,6 @@ from smcdp.primitives.argmin import (
     SecureMinParams,
     argmin_curator,
     argmin_party,
-    check_dgk_key,
-    check_offsets,
     check_selection_curator,
     check_selection_helper,
     check_selection_party,
@@ -403,28 +400,22 @@ class DPAggregateParams(ProtocolParams):
         key = 4 * (P // 8) + 256
         small = 256
         ct = ciphertext_vector_bytes(1, P)
-        checks = len(check_offsets(K))  # selection checks a party takes part in as checked party and as helper
         if role == DAVE:
             msgs = [(K + 1, ints)]
         elif role == CHARLIE:
-            # ξ(a), β(b) and each check's masked key from every party (shared noise: and its masked k_sel)
-            msgs = [
-                (K - 1, dgk_batch(sm.ell)),
-                (1, psi),
-                ((2 + checks + (1 if self.calibration == "gaussian" else 0)) * K, ct),
-                (1, key),
-            ]
+            # ξ(a), β(b) and the check's masked key (shared noise: masked k_sel) from every party
+            msgs = [(K - 1, dgk_batch(sm.ell)), (1, psi), (3 * K, ct), (1, key)]
         else:
             proof = 5 * (2 * P // 8 + 8) + 32
             msgs = [
                 (2, dgk_batch(sm.ell)),
-                (4 * checks, dgk_batch(sm.check_ell)),
-                (3 + checks, key),  # ξ's key pair, ζ, β and the DGK public key of each party we help check
+                (4, dgk_batch(sm.check_ell)),
+                (4, key),  # ξ's key pair, ζ, β and the DGK public key of the party we help check
                 (1, proof),
                 (2, psi),
-                (8 + checks, ct),
+                (9, ct),
                 (2, ciphertext_vector_bytes(2, P)),
-                (1 + checks, 2 * (P // 8 + 8)),
+                (2, 2 * (P // 8 + 8)),
                 (16, small),
             ]
             if self.calibration == "gaussian":  # a mask seed from every other party (_mask_seeds)
@@ -583,9 +574,7 @@ async def data_party(
         noise_random_state = noise_source(seed, "dp-aggregate", "noise", ch.role)
     W = [to_fixed(x, F) for x in w]
     if params.calibration == "gaussian":
-        t, agg = await _shared_noise_stages(
-            ch, rng, zeta_pk, s1, W, key, me, params, noise_random_state, seed, dgk_key, allow_insecure_keys
-        )
+        t, agg = await _shared_noise_stages(ch, rng, zeta_pk, s1, W, key, me, params, noise_random_state, seed)
     else:
         # Our own noise ν_j for the sum, calibrated to our own Δ̂_j, on the public grid 2^-F.
         N = [to_fixed(x, F) for x in _own_noise(ch.role, params, delta_hat, noise_random_state)]
@@ -824,10 +813,6 @@ async def _select_up_the_tree(
     return sel
 
 
-#: the tag of the shared-noise reveal of k_sel (its Stage 2½ check uses the check's own, "chk")
-REVEAL_TAG = "rev"
-
-
 async def _check_the_selection(
     ch: Channel,
     sel: mpz,
@@ -838,30 +823,17 @@ async def _check_the_selection(
     seed: SeedLike,
     allow_insecure_keys: bool,
 ) -> None:
-    """Stage 2½: the selected key ζ(k_sel) is at most ours, whatever Charlie or another party did -- checked with
-    the next party in the ring as helper and, from three parties on, with the one after it too
-    (``check_offsets``: a deviating helper can make one check pass); we help the parties as many places back."""
-    if dgk_key is None:
-        dgk_key = check_dgk_key(ch, sm, seed, allow_insecure_keys)
-    checks: list[Awaitable[bool | None]] = []
-    for offset in check_offsets(sm.n_parties):
-        tag = check_tag(offset)
-        checks.append(
-            check_selection_party(ch, key, sm, zeta_pk=zeta_pk, dgk_key=dgk_key, seed=seed, tag=tag, offset=offset)
-        )
-        checks.append(
-            check_selection_helper(
-                ch, sel, sm, zeta_pk=zeta_pk, seed=seed, allow_insecure_keys=allow_insecure_keys, tag=tag, offset=offset
-            )
-        )
-    outcomes = await asyncio.gather(*checks)
-    if not all(outcomes[0::2]):
+    """Stage 2½: the selected key ζ(k_sel) is at most ours, whatever Charlie did -- checked with the next party
+    in the ring as helper (``check_selection_party`` / ``check_selection_helper``).  It stops a malicious
+    Charlie; a deviating data party can defeat it (docs/protocols/dp-aggregate.md, "A deviating data party")."""
+    ok, _ = await asyncio.gather(
+        check_selection_party(
+            ch, key, sm, zeta_pk=zeta_pk, dgk_key=dgk_key, seed=seed, allow_insecure_keys=allow_insecure_keys
+        ),
+        check_selection_helper(ch, sel, sm, zeta_pk=zeta_pk, seed=seed, allow_insecure_keys=allow_insecure_keys),
+    )
+    if not ok:
         _refuse_selection(ch.role)
-
-
-def check_tag(offset: int) -> str:
-    """The messages' tag of the selection check with the helper ``offset`` places on ("chk", "chk2")."""
-    return "chk" if offset == 1 else f"chk{offset}"
 
 
 def _refuse_selection(role: str) -> NoReturn:
@@ -883,13 +855,11 @@ async def _shared_noise_stages(
     params: DPAggregateParams,
     noise_random_state: Any,
     seed: SeedLike,
-    dgk_key: DGKPrivateKey | None,
-    allow_insecure_keys: bool,
 ) -> tuple[list[int], EncryptedVector]:
     """Stages 2 and 2½ with shared noise (``calibration="gaussian"``): the selection (Charlie's indicator, the
-    tree's product ζ(k_sel), party1's check that it is one-hot) and the selection check as in the single-noise
-    stages; then every party learns k_sel itself (Charlie opens it masked once every party asked:
-    :func:`reveal_selection_party`), draws its share N_j of the noise for Δ̂_sel on the grid, and the parties add up ζ(W_j + N_j − t_j + ring
+    tree's product ζ(k_sel), party1's check that it is one-hot) as in the single-noise stages; then every party
+    learns k_sel itself (Charlie opens it masked: :func:`reveal_selection_party`), refuses a k_sel above its own
+    key, draws its share N_j of the noise for Δ̂_sel on the grid, and the parties add up ζ(W_j + N_j − t_j + ring
     masks).  Returns (t_j, ζ(the subtree's sum))."""
     roles, sm = params.party_roles, params.secure_min_params()
     ch.progress(round=2, step="noise-selection")
@@ -899,13 +869,8 @@ async def _shared_noise_stages(
     term = zeta_pk.rerandomize_textbook(zeta_pk.raw_mul(v_j, key))
     sel = await _select_up_the_tree(ch, zeta_pk, *_masked_selection(zeta_pk, seeds, term, u_mine), me, params)
     ch.progress(step="selection-check")
-    # Stage 2½ before anyone learns k_sel: a party holding another's share a can make that party's position win
-    # (it sends Charlie ξ(a − 2^L')), and the reveal would then hand everyone that party's key (found by
-    # review); a party whose key is below the selected one refuses here, and Charlie opens the reveals only
-    # once every party has sent its own -- which it does after its check passed
-    await _check_the_selection(ch, sel, key, sm, zeta_pk, dgk_key, seed, allow_insecure_keys)
-    k_sel = await reveal_selection_party(ch, sel, sm, zeta_pk=zeta_pk, seed=seed, tag=REVEAL_TAG)
-    if not 1 <= k_sel <= key:  # what our checks said, unless both our helpers deviated: then this refuses
+    k_sel = await reveal_selection_party(ch, sel, sm, zeta_pk=zeta_pk, seed=seed)
+    if not 1 <= k_sel <= key:
         _refuse_selection(ch.role)
     N = shared_noise(ch.role, params, k_sel, noise_random_state)
     agg, t, _ = await _contribution(ch, rng, zeta_pk, None, N, W, key, me, params, seeds)
@@ -1048,14 +1013,7 @@ async def charlie(
     await ch.send(roles[0], "s2/u-open", bigints([opening]))
 
     # --- Stage 2½: open the masked selected key for every party's check (shared noise: to the party itself).
-    await asyncio.gather(
-        *(
-            check_selection_curator(ch, sm, zeta_key=zeta, tag=check_tag(o), offset=o)
-            for o in check_offsets(sm.n_parties)
-        )
-    )
-    if params.calibration == "gaussian":  # then every party's own masked k_sel, once all K have come
-        await check_selection_curator(ch, sm, zeta_key=zeta, tag=REVEAL_TAG, reveal=True)
+    await check_selection_curator(ch, sm, zeta_key=zeta, reveal=params.calibration == "gaussian")
 
     # --- Stage 3: decrypt X + s; our share is its residue mod M.
     ch.progress(round=3, step="publish")
