@@ -175,7 +175,13 @@ class Chaos:
                         self.cluster.restart(a.party)
                         self.restarts += 1
                 else:
-                    self.cluster.pause(a.party)  # (already stopped if its failpoint fired)
+                    if a.round is None:
+                        self.cluster.pause(a.party)
+                    elif not self.cluster.wait_stopped(a.party):
+                        # an armed stop is the party's own: it writes 'stopped', then stops itself.  A SIGSTOP
+                        # from here as well (as before) could land between the two, and the party's own then
+                        # came after our SIGCONT -- stopped for ever (a fresh-clone run's session hung 11 min)
+                        self.cluster.pause(a.party)
                     failpoints.disarm(self.cluster.failpoint_dir(a.party))
                     time.sleep(a.duration)
                     self.cluster.cont(a.party)

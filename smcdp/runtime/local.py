@@ -256,6 +256,23 @@ class LocalCluster:
     def cont(self, party: str) -> None:
         self.procs[party].send_signal(signal.SIGCONT)
 
+    def wait_stopped(self, party: str, timeout: float = 30.0) -> bool:
+        """Until ``party``'s process is stopped (state T in /proc: it took its SIGSTOP); False if it exited, if
+        /proc cannot tell, or after ``timeout``."""
+        proc = self.procs[party]
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if proc.poll() is not None:
+                return False
+            try:
+                state = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                return False
+            if state in ("T", "t"):
+                return True
+            time.sleep(0.01)
+        return False
+
     # ------------------------------------------------------------------ sessions
     def data_dir(self, party: str) -> Path:
         """The data directory of ``party`` (records, outputs, audit.jsonl, ledger)."""

@@ -141,3 +141,52 @@ def test_an_arming_with_a_step_fires_at_that_step_only(tmp_path):
     assert out.returncode == -signal.SIGKILL
     assert "reached 5:confirming outputs" in out.stdout and "reached 5:confirmations delivered" not in out.stdout
     assert not (tmp_path / failpoints.KILL_FILE).exists()
+
+
+STOPPING = """
+import os, pathlib, signal, sys, time
+d = pathlib.Path(sys.argv[1])
+while not (d / "kill.json").exists():
+    time.sleep(0.01)
+(d / "kill.json").unlink()
+(d / "stopped").touch()  # what failpoints.hook does before it stops the process ...
+time.sleep(1.0)  # ... and a loaded host may run something else in between
+os.kill(os.getpid(), signal.SIGSTOP)
+(d / "resumed").touch()
+"""
+
+
+def test_a_pause_at_a_round_waits_for_the_party_to_stop_itself(tmp_path):
+    """A stop armed at a round is the party's own: it writes ``stopped``, then stops itself.  The chaos runner used
+    to send its own SIGSTOP on seeing the file; landing between the two, its SIGCONT came before the party's own
+    SIGSTOP, and the party stayed stopped for ever (a fresh-clone run: trent stopped for 11 minutes, three
+    session-ending tests failed).  Now the runner waits until the process is stopped, then lets the pause run."""
+    from smcdp.runtime.chaos import Chaos, ChaosAction
+    from smcdp.runtime.local import LocalCluster
+
+    proc = subprocess.Popen([sys.executable, "-c", STOPPING, str(tmp_path)])
+
+    class Cluster:  # what Chaos uses of a LocalCluster, around one process
+        configs = {"p": None}
+        procs = {"p": proc}
+        restarting: set[str] = set()
+        wait_stopped = LocalCluster.wait_stopped
+
+        def failpoint_dir(self, party):
+            return tmp_path
+
+        def pause(self, party):
+            proc.send_signal(signal.SIGSTOP)
+
+        def cont(self, party):
+            proc.send_signal(signal.SIGCONT)
+
+    chaos = Chaos(Cluster(), [ChaosAction.parse("stop:p:round=1,for=0.2")], "s").start()
+    try:
+        assert proc.wait(timeout=30) == 0  # it resumed after its own stop, and finished
+    finally:
+        chaos.finish()
+        proc.send_signal(signal.SIGCONT)
+        proc.kill()
+    assert chaos.error is None and [e["done"] for e in chaos.events] == [True]
+    assert (tmp_path / "resumed").exists()
