@@ -97,6 +97,8 @@ class Split:
         fp = self.failpoints[party]
         wait_for(f"{party} stopped itself at its step", lambda: failpoints.stopped(fp) or not self.thread.is_alive())
         assert failpoints.stopped(fp), f"the session ended before {party} stopped: {self.out.get('recs')}"
+        # it writes the file, then stops: a wake() between the two would come before its SIGSTOP
+        assert self.cluster.wait_stopped(party), f"{party} wrote 'stopped' but did not stop"
 
     def running(self, party: str) -> None:
         """Until the session runs at ``party`` (it was begun there)."""
