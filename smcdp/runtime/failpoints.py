@@ -8,7 +8,8 @@ writing ``kill.json`` there ({"session": ID, "round": R, "action": "kill"}), and
 its sessions reports round R or later, removes the file (one shot: the restarted process does not find
 it again) and sends itself SIGKILL -- the same death as from outside, at the exact point.  A pause
 ("action": "stop") is the same with SIGSTOP, after the party wrote ``stopped`` beside it: the chaos
-runner sees that file, waits the pause's length and sends SIGCONT.  An arming may also name a ``step``
+runner sees that file, waits until the process is stopped (``LocalCluster.wait_stopped``), waits the pause's
+length and sends SIGCONT.  An arming may also name a ``step``
 (``arm_kill(..., step="outputs delivered")``): then it fires at the first report of that step at round R or
 later (the session's ending reports its steps at the last round: docs/fault-tolerance.md).
 
