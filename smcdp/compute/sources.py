@@ -329,9 +329,21 @@ def _open_zarr(path: str):
         raise InputRejected("the configured data is not a readable Zarr array", f"{path}: {exc}") from None
 
 
+#: np.load parses a .npy header with ast.literal_eval, and CPython 3.11's AST constructor is not thread-safe:
+#: blocks loaded by several threads at once (twenty sessions on one party) raised "SystemError: AST constructor
+#: recursion depth mismatch" in a .ci/run (python/cpython#106905).  Opening a file (header and memory map) is
+#: serialised; copying its columns is not.
+_NPY_OPEN = threading.Lock()
+
+
+def _open_npy(path: str) -> np.ndarray:
+    with _NPY_OPEN:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+
+
 def _npy_header(path: str) -> tuple[tuple[int, int], np.dtype]:
     try:
-        m = np.load(path, mmap_mode="r", allow_pickle=False)
+        m = _open_npy(path)
     except FileNotFoundError:
         raise InputRejected("the configured data file does not exist", str(path)) from None
     except (ValueError, OSError) as exc:
@@ -347,7 +359,7 @@ def _npy_header(path: str) -> tuple[tuple[int, int], np.dtype]:
 
 
 def _copy_npy_columns(path: str, col0: int, width: int, out: np.ndarray) -> None:
-    m = np.load(path, mmap_mode="r", allow_pickle=False)
+    m = _open_npy(path)
     np.copyto(out, m[:, col0 : col0 + width], casting="safe")
     # dropping the last reference unmaps the file now: its pages leave this process's resident memory
     # (the page cache may keep them)

@@ -254,3 +254,39 @@ def test_a_machine_that_runs_out_is_not_a_bad_input(tmp_path, monkeypatch, errno
     (tmp_path / "b.npy").write_bytes(b"not an array")
     with pytest.raises(InvalidMessage, match=re.escape("not a valid .npy array")):
         _ = open_matrix(tmp_path / "b.npy").shape
+
+
+def test_npy_files_are_opened_one_at_a_time(tmp_path, monkeypatch):
+    """np.load parses a .npy header with ast.literal_eval, and CPython 3.11's AST constructor is not thread-safe
+    ("SystemError: AST constructor recursion depth mismatch" in a .ci/run's twenty concurrent sessions): blocks
+    loaded by many threads open their files one at a time; their columns are copied concurrently."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    import smcdp.compute.sources as sources
+
+    np.save(tmp_path / "m.npy", np.arange(256 * 40, dtype=np.float64).reshape(256, 40))
+    src = sources.open_matrix(tmp_path / "m.npy", block_values=256 * 4)
+    inside, most = [0], [0]
+    guard = threading.Lock()
+    real = np.load
+
+    def slow_load(*args, **kwargs):
+        with guard:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.01)  # the window two threads' header parses would overlap in
+        try:
+            return real(*args, **kwargs)
+        finally:
+            with guard:
+                inside[0] -= 1
+
+    monkeypatch.setattr(sources.np, "load", slow_load)
+    with ThreadPoolExecutor(8) as pool:
+        blocks = list(pool.map(lambda b: src.load(b).copy(), src.blocks * 4))
+    assert len(src.blocks) >= 8 and most[0] == 1
+    whole = np.load(tmp_path / "m.npy")
+    for b, got in zip(src.blocks * 4, blocks):
+        assert np.array_equal(got, whole[:, b.col0 : b.col1])
