@@ -184,7 +184,6 @@ class PartyArgminResult:
     source: int  # π₁⁻¹(j): the party (0-based index) whose shares this party held
     xi_key: PrivateKey  # the parties' key ξ (never given to Charlie)
     zeta_pk: PublicKey  # Charlie's public key ζ
-    beta_pk: PublicKey | None = None  # Charlie's public key β (the shares b only)
     stats: dict[str, Any] = field(default_factory=dict)
 
 
@@ -396,9 +395,7 @@ async def argmin_party(
             min_key_bits=params.dgk_bits,
             rng=protocol_rng(seed, "secure-min", ch.role, "cmp"),
         )
-    return PartyArgminResult(
-        position=pos, source=src, xi_key=xi_key, zeta_pk=zeta_pk, beta_pk=beta_pk, stats=ch.stats.as_dict()
-    )
+    return PartyArgminResult(position=pos, source=src, xi_key=xi_key, zeta_pk=zeta_pk, stats=ch.stats.as_dict())
 
 
 # =============================================================================== curator side

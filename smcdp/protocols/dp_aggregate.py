@@ -584,7 +584,7 @@ async def data_party(
         u_mine, v_j = await _indicator_entry(ch, zeta_pk, me, s1, roles)
         # --- Stage 2, step 2: our contribution and the selection check's ζ(v_j·k_j).
         seeds = await _mask_seeds(ch, rng, me, params, pairwise=False)
-        agg, t, sel = await _contribution(ch, rng, zeta_pk, v_j, N, W, key, me, params, seeds)
+        agg, t, sel = _contribution(rng, zeta_pk, v_j, N, W, key, params, seeds)
         assert sel is not None  # one party's noise: the contribution comes with ζ(v_j·k_j)
         # --- Stage 2, step 3: multiply up the parties' tree; the selected key comes back down.
         agg = await _add_up_the_tree(ch, zeta_pk, agg, me, params)
@@ -673,29 +673,25 @@ async def _indicator_entry(
     return u_mine, v_j
 
 
-async def _contribution(
-    ch: Channel,
+def _contribution(
     rng: random.Random,
     zeta_pk: PublicKey,
     v_j: mpz | None,
     N: list[int],
     W: list[int],
     key: int,
-    me: int,
     params: DPAggregateParams,
-    seeds: list[tuple[bytes, int]] | None = None,
+    seeds: list[tuple[bytes, int]],
 ) -> tuple[EncryptedVector, list[int], mpz | None]:
     """Stage 2, step 2: our contribution ζ(v_j·N_j + Y_j), Y_j = W_j − t_j + ρ_j − ρ_(j−1) mod M, where t_j is
     the share we will publish and ρ_j, ρ_(j−1) are expanded from the ring seeds we share with our neighbours
     (they cancel in the sum); and ζ(v_j·k_j) for the selection check.  Returns (ζ(…), t_j, ζ(v_j·k_j)).
     Shared noise (``v_j`` None): ζ(Y_j) with our share N_j inside Y_j = W_j + N_j − t_j + Σ_k ±ρ_{jk}, masks
-    from a seed shared with *every* other party (:func:`_mask_seeds`; ``seeds``: exchanged already), and no
-    ζ(v_j·k_j)."""
+    from a seed shared with *every* other party, and no ζ(v_j·k_j).  ``seeds``: our mask seeds, exchanged
+    already (:func:`_mask_seeds`: the selection's masks come from them too)."""
     d, F = params.dim, params.frac_bits
     M = 1 << params.modulus_bits
     packing = params.packing(zeta_pk)
-    if seeds is None:
-        seeds = await _mask_seeds(ch, rng, me, params, pairwise=v_j is None)
     mask = zero_sum_mask(seeds, d, M)
     t = [rng.randrange(M) for _ in range(d)]
     inside = [0] * d if v_j is not None else N  # the shared noise share travels inside Y_j
@@ -873,7 +869,7 @@ async def _shared_noise_stages(
     if not 1 <= k_sel <= key:
         _refuse_selection(ch.role)
     N = shared_noise(ch.role, params, k_sel, noise_random_state)
-    agg, t, _ = await _contribution(ch, rng, zeta_pk, None, N, W, key, me, params, seeds)
+    agg, t, _ = _contribution(rng, zeta_pk, None, N, W, key, params, seeds)
     return t, await _add_up_the_tree(ch, zeta_pk, agg, me, params)
 
 
