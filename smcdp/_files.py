@@ -12,8 +12,15 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
+
+#: numpy parses a .npy header -- also each member of an .npz, read when the member is indexed -- with
+#: ``ast.literal_eval``, and CPython 3.11's AST constructor is not thread-safe: two sessions' threads reading
+#: arrays at once raised "SystemError: AST constructor recursion depth mismatch" (python/cpython#106905).  Every
+#: ``np.load`` of the package, and every .npz member read, holds this lock; the data's copy may follow outside it.
+NUMPY_HEADERS = threading.Lock()
 
 
 def atomic_write(
@@ -59,3 +66,11 @@ def fsync_dir(directory: str | os.PathLike) -> None:
 def atomic_write_json(path: str | os.PathLike, obj: Any, mode: int = 0o644, **dumps_kw) -> Path:
     dumps_kw.setdefault("indent", 2)
     return atomic_write(path, (json.dumps(obj, **dumps_kw) + "\n").encode("utf-8"), mode)
+
+
+def npy_rows(path: str | os.PathLike) -> int:
+    """The number of rows of a .npy array, from its header alone (memory-mapped, under ``NUMPY_HEADERS``)."""
+    import numpy as np  # deferred: this module is imported by layers that need no numpy
+
+    with NUMPY_HEADERS:
+        return int(np.load(os.fspath(path), mmap_mode="r", allow_pickle=False).shape[0])

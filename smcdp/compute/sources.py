@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from smcdp._files import NUMPY_HEADERS
 from smcdp._optional import require
 from smcdp.errors import InputRejected, InvalidMessage, PreconditionFailed, local_failure
 
@@ -329,15 +330,9 @@ def _open_zarr(path: str):
         raise InputRejected("the configured data is not a readable Zarr array", f"{path}: {exc}") from None
 
 
-#: np.load parses a .npy header with ast.literal_eval, and CPython 3.11's AST constructor is not thread-safe:
-#: blocks loaded by several threads at once (twenty sessions on one party) raised "SystemError: AST constructor
-#: recursion depth mismatch" in a .ci/run (python/cpython#106905).  Opening a file (header and memory map) is
-#: serialised; copying its columns is not.
-_NPY_OPEN = threading.Lock()
-
-
 def _open_npy(path: str) -> np.ndarray:
-    with _NPY_OPEN:
+    # the header and memory map under numpy's lock (smcdp._files.NUMPY_HEADERS); copying columns is not
+    with NUMPY_HEADERS:
         return np.load(path, mmap_mode="r", allow_pickle=False)
 
 

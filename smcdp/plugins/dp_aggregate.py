@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from smcdp._files import NUMPY_HEADERS
 from smcdp.crypto.paillier import check_key_bits
 from smcdp.errors import InputRejected, local_failure
 from smcdp.net.channel import Channel
@@ -32,7 +33,7 @@ from smcdp.protocols.dp_aggregate import (
 def load_dataset(path) -> tuple[np.ndarray, np.ndarray]:
     """(X, y) from an ``.npz`` with ``X`` (n × d, rows ‖x‖ ≤ 1) and ``y`` in {−1, +1} or {0, 1} -> y in {−1, +1}."""
     try:
-        with np.load(path, allow_pickle=False) as z:
+        with NUMPY_HEADERS, np.load(path, allow_pickle=False) as z:  # the members' headers parsed as read
             if "X" not in z or "y" not in z:
                 raise InputRejected("the data file must hold arrays 'X' and 'y'", str(path))
             X, y = np.asarray(z["X"]), np.asarray(z["y"])

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from smcdp._files import NUMPY_HEADERS, npy_rows
 from smcdp.crypto.paillier import check_key_bits
 from smcdp.errors import InputRejected, InvalidMessage, PermissionDenied, local_failure
 from smcdp.net.channel import Channel
@@ -70,7 +71,8 @@ def load_utterance(path, cmn: str = "utterance") -> np.ndarray:
             raise InputRejected(f"the utterance must have 1..{MAX_FRAMES} frames", f"{path}: {X.shape[0]} frames")
         return X
     try:
-        X = np.load(path, allow_pickle=False)
+        with NUMPY_HEADERS:
+            X = np.load(path, allow_pickle=False)
     except FileNotFoundError:
         raise InputRejected("the configured utterance file does not exist", str(path)) from None
     except (ValueError, OSError) as exc:
@@ -150,7 +152,7 @@ class KeywordPlugin(ProtocolPlugin):
         if utterance_kind(path) == "wav":
             frames = read_wav(path).frames
         else:
-            frames = int(np.load(path, mmap_mode="r", allow_pickle=False).shape[0])
+            frames = npy_rows(path)
         last = self.last_alice
         prepare_alice(
             root,

@@ -11,8 +11,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict
 from typing import Any
 
-import numpy as np
-
+from smcdp._files import npy_rows
 from smcdp.crypto.paillier import check_key_bits
 from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
@@ -88,7 +87,7 @@ class _SpeakerPlugin(ProtocolPlugin):
         if utterance_kind(path) == "wav":
             frames = read_wav(path).frames
         else:
-            frames = int(np.load(path, mmap_mode="r", allow_pickle=False).shape[0])
+            frames = npy_rows(path)
         prepare_alice(root, frames, self.name, sizes=self.last_alice, allow_insecure_keys=allow_insecure_keys)
 
     async def run_role(self, role: str, ch: Channel, ctx: SessionContext) -> dict:

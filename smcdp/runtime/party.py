@@ -47,6 +47,12 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+# numpy imports numpy.ma lazily, on first use (np.unique, scipy.stats), and that import parses builtin
+# signatures with ast; in a session thread it would race with another thread's array header parse (CPython
+# 3.11's AST constructor is not thread-safe, python/cpython#106905; smcdp._files.NUMPY_HEADERS).  A party
+# imports it here, before any session thread runs (6 ms).
+import numpy.ma  # noqa: F401
+
 from smcdp.compute import close_engines
 from smcdp.crypto.prepared import SHELF
 from smcdp.errors import SessionAborted

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from smcdp._files import NUMPY_HEADERS
 from smcdp.errors import InvalidMessage, local_failure
 from smcdp.speech.audio import read_wav
 from smcdp.speech.frontend import (
@@ -171,7 +172,8 @@ def validate_features(X: Any, n_features: int | None = N_FEATURES, *, max_frames
 def load_features(path: str | os.PathLike, n_features: int | None = N_FEATURES) -> np.ndarray:
     """Load a ``.npy`` feature matrix (T × d) safely (``allow_pickle=False``)."""
     try:
-        arr = np.load(os.fspath(path), allow_pickle=False)
+        with NUMPY_HEADERS:
+            arr = np.load(os.fspath(path), allow_pickle=False)
     except FileNotFoundError as exc:
         raise InvalidMessage(f"feature file not found: {path}") from exc
     except (ValueError, OSError, EOFError) as exc:

@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from smcdp._files import NUMPY_HEADERS
 from smcdp.errors import InvalidMessage, local_failure
 from smcdp.speech.frontend import CMN_MODES
 
@@ -483,7 +484,8 @@ class KeywordModels(_EmissionShape):
         """Read and fully validate a ``.npz`` model file (never unpickles)."""
         p = os.fspath(path)
         try:
-            obj = np.load(p, allow_pickle=False)
+            with NUMPY_HEADERS:
+                obj = np.load(p, allow_pickle=False)
         except FileNotFoundError as exc:
             raise InvalidMessage(f"model file not found: {p}") from exc
         except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
@@ -497,7 +499,8 @@ class KeywordModels(_EmissionShape):
                 arrays = {}
                 for k in obj.files:
                     try:
-                        arrays[k] = obj[k]
+                        with NUMPY_HEADERS:  # the member's header is parsed as it is read
+                            arrays[k] = obj[k]
                     except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as exc:
                         if local_failure(exc):
                             raise

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from smcdp._files import NUMPY_HEADERS
 from smcdp.errors import InvalidMessage, local_failure
 from smcdp.speech.frontend import CMN_MODES
 from smcdp.speech.models import KeywordModels
@@ -150,7 +151,8 @@ def llr_score(ubm: DiagGMM, speaker_means: np.ndarray, X: np.ndarray) -> float:
 def _load_npz(path: str | os.PathLike, what: str) -> dict[str, np.ndarray]:
     p = os.fspath(path)
     try:
-        obj = np.load(p, allow_pickle=False)
+        with NUMPY_HEADERS:
+            obj = np.load(p, allow_pickle=False)
     except FileNotFoundError:
         raise InvalidMessage(f"{what} file not found: {p}") from None
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
@@ -161,7 +163,8 @@ def _load_npz(path: str | os.PathLike, what: str) -> dict[str, np.ndarray]:
         raise InvalidMessage(f"{p}: expected an .npz archive, got a single array")
     with obj:
         try:
-            return {k: obj[k] for k in obj.files}
+            with NUMPY_HEADERS:  # each member's header is parsed as it is read
+                return {k: obj[k] for k in obj.files}
         except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
             if local_failure(exc):
                 raise
