@@ -66,12 +66,14 @@ import asyncio
 import hashlib
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property
 from pathlib import Path
 from typing import Any, NoReturn
 
+import gmpy2
 import numpy as np
 from gmpy2 import mpz
 from numpy.typing import ArrayLike
@@ -94,6 +96,7 @@ from smcdp.dp.validation import InvalidParameter, check_positive, clip_rows_to_n
 from smcdp.errors import CryptoOverflow, InputRejected, InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.net.limits import TrafficEnvelope, ciphertext_vector_bytes
+from smcdp.net.tls import validate_party_name
 from smcdp.primitives.argmin import (
     CHARLIE as CHARLIE,  # the curator's role name, part of this protocol's interface
 )
@@ -166,6 +169,12 @@ class DPAggregateParams(ProtocolParams):
     dgk_bits: int = 2048
     dgk_t: int = 224
     packed: bool = True  # pack Stage-2 noise into few ciphertexts
+    # --- a group (threshold) key among the data parties instead of party1's xi (calibration "gaussian" only;
+    # smcdp.protocols.dp_aggregate_threshold): no Charlie-and-t-parties coalition learns any n_j
+    key_group: str | None = None  # the key group every data party holds a share of (smcdp keys generate)
+    key_threshold: int | None = None  # t of that group: any t + 1 data parties decrypt, no t of them can
+    size_levels: int = 33  # group key: the public levels the selected sensitivity key is rounded down to
+    levels_per_octave: int = 4  # group key: levels per doubling of the key (the noise's granularity)
 
     def validate(self) -> DPAggregateParams:
         def bad(msg: str) -> NoReturn:
@@ -210,6 +219,7 @@ class DPAggregateParams(ProtocolParams):
             bad(f"the sensitivity bound {self.sensitivity_bound:g} must lie in [2^-32, 2^28]")
         if self.weight_limit > 2.0**60:
             bad("weight_bound must be below 2^60")
+        self._validate_key_group(bad)
         self.secure_min_params().validate()
         F = self.frac_bits
         if not 1 <= F <= 512:
@@ -220,6 +230,52 @@ class DPAggregateParams(ProtocolParams):
         if self.slot_bits + 8 > self.key_bits - 4:
             bad(f"key_bits={self.key_bits} is too small for {self.modulus_bits}-bit shares")
         return self
+
+    def _validate_key_group(self, bad: Callable[[str], NoReturn]) -> None:
+        """A group key: its name and threshold t together, shared noise only, at most n − t noise parties."""
+        if (self.key_group is None) != (self.key_threshold is None):
+            bad("key_group and key_threshold go together: the group's name and its threshold t")
+        for name, lo, hi in (("size_levels", 2, 256), ("levels_per_octave", 1, 64)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                bad(f"{name}={v!r} must be an integer in [{lo}, {hi}]")
+        if self.key_group is None:
+            return
+        try:
+            validate_party_name(self.key_group, "key_group")
+        except InvalidMessage as exc:
+            bad(str(exc))
+        t = self.key_threshold
+        if isinstance(t, bool) or not isinstance(t, int) or not 1 <= t <= self.n_parties - 1:
+            bad(f"key_threshold={t!r} must be an integer in [1, {self.n_parties - 1}]")
+        if self.calibration != "gaussian":
+            bad(
+                "key_group needs calibration='gaussian': under a group key every data party adds a share of the "
+                "noise (one party's noise would be removed by that party and whoever learns the selection)"
+            )
+        assert t is not None
+        if self.noise_parties > self.n_parties - t:
+            bad(
+                f"noise_parties={self.noise_parties} exceeds n − t = {self.n_parties - t}: charlie with t data "
+                "parties could leave less than σ² of honest noise on the sum"
+            )
+
+    @property
+    def key_kind(self) -> str:
+        """ "threshold" (a group key, no party holds the private key) or "single" (party1's key pair ξ)."""
+        return "threshold" if self.key_group is not None else "single"
+
+    @property
+    def level_keys(self) -> list[int]:
+        """Group key: K(0) < K(1) < … < K(L − 1), the public levels a sensitivity key is rounded down to:
+        K(ℓ) = ⌊k_0·2^(ℓ/s)⌋ (exact integer roots), k_0 = the key of the largest admissible sensitivity Δ_max,
+        which every admissible party's key is at least, s = ``levels_per_octave``."""
+        k0, _ = sensitivity_key(self.sensitivity_bound)
+        s = self.levels_per_octave
+        out = [int(gmpy2.iroot(mpz(k0) ** s << ell, s)[0]) for ell in range(self.size_levels)]
+        if any(b <= a for a, b in zip(out, out[1:])):
+            raise InvalidMessage("dp-aggregate: the size levels are not distinct; lower levels_per_octave")
+        return out
 
     # -- public derived quantities -------------------------------------------------
     @property
@@ -509,7 +565,7 @@ def write_durable(path: Path, obj: Any) -> str:
 
 
 # =============================================================================== Stage 3 (everyone but Dave)
-async def _publish(
+async def publish_share(
     ch: Channel, share: list[int], params: DPAggregateParams, output_dir: Path | None, session: str
 ) -> tuple[list[str], str | None]:
     """Write this publisher's share durably and send it to Dave."""
@@ -560,7 +616,7 @@ async def data_party(
     if ch.role not in roles:
         raise InvalidMessage(f"role {ch.role!r} is not a data party of this session")
     me, F = roles.index(ch.role), params.frac_bits
-    w, sensitivity = _checked_model(ch.role, weights, sensitivity, params)
+    w, sensitivity = checked_model(ch.role, weights, sensitivity, params)
     key, delta_hat = sensitivity_key(sensitivity)
     rng = protocol_rng(seed, "dp-aggregate", ch.role)
     sm = params.secure_min_params()
@@ -599,11 +655,11 @@ async def data_party(
     ch.progress(round=3, step="publish")
     if me == 0:
         t = await _mask_total_for_charlie(ch, rng, zeta_pk, agg, t, params)
-    share, path = await _publish(ch, t, params, output_dir, ch.session_id)
+    share, path = await publish_share(ch, t, params, output_dir, ch.session_id)
     return PartyResult(share=share, share_file=path, stats=ch.stats.as_dict())
 
 
-def _checked_model(
+def checked_model(
     role: str, weights: ArrayLike, sensitivity: float, params: DPAggregateParams
 ) -> tuple[np.ndarray, float]:
     """The party's model and sensitivity, within the session's public bounds."""
@@ -829,10 +885,10 @@ async def _check_the_selection(
         check_selection_helper(ch, sel, sm, zeta_pk=zeta_pk, seed=seed, allow_insecure_keys=allow_insecure_keys),
     )
     if not ok:
-        _refuse_selection(ch.role)
+        refuse_selection(ch.role)
 
 
-def _refuse_selection(role: str) -> NoReturn:
+def refuse_selection(role: str) -> NoReturn:
     raise InvalidMessage(
         f"{role}: the noise charlie selected is calibrated for a smaller sensitivity than "
         "this party's (he did not select the party with the largest sensitivity): refusing to "
@@ -867,7 +923,7 @@ async def _shared_noise_stages(
     ch.progress(step="selection-check")
     k_sel = await reveal_selection_party(ch, sel, sm, zeta_pk=zeta_pk, seed=seed)
     if not 1 <= k_sel <= key:
-        _refuse_selection(ch.role)
+        refuse_selection(ch.role)
     N = shared_noise(ch.role, params, k_sel, noise_random_state)
     agg, t, _ = _contribution(rng, zeta_pk, None, N, W, key, params, seeds)
     return t, await _add_up_the_tree(ch, zeta_pk, agg, me, params)
@@ -1031,7 +1087,7 @@ async def charlie(
     if c is None or any(not -params.noise_int_bound <= x <= hi for x in c):
         raise InvalidMessage("s2/psi from party1 decrypts to values outside the agreed range")
     M = 1 << params.modulus_bits
-    share, path = await _publish(ch, [x % M for x in c], params, output_dir, ch.session_id)
+    share, path = await publish_share(ch, [x % M for x in c], params, output_dir, ch.session_id)
     return CharlieResult(share=share, share_file=path, comparisons=s1.comparisons, stats=ch.stats.as_dict())
 
 

@@ -63,6 +63,7 @@ from smcdp.crypto.threshold import (
     KeyShare,
     PartialDecryption,
     ThresholdPublicKey,
+    combine,
     combine_vector_ints,
     partial_decrypt_vector,
 )
@@ -375,7 +376,7 @@ def _replayable_encryption(
     return run
 
 
-async def _exchange_digests(
+async def exchange_digests(
     ch: Channel, params: PowerIterationParams, key: GroupKey, mine: bytes, trent: str, tags: Tags
 ) -> dict[str, bytes]:
     """Step 2: this party's digest to every other data party and to ``trent`` (who checks the release against
@@ -393,7 +394,7 @@ async def _exchange_digests(
     return digests
 
 
-async def _echo(
+async def echo_digests(
     ch: Channel, params: PowerIterationParams, key: GroupKey, digests: Mapping[str, bytes], trent: str, tags: Tags
 ) -> bytes:
     """Step 2b: the hash of every digest held here to every other data party and to ``trent``; theirs back,
@@ -466,9 +467,9 @@ async def release_and_commit(
     vec, proof = await _encrypt_and_prove(ch, params, key, W, packing, tags, seed)
     # --- Step 2: the digest to every other data party; every other party's digest before anything more.
     mine = contribution_digest(ch.session_id, ch.role, ch.roles[ch.role], vec, proof)
-    digests = await _exchange_digests(ch, params, key, mine, trent, tags)
+    digests = await exchange_digests(ch, params, key, mine, trent, tags)
     # --- Step 2b: every data party holds the same digests (nobody sent different ones to different parties).
-    echo = await _echo(ch, params, key, digests, trent, tags)
+    echo = await echo_digests(ch, params, key, digests, trent, tags)
     # --- Step 3: the release to Trent (the release point), only now that every contribution is committed.
     await ch.send(trent, tags.release, vec.to_proto())
     await ch.send(trent, tags.proof, bigints(list(proof)))
@@ -559,23 +560,65 @@ async def threshold_decrypt(
     tags: Tags,
     seed: SeedLike,
     echo: bytes,
+    *,
+    signed: bool = True,
+    protocol: str = "power-iteration",
 ) -> list[int]:
     """Steps 5–6: this party's partial decryption of ``total`` (the sum it recomputed) to the other data
-    parties, theirs verified and t + 1 combined: the sum's signed integers.  The proof's nonce is derived from
-    a stream of the party's root and the statement, so a replayed party sends the same bytes."""
+    parties, theirs verified and t + 1 combined: the sum's signed integers (``signed`` False: the plaintexts
+    in [0, N), unpacked as they are).  The proof's nonce is derived from a stream of the party's root and the
+    statement, so a replayed party sends the same bytes."""
     others = [r for r in params.data_roles if r != ch.role]
-    context = sum_context(ch.session_id, tags.sum, total, echo)
-    nonce_key = stream_key(seed, "power-iteration", ch.role, "proof", tags.partial)
-    own = await asyncio.to_thread(partial_decrypt_vector, key.share, total, context, nonce_key=nonce_key)
-    await ch.send_many(others, tags.partial, partial_to_proto(own))
+    own, context = await send_partial(ch, key, total, tags, seed, echo, others, protocol=protocol)
     got = await ch.recv_all(others, tags.partial, pb.BigInts)
-    role_of = {i: r for r, i in key.indices.items()}
+    return await combine_partials(ch, key.public, key.indices, total, tags, context, got, own=own, signed=signed)
+
+
+async def send_partial(
+    ch: Channel,
+    key: GroupKey,
+    total: EncryptedVector,
+    tags: Tags,
+    seed: SeedLike,
+    echo: bytes,
+    to: list[str],
+    *,
+    protocol: str = "power-iteration",
+) -> tuple[PartialDecryption, bytes]:
+    """This party's partial decryption of ``total`` (which it recomputed), with its proof bound to the session,
+    ``tags.sum``, the agreed ``echo`` and the sum's digest, sent to ``to``.  Returns it and that context."""
+    context = sum_context(ch.session_id, tags.sum, total, echo)
+    nonce_key = stream_key(seed, protocol, ch.role, "proof", tags.partial)
+    own = await asyncio.to_thread(partial_decrypt_vector, key.share, total, context, nonce_key=nonce_key)
+    await ch.send_many(to, tags.partial, partial_to_proto(own))
+    return own, context
+
+
+async def combine_partials(
+    ch: Channel,
+    pub: ThresholdPublicKey,
+    indices: Mapping[str, int],
+    total: EncryptedVector,
+    tags: Tags,
+    context: bytes,
+    got: Mapping[str, pb.BigInts],
+    *,
+    own: PartialDecryption | None = None,
+    signed: bool = True,
+) -> list[int]:
+    """The plaintexts of ``total`` from the partial decryptions ``got`` (role -> message; and ``own``), every one
+    verified first: a wrong one raises :class:`~smcdp.crypto.threshold.BadPartialDecryption` naming its role
+    and party (``origin``).  ``signed``: as :func:`threshold_decrypt`."""
+    role_of = {i: r for r, i in indices.items()}
     count = len(total.ciphertexts)
     try:
-        partials = [own] + [
-            partial_from_proto(got[r], key.public, key.indices[r], count, f"{tags.partial} from {r}") for r in others
+        partials = ([own] if own is not None else []) + [
+            partial_from_proto(got[r], pub, indices[r], count, f"{tags.partial} from {r}") for r in got
         ]
-        return await asyncio.to_thread(combine_vector_ints, key.public, total, partials, context)
+        if signed:
+            return await asyncio.to_thread(combine_vector_ints, pub, total, partials, context)
+        cts = [int(c) for c in total.ciphertexts]
+        return await asyncio.to_thread(combine, pub, cts, partials, context, signed=False)
     except BadPartialDecryption as exc:
         role = role_of[exc.party]
         named = BadPartialDecryption(exc.party, f"{exc.reason} ({role}, {ch.roles[role]!r})")
@@ -583,15 +626,20 @@ async def threshold_decrypt(
         raise named from None
 
 
-async def _trent_echo(ch: Channel, params: PowerIterationParams, tags: Tags) -> Mapping[str, pb.Blobs]:
+async def _trent_echo(
+    ch: Channel, params: PowerIterationParams, tags: Tags, fingerprint: bytes | None = None
+) -> tuple[Mapping[str, pb.Blobs], bytes]:
     """Trent's part of step 2b: every data party's digest, then the echo of the digests he received to every
     data party (each releases only if it equals its own), and theirs back: unless all equal his, he relays
-    nothing (:class:`EchoMismatch`).  Returns the digest messages."""
+    nothing (:class:`EchoMismatch`).  ``fingerprint``: the group key's, as Trent was told it -- every digest must
+    name it.  Returns the digest messages and the echo."""
     roles = params.data_roles
     digests = await ch.recv_all(roles, tags.digest, pb.Blobs)
     for role in roles:
         if len(digests[role].values) != 2 or len(digests[role].values[1]) != 32:
             raise InvalidMessage(f"{tags.digest} from {role} must be (key fingerprint, 32-byte digest)")
+        if fingerprint is not None and digests[role].values[0] != fingerprint:
+            raise InvalidMessage(f"{role} commits under another key than the group key {ch.role} was given")
     held = {role: bytes(digests[role].values[1]) for role in roles}
     echo = echo_hash(bytes(digests[roles[0]].values[0]), roles, held)
     await ch.send_many(roles, tags.echo, pb.Blobs(values=[echo]))
@@ -603,23 +651,27 @@ async def _trent_echo(ch: Channel, params: PowerIterationParams, tags: Tags) -> 
             f"{ch.role} received ({tags.echo} differs)",
             differ,
         )
-    return digests
+    return digests, echo
 
 
-async def trent_deliver(ch: Channel, params: PowerIterationParams, pk: PublicKey, L: int, tags: Tags) -> None:
+async def trent_deliver(
+    ch: Channel, params: PowerIterationParams, pk: PublicKey, L: int, tags: Tags, fingerprint: bytes | None = None
+) -> tuple[bytes, dict[str, EncryptedVector]]:
     """Trent's steps 2b and 4: he echoes the digests he received (:func:`_trent_echo`), then relays every data
     party's release (``tags.release``) and its proof of plaintext knowledge (``tags.proof``) to every data
     party, each checked first (size, key, bound) and against the digest its owner committed to
     (``tags.digest``, which every data party sent him too): a release that is not what its sender committed
     to is refused, naming the sender (:class:`ContributionMismatch`), and nothing is relayed.  He sums
-    nothing and decrypts nothing."""
+    nothing and decrypts nothing.  Returns the echo and the releases (dp-aggregate's Charlie combines the
+    partial decryptions of their sum; ``fingerprint``: see :func:`_trent_echo`)."""
     roles = params.data_roles
     packing = params.packing(pk)
-    digests = await _trent_echo(ch, params, tags)
+    digests, echo = await _trent_echo(ch, params, tags, fingerprint)
+    vecs = {}
     noisy = await ch.recv_all(roles, tags.release, pb.CiphertextVector)
     proofs = await ch.recv_all(roles, tags.proof, pb.BigInts)
     for role in roles:
-        vec = _release(noisy[role], pk, params, L, packing, f"{tags.release} from {role}")
+        vec = vecs[role] = _release(noisy[role], pk, params, L, packing, f"{tags.release} from {role}")
         proof = proof_from_proto(proofs[role], pk, f"{tags.proof} from {role}")
         if contribution_digest(ch.session_id, role, ch.roles[role], vec, proof) != digests[role].values[1]:
             exc = ContributionMismatch(
@@ -631,3 +683,4 @@ async def trent_deliver(ch: Channel, params: PowerIterationParams, pk: PublicKey
     for role in roles:
         await ch.send_many(roles, f"{tags.contrib}/{role}", noisy[role])
         await ch.send_many(roles, f"{tags.proof}/{role}", proofs[role])
+    return echo, vecs

@@ -1,0 +1,449 @@
+"""dp-aggregate under a group (threshold) key (docs/protocols/dp-aggregate.md, "Under a group key").
+
+The data parties hold shares of a (t, K) threshold Paillier key G made by the key ceremony
+(:mod:`smcdp.protocols.keygen`); nobody holds its private key, and no t of them decrypt anything.  Charlie
+relays and publishes his share; he holds no key.  With party1's key ξ (the other modes) Charlie with any data
+party learns every party's size, and with one party's noise Charlie with party1 or with the selected party
+removes the noise; here a coalition of Charlie and at most t data parties learns the released model (a DP
+output) and the smallest data set's size level (an output every data party receives), and nothing else.
+
+The shared-noise calibration only (``calibration = "gaussian"``): every party adds a share of the noise.
+Steps (numbered as in the docs; each G-step's commitments go through power iteration's group-key release
+flow, :mod:`smcdp.protocols.power_iteration_threshold`: a digest to every data party and to Charlie, an echo
+round, the release to Charlie, his relay to every data party, every digest and proof checked before anything
+is combined or decrypted, and a party decrypts only what it recomputed itself):
+
+G0. party1 sends Charlie the group's public key; every data party checks the group is the session's.
+G1. *Levels.*  Party j rounds its sensitivity key k_j down to the public level ℓ_j = max{ℓ : K(ℓ) <= k_j}
+    (``DPAggregateParams.level_keys``: L levels, ``levels_per_octave`` per doubling, from the key of the
+    largest admissible sensitivity up) and releases the thermometer b_j[ℓ] = [ℓ_j <= ℓ], ℓ = 0 … L − 2,
+    encrypted under G with a proof that it knows what it encrypts.  Every party recomputes
+    C[ℓ] = Π_j G(b_j[ℓ]) = G(c[ℓ]), c[ℓ] = the number of parties at level ℓ or below.
+G2. *Zero test.*  Party j raises every C[ℓ] to a secret exponent r_j[ℓ] (|N| + 64 bits), D_j[ℓ] = C[ℓ]^{r_j[ℓ]},
+    with a proof that each D_j[ℓ] encrypts a multiple of what C[ℓ] encrypts
+    (:func:`~smcdp.crypto.zkp.prove_scaling`: no other ciphertext mixed in), and commits and releases them
+    as in G1.  Every party checks every proof against the C it recomputed, recomputes
+    Z[ℓ] = Π_j D_j[ℓ] = G(c[ℓ]·Σ_j r_j[ℓ]) and decrypts it with the others (threshold decryption with proofs).
+    Σ_j r_j[ℓ] is uniform mod N as long as one party's r is, so z[ℓ] is 0 where c[ℓ] = 0 and uniform in Z*_N-ish
+    elsewhere: the parties learn only ℓ* = the first nonzero level -- the smallest party's level -- not how
+    many parties are at any level.  A pattern that is not zeros-then-nonzeros, or a zero at the party's own
+    level, means someone deviated: the party refuses.
+G3. *Release.*  k̂ = K(ℓ*) <= k_j for every party, so Δ̂ = 2^48/k̂ covers every party's sensitivity.  Party j
+    draws its noise share N_j ~ N_Z(0, σ²/h)^d for Δ̂ (as the shared-noise mode), its published share t_j
+    uniform mod M, and releases Y_j = (W_j + N_j − t_j) mod M under G (committed, with its proof of plaintext
+    knowledge).  Every party checks what Charlie relays, recomputes Π_j G(Y_j) and sends **Charlie** its
+    partial decryption of it; Charlie combines t + 1 verified ones: X = Σ_j Y_j, his share X mod M.  The
+    K + 1 shares add up to T = Σ_j W_j + Σ_j N_j (mod M); Dave reassembles as in every mode.
+
+Randomness: encryption randomness and every proof's nonces derive from the party's root (a replayed party
+sends the same bytes; its commitments hold), the nonces also from the witness; so, as in power iteration, a
+seeded session is refused (its root would be public).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gmpy2
+import numpy as np
+from gmpy2 import mpz
+from numpy.typing import ArrayLike
+
+from smcdp.crypto.codec import bigints, from_bigints
+from smcdp.crypto.encoding import Packing
+from smcdp.crypto.paillier import PublicKey
+from smcdp.crypto.threshold import ThresholdPublicKey
+from smcdp.crypto.vector import EncryptedVector
+from smcdp.crypto.zkp import CHALLENGE_BITS, SCALE_HIDING_BITS, prove_scaling, verify_scaling
+from smcdp.errors import InvalidMessage
+from smcdp.net.channel import Channel
+from smcdp.primitives.rng import SeedLike, noise_source, protocol_rng, stream_key
+from smcdp.protocols.dp_aggregate import (
+    CHARLIE,
+    PROTOCOL,
+    CharlieResult,
+    DPAggregateParams,
+    PartyResult,
+    checked_model,
+    publish_share,
+    refuse_selection,
+    sensitivity_key,
+    shared_noise,
+    to_fixed,
+)
+from smcdp.protocols.power_iteration_threshold import (
+    BadContributionProof,
+    ContributionMismatch,
+    GroupKey,
+    Tags,
+    _trent_echo,
+    check_group_key,
+    checked_sum,
+    combine_partials,
+    contribution_digest,
+    echo_digests,
+    exchange_digests,
+    proof_context,
+    refuse_seeded,
+    release_and_commit,
+    send_partial,
+    sum_context,
+    threshold_decrypt,
+    trent_deliver,
+)
+from smcdp.v1 import messages_pb2 as pb
+
+#: G1's thermometers, G2's blinded counts, G3's releases: each stage's messages (power iteration's tags' roles)
+LEVELS = Tags("g1/levels", "g1/digest", "g1/contrib", "g1/partial", "g1/sum", "g1/pok", "g1/echo")
+BLINDED = Tags("g2/blinded", "g2/digest", "g2/contrib", "g2/partial", "g2/zero", "g2/proof", "g2/echo")
+RELEASE = Tags("g3/release", "g3/digest", "g3/contrib", "g3/partial", "g3/total", "g3/pok", "g3/echo")
+#: party1 to Charlie: the group's public key (JSON) and the share index of every data role
+KEY_TAG = "g0/key"
+#: the blinding exponents have this many bits beyond N's: Σ_j r_j[ℓ] is within 2^-64 of uniform mod N
+BLIND_EXTRA_BITS = 64
+
+
+@dataclass
+class Stage:
+    """What power iteration's group-key release flow reads of its parameters (its ``PowerIterationParams``
+    protocol), for one of this protocol's stages: the values' fixed-point bits, bound and packing."""
+
+    n_parties: int
+    key_bits: int
+    key_group: str | None
+    key_threshold: int | None
+    roles: tuple[str, ...]
+    bound: int
+    slot_bits: int | None = None  # packed into slots of this width; None: one value per ciphertext
+    frac_bits: int = 0
+
+    @property
+    def data_roles(self) -> list[str]:
+        return list(self.roles)
+
+    @property
+    def noise_share(self) -> int:  # pragma: no cover - part of the protocol type; the noise is drawn here
+        return 1
+
+    def contribution_bound(self) -> int:
+        return self.bound
+
+    def packing(self, pk: PublicKey) -> Packing:
+        return Packing.for_key(pk, self.slot_bits) if self.slot_bits else Packing()
+
+
+def stages(params: DPAggregateParams) -> tuple[Stage, Stage, Stage]:
+    """The three stages' parameters: G1's bits, G2's blinded counts (any plaintext), G3's residues mod M."""
+    common = (params.n_parties, params.key_bits, params.key_group, params.key_threshold, tuple(params.party_roles))
+    M = 1 << params.modulus_bits
+    return (
+        Stage(*common, bound=1),
+        Stage(*common, bound=0),  # no bound: what D encrypts is uniform mod N (its bound is the key's)
+        Stage(*common, bound=M - 1, slot_bits=params.slot_bits if params.packed else None),
+    )
+
+
+def level_of(key: int, levels: list[int]) -> int:
+    """ℓ = max{ℓ : K(ℓ) <= key}: the public level a sensitivity key rounds down to (the top one beyond it)."""
+    if key < levels[0]:
+        raise InvalidMessage("the sensitivity key is below the smallest admissible one (sensitivity above Δ_max)")
+    lo, hi = 0, len(levels) - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if levels[mid] <= key:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def thermometer(level: int, size_levels: int) -> list[int]:
+    """b[ℓ] = [level <= ℓ] for ℓ = 0 … L − 2 (the last level holds every party: its count says nothing)."""
+    return [int(level <= ell) for ell in range(size_levels - 1)]
+
+
+def smallest_level(zero_test: list[int], size_levels: int) -> int:
+    """ℓ*: the first level whose blinded count is nonzero (L − 1 if none).  Counts only grow with the level,
+    so anything but zeros-then-nonzeros means a party deviated."""
+    first = next((ell for ell, z in enumerate(zero_test) if z != 0), size_levels - 1)
+    if any(z == 0 for z in zero_test[first:]):
+        raise InvalidMessage(
+            "dp-aggregate: the size levels' zero test is not zeros-then-nonzeros -- a data party's level "
+            "contribution is not a thermometer; refusing the selection"
+        )
+    return first
+
+
+def blinding_exponents(key: bytes, n: int, count: int) -> list[int]:
+    """r[ℓ], |N| + BLIND_EXTRA_BITS bits each: HMAC-SHA256(key, ℓ ‖ counter) in counter mode (a stream of the
+    party's root: a replay blinds alike)."""
+    size = (n.bit_length() + BLIND_EXTRA_BITS + 7) // 8
+    out = []
+    for ell in range(count):
+        raw = b"".join(
+            hmac.new(key, ell.to_bytes(4, "big") + k.to_bytes(4, "big"), hashlib.sha256).digest()
+            for k in range(-(-size // 32))
+        )
+        out.append(int.from_bytes(raw[:size], "big"))
+    return out
+
+
+def key_summary(params: DPAggregateParams, key: GroupKey) -> dict[str, Any]:
+    """The session's key, as a result records it."""
+    t = key.public.threshold
+    return {
+        "kind": "threshold",
+        "group": params.key_group,
+        "threshold": t,
+        "parties": sorted(key.indices, key=lambda r: key.indices[r]),
+        "fingerprint": key.public.fingerprint.hex(),
+        "noise_share": params.noise_parties,
+        "honest_noise_sigma2": (params.n_parties - t) / params.noise_parties,
+    }
+
+
+# =============================================================================== data party
+async def data_party(
+    ch: Channel,
+    weights: ArrayLike,
+    sensitivity: float,
+    params: DPAggregateParams,
+    group_key: GroupKey,
+    *,
+    seed: SeedLike = None,
+    output_dir: Path | None = None,
+    noise_random_state: Any = None,
+) -> PartyResult:
+    """Role ``party<j>`` under the group key ``group_key`` (this party's share and the share map): its locally
+    trained model ŵ_j and its L2 sensitivity Δ_j, as :func:`smcdp.protocols.dp_aggregate.data_party`."""
+    params.validate()
+    if params.key_group is None:
+        raise InvalidMessage("dp-aggregate: this session names no key group")
+    if ch.role not in params.party_roles:
+        raise InvalidMessage(f"role {ch.role!r} is not a data party of this session")
+    refuse_seeded(stages(params)[2], seed)  # the releases' randomness comes from the root
+    w, sensitivity = checked_model(ch.role, weights, sensitivity, params)
+    key, _ = sensitivity_key(sensitivity)
+    W = [to_fixed(x, params.frac_bits) for x in w]
+    rng = protocol_rng(seed, PROTOCOL, ch.role)
+    if noise_random_state is None:
+        noise_random_state = noise_source(seed, PROTOCOL, "noise", ch.role)
+    levels_stage, blinded_stage, release_stage = stages(params)
+    check_group_key(release_stage, group_key, ch.role)
+    pub = group_key.public
+    L = params.size_levels
+
+    # --- G0: Charlie gets the group's public key (to check relays and combine his share's partials).
+    if ch.role == params.party_roles[0]:
+        key_json = json.dumps(pub.to_json(), sort_keys=True).encode()
+        await ch.send(CHARLIE, KEY_TAG, pb.Blobs(values=[key_json, json.dumps(dict(group_key.indices)).encode()]))
+
+    # --- G1: our level's thermometer, committed, released, and everyone's summed: C[ℓ] = G(c[ℓ]).
+    ch.progress(round=1, step="size-levels")
+    table = params.level_keys
+    mine = level_of(key, table)
+    bits = np.array(thermometer(mine, L), dtype=object)
+    digests, _ = await release_and_commit(ch, levels_stage, group_key, bits, Packing(), CHARLIE, LEVELS, seed)
+    counts = await checked_sum(ch, levels_stage, group_key, Packing(), digests, L - 1, CHARLIE, LEVELS)
+
+    # --- G2: every count blinded by every party's secret multiple; the zero test decrypted together.
+    ch.progress(round=2, step="zero-test")
+    zero_test = await _zero_test(ch, params, blinded_stage, group_key, counts, seed)
+    smallest = smallest_level(zero_test, L)
+    if smallest > mine:  # our own level's count is zero: someone cancelled our thermometer
+        refuse_selection(ch.role)
+    k_hat = table[smallest]  # <= every party's key: the calibration covers every party's data
+
+    # --- G3: our noise share for k̂, our published share t_j, and Y_j = W_j + N_j − t_j mod M under G.
+    ch.progress(round=3, step="publish")
+    N = shared_noise(ch.role, params, k_hat, noise_random_state)
+    M = 1 << params.modulus_bits
+    t = [rng.randrange(M) for _ in range(params.dim)]
+    Y = np.array([(w + n - ti) % M for w, n, ti in zip(W, N, t)], dtype=object)
+    packing = release_stage.packing(pub.public_key)
+    digests, echo = await release_and_commit(ch, release_stage, group_key, Y, packing, CHARLIE, RELEASE, seed)
+    total = await checked_sum(ch, release_stage, group_key, packing, digests, params.dim, CHARLIE, RELEASE)
+    await send_partial(ch, group_key, total, RELEASE, seed, echo, [CHARLIE], protocol=PROTOCOL)
+    share, path = await publish_share(ch, t, params, output_dir, ch.session_id)
+    stats = ch.stats.as_dict()
+    stats["key"] = key_summary(params, group_key)
+    stats["size_level"] = {"selected": smallest, "levels": L, "levels_per_octave": params.levels_per_octave}
+    return PartyResult(share=share, share_file=path, stats=stats)
+
+
+async def _zero_test(
+    ch: Channel, params: DPAggregateParams, stage: Stage, group_key: GroupKey, counts: EncryptedVector, seed: SeedLike
+) -> list[int]:
+    """G2 at a data party: D[ℓ] = C[ℓ]^{r[ℓ]} and its scaling proof, committed (digest, echo) and released to
+    Charlie; everyone's, as Charlie relays them, checked against their digests (a mismatch names Charlie) and
+    their proofs against the C recomputed here (a failure names the owner); their product decrypted together:
+    z[ℓ] = c[ℓ]·Σ_j r_j[ℓ] mod N."""
+    pub = group_key.public
+    pk = pub.public_key
+    n2 = pk.nsquare
+    C = [mpz(c) for c in counts.ciphertexts]
+    rs = blinding_exponents(stream_key(seed, PROTOCOL, ch.role, "zero-test"), int(pk.n), len(C))
+    D, proof = await asyncio.to_thread(_blind, pk, C, rs, _context(ch, ch.role, group_key), seed, ch.role)
+    vec = EncryptedVector(pk, D, len(D), 0, Packing(), None)
+    digests = await exchange_digests(
+        ch,
+        stage,
+        group_key,
+        contribution_digest(ch.session_id, ch.role, ch.roles[ch.role], vec, proof),
+        CHARLIE,
+        BLINDED,
+    )
+    echo = await echo_digests(ch, stage, group_key, digests, CHARLIE, BLINDED)
+    await ch.send(CHARLIE, BLINDED.release, vec.to_proto())
+    await ch.send(CHARLIE, BLINDED.proof, bigints(proof))
+    product = [mpz(1)] * len(C)
+    for role in params.party_roles:
+        got, got_proof = await _relayed_blinded(ch, pk, len(C), role)
+        if contribution_digest(ch.session_id, role, ch.roles[role], got, got_proof) != digests[role]:
+            exc = ContributionMismatch(
+                f"{ch.role} refuses to decrypt: the blinded counts of {role} that {CHARLIE} delivered are not the "
+                f"ones {role} committed to ({BLINDED.digest}), which {CHARLIE} checked them against: {CHARLIE} "
+                "deviated"
+            )
+            exc.origin = ch.roles[CHARLIE]
+            raise exc
+        cts = [int(c) for c in got.ciphertexts]
+        exponent_bits = int(pk.n).bit_length() + BLIND_EXTRA_BITS
+        context = _context(ch, role, group_key)
+        if not await asyncio.to_thread(verify_scaling, pk, C, cts, got_proof, context, exponent_bits):
+            bad = BadContributionProof(
+                f"{ch.role} refuses to decrypt: {role}'s blinded counts ({BLINDED.release}) come with no valid proof "
+                f"that each is a multiple of the recomputed count ({BLINDED.proof}) -- another ciphertext mixed in"
+            )
+            bad.origin = ch.roles[role]
+            raise bad
+        product = [p * c % n2 for p, c in zip(product, got.ciphertexts)]
+    total = EncryptedVector(pk, product, len(C), 0, Packing(), None)
+    return await threshold_decrypt(ch, stage, group_key, total, BLINDED, seed, echo, signed=False, protocol=PROTOCOL)
+
+
+def _context(ch: Channel, role: str, group_key: GroupKey) -> bytes:
+    """A scaling proof's context: the session, its owner's role, holder and share index, the tag, the key."""
+    return proof_context(
+        ch.session_id, role, ch.roles[role], group_key.indices[role], BLINDED.release, group_key.public
+    )
+
+
+def _blind(
+    pk: PublicKey, C: list[mpz], rs: list[int], context: bytes, seed: SeedLike, role: str
+) -> tuple[list[mpz], list[int]]:
+    n2 = pk.nsquare
+    D = [gmpy2.powmod(c, r, n2) for c, r in zip(C, rs)]
+    nonce_key = stream_key(seed, PROTOCOL, role, "zero-test-proof")
+    return D, prove_scaling(pk, C, D, rs, context, nonce_key)
+
+
+async def _relayed_blinded(ch: Channel, pk: PublicKey, count: int, role: str) -> tuple[EncryptedVector, list[int]]:
+    """``role``'s blinded counts and scaling proof as Charlie relays them (sizes and key checked)."""
+    tag = f"{BLINDED.contrib}/{role}"
+    vec = EncryptedVector.from_proto(
+        await ch.recv(CHARLIE, tag, pb.CiphertextVector), pk, length=count, exponent=0, what=f"{tag} from {CHARLIE}"
+    )
+    return vec, _scaling_proof(await ch.recv(CHARLIE, f"{BLINDED.proof}/{role}", pb.BigInts), pk, count, role)
+
+
+def _scaling_proof(msg: pb.BigInts, pk: PublicKey, count: int, role: str) -> list[int]:
+    bits = max(
+        pk.nsquare.bit_length(), int(pk.n).bit_length() + BLIND_EXTRA_BITS + CHALLENGE_BITS + SCALE_HIDING_BITS + 1
+    )
+    return [
+        int(v)
+        for v in from_bigints(
+            msg, count=2 * count, bound_bits=bits, what=f"{BLINDED.proof} of {role}", nonnegative=True
+        )
+    ]
+
+
+# =============================================================================== Charlie
+async def charlie(
+    ch: Channel, params: DPAggregateParams, *, output_dir: Path | None = None, allow_insecure_keys: bool = False
+) -> CharlieResult:
+    """Role ``charlie`` under the group key: relays every stage's commitments and releases (checking each
+    against its owner's digest; a mismatch names the owner), and publishes X mod M, X = Σ_j Y_j from t + 1
+    verified partial decryptions of the sum of the releases he relayed.  He decrypts nothing else and holds no
+    key."""
+    params.validate()
+    if ch.role != CHARLIE:
+        raise InvalidMessage(f"role {ch.role!r} is not charlie")
+    roles = params.party_roles
+    levels_stage, blinded_stage, release_stage = stages(params)
+    pub, indices = _group_public_key(await ch.recv(roles[0], KEY_TAG, pb.Blobs), params, allow_insecure_keys)
+    pk, fp = pub.public_key, pub.fingerprint
+    ch.progress(round=1, step="size-levels")
+    await trent_deliver(ch, levels_stage, pk, params.size_levels - 1, LEVELS, fp)
+    ch.progress(round=2, step="zero-test")
+    await _relay_blinded(ch, blinded_stage, pk, params.size_levels - 1, fp)
+    ch.progress(round=3, step="publish")
+    echo, releases = await trent_deliver(ch, release_stage, pk, params.dim, RELEASE, fp)
+    total, *rest = [releases[r] for r in roles]
+    for v in rest:
+        total = total + v
+    got = await ch.recv_all(roles, RELEASE.partial, pb.BigInts)
+    context = sum_context(ch.session_id, RELEASE.sum, total, echo)
+    X = await combine_partials(ch, pub, indices, total, RELEASE, context, got)
+    M = 1 << params.modulus_bits
+    if any(not 0 <= x < params.n_parties * M for x in X):
+        raise InvalidMessage("the releases' sum decrypts to values outside [0, K·M): a release was out of range")
+    share, path = await publish_share(ch, [x % M for x in X], params, output_dir, ch.session_id)
+    return CharlieResult(share=share, share_file=path, comparisons=0, stats=ch.stats.as_dict())
+
+
+def _group_public_key(
+    msg: pb.Blobs, params: DPAggregateParams, allow_insecure_keys: bool
+) -> tuple[ThresholdPublicKey, dict[str, int]]:
+    """G0 at Charlie: party1's group public key and share map, checked for shape (every digest must then name
+    the key's fingerprint: :func:`~smcdp.protocols.power_iteration_threshold.trent_deliver`)."""
+    if len(msg.values) != 2:
+        raise InvalidMessage(f"{KEY_TAG} from party1 must be (public key JSON, share map JSON)")
+    try:
+        pub = ThresholdPublicKey.from_json(json.loads(msg.values[0]), allow_insecure_keys)
+        indices = json.loads(msg.values[1])
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidMessage(f"{KEY_TAG} from party1 is not JSON") from None
+    roles = params.party_roles
+    if (
+        not isinstance(indices, dict)
+        or sorted(indices) != sorted(roles)
+        or sorted(indices.values()) != list(range(1, len(roles) + 1))
+    ):
+        raise InvalidMessage(f"{KEY_TAG} from party1: the share map must give every data role one share index")
+    if pub.parties != params.n_parties or pub.threshold != params.key_threshold:
+        raise InvalidMessage(f"{KEY_TAG} from party1 is not a ({params.key_threshold}, {params.n_parties}) key")
+    if pub.public_key.bits != params.key_bits:
+        raise InvalidMessage(f"{KEY_TAG} from party1 is not a {params.key_bits}-bit key")
+    return pub, {str(r): int(i) for r, i in indices.items()}
+
+
+async def _relay_blinded(ch: Channel, stage: Stage, pk: PublicKey, count: int, fingerprint: bytes) -> None:
+    """G2 at Charlie: the digests' echo, then every party's blinded counts and proof checked against its digest
+    (a mismatch names the party: nothing is relayed) and relayed to every data party."""
+    roles = stage.data_roles
+    digests, _ = await _trent_echo(ch, stage, BLINDED, fingerprint)
+    blinded = await ch.recv_all(roles, BLINDED.release, pb.CiphertextVector)
+    proofs = await ch.recv_all(roles, BLINDED.proof, pb.BigInts)
+    for role in roles:
+        vec = EncryptedVector.from_proto(
+            blinded[role], pk, length=count, exponent=0, what=f"{BLINDED.release} from {role}"
+        )
+        proof = _scaling_proof(proofs[role], pk, count, role)
+        if contribution_digest(ch.session_id, role, ch.roles[role], vec, proof) != digests[role].values[1]:
+            exc = ContributionMismatch(
+                f"{ch.role} relays nothing: the blinded counts {role} sent are not the ones it committed to "
+                f"({BLINDED.digest}): {role} deviated"
+            )
+            exc.origin = ch.roles[role]
+            raise exc
+    for role in roles:
+        await ch.send_many(roles, f"{BLINDED.contrib}/{role}", blinded[role])
+        await ch.send_many(roles, f"{BLINDED.proof}/{role}", proofs[role])

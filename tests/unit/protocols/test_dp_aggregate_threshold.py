@@ -1,0 +1,250 @@
+"""dp-aggregate under a group (threshold) key, in memory, with dealt shares (smcdp.crypto.threshold.deal: the key
+ceremony is tested on its own).
+
+What is shown: the release is Σ_j W_j + Σ_j N_j exactly, every share drawn for the smallest party's size level,
+which covers every party; the zero test gives the parties that level and not the number of parties at any level;
+a party mixing another ciphertext into its blinded counts is refused and named, and so is a Charlie relaying
+something else; and Charlie with t data parties, pooling their shares and every message they received, reads
+neither an honest party's level contribution nor its release -- where with party1's key ξ (the single-key modes)
+Charlie with any data party reads every party's size.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from smcdp.crypto.paillier import generate_keypair
+from smcdp.crypto.threshold import NotEnoughShares, combine, deal, partial_decrypt
+from smcdp.crypto.vector import EncryptedVector
+from smcdp.errors import InvalidMessage
+from smcdp.protocols.dp_aggregate import (
+    DPAggregateParams,
+    dave,
+    sensitivity_key,
+    shared_noise,
+    to_fixed,
+)
+from smcdp.protocols.dp_aggregate_threshold import (
+    BLINDED,
+    LEVELS,
+    RELEASE,
+    charlie,
+    data_party,
+    level_of,
+    smallest_level,
+    thermometer,
+)
+from smcdp.protocols.power_iteration_threshold import BadContributionProof, ContributionMismatch, GroupKey
+from smcdp.v1 import messages_pb2 as pb
+from tests.unit.protocols.aggregate_util import run_network, tamper_message
+from tests.unit.protocols.test_dp_aggregate import released_T
+
+
+@pytest.fixture(scope="module")
+def sk768():
+    return generate_keypair(768, allow_insecure=True)[1]
+
+
+def params_for(K, t, d=3, **kw) -> DPAggregateParams:
+    base = dict(
+        n_parties=K,
+        dim=d,
+        epsilon=1.0,
+        lam=0.1,
+        max_sensitivity=0.5,
+        calibration="gaussian",
+        delta=1e-5,
+        key_bits=768,
+        dgk_bits=512,
+        dgk_t=64,
+        key_group="lab",
+        key_threshold=t,
+        noise_parties=K - t,
+        size_levels=12,
+        levels_per_octave=2,
+    )
+    return DPAggregateParams(**{**base, **kw}).validate()
+
+
+def run(p, weights, sens, shares, *, noise_seeds=None, tamper=None):
+    K = p.n_parties
+    roles = {"charlie": "charlie", "dave": "dave", **{f"party{i + 1}": f"org{i + 1}" for i in range(K)}}
+    indices = {f"party{i + 1}": i + 1 for i in range(K)}
+    fns = {
+        "charlie": lambda ch: charlie(ch, p, allow_insecure_keys=True),
+        "dave": lambda ch: dave(ch, p),
+    }
+    for i in range(K):
+        rs = None if noise_seeds is None else np.random.default_rng(noise_seeds[i])
+        fns[f"party{i + 1}"] = lambda ch, i=i, rs=rs: data_party(
+            ch, weights[i], sens[i], p, GroupKey(shares[i], indices, "lab"), noise_random_state=rs
+        )
+    return run_network(roles, fns, tamper)
+
+
+def _rounded_sum(p, ws):
+    return np.array([[to_fixed(x, p.frac_bits) for x in w] for w in ws], dtype=object).sum(axis=0)
+
+
+@pytest.mark.parametrize("K,t,smallest", [(3, 1, 2), (4, 2, 0)])
+def test_the_release_is_the_models_plus_every_partys_share_for_the_smallest_level(sk768, K, t, smallest):
+    p = params_for(K, t)
+    _, shares = deal(sk768, K, t)
+    rng = np.random.default_rng(K)
+    ws = [rng.uniform(-1, 1, size=p.dim) for _ in range(K)]
+    sens = [0.004 * (j + 1) for j in range(K)]  # keys 2^48/Δ: levels apart at two per octave
+    sens[smallest], sens[-1] = sens[-1], sens[smallest]  # the largest sensitivity (smallest key) at `smallest`
+    seeds = [900 + j for j in range(K)]
+    res, _ = run(p, ws, sens, shares, noise_seeds=seeds)
+    table = p.level_keys
+    levels = [level_of(sensitivity_key(s)[0], table) for s in sens]
+    k_hat = table[min(levels)]
+    assert min(levels) == levels[smallest] and all(k_hat <= sensitivity_key(s)[0] for s in sens)
+    for j in range(K):
+        assert res[f"party{j + 1}"].stats["size_level"]["selected"] == min(levels)
+        assert res[f"party{j + 1}"].stats["key"]["threshold"] == t
+    N = [shared_noise(f"party{j + 1}", p, k_hat, np.random.default_rng(seeds[j])) for j in range(K)]
+    T = released_T(res, p)
+    assert [int(x - w) for x, w in zip(T, _rounded_sum(p, ws))] == [sum(col) for col in zip(*N)]
+    assert res["charlie"].comparisons == 0  # no DGK comparisons: the selection is the zero test
+
+
+def test_levels_round_keys_down_and_the_zero_test_reads_the_first_nonzero():
+    table = [10, 14, 20, 28, 40]
+    assert [level_of(k, table) for k in (10, 13, 14, 39, 40, 10**9)] == [0, 0, 1, 3, 4, 4]
+    with pytest.raises(InvalidMessage):
+        level_of(9, table)
+    assert thermometer(2, 5) == [0, 0, 1, 1]
+    assert smallest_level([0, 0, 7, 5], 5) == 2 and smallest_level([0, 0, 0, 0], 5) == 4
+    with pytest.raises(InvalidMessage, match="not zeros-then-nonzeros"):
+        smallest_level([0, 3, 0, 5], 5)
+
+
+def test_the_zero_test_shows_the_smallest_level_and_not_how_many_parties_share_it(sk768):
+    """Two sessions whose parties' levels differ in everything but the smallest: every decrypted value of the
+    zero test is 0 below it and, at and above it, a value no party can tell from uniform (not the count)."""
+    p = params_for(3, 1)
+    _, shares = deal(sk768, 3, 1)
+    ws = [np.zeros(p.dim)] * 3
+    seen = []
+    for sens in ([0.02, 0.02, 0.02], [0.02, 0.001, 0.0005]):
+        res, net = run(p, ws, sens, shares)
+        levels = [level_of(sensitivity_key(s)[0], p.level_keys) for s in sens]
+        got = _zero_test_values(net, p, shares)
+        first = next(i for i, z in enumerate(got) if z)
+        assert first == min(levels) and all(got[first:])
+        assert all(z > 1 << 700 or z == 0 for z in got)  # 768-bit N: counts (1..3) would be tiny
+        seen.append(got)
+    assert seen[0] != seen[1]
+
+
+def _zero_test_values(net, p, shares):
+    """The zero test's plaintexts, from the partial decryptions party1 received (party2's, party3's)."""
+    from smcdp.protocols.power_iteration_threshold import partial_from_proto
+
+    received = net.received_by("party1")
+    cts = None
+    for sender, tag, _, data in received:
+        if tag.startswith(BLINDED.contrib + "/"):
+            vals = [int.from_bytes(c, "big") for c in pb.CiphertextVector.FromString(data).ciphertexts]
+            cts = vals if cts is None else [a * b % shares[0].public.public_key.nsquare for a, b in zip(cts, vals)]
+    assert cts is not None
+    pub = shares[0].public
+    partials = [
+        partial_from_proto(pb.BigInts.FromString(data), pub, int(sender[-1]), len(cts), "partial")
+        for sender, tag, _, data in received
+        if tag == BLINDED.partial
+    ]
+    from smcdp.crypto.threshold import _combine
+
+    return _combine(pub, len(cts), partials[: pub.threshold + 1])
+
+
+def test_a_party_mixing_another_ciphertext_into_its_blinded_counts_is_refused_and_named(sk768, monkeypatch):
+    """party3 multiplies party1's level bit at another level into one of its blinded counts: decrypted where
+    nobody is at or below the level, that count would read party1's bit.  It commits to the mixed counts (so
+    Charlie's relay matches its digest), but its scaling proof fails at every honest party, which names it."""
+    import smcdp.protocols.dp_aggregate_threshold as mod
+
+    p = params_for(3, 1)
+    _, shares = deal(sk768, 3, 1)
+    n2 = shares[0].public.public_key.nsquare
+    held = {}
+    real = mod._blind
+
+    def blind(pk, C, rs, context, seed, who):
+        D, proof = real(pk, C, rs, context, seed, who)
+        if who == "party3":
+            D = [D[0] * held["party1 level 5"] % n2, *D[1:]]
+        return D, proof
+
+    def tamper(net):
+        original = net.channels["party3"].recv
+
+        async def recv(sender, tag, cls):  # party3 keeps party1's level ciphertexts as Charlie relays them
+            msg = await original(sender, tag, cls)
+            if tag == f"{LEVELS.contrib}/party1":
+                held["party1 level 5"] = int.from_bytes(msg.ciphertexts[5], "big")
+            return msg
+
+        net.channels["party3"].recv = recv
+
+    monkeypatch.setattr(mod, "_blind", blind)
+    with pytest.raises(BadContributionProof) as info:
+        run(p, [np.zeros(p.dim)] * 3, [0.001, 0.002, 0.003], shares, tamper=tamper)
+    assert info.value.origin == "org3"
+
+
+def test_charlie_relaying_other_blinded_counts_is_named(sk768):
+    p = params_for(3, 1)
+    _, shares = deal(sk768, 3, 1)
+
+    def tamper(net):
+        def swap(data):
+            vec = pb.CiphertextVector.FromString(data)
+            vec.ciphertexts[0], vec.ciphertexts[1] = vec.ciphertexts[1], vec.ciphertexts[0]
+            return vec.SerializeToString()
+
+        tamper_message(net, "charlie", f"{BLINDED.contrib}/party2", swap, receiver="party1")
+
+    with pytest.raises(ContributionMismatch) as info:
+        run(p, [np.zeros(p.dim)] * 3, [0.001, 0.002, 0.003], shares, tamper=tamper)
+    assert info.value.origin == "charlie"
+
+
+def test_charlie_and_t_parties_read_no_honest_contribution(sk768):
+    """n = 3, t = 1: Charlie and party1 pool party1's share and every message either received.  party3's level
+    thermometer and its release do not decrypt with one share, nor with the honest parties' partial decryptions
+    (which are of the sums only); they decrypt what the protocol gives them."""
+    p = params_for(3, 1)
+    pub, shares = deal(sk768, 3, 1)
+    ws = [np.full(p.dim, 0.25), np.full(p.dim, -0.5), np.full(p.dim, 0.75)]
+    res, net = run(p, ws, [0.001, 0.002, 0.003], shares)
+    pk = pub.public_key
+    held = net.received_by("charlie") + net.received_by("party1")
+    release3 = next(
+        pb.CiphertextVector.FromString(d) for s, tag, _, d in held if s == "party3" and tag == RELEASE.release
+    )
+    vec = EncryptedVector.from_proto(release3, pk, packing=p.packing(pk))
+    cts = [int(c) for c in vec.ciphertexts]
+    own = partial_decrypt(shares[0], cts, b"coalition")
+    with pytest.raises(NotEnoughShares):
+        combine(pub, cts, [own], b"coalition")
+    # the honest parties' partial decryptions the coalition holds are of the releases' sum, not of party3's
+    from smcdp.protocols.power_iteration_threshold import partial_from_proto
+
+    honest = [
+        partial_from_proto(pb.BigInts.FromString(d), pub, int(s[-1]), len(cts), "p")
+        for s, tag, _, d in held
+        if tag == RELEASE.partial and s != "party1"
+    ]
+    assert honest
+    with pytest.raises(InvalidMessage):  # their proofs are for the sum: they do not verify for party3's release
+        combine(pub, cts, [own, honest[0]], b"coalition")
+    from smcdp.crypto.threshold import _combine  # unverified: still not party3's plaintexts
+
+    truth = [int(sk768.raw_decrypt(c)) for c in cts]
+    assert _combine(pub, len(cts), [own, honest[0]]) != truth
+    # what they do get: the release, a DP output
+    assert len(released_T(res, p)) == p.dim
