@@ -15,6 +15,7 @@ from smcdp.crypto.paillier import check_key_bits
 from smcdp.errors import InputRejected, local_failure
 from smcdp.net.channel import Channel
 from smcdp.plugins.base import OutputFlow, ProtocolPlugin, SessionContext, SessionSummary
+from smcdp.plugins.keystore import session_group_key
 from smcdp.protocols.base import check_roles
 from smcdp.protocols.dp_aggregate import (
     CHARLIE,
@@ -28,6 +29,10 @@ from smcdp.protocols.dp_aggregate import (
     dave,
     train_local,
 )
+from smcdp.protocols.dp_aggregate_threshold import charlie as group_charlie
+from smcdp.protocols.dp_aggregate_threshold import data_party as group_data_party
+from smcdp.protocols.dp_aggregate_threshold import stages as group_stages
+from smcdp.protocols.power_iteration_threshold import refuse_seeded
 
 
 def load_dataset(path) -> tuple[np.ndarray, np.ndarray]:
@@ -116,13 +121,18 @@ class DPAggregatePlugin(ProtocolPlugin):
         data = tuple(p.party_roles)
         shared = p.calibration == "gaussian"
         outputs = [OutputFlow("model", (DAVE,), data, dp=True)]
-        if shared:
+        grouped = p.key_group is not None
+        if grouped:
+            # every data party learns the smallest party's size level (the calibration its noise share is drawn
+            # for): an exact output of every data role's data, coarser than the selected key itself
+            outputs.append(OutputFlow("smallest_size_level", data, data, dp=False))
+        elif shared:
             # every data party learns the selected calibration k_sel exactly (its noise share is drawn for it):
             # the smallest data set's size, not whose it is -- an exact output of every data role's data
             outputs.append(OutputFlow("selected_sensitivity", data, data, dp=False))
         return SessionSummary(
             protocol=self.name,
-            key_bits={"paillier": p.key_bits, "dgk": p.dgk_bits},
+            key_bits={"paillier": p.key_bits} if grouped else {"paillier": p.key_bits, "dgk": p.dgk_bits},
             data_roles=data,
             coordinator_roles=(CHARLIE, DAVE),
             outputs=tuple(outputs),
@@ -134,10 +144,12 @@ class DPAggregatePlugin(ProtocolPlugin):
             # h > 1: each party adds 1/h of the variance, and h - 1 colluding parties remove theirs
             noise_parties={r: p.noise_parties for r in data} if shared and p.noise_parties > 1 else {},
             record_bound=p.min_records,
-            # party1's key pair ξ, shared with every data party, protects the sizes' shares and Charlie's key ζ
-            # the contributions: no group-key mode yet (docs/protocols/dp-aggregate.md, "Trust assumptions"),
-            # so a policy asking for one refuses the session
-            key="single",
+            # single key: party1's key pair xi, shared with every data party, protects the sizes' shares, and
+            # Charlie's key zeta the contributions (docs/protocols/dp-aggregate.md, "Trust assumptions").  A group
+            # key (shared noise only) protects everything the data parties send
+            key=p.key_kind,
+            group_key_mode=shared,
+            threshold=p.key_threshold,
         )
 
     def traffic_envelope(self, params: Mapping[str, Any], roles: Mapping[str, str], role: str):
@@ -147,6 +159,13 @@ class DPAggregatePlugin(ProtocolPlugin):
         p = DPAggregateParams.from_mapping(ctx.params)
         for bits in (p.key_bits, p.dgk_bits):
             check_key_bits(bits, ctx.allow_insecure_keys)
+        grouped = p.key_group is not None
+        if grouped:  # its releases' randomness comes from the party's root: a seeded session is refused
+            refuse_seeded(group_stages(p)[2], ctx.seed)
+        if role == CHARLIE and grouped:
+            return asdict(
+                await group_charlie(ch, p, output_dir=ctx.output_dir, allow_insecure_keys=ctx.allow_insecure_keys)
+            )
         if role == CHARLIE:
             return asdict(
                 await charlie(
@@ -178,6 +197,12 @@ class DPAggregatePlugin(ProtocolPlugin):
             )
         w, delta = await asyncio.get_running_loop().run_in_executor(None, train_local, X, y, float(p.lam))
         gated = self.release_gate(ch, ctx, [(DAVE, SHARE_TAG)])
+        if grouped:
+            assert p.key_group is not None
+            group_key = session_group_key(ctx, p.key_group, p.party_roles, ch.role)
+            return asdict(
+                await group_data_party(gated, w, delta, p, group_key, seed=ctx.seed, output_dir=ctx.output_dir)
+            )
         return asdict(
             await data_party(
                 gated,

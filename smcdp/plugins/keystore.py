@@ -26,12 +26,16 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from smcdp._files import atomic_write_json
 from smcdp.crypto.threshold import KeyShare, ThresholdPublicKey, load_key_share, save_key_share
 from smcdp.errors import InvalidMessage, PreconditionFailed
 from smcdp.net.tls import validate_party_name
+from smcdp.protocols.power_iteration_threshold import GroupKey
+
+if TYPE_CHECKING:  # pragma: no cover
+    from smcdp.plugins.base import SessionContext
 
 GROUP_FILE = "group.json"
 SHARE_FILE = "share.json"
@@ -218,3 +222,26 @@ def stored_groups(root: str | os.PathLike[str], allow_insecure: bool = False) ->
 def utc_now() -> str:
     """Now, as ``group.json``'s ``created`` says it (ISO 8601, UTC, seconds)."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def session_group_key(ctx: SessionContext, group: str, data_roles: list[str], role: str) -> GroupKey:
+    """This party's share of the session's key ``group``, from its key store, and each data role's share index
+    (power iteration's and dp-aggregate's group-key modes): the session's data roles must be held by exactly
+    the group's parties (refused otherwise, before anything is sent)."""
+    if ctx.keys_dir is None:
+        raise PreconditionFailed(f"{ctx.roles[role]} has no key store for key group {group!r}")
+    store = KeyStore(ctx.keys_dir)
+    if not store.exists(group):
+        raise PreconditionFailed(
+            f"{ctx.roles[role]} holds no key group {group!r} (smcdp keys list; smcdp keys generate makes one)"
+        )
+    info = store.load(group, ctx.allow_insecure_keys)
+    share = store.load_share(group, ctx.allow_insecure_keys)
+    index_of = {name: i for i, name in info.parties.items()}
+    holders = {r: ctx.roles[r] for r in data_roles}
+    if sorted(holders.values()) != sorted(index_of):
+        raise PreconditionFailed(
+            f"key group {group!r} belongs to {', '.join(sorted(index_of))}; the session's data roles are held "
+            f"by {', '.join(sorted(holders.values()))}: they must be exactly the group's parties"
+        )
+    return GroupKey(share, {r: index_of[name] for r, name in holders.items()}, group)

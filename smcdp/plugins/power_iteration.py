@@ -26,10 +26,9 @@ import numpy as np
 
 from smcdp.compute import engine_for, open_matrix
 from smcdp.crypto.paillier import check_key_bits
-from smcdp.errors import PreconditionFailed
 from smcdp.net.channel import Channel
 from smcdp.plugins.base import OutputFlow, ProtocolPlugin, SessionContext, SessionSummary, hiding_of
-from smcdp.plugins.keystore import KeyStore
+from smcdp.plugins.keystore import session_group_key
 from smcdp.primitives.rng import Randomness
 from smcdp.protocols.base import check_roles
 from smcdp.protocols.power_iteration import (
@@ -44,7 +43,7 @@ from smcdp.protocols.power_iteration import (
     prepare_party1,
     trent,
 )
-from smcdp.protocols.power_iteration_threshold import GroupKey, refuse_seeded
+from smcdp.protocols.power_iteration_threshold import refuse_seeded
 
 #: Trent's record holds x_1 … x_r inline up to this many samples (the same limit as a party's own block)
 INLINE_MAX = ALPHA_INLINE_MAX
@@ -185,7 +184,7 @@ class PowerIterationPlugin(ProtocolPlugin):
                 ctx.output_dir / "x_block.npy", mode="w+", dtype=np.float64, shape=(source.n, p.components)
             )
             sink = _writer(blocks)
-        group_key = _group_key(ctx, p, ch.role) if p.key_group is not None else None
+        group_key = session_group_key(ctx, p.key_group, p.data_roles, ch.role) if p.key_group is not None else None
         if p.dp:  # the release point: just before the first noisy contribution leaves this party
             ch = self.release_gate(ch, ctx, [(TRENT, dp_release_tag(p))])
         res = await data_party(
@@ -209,29 +208,6 @@ class PowerIterationPlugin(ProtocolPlugin):
         del out["prepare_next"]  # kept here for the next session, not recorded
         out["data_bytes"] = source.nbytes
         return out
-
-
-def _group_key(ctx: SessionContext, p: PowerIterationParams, role: str) -> GroupKey:
-    """This party's share of the session's key group, from its key store, and each data role's share index:
-    the session's data roles must be held by exactly the group's parties (refused otherwise)."""
-    assert p.key_group is not None
-    if ctx.keys_dir is None:
-        raise PreconditionFailed(f"{ctx.roles[role]} has no key store for key group {p.key_group!r}")
-    store = KeyStore(ctx.keys_dir)
-    if not store.exists(p.key_group):
-        raise PreconditionFailed(
-            f"{ctx.roles[role]} holds no key group {p.key_group!r} (smcdp keys list; smcdp keys generate makes one)"
-        )
-    info = store.load(p.key_group, ctx.allow_insecure_keys)
-    share = store.load_share(p.key_group, ctx.allow_insecure_keys)
-    index_of = {name: i for i, name in info.parties.items()}
-    holders = {r: ctx.roles[r] for r in p.data_roles}
-    if sorted(holders.values()) != sorted(index_of):
-        raise PreconditionFailed(
-            f"key group {p.key_group!r} belongs to {', '.join(sorted(index_of))}; the session's data roles are held "
-            f"by {', '.join(sorted(holders.values()))}: they must be exactly the group's parties"
-        )
-    return GroupKey(share, {r: index_of[name] for r, name in holders.items()}, p.key_group)
 
 
 def _writer(blocks: np.ndarray):

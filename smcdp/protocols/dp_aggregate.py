@@ -442,6 +442,8 @@ class DPAggregateParams(ProtocolParams):
     def traffic_envelope(self, role: str) -> TrafficEnvelope:
         """What ``role`` receives at most in one session (smcdp.net.limits), from K, d, the key
         sizes and the derived bit widths; measured transcripts stay below it (tests)."""
+        if self.key_group is not None:
+            return self._group_envelope(role)
         K, d = self.n_parties, self.dim
         P, Dk = self.key_bits, self.dgk_bits
         sm = self.secure_min_params()
@@ -480,6 +482,34 @@ class DPAggregateParams(ProtocolParams):
             msgs, f"dp-aggregate parameters (K = {K}, d = {d}, {P}-bit Paillier, {Dk}-bit DGK keys)"
         )
 
+    def _group_envelope(self, role: str) -> TrafficEnvelope:
+        """What ``role`` receives under a group key (smcdp.protocols.dp_aggregate_threshold): three committed
+        stages relayed by Charlie -- every party's level bits, blinded counts and release with their proofs --
+        the digests and echoes, the zero test's partial decryptions, Charlie's partials of the releases' sum."""
+        K, d, B = self.n_parties, self.dim, self.key_bits
+        levels = self.size_levels - 1
+        slots = max(1, (B - 5) // self.slot_bits) if self.packed else 1
+        release = ciphertext_vector_bytes(-(-d // slots), B)
+        counts = ciphertext_vector_bytes(levels, B)
+        pok = 4 * B // 8 + 64  # a proof of plaintext knowledge: a < N², z, w < N
+        scaling = counts + levels * ((B + 64 + 128 + 80 + 8) // 8 + 8) + 32  # commitments < N², responses
+
+        def partial(n_cts: int) -> int:  # a value mod N² per ciphertext, the proof's e and z
+            return n_cts * (2 * B // 8 + 8) + (4 * B + 5000) // 8 + 64
+
+        small = 256
+        where = f"dp-aggregate under a group key (K = {K}, d = {d}, {B}-bit key, {levels + 1} size levels)"
+        if role == DAVE:
+            msgs = [(K + 1, d * (self.modulus_bits // 8 + 4) + 32)]
+        elif role == CHARLIE:  # party1's key (N, theta, K verification keys mod N², as hex) and share map
+            key = (K + 2) * (4 * B // 8 + 8) + 1024
+            msgs = [(1, key), (3 * K, small), (3 * K, small), (2 * K, counts), (K, scaling), (2 * K, pok), (K, release)]
+            msgs += [(K, partial(-(-d // slots))), (8, small)]  # the last: the session's ending messages
+        else:  # digests and echoes of three stages (Charlie's echo too), Charlie's relays, the zero test's partials
+            msgs = [(3 * K, small), (3 * (K + 1), small), (2 * K, counts), (K, scaling), (2 * K, pok), (K, release)]
+            msgs += [(K - 1, partial(levels)), (8, small)]  # the last: the session's ending messages
+        return TrafficEnvelope.from_messages(msgs, where)
+
     def secure_min_params(self) -> SecureMinParams:
         return SecureMinParams(
             n_parties=self.n_parties,
@@ -498,6 +528,10 @@ class PartyResult:
     share: list[str]  # this participant's published share (residues mod 2^m, decimal)
     share_file: str | None
     stats: dict[str, Any] = field(default_factory=dict)
+    #: under a group key: the session's key (kind, group, threshold, parties, fingerprint, noise share) and the
+    #: smallest party's size level the noise was drawn for (selected, levels, levels_per_octave)
+    key: dict[str, Any] | None = None
+    size_level: dict[str, Any] | None = None
 
 
 @dataclass

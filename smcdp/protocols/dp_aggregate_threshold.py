@@ -271,10 +271,13 @@ async def data_party(
     total = await checked_sum(ch, release_stage, group_key, packing, digests, params.dim, CHARLIE, RELEASE)
     await send_partial(ch, group_key, total, RELEASE, seed, echo, [CHARLIE], protocol=PROTOCOL)
     share, path = await publish_share(ch, t, params, output_dir, ch.session_id)
-    stats = ch.stats.as_dict()
-    stats["key"] = key_summary(params, group_key)
-    stats["size_level"] = {"selected": smallest, "levels": L, "levels_per_octave": params.levels_per_octave}
-    return PartyResult(share=share, share_file=path, stats=stats)
+    return PartyResult(
+        share=share,
+        share_file=path,
+        stats=ch.stats.as_dict(),
+        key=key_summary(params, group_key),
+        size_level={"selected": smallest, "levels": L, "levels_per_octave": params.levels_per_octave},
+    )
 
 
 async def _zero_test(

@@ -6,12 +6,16 @@ import threading
 import time
 
 from smcdp.cli.demo.common import (
+    DEMO_KEY_GROUP,
     Faults,
     add_fault_arguments,
+    add_rules,
+    ceremony_rules,
     check_key_bits_arg,
     data_party_names,
     dump_json,
     governed,
+    key_ceremony,
     ledger_budgets,
     require_success,
     run_session,
@@ -22,11 +26,14 @@ from smcdp.errors import InvalidMessage, SmcdpError
 from smcdp.net.limits import Limits
 from smcdp.net.server import new_session_id
 from smcdp.plugins.dp_aggregate import load_dataset
+from smcdp.plugins.keygen import PROTOCOL as KEY_CEREMONY
 from smcdp.protocols.dp_aggregate import CALIBRATIONS, PROTOCOL, DPAggregateParams
 from smcdp.runtime.governance.charges import BudgetConfig
 from smcdp.runtime.local import LocalCluster, bytes_sent
 from smcdp.states import SessionState
 
+#: --threshold without --delta: the release's delta
+THRESHOLD_DELTA = 1e-6
 #: delta of every data party's demo budget (a session costs K * 2^-64, see docs/governance.md)
 DEMO_DELTA = 1e-9
 
@@ -68,7 +75,10 @@ def demo_dp_aggregate(
     concurrent: bool = False,
     delta: float | None = None,
     noise_parties: int = 1,
+    threshold: int | None = None,
 ) -> dict:
+    """Start the parties, run the sessions, return the contract JSON.  ``threshold``: first a key ceremony among
+    the data parties (a (threshold, K) group key), then sessions under that key (shared noise only)."""
     if len(data) < 2:
         raise InvalidMessage("dp-aggregate needs at least two --data files (one per data party)")
     if not isinstance(sessions, int) or not 1 <= sessions <= 100:
@@ -77,6 +87,17 @@ def demo_dp_aggregate(
         raise InvalidMessage("--chaos acts on one session: it cannot be combined with --sessions")
     if budget is not None and not budget > 0:
         raise InvalidMessage("--budget must be a positive epsilon")
+    if threshold is not None:
+        if calibration != "gaussian":
+            raise InvalidMessage(
+                "--threshold needs --calibration gaussian: under a group key every data party adds a share of "
+                "the noise (one party's noise could be removed by that party and whoever learns the selection)"
+            )
+        if seed is not None:
+            raise InvalidMessage(
+                "--threshold cannot run with --seed: a release's encryption randomness comes from the party's "
+                "randomness root, which a known seed makes public"
+            )
     sets = [load_dataset(p) for p in data]
     dims = {X.shape[1] for X, _ in sets}
     if len(dims) != 1:
@@ -107,8 +128,12 @@ def demo_dp_aggregate(
         "dgk_bits": dgk_bits,
         "dgk_t": dgk_t,
     }
+    if threshold is not None:
+        params.update(key_group=DEMO_KEY_GROUP, key_threshold=threshold)
     DPAggregateParams.from_mapping(params)
     options, summary = governed(PROTOCOL, roles, params, initiator="charlie", seed=seed)
+    if threshold is not None:  # the data parties also admit the demo's key ceremony (checked here, not later)
+        add_rules(options, KEY_CEREMONY, ceremony_rules(names, threshold, key_bits))
     cost = summary.epsilon
     if cost is None:  # the dp-aggregate plugin always states its cost
         raise InvalidMessage(f"the {PROTOCOL} plugin did not state the session's epsilon")
@@ -145,6 +170,8 @@ def demo_dp_aggregate(
         peer_grace_seconds=faults.peer_grace if faults else None,
         **options,
     ) as cluster:
+        # without --threshold: party1 makes the session's key pair xi, charlie his own keys
+        key = key_ceremony(cluster, names, threshold, key_bits) if threshold is not None else None
 
         def one(i: int) -> None:
             sid = f"{new_session_id(PROTOCOL)}-{i + 1}"
@@ -196,6 +223,7 @@ def demo_dp_aggregate(
         "roles": roles,
         "sessions": outcomes,
         "budgets": budgets,
+        "key": key or {"kind": "single", "holder": names[0], "key_bits": key_bits},
         **fault_info,
     }
     if released:
@@ -214,6 +242,14 @@ def demo_dp_aggregate(
         )
         if dv.get("test_error") is not None:
             out["test_error"] = dv["test_error"]
+        if key is not None:  # what the session says of its key: the ceremony's, and each party's noise share
+            used = records[names[0]]["result"]["key"]
+            if used["fingerprint"] != key["fingerprint"]:
+                raise InvalidMessage(
+                    f"the session used key {used['fingerprint']}, not the ceremony's {key['fingerprint']}"
+                )
+            key.update(noise_share=used["noise_share"], honest_noise_sigma2=used["honest_noise_sigma2"])
+            out["size_level"] = records[names[0]]["result"]["size_level"]
     say(
         f"done in {seconds:.1f} s: {len(released)} released, {sessions - len(released)} refused"
         + (f"; bytes sent (first release): {out['bytes_sent']}" if released else "")
@@ -225,25 +261,26 @@ def demo_dp_aggregate(
 
 
 def _cmd(args) -> int:
-    if args.threshold is not None:  # refused before any party process starts
-        raise InvalidMessage(
-            "--threshold: dp-aggregate does not support group keys yet; its keys are still one party's "
-            "(party1 holds xi's private key, charlie his own), so charlie with any data party learns every "
-            "party's size (docs/protocols/dp-aggregate.md, 'Trust assumptions'). Run it without --threshold; "
-            "`--calibration gaussian --delta D` shares the noise so that no coalition can remove it; "
-            "`smcdp demo power-iteration --threshold T --epsilon E --delta D` runs a session under a group key"
-        )
-    if args.calibration != "gaussian" and (args.delta is not None or args.noise_parties != 1):
+    calibration = args.calibration or ("gaussian" if args.threshold is not None else "exact")
+    delta, noise_parties = args.delta, args.noise_parties
+    if calibration != "gaussian" and (delta is not None or noise_parties is not None):
         raise InvalidMessage("--delta and --noise-parties belong to --calibration gaussian (the shared noise)")
-    if args.calibration == "gaussian" and args.delta is None:
-        raise InvalidMessage("--calibration gaussian needs --delta (the release is (epsilon, delta)-DP)")
+    if calibration == "gaussian" and delta is None:
+        if args.threshold is None:
+            raise InvalidMessage("--calibration gaussian needs --delta (the release is (epsilon, delta)-DP)")
+        delta = THRESHOLD_DELTA
+        say(
+            f"--threshold: the release is (epsilon, delta)-DP Gaussian noise shared by the data parties; delta = {delta:g}"
+        )
+    if noise_parties is None:  # a group key: the K − t parties outside any coalition of t add one curator's σ²
+        noise_parties = len(args.data) - args.threshold if args.threshold is not None else 1
     out = demo_dp_aggregate(
         args.data,
         args.epsilon,
         args.lam,
         args.key_bits,
         args.seed,
-        args.calibration,
+        calibration,
         args.min_records,
         args.test,
         args.keep_dir,
@@ -251,8 +288,9 @@ def _cmd(args) -> int:
         budget=args.budget,
         sessions=args.sessions,
         concurrent=args.concurrent,
-        delta=args.delta,
-        noise_parties=args.noise_parties,
+        delta=delta,
+        noise_parties=noise_parties,
+        threshold=args.threshold,
     )
     dump_json(out, args.out)
     return 0
@@ -290,8 +328,8 @@ def register(sub) -> None:
     p.add_argument(
         "--calibration",
         choices=CALIBRATIONS,
-        default="exact",
-        help="exact: L2 vector mechanism for Δ/K, drawn by the selected party (default); seed: the seed's "
+        default=None,
+        help="exact: L2 vector mechanism for Δ/K, drawn by the selected party (default; gaussian with --threshold); seed: the seed's "
         "Laplace 2/(n ε λ); gaussian: (ε, δ) Gaussian noise shared by every data party, so that charlie with "
         "parties cannot remove it (needs --delta; every party learns the selected sensitivity)",
     )
@@ -299,10 +337,11 @@ def register(sub) -> None:
     p.add_argument(
         "--noise-parties",
         type=int,
-        default=1,
+        default=None,
         metavar="H",
         help="--calibration gaussian: each party adds 1/H of the noise's variance, so the noise survives any "
-        "coalition of charlie and K − H data parties (default 1: every party adds all of it)",
+        "coalition of charlie and K − H data parties (default 1: every party adds all of it; K − T with "
+        "--threshold T)",
     )
     p.add_argument("--min-records", type=int, default=1, help="public lower bound on every party's n_j (default 1)")
     p.add_argument("--test", metavar="T.npz", help="Dave classifies this test set and reports test_error")
@@ -323,8 +362,11 @@ def register(sub) -> None:
         "--threshold",
         type=int,
         metavar="T",
-        help="a group (threshold) key made by a key ceremony among the data parties: not supported by "
-        "dp-aggregate yet (refused with exit status 2)",
+        help="a group key: first a key ceremony among the data parties makes a dealer-free (T, K) threshold "
+        "Paillier key of --key-bits bits (minutes at 2048 bits), then the sessions run under it, so that "
+        "charlie with T data parties learns no party's size and cannot remove the noise (shared noise: "
+        "--calibration gaussian, the default here, --delta default "
+        f"{THRESHOLD_DELTA:g}); the JSON gains key: {{kind, threshold, parties, generation_seconds, ...}}",
     )
     p.add_argument("--concurrent", action="store_true", help="start the --sessions at once")
     add_fault_arguments(p)

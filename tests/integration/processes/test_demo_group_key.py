@@ -1,6 +1,6 @@
 """The contract of ``smcdp demo … --threshold T`` (checks outside the test suite rely on it): power iteration
-runs the key ceremony among its data parties, then a DP session under the group key; dp-aggregate refuses
-the flag (it does not support group keys yet).  512-bit keys: the demos' insecure test size."""
+and dp-aggregate run the key ceremony among their data parties, then a session under the group key.  512-bit
+keys: the demos' insecure test size."""
 
 import json
 import subprocess
@@ -73,16 +73,95 @@ def test_demo_power_iteration_threshold_needs_the_dp_mode_and_the_local_engine(c
     assert "--threshold needs --compute local" in capsys.readouterr().err
 
 
-def test_demo_dp_aggregate_threshold_is_refused_clearly(tmp_path, capsys):
+def test_demo_dp_aggregate_threshold_runs_the_ceremony_then_the_session_under_the_group_key(tmp_path):
+    """dp-aggregate under a group key (docs/protocols/dp-aggregate.md, "Under a group key"): the ceremony, then
+    a shared-noise session whose noise shares are drawn for the smallest party's size level; the JSON keeps its
+    fields and gains key (h = K − t by default) and size_level."""
+    import math
+
+    from smcdp.plugins.dp_aggregate import load_dataset
+    from smcdp.protocols.dp_aggregate import DPAggregateParams, selected_sensitivity, sensitivity_key, train_local
+    from smcdp.protocols.dp_aggregate_threshold import level_of
+
+    rng = np.random.default_rng(7)
+    w_true = rng.normal(size=4)
+    paths = []
+    for name, n in zip(NAMES, (150, 60, 90)):
+        X = rng.normal(size=(n, 4))
+        X /= np.maximum(1.0, np.linalg.norm(X, axis=1))[:, None] * 1.0001
+        y = np.where(X @ w_true + 0.3 * rng.normal(size=n) > 0, 1, 0)
+        np.savez(tmp_path / f"{name}.npz", X=X, y=y)
+        paths.append(str(tmp_path / f"{name}.npz"))
+    keep = tmp_path / "keep"
+    lam = 0.05
+    args = ["--threshold", "1", "--key-bits", "512", "--epsilon", "30", "--lam", str(lam), "--keep-dir", str(keep)]
+    run = subprocess.run(
+        [sys.executable, "-m", "smcdp", "demo", "dp-aggregate", *[a for p in paths for a in ("--data", p)], *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "candidate moduli expected" in run.stderr
+    out = json.loads(run.stdout)
+    key = out["key"]
+    assert key["kind"] == "threshold" and key["threshold"] == 1 and key["parties"] == NAMES
+    assert key["generation_seconds"] > 0 and key["key_bits"] == 512 and key["group"] == "demo"
+    assert key["noise_share"] == 2 and key["honest_noise_sigma2"] == 1.0  # h = K − t: σ² survives t parties
+    for i, name in enumerate(NAMES, 1):
+        g = KeyStore(keep / name / "keys").load("demo", allow_insecure=True).summary()
+        assert g["fingerprint"] == key["fingerprint"] and g["index"] == i
+    for field in (
+        "weights",
+        "shares",
+        "shares_mod",
+        "epsilon",
+        "delta",
+        "budgets",
+        "sessions",
+        "seconds",
+        "bytes_sent",
+    ):
+        assert field in out, field
+    assert out["calibration"] == "gaussian" and out["delta"] == 1e-6 and out["noise_parties"] == 2
+    assert [o["status"] for o in out["sessions"]] == ["released"]
+    assert {b["spent_epsilon"] for b in out["budgets"].values()} == {"30"}
+    # the noise shares were drawn for the smallest party's level; the release is the average of the local
+    # models plus that noise (within 6 of its standard deviations)
+    fits = [train_local(*load_dataset(p), lam) for p in paths]
+    params = DPAggregateParams(
+        n_parties=3,
+        dim=4,
+        epsilon=30.0,
+        lam=lam,
+        calibration="gaussian",
+        delta=1e-6,
+        noise_parties=2,
+        key_group="demo",
+        key_threshold=1,
+    )
+    table = params.level_keys
+    smallest = min(level_of(sensitivity_key(s)[0], table) for _, s in fits)
+    assert out["size_level"]["selected"] == smallest
+    t, q = params.share_parameters(selected_sensitivity(table[smallest]))
+    sd = math.sqrt(3 * t * q) * 2.0**-params.frac_bits / 3
+    assert np.max(np.abs(np.array(out["weights"]) - np.mean([w for w, _ in fits], axis=0))) < 6 * sd + 1e-9
+
+
+def test_demo_dp_aggregate_threshold_needs_the_shared_noise_and_no_seed(tmp_path, capsys):
     args = ["--data", "a.npz", "--data", "b.npz", "--epsilon", "1", "--lam", "0.1", "--key-bits", "512"]
-    assert cli_main(["demo", "dp-aggregate", *args, "--threshold", "1", "--keep-dir", str(tmp_path / "k")]) == 2
-    assert "dp-aggregate does not support group keys yet" in capsys.readouterr().err
+    keep = ["--keep-dir", str(tmp_path / "k")]
+    assert cli_main(["demo", "dp-aggregate", *args, "--threshold", "1", "--calibration", "exact", *keep]) == 2
+    assert "--threshold needs --calibration gaussian" in capsys.readouterr().err
+    assert cli_main(["demo", "dp-aggregate", *args, "--threshold", "1", "--seed", "3", *keep]) == 2
+    assert "--threshold cannot run with --seed" in capsys.readouterr().err
     assert not (tmp_path / "k").exists()  # refused before any party process started
 
 
 def test_demo_dp_aggregate_shared_noise_flags_are_checked_before_any_process(tmp_path, capsys):
     """--delta and --noise-parties belong to --calibration gaussian, which needs --delta: each misuse exits 2
-    naming the flag, before any party process starts; the --threshold refusal points at the shared noise."""
+    naming the flag, before any party process starts."""
     args = ["--data", "a.npz", "--data", "b.npz", "--epsilon", "1", "--lam", "0.1", "--key-bits", "512"]
     keep = ["--keep-dir", str(tmp_path / "k")]
     assert cli_main(["demo", "dp-aggregate", *args, "--delta", "1e-6", *keep]) == 2
@@ -91,6 +170,4 @@ def test_demo_dp_aggregate_shared_noise_flags_are_checked_before_any_process(tmp
     assert "--delta and --noise-parties belong to --calibration gaussian" in capsys.readouterr().err
     assert cli_main(["demo", "dp-aggregate", *args, "--calibration", "gaussian", *keep]) == 2
     assert "--calibration gaussian needs --delta" in capsys.readouterr().err
-    assert cli_main(["demo", "dp-aggregate", *args, "--threshold", "1", *keep]) == 2
-    assert "--calibration gaussian --delta D` shares the noise" in capsys.readouterr().err
     assert not (tmp_path / "k").exists()

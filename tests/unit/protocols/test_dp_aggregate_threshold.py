@@ -102,8 +102,8 @@ def test_the_release_is_the_models_plus_every_partys_share_for_the_smallest_leve
     k_hat = table[min(levels)]
     assert min(levels) == levels[smallest] and all(k_hat <= sensitivity_key(s)[0] for s in sens)
     for j in range(K):
-        assert res[f"party{j + 1}"].stats["size_level"]["selected"] == min(levels)
-        assert res[f"party{j + 1}"].stats["key"]["threshold"] == t
+        assert res[f"party{j + 1}"].size_level["selected"] == min(levels)
+        assert res[f"party{j + 1}"].key["threshold"] == t
     N = [shared_noise(f"party{j + 1}", p, k_hat, np.random.default_rng(seeds[j])) for j in range(K)]
     T = released_T(res, p)
     assert [int(x - w) for x, w in zip(T, _rounded_sum(p, ws))] == [sum(col) for col in zip(*N)]
@@ -129,7 +129,7 @@ def test_the_zero_test_shows_the_smallest_level_and_not_how_many_parties_share_i
     ws = [np.zeros(p.dim)] * 3
     seen = []
     for sens in ([0.02, 0.02, 0.02], [0.02, 0.001, 0.0005]):
-        res, net = run(p, ws, sens, shares)
+        _, net = run(p, ws, sens, shares)
         levels = [level_of(sensitivity_key(s)[0], p.level_keys) for s in sens]
         got = _zero_test_values(net, p, shares)
         first = next(i for i, z in enumerate(got) if z)
@@ -145,7 +145,7 @@ def _zero_test_values(net, p, shares):
 
     received = net.received_by("party1")
     cts = None
-    for sender, tag, _, data in received:
+    for _sender, tag, _, data in received:
         if tag.startswith(BLINDED.contrib + "/"):
             vals = [int.from_bytes(c, "big") for c in pb.CiphertextVector.FromString(data).ciphertexts]
             cts = vals if cts is None else [a * b % shares[0].public.public_key.nsquare for a, b in zip(cts, vals)]
@@ -248,3 +248,19 @@ def test_charlie_and_t_parties_read_no_honest_contribution(sk768):
     assert _combine(pub, len(cts), [own, honest[0]]) != truth
     # what they do get: the release, a DP output
     assert len(released_T(res, p)) == p.dim
+
+
+@pytest.mark.parametrize("K,t,d", [(3, 1, 3), (5, 2, 40)])
+def test_traffic_envelope_covers_every_message_under_a_group_key(sk768, K, t, d):
+    """Charlie: the group key, three stages' digests, echoes, releases and proofs, the partial decryptions of
+    the releases' sum.  A data party: Charlie's relays, the others' digests and echoes, the zero test's partial
+    decryptions.  Dave: the K + 1 shares.  (The session's ending messages are not in the in-memory network.)"""
+    p = params_for(K, t, d=d)
+    _, shares = deal(sk768, K, t)
+    res, net = run(p, [np.zeros(d)] * K, [0.01] * K, shares)
+    assert len(released_T(res, p)) == d
+    for role in ["charlie", "dave", *p.party_roles]:
+        env = p.traffic_envelope(role)
+        got = [len(data) for *_, data in net.received_by(role)]
+        assert max(got) <= env.message_bytes and sum(got) <= env.session_bytes and len(got) <= env.tags, role
+        assert env.session_bytes < 4 * sum(got) + 4096, role

@@ -386,8 +386,7 @@ def test_the_plug_in_takes_the_share_from_the_key_store_and_the_group_must_be_th
     not hold, is refused before anything is sent."""
     from smcdp.errors import PreconditionFailed
     from smcdp.plugins.base import SessionContext
-    from smcdp.plugins.keystore import KeyGroup, KeyStore
-    from smcdp.plugins.power_iteration import _group_key
+    from smcdp.plugins.keystore import KeyGroup, KeyStore, session_group_key
 
     pub, shares = deal(sk512, 3, 1)
     names = {1: "alice", 2: "bob", 3: "carol"}
@@ -399,6 +398,10 @@ def test_the_plug_in_takes_the_share_from_the_key_store_and_the_group_must_be_th
         return SessionContext("s", "power-iteration", roles, {}, keys_dir=tmp_path, allow_insecure_keys=True)
 
     roles = {"trent": "trent", "party1": "carol", "party2": "bob", "party3": "alice"}
+
+    def _group_key(c, p, role):
+        return session_group_key(c, p.key_group, p.data_roles, role)
+
     key = _group_key(ctx(roles), params, "party2")
     assert key.indices == {"party1": 3, "party2": 2, "party3": 1} and key.share.index == 2
     with pytest.raises(PreconditionFailed, match="must be exactly the group's parties"):
