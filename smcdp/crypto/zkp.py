@@ -413,3 +413,60 @@ def verify_scaling(
     lhs = multi_exp(bs, [lam * z for lam, z in zip(lams, zs)], n2)
     rhs = multi_exp(commitments, lams, n2) * gmpy2.powmod(multi_exp(cs, lams, n2), e, n2) % n2
     return lhs == rhs
+
+
+# --------------------------------------------------------------------------- many bits, verified at once
+def prove_bits(
+    pk: PublicKey,
+    cts: Sequence[int],
+    bits: Sequence[int],
+    randomness: Sequence[int],
+    context: bytes,
+    nonce_key: bytes | None = None,
+) -> list[int]:
+    """:func:`prove_bit` for every c_k of ``cts`` (c_k = g^{b_k}·r_k^n, ``bits`` and ``randomness`` known to the
+    encryptor), entry k bound to ``context`` and k: 5 integers an entry.  ``nonce_key``: each entry's nonces
+    come from a stream keyed by it over the context, k and the witness (a replayed prover sends the same proof;
+    nobody lacking the witness predicts them); without it, from the OS CSPRNG."""
+    if not (len(cts) == len(bits) == len(randomness)) or any(b not in (0, 1) for b in bits):
+        raise ValueError("one bit (0 or 1) and one randomness per ciphertext")
+    out: list[int] = []
+    for k, (c, b, r) in enumerate(zip(cts, bits, randomness)):
+        ctx = _entry_context(context, k)
+        rng = None
+        if nonce_key is not None:
+            from smcdp.primitives.rng import Drbg, DrbgRandom  # deferred: crypto imports no primitives at load
+
+            rng = DrbgRandom(Drbg(_witness_stream(nonce_key, b"bit:" + ctx, [c, b, r], 32)))
+        out += _prove_bit_with(pk, mpz(c), b, mpz(r), ctx, rng)
+    return out
+
+
+def verify_bits(pk: PublicKey, cts: Sequence[int], proof: Sequence[int], context: bytes) -> bool:
+    """True iff ``proof`` (5 integers per entry, :func:`prove_bits`) shows that every c_k encrypts 0 or 1.
+
+    The 2k equations z_{k,b}^n ≡ a_{k,b}·u_{k,b}^{e_{k,b}} (mod n²), u_{k,0} = c_k, u_{k,1} = c_k·g⁻¹, are checked
+    at once with weights λ of SCALE_BATCH_BITS bits from this verifier's CSPRNG: (Π z^λ)^n ≡ Π a^λ·Π u^{λe}.  A
+    wrong equation whose ratio has a nonzero plaintext part (under Z*_{n²} ≅ Z_n × Z*_n) survives the weighting
+    with probability at most 2^-SCALE_BATCH_BITS; a ratio with a zero plaintext part is an n-th power, and then the
+    equation holds with another z -- the OR-proof's statement (u_{k,b} an n-th residue for b = 0 or 1) is the same."""
+    n, n2 = pk.n, pk.nsquare
+    if not cts or len(proof) != 5 * len(cts):
+        return False
+    zs, bases, exps, commit = [], [], [], []
+    for k, c in enumerate(cts):
+        c = mpz(c)
+        a0, a1, e0, z0, z1 = (mpz(x) for x in proof[5 * k : 5 * k + 5])
+        if not (0 < c < n2 and 0 < a0 < n2 and 0 < a1 < n2 and 0 < z0 < n and 0 < z1 < n and 0 <= e0 <= _MASK):
+            return False
+        if gmpy2.gcd(a0 * a1 % n * c % n, n) != 1 or gmpy2.gcd(z0 * z1 % n, n) != 1:
+            return False
+        e1 = (_challenge(pk, _entry_context(context, k), c, a0, a1) - int(e0)) & _MASK
+        lam0, lam1 = secrets.randbits(SCALE_BATCH_BITS) | 1, secrets.randbits(SCALE_BATCH_BITS) | 1
+        zs += [(z0, lam0), (z1, lam1)]
+        commit += [(a0, lam0), (a1, lam1)]
+        bases += [c, c * (1 - n) % n2]
+        exps += [lam0 * int(e0), lam1 * int(e1)]
+    lhs = gmpy2.powmod(multi_exp([z for z, _ in zs], [lam for _, lam in zs], n), n, n2)
+    rhs = multi_exp([a for a, _ in commit], [lam for _, lam in commit], n2) * multi_exp(bases, exps, n2) % n2
+    return lhs == rhs

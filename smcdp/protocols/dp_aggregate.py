@@ -483,31 +483,36 @@ class DPAggregateParams(ProtocolParams):
         )
 
     def _group_envelope(self, role: str) -> TrafficEnvelope:
-        """What ``role`` receives under a group key (smcdp.protocols.dp_aggregate_threshold): three committed
-        stages relayed by Charlie -- every party's level bits, blinded counts and release with their proofs --
-        the digests and echoes, the zero test's partial decryptions, Charlie's partials of the releases' sum."""
+        """What ``role`` receives under a group key (smcdp.protocols.dp_aggregate_threshold): two zero tests and
+        the release, each stage committed and relayed by Charlie -- every party's level bits with their bit
+        proofs, blinded counts with their scaling proofs, release with its proof of plaintext knowledge -- the
+        digests and echoes, the zero tests' partial decryptions, Charlie's partials of the releases' sum."""
         K, d, B = self.n_parties, self.dim, self.key_bits
-        levels = self.size_levels - 1
+        s, L = self.levels_per_octave, self.size_levels
+        tested = [n for n in (-(-L // s) - 1, s - 1) if n]  # the two zero tests' numbers of levels
         slots = max(1, (B - 5) // self.slot_bits) if self.packed else 1
         release = ciphertext_vector_bytes(-(-d // slots), B)
-        counts = ciphertext_vector_bytes(levels, B)
         pok = 4 * B // 8 + 64  # a proof of plaintext knowledge: a < N², z, w < N
-        scaling = counts + levels * ((B + 64 + 128 + 80 + 8) // 8 + 8) + 32  # commitments < N², responses
+        ct = 2 * B // 8 + 8
 
         def partial(n_cts: int) -> int:  # a value mod N² per ciphertext, the proof's e and z
-            return n_cts * (2 * B // 8 + 8) + (4 * B + 5000) // 8 + 64
+            return n_cts * ct + (4 * B + 5000) // 8 + 64
 
-        small = 256
-        where = f"dp-aggregate under a group key (K = {K}, d = {d}, {B}-bit key, {levels + 1} size levels)"
+        small, stages = 256, len(tested) * 2 + 1
+        msgs: list[tuple[int, ...]]
+        where = f"dp-aggregate under a group key (K = {K}, d = {d}, {B}-bit key, {L} size levels)"
         if role == DAVE:
-            msgs = [(K + 1, d * (self.modulus_bits // 8 + 4) + 32)]
-        elif role == CHARLIE:  # party1's key (N, theta, K verification keys mod N², as hex) and share map
-            key = (K + 2) * (4 * B // 8 + 8) + 1024
-            msgs = [(1, key), (3 * K, small), (3 * K, small), (2 * K, counts), (K, scaling), (2 * K, pok), (K, release)]
-            msgs += [(K, partial(-(-d // slots))), (8, small)]  # the last: the session's ending messages
-        else:  # digests and echoes of three stages (Charlie's echo too), Charlie's relays, the zero test's partials
-            msgs = [(3 * K, small), (3 * (K + 1), small), (2 * K, counts), (K, scaling), (2 * K, pok), (K, release)]
-            msgs += [(K - 1, partial(levels)), (8, small)]  # the last: the session's ending messages
+            return TrafficEnvelope.from_messages([(K + 1, d * (self.modulus_bits // 8 + 4) + 32)], where)
+        # per stage: digests and echoes (a data party: the others' and Charlie's echo); the relays of every
+        # party's level bits and bit proofs, blinded counts and scaling proofs, release and proof
+        msgs = [(stages * K, small), (stages * (K + 1), small), (K, release), (K, pok), (8, small)]
+        for n in tested:
+            counts = ciphertext_vector_bytes(n, B)
+            msgs += [(2 * K, counts), (K, n * 5 * ct + 64), (K, n * (ct + (B + 280) // 8 + 8) + 32)]
+        if role == CHARLIE:  # party1's key (N, theta, K verification keys mod N², as hex) and share map
+            msgs += [(1, (K + 2) * (4 * B // 8 + 8) + 1024), (K, partial(-(-d // slots)))]
+        else:
+            msgs += [(K - 1, partial(n)) for n in tested]
         return TrafficEnvelope.from_messages(msgs, where)
 
     def secure_min_params(self) -> SecureMinParams:

@@ -17,7 +17,7 @@ G0. party1 sends Charlie the group's public key; every data party checks the gro
 G1. *Levels.*  Party j rounds its sensitivity key k_j down to the public level ℓ_j = max{ℓ : K(ℓ) <= k_j}
     (``DPAggregateParams.level_keys``: L levels, ``levels_per_octave`` per doubling, from the key of the
     largest admissible sensitivity up) and releases the thermometer b_j[ℓ] = [ℓ_j <= ℓ], ℓ = 0 … L − 2,
-    encrypted under G with a proof that it knows what it encrypts.  Every party recomputes
+    encrypted under G with a proof that every entry encrypts 0 or 1 (:data:`BITS`).  Every party recomputes
     C[ℓ] = Π_j G(b_j[ℓ]) = G(c[ℓ]), c[ℓ] = the number of parties at level ℓ or below.
 G2. *Zero test.*  Party j raises every C[ℓ] to a secret exponent r_j[ℓ] (|N| + 64 bits), D_j[ℓ] = C[ℓ]^{r_j[ℓ]},
     with a proof that each D_j[ℓ] encrypts a multiple of what C[ℓ] encrypts
@@ -60,7 +60,14 @@ from smcdp.crypto.encoding import Packing
 from smcdp.crypto.paillier import PublicKey
 from smcdp.crypto.threshold import ThresholdPublicKey
 from smcdp.crypto.vector import EncryptedVector
-from smcdp.crypto.zkp import CHALLENGE_BITS, SCALE_HIDING_BITS, prove_scaling, verify_scaling
+from smcdp.crypto.zkp import (
+    CHALLENGE_BITS,
+    SCALE_HIDING_BITS,
+    prove_bits,
+    prove_scaling,
+    verify_bits,
+    verify_scaling,
+)
 from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.primitives.rng import SeedLike, noise_source, protocol_rng, stream_key
@@ -81,6 +88,7 @@ from smcdp.protocols.power_iteration_threshold import (
     BadContributionProof,
     ContributionMismatch,
     GroupKey,
+    ProofKind,
     Tags,
     _trent_echo,
     check_group_key,
@@ -99,10 +107,46 @@ from smcdp.protocols.power_iteration_threshold import (
 )
 from smcdp.v1 import messages_pb2 as pb
 
-#: G1's thermometers, G2's blinded counts, G3's releases: each stage's messages (power iteration's tags' roles)
-LEVELS = Tags("g1/levels", "g1/digest", "g1/contrib", "g1/partial", "g1/sum", "g1/pok", "g1/echo")
-BLINDED = Tags("g2/blinded", "g2/digest", "g2/contrib", "g2/partial", "g2/zero", "g2/proof", "g2/echo")
+
+@dataclass(frozen=True)
+class ZeroTestRound:
+    """One zero test's messages: its thermometers (G1) and its blinded counts (G2)."""
+
+    levels: Tags
+    blinded: Tags
+
+    @classmethod
+    def named(cls, name: str) -> ZeroTestRound:
+        return cls(
+            Tags(
+                f"g1{name}/levels", f"g1{name}/digest", f"g1{name}/contrib", "", "", f"g1{name}/pok", f"g1{name}/echo"
+            ),
+            Tags(
+                f"g2{name}/blinded",
+                f"g2{name}/digest",
+                f"g2{name}/contrib",
+                f"g2{name}/partial",
+                f"g2{name}/zero",
+                f"g2{name}/proof",
+                f"g2{name}/echo",
+            ),
+        )
+
+
+#: the two zero tests: the smallest party's group of levels (an octave at the default spacing), then its level
+#: within that group -- ⌈L/s⌉ − 1 + s − 1 thresholds instead of L − 1, the same information (the level)
+COARSE, FINE = ZeroTestRound.named("a"), ZeroTestRound.named("b")
+#: G3's releases
 RELEASE = Tags("g3/release", "g3/digest", "g3/contrib", "g3/partial", "g3/total", "g3/pok", "g3/echo")
+#: G1's proof: every thermometer entry encrypts 0 or 1 (an OR-proof each, verified in one batch; it shows that the
+#: owner knows the plaintexts too).  Without it, a party encrypting −1 at a level would turn the zero test there
+#: into "does exactly one other party sit at or below this level?"
+BITS = ProofKind(
+    "that every entry encrypts 0 or 1",
+    lambda n: 5 * n,
+    lambda pk, cts, ms, rs, context, key: prove_bits(pk, cts, [int(m) for m in ms], rs, context, key),
+    verify_bits,
+)
 #: party1 to Charlie: the group's public key (JSON) and the share index of every data role
 KEY_TAG = "g0/key"
 #: the blinding exponents have this many bits beyond N's: Σ_j r_j[ℓ] is within 2^-64 of uniform mod N
@@ -163,15 +207,29 @@ def level_of(key: int, levels: list[int]) -> int:
     return lo
 
 
-def thermometer(level: int, size_levels: int) -> list[int]:
-    """b[ℓ] = [level <= ℓ] for ℓ = 0 … L − 2 (the last level holds every party: its count says nothing)."""
-    return [int(level <= ell) for ell in range(size_levels - 1)]
+def thermometer(level: int, thresholds: list[int]) -> list[int]:
+    """b[i] = [level <= thresholds[i]]: whether this party sits at or below each tested level."""
+    return [int(level <= thr) for thr in thresholds]
 
 
-def smallest_level(zero_test: list[int], size_levels: int) -> int:
-    """ℓ*: the first level whose blinded count is nonzero (L − 1 if none).  Counts only grow with the level,
+def coarse_thresholds(size_levels: int, per_group: int) -> list[int]:
+    """The first zero test's levels: the last level of every group of ``per_group`` levels but the last group
+    (every party is at or below the top level: its count says nothing)."""
+    groups = -(-size_levels // per_group)
+    return [min(per_group * (g + 1) - 1, size_levels - 1) for g in range(groups - 1)]
+
+
+def fine_thresholds(size_levels: int, per_group: int, group: int) -> list[int]:
+    """The second zero test's levels: those of ``group`` but its last, always ``per_group`` − 1 of them (the top
+    group's are padded with the top level, so that the count does not depend on the group: Charlie relays the
+    same shapes whatever the data)."""
+    return [min(per_group * group + i, size_levels - 1) for i in range(per_group - 1)]
+
+
+def first_nonzero(zero_test: list[int]) -> int:
+    """The first tested level whose blinded count is nonzero (``len`` if none).  Counts only grow with the level,
     so anything but zeros-then-nonzeros means a party deviated."""
-    first = next((ell for ell, z in enumerate(zero_test) if z != 0), size_levels - 1)
+    first = next((i for i, z in enumerate(zero_test) if z != 0), len(zero_test))
     if any(z == 0 for z in zero_test[first:]):
         raise InvalidMessage(
             "dp-aggregate: the size levels' zero test is not zeros-then-nonzeros -- a data party's level "
@@ -234,30 +292,23 @@ async def data_party(
     rng = protocol_rng(seed, PROTOCOL, ch.role)
     if noise_random_state is None:
         noise_random_state = noise_source(seed, PROTOCOL, "noise", ch.role)
-    levels_stage, blinded_stage, release_stage = stages(params)
+    release_stage = stages(params)[2]
     check_group_key(release_stage, group_key, ch.role)
     pub = group_key.public
-    L = params.size_levels
 
     # --- G0: Charlie gets the group's public key (to check relays and combine his share's partials).
     if ch.role == params.party_roles[0]:
         key_json = json.dumps(pub.to_json(), sort_keys=True).encode()
         await ch.send(CHARLIE, KEY_TAG, pb.Blobs(values=[key_json, json.dumps(dict(group_key.indices)).encode()]))
 
-    # --- G1: our level's thermometer, committed, released, and everyone's summed: C[ℓ] = G(c[ℓ]).
+    # --- G1, G2 twice: the smallest party's group of levels, then its level within that group.
     ch.progress(round=1, step="size-levels")
-    table = params.level_keys
+    table, L, s = params.level_keys, params.size_levels, params.levels_per_octave
     mine = level_of(key, table)
-    bits = np.array(thermometer(mine, L), dtype=object)
-    digests, _ = await release_and_commit(ch, levels_stage, group_key, bits, Packing(), CHARLIE, LEVELS, seed)
-    counts = await checked_sum(ch, levels_stage, group_key, Packing(), digests, L - 1, CHARLIE, LEVELS)
-
-    # --- G2: every count blinded by every party's secret multiple; the zero test decrypted together.
-    ch.progress(round=2, step="zero-test")
-    zero_test = await _zero_test(ch, params, blinded_stage, group_key, counts, seed)
-    smallest = smallest_level(zero_test, L)
-    if smallest > mine:  # our own level's count is zero: someone cancelled our thermometer
-        refuse_selection(ch.role)
+    group = await _zero_test_round(ch, params, group_key, mine, coarse_thresholds(L, s), COARSE, seed)
+    ch.progress(round=2, step="size-levels")
+    within = await _zero_test_round(ch, params, group_key, mine, fine_thresholds(L, s, group), FINE, seed)
+    smallest = min(s * group + within, L - 1)
     k_hat = table[smallest]  # <= every party's key: the calibration covers every party's data
 
     # --- G3: our noise share for k̂, our published share t_j, and Y_j = W_j + N_j − t_j mod M under G.
@@ -276,12 +327,43 @@ async def data_party(
         share_file=path,
         stats=ch.stats.as_dict(),
         key=key_summary(params, group_key),
-        size_level={"selected": smallest, "levels": L, "levels_per_octave": params.levels_per_octave},
+        size_level={"selected": smallest, "levels": L, "levels_per_octave": s},
     )
 
 
+async def _zero_test_round(
+    ch: Channel,
+    params: DPAggregateParams,
+    group_key: GroupKey,
+    mine: int,
+    thresholds: list[int],
+    rnd: ZeroTestRound,
+    seed: SeedLike,
+) -> int:
+    """G1 and G2 for the tested levels ``thresholds``: our thermometer (each entry proven a bit), committed,
+    released and summed, C[i] = G(c[i]), c[i] the number of parties at or below thresholds[i]; the blinded
+    zero test; the first nonzero index.  We refuse if our own entry's count is zero (someone cancelled it)."""
+    levels_stage, blinded_stage, _ = stages(params)
+    bits = thermometer(mine, thresholds)
+    T = len(thresholds)
+    vec = np.array(bits, dtype=object)
+    digests, _ = await release_and_commit(ch, levels_stage, group_key, vec, Packing(), CHARLIE, rnd.levels, seed, BITS)
+    counts = await checked_sum(ch, levels_stage, group_key, Packing(), digests, T, CHARLIE, rnd.levels, BITS)
+    ch.progress(step="zero-test")
+    first = first_nonzero(await _zero_test(ch, params, blinded_stage, group_key, counts, seed, rnd.blinded))
+    if first > next((i for i, b in enumerate(bits) if b), T):
+        refuse_selection(ch.role)
+    return first
+
+
 async def _zero_test(
-    ch: Channel, params: DPAggregateParams, stage: Stage, group_key: GroupKey, counts: EncryptedVector, seed: SeedLike
+    ch: Channel,
+    params: DPAggregateParams,
+    stage: Stage,
+    group_key: GroupKey,
+    counts: EncryptedVector,
+    seed: SeedLike,
+    tags: Tags,
 ) -> list[int]:
     """G2 at a data party: D[ℓ] = C[ℓ]^{r[ℓ]} and its scaling proof, committed (digest, echo) and released to
     Charlie; everyone's, as Charlie relays them, checked against their digests (a mismatch names Charlie) and
@@ -291,8 +373,9 @@ async def _zero_test(
     pk = pub.public_key
     n2 = pk.nsquare
     C = [mpz(c) for c in counts.ciphertexts]
-    rs = blinding_exponents(stream_key(seed, PROTOCOL, ch.role, "zero-test"), int(pk.n), len(C))
-    D, proof = await asyncio.to_thread(_blind, pk, C, rs, _context(ch, ch.role, group_key), seed, ch.role)
+    rs = blinding_exponents(stream_key(seed, PROTOCOL, ch.role, "zero-test", tags.release), int(pk.n), len(C))
+    context = _context(ch, ch.role, group_key, tags)
+    D, proof = await asyncio.to_thread(_blind, pk, C, rs, context, seed, ch.role)
     vec = EncryptedVector(pk, D, len(D), 0, Packing(), None)
     digests = await exchange_digests(
         ch,
@@ -300,42 +383,40 @@ async def _zero_test(
         group_key,
         contribution_digest(ch.session_id, ch.role, ch.roles[ch.role], vec, proof),
         CHARLIE,
-        BLINDED,
+        tags,
     )
-    echo = await echo_digests(ch, stage, group_key, digests, CHARLIE, BLINDED)
-    await ch.send(CHARLIE, BLINDED.release, vec.to_proto())
-    await ch.send(CHARLIE, BLINDED.proof, bigints(proof))
+    echo = await echo_digests(ch, stage, group_key, digests, CHARLIE, tags)
+    await ch.send(CHARLIE, tags.release, vec.to_proto())
+    await ch.send(CHARLIE, tags.proof, bigints(proof))
     product = [mpz(1)] * len(C)
     for role in params.party_roles:
-        got, got_proof = await _relayed_blinded(ch, pk, len(C), role)
+        got, got_proof = await _relayed_blinded(ch, pk, len(C), role, tags)
         if contribution_digest(ch.session_id, role, ch.roles[role], got, got_proof) != digests[role]:
             exc = ContributionMismatch(
                 f"{ch.role} refuses to decrypt: the blinded counts of {role} that {CHARLIE} delivered are not the "
-                f"ones {role} committed to ({BLINDED.digest}), which {CHARLIE} checked them against: {CHARLIE} "
+                f"ones {role} committed to ({tags.digest}), which {CHARLIE} checked them against: {CHARLIE} "
                 "deviated"
             )
             exc.origin = ch.roles[CHARLIE]
             raise exc
         cts = [int(c) for c in got.ciphertexts]
         exponent_bits = int(pk.n).bit_length() + BLIND_EXTRA_BITS
-        context = _context(ch, role, group_key)
+        context = _context(ch, role, group_key, tags)
         if not await asyncio.to_thread(verify_scaling, pk, C, cts, got_proof, context, exponent_bits):
             bad = BadContributionProof(
-                f"{ch.role} refuses to decrypt: {role}'s blinded counts ({BLINDED.release}) come with no valid proof "
-                f"that each is a multiple of the recomputed count ({BLINDED.proof}) -- another ciphertext mixed in"
+                f"{ch.role} refuses to decrypt: {role}'s blinded counts ({tags.release}) come with no valid proof "
+                f"that each is a multiple of the recomputed count ({tags.proof}) -- another ciphertext mixed in"
             )
             bad.origin = ch.roles[role]
             raise bad
         product = [p * c % n2 for p, c in zip(product, got.ciphertexts)]
     total = EncryptedVector(pk, product, len(C), 0, Packing(), None)
-    return await threshold_decrypt(ch, stage, group_key, total, BLINDED, seed, echo, signed=False, protocol=PROTOCOL)
+    return await threshold_decrypt(ch, stage, group_key, total, tags, seed, echo, signed=False, protocol=PROTOCOL)
 
 
-def _context(ch: Channel, role: str, group_key: GroupKey) -> bytes:
+def _context(ch: Channel, role: str, group_key: GroupKey, tags: Tags) -> bytes:
     """A scaling proof's context: the session, its owner's role, holder and share index, the tag, the key."""
-    return proof_context(
-        ch.session_id, role, ch.roles[role], group_key.indices[role], BLINDED.release, group_key.public
-    )
+    return proof_context(ch.session_id, role, ch.roles[role], group_key.indices[role], tags.release, group_key.public)
 
 
 def _blind(
@@ -343,28 +424,28 @@ def _blind(
 ) -> tuple[list[mpz], list[int]]:
     n2 = pk.nsquare
     D = [gmpy2.powmod(c, r, n2) for c, r in zip(C, rs)]
-    nonce_key = stream_key(seed, PROTOCOL, role, "zero-test-proof")
+    nonce_key = stream_key(seed, PROTOCOL, role, "zero-test-proof", hashlib.sha256(context).hexdigest())
     return D, prove_scaling(pk, C, D, rs, context, nonce_key)
 
 
-async def _relayed_blinded(ch: Channel, pk: PublicKey, count: int, role: str) -> tuple[EncryptedVector, list[int]]:
+async def _relayed_blinded(
+    ch: Channel, pk: PublicKey, count: int, role: str, tags: Tags
+) -> tuple[EncryptedVector, list[int]]:
     """``role``'s blinded counts and scaling proof as Charlie relays them (sizes and key checked)."""
-    tag = f"{BLINDED.contrib}/{role}"
+    tag = f"{tags.contrib}/{role}"
     vec = EncryptedVector.from_proto(
         await ch.recv(CHARLIE, tag, pb.CiphertextVector), pk, length=count, exponent=0, what=f"{tag} from {CHARLIE}"
     )
-    return vec, _scaling_proof(await ch.recv(CHARLIE, f"{BLINDED.proof}/{role}", pb.BigInts), pk, count, role)
+    return vec, _scaling_proof(await ch.recv(CHARLIE, f"{tags.proof}/{role}", pb.BigInts), pk, count, role, tags)
 
 
-def _scaling_proof(msg: pb.BigInts, pk: PublicKey, count: int, role: str) -> list[int]:
+def _scaling_proof(msg: pb.BigInts, pk: PublicKey, count: int, role: str, tags: Tags) -> list[int]:
     bits = max(
         pk.nsquare.bit_length(), int(pk.n).bit_length() + BLIND_EXTRA_BITS + CHALLENGE_BITS + SCALE_HIDING_BITS + 1
     )
     return [
         int(v)
-        for v in from_bigints(
-            msg, count=2 * count, bound_bits=bits, what=f"{BLINDED.proof} of {role}", nonnegative=True
-        )
+        for v in from_bigints(msg, count=2 * count, bound_bits=bits, what=f"{tags.proof} of {role}", nonnegative=True)
     ]
 
 
@@ -383,10 +464,12 @@ async def charlie(
     levels_stage, blinded_stage, release_stage = stages(params)
     pub, indices = _group_public_key(await ch.recv(roles[0], KEY_TAG, pb.Blobs), params, allow_insecure_keys)
     pk, fp = pub.public_key, pub.fingerprint
-    ch.progress(round=1, step="size-levels")
-    await trent_deliver(ch, levels_stage, pk, params.size_levels - 1, LEVELS, fp)
-    ch.progress(round=2, step="zero-test")
-    await _relay_blinded(ch, blinded_stage, pk, params.size_levels - 1, fp)
+    L, s = params.size_levels, params.levels_per_octave
+    for i, (rnd, count) in enumerate(((COARSE, len(coarse_thresholds(L, s))), (FINE, s - 1)), 1):
+        ch.progress(round=i, step="size-levels")
+        if count:
+            await trent_deliver(ch, levels_stage, pk, count, rnd.levels, fp, BITS)
+            await _relay_blinded(ch, blinded_stage, pk, count, fp, rnd.blinded)
     ch.progress(round=3, step="publish")
     echo, releases = await trent_deliver(ch, release_stage, pk, params.dim, RELEASE, fp)
     total, *rest = [releases[r] for r in roles]
@@ -428,25 +511,25 @@ def _group_public_key(
     return pub, {str(r): int(i) for r, i in indices.items()}
 
 
-async def _relay_blinded(ch: Channel, stage: Stage, pk: PublicKey, count: int, fingerprint: bytes) -> None:
+async def _relay_blinded(ch: Channel, stage: Stage, pk: PublicKey, count: int, fingerprint: bytes, tags: Tags) -> None:
     """G2 at Charlie: the digests' echo, then every party's blinded counts and proof checked against its digest
     (a mismatch names the party: nothing is relayed) and relayed to every data party."""
     roles = stage.data_roles
-    digests, _ = await _trent_echo(ch, stage, BLINDED, fingerprint)
-    blinded = await ch.recv_all(roles, BLINDED.release, pb.CiphertextVector)
-    proofs = await ch.recv_all(roles, BLINDED.proof, pb.BigInts)
+    digests, _ = await _trent_echo(ch, stage, tags, fingerprint)
+    blinded = await ch.recv_all(roles, tags.release, pb.CiphertextVector)
+    proofs = await ch.recv_all(roles, tags.proof, pb.BigInts)
     for role in roles:
         vec = EncryptedVector.from_proto(
-            blinded[role], pk, length=count, exponent=0, what=f"{BLINDED.release} from {role}"
+            blinded[role], pk, length=count, exponent=0, what=f"{tags.release} from {role}"
         )
-        proof = _scaling_proof(proofs[role], pk, count, role)
+        proof = _scaling_proof(proofs[role], pk, count, role, tags)
         if contribution_digest(ch.session_id, role, ch.roles[role], vec, proof) != digests[role].values[1]:
             exc = ContributionMismatch(
                 f"{ch.role} relays nothing: the blinded counts {role} sent are not the ones it committed to "
-                f"({BLINDED.digest}): {role} deviated"
+                f"({tags.digest}): {role} deviated"
             )
             exc.origin = ch.roles[role]
             raise exc
     for role in roles:
-        await ch.send_many(roles, f"{BLINDED.contrib}/{role}", blinded[role])
-        await ch.send_many(roles, f"{BLINDED.proof}/{role}", proofs[role])
+        await ch.send_many(roles, f"{tags.contrib}/{role}", blinded[role])
+        await ch.send_many(roles, f"{tags.proof}/{role}", proofs[role])

@@ -47,7 +47,7 @@ import asyncio
 import hashlib
 import hmac
 import math
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from typing import Protocol as TypingProtocol
@@ -137,6 +137,28 @@ class Tags:
     def power_round(cls, t: int) -> Tags:
         """Round t of the noisy power method: its release ``noisy/<t>``, the sum being the next block."""
         return cls(f"noisy/{t}", f"digest/{t}", f"contrib/{t}", f"partial/{t}", f"sum/{t}", f"pok/{t}", f"echo/{t}")
+
+
+@dataclass(frozen=True)
+class ProofKind:
+    """What a release's proof shows about its ciphertexts, made from the encryptor's witness (plaintexts and
+    randomness) and checked by every data party before anything is combined: its name in a refusal, its size in
+    integers for ``n`` ciphertexts, the prover (pk, cts, plaintexts, randomness, context, nonce key) and the
+    verifier (pk, cts, proof, context)."""
+
+    claim: str
+    size: Callable[[int], int]
+    prove: Callable[[PublicKey, list[int], list[int], list[int], bytes, bytes], list[int]]
+    verify: Callable[[PublicKey, list[int], Sequence[int], bytes], bool]
+
+
+#: the default: the owner knows what its release encrypts (it is no copy or power of another's ciphertext)
+PLAINTEXT_KNOWLEDGE = ProofKind(
+    "that it knows what it encrypts",
+    lambda n: 3,
+    lambda pk, cts, ms, rs, context, key: list(prove_plaintext_knowledge(pk, cts, ms, rs, context, key)),
+    verify_plaintext_knowledge,
+)
 
 
 class ContributionMismatch(InvalidMessage):
@@ -282,10 +304,12 @@ def proof_context(session_id: str, role: str, holder: str, index: int, tag: str,
     return h.digest()
 
 
-def proof_from_proto(msg: pb.BigInts, pk: PublicKey, what: str) -> tuple[int, int, int]:
-    """A proof of plaintext knowledge (a, z, w), sizes checked (the proof itself by :func:`checked_sum`)."""
-    a, z, w = from_bigints(msg, count=3, bound_bits=pk.nsquare.bit_length(), what=what, nonnegative=True)
-    return a, z, w
+def proof_from_proto(msg: pb.BigInts, pk: PublicKey, what: str, count: int = 3) -> list[int]:
+    """A release's proof (``count`` integers; a proof of plaintext knowledge: (a, z, w)), sizes checked (the
+    proof itself by :func:`checked_sum`)."""
+    return [
+        int(v) for v in from_bigints(msg, count=count, bound_bits=pk.nsquare.bit_length(), what=what, nonnegative=True)
+    ]
 
 
 def echo_hash(fingerprint: bytes, roles: list[str], digests: Mapping[str, bytes]) -> bytes:
@@ -424,10 +448,11 @@ async def _encrypt_and_prove(
     packing: Packing,
     tags: Tags,
     seed: SeedLike,
-) -> tuple[EncryptedVector, tuple[int, int, int]]:
+    kind: ProofKind = PLAINTEXT_KNOWLEDGE,
+) -> tuple[EncryptedVector, list[int]]:
     """Step 1: the release W encrypted (randomness from the party's root) and the proof that this party knows
-    what it encrypts (it is no copy of another's), bound to the session, the role, its holder and share
-    index, the round and the key (:func:`proof_context`)."""
+    what it encrypts (it is no copy of another's; or what ``kind`` shows), bound to the session, the role, its
+    holder and share index, the round and the key (:func:`proof_context`)."""
     pk = key.public.public_key
     witness: list[tuple[int, int]] = []
     key_r = stream_key(seed, "power-iteration", ch.role, "encryption", tags.release)
@@ -440,7 +465,7 @@ async def _encrypt_and_prove(
         bound=params.contribution_bound(),
     )
     proof = await asyncio.to_thread(
-        prove_plaintext_knowledge,
+        kind.prove,
         pk,
         [int(c) for c in vec.ciphertexts],
         [m for m, _ in witness],
@@ -460,11 +485,12 @@ async def release_and_commit(
     trent: str,
     tags: Tags,
     seed: SeedLike,
+    kind: ProofKind = PLAINTEXT_KNOWLEDGE,
 ) -> tuple[dict[str, bytes], bytes]:
     """Steps 1–3 for the release W (already noisy and clamped): encrypt and prove, commit, echo, send it and
     its proof to ``trent`` (``tags.release``, ``tags.proof``).  Returns every data role's committed digest
     (its own included) and the echo every data party agreed on."""
-    vec, proof = await _encrypt_and_prove(ch, params, key, W, packing, tags, seed)
+    vec, proof = await _encrypt_and_prove(ch, params, key, W, packing, tags, seed, kind)
     # --- Step 2: the digest to every other data party; every other party's digest before anything more.
     mine = contribution_digest(ch.session_id, ch.role, ch.roles[ch.role], vec, proof)
     digests = await exchange_digests(ch, params, key, mine, trent, tags)
@@ -501,11 +527,13 @@ async def _relayed(
     trent: str,
     tags: Tags,
     role: str,
-) -> tuple[EncryptedVector, tuple[int, int, int]]:
+    kind: ProofKind = PLAINTEXT_KNOWLEDGE,
+) -> tuple[EncryptedVector, list[int]]:
     """``role``'s release and its proof as ``trent`` relays them (sizes, key and bound checked)."""
     tag = f"{tags.contrib}/{role}"
     vec = _release(await ch.recv(trent, tag, pb.CiphertextVector), pk, params, L, packing, f"{tag} from {trent}")
-    proof = proof_from_proto(await ch.recv(trent, f"{tags.proof}/{role}", pb.BigInts), pk, f"{tags.proof}/{role}")
+    msg = await ch.recv(trent, f"{tags.proof}/{role}", pb.BigInts)
+    proof = proof_from_proto(msg, pk, f"{tags.proof}/{role}", kind.size(len(vec.ciphertexts)))
     return vec, proof
 
 
@@ -518,6 +546,7 @@ async def checked_sum(
     L: int,
     trent: str,
     tags: Tags,
+    kind: ProofKind = PLAINTEXT_KNOWLEDGE,
 ) -> EncryptedVector:
     """Step 5's checks: every contribution ``trent`` delivers (with its proof) against its owner's digest
     (a mismatch names Trent), then every contribution's proof of plaintext knowledge (a failure names its
@@ -525,7 +554,7 @@ async def checked_sum(
     pk = key.public.public_key
     vecs = {}
     for role in params.data_roles:
-        vec, proof = await _relayed(ch, params, pk, packing, L, trent, tags, role)
+        vec, proof = await _relayed(ch, params, pk, packing, L, trent, tags, role, kind)
         if contribution_digest(ch.session_id, role, ch.roles[role], vec, proof) != digests[role]:
             exc = ContributionMismatch(
                 f"{ch.role} refuses to decrypt: the contribution of {role} that {trent} delivered "
@@ -539,10 +568,11 @@ async def checked_sum(
     for role, (vec, proof) in vecs.items():
         context = proof_context(ch.session_id, role, ch.roles[role], key.indices[role], tags.release, key.public)
         cts = [int(c) for c in vec.ciphertexts]
-        if not await asyncio.to_thread(verify_plaintext_knowledge, pk, cts, proof, context):
+        if not await asyncio.to_thread(kind.verify, pk, cts, proof, context):
             bad = BadContributionProof(
-                f"{ch.role} refuses to decrypt: {role}'s release ({tags.release}) comes with no valid proof that "
-                f"{role} knows what it encrypts ({tags.proof}) -- it may be a copy of another party's ciphertext"
+                f"{ch.role} refuses to decrypt: {role}'s release ({tags.release}) comes with no valid proof "
+                f"{kind.claim} ({tags.proof})"
+                + (" -- it may be a copy of another party's ciphertext" if kind is PLAINTEXT_KNOWLEDGE else "")
             )
             bad.origin = ch.roles[role]
             raise bad
@@ -655,7 +685,13 @@ async def _trent_echo(
 
 
 async def trent_deliver(
-    ch: Channel, params: PowerIterationParams, pk: PublicKey, L: int, tags: Tags, fingerprint: bytes | None = None
+    ch: Channel,
+    params: PowerIterationParams,
+    pk: PublicKey,
+    L: int,
+    tags: Tags,
+    fingerprint: bytes | None = None,
+    kind: ProofKind = PLAINTEXT_KNOWLEDGE,
 ) -> tuple[bytes, dict[str, EncryptedVector]]:
     """Trent's steps 2b and 4: he echoes the digests he received (:func:`_trent_echo`), then relays every data
     party's release (``tags.release``) and its proof of plaintext knowledge (``tags.proof``) to every data
@@ -672,7 +708,7 @@ async def trent_deliver(
     proofs = await ch.recv_all(roles, tags.proof, pb.BigInts)
     for role in roles:
         vec = vecs[role] = _release(noisy[role], pk, params, L, packing, f"{tags.release} from {role}")
-        proof = proof_from_proto(proofs[role], pk, f"{tags.proof} from {role}")
+        proof = proof_from_proto(proofs[role], pk, f"{tags.proof} from {role}", kind.size(len(vec.ciphertexts)))
         if contribution_digest(ch.session_id, role, ch.roles[role], vec, proof) != digests[role].values[1]:
             exc = ContributionMismatch(
                 f"{ch.role} relays nothing: the release {role} sent ({tags.release}, {tags.proof}) is not the one "

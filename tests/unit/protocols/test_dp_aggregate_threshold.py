@@ -26,13 +26,15 @@ from smcdp.protocols.dp_aggregate import (
     to_fixed,
 )
 from smcdp.protocols.dp_aggregate_threshold import (
-    BLINDED,
-    LEVELS,
+    COARSE,
+    FINE,
     RELEASE,
     charlie,
+    coarse_thresholds,
     data_party,
+    fine_thresholds,
+    first_nonzero,
     level_of,
-    smallest_level,
     thermometer,
 )
 from smcdp.protocols.power_iteration_threshold import BadContributionProof, ContributionMismatch, GroupKey
@@ -93,7 +95,7 @@ def test_the_release_is_the_models_plus_every_partys_share_for_the_smallest_leve
     _, shares = deal(sk768, K, t)
     rng = np.random.default_rng(K)
     ws = [rng.uniform(-1, 1, size=p.dim) for _ in range(K)]
-    sens = [0.004 * (j + 1) for j in range(K)]  # keys 2^48/Δ: levels apart at two per octave
+    sens = [0.02, 0.04, 0.1, 0.3][-K:]  # levels 9, 7, 4, 1 of 0..11 at two per octave from Δ_max = 0.5
     sens[smallest], sens[-1] = sens[-1], sens[smallest]  # the largest sensitivity (smallest key) at `smallest`
     seeds = [900 + j for j in range(K)]
     res, _ = run(p, ws, sens, shares, noise_seeds=seeds)
@@ -101,6 +103,7 @@ def test_the_release_is_the_models_plus_every_partys_share_for_the_smallest_leve
     levels = [level_of(sensitivity_key(s)[0], table) for s in sens]
     k_hat = table[min(levels)]
     assert min(levels) == levels[smallest] and all(k_hat <= sensitivity_key(s)[0] for s in sens)
+    assert len(set(levels)) == K and 0 < min(levels) < p.size_levels - 1  # distinct, not the bottom or top
     for j in range(K):
         assert res[f"party{j + 1}"].size_level["selected"] == min(levels)
         assert res[f"party{j + 1}"].key["threshold"] == t
@@ -115,38 +118,50 @@ def test_levels_round_keys_down_and_the_zero_test_reads_the_first_nonzero():
     assert [level_of(k, table) for k in (10, 13, 14, 39, 40, 10**9)] == [0, 0, 1, 3, 4, 4]
     with pytest.raises(InvalidMessage):
         level_of(9, table)
-    assert thermometer(2, 5) == [0, 0, 1, 1]
-    assert smallest_level([0, 0, 7, 5], 5) == 2 and smallest_level([0, 0, 0, 0], 5) == 4
+    assert thermometer(2, [0, 1, 2, 3]) == [0, 0, 1, 1]
+    assert first_nonzero([0, 0, 7, 5]) == 2 and first_nonzero([0, 0, 0, 0]) == 4
     with pytest.raises(InvalidMessage, match="not zeros-then-nonzeros"):
-        smallest_level([0, 3, 0, 5], 5)
+        first_nonzero([0, 3, 0, 5])
+    # two zero tests find every level: the group (the last level of each but the top group), then within it
+    for L, s in ((33, 4), (12, 2), (10, 3), (7, 7)):
+        assert len(coarse_thresholds(L, s)) == -(-L // s) - 1
+        for level in range(L):
+            bits = thermometer(level, coarse_thresholds(L, s))
+            group = next((i for i, b in enumerate(bits) if b), len(bits))
+            fine = fine_thresholds(L, s, group)
+            assert len(fine) == s - 1
+            within = next((i for i, b in enumerate(thermometer(level, fine)) if b), len(fine))
+            assert min(s * group + within, L - 1) == level, (L, s, level)
 
 
 def test_the_zero_test_shows_the_smallest_level_and_not_how_many_parties_share_it(sk768):
-    """Two sessions whose parties' levels differ in everything but the smallest: every decrypted value of the
-    zero test is 0 below it and, at and above it, a value no party can tell from uniform (not the count)."""
+    """Sessions whose parties' levels differ: every decrypted value of both zero tests is 0 below the smallest
+    level's group (then its level) and, at and above it, of N's size -- not the count of parties (1 to 3)."""
     p = params_for(3, 1)
     _, shares = deal(sk768, 3, 1)
     ws = [np.zeros(p.dim)] * 3
-    seen = []
-    for sens in ([0.02, 0.02, 0.02], [0.02, 0.001, 0.0005]):
+    L, s = p.size_levels, p.levels_per_octave
+    for sens in ([0.02, 0.02, 0.02], [0.02, 0.2, 0.45], [0.3, 0.25, 0.02], [0.001, 0.001, 0.001]):
         _, net = run(p, ws, sens, shares)
-        levels = [level_of(sensitivity_key(s)[0], p.level_keys) for s in sens]
-        got = _zero_test_values(net, p, shares)
-        first = next(i for i, z in enumerate(got) if z)
-        assert first == min(levels) and all(got[first:])
-        assert all(z > 1 << 700 or z == 0 for z in got)  # 768-bit N: counts (1..3) would be tiny
-        seen.append(got)
-    assert seen[0] != seen[1]
+        smallest = min(level_of(sensitivity_key(x)[0], p.level_keys) for x in sens)
+        coarse, fine = _zero_test_values(net, p, shares, COARSE), _zero_test_values(net, p, shares, FINE)
+        expect_c = [int(smallest <= t) for t in coarse_thresholds(L, s)]
+        expect_f = [
+            int(smallest <= t)
+            for t in fine_thresholds(L, s, next((i for i, b in enumerate(expect_c) if b), len(expect_c)))
+        ]
+        assert [int(z != 0) for z in coarse] == expect_c and [int(z != 0) for z in fine] == expect_f
+        assert all(z > 1 << 700 or z == 0 for z in coarse + fine)  # 768-bit N: counts (1..3) would be tiny
 
 
-def _zero_test_values(net, p, shares):
-    """The zero test's plaintexts, from the partial decryptions party1 received (party2's, party3's)."""
+def _zero_test_values(net, p, shares, rnd):
+    """Zero test ``rnd``'s plaintexts, from the partial decryptions party1 received (party2's, party3's)."""
     from smcdp.protocols.power_iteration_threshold import partial_from_proto
 
     received = net.received_by("party1")
     cts = None
     for _sender, tag, _, data in received:
-        if tag.startswith(BLINDED.contrib + "/"):
+        if tag.startswith(rnd.blinded.contrib + "/"):
             vals = [int.from_bytes(c, "big") for c in pb.CiphertextVector.FromString(data).ciphertexts]
             cts = vals if cts is None else [a * b % shares[0].public.public_key.nsquare for a, b in zip(cts, vals)]
     assert cts is not None
@@ -154,7 +169,7 @@ def _zero_test_values(net, p, shares):
     partials = [
         partial_from_proto(pb.BigInts.FromString(data), pub, int(sender[-1]), len(cts), "partial")
         for sender, tag, _, data in received
-        if tag == BLINDED.partial
+        if tag == rnd.blinded.partial
     ]
     from smcdp.crypto.threshold import _combine
 
@@ -184,8 +199,8 @@ def test_a_party_mixing_another_ciphertext_into_its_blinded_counts_is_refused_an
 
         async def recv(sender, tag, cls):  # party3 keeps party1's level ciphertexts as Charlie relays them
             msg = await original(sender, tag, cls)
-            if tag == f"{LEVELS.contrib}/party1":
-                held["party1 level 5"] = int.from_bytes(msg.ciphertexts[5], "big")
+            if tag == f"{COARSE.levels.contrib}/party1":
+                held["party1 level 5"] = int.from_bytes(msg.ciphertexts[4], "big")
             return msg
 
         net.channels["party3"].recv = recv
@@ -206,7 +221,7 @@ def test_charlie_relaying_other_blinded_counts_is_named(sk768):
             vec.ciphertexts[0], vec.ciphertexts[1] = vec.ciphertexts[1], vec.ciphertexts[0]
             return vec.SerializeToString()
 
-        tamper_message(net, "charlie", f"{BLINDED.contrib}/party2", swap, receiver="party1")
+        tamper_message(net, "charlie", f"{COARSE.blinded.contrib}/party2", swap, receiver="party1")
 
     with pytest.raises(ContributionMismatch) as info:
         run(p, [np.zeros(p.dim)] * 3, [0.001, 0.002, 0.003], shares, tamper=tamper)
@@ -264,3 +279,32 @@ def test_traffic_envelope_covers_every_message_under_a_group_key(sk768, K, t, d)
         got = [len(data) for *_, data in net.received_by(role)]
         assert max(got) <= env.message_bytes and sum(got) <= env.session_bytes and len(got) <= env.tags, role
         assert env.session_bytes < 4 * sum(got) + 4096, role
+
+
+def test_a_thermometer_entry_that_is_not_a_bit_is_refused_and_named(sk768, monkeypatch):
+    """party3 encrypts −1 at a level: the zero test there would say whether exactly one other party sits at or
+    below it (counts, not just the smallest level).  Its entries' bit proofs fail at every honest party, which
+    names it before anything is blinded or decrypted."""
+    import smcdp.protocols.dp_aggregate_threshold as mod
+    from smcdp.crypto.zkp import prove_bits
+    from smcdp.protocols.power_iteration_threshold import ProofKind
+
+    p = params_for(3, 1)
+    _, shares = deal(sk768, 3, 1)
+    sens = [0.3, 0.2, 0.05]
+    probing = level_of(sensitivity_key(sens[2])[0], p.level_keys)
+    assert probing not in {level_of(sensitivity_key(x)[0], p.level_keys) for x in sens[:2]}
+    real = mod.thermometer
+
+    def thermometer(level, thresholds):
+        bits = real(level, thresholds)
+        return [-1, *bits[1:]] if level == probing else bits
+
+    def prove(pk, cts, ms, rs, context, key):  # a "proof" made as if the entry were a bit
+        return prove_bits(pk, cts, [m if m in (0, 1) else 1 for m in ms], rs, context, key)
+
+    monkeypatch.setattr(mod, "thermometer", thermometer)
+    monkeypatch.setattr(mod, "BITS", ProofKind(mod.BITS.claim, mod.BITS.size, prove, mod.BITS.verify))
+    with pytest.raises(BadContributionProof) as info:
+        run(p, [np.zeros(p.dim)] * 3, sens, shares)
+    assert info.value.origin == "org3" and "0 or 1" in str(info.value)
