@@ -15,19 +15,22 @@ is combined or decrypted, and a party decrypts only what it recomputed itself):
 
 G0. party1 sends Charlie the group's public key; every data party checks the group is the session's.
 G1. *Levels.*  Party j rounds its sensitivity key k_j down to the public level ℓ_j = max{ℓ : K(ℓ) <= k_j}
-    (``DPAggregateParams.level_keys``: L levels, ``levels_per_octave`` per doubling, from the key of the
-    largest admissible sensitivity up) and releases the thermometer b_j[ℓ] = [ℓ_j <= ℓ], ℓ = 0 … L − 2,
-    encrypted under G with a proof that every entry encrypts 0 or 1 (:data:`BITS`).  Every party recomputes
-    C[ℓ] = Π_j G(b_j[ℓ]) = G(c[ℓ]), c[ℓ] = the number of parties at level ℓ or below.
-G2. *Zero test.*  Party j raises every C[ℓ] to a secret exponent r_j[ℓ] (|N| + 64 bits), D_j[ℓ] = C[ℓ]^{r_j[ℓ]},
-    with a proof that each D_j[ℓ] encrypts a multiple of what C[ℓ] encrypts
+    (``DPAggregateParams.level_keys``: L levels, s = ``levels_per_octave`` per doubling, from the key of the
+    largest admissible sensitivity up).  For the tested levels θ_0 < … < θ_(T−1) of a zero test it releases the
+    thermometer b_j[i] = [ℓ_j <= θ_i], encrypted under G with a proof that every entry encrypts 0 or 1
+    (:data:`BITS`).  Every party recomputes C[i] = Π_j G(b_j[i]) = G(c[i]), c[i] = the number of parties at or
+    below θ_i.
+G2. *Zero test.*  Party j raises every C[i] to a secret exponent r_j[i] (|N| + 64 bits), D_j[i] = C[i]^{r_j[i]},
+    with a proof that each D_j[i] encrypts a multiple of what C[i] encrypts
     (:func:`~smcdp.crypto.zkp.prove_scaling`: no other ciphertext mixed in), and commits and releases them
     as in G1.  Every party checks every proof against the C it recomputed, recomputes
-    Z[ℓ] = Π_j D_j[ℓ] = G(c[ℓ]·Σ_j r_j[ℓ]) and decrypts it with the others (threshold decryption with proofs).
-    Σ_j r_j[ℓ] is uniform mod N as long as one party's r is, so z[ℓ] is 0 where c[ℓ] = 0 and uniform in Z*_N-ish
-    elsewhere: the parties learn only ℓ* = the first nonzero level -- the smallest party's level -- not how
-    many parties are at any level.  A pattern that is not zeros-then-nonzeros, or a zero at the party's own
-    level, means someone deviated: the party refuses.
+    Z[i] = Π_j D_j[i] = G(c[i]·Σ_j r_j[i]) and decrypts it with the others (threshold decryption with proofs).
+    Σ_j r_j[i] is uniform mod N as long as one party's r is, so z[i] is 0 where c[i] = 0 and of N's size
+    elsewhere: the parties learn only the first tested level at or above the smallest party's, not how many
+    parties are at any level.  A pattern that is not zeros-then-nonzeros, or a zero at the party's own first 1,
+    means someone deviated: the party refuses.
+    G1–G2 run twice (:data:`COARSE`, :data:`FINE`): the last levels of the groups of s find the smallest party's
+    group, then that group's levels find ℓ* = min_j ℓ_j -- ⌈L/s⌉ − 1 + s − 1 tested levels, not L − 1.
 G3. *Release.*  k̂ = K(ℓ*) <= k_j for every party, so Δ̂ = 2^48/k̂ covers every party's sensitivity.  Party j
     draws its noise share N_j ~ N_Z(0, σ²/h)^d for Δ̂ (as the shared-noise mode), its published share t_j
     uniform mod M, and releases Y_j = (W_j + N_j − t_j) mod M under G (committed, with its proof of plaintext
