@@ -327,54 +327,76 @@ def prove_scaling(
     bases: Sequence[int],
     cts: Sequence[int],
     exponents: Sequence[int],
+    randomness: Sequence[int],
     context: bytes,
     nonce_key: bytes | None = None,
 ) -> list[int]:
-    """Proof [A_1 … A_k, z_1 … z_k] that the prover knows integers r_i ≥ 0 with c_i = b_i^{r_i} mod n² for
-    every i: each c_i encrypts a multiple, known to the prover, of what b_i encrypts -- and nothing else (no
-    other ciphertext's plaintext mixed in).  Bound to ``context``.
+    """Proof [A_1 … A_k, z_1 … z_k, w_1 … w_k] that the prover knows integers r_i ≥ 0 and units s_i with
+    c_i = b_i^{r_i}·s_i^n mod n² for every i: each c_i encrypts a multiple, known to the prover, of what b_i
+    encrypts -- and nothing else (no other ciphertext's plaintext mixed in) -- re-randomised by s_i.  Bound to
+    ``context``.
+
+    The s_i matter: without them c_i = b_i^{r_i} is a deterministic function of r_i, and whoever knows the
+    plaintexts of b_i and of a product of such c_i (dp-aggregate's zero test) and all but one factor's
+    exponents can search the last one's in a range of the size of r's excess over n (found by review: a data
+    party read the counts this way).  With s_i, each c_i is a fresh encryption (DCR).
 
     The Σ-protocol per entry, one Fiat–Shamir challenge e (CHALLENGE_BITS bits) for all of them:
 
-    * commitments A_i = b_i^{x_i} mod n², x_i uniform in [0, 2^(|r| + CHALLENGE_BITS + SCALE_HIDING_BITS));
+    * commitments A_i = b_i^{x_i}·u_i^n mod n², x_i uniform in [0, 2^(|r| + CHALLENGE_BITS + SCALE_HIDING_BITS)),
+      u_i uniform in Z*_n;
     * e = a hash of the context, the key, every b_i, c_i and A_i;
-    * responses z_i = x_i + e·r_i over the integers; the verifier checks b_i^{z_i} ≡ A_i·c_i^e (mod n²)
-      (:func:`verify_scaling`, batched).
+    * responses z_i = x_i + e·r_i over the integers and w_i = u_i·s_i^e mod n; the verifier checks
+      b_i^{z_i}·w_i^n ≡ A_i·c_i^e (mod n²) (:func:`verify_scaling`, batched).
 
     Zero knowledge (honest verifier, random oracle): z_i is within statistical distance 2^-SCALE_HIDING_BITS of
-    uniform on the x-range, whatever r_i is; A_i is then determined (a simulator draws e and z_i and sets
-    A_i = b_i^{z_i}·c_i^{-e}).
+    uniform on the x-range whatever r_i is, w_i uniform in Z*_n; A_i is then determined (a simulator draws e,
+    z_i, w_i and sets A_i = b_i^{z_i}·w_i^n·c_i^{-e}).
 
     Soundness, for what is decrypted.  Two accepting answers to challenges e ≠ e' for the same commitments
-    give b_i^{Δz} ≡ c_i^{Δe}·y^n for Δz = z − z', Δe = e − e' (y^n: the at most n-th-power slack that the batched
-    check lets through, :func:`verify_scaling`).  Δe < 2^CHALLENGE_BITS is coprime to n (its primes are
-    larger), so βΔe + γn = 1 for integers β, γ and c_i = (c_i^{Δe})^β·(c_i^γ)^n = b_i^{βΔz}·(y^{-β}·c_i^γ)^n:
-    c_i is b_i raised to a known integer times an encryption of 0, so its plaintext is βΔz times b_i's
-    (mod n) -- unconditionally.  (That the prover *knows* r_i in the strong-RSA sense is not needed: what the
-    protocols rely on is that c_i's plaintext is a multiple of b_i's.)
+    give b_i^{Δz}·y^n ≡ c_i^{Δe} for Δz = z − z', Δe = e − e' and some y (the w's ratio, and the n-th-power
+    slack the batched check lets through).  Δe < 2^CHALLENGE_BITS is coprime to n (its primes are larger), so
+    βΔe + γn = 1 for integers β, γ and c_i = (c_i^{Δe})^β·(c_i^γ)^n = b_i^{βΔz}·(y^β·c_i^γ)^n: c_i is b_i raised
+    to a known integer times an encryption of 0, so its plaintext is βΔz times b_i's (mod n) --
+    unconditionally.
 
-    ``nonce_key``: the x_i are an HMAC keyed by it over the context and the witness (every b_i, c_i, r_i),
+    ``nonce_key``: x_i, u_i are an HMAC keyed by it over the context and the witness (every b_i, c_i, r_i, s_i),
     so a replayed prover sends the same proof and nobody lacking the witness predicts them; without it, fresh
     from the OS CSPRNG."""
-    n2 = pk.nsquare
-    if not (len(bases) == len(cts) == len(exponents)) or not cts:
-        raise ValueError("one base and one exponent per ciphertext, at least one ciphertext")
+    n, n2 = pk.n, pk.nsquare
+    if not (len(bases) == len(cts) == len(exponents) == len(randomness)) or not cts:
+        raise ValueError("one base, exponent and randomness per ciphertext, at least one ciphertext")
     if any(int(r) < 0 for r in exponents):
         raise ValueError("the exponents must be non-negative integers")
     bs, cs, rs = [mpz(b) for b in bases], [mpz(c) for c in cts], [int(r) for r in exponents]
+    ss = [mpz(v) % n for v in randomness]
     xbits = max(r.bit_length() for r in rs) + CHALLENGE_BITS + SCALE_HIDING_BITS
     if nonce_key is None:
         xs = [secrets.randbits(xbits) for _ in rs]
+        us = [_unit_below(n) for _ in rs]
     else:
-        parts = [len(cs), *bs, *cs, *rs]
+        parts = [len(cs), *bs, *cs, *rs, *ss]
         size = (xbits + 7) // 8
         xs = [
             int.from_bytes(_witness_stream(nonce_key, b"x%d:" % i + context, parts, size), "big") % (1 << xbits)
             for i in range(len(rs))
         ]
-    commitments = [int(gmpy2.powmod(b, x, n2)) for b, x in zip(bs, xs)]
+        us = [_unit_from(nonce_key, b"u%d:" % i + context, parts, n) for i in range(len(rs))]
+    commitments = [int(gmpy2.powmod(b, x, n2) * gmpy2.powmod(u, n, n2) % n2) for b, x, u in zip(bs, xs, us)]
     e = _scaling_challenge(pk, bs, cs, commitments, context)
-    return [*commitments, *(x + e * r for x, r in zip(xs, rs))]
+    zs = [x + e * r for x, r in zip(xs, rs)]
+    ws = [int(u * gmpy2.powmod(sv, e, n) % n) for u, sv in zip(us, ss)]
+    return [*commitments, *zs, *ws]
+
+
+def _unit_from(key: bytes, label: bytes, parts: Sequence[int], n: mpz) -> mpz:
+    """A unit mod n from the witness stream (n's size plus 128 bits, reduced): statistically uniform in Z*_n."""
+    size = (int(n).bit_length() + CHALLENGE_BITS + 7) // 8
+    for k in range(1 << 16):
+        u = mpz(int.from_bytes(_witness_stream(key, label + b"/%d" % k, parts, size), "big")) % n
+        if u > 0 and gmpy2.gcd(u, n) == 1:
+            return u
+    raise AssertionError("no unit found")  # pragma: no cover - probability ~(2/√n)^65536
 
 
 def verify_scaling(
@@ -388,29 +410,33 @@ def verify_scaling(
     """True iff ``proof`` shows that every c_i encrypts a multiple of what b_i encrypts (bound to ``context``;
     the exponents have at most ``exponent_bits`` bits; see :func:`prove_scaling`).
 
-    The k equations b_i^{z_i} ≡ A_i·c_i^e are checked at once: with weights λ_i of SCALE_BATCH_BITS bits from
-    this verifier's own CSPRNG, Π b_i^{λ_i z_i} ≡ Π A_i^{λ_i}·(Π c_i^{λ_i})^e (three multi-exponentiations).
-    If some equation is off by a factor δ_i whose plaintext part (in Z_n, under the isomorphism
-    Z*_{n²} ≅ Z_n × Z*_n, m ↦ g^m) is nonzero, the weighted sum of those parts vanishes modulo a prime of n
-    with probability at most 2^-SCALE_BATCH_BITS; a factor with a zero plaintext part is an n-th power, an
-    encryption of 0, which leaves every plaintext as the soundness argument of :func:`prove_scaling` needs."""
+    The k equations b_i^{z_i}·w_i^n ≡ A_i·c_i^e are checked at once: with weights λ_i of SCALE_BATCH_BITS bits
+    from this verifier's own CSPRNG, Π b_i^{λ_i z_i}·(Π w_i^{λ_i})^n ≡ Π A_i^{λ_i}·(Π c_i^{λ_i})^e.  If some
+    equation is off by a factor δ_i whose plaintext part (in Z_n, under the isomorphism Z*_{n²} ≅ Z_n × Z*_n,
+    m ↦ g^m) is nonzero, the weighted sum of those parts vanishes modulo a prime of n with probability at most
+    2^-SCALE_BATCH_BITS; a factor with a zero plaintext part is an n-th power, an encryption of 0, which leaves
+    every plaintext as the soundness argument of :func:`prove_scaling` needs."""
     n, n2 = pk.n, pk.nsquare
     k = len(cts)
-    if k == 0 or len(bases) != k or len(proof) != 2 * k:
+    if k == 0 or len(bases) != k or len(proof) != 3 * k:
         return False
     bs, cs = [mpz(b) for b in bases], [mpz(c) for c in cts]
-    commitments, zs = [mpz(a) for a in proof[:k]], [int(z) for z in proof[k:]]
+    commitments, zs = [mpz(a) for a in proof[:k]], [int(z) for z in proof[k : 2 * k]]
+    ws = [mpz(w) for w in proof[2 * k :]]
     zbits = exponent_bits + CHALLENGE_BITS + SCALE_HIDING_BITS + 1
     if any(not 0 < v < n2 for v in (*bs, *cs, *commitments)) or any(not 0 <= z < 1 << zbits for z in zs):
         return False
+    if any(not 0 < w < n for w in ws):
+        return False
     acc = mpz(1)
-    for v in (*bs, *cs, *commitments):
+    for v in (*bs, *cs, *commitments, *ws):
         acc = acc * v % n
     if gmpy2.gcd(acc, n) != 1:  # every value a unit
         return False
     e = _scaling_challenge(pk, bs, cs, [int(a) for a in commitments], context)
     lams = [secrets.randbits(SCALE_BATCH_BITS) | 1 for _ in range(k)]
     lhs = multi_exp(bs, [lam * z for lam, z in zip(lams, zs)], n2)
+    lhs = lhs * gmpy2.powmod(multi_exp(ws, lams, n), n, n2) % n2
     rhs = multi_exp(commitments, lams, n2) * gmpy2.powmod(multi_exp(cs, lams, n2), e, n2) % n2
     return lhs == rhs
 

@@ -508,9 +508,10 @@ class DPAggregateParams(ProtocolParams):
         msgs = [(stages * K, small), (stages * (K + 1), small), (K, release), (K, pok), (8, small)]
         for n in tested:
             counts = ciphertext_vector_bytes(n, B)
-            msgs += [(2 * K, counts), (K, n * 5 * ct + 64), (K, n * (ct + (B + 280) // 8 + 8) + 32)]
-        if role == CHARLIE:  # party1's key (N, theta, K verification keys mod N², as hex) and share map
-            msgs += [(1, (K + 2) * (4 * B // 8 + 8) + 1024), (K, partial(-(-d // slots)))]
+            msgs += [(2 * K, counts), (K, n * 5 * ct + 64), (K, n * (2 * ct + (B + 280) // 8 + 8) + 32)]
+        if role == CHARLIE:  # party1's key (N, theta, K verification keys mod N², as hex) and share map, the
+            # others' hashes of theirs
+            msgs += [(1, (K + 2) * (4 * B // 8 + 8) + 1024), (K, small), (K, partial(-(-d // slots)))]
         else:
             msgs += [(K - 1, partial(n)) for n in tested]
         return TrafficEnvelope.from_messages(msgs, where)

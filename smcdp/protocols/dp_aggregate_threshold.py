@@ -13,15 +13,18 @@ flow, :mod:`smcdp.protocols.power_iteration_threshold`: a digest to every data p
 round, the release to Charlie, his relay to every data party, every digest and proof checked before anything
 is combined or decrypted, and a party decrypts only what it recomputed itself):
 
-G0. party1 sends Charlie the group's public key; every data party checks the group is the session's.
+G0. party1 sends Charlie the group's public key and share map, every other data party a hash of its own (Charlie
+    refuses if they differ); every data party checks the group is the session's.
 G1. *Levels.*  Party j rounds its sensitivity key k_j down to the public level ℓ_j = max{ℓ : K(ℓ) <= k_j}
     (``DPAggregateParams.level_keys``: L levels, s = ``levels_per_octave`` per doubling, from the key of the
     largest admissible sensitivity up).  For the tested levels θ_0 < … < θ_(T−1) of a zero test it releases the
     thermometer b_j[i] = [ℓ_j <= θ_i], encrypted under G with a proof that every entry encrypts 0 or 1
     (:data:`BITS`).  Every party recomputes C[i] = Π_j G(b_j[i]) = G(c[i]), c[i] = the number of parties at or
     below θ_i.
-G2. *Zero test.*  Party j raises every C[i] to a secret exponent r_j[i] (|N| + 64 bits), D_j[i] = C[i]^{r_j[i]},
-    with a proof that each D_j[i] encrypts a multiple of what C[i] encrypts
+G2. *Zero test.*  Party j raises every C[i] to a secret exponent r_j[i] (|N| + 64 bits) and re-randomises it,
+    D_j[i] = C[i]^{r_j[i]}·s_j[i]^N (without s, a party holding z, its r and the others' D could search their
+    exponents' excess over N and read the counts), with a proof that each D_j[i] encrypts a multiple of what C[i]
+    encrypts
     (:func:`~smcdp.crypto.zkp.prove_scaling`: no other ciphertext mixed in), and commits and releases them
     as in G1.  Every party checks every proof against the C it recomputed, recomputes
     Z[i] = Π_j D_j[i] = G(c[i]·Σ_j r_j[i]) and decrypts it with the others (threshold decryption with proofs).
@@ -49,6 +52,7 @@ import asyncio
 import hashlib
 import hmac
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,7 +147,8 @@ COARSE, FINE = ZeroTestRound.named("a"), ZeroTestRound.named("b")
 RELEASE = Tags("g3/release", "g3/digest", "g3/contrib", "g3/partial", "g3/total", "g3/pok", "g3/echo")
 #: G1's proof: every thermometer entry encrypts 0 or 1 (an OR-proof each, verified in one batch; it shows that the
 #: owner knows the plaintexts too).  Without it, a party encrypting −1 at a level would turn the zero test there
-#: into "does exactly one other party sit at or below this level?"
+#: into "does exactly one other party sit at or below this level?" (what it cannot stop: a party claiming another
+#: level for itself, the top one included -- then ℓ* is the honest parties' smallest, docs)
 BITS = ProofKind(
     "that every entry encrypts 0 or 1",
     lambda n: 5 * n,
@@ -241,18 +246,31 @@ def first_nonzero(zero_test: list[int]) -> int:
     return first
 
 
-def blinding_exponents(key: bytes, n: int, count: int) -> list[int]:
-    """r[ℓ], |N| + BLIND_EXTRA_BITS bits each: HMAC-SHA256(key, ℓ ‖ counter) in counter mode (a stream of the
-    party's root: a replay blinds alike)."""
-    size = (n.bit_length() + BLIND_EXTRA_BITS + 7) // 8
-    out = []
-    for ell in range(count):
+def blinding_exponents(key: bytes, n: int, count: int) -> tuple[list[int], list[int]]:
+    """r[i] of exactly |N| + BLIND_EXTRA_BITS bits (at most: the verifier bounds the proof's responses by it) and
+    the re-randomisers s[i], units mod N: HMAC-SHA256(key, label ‖ i ‖ counter) in counter mode (a stream of
+    the party's root: a replay blinds alike)."""
+    rbits = n.bit_length() + BLIND_EXTRA_BITS
+    size = (rbits + 128 + 7) // 8
+
+    def stream(label: bytes, i: int, attempt: int = 0) -> int:
+        msg = label + i.to_bytes(4, "big") + attempt.to_bytes(4, "big")
         raw = b"".join(
-            hmac.new(key, ell.to_bytes(4, "big") + k.to_bytes(4, "big"), hashlib.sha256).digest()
-            for k in range(-(-size // 32))
+            hmac.new(key, msg + k.to_bytes(4, "big"), hashlib.sha256).digest() for k in range(-(-size // 32))
         )
-        out.append(int.from_bytes(raw[:size], "big"))
-    return out
+        return int.from_bytes(raw[:size], "big")
+
+    rs = [stream(b"r", i) % (1 << rbits) for i in range(count)]
+    ss = []
+    for i in range(count):
+        attempt = 0
+        while True:
+            v = stream(b"s", i, attempt) % n
+            if v > 0 and gmpy2.gcd(v, n) == 1:
+                ss.append(v)
+                break
+            attempt += 1  # pragma: no cover - probability ~2/√N
+    return rs, ss
 
 
 def key_summary(params: DPAggregateParams, key: GroupKey) -> dict[str, Any]:
@@ -299,10 +317,14 @@ async def data_party(
     check_group_key(release_stage, group_key, ch.role)
     pub = group_key.public
 
-    # --- G0: Charlie gets the group's public key (to check relays and combine his share's partials).
+    # --- G0: Charlie gets the group's public key and share map from party1 (to check relays and combine his
+    # share's partials), and a hash of the same from every other data party: a party1 that sent him another map
+    # (so that an honest party's partial decryption fails under another index) is caught before anything else.
+    key_msg = _key_message(pub, group_key.indices)
     if ch.role == params.party_roles[0]:
-        key_json = json.dumps(pub.to_json(), sort_keys=True).encode()
-        await ch.send(CHARLIE, KEY_TAG, pb.Blobs(values=[key_json, json.dumps(dict(group_key.indices)).encode()]))
+        await ch.send(CHARLIE, KEY_TAG, pb.Blobs(values=key_msg))
+    else:
+        await ch.send(CHARLIE, KEY_TAG, pb.Blobs(values=[_key_hash(key_msg)]))
 
     # --- G1, G2 twice: the smallest party's group of levels, then its level within that group.
     ch.progress(round=1, step="size-levels")
@@ -376,9 +398,10 @@ async def _zero_test(
     pk = pub.public_key
     n2 = pk.nsquare
     C = [mpz(c) for c in counts.ciphertexts]
-    rs = blinding_exponents(stream_key(seed, PROTOCOL, ch.role, "zero-test", tags.release), int(pk.n), len(C))
+    key = stream_key(seed, PROTOCOL, ch.role, "zero-test", tags.release)
+    rs, ss = blinding_exponents(key, int(pk.n), len(C))
     context = _context(ch, ch.role, group_key, tags)
-    D, proof = await asyncio.to_thread(_blind, pk, C, rs, context, seed, ch.role)
+    D, proof = await asyncio.to_thread(_blind, pk, C, rs, ss, context, seed, ch.role)
     vec = EncryptedVector(pk, D, len(D), 0, Packing(), None)
     digests = await exchange_digests(
         ch,
@@ -423,12 +446,13 @@ def _context(ch: Channel, role: str, group_key: GroupKey, tags: Tags) -> bytes:
 
 
 def _blind(
-    pk: PublicKey, C: list[mpz], rs: list[int], context: bytes, seed: SeedLike, role: str
+    pk: PublicKey, C: list[mpz], rs: list[int], ss: list[int], context: bytes, seed: SeedLike, role: str
 ) -> tuple[list[mpz], list[int]]:
-    n2 = pk.nsquare
-    D = [gmpy2.powmod(c, r, n2) for c, r in zip(C, rs)]
+    """D[i] = C[i]^{r[i]}·s[i]^N (re-randomised: see :func:`~smcdp.crypto.zkp.prove_scaling`) and its proof."""
+    n, n2 = pk.n, pk.nsquare
+    D = [gmpy2.powmod(c, r, n2) * gmpy2.powmod(sv, n, n2) % n2 for c, r, sv in zip(C, rs, ss)]
     nonce_key = stream_key(seed, PROTOCOL, role, "zero-test-proof", hashlib.sha256(context).hexdigest())
-    return D, prove_scaling(pk, C, D, rs, context, nonce_key)
+    return D, prove_scaling(pk, C, D, rs, ss, context, nonce_key)
 
 
 async def _relayed_blinded(
@@ -448,7 +472,7 @@ def _scaling_proof(msg: pb.BigInts, pk: PublicKey, count: int, role: str, tags: 
     )
     return [
         int(v)
-        for v in from_bigints(msg, count=2 * count, bound_bits=bits, what=f"{tags.proof} of {role}", nonnegative=True)
+        for v in from_bigints(msg, count=3 * count, bound_bits=bits, what=f"{tags.proof} of {role}", nonnegative=True)
     ]
 
 
@@ -465,7 +489,7 @@ async def charlie(
         raise InvalidMessage(f"role {ch.role!r} is not charlie")
     roles = params.party_roles
     levels_stage, blinded_stage, release_stage = stages(params)
-    pub, indices = _group_public_key(await ch.recv(roles[0], KEY_TAG, pb.Blobs), params, allow_insecure_keys)
+    pub, indices = await _group_public_key(ch, params, allow_insecure_keys)
     pk, fp = pub.public_key, pub.fingerprint
     L, s = params.size_levels, params.levels_per_octave
     for i, (rnd, count) in enumerate(((COARSE, len(coarse_thresholds(L, s))), (FINE, s - 1)), 1):
@@ -488,21 +512,43 @@ async def charlie(
     return CharlieResult(share=share, share_file=path, comparisons=0, stats=ch.stats.as_dict())
 
 
-def _group_public_key(
-    msg: pb.Blobs, params: DPAggregateParams, allow_insecure_keys: bool
+def _key_message(pub: ThresholdPublicKey, indices: Mapping[str, int]) -> list[bytes]:
+    """G0: the group's public key and the role -> share index map, canonical JSON."""
+    return [json.dumps(pub.to_json(), sort_keys=True).encode(), json.dumps(dict(indices), sort_keys=True).encode()]
+
+
+def _key_hash(values: list[bytes]) -> bytes:
+    h = hashlib.sha256(b"smcdp/dp-aggregate/group-key-message/v1")
+    for v in values:
+        h.update(len(v).to_bytes(4, "big") + v)
+    return h.digest()
+
+
+async def _group_public_key(
+    ch: Channel, params: DPAggregateParams, allow_insecure_keys: bool
 ) -> tuple[ThresholdPublicKey, dict[str, int]]:
-    """G0 at Charlie: party1's group public key and share map, checked for shape (every digest must then name
-    the key's fingerprint: :func:`~smcdp.protocols.power_iteration_threshold.trent_deliver`)."""
+    """G0 at Charlie: party1's group public key and share map, checked for shape and against the hash every
+    other data party sent of its own (every digest must then name the key's fingerprint:
+    :func:`~smcdp.protocols.power_iteration_threshold.trent_deliver`)."""
+    roles = params.party_roles
+    got = await ch.recv_all(roles, KEY_TAG, pb.Blobs)
+    msg = got[roles[0]]
     if len(msg.values) != 2:
         raise InvalidMessage(f"{KEY_TAG} from party1 must be (public key JSON, share map JSON)")
+    differ = [r for r in roles[1:] if list(got[r].values) != [_key_hash(list(msg.values))]]
+    if differ:  # party1 or those parties hold another key or map: the message alone does not say who deviated
+        raise InvalidMessage(
+            f"{ch.role} relays nothing: the group key and share map party1 sent differ from those "
+            f"{', '.join(differ)} hold ({KEY_TAG})"
+        )
     try:
         pub = ThresholdPublicKey.from_json(json.loads(msg.values[0]), allow_insecure_keys)
         indices = json.loads(msg.values[1])
-    except (ValueError, UnicodeDecodeError):
-        raise InvalidMessage(f"{KEY_TAG} from party1 is not JSON") from None
-    roles = params.party_roles
+    except (ValueError, TypeError, UnicodeDecodeError, RecursionError):
+        raise InvalidMessage(f"{KEY_TAG} from party1 is not the group's key and share map as JSON") from None
     if (
         not isinstance(indices, dict)
+        or any(not isinstance(i, int) or isinstance(i, bool) for i in indices.values())
         or sorted(indices) != sorted(roles)
         or sorted(indices.values()) != list(range(1, len(roles) + 1))
     ):

@@ -669,7 +669,9 @@ async def _trent_echo(
         if len(digests[role].values) != 2 or len(digests[role].values[1]) != 32:
             raise InvalidMessage(f"{tags.digest} from {role} must be (key fingerprint, 32-byte digest)")
         if fingerprint is not None and digests[role].values[0] != fingerprint:
-            raise InvalidMessage(f"{role} commits under another key than the group key {ch.role} was given")
+            raise InvalidMessage(
+                f"{ch.role} relays nothing: the key {role}'s digest names is not the group key {ch.role} was given"
+            )
     held = {role: bytes(digests[role].values[1]) for role in roles}
     echo = echo_hash(bytes(digests[roles[0]].values[0]), roles, held)
     await ch.send_many(roles, tags.echo, pb.Blobs(values=[echo]))

@@ -191,18 +191,21 @@ def _scaled(key, plaintexts, bits=300, seed=7):
     rng = random.Random(seed)
     bases = [pk.raw_encrypt(m) for m in plaintexts]
     rs = [rng.getrandbits(bits) for _ in bases]
-    return pk, bases, [int(gmpy2.powmod(b, r, pk.nsquare)) for b, r in zip(bases, rs)], rs
+    ss = [rng.randrange(1, int(pk.n)) for _ in bases]
+    n2 = pk.nsquare
+    cts = [int(gmpy2.powmod(b, r, n2) * gmpy2.powmod(s, pk.n, n2) % n2) for b, r, s in zip(bases, rs, ss)]
+    return pk, bases, cts, (rs, ss)
 
 
 def test_a_scaling_proof_verifies_and_its_ciphertexts_decrypt_to_multiples(key):
     from smcdp.crypto.zkp import prove_scaling, verify_scaling
 
-    pk, bases, cts, rs = _scaled(key, [0, 1, 3, 5])
-    proof = prove_scaling(pk, bases, cts, rs, b"ctx")
+    pk, bases, cts, (rs, ss) = _scaled(key, [0, 1, 3, 5])
+    proof = prove_scaling(pk, bases, cts, rs, ss, b"ctx")
     assert verify_scaling(pk, bases, cts, proof, b"ctx", 300)
     assert [key[1].raw_decrypt(c) for c in cts] == [m * r % pk.n for m, r in zip([0, 1, 3, 5], rs)]
-    keyed = prove_scaling(pk, bases, cts, rs, b"ctx", nonce_key=b"k" * 32)
-    assert keyed == prove_scaling(pk, bases, cts, rs, b"ctx", nonce_key=b"k" * 32) != proof
+    keyed = prove_scaling(pk, bases, cts, rs, ss, b"ctx", nonce_key=b"k" * 32)
+    assert keyed == prove_scaling(pk, bases, cts, rs, ss, b"ctx", nonce_key=b"k" * 32) != proof
     assert verify_scaling(pk, bases, cts, keyed, b"ctx", 300)
 
 
@@ -211,8 +214,8 @@ def test_a_scaling_proof_fails_for_anything_mixed_in_another_context_or_base(key
     pair, another context, another base: refused -- with the verifier's fresh batching weights, every time."""
     from smcdp.crypto.zkp import prove_scaling, verify_scaling
 
-    pk, bases, cts, rs = _scaled(key, [0, 1, 3, 5])
-    proof = prove_scaling(pk, bases, cts, rs, b"ctx")
+    pk, bases, cts, (rs, ss) = _scaled(key, [0, 1, 3, 5])
+    proof = prove_scaling(pk, bases, cts, rs, ss, b"ctx")
     n2 = pk.nsquare
     mixed = [cts[0] * bases[2] % n2, *cts[1:]]
     shifted = [*cts[:3], cts[3] * pk.raw_encrypt(1) % n2]
@@ -221,8 +224,12 @@ def test_a_scaling_proof_fails_for_anything_mixed_in_another_context_or_base(key
         for bad in (mixed, shifted, swapped):
             assert not verify_scaling(pk, bases, bad, proof, b"ctx", 300)
             # a proof made for the bad ciphertexts with the honest exponents fails too
-            assert not verify_scaling(pk, bases, bad, prove_scaling(pk, bases, bad, rs, b"ctx"), b"ctx", 300)
+            assert not verify_scaling(pk, bases, bad, prove_scaling(pk, bases, bad, rs, ss, b"ctx"), b"ctx", 300)
         assert not verify_scaling(pk, bases, cts, proof, b"other", 300)
         assert not verify_scaling(pk, [bases[1], bases[0], *bases[2:]], cts, proof, b"ctx", 300)
     assert not verify_scaling(pk, bases, cts, proof[:-1], b"ctx", 300)
     assert not verify_scaling(pk, bases, cts, proof, b"ctx", 100)  # responses beyond the stated exponents' bits
+    # the wrong randomness: the re-randomiser is part of the witness
+    assert not verify_scaling(
+        pk, bases, cts, prove_scaling(pk, bases, cts, rs, [s + 1 for s in ss], b"ctx"), b"ctx", 300
+    )

@@ -188,8 +188,8 @@ def test_a_party_mixing_another_ciphertext_into_its_blinded_counts_is_refused_an
     held = {}
     real = mod._blind
 
-    def blind(pk, C, rs, context, seed, who):
-        D, proof = real(pk, C, rs, context, seed, who)
+    def blind(pk, C, rs, ss, context, seed, who):
+        D, proof = real(pk, C, rs, ss, context, seed, who)
         if who == "party3":
             D = [D[0] * held["party1 level 5"] % n2, *D[1:]]
         return D, proof
@@ -308,3 +308,111 @@ def test_a_thermometer_entry_that_is_not_a_bit_is_refused_and_named(sk768, monke
     with pytest.raises(BadContributionProof) as info:
         run(p, [np.zeros(p.dim)] * 3, sens, shares)
     assert info.value.origin == "org3" and "0 or 1" in str(info.value)
+
+
+def test_a_curious_party_cannot_read_the_counts_from_the_blinded_counts_it_holds(sk768, monkeypatch):
+    """Found by review: with D = C^r (no re-randomisation), party1 -- following the protocol -- holds z (decrypted
+    by everyone), its own r, the C it recomputed and the others' D; for a guessed count c the others' exponent
+    sum is z/c − r_1 mod N up to a multiple k·N of N with k below the exponents' excess over N, which it can
+    search.  The excess is cut to 8 bits here so that the search is quick (at 64 bits it is a kangaroo of ~2^33
+    steps a guess).  Without the re-randomisers the search reads every count; with them it reads nothing."""
+    import gmpy2
+
+    import smcdp.protocols.dp_aggregate_threshold as mod
+    from smcdp.v1 import messages_pb2 as pb
+
+    monkeypatch.setattr(mod, "BLIND_EXTRA_BITS", 8)
+    p = params_for(3, 1)
+    pub, shares = deal(sk768, 3, 1)
+    n, n2 = int(pub.public_key.n), int(pub.public_key.nsquare)
+    sens = [0.3, 0.1, 0.1]
+    levels = [level_of(sensitivity_key(x)[0], p.level_keys) for x in sens]
+    thresholds = coarse_thresholds(p.size_levels, p.levels_per_octave)
+    true_counts = [sum(lv <= t for lv in levels) for t in thresholds]
+
+    real_blind, real_exps = mod._blind, mod.blinding_exponents
+
+    def counts_read(unrandomised: bool) -> list[list[int]]:
+        own = {}
+
+        def blind(pk, C, rs, ss, context, seed, who):
+            if who == "party1" and len(C) == len(thresholds):
+                own.update(r=list(rs), C=[int(c) for c in C])
+            return real_blind(pk, C, rs, ss, context, seed, who)
+
+        def exps(key, n_, count):
+            rs, ss = real_exps(key, n_, count)
+            return rs, ([1] * count if unrandomised else ss)
+
+        monkeypatch.setattr(mod, "_blind", blind)
+        monkeypatch.setattr(mod, "blinding_exponents", exps)
+        _, net = run(p, [np.zeros(p.dim)] * 3, sens, shares)
+        z = _zero_test_values(net, p, shares, COARSE)
+        others = [1] * len(z)
+        for _sender, tag, _, data in net.received_by("party1"):
+            if tag.startswith(COARSE.blinded.contrib + "/") and not tag.endswith("party1"):
+                cts = [int.from_bytes(c, "big") for c in pb.CiphertextVector.FromString(data).ciphertexts]
+                others = [a * b % n2 for a, b in zip(others, cts)]
+        read = []
+        for ell, zl in enumerate(z):
+            found = []
+            C = own["C"][ell]
+            step = int(gmpy2.powmod(C, n, n2))
+            for c in range(1, 4) if zl else ():
+                r0 = (zl * pow(c, -1, n) - own["r"][ell]) % n
+                target = others[ell] * int(gmpy2.invert(gmpy2.powmod(C, r0, n2), n2)) % n2
+                acc = 1
+                for _ in range(1 << 11):
+                    if acc == target:
+                        found.append(c)
+                        break
+                    acc = acc * step % n2
+            read.append(found)
+        return read
+
+    assert counts_read(unrandomised=True) == [[c] if c else [] for c in true_counts]  # the attack works
+    assert counts_read(unrandomised=False) == [[] for _ in true_counts]  # and reads nothing now
+
+
+def test_charlie_refuses_a_share_map_from_party1_that_the_others_do_not_hold(sk768):
+    """Found by review: Charlie took the role -> share index map from party1 alone; a party1 swapping two
+    indices made an honest party's partial decryption fail at the end, naming it.  Every other data party now
+    sends Charlie a hash of the key and map it holds, and Charlie refuses before anything else, naming no one."""
+    import json
+
+    from smcdp.protocols.dp_aggregate_threshold import KEY_TAG
+
+    p = params_for(3, 1)
+    _, shares = deal(sk768, 3, 1)
+
+    def swap(data):
+        msg = pb.Blobs.FromString(data)
+        indices = json.loads(msg.values[1])
+        indices["party2"], indices["party3"] = indices["party3"], indices["party2"]
+        msg.values[1] = json.dumps(indices, sort_keys=True).encode()
+        return msg.SerializeToString()
+
+    with pytest.raises(InvalidMessage, match="differ from those party2, party3 hold") as info:
+        run(
+            p,
+            [np.zeros(p.dim)] * 3,
+            [0.3, 0.2, 0.1],
+            shares,
+            tamper=lambda net: tamper_message(net, "party1", KEY_TAG, swap),
+        )
+    assert getattr(info.value, "origin", None) is None
+
+
+def test_blinding_exponents_fit_the_bound_the_verifier_checks_for_every_key_size():
+    """Found by review: r was drawn with whole bytes of bits, the verifier bounds the proof's responses by
+    |N| + 64: for |N| mod 8 in 1..6 honest proofs failed and their owners were named."""
+    import gmpy2
+
+    from smcdp.protocols.dp_aggregate_threshold import BLIND_EXTRA_BITS, blinding_exponents
+
+    for bits in (768, 769, 770, 772, 774, 2048, 2050):
+        n = int(gmpy2.next_prime(1 << (bits - 1))) * 3  # odd, of about that size; only its length matters here
+        rs, ss = blinding_exponents(b"k" * 32, n, 64)
+        assert max(r.bit_length() for r in rs) <= n.bit_length() + BLIND_EXTRA_BITS
+        assert max(r.bit_length() for r in rs) > n.bit_length() + BLIND_EXTRA_BITS - 8  # and about that long
+        assert all(0 < s < n and gmpy2.gcd(s, n) == 1 for s in ss)
