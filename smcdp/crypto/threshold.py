@@ -496,22 +496,34 @@ def combine(
     context: bytes,
     *,
     signed: bool = True,
+    own: int | None = None,
+    needed_only: bool = False,
 ) -> list[int]:
     """The plaintexts of ``cts`` from the partial decryptions of at least t + 1 distinct parties.
 
     Every partial decryption is verified first: one that fails raises :class:`BadPartialDecryption`
     naming its party (a caller that wants to go on without it drops it and calls again); fewer than
     t + 1 distinct parties raise :class:`NotEnoughShares`.  ``signed``: decode into (−N/3, N/3) with
-    phe's overflow convention (as :meth:`PrivateKey.raw_decrypt_signed`), else return [0, N)."""
+    phe's overflow convention (as :meth:`PrivateKey.raw_decrypt_signed`), else return [0, N).
+    ``own``: the caller's share index, whose partial decryption it made itself and need not verify.
+    ``needed_only``: verify only the partials that are used -- ``own``'s and the others' in index order until
+    t + 1 (a wrong one among them is still named; one beyond them is never used, and not examined)."""
     seen: dict[int, PartialDecryption] = {}
     for p in partials:
         if p.party in seen:
             raise InvalidMessage(f"two partial decryptions from party {p.party}")
-        verify_partial(pub, cts, p, context)
         seen[p.party] = p
     if len(seen) < pub.threshold + 1:
         raise NotEnoughShares(f"{len(seen)} partial decryptions, {pub.threshold + 1} needed")
-    chosen = [seen[i] for i in sorted(seen)[: pub.threshold + 1]]
+    order = sorted(seen, key=lambda i: (i != own, i))  # our own first: it needs no check
+    chosen: list[PartialDecryption] = []
+    for i in order:
+        if needed_only and len(chosen) == pub.threshold + 1:
+            break
+        if i != own:
+            verify_partial(pub, cts, seen[i], context)
+        chosen.append(seen[i])
+    chosen = sorted(chosen, key=lambda p: p.party)[: pub.threshold + 1]
     plain = _combine(pub, len(cts), chosen)
     return [decode_signed(pub.public_key, m) for m in plain] if signed else plain
 

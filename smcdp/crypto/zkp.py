@@ -408,36 +408,62 @@ def verify_scaling(
     exponent_bits: int,
 ) -> bool:
     """True iff ``proof`` shows that every c_i encrypts a multiple of what b_i encrypts (bound to ``context``;
-    the exponents have at most ``exponent_bits`` bits; see :func:`prove_scaling`).
+    the exponents have at most ``exponent_bits`` bits; see :func:`prove_scaling`)."""
+    return verify_scalings(pk, bases, [(cts, proof, context)], exponent_bits)
 
-    The k equations b_i^{z_i}·w_i^n ≡ A_i·c_i^e are checked at once: with weights λ_i of SCALE_BATCH_BITS bits
-    from this verifier's own CSPRNG, Π b_i^{λ_i z_i}·(Π w_i^{λ_i})^n ≡ Π A_i^{λ_i}·(Π c_i^{λ_i})^e.  If some
-    equation is off by a factor δ_i whose plaintext part (in Z_n, under the isomorphism Z*_{n²} ≅ Z_n × Z*_n,
-    m ↦ g^m) is nonzero, the weighted sum of those parts vanishes modulo a prime of n with probability at most
+
+def verify_scalings(
+    pk: PublicKey,
+    bases: Sequence[int],
+    statements: Sequence[tuple[Sequence[int], Sequence[int], bytes]],
+    exponent_bits: int,
+) -> bool:
+    """True iff every (cts, proof, context) of ``statements`` -- several provers' scalings of the same
+    ``bases`` -- verifies (:func:`prove_scaling`); False says that one fails, not which.
+
+    All k·P equations b_i^{z_pi}·w_pi^n ≡ A_pi·c_pi^{e_p} are checked at once: with weights λ_pi of
+    SCALE_BATCH_BITS bits from this verifier's own CSPRNG, Π_i b_i^{Σ_p λ_pi z_pi}·(Π w^λ)^n ≡ Π A^λ·Π c^{λ e}
+    -- the bases shared by every prover take one exponent each, so P proofs cost about one.  If some equation is
+    off by a factor δ whose plaintext part (in Z_n, under the isomorphism Z*_{n²} ≅ Z_n × Z*_n, m ↦ g^m) is
+    nonzero, the weighted sum of those parts vanishes modulo a prime of n with probability at most
     2^-SCALE_BATCH_BITS; a factor with a zero plaintext part is an n-th power, an encryption of 0, which leaves
     every plaintext as the soundness argument of :func:`prove_scaling` needs."""
     n, n2 = pk.n, pk.nsquare
-    k = len(cts)
-    if k == 0 or len(bases) != k or len(proof) != 3 * k:
+    k = len(bases)
+    bs = [mpz(b) for b in bases]
+    if k == 0 or not statements or any(not 0 < b < n2 for b in bs):
         return False
-    bs, cs = [mpz(b) for b in bases], [mpz(c) for c in cts]
-    commitments, zs = [mpz(a) for a in proof[:k]], [int(z) for z in proof[k : 2 * k]]
-    ws = [mpz(w) for w in proof[2 * k :]]
     zbits = exponent_bits + CHALLENGE_BITS + SCALE_HIDING_BITS + 1
-    if any(not 0 < v < n2 for v in (*bs, *cs, *commitments)) or any(not 0 <= z < 1 << zbits for z in zs):
-        return False
-    if any(not 0 < w < n for w in ws):
-        return False
+    base_exps = [0] * k
+    ws_all, lams_all, commit_all, cts_all, cexps = [], [], [], [], []
     acc = mpz(1)
-    for v in (*bs, *cs, *commitments, *ws):
-        acc = acc * v % n
+    for b in bs:
+        acc = acc * b % n
+    for cts, proof, context in statements:
+        if len(cts) != k or len(proof) != 3 * k:
+            return False
+        cs = [mpz(c) for c in cts]
+        commitments, zs = [mpz(a) for a in proof[:k]], [int(z) for z in proof[k : 2 * k]]
+        ws = [mpz(w) for w in proof[2 * k :]]
+        if any(not 0 < v < n2 for v in (*cs, *commitments)) or any(not 0 <= z < 1 << zbits for z in zs):
+            return False
+        if any(not 0 < w < n for w in ws):
+            return False
+        for v in (*cs, *commitments, *ws):
+            acc = acc * v % n
+        e = _scaling_challenge(pk, bs, cs, [int(a) for a in commitments], context)
+        lams = [secrets.randbits(SCALE_BATCH_BITS) | 1 for _ in range(k)]
+        for i in range(k):
+            base_exps[i] += lams[i] * zs[i]
+        ws_all += ws
+        lams_all += lams
+        commit_all += commitments
+        cts_all += cs
+        cexps += [lam * e for lam in lams]
     if gmpy2.gcd(acc, n) != 1:  # every value a unit
         return False
-    e = _scaling_challenge(pk, bs, cs, [int(a) for a in commitments], context)
-    lams = [secrets.randbits(SCALE_BATCH_BITS) | 1 for _ in range(k)]
-    lhs = multi_exp(bs, [lam * z for lam, z in zip(lams, zs)], n2)
-    lhs = lhs * gmpy2.powmod(multi_exp(ws, lams, n), n, n2) % n2
-    rhs = multi_exp(commitments, lams, n2) * gmpy2.powmod(multi_exp(cs, lams, n2), e, n2) % n2
+    lhs = multi_exp(bs, base_exps, n2) * gmpy2.powmod(multi_exp(ws_all, lams_all, n), n, n2) % n2
+    rhs = multi_exp(commit_all, lams_all, n2) * multi_exp(cts_all, cexps, n2) % n2
     return lhs == rhs
 
 

@@ -74,6 +74,7 @@ from smcdp.crypto.zkp import (
     prove_scaling,
     verify_bits,
     verify_scaling,
+    verify_scalings,
 )
 from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
@@ -414,7 +415,8 @@ async def _zero_test(
     echo = await echo_digests(ch, stage, group_key, digests, CHARLIE, tags)
     await ch.send(CHARLIE, tags.release, vec.to_proto())
     await ch.send(CHARLIE, tags.proof, bigints(proof))
-    product = [mpz(1)] * len(C)
+    exponent_bits = int(pk.n).bit_length() + BLIND_EXTRA_BITS
+    relayed = {}
     for role in params.party_roles:
         got, got_proof = await _relayed_blinded(ch, pk, len(C), role, tags)
         if contribution_digest(ch.session_id, role, ch.roles[role], got, got_proof) != digests[role]:
@@ -425,19 +427,26 @@ async def _zero_test(
             )
             exc.origin = ch.roles[CHARLIE]
             raise exc
-        cts = [int(c) for c in got.ciphertexts]
-        exponent_bits = int(pk.n).bit_length() + BLIND_EXTRA_BITS
-        context = _context(ch, role, group_key, tags)
-        if not await asyncio.to_thread(verify_scaling, pk, C, cts, got_proof, context, exponent_bits):
-            bad = BadContributionProof(
-                f"{ch.role} refuses to decrypt: {role}'s blinded counts ({tags.release}) come with no valid proof "
-                f"that each is a multiple of the recomputed count ({tags.proof}) -- another ciphertext mixed in"
-            )
-            bad.origin = ch.roles[role]
-            raise bad
-        product = [p * c % n2 for p, c in zip(product, got.ciphertexts)]
+        relayed[role] = ([int(c) for c in got.ciphertexts], got_proof, _context(ch, role, group_key, tags))
+    # every party's proof at once (they scale the same counts); if that fails, one by one to name the owner
+    if not await asyncio.to_thread(verify_scalings, pk, C, list(relayed.values()), exponent_bits):
+        for role, (cts, got_proof, context) in relayed.items():
+            if not await asyncio.to_thread(verify_scaling, pk, C, cts, got_proof, context, exponent_bits):
+                bad = BadContributionProof(
+                    f"{ch.role} refuses to decrypt: {role}'s blinded counts ({tags.release}) come with no valid "
+                    f"proof that each is a multiple of the recomputed count ({tags.proof}) -- another ciphertext "
+                    "mixed in"
+                )
+                bad.origin = ch.roles[role]
+                raise bad
+        raise InvalidMessage(f"{ch.role}: the blinded counts' proofs failed together but not one by one; run again")
+    product = [mpz(1)] * len(C)
+    for cts, _, _ in relayed.values():
+        product = [p * c % n2 for p, c in zip(product, cts)]
     total = EncryptedVector(pk, product, len(C), 0, Packing(), None)
-    return await threshold_decrypt(ch, stage, group_key, total, tags, seed, echo, signed=False, protocol=PROTOCOL)
+    return await threshold_decrypt(
+        ch, stage, group_key, total, tags, seed, echo, signed=False, protocol=PROTOCOL, needed_only=True
+    )
 
 
 def _context(ch: Channel, role: str, group_key: GroupKey, tags: Tags) -> bytes:

@@ -64,7 +64,6 @@ from smcdp.crypto.threshold import (
     PartialDecryption,
     ThresholdPublicKey,
     combine,
-    combine_vector_ints,
     partial_decrypt_vector,
 )
 from smcdp.crypto.vector import EncryptedVector
@@ -593,15 +592,19 @@ async def threshold_decrypt(
     *,
     signed: bool = True,
     protocol: str = "power-iteration",
+    needed_only: bool = False,
 ) -> list[int]:
     """Steps 5–6: this party's partial decryption of ``total`` (the sum it recomputed) to the other data
     parties, theirs verified and t + 1 combined: the sum's signed integers (``signed`` False: the plaintexts
     in [0, N), unpacked as they are).  The proof's nonce is derived from a stream of the party's root and the
-    statement, so a replayed party sends the same bytes."""
+    statement, so a replayed party sends the same bytes.  ``needed_only``: verify only the t partials used with
+    our own (see :func:`~smcdp.crypto.threshold.combine`); else every one, so that any wrong one is named."""
     others = [r for r in params.data_roles if r != ch.role]
     own, context = await send_partial(ch, key, total, tags, seed, echo, others, protocol=protocol)
     got = await ch.recv_all(others, tags.partial, pb.BigInts)
-    return await combine_partials(ch, key.public, key.indices, total, tags, context, got, own=own, signed=signed)
+    return await combine_partials(
+        ch, key.public, key.indices, total, tags, context, got, own=own, signed=signed, needed_only=needed_only
+    )
 
 
 async def send_partial(
@@ -635,6 +638,7 @@ async def combine_partials(
     *,
     own: PartialDecryption | None = None,
     signed: bool = True,
+    needed_only: bool = False,
 ) -> list[int]:
     """The plaintexts of ``total`` from the partial decryptions ``got`` (role -> message; and ``own``), every one
     verified first: a wrong one raises :class:`~smcdp.crypto.threshold.BadPartialDecryption` naming its role
@@ -645,10 +649,12 @@ async def combine_partials(
         partials = ([own] if own is not None else []) + [
             partial_from_proto(got[r], pub, indices[r], count, f"{tags.partial} from {r}") for r in got
         ]
-        if signed:
-            return await asyncio.to_thread(combine_vector_ints, pub, total, partials, context)
         cts = [int(c) for c in total.ciphertexts]
-        return await asyncio.to_thread(combine, pub, cts, partials, context, signed=False)
+        mine = own.party if own is not None else None
+        plain = await asyncio.to_thread(
+            combine, pub, cts, partials, context, signed=signed, own=mine, needed_only=needed_only
+        )
+        return total._unpack(plain) if signed else plain
     except BadPartialDecryption as exc:
         role = role_of[exc.party]
         named = BadPartialDecryption(exc.party, f"{exc.reason} ({role}, {ch.roles[role]!r})")
