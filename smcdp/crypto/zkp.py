@@ -474,23 +474,19 @@ def prove_bits(
     bits: Sequence[int],
     randomness: Sequence[int],
     context: bytes,
-    nonce_key: bytes | None = None,
+    rngs: Sequence[random.Random] | None = None,
 ) -> list[int]:
     """:func:`prove_bit` for every c_k of ``cts`` (c_k = g^{b_k}·r_k^n, ``bits`` and ``randomness`` known to the
-    encryptor), entry k bound to ``context`` and k: 5 integers an entry.  ``nonce_key``: each entry's nonces
-    come from a stream keyed by it over the context, k and the witness (a replayed prover sends the same proof;
-    nobody lacking the witness predicts them); without it, from the OS CSPRNG."""
+    encryptor), entry k bound to ``context`` and k: 5 integers an entry.  ``rngs``: one secret stream per entry
+    for its nonces (a cryptographic one -- the fake branch's nonces are in the proof; a replayed prover passes
+    the same streams and sends the same proof); without them, the OS CSPRNG."""
     if not (len(cts) == len(bits) == len(randomness)) or any(b not in (0, 1) for b in bits):
         raise ValueError("one bit (0 or 1) and one randomness per ciphertext")
+    if rngs is not None and len(rngs) != len(cts):
+        raise ValueError("one nonce stream per ciphertext")
     out: list[int] = []
     for k, (c, b, r) in enumerate(zip(cts, bits, randomness)):
-        ctx = _entry_context(context, k)
-        rng = None
-        if nonce_key is not None:
-            from smcdp.primitives.rng import Drbg, DrbgRandom  # deferred: crypto imports no primitives at load
-
-            rng = DrbgRandom(Drbg(_witness_stream(nonce_key, b"bit:" + ctx, [c, b, r], 32)))
-        out += _prove_bit_with(pk, mpz(c), b, mpz(r), ctx, rng)
+        out += _prove_bit_with(pk, mpz(c), b, mpz(r), _entry_context(context, k), None if rngs is None else rngs[k])
     return out
 
 

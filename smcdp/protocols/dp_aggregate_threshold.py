@@ -78,7 +78,7 @@ from smcdp.crypto.zkp import (
 )
 from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
-from smcdp.primitives.rng import SeedLike, noise_source, protocol_rng, stream_key
+from smcdp.primitives.rng import Drbg, DrbgRandom, SeedLike, noise_source, protocol_rng, stream_key
 from smcdp.protocols.dp_aggregate import (
     CHARLIE,
     PROTOCOL,
@@ -146,16 +146,23 @@ class ZeroTestRound:
 COARSE, FINE = ZeroTestRound.named("a"), ZeroTestRound.named("b")
 #: G3's releases
 RELEASE = Tags("g3/release", "g3/digest", "g3/contrib", "g3/partial", "g3/total", "g3/pok", "g3/echo")
+
+
 #: G1's proof: every thermometer entry encrypts 0 or 1 (an OR-proof each, verified in one batch; it shows that the
 #: owner knows the plaintexts too).  Without it, a party encrypting −1 at a level would turn the zero test there
 #: into "does exactly one other party sit at or below this level?" (what it cannot stop: a party claiming another
 #: level for itself, the top one included -- then ℓ* is the honest parties' smallest, docs)
-BITS = ProofKind(
-    "that every entry encrypts 0 or 1",
-    lambda n: 5 * n,
-    lambda pk, cts, ms, rs, context, key: prove_bits(pk, cts, [int(m) for m in ms], rs, context, key),
-    verify_bits,
-)
+def _prove_bits(pk: PublicKey, cts: list[int], ms: list[int], rs: list[int], context: bytes, key: bytes) -> list[int]:
+    """The bit proofs of G1, each entry's nonces from a ChaCha20 stream keyed by HMAC(key, context ‖ k ‖ its
+    witness): a replay sends the same proof, and nobody lacking the witness predicts the nonces."""
+    rngs = []
+    for k, (c, m, r) in enumerate(zip(cts, ms, rs)):
+        msg = b"".join(len(b).to_bytes(4, "big") + b for b in (context, b"%d" % k, b"%d" % c, b"%d" % m, b"%d" % r))
+        rngs.append(DrbgRandom(Drbg(hmac.new(key, msg, hashlib.sha256).digest())))
+    return prove_bits(pk, cts, [int(m) for m in ms], rs, context, rngs)
+
+
+BITS = ProofKind("that every entry encrypts 0 or 1", lambda n: 5 * n, _prove_bits, verify_bits)
 #: party1 to Charlie: the group's public key (JSON) and the share index of every data role
 KEY_TAG = "g0/key"
 #: the blinding exponents have this many bits beyond N's: Σ_j r_j[ℓ] is within 2^-64 of uniform mod N

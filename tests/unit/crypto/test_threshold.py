@@ -253,3 +253,30 @@ def test_dealt_exponent_is_zero_mod_phi_and_one_mod_n(key):
     c = pk.raw_encrypt(77)
     assert sk.phe.decrypt(phe_paillier.EncryptedNumber(pk.phe, int(c))) == 77
     assert gmpy2.gcd(pub.theta, pk.n) == 1
+
+
+def test_combining_only_the_needed_partials_still_names_a_wrong_one_it_uses(key):
+    """``needed_only``: the caller's own partial (``own``) and the others' in index order until t + 1 are
+    verified and used; a wrong one among them is named, one beyond them is never looked at (nor used)."""
+    import dataclasses
+
+    pk, sk, pub, shares = key
+    cts = _cts(pk, VALUES)
+    partials = [partial_decrypt(s, cts, CTX) for s in shares]
+    plain = [int(sk.raw_decrypt(c)) for c in cts]
+
+    def wrong(p):
+        return dataclasses.replace(p, values=(p.values[0] * 2 % pk.nsquare, *p.values[1:]))
+
+    # party 5 (index 4) is wrong, but with own = 3 the used ones are 3, 1, 2 (t + 1 = 3)
+    mixed = [*partials[:4], wrong(partials[4])]
+    got = combine(pub, cts, mixed, CTX, signed=False, own=3, needed_only=True)
+    assert [g % pk.n for g in got] == [p % pk.n for p in plain]
+    with pytest.raises(BadPartialDecryption) as info:  # all verified: party 5 is named
+        combine(pub, cts, mixed, CTX, signed=False)
+    assert info.value.party == 5
+    # a wrong one among those used is named
+    mixed = [partials[0], wrong(partials[1]), *partials[2:]]
+    with pytest.raises(BadPartialDecryption) as info:
+        combine(pub, cts, mixed, CTX, signed=False, own=3, needed_only=True)
+    assert info.value.party == 2

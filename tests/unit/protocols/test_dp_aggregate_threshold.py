@@ -301,7 +301,7 @@ def test_a_thermometer_entry_that_is_not_a_bit_is_refused_and_named(sk768, monke
         return [-1, *bits[1:]] if level == probing else bits
 
     def prove(pk, cts, ms, rs, context, key):  # a "proof" made as if the entry were a bit
-        return prove_bits(pk, cts, [m if m in (0, 1) else 1 for m in ms], rs, context, key)
+        return prove_bits(pk, cts, [m if m in (0, 1) else 1 for m in ms], rs, context)
 
     monkeypatch.setattr(mod, "thermometer", thermometer)
     monkeypatch.setattr(mod, "BITS", ProofKind(mod.BITS.claim, mod.BITS.size, prove, mod.BITS.verify))
