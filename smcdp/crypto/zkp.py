@@ -452,7 +452,7 @@ def verify_scalings(
         for v in (*cs, *commitments, *ws):
             acc = acc * v % n
         e = _scaling_challenge(pk, bs, cs, [int(a) for a in commitments], context)
-        lams = [secrets.randbits(SCALE_BATCH_BITS) | 1 for _ in range(k)]
+        lams = [secrets.randbits(SCALE_BATCH_BITS) for _ in range(k)]
         for i in range(k):
             base_exps[i] += lams[i] * zs[i]
         ws_all += ws
@@ -510,7 +510,7 @@ def verify_bits(pk: PublicKey, cts: Sequence[int], proof: Sequence[int], context
         if gmpy2.gcd(a0 * a1 % n * c % n, n) != 1 or gmpy2.gcd(z0 * z1 % n, n) != 1:
             return False
         e1 = (_challenge(pk, _entry_context(context, k), c, a0, a1) - int(e0)) & _MASK
-        lam0, lam1 = secrets.randbits(SCALE_BATCH_BITS) | 1, secrets.randbits(SCALE_BATCH_BITS) | 1
+        lam0, lam1 = secrets.randbits(SCALE_BATCH_BITS), secrets.randbits(SCALE_BATCH_BITS)
         zs += [(z0, lam0), (z1, lam1)]
         commit += [(a0, lam0), (a1, lam1)]
         bases += [c, c * (1 - n) % n2]

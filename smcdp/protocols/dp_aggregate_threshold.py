@@ -376,6 +376,8 @@ async def _zero_test_round(
     """G1 and G2 for the tested levels ``thresholds``: our thermometer (each entry proven a bit), committed,
     released and summed, C[i] = G(c[i]), c[i] the number of parties at or below thresholds[i]; the blinded
     zero test; the first nonzero index.  We refuse if our own entry's count is zero (someone cancelled it)."""
+    if not thresholds:  # nothing to test (one level a group, or one group): Charlie skips it alike
+        return 0
     levels_stage, blinded_stage, _ = stages(params)
     bits = thermometer(mine, thresholds)
     T = len(thresholds)
@@ -398,7 +400,7 @@ async def _zero_test(
     seed: SeedLike,
     tags: Tags,
 ) -> list[int]:
-    """G2 at a data party: D[ℓ] = C[ℓ]^{r[ℓ]} and its scaling proof, committed (digest, echo) and released to
+    """G2 at a data party: D[ℓ] = C[ℓ]^{r[ℓ]}·s[ℓ]^N and its scaling proof, committed (digest, echo) and released to
     Charlie; everyone's, as Charlie relays them, checked against their digests (a mismatch names Charlie) and
     their proofs against the C recomputed here (a failure names the owner); their product decrypted together:
     z[ℓ] = c[ℓ]·Σ_j r_j[ℓ] mod N."""
@@ -562,6 +564,8 @@ async def _group_public_key(
         indices = json.loads(msg.values[1])
     except (ValueError, TypeError, UnicodeDecodeError, RecursionError):
         raise InvalidMessage(f"{KEY_TAG} from party1 is not the group's key and share map as JSON") from None
+    except InvalidMessage as exc:
+        raise InvalidMessage(f"{KEY_TAG} from party1: {exc}") from None
     if (
         not isinstance(indices, dict)
         or any(not isinstance(i, int) or isinstance(i, bool) for i in indices.values())

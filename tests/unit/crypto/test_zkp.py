@@ -233,3 +233,61 @@ def test_a_scaling_proof_fails_for_anything_mixed_in_another_context_or_base(key
     assert not verify_scaling(
         pk, bases, cts, prove_scaling(pk, bases, cts, rs, [s + 1 for s in ss], b"ctx"), b"ctx", 300
     )
+
+
+def _bits_encrypted(pk, bits, seed=3):
+    import random
+
+    import gmpy2
+
+    rng = random.Random(seed)
+    n, n2 = pk.n, pk.nsquare
+    rs = [rng.randrange(1, int(n)) for _ in bits]
+    return [int((1 + b * n) * gmpy2.powmod(r, n, n2) % n2) for b, r in zip(bits, rs)], rs
+
+
+def test_many_bit_proofs_verify_together_and_one_wrong_entry_among_many_fails(key):
+    import random
+
+    from smcdp.crypto.zkp import prove_bits, verify_bits
+
+    pk = key[0]
+    bits = [0, 1, 1, 0, 1, 0, 0, 1]
+    cts, rs = _bits_encrypted(pk, bits)
+    streams = [random.Random(k) for k in range(len(bits))]  # tests only: a protocol passes cryptographic streams
+    proof = prove_bits(pk, cts, bits, rs, b"ctx", streams)
+    assert verify_bits(pk, cts, proof, b"ctx") and not verify_bits(pk, cts, proof, b"other")
+    again = prove_bits(pk, cts, bits, rs, b"ctx", [random.Random(k) for k in range(len(bits))])
+    assert again == proof  # the same streams, the same proof (a replay)
+    assert len({tuple(proof[5 * k : 5 * k + 5]) for k in range(len(bits))}) == len(bits)  # each entry its own
+    n2 = pk.nsquare
+    two = (1 + 2 * pk.n) * (cts[5] * (1 - pk.n) % n2) % n2  # entry 5 now encrypts 1 -> made to encrypt 2
+    bad = [*cts[:5], int(two), *cts[6:]]
+    for _ in range(5):
+        assert not verify_bits(pk, bad, proof, b"ctx")
+    with pytest.raises(ValueError):
+        prove_bits(pk, cts, [*bits[:5], 2, *bits[6:]], rs, b"ctx")
+    swapped = [*proof[5:10], *proof[0:5], *proof[10:]]  # entry 1's proof in entry 0's place: bound to k
+    assert not verify_bits(pk, cts, swapped, b"ctx")
+
+
+def test_scaling_proofs_of_several_provers_verify_together_and_errors_do_not_cancel(key):
+    """Two provers scale the same bases; one's ciphertext encrypts one more than it should, the other's one less:
+    the batch (the verifier's own weights per prover and entry) refuses it, every time."""
+    import gmpy2
+
+    from smcdp.crypto.zkp import prove_scaling, verify_scalings
+
+    pk, bases, cts1, (rs1, ss1) = _scaled(key, [0, 1, 3, 5], seed=1)
+    _, _, _, (rs2, ss2) = _scaled(key, [0, 1, 3, 5], seed=2)  # the second prover's exponents, on the same bases
+
+    n2 = pk.nsquare
+    cts2 = [int(gmpy2.powmod(b, r, n2) * gmpy2.powmod(s, pk.n, n2) % n2) for b, r, s in zip(bases, rs2, ss2)]
+    p1 = prove_scaling(pk, bases, cts1, rs1, ss1, b"one")
+    p2 = prove_scaling(pk, bases, cts2, rs2, ss2, b"two")
+    assert verify_scalings(pk, bases, [(cts1, p1, b"one"), (cts2, p2, b"two")], 300)
+    plus = [cts1[0] * pk.raw_encrypt(1) % n2, *cts1[1:]]
+    minus = [cts2[0] * pk.raw_encrypt(-1) % n2, *cts2[1:]]
+    for _ in range(5):
+        assert not verify_scalings(pk, bases, [(plus, p1, b"one"), (minus, p2, b"two")], 300)
+    assert not verify_scalings(pk, bases, [(cts1, p1, b"two"), (cts2, p2, b"one")], 300)  # contexts swapped

@@ -416,3 +416,34 @@ def test_blinding_exponents_fit_the_bound_the_verifier_checks_for_every_key_size
         assert max(r.bit_length() for r in rs) <= n.bit_length() + BLIND_EXTRA_BITS
         assert max(r.bit_length() for r in rs) > n.bit_length() + BLIND_EXTRA_BITS - 8  # and about that long
         assert all(0 < s < n and gmpy2.gcd(s, n) == 1 for s in ss)
+
+
+@pytest.mark.parametrize("size_levels,per_octave", [(12, 1), (3, 4), (2, 2), (5, 5)])
+def test_a_zero_test_with_no_level_to_test_is_skipped_by_everyone(sk768, size_levels, per_octave):
+    """Found by review: one level a group (no second test) or one group (no first test) -- parameters validate()
+    accepts -- had Charlie skip the empty test and the data parties start it: the session never ended."""
+    p = params_for(3, 1, size_levels=size_levels, levels_per_octave=per_octave)
+    _, shares = deal(sk768, 3, 1)
+    sens = [0.3, 0.1, 0.02]
+    seeds = [5, 6, 7]
+    ws = [np.full(p.dim, 0.1 * j) for j in range(3)]
+    res, _ = run(p, ws, sens, shares, noise_seeds=seeds)
+    table = p.level_keys
+    smallest = min(level_of(sensitivity_key(s)[0], table) for s in sens)
+    assert res["party1"].size_level["selected"] == smallest
+    N = [shared_noise(f"party{j + 1}", p, table[smallest], np.random.default_rng(seeds[j])) for j in range(3)]
+    T = released_T(res, p)
+    assert [int(x - w) for x, w in zip(T, _rounded_sum(p, ws))] == [sum(col) for col in zip(*N)]
+
+
+def test_charlie_refuses_a_malformed_key_message_all_parties_agree_on(sk768, monkeypatch):
+    """Every data party sends the same junk as the group's key and map (so the hashes agree): Charlie refuses it
+    as INVALID_ARGUMENT (InvalidMessage), not with a TypeError or a RecursionError."""
+    import smcdp.protocols.dp_aggregate_threshold as mod
+
+    p = params_for(3, 1)
+    _, shares = deal(sk768, 3, 1)
+    for junk in ([b"[" * 5000, b"{}"], [b'{"kind": 3}', b'{"party1": 1, "party2": "2", "party3": 3}'], [b"\xff", b"x"]):
+        monkeypatch.setattr(mod, "_key_message", lambda pub, indices, junk=junk: list(junk))
+        with pytest.raises(InvalidMessage, match="g0/key from party1"):
+            run(p, [np.zeros(p.dim)] * 3, [0.3, 0.2, 0.1], shares)
