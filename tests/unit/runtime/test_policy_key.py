@@ -220,3 +220,44 @@ def test_the_refusal_advises_a_group_key_only_where_the_mode_has_one():
         _evaluate(exact_policy, exact, ROLES2, {"lab": ("alice", "bob")})
     assert ei.value.rule == "policy.power-iteration.key"
     assert "power-iteration has no group-key mode" in str(ei.value)
+
+
+def _eval_aggregate_shared(extra: str = "", key_groups=None, **params):
+    """dp-aggregate with shared noise (its only group-key mode); alice may release the smallest size level (or
+    k_sel) to bob, the other data party: allow_non_dp, bob in release_to."""
+    text = AGG_POLICY.replace('release_to = ["carol"]', 'release_to = ["carol", "bob"]\nallow_non_dp = true')
+    policy = parse_policy(tomllib.loads(text + extra)["policy"], "alice", PEERS)
+    plugin = get_plugin("dp-aggregate")
+    p = {"n_parties": 2, "dim": 3, "epsilon": 1.0, "lam": 0.1, "key_bits": 2048, "calibration": "gaussian"}
+    p.update(delta=1e-6, **params)
+    summary = plugin.summary(plugin.validate_params(p, AGG_ROLES), AGG_ROLES)
+    return _evaluate(policy, summary, AGG_ROLES, key_groups)
+
+
+def test_dp_aggregates_shared_noise_has_a_group_key_mode_which_a_threshold_policy_admits():
+    """calibration = "gaussian" under key_group: the summary says key threshold and t, and names the smallest
+    size level as the data parties' exact output; key = "threshold" admits it and refuses the single-key
+    shared noise with the advice to propose key_group; h = K − t needs the party's own min_threshold (or
+    max_noise_parties), as power iteration's group key does."""
+    s = _eval_aggregate_shared('key = "threshold"\n', key_group="lab", key_threshold=1)
+    assert s.key == "threshold" and s.threshold == 1 and s.group_key_mode
+    assert [o.name for o in s.outputs] == ["model", "smallest_size_level"] and "dgk" not in s.key_bits
+    with pytest.raises(PolicyDenied) as ei:
+        _eval_aggregate_shared('key = "threshold"\n')
+    assert ei.value.rule == "policy.dp-aggregate.key" and "has no group-key mode" not in str(ei.value)
+    with pytest.raises(PolicyDenied) as ei:  # a group of exactly its data parties, and no key rule
+        _eval_aggregate_shared(key_groups={"lab": ("alice", "bob")})
+    assert "propose key_group" in str(ei.value)
+    # three data parties, t = 1: h = 2 is each party's decision
+    roles = {**AGG_ROLES, "party3": "carol", "dave": "dave"}
+    peers = {**PEERS, "dave": "h:4"}
+    text = AGG_POLICY.replace('release_to = ["carol"]', 'release_to = ["dave", "bob", "carol"]\nallow_non_dp = true')
+    text = text.replace('coordinators = ["trent", "carol"]', 'coordinators = ["trent", "dave"]')
+    plugin = get_plugin("dp-aggregate")
+    p = {"n_parties": 3, "dim": 3, "epsilon": 1.0, "lam": 0.1, "key_bits": 2048, "calibration": "gaussian"}
+    p.update(delta=1e-6, key_group="lab", key_threshold=1, noise_parties=2)
+    summary = plugin.summary(plugin.validate_params(p, roles), roles)
+    with pytest.raises(PolicyDenied) as ei:
+        _evaluate(parse_policy(tomllib.loads(text)["policy"], "alice", peers), summary, roles)
+    assert ei.value.rule == "policy.dp-aggregate.max_noise_parties" and "min_threshold" in str(ei.value)
+    _evaluate(parse_policy(tomllib.loads(text + "min_threshold = 1\n")["policy"], "alice", peers), summary, roles)
