@@ -141,6 +141,51 @@ def test_dp_aggregate_survives_a_killed_party_with_the_same_release(dpa_cluster,
 
 
 @pytest.fixture(scope="module")
+def dpa_group_cluster(tmp_path_factory, dpa_cluster):
+    """dpa_cluster's parties and data, a key ceremony among the data parties (t = 1, 512 bits), and the shared
+    noise under that group key (docs/protocols/dp-aggregate.md, "Under a group key").  No seed: a group key
+    refuses one."""
+    base, roles, _, _ = dpa_cluster
+    tmp = tmp_path_factory.mktemp("dpa_group")
+    data = {p: dict(base.parties[p]) for p in base.parties}
+    params = {
+        "n_parties": 3,
+        "dim": 3,
+        "epsilon": 1.0,
+        "lam": 0.05,
+        "key_bits": 512,
+        "calibration": "gaussian",
+        "delta": 1e-6,
+        "noise_parties": 2,
+        "key_group": "lab",
+        "key_threshold": 1,
+    }
+    with LocalCluster(
+        data, allow_insecure_keys=True, workdir=tmp / "run", peer_grace_seconds=GRACE, open_policy=True
+    ) as c:
+        ceremony = {"party1": "alice", "party2": "bob", "party3": "carol"}
+        keys, _ = run_with(
+            c, "key-ceremony", ceremony, {"group": "lab", "parties": 3, "threshold": 1, "key_bits": 512}, "alice", []
+        )
+        assert keys["alice"]["state"] == "succeeded", keys["alice"].get("error")
+        yield c, roles, params
+
+
+@pytest.mark.parametrize(
+    "fault", ["kill:alice:round=1", "kill:bob:round=2", "kill:charlie:round=2", "kill:carol:round=3"]
+)
+def test_dp_aggregate_under_a_group_key_survives_a_killed_party(dpa_group_cluster, fault):
+    """A data party killed between its commitments and its releases re-sends them bit for bit from its
+    checkpointed root (else the digests the others hold would not match and the session would fail naming it);
+    Charlie, killed, replays his relays."""
+    cluster, roles, params = dpa_group_cluster
+    recs, chaos = run_with(cluster, "dp-aggregate", roles, params, "charlie", [fault])
+    assert chaos.restarts == 1
+    assert {r["state"] for r in recs.values()} == {"succeeded"}, {p: r.get("error") for p, r in recs.items()}
+    assert recs["alice"]["result"]["key"]["kind"] == "threshold"
+
+
+@pytest.fixture(scope="module")
 def dpa_budget_cluster(tmp_path_factory, dpa_cluster):
     """dpa_cluster's parties and data with a budget at each data party: one cluster for the three replayed-release
     tests (each checks what its own session charged: the ledger's counts before and after it)."""
