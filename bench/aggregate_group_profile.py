@@ -52,7 +52,14 @@ def main() -> None:
     ):
         setattr(mod, name, timed(getattr(mod, name), label))
     b = dt.BITS
-    dt.BITS = ProofKind(b.claim, b.size, timed(b.prove, "prove bits"), timed(b.verify, "verify bits"))
+    assert b.verify_many is not None
+    dt.BITS = ProofKind(
+        b.claim,
+        b.size,
+        timed(b.prove, "prove bits"),
+        timed(b.verify, "verify bits one by one"),
+        timed(b.verify_many, "verify every party's bits (batched)"),
+    )
     sk = generate_keypair(args.key_bits, allow_insecure=args.key_bits < 2048)[1]
     K = args.parties
     p = params_for(K, args.threshold, d=10, key_bits=args.key_bits, size_levels=33, levels_per_octave=4)

@@ -491,30 +491,40 @@ def prove_bits(
 
 
 def verify_bits(pk: PublicKey, cts: Sequence[int], proof: Sequence[int], context: bytes) -> bool:
-    """True iff ``proof`` (5 integers per entry, :func:`prove_bits`) shows that every c_k encrypts 0 or 1.
+    """True iff ``proof`` (5 integers per entry, :func:`prove_bits`) shows that every c_k encrypts 0 or 1."""
+    return verify_bits_many(pk, [(cts, proof, context)])
 
-    The 2k equations z_{k,b}^n ≡ a_{k,b}·u_{k,b}^{e_{k,b}} (mod n²), u_{k,0} = c_k, u_{k,1} = c_k·g⁻¹, are checked
-    at once with weights λ of SCALE_BATCH_BITS bits from this verifier's CSPRNG: (Π z^λ)^n ≡ Π a^λ·Π u^{λe}.  A
-    wrong equation whose ratio has a nonzero plaintext part (under Z*_{n²} ≅ Z_n × Z*_n) survives the weighting
-    with probability at most 2^-SCALE_BATCH_BITS; a ratio with a zero plaintext part is an n-th power, and then the
-    equation holds with another z -- the OR-proof's statement (u_{k,b} an n-th residue for b = 0 or 1) is the same."""
+
+def verify_bits_many(pk: PublicKey, statements: Sequence[tuple[Sequence[int], Sequence[int], bytes]]) -> bool:
+    """True iff every (cts, proof, context) of ``statements`` -- several provers' :func:`prove_bits` -- verifies;
+    False says that one fails, not which.
+
+    The equations z^n ≡ a·u^e of every entry of every statement (u = c or c·g⁻¹ for the two branches) are
+    checked at once with weights λ of SCALE_BATCH_BITS bits from this verifier's CSPRNG: (Π z^λ)^n ≡ Π a^λ·Π u^{λe}
+    -- one exponentiation by n for them all.  A wrong equation whose ratio has a nonzero plaintext part (under
+    Z*_{n²} ≅ Z_n × Z*_n) survives the weighting with probability at most 2^-SCALE_BATCH_BITS; a ratio with a zero
+    plaintext part is an n-th power, and then the equation holds with another z -- the OR-proof's statement
+    (u an n-th residue for one branch) is the same."""
     n, n2 = pk.n, pk.nsquare
-    if not cts or len(proof) != 5 * len(cts):
-        return False
     zs, bases, exps, commit = [], [], [], []
-    for k, c in enumerate(cts):
-        c = mpz(c)
-        a0, a1, e0, z0, z1 = (mpz(x) for x in proof[5 * k : 5 * k + 5])
-        if not (0 < c < n2 and 0 < a0 < n2 and 0 < a1 < n2 and 0 < z0 < n and 0 < z1 < n and 0 <= e0 <= _MASK):
+    for cts, proof, context in statements:
+        if not cts or len(proof) != 5 * len(cts):
             return False
-        if gmpy2.gcd(a0 * a1 % n * c % n, n) != 1 or gmpy2.gcd(z0 * z1 % n, n) != 1:
-            return False
-        e1 = (_challenge(pk, _entry_context(context, k), c, a0, a1) - int(e0)) & _MASK
-        lam0, lam1 = secrets.randbits(SCALE_BATCH_BITS), secrets.randbits(SCALE_BATCH_BITS)
-        zs += [(z0, lam0), (z1, lam1)]
-        commit += [(a0, lam0), (a1, lam1)]
-        bases += [c, c * (1 - n) % n2]
-        exps += [lam0 * int(e0), lam1 * int(e1)]
+        for k, c in enumerate(cts):
+            c = mpz(c)
+            a0, a1, e0, z0, z1 = (mpz(x) for x in proof[5 * k : 5 * k + 5])
+            if not (0 < c < n2 and 0 < a0 < n2 and 0 < a1 < n2 and 0 < z0 < n and 0 < z1 < n and 0 <= e0 <= _MASK):
+                return False
+            if gmpy2.gcd(a0 * a1 % n * c % n, n) != 1 or gmpy2.gcd(z0 * z1 % n, n) != 1:
+                return False
+            e1 = (_challenge(pk, _entry_context(context, k), c, a0, a1) - int(e0)) & _MASK
+            lam0, lam1 = secrets.randbits(SCALE_BATCH_BITS), secrets.randbits(SCALE_BATCH_BITS)
+            zs += [(z0, lam0), (z1, lam1)]
+            commit += [(a0, lam0), (a1, lam1)]
+            bases += [c, c * (1 - n) % n2]
+            exps += [lam0 * int(e0), lam1 * int(e1)]
+    if not zs:
+        return False
     lhs = gmpy2.powmod(multi_exp([z for z, _ in zs], [lam for _, lam in zs], n), n, n2)
     rhs = multi_exp([a for a, _ in commit], [lam for _, lam in commit], n2) * multi_exp(bases, exps, n2) % n2
     return lhs == rhs

@@ -73,6 +73,7 @@ from smcdp.crypto.zkp import (
     prove_bits,
     prove_scaling,
     verify_bits,
+    verify_bits_many,
     verify_scaling,
     verify_scalings,
 )
@@ -162,7 +163,7 @@ def _prove_bits(pk: PublicKey, cts: list[int], ms: list[int], rs: list[int], con
     return prove_bits(pk, cts, [int(m) for m in ms], rs, context, rngs)
 
 
-BITS = ProofKind("that every entry encrypts 0 or 1", lambda n: 5 * n, _prove_bits, verify_bits)
+BITS = ProofKind("that every entry encrypts 0 or 1", lambda n: 5 * n, _prove_bits, verify_bits, verify_bits_many)
 #: party1 to Charlie: the group's public key (JSON) and the share index of every data role
 KEY_TAG = "g0/key"
 #: the blinding exponents have this many bits beyond N's: Σ_j r_j[ℓ] is within 2^-64 of uniform mod N

@@ -149,6 +149,8 @@ class ProofKind:
     size: Callable[[int], int]
     prove: Callable[[PublicKey, list[int], list[int], list[int], bytes, bytes], list[int]]
     verify: Callable[[PublicKey, list[int], Sequence[int], bytes], bool]
+    #: every party's proof in one check (True: all hold; False: one fails, :attr:`verify` then names it)
+    verify_many: Callable[[PublicKey, list[tuple[list[int], Sequence[int], bytes]]], bool] | None = None
 
 
 #: the default: the owner knows what its release encrypts (it is no copy or power of another's ciphertext)
@@ -564,9 +566,17 @@ async def checked_sum(
             exc.origin = ch.roles[trent]
             raise exc
         vecs[role] = (vec, proof)
-    for role, (vec, proof) in vecs.items():
-        context = proof_context(ch.session_id, role, ch.roles[role], key.indices[role], tags.release, key.public)
-        cts = [int(c) for c in vec.ciphertexts]
+    statements = {
+        role: (
+            [int(c) for c in vec.ciphertexts],
+            proof,
+            proof_context(ch.session_id, role, ch.roles[role], key.indices[role], tags.release, key.public),
+        )
+        for role, (vec, proof) in vecs.items()
+    }
+    if kind.verify_many is not None and await asyncio.to_thread(kind.verify_many, pk, list(statements.values())):
+        statements = {}  # all hold: nothing left to check one by one
+    for role, (cts, proof, context) in statements.items():
         if not await asyncio.to_thread(kind.verify, pk, cts, proof, context):
             bad = BadContributionProof(
                 f"{ch.role} refuses to decrypt: {role}'s release ({tags.release}) comes with no valid proof "

@@ -291,3 +291,19 @@ def test_scaling_proofs_of_several_provers_verify_together_and_errors_do_not_can
     for _ in range(5):
         assert not verify_scalings(pk, bases, [(plus, p1, b"one"), (minus, p2, b"two")], 300)
     assert not verify_scalings(pk, bases, [(cts1, p1, b"two"), (cts2, p2, b"one")], 300)  # contexts swapped
+
+
+def test_several_provers_bit_proofs_verify_in_one_check_and_one_wrong_fails_it(key):
+    from smcdp.crypto.zkp import prove_bits, verify_bits_many
+
+    pk = key[0]
+    one_bits, two_bits = [0, 1, 1], [1, 0, 0]
+    c1, r1 = _bits_encrypted(pk, one_bits, seed=1)
+    c2, r2 = _bits_encrypted(pk, two_bits, seed=2)
+    p1, p2 = prove_bits(pk, c1, one_bits, r1, b"one"), prove_bits(pk, c2, two_bits, r2, b"two")
+    assert verify_bits_many(pk, [(c1, p1, b"one"), (c2, p2, b"two")])
+    assert not verify_bits_many(pk, [(c1, p1, b"one"), (c2, p2, b"one")])  # the second bound to another context
+    n2 = pk.nsquare
+    bad = [c2[0], c2[1] * (1 + pk.n) % n2, c2[2]]  # entry 1 now encrypts 1 + 0 ... made 1, its proof says 0
+    assert not verify_bits_many(pk, [(c1, p1, b"one"), (bad, p2, b"two")])
+    assert not verify_bits_many(pk, [])
