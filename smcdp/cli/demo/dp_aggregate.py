@@ -364,7 +364,8 @@ def register(sub) -> None:
         metavar="T",
         help="a group key: first a key ceremony among the data parties makes a dealer-free (T, K) threshold "
         "Paillier key of --key-bits bits (minutes at 2048 bits), then the sessions run under it, so that "
-        "charlie with T data parties learns no party's size and cannot remove the noise (shared noise: "
+        "charlie with T data parties learns no party's size beyond the smallest party's size level and cannot "
+        "remove the noise (shared noise: "
         "--calibration gaussian, the default here, --delta default "
         f"{THRESHOLD_DELTA:g}); the JSON gains key: {{kind, threshold, parties, generation_seconds, ...}}",
     )
