@@ -16,6 +16,7 @@ record), the bytes all parties sent, and group / single (the issue's target: ≤
 
     python bench/aggregate_group_bench.py                      # 2048-bit keys, K = 3 and 8, t = 1
     python bench/aggregate_group_bench.py --key-bits 1024 --ks 3 --repeats 1
+    python bench/aggregate_group_bench.py --quick               # make bench --quick: 1024 bits, K = 3, once
 """
 
 from __future__ import annotations
@@ -186,7 +187,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2, help="measured sessions per mode and K (after one warm-up)")
     ap.add_argument("--json", action="store_true", help="print the measurements as JSON instead of the table")
     ap.add_argument("--from-json", metavar="FILE", help="render the table of an earlier --json run")
+    ap.add_argument("--quick", action="store_true", help="1024-bit keys, K = 3, one session per mode (a smoke run)")
     args = ap.parse_args()
+    if args.quick:
+        args.key_bits, args.ks, args.repeats = 1024, "3", 1
     if args.from_json:
         render(json.loads(Path(args.from_json).read_text()))
         return

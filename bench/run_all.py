@@ -253,6 +253,11 @@ def _run(args, paillier_benchmark, progress) -> int:
             [],
         ),
         ("group_key_bench.py", "Group keys: DP power iteration against the single-key mode (issue 36)", []),
+        (
+            "aggregate_group_bench.py",
+            "dp-aggregate under a group key against the single-key shared noise (issue 36)",
+            [],
+        ),
     ):
         path = HERE / name
         stage(name)
