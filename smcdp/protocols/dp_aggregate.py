@@ -96,7 +96,6 @@ from smcdp.dp.validation import InvalidParameter, check_positive, clip_rows_to_n
 from smcdp.errors import CryptoOverflow, InputRejected, InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.net.limits import TrafficEnvelope, ciphertext_vector_bytes
-from smcdp.net.tls import validate_party_name
 from smcdp.primitives.argmin import (
     CHARLIE as CHARLIE,  # the curator's role name, part of this protocol's interface
 )
@@ -116,6 +115,7 @@ from smcdp.primitives.argmin import (
 )
 from smcdp.primitives.rng import Drbg, DrbgRandom, SeedLike, noise_source, protocol_rng
 from smcdp.protocols.base import ProtocolParams
+from smcdp.protocols.power_iteration_threshold import check_noise_share, validate_group_params
 from smcdp.v1 import messages_pb2 as pb
 
 # scipy and the learners (scikit-learn) are imported where they are used: every party process imports
@@ -233,32 +233,19 @@ class DPAggregateParams(ProtocolParams):
 
     def _validate_key_group(self, bad: Callable[[str], NoReturn]) -> None:
         """A group key: its name and threshold t together, shared noise only, at most n − t noise parties."""
-        if (self.key_group is None) != (self.key_threshold is None):
-            bad("key_group and key_threshold go together: the group's name and its threshold t")
         for name, lo, hi in (("size_levels", 2, 256), ("levels_per_octave", 1, 64)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
                 bad(f"{name}={v!r} must be an integer in [{lo}, {hi}]")
-        if self.key_group is None:
+        if not validate_group_params(bad, self.key_group, self.key_threshold, self.n_parties):
             return
-        try:
-            validate_party_name(self.key_group, "key_group")
-        except InvalidMessage as exc:
-            bad(str(exc))
-        t = self.key_threshold
-        if isinstance(t, bool) or not isinstance(t, int) or not 1 <= t <= self.n_parties - 1:
-            bad(f"key_threshold={t!r} must be an integer in [1, {self.n_parties - 1}]")
         if self.calibration != "gaussian":
             bad(
                 "key_group needs calibration='gaussian': under a group key every data party adds a share of the "
                 "noise (one party's noise would be removed by that party and whoever learns the selection)"
             )
-        assert t is not None
-        if self.noise_parties > self.n_parties - t:
-            bad(
-                f"noise_parties={self.noise_parties} exceeds n − t = {self.n_parties - t}: charlie with t data "
-                "parties could leave less than σ² of honest noise on the sum"
-            )
+        assert self.key_threshold is not None
+        check_noise_share(bad, self.noise_parties, self.n_parties, self.key_threshold, "charlie")
 
     @property
     def key_kind(self) -> str:

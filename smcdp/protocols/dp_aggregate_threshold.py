@@ -62,14 +62,11 @@ import numpy as np
 from gmpy2 import mpz
 from numpy.typing import ArrayLike
 
-from smcdp.crypto.codec import bigints, from_bigints
 from smcdp.crypto.encoding import Packing
 from smcdp.crypto.paillier import PublicKey
 from smcdp.crypto.threshold import ThresholdPublicKey
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.crypto.zkp import (
-    CHALLENGE_BITS,
-    SCALE_HIDING_BITS,
     prove_bits,
     prove_scaling,
     verify_bits,
@@ -95,19 +92,17 @@ from smcdp.protocols.dp_aggregate import (
 )
 from smcdp.protocols.power_iteration_threshold import (
     BadContributionProof,
-    ContributionMismatch,
     GroupKey,
     ProofKind,
     Tags,
-    _trent_echo,
     check_group_key,
     checked_sum,
     combine_partials,
-    contribution_digest,
-    echo_digests,
-    exchange_digests,
+    commit_and_release,
+    first_failing,
     proof_context,
     refuse_seeded,
+    relayed_contributions,
     release_and_commit,
     send_partial,
     sum_context,
@@ -414,44 +409,28 @@ async def _zero_test(
     context = _context(ch, ch.role, group_key, tags)
     D, proof = await asyncio.to_thread(_blind, pk, C, rs, ss, context, seed, ch.role)
     vec = EncryptedVector(pk, D, len(D), 0, Packing(), None)
-    digests = await exchange_digests(
-        ch,
-        stage,
-        group_key,
-        contribution_digest(ch.session_id, ch.role, ch.roles[ch.role], vec, proof),
-        CHARLIE,
-        tags,
-    )
-    echo = await echo_digests(ch, stage, group_key, digests, CHARLIE, tags)
-    await ch.send(CHARLIE, tags.release, vec.to_proto())
-    await ch.send(CHARLIE, tags.proof, bigints(proof))
+    digests, echo = await commit_and_release(ch, stage, group_key, vec, proof, CHARLIE, tags)
+    relayed = await relayed_contributions(ch, stage, pk, Packing(), digests, len(C), CHARLIE, tags, scaling_size)
     exponent_bits = int(pk.n).bit_length() + BLIND_EXTRA_BITS
-    relayed = {}
-    for role in params.party_roles:
-        got, got_proof = await _relayed_blinded(ch, pk, len(C), role, tags)
-        if contribution_digest(ch.session_id, role, ch.roles[role], got, got_proof) != digests[role]:
-            exc = ContributionMismatch(
-                f"{ch.role} refuses to decrypt: the blinded counts of {role} that {CHARLIE} delivered are not the "
-                f"ones {role} committed to ({tags.digest}), which {CHARLIE} checked them against: {CHARLIE} "
-                "deviated"
-            )
-            exc.origin = ch.roles[CHARLIE]
-            raise exc
-        relayed[role] = ([int(c) for c in got.ciphertexts], got_proof, _context(ch, role, group_key, tags))
-    # every party's proof at once (they scale the same counts); if that fails, one by one to name the owner
-    if not await asyncio.to_thread(verify_scalings, pk, C, list(relayed.values()), exponent_bits):
-        for role, (cts, got_proof, context) in relayed.items():
-            if not await asyncio.to_thread(verify_scaling, pk, C, cts, got_proof, context, exponent_bits):
-                bad = BadContributionProof(
-                    f"{ch.role} refuses to decrypt: {role}'s blinded counts ({tags.release}) come with no valid "
-                    f"proof that each is a multiple of the recomputed count ({tags.proof}) -- another ciphertext "
-                    "mixed in"
-                )
-                bad.origin = ch.roles[role]
-                raise bad
-        raise InvalidMessage(f"{ch.role}: the blinded counts' proofs failed together but not one by one; run again")
+    statements = {
+        role: ([int(c) for c in got.ciphertexts], got_proof, _context(ch, role, group_key, tags))
+        for role, (got, got_proof) in relayed.items()
+    }
+    # every party's proof at once (they scale the same counts); one by one only to name a failing owner
+    role = await first_failing(
+        statements,
+        lambda sts: verify_scalings(pk, C, sts, exponent_bits),
+        lambda st: verify_scaling(pk, C, st[0], st[1], st[2], exponent_bits),
+    )
+    if role is not None:
+        bad = BadContributionProof(
+            f"{ch.role} refuses to decrypt: {role}'s blinded counts ({tags.release}) come with no valid proof that "
+            f"each is a multiple of the recomputed count ({tags.proof}) -- another ciphertext mixed in"
+        )
+        bad.origin = ch.roles[role]
+        raise bad
     product = [mpz(1)] * len(C)
-    for cts, _, _ in relayed.values():
+    for cts, _, _ in statements.values():
         product = [p * c % n2 for p, c in zip(product, cts)]
     total = EncryptedVector(pk, product, len(C), 0, Packing(), None)
     return await threshold_decrypt(
@@ -474,25 +453,9 @@ def _blind(
     return D, prove_scaling(pk, C, D, rs, ss, context, nonce_key)
 
 
-async def _relayed_blinded(
-    ch: Channel, pk: PublicKey, count: int, role: str, tags: Tags
-) -> tuple[EncryptedVector, list[int]]:
-    """``role``'s blinded counts and scaling proof as Charlie relays them (sizes and key checked)."""
-    tag = f"{tags.contrib}/{role}"
-    vec = EncryptedVector.from_proto(
-        await ch.recv(CHARLIE, tag, pb.CiphertextVector), pk, length=count, exponent=0, what=f"{tag} from {CHARLIE}"
-    )
-    return vec, _scaling_proof(await ch.recv(CHARLIE, f"{tags.proof}/{role}", pb.BigInts), pk, count, role, tags)
-
-
-def _scaling_proof(msg: pb.BigInts, pk: PublicKey, count: int, role: str, tags: Tags) -> list[int]:
-    bits = max(
-        pk.nsquare.bit_length(), int(pk.n).bit_length() + BLIND_EXTRA_BITS + CHALLENGE_BITS + SCALE_HIDING_BITS + 1
-    )
-    return [
-        int(v)
-        for v in from_bigints(msg, count=3 * count, bound_bits=bits, what=f"{tags.proof} of {role}", nonnegative=True)
-    ]
+def scaling_size(count: int) -> int:
+    """A scaling proof's integers for ``count`` blinded counts: commitments, z and w responses."""
+    return 3 * count
 
 
 # =============================================================================== Charlie
@@ -514,8 +477,8 @@ async def charlie(
     for i, (rnd, count) in enumerate(((COARSE, len(coarse_thresholds(L, s))), (FINE, s - 1)), 1):
         ch.progress(round=i, step="size-levels")
         if count:
-            await trent_deliver(ch, levels_stage, pk, count, rnd.levels, fp, BITS)
-            await _relay_blinded(ch, blinded_stage, pk, count, fp, rnd.blinded)
+            await trent_deliver(ch, levels_stage, pk, count, rnd.levels, fp, BITS.size)
+            await trent_deliver(ch, blinded_stage, pk, count, rnd.blinded, fp, scaling_size)
     ch.progress(round=3, step="publish")
     echo, releases = await trent_deliver(ch, release_stage, pk, params.dim, RELEASE, fp)
     total, *rest = [releases[r] for r in roles]
@@ -579,27 +542,3 @@ async def _group_public_key(
     if pub.public_key.bits != params.key_bits:
         raise InvalidMessage(f"{KEY_TAG} from party1 is not a {params.key_bits}-bit key")
     return pub, {str(r): int(i) for r, i in indices.items()}
-
-
-async def _relay_blinded(ch: Channel, stage: Stage, pk: PublicKey, count: int, fingerprint: bytes, tags: Tags) -> None:
-    """G2 at Charlie: the digests' echo, then every party's blinded counts and proof checked against its digest
-    (a mismatch names the party: nothing is relayed) and relayed to every data party."""
-    roles = stage.data_roles
-    digests, _ = await _trent_echo(ch, stage, tags, fingerprint)
-    blinded = await ch.recv_all(roles, tags.release, pb.CiphertextVector)
-    proofs = await ch.recv_all(roles, tags.proof, pb.BigInts)
-    for role in roles:
-        vec = EncryptedVector.from_proto(
-            blinded[role], pk, length=count, exponent=0, what=f"{tags.release} from {role}"
-        )
-        proof = _scaling_proof(proofs[role], pk, count, role, tags)
-        if contribution_digest(ch.session_id, role, ch.roles[role], vec, proof) != digests[role].values[1]:
-            exc = ContributionMismatch(
-                f"{ch.role} relays nothing: the blinded counts {role} sent are not the ones it committed to "
-                f"({tags.digest}): {role} deviated"
-            )
-            exc.origin = ch.roles[role]
-            raise exc
-    for role in roles:
-        await ch.send_many(roles, f"{tags.contrib}/{role}", blinded[role])
-        await ch.send_many(roles, f"{tags.proof}/{role}", proofs[role])

@@ -88,7 +88,6 @@ from smcdp.dp.mechanisms import GaussianMechanism
 from smcdp.errors import InputRejected, InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.net.limits import TrafficEnvelope, ciphertext_vector_bytes
-from smcdp.net.tls import validate_party_name
 from smcdp.primitives.rng import (
     Randomness,
     SeedLike,
@@ -104,12 +103,14 @@ from smcdp.protocols.power_iteration_threshold import (
     Tags,
     check_distributed_noise,
     check_group_key,
+    check_noise_share,
     checked_sum,
     key_summary,
     refuse_seeded,
     release_and_commit,
     threshold_decrypt,
     trent_deliver,
+    validate_group_params,
 )
 from smcdp.v1 import messages_pb2 as pb
 
@@ -241,30 +242,18 @@ class PowerIterationParams(ProtocolParams):
                 bad(f"components + oversample = {self.block_size} exceeds rows = {self.rows}")
         integer("max_samples", 1, MAX_SAMPLES)
         integer("max_rows", 1, MAX_ROWS)
-        self._validate_key_group(bad, integer)
+        self._validate_key_group(bad)
         self._validate_dp(bad, integer)
         return self
 
-    def _validate_key_group(self, bad: Callable[[str], NoReturn], integer: Callable[[str, int, int], None]) -> None:
-        """A group key: its name and threshold t together, and (so far) the DP covariance mode only."""
-        if (self.key_group is None) != (self.key_threshold is None):
-            bad("key_group and key_threshold go together: the group's name and its threshold t")
-        if self.key_group is None:
+    def _validate_key_group(self, bad: Callable[[str], NoReturn]) -> None:
+        """A group key: its name and threshold t together, and (so far) the DP modes only."""
+        if not validate_group_params(bad, self.key_group, self.key_threshold, self.n_parties):
             return
-        try:
-            validate_party_name(self.key_group, "key_group")
-        except InvalidMessage as exc:
-            bad(str(exc))
-        integer("key_threshold", 1, self.n_parties - 1)
         if not self.dp:
             bad("key_group is implemented for the DP modes only (give epsilon and delta)")
         assert self.key_threshold is not None
-        h, most = self.noise_share, self.n_parties - self.key_threshold
-        if h > most:
-            bad(
-                f"noise_parties={h} exceeds n − t = {most}: trent with t data parties could leave less than "
-                "σ² of honest noise on the sum"
-            )
+        check_noise_share(bad, self.noise_share, self.n_parties, self.key_threshold, "trent")
 
     @property
     def noise_share(self) -> int:

@@ -49,7 +49,8 @@ import hmac
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import TYPE_CHECKING, Any, NoReturn
 from typing import Protocol as TypingProtocol
 
 import gmpy2
@@ -71,6 +72,7 @@ from smcdp.crypto.zkp import prove_plaintext_knowledge, verify_plaintext_knowled
 from smcdp.dp.conversions import distributed_gaussian_tau
 from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
+from smcdp.net.tls import validate_party_name
 from smcdp.primitives.rng import SeedLike, stream_key
 from smcdp.v1 import messages_pb2 as pb
 
@@ -200,6 +202,35 @@ class GroupKey:
         return self.share.public
 
 
+def validate_group_params(
+    bad: Callable[[str], NoReturn], key_group: str | None, key_threshold: int | None, n_parties: int
+) -> bool:
+    """A session's group-key parameters (power iteration's, dp-aggregate's): the group's name and threshold t
+    together, a valid name, 1 <= t <= n − 1; ``bad`` raises.  True if the session names a group."""
+    if (key_group is None) != (key_threshold is None):
+        bad("key_group and key_threshold go together: the group's name and its threshold t")
+    if key_group is None:
+        return False
+    try:
+        validate_party_name(key_group, "key_group")
+    except InvalidMessage as exc:
+        bad(str(exc))
+    t = key_threshold
+    if isinstance(t, bool) or not isinstance(t, int) or not 1 <= t <= n_parties - 1:
+        bad(f"key_threshold={t!r} must be an integer in [1, {n_parties - 1}]")
+    return True
+
+
+def check_noise_share(bad: Callable[[str], NoReturn], h: int, n_parties: int, t: int, coordinator: str) -> None:
+    """Under a group key each party adds σ²/h: h may not exceed n − t, else the coordinator with t data parties
+    could leave less than σ² of honest noise on the sum."""
+    if h > n_parties - t:
+        bad(
+            f"noise_parties={h} exceeds n − t = {n_parties - t}: {coordinator} with t data parties could leave "
+            "less than σ² of honest noise on the sum"
+        )
+
+
 def check_group_key(params: PowerIterationParams, key: GroupKey, role: str) -> None:
     """The session's data roles must be exactly the group's parties, its threshold and key size the group's."""
     pub = key.public
@@ -277,7 +308,7 @@ def key_summary(params: PowerIterationParams, key: GroupKey) -> dict[str, Any]:
 
 
 def contribution_digest(
-    session_id: str, role: str, holder: str, vec: EncryptedVector, proof: tuple[int, ...] | list[int] = ()
+    session_id: str, role: str, holder: str, vec: EncryptedVector, proof: Sequence[int] = ()
 ) -> bytes:
     """SHA-256 of a contribution: the session, its owner's role and the party holding that role (``holder``, its
     name in the session's roles: a role taken over by another party in a session of the same id commits to
@@ -492,6 +523,20 @@ async def release_and_commit(
     its proof to ``trent`` (``tags.release``, ``tags.proof``).  Returns every data role's committed digest
     (its own included) and the echo every data party agreed on."""
     vec, proof = await _encrypt_and_prove(ch, params, key, W, packing, tags, seed, kind)
+    return await commit_and_release(ch, params, key, vec, proof, trent, tags)
+
+
+async def commit_and_release(
+    ch: Channel,
+    params: PowerIterationParams,
+    key: GroupKey,
+    vec: EncryptedVector,
+    proof: Sequence[int],
+    trent: str,
+    tags: Tags,
+) -> tuple[dict[str, bytes], bytes]:
+    """Steps 2–3 for a release already made and proven (``vec``, ``proof``): commit, echo, send both to
+    ``trent``.  Returns every data role's committed digest (its own included) and the agreed echo."""
     # --- Step 2: the digest to every other data party; every other party's digest before anything more.
     mine = contribution_digest(ch.session_id, ch.role, ch.roles[ch.role], vec, proof)
     digests = await exchange_digests(ch, params, key, mine, trent, tags)
@@ -528,13 +573,14 @@ async def _relayed(
     trent: str,
     tags: Tags,
     role: str,
-    kind: ProofKind = PLAINTEXT_KNOWLEDGE,
+    proof_size: Callable[[int], int],
 ) -> tuple[EncryptedVector, list[int]]:
-    """``role``'s release and its proof as ``trent`` relays them (sizes, key and bound checked)."""
+    """``role``'s release and its proof (``proof_size(ciphertexts)`` integers) as ``trent`` relays them (sizes,
+    key and bound checked)."""
     tag = f"{tags.contrib}/{role}"
     vec = _release(await ch.recv(trent, tag, pb.CiphertextVector), pk, params, L, packing, f"{tag} from {trent}")
     msg = await ch.recv(trent, f"{tags.proof}/{role}", pb.BigInts)
-    proof = proof_from_proto(msg, pk, f"{tags.proof}/{role}", kind.size(len(vec.ciphertexts)))
+    proof = proof_from_proto(msg, pk, f"{tags.proof}/{role}", proof_size(len(vec.ciphertexts)))
     return vec, proof
 
 
@@ -553,9 +599,47 @@ async def checked_sum(
     (a mismatch names Trent), then every contribution's proof of plaintext knowledge (a failure names its
     owner) -- all of them before anything is summed or decrypted; then their sum, recomputed here."""
     pk = key.public.public_key
+    vecs = await relayed_contributions(ch, params, pk, packing, digests, L, trent, tags, kind.size)
+    statements = {
+        role: (
+            [int(c) for c in vec.ciphertexts],
+            proof,
+            proof_context(ch.session_id, role, ch.roles[role], key.indices[role], tags.release, key.public),
+        )
+        for role, (vec, proof) in vecs.items()
+    }
+    many = None if kind.verify_many is None else partial(kind.verify_many, pk)
+    role = await first_failing(statements, many, lambda st: kind.verify(pk, *st))
+    if role is not None:
+        bad = BadContributionProof(
+            f"{ch.role} refuses to decrypt: {role}'s release ({tags.release}) comes with no valid proof "
+            f"{kind.claim} ({tags.proof})"
+            + (" -- it may be a copy of another party's ciphertext" if kind is PLAINTEXT_KNOWLEDGE else "")
+        )
+        bad.origin = ch.roles[role]
+        raise bad
+    total, *rest = [v for v, _ in vecs.values()]
+    for v in rest:
+        total = total + v
+    return total
+
+
+async def relayed_contributions(
+    ch: Channel,
+    params: PowerIterationParams,
+    pk: PublicKey,
+    packing: Packing,
+    digests: Mapping[str, bytes],
+    L: int,
+    trent: str,
+    tags: Tags,
+    proof_size: Callable[[int], int] = PLAINTEXT_KNOWLEDGE.size,
+) -> dict[str, tuple[EncryptedVector, list[int]]]:
+    """Step 5's first check: every data role's release and proof as ``trent`` relays them, each against the
+    digest its owner committed to -- a mismatch names Trent, who checked the same digest before relaying."""
     vecs = {}
     for role in params.data_roles:
-        vec, proof = await _relayed(ch, params, pk, packing, L, trent, tags, role, kind)
+        vec, proof = await _relayed(ch, params, pk, packing, L, trent, tags, role, proof_size)
         if contribution_digest(ch.session_id, role, ch.roles[role], vec, proof) != digests[role]:
             exc = ContributionMismatch(
                 f"{ch.role} refuses to decrypt: the contribution of {role} that {trent} delivered "
@@ -566,29 +650,22 @@ async def checked_sum(
             exc.origin = ch.roles[trent]
             raise exc
         vecs[role] = (vec, proof)
-    statements = {
-        role: (
-            [int(c) for c in vec.ciphertexts],
-            proof,
-            proof_context(ch.session_id, role, ch.roles[role], key.indices[role], tags.release, key.public),
-        )
-        for role, (vec, proof) in vecs.items()
-    }
-    if kind.verify_many is not None and await asyncio.to_thread(kind.verify_many, pk, list(statements.values())):
-        statements = {}  # all hold: nothing left to check one by one
-    for role, (cts, proof, context) in statements.items():
-        if not await asyncio.to_thread(kind.verify, pk, cts, proof, context):
-            bad = BadContributionProof(
-                f"{ch.role} refuses to decrypt: {role}'s release ({tags.release}) comes with no valid proof "
-                f"{kind.claim} ({tags.proof})"
-                + (" -- it may be a copy of another party's ciphertext" if kind is PLAINTEXT_KNOWLEDGE else "")
-            )
-            bad.origin = ch.roles[role]
-            raise bad
-    total, *rest = [v for v, _ in vecs.values()]
-    for v in rest:
-        total = total + v
-    return total
+    return vecs
+
+
+async def first_failing(
+    statements: Mapping[str, Any],
+    verify_many: Callable[[list[Any]], bool] | None,
+    verify: Callable[[Any], bool],
+) -> str | None:
+    """The first role whose statement (a proof and what it is about) fails ``verify``, or None: every one at once
+    first where ``verify_many`` can (all hold: done), one by one only to find the one to name."""
+    if verify_many is not None and await asyncio.to_thread(verify_many, list(statements.values())):
+        return None
+    for role, statement in statements.items():
+        if not await asyncio.to_thread(verify, statement):
+            return role
+    return None
 
 
 async def threshold_decrypt(
@@ -709,7 +786,7 @@ async def trent_deliver(
     L: int,
     tags: Tags,
     fingerprint: bytes | None = None,
-    kind: ProofKind = PLAINTEXT_KNOWLEDGE,
+    proof_size: Callable[[int], int] = PLAINTEXT_KNOWLEDGE.size,
 ) -> tuple[bytes, dict[str, EncryptedVector]]:
     """Trent's steps 2b and 4: he echoes the digests he received (:func:`_trent_echo`), then relays every data
     party's release (``tags.release``) and its proof of plaintext knowledge (``tags.proof``) to every data
@@ -726,7 +803,7 @@ async def trent_deliver(
     proofs = await ch.recv_all(roles, tags.proof, pb.BigInts)
     for role in roles:
         vec = vecs[role] = _release(noisy[role], pk, params, L, packing, f"{tags.release} from {role}")
-        proof = proof_from_proto(proofs[role], pk, f"{tags.proof} from {role}", kind.size(len(vec.ciphertexts)))
+        proof = proof_from_proto(proofs[role], pk, f"{tags.proof} from {role}", proof_size(len(vec.ciphertexts)))
         if contribution_digest(ch.session_id, role, ch.roles[role], vec, proof) != digests[role].values[1]:
             exc = ContributionMismatch(
                 f"{ch.role} relays nothing: the release {role} sent ({tags.release}, {tags.proof}) is not the one "
