@@ -27,7 +27,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +38,9 @@ if not os.environ.get("PYTHONPATH"):
 from smcdp.runtime.governance.charges import BudgetConfig  # noqa: E402
 from smcdp.runtime.governance.policy import Policy, ProtocolRules  # noqa: E402
 from smcdp.runtime.local import LocalCluster, bytes_sent  # noqa: E402
+
+sys.path.insert(0, str(HERE))  # the sibling benchmark's session timer
+from group_key_bench import timed_run  # noqa: E402
 
 GROUP = "bench"
 DELTA = 1e-6
@@ -83,16 +85,6 @@ def policies(K: int, h: int) -> dict[str, Policy]:
         "dave": Policy(protocols=coord),
         **{p: Policy(protocols={"dp-aggregate": data, "key-ceremony": ceremony}) for p in names(K)},
     }
-
-
-def timed_run(c: LocalCluster, protocol: str, roles: dict, params: dict, initiator: str, what: str):
-    t0 = time.monotonic()
-    recs = c.run(protocol, roles, params, initiator=initiator)
-    wall = time.monotonic() - t0
-    failed = {p: r.get("error") for p, r in recs.items() if r.get("state") != "succeeded"}
-    if failed:
-        raise SystemExit(f"{what} failed: {failed}")
-    return recs, wall
 
 
 def measure_k(tmp: Path, K: int, t: int, d: int, bits: int, eps: float, repeats: int) -> dict:

@@ -22,3 +22,19 @@ def dpa_parties(tmp: Path, seed: int = 11) -> dict[str, dict]:
         np.savez(tmp / f"{name}.npz", X=X, y=y)
         parties[name] = {"dp-aggregate": {"data": tmp / f"{name}.npz"}}
     return parties
+
+
+#: dp-aggregate's shared noise for SIZES' three parties at the tests' insecure 512 bits, h = K − t for t = 1 (without
+#: the group: the single-key shared noise)
+SHARED_NOISE_PARAMS = {
+    "n_parties": 3,
+    "dim": 3,
+    "epsilon": 1.0,
+    "lam": 0.05,
+    "key_bits": 512,
+    "calibration": "gaussian",
+    "delta": 1e-6,
+    "noise_parties": 2,
+}
+#: the group key the sessions name (a (1, 3) key of SIZES' parties)
+GROUP = {"key_group": "lab", "key_threshold": 1}

@@ -8,35 +8,12 @@ contribution.  Every other role is honest.
 
 from __future__ import annotations
 
-from typing import Any
-
 from smcdp.net.channel import Channel
 from smcdp.plugins.base import SessionContext, register
 from smcdp.plugins.dp_aggregate import DPAggregatePlugin
 from smcdp.protocols.dp_aggregate import CHARLIE, DPAggregateParams
 from smcdp.protocols.dp_aggregate_threshold import RELEASE, charlie
-
-
-class _OneForAll:
-    """Charlie's channel, relaying party3's release under every party's tag."""
-
-    def __init__(self, ch: Channel) -> None:
-        self._ch = ch
-        self._releases: dict[str, Any] = {}
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._ch, name)
-
-    async def recv_all(self, roles, tag: str, cls):
-        got = await self._ch.recv_all(roles, tag, cls)
-        if tag == RELEASE.release:
-            self._releases = dict(got)
-        return got
-
-    async def send_many(self, to, tag: str, msg):
-        if tag.startswith(f"{RELEASE.contrib}/"):
-            msg = self._releases["party3"]
-        return await self._ch.send_many(to, tag, msg)
+from tests.support.group_keys import OneForAll
 
 
 class OneForAllCharlie(DPAggregatePlugin):
@@ -44,7 +21,7 @@ class OneForAllCharlie(DPAggregatePlugin):
         if role != CHARLIE:
             return await super().run_role(role, ch, ctx)
         p = DPAggregateParams.from_mapping(ctx.params)
-        await charlie(_OneForAll(ch), p, allow_insecure_keys=ctx.allow_insecure_keys)
+        await charlie(OneForAll(ch, RELEASE.release, RELEASE.contrib), p, allow_insecure_keys=ctx.allow_insecure_keys)
         return {}
 
 

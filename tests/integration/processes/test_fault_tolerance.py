@@ -30,7 +30,7 @@ from smcdp.runtime import client
 from smcdp.runtime.chaos import Chaos, ChaosAction
 from smcdp.runtime.governance.charges import DEFAULT_LEDGER, BudgetConfig
 from smcdp.runtime.local import LocalCluster
-from tests.support.dpa_data import dpa_parties
+from tests.support.dpa_data import GROUP, SHARED_NOISE_PARAMS, dpa_parties
 from tests.support.paths import KEYWORD_DATA
 from tests.support.pi_data import PI_PARAMS, PI_ROLES, pi_parties
 
@@ -148,18 +148,7 @@ def dpa_group_cluster(tmp_path_factory, dpa_cluster):
     base, roles, _, _ = dpa_cluster
     tmp = tmp_path_factory.mktemp("dpa_group")
     data = {p: dict(base.parties[p]) for p in base.parties}
-    params = {
-        "n_parties": 3,
-        "dim": 3,
-        "epsilon": 1.0,
-        "lam": 0.05,
-        "key_bits": 512,
-        "calibration": "gaussian",
-        "delta": 1e-6,
-        "noise_parties": 2,
-        "key_group": "lab",
-        "key_threshold": 1,
-    }
+    params = {**SHARED_NOISE_PARAMS, **GROUP}
     with LocalCluster(
         data, allow_insecure_keys=True, workdir=tmp / "run", peer_grace_seconds=GRACE, open_policy=True
     ) as c:

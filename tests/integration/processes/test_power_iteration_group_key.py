@@ -6,19 +6,13 @@ party's release in place of the others' is refused, and every data party's audit
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
-from smcdp.crypto.paillier import generate_keypair
-from smcdp.crypto.threshold import deal
 from smcdp.dp.ledger import Ledger
-from smcdp.plugins.keystore import KeyGroup, KeyStore
-from smcdp.runtime.config import dump_config, load_config
 from smcdp.runtime.governance.audit import read_entries
 from smcdp.runtime.governance.charges import DEFAULT_LEDGER, BudgetConfig
 from smcdp.runtime.governance.policy import Policy, ProtocolRules
-from smcdp.runtime.local import LocalCluster
+from tests.support.group_keys import cluster_class, store_dealt_shares
 
 K = 4
 ROLES = {"trent": "trent", "party1": "alice", "party2": "bob", "party3": "carol"}
@@ -33,18 +27,6 @@ PARAMS = {
     "max_samples": 20,
 }
 GROUP = {"key_group": "lab", "key_threshold": 1}
-
-
-class _Cluster(LocalCluster):
-    """trent loads the modified plug-in when ``evil`` is set."""
-
-    evil = False
-
-    def write_configs(self) -> None:
-        super().write_configs()
-        if self.evil:
-            cfg = load_config(self.configs["trent"])
-            dump_config(replace(cfg, plugins=("tests.support.malicious_pi_group",)), self.configs["trent"])
 
 
 def _cluster(tmp, evil: bool):
@@ -63,21 +45,13 @@ def _cluster(tmp, evil: bool):
         **{p: Policy(protocols={"power-iteration": rules}) for p in DATA},
     }
     budgets = {p: BudgetConfig(dataset=p, epsilon=10.0, delta=1e-3) for p in DATA}
-    cls = type("C", (_Cluster,), {"evil": evil})
+    cls = cluster_class("trent", "tests.support.malicious_pi_group" if evil else None)
     return cls(parties, allow_insecure_keys=True, workdir=tmp / "run", policies=policies, budgets=budgets)
-
-
-def _store_shares(cluster) -> None:
-    pub, shares = deal(generate_keypair(512, allow_insecure=True)[1], 3, 1)
-    names = dict(enumerate(DATA, 1))
-    for i, name in names.items():
-        info = KeyGroup("lab", pub, i, names, 512, "2026-12-02T00:00:00Z", "dealt", 0.0)
-        KeyStore(cluster.data_dir(name) / "keys").save(info, shares[i - 1], replace=False)
 
 
 def test_a_group_key_session_succeeds_and_a_single_key_one_is_refused_by_default(tmp_path):
     with _cluster(tmp_path, evil=False) as cluster:
-        _store_shares(cluster)
+        store_dealt_shares(cluster, DATA)
         recs = cluster.run("power-iteration", ROLES, {**PARAMS, **GROUP}, initiator="trent", timeout=240)
         assert {r["state"] for r in recs.values()} == {"succeeded"}, {p: r.get("error") for p, r in recs.items()}
         sid = recs["trent"]["session_id"]
@@ -98,7 +72,7 @@ def test_a_group_key_session_succeeds_and_a_single_key_one_is_refused_by_default
 
 def test_a_trent_relaying_one_release_for_all_is_named_in_every_data_partys_audit_trail(tmp_path):
     with _cluster(tmp_path, evil=True) as cluster:
-        _store_shares(cluster)
+        store_dealt_shares(cluster, DATA)
         recs = cluster.run("power-iteration", ROLES, {**PARAMS, **GROUP}, initiator="trent", timeout=240)
         sid = recs["trent"]["session_id"]
         for p in DATA:
