@@ -49,6 +49,7 @@ seeded session is refused (its root would be public).
 from __future__ import annotations
 
 import asyncio
+import bisect
 import hashlib
 import hmac
 import json
@@ -209,14 +210,7 @@ def level_of(key: int, levels: list[int]) -> int:
     """ℓ = max{ℓ : K(ℓ) <= key}: the public level a sensitivity key rounds down to (the top one beyond it)."""
     if key < levels[0]:
         raise InvalidMessage("the sensitivity key is below the smallest admissible one (sensitivity above Δ_max)")
-    lo, hi = 0, len(levels) - 1
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if levels[mid] <= key:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    return bisect.bisect_right(levels, key) - 1
 
 
 def thermometer(level: int, thresholds: list[int]) -> list[int]:
