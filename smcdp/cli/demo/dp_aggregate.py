@@ -261,6 +261,11 @@ def demo_dp_aggregate(
 
 
 def _cmd(args) -> int:
+    if args.threshold is not None and not 1 <= args.threshold <= len(args.data) - 1:
+        raise InvalidMessage(
+            f"--threshold must lie in [1, {len(args.data) - 1}]: no T of the {len(args.data)} data parties decrypt "
+            "anything, T + 1 do"
+        )
     calibration = args.calibration or ("gaussian" if args.threshold is not None else "exact")
     delta, noise_parties = args.delta, args.noise_parties
     if calibration != "gaussian" and (delta is not None or noise_parties is not None):

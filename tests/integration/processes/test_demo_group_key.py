@@ -156,6 +156,9 @@ def test_demo_dp_aggregate_threshold_needs_the_shared_noise_and_no_seed(tmp_path
     assert "--threshold needs --calibration gaussian" in capsys.readouterr().err
     assert cli_main(["demo", "dp-aggregate", *args, "--threshold", "1", "--seed", "3", *keep]) == 2
     assert "--threshold cannot run with --seed" in capsys.readouterr().err
+    for t in ("0", "2"):  # two data parties: t = 1 only (before, t = 2 was reported as noise_parties = 0)
+        assert cli_main(["demo", "dp-aggregate", *args, "--threshold", t, *keep]) == 2
+        assert "--threshold must lie in [1, 1]" in capsys.readouterr().err
     assert not (tmp_path / "k").exists()  # refused before any party process started
 
 
