@@ -467,6 +467,142 @@ def verify_scalings(
     return lhs == rhs
 
 
+# --------------------------------------------------------------------------- a combination of given ciphertexts
+_COMB_DOMAIN = b"smcdp/zkp/combination/v1\x00"
+
+
+def _combination_challenge(
+    pk: PublicKey, rows: Sequence[Sequence[mpz]], cts: Sequence[mpz], commitments: Sequence[int], context: bytes
+) -> int:
+    flat = [v for row in rows for v in row]
+    return _challenge(pk, _COMB_DOMAIN + context, len(rows), len(cts), *flat, *cts, *commitments)
+
+
+def _combination_rows(pk: PublicKey, bases: Sequence[Sequence[int]], k: int) -> list[list[mpz]] | None:
+    rows = [[mpz(b) for b in row] for row in bases]
+    if not rows or any(len(row) != k for row in rows):
+        return None
+    if any(not 0 < b < pk.nsquare for row in rows for b in row):
+        return None
+    return rows
+
+
+def prove_combination(
+    pk: PublicKey,
+    bases: Sequence[Sequence[int]],
+    cts: Sequence[int],
+    exponents: Sequence[int],
+    randomness: Sequence[int],
+    context: bytes,
+    exponent_bits: int,
+    nonce_key: bytes | None = None,
+) -> list[int]:
+    """Proof [A_1 … A_k, z_1 … z_J, w_1 … w_k] that the prover knows integers a_1 … a_J (one per row of
+    ``bases``, the same for every entry) and units s_ℓ with c_ℓ = Π_j X_{jℓ}^{a_j}·s_ℓ^n mod n² for every entry
+    ℓ: each c_ℓ encrypts the *same* integer combination of what the J bases of its entry encrypt, and nothing
+    else, re-randomised.  Power iteration's Trent under a group key proves with it that a block is a combination
+    of the round's recomputed aggregates (a real state scaled: one non-zero a_j; a decoy: several) and his
+    blinded Gram a multiple of the recomputed Gram sum (J = 1), so a data party decrypts nothing but functions
+    of sums it recomputed itself (docs/protocols/power-iteration.md, "The exact mode with a group key").
+
+    The Σ-protocol, one Fiat–Shamir challenge e (CHALLENGE_BITS bits) for all entries:
+
+    * x_j uniform in [0, 2^(``exponent_bits`` + CHALLENGE_BITS + SCALE_HIDING_BITS)) -- a public range, so that
+      the responses do not tell which a_j are zero (a real block from a decoy) -- and u_ℓ uniform in Z*_n;
+      commitments A_ℓ = Π_j X_{jℓ}^{x_j}·u_ℓ^n mod n²;
+    * e = a hash of the context, the key, every base, c_ℓ and A_ℓ;
+    * z_j = x_j + e·a_j over the integers, w_ℓ = u_ℓ·s_ℓ^e mod n; the verifier checks
+      Π_j X_{jℓ}^{z_j}·w_ℓ^n ≡ A_ℓ·c_ℓ^e (mod n²) for every ℓ (:func:`verify_combination`, batched).
+
+    Zero knowledge (honest verifier, random oracle): each z_j is within 2^-SCALE_HIDING_BITS of uniform on the
+    x-range whatever a_j ∈ [0, 2^exponent_bits) is, w_ℓ uniform; a simulator draws e, z, w and solves for A.
+
+    Soundness, for what is decrypted: two accepting answers to e ≠ e' give Π_j X_{jℓ}^{Δz_j}·y_ℓ^n ≡ c_ℓ^{Δe}
+    for every ℓ.  Δe < 2^CHALLENGE_BITS is coprime to n, βΔe + γn = 1, so c_ℓ = Π_j X_{jℓ}^{βΔz_j}·(y_ℓ^β·c_ℓ^γ)^n:
+    the plaintext of c_ℓ is Σ_j βΔz_j·m(X_{jℓ}) mod n with integers βΔz_j that do not depend on ℓ --
+    unconditionally (as :func:`prove_scaling`).
+
+    ``nonce_key``: x_j and u_ℓ are an HMAC keyed by it over the context and the witness (every base, c_ℓ, a_j and
+    s_ℓ), so a replayed prover sends the same proof and nobody lacking the witness predicts them; without it,
+    fresh from the OS CSPRNG."""
+    n, n2 = pk.n, pk.nsquare
+    rows = _combination_rows(pk, bases, len(cts))
+    if rows is None or not cts or len(exponents) != len(rows) or len(randomness) != len(cts):
+        raise ValueError("one exponent per row of bases, each row and the randomness one entry per ciphertext")
+    as_ = [int(a) for a in exponents]
+    if any(not 0 <= a < 1 << exponent_bits for a in as_):
+        raise ValueError(f"the exponents must be integers in [0, 2^{exponent_bits})")
+    cs = [mpz(c) for c in cts]
+    ss = [mpz(v) % n for v in randomness]
+    xbits = exponent_bits + CHALLENGE_BITS + SCALE_HIDING_BITS
+    if nonce_key is None:
+        xs = [secrets.randbits(xbits) for _ in as_]
+        us = [_unit_below(n) for _ in cs]
+    else:
+        parts = [len(rows), len(cs), *(v for row in rows for v in row), *cs, *as_, *ss]
+        size = (xbits + 7) // 8
+        xs = [
+            int.from_bytes(_witness_stream(nonce_key, b"cx%d:" % j + context, parts, size), "big") % (1 << xbits)
+            for j in range(len(as_))
+        ]
+        us = [_unit_from(nonce_key, b"cu%d:" % i + context, parts, n) for i in range(len(cs))]
+    commitments = [
+        int(multi_exp([row[i] for row in rows], xs, n2) * gmpy2.powmod(u, n, n2) % n2) for i, u in enumerate(us)
+    ]
+    e = _combination_challenge(pk, rows, cs, commitments, context)
+    zs = [x + e * a for x, a in zip(xs, as_)]
+    ws = [int(u * gmpy2.powmod(sv, e, n) % n) for u, sv in zip(us, ss)]
+    return [*commitments, *zs, *ws]
+
+
+def combination_proof_size(rows: int, entries: int) -> int:
+    """How many integers :func:`prove_combination` returns for ``rows`` bases of ``entries`` ciphertexts."""
+    return 2 * entries + rows
+
+
+def verify_combination(
+    pk: PublicKey,
+    bases: Sequence[Sequence[int]],
+    cts: Sequence[int],
+    proof: Sequence[int],
+    context: bytes,
+    exponent_bits: int,
+) -> bool:
+    """True iff ``proof`` shows that every c_ℓ encrypts the same integer combination (exponents of at most
+    ``exponent_bits`` bits) of what its entry's bases encrypt, re-randomised (:func:`prove_combination`).
+
+    The k equations are checked at once with weights λ_ℓ of SCALE_BATCH_BITS bits from this verifier's CSPRNG:
+    Π_ℓ Π_j X_{jℓ}^{λ_ℓ z_j}·(Π_ℓ w_ℓ^{λ_ℓ})^n ≡ Π_ℓ A_ℓ^{λ_ℓ}·Π_ℓ c_ℓ^{λ_ℓ e}; an equation off by a factor with a
+    non-zero plaintext part survives with probability at most 2^-SCALE_BATCH_BITS, one off by an n-th power
+    leaves every plaintext as the soundness argument needs (as :func:`verify_scalings`)."""
+    n, n2 = pk.n, pk.nsquare
+    k = len(cts)
+    rows = _combination_rows(pk, bases, k)
+    if rows is None or k == 0 or len(proof) != combination_proof_size(len(rows), k):
+        return False
+    cs = [mpz(c) for c in cts]
+    commitments = [mpz(a) for a in proof[:k]]
+    zs = [int(z) for z in proof[k : k + len(rows)]]
+    ws = [mpz(w) for w in proof[k + len(rows) :]]
+    zbits = exponent_bits + CHALLENGE_BITS + SCALE_HIDING_BITS + 1
+    if any(not 0 < v < n2 for v in (*cs, *commitments)) or any(not 0 <= z < 1 << zbits for z in zs):
+        return False
+    if any(not 0 < w < n for w in ws):
+        return False
+    acc = mpz(1)
+    for v in (*cs, *commitments, *ws, *(b for row in rows for b in row)):
+        acc = acc * v % n
+    if gmpy2.gcd(acc, n) != 1:  # every value a unit
+        return False
+    e = _combination_challenge(pk, rows, cs, [int(a) for a in commitments], context)
+    lams = [secrets.randbits(SCALE_BATCH_BITS) for _ in range(k)]
+    bases_all = [row[i] for i in range(k) for row in rows]
+    exps_all = [lams[i] * z for i in range(k) for z in zs]
+    lhs = multi_exp(bases_all, exps_all, n2) * gmpy2.powmod(multi_exp(ws, lams, n), n, n2) % n2
+    rhs = multi_exp(commitments, lams, n2) * multi_exp(cs, [lam * e for lam in lams], n2) % n2
+    return lhs == rhs
+
+
 # --------------------------------------------------------------------------- many bits, verified at once
 def prove_bits(
     pk: PublicKey,

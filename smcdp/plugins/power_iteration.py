@@ -148,6 +148,8 @@ class PowerIterationPlugin(ProtocolPlugin):
             iterations=p.max_iterations,
             hiding=hiding_of(p, HIDING),
             key=p.key_kind,
+            group_key_mode=True,
+            threshold=p.key_threshold if p.key_group is not None else None,
         )
 
     def traffic_envelope(self, params: Mapping[str, Any], roles: Mapping[str, str], role: str):

@@ -55,7 +55,7 @@ import hashlib
 import math
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NoReturn, SupportsInt, TypeAlias
 
@@ -68,6 +68,7 @@ from smcdp.compute.kernels import PADDING_STREAM_INDEX, keyed_gaussian
 from smcdp.compute.local import TABLE_BATCHES, LocalEngine
 from smcdp.compute.sources import ArraySource, MatrixSource
 from smcdp.crypto.codec import (
+    bigints,
     keypair_from_proto,
     keypair_to_proto,
     public_key_from_proto,
@@ -81,6 +82,7 @@ from smcdp.crypto.paillier import (
     check_key_bits,
 )
 from smcdp.crypto.vector import EncryptedVector
+from smcdp.crypto.zkp import combination_proof_size
 from smcdp.dp.accountants import ZCDPAccountant
 from smcdp.dp.conversions import gaussian_composition_epsilon, gaussian_composition_multiplier, rho_capacity
 from smcdp.dp.events import GaussianEvent
@@ -99,13 +101,18 @@ from smcdp.primitives.rng import (
 )
 from smcdp.protocols.base import ProtocolParams
 from smcdp.protocols.power_iteration_threshold import (
+    EXACT_WINDOW,
     GroupKey,
     Tags,
+    check_combination,
     check_distributed_noise,
     check_group_key,
     check_noise_share,
     checked_sum,
+    combination_context,
     key_summary,
+    proof_from_proto,
+    proven_combination,
     refuse_seeded,
     release_and_commit,
     threshold_decrypt,
@@ -247,11 +254,9 @@ class PowerIterationParams(ProtocolParams):
         return self
 
     def _validate_key_group(self, bad: Callable[[str], NoReturn]) -> None:
-        """A group key: its name and threshold t together, and (so far) the DP modes only."""
-        if not validate_group_params(bad, self.key_group, self.key_threshold, self.n_parties):
+        """A group key: its name and threshold t together; in a DP mode, a noise share h ≤ n − t."""
+        if not validate_group_params(bad, self.key_group, self.key_threshold, self.n_parties) or not self.dp:
             return
-        if not self.dp:
-            bad("key_group is implemented for the DP modes only (give epsilon and delta)")
         assert self.key_threshold is not None
         check_noise_share(bad, self.noise_share, self.n_parties, self.key_threshold, "trent")
 
@@ -445,9 +450,11 @@ class PowerIterationParams(ProtocolParams):
         B = self.key_bits
         b, r = self.block_size, self.components
 
+        def slots(slot_bits: int) -> int:
+            return max(1, (B - 5) // slot_bits) if self.packed else 1
+
         def cts(values: int, slot_bits: int) -> int:
-            slots = max(1, (B - 5) // slot_bits) if self.packed else 1
-            return ciphertext_vector_bytes(-(-values // slots), B)
+            return ciphertext_vector_bytes(-(-values // slots(slot_bits)), B)
 
         block = cts(k * b, self.slot_bits())  # contrib/0, v/t (DP: noisy/t, final/v too)
         gram = cts(self.gram_length, self.gram_slot_bits())
@@ -491,6 +498,17 @@ class PowerIterationParams(ProtocolParams):
             # chunks' sizes follow max_samples, not the chunk size alone -- 512 KB a message before)
             chunks, n = self.final_chunks(self.max_samples), self.max_samples
             finals = (chunks, 8 * min(n, self.final_chunk_rows) * r + 32, 8 * n * r + 32 * chunks)
+            if self.key_group is not None:  # the exact mode under a group key: per round every party's two
+                # releases, proofs, digests and echoes, and its flag
+                R, P = rounds + 1, self.n_parties
+                per: list[tuple[int, ...]] = [(R, block), (R, proof), (R, gram), (R, proof), (2 * R, 128)]
+                per += [(2 * R, 64), (R, 24), (1, 24), (1, 40), finals]  # echoes, flags, dims, final/cols, final/x
+                msgs = [(m[0] * P, m[1], *(v * P for v in m[2:])) for m in per] + [(1, B // 8 + 16)]
+                return TrafficEnvelope.from_messages(
+                    msgs,
+                    f"power-iteration parameters (k <= {k}, b = {b}, "
+                    f"{rounds} rounds, {B}-bit key, n_i <= {self.max_samples}, group key)",
+                )
             # contrib/0, then round/t: each round's Gram comes with the next contribution
             per_party = [
                 (1, block),
@@ -501,6 +519,30 @@ class PowerIterationParams(ProtocolParams):
             ]  # final/cols, final/x
             P = self.n_parties  # each party's messages: (count, largest[, total]) times P
             msgs = [(m[0] * P, m[1], *(t * P for t in m[2:])) for m in per_party] + [(1, B // 8 + 16)]  # key
+        elif self.key_group is not None:  # the exact mode under a group key, per round: every party's two
+            # releases and proofs as Trent relays them, the others' digests, echoes (theirs and Trent's) and
+            # partial decryptions of the block and the Gram; Trent's reply and its proofs
+            R, N = rounds + 1, self.n_parties
+            blocks_ct, grams_ct = (
+                -(-k * b // slots(self.slot_bits())),
+                -(-self.gram_length // slots(self.gram_slot_bits())),
+            )
+            ints = 2 * B // 8 + 8  # an integer of a proof (< N²) and its framing
+            proofs = (2 * blocks_ct + EXACT_WINDOW + 2 * grams_ct + 1) * ints + 64
+            partial_b, partial_g = (block + (4 * B + 5000) // 8 + 64, gram + (4 * B + 5000) // 8 + 64)
+            msgs = [
+                (R * N, block),
+                (R * N, proof),
+                (R * N, gram),
+                (R * N, proof),
+                (2 * R * (N - 1), 128),
+                (2 * R * N, 64),
+                (R * (N - 1), partial_b),
+                (R * (N - 1), partial_g),
+                (R, both),
+                (R, proofs),
+                (1, 8 * r + 16),  # sigma
+            ]
         else:
             msgs = [
                 (1, block),
@@ -912,15 +954,25 @@ async def _rounds(
         Gp = await party.blinded_gram(reply.blinded_gram, f"reply/{t} from trent (its blinded Gram)")
         what = f"reply/{t} from trent (its block)"
         ints = await party.decrypt_block(reply.block, what)
-        previous = recent[-1][1] if recent else None
-        U, theta = rayleigh_ritz(Gp, Q, previous)
-        scale = 1.0 / np.sqrt(theta)
-        if previous is not None:
-            D = float(np.sum((U[:, :r] - previous[:, :r]) ** 2))
-        recent = (recent + [(direction, U)])[-2:]
+        scale, D, recent = _ritz_step(Gp, Q, direction, recent, D, r)
         t += 1
         if reply.stop:
             return t, ints, what, recent
+
+
+Recent: TypeAlias = list[tuple[bytes | None, np.ndarray]]
+
+
+def _ritz_step(
+    Gp: np.ndarray, Q: np.ndarray, direction: bytes | None, recent: Recent, D: float | None, r: int
+) -> tuple[np.ndarray, float | None, Recent]:
+    """Round step 5: the Ritz vectors of G' (signs following the last round's), the next contribution's column
+    scaling Θ'^{−1/2}, D⁽ᵗ⁾ (None in round 0) and the last two rounds' (direction, Ritz vectors)."""
+    previous = recent[-1][1] if recent else None
+    U, theta = rayleigh_ritz(Gp, Q, previous)
+    if previous is not None:
+        D = float(np.sum((U[:, :r] - previous[:, :r]) ** 2))
+    return 1.0 / np.sqrt(theta), D, (recent + [(direction, U)])[-2:]
 
 
 def _final_check_block(ints: list[int], what: str, recent: list[tuple[bytes | None, np.ndarray]], r: int) -> np.ndarray:
@@ -1187,42 +1239,66 @@ async def _threshold_data_party(
     seed: SeedLike,
     x_sink: XSink | None,
 ) -> DataPartyResult:
-    """A DP mode under a group key (docs/protocols/power-iteration.md, "The covariance mode with a group key"):
-    setup, then the covariance mode's one release or the power method's T, each by steps 1–6 of
-    :mod:`smcdp.protocols.power_iteration_threshold`."""
+    """A session under a group key: the exact mode (docs/protocols/power-iteration.md, "The exact mode with a
+    group key": every contribution and Gram committed, relayed to every data party and summed there, Trent's
+    blocks and blinded Grams decrypted together only with his proof that they are combinations of those sums),
+    or a DP mode ("The covariance mode with a group key"): the covariance mode's one release or the power
+    method's T, each by steps 1–6 of :mod:`smcdp.protocols.power_iteration_threshold`."""
     k, n_i = source.shape
     r = params.components
-    cal = dp_calibration(params)
-    # --- Setup: Trent gets the group's public key from party1 (he only checks and relays ciphertexts), and k.
-    if ch.role == params.data_roles[0]:
+    roles = params.data_roles
+    # --- Setup: Trent gets the group's public key from party1 (he only checks, relays and combines ciphertexts);
+    # in the exact mode party1 draws σ_1 … σ_r for the data parties; every party sends Trent its k.
+    sigma = None
+    rng = protocol_rng(seed, "power-iteration", ch.role)
+    if ch.role == roles[0]:
         await ch.send(TRENT, "public_key", public_key_to_proto(key.public.public_key))
+        if not params.dp:
+            sigma = np.array([2.0 ** rng.uniform(-params.sigma_bits, params.sigma_bits) for _ in range(r)])
+            await ch.send_many(roles[1:], "sigma", pb.Floats(values=sigma.tolist()))
+    elif not params.dp:
+        sigma = _check_sigma(await ch.recv(roles[0], "sigma", pb.Floats), params, ch.role)
     await ch.send(TRENT, "dims", _ints([k]))
     own_engine = engine is None
     engine = engine or LocalEngine(1)
+    dp: dict[str, object] | None = None
     try:
         async with engine.session(source, None, label=f"{ch.session_id}/{ch.role}") as cs:
-            if params.dp_mode == "covariance":
-                us, clipped = await _threshold_cov_release(ch, cs, params, key, cal, seed)
+            if sigma is not None:  # the exact mode
+                rho, C = await _setup3_padding_and_start(ch, cs, params, rng, seed, k)
+                rounds, ints, what, recent = await _GroupParty(ch, cs, params, key, seed, rho).rounds(C)
+                ch.progress(round=rounds, step="final")
+                us = _final_check_block(ints, what, recent, r)
+                alpha = await _final_send_projections(ch, cs, params, us, sigma, n_i, x_sink)
             else:
-                us, clipped = await _threshold_power_rounds(ch, cs, params, key, cal, seed)
-            alpha = await _own_block(cs, us, n_i, x_sink)
+                cal = dp_calibration(params)
+                if params.dp_mode == "covariance":
+                    us, clipped = await _threshold_cov_release(ch, cs, params, key, cal, seed)
+                else:
+                    us, clipped = await _threshold_power_rounds(ch, cs, params, key, cal, seed)
+                alpha = await _own_block(cs, us, n_i, x_sink)
+                rounds = params.dp_rounds
+                dp = dict(
+                    cal.as_dict(),
+                    column_norm=params.column_norm,
+                    noise_parties=params.noise_share,
+                    clipped_columns=clipped,
+                    key=key_summary(params, key),
+                )
             compute_stats = await cs.astats()
     finally:
         if own_engine:
             await engine.aclose()
+    stats = dict(ch.stats.as_dict(), compute=compute_stats)
+    if dp is None:  # the exact mode's record of its key: no noise share (it adds no noise)
+        stats["key"] = exact_key_summary(params, key)
     return DataPartyResult(
         u=us[:, 0].tolist(),
         alpha=None if alpha is None else alpha.tolist(),
-        rounds=params.dp_rounds,
+        rounds=rounds,
         components=[{"u": us[:, j].tolist()} for j in range(r)],
-        stats=dict(ch.stats.as_dict(), compute=compute_stats),
-        dp=dict(
-            cal.as_dict(),
-            column_norm=params.column_norm,
-            noise_parties=params.noise_share,
-            clipped_columns=clipped,
-            key=key_summary(params, key),
-        ),
+        stats=stats,
+        dp=dp,
     )
 
 
@@ -1368,8 +1444,8 @@ class _DataParty:
         self.k = cs.source.k
         self.b = params.block_size
 
-    async def contribution(self, C: np.ndarray) -> pb.CiphertextVector:
-        """E[C] of a k × b contribution, within the agreed bound."""
+    def check_contribution(self, C: np.ndarray) -> None:
+        """A contribution must stay below the agreed bound (it sizes the slots)."""
         bits = self.params.contribution_bits()
         if not np.all(np.abs(C) < 2.0**bits):
             name = "value_bits" if self.params.dp else "gram_bits"
@@ -1378,6 +1454,10 @@ class _DataParty:
                 f"scale the data or raise {name}",
                 f"max |contribution| = {np.max(np.abs(C)):.3g}",
             )
+
+    async def contribution(self, C: np.ndarray) -> pb.CiphertextVector:
+        """E[C] of a k × b contribution, within the agreed bound."""
+        self.check_contribution(C)
         vec = await EncryptedVector.encrypt_with(
             self.cs.encrypt,
             self.pk,
@@ -1408,6 +1488,21 @@ class _DataParty:
         self, ints: list[int], what: str
     ) -> tuple[np.ndarray, np.ndarray, bytes | None, pb.CiphertextVector]:
         """From V's decrypted integers: (Q, Z_i, the direction of V, E[H_i])."""
+        Q, Z, direction, H = await self.gram_pass(ints, what)
+        assert self.gram_packing is not None  # the exact mode's rounds (_data_party_rounds) set it
+        gram = await EncryptedVector.encrypt_with(
+            self.cs.encrypt,
+            self.pk,
+            _triu(H),
+            frac_bits=self.params.frac_bits,
+            packing=self.gram_packing,
+            bound=self.params.gram_bound(),
+        )
+        return Q, Z, direction, gram.to_proto()
+
+    async def gram_pass(self, ints: list[int], what: str) -> tuple[np.ndarray, np.ndarray, bytes | None, np.ndarray]:
+        """From V's decrypted integers, in one pass over the data: (Q, Z_i, the direction of V, H_i), H_i within
+        the agreed bound."""
         direction = _direction(ints)
         Q = orthonormal_basis(self.block(ints), what)
         Z, H = await self.cs.gram_pass(Q)
@@ -1421,21 +1516,12 @@ class _DataParty:
                 "scale the data or raise gram_bits",
                 f"max |H| = {np.max(np.abs(H)):.3g}",
             )
-        assert self.gram_packing is not None  # the exact mode's rounds (_data_party_rounds) set it
-        gram = await EncryptedVector.encrypt_with(
-            self.cs.encrypt,
-            self.pk,
-            _triu(H),
-            frac_bits=self.params.frac_bits,
-            packing=self.gram_packing,
-            bound=self.params.gram_bound(),
-        )
-        return Q, Z, direction, gram.to_proto()
+        return Q, Z, direction, H
 
-    async def blinded_gram(self, msg: pb.CiphertextVector, what: str) -> np.ndarray:
-        """G' = m_t·Σ_i H_i (symmetric, positive definite: padding makes it so)."""
+    def blinded_gram_vector(self, msg: pb.CiphertextVector, what: str) -> EncryptedVector:
+        """E[G'] as Trent sends it, its layout checked."""
         p = self.params
-        vec = EncryptedVector.from_proto(
+        return EncryptedVector.from_proto(
             msg,
             self.pk,
             length=p.gram_length,
@@ -1443,10 +1529,137 @@ class _DataParty:
             packing=self.gram_packing,
             what=what,
         )
-        Gp = _from_triu(await vec.decrypt_with(self.cs.decrypt), self.b)
+
+    async def blinded_gram(self, msg: pb.CiphertextVector, what: str) -> np.ndarray:
+        """G' = m_t·Σ_i H_i (symmetric, positive definite: padding makes it so)."""
+        vec = self.blinded_gram_vector(msg, what)
+        return self.gram_matrix(await vec.decrypt_with(self.cs.decrypt), what)
+
+    def gram_matrix(self, values: Iterable[float], what: str) -> np.ndarray:
+        """The symmetric b × b G' from its decrypted upper triangle; refused unless positive definite."""
+        Gp = _from_triu(np.asarray(list(values), dtype=np.float64), self.b)
         if not np.all(np.isfinite(Gp)) or not np.min(np.linalg.eigvalsh(Gp)) > 0:
             raise InvalidMessage(f"{what} is not a positive definite Gram matrix")
         return Gp
+
+
+# =============================================================================== the exact mode under a group key
+def exact_key_summary(params: PowerIterationParams, key: GroupKey) -> dict[str, object]:
+    """The exact mode's record of its group key: :func:`key_summary` without a noise share (it adds no noise)."""
+    return {k: v for k, v in key_summary(params, key).items() if k not in ("noise_share", "honest_noise_sigma2")}
+
+
+class _GroupParty(_DataParty):
+    """A data party's messages in the exact mode under a group key: its releases committed and checked, every
+    round's sums recomputed here, Trent's ciphertexts decrypted with the other data parties after his proofs."""
+
+    def __init__(
+        self, ch: Channel, cs: ComputeSession, params: PowerIterationParams, key: GroupKey, seed: SeedLike, rho: float
+    ) -> None:
+        pk = key.public.public_key
+        super().__init__(ch, cs, params, pk, params.packing(pk), params.gram_packing(pk), rho)
+        self.key, self.seed = key, seed
+        #: every round's sum of contributions Π_j E[C_j⁽ᵗ⁾], recomputed here: the bases of Trent's blocks
+        self.aggregates: list[EncryptedVector] = []
+
+    async def release(self, W: np.ndarray, what: str, t: int) -> tuple[EncryptedVector, bytes]:
+        """Steps 1–5 of the release flow for this party's ``what`` (``contrib``: C⁽ᵗ⁾, ``gram``: H of round t):
+        encrypted and proven, committed, echoed, sent to Trent, then every party's as Trent relays them checked
+        and summed here.  (The sum, the agreed echo.)"""
+        tags = Tags.exact_release(what, t)
+        packing = self.packing if what == "contrib" else self.gram_packing
+        assert packing is not None
+        digests, echo = await release_and_commit(self.ch, self.params, self.key, W, packing, TRENT, tags, self.seed)
+        total = await checked_sum(self.ch, self.params, self.key, packing, digests, W.size, TRENT, tags)
+        return total, echo
+
+    async def contribute(self, C: np.ndarray, t: int) -> bytes:
+        """Round step 1: C⁽ᵗ⁾ released; its sum over the parties joins :attr:`aggregates`.  (The echo.)"""
+        self.check_contribution(C)
+        total, echo = await self.release(C.ravel(order="F"), "contrib", t)
+        self.aggregates.append(total)
+        return echo
+
+    async def open_block(self, msg: pb.CiphertextVector, proof: Sequence[int], name: str, echo: bytes) -> list[int]:
+        """Trent's block ``name``: checked to be a combination of the last EXACT_WINDOW sums (else nothing is
+        decrypted, :class:`BadCombination`), then decrypted with the other data parties: its integers."""
+        vec = EncryptedVector.from_proto(
+            msg, self.pk, length=self.k * self.b, exponent=-self.params.frac_bits, packing=self.packing, what=name
+        )
+        rows = self.aggregates[-EXACT_WINDOW:]
+        await self.check(rows, vec, proof, name, self.params.scale_bits + 1)
+        return await threshold_decrypt(self.ch, self.params, self.key, vec, Tags.decryption(name), self.seed, echo)
+
+    async def open_gram(
+        self, msg: pb.CiphertextVector, total: EncryptedVector, proof: Sequence[int], name: str, echo: bytes
+    ) -> np.ndarray:
+        """Trent's blinded Gram ``name``: checked to be a multiple of the Gram sum recomputed here, then decrypted
+        with the other data parties; refused unless positive definite."""
+        vec = self.blinded_gram_vector(msg, name)
+        p = self.params
+        await self.check([total], vec, proof, name, p.blind_offset_bits + p.blind_bits)
+        ints = await threshold_decrypt(self.ch, p, self.key, vec, Tags.decryption(name), self.seed, echo)
+        return self.gram_matrix(decode_fixed(ints, vec.exponent), name)
+
+    async def check(
+        self, rows: list[EncryptedVector], vec: EncryptedVector, proof: Sequence[int], name: str, bits: int
+    ) -> None:
+        context = combination_context(self.ch.session_id, name)
+        await asyncio.to_thread(check_combination, self.ch, self.pk, rows, vec, proof, context, bits, name, TRENT)
+
+    async def recv_proof(self, tag: str, sizes: list[int]) -> list[list[int]]:
+        """Trent's proofs for one message (``<tag>/proof``), split by ``sizes``."""
+        flat = proof_from_proto(
+            await self.ch.recv(TRENT, f"{tag}/proof", pb.BigInts), self.pk, f"{tag}/proof", sum(sizes)
+        )
+        out, at = [], 0
+        for size in sizes:
+            out.append(flat[at : at + size])
+            at += size
+        return out
+
+    def block_proof_size(self) -> int:
+        return combination_proof_size(
+            min(len(self.aggregates), EXACT_WINDOW), self.packing.n_ciphertexts(self.k * self.b)
+        )
+
+    def gram_proof_size(self) -> int:
+        assert self.gram_packing is not None
+        return combination_proof_size(1, self.gram_packing.n_ciphertexts(self.params.gram_length))
+
+    async def rounds(self, C: np.ndarray) -> tuple[int, list[int], str, Recent]:
+        """Round steps 1, 3 and 5 under the group key until Trent's stop bit: as :func:`_rounds`."""
+        ch, params, r = self.ch, self.params, self.params.components
+        D: float | None = None
+        recent: Recent = []
+        # --- Round step 1 of round 0: C⁽⁰⁾ released; every later contribution leaves in step 3.
+        echo = await self.contribute(C, 0)
+        what = "v/0"
+        (proof,) = await self.recv_proof(what, [self.block_proof_size()])
+        ints = await self.open_block(await ch.recv(TRENT, what, pb.CiphertextVector), proof, what, echo)
+        scale = np.ones(self.b)
+        t = 0
+        while True:
+            ch.progress(round=t, step="iterate")
+            # --- Round step 3: Q, Z_i, H_i in one pass; H_i and round t + 1's contribution C⁽ᵗ⁺¹⁾ released
+            # (committed, relayed, summed at every data party), the flag to Trent.
+            Q, Z, direction, H = await self.gram_pass(ints, what)
+            gram_total, gram_echo = await self.release(_triu(H), "gram", t)
+            echo = await self.contribute(Z * scale, t + 1)
+            await ch.send(TRENT, f"flag/{t}", pb.PowerIterationRound(converged=D is not None and params.tol**2 > D))
+            # --- Round step 5: G' and the next block (or, after the stop bit, the final one), each decrypted only
+            # with Trent's proof that it is a combination of sums recomputed here.
+            reply = await ch.recv(TRENT, f"reply/{t}", pb.PowerIterationReply)
+            gram_proof, block_proof = await self.recv_proof(
+                f"reply/{t}", [self.gram_proof_size(), self.block_proof_size()]
+            )
+            Gp = await self.open_gram(reply.blinded_gram, gram_total, gram_proof, f"reply/{t}/gram", gram_echo)
+            what = f"reply/{t}/block"
+            ints = await self.open_block(reply.block, block_proof, what, echo)
+            scale, D, recent = _ritz_step(Gp, Q, direction, recent, D, r)
+            t += 1
+            if reply.stop:
+                return t, ints, what, recent
 
 
 def _direction(ints: list[int]) -> bytes | None:
@@ -1515,7 +1728,10 @@ async def _trent(
     pk, k = await _trent_setup(ch, params, allow_insecure_keys)
     if params.dp:
         return await _dp_trent(ch, params, pk, k, seed)
-    return await _Trent(ch, params, protocol_rng(seed, "power-iteration", ch.role), pk, k, obfuscators).run()
+    rng = protocol_rng(seed, "power-iteration", ch.role)
+    if params.key_group is not None:
+        return await _GroupTrent(ch, params, rng, pk, k, seed).run()
+    return await _Trent(ch, params, rng, pk, k, obfuscators).run()
 
 
 async def _trent_setup(ch: Channel, params: PowerIterationParams, allow_insecure_keys: bool) -> tuple[PublicKey, int]:
@@ -1556,26 +1772,29 @@ class _Trent:
         rng: random.Random,
         pk: PublicKey,
         k: int,
-        obfuscators: _Obfuscators,
+        obfuscators: _Obfuscators | None,
     ) -> None:
         self.ch, self.params, self.rng, self.pk, self.k = ch, params, rng, pk, k
         self.roles = params.data_roles
         self.packing, self.gram_packing = params.packing(pk), params.gram_packing(pk)
         self.bound_c = params.contribution_bound()
         self.obfuscators = obfuscators
-        obfuscators.start(
-            pk, self.packing.n_ciphertexts(k * params.block_size) + self.gram_packing.n_ciphertexts(params.gram_length)
-        )
+        if obfuscators is not None:
+            obfuscators.start(
+                pk,
+                self.packing.n_ciphertexts(k * params.block_size) + self.gram_packing.n_ciphertexts(params.gram_length),
+            )
         self.states: list[EncryptedVector] = []  # E[U] of every real state, unscaled
         self.sent_state: list[int | None] = []  # which state each round's block carries (None = decoy)
         self.decoys = 0
+        self.round_seconds: list[float] = []
+        self._t_round = time.perf_counter()
 
     async def run(self) -> TrentResult:
         ch, params, roles = self.ch, self.params, self.roles
         converged = False
         t = 0
-        round_seconds: list[float] = []
-        t_round = time.perf_counter()
+        self._t_round = time.perf_counter()
         contribs = await ch.recv_all(roles, "contrib/0", pb.CiphertextVector)
         await ch.send_many(roles, "v/0", self.next_block(contribs, lambda role: f"contrib/0 from {role}").to_proto())
         while True:
@@ -1585,36 +1804,56 @@ class _Trent:
             # consecutive real states.
             ups = await ch.recv_all(roles, f"round/{t}", pb.PowerIterationRound)
             gp = self.blinded_gram(t, ups)
-            before, last = (self.sent_state[t - 2], self.sent_state[t - 1]) if t >= 2 else (None, None)
-            meaningful = before is not None and last is not None and last == before + 1
-            if meaningful and all(up.converged for up in ups.values()):
-                converged = True
+            converged = converged or self.converged(t, ups)
             stop = converged or t + 1 >= params.max_iterations
             if stop:
                 # --- Final 1–2: with the stop bit, the last real state *sent* (if the last round was a decoy,
                 # the one before), freshly scaled.  The data parties check that it is the direction of a block
                 # of the last two rounds and take the Ritz vectors they computed for it.  The contributions
                 # that came with the last Grams, before the parties knew of the stop, are ignored.
-                last_sent = next(j for j in reversed(self.sent_state) if j is not None)
-                block = self.real_block(last_sent)
+                block = self.real_block(self.last_sent())
             else:
                 # --- Round t + 1's step 2, from the contributions that came with the Grams.
                 block = self.next_block(
                     {role: up.contribution for role, up in ups.items()}, functools.partial(_contribution_of_round, t)
                 )
-            await ch.send_many(
-                roles,
-                f"reply/{t}",
-                pb.PowerIterationReply(blinded_gram=gp.to_proto(), stop=stop, block=block.to_proto()),
-            )
+            await self.reply(t, gp, stop, block)
             t += 1
-            now = time.perf_counter()
-            round_seconds.append(now - t_round)
-            t_round = now
+            self.lap()
             if stop:
                 break
+        return await self.finish(t, converged)
+
+    async def reply(self, t: int, gp: EncryptedVector, stop: bool, block: EncryptedVector) -> None:
+        """Round t's reply: the blinded Gram, the stop bit and the next (or the final) block, in one message."""
+        await self.ch.send_many(
+            self.roles,
+            f"reply/{t}",
+            pb.PowerIterationReply(blinded_gram=gp.to_proto(), stop=stop, block=block.to_proto()),
+        )
+
+    def lap(self) -> None:
+        """A round is over: its seconds for the record."""
+        now = time.perf_counter()
+        self.round_seconds.append(now - self._t_round)
+        self._t_round = now
+
+    def converged(self, t: int, ups: Mapping[str, pb.PowerIterationRound]) -> bool:
+        """Every flag of round t says converged, and rounds t − 2 and t − 1 carried consecutive real states
+        (only then do the flags, which compare their Ritz vectors, measure convergence)."""
+        before, last = (self.sent_state[t - 2], self.sent_state[t - 1]) if t >= 2 else (None, None)
+        meaningful = before is not None and last is not None and last == before + 1
+        return meaningful and all(up.converged for up in ups.values())
+
+    def last_sent(self) -> int:
+        """Final 1: the last real state *sent* (if the last round was a decoy, the one before)."""
+        return next(j for j in reversed(self.sent_state) if j is not None)
+
+    async def finish(self, t: int, converged: bool) -> TrentResult:
+        """Final 3: x_1 … x_r from the parties' blocks, and the session's record."""
+        ch = self.ch
         ch.progress(round=t, step="final")
-        xs, n_per_party = await _gather_x(ch, params)
+        xs, n_per_party = await _gather_x(ch, self.params)
         return TrentResult(
             x=xs[0],
             n_per_party=n_per_party,
@@ -1622,7 +1861,7 @@ class _Trent:
             real_rounds=sum(s is not None for s in self.sent_state),
             decoys=self.decoys,
             converged=converged,
-            round_seconds=round_seconds,
+            round_seconds=self.round_seconds,
             components=[{"x": x} for x in xs],
             stats=ch.stats.as_dict(),
         )
@@ -1632,25 +1871,25 @@ class _Trent:
         return max(1, int(2.0 ** self.rng.uniform(lo_bits, hi_bits)))
 
     def real_block(self, j: int) -> EncryptedVector:
-        return (
-            self.states[j]
-            .mul_int(self.scale_r(DECOY_WEIGHT_BITS, self.params.scale_bits))
-            .rerandomize(self.obfuscators.pool)
-        )
+        return self.emit([(j, self.scale_r(DECOY_WEIGHT_BITS, self.params.scale_bits))])
 
     def decoy_block(self) -> EncryptedVector:
-        recent = self.states[-DECOY_HISTORY:]
+        first = max(0, len(self.states) - DECOY_HISTORY)
+        recent = range(first, len(self.states))
         cuts = sorted(self.rng.randrange(1, 1 << DECOY_WEIGHT_BITS) for _ in range(len(recent) - 1))
         weights = [hi - lo for lo, hi in zip([0] + cuts, cuts + [1 << DECOY_WEIGHT_BITS])]
+        scale = self.scale_r(0, self.params.scale_bits - DECOY_WEIGHT_BITS)
+        # the weights add up to 2^DECOY_WEIGHT_BITS: one of them is not 0
+        return self.emit([(j, w * scale) for j, w in zip(recent, weights) if w])
+
+    def emit(self, terms: list[tuple[int, int]]) -> EncryptedVector:
+        """Σ_j a_j·E[state j] for ``terms`` (j, a_j), re-randomised."""
         acc = None
-        for w, s in zip(weights, recent):
-            if w:
-                term = s.mul_int(w)
-                acc = term if acc is None else acc + term
-        assert acc is not None  # the weights add up to 2^DECOY_WEIGHT_BITS: one of them is not 0
-        return acc.mul_int(self.scale_r(0, self.params.scale_bits - DECOY_WEIGHT_BITS)).rerandomize(
-            self.obfuscators.pool
-        )
+        for j, a in terms:
+            term = self.states[j].mul_int(a)
+            acc = term if acc is None else acc + term
+        assert acc is not None and self.obfuscators is not None
+        return acc.rerandomize(self.obfuscators.pool)
 
     def blinded_gram(self, t: int, ups: dict[str, pb.PowerIterationRound]) -> EncryptedVector:
         """Step 4: E[G'] = (Π_i E[H_i])^{m_int}, declared with exponent −(frac + a): G' = m_t·ΣH_i."""
@@ -1670,6 +1909,7 @@ class _Trent:
             ]
         )
         m_int = blind_multiplier(self.rng, params.blind_offset_bits, params.blind_bits)
+        assert self.obfuscators is not None  # the single key's Trent has them
         prod = total.mul_int(m_int).rerandomize(self.obfuscators.pool)
         return EncryptedVector(
             pk, prod.ciphertexts, prod.length, prod.exponent - params.blind_offset_bits, prod.packing, prod.bound
@@ -1691,6 +1931,11 @@ class _Trent:
             )
             for role in self.roles
         ]
+        return self.step2(lambda: _sum(cvecs))
+
+    def step2(self, aggregate: Callable[[], EncryptedVector]) -> EncryptedVector:
+        """Step 2 on this round's sum of contributions E[U] (computed only if it becomes a state)."""
+        params = self.params
         if self.sent_state and self.sent_state[-1] is None:
             # --- 2b: the block sent last round was a decoy: ignore contributions computed from it and
             # replay the last real state.
@@ -1699,13 +1944,99 @@ class _Trent:
             return self.real_block(j)
         # --- 2a: Π_i E[C_i] = E[U] is a new real state; with probability p send the real r_t·U,
         # otherwise a decoy.
-        self.states.append(_sum(cvecs))
+        self.states.append(aggregate())
         if len(self.states) >= 2 and self.rng.random() >= params.p:
             self.sent_state.append(None)
             self.decoys += 1
             return self.decoy_block()
         self.sent_state.append(len(self.states) - 1)
         return self.real_block(len(self.states) - 1)
+
+
+class _GroupTrent(_Trent):
+    """Trent in the exact mode under a group key: the same decisions (real, decoy, replay, stop) from the same
+    root, but the releases are relayed to every data party (each sums them itself), and each block and blinded
+    Gram is a combination of those sums made with his own re-randomisers and sent with his proof of it
+    (:func:`~smcdp.protocols.power_iteration_threshold.proven_combination`).  He decrypts nothing."""
+
+    def __init__(
+        self, ch: Channel, params: PowerIterationParams, rng: random.Random, pk: PublicKey, k: int, seed: SeedLike
+    ) -> None:
+        super().__init__(ch, params, rng, pk, k, None)
+        self.key = stream_key(seed, "power-iteration", TRENT, "combination")
+        #: every round's sum of contributions, as every data party recomputes it (the states are among them)
+        self.aggregates: list[EncryptedVector] = []
+        self.tag = ""  # the message the next emitted block goes in
+        self.proof: list[int] = []  # the last emitted block's proof
+
+    def emit(self, terms: list[tuple[int, int]]) -> EncryptedVector:
+        """Σ_j a_j·E[state j] as a combination of the last EXACT_WINDOW sums, re-randomised, and its proof."""
+        rows = self.aggregates[-EXACT_WINDOW:]
+        exps = [0] * len(rows)
+        for j, a in terms:
+            pos = next((i for i, row in enumerate(rows) if row is self.states[j]), None)
+            if pos is None:  # pragma: no cover - decoys mix the last DECOY_HISTORY states, all in the window
+                raise AssertionError(f"state {j} is not among the last {EXACT_WINDOW} sums")
+            exps[pos] += a
+        context = combination_context(self.ch.session_id, self.tag)
+        vec, self.proof = proven_combination(
+            self.pk, rows, exps, self.key, self.tag, context, self.params.scale_bits + 1
+        )
+        return vec
+
+    def proven_gram(self, t: int, total: EncryptedVector) -> tuple[EncryptedVector, list[int]]:
+        """Step 4: E[G'] = E[Σ_i H_i]^{m_int}·s^N, declared with exponent −(frac + a), and its proof."""
+        p = self.params
+        m_int = blind_multiplier(self.rng, p.blind_offset_bits, p.blind_bits)
+        tag = f"reply/{t}/gram"
+        context = combination_context(self.ch.session_id, tag)
+        vec, proof = proven_combination(
+            self.pk, [total], [m_int], self.key, tag, context, p.blind_offset_bits + p.blind_bits
+        )
+        return vec._with_exponent(vec.exponent - p.blind_offset_bits), proof
+
+    def block(self, tag: str, final: bool) -> tuple[EncryptedVector, list[int]]:
+        """Step 2 on the newest sum (or, ``final``, Final 1) for the message ``tag``: the block and its proof."""
+        self.tag = tag
+        vec = self.real_block(self.last_sent()) if final else self.step2(lambda: self.aggregates[-1])
+        return vec, self.proof
+
+    async def deliver(self, what: str, t: int) -> EncryptedVector:
+        """Steps 2b and 4 of the release flow for every data party's ``what`` of round t: echoed, checked against
+        the commitments, relayed.  Returns their sum (which every data party recomputes)."""
+        length = self.k * self.params.block_size if what == "contrib" else self.params.gram_length
+        packing = self.packing if what == "contrib" else self.gram_packing
+        _, vecs = await trent_deliver(
+            self.ch, self.params, self.pk, length, Tags.exact_release(what, t), packing=packing
+        )
+        return _sum(list(vecs.values()))
+
+    async def run(self) -> TrentResult:
+        ch, params, roles = self.ch, self.params, self.roles
+        converged = False
+        self._t_round = time.perf_counter()
+        self.aggregates.append(await self.deliver("contrib", 0))
+        block, proof = await asyncio.to_thread(self.block, "v/0", False)
+        await ch.send_many(roles, "v/0/proof", bigints(proof))
+        await ch.send_many(roles, "v/0", block.to_proto())
+        t = 0
+        while True:
+            ch.progress(round=t, step="iterate")
+            gram_total = await self.deliver("gram", t)
+            self.aggregates.append(await self.deliver("contrib", t + 1))
+            flags = await ch.recv_all(roles, f"flag/{t}", pb.PowerIterationRound)
+            # --- Round step 4: the blinded Gram, the stop bit; then round t + 1's step 2 (or Final 1), both proven.
+            gp, gram_proof = await asyncio.to_thread(self.proven_gram, t, gram_total)
+            converged = converged or self.converged(t, flags)
+            stop = converged or t + 1 >= params.max_iterations
+            block, block_proof = await asyncio.to_thread(self.block, f"reply/{t}/block", stop)
+            await ch.send_many(roles, f"reply/{t}/proof", bigints([*gram_proof, *block_proof]))
+            await self.reply(t, gp, stop, block)
+            t += 1
+            self.lap()
+            if stop:
+                break
+        return await self.finish(t, converged)
 
 
 async def _gather_x(ch: Channel, params: PowerIterationParams) -> tuple[list[list[float]], list[int]]:

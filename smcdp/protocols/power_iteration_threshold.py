@@ -58,6 +58,7 @@ import numpy as np
 
 from smcdp.crypto.codec import bigints, from_bigints
 from smcdp.crypto.encoding import Packing
+from smcdp.crypto.modexp import multi_exp
 from smcdp.crypto.paillier import PublicKey
 from smcdp.crypto.threshold import (
     BadPartialDecryption,
@@ -68,7 +69,12 @@ from smcdp.crypto.threshold import (
     partial_decrypt_vector,
 )
 from smcdp.crypto.vector import EncryptedVector
-from smcdp.crypto.zkp import prove_plaintext_knowledge, verify_plaintext_knowledge
+from smcdp.crypto.zkp import (
+    prove_combination,
+    prove_plaintext_knowledge,
+    verify_combination,
+    verify_plaintext_knowledge,
+)
 from smcdp.dp.conversions import distributed_gaussian_tau
 from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
@@ -138,6 +144,26 @@ class Tags:
     def power_round(cls, t: int) -> Tags:
         """Round t of the noisy power method: its release ``noisy/<t>``, the sum being the next block."""
         return cls(f"noisy/{t}", f"digest/{t}", f"contrib/{t}", f"partial/{t}", f"sum/{t}", f"pok/{t}", f"echo/{t}")
+
+    @classmethod
+    def exact_release(cls, what: str, t: int) -> Tags:
+        """The exact mode's release ``what`` (``contrib``: C_i⁽ᵗ⁾; ``gram``: H_i of round t): committed, sent to
+        Trent as ``<what>/<t>``, relayed as ``relayed/<what>/<t>/<role>``; nothing of it is decrypted as such."""
+        return cls(
+            f"{what}/{t}",
+            f"digest/{what}/{t}",
+            f"relayed/{what}/{t}",
+            f"partial/{what}/{t}",
+            f"sum/{what}/{t}",
+            f"pok/{what}/{t}",
+            f"echo/{what}/{t}",
+        )
+
+    @classmethod
+    def decryption(cls, name: str) -> Tags:
+        """The threshold decryption of Trent's ciphertext ``name`` (a block, a blinded Gram): partial decryptions
+        ``partial/<name>`` among the data parties, their proofs bound to ``name``."""
+        return cls(name, name, name, f"partial/{name}", name, name, name)
 
 
 @dataclass(frozen=True)
@@ -787,6 +813,7 @@ async def trent_deliver(
     tags: Tags,
     fingerprint: bytes | None = None,
     proof_size: Callable[[int], int] = PLAINTEXT_KNOWLEDGE.size,
+    packing: Packing | None = None,
 ) -> tuple[bytes, dict[str, EncryptedVector]]:
     """Trent's steps 2b and 4: he echoes the digests he received (:func:`_trent_echo`), then relays every data
     party's release (``tags.release``) and its proof of plaintext knowledge (``tags.proof``) to every data
@@ -794,9 +821,10 @@ async def trent_deliver(
     (``tags.digest``, which every data party sent him too): a release that is not what its sender committed
     to is refused, naming the sender (:class:`ContributionMismatch`), and nothing is relayed.  He sums
     nothing and decrypts nothing.  Returns the echo and the releases (dp-aggregate's Charlie combines the
-    partial decryptions of their sum; ``fingerprint``: see :func:`_trent_echo`)."""
+    partial decryptions of their sum; ``fingerprint``: see :func:`_trent_echo`; ``packing``: the releases' layout,
+    by default the contributions')."""
     roles = params.data_roles
-    packing = params.packing(pk)
+    packing = packing or params.packing(pk)
     digests, echo = await _trent_echo(ch, params, tags, fingerprint)
     vecs = {}
     noisy = await ch.recv_all(roles, tags.release, pb.CiphertextVector)
@@ -815,3 +843,96 @@ async def trent_deliver(
         await ch.send_many(roles, f"{tags.contrib}/{role}", noisy[role])
         await ch.send_many(roles, f"{tags.proof}/{role}", proofs[role])
     return echo, vecs
+
+
+# ------------------------------------------------------------------ the exact mode: Trent's proven combinations
+#: Under a group key Trent's block is a combination of the aggregates of the last this-many contribution
+#: releases (every data party recomputes them): his decoys mix the ≤ 5 latest real states and never come twice in
+#: a row, so those lie among the last 10; the final block is the last real state he sent, among the last 3.
+EXACT_WINDOW = 10
+
+
+class BadCombination(InvalidMessage):
+    """Trent's block or blinded Gram comes with no valid proof that it is a combination of the sums this data
+    party recomputed itself (:func:`~smcdp.crypto.zkp.prove_combination`): it could hold anything -- one party's
+    contribution, say.  Nothing is decrypted; ``origin``: Trent's party."""
+
+
+def combination_context(session_id: str, tag: str) -> bytes:
+    """What Trent's proof of a combination is bound to: the session and the message's tag (the proof's challenge
+    hashes the public key too)."""
+    h = hashlib.sha256(_DOMAIN + b"\x00combination\x00")
+    for part in (session_id.encode(), tag.encode()):
+        h.update(len(part).to_bytes(4, "big") + part)
+    return h.digest()
+
+
+def _statement_digest(rows: Sequence[EncryptedVector], exps: Sequence[int]) -> int:
+    h = hashlib.sha256(_DOMAIN + b"\x00combination-statement\x00")
+    for v in [*(c for row in rows for c in row.ciphertexts), *exps]:
+        b = int(v).to_bytes((int(v).bit_length() + 7) // 8 or 1, "big")
+        h.update(len(b).to_bytes(4, "big") + b)
+    return int.from_bytes(h.digest(), "big")
+
+
+def proven_combination(
+    pk: PublicKey,
+    rows: Sequence[EncryptedVector],
+    exps: Sequence[int],
+    key: bytes,
+    tag: str,
+    context: bytes,
+    exponent_bits: int,
+) -> tuple[EncryptedVector, list[int]]:
+    """Trent's E = Π_j rows_j^{a_j}·s^N (entry by entry; the plaintexts Σ_j a_j·row_j) and his proof that it is
+    one such combination (:func:`~smcdp.crypto.zkp.prove_combination`).  The re-randomisers s and the proof's
+    nonces come from ``key`` (a stream of his root), the tag, the entry and the whole statement, so a replayed
+    Trent sends the same bytes, and no s is used for two statements."""
+    n, n2 = pk.n, pk.nsquare
+    first = rows[0]
+    count = len(first.ciphertexts)
+    statement = _statement_digest(rows, exps)
+    ss = [encryption_randomness(pk, key, tag, i, statement) for i in range(count)]
+    used = [(row, a) for row, a in zip(rows, exps) if a]
+    cts = [
+        int(multi_exp([row.ciphertexts[i] for row, _ in used], [a for _, a in used], n2) * gmpy2.powmod(s, n, n2) % n2)
+        for i, s in enumerate(ss)
+    ]
+    nonce_key = hmac.new(key, b"combination-proof\x00" + tag.encode(), hashlib.sha256).digest()
+    proof = prove_combination(
+        pk, [[int(c) for c in row.ciphertexts] for row in rows], cts, exps, ss, context, exponent_bits, nonce_key
+    )
+    bound = sum(a * row.bound for row, a in used)
+    vec = EncryptedVector(pk, [gmpy2.mpz(c) for c in cts], first.length, first.exponent, first.packing, bound)
+    return vec, proof
+
+
+def check_combination(
+    ch: Channel,
+    pk: PublicKey,
+    rows: Sequence[EncryptedVector],
+    vec: EncryptedVector,
+    proof: Sequence[int],
+    context: bytes,
+    exponent_bits: int,
+    what: str,
+    trent: str,
+) -> None:
+    """A data party's check before it partially decrypts ``vec`` (Trent's ``what``): the proof shows that it is
+    one integer combination, re-randomised, of ``rows`` -- sums this party recomputed from committed
+    contributions -- and of nothing else; else :class:`BadCombination` naming Trent."""
+    ok = len(vec.ciphertexts) == len(rows[0].ciphertexts) and verify_combination(
+        pk,
+        [[int(c) for c in row.ciphertexts] for row in rows],
+        [int(c) for c in vec.ciphertexts],
+        proof,
+        context,
+        exponent_bits,
+    )
+    if not ok:
+        exc = BadCombination(
+            f"{ch.role} refuses to decrypt {what}: it comes with no valid proof that it is a combination of the "
+            f"sums {ch.role} recomputed from the committed contributions -- {trent} deviated"
+        )
+        exc.origin = ch.roles[trent]
+        raise exc

@@ -74,15 +74,9 @@ def demo_power_iteration(
     threshold: int | None = None,
 ) -> dict:
     """Start the parties, run one session, return the contract JSON.  ``threshold``: first a key ceremony
-    among the data parties (a (threshold, N) group key), then a DP session under that key."""
+    among the data parties (a (threshold, N) group key), then the session (exact or DP) under that key."""
     if len(data) < 2:
         raise InvalidMessage("power iteration needs at least two --data inputs (one per data party)")
-    if threshold is not None and (params or {}).get("epsilon") is None:
-        raise InvalidMessage(
-            "--threshold needs the differentially private mode (--epsilon and --delta): a group key serves the "
-            "DP modes only; the exact mode decrypts every data party's blinded contributions with party1's own "
-            "key pair and cannot use one"
-        )
     compute = compute or ComputeConfig()
     sources = [open_matrix(p, block_values=compute.block_values) for p in data]  # metadata only
     ks = {s.k for s in sources}
@@ -189,11 +183,12 @@ def demo_power_iteration(
         "params": {k: records["trent"]["params"][k] for k in ("components", "oversample", "p", "tol", "max_iterations")}
         | {"block_values": compute.block_values},
     }
-    if key is not None:  # what the session says of its key: the ceremony's, and each party's noise share
-        used = first["dp"]["key"]
+    if key is not None:  # what the session says of its key: the ceremony's (and in a DP mode each party's noise share)
+        used = first["dp"]["key"] if dp else first["stats"]["key"]
         if used["fingerprint"] != key["fingerprint"]:
             raise InvalidMessage(f"the session used key {used['fingerprint']}, not the ceremony's {key['fingerprint']}")
-        key.update(noise_share=used["noise_share"], honest_noise_sigma2=used["honest_noise_sigma2"])
+        if dp:
+            key.update(noise_share=used["noise_share"], honest_noise_sigma2=used["honest_noise_sigma2"])
     if dp:
         cal = first["dp"]
         # part of the output's contract: dp_method is the mode that ran, "covariance" or "power"
@@ -326,7 +321,7 @@ def register(sub) -> None:
         "(every data party's ledger, charged once for the session).  key says who can decrypt: "
         '{"kind": "single", "holder": party1\'s name} (party1 makes a key pair for the session), or with '
         '--threshold T {"kind": "threshold", "threshold": T, "parties": [...], "generation_seconds": ...} '
-        "(a key ceremony among the data parties first; needs --epsilon).",
+        "(a key ceremony among the data parties first; exact or DP mode).",
     )
     pi.add_argument(
         "--data",
@@ -385,10 +380,11 @@ def register(sub) -> None:
         "--threshold",
         type=int,
         metavar="T",
-        help="DP mode under a group key: first a key ceremony among the data parties makes a dealer-free "
-        "(T, N) threshold Paillier key of --key-bits bits (minutes at 2048 bits), which the session "
-        "uses: any T + 1 data parties decrypt, no T of them (with trent) can; each party adds noise "
-        "variance sigma^2/(N - T) (needs --epsilon; docs/protocols/power-iteration.md)",
+        help="a group key: first a key ceremony among the data parties makes a dealer-free (T, N) threshold "
+        "Paillier key of --key-bits bits, which the session uses: any T + 1 data parties decrypt, no T of them "
+        "(with trent) can.  Exact mode: trent proves every block and blinded Gram a combination of sums the "
+        "parties recompute; DP mode (--epsilon): each party adds noise variance sigma^2/(N - T) "
+        "(docs/protocols/power-iteration.md)",
     )
     pi.add_argument(
         "--compute",

@@ -63,11 +63,40 @@ def test_demo_power_iteration_threshold_runs_the_ceremony_then_the_session_under
     assert abs(float(np.dot(out["u"], top))) / np.linalg.norm(out["u"]) > 0.999
 
 
-def test_demo_power_iteration_threshold_needs_the_dp_mode_and_the_local_engine(capsys):
-    assert cli_main(["demo", "power-iteration", "--threshold", "1", "--key-bits", "512"]) == 2
-    err = capsys.readouterr().err
-    assert "--threshold needs the differentially private mode (--epsilon and --delta)" in err
-    assert "exact mode" in err
+def test_demo_power_iteration_threshold_without_epsilon_runs_the_exact_mode_under_the_group_key(tmp_path):
+    """Without --epsilon the demo runs the exact mode under the group key (docs/protocols/power-iteration.md,
+    "The exact mode with a group key"): u and x are numpy's, the JSON keeps its exact-mode fields and gains
+    the key block (no noise share: the exact mode adds no noise)."""
+    blocks = _blocks(np.random.default_rng(37))
+    data = []
+    for name, A in zip(NAMES, blocks):
+        np.save(tmp_path / f"{name}.npy", A)
+        data += ["--data", str(tmp_path / f"{name}.npy")]
+    run = subprocess.run(
+        [sys.executable, "-m", "smcdp", "demo", "power-iteration", *data, "--threshold", "1", "--key-bits", "512"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout)
+    key = out["key"]
+    assert key["kind"] == "threshold" and key["threshold"] == 1 and key["parties"] == NAMES
+    assert key["generation_seconds"] > 0 and "noise_share" not in key
+    for field in ("u", "x", "components", "iterations", "decoys", "converged", "bytes_sent", "seconds"):
+        assert field in out, field
+    assert out["converged"] and "epsilon" not in out
+    M = np.hstack(blocks)
+    _, V = np.linalg.eigh(M @ M.T)
+    u = V[:, -1] * np.sign(V[np.argmax(np.abs(V[:, -1])), -1])
+    x = M.T @ u
+    x /= np.linalg.norm(x)
+    assert np.allclose(np.abs(np.dot(out["u"], u)), 1, atol=1e-9)
+    assert np.allclose(np.abs(np.dot(out["x"], x)), 1, atol=1e-9)
+
+
+def test_demo_power_iteration_threshold_needs_the_local_engine(capsys):
     dp = ["--threshold", "1", "--key-bits", "512", "--epsilon", "1", "--delta", "1e-6"]
     assert cli_main(["demo", "power-iteration", *dp, "--compute", "dask"]) == 2
     assert "--threshold needs --compute local" in capsys.readouterr().err

@@ -99,6 +99,41 @@ def test_power_iteration_survives_a_killed_party(pi_cluster, party, at_round):
         assert not list((cluster.workdir / "state" / name / "sessions").glob("*.d"))
 
 
+@pytest.fixture(scope="module")
+def pi_group_cluster(tmp_path_factory, pi_cluster):
+    """pi_cluster's parties and data, a key ceremony between the data parties (t = 1, 512 bits), and the exact
+    mode under that group key (docs/protocols/power-iteration.md, "The exact mode with a group key").  No seed:
+    a group key refuses one."""
+    base, blocks = pi_cluster
+    tmp = tmp_path_factory.mktemp("pi_group")
+    data = {p: dict(base.parties[p]) for p in base.parties}
+    with LocalCluster(
+        data, allow_insecure_keys=True, workdir=tmp / "run", peer_grace_seconds=GRACE, open_policy=True
+    ) as c:
+        ceremony = {"party1": "alice", "party2": "bob"}
+        keys, _ = run_with(
+            c, "key-ceremony", ceremony, {"group": "lab", "parties": 2, "threshold": 1, "key_bits": 512}, "alice", []
+        )
+        assert keys["alice"]["state"] == "succeeded", keys["alice"].get("error")
+        yield c, blocks, {**PI_PARAMS, "key_group": "lab", "key_threshold": 1}
+
+
+@pytest.mark.parametrize("fault", ["kill:trent:round=1", "kill:alice:round=9", "kill:bob:round=5"])
+def test_power_iteration_exact_mode_under_a_group_key_survives_a_killed_party(pi_group_cluster, fault):
+    """A killed data party re-sends its commitments, releases, proofs and partial decryptions bit for bit from its
+    checkpointed root, a killed Trent his proven blocks and Grams (else the commitments, or the proofs the
+    parties checked, would not match and the session would fail naming it): the plaintext eigenvectors."""
+    cluster, blocks, params = pi_group_cluster
+    recs, chaos = run_with(cluster, "power-iteration", PI_ROLES, params, "trent", [fault])
+    assert chaos.restarts == 1
+    assert {r["state"] for r in recs.values()} == {"succeeded"}, {p: r.get("error") for p, r in recs.items()}
+    u_ref, x_ref = plaintext_reference(blocks)
+    assert abs(np.dot(recs["trent"]["result"]["x"], x_ref)) >= 0.9999
+    for name in ("alice", "bob"):
+        assert abs(np.dot(recs[name]["result"]["u"], u_ref)) >= 0.9999
+        assert recs[name]["result"]["stats"]["key"]["kind"] == "threshold"
+
+
 # ----------------------------------------------------------------- dp aggregation
 @pytest.fixture(scope="module")
 def dpa_cluster(tmp_path_factory):

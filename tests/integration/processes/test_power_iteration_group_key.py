@@ -87,3 +87,71 @@ def test_a_trent_relaying_one_release_for_all_is_named_in_every_data_partys_audi
                 if e is not None and e.get("event") == "session-end" and e.get("session") == sid
             ]
             assert ends and ends[-1]["origin"] == "trent" and "refuses to decrypt" in ends[-1]["message"], ends
+
+
+# ------------------------------------------------------------------ the exact mode under the group key
+EXACT = {"n_parties": 3, "key_bits": 512, "rows": K, "max_samples": 20, "p": 0.8, "tol": 1e-10}
+
+
+def _exact_cluster(tmp, evil: bool):
+    """The same parties for the exact mode: each data party's policy admits it (allow_non_dp) and releases x to
+    trent; no budget is involved."""
+    rng = np.random.default_rng(37)
+    parties: dict = {"trent": {}}
+    blocks = []
+    v = rng.normal(size=K)
+    for name in DATA:
+        A = 3 * np.outer(v, rng.normal(size=20)) + rng.normal(size=(K, 20))
+        blocks.append(A)
+        np.save(tmp / f"{name}.npy", A)
+        parties[name] = {"power-iteration": {"data": tmp / f"{name}.npy"}}
+    rules = ProtocolRules(
+        roles=("party*",),
+        initiators=("trent",),
+        coordinators=("trent",),
+        release_to=(*DATA, "trent"),
+        allow_non_dp=True,
+    )
+    policies = {
+        "trent": Policy(protocols={"power-iteration": ProtocolRules(roles=("trent",), initiators=("trent",))}),
+        **{p: Policy(protocols={"power-iteration": rules}) for p in DATA},
+    }
+    cls = cluster_class("trent", "tests.support.malicious_pi_group" if evil else None)
+    return cls(parties, allow_insecure_keys=True, workdir=tmp / "run", policies=policies), blocks
+
+
+def test_an_exact_mode_session_under_the_group_key_computes_numpys_components(tmp_path):
+    """Across processes: u at every data party and x at trent are numpy's; every party's record names the key."""
+    from smcdp.protocols.power_iteration import plaintext_reference
+
+    cluster, blocks = _exact_cluster(tmp_path, evil=False)
+    with cluster:
+        store_dealt_shares(cluster, DATA)
+        recs = cluster.run("power-iteration", ROLES, {**EXACT, **GROUP}, initiator="trent", timeout=240)
+        assert {r["state"] for r in recs.values()} == {"succeeded"}, {p: r.get("error") for p, r in recs.items()}
+    u_ref, x_ref = plaintext_reference(blocks)
+    assert np.allclose(recs["trent"]["result"]["x"], x_ref, atol=1e-6)
+    for p in DATA:
+        assert np.allclose(recs[p]["result"]["u"], u_ref, atol=1e-6)
+        key = recs[p]["result"]["stats"]["key"]
+        assert key["kind"] == "threshold" and key["threshold"] == 1
+
+
+def test_an_exact_mode_trent_sending_one_contribution_as_a_block_is_named_in_every_audit_trail(tmp_path):
+    """trent sends party3's start contribution as the first block: every data party refuses it before it sends a
+    partial decryption or anything in clear, fails naming trent, and its audit trail's session-end says so."""
+    cluster, _ = _exact_cluster(tmp_path, evil=True)
+    with cluster:
+        store_dealt_shares(cluster, DATA)
+        recs = cluster.run("power-iteration", ROLES, {**EXACT, **GROUP}, initiator="trent", timeout=240)
+        sid = recs["trent"]["session_id"]
+        for p in DATA:
+            err = recs[p].get("error") or {}
+            assert recs[p]["state"] == "failed" and "refuses to decrypt v/0" in err.get("message", ""), recs[p]
+            assert err["origin"] == "trent", err
+            ends = [
+                e
+                for _, e, _ in read_entries(cluster.data_dir(p))
+                if e is not None and e.get("event") == "session-end" and e.get("session") == sid
+            ]
+            assert ends and ends[-1]["origin"] == "trent" and "refuses to decrypt" in ends[-1]["message"], ends

@@ -307,3 +307,79 @@ def test_several_provers_bit_proofs_verify_in_one_check_and_one_wrong_fails_it(k
     bad = [c2[0], c2[1] * (1 + pk.n) % n2, c2[2]]  # entry 1 now encrypts 1 + 0 ... made 1, its proof says 0
     assert not verify_bits_many(pk, [(c1, p1, b"one"), (bad, p2, b"two")])
     assert not verify_bits_many(pk, [])
+
+
+def _combined(key, rows_plain, exps, seed=11):
+    """Ciphertexts c_ℓ = Π_j X_{jℓ}^{a_j}·s_ℓ^n of bases X_{jℓ} encrypting ``rows_plain[j][ℓ]``."""
+    import random
+
+    import gmpy2
+
+    pk = key[0]
+    rng = random.Random(seed)
+    rows = [[pk.raw_encrypt(m) for m in row] for row in rows_plain]
+    n2 = pk.nsquare
+    ss = [rng.randrange(1, int(pk.n)) for _ in rows[0]]
+    cts = []
+    for i, s in enumerate(ss):
+        c = gmpy2.powmod(s, pk.n, n2)
+        for row, a in zip(rows, exps):
+            c = c * gmpy2.powmod(row[i], a, n2) % n2
+        cts.append(int(c))
+    return pk, rows, cts, ss
+
+
+def test_a_combination_proof_verifies_for_real_and_decoy_blocks_alike(key):
+    """A block that is one base row scaled (Trent's real block) and one that mixes several (a decoy) are the
+    same statement: both verify, decrypt to the combination, and the proofs have one shape."""
+    from smcdp.crypto.zkp import combination_proof_size, prove_combination, verify_combination
+
+    plain = [[1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    for exps in ([12345, 0, 0], [3 * 2**20, 5 * 2**20, 2**20]):
+        pk, rows, cts, ss = _combined(key, plain, exps)
+        proof = prove_combination(pk, rows, cts, exps, ss, b"ctx", 24)
+        assert len(proof) == combination_proof_size(3, 3)
+        assert verify_combination(pk, rows, cts, proof, b"ctx", 24)
+        want = [sum(a * row[i] for a, row in zip(exps, plain)) % pk.n for i in range(3)]
+        assert [key[1].raw_decrypt(c) for c in cts] == want
+        keyed = prove_combination(pk, rows, cts, exps, ss, b"ctx", 24, nonce_key=b"k" * 32)
+        assert keyed == prove_combination(pk, rows, cts, exps, ss, b"ctx", 24, nonce_key=b"k" * 32) != proof
+        assert verify_combination(pk, rows, cts, keyed, b"ctx", 24)
+        # the responses lie in the same public range whichever exponents are zero
+        assert all(z < 1 << (24 + 128 + 80 + 1) for z in proof[3:6])
+    with pytest.raises(ValueError):
+        prove_combination(pk, rows, cts, [1 << 24, 0, 0], ss, b"ctx", 24)
+
+
+def test_a_combination_proof_fails_for_anything_but_one_combination_of_the_bases(key):
+    """What a coordinator would need to read one party's contribution -- a ciphertext outside the bases (one
+    party's own), entries combined with different exponents, a constant added, a swap -- is refused, as are
+    another context, other bases, and responses beyond the stated bits: with fresh batching weights each time."""
+    import gmpy2
+
+    from smcdp.crypto.zkp import prove_combination, verify_combination
+
+    plain = [[1, 2, 3, 4], [5, 6, 7, 8]]
+    exps = [1000, 77]
+    pk, rows, cts, ss = _combined(key, plain, exps)
+    proof = prove_combination(pk, rows, cts, exps, ss, b"ctx", 16)
+    n2 = pk.nsquare
+    outsider = pk.raw_encrypt(42)
+    foreign = [outsider, *cts[1:]]
+    mixed = [cts[0] * outsider % n2, *cts[1:]]
+    per_entry = [int(gmpy2.powmod(rows[0][0], 999, n2) * gmpy2.powmod(rows[1][0], 77, n2) % n2), *cts[1:]]
+    shifted = [*cts[:3], cts[3] * pk.raw_encrypt(1) % n2]
+    swapped = [cts[1], cts[0], *cts[2:]]
+    for _ in range(3):
+        for bad in (foreign, mixed, per_entry, shifted, swapped):
+            assert not verify_combination(pk, rows, bad, proof, b"ctx", 16)
+            assert not verify_combination(
+                pk, rows, bad, prove_combination(pk, rows, bad, exps, ss, b"ctx", 16), b"ctx", 16
+            )
+        assert not verify_combination(pk, rows, cts, proof, b"other", 16)
+        assert not verify_combination(pk, rows[::-1], cts, proof, b"ctx", 16)
+        assert not verify_combination(pk, [rows[0]], cts, proof, b"ctx", 16)
+    assert not verify_combination(pk, rows, cts, proof[:-1], b"ctx", 16)
+    assert not verify_combination(pk, rows, cts, proof, b"ctx", 8)
+    bad_s = prove_combination(pk, rows, cts, exps, [s + 1 for s in ss], b"ctx", 16)
+    assert not verify_combination(pk, rows, cts, bad_s, b"ctx", 16)

@@ -54,6 +54,7 @@ from smcdp.protocols.power_iteration_threshold import (
 )
 from smcdp.v1 import messages_pb2 as pb
 from tests.support.pca_data import spectral_gap_data, top_eigenvectors
+from tests.support.pi_group import run
 
 
 @pytest.fixture(scope="module")
@@ -66,41 +67,6 @@ def params_for(n, t, **kw) -> PowerIterationParams:
     if t is not None:
         base.update(key_group="lab", key_threshold=t)
     return PowerIterationParams(**{**base, **kw})
-
-
-def run(blocks, params, *, sk, shares=None, rewrite=None, timeout=120, seeds=None, on_net=None):
-    """All roles on one InMemoryNetwork.  ``shares``: dealt key shares (the group-key mode), else party1
-    holds ``sk`` (the single-key mode).  ``rewrite``: role -> fn(to, tag, data) -> data, that role's
-    outgoing messages rewritten (a deviating participant).  Returns (network, results or the exception)."""
-    n = len(blocks)
-    roles = {"trent": "trent", **{f"party{i + 1}": f"org{i + 1}" for i in range(n)}}
-    net = InMemoryNetwork(roles, timeout=timeout)
-    if on_net is not None:  # a deviating participant's rewrite may read what its role received
-        on_net(net)
-    for role, fn in (rewrite or {}).items():
-        ch = net.channels[role]
-
-        async def evil(to_role, tag, type_url, data, original=ch._transmit, fn=fn):
-            await original(to_role, tag, type_url, fn(to_role, tag, data))
-
-        ch._transmit = evil
-    indices = {f"party{i + 1}": i + 1 for i in range(n)}
-    coros = {"trent": lambda c: trent(c, params, allow_insecure_keys=True)}
-    for i, A in enumerate(blocks):
-        group = None if shares is None else GroupKey(shares[i], indices, "lab")
-        coros[f"party{i + 1}"] = lambda c, A=A, i=i, group=group: data_party(
-            c,
-            A,
-            params,
-            private_key=sk if (i == 0 and shares is None) else None,
-            allow_insecure_keys=True,
-            group_key=group,
-            seed=None if seeds is None else seeds[i],
-        )
-    try:
-        return net, asyncio.run(net.run(coros))
-    except Exception as exc:  # noqa: BLE001 - the tests look at it
-        return net, exc
 
 
 def contributions(net, params, pk):
@@ -257,8 +223,8 @@ def test_noise_share_defaults_to_n_minus_t_and_never_exceeds_it():
         params_for(5, 2, noise_parties=4).validate()
     with pytest.raises(InvalidMessage, match="key_group and key_threshold go together"):
         dataclasses.replace(params_for(3, 1), key_threshold=None).validate()
-    with pytest.raises(InvalidMessage, match="DP modes only"):
-        PowerIterationParams(n_parties=3, key_bits=512, key_group="lab", key_threshold=1).validate()
+    # the exact mode takes a group key too (test_power_iteration_exact_group), and has no noise share to check
+    PowerIterationParams(n_parties=3, key_bits=512, key_group="lab", key_threshold=1).validate()
     with pytest.raises(InvalidMessage, match="key_threshold"):
         params_for(3, 3).validate()
 

@@ -204,22 +204,25 @@ def test_dp_aggregate_is_a_single_key_session_which_a_threshold_policy_refuses()
     _eval_aggregate(key_groups={"other": ("alice", "bob", "carol")})
 
 
-def test_the_refusal_advises_a_group_key_only_where_the_mode_has_one():
-    """Power iteration's exact mode has no group-key mode (key_group is refused there): its refusal says so,
-    where the DP modes' refusal advises proposing key_group."""
+def test_the_exact_mode_has_a_group_key_mode_too_and_a_threshold_policy_admits_it():
+    """Power iteration's exact mode runs under a group key as well (test_power_iteration_exact_group): a party
+    holding the group refuses its single-key session advising key_group, and admits the group-key one."""
     with pytest.raises(PolicyDenied) as ei:
         _eval(_policy(), key_groups={"lab": ("alice", "bob")})
     assert "propose key_group" in str(ei.value)
     plugin = get_plugin("power-iteration")
-    exact = plugin.summary(plugin.validate_params({"key_bits": 2048, "rows": 4, "n_parties": 2}, ROLES2), ROLES2)
-    assert exact.key == "single" and not exact.group_key_mode
+    base = {"key_bits": 2048, "rows": 4, "n_parties": 2}
+    exact = plugin.summary(plugin.validate_params(base, ROLES2), ROLES2)
+    assert exact.key == "single" and exact.group_key_mode
     exact_policy = parse_policy(
         tomllib.loads(BASE.replace('"carol"]', '"carol", "trent"]') + "allow_non_dp = true\n")["policy"], "alice", PEERS
     )
     with pytest.raises(PolicyDenied) as ei:
         _evaluate(exact_policy, exact, ROLES2, {"lab": ("alice", "bob")})
-    assert ei.value.rule == "policy.power-iteration.key"
-    assert "power-iteration has no group-key mode" in str(ei.value)
+    assert ei.value.rule == "policy.power-iteration.key" and "propose key_group" in str(ei.value)
+    grouped = plugin.summary(plugin.validate_params({**base, "key_group": "lab", "key_threshold": 1}, ROLES2), ROLES2)
+    assert grouped.key == "threshold" and grouped.threshold == 1
+    _evaluate(exact_policy, grouped, ROLES2, {"lab": ("alice", "bob")})
 
 
 def _eval_aggregate_shared(extra: str = "", key_groups=None, **params):
