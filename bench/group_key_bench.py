@@ -1,4 +1,5 @@
-"""Power iteration's DP modes under a group (threshold) key against the single-key mode, measured in the same run.
+"""Power iteration under a group (threshold) key against the single-key mode, measured in the same run: the DP modes
+and the exact mode.
 
 Real party processes (trent, alice, bob, carol: N = 3 data parties, mutual TLS on loopback, one
 :class:`~smcdp.runtime.local.LocalCluster` per k).  First a key ceremony among the three data parties
@@ -14,9 +15,11 @@ Each mode runs one unmeasured warm-up session and then ``--repeats`` sessions, a
 that a change of host load hits both; the table gives the median wall time of a session (proposal to the
 initiator's record) and the bytes all parties sent, and the ratio group / single -- the issue's target is
 ≤ 1.5× at k = 500.  Workloads (``--ks``): k = 20 and 100 in the covariance mode (one release), k = 500 with
-``auto`` (the noisy power method, T = 10: the covariance mode at k = 500 takes 90 s even with one key).
+``auto`` (the noisy power method, T = 10: the covariance mode at k = 500 takes 90 s even with one key); ``xK``
+(e.g. ``x20``, ``x500``): the exact mode at k = K (tol 1e-9, its rounds until convergence; docs/protocols/
+power-iteration.md, "The exact mode with a group key").
 
-    python bench/group_key_bench.py                        # 2048-bit keys, k = 20, 100, 500
+    python bench/group_key_bench.py                        # 2048-bit keys, k = 20, 100, 500; exact k = 20, 500
     python bench/group_key_bench.py --key-bits 1024 --ks 20 --repeats 1 --json
     python bench/group_key_bench.py --quick                # make bench --quick: 1024 bits, k = 20, once
 """
@@ -61,7 +64,13 @@ def policies() -> dict[str, Policy]:
     """trent proposes and coordinates; the data parties admit both keys (``key = "single"`` admits a single-key
     session although they hold a group of exactly these parties) and alice's key ceremony."""
     data = ProtocolRules(
-        roles=("party*",), initiators=("trent",), coordinators=("trent",), release_to=DATA, key="single"
+        roles=("party*",),
+        initiators=("trent",),
+        coordinators=("trent",),
+        release_to=(*DATA, "trent"),  # the exact mode's x goes to trent
+        key="single",
+        allow_non_dp=True,
+        min_threshold=1,  # its data withstands trent with one data party: admits the group key's h = n − t = 2
     )
     # the ceremony's byte envelope at 2048 bits (30 times the expected candidates) is capped by [limits] at 2 GiB,
     # above the default max_receive_mib of 512 (docs/governance.md, "The key ceremony")
@@ -73,6 +82,7 @@ def policies() -> dict[str, Policy]:
 
 
 def cluster(tmp: Path, k: int, n: int, bits: int, sessions: int, eps: float) -> LocalCluster:
+    tmp.mkdir(parents=True, exist_ok=True)
     parties: dict = {"trent": {}}
     for name, A in zip(DATA, blocks(k, n)):
         np.save(tmp / f"{name}-{k}.npy", A)
@@ -110,9 +120,13 @@ def ceremony(c: LocalCluster, bits: int) -> dict:
     return out
 
 
-def session(c: LocalCluster, k: int, n: int, bits: int, eps: float, group: bool) -> dict:
-    params: dict = {"n_parties": 3, "key_bits": bits, "epsilon": eps, "delta": DELTA, "rows": k, "max_samples": n}
-    if k <= 255:
+def session(c: LocalCluster, k: int, n: int, bits: int, eps: float, group: bool, exact: bool = False) -> dict:
+    params: dict = {"n_parties": 3, "key_bits": bits, "rows": k, "max_samples": n}
+    if exact:
+        params["tol"] = 1e-9
+    else:
+        params.update(epsilon=eps, delta=DELTA)
+    if k <= 255 and not exact:
         params["dp_method"] = "covariance"
     if group:
         params.update(key_group=GROUP, key_threshold=1)
@@ -120,33 +134,37 @@ def session(c: LocalCluster, k: int, n: int, bits: int, eps: float, group: bool)
         c, "power-iteration", ROLES, params, "trent", f"k = {k} ({'group' if group else 'single'} key)"
     )
     sent = bytes_sent(recs)
-    dp = recs["alice"]["result"]["dp"]
+    res = recs["alice"]["result"]
+    dp = res["dp"] or {}
+    key = dp.get("key") or res["stats"].get("key") or {}
     return {
         "seconds": wall,
         "bytes": sum(sent.values()),
         "bytes_per_party": sent,
-        "dp_method": dp["dp_method"],
-        "rounds": dp["rounds"],
-        "key": dp.get("key", {}).get("kind", "single"),
+        "dp_method": dp.get("dp_method", "exact"),
+        "rounds": dp.get("rounds", res["rounds"]),
+        "key": key.get("kind", "single"),
     }
 
 
-def measure(tmp: Path, ks: list[int], n: int, bits: int, eps: float, repeats: int) -> dict:
+def measure(tmp: Path, ks: list[str], n: int, bits: int, eps: float, repeats: int) -> dict:
     keygen: dict | None = None
     keys_from: Path | None = None
     rows = []
-    for k in ks:
-        with cluster(tmp, k, n, bits, 2 * (repeats + 1), eps) as c:
+    for token in ks:
+        exact = token.startswith("x")
+        k = int(token.removeprefix("x"))
+        with cluster(tmp / token, k, n, bits, 2 * (repeats + 1), eps) as c:
             if keys_from is None:
                 keygen = ceremony(c, bits)
-                keys_from = tmp / f"state-{k}"
+                keys_from = tmp / token / f"state-{k}"
             else:  # the ceremony's key stores, copied (modes kept: 0700 directories, 0600 files)
                 for p in DATA:
                     shutil.copytree(keys_from / p / "keys", c.data_dir(p) / "keys")
             runs: dict[str, list[dict]] = {"single": [], "group": []}
             for i in range(repeats + 1):
                 for mode in ("single", "group"):
-                    r = session(c, k, n, bits, eps, mode == "group")
+                    r = session(c, k, n, bits, eps, mode == "group", exact)
                     print(
                         f"k = {k} {mode}{' (warm-up)' if i == 0 else ''}: {r['seconds']:.2f} s, "
                         f"{r['bytes'] / 1e6:.2f} MB, {r['dp_method']}",
@@ -174,7 +192,8 @@ def render(m: dict) -> None:
         s, g = row["single"], row["group"]
         ss, gs = [r["seconds"] for r in s], [r["seconds"] for r in g]
         sb, gb = statistics.median(r["bytes"] for r in s), statistics.median(r["bytes"] for r in g)
-        mode = g[0]["dp_method"] + (f", T = {g[0]['rounds']}" if g[0]["dp_method"] == "power" else "")
+        rounds = g[0]["rounds"]
+        mode = g[0]["dp_method"] + (f", T = {rounds}" if g[0]["dp_method"] in ("power", "exact") else "")
         print(
             f"| {row['k']} | {mode} | {len(ss)} + {len(gs)} | {statistics.median(ss):.2f} [{min(ss):.2f}–{max(ss):.2f}] "
             f"| {statistics.median(gs):.2f} [{min(gs):.2f}–{max(gs):.2f}] "
@@ -186,7 +205,9 @@ def render(m: dict) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--key-bits", type=int, default=2048)
-    ap.add_argument("--ks", default="20,100,500", help="numbers of rows k (comma separated)")
+    ap.add_argument(
+        "--ks", default="20,100,500,x20,x500", help="numbers of rows k (comma separated; xK: the exact mode at K)"
+    )
     ap.add_argument("--samples", type=int, default=100, help="columns per data party (default 100)")
     ap.add_argument("--epsilon", type=float, default=1.0)
     ap.add_argument("--repeats", type=int, default=2, help="measured sessions per mode and k (after one warm-up)")
@@ -195,15 +216,13 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="1024-bit keys, k = 20, one session per mode (a smoke run)")
     args = ap.parse_args()
     if args.quick:
-        args.key_bits, args.ks, args.repeats = 1024, "20", 1
+        args.key_bits, args.ks, args.repeats = 1024, "20,x20", 1
     if args.from_json:
         render(json.loads(Path(args.from_json).read_text()))
         return
     print(f"load average at the start: {os.getloadavg()}", file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory(prefix="smcdp-group-key-") as tmp:
-        m = measure(
-            Path(tmp), [int(k) for k in args.ks.split(",")], args.samples, args.key_bits, args.epsilon, args.repeats
-        )
+        m = measure(Path(tmp), args.ks.split(","), args.samples, args.key_bits, args.epsilon, args.repeats)
     m["load_average_end"] = os.getloadavg()
     print(f"load average at the end: {m['load_average_end']}", file=sys.stderr, flush=True)
     if args.json:
