@@ -497,10 +497,11 @@ def prove_combination(
     exponent_bits: int,
     nonce_key: bytes | None = None,
 ) -> list[int]:
-    """Proof [A_1 … A_k, z_1 … z_J, w_1 … w_k] that the prover knows integers a_1 … a_J (one per row of
+    """Proof [A_1 … A_k, z_1 … z_J, w_1 … w_k] that the prover knows coefficients a_1 … a_J (one per row of
     ``bases``, the same for every entry) and units s_ℓ with c_ℓ = Π_j X_{jℓ}^{a_j}·s_ℓ^n mod n² for every entry
-    ℓ: each c_ℓ encrypts the *same* integer combination of what the J bases of its entry encrypt, and nothing
-    else, re-randomised.  Power iteration's Trent under a group key proves with it that a block is a combination
+    ℓ: each c_ℓ encrypts the *same* linear combination of what the J bases of its entry encrypt, and nothing
+    else, re-randomised.  The honest prover's a_j are integers in [0, 2^exponent_bits); what the proof shows is
+    weaker and is all it is used for: coefficients mod n, not bounded, not signed (see the soundness note).  Power iteration's Trent under a group key proves with it that a block is a combination
     of the round's recomputed aggregates (a real state scaled: one non-zero a_j; a decoy: several) and his
     blinded Gram a multiple of the recomputed Gram sum (J = 1), so a data party decrypts nothing but functions
     of sums it recomputed itself (docs/protocols/power-iteration.md, "The exact mode with a group key").
@@ -520,7 +521,10 @@ def prove_combination(
     Soundness, for what is decrypted: two accepting answers to e ≠ e' give Π_j X_{jℓ}^{Δz_j}·y_ℓ^n ≡ c_ℓ^{Δe}
     for every ℓ.  Δe < 2^CHALLENGE_BITS is coprime to n, βΔe + γn = 1, so c_ℓ = Π_j X_{jℓ}^{βΔz_j}·(y_ℓ^β·c_ℓ^γ)^n:
     the plaintext of c_ℓ is Σ_j βΔz_j·m(X_{jℓ}) mod n with integers βΔz_j that do not depend on ℓ --
-    unconditionally (as :func:`prove_scaling`).
+    unconditionally (as :func:`prove_scaling`).  The z-range check serves zero knowledge only: a prover may pass
+    with negative coefficients (x near the top of its range), with large ones, or with fractions mod n (e.g. 1/2,
+    retrying until e is even) -- still one combination of the bases, which is what a verifier relying on it may
+    assume, and no more (found in review).
 
     ``nonce_key``: x_j and u_ℓ are an HMAC keyed by it over the context and the witness (every base, c_ℓ, a_j and
     s_ℓ), so a replayed prover sends the same proof and nobody lacking the witness predicts them; without it,
@@ -568,8 +572,10 @@ def verify_combination(
     context: bytes,
     exponent_bits: int,
 ) -> bool:
-    """True iff ``proof`` shows that every c_ℓ encrypts the same integer combination (exponents of at most
-    ``exponent_bits`` bits) of what its entry's bases encrypt, re-randomised (:func:`prove_combination`).
+    """True iff ``proof`` shows that every c_ℓ encrypts the same linear combination (coefficients mod n, the
+    same for every entry) of what its entry's bases encrypt, re-randomised (:func:`prove_combination`).
+    ``exponent_bits``: the honest prover's bound, which sets the responses' range; it does not bound the
+    coefficients.
 
     The k equations are checked at once with weights λ_ℓ of SCALE_BATCH_BITS bits from this verifier's CSPRNG:
     Π_ℓ Π_j X_{jℓ}^{λ_ℓ z_j}·(Π_ℓ w_ℓ^{λ_ℓ})^n ≡ Π_ℓ A_ℓ^{λ_ℓ}·Π_ℓ c_ℓ^{λ_ℓ e}; an equation off by a factor with a

@@ -50,12 +50,13 @@ sent before.  Only Paillier obfuscators are fresh, and replayed sends reuse the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import math
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NoReturn, SupportsInt, TypeAlias
 
@@ -87,7 +88,7 @@ from smcdp.dp.accountants import ZCDPAccountant
 from smcdp.dp.conversions import gaussian_composition_epsilon, gaussian_composition_multiplier, rho_capacity
 from smcdp.dp.events import GaussianEvent
 from smcdp.dp.mechanisms import GaussianMechanism
-from smcdp.errors import InputRejected, InvalidMessage
+from smcdp.errors import CryptoOverflow, InputRejected, InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.net.limits import TrafficEnvelope, ciphertext_vector_bytes
 from smcdp.primitives.rng import (
@@ -116,6 +117,7 @@ from smcdp.protocols.power_iteration_threshold import (
     refuse_seeded,
     release_and_commit,
     threshold_decrypt,
+    threshold_decrypt_many,
     trent_deliver,
     validate_group_params,
 )
@@ -529,7 +531,7 @@ class PowerIterationParams(ProtocolParams):
             )
             ints = 2 * B // 8 + 8  # an integer of a proof (< N²) and its framing
             proofs = (2 * blocks_ct + EXACT_WINDOW + 2 * grams_ct + 1) * ints + 64
-            partial_b, partial_g = (block + (4 * B + 5000) // 8 + 64, gram + (4 * B + 5000) // 8 + 64)
+            partial = block + gram + (4 * B + 5000) // 8 + 64  # a reply's block and Gram in one
             msgs = [
                 (R * N, block),
                 (R * N, proof),
@@ -537,8 +539,8 @@ class PowerIterationParams(ProtocolParams):
                 (R * N, proof),
                 (2 * R * (N - 1), 128),
                 (2 * R * N, 64),
-                (R * (N - 1), partial_b),
-                (R * (N - 1), partial_g),
+                (R * (N - 1), partial),
+                (R * (N - 1), 64),  # with each partial, the digest of what it decrypts
                 (R, both),
                 (R, proofs),
                 (1, 8 * r + 16),  # sigma
@@ -1544,6 +1546,20 @@ class _DataParty:
 
 
 # =============================================================================== the exact mode under a group key
+@contextlib.contextmanager
+def _beyond_slots(name: str) -> Iterator[None]:
+    """A proven combination that decrypts beyond its slots: refused as an invalid message from Trent.  (The proof
+    shows a combination of the sums with coefficients mod N, not bounded ones, and the data parties' releases
+    carry no range proofs: Trent, or a data party, deviated.)"""
+    try:
+        yield
+    except CryptoOverflow as exc:
+        raise InvalidMessage(
+            f"{name} from {TRENT} decrypts beyond its slots ({exc}): {TRENT} combined the sums with coefficients "
+            "the protocol does not use, or a data party released values beyond the agreed bound"
+        ) from None
+
+
 def exact_key_summary(params: PowerIterationParams, key: GroupKey) -> dict[str, object]:
     """The exact mode's record of its group key: :func:`key_summary` without a noise share (it adds no noise)."""
     return {k: v for k, v in key_summary(params, key).items() if k not in ("noise_share", "honest_noise_sigma2")}
@@ -1578,28 +1594,52 @@ class _GroupParty(_DataParty):
         self.check_contribution(C)
         total, echo = await self.release(C.ravel(order="F"), "contrib", t)
         self.aggregates.append(total)
+        del self.aggregates[:-EXACT_WINDOW]  # the bases of Trent's blocks: older sums are never used again
         return echo
+
+    def block_vector(self, msg: pb.CiphertextVector, name: str) -> EncryptedVector:
+        """Trent's block ``name`` as it arrives, its layout checked."""
+        return EncryptedVector.from_proto(
+            msg,
+            self.pk,
+            length=self.k * self.b,
+            exponent=-self.params.frac_bits,
+            packing=self.packing,
+            what=f"{name} from {TRENT}",
+        )
 
     async def open_block(self, msg: pb.CiphertextVector, proof: Sequence[int], name: str, echo: bytes) -> list[int]:
         """Trent's block ``name``: checked to be a combination of the last EXACT_WINDOW sums (else nothing is
         decrypted, :class:`BadCombination`), then decrypted with the other data parties: its integers."""
-        vec = EncryptedVector.from_proto(
-            msg, self.pk, length=self.k * self.b, exponent=-self.params.frac_bits, packing=self.packing, what=name
-        )
-        rows = self.aggregates[-EXACT_WINDOW:]
-        await self.check(rows, vec, proof, name, self.params.scale_bits + 1)
-        return await threshold_decrypt(self.ch, self.params, self.key, vec, Tags.decryption(name), self.seed, echo)
+        vec = self.block_vector(msg, name)
+        await self.check(self.aggregates, vec, proof, name, self.params.scale_bits + 1)
+        with _beyond_slots(name):
+            return await threshold_decrypt(
+                self.ch, self.params, self.key, vec, Tags.decryption(name), self.seed, echo, agree=TRENT
+            )
 
-    async def open_gram(
-        self, msg: pb.CiphertextVector, total: EncryptedVector, proof: Sequence[int], name: str, echo: bytes
-    ) -> np.ndarray:
-        """Trent's blinded Gram ``name``: checked to be a multiple of the Gram sum recomputed here, then decrypted
-        with the other data parties; refused unless positive definite."""
-        vec = self.blinded_gram_vector(msg, name)
+    async def open_reply(
+        self, t: int, reply: pb.PowerIterationReply, gram_total: EncryptedVector, proofs: list[list[int]], echo: bytes
+    ) -> tuple[np.ndarray, list[int]]:
+        """Round t's reply: the blinded Gram checked to be a multiple of the Gram sum recomputed here and the
+        block a combination of the last EXACT_WINDOW sums (else nothing is decrypted: :class:`BadCombination`),
+        then both decrypted with the other data parties in one partial decryption (``partial/reply/<t>``).
+        (G', refused unless positive definite; the block's integers.)"""
         p = self.params
-        await self.check([total], vec, proof, name, p.blind_offset_bits + p.blind_bits)
-        ints = await threshold_decrypt(self.ch, p, self.key, vec, Tags.decryption(name), self.seed, echo)
-        return self.gram_matrix(decode_fixed(ints, vec.exponent), name)
+        gram_name, block_name = f"reply/{t}/gram", f"reply/{t}/block"
+        gram = self.blinded_gram_vector(reply.blinded_gram, f"{gram_name} from {TRENT}")
+        block = self.block_vector(reply.block, block_name)
+        await self.check([gram_total], gram, proofs[0], gram_name, p.blind_offset_bits + p.blind_bits)
+        await self.check(self.aggregates, block, proofs[1], block_name, p.scale_bits + 1)
+        with _beyond_slots(f"reply/{t}"):
+            g_ints, b_ints = await threshold_decrypt_many(
+                self.ch, p, self.key, [gram, block], Tags.decryption(f"reply/{t}"), self.seed, echo, agree=TRENT
+            )
+        what = (
+            f"{gram_name} from {TRENT} (a proven multiple of the Gram sum: {TRENT} deviated, or a data party "
+            "released a Gram that is not one)"
+        )
+        return self.gram_matrix(decode_fixed(g_ints, gram.exponent), what), b_ints
 
     async def check(
         self, rows: list[EncryptedVector], vec: EncryptedVector, proof: Sequence[int], name: str, bits: int
@@ -1610,7 +1650,7 @@ class _GroupParty(_DataParty):
     async def recv_proof(self, tag: str, sizes: list[int]) -> list[list[int]]:
         """Trent's proofs for one message (``<tag>/proof``), split by ``sizes``."""
         flat = proof_from_proto(
-            await self.ch.recv(TRENT, f"{tag}/proof", pb.BigInts), self.pk, f"{tag}/proof", sum(sizes)
+            await self.ch.recv(TRENT, f"{tag}/proof", pb.BigInts), self.pk, f"{tag}/proof from {TRENT}", sum(sizes)
         )
         out, at = [], 0
         for size in sizes:
@@ -1644,7 +1684,7 @@ class _GroupParty(_DataParty):
             # --- Round step 3: Q, Z_i, H_i in one pass; H_i and round t + 1's contribution C⁽ᵗ⁺¹⁾ released
             # (committed, relayed, summed at every data party), the flag to Trent.
             Q, Z, direction, H = await self.gram_pass(ints, what)
-            gram_total, gram_echo = await self.release(_triu(H), "gram", t)
+            gram_total, _ = await self.release(_triu(H), "gram", t)
             echo = await self.contribute(Z * scale, t + 1)
             await ch.send(TRENT, f"flag/{t}", pb.PowerIterationRound(converged=D is not None and params.tol**2 > D))
             # --- Round step 5: G' and the next block (or, after the stop bit, the final one), each decrypted only
@@ -1653,9 +1693,8 @@ class _GroupParty(_DataParty):
             gram_proof, block_proof = await self.recv_proof(
                 f"reply/{t}", [self.gram_proof_size(), self.block_proof_size()]
             )
-            Gp = await self.open_gram(reply.blinded_gram, gram_total, gram_proof, f"reply/{t}/gram", gram_echo)
+            Gp, ints = await self.open_reply(t, reply, gram_total, [gram_proof, block_proof], echo)
             what = f"reply/{t}/block"
-            ints = await self.open_block(reply.block, block_proof, what, echo)
             scale, D, recent = _ritz_step(Gp, Q, direction, recent, D, r)
             t += 1
             if reply.stop:
@@ -1784,7 +1823,8 @@ class _Trent:
                 pk,
                 self.packing.n_ciphertexts(k * params.block_size) + self.gram_packing.n_ciphertexts(params.gram_length),
             )
-        self.states: list[EncryptedVector] = []  # E[U] of every real state, unscaled
+        # E[U] of every real state, unscaled; None once older than any block can use (the last DECOY_HISTORY)
+        self.states: list[EncryptedVector | None] = []
         self.sent_state: list[int | None] = []  # which state each round's block carries (None = decoy)
         self.decoys = 0
         self.round_seconds: list[float] = []
@@ -1886,7 +1926,9 @@ class _Trent:
         """Σ_j a_j·E[state j] for ``terms`` (j, a_j), re-randomised."""
         acc = None
         for j, a in terms:
-            term = self.states[j].mul_int(a)
+            state = self.states[j]
+            assert state is not None  # blocks use the last DECOY_HISTORY states only
+            term = state.mul_int(a)
             acc = term if acc is None else acc + term
         assert acc is not None and self.obfuscators is not None
         return acc.rerandomize(self.obfuscators.pool)
@@ -1945,6 +1987,8 @@ class _Trent:
         # --- 2a: Π_i E[C_i] = E[U] is a new real state; with probability p send the real r_t·U,
         # otherwise a decoy.
         self.states.append(aggregate())
+        if len(self.states) > DECOY_HISTORY:  # never used again: a long session's memory stays bounded
+            self.states[-DECOY_HISTORY - 1] = None
         if len(self.states) >= 2 and self.rng.random() >= params.p:
             self.sent_state.append(None)
             self.decoys += 1
@@ -1971,7 +2015,7 @@ class _GroupTrent(_Trent):
 
     def emit(self, terms: list[tuple[int, int]]) -> EncryptedVector:
         """Σ_j a_j·E[state j] as a combination of the last EXACT_WINDOW sums, re-randomised, and its proof."""
-        rows = self.aggregates[-EXACT_WINDOW:]
+        rows = list(self.aggregates)  # the last EXACT_WINDOW sums, as every data party holds them
         exps = [0] * len(rows)
         for j, a in terms:
             pos = next((i for i, row in enumerate(rows) if row is self.states[j]), None)
@@ -2001,6 +2045,11 @@ class _GroupTrent(_Trent):
         vec = self.real_block(self.last_sent()) if final else self.step2(lambda: self.aggregates[-1])
         return vec, self.proof
 
+    def add_sum(self, total: EncryptedVector) -> None:
+        """A round's sum of contributions: the newest base (older than the window: never used again)."""
+        self.aggregates.append(total)
+        del self.aggregates[:-EXACT_WINDOW]
+
     async def deliver(self, what: str, t: int) -> EncryptedVector:
         """Steps 2b and 4 of the release flow for every data party's ``what`` of round t: echoed, checked against
         the commitments, relayed.  Returns their sum (which every data party recomputes)."""
@@ -2015,7 +2064,7 @@ class _GroupTrent(_Trent):
         ch, params, roles = self.ch, self.params, self.roles
         converged = False
         self._t_round = time.perf_counter()
-        self.aggregates.append(await self.deliver("contrib", 0))
+        self.add_sum(await self.deliver("contrib", 0))
         block, proof = await asyncio.to_thread(self.block, "v/0", False)
         await ch.send_many(roles, "v/0/proof", bigints(proof))
         await ch.send_many(roles, "v/0", block.to_proto())
@@ -2023,7 +2072,7 @@ class _GroupTrent(_Trent):
         while True:
             ch.progress(round=t, step="iterate")
             gram_total = await self.deliver("gram", t)
-            self.aggregates.append(await self.deliver("contrib", t + 1))
+            self.add_sum(await self.deliver("contrib", t + 1))
             flags = await ch.recv_all(roles, f"flag/{t}", pb.PowerIterationRound)
             # --- Round step 4: the blinded Gram, the stop bit; then round t + 1's step 2 (or Final 1), both proven.
             gp, gram_proof = await asyncio.to_thread(self.proven_gram, t, gram_total)

@@ -626,13 +626,14 @@ async def checked_sum(
     owner) -- all of them before anything is summed or decrypted; then their sum, recomputed here."""
     pk = key.public.public_key
     vecs = await relayed_contributions(ch, params, pk, packing, digests, L, trent, tags, kind.size)
-    statements = {
+    statements = {  # its own release is the one it made (relayed_contributions checked it against its digest)
         role: (
             [int(c) for c in vec.ciphertexts],
             proof,
             proof_context(ch.session_id, role, ch.roles[role], key.indices[role], tags.release, key.public),
         )
         for role, (vec, proof) in vecs.items()
+        if role != ch.role
     }
     many = None if kind.verify_many is None else partial(kind.verify_many, pk)
     role = await first_failing(statements, many, lambda st: kind.verify(pk, *st))
@@ -706,18 +707,63 @@ async def threshold_decrypt(
     signed: bool = True,
     protocol: str = "power-iteration",
     needed_only: bool = False,
+    agree: str | None = None,
 ) -> list[int]:
     """Steps 5–6: this party's partial decryption of ``total`` (the sum it recomputed) to the other data
     parties, theirs verified and t + 1 combined: the sum's signed integers (``signed`` False: the plaintexts
     in [0, N), unpacked as they are).  The proof's nonce is derived from a stream of the party's root and the
     statement, so a replayed party sends the same bytes.  ``needed_only``: verify only the t partials used with
-    our own (see :func:`~smcdp.crypto.threshold.combine`); else every one, so that any wrong one is named."""
+    our own (see :func:`~smcdp.crypto.threshold.combine`); else every one, so that any wrong one is named.
+
+    ``agree``: ``total`` is a ciphertext the parties did not recompute but received from this participant (the
+    exact mode's Trent): with its partial each party sends a digest of what it decrypts (``<partial>/agree``)
+    and checks the others' before it verifies their partials -- a sender who gave different parties different
+    ciphertexts (each valid) makes the digests differ (:class:`EchoMismatch`), instead of every partial of
+    the others failing its proof and an honest party being named."""
     others = [r for r in params.data_roles if r != ch.role]
+    if agree is not None:
+        mine = hashlib.sha256(sum_context(ch.session_id, tags.sum, total, echo)).digest()
+        await ch.send_many(others, f"{tags.partial}/agree", pb.Blobs(values=[mine]))
     own, context = await send_partial(ch, key, total, tags, seed, echo, others, protocol=protocol)
+    if agree is not None:
+        held = await ch.recv_all(others, f"{tags.partial}/agree", pb.Blobs)
+        differ = [r for r in others if list(held[r].values) != [mine]]
+        if differ:
+            raise EchoMismatch(
+                f"{ch.role} combines nothing: {', '.join(differ)} decrypt(s) another {tags.sum} than {ch.role} "
+                f"does -- {agree} sent different data parties different ciphertexts (or a data party says so "
+                "falsely)",
+                differ,
+            )
     got = await ch.recv_all(others, tags.partial, pb.BigInts)
     return await combine_partials(
         ch, key.public, key.indices, total, tags, context, got, own=own, signed=signed, needed_only=needed_only
     )
+
+
+async def threshold_decrypt_many(
+    ch: Channel,
+    params: PowerIterationParams,
+    key: GroupKey,
+    vecs: Sequence[EncryptedVector],
+    tags: Tags,
+    seed: SeedLike,
+    echo: bytes,
+    agree: str | None = None,
+) -> list[list[int]]:
+    """:func:`threshold_decrypt` of several vectors at once (each this party checked it may decrypt): one partial
+    decryption of all their ciphertexts with one proof, so that each party proves and verifies once, not once a
+    vector.  Returns each vector's signed integers, unpacked by its own layout."""
+    pk = key.public.public_key
+    cts = [c for v in vecs for c in v.ciphertexts]
+    raw = EncryptedVector(pk, cts, len(cts), 0)
+    plain = await threshold_decrypt(ch, params, key, raw, tags, seed, echo, agree=agree)
+    out, at = [], 0
+    for v in vecs:
+        count = len(v.ciphertexts)
+        out.append(v._unpack(plain[at : at + count]))
+        at += count
+    return out
 
 
 async def send_partial(

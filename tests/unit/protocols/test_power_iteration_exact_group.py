@@ -24,6 +24,7 @@ from smcdp.crypto.threshold import (
     partial_decrypt_vector,
 )
 from smcdp.crypto.vector import EncryptedVector
+from smcdp.errors import InvalidMessage
 from smcdp.protocols.power_iteration import PowerIterationParams, plaintext_reference
 from smcdp.protocols.power_iteration_threshold import BadCombination, Tags, partial_from_proto
 from smcdp.v1 import messages_pb2 as pb
@@ -119,8 +120,7 @@ def test_a_trent_sending_one_partys_ciphertext_for_decryption_is_refused_and_nam
     )
     assert isinstance(outcome, BadCombination), outcome
     assert outcome.origin == "trent" and "party2 refuses to decrypt" in str(outcome)
-    name = target if field is None else f"{target}/{'block' if field == 'block' else 'gram'}"
-    partial = Tags.decryption(name).partial
+    partial = Tags.decryption(target).partial  # v/0's, or reply/0's (its Gram and block in one)
     assert not any(s == "party2" and g == partial for s, _, g, _, _ in net.transcript)
 
 
@@ -288,3 +288,135 @@ def test_every_role_replays_bit_for_bit_from_its_root(sk512):
     assert first == again
     other = sent(8)
     assert first[("trent", "party1", "v/0")] != other[("trent", "party1", "v/0")]
+
+
+def test_a_trent_sending_different_valid_blocks_to_different_parties_is_caught_before_anyone_is_blamed(
+    sk512, monkeypatch
+):
+    """Found in review: Trent sends party3 another valid, proven v/0 (the same combination, another
+    re-randomiser) than party1 and party2.  Each party's partial decryption is proven for the block it holds, so
+    the others' would fail their proofs and an honest party would be named.  With its partial each party now
+    sends a digest of what it decrypts, and the digests differ first: EchoMismatch (no honest party blamed), and
+    nobody combines anything."""
+    import hashlib
+
+    import smcdp.protocols.power_iteration as pi
+    from smcdp.protocols.power_iteration_threshold import EchoMismatch
+
+    honest = pi.proven_combination
+    alt = {}
+
+    def twice(pk, rows, exps, key, tag, context, exponent_bits):
+        if tag == "v/0":  # the same statement with another stream: another s, another proof -- both valid
+            vec, proof = honest(pk, rows, exps, hashlib.sha256(b"other" + key).digest(), tag, context, exponent_bits)
+            alt["v/0"] = vec.to_proto().SerializeToString()
+            alt["v/0/proof"] = pi.bigints(proof).SerializeToString()
+        return honest(pk, rows, exps, key, tag, context, exponent_bits)
+
+    monkeypatch.setattr(pi, "proven_combination", twice)
+    rng = np.random.default_rng(3)
+    blocks = blocks_with_gap(rng, 4, (5, 6, 7))
+    _, shares = deal(sk512, 3, 1)
+    _, outcome = run(
+        blocks,
+        params_for(3, 1),
+        sk=sk512,
+        shares=shares,
+        rewrite={"trent": lambda to, tag, data: alt[tag] if to == "party3" and tag in alt else data},
+    )
+    assert isinstance(outcome, EchoMismatch), outcome
+    assert getattr(outcome, "origin", None) is None and "trent sent different data parties" in str(outcome)
+    assert not isinstance(outcome, BadPartialDecryption)
+
+
+def test_trents_malformed_replies_are_refused_naming_him(sk512):
+    """Found in review: a proof one integer short, or a block with a ciphertext too many, was refused without
+    saying from whom; the errors now say 'from trent'."""
+    rng = np.random.default_rng(3)
+    blocks = blocks_with_gap(rng, 4, (5, 6, 7))
+    _, shares = deal(sk512, 3, 1)
+
+    def short_proof(to, tag, data):
+        if tag != "v/0/proof":
+            return data
+        msg = pb.BigInts.FromString(data)
+        del msg.magnitude[-1]
+        if len(msg.negative):
+            del msg.negative[-1]
+        return msg.SerializeToString()
+
+    def extra_ciphertext(to, tag, data):
+        if tag != "v/0":
+            return data
+        msg = pb.CiphertextVector.FromString(data)
+        msg.ciphertexts.append(msg.ciphertexts[0])
+        return msg.SerializeToString()
+
+    for fn in (short_proof, extra_ciphertext):
+        _, outcome = run(blocks, params_for(3, 1), sk=sk512, shares=shares, rewrite={"trent": fn})
+        assert isinstance(outcome, InvalidMessage) and "from trent" in str(outcome), (fn.__name__, outcome)
+
+
+def test_residual_trent_may_combine_the_sums_with_any_coefficients(sk512, monkeypatch):
+    """What the proof does not stop (found in review; docs/crypto.md): its coefficients are residues mod N, not
+    bounded non-negative integers.  A Trent sending reply/0's block as 2a·U_1 − a·U_0 (honest blocks are
+    non-negative combinations) passes every check; the parties decrypt it -- still a function of sums over every
+    party, which is all the group key promises -- and the session goes on."""
+    import secrets
+
+    import gmpy2
+    from gmpy2 import mpz
+
+    import smcdp.protocols.power_iteration as pi
+    from smcdp.crypto.modexp import multi_exp
+    from smcdp.crypto.zkp import CHALLENGE_BITS, SCALE_HIDING_BITS, _combination_challenge, _unit_below
+
+    honest = pi.proven_combination
+    seen = {}
+
+    def signed(pk, rows, exps, key, tag, context, exponent_bits):
+        if tag != "reply/0/block":
+            return honest(pk, rows, exps, key, tag, context, exponent_bits)
+        n, n2, a = pk.n, pk.nsquare, 1 << 20
+        coeffs = [-a, 2 * a]  # rows: the sums U_0, U_1
+        ss = [_unit_below(n) for _ in rows[0].ciphertexts]
+        cts = [
+            int(multi_exp([rows[0].ciphertexts[i], rows[1].ciphertexts[i]], coeffs, n2) * gmpy2.powmod(s, n, n2) % n2)
+            for i, s in enumerate(ss)
+        ]
+        xbits = exponent_bits + CHALLENGE_BITS + SCALE_HIDING_BITS
+        xs = [(1 << (xbits - 1)) + secrets.randbits(xbits - 2) for _ in coeffs]  # z = x + e·a stays >= 0
+        us = [_unit_below(n) for _ in cts]
+        bases = [[mpz(c) for c in r.ciphertexts] for r in rows]
+        A = [int(multi_exp([b[i] for b in bases], xs, n2) * gmpy2.powmod(u, n, n2) % n2) for i, u in enumerate(us)]
+        e = _combination_challenge(pk, bases, [mpz(c) for c in cts], A, context)
+        proof = [
+            *A,
+            *(x + e * c for x, c in zip(xs, coeffs)),
+            *(int(u * gmpy2.powmod(s, e, n) % n) for u, s in zip(us, ss)),
+        ]
+        seen.update(rows=rows, a=a)
+        vec = EncryptedVector(pk, [mpz(c) for c in cts], rows[0].length, rows[0].exponent, rows[0].packing, None)
+        seen["vec"] = vec
+        return vec, proof
+
+    monkeypatch.setattr(pi, "proven_combination", signed)
+    rng = np.random.default_rng(3)
+    blocks = blocks_with_gap(rng, 4, (5, 6, 7))
+    _, shares = deal(sk512, 3, 1)
+    _, res = run(blocks, params_for(3, 1), sk=sk512, shares=shares)
+    assert not isinstance(res, Exception), res
+    u0, u1 = (np.asarray(r.decrypt_ints(sk512), dtype=object) for r in seen["rows"])
+    a = seen["a"]
+    assert all(np.asarray(seen["vec"].decrypt_ints(sk512), dtype=object) == 2 * a * u1 - a * u0)
+
+
+def test_a_proven_block_that_decrypts_into_the_overflow_region_is_refused_as_trents():
+    """Found in review: a proven combination with coefficients the protocol does not use (1/2 mod N, say) decrypts
+    into the overflow region, which surfaced as a bare CryptoOverflow; it is now an invalid message from trent."""
+    from smcdp.errors import CryptoOverflow
+    from smcdp.protocols.power_iteration import _beyond_slots
+
+    with pytest.raises(InvalidMessage, match="reply/3 from trent decrypts beyond its slots"):
+        with _beyond_slots("reply/3"):
+            raise CryptoOverflow("decrypted value lies in the overflow region")
