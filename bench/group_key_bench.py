@@ -185,21 +185,33 @@ def render(m: dict) -> None:
     )
     print()
     print(
-        "| k | mode | sessions | single key: s (median [range]) | group key: s | × | single: bytes | group: bytes | × |"
+        "| k | mode | sessions | single key: s (median [range]) | group key: s | × | single: bytes | group: bytes | × "
+        "| rounds single / group | s a round × |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for row in m["sessions"]:
         s, g = row["single"], row["group"]
         ss, gs = [r["seconds"] for r in s], [r["seconds"] for r in g]
         sb, gb = statistics.median(r["bytes"] for r in s), statistics.median(r["bytes"] for r in g)
         rounds = g[0]["rounds"]
-        mode = g[0]["dp_method"] + (f", T = {rounds}" if g[0]["dp_method"] in ("power", "exact") else "")
+        mode = g[0]["dp_method"] + (f", T = {rounds}" if g[0]["dp_method"] == "power" else "")
         print(
             f"| {row['k']} | {mode} | {len(ss)} + {len(gs)} | {statistics.median(ss):.2f} [{min(ss):.2f}–{max(ss):.2f}] "
             f"| {statistics.median(gs):.2f} [{min(gs):.2f}–{max(gs):.2f}] "
             f"| {statistics.median(gs) / statistics.median(ss):.2f} | {sb / 1e6:.3f} MB | {gb / 1e6:.3f} MB "
-            f"| {gb / sb:.2f} |"
+            f"| {gb / sb:.2f} | {_rounds(s)} / {_rounds(g)} | {_per_round(g) / _per_round(s):.2f} |"
         )
+
+
+def _rounds(runs: list[dict]) -> str:
+    """The sessions' rounds (the exact mode's vary with the decoys and the convergence test)."""
+    counts = sorted({r["rounds"] for r in runs})
+    return str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+
+
+def _per_round(runs: list[dict]) -> float:
+    """The median seconds a round: sessions of different lengths compare by it."""
+    return statistics.median(r["seconds"] / max(1, r["rounds"]) for r in runs)
 
 
 def main() -> None:
