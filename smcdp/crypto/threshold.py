@@ -54,6 +54,7 @@ import math
 import os
 import random
 import secrets
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,7 +66,7 @@ from gmpy2 import mpz
 from smcdp._files import atomic_write
 from smcdp.crypto.counters import count_many as _count_many
 from smcdp.crypto.encoding import decode_fixed
-from smcdp.crypto.modexp import multi_exp
+from smcdp.crypto.modexp import FixedBaseTable, multi_exp
 from smcdp.crypto.paillier import PrivateKey, PublicKey, check_key_bits
 from smcdp.errors import CryptoOverflow, InvalidMessage
 
@@ -387,13 +388,40 @@ def _nonce(pub: ThresholdPublicKey, share: KeyShare, x: mpz, y: mpz, context: by
     return int.from_bytes(out, "big") >> (8 * len(out) - bits)
 
 
+#: fixed-base tables of the verification base v, one a key (every proof and every verification raises v to a
+#: nonce-sized exponent); a party holds one or two group keys, so a handful of tables bounds the memory
+_V_TABLES: dict[tuple[int, int, int], FixedBaseTable] = {}
+_V_TABLES_MAX = 4
+_V_LOCK = threading.Lock()
+#: the window of those tables: ⌈bits/6⌉ rows of 63 residues (about 24 MB at 2048 bits, 0.2 s to build), and an
+#: exponentiation of ~4,500 bits then costs ~750 multiplications instead of ~5,300
+_V_WINDOW = 6
+
+
+def _v_pow(pub: ThresholdPublicKey, e: int) -> mpz:
+    """v^e mod N² for 0 ≤ e < 2^(nonce_bits + 1), from a table built on first use for this key (else powmod)."""
+    n2 = pub.public_key.nsquare
+    bits = pub.nonce_bits() + 1
+    if e < 0 or e.bit_length() > bits:
+        return gmpy2.powmod(pub.v, e, n2)
+    key = (int(n2), int(pub.v), bits)
+    with _V_LOCK:
+        table = _V_TABLES.get(key)
+        if table is None:
+            table = FixedBaseTable(mpz(pub.v), n2, bits, window=_V_WINDOW)
+            if len(_V_TABLES) >= _V_TABLES_MAX:
+                _V_TABLES.pop(next(iter(_V_TABLES)))
+            _V_TABLES[key] = table
+    return table.pow(e)
+
+
 def _prove(
     pub: ThresholdPublicKey, share: KeyShare, x: mpz, y: mpz, context: bytes, nonce_key: bytes | None = None
 ) -> tuple[int, int]:
     n2 = pub.public_key.nsquare
     r = _nonce(pub, share, x, y, context, nonce_key)
     a = gmpy2.powmod(x, r, n2)
-    b = gmpy2.powmod(pub.v, r, n2)
+    b = _v_pow(pub, r)
     e = _challenge(pub, context, share.index, int(x), int(y), int(a), int(b))
     return e, r + e * pub.delta * share.secret
 
@@ -405,7 +433,11 @@ def _verify(pub: ThresholdPublicKey, party: int, x: mpz, y: mpz, proof: tuple[in
         return False
     vi = mpz(pub.verification_keys[party - 1])
     a = multi_exp([x, y], [z, -e], n2)
-    b = multi_exp([pub.v, vi], [z, -e], n2)
+    b = (
+        _v_pow(pub, z) * gmpy2.invert(gmpy2.powmod(vi, e, n2), n2) % n2
+        if z >= 0
+        else multi_exp([pub.v, vi], [z, -e], n2)
+    )
     return _challenge(pub, context, party, int(x), int(y), int(a), int(b)) == e
 
 

@@ -1615,7 +1615,15 @@ class _GroupParty(_DataParty):
         await self.check(self.aggregates, vec, proof, name, self.params.scale_bits + 1)
         with _beyond_slots(name):
             return await threshold_decrypt(
-                self.ch, self.params, self.key, vec, Tags.decryption(name), self.seed, echo, agree=TRENT
+                self.ch,
+                self.params,
+                self.key,
+                vec,
+                Tags.decryption(name),
+                self.seed,
+                echo,
+                agree=TRENT,
+                needed_only=True,
             )
 
     async def open_reply(
@@ -1633,7 +1641,15 @@ class _GroupParty(_DataParty):
         await self.check(self.aggregates, block, proofs[1], block_name, p.scale_bits + 1)
         with _beyond_slots(f"reply/{t}"):
             g_ints, b_ints = await threshold_decrypt_many(
-                self.ch, p, self.key, [gram, block], Tags.decryption(f"reply/{t}"), self.seed, echo, agree=TRENT
+                self.ch,
+                p,
+                self.key,
+                [gram, block],
+                Tags.decryption(f"reply/{t}"),
+                self.seed,
+                echo,
+                agree=TRENT,
+                needed_only=True,  # the t partials it combines with its own are verified (a wrong one named)
             )
         what = (
             f"{gram_name} from {TRENT} (a proven multiple of the Gram sum: {TRENT} deviated, or a data party "

@@ -750,6 +750,7 @@ async def threshold_decrypt_many(
     seed: SeedLike,
     echo: bytes,
     agree: str | None = None,
+    needed_only: bool = False,
 ) -> list[list[int]]:
     """:func:`threshold_decrypt` of several vectors at once (each this party checked it may decrypt): one partial
     decryption of all their ciphertexts with one proof, so that each party proves and verifies once, not once a
@@ -757,7 +758,7 @@ async def threshold_decrypt_many(
     pk = key.public.public_key
     cts = [c for v in vecs for c in v.ciphertexts]
     raw = EncryptedVector(pk, cts, len(cts), 0)
-    plain = await threshold_decrypt(ch, params, key, raw, tags, seed, echo, agree=agree)
+    plain = await threshold_decrypt(ch, params, key, raw, tags, seed, echo, agree=agree, needed_only=needed_only)
     out, at = [], 0
     for v in vecs:
         count = len(v.ciphertexts)

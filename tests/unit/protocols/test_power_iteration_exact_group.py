@@ -125,7 +125,9 @@ def test_a_trent_sending_one_partys_ciphertext_for_decryption_is_refused_and_nam
 
 
 def test_a_wrong_partial_decryption_is_refused_and_its_party_named(sk512):
-    """party3 sends the others a partial decryption of the first block with one value changed: named."""
+    """party1 sends the others a partial decryption of the first block with one value changed: named.  (Each
+    party verifies the t partials it combines with its own, taken in share order: party1's is used by every other
+    party; a wrong partial that nobody uses changes nothing and is not examined.)"""
     rng = np.random.default_rng(4)
     blocks = blocks_with_gap(rng, 4, (5, 6, 7))
     _, shares = deal(sk512, 3, 1)
@@ -139,9 +141,9 @@ def test_a_wrong_partial_decryption_is_refused_and_its_party_named(sk512):
         msg.magnitude[0] = (v * 4 % n2).to_bytes(len(msg.magnitude[0]) + 1, "big").lstrip(b"\0")
         return msg.SerializeToString()
 
-    _, outcome = run(blocks, params_for(3, 1), sk=sk512, shares=shares, rewrite={"party3": corrupt})
+    _, outcome = run(blocks, params_for(3, 1), sk=sk512, shares=shares, rewrite={"party1": corrupt})
     assert isinstance(outcome, BadPartialDecryption), outcome
-    assert outcome.party == 3 and outcome.origin == "org3"
+    assert outcome.party == 1 and outcome.origin == "org1"
 
 
 def _vector(data, pk, params, L, packing):
