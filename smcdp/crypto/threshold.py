@@ -66,7 +66,7 @@ from gmpy2 import mpz
 from smcdp._files import atomic_write
 from smcdp.crypto.counters import count_many as _count_many
 from smcdp.crypto.encoding import decode_fixed
-from smcdp.crypto.modexp import FixedBaseTable, multi_exp
+from smcdp.crypto.modexp import FixedBaseTable, multi_exp, table_budget_bytes, window_for
 from smcdp.crypto.paillier import PrivateKey, PublicKey, check_key_bits
 from smcdp.errors import CryptoOverflow, InvalidMessage
 
@@ -393,13 +393,15 @@ def _nonce(pub: ThresholdPublicKey, share: KeyShare, x: mpz, y: mpz, context: by
 _V_TABLES: dict[tuple[int, int, int], FixedBaseTable] = {}
 _V_TABLES_MAX = 4
 _V_LOCK = threading.Lock()
-#: the window of those tables: ⌈bits/6⌉ rows of 63 residues (about 24 MB at 2048 bits, 0.2 s to build), and an
-#: exponentiation of ~4,500 bits then costs ~750 multiplications instead of ~5,300
+#: the largest window of those tables: ⌈bits/6⌉ rows of 63 residues (about 24 MB at 2048 bits, 0.2 s to build),
+#: and an exponentiation of ~4,500 bits then costs ~750 multiplications instead of ~5,300; smaller where
+#: _V_TABLES_MAX tables would not fit the table budget (SMCDP_TABLE_BUDGET_MB: 4096-bit keys get 4-bit windows)
 _V_WINDOW = 6
 
 
 def _v_pow(pub: ThresholdPublicKey, e: int) -> mpz:
-    """v^e mod N² for 0 ≤ e < 2^(nonce_bits + 1), from a table built on first use for this key (else powmod)."""
+    """v^e mod N² for 0 ≤ e < 2^(nonce_bits + 1), from a table built on first use for this key (else powmod).
+    The table is built outside the lock (a build at 4096 bits takes a second; other keys' powers do not wait)."""
     n2 = pub.public_key.nsquare
     bits = pub.nonce_bits() + 1
     if e < 0 or e.bit_length() > bits:
@@ -407,11 +409,16 @@ def _v_pow(pub: ThresholdPublicKey, e: int) -> mpz:
     key = (int(n2), int(pub.v), bits)
     with _V_LOCK:
         table = _V_TABLES.get(key)
-        if table is None:
-            table = FixedBaseTable(mpz(pub.v), n2, bits, window=_V_WINDOW)
-            if len(_V_TABLES) >= _V_TABLES_MAX:
-                _V_TABLES.pop(next(iter(_V_TABLES)))
-            _V_TABLES[key] = table
+    if table is None:
+        budget = table_budget_bytes() // _V_TABLES_MAX
+        window = window_for(bits, n2.bit_length(), budget, entry_overhead=0, max_window=_V_WINDOW)
+        built = FixedBaseTable(mpz(pub.v), n2, bits, window=window)
+        with _V_LOCK:
+            table = _V_TABLES.get(key)
+            if table is None:  # (another thread may have built it meanwhile: keep one)
+                if len(_V_TABLES) >= _V_TABLES_MAX:
+                    _V_TABLES.pop(next(iter(_V_TABLES)))
+                table = _V_TABLES[key] = built
     return table.pow(e)
 
 

@@ -1547,16 +1547,17 @@ class _DataParty:
 
 # =============================================================================== the exact mode under a group key
 @contextlib.contextmanager
-def _beyond_slots(name: str) -> Iterator[None]:
-    """A proven combination that decrypts beyond its slots: refused as an invalid message from Trent.  (The proof
-    shows a combination of the sums with coefficients mod N, not bounded ones, and the data parties' releases
-    carry no range proofs: Trent, or a data party, deviated.)"""
+def _in_overflow_region(name: str) -> Iterator[None]:
+    """A proven combination whose packed value decrypts into the overflow region: refused as an invalid message
+    (the proof shows a combination of the sums with coefficients mod N, not bounded ones, and the data parties'
+    releases carry no range proofs: Trent, or a data party, deviated).  A carry between slots decrypts without
+    an error -- to values that are functions of the sums all the same."""
     try:
         yield
     except CryptoOverflow as exc:
         raise InvalidMessage(
-            f"{name} from {TRENT} decrypts beyond its slots ({exc}): {TRENT} combined the sums with coefficients "
-            "the protocol does not use, or a data party released values beyond the agreed bound"
+            f"{name} from {TRENT} decrypts into the overflow region ({exc}): {TRENT} combined the sums with "
+            "coefficients the protocol does not use, or a data party released values beyond the agreed bound"
         ) from None
 
 
@@ -1613,7 +1614,7 @@ class _GroupParty(_DataParty):
         decrypted, :class:`BadCombination`), then decrypted with the other data parties: its integers."""
         vec = self.block_vector(msg, name)
         await self.check(self.aggregates, vec, proof, name, self.params.scale_bits + 1)
-        with _beyond_slots(name):
+        with _in_overflow_region(name):
             return await threshold_decrypt(
                 self.ch,
                 self.params,
@@ -1639,7 +1640,7 @@ class _GroupParty(_DataParty):
         block = self.block_vector(reply.block, block_name)
         await self.check([gram_total], gram, proofs[0], gram_name, p.blind_offset_bits + p.blind_bits)
         await self.check(self.aggregates, block, proofs[1], block_name, p.scale_bits + 1)
-        with _beyond_slots(f"reply/{t}"):
+        with _in_overflow_region(f"reply/{t}"):
             g_ints, b_ints = await threshold_decrypt_many(
                 self.ch,
                 p,

@@ -895,7 +895,7 @@ async def trent_deliver(
 # ------------------------------------------------------------------ the exact mode: Trent's proven combinations
 #: Under a group key Trent's block is a combination of the aggregates of the last this-many contribution
 #: releases (every data party recomputes them): his decoys mix the ≤ 5 latest real states and never come twice in
-#: a row, so those lie among the last 10; the final block is the last real state he sent, among the last 3.
+#: a row, so those lie among the last 10; the final block is the last real state he sent, among the last 4.
 EXACT_WINDOW = 10
 
 
