@@ -77,6 +77,11 @@ def demo_power_iteration(
     among the data parties (a (threshold, N) group key), then the session (exact or DP) under that key."""
     if len(data) < 2:
         raise InvalidMessage("power iteration needs at least two --data inputs (one per data party)")
+    if threshold is not None and seed is not None:  # refused before the ceremony, not after it
+        raise InvalidMessage(
+            "--threshold cannot run with --seed: under a group key the encryption randomness comes from the "
+            "parties' randomness roots, which a known seed makes public"
+        )
     compute = compute or ComputeConfig()
     sources = [open_matrix(p, block_values=compute.block_values) for p in data]  # metadata only
     ks = {s.k for s in sources}

@@ -96,10 +96,14 @@ def test_demo_power_iteration_threshold_without_epsilon_runs_the_exact_mode_unde
     assert np.allclose(np.abs(np.dot(out["x"], x)), 1, atol=1e-9)
 
 
-def test_demo_power_iteration_threshold_needs_the_local_engine(capsys):
+def test_demo_power_iteration_threshold_needs_the_local_engine_and_no_seed(capsys):
     dp = ["--threshold", "1", "--key-bits", "512", "--epsilon", "1", "--delta", "1e-6"]
     assert cli_main(["demo", "power-iteration", *dp, "--compute", "dask"]) == 2
     assert "--threshold needs --compute local" in capsys.readouterr().err
+    # refused before the key ceremony (it used to run the ceremony and then fail the session)
+    assert cli_main(["demo", "power-iteration", "--threshold", "1", "--key-bits", "512", "--seed", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "--threshold cannot run with --seed" in err and "key ceremony" not in err
 
 
 def test_demo_dp_aggregate_threshold_runs_the_ceremony_then_the_session_under_the_group_key(tmp_path):
