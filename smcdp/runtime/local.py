@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import shutil
 import signal
 import socket
@@ -384,10 +385,38 @@ def bytes_sent(records: Mapping[str, dict]) -> dict[str, int]:
     return {p: int((r.get("stats") or {}).get("bytes_sent", 0)) for p, r in records.items()}
 
 
+#: the lowest port :func:`free_tcp_port` draws from (below the kernel's ephemeral range, above the usual services)
+FREE_PORT_FLOOR = 20000
+_PORTS = random.Random(int.from_bytes(os.urandom(8), "big"))  # not the tests' seeded global generator
+
+
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands out by itself (to bind(0) and to outgoing connections)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def free_tcp_port(host: str = "127.0.0.1") -> int:
-    """A port that was free a moment ago (the OS picks it).  Another process may take it before a party
-    binds it: :meth:`LocalCluster.start` then starts again on fresh ports."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
+    """A port that was free a moment ago.  Drawn at random **below the kernel's ephemeral range** (where the
+    kernel never picks one for another process's bind(0) or outgoing connection, which took the OS-picked
+    ports of the test deployments before their parties bound them: a .ci/run failed so), checked by binding
+    it; where that range leaves no room, the OS picks one.  Another process binding the same port explicitly
+    may still take it: :meth:`LocalCluster.start` then starts again on fresh ports."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    top = _ephemeral_low() - 1
+    if top - FREE_PORT_FLOOR >= 1024:
+        for _ in range(64):
+            port = _PORTS.randint(FREE_PORT_FLOOR, top)
+            with socket.socket(family, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    continue
+                return port
+    with socket.socket(family, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
 
