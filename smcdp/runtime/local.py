@@ -387,6 +387,8 @@ def bytes_sent(records: Mapping[str, dict]) -> dict[str, int]:
 
 #: the lowest port :func:`free_tcp_port` draws from (below the kernel's ephemeral range, above the usual services)
 FREE_PORT_FLOOR = 20000
+#: how long a port :func:`free_tcp_port` returned stays reserved against other processes on the host
+PORT_RESERVATION_SECONDS = 600.0
 _PORTS = random.Random(int.from_bytes(os.urandom(8), "big"))  # not the tests' seeded global generator
 
 
@@ -399,17 +401,49 @@ def _ephemeral_low() -> int:
         return 32768  # Linux's default
 
 
+def _reservations() -> Path:
+    path = Path(tempfile.gettempdir()) / f"smcdp-ports-{os.getuid()}"
+    path.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+def _reserve(port: int) -> bool:
+    """Claim ``port`` against every other process of this user that asks :func:`free_tcp_port` on this host (a
+    file made with O_EXCL; one older than PORT_RESERVATION_SECONDS is taken over: its deployment started long
+    ago).  False if another process holds it."""
+    path = _reservations() / str(port)
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        except FileExistsError:
+            try:
+                if time.time() - path.stat().st_mtime < PORT_RESERVATION_SECONDS:
+                    return False
+                path.unlink()  # stale: one of the racers unlinks it, one O_EXCL create wins
+            except FileNotFoundError:
+                pass
+            continue
+        os.close(fd)
+        return True
+    return False
+
+
 def free_tcp_port(host: str = "127.0.0.1") -> int:
-    """A port that was free a moment ago.  Drawn at random **below the kernel's ephemeral range** (where the
-    kernel never picks one for another process's bind(0) or outgoing connection, which took the OS-picked
-    ports of the test deployments before their parties bound them: a .ci/run failed so), checked by binding
-    it; where that range leaves no room, the OS picks one.  Another process binding the same port explicitly
-    may still take it: :meth:`LocalCluster.start` then starts again on fresh ports."""
+    """A port that was free a moment ago, and stays reserved for this process for a while.
+
+    Drawn at random **below the kernel's ephemeral range** (where the kernel never picks one for another
+    process's bind(0) or outgoing connection: those took the OS-picked ports of test deployments before their
+    parties bound them -- a .ci/run failed so), **reserved** against the other processes that draw from the same
+    range (a file per port, for PORT_RESERVATION_SECONDS: two test workers drew the same port and one party
+    could not bind it -- another .ci/run failed so), and checked by binding it.  Where the range leaves no room,
+    the OS picks one.  :meth:`LocalCluster.start` still starts again on fresh ports if one is taken."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     top = _ephemeral_low() - 1
     if top - FREE_PORT_FLOOR >= 1024:
-        for _ in range(64):
+        for _ in range(256):
             port = _PORTS.randint(FREE_PORT_FLOOR, top)
+            if not _reserve(port):
+                continue
             with socket.socket(family, socket.SOCK_STREAM) as s:
                 try:
                     s.bind((host, port))
