@@ -27,6 +27,12 @@ cost to detect (docs/security.md):
   secret key *and the witness* (:func:`_witness_stream`), so that a replayed
   prover sends the same proof and nobody who lacks the witness can predict them.
 
+* :func:`prove_scaling` / :func:`verify_scalings` -- each ciphertext is a multiple, known to the prover, of
+  its base, re-randomised (dp-aggregate's blinded counts under a group key); :func:`prove_combination` /
+  :func:`verify_combination` -- every entry is the same linear combination of its J bases, re-randomised
+  (power iteration's exact mode under a group key: Trent's blocks and blinded Grams); :func:`prove_bits` /
+  :func:`verify_bits_many` -- many bit proofs checked at once.
+
 Challenges are ``CHALLENGE_BITS`` = 128-bit Fiat–Shamir hashes of the
 statement and a caller-supplied context (session, purpose), so a proof cannot
 be replayed into another session.  Soundness needs 2^128 below the smallest

@@ -1,5 +1,6 @@
-"""Power iteration's DP modes under a group (threshold) key (docs/protocols/power-iteration.md, "The
-covariance mode with a group key" and "The noisy power method with a group key").
+"""Power iteration under a group (threshold) key (docs/protocols/power-iteration.md, "The covariance mode with a
+group key", "The noisy power method with a group key" and "The exact mode with a group key"; dp-aggregate's
+group-key mode builds on the same steps).
 
 The data parties hold shares of a (t, n) threshold Paillier key made by the key ceremony
 (:mod:`smcdp.protocols.keygen`, stored by :mod:`smcdp.plugins.keystore`); nobody holds the private key.
@@ -33,6 +34,10 @@ power method; :class:`Tags` names its messages), numbered as in the docs:
 6. It verifies every other party's partial decryption (a wrong one raises
    :class:`~smcdp.crypto.threshold.BadPartialDecryption`, re-raised with the party's name as ``origin``)
    and combines t + 1 of them: the noisy sum, from which it takes u_1 … u_r as in the single-key mode.
+
+The exact mode releases every contribution and Gram by steps 1–5 and decrypts only what Trent proves to be a
+combination of the recomputed sums (:func:`proven_combination`, :func:`check_combination`, ``EXACT_WINDOW``),
+with a digest of the ciphertext exchanged beside each partial decryption (``threshold_decrypt(agree=...)``).
 
 Randomness: the release's encryption randomness and both proofs' nonces derive from the party's root (a
 replayed party re-sends every message bit for bit); the randomness also from the plaintext (a replay with other
