@@ -1874,26 +1874,23 @@ class _Trent:
                 block = self.next_block(
                     {role: up.contribution for role, up in ups.items()}, functools.partial(_contribution_of_round, t)
                 )
-            await self.reply(t, gp, stop, block)
-            t += 1
-            self.lap()
+            t = await self.reply(t, gp, stop, block)
             if stop:
                 break
         return await self.finish(t, converged)
 
-    async def reply(self, t: int, gp: EncryptedVector, stop: bool, block: EncryptedVector) -> None:
-        """Round t's reply: the blinded Gram, the stop bit and the next (or the final) block, in one message."""
+    async def reply(self, t: int, gp: EncryptedVector, stop: bool, block: EncryptedVector) -> int:
+        """Round t's reply: the blinded Gram, the stop bit and the next (or the final) block, in one message; the
+        round's seconds for the record.  Returns the next round's number."""
         await self.ch.send_many(
             self.roles,
             f"reply/{t}",
             pb.PowerIterationReply(blinded_gram=gp.to_proto(), stop=stop, block=block.to_proto()),
         )
-
-    def lap(self) -> None:
-        """A round is over: its seconds for the record."""
         now = time.perf_counter()
         self.round_seconds.append(now - self._t_round)
         self._t_round = now
+        return t + 1
 
     def converged(self, t: int, ups: Mapping[str, pb.PowerIterationRound]) -> bool:
         """Every flag of round t says converged, and rounds t − 2 and t − 1 carried consecutive real states
@@ -2097,9 +2094,7 @@ class _GroupTrent(_Trent):
             stop = converged or t + 1 >= params.max_iterations
             block, block_proof = await asyncio.to_thread(self.block, f"reply/{t}/block", stop)
             await ch.send_many(roles, f"reply/{t}/proof", bigints([*gram_proof, *block_proof]))
-            await self.reply(t, gp, stop, block)
-            t += 1
-            self.lap()
+            t = await self.reply(t, gp, stop, block)
             if stop:
                 break
         return await self.finish(t, converged)
