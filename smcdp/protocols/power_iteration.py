@@ -1614,12 +1614,19 @@ class _GroupParty(_DataParty):
         decrypted, :class:`BadCombination`), then decrypted with the other data parties: its integers."""
         vec = self.block_vector(msg, name)
         await self.check(self.aggregates, vec, proof, name, self.params.scale_bits + 1)
+        (ints,) = await self.decrypt_proven(name, [vec], echo)
+        return ints
+
+    async def decrypt_proven(self, name: str, vecs: list[EncryptedVector], echo: bytes) -> list[list[int]]:
+        """Trent's ciphertexts of message ``name``, their proofs checked, decrypted with the other data parties in
+        one partial decryption (``partial/<name>``, with the digest of what this party decrypts beside it); the t
+        partials it combines with its own are verified (a wrong one named).  Each vector's integers."""
         with _in_overflow_region(name):
-            return await threshold_decrypt(
+            return await threshold_decrypt_many(
                 self.ch,
                 self.params,
                 self.key,
-                vec,
+                vecs,
                 Tags.decryption(name),
                 self.seed,
                 echo,
@@ -1640,18 +1647,7 @@ class _GroupParty(_DataParty):
         block = self.block_vector(reply.block, block_name)
         await self.check([gram_total], gram, proofs[0], gram_name, p.blind_offset_bits + p.blind_bits)
         await self.check(self.aggregates, block, proofs[1], block_name, p.scale_bits + 1)
-        with _in_overflow_region(f"reply/{t}"):
-            g_ints, b_ints = await threshold_decrypt_many(
-                self.ch,
-                p,
-                self.key,
-                [gram, block],
-                Tags.decryption(f"reply/{t}"),
-                self.seed,
-                echo,
-                agree=TRENT,
-                needed_only=True,  # the t partials it combines with its own are verified (a wrong one named)
-            )
+        g_ints, b_ints = await self.decrypt_proven(f"reply/{t}", [gram, block], echo)
         what = (
             f"{gram_name} from {TRENT} (a proven multiple of the Gram sum: {TRENT} deviated, or a data party "
             "released a Gram that is not one)"

@@ -401,17 +401,22 @@ def _ephemeral_low() -> int:
         return 32768  # Linux's default
 
 
-def _reservations() -> Path:
+def _reservations() -> Path | None:
+    """This user's directory of port reservations, or None if another user owns that name (nothing is reserved
+    then: the ports are drawn and checked as before)."""
     path = Path(tempfile.gettempdir()) / f"smcdp-ports-{os.getuid()}"
     path.mkdir(mode=0o700, exist_ok=True)
-    return path
+    return path if path.lstat().st_uid == os.getuid() and path.is_dir() and not path.is_symlink() else None
 
 
 def _reserve(port: int) -> bool:
     """Claim ``port`` against every other process of this user that asks :func:`free_tcp_port` on this host (a
     file made with O_EXCL; one older than PORT_RESERVATION_SECONDS is taken over: its deployment started long
     ago).  False if another process holds it."""
-    path = _reservations() / str(port)
+    where = _reservations()
+    if where is None:
+        return True
+    path = where / str(port)
     for _ in range(2):
         try:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)

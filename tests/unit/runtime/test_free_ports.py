@@ -64,3 +64,12 @@ def test_a_narrow_range_falls_back_to_the_os(reservations, monkeypatch):
     kernel_low = local._ephemeral_low()
     monkeypatch.setattr(local, "_ephemeral_low", lambda: local.FREE_PORT_FLOOR + 100)  # no room below it
     assert local.free_tcp_port() >= kernel_low  # the OS picked it, from its own range
+
+
+def test_a_reservation_directory_another_user_owns_is_not_used(monkeypatch):
+    """Another user could make the directory's name first (the temp dir is shared): its files must not decide
+    which ports this process gets, so nothing is reserved there and ports are drawn and checked as before."""
+    monkeypatch.setattr(local, "_reservations", lambda: None)
+    monkeypatch.setattr(local, "_PORTS", Draws([30011], 30012))
+    monkeypatch.setattr(local, "_ephemeral_low", lambda: 40000)
+    assert local.free_tcp_port() == 30011
