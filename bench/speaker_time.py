@@ -42,6 +42,7 @@ def session(X, models: SpeakerModels, sk, a) -> dict:
         max_mixtures=models.ubm.n_components,
         max_features=models.ubm.dim,
         max_frames=len(X),
+        key_kind=sk.public_key.kind,
     )
     if a.identify:
         p = IdentifyParams(max_speakers=a.max_speakers, **common)
@@ -92,16 +93,20 @@ def main(argv=None) -> int:
     ap.add_argument("--max-speakers", type=int, default=16)
     ap.add_argument("--key-bits", type=int, default=2048)
     ap.add_argument("--sessions", type=int, default=1)
+    ap.add_argument(
+        "--key-kind", choices=("standard", "subgroup"), default="standard", help="alice's key (docs/crypto.md)"
+    )
     a = ap.parse_args(argv)
     models = SpeakerModels.load(a.models)
     if not a.identify and not a.claim:
         a.claim = models.names[0]
     X = _frames(a.wav, a.frames, models.cmn)
-    _, sk = generate_keypair(a.key_bits, allow_insecure=a.key_bits < 2048)
+    _, sk = generate_keypair(a.key_bits, allow_insecure=a.key_bits < 2048, subgroup=a.key_kind == "subgroup")
     runs = [session(X, models, sk, a) for _ in range(a.sessions)]
     out = {
         "protocol": "speaker-identify" if a.identify else "speaker-verify",
         "key_bits": a.key_bits,
+        "key_kind": a.key_kind,
         "frames": len(X),
         "mixtures": models.ubm.n_components,
         "dim": models.ubm.dim,

@@ -14,7 +14,7 @@ from gmpy2 import mpz
 
 from smcdp.crypto.encoding import bytes_to_int, int_to_bytes
 from smcdp.crypto.paillier import PrivateKey, PublicKey, check_key_bits
-from smcdp.errors import InvalidMessage
+from smcdp.errors import InvalidMessage, PermissionDenied
 from smcdp.v1 import messages_pb2 as pb
 
 #: largest Paillier modulus a peer may send (bits)
@@ -23,24 +23,63 @@ MAX_MODULUS_BITS = 16384
 
 # --------------------------------------------------------------------------- Paillier keys
 def public_key_to_proto(pk: PublicKey) -> pb.PaillierPublicKey:
-    return pb.PaillierPublicKey(n=int_to_bytes(pk.n))
+    base = pk.subgroup_base
+    if base is None:
+        return pb.PaillierPublicKey(n=int_to_bytes(pk.n))
+    return pb.PaillierPublicKey(n=int_to_bytes(pk.n), subgroup_base=int_to_bytes(base), subgroup_bits=pk.subgroup_bits)
 
 
-def public_key_from_proto(msg: pb.PaillierPublicKey, *, allow_insecure: bool = False) -> PublicKey:
+def public_key_from_proto(
+    msg: pb.PaillierPublicKey, *, allow_insecure: bool = False, allow_subgroup: bool = False
+) -> PublicKey:
+    """The peer's public key, validated.  A subgroup key is refused (:class:`~smcdp.errors.PermissionDenied`)
+    unless ``allow_subgroup``: re-randomising under it uses the owner's base, whose order nobody else can
+    check (docs/crypto.md, "Subgroup keys"), so it is the receiving party's policy that admits it."""
     n = bytes_to_int(msg.n)
     if n.bit_length() > MAX_MODULUS_BITS:
         raise InvalidMessage("public key modulus is unreasonably large")
     check_key_bits(n.bit_length(), allow_insecure)
-    return PublicKey(n)
+    if not msg.subgroup_base and not msg.subgroup_bits:
+        return PublicKey(n)
+    if not allow_subgroup:
+        raise PermissionDenied(
+            "the peer's Paillier key is a subgroup key, which this party's policy does not admit here "
+            "(docs/crypto.md, 'Subgroup keys')"
+        )
+    return PublicKey(n, bytes_to_int(msg.subgroup_base), int(msg.subgroup_bits))
+
+
+def peer_public_key(
+    msg: pb.PaillierPublicKey, *, bits: int, kind: str, who: str, allow_insecure: bool = False
+) -> PublicKey:
+    """A key owner's public key as a session agreed on it: ``bits`` bits and of ``kind`` (``"standard"`` or
+    ``"subgroup"``: a subgroup key is admitted only when the session names it, which every party's policy
+    has then admitted); anything else is an :class:`~smcdp.errors.InvalidMessage` naming ``who`` sent it."""
+    pk = public_key_from_proto(msg, allow_insecure=allow_insecure, allow_subgroup=kind == "subgroup")
+    if pk.bits != bits:
+        raise InvalidMessage(f"{who}'s public key has {pk.bits} bits; the session agreed on {bits}")
+    if pk.kind != kind:
+        raise InvalidMessage(f"{who}'s public key is a {pk.kind} key; the session agreed on a {kind} key")
+    return pk
 
 
 def keypair_to_proto(sk: PrivateKey) -> pb.PaillierKeyPair:
-    return pb.PaillierKeyPair(n=int_to_bytes(sk.public_key.n), p=int_to_bytes(sk.p), q=int_to_bytes(sk.q))
+    pub = public_key_to_proto(sk.public_key)
+    msg = pb.PaillierKeyPair(n=pub.n, p=int_to_bytes(sk.p), q=int_to_bytes(sk.q))
+    if sk.orders is not None:
+        msg.subgroup_base, msg.subgroup_bits = pub.subgroup_base, pub.subgroup_bits
+        msg.alpha_p, msg.alpha_q = int_to_bytes(sk.orders[0]), int_to_bytes(sk.orders[1])
+    return msg
 
 
-def keypair_from_proto(msg: pb.PaillierKeyPair, *, allow_insecure: bool = False) -> PrivateKey:
-    pk = public_key_from_proto(pb.PaillierPublicKey(n=msg.n), allow_insecure=allow_insecure)
-    return PrivateKey.from_factors(pk, bytes_to_int(msg.p), bytes_to_int(msg.q))
+def keypair_from_proto(
+    msg: pb.PaillierKeyPair, *, allow_insecure: bool = False, allow_subgroup: bool = False
+) -> PrivateKey:
+    """A co-owner's key pair, with its factors (and a subgroup key's orders) checked."""
+    pub = pb.PaillierPublicKey(n=msg.n, subgroup_base=msg.subgroup_base, subgroup_bits=msg.subgroup_bits)
+    pk = public_key_from_proto(pub, allow_insecure=allow_insecure, allow_subgroup=allow_subgroup)
+    orders = (bytes_to_int(msg.alpha_p), bytes_to_int(msg.alpha_q)) if pk.subgroup else None
+    return PrivateKey.from_factors(pk, bytes_to_int(msg.p), bytes_to_int(msg.q), orders)
 
 
 # --------------------------------------------------------------------------- single ciphertexts

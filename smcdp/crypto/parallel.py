@@ -22,6 +22,7 @@ import os
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
+from typing import Any
 
 from smcdp.crypto.counters import count_many
 from smcdp.crypto.paillier import PrivateKey, PublicKey
@@ -30,10 +31,16 @@ _WORKER_PK: PublicKey | None = None
 _WORKER_SK: PrivateKey | None = None
 
 
-def _init_worker(n: int, pq: tuple[int, int] | None) -> None:
+def _init_worker(public: dict[str, Any], private: dict[str, Any] | None) -> None:
+    """The worker's keys from their JSON forms (a subgroup key keeps its base and orders; the parent
+    checked the factors already, so they are not tested for primality again)."""
     global _WORKER_PK, _WORKER_SK
-    _WORKER_PK = PublicKey(n)
-    _WORKER_SK = PrivateKey(_WORKER_PK, *pq) if pq else None
+    _WORKER_PK = PublicKey.from_json(public)
+    if private is None:
+        _WORKER_SK = None
+        return
+    orders = (int(private["alpha_p"], 16), int(private["alpha_q"], 16)) if "alpha_p" in private else None
+    _WORKER_SK = PrivateKey(_WORKER_PK, int(private["p"], 16), int(private["q"], 16), orders)
 
 
 def _encrypt_chunk(ints: list[int], use_private: bool) -> list[int]:
@@ -72,12 +79,11 @@ class CryptoPool:
         self.public_key = public_key
         self.has_private_key = private_key is not None
         self.workers = workers or os.cpu_count() or 1
-        pq = (int(private_key.p), int(private_key.q)) if private_key is not None else None
         self._pool = ProcessPoolExecutor(
             max_workers=self.workers,
             mp_context=mp.get_context("spawn"),
             initializer=_init_worker,
-            initargs=(int(public_key.n), pq),
+            initargs=(public_key.to_json(), None if private_key is None else private_key.to_json()),
         )
 
     def __enter__(self) -> CryptoPool:

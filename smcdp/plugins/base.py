@@ -109,6 +109,10 @@ class SessionSummary:
     #: the key ceremony's, or that of the group key a session encrypts under; bounded below by a policy's
     #: ``min_threshold``.  None: no group key
     threshold: int | None = None
+    #: the roles whose guarantee rests on a *subgroup* Paillier key (docs/crypto.md, "Subgroup keys"): its
+    #: owner's data under the subgroup assumption, and a peer who re-randomises under the owner's base;
+    #: each such party's policy must say ``allow_subgroup_key = true``.  Empty: only standard keys
+    subgroup_key: tuple[str, ...] = ()
 
     def outputs_from(self, role: str) -> list[OutputFlow]:
         """The outputs computed from ``role``'s private inputs."""
@@ -133,6 +137,7 @@ class SessionSummary:
             "key": self.key,
             "group_key_mode": self.group_key_mode,
             "threshold": self.threshold,
+            "subgroup_key": list(self.subgroup_key),
         }
 
 

@@ -136,6 +136,7 @@ class KeywordPlugin(ProtocolPlugin):
             outputs=tuple(outputs),
             frames_per_round={BOB: p.frames_per_round},
             hiding=hiding_of(p, FORWARD_HIDING),
+            subgroup_key=(ALICE, BOB) if p.key_kind == "subgroup" else (),
         )
 
     def traffic_envelope(self, params: Mapping[str, Any], roles: Mapping[str, str], role: str):
@@ -160,6 +161,7 @@ class KeywordPlugin(ProtocolPlugin):
             key_bits=last.key_bits,
             obfuscators_per_frame=last.obfuscators_per_frame,
             allow_insecure_keys=allow_insecure_keys,
+            key_kind=last.key_kind,
         )
 
     async def run_role(self, role: str, ch: Channel, ctx: SessionContext) -> dict:

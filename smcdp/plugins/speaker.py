@@ -73,6 +73,7 @@ class _SpeakerPlugin(ProtocolPlugin):
             coordinator_roles=(),
             outputs=(OutputFlow(self.output_name, (p.output,), (ALICE, BOB)),),
             hiding=hiding_of(p, (*FORWARD_HIDING, "stat_bits")),
+            subgroup_key=(ALICE, BOB) if p.key_kind == "subgroup" else (),
         )
 
     def traffic_envelope(self, params: Mapping[str, Any], roles: Mapping[str, str], role: str):

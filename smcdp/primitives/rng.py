@@ -50,6 +50,7 @@ from smcdp.crypto.obfuscation import ObfuscatorPool
 from smcdp.crypto.paillier import PrivateKey, check_key_bits, generate_keypair
 from smcdp.crypto.prepared import SHELF
 from smcdp.dp.samplers import RandomSource, SecureSource, StreamSource
+from smcdp.errors import InvalidMessage
 
 __all__ = [
     "Drbg",
@@ -244,26 +245,62 @@ def derive_seed(seed: SeedLike, *labels: str) -> int | None:
 
 
 # ------------------------------------------------------------------ a role's session key pair
-def _prepared_label(seed: SeedLike, protocol: str, role: str, bits: int) -> bytes:
-    """Where the key pair of (root, protocol, role, size) is shelved when made ahead: a stream of the root
+def _key_labels(protocol: str, role: str, subgroup: bool) -> tuple[str, ...]:
+    """The stream of the root a role's key comes from (a subgroup key from a stream of its own)."""
+    return (protocol, role, "key", "subgroup") if subgroup else (protocol, role, "key")
+
+
+def _prepared_label(seed: SeedLike, protocol: str, role: str, bits: int, subgroup: bool = False) -> bytes:
+    """Where the key pair of (root, protocol, role, size, kind) is shelved when made ahead: a stream of the root
     other than the key's own, so nothing about the key follows from it; random, never found, without a root."""
-    return as_randomness(seed).stream_key(protocol, role, "key", "prepared", str(int(bits)))
+    kind = ("subgroup",) if subgroup else ()
+    return as_randomness(seed).stream_key(protocol, role, "key", "prepared", str(int(bits)), *kind)
 
 
 def session_keypair(
-    seed: SeedLike, protocol: str, role: str, bits: int, *, allow_insecure: bool = False
+    seed: SeedLike, protocol: str, role: str, bits: int, *, allow_insecure: bool = False, subgroup: bool = False
 ) -> tuple[PrivateKey, ObfuscatorPool | None]:
     """The Paillier key pair that ``role`` of ``protocol`` derives from its root ``seed`` (the stream
-    ``protocol, role, "key"``), and the obfuscators made for it ahead, if any.
+    ``protocol, role, "key"``; a subgroup key, ``subgroup=True``, the stream ``…, "key", "subgroup"``), and the
+    obfuscators made for it ahead, if any.
 
     When the party made this very key while it was idle (:func:`prepare_session_keypair`,
     :mod:`smcdp.runtime.offline`) it is taken from the party's :data:`~smcdp.crypto.prepared.SHELF` with
     its tables built; otherwise -- a replay, a seeded session, another key size -- it is derived now.
     Either way it is the same key."""
-    prepared = SHELF.take(_prepared_label(seed, protocol, role, bits))
+    prepared = SHELF.take(_prepared_label(seed, protocol, role, bits, subgroup))
     if prepared is not None:
         return prepared.key, prepared.obfuscators
-    return generate_keypair(bits, allow_insecure=allow_insecure, rng=protocol_rng(seed, protocol, role, "key"))[1], None
+    rng = protocol_rng(seed, *_key_labels(protocol, role, subgroup))
+    return generate_keypair(bits, allow_insecure=allow_insecure, rng=rng, subgroup=subgroup)[1], None
+
+
+def owned_session_key(
+    seed: SeedLike,
+    protocol: str,
+    role: str,
+    bits: int,
+    kind: str,
+    *,
+    private_key: PrivateKey | None = None,
+    allow_insecure: bool = False,
+) -> tuple[PrivateKey, ObfuscatorPool | None]:
+    """The key pair a key-owning role uses in a session that agreed on ``bits`` and ``kind`` (``"standard"`` or
+    ``"subgroup"``): the caller's ``private_key``, checked against both, or the one derived from the root
+    (:func:`session_keypair`, with its prepared obfuscators if any).  A mismatch is an InvalidMessage."""
+    check_key_bits(bits, allow_insecure)
+    obfuscators = None
+    if private_key is None:
+        private_key, obfuscators = session_keypair(
+            seed, protocol, role, bits, allow_insecure=allow_insecure, subgroup=kind == "subgroup"
+        )
+    pk = private_key.public_key
+    check_key_bits(pk.bits, allow_insecure)
+    if pk.bits != bits:
+        raise InvalidMessage(f"the private key has {pk.bits} bits; the session agreed on {bits}")
+    if pk.kind != kind:
+        raise InvalidMessage(f"the private key is a {pk.kind} key; the session agreed on a {kind} key")
+    return private_key, obfuscators
 
 
 def prepare_session_keypair(
@@ -275,6 +312,7 @@ def prepare_session_keypair(
     uses: int,
     obfuscators: int = 0,
     allow_insecure: bool = False,
+    subgroup: bool = False,
 ) -> None:
     """Start making, in the background, the key pair a session with root ``root`` will derive for ``role``
     (:func:`session_keypair`), its tables sized for ``uses`` encryptions and ``obfuscators`` of its
@@ -282,6 +320,7 @@ def prepare_session_keypair(
     check_key_bits(bits, allow_insecure)
 
     def make() -> PrivateKey:
-        return generate_keypair(bits, allow_insecure=allow_insecure, rng=protocol_rng(root, protocol, role, "key"))[1]
+        rng = protocol_rng(root, *_key_labels(protocol, role, subgroup))
+        return generate_keypair(bits, allow_insecure=allow_insecure, rng=rng, subgroup=subgroup)[1]
 
-    SHELF.prepare(_prepared_label(root, protocol, role, bits), make, uses=uses, obfuscators=obfuscators)
+    SHELF.prepare(_prepared_label(root, protocol, role, bits, subgroup), make, uses=uses, obfuscators=obfuscators)

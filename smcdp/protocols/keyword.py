@@ -33,17 +33,17 @@ from typing import Any
 import gmpy2
 import numpy as np
 
-from smcdp.crypto.codec import public_key_from_proto, public_key_to_proto
+from smcdp.crypto.codec import peer_public_key, public_key_to_proto
 from smcdp.crypto.encoding import UNPACKED
 from smcdp.crypto.naor_pinkas import MODP2048
 from smcdp.crypto.obfuscation import ObfuscatorPool
-from smcdp.crypto.paillier import PrivateKey, check_key_bits
+from smcdp.crypto.paillier import PrivateKey, check_key_kind
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.errors import CryptoOverflow, InputRejected, InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.net.limits import TrafficEnvelope, ciphertext_vector_bytes
 from smcdp.primitives.ot import ot_choose, ot_send
-from smcdp.primitives.rng import Randomness, SeedLike, prepare_session_keypair, protocol_rng, session_keypair
+from smcdp.primitives.rng import Randomness, SeedLike, owned_session_key, prepare_session_keypair, protocol_rng
 from smcdp.protocols.secure_forward import (
     KIND_CODES,
     MAX_FRAMES,
@@ -93,6 +93,9 @@ class KeywordParams(ForwardParams):
     protocol_name = "keyword"
 
     key_bits: int = 2048
+    #: Alice's key: "standard", or "subgroup" (decryption about 4x cheaper; another hardness assumption and
+    #: Bob re-randomises under her base: both parties' policies must allow it, docs/crypto.md "Subgroup keys")
+    key_kind: str = "standard"
     debug_reveal: bool = False
     scale_bits: int = 32  # the transform's secret factor a has this many bits
     #: cepstral mean normalisation of Alice's front end when her input is a WAV file (public: it must
@@ -108,6 +111,7 @@ class KeywordParams(ForwardParams):
         super().validate()
         if isinstance(self.key_bits, bool) or not isinstance(self.key_bits, int) or not 256 <= self.key_bits <= 16384:
             raise InvalidMessage(f"keyword parameter key_bits={self.key_bits!r} must be an integer in [256, 16384]")
+        check_key_kind(self.key_kind, "keyword parameter")
         if not isinstance(self.debug_reveal, bool):
             raise InvalidMessage("keyword parameter debug_reveal must be a boolean")
         if isinstance(self.scale_bits, bool) or not isinstance(self.scale_bits, int) or not 8 <= self.scale_bits <= 128:
@@ -225,7 +229,9 @@ async def keyword_alice(
             expected_frames = len(X) if not isinstance(X, AsyncIterable) else STREAM_EXPECTED_FRAMES
         await role.prepare(expected_frames)
         sizes = AliceSizes(
-            key_bits=pk.bits, obfuscators_per_frame=max(1.0, role.offline["obfuscator_count"] / expected_frames)
+            key_bits=pk.bits,
+            obfuscators_per_frame=max(1.0, role.offline["obfuscator_count"] / expected_frames),
+            key_kind=pk.kind,
         )
         offline = {
             "keygen": keygen,
@@ -280,13 +286,15 @@ def _alice_key(
     was idle, with its obfuscators, if it was: smcdp.runtime.offline), its obfuscators if prepared, and the
     seconds it took."""
     t0 = time.perf_counter()
-    obfuscators = None
-    if private_key is None:
-        check_key_bits(params.key_bits, allow_insecure_keys)
-        private_key, obfuscators = session_keypair(
-            seed, "keyword", ch.role, params.key_bits, allow_insecure=allow_insecure_keys
-        )
-    check_key_bits(private_key.public_key.bits, allow_insecure_keys)
+    private_key, obfuscators = owned_session_key(
+        seed,
+        "keyword",
+        ch.role,
+        params.key_bits,
+        params.key_kind,
+        private_key=private_key,
+        allow_insecure=allow_insecure_keys,
+    )
     return private_key, obfuscators, time.perf_counter() - t0
 
 
@@ -340,6 +348,7 @@ class AliceSizes:
 
     key_bits: int = KeywordParams.key_bits
     obfuscators_per_frame: float = float(DEFAULT_OBFUSCATORS_PER_FRAME)
+    key_kind: str = KeywordParams.key_kind
 
 
 def prepare_alice(
@@ -350,6 +359,7 @@ def prepare_alice(
     obfuscators_per_frame: float = AliceSizes.obfuscators_per_frame,
     role: str = ALICE,
     allow_insecure_keys: bool = False,
+    key_kind: str = AliceSizes.key_kind,
 ) -> None:
     """Alice's offline phase for a session that will have randomness root ``root``, started now in the
     background (:func:`~smcdp.primitives.rng.prepare_session_keypair`): the key that session derives, its
@@ -358,7 +368,14 @@ def prepare_alice(
     another root, key size or role finds nothing and does it all itself."""
     count = int(max(1.0, float(obfuscators_per_frame)) * max(1, min(int(frames), MAX_FRAMES))) + 8
     prepare_session_keypair(
-        root, "keyword", role, int(key_bits), uses=count, obfuscators=count, allow_insecure=allow_insecure_keys
+        root,
+        "keyword",
+        role,
+        int(key_bits),
+        uses=count,
+        obfuscators=count,
+        allow_insecure=allow_insecure_keys,
+        subgroup=key_kind == "subgroup",
     )
 
 
@@ -388,9 +405,13 @@ async def keyword_bob(
     t_start = time.perf_counter()
     c_start = time.process_time()
     rng = protocol_rng(seed, "keyword", ch.role)
-    pk = public_key_from_proto(await ch.recv(alice, "kw/pk", pb.PaillierPublicKey), allow_insecure=allow_insecure_keys)
-    if pk.bits != params.key_bits:
-        raise InvalidMessage(f"{alice}'s public key has {pk.bits} bits; the session agreed on {params.key_bits}")
+    pk = peer_public_key(
+        await ch.recv(alice, "kw/pk", pb.PaillierPublicKey),
+        bits=params.key_bits,
+        kind=params.key_kind,
+        who=alice,
+        allow_insecure=allow_insecure_keys,
+    )
     role = ForwardBob(
         ch, models, params.forward(), public_key=pk, alice=alice, tag="kw/fw", seed=seed, labels=("keyword", "forward")
     )

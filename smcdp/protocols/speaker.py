@@ -65,12 +65,13 @@ from smcdp.crypto import dgk
 from smcdp.crypto.codec import (
     ciphertext_from_proto,
     ciphertext_to_proto,
+    peer_public_key,
     public_key_from_proto,
     public_key_to_proto,
 )
 from smcdp.crypto.encoding import UNPACKED
 from smcdp.crypto.naor_pinkas import MODP2048
-from smcdp.crypto.paillier import PrivateKey, PublicKey, check_key_bits, generate_keypair
+from smcdp.crypto.paillier import PrivateKey, PublicKey, check_key_kind, generate_keypair
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.errors import InputRejected, InvalidMessage
 from smcdp.net.channel import Channel
@@ -80,9 +81,9 @@ from smcdp.primitives.ot import ot_choose, ot_send
 from smcdp.primitives.rng import (
     Randomness,
     SeedLike,
+    owned_session_key,
     prepare_session_keypair,
     protocol_rng,
-    session_keypair,
 )
 from smcdp.protocols.secure_forward import (
     MAX_FRAMES,
@@ -116,6 +117,9 @@ class SpeakerParams(ForwardParams):
     protocol_name = "speaker"
 
     key_bits: int = 2048
+    #: alice's key ξ: "standard", or "subgroup" (decryption about 4x cheaper; both parties' policies must
+    #: allow it: docs/crypto.md, "Subgroup keys")
+    key_kind: str = "standard"
     dgk_bits: int = 2048  # Bob's DGK key for the comparisons
     dgk_t: int = 224
     stat_bits: int = 40  # κ: statistical hiding of every masked score
@@ -142,6 +146,7 @@ class SpeakerParams(ForwardParams):
             raise InvalidMessage(
                 f"{self.protocol_name} parameter key_bits={self.key_bits!r} must be an integer in [256, 16384]"
             )
+        check_key_kind(self.key_kind, f"{self.protocol_name} parameter")
         for name, lo, hi in (("dgk_bits", 256, 8192), ("dgk_t", 16, 1024), ("stat_bits", 20, 128)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
@@ -348,17 +353,15 @@ async def _alice_forward(
     online timings with the clocks' starts, frames, what the next session is to be prepared for)."""
     t0 = time.perf_counter()
     c0 = time.process_time()
-    obfuscators = None
-    if private_key is None:
-        check_key_bits(params.key_bits, allow_insecure_keys)
-        private_key, obfuscators = session_keypair(
-            seed, params.protocol_name, ch.role, params.key_bits, allow_insecure=allow_insecure_keys
-        )
-    check_key_bits(private_key.public_key.bits, allow_insecure_keys)
-    if private_key.public_key.bits != params.key_bits:
-        raise InvalidMessage(
-            f"the private key has {private_key.public_key.bits} bits; the session agreed on {params.key_bits}"
-        )
+    private_key, obfuscators = owned_session_key(
+        seed,
+        params.protocol_name,
+        ch.role,
+        params.key_bits,
+        params.key_kind,
+        private_key=private_key,
+        allow_insecure=allow_insecure_keys,
+    )
     keygen = time.perf_counter() - t0
     await ch.send(bob, f"{tag}/pk", public_key_to_proto(private_key.public_key))
     role = ForwardAlice(
@@ -373,7 +376,7 @@ async def _alice_forward(
     )
     try:
         await role.prepare(len(X))
-        sizes = AliceSizes(params.key_bits, max(1.0, float(role.offline["obfuscator_count"]) / len(X)))
+        sizes = AliceSizes(params.key_bits, max(1.0, float(role.offline["obfuscator_count"]) / len(X)), params.key_kind)
         offline = {
             "keygen": keygen,
             "prepared": obfuscators is not None,
@@ -403,11 +406,13 @@ async def _bob_forward(
     """Bob's half of steps 1-2: Alice's key, the secure forward on ``gmms``; ξ(ℓ) of every model."""
     t0 = time.perf_counter()
     c0 = time.process_time()
-    pk = public_key_from_proto(
-        await ch.recv(alice, f"{tag}/pk", pb.PaillierPublicKey), allow_insecure=allow_insecure_keys
+    pk = peer_public_key(
+        await ch.recv(alice, f"{tag}/pk", pb.PaillierPublicKey),
+        bits=params.key_bits,
+        kind=params.key_kind,
+        who=alice,
+        allow_insecure=allow_insecure_keys,
     )
-    if pk.bits != params.key_bits:
-        raise InvalidMessage(f"{alice}'s public key has {pk.bits} bits; the session agreed on {params.key_bits}")
     hmms = models.hmm_set(gmms, labels)
     role = ForwardBob(
         ch,
@@ -450,6 +455,7 @@ class AliceSizes:
 
     key_bits: int = 2048
     obfuscators_per_frame: float | None = None
+    key_kind: str = "standard"
 
 
 def prepare_alice(
@@ -469,7 +475,14 @@ def prepare_alice(
     count = int(per_frame * max(1, min(int(frames), MAX_FRAMES))) + 8
     bits = sizes.key_bits if key_bits is None else key_bits
     prepare_session_keypair(
-        root, protocol, ALICE, bits, uses=count, obfuscators=count, allow_insecure=allow_insecure_keys
+        root,
+        protocol,
+        ALICE,
+        bits,
+        uses=count,
+        obfuscators=count,
+        allow_insecure=allow_insecure_keys,
+        subgroup=sizes.key_kind == "subgroup",
     )
 
 

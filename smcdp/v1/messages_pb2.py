@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17smcdp/v1/messages.proto\x12\x08smcdp.v1\"\x1e\n\x11PaillierPublicKey\x12\t\n\x01n\x18\x01 \x01(\x0c\"2\n\x0fPaillierKeyPair\x12\t\n\x01n\x18\x01 \x01(\x0c\x12\t\n\x01p\x18\x02 \x01(\x0c\x12\t\n\x01q\x18\x03 \x01(\x0c\"\xa1\x01\n\x10\x43iphertextVector\x12\x13\n\x0b\x63iphertexts\x18\x01 \x03(\x0c\x12\x10\n\x08\x65xponent\x18\x02 \x01(\x11\x12\x0e\n\x06length\x18\x03 \x01(\r\x12\x1c\n\x14slots_per_ciphertext\x18\x04 \x01(\r\x12\x11\n\tslot_bits\x18\x05 \x01(\r\x12\x17\n\x0fkey_fingerprint\x18\x06 \x01(\x0cJ\x04\x08\x07\x10\x08R\x06offset\"\x18\n\x06\x46loats\x12\x0e\n\x06values\x18\x01 \x03(\x01\"\x16\n\x04Ints\x12\x0e\n\x06values\x18\x01 \x03(\x12\".\n\x07\x42igInts\x12\x11\n\tmagnitude\x18\x01 \x03(\x0c\x12\x10\n\x08negative\x18\x02 \x03(\x08\"4\n\x06Matrix\x12\x0c\n\x04rows\x18\x01 \x01(\r\x12\x0c\n\x04\x63ols\x18\x02 \x01(\r\x12\x0e\n\x06values\x18\x03 \x03(\x01\"\x15\n\x04\x46lag\x12\r\n\x05value\x18\x01 \x01(\x08\"\x15\n\x04Text\x12\r\n\x05value\x18\x01 \x01(\t\"\x17\n\x05\x42lobs\x12\x0e\n\x06values\x18\x01 \x03(\x0c\"\x84\x01\n\x13PowerIterationRound\x12(\n\x04gram\x18\x01 \x01(\x0b\x32\x1a.smcdp.v1.CiphertextVector\x12\x11\n\tconverged\x18\x02 \x01(\x08\x12\x30\n\x0c\x63ontribution\x18\x03 \x01(\x0b\x32\x1a.smcdp.v1.CiphertextVector\"\x80\x01\n\x13PowerIterationReply\x12\x30\n\x0c\x62linded_gram\x18\x01 \x01(\x0b\x32\x1a.smcdp.v1.CiphertextVector\x12\x0c\n\x04stop\x18\x02 \x01(\x08\x12)\n\x05\x62lock\x18\x03 \x01(\x0b\x32\x1a.smcdp.v1.CiphertextVectorb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17smcdp/v1/messages.proto\x12\x08smcdp.v1\"L\n\x11PaillierPublicKey\x12\t\n\x01n\x18\x01 \x01(\x0c\x12\x15\n\rsubgroup_base\x18\x02 \x01(\x0c\x12\x15\n\rsubgroup_bits\x18\x03 \x01(\r\"\x82\x01\n\x0fPaillierKeyPair\x12\t\n\x01n\x18\x01 \x01(\x0c\x12\t\n\x01p\x18\x02 \x01(\x0c\x12\t\n\x01q\x18\x03 \x01(\x0c\x12\x15\n\rsubgroup_base\x18\x04 \x01(\x0c\x12\x15\n\rsubgroup_bits\x18\x05 \x01(\r\x12\x0f\n\x07\x61lpha_p\x18\x06 \x01(\x0c\x12\x0f\n\x07\x61lpha_q\x18\x07 \x01(\x0c\"\xa1\x01\n\x10\x43iphertextVector\x12\x13\n\x0b\x63iphertexts\x18\x01 \x03(\x0c\x12\x10\n\x08\x65xponent\x18\x02 \x01(\x11\x12\x0e\n\x06length\x18\x03 \x01(\r\x12\x1c\n\x14slots_per_ciphertext\x18\x04 \x01(\r\x12\x11\n\tslot_bits\x18\x05 \x01(\r\x12\x17\n\x0fkey_fingerprint\x18\x06 \x01(\x0cJ\x04\x08\x07\x10\x08R\x06offset\"\x18\n\x06\x46loats\x12\x0e\n\x06values\x18\x01 \x03(\x01\"\x16\n\x04Ints\x12\x0e\n\x06values\x18\x01 \x03(\x12\".\n\x07\x42igInts\x12\x11\n\tmagnitude\x18\x01 \x03(\x0c\x12\x10\n\x08negative\x18\x02 \x03(\x08\"4\n\x06Matrix\x12\x0c\n\x04rows\x18\x01 \x01(\r\x12\x0c\n\x04\x63ols\x18\x02 \x01(\r\x12\x0e\n\x06values\x18\x03 \x03(\x01\"\x15\n\x04\x46lag\x12\r\n\x05value\x18\x01 \x01(\x08\"\x15\n\x04Text\x12\r\n\x05value\x18\x01 \x01(\t\"\x17\n\x05\x42lobs\x12\x0e\n\x06values\x18\x01 \x03(\x0c\"\x84\x01\n\x13PowerIterationRound\x12(\n\x04gram\x18\x01 \x01(\x0b\x32\x1a.smcdp.v1.CiphertextVector\x12\x11\n\tconverged\x18\x02 \x01(\x08\x12\x30\n\x0c\x63ontribution\x18\x03 \x01(\x0b\x32\x1a.smcdp.v1.CiphertextVector\"\x80\x01\n\x13PowerIterationReply\x12\x30\n\x0c\x62linded_gram\x18\x01 \x01(\x0b\x32\x1a.smcdp.v1.CiphertextVector\x12\x0c\n\x04stop\x18\x02 \x01(\x08\x12)\n\x05\x62lock\x18\x03 \x01(\x0b\x32\x1a.smcdp.v1.CiphertextVectorb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,27 +32,27 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'smcdp.v1.messages_pb2', _gl
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_PAILLIERPUBLICKEY']._serialized_start=37
-  _globals['_PAILLIERPUBLICKEY']._serialized_end=67
-  _globals['_PAILLIERKEYPAIR']._serialized_start=69
-  _globals['_PAILLIERKEYPAIR']._serialized_end=119
-  _globals['_CIPHERTEXTVECTOR']._serialized_start=122
-  _globals['_CIPHERTEXTVECTOR']._serialized_end=283
-  _globals['_FLOATS']._serialized_start=285
-  _globals['_FLOATS']._serialized_end=309
-  _globals['_INTS']._serialized_start=311
-  _globals['_INTS']._serialized_end=333
-  _globals['_BIGINTS']._serialized_start=335
-  _globals['_BIGINTS']._serialized_end=381
-  _globals['_MATRIX']._serialized_start=383
-  _globals['_MATRIX']._serialized_end=435
-  _globals['_FLAG']._serialized_start=437
-  _globals['_FLAG']._serialized_end=458
-  _globals['_TEXT']._serialized_start=460
-  _globals['_TEXT']._serialized_end=481
-  _globals['_BLOBS']._serialized_start=483
-  _globals['_BLOBS']._serialized_end=506
-  _globals['_POWERITERATIONROUND']._serialized_start=509
-  _globals['_POWERITERATIONROUND']._serialized_end=641
-  _globals['_POWERITERATIONREPLY']._serialized_start=644
-  _globals['_POWERITERATIONREPLY']._serialized_end=772
+  _globals['_PAILLIERPUBLICKEY']._serialized_end=113
+  _globals['_PAILLIERKEYPAIR']._serialized_start=116
+  _globals['_PAILLIERKEYPAIR']._serialized_end=246
+  _globals['_CIPHERTEXTVECTOR']._serialized_start=249
+  _globals['_CIPHERTEXTVECTOR']._serialized_end=410
+  _globals['_FLOATS']._serialized_start=412
+  _globals['_FLOATS']._serialized_end=436
+  _globals['_INTS']._serialized_start=438
+  _globals['_INTS']._serialized_end=460
+  _globals['_BIGINTS']._serialized_start=462
+  _globals['_BIGINTS']._serialized_end=508
+  _globals['_MATRIX']._serialized_start=510
+  _globals['_MATRIX']._serialized_end=562
+  _globals['_FLAG']._serialized_start=564
+  _globals['_FLAG']._serialized_end=585
+  _globals['_TEXT']._serialized_start=587
+  _globals['_TEXT']._serialized_end=608
+  _globals['_BLOBS']._serialized_start=610
+  _globals['_BLOBS']._serialized_end=633
+  _globals['_POWERITERATIONROUND']._serialized_start=636
+  _globals['_POWERITERATIONROUND']._serialized_end=768
+  _globals['_POWERITERATIONREPLY']._serialized_start=771
+  _globals['_POWERITERATIONREPLY']._serialized_end=899
 # @@protoc_insertion_point(module_scope)

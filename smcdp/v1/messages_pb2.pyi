@@ -7,20 +7,32 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class PaillierPublicKey(_message.Message):
-    __slots__ = ("n",)
+    __slots__ = ("n", "subgroup_base", "subgroup_bits")
     N_FIELD_NUMBER: _ClassVar[int]
+    SUBGROUP_BASE_FIELD_NUMBER: _ClassVar[int]
+    SUBGROUP_BITS_FIELD_NUMBER: _ClassVar[int]
     n: bytes
-    def __init__(self, n: _Optional[bytes] = ...) -> None: ...
+    subgroup_base: bytes
+    subgroup_bits: int
+    def __init__(self, n: _Optional[bytes] = ..., subgroup_base: _Optional[bytes] = ..., subgroup_bits: _Optional[int] = ...) -> None: ...
 
 class PaillierKeyPair(_message.Message):
-    __slots__ = ("n", "p", "q")
+    __slots__ = ("n", "p", "q", "subgroup_base", "subgroup_bits", "alpha_p", "alpha_q")
     N_FIELD_NUMBER: _ClassVar[int]
     P_FIELD_NUMBER: _ClassVar[int]
     Q_FIELD_NUMBER: _ClassVar[int]
+    SUBGROUP_BASE_FIELD_NUMBER: _ClassVar[int]
+    SUBGROUP_BITS_FIELD_NUMBER: _ClassVar[int]
+    ALPHA_P_FIELD_NUMBER: _ClassVar[int]
+    ALPHA_Q_FIELD_NUMBER: _ClassVar[int]
     n: bytes
     p: bytes
     q: bytes
-    def __init__(self, n: _Optional[bytes] = ..., p: _Optional[bytes] = ..., q: _Optional[bytes] = ...) -> None: ...
+    subgroup_base: bytes
+    subgroup_bits: int
+    alpha_p: bytes
+    alpha_q: bytes
+    def __init__(self, n: _Optional[bytes] = ..., p: _Optional[bytes] = ..., q: _Optional[bytes] = ..., subgroup_base: _Optional[bytes] = ..., subgroup_bits: _Optional[int] = ..., alpha_p: _Optional[bytes] = ..., alpha_q: _Optional[bytes] = ...) -> None: ...
 
 class CiphertextVector(_message.Message):
     __slots__ = ("ciphertexts", "exponent", "length", "slots_per_ciphertext", "slot_bits", "key_fingerprint")

@@ -21,6 +21,7 @@ from typing import Any
 from smcdp._files import atomic_write
 from smcdp.cli.keys import ceremony_request, generate
 from smcdp.client import PartyClient
+from smcdp.crypto.paillier import KEY_KINDS
 from smcdp.dp.budget import fmt_amount
 from smcdp.dp.ledger import Ledger
 from smcdp.errors import InvalidMessage, SmcdpError
@@ -154,6 +155,22 @@ def ledger_budgets(cluster: LocalCluster, names: list[str]) -> dict:
 
 def say(msg: str) -> None:
     print(f"[smcdp demo] {msg}", file=sys.stderr, flush=True)
+
+
+def add_key_kind_argument(p: argparse.ArgumentParser) -> None:
+    """``--key-kind``: the key owner's Paillier key kind (keyword, speaker)."""
+    p.add_argument(
+        "--key-kind",
+        choices=KEY_KINDS,
+        default="standard",
+        help="alice's Paillier key: standard (default) or subgroup (decryption about 4x cheaper, another "
+        "hardness assumption; the demo's policies admit it: docs/crypto.md, 'Subgroup keys')",
+    )
+
+
+def key_kind_param(kind: str) -> dict[str, str]:
+    """The session parameter for ``kind``: none for the standard key (the sessions' default)."""
+    return {} if kind == "standard" else {"key_kind": kind}
 
 
 def check_key_bits_arg(bits: int) -> bool:

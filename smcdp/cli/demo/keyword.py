@@ -9,9 +9,11 @@ from smcdp._optional import require
 from smcdp.cli.demo.common import (
     Faults,
     add_fault_arguments,
+    add_key_kind_argument,
     check_key_bits_arg,
     dump_json,
     governed,
+    key_kind_param,
     require_success,
     run_session,
     say,
@@ -34,6 +36,7 @@ def demo_keyword(
     cmn: str | None = None,
     stream: str | None = None,
     frames_per_round: int = 1,
+    key_kind: str = "standard",
 ) -> dict:
     """Run Alice and Bob as separate processes (gRPC, mutual TLS, loopback); returns the contract JSON.
 
@@ -44,6 +47,9 @@ def demo_keyword(
 
     ``frames_per_round`` m ≥ 2: one induction round trip per m frames (fewer round trips; shows Alice more
     of Bob's models, docs/protocols/keyword.md: the demo's policies admit it).
+
+    ``key_kind`` ``"subgroup"``: Alice's key is a subgroup key (docs/crypto.md, "Subgroup keys": her
+    decryptions about 4x cheaper, another hardness assumption; the demo's policies admit it).
 
     ``stream`` (``"realtime"`` or ``"fast"``): Alice reads the WAV in 10 ms hops (at the audio's pace, or as
     fast as she can) and feeds each frame into the protocol as soon as the front end has it; the JSON's
@@ -70,6 +76,7 @@ def demo_keyword(
         "debug_reveal": bool(debug_reveal),
         **bounds,
         **({"frames_per_round": frames_per_round} if frames_per_round != 1 else {}),
+        **key_kind_param(key_kind),
         **(params or {}),
     }
     if stream is not None:
@@ -107,6 +114,7 @@ def demo_keyword(
         "seconds": seconds,
         "bytes_sent": bytes_sent(records),
         "key_bits": key_bits,
+        "key_kind": p.get("key_kind", "standard"),
         "frames": int(X.shape[0]),
         "n_models": M.n_words,
         **phase_seconds(ra.get("timings", {}), records[BOB]["result"].get("timings", {})),
@@ -173,6 +181,7 @@ def _cmd(args: argparse.Namespace) -> int:
         cmn=args.cmn,
         stream=args.stream_pace if args.stream else None,
         frames_per_round=args.frames_per_round,
+        key_kind=args.key_kind,
     )
     dump_json(out, args.out)
     return 0
@@ -228,6 +237,7 @@ def register(sub) -> None:
         "on a slow network and show Alice more of Bob's models: docs/protocols/keyword.md)",
     )
     p.add_argument("--key-bits", type=int, default=2048, help="Paillier key size (default 2048; <2048 warns)")
+    add_key_kind_argument(p)
     p.add_argument("--seed", type=int, help="fix Bob's mask randomness for experiments (encryption stays random)")
     p.add_argument(
         "--debug-reveal",

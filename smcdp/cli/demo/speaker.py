@@ -17,9 +17,11 @@ from smcdp._optional import require
 from smcdp.cli.demo.common import (
     Faults,
     add_fault_arguments,
+    add_key_kind_argument,
     check_key_bits_arg,
     dump_json,
     governed,
+    key_kind_param,
     require_success,
     run_session,
     say,
@@ -81,6 +83,7 @@ def _run(protocol: str, p: dict, models_path: Path, wav: str, key_bits: int, see
         "bytes": sum(sent.values()),
         "bytes_sent": sent,
         "key_bits": key_bits,
+        "key_kind": p.get("key_kind", "standard"),
         "frames": ta.get("frames"),
         "timings": {"alice": ta, "bob": tb},
         "session_id": records[ALICE]["session_id"],
@@ -213,6 +216,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         seed=args.seed,
         keep_dir=args.keep_dir,
         faults=Faults.from_args(args),
+        params=key_kind_param(args.key_kind),
     )
     dump_json(out, args.out)
     return 0
@@ -231,6 +235,7 @@ def _cmd_identify(args: argparse.Namespace) -> int:
         seed=args.seed,
         keep_dir=args.keep_dir,
         faults=Faults.from_args(args),
+        params=key_kind_param(args.key_kind),
     )
     dump_json(out, args.out)
     return 0
@@ -256,6 +261,7 @@ def _common(p: argparse.ArgumentParser) -> None:
         "--output", choices=(BOB, ALICE), default=BOB, help="who learns the result (default bob, the service)"
     )
     p.add_argument("--key-bits", type=int, default=2048, help="Paillier key size (default 2048; <2048 warns)")
+    add_key_kind_argument(p)
     p.add_argument("--seed", type=int, help="fix the parties' randomness for experiments")
     p.add_argument("--out", help="write the JSON result here (default stdout)")
     p.add_argument("--keep-dir", help="keep certificates, configs, logs and the speaker models here")

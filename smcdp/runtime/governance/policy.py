@@ -90,6 +90,7 @@ _OPTIONAL_RULES = (
     "min_hiding",
     "key",
     "min_threshold",
+    "allow_subgroup_key",
 )
 _RULE_KEYS = {"roles", "initiators", "coordinators", "release_to", "allow_non_dp", *_OPTIONAL_RULES}
 #: the window of max_exact_sessions when period_days is not given
@@ -149,6 +150,10 @@ class ProtocolRules:
     #: the least threshold t of a group key it holds a share of or encrypts its data under
     #: (SessionSummary.threshold: a coalition of t + 1 of the group's parties decrypts); None: 1
     min_threshold: int | None = None
+    #: whether a session may protect its data with a *subgroup* Paillier key, or have it re-randomise under a
+    #: peer's (SessionSummary.subgroup_key: fast decryption, another hardness assumption, a base whose order
+    #: only its owner can check -- docs/crypto.md, "Subgroup keys"); None: no
+    allow_subgroup_key: bool | None = None
 
     def as_dict(self) -> dict:
         out: dict[str, Any] = {
@@ -301,6 +306,7 @@ def _rules(name: str, t: Any, known: set[str]) -> ProtocolRules:
         min_hiding=_min_hiding(t, where),
         key=_key_kind(t, where),
         min_threshold=_number(t, "min_threshold", where, integer=True, lo=1, hi=1 << 10),
+        allow_subgroup_key=_bool(t, "allow_subgroup_key", where, False) if "allow_subgroup_key" in t else None,
     )
 
 
@@ -388,12 +394,14 @@ def rules_for_layout(
             )
             continue
         frames = shared = None
+        subgroup = None
         if summary is not None:
             flows = [o for o in summary.outputs_from(role) if {roles[r] for r in o.recipients} - {party}]
             release = {roles[r] for o in flows for r in o.recipients} - {party}
             non_dp = any(not o.dp for o in flows)
             frames = summary.frames_per_round.get(role)
             shared = summary.noise_parties.get(role)
+            subgroup = True if role in summary.subgroup_key else None
         else:
             release, non_dp = set(roles.values()) - {party}, allow_non_dp
         out[party] = ProtocolRules(
@@ -405,6 +413,7 @@ def rules_for_layout(
             min_key_bits=min_key_bits,
             max_frames_per_round=frames if frames is not None and frames > 1 else None,
             max_noise_parties=shared if shared is not None and shared > 1 else None,
+            allow_subgroup_key=subgroup,
         )
     return out
 
@@ -439,6 +448,7 @@ def merge_rules(a: ProtocolRules, b: ProtocolRules) -> ProtocolRules:
         min_hiding=a.min_hiding,
         key=a.key,
         min_threshold=a.min_threshold,
+        allow_subgroup_key=True if (a.allow_subgroup_key or b.allow_subgroup_key) else None,
     )
 
 
@@ -757,6 +767,14 @@ def _check_how_much_it_shows(ask: _Asking, rules: ProtocolRules, summary: Sessio
                 f"the proposal's {name} = {value:g} hides its data less than {floor:g}"
                 + ("" if name in floors else " (the protocol's default; its policy names no lower floor)"),
             )
+    if role in summary.subgroup_key and not rules.allow_subgroup_key:
+        raise ask.deny(
+            f"{base}.allow_subgroup_key",
+            "the session protects its data with a subgroup Paillier key (fast decryption; its security rests "
+            "on the subgroup assumption, and a peer re-randomises under a base whose order only the key's "
+            "owner can check: docs/crypto.md, 'Subgroup keys'); it allows none (allow_subgroup_key = true "
+            "admits them)",
+        )
     frames = summary.frames_per_round.get(role)
     limit = rules.max_frames_per_round or 1
     if frames is not None and frames > limit:

@@ -39,7 +39,7 @@ def test_keyword_alice_prepares_for_her_last_sessions_sizes_kept_by_her_plugin(t
     alice.prepare_next(root, inputs, False)  # before any session: the defaults
     assert calls.pop() == (
         (root, len(X)),
-        {"key_bits": 2048, "obfuscators_per_frame": 64.0, "allow_insecure_keys": False},
+        {"key_bits": 2048, "obfuscators_per_frame": 64.0, "allow_insecure_keys": False, "key_kind": "standard"},
     )
 
     params = alice.validate_params({"key_bits": 512}, {"alice": "a", "bob": "b"})
@@ -62,8 +62,18 @@ def test_keyword_alice_prepares_for_her_last_sessions_sizes_kept_by_her_plugin(t
     alice.prepare_next(root, inputs, True)
     assert calls.pop() == (
         (root, len(X)),
-        {"key_bits": 512, "obfuscators_per_frame": per_frame, "allow_insecure_keys": True},
+        {"key_bits": 512, "obfuscators_per_frame": per_frame, "allow_insecure_keys": True, "key_kind": "standard"},
     )
+
+    # a session under a subgroup key (docs/crypto.md): her next key is made of that kind
+    params = alice.validate_params({"key_bits": 512, "key_kind": "subgroup"}, {"alice": "a", "bob": "b"})
+    run_pair(
+        lambda ch: alice.run_role("alice", ch, ctx(inputs)),
+        lambda ch: bob.run_role("bob", ch, ctx({"models": str(DATA / "models.npz")})),
+    )
+    assert alice.last_alice.key_kind == "subgroup"
+    alice.prepare_next(root, inputs, True)
+    assert calls.pop()[1]["key_kind"] == "subgroup"
 
 
 def test_power_iteration_prepares_party1s_next_key_for_the_last_sessions_kept_by_the_plugin(tmp_path, monkeypatch):

@@ -285,3 +285,39 @@ def test_stream_parameters_are_validated():
     KeywordParams.from_mapping({"stream": True, "cmn": "causal"})
     with pytest.raises(InvalidMessage, match="stream_pace"):
         KeywordParams.from_mapping({"stream": True, "cmn": "causal", "stream_pace": "slow"})
+
+
+@pytest.fixture(scope="module")
+def subgroup512():
+    from smcdp.crypto.paillier import generate_keypair
+
+    return generate_keypair(512, allow_insecure=True, subgroup=True)
+
+
+def test_a_subgroup_key_gives_the_same_keyword_and_scores(subgroup512):
+    """Alice's subgroup key (docs/crypto.md, "Subgroup keys"): the same protocol, Bob re-randomising under her
+    base; her decryptions use the short exponents, and every score is the plaintext one to 1e-6."""
+    _, sk = subgroup512
+    X = load_utterance(UTTERANCES[1][0])
+    res, _ = run_keyword(X, MODELS, sk, key_kind="subgroup", debug_reveal=True)
+    want = score_models(MODELS, X)
+    assert res["alice"].index == int(np.argmax(want))
+    got = np.array(res["alice"].log_likelihoods)
+    assert np.max(np.abs(got - want) / np.abs(want)) <= 1e-6
+    assert res["alice"].prepare_next.key_kind == "subgroup"
+
+
+def test_bob_refuses_a_subgroup_key_the_session_did_not_name(subgroup512):
+    from smcdp.errors import PermissionDenied
+
+    _, sk = subgroup512
+    X = load_utterance(UTTERANCES[0][0])[:20]
+    with pytest.raises(PermissionDenied, match="subgroup key"):
+        run_pair(
+            lambda ch: keyword_alice(
+                ch, X, KeywordParams(key_bits=512, key_kind="subgroup"), private_key=sk, allow_insecure_keys=True
+            ),
+            lambda ch: keyword_bob(ch, MODELS, KeywordParams(key_bits=512), allow_insecure_keys=True),
+        )
+    with pytest.raises(InvalidMessage, match="key_kind"):
+        KeywordParams(key_kind="fast").validate()

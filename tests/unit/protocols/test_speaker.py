@@ -238,3 +238,22 @@ def test_a_key_prepared_while_idle_is_the_sessions_own(dgk_key):
         SHELF.clear()
     assert res["alice"].timings["offline"]["prepared"] is True
     assert res["bob"].accept == models.verify("bo", X)
+
+
+def test_a_subgroup_key_decides_as_in_the_clear_just_beyond_the_bound(dgk_key):
+    """Alice's key ξ as a subgroup key (docs/crypto.md, "Subgroup keys"; key_kind = "subgroup"): the same
+    decisions just beyond the fixed-point bound on either side, in verification and identification."""
+    from smcdp.crypto.paillier import generate_keypair
+
+    _, sk = generate_keypair(512, allow_insecure=True, subgroup=True)
+    X = _utterance(seed=5)
+    models = _models()
+    score = models.score(0, X)
+    bound = verify_error_bound(models, "ann", X, _params(VerifyParams, sk, claim="ann"))
+    for eps, want in ((-1.0001 * bound, True), (1.0001 * bound, False)):
+        a, b = _verify(X, _models(threshold=score + eps), sk, dgk_key, claim="ann", key_kind="subgroup")
+        assert b.accept is want
+        assert a.prepare_next.key_kind == "subgroup"
+    models = _models(threshold=-50.0)
+    _a, b = _identify(X, models, sk, dgk_key, key_kind="subgroup", max_speakers=4)
+    assert b.speaker == models.identify(X)

@@ -519,3 +519,33 @@ def test_dp_aggregates_shared_noise_is_the_data_partys_decision():
     with pytest.raises(OutOfBounds) as ei:  # δ above the policy's max_delta
         _eval(dpa("allow_non_dp = true\n", both, max_delta="1e-7"), **shared)
     assert ei.value.rule == "policy.dp-aggregate.max_delta"
+
+
+def test_a_subgroup_key_needs_the_consent_of_both_parties_it_protects():
+    """key_kind = "subgroup" (docs/crypto.md, "Subgroup keys") rests Alice's features on another hardness
+    assumption and has Bob re-randomise under a base whose order only Alice can check: each party admits
+    it only with allow_subgroup_key = true, whoever proposes; the standard key needs no rule."""
+    for who in ("speaker-verify", "keyword"):
+        s = _summary(who, KW_ROLES, key_bits=2048, key_kind="subgroup", **({"claim": "x"} if who != "keyword" else {}))
+        assert set(s.subgroup_key) == {"alice", "bob"} and s.as_dict()["subgroup_key"]
+        assert _summary("keyword", KW_ROLES, key_bits=2048).subgroup_key == ()
+    for role, roles, text in (
+        ("bob", KW_ROLES, KW_POLICY),
+        ("alice", {"alice": "alice", "bob": "bob"}, KW_POLICY.replace('roles = ["bob"]', 'roles = ["alice"]')),
+    ):
+        _eval(_policy(text), protocol="keyword", roles=roles, role=role, initiator="bob")
+        with pytest.raises(PolicyDenied, match="subgroup Paillier key") as ei:
+            _eval(_policy(text), protocol="keyword", roles=roles, role=role, initiator="bob", key_kind="subgroup")
+        assert ei.value.rule == "policy.keyword.allow_subgroup_key"
+        allowing = _policy(text + "allow_subgroup_key = true\n")
+        assert allowing.protocols["keyword"].as_dict()["allow_subgroup_key"] is True
+        _eval(allowing, protocol="keyword", roles=roles, role=role, initiator="bob", key_kind="subgroup")
+    with pytest.raises(ConfigError, match="allow_subgroup_key must be true or false"):
+        _policy(KW_POLICY + "allow_subgroup_key = 1\n")
+    # the demos' generated rules admit exactly the layout proposed
+    s = _summary("keyword", {"alice": "alice", "bob": "bob"}, key_bits=2048, key_kind="subgroup")
+    rules = rules_for_layout({"alice": "alice", "bob": "bob"}, initiators=["alice"], coordinating_roles=(), summary=s)
+    assert rules["alice"].allow_subgroup_key and rules["bob"].allow_subgroup_key
+    one = ProtocolRules(roles=("bob",), initiators=("alice",))
+    assert merge_rules(one, replace(one, allow_subgroup_key=True)).allow_subgroup_key
+    assert merge_rules(one, one).allow_subgroup_key is None
