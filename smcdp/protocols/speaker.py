@@ -820,8 +820,13 @@ async def identify_bob(
     theta = _threshold_int(models.threshold, params.log_frac_bits)  # checked before any message
     rng = protocol_rng(seed, params.protocol_name, ch.role)
     tag = "si"
-    # --- Steps 1-2: the padded speakers (dummies: the UBM itself) and the UBM.
-    gmms = [models.speaker(k) if k < K else models.ubm for k in range(Kbar)] + [models.ubm]
+    # --- Steps 1-2: the padded speakers and the UBM.  A dummy is a copy of the first speaker (of the UBM
+    # when there is none): its score is replaced in step 3, and Bob's emission rows, which compute a row
+    # that differs from an earlier one in a few coefficients as that row times the difference
+    # (secure_forward.RowPlan), then cost the same for a dummy as for a speaker, so his timing does not
+    # tell how many of the K̄ are real.
+    pad = models.speaker(0) if K else models.ubm
+    gmms = [models.speaker(k) if k < K else pad for k in range(Kbar)] + [models.ubm]
     labels = [models.names[k] if k < K else f"~pad{k}" for k in range(Kbar)] + ["~ubm"]
     pk, lls, offline, online, T = await _bob_forward(
         ch, gmms, labels, models, params, tag, seed, alice, allow_insecure_keys

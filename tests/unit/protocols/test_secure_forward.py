@@ -283,3 +283,32 @@ def test_few_components_stay_packed(keypair512):
     models = synthetic_models("gmm-diag", np.random.default_rng(2), C=2)
     plan = Plan(Shape.of_models(models, 8), ForwardParams(max_mixtures=2), sk.public_key)
     assert not plan.mix_spread and plan.mix_inputs(10) == 10 * plan.n_mix
+
+
+def test_rows_close_to_an_earlier_row_are_computed_from_it_exactly(keypair512):
+    """RowPlan: a MAP-adapted speaker's rows share the UBM's squared-feature coefficients; computed as the
+    UBM row's product times a multi-exponentiation over the differing columns, they equal the full rows'
+    products exactly (signed differences included), and rows with nothing in common stay full."""
+    import random
+
+    from smcdp.crypto.modexp import multi_exp_rows
+    from smcdp.protocols.secure_forward import RowPlan
+
+    pk, sk = keypair512
+    rng = random.Random(4)
+    P = 9
+    bases = [pk.raw_encrypt(rng.randrange(-50, 50)) for _ in range(P)]
+    shared = [rng.randrange(-(2**40), 2**40) for _ in range(4)]
+    ubm = [shared + [rng.randrange(-(2**40), 2**40) for _ in range(P - 4)] for _ in range(3)]
+    spk = [shared + [rng.randrange(-(2**40), 2**40) for _ in range(P - 4)] for _ in range(3)]
+    other = [[rng.randrange(-(2**40), 2**40) for _ in range(P)] for _ in range(2)]
+    rows = ubm[:1] + spk + other + ubm[1:]
+    plan = RowPlan.for_rows(rows)
+    assert plan.base[0] == 0 and set(plan.derived) >= {1, 2, 3} and {4, 5} <= set(plan.base)
+    assert plan.cols == tuple(range(4, P)) or set(plan.cols) >= set(range(4, P))
+    assert plan.products(bases, rows, pk.nsquare, 2) == multi_exp_rows(bases, rows, pk.nsquare)
+    assert [sk.raw_decrypt_signed(c) for c in plan.products(bases, rows, pk.nsquare, 1)] == [
+        sk.raw_decrypt_signed(c) for c in multi_exp_rows(bases, rows, pk.nsquare)
+    ]
+    # nothing shared: every row in full
+    assert RowPlan.for_rows(other).derived == () and RowPlan.for_rows([]).base == ()
