@@ -232,6 +232,11 @@ class DaskSession(ComputeSession):
                 "the Dask engine needs the session's private key on its workers; a group (threshold) key session "
                 "runs on the local engine"
             )
+        if self.private_key.orders is not None:
+            raise InvalidMessage(
+                "the Dask engine's workers rebuild a standard key from (n, p, q); a subgroup key "
+                "(docs/crypto.md, 'Subgroup keys') runs on the local engine"
+            )
         self._material = (int(self.private_key.public_key.n), int(self.private_key.p), int(self.private_key.q))
         self._kid = kernels.key_id(self._material[0])
         self._key = None

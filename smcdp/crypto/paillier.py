@@ -2,7 +2,8 @@
 
 The key objects wrap python-paillier (``phe``) keys, so every ciphertext made
 here is an ordinary Paillier ciphertext with g = n + 1 that ``phe`` decrypts
-to the same value, and vice versa.  What this module adds to phe:
+to the same value, and vice versa for standard keys (a subgroup key refuses
+randomness outside its subgroup, below).  What this module adds to phe:
 
 * a security floor: keys below 2048 bits are refused unless the caller passes
   ``allow_insecure=True`` (tests); the default is 3072 bits;
@@ -81,9 +82,12 @@ def check_key_kind(kind: object, where: str) -> None:
 def subgroup_bits_for(bits: int) -> int:
     """l, the bits of α = α_p·α_q of a ``bits``-bit subgroup key: Ma, Han & Lei's 448 at 2048 bits (112-bit
     security: the best known attack, a baby-step giant-step search for α_p, takes about 2^(l/4) steps), 512 at
-    3072, 768 at 7680; below 2048 bits (test keys only) a quarter of the modulus, at least 64."""
+    3072, 576 at 4096 (144 bits, about the modulus's), 768 at 7680; below 2048 bits (test keys only) a quarter
+    of the modulus, at least 64.  It is also the least l a peer accepts for a modulus of 2048 bits or more."""
     if bits >= 7680:
         return 768
+    if bits >= 4096:
+        return 576
     if bits >= 3072:
         return 512
     if bits >= 2048:
@@ -118,7 +122,7 @@ class PublicKey:
 
     # ------------------------------------------------------------ identity
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, PublicKey) and self.n == other.n
+        return isinstance(other, PublicKey) and self.n == other.n and self.subgroup_base == other.subgroup_base
 
     def __hash__(self) -> int:
         return hash(int(self.n))
@@ -133,15 +137,20 @@ class PublicKey:
 
     # ------------------------------------------------------------ subgroup keys
     def _set_subgroup(self, hs: mpz, bits: int) -> None:
-        """Validate a subgroup key's public part (a peer's or a file's): h_s a unit mod n², not 1, an n-th
-        residue's size; l even, at least 64 and below half the modulus.  Its order cannot be checked without
-        the factors: the owner's key file is checked against them (:meth:`PrivateKey.from_factors`)."""
-        if isinstance(bits, bool) or not isinstance(bits, int) or bits < 64 or bits % 2 or bits >= self.bits // 2:
+        """Validate a subgroup key's public part (a peer's or a file's): l even, below half the modulus and at
+        least :func:`subgroup_bits_for` the modulus (64 for test keys below 2048 bits: with a short α_p a
+        search for it factors n); h_s a unit mod n² with h_s² ≢ 1 mod p and mod q (gcd(h_s² − 1, n) = 1: a
+        base of order ≤ 2 modulo a prime would make encryption deterministic there, and could give a factor).
+        Its full order cannot be checked without the factors: the owner's key file is checked against them
+        (:meth:`PrivateKey.from_factors`)."""
+        floor = subgroup_bits_for(self.bits) if self.bits >= MIN_SECURE_BITS else 64
+        if isinstance(bits, bool) or not isinstance(bits, int) or bits < floor or bits % 2 or bits >= self.bits // 2:
             raise InvalidMessage(
-                f"subgroup key: l = {bits!r} bits must be even, at least 64 and below half the modulus"
+                f"subgroup key: l = {bits!r} bits must be even, at least {floor} for a {self.bits}-bit modulus "
+                "and below half the modulus"
             )
-        if not (1 < hs < self.nsquare) or gmpy2.gcd(hs, self.n) != 1:
-            raise InvalidMessage("subgroup key: the base h_s is not a unit mod n² other than 1")
+        if not (1 < hs < self.nsquare) or gmpy2.gcd(hs, self.n) != 1 or gmpy2.gcd(hs * hs - 1, self.n) != 1:
+            raise InvalidMessage("subgroup key: the base h_s is not a unit mod n² whose square is ≢ 1 mod p and q")
         self._hs = hs
         self.subgroup_bits = bits
 
@@ -330,6 +339,8 @@ class PrivateKey:
         p, q = mpz(p), mpz(q)
         if p * q != public_key.n or p == q or p < 3 or q < 3:
             raise InvalidMessage("private key primes do not match the public key")
+        if orders is not None and not public_key.subgroup:
+            raise InvalidMessage("private key: subgroup orders given for a standard public key")
         if q < p:
             p, q = q, p
             orders = None if orders is None else (orders[1], orders[0])
@@ -565,6 +576,7 @@ def _subgroup_prime(bits: int, half: int, rng: random.Random, avoid: mpz | None)
     safe prime's beyond α.  As Ma, Han & Lei: one large P' drawn first, then α searched until P is prime."""
     rest = bits - half - 1  # 2·α·P' has half + rest + 1 bits, or one fewer
     top = mpz(3) << (rest - 2)
+    least = gmpy2.isqrt(mpz(1) << (2 * bits - 1)) + 1  # ≥ √2·2^(bits−1): two such primes make n of full size
     while True:
         big = gmpy2.next_prime(mpz(rng.getrandbits(rest)) | top)
         if big.bit_length() != rest:
@@ -574,7 +586,7 @@ def _subgroup_prime(bits: int, half: int, rng: random.Random, avoid: mpz | None)
             if alpha.bit_length() != half or alpha == avoid:
                 continue
             prime = 2 * alpha * big + 1
-            if prime.bit_length() == bits and gmpy2.is_prime(prime, 30):
+            if least <= prime < (mpz(1) << bits) and gmpy2.is_prime(prime, 30):
                 return prime, alpha
 
 
@@ -605,6 +617,10 @@ def generate_keypair(
     if isinstance(bits, bool) or not isinstance(bits, int):
         raise InvalidMessage(f"key size must be an integer number of bits, got {bits!r}")
     check_key_bits(bits, allow_insecure)
+    if subgroup and subgroup_bits_for(bits) >= bits // 2:
+        raise InsecureParameters(
+            f"a {bits}-bit modulus is too small for a subgroup key (l = {subgroup_bits_for(bits)})"
+        )
     _count("keygen")
     rng = rng if rng is not None else random.SystemRandom()
     label = f"Paillier {bits}-bit {'subgroup ' if subgroup else ''}key"
@@ -632,7 +648,7 @@ def generate_keypair(
                 while True:
                     x = mpz(rng.getrandbits(bits + 64)) % n
                     h = (-gmpy2.powmod(x, 2 * beta, n)) % n
-                    if gmpy2.gcd(x, n) == 1 and h != n - 1:  # x^(2β) = 1 only for x of tiny order
+                    if gmpy2.gcd(x, n) == 1 and gmpy2.gcd(h * h - 1, n) == 1:  # h_s of order 2α: h² ≢ 1 mod p, q
                         break
                 pk = PublicKey(int(n), gmpy2.powmod(h, n, n * n), 2 * half)
                 return pk, PrivateKey(pk, p, q, (ap, aq))

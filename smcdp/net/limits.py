@@ -298,6 +298,12 @@ class TrafficEnvelope:
         )
 
 
+def public_key_bytes(modulus_bits: int) -> int:
+    """Serialised size bound of a ``PaillierPublicKey`` with an n of ``modulus_bits``: n, and room for a
+    subgroup key's base (mod n²) and its bits (docs/crypto.md, "Subgroup keys"), plus framing."""
+    return modulus_bits // 8 + (2 * modulus_bits + 7) // 8 + 48
+
+
 def ciphertext_vector_bytes(count: int, modulus_bits: int) -> int:
     """Serialised size bound of a ``CiphertextVector`` of ``count`` ciphertexts mod n² (n of ``modulus_bits``)."""
     ct = (2 * modulus_bits + 7) // 8

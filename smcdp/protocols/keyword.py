@@ -41,7 +41,7 @@ from smcdp.crypto.paillier import PrivateKey, check_key_kind
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.errors import CryptoOverflow, InputRejected, InvalidMessage
 from smcdp.net.channel import Channel
-from smcdp.net.limits import TrafficEnvelope, ciphertext_vector_bytes
+from smcdp.net.limits import TrafficEnvelope, ciphertext_vector_bytes, public_key_bytes
 from smcdp.primitives.ot import ot_choose, ot_send
 from smcdp.primitives.rng import Randomness, SeedLike, owned_session_key, prepare_session_keypair, protocol_rng
 from smcdp.protocols.secure_forward import (
@@ -162,7 +162,7 @@ class KeywordParams(ForwardParams):
                 if self.debug_reveal:
                     msgs.append((1, ciphertext_vector_bytes(D, B)))  # kw/debug
             else:
-                msgs = to_bob + [(1, B // 8 + 32), (1, 64), (1, group)]  # kw/pk, label OT
+                msgs = to_bob + [(1, public_key_bytes(B)), (1, 64), (1, group)]  # kw/pk, label OT
             one = TrafficEnvelope.from_messages(msgs, source)
             env = one if env is None else env.widest(one)
         assert env is not None  # KIND_CODES names at least one kind

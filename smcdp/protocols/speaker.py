@@ -75,7 +75,7 @@ from smcdp.crypto.paillier import PrivateKey, PublicKey, check_key_kind, generat
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.errors import InputRejected, InvalidMessage
 from smcdp.net.channel import Channel
-from smcdp.net.limits import TrafficEnvelope, ciphertext_vector_bytes
+from smcdp.net.limits import TrafficEnvelope, ciphertext_vector_bytes, public_key_bytes
 from smcdp.primitives.comparison import compare_holder_a, compare_holder_b
 from smcdp.primitives.ot import ot_choose, ot_send
 from smcdp.primitives.rng import (
@@ -226,7 +226,7 @@ class VerifyParams(SpeakerParams):
         return self._forward_envelope(
             role,
             [(1, ct1), (1, hdr), (1, self._dgk_key()), (1, batch)],  # sv/masked, DGK hdr, pk, bits
-            [(1, self.key_bits // 8 + 32), (1, batch), (1, hdr)],
+            [(1, public_key_bytes(self.key_bits)), (1, batch), (1, hdr)],
         )  # sv/pk, DGK ciphertexts, delta
 
 
@@ -275,7 +275,7 @@ class IdentifyParams(SpeakerParams):
         return self._forward_envelope(
             role,
             [
-                (1, self.key_bits // 8 + 32),
+                (1, public_key_bytes(self.key_bits)),
                 (2, ctv),
                 (1, 64),
                 (1, self._dgk_key()),
@@ -285,7 +285,7 @@ class IdentifyParams(SpeakerParams):
                 (1, label_ot),
                 (1, 64),
             ],
-            [(1, self.key_bits // 8 + 32), (1, ctv), (1, batch), (1, group), (1, 64), (1, label_ot)],
+            [(1, public_key_bytes(self.key_bits)), (1, ctv), (1, batch), (1, group), (1, 64), (1, label_ot)],
         )
 
 

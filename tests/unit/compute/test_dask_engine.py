@@ -318,3 +318,20 @@ def test_an_existing_cluster_on_loopback_tcp(tmp_path, keypair512):
             eng.close()
     assert same(got, passes(src, sk, Q, workers=1))
     assert stats["scheduler"] == cluster.scheduler_address and stats["workers"] == 1 and stats["tasks"] > 0
+
+
+def test_a_subgroup_key_is_refused_rather_than_downgraded(tmp_path, engine):
+    """The workers rebuild a key from (n, p, q): for a subgroup key (docs/crypto.md) they would encrypt with
+    their own bases, which the owner's key then refuses -- the engine says so before any work."""
+    from smcdp.crypto.paillier import generate_keypair
+    from smcdp.errors import InvalidMessage
+
+    _, sk = generate_keypair(512, allow_insecure=True, subgroup=True)
+    src = open_matrix(_small(tmp_path), block_values=1024)
+
+    async def go():
+        async with engine.session(src, sk):
+            pass
+
+    with pytest.raises(InvalidMessage, match="subgroup key"):
+        asyncio.run(go())

@@ -207,3 +207,30 @@ def test_a_key_made_ahead_is_taken_only_by_a_session_of_its_kind():
         pool.close()
     finally:
         SHELF.clear()
+
+
+def test_degenerate_or_short_subgroups_are_refused(key512, keypair2048):
+    """A base h_s with h_s² ≡ 1 mod p or q (−1, or ±1 mod one prime) makes encryption deterministic there and
+    can factor n; a 2048-bit key with a short α_p is factored by a search for it.  Both are refused from a
+    peer and from a key file; orders for a standard public key are refused too."""
+    pk, sk = key512
+    n, n2 = int(pk.n), int(pk.nsquare)
+    p2, q2 = int(sk.p) ** 2, int(sk.q) ** 2
+    a = int(pk.subgroup_base) % p2
+    crt = a + p2 * int((1 - a) * gmpy2.invert(p2, q2) % q2)  # h_s mod p², 1 mod q²
+    assert crt % q2 == 1 and crt % p2 == a
+    for bad in (n2 - 1, crt):
+        with pytest.raises(InvalidMessage, match="square"):
+            PublicKey(n, bad, pk.subgroup_bits)
+        with pytest.raises(InvalidMessage, match="square"):
+            PrivateKey.from_json(dict(sk.to_json(), subgroup_base=format(bad, "x")), allow_insecure=True)
+    big = keypair2048[0]
+    with pytest.raises(InvalidMessage, match="at least 448"):
+        PublicKey(int(big.n), 3, 64)
+    with pytest.raises(InvalidMessage, match="standard public key"):
+        PrivateKey(PublicKey(n), sk.p, sk.q, sk.orders)
+    assert PublicKey(n) != pk and PublicKey.from_json(pk.to_json()) == pk
+    from smcdp.errors import InsecureParameters
+
+    with pytest.raises(InsecureParameters, match="too small for a subgroup key"):
+        generate_keypair(128, allow_insecure=True, subgroup=True)

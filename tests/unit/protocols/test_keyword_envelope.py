@@ -85,3 +85,24 @@ def test_models_or_frames_beyond_the_bounds_are_refused(keypair512):
         _run(models, X, sk, KeywordParams(key_bits=512, max_states=4), KeywordParams(key_bits=512))
     with pytest.raises((InputRejected, SessionAborted), match="more frames than the session's max_frames"):
         _run(models, X, sk, KeywordParams(key_bits=512, max_frames=50))
+
+
+def test_a_subgroup_key_session_fits_the_envelope_too():
+    """Alice's subgroup key (docs/crypto.md) makes kw/pk carry the base h_s (mod n², twice n's bytes): the
+    envelope's key message allows for it (net.limits.public_key_bytes)."""
+    from smcdp.crypto.paillier import generate_keypair
+    from smcdp.net.limits import public_key_bytes
+    from smcdp.v1 import messages_pb2 as pb
+
+    _, sk = generate_keypair(512, allow_insecure=True, subgroup=True)
+    models, X = _cases()["diag"]
+    p = KeywordParams(key_bits=512, key_kind="subgroup", **bounds_for(models, X[:20])).validate()
+    _, net = _run(models, X[:20], sk, p)
+    for role in ("alice", "bob"):
+        env = p.traffic_envelope(role)
+        got = [len(d) for *_, d in net.received_by(role)]
+        assert max(got) <= env.message_bytes and sum(got) <= env.session_bytes and len(got) <= env.tags
+    from smcdp.crypto.codec import public_key_to_proto
+
+    assert len(public_key_to_proto(sk.public_key).SerializeToString()) <= public_key_bytes(512)
+    assert len(pb.PaillierPublicKey(n=b"\xff" * 64).SerializeToString()) <= public_key_bytes(512)
