@@ -128,12 +128,13 @@ def test_dp_aggregate_replays_with_the_same_noise(tmp_path, mode):
     assert np.all(np.isfinite(first["dave"].weights))
 
 
-def _keyword(kind: str = "diag", m: int = 1):
+def _keyword(kind: str = "diag", m: int = 1, key_kind: str = "standard"):
     rng = np.random.default_rng(7)
     models = synthetic_models(kind, rng, D=3, N=3, d=4, M=5)
     X = rng.integers(0, 5, size=12) if kind == "discrete" else rng.normal(size=(12, 4))
-    params = KeywordParams(key_bits=768, debug_reveal=True, frames_per_round=m)
-    _, sk = generate_keypair(768, allow_insecure=True)
+    params = KeywordParams(key_bits=768, debug_reveal=True, frames_per_round=m, key_kind=key_kind)
+    # a subgroup key (docs/crypto.md) is derived from alice's root, so the replay must derive it again
+    sk = None if key_kind == "subgroup" else generate_keypair(768, allow_insecure=True)[1]
     roles = {"alice": "alice", "bob": "bob"}
 
     def fns(roots):
@@ -147,10 +148,14 @@ def _keyword(kind: str = "diag", m: int = 1):
     return roles, fns
 
 
-@pytest.mark.parametrize("kind,m", [("discrete", 1), ("diag", 1), ("diag", 2)])
-def test_keyword_replays(tmp_path, kind, m):
-    """Also with rounds of 2 frames (12 frames: five full rounds and a last one of 1 step)."""
-    roles, fns = _keyword(kind, m)
+@pytest.mark.parametrize(
+    "kind,m,key_kind",
+    [("discrete", 1, "standard"), ("diag", 1, "standard"), ("diag", 2, "standard"), ("diag", 1, "subgroup")],
+)
+def test_keyword_replays(tmp_path, kind, m, key_kind):
+    """Also with rounds of 2 frames (12 frames: five full rounds and a last one of 1 step), and with Alice's
+    subgroup key derived from her root."""
+    roles, fns = _keyword(kind, m, key_kind)
     first = _run_and_replay(tmp_path, roles, fns)
     assert first["alice"].keyword in synthetic_models(kind, np.random.default_rng(7), D=3, N=3, d=4, M=5).words
 

@@ -189,16 +189,19 @@ def test_summary_names_the_designated_party(plugin, output):
         assert env.message_bytes >= 1 and env.session_bytes >= env.message_bytes
 
 
+@pytest.mark.parametrize("key_kind", ["standard", "subgroup"])
 @pytest.mark.parametrize("protocol", ["verify", "identify"])
-def test_each_role_replays_from_its_journal_and_root(tmp_path, protocol):
+def test_each_role_replays_from_its_journal_and_root(tmp_path, protocol, key_kind):
     """Checkpoint/replay (docs/fault-tolerance.md): every role replayed alone from its journal and randomness
-    root reaches the same result and sends nothing again (the keys, masks, π and s come from the root)."""
+    root reaches the same result and sends nothing again (the keys, masks, π and s come from the root; Alice's
+    subgroup key from its own stream of her root)."""
     from tests.unit.protocols.test_replay import _run_and_replay
 
     X = _utterance(seed=6)
     models = _models(threshold=0.1)
     roles = {"alice": "alice", "bob": "bob"}
     kw = {"key_bits": 768, "dgk_bits": 512, "dgk_t": 32, "max_mixtures": C, "max_features": D, "max_frames": T}
+    kw["key_kind"] = key_kind
     if protocol == "verify":
         p, fa, fb = VerifyParams(claim="cy", output="alice", **kw), verify_alice, verify_bob
     else:
