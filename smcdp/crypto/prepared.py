@@ -111,6 +111,14 @@ class KeyShelf:
             return None
         return Prepared(job.key, job.pool, job.pool.stats()["stock"])
 
+    def discard(self, label: bytes) -> None:
+        """Stop and drop what is being prepared under ``label``, without waiting for it (a session took its
+        root for a key of another kind or size: nothing will take it)."""
+        with self._lock:
+            job = self._jobs.pop(bytes(label), None)
+        if job is not None:
+            job.stop.set()
+
     def clear(self) -> None:
         """Discard everything prepared (the party is stopping)."""
         with self._lock:

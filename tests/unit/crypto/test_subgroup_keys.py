@@ -187,7 +187,7 @@ def test_worker_processes_use_the_keys_base(key512):
 
 def test_a_key_made_ahead_is_taken_only_by_a_session_of_its_kind():
     """The shelf's label names the kind: a subgroup key prepared while idle is the subgroup session's own
-    (the same key it would derive), and a standard session does not take it."""
+    (the same key it would derive), and a standard session does not take it (it drops it: the root is its)."""
     from smcdp.crypto.prepared import SHELF
     from smcdp.primitives.rng import prepare_session_keypair, session_keypair
 
@@ -198,7 +198,11 @@ def test_a_key_made_ahead_is_taken_only_by_a_session_of_its_kind():
             root, "keyword", "alice", 512, uses=4, obfuscators=4, allow_insecure=True, subgroup=True
         )
         std, pool = session_keypair(root, "keyword", "alice", 512, allow_insecure=True)
-        assert pool is None and std.public_key.kind == "standard"
+        assert pool is None and std.public_key.kind == "standard" and len(SHELF) == 0  # dropped, not taken
+        root = Randomness.fresh()
+        prepare_session_keypair(
+            root, "keyword", "alice", 512, uses=4, obfuscators=4, allow_insecure=True, subgroup=True
+        )
         sk, pool = session_keypair(root, "keyword", "alice", 512, allow_insecure=True, subgroup=True)
         assert pool is not None and sk.public_key.kind == "subgroup"
         again, _ = owned_session_key(root, "keyword", "alice", 512, "subgroup", allow_insecure=True)  # derived now
@@ -234,3 +238,20 @@ def test_degenerate_or_short_subgroups_are_refused(key512, keypair2048):
 
     with pytest.raises(InsecureParameters, match="too small for a subgroup key"):
         generate_keypair(128, allow_insecure=True, subgroup=True)
+
+
+def test_a_session_of_the_other_kind_stops_what_was_prepared_for_its_root():
+    """The party prepared a standard key for its next root (its last session's kind); a subgroup session
+    takes that root: the standard job is dropped and stopped, not left filling obfuscators for nobody."""
+    from smcdp.crypto.prepared import SHELF
+    from smcdp.primitives.rng import prepare_session_keypair, session_keypair
+
+    root = Randomness.fresh()
+    SHELF.clear()
+    try:
+        prepare_session_keypair(root, "keyword", "alice", 512, uses=4, obfuscators=4000, allow_insecure=True)
+        assert len(SHELF) == 1
+        sk, pool = session_keypair(root, "keyword", "alice", 512, allow_insecure=True, subgroup=True)
+        assert pool is None and sk.public_key.kind == "subgroup" and len(SHELF) == 0
+    finally:
+        SHELF.clear()
