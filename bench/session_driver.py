@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-WORKLOADS = ("pi500", "pi30", "keyword", "pidp500", "pidp500cov")
+WORKLOADS = ("pi500", "pi30", "keyword", "pidp500", "pidp500cov", "speaker-verify", "speaker-identify")
 #: issue 38: the DP workloads' parameters (k = 500: ``auto`` picks the noisy power method; "cov" forces the
 #: one-release covariance mode, 125,250 values per release)
 DP_PARAMS = {
@@ -51,8 +51,36 @@ def pi_matrices(k: int, n: int = 100, seed: int = 0) -> list[np.ndarray]:
     return [M[:, :n], M[:, n:]]
 
 
-def setup(workload: str, key_bits: int, tmp: Path) -> dict:
-    """What the demo of ``workload`` starts: parties with their inputs, roles, params, initiator."""
+def setup(workload: str, key_bits: int, tmp: Path, speaker: argparse.Namespace | None = None) -> dict:
+    """What the demo of ``workload`` starts: parties with their inputs, roles, params, initiator.  The speaker
+    workloads take bob's models and alice's WAV from outside the repository (``--models``, ``--wav``,
+    ``--claim``: a corpus made by bench/speaker_corpus.py, the models by ``smcdp speech enroll``)."""
+    if workload.startswith("speaker-"):
+        assert speaker is not None and speaker.models and speaker.wav, "--models and --wav are needed"
+        from smcdp.plugins.keyword import load_utterance
+        from smcdp.speech.speaker import SpeakerModels
+
+        models = SpeakerModels.load(speaker.models)
+        frames = int(load_utterance(speaker.wav, models.cmn).shape[0])
+        params = {
+            "key_bits": key_bits,
+            "cmn": models.cmn,
+            "max_frames": frames,
+            "max_mixtures": models.ubm.n_components,
+            "max_features": models.ubm.dim,
+        }
+        if workload == "speaker-verify":
+            params["claim"] = speaker.claim or models.names[0]
+        return {
+            "protocol": workload,
+            "parties": {
+                "alice": {workload: {"utterance": speaker.wav}},
+                "bob": {workload: {"models": speaker.models}},
+            },
+            "roles": {"alice": "alice", "bob": "bob"},
+            "params": params,
+            "initiator": "alice",
+        }
     if workload in ("pi500", "pi30", *DP_PARAMS):
         if workload != "pi30":
             paths = []
@@ -102,6 +130,14 @@ def protocol_figures(protocol: str, records: dict) -> dict:
     if protocol == "power-iteration":
         dp = records["alice"]["result"].get("dp") or {}
         return {"rounds": records["trent"]["result"]["rounds"], "dp_method": dp.get("dp_method")}
+    if protocol.startswith("speaker-"):
+        ta = records["alice"]["result"].get("timings") or {}
+        rb = records["bob"]["result"]
+        return {
+            "offline_seconds": (ta.get("offline") or {}).get("seconds"),
+            "online_seconds": (ta.get("online") or {}).get("seconds"),
+            "outcome": rb.get("decision", rb.get("speaker")),
+        }
     ta = records["alice"]["result"].get("timings") or {}
     off, on = ta.get("offline") or {}, ta.get("online") or {}
     return {
@@ -124,6 +160,9 @@ def main() -> int:
         metavar="NAME=JSON",
         help="a session parameter beyond the workload's (e.g. groups=2), its value as JSON; repeatable",
     )
+    ap.add_argument("--models", help="speaker workloads: bob's speaker models (smcdp speech enroll)")
+    ap.add_argument("--wav", help="speaker workloads: alice's utterance")
+    ap.add_argument("--claim", help="speaker-verify: the claimed speaker (default the first)")
     args = ap.parse_args()
 
     # the tree under test is whichever smcdp PYTHONPATH puts first (imported here, not above, on purpose)
@@ -132,7 +171,7 @@ def main() -> int:
     from smcdp.runtime.local import LocalCluster
 
     with tempfile.TemporaryDirectory(prefix="smcdp-session-bench-") as d:
-        s = setup(args.workload, args.key_bits, Path(d))
+        s = setup(args.workload, args.key_bits, Path(d), args)
         for item in args.param:
             name, sep, value = item.partition("=")
             if not sep:
