@@ -573,8 +573,8 @@ def _random_prime(bits: int, rng: random.Random) -> mpz:
 
 #: odd primes the subgroup key's search sieves its candidates by (below 2^12)
 _SIEVE_PRIMES = [int(p) for p in range(3, 4096, 2) if gmpy2.is_prime(p)]
-#: candidates α = α₀ + 2j, j < _SIEVE_WINDOW, sieved at once
-_SIEVE_WINDOW = 8192
+#: candidates α = α₀ + 2j, j < _SIEVE_WINDOW, sieved at once (about one α a window at 2048 bits)
+_SIEVE_WINDOW = 1 << 15
 
 
 def _subgroup_prime(bits: int, half: int, rng: random.Random, avoid: mpz | None) -> tuple[mpz, mpz]:
@@ -583,26 +583,24 @@ def _subgroup_prime(bits: int, half: int, rng: random.Random, avoid: mpz | None)
     safe prime's beyond α.  As Ma, Han & Lei: one large P' drawn first, then α searched until P is prime --
     here over a window of odd α from a random start, sieved for both α and P by the odd primes below 2^12
     (Miller–Rabin only for what survives: about 20 times fewer big-integer operations than a next_prime
-    per candidate).  α and P' have their top three bits set, so P ≥ √2·2^(bits−1): two such primes make n
-    of full size."""
+    per candidate).  α has its top two bits set (as before the sieve: α_p's range, which a search for it
+    must cover, stays 2^(l/2 − 2)) and P' its top five, so P ≥ 2·0.75·(31/32)·2^(bits−1) ≥ √2·2^(bits−1):
+    two such primes make n of full size."""
     rest = bits - half - 1  # 2·α·P' has half + rest + 1 bits
     least = gmpy2.isqrt(mpz(1) << (2 * bits - 1)) + 1
     while True:
-        big = gmpy2.next_prime(mpz(rng.getrandbits(rest)) | (mpz(7) << (rest - 3)))
+        big = gmpy2.next_prime(mpz(rng.getrandbits(rest)) | (mpz(31) << (rest - 5)))
         if big.bit_length() != rest:
             continue
-        for _ in range(64):  # windows of candidates for this P' (one is almost always enough)
-            a0 = mpz(rng.getrandbits(half)) | (mpz(7) << (half - 3)) | 1
+        for _ in range(64):  # windows of candidates for this P' (a few at most, as a rule)
+            a0 = mpz(rng.getrandbits(half)) | (mpz(3) << (half - 2)) | 1
             alive = np.ones(_SIEVE_WINDOW, dtype=bool)
-            for r in _SIEVE_PRIMES:
-                if r >= a0:
-                    break
+            for r in _SIEVE_PRIMES:  # all below α (half ≥ 32 bits) and below P' (a prime above 4096)
                 inv2 = (r + 1) // 2  # 2⁻¹ mod r
                 a0r = int(a0 % r)
                 alive[(-a0r * inv2) % r :: r] = False  # r | α
-                b = int(2 * big % r)
-                if b:  # r | P  ⇔  α ≡ −(2P')⁻¹ mod r
-                    alive[((-pow(b, -1, r) - a0r) * inv2) % r :: r] = False
+                b = int(2 * big % r)  # r | P  ⇔  α ≡ −(2P')⁻¹ mod r
+                alive[((-pow(b, -1, r) - a0r) * inv2) % r :: r] = False
             for j in np.flatnonzero(alive):
                 alpha = a0 + 2 * int(j)
                 if alpha.bit_length() != half or alpha == avoid or not gmpy2.is_prime(alpha, 25):

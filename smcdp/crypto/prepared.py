@@ -56,7 +56,8 @@ class _Job:
     def __init__(self, label: bytes, make_key: Callable[[], PrivateKey], uses: int, count: int) -> None:
         self.label, self.make_key = label, make_key
         self.uses, self.count = max(1, int(uses)), max(0, min(int(count), MAX_OBFUSCATORS))
-        self.stop = threading.Event()
+        self.stop = threading.Event()  # stop filling the stock (taken, or dropped)
+        self.dropped = threading.Event()  # nobody will take it: stop before the tables too
         self.key_ready = threading.Event()
         self.key: PrivateKey | None = None
         self.pool: ObfuscatorPool | None = None
@@ -65,6 +66,8 @@ class _Job:
     def _run(self) -> None:
         try:
             key = self.make_key()
+            if self.dropped.is_set():  # discarded or replaced while the key was made: no tables for nobody
+                return
             key.prepare(self.uses)  # tables, both primes on two threads
             self.pool = ObfuscatorPool.for_private_key(key, capacity=max(1, self.count), background=False)
             self.key = key
@@ -95,6 +98,7 @@ class KeyShelf:
             self._jobs[job.label] = job
             while len(self._jobs) > self.capacity:
                 _, old = self._jobs.popitem(last=False)
+                old.dropped.set()
                 old.stop.set()
         job.thread.start()
 
@@ -113,10 +117,11 @@ class KeyShelf:
 
     def discard(self, label: bytes) -> None:
         """Stop and drop what is being prepared under ``label``, without waiting for it (a session took its
-        root for a key of another kind or size: nothing will take it)."""
+        root for a key of the other kind: nothing will take it).  A job still making its key stops after it."""
         with self._lock:
             job = self._jobs.pop(bytes(label), None)
         if job is not None:
+            job.dropped.set()
             job.stop.set()
 
     def clear(self) -> None:
@@ -124,6 +129,7 @@ class KeyShelf:
         with self._lock:
             jobs, self._jobs = list(self._jobs.values()), collections.OrderedDict()
         for job in jobs:
+            job.dropped.set()
             job.stop.set()
 
     def __len__(self) -> int:

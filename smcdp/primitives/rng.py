@@ -268,10 +268,10 @@ def session_keypair(
     :mod:`smcdp.runtime.offline`) it is taken from the party's :data:`~smcdp.crypto.prepared.SHELF` with
     its tables built; otherwise -- a replay, a seeded session, another key size -- it is derived now.
     Either way it is the same key."""
-    prepared = SHELF.take(_prepared_label(seed, protocol, role, bits, subgroup))
     # the root is this session's now: a key of the other kind prepared for it (the party's last session
     # was of that kind) would go on filling its stock at idle priority beside this session, for nobody
     SHELF.discard(_prepared_label(seed, protocol, role, bits, not subgroup))
+    prepared = SHELF.take(_prepared_label(seed, protocol, role, bits, subgroup))
     if prepared is not None:
         return prepared.key, prepared.obfuscators
     rng = protocol_rng(seed, *_key_labels(protocol, role, subgroup))

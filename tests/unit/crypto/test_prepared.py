@@ -89,3 +89,27 @@ def test_a_pool_filled_behind_a_session_makes_exactly_what_it_was_asked_for():
     assert pool.fill(100, stop=stop) == 0
     pool.close()
     assert pool.fill(5) == 0  # a closed pool makes nothing
+
+
+def test_a_job_dropped_while_its_key_is_made_builds_no_tables_but_a_taken_one_does():
+    """KeyShelf.discard (a session took the root for the other kind of key) stops a job that is still making
+    its key before its tables; a take of a job still making its key waits for it and gets it whole."""
+    for action in ("discard", "take"):
+        shelf, go, sk = KeyShelf(capacity=2), threading.Event(), _key()
+
+        def make(go=go, sk=sk):
+            go.wait(10)
+            return sk
+
+        shelf.prepare(b"label", make, uses=10, obfuscators=4)
+        job = shelf._jobs[b"label"]
+        if action == "discard":
+            shelf.discard(b"label")
+            go.set()
+            job.thread.join(10)
+            assert not sk.tables_ready and len(shelf) == 0 and shelf.take(b"label") is None
+        else:
+            threading.Timer(0.05, go.set).start()
+            got = shelf.take(b"label")  # waits for the key and its tables
+            assert got is not None and got.key is sk and sk.tables_ready
+            job.thread.join(10)
