@@ -27,7 +27,7 @@ import asyncio
 import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any
 
 import gmpy2
@@ -74,6 +74,12 @@ class CryptoThreads:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @property
+    def executor(self) -> Executor:
+        """The threads as a :class:`concurrent.futures.Executor`, for code that takes one (the DGK
+        comparison's chunks: each thread runs gmpy2 with the interpreter lock released)."""
+        return self._ex
 
     def close(self) -> None:
         """Wait for running jobs, cancel queued ones and stop the threads."""

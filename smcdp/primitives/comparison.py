@@ -307,6 +307,8 @@ async def compare_holder_b(
         raise InvalidMessage(f"the DGK key's u = {key.public.u} supports ell <= {key.public.u - 3}, not {ell}")
     spec = _priv_spec(key)
     _cache_put(_PRIV_CACHE, spec, key)
+    if executor is not None:  # the key's CRT tables once, here, before threads of the executor ask for them
+        key.encrypt(0)
     count = len(ys_u)
 
     await ch.send(peer_role, tags["hdr"], _header(ell, count, predicate, output))
@@ -379,6 +381,10 @@ async def compare_holder_a(
     spec = _pub_spec(pub)
     if spec not in _PUB_CACHE:
         _cache_put(_PUB_CACHE, spec, pub)
+    if executor is not None:  # the cached key's tables once, here, before threads of the executor ask for them
+        cached = _pub_from_spec(spec)
+        cached.h_table()
+        cached.g_pow(0)
 
     bits = await ch.recv(peer_role, tags["bits"], messages_pb2.Blobs)
     if len(bits.values) != count * ell:

@@ -72,6 +72,7 @@ from smcdp.crypto.codec import (
 from smcdp.crypto.encoding import UNPACKED
 from smcdp.crypto.naor_pinkas import MODP2048
 from smcdp.crypto.paillier import PrivateKey, PublicKey, check_key_kind, generate_keypair
+from smcdp.crypto.threads import CryptoThreads
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.errors import InputRejected, InvalidMessage
 from smcdp.net.channel import Channel
@@ -701,16 +702,18 @@ async def identify_alice(
     # --- Step 5: every pair of positions, the bits to Bob.
     n = params.candidates
     pairs = [(p, q) for p in range(n) for q in range(p + 1, n)]
-    await compare_holder_a(
-        ch,
-        bob,
-        [x[p] - x[q] for p, q in pairs],
-        ell=params.ell,
-        predicate="lt",
-        output="b",
-        tag_prefix=f"{tag}/cmp",
-        allow_insecure=allow_insecure_keys,
-    )
+    with CryptoThreads(priority="urgent", name="smcdp-rank") as threads:  # the batch's chunks on every core
+        await compare_holder_a(
+            ch,
+            bob,
+            [x[p] - x[q] for p, q in pairs],
+            ell=params.ell,
+            predicate="lt",
+            output="b",
+            tag_prefix=f"{tag}/cmp",
+            allow_insecure=allow_insecure_keys,
+            executor=threads.executor,
+        )
     online["rank"] = time.perf_counter() - t0
     # --- Step 6: the outcome to the designated party.
     t0 = time.perf_counter()
@@ -919,16 +922,18 @@ async def _bob_step5_rank(
     """Step 5: all pairs, z_pq = [v_π(p) < v_π(q)] to Bob; the position w that wins all its comparisons."""
     n = params.candidates
     pairs = [(p, q) for p in range(n) for q in range(p + 1, n)]
-    z = await compare_holder_b(
-        ch,
-        alice,
-        [y[p] - y[q] for p, q in pairs],
-        ell=params.ell,
-        key=dgk_key,
-        predicate="lt",
-        output="b",
-        tag_prefix=f"{tag}/cmp",
-    )
+    with CryptoThreads(priority="urgent", name="smcdp-rank") as threads:  # the batch's chunks on every core
+        z = await compare_holder_b(
+            ch,
+            alice,
+            [y[p] - y[q] for p, q in pairs],
+            ell=params.ell,
+            key=dgk_key,
+            predicate="lt",
+            output="b",
+            tag_prefix=f"{tag}/cmp",
+            executor=threads.executor,
+        )
     assert z is not None  # output="b": this party, b, receives the bits
     wins = [0] * n
     for (p, q), lt in zip(pairs, z):
