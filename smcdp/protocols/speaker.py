@@ -266,27 +266,29 @@ class IdentifyParams(SpeakerParams):
         """DGK comparison length: |x_p − x_q|, |y_p − y_q| < 2^{L'+2κ+2}."""
         return self.value_bits + 2 * self.stat_bits + 3
 
+    def levels(self) -> list[int]:
+        """Step 5's tournament: the matches of each level (⌊slots/2⌋ for the slots left, K̄ + 1 at first)."""
+        out, slots = [], self.candidates
+        while slots > 1:
+            out.append(slots // 2)
+            slots -= slots // 2
+        return out
+
     def traffic_envelope(self, role: str) -> TrafficEnvelope:
         n = self.candidates
-        pairs = n * (n - 1) // 2
         ctv = ciphertext_vector_bytes(n, self.key_bits)
-        batch = self._dgk_batch(pairs, self.ell)
         group = MODP2048.byte_length + 32
         label_ot = max(2, n) * (MAX_NAME_BYTES + 6) + 16
+        to_alice: list[tuple[int, ...]] = [(1, public_key_bytes(self.key_bits)), (2, ctv)]
+        to_bob: list[tuple[int, ...]] = [(1, public_key_bytes(self.key_bits)), (1, ctv)]
+        for m in self.levels():  # per level: the comparisons' header, key and bits, Bob's ζ(z); and back
+            batch, picks = self._dgk_batch(m, self.ell), ciphertext_vector_bytes(m, self.key_bits)
+            to_alice += [(1, 64), (1, self._dgk_key()), (1, batch), (1, picks)]
+            to_bob += [(1, batch), (1, picks)]
         return self._forward_envelope(
             role,
-            [
-                (1, public_key_bytes(self.key_bits)),
-                (2, ctv),
-                (1, 64),
-                (1, self._dgk_key()),
-                (1, batch),
-                (1, 64),
-                (1, group),
-                (1, label_ot),
-                (1, 64),
-            ],
-            [(1, public_key_bytes(self.key_bits)), (1, ctv), (1, batch), (1, group), (1, 64), (1, label_ot)],
+            to_alice + [(1, group), (1, label_ot), (1, 64)],
+            to_bob + [(1, group), (1, 64), (1, label_ot)],
         )
 
 
@@ -698,22 +700,9 @@ async def identify_alice(
     t0 = time.perf_counter()
     rng = protocol_rng(seed, params.protocol_name, ch.role)
     # --- Step 4: a_j = v_j + r_j; the shuffle of Bob's masks under his key ζ.
-    perm, x = await _alice_step4_shuffle(ch, params, sk, rng, bob, tag, allow_insecure_keys)
-    # --- Step 5: every pair of positions, the bits to Bob.
-    n = params.candidates
-    pairs = [(p, q) for p in range(n) for q in range(p + 1, n)]
-    with CryptoThreads(priority="urgent", name="smcdp-rank") as threads:  # the batch's chunks on every core
-        await compare_holder_a(
-            ch,
-            bob,
-            [x[p] - x[q] for p, q in pairs],
-            ell=params.ell,
-            predicate="lt",
-            output="b",
-            tag_prefix=f"{tag}/cmp",
-            allow_insecure=allow_insecure_keys,
-            executor=threads.executor,
-        )
+    perm, x, zeta_pk = await _alice_step4_shuffle(ch, params, sk, rng, bob, tag, allow_insecure_keys)
+    # --- Step 5: the tournament, each match's winner selected obliviously.
+    await _alice_step5_tournament(ch, params, x, zeta_pk, rng, bob, tag, allow_insecure_keys)
     online["rank"] = time.perf_counter() - t0
     # --- Step 6: the outcome to the designated party.
     t0 = time.perf_counter()
@@ -736,9 +725,9 @@ async def _alice_step4_shuffle(
     bob: str,
     tag: str,
     allow_insecure_keys: bool,
-) -> tuple[list[int], list[int]]:
+) -> tuple[list[int], list[int], PublicKey]:
     """Step 4 (Alice's half): a_j = v_j + r_j; the shuffle of Bob's masks under his key ζ, returned in π's
-    order.  Returns (π, x) with x_j = a_{π(j)} + s_j."""
+    order.  Returns (π, x, ζ) with x_j = a_{π(j)} + s_j."""
     n = params.candidates
     pk = sk.public_key
     zeta_pk = public_key_from_proto(
@@ -771,7 +760,54 @@ async def _alice_step4_shuffle(
     s = [rng.randrange(0, 1 << (Lv + 2 * kappa)) for _ in range(n)]
     shuffled = [zeta_pk.raw_add(zr.ciphertexts[perm[j]], zeta_pk.raw_encrypt_textbook(s[j])) for j in range(n)]
     await ch.send(bob, f"{tag}/shuffled", EncryptedVector(zeta_pk, shuffled, n, 0, UNPACKED).to_proto())
-    return perm, [a[perm[j]] + s[j] for j in range(n)]
+    return perm, [a[perm[j]] + s[j] for j in range(n)], zeta_pk
+
+
+async def _alice_step5_tournament(
+    ch: Channel,
+    params: IdentifyParams,
+    x: list[int],
+    zeta_pk: PublicKey,
+    rng: random.Random,
+    bob: str,
+    tag: str,
+    allow_insecure_keys: bool,
+) -> None:
+    """Step 5 (Alice's half), per level: the comparisons of each match's two slots (the bits to Bob); then,
+    for Bob's ζ(z) of each match, ζ(x_a + z·(x_b − x_a) + s) with a fresh s, her share of the winner −s."""
+    Lv, kappa = params.value_bits, params.stat_bits
+    slots = list(x)
+    for level, m in enumerate(params.levels()):
+        with CryptoThreads(priority="urgent", name="smcdp-rank") as threads:  # the batch's chunks on every core
+            await compare_holder_a(
+                ch,
+                bob,
+                [slots[2 * i] - slots[2 * i + 1] for i in range(m)],
+                ell=params.ell,
+                predicate="lt",
+                output="b",
+                tag_prefix=f"{tag}/cmp/{level}",
+                allow_insecure=allow_insecure_keys,
+                executor=threads.executor,
+            )
+        picks = EncryptedVector.from_proto(
+            await ch.recv(bob, f"{tag}/pick/{level}", pb.CiphertextVector),
+            zeta_pk,
+            length=m,
+            exponent=0,
+            packing=UNPACKED,
+            what=f"{tag}/pick/{level} from {bob}",
+        ).ciphertexts
+        s = [rng.randrange(0, 1 << (Lv + kappa)) for _ in range(m)]
+        picked = [
+            zeta_pk.raw_add(
+                zeta_pk.raw_mul(picks[i], slots[2 * i + 1] - slots[2 * i]),
+                zeta_pk.raw_encrypt_textbook(slots[2 * i] + s[i]),
+            )
+            for i in range(m)
+        ]
+        await ch.send(bob, f"{tag}/picked/{level}", EncryptedVector(zeta_pk, picked, m, 0, UNPACKED).to_proto())
+        slots = [-si for si in s] + slots[2 * m :]
 
 
 async def _alice_step6_outcome(
@@ -848,7 +884,7 @@ async def identify_bob(
     # --- Step 5: all pairs; z_pq = [v_π(p) < v_π(q)].
     if dgk_key is None:
         dgk_key = _bob_dgk_key(params, seed, ch.role, allow_insecure_keys)
-    w = await _bob_step5_rank(ch, params, y, dgk_key, alice, tag)
+    w = await _bob_step5_rank(ch, params, y, zeta_key, dgk_key, alice, tag)
     online["rank"] = time.perf_counter() - t0
     # --- Step 6: the outcome to the designated party.
     t0 = time.perf_counter()
@@ -917,31 +953,50 @@ async def _bob_step4_shares(
 
 
 async def _bob_step5_rank(
-    ch: Channel, params: IdentifyParams, y: list[int], dgk_key: dgk.DGKPrivateKey, alice: str, tag: str
+    ch: Channel,
+    params: IdentifyParams,
+    y: list[int],
+    zeta_key: PrivateKey,
+    dgk_key: dgk.DGKPrivateKey,
+    alice: str,
+    tag: str,
 ) -> int:
-    """Step 5: all pairs, z_pq = [v_π(p) < v_π(q)] to Bob; the position w that wins all its comparisons."""
-    n = params.candidates
-    pairs = [(p, q) for p in range(n) for q in range(p + 1, n)]
-    with CryptoThreads(priority="urgent", name="smcdp-rank") as threads:  # the batch's chunks on every core
-        z = await compare_holder_b(
-            ch,
-            alice,
-            [y[p] - y[q] for p, q in pairs],
-            ell=params.ell,
-            key=dgk_key,
-            predicate="lt",
-            output="b",
-            tag_prefix=f"{tag}/cmp",
-            executor=threads.executor,
-        )
-    assert z is not None  # output="b": this party, b, receives the bits
-    wins = [0] * n
-    for (p, q), lt in zip(pairs, z):
-        wins[q if lt else p] += 1
-    top = [j for j in range(n) if wins[j] == n - 1]
-    if len(top) != 1:
-        raise InvalidMessage(f"the comparisons with {alice} do not give one largest score")
-    return top[0]
+    """Step 5 (Bob's half), per level: z = [v_a < v_b] for each match of slots (a, b), ζ(z) to Alice, her
+    ζ(x_w + s) back; his share of the winner y_w − X.  Returns the position that wins the last match."""
+    Lv, kappa = params.value_bits, params.stat_bits
+    bound = (1 << (Lv + 2 * kappa + 1)) + (1 << (Lv + kappa + 1))
+    zeta_pk = zeta_key.public_key
+    slots, pos = list(y), list(range(params.candidates))
+    for level, m in enumerate(params.levels()):
+        with CryptoThreads(priority="urgent", name="smcdp-rank") as threads:  # the batch's chunks on every core
+            z = await compare_holder_b(
+                ch,
+                alice,
+                [slots[2 * i] - slots[2 * i + 1] for i in range(m)],
+                ell=params.ell,
+                key=dgk_key,
+                predicate="lt",
+                output="b",
+                tag_prefix=f"{tag}/cmp/{level}",
+                executor=threads.executor,
+            )
+        assert z is not None  # output="b": this party, b, receives the bits
+        picks = [zeta_pk.raw_encrypt_textbook(int(bool(zi))) for zi in z]
+        await ch.send(alice, f"{tag}/pick/{level}", EncryptedVector(zeta_pk, picks, m, 0, UNPACKED).to_proto())
+        X = EncryptedVector.from_proto(
+            await ch.recv(alice, f"{tag}/picked/{level}", pb.CiphertextVector),
+            zeta_pk,
+            length=m,
+            exponent=0,
+            packing=UNPACKED,
+            what=f"{tag}/picked/{level} from {alice}",
+        ).decrypt_ints(zeta_key)
+        if any(not -bound < v < bound for v in X):
+            raise InvalidMessage(f"{tag}/picked/{level} from {alice} holds values outside the shares' range")
+        win = [2 * i + 1 if z[i] else 2 * i for i in range(m)]
+        slots = [slots[w] - X[i] for i, w in enumerate(win)] + slots[2 * m :]
+        pos = [pos[w] for w in win] + pos[2 * m :]
+    return pos[0]
 
 
 async def _bob_step6_outcome(
