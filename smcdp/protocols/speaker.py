@@ -717,6 +717,23 @@ async def identify_alice(
     return IdentifyResult(learned, speaker, frames, timings, ch.stats.as_dict(), prepare_next=sizes)
 
 
+async def _recv_vector(ch: Channel, peer: str, tag: str, pk: PublicKey, length: int) -> list[mpz]:
+    """The ``length`` unpacked integer ciphertexts under ``pk`` of message ``tag`` from ``peer``, validated."""
+    return EncryptedVector.from_proto(
+        await ch.recv(peer, tag, pb.CiphertextVector),
+        pk,
+        length=length,
+        exponent=0,
+        packing=UNPACKED,
+        what=f"{tag} from {peer}",
+    ).ciphertexts
+
+
+async def _send_vector(ch: Channel, peer: str, tag: str, pk: PublicKey, cts: list[mpz]) -> None:
+    """``cts`` (unpacked integer ciphertexts under ``pk``) to ``peer`` as message ``tag``."""
+    await ch.send(peer, tag, EncryptedVector(pk, cts, len(cts), 0, UNPACKED).to_proto())
+
+
 async def _alice_step4_shuffle(
     ch: Channel,
     params: IdentifyParams,
@@ -736,30 +753,15 @@ async def _alice_step4_shuffle(
     Lv, kappa = params.value_bits, params.stat_bits
     if zeta_pk.max_int.bit_length() < Lv + 2 * kappa + 8:
         raise InvalidMessage(f"{bob}'s key is too small for the masked scores")
-    masked = EncryptedVector.from_proto(
-        await ch.recv(bob, f"{tag}/masked", pb.CiphertextVector),
-        pk,
-        length=n,
-        exponent=0,
-        packing=UNPACKED,
-        what=f"{tag}/masked from {bob}",
-    )
-    a = masked.decrypt_ints(sk)
+    a = [sk.raw_decrypt_signed(c) for c in await _recv_vector(ch, bob, f"{tag}/masked", pk, n)]
     if any(not -(1 << Lv) < v < (1 << (Lv + kappa)) + (1 << Lv) for v in a):
         raise InvalidMessage(f"{tag}/masked from {bob} holds values outside the masked scores' range")
-    zr = EncryptedVector.from_proto(
-        await ch.recv(bob, f"{tag}/zeta-r", pb.CiphertextVector),
-        zeta_pk,
-        length=n,
-        exponent=0,
-        packing=UNPACKED,
-        what=f"{tag}/zeta-r from {bob}",
-    )
+    zr = await _recv_vector(ch, bob, f"{tag}/zeta-r", zeta_pk, n)
     perm = list(range(n))
     rng.shuffle(perm)
     s = [rng.randrange(0, 1 << (Lv + 2 * kappa)) for _ in range(n)]
-    shuffled = [zeta_pk.raw_add(zr.ciphertexts[perm[j]], zeta_pk.raw_encrypt_textbook(s[j])) for j in range(n)]
-    await ch.send(bob, f"{tag}/shuffled", EncryptedVector(zeta_pk, shuffled, n, 0, UNPACKED).to_proto())
+    shuffled = [zeta_pk.raw_add(zr[perm[j]], zeta_pk.raw_encrypt_textbook(s[j])) for j in range(n)]
+    await _send_vector(ch, bob, f"{tag}/shuffled", zeta_pk, shuffled)
     return perm, [a[perm[j]] + s[j] for j in range(n)], zeta_pk
 
 
@@ -790,14 +792,7 @@ async def _alice_step5_tournament(
                 allow_insecure=allow_insecure_keys,
                 executor=threads.executor,
             )
-        picks = EncryptedVector.from_proto(
-            await ch.recv(bob, f"{tag}/pick/{level}", pb.CiphertextVector),
-            zeta_pk,
-            length=m,
-            exponent=0,
-            packing=UNPACKED,
-            what=f"{tag}/pick/{level} from {bob}",
-        ).ciphertexts
+        picks = await _recv_vector(ch, bob, f"{tag}/pick/{level}", zeta_pk, m)
         s = [rng.randrange(0, 1 << (Lv + kappa)) for _ in range(m)]
         picked = [
             zeta_pk.raw_add(
@@ -806,7 +801,7 @@ async def _alice_step5_tournament(
             )
             for i in range(m)
         ]
-        await ch.send(bob, f"{tag}/picked/{level}", EncryptedVector(zeta_pk, picked, m, 0, UNPACKED).to_proto())
+        await _send_vector(ch, bob, f"{tag}/picked/{level}", zeta_pk, picked)
         slots = [-si for si in s] + slots[2 * m :]
 
 
@@ -938,15 +933,8 @@ async def _bob_step4_shares(
 ) -> list[int]:
     """Step 4 (Bob's half): y_j = r_{π(j)} + s_j, decrypted from Alice's shuffle."""
     Lv, kappa = params.value_bits, params.stat_bits
-    sh = EncryptedVector.from_proto(
-        await ch.recv(alice, f"{tag}/shuffled", pb.CiphertextVector),
-        zeta_key.public_key,
-        length=params.candidates,
-        exponent=0,
-        packing=UNPACKED,
-        what=f"{tag}/shuffled from {alice}",
-    )
-    y = sh.decrypt_ints(zeta_key)
+    sh = await _recv_vector(ch, alice, f"{tag}/shuffled", zeta_key.public_key, params.candidates)
+    y = [zeta_key.raw_decrypt_signed(c) for c in sh]
     if any(not 0 <= v < (1 << (Lv + kappa)) + (1 << (Lv + 2 * kappa)) for v in y):
         raise InvalidMessage(f"{tag}/shuffled from {alice} holds values outside the shares' range")
     return y
@@ -982,15 +970,8 @@ async def _bob_step5_rank(
             )
         assert z is not None  # output="b": this party, b, receives the bits
         picks = [zeta_pk.raw_encrypt_textbook(int(bool(zi))) for zi in z]
-        await ch.send(alice, f"{tag}/pick/{level}", EncryptedVector(zeta_pk, picks, m, 0, UNPACKED).to_proto())
-        X = EncryptedVector.from_proto(
-            await ch.recv(alice, f"{tag}/picked/{level}", pb.CiphertextVector),
-            zeta_pk,
-            length=m,
-            exponent=0,
-            packing=UNPACKED,
-            what=f"{tag}/picked/{level} from {alice}",
-        ).decrypt_ints(zeta_key)
+        await _send_vector(ch, alice, f"{tag}/pick/{level}", zeta_pk, picks)
+        X = [zeta_key.raw_decrypt_signed(c) for c in await _recv_vector(ch, alice, f"{tag}/picked/{level}", zeta_pk, m)]
         if any(not -bound < v < bound for v in X):
             raise InvalidMessage(f"{tag}/picked/{level} from {alice} holds values outside the shares' range")
         win = [2 * i + 1 if z[i] else 2 * i for i in range(m)]
