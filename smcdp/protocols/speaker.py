@@ -36,9 +36,10 @@ she is):
 4. Alice decrypts a_j = v_j + r_j, draws a secret permutation π and s_j uniform in [0, 2^{L'+2κ}) and
    returns ``ζ(r_{π(j)} + s_j)`` in π's order; she keeps x_j = a_{π(j)} + s_j, Bob decrypts
    y_j = r_{π(j)} + s_j: v_{π(j)} = x_j − y_j, shared in an order Bob does not know.
-5. Every pair p < q of positions, in one batch of DGK comparisons with the bits to Bob:
-   ``[x_p − x_q < y_p − y_q] = [v_{π(p)} < v_{π(q)}]``.  Bob finds the position w that wins all its
-   comparisons (the values are distinct: exactly one).
+5. A tournament over slots (the positions at first), level by level: a batch of DGK comparisons of each
+   match's two slots, ``z = [x_a − x_b < y_a − y_b] = [v_a < v_b]`` to Bob; Bob sends ``ζ(z)``, Alice
+   returns ``ζ(x_a + z·(x_b − x_a) + s)`` with a fresh s (her share of the winner: −s; Bob's: y_w − X).
+   Bob knows which position won each match; the last one's is w.
 6. Output to bob: Alice sends, by 1-out-of-(K̄+1) oblivious transfer, the candidate index π(j) of every
    position j; Bob chooses w and learns π(w): a speaker or "none".  Output to alice: Bob sends w, Alice
    computes c = π(w) and obtains the candidate's name (empty for "none") from Bob by 1-out-of-(K̄+1) OT.
@@ -876,7 +877,7 @@ async def identify_bob(
     await _bob_step3_candidates(ch, params, models, pk, lls, T, theta, zeta_key.public_key, rng, alice, tag)
     # --- Step 4 (Bob's half): y_j = r_{π(j)} + s_j.
     y = await _bob_step4_shares(ch, params, zeta_key, alice, tag)
-    # --- Step 5: all pairs; z_pq = [v_π(p) < v_π(q)].
+    # --- Step 5: the tournament; each match's z = [v_a < v_b] to Bob, its winner selected under ζ.
     if dgk_key is None:
         dgk_key = _bob_dgk_key(params, seed, ch.role, allow_insecure_keys)
     w = await _bob_step5_rank(ch, params, y, zeta_key, dgk_key, alice, tag)
@@ -952,7 +953,7 @@ async def _bob_step5_rank(
     """Step 5 (Bob's half), per level: z = [v_a < v_b] for each match of slots (a, b), ζ(z) to Alice, her
     ζ(x_w + s) back; his share of the winner y_w − X.  Returns the position that wins the last match."""
     Lv, kappa = params.value_bits, params.stat_bits
-    bound = (1 << (Lv + 2 * kappa + 1)) + (1 << (Lv + kappa + 1))
+    low, high = (1 << (Lv + kappa)) + (1 << Lv), 1 << Lv  # a winner's new share, −(v_w + s), lies between
     zeta_pk = zeta_key.public_key
     slots, pos = list(y), list(range(params.candidates))
     for level, m in enumerate(params.levels()):
@@ -972,10 +973,11 @@ async def _bob_step5_rank(
         picks = [zeta_pk.raw_encrypt_textbook(int(bool(zi))) for zi in z]
         await _send_vector(ch, alice, f"{tag}/pick/{level}", zeta_pk, picks)
         X = [zeta_key.raw_decrypt_signed(c) for c in await _recv_vector(ch, alice, f"{tag}/picked/{level}", zeta_pk, m)]
-        if any(not -bound < v < bound for v in X):
-            raise InvalidMessage(f"{tag}/picked/{level} from {alice} holds values outside the shares' range")
         win = [2 * i + 1 if z[i] else 2 * i for i in range(m)]
-        slots = [slots[w] - X[i] for i, w in enumerate(win)] + slots[2 * m :]
+        new = [slots[w] - X[i] for i, w in enumerate(win)]  # −(v_w + s): in (−2^{L'+κ} − 2^{L'}, 2^{L'})
+        if any(not -low < v < high for v in new):
+            raise InvalidMessage(f"{tag}/picked/{level} from {alice} holds values outside the shares' range")
+        slots = new + slots[2 * m :]
         pos = [pos[w] for w in win] + pos[2 * m :]
     return pos[0]
 
