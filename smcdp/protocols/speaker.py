@@ -64,8 +64,10 @@ from gmpy2 import mpz
 
 from smcdp.crypto import dgk
 from smcdp.crypto.codec import (
+    bigints,
     ciphertext_from_proto,
     ciphertext_to_proto,
+    from_bigints,
     peer_public_key,
     public_key_from_proto,
     public_key_to_proto,
@@ -75,6 +77,7 @@ from smcdp.crypto.naor_pinkas import MODP2048
 from smcdp.crypto.paillier import PrivateKey, PublicKey, check_key_kind, generate_keypair
 from smcdp.crypto.threads import CryptoThreads
 from smcdp.crypto.vector import EncryptedVector
+from smcdp.crypto.zkp import prove_bits, randomness_of, verify_bits
 from smcdp.errors import InputRejected, InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.net.limits import TrafficEnvelope, ciphertext_vector_bytes, public_key_bytes
@@ -282,9 +285,11 @@ class IdentifyParams(SpeakerParams):
         label_ot = max(2, n) * (MAX_NAME_BYTES + 6) + 16
         to_alice: list[tuple[int, ...]] = [(1, public_key_bytes(self.key_bits)), (2, ctv)]
         to_bob: list[tuple[int, ...]] = [(1, public_key_bytes(self.key_bits)), (1, ctv)]
-        for m in self.levels():  # per level: the comparisons' header, key and bits, Bob's ζ(z); and back
+        for m in self.levels():  # per level: the comparisons' header, key and bits, Bob's ζ(z) and its
+            # bit proofs (5 integers below n² a match); and back
             batch, picks = self._dgk_batch(m, self.ell), ciphertext_vector_bytes(m, self.key_bits)
-            to_alice += [(1, 64), (1, self._dgk_key()), (1, batch), (1, picks)]
+            proofs = 5 * m * ((2 * self.key_bits + 7) // 8 + 4) + 16
+            to_alice += [(1, 64), (1, self._dgk_key()), (1, batch), (1, picks), (1, proofs)]
             to_bob += [(1, batch), (1, picks)]
         return self._forward_envelope(
             role,
@@ -730,9 +735,15 @@ async def _recv_vector(ch: Channel, peer: str, tag: str, pk: PublicKey, length: 
     ).ciphertexts
 
 
-async def _send_vector(ch: Channel, peer: str, tag: str, pk: PublicKey, cts: list[mpz]) -> None:
-    """``cts`` (unpacked integer ciphertexts under ``pk``) to ``peer`` as message ``tag``."""
-    await ch.send(peer, tag, EncryptedVector(pk, cts, len(cts), 0, UNPACKED).to_proto())
+async def _send_vector(ch: Channel, peer: str, tag: str, pk: PublicKey, cts: list[mpz]) -> bytes:
+    """``cts`` (unpacked integer ciphertexts under ``pk``) to ``peer`` as message ``tag``; the bytes that went
+    out (a replayed role's are its journal's)."""
+    return await ch.send(peer, tag, EncryptedVector(pk, cts, len(cts), 0, UNPACKED).to_proto())
+
+
+def _pick_context(session_id: str, tag: str, level: int) -> bytes:
+    """What a level's proofs that Bob's selectors ζ(z) are bits are bound to: the session, the step, the level."""
+    return f"smcdp/speaker-identify/pick/{session_id}/{tag}/{level}".encode()
 
 
 async def _alice_step4_shuffle(
@@ -794,6 +805,18 @@ async def _alice_step5_tournament(
                 executor=threads.executor,
             )
         picks = await _recv_vector(ch, bob, f"{tag}/pick/{level}", zeta_pk, m)
+        proof = from_bigints(
+            await ch.recv(bob, f"{tag}/pick-proof/{level}", pb.BigInts),
+            count=5 * m,
+            bound_bits=2 * zeta_pk.bits + 1,
+            what=f"{tag}/pick-proof/{level} from {bob}",
+            nonnegative=True,
+        )
+        if not verify_bits(zeta_pk, picks, proof, _pick_context(ch.session_id, tag, level)):
+            raise InvalidMessage(
+                f"{tag}/pick/{level} from {bob} is not proven to encrypt bits: refusing a selection that "
+                "could carry a multiple of her shares' difference"
+            )
         s = [rng.randrange(0, 1 << (Lv + kappa)) for _ in range(m)]
         picked = [
             zeta_pk.raw_add(
@@ -880,7 +903,7 @@ async def identify_bob(
     # --- Step 5: the tournament; each match's z = [v_a < v_b] to Bob, its winner selected under ζ.
     if dgk_key is None:
         dgk_key = _bob_dgk_key(params, seed, ch.role, allow_insecure_keys)
-    w = await _bob_step5_rank(ch, params, y, zeta_key, dgk_key, alice, tag)
+    w = await _bob_step5_rank(ch, params, y, zeta_key, dgk_key, seed, alice, tag)
     online["rank"] = time.perf_counter() - t0
     # --- Step 6: the outcome to the designated party.
     t0 = time.perf_counter()
@@ -947,6 +970,7 @@ async def _bob_step5_rank(
     y: list[int],
     zeta_key: PrivateKey,
     dgk_key: dgk.DGKPrivateKey,
+    seed: SeedLike,
     alice: str,
     tag: str,
 ) -> int:
@@ -970,8 +994,22 @@ async def _bob_step5_rank(
                 executor=threads.executor,
             )
         assert z is not None  # output="b": this party, b, receives the bits
-        picks = [zeta_pk.raw_encrypt_textbook(int(bool(zi))) for zi in z]
-        await _send_vector(ch, alice, f"{tag}/pick/{level}", zeta_pk, picks)
+        bits = [int(bool(zi)) for zi in z]
+        sent = await _send_vector(
+            ch, alice, f"{tag}/pick/{level}", zeta_pk, [zeta_pk.raw_encrypt_textbook(b) for b in bits]
+        )
+        # the proof is about the ciphertexts that went out (a replayed Bob re-sends his first ones), its nonces
+        # from his root, one stream a match: a replay sends the same proof
+        picks = EncryptedVector.from_proto(pb.CiphertextVector.FromString(sent), zeta_pk).ciphertexts
+        proof = prove_bits(
+            zeta_pk,
+            picks,
+            bits,
+            [randomness_of(zeta_key, c, b) for c, b in zip(picks, bits)],
+            _pick_context(ch.session_id, tag, level),
+            [protocol_rng(seed, params.protocol_name, ch.role, "pick-proof", str(level), str(i)) for i in range(m)],
+        )
+        await ch.send(alice, f"{tag}/pick-proof/{level}", bigints(proof))
         X = [zeta_key.raw_decrypt_signed(c) for c in await _recv_vector(ch, alice, f"{tag}/picked/{level}", zeta_pk, m)]
         win = [2 * i + 1 if z[i] else 2 * i for i in range(m)]
         new = [slots[w] - X[i] for i, w in enumerate(win)]  # −(v_w + s): in (−2^{L'+κ} − 2^{L'}, 2^{L'})

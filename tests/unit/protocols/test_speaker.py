@@ -299,3 +299,22 @@ def test_the_tournament_finds_the_plaintext_speaker_with_every_bracket_and_n_min
             assert compared == kbar  # one DGK comparison a match, not one a pair of candidates
             runs += 1
     assert runs >= 6  # at least two speakers and "none"
+
+
+def test_a_selector_that_is_not_a_bit_is_refused(keypair512, dgk_key, monkeypatch):
+    """A deviating Bob who sends ζ(2) instead of ζ(z) in the tournament (step 5b) would read Alice's shares'
+    difference from her reply; its bit proof fails and Alice refuses the level before she computes anything."""
+    import smcdp.protocols.speaker as spk
+
+    real = spk._send_vector
+
+    async def cheat(ch, peer, tag, pk, cts):
+        if "/pick/" in tag:
+            cts = [pk.raw_encrypt_textbook(2)] + list(cts[1:])
+        return await real(ch, peer, tag, pk, cts)
+
+    monkeypatch.setattr(spk, "_send_vector", cheat)
+    _, sk = keypair512
+    X = _utterance(seed=9)
+    with pytest.raises(InvalidMessage, match="not proven to encrypt bits"):
+        _identify(X, _models(threshold=-50.0), sk, dgk_key, max_speakers=3)
