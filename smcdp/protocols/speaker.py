@@ -999,7 +999,8 @@ async def _bob_step5_rank(
             ch, alice, f"{tag}/pick/{level}", zeta_pk, [zeta_pk.raw_encrypt_textbook(b) for b in bits]
         )
         # the proof is about the ciphertexts that went out (a replayed Bob re-sends his first ones), its nonces
-        # from his root, one stream a match: a replay sends the same proof
+        # from his root, one stream a statement -- match, ciphertext and bit: a replay sends the same proof, and
+        # a selector sent anew (its journal record lost) gets other nonces, never the old ones for a new c
         picks = EncryptedVector.from_proto(pb.CiphertextVector.FromString(sent), zeta_pk).ciphertexts
         proof = prove_bits(
             zeta_pk,
@@ -1007,7 +1008,10 @@ async def _bob_step5_rank(
             bits,
             [randomness_of(zeta_key, c, b) for c, b in zip(picks, bits)],
             _pick_context(ch.session_id, tag, level),
-            [protocol_rng(seed, params.protocol_name, ch.role, "pick-proof", str(level), str(i)) for i in range(m)],
+            [
+                protocol_rng(seed, params.protocol_name, ch.role, "pick-proof", str(level), str(i), str(int(c)), str(b))
+                for i, (c, b) in enumerate(zip(picks, bits))
+            ],
         )
         await ch.send(alice, f"{tag}/pick-proof/{level}", bigints(proof))
         X = [zeta_key.raw_decrypt_signed(c) for c in await _recv_vector(ch, alice, f"{tag}/picked/{level}", zeta_pk, m)]
