@@ -791,8 +791,8 @@ async def _alice_step5_tournament(
     for Bob's ζ(z) of each match, ζ(x_a + z·(x_b − x_a) + s) with a fresh s, her share of the winner −s."""
     Lv, kappa = params.value_bits, params.stat_bits
     slots = list(x)
-    for level, m in enumerate(params.levels()):
-        with CryptoThreads(priority="urgent", name="smcdp-rank") as threads:  # the batch's chunks on every core
+    with CryptoThreads(priority="urgent", name="smcdp-rank") as threads:  # every level's chunks on every core
+        for level, m in enumerate(params.levels()):
             await compare_holder_a(
                 ch,
                 bob,
@@ -804,29 +804,29 @@ async def _alice_step5_tournament(
                 allow_insecure=allow_insecure_keys,
                 executor=threads.executor,
             )
-        picks = await _recv_vector(ch, bob, f"{tag}/pick/{level}", zeta_pk, m)
-        proof = from_bigints(
-            await ch.recv(bob, f"{tag}/pick-proof/{level}", pb.BigInts),
-            count=5 * m,
-            bound_bits=2 * zeta_pk.bits + 1,
-            what=f"{tag}/pick-proof/{level} from {bob}",
-            nonnegative=True,
-        )
-        if not verify_bits(zeta_pk, picks, proof, _pick_context(ch.session_id, tag, level)):
-            raise InvalidMessage(
-                f"{tag}/pick/{level} from {bob} is not proven to encrypt bits: refusing a selection that "
-                "could carry a multiple of her shares' difference"
+            picks = await _recv_vector(ch, bob, f"{tag}/pick/{level}", zeta_pk, m)
+            proof = from_bigints(
+                await ch.recv(bob, f"{tag}/pick-proof/{level}", pb.BigInts),
+                count=5 * m,
+                bound_bits=2 * zeta_pk.bits + 1,
+                what=f"{tag}/pick-proof/{level} from {bob}",
+                nonnegative=True,
             )
-        s = [rng.randrange(0, 1 << (Lv + kappa)) for _ in range(m)]
-        picked = [
-            zeta_pk.raw_add(
-                zeta_pk.raw_mul(picks[i], slots[2 * i + 1] - slots[2 * i]),
-                zeta_pk.raw_encrypt_textbook(slots[2 * i] + s[i]),
-            )
-            for i in range(m)
-        ]
-        await _send_vector(ch, bob, f"{tag}/picked/{level}", zeta_pk, picked)
-        slots = [-si for si in s] + slots[2 * m :]
+            if not verify_bits(zeta_pk, picks, proof, _pick_context(ch.session_id, tag, level)):
+                raise InvalidMessage(
+                    f"{tag}/pick/{level} from {bob} is not proven to encrypt bits: refusing a selection that "
+                    "could carry a multiple of her shares' difference"
+                )
+            s = [rng.randrange(0, 1 << (Lv + kappa)) for _ in range(m)]
+            picked = [
+                zeta_pk.raw_add(
+                    zeta_pk.raw_mul(picks[i], slots[2 * i + 1] - slots[2 * i]),
+                    zeta_pk.raw_encrypt_textbook(slots[2 * i] + s[i]),
+                )
+                for i in range(m)
+            ]
+            await _send_vector(ch, bob, f"{tag}/picked/{level}", zeta_pk, picked)
+            slots = [-si for si in s] + slots[2 * m :]
 
 
 async def _alice_step6_outcome(
@@ -980,8 +980,8 @@ async def _bob_step5_rank(
     low, high = (1 << (Lv + kappa)) + (1 << Lv), 1 << Lv  # a winner's new share, −(v_w + s), lies between
     zeta_pk = zeta_key.public_key
     slots, pos = list(y), list(range(params.candidates))
-    for level, m in enumerate(params.levels()):
-        with CryptoThreads(priority="urgent", name="smcdp-rank") as threads:  # the batch's chunks on every core
+    with CryptoThreads(priority="urgent", name="smcdp-rank") as threads:  # every level's chunks on every core
+        for level, m in enumerate(params.levels()):
             z = await compare_holder_b(
                 ch,
                 alice,
@@ -993,34 +993,39 @@ async def _bob_step5_rank(
                 tag_prefix=f"{tag}/cmp/{level}",
                 executor=threads.executor,
             )
-        assert z is not None  # output="b": this party, b, receives the bits
-        bits = [int(bool(zi)) for zi in z]
-        sent = await _send_vector(
-            ch, alice, f"{tag}/pick/{level}", zeta_pk, [zeta_pk.raw_encrypt_textbook(b) for b in bits]
-        )
-        # the proof is about the ciphertexts that went out (a replayed Bob re-sends his first ones), its nonces
-        # from his root, one stream a statement -- match, ciphertext and bit: a replay sends the same proof, and
-        # a selector sent anew (its journal record lost) gets other nonces, never the old ones for a new c
-        picks = EncryptedVector.from_proto(pb.CiphertextVector.FromString(sent), zeta_pk).ciphertexts
-        proof = prove_bits(
-            zeta_pk,
-            picks,
-            bits,
-            [randomness_of(zeta_key, c, b) for c, b in zip(picks, bits)],
-            _pick_context(ch.session_id, tag, level),
-            [
-                protocol_rng(seed, params.protocol_name, ch.role, "pick-proof", str(level), str(i), str(int(c)), str(b))
-                for i, (c, b) in enumerate(zip(picks, bits))
-            ],
-        )
-        await ch.send(alice, f"{tag}/pick-proof/{level}", bigints(proof))
-        X = [zeta_key.raw_decrypt_signed(c) for c in await _recv_vector(ch, alice, f"{tag}/picked/{level}", zeta_pk, m)]
-        win = [2 * i + 1 if z[i] else 2 * i for i in range(m)]
-        new = [slots[w] - X[i] for i, w in enumerate(win)]  # −(v_w + s): in (−2^{L'+κ} − 2^{L'}, 2^{L'})
-        if any(not -low < v < high for v in new):
-            raise InvalidMessage(f"{tag}/picked/{level} from {alice} holds values outside the shares' range")
-        slots = new + slots[2 * m :]
-        pos = [pos[w] for w in win] + pos[2 * m :]
+            assert z is not None  # output="b": this party, b, receives the bits
+            bits = [int(bool(zi)) for zi in z]
+            sent = await _send_vector(
+                ch, alice, f"{tag}/pick/{level}", zeta_pk, [zeta_pk.raw_encrypt_textbook(b) for b in bits]
+            )
+            # the proof is about the ciphertexts that went out (a replayed Bob re-sends his first ones), its nonces
+            # from his root, one stream a statement -- match, ciphertext and bit: a replay sends the same proof, and
+            # a selector sent anew (its journal record lost) gets other nonces, never the old ones for a new c
+            picks = EncryptedVector.from_proto(pb.CiphertextVector.FromString(sent), zeta_pk).ciphertexts
+            proof = prove_bits(
+                zeta_pk,
+                picks,
+                bits,
+                [randomness_of(zeta_key, c, b) for c, b in zip(picks, bits)],
+                _pick_context(ch.session_id, tag, level),
+                [
+                    protocol_rng(
+                        seed, params.protocol_name, ch.role, "pick-proof", str(level), str(i), str(int(c)), str(b)
+                    )
+                    for i, (c, b) in enumerate(zip(picks, bits))
+                ],
+            )
+            await ch.send(alice, f"{tag}/pick-proof/{level}", bigints(proof))
+            X = [
+                zeta_key.raw_decrypt_signed(c)
+                for c in await _recv_vector(ch, alice, f"{tag}/picked/{level}", zeta_pk, m)
+            ]
+            win = [2 * i + 1 if z[i] else 2 * i for i in range(m)]
+            new = [slots[w] - X[i] for i, w in enumerate(win)]  # −(v_w + s): in (−2^{L'+κ} − 2^{L'}, 2^{L'})
+            if any(not -low < v < high for v in new):
+                raise InvalidMessage(f"{tag}/picked/{level} from {alice} holds values outside the shares' range")
+            slots = new + slots[2 * m :]
+            pos = [pos[w] for w in win] + pos[2 * m :]
     return pos[0]
 
 
