@@ -36,7 +36,45 @@ AVAILABLE: bool = _mont is not None
 
 
 def engine_name() -> str:
-    return "native (Montgomery over GMP mpn)" if AVAILABLE else "pure gmpy2"
+    if not AVAILABLE:
+        return "pure gmpy2"
+    return "native (Montgomery over GMP mpn" + ("; AVX-512 IFMA products)" if ifma() else ")")
+
+
+#: the moduli the IFMA products take (from 1400 bits, where they start to beat GMP's, to n^2 of a 3072-bit
+#: key); GMP's products take the others
+IFMA_MIN_MODULUS_BITS: int = int(getattr(_mont, "IFMA_MIN_MODULUS_BITS", 0)) if _mont is not None else 0
+IFMA_MAX_MODULUS_BITS: int = int(getattr(_mont, "IFMA_MAX_MODULUS_BITS", 0)) if _mont is not None else 0
+
+
+def ifma_takes(modulus_bits: int) -> bool:
+    """Whether the engine multiplies modulo a ``modulus_bits``-bit (odd) modulus with the IFMA products."""
+    return ifma() and IFMA_MIN_MODULUS_BITS <= int(modulus_bits) <= IFMA_MAX_MODULUS_BITS
+
+
+def ifma() -> bool:
+    """Whether the engine's new Montgomery contexts use the AVX-512 IFMA products: the CPU and the OS
+    run them and ``SMCDP_NATIVE_IFMA=0`` is not set (docs/crypto.md, "The native engine")."""
+    return bool(_mont is not None and hasattr(_mont, "ifma") and _mont.ifma())
+
+
+def residue_bytes(modulus_bits: int) -> int:
+    """Bytes the engine holds per residue of a ``modulus_bits``-bit modulus (its tables' entry size):
+    64-bit limbs, or with IFMA 8·V 52-bit digits in 64-bit words, V = ⌈(bits + 2)/416⌉."""
+    bits = int(modulus_bits)
+    if ifma_takes(bits):
+        return -(-(bits + 2) // 416) * 64
+    return -(-bits // 64) * 8
+
+
+def powmod(base: int, exp: int, modulus: int) -> mpz:
+    """``base^exp mod modulus`` for an odd modulus, 0 <= base < modulus and exp >= 0, by the engine's
+    Montgomery products (with IFMA about twice gmpy2's powmod at 2048 bits; without, about the same)."""
+    if _mont is None:
+        raise RuntimeError(f"the native engine is not available ({REASON})")
+    modulus = mpz(modulus)
+    nbytes = (modulus.bit_length() + 7) // 8
+    return mpz.from_bytes(_mont.powmod(_le(base, nbytes), _le_min(exp), _le(modulus, nbytes)), "little")
 
 
 def _le(x: int, nbytes: int) -> bytes:

@@ -60,7 +60,7 @@ from phe import paillier as phe_paillier
 
 from smcdp._files import atomic_write
 from smcdp.crypto.counters import count as _count
-from smcdp.crypto.modexp import FixedBaseTable, window_for_uses
+from smcdp.crypto.modexp import FixedBaseTable, powmod, window_for_uses
 from smcdp.errors import CryptoOverflow, InsecureParameters, InvalidMessage
 from smcdp.progress import task
 
@@ -412,7 +412,7 @@ class PrivateKey:
         f, fsq, h, e = (
             (self.p, self.psquare, self.hp, self.ep) if which == 0 else (self.q, self.qsquare, self.hq, self.eq)
         )
-        x = gmpy2.powmod(mpz(c), e, fsq) - 1
+        x = powmod(mpz(c), e, fsq) - 1
         if self.orders is not None and x % f:
             raise InvalidMessage(
                 "ciphertext's randomness is not in the subgroup key's subgroup (not made with its base h_s)"

@@ -5,13 +5,18 @@ reference) and with the pure-gmpy2 loops it replaces, over moduli of one to
 many limbs, every window width and exponents at the edges of the tables.
 
 In CI the accelerator must be present (``SMCDP_REQUIRE_NATIVE=1``, set by
-.ci/run): there a missing build fails instead of skipping.
+.ci/run): there a missing build fails instead of skipping.  Where the CPU has AVX-512
+IFMA, the engine's values are compared on both of its Montgomery products (GMP's and
+IFMA's, ``on_each_product``), at every width the IFMA products take.
 """
 
 import os
 import secrets
+import subprocess
+import sys
 import threading
 import time
+from contextlib import contextmanager
 
 import gmpy2
 import pytest
@@ -24,6 +29,8 @@ from smcdp.crypto import modexp, native
 from smcdp.crypto import paillier as P
 from smcdp.crypto.modexp import multi_exp
 
+contextlib_null = __import__("contextlib").nullcontext
+
 if not native.AVAILABLE and os.environ.get("SMCDP_REQUIRE_NATIVE") == "1":
     raise RuntimeError(f"SMCDP_REQUIRE_NATIVE=1 but the native engine is unavailable: {native.REASON}")
 
@@ -32,6 +39,36 @@ needs_native = pytest.mark.skipif(not native.AVAILABLE, reason=f"native engine n
 
 def _odd_modulus(bits: int) -> mpz:
     return mpz(secrets.randbits(bits)) | 1 | (mpz(1) << (bits - 1))
+
+
+def _mont_module():
+    from smcdp.crypto import _mont
+
+    return _mont
+
+
+#: the Montgomery products this host runs: GMP's always (where the engine is built), IFMA's where the CPU has it
+PRODUCTS = ([False, True] if _mont_module().cpu_ifma() else [False]) if native.AVAILABLE else []
+
+
+@contextmanager
+def product(ifma: bool):
+    """New Montgomery contexts use IFMA's products (True) or GMP's (False) inside the block."""
+    mont = _mont_module()
+    before = mont._set_ifma(ifma)
+    try:
+        yield
+    finally:
+        mont._set_ifma(before)
+
+
+def on_each_product(call):
+    """``call()`` once per Montgomery product of this host: the list of its results."""
+    out = []
+    for flag in PRODUCTS:
+        with product(flag):
+            out.append(call())
+    return out
 
 
 @pytest.fixture(params=["native", "pure"])
@@ -48,7 +85,7 @@ def engine(request, monkeypatch):
 @needs_native
 @settings(max_examples=80, deadline=None)
 @given(
-    bits=st.sampled_from([3, 63, 64, 65, 127, 128, 129, 512, 1024, 2048]),
+    bits=st.sampled_from([3, 63, 64, 65, 127, 128, 129, 512, 1024, 1400, 2048, 4096]),
     exp_bits=st.integers(min_value=1, max_value=300),
     window=st.integers(min_value=1, max_value=9),
     data=st.data(),
@@ -56,16 +93,22 @@ def engine(request, monkeypatch):
 def test_fixed_base_matches_powmod(bits, exp_bits, window, data):
     m = mpz(data.draw(st.integers(min_value=1 << (bits - 1), max_value=(1 << bits) - 1))) | 1
     base = mpz(data.draw(st.integers(min_value=0, max_value=int(m) * 3)))
-    fb = native.FixedBase(base, m, exp_bits, window)
     edges = [e for e in (0, 1, 2, (1 << exp_bits) - 1, 1 << (exp_bits - 1)) if e < 1 << exp_bits]
-    for e in edges + [data.draw(st.integers(min_value=0, max_value=(1 << exp_bits) - 1))]:
-        assert fb.pow(e) == gmpy2.powmod(base, e, m), (bits, exp_bits, window, e)
+    exps = edges + [data.draw(st.integers(min_value=0, max_value=(1 << exp_bits) - 1))]
+    factor = mpz(data.draw(st.integers(min_value=0, max_value=int(m) - 1)))
+    want = [gmpy2.powmod(base, e, m) for e in exps] + [factor * gmpy2.powmod(base, exps[-1], m) % m]
+
+    def powers():
+        fb = native.FixedBase(base, m, exp_bits, window)
+        return [fb.pow(e) for e in exps] + [fb.pow(exps[-1], factor)]
+
+    assert on_each_product(powers) == [want] * len(PRODUCTS), (bits, exp_bits, window)
 
 
 @needs_native
 @settings(max_examples=60, deadline=None)
 @given(
-    bits=st.sampled_from([5, 64, 65, 200, 1024, 2048]),
+    bits=st.sampled_from([5, 64, 65, 200, 1024, 1400, 2048, 4096]),
     terms=st.integers(min_value=0, max_value=60),
     exp_bits=st.sampled_from([1, 7, 48, 63, 64, 65, 130]),
     window=st.integers(min_value=1, max_value=10),
@@ -78,9 +121,9 @@ def test_native_multi_exp_matches_powmod_product(bits, terms, exp_bits, window, 
     ref = mpz(1) % m
     for b, e in zip(bases, exps):
         ref = ref * gmpy2.powmod(b, e, m) % m
-    got = native.multi_exp(bases, exps, m, window)
+    got = on_each_product(lambda: native.multi_exp(bases, exps, m, window))
     # the empty product is 1 (also mod 1 < m: m >= 5 here)
-    assert got == ref
+    assert got == [ref] * len(PRODUCTS)
 
 
 @settings(max_examples=40, deadline=None)
@@ -109,7 +152,7 @@ def test_multi_exp_with_signs_on_both_engines(terms, exp_bits, data, keypair512)
 @needs_native
 @settings(max_examples=60, deadline=None)
 @given(
-    bits=st.sampled_from([5, 64, 65, 200, 1024, 2048]),
+    bits=st.sampled_from([5, 64, 65, 200, 1024, 1400, 2048, 4096]),
     terms=st.integers(min_value=0, max_value=30),
     rows=st.integers(min_value=0, max_value=6),
     exp_bits=st.sampled_from([1, 7, 45, 64, 65, 130]),
@@ -133,7 +176,7 @@ def test_native_multi_exp_rows_matches_powmod_products(bits, terms, rows, exp_bi
         for b, e in zip(bases, row):
             ref = ref * gmpy2.powmod(b, e, m) % m
         want.append(ref)
-    assert native.multi_exp_rows(bases, E, m, group, threads) == want
+    assert on_each_product(lambda: native.multi_exp_rows(bases, E, m, group, threads)) == [want] * len(PRODUCTS)
 
 
 @needs_native
@@ -373,8 +416,12 @@ def test_pow_releases_the_gil():
 def test_table_budget_setting(monkeypatch):
     monkeypatch.setenv("SMCDP_TABLE_BUDGET_MB", "8")
     assert modexp.table_budget_bytes() == 8 << 20
-    # 2048-bit residues, 1024-bit exponents: 8 MB fits 8-bit windows only
-    assert modexp.window_for(1024, 2048, entry_overhead=0, max_window=12) == 8
+    # 2048-bit residues, 1024-bit exponents: 8 MB fits 8-bit windows only with GMP's 256-byte residues
+    # (128 windows x 255 entries x 256 bytes = 8.4e6), 7-bit ones with IFMA's 320-byte residues (40 digits)
+    for flag in PRODUCTS or [False]:
+        with product(flag) if PRODUCTS else contextlib_null():
+            assert native.residue_bytes(2048) == (320 if flag else 256)
+            assert modexp.window_for(1024, 2048, entry_overhead=0, max_window=12) == (7 if flag else 8)
     monkeypatch.setenv("SMCDP_TABLE_BUDGET_MB", "lots")
     with pytest.raises(ValueError, match="SMCDP_TABLE_BUDGET_MB"):
         modexp.table_budget_bytes()
@@ -383,3 +430,123 @@ def test_table_budget_setting(monkeypatch):
         modexp.table_budget_bytes()
     monkeypatch.delenv("SMCDP_TABLE_BUDGET_MB")
     assert modexp.table_budget_bytes() == 192 << 20
+
+
+# ---------------------------------------------------------------------------- the IFMA products
+needs_ifma = pytest.mark.skipif(len(PRODUCTS) < 2, reason="this CPU has no AVX-512 IFMA (or the engine is not built)")
+
+
+@needs_ifma
+def test_ifma_products_at_every_width_they_take():
+    """Every width where the digit vectors change (V = ⌈(bits + 2)/416⌉: 1662/1663/1664/1665 bits ...),
+    the first and last width the IFMA products take (1400, 6654) and the first ones they leave to GMP
+    (1399, 6655): fixed base, multi_exp, rows and powmod on each product equal gmpy2, with bases 0, 1,
+    m − 1 and ≥ m among them."""
+    rng = __import__("random").Random(7)
+    for bits in (
+        1399,
+        1400,
+        1662,
+        1663,
+        1664,
+        1665,
+        2047,
+        2048,
+        2049,
+        2494,
+        2495,
+        3326,
+        4094,
+        4095,
+        4096,
+        4097,
+        6144,
+        6654,
+        6655,
+    ):
+        m = mpz(rng.getrandbits(bits)) | 1 | (mpz(1) << (bits - 1))
+        bases = [mpz(0), mpz(1), m - 1, m + 5, *(mpz(rng.getrandbits(bits + 8)) for _ in range(5))]
+        exps = [rng.getrandbits(86) for _ in bases]
+        rows = [[rng.getrandbits(45) for _ in bases] for _ in range(4)]
+        e = rng.getrandbits(1030)
+        want_multi = mpz(1)
+        for b, x in zip(bases, exps):
+            want_multi = want_multi * gmpy2.powmod(b, x, m) % m
+        want_rows = []
+        for row in rows:
+            w = mpz(1)
+            for b, x in zip(bases, row):
+                w = w * gmpy2.powmod(b, x, m) % m
+            want_rows.append(w)
+        want = (want_multi, want_rows, gmpy2.powmod(bases[5], e, m), gmpy2.powmod(bases[4], e, m))
+
+        def compute(m=m, bases=bases, exps=exps, rows=rows, e=e):
+            fb = native.FixedBase(bases[4], m, 1030, 6)
+            return (
+                native.multi_exp([b % m for b in bases], exps, m, 5),
+                native.multi_exp_rows([b % m for b in bases], rows, m, 3, 2),
+                native.powmod(bases[5] % m, e, m),
+                fb.pow(e),
+            )
+
+        assert on_each_product(compute) == [want, want], bits
+        with product(True):
+            assert native.ifma_takes(bits) == (1400 <= bits <= 6654)
+
+
+@needs_native
+@settings(max_examples=60, deadline=None)
+@given(
+    bits=st.sampled_from([3, 64, 65, 512, 1400, 2048, 4096]),
+    exp_bits=st.sampled_from([0, 1, 2, 24, 25, 160, 161, 225, 768, 769, 1024]),
+    data=st.data(),
+)
+def test_powmod_matches_gmpy2_on_each_product(bits, exp_bits, data):
+    """The engine's one-base exponentiation (a decryption's CRT half) and modexp.powmod, which takes it
+    only where the IFMA products take the modulus."""
+    m = mpz(data.draw(st.integers(min_value=1 << (bits - 1), max_value=(1 << bits) - 1))) | 1
+    base = mpz(data.draw(st.integers(min_value=0, max_value=int(m) - 1)))
+    e = data.draw(st.integers(min_value=0, max_value=(1 << exp_bits) - 1)) if exp_bits else 0
+    want = gmpy2.powmod(base, e, m)
+    assert on_each_product(lambda: (native.powmod(base, e, m), modexp.powmod(base, e, m))) == [(want, want)] * len(
+        PRODUCTS
+    )
+
+
+@needs_native
+def test_decryption_on_each_product_is_phes():
+    """A 2048-bit key (p^2 of 2048 bits: the IFMA products where the CPU has them) decrypts what phe
+    encrypted, standard and subgroup keys."""
+    for subgroup in (False, True):
+        pk, sk = P.generate_keypair(2048, subgroup=subgroup)
+        msgs = [0, 1, -1, 2**200, -(2**200), secrets.randbits(1000)]
+        cts = [pk.raw_encrypt(x) for x in msgs]
+        assert on_each_product(lambda sk=sk, cts=cts: [sk.raw_decrypt_signed(c) for c in cts]) == [msgs] * len(PRODUCTS)
+
+
+@needs_native
+def test_ifma_can_be_switched_off_from_the_environment():
+    """SMCDP_NATIVE_IFMA=0 keeps GMP's products (for comparing, or a CPU whose IFMA misbehaves)."""
+    code = "from smcdp.crypto import native, _mont; print(native.ifma(), _mont.cpu_ifma(), native.engine_name())"
+    env = {**os.environ, "SMCDP_NATIVE_IFMA": "0"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    ifma, cpu, name = out.strip().split(" ", 2)
+    assert ifma == "False" and "IFMA" not in name
+    env.pop("SMCDP_NATIVE_IFMA")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip().split(" ", 2)[0] == cpu  # on by default where the CPU has it
+
+
+@needs_native
+def test_powmod_refuses_bad_arguments():
+    mont = _mont_module()
+    m = _odd_modulus(2048)
+    mb = int(m).to_bytes(256, "little")
+    with pytest.raises(ValueError, match="odd modulus"):
+        mont.powmod(b"\x02", b"\x05", (int(m) + 1).to_bytes(256, "little"))
+    with pytest.raises(ValueError, match="wider"):
+        mont.powmod(b"\x01" * 257, b"\x05", mb)
+    with pytest.raises(ValueError, match="limit"):
+        mont.powmod(b"\x02", b"\x01" * ((1 << 20) + 1), mb)
+    with pytest.raises(TypeError):
+        mont.powmod("2", b"\x05", mb)
