@@ -220,11 +220,11 @@ class PublicKey:
         """r^n mod n² for uniform r in Z*_n (the textbook obfuscator, as phe does); for a subgroup key
         h_s^a by one ``powmod`` (no table), since the owner decrypts only randomness in its subgroup."""
         if self.subgroup:
-            return gmpy2.powmod(self._fixed_base(), secrets.randbits(self.obfuscation_bits), self.nsquare)
+            return powmod(self._fixed_base(), secrets.randbits(self.obfuscation_bits), self.nsquare)
         while True:
             r = mpz(secrets.randbelow(int(self.n) - 1) + 1)
             if gmpy2.gcd(r, self.n) == 1:
-                return gmpy2.powmod(r, self.n, self.nsquare)
+                return powmod(r, self.n, self.nsquare)
 
     # ------------------------------------------------------------ raw ops
     def raw_plain(self, m: int) -> mpz:
@@ -279,7 +279,7 @@ class PublicKey:
         if k < 0:
             c = gmpy2.invert(c, self.nsquare)
             k = -k
-        return gmpy2.powmod(c, k, self.nsquare)
+        return powmod(c, k, self.nsquare)
 
     def validate_ciphertext(self, c: int, where: str = "ciphertext") -> mpz:
         """Check 0 < c < n² and gcd(c, n) = 1; return it as mpz."""

@@ -66,7 +66,7 @@ from gmpy2 import mpz
 from smcdp._files import atomic_write
 from smcdp.crypto.counters import count_many as _count_many
 from smcdp.crypto.encoding import decode_fixed
-from smcdp.crypto.modexp import FixedBaseTable, multi_exp, table_budget_bytes, window_for
+from smcdp.crypto.modexp import FixedBaseTable, multi_exp, powmod, table_budget_bytes, window_for
 from smcdp.crypto.paillier import PrivateKey, PublicKey, check_key_bits
 from smcdp.errors import CryptoOverflow, InvalidMessage
 
@@ -243,10 +243,7 @@ class KeyShare:
     def check(self) -> None:
         """Raise unless v^(Δ s_i) is this party's published verification key."""
         pub = self.public
-        if (
-            gmpy2.powmod(pub.v, pub.delta * self.secret, pub.public_key.nsquare)
-            != pub.verification_keys[self.index - 1]
-        ):
+        if powmod(pub.v, pub.delta * self.secret, pub.public_key.nsquare) != pub.verification_keys[self.index - 1]:
             raise InvalidMessage(f"key share {self.index} does not match its verification key")
 
     def to_json(self) -> dict[str, Any]:
@@ -334,7 +331,7 @@ def deal(sk: PrivateKey, parties: int, threshold: int) -> tuple[ThresholdPublicK
     share_bits = share_bound_bits(bits, parties, threshold)
     delta = math.factorial(parties)
     v = verification_base(int(n))
-    vks = tuple(int(gmpy2.powmod(v, delta * s, pk.nsquare)) for s in shares)
+    vks = tuple(int(powmod(v, delta * s, pk.nsquare)) for s in shares)
     pub = ThresholdPublicKey(pk, parties, threshold, 1, share_bits, vks)
     return pub, [KeyShare(pub, i, s) for i, s in enumerate(shares, 1)]
 
@@ -405,7 +402,7 @@ def _v_pow(pub: ThresholdPublicKey, e: int) -> mpz:
     n2 = pub.public_key.nsquare
     bits = pub.nonce_bits() + 1
     if e < 0 or e.bit_length() > bits:
-        return gmpy2.powmod(pub.v, e, n2)
+        return powmod(pub.v, e, n2)
     key = (int(n2), int(pub.v), bits)
     with _V_LOCK:
         table = _V_TABLES.get(key)
@@ -427,7 +424,7 @@ def _prove(
 ) -> tuple[int, int]:
     n2 = pub.public_key.nsquare
     r = _nonce(pub, share, x, y, context, nonce_key)
-    a = gmpy2.powmod(x, r, n2)
+    a = powmod(x, r, n2)
     b = _v_pow(pub, r)
     e = _challenge(pub, context, share.index, int(x), int(y), int(a), int(b))
     return e, r + e * pub.delta * share.secret
@@ -440,11 +437,7 @@ def _verify(pub: ThresholdPublicKey, party: int, x: mpz, y: mpz, proof: tuple[in
         return False
     vi = mpz(pub.verification_keys[party - 1])
     a = multi_exp([x, y], [z, -e], n2)
-    b = (
-        _v_pow(pub, z) * gmpy2.invert(gmpy2.powmod(vi, e, n2), n2) % n2
-        if z >= 0
-        else multi_exp([pub.v, vi], [z, -e], n2)
-    )
+    b = _v_pow(pub, z) * gmpy2.invert(powmod(vi, e, n2), n2) % n2 if z >= 0 else multi_exp([pub.v, vi], [z, -e], n2)
     return _challenge(pub, context, party, int(x), int(y), int(a), int(b)) == e
 
 
@@ -470,13 +463,13 @@ def partial_decrypt(
     cs = pk.validate_ciphertexts(cts, "ciphertext")
     n2 = pk.nsquare
     exp = 2 * pub.delta * share.secret
-    values = [gmpy2.powmod(c, exp, n2) for c in cs]
+    values = [powmod(c, exp, n2) for c in cs]
     if batch:
         x, y = _batch_statement(pub, share.index, cs, values, context)
         proofs: tuple[tuple[int, int], ...] = (_prove(pub, share, x, y, context, nonce_key),)
     else:
         proofs = tuple(
-            _prove(pub, share, gmpy2.powmod(c, 4, n2), ci * ci % n2, context + k.to_bytes(8, "big"), nonce_key)
+            _prove(pub, share, powmod(c, 4, n2), ci * ci % n2, context + k.to_bytes(8, "big"), nonce_key)
             for k, (c, ci) in enumerate(zip(cs, values))
         )
     return PartialDecryption(share.index, tuple(int(v) for v in values), proofs, batch)
@@ -508,7 +501,7 @@ def verify_partial(pub: ThresholdPublicKey, cts: Sequence[int], partial: Partial
     if len(partial.proofs) != len(cs):
         raise BadPartialDecryption(party, f"{len(partial.proofs)} proofs for {len(cs)} ciphertexts")
     for k, (c, ci, proof) in enumerate(zip(cs, values, partial.proofs)):
-        x, y = gmpy2.powmod(c, 4, n2), ci * ci % n2
+        x, y = powmod(c, 4, n2), ci * ci % n2
         if not _verify(pub, party, x, y, proof, context + k.to_bytes(8, "big")):
             raise BadPartialDecryption(party, f"the proof of correct decryption of ciphertext {k} fails")
 

@@ -47,7 +47,7 @@ from smcdp.crypto.encoding import (
     encode_fixed,
     int_to_bytes,
 )
-from smcdp.crypto.modexp import multi_exp
+from smcdp.crypto.modexp import multi_exp, powmod
 from smcdp.crypto.obfuscation import ObfuscatorPool
 from smcdp.crypto.paillier import PrivateKey, PublicKey
 from smcdp.errors import CryptoOverflow, InvalidMessage
@@ -272,8 +272,8 @@ class EncryptedVector:
         count_many("mul", len(self.ciphertexts))
         if k < 0:
             inv = [gmpy2.invert(c, pk.nsquare) for c in self.ciphertexts]
-            return self._like([gmpy2.powmod(c, -k, pk.nsquare) for c in inv], bound)
-        return self._like([gmpy2.powmod(c, k, pk.nsquare) for c in self.ciphertexts], bound)
+            return self._like([powmod(c, -k, pk.nsquare) for c in inv], bound)
+        return self._like([powmod(c, k, pk.nsquare) for c in self.ciphertexts], bound)
 
     def mul_scalar(self, s: float, *, frac_bits: int = DEFAULT_FRAC_BITS) -> EncryptedVector:
         """Multiply by a real scalar encoded with ``frac_bits`` (the exponent drops by frac_bits)."""

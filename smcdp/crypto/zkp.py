@@ -56,7 +56,7 @@ from collections.abc import Sequence
 import gmpy2
 from gmpy2 import mpz
 
-from smcdp.crypto.modexp import multi_exp
+from smcdp.crypto.modexp import multi_exp, powmod
 from smcdp.crypto.paillier import PrivateKey, PublicKey
 
 CHALLENGE_BITS = 128
@@ -69,7 +69,7 @@ def randomness_of(sk: PrivateKey, c: int, m: int) -> mpz:
     n, n2 = pk.n, pk.nsquare
     rn = mpz(c) * (1 - mpz(m) * n) % n2 % n  # g^-m = 1 - m·n mod n², so c·g^-m = r^n
     phi = (sk.p - 1) * (sk.q - 1)
-    return gmpy2.powmod(rn, gmpy2.invert(n, phi), n)
+    return powmod(rn, gmpy2.invert(n, phi), n)
 
 
 def _unit_below(n: mpz, rng: random.Random | None = None) -> mpz:
@@ -98,13 +98,13 @@ def _prove_bit_with(
     fake = 1 - bit
     a, e, z = [mpz(0), mpz(0)], [0, 0], [mpz(0), mpz(0)]
     rho = _unit_below(n, rng)
-    a[bit] = gmpy2.powmod(rho, n, n2)
+    a[bit] = powmod(rho, n, n2)
     e[fake] = secrets.randbits(CHALLENGE_BITS) if rng is None else rng.getrandbits(CHALLENGE_BITS)
     z[fake] = _unit_below(n, rng)
-    a[fake] = gmpy2.powmod(z[fake], n, n2) * gmpy2.powmod(gmpy2.invert(us[fake], n2), e[fake], n2) % n2
+    a[fake] = powmod(z[fake], n, n2) * powmod(gmpy2.invert(us[fake], n2), e[fake], n2) % n2
     total = _challenge(pk, context, c, a[0], a[1])
     e[bit] = (total - e[fake]) & _MASK
-    z[bit] = rho * gmpy2.powmod(r, e[bit], n) % n
+    z[bit] = rho * powmod(r, e[bit], n) % n
     return [int(a[0]), int(a[1]), e[0], int(z[0]), int(z[1])]
 
 
@@ -121,10 +121,7 @@ def verify_bit(pk: PublicKey, c: int, proof: Sequence[int], context: bytes) -> b
         return False
     e1 = (_challenge(pk, context, c, a0, a1) - int(e0)) & _MASK
     us = [mpz(c), mpz(c) * (1 - n) % n2]
-    return (
-        gmpy2.powmod(z0, n, n2) == a0 * gmpy2.powmod(us[0], e0, n2) % n2
-        and gmpy2.powmod(z1, n, n2) == a1 * gmpy2.powmod(us[1], e1, n2) % n2
-    )
+    return powmod(z0, n, n2) == a0 * powmod(us[0], e0, n2) % n2 and powmod(z1, n, n2) == a1 * powmod(us[1], e1, n2) % n2
 
 
 def prove_bit(sk: PrivateKey, c: int, bit: int, context: bytes, rng: random.Random | None = None) -> list[int]:
@@ -149,7 +146,7 @@ def verify_opening(pk: PublicKey, c: int, m: int, r: int) -> bool:
     m, r = mpz(m), mpz(r)
     if not (0 <= m < n and 0 < r < n) or gmpy2.gcd(r, n) != 1:
         return False
-    return mpz(c) % n2 == (1 + m * n) * gmpy2.powmod(r, n, n2) % n2
+    return mpz(c) % n2 == (1 + m * n) * powmod(r, n, n2) % n2
 
 
 def _entry_context(context: bytes, k: int) -> bytes:
@@ -288,7 +285,7 @@ def prove_plaintext_knowledge(
     ms = [int(mpz(m) % n) for m in plaintexts]
     rs = [int(mpz(r) % n) for r in randomness]
     x, s = _popk_nonces(pk, cs, ms, rs, context, nonce_key)
-    a = (1 + x * n) * gmpy2.powmod(s, n, n2) % n2
+    a = (1 + x * n) * powmod(s, n, n2) % n2
     es = _popk_weights(pk, cs, int(a), context)
     z = (x + sum(e * m for e, m in zip(es, ms))) % n
     w = s * multi_exp([mpz(r) for r in rs], es, n) % n
@@ -311,7 +308,7 @@ def verify_plaintext_knowledge(pk: PublicKey, cts: Sequence[int], proof: Sequenc
     if gmpy2.gcd(acc, n) != 1:  # a, w and every c_i units
         return False
     es = _popk_weights(pk, cs, int(a), context)
-    return (1 + z * n) * gmpy2.powmod(w, n, n2) % n2 == a * multi_exp(cs, es, n2) % n2
+    return (1 + z * n) * powmod(w, n, n2) % n2 == a * multi_exp(cs, es, n2) % n2
 
 
 # --------------------------------------------------------------------------- scaling by a secret
@@ -388,10 +385,10 @@ def prove_scaling(
             for i in range(len(rs))
         ]
         us = [_unit_from(nonce_key, b"u%d:" % i + context, parts, n) for i in range(len(rs))]
-    commitments = [int(gmpy2.powmod(b, x, n2) * gmpy2.powmod(u, n, n2) % n2) for b, x, u in zip(bs, xs, us)]
+    commitments = [int(powmod(b, x, n2) * powmod(u, n, n2) % n2) for b, x, u in zip(bs, xs, us)]
     e = _scaling_challenge(pk, bs, cs, commitments, context)
     zs = [x + e * r for x, r in zip(xs, rs)]
-    ws = [int(u * gmpy2.powmod(sv, e, n) % n) for u, sv in zip(us, ss)]
+    ws = [int(u * powmod(sv, e, n) % n) for u, sv in zip(us, ss)]
     return [*commitments, *zs, *ws]
 
 
@@ -468,7 +465,7 @@ def verify_scalings(
         cexps += [lam * e for lam in lams]
     if gmpy2.gcd(acc, n) != 1:  # every value a unit
         return False
-    lhs = multi_exp(bs, base_exps, n2) * gmpy2.powmod(multi_exp(ws_all, lams_all, n), n, n2) % n2
+    lhs = multi_exp(bs, base_exps, n2) * powmod(multi_exp(ws_all, lams_all, n), n, n2) % n2
     rhs = multi_exp(commit_all, lams_all, n2) * multi_exp(cts_all, cexps, n2) % n2
     return lhs == rhs
 
@@ -556,12 +553,10 @@ def prove_combination(
             for j in range(len(as_))
         ]
         us = [_unit_from(nonce_key, b"cu%d:" % i + context, parts, n) for i in range(len(cs))]
-    commitments = [
-        int(multi_exp([row[i] for row in rows], xs, n2) * gmpy2.powmod(u, n, n2) % n2) for i, u in enumerate(us)
-    ]
+    commitments = [int(multi_exp([row[i] for row in rows], xs, n2) * powmod(u, n, n2) % n2) for i, u in enumerate(us)]
     e = _combination_challenge(pk, rows, cs, commitments, context)
     zs = [x + e * a for x, a in zip(xs, as_)]
-    ws = [int(u * gmpy2.powmod(sv, e, n) % n) for u, sv in zip(us, ss)]
+    ws = [int(u * powmod(sv, e, n) % n) for u, sv in zip(us, ss)]
     return [*commitments, *zs, *ws]
 
 
@@ -610,7 +605,7 @@ def verify_combination(
     lams = [secrets.randbits(SCALE_BATCH_BITS) for _ in range(k)]
     bases_all = [row[i] for i in range(k) for row in rows]
     exps_all = [lams[i] * z for i in range(k) for z in zs]
-    lhs = multi_exp(bases_all, exps_all, n2) * gmpy2.powmod(multi_exp(ws, lams, n), n, n2) % n2
+    lhs = multi_exp(bases_all, exps_all, n2) * powmod(multi_exp(ws, lams, n), n, n2) % n2
     rhs = multi_exp(commitments, lams, n2) * multi_exp(cs, [lam * e for lam in lams], n2) % n2
     return lhs == rhs
 
@@ -673,6 +668,6 @@ def verify_bits_many(pk: PublicKey, statements: Sequence[tuple[Sequence[int], Se
             exps += [lam0 * int(e0), lam1 * int(e1)]
     if not zs:
         return False
-    lhs = gmpy2.powmod(multi_exp([z for z, _ in zs], [lam for _, lam in zs], n), n, n2)
+    lhs = powmod(multi_exp([z for z, _ in zs], [lam for _, lam in zs], n), n, n2)
     rhs = multi_exp([a for a, _ in commit], [lam for _, lam in commit], n2) * multi_exp(bases, exps, n2) % n2
     return lhs == rhs

@@ -64,6 +64,7 @@ from gmpy2 import mpz
 from numpy.typing import ArrayLike
 
 from smcdp.crypto.encoding import Packing
+from smcdp.crypto.modexp import powmod
 from smcdp.crypto.paillier import PublicKey
 from smcdp.crypto.threshold import ThresholdPublicKey
 from smcdp.crypto.vector import EncryptedVector
@@ -442,7 +443,7 @@ def _blind(
 ) -> tuple[list[mpz], list[int]]:
     """D[i] = C[i]^{r[i]}·s[i]^N (re-randomised: see :func:`~smcdp.crypto.zkp.prove_scaling`) and its proof."""
     n, n2 = pk.n, pk.nsquare
-    D = [gmpy2.powmod(c, r, n2) * gmpy2.powmod(sv, n, n2) % n2 for c, r, sv in zip(C, rs, ss)]
+    D = [powmod(c, r, n2) * powmod(sv, n, n2) % n2 for c, r, sv in zip(C, rs, ss)]
     nonce_key = stream_key(seed, PROTOCOL, role, "zero-test-proof", hashlib.sha256(context).hexdigest())
     return D, prove_scaling(pk, C, D, rs, ss, context, nonce_key)
 

@@ -59,6 +59,7 @@ from gmpy2 import mpz
 
 from smcdp.crypto.codec import bigints, from_bigints
 from smcdp.crypto.encoding import bytes_to_int, int_to_bytes
+from smcdp.crypto.modexp import powmod
 from smcdp.crypto.paillier import PrivateKey, PublicKey, check_key_bits, generate_keypair
 from smcdp.crypto.threshold import (
     STAT_BITS,
@@ -583,7 +584,7 @@ def _jacobi_share(me: int, N: int, p_i: int, q_i: int, g: int) -> int:
     e4 = (N + 1 - p_i - q_i) if me == 1 else -(p_i + q_i)
     if e4 % 4:
         raise KeygenFailed("a share violates the mod-4 constraint")  # pragma: no cover - by construction
-    return int(gmpy2.powmod(g, e4 // 4, N))
+    return int(powmod(g, e4 // 4, N))
 
 
 async def party(ch: Channel, params: KeygenParams, *, seed: SeedLike = None) -> KeygenResult:
@@ -691,15 +692,15 @@ async def _share_exponent(st: _Ceremony, N: int, theta: int, d_i: int) -> KeySha
     v = verification_base(N)
     coeffs, my_shares = integer_shamir(d_i, n, params.threshold, params.d_bits, rng=st.rng["exponent-shares"])
     share_bits = share_bound_bits(params.d_bits, n, params.threshold, dealers=n)
-    commits = [int(gmpy2.powmod(v, a, n2)) for a in coeffs]
+    commits = [int(powmod(v, a, n2)) for a in coeffs]
     got_commits = await st.broadcast("commit", commits, n2.bit_length())
     got_shares = await st.exchange("share", [[s] for s in my_shares], share_bits, signed=True)
     for i in range(1, n + 1):
         f_ij = got_shares[i - 1][0]
         expect = mpz(1)
         for kk, V in enumerate(got_commits[i - 1]):
-            expect = expect * gmpy2.powmod(V, me**kk, n2) % n2
-        if gmpy2.powmod(v, f_ij, n2) != expect:
+            expect = expect * powmod(V, me**kk, n2) % n2
+        if powmod(v, f_ij, n2) != expect:
             raise KeygenFailed(f"party {i}'s share of the decryption exponent does not match its commitments")
     secret = sum(row[0] for row in got_shares)
     delta = math.factorial(n)
@@ -711,7 +712,7 @@ async def _share_exponent(st: _Ceremony, N: int, theta: int, d_i: int) -> KeySha
     for j in range(1, n + 1):
         vk = mpz(1)
         for kk in range(params.threshold + 1):
-            vk = vk * gmpy2.powmod(C[kk], delta * j**kk, n2) % n2
+            vk = vk * powmod(C[kk], delta * j**kk, n2) % n2
         vks.append(int(vk))
     pub = ThresholdPublicKey(pk, n, params.threshold, theta, share_bits, tuple(vks))
     share = KeyShare(pub, me, secret)

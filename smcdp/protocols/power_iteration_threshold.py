@@ -63,7 +63,7 @@ import numpy as np
 
 from smcdp.crypto.codec import bigints, from_bigints
 from smcdp.crypto.encoding import Packing
-from smcdp.crypto.modexp import multi_exp
+from smcdp.crypto.modexp import multi_exp, powmod
 from smcdp.crypto.paillier import PublicKey
 from smcdp.crypto.threshold import (
     BadPartialDecryption,
@@ -454,7 +454,7 @@ def _replayable_encryption(
         for m in ms:
             r = encryption_randomness(pk, key, tag, len(witness), m)
             witness.append((m, r))
-            out.append(int(pk.raw_encrypt(m, obfuscate=False) * gmpy2.powmod(r, n, n2) % n2))
+            out.append(int(pk.raw_encrypt(m, obfuscate=False) * powmod(r, n, n2) % n2))
         return out
 
     async def run(ms: list[int]) -> list[int]:
@@ -947,7 +947,7 @@ def proven_combination(
     ss = [encryption_randomness(pk, key, tag, i, statement) for i in range(count)]
     used = [(row, a) for row, a in zip(rows, exps) if a]
     cts = [
-        int(multi_exp([row.ciphertexts[i] for row, _ in used], [a for _, a in used], n2) * gmpy2.powmod(s, n, n2) % n2)
+        int(multi_exp([row.ciphertexts[i] for row, _ in used], [a for _, a in used], n2) * powmod(s, n, n2) % n2)
         for i, s in enumerate(ss)
     ]
     nonce_key = hmac.new(key, b"combination-proof\x00" + tag.encode(), hashlib.sha256).digest()
