@@ -12,8 +12,14 @@ every result is compared with gmpy2):
    reports "uninitialised value" errors in its small-integer cache and import machinery; they are
    counted and listed by kind, and do not involve the extension.  Leak reports are off: the
    interpreter keeps its objects until exit.)
+3. ``--asan-inputs`` calls on an AddressSanitizer build of the extension (compiled into a temporary
+   directory with ``-fsanitize=address``, loaded in place of the installed one, libasan preloaded,
+   ``PYTHONMALLOC=malloc`` so that CPython's small-object allocator does not hide the extension's
+   buffers).  valgrind cannot run AVX-512 (under it the CPU reports no IFMA and the engine takes GMP's
+   products), so this is the memory check of the IFMA products; every call runs on both products.  A
+   finding is any AddressSanitizer report or the child dying.
 
-    python bench/fuzz_native.py [--inputs 100000] [--valgrind-inputs 2000] [--json FILE]
+    python bench/fuzz_native.py [--inputs 100000] [--valgrind-inputs 2000] [--asan-inputs 3000] [--json FILE]
 """
 
 from __future__ import annotations
@@ -36,7 +42,16 @@ def child(n: int) -> int:
     sys.path.insert(0, str(REPO))
     from hypothesis import HealthCheck, Phase, given, settings
 
-    from smcdp.crypto import _mont
+    asan_so = os.environ.get("SMCDP_FUZZ_ASAN_SO")
+    if asan_so:  # the AddressSanitizer build, loaded as the engine
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("smcdp.crypto._mont", asan_so)
+        assert spec is not None and spec.loader is not None
+        _mont = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(_mont)
+    else:
+        from smcdp.crypto import _mont
     from tests.support.fuzz_native import native_calls, run_call
 
     counts = {"ok": 0, "refused": 0}
@@ -83,6 +98,41 @@ def _error_blocks(stderr: str) -> list[str]:
     return [b for b in blocks if not any(s in b.splitlines()[0] for s in skip) and re.search(r"\bat 0x|by 0x", b)]
 
 
+def asan_phase(inputs: int, env: dict) -> dict:
+    """Build the extension with AddressSanitizer and run ``inputs`` calls on it (point 3 above)."""
+    import sysconfig
+    import tempfile
+
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if not cc:
+        return {"skipped": "no C compiler"}
+    libasan = subprocess.run([cc, "-print-file-name=libasan.so"], capture_output=True, text=True).stdout.strip()
+    if not libasan or not Path(libasan).exists():
+        return {"skipped": "no libasan (apt-get install libasan8 or gcc's)"}
+    with tempfile.TemporaryDirectory(prefix="smcdp-asan-") as tmp:
+        so = Path(tmp) / ("_mont" + (sysconfig.get_config_var("EXT_SUFFIX") or ".so"))
+        build = subprocess.run(
+            [cc, "-shared", "-fPIC", "-O1", "-g", "-fsanitize=address", "-fno-omit-frame-pointer", "-std=c11",
+             f"-I{sysconfig.get_paths()['include']}", str(REPO / "smcdp/crypto/_mont.c"), "-lgmp", "-o", str(so)],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        if build.returncode:
+            return {"skipped": "the AddressSanitizer build failed", "stderr_tail": build.stderr[-1500:]}
+        asan_env = dict(
+            env, SMCDP_FUZZ_ASAN_SO=str(so), LD_PRELOAD=libasan, PYTHONMALLOC="malloc", ASAN_OPTIONS="detect_leaks=0"
+        )
+        rc, out, err, secs = run([sys.executable, __file__, "--child", str(inputs)], asan_env)
+    reports = re.findall(r"ERROR: AddressSanitizer: [^\n]*", err)
+    return {
+        "inputs": inputs,
+        "returncode": rc,
+        "reports": reports[:5],
+        "counts": json.loads(out.strip().splitlines()[-1]) if rc == 0 and out.strip() else None,
+        "seconds": round(secs, 1),
+        "stderr_tail": err[-1500:] if rc else "",
+    }
+
+
 def run(cmd: list[str], env: dict) -> tuple[int, str, str, float]:
     t0 = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
@@ -93,6 +143,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--inputs", type=int, default=100_000)
     ap.add_argument("--valgrind-inputs", type=int, default=2000)
+    ap.add_argument("--asan-inputs", type=int, default=3000)
     ap.add_argument("--json")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -159,8 +210,10 @@ def main(argv=None) -> int:
         }
     else:
         summary["valgrind"] = {"skipped": "valgrind not installed (apt-get install valgrind)"}
+    summary["asan"] = asan_phase(args.asan_inputs, env) if args.asan_inputs > 0 else {"skipped": "--asan-inputs 0"}
+    asan = summary["asan"]
     vg = summary["valgrind"]
-    summary["passed"] = (
+    summary["passed"] = ("skipped" in asan or (asan["returncode"] == 0 and not asan["reports"])) and (
         summary["plain"]["returncode"] == 0
         and vg.get("counts", {"ok": 1}) is not None
         and vg.get("contexts_in_extension_or_gmp", 0) == 0

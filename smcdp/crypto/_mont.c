@@ -24,7 +24,8 @@
  * Where the CPU has AVX-512 IFMA (Intel since Ice Lake and Sapphire Rapids, AMD since Zen 4) and the
  * modulus has 1400 to 16 * 416 - 2 bits, the Montgomery products run there instead (mm52_* below):
  * residues as digits of 52 bits in 64-bit words, R = 2^(52 L), eight digit products per instruction --
- * 3.2x GMP's product at 4096 bits (n^2 of a 2048-bit key), 1.8x at 2048 (docs/benchmarks.md).
+ * 3.2x GMP's product at 4096 bits (n^2 of a 2048-bit key), 1.8x at 2048 (docs/crypto.md and
+ * bench/native_bench.py).
  * GMP offers no such kernel and OpenSSL's (RSAZ) handles only 1024..2048-bit moduli of RSA's CRT,
  * so it is written here; `SMCDP_NATIVE_IFMA=0` switches it off and the tests compare both paths.
  *
@@ -131,7 +132,8 @@ static void limbs_from_52(mp_limb_t *x, const uint64_t *d, mp_size_t n, mp_size_
  * its lowest digit vanish; the accumulator moves down one digit (the lowest one's carry into the new
  * lowest) and the high halves, which belong one digit up, are added in place.  A lane takes at most
  * four 52-bit halves a step for at most L <= 128 steps: below 2^61, no overflow.  V is a constant in
- * each instance so that the accumulator, a and m stay in the 32 vector registers (V <= 10). */
+ * each instance so that the accumulator, a and m can stay in the 32 vector registers: they do for V <= 9
+ * (3742 bits); from V = 10 (4158 bits, n^2 of a 2048-bit key) some spill to the stack. */
 #define DEF_MM52(VV)                                                                                       \
     __attribute__((target("avx512f,avx512ifma"))) static void mm52_##VV(                                 \
         uint64_t *r, const uint64_t *a, const uint64_t *b, const mont_ctx *c)                            \
@@ -244,7 +246,8 @@ static PyObject *limbs_to_bytes(const mp_limb_t *x, mp_size_t n)
     return out;
 }
 
-/* a residue (below 2m) as the n-limb little-endian bytes of its value mod m; tp: 2n limbs of scratch */
+/* a residue (below 2m) as the n-limb little-endian bytes of its value mod m; tp: 2w words of scratch (it
+ * uses tp[0, w + n), and w >= n) */
 static PyObject *res_to_bytes(const mp_limb_t *x, const mont_ctx *c, mp_limb_t *tp)
 {
     if (!c->m52)

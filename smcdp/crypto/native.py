@@ -33,6 +33,8 @@ else:
     REASON = f"built against GMP {_mont.GMP_VERSION}"
 
 AVAILABLE: bool = _mont is not None
+if _mont is not None and hasattr(_mont, "_set_ifma") and os.environ.get("SMCDP_NATIVE_IFMA", "1").strip() == "0":
+    _mont._set_ifma(False)  # as SMCDP_NATIVE reads it (the engine itself takes "0" exactly)
 
 
 def engine_name() -> str:

@@ -22,7 +22,7 @@ def _int(b: bytes) -> int:
 
 def moduli(max_bytes: int = 96):
     """Mostly valid odd moduli of 1..max_bytes bytes, sometimes anything at all, and now and then one of
-    176..300 bytes (1408..2400 bits: the engine's IFMA products take those where the CPU has them)."""
+    176..300 bytes (1401..2400 bits: the engine's IFMA products take those where the CPU has them)."""
     odd = st.binary(min_size=1, max_size=max_bytes).map(lambda b: bytes([b[0] | 1]) + b[1:])
     wide = st.binary(min_size=176, max_size=300).map(lambda b: bytes([b[0] | 1]) + b[1:-1] + bytes([b[-1] | 1]))
     return st.one_of(odd, odd, odd, wide, st.binary(max_size=max_bytes), st.sampled_from([b"", b"\x01", b"\x02"]))
@@ -34,26 +34,27 @@ def native_calls(draw, max_bytes: int = 96):
     ("multi", bases, exps, modulus, window), ("rows", bases, rows, modulus, group) or
     ("pow", base, exponent, modulus)."""
     mod = draw(moduli(max_bytes))
+    width = max(max_bytes, len(mod)) + 8  # residues up to a little wider than the modulus (refused beyond it)
     if draw(st.integers(0, 4)) == 0:
-        return ("pow", draw(st.binary(max_size=max_bytes + 8)), draw(st.binary(max_size=48)), mod)
+        return ("pow", draw(st.binary(max_size=width)), draw(st.binary(max_size=48)), mod)
     window = draw(st.one_of(st.integers(1, 12), st.integers(-3, 40)))
     if len(mod) > max_bytes:  # a wide modulus: small tables (a 12-bit window's would take seconds to build)
         window = draw(st.integers(1, 5))
     if draw(st.integers(0, 3)) == 0:
         n = draw(st.integers(0, 10))
-        bases = draw(st.lists(st.binary(max_size=max_bytes + 8), min_size=n, max_size=n))
+        bases = draw(st.lists(st.binary(max_size=width), min_size=n, max_size=n))
         rows = draw(st.lists(st.lists(st.binary(max_size=40), min_size=n, max_size=n), max_size=5))
         if rows and draw(st.integers(0, 20)) == 0:  # now and then: a short row, or a non-bytes exponent
             rows[0] = draw(st.one_of(st.just(rows[0][:-1]), st.just(rows[0] + [5])))
         return ("rows", bases, rows, mod, window)
     if draw(st.booleans()):
-        base = draw(st.binary(max_size=max_bytes + 8))
+        base = draw(st.binary(max_size=width))
         exp_bits = draw(st.one_of(st.integers(1, 300), st.integers(-5, 1 << 70)))
         exponent = draw(st.binary(max_size=48))
-        factor = draw(st.one_of(st.none(), st.binary(max_size=max_bytes + 8)))
+        factor = draw(st.one_of(st.none(), st.binary(max_size=width)))
         return ("fixed", base, mod, exp_bits, window, exponent, factor)
     n = draw(st.integers(0, 12))
-    bases = draw(st.lists(st.binary(max_size=max_bytes + 8), min_size=n, max_size=n))
+    bases = draw(st.lists(st.binary(max_size=width), min_size=n, max_size=n))
     exps = draw(st.lists(st.binary(max_size=40), min_size=n, max_size=n))
     if draw(st.integers(0, 20)) == 0:  # now and then: lengths that differ, or a non-bytes exponent
         exps = draw(st.one_of(st.just(exps[:-1]), st.just(exps + [5])))

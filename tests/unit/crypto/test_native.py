@@ -85,7 +85,7 @@ def engine(request, monkeypatch):
 @needs_native
 @settings(max_examples=80, deadline=None)
 @given(
-    bits=st.sampled_from([3, 63, 64, 65, 127, 128, 129, 512, 1024, 1400, 2048, 4096]),
+    bits=st.sampled_from([3, 63, 64, 65, 127, 128, 129, 512, 1024, 1400, 1662, 2048, 4096, 4158]),
     exp_bits=st.integers(min_value=1, max_value=300),
     window=st.integers(min_value=1, max_value=9),
     data=st.data(),
@@ -108,7 +108,7 @@ def test_fixed_base_matches_powmod(bits, exp_bits, window, data):
 @needs_native
 @settings(max_examples=60, deadline=None)
 @given(
-    bits=st.sampled_from([5, 64, 65, 200, 1024, 1400, 2048, 4096]),
+    bits=st.sampled_from([5, 64, 65, 200, 1024, 1400, 1662, 2048, 4096, 4158]),
     terms=st.integers(min_value=0, max_value=60),
     exp_bits=st.sampled_from([1, 7, 48, 63, 64, 65, 130]),
     window=st.integers(min_value=1, max_value=10),
@@ -152,7 +152,7 @@ def test_multi_exp_with_signs_on_both_engines(terms, exp_bits, data, keypair512)
 @needs_native
 @settings(max_examples=60, deadline=None)
 @given(
-    bits=st.sampled_from([5, 64, 65, 200, 1024, 1400, 2048, 4096]),
+    bits=st.sampled_from([5, 64, 65, 200, 1024, 1400, 1662, 2048, 4096, 4158]),
     terms=st.integers(min_value=0, max_value=30),
     rows=st.integers(min_value=0, max_value=6),
     exp_bits=st.sampled_from([1, 7, 45, 64, 65, 130]),
@@ -436,39 +436,46 @@ def test_table_budget_setting(monkeypatch):
 needs_ifma = pytest.mark.skipif(len(PRODUCTS) < 2, reason="this CPU has no AVX-512 IFMA (or the engine is not built)")
 
 
+def _table_words(bits: int) -> int:
+    """Words per residue the engine's context chose for a ``bits``-bit modulus (from a FixedBase's table:
+    one window of 15 entries), whatever the Python side believes."""
+    m = _odd_modulus(bits)
+    return native.FixedBase(mpz(3), m, 4, 4).table_bytes // 15 // 8
+
+
+@needs_ifma
+def test_each_product_is_the_one_the_engine_runs():
+    """``product(True)`` really gives IFMA's residues (8·V words) inside 1400..6654 bits and GMP's limbs
+    outside; ``product(False)`` GMP's everywhere -- so the comparisons below do compare two products."""
+    for bits in (1399, 1400, 2048, 4096, 6654, 6655):
+        limbs, digits = -(-bits // 64), 8 * -(-(bits + 2) // 416)
+        with product(True):
+            assert _table_words(bits) == (digits if 1400 <= bits <= 6654 else limbs), bits
+            assert native.residue_bytes(bits) == 8 * _table_words(bits)
+        with product(False):
+            assert _table_words(bits) == limbs, bits
+            assert native.residue_bytes(bits) == 8 * limbs
+
+
+#: every digit count V the IFMA products take (4..16): its widest modulus 416·V − 2 and the next width (V + 1,
+#: or GMP's products after V = 16), and the narrowest width they take (1400, V = 4)
+IFMA_WIDTHS = (1399, 1400, *(w for v in range(4, 17) for w in (416 * v - 2, 416 * v - 1)))
+
+
 @needs_ifma
 def test_ifma_products_at_every_width_they_take():
-    """Every width where the digit vectors change (V = ⌈(bits + 2)/416⌉: 1662/1663/1664/1665 bits ...),
-    the first and last width the IFMA products take (1400, 6654) and the first ones they leave to GMP
-    (1399, 6655): fixed base, multi_exp, rows and powmod on each product equal gmpy2, with bases 0, 1,
-    m − 1 and ≥ m among them."""
+    """At every width in IFMA_WIDTHS, fixed base (with and without a factor), multi_exp, rows and powmod
+    on each product equal gmpy2, with bases 0, 1, m − 1 and ≥ m among them.  At 416·V − 2 bits R/m is
+    only about 4, so about one almost-Montgomery result in twenty lies in [m, 2m): the final reduction
+    (``canon52``) is exercised, as by a composite modulus whose factors multiply to 0 ≡ m."""
     rng = __import__("random").Random(7)
-    for bits in (
-        1399,
-        1400,
-        1662,
-        1663,
-        1664,
-        1665,
-        2047,
-        2048,
-        2049,
-        2494,
-        2495,
-        3326,
-        4094,
-        4095,
-        4096,
-        4097,
-        6144,
-        6654,
-        6655,
-    ):
+    for bits in IFMA_WIDTHS:
         m = mpz(rng.getrandbits(bits)) | 1 | (mpz(1) << (bits - 1))
         bases = [mpz(0), mpz(1), m - 1, m + 5, *(mpz(rng.getrandbits(bits + 8)) for _ in range(5))]
         exps = [rng.getrandbits(86) for _ in bases]
         rows = [[rng.getrandbits(45) for _ in bases] for _ in range(4)]
         e = rng.getrandbits(1030)
+        factors = [mpz(rng.randrange(int(m))) for _ in range(24)]
         want_multi = mpz(1)
         for b, x in zip(bases, exps):
             want_multi = want_multi * gmpy2.powmod(b, x, m) % m
@@ -478,15 +485,23 @@ def test_ifma_products_at_every_width_they_take():
             for b, x in zip(bases, row):
                 w = w * gmpy2.powmod(b, x, m) % m
             want_rows.append(w)
-        want = (want_multi, want_rows, gmpy2.powmod(bases[5], e, m), gmpy2.powmod(bases[4], e, m))
+        fixed = gmpy2.powmod(bases[4], e, m)
+        want = (
+            want_multi,
+            want_rows,
+            gmpy2.powmod(bases[5], e, m),
+            fixed,
+            [f * gmpy2.powmod(bases[4], x, m) % m for f, x in zip(factors, exps * 3)],
+        )
 
-        def compute(m=m, bases=bases, exps=exps, rows=rows, e=e):
+        def compute(m=m, bases=bases, exps=exps, rows=rows, e=e, factors=factors):
             fb = native.FixedBase(bases[4], m, 1030, 6)
             return (
                 native.multi_exp([b % m for b in bases], exps, m, 5),
                 native.multi_exp_rows([b % m for b in bases], rows, m, 3, 2),
                 native.powmod(bases[5] % m, e, m),
                 fb.pow(e),
+                [fb.pow(x, f) for f, x in zip(factors, exps * 3)],
             )
 
         assert on_each_product(compute) == [want, want], bits
@@ -494,10 +509,28 @@ def test_ifma_products_at_every_width_they_take():
             assert native.ifma_takes(bits) == (1400 <= bits <= 6654)
 
 
+@needs_ifma
+def test_a_product_that_is_zero_mod_a_composite_modulus_comes_out_zero():
+    """m = p·q (an n²-like composite): p^1 · q^1 ≡ 0, which the almost-Montgomery product may hold as m
+    itself; every way out of the engine reduces it to 0."""
+    p = gmpy2.next_prime(mpz(secrets.randbits(1100)) | (mpz(1) << 1099))
+    q = gmpy2.next_prime(mpz(secrets.randbits(1100)) | (mpz(1) << 1099))
+    m = p * q
+    got = on_each_product(
+        lambda: (
+            native.multi_exp([p, q], [1, 1], m, 2),
+            native.multi_exp_rows([p, q, p, q], [[1, 1, 0, 0], [0, 2, 1, 0], [1, 0, 0, 1], [3, 3, 3, 3]], m, 2),
+            native.FixedBase(p, m, 8, 4).pow(1, q),
+            native.powmod(p * q % m, 5, m),
+        )
+    )
+    assert got == [(0, [0, 0, 0, 0], 0, 0)] * len(PRODUCTS)
+
+
 @needs_native
 @settings(max_examples=60, deadline=None)
 @given(
-    bits=st.sampled_from([3, 64, 65, 512, 1400, 2048, 4096]),
+    bits=st.sampled_from([3, 64, 65, 512, 1400, 1662, 2048, 4096, 4158]),
     exp_bits=st.sampled_from([0, 1, 2, 24, 25, 160, 161, 225, 768, 769, 1024]),
     data=st.data(),
 )
@@ -528,13 +561,28 @@ def test_decryption_on_each_product_is_phes():
 def test_ifma_can_be_switched_off_from_the_environment():
     """SMCDP_NATIVE_IFMA=0 keeps GMP's products (for comparing, or a CPU whose IFMA misbehaves)."""
     code = "from smcdp.crypto import native, _mont; print(native.ifma(), _mont.cpu_ifma(), native.engine_name())"
-    env = {**os.environ, "SMCDP_NATIVE_IFMA": "0"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    ifma, cpu, name = out.strip().split(" ", 2)
-    assert ifma == "False" and "IFMA" not in name
+    for off in ("0", " 0 "):  # read as SMCDP_NATIVE is
+        env = {**os.environ, "SMCDP_NATIVE_IFMA": off}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+        ifma, cpu, name = out.strip().split(" ", 2)
+        assert ifma == "False" and "IFMA" not in name
     env.pop("SMCDP_NATIVE_IFMA")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.strip().split(" ", 2)[0] == cpu  # on by default where the CPU has it
+
+
+@needs_native
+def test_modexp_powmod_leaves_what_the_engine_refuses_to_gmpy2(monkeypatch):
+    """Exponents beyond the engine's limit (1 MiB; 100 bits here), negative ones and even moduli go to
+    gmpy2's powmod (the engine is not called), with gmpy2's value."""
+    m = _odd_modulus(2048)
+    b = mpz(secrets.randbits(2000))
+    want = {e: gmpy2.powmod(b, e, m) for e in (-5, (1 << 100) + 1)}
+    monkeypatch.setattr(modexp, "EXP_MAX_BITS", 100)
+    monkeypatch.setattr(native, "powmod", lambda *a: pytest.fail("the engine was called"))
+    for e, w in want.items():
+        assert modexp.powmod(b, e, m) == w
+    assert modexp.powmod(b, 12345, m + 1) == gmpy2.powmod(b, 12345, m + 1)
 
 
 @needs_native
