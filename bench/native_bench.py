@@ -78,7 +78,9 @@ def main() -> None:
         ),
     }
     products = [False, True] if _mont.cpu_ifma() else [False]
-    print(f"engine: {native.engine_name()}; GMP {_mont.GMP_VERSION}; {args.repeats} repeats, medians, one thread\n")
+    print(
+        f"engine: {native.engine_name()}, products: {native.products_name()}; GMP {_mont.GMP_VERSION}; {args.repeats} repeats, medians, one thread\n"
+    )
     print("| operation | GMP's products | IFMA products | GMP / IFMA | gmpy2 (baseline) | baseline / engine |")
     print("|---|---|---|---|---|---|")
     before = _mont.ifma()

@@ -38,9 +38,16 @@ if _mont is not None and hasattr(_mont, "_set_ifma") and os.environ.get("SMCDP_N
 
 
 def engine_name() -> str:
+    return "native (Montgomery over GMP mpn)" if AVAILABLE else "pure gmpy2"
+
+
+def products_name() -> str:
+    """Which Montgomery products the engine runs (engine_name() stays one of its two values)."""
     if not AVAILABLE:
-        return "pure gmpy2"
-    return "native (Montgomery over GMP mpn" + ("; AVX-512 IFMA products)" if ifma() else ")")
+        return "none (pure gmpy2)"
+    if ifma():
+        return f"AVX-512 IFMA for {IFMA_MIN_MODULUS_BITS}..{IFMA_MAX_MODULUS_BITS}-bit moduli, GMP mpn for the others"
+    return "GMP mpn"
 
 
 #: the moduli the IFMA products take (from 1400 bits, where they start to beat GMP's, to n^2 of a 3072-bit

@@ -47,3 +47,4 @@ def test_bench_paillier_json_contract():
     assert res["fixed_base_steps_public"] == -(-256 // res["fixed_base_window_bits"])
     assert res["fixed_base_steps_private"] == 2 * -(-256 // res["crt_window_bits"])
     assert res["engine"] in ("native (Montgomery over GMP mpn)", "pure gmpy2")
+    assert res["montgomery_products"].startswith(("AVX-512 IFMA", "GMP mpn", "none"))

@@ -560,7 +560,7 @@ def test_decryption_on_each_product_is_phes():
 @needs_native
 def test_ifma_can_be_switched_off_from_the_environment():
     """SMCDP_NATIVE_IFMA=0 keeps GMP's products (for comparing, or a CPU whose IFMA misbehaves)."""
-    code = "from smcdp.crypto import native, _mont; print(native.ifma(), _mont.cpu_ifma(), native.engine_name())"
+    code = "from smcdp.crypto import native, _mont; print(native.ifma(), _mont.cpu_ifma(), native.products_name())"
     for off in ("0", " 0 "):  # read as SMCDP_NATIVE is
         env = {**os.environ, "SMCDP_NATIVE_IFMA": off}
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
