@@ -117,7 +117,8 @@ def _run(args, paillier_benchmark, progress) -> int:
         "",
         "`smcdp bench paillier --json` prints these numbers as JSON (contract). Each ratio is the median "
         "of nine rounds that alternate the baseline and ours, so that a drift in machine speed between "
-        f"phases cancels. Engine: {p['engine']}; the 'pure' column is the same benchmark with the C "
+        f"phases cancels. Engine: {p['engine']}, Montgomery products: {p.get('montgomery_products', '?')} "
+        "(docs/crypto.md); the 'pure' column is the same benchmark with the C "
         "accelerator switched off (`SMCDP_NATIVE=0`), run right after.",
         "",
         "| operation | plain phe | smcdp | ratio | ratio, pure gmpy2 | target (issue 8) |",
