@@ -48,7 +48,8 @@ test-quick: $(STAMP)
 proto: $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -Iprotos --python_out=. --pyi_out=. --grpc_python_out=. protos/smcdp/v1/*.proto
 
-## Benchmarks: ratios against plain phe / numpy measured in the same run; writes docs/benchmarks.md.
+## Benchmarks: ratios against plain phe / numpy measured in the same run; rewrites the sections of
+## docs/benchmarks.md it generates and keeps the others and their hand-written ### subsections.
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py --write docs/benchmarks.md
 

@@ -42,6 +42,49 @@ def machine() -> str:
     )
 
 
+def _sections(text: str, level: str) -> tuple[list[str], list[tuple[str, list[str]]]]:
+    """(the lines before the first heading of ``level`` ("## " or "### "), [(heading line, its lines)])."""
+    pre: list[str] = []
+    secs: list[tuple[str, list[str]]] = []
+    for line in text.split("\n"):  # not splitlines(): a section's trailing blank line is kept
+        if line.startswith(level):
+            secs.append((line.strip(), [line]))
+        elif secs:
+            secs[-1][1].append(line)
+        else:
+            pre.append(line)
+    return pre, secs
+
+
+def merge_report(existing: str, generated: str) -> str:
+    """The report to write over ``existing`` (docs/benchmarks.md): the generated preamble; every existing
+    ``## `` section in its place -- replaced by the generated one of the same heading, which keeps the
+    existing section's ``### `` subsections that the generated one does not have (the hand-written records:
+    profiles, decisions, runs of other commands); generated sections the file did not have, at the end.
+    Hand-written text directly under a generated ``## `` heading is replaced: give it a ``### `` of its own."""
+    gen_pre, gen_secs = _sections(generated, "## ")
+    _, ex_secs = _sections(existing, "## ")
+    generated_by_title = dict(gen_secs)
+    out = list(gen_pre)
+    used: set[str] = set()
+    for title, lines in ex_secs:
+        if title not in generated_by_title:
+            out += lines
+            continue
+        used.add(title)
+        new = generated_by_title[title]
+        _, new_subs = _sections("\n".join(new), "### ")
+        have = {t for t, _ in new_subs}
+        out += new
+        for sub_title, sub_lines in _sections("\n".join(lines), "### ")[1]:
+            if sub_title not in have:
+                out += sub_lines
+    for title, lines in gen_secs:
+        if title not in used:
+            out += lines
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
 def run_module(path: Path, args: list[str]) -> str:
     out = subprocess.run([sys.executable, str(path), *args], capture_output=True, text=True, check=True)
     return out.stdout.strip()
@@ -49,7 +92,11 @@ def run_module(path: Path, args: list[str]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--write", help="write the markdown report here (default: stdout)")
+    ap.add_argument(
+        "--write",
+        help="write the markdown report here (default: stdout); an existing file keeps its sections and "
+        "subsections this run does not generate (merge_report)",
+    )
     ap.add_argument("--quick", action="store_true", help="shorter measurements")
     ap.add_argument(
         "--full-scale",
@@ -279,7 +326,10 @@ def _run(args, paillier_benchmark, progress) -> int:
     progress.update(description="benchmarks")
     text = "\n".join(parts) + "\n"
     if args.write:
-        Path(args.write).write_text(text)
+        target = Path(args.write)
+        if target.exists():  # keep the hand-written records (merge_report)
+            text = merge_report(target.read_text(), text)
+        target.write_text(text)
         print(f"wrote {args.write}", file=sys.stderr)
     else:
         print(text)
