@@ -41,15 +41,6 @@ def engine_name() -> str:
     return "native (Montgomery over GMP mpn)" if AVAILABLE else "pure gmpy2"
 
 
-def products_name() -> str:
-    """Which Montgomery products the engine runs (engine_name() stays one of its two values)."""
-    if not AVAILABLE:
-        return "none (pure gmpy2)"
-    if ifma():
-        return f"AVX-512 IFMA for {IFMA_MIN_MODULUS_BITS}..{IFMA_MAX_MODULUS_BITS}-bit moduli, GMP mpn for the others"
-    return "GMP mpn"
-
-
 #: the moduli the IFMA products take (from 1400 bits, where they start to beat GMP's, to n^2 of a 3072-bit
 #: key); GMP's products take the others
 IFMA_MIN_MODULUS_BITS: int = int(getattr(_mont, "IFMA_MIN_MODULUS_BITS", 0)) if _mont is not None else 0
@@ -65,6 +56,15 @@ def ifma() -> bool:
     """Whether the engine's new Montgomery contexts use the AVX-512 IFMA products: the CPU and the OS
     run them and ``SMCDP_NATIVE_IFMA=0`` is not set (docs/crypto.md, "The native engine")."""
     return bool(_mont is not None and hasattr(_mont, "ifma") and _mont.ifma())
+
+
+def products_name() -> str:
+    """Which Montgomery products the engine runs (engine_name() stays one of its two values)."""
+    if not AVAILABLE:
+        return "none (pure gmpy2)"
+    if ifma():
+        return f"AVX-512 IFMA for {IFMA_MIN_MODULUS_BITS}..{IFMA_MAX_MODULUS_BITS}-bit moduli, GMP mpn for the others"
+    return "GMP mpn"
 
 
 def residue_bytes(modulus_bits: int) -> int:

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import gmpy2
 import pytest
@@ -28,8 +28,6 @@ from phe import paillier as phe_paillier
 from smcdp.crypto import modexp, native
 from smcdp.crypto import paillier as P
 from smcdp.crypto.modexp import multi_exp
-
-contextlib_null = __import__("contextlib").nullcontext
 
 if not native.AVAILABLE and os.environ.get("SMCDP_REQUIRE_NATIVE") == "1":
     raise RuntimeError(f"SMCDP_REQUIRE_NATIVE=1 but the native engine is unavailable: {native.REASON}")
@@ -419,7 +417,7 @@ def test_table_budget_setting(monkeypatch):
     # 2048-bit residues, 1024-bit exponents: 8 MB fits 8-bit windows only with GMP's 256-byte residues
     # (128 windows x 255 entries x 256 bytes = 8.4e6), 7-bit ones with IFMA's 320-byte residues (40 digits)
     for flag in PRODUCTS or [False]:
-        with product(flag) if PRODUCTS else contextlib_null():
+        with product(flag) if PRODUCTS else nullcontext():
             assert native.residue_bytes(2048) == (320 if flag else 256)
             assert modexp.window_for(1024, 2048, entry_overhead=0, max_window=12) == (7 if flag else 8)
     monkeypatch.setenv("SMCDP_TABLE_BUDGET_MB", "lots")
