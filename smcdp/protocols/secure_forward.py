@@ -732,17 +732,28 @@ def forward_traffic(
 
 
 # =============================================================================== Bob's coefficients
-def model_coefficients(models: KeywordModels, params: ForwardParams) -> tuple[np.ndarray, int]:
+def model_coefficients(
+    models: KeywordModels, params: ForwardParams, known: KeywordModels | None = None
+) -> tuple[np.ndarray, int]:
     """Bob: the coefficients of the distinct products, rows (δ, j[, c]) flattened, and the coefficient bits.
 
     With ``coef_bits="auto"`` the bits are ⌈log₂ max|c|⌉ rounded up to a multiple of 4 (public: Bob's
     coefficient magnitude class); up to 64.  A model whose coefficients do not fit is refused here,
-    before anything is sent, with the model, state and value named.
+    before anything is sent, with the model, state and value named.  ``known``: models of the same shape
+    whose quadratic forms Alice holds and adds herself (:class:`ForwardAlice`'s ``known``): the rows are
+    then the differences, ``models`` minus ``known``.
     """
     ct, dim = models.covariance_type, models.n_features
     assert ct is not None and dim is not None  # Gaussian emissions: no caller passes discrete models
-    per = [quadratic_coefficients(quadratic_forms(h, include_log_weight=False), ct) for h in models.hmms()]
-    C = np.stack(per)  # (Δ, N, P) or (Δ, N, C, P)
+    C = _coefficient_rows(models)  # (Δ, N, P) or (Δ, N, C, P)
+    if known is not None:
+        K = _coefficient_rows(known)
+        if known.kind != models.kind or K.shape != C.shape:
+            raise ValueError(
+                f"the known part ({known.kind}, {K.shape[:-1]}) must have the models' kind and shape "
+                f"({models.kind}, {C.shape[:-1]})"
+            )
+        C = C - K
     flat = C.reshape(-1, C.shape[-1])
     biggest = float(np.max(np.abs(flat))) if flat.size else 0.0
     if params.coef_bits == "auto":
@@ -779,6 +790,27 @@ def model_coefficients(models: KeywordModels, params: ForwardParams) -> tuple[np
         exc.public_message = rule  # type: ignore[attr-defined]  # SmcdpError declares no public_message (errors.py)
         raise exc
     return flat, bits
+
+
+def _coefficient_rows(models: KeywordModels) -> np.ndarray:
+    ct = models.covariance_type
+    assert ct is not None  # Gaussian emissions
+    return np.stack([quadratic_coefficients(quadratic_forms(h, include_log_weight=False), ct) for h in models.hmms()])
+
+
+def known_rows(models: KeywordModels) -> Callable[[np.ndarray], np.ndarray]:
+    """Alice's side of a known part (:class:`ForwardAlice`'s ``known``): for a block's frames (n × d) the
+    quadratic forms zᵀW z of ``models``' rows (δ, j[, c]) in nats, (n, rows) -- what Bob's rows leave out
+    when he runs with ``known=models``."""
+    ct = models.covariance_type
+    assert ct is not None  # Gaussian emissions
+    W = _coefficient_rows(models)
+    W = W.reshape(-1, W.shape[-1])  # (rows, P)
+
+    def evaluate(frames: np.ndarray) -> np.ndarray:
+        return products(frames, ct) @ W.T
+
+    return evaluate
 
 
 # =============================================================================== frames in
@@ -954,11 +986,15 @@ class ForwardAlice:
         seed: SeedLike = None,
         labels: Sequence[str] = ("secure-forward",),
         obfuscators: ObfuscatorPool | None = None,
+        known: Callable[[np.ndarray], np.ndarray] | None = None,
     ) -> None:
         """``obfuscators``: a pool of this key's obfuscators made before the session, while the party
         was idle (:mod:`smcdp.crypto.prepared`, docs/protocols/keyword.md); :meth:`prepare` tops it up to
-        what the session needs."""
+        what the session needs.  ``known``: Alice's own part of every emission row, in nats, for a block's
+        frames (n × d → n × rows, :func:`known_rows`), which she adds to Bob's masked rows before anything
+        else uses them; Bob runs with the matching ``known`` models and leaves that part out of his rows."""
         self.ch, self.params, self.sk, self.bob, self.tag = ch, params.validate(), private_key, bob, tag
+        self.known = known
         self.pk = private_key.public_key
         self.seed, self.labels = _keyed(seed), tuple(labels)
         self.urgent: CryptoThreads | None = None
@@ -1144,11 +1180,28 @@ class ForwardAlice:
             v = await self._discrete_block(b, frames)
         else:
             q = await self._gaussian_block(b, n)
+            if self.known is not None:
+                q = self._add_known(frames, q)
             v = await self._mixture_block(b, first, q, offsets) if plan.mixture else q
         for k in range(n):
             self.tl.put("v", first + k, v[k])
         if final:
             self._mark("last_emission")
+
+    def _add_known(self, frames: _BlockFrames, q: list[list[int]]) -> list[list[int]]:
+        """Alice's own part of block b's rows (``known``), on the grid 2^−F, added to Bob's masked rows."""
+        _, shape, _ = self._prepared()
+        assert self.known is not None  # the caller checked
+        K = np.asarray(self.known(np.asarray(frames, dtype=np.float64)), dtype=np.float64)
+        if K.shape != (len(q), shape.rows):
+            raise InvalidMessage(
+                f"{self.tag}/hdr from {self.bob} describes {shape.rows} emission rows; Alice's known part of "
+                f"the models has {K.shape[-1] if K.ndim == 2 else K.shape} (the session's models differ)"
+            )
+        if not np.all(np.isfinite(K)) or np.any(np.abs(K) >= float(SCORE_BOUND_NATS)):
+            raise InputRejected("Alice's known part of the emissions must be finite and below 2^41 nats", "")
+        grid = np.rint(K * float(1 << self.params.log_frac_bits)).tolist()  # exact: a power-of-two scaling
+        return [[a + int(k) for a, k in zip(row, krow)] for row, krow in zip(q, grid)]
 
     def _check_frame_count(self, frames: int) -> None:
         if frames > self.params.max_frames:
@@ -1557,15 +1610,22 @@ class ForwardBob:
         tag: str = "fw",
         seed: SeedLike = None,
         labels: Sequence[str] = ("secure-forward",),
+        known: KeywordModels | None = None,
     ) -> None:
+        """``known``: models of the same shape whose emission rows Alice holds and adds herself
+        (:class:`ForwardAlice`'s ``known``, :func:`known_rows`): Bob's rows are then ``models`` minus
+        ``known``, and what Bob obtains is still ξ(log P(x | λ_δ)) of ``models``.  The mixture and
+        transition weights stay Bob's (``models``')."""
         self.ch, self.models, self.params, self.pk = ch, models, params.validate(), public_key
         self.alice, self.tag = alice, tag
         self.seed, self.labels = _keyed(seed), tuple(labels)
         # refused up front: nothing is sent for a model the protocol cannot represent
         if models.kind == "discrete":
+            if known is not None:
+                raise ValueError("a known part needs Gaussian emissions")
             self.coefs, bits = None, 0
         else:
-            self.coefs, bits = model_coefficients(models, self.params)
+            self.coefs, bits = model_coefficients(models, self.params, known)
         self.shape = Shape.of_models(models, bits)
         beyond = self.shape.beyond(self.params)
         if beyond is not None:  # the session's byte envelope follows from the bounds

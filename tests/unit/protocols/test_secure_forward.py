@@ -312,3 +312,85 @@ def test_rows_close_to_an_earlier_row_are_computed_from_it_exactly(keypair512):
     ]
     # nothing shared: every row in full
     assert RowPlan.for_rows(other).derived == () and RowPlan.for_rows([]).base == ()
+
+
+@pytest.mark.parametrize("kind", ["diag", "gmm-diag", "gmm-full"])
+@pytest.mark.parametrize("shared_variances", [True, False], ids=["same-variances", "other-variances"])
+def test_a_known_part_alice_adds_herself_leaves_the_scores_exact(kind, shared_variances, keypair512):
+    """``known``: Alice holds models of the same shape and adds their quadratic forms to Bob's masked rows
+    herself; Bob's rows are the differences (with shared variances no squared-feature coefficient is left).
+    The scores are still the models' own, within 1e-6 of hmmlearn."""
+    from smcdp.protocols.secure_forward import ForwardAlice, ForwardBob, known_rows, model_coefficients
+    from smcdp.speech.forward import product_index_pairs
+
+    _, sk = keypair512
+    rng = np.random.default_rng(hash((kind, shared_variances)) % 2**32)
+    models = synthetic_models(kind, rng, D=2, N=2, C=3)
+    other = synthetic_models(kind, rng, D=2, N=2, C=3)
+    known = KeywordModels(
+        models.words,
+        models.startprob,
+        models.transmat,
+        means=other.means,
+        covars=models.covars if shared_variances else other.covars,
+        weights=models.weights,
+    )
+    T = 11
+    X = rng.normal(size=(T, 4)) * 3
+    params = ForwardParams(**bounds_for(models, X))
+    diff, _ = model_coefficients(models, params, known)
+    full, _ = model_coefficients(models, params)
+    I, J = product_index_pairs(4, models.covariance_type)
+    quadratic = (I < 4) & (J < 4)  # the products x_i x_j (not x_i · 1, not 1 · 1)
+    if shared_variances:
+        assert np.all(diff[:, quadratic] == 0) and np.any(full[:, quadratic] != 0)
+    pk = sk.public_key
+
+    async def alice(ch):
+        role = ForwardAlice(ch, params, private_key=sk, known=known_rows(known))
+        try:
+            await role.prepare(T)
+            return await role.run(X)
+        finally:
+            role.close()
+
+    async def bob(ch):
+        role = ForwardBob(ch, models, params, public_key=pk, known=known)
+        try:
+            await role.prepare()
+            return await role.run()
+        finally:
+            role.close()
+
+    res, _ = run_pair(alice, bob)
+    assert_close(res["bob"].log_likelihoods.decrypt(sk), hmmlearn_scores(models, X))
+
+
+def test_a_known_part_of_another_shape_is_refused(keypair512):
+    from smcdp.protocols.secure_forward import ForwardAlice, ForwardBob, known_rows
+
+    pk, sk = keypair512
+    rng = np.random.default_rng(3)
+    models = synthetic_models("gmm-diag", rng, D=2, N=2, C=3)
+    with pytest.raises(ValueError, match="kind and shape"):
+        ForwardBob(
+            None,
+            models,
+            ForwardParams(max_mixtures=3),
+            public_key=pk,
+            known=synthetic_models("gmm-diag", rng, D=2, N=2, C=2),
+        )
+    wrong = synthetic_models("gmm-diag", rng, D=1, N=2, C=3)  # Alice's part covers one model, Bob has two
+    X = rng.normal(size=(6, 4))
+    params = ForwardParams(**bounds_for(models, X))
+
+    async def alice(ch):
+        role = ForwardAlice(ch, params, private_key=sk, known=known_rows(wrong))
+        try:
+            await role.prepare(len(X))
+            return await role.run(X)
+        finally:
+            role.close()
+
+    with pytest.raises(InvalidMessage, match="emission rows"):
+        run_pair(alice, lambda ch: forward_bob(ch, models, params, public_key=pk))
