@@ -48,7 +48,7 @@ def session(X, models: SpeakerModels, sk, a) -> dict:
         p = IdentifyParams(max_speakers=a.max_speakers, **common)
         alice, bob = identify_alice, identify_bob
     else:
-        p = VerifyParams(claim=a.claim, **common)
+        p = VerifyParams(claim=a.claim, ubm=a.ubm, **common)
         alice, bob = verify_alice, verify_bob
     net = InMemoryNetwork({"alice": "alice", "bob": "bob"}, timeout=3600)
     t0, c0 = time.perf_counter(), time.process_time()
@@ -91,6 +91,9 @@ def main(argv=None) -> int:
     ap.add_argument("--claim", default="")
     ap.add_argument("--identify", action="store_true")
     ap.add_argument("--max-speakers", type=int, default=16)
+    ap.add_argument(
+        "--ubm", choices=("private", "shared"), default="private", help="speaker-verify: who scores the UBM (docs)"
+    )
     ap.add_argument("--key-bits", type=int, default=2048)
     ap.add_argument("--sessions", type=int, default=1)
     ap.add_argument(
@@ -107,6 +110,7 @@ def main(argv=None) -> int:
         "protocol": "speaker-identify" if a.identify else "speaker-verify",
         "key_bits": a.key_bits,
         "key_kind": a.key_kind,
+        **({} if a.identify else {"ubm": a.ubm}),
         "frames": len(X),
         "mixtures": models.ubm.n_components,
         "dim": models.ubm.dim,

@@ -113,6 +113,10 @@ class SessionSummary:
     #: owner's data under the subgroup assumption, and a peer who re-randomises under the owner's base;
     #: each such party's policy must say ``allow_subgroup_key = true``.  Empty: only standard keys
     subgroup_key: tuple[str, ...] = ()
+    #: role -> what of that role's private inputs the session shows a peer in the clear, by name
+    #: (speaker-verify with ``ubm = "shared"``: bob's ``"ubm"``); each name must be in the ``allow_reveal``
+    #: list of that party's policy.  Empty: the session shows no party's inputs
+    reveals: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def outputs_from(self, role: str) -> list[OutputFlow]:
         """The outputs computed from ``role``'s private inputs."""
@@ -138,6 +142,7 @@ class SessionSummary:
             "group_key_mode": self.group_key_mode,
             "threshold": self.threshold,
             "subgroup_key": list(self.subgroup_key),
+            "reveals": {k: list(v) for k, v in self.reveals.items()},
         }
 
 

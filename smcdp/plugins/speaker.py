@@ -74,6 +74,8 @@ class _SpeakerPlugin(ProtocolPlugin):
             outputs=(OutputFlow(self.output_name, (p.output,), (ALICE, BOB)),),
             hiding=hiding_of(p, (*FORWARD_HIDING, "stat_bits")),
             subgroup_key=(ALICE, BOB) if p.key_kind == "subgroup" else (),
+            # speaker-verify with ubm = "shared" shows alice bob's UBM: his policy's allow_reveal decides
+            reveals={BOB: ("ubm",)} if getattr(p, "ubm", "private") == "shared" else {},
         )
 
     def traffic_envelope(self, params: Mapping[str, Any], roles: Mapping[str, str], role: str):

@@ -22,6 +22,11 @@ she is):
    goes only to the designated party (``output``: bob by default, or alice).  Accept ⇔ D ≥ 0 ⇔ the
    average frame log-likelihood ratio ≥ θ.
 
+With ``ubm = "shared"`` (bob's policy must ``allow_reveal = ["ubm"]``) Bob first sends Alice his UBM
+(step 0); step 2 runs on λ_s alone, Bob's rows being its differences from the UBM's component forms, which
+Alice adds to his masked rows herself (the forward algorithm's *known part*); step 3 sends
+``ξ(ℓ_s − T·fx(θ) + r)`` and in step 4 Alice takes her ℓ_UBM, computed in the clear, off what she decrypts.
+
 **Identification** (``speaker-identify``), K enrolled speakers padded to the public bound
 ``max_speakers`` = K̄ with dummy models:
 
@@ -96,6 +101,7 @@ from smcdp.protocols.secure_forward import (
     ForwardBob,
     ForwardParams,
     forward_traffic,
+    known_rows,
     model_coefficients,
 )
 from smcdp.speech.forward import products
@@ -105,6 +111,11 @@ from smcdp.v1 import messages_pb2 as pb
 
 ALICE, BOB = "alice", "bob"
 OUTPUTS = (BOB, ALICE)
+#: speaker-verify's ``ubm``: "private" (only bob holds the UBM; the secure forward algorithm runs on the
+#: speaker model and the UBM) or "shared" (bob sends alice his UBM, which she then scores in the clear and
+#: the secure forward algorithm runs on the speaker model's difference from it alone: half the work;
+#: bob's policy must allow_reveal "ubm")
+UBM_MODES = ("private", "shared")
 #: public bound (bits, nats) on |D| = |ℓ_s − ℓ_UBM − T·θ|: the forward's scores lie below 2^40 nats each
 #: (Alice refuses more), |θ| ≤ 2^20 and T ≤ 10^5 < 2^17, so |D| < 2^41 + 2^37 < 2^42
 SCORE_BOUND_BITS = 42
@@ -210,14 +221,23 @@ class VerifyParams(SpeakerParams):
     protocol_name = "speaker-verify"
     #: the claimed identity (public: the user names who she is)
     claim: str = ""
+    #: where the UBM's part of the score is computed (:data:`UBM_MODES`): "private" keeps the UBM bob's,
+    #: "shared" shows it to alice (bob's policy decides: allow_reveal = ["ubm"])
+    ubm: str = "private"
 
     def models_needed(self) -> int:
-        return 2
+        return 1 if self.ubm == "shared" else 2
 
     def validate(self) -> VerifyParams:
+        if self.ubm not in UBM_MODES:
+            raise InvalidMessage(f"speaker-verify parameter ubm={self.ubm!r} must be one of {list(UBM_MODES)}")
         super().validate()
         check_name(self.claim)
         return self
+
+    @property
+    def shared_ubm(self) -> bool:
+        return self.ubm == "shared"
 
     @property
     def ell(self) -> int:
@@ -228,9 +248,10 @@ class VerifyParams(SpeakerParams):
         ct1 = ciphertext_vector_bytes(1, self.key_bits)
         hdr = 64
         batch = self._dgk_batch(1, self.ell)
+        ubm = [(1, ubm_message_bytes(self.max_mixtures, self.max_features))] if self.shared_ubm else []
         return self._forward_envelope(
             role,
-            [(1, ct1), (1, hdr), (1, self._dgk_key()), (1, batch)],  # sv/masked, DGK hdr, pk, bits
+            [(1, ct1), (1, hdr), (1, self._dgk_key()), (1, batch), *ubm],  # sv/masked, DGK hdr, pk, bits, sv/ubm
             [(1, public_key_bytes(self.key_bits)), (1, batch), (1, hdr)],
         )  # sv/pk, DGK ciphertexts, delta
 
@@ -329,6 +350,32 @@ class IdentifyResult:
 
 
 # =============================================================================== shared pieces
+def ubm_message_bytes(components: int, dim: int) -> int:
+    """The largest ``sv/ubm`` (a Matrix of C rows [w_c, μ_c, σ²_c]): 8 bytes a double, and framing."""
+    return 8 * components * (2 * dim + 1) + 64
+
+
+def ubm_to_proto(ubm: DiagGMM) -> pb.Matrix:
+    rows = np.hstack([ubm.weights[:, None], ubm.means, ubm.covars])
+    return pb.Matrix(rows=rows.shape[0], cols=rows.shape[1], values=rows.ravel().tolist())
+
+
+def ubm_from_proto(msg: pb.Matrix, params: SpeakerParams, dim: int, what: str) -> DiagGMM:
+    """Bob's UBM as alice receives it: C ≤ max_mixtures rows of 2d + 1 finite values for her d features,
+    a valid GMM (weights summing to 1, positive variances), else InvalidMessage naming the message."""
+    C, cols = int(msg.rows), int(msg.cols)
+    if not 1 <= C <= params.max_mixtures or cols != 2 * dim + 1 or len(msg.values) != C * cols:
+        raise InvalidMessage(
+            f"{what} must be a UBM of 1..{params.max_mixtures} components over the utterance's {dim} features "
+            f"({2 * dim + 1} values a row), got {C} x {cols} with {len(msg.values)} values"
+        )
+    rows = np.asarray(msg.values, dtype=np.float64).reshape(C, cols)
+    try:
+        return DiagGMM(rows[:, 0].copy(), rows[:, 1 : dim + 1].copy(), rows[:, dim + 1 :].copy())
+    except InvalidMessage as exc:
+        raise InvalidMessage(f"{what}: {exc}") from None
+
+
 def _frames(X: npt.ArrayLike, params: SpeakerParams) -> np.ndarray:
     X = np.asarray(X, dtype=np.float64)
     if X.ndim != 2 or not 1 <= X.shape[0] <= min(params.max_frames, MAX_FRAMES):
@@ -338,6 +385,21 @@ def _frames(X: npt.ArrayLike, params: SpeakerParams) -> np.ndarray:
     if not np.all(np.isfinite(X)):
         raise InputRejected("the utterance must not contain NaN or infinite values", "")
     return X
+
+
+def ubm_loglik_grid(ubm: DiagGMM, X: np.ndarray, F: int) -> int:
+    """fx(ℓ_UBM): Alice's log-likelihood of her frames under the shared UBM, computed in the clear (float64)
+    from the same component forms she adds to Bob's rows (:func:`known_rows`), rounded to the grid 2^−F.
+    Refused beyond 2^40 nats (as the forward algorithm refuses such a score)."""
+    from scipy.special import logsumexp  # lazily: scipy's import is a party's start-up cost
+
+    forms = known_rows(SpeakerModels.hmm_set([ubm], ["ubm"]))(X)  # (T, C)
+    with np.errstate(divide="ignore"):
+        logw = np.log(ubm.weights)
+    ll = float(logsumexp(forms + logw[None, :], axis=1).sum())
+    if not math.isfinite(ll) or abs(ll) >= float(1 << 40):
+        raise InputRejected("the utterance's log-likelihood under the UBM must be finite and below 2^40 nats", "")
+    return round(ll * (1 << F))
 
 
 def _threshold_int(threshold: float, F: int) -> int:
@@ -357,9 +419,11 @@ async def _alice_forward(
     bob: str,
     allow_insecure_keys: bool,
     private_key: PrivateKey | None,
+    known: DiagGMM | None = None,
 ) -> tuple[PrivateKey, dict[str, Any], dict[str, Any], int, AliceSizes]:
     """Step 1 and Alice's half of step 2: key, public key, secure forward.  Returns (sk, offline timings,
-    online timings with the clocks' starts, frames, what the next session is to be prepared for)."""
+    online timings with the clocks' starts, frames, what the next session is to be prepared for).
+    ``known``: a GMM of Bob's shape whose component forms Alice adds herself (the shared UBM)."""
     t0 = time.perf_counter()
     c0 = time.process_time()
     private_key, obfuscators = owned_session_key(
@@ -382,6 +446,7 @@ async def _alice_forward(
         seed=seed,
         labels=(params.protocol_name, "forward"),
         obfuscators=obfuscators,
+        known=None if known is None else known_rows(SpeakerModels.hmm_set([known], ["ubm"])),
     )
     try:
         await role.prepare(len(X))
@@ -411,8 +476,11 @@ async def _bob_forward(
     seed: SeedLike,
     alice: str,
     allow_insecure_keys: bool,
+    known: DiagGMM | None = None,
 ) -> tuple[PublicKey, list[mpz], dict[str, Any], dict[str, Any], int]:
-    """Bob's half of steps 1-2: Alice's key, the secure forward on ``gmms``; ξ(ℓ) of every model."""
+    """Bob's half of steps 1-2: Alice's key, the secure forward on ``gmms``; ξ(ℓ) of every model.
+    ``known``: the GMM whose component forms Alice adds herself (the shared UBM): Bob's rows are the
+    differences from it."""
     t0 = time.perf_counter()
     c0 = time.process_time()
     pk = peer_public_key(
@@ -432,6 +500,7 @@ async def _bob_forward(
         tag=f"{tag}/fw",
         seed=seed,
         labels=(params.protocol_name, "forward"),
+        known=None if known is None else models.hmm_set([known] * len(gmms), labels),
     )
     try:
         await role.prepare()
@@ -520,20 +589,31 @@ def induction_rounding(params: ForwardParams) -> float:
 
 
 def loglik_error_bound(
-    models: SpeakerModels, gmms: list[DiagGMM], X: npt.ArrayLike, params: SpeakerParams
+    models: SpeakerModels,
+    gmms: list[DiagGMM],
+    X: npt.ArrayLike,
+    params: SpeakerParams,
+    known: DiagGMM | None = None,
 ) -> list[float]:
     """For each GMM, the bound on |ℓ̂ − ℓ| (nats) of the secure forward algorithm on ``X``
     (docs/protocols/speaker.md): Σ_t ε_em(t) + δ_fin, ε_em(t) = max_c ε_c(t) + 2^{−41} + 2^{−43} + δ, the
     component error ε_c(t) = 2^{−f_p−1}‖c‖₁ + 2^{−f_c−1}‖z_t‖₁ + P·2^{−f_p−f_c−2} + 2^{−49}Σ|c_p z_tp| + 2^{−41}
-    over the quadratic form's coefficients c and the frame's products z_t."""
+    over the quadratic form's coefficients c and the frame's products z_t.  With ``known`` (the shared
+    UBM) the coefficients c are the differences from its forms k, and Alice's addition of k_c(z_t) rounded
+    to the grid adds 2^{−F−1} + 2^{−44}Σ|k_p z_tp| (float64's rounding of a sum of P ≤ 2^7 products)."""
     fw = params.forward()
-    hmms = models.hmm_set(gmms, [f"m{i}" for i in range(len(gmms))])
-    coefs, bits = model_coefficients(hmms, fw)
+    labels = [f"m{i}" for i in range(len(gmms))]
+    hmms = models.hmm_set(gmms, labels)
+    coefs, bits = model_coefficients(hmms, fw, None if known is None else models.hmm_set([known] * len(gmms), labels))
     fp, fc = fw.product_frac_bits(bits), fw.coef_frac_bits
     Z = np.abs(products(np.asarray(X, dtype=np.float64), "diag"))  # (T, P)
     A = np.abs(coefs).reshape(len(gmms), -1, coefs.shape[-1])  # (models, C, P)
     P = Z.shape[1]
     delta = induction_rounding(fw)
+    added = 0.0
+    if known is not None:
+        K = np.abs(model_coefficients(models.hmm_set([known], ["k"]), fw)[0])  # (C, P)
+        added = 2.0 ** (-fw.log_frac_bits - 1) + 2.0**-44 * (Z @ K.T)  # (T, C)
     out = []
     for m in range(len(gmms)):
         comp = (
@@ -542,6 +622,7 @@ def loglik_error_bound(
             + P * 2.0 ** (-fp - fc - 2)
             + 2.0**-49 * (Z @ A[m].T)
             + 2.0**-41
+            + added
         )  # (T, C)
         em = comp.max(1) + 2.0**-41 + 2.0**-43 + delta
         out.append(float(em.sum() + delta))
@@ -553,8 +634,24 @@ def verify_error_bound(models: SpeakerModels, claim: str, X: npt.ArrayLike, para
     log-likelihood bounds and the threshold's rounding T·2^{−F−1}, over T.  The secure decision equals the
     plaintext one whenever the plaintext score is farther than this from θ."""
     X = np.asarray(X, dtype=np.float64)
-    b = loglik_error_bound(models, [models.speaker(models.index(claim)), models.ubm], X, params)
-    return (sum(b) + len(X) * 2.0 ** (-params.log_frac_bits - 1)) / len(X)
+    F = params.log_frac_bits
+    if params.shared_ubm:
+        # the speaker's score with Alice's UBM forms added, and her ℓ_UBM in float64: per frame the forms'
+        # rounding (2^{−44}Σ|k_p z_tp| each) and log-sum-exp's (2^{−44} of its largest magnitude), the sum over
+        # T frames (T·2^{−52} of Σ|ℓ_t|), then the grid's 2^{−F−1}
+        ubm = models.ubm
+        (b,) = loglik_error_bound(models, [models.speaker(models.index(claim))], X, params, known=ubm)
+        K = np.abs(model_coefficients(models.hmm_set([ubm], ["k"]), params.forward())[0])
+        Z = np.abs(products(X, "diag"))
+        with np.errstate(divide="ignore"):
+            logw = np.log(ubm.weights)
+        forms = known_rows(models.hmm_set([ubm], ["k"]))(X) + logw[None, :]
+        forms = np.where(np.isfinite(forms), forms, 0.0)  # a zero weight's component adds nothing
+        size = np.abs(forms).max(1) + math.log(ubm.n_components) + 1.0
+        ubm_err = float((2.0**-44 * ((Z @ K.T).max(1) + size)).sum() + len(X) * 2.0**-52 * size.sum())
+        return (b + ubm_err + 2.0 ** (-F - 1) + len(X) * 2.0 ** (-F - 1)) / len(X)
+    both = loglik_error_bound(models, [models.speaker(models.index(claim)), models.ubm], X, params)
+    return (sum(both) + len(X) * 2.0 ** (-F - 1)) / len(X)
 
 
 # =============================================================================== verification
@@ -574,9 +671,13 @@ async def verify_alice(
     t_start = time.perf_counter()
     X = _frames(X, params)
     tag = "sv"
-    # --- Steps 1-2: key, secure forward (Bob obtains ξ(ℓ_s), ξ(ℓ_UBM)).
+    ubm = None
+    if params.shared_ubm:  # --- Step 0 (ubm = "shared"): Bob's UBM, which Alice scores herself.
+        ubm = ubm_from_proto(await ch.recv(bob, f"{tag}/ubm", pb.Matrix), params, X.shape[1], f"{tag}/ubm from {bob}")
+    # --- Steps 1-2: key, secure forward (Bob obtains ξ(ℓ_s), ξ(ℓ_UBM); with the UBM shared ξ(ℓ_s) only,
+    # Alice adding the UBM's component forms to his rows herself).
     sk, offline, online, frames, sizes = await _alice_forward(
-        ch, X, params, tag, seed, bob, allow_insecure_keys, private_key
+        ch, X, params, tag, seed, bob, allow_insecure_keys, private_key, known=ubm
     )
     # --- Step 4: x = D + r, then the comparison [x < r] = [D < 0].
     t0 = time.perf_counter()
@@ -585,6 +686,10 @@ async def verify_alice(
     x = sk.raw_decrypt_signed(c)
     if not -(1 << params.score_bits) < x < (1 << (params.score_bits + params.stat_bits)) + (1 << params.score_bits):
         raise InvalidMessage(f"{tag}/masked from {bob} is outside the masked score's range")
+    if ubm is not None:  # Bob's x is ℓ_s − T·fx(θ) + r: Alice takes her ℓ_UBM off
+        x -= ubm_loglik_grid(ubm, X, params.log_frac_bits)
+        if not -(1 << params.score_bits) < x < (1 << (params.score_bits + params.stat_bits)) + (1 << params.score_bits):
+            raise InvalidMessage(f"{tag}/masked from {bob} less the UBM's log-likelihood is outside the range")
     z = await compare_holder_a(
         ch,
         bob,
@@ -640,25 +745,30 @@ async def verify_bob(
     theta = _threshold_int(models.threshold, F)
     rng = protocol_rng(seed, params.protocol_name, ch.role)
     tag = "sv"
+    shared = params.shared_ubm
+    if shared:  # --- Step 0 (ubm = "shared", as bob's policy allowed): the UBM to Alice.
+        await ch.send(alice, f"{tag}/ubm", ubm_to_proto(models.ubm))
     # --- Steps 1-2.
     pk, lls, offline, online, T = await _bob_forward(
         ch,
-        [models.speaker(s), models.ubm],
-        [params.claim, "ubm"],
+        [models.speaker(s)] if shared else [models.speaker(s), models.ubm],
+        [params.claim] if shared else [params.claim, "ubm"],
         models,
         params,
         tag,
         seed,
         alice,
         allow_insecure_keys,
+        known=models.ubm if shared else None,
     )
-    # --- Step 3: ξ(D + r), D = ℓ_s − ℓ_UBM − T·fx(θ).
+    # --- Step 3: ξ(D + r), D = ℓ_s − ℓ_UBM − T·fx(θ) (shared UBM: ξ(D + ℓ_UBM + r), Alice takes ℓ_UBM off).
     t0 = time.perf_counter()
     L, kappa = params.score_bits, params.stat_bits
     r = rng.randrange(0, 1 << (L + kappa))
     n2 = pk.nsquare
     shift = (1 + pk.n * pk.raw_plain(r - T * theta)) % n2
-    masked = pk.rerandomize(lls[0] * gmpy2.invert(lls[1], n2) % n2 * shift % n2)
+    score = lls[0] if shared else lls[0] * gmpy2.invert(lls[1], n2) % n2
+    masked = pk.rerandomize(score * shift % n2)
     await ch.send(alice, f"{tag}/masked", ciphertext_to_proto(pk, masked))
     # --- Step 4: the comparison; Bob holds the DGK key and y = r.
     if dgk_key is None:

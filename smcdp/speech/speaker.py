@@ -311,7 +311,8 @@ class SpeakerModels:
         best = int(np.argmax(s))
         return self.names[best] if s[best] >= self.threshold else None
 
-    def hmm_set(self, gmms: Sequence[DiagGMM], labels: Sequence[str]) -> KeywordModels:
+    @staticmethod
+    def hmm_set(gmms: Sequence[DiagGMM], labels: Sequence[str]) -> KeywordModels:
         """The GMMs as one-state mixture HMMs (π = 1, a₁₁ = 1): the forward algorithm of such a model is
         Σ_t log p(x_t | λ), the utterance's log-likelihood with independent frames."""
         D = len(gmms)

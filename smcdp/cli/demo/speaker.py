@@ -136,6 +136,7 @@ def demo_speaker_verify(
         # the fixed-point bound (nats per frame): beyond it from θ, the decisions must agree
         "error_bound": bound,
         "beyond_bound": abs(plain_score - models.threshold) > bound,
+        "ubm": p.get("ubm", "private"),
         **common,
     }
     say(
@@ -216,7 +217,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         seed=args.seed,
         keep_dir=args.keep_dir,
         faults=Faults.from_args(args),
-        params=key_kind_param(args.key_kind),
+        params={**key_kind_param(args.key_kind), **({"ubm": "shared"} if args.share_ubm else {})},
     )
     dump_json(out, args.out)
     return 0
@@ -281,6 +282,13 @@ def register(sub) -> None:
     )
     _common(v)
     v.add_argument("--claim", required=True, metavar="NAME", help="the claimed speaker")
+    v.add_argument(
+        "--share-ubm",
+        action="store_true",
+        help='bob shows alice his UBM (ubm = "shared", which bob\'s policy must allow: allow_reveal = '
+        '["ubm"]); she scores it in the clear and the encrypted part runs on the speaker model alone, '
+        "about half the work (docs/protocols/speaker.md)",
+    )
     v.set_defaults(func=_cmd_verify)
     i = sub.add_parser(
         "speaker-identify",

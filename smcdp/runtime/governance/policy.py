@@ -91,12 +91,15 @@ _OPTIONAL_RULES = (
     "key",
     "min_threshold",
     "allow_subgroup_key",
+    "allow_reveal",
 )
 _RULE_KEYS = {"roles", "initiators", "coordinators", "release_to", "allow_non_dp", *_OPTIONAL_RULES}
 #: the window of max_exact_sessions when period_days is not given
 DEFAULT_PERIOD_DAYS = 30.0
 #: what a ``key`` rule may say: the kind of encryption key a session may protect its data with
 KEY_KINDS = ("threshold", "single")
+#: a name in ``allow_reveal`` (what a protocol's summary calls a party input it shows a peer)
+_REVEAL_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 #: the defaults of the bounds on what a proposal may size (the receive limit derives from them): the
 #: largest key and the most rounds an honest session of today's documented sizes uses, with headroom
 DEFAULT_MAX_KEY_BITS = 4096
@@ -154,6 +157,9 @@ class ProtocolRules:
     #: peer's (SessionSummary.subgroup_key: fast decryption, another hardness assumption, a base whose order
     #: only its owner can check -- docs/crypto.md, "Subgroup keys"); None: no
     allow_subgroup_key: bool | None = None
+    #: what of its private inputs a session may show a peer in the clear (SessionSummary.reveals, by name:
+    #: speaker-verify's "ubm"); None: nothing
+    allow_reveal: tuple[str, ...] | None = None
 
     def as_dict(self) -> dict:
         out: dict[str, Any] = {
@@ -168,6 +174,8 @@ class ProtocolRules:
                 out[k] = getattr(self, k)
         if self.min_hiding is not None:
             out["min_hiding"] = dict(self.min_hiding)  # a TOML table
+        if self.allow_reveal is not None:
+            out["allow_reveal"] = list(self.allow_reveal)  # a TOML array
         return out
 
 
@@ -307,7 +315,17 @@ def _rules(name: str, t: Any, known: set[str]) -> ProtocolRules:
         key=_key_kind(t, where),
         min_threshold=_number(t, "min_threshold", where, integer=True, lo=1, hi=1 << 10),
         allow_subgroup_key=_bool(t, "allow_subgroup_key", where, False) if "allow_subgroup_key" in t else None,
+        allow_reveal=_reveal_names(t, where),
     )
+
+
+def _reveal_names(t: Mapping[str, Any], where: str) -> tuple[str, ...] | None:
+    if "allow_reveal" not in t:
+        return None
+    v = t["allow_reveal"]
+    if not isinstance(v, list) or not all(isinstance(x, str) and _REVEAL_RE.match(x) for x in v):
+        raise ConfigError(f'{where}.allow_reveal must be a list of names such as ["ubm"], got {v!r}')
+    return tuple(dict.fromkeys(v))
 
 
 def _key_kind(t: Mapping[str, Any], where: str) -> str | None:
@@ -395,6 +413,7 @@ def rules_for_layout(
             continue
         frames = shared = None
         subgroup = None
+        reveal: tuple[str, ...] | None = None
         if summary is not None:
             flows = [o for o in summary.outputs_from(role) if {roles[r] for r in o.recipients} - {party}]
             release = {roles[r] for o in flows for r in o.recipients} - {party}
@@ -402,6 +421,7 @@ def rules_for_layout(
             frames = summary.frames_per_round.get(role)
             shared = summary.noise_parties.get(role)
             subgroup = True if role in summary.subgroup_key else None
+            reveal = tuple(summary.reveals.get(role, ())) or None
         else:
             release, non_dp = set(roles.values()) - {party}, allow_non_dp
         out[party] = ProtocolRules(
@@ -414,6 +434,7 @@ def rules_for_layout(
             max_frames_per_round=frames if frames is not None and frames > 1 else None,
             max_noise_parties=shared if shared is not None and shared > 1 else None,
             allow_subgroup_key=subgroup,
+            allow_reveal=reveal,
         )
     return out
 
@@ -449,6 +470,7 @@ def merge_rules(a: ProtocolRules, b: ProtocolRules) -> ProtocolRules:
         key=a.key,
         min_threshold=a.min_threshold,
         allow_subgroup_key=True if (a.allow_subgroup_key or b.allow_subgroup_key) else None,
+        allow_reveal=tuple(sorted(set(a.allow_reveal or ()) | set(b.allow_reveal or ()))) or None,
     )
 
 
@@ -774,6 +796,14 @@ def _check_how_much_it_shows(ask: _Asking, rules: ProtocolRules, summary: Sessio
             "on the subgroup assumption, and a peer re-randomises under a base whose order only the key's "
             "owner can check: docs/crypto.md, 'Subgroup keys'); it allows none (allow_subgroup_key = true "
             "admits them)",
+        )
+    shown = [name for name in summary.reveals.get(role, ()) if name not in (rules.allow_reveal or ())]
+    if shown:
+        raise ask.deny(
+            f"{base}.allow_reveal",
+            f"the session shows a peer its {', '.join(repr(n) for n in shown)} in the clear; it allows "
+            + (", ".join(repr(n) for n in rules.allow_reveal) if rules.allow_reveal else "nothing")
+            + f" (allow_reveal = [{', '.join(repr(n) for n in shown)}] admits it)",
         )
     frames = summary.frames_per_round.get(role)
     limit = rules.max_frames_per_round or 1

@@ -65,7 +65,10 @@ def corpus(tmp_path_factory):
     return root, ubm
 
 
-def test_speaker_verify_command_matches_plaintext(corpus, tmp_path):
+@pytest.mark.parametrize("share", [[], ["--share-ubm"]], ids=["private-ubm", "shared-ubm"])
+def test_speaker_verify_command_matches_plaintext(corpus, tmp_path, share):
+    """The contract command; with --share-ubm bob shows alice his UBM (the demo's generated policy allows it,
+    as bob's allow_reveal = ["ubm"] would) and the encrypted part runs on the speaker model alone."""
     root, ubm = corpus
     out = tmp_path / "r.json"
     cmd = [
@@ -85,9 +88,11 @@ def test_speaker_verify_command_matches_plaintext(corpus, tmp_path):
         str(out),
         "--key-bits",
         "512",
+        *share,
     ]
     subprocess.run(cmd, check=True, cwd=REPO, capture_output=True, timeout=900)
     r = json.loads(out.read_text())
+    assert r["ubm"] == ("shared" if share else "private")
     assert r["decision"] in ("accept", "reject")
     assert r["decision"] == r["plaintext_decision"]
     assert r["seconds"] > 0 and 0 < r["online_seconds"] <= r["seconds"] and r["bytes"] > 0

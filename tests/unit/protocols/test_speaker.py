@@ -190,8 +190,8 @@ def test_summary_names_the_designated_party(plugin, output):
 
 
 @pytest.mark.parametrize("key_kind", ["standard", "subgroup"])
-@pytest.mark.parametrize("protocol", ["verify", "identify"])
-def test_each_role_replays_from_its_journal_and_root(tmp_path, protocol, key_kind):
+@pytest.mark.parametrize("protocol,ubm", [("verify", "private"), ("verify", "shared"), ("identify", "private")])
+def test_each_role_replays_from_its_journal_and_root(tmp_path, protocol, ubm, key_kind):
     """Checkpoint/replay (docs/fault-tolerance.md): every role replayed alone from its journal and randomness
     root reaches the same result and sends nothing again (the keys, masks, π and s come from the root; Alice's
     subgroup key from its own stream of her root)."""
@@ -203,7 +203,7 @@ def test_each_role_replays_from_its_journal_and_root(tmp_path, protocol, key_kin
     kw = {"key_bits": 768, "dgk_bits": 512, "dgk_t": 32, "max_mixtures": C, "max_features": D, "max_frames": T}
     kw["key_kind"] = key_kind
     if protocol == "verify":
-        p, fa, fb = VerifyParams(claim="cy", output="alice", **kw), verify_alice, verify_bob
+        p, fa, fb = VerifyParams(claim="cy", output="alice", ubm=ubm, **kw), verify_alice, verify_bob
     else:
         p, fa, fb = IdentifyParams(max_speakers=3, **kw), identify_alice, identify_bob
 
@@ -318,3 +318,51 @@ def test_a_selector_that_is_not_a_bit_is_refused(keypair512, dgk_key, monkeypatc
     X = _utterance(seed=9)
     with pytest.raises(InvalidMessage, match="not proven to encrypt bits"):
         _identify(X, _models(threshold=-50.0), sk, dgk_key, max_speakers=3)
+
+
+@pytest.mark.parametrize("output", ["bob", "alice"])
+def test_a_shared_ubm_decides_as_in_the_clear_just_beyond_its_bound(output, keypair512, dgk_key):
+    """ubm = "shared": Bob sends his UBM, Alice adds its component forms to his rows herself and takes her
+    ℓ_UBM off the masked score; the forward algorithm runs on one model instead of two.  The decision is
+    the plaintext one just beyond the (smaller) documented bound on either side, and Bob's rows carry no
+    squared-feature coefficient."""
+    _, sk = keypair512
+    X = _utterance(seed=5)
+    models = _models()
+    for claim in ("ann", "cy"):
+        score = models.score(models.index(claim), X)
+        p = _params(VerifyParams, sk, claim=claim, ubm="shared")
+        assert p.max_models == 1
+        bound = verify_error_bound(models, claim, X, p)
+        assert 0 < bound < 1e-6 * abs(score)
+        assert bound < verify_error_bound(models, claim, X, _params(VerifyParams, sk, claim=claim))
+        for eps, want in ((-1.0001 * bound, True), (1.0001 * bound, False)):
+            a, b = _verify(X, _models(threshold=score + eps), sk, dgk_key, claim=claim, ubm="shared", output=output)
+            learner, other = (b, a) if output == "bob" else (a, b)
+            assert learner.accept is want and other.accept is None
+
+
+def test_a_shared_ubm_is_sent_once_and_checked(keypair512, dgk_key):
+    """The UBM message is what Alice scores with: a UBM of another shape, or an invalid GMM, is refused by
+    name before anything else happens; the byte envelope counts the message."""
+    from smcdp.protocols.speaker import ubm_from_proto, ubm_to_proto
+
+    _, sk = keypair512
+    models = _models()
+    p = _params(VerifyParams, sk, claim="ann", ubm="shared")
+    msg = ubm_to_proto(models.ubm)
+    back = ubm_from_proto(msg, p, D, "sv/ubm")
+    assert np.array_equal(back.means, models.ubm.means) and np.array_equal(back.covars, models.ubm.covars)
+    with pytest.raises(InvalidMessage, match="sv/ubm"):
+        ubm_from_proto(msg, p, D + 1, "sv/ubm")  # the utterance has another dimension
+    bad = pb.Matrix(rows=msg.rows, cols=msg.cols, values=[-1.0] + list(msg.values[1:]))
+    with pytest.raises(InvalidMessage, match="sv/ubm: weights"):
+        ubm_from_proto(bad, p, D, "sv/ubm")
+    many = VerifyParams(key_bits=sk.public_key.bits, max_mixtures=C - 1, max_features=D, claim="ann", ubm="shared")
+    with pytest.raises(InvalidMessage, match=r"1\.\.3 components"):
+        ubm_from_proto(msg, many, D, "sv/ubm")
+    private = _params(VerifyParams, sk, claim="ann")
+    grow = p.traffic_envelope("alice").session_bytes - private.traffic_envelope("alice").session_bytes
+    assert grow < 0  # one model instead of two, the UBM message included
+    with pytest.raises(InvalidMessage, match="ubm"):
+        _params(VerifyParams, sk, claim="ann", ubm="public").validate()

@@ -549,3 +549,44 @@ def test_a_subgroup_key_needs_the_consent_of_both_parties_it_protects():
     one = ProtocolRules(roles=("bob",), initiators=("alice",))
     assert merge_rules(one, replace(one, allow_subgroup_key=True)).allow_subgroup_key
     assert merge_rules(one, one).allow_subgroup_key is None
+
+
+SV_POLICY = """
+[policy.speaker-verify]
+roles = ["bob"]
+initiators = ["alice"]
+release_to = ["bob"]
+allow_non_dp = true
+"""
+
+
+def test_a_shared_ubm_needs_the_consent_of_the_party_whose_ubm_it_shows():
+    """speaker-verify with ubm = "shared" shows Alice Bob's UBM (docs/protocols/speaker.md): Bob's party
+    admits it only when its policy's allow_reveal names "ubm", whoever proposes; Alice's side needs no rule,
+    and the private UBM none."""
+    roles = {"alice": "alice", "bob": "bob"}
+    s = _summary("speaker-verify", roles, key_bits=2048, claim="x", ubm="shared")
+    assert dict(s.reveals) == {"bob": ("ubm",)} and s.as_dict()["reveals"] == {"bob": ["ubm"]}
+    assert _summary("speaker-verify", roles, key_bits=2048, claim="x").reveals == {}
+    assert _summary("speaker-identify", roles, key_bits=2048).reveals == {}
+    kw = dict(protocol="speaker-verify", roles=roles, role="bob", initiator="alice", key_bits=2048, claim="x")
+    _eval(_policy(SV_POLICY), **kw)
+    with pytest.raises(PolicyDenied, match="shows a peer its 'ubm' in the clear") as ei:
+        _eval(_policy(SV_POLICY), ubm="shared", **kw)
+    assert ei.value.rule == "policy.speaker-verify.allow_reveal"
+    with pytest.raises(PolicyDenied, match="allows 'means'"):
+        _eval(_policy(SV_POLICY + 'allow_reveal = ["means"]\n'), ubm="shared", **kw)
+    allowing = _policy(SV_POLICY + 'allow_reveal = ["ubm"]\n')
+    assert allowing.protocols["speaker-verify"].as_dict()["allow_reveal"] == ["ubm"]
+    _eval(allowing, ubm="shared", **kw)
+    alice = SV_POLICY.replace('roles = ["bob"]', 'roles = ["alice"]')
+    _eval(_policy(alice), **dict(kw, role="alice"), ubm="shared")  # Alice's inputs are not shown
+    for bad in ('allow_reveal = "ubm"\n', "allow_reveal = [1]\n", 'allow_reveal = ["UBM!"]\n'):
+        with pytest.raises(ConfigError, match="allow_reveal must be a list of names"):
+            _policy(SV_POLICY + bad)
+    # the demos' generated rules admit exactly the layout proposed; merged layouts admit the union
+    rules = rules_for_layout(roles, initiators=["alice"], coordinating_roles=(), summary=s)
+    assert rules["bob"].allow_reveal == ("ubm",) and rules["alice"].allow_reveal is None
+    one = ProtocolRules(roles=("bob",), initiators=("alice",))
+    assert merge_rules(one, replace(one, allow_reveal=("ubm",))).allow_reveal == ("ubm",)
+    assert merge_rules(one, one).allow_reveal is None
