@@ -5,7 +5,7 @@ Runs ``bench/session_driver.py --workload keyword`` (one OS process per party, m
 party processes by a ``sitecustomize`` on their ``PYTHONPATH``.  The wrappers count, per party, the thread
 CPU seconds (``time.thread_time``) of
 
-* decryptions (``PrivateKey.decrypt_half``: the CRT halves), split into the emission blocks and the
+* decryptions (``PrivateKey.decrypt_half``, ``decrypt_halves``: a CRT half, or both interleaved), split into the emission blocks and the
   induction rounds by the caller's thread pool;
 * obfuscators made (``raw_encrypt`` of the pool's maker: the fixed-base r^n), ahead or inline;
 * Bob's multi-exponentiations: the emission blocks' rows (``multi_exp_rows``: the calling thread's share;
@@ -108,6 +108,7 @@ def install(out_dir: str) -> None:
         return f"decryptions ({'emission blocks' if getattr(_tls, 'emission', False) else 'induction'})"
 
     paillier.PrivateKey.decrypt_half = timed(decrypt_name, paillier.PrivateKey.decrypt_half)
+    paillier.PrivateKey.decrypt_halves = timed(decrypt_name, paillier.PrivateKey.decrypt_halves)
     paillier.PrivateKey.raw_encrypt = timed(pool_name, paillier.PrivateKey.raw_encrypt)
     paillier.PublicKey.raw_encrypt = timed(pool_name, paillier.PublicKey.raw_encrypt)
     obfuscation.ObfuscatorPool.encrypt = timed("encryptions (pooled obfuscator)", obfuscation.ObfuscatorPool.encrypt)
@@ -181,14 +182,15 @@ def install(out_dir: str) -> None:
     # behind a proxy whose adecrypt_signed marks its jobs, so concurrent blocks and the rounds cannot mix
     from smcdp.crypto import threads as cthreads
 
-    half = cthreads._half
+    def emission(job_fn):
+        def marked(job):
+            _tls.emission = True
+            try:
+                return job_fn(job)
+            finally:
+                _tls.emission = False
 
-    def jobhalf(job):
-        _tls.emission = True
-        try:
-            return half(job)
-        finally:
-            _tls.emission = False
+        return marked
 
     class EmissionThreads:
         def __init__(self, threads):
@@ -197,8 +199,13 @@ def install(out_dir: str) -> None:
         def __getattr__(self, name):
             return getattr(self._threads, name)
 
-        async def adecrypt_signed(self, sk, cts):
-            return cthreads._combine(sk, await self._threads.amap(jobhalf, cthreads._half_jobs(sk, cts)))
+        async def adecrypt_signed(self, sk, cts):  # the jobs CryptoThreads.adecrypt_signed runs, marked
+            if cthreads._paired(sk, cts):
+                pairs = await self._threads.amap(emission(cthreads._both), [(sk, c) for c in cts])
+                return cthreads._combine_pairs(sk, pairs)
+            return cthreads._combine(
+                sk, await self._threads.amap(emission(cthreads._half), cthreads._half_jobs(sk, cts))
+            )
 
     threads_for = sf._threads_for
     sf._threads_for = lambda role, block: EmissionThreads(threads_for(role, block))

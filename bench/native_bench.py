@@ -7,7 +7,10 @@ ciphertext arithmetic, p² (2048 bits) for a decryption's CRT half -- one thread
 * an emission block: 50 rows × 79 ciphertexts × 45-bit exponents (``modexp.multi_exp_rows``);
 * an obfuscator: a fixed-base power with a 1024-bit exponent (``FixedBaseTable``, 8-bit windows);
 * a decryption half: c^e mod p² with a 1024-bit (standard key) and a 225-bit (subgroup key) exponent
-  (``native.powmod`` against ``gmpy2.powmod``, the baseline of the decryptions).
+  (``native.powmod`` against ``gmpy2.powmod``, the baseline of the decryptions);
+* a whole decryption's two halves, mod p² and q² (1024-bit exponents), in one call whose products the
+  engine interleaves (``native.powmod2``) against two ``gmpy2.powmod`` -- and, after the table, against two
+  ``native.powmod`` calls on the IFMA products (what interleaving gains by itself).
 
 Each row runs on GMP's products (``mpn_mul_n`` + REDC) and, where the CPU has AVX-512 IFMA, on the IFMA
 products; the ratio column is GMP's time over IFMA's, the last column the baseline (gmpy2) over the engine.
@@ -54,6 +57,8 @@ def main() -> None:
     base = mpz(rng.randrange(n2))
     exps = [rng.getrandbits(1024) for _ in range(64)]
     c = mpz(rng.randrange(p2))
+    q2 = mpz(rng.getrandbits(2048)) | 1 | (mpz(1) << 2047)
+    cq, e_q = mpz(rng.randrange(q2)), mpz(rng.getrandbits(1024))
     e_std, e_sub = mpz(rng.getrandbits(1024)), mpz(rng.getrandbits(225))
 
     def table_pows() -> None:
@@ -75,6 +80,12 @@ def main() -> None:
             50,
             1e6,
             lambda: gmpy2.powmod(c, e_sub, p2),
+        ),
+        "both decryption halves, 1024-bit exponents mod p², q² (µs)": (
+            lambda: native.powmod2(c, e_std, p2, cq, e_q, q2),
+            20,
+            1e6,
+            lambda: (gmpy2.powmod(c, e_std, p2), gmpy2.powmod(cq, e_q, q2)),
         ),
     }
     products = [False, True] if _mont.cpu_ifma() else [False]
@@ -98,6 +109,14 @@ def main() -> None:
             base_s = f"{base_t * scale:.3g}" if base_t else "—"
             base_r = f"{base_t / best:.2f}×" if base_t else "—"
             print(f"| {name} | {t[False] * scale:.3g} | {ifma} | {ratio} | {base_s} | {base_r} |")
+        if _mont.cpu_ifma():
+            _mont._set_ifma(True)
+            apart = _timed(lambda: (native.powmod(c, e_std, p2), native.powmod(cq, e_q, q2)), args.repeats, 20)
+            together = _timed(lambda: native.powmod2(c, e_std, p2, cq, e_q, q2), args.repeats, 20)
+            print(
+                f"\nboth halves on the IFMA products: two powmod calls {apart * 1e6:.3g} µs, one powmod2 call "
+                f"{together * 1e6:.3g} µs (interleaved: {apart / together:.2f}×)"
+            )
     finally:
         _mont._set_ifma(before)
 

@@ -59,8 +59,9 @@ from gmpy2 import mpz
 from phe import paillier as phe_paillier
 
 from smcdp._files import atomic_write
+from smcdp.crypto import native
 from smcdp.crypto.counters import count as _count
-from smcdp.crypto.modexp import FixedBaseTable, powmod, window_for_uses
+from smcdp.crypto.modexp import FixedBaseTable, powmod, powmod2, window_for_uses
 from smcdp.errors import CryptoOverflow, InsecureParameters, InvalidMessage
 from smcdp.progress import task
 
@@ -399,8 +400,7 @@ class PrivateKey:
     # ------------------------------------------------------------ decryption
     def raw_decrypt(self, c: int) -> mpz:
         """Decrypt to an integer in [0, n)."""
-        c = mpz(c)
-        return self.combine_halves(self.decrypt_half(c, 0), self.decrypt_half(c, 1))
+        return self.combine_halves(*self.decrypt_halves(c))
 
     def decrypt_half(self, c: int, which: int) -> mpz:
         """m mod p (``which`` = 0) or m mod q (1): the two independent halves of a CRT decryption,
@@ -409,10 +409,26 @@ class PrivateKey:
         A subgroup key refuses a ciphertext whose randomness is not in its subgroup (c^(2α_p) ≢ 1 mod p:
         made with another obfuscator, or crafted) with :class:`~smcdp.errors.InvalidMessage` rather than
         return a wrong value."""
-        f, fsq, h, e = (
-            (self.p, self.psquare, self.hp, self.ep) if which == 0 else (self.q, self.qsquare, self.hq, self.eq)
-        )
-        x = powmod(mpz(c), e, fsq) - 1
+        fsq, e = (self.psquare, self.ep) if which == 0 else (self.qsquare, self.eq)
+        return self._half_of(powmod(mpz(c), e, fsq), which)
+
+    def decrypt_halves(self, c: int) -> tuple[mpz, mpz]:
+        """``(decrypt_half(c, 0), decrypt_half(c, 1))`` in one call: the two powers' products interleaved by
+        the engine where :attr:`interleaved_halves` (1.6x two halves' CPU at 2048 bits), on one thread."""
+        c = mpz(c)
+        xp, xq = powmod2(c, self.ep, self.psquare, c, self.eq, self.qsquare)
+        return self._half_of(xp, 0), self._half_of(xq, 1)
+
+    @property
+    def interleaved_halves(self) -> bool:
+        """Whether :meth:`decrypt_halves` interleaves the halves (the engine's IFMA products take p² and q²,
+        of one width): then one job per ciphertext costs less CPU than two jobs of a half each."""
+        return native.interleaves(self.psquare.bit_length(), self.qsquare.bit_length())
+
+    def _half_of(self, power: mpz, which: int) -> mpz:
+        """m mod p (or q) from c^e mod p² (or q²): L(x)·h; a subgroup key checks the randomness vanished."""
+        f, h = (self.p, self.hp) if which == 0 else (self.q, self.hq)
+        x = power - 1
         if self.orders is not None and x % f:
             raise InvalidMessage(
                 "ciphertext's randomness is not in the subgroup key's subgroup (not made with its base h_s)"

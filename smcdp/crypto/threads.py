@@ -102,14 +102,31 @@ class CryptoThreads:
 
     # ------------------------------------------------------------------ decryption
     def decrypt_signed(self, sk: PrivateKey, cts: Sequence[int]) -> list[int]:
-        """``sk.raw_decrypt_signed`` of every ciphertext, each split into its two CRT halves."""
-        halves = self.map(_half, _half_jobs(sk, cts))
-        return _combine(sk, halves)
+        """``sk.raw_decrypt_signed`` of every ciphertext: one job per ciphertext whose two CRT halves the
+        engine interleaves (:meth:`~smcdp.crypto.paillier.PrivateKey.decrypt_halves`) when there are several, else one job per half
+        (a single ciphertext's halves on two cores end sooner than interleaved on one)."""
+        if _paired(sk, cts):
+            return _combine_pairs(sk, self.map(_both, [(sk, c) for c in cts]))
+        return _combine(sk, self.map(_half, _half_jobs(sk, cts)))
 
     async def adecrypt_signed(self, sk: PrivateKey, cts: Sequence[int]) -> list[int]:
         """:meth:`decrypt_signed` for async code: the event loop keeps running while the threads decrypt."""
-        halves = await self.amap(_half, _half_jobs(sk, cts))
-        return _combine(sk, halves)
+        if _paired(sk, cts):
+            return _combine_pairs(sk, await self.amap(_both, [(sk, c) for c in cts]))
+        return _combine(sk, await self.amap(_half, _half_jobs(sk, cts)))
+
+
+def _paired(sk: PrivateKey, cts: Sequence[int]) -> bool:
+    return len(cts) >= 2 and sk.interleaved_halves
+
+
+def _both(job: tuple[PrivateKey, int]) -> tuple[mpz, mpz]:
+    sk, c = job
+    return sk.decrypt_halves(c)
+
+
+def _combine_pairs(sk: PrivateKey, pairs: list[tuple[mpz, mpz]]) -> list[int]:
+    return [sk.decode_signed(sk.combine_halves(mp, mq)) for mp, mq in pairs]
 
 
 def _half_jobs(sk: PrivateKey, cts: Sequence[int]) -> list[tuple[PrivateKey, int, int]]:

@@ -31,12 +31,27 @@ def moduli(max_bytes: int = 96):
 @st.composite
 def native_calls(draw, max_bytes: int = 96):
     """One call: ("fixed", base, modulus, exp_bits, window, exponent, factor),
-    ("multi", bases, exps, modulus, window), ("rows", bases, rows, modulus, group) or
-    ("pow", base, exponent, modulus)."""
+    ("multi", bases, exps, modulus, window), ("rows", bases, rows, modulus, group),
+    ("pow", base, exponent, modulus) or ("pow2", base1, exponent1, modulus1, base2, exponent2, modulus2)."""
     mod = draw(moduli(max_bytes))
     width = max(max_bytes, len(mod)) + 8  # residues up to a little wider than the modulus (refused beyond it)
     if draw(st.integers(0, 4)) == 0:
         return ("pow", draw(st.binary(max_size=width)), draw(st.binary(max_size=48)), mod)
+    if draw(st.integers(0, 5)) == 0:
+        # two powers in lock-step: mostly a second modulus of the first's length (the engine interleaves the
+        # products of two wide ones of one width), sometimes any other
+        same = st.binary(min_size=len(mod), max_size=len(mod)).map(lambda b: bytes([b[0] | 1]) + b[1:] if b else b)
+        mod2 = draw(st.one_of(same, same, moduli(max_bytes)))
+        width2 = max(max_bytes, len(mod2)) + 8
+        return (
+            "pow2",
+            draw(st.binary(max_size=width)),
+            draw(st.binary(max_size=48)),
+            mod,
+            draw(st.binary(max_size=width2)),
+            draw(st.binary(max_size=48)),
+            mod2,
+        )
     window = draw(st.one_of(st.integers(1, 12), st.integers(-3, 40)))
     if len(mod) > max_bytes:  # a wide modulus: small tables (a 12-bit window's would take seconds to build)
         window = draw(st.integers(1, 5))
@@ -98,6 +113,11 @@ def _run_call(mont, call) -> str:
             _, base, exponent, mod = call
             out = mont.powmod(base, exponent, mod)
             assert _int(out) == gmpy2.powmod(_int(base), _int(exponent), _int(mod)), ("powmod", call)
+        elif call[0] == "pow2":
+            _, b1, e1, m1, b2, e2, m2 = call
+            out1, out2 = mont.powmod2(b1, e1, m1, b2, e2, m2)
+            assert _int(out1) == gmpy2.powmod(_int(b1), _int(e1), _int(m1)), ("powmod2 first", call)
+            assert _int(out2) == gmpy2.powmod(_int(b2), _int(e2), _int(m2)), ("powmod2 second", call)
         elif call[0] == "rows":
             _, bases, rows, mod, group = call
             out = mont.multi_exp_rows(bases, rows, mod, group)

@@ -11,6 +11,7 @@ IFMA's, ``on_each_product``), at every width the IFMA products take.
 """
 
 import os
+import random
 import secrets
 import subprocess
 import sys
@@ -598,3 +599,94 @@ def test_powmod_refuses_bad_arguments():
         mont.powmod(b"\x02", b"\x01" * ((1 << 20) + 1), mb)
     with pytest.raises(TypeError):
         mont.powmod("2", b"\x05", mb)
+
+
+#: widths of the interleaved products' pairs: every digit count they take (V = 4..8 from 1400 bits), at both
+#: ends of each (416·V − 2 bits is V's widest, 416·V − 1 the next V's narrowest)
+X2_WIDTHS = (1400, *(416 * v - 2 for v in range(4, 9)), *(416 * v - 1 for v in range(4, 8)))
+
+
+@needs_ifma
+def test_two_interleaved_powers_equal_gmpy2_at_every_width_they_take():
+    """powmod2 (a decryption's two CRT halves in one call): at every width the interleaved products take,
+    both powers equal gmpy2's -- exponents of different lengths, 0 and 1 among them, bases 0, 1, m − 1 and
+    ≥ m --, on each product (GMP's: two plain powers).  Widths that differ, or beyond 3326 bits, are not
+    interleaved and still right."""
+    rng = random.Random(11)
+    cases = []
+    for bits in X2_WIDTHS:
+        m1, m2 = (mpz(rng.getrandbits(bits)) | 1 | (mpz(1) << (bits - 1)) for _ in range(2))
+        for b1, b2 in ((mpz(0), mpz(1)), (m1 - 1, m2 + 7), (mpz(rng.getrandbits(bits)), mpz(rng.getrandbits(bits)))):
+            for e1, e2 in (
+                (rng.getrandbits(bits // 2), rng.getrandbits(bits // 2)),
+                (rng.getrandbits(900), 0),
+                (1, rng.getrandbits(40)),
+                (rng.getrandbits(17), rng.getrandbits(1030)),
+            ):
+                cases.append((b1, e1, m1, b2, e2, m2))
+    for bits1, bits2 in ((2048, 1500), (3327, 3327), (4096, 2048)):  # not interleaved
+        m1, m2 = _odd_modulus(bits1), _odd_modulus(bits2)
+        cases.append((mpz(rng.getrandbits(bits1)), rng.getrandbits(700), m1, mpz(5), rng.getrandbits(600), m2))
+        with product(True):
+            assert not native.interleaves(bits1, bits2)
+    with product(True):
+        assert all(native.interleaves(b, b) for b in X2_WIDTHS) and native.interleaves(2047, 2048)
+    want = [(gmpy2.powmod(b1, e1, m1), gmpy2.powmod(b2, e2, m2)) for b1, e1, m1, b2, e2, m2 in cases]
+
+    def compute():
+        return [native.powmod2(b1 % m1, e1, m1, b2 % m2, e2, m2) for b1, e1, m1, b2, e2, m2 in cases]
+
+    assert on_each_product(compute) == [want] * len(PRODUCTS)
+
+
+@needs_native
+def test_decryption_halves_in_one_call_equal_two_calls_and_a_thread_pool_pairs_them():
+    """PrivateKey.decrypt_halves equals the two decrypt_half calls (standard and subgroup keys, on each
+    product); CryptoThreads decrypts several ciphertexts one job each where the halves interleave, a single
+    one half by half, and the plaintexts are the same; a subgroup key still refuses foreign randomness."""
+    from smcdp.crypto import threads as T
+    from smcdp.errors import InvalidMessage
+
+    for subgroup in (False, True):
+        pk, sk = P.generate_keypair(2048, subgroup=subgroup)
+        msgs = [0, -1, 2**300, secrets.randbits(1500)]
+        cts = [pk.raw_encrypt(x) for x in msgs]
+
+        def both(sk=sk, cts=cts):
+            return [sk.decrypt_halves(c) for c in cts], [(sk.decrypt_half(c, 0), sk.decrypt_half(c, 1)) for c in cts]
+
+        for pairs, halves in on_each_product(both):
+            assert pairs == halves
+        with T.CryptoThreads(2) as th:
+            assert th.decrypt_signed(sk, cts) == msgs and th.decrypt_signed(sk, cts[:1]) == msgs[:1]
+        if subgroup:
+            foreign = cts[0] * gmpy2.powmod(3, pk.n, pk.nsquare) % pk.nsquare  # randomness outside <h_s>
+            with pytest.raises(InvalidMessage, match="subgroup"):
+                sk.decrypt_halves(foreign)
+    jobs = []
+    monkey = pytest.MonkeyPatch()
+    try:
+        monkey.setattr(T, "_both", lambda job: jobs.append("pair") or job[0].decrypt_halves(job[1]))
+        monkey.setattr(T, "_half", lambda job: jobs.append("half") or job[0].decrypt_half(job[1], job[2]))
+        with T.CryptoThreads(2) as th:
+            th.decrypt_signed(sk, cts)
+            th.decrypt_signed(sk, cts[:1])
+    finally:
+        monkey.undo()
+    assert jobs.count("pair") == (len(cts) if sk.interleaved_halves else 0)
+    assert jobs.count("half") == 2 + (0 if sk.interleaved_halves else 2 * len(cts))
+
+
+@needs_native
+def test_powmod2_refuses_bad_arguments():
+    mont = _mont_module()
+    m = _odd_modulus(2048)
+    mb = int(m).to_bytes(256, "little")
+    with pytest.raises(ValueError, match="odd modulus"):
+        mont.powmod2(b"\x02", b"\x05", mb, b"\x02", b"\x05", (int(m) + 1).to_bytes(256, "little"))
+    with pytest.raises(ValueError, match="wider"):
+        mont.powmod2(b"\x02", b"\x05", mb, b"\x01" * 257, b"\x05", mb)
+    with pytest.raises(ValueError, match="limit"):
+        mont.powmod2(b"\x02", b"\x01" * ((1 << 20) + 1), mb, b"\x02", b"\x05", mb)
+    with pytest.raises(TypeError):
+        mont.powmod2(b"\x02", b"\x05", mb)
