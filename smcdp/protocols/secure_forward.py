@@ -747,11 +747,11 @@ def model_coefficients(
     assert ct is not None and dim is not None  # Gaussian emissions: no caller passes discrete models
     C = _coefficient_rows(models)  # (Δ, N, P) or (Δ, N, C, P)
     if known is not None:
-        K = _coefficient_rows(known)
-        if known.kind != models.kind or K.shape != C.shape:
+        K = _coefficient_rows(known) if known.kind == models.kind else None
+        if K is None or K.shape != C.shape:
             raise ValueError(
-                f"the known part ({known.kind}, {K.shape[:-1]}) must have the models' kind and shape "
-                f"({models.kind}, {C.shape[:-1]})"
+                f"the known part ({known.kind}, {None if K is None else K.shape[:-1]}) must have the models' kind "
+                f"and shape ({models.kind}, {C.shape[:-1]})"
             )
         C = C - K
     flat = C.reshape(-1, C.shape[-1])
@@ -798,19 +798,41 @@ def _coefficient_rows(models: KeywordModels) -> np.ndarray:
     return np.stack([quadratic_coefficients(quadratic_forms(h, include_log_weight=False), ct) for h in models.hmms()])
 
 
+def known_coefficients(models: KeywordModels) -> np.ndarray:
+    """The coefficients of ``models``' quadratic forms, rows (δ, j[, c]) flattened, (rows, P), in float64 --
+    what a known part adds, without :func:`model_coefficients`' fixed-point limit."""
+    if models.covariance_type is None:
+        raise ValueError("a known part is made of Gaussian models (discrete ones have no quadratic forms)")
+    W = _coefficient_rows(models)
+    return W.reshape(-1, W.shape[-1])
+
+
 def known_rows(models: KeywordModels) -> Callable[[np.ndarray], np.ndarray]:
     """Alice's side of a known part (:class:`ForwardAlice`'s ``known``): for a block's frames (n × d) the
     quadratic forms zᵀW z of ``models``' rows (δ, j[, c]) in nats, (n, rows) -- what Bob's rows leave out
     when he runs with ``known=models``."""
     ct = models.covariance_type
-    assert ct is not None  # Gaussian emissions
-    W = _coefficient_rows(models)
-    W = W.reshape(-1, W.shape[-1])  # (rows, P)
+    W = known_coefficients(models)  # (rows, P)
+    assert ct is not None  # known_coefficients checked
 
     def evaluate(frames: np.ndarray) -> np.ndarray:
         return products(frames, ct) @ W.T
 
     return evaluate
+
+
+def known_bounds(models: KeywordModels, feature_bits: int) -> np.ndarray:
+    """For each row of a known part, the largest |zᵀWz| any frame inside the agreed box |x_i| < 2^feature_bits
+    can give (Σ_p |c_p|·max|z_p|: every product z_p is a monomial of degree ≤ 2, largest at the box's
+    corner), (rows,).  A party that is shown a known part checks it against this before it sees any frame, so
+    no later refusal of the forms' size depends on its features."""
+    ct = models.covariance_type
+    W = known_coefficients(models)
+    assert ct is not None and models.n_features is not None  # known_coefficients checked
+    corner = products(np.full((1, models.n_features), 2.0**feature_bits), ct)[0]
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = np.abs(W) @ np.abs(corner)
+    return np.where(np.isfinite(out), out, np.inf)
 
 
 # =============================================================================== frames in
@@ -1032,6 +1054,10 @@ class ForwardAlice:
         paths = self.shape.paths_beyond(self.params)
         if paths is not None:
             raise InvalidMessage(f"{tag}/hdr from {bob} describes models whose {paths}")
+        if self.known is not None and self.shape.kind == "discrete":
+            raise InvalidMessage(
+                f"{tag}/hdr from {bob} describes discrete models; Alice's known part is of Gaussian ones"
+            )
         plan = self.plan = Plan(self.shape, self.params, self.pk)
         self.expected = expected = max(1, min(int(expected_frames), self.params.max_frames))
         await ch.send(bob, f"{tag}/plan", pb.Ints(values=[expected]))

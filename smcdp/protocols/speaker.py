@@ -97,10 +97,13 @@ from smcdp.primitives.rng import (
 )
 from smcdp.protocols.secure_forward import (
     MAX_FRAMES,
+    SCORE_BOUND_NATS,
     ForwardAlice,
     ForwardBob,
     ForwardParams,
     forward_traffic,
+    known_bounds,
+    known_coefficients,
     known_rows,
     model_coefficients,
 )
@@ -360,9 +363,35 @@ def ubm_to_proto(ubm: DiagGMM) -> pb.Matrix:
     return pb.Matrix(rows=rows.shape[0], cols=rows.shape[1], values=rows.ravel().tolist())
 
 
-def ubm_from_proto(msg: pb.Matrix, params: SpeakerParams, dim: int, what: str) -> DiagGMM:
+def ubm_from_proto(msg: pb.Matrix, params: SpeakerParams, dim: int, what: str, frames: int) -> DiagGMM:
     """Bob's UBM as alice receives it: C ≤ max_mixtures rows of 2d + 1 finite values for her d features,
-    a valid GMM (weights summing to 1, positive variances), else InvalidMessage naming the message."""
+    a valid GMM (weights summing to 1, positive variances) whose component forms stay within Alice's later
+    checks for every utterance of ``frames`` frames inside the agreed box (:func:`check_shared_ubm`), else
+    InvalidMessage naming the message."""
+    ubm = _ubm_rows(msg, params, dim, what)
+    check_shared_ubm(ubm, params, frames, what)
+    return ubm
+
+
+def check_shared_ubm(ubm: DiagGMM, params: SpeakerParams, frames: int, what: str) -> None:
+    """Refuse a shared UBM (InvalidMessage naming ``what``) whose component forms could, for *some* utterance
+    of ``frames`` frames with |x_i| < 2^feature_bits, reach what Alice refuses later: a form of 2^41 nats
+    (:data:`SCORE_BOUND_NATS`, when she adds it to Bob's rows) or a log-likelihood of 2^40 (when she takes
+    ℓ_UBM off).  Decided from public values only (the UBM, the box, the frame count Bob sees anyway), so a
+    UBM with a tiny variance cannot make Alice's later refusals depend on where her features lie."""
+    B = known_bounds(SpeakerModels.hmm_set([ubm], ["ubm"]), params.feature_bits)  # (C,)
+    live = ubm.weights > 0
+    log_w = float(np.max(np.abs(np.log(ubm.weights[live])))) if live.any() else math.inf
+    per_frame = float(np.max(B)) + log_w + math.log(ubm.n_components)
+    if not float(np.max(B)) < SCORE_BOUND_NATS or not frames * per_frame < float(1 << 40):
+        raise InvalidMessage(
+            f"{what}: a component's log-density can reach {float(np.max(B)):.3g} nats inside the agreed feature "
+            f"bound 2^{params.feature_bits} ({frames} frames: {frames * per_frame:.3g}); the shared UBM must keep "
+            "each below 2^41 and the utterance's total below 2^40 (floor its variances)"
+        )
+
+
+def _ubm_rows(msg: pb.Matrix, params: SpeakerParams, dim: int, what: str) -> DiagGMM:
     C, cols = int(msg.rows), int(msg.cols)
     if not 1 <= C <= params.max_mixtures or cols != 2 * dim + 1 or len(msg.values) != C * cols:
         raise InvalidMessage(
@@ -600,7 +629,8 @@ def loglik_error_bound(
     component error ε_c(t) = 2^{−f_p−1}‖c‖₁ + 2^{−f_c−1}‖z_t‖₁ + P·2^{−f_p−f_c−2} + 2^{−49}Σ|c_p z_tp| + 2^{−41}
     over the quadratic form's coefficients c and the frame's products z_t.  With ``known`` (the shared
     UBM) the coefficients c are the differences from its forms k, and Alice's addition of k_c(z_t) rounded
-    to the grid adds 2^{−F−1} + 2^{−44}Σ|k_p z_tp| (float64's rounding of a sum of P ≤ 2^7 products)."""
+    to the grid adds 2^{−F−1} + ρ_PΣ|k_p z_tp| (float64's rounding of a sum of P products: ρ_P = 2^{−44} up to
+    P = 510, (P + 2)·2^{−53} beyond, :func:`_float_sum_error`)."""
     fw = params.forward()
     labels = [f"m{i}" for i in range(len(gmms))]
     hmms = models.hmm_set(gmms, labels)
@@ -612,8 +642,8 @@ def loglik_error_bound(
     delta = induction_rounding(fw)
     added = 0.0
     if known is not None:
-        K = np.abs(model_coefficients(models.hmm_set([known], ["k"]), fw)[0])  # (C, P)
-        added = 2.0 ** (-fw.log_frac_bits - 1) + 2.0**-44 * (Z @ K.T)  # (T, C)
+        K = np.abs(known_coefficients(models.hmm_set([known], ["k"])))  # (C, P)
+        added = 2.0 ** (-fw.log_frac_bits - 1) + _float_sum_error(P) * (Z @ K.T)  # (T, C)
     out = []
     for m in range(len(gmms)):
         comp = (
@@ -629,6 +659,12 @@ def loglik_error_bound(
     return out
 
 
+def _float_sum_error(P: int) -> float:
+    """A relative bound on float64's error in a sum of P products (or a log-sum-exp over P terms): (P + 2)·u
+    with u = 2^−53, the products' own rounding and exp/log's included, and never below 2^−44."""
+    return max(2.0**-44, (P + 2) * 2.0**-53)
+
+
 def verify_error_bound(models: SpeakerModels, claim: str, X: npt.ArrayLike, params: VerifyParams) -> float:
     """The bound (nats per frame) on |secure score − plaintext score| for a verification: the two models'
     log-likelihood bounds and the threshold's rounding T·2^{−F−1}, over T.  The secure decision equals the
@@ -637,18 +673,19 @@ def verify_error_bound(models: SpeakerModels, claim: str, X: npt.ArrayLike, para
     F = params.log_frac_bits
     if params.shared_ubm:
         # the speaker's score with Alice's UBM forms added, and her ℓ_UBM in float64: per frame the forms'
-        # rounding (2^{−44}Σ|k_p z_tp| each) and log-sum-exp's (2^{−44} of its largest magnitude), the sum over
+        # rounding (ρ_PΣ|k_p z_tp| each) and log-sum-exp's (ρ_P of its largest magnitude), the sum over
         # T frames (T·2^{−52} of Σ|ℓ_t|), then the grid's 2^{−F−1}
         ubm = models.ubm
         (b,) = loglik_error_bound(models, [models.speaker(models.index(claim))], X, params, known=ubm)
-        K = np.abs(model_coefficients(models.hmm_set([ubm], ["k"]), params.forward())[0])
+        K = np.abs(known_coefficients(models.hmm_set([ubm], ["k"])))
         Z = np.abs(products(X, "diag"))
         with np.errstate(divide="ignore"):
             logw = np.log(ubm.weights)
         forms = known_rows(models.hmm_set([ubm], ["k"]))(X) + logw[None, :]
         forms = np.where(np.isfinite(forms), forms, 0.0)  # a zero weight's component adds nothing
         size = np.abs(forms).max(1) + math.log(ubm.n_components) + 1.0
-        ubm_err = float((2.0**-44 * ((Z @ K.T).max(1) + size)).sum() + len(X) * 2.0**-52 * size.sum())
+        rho = _float_sum_error(max(Z.shape[1], ubm.n_components))
+        ubm_err = float((rho * ((Z @ K.T).max(1) + size)).sum() + len(X) * 2.0**-52 * size.sum())
         return (b + ubm_err + 2.0 ** (-F - 1) + len(X) * 2.0 ** (-F - 1)) / len(X)
     both = loglik_error_bound(models, [models.speaker(models.index(claim)), models.ubm], X, params)
     return (sum(both) + len(X) * 2.0 ** (-F - 1)) / len(X)
@@ -673,7 +710,9 @@ async def verify_alice(
     tag = "sv"
     ubm = None
     if params.shared_ubm:  # --- Step 0 (ubm = "shared"): Bob's UBM, which Alice scores herself.
-        ubm = ubm_from_proto(await ch.recv(bob, f"{tag}/ubm", pb.Matrix), params, X.shape[1], f"{tag}/ubm from {bob}")
+        ubm = ubm_from_proto(
+            await ch.recv(bob, f"{tag}/ubm", pb.Matrix), params, X.shape[1], f"{tag}/ubm from {bob}", len(X)
+        )
     # --- Steps 1-2: key, secure forward (Bob obtains ξ(ℓ_s), ξ(ℓ_UBM); with the UBM shared ξ(ℓ_s) only,
     # Alice adding the UBM's component forms to his rows herself).
     sk, offline, online, frames, sizes = await _alice_forward(

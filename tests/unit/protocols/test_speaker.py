@@ -3,11 +3,14 @@ against the same computation in the clear (small Paillier and DGK keys: a test-o
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 import pytest
 
 from smcdp.crypto import dgk
 from smcdp.errors import InputRejected, InvalidMessage
+from smcdp.net.channel import InMemoryNetwork
 from smcdp.plugins.speaker import SpeakerIdentifyPlugin, SpeakerVerifyPlugin
 from smcdp.protocols.speaker import (
     IdentifyParams,
@@ -351,18 +354,83 @@ def test_a_shared_ubm_is_sent_once_and_checked(keypair512, dgk_key):
     models = _models()
     p = _params(VerifyParams, sk, claim="ann", ubm="shared")
     msg = ubm_to_proto(models.ubm)
-    back = ubm_from_proto(msg, p, D, "sv/ubm")
+    back = ubm_from_proto(msg, p, D, "sv/ubm", T)
     assert np.array_equal(back.means, models.ubm.means) and np.array_equal(back.covars, models.ubm.covars)
     with pytest.raises(InvalidMessage, match="sv/ubm"):
-        ubm_from_proto(msg, p, D + 1, "sv/ubm")  # the utterance has another dimension
+        ubm_from_proto(msg, p, D + 1, "sv/ubm", T)  # the utterance has another dimension
     bad = pb.Matrix(rows=msg.rows, cols=msg.cols, values=[-1.0] + list(msg.values[1:]))
     with pytest.raises(InvalidMessage, match="sv/ubm: weights"):
-        ubm_from_proto(bad, p, D, "sv/ubm")
+        ubm_from_proto(bad, p, D, "sv/ubm", T)
     many = VerifyParams(key_bits=sk.public_key.bits, max_mixtures=C - 1, max_features=D, claim="ann", ubm="shared")
     with pytest.raises(InvalidMessage, match=r"1\.\.3 components"):
-        ubm_from_proto(msg, many, D, "sv/ubm")
+        ubm_from_proto(msg, many, D, "sv/ubm", T)
     private = _params(VerifyParams, sk, claim="ann")
     grow = p.traffic_envelope("alice").session_bytes - private.traffic_envelope("alice").session_bytes
     assert grow < 0  # one model instead of two, the UBM message included
     with pytest.raises(InvalidMessage, match="ubm"):
         _params(VerifyParams, sk, claim="ann", ubm="public").validate()
+
+
+def _sharp_ubm(ubm: DiagGMM, variance: float) -> DiagGMM:
+    covars = ubm.covars.copy()
+    covars[1, 2] = variance  # one component, one feature: a density as sharp as bob likes
+    return DiagGMM(ubm.weights, ubm.means, covars)
+
+
+def test_a_shared_ubm_that_could_overflow_anywhere_in_the_feature_box_is_refused_on_arrival(keypair512, dgk_key):
+    """A UBM whose forms could reach Alice's later bounds for *some* utterance inside the agreed box is refused
+    when it arrives -- whatever her features are, so no later refusal tells bob where they lie -- in a real
+    session before Alice makes or sends her key; the limits are exact (2^41 nats a form, 2^40 the total)."""
+    from smcdp.protocols import speaker as S
+    from smcdp.protocols.secure_forward import known_bounds
+
+    _, sk = keypair512
+    models = _models()
+    p = _params(VerifyParams, sk, claim="ann", ubm="shared")
+    # a form's worst case is about x²/(2σ²) at the box's corner x = 2^8: 2^15/σ² reaches 2^41 at σ² = 2^-26
+    for variance, frames, ok in ((2.0**-20, T, True), (2.0**-27, T, False), (2.0**-20, 10**5, False)):
+        sharp = _sharp_ubm(models.ubm, variance)
+        if ok:
+            S.check_shared_ubm(sharp, p, frames, "sv/ubm from bob")
+        else:
+            with pytest.raises(InvalidMessage, match="sv/ubm from bob: a component's log-density"):
+                S.check_shared_ubm(sharp, p, frames, "sv/ubm from bob")
+    # the bound is the forms' largest value in the box: reached at its corner, never exceeded inside it
+    bounds = known_bounds(SpeakerModels.hmm_set([models.ubm], ["u"]), p.feature_bits)
+    inside = np.random.default_rng(3).uniform(-(2.0**8), 2.0**8, (500, D))
+    forms = S.known_rows(SpeakerModels.hmm_set([models.ubm], ["u"]))(inside)
+    assert np.all(np.abs(forms) <= bounds[None, :])
+    # in a session: bob (deviating) sends the sharp UBM; alice refuses it by name and never sends her key
+    real = S.ubm_to_proto
+    net = InMemoryNetwork({"alice": "alice", "bob": "bob"}, timeout=60)
+    mp = pytest.MonkeyPatch()
+    try:
+        mp.setattr(S, "ubm_to_proto", lambda ubm: real(_sharp_ubm(ubm, 2.0**-30)))
+        with pytest.raises(InvalidMessage, match="sv/ubm from bob: a component's log-density"):
+            asyncio.run(
+                net.run(
+                    {
+                        "alice": lambda ch: S.verify_alice(
+                            ch, _utterance(), p, private_key=sk, allow_insecure_keys=True
+                        ),
+                        "bob": lambda ch: S.verify_bob(ch, models, p, allow_insecure_keys=True, dgk_key=dgk_key),
+                    }
+                )
+            )
+    finally:
+        mp.undo()
+    assert [tag for frm, _, tag, _, _ in net.transcript] == ["sv/ubm"]  # bob's UBM, and nothing from alice
+
+
+def test_a_known_part_needs_gaussian_models_of_the_shape():
+    """model_coefficients refuses a known part of another kind with a ValueError naming both (not an
+    assertion), and known_coefficients refuses discrete models."""
+    from smcdp.protocols.secure_forward import ForwardParams, known_coefficients, model_coefficients
+    from tests.unit.protocols.keyword_util import synthetic_models
+
+    rng = np.random.default_rng(0)
+    diag, discrete = synthetic_models("diag", rng), synthetic_models("discrete", rng)
+    with pytest.raises(ValueError, match="known part"):
+        model_coefficients(diag, ForwardParams(), known=discrete)
+    with pytest.raises(ValueError, match="Gaussian"):
+        known_coefficients(discrete)
