@@ -18,7 +18,7 @@ from smcdp.crypto.threads import CryptoThreads
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.errors import CryptoOverflow, InvalidMessage
 from smcdp.primitives import logsum as ls
-from smcdp.primitives.rng import protocol_rng
+from smcdp.primitives.rng import Drbg, DrbgRandom, protocol_rng
 from tests.unit.protocols.keyword_util import run_pair
 
 F = 40
@@ -194,6 +194,53 @@ def test_uniform_ints_range_and_seed():
     assert a == ls.uniform_ints(random.Random(1), 1000, 1 << 20)
     assert min(a) >= -(1 << 20) and max(a) < 1 << 20
     assert a != ls.uniform_ints(protocol_rng(None), 1000, 1 << 20)
+
+
+def _uniform_below_one_at_a_time(rng, count, bound, offset=0):
+    """The reference: each value from its own k = bits(bound − 1) bits (the top ones of ⌈k/8⌉ bytes),
+    rejected and drawn again when ≥ bound."""
+    k = (bound - 1).bit_length()
+    nbytes = (k + 7) // 8
+    out = []
+    while len(out) < count:
+        x = int.from_bytes(rng.randbytes(nbytes), "little") >> (8 * nbytes - k) if k else 0
+        if x < bound:
+            out.append(x + offset)
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    seed=st.integers(0, 2**32),
+    count=st.integers(0, 300),
+    bound=st.one_of(st.integers(1, 1 << 20), st.integers(1, 1 << 90), st.integers(0, 90).map(lambda b: 1 << b)),
+    offset=st.integers(-(1 << 60), 1 << 60),
+)
+def test_uniform_below_is_the_one_at_a_time_rejection_draw_in_bulk(seed, count, bound, offset):
+    """uniform_below equals drawing each value by itself with rejection -- the same values in the same order
+    from the same byte stream (a protocol role's :class:`DrbgRandom`), on both of its paths (numpy below
+    2^56, Python ints above) -- so it is exactly uniform on [0, bound); the stream is left where the reference
+    leaves it."""
+    a, b = (DrbgRandom(Drbg(seed.to_bytes(32, "little"))) for _ in range(2))  # a party's streams: bytes in order
+    assert ls.uniform_below(a, count, bound, offset) == _uniform_below_one_at_a_time(b, count, bound, offset)
+    assert a.getrandbits(64) == b.getrandbits(64)
+
+
+def test_uniform_below_is_uniform_and_reads_no_more_than_it_needs():
+    """Counts of 60,000 draws on 3 and 1000 values pass a chi-square test (p > 10^-6); a power-of-two bound
+    rejects nothing (exactly count·⌈k/8⌉ bytes read); a bound of 1 is all offsets; a bound below 1 is refused."""
+    from scipy.stats import chisquare
+
+    for bound in (3, 1000):
+        v = ls.uniform_below(random.Random(7), 60000, bound)
+        assert chisquare(np.bincount(v, minlength=bound)).pvalue > 1e-6
+    a, b = (DrbgRandom(Drbg(bytes(32))) for _ in range(2))
+    ls.uniform_below(a, 1000, 1 << 44)
+    b.randbytes(1000 * 6)
+    assert a.getrandbits(64) == b.getrandbits(64)
+    assert ls.uniform_below(random.Random(1), 4, 1, offset=-5) == [-5] * 4
+    with pytest.raises(ValueError):
+        ls.uniform_below(random.Random(1), 4, 0)
 
 
 # ------------------------------------------------------------------------------- the spread layout
