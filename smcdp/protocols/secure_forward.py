@@ -111,7 +111,12 @@ from smcdp.speech.models import KeywordModels
 from smcdp.v1 import messages_pb2 as pb
 
 PROTOCOL_VERSION = 2
-KIND_CODES = MappingProxyType({"discrete": 0, "diag": 1, "full": 2, "gmm-diag": 3, "gmm-full": 4})  # read-only
+#: the header's emission kinds; "lin" and "gmm-lin": Bob's rows have no second-degree terms (a known part's
+#: differences when his models keep its variances: the speaker models against the shared UBM), so Alice
+#: sends only the features' products with 1 (d + 1 of them instead of 2d + 1)
+KIND_CODES = MappingProxyType(
+    {"discrete": 0, "diag": 1, "full": 2, "gmm-diag": 3, "gmm-full": 4, "lin": 5, "gmm-lin": 6}
+)  # read-only
 KIND_NAMES = MappingProxyType({v: k for k, v in KIND_CODES.items()})
 MAX_FRAMES = 100_000
 #: a chunk of Alice's observations: a T × d feature matrix, or T symbols (discrete models)
@@ -252,7 +257,10 @@ class Shape:
 
     @property
     def covariance_type(self) -> str:
-        return "full" if self.kind in ("full", "gmm-full") else "diag"
+        """The products Alice encrypts (:func:`~smcdp.speech.forward.product_index_pairs`)."""
+        if self.kind in ("full", "gmm-full"):
+            return "full"
+        return "linear" if self.kind in ("lin", "gmm-lin") else "diag"
 
     @property
     def mixture(self) -> bool:
@@ -350,7 +358,9 @@ class Shape:
         return None
 
     @classmethod
-    def of_models(cls, models: KeywordModels, coef_bits: int) -> Shape:
+    def of_models(cls, models: KeywordModels, coef_bits: int, linear: bool = False) -> Shape:
+        """``linear``: Bob's rows of these diagonal models have no second-degree terms (kind "lin" or
+        "gmm-lin")."""
         # KeywordModels validated its arrays against its kind: discrete models carry emission
         # probabilities, the others means (and mixtures their weights)
         if models.kind == "discrete":
@@ -371,8 +381,12 @@ class Shape:
         if models.kind.startswith("gmm"):
             assert models.weights is not None
             weights = models.weights > 0
+        kind = models.kind
+        if linear:
+            assert kind in ("diag", "gmm-diag"), "only diagonal models' rows can lose their squares"
+            kind = "gmm-lin" if kind == "gmm-diag" else "lin"
         return cls(
-            models.kind,
+            kind,
             models.n_words,
             models.n_states,
             models.n_mix or 1,
@@ -790,6 +804,23 @@ def model_coefficients(
         exc.public_message = rule  # type: ignore[attr-defined]  # SmcdpError declares no public_message (errors.py)
         raise exc
     return flat, bits
+
+
+def _without_squares(coefs: np.ndarray, models: KeywordModels, known: KeywordModels | None) -> tuple[np.ndarray, bool]:
+    """Bob's rows with a known part, when every squared feature's coefficient is 0 in all of them (diagonal
+    models that keep the known part's variances: MAP-adapted speakers against their UBM): only the linear
+    and constant columns, and True -- Alice then encrypts d + 1 products a frame instead of 2d + 1.
+    Otherwise the rows as they are, and False.  Only with a known part: that the squares cancel is then a
+    consequence of public facts (the adaptation keeps variances), not something the header would tell of
+    Bob's models alone."""
+    if known is None or models.covariance_type != "diag":
+        return coefs, False
+    assert models.n_features is not None
+    _, J = product_index_pairs(models.n_features, "diag")
+    square = models.n_features != J
+    if np.any(coefs[:, square] != 0):
+        return coefs, False
+    return np.ascontiguousarray(coefs[:, ~square]), True
 
 
 def _coefficient_rows(models: KeywordModels) -> np.ndarray:
@@ -1650,9 +1681,11 @@ class ForwardBob:
             if known is not None:
                 raise ValueError("a known part needs Gaussian emissions")
             self.coefs, bits = None, 0
+            linear = False
         else:
             self.coefs, bits = model_coefficients(models, self.params, known)
-        self.shape = Shape.of_models(models, bits)
+            self.coefs, linear = _without_squares(self.coefs, models, known)
+        self.shape = Shape.of_models(models, bits, linear)
         beyond = self.shape.beyond(self.params)
         if beyond is not None:  # the session's byte envelope follows from the bounds
             raise InputRejected("the models are larger than the session's public bounds allow", beyond)

@@ -261,16 +261,31 @@ def product_index_pairs(d: int, covariance_type: str = "full") -> tuple[np.ndarr
     ``full``: all (d+1)(d+2)/2 pairs in ``numpy.triu_indices`` order.
     ``diag``: the 2d+1 pairs with possibly non-zero coefficients — (i, i) and
     (i, d) for i < d, then (d, d) — in ``triu_indices`` order.
+    ``linear``: the d+1 pairs (i, d) — the features themselves and 1 — of forms
+    without second-degree terms (the difference of two diagonal Gaussians'
+    forms with equal variances: a speaker model against its UBM).
     """
     if not isinstance(d, (int, np.integer)) or d < 1:
         raise InvalidMessage(f"d must be a positive integer, got {d!r}")
     I, J = np.triu_indices(d + 1)
     if covariance_type == "full":
         return I, J
+    keep = _kept_pairs(I, J, d, covariance_type)
+    return I[keep], J[keep]
+
+
+#: the product sets of :func:`product_index_pairs`
+COVARIANCE_TYPES = ("full", "diag", "linear")
+
+
+def _kept_pairs(I: np.ndarray, J: np.ndarray, d: int, covariance_type: str) -> np.ndarray:
     if covariance_type == "diag":
-        keep = (I == J) | (d == J)
-        return I[keep], J[keep]
-    raise InvalidMessage(f"covariance_type must be 'full' or 'diag', got {covariance_type!r}")
+        return np.asarray((I == J) | np.equal(J, d))
+    if covariance_type == "linear":
+        return np.equal(J, d)
+    if covariance_type == "full":
+        return np.ones(I.shape, dtype=bool)
+    raise InvalidMessage(f"covariance_type must be one of {list(COVARIANCE_TYPES)}, got {covariance_type!r}")
 
 
 def products(X: Any, covariance_type: str = "full") -> np.ndarray:
@@ -286,7 +301,8 @@ def quadratic_coefficients(W: Any, covariance_type: str = "full") -> np.ndarray:
     """Bob's side: fold W (..., d+1, d+1) into one coefficient per product, (..., P).
 
     ``products(x) @ quadratic_coefficients(W)`` equals zᵀWz.  For ``diag`` the
-    dropped coefficients must be zero (checked), i.e. W's x-block is diagonal.
+    dropped coefficients must be zero (checked), i.e. W's x-block is diagonal; for
+    ``linear`` W's whole x-block is zero.
     """
     Wa = np.asarray(W, dtype=float)
     if Wa.ndim < 2 or Wa.shape[-1] != Wa.shape[-2]:
@@ -295,13 +311,13 @@ def quadratic_coefficients(W: Any, covariance_type: str = "full") -> np.ndarray:
     S = Wa + np.swapaxes(Wa, -1, -2)
     I, J = np.triu_indices(d + 1)
     full = np.where(I == J, Wa[..., I, J], S[..., I, J])
-    if covariance_type == "full":
-        return full
-    if covariance_type != "diag":
-        raise InvalidMessage(f"covariance_type must be 'full' or 'diag', got {covariance_type!r}")
-    keep = (I == J) | (d == J)
+    keep = _kept_pairs(I, J, d, covariance_type)
     if np.any(full[..., ~keep] != 0):
-        raise InvalidMessage("W has off-diagonal x-terms: not a diagonal-covariance form")
+        raise InvalidMessage(
+            "W has off-diagonal x-terms: not a diagonal-covariance form"
+            if covariance_type == "diag"
+            else "W has second-degree x-terms: not a linear form"
+        )
     return full[..., keep]
 
 

@@ -362,8 +362,17 @@ def test_a_known_part_alice_adds_herself_leaves_the_scores_exact(kind, shared_va
         finally:
             role.close()
 
-    res, _ = run_pair(alice, bob)
+    res, net = run_pair(alice, bob)
     assert_close(res["bob"].log_likelihoods.decrypt(sk), hmmlearn_scores(models, X))
+    # no square left (diagonal models, shared variances): the header says "lin"/"gmm-lin" and Alice encrypts
+    # the d + 1 products x_i·1 and 1 a frame instead of 2d + 1; otherwise the models' own kind and products
+    (hdr,) = [d for frm, _, tag, _, d in net.transcript if tag == "fw/hdr"]
+    linear = shared_variances and kind != "gmm-full"
+    sent = Shape.from_proto(pb.Ints.FromString(hdr))
+    assert sent.kind == ({"diag": "lin", "gmm-diag": "gmm-lin"}[kind] if linear else kind)
+    products_sent = [pb.CiphertextVector.FromString(d) for frm, _, tag, _, d in net.transcript if "/prod/" in tag]
+    P = len(product_index_pairs(4, "linear" if linear else models.covariance_type)[0])
+    assert products_sent and all(len(v.ciphertexts) == P for v in products_sent)  # a ciphertext per product
 
 
 def test_a_known_part_of_another_shape_is_refused(keypair512):

@@ -284,3 +284,25 @@ def test_product_helpers_and_errors():
         quadratic_form(np.zeros(2), np.ones(3))
     with pytest.raises(InvalidMessage, match="Gaussian"):
         quadratic_forms(_random_hmm("discrete", np.random.default_rng(0)))
+
+
+def test_linear_products_are_the_features_and_one_and_refuse_a_form_with_squares():
+    """``linear``: z_i·1 for every feature and 1·1 (d + 1 products); the coefficients of a form without
+    second-degree terms reproduce zᵀWz exactly there, and a form with a square is refused."""
+    from smcdp.speech.forward import product_index_pairs, products, quadratic_coefficients
+
+    rng = np.random.default_rng(4)
+    d = 5
+    I, J = product_index_pairs(d, "linear")
+    assert list(I) == list(range(d + 1)) and set(J) == {d}
+    W = np.zeros((d + 1, d + 1))
+    W[:d, d] = rng.normal(size=d)
+    W[d, d] = rng.normal()
+    X = rng.normal(size=(7, d))
+    Z = np.hstack([X, np.ones((7, 1))])
+    assert np.allclose(products(X, "linear") @ quadratic_coefficients(W, "linear"), np.einsum("ti,ij,tj->t", Z, W, Z))
+    W[2, 2] = 0.5
+    with pytest.raises(InvalidMessage, match="second-degree"):
+        quadratic_coefficients(W, "linear")
+    with pytest.raises(InvalidMessage, match="covariance_type"):
+        product_index_pairs(d, "spherical")
