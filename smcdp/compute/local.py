@@ -167,7 +167,9 @@ class LocalSession(ComputeSession):
             cts = [int(c) for c in ciphertexts]
             if self._parts(len(cts)) == 1:
                 return await self.engine.crypto().arun(lambda: [sk.raw_decrypt_signed(c) for c in cts])
-            return await self.engine.crypto().adecrypt_signed(sk, cts)  # each one's two CRT halves in parallel
+            return await self.engine.crypto().adecrypt_signed(
+                sk, cts
+            )  # whole ciphertexts (halves interleaved) or halves, on the threads
         finally:
             self._timed("decrypt", t0)
 

@@ -130,11 +130,12 @@ def uniform_below(rng: random.Random, count: int, bound: int, offset: int = 0) -
     while len(out) < count:
         need = count - len(out)
         data = rng.randbytes(need * nbytes)
-        if nbytes <= 7:  # numpy's int64 holds the value and the offset's sum (|offset| < bound < 2^56)
+        if nbytes <= 7:  # numpy's uint64 holds the value; the offset is added to Python ints
             raw = np.zeros((need, 8), dtype=np.uint8)
             raw[:, :nbytes] = np.frombuffer(data, dtype=np.uint8).reshape(need, nbytes)
-            v = (raw.view("<u8")[:, 0] >> np.uint64(shift)).astype(np.int64)
-            out.extend((v[v < bound] + offset).tolist())
+            v = raw.view("<u8")[:, 0] >> np.uint64(shift)
+            kept = v[v < np.uint64(bound)].tolist()
+            out.extend([x + offset for x in kept] if offset else kept)
         else:
             for i in range(0, len(data), nbytes):
                 x = int.from_bytes(data[i : i + nbytes], "little") >> shift

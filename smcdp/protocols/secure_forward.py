@@ -697,10 +697,16 @@ def forward_traffic(
     if kind == "discrete":
         b_min = b_max = params.block_frames or DISCRETE_BLOCK
     else:
-        P = (d + 1) * (d + 2) // 2 if kind in ("full", "gmm-full") else 2 * d + 1
+        if kind in ("full", "gmm-full"):
+            sizes = [(d + 1) * (d + 2) // 2]
+        elif kind in ("lin", "gmm-lin"):
+            sizes = [d + 1]
+        else:  # a diagonal kind's rows lose their squares with a known part (Shape "lin"): either layout
+            sizes = [2 * d + 1, d + 1]
+        P = max(sizes)  # the most product ciphertexts a block
         coef = (4, 64) if params.coef_bits == "auto" else (int(params.coef_bits), int(params.coef_bits))
-        per_ct = [Packing.for_key(pk, product_slot_bits(params, cb, P)).slots for cb in coef]
-        b_max, b_min = ((min(params.block_frames, S) if params.block_frames else S) for S in per_ct)
+        per_ct = [Packing.for_key(pk, product_slot_bits(params, cb, n)).slots for cb in coef for n in sizes]
+        b_max, b_min = ((min(params.block_frames, S) if params.block_frames else S) for S in (max(per_ct), min(per_ct)))
     nb = -(-T // b_min)  # blocks
     bT = min(b_max, T)  # frames of the largest block
     ob = offset_bits(params)
@@ -1088,6 +1094,11 @@ class ForwardAlice:
         if self.known is not None and self.shape.kind == "discrete":
             raise InvalidMessage(
                 f"{tag}/hdr from {bob} describes discrete models; Alice's known part is of Gaussian ones"
+            )
+        if self.known is None and self.shape.covariance_type == "linear":
+            raise InvalidMessage(
+                f"{tag}/hdr from {bob} describes rows without squares ({self.shape.kind}), which only a known "
+                "part's differences have; Alice holds none"
             )
         plan = self.plan = Plan(self.shape, self.params, self.pk)
         self.expected = expected = max(1, min(int(expected_frames), self.params.max_frames))

@@ -320,7 +320,7 @@ def test_a_known_part_alice_adds_herself_leaves_the_scores_exact(kind, shared_va
     """``known``: Alice holds models of the same shape and adds their quadratic forms to Bob's masked rows
     herself; Bob's rows are the differences (with shared variances no squared-feature coefficient is left).
     The scores are still the models' own, within 1e-6 of hmmlearn."""
-    from smcdp.protocols.secure_forward import ForwardAlice, ForwardBob, known_rows, model_coefficients
+    from smcdp.protocols.secure_forward import known_rows, model_coefficients
     from smcdp.speech.forward import product_index_pairs
 
     _, sk = keypair512
@@ -344,25 +344,7 @@ def test_a_known_part_alice_adds_herself_leaves_the_scores_exact(kind, shared_va
     quadratic = (I < 4) & (J < 4)  # the products x_i x_j (not x_i · 1, not 1 · 1)
     if shared_variances:
         assert np.all(diff[:, quadratic] == 0) and np.any(full[:, quadratic] != 0)
-    pk = sk.public_key
-
-    async def alice(ch):
-        role = ForwardAlice(ch, params, private_key=sk, known=known_rows(known))
-        try:
-            await role.prepare(T)
-            return await role.run(X)
-        finally:
-            role.close()
-
-    async def bob(ch):
-        role = ForwardBob(ch, models, params, public_key=pk, known=known)
-        try:
-            await role.prepare()
-            return await role.run()
-        finally:
-            role.close()
-
-    res, net = run_pair(alice, bob)
+    res, net = _run_with_known_part(models, params, sk, X, alice_known=known_rows(known), bob_known=known)
     assert_close(res["bob"].log_likelihoods.decrypt(sk), hmmlearn_scores(models, X))
     # no square left (diagonal models, shared variances): the header says "lin"/"gmm-lin" and Alice encrypts
     # the d + 1 products x_i·1 and 1 a frame instead of 2d + 1; otherwise the models' own kind and products
@@ -403,3 +385,43 @@ def test_a_known_part_of_another_shape_is_refused(keypair512):
 
     with pytest.raises(InvalidMessage, match="emission rows"):
         run_pair(alice, lambda ch: forward_bob(ch, models, params, public_key=pk))
+
+
+def test_rows_without_squares_need_a_known_part_at_alice(keypair512):
+    """A header of kind "gmm-lin" (Bob's rows are differences from a known part) is refused by an Alice who
+    holds no known part: only a known part's differences lose their squares."""
+    _, sk = keypair512
+    rng = np.random.default_rng(5)
+    models = synthetic_models("gmm-diag", rng, D=2, N=2, C=3)
+    other = synthetic_models("gmm-diag", rng, D=2, N=2, C=3)
+    known = KeywordModels(
+        models.words, models.startprob, models.transmat, means=other.means, covars=models.covars, weights=models.weights
+    )
+    X = rng.normal(size=(6, 4))
+    params = ForwardParams(**bounds_for(models, X))
+    with pytest.raises(InvalidMessage, match="rows without squares"):
+        _run_with_known_part(models, params, sk, X, alice_known=None, bob_known=known)
+
+
+def _run_with_known_part(models, params, sk, X, *, alice_known, bob_known):
+    """One forward session in memory: Alice with ``alice_known`` (a known_rows callable or None), Bob with
+    ``bob_known`` models; returns run_pair's (results, network)."""
+    from smcdp.protocols.secure_forward import ForwardAlice, ForwardBob
+
+    async def alice(ch):
+        role = ForwardAlice(ch, params, private_key=sk, known=alice_known)
+        try:
+            await role.prepare(len(X))
+            return await role.run(X)
+        finally:
+            role.close()
+
+    async def bob(ch):
+        role = ForwardBob(ch, models, params, public_key=sk.public_key, known=bob_known)
+        try:
+            await role.prepare()
+            return await role.run()
+        finally:
+            role.close()
+
+    return run_pair(alice, bob)
