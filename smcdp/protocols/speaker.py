@@ -422,13 +422,18 @@ def ubm_loglik_grid(ubm: DiagGMM, X: np.ndarray, F: int) -> int:
     Refused beyond 2^40 nats (as the forward algorithm refuses such a score)."""
     from scipy.special import logsumexp  # lazily: scipy's import is a party's start-up cost
 
-    forms = known_rows(SpeakerModels.hmm_set([ubm], ["ubm"]))(X)  # (T, C)
-    with np.errstate(divide="ignore"):
-        logw = np.log(ubm.weights)
-    ll = float(logsumexp(forms + logw[None, :], axis=1).sum())
+    ll = float(logsumexp(_weighted_forms(ubm, X), axis=1).sum())
     if not math.isfinite(ll) or abs(ll) >= float(1 << 40):
         raise InputRejected("the utterance's log-likelihood under the UBM must be finite and below 2^40 nats", "")
     return round(ll * (1 << F))
+
+
+def _weighted_forms(ubm: DiagGMM, X: np.ndarray) -> np.ndarray:
+    """q_c(z_t) + log w_c of every frame and component of the UBM, (T, C): the forms Alice adds to Bob's rows
+    (:func:`known_rows`) with the weights' logs (−inf for a zero weight)."""
+    with np.errstate(divide="ignore"):
+        logw = np.log(ubm.weights)
+    return known_rows(SpeakerModels.hmm_set([ubm], ["ubm"]))(X) + logw[None, :]
 
 
 def _threshold_int(threshold: float, F: int) -> int:
@@ -679,9 +684,7 @@ def verify_error_bound(models: SpeakerModels, claim: str, X: npt.ArrayLike, para
         (b,) = loglik_error_bound(models, [models.speaker(models.index(claim))], X, params, known=ubm)
         K = np.abs(known_coefficients(models.hmm_set([ubm], ["k"])))
         Z = np.abs(products(X, "diag"))
-        with np.errstate(divide="ignore"):
-            logw = np.log(ubm.weights)
-        forms = known_rows(models.hmm_set([ubm], ["k"]))(X) + logw[None, :]
+        forms = _weighted_forms(ubm, X)
         forms = np.where(np.isfinite(forms), forms, 0.0)  # a zero weight's component adds nothing
         size = np.abs(forms).max(1) + math.log(ubm.n_components) + 1.0
         rho = _float_sum_error(max(Z.shape[1], ubm.n_components))
