@@ -241,10 +241,10 @@ def _multi_exp_nonneg(bs: list[mpz], es: list[int], modulus: mpz) -> mpz:
     """
     if not bs:
         return mpz(1)
-    if len(bs) < 4:
+    if len(bs) < 4:  # one power each (the engine's where it takes them: a proof's 4,500-bit response, say)
         r = mpz(1)
         for b, e in zip(bs, es):
-            r = r * gmpy2.powmod(b, e, modulus) % modulus
+            r = r * powmod(b, e, modulus) % modulus
         return r
     maxbits = max(e.bit_length() for e in es)
     c = _pippenger_window(len(bs), maxbits)
@@ -293,7 +293,7 @@ def _multi_exp_limbs(bs: list[mpz], es: list[int], modulus: mpz, maxbits: int, c
     result: mpz | None = None
     for j in range(L - 1, -1, -1):
         part = native.multi_exp(bs, [(e >> (s * j)) & mask for e in es], modulus, c)
-        result = part if result is None else gmpy2.powmod(result, 1 << s, modulus) * part % modulus
+        result = part if result is None else powmod(result, 1 << s, modulus) * part % modulus
     return result
 
 
