@@ -63,7 +63,7 @@ import numpy as np
 
 from smcdp.crypto.codec import bigints, from_bigints
 from smcdp.crypto.encoding import Packing
-from smcdp.crypto.modexp import multi_exp, powmod
+from smcdp.crypto.modexp import multi_exp
 from smcdp.crypto.paillier import PublicKey
 from smcdp.crypto.threshold import (
     BadPartialDecryption,
@@ -71,6 +71,7 @@ from smcdp.crypto.threshold import (
     PartialDecryption,
     ThresholdPublicKey,
     combine,
+    encrypt_replayable,
     partial_decrypt_vector,
 )
 from smcdp.crypto.vector import EncryptedVector
@@ -418,43 +419,37 @@ def partial_from_proto(
     return PartialDecryption(party, tuple(values[:count]), ((values[count], values[count + 1]),), True)
 
 
-def encryption_randomness(pk: PublicKey, key: bytes, tag: str, index: int, m: int) -> int:
-    """The Paillier randomness r ∈ Z*_N of ciphertext ``index`` of the release ``tag`` encrypting ``m``:
-    HMAC-SHA256(key, tag ‖ index ‖ m ‖ attempt ‖ counter) in counter mode, N's size plus 128 bits reduced
-    mod N.  A function of the plaintext too, so a replay that re-encrypts other data (a lost record, changed
-    data) never reuses r: E/E' = g^(m − m') would reveal the difference."""
+def encryption_exponent(pk: PublicKey, key: bytes, tag: str, index: int, m: int) -> int:
+    """The obfuscator's exponent a (``pk.obfuscation_bits`` bits) of ciphertext ``index`` of the release ``tag``
+    encrypting ``m``: HMAC-SHA256(key, tag ‖ index ‖ m ‖ counter) in counter mode.  A function of the plaintext
+    too, so a replay that re-encrypts other data (a lost record, changed data) never reuses a: E/E' = g^(m − m')
+    would reveal the difference."""
     n = int(pk.n)
-    size = (n.bit_length() + 128 + 7) // 8
+    bits = pk.obfuscation_bits
     mb = (int(m) % n).to_bytes((n.bit_length() + 7) // 8, "big")
     tb = tag.encode()
-    for attempt in range(1 << 16):
-        msg = len(tb).to_bytes(4, "big") + tb + index.to_bytes(8, "big") + mb + attempt.to_bytes(4, "big")
-        out = b"".join(
-            hmac.new(key, msg + k.to_bytes(4, "big"), hashlib.sha256).digest() for k in range(-(-size // 32))
-        )
-        r = int.from_bytes(out[:size], "big") % n
-        if r > 0 and gmpy2.gcd(r, n) == 1:
-            return r
-    raise AssertionError("no unit found")  # pragma: no cover - probability ~(2/√N)^65536
+    msg = b"smcdp/replayable-encryption/v2\x00" + len(tb).to_bytes(4, "big") + tb + index.to_bytes(8, "big") + mb
+    out = b"".join(hmac.new(key, msg + k.to_bytes(4, "big"), hashlib.sha256).digest() for k in range(-(-bits // 256)))
+    return int.from_bytes(out, "big") >> (8 * len(out) - bits)
 
 
 def _replayable_encryption(
     pk: PublicKey, key: bytes, tag: str, witness: list[tuple[int, int]]
 ) -> Callable[[list[int]], Awaitable[list[int]]]:
-    """Encryption whose randomness r (c = (1 + N)^m·r^N mod N²) comes from ``key``, a stream of the party's
-    randomness root, the release's tag, the ciphertext's index and its plaintext
-    (:func:`encryption_randomness`): a replayed party re-encrypts its release bit for bit, so the digest it
-    committed to (which may have left it before a crash, and the release not) still matches what it sends.
-    Each (m, r) is appended to ``witness``: the opening the release's proof of plaintext knowledge is made
-    from (its length is the next ciphertext's index)."""
+    """Encryption c = (1 + N)^m·(h^N)^a mod N² (:func:`~smcdp.crypto.threshold.encrypt_replayable`: the key's
+    public base h, two table lookups) whose exponent a comes from ``key``, a stream of the party's randomness
+    root, the release's tag, the ciphertext's index and its plaintext (:func:`encryption_exponent`): a replayed
+    party re-encrypts its release bit for bit, so the digest it committed to (which may have left it before a
+    crash, and the release not) still matches what it sends.  Each (m, r), r = h^a mod N (so c = g^m·r^N), is
+    appended to ``witness``: the opening the release's proof is made from (its length is the next ciphertext's
+    index)."""
 
     def encrypt(ms: list[int]) -> list[int]:
-        n, n2 = pk.n, pk.nsquare
         out = []
         for m in ms:
-            r = encryption_randomness(pk, key, tag, len(witness), m)
-            witness.append((m, r))
-            out.append(int(pk.raw_encrypt(m, obfuscate=False) * powmod(r, n, n2) % n2))
+            c, r = encrypt_replayable(pk, m, encryption_exponent(pk, key, tag, len(witness), m))
+            witness.append((m, int(r)))
+            out.append(int(c))
         return out
 
     async def run(ms: list[int]) -> list[int]:
@@ -939,16 +934,18 @@ def proven_combination(
     """Trent's E = Π_j rows_j^{a_j}·s^N (entry by entry; the plaintexts Σ_j a_j·row_j) and his proof that it is
     one such combination (:func:`~smcdp.crypto.zkp.prove_combination`).  The re-randomisers s and the proof's
     nonces come from ``key`` (a stream of his root), the tag, the entry and the whole statement, so a replayed
-    Trent sends the same bytes, and no s is used for two statements."""
-    n, n2 = pk.n, pk.nsquare
+    Trent sends the same bytes, and no s is used for two statements.  Each s^N is a fixed-base obfuscator of the
+    key's public base (:func:`~smcdp.crypto.threshold.encrypt_replayable`), s = h^a mod N its opening."""
+    n2 = pk.nsquare
     first = rows[0]
     count = len(first.ciphertexts)
     statement = _statement_digest(rows, exps)
-    ss = [encryption_randomness(pk, key, tag, i, statement) for i in range(count)]
+    rerandomisers = [encrypt_replayable(pk, 0, encryption_exponent(pk, key, tag, i, statement)) for i in range(count)]
+    ss = [int(s) for _, s in rerandomisers]
     used = [(row, a) for row, a in zip(rows, exps) if a]
     cts = [
-        int(multi_exp([row.ciphertexts[i] for row, _ in used], [a for _, a in used], n2) * powmod(s, n, n2) % n2)
-        for i, s in enumerate(ss)
+        int(multi_exp([row.ciphertexts[i] for row, _ in used], [a for _, a in used], n2) * sn % n2)
+        for i, (sn, _) in enumerate(rerandomisers)
     ]
     nonce_key = hmac.new(key, b"combination-proof\x00" + tag.encode(), hashlib.sha256).digest()
     proof = prove_combination(

@@ -66,8 +66,10 @@ RESERVE = "reserve"
 RESERVE_BYTES = 256 * 1024
 #: 3 (2026-12-03): the secure forward's masks are drawn by ``logsum.uniform_below`` (other values for the same
 #: root than version 2's ``randrange``), so a version-2 session could not resume bit-identical: it is refused
-#: by name instead of diverging
-VERSION = 3
+#: by name instead of diverging.  4 (2026-12-03): a group-key release's encryption randomness is a fixed-base
+#: obfuscator of the key's public base (``threshold.encrypt_replayable``), not r^N: other ciphertexts for the
+#: same root than version 3's
+VERSION = 4
 SUFFIX = ".d"
 #: an input file larger than this is fingerprinted by its size, mtime and its first and last MiB
 #: instead of its whole content (hashing runs at about 1 GB/s)

@@ -298,3 +298,27 @@ def test_the_verification_base_table_gives_powmods_values_and_falls_back_outside
     for e in (0, 1, (1 << bits) - 1, *(rng.getrandbits(bits) for _ in range(5)), 1 << bits, -7):
         want = gmpy2.powmod(pub.v, e, n2)
         assert _v_pow(pub, e) == want, e
+
+
+def test_replayable_encryption_is_an_obfuscator_of_the_keys_public_base_with_its_opening(key):
+    """encrypt_replayable(pk, m, a) = g^m·(h^N)^a with h = encryption_base(N): it decrypts to m (with the dealt
+    shares and with the private key), r = h^a mod N opens it (c = g^m·r^N), the same a gives the same bytes (a
+    replay), another a other bytes; h is −x² mod N for a unit x (a DJN base), the same for every caller; the
+    tables give powmod's values at the range's ends, and an exponent beyond obfuscation_bits is refused."""
+    from smcdp.crypto.threshold import encrypt_replayable, encryption_base
+
+    pk, sk, pub, shares = key
+    n, n2 = int(pk.n), int(pk.nsquare)
+    h = encryption_base(n)
+    assert h == encryption_base(n) and 1 < h < n and gmpy2.gcd(h, n) == 1 and gmpy2.jacobi(-h % n, n) == 1
+    bits = pk.obfuscation_bits
+    for m, a in ((0, 0), (5, 1), (-3, (1 << bits) - 1), (2**100, secrets.randbits(bits))):
+        c, r = encrypt_replayable(pk, m, a)
+        assert int(c) == (1 + (m % n) * n) * pow(int(r), n, n2) % n2
+        assert int(r) == pow(int(h), a, n)
+        assert sk.raw_decrypt_signed(int(c)) == m
+        assert combine(pub, [int(c)], [partial_decrypt(s, [int(c)], CTX) for s in shares[: T + 1]], CTX) == [m]
+        assert encrypt_replayable(pk, m, a) == (c, r)
+    assert encrypt_replayable(pk, 5, 2)[0] != encrypt_replayable(pk, 5, 3)[0]
+    with pytest.raises(ValueError):
+        encrypt_replayable(pk, 1, 1 << bits)
