@@ -572,6 +572,15 @@ def _combine(pub: ThresholdPublicKey, count: int, partials: Sequence[PartialDecr
     return out
 
 
+def _by_party(partials: Sequence[PartialDecryption]) -> dict[int, PartialDecryption]:
+    seen: dict[int, PartialDecryption] = {}
+    for p in partials:
+        if p.party in seen:
+            raise InvalidMessage(f"two partial decryptions from party {p.party}")
+        seen[p.party] = p
+    return seen
+
+
 def combine(
     pub: ThresholdPublicKey,
     cts: Sequence[int],
@@ -591,11 +600,7 @@ def combine(
     ``own``: the caller's share index, whose partial decryption it made itself and need not verify.
     ``needed_only``: verify only the partials that are used -- ``own``'s and the others' in index order until
     t + 1 (a wrong one among them is still named; one beyond them is never used, and not examined)."""
-    seen: dict[int, PartialDecryption] = {}
-    for p in partials:
-        if p.party in seen:
-            raise InvalidMessage(f"two partial decryptions from party {p.party}")
-        seen[p.party] = p
+    seen = _by_party(partials)
     if len(seen) < pub.threshold + 1:
         raise NotEnoughShares(f"{len(seen)} partial decryptions, {pub.threshold + 1} needed")
     order = sorted(seen, key=lambda i: (i != own, i))  # our own first: it needs no check
@@ -608,6 +613,60 @@ def combine(
         chosen.append(seen[i])
     chosen = sorted(chosen, key=lambda p: p.party)[: pub.threshold + 1]
     plain = _combine(pub, len(cts), chosen)
+    return [decode_signed(pub.public_key, m) for m in plain] if signed else plain
+
+
+# --------------------------------------------------------------------------- split decryption
+def decryptors(count: int, parties: int, threshold: int) -> list[tuple[int, ...]]:
+    """S_k, the t + 1 share indices that partially decrypt ciphertext k of ``count`` when the work is split
+    (:func:`assigned`): t + 1 consecutive indices from k mod n on, cyclically -- each party decrypts about
+    (t + 1)/n of the ciphertexts instead of all of them, and a ciphertext gets exactly the t + 1 partial
+    decryptions it needs.  Public and deterministic: every party computes the same sets."""
+    return [tuple(sorted((k + j) % parties + 1 for j in range(threshold + 1))) for k in range(count)]
+
+
+def assigned(count: int, parties: int, threshold: int, index: int) -> list[int]:
+    """The positions k of the ciphertexts party ``index`` partially decrypts when the work is split."""
+    return [k for k, s in enumerate(decryptors(count, parties, threshold)) if index in s]
+
+
+def combine_assigned(
+    pub: ThresholdPublicKey,
+    cts: Sequence[int],
+    partials: Sequence[PartialDecryption],
+    context: bytes,
+    *,
+    signed: bool = True,
+    own: int | None = None,
+) -> list[int]:
+    """The plaintexts of ``cts`` when the partial decryption was split: each party's partial covers exactly its
+    :func:`assigned` ciphertexts (in order, one batch proof), and ciphertext k is combined from the partials of
+    :func:`decryptors` S_k.  Every partial is verified on its own ciphertexts (except ``own``'s): each one is used,
+    so each wrong one raises :class:`BadPartialDecryption` naming its party; a partial of another party, or of
+    another length, is refused, and a missing one needed for some ciphertext raises :class:`NotEnoughShares`."""
+    sets = decryptors(len(cts), pub.parties, pub.threshold)
+    seen = _by_party(partials)
+    positions = {i: assigned(len(cts), pub.parties, pub.threshold, i) for i in range(1, pub.parties + 1)}
+    for i in sorted(seen, key=lambda i: (i != own, i)):
+        mine = positions.get(i)
+        if mine is None or not mine:
+            raise InvalidMessage(f"party {i} decrypts none of these ciphertexts: its partial decryption is unexpected")
+        if i != own:
+            verify_partial(pub, [cts[k] for k in mine], seen[i], context)
+        elif len(seen[i].values) != len(mine):
+            raise InvalidMessage(f"own partial decryption covers {len(seen[i].values)} of {len(mine)} ciphertexts")
+    missing = sorted({i for s in sets for i in s if i not in seen})
+    if missing:
+        raise NotEnoughShares(f"no partial decryption from part(ies) {missing}, which these ciphertexts need")
+    at = {i: {k: j for j, k in enumerate(positions[i])} for i in seen}
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for k, s in enumerate(sets):
+        groups.setdefault(s, []).append(k)
+    plain = [0] * len(cts)
+    for s, ks in groups.items():
+        subset = [PartialDecryption(i, tuple(seen[i].values[at[i][k]] for k in ks), (), True) for i in s]
+        for k, m in zip(ks, _combine(pub, len(ks), subset)):
+            plain[k] = m
     return [decode_signed(pub.public_key, m) for m in plain] if signed else plain
 
 

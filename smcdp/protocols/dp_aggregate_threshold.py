@@ -428,9 +428,7 @@ async def _zero_test(
     for cts, _, _ in statements.values():
         product = [p * c % n2 for p, c in zip(product, cts)]
     total = EncryptedVector(pk, product, len(C), 0, Packing(), None)
-    return await threshold_decrypt(
-        ch, stage, group_key, total, tags, seed, echo, signed=False, protocol=PROTOCOL, needed_only=True
-    )
+    return await threshold_decrypt(ch, stage, group_key, total, tags, seed, echo, signed=False, protocol=PROTOCOL)
 
 
 def _context(ch: Channel, role: str, group_key: GroupKey, tags: Tags) -> bytes:

@@ -1619,8 +1619,8 @@ class _GroupParty(_DataParty):
 
     async def decrypt_proven(self, name: str, vecs: list[EncryptedVector], echo: bytes) -> list[list[int]]:
         """Trent's ciphertexts of message ``name``, their proofs checked, decrypted with the other data parties in
-        one partial decryption (``partial/<name>``, with the digest of what this party decrypts beside it); the t
-        partials it combines with its own are verified (a wrong one named).  Each vector's integers."""
+        one partial decryption of its share of them (``partial/<name>``, with the digest of what this party decrypts
+        beside it); every partial it receives is verified and used (a wrong one named).  Each vector's integers."""
         with _in_overflow_region(name):
             return await threshold_decrypt_many(
                 self.ch,
@@ -1631,7 +1631,6 @@ class _GroupParty(_DataParty):
                 self.seed,
                 echo,
                 agree=TRENT,
-                needed_only=True,
             )
 
     async def open_reply(

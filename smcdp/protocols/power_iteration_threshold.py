@@ -70,9 +70,11 @@ from smcdp.crypto.threshold import (
     KeyShare,
     PartialDecryption,
     ThresholdPublicKey,
+    assigned,
     combine,
+    combine_assigned,
     encrypt_replayable,
-    partial_decrypt_vector,
+    partial_decrypt,
 )
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.crypto.zkp import (
@@ -706,25 +708,31 @@ async def threshold_decrypt(
     *,
     signed: bool = True,
     protocol: str = "power-iteration",
-    needed_only: bool = False,
     agree: str | None = None,
 ) -> list[int]:
-    """Steps 5–6: this party's partial decryption of ``total`` (the sum it recomputed) to the other data
-    parties, theirs verified and t + 1 combined: the sum's signed integers (``signed`` False: the plaintexts
-    in [0, N), unpacked as they are).  The proof's nonce is derived from a stream of the party's root and the
-    statement, so a replayed party sends the same bytes.  ``needed_only``: verify only the t partials used with
-    our own (see :func:`~smcdp.crypto.threshold.combine`); else every one, so that any wrong one is named.
+    """Steps 5–6: this party's partial decryption of its share of ``total`` (the sum it recomputed) to the other
+    data parties, theirs verified and combined: the sum's signed integers (``signed`` False: the plaintexts in
+    [0, N), unpacked as they are).  **The work is split**: ciphertext k is partially decrypted by the t + 1
+    parties :func:`~smcdp.crypto.threshold.decryptors` names, so each party decrypts about (t + 1)/n of the
+    ciphertexts, with one batch proof, and every partial it receives is one it uses -- each is verified and a
+    wrong one named.  The proof's nonce is derived from a stream of the party's root and the statement, so a
+    replayed party sends the same bytes.
 
     ``agree``: ``total`` is a ciphertext the parties did not recompute but received from this participant (the
     exact mode's Trent): with its partial each party sends a digest of what it decrypts (``<partial>/agree``)
     and checks the others' before it verifies their partials -- a sender who gave different parties different
     ciphertexts (each valid) makes the digests differ (:class:`EchoMismatch`), instead of every partial of
     the others failing its proof and an honest party being named."""
+    pub = key.public
+    count = len(total.ciphertexts)
     others = [r for r in params.data_roles if r != ch.role]
+    share_of = {r: assigned(count, pub.parties, pub.threshold, key.indices[r]) for r in params.data_roles}
     if agree is not None:
         mine = hashlib.sha256(sum_context(ch.session_id, tags.sum, total, echo)).digest()
         await ch.send_many(others, f"{tags.partial}/agree", pb.Blobs(values=[mine]))
-    own, context = await send_partial(ch, key, total, tags, seed, echo, others, protocol=protocol)
+    own, context = await send_partial(
+        ch, key, total, tags, seed, echo, others, protocol=protocol, positions=share_of[ch.role]
+    )
     if agree is not None:
         held = await ch.recv_all(others, f"{tags.partial}/agree", pb.Blobs)
         differ = [r for r in others if list(held[r].values) != [mine]]
@@ -735,9 +743,10 @@ async def threshold_decrypt(
                 "falsely)",
                 differ,
             )
-    got = await ch.recv_all(others, tags.partial, pb.BigInts)
+    senders = [r for r in others if share_of[r]]
+    got = await ch.recv_all(senders, tags.partial, pb.BigInts)
     return await combine_partials(
-        ch, key.public, key.indices, total, tags, context, got, own=own, signed=signed, needed_only=needed_only
+        ch, pub, key.indices, total, tags, context, got, own=own, signed=signed, split=share_of
     )
 
 
@@ -750,7 +759,6 @@ async def threshold_decrypt_many(
     seed: SeedLike,
     echo: bytes,
     agree: str | None = None,
-    needed_only: bool = False,
 ) -> list[list[int]]:
     """:func:`threshold_decrypt` of several vectors at once (each this party checked it may decrypt): one partial
     decryption of all their ciphertexts with one proof, so that each party proves and verifies once, not once a
@@ -758,7 +766,7 @@ async def threshold_decrypt_many(
     pk = key.public.public_key
     cts = [c for v in vecs for c in v.ciphertexts]
     raw = EncryptedVector(pk, cts, len(cts), 0)
-    plain = await threshold_decrypt(ch, params, key, raw, tags, seed, echo, agree=agree, needed_only=needed_only)
+    plain = await threshold_decrypt(ch, params, key, raw, tags, seed, echo, agree=agree)
     out, at = [], 0
     for v in vecs:
         count = len(v.ciphertexts)
@@ -777,12 +785,19 @@ async def send_partial(
     to: list[str],
     *,
     protocol: str = "power-iteration",
-) -> tuple[PartialDecryption, bytes]:
-    """This party's partial decryption of ``total`` (which it recomputed), with its proof bound to the session,
-    ``tags.sum``, the agreed ``echo`` and the sum's digest, sent to ``to``.  Returns it and that context."""
+    positions: Sequence[int] | None = None,
+) -> tuple[PartialDecryption | None, bytes]:
+    """This party's partial decryption of ``total`` (which it recomputed) -- of its ciphertexts at ``positions``
+    only, when the work is split (none: nothing is sent) --, with its proof bound to the session, ``tags.sum``,
+    the agreed ``echo`` and the sum's digest, sent to ``to``.  Returns it and that context."""
     context = sum_context(ch.session_id, tags.sum, total, echo)
+    if positions is not None and not positions:
+        return None, context
+    cts = [int(c) for c in total.ciphertexts]
+    if positions is not None:
+        cts = [cts[k] for k in positions]
     nonce_key = stream_key(seed, protocol, ch.role, "proof", tags.partial)
-    own = await asyncio.to_thread(partial_decrypt_vector, key.share, total, context, nonce_key=nonce_key)
+    own = await asyncio.to_thread(partial_decrypt, key.share, cts, context, nonce_key=nonce_key)
     await ch.send_many(to, tags.partial, partial_to_proto(own))
     return own, context
 
@@ -799,21 +814,29 @@ async def combine_partials(
     own: PartialDecryption | None = None,
     signed: bool = True,
     needed_only: bool = False,
+    split: Mapping[str, Sequence[int]] | None = None,
 ) -> list[int]:
     """The plaintexts of ``total`` from the partial decryptions ``got`` (role -> message; and ``own``), every one
     verified first: a wrong one raises :class:`~smcdp.crypto.threshold.BadPartialDecryption` naming its role
-    and party (``origin``).  ``signed``: as :func:`threshold_decrypt`."""
+    and party (``origin``).  ``signed``: as :func:`threshold_decrypt`.  ``split``: role -> the positions its
+    partial covers (:func:`threshold_decrypt`'s split work; :func:`~smcdp.crypto.threshold.combine_assigned`)."""
     role_of = {i: r for r, i in indices.items()}
     count = len(total.ciphertexts)
     try:
         partials = ([own] if own is not None else []) + [
-            partial_from_proto(got[r], pub, indices[r], count, f"{tags.partial} from {r}") for r in got
+            partial_from_proto(
+                got[r], pub, indices[r], count if split is None else len(split[r]), f"{tags.partial} from {r}"
+            )
+            for r in got
         ]
         cts = [int(c) for c in total.ciphertexts]
         mine = own.party if own is not None else None
-        plain = await asyncio.to_thread(
-            combine, pub, cts, partials, context, signed=signed, own=mine, needed_only=needed_only
-        )
+        if split is not None:
+            plain = await asyncio.to_thread(combine_assigned, pub, cts, partials, context, signed=signed, own=mine)
+        else:
+            plain = await asyncio.to_thread(
+                combine, pub, cts, partials, context, signed=signed, own=mine, needed_only=needed_only
+            )
         return total._unpack(plain) if signed else plain
     except BadPartialDecryption as exc:
         role = role_of[exc.party]

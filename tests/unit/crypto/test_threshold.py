@@ -322,3 +322,43 @@ def test_replayable_encryption_is_an_obfuscator_of_the_keys_public_base_with_its
     assert encrypt_replayable(pk, 5, 2)[0] != encrypt_replayable(pk, 5, 3)[0]
     with pytest.raises(ValueError):
         encrypt_replayable(pk, 1, 1 << bits)
+
+
+@pytest.mark.parametrize("count", [1, 2, 5, 12])
+def test_split_decryption_gives_the_plaintexts_and_names_every_wrong_partial(key, count):
+    """Split work (n = 5, t = 2): ciphertext k is partially decrypted by exactly the t + 1 parties decryptors()
+    names, each party by about (t + 1)/n of them; combine_assigned gives the plaintexts from those partials
+    alone.  Every partial is used, so a wrong value from *any* party is named; a partial missing, from a party
+    with nothing to decrypt, or over the wrong ciphertexts is refused."""
+    from smcdp.crypto.threshold import assigned, combine_assigned, decryptors
+
+    pk, _, pub, shares = key
+    values = [(-1) ** k * (k * 7919 + 3) for k in range(count)]
+    cts = [int(c) for c in _cts(pk, values)]
+    sets = decryptors(count, N_PARTIES, T)
+    assert all(len(set(s)) == T + 1 for s in sets)
+    at = {s.index: assigned(count, N_PARTIES, T, s.index) for s in shares}
+    if count >= N_PARTIES:
+        assert max(len(v) for v in at.values()) <= -(-count * (T + 1) // N_PARTIES)
+    partials = [partial_decrypt(s, [cts[k] for k in at[s.index]], CTX) for s in shares if at[s.index]]
+    assert combine_assigned(pub, cts, partials, CTX) == values
+    assert combine_assigned(pub, cts, partials, CTX, own=partials[0].party) == values
+    n2 = pk.nsquare
+    for bad in partials:
+        wrong = PartialDecryption(bad.party, (bad.values[0] * 4 % n2, *bad.values[1:]), bad.proofs, True)
+        others = [p if p is not bad else wrong for p in partials]
+        with pytest.raises(BadPartialDecryption) as info:
+            combine_assigned(pub, cts, others, CTX)
+        assert info.value.party == bad.party
+    with pytest.raises(NotEnoughShares):
+        combine_assigned(pub, cts, partials[1:], CTX)
+    idle = [s for s in shares if not at[s.index]]
+    for s in idle:  # count < n: a party with nothing to decrypt sends nothing, and anything it sends is refused
+        with pytest.raises(InvalidMessage, match="decrypts none"):
+            combine_assigned(pub, cts, [*partials, partial_decrypt(s, cts[:1], CTX)], CTX)
+    if count > 1:
+        p = partials[0]
+        whole = partial_decrypt(shares[p.party - 1], cts, CTX)  # all of them, not its assigned ones
+        if len(whole.values) != len(p.values):
+            with pytest.raises(BadPartialDecryption):
+                combine_assigned(pub, cts, [whole, *partials[1:]], CTX)

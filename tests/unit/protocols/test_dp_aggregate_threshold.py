@@ -172,14 +172,23 @@ def _zero_test_values(net, p, shares, rnd):
             cts = vals if cts is None else [a * b % shares[0].public.public_key.nsquare for a, b in zip(cts, vals)]
     assert cts is not None
     pub = shares[0].public
-    partials = [
-        partial_from_proto(pb.BigInts.FromString(data), pub, int(sender[-1]), len(cts), "partial")
+    from smcdp.crypto.threshold import PartialDecryption, _combine, assigned, decryptors, partial_decrypt
+
+    # the work is split: party j's partial covers its assigned ciphertexts; party1 adds its own
+    at = {i: assigned(len(cts), pub.parties, pub.threshold, i) for i in range(1, pub.parties + 1)}
+    partials = {
+        int(sender[-1]): partial_from_proto(
+            pb.BigInts.FromString(data), pub, int(sender[-1]), len(at[int(sender[-1])]), "partial"
+        )
         for sender, tag, _, data in received
         if tag == rnd.blinded.partial
-    ]
-    from smcdp.crypto.threshold import _combine
-
-    return _combine(pub, len(cts), partials[: pub.threshold + 1])
+    }
+    partials[1] = partial_decrypt(shares[0], [cts[k] for k in at[1]], b"unchecked")
+    out = []
+    for k, group in enumerate(decryptors(len(cts), pub.parties, pub.threshold)):
+        sub = [PartialDecryption(i, (partials[i].values[at[i].index(k)],), (), True) for i in group]
+        out.extend(_combine(pub, 1, sub))
+    return out
 
 
 def test_a_party_mixing_another_ciphertext_into_its_blinded_counts_is_refused_and_named(sk768, monkeypatch):

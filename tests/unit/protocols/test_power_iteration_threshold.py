@@ -23,8 +23,12 @@ from smcdp.crypto.paillier import generate_keypair
 from smcdp.crypto.threshold import (
     BadPartialDecryption,
     NotEnoughShares,
+    assigned,
+    combine,
+    combine_assigned,
     combine_vector_ints,
     deal,
+    partial_decrypt,
     partial_decrypt_vector,
 )
 from smcdp.crypto.vector import EncryptedVector
@@ -254,8 +258,10 @@ def _coalition_tries(net, params, pub, pooled_shares, target):
     except Exception as exc:  # noqa: BLE001
         outcomes.append(exc)
     members = {f"party{s.index}" for s in pooled_shares}
+    count = len(c.ciphertexts)
+    # the work is split: an honest party's partial covers its assigned ciphertexts of the sum
     honest = [
-        partial_from_proto(pb.BigInts.FromString(d), pub, int(s[len("party") :]), len(c.ciphertexts), "p")
+        partial_from_proto(pb.BigInts.FromString(d), pub, int(s[len("party") :]), len(mine_of(pub, count, s)), "p")
         for s, r, t, _, d in net.transcript
         if t == PARTIAL_TAG and r in members and s not in members
     ]
@@ -265,13 +271,24 @@ def _coalition_tries(net, params, pub, pooled_shares, target):
     echo = next(pb.Blobs.FromString(d).values[0] for s, r, t, _, d in net.transcript if t == ECHO_TAG and r in members)
     sctx = sum_context(net.session_id, "final/cov", total, echo)
     for p in honest[:1]:
-        try:  # an honest partial of the sum, offered for the target's contribution under the sum's context
-            combine_vector_ints(pub, c, [partial_decrypt_vector(s, c, sctx) for s in pooled_shares] + [p], sctx)
+        try:  # an honest partial of the sum, offered for the target's contribution (at the same positions)
+            at = assigned(count, pub.parties, pub.threshold, p.party)
+            cts = [int(c.ciphertexts[k]) for k in at]
+            combine(pub, cts, [partial_decrypt(s, cts, sctx) for s in pooled_shares] + [p], sctx)
         except Exception as exc:  # noqa: BLE001
             outcomes.append(exc)
-    # what they do read: the sum (their own partials of it and an honest one), the session's DP output
-    mine = [partial_decrypt_vector(s, total, sctx) for s in pooled_shares]
-    return outcomes, np.asarray(decode_fixed(combine_vector_ints(pub, total, mine + honest[:1], sctx), total.exponent))
+    # what they do read: the sum (their own partials of it and the honest ones), the session's DP output
+    sum_cts = [int(x) for x in total.ciphertexts]
+    mine = [
+        partial_decrypt(s, [sum_cts[k] for k in mine_of(pub, count, f"party{s.index}")], sctx) for s in pooled_shares
+    ]
+    plain = combine_assigned(pub, sum_cts, mine + honest, sctx)
+    return outcomes, np.asarray(decode_fixed(total._unpack(plain), total.exponent))
+
+
+def mine_of(pub, count, role):
+    """The positions of the sum's ciphertexts that ``role`` (party<i>, share i) partially decrypts."""
+    return assigned(count, pub.parties, pub.threshold, int(role[len("party") :]))
 
 
 def _sum(vecs):
