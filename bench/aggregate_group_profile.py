@@ -47,8 +47,10 @@ def main() -> None:
     for mod, name, label in (
         (dt, "_blind", "blind counts and prove it"),
         (dt, "verify_scalings", "verify every scaling proof (batched)"),
-        (pit, "partial_decrypt_vector", "partial decryptions"),
-        (pit, "combine", "verify used partials and combine"),
+        (pit, "partial_decrypt", "partial decryptions"),
+        (pit, "combine", "verify partials and combine (release)"),
+        (pit, "combine_assigned", "verify partials and combine (split)"),
+        (pit, "encrypt_replayable", "replayable encryptions"),
     ):
         setattr(mod, name, timed(getattr(mod, name), label))
     b = dt.BITS

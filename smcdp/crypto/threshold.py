@@ -617,17 +617,35 @@ def combine(
 
 
 # --------------------------------------------------------------------------- split decryption
-def decryptors(count: int, parties: int, threshold: int) -> list[tuple[int, ...]]:
+#: a partial decryption's proof verified, in units of one partial decryption of a ciphertext (an exponentiation
+#: mod N² by the ~4,500-bit share): the proof's response power and its multi-exponentiations, measured at 2048 bits
+VERIFY_COST = 1.25
+
+
+def decryptor_count(count: int, parties: int, threshold: int) -> int:
+    """How many parties m share the partial decryptions of ``count`` ciphertexts (t + 1 ≤ m ≤ n).  With m of them,
+    a decryptor does count·(t + 1)/m partial decryptions, one proof and verifies the m − 1 others' proofs; more
+    decryptors spread the decryptions but add verifications.  m = √(count·(t + 1)/VERIFY_COST) minimises the
+    busiest party's work (and keeps the total far below n parties decrypting everything): 17 ciphertexts at
+    n = 3, t = 1 → all 3; 9 at n = 8, t = 1 → 4."""
+    best = round(math.sqrt(count * (threshold + 1) / VERIFY_COST))
+    return max(threshold + 1, min(parties, best))
+
+
+def decryptors(count: int, parties: int, threshold: int, offset: int = 0) -> list[tuple[int, ...]]:
     """S_k, the t + 1 share indices that partially decrypt ciphertext k of ``count`` when the work is split
-    (:func:`assigned`): t + 1 consecutive indices from k mod n on, cyclically -- each party decrypts about
-    (t + 1)/n of the ciphertexts instead of all of them, and a ciphertext gets exactly the t + 1 partial
-    decryptions it needs.  Public and deterministic: every party computes the same sets."""
-    return [tuple(sorted((k + j) % parties + 1 for j in range(threshold + 1))) for k in range(count)]
+    (:func:`assigned`): the m = :func:`decryptor_count` parties offset + 1, …, offset + m (cyclically mod n)
+    take the ciphertexts in turn, t + 1 consecutive ones of them for each -- so each decryptor does about
+    (t + 1)/m of the ciphertexts, and a ciphertext gets exactly the t + 1 partial decryptions it needs.  The
+    ``offset`` (a hash of the message's tag, say) rotates who decrypts from one vector to the next.  Public and
+    deterministic: every party computes the same sets."""
+    m = decryptor_count(count, parties, threshold)
+    return [tuple(sorted((offset + (k + j) % m) % parties + 1 for j in range(threshold + 1))) for k in range(count)]
 
 
-def assigned(count: int, parties: int, threshold: int, index: int) -> list[int]:
+def assigned(count: int, parties: int, threshold: int, index: int, offset: int = 0) -> list[int]:
     """The positions k of the ciphertexts party ``index`` partially decrypts when the work is split."""
-    return [k for k, s in enumerate(decryptors(count, parties, threshold)) if index in s]
+    return [k for k, s in enumerate(decryptors(count, parties, threshold, offset)) if index in s]
 
 
 def combine_assigned(
@@ -638,15 +656,16 @@ def combine_assigned(
     *,
     signed: bool = True,
     own: int | None = None,
+    offset: int = 0,
 ) -> list[int]:
-    """The plaintexts of ``cts`` when the partial decryption was split: each party's partial covers exactly its
+    """The plaintexts of ``cts`` when the partial decryption was split (``offset`` as :func:`decryptors`): each party's partial covers exactly its
     :func:`assigned` ciphertexts (in order, one batch proof), and ciphertext k is combined from the partials of
     :func:`decryptors` S_k.  Every partial is verified on its own ciphertexts (except ``own``'s): each one is used,
     so each wrong one raises :class:`BadPartialDecryption` naming its party; a partial of another party, or of
     another length, is refused, and a missing one needed for some ciphertext raises :class:`NotEnoughShares`."""
-    sets = decryptors(len(cts), pub.parties, pub.threshold)
+    sets = decryptors(len(cts), pub.parties, pub.threshold, offset)
     seen = _by_party(partials)
-    positions = {i: assigned(len(cts), pub.parties, pub.threshold, i) for i in range(1, pub.parties + 1)}
+    positions = {i: [k for k, s in enumerate(sets) if i in s] for i in range(1, pub.parties + 1)}
     for i in sorted(seen, key=lambda i: (i != own, i)):
         mine = positions.get(i)
         if mine is None or not mine:

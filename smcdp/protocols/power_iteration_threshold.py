@@ -697,6 +697,12 @@ async def first_failing(
     return None
 
 
+def split_offset(tag: str, parties: int) -> int:
+    """The rotation of a split decryption's decryptors (:func:`~smcdp.crypto.threshold.decryptors`): a hash of the
+    partial decryptions' tag, so that successive rounds' and stages' vectors are decrypted by different parties."""
+    return int.from_bytes(hashlib.sha256(b"smcdp/split-decryption\x00" + tag.encode()).digest()[:8], "big") % parties
+
+
 async def threshold_decrypt(
     ch: Channel,
     params: PowerIterationParams,
@@ -713,10 +719,11 @@ async def threshold_decrypt(
     """Steps 5–6: this party's partial decryption of its share of ``total`` (the sum it recomputed) to the other
     data parties, theirs verified and combined: the sum's signed integers (``signed`` False: the plaintexts in
     [0, N), unpacked as they are).  **The work is split**: ciphertext k is partially decrypted by the t + 1
-    parties :func:`~smcdp.crypto.threshold.decryptors` names, so each party decrypts about (t + 1)/n of the
-    ciphertexts, with one batch proof, and every partial it receives is one it uses -- each is verified and a
-    wrong one named.  The proof's nonce is derived from a stream of the party's root and the statement, so a
-    replayed party sends the same bytes.
+    parties :func:`~smcdp.crypto.threshold.decryptors` names (among m of the n parties, rotated by
+    :func:`split_offset`), so each decryptor decrypts about (t + 1)/m of the ciphertexts, with one batch proof,
+    and every partial a party receives is one it uses -- each is verified and a wrong one named.  The proof's
+    nonce is derived from a stream of the party's root and the statement, so a replayed party sends the same
+    bytes.
 
     ``agree``: ``total`` is a ciphertext the parties did not recompute but received from this participant (the
     exact mode's Trent): with its partial each party sends a digest of what it decrypts (``<partial>/agree``)
@@ -726,7 +733,8 @@ async def threshold_decrypt(
     pub = key.public
     count = len(total.ciphertexts)
     others = [r for r in params.data_roles if r != ch.role]
-    share_of = {r: assigned(count, pub.parties, pub.threshold, key.indices[r]) for r in params.data_roles}
+    offset = split_offset(tags.partial, pub.parties)
+    share_of = {r: assigned(count, pub.parties, pub.threshold, key.indices[r], offset) for r in params.data_roles}
     if agree is not None:
         mine = hashlib.sha256(sum_context(ch.session_id, tags.sum, total, echo)).digest()
         await ch.send_many(others, f"{tags.partial}/agree", pb.Blobs(values=[mine]))
@@ -746,7 +754,7 @@ async def threshold_decrypt(
     senders = [r for r in others if share_of[r]]
     got = await ch.recv_all(senders, tags.partial, pb.BigInts)
     return await combine_partials(
-        ch, pub, key.indices, total, tags, context, got, own=own, signed=signed, split=share_of
+        ch, pub, key.indices, total, tags, context, got, own=own, signed=signed, split=share_of, offset=offset
     )
 
 
@@ -815,11 +823,13 @@ async def combine_partials(
     signed: bool = True,
     needed_only: bool = False,
     split: Mapping[str, Sequence[int]] | None = None,
+    offset: int = 0,
 ) -> list[int]:
     """The plaintexts of ``total`` from the partial decryptions ``got`` (role -> message; and ``own``), every one
     verified first: a wrong one raises :class:`~smcdp.crypto.threshold.BadPartialDecryption` naming its role
     and party (``origin``).  ``signed``: as :func:`threshold_decrypt`.  ``split``: role -> the positions its
-    partial covers (:func:`threshold_decrypt`'s split work; :func:`~smcdp.crypto.threshold.combine_assigned`)."""
+    partial covers (:func:`threshold_decrypt`'s split work; :func:`~smcdp.crypto.threshold.combine_assigned`), and
+    ``offset`` the rotation of its decryptors."""
     role_of = {i: r for r, i in indices.items()}
     count = len(total.ciphertexts)
     try:
@@ -832,7 +842,9 @@ async def combine_partials(
         cts = [int(c) for c in total.ciphertexts]
         mine = own.party if own is not None else None
         if split is not None:
-            plain = await asyncio.to_thread(combine_assigned, pub, cts, partials, context, signed=signed, own=mine)
+            plain = await asyncio.to_thread(
+                combine_assigned, pub, cts, partials, context, signed=signed, own=mine, offset=offset
+            )
         else:
             plain = await asyncio.to_thread(
                 combine, pub, cts, partials, context, signed=signed, own=mine, needed_only=needed_only

@@ -324,41 +324,60 @@ def test_replayable_encryption_is_an_obfuscator_of_the_keys_public_base_with_its
         encrypt_replayable(pk, 1, 1 << bits)
 
 
-@pytest.mark.parametrize("count", [1, 2, 5, 12])
-def test_split_decryption_gives_the_plaintexts_and_names_every_wrong_partial(key, count):
+@pytest.mark.parametrize("count,offset", [(1, 0), (2, 4), (5, 1), (12, 3), (40, 2)])
+def test_split_decryption_gives_the_plaintexts_and_names_every_wrong_partial(key, count, offset):
     """Split work (n = 5, t = 2): ciphertext k is partially decrypted by exactly the t + 1 parties decryptors()
-    names, each party by about (t + 1)/n of them; combine_assigned gives the plaintexts from those partials
-    alone.  Every partial is used, so a wrong value from *any* party is named; a partial missing, from a party
-    with nothing to decrypt, or over the wrong ciphertexts is refused."""
-    from smcdp.crypto.threshold import assigned, combine_assigned, decryptors
+    names, among m = decryptor_count() parties rotated by the offset, each by about (t + 1)/m of them;
+    combine_assigned gives the plaintexts from those partials alone.  Every partial is used, so a wrong value
+    from *any* party is named; a partial missing, from a party with nothing to decrypt, or over the wrong
+    ciphertexts is refused."""
+    from smcdp.crypto.threshold import assigned, combine_assigned, decryptor_count, decryptors
 
     pk, _, pub, shares = key
     values = [(-1) ** k * (k * 7919 + 3) for k in range(count)]
     cts = [int(c) for c in _cts(pk, values)]
-    sets = decryptors(count, N_PARTIES, T)
-    assert all(len(set(s)) == T + 1 for s in sets)
-    at = {s.index: assigned(count, N_PARTIES, T, s.index) for s in shares}
-    if count >= N_PARTIES:
-        assert max(len(v) for v in at.values()) <= -(-count * (T + 1) // N_PARTIES)
+    sets = decryptors(count, N_PARTIES, T, offset)
+    m = decryptor_count(count, N_PARTIES, T)
+    assert T + 1 <= m <= N_PARTIES and all(len(set(s)) == T + 1 for s in sets)
+    assert len({i for s in sets for i in s}) == min(m, len({i for s in sets for i in s}))
+    at = {s.index: assigned(count, N_PARTIES, T, s.index, offset) for s in shares}
+    assert max(len(v) for v in at.values()) <= -(-count * (T + 1) // m) + 1
+    kw = dict(offset=offset)
     partials = [partial_decrypt(s, [cts[k] for k in at[s.index]], CTX) for s in shares if at[s.index]]
-    assert combine_assigned(pub, cts, partials, CTX) == values
-    assert combine_assigned(pub, cts, partials, CTX, own=partials[0].party) == values
+    assert len(partials) == min(m, len(partials))
+    assert combine_assigned(pub, cts, partials, CTX, **kw) == values
+    assert combine_assigned(pub, cts, partials, CTX, own=partials[0].party, **kw) == values
     n2 = pk.nsquare
     for bad in partials:
         wrong = PartialDecryption(bad.party, (bad.values[0] * 4 % n2, *bad.values[1:]), bad.proofs, True)
         others = [p if p is not bad else wrong for p in partials]
         with pytest.raises(BadPartialDecryption) as info:
-            combine_assigned(pub, cts, others, CTX)
+            combine_assigned(pub, cts, others, CTX, **kw)
         assert info.value.party == bad.party
     with pytest.raises(NotEnoughShares):
-        combine_assigned(pub, cts, partials[1:], CTX)
+        combine_assigned(pub, cts, partials[1:], CTX, **kw)
     idle = [s for s in shares if not at[s.index]]
-    for s in idle:  # count < n: a party with nothing to decrypt sends nothing, and anything it sends is refused
+    for s in idle:  # a party with nothing to decrypt sends nothing, and anything it sends is refused
         with pytest.raises(InvalidMessage, match="decrypts none"):
-            combine_assigned(pub, cts, [*partials, partial_decrypt(s, cts[:1], CTX)], CTX)
-    if count > 1:
+            combine_assigned(pub, cts, [*partials, partial_decrypt(s, cts[:1], CTX)], CTX, **kw)
+    if count > 1:  # a partial over other positions (all of them) does not verify for its assigned ones
         p = partials[0]
-        whole = partial_decrypt(shares[p.party - 1], cts, CTX)  # all of them, not its assigned ones
+        whole = partial_decrypt(shares[p.party - 1], cts, CTX)
         if len(whole.values) != len(p.values):
             with pytest.raises(BadPartialDecryption):
-                combine_assigned(pub, cts, [whole, *partials[1:]], CTX)
+                combine_assigned(pub, cts, [whole, *partials[1:]], CTX, **kw)
+    if offset:  # the sets under another rotation are others: these partials do not combine under offset 0
+        with pytest.raises((BadPartialDecryption, NotEnoughShares, InvalidMessage)):
+            combine_assigned(pub, cts, partials, CTX)
+
+
+def test_the_number_of_decryptors_balances_decryptions_against_verifications():
+    """decryptor_count: between t + 1 and n, growing with the ciphertexts (√(count·(t + 1)/VERIFY_COST))."""
+    from smcdp.crypto.threshold import decryptor_count
+
+    assert decryptor_count(17, 3, 1) == 3 and decryptor_count(31, 3, 1) == 3
+    assert decryptor_count(9, 8, 1) == 4 and decryptor_count(1, 8, 1) == 2 and decryptor_count(400, 8, 1) == 8
+    assert decryptor_count(1, 5, 4) == 5
+    assert [decryptor_count(c, 64, 2) for c in (1, 10, 100, 1000)] == sorted(
+        decryptor_count(c, 64, 2) for c in (1, 10, 100, 1000)
+    )

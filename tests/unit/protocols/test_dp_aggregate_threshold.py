@@ -175,7 +175,10 @@ def _zero_test_values(net, p, shares, rnd):
     from smcdp.crypto.threshold import PartialDecryption, _combine, assigned, decryptors, partial_decrypt
 
     # the work is split: party j's partial covers its assigned ciphertexts; party1 adds its own
-    at = {i: assigned(len(cts), pub.parties, pub.threshold, i) for i in range(1, pub.parties + 1)}
+    from smcdp.protocols.power_iteration_threshold import split_offset
+
+    offset = split_offset(rnd.blinded.partial, pub.parties)
+    at = {i: assigned(len(cts), pub.parties, pub.threshold, i, offset) for i in range(1, pub.parties + 1)}
     partials = {
         int(sender[-1]): partial_from_proto(
             pb.BigInts.FromString(data), pub, int(sender[-1]), len(at[int(sender[-1])]), "partial"
@@ -183,9 +186,10 @@ def _zero_test_values(net, p, shares, rnd):
         for sender, tag, _, data in received
         if tag == rnd.blinded.partial
     }
-    partials[1] = partial_decrypt(shares[0], [cts[k] for k in at[1]], b"unchecked")
+    if at[1]:
+        partials[1] = partial_decrypt(shares[0], [cts[k] for k in at[1]], b"unchecked")
     out = []
-    for k, group in enumerate(decryptors(len(cts), pub.parties, pub.threshold)):
+    for k, group in enumerate(decryptors(len(cts), pub.parties, pub.threshold, offset)):
         sub = [PartialDecryption(i, (partials[i].values[at[i].index(k)],), (), True) for i in group]
         out.extend(_combine(pub, 1, sub))
     return out

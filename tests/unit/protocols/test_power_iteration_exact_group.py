@@ -131,25 +131,33 @@ def test_a_trent_sending_one_partys_ciphertext_for_decryption_is_refused_and_nam
 
 
 def test_a_wrong_partial_decryption_is_refused_and_its_party_named(sk512):
-    """party1 sends the others a partial decryption of the first block with one value changed: named.  (Each
-    party verifies the t partials it combines with its own, taken in share order: party1's is used by every other
-    party; a wrong partial that nobody uses changes nothing and is not examined.)"""
+    """The first data party to send the others its partial decryption of the first block sends it with one value
+    changed: named.  (The decryption is split: every partial a party receives is one it combines, so every one
+    is verified; which parties decrypt the block depends on its size and tag, so the culprit is whoever sends.)"""
     rng = np.random.default_rng(4)
     blocks = blocks_with_gap(rng, 4, (5, 6, 7))
     _, shares = deal(sk512, 3, 1)
     n2 = shares[0].public.public_key.nsquare
+    culprit: list[str] = []
 
-    def corrupt(to, tag, data):
-        if tag != Tags.decryption("v/0").partial:
-            return data
-        msg = pb.BigInts.FromString(data)
-        v = int.from_bytes(msg.magnitude[0], "big")
-        msg.magnitude[0] = (v * 4 % n2).to_bytes(len(msg.magnitude[0]) + 1, "big").lstrip(b"\0")
-        return msg.SerializeToString()
+    def corrupt_as(role):
+        def corrupt(to, tag, data):
+            if tag != Tags.decryption("v/0").partial or culprit[:1] not in ([], [role]):
+                return data
+            culprit[:1] = [role]
+            msg = pb.BigInts.FromString(data)
+            v = int.from_bytes(msg.magnitude[0], "big")
+            msg.magnitude[0] = (v * 4 % n2).to_bytes(len(msg.magnitude[0]) + 1, "big").lstrip(b"\0")
+            return msg.SerializeToString()
 
-    _, outcome = run(blocks, params_for(3, 1), sk=sk512, shares=shares, rewrite={"party1": corrupt})
+        return corrupt
+
+    rewrite = {f"party{i}": corrupt_as(f"party{i}") for i in (1, 2, 3)}
+    _, outcome = run(blocks, params_for(3, 1), sk=sk512, shares=shares, rewrite=rewrite)
+    assert culprit, "nobody sent a partial decryption of the first block"
+    i = int(culprit[0][len("party") :])
     assert isinstance(outcome, BadPartialDecryption), outcome
-    assert outcome.party == 1 and outcome.origin == "org1"
+    assert outcome.party == i and outcome.origin == f"org{i}"
 
 
 def _vector(data, pk, params, L, packing):

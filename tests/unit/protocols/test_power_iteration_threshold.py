@@ -54,6 +54,7 @@ from smcdp.protocols.power_iteration_threshold import (
     GroupKey,
     partial_from_proto,
     partial_to_proto,
+    split_offset,
     sum_context,
 )
 from smcdp.v1 import messages_pb2 as pb
@@ -272,7 +273,7 @@ def _coalition_tries(net, params, pub, pooled_shares, target):
     sctx = sum_context(net.session_id, "final/cov", total, echo)
     for p in honest[:1]:
         try:  # an honest partial of the sum, offered for the target's contribution (at the same positions)
-            at = assigned(count, pub.parties, pub.threshold, p.party)
+            at = mine_of(pub, count, f"party{p.party}")
             cts = [int(c.ciphertexts[k]) for k in at]
             combine(pub, cts, [partial_decrypt(s, cts, sctx) for s in pooled_shares] + [p], sctx)
         except Exception as exc:  # noqa: BLE001
@@ -282,13 +283,14 @@ def _coalition_tries(net, params, pub, pooled_shares, target):
     mine = [
         partial_decrypt(s, [sum_cts[k] for k in mine_of(pub, count, f"party{s.index}")], sctx) for s in pooled_shares
     ]
-    plain = combine_assigned(pub, sum_cts, mine + honest, sctx)
+    plain = combine_assigned(pub, sum_cts, mine + honest, sctx, offset=split_offset(PARTIAL_TAG, pub.parties))
     return outcomes, np.asarray(decode_fixed(total._unpack(plain), total.exponent))
 
 
 def mine_of(pub, count, role):
     """The positions of the sum's ciphertexts that ``role`` (party<i>, share i) partially decrypts."""
-    return assigned(count, pub.parties, pub.threshold, int(role[len("party") :]))
+    offset = split_offset(PARTIAL_TAG, pub.parties)
+    return assigned(count, pub.parties, pub.threshold, int(role[len("party") :]), offset)
 
 
 def _sum(vecs):
