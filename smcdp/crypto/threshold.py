@@ -391,6 +391,7 @@ def _nonce(pub: ThresholdPublicKey, share: KeyShare, x: mpz, y: mpz, context: by
 _TABLES: dict[tuple[str, int, int, int], FixedBaseTable] = {}
 _TABLES_MAX = 8
 _TABLES_LOCK = threading.Lock()
+_BUILDING: dict[tuple[str, int, int, int], threading.Lock] = {}
 #: the largest window of the verification base's table: ⌈bits/6⌉ rows of 63 residues (about 24 MB at 2048 bits,
 #: 0.2 s to build), and an exponentiation of ~4,500 bits then costs ~750 multiplications instead of ~5,300;
 #: smaller where the tables would not fit the table budget (SMCDP_TABLE_BUDGET_MB: 4096-bit keys get 4-bit windows)
@@ -401,23 +402,28 @@ _ENC_WINDOW = 9
 
 def _table_pow(kind: str, base: mpz, modulus: mpz, bits: int, e: int, max_window: int) -> mpz:
     """base^e mod modulus for 0 ≤ e < 2^bits, from a table built on first use for (kind, base, modulus) (else
-    powmod).  The table is built outside the lock (a build at 4096 bits takes a second; other keys' powers do not
-    wait)."""
+    powmod).  One thread builds a table while the others that need it wait (the roles of an in-memory session
+    share a process); other tables' powers do not wait for a build."""
     if e < 0 or e.bit_length() > bits:
         return powmod(base, e, modulus)
     key = (kind, int(modulus), int(base), bits)
     with _TABLES_LOCK:
         table = _TABLES.get(key)
-    if table is None:
-        budget = table_budget_bytes() // 4
-        window = window_for(bits, modulus.bit_length(), budget, entry_overhead=0, max_window=max_window)
-        built = FixedBaseTable(mpz(base), modulus, bits, window=window)
-        with _TABLES_LOCK:
-            table = _TABLES.get(key)
-            if table is None:  # (another thread may have built it meanwhile: keep one)
-                if len(_TABLES) >= _TABLES_MAX:
-                    _TABLES.pop(next(iter(_TABLES)))
-                table = _TABLES[key] = built
+        building = None if table is not None else _BUILDING.setdefault(key, threading.Lock())
+    if building is not None:
+        with building:
+            with _TABLES_LOCK:
+                table = _TABLES.get(key)
+            if table is None:
+                budget = table_budget_bytes() // 4
+                window = window_for(bits, modulus.bit_length(), budget, entry_overhead=0, max_window=max_window)
+                table = FixedBaseTable(mpz(base), modulus, bits, window=window)
+                with _TABLES_LOCK:
+                    if len(_TABLES) >= _TABLES_MAX:
+                        _TABLES.pop(next(iter(_TABLES)))
+                    _TABLES[key] = table
+                    _BUILDING.pop(key, None)
+    assert table is not None
     return table.pow(e)
 
 
@@ -456,18 +462,23 @@ def _encryption_bases(pk: PublicKey) -> tuple[mpz, mpz]:
     return bases
 
 
-def encrypt_replayable(pk: PublicKey, m: int, a: int) -> tuple[mpz, mpz]:
-    """(c, r): c = g^m·(h^N)^a mod N² = g^m·r^N with r = h^a mod N, for h the key's :func:`encryption_base` and
-    an exponent ``a`` of ``pk.obfuscation_bits`` bits (DJN: the obfuscator (h^N)^a of a short a, which the DJN
-    assumption says looks like a uniform N-th residue).  ``a`` comes from the caller (derived from a party's
-    secret root: a replayed party re-encrypts bit for bit), and r is the opening a proof about c is made from.
-    Two table lookups -- about 0.2 ms at 2048 bits instead of the 3 ms of a textbook r^N."""
+def replayable_obfuscator(pk: PublicKey, a: int) -> tuple[mpz, mpz]:
+    """(h^N)^a mod N² and its N-th root r = h^a mod N, for h the key's :func:`encryption_base` and an exponent
+    ``a`` of ``pk.obfuscation_bits`` bits (DJN: the obfuscator of a short a, which the DJN assumption says looks
+    like a uniform N-th residue).  ``a`` comes from the caller (derived from a party's secret root: a replayed
+    party computes the same bytes); r is the opening a proof about the ciphertext is made from.  Two table
+    lookups -- about 0.2 ms at 2048 bits instead of the 3 ms of a textbook r^N."""
     bits = pk.obfuscation_bits
     if not 0 <= a < 1 << bits:
         raise ValueError(f"the exponent a must have at most {bits} bits")
     h, hn = _encryption_bases(pk)
-    c = _table_pow("h^N", hn, pk.nsquare, bits, a, _ENC_WINDOW) * pk.raw_encrypt(m, obfuscate=False) % pk.nsquare
-    return c, _table_pow("h", h, pk.n, bits, a, _ENC_WINDOW)
+    return _table_pow("h^N", hn, pk.nsquare, bits, a, _ENC_WINDOW), _table_pow("h", h, pk.n, bits, a, _ENC_WINDOW)
+
+
+def encrypt_replayable(pk: PublicKey, m: int, a: int) -> tuple[mpz, mpz]:
+    """(c, r): c = g^m·(h^N)^a mod N² = g^m·r^N with (h^N)^a, r = h^a mod N from :func:`replayable_obfuscator`."""
+    obfuscator, r = replayable_obfuscator(pk, a)
+    return obfuscator * pk.raw_encrypt(m, obfuscate=False) % pk.nsquare, r
 
 
 def _prove(

@@ -58,7 +58,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import gmpy2
 import numpy as np
 from gmpy2 import mpz
 from numpy.typing import ArrayLike
@@ -66,7 +65,7 @@ from numpy.typing import ArrayLike
 from smcdp.crypto.encoding import Packing
 from smcdp.crypto.modexp import powmod
 from smcdp.crypto.paillier import PublicKey
-from smcdp.crypto.threshold import ThresholdPublicKey
+from smcdp.crypto.threshold import ThresholdPublicKey, replayable_obfuscator
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.crypto.zkp import (
     prove_bits,
@@ -245,31 +244,21 @@ def first_nonzero(zero_test: list[int]) -> int:
     return first
 
 
-def blinding_exponents(key: bytes, n: int, count: int) -> tuple[list[int], list[int]]:
+def blinding_exponents(key: bytes, n: int, count: int, obfuscation_bits: int) -> tuple[list[int], list[int]]:
     """r[i] of exactly |N| + BLIND_EXTRA_BITS bits (at most: the verifier bounds the proof's responses by it) and
-    the re-randomisers s[i], units mod N: HMAC-SHA256(key, label ‖ i ‖ counter) in counter mode (a stream of
-    the party's root: a replay blinds alike)."""
+    the re-randomisers' exponents a[i] of ``obfuscation_bits`` bits (:func:`_blind`: s[i]^N = (h^N)^a[i]):
+    HMAC-SHA256(key, label ‖ i) in counter mode (a stream of the party's root: a replay blinds alike)."""
     rbits = n.bit_length() + BLIND_EXTRA_BITS
-    size = (rbits + 128 + 7) // 8
 
-    def stream(label: bytes, i: int, attempt: int = 0) -> int:
-        msg = label + i.to_bytes(4, "big") + attempt.to_bytes(4, "big")
+    def stream(label: bytes, i: int, bits: int) -> int:
+        size = (bits + 128 + 7) // 8
+        msg = label + i.to_bytes(4, "big")
         raw = b"".join(
             hmac.new(key, msg + k.to_bytes(4, "big"), hashlib.sha256).digest() for k in range(-(-size // 32))
         )
-        return int.from_bytes(raw[:size], "big")
+        return int.from_bytes(raw[:size], "big") % (1 << bits)
 
-    rs = [stream(b"r", i) % (1 << rbits) for i in range(count)]
-    ss = []
-    for i in range(count):
-        attempt = 0
-        while True:
-            v = stream(b"s", i, attempt) % n
-            if v > 0 and gmpy2.gcd(v, n) == 1:
-                ss.append(v)
-                break
-            attempt += 1  # pragma: no cover - probability ~2/√N
-    return rs, ss
+    return [stream(b"r", i, rbits) for i in range(count)], [stream(b"a", i, obfuscation_bits) for i in range(count)]
 
 
 def key_summary(params: DPAggregateParams, key: GroupKey) -> dict[str, Any]:
@@ -400,9 +389,9 @@ async def _zero_test(
     n2 = pk.nsquare
     C = [mpz(c) for c in counts.ciphertexts]
     key = stream_key(seed, PROTOCOL, ch.role, "zero-test", tags.release)
-    rs, ss = blinding_exponents(key, int(pk.n), len(C))
+    rs, exps = blinding_exponents(key, int(pk.n), len(C), pk.obfuscation_bits)
     context = _context(ch, ch.role, group_key, tags)
-    D, proof = await asyncio.to_thread(_blind, pk, C, rs, ss, context, seed, ch.role)
+    D, proof = await asyncio.to_thread(_blind, pk, C, rs, exps, context, seed, ch.role)
     vec = EncryptedVector(pk, D, len(D), 0, Packing(), None)
     digests, echo = await commit_and_release(ch, stage, group_key, vec, proof, CHARLIE, tags)
     relayed = await relayed_contributions(ch, stage, pk, Packing(), digests, len(C), CHARLIE, tags, scaling_size)
@@ -437,13 +426,16 @@ def _context(ch: Channel, role: str, group_key: GroupKey, tags: Tags) -> bytes:
 
 
 def _blind(
-    pk: PublicKey, C: list[mpz], rs: list[int], ss: list[int], context: bytes, seed: SeedLike, role: str
+    pk: PublicKey, C: list[mpz], rs: list[int], exps: list[int], context: bytes, seed: SeedLike, role: str
 ) -> tuple[list[mpz], list[int]]:
-    """D[i] = C[i]^{r[i]}·s[i]^N (re-randomised: see :func:`~smcdp.crypto.zkp.prove_scaling`) and its proof."""
-    n, n2 = pk.n, pk.nsquare
-    D = [powmod(c, r, n2) * powmod(sv, n, n2) % n2 for c, r, sv in zip(C, rs, ss)]
+    """D[i] = C[i]^{r[i]}·s[i]^N (re-randomised: see :func:`~smcdp.crypto.zkp.prove_scaling`) and its proof; s[i]^N
+    is the fixed-base obfuscator (h^N)^a[i] of the key's public base, s[i] = h^a[i] mod N its opening
+    (:func:`~smcdp.crypto.threshold.replayable_obfuscator`)."""
+    n2 = pk.nsquare
+    obfuscators = [replayable_obfuscator(pk, a) for a in exps]
+    D = [powmod(c, r, n2) * sn % n2 for c, r, (sn, _) in zip(C, rs, obfuscators)]
     nonce_key = stream_key(seed, PROTOCOL, role, "zero-test-proof", hashlib.sha256(context).hexdigest())
-    return D, prove_scaling(pk, C, D, rs, ss, context, nonce_key)
+    return D, prove_scaling(pk, C, D, rs, [int(s) for _, s in obfuscators], context, nonce_key)
 
 
 def scaling_size(count: int) -> int:

@@ -359,9 +359,9 @@ def test_a_curious_party_cannot_read_the_counts_from_the_blinded_counts_it_holds
                 own.update(r=list(rs), C=[int(c) for c in C])
             return real_blind(pk, C, rs, ss, context, seed, who)
 
-        def exps(key, n_, count):
-            rs, ss = real_exps(key, n_, count)
-            return rs, ([1] * count if unrandomised else ss)
+        def exps(key, n_, count, bits):
+            rs, exps_ = real_exps(key, n_, count, bits)
+            return rs, ([0] * count if unrandomised else exps_)  # a = 0: the re-randomiser (h^N)^0 = 1
 
         monkeypatch.setattr(mod, "_blind", blind)
         monkeypatch.setattr(mod, "blinding_exponents", exps)
@@ -431,10 +431,11 @@ def test_blinding_exponents_fit_the_bound_the_verifier_checks_for_every_key_size
 
     for bits in (768, 769, 770, 772, 774, 2048, 2050):
         n = int(gmpy2.next_prime(1 << (bits - 1))) * 3  # odd, of about that size; only its length matters here
-        rs, ss = blinding_exponents(b"k" * 32, n, 64)
+        rs, exps = blinding_exponents(b"k" * 32, n, 64, n.bit_length() // 2)
         assert max(r.bit_length() for r in rs) <= n.bit_length() + BLIND_EXTRA_BITS
         assert max(r.bit_length() for r in rs) > n.bit_length() + BLIND_EXTRA_BITS - 8  # and about that long
-        assert all(0 < s < n and gmpy2.gcd(s, n) == 1 for s in ss)
+        assert max(a.bit_length() for a in exps) <= n.bit_length() // 2
+        assert max(a.bit_length() for a in exps) > n.bit_length() // 2 - 8 and len(set(exps)) == 64
 
 
 @pytest.mark.parametrize("size_levels,per_octave", [(12, 1), (3, 4), (2, 2), (5, 5)])
