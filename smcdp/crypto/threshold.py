@@ -386,17 +386,19 @@ def _nonce(pub: ThresholdPublicKey, share: KeyShare, x: mpz, y: mpz, context: by
 
 
 #: fixed-base tables of a key's public bases (the verification base v: every proof and every verification raises it
-#: to a nonce-sized exponent; the encryption base h^N and its root h: every replayable encryption), a few a key; a
-#: party holds one or two group keys, so a handful of tables bounds the memory
+#: to a nonce-sized exponent; the encryption base h^N and its root h: every replayable encryption), three a key
+#: (about 70 MB at 2048 bits); a party holds one or two group keys, and up to four keep their tables (more would
+#: rebuild a table whenever sessions of five groups alternate)
 _TABLES: dict[tuple[str, int, int, int], FixedBaseTable] = {}
-_TABLES_MAX = 8
+_TABLES_MAX = 12
 _TABLES_LOCK = threading.Lock()
 _BUILDING: dict[tuple[str, int, int, int], threading.Lock] = {}
 #: the largest window of the verification base's table: ⌈bits/6⌉ rows of 63 residues (about 24 MB at 2048 bits,
 #: 0.2 s to build), and an exponentiation of ~4,500 bits then costs ~750 multiplications instead of ~5,300;
 #: smaller where the tables would not fit the table budget (SMCDP_TABLE_BUDGET_MB: 4096-bit keys get 4-bit windows)
 _V_WINDOW = 6
-#: the encryption bases' tables: 1,024-bit exponents at 2048 bits, 9-bit windows (114 rows, 30 MB mod N², 0.1 s)
+#: the encryption bases' tables: exponents of 1,248 bits at 2048 (djn_exponent_bits: an obfuscator's 1,024 and a
+#: proof nonce's), 9-bit windows (139 rows, 36 MB mod N², 18 MB mod N, 0.15 s)
 _ENC_WINDOW = 9
 
 
@@ -462,13 +464,24 @@ def _encryption_bases(pk: PublicKey) -> tuple[mpz, mpz]:
     return bases
 
 
+#: how far a proof nonce's exponent exceeds an obfuscator's (:func:`djn_exponent_bits`): the challenge (128 bits),
+#: up to 2^16 terms, and 80 bits of statistical hiding
+DJN_NONCE_EXTRA_BITS = 128 + 16 + 80
+
+
+def djn_exponent_bits(pk: PublicKey) -> int:
+    """The largest exponent :func:`replayable_obfuscator` takes: an obfuscator's (``pk.obfuscation_bits``) plus
+    DJN_NONCE_EXTRA_BITS, so that a proof's nonce u = h^b hides b + Σ e_i·a_i (smcdp.crypto.zkp, ``djn``)."""
+    return pk.obfuscation_bits + DJN_NONCE_EXTRA_BITS
+
+
 def replayable_obfuscator(pk: PublicKey, a: int) -> tuple[mpz, mpz]:
     """(h^N)^a mod N² and its N-th root r = h^a mod N, for h the key's :func:`encryption_base` and an exponent
-    ``a`` of ``pk.obfuscation_bits`` bits (DJN: the obfuscator of a short a, which the DJN assumption says looks
+    ``a`` of ``pk.obfuscation_bits`` bits (at most :func:`djn_exponent_bits`: a proof's nonce) (DJN: the obfuscator of a short a, which the DJN assumption says looks
     like a uniform N-th residue).  ``a`` comes from the caller (derived from a party's secret root: a replayed
     party computes the same bytes); r is the opening a proof about the ciphertext is made from.  Two table
     lookups -- about 0.2 ms at 2048 bits instead of the 3 ms of a textbook r^N."""
-    bits = pk.obfuscation_bits
+    bits = djn_exponent_bits(pk)
     if not 0 <= a < 1 << bits:
         raise ValueError(f"the exponent a must have at most {bits} bits")
     h, hn = _encryption_bases(pk)

@@ -51,13 +51,14 @@ import hashlib
 import hmac
 import random
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import gmpy2
 from gmpy2 import mpz
 
 from smcdp.crypto.modexp import multi_exp, powmod
 from smcdp.crypto.paillier import PrivateKey, PublicKey
+from smcdp.crypto.threshold import djn_exponent_bits, replayable_obfuscator
 
 CHALLENGE_BITS = 128
 _MASK = (1 << CHALLENGE_BITS) - 1
@@ -80,6 +81,22 @@ def _unit_below(n: mpz, rng: random.Random | None = None) -> mpz:
             return x
 
 
+def _nonce_unit(
+    pk: PublicKey, djn: bool, draw_bits: Callable[[int], int], draw_unit: Callable[[], mpz]
+) -> tuple[mpz, mpz]:
+    """A proof's nonce unit u and u^n mod n²: u uniform in Z*_n (``draw_unit``, one power), or -- ``djn`` -- u = h^b
+    for the key's public base h and b of :func:`~smcdp.crypto.threshold.djn_exponent_bits` bits (``draw_bits``),
+    u^n from the key's table.  The second is for witnesses that are powers of h themselves (a group key's
+    replayable encryptions and re-randomisers: r = h^a, a < 2^obfuscation_bits): a response u·Π r_i^{e_i} =
+    h^(b + Σ e_i·a_i) is then within 2^-80 of h^b' for a fresh b' (b exceeds Σ e_i·a_i by 80 bits for up to 2^16
+    terms), which is what a simulator draws -- zero knowledge stays statistical, the verifier is unchanged."""
+    if djn:
+        un, u = replayable_obfuscator(pk, draw_bits(djn_exponent_bits(pk)))
+        return mpz(u), un
+    u = draw_unit()
+    return u, powmod(u, pk.n, pk.nsquare)
+
+
 def _challenge(pk: PublicKey, context: bytes, *values: int) -> int:
     h = hashlib.sha256()
     h.update(b"smcdp/zkp/v1\x00" + len(context).to_bytes(4, "big") + context)
@@ -91,17 +108,17 @@ def _challenge(pk: PublicKey, context: bytes, *values: int) -> int:
 
 
 def _prove_bit_with(
-    pk: PublicKey, c: mpz, bit: int, r: mpz, context: bytes, rng: random.Random | None = None
+    pk: PublicKey, c: mpz, bit: int, r: mpz, context: bytes, rng: random.Random | None = None, djn: bool = False
 ) -> list[int]:
     n, n2 = pk.n, pk.nsquare
     us = [mpz(c), mpz(c) * (1 - n) % n2]  # c·g^-0, c·g^-1
     fake = 1 - bit
     a, e, z = [mpz(0), mpz(0)], [0, 0], [mpz(0), mpz(0)]
-    rho = _unit_below(n, rng)
-    a[bit] = powmod(rho, n, n2)
-    e[fake] = secrets.randbits(CHALLENGE_BITS) if rng is None else rng.getrandbits(CHALLENGE_BITS)
-    z[fake] = _unit_below(n, rng)
-    a[fake] = powmod(z[fake], n, n2) * powmod(gmpy2.invert(us[fake], n2), e[fake], n2) % n2
+    draw = secrets.randbits if rng is None else rng.getrandbits
+    rho, a[bit] = _nonce_unit(pk, djn, draw, lambda: _unit_below(n, rng))
+    e[fake] = draw(CHALLENGE_BITS)
+    z[fake], zn = _nonce_unit(pk, djn, draw, lambda: _unit_below(n, rng))
+    a[fake] = zn * powmod(gmpy2.invert(us[fake], n2), e[fake], n2) % n2
     total = _challenge(pk, context, c, a[0], a[1])
     e[bit] = (total - e[fake]) & _MASK
     z[bit] = rho * powmod(r, e[bit], n) % n
@@ -215,21 +232,38 @@ def _witness_stream(key: bytes, label: bytes, parts: Sequence[int], nbytes: int)
 
 
 def _popk_nonces(
-    pk: PublicKey, cts: Sequence[mpz], ms: Sequence[int], rs: Sequence[int], context: bytes, key: bytes | None
-) -> tuple[mpz, mpz]:
-    """x uniform in Z_n and s uniform in Z*_n: from the OS CSPRNG, or (``key``) from the key and the whole
-    witness -- n's size plus 128 bits reduced mod n, statistically uniform."""
+    pk: PublicKey,
+    cts: Sequence[mpz],
+    ms: Sequence[int],
+    rs: Sequence[int],
+    context: bytes,
+    key: bytes | None,
+    djn: bool = False,
+) -> tuple[mpz, mpz, mpz]:
+    """x uniform in Z_n, s uniform in Z*_n (or ``djn``: a power of the key's base, :func:`_nonce_unit`) and s^n mod
+    n²: from the OS CSPRNG, or (``key``) from the key and the whole witness -- n's size plus 128 bits reduced mod
+    n, statistically uniform."""
     n = pk.n
     if key is None:
-        return mpz(secrets.randbelow(int(n))), _unit_below(n)
+        s, sn = _nonce_unit(pk, djn, secrets.randbits, lambda: _unit_below(n))
+        return mpz(secrets.randbelow(int(n))), s, sn
     parts = [len(cts), *cts, *ms, *rs]
     size = (int(n).bit_length() + CHALLENGE_BITS + 7) // 8
     x = mpz(int.from_bytes(_witness_stream(key, b"x:" + context, parts, size), "big")) % n
-    for k in range(1 << 16):
-        s = mpz(int.from_bytes(_witness_stream(key, b"s%d:" % k + context, parts, size), "big")) % n
-        if s > 0 and gmpy2.gcd(s, n) == 1:
-            return x, s
-    raise AssertionError("no unit found")  # pragma: no cover - probability ~(2/√n)^65536
+
+    def unit() -> mpz:
+        for k in range(1 << 16):
+            s = mpz(int.from_bytes(_witness_stream(key, b"s%d:" % k + context, parts, size), "big")) % n
+            if s > 0 and gmpy2.gcd(s, n) == 1:
+                return s
+        raise AssertionError("no unit found")  # pragma: no cover - probability ~(2/√n)^65536
+
+    def bits(count: int) -> int:
+        raw = _witness_stream(key, b"b:" + context, parts, (count + 7) // 8)
+        return int.from_bytes(raw, "big") >> (8 * len(raw) - count)
+
+    s, sn = _nonce_unit(pk, djn, bits, unit)
+    return x, s, sn
 
 
 def prove_plaintext_knowledge(
@@ -239,6 +273,7 @@ def prove_plaintext_knowledge(
     randomness: Sequence[int],
     context: bytes,
     nonce_key: bytes | None = None,
+    djn: bool = False,
 ) -> tuple[int, int, int]:
     """Proof (a, z, w) that the prover knows (m_i, r_i) with c_i = g^{m_i}·r_i^n mod n² for every c_i in
     ``cts`` (``plaintexts``: the m_i, any sign, taken mod n; ``randomness``: the r_i), bound to ``context``.
@@ -284,8 +319,8 @@ def prove_plaintext_knowledge(
     cs = [mpz(c) for c in cts]
     ms = [int(mpz(m) % n) for m in plaintexts]
     rs = [int(mpz(r) % n) for r in randomness]
-    x, s = _popk_nonces(pk, cs, ms, rs, context, nonce_key)
-    a = (1 + x * n) * powmod(s, n, n2) % n2
+    x, s, sn = _popk_nonces(pk, cs, ms, rs, context, nonce_key, djn)
+    a = (1 + x * n) * sn % n2
     es = _popk_weights(pk, cs, int(a), context)
     z = (x + sum(e * m for e, m in zip(es, ms))) % n
     w = s * multi_exp([mpz(r) for r in rs], es, n) % n
@@ -333,6 +368,7 @@ def prove_scaling(
     randomness: Sequence[int],
     context: bytes,
     nonce_key: bytes | None = None,
+    djn: bool = False,
 ) -> list[int]:
     """Proof [A_1 … A_k, z_1 … z_k, w_1 … w_k] that the prover knows integers r_i ≥ 0 and units s_i with
     c_i = b_i^{r_i}·s_i^n mod n² for every i: each c_i encrypts a multiple, known to the prover, of what b_i
@@ -376,7 +412,7 @@ def prove_scaling(
     xbits = max(r.bit_length() for r in rs) + CHALLENGE_BITS + SCALE_HIDING_BITS
     if nonce_key is None:
         xs = [secrets.randbits(xbits) for _ in rs]
-        us = [_unit_below(n) for _ in rs]
+        nonces = [_nonce_unit(pk, djn, secrets.randbits, lambda: _unit_below(n)) for _ in rs]
     else:
         parts = [len(cs), *bs, *cs, *rs, *ss]
         size = (xbits + 7) // 8
@@ -384,12 +420,23 @@ def prove_scaling(
             int.from_bytes(_witness_stream(nonce_key, b"x%d:" % i + context, parts, size), "big") % (1 << xbits)
             for i in range(len(rs))
         ]
-        us = [_unit_from(nonce_key, b"u%d:" % i + context, parts, n) for i in range(len(rs))]
-    commitments = [int(powmod(b, x, n2) * powmod(u, n, n2) % n2) for b, x, u in zip(bs, xs, us)]
+        nonces = [_stream_nonce(pk, djn, nonce_key, b"u%d:" % i + context, parts) for i in range(len(rs))]
+    us = [u for u, _ in nonces]
+    commitments = [int(powmod(b, x, n2) * un % n2) for b, x, (_, un) in zip(bs, xs, nonces)]
     e = _scaling_challenge(pk, bs, cs, commitments, context)
     zs = [x + e * r for x, r in zip(xs, rs)]
     ws = [int(u * powmod(sv, e, n) % n) for u, sv in zip(us, ss)]
     return [*commitments, *zs, *ws]
+
+
+def _stream_nonce(pk: PublicKey, djn: bool, key: bytes, label: bytes, parts: Sequence[int]) -> tuple[mpz, mpz]:
+    """:func:`_nonce_unit` with its randomness from the witness stream (``key``, ``label``, ``parts``)."""
+
+    def bits(count: int) -> int:
+        raw = _witness_stream(key, b"djn/" + label, parts, (count + 7) // 8)
+        return int.from_bytes(raw, "big") >> (8 * len(raw) - count)
+
+    return _nonce_unit(pk, djn, bits, lambda: _unit_from(key, label, parts, pk.n))
 
 
 def _unit_from(key: bytes, label: bytes, parts: Sequence[int], n: mpz) -> mpz:
@@ -499,6 +546,7 @@ def prove_combination(
     context: bytes,
     exponent_bits: int,
     nonce_key: bytes | None = None,
+    djn: bool = False,
 ) -> list[int]:
     """Proof [A_1 … A_k, z_1 … z_J, w_1 … w_k] that the prover knows coefficients a_1 … a_J (one per row of
     ``bases``, the same for every entry) and units s_ℓ with c_ℓ = Π_j X_{jℓ}^{a_j}·s_ℓ^n mod n² for every entry
@@ -544,7 +592,7 @@ def prove_combination(
     xbits = exponent_bits + CHALLENGE_BITS + SCALE_HIDING_BITS
     if nonce_key is None:
         xs = [secrets.randbits(xbits) for _ in as_]
-        us = [_unit_below(n) for _ in cs]
+        nonces = [_nonce_unit(pk, djn, secrets.randbits, lambda: _unit_below(n)) for _ in cs]
     else:
         parts = [len(rows), len(cs), *(v for row in rows for v in row), *cs, *as_, *ss]
         size = (xbits + 7) // 8
@@ -552,8 +600,9 @@ def prove_combination(
             int.from_bytes(_witness_stream(nonce_key, b"cx%d:" % j + context, parts, size), "big") % (1 << xbits)
             for j in range(len(as_))
         ]
-        us = [_unit_from(nonce_key, b"cu%d:" % i + context, parts, n) for i in range(len(cs))]
-    commitments = [int(multi_exp([row[i] for row in rows], xs, n2) * powmod(u, n, n2) % n2) for i, u in enumerate(us)]
+        nonces = [_stream_nonce(pk, djn, nonce_key, b"cu%d:" % i + context, parts) for i in range(len(cs))]
+    us = [u for u, _ in nonces]
+    commitments = [int(multi_exp([row[i] for row in rows], xs, n2) * un % n2) for i, (_, un) in enumerate(nonces)]
     e = _combination_challenge(pk, rows, cs, commitments, context)
     zs = [x + e * a for x, a in zip(xs, as_)]
     ws = [int(u * powmod(sv, e, n) % n) for u, sv in zip(us, ss)]
@@ -618,18 +667,23 @@ def prove_bits(
     randomness: Sequence[int],
     context: bytes,
     rngs: Sequence[random.Random] | None = None,
+    djn: bool = False,
 ) -> list[int]:
     """:func:`prove_bit` for every c_k of ``cts`` (c_k = g^{b_k}·r_k^n, ``bits`` and ``randomness`` known to the
     encryptor), entry k bound to ``context`` and k: 5 integers an entry.  ``rngs``: one secret stream per entry
     for its nonces (a cryptographic one -- the fake branch's nonces are in the proof; a replayed prover passes
-    the same streams and sends the same proof); without them, the OS CSPRNG."""
+    the same streams and sends the same proof); without them, the OS CSPRNG.  ``djn``: every r_k is a power
+    h^a of the key's public base (a group key's replayable encryption); both branches' z are then powers of h
+    (:func:`_nonce_unit`: statistically the same distribution for the real and the simulated branch), their
+    n-th powers from the key's table."""
     if not (len(cts) == len(bits) == len(randomness)) or any(b not in (0, 1) for b in bits):
         raise ValueError("one bit (0 or 1) and one randomness per ciphertext")
     if rngs is not None and len(rngs) != len(cts):
         raise ValueError("one nonce stream per ciphertext")
     out: list[int] = []
     for k, (c, b, r) in enumerate(zip(cts, bits, randomness)):
-        out += _prove_bit_with(pk, mpz(c), b, mpz(r), _entry_context(context, k), None if rngs is None else rngs[k])
+        rng = None if rngs is None else rngs[k]
+        out += _prove_bit_with(pk, mpz(c), b, mpz(r), _entry_context(context, k), rng, djn)
     return out
 
 

@@ -156,7 +156,7 @@ def _prove_bits(pk: PublicKey, cts: list[int], ms: list[int], rs: list[int], con
     for k, (c, m, r) in enumerate(zip(cts, ms, rs)):
         msg = b"".join(len(b).to_bytes(4, "big") + b for b in (context, b"%d" % k, b"%d" % c, b"%d" % m, b"%d" % r))
         rngs.append(DrbgRandom(Drbg(hmac.new(key, msg, hashlib.sha256).digest())))
-    return prove_bits(pk, cts, [int(m) for m in ms], rs, context, rngs)
+    return prove_bits(pk, cts, [int(m) for m in ms], rs, context, rngs, djn=True)  # rs: h^a (replayable)
 
 
 BITS = ProofKind("that every entry encrypts 0 or 1", lambda n: 5 * n, _prove_bits, verify_bits, verify_bits_many)
@@ -435,7 +435,7 @@ def _blind(
     obfuscators = [replayable_obfuscator(pk, a) for a in exps]
     D = [powmod(c, r, n2) * sn % n2 for c, r, (sn, _) in zip(C, rs, obfuscators)]
     nonce_key = stream_key(seed, PROTOCOL, role, "zero-test-proof", hashlib.sha256(context).hexdigest())
-    return D, prove_scaling(pk, C, D, rs, [int(s) for _, s in obfuscators], context, nonce_key)
+    return D, prove_scaling(pk, C, D, rs, [int(s) for _, s in obfuscators], context, nonce_key, djn=True)
 
 
 def scaling_size(count: int) -> int:

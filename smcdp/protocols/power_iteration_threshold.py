@@ -193,7 +193,8 @@ class ProofKind:
 PLAINTEXT_KNOWLEDGE = ProofKind(
     "that it knows what it encrypts",
     lambda n: 3,
-    lambda pk, cts, ms, rs, context, key: list(prove_plaintext_knowledge(pk, cts, ms, rs, context, key)),
+    # the randomness of a release is h^a (its replayable encryption): the proof's nonce is a power of h too
+    lambda pk, cts, ms, rs, context, key: list(prove_plaintext_knowledge(pk, cts, ms, rs, context, key, djn=True)),
     verify_plaintext_knowledge,
 )
 
@@ -984,7 +985,15 @@ def proven_combination(
     ]
     nonce_key = hmac.new(key, b"combination-proof\x00" + tag.encode(), hashlib.sha256).digest()
     proof = prove_combination(
-        pk, [[int(c) for c in row.ciphertexts] for row in rows], cts, exps, ss, context, exponent_bits, nonce_key
+        pk,
+        [[int(c) for c in row.ciphertexts] for row in rows],
+        cts,
+        exps,
+        ss,
+        context,
+        exponent_bits,
+        nonce_key,
+        djn=True,
     )
     bound = sum(a * row.bound for row, a in used)
     vec = EncryptedVector(pk, [gmpy2.mpz(c) for c in cts], first.length, first.exponent, first.packing, bound)

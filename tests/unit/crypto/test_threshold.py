@@ -320,8 +320,12 @@ def test_replayable_encryption_is_an_obfuscator_of_the_keys_public_base_with_its
         assert combine(pub, [int(c)], [partial_decrypt(s, [int(c)], CTX) for s in shares[: T + 1]], CTX) == [m]
         assert encrypt_replayable(pk, m, a) == (c, r)
     assert encrypt_replayable(pk, 5, 2)[0] != encrypt_replayable(pk, 5, 3)[0]
+    from smcdp.crypto.threshold import djn_exponent_bits
+
+    top = djn_exponent_bits(pk)  # a proof's nonce exponent: the obfuscator's and 224 bits more
+    assert top == bits + 224 and encrypt_replayable(pk, 0, (1 << top) - 1)[1] == pow(int(h), (1 << top) - 1, n)
     with pytest.raises(ValueError):
-        encrypt_replayable(pk, 1, 1 << bits)
+        encrypt_replayable(pk, 1, 1 << top)
 
 
 @pytest.mark.parametrize("count,offset", [(1, 0), (2, 4), (5, 1), (12, 3), (40, 2)])

@@ -383,3 +383,73 @@ def test_a_combination_proof_fails_for_anything_but_one_combination_of_the_bases
     assert not verify_combination(pk, rows, cts, proof, b"ctx", 8)
     bad_s = prove_combination(pk, rows, cts, exps, [s + 1 for s in ss], b"ctx", 16)
     assert not verify_combination(pk, rows, cts, bad_s, b"ctx", 16)
+
+
+def test_djn_nonces_powers_of_the_keys_base_verify_replay_and_still_fail_when_false(key):
+    """djn=True (a group key's proofs, whose witnesses are powers h^a of the key's public base): the proof of
+    plaintext knowledge, the bit proofs, the scaling and the combination proof all verify with the unchanged
+    verifiers, a keyed prover sends the same bytes twice and other bytes than the textbook nonces, the nonce
+    units are powers of h, and a false statement still fails (soundness does not rest on the nonces)."""
+    import gmpy2
+
+    from smcdp.crypto.threshold import encrypt_replayable, encryption_base, replayable_obfuscator
+    from smcdp.crypto.zkp import (
+        prove_bits,
+        prove_combination,
+        prove_scaling,
+        verify_bits,
+        verify_combination,
+        verify_scaling,
+    )
+
+    pk = key[0]
+    n, n2 = pk.n, pk.nsquare
+    h = encryption_base(int(n))
+    ms, exps = [0, 1, 1, 0], [11, 2**60 + 3, 5, 2**40]
+    pairs = [encrypt_replayable(pk, m, a) for m, a in zip(ms, exps)]
+    cts, rs = [int(c) for c, _ in pairs], [int(r) for _, r in pairs]
+
+    popk = prove_plaintext_knowledge(pk, cts, ms, rs, CTX, b"k" * 32, djn=True)
+    assert verify_plaintext_knowledge(pk, cts, popk, CTX)
+    assert popk == prove_plaintext_knowledge(pk, cts, ms, rs, CTX, b"k" * 32, djn=True)
+    assert popk != prove_plaintext_knowledge(pk, cts, ms, rs, CTX, b"k" * 32)
+    assert verify_plaintext_knowledge(pk, cts, prove_plaintext_knowledge(pk, cts, ms, rs, CTX, djn=True), CTX)
+    # the response w is h^(b + Σ e_i a_i): a power of h, as the nonce is
+    assert not verify_plaintext_knowledge(pk, cts, [popk[0], (popk[1] + 1) % n, popk[2]], CTX)
+
+    bits = prove_bits(pk, cts, ms, rs, CTX, djn=True)
+    assert verify_bits(pk, cts, bits, CTX)
+    two, r2 = encrypt_replayable(pk, 2, 7)
+    with pytest.raises(ValueError):
+        prove_bits(pk, [int(two)], [2], [int(r2)], CTX, djn=True)
+    forged = prove_bits(pk, [int(two)], [1], [int(r2)], CTX, djn=True)  # claims 1 for an encryption of 2
+    assert not verify_bits(pk, [int(two)], forged, CTX)
+
+    scale_r = [3, 2**70 + 1, 9, 4]
+    obf = [replayable_obfuscator(pk, a) for a in (1, 2, 3, 4)]
+    D = [int(gmpy2.powmod(c, r, n2) * on % n2) for c, r, (on, _) in zip(cts, scale_r, obf)]
+    ss = [int(s) for _, s in obf]
+    proof = prove_scaling(pk, cts, D, scale_r, ss, CTX, b"k" * 32, djn=True)
+    assert proof == prove_scaling(pk, cts, D, scale_r, ss, CTX, b"k" * 32, djn=True)
+    assert verify_scaling(pk, cts, D, proof, CTX, 71)
+    assert not verify_scaling(pk, cts, [D[0] * (1 + n) % n2, *D[1:]], proof, CTX, 71)
+
+    rows = [cts, [int(c) for c in reversed(cts)]]
+    coef = [5, 7]
+    combined = [
+        int(gmpy2.powmod(a, coef[0], n2) * gmpy2.powmod(b, coef[1], n2) * on % n2)
+        for a, b, (on, _) in zip(rows[0], rows[1], obf)
+    ]
+    cproof = prove_combination(pk, rows, combined, coef, ss, CTX, 8, b"k" * 32, djn=True)
+    assert verify_combination(pk, rows, combined, cproof, CTX, 8)
+    assert not verify_combination(pk, rows, [combined[0] * (1 + n) % n2, *combined[1:]], cproof, CTX, 8)
+    # the nonce unit of the djn form is h^b with b drawn at the exponent size, u^n from the table; the textbook
+    # form is the drawn unit itself
+    from smcdp.crypto.threshold import djn_exponent_bits
+    from smcdp.crypto.zkp import _nonce_unit
+
+    sizes = []
+    u, un = _nonce_unit(pk, True, lambda b: sizes.append(b) or 12345, lambda: pytest.fail("no unit is drawn"))
+    assert sizes == [djn_exponent_bits(pk)] and u == pow(int(h), 12345, int(n)) and un == pow(int(u), int(n), int(n2))
+    u, un = _nonce_unit(pk, False, lambda b: pytest.fail("no exponent is drawn"), lambda: gmpy2.mpz(77))
+    assert u == 77 and un == pow(77, int(n), int(n2))
