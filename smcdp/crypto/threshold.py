@@ -56,6 +56,7 @@ import random
 import secrets
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -526,6 +527,21 @@ def _batch_statement(
     return x, y
 
 
+def _powers(cs: Sequence[mpz], exp: int, n2: mpz) -> list[mpz]:
+    """c^exp mod n2 for every c: on every core when there are several (the engine's powers release the GIL; a
+    partial decryption's ~4,500-bit power mod N² costs 6 ms at 2048 bits, so a vector's are worth spreading)."""
+    workers = min(len(cs), os.cpu_count() or 1)
+    if workers < 2:
+        return [powmod(c, exp, n2) for c in cs]
+    chunks = [cs[i::workers] for i in range(workers)]
+    with ThreadPoolExecutor(workers, thread_name_prefix="smcdp-partial") as ex:
+        parts = list(ex.map(lambda chunk: [powmod(c, exp, n2) for c in chunk], chunks))
+    out: list[mpz] = [mpz(0)] * len(cs)
+    for i, part in enumerate(parts):
+        out[i::workers] = part
+    return out
+
+
 def partial_decrypt(
     share: KeyShare, cts: Sequence[int], context: bytes, *, batch: bool = True, nonce_key: bytes | None = None
 ) -> PartialDecryption:
@@ -538,7 +554,7 @@ def partial_decrypt(
     cs = pk.validate_ciphertexts(cts, "ciphertext")
     n2 = pk.nsquare
     exp = 2 * pub.delta * share.secret
-    values = [powmod(c, exp, n2) for c in cs]
+    values = _powers(cs, exp, n2)
     if batch:
         x, y = _batch_statement(pub, share.index, cs, values, context)
         proofs: tuple[tuple[int, int], ...] = (_prove(pub, share, x, y, context, nonce_key),)
