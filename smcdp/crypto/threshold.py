@@ -456,24 +456,31 @@ _BASES: dict[int, tuple[mpz, mpz]] = {}
 def _encryption_bases(pk: PublicKey) -> tuple[mpz, mpz]:
     """(h mod N, h^N mod N²) of the key, computed once a process."""
     key = int(pk.n)
-    bases = _BASES.get(key)
+    with _TABLES_LOCK:
+        bases = _BASES.get(key)
     if bases is None:
         h = encryption_base(key)
-        bases = _BASES[key] = (h, powmod(h, pk.n, pk.nsquare))
-        if len(_BASES) > _TABLES_MAX:
-            _BASES.pop(next(iter(_BASES)))
+        made = (h, powmod(h, pk.n, pk.nsquare))
+        with _TABLES_LOCK:
+            bases = _BASES.setdefault(key, made)
+            if len(_BASES) > _TABLES_MAX:
+                _BASES.pop(next(iter(_BASES)))
     return bases
 
 
-#: how far a proof nonce's exponent exceeds an obfuscator's (:func:`djn_exponent_bits`): the challenge (128 bits),
-#: up to 2^16 terms, and 80 bits of statistical hiding
-DJN_NONCE_EXTRA_BITS = 128 + 16 + 80
+#: statistical hiding of a proof's nonce exponent over what it hides (:func:`djn_exponent_bits`)
+DJN_HIDING_BITS = 80
+#: the terms of a response Σ e_i·a_i that the tables' exponent size covers (more: longer nonces, by powmod)
+DJN_TABLE_TERMS_BITS = 16
 
 
-def djn_exponent_bits(pk: PublicKey) -> int:
-    """The largest exponent :func:`replayable_obfuscator` takes: an obfuscator's (``pk.obfuscation_bits``) plus
-    DJN_NONCE_EXTRA_BITS, so that a proof's nonce u = h^b hides b + Σ e_i·a_i (smcdp.crypto.zkp, ``djn``)."""
-    return pk.obfuscation_bits + DJN_NONCE_EXTRA_BITS
+def djn_exponent_bits(pk: PublicKey, terms: int = 1) -> int:
+    """Bits of a proof's nonce exponent b (u = h^b, smcdp.crypto.zkp ``djn``) for a response b + Σ e_i·a_i over
+    ``terms`` terms, each e_i below 2^CHALLENGE_BITS and a_i below 2^obfuscation_bits: their sum's bits plus
+    DJN_HIDING_BITS, so that b + Σ e_i·a_i is within 2^-DJN_HIDING_BITS of b alone.  Sized for at least
+    2^DJN_TABLE_TERMS_BITS terms (the tables' size); beyond, one more bit for every doubling."""
+    sum_bits = pk.obfuscation_bits + CHALLENGE_BITS + max(DJN_TABLE_TERMS_BITS, int(terms).bit_length())
+    return sum_bits + DJN_HIDING_BITS
 
 
 def replayable_obfuscator(pk: PublicKey, a: int) -> tuple[mpz, mpz]:
@@ -482,15 +489,20 @@ def replayable_obfuscator(pk: PublicKey, a: int) -> tuple[mpz, mpz]:
     like a uniform N-th residue).  ``a`` comes from the caller (derived from a party's secret root: a replayed
     party computes the same bytes); r is the opening a proof about the ciphertext is made from.  Two table
     lookups -- about 0.2 ms at 2048 bits instead of the 3 ms of a textbook r^N."""
-    bits = djn_exponent_bits(pk)
-    if not 0 <= a < 1 << bits:
-        raise ValueError(f"the exponent a must have at most {bits} bits")
+    if pk.subgroup:  # its obfuscation_bits are l + 64, far too short for this base
+        raise ValueError("a replayable obfuscator needs a standard key (a group key), not a subgroup key")
+    if a < 0:
+        raise ValueError("the exponent a must be a non-negative integer")
+    bits = djn_exponent_bits(pk)  # the tables' exponent size; a longer a (a longer proof's nonce) goes by powmod
     h, hn = _encryption_bases(pk)
     return _table_pow("h^N", hn, pk.nsquare, bits, a, _ENC_WINDOW), _table_pow("h", h, pk.n, bits, a, _ENC_WINDOW)
 
 
 def encrypt_replayable(pk: PublicKey, m: int, a: int) -> tuple[mpz, mpz]:
-    """(c, r): c = g^m·(h^N)^a mod N² = g^m·r^N with (h^N)^a, r = h^a mod N from :func:`replayable_obfuscator`."""
+    """(c, r): c = g^m·(h^N)^a mod N² = g^m·r^N with (h^N)^a, r = h^a mod N from :func:`replayable_obfuscator`;
+    ``a`` below 2^obfuscation_bits (an obfuscator's exponent)."""
+    if not 0 <= a < 1 << pk.obfuscation_bits:
+        raise ValueError(f"the exponent a must have at most {pk.obfuscation_bits} bits")
     obfuscator, r = replayable_obfuscator(pk, a)
     return obfuscator * pk.raw_encrypt(m, obfuscate=False) % pk.nsquare, r
 

@@ -82,16 +82,16 @@ def _unit_below(n: mpz, rng: random.Random | None = None) -> mpz:
 
 
 def _nonce_unit(
-    pk: PublicKey, djn: bool, draw_bits: Callable[[int], int], draw_unit: Callable[[], mpz]
+    pk: PublicKey, djn: bool, draw_bits: Callable[[int], int], draw_unit: Callable[[], mpz], terms: int = 1
 ) -> tuple[mpz, mpz]:
     """A proof's nonce unit u and u^n mod n²: u uniform in Z*_n (``draw_unit``, one power), or -- ``djn`` -- u = h^b
-    for the key's public base h and b of :func:`~smcdp.crypto.threshold.djn_exponent_bits` bits (``draw_bits``),
-    u^n from the key's table.  The second is for witnesses that are powers of h themselves (a group key's
+    for the key's public base h and b of :func:`~smcdp.crypto.threshold.djn_exponent_bits` bits for a response
+    over ``terms`` terms (``draw_bits``), u^n from the key's table.  The second is for witnesses that are powers of h themselves (a group key's
     replayable encryptions and re-randomisers: r = h^a, a < 2^obfuscation_bits): a response u·Π r_i^{e_i} =
-    h^(b + Σ e_i·a_i) is then within 2^-80 of h^b' for a fresh b' (b exceeds Σ e_i·a_i by 80 bits for up to 2^16
-    terms), which is what a simulator draws -- zero knowledge stays statistical, the verifier is unchanged."""
+    h^(b + Σ e_i·a_i) is then within 2^-80 of h^b' for a fresh b' (b exceeds Σ e_i·a_i by 80 bits), which is what a
+    simulator draws -- zero knowledge stays statistical, the verifier is unchanged."""
     if djn:
-        un, u = replayable_obfuscator(pk, draw_bits(djn_exponent_bits(pk)))
+        un, u = replayable_obfuscator(pk, draw_bits(djn_exponent_bits(pk, terms)))
         return mpz(u), un
     u = draw_unit()
     return u, powmod(u, pk.n, pk.nsquare)
@@ -245,7 +245,7 @@ def _popk_nonces(
     n, statistically uniform."""
     n = pk.n
     if key is None:
-        s, sn = _nonce_unit(pk, djn, secrets.randbits, lambda: _unit_below(n))
+        s, sn = _nonce_unit(pk, djn, secrets.randbits, lambda: _unit_below(n), len(cts))
         return mpz(secrets.randbelow(int(n))), s, sn
     parts = [len(cts), *cts, *ms, *rs]
     size = (int(n).bit_length() + CHALLENGE_BITS + 7) // 8
@@ -262,7 +262,7 @@ def _popk_nonces(
         raw = _witness_stream(key, b"b:" + context, parts, (count + 7) // 8)
         return int.from_bytes(raw, "big") >> (8 * len(raw) - count)
 
-    s, sn = _nonce_unit(pk, djn, bits, unit)
+    s, sn = _nonce_unit(pk, djn, bits, unit, len(cts))
     return x, s, sn
 
 

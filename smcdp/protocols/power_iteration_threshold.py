@@ -698,10 +698,14 @@ async def first_failing(
     return None
 
 
-def split_offset(tag: str, parties: int) -> int:
+def split_offset(session_id: str, tag: str, parties: int) -> int:
     """The rotation of a split decryption's decryptors (:func:`~smcdp.crypto.threshold.decryptors`): a hash of the
-    partial decryptions' tag, so that successive rounds' and stages' vectors are decrypted by different parties."""
-    return int.from_bytes(hashlib.sha256(b"smcdp/split-decryption\x00" + tag.encode()).digest()[:8], "big") % parties
+    session and the partial decryptions' tag, so that successive rounds', stages' and sessions' vectors are
+    decrypted by different parties.  Public: every party computes the same."""
+    h = hashlib.sha256(b"smcdp/split-decryption\x00")
+    for part in (session_id.encode(), tag.encode()):
+        h.update(len(part).to_bytes(4, "big") + part)
+    return int.from_bytes(h.digest()[:8], "big") % parties
 
 
 async def threshold_decrypt(
@@ -734,7 +738,7 @@ async def threshold_decrypt(
     pub = key.public
     count = len(total.ciphertexts)
     others = [r for r in params.data_roles if r != ch.role]
-    offset = split_offset(tags.partial, pub.parties)
+    offset = split_offset(ch.session_id, tags.partial, pub.parties)
     share_of = {r: assigned(count, pub.parties, pub.threshold, key.indices[r], offset) for r in params.data_roles}
     if agree is not None:
         mine = hashlib.sha256(sum_context(ch.session_id, tags.sum, total, echo)).digest()

@@ -68,8 +68,10 @@ RESERVE_BYTES = 256 * 1024
 #: root than version 2's ``randrange``), so a version-2 session could not resume bit-identical: it is refused
 #: by name instead of diverging.  4 (2026-12-03): a group-key release's encryption randomness is a fixed-base
 #: obfuscator of the key's public base (``threshold.encrypt_replayable``), not r^N: other ciphertexts for the
-#: same root than version 3's
-VERSION = 4
+#: same root than version 3's.  5 (2026-12-03): the later changes of that afternoon -- split threshold
+#: decryption (other partial messages), group-key proofs' nonces as powers of the key's base, dp-aggregate's
+#: blinding exponents -- give other bytes again; a checkpoint of a build between those commits is refused
+VERSION = 5
 SUFFIX = ".d"
 #: an input file larger than this is fingerprinted by its size, mtime and its first and last MiB
 #: instead of its whole content (hashing runs at about 1 GB/s)

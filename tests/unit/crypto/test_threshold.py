@@ -320,12 +320,18 @@ def test_replayable_encryption_is_an_obfuscator_of_the_keys_public_base_with_its
         assert combine(pub, [int(c)], [partial_decrypt(s, [int(c)], CTX) for s in shares[: T + 1]], CTX) == [m]
         assert encrypt_replayable(pk, m, a) == (c, r)
     assert encrypt_replayable(pk, 5, 2)[0] != encrypt_replayable(pk, 5, 3)[0]
-    from smcdp.crypto.threshold import djn_exponent_bits
+    from smcdp.crypto.threshold import djn_exponent_bits, replayable_obfuscator
 
-    top = djn_exponent_bits(pk)  # a proof's nonce exponent: the obfuscator's and 224 bits more
-    assert top == bits + 224 and encrypt_replayable(pk, 0, (1 << top) - 1)[1] == pow(int(h), (1 << top) - 1, n)
+    with pytest.raises(ValueError):  # an encryption's exponent is an obfuscator's
+        encrypt_replayable(pk, 1, 1 << bits)
+    # a proof's nonce exponent: the obfuscator's, the challenge, 2^16 terms and 80 bits; longer for more terms
+    top = djn_exponent_bits(pk)
+    assert top == bits + 128 + 16 + 80 and djn_exponent_bits(pk, 1 << 20) == top + 5
+    for a in (0, (1 << top) - 1, (1 << top) + 12345):  # in the tables' range, and beyond it (by powmod)
+        hn_a, h_a = replayable_obfuscator(pk, a)
+        assert h_a == pow(int(h), a, n) and hn_a == pow(int(h_a), n, n2)
     with pytest.raises(ValueError):
-        encrypt_replayable(pk, 1, 1 << top)
+        replayable_obfuscator(pk, -1)
 
 
 @pytest.mark.parametrize("count,offset", [(1, 0), (2, 4), (5, 1), (12, 3), (40, 2)])

@@ -177,7 +177,7 @@ def _zero_test_values(net, p, shares, rnd):
     # the work is split: party j's partial covers its assigned ciphertexts; party1 adds its own
     from smcdp.protocols.power_iteration_threshold import split_offset
 
-    offset = split_offset(rnd.blinded.partial, pub.parties)
+    offset = split_offset(net.session_id, rnd.blinded.partial, pub.parties)
     at = {i: assigned(len(cts), pub.parties, pub.threshold, i, offset) for i in range(1, pub.parties + 1)}
     partials = {
         int(sender[-1]): partial_from_proto(

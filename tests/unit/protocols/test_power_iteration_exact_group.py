@@ -19,14 +19,17 @@ from smcdp.crypto.paillier import generate_keypair
 from smcdp.crypto.threshold import (
     BadPartialDecryption,
     NotEnoughShares,
+    assigned,
+    combine,
     combine_vector_ints,
     deal,
+    partial_decrypt,
     partial_decrypt_vector,
 )
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.errors import InvalidMessage
 from smcdp.protocols.power_iteration import PowerIterationParams, plaintext_reference
-from smcdp.protocols.power_iteration_threshold import BadCombination, Tags, partial_from_proto
+from smcdp.protocols.power_iteration_threshold import BadCombination, Tags, partial_from_proto, split_offset
 from smcdp.v1 import messages_pb2 as pb
 from tests.support.pi_group import run
 
@@ -185,17 +188,22 @@ def test_trent_and_t_parties_cannot_read_an_honest_contribution_which_they_read_
     except Exception as exc:  # noqa: BLE001 - the test looks at it
         outcomes.append(exc)
     partial_tag = Tags.decryption("v/0").partial
-    honest = next(
-        partial_from_proto(pb.BigInts.FromString(d), pub, 2, len(c3.ciphertexts), "p")
-        for s, r, g, _, d in net.transcript
-        if g == partial_tag and s == "party2" and r == "party1"
+    # the decryption is split: an honest party's partial covers its assigned ciphertexts of the block
+    count = len(c3.ciphertexts)
+    offset = split_offset(net.session_id, partial_tag, 3)
+    sender, data = next(
+        (s, d) for s, r, g, _, d in net.transcript if g == partial_tag and s != "party1" and r == "party1"
     )
-    try:
-        combine_vector_ints(pub, c3, [partial_decrypt_vector(shares[0], c3, b"ctx"), honest], b"ctx")
+    h = int(sender[len("party") :])
+    at = assigned(count, 3, 1, h, offset)
+    honest = partial_from_proto(pb.BigInts.FromString(data), pub, h, len(at), "p")
+    cts = [int(c3.ciphertexts[k]) for k in at]
+    try:  # offered for party3's contribution at the same positions
+        combine(pub, cts, [partial_decrypt(shares[0], cts, b"ctx"), honest], b"ctx")
     except Exception as exc:  # noqa: BLE001
         outcomes.append(exc)
     assert isinstance(outcomes[0], NotEnoughShares), outcomes
-    assert isinstance(outcomes[1], BadPartialDecryption) and outcomes[1].party == 2, outcomes
+    assert isinstance(outcomes[1], BadPartialDecryption) and outcomes[1].party == h, outcomes
     # the block they decrypt with party2's partial is a multiple of the sum of the contributions (the dealer's
     # key, which nobody in the session holds, shows what each ciphertext is)
     block = _vector(

@@ -262,7 +262,7 @@ def _coalition_tries(net, params, pub, pooled_shares, target):
     count = len(c.ciphertexts)
     # the work is split: an honest party's partial covers its assigned ciphertexts of the sum
     honest = [
-        partial_from_proto(pb.BigInts.FromString(d), pub, int(s[len("party") :]), len(mine_of(pub, count, s)), "p")
+        partial_from_proto(pb.BigInts.FromString(d), pub, int(s[len("party") :]), len(mine_of(net, pub, count, s)), "p")
         for s, r, t, _, d in net.transcript
         if t == PARTIAL_TAG and r in members and s not in members
     ]
@@ -273,7 +273,7 @@ def _coalition_tries(net, params, pub, pooled_shares, target):
     sctx = sum_context(net.session_id, "final/cov", total, echo)
     for p in honest[:1]:
         try:  # an honest partial of the sum, offered for the target's contribution (at the same positions)
-            at = mine_of(pub, count, f"party{p.party}")
+            at = mine_of(net, pub, count, f"party{p.party}")
             cts = [int(c.ciphertexts[k]) for k in at]
             combine(pub, cts, [partial_decrypt(s, cts, sctx) for s in pooled_shares] + [p], sctx)
         except Exception as exc:  # noqa: BLE001
@@ -281,15 +281,19 @@ def _coalition_tries(net, params, pub, pooled_shares, target):
     # what they do read: the sum (their own partials of it and the honest ones), the session's DP output
     sum_cts = [int(x) for x in total.ciphertexts]
     mine = [
-        partial_decrypt(s, [sum_cts[k] for k in mine_of(pub, count, f"party{s.index}")], sctx) for s in pooled_shares
+        partial_decrypt(s, [sum_cts[k] for k in mine_of(net, pub, count, f"party{s.index}")], sctx)
+        for s in pooled_shares
+        if mine_of(net, pub, count, f"party{s.index}")
     ]
-    plain = combine_assigned(pub, sum_cts, mine + honest, sctx, offset=split_offset(PARTIAL_TAG, pub.parties))
+    plain = combine_assigned(
+        pub, sum_cts, mine + honest, sctx, offset=split_offset(net.session_id, PARTIAL_TAG, pub.parties)
+    )
     return outcomes, np.asarray(decode_fixed(total._unpack(plain), total.exponent))
 
 
-def mine_of(pub, count, role):
+def mine_of(net, pub, count, role):
     """The positions of the sum's ciphertexts that ``role`` (party<i>, share i) partially decrypts."""
-    offset = split_offset(PARTIAL_TAG, pub.parties)
+    offset = split_offset(net.session_id, PARTIAL_TAG, pub.parties)
     return assigned(count, pub.parties, pub.threshold, int(role[len("party") :]), offset)
 
 
@@ -418,9 +422,12 @@ def test_a_replayed_party_sends_the_same_bytes_so_its_commitment_still_holds(sk5
     roots = [root(40 + i) for i in range(3)]
     first, again = sent(roots), sent([root(40 + i) for i in range(3)])
     assert first == again
-    other = sent([root(99), *roots[1:]])
+    # another root for a party that partially decrypts (the split decides which do)
+    who = next(k[0] for k in first if k[2] == PARTIAL_TAG)
+    i = int(who[len("party") :]) - 1
+    other = sent([root(99) if j == i else r for j, r in enumerate(roots)])
     for tag in (DIGEST_TAG, COV_TAG, PROOF_TAG, PARTIAL_TAG):
-        mine = [k for k in first if k[0] == "party1" and k[2] == tag]
+        mine = [k for k in first if k[0] == who and k[2] == tag]
         assert mine and all(first[k] != other[k] for k in mine), tag
 
 
