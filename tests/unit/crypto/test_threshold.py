@@ -391,3 +391,19 @@ def test_the_number_of_decryptors_balances_decryptions_against_verifications():
     assert [decryptor_count(c, 64, 2) for c in (1, 10, 100, 1000)] == sorted(
         decryptor_count(c, 64, 2) for c in (1, 10, 100, 1000)
     )
+
+
+@pytest.mark.parametrize("cores", [1, 2, 3, 8])
+def test_partial_decryptions_on_several_cores_keep_their_order(key, cores, monkeypatch):
+    """_powers stripes a vector's powers over the cores and puts them back in order: the values equal one
+    thread's for any core count (more cores than ciphertexts included), and the partial decryption verifies."""
+    import smcdp.crypto.threshold as th
+
+    pk, _, pub, shares = key
+    cts = [pk.raw_encrypt(v) for v in range(7)]
+    exp = 2 * pub.delta * shares[0].secret
+    want = [gmpy2.powmod(c, exp, pk.nsquare) for c in cts]
+    monkeypatch.setattr(th.os, "cpu_count", lambda: cores)
+    assert th._powers(cts, exp, pk.nsquare) == want
+    p = partial_decrypt(shares[0], [int(c) for c in cts], CTX)
+    verify_partial(pub, [int(c) for c in cts], p, CTX)
