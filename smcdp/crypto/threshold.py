@@ -485,10 +485,11 @@ def djn_exponent_bits(pk: PublicKey, terms: int = 1) -> int:
 
 def replayable_obfuscator(pk: PublicKey, a: int) -> tuple[mpz, mpz]:
     """(h^N)^a mod N² and its N-th root r = h^a mod N, for h the key's :func:`encryption_base` and an exponent
-    ``a`` of ``pk.obfuscation_bits`` bits (at most :func:`djn_exponent_bits`: a proof's nonce) (DJN: the obfuscator of a short a, which the DJN assumption says looks
-    like a uniform N-th residue).  ``a`` comes from the caller (derived from a party's secret root: a replayed
-    party computes the same bytes); r is the opening a proof about the ciphertext is made from.  Two table
-    lookups -- about 0.2 ms at 2048 bits instead of the 3 ms of a textbook r^N."""
+    ``a`` ≥ 0: an obfuscator's (``pk.obfuscation_bits`` bits; DJN: the obfuscator of a short a looks like a
+    uniform N-th residue) or a proof's nonce (:func:`djn_exponent_bits`; longer ones go by powmod).  ``a`` comes
+    from the caller (derived from a party's secret root: a replayed party computes the same bytes); r is the
+    opening a proof about the ciphertext is made from.  Two table lookups -- about 0.2 ms at 2048 bits instead
+    of the 3 ms of a textbook r^N."""
     if pk.subgroup:  # its obfuscation_bits are l + 64, far too short for this base
         raise ValueError("a replayable obfuscator needs a standard key (a group key), not a subgroup key")
     if a < 0:
@@ -689,8 +690,8 @@ def decryptors(count: int, parties: int, threshold: int, offset: int = 0) -> lis
     (:func:`assigned`): the m = :func:`decryptor_count` parties offset + 1, …, offset + m (cyclically mod n)
     take the ciphertexts in turn, t + 1 consecutive ones of them for each -- so each decryptor does about
     (t + 1)/m of the ciphertexts, and a ciphertext gets exactly the t + 1 partial decryptions it needs.  The
-    ``offset`` (a hash of the message's tag, say) rotates who decrypts from one vector to the next.  Public and
-    deterministic: every party computes the same sets."""
+    ``offset`` (a hash of the session and the message's tag: ``split_offset``) rotates who decrypts from one
+    vector to the next.  Public and deterministic: every party computes the same sets."""
     m = decryptor_count(count, parties, threshold)
     return [tuple(sorted((offset + (k + j) % m) % parties + 1 for j in range(threshold + 1))) for k in range(count)]
 
@@ -710,9 +711,9 @@ def combine_assigned(
     own: int | None = None,
     offset: int = 0,
 ) -> list[int]:
-    """The plaintexts of ``cts`` when the partial decryption was split (``offset`` as :func:`decryptors`): each party's partial covers exactly its
-    :func:`assigned` ciphertexts (in order, one batch proof), and ciphertext k is combined from the partials of
-    :func:`decryptors` S_k.  Every partial is verified on its own ciphertexts (except ``own``'s): each one is used,
+    """The plaintexts of ``cts`` when the partial decryption was split (``offset`` as :func:`decryptors`): each
+    party's partial covers exactly its :func:`assigned` ciphertexts (in order, one batch proof), and ciphertext k
+    is combined from the partials of :func:`decryptors` S_k.  Every partial is verified on its own ciphertexts (except ``own``'s): each one is used,
     so each wrong one raises :class:`BadPartialDecryption` naming its party; a partial of another party, or of
     another length, is refused, and a missing one needed for some ciphertext raises :class:`NotEnoughShares`."""
     sets = decryptors(len(cts), pub.parties, pub.threshold, offset)
@@ -720,7 +721,7 @@ def combine_assigned(
     positions = {i: [k for k, s in enumerate(sets) if i in s] for i in range(1, pub.parties + 1)}
     for i in sorted(seen, key=lambda i: (i != own, i)):
         mine = positions.get(i)
-        if mine is None or not mine:
+        if not mine:
             raise InvalidMessage(f"party {i} decrypts none of these ciphertexts: its partial decryption is unexpected")
         if i != own:
             verify_partial(pub, [cts[k] for k in mine], seen[i], context)

@@ -52,6 +52,7 @@ import hmac
 import random
 import secrets
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import gmpy2
 from gmpy2 import mpz
@@ -86,10 +87,11 @@ def _nonce_unit(
 ) -> tuple[mpz, mpz]:
     """A proof's nonce unit u and u^n mod n²: u uniform in Z*_n (``draw_unit``, one power), or -- ``djn`` -- u = h^b
     for the key's public base h and b of :func:`~smcdp.crypto.threshold.djn_exponent_bits` bits for a response
-    over ``terms`` terms (``draw_bits``), u^n from the key's table.  The second is for witnesses that are powers of h themselves (a group key's
-    replayable encryptions and re-randomisers: r = h^a, a < 2^obfuscation_bits): a response u·Π r_i^{e_i} =
-    h^(b + Σ e_i·a_i) is then within 2^-80 of h^b' for a fresh b' (b exceeds Σ e_i·a_i by 80 bits), which is what a
-    simulator draws -- zero knowledge stays statistical, the verifier is unchanged."""
+    over ``terms`` terms (``draw_bits``), u^n from the key's table.  The second is for witnesses that are powers
+    of h themselves (a group key's replayable encryptions and re-randomisers: r = h^a, a < 2^obfuscation_bits):
+    a response u·Π r_i^{e_i} = h^(b + Σ e_i·a_i) is then within 2^-80 of h^b' for a fresh b' (b exceeds
+    Σ e_i·a_i by 80 bits), which is what a simulator draws -- zero knowledge stays statistical, the verifier is
+    unchanged."""
     if djn:
         un, u = replayable_obfuscator(pk, draw_bits(djn_exponent_bits(pk, terms)))
         return mpz(u), un
@@ -258,11 +260,7 @@ def _popk_nonces(
                 return s
         raise AssertionError("no unit found")  # pragma: no cover - probability ~(2/√n)^65536
 
-    def bits(count: int) -> int:
-        raw = _witness_stream(key, b"b:" + context, parts, (count + 7) // 8)
-        return int.from_bytes(raw, "big") >> (8 * len(raw) - count)
-
-    s, sn = _nonce_unit(pk, djn, bits, unit, len(cts))
+    s, sn = _nonce_unit(pk, djn, partial(_stream_bits, key, b"b:" + context, parts), unit, len(cts))
     return x, s, sn
 
 
@@ -429,13 +427,15 @@ def prove_scaling(
     return [*commitments, *zs, *ws]
 
 
+def _stream_bits(key: bytes, label: bytes, parts: Sequence[int], count: int) -> int:
+    """``count`` bits of the witness stream (:func:`_witness_stream`): a nonce exponent."""
+    raw = _witness_stream(key, label, parts, (count + 7) // 8)
+    return int.from_bytes(raw, "big") >> (8 * len(raw) - count)
+
+
 def _stream_nonce(pk: PublicKey, djn: bool, key: bytes, label: bytes, parts: Sequence[int]) -> tuple[mpz, mpz]:
     """:func:`_nonce_unit` with its randomness from the witness stream (``key``, ``label``, ``parts``)."""
-
-    def bits(count: int) -> int:
-        raw = _witness_stream(key, b"djn/" + label, parts, (count + 7) // 8)
-        return int.from_bytes(raw, "big") >> (8 * len(raw) - count)
-
+    bits = partial(_stream_bits, key, b"djn/" + label, parts)
     return _nonce_unit(pk, djn, bits, lambda: _unit_from(key, label, parts, pk.n))
 
 
