@@ -7,11 +7,10 @@ network, dealt key shares), thread CPU of each step summed over the parties.
 from __future__ import annotations
 
 import argparse
-import collections
-import threading
 import time
 
 import numpy as np
+from thread_cpu import report, timed
 
 import smcdp.protocols.dp_aggregate_threshold as dt
 import smcdp.protocols.power_iteration_threshold as pit
@@ -19,23 +18,6 @@ from smcdp.crypto.paillier import generate_keypair
 from smcdp.crypto.threshold import deal
 from smcdp.protocols.power_iteration_threshold import ProofKind
 from tests.unit.protocols.test_dp_aggregate_threshold import params_for, run
-
-CPU: collections.defaultdict[str, float] = collections.defaultdict(float)
-CALLS: collections.Counter[str] = collections.Counter()
-_LOCK = threading.Lock()
-
-
-def timed(f, label):
-    def g(*a, **k):
-        t = time.thread_time()
-        try:
-            return f(*a, **k)
-        finally:
-            with _LOCK:
-                CPU[label] += time.thread_time() - t
-                CALLS[label] += 1
-
-    return g
 
 
 def main() -> None:
@@ -69,8 +51,7 @@ def main() -> None:
     t0, c0 = time.time(), time.process_time()
     run(p, [np.zeros(10)] * K, [0.01 * (j + 1) for j in range(K)], shares)
     print(f"K = {K}, {args.key_bits} bits: wall {time.time() - t0:.2f} s, CPU {time.process_time() - c0:.2f} s")
-    for label, v in sorted(CPU.items(), key=lambda x: -x[1]):
-        print(f"  {label:40s} {CALLS[label]:4d} calls {v:7.2f} s")
+    report()
 
 
 if __name__ == "__main__":

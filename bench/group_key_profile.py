@@ -8,10 +8,8 @@ one process (the in-memory network, dealt key shares), thread CPU of each wrappe
 from __future__ import annotations
 
 import argparse
-import collections
 import os
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -21,6 +19,7 @@ if not os.environ.get("PYTHONPATH"):
 sys.path.insert(0, str(HERE))
 
 from group_key_bench import blocks  # noqa: E402
+from thread_cpu import report, reset, timed  # noqa: E402
 
 import smcdp.crypto.threshold as th  # noqa: E402
 import smcdp.protocols.power_iteration_threshold as pit  # noqa: E402
@@ -29,9 +28,6 @@ from smcdp.crypto.threshold import deal  # noqa: E402
 from smcdp.protocols.power_iteration import PowerIterationParams  # noqa: E402
 from tests.support.pi_group import run  # noqa: E402
 
-CPU: collections.defaultdict[str, float] = collections.defaultdict(float)
-CALLS: collections.Counter[str] = collections.Counter()
-_LOCK = threading.Lock()
 STEPS = (
     (pit, "partial_decrypt", "partial decryptions and their proofs"),
     (th, "verify_partial", "partial decryptions' proofs verified"),
@@ -41,19 +37,6 @@ STEPS = (
     (pit, "verify_combination", "combination proofs verified (exact)"),
     (th, "_combine", "Lagrange combinations"),
 )
-
-
-def timed(f, label):
-    def g(*a, **k):
-        t = time.thread_time()
-        try:
-            return f(*a, **k)
-        finally:
-            with _LOCK:
-                CPU[label] += time.thread_time() - t
-                CALLS[label] += 1
-
-    return g
 
 
 def main() -> None:
@@ -73,8 +56,7 @@ def main() -> None:
     for mode in ("single", "group"):
         params = PowerIterationParams(**base, **({"key_group": "lab", "key_threshold": 1} if mode == "group" else {}))
         run(data, params, sk=sk, shares=shares if mode == "group" else None)  # warm-up: every table built
-        CPU.clear()
-        CALLS.clear()
+        reset()
         t0, c0 = time.time(), time.process_time()
         _, res = run(data, params, sk=sk, shares=shares if mode == "group" else None)
         if isinstance(res, Exception):
@@ -84,8 +66,7 @@ def main() -> None:
             f"{mode} key, {what}, k = {args.k}, {args.key_bits} bits: wall {time.time() - t0:.2f} s, "
             f"CPU {time.process_time() - c0:.2f} s"
         )
-        for label, v in sorted(CPU.items(), key=lambda x: -x[1]):
-            print(f"  {label:45s} {CALLS[label]:5d} calls {v:7.2f} s")
+        report(45)
 
 
 if __name__ == "__main__":
