@@ -490,12 +490,20 @@ class DPAggregateParams(ProtocolParams):
         where = f"dp-aggregate under a group key (K = {K}, d = {d}, {B}-bit key, {L} size levels)"
         if role == DAVE:
             return TrafficEnvelope.from_messages([(K + 1, d * (self.modulus_bits // 8 + 4) + 32)], where)
-        # per stage: digests and echoes (a data party: the others' and Charlie's echo); the relays of every
-        # party's level bits and bit proofs, blinded counts and scaling proofs, release and proof
-        msgs = [(stages * K, small), (stages * (K + 1), small), (K, release), (K, pok), (8, small)]
+
+        def received(*sizes: int) -> tuple[int, ...]:
+            """A stage's releases and proofs (each ``sizes``): Charlie gets K of each from their owners, a data
+            party one relay of all K (RelayedReleases)."""
+            if role == CHARLIE:
+                return (K * len(sizes), max(sizes), K * sum(sizes))
+            return (1, K * (sum(sizes) + 16 * len(sizes) + 32) + 64)
+
+        # per stage: digests and echoes (a data party: the others' and Charlie's echo); every party's level bits
+        # and bit proofs, blinded counts and scaling proofs, release and proof
+        msgs = [(stages * K, small), (stages * (K + 1), small), received(release, pok), (8, small)]
         for n in tested:
             counts = ciphertext_vector_bytes(n, B)
-            msgs += [(2 * K, counts), (K, n * 5 * ct + 64), (K, n * (2 * ct + (B + 280) // 8 + 8) + 32)]
+            msgs += [received(counts, n * 5 * ct + 64), received(counts, n * (2 * ct + (B + 280) // 8 + 8) + 32)]
         if role == CHARLIE:  # party1's key (N, theta, K verification keys mod N², as hex) and share map, the
             # others' hashes of theirs
             msgs += [(1, (K + 2) * (4 * B // 8 + 8) + 1024), (K, small), (K, partial(-(-d // slots)))]

@@ -462,6 +462,10 @@ class PowerIterationParams(ProtocolParams):
         gram = cts(self.gram_length, self.gram_slot_bits())
         both = block + gram + 16  # round/t and reply/t: a block, a Gram, a flag, and the fields' framing
         proof = 4 * B // 8 + 64  # a release's proof of plaintext knowledge (group key): a < N², z, w < N
+
+        def relay(release: int) -> int:  # Trent's relay (group key): every data party's release and proof
+            return self.n_parties * (release + proof + 32) + 64
+
         rounds = self.dp_rounds if self.dp else self.max_iterations
         msgs: list[tuple[int, ...]]
         if self.dp_mode == "covariance":  # one release each to Trent; its sum and the key pair to a party
@@ -471,18 +475,18 @@ class PowerIterationParams(ProtocolParams):
                 msgs = [(N, cov), (N, 24), (1, B // 8 + 16)]
                 if self.key_group is not None:  # and every release's proof and digest
                     msgs += [(N, proof), (N, 128), (N, 64)]  # 64: an echo
-            elif self.key_group is not None:  # every release, proof; others' digests; echoes (+Trent's); partials
+            elif self.key_group is not None:  # every release and proof (one relay); others' digests; echoes
+                # (+Trent's); partials
                 partial = cov + (4 * B + 5000) // 8 + 64  # a value per ciphertext (mod N²), the proof's e and z
-                msgs = [(N, cov), (N, proof), (N - 1, 128), (N, 64), (N - 1, partial)]  # 64: an echo
+                msgs = [(1, relay(cov)), (N - 1, 128), (N, 64), (N - 1, partial)]  # 64: an echo
             else:
                 msgs = [(1, cov), (1, 3 * (B // 8) + 32)]
         elif self.dp and self.key_group is not None and role != TRENT:  # v/0 in clear; per round: every
-            # release, the others' digests and partial decryptions (docs: the group key)
+            # release and proof (one relay), the others' digests and partial decryptions (docs: the group key)
             N, partial = self.n_parties, block + (4 * B + 5000) // 8 + 64
             msgs = [
                 (1, 9 * k * b + 64),
-                (rounds * N, block),
-                (rounds * N, proof),
+                (rounds, relay(block)),
                 (rounds * (N - 1), 128),
                 (rounds * N, 64),  # the echoes: the other data parties' and Trent's
                 (rounds * (N - 1), partial),
@@ -522,7 +526,7 @@ class PowerIterationParams(ProtocolParams):
             P = self.n_parties  # each party's messages: (count, largest[, total]) times P
             msgs = [(m[0] * P, m[1], *(t * P for t in m[2:])) for m in per_party] + [(1, B // 8 + 16)]  # key
         elif self.key_group is not None:  # the exact mode under a group key, per round: every party's two
-            # releases and proofs as Trent relays them, the others' digests, echoes (theirs and Trent's) and
+            # releases and proofs as Trent relays them (one message each), the others' digests, echoes (theirs and Trent's) and
             # partial decryptions of the block and the Gram; Trent's reply and its proofs
             R, N = rounds + 1, self.n_parties
             blocks_ct, grams_ct = (
@@ -533,10 +537,8 @@ class PowerIterationParams(ProtocolParams):
             proofs = (2 * blocks_ct + EXACT_WINDOW + 2 * grams_ct + 1) * ints + 64
             partial = block + gram + (4 * B + 5000) // 8 + 64  # a reply's block and Gram in one
             msgs = [
-                (R * N, block),
-                (R * N, proof),
-                (R * N, gram),
-                (R * N, proof),
+                (R, relay(block)),
+                (R, relay(gram)),
                 (2 * R * (N - 1), 128),
                 (2 * R * N, 64),
                 (R * (N - 1), partial),

@@ -117,13 +117,13 @@ class PowerIterationParams(TypingProtocol):
 
 #: a data party's digest of its contribution, to every other data party (step 2)
 DIGEST_TAG = "digest/cov"
-#: Trent's copy of party j's contribution, to every data party (step 4): "contrib/cov/<role j>"
+#: Trent's relay of every data party's contribution and proof, one message to every data party (step 4)
 CONTRIB_TAG = "contrib/cov"
 #: a data party's partial decryption of the sum it recomputed, to every other data party (step 5)
 PARTIAL_TAG = "partial/cov"
 #: a data party's hash of every digest it holds, to every other data party (step 2b)
 ECHO_TAG = "echo/cov"
-#: a data party's proof that it knows what its release encrypts, to Trent (step 3), relayed as "pok/cov/<role>"
+#: a data party's proof that it knows what its release encrypts, to Trent (step 3), relayed in "contrib/cov"
 PROOF_TAG = "pok/cov"
 _DOMAIN = b"smcdp/power-iteration/threshold-cov/v1"
 
@@ -131,15 +131,15 @@ _DOMAIN = b"smcdp/power-iteration/threshold-cov/v1"
 @dataclass(frozen=True)
 class Tags:
     """The messages of one release under the group key: to Trent (``release``), the digests to the other data
-    parties, Trent's relays (``<contrib>/<role>``), the partial decryptions, and the tag the partial
-    decryptions' proofs are bound to (``sum``)."""
+    parties, Trent's relay (``contrib``: every release and proof in one message), the partial decryptions, and the
+    tag the partial decryptions' proofs are bound to (``sum``)."""
 
     release: str
     digest: str
     contrib: str
     partial: str
     sum: str
-    #: the release's proof of plaintext knowledge, to Trent; his relay of party j's: ``<proof>/<role j>``
+    #: the release's proof of plaintext knowledge, to Trent (he relays it with the release, in ``contrib``)
     proof: str
     #: the hash of every digest a data party received (its echo), to every other data party
     echo: str
@@ -156,7 +156,8 @@ class Tags:
     @classmethod
     def exact_release(cls, what: str, t: int) -> Tags:
         """The exact mode's release ``what`` (``contrib``: C_i⁽ᵗ⁾; ``gram``: H_i of round t): committed, sent to
-        Trent as ``<what>/<t>``, relayed as ``relayed/<what>/<t>/<role>``; nothing of it is decrypted as such."""
+        Trent as ``<what>/<t>``, relayed (every party's in one message) as ``relayed/<what>/<t>``; nothing of it is
+        decrypted as such."""
         return cls(
             f"{what}/{t}",
             f"digest/{what}/{t}",
@@ -593,24 +594,26 @@ def _release(
     )
 
 
-async def _relayed(
-    ch: Channel,
+def _relayed(
+    msg: pb.RelayedReleases,
     params: PowerIterationParams,
     pk: PublicKey,
     packing: Packing,
     L: int,
-    trent: str,
-    tags: Tags,
-    role: str,
+    what: str,
     proof_size: Callable[[int], int],
-) -> tuple[EncryptedVector, list[int]]:
-    """``role``'s release and its proof (``proof_size(ciphertexts)`` integers) as ``trent`` relays them (sizes,
-    key and bound checked)."""
-    tag = f"{tags.contrib}/{role}"
-    vec = _release(await ch.recv(trent, tag, pb.CiphertextVector), pk, params, L, packing, f"{tag} from {trent}")
-    msg = await ch.recv(trent, f"{tags.proof}/{role}", pb.BigInts)
-    proof = proof_from_proto(msg, pk, f"{tags.proof}/{role}", proof_size(len(vec.ciphertexts)))
-    return vec, proof
+) -> dict[str, tuple[EncryptedVector, list[int]]]:
+    """Every data role's release and proof (``proof_size(ciphertexts)`` integers) as Trent relays them in one
+    message (``what``): one entry per data role, in the session's role order; sizes, key and bound checked."""
+    roles = params.data_roles
+    if [e.role for e in msg.releases] != roles:
+        raise InvalidMessage(f"{what} must relay the release of every data role in order ({', '.join(roles)})")
+    out = {}
+    for entry in msg.releases:
+        at = f"{what}, {entry.role}'s"
+        vec = _release(entry.release, pk, params, L, packing, f"{at} release")
+        out[entry.role] = (vec, proof_from_proto(entry.proof, pk, f"{at} proof", proof_size(len(vec.ciphertexts))))
+    return out
 
 
 async def checked_sum(
@@ -667,19 +670,18 @@ async def relayed_contributions(
 ) -> dict[str, tuple[EncryptedVector, list[int]]]:
     """Step 5's first check: every data role's release and proof as ``trent`` relays them, each against the
     digest its owner committed to -- a mismatch names Trent, who checked the same digest before relaying."""
-    vecs = {}
-    for role in params.data_roles:
-        vec, proof = await _relayed(ch, params, pk, packing, L, trent, tags, role, proof_size)
+    msg = await ch.recv(trent, tags.contrib, pb.RelayedReleases)
+    vecs = _relayed(msg, params, pk, packing, L, f"{tags.contrib} from {trent}", proof_size)
+    for role, (vec, proof) in vecs.items():
         if contribution_digest(ch.session_id, role, ch.roles[role], vec, proof) != digests[role]:
             exc = ContributionMismatch(
                 f"{ch.role} refuses to decrypt: the contribution of {role} that {trent} delivered "
-                f"({tags.contrib}/{role}) is not the one {role} committed to ({tags.digest}), which {trent} "
+                f"({tags.contrib}, {role}'s) is not the one {role} committed to ({tags.digest}), which {trent} "
                 f"checked it against before relaying it: {trent} deviated -- a party partially decrypts only the "
                 "sum it recomputed from the committed contributions"
             )
             exc.origin = ch.roles[trent]
             raise exc
-        vecs[role] = (vec, proof)
     return vecs
 
 
@@ -904,7 +906,8 @@ async def trent_deliver(
 ) -> tuple[bytes, dict[str, EncryptedVector]]:
     """Trent's steps 2b and 4: he echoes the digests he received (:func:`_trent_echo`), then relays every data
     party's release (``tags.release``) and its proof of plaintext knowledge (``tags.proof``) to every data
-    party, each checked first (size, key, bound) and against the digest its owner committed to
+    party -- all of them in one ``RelayedReleases`` message (``tags.contrib``), the same bytes to each -- each checked
+    first (size, key, bound) and against the digest its owner committed to
     (``tags.digest``, which every data party sent him too): a release that is not what its sender committed
     to is refused, naming the sender (:class:`ContributionMismatch`), and nothing is relayed.  He sums
     nothing and decrypts nothing.  Returns the echo and the releases (dp-aggregate's Charlie combines the
@@ -926,9 +929,10 @@ async def trent_deliver(
             )
             exc.origin = ch.roles[role]
             raise exc
-    for role in roles:
-        await ch.send_many(roles, f"{tags.contrib}/{role}", noisy[role])
-        await ch.send_many(roles, f"{tags.proof}/{role}", proofs[role])
+    relay = pb.RelayedReleases(
+        releases=[pb.RelayedRelease(role=role, release=noisy[role], proof=proofs[role]) for role in roles]
+    )
+    await ch.send_many(roles, tags.contrib, relay)  # one message: every release and proof, to every data party
     return echo, vecs
 
 

@@ -98,6 +98,22 @@ class Blobs(_message.Message):
     values: _containers.RepeatedScalarFieldContainer[bytes]
     def __init__(self, values: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
+class RelayedRelease(_message.Message):
+    __slots__ = ("role", "release", "proof")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
+    PROOF_FIELD_NUMBER: _ClassVar[int]
+    role: str
+    release: CiphertextVector
+    proof: BigInts
+    def __init__(self, role: _Optional[str] = ..., release: _Optional[_Union[CiphertextVector, _Mapping]] = ..., proof: _Optional[_Union[BigInts, _Mapping]] = ...) -> None: ...
+
+class RelayedReleases(_message.Message):
+    __slots__ = ("releases",)
+    RELEASES_FIELD_NUMBER: _ClassVar[int]
+    releases: _containers.RepeatedCompositeFieldContainer[RelayedRelease]
+    def __init__(self, releases: _Optional[_Iterable[_Union[RelayedRelease, _Mapping]]] = ...) -> None: ...
+
 class PowerIterationRound(_message.Message):
     __slots__ = ("gram", "converged", "contribution")
     GRAM_FIELD_NUMBER: _ClassVar[int]

@@ -1,7 +1,7 @@
 """A modified dp-aggregate plug-in for the group-key tests (listed in ``party.plugins`` of charlie only).
 
 As **charlie** it runs the honest group-key Charlie behind a channel that, when it relays the releases of G3
-(``g3/contrib/<role>``), delivers party3's release in place of every other party's: the "sum" a data party would
+(``g3/contrib``), delivers party3's release in place of every other party's: the "sum" a data party would
 decrypt for him would be K·(party3's release) -- a curator asking the data parties to decrypt one party's
 contribution.  Every other role is honest.
 """

@@ -1,7 +1,7 @@
 """A modified power-iteration plug-in for the group-key tests (listed in ``party.plugins`` of trent only).
 
 As **trent** it runs the honest Trent code behind a channel that, when it relays the releases of the
-covariance mode under a group key (``contrib/cov/<role>``), delivers party3's release in place of every other
+covariance mode under a group key (``contrib/cov``), delivers party3's release in place of every other
 party's: the "sum" a data party would decrypt is then n·(party3's release) -- a coordinator asking the data
 parties to decrypt one party's contribution.  In the exact mode it sends party3's start contribution as the
 first block (``v/0``), to be decrypted as such.  Every other role is honest.

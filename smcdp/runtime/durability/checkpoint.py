@@ -70,8 +70,10 @@ RESERVE_BYTES = 256 * 1024
 #: obfuscator of the key's public base (``threshold.encrypt_replayable``), not r^N: other ciphertexts for the
 #: same root than version 3's.  5 (2026-12-03): the later changes of that afternoon -- split threshold
 #: decryption (other partial messages), group-key proofs' nonces as powers of the key's base, dp-aggregate's
-#: blinding exponents -- give other bytes again; a checkpoint of a build between those commits is refused
-VERSION = 5
+#: blinding exponents -- give other bytes again; a checkpoint of a build between those commits is refused.
+#: 6 (2026-12-03): a coordinator relays a group-key stage's releases and proofs in one ``RelayedReleases``
+#: message to each data party, not one message per role and kind: a version-5 journal holds the old ones
+VERSION = 6
 SUFFIX = ".d"
 #: an input file larger than this is fingerprinted by its size, mtime and its first and last MiB
 #: instead of its whole content (hashing runs at about 1 GB/s)

@@ -39,6 +39,7 @@ from smcdp.protocols.dp_aggregate_threshold import (
 )
 from smcdp.protocols.power_iteration_threshold import BadContributionProof, ContributionMismatch, GroupKey
 from smcdp.v1 import messages_pb2 as pb
+from tests.support.group_keys import relayed_release, with_relayed_release
 from tests.unit.protocols.aggregate_util import run_network, tamper_message
 from tests.unit.protocols.test_dp_aggregate import released_T
 
@@ -167,8 +168,10 @@ def _zero_test_values(net, p, shares, rnd):
     received = net.received_by("party1")
     cts = None
     for _sender, tag, _, data in received:
-        if tag.startswith(rnd.blinded.contrib + "/"):
-            vals = [int.from_bytes(c, "big") for c in pb.CiphertextVector.FromString(data).ciphertexts]
+        if tag != rnd.blinded.contrib:
+            continue
+        for entry in pb.RelayedReleases.FromString(data).releases:
+            vals = [int.from_bytes(c, "big") for c in entry.release.ciphertexts]
             cts = vals if cts is None else [a * b % shares[0].public.public_key.nsquare for a, b in zip(cts, vals)]
     assert cts is not None
     pub = shares[0].public
@@ -218,8 +221,9 @@ def test_a_party_mixing_another_ciphertext_into_its_blinded_counts_is_refused_an
 
         async def recv(sender, tag, cls):  # party3 keeps party1's level ciphertexts as Charlie relays them
             msg = await original(sender, tag, cls)
-            if tag == f"{COARSE.levels.contrib}/party1":
-                held["party1 level 5"] = int.from_bytes(msg.ciphertexts[4], "big")
+            if tag == COARSE.levels.contrib:
+                release = next(e.release for e in msg.releases if e.role == "party1")
+                held["party1 level 5"] = int.from_bytes(release.ciphertexts[4], "big")
             return msg
 
         net.channels["party3"].recv = recv
@@ -236,11 +240,11 @@ def test_charlie_relaying_other_blinded_counts_is_named(sk768):
 
     def tamper(net):
         def swap(data):
-            vec = pb.CiphertextVector.FromString(data)
+            vec = relayed_release(data, "party2")
             vec.ciphertexts[0], vec.ciphertexts[1] = vec.ciphertexts[1], vec.ciphertexts[0]
-            return vec.SerializeToString()
+            return with_relayed_release(data, "party2", vec)
 
-        tamper_message(net, "charlie", f"{COARSE.blinded.contrib}/party2", swap, receiver="party1")
+        tamper_message(net, "charlie", COARSE.blinded.contrib, swap, receiver="party1")
 
     with pytest.raises(ContributionMismatch) as info:
         run(p, [np.zeros(p.dim)] * 3, [0.001, 0.002, 0.003], shares, tamper=tamper)
@@ -369,9 +373,12 @@ def test_a_curious_party_cannot_read_the_counts_from_the_blinded_counts_it_holds
         z = _zero_test_values(net, p, shares, COARSE)
         others = [1] * len(z)
         for _sender, tag, _, data in net.received_by("party1"):
-            if tag.startswith(COARSE.blinded.contrib + "/") and not tag.endswith("party1"):
-                cts = [int.from_bytes(c, "big") for c in pb.CiphertextVector.FromString(data).ciphertexts]
-                others = [a * b % n2 for a, b in zip(others, cts)]
+            if tag != COARSE.blinded.contrib:
+                continue
+            for entry in pb.RelayedReleases.FromString(data).releases:
+                if entry.role != "party1":
+                    cts = [int.from_bytes(c, "big") for c in entry.release.ciphertexts]
+                    others = [a * b % n2 for a, b in zip(others, cts)]
         read = []
         for ell, zl in enumerate(z):
             found = []

@@ -31,6 +31,7 @@ from smcdp.errors import InvalidMessage
 from smcdp.protocols.power_iteration import PowerIterationParams, plaintext_reference
 from smcdp.protocols.power_iteration_threshold import BadCombination, Tags, partial_from_proto, split_offset
 from smcdp.v1 import messages_pb2 as pb
+from tests.support.group_keys import relayed_release
 from tests.support.pi_group import run
 
 
@@ -54,8 +55,9 @@ def blocks_with_gap(rng, k, ns, gap=3.0):
 
 def relayed_contribution(net, role, to, t=0):
     """``role``'s contribution of round t as Trent relayed it to ``to`` (what every data party holds)."""
-    tag = f"{Tags.exact_release('contrib', t).contrib}/{role}"
-    return next(d for s, r, g, _, d in net.transcript if s == "trent" and r == to and g == tag)
+    tag = Tags.exact_release("contrib", t).contrib
+    relay = next(d for s, r, g, _, d in net.transcript if s == "trent" and r == to and g == tag)
+    return relayed_release(relay, role).SerializeToString()
 
 
 @pytest.mark.parametrize("k,ns,t,p", [(6, (5, 7, 4), 1, 0.7), (5, (6, 3, 4, 5, 2), 2, 0.8)])
@@ -85,13 +87,16 @@ def test_the_group_key_session_computes_numpys_eigenvectors(sk512, k, ns, t, p):
 
 
 def _swap_in(net_box, tag_of_victim, target_tag, to, field=None):
-    """A Trent rewrite: the message ``target_tag`` to ``to`` replaced by (its ``field`` replaced by) the
-    relayed message ``tag_of_victim`` Trent sent ``to`` -- one party's ciphertext, for decryption."""
+    """A Trent rewrite: the message ``target_tag`` to ``to`` replaced by (its ``field`` replaced by) the release
+    ``tag_of_victim`` (``<relay tag>/<role>``: that role's entry of the relay) Trent sent ``to`` -- one party's
+    ciphertext, for decryption."""
+    relay_tag, role = tag_of_victim.rsplit("/", 1)
 
     def rewrite(dest, tag, data):
         if dest != to or tag != target_tag:
             return data
-        victim = next(d for s, r, g, _, d in net_box[0].transcript if s == "trent" and r == to and g == tag_of_victim)
+        relay = next(d for s, r, g, _, d in net_box[0].transcript if s == "trent" and r == to and g == relay_tag)
+        victim = relayed_release(relay, role).SerializeToString()
         if field is None:
             return victim
         msg = pb.PowerIterationReply.FromString(data)

@@ -58,6 +58,7 @@ from smcdp.protocols.power_iteration_threshold import (
     sum_context,
 )
 from smcdp.v1 import messages_pb2 as pb
+from tests.support.group_keys import relayed_proof, relayed_release, with_relayed_release
 from tests.support.pca_data import spectral_gap_data, top_eigenvectors
 from tests.support.pi_group import run
 
@@ -125,8 +126,9 @@ def test_every_contribution_is_committed_before_any_ciphertext_leaves_a_party(sk
         assert max(digests_in) < order.index((me, "trent", COV_TAG))
     last_release = max(i for i, (_, _, t) in enumerate(order) if t == COV_TAG)
     from_trent = [(i, t) for i, (s, r, t) in enumerate(order) if s == "trent" and r.startswith("party")]
-    relays = {f"{tag}/party{j}" for j in (1, 2, 3) for tag in (CONTRIB_TAG, PROOF_TAG)}
-    assert {t for _, t in from_trent} == relays | {ECHO_TAG}
+    assert {t for _, t in from_trent} == {CONTRIB_TAG, ECHO_TAG}
+    relayed = next(d for s, r, t, _, d in net.transcript if s == "trent" and r == "party2" and t == CONTRIB_TAG)
+    assert [e.role for e in pb.RelayedReleases.FromString(relayed).releases] == ["party1", "party2", "party3"]
     assert all(i > last_release for i, t in from_trent if t != ECHO_TAG)
     to_trent = [i for i, (s, r, t) in enumerate(order) if r == "trent" and t == DIGEST_TAG]
     first_release = min(i for i, (_, _, t) in enumerate(order) if t == COV_TAG)
@@ -149,8 +151,8 @@ def test_a_trent_asking_for_one_contribution_to_be_decrypted_is_refused_and_name
         return data
 
     def swap(to, tag, data):
-        if to == "party2" and tag in (f"{CONTRIB_TAG}/party1", f"{CONTRIB_TAG}/party2"):
-            return third["w3"]
+        if to == "party2" and tag == CONTRIB_TAG:
+            return with_relayed_release(with_relayed_release(data, "party1", third["w3"]), "party2", third["w3"])
         return data
 
     net, outcome = run(
@@ -476,9 +478,35 @@ def test_the_noisy_power_method_under_the_group_key_computes_the_components(sk51
     # Trent sends a data party the start block and, per round, his echo and the three releases -- nothing to
     # decrypt alone
     to_party = {t for s, r, t, _, _ in net.transcript if s == "trent" and r == "party1"}
-    assert to_party == {"v/0"} | {f"echo/{t}" for t in range(25)} | {
-        f"{tag}/{t}/party{j}" for t in range(25) for j in (1, 2, 3) for tag in ("contrib", "pok")
-    }
+    assert to_party == {"v/0"} | {f"echo/{t}" for t in range(25)} | {f"contrib/{t}" for t in range(25)}
+
+
+@pytest.mark.parametrize("change", ["reorder", "drop", "duplicate"])
+def test_a_relay_that_does_not_hold_every_data_role_once_in_order_is_refused(sk512, change):
+    """Trent's one relay message of a round must hold every data role's release once, in the session's role order:
+    one reordered (the releases still match their digests), missing or doubled is refused before anything is
+    checked or decrypted."""
+    rng = np.random.default_rng(12)
+    blocks = [rng.normal(size=(4, 30)) for _ in range(3)]
+    _, shares = deal(sk512, 3, 1)
+
+    def rewrite(to, tag, data):
+        if to != "party2" or tag != "contrib/1":
+            return data
+        msg = pb.RelayedReleases.FromString(data)
+        entries = list(msg.releases)
+        entries = {
+            "reorder": [entries[1], entries[0], entries[2]],
+            "drop": entries[:2],
+            "duplicate": [*entries, entries[2]],
+        }[change]
+        return pb.RelayedReleases(releases=entries).SerializeToString()
+
+    params = params_for(3, 1, dp_method="power", iterations=3, rows=4, max_samples=30)
+    net, outcome = run(blocks, params, sk=sk512, shares=shares, rewrite={"trent": rewrite})
+    assert isinstance(outcome, InvalidMessage), outcome
+    assert "must relay the release of every data role in order" in str(outcome)
+    assert not any(s == "party2" and t == "partial/1" for s, _, t, _, _ in net.transcript)
 
 
 def test_in_the_power_method_a_trent_relaying_one_release_for_another_is_refused(sk512):
@@ -494,7 +522,7 @@ def test_in_the_power_method_a_trent_relaying_one_release_for_another_is_refused
         return data
 
     def swap(to, tag, data):
-        return third["w3"] if (to == "party2" and tag == "contrib/2/party1") else data
+        return with_relayed_release(data, "party1", third["w3"]) if (to == "party2" and tag == "contrib/2") else data
 
     params = params_for(3, 1, dp_method="power", iterations=4, rows=4, max_samples=30)
     net, outcome = run(blocks, params, sk=sk512, shares=shares, rewrite={"trent": swap, "party3": grab})
@@ -598,8 +626,9 @@ def test_a_party_releasing_a_power_of_an_earlier_release_of_another_is_refused_a
         return data
 
     def trent_(to, tag, data):  # colluding: party3's own checks see its honest release
-        back = {f"{CONTRIB_TAG}/party3": COV_TAG, f"{PROOF_TAG}/party3": PROOF_TAG}
-        return own[back[tag]] if to == "party3" and tag in back else data
+        if to == "party3" and tag == CONTRIB_TAG:
+            return with_relayed_release(data, "party3", own[COV_TAG], own[PROOF_TAG])
+        return data
 
     def hook(net):  # party3's own checks see echoes of its honest digest
         nets.append(net)
@@ -657,12 +686,12 @@ def test_a_party_holding_anothers_role_under_a_reused_session_id_cannot_replay_i
     assert not isinstance(res_a, Exception), res_a
     held = {t: d for _, r, t, _, d in net_a.transcript if r == "party3"}  # what org3 received in A
     old_vec = EncryptedVector.from_proto(
-        pb.CiphertextVector.FromString(held[f"{CONTRIB_TAG}/party1"]),
+        relayed_release(held[CONTRIB_TAG], "party1"),
         pub.public_key,
         packing=params.packing(pub.public_key),
         bound=params.contribution_bound(),
     )
-    old_proof = pit.proof_from_proto(pb.BigInts.FromString(held[f"{PROOF_TAG}/party1"]), pub.public_key, "org1's")
+    old_proof = pit.proof_from_proto(relayed_proof(held[CONTRIB_TAG], "party1"), pub.public_key, "org1's")
     honest = pit._encrypt_and_prove
 
     async def replaying(ch, *args):
@@ -673,7 +702,9 @@ def test_a_party_holding_anothers_role_under_a_reused_session_id_cannot_replay_i
     monkeypatch.setattr(pit, "_encrypt_and_prove", replaying)
     net_b, outcome = session({"party1": "org3", "party2": "org1", "party3": "org2"})
     sent_b = {t: d for s, r, t, _, d in net_b.transcript if s == "party1" and r == "trent"}
-    assert sent_b[COV_TAG] == held[f"{CONTRIB_TAG}/party1"]  # the replay is real: org1's A release, verbatim
+    assert (
+        sent_b[COV_TAG] == relayed_release(held[CONTRIB_TAG], "party1").SerializeToString()
+    )  # the replay is real: org1's A release, verbatim
     assert isinstance(outcome, BadContributionProof), outcome
     assert outcome.origin == "org3" and "party1's release" in str(outcome)
     assert not any(t == PARTIAL_TAG for _, _, t, _, _ in net_b.transcript)
