@@ -191,6 +191,9 @@ class Stage:
     def contribution_bound(self) -> int:
         return self.bound
 
+    def release_frac_bits(self) -> int:
+        return self.frac_bits
+
     def packing(self, pk: PublicKey) -> Packing:
         return Packing.for_key(pk, self.slot_bits) if self.slot_bits else Packing()
 

@@ -407,16 +407,35 @@ class PowerIterationParams(ProtocolParams):
         return self.value_bits if self.dp else self.gram_bits
 
     def slot_bits(self) -> int:
-        """Contribution slots: value (``contribution_bits``), fraction, sum over parties, decoy weights +
-        scale (not in the DP mode, where Trent only adds), sign, guard."""
+        """Contribution slots: value (``contribution_bits``), fraction (:meth:`release_frac_bits`), sum over
+        parties, decoy weights + scale (not in the DP mode, where Trent only adds), sign, guard."""
         scale = 0 if self.dp else self.scale_bits
-        return self.contribution_bits() + self.frac_bits + math.ceil(math.log2(self.n_parties)) + scale + 2
+        return self.contribution_bits() + self.release_frac_bits() + math.ceil(math.log2(self.n_parties)) + scale + 2
+
+    def release_frac_bits(self) -> int:
+        """The fixed point 2^-f of the contributions (and, in the DP modes, of every block and sum made of them):
+        ``frac_bits`` in the exact mode.  In a DP mode every noisy value is a multiple of its noise grid's 2^e
+        (the mechanism adds integer noise to the value rounded to that grid; the clamp is on this fixed point
+        too), and the grid of a release no larger than the public bound (k·b values, k(k+1)/2 in the covariance
+        mode) is no finer than the bound's: f = min(frac_bits, −e at the bound), at least 0.  The sums decode to
+        the very values 2^-frac_bits would give, in slots frac_bits − f bits narrower -- more values a
+        ciphertext (k = 500: 41 instead of 30).  From public parameters only."""
+        if not self.dp:
+            return self.frac_bits
+        d = self.covariance_length if self.dp_mode == "covariance" else self.max_dp_rows * self.block_size
+        key = (self.epsilon, self.delta, self.dp_rounds, self.column_norm, self.noise_share, self.dp_mode, d)
+        known = self.__dict__.get("_release_frac")  # this object's, for the parameters it was computed from
+        if known is None or known[0] != (key, self.frac_bits):
+            cal = dp_calibration(self)
+            e = GaussianMechanism.from_sigma(cal.party_sigma, cal.sensitivity).grid_exponent((d,))
+            known = self.__dict__["_release_frac"] = ((key, self.frac_bits), max(0, min(self.frac_bits, -e)))
+        return int(known[1])
 
     def packing(self, pk: PublicKey) -> Packing:
         return Packing.for_key(pk, self.slot_bits()) if self.packed else Packing()
 
     def contribution_bound(self) -> int:
-        return (1 << (self.contribution_bits() + self.frac_bits)) - 1
+        return (1 << (self.contribution_bits() + self.release_frac_bits())) - 1
 
     def gram_slot_bits(self) -> int:
         """Gram slots: value, fraction, sum over parties, the blinding m_t·2^a, sign, guard."""
@@ -1061,8 +1080,9 @@ def prepare_party1(
 
 # =============================================================================== DP mode
 def noisy_limit(params: PowerIterationParams) -> float:
-    """The largest magnitude a noisy contribution is clamped to: below 2^value_bits, on the 2^-frac grid."""
-    v, f = params.value_bits, params.frac_bits
+    """The largest magnitude a noisy contribution is clamped to: below 2^value_bits, on the release's fixed point
+    (:meth:`PowerIterationParams.release_frac_bits`)."""
+    v, f = params.value_bits, params.release_frac_bits()
     return math.ldexp(1.0, v) - math.ldexp(1.0, max(-f, v - 53))
 
 
@@ -1213,10 +1233,11 @@ async def _cov_data_party(
         # --- Covariance step 4: the sum of every party's release, decrypted; u_1 … u_r its top eigenvectors.
         ch.progress(round=1, step="final")
         msg = await ch.recv(TRENT, COV_SUM_TAG, pb.CiphertextVector)
+        f = params.release_frac_bits()
         vec = EncryptedVector.from_proto(
-            msg, pk, length=L, exponent=-params.frac_bits, packing=packing, what=f"{COV_SUM_TAG} from trent"
+            msg, pk, length=L, exponent=-f, packing=packing, what=f"{COV_SUM_TAG} from trent"
         )
-        total = decode_fixed(await vec.decrypt_ints_with(cs.decrypt), -params.frac_bits)
+        total = decode_fixed(await vec.decrypt_ints_with(cs.decrypt), -f)
         us = covariance_components(covariance_unpack(np.asarray(total, dtype=np.float64), k), r)
         alpha = await _own_block(cs, us, n_i, x_sink)
         compute_stats = await cs.astats()
@@ -1320,7 +1341,7 @@ async def _threshold_release(
     packing = params.packing(pk)
     digests, echo = await release_and_commit(ch, params, key, W, packing, TRENT, tags, seed)
     total = await checked_sum(ch, params, key, packing, digests, W.size, TRENT, tags)
-    return decode_fixed(await threshold_decrypt(ch, params, key, total, tags, seed, echo), -params.frac_bits)
+    return decode_fixed(await threshold_decrypt(ch, params, key, total, tags, seed, echo), -params.release_frac_bits())
 
 
 async def _threshold_cov_release(
@@ -1402,7 +1423,7 @@ async def _cov_trent(ch: Channel, params: PowerIterationParams, pk: PublicKey, k
                 noisy[role],
                 pk,
                 length=L,
-                exponent=-params.frac_bits,
+                exponent=-params.release_frac_bits(),
                 packing=packing,
                 bound=bound_c,
                 what=f"{COV_TAG} from {role}",
@@ -1466,7 +1487,7 @@ class _DataParty:
             self.cs.encrypt,
             self.pk,
             C.ravel(order="F"),
-            frac_bits=self.params.frac_bits,
+            frac_bits=self.params.release_frac_bits(),
             packing=self.packing,
             bound=self.params.contribution_bound(),
         )
@@ -1481,12 +1502,17 @@ class _DataParty:
 
     async def decrypt_block(self, msg: pb.CiphertextVector, what: str) -> list[int]:
         vec = EncryptedVector.from_proto(
-            msg, self.pk, length=self.k * self.b, exponent=-self.params.frac_bits, packing=self.packing, what=what
+            msg,
+            self.pk,
+            length=self.k * self.b,
+            exponent=-self.params.release_frac_bits(),
+            packing=self.packing,
+            what=what,
         )
         return await vec.decrypt_ints_with(self.cs.decrypt)
 
     def block(self, ints: list[int]) -> np.ndarray:
-        return decode_fixed(ints, -self.params.frac_bits).reshape((self.k, self.b), order="F")
+        return decode_fixed(ints, -self.params.release_frac_bits()).reshape((self.k, self.b), order="F")
 
     async def gram_step(
         self, ints: list[int], what: str
@@ -2154,8 +2180,9 @@ async def _dp_trent(ch: Channel, params: PowerIterationParams, pk: PublicKey, k:
     start = keyed_gaussian(stream_key(seed, "power-iteration", TRENT, "dp-start"), 0, (k, b))
     # a table for these few encryptions, not the largest one the budget allows (2 s, 172 MB)
     await asyncio.to_thread(pk.prepare, packing.n_ciphertexts(k * b))
+    f = params.release_frac_bits()  # the start block too: the sums that follow it are on this fixed point
     v = await asyncio.to_thread(
-        EncryptedVector.encrypt, pk, start.ravel(order="F"), frac_bits=params.frac_bits, packing=packing, bound=bound_c
+        EncryptedVector.encrypt, pk, start.ravel(order="F"), frac_bits=f, packing=packing, bound=bound_c
     )
     round_seconds: list[float] = []
     for t in range(T):
@@ -2170,7 +2197,7 @@ async def _dp_trent(ch: Channel, params: PowerIterationParams, pk: PublicKey, k:
                     noisy[role],
                     pk,
                     length=k * b,
-                    exponent=-params.frac_bits,
+                    exponent=-f,
                     packing=packing,
                     bound=bound_c,
                     what=f"{NOISY_TAG}/{t} from {role}",

@@ -112,6 +112,8 @@ class PowerIterationParams(TypingProtocol):
 
     def contribution_bound(self) -> int: ...
 
+    def release_frac_bits(self) -> int: ...
+
     def packing(self, pk: PublicKey) -> Packing: ...
 
 
@@ -522,7 +524,7 @@ async def _encrypt_and_prove(
         _replayable_encryption(pk, key_r, tags.release, witness),
         pk,
         W,
-        frac_bits=params.frac_bits,
+        frac_bits=params.release_frac_bits(),
         packing=packing,
         bound=params.contribution_bound(),
     )
@@ -587,7 +589,7 @@ def _release(
         msg,
         pk,
         length=L,
-        exponent=-params.frac_bits,
+        exponent=-params.release_frac_bits(),
         packing=packing,
         bound=params.contribution_bound(),
         what=what,

@@ -237,7 +237,9 @@ def test_a_trent_asking_for_more_rounds_gets_no_more_releases(keys512):
     async def greedy_trent(ch):
         await ch.recv("party1", "public_key", pb.PaillierPublicKey)
         await ch.recv_all(["party1", "party2"], "dims", pb.Ints)
-        block = EncryptedVector.encrypt(sk.public_key, np.eye(5)[:, 0], packing=params.packing(sk.public_key))
+        block = EncryptedVector.encrypt(
+            sk.public_key, np.eye(5)[:, 0], frac_bits=params.release_frac_bits(), packing=params.packing(sk.public_key)
+        )
         for t in range(5):  # two rounds more than agreed
             await ch.send_many(["party1", "party2"], f"v/{t}", block.to_proto())
         await ch.send_many(["party1", "party2"], "final/v", block.to_proto())
@@ -289,7 +291,7 @@ def test_columns_are_clipped_and_the_noise_is_at_full_scale_whatever_trent_sends
     def rewrite(tag, data, pk):
         if tag.startswith("v/") or tag == "final/v":
             return (
-                EncryptedVector.encrypt(pk, E.ravel(order="F"), frac_bits=params.frac_bits, packing=params.packing(pk))
+                EncryptedVector.encrypt(pk, E.ravel(order="F"), frac_bits=params.release_frac_bits(), packing=params.packing(pk))
                 .to_proto()
                 .SerializeToString()
             )
@@ -315,7 +317,9 @@ def test_two_noise_shares_add_up_to_sigma(keys512):
     def rewrite(tag, data, pk):
         if tag.startswith("v/"):
             return (
-                EncryptedVector.encrypt(pk, E.ravel(order="F"), packing=params.packing(pk))
+                EncryptedVector.encrypt(
+                    pk, E.ravel(order="F"), frac_bits=params.release_frac_bits(), packing=params.packing(pk)
+                )
                 .to_proto()
                 .SerializeToString()
             )
@@ -418,3 +422,38 @@ def test_traffic_envelope_covers_every_message_of_the_dp_mode(keys512, k, ns, r,
         assert max(got) <= env.message_bytes and sum(got) <= env.session_bytes and len(got) <= env.tags, role
         exact = dataclasses.replace(params, epsilon=None, delta=None, iterations=None).traffic_envelope(role)
         assert env.session_bytes < exact.session_bytes
+
+
+# ------------------------------------------------------------------ the releases' fixed point
+@pytest.mark.parametrize(
+    "kw,k",
+    [
+        (dict(rows=500, iterations=10), 500),  # the group-key bench's power mode: 41 values a 2048-bit ciphertext
+        (dict(max_rows=1000, iterations=10), 37),  # k below the public bound: its grid is coarser, still exact
+        (dict(rows=20, dp_method="covariance"), 20),
+        (dict(rows=30, iterations=5, components=2, key_group="g", key_threshold=1), 30),
+    ],
+)
+def test_a_dp_release_is_encoded_on_its_noise_grid_without_losing_a_bit(kw, k, keys2048):
+    """In a DP mode the contributions' fixed point is the noise grid's 2^e at the public bound on a release's size,
+    not 2^-frac_bits: every noisy value (and so every sum) is a multiple of it, so encoding there gives back the very
+    floats -- checked on the mechanism's own releases -- in slots frac_bits − f bits narrower."""
+    params = PowerIterationParams(
+        n_parties=3, key_bits=2048, epsilon=1.0, delta=1e-6, max_samples=1000, **kw
+    ).validate()
+    f = params.release_frac_bits()
+    assert 0 < f < params.frac_bits
+    assert params.slot_bits() == params.value_bits + f + 2 + 2
+    exact = dataclasses.replace(params, epsilon=None, delta=None)
+    assert exact.release_frac_bits() == exact.frac_bits  # the exact mode keeps frac_bits
+    cal = dp_calibration(params)
+    shape = (k * (k + 1) // 2,) if params.dp_mode == "covariance" else (k, params.block_size)
+    rng = np.random.default_rng(k)
+    for t in range(3):
+        mech = dp_noise(params, cal, shape, None, "party1", t)
+        assert mech.grid_exponent(shape) >= -f
+        W = np.clip(mech.randomise(rng.uniform(-50, 50, size=shape)), -noisy_limit(params), noisy_limit(params))
+        ints = [int(round(x * 2.0**f)) for x in W.ravel()]
+        assert np.array_equal(np.asarray(decode_fixed(ints, -f), dtype=np.float64), W.ravel())
+    if kw.get("rows") == 500:
+        assert f == 21 and params.packing(keys2048[0]).slots == 41  # 30 at 2^-40
