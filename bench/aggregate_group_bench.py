@@ -17,6 +17,8 @@ record), the bytes all parties sent, and group / single (the issue's target: ≤
     python bench/aggregate_group_bench.py                      # 2048-bit keys, K = 3 and 8, t = 1
     python bench/aggregate_group_bench.py --key-bits 1024 --ks 3 --repeats 1
     python bench/aggregate_group_bench.py --quick               # make bench --quick: 1024 bits, K = 3, once
+    python bench/aggregate_group_bench.py --ks 8 --keys /tmp/k8 # keep the ceremony's key stores in /tmp/k8 and
+                                                                # reuse them next time (the ceremony: 4–500 s)
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -87,7 +90,9 @@ def policies(K: int, h: int) -> dict[str, Policy]:
     }
 
 
-def measure_k(tmp: Path, K: int, t: int, d: int, bits: int, eps: float, repeats: int) -> dict:
+def measure_k(tmp: Path, K: int, t: int, d: int, bits: int, eps: float, repeats: int, keys: Path | None = None) -> dict:
+    """One K: the ceremony (or, with ``keys`` holding an earlier run's key stores for this K, t and key size, those
+    copied in: the ceremony's figures are then the earlier run's), then the sessions."""
     h = K - t
     paths = write_data(tmp, K, d)
     parties: dict = {"charlie": {}, "dave": {}}
@@ -104,22 +109,18 @@ def measure_k(tmp: Path, K: int, t: int, d: int, bits: int, eps: float, repeats:
         policies=policies(K, h),
         budgets=budgets,
     ) as c:
-        print(f"K = {K}: key ceremony, t = {t}, {bits} bits ...", file=sys.stderr, flush=True)
-        krecs, kwall = timed_run(
-            c,
-            "key-ceremony",
-            {f"party{i + 1}": n for i, n in enumerate(names(K))},
-            {"group": GROUP, "parties": K, "threshold": t, "key_bits": bits},
-            "org1",
-            "the key ceremony",
-        )
-        kres = krecs["org1"]["result"]
-        keygen = {
-            "wall_seconds": kwall,
-            "generation_seconds": kres["generation_seconds"],
-            "candidates": kres["candidates"],
-        }
-        print(f"K = {K}: key ceremony {kwall:.1f} s, {kres['candidates']} candidates", file=sys.stderr, flush=True)
+        saved = None if keys is None else keys / f"K{K}-t{t}-{bits}"
+        if saved is not None and (saved / "keygen.json").exists():
+            keygen = json.loads((saved / "keygen.json").read_text())
+            for p in names(K):  # the saved key stores (modes kept: 0700 directories, 0600 files)
+                shutil.copytree(saved / p, c.data_dir(p) / "keys")
+            print(f"K = {K}: the key stores of {saved}", file=sys.stderr, flush=True)
+        else:
+            keygen = ceremony(c, K, t, bits)
+            if saved is not None:
+                for p in names(K):
+                    shutil.copytree(c.data_dir(p) / "keys", saved / p)
+                (saved / "keygen.json").write_text(json.dumps(keygen))
         base = {
             "n_parties": K,
             "dim": d,
@@ -147,6 +148,22 @@ def measure_k(tmp: Path, K: int, t: int, d: int, bits: int, eps: float, repeats:
                 if i:
                     runs[mode].append({"seconds": wall, "bytes": sent})
     return {"K": K, "t": t, "keygen": keygen, **runs}
+
+
+def ceremony(c: LocalCluster, K: int, t: int, bits: int) -> dict:
+    """The key ceremony among the K data parties: its wall time, generation seconds and candidates."""
+    print(f"K = {K}: key ceremony, t = {t}, {bits} bits ...", file=sys.stderr, flush=True)
+    krecs, kwall = timed_run(
+        c,
+        "key-ceremony",
+        {f"party{i + 1}": n for i, n in enumerate(names(K))},
+        {"group": GROUP, "parties": K, "threshold": t, "key_bits": bits},
+        "org1",
+        "the key ceremony",
+    )
+    kres = krecs["org1"]["result"]
+    print(f"K = {K}: key ceremony {kwall:.1f} s, {kres['candidates']} candidates", file=sys.stderr, flush=True)
+    return {"wall_seconds": kwall, "generation_seconds": kres["generation_seconds"], "candidates": kres["candidates"]}
 
 
 def render(m: dict) -> None:
@@ -180,6 +197,7 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print the measurements as JSON instead of the table")
     ap.add_argument("--from-json", metavar="FILE", help="render the table of an earlier --json run")
     ap.add_argument("--quick", action="store_true", help="1024-bit keys, K = 3, one session per mode (a smoke run)")
+    ap.add_argument("--keys", metavar="DIR", help="keep each K's ceremony key stores here, and reuse them if there")
     args = ap.parse_args()
     if args.quick:
         args.key_bits, args.ks, args.repeats = 1024, "3", 1
@@ -191,7 +209,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="smcdp-aggregate-group-") as tmp:
         for K in (int(k) for k in args.ks.split(",")):
             m["rows"].append(
-                measure_k(Path(tmp), K, args.threshold, args.dim, args.key_bits, args.epsilon, args.repeats)
+                measure_k(
+                    Path(tmp),
+                    K,
+                    args.threshold,
+                    args.dim,
+                    args.key_bits,
+                    args.epsilon,
+                    args.repeats,
+                    Path(args.keys) if args.keys else None,
+                )
             )
     m["load_average_end"] = os.getloadavg()
     print(f"load average at the end: {m['load_average_end']}", file=sys.stderr, flush=True)

@@ -22,6 +22,8 @@ power-iteration.md, "The exact mode with a group key").
     python bench/group_key_bench.py                        # 2048-bit keys, k = 20, 100, 500; exact k = 20, 500
     python bench/group_key_bench.py --key-bits 1024 --ks 20 --repeats 1 --json
     python bench/group_key_bench.py --quick                # make bench --quick: 1024 bits, k = 20, once
+    python bench/group_key_bench.py --ks 500 --keys /tmp/g3 # keep the ceremony's key stores in /tmp/g3 and
+                                                            # reuse them next time
 """
 
 from __future__ import annotations
@@ -147,9 +149,15 @@ def session(c: LocalCluster, k: int, n: int, bits: int, eps: float, group: bool,
     }
 
 
-def measure(tmp: Path, ks: list[str], n: int, bits: int, eps: float, repeats: int) -> dict:
+def measure(tmp: Path, ks: list[str], n: int, bits: int, eps: float, repeats: int, keys: Path | None = None) -> dict:
+    """Every k of ``ks``: the ceremony once (or, with ``keys`` holding an earlier run's key stores of this key size,
+    those: the ceremony's figures are then the earlier run's), then the sessions."""
     keygen: dict | None = None
     keys_from: Path | None = None
+    saved = None if keys is None else keys / f"n3-t1-{bits}"
+    if saved is not None and (saved / "keygen.json").exists():
+        keygen, keys_from = json.loads((saved / "keygen.json").read_text()), saved
+        print(f"the key stores of {saved}", file=sys.stderr, flush=True)
     rows = []
     for token in ks:
         exact = token.startswith("x")
@@ -158,6 +166,10 @@ def measure(tmp: Path, ks: list[str], n: int, bits: int, eps: float, repeats: in
             if keys_from is None:
                 keygen = ceremony(c, bits)
                 keys_from = tmp / token / f"state-{k}"
+                if saved is not None:
+                    for p in DATA:
+                        shutil.copytree(keys_from / p / "keys", saved / p / "keys")
+                    (saved / "keygen.json").write_text(json.dumps(keygen))
             else:  # the ceremony's key stores, copied (modes kept: 0700 directories, 0600 files)
                 for p in DATA:
                     shutil.copytree(keys_from / p / "keys", c.data_dir(p) / "keys")
@@ -226,6 +238,7 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print the measurements as JSON instead of the table")
     ap.add_argument("--from-json", metavar="FILE", help="render the table of an earlier --json run")
     ap.add_argument("--quick", action="store_true", help="1024-bit keys, k = 20, one session per mode (a smoke run)")
+    ap.add_argument("--keys", metavar="DIR", help="keep the ceremony's key stores here, and reuse them if there")
     args = ap.parse_args()
     if args.quick:
         args.key_bits, args.ks, args.repeats = 1024, "20,x20", 1
@@ -234,7 +247,15 @@ def main() -> None:
         return
     print(f"load average at the start: {os.getloadavg()}", file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory(prefix="smcdp-group-key-") as tmp:
-        m = measure(Path(tmp), args.ks.split(","), args.samples, args.key_bits, args.epsilon, args.repeats)
+        m = measure(
+            Path(tmp),
+            args.ks.split(","),
+            args.samples,
+            args.key_bits,
+            args.epsilon,
+            args.repeats,
+            Path(args.keys) if args.keys else None,
+        )
     m["load_average_end"] = os.getloadavg()
     print(f"load average at the end: {m['load_average_end']}", file=sys.stderr, flush=True)
     if args.json:
