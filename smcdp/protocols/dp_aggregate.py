@@ -115,7 +115,12 @@ from smcdp.primitives.argmin import (
 )
 from smcdp.primitives.rng import Drbg, DrbgRandom, SeedLike, noise_source, protocol_rng
 from smcdp.protocols.base import ProtocolParams
-from smcdp.protocols.power_iteration_threshold import check_noise_share, validate_group_params
+from smcdp.protocols.power_iteration_threshold import (
+    check_noise_share,
+    relay_entry_bytes,
+    relay_envelope,
+    validate_group_params,
+)
 from smcdp.v1 import messages_pb2 as pb
 
 # scipy and the learners (scikit-learn) are imported where they are used: every party process imports
@@ -491,19 +496,23 @@ class DPAggregateParams(ProtocolParams):
         if role == DAVE:
             return TrafficEnvelope.from_messages([(K + 1, d * (self.modulus_bits // 8 + 4) + 32)], where)
 
-        def received(*sizes: int) -> tuple[int, ...]:
-            """A stage's releases and proofs (each ``sizes``): Charlie gets K of each from their owners, a data
-            party one relay of all K (RelayedReleases)."""
+        def received(release: int, proof: int, cts: int, proof_ints: int) -> tuple[int, ...]:
+            """A stage's releases (``release`` bytes, ``cts`` ciphertexts) and proofs (``proof`` bytes, ``proof_ints``
+            integers): Charlie gets K of each from their owners, a data party Charlie's relay of all K
+            (RelayedReleases: one message unless they are large, relay_envelope)."""
             if role == CHARLIE:
-                return (K * len(sizes), max(sizes), K * sum(sizes))
-            return (1, K * (sum(sizes) + 16 * len(sizes) + 32) + 64)
+                return (2 * K, max(release, proof), K * (release + proof))
+            return relay_envelope(K, relay_entry_bytes(B, cts, proof_ints))
 
         # per stage: digests and echoes (a data party: the others' and Charlie's echo); every party's level bits
         # and bit proofs, blinded counts and scaling proofs, release and proof
-        msgs = [(stages * K, small), (stages * (K + 1), small), received(release, pok), (8, small)]
+        msgs = [(stages * K, small), (stages * (K + 1), small), received(release, pok, -(-d // slots), 3), (8, small)]
         for n in tested:
             counts = ciphertext_vector_bytes(n, B)
-            msgs += [received(counts, n * 5 * ct + 64), received(counts, n * (2 * ct + (B + 280) // 8 + 8) + 32)]
+            msgs += [
+                received(counts, n * 5 * ct + 64, n, 5 * n),  # level bits and their bit proofs
+                received(counts, n * (2 * ct + (B + 280) // 8 + 8) + 32, n, 3 * n),  # blinded counts, scaling proofs
+            ]
         if role == CHARLIE:  # party1's key (N, theta, K verification keys mod N², as hex) and share map, the
             # others' hashes of theirs
             msgs += [(1, (K + 2) * (4 * B // 8 + 8) + 1024), (K, small), (K, partial(-(-d // slots)))]

@@ -103,6 +103,7 @@ from smcdp.primitives.rng import (
 from smcdp.protocols.base import ProtocolParams
 from smcdp.protocols.power_iteration_threshold import (
     EXACT_WINDOW,
+    PLAINTEXT_KNOWLEDGE,
     GroupKey,
     Tags,
     check_combination,
@@ -115,6 +116,8 @@ from smcdp.protocols.power_iteration_threshold import (
     proof_from_proto,
     proven_combination,
     refuse_seeded,
+    relay_entry_bytes,
+    relay_envelope,
     release_and_commit,
     threshold_decrypt,
     threshold_decrypt_many,
@@ -474,16 +477,23 @@ class PowerIterationParams(ProtocolParams):
         def slots(slot_bits: int) -> int:
             return max(1, (B - 5) // slot_bits) if self.packed else 1
 
+        def n_cts(values: int, slot_bits: int) -> int:
+            return -(-values // slots(slot_bits))
+
         def cts(values: int, slot_bits: int) -> int:
-            return ciphertext_vector_bytes(-(-values // slots(slot_bits)), B)
+            return ciphertext_vector_bytes(n_cts(values, slot_bits), B)
 
         block = cts(k * b, self.slot_bits())  # contrib/0, v/t (DP: noisy/t, final/v too)
         gram = cts(self.gram_length, self.gram_slot_bits())
         both = block + gram + 16  # round/t and reply/t: a block, a Gram, a flag, and the fields' framing
         proof = 4 * B // 8 + 64  # a release's proof of plaintext knowledge (group key): a < N², z, w < N
 
-        def relay(release: int) -> int:  # Trent's relay (group key): every data party's release and proof
-            return self.n_parties * (release + proof + 32) + 64
+        def relay(values: int, slot_bits: int, times: int = 1) -> tuple[int, int, int]:
+            """Trent's relays (group key) of ``times`` releases of ``values`` each: every data party's release and
+            proof of plaintext knowledge, one message a release unless they are large (relay_envelope)."""
+            ints = PLAINTEXT_KNOWLEDGE.size(n_cts(values, slot_bits))
+            count, largest, total = relay_envelope(self.n_parties, relay_entry_bytes(B, n_cts(values, slot_bits), ints))
+            return (times * count, largest, times * total)
 
         rounds = self.dp_rounds if self.dp else self.max_iterations
         msgs: list[tuple[int, ...]]
@@ -497,7 +507,7 @@ class PowerIterationParams(ProtocolParams):
             elif self.key_group is not None:  # every release and proof (one relay); others' digests; echoes
                 # (+Trent's); partials
                 partial = cov + (4 * B + 5000) // 8 + 64  # a value per ciphertext (mod N²), the proof's e and z
-                msgs = [(1, relay(cov)), (N - 1, 128), (N, 64), (N - 1, partial)]  # 64: an echo
+                msgs = [relay(self.covariance_length, self.slot_bits()), (N - 1, 128), (N, 64), (N - 1, partial)]
             else:
                 msgs = [(1, cov), (1, 3 * (B // 8) + 32)]
         elif self.dp and self.key_group is not None and role != TRENT:  # v/0 in clear; per round: every
@@ -505,7 +515,7 @@ class PowerIterationParams(ProtocolParams):
             N, partial = self.n_parties, block + (4 * B + 5000) // 8 + 64
             msgs = [
                 (1, 9 * k * b + 64),
-                (rounds, relay(block)),
+                relay(k * b, self.slot_bits(), rounds),
                 (rounds * (N - 1), 128),
                 (rounds * N, 64),  # the echoes: the other data parties' and Trent's
                 (rounds * (N - 1), partial),
@@ -556,8 +566,8 @@ class PowerIterationParams(ProtocolParams):
             proofs = (2 * blocks_ct + EXACT_WINDOW + 2 * grams_ct + 1) * ints + 64
             partial = block + gram + (4 * B + 5000) // 8 + 64  # a reply's block and Gram in one
             msgs = [
-                (R, relay(block)),
-                (R, relay(gram)),
+                relay(k * b, self.slot_bits(), R),
+                relay(self.gram_length, self.gram_slot_bits(), R),
                 (2 * R * (N - 1), 128),
                 (2 * R * N, 64),
                 (R * (N - 1), partial),
@@ -1087,7 +1097,7 @@ def noisy_limit(params: PowerIterationParams) -> float:
 
 
 def dp_noise(
-    params: PowerIterationParams, cal: DPCalibration, shape: tuple[int, int], seed: SeedLike, role: str, t: int | str
+    params: PowerIterationParams, cal: DPCalibration, shape: tuple[int, ...], seed: SeedLike, role: str, t: int | str
 ) -> GaussianMechanism:
     """Round ``t``'s noise of data party ``role``: an exact discrete Gaussian of std
     ``party_sigma`` (:class:`~smcdp.dp.mechanisms.GaussianMechanism`, whose grid rounding it accounts
@@ -1101,6 +1111,22 @@ def dp_noise(
         raise InvalidMessage(
             f"power-iteration: the noise grid 2^{e} of column_norm={params.column_norm:g} is finer "
             f"than the fixed point 2^-{params.frac_bits}: raise frac_bits or column_norm"
+        )
+    return mech
+
+
+def release_noise(
+    params: PowerIterationParams, cal: DPCalibration, shape: tuple[int, ...], seed: SeedLike, role: str, t: int | str
+) -> GaussianMechanism:
+    """:func:`dp_noise` of a release, whose grid must be no finer than the releases' fixed point
+    (:meth:`PowerIterationParams.release_frac_bits`) -- by construction it never is (a release is no larger than
+    the public bound), and the encoding would round it otherwise."""
+    mech = dp_noise(params, cal, shape, seed, role, t)
+    e, f = mech.grid_exponent(shape), params.release_frac_bits()
+    if e < -f:
+        raise InvalidMessage(
+            f"power-iteration: the noise grid 2^{e} of a release of shape {shape} is finer than the releases' "
+            f"fixed point 2^-{f} (the grid at the public bound on their size)"
         )
     return mech
 
@@ -1147,7 +1173,7 @@ async def _dp_data_party_rounds(
             # --- DP round step 3: one pass, Z_i = Ã_iÃ_iᵀQ_t with every column clipped to column_norm;
             # E[Z_i + η_t] to Trent (η_t exact discrete Gaussian; the clamp is post-processing).
             Z, clipped = await cs.clipped_gram_pass(Q, params.column_norm)
-            W = np.clip(dp_noise(params, cal, Z.shape, seed, ch.role, t).randomise(Z), -limit, limit)
+            W = np.clip(release_noise(params, cal, Z.shape, seed, ch.role, t).randomise(Z), -limit, limit)
             await party.send_contribution(W, f"{NOISY_TAG}/{t}")
         # --- DP final: Y = Σ_i(Z_i + η_i) of the last round; u_j its leading left singular vectors.
         ch.progress(round=T, step="final")
@@ -1228,7 +1254,7 @@ async def _cov_data_party(
         # (stream "cov" of the role's root: a replay draws the same noise), clamped (post-processing),
         # encrypted, to Trent: the release.
         v = covariance_pack(S)
-        W = np.clip(dp_noise(params, cal, v.shape, seed, ch.role, "cov").randomise(v), -limit, limit)
+        W = np.clip(release_noise(params, cal, v.shape, seed, ch.role, "cov").randomise(v), -limit, limit)
         await party.send_contribution(W, COV_TAG)
         # --- Covariance step 4: the sum of every party's release, decrypted; u_1 … u_r its top eigenvectors.
         ch.progress(round=1, step="final")
@@ -1353,7 +1379,7 @@ async def _threshold_cov_release(
     ch.progress(round=0, step="release")
     S, clipped = await cs.clipped_gram_pass(np.eye(k), params.column_norm)
     v = covariance_pack(S)
-    mech = dp_noise(params, cal, v.shape, seed, ch.role, "cov")
+    mech = release_noise(params, cal, v.shape, seed, ch.role, "cov")
     check_distributed_noise(params, mech, v.shape)
     W = np.clip(mech.randomise(v), -noisy_limit(params), noisy_limit(params))
     # --- Steps 2–6: committed, released, every release checked, the sum recomputed and decrypted here.
@@ -1379,7 +1405,7 @@ async def _threshold_power_rounds(
         # --- DP round steps 2–3 as with the single key: Q_t of the block, Z_i, its noise (σ²/h), clamped.
         Q = orthonormal_basis(V, f"the block of round {t}")
         Z, clipped = await cs.clipped_gram_pass(Q, params.column_norm)
-        mech = dp_noise(params, cal, Z.shape, seed, ch.role, t)
+        mech = release_noise(params, cal, Z.shape, seed, ch.role, t)
         check_distributed_noise(params, mech, Z.shape)
         W = np.clip(mech.randomise(Z), -noisy_limit(params), noisy_limit(params))
         # --- Steps 2–6 of the group key: the sum of the round's releases, recomputed here, decrypted.
@@ -2180,7 +2206,11 @@ async def _dp_trent(ch: Channel, params: PowerIterationParams, pk: PublicKey, k:
     start = keyed_gaussian(stream_key(seed, "power-iteration", TRENT, "dp-start"), 0, (k, b))
     # a table for these few encryptions, not the largest one the budget allows (2 s, 172 MB)
     await asyncio.to_thread(pk.prepare, packing.n_ciphertexts(k * b))
-    f = params.release_frac_bits()  # the start block too: the sums that follow it are on this fixed point
+    # the start block is on the releases' fixed point too (the sums that follow it are), scaled up by what the
+    # fixed point gave up (at most to 2^(value_bits − 5)): a coarse grid (f small) would round a Gaussian block to
+    # few values, even to one without full rank; the parties orthonormalise it, so its scale changes nothing
+    f = params.release_frac_bits()
+    start = np.ldexp(start, max(0, min(params.frac_bits - f, params.value_bits - 5)))
     v = await asyncio.to_thread(
         EncryptedVector.encrypt, pk, start.ravel(order="F"), frac_bits=f, packing=packing, bound=bound_c
     )

@@ -86,6 +86,7 @@ from smcdp.crypto.zkp import (
 from smcdp.dp.conversions import distributed_gaussian_tau
 from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
+from smcdp.net.limits import ciphertext_vector_bytes
 from smcdp.net.tls import validate_party_name
 from smcdp.primitives.rng import SeedLike, stream_key
 from smcdp.v1 import messages_pb2 as pb
@@ -128,6 +129,38 @@ ECHO_TAG = "echo/cov"
 #: a data party's proof that it knows what its release encrypts, to Trent (step 3), relayed in "contrib/cov"
 PROOF_TAG = "pok/cov"
 _DOMAIN = b"smcdp/power-iteration/threshold-cov/v1"
+#: the most one relay message carries (by the public bound :func:`relay_entry_bytes`): a stage whose n releases
+#: exceed it is relayed in several messages of whole releases (:func:`relay_groups`) -- one relay of n covariance
+#: releases at k = 4096 would pass the transport's 256 MiB a message
+RELAY_MESSAGE_BYTES = 64 << 20
+
+
+def relay_entry_bytes(key_bits: int, ciphertexts: int, proof_ints: int) -> int:
+    """A public bound on one release and its proof of ``proof_ints`` integers as an entry of a relay message."""
+    return ciphertext_vector_bytes(ciphertexts, key_bits) + proof_ints * (2 * key_bits // 8 + 8) + 32
+
+
+def relay_groups(roles: Sequence[str], entry_bytes: int) -> list[list[str]]:
+    """The data roles of each relay message of a stage, in role order: runs of RELAY_MESSAGE_BYTES // entry_bytes
+    roles (at least one).  Message j goes under the stage's relay tag (j = 0) or ``<tag>/<j>``
+    (:func:`relay_tag`); one message unless the releases are large."""
+    per = max(1, RELAY_MESSAGE_BYTES // max(1, entry_bytes))
+    return [list(roles[i : i + per]) for i in range(0, len(roles), per)]
+
+
+def relay_tag(tag: str, j: int) -> str:
+    """The tag of relay message j of a stage (:func:`relay_groups`)."""
+    return tag if j == 0 else f"{tag}/{j}"
+
+
+def relay_envelope(n: int, entry_bytes: int) -> tuple[int, int, int]:
+    """(messages, largest, total bytes) of one stage's relay to a data party, for a traffic envelope: one message
+    of n entries, or -- whenever those pass RELAY_MESSAGE_BYTES by this estimate -- at most n messages, each within
+    RELAY_MESSAGE_BYTES or one entry (an estimate from other public sizes than the protocol's may group otherwise;
+    this covers either)."""
+    if n * entry_bytes <= RELAY_MESSAGE_BYTES:
+        return (1, n * entry_bytes + 64, n * entry_bytes + 64)
+    return (n, max(entry_bytes, RELAY_MESSAGE_BYTES) + 64, n * (entry_bytes + 64))
 
 
 @dataclass(frozen=True)
@@ -598,6 +631,7 @@ def _release(
 
 def _relayed(
     msg: pb.RelayedReleases,
+    roles: list[str],
     params: PowerIterationParams,
     pk: PublicKey,
     packing: Packing,
@@ -605,9 +639,8 @@ def _relayed(
     what: str,
     proof_size: Callable[[int], int],
 ) -> dict[str, tuple[EncryptedVector, list[int]]]:
-    """Every data role's release and proof (``proof_size(ciphertexts)`` integers) as Trent relays them in one
-    message (``what``): one entry per data role, in the session's role order; sizes, key and bound checked."""
-    roles = params.data_roles
+    """The releases and proofs (``proof_size(ciphertexts)`` integers) of ``roles`` as Trent relays them in one
+    message (``what``): one entry per role, in role order; sizes, key and bound checked."""
     if [e.role for e in msg.releases] != roles:
         raise InvalidMessage(f"{what} must relay the release of every data role in order ({', '.join(roles)})")
     out = {}
@@ -672,8 +705,12 @@ async def relayed_contributions(
 ) -> dict[str, tuple[EncryptedVector, list[int]]]:
     """Step 5's first check: every data role's release and proof as ``trent`` relays them, each against the
     digest its owner committed to -- a mismatch names Trent, who checked the same digest before relaying."""
-    msg = await ch.recv(trent, tags.contrib, pb.RelayedReleases)
-    vecs = _relayed(msg, params, pk, packing, L, f"{tags.contrib} from {trent}", proof_size)
+    count = packing.n_ciphertexts(L)
+    vecs: dict[str, tuple[EncryptedVector, list[int]]] = {}
+    for j, group in enumerate(relay_groups(params.data_roles, relay_entry_bytes(pk.bits, count, proof_size(count)))):
+        tag = relay_tag(tags.contrib, j)
+        msg = await ch.recv(trent, tag, pb.RelayedReleases)
+        vecs.update(_relayed(msg, group, params, pk, packing, L, f"{tag} from {trent}", proof_size))
     for role, (vec, proof) in vecs.items():
         if contribution_digest(ch.session_id, role, ch.roles[role], vec, proof) != digests[role]:
             exc = ContributionMismatch(
@@ -931,10 +968,13 @@ async def trent_deliver(
             )
             exc.origin = ch.roles[role]
             raise exc
-    relay = pb.RelayedReleases(
-        releases=[pb.RelayedRelease(role=role, release=noisy[role], proof=proofs[role]) for role in roles]
-    )
-    await ch.send_many(roles, tags.contrib, relay)  # one message: every release and proof, to every data party
+    # one message (several, for large releases): every release and proof, the same bytes to every data party
+    count = packing.n_ciphertexts(L)
+    for j, group in enumerate(relay_groups(roles, relay_entry_bytes(pk.bits, count, proof_size(count)))):
+        relay = pb.RelayedReleases(
+            releases=[pb.RelayedRelease(role=role, release=noisy[role], proof=proofs[role]) for role in group]
+        )
+        await ch.send_many(roles, relay_tag(tags.contrib, j), relay)
     return echo, vecs
 
 

@@ -48,7 +48,7 @@ class _Evil:
             k = self._k
             E = np.zeros((k, b))
             E[np.arange(b), np.arange(b)] = SCALE
-            return self._block(E.ravel(order="F"), p.frac_bits, p.packing(self._pk))
+            return self._block(E.ravel(order="F"), p.release_frac_bits(), p.packing(self._pk))
         if tag.startswith("reply/"):  # the exact mode: the blinded Gram and the next (or final) block
             G = np.diag(np.arange(b, 0, -1, dtype=float))
             return pb.PowerIterationReply(

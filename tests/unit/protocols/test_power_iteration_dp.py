@@ -291,7 +291,9 @@ def test_columns_are_clipped_and_the_noise_is_at_full_scale_whatever_trent_sends
     def rewrite(tag, data, pk):
         if tag.startswith("v/") or tag == "final/v":
             return (
-                EncryptedVector.encrypt(pk, E.ravel(order="F"), frac_bits=params.release_frac_bits(), packing=params.packing(pk))
+                EncryptedVector.encrypt(
+                    pk, E.ravel(order="F"), frac_bits=params.release_frac_bits(), packing=params.packing(pk)
+                )
                 .to_proto()
                 .SerializeToString()
             )
@@ -457,3 +459,20 @@ def test_a_dp_release_is_encoded_on_its_noise_grid_without_losing_a_bit(kw, k, k
         assert np.array_equal(np.asarray(decode_fixed(ints, -f), dtype=np.float64), W.ravel())
     if kw.get("rows") == 500:
         assert f == 21 and params.packing(keys2048[0]).slots == 41  # 30 at 2^-40
+
+
+def test_trents_start_block_keeps_full_rank_on_a_coarse_release_grid(keys512):
+    """A release grid as coarse as 2^0 (f = 0: large column_norm, wide value_bits, k = 2): Trent's Gaussian start
+    block, on the releases' fixed point, is scaled up before it is rounded, so that it never rounds to a block
+    without full rank (unscaled, N(0, 1) rounded to integers is all zero in a column about 1 time in 7 at k = 2);
+    every session of several Trent roots runs to u."""
+    _, sk = keys512
+    params = PowerIterationParams(
+        n_parties=2, key_bits=512, epsilon=1.0, delta=1e-6, rows=2, column_norm=1024.0, value_bits=48, iterations=2
+    ).validate()
+    assert params.release_frac_bits() == 0
+    rng = np.random.default_rng(21)
+    A = rng.normal(size=(2, 20)) * 100
+    for trent_seed in range(12):
+        _, res = run(split(A, 2), params, sk=sk, trent_seed=trent_seed)
+        assert res["party1"].rounds == 2 and np.all(np.isfinite(res["party1"].u)), trent_seed

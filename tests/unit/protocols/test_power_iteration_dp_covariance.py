@@ -211,7 +211,9 @@ def test_a_malicious_trent_changes_the_output_never_the_release(keys512):
     def short(tag, data, pk):
         if tag == COV_SUM_TAG:
             return (
-                EncryptedVector.encrypt(pk, np.ones(L - 1), frac_bits=params.release_frac_bits(), packing=params.packing(pk))
+                EncryptedVector.encrypt(
+                    pk, np.ones(L - 1), frac_bits=params.release_frac_bits(), packing=params.packing(pk)
+                )
                 .to_proto()
                 .SerializeToString()
             )

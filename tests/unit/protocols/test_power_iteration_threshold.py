@@ -540,6 +540,30 @@ def test_traffic_envelope_covers_every_message_of_the_group_key_power_method(sk5
     _assert_envelopes_cover(params, net)
 
 
+@pytest.mark.parametrize("cap,messages", [(1, 3), (2, 2)])
+def test_large_releases_are_relayed_in_several_messages_of_whole_releases(sk512, monkeypatch, cap, messages):
+    """A relay whose releases would pass RELAY_MESSAGE_BYTES goes as several messages of whole releases
+    (``contrib/t``, ``contrib/t/1``, …), the same for every party; the session's result and envelope hold.  (The
+    cap is lowered to one or two releases' worth here; at 64 MiB it splits covariance releases of k in the
+    thousands, which one message would carry past the transport's 256 MiB.)"""
+    import smcdp.protocols.power_iteration_threshold as pit_mod
+
+    rng = np.random.default_rng(13)
+    blocks = [rng.normal(size=(6, 12)) * 0.2 for _ in range(3)]
+    params = params_for(3, 1, dp_method="power", iterations=2, rows=6, max_samples=12)
+    pk = sk512.public_key
+    count = params.packing(pk).n_ciphertexts(6)
+    monkeypatch.setattr(pit_mod, "RELAY_MESSAGE_BYTES", cap * pit_mod.relay_entry_bytes(pk.bits, count, 3))
+    _, shares = deal(sk512, 3, 1)
+    net, res = run(blocks, params, sk=sk512, shares=shares)
+    assert not isinstance(res, Exception), res
+    relays = [(r, t) for s, r, t, _, _ in net.transcript if s == "trent" and t.startswith("contrib/1")]
+    expected = ["contrib/1", *(f"contrib/1/{j}" for j in range(1, messages))]
+    for party in ("party1", "party2", "party3"):
+        assert sorted(t for r, t in relays if r == party) == expected
+    _assert_envelopes_cover(params, net)
+
+
 # ------------------------------------------------------------------ secret randomness (seeds and proof nonces)
 def test_a_known_nonce_key_does_not_reveal_the_key_share(sk512):
     """The proof's z = r + e·Δ·s is computed over the integers: whoever can recompute the nonce r reads the
