@@ -148,6 +148,17 @@ def relay_groups(roles: Sequence[str], entry_bytes: int) -> list[list[str]]:
     return [list(roles[i : i + per]) for i in range(0, len(roles), per)]
 
 
+def stage_relays(
+    roles: Sequence[str], tag: str, pk: PublicKey, packing: Packing, L: int, proof_size: Callable[[int], int]
+) -> list[tuple[str, list[str]]]:
+    """(tag, roles) of each relay message of a stage whose releases hold ``L`` values in ``packing`` with proofs of
+    ``proof_size(ciphertexts)`` integers: what the coordinator sends and a data party expects -- both from this one
+    function, so that they group alike."""
+    count = packing.n_ciphertexts(L)
+    groups = relay_groups(roles, relay_entry_bytes(pk.bits, count, proof_size(count)))
+    return [(relay_tag(tag, j), group) for j, group in enumerate(groups)]
+
+
 def relay_tag(tag: str, j: int) -> str:
     """The tag of relay message j of a stage (:func:`relay_groups`)."""
     return tag if j == 0 else f"{tag}/{j}"
@@ -705,10 +716,8 @@ async def relayed_contributions(
 ) -> dict[str, tuple[EncryptedVector, list[int]]]:
     """Step 5's first check: every data role's release and proof as ``trent`` relays them, each against the
     digest its owner committed to -- a mismatch names Trent, who checked the same digest before relaying."""
-    count = packing.n_ciphertexts(L)
     vecs: dict[str, tuple[EncryptedVector, list[int]]] = {}
-    for j, group in enumerate(relay_groups(params.data_roles, relay_entry_bytes(pk.bits, count, proof_size(count)))):
-        tag = relay_tag(tags.contrib, j)
+    for tag, group in stage_relays(params.data_roles, tags.contrib, pk, packing, L, proof_size):
         msg = await ch.recv(trent, tag, pb.RelayedReleases)
         vecs.update(_relayed(msg, group, params, pk, packing, L, f"{tag} from {trent}", proof_size))
     for role, (vec, proof) in vecs.items():
@@ -867,7 +876,6 @@ async def combine_partials(
     *,
     own: PartialDecryption | None = None,
     signed: bool = True,
-    needed_only: bool = False,
     split: Mapping[str, Sequence[int]] | None = None,
     offset: int = 0,
 ) -> list[int]:
@@ -892,9 +900,7 @@ async def combine_partials(
                 combine_assigned, pub, cts, partials, context, signed=signed, own=mine, offset=offset
             )
         else:
-            plain = await asyncio.to_thread(
-                combine, pub, cts, partials, context, signed=signed, own=mine, needed_only=needed_only
-            )
+            plain = await asyncio.to_thread(combine, pub, cts, partials, context, signed=signed, own=mine)
         return total._unpack(plain) if signed else plain
     except BadPartialDecryption as exc:
         role = role_of[exc.party]
@@ -969,12 +975,11 @@ async def trent_deliver(
             exc.origin = ch.roles[role]
             raise exc
     # one message (several, for large releases): every release and proof, the same bytes to every data party
-    count = packing.n_ciphertexts(L)
-    for j, group in enumerate(relay_groups(roles, relay_entry_bytes(pk.bits, count, proof_size(count)))):
+    for tag, group in stage_relays(roles, tags.contrib, pk, packing, L, proof_size):
         relay = pb.RelayedReleases(
             releases=[pb.RelayedRelease(role=role, release=noisy[role], proof=proofs[role]) for role in group]
         )
-        await ch.send_many(roles, relay_tag(tags.contrib, j), relay)
+        await ch.send_many(roles, tag, relay)
     return echo, vecs
 
 
