@@ -539,9 +539,12 @@ def spawn_party(config_path: str | os.PathLike, *, log_file=None, extra_env: Map
     """
     src = str(Path(smcdp.__file__).resolve().parents[1])
     env = dict(os.environ, **(extra_env or {}))
-    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    # -P and the working directory last: the party runs this smcdp even when started from another checkout's
+    # directory (which `python -m` puts first: a benchmark of two trees ran the one in the cwd twice), and
+    # plug-in modules in the working directory are still found
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH"), os.getcwd()) if p)
     return subprocess.Popen(
-        [sys.executable, "-m", "smcdp", "party", "--config", str(config_path)],
+        [sys.executable, "-P", "-m", "smcdp", "party", "--config", str(config_path)],
         env=env,
         stdout=log_file,
         stderr=subprocess.STDOUT if log_file else None,
