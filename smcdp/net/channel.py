@@ -36,6 +36,7 @@ from smcdp.errors import AlreadySucceeded, DeadlineExceeded, InvalidMessage, Ses
 from smcdp.v1 import messages_pb2  # noqa: F401  (registers the types replay_view looks up by name)
 
 M = TypeVar("M", bound=Message)
+T = TypeVar("T")
 
 #: Default deadline for one ``recv`` when the session sets none (seconds).
 DEFAULT_RECV_TIMEOUT = 600.0
@@ -82,9 +83,12 @@ class Journal(Protocol):
     def inbound(self) -> Iterable[tuple[str, str, str, bytes]]:
         """(sender role, tag, type name, bytes) of every message received so far, in order."""
 
-    def record_inbound(self, sender_role: str, tag: str, type_name: str, data: bytes, durable: bool = True) -> None:
+    def record_inbound(
+        self, sender_role: str, tag: str, type_name: str, data: bytes, durable: bool = True, digest: bytes | None = None
+    ) -> None:
         """Store a received message (called before the delivery is acknowledged); with ``durable`` False
-        it is written but made durable only by the next :meth:`sync`, which must run before the ack."""
+        it is written but made durable only by the next :meth:`sync`, which must run before the ack.
+        ``digest``: the bytes' SHA-256 if the caller has it already (the receiver does: no second hash)."""
 
     def sync(self) -> None:
         """Make everything recorded so far durable."""
@@ -120,30 +124,33 @@ class Mailbox:
     """
 
     def __init__(self) -> None:
-        self._items: dict[tuple[str, str], tuple[str, bytes]] = {}
+        self._items: dict[tuple[str, str], tuple[str, bytes, bytes | None]] = {}  # (type, bytes, SHA-256)
         #: (type, SHA-256) of messages already handed to the role: their bytes are freed at once
         self._taken: dict[tuple[str, str], tuple[str, bytes]] = {}
         self._waiters: dict[tuple[str, str], asyncio.Future[None]] = {}
         self._aborted: BaseException | None = None
-        self._abort_event: asyncio.Event | None = None
+        #: called with the abort's exception when the session is aborted (senders that retry)
+        self._abort_callbacks: list[Callable[[BaseException], None]] = []
         self.duplicates = 0
 
     @property
     def aborted(self) -> BaseException | None:
         return self._aborted
 
-    def put(self, sender_role: str, tag: str, type_url: str, data: bytes) -> bool:
-        """Store a message.  Returns False for a harmless duplicate."""
+    def put(self, sender_role: str, tag: str, type_url: str, data: bytes, digest: bytes | None = None) -> bool:
+        """Store a message (``digest``: its SHA-256, if the caller has it).  Returns False for a harmless
+        duplicate."""
         key = (sender_role, tag)
         if key in self._items or key in self._taken:
-            if self._items.get(key) == (type_url, data) or self._taken.get(key) == (
+            held = self._items.get(key)
+            if (held is not None and held[:2] == (type_url, data)) or self._taken.get(key) == (
                 type_url,
                 hashlib.sha256(data).digest(),
             ):
                 self.duplicates += 1
                 return False
             raise InvalidMessage(f"{sender_role} sent a second, different message with tag {tag!r}")
-        self._items[key] = (type_url, data)
+        self._items[key] = (type_url, data, digest)
         waiter = self._waiters.pop(key, None)
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
@@ -155,18 +162,39 @@ class Mailbox:
         for waiter in self._waiters.values():
             if not waiter.done():
                 waiter.set_exception(exc)
+                waiter.exception()  # a get that waits hears it through its shield; one that timed out, never
         self._waiters.clear()
-        if self._abort_event is not None:
-            self._abort_event.set()
+        callbacks, self._abort_callbacks = self._abort_callbacks, []
+        for fn in callbacks:
+            fn(self._aborted)
 
-    async def wait_aborted(self) -> BaseException:
-        """Return the abort's exception once the session is aborted (for senders that retry)."""
-        if self._aborted is None:
-            if self._abort_event is None:
-                self._abort_event = asyncio.Event()
-            await self._abort_event.wait()
-        assert self._aborted is not None  # abort() records the exception before it sets the event
-        return self._aborted
+    async def abortable(self, coro: Awaitable[T]) -> T:
+        """``await coro`` in the calling task, unless the session is aborted first: then ``coro`` is
+        cancelled and the abort's exception raised (for senders that retry).  No task of its own: a
+        callback cancels the caller's task at the abort (called on this loop, while the task waits)."""
+        if self._aborted is not None:
+            coro.close()  # type: ignore[attr-defined]  # a coroutine object: nothing of it ran
+            raise self._aborted
+        task = asyncio.current_task()
+        assert task is not None  # called from a coroutine running in a task
+        fired: list[BaseException] = []
+
+        def on_abort(exc: BaseException) -> None:
+            fired.append(exc)
+            task.cancel()
+
+        self._abort_callbacks.append(on_abort)
+        try:
+            return await coro
+        except BaseException:
+            if not fired:
+                raise
+        finally:
+            if fired:
+                task.uncancel()  # the abort's own cancellation, answered by its error (or moot)
+            else:
+                self._abort_callbacks.remove(on_abort)
+        raise fired[0]  # whatever the cancelled call raised: the abort is the answer
 
     async def get(self, sender_role: str, tag: str, timeout: float) -> tuple[str, bytes]:
         key = (sender_role, tag)
@@ -179,15 +207,16 @@ class Mailbox:
                 waiter = loop.create_future()
                 self._waiters[key] = waiter
             try:
-                await asyncio.wait_for(asyncio.shield(waiter), timeout)
+                async with asyncio.timeout(timeout):  # one timer (wait_for's cost a task besides)
+                    await asyncio.shield(waiter)  # shared by any other get of the key
             except TimeoutError:
                 raise DeadlineExceeded(f"no message {tag!r} from {sender_role} within {timeout:.1f} s") from None
         if self._aborted is not None and key not in self._items:
             raise self._aborted
         if key in self._taken:
             raise InvalidMessage(f"message {tag!r} from {sender_role} was already received once")
-        type_url, data = self._items.pop(key)
-        self._taken[key] = (type_url, hashlib.sha256(data).digest())
+        type_url, data, digest = self._items.pop(key)
+        self._taken[key] = (type_url, digest if digest is not None else hashlib.sha256(data).digest())
         return type_url, data
 
     def clear(self) -> None:

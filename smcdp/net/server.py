@@ -88,6 +88,9 @@ log = logging.getLogger("smcdp.net.server")
 
 #: messages a Stream call reads, stores and hands on ahead of their (durable) Acks
 STREAM_READ_AHEAD = 64
+#: a message up to this size is journaled on the server's loop (one page-cache write, no fsync); a larger
+#: one on a worker thread (docs/transport.md, "What one message costs")
+INLINE_ACCEPT_BYTES = 256 * 1024
 SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,191}$")
 #: a session's name before its initiator's prefix (:func:`namespaced`)
 SESSION_NAME_MAX = 128
@@ -728,11 +731,16 @@ class MailboxServicer(tgrpc.MailboxServicer):
                 )
             if last and await call.next() is not None:
                 raise InvalidMessage(f"message {first.tag!r}: more chunks than its chunk_count {first.chunk_count}")
-            # off the server's loop: the journal's write and fsync must not hold up other calls (heartbeats
-            # of other sessions time out behind a disk busy with twenty sessions' journals)
-            fresh = await asyncio.to_thread(
-                target.accept_threadsafe, sender_role, first.tag, first.type_name, bytes(buf)
-            )
+            if len(buf) <= INLINE_ACCEPT_BYTES:
+                # a small message's journal record is one write to the page cache (no fsync: the Ack waits
+                # for the journal's group commit below): on this loop, without a thread's round trip
+                fresh = target.accept_threadsafe(sender_role, first.tag, first.type_name, bytes(buf))
+            else:
+                # a large one off the server's loop: its write must not hold up other calls (heartbeats of
+                # other sessions time out behind a disk busy with twenty sessions' journals)
+                fresh = await asyncio.to_thread(
+                    target.accept_threadsafe, sender_role, first.tag, first.type_name, bytes(buf)
+                )
             stored = fresh
             self._observe(self.host.inbound_delivered, peer, len(buf), not fresh)
             ack = self._ack(target, len(buf), not fresh)

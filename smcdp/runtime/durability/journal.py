@@ -579,8 +579,10 @@ class FileJournal:
         with self._lock:
             return [(role, tag, length) for role, tag, _type, _off, length in self._inbound]
 
-    def record_inbound(self, sender_role: str, tag: str, type_name: str, data: bytes, durable: bool = True) -> None:
-        off = self._append(IN, sender_role, tag, type_name, data)
+    def record_inbound(
+        self, sender_role: str, tag: str, type_name: str, data: bytes, durable: bool = True, digest: bytes | None = None
+    ) -> None:
+        off = self._append(IN, sender_role, tag, type_name, data, digest)
         with self._lock:
             self._inbound.append((sender_role, tag, type_name, off, len(data)))
             self._inbound_at[(sender_role, tag)] = (type_name, off, len(data))
@@ -700,9 +702,12 @@ class FileJournal:
             return (to_role, tag) in self._delivered
 
     # ------------------------------------------------------------------ writing
-    def _append(self, kind: int, role: str, tag: str, type_name: str, data: bytes) -> int:
-        """Write one record at the end; returns the offset of its data.  A failed write leaves nothing."""
-        hb = _header_bytes(role, tag, type_name, None if kind == DELIVERED else hashlib.sha256(data).hexdigest())
+    def _append(self, kind: int, role: str, tag: str, type_name: str, data: bytes, digest: bytes | None = None) -> int:
+        """Write one record at the end; returns the offset of its data (``digest``: its SHA-256, if the caller
+        has it).  A failed write leaves nothing."""
+        if kind != DELIVERED and digest is None:
+            digest = hashlib.sha256(data).digest()
+        hb = _header_bytes(role, tag, type_name, None if digest is None else digest.hex())
         if len(hb) > MAX_HEADER:
             raise InvalidMessage("journal record header too long (tag or type name)")
         t0 = time.perf_counter()

@@ -24,7 +24,7 @@ class SlowJournal:
     def inbound(self):
         return []
 
-    def record_inbound(self, sender_role, tag, type_name, data, durable=True):
+    def record_inbound(self, sender_role, tag, type_name, data, durable=True, digest=None):
         self.events.append(("record", tag, durable))
 
     def sync(self):

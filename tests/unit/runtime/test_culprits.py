@@ -187,7 +187,7 @@ class FullJournal:
     def inbound(self):
         return []
 
-    def record_inbound(self, sender_role, tag, type_name, data, durable=True):
+    def record_inbound(self, sender_role, tag, type_name, data, durable=True, digest=None):
         raise NoSpace("no space left at party-b: cannot write its journal", "party-b")
 
 
