@@ -662,6 +662,11 @@ class GrpcChannel(Channel):
         self.durable_future().result()
         return fresh
 
+    def holds(self, sender_role: str, tag: str) -> bool:
+        """True if a message under (sender, tag) was accepted already (:class:`~smcdp.net.server.InboundTarget`)."""
+        with self._lock:
+            return (sender_role, tag) in self._seen
+
     def accept_threadsafe(self, sender_role: str, tag: str, type_url: str, data: bytes) -> bool:
         """Store a message (not yet durable) and hand it to the role.  Returns False for a harmless duplicate.
 

@@ -183,6 +183,10 @@ class InboundTarget(Protocol):
     def accept_threadsafe(self, sender_role: str, tag: str, type_url: str, data: bytes) -> bool:
         """Store the message and hand it on; False for a duplicate of one already held."""
 
+    def holds(self, sender_role: str, tag: str) -> bool:
+        """True if a message under this (sender, tag) was accepted already (a resend: its check may read the
+        journal, so it is not accepted on the server's loop)."""
+
     def durable_future(self) -> concurrent.futures.Future[None]:
         """A future done once every message accepted so far is durable (then it may be acknowledged)."""
 
@@ -731,9 +735,10 @@ class MailboxServicer(tgrpc.MailboxServicer):
                 )
             if last and await call.next() is not None:
                 raise InvalidMessage(f"message {first.tag!r}: more chunks than its chunk_count {first.chunk_count}")
-            if len(buf) <= INLINE_ACCEPT_BYTES:
-                # a small message's journal record is one write to the page cache (no fsync: the Ack waits
-                # for the journal's group commit below): on this loop, without a thread's round trip
+            if len(buf) <= INLINE_ACCEPT_BYTES and not target.holds(sender_role, first.tag):
+                # a small new message's journal record is one write to the page cache (no fsync: the Ack
+                # waits for the journal's group commit below): on this loop, without a thread's round trip
+                # (a resend's check may read the earlier message back from the journal: a worker thread's)
                 fresh = target.accept_threadsafe(sender_role, first.tag, first.type_name, bytes(buf))
             else:
                 # a large one off the server's loop: its write must not hold up other calls (heartbeats of

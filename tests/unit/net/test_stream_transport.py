@@ -4,6 +4,7 @@ retried (fake stubs)."""
 
 import asyncio
 import concurrent.futures
+import threading
 import time
 from types import SimpleNamespace
 
@@ -288,6 +289,9 @@ class CountingTarget:
         self.accepted.append(tag)
         return True
 
+    def holds(self, sender_role, tag):
+        return tag in self.accepted
+
     def durable_future(self):
         return self.synced
 
@@ -359,3 +363,43 @@ def test_a_stream_reads_ahead_of_its_acks_only_so_far_and_acks_once_durable(monk
         assert got == 500 and len(target.accepted) == 500
 
     asyncio.run(main())
+
+
+def test_small_new_messages_are_stored_on_the_servers_loop_large_ones_and_resends_off_it(monkeypatch):
+    """A small new message's journal write (page cache, no fsync) runs on the server's loop; a large one, or a
+    resend of a tag already held (whose check may read the earlier message back from the journal), goes to a
+    worker thread, so that neither holds the loop that answers every other call."""
+    monkeypatch.setattr(server_mod, "LIVENESS_POLL_SECONDS", 0.01)
+    monkeypatch.setattr(server_mod, "INLINE_ACCEPT_BYTES", 8)
+    loop_thread = []
+
+    class WhereTarget(CountingTarget):
+        def accept_threadsafe(self, sender_role, tag, type_url, data):
+            self.where = getattr(self, "where", [])
+            self.where.append((tag, len(data), threading.get_ident() == loop_thread[0]))
+            return super().accept_threadsafe(sender_role, tag, type_url, data)
+
+    target = WhereTarget()
+    target.synced.set_result(None)
+    servicer = MailboxServicer(OnePeerHost(target), max_message_bytes=1 << 20)
+    sent = [("t/0", b"\x01"), ("t/1", b"\x01" * 9), ("t/0", b"\x01")]  # small, large, a resend of t/0
+
+    async def envelopes():
+        for tag, data in sent:
+            yield tpb.Envelope(
+                session_id="s-1",
+                tag=tag,
+                type_name="smcdp.v1.Ints",
+                chunk_index=0,
+                chunk_count=1,
+                total_size=len(data),
+                data=data,
+            )
+
+    async def main():
+        loop_thread.append(threading.get_ident())
+        acks = [ack async for ack in servicer.Stream(envelopes(), PeerContext())]
+        assert len(acks) == 3
+
+    asyncio.run(main())
+    assert target.where == [("t/0", 1, True), ("t/1", 9, False), ("t/0", 1, False)]
