@@ -21,7 +21,6 @@ from smcdp.plugins.base import ProtocolPlugin, SessionContext, register
 from smcdp.v1 import messages_pb2 as mpb
 
 NAME = "bench-pingpong"
-MODULE = "pingpong_plugin"
 
 
 class PingPong(ProtocolPlugin):

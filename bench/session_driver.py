@@ -200,9 +200,7 @@ def main() -> int:
             options, summary = {"plugins": (s["plugin"],), "open_policy": True}, None
         else:
             options, summary = governed(s["protocol"], s["roles"], s["params"], initiator=s["initiator"], seed=None)
-        if (
-            s.get("budgets") and summary is not None
-        ):  # a DP workload: every data party holds a budget for all the sessions
+        if s.get("budgets"):  # a DP workload: every data party holds a budget for all the sessions
             from smcdp.runtime.governance.charges import BudgetConfig
 
             options["budgets"] = {
