@@ -112,6 +112,9 @@ def install(out_dir: str) -> None:
     paillier.PrivateKey.raw_encrypt = timed(pool_name, paillier.PrivateKey.raw_encrypt)
     paillier.PublicKey.raw_encrypt = timed(pool_name, paillier.PublicKey.raw_encrypt)
     obfuscation.ObfuscatorPool.encrypt = timed("encryptions (pooled obfuscator)", obfuscation.ObfuscatorPool.encrypt)
+    obfuscation.ObfuscatorPool.encrypt_many = timed(
+        "encryptions (pooled obfuscator, batches)", obfuscation.ObfuscatorPool.encrypt_many
+    )
     obfuscation.ObfuscatorPool.rerandomize = timed("re-randomisations (pooled)", obfuscation.ObfuscatorPool.rerandomize)
     # the calling thread's CPU only: the engine shares the rows with threads of its own, which end with the
     # call -- their CPU shows as "threads that ended" in the CPU by thread

@@ -594,7 +594,7 @@ async def secure_logsum_alice(
     await ch.send(
         bob,
         f"{tag}/e",
-        EncryptedVector(pk, [pool.encrypt(x) for x in e_ints], n_terms, 0, UNPACKED, int(pk.max_int)).to_proto(),
+        EncryptedVector(pk, pool.encrypt_many(e_ints), n_terms, 0, UNPACKED, int(pk.max_int)).to_proto(),
     )
     # (L), Alice
     u = EncryptedVector.from_proto(
@@ -610,5 +610,5 @@ async def secure_logsum_alice(
     await ch.send(
         bob,
         f"{tag}/l",
-        EncryptedVector(pk, [pool.encrypt(x) for x in out], R, -F, UNPACKED, int(pk.max_int)).to_proto(),
+        EncryptedVector(pk, pool.encrypt_many(out), R, -F, UNPACKED, int(pk.max_int)).to_proto(),
     )

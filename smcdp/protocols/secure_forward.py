@@ -1232,7 +1232,7 @@ class ForwardAlice:
             ints = [[encode_float(float(x), lay.prod_frac_bits) for x in row] for row in Z.T]
             flat = [x for row in ints for x in (row + [0] * (S - n))]
             plain = lay.packing.pack(flat) if lay.packing.packed else flat
-            cts = [pool.encrypt(m) for m in plain]
+            cts = pool.encrypt_many(plain)
             await ch.send(
                 bob,
                 f"{tag}/prod/{b}",
@@ -1392,7 +1392,7 @@ class ForwardAlice:
             self.bob,
             f"{self.tag}/mix-e/{b}",
             EncryptedVector(
-                self.pk, [pool.encrypt(x) for x in plain], len(plain), 0, UNPACKED, int(self.pk.max_int)
+                self.pk, pool.encrypt_many(plain), len(plain), 0, UNPACKED, int(self.pk.max_int)
             ).to_proto(),
         )
         u = EncryptedVector.from_proto(
@@ -1453,7 +1453,7 @@ class ForwardAlice:
                     bob,
                     f"{tag}/e/{s}/{g}",
                     EncryptedVector(
-                        self.pk, [pool.encrypt(x) for x in e_ints], len(e_ints), 0, UNPACKED, int(self.pk.max_int)
+                        self.pk, pool.encrypt_many(e_ints), len(e_ints), 0, UNPACKED, int(self.pk.max_int)
                     ).to_proto(),
                 )
                 u = EncryptedVector.from_proto(
@@ -1512,7 +1512,7 @@ class ForwardAlice:
                 bob,
                 f"{tag}/fin-e",
                 EncryptedVector(
-                    self.pk, [pool.encrypt(x) for x in e_ints], len(e_ints), 0, UNPACKED, int(self.pk.max_int)
+                    self.pk, pool.encrypt_many(e_ints), len(e_ints), 0, UNPACKED, int(self.pk.max_int)
                 ).to_proto(),
             )
             u = EncryptedVector.from_proto(
@@ -1536,7 +1536,7 @@ class ForwardAlice:
         await ch.send(
             bob,
             f"{tag}/fin-l",
-            EncryptedVector(self.pk, [pool.encrypt(x) for x in ints], D, -F, UNPACKED, final_bound(plan)).to_proto(),
+            EncryptedVector(self.pk, pool.encrypt_many(ints), D, -F, UNPACKED, final_bound(plan)).to_proto(),
         )
         self._mark("termination_done")
 
