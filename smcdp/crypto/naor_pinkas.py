@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import gmpy2
 from gmpy2 import mpz
 
-from smcdp.crypto.modexp import FixedBase
+from smcdp.crypto.modexp import FixedBase, powmod
 from smcdp.errors import InvalidMessage
 
 _MODP2048_HEX = (
@@ -87,7 +87,7 @@ class SchnorrGroup:
     def exp_g(self, e: int, *, table: bool = False) -> mpz:
         if table:
             return self.g_table().pow(e)
-        return gmpy2.powmod(self.g, e, self.p)
+        return powmod(self.g, e, self.p)
 
     def is_element(self, x: int) -> bool:
         """1 < x < p and x is a quadratic residue (x in the order-q subgroup, x != 1)."""
@@ -132,9 +132,14 @@ def context_bytes(session_id: str, tag_prefix: str, m: int) -> bytes:
     return _lp(session_id.encode()) + _lp(tag_prefix.encode()) + m.to_bytes(4, "big")
 
 
+def derive_c(group: SchnorrGroup, context: bytes, i: int) -> mpz:
+    """C_i (i >= 1): nobody knows its discrete log (a random-oracle image of the context and i)."""
+    return group.hash_to_element(context, b"C", i.to_bytes(4, "big"))
+
+
 def derive_cs(group: SchnorrGroup, context: bytes, m: int) -> list[mpz | None]:
     """C_1..C_{m-1} (index 0 unused, None)."""
-    return [None] + [group.hash_to_element(context, b"C", i.to_bytes(4, "big")) for i in range(1, m)]
+    return [None] + [derive_c(group, context, i) for i in range(1, m)]
 
 
 def kdf(group: SchnorrGroup, context: bytes, j: int, i: int, key: int, length: int) -> bytes:
@@ -163,7 +168,7 @@ def sender_encrypt(
 ) -> list[bytes]:
     """Ciphertexts of one transfer j: M_i xor KDF(K_{j,i}); c_r[i] = C_i^r (i >= 1)."""
     p = group.p
-    k0 = gmpy2.powmod(pk0, r, p)
+    k0 = powmod(pk0, r, p)
     k0_inv = gmpy2.invert(k0, p)
     out = []
     for i, msg in enumerate(messages):
@@ -179,5 +184,5 @@ def chooser_decrypt(
     if isinstance(gr_table_or_gr, FixedBase):
         key = gr_table_or_gr.pow(k)
     else:
-        key = gmpy2.powmod(gr_table_or_gr, k, group.p)
+        key = powmod(gr_table_or_gr, k, group.p)
     return xor_bytes(ciphertext, kdf(group, context, j, choice, key, len(ciphertext)))

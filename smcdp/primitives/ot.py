@@ -13,6 +13,11 @@ group element whatever the choice).  Two messages in all, whatever N:
 The chooser learns the byte length of every one of the M strings of each row
 (pad them to a common length if that matters).  Math and security argument:
 :mod:`smcdp.crypto.naor_pinkas` and docs/primitives.md.
+
+The sender's r, g^r and C_1^r..C_{M-1}^r depend on nothing the chooser sends -- only on the session, the
+tag prefix and M -- so a protocol that knows those before its online phase makes them there
+(:func:`sender_setup`) and hands them to :func:`ot_send`: online, the sender then raises only the chooser's
+keys (one power per transfer) instead of M + N.
 """
 
 from __future__ import annotations
@@ -22,16 +27,17 @@ import operator
 import random
 from collections.abc import Sequence
 from concurrent.futures import Executor
+from dataclasses import dataclass
 
 import gmpy2
 
-from smcdp.crypto.modexp import FixedBase
+from smcdp.crypto.modexp import FixedBase, powmod
 from smcdp.crypto.naor_pinkas import (
     MODP2048,
     chooser_decrypt,
     chooser_first,
     context_bytes,
-    derive_cs,
+    derive_c,
     sender_encrypt,
 )
 from smcdp.errors import InvalidMessage
@@ -51,6 +57,32 @@ def _tags(prefix: str) -> dict[str, str]:
     if not isinstance(prefix, str) or not prefix:
         raise InvalidMessage("tag_prefix must be a non-empty string")
     return {k: f"{prefix}/np-{k}" for k in ("hdr", "pk0", "gr", "ct")}
+
+
+@dataclass(frozen=True, eq=False)
+class SenderSetup:
+    """The sender's part of one batch that needs no message from the chooser (:func:`sender_setup`): its
+    secret r, g^r and C_i^r for i = 1..M-1, bound to the batch's context (session, tag prefix, M)."""
+
+    context: bytes
+    m: int
+    r: gmpy2.mpz
+    gr: gmpy2.mpz
+    c_r: tuple[gmpy2.mpz | None, ...]
+
+
+def sender_setup(session_id: str, m: int, *, tag_prefix: str = "ot", rng: random.Random | None = None) -> SenderSetup:
+    """Make the sender's r, g^r and C_1^r..C_{M-1}^r for the batch ``tag_prefix`` of ``session_id`` with ``m``
+    strings a row, ahead of :func:`ot_send` (which takes them as ``setup``).  ``rng`` as in :func:`ot_send`:
+    the same stream gives the same r whether it is drawn here or there.  CPU-bound (M powers mod a 2048-bit
+    prime): call it on a worker thread."""
+    _tags(tag_prefix)
+    m = _check_m(m)
+    group = MODP2048
+    context = context_bytes(session_id, tag_prefix, m)
+    r = group.random_exponent(rng)
+    c_r = (None, *(powmod(derive_c(group, context, i), r, group.p) for i in range(1, m)))
+    return SenderSetup(context=context, m=m, r=r, gr=group.exp_g(r), c_r=c_r)
 
 
 def _sender_chunk(
@@ -79,11 +111,13 @@ async def ot_send(
     executor: Executor | None = None,
     chunk: int = DEFAULT_CHUNK,
     rng: random.Random | None = None,
+    setup: SenderSetup | None = None,
 ) -> None:
     """Sender: ``messages[j][i]`` is string i of transfer j; every row has the same M >= 2.
 
     ``rng`` draws the sender's secret r (a role's stream from :mod:`smcdp.primitives.rng`;
-    default the OS CSPRNG).
+    default the OS CSPRNG).  ``setup``: r and its powers made ahead by :func:`sender_setup` for this very
+    batch (its session, ``tag_prefix`` and M; anything else is a ``ValueError``) -- then ``rng`` is not used.
     """
     tags = _tags(tag_prefix)
     try:
@@ -119,11 +153,12 @@ async def ot_send(
     pk0s = [int(group.decode(b, f"OT public key {j} from {chooser_role}")) for j, b in enumerate(pk_msg.values)]
 
     context = context_bytes(ch.session_id, tag_prefix, m)
-    cs = derive_cs(group, context, m)
-    r = group.random_exponent(rng)
-    gr = group.exp_g(r)
-    c_r = [None] + [gmpy2.powmod(c, r, group.p) for c in cs[1:]]
-    await ch.send(chooser_role, tags["gr"], messages_pb2.Blobs(values=[group.encode(gr)]))
+    if setup is None:
+        setup = await asyncio.to_thread(sender_setup, ch.session_id, m, tag_prefix=tag_prefix, rng=rng)
+    elif setup.context != context or setup.m != m:
+        raise ValueError(f"the OT set-up was made for another batch than {tag_prefix!r} of this session with m = {m}")
+    r, c_r = setup.r, list(setup.c_r)
+    await ch.send(chooser_role, tags["gr"], messages_pb2.Blobs(values=[group.encode(setup.gr)]))
     cts = await run_chunked(
         executor,
         _sender_chunk,
@@ -171,7 +206,7 @@ async def ot_choose(
     needed = sorted({c for c in choices if c != 0})
     cs: list[gmpy2.mpz | None] = [None] * m
     for i in needed:  # only the C_i this batch uses
-        cs[i] = group.hash_to_element(context, b"C", i.to_bytes(4, "big"))
+        cs[i] = derive_c(group, context, i)
     big = count >= TABLE_THRESHOLD
     ks, pk0s = [], []
     for c in choices:

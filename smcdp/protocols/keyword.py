@@ -30,11 +30,11 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-import gmpy2
 import numpy as np
 
 from smcdp.crypto.codec import peer_public_key, public_key_to_proto
 from smcdp.crypto.encoding import UNPACKED
+from smcdp.crypto.modexp import powmod
 from smcdp.crypto.naor_pinkas import MODP2048
 from smcdp.crypto.obfuscation import ObfuscatorPool
 from smcdp.crypto.paillier import PrivateKey, check_key_kind
@@ -42,7 +42,7 @@ from smcdp.crypto.vector import EncryptedVector
 from smcdp.errors import CryptoOverflow, InputRejected, InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.net.limits import TrafficEnvelope, ciphertext_vector_bytes, public_key_bytes
-from smcdp.primitives.ot import ot_choose, ot_send
+from smcdp.primitives.ot import ot_choose, ot_send, sender_setup
 from smcdp.primitives.rng import Randomness, SeedLike, owned_session_key, prepare_session_keypair, protocol_rng
 from smcdp.protocols.secure_forward import (
     KIND_CODES,
@@ -415,6 +415,17 @@ async def keyword_bob(
     role = ForwardBob(
         ch, models, params.forward(), public_key=pk, alice=alice, tag="kw/fw", seed=seed, labels=("keyword", "forward")
     )
+    D = models.n_words
+    # step 4's OT: r and its powers need nothing of Alice's, so they are made in the offline phase
+    ot_setup = asyncio.ensure_future(
+        asyncio.to_thread(
+            sender_setup,
+            ch.session_id,
+            max(D, 2),
+            tag_prefix="kw/label",
+            rng=protocol_rng(seed, "keyword", ch.role, "label-ot"),
+        )
+    )
     try:
         await role.prepare()
         offline = {
@@ -428,7 +439,6 @@ async def keyword_bob(
         pool = role.pool
         assert pool is not None  # made by role.prepare()
         t0 = time.perf_counter()
-        D = models.n_words
         # --- Step 3: order-preserving randomised transform + permutation.
         perm = list(range(D))
         rng.shuffle(perm)
@@ -440,7 +450,7 @@ async def keyword_bob(
         n2 = pk.nsquare
         lp = fw.log_likelihoods.ciphertexts
         shift = (1 + pk.n * c) % n2
-        ranked = [pool.rerandomize(gmpy2.powmod(lp[perm[i]], a, n2) * shift % n2) for i in range(D)]
+        ranked = [pool.rerandomize(powmod(lp[perm[i]], a, n2) * shift % n2) for i in range(D)]
         await ch.send(alice, "kw/ranked", EncryptedVector(pk, ranked, D, 0, UNPACKED, bound).to_proto())
         # --- Step 4: the labels, in the permuted order, by 1-of-Δ OT.
         labels = [json.dumps({"index": perm[i], "word": models.words[perm[i]]}).encode() for i in range(D)]
@@ -450,13 +460,7 @@ async def keyword_bob(
         if width > MAX_LABEL_BYTES:  # the session's byte envelope (traffic_envelope) counts on it
             raise InputRejected(f"a keyword's label is longer than {MAX_LABEL_BYTES} bytes", f"{width} bytes")
 
-        await ot_send(
-            ch,
-            alice,
-            [[x.ljust(width) for x in labels]],
-            tag_prefix="kw/label",
-            rng=protocol_rng(seed, "keyword", ch.role, "label-ot"),
-        )
+        await ot_send(ch, alice, [[x.ljust(width) for x in labels]], tag_prefix="kw/label", setup=await ot_setup)
         online["transform_and_ot"] = time.perf_counter() - t0
         # Bob's online clock starts when he is ready, i.e. it includes waiting for Alice's offline phase
         # and her first block (``first_block``); Alice's clock is the session's online time
@@ -473,4 +477,6 @@ async def keyword_bob(
         timings = {"offline": offline, "online": online, "frames": fw.frames, "total": time.perf_counter() - t_start}
         return BobResult(n_models=D, timings=timings, stats=ch.stats.as_dict())
     finally:
+        if not ot_setup.cancel() and not ot_setup.cancelled():
+            ot_setup.exception()  # retrieved: a failed set-up is not worth a warning after the session's own error
         role.close()

@@ -89,6 +89,48 @@ def test_other_messages_stay_hidden_from_an_honest_chooser():
             assert cts[j * m + i] != messages[j][i]  # nothing travels in the clear
 
 
+def test_a_sender_set_up_ahead_sends_what_it_would_have_sent_online():
+    """r and its powers made before the chooser speaks (sender_setup) give the same transcript as the same
+    rng stream drawn inside ot_send -- and the chooser gets the chosen strings."""
+    import random
+
+    m, n = 5, 3
+    messages = [[bytes([j, i]) * 9 for i in range(m)] for j in range(n)]
+    choices = [4, 0, 2]
+    chooser_rng = random.Random(7)
+
+    def run(sender):
+        chooser_rng.seed(7)
+        res, net = run_roles(
+            {"sender": sender, "chooser": lambda ch: ot.ot_choose(ch, "sender", choices, m, rng=chooser_rng)},
+            roles=ROLES,
+        )
+        assert res["chooser"] == [messages[j][choices[j]] for j in range(n)]
+        return [(s, t, payload) for (s, _, t, _, payload) in net.transcript]
+
+    online = run(lambda ch: ot.ot_send(ch, "chooser", messages, rng=random.Random(11)))
+    setup = ot.sender_setup("test-session", m, tag_prefix="ot", rng=random.Random(11))
+    ahead = run(lambda ch: ot.ot_send(ch, "chooser", messages, setup=setup))
+    assert ahead == online
+    assert setup.gr == G.exp_g(setup.r) and setup.c_r[0] is None
+    assert all(c == gmpy2.powmod(otm.derive_c(G, setup.context, i), setup.r, G.p) for i, c in enumerate(setup.c_r) if i)
+
+
+@pytest.mark.parametrize(
+    "session,tag,m", [("other-session", "ot", 3), ("test-session", "kw/label", 3), ("test-session", "ot", 4)]
+)
+def test_a_sender_set_up_for_another_batch_is_refused(session, tag, m):
+    setup = ot.sender_setup(session, m, tag_prefix=tag)
+    with pytest.raises(ValueError, match="another batch"):
+        run_roles(
+            {
+                "sender": lambda ch: ot.ot_send(ch, "chooser", [[b"a", b"b", b"c"]], setup=setup),
+                "chooser": lambda ch: ot.ot_choose(ch, "sender", [1], 3),
+            },
+            roles=ROLES,
+        )
+
+
 def test_sender_with_process_pool():
     from concurrent.futures import ProcessPoolExecutor
 
