@@ -1191,6 +1191,9 @@ class ForwardAlice:
         held = 0
         b = 0
         consumers = []
+        # each block is made once the one before it has left: a whole utterance's blocks would otherwise be
+        # encrypted one after the other before the event loop sends the first one, which the first round needs
+        sent: asyncio.Event | None = None
         try:
             async for chunk in _as_chunks(X):
                 frames = _check_frames(shape, chunk, self.params, self.tl.count + held)
@@ -1200,12 +1203,15 @@ class ForwardAlice:
                 # a full block leaves once a later frame shows it is not the last one
                 while held > B:
                     allf = np.concatenate(buf)
-                    consumers.append(asyncio.ensure_future(self._block(b, allf[:B], False)))
+                    after, sent = sent, asyncio.Event()
+                    consumers.append(asyncio.ensure_future(self._block(b, allf[:B], False, after, sent)))
                     buf, held, b = [allf[B:]], held - B, b + 1
             if held == 0 and self.tl.count == 0:
                 raise InvalidMessage("the observation sequence is empty")
             self._check_frame_count(self.tl.count + held)
-            consumers.append(asyncio.ensure_future(self._block(b, np.concatenate(buf) if buf else buf, True)))
+            consumers.append(
+                asyncio.ensure_future(self._block(b, np.concatenate(buf) if buf else buf, True, sent, asyncio.Event()))
+            )
             self.online["audio_done"] = time.perf_counter() - self._t0
             await all_or_first_failure(*consumers)
         except BaseException:
@@ -1214,8 +1220,15 @@ class ForwardAlice:
             raise
         self._mark("emissions_done")
 
-    async def _block(self, b: int, frames: _BlockFrames, final: bool) -> None:
-        """Send block b (its frames' count, then the products or the OT choices) and take its emissions."""
+    async def _block(
+        self, b: int, frames: _BlockFrames, final: bool, after: asyncio.Event | None, sent: asyncio.Event
+    ) -> None:
+        """Send block b (its frames' count, then the products or the OT choices) and take its emissions.
+        It begins once the block before it has set ``after`` (its messages are on their way) and sets
+        ``sent`` when its own are."""
+        if after is not None:
+            await after.wait()
+            await asyncio.sleep(0)  # the deliveries the previous block started take their turn first
         ch, tag, bob = self.ch, self.tag, self.bob
         plan, shape, pool = self._prepared()
         n = len(frames)
@@ -1240,6 +1253,7 @@ class ForwardAlice:
                     self.pk, cts, lay.n_products * S, -lay.prod_frac_bits, lay.packing, lay.product_bound(self.params)
                 ).to_proto(),
             )
+        sent.set()
         offsets = await self._recv_offsets(b, first, n)
         for k in range(n):
             self.tl.put("c", first + k, offsets[k])
@@ -1706,6 +1720,8 @@ class ForwardBob:
         self.plan = Plan(self.shape, self.params, public_key)
         self.masks = _BobMasks(self.plan, self._rng)
         self._path_log_cache: dict[int, list[list[int]]] = {}
+        #: (frame, whether a round ends there) -> its offsets, made by prepare() for the frames Alice announced
+        self._offsets_ahead: dict[tuple[int, bool], list[int]] = {}
         self.pool: ObfuscatorPool | None = None
         self.offline: dict[str, float] = {}
         self.online: dict[str, Any] = {}  # seconds, and the obfuscator pool's counts (run)
@@ -1757,6 +1773,15 @@ class ForwardBob:
                 self.masks.M(t)  # and the round's step
         self.masks.final()
         self.offline["masks"] = time.perf_counter() - w1
+        # the offsets too (Bob's models and masks only): online, a block's leave at once instead of taking the
+        # event loop -- and the cores -- from the first block's rows, which the first round waits for
+        w1 = time.perf_counter()
+        for t in range(expected):
+            ends = plan.round_end(t, expected)
+            self._offsets_ahead[(t, ends)] = self._frame_offsets(t, ends)
+            if t % 16 == 15:
+                await asyncio.sleep(0)  # the channel's own work (heartbeats) meanwhile
+        self.offline["offsets"] = time.perf_counter() - w1
         self._coef_ints()
         w1 = time.perf_counter()
         await table
@@ -1863,7 +1888,18 @@ class ForwardBob:
 
     def _offsets(self, first: int, n: int, total: int | None) -> list[int]:
         """Public offsets of frames first..first+n−1 (start, or the paths of a round ending there; then mixture
-        terms); ``total``: the frame count, when these are the last frames."""
+        terms); ``total``: the frame count, when these are the last frames.  Frames whose offsets
+        :meth:`prepare` made ahead are taken from there."""
+        out: list[int] = []
+        for t in range(first, first + n):
+            ends = self.plan.round_end(t, total)
+            made = self._offsets_ahead.pop((t, ends), None)
+            out.extend(made if made is not None else self._frame_offsets(t, ends))
+        return out
+
+    def _frame_offsets(self, t: int, ends: bool) -> list[int]:
+        """Frame t's public offsets: the start's (t = 0) or the paths' of the round that ends at t (``ends``),
+        then its mixture terms'.  They depend on Bob's models and masks only."""
         plan, masks = self.plan, self.masks
         D, N, F = plan.D, plan.N, plan.F
         models = self.models
@@ -1886,42 +1922,41 @@ class ForwardBob:
                     for c in plan.comps[d][j]
                 }
         out: list[int] = []
-        for t in range(first, first + n):
-            if t == 0:  # step 5
-                w0 = masks.start()
-                out.extend(self._log_pi[(d, j)] + w0[d * N + j] for d in range(D) for j in plan.starts[d])
-            elif plan.round_end(t, total):  # step 6, (E): paths into frame t
-                ell = plan.round_length(t)
-                Ms = masks.M(t - ell)
-                Vs = [masks.state_mask(t - ell + r) for r in range(1, ell)]  # the frames inside the round
-                omega, sigma, _, _ = masks.step(t - ell, ell)
-                logs = self._path_logs(ell)
-                for d in range(D):
-                    for j in range(N):
-                        paths = plan.paths[ell][d][j]
-                        mask = [Ms[d * N + p[0]] + sum(V[d * N + i] for V, i in zip(Vs, p[1:])) for p in paths]
-                        out.extend(
-                            ls.term_offsets(
-                                logs[d * N + j], mask, omega[d * N + j], sigma[d * N + j] if len(paths) >= 2 else [0]
-                            )
+        if t == 0:  # step 5
+            w0 = masks.start()
+            out.extend(self._log_pi[(d, j)] + w0[d * N + j] for d in range(D) for j in plan.starts[d])
+        elif ends:  # step 6, (E): paths into frame t
+            ell = plan.round_length(t)
+            Ms = masks.M(t - ell)
+            Vs = [masks.state_mask(t - ell + r) for r in range(1, ell)]  # the frames inside the round
+            omega, sigma, _, _ = masks.step(t - ell, ell)
+            logs = self._path_logs(ell)
+            for d in range(D):
+                for j in range(N):
+                    paths = plan.paths[ell][d][j]
+                    mask = [Ms[d * N + p[0]] + sum(V[d * N + i] for V, i in zip(Vs, p[1:])) for p in paths]
+                    out.extend(
+                        ls.term_offsets(
+                            logs[d * N + j], mask, omega[d * N + j], sigma[d * N + j] if len(paths) >= 2 else [0]
                         )
-            if plan.mixture:  # (E) of the component LOGSUMs
-                V = masks.emission(t)
-                omega, sigma, _, _ = masks.mixture(t)
-                C = plan.shape.n_mix
-                log_w = self._log_w
-                assert log_w is not None  # made above with the first offsets, for mixtures
-                for d in range(D):
-                    for j in range(N):
-                        comps = plan.comps[d][j]
-                        out.extend(
-                            ls.term_offsets(
-                                [log_w[(d, j, c)] for c in comps],
-                                [V[(d * N + j) * C + c] for c in comps],
-                                omega[d * N + j],
-                                sigma[d * N + j] if len(comps) >= 2 else [0],
-                            )
+                    )
+        if plan.mixture:  # (E) of the component LOGSUMs
+            V = masks.emission(t)
+            omega, sigma, _, _ = masks.mixture(t)
+            C = plan.shape.n_mix
+            log_w = self._log_w
+            assert log_w is not None  # made above with the first offsets, for mixtures
+            for d in range(D):
+                for j in range(N):
+                    comps = plan.comps[d][j]
+                    out.extend(
+                        ls.term_offsets(
+                            [log_w[(d, j, c)] for c in comps],
+                            [V[(d * N + j) * C + c] for c in comps],
+                            omega[d * N + j],
+                            sigma[d * N + j] if len(comps) >= 2 else [0],
                         )
+                    )
         return out
 
     async def _block(self, b: int, first: int, n: int) -> None:
