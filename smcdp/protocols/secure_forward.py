@@ -1224,11 +1224,14 @@ class ForwardAlice:
         self, b: int, frames: _BlockFrames, final: bool, after: asyncio.Event | None, sent: asyncio.Event
     ) -> None:
         """Send block b (its frames' count, then the products or the OT choices) and take its emissions.
-        It begins once the block before it has set ``after`` (its messages are on their way) and sets
-        ``sent`` when its own are."""
+        It begins once the block before it has set ``after`` (its messages are sent; block 0's also
+        acknowledged), and sets ``sent`` when its own are sent."""
         if after is not None:
             await after.wait()
-            await asyncio.sleep(0)  # the deliveries the previous block started take their turn first
+            if b == 1:
+                # the first block's messages reach Bob before the later blocks' encryptions take the event loop
+                # (it writes them to the stream): those are needed rounds later, the first one now
+                await self.ch.flush()
         ch, tag, bob = self.ch, self.tag, self.bob
         plan, shape, pool = self._prepared()
         n = len(frames)
