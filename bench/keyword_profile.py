@@ -25,6 +25,9 @@ ms).  ``--param NAME=JSON`` sets a session parameter (e.g. ``groups=2``).
 
     PYTHONPATH=. .venv/bin/python bench/keyword_profile.py --sessions 2 [--json out.json] [--cprofile 25]
 
+The parties run the tree named first on ``PYTHONPATH`` (another checkout, to compare two trees with this
+script), from that tree's directory.
+
 Prints a markdown table per session (cold, then warm).  The host is shared: read the load beside it.
 ``--cprofile N`` also runs cProfile (on thread CPU time) on each party's event-loop thread during the
 online phase and prints its N functions with the most own time: what "other" is made of.  It slows the
@@ -112,9 +115,10 @@ def install(out_dir: str) -> None:
     paillier.PrivateKey.raw_encrypt = timed(pool_name, paillier.PrivateKey.raw_encrypt)
     paillier.PublicKey.raw_encrypt = timed(pool_name, paillier.PublicKey.raw_encrypt)
     obfuscation.ObfuscatorPool.encrypt = timed("encryptions (pooled obfuscator)", obfuscation.ObfuscatorPool.encrypt)
-    obfuscation.ObfuscatorPool.encrypt_many = timed(
-        "encryptions (pooled obfuscator, batches)", obfuscation.ObfuscatorPool.encrypt_many
-    )
+    if hasattr(obfuscation.ObfuscatorPool, "encrypt_many"):  # since 0c3c462: a tree before it has none
+        obfuscation.ObfuscatorPool.encrypt_many = timed(
+            "encryptions (pooled obfuscator, batches)", obfuscation.ObfuscatorPool.encrypt_many
+        )
     obfuscation.ObfuscatorPool.rerandomize = timed("re-randomisations (pooled)", obfuscation.ObfuscatorPool.rerandomize)
     # the calling thread's CPU only: the engine shares the rows with threads of its own, which end with the
     # call -- their CPU shows as "threads that ended" in the CPU by thread
@@ -450,7 +454,10 @@ def main() -> int:
         env[ENV] = str(out)
         if args.cprofile:
             env[ENV + "_CPROFILE"] = "1"
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(site), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        # the tree measured: the first entry of the caller's PYTHONPATH (as session_driver.py takes it), else this
+        # one -- ROOT first would have measured this checkout whatever the caller named
+        tree = Path(env["PYTHONPATH"].split(os.pathsep)[0]).resolve() if env.get("PYTHONPATH") else ROOT
+        env["PYTHONPATH"] = os.pathsep.join([str(tree), str(site), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         proc = subprocess.run(
             [
                 sys.executable,
@@ -466,7 +473,7 @@ def main() -> int:
             env=env,
             capture_output=True,
             text=True,
-            cwd=ROOT,
+            cwd=tree,
         )
         if proc.returncode != 0:
             print(proc.stderr[-3000:], file=sys.stderr)
