@@ -140,8 +140,10 @@ def measure_k(tmp: Path, K: int, t: int, d: int, bits: int, eps: float, repeats:
                 params = dict(base, key_group=GROUP, key_threshold=t) if mode == "group" else base
                 recs, wall = timed_run(c, "dp-aggregate", roles, params, "charlie", f"K = {K} {mode}")
                 sent = sum(bytes_sent(recs).values())
+                messages = sum(int((r.get("stats") or {}).get("messages_sent", 0)) for r in recs.values())
                 print(
-                    f"K = {K} {mode}{' (warm-up)' if i == 0 else ''}: {wall:.2f} s, {sent / 1e6:.2f} MB",
+                    f"K = {K} {mode}{' (warm-up)' if i == 0 else ''}: {wall:.2f} s, {sent / 1e6:.2f} MB, "
+                    f"{messages} messages",
                     file=sys.stderr,
                     flush=True,
                 )
