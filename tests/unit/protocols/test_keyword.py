@@ -279,6 +279,25 @@ def test_streamed_frames_give_the_batch_result(keypair512):
     assert a.timings["online"]["first_frame"] < st["last_frame_at"]
 
 
+def test_offsets_made_ahead_for_the_announced_frames_and_computed_for_the_rest(keypair512):
+    """Bob makes the offsets of the frames Alice announced (200 when streaming) ahead; a streamed utterance of
+    another length ends its last round elsewhere (m = 2, an even frame count: the last frame, odd, ends a round
+    only because it is the last): those offsets are computed when the block comes.  Scores equal the batch session's and the plaintext forward algorithm's."""
+    from smcdp.protocols.keyword import STREAM_EXPECTED_FRAMES, frames_from
+
+    _, sk = keypair512
+    X = load_utterance(UTTERANCES[1][0])
+    X = X[: len(X) - len(X) % 2]  # even: the last round is one frame (T − 1 is odd), not m = 2
+    assert len(X) % 2 == 0 and len(X) != STREAM_EXPECTED_FRAMES
+    p = KeywordParams(key_bits=sk.public_key.bits, debug_reveal=True, frames_per_round=2)
+    res, _ = run_pair(
+        lambda ch: keyword_alice(ch, frames_from(iter(X)), p, private_key=sk, allow_insecure_keys=True),
+        lambda ch: keyword_bob(ch, MODELS, p, allow_insecure_keys=True),
+    )
+    np.testing.assert_allclose(res["alice"].log_likelihoods, score_models(MODELS, X), rtol=1e-6)
+    assert res["alice"].index == int(np.argmax(score_models(MODELS, X)))
+
+
 def test_stream_parameters_are_validated():
     with pytest.raises(InvalidMessage, match="per-utterance mean normalisation needs the whole utterance"):
         KeywordParams.from_mapping({"stream": True})
