@@ -176,15 +176,7 @@ class ObfuscatorPool:
 
     def get(self) -> mpz:
         """One obfuscator: from the stock, or made inline when the stock is empty (never blocks)."""
-        with self._cond:
-            if self._stock:
-                obf = self._stock.popleft()
-                if len(self._stock) < self.low_water:
-                    self._cond.notify()
-                return obf
-            self.inline += 1
-            self._cond.notify()
-        return self.fn()
+        return self.take(1)[0]
 
     def take(self, count: int) -> list[mpz]:
         """``count`` obfuscators under one hold of the pool's lock: from the stock while it lasts, the rest
