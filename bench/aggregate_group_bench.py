@@ -44,6 +44,7 @@ from smcdp.runtime.local import LocalCluster, bytes_sent  # noqa: E402
 
 sys.path.insert(0, str(HERE))  # the sibling benchmark's session timer
 from group_key_bench import timed_run  # noqa: E402
+from session_driver import process_cpu  # noqa: E402
 
 GROUP = "bench"
 DELTA = 1e-6
@@ -138,17 +139,19 @@ def measure_k(tmp: Path, K: int, t: int, d: int, bits: int, eps: float, repeats:
         for i in range(repeats + 1):
             for mode in ("single", "group"):
                 params = dict(base, key_group=GROUP, key_threshold=t) if mode == "group" else base
+                cpu0 = sum(process_cpu(proc.pid) for proc in c.procs.values())
                 recs, wall = timed_run(c, "dp-aggregate", roles, params, "charlie", f"K = {K} {mode}")
+                cpu = sum(process_cpu(proc.pid) for proc in c.procs.values()) - cpu0
                 sent = sum(bytes_sent(recs).values())
                 messages = sum(int((r.get("stats") or {}).get("messages_sent", 0)) for r in recs.values())
                 print(
-                    f"K = {K} {mode}{' (warm-up)' if i == 0 else ''}: {wall:.2f} s, {sent / 1e6:.2f} MB, "
-                    f"{messages} messages",
+                    f"K = {K} {mode}{' (warm-up)' if i == 0 else ''}: {wall:.2f} s, CPU {cpu:.2f} s (every party "
+                    f"process), {sent / 1e6:.2f} MB, {messages} messages",
                     file=sys.stderr,
                     flush=True,
                 )
                 if i:
-                    runs[mode].append({"seconds": wall, "bytes": sent})
+                    runs[mode].append({"seconds": wall, "cpu_seconds": cpu, "bytes": sent})
     return {"K": K, "t": t, "keygen": keygen, **runs}
 
 

@@ -117,6 +117,7 @@ from smcdp.primitives.rng import Drbg, DrbgRandom, SeedLike, noise_source, proto
 from smcdp.protocols.base import ProtocolParams
 from smcdp.protocols.power_iteration_threshold import (
     check_noise_share,
+    digest_set_bytes,
     relay_entry_bytes,
     relay_envelope,
     validate_group_params,
@@ -504,9 +505,11 @@ class DPAggregateParams(ProtocolParams):
                 return (2 * K, max(release, proof), K * (release + proof))
             return relay_envelope(K, relay_entry_bytes(B, cts, proof_ints))
 
-        # per stage: digests and echoes (a data party: the others' and Charlie's echo); every party's level bits
-        # and bit proofs, blinded counts and scaling proofs, release and proof
-        msgs = [(stages * K, small), (stages * (K + 1), small), received(release, pok, -(-d // slots), 3), (8, small)]
+        # per stage: digests and echoes (Charlie: every party's digest and echo; a data party: Charlie's relay of
+        # the digests, the others' echoes); every party's level bits and bit proofs, blinded counts and scaling
+        # proofs, release and proof
+        digests = (stages * K, small) if role == CHARLIE else (stages, digest_set_bytes(K))
+        msgs = [digests, (stages * K, small), received(release, pok, -(-d // slots), 3), (8, small)]
         for n in tested:
             counts = ciphertext_vector_bytes(n, B)
             msgs += [

@@ -9,8 +9,8 @@ output) and the smallest data set's size level (an output every data party recei
 
 The shared-noise calibration only (``calibration = "gaussian"``): every party adds a share of the noise.
 Steps (numbered as in the docs; each G-step's commitments go through power iteration's group-key release
-flow, :mod:`smcdp.protocols.power_iteration_threshold`: a digest to every data party and to Charlie, an echo
-round, the release to Charlie, his relay to every data party, every digest and proof checked before anything
+flow, :mod:`smcdp.protocols.power_iteration_threshold`: a digest to Charlie, who relays every party's to every
+data party, an echo round, the release to Charlie, his relay to every data party, every digest and proof checked before anything
 is combined or decrypted, and a party decrypts only what it recomputed itself):
 
 G0. party1 sends Charlie the group's public key and share map, every other data party a hash of its own (Charlie

@@ -112,6 +112,7 @@ from smcdp.protocols.power_iteration_threshold import (
     check_noise_share,
     checked_sum,
     combination_context,
+    digest_set_bytes,
     key_summary,
     proof_from_proto,
     proven_combination,
@@ -504,10 +505,15 @@ class PowerIterationParams(ProtocolParams):
                 msgs = [(N, cov), (N, 24), (1, B // 8 + 16)]
                 if self.key_group is not None:  # and every release's proof and digest
                     msgs += [(N, proof), (N, 128), (N, 64)]  # 64: an echo
-            elif self.key_group is not None:  # every release and proof (one relay); others' digests; echoes
-                # (+Trent's); partials
+            elif self.key_group is not None:  # every release and proof (one relay); Trent's relay of the digests;
+                # the others' echoes; partials
                 partial = cov + (4 * B + 5000) // 8 + 64  # a value per ciphertext (mod N²), the proof's e and z
-                msgs = [relay(self.covariance_length, self.slot_bits()), (N - 1, 128), (N, 64), (N - 1, partial)]
+                msgs = [
+                    relay(self.covariance_length, self.slot_bits()),
+                    (1, digest_set_bytes(N)),
+                    (N - 1, 64),
+                    (N - 1, partial),
+                ]
             else:
                 msgs = [(1, cov), (1, 3 * (B // 8) + 32)]
         elif self.dp and self.key_group is not None and role != TRENT:  # v/0 in clear; per round: every
@@ -516,8 +522,8 @@ class PowerIterationParams(ProtocolParams):
             msgs = [
                 (1, 9 * k * b + 64),
                 relay(k * b, self.slot_bits(), rounds),
-                (rounds * (N - 1), 128),
-                (rounds * N, 64),  # the echoes: the other data parties' and Trent's
+                (rounds, digest_set_bytes(N)),  # Trent's relay of the digests
+                (rounds * (N - 1), 64),  # the echoes: the other data parties'
                 (rounds * (N - 1), partial),
             ]
         elif self.dp:  # noisy/t to Trent; v/t and final/v to the parties (and the key pair)
@@ -555,8 +561,8 @@ class PowerIterationParams(ProtocolParams):
             P = self.n_parties  # each party's messages: (count, largest[, total]) times P
             msgs = [(m[0] * P, m[1], *(t * P for t in m[2:])) for m in per_party] + [(1, B // 8 + 16)]  # key
         elif self.key_group is not None:  # the exact mode under a group key, per round: every party's two
-            # releases and proofs as Trent relays them (one message each), the others' digests, echoes (theirs and Trent's) and
-            # partial decryptions of the block and the Gram; Trent's reply and its proofs
+            # releases and proofs as Trent relays them (one message each), Trent's relays of the digests, the others'
+            # echoes and partial decryptions of the block and the Gram; Trent's reply and its proofs
             R, N = rounds + 1, self.n_parties
             blocks_ct, grams_ct = (
                 -(-k * b // slots(self.slot_bits())),
@@ -568,8 +574,8 @@ class PowerIterationParams(ProtocolParams):
             msgs = [
                 relay(k * b, self.slot_bits(), R),
                 relay(self.gram_length, self.gram_slot_bits(), R),
-                (2 * R * (N - 1), 128),
-                (2 * R * N, 64),
+                (2 * R, digest_set_bytes(N)),
+                (2 * R * (N - 1), 64),
                 (R * (N - 1), partial),
                 (R * (N - 1), 64),  # with each partial, the digest of what it decrypts
                 (R, both),

@@ -11,17 +11,20 @@ power method; :class:`Tags` names its messages), numbered as in the docs:
    variance σ²/h, h = n − t by default (:func:`noise_guarantee`), encrypts the release E_i, and proves that
    it knows what E_i encrypts (:func:`~smcdp.crypto.zkp.prove_plaintext_knowledge`, bound to the session,
    its role, the party holding it and its share index, the round's tag and the key: :func:`proof_context`).
-2. It sends a digest of E_i and its proof to every other data party and to Trent, and waits for every other
-   data party's digest: every contribution is fixed (committed) before any party's ciphertext leaves it.
+2. It sends a digest of E_i and its proof to Trent, who relays every data party's digest to every data party
+   in one message (the same bytes to each); its own entry must be the digest it sent (else it names Trent:
+   :class:`ContributionMismatch`): every contribution is fixed (committed) before any party's ciphertext
+   leaves it.
    2b. Echo: it sends every other data party and Trent the hash of all the digests it holds
-   (:func:`echo_hash`) and waits for theirs and for Trent's echo of the digests *he* received; unless all
-   equal its own, it releases nothing (:class:`EchoMismatch`) -- nobody can commit to one thing towards one
-   participant and to another (chosen late, or meant to frame Trent) towards another.
+   (:func:`echo_hash`) and waits for the other data parties'; unless all equal its own, it releases nothing
+   (:class:`EchoMismatch`) -- Trent cannot relay one digest to one party and another (chosen late) to
+   another; Trent relays nothing unless every echo is the hash of what he relayed.  A data party has one
+   digest, the one it sent Trent: there is nothing for it to send differently to different participants.
 3. Only then it sends E_i and its proof to Trent (its release point).
 4. Trent checks every release against the digest its owner sent him (a mismatch names that party:
    :class:`ContributionMismatch`) and sends every data party all n contributions and proofs.
-5. Party i checks each contribution against the digest its owner sent (its own against its own; a mismatch
-   names Trent, who checked the same digest -- the echo showed he holds it), verifies every contribution's
+5. Party i checks each contribution against its owner's digest as Trent relayed it (its own against its
+   own; a mismatch names Trent, who checked the same digest), verifies every contribution's
    proof (a failure names its owner: :class:`BadContributionProof`), all before anything is summed,
    recomputes E[Σ_j W_j] = Π_j E_j itself, and sends its partial decryption **of that sum** (with its proof
    of correctness, bound to the session, the round's tag, the echo and the sum's digest) to the other data
@@ -249,15 +252,17 @@ PLAINTEXT_KNOWLEDGE = ProofKind(
 class ContributionMismatch(InvalidMessage):
     """A contribution is not what its owner committed to.  At Trent (step 4): the release a data party sent
     him, ``origin`` that party; nothing is relayed.  At a data party (step 5): what Trent delivered -- Trent
-    checked it against the same digest first, so ``origin`` is Trent's party; nothing is decrypted."""
+    checked it against the same digest first, so ``origin`` is Trent's party; nothing is decrypted.  Or (step
+    2) the digest Trent relays as this party's own is not the one it sent him: ``origin`` Trent's party; nothing
+    is released."""
 
 
 class EchoMismatch(InvalidMessage):
-    """Another data party, or Trent, holds other digests than this one (step 2b): someone sent different
-    digests to different participants.  Nothing is released (at Trent: nothing relayed).  ``parties``: the
-    roles whose echoes differ from this participant's.
-    No ``origin``: an equivocating sender makes honest parties' echoes differ too, so the echoes alone do not
-    say who deviated."""
+    """Another data party holds other digests than this one, or (at Trent) than he relayed (step 2b): Trent
+    relayed different digests to different data parties, or a data party echoes something else than it was
+    relayed.  Nothing is released (at Trent: nothing relayed).  ``parties``: the roles whose echoes differ from
+    this participant's.
+    No ``origin``: the echoes alone do not say whether Trent equivocated or the party that differs lied."""
 
     def __init__(self, message: str, parties: list[str]) -> None:
         super().__init__(message)
@@ -508,41 +513,60 @@ def _replayable_encryption(
     return run
 
 
+def digest_set_bytes(n: int) -> int:
+    """A bound on the bytes of Trent's relay of ``n`` data roles' digests (step 2): each a key fingerprint and
+    a 32-byte digest, two bytes of framing each."""
+    return 72 * n + 64
+
+
 async def exchange_digests(
     ch: Channel, params: PowerIterationParams, key: GroupKey, mine: bytes, trent: str, tags: Tags
 ) -> dict[str, bytes]:
-    """Step 2: this party's digest to every other data party and to ``trent`` (who checks the release against
-    it); every other data party's digest back."""
-    others = [r for r in params.data_roles if r != ch.role]
-    await ch.send_many([*others, trent], tags.digest, pb.Blobs(values=[key.public.fingerprint, mine]))
-    got = await ch.recv_all(others, tags.digest, pb.Blobs)
-    digests = {ch.role: mine}
-    for role, msg in got.items():
-        if len(msg.values) != 2 or len(msg.values[1]) != 32:
-            raise InvalidMessage(f"{tags.digest} from {role} must be (key fingerprint, 32-byte digest)")
-        if msg.values[0] != key.public.fingerprint:
+    """Step 2: this party's digest to ``trent``; his relay of every data role's digest back (one message, the
+    same bytes to every data party, role order).  Its own entry must be the digest it sent him -- else Trent
+    substituted it (:class:`ContributionMismatch`, ``origin`` Trent's party) -- and every entry must name the
+    group key's fingerprint.  Whether every data party holds the same set is the echo's business (step 2b)."""
+    fp = key.public.fingerprint
+    await ch.send(trent, tags.digest, pb.Blobs(values=[fp, mine]))
+    msg = await ch.recv(trent, tags.digest, pb.Blobs)
+    roles = params.data_roles
+    if len(msg.values) != 2 * len(roles) or any(len(msg.values[2 * i + 1]) != 32 for i in range(len(roles))):
+        raise InvalidMessage(
+            f"{tags.digest} from {trent} must relay (key fingerprint, 32-byte digest) of each of the "
+            f"{len(roles)} data roles, in order"
+        )
+    relayed = {role: (bytes(msg.values[2 * i]), bytes(msg.values[2 * i + 1])) for i, role in enumerate(roles)}
+    if relayed[ch.role] != (fp, mine):
+        exc = ContributionMismatch(
+            f"{ch.role} releases nothing: the digest {trent} relayed as {ch.role}'s ({tags.digest}) is not the one "
+            f"{ch.role} sent him: {trent} deviated"
+        )
+        exc.origin = ch.roles[trent]
+        raise exc
+    for role, (their_fp, _) in relayed.items():
+        if their_fp != fp:
             raise InvalidMessage(f"{role} holds another key under group {params.key_group!r} (fingerprints differ)")
-        digests[role] = bytes(msg.values[1])
-    return digests
+    return {role: d for role, (_, d) in relayed.items()}
 
 
 async def echo_digests(
     ch: Channel, params: PowerIterationParams, key: GroupKey, digests: Mapping[str, bytes], trent: str, tags: Tags
 ) -> bytes:
-    """Step 2b: the hash of every digest held here to every other data party and to ``trent``; theirs back,
-    and Trent's echo of the digests *he* received.  All must equal this party's, else nothing is released
-    (:class:`EchoMismatch` names the participants whose echoes differ): after this, Trent holds the very
-    digests every data party holds, so a relayed contribution that does not match one is his doing."""
+    """Step 2b: the hash of every digest held here to every other data party and to ``trent``; the other data
+    parties' back.  All must equal this party's, else nothing is released (:class:`EchoMismatch` names the
+    parties whose echoes differ): Trent relayed the digests, so the echoes are what shows that he relayed the
+    same ones to everybody; he checks every echo against the digests he relayed (:func:`_trent_echo`).  After
+    this, Trent holds the very digests every data party holds, so a relayed contribution that does not match
+    one is his doing."""
     others = [r for r in params.data_roles if r != ch.role]
     echo = echo_hash(key.public.fingerprint, params.data_roles, digests)
     await ch.send_many([*others, trent], tags.echo, pb.Blobs(values=[echo]))
-    got = await ch.recv_all([*others, trent], tags.echo, pb.Blobs)
-    differ = [r for r in [*others, trent] if list(got[r].values) != [echo]]
+    got = await ch.recv_all(others, tags.echo, pb.Blobs)
+    differ = [r for r in others if list(got[r].values) != [echo]]
     if differ:
         raise EchoMismatch(
             f"{ch.role} releases nothing: {', '.join(differ)} hold(s) other digests ({tags.digest}) than "
-            f"{ch.role} does ({tags.echo} differs) -- a data party sent different digests to different "
-            "participants",
+            f"{ch.role} does ({tags.echo} differs) -- {trent} relayed different digests to different parties",
             differ,
         )
     return echo
@@ -912,10 +936,11 @@ async def combine_partials(
 async def _trent_echo(
     ch: Channel, params: PowerIterationParams, tags: Tags, fingerprint: bytes | None = None
 ) -> tuple[Mapping[str, pb.Blobs], bytes]:
-    """Trent's part of step 2b: every data party's digest, then the echo of the digests he received to every
-    data party (each releases only if it equals its own), and theirs back: unless all equal his, he relays
-    nothing (:class:`EchoMismatch`).  ``fingerprint``: the group key's, as Trent was told it -- every digest must
-    name it.  Returns the digest messages and the echo."""
+    """Trent's part of steps 2 and 2b: every data party's digest, relayed to every data party in one message
+    (role order, the same bytes to each: :func:`exchange_digests`); then every data party's echo, which must
+    equal the hash of the digests he relayed -- else he relays nothing (:class:`EchoMismatch`).
+    ``fingerprint``: the group key's, as Trent was told it -- every digest must name it.  Returns the digest
+    messages and the echo."""
     roles = params.data_roles
     digests = await ch.recv_all(roles, tags.digest, pb.Blobs)
     for role in roles:
@@ -925,15 +950,15 @@ async def _trent_echo(
             raise InvalidMessage(
                 f"{ch.role} relays nothing: the key {role}'s digest names is not the group key {ch.role} was given"
             )
+    await ch.send_many(roles, tags.digest, pb.Blobs(values=[v for role in roles for v in digests[role].values]))
     held = {role: bytes(digests[role].values[1]) for role in roles}
     echo = echo_hash(bytes(digests[roles[0]].values[0]), roles, held)
-    await ch.send_many(roles, tags.echo, pb.Blobs(values=[echo]))
     got = await ch.recv_all(roles, tags.echo, pb.Blobs)
     differ = [r for r in roles if list(got[r].values) != [echo]]
     if differ:
         raise EchoMismatch(
             f"{ch.role} relays nothing: {', '.join(differ)} hold(s) other digests ({tags.digest}) than "
-            f"{ch.role} received ({tags.echo} differs)",
+            f"{ch.role} relayed ({tags.echo} differs)",
             differ,
         )
     return digests, echo
@@ -949,11 +974,11 @@ async def trent_deliver(
     proof_size: Callable[[int], int] = PLAINTEXT_KNOWLEDGE.size,
     packing: Packing | None = None,
 ) -> tuple[bytes, dict[str, EncryptedVector]]:
-    """Trent's steps 2b and 4: he echoes the digests he received (:func:`_trent_echo`), then relays every data
-    party's release (``tags.release``) and its proof of plaintext knowledge (``tags.proof``) to every data
-    party -- all of them in one ``RelayedReleases`` message (``tags.contrib``), the same bytes to each -- each checked
-    first (size, key, bound) and against the digest its owner committed to
-    (``tags.digest``, which every data party sent him too): a release that is not what its sender committed
+    """Trent's steps 2, 2b and 4: he relays the digests and checks the echoes (:func:`_trent_echo`), then relays
+    every data party's release (``tags.release``) and its proof of plaintext knowledge (``tags.proof``) to every
+    data party -- all of them in one ``RelayedReleases`` message (``tags.contrib``), the same bytes to each --
+    each checked first (size, key, bound) and against the digest its owner committed to (``tags.digest``, which
+    it sent him and he relayed to every data party): a release that is not what its sender committed
     to is refused, naming the sender (:class:`ContributionMismatch`), and nothing is relayed.  He sums
     nothing and decrypts nothing.  Returns the echo and the releases (dp-aggregate's Charlie combines the
     partial decryptions of their sum; ``fingerprint``: see :func:`_trent_echo`; ``packing``: the releases' layout,

@@ -72,8 +72,10 @@ RESERVE_BYTES = 256 * 1024
 #: decryption (other partial messages), group-key proofs' nonces as powers of the key's base, dp-aggregate's
 #: blinding exponents -- give other bytes again; a checkpoint of a build between those commits is refused.
 #: 6 (2026-12-03): a coordinator relays a group-key stage's releases and proofs in one ``RelayedReleases``
-#: message to each data party, not one message per role and kind: a version-5 journal holds the old ones
-VERSION = 6
+#: message to each data party, not one message per role and kind: a version-5 journal holds the old ones.
+#: 7 (2026-12-04): a data party sends its group-key digest to the coordinator only, who relays every party's
+#: in one message, and the coordinator sends no echo: a version-6 journal holds the all-to-all digests
+VERSION = 7
 SUFFIX = ".d"
 #: an input file larger than this is fingerprinted by its size, mtime and its first and last MiB
 #: instead of its whole content (hashing runs at about 1 GB/s)

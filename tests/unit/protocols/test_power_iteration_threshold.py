@@ -108,31 +108,39 @@ def test_with_negligible_noise_the_group_key_session_computes_the_components(sk5
 
 
 def test_every_contribution_is_committed_before_any_ciphertext_leaves_a_party(sk512):
-    """Commit, then reveal: a party sends its release to Trent only after *every* data party holds every other
-    data party's digest (the echoes say so), so no party (colluding with Trent, who sees the releases) can choose its contribution after
-    seeing another's -- e.g. the inverse of the honest ones, which would make the 'sum' one party's
-    contribution.  Trent's only messages to a data party are his echo of the digests he received (after every
-    digest reached him, before any release) and the n contributions and their proofs of plaintext knowledge,
-    after every release."""
+    """Commit, then reveal: a party sends its release to Trent only after *every* data party holds every data
+    party's digest and has echoed it to every other, so no party (colluding with Trent, who sees the releases)
+    can choose its contribution after seeing another's -- e.g. the inverse of the honest ones, which would make
+    the 'sum' one party's contribution.  A data party sends its digest to Trent alone; Trent's only messages to
+    a data party are his relay of every digest (after every digest reached him, before any release; the same
+    bytes to each) and the n contributions and their proofs of plaintext knowledge, after every release."""
     rng = np.random.default_rng(1)
     blocks = [rng.normal(size=(4, 30)) for _ in range(3)]
     _, shares = deal(sk512, 3, 1)
     net, res = run(blocks, params_for(3, 1, rows=4, max_samples=30), sk=sk512, shares=shares)
     assert not isinstance(res, Exception), res
     order = [(s, r, t) for s, r, t, _, _ in net.transcript]
-    digests_in = [i for i, (s, r, t) in enumerate(order) if t == DIGEST_TAG and r != "trent"]
-    assert len(digests_in) == 6
-    for me in ("party1", "party2", "party3"):  # every digest reached every party before any release left
-        assert max(digests_in) < order.index((me, "trent", COV_TAG))
+    data = ("party1", "party2", "party3")
+    assert {(s, r) for s, r, t in order if t == DIGEST_TAG} == {
+        *((p, "trent") for p in data),
+        *(("trent", p) for p in data),
+    }  # one digest each, to Trent; his relay to each
+    relays = [d for s, r, t, _, d in net.transcript if s == "trent" and t == DIGEST_TAG]
+    assert len(set(relays)) == 1 and len(pb.Blobs.FromString(relays[0]).values) == 6
+    to_trent = [i for i, (s, r, t) in enumerate(order) if r == "trent" and t == DIGEST_TAG]
+    echoes = [i for i, (s, r, t) in enumerate(order) if t == ECHO_TAG]
+    assert len(echoes) == 9  # to the two other data parties and to Trent, from each
+    for me in data:  # every echo reached every party before any release left
+        assert max(echoes) < order.index((me, "trent", COV_TAG))
     last_release = max(i for i, (_, _, t) in enumerate(order) if t == COV_TAG)
+    first_release = min(i for i, (_, _, t) in enumerate(order) if t == COV_TAG)
     from_trent = [(i, t) for i, (s, r, t) in enumerate(order) if s == "trent" and r.startswith("party")]
-    assert {t for _, t in from_trent} == {CONTRIB_TAG, ECHO_TAG}
+    assert {t for _, t in from_trent} == {CONTRIB_TAG, DIGEST_TAG}
     relayed = next(d for s, r, t, _, d in net.transcript if s == "trent" and r == "party2" and t == CONTRIB_TAG)
     assert [e.role for e in pb.RelayedReleases.FromString(relayed).releases] == ["party1", "party2", "party3"]
-    assert all(i > last_release for i, t in from_trent if t != ECHO_TAG)
-    to_trent = [i for i, (s, r, t) in enumerate(order) if r == "trent" and t == DIGEST_TAG]
-    first_release = min(i for i, (_, _, t) in enumerate(order) if t == COV_TAG)
-    assert all(max(to_trent) < i < first_release for i, t in from_trent if t == ECHO_TAG)
+    assert all(i > last_release for i, t in from_trent if t == CONTRIB_TAG)
+    assert all(max(to_trent) < i < min(echoes) for i, t in from_trent if t == DIGEST_TAG)
+    assert max(echoes) < first_release
 
 
 # ------------------------------------------------------------------ a deviating coordinator, a wrong partial
@@ -475,10 +483,10 @@ def test_the_noisy_power_method_under_the_group_key_computes_the_components(sk51
         assert res[role].rounds == 25 and res[role].dp["key"]["kind"] == "threshold"
     releases = [t for s, _, t, _, _ in net.transcript if s == "party2" and t.startswith("noisy/")]
     assert releases == [f"noisy/{t}" for t in range(25)]
-    # Trent sends a data party the start block and, per round, his echo and the three releases -- nothing to
-    # decrypt alone
+    # Trent sends a data party the start block and, per round, his relay of the digests and the three releases --
+    # nothing to decrypt alone
     to_party = {t for s, r, t, _, _ in net.transcript if s == "trent" and r == "party1"}
-    assert to_party == {"v/0"} | {f"echo/{t}" for t in range(25)} | {f"contrib/{t}" for t in range(25)}
+    assert to_party == {"v/0"} | {f"digest/{t}" for t in range(25)} | {f"contrib/{t}" for t in range(25)}
 
 
 @pytest.mark.parametrize("change", ["reorder", "drop", "duplicate"])
@@ -634,8 +642,9 @@ def test_a_party_releasing_a_power_of_an_earlier_release_of_another_is_refused_a
     digest = contribution_digest("local", "party3", "org3", evil, forged)
     own, nets = {}, []
 
-    def echo_of(third):  # the echo of every digest party3 received and party3's ``third``
-        held = {s: pb.Blobs.FromString(d).values[1] for s, t, _, d in nets[0].received_by("party3") if t == DIGEST_TAG}
+    def echo_of(third):  # the echo of every digest Trent relayed to party3, with party3's ``third``
+        relay = next(pb.Blobs.FromString(d) for s, t, _, d in nets[0].received_by("party3") if t == DIGEST_TAG)
+        held = {role: relay.values[2 * i + 1] for i, role in enumerate(params.data_roles)}
         return echo_hash(pub.fingerprint, params.data_roles, {**held, "party3": third})
 
     def party3(to, tag, data):
@@ -654,14 +663,23 @@ def test_a_party_releasing_a_power_of_an_earlier_release_of_another_is_refused_a
             return with_relayed_release(data, "party3", own[COV_TAG], own[PROOF_TAG])
         return data
 
-    def hook(net):  # party3's own checks see echoes of its honest digest
+    def hook(net):  # party3's own checks see its honest digest in Trent's relay, and echoes of it
         nets.append(net)
         ch = net.channels["party3"]
+
+        async def recv(peer, tag, cls, original=ch.recv):
+            got = await original(peer, tag, cls)
+            if tag == DIGEST_TAG:
+                values = list(got.values)
+                values[2 * params.data_roles.index("party3") + 1] = own[DIGEST_TAG]
+                return pb.Blobs(values=values)
+            return got
 
         async def recv_all(roles, tag, cls, original=ch.recv_all):
             got = await original(roles, tag, cls)
             return {r: pb.Blobs(values=[echo_of(own[DIGEST_TAG])]) for r in got} if tag == ECHO_TAG else got
 
+        ch.recv = recv
         ch.recv_all = recv_all
 
     blocks_b = [rng.normal(size=(4, 30)) for _ in range(3)]
@@ -734,35 +752,62 @@ def test_a_party_holding_anothers_role_under_a_reused_session_id_cannot_replay_i
     assert not any(t == PARTIAL_TAG for _, _, t, _, _ in net_b.transcript)
 
 
-# ------------------------------------------------------------------ a data party sending different digests
-def test_a_party_sending_different_digests_to_different_parties_stops_every_release(sk512):
-    """party3 commits to one contribution towards party2 and to another towards party1 (with Trent's help and
-    party2's release in hand, it could choose the one towards party1 late: the inverse of party2's release,
-    so that party1 decrypts its own release for party3).  The echo round: each data party sends every other
-    the hash of all the digests it holds, and releases nothing unless every echo equals its own.  party1's
-    and the others' (Trent's too) differ: no release reaches Trent, no partial decryption leaves anyone; the
-    failure names the participants whose echoes differ."""
+# ------------------------------------------------------------------ a Trent relaying different digests
+def test_a_trent_relaying_different_digests_to_different_parties_stops_every_release(sk512):
+    """A data party sends its digest to Trent alone; every other party has it from his relay.  Trent relays to
+    party1 a set in which party3's digest is another (with party3's release in hand -- were party1 to release
+    first -- he could make it the digest of the inverse of party2's release, so that party1 decrypts party2's
+    release for him).  The echo round: each data party sends every other, and Trent, the hash of the digests it
+    holds, and releases nothing unless every echo equals its own.  party1's differs from everyone else's: no
+    release reaches Trent, no partial decryption leaves anyone; the failure names the participants whose
+    echoes differ."""
     rng = np.random.default_rng(12)
     blocks = [rng.normal(size=(4, 30)) for _ in range(3)]
     _, shares = deal(sk512, 3, 1)
 
-    def party3(to, tag, data):  # towards party1: another commitment than towards party2
+    def trent_(to, tag, data):  # towards party1: another digest for party3
         if to == "party1" and tag == DIGEST_TAG:
-            msg = pb.Blobs.FromString(data)
-            return pb.Blobs(values=[msg.values[0], bytes(32)]).SerializeToString()
+            values = list(pb.Blobs.FromString(data).values)
+            values[5] = bytes(32)
+            return pb.Blobs(values=values).SerializeToString()
         return data
 
     net, outcome = run(
-        blocks, params_for(3, 1, rows=4, max_samples=30), sk=sk512, shares=shares, rewrite={"party3": party3}
+        blocks, params_for(3, 1, rows=4, max_samples=30), sk=sk512, shares=shares, rewrite={"trent": trent_}
     )
     assert not any(r == "trent" and t == COV_TAG for _, r, t, _, _ in net.transcript)
     assert not any(t == PARTIAL_TAG for _, _, t, _, _ in net.transcript)
     assert isinstance(outcome, EchoMismatch), outcome
+    assert getattr(outcome, "origin", None) is None
     # whichever party notices first ends the session: a data party "releases nothing", trent "relays nothing"
     assert ("releases nothing" in str(outcome) or "trent relays nothing" in str(outcome)) and outcome.parties in (
-        ["party2", "party3", "trent"],  # party1's view: everyone else holds party3's true digest
+        ["party2", "party3"],  # party1's view: the other data parties hold party3's true digest
         ["party1"],  # anyone else's (Trent's too): party1 holds another
     )
+
+
+def test_a_trent_relaying_another_digest_as_a_partys_own_is_named_by_that_party(sk512):
+    """Trent relays party2's digest as what party2 sent him, but another one (the same to every party, so the
+    echoes would agree): party2 checks its own entry against the digest it sent, releases nothing and names
+    Trent; nothing reaches Trent, nobody decrypts anything."""
+    rng = np.random.default_rng(14)
+    blocks = [rng.normal(size=(4, 30)) for _ in range(3)]
+    _, shares = deal(sk512, 3, 1)
+
+    def trent_(to, tag, data):
+        if tag == DIGEST_TAG:
+            values = list(pb.Blobs.FromString(data).values)
+            values[3] = bytes(32)
+            return pb.Blobs(values=values).SerializeToString()
+        return data
+
+    net, outcome = run(
+        blocks, params_for(3, 1, rows=4, max_samples=30), sk=sk512, shares=shares, rewrite={"trent": trent_}
+    )
+    assert isinstance(outcome, ContributionMismatch), outcome
+    assert outcome.origin == "trent" and "party2 releases nothing" in str(outcome) and "trent deviated" in str(outcome)
+    assert not any(r == "trent" and t == COV_TAG for _, r, t, _, _ in net.transcript)
+    assert not any(t == PARTIAL_TAG for _, _, t, _, _ in net.transcript)
 
 
 # ------------------------------------------------------------------ who is named when a release is not its commitment
@@ -788,46 +833,4 @@ def test_a_party_sending_trent_another_release_than_it_committed_to_is_named_by_
     )
     assert isinstance(outcome, ContributionMismatch), outcome
     assert outcome.origin == "org3" and "trent relays nothing" in str(outcome) and "party3 deviated" in str(outcome)
-    assert not any(s == "trent" and t.startswith(CONTRIB_TAG) for s, _, t, _, _ in net.transcript)
-
-
-def test_a_party_committing_to_one_release_towards_trent_and_another_towards_the_parties_cannot_frame_him(
-    sk512, monkeypatch
-):
-    """party3 sends the data parties the digest of its release E3 and Trent the digest of E3' (one more in
-    the first slot), then sends Trent E3'.  Trent's check passes (E3' is what party3 committed to towards
-    him); were there no more, every honest data party would see E3' where party3 committed to E3 and name
-    Trent.  Trent is in the echo round now: he echoes the digests he received, which differ from the data
-    parties', so nobody releases anything (EchoMismatch, no one named) and nothing is relayed."""
-    import smcdp.protocols.power_iteration_threshold as pit
-    from smcdp.protocols.power_iteration_threshold import contribution_digest
-
-    rng = np.random.default_rng(13)
-    blocks = [rng.normal(size=(4, 30)) for _ in range(3)]
-    pub, shares = deal(sk512, 3, 1)
-    pk = pub.public_key
-    honest, state = pit._encrypt_and_prove, {}
-
-    async def capture(ch, *args):
-        vec, proof = await honest(ch, *args)
-        if ch.role == "party3":  # E3' and its digest, for Trent's eyes only
-            cts = [vec.ciphertexts[0] * (1 + pk.n) % pk.nsquare, *vec.ciphertexts[1:]]
-            evil = EncryptedVector(pk, cts, vec.length, vec.exponent, vec.packing, vec.bound)
-            state.update(evil=evil, digest=contribution_digest(ch.session_id, ch.role, "org3", evil, proof))
-        return vec, proof
-
-    def party3(to, tag, data):
-        if to == "trent" and tag == DIGEST_TAG:
-            return pb.Blobs(values=[pub.fingerprint, state["digest"]]).SerializeToString()
-        if to == "trent" and tag == COV_TAG:
-            return state["evil"].to_proto().SerializeToString()
-        return data
-
-    monkeypatch.setattr(pit, "_encrypt_and_prove", capture)
-    net, outcome = run(
-        blocks, params_for(3, 1, rows=4, max_samples=30), sk=sk512, shares=shares, rewrite={"party3": party3}
-    )
-    assert isinstance(outcome, EchoMismatch), outcome
-    assert getattr(outcome, "origin", None) is None
-    assert not any(r == "trent" and t == COV_TAG for _, r, t, _, _ in net.transcript)
     assert not any(s == "trent" and t.startswith(CONTRIB_TAG) for s, _, t, _, _ in net.transcript)
