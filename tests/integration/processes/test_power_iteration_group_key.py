@@ -2,7 +2,8 @@
 parties (alice, bob, carol) whose key stores hold dealt shares of one (1, 3) key (the ceremony is tested on
 its own).  A session naming the group succeeds and charges each party once; a single-key proposal is refused
 by the parties' default key rule (they hold a group of exactly these data parties); a trent delivering one
-party's release in place of the others' is refused, and every data party's audit trail names trent."""
+party's release in place of the others' is refused, and every data party's audit trail names trent; a trent
+relaying different digests to different parties gets no release at all."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ PARAMS = {
 GROUP = {"key_group": "lab", "key_threshold": 1}
 
 
-def _cluster(tmp, evil: bool):
+def _cluster(tmp, evil: bool | str):
     rng = np.random.default_rng(36)
     parties: dict = {"trent": {}}
     for name in DATA:
@@ -45,7 +46,8 @@ def _cluster(tmp, evil: bool):
         **{p: Policy(protocols={"power-iteration": rules}) for p in DATA},
     }
     budgets = {p: BudgetConfig(dataset=p, epsilon=10.0, delta=1e-3) for p in DATA}
-    cls = cluster_class("trent", "tests.support.malicious_pi_group" if evil else None)
+    module = evil if isinstance(evil, str) else "tests.support.malicious_pi_group" if evil else None
+    cls = cluster_class("trent", module)
     return cls(parties, allow_insecure_keys=True, workdir=tmp / "run", policies=policies, budgets=budgets)
 
 
@@ -87,6 +89,22 @@ def test_a_trent_relaying_one_release_for_all_is_named_in_every_data_partys_audi
                 if e is not None and e.get("event") == "session-end" and e.get("session") == sid
             ]
             assert ends and ends[-1]["origin"] == "trent" and "refuses to decrypt" in ends[-1]["message"], ends
+
+
+def test_a_trent_relaying_different_digests_to_different_parties_stops_every_release(tmp_path):
+    """Trent relays party1 (alice) a set of digests in which party3's is another, and the true set to the others:
+    the data parties' echoes differ, so none of them releases anything -- no budget is charged -- and the session
+    fails at every party."""
+    with _cluster(tmp_path, evil="tests.support.malicious_pi_digests") as cluster:
+        store_dealt_shares(cluster, DATA)
+        recs = cluster.run("power-iteration", ROLES, {**PARAMS, **GROUP}, initiator="trent", timeout=240)
+        sid = recs["trent"]["session_id"]
+        assert {recs[p]["state"] for p in ROLES.values()} == {"failed"}, recs
+        echoes = [p for p in DATA if "releases nothing" in (recs[p].get("error") or {}).get("message", "")]
+        assert echoes, {p: recs[p].get("error") for p in DATA}
+        for p in DATA:
+            charges = [c for c in Ledger(cluster.data_dir(p) / DEFAULT_LEDGER).history(p) if c.key == sid]
+            assert all(c.state != "charged" for c in charges), (p, charges)
 
 
 # ------------------------------------------------------------------ the exact mode under the group key
