@@ -116,8 +116,11 @@ from smcdp.primitives.argmin import (
 from smcdp.primitives.rng import Drbg, DrbgRandom, SeedLike, noise_source, protocol_rng
 from smcdp.protocols.base import ProtocolParams
 from smcdp.protocols.power_iteration_threshold import (
+    FIRST_ECHO_BYTES,
     check_noise_share,
     digest_set_bytes,
+    echo_relay_bytes,
+    echo_to_trent_bytes,
     relay_entry_bytes,
     relay_envelope,
     validate_group_params,
@@ -506,10 +509,13 @@ class DPAggregateParams(ProtocolParams):
             return relay_envelope(K, relay_entry_bytes(B, cts, proof_ints))
 
         # per stage: digests and echoes (Charlie: every party's digest and echo; a data party: Charlie's relay of
-        # the digests, the others' echoes); every party's level bits and bit proofs, blinded counts and scaling
-        # proofs, release and proof
-        digests = (stages * K, small) if role == CHARLIE else (stages, digest_set_bytes(K))
-        msgs = [digests, (stages * K, small), received(release, pok, -(-d // slots), 3), (8, small)]
+        # the digests, the first stage's echoes from the others and the later stages' MACs as Charlie relays
+        # them); every party's level bits and bit proofs, blinded counts and scaling proofs, release and proof
+        if role == CHARLIE:
+            commits = [(stages * K, small), (stages * K, max(small, echo_to_trent_bytes(K)))]
+        else:
+            commits = [(stages, digest_set_bytes(K)), (K - 1, FIRST_ECHO_BYTES), (stages - 1, echo_relay_bytes(K))]
+        msgs = [*commits, received(release, pok, -(-d // slots), 3), (8, small)]
         for n in tested:
             counts = ciphertext_vector_bytes(n, B)
             msgs += [

@@ -103,6 +103,7 @@ from smcdp.primitives.rng import (
 from smcdp.protocols.base import ProtocolParams
 from smcdp.protocols.power_iteration_threshold import (
     EXACT_WINDOW,
+    FIRST_ECHO_BYTES,
     PLAINTEXT_KNOWLEDGE,
     GroupKey,
     Tags,
@@ -113,6 +114,8 @@ from smcdp.protocols.power_iteration_threshold import (
     checked_sum,
     combination_context,
     digest_set_bytes,
+    echo_relay_bytes,
+    echo_to_trent_bytes,
     key_summary,
     proof_from_proto,
     proven_combination,
@@ -511,7 +514,7 @@ class PowerIterationParams(ProtocolParams):
                 msgs = [
                     relay(self.covariance_length, self.slot_bits()),
                     (1, digest_set_bytes(N)),
-                    (N - 1, 64),
+                    (N - 1, FIRST_ECHO_BYTES),
                     (N - 1, partial),
                 ]
             else:
@@ -523,7 +526,8 @@ class PowerIterationParams(ProtocolParams):
                 (1, 9 * k * b + 64),
                 relay(k * b, self.slot_bits(), rounds),
                 (rounds, digest_set_bytes(N)),  # Trent's relay of the digests
-                (rounds * (N - 1), 64),  # the echoes: the other data parties'
+                (N - 1, FIRST_ECHO_BYTES),  # the first round's echoes, from the other data parties
+                (max(rounds - 1, 0), echo_relay_bytes(N)),  # later ones: Trent's relay of their MACs
                 (rounds * (N - 1), partial),
             ]
         elif self.dp:  # noisy/t to Trent; v/t and final/v to the parties (and the key pair)
@@ -533,7 +537,7 @@ class PowerIterationParams(ProtocolParams):
                 else [(rounds + 1, block), (1, 3 * (B // 8) + 32)]
             )
             if role == TRENT and self.key_group is not None:  # every release's proof, digest and echo
-                msgs += [(rounds * self.n_parties, size) for size in (proof, 128, 64)]
+                msgs += [(rounds * self.n_parties, size) for size in (proof, 128, echo_to_trent_bytes(self.n_parties))]
         elif role == TRENT:
             # final/x: the public chunking of at most max_samples samples, r floats each (the
             # chunks' sizes follow max_samples, not the chunk size alone -- 512 KB a message before)
@@ -543,7 +547,8 @@ class PowerIterationParams(ProtocolParams):
                 # releases, proofs, digests and echoes, and its flag
                 R, P = rounds + 1, self.n_parties
                 per: list[tuple[int, ...]] = [(R, block), (R, proof), (R, gram), (R, proof), (2 * R, 128)]
-                per += [(2 * R, 64), (R, 24), (1, 24), (1, 40), finals]  # echoes, flags, dims, final/cols, final/x
+                echoes = (2 * R, echo_to_trent_bytes(P))
+                per += [echoes, (R, 24), (1, 24), (1, 40), finals]  # echoes, flags, dims, final/cols, final/x
                 msgs = [(m[0] * P, m[1], *(v * P for v in m[2:])) for m in per] + [(1, B // 8 + 16)]
                 return TrafficEnvelope.from_messages(
                     msgs,
@@ -575,7 +580,8 @@ class PowerIterationParams(ProtocolParams):
                 relay(k * b, self.slot_bits(), R),
                 relay(self.gram_length, self.gram_slot_bits(), R),
                 (2 * R, digest_set_bytes(N)),
-                (2 * R * (N - 1), 64),
+                (N - 1, FIRST_ECHO_BYTES),  # the first release's echoes; the later ones' MACs, relayed by Trent
+                (2 * R - 1, echo_relay_bytes(N)),
                 (R * (N - 1), partial),
                 (R * (N - 1), 64),  # with each partial, the digest of what it decrypts
                 (R, both),

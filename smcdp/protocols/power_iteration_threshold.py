@@ -15,10 +15,11 @@ power method; :class:`Tags` names its messages), numbered as in the docs:
    in one message (the same bytes to each); its own entry must be the digest it sent (else it names Trent:
    :class:`ContributionMismatch`): every contribution is fixed (committed) before any party's ciphertext
    leaves it.
-   2b. Echo: it sends every other data party and Trent the hash of all the digests it holds
-   (:func:`echo_hash`) and waits for the other data parties'; unless all equal its own, it releases nothing
-   (:class:`EchoMismatch`) -- Trent cannot relay one digest to one party and another (chosen late) to
-   another; Trent relays nothing unless every echo is the hash of what he relayed.  A data party has one
+   2b. Echo: it checks that every other data party holds the hash of the same digests (:func:`echo_hash`);
+   unless all equal its own, it releases nothing (:class:`EchoMismatch`) -- Trent cannot relay one digest to
+   one party and another (chosen late) to another; Trent relays nothing unless every echo is the hash of what
+   he relayed.  A session's first echo goes to every other data party directly, with a link key; the later
+   ones through Trent, as MACs under the pairs' keys (:mod:`smcdp.primitives.links`).  A data party has one
    digest, the one it sent Trent: there is nothing for it to send differently to different participants.
 3. Only then it sends E_i and its proof to Trent (its release point).
 4. Trent checks every release against the digest its owner sent him (a mismatch names that party:
@@ -56,7 +57,7 @@ import hashlib
 import hmac
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, NoReturn
 from typing import Protocol as TypingProtocol
@@ -91,6 +92,7 @@ from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.net.limits import ciphertext_vector_bytes
 from smcdp.net.tls import validate_party_name
+from smcdp.primitives import links
 from smcdp.primitives.rng import SeedLike, stream_key
 from smcdp.v1 import messages_pb2 as pb
 
@@ -283,6 +285,9 @@ class GroupKey:
     #: data role -> share index (1..n), from the key group's parties and the session's roles
     indices: Mapping[str, int]
     group: str = ""
+    #: session id -> other data role -> the pair's key for the echoes through Trent (step 2b), agreed at the
+    #: session's first echo (:func:`echo_digests`)
+    links: dict[str, dict[str, bytes]] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def public(self) -> ThresholdPublicKey:
@@ -549,20 +554,68 @@ async def exchange_digests(
     return {role: d for role, (_, d) in relayed.items()}
 
 
+#: bytes of a data party's first echo (the hash and its link public key, with framing)
+FIRST_ECHO_BYTES = 96
+
+
+def echo_relay_bytes(n: int) -> int:
+    """A bound on Trent's relay of the n − 1 MACs of a later echo to one data party (step 2b)."""
+    return (n - 1) * (links.MAC_BYTES + 2) + 16
+
+
+def echo_to_trent_bytes(n: int) -> int:
+    """A bound on a data party's later echo to Trent: the hash and a MAC for each other data party."""
+    return 34 + echo_relay_bytes(n)
+
+
 async def echo_digests(
     ch: Channel, params: PowerIterationParams, key: GroupKey, digests: Mapping[str, bytes], trent: str, tags: Tags
 ) -> bytes:
-    """Step 2b: the hash of every digest held here to every other data party and to ``trent``; the other data
-    parties' back.  All must equal this party's, else nothing is released (:class:`EchoMismatch` names the
-    parties whose echoes differ): Trent relayed the digests, so the echoes are what shows that he relayed the
-    same ones to everybody; he checks every echo against the digests he relayed (:func:`_trent_echo`).  After
-    this, Trent holds the very digests every data party holds, so a relayed contribution that does not match
-    one is his doing."""
+    """Step 2b: the hash of every digest held here, checked against every other data party's; unless all are
+    equal, nothing is released (:class:`EchoMismatch` names the parties whose echoes differ).  Trent relayed the
+    digests, so the echoes are what shows that he relayed the same ones to everybody; he checks every echo
+    against the digests he relayed (:func:`_trent_echo`).
+
+    The session's first echo goes to every other data party directly, with this party's link public key
+    (:mod:`smcdp.primitives.links`), and to Trent; from the keys the pairs agree on, every later echo goes to
+    Trent alone, as the hash and one MAC for each other data party, and Trent relays to each party the MACs
+    addressed to it: a MAC of another party's echo verifies under the pair's key only if that echo is this
+    party's, and Trent, who does not hold the key, can neither forge one nor pass one party's off as
+    another's.  After this, Trent holds the very digests every data party holds, so a relayed contribution
+    that does not match one is his doing."""
     others = [r for r in params.data_roles if r != ch.role]
     echo = echo_hash(key.public.fingerprint, params.data_roles, digests)
-    await ch.send_many([*others, trent], tags.echo, pb.Blobs(values=[echo]))
-    got = await ch.recv_all(others, tags.echo, pb.Blobs)
-    differ = [r for r in others if list(got[r].values) != [echo]]
+    pairs = key.links.get(ch.session_id)
+    if pairs is None:
+        secret = links.link_secret(str(int(key.share.secret)).encode(), ch.session_id, ch.role)
+        await asyncio.gather(
+            ch.send_many(others, tags.echo, pb.Blobs(values=[echo, links.link_public(secret)])),
+            ch.send(trent, tags.echo, pb.Blobs(values=[echo])),
+        )
+        got = await ch.recv_all(others, tags.echo, pb.Blobs)
+        made: dict[str, bytes] = {}
+        for r in others:
+            if len(got[r].values) != 2:
+                raise InvalidMessage(f"{tags.echo} from {r} must be (echo, link public key)")
+            try:
+                made[r] = links.pair_key(secret, bytes(got[r].values[1]), ch.session_id, ch.role, r)
+            except ValueError as exc:
+                raise InvalidMessage(f"{tags.echo} from {r}: {exc}") from None
+        differ = [r for r in others if got[r].values[0] != echo]
+        if not differ:
+            key.links[ch.session_id] = made
+    else:
+        sid = ch.session_id
+        macs = [links.pair_mac(pairs[r], sid, tags.echo, ch.role, r, echo) for r in others]
+        await ch.send(trent, tags.echo, pb.Blobs(values=[echo, *macs]))
+        msg = await ch.recv(trent, tags.echo, pb.Blobs)
+        if len(msg.values) != len(others):
+            raise InvalidMessage(f"{tags.echo} from {trent} must relay one MAC from each other data party")
+        differ = [
+            r
+            for r, mac in zip(others, msg.values)
+            if not hmac.compare_digest(bytes(mac), links.pair_mac(pairs[r], sid, tags.echo, r, ch.role, echo))
+        ]
     if differ:
         raise EchoMismatch(
             f"{ch.role} releases nothing: {', '.join(differ)} hold(s) other digests ({tags.digest}) than "
@@ -954,12 +1007,26 @@ async def _trent_echo(
     held = {role: bytes(digests[role].values[1]) for role in roles}
     echo = echo_hash(bytes(digests[roles[0]].values[0]), roles, held)
     got = await ch.recv_all(roles, tags.echo, pb.Blobs)
-    differ = [r for r in roles if list(got[r].values) != [echo]]
+    sizes = {len(got[r].values) for r in roles}
+    if sizes not in ({1}, {len(roles)}):
+        raise InvalidMessage(
+            f"{tags.echo}: every data party's echo must be the hash alone (a session's first) or the hash and one "
+            "MAC for each other data party"
+        )
+    differ = [r for r in roles if got[r].values[0] != echo]
     if differ:
         raise EchoMismatch(
             f"{ch.role} relays nothing: {', '.join(differ)} hold(s) other digests ({tags.digest}) than "
             f"{ch.role} relayed ({tags.echo} differs)",
             differ,
+        )
+    if sizes == {len(roles)}:  # a later echo: each party the MACs the others addressed to it (echo_digests)
+        position = {i: {r: k for k, r in enumerate(o for o in roles if o != i)} for i in roles}
+        await asyncio.gather(
+            *(
+                ch.send(j, tags.echo, pb.Blobs(values=[got[i].values[1 + position[i][j]] for i in roles if i != j]))
+                for j in roles
+            )
         )
     return digests, echo
 

@@ -74,8 +74,10 @@ RESERVE_BYTES = 256 * 1024
 #: 6 (2026-12-03): a coordinator relays a group-key stage's releases and proofs in one ``RelayedReleases``
 #: message to each data party, not one message per role and kind: a version-5 journal holds the old ones.
 #: 7 (2026-12-04): a data party sends its group-key digest to the coordinator only, who relays every party's
-#: in one message, and the coordinator sends no echo: a version-6 journal holds the all-to-all digests
-VERSION = 7
+#: in one message, and the coordinator sends no echo: a version-6 journal holds the all-to-all digests.
+#: 8 (2026-12-04): a session's first echo carries the party's link key, and the later echoes go through the
+#: coordinator as pairwise MACs (smcdp.primitives.links): a version-7 journal holds all-to-all echoes
+VERSION = 8
 SUFFIX = ".d"
 #: an input file larger than this is fingerprinted by its size, mtime and its first and last MiB
 #: instead of its whole content (hashing runs at about 1 GB/s)

@@ -484,9 +484,13 @@ def test_the_noisy_power_method_under_the_group_key_computes_the_components(sk51
     releases = [t for s, _, t, _, _ in net.transcript if s == "party2" and t.startswith("noisy/")]
     assert releases == [f"noisy/{t}" for t in range(25)]
     # Trent sends a data party the start block and, per round, his relay of the digests and the three releases --
-    # nothing to decrypt alone
+    # nothing to decrypt alone -- and, from the second round on, the other parties' MACs of their echoes
     to_party = {t for s, r, t, _, _ in net.transcript if s == "trent" and r == "party1"}
-    assert to_party == {"v/0"} | {f"digest/{t}" for t in range(25)} | {f"contrib/{t}" for t in range(25)}
+    per_round = {f"digest/{t}" for t in range(25)} | {f"contrib/{t}" for t in range(25)}
+    assert to_party == {"v/0"} | per_round | {f"echo/{t}" for t in range(1, 25)}
+    # the data parties echo to each other directly in the first round only (with their link keys)
+    direct = {t for s, r, t, _, _ in net.transcript if s.startswith("party") and r.startswith("party")}
+    assert {t for t in direct if t.startswith("echo/")} == {"echo/0"}
 
 
 @pytest.mark.parametrize("change", ["reorder", "drop", "duplicate"])
@@ -651,8 +655,8 @@ def test_a_party_releasing_a_power_of_an_earlier_release_of_another_is_refused_a
         if tag == DIGEST_TAG:
             own[tag] = pb.Blobs.FromString(data).values[1]
             return pb.Blobs(values=[pub.fingerprint, digest]).SerializeToString()
-        if tag == ECHO_TAG:  # the echo of what the others hold: its forged digest
-            return pb.Blobs(values=[echo_of(digest)]).SerializeToString()
+        if tag == ECHO_TAG:  # the echo of what the others hold: its forged digest (its link key kept)
+            return pb.Blobs(values=[echo_of(digest), *pb.Blobs.FromString(data).values[1:]]).SerializeToString()
         if tag in (COV_TAG, PROOF_TAG):
             own[tag] = data
             return (evil.to_proto() if tag == COV_TAG else bigints(list(forged))).SerializeToString()
@@ -677,7 +681,9 @@ def test_a_party_releasing_a_power_of_an_earlier_release_of_another_is_refused_a
 
         async def recv_all(roles, tag, cls, original=ch.recv_all):
             got = await original(roles, tag, cls)
-            return {r: pb.Blobs(values=[echo_of(own[DIGEST_TAG])]) for r in got} if tag == ECHO_TAG else got
+            if tag != ECHO_TAG:
+                return got
+            return {r: pb.Blobs(values=[echo_of(own[DIGEST_TAG]), *m.values[1:]]) for r, m in got.items()}
 
         ch.recv = recv
         ch.recv_all = recv_all
@@ -784,6 +790,73 @@ def test_a_trent_relaying_different_digests_to_different_parties_stops_every_rel
         ["party2", "party3"],  # party1's view: the other data parties hold party3's true digest
         ["party1"],  # anyone else's (Trent's too): party1 holds another
     )
+
+
+def _power_run(sk, seed, trent_rewrite, on_net=None):
+    """A four-round power-method session (n = 3, t = 1) whose Trent rewrites what he sends."""
+    rng = np.random.default_rng(seed)
+    blocks = [rng.normal(size=(4, 30)) for _ in range(3)]
+    _, shares = deal(sk, 3, 1)
+    params = params_for(3, 1, dp_method="power", iterations=4, rows=4, max_samples=30, components=1)
+    return run(blocks, params, sk=sk, shares=shares, rewrite={"trent": trent_rewrite}, on_net=on_net)
+
+
+def test_in_the_power_method_a_trent_relaying_different_digests_in_a_later_round_stops_its_releases(sk512):
+    """From the second round on the echoes go through Trent as MACs under the pairs' keys (agreed at the first
+    round's direct echo).  Trent relays party1 another digest for party3 in round 2, and does not check the
+    echoes he receives (he takes party1's for the others'): party1's echo differs from the others', so the
+    MACs they addressed to it do not verify under its pairs' keys (and its MACs do not at theirs); nobody
+    releases round 2, nothing of it is decrypted."""
+
+    def trent_(to, tag, data):
+        if to == "party1" and tag == "digest/2":
+            values = list(pb.Blobs.FromString(data).values)
+            values[5] = bytes(32)
+            return pb.Blobs(values=values).SerializeToString()
+        return data
+
+    def unchecked(net):  # Trent's own check passes: party1's echo hash reads as the others'
+        ch = net.channels["trent"]
+
+        async def recv_all(roles, tag, cls, original=ch.recv_all):
+            got = await original(roles, tag, cls)
+            if tag == "echo/2":
+                values = list(got["party1"].values)
+                values[0] = got["party2"].values[0]
+                got = {**got, "party1": pb.Blobs(values=values)}
+            return got
+
+        ch.recv_all = recv_all
+
+    net, outcome = _power_run(sk512, 15, trent_, on_net=unchecked)
+    assert isinstance(outcome, EchoMismatch), outcome
+    assert "releases nothing" in str(outcome) and outcome.parties in (["party2", "party3"], ["party1"])
+    assert any(s == "trent" and t == "echo/2" for s, _, t, _, _ in net.transcript)  # he relayed the MACs
+    assert any(t == "noisy/1" for _, _, t, _, _ in net.transcript)  # the rounds before went through
+    assert not any(t in ("noisy/2", "partial/2") for _, _, t, _, _ in net.transcript)
+
+
+@pytest.mark.parametrize("change", ["flip", "swap"])
+def test_a_trent_altering_the_relayed_echo_macs_stops_the_release(sk512, change):
+    """Trent cannot forge a MAC under a pair's key, nor pass one party's MAC off as another's (a MAC binds its
+    sender and receiver): a relay to party1 with one MAC's byte flipped, or its two MACs swapped, fails
+    party1's check -- EchoMismatch, round 1 released by nobody."""
+
+    def trent_(to, tag, data):
+        if to == "party1" and tag == "echo/1":
+            values = list(pb.Blobs.FromString(data).values)
+            if change == "flip":
+                values[1] = bytes([values[1][0] ^ 1]) + values[1][1:]
+            else:
+                values.reverse()
+            return pb.Blobs(values=values).SerializeToString()
+        return data
+
+    net, outcome = _power_run(sk512, 16, trent_)
+    assert isinstance(outcome, EchoMismatch), outcome
+    assert "party1 releases nothing" in str(outcome)
+    assert outcome.parties == (["party3"] if change == "flip" else ["party2", "party3"])
+    assert not any(t in ("noisy/1", "partial/1") for _, _, t, _, _ in net.transcript)
 
 
 def test_a_trent_relaying_another_digest_as_a_partys_own_is_named_by_that_party(sk512):

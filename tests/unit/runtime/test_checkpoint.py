@@ -80,7 +80,7 @@ def test_checkpoint_refuses_duplicates_damage_and_unreplayable_roots(tmp_path):
         (b"{not json", "not JSON"),
         (b'{"kind": "other"}', "not an smcdp session checkpoint"),
         (good.replace(b'"state": "prepared"', b'"state": "running"'), "MAC does not verify"),
-        (good.replace(b'"version": 7', b'"version": 6'), "not a version-7"),  # the last version's: refused
+        (good.replace(b'"version": 8', b'"version": 7'), "not a version-8"),  # the last version's: refused
     ):
         meta.write_bytes(bad)
         with pytest.raises(CheckpointDamaged, match=why) as err:
