@@ -7,9 +7,10 @@ channel -- and carries the sender's X25519 public key; every later echo goes thr
 per other data party under the pair's key, which the coordinator does not hold.  K + K messages a stage instead
 of K(K − 1).
 
-* :func:`link_secret` -- a party's X25519 private key for a session: HMAC-SHA256 keyed by a long-lived secret of
-  the party's (a group-key session's key share) over the session and the party's role, so that a replayed party
-  (docs/fault-tolerance.md) sends the very public key it sent before, and no two sessions or roles share one.
+* :func:`link_secret` -- a party's X25519 private key for a session: HMAC-SHA256 keyed by a secret of the
+  party's for the session (a group-key session passes a stream of its checkpointed randomness root) over the
+  session and the party's role, so that a replayed party (docs/fault-tolerance.md) sends the very public key it
+  sent before, and no two sessions or roles share one.
 * :func:`pair_key` -- HKDF-SHA256 of the X25519 shared secret, salted with the session, its info naming both
   roles (in sorted order: both ends derive the same key).  An invalid public key (wrong length, or a low-order
   point whose shared secret is zero) raises ``ValueError``.
@@ -49,7 +50,8 @@ def _framed(*parts: str | bytes) -> bytes:
 
 
 def link_secret(secret: bytes, session_id: str, role: str) -> X25519PrivateKey:
-    """The party's X25519 private key for ``session_id`` as ``role``, derived from its long-lived ``secret``."""
+    """The party's X25519 private key for ``session_id`` as ``role``, derived from its ``secret`` (32 bytes or more
+    of key material only it holds)."""
     seed = hmac.new(secret, _DOMAIN + b"\x00secret\x00" + _framed(session_id, role), hashlib.sha256).digest()
     return X25519PrivateKey.from_private_bytes(seed)
 

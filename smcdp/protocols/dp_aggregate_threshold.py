@@ -396,7 +396,7 @@ async def _zero_test(
     context = _context(ch, ch.role, group_key, tags)
     D, proof = await asyncio.to_thread(_blind, pk, C, rs, exps, context, seed, ch.role)
     vec = EncryptedVector(pk, D, len(D), 0, Packing(), None)
-    digests, echo = await commit_and_release(ch, stage, group_key, vec, proof, CHARLIE, tags)
+    digests, echo = await commit_and_release(ch, stage, group_key, vec, proof, CHARLIE, tags, seed)
     relayed = await relayed_contributions(ch, stage, pk, Packing(), digests, len(C), CHARLIE, tags, scaling_size)
     exponent_bits = int(pk.n).bit_length() + BLIND_EXTRA_BITS
     statements = {

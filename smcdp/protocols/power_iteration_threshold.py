@@ -56,6 +56,7 @@ import asyncio
 import hashlib
 import hmac
 import math
+import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -518,6 +519,16 @@ def _replayable_encryption(
     return run
 
 
+#: the coordinator's channels (one a session) whose first echo has passed: the later echoes carry MACs
+_ECHOED: weakref.WeakSet[Channel] = weakref.WeakSet()
+
+
+def _named(exc: InvalidMessage, party: str) -> InvalidMessage:
+    """``exc`` with ``party`` as its origin (the participant whose message it is about)."""
+    exc.origin = party
+    return exc
+
+
 def digest_set_bytes(n: int) -> int:
     """A bound on the bytes of Trent's relay of ``n`` data roles' digests (step 2): each a key fingerprint and
     a 32-byte digest, two bytes of framing each."""
@@ -569,7 +580,13 @@ def echo_to_trent_bytes(n: int) -> int:
 
 
 async def echo_digests(
-    ch: Channel, params: PowerIterationParams, key: GroupKey, digests: Mapping[str, bytes], trent: str, tags: Tags
+    ch: Channel,
+    params: PowerIterationParams,
+    key: GroupKey,
+    digests: Mapping[str, bytes],
+    trent: str,
+    tags: Tags,
+    seed: SeedLike,
 ) -> bytes:
     """Step 2b: the hash of every digest held here, checked against every other data party's; unless all are
     equal, nothing is released (:class:`EchoMismatch` names the parties whose echoes differ).  Trent relayed the
@@ -577,7 +594,8 @@ async def echo_digests(
     against the digests he relayed (:func:`_trent_echo`).
 
     The session's first echo goes to every other data party directly, with this party's link public key
-    (:mod:`smcdp.primitives.links`), and to Trent; from the keys the pairs agree on, every later echo goes to
+    (:mod:`smcdp.primitives.links`; its secret from a stream of the party's root ``seed``, so that a replayed
+    party sends the same key and every session has fresh ones), and to Trent; from the keys the pairs agree on, every later echo goes to
     Trent alone, as the hash and one MAC for each other data party, and Trent relays to each party the MACs
     addressed to it: a MAC of another party's echo verifies under the pair's key only if that echo is this
     party's, and Trent, who does not hold the key, can neither forge one nor pass one party's off as
@@ -587,7 +605,7 @@ async def echo_digests(
     echo = echo_hash(key.public.fingerprint, params.data_roles, digests)
     pairs = key.links.get(ch.session_id)
     if pairs is None:
-        secret = links.link_secret(str(int(key.share.secret)).encode(), ch.session_id, ch.role)
+        secret = links.link_secret(stream_key(seed, "group-key", "links"), ch.session_id, ch.role)
         await asyncio.gather(
             ch.send_many(others, tags.echo, pb.Blobs(values=[echo, links.link_public(secret)])),
             ch.send(trent, tags.echo, pb.Blobs(values=[echo])),
@@ -595,12 +613,12 @@ async def echo_digests(
         got = await ch.recv_all(others, tags.echo, pb.Blobs)
         made: dict[str, bytes] = {}
         for r in others:
-            if len(got[r].values) != 2:
-                raise InvalidMessage(f"{tags.echo} from {r} must be (echo, link public key)")
             try:
+                if len(got[r].values) != 2 or len(got[r].values[0]) != 32:
+                    raise ValueError("it must be (32-byte echo, link public key)")
                 made[r] = links.pair_key(secret, bytes(got[r].values[1]), ch.session_id, ch.role, r)
-            except ValueError as exc:
-                raise InvalidMessage(f"{tags.echo} from {r}: {exc}") from None
+            except ValueError as exc:  # it came over r's own channel: r's doing
+                raise _named(InvalidMessage(f"{tags.echo} from {r}: {exc}"), ch.roles[r]) from None
         differ = [r for r in others if got[r].values[0] != echo]
         if not differ:
             key.links[ch.session_id] = made
@@ -610,7 +628,10 @@ async def echo_digests(
         await ch.send(trent, tags.echo, pb.Blobs(values=[echo, *macs]))
         msg = await ch.recv(trent, tags.echo, pb.Blobs)
         if len(msg.values) != len(others):
-            raise InvalidMessage(f"{tags.echo} from {trent} must relay one MAC from each other data party")
+            raise _named(
+                InvalidMessage(f"{tags.echo} from {trent} must relay one MAC from each other data party"),
+                ch.roles[trent],
+            )
         differ = [
             r
             for r, mac in zip(others, msg.values)
@@ -676,7 +697,7 @@ async def release_and_commit(
     its proof to ``trent`` (``tags.release``, ``tags.proof``).  Returns every data role's committed digest
     (its own included) and the echo every data party agreed on."""
     vec, proof = await _encrypt_and_prove(ch, params, key, W, packing, tags, seed, kind)
-    return await commit_and_release(ch, params, key, vec, proof, trent, tags)
+    return await commit_and_release(ch, params, key, vec, proof, trent, tags, seed)
 
 
 async def commit_and_release(
@@ -687,6 +708,7 @@ async def commit_and_release(
     proof: Sequence[int],
     trent: str,
     tags: Tags,
+    seed: SeedLike,
 ) -> tuple[dict[str, bytes], bytes]:
     """Steps 2–3 for a release already made and proven (``vec``, ``proof``): commit, echo, send both to
     ``trent``.  Returns every data role's committed digest (its own included) and the agreed echo."""
@@ -694,7 +716,7 @@ async def commit_and_release(
     mine = contribution_digest(ch.session_id, ch.role, ch.roles[ch.role], vec, proof)
     digests = await exchange_digests(ch, params, key, mine, trent, tags)
     # --- Step 2b: every data party holds the same digests (nobody sent different ones to different parties).
-    echo = await echo_digests(ch, params, key, digests, trent, tags)
+    echo = await echo_digests(ch, params, key, digests, trent, tags, seed)
     # --- Step 3: the release to Trent (the release point), only now that every contribution is committed.
     await ch.send(trent, tags.release, vec.to_proto())
     await ch.send(trent, tags.proof, bigints(list(proof)))
@@ -997,22 +1019,37 @@ async def _trent_echo(
     roles = params.data_roles
     digests = await ch.recv_all(roles, tags.digest, pb.Blobs)
     for role in roles:
-        if len(digests[role].values) != 2 or len(digests[role].values[1]) != 32:
-            raise InvalidMessage(f"{tags.digest} from {role} must be (key fingerprint, 32-byte digest)")
-        if fingerprint is not None and digests[role].values[0] != fingerprint:
-            raise InvalidMessage(
-                f"{ch.role} relays nothing: the key {role}'s digest names is not the group key {ch.role} was given"
+        values = digests[role].values
+        if len(values) != 2 or len(values[0]) != 32 or len(values[1]) != 32:
+            raise _named(
+                InvalidMessage(f"{tags.digest} from {role} must be (32-byte key fingerprint, 32-byte digest)"),
+                ch.roles[role],
+            )
+        if values[0] != (fingerprint if fingerprint is not None else digests[roles[0]].values[0]):
+            raise _named(
+                InvalidMessage(
+                    f"{ch.role} relays nothing: the key {role}'s digest names is not the group key "
+                    f"{'it was given' if fingerprint is not None else roles[0] + ' names'}"
+                ),
+                ch.roles[role],
             )
     await ch.send_many(roles, tags.digest, pb.Blobs(values=[v for role in roles for v in digests[role].values]))
     held = {role: bytes(digests[role].values[1]) for role in roles}
     echo = echo_hash(bytes(digests[roles[0]].values[0]), roles, held)
     got = await ch.recv_all(roles, tags.echo, pb.Blobs)
-    sizes = {len(got[r].values) for r in roles}
-    if sizes not in ({1}, {len(roles)}):
-        raise InvalidMessage(
-            f"{tags.echo}: every data party's echo must be the hash alone (a session's first) or the hash and one "
-            "MAC for each other data party"
-        )
+    first = ch not in _ECHOED  # a session's first echo is the hash alone; the later ones carry MACs
+    for r in roles:
+        values = got[r].values
+        if len(values) != (1 if first else len(roles)) or len(values[0]) != 32:
+            raise _named(
+                InvalidMessage(
+                    f"{tags.echo} from {r} must be the 32-byte hash"
+                    + (" (a session's first echo)" if first else " and one MAC for each other data party")
+                ),
+                ch.roles[r],
+            )
+        if any(len(mac) != links.MAC_BYTES for mac in values[1:]):
+            raise _named(InvalidMessage(f"{tags.echo} from {r}: a MAC has {links.MAC_BYTES} bytes"), ch.roles[r])
     differ = [r for r in roles if got[r].values[0] != echo]
     if differ:
         raise EchoMismatch(
@@ -1020,7 +1057,8 @@ async def _trent_echo(
             f"{ch.role} relayed ({tags.echo} differs)",
             differ,
         )
-    if sizes == {len(roles)}:  # a later echo: each party the MACs the others addressed to it (echo_digests)
+    _ECHOED.add(ch)
+    if not first:  # a later echo: each party the MACs the others addressed to it (echo_digests)
         position = {i: {r: k for k, r in enumerate(o for o in roles if o != i)} for i in roles}
         await asyncio.gather(
             *(

@@ -836,27 +836,82 @@ def test_in_the_power_method_a_trent_relaying_different_digests_in_a_later_round
     assert not any(t in ("noisy/2", "partial/2") for _, _, t, _, _ in net.transcript)
 
 
-@pytest.mark.parametrize("change", ["flip", "swap"])
+@pytest.mark.parametrize("change", ["flip", "swap", "its-own"])
 def test_a_trent_altering_the_relayed_echo_macs_stops_the_release(sk512, change):
-    """Trent cannot forge a MAC under a pair's key, nor pass one party's MAC off as another's (a MAC binds its
-    sender and receiver): a relay to party1 with one MAC's byte flipped, or its two MACs swapped, fails
-    party1's check -- EchoMismatch, round 1 released by nobody."""
+    """Trent cannot forge a MAC under a pair's key, nor pass one party's MAC off as another's, nor hand a party
+    its own MACs back (a MAC binds its sender and receiver): a relay to party1 with one MAC's byte flipped, its
+    two MACs swapped, or party1's own two MACs fails party1's check -- EchoMismatch, party1 releases nothing
+    of round 1 (the others, whose relays are honest, may), and nothing of round 1 is decrypted."""
+    own: dict[str, list[bytes]] = {}
+
+    def keep(net):  # what party1 sent Trent with its echo of round 1: its MACs for party2 and party3
+        ch = net.channels["trent"]
+
+        async def recv_all(roles, tag, cls, original=ch.recv_all):
+            got = await original(roles, tag, cls)
+            if tag == "echo/1":
+                own["party1"] = list(got["party1"].values[1:])
+            return got
+
+        ch.recv_all = recv_all
 
     def trent_(to, tag, data):
         if to == "party1" and tag == "echo/1":
             values = list(pb.Blobs.FromString(data).values)
             if change == "flip":
                 values[1] = bytes([values[1][0] ^ 1]) + values[1][1:]
-            else:
+            elif change == "swap":
                 values.reverse()
+            else:
+                values = own["party1"]
             return pb.Blobs(values=values).SerializeToString()
         return data
 
-    net, outcome = _power_run(sk512, 16, trent_)
+    net, outcome = _power_run(sk512, 16, trent_, on_net=keep)
     assert isinstance(outcome, EchoMismatch), outcome
     assert "party1 releases nothing" in str(outcome)
     assert outcome.parties == (["party3"] if change == "flip" else ["party2", "party3"])
-    assert not any(t in ("noisy/1", "partial/1") for _, _, t, _, _ in net.transcript)
+    assert not any(s == "party1" and t == "noisy/1" for s, _, t, _, _ in net.transcript)
+    assert not any(t == "partial/1" for _, _, t, _, _ in net.transcript)
+
+
+def test_at_the_first_echo_the_data_parties_catch_a_trent_who_skips_his_own_check(sk512):
+    """The first release of a session: Trent relays party1 another digest for party3 and does not check the
+    echoes he receives (he takes party1's for the others').  The data parties' direct echoes differ: each of
+    them releases nothing (EchoMismatch), whatever Trent does."""
+    rng = np.random.default_rng(17)
+    blocks = [rng.normal(size=(4, 30)) for _ in range(3)]
+    _, shares = deal(sk512, 3, 1)
+
+    def trent_(to, tag, data):
+        if to == "party1" and tag == DIGEST_TAG:
+            values = list(pb.Blobs.FromString(data).values)
+            values[5] = bytes(32)
+            return pb.Blobs(values=values).SerializeToString()
+        return data
+
+    def unchecked(net):
+        ch = net.channels["trent"]
+
+        async def recv_all(roles, tag, cls, original=ch.recv_all):
+            got = await original(roles, tag, cls)
+            if tag == ECHO_TAG:
+                got = {**got, "party1": got["party2"]}
+            return got
+
+        ch.recv_all = recv_all
+
+    net, outcome = run(
+        blocks,
+        params_for(3, 1, rows=4, max_samples=30),
+        sk=sk512,
+        shares=shares,
+        rewrite={"trent": trent_},
+        on_net=unchecked,
+    )
+    assert isinstance(outcome, EchoMismatch), outcome
+    assert "releases nothing" in str(outcome) and outcome.parties in (["party2", "party3"], ["party1"])
+    assert not any(r == "trent" and t == COV_TAG for _, r, t, _, _ in net.transcript)
 
 
 def test_a_trent_relaying_another_digest_as_a_partys_own_is_named_by_that_party(sk512):
