@@ -759,6 +759,20 @@ def test_a_party_holding_anothers_role_under_a_reused_session_id_cannot_replay_i
 
 
 # ------------------------------------------------------------------ a Trent relaying different digests
+def other_digest(role, tag, to=None):
+    """Trent's rewrite: in his relay of the digests ``tag`` (to ``to``, or to everyone) ``role``'s digest zeroed."""
+    k = 2 * (int(role[len("party") :]) - 1) + 1  # (fingerprint, digest) pairs in role order
+
+    def rewrite(receiver, t, data):
+        if t != tag or (to is not None and receiver != to):
+            return data
+        values = list(pb.Blobs.FromString(data).values)
+        values[k] = bytes(32)
+        return pb.Blobs(values=values).SerializeToString()
+
+    return rewrite
+
+
 def test_a_trent_relaying_different_digests_to_different_parties_stops_every_release(sk512):
     """A data party sends its digest to Trent alone; every other party has it from his relay.  Trent relays to
     party1 a set in which party3's digest is another (with party3's release in hand -- were party1 to release
@@ -771,12 +785,7 @@ def test_a_trent_relaying_different_digests_to_different_parties_stops_every_rel
     blocks = [rng.normal(size=(4, 30)) for _ in range(3)]
     _, shares = deal(sk512, 3, 1)
 
-    def trent_(to, tag, data):  # towards party1: another digest for party3
-        if to == "party1" and tag == DIGEST_TAG:
-            values = list(pb.Blobs.FromString(data).values)
-            values[5] = bytes(32)
-            return pb.Blobs(values=values).SerializeToString()
-        return data
+    trent_ = other_digest("party3", DIGEST_TAG, to="party1")  # towards party1: another digest for party3
 
     net, outcome = run(
         blocks, params_for(3, 1, rows=4, max_samples=30), sk=sk512, shares=shares, rewrite={"trent": trent_}
@@ -808,12 +817,7 @@ def test_in_the_power_method_a_trent_relaying_different_digests_in_a_later_round
     MACs they addressed to it do not verify under its pairs' keys (and its MACs do not at theirs); nobody
     releases round 2, nothing of it is decrypted."""
 
-    def trent_(to, tag, data):
-        if to == "party1" and tag == "digest/2":
-            values = list(pb.Blobs.FromString(data).values)
-            values[5] = bytes(32)
-            return pb.Blobs(values=values).SerializeToString()
-        return data
+    trent_ = other_digest("party3", "digest/2", to="party1")
 
     def unchecked(net):  # Trent's own check passes: party1's echo hash reads as the others'
         ch = net.channels["trent"]
@@ -883,12 +887,7 @@ def test_at_the_first_echo_the_data_parties_catch_a_trent_who_skips_his_own_chec
     blocks = [rng.normal(size=(4, 30)) for _ in range(3)]
     _, shares = deal(sk512, 3, 1)
 
-    def trent_(to, tag, data):
-        if to == "party1" and tag == DIGEST_TAG:
-            values = list(pb.Blobs.FromString(data).values)
-            values[5] = bytes(32)
-            return pb.Blobs(values=values).SerializeToString()
-        return data
+    trent_ = other_digest("party3", DIGEST_TAG, to="party1")
 
     def unchecked(net):
         ch = net.channels["trent"]
@@ -922,12 +921,7 @@ def test_a_trent_relaying_another_digest_as_a_partys_own_is_named_by_that_party(
     blocks = [rng.normal(size=(4, 30)) for _ in range(3)]
     _, shares = deal(sk512, 3, 1)
 
-    def trent_(to, tag, data):
-        if tag == DIGEST_TAG:
-            values = list(pb.Blobs.FromString(data).values)
-            values[3] = bytes(32)
-            return pb.Blobs(values=values).SerializeToString()
-        return data
+    trent_ = other_digest("party2", DIGEST_TAG)
 
     net, outcome = run(
         blocks, params_for(3, 1, rows=4, max_samples=30), sk=sk512, shares=shares, rewrite={"trent": trent_}
