@@ -27,7 +27,15 @@ import numpy as np
 from smcdp.crypto.paillier import generate_keypair
 from smcdp.net.channel import InMemoryNetwork
 from smcdp.plugins.keyword import load_utterance
-from smcdp.protocols.speaker import IdentifyParams, VerifyParams, identify_alice, identify_bob, verify_alice, verify_bob
+from smcdp.protocols.speaker import (
+    IdentifyParams,
+    VerifyParams,
+    identify_alice,
+    identify_bob,
+    verify_alice,
+    verify_bob,
+    verify_error_bound,
+)
 from smcdp.speech.speaker import SpeakerModels
 
 
@@ -45,10 +53,10 @@ def session(X, models: SpeakerModels, sk, a) -> dict:
         key_kind=sk.public_key.kind,
     )
     if a.identify:
-        p = IdentifyParams(max_speakers=a.max_speakers, **common)
+        p = IdentifyParams(max_speakers=a.max_speakers, **common, **a.extra)
         alice, bob = identify_alice, identify_bob
     else:
-        p = VerifyParams(claim=a.claim, ubm=a.ubm, **common)
+        p = VerifyParams(claim=a.claim, ubm=a.ubm, **common, **a.extra)
         alice, bob = verify_alice, verify_bob
     net = InMemoryNetwork({"alice": "alice", "bob": "bob"}, timeout=3600)
     t0, c0 = time.perf_counter(), time.process_time()
@@ -80,6 +88,8 @@ def session(X, models: SpeakerModels, sk, a) -> dict:
         out["speaker"], out["plaintext_speaker"] = rb.speaker, models.identify(X)
     else:
         out["decision"], out["plaintext_decision"] = rb.decision, ("accept" if models.verify(a.claim, X) else "reject")
+        out["score"] = float(models.score(models.index(a.claim), X))
+        out["error_bound"] = verify_error_bound(models, a.claim, X, p)
     return out
 
 
@@ -99,7 +109,9 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--key-kind", choices=("standard", "subgroup"), default="standard", help="alice's key (docs/crypto.md)"
     )
+    ap.add_argument("--param", action="append", default=[], metavar="NAME=JSON", help="another session parameter")
     a = ap.parse_args(argv)
+    a.extra = {k: json.loads(v) for k, v in (x.split("=", 1) for x in a.param)}
     models = SpeakerModels.load(a.models)
     if not a.identify and not a.claim:
         a.claim = models.names[0]
