@@ -23,7 +23,6 @@ import asyncio
 import datetime
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -105,10 +104,11 @@ async def serve(where: Path, port: int) -> None:
         },
     )
     server.add_generic_rpc_handlers((handler,))
-    server.add_secure_port(
+    port = server.add_secure_port(
         f"127.0.0.1:{port}", grpc.ssl_server_credentials([(key, crt)], root_certificates=ca, require_client_auth=True)
     )
     await server.start()
+    print(port, flush=True)  # the port it listens on (0 asked for any free one): the client's
     await server.wait_for_termination()
 
 
@@ -145,28 +145,20 @@ def _cpu(pid: int) -> float:
     return sum(int(x) for x in fields[11:13]) / os.sysconf("SC_CLK_TCK")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def bare(rounds: int, nbytes: int, repeats: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="smcdp-transport-floor-") as tmp:
-        where, port = Path(tmp), _free_port()
+        where = Path(tmp)
         make_certs(where)
-        server = subprocess.Popen([sys.executable, __file__, "--serve", str(where), "--port", str(port)])
+        # the server binds a free port itself and prints it once it listens (no port picked here and raced for)
+        server = subprocess.Popen(
+            [sys.executable, __file__, "--serve", str(where), "--port", "0"], stdout=subprocess.PIPE, text=True
+        )
         try:
-            c0, s0 = time.process_time(), None
-            deadline = time.monotonic() + 20
-            while s0 is None:  # the server's CPU from when it listens (its start-up is not the exchange's)
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                    s0 = _cpu(server.pid)
-                except OSError:
-                    if time.monotonic() > deadline or server.poll() is not None:
-                        raise RuntimeError("the echo server did not start") from None
-                    time.sleep(0.05)
+            assert server.stdout is not None
+            line = server.stdout.readline()
+            if not line.strip().isdigit():
+                raise RuntimeError("the echo server did not start")
+            port, s0 = int(line), _cpu(server.pid)  # its CPU from when it listens, not its start-up
             c0 = time.process_time()
             secs = asyncio.run(bare_round_trips(where, port, rounds, nbytes, repeats))
             cpu = time.process_time() - c0 + _cpu(server.pid) - s0
