@@ -4,7 +4,7 @@ Two measurements of the same exchange -- ``--rounds`` round trips of ``--bytes``
 processes on loopback, mutual TLS:
 
 * **bare gRPC** (the floor): one bidirectional ``grpc.aio`` stream between a client and an echo server
-  process, raw bytes (no protobuf, no journal, no session), certificates made here (ECDSA P-256);
+  process, raw bytes (no protobuf, no journal, no session), certificates as ``smcdp certs`` issues them;
 * **smcdp**: ``bench/session_driver.py --workload pingpong`` -- two party processes as the demos start them
   (mTLS, journals on, the session's own event loop beside the server's, every message acknowledged after
   the journal's group commit), ``--sessions`` sessions, the first on cold processes.
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
 import json
 import os
 import statistics
@@ -39,44 +38,15 @@ def _identity(b: bytes) -> bytes:
 
 
 def make_certs(where: Path) -> None:
-    """A CA and one leaf (CN and SAN ``localhost``, client and server use) for both ends."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+    """A deployment CA and one party certificate named ``localhost`` (client and server use), made as
+    ``smcdp certs`` makes a party's (:mod:`smcdp.net.tls`), for both ends; the key file 0600."""
+    from smcdp.net.tls import create_ca, issue_party_certificate, write_certificate, write_private_key
 
-    now = datetime.datetime.now(datetime.UTC)
-
-    def cert(subject: str, key, issuer: str, signer, ca: bool) -> x509.Certificate:
-        b = (
-            x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-            .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-        )
-        if not ca:
-            b = b.add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
-            b = b.add_extension(
-                x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
-                critical=False,
-            )
-        return b.sign(signer, hashes.SHA256())
-
-    ca_key, leaf_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
-    ca = cert("bench-ca", ca_key, "bench-ca", ca_key, True)
-    leaf = cert("localhost", leaf_key, "bench-ca", ca_key, False)
-    (where / "ca.pem").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    (where / "leaf.pem").write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
-    key = leaf_key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    path = where / "leaf.key"
-    path.touch(mode=0o600)
-    path.write_bytes(key)
+    ca_key, ca = create_ca("bench CA", days=1)
+    leaf_key, leaf = issue_party_certificate(ca_key, ca, "localhost", days=1)
+    write_certificate(where / "ca.pem", ca)
+    write_certificate(where / "leaf.pem", leaf)
+    write_private_key(where / "leaf.key", leaf_key)
 
 
 def _material(where: Path) -> tuple[bytes, bytes, bytes]:
