@@ -111,7 +111,10 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--param", action="append", default=[], metavar="NAME=JSON", help="another session parameter")
     a = ap.parse_args(argv)
-    a.extra = {k: json.loads(v) for k, v in (x.split("=", 1) for x in a.param)}
+    try:
+        a.extra = {k: json.loads(v) for k, v in (x.split("=", 1) for x in a.param)}
+    except ValueError as exc:  # no "=", or a value that is not JSON
+        ap.error(f"--param takes NAME=JSON ({exc})")
     models = SpeakerModels.load(a.models)
     if not a.identify and not a.claim:
         a.claim = models.names[0]
