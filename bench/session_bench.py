@@ -12,7 +12,8 @@ as the demos set it up (``bench/session_driver.py``: one OS process per party, m
   ``auto`` (the noisy power method at this k) and the one-release covariance mode forced;
 * ``keyword`` -- keyword recognition, 98 frames × 39-d, 10 HMMs × 5 states, 2048-bit keys, one frame per
   round (m = 1; ``smcdp demo keyword``'s fixture, issue 42's sizes); besides the sessions, the guard
-  compares its online phase (cold and warm).
+  compares its online phase (cold and warm);
+* ``keyword2`` -- the same with two frames a round (``frames_per_round = 2``), issue 42's "no change at m ≥ 2".
 
 For each, one *cold* session (party processes started just before it: the demo's ``seconds``) and
 ``--sessions`` − 1 *warm* ones (another session on the same, running parties, ``--gap`` seconds after the
@@ -41,11 +42,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = Path(__file__).resolve().parent / "session_driver.py"
-WORKLOADS = ("pi500", "pi30", "keyword", "pidp500", "pidp500cov")
+WORKLOADS = ("pi500", "pi30", "keyword", "keyword2", "pidp500", "pidp500cov")
 TITLES = {
     "pi500": "power iteration k = 500, 2 × 100",
     "pi30": "power iteration k = 30 (make demo)",
     "keyword": "keyword, 98 frames, 10 HMMs",
+    "keyword2": "keyword, 98 frames, 10 HMMs, 2 frames a round",
     "pidp500": "DP power iteration k = 500 (auto), 2 × 100",
     "pidp500cov": "DP power iteration k = 500 (covariance), 2 × 100",
 }

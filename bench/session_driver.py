@@ -35,7 +35,17 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-WORKLOADS = ("pi500", "pi30", "keyword", "pidp500", "pidp500cov", "speaker-verify", "speaker-identify", "pingpong")
+WORKLOADS = (
+    "pi500",
+    "pi30",
+    "keyword",
+    "keyword2",
+    "pidp500",
+    "pidp500cov",
+    "speaker-verify",
+    "speaker-identify",
+    "pingpong",
+)
 #: ``pingpong``: 300 protocol round trips of 25 kB each way between two parties (bench/pingpong_plugin.py): what
 #: the transport costs a round, as keyword's induction pays it (its rounds send 22-25 kB of ciphertexts)
 PINGPONG = {"rounds": 300, "bytes": 25_000}
@@ -126,7 +136,12 @@ def setup(workload: str, key_bits: int, tmp: Path, speaker: argparse.Namespace |
         "protocol": "keyword",
         "parties": parties,
         "roles": {"alice": "alice", "bob": "bob"},
-        "params": {"key_bits": key_bits, "debug_reveal": False},
+        # keyword2: rounds of two frames (issue 42's "no change at m >= 2")
+        "params": {
+            "key_bits": key_bits,
+            "debug_reveal": False,
+            **({"frames_per_round": 2} if workload == "keyword2" else {}),
+        },
         "initiator": "alice",
     }
 
