@@ -172,6 +172,9 @@ COV_AUTO_VALUES = 1 << 15
 #: the covariance mode is refused above this k: 8k² bytes (128 MiB) of memory per copy of the k × k matrix,
 #: and a release of ~280,000 ciphertexts (145 MB at 2048 bits) in one message, below the 256 MiB message limit
 COV_MAX_ROWS = 4096
+#: the DP releases' clamp without a stated ``value_bits`` (:meth:`PowerIterationParams.dp_value_bits`): this many
+#: standard deviations of a party's noise above its noiseless bound (a draw beyond it: probability < 10^-56)
+CLAMP_SIGMAS = 16
 #: power mode, with ``gap_ratio`` γ and no ``iterations``: T is the least with γ^T·√k <= DP_GAP_TARGET (the
 #: noiseless error of a random start, tan θ_0 ~ √k, falls like γ^T; docs/protocols/power-iteration.md)
 DP_GAP_TARGET = 0.01
@@ -189,8 +192,9 @@ class PowerIterationParams(ProtocolParams):
     max_iterations: int = 2000  # rounds, decoys included
     key_bits: int = 3072
     frac_bits: int = 40  # fixed-point precision 2^-frac_bits
-    value_bits: int = 24  # DP mode: public bound on every noisy value (the exact mode's contributions
-    # are Gram products, bounded by gram_bits)
+    value_bits: int | None = None  # DP mode: public bound 2^value_bits on every noisy value; None: from the
+    # noiseless bound and the noise level (dp_value_bits).  The exact mode's contributions are Gram products,
+    # bounded by gram_bits
     scale_bits: int = 24  # Trent's r_t is log-uniform in [2^8, 2^scale_bits]
     padding: float = 0.1  # ρ_i ≈ padding · ‖A_i‖_F / √k, times a secret factor in [0.5, 1]
     packed: bool = True  # pack values into few ciphertexts
@@ -239,7 +243,8 @@ class PowerIterationParams(ProtocolParams):
         integer("max_iterations", 1, 100_000)
         integer("key_bits", 256, 16384)
         integer("frac_bits", 8, 64)
-        integer("value_bits", 1, 128)
+        if self.value_bits is not None:
+            integer("value_bits", 1, 128)
         integer("scale_bits", DECOY_WEIGHT_BITS + 1, 64)
         real(self.padding, "power-iteration parameter padding", 0.0, 10.0, lo_open=True)
         if not isinstance(self.packed, bool):
@@ -331,18 +336,24 @@ class PowerIterationParams(ProtocolParams):
             integer("iterations", 1, MAX_DP_ITERATIONS)
         if self.noise_parties is not None:
             integer("noise_parties", 1, self.n_parties)
-        if self.max_samples * self.column_norm**2 >= 2.0 ** (self.value_bits - 1):
+        if self.value_bits is not None:  # stated; without it dp_value_bits is above these bounds by construction
+            if self.max_samples * self.column_norm**2 >= 2.0 ** (self.value_bits - 1):
+                bad(
+                    f"max_samples·column_norm² = {self.max_samples * self.column_norm**2:g} must stay below "
+                    f"2^(value_bits - 1) = 2^{self.value_bits - 1}, the bound on a party's noiseless contribution"
+                )
+            if self.dp_mode == "covariance" and math.sqrt(2) * self.max_samples * self.column_norm**2 >= 2.0 ** (
+                self.value_bits - 1
+            ):
+                bad(
+                    f"√2·max_samples·column_norm² = {math.sqrt(2) * self.max_samples * self.column_norm**2:g} "
+                    f"must stay below 2^(value_bits - 1) = 2^{self.value_bits - 1} in the covariance mode (its "
+                    "off-diagonal values are scaled by √2)"
+                )
+        elif self.dp_value_bits() > 128:
             bad(
-                f"max_samples·column_norm² = {self.max_samples * self.column_norm**2:g} must stay below "
-                f"2^(value_bits - 1) = 2^{self.value_bits - 1}, the bound on a party's noiseless contribution"
-            )
-        if self.dp_mode == "covariance" and math.sqrt(2) * self.max_samples * self.column_norm**2 >= 2.0 ** (
-            self.value_bits - 1
-        ):
-            bad(
-                f"√2·max_samples·column_norm² = {math.sqrt(2) * self.max_samples * self.column_norm**2:g} "
-                f"must stay below 2^(value_bits - 1) = 2^{self.value_bits - 1} in the covariance mode (its "
-                "off-diagonal values are scaled by √2)"
+                f"the releases' clamp from the noise level, value_bits = {self.dp_value_bits()}, exceeds 128: "
+                "lower max_samples or column_norm"
             )
         dp_calibration(self)  # a noise level exists for (epsilon, delta) over the rounds (else refused)
 
@@ -411,7 +422,32 @@ class PowerIterationParams(ProtocolParams):
         blinded Ritz values Θ'^{−1/2} after that (it leaves with the Gram, before this round's Ritz
         step); either way far below 2^gram_bits when the party's Gram entries are.  DP mode: ``value_bits``, the
         clamp of the noisy release."""
-        return self.value_bits if self.dp else self.gram_bits
+        return self.dp_value_bits() if self.dp else self.gram_bits
+
+    def dp_value_bits(self) -> int:
+        """The DP mode's clamp 2^v of every noisy value: ``value_bits`` if stated, else the smallest v with
+        2^(v−1) above a party's noiseless bound -- max_samples·column_norm², √2 times that in the covariance mode
+        (its off-diagonal values are scaled by √2) -- plus CLAMP_SIGMAS of its noise's standard deviation.  A
+        release is clamped there (post-processing: the privacy claim does not depend on it), and no noise draw
+        reaches it but with probability below 10^-56 a value; the slots are as narrow as that allows (k = 500,
+        100 samples, ε = 1: v = 10 instead of 24, 58 values a ciphertext instead of 41).  Public parameters only."""
+        if self.value_bits is not None:
+            return self.value_bits
+        scale = math.sqrt(2) if self.dp_mode == "covariance" else 1.0
+        key = (
+            self.max_samples,
+            self.column_norm,
+            self.dp_mode,
+            self.epsilon,
+            self.delta,
+            self.dp_rounds,
+            self.noise_share,
+        )
+        known = self.__dict__.get("_dp_value_bits")  # this object's, for the parameters it was computed from
+        if known is None or known[0] != key:
+            bound = scale * self.max_samples * self.column_norm**2 + CLAMP_SIGMAS * dp_calibration(self).party_sigma
+            known = self.__dict__["_dp_value_bits"] = (key, max(2, math.ceil(math.log2(bound)) + 1))
+        return int(known[1])
 
     def slot_bits(self) -> int:
         """Contribution slots: value (``contribution_bits``), fraction (:meth:`release_frac_bits`), sum over
@@ -1104,7 +1140,7 @@ def prepare_party1(
 def noisy_limit(params: PowerIterationParams) -> float:
     """The largest magnitude a noisy contribution is clamped to: below 2^value_bits, on the release's fixed point
     (:meth:`PowerIterationParams.release_frac_bits`)."""
-    v, f = params.value_bits, params.release_frac_bits()
+    v, f = params.dp_value_bits(), params.release_frac_bits()
     return math.ldexp(1.0, v) - math.ldexp(1.0, max(-f, v - 53))
 
 
@@ -2222,7 +2258,7 @@ async def _dp_trent(ch: Channel, params: PowerIterationParams, pk: PublicKey, k:
     # fixed point gave up (at most to 2^(value_bits − 5)): a coarse grid (f small) would round a Gaussian block to
     # few values, even to one without full rank; the parties orthonormalise it, so its scale changes nothing
     f = params.release_frac_bits()
-    start = np.ldexp(start, max(0, min(params.frac_bits - f, params.value_bits - 5)))
+    start = np.ldexp(start, max(0, min(params.frac_bits - f, params.dp_value_bits() - 5)))
     v = await asyncio.to_thread(
         EncryptedVector.encrypt, pk, start.ravel(order="F"), frac_bits=f, packing=packing, bound=bound_c
     )

@@ -27,6 +27,7 @@ from smcdp.errors import InvalidMessage
 from smcdp.net.channel import InMemoryNetwork
 from smcdp.primitives.rng import Randomness
 from smcdp.protocols.power_iteration import (
+    CLAMP_SIGMAS,
     DP_ITERATIONS,
     NOISY_TAG,
     PowerIterationParams,
@@ -181,7 +182,7 @@ def test_the_covariance_mode_is_one_release_at_the_single_gaussians_sigma():
         ({"epsilon": 1.0, "delta": 1e-6, "iterations": 0}, "iterations=0"),
         ({"epsilon": 1.0, "delta": 1e-6, "noise_parties": 3}, "noise_parties=3"),
         ({"epsilon": 1.0, "delta": 1e-6, "column_norm": -1.0}, "column_norm=-1.0"),
-        ({"epsilon": 1.0, "delta": 1e-6, "column_norm": 100.0}, "max_samples·column_norm²"),
+        ({"epsilon": 1.0, "delta": 1e-6, "column_norm": 100.0, "value_bits": 24}, "max_samples·column_norm²"),
         ({"iterations": 5}, "belong to the differentially private mode"),
         ({"dp_method": "power"}, "belong to the differentially private mode"),
         ({"gap_ratio": 0.5}, "belong to the differentially private mode"),
@@ -191,7 +192,10 @@ def test_the_covariance_mode_is_one_release_at_the_single_gaussians_sigma():
         ({"epsilon": 1.0, "delta": 1e-6, "dp_method": "covariance", "gap_ratio": 0.5}, "belong to the noisy power"),
         ({"epsilon": 1.0, "delta": 1e-6, "dp_method": "covariance", "rows": 5000}, "needs k <= 4096"),
         ({"epsilon": 1.0, "delta": 1e-6, "dp_method": "covariance", "max_rows": 5000}, "needs k <= 4096"),
-        ({"epsilon": 1.0, "delta": 1e-6, "dp_method": "covariance", "max_samples": 6_000_000}, "√2·max_samples"),
+        (
+            {"epsilon": 1.0, "delta": 1e-6, "dp_method": "covariance", "max_samples": 6_000_000, "value_bits": 24},
+            "√2·max_samples",
+        ),
         ({"column_norm": 2.0}, "belong to the differentially private mode"),
     ],
 )
@@ -445,7 +449,7 @@ def test_a_dp_release_is_encoded_on_its_noise_grid_without_losing_a_bit(kw, k, k
     ).validate()
     f = params.release_frac_bits()
     assert 0 < f < params.frac_bits
-    assert params.slot_bits() == params.value_bits + f + 2 + 2
+    assert params.slot_bits() == params.dp_value_bits() + f + 2 + 2
     exact = dataclasses.replace(params, epsilon=None, delta=None)
     assert exact.release_frac_bits() == exact.frac_bits  # the exact mode keeps frac_bits
     cal = dp_calibration(params)
@@ -458,7 +462,48 @@ def test_a_dp_release_is_encoded_on_its_noise_grid_without_losing_a_bit(kw, k, k
         ints = [int(round(x * 2.0**f)) for x in W.ravel()]
         assert np.array_equal(np.asarray(decode_fixed(ints, -f), dtype=np.float64), W.ravel())
     if kw.get("rows") == 500:
-        assert f == 21 and params.packing(keys2048[0]).slots == 41  # 30 at 2^-40
+        stated = dataclasses.replace(params, value_bits=24)
+        assert f == 21 and stated.packing(keys2048[0]).slots == 41  # 30 at 2^-40
+        assert params.dp_value_bits() == 12 and params.packing(keys2048[0]).slots == 55  # the clamp from the noise
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(rows=500, max_samples=100),
+        dict(rows=500),  # max_samples 10^6
+        dict(rows=20, max_samples=100),  # covariance: √2 times the bound
+        dict(rows=500, max_samples=100, epsilon=0.01),
+        dict(rows=30, max_samples=100, iterations=5, key_group="g", key_threshold=1),  # σ²/h
+    ],
+)
+def test_without_value_bits_the_clamp_is_the_noiseless_bound_plus_sixteen_sigmas(kw):
+    """value_bits unset: the releases' clamp 2^v is the least power of two with 2^(v−1) above a party's noiseless
+    bound (max_samples·C², √2 times that in the covariance mode) plus CLAMP_SIGMAS of its noise -- public parameters
+    only; a stated value_bits is kept as it is."""
+    kw = {"epsilon": 1.0, "delta": 1e-6, **kw}
+    params = PowerIterationParams(n_parties=3, key_bits=2048, **kw).validate()
+    cal = dp_calibration(params)
+    scale = math.sqrt(2) if params.dp_mode == "covariance" else 1.0
+    need = scale * params.max_samples * params.column_norm**2 + CLAMP_SIGMAS * cal.party_sigma
+    v = params.dp_value_bits()
+    assert 2.0 ** (v - 2) < need < 2.0 ** (v - 1)
+    assert params.contribution_bits() == v and noisy_limit(params) < 2.0**v
+    assert dataclasses.replace(params, value_bits=24).dp_value_bits() == 24
+
+
+def test_the_noise_never_reaches_the_clamp_from_the_noise_level():
+    """The clamp without value_bits lies CLAMP_SIGMAS of the noise above the noiseless bound, and a session's own
+    mechanism never comes near it: in 10^5 draws no noise exceeds 8 sigma (probability ~10^-10 for the discrete
+    Gaussian), while a third of them exceed one sigma -- the margin is noise's, not slack."""
+    params = PowerIterationParams(n_parties=2, key_bits=2048, epsilon=1.0, delta=1e-6, rows=500, max_samples=100)
+    cal = dp_calibration(params)
+    bound = params.max_samples * params.column_norm**2
+    assert noisy_limit(params) >= bound + CLAMP_SIGMAS * cal.party_sigma
+    edge = np.full((500, 200), bound)
+    eta = dp_noise(params, cal, edge.shape, None, "party1", 0).randomise(edge) - edge
+    assert np.max(np.abs(eta)) < 8 * cal.party_sigma
+    assert np.mean(np.abs(eta) > cal.party_sigma) > 0.25
 
 
 def test_trents_start_block_keeps_full_rank_on_a_coarse_release_grid(keys512):
