@@ -125,3 +125,17 @@ def test_ceil_sqrt():
     for n in [0, 1, 2, 3, 4, 5, 15, 16, 17, 10**30, 10**30 + 1]:
         r = ceil_sqrt(n)
         assert (r * r >= n and (r - 1) * (r - 1) < n) or n == 0
+
+
+def test_gaussian_at_a_fine_grid_keeps_int64_and_its_shape():
+    """sigma ≈ 2^27 on the grid (a DP release at 2^-25): the Laplace proposals of a batch of 10^5 reach
+    |Y| − q > 2^30 a dozen times, and those few draws -- not the whole batch -- go through Python integers.
+    The draws stay int64 and have the discrete Gaussian's variance t·q, kurtosis 3 (a Laplace's would be 6)
+    and two-sigma tail (4.55 %)."""
+    t, q, n = (1 << 27) + 1, 1 << 27, 100_000
+    y = discrete_gaussian(t, q, n, SeededSource(np.random.default_rng(5)))
+    assert y.dtype == np.int64 and y.shape == (n,)
+    x = y.astype(np.float64) / math.sqrt(t * q)
+    assert abs(x.var() - 1.0) < 0.02
+    assert abs(float(np.mean(x**4)) / x.var() ** 2 - 3.0) < 0.1
+    assert abs(float(np.mean(np.abs(x) > 2.0)) - 0.0455) < 0.004
