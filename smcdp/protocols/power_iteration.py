@@ -175,6 +175,10 @@ COV_MAX_ROWS = 4096
 #: the DP releases' clamp without a stated ``value_bits`` (:meth:`PowerIterationParams.dp_value_bits`): this many
 #: standard deviations of a party's noise above its noiseless bound (a draw beyond it: probability < 10^-56)
 CLAMP_SIGMAS = 16
+#: ... and at least this many bits: Trent's start block (N(0, 1) entries scaled by 2^min(frac_bits − f, v − 5),
+#: never below 2^0) stays below the clamp unless an entry reaches 32 (below v = 5 a small column_norm made
+#: |g| >= 4 enough: a failed session in a few per cent at k = 500)
+MIN_DP_VALUE_BITS = 5
 #: power mode, with ``gap_ratio`` γ and no ``iterations``: T is the least with γ^T·√k <= DP_GAP_TARGET (the
 #: noiseless error of a random start, tan θ_0 ~ √k, falls like γ^T; docs/protocols/power-iteration.md)
 DP_GAP_TARGET = 0.01
@@ -430,7 +434,9 @@ class PowerIterationParams(ProtocolParams):
         (its off-diagonal values are scaled by √2) -- plus CLAMP_SIGMAS of its noise's standard deviation.  A
         release is clamped there (post-processing: the privacy claim does not depend on it), and no noise draw
         reaches it but with probability below 10^-56 a value; the slots are as narrow as that allows (k = 500,
-        100 samples, ε = 1: v = 10 instead of 24, 58 values a ciphertext instead of 41).  Public parameters only."""
+        100 samples, ε = 1: v = 10 instead of 24, 58 values a ciphertext instead of 41).  At least
+        MIN_DP_VALUE_BITS, so that Trent's Gaussian start block, scaled by at most 2^(v−5), fits below 2^v (its
+        entries below 32 in magnitude).  Public parameters only."""
         if self.value_bits is not None:
             return self.value_bits
         scale = math.sqrt(2) if self.dp_mode == "covariance" else 1.0
@@ -446,7 +452,8 @@ class PowerIterationParams(ProtocolParams):
         known = self.__dict__.get("_dp_value_bits")  # this object's, for the parameters it was computed from
         if known is None or known[0] != key:
             bound = scale * self.max_samples * self.column_norm**2 + CLAMP_SIGMAS * dp_calibration(self).party_sigma
-            known = self.__dict__["_dp_value_bits"] = (key, max(2, math.ceil(math.log2(bound)) + 1))
+            # 2^(e−1) <= bound < 2^e for e = frexp(bound)[1], exactly (no libm log2 at a power of two): v = e + 1
+            known = self.__dict__["_dp_value_bits"] = (key, max(MIN_DP_VALUE_BITS, math.frexp(bound)[1] + 1))
         return int(known[1])
 
     def slot_bits(self) -> int:

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from smcdp.compute.kernels import clipped_gram_block
+from smcdp.compute.kernels import clipped_gram_block, keyed_gaussian
 from smcdp.crypto.encoding import decode_fixed
 from smcdp.crypto.paillier import generate_keypair
 from smcdp.crypto.vector import EncryptedVector
@@ -25,11 +25,13 @@ from smcdp.dp.conversions import analytic_gaussian_sigma, gaussian_epsilon, rho_
 from smcdp.dp.events import GaussianEvent
 from smcdp.errors import InvalidMessage
 from smcdp.net.channel import InMemoryNetwork
-from smcdp.primitives.rng import Randomness
+from smcdp.primitives.rng import Randomness, stream_key
 from smcdp.protocols.power_iteration import (
     CLAMP_SIGMAS,
     DP_ITERATIONS,
+    MIN_DP_VALUE_BITS,
     NOISY_TAG,
+    TRENT,
     PowerIterationParams,
     data_party,
     dp_calibration,
@@ -475,6 +477,7 @@ def test_a_dp_release_is_encoded_on_its_noise_grid_without_losing_a_bit(kw, k, k
         dict(rows=20, max_samples=100),  # covariance: √2 times the bound
         dict(rows=500, max_samples=100, epsilon=0.01),
         dict(rows=30, max_samples=100, iterations=5, key_group="g", key_threshold=1),  # σ²/h
+        dict(rows=500, max_samples=100, column_norm=0.05),  # below the floor
     ],
 )
 def test_without_value_bits_the_clamp_is_the_noiseless_bound_plus_sixteen_sigmas(kw):
@@ -487,9 +490,48 @@ def test_without_value_bits_the_clamp_is_the_noiseless_bound_plus_sixteen_sigmas
     scale = math.sqrt(2) if params.dp_mode == "covariance" else 1.0
     need = scale * params.max_samples * params.column_norm**2 + CLAMP_SIGMAS * cal.party_sigma
     v = params.dp_value_bits()
-    assert 2.0 ** (v - 2) < need < 2.0 ** (v - 1)
+    assert need < 2.0 ** (v - 1)
+    assert 2.0 ** (v - 2) <= need or v == MIN_DP_VALUE_BITS
+    assert (v == MIN_DP_VALUE_BITS) == (kw.get("column_norm") == 0.05)
     assert params.contribution_bits() == v and noisy_limit(params) < 2.0**v
     assert dataclasses.replace(params, value_bits=24).dp_value_bits() == 24
+
+
+def test_the_clamp_at_a_power_of_two_is_exact():
+    """v is the least with 2^(v−1) above the bound, by frexp -- also when the bound is a power of two."""
+    params = PowerIterationParams(n_parties=2, key_bits=2048, epsilon=1.0, delta=1e-6, rows=500, max_samples=100)
+    sigma = dp_calibration(params).party_sigma
+    for e in (9, 10, 11):  # max_samples·C² chosen so that the bound is 2^e exactly (up to the float sum)
+        c2 = (2.0**e - CLAMP_SIGMAS * sigma) / params.max_samples
+        p = dataclasses.replace(params, column_norm=math.sqrt(c2))
+        bound = p.max_samples * p.column_norm**2 + CLAMP_SIGMAS * dp_calibration(p).party_sigma
+        v = p.dp_value_bits()
+        assert 2.0 ** (v - 2) <= bound < 2.0 ** (v - 1)
+
+
+def test_a_small_column_norm_keeps_trents_start_block_below_the_clamp(keys512):
+    """C = 0.05 and 100 samples put the noiseless bound and 16 sigma below 2: the clamp stays at 2^5 (it was 2^2,
+    where Trent's start block -- N(0, 1) entries, unscaled below v = 5 -- overflowed at any |g| >= 4).  A Trent
+    root whose start block has such an entry runs to u."""
+    _, sk = keys512
+    k = 200
+    params = PowerIterationParams(
+        n_parties=2, key_bits=512, epsilon=1.0, delta=1e-6, rows=k, max_samples=100, column_norm=0.05, iterations=2
+    ).validate()
+    assert params.dp_value_bits() == MIN_DP_VALUE_BITS
+    seed = next(
+        s
+        for s in range(10_000)
+        if np.max(
+            np.abs(keyed_gaussian(stream_key(Randomness.from_seed(s), "power-iteration", TRENT, "dp-start"), 0, (k, 1)))
+        )
+        >= 4
+    )
+    rng = np.random.default_rng(0)
+    M = rng.normal(size=(k, 60))
+    M *= 0.05 / np.linalg.norm(M, axis=0)
+    _, res = run(split(M, 30), params, sk=sk, trent_seed=Randomness.from_seed(seed))
+    assert np.all(np.isfinite(res["party1"].u)) and res["party1"].rounds == 2
 
 
 def test_the_noise_never_reaches_the_clamp_from_the_noise_level():
