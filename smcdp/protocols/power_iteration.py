@@ -340,24 +340,25 @@ class PowerIterationParams(ProtocolParams):
             integer("iterations", 1, MAX_DP_ITERATIONS)
         if self.noise_parties is not None:
             integer("noise_parties", 1, self.n_parties)
-        if self.value_bits is not None:  # stated; without it dp_value_bits is above these bounds by construction
-            if self.max_samples * self.column_norm**2 >= 2.0 ** (self.value_bits - 1):
+        if self.value_bits is None:  # from the noise level, above the noiseless bounds by construction
+            v = self.dp_value_bits()  # runs the calibration: refused if no noise level exists
+            if v > 128:
                 bad(
-                    f"max_samples·column_norm² = {self.max_samples * self.column_norm**2:g} must stay below "
-                    f"2^(value_bits - 1) = 2^{self.value_bits - 1}, the bound on a party's noiseless contribution"
+                    f"the releases' clamp from the noise level, value_bits = {v}, exceeds 128: lower max_samples or column_norm"
                 )
-            if self.dp_mode == "covariance" and math.sqrt(2) * self.max_samples * self.column_norm**2 >= 2.0 ** (
-                self.value_bits - 1
-            ):
-                bad(
-                    f"√2·max_samples·column_norm² = {math.sqrt(2) * self.max_samples * self.column_norm**2:g} "
-                    f"must stay below 2^(value_bits - 1) = 2^{self.value_bits - 1} in the covariance mode (its "
-                    "off-diagonal values are scaled by √2)"
-                )
-        elif self.dp_value_bits() > 128:
+            return
+        if self.max_samples * self.column_norm**2 >= 2.0 ** (self.value_bits - 1):
             bad(
-                f"the releases' clamp from the noise level, value_bits = {self.dp_value_bits()}, exceeds 128: "
-                "lower max_samples or column_norm"
+                f"max_samples·column_norm² = {self.max_samples * self.column_norm**2:g} must stay below "
+                f"2^(value_bits - 1) = 2^{self.value_bits - 1}, the bound on a party's noiseless contribution"
+            )
+        if self.dp_mode == "covariance" and math.sqrt(2) * self.max_samples * self.column_norm**2 >= 2.0 ** (
+            self.value_bits - 1
+        ):
+            bad(
+                f"√2·max_samples·column_norm² = {math.sqrt(2) * self.max_samples * self.column_norm**2:g} "
+                f"must stay below 2^(value_bits - 1) = 2^{self.value_bits - 1} in the covariance mode (its "
+                "off-diagonal values are scaled by √2)"
             )
         dp_calibration(self)  # a noise level exists for (epsilon, delta) over the rounds (else refused)
 
@@ -424,8 +425,8 @@ class PowerIterationParams(ProtocolParams):
         """The public bound on a contribution's values, 2^this.  Exact mode: ``gram_bits``, since from round 1
         on a contribution is the Gram product Ā_iĀ_iᵀQ_t, raw in round 1 and scaled by the previous round's
         blinded Ritz values Θ'^{−1/2} after that (it leaves with the Gram, before this round's Ritz
-        step); either way far below 2^gram_bits when the party's Gram entries are.  DP mode: ``value_bits``, the
-        clamp of the noisy release."""
+        step); either way far below 2^gram_bits when the party's Gram entries are.  DP mode: the clamp of the noisy
+        release (:meth:`dp_value_bits`)."""
         return self.dp_value_bits() if self.dp else self.gram_bits
 
     def dp_value_bits(self) -> int:
@@ -440,20 +441,21 @@ class PowerIterationParams(ProtocolParams):
         if self.value_bits is not None:
             return self.value_bits
         scale = math.sqrt(2) if self.dp_mode == "covariance" else 1.0
-        key = (
-            self.max_samples,
-            self.column_norm,
-            self.dp_mode,
-            self.epsilon,
-            self.delta,
-            self.dp_rounds,
-            self.noise_share,
-        )
-        known = self.__dict__.get("_dp_value_bits")  # this object's, for the parameters it was computed from
-        if known is None or known[0] != key:
+        key = (self.max_samples, self.column_norm, self.dp_mode, self.epsilon, self.delta, self.dp_rounds)
+
+        def derive() -> int:
             bound = scale * self.max_samples * self.column_norm**2 + CLAMP_SIGMAS * dp_calibration(self).party_sigma
             # 2^(e−1) <= bound < 2^e for e = frexp(bound)[1], exactly (no libm log2 at a power of two): v = e + 1
-            known = self.__dict__["_dp_value_bits"] = (key, max(MIN_DP_VALUE_BITS, math.frexp(bound)[1] + 1))
+            return max(MIN_DP_VALUE_BITS, math.frexp(bound)[1] + 1)
+
+        return self._memo("_dp_value_bits", (*key, self.noise_share), derive)
+
+    def _memo(self, name: str, key: tuple[object, ...], derive: Callable[[], int]) -> int:
+        """``derive()``, kept on this object for the parameters ``key`` it was computed from (a field changed
+        since -- ``dataclasses.replace`` or an assignment -- computes it again)."""
+        known = self.__dict__.get(name)
+        if known is None or known[0] != key:
+            known = self.__dict__[name] = (key, int(derive()))
         return int(known[1])
 
     def slot_bits(self) -> int:
@@ -474,12 +476,13 @@ class PowerIterationParams(ProtocolParams):
             return self.frac_bits
         d = self.covariance_length if self.dp_mode == "covariance" else self.max_dp_rows * self.block_size
         key = (self.epsilon, self.delta, self.dp_rounds, self.column_norm, self.noise_share, self.dp_mode, d)
-        known = self.__dict__.get("_release_frac")  # this object's, for the parameters it was computed from
-        if known is None or known[0] != (key, self.frac_bits):
+
+        def derive() -> int:
             cal = dp_calibration(self)
             e = GaussianMechanism.from_sigma(cal.party_sigma, cal.sensitivity).grid_exponent((d,))
-            known = self.__dict__["_release_frac"] = ((key, self.frac_bits), max(0, min(self.frac_bits, -e)))
-        return int(known[1])
+            return max(0, min(self.frac_bits, -e))
+
+        return self._memo("_release_frac", (*key, self.frac_bits), derive)
 
     def packing(self, pk: PublicKey) -> Packing:
         return Packing.for_key(pk, self.slot_bits()) if self.packed else Packing()
@@ -1145,7 +1148,7 @@ def prepare_party1(
 
 # =============================================================================== DP mode
 def noisy_limit(params: PowerIterationParams) -> float:
-    """The largest magnitude a noisy contribution is clamped to: below 2^value_bits, on the release's fixed point
+    """The largest magnitude a noisy contribution is clamped to: below 2^v (:meth:`PowerIterationParams.dp_value_bits`), on the release's fixed point
     (:meth:`PowerIterationParams.release_frac_bits`)."""
     v, f = params.dp_value_bits(), params.release_frac_bits()
     return math.ldexp(1.0, v) - math.ldexp(1.0, max(-f, v - 53))
@@ -2262,7 +2265,7 @@ async def _dp_trent(ch: Channel, params: PowerIterationParams, pk: PublicKey, k:
     # a table for these few encryptions, not the largest one the budget allows (2 s, 172 MB)
     await asyncio.to_thread(pk.prepare, packing.n_ciphertexts(k * b))
     # the start block is on the releases' fixed point too (the sums that follow it are), scaled up by what the
-    # fixed point gave up (at most to 2^(value_bits − 5)): a coarse grid (f small) would round a Gaussian block to
+    # fixed point gave up (at most to 2^(v − 5), v the clamp's bits): a coarse grid (f small) would round a Gaussian block to
     # few values, even to one without full rank; the parties orthonormalise it, so its scale changes nothing
     f = params.release_frac_bits()
     start = np.ldexp(start, max(0, min(params.frac_bits - f, params.dp_value_bits() - 5)))
