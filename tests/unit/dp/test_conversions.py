@@ -11,6 +11,7 @@ from smcdp.dp.conversions import (
     gaussian_epsilon,
     laplace_rdp,
     rdp_to_epsilon,
+    rho_capacity,
     zcdp_delta_cks,
     zcdp_epsilon_cks,
     zcdp_epsilon_classic,
@@ -103,3 +104,35 @@ def test_gaussian_composition_refuses_what_floating_point_cannot_resolve():
 
     with pytest.raises(InvalidParameter, match="cannot resolve"):
         gaussian_composition_multiplier(5.4e-233, 5.4e-233, 1)
+
+
+@pytest.mark.parametrize(
+    "epsilon, delta",
+    [(1.0, 1e-6), (0.1, 1e-9), (10.0, 1e-5), (1e-5, 1e-12), (1e3, 0.5), (50.0, 1e-300), (2.0**-24, 2.0**-24)],
+)
+def test_rho_capacity_is_the_largest_rho_within_epsilon(epsilon, delta):
+    rho = rho_capacity(epsilon, delta)
+    assert rho > 0 and zcdp_epsilon_cks(rho, delta) <= epsilon
+    assert zcdp_epsilon_cks(rho * (1 + 1e-9), delta) > epsilon  # tight to a relative 1e-9
+
+
+def test_rho_capacity_takes_few_evaluations_at_any_scale(monkeypatch):
+    # epsilon = delta = 2^-24 (found by the parameter fuzzing, hypothesis seed 316) puts rho near 1e-14, where an
+    # absolute root tolerance of 1e-15 and fixed relative steps of 1e-12 took millions of conversions (hours)
+    from smcdp.dp import conversions
+
+    calls = []
+    real = conversions.zcdp_epsilon_cks
+
+    def counted(rho, delta):
+        calls.append(rho)
+        if len(calls) > 200:
+            raise AssertionError("rho_capacity: more than 200 conversions")
+        return real(rho, delta)
+
+    monkeypatch.setattr(conversions, "zcdp_epsilon_cks", counted)
+    for epsilon, delta in [(2.0**-24, 2.0**-24), (1e-5, 1e-12), (1.0, 1e-6), (1e-12, 1e-300)]:
+        calls.clear()
+        rho = conversions.rho_capacity(epsilon, delta)
+        assert real(rho, delta) <= epsilon
+        assert len(calls) <= 80, (epsilon, delta, len(calls))
