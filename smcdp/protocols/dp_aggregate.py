@@ -219,6 +219,11 @@ class DPAggregateParams(ProtocolParams):
             real(self.delta, "dp-aggregate parameter delta", 2.0**-1000, 0.5)
             if not 1 <= self.noise_parties <= self.n_parties:
                 bad(f"noise_parties={self.noise_parties} must lie in [1, n_parties={self.n_parties}]")
+            if not self.rho_capacity > 0:  # (1e-12, 1e-300), say: no ρ whose conversion stays within ε
+                bad(
+                    f"epsilon={self.epsilon!r} with delta={self.delta!r} leaves no finite noise level (no zCDP "
+                    "rho converts to within it); choose a larger epsilon or delta"
+                )
         elif self.delta is not None or self.noise_parties != 1:
             bad(
                 "delta and noise_parties belong to calibration='gaussian' (the shared noise); "

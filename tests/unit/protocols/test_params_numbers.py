@@ -117,9 +117,21 @@ def test_every_builtin_protocol_has_numeric_parameters_to_fuzz():
 
 @pytest.mark.parametrize("plugin", BUILTIN, ids=lambda p: p.name)
 def test_numeric_parameters_are_accepted_or_invalid_argument(plugin):
+    _fuzz(plugin, BASE.get(plugin.name, {}))
+
+
+#: modes whose numbers meet other code than the defaults' (a string parameter selects them, which is not fuzzed)
+MODES = [("dp-aggregate", {"calibration": "gaussian", "delta": 1e-6})]
+
+
+@pytest.mark.parametrize("protocol, base", MODES, ids=[f"{p}-{b['calibration']}" for p, b in MODES])
+def test_numeric_parameters_of_other_modes_are_accepted_or_invalid_argument(protocol, base):
+    _fuzz(next(p for p in BUILTIN if p.name == protocol), base)
+
+
+def _fuzz(plugin, base):
     cls = CLASSES[plugin.name]
     fields = _numeric_fields(cls)
-    base = BASE.get(plugin.name, {})
     default_roles = _roles(plugin.name, cls(**base))
 
     @settings(max_examples=400, deadline=None, database=None, suppress_health_check=list(HealthCheck))
@@ -174,4 +186,17 @@ def test_an_epsilon_with_no_finite_noise_level_is_refused_at_validation():
         plugin.validate_params({"epsilon": 5.438030328818065e-233, "delta": 5.438030328818065e-233}, roles)
     assert ei.value.code == "INVALID_ARGUMENT" and "no finite noise level" in str(ei.value)
     norm = plugin.validate_params({"epsilon": 1e-3, "delta": 1e-9}, roles)  # small but fine
+    assert plugin.summary(norm, roles).epsilon == 1e-3
+
+
+def test_dp_aggregate_gaussian_refuses_a_budget_no_rho_fits_at_validation():
+    # epsilon = 1e-12 lies in the parameter's range, but with delta = 1e-300 no zCDP rho converts to within it:
+    # the noise's calibration divided by rho = 0 (ZeroDivisionError, INTERNAL) instead of refusing
+    plugin = next(p for p in BUILTIN if p.name == "dp-aggregate")
+    base = {"calibration": "gaussian", "n_parties": 3}
+    roles = _roles(plugin.name, CLASSES[plugin.name](**base, delta=1e-6))
+    with pytest.raises(InvalidMessage) as ei:
+        plugin.validate_params({**base, "epsilon": 1e-12, "delta": 1e-300}, roles)
+    assert ei.value.code == "INVALID_ARGUMENT" and "no finite noise level" in str(ei.value)
+    norm = plugin.validate_params({**base, "epsilon": 1e-3, "delta": 1e-300}, roles)  # small but fine
     assert plugin.summary(norm, roles).epsilon == 1e-3
