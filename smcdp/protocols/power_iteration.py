@@ -267,6 +267,8 @@ class PowerIterationParams(ProtocolParams):
                 bad(f"components + oversample = {self.block_size} exceeds rows = {self.rows}")
         integer("max_samples", 1, MAX_SAMPLES)
         integer("max_rows", 1, MAX_ROWS)
+        if self.noise_parties is not None:  # before the group key's check compares it with n − t
+            integer("noise_parties", 1, self.n_parties)
         self._validate_key_group(bad)
         self._validate_dp(bad, integer)
         return self

@@ -121,10 +121,25 @@ def test_numeric_parameters_are_accepted_or_invalid_argument(plugin):
 
 
 #: modes whose numbers meet other code than the defaults' (a string parameter selects them, which is not fuzzed)
-MODES = [("dp-aggregate", {"calibration": "gaussian", "delta": 1e-6})]
+MODES = [
+    ("dp-aggregate", {"calibration": "gaussian", "delta": 1e-6}),
+    ("dp-aggregate", {"calibration": "gaussian", "delta": 1e-6, "key_group": "g", "key_threshold": 1, "n_parties": 3}),
+    ("power-iteration", {"epsilon": 1.0, "delta": 1e-6}),
+    ("power-iteration", {"epsilon": 1.0, "delta": 1e-6, "dp_method": "covariance"}),
+    ("power-iteration", {"epsilon": 1.0, "delta": 1e-6, "key_group": "g", "key_threshold": 1, "n_parties": 3}),
+    ("power-iteration", {"key_group": "g", "key_threshold": 1, "n_parties": 3}),
+    ("keyword", {"key_kind": "subgroup"}),
+    ("keyword", {"stream": True}),
+    ("speaker-verify", {"ubm": "shared", "claim": "spk"}),
+    ("speaker-identify", {"key_kind": "subgroup", "output": "alice"}),
+]
 
 
-@pytest.mark.parametrize("protocol, base", MODES, ids=[f"{p}-{b['calibration']}" for p, b in MODES])
+def _mode_id(protocol: str, base: dict) -> str:
+    return protocol + "-" + "-".join(f"{k}={v}" for k, v in base.items())
+
+
+@pytest.mark.parametrize("protocol, base", MODES, ids=[_mode_id(p, b) for p, b in MODES])
 def test_numeric_parameters_of_other_modes_are_accepted_or_invalid_argument(protocol, base):
     _fuzz(next(p for p in BUILTIN if p.name == protocol), base)
 
@@ -200,3 +215,16 @@ def test_dp_aggregate_gaussian_refuses_a_budget_no_rho_fits_at_validation():
     assert ei.value.code == "INVALID_ARGUMENT" and "no finite noise level" in str(ei.value)
     norm = plugin.validate_params({**base, "epsilon": 1e-3, "delta": 1e-300}, roles)  # small but fine
     assert plugin.summary(norm, roles).epsilon == 1e-3
+
+
+def test_a_group_keys_noise_share_of_the_wrong_type_is_refused_naming_it():
+    # found by the modes' fuzzing: with a group key, noise_parties = "1" reached the comparison with n − t
+    # (TypeError, INTERNAL) before its own check
+    plugin = next(p for p in BUILTIN if p.name == "power-iteration")
+    base = {"epsilon": 1.0, "delta": 1e-6, "key_group": "g", "key_threshold": 1, "n_parties": 3}
+    roles = _roles(plugin.name, CLASSES[plugin.name](**base))
+    for value in ("1", 1.5, [1], True):
+        with pytest.raises(InvalidMessage, match="noise_parties") as ei:
+            plugin.validate_params({**base, "noise_parties": value}, roles)
+        assert ei.value.code == "INVALID_ARGUMENT"
+    assert plugin.validate_params({**base, "noise_parties": 2}, roles)["noise_parties"] == 2
