@@ -45,6 +45,7 @@ __all__ = [
     "pure_dp_rdp",
     "rdp_to_epsilon",
     "rho_capacity",
+    "step_until",
     "zcdp_delta_cks",
     "zcdp_epsilon_cks",
     "zcdp_epsilon_classic",
@@ -93,6 +94,23 @@ def gaussian_delta(epsilon: float, noise_multiplier: float) -> float:
     return math.exp(a) * -math.expm1(b - a)
 
 
+def step_until(holds: Callable[[float], bool], x: float, *, up: bool, first: float = 1e-12) -> float:
+    """``x`` moved by relative steps that double (``first``, then twice that, …) -- up, or down towards 0 -- until
+    ``holds(x)``: how every numerical calibration here turns a root that may lie on the wrong side of its
+    bound into one that certainly holds.  Doubling keeps it within about twice the root's error and bounds the
+    evaluations (about 50 from 1e-12 to a factor 2; fixed steps of 1e-12 needed millions where the root
+    was coarse, e.g. at delta = 5e-324).  Raises InvalidParameter when no finite, positive ``x`` holds."""
+    step = first
+    for _ in range(2200):  # enough doublings to reach 0 or overflow from any double
+        if holds(x):
+            return x
+        x = x * (1.0 + step) + 1e-300 if up else x * (1.0 - step)
+        step = 2.0 * step if up else min(2.0 * step, 0.5)
+        if not (math.isfinite(x) and x > 0):
+            break
+    raise InvalidParameter("no finite value satisfies the calibration's bound (the parameters are too extreme)")
+
+
 def gaussian_epsilon(delta: float, noise_multiplier: float) -> float:
     """Smallest epsilon with gaussian_delta(epsilon, noise_multiplier) <= delta."""
     delta = check_delta(delta, allow_zero=False)
@@ -114,9 +132,7 @@ def gaussian_epsilon(delta: float, noise_multiplier: float) -> float:
         rtol=1e-14,
     )
     # move up until the guarantee certainly holds
-    while gaussian_delta(eps, noise_multiplier) > delta:
-        eps = eps * (1 + 1e-12) + 1e-300
-    return eps
+    return step_until(lambda e: gaussian_delta(e, noise_multiplier) <= delta, eps, up=True)
 
 
 def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.0) -> float:
@@ -138,9 +154,7 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
     from scipy import optimize  # lazily: the module docstring says why
 
     log_m = optimize.brentq(f, lo, hi, xtol=1e-14, rtol=1e-14)
-    m = math.exp(log_m)
-    while gaussian_delta(epsilon, m) > delta:
-        m *= 1 + 1e-12
+    m = step_until(lambda m: gaussian_delta(epsilon, m) <= delta, math.exp(log_m), up=True)
     return m * sensitivity
 
 
@@ -172,9 +186,7 @@ def gaussian_composition_multiplier(epsilon: float, delta: float, count: int) ->
             f"the exact Gaussian profile cannot resolve delta={delta!r} at epsilon={epsilon!r} in floating point"
         )
     # move up until the composition's epsilon (computed as the accountant computes it) is certainly within
-    while gaussian_composition_epsilon(delta, m, count) > epsilon:
-        m *= 1 + 1e-12
-    return m
+    return step_until(lambda m: gaussian_composition_epsilon(delta, m, count) <= epsilon, m, up=True)
 
 
 # ---------------------------------------------------------------------------
@@ -334,10 +346,10 @@ def distributed_gaussian_tau(grid_sigma: float, honest: int) -> float:
 def rho_capacity(epsilon: float, delta: float) -> float:
     """Largest rho whose CKS conversion at delta stays <= epsilon.
 
-    The root of the (increasing) conversion is found to a *relative* tolerance, then stepped down by
-    relative steps that double until the conversion is within epsilon: a bounded number of evaluations
-    (about 60 at most) whatever the scale of rho -- for epsilon = delta = 6e-8, rho is about 1e-14, where
-    an absolute tolerance of 1e-15 and fixed 1e-12 relative steps needed millions of them."""
+    The root of the (increasing) conversion is found to a *relative* tolerance, then stepped down
+    (:func:`step_until`) until the conversion is within epsilon: a bounded number of evaluations (about 60)
+    whatever the scale of rho -- for epsilon = delta = 6e-8, rho is about 1e-14, where an absolute tolerance
+    of 1e-15 and fixed 1e-12 relative steps needed millions of them.  0 when no rho > 0 is within epsilon."""
 
     def f(r: float) -> float:
         return zcdp_epsilon_cks(r, delta) - epsilon
@@ -348,11 +360,12 @@ def rho_capacity(epsilon: float, delta: float) -> float:
     from scipy import optimize  # lazily: the module docstring says why
 
     r = optimize.brentq(f, 0.0, hi, xtol=hi * 1e-300, rtol=1e-13)
-    step = 1e-13
-    while r > 0 and f(r) > 0:  # brentq's root may lie on either side; f(0) = -epsilon < 0
-        r *= 1.0 - step
-        step = min(2.0 * step, 0.5)
-    return max(r, 0.0)
+    if r <= 0:
+        return 0.0
+    try:  # brentq's root may lie on either side; f(0) = -epsilon < 0
+        return step_until(lambda r: f(r) <= 0, r, up=False, first=1e-13)
+    except InvalidParameter:
+        return 0.0
 
 
 def zcdp_rho_classic(epsilon: float, delta: float) -> float:

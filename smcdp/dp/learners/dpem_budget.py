@@ -17,6 +17,7 @@ from scipy import optimize
 
 from smcdp.dp.accountants import PrivacyAccountant
 from smcdp.dp.conversions import (
+    step_until,
     zcdp_epsilon_cks,
     zcdp_epsilon_classic,
     zcdp_rho_classic,
@@ -212,9 +213,7 @@ def solve_dpem_budget(
             if lo < 1e-300:
                 raise InvalidParameter("cannot solve the DP-EM budget for these parameters")
         eps_i = optimize.brentq(f, lo, hi, xtol=1e-300, rtol=1e-13, maxiter=500)
-        # never exceed the budget
-        while f(eps_i) > 0:
-            eps_i *= 1 - 1e-13
+        eps_i = step_until(lambda e: f(e) <= 0, eps_i, up=False, first=1e-13)  # never exceed the budget
     if method in ("linear", "advanced") and eps_i >= 1:
         raise InvalidParameter(
             f"per-iteration epsilon {eps_i:.4g} >= 1: the classic Gaussian calibration DP-EM uses is "

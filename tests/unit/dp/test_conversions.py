@@ -17,6 +17,7 @@ from smcdp.dp.conversions import (
     zcdp_epsilon_classic,
     zcdp_rho_classic,
 )
+from smcdp.dp.validation import InvalidParameter
 
 dpa = pytest.importorskip("dp_accounting")
 from dp_accounting import rdp as dpa_rdp
@@ -100,7 +101,6 @@ def test_gaussian_composition_pld_against_dp_accounting(eps, delta, T):
 
 def test_gaussian_composition_refuses_what_floating_point_cannot_resolve():
     from smcdp.dp.conversions import gaussian_composition_multiplier
-    from smcdp.dp.validation import InvalidParameter
 
     with pytest.raises(InvalidParameter, match="cannot resolve"):
         gaussian_composition_multiplier(5.4e-233, 5.4e-233, 1)
@@ -136,3 +136,36 @@ def test_rho_capacity_takes_few_evaluations_at_any_scale(monkeypatch):
         rho = conversions.rho_capacity(epsilon, delta)
         assert real(rho, delta) <= epsilon
         assert len(calls) <= 80, (epsilon, delta, len(calls))
+
+
+def test_step_until_doubles_its_steps_and_refuses_what_nothing_satisfies():
+    from smcdp.dp.conversions import step_until
+
+    seen = []
+
+    def above(x):
+        seen.append(x)
+        return x >= 3.0
+
+    assert 3.0 <= step_until(above, 1.0, up=True) < 6.0 and len(seen) < 60  # a factor 3 in ~42 doublings
+    seen.clear()
+    assert 0.5 >= step_until(lambda x: seen.append(x) or x <= 0.5, 1.0, up=False) > 0.2 and len(seen) < 60
+    with pytest.raises(InvalidParameter):
+        step_until(lambda x: False, 1.0, up=True)
+    with pytest.raises(InvalidParameter):
+        step_until(lambda x: False, 1.0, up=False)
+
+
+@pytest.mark.parametrize("delta", [5e-324, 1e-300, 2.0**-1000])
+def test_gaussian_calibrations_at_subnormal_deltas_end_quickly_or_refuse(delta):
+    # found by the parameter fuzzing (hypothesis seed 11): power iteration with delta = 5e-324 stepped the PLD
+    # calibration's noise multiplier up by fixed steps of 1e-12, each step a root search, for hours
+    from smcdp.dp.conversions import analytic_gaussian_sigma, gaussian_composition_multiplier
+
+    eps = 1.0 - 2.0**-20  # power iteration's epsilon with its PLD margin (at 1.0 the first step happened to hold)
+    for fn in (lambda: gaussian_composition_multiplier(eps, delta, 10), lambda: analytic_gaussian_sigma(eps, delta)):
+        try:
+            m = fn()
+        except InvalidParameter:
+            continue
+        assert math.isfinite(m) and m > 0
