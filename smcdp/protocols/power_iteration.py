@@ -306,7 +306,9 @@ class PowerIterationParams(ProtocolParams):
                 bad(f"{name}={v!r} must be a number in ({lo:g}, {hi:g})")
             setattr(self, name, float(v))
 
-        number("column_norm", 0.0, 2.0**20)
+        # above 2^-64: smaller ones' squares (the sensitivity) and noise variances underflowed (1e-260: sigma 0,
+        # 1e-124: sigma² 0 -- INTERNAL), and a noise grid that fine lies far below any fixed point 2^-frac_bits
+        number("column_norm", 2.0**-64, 2.0**20)
         if self.dp_method not in DP_METHODS:
             bad(f"dp_method={self.dp_method!r} must be one of {', '.join(DP_METHODS)}")
         if not self.dp:

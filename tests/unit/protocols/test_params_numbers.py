@@ -122,10 +122,12 @@ def test_numeric_parameters_are_accepted_or_invalid_argument(plugin):
 
 #: modes whose numbers meet other code than the defaults' (a string parameter selects them, which is not fuzzed)
 MODES = [
+    ("dp-aggregate", {"calibration": "seed"}),
     ("dp-aggregate", {"calibration": "gaussian", "delta": 1e-6}),
     ("dp-aggregate", {"calibration": "gaussian", "delta": 1e-6, "key_group": "g", "key_threshold": 1, "n_parties": 3}),
     ("power-iteration", {"epsilon": 1.0, "delta": 1e-6}),
     ("power-iteration", {"epsilon": 1.0, "delta": 1e-6, "dp_method": "covariance"}),
+    ("power-iteration", {"epsilon": 1.0, "delta": 1e-6, "dp_method": "power"}),
     ("power-iteration", {"epsilon": 1.0, "delta": 1e-6, "key_group": "g", "key_threshold": 1, "n_parties": 3}),
     ("power-iteration", {"key_group": "g", "key_threshold": 1, "n_parties": 3}),
     ("keyword", {"key_kind": "subgroup"}),
@@ -228,3 +230,19 @@ def test_a_group_keys_noise_share_of_the_wrong_type_is_refused_naming_it():
             plugin.validate_params({**base, "noise_parties": value}, roles)
         assert ei.value.code == "INVALID_ARGUMENT"
     assert plugin.validate_params({**base, "noise_parties": 2}, roles)["noise_parties"] == 2
+
+
+def test_a_column_norm_whose_square_underflows_is_refused_naming_it():
+    # found by the modes' fuzzing (hypothesis seed 4): column_norm = 1.3e-260 passed validation, and the noise
+    # level computed from its square (0.0) raised InvalidParameter (INTERNAL) when the envelope was derived
+    plugin = next(p for p in BUILTIN if p.name == "power-iteration")
+    for mode in ("power", "covariance"):
+        base = {"epsilon": 1.0, "delta": 1e-6, "dp_method": mode}
+        roles = _roles(plugin.name, CLASSES[plugin.name](**base))
+        for tiny in (1.3268445748780011e-260, 9.706079596662308e-125, 2.0**-64):  # sigma 0; sigma² 0 (seed 2)
+            with pytest.raises(InvalidMessage, match="column_norm") as ei:
+                plugin.validate_params({**base, "column_norm": tiny}, roles)
+            assert ei.value.code == "INVALID_ARGUMENT"
+        norm = plugin.validate_params({**base, "column_norm": 1e-3}, roles)  # small but fine
+        for role in roles:
+            plugin.traffic_envelope(norm, roles, role)
