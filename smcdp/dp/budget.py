@@ -61,6 +61,7 @@ from smcdp.dp.validation import (
     check_choice,
     check_delta,
     check_epsilon,
+    check_magnitude,
     check_name,
     check_note,
     decimal_amount,
@@ -271,6 +272,16 @@ def summarize(
     )
 
 
+def check_zcdp_budget(epsilon: float, delta: float) -> None:
+    """A budget under the zcdp rule: delta > 0, and an (epsilon, delta) some rho > 0 converts to within (its status
+    is that rho's use: with epsilon = 1e-300, say, no rho could be computed and every status raised)."""
+    if delta == 0:
+        raise InvalidParameter("the zcdp rule needs a budget delta > 0")
+    check_magnitude(epsilon, "epsilon budget (zcdp rule)")
+    if not rho_capacity(epsilon, delta) > 0:
+        raise InvalidParameter(f"no zCDP rho converts to within epsilon={epsilon!r} at delta={delta!r}")
+
+
 def check_fits(st: BudgetStatus, eps: Decimal, dlt: Decimal, rho: Decimal | None, *, what: str = "charge") -> None:
     """Raise :class:`BudgetExceeded` unless the amount fits next to what is spent and reserved."""
     where = f" to dataset {st.dataset!r}" if st.dataset is not None else ""
@@ -416,8 +427,8 @@ class BudgetAccountant(PrivacyBudget):
         self.epsilon = check_epsilon(epsilon, "epsilon budget", allow_inf=False)
         self.delta = check_delta(delta)
         self.rule = check_choice(rule, "rule", RULES)
-        if rule == "zcdp" and self.delta == 0:
-            raise InvalidParameter("the zcdp rule needs a budget delta > 0")
+        if rule == "zcdp":
+            check_zcdp_budget(self.epsilon, self.delta)
         self._dataset = None if dataset is None else check_name(dataset)
         self._total = (Decimal(repr(self.epsilon)), Decimal(repr(self.delta)))
         self._entries: list[Charge] = []

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from smcdp.dp.validation import InvalidParameter, check_delta, check_positive
+from smcdp.dp.validation import MAGNITUDE_BITS, InvalidParameter, check_delta, check_magnitude, check_positive
 
 __all__ = [
     "ORDER_GRID",
@@ -60,15 +60,15 @@ __all__ = [
 
 def classic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.0) -> float:
     """sigma = sqrt(2 ln(1.25/delta)) * Delta / epsilon (Dwork-Roth Thm A.1; needs epsilon < 1)."""
-    epsilon = check_positive(epsilon, "epsilon")
+    epsilon = check_magnitude(epsilon, "epsilon")
     delta = check_delta(delta, allow_zero=False)
-    sensitivity = check_positive(sensitivity, "sensitivity")
+    sensitivity = check_magnitude(sensitivity, "sensitivity")
     if epsilon >= 1:
         raise InvalidParameter(
             f"the classic Gaussian calibration is only proved for epsilon < 1 (got {epsilon}); "
             "use analytic=True (Balle-Wang) for larger epsilon"
         )
-    return math.sqrt(2.0 * math.log(1.25 / delta)) * sensitivity / epsilon
+    return math.sqrt(2.0 * (math.log(1.25) - math.log(delta))) * sensitivity / epsilon
 
 
 def _log_delta_terms(epsilon: float, mu: float) -> tuple[float, float]:
@@ -114,7 +114,7 @@ def step_until(holds: Callable[[float], bool], x: float, *, up: bool, first: flo
 def gaussian_epsilon(delta: float, noise_multiplier: float) -> float:
     """Smallest epsilon with gaussian_delta(epsilon, noise_multiplier) <= delta."""
     delta = check_delta(delta, allow_zero=False)
-    noise_multiplier = check_positive(noise_multiplier, "noise multiplier")
+    noise_multiplier = check_magnitude(noise_multiplier, "noise multiplier")
     if gaussian_delta(0.0, noise_multiplier) <= delta:
         return 0.0
     hi = 1.0
@@ -137,9 +137,9 @@ def gaussian_epsilon(delta: float, noise_multiplier: float) -> float:
 
 def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.0) -> float:
     """Smallest sigma (to 1e-12 relative) with Balle-Wang delta(epsilon) <= delta."""
-    epsilon = check_positive(epsilon, "epsilon")
+    epsilon = check_magnitude(epsilon, "epsilon")
     delta = check_delta(delta, allow_zero=False)
-    sensitivity = check_positive(sensitivity, "sensitivity")
+    sensitivity = check_magnitude(sensitivity, "sensitivity")
 
     def f(log_m: float) -> float:
         return gaussian_delta(epsilon, math.exp(log_m)) - delta
@@ -168,7 +168,7 @@ def gaussian_composition_epsilon(delta: float, noise_multiplier: float, count: i
     the profile is Balle-Wang's at noise_multiplier/sqrt(count).  This is what a PLD accountant (Google's
     dp-accounting, ``pld.PLDAccountant``) computes for these events, without its discretisation."""
     count = check_positive(count, "count", integer=True)
-    return gaussian_epsilon(delta, check_positive(noise_multiplier, "noise multiplier") / math.sqrt(count))
+    return gaussian_epsilon(delta, check_magnitude(noise_multiplier, "noise multiplier") / math.sqrt(count))
 
 
 @functools.lru_cache(maxsize=256)
@@ -277,20 +277,25 @@ def rdp_to_epsilon(
     return max(best_e, 0.0), best_a
 
 
+def _check_rho(rho: float) -> float:
+    """A zCDP rho: finite, 0 or in (0, 2^MAGNITUDE_BITS] (1e308 overflowed its conversions to inf)."""
+    rho = check_positive(rho, "rho", allow_zero=True)
+    if rho > 2.0**MAGNITUDE_BITS:
+        raise InvalidParameter(f"rho must be at most 2^{MAGNITUDE_BITS}, got {rho!r}")
+    return rho
+
+
 def zcdp_epsilon_classic(rho: float, delta: float) -> float:
     """Bun-Steinke Prop. 1.3: rho-zCDP => (rho + 2 sqrt(rho ln(1/delta)), delta)-DP."""
     delta = check_delta(delta, allow_zero=False)
-    if rho < 0:
-        raise InvalidParameter("rho must be >= 0")
-    return rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))
+    rho = _check_rho(rho)
+    return rho + 2.0 * math.sqrt(rho * -math.log(delta))  # -log δ: 1/δ overflows for a subnormal δ
 
 
 def zcdp_epsilon_cks(rho: float, delta: float) -> float:
     """Canonne-Kamath-Steinke Prop. 12 conversion of rho-zCDP, minimised over real alpha > 1."""
     delta = check_delta(delta, allow_zero=False)
-    if rho < 0:
-        raise InvalidParameter("rho must be >= 0")
-    if rho == 0:
+    if _check_rho(rho) == 0:
         return 0.0
     eps, _ = rdp_to_epsilon(lambda a: a * rho, delta, conversion="cks")
     return eps
@@ -298,8 +303,8 @@ def zcdp_epsilon_cks(rho: float, delta: float) -> float:
 
 def zcdp_delta_cks(rho: float, epsilon: float) -> float:
     """delta(eps) of rho-zCDP by CKS Prop. 12: inf_alpha e^{(a-1)(a rho - eps)} (1-1/a)^a / (a-1)."""
-    if rho < 0 or epsilon < 0:
-        raise InvalidParameter("rho and epsilon must be >= 0")
+    rho = _check_rho(rho)
+    epsilon = check_positive(epsilon, "epsilon", allow_zero=True)
 
     def logd(a: np.ndarray) -> np.ndarray:
         return (a - 1) * (a * rho - epsilon) + a * np.log1p(-1.0 / a) - np.log(a - 1)
@@ -312,7 +317,7 @@ def zcdp_delta_cks(rho: float, epsilon: float) -> float:
 
     res = optimize.minimize_scalar(lambda a: float(logd(np.array([a]))[0]), bounds=(lo, hi), method="bounded")
     best = min(float(v[i]), float(res.fun))
-    return min(1.0, math.exp(best))
+    return 1.0 if best >= 0 else math.exp(best)  # exp of a large rho's exponent overflowed
 
 
 def advanced_composition(
@@ -332,7 +337,7 @@ def advanced_composition(
     if e.size == 0:
         return 0.0
     return float(
-        math.sqrt(2.0 * math.log(1.0 / delta_prime) * float(np.sum(c * e * e))) + float(np.sum(c * e * np.expm1(e)))
+        math.sqrt(2.0 * -math.log(delta_prime) * float(np.sum(c * e * e))) + float(np.sum(c * e * np.expm1(e)))
     )
 
 
@@ -354,23 +359,27 @@ def rho_capacity(epsilon: float, delta: float) -> float:
     def f(r: float) -> float:
         return zcdp_epsilon_cks(r, delta) - epsilon
 
+    epsilon = check_magnitude(epsilon, "epsilon")
     hi = max(epsilon, 1e-12)
     while f(hi) < 0:
         hi *= 2
+    lo = hi
+    while f(lo) >= 0:  # a bracket in log space: the root's scale may be anything from 1e-300 up
+        lo /= 2**16
+        if lo < 1e-290:
+            return 0.0  # no rho > 0 the conversion can resolve stays within epsilon
     from scipy import optimize  # lazily: the module docstring says why
 
-    r = optimize.brentq(f, 0.0, hi, xtol=hi * 1e-300, rtol=1e-13)
-    if r <= 0:
-        return 0.0
-    try:  # brentq's root may lie on either side; f(0) = -epsilon < 0
-        return step_until(lambda r: f(r) <= 0, r, up=False, first=1e-13)
+    u = optimize.brentq(lambda u: f(math.exp(u)), math.log(lo), math.log(hi), xtol=1e-14, rtol=1e-14, maxiter=500)
+    try:  # brentq's root may lie on either side; f(lo) < 0
+        return step_until(lambda r: f(r) <= 0, math.exp(u), up=False, first=1e-13)
     except InvalidParameter:
-        return 0.0
+        return lo
 
 
 def zcdp_rho_classic(epsilon: float, delta: float) -> float:
     """Largest rho with ``zcdp_epsilon_classic(rho, delta) <= epsilon`` (closed form):
     rho + 2 sqrt(rho L) = epsilon with L = ln(1/delta) gives rho = (sqrt(L + epsilon) - sqrt(L))**2."""
-    epsilon = check_positive(epsilon, "epsilon")
-    L = math.log(1.0 / check_delta(delta, allow_zero=False))
+    epsilon = check_magnitude(epsilon, "epsilon")
+    L = -math.log(check_delta(delta, allow_zero=False))
     return (math.sqrt(L + epsilon) - math.sqrt(L)) ** 2

@@ -52,6 +52,7 @@ from smcdp.dp.budget import (
     check_fits,
     check_reserve_again,
     check_transition,
+    check_zcdp_budget,
     fmt_amount,
     summarize,
     utc_now,
@@ -233,8 +234,8 @@ class Ledger:
         eps = decimal_amount("epsilon", epsilon, allow_zero=False)
         dlt = decimal_amount("delta", delta, allow_zero=True, upper_one=True)
         check_choice(rule, "rule", RULES)
-        if rule == "zcdp" and dlt == 0:
-            raise InvalidParameter("the zcdp rule needs a budget delta > 0")
+        if rule == "zcdp":
+            check_zcdp_budget(float(eps), float(dlt))
         with self._write() as con:
             row = con.execute("SELECT rule FROM budgets WHERE dataset = ?", (dataset,)).fetchone()
             now = utc_now()

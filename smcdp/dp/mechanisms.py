@@ -75,6 +75,7 @@ from smcdp.dp.samplers import (
 from smcdp.dp.validation import (
     InvalidParameter,
     check_delta,
+    check_magnitude,
     check_positive,
     check_shape,
     finite_array,
@@ -252,8 +253,8 @@ class LaplaceMechanism(_Mechanism):
     """
 
     def __init__(self, epsilon: float, sensitivity: float, *, random_state: Any = None):
-        self.epsilon = check_positive(epsilon, "epsilon")
-        self.sensitivity = check_positive(sensitivity, "sensitivity")
+        self.epsilon = check_magnitude(epsilon, "epsilon")
+        self.sensitivity = check_magnitude(sensitivity, "sensitivity")
         self.delta = 0.0
         self.rho = self.epsilon**2 / 2.0
         self.scale = self.sensitivity / self.epsilon
@@ -303,9 +304,9 @@ class GaussianMechanism(_Mechanism):
         analytic: bool = False,
         random_state: Any = None,
     ):
-        epsilon = check_positive(epsilon, "epsilon")
+        epsilon = check_magnitude(epsilon, "epsilon")
         delta = check_delta(delta, allow_zero=False)
-        sensitivity = check_positive(sensitivity, "sensitivity")
+        sensitivity = check_magnitude(sensitivity, "sensitivity")
         if analytic:
             sigma = analytic_gaussian_sigma(epsilon, delta, sensitivity)
         else:
@@ -334,8 +335,8 @@ class GaussianMechanism(_Mechanism):
         tightest epsilon for that delta (exact Gaussian privacy profile, Balle-Wang);
         with ``delta == 0`` epsilon is ``inf`` (no pure-DP guarantee).
         """
-        sigma = check_positive(sigma, "sigma")
-        sensitivity = check_positive(sensitivity, "sensitivity")
+        sigma = check_magnitude(sigma, "sigma")
+        sensitivity = check_magnitude(sensitivity, "sensitivity")
         delta = check_delta(delta)
         eps = gaussian_epsilon(delta, sigma / sensitivity) if delta > 0 else math.inf
         self = cls.__new__(cls)
@@ -351,10 +352,11 @@ class GaussianMechanism(_Mechanism):
         delta: float,
         random_state: Any,
     ) -> None:
-        self.sigma = float(sigma)
+        self.sigma = check_magnitude(sigma, "the Gaussian noise's sigma")
         self.sensitivity = float(sensitivity)
         self.epsilon = float(epsilon)
         self.delta = float(delta)
+        check_magnitude(self.sigma / self.sensitivity, "the noise multiplier sigma/sensitivity")  # ρ finite, > 0
         self.rho = self.sensitivity**2 / (2.0 * self.sigma**2)
         self.noise_multiplier = self.sigma / self.sensitivity
         self._rng = resolve_rng(random_state)
@@ -417,8 +419,8 @@ class VectorMechanism(_Mechanism):
     """
 
     def __init__(self, epsilon: float, sensitivity: float, *, random_state: Any = None):
-        self.epsilon = check_positive(epsilon, "epsilon")
-        self.sensitivity = check_positive(sensitivity, "sensitivity")
+        self.epsilon = check_magnitude(epsilon, "epsilon")
+        self.sensitivity = check_magnitude(sensitivity, "sensitivity")
         self.delta = 0.0
         self.rho = self.epsilon**2 / 2.0
         self.scale = self.sensitivity / self.epsilon

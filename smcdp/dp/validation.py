@@ -127,6 +127,21 @@ def check_positive(value: Any, name: str, *, allow_zero: bool = False, integer: 
     return v
 
 
+#: the magnitudes a mechanism's or a calibration's epsilon, sensitivity and noise scale may take: inside them every
+#: derived quantity (scale = Δ/ε, its square, ρ = Δ²/2σ², the grid 2^e) is a finite, positive double; outside them
+#: (ε = 1e-320, Δ = 1e154, σ/Δ = 1e300, say) one overflowed or underflowed to inf, nan or 0
+MAGNITUDE_BITS = 200
+
+
+def check_magnitude(value: Any, name: str) -> float:
+    """A finite real in [2^-MAGNITUDE_BITS, 2^MAGNITUDE_BITS] (about 6e-61 .. 1.6e60); :class:`InvalidParameter`
+    otherwise."""
+    v = check_positive(value, name)
+    if not 2.0**-MAGNITUDE_BITS <= v <= 2.0**MAGNITUDE_BITS:
+        raise InvalidParameter(f"{name} must lie in [2^-{MAGNITUDE_BITS}, 2^{MAGNITUDE_BITS}], got {value!r}")
+    return v
+
+
 def check_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
     """``value`` if it is one of the strings ``choices``; :class:`InvalidParameter` naming ``name`` otherwise."""
     if not isinstance(value, str) or value not in choices:

@@ -28,6 +28,7 @@ from smcdp.dp.validation import (
     check_choice,
     check_delta,
     check_epsilon,
+    check_magnitude,
     check_positive,
 )
 
@@ -111,7 +112,7 @@ def _dpem_counts(J: int, K: int, scenario: str) -> tuple[int, int]:
 
 
 def _dpem_rho(eps_i: float, delta_i: float, n_l: int, n_g: int) -> float:
-    s = math.sqrt(2.0 * math.log(1.25 / delta_i)) / eps_i  # classic noise multiplier
+    s = math.sqrt(2.0 * (math.log(1.25) - math.log(delta_i))) / eps_i  # classic noise multiplier
     return n_l * eps_i**2 / 2.0 + n_g / (2.0 * s**2)
 
 
@@ -130,11 +131,13 @@ def _dpem_total(
         return (n_l + n_g) * eps_i
     if method == "advanced":
         n = n_l + n_g
-        return math.sqrt(2.0 * n * math.log(1.0 / delta_prime)) * eps_i + n * eps_i * math.expm1(eps_i)
+        if eps_i > 700:  # e^eps_i overflows: the bound is infinite (the solver's bracket reaches here)
+            return math.inf
+        return math.sqrt(2.0 * n * -math.log(delta_prime)) * eps_i + n * eps_i * math.expm1(eps_i)
     if method == "zcdp":
         rho = _dpem_rho(eps_i, delta_i, n_l, n_g)
         return zcdp_epsilon_cks(rho, delta) if conversion == "cks" else zcdp_epsilon_classic(rho, delta)
-    s = math.sqrt(2.0 * math.log(1.25 / delta_i)) / eps_i  # classic noise multiplier
+    s = math.sqrt(2.0 * (math.log(1.25) - math.log(delta_i))) / eps_i  # classic noise multiplier
     acc = PrivacyAccountant("rdp", conversion=conversion)  # type: ignore[abstract]  # the base class's __new__ is a factory returning a concrete subclass
     if n_l:
         acc.compose(LaplaceEvent(1.0 / eps_i), n_l)
@@ -172,7 +175,7 @@ def solve_dpem_budget(
     Under zcdp / moments ``calibration_delta`` (default: ``delta``) fixes delta_i.
     Solved by Brent's method to 1e-12 relative; the total is monotone in eps_i.
     """
-    epsilon = check_epsilon(epsilon, allow_inf=False)
+    epsilon = check_magnitude(check_epsilon(epsilon, allow_inf=False), "epsilon")
     delta = check_delta(delta, allow_zero=False)
     J = check_positive(iterations, "iterations", integer=True)
     K = check_positive(n_components, "n_components", integer=True)
@@ -197,10 +200,12 @@ def solve_dpem_budget(
             "calibration_delta",
             allow_zero=False,
         )
+    if not delta_i >= 2.0**-1000:  # δ/n_g of a subnormal δ underflows (ZeroDivisionError in the calibration)
+        raise InvalidParameter(f"delta={delta!r} is too small to share among {n_g} Gaussian steps")
     if method == "zcdp" and conversion == "classic":
         # closed form: the classic bound inverted, rho = c eps_i**2
         rho = zcdp_rho_classic(epsilon, delta)
-        c = n_l / 2.0 + n_g / (4.0 * math.log(1.25 / delta_i))
+        c = n_l / 2.0 + n_g / (4.0 * (math.log(1.25) - math.log(delta_i)))
         eps_i = math.sqrt(rho / c)
     elif method != "linear":
         f = lambda e: _dpem_total(e, delta_i, n_l, n_g, method, delta, delta_prime, conversion) - epsilon
@@ -219,7 +224,7 @@ def solve_dpem_budget(
             f"per-iteration epsilon {eps_i:.4g} >= 1: the classic Gaussian calibration DP-EM uses is "
             "only proved for epsilon_i < 1; lower the budget or raise iterations"
         )
-    sigma = math.sqrt(2.0 * math.log(1.25 / delta_i)) / eps_i
+    sigma = math.sqrt(2.0 * (math.log(1.25) - math.log(delta_i))) / eps_i
     achieved = _dpem_total(eps_i, delta_i, n_l, n_g, method, delta, delta_prime, conversion)
     if method == "linear":
         achieved_delta = n_g * delta_i

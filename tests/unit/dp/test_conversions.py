@@ -103,6 +103,8 @@ def test_gaussian_composition_refuses_what_floating_point_cannot_resolve():
     from smcdp.dp.conversions import gaussian_composition_multiplier
 
     with pytest.raises(InvalidParameter, match="cannot resolve"):
+        gaussian_composition_multiplier(1e-30, 1e-30, 1)
+    with pytest.raises(InvalidParameter, match=r"epsilon must lie in \[2\^-200"):  # below any meaningful epsilon
         gaussian_composition_multiplier(5.4e-233, 5.4e-233, 1)
 
 
