@@ -98,6 +98,8 @@ def check_epsilon(epsilon: Any, name: str = "epsilon", *, allow_inf: bool = True
     if math.isnan(v) or v <= 0 or (math.isinf(v) and not allow_inf):
         hint = " (use float('inf') for a non-private fit)" if allow_inf else " and finite"
         raise InvalidParameter(f"{name} must be > 0{hint}, got {epsilon!r}")
+    if math.isfinite(v):
+        check_magnitude(v, name)  # 1e154 overflowed a learner's budget split; 1e-320 its noise scale
     return v
 
 
@@ -139,6 +141,19 @@ def check_magnitude(value: Any, name: str) -> float:
     v = check_positive(value, name)
     if not 2.0**-MAGNITUDE_BITS <= v <= 2.0**MAGNITUDE_BITS:
         raise InvalidParameter(f"{name} must lie in [2^-{MAGNITUDE_BITS}, 2^{MAGNITUDE_BITS}], got {value!r}")
+    return v
+
+
+#: the most components (clusters, mixture components, factors) a learner fits: a public cap, so that a count
+#: of 2^70 is refused before anything is allocated (it was a MemoryError, or the machine's OOM killer)
+MAX_COMPONENTS = 4096
+
+
+def check_count(value: Any, name: str, hi: int = MAX_COMPONENTS) -> int:
+    """An integer in [1, ``hi``]; :class:`InvalidParameter` otherwise."""
+    v = check_positive(value, name, integer=True)
+    if v > hi:
+        raise InvalidParameter(f"{name} must be at most {hi}, got {value!r}")
     return v
 
 
@@ -239,8 +254,8 @@ def resolve_data_norm(data_norm: float | None, X: np.ndarray, *, private: bool, 
                 PrivacyLeakWarning,
                 stacklevel=3,
             )
-        return max(inferred, np.finfo(float).tiny)
-    return check_positive(data_norm, "data_norm")
+        return min(max(inferred, 2.0**-MAGNITUDE_BITS), 2.0**MAGNITUDE_BITS)
+    return check_magnitude(data_norm, "data_norm")  # 1e-300 made a factor model's transform non-finite
 
 
 def clip_rows_to_norm(X: np.ndarray, data_norm: float, out_of_bounds: str = "clip") -> np.ndarray:

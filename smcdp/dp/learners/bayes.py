@@ -50,8 +50,8 @@ from smcdp.dp.validation import (
     InvalidParameter,
     PrivacyLeakWarning,
     check_epsilon,
+    check_magnitude,
     check_out_of_bounds,
-    check_positive,
     clip_to_bounds,
     is_private,
     repair_eigen,
@@ -194,7 +194,7 @@ class GaussianBayesClassifier(ClassifierMixin, BaseEstimator):
         diag = self.covariance == "diag"
         if self.repair not in ("eigen", "nearest"):
             raise InvalidParameter(f"repair must be 'eigen' or 'nearest', got {self.repair!r}")
-        floor = check_positive(self.min_eigenvalue, "min_eigenvalue")
+        floor = check_magnitude(self.min_eigenvalue, "min_eigenvalue")
         check_out_of_bounds(self.out_of_bounds)
         split = self._split()
         # the shares of epsilon are released one after the other (the classes of one query in parallel)

@@ -32,8 +32,10 @@ from smcdp.dp.conversions import analytic_gaussian_sigma
 from smcdp.dp.mechanisms import GaussianMechanism
 from smcdp.dp.samplers import aux_rng, noise_rng
 from smcdp.dp.validation import (
+    check_count,
     check_delta,
     check_epsilon,
+    check_magnitude,
     check_out_of_bounds,
     check_positive,
     clip_rows_to_norm,
@@ -130,10 +132,10 @@ class FactorAnalysis(TransformerMixin, BaseEstimator):
         eps = check_epsilon(self.epsilon)
         private = is_private(eps)
         delta = check_delta(self.delta, allow_zero=not private) if private else check_delta(self.delta)
-        k = check_positive(self.n_components, "n_components", integer=True)
+        k = check_count(self.n_components, "n_components")
         max_iter = check_positive(self.max_iter, "max_iter", integer=True)
         tol = check_positive(self.tol, "tol")
-        floor = check_positive(self.min_noise_variance, "min_noise_variance")
+        floor = check_magnitude(self.min_noise_variance, "min_noise_variance")
         check_out_of_bounds(self.out_of_bounds)
         if private:
             # the analytic sigma is proportional to the sensitivity, so rho does not depend on n

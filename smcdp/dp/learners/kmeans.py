@@ -34,6 +34,7 @@ from smcdp.dp.mechanisms import LaplaceMechanism
 from smcdp.dp.samplers import aux_rng, noise_rng
 from smcdp.dp.validation import (
     InvalidParameter,
+    check_count,
     check_delta,
     check_epsilon,
     check_out_of_bounds,
@@ -101,7 +102,7 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         """Run DP Lloyd iterations on ``X`` (charging ``accountant``); ``y`` is ignored."""
         eps = check_epsilon(self.epsilon)
         private = is_private(eps)
-        k = check_positive(self.n_clusters, "n_clusters", integer=True)
+        k = check_count(self.n_clusters, "n_clusters")
         J = check_positive(self.n_iter, "n_iter", integer=True)
         if self.composition not in ("linear", "zcdp"):
             raise InvalidParameter("composition must be 'linear' or 'zcdp'")

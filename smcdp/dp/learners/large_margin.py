@@ -66,8 +66,10 @@ from smcdp.dp.samplers import noise_rng
 from smcdp.dp.validation import (
     InvalidParameter,
     PrivacyLeakWarning,
+    check_count,
     check_delta,
     check_epsilon,
+    check_magnitude,
     check_out_of_bounds,
     check_positive,
     clip_rows_to_norm,
@@ -270,10 +272,10 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
     def fit(self, X, y):
         """Fit the large-margin Gaussian models to ``X``, ``y`` (charging ``accountant``)."""
         eps = check_epsilon(self.epsilon)
-        lam = check_positive(self.lam, "lam")
+        lam = check_magnitude(self.lam, "lam")
         gamma = check_positive(self.gamma, "gamma", allow_zero=True)
-        h = check_positive(self.h, "h")
-        K = check_positive(self.n_components, "n_components", integer=True)
+        h = check_magnitude(self.h, "h")
+        K = check_count(self.n_components, "n_components")
         tol = check_positive(self.tol, "tol")
         max_iter = check_positive(self.max_iter, "max_iter", integer=True)
         check_out_of_bounds(self.out_of_bounds)

@@ -56,6 +56,7 @@ from smcdp.dp.samplers import noise_rng
 from smcdp.dp.validation import (
     InvalidParameter,
     check_epsilon,
+    check_magnitude,
     check_out_of_bounds,
     check_positive,
     clip_rows_to_norm,
@@ -161,12 +162,12 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     # ------------------------------------------------------------------
     def _check_params(self):
         eps = check_epsilon(self.epsilon)
-        lam = check_positive(self.lam, "lam")
+        lam = check_magnitude(self.lam, "lam")
         if self.mechanism not in ("objective", "output"):
             raise InvalidParameter(f"mechanism must be 'objective' or 'output', got {self.mechanism!r}")
         if not isinstance(self.fit_intercept, (bool, np.bool_)):
             raise InvalidParameter("fit_intercept must be a bool")
-        scaling = check_positive(self.intercept_scaling, "intercept_scaling")
+        scaling = check_magnitude(self.intercept_scaling, "intercept_scaling")
         check_out_of_bounds(self.out_of_bounds)
         tol = check_positive(self.tol, "tol")
         check_positive(self.max_iter, "max_iter", integer=True)

@@ -43,8 +43,10 @@ from smcdp.dp.mechanisms import GaussianMechanism, LaplaceMechanism
 from smcdp.dp.samplers import aux_rng, noise_rng
 from smcdp.dp.validation import (
     InvalidParameter,
+    check_count,
     check_delta,
     check_epsilon,
+    check_magnitude,
     check_out_of_bounds,
     check_positive,
     clip_rows_to_norm,
@@ -140,7 +142,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         eps = check_epsilon(self.epsilon)
         private = is_private(eps)
         delta = check_delta(self.delta, allow_zero=not private)
-        K = check_positive(self.n_components, "n_components", integer=True)
+        K = check_count(self.n_components, "n_components")
         J = check_positive(self.n_iter, "n_iter", integer=True)
         if self.scenario not in ("GGG", "LLG"):
             raise InvalidParameter("scenario must be 'GGG' or 'LLG'")
@@ -154,7 +156,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         kappa0 = check_positive(self.kappa0, "kappa0", allow_zero=True)
         nu0 = check_positive(self.nu0, "nu0", allow_zero=True)
         psi0 = check_positive(self.psi0, "psi0", allow_zero=True)
-        floor = check_positive(self.min_eigenvalue, "min_eigenvalue")
+        floor = check_magnitude(self.min_eigenvalue, "min_eigenvalue")
         check_out_of_bounds(self.out_of_bounds)
         return eps, delta, K, J, alpha, kappa0, nu0, psi0, floor, private
 

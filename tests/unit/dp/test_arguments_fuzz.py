@@ -8,9 +8,7 @@ a party's own code calls with its own numbers."""
 from __future__ import annotations
 
 import math
-import signal
 from collections.abc import Callable
-from contextlib import contextmanager
 from functools import partial
 
 import numpy as np
@@ -23,6 +21,7 @@ from smcdp.dp.budget import BudgetAccountant, BudgetExceeded
 from smcdp.dp.learners.dpem_budget import solve_dpem_budget
 from smcdp.dp.mechanisms import GaussianMechanism, LaplaceMechanism, VectorMechanism
 from smcdp.dp.validation import InvalidParameter
+from tests.support.limits import time_limit
 
 #: seconds any one call may take (the slowest legitimate calls here take well under one)
 LIMIT = 10
@@ -39,20 +38,6 @@ DELTAS = st.one_of(NUMBERS, st.floats(min_value=5e-324, max_value=0.5))
 COUNTS = st.one_of(st.integers(-3, 10**7), st.sampled_from([0, 1, 2, 10, 2**63, True]), st.floats(0.5, 20))
 
 
-@contextmanager
-def time_limit(what: str):
-    def alarm(signum, frame):
-        raise AssertionError(f"{what} took more than {LIMIT} s")
-
-    old = signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(LIMIT)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
-
-
 def finite(x) -> bool:
     arr = np.asarray(x, dtype=object).reshape(-1)
     return all(isinstance(v, (int, np.integer)) or math.isfinite(float(v)) for v in arr)
@@ -60,7 +45,7 @@ def finite(x) -> bool:
 
 def accepted_or_refused(fn: Callable[[], object], what: str, *, numbers: bool = True):
     """fn()'s result (finite, where ``numbers``), or None where it refused with InvalidParameter."""
-    with time_limit(what):
+    with time_limit(LIMIT, what):
         try:
             out = fn()
         except InvalidParameter:
@@ -161,12 +146,12 @@ def test_budget_accountant(epsilon, delta, spend_eps, spend_delta, rule):
     acc = accepted_or_refused(lambda: BudgetAccountant(epsilon, delta, rule=rule), "BudgetAccountant", numbers=False)
     if acc is None:
         return
-    with time_limit("BudgetAccountant.spend"):
+    with time_limit(LIMIT, "BudgetAccountant.spend"):
         try:
             acc.spend(spend_eps, spend_delta)
         except (InvalidParameter, BudgetExceeded):
             pass  # a refused or an over-budget charge
-    with time_limit("BudgetAccountant.status"):
+    with time_limit(LIMIT, "BudgetAccountant.status"):
         acc.status()
 
 
