@@ -338,7 +338,7 @@ class PowerIterationParams(ProtocolParams):
                     f"k(k+1)/2 values in one message); state rows, or use dp_method power "
                     f"(k <= {self.max_dp_rows} here)"
                 )
-        number("epsilon", 0.0, 100.0)
+        number("epsilon", 2.0**-40, 100.0)  # as dp-aggregate's: far below it the calibrations refuse anyway
         number("delta", 0.0, 1.0)
         if self.iterations is not None:
             integer("iterations", 1, MAX_DP_ITERATIONS)

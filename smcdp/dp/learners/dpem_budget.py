@@ -28,7 +28,6 @@ from smcdp.dp.validation import (
     check_choice,
     check_delta,
     check_epsilon,
-    check_magnitude,
     check_positive,
 )
 
@@ -175,7 +174,7 @@ def solve_dpem_budget(
     Under zcdp / moments ``calibration_delta`` (default: ``delta``) fixes delta_i.
     Solved by Brent's method to 1e-12 relative; the total is monotone in eps_i.
     """
-    epsilon = check_magnitude(check_epsilon(epsilon, allow_inf=False), "epsilon")
+    epsilon = check_epsilon(epsilon, allow_inf=False)  # finite: in [2^-200, 2^200]
     delta = check_delta(delta, allow_zero=False)
     J = check_positive(iterations, "iterations", integer=True)
     K = check_positive(n_components, "n_components", integer=True)
@@ -201,7 +200,10 @@ def solve_dpem_budget(
             allow_zero=False,
         )
     if not delta_i >= 2.0**-1000:  # δ/n_g of a subnormal δ underflows (ZeroDivisionError in the calibration)
-        raise InvalidParameter(f"delta={delta!r} is too small to share among {n_g} Gaussian steps")
+        source = {"linear": f"delta/{n_g}", "advanced": f"delta_split·delta/{n_g}"}.get(
+            method, "calibration_delta (default: delta)"
+        )
+        raise InvalidParameter(f"the per-step delta {delta_i!r} ({source}) is below 2^-1000: choose a larger one")
     if method == "zcdp" and conversion == "classic":
         # closed form: the classic bound inverted, rho = c eps_i**2
         rho = zcdp_rho_classic(epsilon, delta)

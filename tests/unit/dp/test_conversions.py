@@ -171,3 +171,26 @@ def test_gaussian_calibrations_at_subnormal_deltas_end_quickly_or_refuse(delta):
         except InvalidParameter:
             continue
         assert math.isfinite(m) and m > 0
+
+
+def test_the_cks_conversion_never_exceeds_the_classic_bound_at_tiny_rho():
+    # CKS's bound is below the classic one at every order; at rho = 1e-20 its best order lies beyond the searched
+    # grid, where the grid's value (3.6e-8) exceeded the classic 9.6e-10 -- and rho_capacity fell to ~0, so a
+    # zcdp budget of (1e-6, 1e-200) was refused although a usable rho exists (a review's finding)
+    from smcdp.dp.budget import BudgetAccountant
+
+    for rho, delta in [(1e-20, 1e-10), (1e-30, 1e-200), (1e-3, 1e-6)]:
+        assert zcdp_epsilon_cks(rho, delta) <= zcdp_epsilon_classic(rho, delta)
+    rho = rho_capacity(1e-6, 1e-200)
+    assert rho >= zcdp_rho_classic(1e-6, 1e-200) * (1 - 1e-12) > 0 and zcdp_epsilon_cks(rho, 1e-200) <= 1e-6
+    assert BudgetAccountant(1e-6, 1e-200, rule="zcdp").status().remaining_epsilon > 0
+
+
+def test_zcdp_rho_classic_stays_within_its_bound():
+    # (sqrt(L + eps) - sqrt(L))^2 lost digits when the roots were close: half of random points exceeded the bound
+    # by up to 1e-13 relative, eps = 1e-8 at delta = 1e-9 by 3e-7 (a review's finding)
+    rng = np.random.default_rng(7)
+    for eps, delta in [(1e-8, 1e-9), *zip(10 ** rng.uniform(-8, 1, 2000), 10 ** rng.uniform(-12, -1, 2000))]:
+        rho = zcdp_rho_classic(float(eps), float(delta))
+        assert zcdp_epsilon_classic(rho, float(delta)) <= eps
+        assert zcdp_epsilon_classic(rho * (1 + 1e-9), float(delta)) > eps  # and tight

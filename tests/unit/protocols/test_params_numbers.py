@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from smcdp.errors import InvalidMessage
 from smcdp.plugins.registry import BUILTIN
 from smcdp.protocols.base import ProtocolParams
+from smcdp.protocols.power_iteration import dp_calibration
 
 
 def _params_classes() -> dict[str, type]:
@@ -196,27 +197,31 @@ def test_the_issues_cases_name_the_parameter(protocol, name, value):
 
 def test_an_epsilon_with_no_finite_noise_level_is_refused_at_validation():
     # hypothesis found it (CI, 2026-11-25): epsilon = delta = 5.4e-233 passed validation, and the party's
-    # summary then divided by a zCDP budget that had underflowed to 0 (ZeroDivisionError, not a refusal)
+    # summary then divided by a zCDP budget that had underflowed to 0 (ZeroDivisionError, not a refusal); since
+    # 2026-12-04 epsilon lies in [2^-40, 100] (as dp-aggregate's), and the smallest budgets inside it calibrate
     plugin = next(p for p in BUILTIN if p.name == "power-iteration")
     roles = _roles(plugin.name, CLASSES[plugin.name]())
-    with pytest.raises(InvalidMessage) as ei:
+    with pytest.raises(InvalidMessage, match="epsilon") as ei:
         plugin.validate_params({"epsilon": 5.438030328818065e-233, "delta": 5.438030328818065e-233}, roles)
-    assert ei.value.code == "INVALID_ARGUMENT" and "no finite noise level" in str(ei.value)
-    norm = plugin.validate_params({"epsilon": 1e-3, "delta": 1e-9}, roles)  # small but fine
-    assert plugin.summary(norm, roles).epsilon == 1e-3
+    assert ei.value.code == "INVALID_ARGUMENT"
+    for eps, delta in [(1e-12, 1e-300), (1e-12, 5e-324), (1e-3, 1e-9)]:  # small but fine
+        norm = plugin.validate_params({"epsilon": eps, "delta": delta}, roles)
+        assert plugin.summary(norm, roles).epsilon == eps
+        assert math.isfinite(dp_calibration(CLASSES[plugin.name].from_mapping(norm)).sigma)
 
 
-def test_dp_aggregate_gaussian_refuses_a_budget_no_rho_fits_at_validation():
-    # epsilon = 1e-12 lies in the parameter's range, but with delta = 1e-300 no zCDP rho converts to within it:
-    # the noise's calibration divided by rho = 0 (ZeroDivisionError, INTERNAL) instead of refusing
+def test_dp_aggregate_gaussian_calibrates_the_smallest_budgets_or_refuses_them():
+    # epsilon = 1e-12 lies in the parameter's range; with delta = 1e-300 the CKS search found no rho, and the noise's
+    # calibration divided by rho = 0 (ZeroDivisionError, INTERNAL).  Now a rho at least the classic bound's always
+    # exists there (and validation refuses a budget without one, naming it)
     plugin = next(p for p in BUILTIN if p.name == "dp-aggregate")
     base = {"calibration": "gaussian", "n_parties": 3}
     roles = _roles(plugin.name, CLASSES[plugin.name](**base, delta=1e-6))
-    with pytest.raises(InvalidMessage) as ei:
-        plugin.validate_params({**base, "epsilon": 1e-12, "delta": 1e-300}, roles)
-    assert ei.value.code == "INVALID_ARGUMENT" and "no finite noise level" in str(ei.value)
-    norm = plugin.validate_params({**base, "epsilon": 1e-3, "delta": 1e-300}, roles)  # small but fine
-    assert plugin.summary(norm, roles).epsilon == 1e-3
+    for eps, delta in [(1e-12, 1e-300), (2.0**-40, 2.0**-1000), (1e-3, 1e-300)]:
+        norm = plugin.validate_params({**base, "epsilon": eps, "delta": delta}, roles)
+        assert plugin.summary(norm, roles).epsilon == eps
+        params = CLASSES[plugin.name].from_mapping(norm)
+        assert params.rho_capacity > 0 and all(v > 0 for v in params.share_parameters(1.0))
 
 
 def test_a_group_keys_noise_share_of_the_wrong_type_is_refused_naming_it():
