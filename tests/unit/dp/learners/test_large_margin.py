@@ -201,3 +201,20 @@ def test_kkt_residuals_detect_a_non_optimal_point():
     m = LargeMarginGaussianClassifier(epsilon=INF, data_norm=R).fit(X, y)
     bad = kkt_residuals(m._obj, m.phi_ * 1.5 + 0.1 * np.eye(4))
     assert bad["projected_grad"] > 1e-3
+
+
+def test_the_solver_stops_at_the_arithmetics_resolution_for_a_tiny_epsilon():
+    # epsilon = 1e-12 makes the perturbation b ~ 1e12: gradients are exact only to ~1e-4, so an absolute tol of 1e-7
+    # was out of reach and the solver ran all 20,000 iterations (26 s on 60 samples; found by the hyperparameter
+    # fuzzing).  It now stops where the arithmetic resolves, and says it did not reach tol
+    import warnings
+
+    rng = np.random.default_rng(3)
+    X = np.vstack([rng.normal(-1.0, 0.5, (30, 2)), rng.normal(1.0, 0.5, (30, 2))])
+    X /= np.linalg.norm(X, axis=1).max()
+    y = np.repeat([0, 1], 30)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = LargeMarginGaussianClassifier(epsilon=1e-12, random_state=5).fit(X, y)
+    assert m.n_iter_ < 1000 and not m.converged_
+    assert np.all(np.isfinite(m.decision_function(X)))
