@@ -215,7 +215,7 @@ def gaussian_rdp(orders: Any, noise_multiplier: float) -> np.ndarray:
     a = np.asarray(orders, dtype=np.float64)
     if np.any(a <= 1):
         raise InvalidParameter("RDP orders must exceed 1")
-    return a / (2.0 * noise_multiplier**2)
+    return a / noise_multiplier / (2.0 * noise_multiplier)  # not s**2: it overflowed (OverflowError) for s ~ 1e154
 
 
 def pure_dp_rdp(orders: Any, epsilon: float) -> np.ndarray:

@@ -43,7 +43,7 @@ class GaussianEvent:
 
     @property
     def rho(self) -> float:
-        return 1.0 / (2.0 * self.noise_multiplier**2)
+        return 0.5 / self.noise_multiplier / self.noise_multiplier  # not s**2, which overflows for s ~ 1e154
 
 
 @dataclass(frozen=True)

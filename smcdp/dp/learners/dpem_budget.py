@@ -112,7 +112,7 @@ def _dpem_counts(J: int, K: int, scenario: str) -> tuple[int, int]:
 
 def _dpem_rho(eps_i: float, delta_i: float, n_l: int, n_g: int) -> float:
     s = math.sqrt(2.0 * (math.log(1.25) - math.log(delta_i))) / eps_i  # classic noise multiplier
-    return n_l * eps_i**2 / 2.0 + n_g / (2.0 * s**2)
+    return n_l * eps_i**2 / 2.0 + n_g / s / (2.0 * s)  # not s**2, which overflows for s ~ 1e154
 
 
 def _dpem_total(

@@ -159,3 +159,13 @@ def test_budget_accountant(epsilon, delta, spend_eps, spend_delta, rule):
 def test_the_limit_catches_a_hang():
     with pytest.raises(AssertionError, match="took more than"):
         accepted_or_refused(lambda: [None for _ in iter(int, 1)], "an endless loop")
+
+
+def test_dpem_budget_at_a_tiny_epsilon_and_delta_does_not_overflow():
+    # found by the fuzzing in CI (2026-12-04): the moments solver's bracket reached a noise multiplier of 2.5e154,
+    # whose square overflowed (OverflowError) in the Gaussian RDP
+    accepted_or_refused(
+        partial(solve_dpem_budget, 5.960464477539063e-08, 4.46343350363728e-195, 1, 1, "GGG", "moments"),
+        "solve_dpem_budget",
+        numbers=False,
+    )
