@@ -1,6 +1,16 @@
 import functools
+import os
 
 import pytest
+from hypothesis import settings
+
+# Property tests draw the same examples on every run ("suite": derandomized), so that `make test` passes or fails
+# the same way each time -- a fuzz test that drew new inputs every run found a new input bug in CI on 2026-12-04
+# and turned it red once (a real bug, but a run that fails unlike the run before is what "flaky" means to a
+# contributor).  Exploring for new inputs is its own run: SMCDP_HYPOTHESIS_PROFILE=explore (docs/testing.md).
+settings.register_profile("suite", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("SMCDP_HYPOTHESIS_PROFILE", "suite"))
 
 from smcdp.crypto.paillier import generate_keypair
 
