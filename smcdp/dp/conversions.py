@@ -277,16 +277,11 @@ def rdp_to_epsilon(
     return max(best_e, 0.0), best_a
 
 
-def _check_rho(rho: float) -> float:
-    """A zCDP rho: a finite number >= 0."""
-    return check_positive(rho, "rho", allow_zero=True)
-
-
 def zcdp_epsilon_classic(rho: float, delta: float) -> float:
     """Bun-Steinke Prop. 1.3: rho-zCDP => (rho + 2 sqrt(rho ln(1/delta)), delta)-DP (inf beyond rho = 2^200, where
     the sum overflowed)."""
     delta = check_delta(delta, allow_zero=False)
-    rho = _check_rho(rho)
+    rho = check_positive(rho, "rho", allow_zero=True)
     if rho > 2.0**MAGNITUDE_BITS:
         return math.inf
     return rho + 2.0 * math.sqrt(rho * -math.log(delta))  # -log δ: 1/δ overflows for a subnormal δ
@@ -297,7 +292,7 @@ def zcdp_epsilon_cks(rho: float, delta: float) -> float:
     classic bound, which CKS's is below at every order: for rho below about ln(1/delta)·1e-16 the best order lies
     beyond the searched grid (1 + 1e8), where the grid's value exceeded it.  inf beyond rho = 2^200."""
     delta = check_delta(delta, allow_zero=False)
-    if _check_rho(rho) == 0:
+    if check_positive(rho, "rho", allow_zero=True) == 0:
         return 0.0
     if rho > 2.0**MAGNITUDE_BITS:
         return math.inf
@@ -307,7 +302,7 @@ def zcdp_epsilon_cks(rho: float, delta: float) -> float:
 
 def zcdp_delta_cks(rho: float, epsilon: float) -> float:
     """delta(eps) of rho-zCDP by CKS Prop. 12: inf_alpha e^{(a-1)(a rho - eps)} (1-1/a)^a / (a-1)."""
-    rho = _check_rho(rho)
+    rho = check_positive(rho, "rho", allow_zero=True)
     epsilon = check_positive(epsilon, "epsilon", allow_zero=True)
 
     def logd(a: np.ndarray) -> np.ndarray:

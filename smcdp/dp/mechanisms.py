@@ -356,9 +356,9 @@ class GaussianMechanism(_Mechanism):
         self.sensitivity = float(sensitivity)
         self.epsilon = float(epsilon)
         self.delta = float(delta)
-        check_magnitude(self.sigma / self.sensitivity, "the noise multiplier sigma/sensitivity")  # ρ finite, > 0
+        # within [2^-200, 2^200]: rho = 1/(2 s²) stays a finite positive double
+        self.noise_multiplier = check_magnitude(self.sigma / self.sensitivity, "the noise multiplier sigma/sensitivity")
         self.rho = self.sensitivity**2 / (2.0 * self.sigma**2)
-        self.noise_multiplier = self.sigma / self.sensitivity
         self._rng = resolve_rng(random_state)
 
     @property

@@ -342,8 +342,6 @@ class PowerIterationParams(ProtocolParams):
         number("delta", 0.0, 1.0)
         if self.iterations is not None:
             integer("iterations", 1, MAX_DP_ITERATIONS)
-        if self.noise_parties is not None:
-            integer("noise_parties", 1, self.n_parties)
         if self.value_bits is None:  # from the noise level, above the noiseless bounds by construction
             v = self.dp_value_bits()  # runs the calibration: refused if no noise level exists
             if v > 128:

@@ -153,8 +153,8 @@ def _solve(obj, P0, tol, max_iter):
     # no tolerance below what the arithmetic resolves: a gradient carrying the perturbation b is exact only to about
     # 2^-52·|b| (epsilon = 1e-12 made |b| ~ 1e12: an absolute 1e-7 was out of reach and the solver ran all 20,000
     # iterations, 26 s on 60 samples); for ordinary epsilons this is far below tol and changes nothing
-    b = getattr(obj, "b", None)
-    tol = max(tol, 2.0**-46 * (float(np.max(np.abs(b))) if b is not None and np.size(b) else 0.0))
+    if obj.b is not None:
+        tol = max(tol, 2.0**-46 * float(np.max(np.abs(obj.b))))
     for it in range(1, max_iter + 1):  # noqa: B007 - the count is read after the loop (n_iter_)
         while True:
             Pn = project_psd(Y - gY / L)
