@@ -78,9 +78,12 @@ class ObfuscatorPool:
         uses: int | None = None,
         nice: bool = False,
     ) -> ObfuscatorPool:
-        """``uses``: the background thread first builds the key's tables sized for that many obfuscators
-        (:meth:`PrivateKey.prepare <smcdp.crypto.paillier.PrivateKey.prepare>`); ``nice``: it then fills
+        """``uses``: the key's tables are sized for that many obfuscators (:meth:`PrivateKey.plan
+        <smcdp.crypto.paillier.PrivateKey.plan>`, now, so a session encrypting before the background thread
+        gets to them builds the same) and the background thread first builds them; ``nice``: it then fills
         the stock at the lowest priority (:func:`~smcdp.crypto.threads.lower_priority`)."""
+        if uses is not None:
+            sk.plan(uses)
         warm = None if uses is None else (lambda: sk.prepare(uses))
         return cls(sk.public_key, lambda: sk.raw_encrypt(0), capacity, background, low_water, warm, nice)
 
@@ -94,10 +97,12 @@ class ObfuscatorPool:
         uses: int | None = None,
         nice: bool = False,
     ) -> ObfuscatorPool:
-        """``uses``: the background thread first builds the key's table sized for that many obfuscators
-        (:meth:`PublicKey.prepare <smcdp.crypto.paillier.PublicKey.prepare>`) instead of the largest the
-        memory budget allows (2 s and 172 MB at 2048 bits); ``nice``: it then fills the stock at the
-        lowest priority."""
+        """``uses``: the key's table is sized for that many obfuscators (:meth:`PublicKey.plan
+        <smcdp.crypto.paillier.PublicKey.plan>`, now, whichever thread builds it) instead of the largest the
+        memory budget allows (2 s and 172 MB at 2048 bits), and the background thread first builds it;
+        ``nice``: it then fills the stock at the lowest priority."""
+        if uses is not None:
+            pk.plan(uses)
         warm = None if uses is None else (lambda: pk.prepare(uses))
         return cls(pk, lambda: pk.raw_encrypt(0), capacity, background, low_water, warm, nice)
 

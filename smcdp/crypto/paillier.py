@@ -115,6 +115,7 @@ class PublicKey:
         self._phe = phe_paillier.PaillierPublicKey(n)
         self.fingerprint = hashlib.sha256(n.to_bytes((n.bit_length() + 7) // 8, "big")).digest()
         self._table: FixedBaseTable | None = None
+        self._window: int | None = None  # set by plan(): the window whichever thread builds the table uses
         self._hs: mpz | None = None
         self.subgroup_bits = 0
         if subgroup_base is not None:
@@ -192,25 +193,28 @@ class PublicKey:
             return self._hs
 
     def table(self) -> FixedBaseTable:
-        """The fixed-base table of the obfuscators, built once (the largest window the memory budget allows,
-        unless :meth:`prepare` sized it first)."""
+        """The fixed-base table of the obfuscators, built once: with the window :meth:`plan` chose, else the
+        largest the memory budget allows."""
         if self._table is None:
             hs = self._fixed_base()
             with self._lock:
                 if self._table is None:
-                    self._table = FixedBaseTable(hs, self.nsquare, self.obfuscation_bits)
+                    self._table = FixedBaseTable(hs, self.nsquare, self.obfuscation_bits, window=self._window)
         return self._table
 
+    def plan(self, uses: int) -> None:
+        """Size the table, not yet built, for ``uses`` obfuscators: the window that minimises building it
+        plus that many powers (:func:`~smcdp.crypto.modexp.window_for_uses`).  Whichever thread builds the
+        table first then builds this one, so a background :meth:`prepare` racing the session's first
+        obfuscator cannot end up with the budget's largest table.  A table built earlier is kept."""
+        with self._lock:
+            if self._table is None and self._window is None:
+                self._window = window_for_uses(self.obfuscation_bits, self.nsquare.bit_length(), uses)
+
     def prepare(self, uses: int) -> FixedBaseTable:
-        """Build the table now, with the window that minimises building it plus ``uses`` obfuscators
-        (:func:`~smcdp.crypto.modexp.window_for_uses`); a table built earlier is kept."""
-        if self._table is None:
-            hs = self._fixed_base()
-            with self._lock:
-                if self._table is None:
-                    w = window_for_uses(self.obfuscation_bits, self.nsquare.bit_length(), uses)
-                    self._table = FixedBaseTable(hs, self.nsquare, self.obfuscation_bits, window=w)
-        return self._table
+        """:meth:`plan` for ``uses`` obfuscators and build the table now."""
+        self.plan(uses)
+        return self.table()
 
     def obfuscator(self, factor: int | None = None) -> mpz:
         """A fresh random n-th residue h_s^a mod n² (a of key_size/2 bits), times ``factor``
@@ -362,6 +366,7 @@ class PrivateKey:
         self.p_inv_q = gmpy2.invert(p, q)
         self.psq_inv_qsq = gmpy2.invert(self.psquare, self.qsquare)
         self._tables: tuple[FixedBaseTable, FixedBaseTable] | None = None
+        self._window: int | None = None  # set by plan(), as the public key's
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -463,12 +468,13 @@ class PrivateKey:
             return bits, bits
         return self.ep.bit_length(), self.eq.bit_length()
 
-    def _crt_tables(self, window: int | None = None) -> tuple[FixedBaseTable, FixedBaseTable]:
+    def _crt_tables(self) -> tuple[FixedBaseTable, FixedBaseTable]:
         if self._tables is None:
             hs = self.public_key._fixed_base()
             bp, bq = self._crt_exp_bits()
             with self._lock:  # built once even when several threads encrypt at the start
                 if self._tables is None:
+                    window = self._window
                     # the q table on a second thread while this one builds p's: the native engine
                     # releases the GIL while it builds, so the two take the time of one on two cores
                     with ThreadPoolExecutor(1, thread_name_prefix="smcdp-table") as ex:
@@ -477,12 +483,17 @@ class PrivateKey:
                         self._tables = (tp, tq.result())
         return self._tables
 
+    def plan(self, uses: int) -> None:
+        """Size the CRT tables, not yet built, for ``uses`` encryptions (as :meth:`PublicKey.plan`): whichever
+        thread encrypts first builds these."""
+        with self._lock:
+            if self._tables is None and self._window is None:
+                self._window = window_for_uses(max(self._crt_exp_bits()), self.psquare.bit_length(), uses)
+
     def prepare(self, uses: int) -> None:
-        """Build the CRT tables now, with the window that minimises building them plus ``uses``
-        encryptions (:func:`~smcdp.crypto.modexp.window_for_uses`); tables built earlier are kept."""
-        if self._tables is None:
-            bits = max(self._crt_exp_bits())
-            self._crt_tables(window_for_uses(bits, self.psquare.bit_length(), uses))
+        """:meth:`plan` for ``uses`` encryptions and build the CRT tables now."""
+        self.plan(uses)
+        self._crt_tables()
 
     @property
     def tables_ready(self) -> bool:

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from phe import paillier as phe_paillier
 
+from smcdp.crypto import modexp
 from smcdp.crypto import paillier as P
 from smcdp.crypto.codec import public_key_from_proto, public_key_to_proto
 from smcdp.crypto.encoding import Packing, decode_fixed, encode_fixed, int_to_bytes
@@ -227,6 +228,37 @@ def test_window_for_uses_balances_building_against_use():
     assert 6 <= few < many <= 12
     cost = lambda w, u: -(-1024 // w) * ((1 << w) - 1 + u)  # noqa: E731
     assert all(cost(many, 8000) <= cost(w, 8000) for w in range(4, 13))
+
+
+def test_a_pool_sized_for_its_uses_gives_that_table_to_whichever_thread_builds_it_first():
+    """The race a CI run lost: Trent's pool sizes the key's table for the session on its background thread,
+    but the session's first obfuscator, taken on the event loop before that thread ran, built the budget's
+    largest table (w = 12 at 1024 bits).  The pool now plans the size before any thread can build."""
+    from smcdp.crypto.modexp import window_for_uses
+    from smcdp.crypto.obfuscation import ObfuscatorPool
+
+    def unplanned(bits, modulus):  # what a table built with no plan gets: the memory budget's largest window
+        return modexp.window_for(
+            bits,
+            modulus.bit_length(),
+            entry_overhead=0 if modexp.native.AVAILABLE else 32,
+            max_window=12 if modexp.native.AVAILABLE else 10,
+        )
+
+    pk, sk = P.generate_keypair(512, allow_insecure=True)  # a fresh key: no tables yet
+    want_pk = window_for_uses(pk.obfuscation_bits, pk.nsquare.bit_length(), 40)
+    want_sk = window_for_uses(max(sk._crt_exp_bits()), sk.psquare.bit_length(), 40)
+    # no background thread at all: the caller's own first use is the one that builds
+    public = ObfuscatorPool.for_public_key(pk, capacity=4, background=False, uses=40)
+    private = ObfuscatorPool.for_private_key(sk, capacity=4, background=False, uses=40)
+    assert sk.raw_decrypt_signed(pk.raw_encrypt(5)) == 5 and sk.raw_decrypt_signed(sk.raw_encrypt(-3)) == -3
+    assert pk.table().window == want_pk < unplanned(pk.obfuscation_bits, pk.nsquare)
+    assert [t.window for t in sk._crt_tables()] == [want_sk, want_sk]
+    assert want_sk < unplanned(max(sk._crt_exp_bits()), sk.psquare)
+    public.close()
+    private.close()
+    pk.plan(10**6)  # a built table is kept, and so is its plan
+    assert pk.table().window == want_pk
 
 
 def test_tables_are_built_once_under_concurrent_use():
