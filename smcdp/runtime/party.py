@@ -217,10 +217,11 @@ class Party:
 
     # ------------------------------------------------------------ a session's end
     def _track(self, s: Session) -> None:
-        """When ``s`` ends: settle its governance, then drop it from memory."""
+        """When ``s`` ends: settle its governance (before its end can be seen: :attr:`Session.on_end`), then drop
+        it from memory."""
         loop = asyncio.get_running_loop()
         # (``s`` is this call's own parameter, never rebound: the lambdas close over it as it is)
-        s.done.add_done_callback(lambda f: self.governor.session_done(s.spec.session_id, f.result(), began=s.has_run))
+        s.on_end = lambda record: self.governor.session_done(s.spec.session_id, record, began=s.has_run)
         s.done.add_done_callback(lambda _f: self._ended_threadsafe(loop, s))
         s.done.add_done_callback(lambda _f: self.next_root.poke())  # idle again: prepare the next
 

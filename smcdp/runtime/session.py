@@ -29,7 +29,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from smcdp._text import printable
@@ -149,6 +149,10 @@ class Session:
         #: ``begun``: the role began in an earlier incarnation of this party (restored mid-role)
         self.lifecycle = Lifecycle(began_before=begun)
         self.record: SessionRecord | None = None
+        #: called with the final record before anyone can see it (GetResult, GetStatus, ``done``): the party's
+        #: governance settles the session and writes its ``session-end`` audit line there, so that a session seen
+        #: ended has its reservation settled and its end in the audit trail (set by the party; never raises)
+        self.on_end: Callable[[SessionRecord], None] | None = None
         #: what ended the session's thread before its channel was made (a Propose answers with it)
         self.thread_error: BaseException | None = None
         self.channel: GrpcChannel | None = None
@@ -257,9 +261,11 @@ class Session:
             log.exception("session %s: thread failed", self.spec.session_id)
             self.thread_error = exc
             if not self.done.done():
+                record = self._record(SessionState.FAILED, error=error_dict(exc, self.party.name))
+                self._settle(record)
                 self.lifecycle.advance(Phase.FAILED)
-                self.record = self._record(SessionState.FAILED, error=error_dict(exc, self.party.name))
-                self.done.set_result(self.record)
+                self.record = record
+                self.done.set_result(record)
         finally:
             self.ready.set()
 
@@ -459,10 +465,18 @@ class Session:
                 self.checkpoint.remove()  # nothing to continue: the root key and journal go too
         except OSError as exc:
             log.error("session %s: cannot update its checkpoint: %s", self.spec.session_id, exc)
+        self._settle(record)
         self.record = record
         self.lifecycle.advance(Phase.FAILED if error is not None else Phase.SUCCEEDED)
         self.done.set_result(record)
         log.info("session %s %s%s", self.spec.session_id, state.value, " (resumable)" if resumable else "")
+
+    def _settle(self, record: SessionRecord) -> None:
+        if self.on_end is not None:
+            try:
+                self.on_end(record)
+            except Exception:  # noqa: BLE001 - the record is written: the session still ends
+                log.exception("session %s: settling its end failed", self.spec.session_id)
 
     def _lose(self, exc: BaseException, culprit: str | None) -> None:
         """The watcher found the session lost: end it with ``exc``."""

@@ -292,6 +292,10 @@ def test_the_budget_admits_what_fits_then_refuses_with_resource_exhausted(govern
         client.start_session(cfgs["charlie"], "dp-aggregate", DPA, PARAMS, session_id="b-3", timeout=60)
     assert ei.value.code == "RESOURCE_EXHAUSTED"
     assert "party 'alice' refuses session 'charlie.b-3'" in str(ei.value) and "budget" in str(ei.value)
+    for sid in ("charlie.b-1", "charlie.b-2"):  # alice ends after charlie: her own API says when (its end audited)
+        deadline = time.monotonic() + 30
+        while client.get_result(cfgs["alice"], sid)["state"] != "succeeded" and time.monotonic() < deadline:
+            time.sleep(0.05)
     assert client.check_health(cfgs["alice"]) == "SERVING"
     st = Ledger(root / "state" / "alice" / "ledger.sqlite").status("alice")
     assert (str(st.spent_epsilon), str(st.reserved_epsilon), st.n_charges) == ("2", "0", 2)
