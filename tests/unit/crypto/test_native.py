@@ -403,7 +403,9 @@ def test_pow_releases_the_gil():
     th.start()
     try:
         held = ticks_during(lambda: pow(3, exponent, int(m)))  # C that keeps the GIL: ~0.2 s
-        released = ticks_during(lambda: native.FixedBase(mpz(3), m, 1024, 8))  # ~0.2 s in C, 15 MiB
+        # three builds in a row (~0.07 s each with IFMA products, 15 MiB each): a middle third long enough that a
+        # ticker woken late on a loaded host still lands in it
+        released = ticks_during(lambda: [native.FixedBase(mpz(3), m, 1024, 8) for _ in range(3)])
     finally:
         stop.set()
         th.join()

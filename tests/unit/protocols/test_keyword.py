@@ -256,9 +256,9 @@ def test_streamed_frames_give_the_batch_result(keypair512):
     path, _ = UTTERANCES[1]
     X = load_utterance(path)
 
-    def slow_source():  # 2 ms per frame: the protocol runs while frames arrive
-        for row in X:
-            _time.sleep(0.002)
+    def slow_source():  # 10 ms per frame (1.2 s in all): the protocol runs while frames arrive
+        for row in X:  # (at 2 ms, block 0's round trip on a loaded CI host could outlast the source)
+            _time.sleep(0.01)
             yield row
 
     p = KeywordParams(key_bits=sk.public_key.bits, debug_reveal=True)

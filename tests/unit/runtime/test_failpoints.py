@@ -68,10 +68,18 @@ def test_an_armed_stop_stops_the_process_at_its_round_until_continued(tmp_path):
         while not failpoints.stopped(tmp_path):
             assert time.monotonic() < end and proc.poll() is None
             time.sleep(0.05)
+
+        # the marker is written just before the process stops itself: wait for the kernel's 'stopped' state
+        # (a fixed pause failed if the process was descheduled between the two)
+        def state():
+            with open(f"/proc/{proc.pid}/stat") as f:
+                return f.read().split(") ")[1][0]
+
+        while state() != "T":
+            assert time.monotonic() < end and proc.poll() is None, state()
+            time.sleep(0.02)
         time.sleep(0.3)
-        assert proc.poll() is None  # stopped, not dead
-        with open(f"/proc/{proc.pid}/stat") as f:
-            assert f.read().split(") ")[1][0] == "T"  # the kernel's 'stopped' state
+        assert proc.poll() is None and state() == "T"  # stopped, not dead, and it stays stopped
         failpoints.disarm(tmp_path)
         proc.send_signal(signal.SIGCONT)
         out, _ = proc.communicate(timeout=30)
