@@ -141,6 +141,11 @@ class _Objective:
         return f, G
 
 
+#: step halvings a FISTA iteration may try: a Lipschitz estimate 2^200 times the last one means the objective's
+#: arithmetic has broken down (an overflowed value makes every comparison false, and doubling L never ended)
+_MAX_BACKTRACKS = 200
+
+
 def _solve(obj, P0, tol, max_iter):
     """FISTA with backtracking and gradient-based restart on the PSD product cone."""
     P = project_psd(P0)
@@ -156,13 +161,15 @@ def _solve(obj, P0, tol, max_iter):
     if obj.b is not None:
         tol = max(tol, 2.0**-46 * float(np.max(np.abs(obj.b))))
     for it in range(1, max_iter + 1):  # noqa: B007 - the count is read after the loop (n_iter_)
-        while True:
+        for _ in range(_MAX_BACKTRACKS):
             Pn = project_psd(Y - gY / L)
             fn, _ = obj.value_grad(Pn, need_grad=False)
             diff = Pn - Y
             if fn <= fY + np.sum(gY * diff) + 0.5 * L * np.sum(diff * diff) + 1e-15 * abs(fY):
                 break
             L *= 2.0
+        else:  # no step decreases the objective as it must: it is not finite, or beyond float64's reach here
+            return P, it, math.inf  # reported as not converged (converged_ = False, with its warning)
         # projected-gradient residual at Y (scaled by the step)
         resid = L * math.sqrt(np.sum(diff * diff))
         if resid <= tol:
@@ -279,6 +286,8 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
         eps = check_epsilon(self.epsilon)
         lam = check_magnitude(self.lam, "lam")
         gamma = check_positive(self.gamma, "gamma", allow_zero=True)
+        if gamma:  # 0 turns the trace regulariser off; otherwise as lam (1e308 made the objective infinite)
+            gamma = check_magnitude(gamma, "gamma")
         h = check_magnitude(self.h, "h")
         K = check_count(self.n_components, "n_components")
         tol = check_positive(self.tol, "tol")

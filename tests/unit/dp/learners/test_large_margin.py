@@ -218,3 +218,26 @@ def test_the_solver_stops_at_the_arithmetics_resolution_for_a_tiny_epsilon():
         m = LargeMarginGaussianClassifier(epsilon=1e-12, random_state=5).fit(X, y)
     assert m.n_iter_ < 1000 and not m.converged_
     assert np.all(np.isfinite(m.decision_function(X)))
+
+
+def test_a_huge_trace_weight_is_refused_and_a_broken_objective_ends_the_solver():
+    # gamma = 1e308 made the objective infinite: every backtracking comparison was false and the step search doubled
+    # L for ever (a hang, found by the hyperparameter fuzzing with an explore seed).  gamma is now 0 or within the
+    # magnitudes lam takes, and the step search gives up after 2^200 of growth: not converged, with its warning
+    import time
+    import warnings
+
+    from smcdp.dp.learners.large_margin import _Objective, _solve
+
+    X, y = _blobs(n=60, C=2)
+    X /= np.linalg.norm(X, axis=1).max()
+    with pytest.raises(InvalidParameter, match="gamma"):
+        LargeMarginGaussianClassifier(gamma=1e308).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert LargeMarginGaussianClassifier(gamma=0.0, epsilon=INF).fit(X, y).converged_  # 0: no trace term
+    Z = np.hstack([X, np.ones((60, 1))])
+    obj = _Objective(Z, y, np.zeros(60, int), 2, 1, 0.01, 1e308, 0.5, None)  # what gamma = 1e308 built
+    t0 = time.monotonic()
+    _, it, resid = _solve(obj, np.zeros((2, 1, 4, 4)), 1e-7, 50)
+    assert resid == np.inf and it < 50 and time.monotonic() - t0 < 10  # gave up, well before max_iter
