@@ -23,7 +23,7 @@ import concurrent.futures
 import hashlib
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -218,6 +218,36 @@ class Mailbox:
         type_url, data, digest = self._items.pop(key)
         self._taken[key] = (type_url, digest if digest is not None else hashlib.sha256(data).digest())
         return type_url, data
+
+    async def first_of(self, sender_role: str, tags: Sequence[str], timeout: float) -> str:
+        """The first of ``tags`` from ``sender_role`` that is here (or arrives), without taking it: a role that
+        expects one message but would otherwise wait for ever if the sender went another way (its next step's
+        message instead) looks at which one came.  The earliest in ``tags`` wins among those already here."""
+        loop = asyncio.get_running_loop()
+        waits: list[asyncio.Future[None]] = []
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    if self._aborted is not None:
+                        raise self._aborted
+                    for tag in tags:
+                        if (sender_role, tag) in self._items or (sender_role, tag) in self._taken:
+                            return tag
+                    waits = []
+                    for tag in tags:
+                        waiter = self._waiters.get((sender_role, tag))
+                        if waiter is None or waiter.done():
+                            waiter = self._waiters[(sender_role, tag)] = loop.create_future()
+                        waits.append(asyncio.shield(waiter))  # shared with any get of the key
+                    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                    for w in waits:
+                        if w.done() and not w.cancelled():
+                            w.exception()  # an abort: raised above on the next pass
+        except TimeoutError:
+            raise DeadlineExceeded(f"none of {list(tags)} from {sender_role} within {timeout:.1f} s") from None
+        finally:
+            for w in waits:
+                w.cancel()  # the shields only: the waiters stay for the gets
 
     def clear(self) -> None:
         """Free every buffered message and digest (the session ended; a GrpcChannel keeps its own
@@ -607,6 +637,14 @@ class Channel(abc.ABC):
         self.stats.messages_received += 1
         self.stats.per_peer_received[frm] += len(data)
         return msg
+
+    async def recv_unless(self, frm: str, tag: str, msg_type: type[M], instead: str, why: str) -> M:
+        """:meth:`recv` of ``tag``, unless ``frm``'s message ``instead`` comes first: then :class:`InvalidMessage`
+        (``why`` says what that means) rather than waiting until the deadline for a message that will not come."""
+        self._check_role(frm)
+        if await self.mailbox.first_of(frm, [tag, instead], self.remaining()) == instead:
+            raise InvalidMessage(f"{frm} sent {instead!r} where {tag!r} was due: {why}")
+        return await self.recv(frm, tag, msg_type)
 
     async def recv_all(self, frm: Iterable[str], tag: str, msg_type: type[M]) -> dict[str, M]:
         """Receive ``tag`` from several roles; returns role -> message."""

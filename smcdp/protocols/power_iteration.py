@@ -2012,11 +2012,16 @@ class _Trent:
         """Final 1: the last real state *sent* (if the last round was a decoy, the one before)."""
         return next(j for j in reversed(self.sent_state) if j is not None)
 
+    def next_round_tag(self, t: int) -> str:
+        """What a data party sends first in round t: a party that did not take the stop bit sends it instead of
+        its final block."""
+        return f"round/{t}"
+
     async def finish(self, t: int, converged: bool) -> TrentResult:
         """Final 3: x_1 … x_r from the parties' blocks, and the session's record."""
         ch = self.ch
         ch.progress(round=t, step="final")
-        xs, n_per_party = await _gather_x(ch, self.params)
+        xs, n_per_party = await _gather_x(ch, self.params, self.next_round_tag(t))
         return TrentResult(
             x=xs[0],
             n_per_party=n_per_party,
@@ -2136,6 +2141,10 @@ class _GroupTrent(_Trent):
         self.tag = ""  # the message the next emitted block goes in
         self.proof: list[int] = []  # the last emitted block's proof
 
+    def next_round_tag(self, t: int) -> str:
+        """A data party's first message to Trent in round t: the digest of its Gram release."""
+        return Tags.exact_release("gram", t).digest
+
     def emit(self, terms: list[tuple[int, int]]) -> EncryptedVector:
         """Σ_j a_j·E[state j] as a combination of the last EXACT_WINDOW sums, re-randomised, and its proof."""
         rows = list(self.aggregates)  # the last EXACT_WINDOW sums, as every data party holds them
@@ -2209,13 +2218,16 @@ class _GroupTrent(_Trent):
         return await self.finish(t, converged)
 
 
-async def _gather_x(ch: Channel, params: PowerIterationParams) -> tuple[list[list[float]], list[int]]:
+async def _gather_x(ch: Channel, params: PowerIterationParams, next_round: str) -> tuple[list[list[float]], list[int]]:
     """Final 3: gather σ_j·A_iᵀu_j from every party; x_j is their concatenation, normalised.  Returns
-    (x_1 … x_r, each party's number of columns)."""
+    (x_1 … x_r, each party's number of columns).  A party whose message ``next_round`` comes instead of its final
+    block did not take the stop bit (a reply altered on its way, or a Trent that told parties different things):
+    the session fails at once instead of both sides waiting for each other until the deadline."""
     roles, r = params.data_roles, params.components
     sizes = []
     for role in roles:
-        cols = list((await ch.recv(role, "final/cols", pb.Ints)).values)
+        why = "it did not take the stop bit of the last reply and began another round"
+        cols = list((await ch.recv_unless(role, "final/cols", pb.Ints, next_round, why)).values)
         if len(cols) != 2 or not 1 <= cols[0] <= params.max_samples or cols[1] != params.final_chunks(cols[0]):
             raise InvalidMessage(
                 f"final/cols from {role} must be [columns in 1..{params.max_samples} (max_samples), "
@@ -2245,10 +2257,13 @@ async def _gather_x(ch: Channel, params: PowerIterationParams) -> tuple[list[lis
         c0 += n_i
     xs = []
     for j in range(r):
-        nx = np.linalg.norm(X[:, j])
-        if not nx > 0:
+        # normalised after scaling by the largest entry: finite blocks near 1e308 overflowed the norm to inf and
+        # made x zero (reported as converged), subnormal ones underflowed it to 0
+        top = float(np.max(np.abs(X[:, j]))) if len(X) else 0.0
+        if not top > 0:
             raise InvalidMessage(f"the gathered eigenvector x_{j + 1} is zero")
-        xs.append(sign_convention(X[:, j] / nx).tolist())
+        col = X[:, j] / top
+        xs.append(sign_convention(col / np.linalg.norm(col)).tolist())
     return xs, [n for n, _ in sizes]
 
 
