@@ -53,6 +53,15 @@ DEFAULT_LEDGER = "ledger.sqlite"
 RESUME_KEY = "/resume-"
 
 
+def _sqlite_file(path: Path) -> bool:
+    """``path`` is a file that begins as every SQLite database does (opening anything else may rewrite it)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return False
+
+
 @dataclass(frozen=True)
 class BudgetConfig:
     """A party's ``[budget]``: which ledger dataset guards its data, and optionally its total."""
@@ -133,8 +142,15 @@ class SessionCharges:
         assert self.budget is not None, "SessionCharges.open() first"
         return self.budget
 
-    def open(self) -> tuple[Any, Any] | None:
-        """Open the ledger; write the configured total.  Returns (old, new) epsilon if it changed."""
+    def open(self, used_before: str | None = None) -> tuple[Any, Any] | None:
+        """Open the ledger; write the configured total.  Returns (old, new) epsilon if it changed.
+
+        ``used_before``: how this party's audit trail shows the dataset's ledger in use before (its budget set, a
+        charge or a reservation).  Then a missing or empty ledger, or one without the dataset, is a lost ledger,
+        refused (PreconditionFailed): made anew, it would hand the whole budget back (what was spent and reserved
+        forgotten).  Its operator restores it, or starts a new audit trail explicitly (``smcdp audit new``)."""
+        if used_before is not None and not _sqlite_file(self.path):
+            raise self._lost(used_before, "is missing, empty or not an SQLite file")  # not opened: left as it is
         ledger = Ledger(self.path)
         try:
             os.chmod(self.path, 0o600)
@@ -142,6 +158,8 @@ class SessionCharges:
             pass
         cfg = self.config
         known = cfg.dataset in ledger.datasets()
+        if used_before is not None and not known:
+            raise self._lost(used_before, f"has no dataset {cfg.dataset!r}")
         changed = None
         if cfg.epsilon is not None:
             before = ledger.status(cfg.dataset) if known else None
@@ -163,6 +181,14 @@ class SessionCharges:
             )
         self.budget = ledger.budget(cfg.dataset)
         return changed
+
+    def _lost(self, used_before: str, what: str) -> PreconditionFailed:
+        return PreconditionFailed(
+            f"privacy ledger {self.path} {what}, although this party's audit trail shows dataset "
+            f"{self.config.dataset!r} charged against it before ({used_before}). It is not made anew silently (that "
+            "would forget what was spent): restore it from a backup, or start a new audit trail explicitly with "
+            "'smcdp audit new --config FILE --reason TEXT'"
+        )
 
     def status(self) -> dict:
         st = self._opened.status()

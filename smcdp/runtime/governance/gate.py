@@ -41,7 +41,7 @@ from smcdp.plugins.keystore import stored_groups
 from smcdp.runtime.config import PartyConfig
 from smcdp.runtime.governance import views
 from smcdp.runtime.governance.approvals import Proposal, ProposalStore, proposals_dir
-from smcdp.runtime.governance.audit import AuditLog, RefusalThrottle
+from smcdp.runtime.governance.audit import AuditLog, RefusalThrottle, read_entries
 from smcdp.runtime.governance.charges import SessionCharges
 from smcdp.runtime.governance.decisions import ApprovalExpired, Decisions, QueueFull
 from smcdp.runtime.governance.exact import ExactSessions, QuotaRefused
@@ -59,6 +59,9 @@ from smcdp.runtime.governance.witness import Witnessing, WitnessStore
 from smcdp.states import ProposalState, SessionState
 
 log = logging.getLogger("smcdp.governance")
+
+#: audit events that show a budget dataset's ledger in use (its total set, a reservation, a charge)
+LEDGER_EVENTS = ("budget-set", "reserved", "charged")
 
 #: how often waiting proposals are checked for expiry
 EXPIRY_PERIOD = 1.0
@@ -144,7 +147,7 @@ class Governor:
                 "audit log: repaired an incomplete last line (a crash mid-write); the fragment is kept in %s",
                 repaired["saved_as"],
             )
-        changed = self.charges.open() if self.charges is not None else None
+        changed = self.charges.open(self._ledger_used_before()) if self.charges is not None else None
         try:
             self.proposals.load()
         except ValueError as exc:
@@ -169,6 +172,16 @@ class Governor:
         self._reconcile(set(live))
         for text in warnings_for(self.config):
             log.warning("!!! %s", text)
+
+    def _ledger_used_before(self) -> str | None:
+        """Where this party's (verified) audit trail first shows its budget dataset's ledger in use: its budget set,
+        a reservation or a charge -- or None."""
+        assert self.charges is not None
+        dataset = self.charges.dataset
+        for line, entry, _raw in read_entries(self.config.data_dir):
+            if entry and entry.get("event") in LEDGER_EVENTS and entry.get("dataset") == dataset:
+                return f"audit line {line}: {entry['event']}"
+        return None
 
     def stop(self) -> None:
         try:

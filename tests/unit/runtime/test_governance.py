@@ -534,3 +534,35 @@ def test_a_session_restored_before_begin_is_in_the_audit_trail_with_what_it_is(t
     assert line["event"] == "readmitted" and line["how"] == "restore", line
     assert line["peer"] == "charlie" and line["protocol"] == "free" and line["params"] == {"n": 3}, line
     again.stop()
+
+
+@pytest.mark.parametrize("damage", ["deleted", "emptied", "replaced"])
+def test_a_lost_ledger_is_refused_at_start_not_made_anew_with_the_whole_budget(tmp_path, damage):
+    """A ledger deleted, emptied or swapped for a fresh one while the audit trail shows charges against it: made anew
+    at start (as before, found by a file fuzz), the party had its whole budget again.  The start is refused; the
+    operator restores the ledger, or starts a new audit trail explicitly (then the ledger may start anew too)."""
+    from smcdp.errors import PreconditionFailed
+    from smcdp.runtime.governance.audit import start_new_log
+
+    g = _gov(_config(tmp_path, total=3.0))
+    spec = _spec("s1", epsilon=1.0, release=True)
+    assert g.admit("charlie", spec, CostPlugin(), "data") == spec
+    g.stop()
+    path = tmp_path / "alice" / "ledger.sqlite"
+    if damage == "deleted":
+        path.unlink()
+    elif damage == "emptied":
+        path.write_bytes(b"")
+    else:
+        path.unlink()
+        Ledger(path).set_budget("bob", 1.0)  # a ledger, but not the one that held alice's dataset
+    before = path.read_bytes() if path.exists() else None
+    with pytest.raises(PreconditionFailed, match="audit line .*not made anew silently"):
+        Governor(_config(tmp_path, total=3.0), "alice").start()
+    assert (path.read_bytes() if path.exists() else None) == before  # nothing made or changed in its place
+    # an explicit new audit trail is the operator's decision to start the budget's history anew
+    (tmp_path / "alice" / "audit.jsonl").rename(tmp_path / "alice-audit.jsonl.kept")  # the old trail, put aside
+    start_new_log(tmp_path / "alice", "alice", reason="the ledger was lost; the budget starts anew", by="test")
+    g = _gov(_config(tmp_path, total=3.0))
+    assert _ledger(tmp_path).status("alice").spent_epsilon == 0
+    g.stop()
