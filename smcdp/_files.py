@@ -74,3 +74,72 @@ def npy_rows(path: str | os.PathLike) -> int:
 
     with NUMPY_HEADERS:
         return int(np.load(os.fspath(path), mmap_mode="r", allow_pickle=False).shape[0])
+
+
+#: what reading a damaged .npy or .npz raises besides ValueError and OSError (numpy passes these through): every array
+#: reader of the package catches :data:`ARRAY_ERRORS` and reports the file
+def _array_errors() -> tuple[type[BaseException], ...]:
+    import zipfile
+    import zlib
+
+    return (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error, KeyError)
+
+
+ARRAY_ERRORS = _array_errors()
+
+#: deflate expands at most about 1,032-fold: an .npz member declaring more bytes than that many times its compressed
+#: size cannot hold them (a damaged or hostile header), and is refused before numpy allocates what it declares
+_MAX_DEFLATE_RATIO = 1100
+
+
+def check_array_sizes(path: str | os.PathLike) -> None:
+    """Refuse (``ValueError``, naming the file and the array) an .npy file, or an .npz member, whose header declares
+    more data than the file can hold -- before ``np.load`` allocates it: a 200-byte file declaring 10^12 elements
+    made numpy ask for 7 TiB (a MemoryError, which the session reported as this machine's own failure).  Object
+    arrays are refused too (never unpickled).  A file that is neither is left to ``np.load``'s own checks."""
+    import zipfile
+
+    from numpy.lib import format as npf
+
+    def declared(f, name: str) -> int:
+        version = npf.read_magic(f)
+        if version == (1, 0):
+            shape, _fortran, dtype = npf.read_array_header_1_0(f, max_header_size=10_000)
+        elif version in ((2, 0), (3, 0)):
+            shape, _fortran, dtype = npf.read_array_header_2_0(f, max_header_size=10_000)
+        else:
+            raise ValueError(f"{name}: unknown .npy format version {version}")
+        if dtype.hasobject:
+            raise ValueError(f"{name}: an object array (it would need unpickling)")
+        count = 1
+        for n in shape:
+            count *= int(n)
+        return count * dtype.itemsize
+
+    p = os.fspath(path)
+    with NUMPY_HEADERS, open(p, "rb") as f:
+        magic = f.read(6)
+        f.seek(0)
+        if magic == b"\x93NUMPY":
+            need = declared(f, p)
+            have = os.fstat(f.fileno()).st_size - f.tell()
+            if need > have:
+                raise ValueError(f"{p}: its header declares {need} bytes of data, the file holds {have}")
+            return
+    if not zipfile.is_zipfile(p):
+        return
+    with NUMPY_HEADERS, zipfile.ZipFile(p) as z:
+        for info in z.infolist():
+            name = f"{p}: {info.filename}"
+            with z.open(info) as m:
+                if m.read(6) != b"\x93NUMPY":
+                    continue  # not an array: np.load ignores it unless asked for it
+            with z.open(info) as m:
+                need = declared(m, name)
+                header = m.tell() if m.seekable() else 0
+            bound = info.compress_size * (1 if info.compress_type == zipfile.ZIP_STORED else _MAX_DEFLATE_RATIO)
+            if need > info.file_size - header or need > bound:
+                raise ValueError(
+                    f"{name}: its header declares {need} bytes of data, the archive holds {info.file_size} "
+                    f"({info.compress_size} compressed)"
+                )

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from smcdp._files import NUMPY_HEADERS
+from smcdp._files import ARRAY_ERRORS, NUMPY_HEADERS, check_array_sizes
 from smcdp._optional import require
 from smcdp.errors import InputRejected, InvalidMessage, PreconditionFailed, local_failure
 
@@ -338,13 +338,17 @@ def _open_npy(path: str) -> np.ndarray:
 
 def _npy_header(path: str) -> tuple[tuple[int, int], np.dtype]:
     try:
+        check_array_sizes(path)
         m = _open_npy(path)
     except FileNotFoundError:
         raise InputRejected("the configured data file does not exist", str(path)) from None
-    except (ValueError, OSError) as exc:
+    except ARRAY_ERRORS as exc:
         if local_failure(exc):
             raise
         raise InputRejected("the data file is not a valid .npy array", f"{path}: {exc}") from None
+    if not isinstance(m, np.ndarray):  # an .npz archive: np.load gave its members
+        m.close()
+        raise InputRejected("the data file is not a valid .npy array", f"{path}: an .npz archive")
     try:
         if m.ndim != 2:
             raise InputRejected("data must be a 2-D matrix", f"{path}: shape {m.shape}")

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from smcdp._files import NUMPY_HEADERS
+from smcdp._files import ARRAY_ERRORS, NUMPY_HEADERS, check_array_sizes
 from smcdp.crypto.paillier import check_key_bits
 from smcdp.errors import InputRejected, local_failure
 from smcdp.net.channel import Channel
@@ -38,13 +38,14 @@ from smcdp.protocols.power_iteration_threshold import refuse_seeded
 def load_dataset(path) -> tuple[np.ndarray, np.ndarray]:
     """(X, y) from an ``.npz`` with ``X`` (n × d, rows ‖x‖ ≤ 1) and ``y`` in {−1, +1} or {0, 1} -> y in {−1, +1}."""
     try:
+        check_array_sizes(path)  # no array declaring more than the file holds is allocated
         with NUMPY_HEADERS, np.load(path, allow_pickle=False) as z:  # the members' headers parsed as read
             if "X" not in z or "y" not in z:
                 raise InputRejected("the data file must hold arrays 'X' and 'y'", str(path))
             X, y = np.asarray(z["X"]), np.asarray(z["y"])
     except FileNotFoundError:
         raise InputRejected("the configured data file does not exist", str(path)) from None
-    except (ValueError, OSError) as exc:
+    except ARRAY_ERRORS as exc:
         if local_failure(exc):
             raise
         raise InputRejected("the data file is not a valid .npz without pickles", f"{path}: {exc}") from None

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from smcdp._files import NUMPY_HEADERS, npy_rows
+from smcdp._files import ARRAY_ERRORS, NUMPY_HEADERS, check_array_sizes, npy_rows
 from smcdp.crypto.paillier import check_key_bits
 from smcdp.errors import InputRejected, InvalidMessage, PermissionDenied, local_failure
 from smcdp.net.channel import Channel
@@ -71,11 +71,12 @@ def load_utterance(path, cmn: str = "utterance") -> np.ndarray:
             raise InputRejected(f"the utterance must have 1..{MAX_FRAMES} frames", f"{path}: {X.shape[0]} frames")
         return X
     try:
+        check_array_sizes(path)
         with NUMPY_HEADERS:
             X = np.load(path, allow_pickle=False)
     except FileNotFoundError:
         raise InputRejected("the configured utterance file does not exist", str(path)) from None
-    except (ValueError, OSError) as exc:
+    except ARRAY_ERRORS as exc:
         if local_failure(exc):
             raise
         raise InputRejected("the utterance file is not a valid .npy array", f"{path}: {exc}") from None

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from smcdp._files import NUMPY_HEADERS
+from smcdp._files import ARRAY_ERRORS, NUMPY_HEADERS, check_array_sizes
 from smcdp.errors import InvalidMessage, local_failure
 from smcdp.speech.audio import read_wav
 from smcdp.speech.frontend import (
@@ -172,11 +172,12 @@ def validate_features(X: Any, n_features: int | None = N_FEATURES, *, max_frames
 def load_features(path: str | os.PathLike, n_features: int | None = N_FEATURES) -> np.ndarray:
     """Load a ``.npy`` feature matrix (T × d) safely (``allow_pickle=False``)."""
     try:
+        check_array_sizes(path)
         with NUMPY_HEADERS:
             arr = np.load(os.fspath(path), allow_pickle=False)
     except FileNotFoundError as exc:
         raise InvalidMessage(f"feature file not found: {path}") from exc
-    except (ValueError, OSError, EOFError) as exc:
+    except ARRAY_ERRORS as exc:
         if local_failure(exc):
             raise
         raise InvalidMessage(f"cannot read feature file {path}: {exc}") from exc

@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from smcdp._files import NUMPY_HEADERS
+from smcdp._files import ARRAY_ERRORS, NUMPY_HEADERS, check_array_sizes
 from smcdp.errors import InvalidMessage, local_failure
 from smcdp.speech.frontend import CMN_MODES
 
@@ -484,11 +484,12 @@ class KeywordModels(_EmissionShape):
         """Read and fully validate a ``.npz`` model file (never unpickles)."""
         p = os.fspath(path)
         try:
+            check_array_sizes(p)
             with NUMPY_HEADERS:
                 obj = np.load(p, allow_pickle=False)
         except FileNotFoundError as exc:
             raise InvalidMessage(f"model file not found: {p}") from exc
-        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+        except ARRAY_ERRORS as exc:
             if local_failure(exc):
                 raise
             raise InvalidMessage(f"cannot read model file {p}: {exc}") from exc
@@ -501,7 +502,7 @@ class KeywordModels(_EmissionShape):
                     try:
                         with NUMPY_HEADERS:  # the member's header is parsed as it is read
                             arrays[k] = obj[k]
-                    except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+                    except ARRAY_ERRORS as exc:
                         if local_failure(exc):
                             raise
                         raise InvalidMessage(f"{p}: cannot read array {k!r}: {exc}") from exc

@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import os
 import re
-import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from smcdp._files import NUMPY_HEADERS
+from smcdp._files import ARRAY_ERRORS, NUMPY_HEADERS, check_array_sizes
 from smcdp.errors import InvalidMessage, local_failure
 from smcdp.speech.frontend import CMN_MODES
 from smcdp.speech.models import KeywordModels
@@ -151,11 +150,12 @@ def llr_score(ubm: DiagGMM, speaker_means: np.ndarray, X: np.ndarray) -> float:
 def _load_npz(path: str | os.PathLike, what: str) -> dict[str, np.ndarray]:
     p = os.fspath(path)
     try:
+        check_array_sizes(p)
         with NUMPY_HEADERS:
             obj = np.load(p, allow_pickle=False)
     except FileNotFoundError:
         raise InvalidMessage(f"{what} file not found: {p}") from None
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+    except ARRAY_ERRORS as exc:
         if local_failure(exc):
             raise
         raise InvalidMessage(f"cannot read {what} file {p}: {exc}") from None
@@ -165,7 +165,7 @@ def _load_npz(path: str | os.PathLike, what: str) -> dict[str, np.ndarray]:
         try:
             with NUMPY_HEADERS:  # each member's header is parsed as it is read
                 return {k: obj[k] for k in obj.files}
-        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+        except ARRAY_ERRORS as exc:
             if local_failure(exc):
                 raise
             raise InvalidMessage(f"{p}: cannot read {what}: {exc}") from None

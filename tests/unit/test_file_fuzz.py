@@ -1736,16 +1736,6 @@ def _npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
 CASES = _build_cases()
 
 # ============================================================================ known bugs (id -> diagnosis)
-HUGE_HEADER = (
-    "a .npy/.npz header declaring 10^12 elements on a ~200-byte file makes numpy allocate 7.28 TiB: MemoryError, "
-    "which the reader passes on as a local resource failure (UNAVAILABLE 'no memory left', resumable); no check "
-    "of the declared size against the file/member size before np.load"
-)
-ARRAY_RAW = (
-    "an array file reader lets a raw error escape: zipfile.BadZipFile / EOFError (dp_aggregate.load_dataset catches "
-    "ValueError and OSError only), zlib.error (speaker._load_npz, KeywordModels.load), EOFError (sources._npy_header) "
-    "or AttributeError for an .npz given as the power-iteration matrix (sources.py:349)"
-)
 TOML_NUMBERS = (
     "load_config: a TOML integer beyond float range (10^400) raises OverflowError from math.isfinite/float() "
     "before the range check (policy.py:269 _number, net/config.py:176 positive_number, net/limits.py:205, "
@@ -1813,20 +1803,6 @@ def _bugs(diagnosis: str, ids: str) -> dict[str, str]:
 
 
 KNOWN_BUGS: dict[str, str] = {
-    **_bugs(
-        HUGE_HEADER,
-        "dpa-data-X-huge-header dpa-data-y-huge-header kw-models-startprob-huge-header "
-        "kw-models-transmat-huge-header kw-models-means-huge-header kw-models-words-huge-header "
-        "ubm-weights-huge-header ubm-means-huge-header ubm-covars-huge-header ubm-kind-huge-header "
-        "speakers-means-huge-header speakers-names-huge-header speakers-threshold-huge-header "
-        "speakers-relevance-huge-header kw-utterance-npy-huge-header features-huge-header",
-    ),
-    **_bugs(
-        ARRAY_RAW,
-        "dpa-data-trunc-q1 dpa-data-trunc-half dpa-data-trunc-q3 dpa-data-trunc-last "
-        "dpa-data-flip-third dpa-data-flip-mid dpa-data-flip-drawn dpa-data-invert-mid dpa-data-empty "
-        "speakers-flip-drawn pi-matrix-empty pi-matrix-npz-instead",
-    ),
     **_bugs(
         TOML_NUMBERS,
         "config-timeouts.connect_seconds-huge-int config-timeouts.session_seconds-huge-int "

@@ -85,3 +85,36 @@ def test_a_party_process_imports_numpy_ma_before_its_session_threads():
     probe = "import sys, smcdp.runtime.party; print('numpy.ma' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True).stdout
     assert out.strip() == "True"
+
+
+def test_array_files_declaring_more_than_they_hold_are_refused_before_numpy_allocates(tmp_path):
+    """check_array_sizes: a .npy header, or an .npz member's, that declares more data than the file (or, compressed,
+    1,100 times its compressed size) can hold is refused naming the file; valid files pass.  A 200-byte file
+    declaring 10^12 elements made np.load ask for 7 TiB (found by tests/unit/test_file_fuzz.py)."""
+    import zipfile
+
+    import numpy as np
+    import pytest
+
+    from smcdp._files import check_array_sizes
+
+    np.save(tmp_path / "a.npy", np.arange(12.0).reshape(3, 4))
+    np.savez(tmp_path / "b.npz", X=np.ones((3, 4)), y=np.arange(3))
+    np.savez_compressed(tmp_path / "c.npz", X=np.zeros((300, 400)))  # 960 kB that deflate makes ~1 kB
+    for name in ("a.npy", "b.npz", "c.npz"):
+        check_array_sizes(tmp_path / name)
+    raw = (tmp_path / "a.npy").read_bytes().replace(b"(3, 4)", b"(1000000,)")
+    (tmp_path / "big.npy").write_bytes(raw)
+    with pytest.raises(ValueError, match=r"big\.npy: its header declares 8000000 bytes of data"):
+        check_array_sizes(tmp_path / "big.npy")
+    # an .npz member whose header declares 10^12 float64s: stored, and compressed
+    member = raw.replace(b"(1000000,)", b"(1000000000000,)")
+    for kind in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        with zipfile.ZipFile(tmp_path / "m.npz", "w", kind) as z:
+            z.writestr("X.npy", member)
+        with pytest.raises(ValueError, match=r"m\.npz: X\.npy: its header declares 8000000000000 bytes"):
+            check_array_sizes(tmp_path / "m.npz")
+    obj = tmp_path / "o.npy"
+    np.save(obj, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    with pytest.raises(ValueError, match="object array"):
+        check_array_sizes(obj)
