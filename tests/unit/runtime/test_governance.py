@@ -557,7 +557,7 @@ def test_a_lost_ledger_is_refused_at_start_not_made_anew_with_the_whole_budget(t
         path.unlink()
         Ledger(path).set_budget("bob", 1.0)  # a ledger, but not the one that held alice's dataset
     before = path.read_bytes() if path.exists() else None
-    with pytest.raises(PreconditionFailed, match="audit line .*not made anew silently"):
+    with pytest.raises(PreconditionFailed, match=r"audit line .*not made anew silently"):
         Governor(_config(tmp_path, total=3.0), "alice").start()
     assert (path.read_bytes() if path.exists() else None) == before  # nothing made or changed in its place
     # an explicit new audit trail is the operator's decision to start the budget's history anew
