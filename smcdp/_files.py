@@ -68,6 +68,16 @@ def atomic_write_json(path: str | os.PathLike, obj: Any, mode: int = 0o644, **du
     return atomic_write(path, (json.dumps(obj, **dumps_kw) + "\n").encode("utf-8"), mode)
 
 
+def json_loads(data: str | bytes) -> Any:
+    """``json.loads``, but a document nested past the interpreter's recursion limit is a ``json.JSONDecodeError``
+    like any other malformed JSON, not a RecursionError (a state or key file nested 50,000 deep stopped a party's
+    restart: found by tests/unit/test_file_fuzz.py)."""
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply", data if isinstance(data, str) else "", 0) from None
+
+
 def npy_rows(path: str | os.PathLike) -> int:
     """The number of rows of a .npy array, from its header alone (memory-mapped, under ``NUMPY_HEADERS``)."""
     import numpy as np  # deferred: this module is imported by layers that need no numpy

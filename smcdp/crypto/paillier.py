@@ -58,7 +58,7 @@ import numpy as np
 from gmpy2 import mpz
 from phe import paillier as phe_paillier
 
-from smcdp._files import atomic_write
+from smcdp._files import atomic_write, json_loads
 from smcdp.crypto import native
 from smcdp.crypto.counters import count as _count
 from smcdp.crypto.modexp import FixedBaseTable, powmod, powmod2, window_for_uses
@@ -715,7 +715,7 @@ def save_private_key(sk: PrivateKey, path: str | os.PathLike[str]) -> None:
 
 def _read_json(path: str | os.PathLike[str]) -> object:
     try:
-        return json.loads(Path(path).read_text())
+        return json_loads(Path(path).read_text())
     except FileNotFoundError:
         raise InvalidMessage(f"key file {path} does not exist") from None
     except (json.JSONDecodeError, UnicodeDecodeError):

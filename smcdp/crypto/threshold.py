@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, Any
 import gmpy2
 from gmpy2 import mpz
 
-from smcdp._files import atomic_write
+from smcdp._files import atomic_write, json_loads
 from smcdp.crypto.counters import count_many as _count_many
 from smcdp.crypto.encoding import decode_fixed
 from smcdp.crypto.modexp import FixedBaseTable, multi_exp, powmod, table_budget_bytes, window_for
@@ -282,7 +282,7 @@ def load_key_share(path: str | os.PathLike[str], allow_insecure: bool = False) -
     if st.st_mode & 0o077:
         raise InvalidMessage(f"key share file {path} is readable by group/others; chmod 600 it")
     try:
-        obj = json.loads(Path(path).read_text())
+        obj = json_loads(Path(path).read_text())
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise InvalidMessage(f"key share file {path} is not valid JSON") from None
     return KeyShare.from_json(obj, allow_insecure)

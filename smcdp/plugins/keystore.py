@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from smcdp._files import atomic_write_json
+from smcdp._files import atomic_write_json, json_loads
 from smcdp.crypto.threshold import KeyShare, ThresholdPublicKey, load_key_share, save_key_share
 from smcdp.errors import InvalidMessage, PreconditionFailed
 from smcdp.net.tls import validate_party_name
@@ -149,7 +149,7 @@ class KeyStore:
     def load(self, group: str, allow_insecure: bool = False) -> KeyGroup:
         path = self.group_dir(group) / GROUP_FILE
         try:
-            obj = json.loads(path.read_text())
+            obj = json_loads(path.read_text())
         except FileNotFoundError:
             raise InvalidMessage(f"no key group {group!r} in {self.root}") from None
         except (json.JSONDecodeError, UnicodeDecodeError):

@@ -276,6 +276,8 @@ def load_config(path: str | os.PathLike) -> PartyConfig:
         data = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{p} is not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib recurses into nested arrays and tables
+        raise ConfigError(f"{p} is not valid TOML: nested too deeply") from None
     try:
         return parse_config(data, p.resolve().parent, source=p.resolve())
     except ConfigError as exc:

@@ -22,12 +22,11 @@ blocks on the disk.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from pathlib import Path
 from typing import Any, TypedDict
 
-from smcdp._files import atomic_write_json
+from smcdp._files import atomic_write_json, json_loads
 from smcdp.errors import DataLoss
 from smcdp.net.server import validate_session_id
 
@@ -117,7 +116,7 @@ class SessionRecords:
                 f"cannot read the record of session {session_id!r} ({path}): {exc}", self.party
             ) from None
         try:
-            record = json.loads(raw.decode("utf-8"))
+            record = json_loads(raw.decode("utf-8"))
         except ValueError as exc:  # UnicodeDecodeError included
             raise RecordDamaged(
                 f"the record of session {session_id!r} ({path}) is not JSON: {exc}", self.party

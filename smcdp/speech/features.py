@@ -144,7 +144,10 @@ def wav_features(path: str | os.PathLike, *, mean_normalise: bool = True, cmn: s
     ``cmn`` (``utterance``, ``causal`` or ``none``) overrides ``mean_normalise``.
     """
     a = read_wav(path)
-    return features(a.samples, a.rate, cmn or ("utterance" if mean_normalise else "none"))
+    X = features(a.samples, a.rate, cmn or ("utterance" if mean_normalise else "none"))
+    if not np.all(np.isfinite(X)):  # a float WAV whose samples lie far outside [-1, 1] (1e300 gave NaN frames)
+        raise InvalidMessage(f"{path}: the audio gives non-finite features (samples out of any audio range)")
+    return X
 
 
 def validate_features(X: Any, n_features: int | None = N_FEATURES, *, max_frames: int = 100_000) -> np.ndarray:

@@ -52,7 +52,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from smcdp._files import atomic_write, fsync_dir
+from smcdp._files import atomic_write, fsync_dir, json_loads
 from smcdp.errors import PreconditionFailed, resource_failure
 from smcdp.primitives.rng import KEY_BYTES, Randomness
 from smcdp.runtime.durability.integrity import Mac, durability_key, local_failure
@@ -241,7 +241,7 @@ class Checkpoint:
             raise CheckpointDamaged(f"party {owner} cannot read its durability key: {exc}", owner) from None
         damaged = f"{path} of party {owner} is damaged"
         try:
-            meta = json.loads(raw)
+            meta = json_loads(raw)
         except ValueError:
             raise CheckpointDamaged(f"{damaged} (not JSON)", owner) from None
         if not isinstance(meta, dict) or meta.get("kind") != "smcdp-session-checkpoint":

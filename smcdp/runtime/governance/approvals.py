@@ -21,14 +21,13 @@ participant that already accepted keep the session prepared for up to their own
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from smcdp._files import atomic_write_json
+from smcdp._files import atomic_write_json, json_loads
 from smcdp.errors import DeadlineExceeded
 from smcdp.net.server import SessionSpec, validate_session_id
 from smcdp.states import ProposalState
@@ -100,7 +99,7 @@ class ProposalStore:
         self._cache.clear()
         for path in sorted(self.directory.glob("*.json")):
             try:
-                raw = json.loads(path.read_text(encoding="utf-8"))
+                raw = json_loads(path.read_text(encoding="utf-8"))
                 p = Proposal(**raw)
                 validate_session_id(p.session_id)
                 if p.state not in STATES or path.stem != p.session_id:

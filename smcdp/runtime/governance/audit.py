@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from smcdp._files import atomic_write
+from smcdp._files import atomic_write, json_loads
 from smcdp.errors import PreconditionFailed
 
 LOG_NAME = "audit.jsonl"
@@ -102,7 +102,7 @@ def _read_head(path: Path) -> tuple[dict | None, str | None]:
     except FileNotFoundError:
         return None, None
     try:
-        head = json.loads(raw)
+        head = json_loads(raw)
         if not (
             isinstance(head, dict)
             and isinstance(head.get("lines"), int)
@@ -119,7 +119,7 @@ def _read_head(path: Path) -> tuple[dict | None, str | None]:
 def _check_line(line: bytes, seq: int, prev: str) -> tuple[int, str] | None:
     """(first bad line, problem) or None."""
     try:
-        entry = json.loads(line)
+        entry = json_loads(line)
     except ValueError:
         return seq, f"line {seq}: not valid JSON"
     if not isinstance(entry, dict):
@@ -136,7 +136,11 @@ def _check_line(line: bytes, seq: int, prev: str) -> tuple[int, str] | None:
             f"line {seq - 1}: its hash is not the one line {seq} records "
             f"(line {seq - 1} was changed, or the prev field of line {seq})"
         )
-    if encode(entry) != line:
+    try:
+        canonical = encode(entry)
+    except ValueError:  # NaN or Infinity, which no line the log writes holds
+        return seq, f"line {seq}: not in canonical form (a NaN or Infinity: the line was edited)"
+    if canonical != line:
         return seq, f"line {seq}: not in canonical form (the line was edited)"
     return None
 
@@ -244,7 +248,7 @@ def read_entries(data_dir: str | os.PathLike) -> Iterator[tuple[int, dict | None
         if not line:
             continue
         try:
-            entry = json.loads(line)
+            entry = json_loads(line)
         except ValueError:
             entry = None
         yield i, entry if isinstance(entry, dict) else None, line

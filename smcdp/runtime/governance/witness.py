@@ -45,7 +45,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 
-from smcdp._files import atomic_write_json
+from smcdp._files import atomic_write_json, json_loads
 from smcdp._text import printable
 from smcdp.errors import InvalidMessage, PermissionDenied
 from smcdp.net.grpc_channel import PeerConnector
@@ -277,7 +277,7 @@ class WitnessStore:
     def _load(self, peer: str) -> _PeerFile:
         path = self._path(peer)
         try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
+            raw = json_loads(path.read_text(encoding="utf-8"))
             return _PeerFile(
                 peer, dict(raw.get("heads") or {}), list(raw.get("sessions") or []), list(raw.get("conflicts") or [])
             )
@@ -361,7 +361,7 @@ class WitnessStore:
 def heads_from_file(path: Path) -> list[SignedHead]:
     """The heads in a peer's ``witness/<party>.json`` handed over as a file."""
     try:
-        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+        raw = json_loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise WitnessError(f"{path} is not a witness file: {exc}") from None
     if not isinstance(raw, dict) or raw.get("kind") != "smcdp-witnessed-heads":
