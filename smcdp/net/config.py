@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Literal, overload
 
 from smcdp.errors import InvalidMessage
-from smcdp.net.limits import ConfigValueError, Limits, parse_limits
+from smcdp.net.limits import ConfigValueError, Limits, finite_number, parse_limits
 from smcdp.net.tls import validate_party_name
 
 DEFAULT_CONNECT_SECONDS = 10.0
@@ -173,7 +173,7 @@ def positive_number(table: Mapping[str, Any], key: str, where: str, default: flo
     if key not in table:
         return default
     v = table[key]
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+    if not finite_number(v) or v <= 0:
         raise ConfigError(f"{where}.{key} must be a positive number of seconds, got {v!r}")
     return float(v)
 

@@ -50,6 +50,17 @@ class ConfigValueError(InvalidMessage):
     """A [limits] value is out of range (re-raised as ConfigError by the config reader)."""
 
 
+def finite_number(v: Any) -> bool:
+    """A TOML number (an int or a float, not a bool) that a float holds: finite, an integer below 2^1024 (a
+    configured 10^400 made math.isfinite raise OverflowError before any range check; found by a file fuzz)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
+
+
 @dataclass(frozen=True)
 class Limits:
     """The ``[limits]`` section.  Defaults: docs/security.md, "Limits and their defaults"."""
@@ -202,7 +213,7 @@ def parse_limits(table: Mapping[str, Any], legacy_max_message_mib: int | None = 
     for key, (low, high) in _SECONDS_RANGES.items():  # float bounds (lo, hi above are ints)
         if key in table:
             v = table[key]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not low <= v <= high:
+            if not finite_number(v) or not low <= v <= high:
                 raise ConfigValueError(f"limits.{key} must be a number of seconds in [{low:g}, {high:g}], got {v!r}")
             values[key] = float(v)
     if legacy_max_message_mib is not None:

@@ -1736,11 +1736,6 @@ def _npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
 CASES = _build_cases()
 
 # ============================================================================ known bugs (id -> diagnosis)
-TOML_NUMBERS = (
-    "load_config: a TOML integer beyond float range (10^400) raises OverflowError from math.isfinite/float() "
-    "before the range check (policy.py:269 _number, net/config.py:176 positive_number, net/limits.py:205, "
-    "governance/charges.py:96)"
-)
 TILDE_USER = "[compute] local_directory = '~nosuchuser/..': Path.expanduser raises RuntimeError (compute/config.py:77)"
 NUL_PATH = "load_config accepts a path with a NUL byte (\\u0000): the party fails later with a raw ValueError 'embedded null byte'"
 THREADS_BOOL = (
@@ -1790,15 +1785,6 @@ def _bugs(diagnosis: str, ids: str) -> dict[str, str]:
 
 
 KNOWN_BUGS: dict[str, str] = {
-    **_bugs(
-        TOML_NUMBERS,
-        "config-timeouts.connect_seconds-huge-int config-timeouts.session_seconds-huge-int "
-        "config-limits.proposal_grace_seconds-huge-int config-policy.power-iteration.max_components-huge-int "
-        "config-policy.power-iteration.period_days-huge-int config-policy.power-iteration.min_key_bits-huge-int "
-        "config-policy.dp-aggregate.max_epsilon-huge-int config-policy.dp-aggregate.max_delta-huge-int "
-        "config-policy.dp-aggregate.min_records-huge-int config-budget.epsilon-huge-int "
-        "config-policy-min-hiding-huge",
-    ),
     **_bugs(TILDE_USER, "config-compute-tilde-user"),
     **_bugs(NUL_PATH, "config-party.data_dir-nul-str config-tls.ca-nul-str config-inputs.power-iteration.data-nul-str"),
     **_bugs(THREADS_BOOL, "config-compute-threads-bool"),

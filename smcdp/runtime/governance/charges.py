@@ -44,6 +44,7 @@ from smcdp.dp.budget import RULES, Charge, fmt_amount
 from smcdp.dp.ledger import Ledger, LedgerBudget
 from smcdp.errors import PreconditionFailed, SmcdpError
 from smcdp.net.config import ConfigError, check_keys, path_value, relative_path
+from smcdp.net.limits import finite_number
 from smcdp.plugins.base import SessionSummary
 
 log = logging.getLogger("smcdp.budget")
@@ -89,7 +90,7 @@ def parse_budget(t: Mapping[str, Any], base: Path) -> BudgetConfig:
         raise ConfigError(f"budget.dataset must be a name of 1-200 printable characters, got {dataset!r}")
     ledger = path_value(base, t, "ledger", "budget") if "ledger" in t else None
     eps = t.get("epsilon")
-    if eps is not None and (isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < float("inf")):
+    if eps is not None and (not finite_number(eps) or not eps > 0):
         raise ConfigError(f"budget.epsilon must be a positive finite number, got {eps!r}")
     delta = t.get("delta", 0.0)
     if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 <= delta < 1:

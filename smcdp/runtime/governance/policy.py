@@ -53,7 +53,6 @@ the party's data.
 from __future__ import annotations
 
 import fnmatch
-import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -61,6 +60,7 @@ from typing import Any
 
 from smcdp.errors import InvalidMessage, PermissionDenied, PreconditionFailed, SmcdpError
 from smcdp.net.config import ConfigError, check_keys
+from smcdp.net.limits import finite_number
 from smcdp.net.tls import validate_party_name
 from smcdp.plugins.base import OutputFlow, SessionSummary
 
@@ -266,7 +266,7 @@ def _number(
     if (
         isinstance(v, bool)
         or not ok_type
-        or not math.isfinite(v)
+        or not finite_number(v)
         or (v <= lo if lo_open else v < lo)
         or (hi is not None and (v >= hi if hi_open else v > hi))
     ):
