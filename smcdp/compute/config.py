@@ -22,6 +22,7 @@ the values is here, so a bad section fails when the party starts, not in the mid
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -72,9 +73,9 @@ class ComputeConfig:
         for key in _PATH_KEYS:
             if key in values:
                 v = values[key]
-                if not isinstance(v, str) or not v:
+                if not isinstance(v, str) or not v or "\x00" in v:
                     raise ComputeConfigError(f"compute.{key} must be a non-empty path string")
-                p = Path(v).expanduser()
+                p = Path(os.path.expanduser(v))  # an unknown ~user stays as written (Path raised RuntimeError)
                 values[key] = p if p.is_absolute() or base is None else (base / p)
         return cls(**values).validate()
 
@@ -88,7 +89,11 @@ class ComputeConfig:
             not isinstance(self.workers, int) or isinstance(self.workers, bool) or not 1 <= self.workers <= 4096
         ):
             bad(f"workers must be an integer in [1, 4096], got {self.workers!r}")
-        if not isinstance(self.threads_per_worker, int) or not 1 <= self.threads_per_worker <= 256:
+        if (
+            not isinstance(self.threads_per_worker, int)
+            or isinstance(self.threads_per_worker, bool)
+            or not 1 <= self.threads_per_worker <= 256
+        ):
             bad(f"threads_per_worker must be an integer in [1, 256], got {self.threads_per_worker!r}")
         if not isinstance(self.memory_limit, str) or not _MEMORY_RE.match(self.memory_limit.strip()):
             bad(f'memory_limit must be "auto" or a size such as "4GiB", got {self.memory_limit!r}')

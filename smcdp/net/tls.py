@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
@@ -286,6 +286,14 @@ def certificate_party_name(cert: x509.Certificate) -> str:
     return validate_party_name(str(cns[0].value), "certificate common name")
 
 
+def _subject(cert: x509.Certificate) -> str:
+    """A certificate's subject for an error message (a damaged one may not render: then its serial)."""
+    try:
+        return cert.subject.rfc4514_string()
+    except ValueError:
+        return f"the certificate with serial {cert.serial_number:x} (its subject is damaged)"
+
+
 @dataclass(frozen=True)
 class PartyFiles:
     name: str
@@ -368,9 +376,11 @@ class TlsMaterial:
         cas = load_certificates(ca)
         own = load_certificate(cert)
         priv = load_private_key(key)
-        pub_own = own.public_key().public_bytes(
-            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
+        try:
+            public = own.public_key()
+        except (UnsupportedAlgorithm, ValueError) as exc:  # e.g. a damaged curve OID
+            raise CertificateError(f"certificate {cert}: its public key cannot be read: {exc}") from None
+        pub_own = public.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
         pub_key = priv.public_key().public_bytes(
             serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
         )
@@ -382,8 +392,8 @@ class TlsMaterial:
         for ca_cert in cas:
             try:
                 own.verify_directly_issued_by(ca_cert)
-            except (InvalidSignature, ValueError, TypeError) as exc:
-                problems.append(f"{ca_cert.subject.rfc4514_string()}: {type(exc).__name__} {exc}".strip())
+            except (InvalidSignature, ValueError, TypeError, UnsupportedAlgorithm) as exc:
+                problems.append(f"{_subject(ca_cert)}: {type(exc).__name__} {exc}".strip())
                 continue
             issuer = ca_cert
             break

@@ -1736,19 +1736,10 @@ def _npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
 CASES = _build_cases()
 
 # ============================================================================ known bugs (id -> diagnosis)
-TILDE_USER = "[compute] local_directory = '~nosuchuser/..': Path.expanduser raises RuntimeError (compute/config.py:77)"
 NUL_PATH = "load_config accepts a path with a NUL byte (\\u0000): the party fails later with a raw ValueError 'embedded null byte'"
-THREADS_BOOL = (
-    "compute.threads_per_worker = true is accepted as 1 (compute/config.py:91 lacks the bool check the other keys have)"
-)
 MIN_HIDING_WRITE = (
     "a valid [policy.<protocol>] min_hiding table loads but dump_config cannot write it back: dumps_toml raises "
     "ValueError 'nesting deeper than two tables' (net/config.py:230)"
-)
-TLS_RAW = (
-    "TlsMaterial.load lets cryptography's errors escape: a damaged curve OID raises UnsupportedAlgorithm from "
-    "own.public_key() (net/tls.py:371) or verify_directly_issued_by (tls.py:384, whose except lacks it), and a CA "
-    "with a damaged subject raises ValueError while the error message is formatted (tls.py:386 subject.rfc4514_string)"
 )
 WITNESS_SHAPE = (
     "a witness file whose 'heads'/'conflicts' have the wrong type: heads_from_file raises AttributeError/TypeError "
@@ -1785,14 +1776,8 @@ def _bugs(diagnosis: str, ids: str) -> dict[str, str]:
 
 
 KNOWN_BUGS: dict[str, str] = {
-    **_bugs(TILDE_USER, "config-compute-tilde-user"),
     **_bugs(NUL_PATH, "config-party.data_dir-nul-str config-tls.ca-nul-str config-inputs.power-iteration.data-nul-str"),
-    **_bugs(THREADS_BOOL, "config-compute-threads-bool"),
     **_bugs(MIN_HIDING_WRITE, "config-policy-min-hiding"),
-    **_bugs(
-        TLS_RAW,
-        "tls-ca-flip-third tls-ca-curve-oid tls-ca-curve-oid-unknown tls-cert-curve-oid tls-cert-curve-oid-unknown",
-    ),
     **_bugs(
         WITNESS_SHAPE,
         "witness-file-heads-type-str witness-file-heads-type-num witness-file-heads-type-list "
