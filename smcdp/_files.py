@@ -13,6 +13,8 @@ import json
 import os
 import tempfile
 import threading
+import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -88,14 +90,14 @@ def npy_rows(path: str | os.PathLike) -> int:
 
 #: what reading a damaged .npy or .npz raises besides ValueError and OSError (numpy passes these through): every array
 #: reader of the package catches :data:`ARRAY_ERRORS` and reports the file
-def _array_errors() -> tuple[type[BaseException], ...]:
-    import zipfile
-    import zlib
-
-    return (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error, KeyError)
-
-
-ARRAY_ERRORS = _array_errors()
+ARRAY_ERRORS: tuple[type[BaseException], ...] = (
+    ValueError,
+    OSError,
+    EOFError,
+    zipfile.BadZipFile,
+    zlib.error,
+    KeyError,
+)
 
 #: deflate expands at most about 1,032-fold: an .npz member declaring more bytes than that many times its compressed
 #: size cannot hold them (a damaged or hostile header), and is refused before numpy allocates what it declares
@@ -107,9 +109,7 @@ def check_array_sizes(path: str | os.PathLike) -> None:
     more data than the file can hold -- before ``np.load`` allocates it: a 200-byte file declaring 10^12 elements
     made numpy ask for 7 TiB (a MemoryError, which the session reported as this machine's own failure).  Object
     arrays are refused too (never unpickled).  A file that is neither is left to ``np.load``'s own checks."""
-    import zipfile
-
-    from numpy.lib import format as npf
+    from numpy.lib import format as npf  # deferred: this module is imported by layers that need no numpy
 
     def declared(f, name: str) -> int:
         version = npf.read_magic(f)
