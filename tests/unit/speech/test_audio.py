@@ -201,3 +201,26 @@ def test_demo_keyword_wav_refuses_a_feature_file(tmp_path):
     )
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert "not a WAV file" in res.stderr and "use --utterance" in res.stderr
+
+
+def test_a_data_chunk_declaring_more_than_the_file_holds_is_read_as_what_is_there(tmp_path):
+    """scipy allocates what a WAV's data chunk declares before reading: a 32 kB file declaring 4 GiB of samples asked
+    for 4 GiB (a MemoryError when memory was short; found by tests/unit/test_file_fuzz.py).  The declared size is cut
+    to the bytes there (a streamed WAV whose writer never filled it in still reads), and nothing large is allocated."""
+    import io
+
+    from scipy.io import wavfile
+
+    from smcdp.speech.audio import _within_file, read_wav
+
+    p = tmp_path / "u.wav"
+    wavfile.write(p, 16000, (np.sin(np.arange(16000) / 10) * 3000).astype(np.int16))
+    assert _within_file(str(p)) == str(p)  # a sound file is read as it is
+    raw = bytearray(p.read_bytes())
+    at = raw.find(b"data")
+    raw[at + 4 : at + 8] = (0xFFFFFFF0).to_bytes(4, "little")
+    (tmp_path / "h.wav").write_bytes(raw)
+    fixed = _within_file(str(tmp_path / "h.wav"))
+    assert isinstance(fixed, io.BytesIO)
+    assert int.from_bytes(fixed.getvalue()[at + 4 : at + 8], "little") == len(raw) - at - 8 == 32000
+    np.testing.assert_array_equal(read_wav(tmp_path / "h.wav").samples, read_wav(p).samples)
