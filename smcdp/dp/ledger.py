@@ -70,6 +70,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "Ledger",
     "LedgerBudget",
+    "LedgerDamaged",
     "default_ledger_path",
 ]
 
@@ -109,6 +110,8 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
 }
 
+_STATES = frozenset({"reserved", "charged", "released"})
+_TABLES = frozenset({"budgets", "charges"})
 _COLUMNS = "id, dataset, epsilon, delta, rho, note, created_at, state, key, reason, settled_at"
 
 
@@ -122,19 +125,44 @@ def default_ledger_path() -> Path:
     return Path(base) / "smcdp" / "ledger.sqlite"
 
 
-def _row_to_charge(r: tuple[Any, ...]) -> Charge:
+class LedgerDamaged(PreconditionFailed):
+    """A ledger file whose rows or tables are not what smcdp wrote: an amount that is not a finite non-negative
+    number, an unknown state or rule, a table missing, bytes that are not text.  Nothing is read from it (a damaged
+    amount could hand budget back); the file is left as it is for its owner to restore from a backup."""
+
+
+def _stored_amount(path: Path, where: str, name: str, value: Any, *, upper_one: bool = False) -> Decimal:
+    try:
+        return decimal_amount(name, value, allow_zero=True, upper_one=upper_one)
+    except InvalidParameter as exc:
+        raise LedgerDamaged(f"ledger {path} is damaged: {where}: {exc}") from None
+
+
+def _stored_text(path: Path, where: str, name: str, value: Any, *, optional: bool = False) -> Any:
+    if (value is None and optional) or isinstance(value, str):
+        return value
+    raise LedgerDamaged(f"ledger {path} is damaged: {where}: {name} must be text, got {value!r}")
+
+
+def _row_to_charge(path: Path, r: tuple[Any, ...]) -> Charge:
+    where = f"entry {r[0]!r}"
+    state = _stored_text(path, where, "state", r[7])
+    if state not in _STATES:
+        raise LedgerDamaged(f"ledger {path} is damaged: {where}: state must be one of {sorted(_STATES)}, got {state!r}")
+    if not isinstance(r[0], int):
+        raise LedgerDamaged(f"ledger {path} is damaged: an entry's id must be an integer, got {r[0]!r}")
     return Charge(
         id=r[0],
-        dataset=r[1],
-        epsilon=Decimal(r[2]),
-        delta=Decimal(r[3]),
-        rho=None if r[4] is None else Decimal(r[4]),
-        note=r[5],
-        created_at=r[6],
-        state=r[7],
-        key=r[8],
-        reason=r[9],
-        settled_at=r[10],
+        dataset=_stored_text(path, where, "dataset", r[1]),
+        epsilon=_stored_amount(path, where, "epsilon", r[2]),
+        delta=_stored_amount(path, where, "delta", r[3], upper_one=True),
+        rho=None if r[4] is None else _stored_amount(path, where, "rho", r[4]),
+        note=_stored_text(path, where, "note", r[5]),
+        created_at=_stored_text(path, where, "created_at", r[6]),
+        state=state,
+        key=_stored_text(path, where, "key", r[8], optional=True),
+        reason=_stored_text(path, where, "reason", r[9]),
+        settled_at=_stored_text(path, where, "settled_at", r[10], optional=True),
     )
 
 
@@ -176,9 +204,22 @@ class Ledger:
         return con
 
     @contextmanager
+    def _readable(self) -> Iterator[None]:
+        """SQLite's errors on a ledger that opened (a table dropped, a row's bytes not text) as the ledger's."""
+        try:
+            yield
+        except sqlite3.DatabaseError as exc:
+            raise LedgerDamaged(f"ledger {self.path} is damaged: {exc}") from None
+
+    @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         """One ``BEGIN IMMEDIATE`` transaction: committed when the block returns,
         rolled back when it raises."""
+        with self._readable(), self._transaction() as con:
+            yield con
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
         with closing(self._connect()) as con:
             con.execute("BEGIN IMMEDIATE")
             try:
@@ -198,8 +239,13 @@ class Ledger:
                 app = con.execute("PRAGMA application_id").fetchone()[0]
                 ver = con.execute("PRAGMA user_version").fetchone()[0]
                 if app == APPLICATION_ID and ver == SCHEMA_VERSION:
+                    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+                    if not tables >= _TABLES:
+                        raise LedgerDamaged(
+                            f"ledger {self.path} is damaged: its tables {sorted(_TABLES - tables)} are missing"
+                        )
                     return
-            with self._write() as con:
+            with self._transaction() as con:
                 app = con.execute("PRAGMA application_id").fetchone()[0]
                 ver = con.execute("PRAGMA user_version").fetchone()[0]
                 tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -380,13 +426,16 @@ class Ledger:
     # -- queries ---------------------------------------------------------------
     def datasets(self) -> list[str]:
         """The names of the datasets with a budget, sorted."""
-        with closing(self._connect()) as con:
-            return [r[0] for r in con.execute("SELECT dataset FROM budgets ORDER BY dataset")]
+        with self._read() as con:
+            return [
+                _stored_text(self.path, "a budget", "dataset", r[0])
+                for r in con.execute("SELECT dataset FROM budgets ORDER BY dataset")
+            ]
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
         """A read transaction: one consistent snapshot, no write lock."""
-        with closing(self._connect()) as con:
+        with self._readable(), closing(self._connect()) as con:
             con.execute("BEGIN")
             try:
                 yield con
@@ -432,28 +481,33 @@ class Ledger:
         return self.budget(dataset).remaining()
 
     # -- internals ---------------------------------------------------------------
-    @staticmethod
-    def _budget_row(con: sqlite3.Connection, dataset: str) -> tuple[str, str, str]:
+    def _budget_row(self, con: sqlite3.Connection, dataset: str) -> tuple[Decimal, Decimal, str]:
+        """The dataset's budget (epsilon, delta, rule), checked as read."""
         row = con.execute("SELECT epsilon, delta, rule FROM budgets WHERE dataset = ?", (dataset,)).fetchone()
         if row is None:
             raise PreconditionFailed(
                 f"no privacy budget is set for dataset {dataset!r}; set one first (smcdp budget set)"
             )
-        return row
+        where = f"the budget of {dataset!r}"
+        eps = _stored_amount(self.path, where, "epsilon", row[0])
+        if eps == 0:
+            raise LedgerDamaged(f"ledger {self.path} is damaged: {where}: epsilon must be > 0, got {row[0]!r}")
+        rule = _stored_text(self.path, where, "rule", row[2])
+        if rule not in RULES:
+            raise LedgerDamaged(f"ledger {self.path} is damaged: {where}: rule must be one of {RULES}, got {rule!r}")
+        return eps, _stored_amount(self.path, where, "delta", row[1], upper_one=True), rule
 
-    @staticmethod
-    def _charges(con: sqlite3.Connection, dataset: str) -> list[Charge]:
+    def _charges(self, con: sqlite3.Connection, dataset: str) -> list[Charge]:
         rows = con.execute(f"SELECT {_COLUMNS} FROM charges WHERE dataset = ? ORDER BY id", (dataset,))
-        return [_row_to_charge(r) for r in rows.fetchall()]
+        return [_row_to_charge(self.path, r) for r in rows.fetchall()]
 
-    @staticmethod
-    def _find(con: sqlite3.Connection, dataset: str, key: str) -> Charge | None:
+    def _find(self, con: sqlite3.Connection, dataset: str, key: str) -> Charge | None:
         r = con.execute(f"SELECT {_COLUMNS} FROM charges WHERE dataset = ? AND key = ?", (dataset, key)).fetchone()
-        return None if r is None else _row_to_charge(r)
+        return None if r is None else _row_to_charge(self.path, r)
 
-    @staticmethod
-    def _get(con: sqlite3.Connection, entry_id: int) -> Charge:
-        return _row_to_charge(con.execute(f"SELECT {_COLUMNS} FROM charges WHERE id = ?", (entry_id,)).fetchone())
+    def _get(self, con: sqlite3.Connection, entry_id: int) -> Charge:
+        r = con.execute(f"SELECT {_COLUMNS} FROM charges WHERE id = ?", (entry_id,)).fetchone()
+        return _row_to_charge(self.path, r)
 
     def _status(
         self,
@@ -462,7 +516,7 @@ class Ledger:
         override: tuple[Decimal, Decimal, str] | None = None,
     ) -> BudgetStatus:
         row = self._budget_row(con, dataset)
-        eps_b, dlt_b, rule = (Decimal(row[0]), Decimal(row[1]), row[2]) if override is None else override
+        eps_b, dlt_b, rule = row if override is None else override
         return summarize(dataset, rule, eps_b, dlt_b, self._charges(con, dataset))
 
     @staticmethod

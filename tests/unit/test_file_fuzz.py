@@ -1759,11 +1759,6 @@ RECORD_FIELDS = (
     "SessionRecords.load returns a record whose roles/error/stats are not objects; its readers then raise "
     "AttributeError (runtime/peers.py:87 roles.values(), peers.py:249 err.get, the console's _traffic)"
 )
-LEDGER_READ = (
-    "the ledger's read side trusts its rows: decimal.InvalidOperation (dp/ledger.py:129/131/465), "
-    "sqlite3.OperationalError (dp/ledger.py:384/446/447) escape, and negative/NaN/Infinity amounts or an "
-    "unknown state are accepted (remaining > total, spent NaN)"
-)
 UNCLEAR = (
     "the error names neither the file nor the field: the key files' from_json messages ('key share 1 does not "
     "match...', 'not an smcdp ... key'), KeyGroup's party names, witness 'not a signed audit head', "
@@ -1808,12 +1803,6 @@ KNOWN_BUGS: dict[str, str] = {
     **_bugs(
         RECORD_FIELDS,
         " ".join(f"session-record-{f}-type-{t}" for f in ("roles", "error", "stats") for t in ("str", "num", "list")),
-    ),
-    **_bugs(
-        LEDGER_READ,
-        "ledger-charge-eps-text ledger-charge-eps-neg ledger-charge-eps-nan ledger-charge-eps-inf "
-        "ledger-charge-rho-text ledger-charge-state-bogus ledger-budget-eps-text ledger-budget-eps-neg "
-        "ledger-drop-charges ledger-drop-budgets ledger-amount-byte",
     ),
     **_bugs(
         UNCLEAR,

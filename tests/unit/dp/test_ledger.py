@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -409,3 +410,59 @@ def test_a_newer_schema_is_refused(tmp_path):
         con.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     with pytest.raises(InvalidMessage, match="schema version"):
         Ledger(path)
+
+
+def _damage(path: Path, *statements: str) -> None:
+    with closing(sqlite3.connect(path, isolation_level=None)) as con:
+        con.execute("PRAGMA ignore_check_constraints = 1")
+        for s in statements:
+            con.execute(s)
+
+
+@pytest.mark.parametrize(
+    ("statement", "words"),
+    [
+        ("UPDATE charges SET epsilon = '-5' WHERE id = 1", "epsilon must be >= 0"),
+        ("UPDATE charges SET epsilon = 'NaN' WHERE id = 1", "epsilon must be finite"),
+        ("UPDATE charges SET epsilon = 'abc' WHERE id = 1", "epsilon must be a number"),
+        ("UPDATE charges SET delta = '2' WHERE id = 1", "delta must be < 1"),
+        ("UPDATE charges SET rho = x'00ff' WHERE id = 1", "rho must be a number"),
+        ("UPDATE charges SET state = 'forgotten' WHERE id = 1", "state must be one of"),
+        ("UPDATE budgets SET epsilon = '-10'", "the budget of 'census': epsilon must be >= 0"),
+        ("UPDATE budgets SET epsilon = '0'", "epsilon must be > 0"),
+        ("UPDATE budgets SET rule = 'bogus'", "rule must be one of"),
+        ("DROP TABLE charges", "tables ['charges'] are missing"),
+    ],
+)
+def test_a_damaged_row_stops_the_ledger_and_hands_no_budget_back(tmp_path, statement, words):
+    """A negative or NaN amount read back would return budget (remaining > total): every read checks its rows, and a
+    write on a damaged ledger is refused before it writes (FAILED_PRECONDITION, the file named, left as it was)."""
+    from smcdp.dp.ledger import LedgerDamaged
+
+    p = tmp_path / "l.sqlite"
+    led = Ledger(p)
+    led.set_budget("census", 1.0, 1e-5)
+    led.charge("census", 0.75, note="one")
+    _damage(p, statement)
+    before = p.read_bytes()
+    for call in (
+        lambda: Ledger(p).status("census"),
+        lambda: Ledger(p).history("census"),
+        lambda: Ledger(p).charge("census", 0.1),
+        lambda: Ledger(p).reserve("census", "k1", 0.1),
+    ):
+        with pytest.raises(LedgerDamaged, match=re.escape(words)) as exc:
+            call()
+        assert str(p) in str(exc.value) and exc.value.code == "FAILED_PRECONDITION"
+    assert p.read_bytes() == before
+
+
+def test_amounts_read_back_are_what_was_written(tmp_path):
+    """The row checks accept every amount the ledger writes (the smallest, the largest delta, rho under zcdp)."""
+    p = tmp_path / "l.sqlite"
+    led = Ledger(p)
+    led.set_budget("z", 4.0, 0.999999, rule="zcdp")
+    led.charge("z", 1e-12, 0.5, rho=1e-9)
+    led.reserve("z", "k", 0.5)
+    st = Ledger(p).status("z")
+    assert st.spent_delta == Decimal("0.5") and len(Ledger(p).history("z")) == 2
