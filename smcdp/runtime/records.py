@@ -75,6 +75,29 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     atomic_write_json(path, obj, 0o600, sort_keys=True)
 
 
+#: the fields every reader of a record relies on (peers, recovery, the console): field -> (types, what)
+_FIELD_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
+    "session_id": ((str,), "a string"),
+    "state": ((str,), "a string"),
+    "roles": ((dict,), "an object"),
+    "params": ((dict,), "an object"),
+    "error": ((dict, type(None)), "an object or null"),
+    "stats": ((dict, type(None)), "an object or null"),
+    "unconfirmed": ((list, type(None)), "a list or null"),
+}
+
+
+def _wrong_field(record: dict[str, Any]) -> str | None:
+    """What is wrong with a record's fields (a damaged file whose JSON still parses), or None."""
+    for name, (types, what) in _FIELD_TYPES.items():
+        if name in record and not isinstance(record[name], types):
+            return f"{name} must be {what}, got {type(record[name]).__name__}"
+    roles = record.get("roles") or {}
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in roles.items()):
+        return "roles must map role names to party names"
+    return None
+
+
 class SessionRecords:
     """The records of the sessions that ended at party ``party`` (files in ``directory``)."""
 
@@ -123,7 +146,10 @@ class SessionRecords:
             ) from None
         if not isinstance(record, dict):
             raise RecordDamaged(f"the record of session {session_id!r} ({path}) is not a JSON object", self.party)
-        return record  # type: ignore[return-value]  # the fields were written by session_record
+        wrong = _wrong_field(record)
+        if wrong:
+            raise RecordDamaged(f"the record of session {session_id!r} ({path}): {wrong}", self.party)
+        return record  # type: ignore[return-value]  # the fields its readers rely on are checked
 
     def peek(self, session_id: str) -> SessionRecord | None:
         """:meth:`load` for what a peer asks: a damaged record is logged and answered as a missing one."""

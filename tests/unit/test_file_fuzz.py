@@ -1741,23 +1741,9 @@ MIN_HIDING_WRITE = (
     "a valid [policy.<protocol>] min_hiding table loads but dump_config cannot write it back: dumps_toml raises "
     "ValueError 'nesting deeper than two tables' (net/config.py:230)"
 )
-WITNESS_SHAPE = (
-    "a witness file whose 'heads'/'conflicts' have the wrong type: heads_from_file raises AttributeError/TypeError "
-    "(witness.py:369-370) and WitnessStore.held_for TypeError (witness.py:357, served to peers by GetWitnessed); "
-    "_load checks the JSON, not its shape"
-)
 KEYGROUP_NUMBERS = (
     "KeyGroup.from_json: int(inf)/float(10^400) raise OverflowError (plugins/keystore.py:114-120; the except tuple "
     "lacks it), and key_bits <= 0 or a negative/nan/inf generation_seconds is accepted"
-)
-PROPOSAL_FIELDS = (
-    "ProposalStore.load checks the JSON and state, not the field types: a string/nan/inf received_at/expires_at/"
-    "timeout_seconds or a non-dict roles/params loads, then gate.start's expire() raises a raw TypeError "
-    "(decisions.py:223 time.time() < p.expires_at) or a nan proposal expires at once"
-)
-RECORD_FIELDS = (
-    "SessionRecords.load returns a record whose roles/error/stats are not objects; its readers then raise "
-    "AttributeError (runtime/peers.py:87 roles.values(), peers.py:249 err.get, the console's _traffic)"
 )
 UNCLEAR = (
     "the error names neither the file nor the field: the key files' from_json messages ('key share 1 does not "
@@ -1774,35 +1760,10 @@ KNOWN_BUGS: dict[str, str] = {
     **_bugs(NUL_PATH, "config-party.data_dir-nul-str config-tls.ca-nul-str config-inputs.power-iteration.data-nul-str"),
     **_bugs(MIN_HIDING_WRITE, "config-policy-min-hiding"),
     **_bugs(
-        WITNESS_SHAPE,
-        "witness-file-heads-type-str witness-file-heads-type-num witness-file-heads-type-list "
-        "witness-file-conflicts-type-str witness-file-conflicts-type-num witness-file-conflicts-type-table "
-        "witness-store-conflicts-type-str witness-store-conflicts-type-table witness-file-conflict-not-object "
-        "witness-store-conflict-not-object",
-    ),
-    **_bugs(
         KEYGROUP_NUMBERS,
         "key-group-index-inf key-group-key_bits-neg key-group-key_bits-zero "
         "key-group-key_bits-inf key-group-generation_seconds-neg key-group-generation_seconds-huge-int "
         "key-group-generation_seconds-nan key-group-generation_seconds-inf key-group-candidates-inf",
-    ),
-    **_bugs(
-        PROPOSAL_FIELDS,
-        " ".join(
-            f"proposal-{f}-{m}"
-            for f, ms in (
-                ("received_at", "type-str type-list type-table nan inf"),
-                ("expires_at", "type-str type-list type-table nan inf"),
-                ("timeout_seconds", "type-str type-list type-table neg zero nan inf"),
-                ("roles", "type-str type-num type-list"),
-                ("params", "type-str type-num type-list"),
-            )
-            for m in ms.split()
-        ),
-    ),
-    **_bugs(
-        RECORD_FIELDS,
-        " ".join(f"session-record-{f}-type-{t}" for f in ("roles", "error", "stats") for t in ("str", "num", "list")),
     ),
     **_bugs(
         UNCLEAR,
@@ -1812,9 +1773,9 @@ KNOWN_BUGS: dict[str, str] = {
         "key-share-public.share_bits-missing key-share-not-object key-share-float-overflow "
         "key-group-parties.2-type-num key-group-parties.2-type-list key-group-parties.2-type-table "
         "key-group-parties.2-empty-str key-group-parties.2-nul-str key-group-public.share_bits-missing "
-        "paillier-key-not-object paillier-key-float-overflow witness-file-heads-values-not-objects "
-        "witness-store-heads-values-not-objects witness-file-head-statement-nonascii "
-        "witness-store-head-statement-nonascii features-complex features-strings features-bool "
+        "paillier-key-not-object paillier-key-float-overflow "
+        ""
+        "features-complex features-strings features-bool "
         "features-ndim-up features-scalar features-no-rows features-transposed features-nan features-inf "
         "features-void-dtype",
     ),

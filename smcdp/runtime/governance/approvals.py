@@ -21,6 +21,7 @@ participant that already accepted keep the session prepared for up to their own
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -86,6 +87,41 @@ def check_reason(reason: Any) -> str:
     return reason.strip()
 
 
+def _check_fields(p: Proposal) -> None:
+    """Every field of a proposal read back has the type it was written with (a damaged file must not load and then
+    fail in ``expire`` or the console with a raw TypeError, nor a NaN deadline expire at once)."""
+
+    def number(name: str, value: Any, *, optional: bool = False, positive: bool = False) -> None:
+        if value is None and optional:
+            return
+        try:
+            finite = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+        except OverflowError:  # an int beyond float range
+            finite = False
+        if not finite:
+            raise ValueError(f"{name} must be a finite number, got {value!r}")
+        if positive and value <= 0:
+            raise ValueError(f"{name} must be > 0, got {value!r}")
+
+    for name in ("session_id", "protocol", "initiator", "role", "state", "reason"):
+        if not isinstance(getattr(p, name), str):
+            raise ValueError(f"{name} must be a string, got {getattr(p, name)!r}")
+    if not isinstance(p.roles, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in p.roles.items()):
+        raise ValueError(f"roles must be an object of party names, got {p.roles!r}")
+    for name in ("params", "summary"):
+        value = getattr(p, name)
+        if not isinstance(value, dict) and not (name == "summary" and value is None):
+            raise ValueError(f"{name} must be an object, got {value!r}")
+    if p.seed is not None and (isinstance(p.seed, bool) or not isinstance(p.seed, int)):
+        raise ValueError(f"seed must be an integer, got {p.seed!r}")
+    if not isinstance(p.charges_budget, bool):
+        raise ValueError(f"charges_budget must be true or false, got {p.charges_budget!r}")
+    number("timeout_seconds", p.timeout_seconds, positive=True)
+    number("received_at", p.received_at)
+    number("expires_at", p.expires_at)
+    number("decided_at", p.decided_at, optional=True)
+
+
 @dataclass
 class ProposalStore:
     """The proposals directory of one party (every call is synchronous file I/O)."""
@@ -100,7 +136,10 @@ class ProposalStore:
         for path in sorted(self.directory.glob("*.json")):
             try:
                 raw = json_loads(path.read_text(encoding="utf-8"))
+                if not isinstance(raw, dict):
+                    raise ValueError("not a JSON object")
                 p = Proposal(**raw)
+                _check_fields(p)
                 validate_session_id(p.session_id)
                 if p.state not in STATES or path.stem != p.session_id:
                     raise ValueError("inconsistent")

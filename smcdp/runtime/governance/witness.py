@@ -262,6 +262,32 @@ class _PeerFile:
         }
 
 
+def _witness_fields(raw: Any) -> tuple[dict[str, dict], list[str], list[dict]]:
+    """A witness file's heads, sessions and conflicts, each checked for the shape :class:`WitnessStore` writes
+    (every head readable as a :class:`SignedHead`); ValueError naming the field otherwise."""
+    if not isinstance(raw, dict):
+        raise ValueError("not a JSON object")
+    heads, sessions, conflicts = raw.get("heads") or {}, raw.get("sessions") or [], raw.get("conflicts") or []
+    if not isinstance(heads, dict) or not all(isinstance(k, str) and isinstance(h, dict) for k, h in heads.items()):
+        raise ValueError("'heads' must be an object of signed heads")
+    if not isinstance(sessions, list) or not all(isinstance(x, str) for x in sessions):
+        raise ValueError("'sessions' must be a list of session ids")
+    if not isinstance(conflicts, list) or not all(
+        isinstance(c, dict) and isinstance(c.get("head"), dict) and isinstance(c.get("after"), (dict, type(None)))
+        for c in conflicts
+    ):
+        raise ValueError("'conflicts' must be a list of objects holding a signed 'head'")
+    for where, h in [
+        *((f"'heads' {k!r}", h) for k, h in heads.items()),
+        *(("'conflicts'", c["head"]) for c in conflicts),
+    ]:
+        try:
+            SignedHead.from_dict(h)
+        except WitnessError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+    return dict(heads), list(sessions), list(conflicts)
+
+
 class WitnessStore:
     """``data_dir/witness/<peer>.json``: the heads this party witnessed for each peer."""
 
@@ -277,10 +303,7 @@ class WitnessStore:
     def _load(self, peer: str) -> _PeerFile:
         path = self._path(peer)
         try:
-            raw = json_loads(path.read_text(encoding="utf-8"))
-            return _PeerFile(
-                peer, dict(raw.get("heads") or {}), list(raw.get("sessions") or []), list(raw.get("conflicts") or [])
-            )
+            return _PeerFile(peer, *_witness_fields(json_loads(path.read_text(encoding="utf-8"))))
         except FileNotFoundError:
             return _PeerFile(peer)
         except OSError as exc:
@@ -366,9 +389,11 @@ def heads_from_file(path: Path) -> list[SignedHead]:
         raise WitnessError(f"{path} is not a witness file: {exc}") from None
     if not isinstance(raw, dict) or raw.get("kind") != "smcdp-witnessed-heads":
         raise WitnessError(f"{path} is not a witness file (smcdp-witnessed-heads)")
-    return [SignedHead.from_dict(h) for h in (raw.get("heads") or {}).values()] + [
-        SignedHead.from_dict(c.get("head") or {}) for c in raw.get("conflicts") or []
-    ]
+    try:
+        heads, _sessions, conflicts = _witness_fields(raw)
+    except ValueError as exc:
+        raise WitnessError(f"{path} is not a witness file: {exc}") from None
+    return [SignedHead.from_dict(h) for h in heads.values()] + [SignedHead.from_dict(c["head"]) for c in conflicts]
 
 
 async def fetch_witnessed(config, tls) -> tuple[list[tuple[str, SignedHead]], dict[str, str]]:
