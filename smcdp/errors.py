@@ -9,7 +9,10 @@ on.  The module imports nothing from grpc so that ``smcdp.dp`` and
 
 from __future__ import annotations
 
+import contextlib
 import errno as _errno
+import os
+from collections.abc import Iterator
 
 
 class SmcdpError(Exception):
@@ -205,3 +208,17 @@ __all__ = [
     "public_message",
     "resource_failure",
 ]
+
+
+@contextlib.contextmanager
+def naming_file(path: str | os.PathLike[str]) -> Iterator[None]:
+    """An :class:`InvalidMessage` raised while a file's content is parsed names the file (a key file's parser
+    knows the fields, not where they came from); OverflowError from a number out of range is one too."""
+    try:
+        yield
+    except InvalidMessage as exc:
+        if str(path) not in str(exc):
+            exc.args = (f"{path}: {exc}", *exc.args[1:])  # the error's class (InsecureParameters, ...) kept
+        raise
+    except OverflowError as exc:
+        raise InvalidMessage(f"{path}: a number is out of range ({exc})") from None

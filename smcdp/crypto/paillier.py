@@ -62,7 +62,7 @@ from smcdp._files import atomic_write, json_loads
 from smcdp.crypto import native
 from smcdp.crypto.counters import count as _count
 from smcdp.crypto.modexp import FixedBaseTable, powmod, powmod2, window_for_uses
-from smcdp.errors import CryptoOverflow, InsecureParameters, InvalidMessage
+from smcdp.errors import CryptoOverflow, InsecureParameters, InvalidMessage, naming_file
 from smcdp.progress import task
 
 MIN_SECURE_BITS = 2048
@@ -736,7 +736,8 @@ def load_private_key(path: str | os.PathLike[str], allow_insecure: bool = False)
         raise InvalidMessage(
             f"private key file {path} is readable by group/others (mode {st.st_mode & 0o777:o}); chmod 600 it"
         )
-    return PrivateKey.from_json(_read_json(path), allow_insecure)
+    with naming_file(path):
+        return PrivateKey.from_json(_read_json(path), allow_insecure)
 
 
 def decrypt_many(sk: PrivateKey, cs: Sequence[int]) -> list[int]:

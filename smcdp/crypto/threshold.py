@@ -69,7 +69,7 @@ from smcdp.crypto.counters import count_many as _count_many
 from smcdp.crypto.encoding import decode_fixed
 from smcdp.crypto.modexp import FixedBaseTable, multi_exp, powmod, table_budget_bytes, window_for
 from smcdp.crypto.paillier import PrivateKey, PublicKey, check_key_bits
-from smcdp.errors import CryptoOverflow, InvalidMessage
+from smcdp.errors import CryptoOverflow, InvalidMessage, naming_file
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -285,7 +285,8 @@ def load_key_share(path: str | os.PathLike[str], allow_insecure: bool = False) -
         obj = json_loads(Path(path).read_text())
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise InvalidMessage(f"key share file {path} is not valid JSON") from None
-    return KeyShare.from_json(obj, allow_insecure)
+    with naming_file(path):
+        return KeyShare.from_json(obj, allow_insecure)
 
 
 # --------------------------------------------------------------------------- sharing

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shutil
 import tempfile
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from smcdp._files import atomic_write_json, json_loads
 from smcdp.crypto.threshold import KeyShare, ThresholdPublicKey, load_key_share, save_key_share
-from smcdp.errors import InvalidMessage, PreconditionFailed
+from smcdp.errors import InvalidMessage, PreconditionFailed, naming_file
 from smcdp.net.tls import validate_party_name
 from smcdp.protocols.power_iteration_threshold import GroupKey
 
@@ -119,8 +120,12 @@ class KeyGroup:
                 generation_seconds=float(obj["generation_seconds"]),
                 candidates=int(obj.get("candidates", 0)),
             )
-        except (KeyError, TypeError, ValueError, AttributeError):
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
             raise InvalidMessage(f"{GROUP_FILE} is missing or has malformed fields") from None
+        if group.key_bits <= 0 or group.candidates < 0:
+            raise InvalidMessage(f"{GROUP_FILE}: key_bits must be > 0 and candidates >= 0")
+        if not (math.isfinite(group.generation_seconds) and group.generation_seconds >= 0):
+            raise InvalidMessage(f"{GROUP_FILE}: generation_seconds must be a finite number >= 0")
         if sorted(parties) != list(range(1, public.parties + 1)) or group.index not in parties:
             raise InvalidMessage(f"{GROUP_FILE} does not name one party per share index 1..{public.parties}")
         if obj.get("fingerprint") != group.fingerprint:
@@ -154,7 +159,8 @@ class KeyStore:
             raise InvalidMessage(f"no key group {group!r} in {self.root}") from None
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise InvalidMessage(f"{path} is not valid JSON") from None
-        return KeyGroup.from_json(obj, allow_insecure)
+        with naming_file(path):
+            return KeyGroup.from_json(obj, allow_insecure)
 
     def load_share(self, group: str, allow_insecure: bool = False) -> KeyShare:
         """This party's key share of ``group`` (refused if group or others may read it)."""

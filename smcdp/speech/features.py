@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from smcdp._files import ARRAY_ERRORS, NUMPY_HEADERS, check_array_sizes
-from smcdp.errors import InvalidMessage, local_failure
+from smcdp.errors import InvalidMessage, local_failure, naming_file
 from smcdp.speech.audio import read_wav
 from smcdp.speech.frontend import (
     CEPLIFTER,
@@ -187,7 +187,8 @@ def load_features(path: str | os.PathLike, n_features: int | None = N_FEATURES) 
     if not isinstance(arr, np.ndarray):
         arr.close()
         raise InvalidMessage(f"{path}: expected a .npy array, got an .npz archive")
-    return validate_features(arr, n_features)
+    with naming_file(path):
+        return validate_features(arr, n_features)
 
 
 def vector_quantise(X: Any, codebook: Any) -> np.ndarray:

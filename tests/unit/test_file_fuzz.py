@@ -1741,15 +1741,6 @@ MIN_HIDING_WRITE = (
     "a valid [policy.<protocol>] min_hiding table loads but dump_config cannot write it back: dumps_toml raises "
     "ValueError 'nesting deeper than two tables' (net/config.py:230)"
 )
-KEYGROUP_NUMBERS = (
-    "KeyGroup.from_json: int(inf)/float(10^400) raise OverflowError (plugins/keystore.py:114-120; the except tuple "
-    "lacks it), and key_bits <= 0 or a negative/nan/inf generation_seconds is accepted"
-)
-UNCLEAR = (
-    "the error names neither the file nor the field: the key files' from_json messages ('key share 1 does not "
-    "match...', 'not an smcdp ... key'), KeyGroup's party names, witness 'not a signed audit head', "
-    "load_features' validate_features messages are raised without the path"
-)
 
 
 def _bugs(diagnosis: str, ids: str) -> dict[str, str]:
@@ -1759,26 +1750,6 @@ def _bugs(diagnosis: str, ids: str) -> dict[str, str]:
 KNOWN_BUGS: dict[str, str] = {
     **_bugs(NUL_PATH, "config-party.data_dir-nul-str config-tls.ca-nul-str config-inputs.power-iteration.data-nul-str"),
     **_bugs(MIN_HIDING_WRITE, "config-policy-min-hiding"),
-    **_bugs(
-        KEYGROUP_NUMBERS,
-        "key-group-index-inf key-group-key_bits-neg key-group-key_bits-zero "
-        "key-group-key_bits-inf key-group-generation_seconds-neg key-group-generation_seconds-huge-int "
-        "key-group-generation_seconds-nan key-group-generation_seconds-inf key-group-candidates-inf",
-    ),
-    **_bugs(
-        UNCLEAR,
-        "key-share-flip-third key-share-flip-mid key-share-flip-drawn paillier-key-flip-third paillier-key-flip-mid "
-        "paillier-key-flip-drawn key-share-public.parties-missing key-share-public.share_bits-type-str "
-        "key-share-public.share_bits-type-list key-share-public.share_bits-type-table "
-        "key-share-public.share_bits-missing key-share-not-object key-share-float-overflow "
-        "key-group-parties.2-type-num key-group-parties.2-type-list key-group-parties.2-type-table "
-        "key-group-parties.2-empty-str key-group-parties.2-nul-str key-group-public.share_bits-missing "
-        "paillier-key-not-object paillier-key-float-overflow "
-        ""
-        "features-complex features-strings features-bool "
-        "features-ndim-up features-scalar features-no-rows features-transposed features-nan features-inf "
-        "features-void-dtype",
-    ),
 }
 
 
