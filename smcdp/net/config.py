@@ -165,6 +165,8 @@ def string(
 
 def path_value(base: Path, table: Mapping[str, Any], key: str, where: str) -> Path:
     s = string(table, key, where)
+    if "\x00" in s:
+        raise ConfigError(f"{where}.{key} must not hold a NUL character, got {s!r}")
     p = Path(os.path.expanduser(s))
     return Path(os.path.normpath(p if p.is_absolute() else (base / p)))
 
@@ -199,6 +201,8 @@ def _toml_value(v: Any) -> str:
         return json.dumps(str(v), ensure_ascii=False)
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, Mapping):  # an inline table: a third level ([policy.<protocol>] min_hiding = { ... })
+        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + " }"
     raise ValueError(f"TOML writer: unsupported value {v!r}")
 
 
@@ -212,7 +216,8 @@ def relative_path(p: Path, base: Path | None) -> str:
 
 
 def dumps_toml(doc: Mapping[str, Any]) -> str:
-    """Write a document of tables (values: scalars / lists) and one level of sub-tables."""
+    """Write a document of tables (values: scalars / lists) and one level of sub-tables; deeper tables are
+    written inline."""
     lines: list[str] = []
     for section, table in doc.items():
         if not isinstance(table, Mapping):
@@ -226,8 +231,6 @@ def dumps_toml(doc: Mapping[str, Any]) -> str:
         for sub, st in subs.items():
             lines.append(f"[{_toml_key(section)}.{_toml_key(sub)}]")
             for k, v in st.items():
-                if isinstance(v, Mapping):
-                    raise ValueError("TOML writer: nesting deeper than two tables is not supported")
                 lines.append(f"{_toml_key(k)} = {_toml_value(v)}")
             lines.append("")
     return "\n".join(lines)

@@ -1735,22 +1735,9 @@ def _npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
 
 CASES = _build_cases()
 
+
 # ============================================================================ known bugs (id -> diagnosis)
-NUL_PATH = "load_config accepts a path with a NUL byte (\\u0000): the party fails later with a raw ValueError 'embedded null byte'"
-MIN_HIDING_WRITE = (
-    "a valid [policy.<protocol>] min_hiding table loads but dump_config cannot write it back: dumps_toml raises "
-    "ValueError 'nesting deeper than two tables' (net/config.py:230)"
-)
-
-
-def _bugs(diagnosis: str, ids: str) -> dict[str, str]:
-    return dict.fromkeys(ids.split(), diagnosis)
-
-
-KNOWN_BUGS: dict[str, str] = {
-    **_bugs(NUL_PATH, "config-party.data_dir-nul-str config-tls.ca-nul-str config-inputs.power-iteration.data-nul-str"),
-    **_bugs(MIN_HIDING_WRITE, "config-policy-min-hiding"),
-}
+KNOWN_BUGS: dict[str, str] = {}
 
 
 def _params():
