@@ -45,8 +45,10 @@ from smcdp.net.channel import InMemoryNetwork
 from smcdp.plugins.keyword import load_utterance
 from smcdp.primitives.rng import Randomness
 from smcdp.protocols import dp_aggregate as dpa
+from smcdp.protocols import dp_aggregate_threshold as dpt
 from smcdp.protocols import power_iteration as pi
 from smcdp.protocols import speaker as sv
+from smcdp.protocols import keygen as kg
 from smcdp.protocols.keyword import KeywordParams, keyword_alice, keyword_bob
 from smcdp.protocols.power_iteration_threshold import GroupKey
 from smcdp.v1 import messages_pb2 as pb
@@ -169,15 +171,74 @@ def _speaker_session(which: str):
         from tests.unit.protocols.test_speaker import _models, _params, _utterance
 
         sk, X, models = _paillier512(), _utterance(), _models()
+        seeds = {}
         if which == "verify":
             p = _params(sv.VerifyParams, sk, claim="bo")
             a, b = sv.verify_alice, sv.verify_bob
+        elif which == "verify-shared":  # bob shows alice his UBM (his policy's allow_reveal = ["ubm"]); she decides
+            p = _params(sv.VerifyParams, sk, claim="bo", ubm="shared", output="alice")
+            a, b = sv.verify_alice, sv.verify_bob
+            seeds = {"alice": 21, "bob": 22}  # bob's masks too: the same bytes every run
         else:
             p = _params(sv.IdentifyParams, sk)
             a, b = sv.identify_alice, sv.identify_bob
         return {"alice": "alice", "bob": "bob"}, {
-            "alice": lambda c: a(c, X, p, private_key=sk, allow_insecure_keys=True),
-            "bob": lambda c: b(c, models, p, allow_insecure_keys=True, dgk_key=_speaker_dgk()),
+            "alice": lambda c: a(c, X, p, private_key=sk, allow_insecure_keys=True, seed=seeds.get("alice")),
+            "bob": lambda c: b(c, models, p, allow_insecure_keys=True, dgk_key=_speaker_dgk(), seed=seeds.get("bob")),
+        }
+
+    return build
+
+
+def _dpa_group_session():
+    """dp-aggregate under a dealt (1, 3) group key (shared-noise calibration: the only one a group key runs), every
+    data party with a fixed secret root (a group key refuses experiment seeds) and a fixed noise generator."""
+    p = dpa.DPAggregateParams(
+        n_parties=3,
+        dim=3,
+        key_bits=512,
+        dgk_bits=512,
+        dgk_t=64,
+        epsilon=1.0,
+        delta=1e-5,
+        lam=0.1,
+        max_sensitivity=0.5,
+        calibration="gaussian",
+        key_group="lab",
+        key_threshold=1,
+        noise_parties=2,
+        size_levels=12,
+        levels_per_octave=2,
+    ).validate()
+    _, shares = _dealt(3, 1)
+    ws = [np.array([0.1, -0.2, 0.3]) * (j + 1) for j in range(3)]
+    sens = [0.01, 0.03, 0.02]
+    roles = {"charlie": "charlie", "dave": "dave", **{f"party{i + 1}": f"org{i + 1}" for i in range(3)}}
+    index = {f"party{i + 1}": i + 1 for i in range(3)}
+    coros = {"charlie": lambda c: dpt.charlie(c, p, allow_insecure_keys=True), "dave": lambda c: dpa.dave(c, p)}
+    for i in range(3):
+        coros[f"party{i + 1}"] = lambda c, i=i: dpt.data_party(
+            c,
+            ws[i],
+            sens[i],
+            p,
+            GroupKey(shares[i], index, "lab"),
+            seed=Randomness(bytes([70 + i]) * 32),
+            noise_random_state=np.random.default_rng(i),
+        )
+    return roles, coros
+
+
+def _keygen_session(n: int, t: int):
+    """The dealer-free key ceremony at its smallest test size (256 bits; about 0.15 s), every party with a fixed
+    root: the candidates, the first biprime's index (so its tags) and every message are the same every run (but
+    n = 2's ephemeral-key ciphertexts' fresh randomness)."""
+
+    def build():
+        params = kg.KeygenParams(parties=n, threshold=t, key_bits=256, allow_insecure=True).validate()
+        roles = {r: f"org{r[5:]}" for r in kg.party_roles(n)}
+        return roles, {
+            r: (lambda c, r=r: kg.party(c, params, seed=Randomness(bytes([80 + int(r[5:])]) * 32))) for r in roles
         }
 
     return build
@@ -306,6 +367,144 @@ MODES: dict[str, tuple[Callable, list[tuple[str, str, str, type[Message]]]]] = {
             ("alice", "bob", "si/picked/0", pb.CiphertextVector),
             ("bob", "alice", "si/label/np-hdr", pb.Ints),
             ("alice", "bob", "si/label/np-ct", pb.Blobs),
+        ],
+    ),
+    "sv-verify-shared": (
+        _speaker_session("verify-shared"),
+        [
+            ("bob", "alice", "sv/ubm", pb.Matrix),
+            ("alice", "bob", "sv/pk", pb.PaillierPublicKey),
+            ("bob", "alice", "sv/fw/hdr", pb.Ints),
+            ("alice", "bob", "sv/fw/plan", pb.Ints),
+            ("bob", "alice", "sv/fw/ready", pb.Ints),
+            ("alice", "bob", "sv/fw/blk/0", pb.Ints),
+            ("alice", "bob", "sv/fw/prod/0", pb.CiphertextVector),
+            ("bob", "alice", "sv/fw/c/0", pb.BigInts),
+            ("bob", "alice", "sv/fw/q/0", pb.CiphertextVector),
+            ("alice", "bob", "sv/fw/mix-e/0", pb.CiphertextVector),
+            ("bob", "alice", "sv/fw/mix-u/2", pb.CiphertextVector),  # the last frame's
+            ("bob", "alice", "sv/fw/fin-c", pb.BigInts),
+            ("alice", "bob", "sv/fw/fin-l", pb.CiphertextVector),
+            ("bob", "alice", "sv/masked", pb.CiphertextVector),
+            ("bob", "alice", "sv/cmp/dgk-pk", pb.BigInts),
+            ("bob", "alice", "sv/cmp/dgk-bits", pb.Blobs),
+            ("alice", "bob", "sv/cmp/dgk-c", pb.Blobs),
+            ("bob", "alice", "sv/cmp/dgk-delta", pb.Ints),  # output = alice: her decision's last message
+        ],
+    ),
+    "pi-group-dp-power": (
+        _pi_group_session(
+            pi.PowerIterationParams(
+                n_parties=3,
+                key_bits=512,
+                epsilon=1.0,
+                delta=1e-6,
+                iterations=3,
+                dp_method="power",
+                key_group="lab",
+                key_threshold=1,
+            )
+        ),
+        [
+            ("party1", "trent", "public_key", pb.PaillierPublicKey),
+            ("party3", "trent", "dims", pb.Ints),
+            ("trent", "party2", "v/0", pb.Matrix),
+            ("party2", "trent", "digest/0", pb.Blobs),
+            ("trent", "party1", "digest/0", pb.Blobs),
+            ("party3", "party2", "echo/0", pb.Blobs),
+            ("party1", "trent", "noisy/1", pb.CiphertextVector),
+            ("party3", "trent", "pok/1", pb.BigInts),
+            ("trent", "party2", "contrib/1", pb.RelayedReleases),
+            ("trent", "party3", "echo/1", pb.Blobs),
+            ("party2", "party1", "partial/2", pb.BigInts),  # the last round's
+        ],
+    ),
+    "pi-group-dp-cov": (
+        _pi_group_session(
+            pi.PowerIterationParams(
+                n_parties=3,
+                key_bits=512,
+                epsilon=1.0,
+                delta=1e-6,
+                dp_method="covariance",
+                key_group="lab",
+                key_threshold=1,
+            )
+        ),
+        [
+            ("party2", "trent", "dims", pb.Ints),
+            ("trent", "party3", "digest/cov", pb.Blobs),
+            ("party1", "party3", "echo/cov", pb.Blobs),
+            ("party3", "trent", "noisy/cov", pb.CiphertextVector),
+            ("party1", "trent", "pok/cov", pb.BigInts),
+            ("trent", "party2", "contrib/cov", pb.RelayedReleases),
+            ("party3", "party1", "partial/cov", pb.BigInts),
+        ],
+    ),
+    "dpa-group": (
+        _dpa_group_session,
+        [
+            ("party1", "charlie", "g0/key", pb.Blobs),
+            ("party2", "charlie", "g0/key", pb.Blobs),
+            ("party1", "charlie", "g1a/digest", pb.Blobs),
+            ("charlie", "party2", "g1a/digest", pb.Blobs),
+            ("party2", "party3", "g1a/echo", pb.Blobs),
+            ("party3", "charlie", "g1a/levels", pb.CiphertextVector),
+            ("party1", "charlie", "g1a/pok", pb.BigInts),
+            ("charlie", "party1", "g1a/contrib", pb.RelayedReleases),
+            ("party2", "charlie", "g2a/blinded", pb.CiphertextVector),
+            ("party3", "charlie", "g2a/proof", pb.BigInts),
+            ("charlie", "party3", "g2a/contrib", pb.RelayedReleases),
+            ("party3", "party1", "g2a/partial", pb.BigInts),
+            ("charlie", "party2", "g2b/echo", pb.Blobs),
+            ("party1", "charlie", "g3/release", pb.CiphertextVector),
+            ("party2", "charlie", "g3/pok", pb.BigInts),
+            ("charlie", "party3", "g3/contrib", pb.RelayedReleases),
+            ("party3", "charlie", "g3/partial", pb.BigInts),
+            ("party2", "dave", "s3/share", pb.BigInts),
+            ("charlie", "dave", "s3/share", pb.BigInts),
+        ],
+    ),
+    "kg": (  # n = 3, t = 1: BGW products (Shamir over a prime field)
+        _keygen_session(3, 1),
+        [
+            ("party2", "party1", "kg/1/sieve/a", pb.BigInts),
+            ("party1", "party3", "kg/1/sieve/mul1", pb.BigInts),
+            ("party3", "party2", "kg/1/sieve/mul2", pb.BigInts),
+            ("party2", "party1", "kg/1/sieve/open", pb.BigInts),
+            ("party3", "party1", "kg/1/n", pb.BigInts),
+            ("party1", "party2", "kg/1/n/open", pb.BigInts),
+            ("party2", "party3", "kg/1/jacobi/0", pb.BigInts),
+            ("party3", "party1", "kg/1/jacobi/rest/55", pb.BigInts),  # the first biprime: candidate 55
+            ("party1", "party3", "kg/1/gcd/55", pb.BigInts),
+            ("party2", "party1", "kg/1/gcd/55/open", pb.BigInts),
+            ("party3", "party2", "kg/1/theta", pb.BigInts),
+            ("party1", "party2", "kg/1/theta/open", pb.BigInts),
+            ("party2", "party3", "kg/1/commit", pb.BigInts),
+            ("party3", "party1", "kg/1/share", pb.BigInts),
+            ("party1", "party3", "kg/1/fingerprint", pb.BigInts),
+        ],
+    ),
+    "kg-2": (  # n = 2: Paillier products under party1's ephemeral keys
+        _keygen_session(2, 1),
+        [
+            ("party1", "party2", "kg/0/ephemeral-keys", pb.BigInts),
+            ("party1", "party2", "kg/1/sieve/enc", pb.Blobs),
+            ("party2", "party1", "kg/1/sieve/ret", pb.Blobs),
+            ("party1", "party2", "kg/1/n/enc", pb.Blobs),
+            ("party2", "party1", "kg/1/n/ret", pb.Blobs),
+            ("party1", "party2", "kg/1/n/open", pb.BigInts),
+            ("party2", "party1", "kg/1/jacobi/0", pb.BigInts),
+            ("party1", "party2", "kg/1/jacobi/rest/20", pb.BigInts),  # the first biprime: candidate 20
+            ("party1", "party2", "kg/1/gcd/20/enc", pb.Blobs),
+            ("party2", "party1", "kg/1/gcd/20/ret", pb.Blobs),
+            ("party1", "party2", "kg/1/gcd/20/open", pb.BigInts),
+            ("party1", "party2", "kg/1/theta/enc", pb.Blobs),
+            ("party2", "party1", "kg/1/theta/ret", pb.Blobs),
+            ("party1", "party2", "kg/1/theta/open", pb.BigInts),
+            ("party2", "party1", "kg/1/commit", pb.BigInts),
+            ("party1", "party2", "kg/1/share", pb.BigInts),
+            ("party2", "party1", "kg/1/fingerprint", pb.BigInts),
         ],
     ),
 }
@@ -518,10 +717,89 @@ def sample_mutations(key: str, mtype: type[Message]) -> list[Mutation]:
 
 
 # ============================================================================ the cases
-#: case id -> diagnosis of a known bug (the case is xfail(strict=True) until smcdp/ is fixed).  Empty: the two this
-#: file found on 2026-12-04 (the last reply's stop bit cleared left Trent and the party waiting for each other until
-#: the deadline; a finite 1e308 in a final block made x zero) are fixed, with the tests at the end of the file.
-KNOWN_BUGS: dict[str, str] = {}
+#: The key ceremony's refusals are INTERNAL: KeygenFailed (smcdp/protocols/keygen.py:91) sets no code of its own, so it
+#: inherits SmcdpError's "INTERNAL" (smcdp/errors.py:23) -- for what is a peer's bad message.
+_KG_SHARE = (
+    "keygen.py:704 (_share_exponent): {receiver} refuses {sender}'s exponent share (it does not match {sender}'s "
+    "Feldman commitments, because the {what} {sender} sent it was changed) with KeygenFailed, whose code is INTERNAL "
+    "(keygen.py:91 sets none; errors.py:23).  A peer's bad message should be INVALID_ARGUMENT naming the sender: "
+    "raise an InvalidMessage (subclass) there with origin = ch.roles['{sender}'], or give KeygenFailed a code"
+)
+_KG_FINGERPRINT = (
+    "keygen.py:728 (_agree): {receiver}'s public key differs from {sender}'s ({why}); the refusal is KeygenFailed, "
+    "code INTERNAL (keygen.py:91 sets none; errors.py:23).  Should be a non-INTERNAL code (e.g. InvalidMessage naming "
+    "the party whose fingerprint differs, or KeygenFailed.code = 'ABORTED')"
+)
+#: ... and a party whose view of a broadcast was changed takes another branch than the others, alone: each then waits
+#: for a message the other never sends, until the session's deadline (a hang: the stop-bit bug of power iteration again).
+_KG_BRANCH = (
+    "hang: the ceremony's branches depend on opened/broadcast values each party receives on its own link, never "
+    "checked to agree.  {story}  Each waits for the other until the session's deadline (then DeadlineExceeded naming "
+    "the wrong party).  Fix: fail at once when the peer's message of the other branch comes first (Channel.recv_unless "
+    "with instead = the other branch's first tag, as power iteration's stop bit does), or carry each party's "
+    "decision/digest of the opened values in the next message so a mismatch is InvalidMessage naming the sender"
+)
+_KG_JACOBI3 = _KG_BRANCH.format(
+    story="keygen.py:647-649 (_candidate_batch): party1, holding party3's changed Jacobi factors, finds candidate 55 "
+    "failing and starts batch 2 (sends kg/2/sieve/a, waits for party3's) while party2 and party3 pass it and wait for "
+    "party1's kg/1/gcd/55 (keygen.py:654)."
+)
+_KG_JACOBI2 = _KG_BRANCH.format(
+    story="keygen.py:647-649 (_candidate_batch): party2, holding party1's changed Jacobi factors, finds candidate 20 "
+    "failing and starts batch 2 (waits for kg/2/sieve/enc) while party1 passes it, sends kg/1/gcd/20/enc and waits "
+    "for party2's kg/1/gcd/20/ret (keygen.py:654, 370)."
+)
+_KG_THETA = (
+    "keygen.py:675-679 (_exponent): {story} An honest w = β·φ + N·s is always > 0 and gcd(θ, N) ≠ 1 has probability "
+    "~2/√N, so this retry only ever runs on a changed view -- and runs alone: deadlock until the session's deadline.  "
+    "Fix: refuse at once (InvalidMessage; with n = 2 naming party1, who sent w) instead of retrying when the opened "
+    "w is <= 0, or make the parties agree on the retry"
+)
+_KG_THETA3 = _KG_THETA.format(
+    story="party2 interpolates w from party1's changed kg/1/theta/open point (keygen.py:560), gets w <= 0 and retries "
+    "alone (st.round += 1: sends kg/2/theta, waits for the others') while party1 and party3 go on and wait for "
+    "party2's kg/1/commit (keygen.py:696)."
+)
+_KG_THETA2 = _KG_THETA.format(
+    story="n = 2: party2 takes party1's opened w from kg/1/theta/open (keygen.py:547: any signed value; b\"\" is 0), "
+    "here 0, and retries alone (waits for kg/2/theta/enc) while party1 goes on and waits for party2's kg/1/commit "
+    "(keygen.py:696)."
+)
+
+#: case id -> diagnosis of a known bug (the case is xfail(strict=True) until smcdp/ is fixed).  The two this file found
+#: on 2026-12-04 (the last reply's stop bit cleared left Trent and the party waiting for each other until the deadline;
+#: a finite 1e308 in a final block made x zero) are fixed, with the tests at the end of the file; those below are the
+#: key ceremony's (modes kg, kg-2).
+KNOWN_BUGS: dict[str, str] = {
+    **{
+        f"kg-party2>party3-kg/1/commit-{m}": _KG_SHARE.format(receiver="party3", sender="party2", what="commitments")
+        for m in ("magnitude@0=empty", "magnitude@0=plus1", "raw:flip-byte")
+    },
+    "kg-party3>party1-kg/1/share-negative@0=not": _KG_SHARE.format(
+        receiver="party1", sender="party3", what="share (its sign)"
+    ),
+    "kg-2-party2>party1-kg/1/commit-magnitude@last=plus1": _KG_SHARE.format(
+        receiver="party1", sender="party2", what="commitments"
+    ),
+    **{
+        f"kg-2-party1>party2-kg/1/share-{m}": _KG_SHARE.format(receiver="party2", sender="party1", what="share")
+        for m in ("magnitude@0=plus1", "magnitude@last=empty", "raw:flip-byte")
+    },
+    "kg-party1>party2-kg/1/theta/open-raw:flip-byte": _KG_FINGERPRINT.format(
+        receiver="party2",
+        sender="party1",
+        why="party2 opened another w, so another θ, from party1's changed kg/1/theta/open point, and went on",
+    ),
+    "kg-party1>party3-kg/1/fingerprint-magnitude@last=empty": _KG_FINGERPRINT.format(
+        receiver="party3", sender="party1", why="party1's fingerprint arrived changed"
+    ),
+    "kg-party3>party1-kg/1/jacobi/rest/55-magnitude@last=plus1": _KG_JACOBI3,
+    "kg-party3>party1-kg/1/jacobi/rest/55-magnitude@0=empty": _KG_JACOBI3,
+    "kg-2-party1>party2-kg/1/jacobi/rest/20-magnitude@0=plus1": _KG_JACOBI2,
+    "kg-2-party1>party2-kg/1/jacobi/rest/20-magnitude@last=empty": _KG_JACOBI2,
+    "kg-party1>party2-kg/1/theta/open-magnitude@last=empty": _KG_THETA3,
+    "kg-2-party1>party2-kg/1/theta/open-magnitude@last=empty": _KG_THETA2,
+}
 
 
 def _cases():
