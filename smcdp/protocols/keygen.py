@@ -89,7 +89,23 @@ TABLE_USES = 24
 
 
 class KeygenFailed(SmcdpError):
-    """No biprime within the candidate budget, or the parties' results disagree."""
+    """No biprime within the candidate budget, or the parties' results disagree (ABORTED: the ceremony stops
+    at every party; a new one starts from scratch)."""
+
+    code = "ABORTED"
+
+
+class BadShare(KeygenFailed, InvalidMessage):
+    """A party's share of the decryption exponent does not match its Feldman commitments (step 7); ``origin``
+    names it."""
+
+    code = "INVALID_ARGUMENT"
+
+
+class ViewsDiffer(KeygenFailed):
+    """The parties opened different values at one step (a party sent different values to different parties, or
+    a message was changed on the way): their next steps would differ, so the ceremony stops at once instead of
+    each party waiting for messages the others will not send (steps 2-6, the echo after each opening)."""
 
 
 def field_prime(min_bits: int) -> int:
@@ -280,6 +296,13 @@ def traffic_envelope(params: KeygenParams) -> TrafficEnvelope:
         ]
         per_batch += [(peers, ints(3 * k, p_n)), (peers, ints(k, p_n)), (peers, ints(k, bits))]
         per_candidate = [(peers, ints(params.jacobi_rounds, bits)), (peers, ints(4, p_big)), (peers, ints(1, p_big))]
+    # the echo after each opening (_Ceremony.agree): a 256-bit digest to every peer -- after N's opening
+    # and the first Jacobi round (per batch), after the remaining rounds and the gcd test (per candidate), and
+    # after the exponent's opening (a retry of it included, below)
+    echo = (peers, ints(1, 256))
+    per_batch += [echo, echo]
+    per_candidate += [echo, echo]
+    once += [echo, echo, echo]
     messages = [(c * batches, size) for c, size in per_batch]
     messages += [(c * batches * k, size) for c, size in per_candidate]
     return TrafficEnvelope.from_messages(
@@ -452,6 +475,25 @@ class _Ceremony:
         """Send ``values`` to everyone; return everyone's values by party index (mine included)."""
         return await self.exchange(step, [values] * self.n, bound_bits, signed=signed)
 
+    async def agree(self, step: str, opened: list[int]) -> None:
+        """The echo after an opening that decides what comes next (steps 2-6): every party broadcasts a digest of
+        the values it opened at ``step``; one that differs from this party's raises :class:`ViewsDiffer` at once
+        (honest parties' views are equal, so they take the same branch; otherwise each would wait until the
+        deadline for a message the others, on another branch, never send)."""
+        h = hashlib.sha256(b"smcdp/keygen/view/v1\x00" + step.encode() + b"\x00")
+        for v in opened:
+            h.update(int(v).to_bytes((int(v).bit_length() + 8) // 8, "big", signed=True) + b"\x00")
+        mine = int.from_bytes(h.digest(), "big")
+        got = await self.broadcast(step + "/agree", [mine], 256)
+        differ = [role for role, row in zip(self.roles, got) if row[0] != mine]
+        if differ:
+            names = ", ".join(self.ch.roles.get(r, r) for r in differ)
+            raise ViewsDiffer(
+                f"the key ceremony's parties opened different values at {self.tag(step)!r} ({names} saw other "
+                "values than this party): a party sent different values to different parties, or a message was "
+                "changed; the ceremony stops"
+            )
+
     async def shared(self, step: str, secrets_by_kind: list[tuple[list[int], int]], P: int) -> list[list[list[int]]]:
         """Shamir-share several vectors of secrets (each with its degree) over Z_P in one exchange.
 
@@ -541,6 +583,10 @@ class _Ceremony:
             tag = self.tag(step + "/open")
             if self.me == 1:
                 w = [a + b for a, b in zip(u, own)]
+                if any(abs(v).bit_length() > P.bit_length() for v in w):  # what party 2 accepts of it, below
+                    bad = InvalidMessage(f"{self.tag(step + '/ret')}: party 2's answer decrypts beyond its bound")
+                    bad.origin = self.ch.roles.get(self.roles[1])
+                    raise bad
                 await self.ch.send(self.roles[1], tag, bigints(w))
                 return w
             msg = await self.ch.recv(self.roles[0], tag, pb.BigInts)
@@ -627,6 +673,7 @@ async def _candidate_batch(st: _Ceremony, counts: dict[str, int]) -> tuple[int, 
     # step 2: N for every pair
     ch.progress(step=f"modulus, {tried}")
     Ns = await st.open_products("n", ps, qs, st.P_n)
+    await st.agree("n", Ns)
     counts["candidates"] += k
     # step 3: public trial division
     alive = [c for c in range(k) if Ns[c] > 0 and Ns[c].bit_length() == bits and gmpy2.gcd(Ns[c], TRIAL_PRODUCT) == 1]
@@ -637,6 +684,7 @@ async def _candidate_batch(st: _Ceremony, counts: dict[str, int]) -> tuple[int, 
     counts["tests"] += len(alive)
     first = [_jacobi_share(me, Ns[c], ps[c], qs[c], _hash_to_jacobi_one(Ns[c], c, 0)) for c in alive]
     got = await st.broadcast("jacobi/0", first, bits)
+    await st.agree("jacobi/0", [v for row in got for v in row])
     passing = [c for idx, c in enumerate(alive) if _jacobi_passes(Ns[c], [row[idx] for row in got])]
     for c in passing:
         N = Ns[c]
@@ -645,6 +693,7 @@ async def _candidate_batch(st: _Ceremony, counts: dict[str, int]) -> tuple[int, 
             _jacobi_share(me, N, ps[c], qs[c], _hash_to_jacobi_one(N, c, r)) for r in range(1, params.jacobi_rounds)
         ]
         got = await st.broadcast(f"jacobi/rest/{c}", rest, bits)
+        await st.agree(f"jacobi/rest/{c}", [v for row in got for v in row])
         if not all(_jacobi_passes(N, [row[r] for row in got]) for r in range(len(rest))):
             continue
         # step 5: gcd(N, p + q − 1) = 1
@@ -652,6 +701,7 @@ async def _candidate_batch(st: _Ceremony, counts: dict[str, int]) -> tuple[int, 
         rnd = st.rng["gcd"].getrandbits(bits + KAPPA)
         s = st.rng["gcd"].getrandbits(params.s_bits)
         (w,) = await st.open_products(f"gcd/{c}", [rnd], [psi], st.P_big, mask=N, s=[s])
+        await st.agree(f"gcd/{c}", [w])
         if math.gcd(w % N, N) == 1:
             return N, ps[c], qs[c]
     return None
@@ -673,8 +723,11 @@ async def _exponent(st: _Ceremony, N: int, p_i: int, q_i: int) -> tuple[int, int
         beta = st.rng["exponent"].getrandbits(st.params.key_bits + KAPPA)
         s_i = st.rng["exponent"].getrandbits(st.params.s_bits)
         (w,) = await st.open_products("theta", [beta], [phi_i], st.P_big, mask=N, s=[s_i])
+        await st.agree("theta", [w])
+        if w <= 0:  # β ≥ 0, φ > 0, s ≥ 0: an honest w is positive
+            raise KeygenFailed("the opened β·φ + N·s is not positive: a party deviated; the ceremony stops")
         theta = w % N
-        if w > 0 and math.gcd(theta, N) == 1:
+        if math.gcd(theta, N) == 1:
             break
         st.round += 1  # pragma: no cover - probability about 2/sqrt(N)
     d_i = (w if st.me == 1 else 0) - N * s_i
@@ -690,6 +743,8 @@ async def _share_exponent(st: _Ceremony, N: int, theta: int, d_i: int) -> KeySha
     pk = PublicKey(N)
     n2 = pk.nsquare
     v = verification_base(N)
+    if abs(d_i).bit_length() > params.d_bits:  # an honest w and N·s_i are below it (KeygenParams.d_bits)
+        raise KeygenFailed("this party's share of the exponent exceeds its bound: a party deviated; the ceremony stops")
     coeffs, my_shares = integer_shamir(d_i, n, params.threshold, params.d_bits, rng=st.rng["exponent-shares"])
     share_bits = share_bound_bits(params.d_bits, n, params.threshold, dealers=n)
     commits = [int(powmod(v, a, n2)) for a in coeffs]
@@ -701,7 +756,9 @@ async def _share_exponent(st: _Ceremony, N: int, theta: int, d_i: int) -> KeySha
         for kk, V in enumerate(got_commits[i - 1]):
             expect = expect * powmod(V, me**kk, n2) % n2
         if powmod(v, f_ij, n2) != expect:
-            raise KeygenFailed(f"party {i}'s share of the decryption exponent does not match its commitments")
+            bad = BadShare(f"party {i}'s share of the decryption exponent does not match its commitments")
+            bad.origin = st.ch.roles.get(st.roles[i - 1])
+            raise bad
     secret = sum(row[0] for row in got_shares)
     delta = math.factorial(n)
     C = [mpz(1)] * (params.threshold + 1)

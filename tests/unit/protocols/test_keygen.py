@@ -198,8 +198,52 @@ def test_a_wrong_exponent_share_is_caught_by_the_commitments():
 
         ch._transmit = _transmit
 
-    with pytest.raises(KeygenFailed, match="party 2's share"):
+    with pytest.raises(KeygenFailed, match="party 2's share") as exc:
         _run(3, 1, tamper=tamper)
+    assert exc.value.code == "INVALID_ARGUMENT" and exc.value.origin == "org2"
+
+
+def _equivocate(sender: str, to: str, tag_end: str):
+    """``sender`` sends ``to`` (only) its first message whose tag ends with ``tag_end`` with its first value + 1: the
+    others receive what it computed, so ``to``'s view of that opening differs from theirs."""
+
+    def tamper(net):
+        ch = net.channels[sender]
+        original = ch._transmit
+        done: list[str] = []
+
+        async def _transmit(to_role, tag, type_url, data):
+            if tag.endswith(tag_end) and to_role == to and not done:
+                done.append(tag)
+                msg = pb.BigInts.FromString(data)
+                values = from_bigints(msg, count=len(msg.magnitude), bound_bits=1 << 16, what=tag)
+                data = bigints([values[0] + 1, *values[1:]]).SerializeToString()
+            await original(to_role, tag, type_url, data)
+
+        ch._transmit = _transmit
+
+    return tamper
+
+
+@pytest.mark.parametrize(
+    ("n", "sender", "to", "tag_end"),
+    [
+        (3, "party3", "party1", "/jacobi/0"),  # party1 would take other candidates through the later rounds
+        (3, "party1", "party2", "/theta/open"),  # party2 would open another w, retry alone or make another θ
+        (2, "party1", "party2", "/n/open"),  # n = 2: party1 tells party2 another N than its own
+    ],
+)
+def test_parties_whose_views_of_an_opening_differ_stop_at_once(n, sender, to, tag_end):
+    """A party that sends different values to different parties (or a message changed on one link) would send the
+    parties down different branches, each then waiting for the other until the session's deadline: the echo after
+    each opening (_Ceremony.agree) stops the ceremony at once (ViewsDiffer, ABORTED) -- well inside the limit here,
+    where the network's deadline is 300 s."""
+    from smcdp.protocols.keygen import ViewsDiffer
+    from tests.support.limits import time_limit
+
+    with time_limit(60, "a ceremony with an equivocating party"), pytest.raises(ViewsDiffer) as exc:
+        _run(n, 1, tamper=_equivocate(sender, to, tag_end))
+    assert exc.value.code == "ABORTED" and tag_end.removesuffix("/open").strip("/") in str(exc.value)
 
 
 def test_a_wrong_role_set_is_refused():
