@@ -336,12 +336,20 @@ def _rebuild(V: np.ndarray, w: np.ndarray) -> np.ndarray:
     return _sym((V * w[..., None, :]) @ np.swapaxes(V, -1, -2))
 
 
+def _resolvable(w: np.ndarray, floor: float) -> np.ndarray:
+    """``floor``, raised where it is below what float64 keeps of a matrix's eigenvalues ``w`` once it is rebuilt
+    (64·d·ε times the largest in magnitude): below that the rebuilt matrix need not be positive definite."""
+    return np.maximum(floor, 64 * w.shape[-1] * np.finfo(float).eps * np.max(np.abs(w), axis=-1, keepdims=True))
+
+
 def repair_eigen(M: np.ndarray, floor: float = 1e-10) -> np.ndarray:
     """Xi, Kantarcioglu & Inan's heuristic (002, §5 step 3): symmetrise, then
     replace every non-positive eigenvalue by the smallest positive eigenvalue.
     If no eigenvalue is positive, every eigenvalue becomes ``floor`` (the
-    paper's "repeat until positive definite" would not terminate)."""
+    paper's "repeat until positive definite" would not terminate).  ``floor`` is
+    raised as in :func:`repair_nearest`."""
     w, V = np.linalg.eigh(_sym(M))
+    floor = float(np.max(_resolvable(w, floor)))
     pos = w[w > floor]
     repl = pos.min() if pos.size else floor
     w = np.where(w > floor, w, repl)
@@ -352,9 +360,11 @@ def repair_nearest(M: np.ndarray, floor: float = 1e-10) -> np.ndarray:
     """Nearest symmetric matrix with eigenvalues >= ``floor`` in Frobenius norm
     (Higham 1988: for a symmetric argument the nearest PSD matrix keeps the
     eigenvectors and clips the eigenvalues at zero; we clip at ``floor`` so the
-    result is positive definite)."""
+    result is positive definite).  A floor below what float64 keeps of the
+    eigenvalues once rebuilt (:func:`_resolvable`) is raised to it: a floor of
+    5e-39 beside eigenvalues of 1 gave a matrix Cholesky refused."""
     w, V = np.linalg.eigh(_sym(M))
-    return _rebuild(V, np.maximum(w, floor))
+    return _rebuild(V, np.maximum(w, _resolvable(w, floor)))
 
 
 def project_psd(M: np.ndarray) -> np.ndarray:

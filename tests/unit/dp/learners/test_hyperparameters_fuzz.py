@@ -78,6 +78,19 @@ def _fit_and_use(cls, params):
             assert np.all(np.isfinite(out)), f"{cls.__name__}({params}).{name} is not finite"
 
 
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [
+        # explore seed 134: the eigenvalue floor far below float64's resolution of the covariances made a matrix
+        # Cholesky refused (numpy.linalg.LinAlgError escaped from fit)
+        ("GaussianMixture", {"epsilon": 1.0, "min_eigenvalue": 5.3940046904923256e-39}),
+    ],
+)
+def test_what_explore_seeds_found_stays_fixed(name, params):
+    with time_limit(LIMIT, f"{name}({params}).fit"):
+        _fit_and_use(getattr(dp, name), params)
+
+
 def test_every_learner_has_numeric_hyperparameters():
     for name in LEARNERS:
         assert len(_numeric(getattr(dp, name))) >= 2, name
