@@ -181,7 +181,7 @@ def gaussian_composition_multiplier(epsilon: float, delta: float, count: int) ->
     # delta(epsilon) = e^a - e^b is computed as a difference: when the two terms agree to within 1e-9 the
     # result is rounding noise (epsilon = delta = 5e-233, say, "solves" to a finite sigma); refuse then
     a, b = _log_delta_terms(epsilon, math.sqrt(count) / m)
-    if not -math.expm1(b - a) >= 1e-9:
+    if b >= a or not -math.expm1(b - a) >= 1e-9:  # b >= a first: expm1 of a huge b - a overflows
         raise InvalidParameter(
             f"the exact Gaussian profile cannot resolve delta={delta!r} at epsilon={epsilon!r} in floating point"
         )
