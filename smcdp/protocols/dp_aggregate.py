@@ -693,14 +693,15 @@ async def data_party(
         # Our own noise ν_j for the sum, calibrated to our own Δ̂_j, on the public grid 2^-F.
         N = [to_fixed(x, F) for x in _own_noise(ch.role, params, delta_hat, noise_random_state)]
 
-        # --- Stage 2, step 1: our entry of Charlie's indicator, v_j.
+        # --- Stage 2, steps 1-2: our entry of Charlie's indicator, checked and forwarded; v_j.
         ch.progress(round=2, step="noise-selection")
         u_mine, v_j = await _indicator_entry(ch, zeta_pk, me, s1, roles)
-        # --- Stage 2, step 2: our contribution and the selection check's ζ(v_j·k_j).
+        # --- Stage 2, step 3: our contribution and the selection check's ζ(v_j·k_j).
         seeds = await _mask_seeds(ch, rng, me, params, pairwise=False)
         agg, t, sel = _contribution(rng, zeta_pk, v_j, N, W, key, params, seeds)
         assert sel is not None  # one party's noise: the contribution comes with ζ(v_j·k_j)
-        # --- Stage 2, step 3: multiply up the parties' tree; the selected key comes back down.
+        # --- Stage 2, steps 4-5: multiply up the parties' tree; party1 checks the indicator; the selected key
+        # comes back down.
         agg = await _add_up_the_tree(ch, zeta_pk, agg, me, params)
         sel = await _select_up_the_tree(ch, zeta_pk, *_masked_selection(zeta_pk, seeds, sel, u_mine), me, params)
 
@@ -759,7 +760,7 @@ def _own_noise(role: str, params: DPAggregateParams, delta_hat: float, random_st
 async def _indicator_entry(
     ch: Channel, zeta_pk: PublicKey, me: int, s1: PartyArgminResult, roles: list[str]
 ) -> tuple[mpz, mpz]:
-    """Stage 2, step 1: entry ``me`` of Charlie's indicator (position order) with its proof that it is 0 or
+    """Stage 2, steps 1-2: entry ``me`` of Charlie's indicator (position order) with its proof that it is 0 or
     1; it belongs to the party whose value sits at position ``me`` (π₁⁻¹(me)), ours comes from the party at
     our position π₁(me).  Returns (the entry Charlie sent us, ours: v_j)."""
     u_mine = ciphertext_from_proto(await ch.recv(CHARLIE, "s2/u", pb.CiphertextVector), zeta_pk, "s2/u from charlie")
@@ -797,7 +798,7 @@ def _contribution(
     params: DPAggregateParams,
     seeds: list[tuple[bytes, int]],
 ) -> tuple[EncryptedVector, list[int], mpz | None]:
-    """Stage 2, step 2: our contribution ζ(v_j·N_j + Y_j), Y_j = W_j − t_j + ρ_j − ρ_(j−1) mod M, where t_j is
+    """Stage 2, step 3: our contribution ζ(v_j·N_j + Y_j), Y_j = W_j − t_j + ρ_j − ρ_(j−1) mod M, where t_j is
     the share we will publish and ρ_j, ρ_(j−1) are expanded from the ring seeds we share with our neighbours
     (they cancel in the sum); and ζ(v_j·k_j) for the selection check.  Returns (ζ(…), t_j, ζ(v_j·k_j)).
     Shared noise (``v_j`` None): ζ(Y_j) with our share N_j inside Y_j = W_j + N_j − t_j + Σ_k ±ρ_{jk}, masks
@@ -860,7 +861,7 @@ def zero_sum_mask(seeds: list[tuple[bytes, int]], d: int, M: int, purpose: bytes
 async def _add_up_the_tree(
     ch: Channel, zeta_pk: PublicKey, agg: EncryptedVector, me: int, params: DPAggregateParams
 ) -> EncryptedVector:
-    """Stage 2, step 3 (the contributions): party i adds the sums of parties 2i and 2i + 1 to its own and passes
+    """Stage 2, step 4 (the contributions): party i adds the sums of parties 2i and 2i + 1 to its own and passes
     the result on to its parent.  Returns ζ(the subtree's sum) (the whole sum at party1)."""
     roles, K, d, F = params.party_roles, params.n_parties, params.dim, params.frac_bits
     packing = params.packing(zeta_pk)
@@ -883,7 +884,7 @@ async def _add_up_the_tree(
 async def _select_up_the_tree(
     ch: Channel, zeta_pk: PublicKey, sel: mpz, ind: mpz, me: int, params: DPAggregateParams
 ) -> mpz:
-    """Stage 2, step 3 (the selection): the products of ζ(v_j·k_j) and of the indicator's entries go up the tree;
+    """Stage 2, steps 4-5 (the selection): the products of ζ(v_j·k_j) and of the indicator's entries go up the tree;
     party1, at the root, checks Charlie's indicator adds up to 1; the selected key ζ(k_sel) comes back down.
     ``ind``: our entry of the indicator as Charlie sent it (their product opens to 1).  Returns ζ(k_sel)."""
     roles, K = params.party_roles, params.n_parties
