@@ -54,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     except SmcdpError as exc:
         print(f"smcdp {args.command}: error [{exc.code}]: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # the last resort: a file the command cannot read or write (its message names it)
+        print(f"smcdp {args.command}: error: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 

@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 from phe import paillier as phe_paillier
 
+from smcdp.cli.argtypes import positive_float
 from smcdp.crypto import native
 from smcdp.crypto.encoding import Packing
 from smcdp.crypto.modexp import multi_exp, table_budget_bytes
@@ -226,6 +227,6 @@ def register(subparsers) -> None:
     sub.required = True
     pp = sub.add_parser("paillier", help="encryption, packed decryption and dot products vs plain phe")
     pp.add_argument("--key-bits", type=int, default=2048)
-    pp.add_argument("--seconds", type=float, default=2.0, help="minimum time per measurement")
+    pp.add_argument("--seconds", type=positive_float, default=2.0, help="minimum time per measurement")
     pp.add_argument("--json", action="store_true", help="print JSON (contract)")
     pp.set_defaults(func=_cmd_paillier)

@@ -24,6 +24,9 @@ from smcdp.errors import InvalidMessage, PreconditionFailed, SmcdpError
 
 __all__ = ["parse_step", "register"]
 
+#: the most releases one step may count (float arithmetic of the accountants is exact below 2^53)
+MAX_COUNT = 1 << 53
+
 
 def parse_step(text: str, what: str) -> tuple[float, int]:
     """Parse ``VALUE:COUNT`` (or ``VALUE``, count 1) with VALUE > 0 and COUNT >= 1."""
@@ -42,8 +45,8 @@ def parse_step(text: str, what: str) -> tuple[float, int]:
             count = int(parts[1])
         except ValueError:
             raise argparse.ArgumentTypeError(f"{what}: count {parts[1]!r} is not an integer") from None
-        if count < 1:
-            raise argparse.ArgumentTypeError(f"{what}: count must be >= 1, got {count}")
+        if not 1 <= count <= MAX_COUNT:
+            raise argparse.ArgumentTypeError(f"{what}: count must be between 1 and 2^53, got {parts[1]!r}")
     return value, count
 
 
@@ -119,8 +122,9 @@ def _cmd_account(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ledger(args: argparse.Namespace) -> Ledger:
-    return Ledger(args.ledger)
+def _ledger(args: argparse.Namespace, *, create: bool = False) -> Ledger:
+    """The ledger a budget command names; only ``budget set`` makes a new one."""
+    return Ledger(args.ledger, create=create)
 
 
 def _budget_command(prog: str):
@@ -150,7 +154,7 @@ def _budget_command(prog: str):
 
 @_budget_command("smcdp budget set")
 def _cmd_set(args: argparse.Namespace) -> int:
-    st = _ledger(args).set_budget(args.dataset, args.epsilon, args.delta, rule=args.rule)
+    st = _ledger(args, create=True).set_budget(args.dataset, args.epsilon, args.delta, rule=args.rule)
     print(
         f"budget for {st.dataset!r}: epsilon={fmt_amount(st.epsilon)}, delta={fmt_amount(st.delta)}, rule={st.rule} "
         f"(remaining epsilon={fmt_amount(st.remaining_epsilon)}, delta={fmt_amount(st.remaining_delta)})"
@@ -184,7 +188,7 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 @_budget_command("smcdp budget show")
 def _cmd_show(args: argparse.Namespace) -> int:
     ledger = _ledger(args)
-    names = [args.dataset] if args.dataset else ledger.datasets()
+    names = [args.dataset] if args.dataset is not None else ledger.datasets()
     statuses = [ledger.status(n) for n in names]
     headers = [
         "dataset",

@@ -21,6 +21,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from smcdp.cli.argtypes import nonempty, positive_int
 from smcdp.client import PartyClient
 from smcdp.errors import InvalidMessage, SmcdpError
 from smcdp.net.tls import TlsMaterial
@@ -156,7 +157,7 @@ def register_session_commands(sp) -> None:
 def _data_dir(args) -> Path:
     if (args.data_dir is None) == (args.config is None):
         raise InvalidMessage("give --data-dir DIR or --config FILE")
-    return Path(args.data_dir) if args.data_dir else load_config(args.config).data_dir
+    return Path(args.data_dir) if args.data_dir is not None else load_config(args.config).data_dir
 
 
 def _cmd_verify(args) -> int:
@@ -273,7 +274,7 @@ def _cmd_audit_show(args) -> int:
         return _fail(exc)
     if args.session:
         entries = [e for e in entries if e[1] is not None and e[1].get("session") == args.session]
-    if args.tail:
+    if args.tail is not None:
         entries = entries[-args.tail :]
     for n, entry, raw in entries:
         if entry is None:
@@ -305,12 +306,12 @@ def register(subparsers) -> None:
     ):
         s = sub.add_parser(name, help=text)
         g = s.add_mutually_exclusive_group()
-        g.add_argument("--data-dir", help="the party's data directory (holds audit.jsonl)")
+        g.add_argument("--data-dir", type=nonempty, help="the party's data directory (holds audit.jsonl)")
         g.add_argument("--config", help="the party's TOML configuration (its party.data_dir)")
         s.add_argument("--json", action="store_true")
         if name == "show":
             s.add_argument("--session", help="only this session's events")
-            s.add_argument("--tail", type=int, help="only the last N events")
+            s.add_argument("--tail", type=positive_int, help="only the last N events")
         else:
             s.add_argument(
                 "--witnesses",

@@ -12,6 +12,8 @@ import json
 import sys
 from pathlib import Path
 
+from smcdp._files import json_loads
+from smcdp.cli.argtypes import certificate_days, nonempty, positive_float, session_seed
 from smcdp.cli.governance import register_session_commands
 from smcdp.client import PartyClient, SessionHandle, SessionState, SessionStatus
 from smcdp.errors import InvalidMessage, SmcdpError, Unavailable
@@ -62,7 +64,14 @@ def _cmd_party(args: argparse.Namespace, expect_name: str | None = None) -> int:
 def _party_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--config", required=True, help="the party's TOML configuration")
     ap.add_argument("--ready-file", help="write {party, port, pid} JSON here once serving")
-    ap.add_argument("--log-level", default=None, help="overrides [logging] level")
+    ap.add_argument(
+        "--log-level",
+        default=None,
+        type=str.upper,
+        choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"),
+        metavar="LEVEL",
+        help="overrides [logging] level: DEBUG, INFO, WARNING, ERROR or CRITICAL",
+    )
 
 
 def run_party(argv: list[str] | None = None, expect_name: str | None = None) -> int:
@@ -99,7 +108,7 @@ def _cmd_session_start(args: argparse.Namespace) -> int:
             raise InvalidMessage("give --params or --params-file, not both")
         text = Path(args.params_file).read_text() if args.params_file else (args.params or "{}")
         try:
-            params = json.loads(text)
+            params = json_loads(text)
         except ValueError as exc:
             raise InvalidMessage(f"--params is not valid JSON: {exc}") from None
         if not isinstance(params, dict):
@@ -213,27 +222,17 @@ def _cmd_health(args: argparse.Namespace) -> int:
     return 0 if status == "SERVING" else 1
 
 
-def positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError("must be positive")
-    return v
-
-
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "certs",
         help="create a CA and one key/certificate per party",
         description="Create ca.crt/ca.key and <party>.crt/<party>.key (ECDSA P-256; keys mode 0600) in --out.",
     )
-    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--out", required=True, type=nonempty, help="output directory")
     p.add_argument("--parties", required=True, help="comma-separated party names, e.g. alice,bob,trent")
     p.add_argument("--hosts", help="extra subjectAltNames, e.g. alice=10.0.0.1,bob=bob.example.org")
     p.add_argument("--localhost", action="store_true", help="add localhost, 127.0.0.1 and ::1 to every certificate")
-    p.add_argument("--days", type=int, default=825, help="party certificate validity (default 825)")
+    p.add_argument("--days", type=certificate_days, default=825, help="party certificate validity (default 825)")
     p.add_argument(
         "--reuse-ca",
         action="store_true",
@@ -253,12 +252,12 @@ def register(subparsers) -> None:
     s.add_argument("--protocol", required=True)
     s.add_argument("--role", action="append", metavar="ROLE=PARTY", help="repeat for every role")
     s.add_argument("--params", help="protocol parameters as a JSON object")
-    s.add_argument("--params-file", help="protocol parameters from a JSON file")
+    s.add_argument("--params-file", type=nonempty, help="protocol parameters from a JSON file")
     s.add_argument("--session-id")
     s.add_argument("--timeout", type=positive_float, help="session deadline in seconds")
     s.add_argument(
         "--seed",
-        type=int,
+        type=session_seed,
         help="explicit seed (experiments only; every participant must have [policy] allow_seeded = true)",
     )
     s.add_argument("--out", help="write the record JSON here instead of stdout")
@@ -287,6 +286,6 @@ def register(subparsers) -> None:
 
     p = subparsers.add_parser("health", help="grpc.health.v1 status of this party or a peer")
     p.add_argument("--config", required=True)
-    p.add_argument("--peer", help="a party named in [peers] (default: this party)")
+    p.add_argument("--peer", type=nonempty, help="a party named in [peers] (default: this party)")
     p.add_argument("--wait", type=positive_float, metavar="SECONDS", help="wait up to SECONDS for SERVING")
     p.set_defaults(func=_cmd_health)

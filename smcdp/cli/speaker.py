@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from smcdp._optional import require
+from smcdp.cli.argtypes import nonempty, positive_float, positive_int, seed_int
 from smcdp.errors import InvalidMessage
 from smcdp.speech.speaker import (
     DEFAULT_RELEVANCE,
@@ -22,6 +23,7 @@ from smcdp.speech.speaker import (
     DiagGMM,
     SpeakerModels,
     check_name,
+    load_npy,
     map_adapt_means,
 )
 
@@ -144,6 +146,17 @@ def enroll(
     return SpeakerModels(ubm.gmm, names, np.stack(means), threshold=threshold, relevance=relevance, cmn=ubm.cmn)
 
 
+def _feature_scale(path: str) -> np.ndarray:
+    """``--feature-scale``: a .npy vector of positive, finite per-feature scales."""
+    scale = load_npy(path, "--feature-scale")
+    if not isinstance(scale, np.ndarray) or scale.ndim != 1 or scale.dtype.kind not in "iuf":
+        raise InvalidMessage(f"--feature-scale {path}: must hold one number per feature")
+    scale = scale.astype(np.float64)
+    if not (np.all(np.isfinite(scale)) and np.all(scale > 0)):
+        raise InvalidMessage(f"--feature-scale {path}: every scale must be positive and finite")
+    return scale
+
+
 def _cmd_ubm(args: argparse.Namespace) -> int:
     require("speech-training", "smcdp speech ubm")
     if not args.out.endswith(".npz"):
@@ -151,13 +164,13 @@ def _cmd_ubm(args: argparse.Namespace) -> int:
     if args.delta is not None and args.epsilon is None:
         raise InvalidMessage("--delta needs --epsilon")
     accountant = None
-    if args.ledger:
+    if args.ledger is not None:
         if args.epsilon is None or not args.dataset:
             raise InvalidMessage("--ledger needs --epsilon and --dataset")
         # deferred: the ledger (sqlite) opens only when a budget is charged
-        from smcdp.dp.ledger import LedgerBudget
+        from smcdp.dp.ledger import Ledger, LedgerBudget
 
-        accountant = LedgerBudget(args.ledger, args.dataset)
+        accountant = LedgerBudget(Ledger(args.ledger, create=False), args.dataset)  # an existing budget is charged
     X = np.concatenate(folder_frames(args.dirs, args.cmn))
     gmm, info = train_ubm(
         X,
@@ -169,7 +182,7 @@ def _cmd_ubm(args: argparse.Namespace) -> int:
         min_covar=args.min_covar,
         seed=args.seed,
         accountant=accountant,
-        feature_scale=None if not args.feature_scale else np.load(args.feature_scale, allow_pickle=False),
+        feature_scale=None if args.feature_scale is None else _feature_scale(args.feature_scale),
     )
     UBM(gmm, args.cmn, info.get("epsilon"), info.get("delta")).save(args.out)
     how = (
@@ -213,7 +226,7 @@ def register(sub) -> None:
     u.add_argument("dirs", nargs="+", metavar="DIR", help="folders of WAV recordings (many speakers)")
     u.add_argument("--out", required=True, metavar="ubm.npz")
     u.add_argument("--mixtures", type=int, default=64, help="mixture components (default 64)")
-    u.add_argument("--epsilon", type=float, help="train with DP-EM at this epsilon (default: plain EM)")
+    u.add_argument("--epsilon", type=positive_float, help="train with DP-EM at this epsilon (default: plain EM)")
     u.add_argument("--delta", type=float, help="DP-EM's delta (default 1e-5)")
     u.add_argument(
         "--data-norm",
@@ -223,11 +236,12 @@ def register(sub) -> None:
     )
     u.add_argument(
         "--feature-scale",
+        type=nonempty,
         metavar="S.npy",
         help="a public per-feature scale (d values, not computed from these recordings): train on x / S, "
         "--data-norm in those units (DP-EM's noise then follows each feature's scale)",
     )
-    u.add_argument("--ledger", help="DP-EM: charge the fit to this budget ledger (smcdp budget)")
+    u.add_argument("--ledger", type=nonempty, help="DP-EM: charge the fit to this budget ledger (smcdp budget)")
     u.add_argument("--dataset", help="DP-EM with --ledger: the dataset charged")
     u.add_argument(
         "--cmn",
@@ -235,9 +249,9 @@ def register(sub) -> None:
         default="utterance",
         help="cepstral mean normalisation (default utterance)",
     )
-    u.add_argument("--iter", type=int, default=20, help="EM iterations (default 20)")
-    u.add_argument("--min-covar", type=float, default=1e-3, help="variance floor (default 1e-3)")
-    u.add_argument("--seed", type=int, default=0, help="seed of the initialisation (and of DP noise: experiments)")
+    u.add_argument("--iter", type=positive_int, default=20, help="EM iterations (default 20)")
+    u.add_argument("--min-covar", type=positive_float, default=1e-3, help="variance floor (default 1e-3)")
+    u.add_argument("--seed", type=seed_int, default=0, help="seed of the initialisation (and of DP noise: experiments)")
     u.set_defaults(func=_cmd_ubm)
     e = sub.add_parser(
         "enroll",

@@ -9,6 +9,7 @@ import sys
 from smcdp._files import atomic_write
 from smcdp._optional import require
 from smcdp.cli import speaker as speaker_cmds
+from smcdp.cli.argtypes import nonempty, nonnegative_int, positive_float, seed_int
 from smcdp.errors import InvalidMessage
 
 
@@ -41,7 +42,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         f"wrote {args.out} ({models.n_words} models, {models.kind}, trained with --cmn {args.cmn}, which the "
         f"file records); recognise with smcdp demo keyword --wav U.wav --models {args.out}"
     )
-    if args.report:
+    if args.report is not None:
         atomic_write(args.report, (json.dumps(report.as_dict(), indent=2) + "\n").encode("utf-8"))
     sys.stdout.flush()
     return 0
@@ -82,8 +83,8 @@ def register(subparsers) -> None:
         help="cepstral mean normalisation (default utterance, as the bundled models; 'causal' "
         "gives models that a streaming front end can use; recognise with the same --cmn)",
     )
-    t.add_argument("--iter", type=int, default=20, help="Baum-Welch iterations (default 20)")
-    t.add_argument("--min-covar", type=float, default=1e-3, help="variance floor (default 1e-3)")
+    t.add_argument("--iter", type=nonnegative_int, default=20, help="Baum-Welch iterations (default 20)")
+    t.add_argument("--min-covar", type=positive_float, default=1e-3, help="variance floor (default 1e-3)")
     t.add_argument("--heldout", type=float, default=0.25, help="share of each folder held out (default 0.25)")
     t.add_argument(
         "--min-files-heldout",
@@ -91,8 +92,8 @@ def register(subparsers) -> None:
         default=5,
         help="files every folder needs before a held-out accuracy is computed (default 5)",
     )
-    t.add_argument("--seed", type=int, default=0, help="seed of the held-out split and hmmlearn (default 0)")
+    t.add_argument("--seed", type=seed_int, default=0, help="seed of the held-out split and hmmlearn (default 0)")
     t.add_argument("--out", required=True, metavar="models.npz", help="the models file to write")
-    t.add_argument("--report", metavar="report.json", help="also write the report as JSON")
+    t.add_argument("--report", type=nonempty, metavar="report.json", help="also write the report as JSON")
     t.set_defaults(func=_cmd_train)
     speaker_cmds.register(sub)

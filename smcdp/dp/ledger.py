@@ -169,12 +169,22 @@ def _row_to_charge(path: Path, r: tuple[Any, ...]) -> Charge:
 class Ledger:
     """SQLite privacy-budget ledger over many datasets (see the module docstring)."""
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, *, timeout: float = 60.0):
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, timeout: float = 60.0, create: bool = True):
+        """``create=False``: a ledger that does not exist is refused (``PreconditionFailed`` naming the path) instead of
+        made -- for reading or settling a budget, where a new empty ledger would only hide a mistyped path."""
         self.path = Path(path) if path is not None else default_ledger_path()
-        if self.path.exists() and self.path.is_dir():
-            raise InvalidParameter(f"ledger path {self.path} is a directory")
-        if not self.path.parent.exists():
-            self.path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
+        if not str(path if path is not None else self.path):
+            raise InvalidParameter("the ledger path is empty")
+        try:
+            exists = self.path.exists()
+            if exists and self.path.is_dir():
+                raise InvalidParameter(f"ledger path {self.path} is a directory")
+            if not exists and not create:
+                raise PreconditionFailed(f"ledger {self.path} does not exist (smcdp budget set makes one)")
+            if not self.path.parent.exists():
+                self.path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
+        except OSError as exc:  # a name too long, a parent that is a file, no permission
+            raise InvalidParameter(f"ledger path {self.path}: {exc.strerror or exc}") from None
         self.timeout = float(timeout)
         self._init_schema()
 
@@ -486,7 +496,7 @@ class Ledger:
         row = con.execute("SELECT epsilon, delta, rule FROM budgets WHERE dataset = ?", (dataset,)).fetchone()
         if row is None:
             raise PreconditionFailed(
-                f"no privacy budget is set for dataset {dataset!r}; set one first (smcdp budget set)"
+                f"no privacy budget is set for dataset {dataset!r} in ledger {self.path}; set one first (smcdp budget set)"
             )
         where = f"the budget of {dataset!r}"
         eps = _stored_amount(self.path, where, "epsilon", row[0])

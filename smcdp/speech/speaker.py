@@ -26,6 +26,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -147,18 +148,33 @@ def llr_score(ubm: DiagGMM, speaker_means: np.ndarray, X: np.ndarray) -> float:
 
 
 # ------------------------------------------------------------------------------ files
-def _load_npz(path: str | os.PathLike, what: str) -> dict[str, np.ndarray]:
-    p = os.fspath(path)
+def _np_load(p: str, what: str) -> Any:
+    """``np.load`` without pickles, its declared sizes checked first; the file's errors are InvalidMessage naming it."""
     try:
         check_array_sizes(p)
         with NUMPY_HEADERS:
-            obj = np.load(p, allow_pickle=False)
+            return np.load(p, allow_pickle=False)
     except FileNotFoundError:
         raise InvalidMessage(f"{what} file not found: {p}") from None
     except ARRAY_ERRORS as exc:
         if local_failure(exc):
             raise
         raise InvalidMessage(f"cannot read {what} file {p}: {exc}") from None
+
+
+def load_npy(path: str | os.PathLike, what: str) -> np.ndarray:
+    """One array from a ``.npy`` file (an ``.npz`` archive is refused), read as :func:`_np_load` reads."""
+    p = os.fspath(path)
+    obj = _np_load(p, what)
+    if not isinstance(obj, np.ndarray):
+        obj.close()
+        raise InvalidMessage(f"{what} file {p}: expected a .npy array, got an .npz archive")
+    return obj
+
+
+def _load_npz(path: str | os.PathLike, what: str) -> dict[str, np.ndarray]:
+    p = os.fspath(path)
+    obj = _np_load(p, what)
     if not isinstance(obj, np.lib.npyio.NpzFile):
         raise InvalidMessage(f"{p}: expected an .npz archive, got a single array")
     with obj:

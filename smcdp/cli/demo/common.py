@@ -14,11 +14,12 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from smcdp._files import atomic_write
+from smcdp.cli.argtypes import positive_float
 from smcdp.cli.keys import ceremony_request, generate
 from smcdp.client import PartyClient
 from smcdp.crypto.paillier import KEY_KINDS
@@ -264,6 +265,15 @@ class Faults:
     actions: list[ChaosAction] = field(default_factory=list)
     peer_grace: float | None = None
 
+    def check(self, parties: Iterable[str]) -> None:
+        """Refuse a ``--chaos`` action naming a party the demo does not run -- before any party process starts."""
+        names = sorted(parties)
+        for a in self.actions:
+            if a.party not in names:
+                raise InvalidMessage(
+                    f"--chaos names {a.party!r}, which is not a party of this demo ({', '.join(names)})"
+                )
+
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Faults:
         return cls(
@@ -281,7 +291,10 @@ def add_fault_arguments(p: argparse.ArgumentParser) -> None:
         "status reports round=R or after=SECONDS; the JSON gains restarts",
     )
     p.add_argument(
-        "--peer-grace", type=float, metavar="SECONDS", help="every party's [timeouts] peer_grace_seconds (default 30)"
+        "--peer-grace",
+        type=positive_float,
+        metavar="SECONDS",
+        help="every party's [timeouts] peer_grace_seconds (default 30)",
     )
 
 

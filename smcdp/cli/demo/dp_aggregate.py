@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 
+from smcdp.cli.argtypes import nonempty
 from smcdp.cli.demo.common import (
     DEMO_KEY_GROUP,
     Faults,
@@ -85,8 +87,8 @@ def demo_dp_aggregate(
         raise InvalidMessage("--sessions must be an integer in 1..100")
     if faults is not None and faults.actions and sessions != 1:
         raise InvalidMessage("--chaos acts on one session: it cannot be combined with --sessions")
-    if budget is not None and not budget > 0:
-        raise InvalidMessage("--budget must be a positive epsilon")
+    if budget is not None and not 0 < budget < math.inf:
+        raise InvalidMessage(f"--budget must be a positive finite epsilon, got {budget!r}")
     if threshold is not None:
         if calibration != "gaussian":
             raise InvalidMessage(
@@ -162,6 +164,8 @@ def demo_dp_aggregate(
     )
     results: list[dict | None] = [None] * sessions
     fault_info: dict = {}
+    if faults is not None:
+        faults.check(parties)
     with LocalCluster(
         parties,
         allow_insecure_keys=insecure,
@@ -349,7 +353,9 @@ def register(sub) -> None:
         "--threshold T)",
     )
     p.add_argument("--min-records", type=int, default=1, help="public lower bound on every party's n_j (default 1)")
-    p.add_argument("--test", metavar="T.npz", help="Dave classifies this test set and reports test_error")
+    p.add_argument(
+        "--test", type=nonempty, metavar="T.npz", help="Dave classifies this test set and reports test_error"
+    )
     p.add_argument(
         "--keep-dir",
         help="keep certificates, configs, logs and outputs in this directory; party P's "

@@ -92,6 +92,8 @@ def demo_keyword(
     )
     # --debug-reveal: Bob hands out every score only on a test deployment (allow_insecure_keys)
     options, _ = governed("keyword", roles, p, initiator=ALICE, seed=seed)
+    if faults is not None:
+        faults.check(parties)
     with LocalCluster(
         parties,
         allow_insecure_keys=insecure or bool(debug_reveal),

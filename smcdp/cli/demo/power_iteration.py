@@ -131,6 +131,8 @@ def demo_power_iteration(
             f"differentially private mode ({mode}): epsilon={summary.epsilon:g}, "
             f"delta={summary.delta:g} per data party, charged to its [budget]"
         )
+    if faults is not None:
+        faults.check(parties)
     with LocalCluster(
         parties,
         allow_insecure_keys=insecure,

@@ -43,6 +43,7 @@ from smcdp.speech.speaker import UBM, SpeakerModels
 def _prepare(ubm_path: str, enrolls: list[str], wav: str, threshold: float, workdir: Path):
     ubm = UBM.load(ubm_path)
     models = enroll(ubm, [parse_enroll_spec(s) for s in enrolls], threshold=threshold)
+    workdir.mkdir(parents=True, exist_ok=True, mode=0o700)  # a --keep-dir that does not exist yet
     path = workdir / "speakers.npz"
     models.save(path)
     X = load_utterance(wav, ubm.cmn)
@@ -60,6 +61,8 @@ def _run(protocol: str, p: dict, models_path: Path, wav: str, key_bits: int, see
     parties = {ALICE: {protocol: {"utterance": wav}}, BOB: {protocol: {"models": str(models_path)}}}
     roles = {ALICE: ALICE, BOB: BOB}
     options, _ = governed(protocol, roles, p, initiator=ALICE, seed=seed)
+    if faults is not None:
+        faults.check(parties)
     with LocalCluster(
         parties,
         allow_insecure_keys=insecure,

@@ -38,6 +38,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from smcdp.cli.argtypes import certificate_days, nonempty, positive_float
 from smcdp.cli.deploy.bundle import (
     add_parties,
     init_deployment,
@@ -63,7 +64,6 @@ from smcdp.cli.deploy.hosts import (
     parse_hosts,
     parse_input_specs,
 )
-from smcdp.cli.party import positive_float
 from smcdp.errors import SmcdpError
 
 __all__ = [
@@ -219,7 +219,7 @@ def register(subparsers) -> None:
         help="every party with the address the OTHER parties reach it at, e.g. "
         "alice=10.0.0.1:50051,bob=bob.example.org:50051,trent=10.0.0.3:50051",
     )
-    i.add_argument("--out", required=True, metavar="DIR", help="new or empty output directory")
+    i.add_argument("--out", required=True, type=nonempty, metavar="DIR", help="new or empty output directory")
     i.add_argument(
         "--inputs",
         action="append",
@@ -235,7 +235,7 @@ def register(subparsers) -> None:
         choices=RESTART_POLICIES,
         help="docker-compose restart policy (default unless-stopped)",
     )
-    i.add_argument("--days", type=int, help="party certificate validity in days (default 825)")
+    i.add_argument("--days", type=certificate_days, help="party certificate validity in days (default 825)")
     i.add_argument("--connect-seconds", type=positive_float, help="[timeouts] connect_seconds")
     i.add_argument("--session-seconds", type=positive_float, help="[timeouts] session_seconds (default deadline)")
     i.add_argument("--rpc-seconds", type=positive_float, help="[timeouts] rpc_seconds")
@@ -316,7 +316,7 @@ def register(subparsers) -> None:
     r.add_argument(
         "--new-ca", action="store_true", help="replace the CA too (every party must be updated and restarted together)"
     )
-    r.add_argument("--days", type=int, help="validity of the new certificates in days")
+    r.add_argument("--days", type=certificate_days, help="validity of the new certificates in days")
     r.set_defaults(func=_cmd_rotate)
 
     c = sub.add_parser("check", help="validate a bundle on its host before starting the party")

@@ -40,6 +40,7 @@ from smcdp.net.tls import (
     issue_party_certificate,
     load_certificate,
     load_private_key,
+    validate_host,
     write_certificate,
     write_private_key,
 )
@@ -153,6 +154,10 @@ def init_deployment(
     else:
         specs = parse_hosts(hosts)  # type: ignore[arg-type]
     names = [s.name for s in specs]
+    try:
+        validate_host(listen_host)  # an IP address or a DNS name (the address regex alone let 100k characters by)
+    except SmcdpError as exc:
+        raise DeployError(f"--listen-host: {exc}") from None
     parse_address(f"{listen_host}:1" if ":" not in listen_host else f"[{listen_host}]:1", "--listen-host")
     if not IMAGE_RE.match(image):
         raise DeployError(f"--image {image!r} is not an image reference")
