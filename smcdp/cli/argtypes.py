@@ -36,10 +36,13 @@ def nonnegative_int(text: str) -> int:
 
 
 def _int_within(lo: int, hi: int, what: str) -> Callable[[str], int]:
-    """An argparse type: an integer in [lo, hi] (lo >= 0)."""
+    """An argparse type: an integer in [lo, hi]."""
 
     def parse(text: str) -> int:
-        v = nonnegative_int(text)
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
         if not lo <= v <= hi:
             raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
         return v
@@ -50,7 +53,7 @@ def _int_within(lo: int, hi: int, what: str) -> Callable[[str], int]:
 #: a seed for numpy/hmmlearn/scikit-learn generators
 seed_int = _int_within(0, (1 << 32) - 1, "an integer in [0, 2^32)")
 #: an experiment's session seed (the wire's int64)
-session_seed = _int_within(0, (1 << 63) - 1, "an integer in [0, 2^63)")
+session_seed = _int_within(-(1 << 63), (1 << 63) - 1, "an integer in [-2^63, 2^63)")
 #: a certificate's validity (beyond 100 years the date leaves datetime's range soon)
 certificate_days = _int_within(1, 36_500, "between 1 and 36500 days")
 positive_int = _int_within(1, 1 << 62, "an integer >= 1")

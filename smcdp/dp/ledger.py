@@ -64,7 +64,7 @@ from smcdp.dp.validation import (
     check_note,
     decimal_amount,
 )
-from smcdp.errors import PreconditionFailed
+from smcdp.errors import DataLoss, NoSpace, PreconditionFailed, Unavailable
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -125,15 +125,24 @@ def default_ledger_path() -> Path:
     return Path(base) / "smcdp" / "ledger.sqlite"
 
 
-class LedgerDamaged(PreconditionFailed):
+class LedgerDamaged(DataLoss):
     """A ledger file whose rows or tables are not what smcdp wrote: an amount that is not a finite non-negative
-    number, an unknown state or rule, a table missing, bytes that are not text.  Nothing is read from it (a damaged
-    amount could hand budget back); the file is left as it is for its owner to restore from a backup."""
+    number, an unknown state or rule, a table missing, bytes that are not text, SQLite's own corruption errors.
+    Nothing is read from it (a damaged amount could hand budget back); the file is left as it is for its owner to
+    restore from a backup.  DATA_LOSS, not FAILED_PRECONDITION: no caller may take it for a refused transition.
+    A busy or full ledger is not damaged (:meth:`Ledger._readable`)."""
+
+
+#: SQLite's errors that say the file is not a sound database (the others -- busy, full, read-only -- say nothing of it)
+_CORRUPT = frozenset({"SQLITE_CORRUPT", "SQLITE_NOTADB"})
 
 
 def _stored_amount(path: Path, where: str, name: str, value: Any, *, upper_one: bool = False) -> Decimal:
+    """A stored amount, checked (finite, >= 0, < 1 for a delta) and returned exactly as stored: a rho of 50 digits
+    (eps²/2 under zcdp) must read back equal, or a repeated reservation would no longer match its entry."""
     try:
-        return decimal_amount(name, value, allow_zero=True, upper_one=upper_one)
+        decimal_amount(name, value, allow_zero=True, upper_one=upper_one)
+        return value if isinstance(value, Decimal) else Decimal(value if isinstance(value, str) else repr(value))
     except InvalidParameter as exc:
         raise LedgerDamaged(f"ledger {path} is damaged: {where}: {exc}") from None
 
@@ -215,11 +224,20 @@ class Ledger:
 
     @contextmanager
     def _readable(self) -> Iterator[None]:
-        """SQLite's errors on a ledger that opened (a table dropped, a row's bytes not text) as the ledger's."""
+        """SQLite's errors on a ledger that opened: a damaged file (corrupt pages, a table or column dropped, a row's
+        bytes not text) is :class:`LedgerDamaged`; a lock held past the timeout is UNAVAILABLE and a full disk
+        :class:`~smcdp.errors.NoSpace` (both transient: nothing to restore); anything else is raised as it is."""
         try:
             yield
         except sqlite3.DatabaseError as exc:
-            raise LedgerDamaged(f"ledger {self.path} is damaged: {exc}") from None
+            name, text = getattr(exc, "sqlite_errorname", None), str(exc)
+            if name in _CORRUPT or text.startswith(("no such table", "no such column", "Could not decode")):
+                raise LedgerDamaged(f"ledger {self.path} is damaged: {exc}") from None
+            if name in ("SQLITE_BUSY", "SQLITE_LOCKED"):
+                raise Unavailable(f"ledger {self.path} is busy (another process holds its lock): {exc}") from None
+            if name == "SQLITE_FULL":
+                raise NoSpace(f"ledger {self.path}: {exc}") from None
+            raise
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:

@@ -453,8 +453,40 @@ def test_a_damaged_row_stops_the_ledger_and_hands_no_budget_back(tmp_path, state
     ):
         with pytest.raises(LedgerDamaged, match=re.escape(words)) as exc:
             call()
-        assert str(p) in str(exc.value) and exc.value.code == "FAILED_PRECONDITION"
+        assert str(p) in str(exc.value) and exc.value.code == "DATA_LOSS"
+        assert not isinstance(exc.value, PreconditionFailed)  # no caller may take it for a refused transition
     assert p.read_bytes() == before
+
+
+def test_a_busy_ledger_is_unavailable_not_damaged(tmp_path):
+    """A lock held past the timeout says nothing of the file: UNAVAILABLE (transient), never LedgerDamaged (whose
+    remedy, restoring a backup, would lose the charges since)."""
+    from smcdp.dp.ledger import LedgerDamaged
+    from smcdp.errors import Unavailable
+
+    p = tmp_path / "l.sqlite"
+    led = Ledger(p, timeout=0.2)
+    led.set_budget("census", 1.0, 1e-5)
+    led.reserve("census", "k", 0.25)
+    with closing(sqlite3.connect(p, isolation_level=None)) as holder:
+        holder.execute("BEGIN IMMEDIATE")
+        for call in (lambda: led.charge("census", 0.1), lambda: led.release("census", "k")):
+            with pytest.raises(Unavailable, match="busy") as exc:
+                call()
+            assert not isinstance(exc.value, (LedgerDamaged, PreconditionFailed))
+        holder.execute("ROLLBACK")
+    assert led.release("census", "k").state == "released"
+
+
+def test_a_repeated_zcdp_reservation_of_a_computed_epsilon_is_the_same_entry(tmp_path):
+    """Under zcdp rho = eps²/2 is stored with all its digits; read back rounded (to 28), a repeated reservation of the
+    same float amount (0.1 + 0.2, 1/3) no longer matched its entry and was refused."""
+    led = Ledger(tmp_path / "l.sqlite")
+    led.set_budget("d", 5, 1e-6, rule="zcdp")
+    for eps in (0.1 + 0.2, 1 / 3):
+        first = led.reserve("d", f"k{eps}", eps)
+        assert led.reserve("d", f"k{eps}", eps) == first
+        assert Ledger(led.path).reservation("d", f"k{eps}").rho == first.rho
 
 
 def test_amounts_read_back_are_what_was_written(tmp_path):
