@@ -130,7 +130,7 @@ class LedgerDamaged(DataLoss):
     number, an unknown state or rule, a table missing, bytes that are not text, SQLite's own corruption errors.
     Nothing is read from it (a damaged amount could hand budget back); the file is left as it is for its owner to
     restore from a backup.  DATA_LOSS, not FAILED_PRECONDITION: no caller may take it for a refused transition.
-    A busy or full ledger is not damaged (:meth:`Ledger._readable`)."""
+    A busy or full ledger is not damaged (``Ledger._readable``)."""
 
 
 #: SQLite's errors that say the file is not a sound database (the others -- busy, full, read-only -- say nothing of it)

@@ -163,7 +163,7 @@ def _np_load(p: str, what: str) -> Any:
 
 
 def load_npy(path: str | os.PathLike, what: str) -> np.ndarray:
-    """One array from a ``.npy`` file (an ``.npz`` archive is refused), read as :func:`_np_load` reads."""
+    """One array from a ``.npy`` file (an ``.npz`` archive is refused), its declared sizes checked first."""
     p = os.fspath(path)
     obj = _np_load(p, what)
     if not isinstance(obj, np.ndarray):
