@@ -62,6 +62,7 @@ import pytest
 from smcdp.compute.kernels import apply_block
 from smcdp.compute.sources import open_matrix
 from smcdp.errors import SmcdpError
+from tests.support.known_bugs import params_with_known_bugs
 from tests.support.limits import time_limit
 
 CASE_SECONDS = 10
@@ -1741,11 +1742,7 @@ KNOWN_BUGS: dict[str, str] = {}
 
 
 def _params():
-    out = []
-    for c in CASES:
-        marks = [pytest.mark.xfail(strict=True, reason=KNOWN_BUGS[c.id])] if c.id in KNOWN_BUGS else []
-        out.append(pytest.param(c, id=c.id, marks=marks))
-    return out
+    return params_with_known_bugs(CASES, KNOWN_BUGS)
 
 
 @pytest.mark.parametrize("case", _params())

@@ -16,10 +16,12 @@ import logging
 import os
 import ssl
 import stat
+from http import HTTPStatus
 from pathlib import Path
 from typing import cast
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 from cryptography.hazmat.primitives import hashes
 
 from smcdp.net.config import ConfigError, parse_address
@@ -114,7 +116,8 @@ class Gate:
             return not self.own_only or cns == [self.party_name]
         auth = request.headers.get("Authorization", "")
         if self.token is not None and auth.startswith("Bearer "):
-            return hmac.compare_digest(auth[7:].strip().encode(), self.token)
+            # aiohttp keeps header bytes that are not UTF-8 as surrogates: encode them back, never fail (a 500)
+            return hmac.compare_digest(auth[7:].strip().encode("utf-8", "surrogateescape"), self.token)
         return False
 
 
@@ -150,6 +153,7 @@ class Console:
         self.obs.prober = PeerProber(self.party.config, self.party.tls, cfg.probe_seconds)
         self.obs.prober.start()
         app = web.Application(middlewares=[_headers, self._authenticated], client_max_size=4096)
+        app.on_response_prepare.append(_with_headers)  # the router's own 404 and any 500 too
         app.add_routes(
             [
                 web.get("/", self.sessions_page),
@@ -164,7 +168,7 @@ class Console:
                 web.get("/favicon.ico", self.no_icon),
             ]
         )
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        self._runner = _Runner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port, ssl_context=sslctx, reuse_address=True)
         try:
@@ -244,6 +248,43 @@ class Console:
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.Response(text="ok\n", content_type="text/plain")
+
+
+async def _with_headers(request: web.Request, response: web.StreamResponse) -> None:
+    response.headers.update(HEADERS)
+
+
+class _Handler(RequestHandler):
+    """aiohttp's connection handler, but a request its parser refuses (a bad method, framing, a NUL in a header)
+    gets a bare status line with the console's headers: aiohttp's own page quotes the request's bytes back -- an
+    Authorization header's token included -- and has none of the headers."""
+
+    def handle_error(self, request, status=500, exc=None, message=None) -> web.StreamResponse:
+        log.debug("console: refused a request (%s): %s", status, exc)
+        if request.writer.output_size > 0:  # as aiohttp: part of a response went out, the connection is broken
+            raise ConnectionError("a response was being sent when the request failed")
+        try:
+            phrase = HTTPStatus(status).phrase
+        except ValueError:
+            phrase = "Error"
+        resp = web.Response(status=status, text=f"{status} {phrase}\n", headers=HEADERS)
+        resp.force_close()
+        return resp
+
+
+class _Server(web.Server):
+    def __call__(self) -> RequestHandler:
+        return _Handler(self, loop=self._loop, **self._kwargs)
+
+
+class _Runner(web.AppRunner):
+    """An AppRunner whose connections use :class:`_Handler` (aiohttp makes its server in ``_make_server``; the
+    instance's class is swapped rather than the server rebuilt, so every argument aiohttp passes it is kept)."""
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        server.__class__ = _Server
+        return server
 
 
 @web.middleware

@@ -55,6 +55,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.support.known_bugs import check_cases, params_with_known_bugs
 from tests.support.limits import time_limit
 from tests.support.paths import KEYWORD_DATA
 
@@ -1294,11 +1295,7 @@ KNOWN_BUGS: dict[str, str] = {case_id: why for why, ids in _BUGS for case_id in 
 
 
 def _params():
-    out = []
-    for c in CASES:
-        marks = [pytest.mark.xfail(strict=True, reason=KNOWN_BUGS[c.id])] if c.id in KNOWN_BUGS else []
-        out.append(pytest.param(c, id=c.id, marks=marks))
-    return out
+    return params_with_known_bugs(CASES, KNOWN_BUGS)
 
 
 @pytest.mark.parametrize("case", _params())
@@ -1371,8 +1368,4 @@ def test_the_write_watch_sees_a_write_outside(tmp_path: Path) -> None:
 
 
 def test_the_cases_are_deterministic_and_unique() -> None:
-    ids = [c.id for c in CASES]
-    assert len(ids) == len(set(ids)), sorted({i for i in ids if ids.count(i) > 1})
-    assert [c.id for c in _build_cases()] == ids
-    assert set(KNOWN_BUGS) <= set(ids), sorted(set(KNOWN_BUGS) - set(ids))
-    assert len(KNOWN_BUGS) == sum(len(set(ids_)) for _why, ids_ in _BUGS), "a case is in two diagnoses"
+    check_cases(CASES, _build_cases, KNOWN_BUGS, _BUGS)
