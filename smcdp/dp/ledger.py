@@ -181,9 +181,9 @@ class Ledger:
     def __init__(self, path: str | os.PathLike[str] | None = None, *, timeout: float = 60.0, create: bool = True):
         """``create=False``: a ledger that does not exist is refused (``PreconditionFailed`` naming the path) instead of
         made -- for reading or settling a budget, where a new empty ledger would only hide a mistyped path."""
-        self.path = Path(path) if path is not None else default_ledger_path()
-        if not str(path if path is not None else self.path):
+        if path is not None and not os.fspath(path):  # Path("") would be the working directory
             raise InvalidParameter("the ledger path is empty")
+        self.path = Path(path) if path is not None else default_ledger_path()
         try:
             exists = self.path.exists()
             if exists and self.path.is_dir():
