@@ -3,7 +3,9 @@ flips to a failure (XPASS) the day it is fixed and its entry must go."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,3 +29,19 @@ def check_cases(cases: list[Any], build, known_bugs: Mapping[str, str], bugs=Non
     assert set(known_bugs) <= set(ids), sorted(set(known_bugs) - set(ids))
     if bugs is not None:
         assert len(known_bugs) == sum(len(set(ids_)) for _why, ids_ in bugs), "a case is in two diagnoses"
+
+
+_REPO = Path(__file__).resolve().parents[2]
+
+
+def smcdp_origin(exc: BaseException) -> str:
+    """The innermost smcdp frame (not a test's) an escaped exception passed through, as file:line -- where a fuzzer's
+    diagnosis starts."""
+    where = "?"
+    tb = exc.__traceback__
+    while tb is not None:
+        f = tb.tb_frame.f_code.co_filename
+        if f"{os.sep}smcdp{os.sep}" in f and f"{os.sep}tests{os.sep}" not in f:
+            where = f"{os.path.relpath(f, _REPO)}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return where

@@ -62,13 +62,12 @@ import pytest
 from smcdp.compute.kernels import apply_block
 from smcdp.compute.sources import open_matrix
 from smcdp.errors import SmcdpError
-from tests.support.known_bugs import params_with_known_bugs
+from tests.support.known_bugs import params_with_known_bugs, smcdp_origin
 from tests.support.limits import time_limit
 
 CASE_SECONDS = 10
 #: what a loader may allocate beyond what the process has mapped when it starts (a MemoryError past it is a bug)
 MEMORY_MARGIN = 4 << 30
-REPO = Path(__file__).resolve().parents[2]
 
 
 # ============================================================================ mutations of bytes
@@ -233,18 +232,6 @@ def memory_cap(margin: int = MEMORY_MARGIN):
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
-def origin(exc: BaseException) -> str:
-    """The innermost smcdp frame the exception passed through (file:line)."""
-    where = "?"
-    tb = exc.__traceback__
-    while tb is not None:
-        f = tb.tb_frame.f_code.co_filename
-        if f"{os.sep}smcdp{os.sep}" in f and f"{os.sep}tests{os.sep}" not in f:
-            where = f"{os.path.relpath(f, REPO)}:{tb.tb_lineno}"
-        tb = tb.tb_next
-    return where
-
-
 def run_case(loader: Loader, ctx: Ctx, words: tuple[str, ...], case_id: str) -> None:
     before = _snapshot(ctx.root)
     marker = ctx.root.parent / "unpickled"
@@ -260,7 +247,7 @@ def run_case(loader: Loader, ctx: Ctx, words: tuple[str, ...], case_id: str) -> 
             raise
         except accepted as exc:
             if loader.exact_type and type(exc) not in loader.errors and not isinstance(exc, SmcdpError):
-                pytest.fail(f"raw {type(exc).__name__} escaped at {origin(exc)}: {exc}")
+                pytest.fail(f"raw {type(exc).__name__} escaped at {smcdp_origin(exc)}: {exc}")
             msg = str(exc)
             named = [w for w in words if w and (w in msg or w.replace("_", " ") in msg)]
             assert named, f"unclear error: {type(exc).__name__} names neither the file nor the field {words}: {msg!r}"
@@ -268,7 +255,7 @@ def run_case(loader: Loader, ctx: Ctx, words: tuple[str, ...], case_id: str) -> 
         except BaseException as exc:  # noqa: BLE001 - the bug this test looks for
             if isinstance(exc, KeyboardInterrupt):
                 raise
-            pytest.fail(f"raw {type(exc).__name__} escaped at {origin(exc)}: {str(exc)[:300]}")
+            pytest.fail(f"raw {type(exc).__name__} escaped at {smcdp_origin(exc)}: {str(exc)[:300]}")
     assert not marker.exists(), "the loader unpickled an object array (the payload ran)"
     try:
         if outcome is None:

@@ -55,12 +55,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.support.known_bugs import check_cases, params_with_known_bugs
+from tests.support.known_bugs import check_cases, params_with_known_bugs, smcdp_origin
 from tests.support.limits import time_limit
 from tests.support.paths import KEYWORD_DATA
 
 CASE_SECONDS = 20
-REPO = Path(__file__).resolve().parents[3]
 
 # ============================================================================ values
 LONG = "x" * 100_000
@@ -1142,17 +1141,6 @@ class Outcome:
     outside: list[str]
 
 
-def _origin(exc: BaseException) -> str:
-    where = "?"
-    tb = exc.__traceback__
-    while tb is not None:
-        f = tb.tb_frame.f_code.co_filename
-        if f"{os.sep}smcdp{os.sep}" in f and f"{os.sep}tests{os.sep}" not in f:
-            where = f"{os.path.relpath(f, REPO)}:{tb.tb_lineno}"
-        tb = tb.tb_next
-    return where
-
-
 def run_cli(argv: list[str], allowed: list[str], what: str) -> Outcome:
     global _ALLOWED
     from smcdp.cli.app import main
@@ -1223,7 +1211,7 @@ def _ledgers(case: Case, env: Env) -> dict[str, bytes | None]:
 def check(case: Case, env: Env, res: Outcome, before: dict[str, bytes | None], after: dict[str, bytes | None]) -> None:
     cmd = case.command
     if res.exc is not None:
-        pytest.fail(f"raw {type(res.exc).__name__} escaped at {_origin(res.exc)}: {str(res.exc)[:300]}")
+        pytest.fail(f"raw {type(res.exc).__name__} escaped at {smcdp_origin(res.exc)}: {str(res.exc)[:300]}")
     assert "Traceback (most recent call last)" not in res.err, f"a traceback on stderr:\n{res.err[-2000:]}"
     assert not res.outside, f"wrote outside the case's directory: {res.outside[:5]}"
     accepted = res.reached is not None or res.code == 0
