@@ -1399,34 +1399,44 @@ class ForwardAlice:
         """(E) and (W) of block b's component sums: Alice's exponentiated terms ``es`` (per sum) out, encrypted
         one per term pre-shifted into its sum's slot (packed layout) or S per ciphertext (spread); Bob's
         weighted sums back, decrypted: u per sum."""
-        plan, _, pool = self._prepared()
+        plan = self._prepared()[0]
         s = len(es)
         if plan.mix_spread:
             plain = ls.spread_terms(es, lay)
         else:
             plain = [x << lay.shift(i) for i, e in enumerate(es) for x in e]
+        packing = UNPACKED if plan.mix_spread else lay.packing
+        vals = await self._weighted_sums(f"mix-e/{b}", f"mix-u/{b}", plain, s, packing, _threads_for(self, b))
+        return ls.unspread_sums(vals, lay) if plan.mix_spread else ls.unpack_sums(vals, s, lay)
+
+    async def _weighted_sums(
+        self, out: str, back: str, terms: list[int], count: int, packing: Packing, threads: CryptoThreads
+    ) -> list[int]:
+        """One LOGSUM exchange, steps (E) and (W): Alice's exponentiated ``terms`` to Bob, one to a ciphertext,
+        under ``{tag}/{out}``; his ``count`` weighted sums (in ``packing``) back under ``{tag}/{back}``,
+        decrypted on ``threads``."""
+        _, _, pool = self._prepared()
         await self.ch.send(
             self.bob,
-            f"{self.tag}/mix-e/{b}",
+            f"{self.tag}/{out}",
             EncryptedVector(
-                self.pk, pool.encrypt_many(plain), len(plain), 0, UNPACKED, int(self.pk.max_int)
+                self.pk, pool.encrypt_many(terms), len(terms), 0, UNPACKED, int(self.pk.max_int)
             ).to_proto(),
         )
         u = EncryptedVector.from_proto(
-            await self.ch.recv(self.bob, f"{self.tag}/mix-u/{b}", pb.CiphertextVector),
+            await self.ch.recv(self.bob, f"{self.tag}/{back}", pb.CiphertextVector),
             self.pk,
-            length=s,
+            length=count,
             exponent=0,
-            packing=UNPACKED if plan.mix_spread else lay.packing,
-            what=f"{self.tag}/mix-u/{b} from {self.bob}",
+            packing=packing,
+            what=f"{self.tag}/{back} from {self.bob}",
         )
-        vals = await _threads_for(self, b).adecrypt_signed(self.sk, u.ciphertexts)
-        return ls.unspread_sums(vals, lay) if plan.mix_spread else ls.unpack_sums(vals, s, lay)
+        return await threads.adecrypt_signed(self.sk, u.ciphertexts)
 
     # ------------------------------------------------------------------ steps 2–3: start and induction
     async def _induction(self, g: int) -> dict[int, int | None]:
-        ch, tag, bob = self.ch, self.tag, self.bob
-        plan, _, pool = self._prepared()
+        ch = self.ch
+        plan = self._prepared()[0]
         N = plan.N
         models = plan.groups[g]
         lay = plan.ind
@@ -1466,22 +1476,10 @@ class ForwardAlice:
                     e_ints.extend(x << lay.shift(k) for x in es)
             if sums:
                 assert lay is not None and self.urgent is not None  # sums above; threads opened by prepare()
-                await ch.send(
-                    bob,
-                    f"{tag}/e/{s}/{g}",
-                    EncryptedVector(
-                        self.pk, pool.encrypt_many(e_ints), len(e_ints), 0, UNPACKED, int(self.pk.max_int)
-                    ).to_proto(),
+                vals = await self._weighted_sums(
+                    f"e/{s}/{g}", f"u/{s}/{g}", e_ints, len(sums), lay.packing, self.urgent
                 )
-                u = EncryptedVector.from_proto(
-                    await ch.recv(bob, f"{tag}/u/{s}/{g}", pb.CiphertextVector),
-                    self.pk,
-                    length=len(sums),
-                    exponent=0,
-                    packing=lay.packing,
-                    what=f"{tag}/u/{s}/{g} from {bob}",
-                )
-                totals = ls.unpack_sums(await self.urgent.adecrypt_signed(self.sk, u.ciphertexts), len(sums), lay)
+                totals = ls.unpack_sums(vals, len(sums), lay)
                 for (d, j), u_s, m in zip(sums, totals, ms):  # (L), seed step 7
                     new[d * N + j] = None if m is None else ls.logarithm(u_s, m, lay)
             v = vs[-1]
@@ -1525,23 +1523,10 @@ class ForwardAlice:
                 es, m = ls.exponentiate_terms(ys[d], lay)  # (E)
                 ms.append(m)
                 e_ints.extend(x << lay.shift(d) for x in es)
-            await ch.send(
-                bob,
-                f"{tag}/fin-e",
-                EncryptedVector(
-                    self.pk, pool.encrypt_many(e_ints), len(e_ints), 0, UNPACKED, int(self.pk.max_int)
-                ).to_proto(),
-            )
-            u = EncryptedVector.from_proto(
-                await ch.recv(bob, f"{tag}/fin-u", pb.CiphertextVector),
-                self.pk,
-                length=D,
-                exponent=0,
-                packing=lay.packing,
-                what=f"{tag}/fin-u from {bob}",
-            )
             assert self.urgent is not None  # opened by prepare()
-            totals = ls.unpack_sums(await self.urgent.adecrypt_signed(self.sk, u.ciphertexts), D, lay)
+            totals = ls.unpack_sums(
+                await self._weighted_sums("fin-e", "fin-u", e_ints, D, lay.packing, self.urgent), D, lay
+            )
             scores = [None if m is None else ls.logarithm(u_d, m, lay) for u_d, m in zip(totals, ms)]  # (L)
         if all(s is None for s in scores):
             raise InvalidMessage("the observations are impossible under every model")
