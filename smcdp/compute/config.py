@@ -35,7 +35,7 @@ from smcdp.compute.sources import DEFAULT_BLOCK_VALUES, MIN_BLOCK_VALUES
 from smcdp.errors import InvalidMessage
 
 ENGINES = ("local", "dask")
-_MEMORY_RE = re.compile(r"^(auto|\d+(\.\d+)?\s*(B|[kKMGT]i?B)?)$")
+_MEMORY_RE = re.compile(r"^(auto|\d+(\.\d+)?\s*(B|[kKMGT]i?B)?)\Z")
 _PATH_KEYS = ("tls_ca", "tls_cert", "tls_key", "local_directory")
 
 

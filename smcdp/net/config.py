@@ -35,8 +35,8 @@ DEFAULT_RPC_SECONDS = 120.0
 #: how long a session waits for a participant that stopped answering before it fails (resumably)
 DEFAULT_PEER_GRACE_SECONDS = 30.0
 
-_MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-_KEY_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+_MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
+_KEY_RE = re.compile(r"^[A-Za-z0-9_-]+\Z")
 
 
 class ConfigError(InvalidMessage):
@@ -101,7 +101,7 @@ def parse_address(value: Any, field_name: str) -> tuple[str, int]:
     """``"host:port"`` or ``"[v6]:port"`` -> (host, port); raises naming ``field_name``."""
     if not isinstance(value, str) or not value:
         raise ConfigError(f'{field_name} must be a string "host:port", got {value!r}')
-    m = re.match(r"^\[([0-9A-Fa-f:.]+)\]:(\d+)$", value) or re.match(r"^([^:\[\]\s]+):(\d+)$", value)
+    m = re.match(r"^\[([0-9A-Fa-f:.]+)\]:(\d+)\Z", value) or re.match(r"^([^:\[\]\s]+):(\d+)\Z", value)
     if not m:
         raise ConfigError(f'{field_name} = {value!r} is not "host:port" (IPv6: "[addr]:port")')
     host, port = m.group(1), int(m.group(2))

@@ -699,7 +699,7 @@ def bounded_json_object(
     if json_depth_exceeds(text, max_depth):
         raise InvalidMessage(f"{what} nests arrays/objects deeper than {max_depth} levels")
     try:
-        value = json.loads(text, parse_constant=_no_constant)
+        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
     except (ValueError, RecursionError) as exc:
         raise InvalidMessage(f"{what} is not valid JSON: {exc}") from None
     if not isinstance(value, dict):
@@ -709,3 +709,11 @@ def bounded_json_object(
 
 def _no_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    """A JSON number as a float, refused where float64 has no finite value for it (1e400 is not Infinity)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} is beyond the range of a float")
+    return value

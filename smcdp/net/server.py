@@ -91,11 +91,11 @@ STREAM_READ_AHEAD = 64
 #: a message up to this size is journaled on the server's loop (one page-cache write, no fsync); a larger
 #: one on a worker thread (docs/transport.md, "What one message costs")
 INLINE_ACCEPT_BYTES = 256 * 1024
-SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,191}$")
+SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,191}\Z")
 #: a session's name before its initiator's prefix (:func:`namespaced`)
 SESSION_NAME_MAX = 128
 TAG_MAX = 256
-TYPE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+TYPE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 MAX_CHUNK = 4 * 1024 * 1024
 SERVICE_NAMES = ("smcdp.v1.Mailbox", "smcdp.v1.Control")
 #: trailing metadata of a StartSession that ran and failed (value: the session id)
@@ -210,7 +210,7 @@ class SessionSpec:
     seed: int | None = None
 
 
-ROLE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+ROLE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 MAX_TIMEOUT = 7 * 24 * 3600.0
 MAX_ROLES = 128
 #: the most participants one Heartbeat may ask about (HeartbeatRequest.about)

@@ -40,7 +40,7 @@ StrPath = str | os.PathLike[str]
 
 #: Allowed party names: lowercase letters, digits and dashes, starting with a
 #: letter or digit, at most 63 characters (a DNS label, so the name can be a SAN).
-PARTY_NAME_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
+PARTY_NAME_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\Z")
 
 DEFAULT_CA_DAYS = 3650
 DEFAULT_PARTY_DAYS = 825

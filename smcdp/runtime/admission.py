@@ -71,7 +71,7 @@ class Admission:
         if unknown:
             raise PreconditionFailed(
                 f"party {core.name!r} has no address for {', '.join(unknown)} "
-                f"(add them to [peers] in {core.config.source or 'its configuration'})"
+                "(they are not in the [peers] table of its configuration)"  # no file path: the proposer is a peer
             )
         self._check_slots(peer, spec)  # slots, timeout and seed rules before any validation work
         if spec.session_id in self._admitting:

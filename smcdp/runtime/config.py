@@ -99,8 +99,8 @@ from smcdp.runtime.console.config import ConsoleConfig, console_to_dict, parse_c
 from smcdp.runtime.governance.charges import BudgetConfig, budget_to_dict, parse_budget
 from smcdp.runtime.governance.policy import Policy, parse_policy
 
-_MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-_KEY_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+_MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
+_KEY_RE = re.compile(r"^[A-Za-z0-9_-]+\Z")
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 

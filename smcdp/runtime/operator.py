@@ -13,7 +13,7 @@ from typing import Any
 
 from smcdp.errors import InvalidMessage
 from smcdp.net.grpc_channel import NotFound
-from smcdp.net.server import OperatorHost, initiator_of
+from smcdp.net.server import SESSION_ID_RE, OperatorHost, initiator_of
 from smcdp.runtime.core import PartyCore
 from smcdp.runtime.durability.checkpoint import SUFFIX as CHECKPOINT_SUFFIX
 from smcdp.runtime.initiator import Initiator
@@ -85,8 +85,8 @@ class OperatorDesk(OperatorHost):
         core = self.core
         if core.holds(session_id):
             return session_id
-        own = f"{self.name}.{session_id}"
-        if initiator_of(session_id) != self.name and core.holds(own):
+        own = f"{self.name}.{session_id}"  # a valid id the prefix makes too long names no session of this party's
+        if initiator_of(session_id) != self.name and SESSION_ID_RE.match(own) and core.holds(own):
             return own
         found = sorted(self._named(session_id))
         if exact and found:

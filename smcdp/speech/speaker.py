@@ -40,7 +40,7 @@ FORMAT_VERSION = 1
 DEFAULT_RELEVANCE = 16.0
 MAX_COMPONENTS = 256
 MAX_SPEAKERS = 4096
-NAME_RE = re.compile(r"^[^\s=]{1,64}$")
+NAME_RE = re.compile(r"^[^\s=]{1,64}\Z")
 LOG_2PI = float(np.log(2 * np.pi))
 
 

@@ -40,7 +40,7 @@ from smcdp.speech.models import KeywordModels, train_keyword_models
 COVARIANCES = ("diag", "full")
 MIN_FILES_HELDOUT = 5
 HELDOUT_FRACTION = 0.25
-_WORD_RE = re.compile(r"^[^\s=]{1,64}$")
+_WORD_RE = re.compile(r"^[^\s=]{1,64}\Z")
 
 
 def parse_word_spec(spec: str) -> tuple[str, Path]:

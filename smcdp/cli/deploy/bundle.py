@@ -165,7 +165,7 @@ def init_deployment(
         raise DeployError(f"--restart must be one of {', '.join(RESTART_POLICIES)}")
     plugins = tuple(dict.fromkeys(plugins))
     for m in plugins:
-        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$", m):
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z", m):
             raise DeployError(f"--plugin {m!r} is not a Python module name")
     paths = {p: {pr: {k: Path(v) for k, v in t.items()} for pr, t in d.items()} for p, d in (inputs or {}).items()}
     for p, tables in paths.items():

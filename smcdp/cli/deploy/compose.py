@@ -44,7 +44,7 @@ def dump_yaml(doc: Mapping[str, Any], indent: int = 0) -> str:
     lines: list[str] = []
     pad = " " * indent
     for key, value in doc.items():
-        if not isinstance(key, str) or not re.match(r"^[A-Za-z0-9_.-]+$", key):
+        if not isinstance(key, str) or not re.match(r"^[A-Za-z0-9_.-]+\Z", key):
             raise ValueError(f"YAML writer: unsupported key {key!r}")
         if isinstance(value, Mapping):
             if not value:
@@ -137,7 +137,7 @@ def validate_compose_document(doc: Any, bundle: str | os.PathLike, party: str | 
     unknown_top = set(doc) - {"version", "services", "volumes", "networks", "secrets", "configs"}
     if unknown_top:
         problems.append(f"unknown top-level keys: {sorted(unknown_top)}")
-    if "version" in doc and not (isinstance(doc["version"], str) and re.match(r"^3(\.\d+)?$", doc["version"])):
+    if "version" in doc and not (isinstance(doc["version"], str) and re.match(r"^3(\.\d+)?\Z", doc["version"])):
         problems.append(f'version must be a "3.x" string, got {doc["version"]!r}')
     services = doc.get("services")
     if not isinstance(services, Mapping) or list(services) != [party]:
@@ -163,7 +163,7 @@ def validate_compose_document(doc: Any, bundle: str | os.PathLike, party: str | 
     else:
         published = []
         for p in ports:
-            m = re.match(r"^(?:[0-9.]+:)?(\d+):(\d+)(?:/tcp)?$", str(p))
+            m = re.match(r"^(?:[0-9.]+:)?(\d+):(\d+)(?:/tcp)?\Z", str(p))
             if not m:
                 problems.append(f"ports entry {p!r} is not HOST_PORT:CONTAINER_PORT[/tcp]")
                 continue
@@ -226,7 +226,7 @@ def validate_compose_document(doc: Any, bundle: str | os.PathLike, party: str | 
         ):
             problems.append(f"healthcheck.test must run `smcdp health --config {CONTAINER_CONFIG}`, got {test!r}")
         for k in ("interval", "timeout"):
-            if not re.match(r"^\d+(ms|s|m|h)$", str(hc.get(k, ""))):
+            if not re.match(r"^\d+(ms|s|m|h)\Z", str(hc.get(k, ""))):
                 problems.append(f"healthcheck.{k} must be a duration like 30s, got {hc.get(k)!r}")
         if not isinstance(hc.get("retries"), int) or hc["retries"] < 1:
             problems.append("healthcheck.retries must be a positive integer")

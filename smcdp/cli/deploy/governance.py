@@ -37,7 +37,7 @@ from smcdp.runtime.governance.policy import (
 
 DEFAULT_BUDGET = 10.0
 DEFAULT_BUDGET_DELTA = 1e-6
-_PROTOCOL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_PROTOCOL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
 
 
 def _plugin(protocol: str, plugins: Sequence[str]) -> ProtocolPlugin:

@@ -21,9 +21,9 @@ MANIFEST = "deployment.json"
 MANIFEST_VERSION = 1
 #: a party must come back by itself after a crash or a host reboot, so "no" is not offered
 RESTART_POLICIES = ("always", "on-failure", "unless-stopped")
-_INPUT_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
-_PROTOCOL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$")
+_INPUT_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+\Z")
+_PROTOCOL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}\Z")
 
 
 class DeployError(InvalidMessage):
@@ -99,7 +99,7 @@ def parse_input_specs(items: Iterable[str], parties: Sequence[str]) -> dict[str,
     """``--inputs alice:power-iteration:data=/srv/A.npy`` -> {party: {protocol: {name: path}}}."""
     out: dict[str, dict[str, dict[str, Path]]] = {}
     for item in items or ():
-        m = re.match(r"^([^:=]+):([^:=]+):([^:=]+)=(.+)$", item.strip())
+        m = re.match(r"^([^:=]+):([^:=]+):([^:=]+)=(.+)\Z", item.strip())
         if not m:
             raise DeployError(
                 f"--inputs {item!r} must look like PARTY:PROTOCOL:NAME=PATH, e.g. "

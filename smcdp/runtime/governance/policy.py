@@ -69,8 +69,8 @@ APPROVALS = ("auto", "operator")
 SECURE_KEY_BITS = 2048
 ANY = "*"
 
-_PROTOCOL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-_ROLE_PATTERN_RE = re.compile(r"^[A-Za-z0-9*][A-Za-z0-9_.*-]{0,63}$")
+_PROTOCOL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
+_ROLE_PATTERN_RE = re.compile(r"^[A-Za-z0-9*][A-Za-z0-9_.*-]{0,63}\Z")
 _TOP_KEYS = {"approval", "allow_seeded", "open"}
 #: the rules of a [policy.<protocol>] table that may be absent (None: the rule's default)
 _OPTIONAL_RULES = (
@@ -99,7 +99,7 @@ DEFAULT_PERIOD_DAYS = 30.0
 #: what a ``key`` rule may say: the kind of encryption key a session may protect its data with
 KEY_KINDS = ("threshold", "single")
 #: a name in ``allow_reveal`` (what a protocol's summary calls a party input it shows a peer)
-_REVEAL_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+_REVEAL_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}\Z")
 #: the defaults of the bounds on what a proposal may size (the receive limit derives from them): the
 #: largest key and the most rounds an honest session of today's documented sizes uses, with headroom
 DEFAULT_MAX_KEY_BITS = 4096

@@ -142,8 +142,10 @@ class SignedHead:
             or len(self.certificate) > MAX_CERTIFICATE
         ):
             raise WitnessError("the signed head is larger than a head can be")
+        if not (self.statement.isascii() and self.certificate.isascii()):  # as kept: as_dict writes them as ASCII
+            raise WitnessError("the signed head's statement and certificate must be ASCII")
         try:
-            c = json.loads(self.statement)
+            c = json_loads(self.statement)
         except ValueError:
             raise WitnessError("the signed head is not JSON") from None
         if not isinstance(c, dict) or c.get("kind") != KIND or c.get("version") != VERSION:
