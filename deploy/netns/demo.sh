@@ -49,7 +49,9 @@ rm -rf "$WORK/deployment"
   --hosts "trent=${IP[trent]}:50051,alice=${IP[alice]}:50051,bob=${IP[bob]}:50051,charlie=${IP[charlie]}:50051" \
   --inputs "alice:power-iteration:data=$WORK/alice.npy" \
   --inputs "bob:power-iteration:data=$WORK/bob.npy" \
-  --inputs "charlie:power-iteration:data=$WORK/charlie.npy")
+  --inputs "charlie:power-iteration:data=$WORK/charlie.npy" \
+  --roles "power-iteration:trent=trent,party1=alice,party2=bob,party3=charlie" \
+  --initiator "power-iteration=trent")
 
 echo "== 4. start one party per host"
 for p in trent alice bob charlie; do
