@@ -113,8 +113,8 @@ class Reservations:
                 self.name,
                 sid,
                 "budget",
-                f"the privacy budget of its dataset does not admit epsilon={summary.epsilon:g}, "
-                f"delta={summary.delta:g} more",
+                f"the privacy budget of its dataset does not admit epsilon={summary.epsilon!r}, "
+                f"delta={summary.delta!r} more (the session's whole cost)",
             ) from exc
         except PreconditionFailed as exc:
             raise refusal(

@@ -13,6 +13,7 @@ import pytest
 
 from smcdp.dp.ledger import Ledger
 from smcdp.errors import SmcdpError
+from smcdp.plugins.dp_aggregate import DPAggregateParams, privacy_cost
 from smcdp.runtime import client
 from smcdp.runtime.config import dump_config, load_config
 from smcdp.runtime.governance.audit import read_entries, verify_log
@@ -292,6 +293,8 @@ def test_the_budget_admits_what_fits_then_refuses_with_resource_exhausted(govern
         client.start_session(cfgs["charlie"], "dp-aggregate", DPA, PARAMS, session_id="b-3", timeout=60)
     assert ei.value.code == "RESOURCE_EXHAUSTED"
     assert "party 'alice' refuses session 'charlie.b-3'" in str(ei.value) and "budget" in str(ei.value)
+    eps, delta = privacy_cost(DPAggregateParams.from_mapping(PARAMS))  # the cost exactly (delta: K * 2^-64, not "0")
+    assert f"does not admit epsilon={eps!r}, delta={delta!r} more" in str(ei.value)
     for sid in ("charlie.b-1", "charlie.b-2"):  # alice ends after charlie: her own API says when (its end audited)
         deadline = time.monotonic() + 30
         while client.get_result(cfgs["alice"], sid)["state"] != "succeeded" and time.monotonic() < deadline:
