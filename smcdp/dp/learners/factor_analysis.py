@@ -50,8 +50,10 @@ __all__ = ["FactorAnalysis", "fa_em"]
 def fa_em(Lam, n_components, *, max_iter=1000, tol=1e-8, min_psi=1e-6, rng=None, W0=None, psi0=None):
     """EM for factor analysis from a second-moment matrix (004 §6 updates).
 
-    Returns (W (d, k), psi (d,), n_iter)."""
+    Returns (W (d, k), psi (d,), n_iter).  ``min_psi`` is raised to what float64 resolves beside W W^T (bounded by
+    Lam's trace): below it W W^T + Psi need not be positive definite once formed (epsilon = 1e-45's noise)."""
     d = Lam.shape[0]
+    min_psi = max(min_psi, 64 * d * float(np.finfo(float).eps) * float(np.abs(np.diag(Lam)).sum()))
     if W0 is None:
         # start at the probabilistic-PCA solution of Lam (Tipping & Bishop): a function of the
         # already released matrix only, so it is post-processing; EM then converges in far fewer steps

@@ -84,6 +84,9 @@ def _fit_and_use(cls, params):
         # explore seed 134: the eigenvalue floor far below float64's resolution of the covariances made a matrix
         # Cholesky refused (numpy.linalg.LinAlgError escaped from fit)
         ("GaussianMixture", {"epsilon": 1.0, "min_eigenvalue": 5.3940046904923256e-39}),
+        # explore seeds 222 and 260: noise at epsilon = 1e-45 made W W^T so large that the floor on Psi vanished
+        # beside it, and score_samples' Cholesky refused the covariance (LinAlgError)
+        ("FactorAnalysis", {"epsilon": 1.401298464324817e-45, "delta": 1e-300}),
     ],
 )
 def test_what_explore_seeds_found_stays_fixed(name, params):
