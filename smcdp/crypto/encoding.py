@@ -17,6 +17,8 @@ Packing
 from __future__ import annotations
 
 import math
+import numbers
+import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -24,7 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import ArrayLike
 
-from smcdp.errors import InvalidMessage
+from smcdp.errors import CryptoOverflow, InvalidMessage
 
 if TYPE_CHECKING:  # typing only: encoding needs no key at run time
     from smcdp.crypto.paillier import PublicKey
@@ -33,16 +35,50 @@ if TYPE_CHECKING:  # typing only: encoding needs no key at run time
 DEFAULT_FRAC_BITS = 40
 
 
+#: the largest magnitude of a fixed-point exponent (fractional bits); the wire takes 4,096 (a 2^62 shift ran out
+#: of memory)
+MAX_FRAC_BITS = 1 << 14
+
+
+def check_frac_bits(frac_bits: object, what: str = "frac_bits") -> int:
+    """``frac_bits`` (or an exponent) as an int of magnitude at most :data:`MAX_FRAC_BITS`; ValueError/TypeError."""
+    if isinstance(frac_bits, (float, np.floating)) or (isinstance(frac_bits, np.ndarray) and frac_bits.ndim):
+        raise TypeError(f"{what} must be an integer, got {frac_bits!r}")
+    e = operator.index(frac_bits)  # type: ignore[arg-type]  # TypeError for what is no integer
+    if abs(e) > MAX_FRAC_BITS:
+        raise ValueError(f"{what} = {e} is beyond ±{MAX_FRAC_BITS}")
+    return int(e)
+
+
+def as_int(v: object) -> int:
+    """An integer value as a Python int: ints, numpy integers, mpz, and floats that are whole numbers; a fraction,
+    NaN, an infinity, a string or bytes is refused (TypeError/ValueError) rather than truncated."""
+    if isinstance(v, (float, np.floating)):
+        if not math.isfinite(v) or not float(v).is_integer():
+            raise ValueError(f"{v!r} is not an integer")
+        return int(v)
+    return int(operator.index(v))  # type: ignore[arg-type]  # TypeError for str, bytes, Fraction, Decimal, ...
+
+
 def encode_fixed(values: ArrayLike, frac_bits: int) -> list[int]:
-    """round(v · 2^frac_bits) for each finite value (exact for integer input)."""
+    """round(v · 2^frac_bits) for each finite value (exact for integer input, Python ints beyond int64 included)."""
+    frac_bits = check_frac_bits(frac_bits)
+    if isinstance(values, (str, bytes)):
+        raise TypeError("values must be numbers, not a string")
+    if isinstance(values, (list, tuple)) and all(isinstance(v, numbers.Integral) for v in values):
+        return [int(v) << frac_bits for v in values]  # numpy would make 2^63 + 1 a float64
     arr = np.asarray(values)
-    if arr.dtype.kind in "iu":
+    if arr.dtype.kind not in "biufO":  # complex (the imaginary part would be dropped), dates, strings, bytes
+        raise InvalidMessage(f"cannot encode values of dtype {arr.dtype} in fixed point")
+    if arr.dtype.kind in "biu":
         return [int(v) << frac_bits for v in arr.ravel()]
     if arr.dtype == object:
         out = []
         for v in arr.ravel():
-            if isinstance(v, (int, np.integer)):
+            if isinstance(v, numbers.Integral):
                 out.append(int(v) << frac_bits)
+            elif isinstance(v, (complex, np.complexfloating, str, bytes)):
+                raise InvalidMessage(f"cannot encode {type(v).__name__} values in fixed point")
             else:
                 out.append(encode_float(float(v), frac_bits))
         return out
@@ -92,6 +128,11 @@ def decode_fixed(ints: Iterable[int], exponent: int) -> np.ndarray:
     return np.asarray(out, dtype=np.float64)
 
 
+#: bounds on a packing's fields: far beyond any key (a modulus has at most 16,384 bits), small enough to allocate
+MAX_SLOT_BITS = 1 << 15
+MAX_SLOTS = 1 << 15
+
+
 @dataclass(frozen=True)
 class Packing:
     """Layout of packed ciphertexts: ``slots`` signed values of ``slot_bits`` bits each."""
@@ -100,6 +141,14 @@ class Packing:
     slot_bits: int = 0
 
     def __post_init__(self) -> None:
+        # Python ints whatever came in: numpy int64 fields made every shift below wrap silently at 64 bits
+        for name in ("slots", "slot_bits"):
+            v = getattr(self, name)
+            if isinstance(v, (float, np.floating)):
+                raise TypeError(f"a packing's {name} must be an integer, got {v!r}")
+            object.__setattr__(self, name, int(operator.index(v)))
+        if not (0 <= self.slot_bits <= MAX_SLOT_BITS and self.slots <= MAX_SLOTS):
+            raise ValueError(f"a packing has 1..{MAX_SLOTS} slots of 0..{MAX_SLOT_BITS} bits, got {self}")
         if self.slots < 1:
             raise ValueError(f"a packing needs at least one slot, got {self.slots}")
         if self.slots > 1 and self.slot_bits < 2:
@@ -118,8 +167,11 @@ class Packing:
     @classmethod
     def for_key(cls, pk: PublicKey, slot_bits: int, max_slots: int | None = None) -> Packing:
         """As many slots of ``slot_bits`` as fit below n/3 (at least 1)."""
+        slot_bits = as_int(slot_bits)  # not truncated: 2.5 or NaN is refused
         if slot_bits < 2:
             raise ValueError("slot_bits must be >= 2")
+        if max_slots is not None:
+            max_slots = as_int(max_slots)
         usable = pk.max_int.bit_length() - 2
         slots = max(1, usable // slot_bits)
         if max_slots is not None:
@@ -129,23 +181,32 @@ class Packing:
         return cls(slots, slot_bits)
 
     def pack(self, ints: Sequence[int]) -> list[int]:
-        """Pack signed integers ``slots`` to a plaintext, value j of each group at bit ``j * slot_bits`` (:meth:`unpack` undoes it)."""
+        """Pack signed integers ``slots`` to a plaintext, value j of each group at bit ``j * slot_bits`` (:meth:`unpack` undoes it).
+        A value beyond its slot's signed range would carry into the next slot: refused (CryptoOverflow)."""
+        if isinstance(ints, (str, bytes)):
+            raise TypeError("pack takes integers, not a string")
         s = self.slot_bits
+        lo, hi = -(1 << (s - 1)), (1 << (s - 1)) - 1
+        vals = [as_int(v) for v in ints]
+        if vals and not (lo <= min(vals) and max(vals) <= hi):
+            raise CryptoOverflow(f"a value does not fit a slot of {s} bits")
         out = []
-        for start in range(0, len(ints), self.slots):
+        for start in range(0, len(vals), self.slots):
             acc = 0
-            for j, v in enumerate(ints[start : start + self.slots]):
-                acc += int(v) << (s * j)
+            for j, v in enumerate(vals[start : start + self.slots]):
+                acc += v << (s * j)
             out.append(acc)
         return out
 
     def unpack(self, packed: Sequence[int], length: int) -> list[int]:
         """The first ``length`` signed integers held in the packed plaintexts."""
+        if isinstance(packed, (str, bytes)):
+            raise TypeError("unpack takes integers, not a string")
         s = self.slot_bits
         full, half = 1 << s, 1 << (s - 1)
         out: list[int] = []
         for P in packed:
-            P = int(P)
+            P = as_int(P)
             for _ in range(self.slots):
                 if len(out) == length:
                     break
@@ -154,6 +215,9 @@ class Packing:
                     d -= full
                 out.append(d)
                 P = (P - d) >> s
+            else:
+                if P:  # bits above the last slot: a value overflowed its slot (or the plaintext is no packing)
+                    raise CryptoOverflow("a packed plaintext holds more than its slots: a value overflowed")
         if len(out) != length:
             raise InvalidMessage("packed ciphertexts hold fewer values than declared")
         return out

@@ -20,6 +20,7 @@ from typing import Any, Self
 
 from gmpy2 import mpz
 
+from smcdp.crypto.encoding import as_int
 from smcdp.crypto.paillier import PrivateKey, PublicKey
 from smcdp.crypto.threads import lower_priority
 
@@ -166,16 +167,22 @@ class ObfuscatorPool:
         :meth:`precompute` of them all), until done, ``stop`` is set or the pool is closed; returns how many
         were added.  For a thread that makes a session's obfuscators behind it: exactly ``count``, where
         the ``background`` refill would keep the stock full to the end and leave it unused."""
+        count, step = as_int(count), as_int(step)
+        if count < 0 or step < 1:  # step 0 or an infinite count looped for ever
+            raise ValueError(f"fill makes count >= 0 obfuscators step >= 1 at a time, got {count} and {step}")
         made = 0
         while made < count and not self._stop and not (stop is not None and stop.is_set()):
-            n = min(int(step), count - made)
+            n = min(step, count - made)
             self.precompute(n, threads)
             made += n
         return made
 
     def fill_behind(self, count: int, **kw: Any) -> threading.Thread:
         """:meth:`fill` on a daemon thread of its own (stopped by :meth:`close`)."""
-        th = threading.Thread(target=self.fill, args=(int(count),), kwargs=kw, name="smcdp-obf-fill", daemon=True)
+        count = as_int(count)
+        if count < 0:
+            raise ValueError(f"fill_behind makes count >= 0 obfuscators, got {count}")
+        th = threading.Thread(target=self.fill, args=(count,), kwargs=kw, name="smcdp-obf-fill", daemon=True)
         th.start()
         return th
 
@@ -186,7 +193,9 @@ class ObfuscatorPool:
     def take(self, count: int) -> list[mpz]:
         """``count`` obfuscators under one hold of the pool's lock: from the stock while it lasts, the rest
         made inline (never blocks)."""
-        count = int(count)
+        count = as_int(count)
+        if count < 0:
+            raise ValueError(f"take hands out count >= 0 obfuscators, got {count}")
         with self._cond:
             got = [self._stock.popleft() for _ in range(min(count, len(self._stock)))]
             short = count - len(got)

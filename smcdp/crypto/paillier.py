@@ -255,6 +255,8 @@ class PublicKey:
 
     def rerandomize(self, c: mpz) -> mpz:
         """``c`` times a fresh obfuscator: the same plaintext under new randomness."""
+        if c is None:  # obfuscator(None) is a fresh encryption of 0, not c re-randomised
+            raise TypeError("rerandomize takes a ciphertext, got None")
         _count("rerandomize")
         return self.obfuscator(c)
 
@@ -414,6 +416,8 @@ class PrivateKey:
         A subgroup key refuses a ciphertext whose randomness is not in its subgroup (c^(2α_p) ≢ 1 mod p:
         made with another obfuscator, or crafted) with :class:`~smcdp.errors.InvalidMessage` rather than
         return a wrong value."""
+        if which not in (0, 1) or isinstance(which, float):
+            raise ValueError(f"which is 0 (the half mod p) or 1 (mod q), got {which!r}")
         fsq, e = (self.psquare, self.ep) if which == 0 else (self.qsquare, self.eq)
         return self._half_of(powmod(mpz(c), e, fsq), which)
 
@@ -576,6 +580,10 @@ def _check_subgroup(pk: PublicKey, p: mpz, q: mpz, ap: mpz, aq: mpz) -> None:
         raise InvalidMessage("subgroup key: α_p = α_q")
 
 
+#: the largest modulus :func:`generate_keypair` makes: what a peer accepts (:data:`smcdp.crypto.codec.MAX_MODULUS_BITS`)
+MAX_GENERATED_BITS = 16384
+
+
 def check_key_bits(bits: int, allow_insecure: bool) -> None:
     """Refuse a key size below 2048 bits unless ``allow_insecure`` (tests only), and below 128 bits always.
 
@@ -663,6 +671,8 @@ def generate_keypair(
     """
     if isinstance(bits, bool) or not isinstance(bits, int):
         raise InvalidMessage(f"key size must be an integer number of bits, got {bits!r}")
+    if bits > MAX_GENERATED_BITS:  # 2^31 bits searched for a prime for ever; 2^63 aborted the process in GMP
+        raise InvalidMessage(f"key size {bits} bits is above the {MAX_GENERATED_BITS} bits a peer accepts")
     check_key_bits(bits, allow_insecure)
     if subgroup and subgroup_bits_for(bits) >= bits // 2:
         raise InsecureParameters(
@@ -705,11 +715,15 @@ def generate_keypair(
 
 def save_public_key(pk: PublicKey, path: str | os.PathLike[str]) -> None:
     """Write the public key file (mode 0644, atomically)."""
+    if not isinstance(pk, PublicKey):  # a PrivateKey's JSON holds p and q: never into a world-readable file
+        raise TypeError(f"save_public_key writes a PublicKey, got {type(pk).__name__}")
     atomic_write(path, json.dumps(pk.to_json()).encode(), 0o644)
 
 
 def save_private_key(sk: PrivateKey, path: str | os.PathLike[str]) -> None:
     """Write the private key with mode 0600 from creation on."""
+    if not isinstance(sk, PrivateKey):
+        raise TypeError(f"save_private_key writes a PrivateKey, got {type(sk).__name__}")
     atomic_write(path, json.dumps(sk.to_json()).encode(), 0o600)
 
 

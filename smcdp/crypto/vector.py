@@ -42,7 +42,9 @@ from smcdp.crypto.encoding import (
     DEFAULT_FRAC_BITS,
     UNPACKED,
     Packing,
+    as_int,
     bytes_to_int,
+    check_frac_bits,
     decode_fixed,
     encode_fixed,
     int_to_bytes,
@@ -69,13 +71,25 @@ class EncryptedVector:
         packing: Packing = UNPACKED,
         bound: int | None = None,
     ):
+        if not isinstance(public_key, PublicKey) or not isinstance(packing, Packing):
+            raise TypeError(
+                f"an EncryptedVector needs a PublicKey and a Packing, got {type(public_key).__name__} and "
+                f"{type(packing).__name__}"
+            )
+        if packing.packed and packing.slots * packing.slot_bits > public_key.max_int.bit_length() - 1:
+            # wider than the plaintext space: a product would wrap modulo n, silently
+            raise InvalidMessage(f"a packing of {packing.slots} x {packing.slot_bits} bits does not fit the key")
         self.public_key = public_key
         self.ciphertexts = ciphertexts
-        self.length = int(length)
-        self.exponent = int(exponent)
+        self.length = as_int(length)
+        self.exponent = check_frac_bits(exponent, "exponent")
         self.packing = packing
+        if self.length < 0:
+            raise ValueError(f"a vector's length is at least 0, got {self.length}")
         cap = self.capacity
-        self.bound = cap if bound is None else int(bound)
+        self.bound = cap if bound is None else as_int(bound)
+        if self.bound < 0:
+            raise ValueError(f"a bound on |values| is at least 0, got {self.bound}")
         if self.bound > cap:
             raise CryptoOverflow(
                 f"declared bound of {self.bound.bit_length()} bits exceeds the capacity of {cap.bit_length()} bits"
@@ -150,6 +164,10 @@ class EncryptedVector:
     ) -> EncryptedVector:
         """Encrypt signed integers as they are, with the given ``exponent`` (see :meth:`encrypt` for the other arguments)."""
         ints, plain, bound = _plaintexts(public_key, ints, packing, bound)
+        if private_key is not None and (
+            not isinstance(private_key, PrivateKey) or private_key.public_key != public_key
+        ):  # CRT encryption under another key: a vector labelled with one key, encrypted under another
+            raise InvalidMessage("the private key does not match the public key to encrypt under")
         enc = private_key.raw_encrypt if private_key is not None else public_key.raw_encrypt
         return cls(public_key, [enc(m) for m in plain], len(ints), exponent, packing, bound)
 
@@ -177,7 +195,10 @@ class EncryptedVector:
         cls, public_key: PublicKey, length: int, *, exponent: int = 0, packing: Packing = UNPACKED
     ) -> EncryptedVector:
         """Fresh encryptions of ``length`` zeros."""
-        return cls.encrypt_ints(public_key, [0] * length, exponent=exponent, packing=packing)
+        n = as_int(length)
+        if n < 0:
+            raise ValueError(f"a vector's length is at least 0, got {n}")
+        return cls.encrypt_ints(public_key, [0] * n, exponent=exponent, packing=packing)
 
     # ------------------------------------------------------------------ decryption
     def decrypt_ints(self, private_key: PrivateKey) -> list[int]:
@@ -326,6 +347,10 @@ class EncryptedVector:
     def rerandomize(self, pool: ObfuscatorPool | None = None) -> EncryptedVector:
         """Every ciphertext times a fresh obfuscator: from ``pool`` (made ahead) when one is given."""
         if pool is not None:
+            if not isinstance(pool, ObfuscatorPool):
+                raise TypeError(f"rerandomize takes an ObfuscatorPool, got {type(pool).__name__}")
+            if pool.pk != self.public_key:  # its obfuscators are n-th residues mod another n²
+                raise InvalidMessage("the obfuscator pool is for another key than the vector's")
             count_many("rerandomize", len(self.ciphertexts))
             return self._like([pool.rerandomize(c) for c in self.ciphertexts], self.bound)
         pk = self.public_key
@@ -340,7 +365,14 @@ class EncryptedVector:
         if isinstance(idx, slice):
             cts = self.ciphertexts[idx]
         else:
-            cts = [self.ciphertexts[i] for i in np.atleast_1d(np.asarray(idx, dtype=int))]
+            sel = np.atleast_1d(np.asarray(idx))
+            if sel.dtype.kind == "b":  # a mask, not the indices 0 and 1
+                if sel.shape != (self.length,):
+                    raise IndexError(f"a boolean mask of shape {sel.shape} for a vector of {self.length}")
+                sel = np.flatnonzero(sel)
+            elif sel.dtype.kind not in "iu" and sel.size:
+                raise IndexError(f"indices must be integers, got {sel.dtype}")
+            cts = [self.ciphertexts[i] for i in sel.astype(np.int64, copy=False)]
         return EncryptedVector(self.public_key, cts, len(cts), self.exponent, UNPACKED, self.bound)
 
     @classmethod
@@ -402,14 +434,17 @@ class EncryptedVector:
                 f"{what} declares {msg.slots_per_ciphertext} slots of {msg.slot_bits} bits; "
                 "packed slots need at least 2 bits"
             )
+        if (
+            msg.slots_per_ciphertext > 1
+            and msg.slots_per_ciphertext * msg.slot_bits > public_key.max_int.bit_length() - 1
+        ):
+            raise InvalidMessage(f"{what} declares a packing that does not fit the key")
         got = Packing(msg.slots_per_ciphertext, msg.slot_bits) if msg.slots_per_ciphertext > 1 else UNPACKED
         if packing is not None and got != packing:
             raise InvalidMessage(
                 f"{what} uses packing {got.slots}x{got.slot_bits} bits, expected "
                 f"{packing.slots}x{packing.slot_bits} bits"
             )
-        if got.packed and got.slots * got.slot_bits > public_key.max_int.bit_length() - 1:
-            raise InvalidMessage(f"{what} declares a packing that does not fit the key")
         expected_cts = got.n_ciphertexts(msg.length)
         if len(msg.ciphertexts) != expected_cts:
             raise InvalidMessage(f"{what} has {len(msg.ciphertexts)} ciphertexts, expected {expected_cts}")
@@ -431,7 +466,9 @@ def _plaintexts(
     public_key: PublicKey, ints: Sequence[int], packing: Packing, bound: int | None
 ) -> tuple[list[int], list[int], int]:
     """(the integers, the plaintexts to encrypt, the bound to record), after the bound checks."""
-    ints = [int(v) for v in ints]
+    if isinstance(ints, (str, bytes)):
+        raise TypeError("the values to encrypt are integers, not a string")
+    ints = [as_int(v) for v in ints]
     actual = max((abs(v) for v in ints), default=0)
     if bound is None:
         bound = actual

@@ -3782,108 +3782,11 @@ CASES = _build_cases()
 # ============================================================================ known bugs (diagnosis, case ids)
 _BUGS: list[tuple[str, tuple[str, ...]]] = [
     (
-        "[bug] cross-key: EncryptedVector.encrypt/encrypt_ints (vector.py:153) encrypt with "
-        "private_key.raw_encrypt without checking private_key.public_key == public_key (nor that a PublicKey was "
-        "passed): the ciphertexts are under the private key's modulus and the vector is labelled with public_key,"
-        " so it decrypts to garbage (or CryptoOverflow) under its own key. Expected InvalidMessage, as "
-        "decrypt_ints does (vector.py:185).",
-        (
-            "EncryptedVector.encrypt-private_key-other",
-            "EncryptedVector.encrypt-private_key-other-public",
-            "EncryptedVector.encrypt-private_key-own-with-other-public",
-            "EncryptedVector.encrypt-private_key-subgroup",
-        ),
-    ),
-    (
-        "[bug] cross-key: EncryptedVector.rerandomize(pool) (vector.py:328-330) never checks pool.pk == "
-        "self.public_key, and ObfuscatorPool.rerandomize (obfuscation.py:213) multiplies by the pool key's "
-        "obfuscator mod the pool key's n² -- the result keeps the vector's key label and decrypts to garbage. "
-        "Expected InvalidMessage (a PublicKey passed as the pool, duck-typed, is right and passes).",
-        (
-            "EncryptedVector.rerandomize-pool-bigger-key",
-            "EncryptedVector.rerandomize-pool-other-key",
-            "EncryptedVector.rerandomize-pool-other-key-itself",
-            "EncryptedVector.rerandomize-pool-other-key-packed",
-            "EncryptedVector.rerandomize-pool-subgroup-key",
-        ),
-    ),
-    (
-        "[bug] packing wider than the key: encrypt/encrypt_ints/trivial (_plaintexts, vector.py:442-447) check "
-        "each slot against slot_capacity and the packed sum against n/3, never slots x slot_bits against the key "
-        "as from_proto does (vector.py:411): Packing(2, 200) on a 256-bit key encrypts [1, 1], then "
-        "mul_int(2^100) passes the per-slot bound (2^100 < 2^199) while the packed 2^100 + 2^300 wraps mod n "
-        "(CryptoOverflow at decryption or a wrong value). Expected the from_proto rule at encryption.",
-        (
-            "EncryptedVector.encrypt-packing-just-too-wide",
-            "EncryptedVector.encrypt-packing-too-wide",
-            "EncryptedVector.encrypt_ints-packing-just-too-wide",
-            "EncryptedVector.encrypt_ints-packing-too-wide",
-            "EncryptedVector.mul_int-packing-too-wide",
-            "EncryptedVector.trivial-packing-just-too-wide",
-            "EncryptedVector.trivial-packing-too-wide",
-        ),
-    ),
-    (
-        "[bug] silent wrong result from numpy integers: Packing keeps numpy fields (encoding.py:96-106; for_key "
-        "passes slot_bits through, :119-129), and pack's `int(v) << (s * j)` (encoding.py:138) and unpack's "
-        "shifts/masks (:145-156) then run in int64 and wrap: Packing(np.int64(3), np.int64(60)) encrypts [1, -1, "
-        "1] and decrypts [1, -1, 0]; Packing.for_key(pk, np.int64(3)) unpacks other values than it packed. "
-        "Expected int() of the fields (or a refusal).",
-        (
-            "EncryptedVector.encrypt-packing-np-int64",
-            "EncryptedVector.encrypt_ints-packing-np-int64",
-            "EncryptedVector.trivial-packing-np-int64",
-            "Packing-np-ints-wide",
-            "Packing.for_key-slot_bits-np-int64",
-        ),
-    ),
-    (
-        "[bug] Packing.pack (encoding.py:131-140) packs values beyond +-slot_capacity into the neighbouring slot "
-        "([32768, 1] at 16 bits unpacks as [-32768, 2]); Packing.unpack (encoding.py:142-159) drops the bits of a"
-        " plaintext above its slots ([1 << 100] unpacks as [0, 0, 0, 0]). The vector layer checks before packing;"
-        " the public Packing does not. Expected a CryptoOverflow/ValueError.",
-        (
-            "Packing.pack-ints-huge",
-            "Packing.pack-ints-over-capacity",
-            "Packing.pack-ints-over-slot",
-            "Packing.unpack-leftover-bits",
-            "Packing.unpack-leftover-negative",
-        ),
-    ),
-    (
-        "[bug] Packing.__post_init__ (encoding.py:102-106) only compares slots < 1 and slot_bits < 2: floats, NaN"
-        " (all comparisons false) and +-inf pass, and nothing bounds slot_bits -- Packing(2.5, 8), Packing(2, "
-        "8.5), Packing(nan, 8), Packing(2, 2**62) are accepted and fail later (range() TypeError, or a "
-        "MemoryError from slot_capacity, encoding.py:116, escaping from encrypt/encrypt_ints/trivial/zeros); "
-        "for_key (encoding.py:121-129) passes float slot_bits/max_slots into the layout (Packing(100.0, 2.5)). "
-        "Expected a ValueError for non-integers and for slot_bits beyond any key (16384, codec.MAX_MODULUS_BITS).",
-        (
-            "EncryptedVector.encrypt-packing-huge-slots",
-            "EncryptedVector.encrypt_ints-packing-huge-slots",
-            "EncryptedVector.trivial-packing-huge-slots",
-            "EncryptedVector.zeros-packing-huge-slots",
-            "Packing-slot_bits-2**1000",
-            "Packing-slot_bits-float-half",
-            "Packing-slot_bits-huge",
-            "Packing-slot_bits-inf",
-            "Packing-slots-float-half",
-            "Packing-slots-float-int",
-            "Packing-slots-inf",
-            "Packing-slots-nan",
-            "Packing.for_key-max_slots-float-half",
-            "Packing.for_key-max_slots-nan",
-            "Packing.for_key-slot_bits-float-half",
-            "Packing.for_key-slot_bits-float-int",
-            "Packing.for_key-slot_bits-nan",
-        ),
-    ),
-    (
         "[bug, minor] Packing.n_ciphertexts (encoding.py:161-163) returns the length unchecked for an unpacked "
         "layout (None, 'x', -1, 2.5, NaN, inf come back as they are) and -1 -> 0, 2.5 -> 1.0 for a packed one; "
         "EncryptedVector() relies on it (vector.py:83) and so accepts a packed vector of length -1 (len() then "
         "raises ValueError). Expected a ValueError for a length that is not an int >= 0.",
         (
-            "EncryptedVector-packed-length-neg",
             "Packing.n_ciphertexts-length-float-half-packed",
             "Packing.n_ciphertexts-length-float-half-unpacked",
             "Packing.n_ciphertexts-length-inf-packed",
@@ -3897,31 +3800,6 @@ _BUGS: list[tuple[str, tuple[str, ...]]] = [
         ),
     ),
     (
-        "[bug] EncryptedVector() (vector.py:78-82) and from_proto (vector.py:421-427) refuse a bound above the "
-        "capacity but accept a negative one; every later bound check then passes (bound x |k| stays negative), so"
-        " from_proto(msg, pk, bound=-1).mul_int(2**250) returns a vector whose plaintext wrapped mod n. Expected "
-        "a ValueError/InvalidMessage for bound < 0.",
-        (
-            "EncryptedVector-bound-neg",
-            "EncryptedVector.from_proto-bound-neg",
-            "EncryptedVector.from_proto-bound-neg-huge",
-            "EncryptedVector.from_proto-bound-neg-then-mul_int",
-        ),
-    ),
-    (
-        "[bug] generate_keypair has a floor (check_key_bits, paillier.py:579-589) and no ceiling: bits=2**31 does"
-        " not return (next_prime of a 2^31-bit number at paillier.py:596: a hang no signal interrupts), "
-        "bits=2**63 and 2**64+1 abort the whole process ('gmp: overflow in mpz type' in `mpz(3) << (bits - 2)`, "
-        "paillier.py:594), bits=2**1000 raises a bare OverflowError there. Expected InsecureParameters/ValueError"
-        " above a ceiling (peers refuse moduli over codec.MAX_MODULUS_BITS = 16384).",
-        (
-            "generate_keypair-bits-2**1000",
-            "generate_keypair-bits-2**31",
-            "generate_keypair-bits-2**63",
-            "generate_keypair-bits-2**64+1",
-        ),
-    ),
-    (
         "[judgement] opt-ins tested for truth: allow_insecure (check_key_bits, paillier.py:583; generate_keypair,"
         " PrivateKey.from_json, load_public_key, load_private_key) and generate_keypair's subgroup accept any "
         "truthy value, so the string 'false' (a configuration value passed through) admits a 256-bit key or makes"
@@ -3932,16 +3810,6 @@ _BUGS: list[tuple[str, tuple[str, ...]]] = [
             "generate_keypair-subgroup-str-false",
             "load_private_key-allow_insecure-str-false",
             "load_public_key-allow_insecure-str-false",
-        ),
-    ),
-    (
-        "[bug] security: save_public_key (paillier.py:706-708) writes whatever pk.to_json() returns with mode "
-        "0644 -- given the PrivateKey it writes p and q world-readable as the 'public key file'; save_private_key"
-        " (:711-713) given a PublicKey writes a public key file that load_private_key then refuses. Expected a "
-        "TypeError unless the key is of the named kind.",
-        (
-            "save_private_key-sk-public-key",
-            "save_public_key-pk-private-key",
         ),
     ),
     (
@@ -3993,11 +3861,7 @@ _BUGS: list[tuple[str, tuple[str, ...]]] = [
         "Expected a TypeError.",
         (
             "CryptoThreads.decrypt_signed-cts-str",
-            "EncryptedVector.encrypt_ints-ints-bytes",
-            "EncryptedVector.encrypt_ints-ints-str",
             "EncryptedVector.trivial-ints-str",
-            "Packing.pack-ints-str",
-            "Packing.unpack-str",
             "PublicKey.validate_ciphertexts-cs-str",
             "decode_fixed-ints-str",
         ),
@@ -4018,38 +3882,23 @@ _BUGS: list[tuple[str, tuple[str, ...]]] = [
         "bit_length, modexp.py:61). Expected a ValueError/TypeError (or CryptoOverflow for a plaintext).",
         (
             "CryptoThreads-workers-inf",
-            "EncryptedVector-bound--inf",
-            "EncryptedVector-bound-inf",
-            "EncryptedVector-exponent-inf",
-            "EncryptedVector-length-inf",
             "EncryptedVector.encrypt-bound--inf",
             "EncryptedVector.encrypt-bound-inf",
-            "EncryptedVector.encrypt_ints-exponent--inf",
-            "EncryptedVector.encrypt_ints-exponent-inf",
-            "EncryptedVector.encrypt_ints-ints-inf",
             "EncryptedVector.from_proto-bound-inf",
             "EncryptedVector.mul_int-k--inf",
             "EncryptedVector.mul_int-k-inf",
             "EncryptedVector.mul_int-k-inf-ifma",
             "EncryptedVector.mul_int-k-inf-packed",
-            "EncryptedVector.trivial-exponent-inf",
             "EncryptedVector.trivial-ints-inf",
-            "EncryptedVector.zeros-exponent-inf",
             "ObfuscatorPool-capacity-inf",
             "ObfuscatorPool-low_water-inf",
             "ObfuscatorPool.encrypt-m-inf",
             "ObfuscatorPool.encrypt_many-ms-inf",
-            "ObfuscatorPool.fill-step-inf",
-            "ObfuscatorPool.fill_behind-count-inf",
             "ObfuscatorPool.for_private_key-uses-inf",
             "ObfuscatorPool.for_public_key-uses-inf",
             "ObfuscatorPool.precompute-count--inf",
             "ObfuscatorPool.precompute-count-inf",
             "ObfuscatorPool.precompute-threads-inf",
-            "ObfuscatorPool.take-count--inf",
-            "ObfuscatorPool.take-count-inf",
-            "Packing.pack-ints-inf",
-            "Packing.unpack-inf",
             "PrivateKey-factors-inf",
             "PrivateKey.decode_signed-m--inf",
             "PrivateKey.decode_signed-m-inf",
@@ -4107,11 +3956,6 @@ _BUGS: list[tuple[str, tuple[str, ...]]] = [
             "CryptoThreads.decrypt_signed-sk-public-key-3",
             "CryptoThreads.decrypt_signed-sk-str-1",
             "CryptoThreads.decrypt_signed-sk-str-3",
-            "EncryptedVector-packed-public_key-none",
-            "EncryptedVector-packing-none",
-            "EncryptedVector-packing-str",
-            "EncryptedVector-public_key-none",
-            "EncryptedVector-public_key-str",
             "EncryptedVector.concat-parts-int",
             "EncryptedVector.concat-parts-none-part",
             "EncryptedVector.concat-parts-str",
@@ -4127,8 +3971,6 @@ _BUGS: list[tuple[str, tuple[str, ...]]] = [
             "EncryptedVector.encrypt-packing-none",
             "EncryptedVector.encrypt-packing-str",
             "EncryptedVector.encrypt-packing-tuple",
-            "EncryptedVector.encrypt-private_key-object",
-            "EncryptedVector.encrypt-private_key-str",
             "EncryptedVector.encrypt-public_key-int-n",
             "EncryptedVector.encrypt-public_key-none",
             "EncryptedVector.encrypt-public_key-private-key",
@@ -4144,8 +3986,6 @@ _BUGS: list[tuple[str, tuple[str, ...]]] = [
             "EncryptedVector.from_proto-packing-str",
             "EncryptedVector.from_proto-public_key-none",
             "EncryptedVector.from_proto-public_key-private-key",
-            "EncryptedVector.rerandomize-pool-int",
-            "EncryptedVector.rerandomize-pool-str",
             "EncryptedVector.trivial-public_key-int-n",
             "EncryptedVector.trivial-public_key-none",
             "EncryptedVector.trivial-public_key-private-key",
@@ -4183,11 +4023,6 @@ _BUGS: list[tuple[str, tuple[str, ...]]] = [
             "generate_keypair-rng-numpy-legacy",
             "generate_keypair-rng-object",
             "generate_keypair-rng-str",
-            "save_private_key-sk-none",
-            "save_private_key-sk-str",
-            "save_public_key-pk-dict",
-            "save_public_key-pk-none",
-            "save_public_key-pk-str",
         ),
     ),
     (
@@ -4241,35 +4076,6 @@ _BUGS: list[tuple[str, tuple[str, ...]]] = [
         ),
     ),
     (
-        "[bug] PrivateKey.decrypt_half (paillier.py:417, 435) takes p's half for which == 0 and q's for anything "
-        "else: which=2, -1, None, 'p', 3.0, NaN, np.int64(3) return m mod q silently. Expected a ValueError "
-        "unless which is 0 or 1.",
-        (
-            "PrivateKey.decrypt_half-which-2**1000",
-            "PrivateKey.decrypt_half-which-float-half",
-            "PrivateKey.decrypt_half-which-float-int",
-            "PrivateKey.decrypt_half-which-inf",
-            "PrivateKey.decrypt_half-which-nan",
-            "PrivateKey.decrypt_half-which-neg",
-            "PrivateKey.decrypt_half-which-none",
-            "PrivateKey.decrypt_half-which-np-int64",
-            "PrivateKey.decrypt_half-which-numstr",
-            "PrivateKey.decrypt_half-which-object",
-            "PrivateKey.decrypt_half-which-p-str",
-            "PrivateKey.decrypt_half-which-str",
-            "PrivateKey.decrypt_half-which-two",
-        ),
-    ),
-    (
-        "[bug] PublicKey.rerandomize(None) (paillier.py:256-259) passes None on as obfuscator()'s factor -- its "
-        "'no factor' default -- and returns a fresh encryption of 0: a missing ciphertext comes back as a valid "
-        "one. Expected a TypeError.",
-        (
-            "PublicKey.rerandomize-c-none",
-            "PublicKey.rerandomize-c-none-subgroup",
-        ),
-    ),
-    (
         "[judgement] the raw operations trust their ciphertexts: "
         "rerandomize/rerandomize_textbook/obfuscator(factor)/raw_add (paillier.py:256-279, modexp.py:167) and "
         "ObfuscatorPool.rerandomize (obfuscation.py:213) return 0, a non-unit, or (subgroup key) randomness "
@@ -4301,14 +4107,10 @@ _BUGS: list[tuple[str, tuple[str, ...]]] = [
         "integer'). Expected a ValueError for a length that is not an int in [0, 2^32) (the wire format's length "
         "is uint32).",
         (
-            "EncryptedVector.zeros-length--2**1000",
             "EncryptedVector.zeros-length-2**1000",
             "EncryptedVector.zeros-length-2**31",
             "EncryptedVector.zeros-length-2**63",
             "EncryptedVector.zeros-length-2**64+1",
-            "EncryptedVector.zeros-length-neg",
-            "EncryptedVector.zeros-length-np-0d",
-            "EncryptedVector.zeros-length-np-1elem",
         ),
     ),
     (
@@ -4334,77 +4136,30 @@ _BUGS: list[tuple[str, tuple[str, ...]]] = [
         ("EncryptedVector.concat-parts-generator",),
     ),
     (
-        "[bug] EncryptedVector.__getitem__ (vector.py:343) converts any index with np.asarray(idx, dtype=int): a "
-        "boolean mask [True, False, True] becomes the indices [1, 0, 1] (silently the wrong elements, and a mask "
-        "of another length is not refused), and an index beyond int64 raises a bare OverflowError. Expected mask "
-        "semantics (or a refusal) and IndexError/ValueError.",
-        (
-            "EncryptedVector.__getitem__-idx-2**1000",
-            "EncryptedVector.__getitem__-idx-2**63",
-            "EncryptedVector.__getitem__-idx-mask",
-            "EncryptedVector.__getitem__-idx-np-mask",
-            "EncryptedVector.__getitem__-idx-np-mask-short",
-        ),
-    ),
-    (
-        "[bug] silent wrong result: encode_fixed casts a complex array to float64 (encoding.py:49), dropping the "
-        "imaginary part with only a ComplexWarning -- encrypt([1+2j, 0j, 1j]) encrypts [1, 0, 0]; the same in "
-        "add_plain, mul_elementwise, mul_scalar, matvec and encrypt_with. Expected InvalidMessage, as for NaN "
-        "(:50-51).",
-        (
-            "EncryptedVector.add_plain-values-complex",
-            "EncryptedVector.encrypt-values-complex",
-            "EncryptedVector.encrypt_with-values-complex",
-            "EncryptedVector.matvec-W-complex",
-            "EncryptedVector.mul_elementwise-values-complex",
-            "EncryptedVector.mul_scalar-s-complex",
-            "encode_fixed-values-complex",
-        ),
-    ),
-    (
         "[bug] silent wrong result: encode_fixed promises exactness for integer input, but np.asarray "
         "(encoding.py:38) makes a float64 array of [2^63+1, -1, 0] (and of gmpy2 mpz values), so 2^63+1 is "
         "encrypted as 2^63; the same in add_plain/mul_elementwise (through encode_fixed), dot (np.asarray(..., "
         "float64) after _is_int_like says no, vector.py:307/450-454) and matvec (:313). Expected exact integers "
         "(np.asarray(values, dtype=object) when the input holds Python ints).",
         (
-            "EncryptedVector.add_plain-values-big-ints",
-            "EncryptedVector.add_plain-values-big-mpz",
             "EncryptedVector.dot-weights-big-ints",
             "EncryptedVector.dot-weights-big-ints-ifma",
             "EncryptedVector.dot-weights-big-mpz",
-            "EncryptedVector.encrypt-values-big-ints",
-            "EncryptedVector.encrypt-values-big-mpz",
-            "EncryptedVector.encrypt_with-values-big-ints",
             "EncryptedVector.matvec-W-big-ints",
-            "EncryptedVector.mul_elementwise-values-big-ints",
-            "EncryptedVector.mul_elementwise-values-big-mpz",
-            "encode_fixed-values-big-ints",
-            "encode_fixed-values-big-mpz",
         ),
     ),
     (
         "[judgement] encode_fixed casts datetime64 arrays to float64 (encoding.py:49): a date is encrypted as its"
         " day count since 1970 (encrypt, add_plain, mul_elementwise, dot). Expected a refusal of non-numeric "
         "dtypes.",
-        (
-            "EncryptedVector.add_plain-values-datetime",
-            "EncryptedVector.dot-weights-datetime",
-            "EncryptedVector.encrypt-values-datetime",
-            "EncryptedVector.mul_elementwise-values-datetime",
-            "encode_fixed-values-datetime",
-        ),
+        ("EncryptedVector.dot-weights-datetime",),
     ),
     (
         "[bug] numpy frac_bits: encode_float computes `e - 53 + frac_bits` (encoding.py:61) in the frac_bits' "
         "dtype, so np.uint8(3) raises a bare OverflowError ('Python integer -53 out of bounds for uint8'), and a "
         "1-element array broadcasts (encoding.py:40/63): encode_fixed(values, np.array([3])) returns arrays "
         "instead of ints. Expected int(frac_bits) or a TypeError.",
-        (
-            "EncryptedVector.encrypt-frac_bits-np-uint8",
-            "encode_fixed-frac_bits-np-1elem",
-            "encode_fixed-frac_bits-np-uint8",
-        ),
+        ("EncryptedVector.encrypt-frac_bits-np-uint8",),
     ),
     (
         "[bug] no bound on frac_bits/exponents: encode_float/encode_fixed shift by frac_bits "
@@ -4415,36 +4170,11 @@ _BUGS: list[tuple[str, tuple[str, ...]]] = [
         "decrypting the vector then raises the same. Expected CryptoOverflow/ValueError (no key holds 2^(2^62); "
         "the wire format takes exponents in [-4096, 0]).",
         (
-            "EncryptedVector-exponent--2**1000",
-            "EncryptedVector.add_plain-frac_bits-2**63",
-            "EncryptedVector.dot-frac_bits-2**63",
-            "EncryptedVector.encrypt-frac_bits--2**1000",
-            "EncryptedVector.encrypt-frac_bits--2**1000-zeros",
-            "EncryptedVector.encrypt-frac_bits--2**62",
-            "EncryptedVector.encrypt-frac_bits--2**62-zeros",
-            "EncryptedVector.encrypt-frac_bits-2**1000",
-            "EncryptedVector.encrypt-frac_bits-2**1000-zeros",
-            "EncryptedVector.encrypt-frac_bits-2**62",
-            "EncryptedVector.encrypt-frac_bits-2**62-zeros",
-            "EncryptedVector.encrypt-frac_bits-2**63",
-            "EncryptedVector.encrypt-frac_bits-2**63-zeros",
-            "EncryptedVector.encrypt_ints-exponent--2**1000",
-            "EncryptedVector.encrypt_ints-exponent--2**62",
-            "EncryptedVector.mul_elementwise-frac_bits-2**63",
-            "EncryptedVector.mul_scalar-frac_bits-2**62",
-            "EncryptedVector.mul_scalar-frac_bits-2**63",
             "EncryptedVector.scale_exponent-new_exponent--2**1000",
             "EncryptedVector.scale_exponent-new_exponent--2**62",
             "EncryptedVector.scale_exponent-new_exponent--2**62-zeros",
-            "EncryptedVector.trivial-exponent--2**62",
-            "EncryptedVector.zeros-exponent--2**62",
             "decode_fixed-exponent--2**1000",
             "decode_fixed-exponent--2**62",
-            "encode_fixed-frac_bits--2**1000",
-            "encode_fixed-frac_bits--2**62",
-            "encode_fixed-frac_bits-2**1000",
-            "encode_fixed-frac_bits-2**62",
-            "encode_fixed-frac_bits-2**63",
         ),
     ),
     (
@@ -4458,12 +4188,10 @@ _BUGS: list[tuple[str, tuple[str, ...]]] = [
             "EncryptedVector.dot-frac_bits-neg",
             "EncryptedVector.encrypt-frac_bits--4096",
             "EncryptedVector.encrypt-frac_bits--4096-zeros",
-            "EncryptedVector.encrypt-frac_bits-2**31-zeros",
             "EncryptedVector.encrypt-frac_bits-4097-zeros",
             "EncryptedVector.encrypt-frac_bits-neg",
             "EncryptedVector.encrypt-frac_bits-neg-zeros",
             "EncryptedVector.encrypt_ints-exponent--4097",
-            "EncryptedVector.encrypt_ints-exponent-2**40",
             "EncryptedVector.encrypt_ints-exponent-positive",
             "EncryptedVector.encrypt_ints-exponent-true",
             "EncryptedVector.matvec-frac_bits-neg",
@@ -4512,17 +4240,7 @@ _BUGS: list[tuple[str, tuple[str, ...]]] = [
         " either (made never grows, :170-173: a hang); precompute/fill_behind/take truncate 2.5 to 2 "
         "(:140/:178/:189). Expected a ValueError for counts that are not ints, negative take counts and steps < "
         "1.",
-        (
-            "ObfuscatorPool.fill-count-float-half",
-            "ObfuscatorPool.fill-count-inf",
-            "ObfuscatorPool.fill-count-nan",
-            "ObfuscatorPool.fill-step-neg",
-            "ObfuscatorPool.fill-step-zero",
-            "ObfuscatorPool.fill_behind-count-float-half",
-            "ObfuscatorPool.precompute-count-float-half",
-            "ObfuscatorPool.take-count-float-half",
-            "ObfuscatorPool.take-count-neg",
-        ),
+        ("ObfuscatorPool.precompute-count-float-half",),
     ),
     (
         "[judgement] PrivateKey.combine_halves (paillier.py:443-447) promises m in [0, n) but takes halves "
@@ -4549,29 +4267,17 @@ _BUGS: list[tuple[str, tuple[str, ...]]] = [
         (
             "CryptoThreads-workers-float-half",
             "CryptoThreads.decrypt_signed-cts-float-half",
-            "EncryptedVector-exponent-float-half",
-            "EncryptedVector.__getitem__-idx-float-half",
-            "EncryptedVector.__getitem__-idx-list-floats",
-            "EncryptedVector.encrypt_ints-exponent-float-half",
-            "EncryptedVector.encrypt_ints-ints-decimal-half",
-            "EncryptedVector.encrypt_ints-ints-float-half",
-            "EncryptedVector.encrypt_ints-ints-fraction-half",
-            "EncryptedVector.encrypt_ints-ints-np-float-half",
             "EncryptedVector.mul_int-k-float-half",
             "EncryptedVector.mul_int-k-float-half-ifma",
             "EncryptedVector.mul_int-k-float-half-packed",
             "EncryptedVector.mul_int-k-fraction-half",
             "EncryptedVector.mul_int-k-np-float-half",
-            "EncryptedVector.trivial-exponent-float-half",
             "EncryptedVector.trivial-ints-float-half",
             "EncryptedVector.trivial-ints-np-float-half",
-            "EncryptedVector.zeros-exponent-float-half",
             "ObfuscatorPool.encrypt-m-float-half",
             "ObfuscatorPool.encrypt_many-ms-float-half",
             "ObfuscatorPool.rerandomize-c-float-half",
             "ObfuscatorPool.rerandomize-c-inf",
-            "Packing.pack-ints-float-half",
-            "Packing.unpack-float-half",
             "PrivateKey-factors-fraction-half",
             "PrivateKey.combine_halves-mp-float-half",
             "PrivateKey.combine_halves-mp-nan",
