@@ -699,11 +699,14 @@ def bounded_json_object(
     if json_depth_exceeds(text, max_depth):
         raise InvalidMessage(f"{what} nests arrays/objects deeper than {max_depth} levels")
     try:
-        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+        value = json.loads(text, parse_constant=_no_constant)
     except (ValueError, RecursionError) as exc:
         raise InvalidMessage(f"{what} is not valid JSON: {exc}") from None
     if not isinstance(value, dict):
         raise InvalidMessage(f"{what} must be a JSON object")
+    where = _beyond_float(value)
+    if where is not None:  # 1e400 parses to inf, where the literals NaN and Infinity are refused
+        raise InvalidMessage(f"{what}: {where} is a number beyond the range of a float")
     return value
 
 
@@ -711,9 +714,13 @@ def _no_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def _finite_float(text: str) -> float:
-    """A JSON number as a float, refused where float64 has no finite value for it (1e400 is not Infinity)."""
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"{text[:40]} is beyond the range of a float")
-    return value
+def _beyond_float(value: Any, path: str = "") -> str | None:
+    """The first place (``key``, ``key[2].inner``) in a parsed JSON value holding a non-finite float, or None."""
+    if isinstance(value, float):
+        return (path or "the value") if not math.isfinite(value) else None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for k, v in items:
+        found = _beyond_float(v, f"{path}[{k}]" if isinstance(k, int) else f"{path}.{k}" if path else str(k))
+        if found is not None:
+            return found
+    return None

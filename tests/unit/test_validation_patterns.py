@@ -76,6 +76,9 @@ def test_params_json_refuses_a_number_beyond_float64():
     from smcdp.net.limits import bounded_json_object
 
     assert bounded_json_object('{"x": 1e300, "n": 10}') == {"x": 1e300, "n": 10}
-    for bad in ('{"x": 1e400}', '{"x": -1e400}', '{"x": [1, 2e999]}', '{"x": NaN}', '{"x": Infinity}'):
+    for bad, where in [('{"x": 1e400}', "x"), ('{"x": -1e400}', "x"), ('{"a": {"x": [1, 2e999]}}', r"a\.x\[1\]")]:
+        with pytest.raises(InvalidMessage, match=f"params_json: {where} is a number beyond the range of a float"):
+            bounded_json_object(bad)
+    for bad in ('{"x": NaN}', '{"x": Infinity}'):
         with pytest.raises(InvalidMessage, match="not valid JSON"):
             bounded_json_object(bad)
