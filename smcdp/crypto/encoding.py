@@ -187,7 +187,7 @@ class Packing:
             raise TypeError("pack takes integers, not a string")
         s = self.slot_bits
         lo, hi = -(1 << (s - 1)), (1 << (s - 1)) - 1
-        vals = [as_int(v) for v in ints]
+        vals = ints if type(ints) is list and all(type(v) is int for v in ints) else [as_int(v) for v in ints]
         if vals and not (lo <= min(vals) and max(vals) <= hi):
             raise CryptoOverflow(f"a value does not fit a slot of {s} bits")
         out = []

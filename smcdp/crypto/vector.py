@@ -468,7 +468,10 @@ def _plaintexts(
     """(the integers, the plaintexts to encrypt, the bound to record), after the bound checks."""
     if isinstance(ints, (str, bytes)):
         raise TypeError("the values to encrypt are integers, not a string")
-    ints = [as_int(v) for v in ints]
+    if isinstance(ints, np.ndarray) and ints.ndim == 1 and ints.dtype.kind in "iu":
+        ints = ints.tolist()  # Python ints at C speed
+    if not (type(ints) is list and all(type(v) is int for v in ints)):  # else as they are: the common case, fast
+        ints = [as_int(v) for v in ints]
     actual = max((abs(v) for v in ints), default=0)
     if bound is None:
         bound = actual
