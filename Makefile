@@ -38,7 +38,7 @@ test: $(STAMP)
 	$(BYTECODE)
 	$(BIN)/python -m pytest -q -ra -n $(JOBS) --dist loadgroup --durations=25
 
-## The edit loop (< 2 min): the unit tests (tests/unit) that are not marked slow -- none starts a party
+## The edit loop (about 6 min on two cores): the unit tests (tests/unit) that are not marked slow -- none starts a party
 ## process, a Dask cluster or a subprocess.  The whole suite is still `make test`.
 test-quick: $(STAMP)
 	$(BYTECODE)
