@@ -313,7 +313,7 @@ def run_session(
     sid = new_session_id(protocol)
     grace = cluster.peer_grace_seconds or Timeouts().peer_grace_seconds
     say(
-        f"session {sid}: waiting at most {cluster.session_seconds + 60:.0f} s (its deadline and a minute); "
+        f"session {initiator}.{sid}: waiting at most {cluster.session_seconds + 60:.0f} s (its deadline and a minute); "
         f"a party silent for {grace:g} s (peer_grace_seconds) ends it sooner, naming the party"
     )
     chaos = None
@@ -329,12 +329,29 @@ def run_session(
     finally:
         if chaos is not None:
             chaos.finish()
+    if any(r.get("resumable") for r in records.values()):
+        say(resume_hint(cluster, f"{initiator}.{sid}", initiator))
     info: dict[str, Any] = {"restarts": 0 if chaos is None else chaos.restarts}
     if chaos is not None:
         info["chaos"] = chaos.events
         if chaos.error is not None:
             raise SmcdpError(f"a --chaos action failed: {chaos.error}")
     return records, info
+
+
+def resume_hint(cluster: LocalCluster, session_id: str, initiator: str) -> str:
+    """How to resume a session that failed resumably, from this demo's directory -- which only a ``--keep-dir``
+    keeps: without one the demo removes it, and the session's checkpoints with it, on exit."""
+    if not cluster.keep:
+        return (
+            f"session {session_id} failed resumably, but this demo removes its directory on exit: "
+            "run it with --keep-dir DIR to be able to resume such a session"
+        )
+    starts = " ".join(f"smcdp party --config {cluster.configs[p]} &" for p in sorted(cluster.configs))
+    return (
+        f"session {session_id} failed resumably; to resume it, start every party again from the kept directory "
+        f"({starts}), then run: smcdp session resume {session_id} --config {cluster.configs[initiator]}"
+    )
 
 
 def dump_json(obj: Any, path: str | os.PathLike | None) -> None:
