@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import ArrayLike
 
+from smcdp.crypto.ints import as_int
 from smcdp.errors import CryptoOverflow, InvalidMessage
 
 if TYPE_CHECKING:  # typing only: encoding needs no key at run time
@@ -48,16 +49,6 @@ def check_frac_bits(frac_bits: object, what: str = "frac_bits") -> int:
     if abs(e) > MAX_FRAC_BITS:
         raise ValueError(f"{what} = {e} is beyond ±{MAX_FRAC_BITS}")
     return int(e)
-
-
-def as_int(v: object) -> int:
-    """An integer value as a Python int: ints, numpy integers, mpz, and floats that are whole numbers; a fraction,
-    NaN, an infinity, a string or bytes is refused (TypeError/ValueError) rather than truncated."""
-    if isinstance(v, (float, np.floating)):
-        if not math.isfinite(v) or not float(v).is_integer():
-            raise ValueError(f"{v!r} is not an integer")
-        return int(v)
-    return int(operator.index(v))  # type: ignore[arg-type]  # TypeError for str, bytes, Fraction, Decimal, ...
 
 
 def encode_fixed(values: ArrayLike, frac_bits: int) -> list[int]:
@@ -112,11 +103,13 @@ def decode_fixed(ints: Iterable[int], exponent: int) -> np.ndarray:
     is 2^-200, not the 0.0 that ``float(v) * 2.0**exponent`` would give once
     2.0**exponent underflows.
     """
-    exponent = int(exponent)
+    exponent = check_frac_bits(exponent, "exponent")
+    if isinstance(ints, (str, bytes)):
+        raise TypeError("decode_fixed takes integers, not a string")
     divisor = 1 << -exponent if exponent < 0 else 1
     out = []
     for v in ints:
-        v = int(v)
+        v = v if type(v) is int else as_int(v)
         try:
             if exponent >= 0 or (v.bit_length() <= 53 and exponent >= -1021):
                 # exact float, scaled exactly (the result is a normal float or overflows)
@@ -167,6 +160,8 @@ class Packing:
     @classmethod
     def for_key(cls, pk: PublicKey, slot_bits: int, max_slots: int | None = None) -> Packing:
         """As many slots of ``slot_bits`` as fit below n/3 (at least 1)."""
+        if not hasattr(pk, "max_int"):  # a PrivateKey, None, an int (paillier imports this module, not the reverse)
+            raise TypeError(f"Packing.for_key takes a PublicKey, got {type(pk).__name__}")
         slot_bits = as_int(slot_bits)  # not truncated: 2.5 or NaN is refused
         if slot_bits < 2:
             raise ValueError("slot_bits must be >= 2")
@@ -223,7 +218,10 @@ class Packing:
         return out
 
     def n_ciphertexts(self, length: int) -> int:
-        """How many ciphertexts hold ``length`` values."""
+        """How many ciphertexts hold ``length`` values (an int >= 0)."""
+        length = as_int(length)
+        if length < 0:
+            raise ValueError(f"a length is at least 0, got {length}")
         return -(-length // self.slots) if self.packed else length
 
 

@@ -18,6 +18,7 @@ give the same values (tests compare them).
 
 from __future__ import annotations
 
+import operator
 import os
 from collections.abc import Sequence
 
@@ -118,7 +119,7 @@ def window_for_uses(exp_bits: int, modulus_bits: int, uses: int) -> int:
     cap = window_for(
         exp_bits, modulus_bits, entry_overhead=0 if native.AVAILABLE else 32, max_window=12 if native.AVAILABLE else 10
     )
-    uses = max(1, int(uses))
+    uses = max(1, int(operator.index(uses)))  # 2.5 or inf refused (TypeError), not floored
     return min(range(4, cap + 1), key=lambda w: -(-exp_bits // w) * ((1 << w) - 1 + uses))
 
 

@@ -20,8 +20,8 @@ from typing import Any, Self
 
 from gmpy2 import mpz
 
-from smcdp.crypto.encoding import as_int
-from smcdp.crypto.paillier import PrivateKey, PublicKey
+from smcdp.crypto.ints import as_int
+from smcdp.crypto.paillier import PrivateKey, PublicKey, as_mpz
 from smcdp.crypto.threads import lower_priority
 
 
@@ -53,12 +53,14 @@ class ObfuscatorPool:
         warm: Callable[[], object] | None = None,
         nice: bool = False,
     ) -> None:
+        if not isinstance(public_key, PublicKey):
+            raise TypeError(f"an ObfuscatorPool is for a PublicKey, got {type(public_key).__name__}")
         self.pk = public_key
         self.fn = fn
         self._warm = warm
         self._nice = nice
-        self.capacity = max(1, int(capacity))
-        self.low_water = self.capacity if low_water is None else max(1, min(int(low_water), self.capacity))
+        self.capacity = max(1, as_int(capacity))
+        self.low_water = self.capacity if low_water is None else max(1, min(as_int(low_water), self.capacity))
         self._stock: collections.deque[mpz] = collections.deque()
         self._cond = threading.Condition()
         self._stop = False
@@ -83,6 +85,8 @@ class ObfuscatorPool:
         <smcdp.crypto.paillier.PrivateKey.plan>`, now, so a session encrypting before the background thread
         gets to them builds the same) and the background thread first builds them; ``nice``: it then fills
         the stock at the lowest priority (:func:`~smcdp.crypto.threads.lower_priority`)."""
+        if not isinstance(sk, PrivateKey):
+            raise TypeError(f"for_private_key takes a PrivateKey, got {type(sk).__name__}")
         if uses is not None:
             sk.plan(uses)
         warm = None if uses is None else (lambda: sk.prepare(uses))
@@ -102,6 +106,8 @@ class ObfuscatorPool:
         <smcdp.crypto.paillier.PublicKey.plan>`, now, whichever thread builds it) instead of the largest the
         memory budget allows (2 s and 172 MB at 2048 bits), and the background thread first builds it;
         ``nice``: it then fills the stock at the lowest priority."""
+        if not isinstance(pk, PublicKey):
+            raise TypeError(f"for_public_key takes a PublicKey, got {type(pk).__name__}")
         if uses is not None:
             pk.plan(uses)
         warm = None if uses is None else (lambda: pk.prepare(uses))
@@ -138,7 +144,7 @@ class ObfuscatorPool:
 
     def precompute(self, count: int, threads: int = 2) -> None:
         """Add ``count`` obfuscators now, on ``threads`` threads; the capacity grows to hold them."""
-        count = int(count)
+        count, threads = as_int(count), as_int(threads)
         if count <= 0:
             return
         with self._cond:
@@ -146,7 +152,7 @@ class ObfuscatorPool:
         if not self._stock:
             self.fn_warm()  # tables first, in this thread
             count -= 1
-        threads = max(1, min(int(threads), count or 1))
+        threads = max(1, min(threads, count or 1))
         shares = [count // threads + (1 if i < count % threads else 0) for i in range(threads)]
 
         def make(k: int) -> list[mpz]:
@@ -168,6 +174,8 @@ class ObfuscatorPool:
         were added.  For a thread that makes a session's obfuscators behind it: exactly ``count``, where
         the ``background`` refill would keep the stock full to the end and leave it unused."""
         count, step = as_int(count), as_int(step)
+        if stop is not None and not isinstance(stop, threading.Event):
+            raise TypeError(f"stop is a threading.Event, got {type(stop).__name__}")
         if count < 0 or step < 1:  # step 0 or an infinite count looped for ever
             raise ValueError(f"fill makes count >= 0 obfuscators step >= 1 at a time, got {count} and {step}")
         made = 0
@@ -219,7 +227,7 @@ class ObfuscatorPool:
 
     def rerandomize(self, c: mpz) -> mpz:
         """``c`` re-randomised with an obfuscator from the pool (same plaintext, fresh ciphertext)."""
-        return c * self.get() % self.pk.nsquare
+        return as_mpz(c) * self.get() % self.pk.nsquare
 
     def stats(self) -> dict[str, int]:
         """Obfuscators made ahead (``precomputed``), made inline because the stock was empty

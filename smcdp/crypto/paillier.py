@@ -61,11 +61,14 @@ from phe import paillier as phe_paillier
 from smcdp._files import atomic_write, json_loads
 from smcdp.crypto import native
 from smcdp.crypto.counters import count as _count
+from smcdp.crypto.ints import as_int
 from smcdp.crypto.modexp import FixedBaseTable, powmod, powmod2, window_for_uses
 from smcdp.errors import CryptoOverflow, InsecureParameters, InvalidMessage, naming_file
 from smcdp.progress import task
 
 MIN_SECURE_BITS = 2048
+#: No key below this many bits, not even in tests (:func:`check_key_bits`, :class:`PublicKey`).
+MIN_KEY_BITS = 128
 DEFAULT_KEY_BITS = 3072
 #: statistical margin of a subgroup key's obfuscator exponents over the subgroup's order (bits)
 SUBGROUP_MARGIN_BITS = 64
@@ -97,6 +100,28 @@ def subgroup_bits_for(bits: int) -> int:
     return max(64, (bits // 4) & ~1)
 
 
+_MPZ = type(mpz(0))
+
+
+def as_mpz(v: object) -> mpz:
+    """An integer argument (a plaintext, a ciphertext, a factor) as an mpz: mpz and int as they are, numpy
+    integers and whole floats converted, anything else -- 2.5, an infinity, NaN, a string -- refused
+    (ValueError/TypeError) instead of floored by ``mpz()``."""
+    if type(v) is _MPZ:
+        return v
+    return mpz(v if type(v) is int else as_int(v))
+
+
+def _orders(orders: object) -> tuple[mpz, mpz]:
+    """A subgroup key's secret orders (α_p, α_q): a pair of integers above 1."""
+    if isinstance(orders, (str, bytes)) or not isinstance(orders, Sequence) or len(orders) != 2:
+        raise InvalidMessage("private key: the subgroup orders are a pair (alpha_p, alpha_q)")
+    a, b = as_mpz(orders[0]), as_mpz(orders[1])
+    if a < 2 or b < 2:
+        raise InvalidMessage("private key: the subgroup orders are integers above 1")
+    return a, b
+
+
 class PublicKey:
     """A Paillier public key (g = n + 1) with fast encryption.
 
@@ -105,9 +130,15 @@ class PublicKey:
     (module docstring).  Without them each instance draws its own fixed base (the DJN variant)."""
 
     def __init__(self, n: int, subgroup_base: int | None = None, subgroup_bits: int = 0):
-        n = int(n)
+        if isinstance(n, (bool, np.bool_)):
+            raise TypeError("a Paillier modulus is an integer, not a bool")
+        n = int(as_mpz(n))
         if n <= 0 or n % 2 == 0:
             raise InvalidMessage("Paillier modulus must be a positive odd integer")
+        if n.bit_length() < MIN_KEY_BITS:  # n = 1 or 3 leaves no plaintext; generate_keypair makes none so small
+            raise InsecureParameters(f"a Paillier modulus has at least {MIN_KEY_BITS} bits, got {n.bit_length()}")
+        if subgroup_base is None and subgroup_bits:
+            raise InvalidMessage("subgroup_bits without a subgroup_base: a subgroup key needs both")
         self.n = mpz(n)
         self.nsquare = self.n * self.n
         self.max_int = self.n // 3 - 1
@@ -119,7 +150,7 @@ class PublicKey:
         self._hs: mpz | None = None
         self.subgroup_bits = 0
         if subgroup_base is not None:
-            self._set_subgroup(mpz(subgroup_base), subgroup_bits)
+            self._set_subgroup(as_mpz(subgroup_base), subgroup_bits)
         # one fixed base and one table per key, however many threads ask at once
         self._lock = threading.Lock()
 
@@ -219,7 +250,7 @@ class PublicKey:
     def obfuscator(self, factor: int | None = None) -> mpz:
         """A fresh random n-th residue h_s^a mod n² (a of key_size/2 bits), times ``factor``
         when one is given (the table loop absorbs that multiplication)."""
-        return self.table().pow(secrets.randbits(self.obfuscation_bits), factor)
+        return self.table().pow(secrets.randbits(self.obfuscation_bits), None if factor is None else as_mpz(factor))
 
     def slow_obfuscator(self) -> mpz:
         """r^n mod n² for uniform r in Z*_n (the textbook obfuscator, as phe does); for a subgroup key
@@ -234,12 +265,13 @@ class PublicKey:
     # ------------------------------------------------------------ raw ops
     def raw_plain(self, m: int) -> mpz:
         """Map a signed integer with ``|m| <= max_int`` into Z_n."""
+        m = as_mpz(m)
         if m > self.max_int or m < -self.max_int:
             raise CryptoOverflow(
                 f"plaintext integer of {abs(int(m)).bit_length()} bits does not fit below n/3 "
                 f"({self.max_int.bit_length()} bits)"
             )
-        return mpz(m) % self.n
+        return m % self.n
 
     def raw_encrypt(self, m: int, obfuscate: bool = True) -> mpz:
         """Encrypt a signed integer (``|m| <= max_int``)."""
@@ -258,7 +290,7 @@ class PublicKey:
         if c is None:  # obfuscator(None) is a fresh encryption of 0, not c re-randomised
             raise TypeError("rerandomize takes a ciphertext, got None")
         _count("rerandomize")
-        return self.obfuscator(c)
+        return self.obfuscator(as_mpz(c))
 
     def raw_encrypt_textbook(self, m: int) -> mpz:
         """Encrypt with a fresh textbook obfuscator r^n (r uniform in Z*_n), no fixed-base table.
@@ -272,25 +304,29 @@ class PublicKey:
     def rerandomize_textbook(self, c: mpz) -> mpz:
         """``c · r^n mod n²`` with a fresh textbook obfuscator (see :meth:`raw_encrypt_textbook`)."""
         _count("rerandomize")
-        return mpz(c) * self.slow_obfuscator() % self.nsquare
+        return as_mpz(c) * self.slow_obfuscator() % self.nsquare
 
     def raw_add(self, c1: mpz, c2: mpz) -> mpz:
         """The product of two ciphertexts mod n²: an encryption of the sum of their plaintexts."""
         # not counted: a few microseconds each, a counter would cost measurably here (the vector
         # additions count per element, in EncryptedVector)
-        return c1 * c2 % self.nsquare
+        return as_mpz(c1) * as_mpz(c2) % self.nsquare
 
     def raw_mul(self, c: mpz, k: int) -> mpz:
         """c^k mod n² for a signed integer k (negative k uses the inverse)."""
         _count("mul")
+        c, k = as_mpz(c), as_mpz(k)
         if k < 0:
-            c = gmpy2.invert(c, self.nsquare)
+            try:
+                c = gmpy2.invert(c, self.nsquare)
+            except ZeroDivisionError:
+                raise InvalidMessage("ciphertext is not a unit mod n² (gcd(c, n) != 1): it has no inverse") from None
             k = -k
         return powmod(c, k, self.nsquare)
 
     def validate_ciphertext(self, c: int, where: str = "ciphertext") -> mpz:
         """Check 0 < c < n² and gcd(c, n) = 1; return it as mpz."""
-        c = mpz(c)
+        c = as_mpz(c)
         if not (0 < c < self.nsquare):
             raise InvalidMessage(f"{where} is outside (0, n²)")
         if gmpy2.gcd(c, self.n) != 1:
@@ -305,7 +341,7 @@ class PublicKey:
         out = []
         acc = mpz(1)
         for i, c in enumerate(cs):
-            c = mpz(c)
+            c = as_mpz(c)
             if not (0 < c < n2):
                 raise InvalidMessage(f"{where} {i} is outside (0, n²)")
             out.append(c)
@@ -344,11 +380,15 @@ class PrivateKey:
     key still decrypts, with p − 1, at the standard cost)."""
 
     def __init__(self, public_key: PublicKey, p: int, q: int, orders: tuple[int, int] | None = None):
-        p, q = mpz(p), mpz(q)
+        if not isinstance(public_key, PublicKey):
+            raise TypeError(f"a private key needs its PublicKey, got {type(public_key).__name__}")
+        p, q = as_mpz(p), as_mpz(q)
         if p * q != public_key.n or p == q or p < 3 or q < 3:
             raise InvalidMessage("private key primes do not match the public key")
         if orders is not None and not public_key.subgroup:
             raise InvalidMessage("private key: subgroup orders given for a standard public key")
+        if orders is not None:
+            orders = _orders(orders)
         if q < p:
             p, q = q, p
             orders = None if orders is None else (orders[1], orders[0])
@@ -384,7 +424,9 @@ class PrivateKey:
         generator and decryption is not unique).  A composite factor would
         otherwise decrypt to garbage without any error.
         """
-        p, q = mpz(p), mpz(q)
+        if not isinstance(public_key, PublicKey):
+            raise TypeError(f"a private key needs its PublicKey, got {type(public_key).__name__}")
+        p, q = as_mpz(p), as_mpz(q)
         n = public_key.n
         if p < 3 or q < 3 or p * q != n or p == q:
             raise InvalidMessage("private key: p·q does not equal the public modulus n (or p = q)")
@@ -396,7 +438,8 @@ class PrivateKey:
         if public_key.subgroup != (orders is not None):
             raise InvalidMessage("private key: a subgroup key needs its orders (α_p, α_q), a standard key has none")
         if orders is not None:
-            _check_subgroup(public_key, p, q, mpz(orders[0]), mpz(orders[1]))
+            orders = _orders(orders)
+            _check_subgroup(public_key, p, q, *orders)
         return cls(public_key, p, q, orders)
 
     @property
@@ -418,13 +461,16 @@ class PrivateKey:
         return a wrong value."""
         if which not in (0, 1) or isinstance(which, float):
             raise ValueError(f"which is 0 (the half mod p) or 1 (mod q), got {which!r}")
-        fsq, e = (self.psquare, self.ep) if which == 0 else (self.qsquare, self.eq)
-        return self._half_of(powmod(mpz(c), e, fsq), which)
+        fsq, e, other = (self.psquare, self.ep, self.q) if which == 0 else (self.qsquare, self.eq, self.p)
+        c = self._ciphertext(c)
+        if c % other == 0:  # the other half's check (_half_of), which this one alone would not make
+            raise InvalidMessage("not a ciphertext of this key: it is not a unit mod n (gcd(c, n) != 1)")
+        return self._half_of(powmod(c, e, fsq), which)
 
     def decrypt_halves(self, c: int) -> tuple[mpz, mpz]:
         """``(decrypt_half(c, 0), decrypt_half(c, 1))`` in one call: the two powers' products interleaved by
         the engine where :attr:`interleaved_halves` (1.6x two halves' CPU at 2048 bits), on one thread."""
-        c = mpz(c)
+        c = self._ciphertext(c)
         xp, xq = powmod2(c, self.ep, self.psquare, c, self.eq, self.qsquare)
         return self._half_of(xp, 0), self._half_of(xq, 1)
 
@@ -434,25 +480,45 @@ class PrivateKey:
         of one width): then one job per ciphertext costs less CPU than two jobs of a half each."""
         return native.interleaves(self.psquare.bit_length(), self.qsquare.bit_length())
 
+    def _ciphertext(self, c: object) -> mpz:
+        """A ciphertext to decrypt: an integer in (0, n²) (a unit mod n is checked by :meth:`_half_of`)."""
+        v = as_mpz(c)
+        if not 0 < v < self.public_key.nsquare:
+            raise InvalidMessage("ciphertext is outside (0, n²)")
+        return v
+
     def _half_of(self, power: mpz, which: int) -> mpz:
-        """m mod p (or q) from c^e mod p² (or q²): L(x)·h; a subgroup key checks the randomness vanished."""
+        """m mod p (or q) from c^e mod p² (or q²): L(x)·h, once it is checked that c^e ≡ 1 mod p (or q).
+
+        That holds for every unit c with the standard key's exponent p − 1 (Fermat) and, with a subgroup key's
+        2α_p, for every c whose randomness is in the subgroup; a c ≡ 0 mod p (0, p, n: no ciphertext) would
+        otherwise decrypt to some value."""
         f, h = (self.p, self.hp) if which == 0 else (self.q, self.hq)
         x = power - 1
-        if self.orders is not None and x % f:
-            raise InvalidMessage(
-                "ciphertext's randomness is not in the subgroup key's subgroup (not made with its base h_s)"
-            )
+        if x % f:
+            if self.orders is not None and power % f:
+                raise InvalidMessage(
+                    "ciphertext's randomness is not in the subgroup key's subgroup (not made with its base h_s)"
+                )
+            raise InvalidMessage("not a ciphertext of this key: it is not a unit mod n (gcd(c, n) != 1)")
         return x // f * h % f
 
     def combine_halves(self, mp: mpz, mq: mpz) -> mpz:
-        """CRT: m = mp + p·((mq − mp)·p⁻¹ mod q) in [0, n); counts one decryption."""
+        """CRT: m = mp + p·((mq − mp)·p⁻¹ mod q) in [0, n), for halves mp in [0, p) and mq in [0, q); counts one
+        decryption."""
         _count("decrypt")
         p, q = self.p, self.q
+        mp, mq = as_mpz(mp), as_mpz(mq)
+        if not (0 <= mp < p and 0 <= mq < q):
+            raise ValueError("decryption halves lie outside [0, p) x [0, q)")
         return mp + p * ((mq - mp) * self.p_inv_q % q)
 
     def decode_signed(self, m: mpz) -> int:
         """Signed value of a decrypted integer; middle third means overflow."""
         n, max_int = self.public_key.n, self.public_key.max_int
+        m = as_mpz(m)
+        if not 0 <= m < n:
+            raise ValueError("a decrypted integer lies in [0, n)")
         if m <= max_int:
             return int(m)
         if m >= n - max_int:
@@ -584,17 +650,26 @@ def _check_subgroup(pk: PublicKey, p: mpz, q: mpz, ap: mpz, aq: mpz) -> None:
 MAX_GENERATED_BITS = 16384
 
 
+def _switch(value: object, name: str) -> bool:
+    """An opt-in as a bool: a truthy string such as "false" (a configuration value passed through) must not
+    admit a 256-bit key."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} is True or False, got {type(value).__name__} {value!r}")
+    return bool(value)
+
+
 def check_key_bits(bits: int, allow_insecure: bool) -> None:
     """Refuse a key size below 2048 bits unless ``allow_insecure`` (tests only), and below 128 bits always.
 
     Raises :class:`~smcdp.errors.InsecureParameters`."""
+    allow_insecure = _switch(allow_insecure, "allow_insecure")
     if bits < MIN_SECURE_BITS and not allow_insecure:
         raise InsecureParameters(
             f"a {bits}-bit Paillier key is below the {MIN_SECURE_BITS}-bit floor; "
             "pass allow_insecure=True (tests only) to use it"
         )
-    if bits < 128:
-        raise InsecureParameters("Paillier keys below 128 bits are not supported even for tests")
+    if bits < MIN_KEY_BITS:
+        raise InsecureParameters(f"Paillier keys below {MIN_KEY_BITS} bits are not supported even for tests")
 
 
 def _random_prime(bits: int, rng: random.Random) -> mpz:
@@ -674,11 +749,14 @@ def generate_keypair(
     if bits > MAX_GENERATED_BITS:  # 2^31 bits searched for a prime for ever; 2^63 aborted the process in GMP
         raise InvalidMessage(f"key size {bits} bits is above the {MAX_GENERATED_BITS} bits a peer accepts")
     check_key_bits(bits, allow_insecure)
+    subgroup = _switch(subgroup, "subgroup")
     if subgroup and subgroup_bits_for(bits) >= bits // 2:
         raise InsecureParameters(
             f"a {bits}-bit modulus is too small for a subgroup key (l = {subgroup_bits_for(bits)})"
         )
     _count("keygen")
+    if rng is not None and not isinstance(rng, random.Random):  # what the prime search calls: getrandbits
+        raise TypeError(f"rng is a random.Random (a role's keyed stream), got {type(rng).__name__}")
     rng = rng if rng is not None else random.SystemRandom()
     label = f"Paillier {bits}-bit {'subgroup ' if subgroup else ''}key"
     with task(label, total=2, unit="prime") if progress else nullcontext() as shown:

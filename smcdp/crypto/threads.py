@@ -33,6 +33,7 @@ from typing import Any
 import gmpy2
 from gmpy2 import mpz
 
+from smcdp.crypto.ints import as_int
 from smcdp.crypto.paillier import PrivateKey
 
 PRIORITIES = {"urgent": 0, "background": 19}
@@ -60,7 +61,12 @@ class CryptoThreads:
     def __init__(self, workers: int | None = None, *, priority: str = "urgent", name: str = "smcdp-crypto") -> None:
         if priority not in PRIORITIES:
             raise ValueError(f"priority must be one of {sorted(PRIORITIES)}")
-        self.workers = max(1, int(workers or os.cpu_count() or 1))
+        if workers is None:
+            self.workers = os.cpu_count() or 1
+        else:
+            self.workers = as_int(workers)  # 2.5, inf, "2" refused; 0 and negative counts below
+            if self.workers < 1:
+                raise ValueError(f"workers is at least 1 (None: one per core), got {workers!r}")
         self.priority = priority
         self._ex = ThreadPoolExecutor(
             self.workers,
@@ -117,6 +123,8 @@ class CryptoThreads:
 
 
 def _paired(sk: PrivateKey, cts: Sequence[int]) -> bool:
+    if not isinstance(sk, PrivateKey):
+        raise TypeError(f"decryption needs a PrivateKey, got {type(sk).__name__}")
     return len(cts) >= 2 and sk.interleaved_halves
 
 

@@ -30,6 +30,7 @@ Overflow
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Awaitable, Callable, Sequence
 
 import gmpy2
@@ -42,18 +43,21 @@ from smcdp.crypto.encoding import (
     DEFAULT_FRAC_BITS,
     UNPACKED,
     Packing,
-    as_int,
     bytes_to_int,
     check_frac_bits,
     decode_fixed,
     encode_fixed,
     int_to_bytes,
 )
+from smcdp.crypto.ints import as_int
 from smcdp.crypto.modexp import multi_exp, powmod
 from smcdp.crypto.obfuscation import ObfuscatorPool
 from smcdp.crypto.paillier import PrivateKey, PublicKey
 from smcdp.errors import CryptoOverflow, InvalidMessage
 from smcdp.v1 import messages_pb2
+
+#: The most values :meth:`EncryptedVector.zeros` makes: 2^28 ciphertexts of a 2048-bit key are 128 GiB.
+MAX_LENGTH = 1 << 28
 
 
 # --------------------------------------------------------------------------- the vector type
@@ -146,6 +150,7 @@ class EncryptedVector:
         ``bound``: a public bound on ``|integer|`` to record instead of the actual
         maximum (so the bound itself carries no information); it must hold.
         """
+        frac_bits = check_frac_bits(frac_bits)  # a Python int: -np.uint8(3) would be 253
         ints = encode_fixed(values, frac_bits)
         return cls.encrypt_ints(
             public_key, ints, exponent=-frac_bits, packing=packing, private_key=private_key, bound=bound
@@ -184,6 +189,7 @@ class EncryptedVector:
     ) -> EncryptedVector:
         """:meth:`encrypt` with the raw encryptions done by ``encrypt_raw`` (a batch engine: a process
         pool, a cluster).  Encoding, packing and the bound checks stay here."""
+        frac_bits = check_frac_bits(frac_bits)
         ints, plain, bound = _plaintexts(public_key, encode_fixed(values, frac_bits), packing, bound)
         cts = await encrypt_raw(plain)
         if len(cts) != len(plain):
@@ -194,15 +200,18 @@ class EncryptedVector:
     def zeros(
         cls, public_key: PublicKey, length: int, *, exponent: int = 0, packing: Packing = UNPACKED
     ) -> EncryptedVector:
-        """Fresh encryptions of ``length`` zeros."""
+        """Fresh encryptions of ``length`` zeros (at most :data:`MAX_LENGTH`)."""
+        _check_kinds(public_key, packing)
         n = as_int(length)
-        if n < 0:
-            raise ValueError(f"a vector's length is at least 0, got {n}")
+        if not 0 <= n <= MAX_LENGTH:
+            raise ValueError(f"a vector's length is in [0, {MAX_LENGTH}], got {n}")
         return cls.encrypt_ints(public_key, [0] * n, exponent=exponent, packing=packing)
 
     # ------------------------------------------------------------------ decryption
     def decrypt_ints(self, private_key: PrivateKey) -> list[int]:
         """Decrypt to the signed integers (unpacked); the key must match the vector's."""
+        if not isinstance(private_key, PrivateKey):
+            raise TypeError(f"decryption needs a PrivateKey, got {type(private_key).__name__}")
         if private_key.public_key != self.public_key:
             raise InvalidMessage("private key does not match the vector's public key")
         return self._unpack([private_key.raw_decrypt_signed(c) for c in self.ciphertexts])
@@ -222,7 +231,7 @@ class EncryptedVector:
             raise InvalidMessage(
                 f"the decryption engine returned {len(plain)} values for {len(self.ciphertexts)} ciphertexts"
             )
-        return self._unpack([int(v) for v in plain])
+        return self._unpack([v if type(v) is int else as_int(v) for v in plain])  # 5.5 refused, not read as 5
 
     def _unpack(self, plain: list[int]) -> list[int]:
         return self.packing.unpack(plain, self.length) if self.packing.packed else plain
@@ -240,6 +249,7 @@ class EncryptedVector:
 
     def scale_exponent(self, new_exponent: int) -> EncryptedVector:
         """Same values at a lower exponent (multiply the integers by 2^(exponent - new))."""
+        new_exponent = check_frac_bits(new_exponent, "new_exponent")
         if new_exponent > self.exponent:
             raise ValueError("can only lower the exponent (raising would need division)")
         if new_exponent == self.exponent:
@@ -279,7 +289,10 @@ class EncryptedVector:
         cls, public_key: PublicKey, ints: Sequence[int], *, exponent: int = 0, packing: Packing = UNPACKED
     ) -> EncryptedVector:
         """Deterministic encryptions (1 + n·m) of public values, for adding plaintexts."""
-        ints = [int(v) for v in ints]
+        _check_kinds(public_key, packing)
+        if isinstance(ints, (str, bytes)):
+            raise TypeError("the values are integers, not a string")
+        ints = [as_int(v) for v in ints]
         bound = max((abs(v) for v in ints), default=0)
         plain = packing.pack(ints) if packing.packed else ints
         pk = public_key
@@ -287,7 +300,7 @@ class EncryptedVector:
 
     def mul_int(self, k: int) -> EncryptedVector:
         """Multiply every value (every slot) by the integer ``k``."""
-        k = int(k)
+        k = as_int(k)
         bound = self._check_bound(self.bound * abs(k), "scalar product")
         pk = self.public_key
         count_many("mul", len(self.ciphertexts))
@@ -324,14 +337,15 @@ class EncryptedVector:
 
     def dot(self, weights: ArrayLike, *, frac_bits: int = 0) -> EncryptedVector:
         """Σ_i w_i·x_i as a 1-vector, by multi-exponentiation (unpacked only)."""
-        return self.matvec(
-            np.asarray(weights, dtype=object if _is_int_like(weights) else np.float64)[None, :], frac_bits=frac_bits
-        )
+        w = _exact_array(weights)
+        if w.ndim != 1:
+            raise InvalidMessage(f"dot takes a vector of weights, got an array of shape {w.shape}")
+        return self.matvec(w[None, :], frac_bits=frac_bits)
 
     def matvec(self, W: ArrayLike, *, frac_bits: int = 0) -> EncryptedVector:
         """W @ x for a plaintext matrix W (rows × len), each row by multi-exponentiation."""
         self._require_unpacked("matrix-vector product")
-        W = np.asarray(W)
+        W = _exact_array(W)
         if W.ndim != 2 or W.shape[1] != self.length:
             raise InvalidMessage(f"matrix of shape {W.shape} cannot multiply a vector of length {self.length}")
         pk = self.public_key
@@ -378,8 +392,13 @@ class EncryptedVector:
     @classmethod
     def concat(cls, parts: Sequence[EncryptedVector]) -> EncryptedVector:
         """One vector of the parts' elements in order, at the smallest exponent among them (same key and packing)."""
+        if isinstance(parts, (str, bytes)):
+            raise TypeError("concat takes a sequence of EncryptedVectors")
+        parts = list(parts)  # a generator would be used up by min()
         if not parts:
             raise ValueError("nothing to concatenate")
+        if not all(isinstance(p, EncryptedVector) for p in parts):
+            raise TypeError("concat takes a sequence of EncryptedVectors")
         e = min(p.exponent for p in parts)
         parts = [p.scale_exponent(e) for p in parts]
         for p in parts:
@@ -421,6 +440,10 @@ class EncryptedVector:
         for the plaintexts (default: the full capacity, which leaves no room for
         further arithmetic).
         """
+        if not isinstance(msg, messages_pb2.CiphertextVector):
+            raise TypeError(f"from_proto takes a CiphertextVector message, got {type(msg).__name__}")
+        _check_kinds(public_key, UNPACKED if packing is None else packing)
+        bound = None if bound is None else as_int(bound)
         if msg.key_fingerprint != public_key.fingerprint:
             raise InvalidMessage(f"{what} was encrypted under a different public key")
         if length is not None and msg.length != length:
@@ -466,6 +489,7 @@ def _plaintexts(
     public_key: PublicKey, ints: Sequence[int], packing: Packing, bound: int | None
 ) -> tuple[list[int], list[int], int]:
     """(the integers, the plaintexts to encrypt, the bound to record), after the bound checks."""
+    _check_kinds(public_key, packing)
     if isinstance(ints, (str, bytes)):
         raise TypeError("the values to encrypt are integers, not a string")
     if isinstance(ints, np.ndarray) and ints.ndim == 1 and ints.dtype.kind in "iu":
@@ -475,7 +499,10 @@ def _plaintexts(
     actual = max((abs(v) for v in ints), default=0)
     if bound is None:
         bound = actual
-    elif actual > bound:
+    bound = as_int(bound)
+    if bound < 0:
+        raise ValueError(f"a bound on |values| is at least 0, got {bound}")
+    if actual > bound:
         raise CryptoOverflow(
             f"a value of {actual.bit_length()} bits exceeds the declared bound of {int(bound).bit_length()} bits"
         )
@@ -487,8 +514,22 @@ def _plaintexts(
     return ints, (packing.pack(ints) if packing.packed else ints), int(bound)
 
 
-def _is_int_like(x: ArrayLike) -> bool:
+def _check_kinds(public_key: object, packing: object) -> None:
+    """TypeError unless ``public_key`` is a :class:`PublicKey` and ``packing`` a :class:`Packing` (a private key, an
+    int or None would otherwise fail on its first missing attribute)."""
+    if not isinstance(public_key, PublicKey):
+        raise TypeError(f"a PublicKey is needed here, got {type(public_key).__name__}")
+    if not isinstance(packing, Packing):
+        raise TypeError(f"a Packing is needed here, got {type(packing).__name__}")
+
+
+def _exact_array(x: ArrayLike) -> np.ndarray:
+    """``np.asarray(x)``, except that integers stay exact: numpy makes a float64 array of Python ints beyond
+    int64 (2^63 + 1 would become 2^63), so a sequence that holds only integers (mpz included) becomes an object
+    array of them."""
     arr = np.asarray(x)
-    return arr.dtype.kind in "iu" or (
-        arr.dtype == object and all(isinstance(v, (int, np.integer)) for v in arr.ravel())
-    )
+    if arr.dtype.kind in "fO" and not isinstance(x, np.ndarray):
+        obj = np.asarray(x, dtype=object)
+        if obj.size and all(isinstance(v, numbers.Integral) for v in obj.ravel()):
+            return obj
+    return arr
