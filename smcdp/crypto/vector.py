@@ -2,7 +2,7 @@
 optional plaintext packing and overflow detection that raises, never wraps.
 
 Fixed point
-    A vector stores integers ``v`` and a base-2 ``exponent`` (<= 0); the value
+    A vector stores integers ``v`` and a base-2 ``exponent`` (in [-4096, 0]); the value
     is ``v · 2^exponent``.  ``encrypt(..., frac_bits=F)`` uses exponent ``-F``.
     Exponents only change where the caller asks (a fixed-point scalar
     multiplication adds its own fractional bits); adding two vectors with
@@ -56,6 +56,8 @@ from smcdp.crypto.paillier import PrivateKey, PublicKey
 from smcdp.errors import CryptoOverflow, InvalidMessage
 from smcdp.v1 import messages_pb2
 
+#: The lowest fixed-point exponent of a vector (4,096 fractional bits), as the wire format takes it; the highest is 0.
+MIN_EXPONENT = -4096
 #: The most values :meth:`EncryptedVector.zeros` makes: 2^28 ciphertexts of a 2048-bit key are 128 GiB.
 MAX_LENGTH = 1 << 28
 
@@ -87,6 +89,8 @@ class EncryptedVector:
         self.ciphertexts = ciphertexts
         self.length = as_int(length)
         self.exponent = check_frac_bits(exponent, "exponent")
+        if not MIN_EXPONENT <= self.exponent <= 0:  # what the wire takes (from_proto): made here, sendable
+            raise ValueError(f"a vector's exponent lies in [{MIN_EXPONENT}, 0], got {self.exponent}")
         self.packing = packing
         if self.length < 0:
             raise ValueError(f"a vector's length is at least 0, got {self.length}")
@@ -450,7 +454,7 @@ class EncryptedVector:
             raise InvalidMessage(f"{what} holds {msg.length} values, expected {length}")
         if exponent is not None and msg.exponent != exponent:
             raise InvalidMessage(f"{what} has fixed-point exponent {msg.exponent}, expected {exponent}")
-        if msg.exponent > 0 or msg.exponent < -4096:
+        if msg.exponent > 0 or msg.exponent < MIN_EXPONENT:
             raise InvalidMessage(f"{what} has an out-of-range exponent {msg.exponent}")
         if msg.slots_per_ciphertext > 1 and msg.slot_bits < 2:
             raise InvalidMessage(

@@ -3816,31 +3816,6 @@ _BUGS: list[tuple[str, tuple[str, ...]]] = [
             "PublicKey.rerandomize_textbook-c-zero",
         ),
     ),
-    (
-        "[judgement] vectors whose exponent is outside [-4096, 0] are made without a word -- "
-        "encrypt_ints/trivial/zeros/EncryptedVector() with exponent=5, -4097, 2^40 (or True: 1), encrypt with "
-        "frac_bits -1, -4096, 4097, 2^31, mul_scalar/dot/matvec with frac_bits -1 -- while the module docstring "
-        "says exponent <= 0 and from_proto refuses them (vector.py:398): such a vector cannot be sent. Expected a"
-        " ValueError at creation.",
-        (
-            "EncryptedVector-exponent-positive",
-            "EncryptedVector.dot-frac_bits-neg",
-            "EncryptedVector.encrypt-frac_bits--4096",
-            "EncryptedVector.encrypt-frac_bits--4096-zeros",
-            "EncryptedVector.encrypt-frac_bits-4097-zeros",
-            "EncryptedVector.encrypt-frac_bits-neg",
-            "EncryptedVector.encrypt-frac_bits-neg-zeros",
-            "EncryptedVector.encrypt_ints-exponent--4097",
-            "EncryptedVector.encrypt_ints-exponent-positive",
-            "EncryptedVector.encrypt_ints-exponent-true",
-            "EncryptedVector.matvec-frac_bits-neg",
-            "EncryptedVector.mul_scalar-frac_bits-neg",
-            "EncryptedVector.trivial-exponent--4097",
-            "EncryptedVector.trivial-exponent-positive",
-            "EncryptedVector.zeros-exponent--4097",
-            "EncryptedVector.zeros-exponent-positive",
-        ),
-    ),
 ]
 
 KNOWN_BUGS: dict[str, str] = {case_id: why for why, ids in _BUGS for case_id in ids}
