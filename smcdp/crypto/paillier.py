@@ -392,6 +392,8 @@ class PrivateKey:
         if q < p:
             p, q = q, p
             orders = None if orders is None else (orders[1], orders[0])
+        if orders is not None:  # swapped or another key's orders would make a key that decrypts nothing of its own
+            _check_subgroup(public_key, p, q, *orders)
         self.public_key = public_key
         self.p, self.q = p, q
         self.psquare, self.qsquare = p * p, q * q
@@ -437,10 +439,7 @@ class PrivateKey:
             raise InvalidMessage("private key: gcd(n, (p-1)(q-1)) != 1, not a valid Paillier key")
         if public_key.subgroup != (orders is not None):
             raise InvalidMessage("private key: a subgroup key needs its orders (α_p, α_q), a standard key has none")
-        if orders is not None:
-            orders = _orders(orders)
-            _check_subgroup(public_key, p, q, *orders)
-        return cls(public_key, p, q, orders)
+        return cls(public_key, p, q, orders)  # the constructor checks the orders (_check_subgroup)
 
     @property
     def phe(self) -> phe_paillier.PaillierPrivateKey:

@@ -3782,16 +3782,6 @@ CASES = _build_cases()
 # ============================================================================ known bugs (diagnosis, case ids)
 _BUGS: list[tuple[str, tuple[str, ...]]] = [
     (
-        "[judgement] PrivateKey() (paillier.py:344-369) takes the subgroup orders on trust (from_factors checks "
-        "them, :394-397): with (alpha_q, alpha_p), (1, 1) or another key's orders it builds a key that refuses "
-        "every ciphertext of its own public key (InvalidMessage at decryption). The constructor is meant for "
-        "in-process factors; 2*alpha_p | p - 1 would be a cheap check.",
-        (
-            "PrivateKey-orders-other-key",
-            "PrivateKey-orders-swapped",
-        ),
-    ),
-    (
         "[judgement] the raw operations trust their ciphertexts: "
         "rerandomize/rerandomize_textbook/obfuscator(factor)/raw_add (paillier.py:256-279, modexp.py:167) and "
         "ObfuscatorPool.rerandomize (obfuscation.py:213) return 0, a non-unit, or (subgroup key) randomness "
