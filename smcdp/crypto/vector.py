@@ -154,7 +154,7 @@ class EncryptedVector:
         ``bound``: a public bound on ``|integer|`` to record instead of the actual
         maximum (so the bound itself carries no information); it must hold.
         """
-        frac_bits = check_frac_bits(frac_bits)  # a Python int: -np.uint8(3) would be 253
+        frac_bits = _scaled(0, frac_bits)  # a Python int (-np.uint8(3) would be 253), checked before encrypting
         ints = encode_fixed(values, frac_bits)
         return cls.encrypt_ints(
             public_key, ints, exponent=-frac_bits, packing=packing, private_key=private_key, bound=bound
@@ -172,6 +172,7 @@ class EncryptedVector:
         bound: int | None = None,
     ) -> EncryptedVector:
         """Encrypt signed integers as they are, with the given ``exponent`` (see :meth:`encrypt` for the other arguments)."""
+        exponent = _exponent(exponent)
         ints, plain, bound = _plaintexts(public_key, ints, packing, bound)
         if private_key is not None and (
             not isinstance(private_key, PrivateKey) or private_key.public_key != public_key
@@ -193,7 +194,7 @@ class EncryptedVector:
     ) -> EncryptedVector:
         """:meth:`encrypt` with the raw encryptions done by ``encrypt_raw`` (a batch engine: a process
         pool, a cluster).  Encoding, packing and the bound checks stay here."""
-        frac_bits = check_frac_bits(frac_bits)
+        frac_bits = _scaled(0, frac_bits)
         ints, plain, bound = _plaintexts(public_key, encode_fixed(values, frac_bits), packing, bound)
         cts = await encrypt_raw(plain)
         if len(cts) != len(plain):
@@ -206,6 +207,7 @@ class EncryptedVector:
     ) -> EncryptedVector:
         """Fresh encryptions of ``length`` zeros (at most :data:`MAX_LENGTH`)."""
         _check_kinds(public_key, packing)
+        exponent = _exponent(exponent)
         n = as_int(length)
         if not 0 <= n <= MAX_LENGTH:
             raise ValueError(f"a vector's length is in [0, {MAX_LENGTH}], got {n}")
@@ -294,9 +296,11 @@ class EncryptedVector:
     ) -> EncryptedVector:
         """Deterministic encryptions (1 + n·m) of public values, for adding plaintexts."""
         _check_kinds(public_key, packing)
+        exponent = _exponent(exponent)
         if isinstance(ints, (str, bytes)):
             raise TypeError("the values are integers, not a string")
-        ints = [as_int(v) for v in ints]
+        if not (type(ints) is list and all(type(v) is int for v in ints)):  # else as they are: the common case
+            ints = [as_int(v) for v in ints]
         bound = max((abs(v) for v in ints), default=0)
         plain = packing.pack(ints) if packing.packed else ints
         pk = public_key
@@ -315,12 +319,14 @@ class EncryptedVector:
 
     def mul_scalar(self, s: float, *, frac_bits: int = DEFAULT_FRAC_BITS) -> EncryptedVector:
         """Multiply by a real scalar encoded with ``frac_bits`` (the exponent drops by frac_bits)."""
+        frac_bits = _scaled(self.exponent, frac_bits)
         (k,) = encode_fixed([s], frac_bits)
         return self.mul_int(k)._with_exponent(self.exponent - frac_bits)
 
     def mul_elementwise(self, values: ArrayLike, *, frac_bits: int = 0) -> EncryptedVector:
         """Element-wise product with plaintext values (unpacked vectors only)."""
         self._require_unpacked("element-wise multiplication")
+        frac_bits = _scaled(self.exponent, frac_bits)
         ks = encode_fixed(values, frac_bits)
         if len(ks) != self.length:
             raise InvalidMessage(f"length mismatch: {self.length} vs {len(ks)}")
@@ -349,6 +355,7 @@ class EncryptedVector:
     def matvec(self, W: ArrayLike, *, frac_bits: int = 0) -> EncryptedVector:
         """W @ x for a plaintext matrix W (rows × len), each row by multi-exponentiation."""
         self._require_unpacked("matrix-vector product")
+        frac_bits = _scaled(self.exponent, frac_bits)
         W = _exact_array(W)
         if W.ndim != 2 or W.shape[1] != self.length:
             raise InvalidMessage(f"matrix of shape {W.shape} cannot multiply a vector of length {self.length}")
@@ -516,6 +523,23 @@ def _plaintexts(
             f"values of {int(bound).bit_length()} bits do not fit the capacity of {vec_cap.bit_length()} bits"
         )
     return ints, (packing.pack(ints) if packing.packed else ints), int(bound)
+
+
+def _exponent(exponent: object, what: str = "exponent") -> int:
+    """The exponent of a vector about to be made, checked before any ciphertext is computed: an int in
+    [MIN_EXPONENT, 0] (``what`` names the argument it comes from)."""
+    e = check_frac_bits(exponent, what)
+    if not MIN_EXPONENT <= e <= 0:
+        raise ValueError(f"a vector's exponent lies in [{MIN_EXPONENT}, 0]: {what} gives {e}")
+    return e
+
+
+def _scaled(exponent: int, frac_bits: object) -> int:
+    """The exponent after a product with ``frac_bits`` fractional bits, checked before the product is computed."""
+    f = check_frac_bits(frac_bits)
+    if not MIN_EXPONENT <= exponent - f <= 0:
+        raise ValueError(f"frac_bits={f} would give exponent {exponent - f}, outside [{MIN_EXPONENT}, 0]")
+    return f
 
 
 def _check_kinds(public_key: object, packing: object) -> None:

@@ -195,3 +195,29 @@ def test_ciphertext_vector_has_no_offset_field():
     assert "offset" not in names
     text = (REPO / "protos" / "smcdp" / "v1" / "messages.proto").read_text()
     assert "bytes offset" not in text and "balanced signed digits" in text
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda pk, v: EncryptedVector.encrypt(pk, [1.5] * 4, frac_bits=-2),  # exponent 2
+        lambda pk, v: EncryptedVector.encrypt_ints(pk, [1, 2], exponent=-4097),
+        lambda pk, v: EncryptedVector.zeros(pk, 4, exponent=1),
+        lambda pk, v: v.mul_scalar(2.0, frac_bits=40),  # -4090 - 40
+        lambda pk, v: v.mul_elementwise([1.0] * 4, frac_bits=7),
+        lambda pk, v: v.matvec([[1.0] * 4], frac_bits=7),
+    ],
+)
+def test_an_exponent_the_wire_refuses_is_refused_before_any_ciphertext_is_computed(call):
+    """A vector's exponent lies in [-4096, 0] (what from_proto takes): a call that would make another is refused
+    up front, naming it -- not after encrypting or exponentiating every element (a review found 0.5 s of
+    encryption before the refusal)."""
+    from smcdp.crypto import counters
+
+    pk, _ = generate_keypair(256, allow_insecure=True)
+    v = EncryptedVector.encrypt_ints(pk, [1, 2, 3, 4], exponent=-4090)
+    before = counters.snapshot()
+    with pytest.raises(ValueError, match=r"exponent|frac_bits"):
+        call(pk, v)
+    after = counters.snapshot()
+    assert after["encrypt"] == before["encrypt"] and after["mul"] == before["mul"], (before, after)
