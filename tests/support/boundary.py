@@ -24,6 +24,29 @@ CONTROL = "/smcdp.v1.Control/"
 SERVER_FAILURES = {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN}
 
 
+def spec_bytes(sid, protocol="net-echo", roles=None, params="{}", timeout=30.0, seed=None) -> bytes:
+    """A serialized SessionSpec (a proposal's body); roles default to net-echo's a=alice, b=bob."""
+    msg = tpb.SessionSpec(session_id=sid, protocol=protocol, params_json=params, timeout_seconds=timeout)
+    for r, p in (roles if roles is not None else {"a": "alice", "b": "bob"}).items():
+        msg.roles[r] = p
+    if seed is not None:
+        msg.seed = seed
+    return msg.SerializeToString()
+
+
+def envelope_bytes(sid, tag, data, type_name, total=None, count=1, index=0) -> bytes:
+    """A serialized Envelope (one chunk of a message); ``total`` defaults to the chunk's own size."""
+    return tpb.Envelope(
+        session_id=sid,
+        tag=tag,
+        type_name=type_name,
+        chunk_index=index,
+        chunk_count=count,
+        total_size=len(data) if total is None else total,
+        data=data,
+    ).SerializeToString()
+
+
 def call_unary(
     channel: grpc.Channel, method: str, payload: bytes, timeout: float = 10.0
 ) -> tuple[grpc.StatusCode, str]:

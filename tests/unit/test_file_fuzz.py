@@ -39,14 +39,12 @@ Known bugs are ``xfail(strict=True)`` in ``KNOWN_BUGS`` (id -> diagnosis): each 
 from __future__ import annotations
 
 import base64
-import contextlib
 import functools
 import io
 import json
 import math
 import os
 import random
-import resource
 import sqlite3
 import struct
 import warnings
@@ -63,7 +61,7 @@ from smcdp.compute.kernels import apply_block
 from smcdp.compute.sources import open_matrix
 from smcdp.errors import SmcdpError
 from tests.support.known_bugs import params_with_known_bugs, smcdp_origin
-from tests.support.limits import time_limit
+from tests.support.limits import memory_cap, time_limit
 
 CASE_SECONDS = 10
 #: what a loader may allocate beyond what the process has mapped when it starts (a MemoryError past it is a bug)
@@ -212,26 +210,6 @@ def _snapshot(root: Path) -> dict[str, bytes]:
     return out
 
 
-def _vm_bytes() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmSize:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
-@contextlib.contextmanager
-def memory_cap(margin: int = MEMORY_MARGIN):
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    cap = _vm_bytes() + margin
-    if hard != resource.RLIM_INFINITY:
-        cap = min(cap, hard)
-    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
-
-
 def run_case(loader: Loader, ctx: Ctx, words: tuple[str, ...], case_id: str) -> None:
     before = _snapshot(ctx.root)
     marker = ctx.root.parent / "unpickled"
@@ -241,7 +219,7 @@ def run_case(loader: Loader, ctx: Ctx, words: tuple[str, ...], case_id: str) -> 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            with time_limit(CASE_SECONDS, case_id), memory_cap():
+            with time_limit(CASE_SECONDS, case_id), memory_cap(MEMORY_MARGIN):
                 result = loader.load(ctx)
         except AssertionError:
             raise

@@ -23,9 +23,11 @@ from tests.support.boundary import (
     call_deliver,
     call_stream,
     call_unary,
+    envelope_bytes,
     mailbox_requests,
     nested_json,
     send,
+    spec_bytes,
 )
 from tests.support.deployment import make_deployment, raw_channel
 
@@ -55,25 +57,11 @@ def party(tmp_path, in_thread):
         }
 
 
-def _spec(sid, protocol="net-echo", roles=None, params="{}", timeout=30.0, seed=None):
-    msg = tpb.SessionSpec(session_id=sid, protocol=protocol, params_json=params, timeout_seconds=timeout)
-    for r, p in (roles or {"a": "alice", "b": "bob"}).items():
-        msg.roles[r] = p
-    if seed is not None:
-        msg.seed = seed
-    return msg.SerializeToString()
+_spec = spec_bytes
 
 
 def _env(sid, tag="t", data=b"\x08\x01", type_name="smcdp.v1.Flag", total=None, count=1, index=0):
-    return tpb.Envelope(
-        session_id=sid,
-        tag=tag,
-        type_name=type_name,
-        chunk_index=index,
-        chunk_count=count,
-        total_size=len(data) if total is None else total,
-        data=data,
-    ).SerializeToString()
+    return envelope_bytes(sid, tag, data, type_name, total, count, index)
 
 
 PI_ROLES = {"trent": "alice", "party1": "bob", "party2": "charlie"}

@@ -78,6 +78,7 @@ from smcdp.runtime.governance.policy import Policy
 from smcdp.runtime.governance.witness import KIND, SignedHead, WitnessError, _canonical, _sign
 from smcdp.v1 import messages_pb2 as mpb
 from smcdp.v1 import transport_pb2 as tpb
+from tests.support.boundary import envelope_bytes, spec_bytes
 from tests.support.callers import foreign_certificates, issue_member_certificates, issue_raw_certificate
 from tests.support.deployment import PartiesInThread, make_deployment, raw_channel
 from tests.support.known_bugs import check_cases, params_with_known_bugs
@@ -200,13 +201,7 @@ def ref(sid: str) -> bytes:
     return tpb.SessionRef(session_id=sid).SerializeToString()
 
 
-def spec(sid, protocol="net-echo", roles=None, params="{}", timeout=30.0, seed=None) -> bytes:
-    msg = tpb.SessionSpec(session_id=sid, protocol=protocol, params_json=params, timeout_seconds=timeout)
-    for r, p in (roles if roles is not None else {"a": "alice", "b": "bob"}).items():
-        msg.roles[r] = p
-    if seed is not None:
-        msg.seed = seed
-    return msg.SerializeToString()
+spec = spec_bytes
 
 
 def abort(sid, code="ABORTED", message="fuzz", culprit="", link="") -> bytes:
@@ -236,15 +231,7 @@ def start(protocol="net-echo", roles=None, params="{}", session_id="", timeout=0
 
 def envelope(sid, tag="x", data=None, type_name="smcdp.v1.Floats", total=None, count=1, index=0) -> bytes:
     data = mpb.Floats(values=[1.0, 2.0]).SerializeToString() if data is None else data
-    return tpb.Envelope(
-        session_id=sid,
-        tag=tag,
-        type_name=type_name,
-        chunk_index=index,
-        chunk_count=count,
-        total_size=len(data) if total is None else total,
-        data=data,
-    ).SerializeToString()
+    return envelope_bytes(sid, tag, data, type_name, total, count, index)
 
 
 def health_check(service="") -> bytes:

@@ -40,7 +40,6 @@ import json
 import math
 import os
 import random
-import resource
 import subprocess
 import sys
 import textwrap
@@ -78,7 +77,7 @@ from smcdp.crypto import (
 from smcdp.errors import SmcdpError
 from smcdp.v1 import messages_pb2 as pb
 from tests.support.known_bugs import check_cases, params_with_known_bugs, smcdp_origin
-from tests.support.limits import time_limit
+from tests.support.limits import memory_cap, time_limit
 from tests.support.paths import REPO
 
 CASE_SECONDS = 5
@@ -406,26 +405,6 @@ class Case:
 REFUSALS = (TypeError, ValueError)
 
 
-def _vm_bytes() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmSize:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
-@contextlib.contextmanager
-def memory_cap(margin: int = MEMORY_MARGIN):
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    cap = _vm_bytes() + margin
-    if hard != resource.RLIM_INFINITY:
-        cap = min(cap, hard)
-    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
-
-
 def _refused_clearly(exc: BaseException, case: Case) -> bool:
     if isinstance(exc, SmcdpError) or (isinstance(exc, REFUSALS + case.allow) and not isinstance(exc, AssertionError)):
         assert str(exc).strip(), f"{type(exc).__name__} without a message from {smcdp_origin(exc)}"
@@ -439,7 +418,7 @@ def run_case(case: Case, tmp: Path) -> None:
     with contextlib.chdir(tmp), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            with time_limit(case.seconds, case.id), memory_cap():
+            with time_limit(case.seconds, case.id), memory_cap(MEMORY_MARGIN):
                 out = case.run(tmp)
         except KeyboardInterrupt:
             raise
@@ -450,7 +429,7 @@ def run_case(case: Case, tmp: Path) -> None:
                 return
             pytest.fail(f"raw {type(exc).__name__} escaped at {smcdp_origin(exc)}: {str(exc)[:300]}")
         try:
-            with time_limit(4 * case.seconds, f"{case.id}: checking the result"), memory_cap():
+            with time_limit(4 * case.seconds, f"{case.id}: checking the result"), memory_cap(MEMORY_MARGIN):
                 case.check(out)
         except Wrong as exc:
             pytest.fail(f"silently wrong: {exc}")
