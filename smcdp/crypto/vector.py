@@ -77,20 +77,14 @@ class EncryptedVector:
         packing: Packing = UNPACKED,
         bound: int | None = None,
     ):
-        if not isinstance(public_key, PublicKey) or not isinstance(packing, Packing):
-            raise TypeError(
-                f"an EncryptedVector needs a PublicKey and a Packing, got {type(public_key).__name__} and "
-                f"{type(packing).__name__}"
-            )
+        _check_kinds(public_key, packing)
         if packing.packed and packing.slots * packing.slot_bits > public_key.max_int.bit_length() - 1:
             # wider than the plaintext space: a product would wrap modulo n, silently
             raise InvalidMessage(f"a packing of {packing.slots} x {packing.slot_bits} bits does not fit the key")
         self.public_key = public_key
         self.ciphertexts = ciphertexts
         self.length = as_int(length)
-        self.exponent = check_frac_bits(exponent, "exponent")
-        if not MIN_EXPONENT <= self.exponent <= 0:  # what the wire takes (from_proto): made here, sendable
-            raise ValueError(f"a vector's exponent lies in [{MIN_EXPONENT}, 0], got {self.exponent}")
+        self.exponent = _exponent(exponent)  # what the wire takes (from_proto): made here, sendable
         self.packing = packing
         if self.length < 0:
             raise ValueError(f"a vector's length is at least 0, got {self.length}")
