@@ -57,17 +57,17 @@ def encode_fixed(values: ArrayLike, frac_bits: int) -> list[int]:
     if isinstance(values, (str, bytes)):
         raise TypeError("values must be numbers, not a string")
     if isinstance(values, (list, tuple)) and all(isinstance(v, numbers.Integral) for v in values):
-        return [int(v) << frac_bits for v in values]  # numpy would make 2^63 + 1 a float64
+        return [_scaled_int(int(v), frac_bits) for v in values]  # numpy would make 2^63 + 1 a float64
     arr = np.asarray(values)
     if arr.dtype.kind not in "biufO":  # complex (the imaginary part would be dropped), dates, strings, bytes
         raise InvalidMessage(f"cannot encode values of dtype {arr.dtype} in fixed point")
     if arr.dtype.kind in "biu":
-        return [int(v) << frac_bits for v in arr.ravel()]
+        return [_scaled_int(int(v), frac_bits) for v in arr.ravel()]
     if arr.dtype == object:
         out = []
         for v in arr.ravel():
             if isinstance(v, numbers.Integral):
-                out.append(int(v) << frac_bits)
+                out.append(_scaled_int(int(v), frac_bits))
             elif isinstance(v, (complex, np.complexfloating, str, bytes)):
                 raise InvalidMessage(f"cannot encode {type(v).__name__} values in fixed point")
             else:
@@ -88,11 +88,22 @@ def encode_float(v: float, frac_bits: int) -> int:
     shift = e - 53 + frac_bits
     if shift >= 0:
         return mi << shift
-    # round half away from zero
+    # round half away from zero (inline rather than _scaled_int: this runs once per value encrypted)
     q, r = divmod(abs(mi), 1 << -shift)
     if 2 * r >= (1 << -shift):
         q += 1
     return q if mi >= 0 else -q
+
+
+def _scaled_int(v: int, shift: int) -> int:
+    """round(v · 2^shift) for an int, exactly: a left shift, or for a negative ``shift`` the quotient rounded half
+    away from zero (integers with negative ``frac_bits`` are rounded as floats are)."""
+    if shift >= 0:
+        return v << shift
+    q, r = divmod(abs(v), 1 << -shift)
+    if 2 * r >= (1 << -shift):
+        q += 1
+    return q if v >= 0 else -q
 
 
 def decode_fixed(ints: Iterable[int], exponent: int) -> np.ndarray:

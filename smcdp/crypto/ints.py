@@ -15,7 +15,10 @@ import numpy as np
 
 def as_int(v: object) -> int:
     """An integer value as a Python int: ints, numpy integers, mpz, and floats that are whole numbers; a fraction,
-    NaN, an infinity, a string or bytes is refused (TypeError/ValueError) rather than truncated."""
+    NaN, an infinity, a string, bytes or a bool is refused (TypeError/ValueError) rather than truncated or read as
+    0 or 1 (``raw_encrypt(True)`` would encrypt 1, a count of ``True`` make one of something)."""
+    if isinstance(v, (bool, np.bool_)):
+        raise TypeError(f"{v!r} is a bool, not an integer")
     if isinstance(v, (float, np.floating)):
         if not math.isfinite(v) or not float(v).is_integer():
             raise ValueError(f"{v!r} is not an integer")

@@ -509,7 +509,7 @@ class PrivateKey:
         p, q = self.p, self.q
         mp, mq = as_mpz(mp), as_mpz(mq)
         if not (0 <= mp < p and 0 <= mq < q):
-            raise ValueError("decryption halves lie outside [0, p) x [0, q)")
+            raise InvalidMessage("decryption halves must lie in [0, p) x [0, q)")
         return mp + p * ((mq - mp) * self.p_inv_q % q)
 
     def decode_signed(self, m: mpz) -> int:
@@ -517,7 +517,7 @@ class PrivateKey:
         n, max_int = self.public_key.n, self.public_key.max_int
         m = as_mpz(m)
         if not 0 <= m < n:
-            raise ValueError("a decrypted integer lies in [0, n)")
+            raise InvalidMessage("a decrypted integer must lie in [0, n)")
         if m <= max_int:
             return int(m)
         if m >= n - max_int:

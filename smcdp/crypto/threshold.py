@@ -68,7 +68,7 @@ from smcdp._files import atomic_write, json_loads
 from smcdp.crypto.counters import count_many as _count_many
 from smcdp.crypto.encoding import decode_fixed
 from smcdp.crypto.modexp import FixedBaseTable, multi_exp, powmod, table_budget_bytes, window_for
-from smcdp.crypto.paillier import PrivateKey, PublicKey, check_key_bits
+from smcdp.crypto.paillier import PrivateKey, PublicKey, as_mpz, check_key_bits
 from smcdp.errors import CryptoOverflow, InvalidMessage, naming_file
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -142,8 +142,12 @@ def lagrange_at_zero(delta: int, indices: Sequence[int], i: int) -> int:
 
 
 def decode_signed(pk: PublicKey, m: int) -> int:
-    """The signed value of a plaintext in [0, n) (phe's convention; the middle third means overflow)."""
+    """The signed value of a plaintext in [0, n) (phe's convention; the middle third means overflow); a value
+    outside [0, n) is no plaintext and is refused (as the single key's ``decode_signed`` does)."""
     n, max_int = pk.n, pk.max_int
+    m = as_mpz(m)
+    if not 0 <= m < n:
+        raise InvalidMessage("a decrypted integer must lie in [0, n)")
     if m <= max_int:
         return int(m)
     if m >= n - max_int:

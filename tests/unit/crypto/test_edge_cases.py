@@ -9,14 +9,17 @@ import textwrap
 from fractions import Fraction
 
 import gmpy2
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from smcdp.crypto import native
 from smcdp.crypto.codec import keypair_from_proto, keypair_to_proto
-from smcdp.crypto.encoding import Packing, decode_fixed
+from smcdp.crypto.encoding import Packing, decode_fixed, encode_fixed
+from smcdp.crypto.ints import as_int
 from smcdp.crypto.paillier import PrivateKey, generate_keypair
+from smcdp.crypto.threshold import decode_signed as threshold_decode_signed
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.errors import InvalidMessage
 from smcdp.v1 import messages_pb2 as pb
@@ -221,3 +224,47 @@ def test_an_exponent_the_wire_refuses_is_refused_before_any_ciphertext_is_comput
         call(pk, v)
     after = counters.snapshot()
     assert after["encrypt"] == before["encrypt"] and after["mul"] == before["mul"], (before, after)
+
+
+# ----------------------------------------------------------------------------- a review's minor notes (2026-12-05)
+@pytest.mark.parametrize("flag", [True, False, np.bool_(True)])
+def test_a_bool_is_no_integer_argument(keypair512, flag):
+    """``raw_encrypt(True)`` encrypted 1 and a count of ``True`` made one of something: a bool is refused."""
+    pk, _ = keypair512
+    with pytest.raises(TypeError, match="bool"):
+        as_int(flag)
+    with pytest.raises(TypeError, match="bool"):
+        pk.raw_encrypt(flag)
+    with pytest.raises(TypeError, match="bool"):
+        EncryptedVector.zeros(pk, flag)
+
+
+@settings(max_examples=300, deadline=None)
+@given(v=st.integers(min_value=-(1 << 200), max_value=1 << 200), f=st.integers(min_value=-300, max_value=300))
+def test_encode_fixed_rounds_integers_with_negative_frac_bits_as_floats(v, f):
+    """round(v · 2^f), half away from zero, for integers too -- negative ``frac_bits`` said "negative shift count"."""
+    exact = Fraction(v) * Fraction(2) ** f
+    q, r = divmod(abs(exact.numerator), exact.denominator)
+    want = (q + (2 * r >= exact.denominator)) * (1 if v >= 0 else -1)
+    assert encode_fixed([v], f) == [want]
+    assert encode_fixed(np.array([v], dtype=object), f) == [want]
+    if abs(v) < 1 << 62:
+        assert encode_fixed(np.array([v], dtype=np.int64), f) == [want]
+    if abs(v) < 1 << 53:  # the float is v exactly: the same rounding
+        assert encode_fixed([float(v)], f) == [want]
+
+
+def test_decode_signed_and_combine_halves_refuse_what_is_no_decryption(keypair512):
+    """Outside [0, n) (or [0, p) x [0, q)) nothing was decrypted: InvalidMessage, as for every other value that is
+    no ciphertext, from the single key and from a threshold key alike."""
+    pk, sk = keypair512
+    for m in (-1, pk.n, pk.n + 5):
+        with pytest.raises(InvalidMessage, match=r"\[0, n\)"):
+            sk.decode_signed(m)
+        with pytest.raises(InvalidMessage, match=r"\[0, n\)"):
+            threshold_decode_signed(pk, m)
+    for mp, mq in ((-1, 0), (sk.p, 0), (0, sk.q)):
+        with pytest.raises(InvalidMessage, match="halves"):
+            sk.combine_halves(mp, mq)
+    for m in (0, 1, 7, pk.n - 1, pk.n - 7, pk.max_int):
+        assert threshold_decode_signed(pk, m) == sk.decode_signed(m)
