@@ -10,13 +10,16 @@ has the construction, its assumptions and error probabilities; in short:
   mod N.  A dealer (:func:`deal`, for tests and benchmarks) uses d = φ·(φ⁻¹ mod N), so θ = 1 as in
   Damgård–Jurik; the dealer-free key generation (:mod:`smcdp.protocols.keygen`) uses d = β·φ for a
   β nobody knows and reveals θ = β·φ mod N.  Either way c^d = (1 + N)^(m·θ) mod N² for c = Enc(m).
-* **Shares.**  Shamir shares over the integers: s_i = f(i) for f(X) = d + a_1 X + … + a_t X^t with
-  a_k uniform in [0, 2^(ℓ_d + κ)), κ = :data:`STAT_BITS` (Rabin's integer sharing; t shares are
-  statistically independent of d).  With Δ = n!, Δ·λ_{0,i}^S = Δ·Π_{j∈S∖i} j/(j − i) is an integer
-  for every set S of t + 1 indices.
+* **Shares.**  Shamir shares over the integers of **Δ·d** (Rabin 1998), Δ = n!: s_i = f(i) for
+  f(X) = Δ·d + a_1 X + … + a_t X^t with a_k uniform in [0, 2^(ℓ_d + 2·log₂Δ + κ)), κ = :data:`STAT_BITS`;
+  any t shares are statistically independent of d.  (Sharing d itself would not be: an integer polynomial
+  has f(i) ≡ f(0) mod i, so share i alone would tell party i d mod i -- for d = β·φ(N), whether small
+  primes divide p − 1 or q − 1.  With f(0) = Δ·d every f(i) ≡ 0 mod i for i ≤ n.)  Δ·λ_{0,i}^S =
+  Δ·Π_{j∈S∖i} j/(j − i) is an integer for every set S of t + 1 indices, and Σ_{i∈S} Δλ_{0,i}^S s_i = Δ²·d.
 * **Partial decryption** of c by party i: c_i = c^(2Δ s_i) mod N².
-* **Combination** of the c_i of t + 1 parties S: c' = Π c_i^(2Δλ_{0,i}^S) = c^(4Δ² d) =
-  (1 + N)^(4Δ² θ m), so m = L(c') · (4Δ²θ)⁻¹ mod N with L(u) = (u − 1)/N.
+* **Combination** of the c_i of t + 1 parties S: c' = Π c_i^(2Δλ_{0,i}^S) = c^(4Δ³ d) =
+  (1 + N)^(4Δ³ θ m), so m = L(c') · (4Δ³θ)⁻¹ mod N with L(u) = (u − 1)/N; a c' ≢ 1 mod N is no
+  combination of right partials and is refused.
 * **Proof of correct partial decryption** (Shoup's, Fiat–Shamir): the verification base v is a
   square in Z*_{N²} derived from N by a domain-separated hash (nobody knows its discrete logarithm
   to anything), party i's verification key is v_i = v^(Δ s_i), and party i proves
@@ -83,6 +86,8 @@ STAT_BITS = 128
 #: most parties a threshold key supports (Δ = n! has 296 bits at 64)
 MAX_PARTIES = 64
 _DOMAIN = b"smcdp/threshold-paillier/v1"
+#: the key files' format: 2 = shares of Δ·d (version 1 shared d itself, and share i told party i d mod i)
+KEY_VERSION = 2
 _MASK = (1 << CHALLENGE_BITS) - 1
 
 
@@ -156,6 +161,18 @@ def decode_signed(pk: PublicKey, m: int) -> int:
 
 
 # --------------------------------------------------------------------------- keys
+def _check_version(obj: dict[str, Any], what: str) -> None:
+    """Refuse a key file of another format than :data:`KEY_VERSION`, saying what to do about a version-1 one."""
+    version = obj.get("version")
+    if version == 1:
+        raise InvalidMessage(
+            f"a version-1 {what} (its shares are of d itself, and share i tells party i d mod i) is no longer "
+            "accepted: run the key ceremony again (smcdp keys generate --group NAME ...)"
+        )
+    if version != KEY_VERSION:
+        raise InvalidMessage(f"unknown {what} version {version!r} (this smcdp reads version {KEY_VERSION})")
+
+
 @dataclass(frozen=True)
 class ThresholdPublicKey:
     """The public part of a (t, n) threshold Paillier key: what every party and every verifier holds."""
@@ -182,6 +199,8 @@ class ThresholdPublicKey:
         n = self.public_key.n
         if not (0 < self.theta < n) or gmpy2.gcd(self.theta, n) != 1:
             raise InvalidMessage("theta must be a unit mod N")
+        if gmpy2.gcd(math.factorial(self.parties), n) != 1:  # 4Δ³θ must be invertible mod N to combine
+            raise InvalidMessage(f"N has a prime factor of at most {self.parties} parties: no RSA modulus")
         if not (0 < self.share_bits <= 4 * n.bit_length() + 4096):
             raise InvalidMessage("share_bits out of range")
         if len(self.verification_keys) != self.parties:
@@ -207,7 +226,7 @@ class ThresholdPublicKey:
     def to_json(self) -> dict[str, Any]:
         return {
             "kind": "smcdp-threshold-paillier-public-key",
-            "version": 1,
+            "version": KEY_VERSION,
             "n": format(int(self.n), "x"),
             "parties": self.parties,
             "threshold": self.threshold,
@@ -220,6 +239,7 @@ class ThresholdPublicKey:
     def from_json(cls, obj: object, allow_insecure: bool = False) -> ThresholdPublicKey:
         if not isinstance(obj, dict) or obj.get("kind") != "smcdp-threshold-paillier-public-key":
             raise InvalidMessage("not an smcdp threshold Paillier public key")
+        _check_version(obj, "threshold public key")
         try:
             n = int(obj["n"], 16)
             theta = int(obj["theta"], 16)
@@ -254,7 +274,7 @@ class KeyShare:
     def to_json(self) -> dict[str, Any]:
         return {
             "kind": "smcdp-threshold-paillier-key-share",
-            "version": 1,
+            "version": KEY_VERSION,
             "public": self.public.to_json(),
             "index": self.index,
             "secret": format(int(self.secret), "x") if self.secret >= 0 else "-" + format(-int(self.secret), "x"),
@@ -264,6 +284,7 @@ class KeyShare:
     def from_json(cls, obj: object, allow_insecure: bool = False) -> KeyShare:
         if not isinstance(obj, dict) or obj.get("kind") != "smcdp-threshold-paillier-key-share":
             raise InvalidMessage("not an smcdp threshold Paillier key share")
+        _check_version(obj, "threshold key share")
         try:
             secret = int(obj["secret"], 16)
             index = obj["index"]
@@ -295,21 +316,23 @@ def load_key_share(path: str | os.PathLike[str], allow_insecure: bool = False) -
 
 # --------------------------------------------------------------------------- sharing
 def coefficient_bits(secret_bits: int, parties: int) -> int:
-    """Bits of the random coefficients of an integer Shamir sharing of a ``secret_bits``-bit secret."""
-    return secret_bits + math.factorial(parties).bit_length() + STAT_BITS
+    """Bits of the random coefficients of an integer Shamir sharing of a ``secret_bits``-bit secret (times Δ = n!):
+    2^κ times Δ²·2^secret_bits, Rabin's bound for t shares statistically independent of the secret."""
+    return secret_bits + 2 * math.factorial(parties).bit_length() + STAT_BITS
 
 
 def share_bound_bits(secret_bits: int, parties: int, threshold: int, dealers: int = 1) -> int:
     """A public bound on |s_i| for the sum of ``dealers`` integer sharings of secrets below 2^secret_bits."""
     cb = coefficient_bits(secret_bits, parties)
-    # |f(i)| <= |d| + Σ_k a_k i^k < 2^secret_bits + t·2^cb·n^t, summed over the dealers
+    # |f(i)| <= Δ·|d| + Σ_k a_k i^k < 2^cb + t·2^cb·n^t (Δ·2^secret_bits < 2^cb), summed over the dealers
     return cb + threshold * parties.bit_length() + (threshold + 1).bit_length() + dealers.bit_length() + 1
 
 
 def integer_shamir(
     secret: int, parties: int, threshold: int, secret_bits: int, rng: random.Random | None = None
 ) -> tuple[list[int], list[int]]:
-    """(coefficients a_0 = secret, a_1..a_t; shares f(1)..f(n)) of an integer Shamir sharing.
+    """(coefficients a_0 = Δ·secret, a_1..a_t; shares f(1)..f(n)) of an integer Shamir sharing of Δ·secret, Δ = n!
+    (shares of the secret itself would give party i secret mod i: f(i) ≡ f(0) mod i).
 
     The coefficients come from ``rng`` when given (a role's keyed stream, :mod:`smcdp.primitives.rng`, so
     that a replayed role deals the same shares), from the OS CSPRNG otherwise."""
@@ -317,7 +340,7 @@ def integer_shamir(
         raise ValueError("secret exceeds its declared size")
     cb = coefficient_bits(secret_bits, parties)
     draw = rng.getrandbits if rng is not None else secrets.randbits
-    coeffs = [int(secret)] + [draw(cb) for _ in range(threshold)]
+    coeffs = [math.factorial(parties) * int(secret)] + [draw(cb) for _ in range(threshold)]
     shares = [sum(a * i**k for k, a in enumerate(coeffs)) for i in range(1, parties + 1)]
     return coeffs, shares
 
@@ -621,10 +644,15 @@ def _combine(pub: ThresholdPublicKey, count: int, partials: Sequence[PartialDecr
     n, n2 = pk.n, pk.nsquare
     indices = [p.party for p in partials]
     mus = [2 * lagrange_at_zero(pub.delta, indices, i) for i in indices]
-    inv = gmpy2.invert(4 * pub.delta * pub.delta * pub.theta % n, n)
+    inv = gmpy2.invert(4 * pub.delta**3 * pub.theta % n, n)
     out = []
     for k in range(count):
         cprime = multi_exp([mpz(p.values[k]) for p in partials], mus, n2)
+        if cprime % n != 1:  # (1 + N)^x ≡ 1 mod N: a partial that was not checked (one's own) is wrong
+            raise InvalidMessage(
+                f"the partial decryptions of parties {indices} do not combine to a decryption of ciphertext {k} "
+                "(a share of another key, or an unverified partial, is wrong)"
+            )
         out.append(int((cprime - 1) // n * inv % n))
     _count_many("decrypt", count)
     return out

@@ -26,7 +26,8 @@ docs/crypto.md, "Threshold key without a dealer".  The steps, numbered as there:
    additive shares φ_i of φ(N) = N + 1 − p − q.  The parties open w = β·φ + N·s (s = Σ s_i masks
    ⌊β·φ/N⌋ statistically) and set θ = w mod N (public, a unit mod N) and d_i = [w if i = 1] − N·s_i:
    integer additive shares of d, d ≡ 0 mod φ(N) and d ≡ θ mod N.
-7. **Threshold shares**: each party shares d_i by integer Shamir sharing of degree t with Feldman
+7. **Threshold shares**: each party shares Δ·d_i (Δ = n!; a share of d_i itself would be ≡ d_i mod j at party j)
+   by integer Shamir sharing of degree t with Feldman
    commitments v^(a_ik) (v the key's verification base); party j checks what it received, and sums:
    s_j = Σ_i f_i(j).  The verification keys v^(Δ s_j) follow from the commitments, so every party
    computes every one of them.
@@ -367,15 +368,17 @@ class _Ceremony:
                 if n_e.bit_length() != bits:
                     raise InvalidMessage(f"party1's {name} ephemeral key has {n_e.bit_length()} bits, {bits} expected")
                 self.ek_public[name] = PublicKey(n_e)
-            self.ek_public["small"].prepare(TABLE_USES * self.params.batch)
 
     async def two_party_products(
         self, step: str, key: str, xs: list[int], ys: list[int] | None, extra: list[int]
     ) -> list[int]:
         """n = 2, Paillier-based multiplication under party 1's ephemeral key ``key``: for every entry,
         party 1 learns u = x_1·y_2 + y_1·x_2 + extra_2 (party 2's ``extra``, which masks or completes it)
-        and party 2 learns nothing (it sees ciphertexts only; its answer is rerandomised by the fresh
-        encryption of extra_2).  Party 1 sends [Enc(x_1)] and, unless ``ys`` is None (then u =
+        and party 2 learns nothing (it sees ciphertexts only).  Party 2's answer is re-randomised by a
+        textbook encryption of extra_2, r^N for r uniform in Z*_N: party 1 holds the key's factors, so
+        against it the hiding must not rest on DCR -- a fixed-base obfuscator (h^N)^a misses the
+        characters of Z*_N that are trivial on h, and through them party 1 read y_2 mod ℓ for small ℓ
+        dividing p_e − 1 (a review's finding: 138 of 138 answers mod 3).  Party 1 sends [Enc(x_1)] and, unless ``ys`` is None (then u =
         x_1·x_2 + extra_2: a product of one private value of each party), [Enc(y_1)]; party 2 answers
         Enc(extra_2)·Enc(x_1)^(y_2)·Enc(y_1)^(x_2).  Returns u for party 1, [] for party 2."""
         pk = self.ek_public[key]
@@ -383,8 +386,8 @@ class _Ceremony:
         cross = ys is not None
         tag_enc, tag_ret = self.tag(step + "/enc"), self.tag(step + "/ret")
         bound = pk.nsquare.bit_length()
-        # the small key serves thousands of products: a fixed-base table sized for them; the big key a
-        # handful: textbook obfuscators, no table
+        # party 1's encryptions under the small key (thousands): a fixed-base table sized for them -- party 2
+        # has no factors, so DCR hides them; the big key's handful: textbook obfuscators, no table
         if self.me == 1:
             sk = self.ek[key]
             enc = sk.raw_encrypt if key == "small" else pk.raw_encrypt_textbook
@@ -395,10 +398,9 @@ class _Ceremony:
             return [sk.raw_decrypt_signed(c) for c in back]
         msg = await self.ch.recv(self.roles[0], tag_enc, pb.Blobs)
         cts = pk.validate_ciphertexts(_from_blobs(msg, (2 if cross else 1) * count, bound, tag_enc), tag_enc)
-        enc_pub = pk.raw_encrypt if key == "small" else pk.raw_encrypt_textbook
         out = []
         for c in range(count):
-            acc = enc_pub(extra[c])
+            acc = pk.raw_encrypt_textbook(extra[c])  # uniform randomness: party 1 knows the factors
             if cross:
                 assert ys is not None
                 if ys[c]:
@@ -736,7 +738,7 @@ async def _exponent(st: _Ceremony, N: int, p_i: int, q_i: int) -> tuple[int, int
 
 
 async def _share_exponent(st: _Ceremony, N: int, theta: int, d_i: int) -> KeyShare:
-    """Step 7: integer Shamir sharing of d_i with Feldman commitments; every share checked against its
+    """Step 7: integer Shamir sharing of Δ·d_i with Feldman commitments; every share checked against its
     dealer's commitments; the verification keys from the combined commitments."""
     params, me, n = st.params, st.me, st.n
     st.ch.progress(step="shares")

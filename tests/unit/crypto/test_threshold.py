@@ -5,6 +5,7 @@ dealer-free generation is tested in tests/unit/protocols/test_keygen.py.  Small 
 test-only opt-in (``allow_insecure=True``)."""
 
 import itertools
+import math
 import os
 import secrets
 
@@ -14,7 +15,7 @@ import pytest
 from phe import paillier as phe_paillier
 
 from smcdp.crypto.encoding import Packing
-from smcdp.crypto.paillier import generate_keypair
+from smcdp.crypto.paillier import PublicKey, generate_keypair
 from smcdp.crypto.threshold import (
     BadPartialDecryption,
     KeyShare,
@@ -26,6 +27,7 @@ from smcdp.crypto.threshold import (
     combine_vector,
     combine_vector_ints,
     deal,
+    integer_shamir,
     load_key_share,
     partial_decrypt,
     partial_decrypt_vector,
@@ -74,8 +76,8 @@ def test_every_set_of_t_plus_one_parties_decrypts(key):
 
 
 def test_t_parties_do_not_decrypt(key):
-    """t partial decryptions are refused, and combining them anyway (Lagrange over t points) gives
-    values unrelated to the plaintexts."""
+    """t partial decryptions are refused, and combining them anyway (Lagrange over t points) gives no
+    decryption at all: c' ≢ 1 mod N, refused by the combination itself."""
     pk, _, pub, shares = key
     values = [7, -3, 99, 10**12]
     cts = _cts(pk, values)
@@ -84,8 +86,8 @@ def test_t_parties_do_not_decrypt(key):
         chosen = [partials[i] for i in subset]
         with pytest.raises(NotEnoughShares):
             combine(pub, cts, chosen, CTX)
-        wrong = _combine(pub, len(cts), chosen)
-        assert all(w != v % int(pk.n) for w, v in zip(wrong, values)), subset
+        with pytest.raises(InvalidMessage, match="do not combine to a decryption"):
+            _combine(pub, len(cts), chosen)
 
 
 def _tamper_value(partial: PartialDecryption, k: int, factor: int, n2: int) -> PartialDecryption:
@@ -240,15 +242,16 @@ def test_public_key_validation(key):
 
 
 def test_dealt_exponent_is_zero_mod_phi_and_one_mod_n(key):
-    """The construction's invariants: Δ·d (from t + 1 shares) ≡ 0 mod φ(N) and Δ·d ≡ Δ mod N."""
+    """The construction's invariants: the shares are of Δ·d, so t + 1 of them give Δ²·d (Lagrange with Δ), ≡ 0 mod
+    φ(N) and ≡ Δ² mod N (d ≡ 1 mod N for a dealt key)."""
     from smcdp.crypto.threshold import lagrange_at_zero
 
     pk, sk, pub, shares = key
     subset = [1, 3, 5]
-    delta_d = sum(lagrange_at_zero(pub.delta, subset, i) * shares[i - 1].secret for i in subset)
+    delta2_d = sum(lagrange_at_zero(pub.delta, subset, i) * shares[i - 1].secret for i in subset)
     phi = int((sk.p - 1) * (sk.q - 1))
-    assert delta_d % phi == 0
-    assert delta_d % int(pk.n) == pub.delta % int(pk.n)
+    assert delta2_d % phi == 0
+    assert delta2_d % int(pk.n) == pub.delta**2 % int(pk.n)
     # phe's EncryptedNumber built on the same modulus decrypts what the threshold key encrypts
     c = pk.raw_encrypt(77)
     assert sk.phe.decrypt(phe_paillier.EncryptedNumber(pk.phe, int(c))) == 77
@@ -407,3 +410,62 @@ def test_partial_decryptions_on_several_cores_keep_their_order(key, cores, monke
     assert th._powers(cts, exp, pk.nsquare) == want
     p = partial_decrypt(shares[0], [int(c) for c in cts], CTX)
     verify_partial(pub, [int(c) for c in cts], p, CTX)
+
+
+# ----------------------------------------------------------------------------- a review's findings (2026-12-05)
+def test_no_share_tells_its_party_the_exponent_modulo_its_index(key):
+    """The shares are of Δ·d: f(i) ≡ f(0) = Δ·d ≡ 0 mod i for every index i ≤ n, whatever d is.  Shares of d itself
+    gave party i d mod i (a review's finding): for the ceremony's d = β·φ(N), whether small primes divide p − 1 or
+    q − 1.  Over many dealings: each share is ≡ 0 mod its index, never d mod i."""
+    _, sk, _, shares = key
+    for s in shares:
+        assert s.secret % s.index == 0
+    for _ in range(5):
+        _, again = deal(sk, N_PARTIES, T)
+        assert [s.secret % s.index for s in again] == [0] * N_PARTIES
+        assert [s.secret for s in again] != [s.secret for s in shares]  # fresh coefficients each dealing
+    # a secret ≡ 1 mod 2, 3, 4 and 5: shares of it would be ≡ 1 mod their index; shares of Δ·secret are ≡ 0
+    secret = 60 * 10**40 + 1
+    coeffs, split = integer_shamir(secret, N_PARTIES, T, secret.bit_length())
+    assert coeffs[0] == math.factorial(N_PARTIES) * secret
+    assert [v % i for i, v in enumerate(split, 1)] == [0] * N_PARTIES
+
+
+def test_a_version_1_key_file_is_refused_saying_to_run_the_ceremony_again(key, tmp_path):
+    _, _, pub, shares = key
+    old = dict(pub.to_json(), version=1)
+    with pytest.raises(InvalidMessage, match=r"version-1 threshold public key.*key ceremony again"):
+        ThresholdPublicKey.from_json(old, allow_insecure=True)
+    share_json = dict(shares[0].to_json(), version=1)
+    with pytest.raises(InvalidMessage, match="version-1 threshold key share"):
+        KeyShare.from_json(share_json, allow_insecure=True)
+    with pytest.raises(InvalidMessage, match="unknown threshold public key version 3"):
+        ThresholdPublicKey.from_json(dict(pub.to_json(), version=3), allow_insecure=True)
+    assert ThresholdPublicKey.from_json(pub.to_json(), allow_insecure=True) == pub
+
+
+def test_a_modulus_with_a_factor_below_the_party_count_is_refused(key):
+    """Combination inverts 4Δ³θ mod N: an N sharing a factor with Δ = n! was accepted and combine then raised a
+    bare ZeroDivisionError."""
+    _, _, pub, _ = key
+    bad_n = 3 * int(gmpy2.next_prime(1 << 300))
+    with pytest.raises(InvalidMessage, match="prime factor of at most 5"):
+        ThresholdPublicKey(PublicKey(bad_n), N_PARTIES, T, 1, pub.share_bits, (1,) * N_PARTIES)
+
+
+def test_a_wrong_unverified_own_partial_is_refused_not_combined(key):
+    """``combine(own=i)`` does not verify the caller's own partial: one made with a share of another key of the same
+    shape used to combine to random 'plaintexts'.  The combination must be ≡ 1 mod N, so it is refused."""
+    pk, sk, pub, shares = key
+    cts = _cts(pk, [1, 2, 3])
+    _, other_shares = deal(sk, N_PARTIES, T)  # another dealing of the same N: other shares, other keys
+    stale = KeyShare.__new__(KeyShare)
+    object.__setattr__(stale, "public", pub)
+    object.__setattr__(stale, "index", 1)
+    object.__setattr__(stale, "secret", other_shares[0].secret + 1)
+    own = partial_decrypt(stale, cts, CTX)
+    others = [partial_decrypt(s, cts, CTX) for s in shares[1 : T + 1]]
+    with pytest.raises(InvalidMessage, match="do not combine to a decryption"):
+        combine(pub, cts, [own, *others], CTX, own=1)
+    good = partial_decrypt(shares[0], cts, CTX)
+    assert combine(pub, cts, [good, *others], CTX, own=1) == [1, 2, 3]

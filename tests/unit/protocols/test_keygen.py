@@ -74,9 +74,10 @@ def _factor_from_phi_multiple(N: int, k: int) -> tuple[int, int]:
 def _factors(results, t):
     pub = results[0].public
     subset = [r.share.index for r in results[: t + 1]]
-    delta_d = sum(lagrange_at_zero(pub.delta, subset, r.share.index) * r.share.secret for r in results[: t + 1])
-    assert delta_d > 0
-    return _factor_from_phi_multiple(int(pub.n), delta_d), delta_d
+    # the shares are of Δ·d: t + 1 of them give Δ²·d
+    delta2_d = sum(lagrange_at_zero(pub.delta, subset, r.share.index) * r.share.secret for r in results[: t + 1])
+    assert delta2_d > 0
+    return _factor_from_phi_multiple(int(pub.n), delta2_d), delta2_d
 
 
 def test_every_party_holds_the_same_public_key_and_a_matching_share(ceremony):
@@ -94,17 +95,18 @@ def test_every_party_holds_the_same_public_key_and_a_matching_share(ceremony):
 def test_n_is_a_product_of_two_primes_3_mod_4(ceremony):
     _n, t, results, _ = ceremony
     pub = results[0].public
-    (p, q), delta_d = _factors(results, t)
+    (p, q), delta2_d = _factors(results, t)
     N = int(pub.n)
     assert p * q == N and p != q
     assert gmpy2.is_prime(p, 50) and gmpy2.is_prime(q, 50)
     assert p % 4 == 3 and q % 4 == 3
     assert p.bit_length() == q.bit_length() == BITS // 2
     assert math.gcd(N, (p - 1) * (q - 1)) == 1
-    # the exponent: d ≡ 0 mod φ(N) and d ≡ θ mod N (Δ·d as reconstructed)
+    # the exponent: d ≡ 0 mod φ(N) and d ≡ θ mod N (Δ²·d as reconstructed: the shares are of Δ·d)
     phi = (p - 1) * (q - 1)
-    assert delta_d % phi == 0
-    assert delta_d % N == pub.delta * pub.theta % N
+    assert delta2_d % pub.delta**2 == 0
+    assert delta2_d % phi == 0
+    assert delta2_d % N == pub.delta**2 * pub.theta % N
     # nothing below the sieve bound divides p or q (distributed sieving), nor below the trial bound
     for ell in (3, 5, 7, 11, 13, 17, 19):
         assert p % ell and q % ell
@@ -145,12 +147,28 @@ def _int_bytes(v: int) -> bytes:
     return v.to_bytes((v.bit_length() + 7) // 8, "big")
 
 
+def test_no_share_tells_its_party_the_exponent_modulo_its_index(ceremony):
+    """Every dealer shares Δ·d_j, so share i ≡ 0 mod i: a share of d itself was ≡ d mod i, and for d = β·φ(N) that
+    told party i whether i divides φ(N) (a review's finding)."""
+    n, _t, results, _ = ceremony
+    assert [r.share.secret % r.share.index for r in results] == [0] * n
+
+
 def test_no_message_carries_p_q_phi_or_the_exponent(ceremony):
-    """Inspect the whole transcript: the factors, φ(N) and Δ·d appear in no message's bytes."""
+    """Inspect the whole transcript: the factors, φ(N), d and Δ·d appear in no message's bytes."""
     n, t, results, net = ceremony
-    (p, q), delta_d = _factors(results, t)
+    (p, q), delta2_d = _factors(results, t)
     N = int(results[0].public.n)
-    secrets_ = {"p": p, "q": q, "phi": (p - 1) * (q - 1), "p+q": p + q, "delta*d": delta_d}
+    delta = results[0].public.delta
+    secrets_ = {
+        "p": p,
+        "q": q,
+        "phi": (p - 1) * (q - 1),
+        "p+q": p + q,
+        "d": delta2_d // delta**2,
+        "delta*d": delta2_d // delta,
+        "delta^2*d": delta2_d,
+    }
     assert net.transcript
     senders = {s for (s, *_rest) in net.transcript}
     assert senders == set(party_roles(n))
@@ -282,6 +300,33 @@ def test_distributed_sieving_yields_shares_of_numbers_3_mod_4_free_of_small_prim
         assert p.bit_length() == BITS // 2
     # the candidates differ (fresh randomness per candidate)
     assert len({sum(res[r][c] for r in roles) for c in range(40)}) == 40
+
+
+def test_two_parties_answers_are_re_randomised_uniformly_against_party_1():
+    """n = 2: party 1 holds its ephemeral key's factors, so party 2's answers must hide its values from it without
+    DCR.  A fixed-base obfuscator (h^N)^a has the Legendre symbols mod p_e and q_e of h^a: two of the four pairs
+    at most, and through such characters party 1 read party 2's values mod small primes (a review's finding).
+    Party 2's answers to 64 products whose own terms are 0 are its obfuscators alone: every pair must appear."""
+    params = KeygenParams(parties=2, threshold=1, key_bits=BITS, allow_insecure=True).validate()
+    roles = party_roles(2)
+    net = InMemoryNetwork({r: r for r in roles}, timeout=60)
+    count = 64
+
+    async def go(ch):
+        st = _Ceremony(ch, params)
+        await st.two_party_setup()
+        xs = [secrets.randbelow(1 << 64) for _ in range(count)] if st.me == 1 else [0] * count
+        await st.two_party_products("probe", "small", xs, None, [secrets.randbelow(1 << 64) for _ in range(count)])
+        return st
+
+    res = asyncio.run(net.run({r: go for r in roles}))
+    sk = res["party1"].ek["small"]
+    answers = pb.Blobs.FromString(next(d for s, tag, _, d in net.received_by("party1") if tag.endswith("probe/ret")))
+    pairs = set()
+    for raw in answers.values:
+        c = int.from_bytes(raw, "big")
+        pairs.add((gmpy2.legendre(c, sk.p), gmpy2.legendre(c, sk.q)))
+    assert pairs == {(1, 1), (1, -1), (-1, 1), (-1, -1)}  # 64 uniform draws miss one with probability < 2^-24
 
 
 def test_two_parties_refuse_an_ephemeral_key_of_the_wrong_size():
