@@ -155,7 +155,8 @@ NOISY_TAG = "noisy"
 DP_ITERATIONS = 10
 MAX_DP_ITERATIONS = 1000
 #: DP mode: the noise is calibrated to a sensitivity C²·(1 + DP_FP_MARGIN), a margin for the floating-point
-#: error of computing Ã Ãᵀ Q (relative ~n_i·2^-52, far below it for n_i < 2^30; docs/protocols/power-iteration.md)
+#: error of computing Ã Ãᵀ Q: measured far inside it, a worst-case bound only up to ~9·10^4 samples a party
+#: (docs/protocols/power-iteration.md, "Sensitivity")
 DP_FP_MARGIN = 2.0**-20
 #: DP mode: the PLD calibration aims at epsilon·(1 − DP_PLD_MARGIN), so that independent PLD
 #: computations (dp-accounting's discretised accountant: ~1e-11 relative above the exact value) certify it too
@@ -363,6 +364,16 @@ class PowerIterationParams(ProtocolParams):
                 "off-diagonal values are scaled by √2)"
             )
         dp_calibration(self)  # a noise level exists for (epsilon, delta) over the rounds (else refused)
+        if self.noise_share > 1 and self.value_bits < (need := self.noise_clamp_bits()):
+            # with h > 1 each party clamps its own share of the noise: the sum of clamped shares is no function of
+            # the honest parties' noisy sum, so the clamp is not post-processing, and only a clamp that no draw
+            # reaches (CLAMP_SIGMAS party standard deviations out) keeps the guarantee
+            bad(
+                f"value_bits = {self.value_bits} would clamp within {CLAMP_SIGMAS} standard deviations of a party's "
+                f"noise (its share σ²/h, h = {self.noise_share}): with the noise shared each party's clamp is not "
+                f"post-processing of the honest sum and would weaken (epsilon, delta); state value_bits >= {need} "
+                "or leave it out (then it is derived from the noise level)"
+            )
 
     @property
     def dp(self) -> bool:
@@ -442,6 +453,10 @@ class PowerIterationParams(ProtocolParams):
         entries below 32 in magnitude).  Public parameters only."""
         if self.value_bits is not None:
             return self.value_bits
+        return self.noise_clamp_bits()
+
+    def noise_clamp_bits(self) -> int:
+        """The clamp :meth:`dp_value_bits` derives from the noise level when ``value_bits`` is not stated."""
         scale = math.sqrt(2) if self.dp_mode == "covariance" else 1.0
         key = (self.max_samples, self.column_norm, self.dp_mode, self.epsilon, self.delta, self.dp_rounds)
 

@@ -497,6 +497,32 @@ def test_without_value_bits_the_clamp_is_the_noiseless_bound_plus_sixteen_sigmas
     assert dataclasses.replace(params, value_bits=24).dp_value_bits() == 24
 
 
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(n_parties=5, key_group="g", key_threshold=2, dp_method="covariance", rows=1, max_samples=2),  # h = 3
+        dict(n_parties=5, key_group="g", key_threshold=2, dp_method="power", rows=1, max_samples=2),
+        dict(n_parties=3, noise_parties=2, rows=1, max_samples=2),  # single key, h = 2 (honest majority)
+    ],
+)
+def test_with_the_noise_shared_a_clamp_inside_sixteen_party_sigmas_is_refused(kw):
+    """h > 1: each party clamps its own share of the noise (σ²/h), and the sum of clamped shares is no function of
+    the honest parties' noisy sum -- the clamp is not post-processing.  A review computed the coalition's view
+    exactly for n = 5, t = 2, value_bits = 3 (covariance, 2 samples): δ = 4.3·10⁻⁶ against the stated 10⁻⁶.  So a
+    stated value_bits below the clamp derived from the noise level (16 party sigmas out) is refused; at or above
+    it, or with h = 1 (the clamp of the whole noise is post-processing), it is kept."""
+    kw = {"key_bits": 2048, "epsilon": 1.0, "delta": 1e-6, **kw}
+    derived = PowerIterationParams(**kw).validate()
+    assert derived.noise_share > 1
+    need = derived.dp_value_bits()
+    with pytest.raises(InvalidMessage, match=rf"value_bits >= {need} or leave it out"):
+        PowerIterationParams(**kw, value_bits=need - 1).validate()
+    assert PowerIterationParams(**kw, value_bits=need).validate().dp_value_bits() == need
+    single = {k: v for k, v in kw.items() if k not in ("key_group", "key_threshold", "noise_parties")}
+    low = PowerIterationParams(**single, value_bits=need - 1).validate()  # h = 1: post-processing, kept
+    assert low.noise_share == 1 and low.dp_value_bits() == need - 1
+
+
 def test_the_clamp_at_a_power_of_two_is_exact():
     """v is the least with 2^(v−1) above the bound, by frexp -- also when the bound is a power of two."""
     params = PowerIterationParams(n_parties=2, key_bits=2048, epsilon=1.0, delta=1e-6, rows=500, max_samples=100)
