@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -956,3 +957,44 @@ def test_a_party_sending_trent_another_release_than_it_committed_to_is_named_by_
     assert isinstance(outcome, ContributionMismatch), outcome
     assert outcome.origin == "org3" and "trent relays nothing" in str(outcome) and "party3 deviated" in str(outcome)
     assert not any(s == "trent" and t.startswith(CONTRIB_TAG) for s, _, t, _, _ in net.transcript)
+
+
+# ----------------------------------------------------------------------------- the distributed discrete Gaussian
+def test_distributed_gaussian_tau_is_kairouz_liu_steinke_theorem_1():
+    """τ = 10·Σ_{k=1}^{m−1} exp(−2π²σ²·k/(k+1)) (KLS 2021, Thm. 1): nothing for one party, values worked by hand for
+    σ = 1/2, and 0 in floating point at the σ ≥ 2^20 grid steps the protocol's grid gives."""
+    from smcdp.dp.conversions import distributed_gaussian_tau
+
+    assert distributed_gaussian_tau(0.5, 1) == 0.0
+    assert distributed_gaussian_tau(0.5, 2) == pytest.approx(10 * 0.0848050, rel=1e-5)  # 10·e^(−π²/4)
+    assert distributed_gaussian_tau(0.5, 3) == pytest.approx(10 * (0.0848050 + 0.0372588), rel=1e-5)  # + e^(−π²/3)
+    assert distributed_gaussian_tau(2.0**20, 64) == 0.0
+
+
+def test_the_distributed_noise_check_refuses_a_sum_far_from_one_discrete_gaussian():
+    """check_distributed_noise, the party's check before it releases: with the protocol's grid it passes (τ = 0);
+    with a grid so coarse that a party's σ is half a step, the sum of the n − t honest draws is far from one
+    discrete Gaussian of their summed variance (KLS's τ√d above 2^-30·Δ/σ), and the release is refused."""
+    from smcdp.protocols.power_iteration import dp_noise
+    from smcdp.protocols.power_iteration_threshold import check_distributed_noise
+
+    params = PowerIterationParams(
+        n_parties=5, key_bits=2048, epsilon=1.0, delta=1e-6, rows=4, max_samples=10, key_group="g", key_threshold=2
+    ).validate()
+    shape = (4 * 5 // 2,) if params.dp_mode == "covariance" else (4, params.block_size)
+    mech = dp_noise(params, dp_calibration(params), shape, None, "party1", 0)
+    check_distributed_noise(params, mech, shape)  # the protocol's grid: σ ≥ 2^20 steps
+
+    class Coarse:
+        def __init__(self, inner, e):
+            self._inner, self._e = inner, e
+
+        def __getattr__(self, name):
+            return getattr(self._inner, name)
+
+        def grid_exponent(self, shape):
+            return self._e
+
+    e = math.frexp(2 * mech.grid_sigma(shape))[1]  # 2^e > 2σ: σ below half a grid step
+    with pytest.raises(InvalidMessage, match="too far from one"):
+        check_distributed_noise(params, Coarse(mech, e), shape)
