@@ -9,8 +9,10 @@ holds Δ keyword HMMs.  Steps:
    obtains ``ξ(p_δ) = ξ(log P(x | λ_δ))`` for every δ.
 3. Bob applies an order-preserving randomised transform: a secret random
    permutation π of the models and a strictly increasing affine map
-   ``p'_i = a · p_{π(i)} + c`` with a secret integer ``a`` of ``scale_bits``
-   bits and a secret offset ``c``; he sends ``ξ(p'_1..Δ)`` (rerandomised).
+   ``p'_i = a · p_{π(i)} + c + r_i`` with a secret integer ``a`` of ``scale_bits``
+   bits, a secret offset ``c`` and a jitter ``r_i`` uniform in [0, a) per score
+   (distinct grid values keep their order; without it ``a`` was the gcd of the
+   differences); he sends ``ξ(p'_1..Δ)`` (rerandomised).
    (The seed's "order-preserving matrix R": ``p' = (p·P_π) (a I) + c 1``.)
 4. Alice decrypts, takes ``i* = argmax_i p'_i`` and obtains the label of
    model ``π(i*)`` by a 1-out-of-Δ oblivious transfer (Naor–Pinkas); the
@@ -444,13 +446,16 @@ async def keyword_bob(
         rng.shuffle(perm)
         a = rng.randrange(1 << (params.scale_bits - 1), 1 << params.scale_bits)
         c = rng.randrange(0, 1 << params.offset_bits())
-        bound = (1 << (params.log_frac_bits + LOGLIK_BOUND_BITS)) * a + c
+        # a score's own r_i in [0, a): a·p + c + r keeps the order of distinct grid values p (a gap of one grid step
+        # is a ≥ r_i − r_j + 1), and the gcd of the differences no longer gives a -- with r = 0 it did (a review
+        # recovered a in 198 of 200 sessions, and with it the exact score gaps)
+        r = [rng.randrange(0, a) for _ in range(D)]
+        bound = (1 << (params.log_frac_bits + LOGLIK_BOUND_BITS)) * a + c + a
         if bound > pk.max_int:
             raise CryptoOverflow("the order-preserving transform does not fit the plaintext space of this key")
         n2 = pk.nsquare
         lp = fw.log_likelihoods.ciphertexts
-        shift = (1 + pk.n * c) % n2
-        ranked = [pool.rerandomize(powmod(lp[perm[i]], a, n2) * shift % n2) for i in range(D)]
+        ranked = [pool.rerandomize(powmod(lp[perm[i]], a, n2) * ((1 + pk.n * (c + r[i])) % n2) % n2) for i in range(D)]
         await ch.send(alice, "kw/ranked", EncryptedVector(pk, ranked, D, 0, UNPACKED, bound).to_proto())
         # --- Step 4: the labels, in the permuted order, by 1-of-Δ OT.
         labels = [json.dumps({"index": perm[i], "word": models.words[perm[i]]}).encode() for i in range(D)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 
 import numpy as np
 import pytest
@@ -91,6 +92,10 @@ def test_alice_sees_only_a_permuted_order_preserving_transform(keypair512):
     ratio = np.array([float(y - x) for x, y in itertools.pairwise(a)]) / np.diff(b)
     assert np.allclose(ratio, ratio[0], rtol=1e-4) and ratio[0] > 1e6  # gaps carry ~1e-5 abs error
     assert abs(a[0]) > 2**60  # shifted by Bob's secret offset
+    # Bob's scale stays his: each score carries its own r_i in [0, a), so the gcd of the differences is not a (it
+    # was, exactly, when the transform was a·p + c alone), nor any multiple of 2^(scale_bits − 1)
+    g = math.gcd(*(y - a[0] for y in a[1:]))
+    assert g < 1 << 31
     # and the order Alice sees is Bob's secret permutation of the models, not the model order
     order_seen = np.argsort(np.argsort([float(x - a[0]) for x in ranked]))
     order_true = np.argsort(np.argsort(want))
