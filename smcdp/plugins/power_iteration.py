@@ -52,6 +52,10 @@ INLINE_MAX = ALPHA_INLINE_MAX
 #: the proposer's parameters that hide the data parties' values from Trent and each other (Trent's Gram
 #: blinding, the final blocks' factors): each bounded below by the data party's policy (min_hiding)
 HIDING = ("blind_bits", "sigma_bits")
+#: the exact mode's too: Trent's scale range (a data party learns r_(t+1)/m_t, so r_t -- and with it U_t, the
+#: others' summed contribution -- is hidden by min(scale_bits − 8, blind_bits) bits) and the data padding ρ_i (the
+#: shift c = Σρ² that keeps the eigenvalues' ratios from the data parties)
+EXACT_HIDING = (*HIDING, "scale_bits", "padding")
 
 
 class PowerIterationPlugin(ProtocolPlugin):
@@ -146,7 +150,7 @@ class PowerIterationPlugin(ProtocolPlugin):
             outputs=tuple(outputs),
             components=b,
             iterations=p.max_iterations,
-            hiding=hiding_of(p, HIDING),
+            hiding=hiding_of(p, EXACT_HIDING),
             key=p.key_kind,
             group_key_mode=True,
             threshold=p.key_threshold if p.key_group is not None else None,

@@ -262,6 +262,14 @@ class PowerIterationParams(ProtocolParams):
         integer("blind_offset_bits", 16, 128)
         integer("gram_bits", 1, 128)
         integer("sigma_bits", 1, 32)
+        if not self.dp and self.blind_bits > self.scale_bits - DECOY_WEIGHT_BITS:
+            # a data party learns r_{t+1}/m_t: r_t is hidden by the narrower of the two ranges, so blind_bits above
+            # scale_bits − 8 would promise more hiding than it gives
+            bad(
+                f"blind_bits = {self.blind_bits} needs scale_bits >= blind_bits + {DECOY_WEIGHT_BITS} = "
+                f"{self.blind_bits + DECOY_WEIGHT_BITS} (a data party learns r_(t+1)/m_t: Trent's scale r_t, "
+                f"log-uniform in [2^{DECOY_WEIGHT_BITS}, 2^scale_bits], is hidden by the narrower range)"
+            )
         if self.rows is not None:
             integer("rows", 1, MAX_ROWS)
             if self.block_size > self.rows:

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+from smcdp.errors import InvalidMessage
 from smcdp.net.config import ConfigError
 from smcdp.net.limits import Limits
 from smcdp.plugins.registry import get_plugin
@@ -489,6 +490,34 @@ def test_the_data_party_not_the_proposer_decides_how_weakly_its_data_is_hidden()
     for bad in ("min_hiding = 3", "min_hiding = { blind_bits = 0 }", 'min_hiding = { "Blind Bits" = 2 }'):
         with pytest.raises(ConfigError, match="min_hiding"):
             _policy(PI_POLICY + bad + "\n")
+
+
+def test_the_exact_modes_scale_range_and_padding_are_the_data_partys_decision_too():
+    """A review: in the exact mode a data party learns r_(t+1)/m_t, so Trent's scale r_t (log-uniform in
+    [2^8, 2^scale_bits]) -- and with it U_t, hence the others' summed contribution -- is hidden by
+    min(scale_bits − 8, blind_bits) bits; scale_bits = 9 (accepted) left one.  The padding ρ_i keeps the
+    eigenvalues' ratios from the data parties; 1e-300 (accepted) removed it.  Both are now hiding parameters of
+    the exact mode's summary, floored at the defaults unless the party's min_hiding says lower, and blind_bits
+    above scale_bits − 8 is refused as a promise the range cannot keep."""
+    exact = PI_POLICY.replace('release_to = ["bob"]', 'release_to = ["trent", "bob"]') + "allow_non_dp = true\n"
+    pol = _policy(exact)
+    s = _summary("power-iteration", PI_ROLES, n_parties=2, key_bits=2048, scale_bits=9, blind_bits=1)
+    assert s.hiding["scale_bits"] == (9.0, 24.0) and s.hiding["padding"] == (0.1, 0.1)
+    assert "scale_bits" not in _summary("power-iteration", PI_ROLES, n_parties=2, key_bits=2048, **PI_DP).hiding
+    _eval(pol, protocol="power-iteration", initiator="trent")  # the defaults: admitted
+    _eval(pol, protocol="power-iteration", initiator="trent", scale_bits=40, padding=0.5)  # more: admitted
+    blind_ok = _policy(exact + "min_hiding = { blind_bits = 1 }\n")  # scale_bits 9 needs blind_bits <= 1
+    with pytest.raises(OutOfBounds, match="scale_bits = 9 hides its data less than 24") as ei:
+        _eval(blind_ok, protocol="power-iteration", initiator="trent", scale_bits=9, blind_bits=1)
+    assert ei.value.rule == "policy.power-iteration.min_hiding.scale_bits"
+    with pytest.raises(OutOfBounds, match="padding = 1e-300 hides"):
+        _eval(pol, protocol="power-iteration", initiator="trent", padding=1e-300)
+    lower = _policy(exact + "min_hiding = { scale_bits = 9, blind_bits = 1, padding = 0.01 }\n")
+    _eval(lower, protocol="power-iteration", initiator="trent", scale_bits=9, blind_bits=1, padding=0.01)
+    with pytest.raises(InvalidMessage, match="blind_bits = 17 needs scale_bits >= blind_bits \\+ 8 = 25"):
+        _summary("power-iteration", PI_ROLES, n_parties=2, key_bits=2048, blind_bits=17)
+    _summary("power-iteration", PI_ROLES, n_parties=2, key_bits=2048, blind_bits=17, scale_bits=25)
+    _summary("power-iteration", PI_ROLES, n_parties=2, key_bits=2048, blind_bits=17, **PI_DP)  # no r_t in DP
 
 
 def test_dp_aggregates_shared_noise_is_the_data_partys_decision():
