@@ -721,15 +721,20 @@ async def data_party(
 def checked_model(
     role: str, weights: ArrayLike, sensitivity: float, params: DPAggregateParams
 ) -> tuple[np.ndarray, float]:
-    """The party's model and sensitivity, within the session's public bounds."""
+    """The party's model and sensitivity, within the session's public bounds.
+
+    A weight beyond the public bound is clipped to it, not refused: a refusal would end the session on whether the
+    data met a bound the proposer chose -- one bit a session, and a proposer moving ``weight_bound`` from session to
+    session read max|ŵ| (a review: to ten digits in 40 sessions).  Clipping each coordinate to [−B, B] is the
+    projection onto a box, which no neighbouring data set moves further apart than ŵ itself
+    (|clip(a) − clip(b)| ≤ |a − b| in every coordinate), so the noise calibrated to the sensitivity still covers it."""
     d = params.dim
     w = np.asarray(weights, dtype=np.float64).reshape(-1) if np.ndim(weights) else None
     if w is None or w.size != d:
         raise InvalidMessage(f"{role}: the model must be a vector of length {d}")
     if not np.all(np.isfinite(w)):
         raise InvalidMessage(f"{role}: the model contains NaN or infinite values")
-    if np.max(np.abs(w)) > params.weight_limit:
-        raise InvalidMessage(f"{role}: a model weight exceeds the public bound {params.weight_limit:g}")
+    w = np.clip(w, -params.weight_limit, params.weight_limit)
     try:
         sensitivity = float(sensitivity)
     except (TypeError, ValueError):

@@ -243,8 +243,19 @@ def test_bad_party_inputs_are_refused(keys):
         run_aggregate(p, [np.array([0, np.nan, 0]), np.zeros(3)], [0.1, 0.1], keys)
     with pytest.raises(InvalidMessage, match="sensitivity"):
         run_aggregate(p, [np.zeros(3), np.zeros(3)], [0.1, 0.6], keys)  # above max_sensitivity 0.5
-    with pytest.raises(InvalidMessage, match="public bound"):
-        run_aggregate(p, [np.zeros(3), np.full(3, 1e6)], [0.1, 0.1], keys)
+
+
+def test_a_weight_beyond_the_public_bound_is_clipped_not_refused(keys):
+    """A refusal ended the session on whether a party's exact model met the proposer's weight_bound: one bit a
+    session, and moving the bound from session to session read max|ŵ| (a review).  The weight is clipped to the
+    bound instead (a projection: the sensitivity still covers it), and the session ends as any other: at a huge
+    epsilon the release is the average of the clipped models."""
+    K, d = 2, 3
+    p = make_params(K, d, epsilon=1e9, weight_bound=2.0)
+    ws = [np.array([0.5, -1.0, 1.5]), np.array([1e6, -3.0, 0.25])]
+    res, _ = run_aggregate(p, ws, [0.1, 0.1], keys)
+    clipped = [np.clip(w, -2.0, 2.0) for w in ws]
+    assert np.max(np.abs(np.array(res["dave"].weights) - np.mean(clipped, axis=0))) < 1e-6
 
 
 def test_malformed_messages_are_refused(keys):
