@@ -25,7 +25,7 @@ from smcdp.crypto.paillier import check_key_bits
 from smcdp.errors import InvalidMessage, PreconditionFailed
 from smcdp.net.channel import Channel
 from smcdp.net.limits import TrafficEnvelope
-from smcdp.plugins.base import OutputFlow, ProtocolPlugin, SessionContext, SessionSummary
+from smcdp.plugins.base import OutputFlow, ProtocolPlugin, SessionContext, SessionSummary, hiding_of
 from smcdp.plugins.keystore import KeyGroup, KeyStore, utc_now, validate_group_name
 from smcdp.protocols.base import ProtocolParams, check_roles
 from smcdp.protocols.keygen import (
@@ -123,6 +123,9 @@ class KeyCeremonyPlugin(ProtocolPlugin):
             coordinator_roles=(),
             outputs=(OutputFlow(f"threshold public key of group {p.group!r}", every, ()),),
             threshold=p.threshold,
+            # the biprimality test's rounds: fewer let a modulus that is no RSA modulus through more often
+            # (2^-rounds a candidate), so a party's min_hiding decides below the default, not the proposer
+            hiding=hiding_of(p, ("jacobi_rounds",)),
         )
 
     def traffic_envelope(

@@ -589,6 +589,8 @@ def evaluate(
                 f"{role}; it allows at most {most} MiB (fewer components, rounds or a smaller key, or public "
                 "bounds on the sizes such as power iteration's rows, make it smaller; or raise the rule)",
             )
+    if not summary.data_roles:  # a protocol on no party's data (the key ceremony): its hiding protects everyone
+        _check_hiding(ask, rules, summary)
     if role not in summary.data_roles:
         return
     _check_where_its_data_goes(ask, rules, summary, role, roles)
@@ -729,6 +731,19 @@ def _check_key_kind(
         )
 
 
+def _check_hiding(ask: _Asking, rules: ProtocolRules, summary: SessionSummary) -> None:
+    """``min_hiding``: each statistical hiding parameter at least the party's floor, else the protocol's default."""
+    floors = dict(rules.min_hiding or ())
+    for name, (value, default) in summary.hiding.items():
+        floor = floors.get(name, default)
+        if value < floor:
+            raise ask.bound(
+                f"{ask.base}.min_hiding.{name}",
+                f"the proposal's {name} = {value:g} hides its data less than {floor:g}"
+                + ("" if name in floors else " (the protocol's default; its policy names no lower floor)"),
+            )
+
+
 def _check_how_much_it_shows(ask: _Asking, rules: ProtocolRules, summary: SessionSummary, role: str) -> None:
     """The privacy cost, the public record bound, the components and frames per round."""
     base = ask.base
@@ -780,15 +795,7 @@ def _check_how_much_it_shows(ask: _Asking, rules: ProtocolRules, summary: Sessio
             )
             + ")",
         )
-    floors = dict(rules.min_hiding or ())
-    for name, (value, default) in summary.hiding.items():
-        floor = floors.get(name, default)
-        if value < floor:
-            raise ask.bound(
-                f"{base}.min_hiding.{name}",
-                f"the proposal's {name} = {value:g} hides its data less than {floor:g}"
-                + ("" if name in floors else " (the protocol's default; its policy names no lower floor)"),
-            )
+    _check_hiding(ask, rules, summary)
     if role in summary.subgroup_key and not rules.allow_subgroup_key:
         raise ask.deny(
             f"{base}.allow_subgroup_key",

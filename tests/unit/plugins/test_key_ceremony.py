@@ -115,10 +115,10 @@ min_key_bits = 3072
 """
 
 
-def _evaluate(policy_text, key_bits=3072, initiator="bob", insecure=False):
+def _evaluate(policy_text, key_bits=3072, initiator="bob", insecure=False, **extra):
     peers = {"bob": "h:1", "carol": "h:2", "eve": "h:3"}
     policy = parse_policy(tomllib.loads(policy_text)["policy"], "alice", peers)
-    params = PLUGIN.validate_params({**SMALL, "key_bits": key_bits}, ROLES3)
+    params = PLUGIN.validate_params({**SMALL, "key_bits": key_bits, **extra}, ROLES3)
     evaluate(
         policy,
         me="alice",
@@ -144,6 +144,18 @@ def test_a_party_joins_only_as_its_key_ceremony_table_allows():
     _evaluate(POLICY.replace("3072", "256"), key_bits=512, insecure=True)
     with pytest.raises(PolicyDenied, match=r"no \[policy.key-ceremony\] table"):
         _evaluate(POLICY.replace("key-ceremony", "dp-aggregate"))
+
+
+def test_fewer_biprimality_rounds_are_the_partys_decision():
+    """jacobi_rounds below the default (80) lets a modulus that is no RSA modulus through more often (2^-rounds a
+    candidate): a hiding parameter of the summary, refused below the default unless the party's min_hiding says
+    lower (a review: the proposer could set 40)."""
+    s = PLUGIN.summary(PLUGIN.validate_params({**SMALL, "key_bits": 3072, "jacobi_rounds": 40}, ROLES3), ROLES3)
+    assert s.hiding == {"jacobi_rounds": (40.0, 80.0)}
+    _evaluate(POLICY, jacobi_rounds=120)
+    with pytest.raises(OutOfBounds, match="jacobi_rounds = 40 hides its data less than 80"):
+        _evaluate(POLICY, jacobi_rounds=40)
+    _evaluate(POLICY + "min_hiding = { jacobi_rounds = 40 }\n", jacobi_rounds=40)
 
 
 # ------------------------------------------------------------------ the ceremony through the plug-in
