@@ -378,7 +378,8 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
                 RuntimeWarning,
                 stacklevel=3,
             )
-        self._obj = obj
+        # the objective is not kept: it holds the scaled training rows, their labels and the perturbation b (a
+        # fitted -- pickled, shared -- model carried them; a review recovered every row)
 
     def _component_labels(self, X, yi, C, K, private):
         Xu = X / self.data_norm_

@@ -42,16 +42,51 @@ def test_solution_satisfies_kkt(eps):
         assert np.linalg.eigvalsh(P).min() >= -1e-10
 
 
-def test_minimiser_beats_feasible_perturbations():
+def _fit_keeping_the_objective(monkeypatch, model, X, y):
+    """Fit ``model`` and return (model, the objective it minimised): the estimator no longer keeps it (it holds the
+    training rows), so the tests that check the minimiser record it as it is made."""
+    import smcdp.dp.learners.large_margin as lm
+
+    made = []
+
+    class Recording(lm._Objective):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            made.append(self)
+
+    monkeypatch.setattr(lm, "_Objective", Recording)
+    model.fit(X, y)
+    return model, made[-1]
+
+
+def test_a_fitted_model_keeps_no_training_row_label_or_noise():
+    """A review: the fitted estimator kept its objective -- the scaled training rows, the labels and the
+    perturbation b -- so a pickled model gave them back exactly."""
+    import pickle
+
+    X, y = _blobs(n=60)
+    R = np.linalg.norm(X, axis=1).max()
+    m = LargeMarginGaussianClassifier(epsilon=1.0, data_norm=R, lam=0.01).fit(X, y)
+    blob = pickle.dumps(m)
+    for row in (X / R)[:5]:
+        assert np.ascontiguousarray(row).tobytes() not in blob
+    for v in vars(m).values():
+        assert not (isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[0] == len(X)), v
+        assert type(v).__name__ != "_Objective"
+
+
+def test_minimiser_beats_feasible_perturbations(monkeypatch):
     X, y = _blobs(n=120)
     R = np.linalg.norm(X, axis=1).max()
-    m = LargeMarginGaussianClassifier(epsilon=INF, data_norm=R, tol=1e-9).fit(X, y)
-    f0, _ = m._obj.value_grad(m.phi_, need_grad=False)
+    m, obj = _fit_keeping_the_objective(
+        monkeypatch, LargeMarginGaussianClassifier(epsilon=INF, data_norm=R, tol=1e-9), X, y
+    )
+    f0, _ = obj.value_grad(m.phi_, need_grad=False)
     rng = np.random.default_rng(1)
     for _ in range(100):
         E = rng.normal(size=m.phi_.shape) * 10 ** rng.uniform(-4, -1)
         P = project_psd(m.phi_ + E)
-        f, _ = m._obj.value_grad(P, need_grad=False)
+        f, _ = obj.value_grad(P, need_grad=False)
         assert f >= f0 - 1e-9
 
 
@@ -195,11 +230,11 @@ def test_invalid_parameters(bad):
         LargeMarginGaussianClassifier(**bad).fit(X, y)
 
 
-def test_kkt_residuals_detect_a_non_optimal_point():
+def test_kkt_residuals_detect_a_non_optimal_point(monkeypatch):
     X, y = _blobs(n=60)
     R = np.linalg.norm(X, axis=1).max()
-    m = LargeMarginGaussianClassifier(epsilon=INF, data_norm=R).fit(X, y)
-    bad = kkt_residuals(m._obj, m.phi_ * 1.5 + 0.1 * np.eye(4))
+    m, obj = _fit_keeping_the_objective(monkeypatch, LargeMarginGaussianClassifier(epsilon=INF, data_norm=R), X, y)
+    bad = kkt_residuals(obj, m.phi_ * 1.5 + 0.1 * np.eye(4))
     assert bad["projected_grad"] > 1e-3
 
 
