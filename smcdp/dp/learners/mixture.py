@@ -70,6 +70,15 @@ def gaussian_log_density(X, means, covariances):
     return out
 
 
+def data_independent_means(K: int, d: int, rng: np.random.Generator) -> np.ndarray:
+    """The start the fit takes without ``means_init``: K points uniform in the ball of radius 1/2 (unit-ball units,
+    from ``rng`` alone, never from the data).  A caller that wants a seeded start with the *noise* from the secure
+    source passes these, times its ``data_norm``, as ``means_init`` and leaves ``random_state`` None."""
+    g = rng.normal(size=(K, d))
+    g /= np.linalg.norm(g, axis=1, keepdims=True)
+    return g * rng.uniform(size=(K, 1)) ** (1.0 / d) * 0.5
+
+
 class GaussianMixture(DensityMixin, BaseEstimator):
     """Gaussian mixture fitted by DP-EM.
 
@@ -163,9 +172,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     def _init_params(self, K, d, R):
         rng = aux_rng(self.random_state)
         if self.means_init is None:
-            g = rng.normal(size=(K, d))
-            g /= np.linalg.norm(g, axis=1, keepdims=True)
-            means = g * rng.uniform(size=(K, 1)) ** (1.0 / d) * 0.5
+            means = data_independent_means(K, d, rng)
         else:
             means = np.asarray(self.means_init, float) / R
             if means.shape != (K, d):

@@ -91,6 +91,31 @@ def test_ubm_trainers_em_and_dp_em():
         train_ubm(X, 3, epsilon=1.0, data_norm=None)
 
 
+def test_a_dp_ubms_noise_comes_from_the_secure_source_whatever_the_seed(monkeypatch):
+    """A review: the seed (default 0) also seeded DP-EM's noise, so anyone who could rerun the fit compared the
+    release with the fit of each guess about a frame -- identical only for the true one.  The seed now makes the
+    start only: two fits with one seed give different UBMs, and DP-EM is handed no random_state (the secure
+    source) and the seed's data-independent start."""
+    import smcdp.dp.learners.mixture as mixture
+
+    _, _, X = _fitted()
+    a, _ = train_ubm(X, 3, epsilon=10.0, delta=1e-5, data_norm=12.0, seed=1, n_iter=5)
+    b, _ = train_ubm(X, 3, epsilon=10.0, delta=1e-5, data_norm=12.0, seed=1, n_iter=5)
+    assert not np.array_equal(a.means, b.means)
+    seen = []
+    real_init = mixture.GaussianMixture.__init__
+
+    def spy(self, *args, **kw):
+        seen.append(kw)
+        real_init(self, *args, **kw)
+
+    monkeypatch.setattr(mixture.GaussianMixture, "__init__", spy)
+    train_ubm(X, 3, epsilon=10.0, delta=1e-5, data_norm=12.0, seed=7, n_iter=2)
+    train_ubm(X, 3, epsilon=10.0, delta=1e-5, data_norm=12.0, seed=7, n_iter=2)
+    assert [kw["random_state"] for kw in seen] == [None, None]
+    assert np.array_equal(seen[0]["means_init"], seen[1]["means_init"])  # the seed's start, the same twice
+
+
 def _tone_folder(folder, f0, n, rng, rate=16000):
     from scipy.io import wavfile
 
