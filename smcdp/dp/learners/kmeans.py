@@ -70,7 +70,8 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
 
     Attributes
     ----------
-    cluster_centers_, labels_, inertia_, epsilon_spent_, delta_spent_, rho_spent_, epsilon_per_iter_
+    cluster_centers_, epsilon_spent_, delta_spent_, rho_spent_, epsilon_per_iter_; labels_ and inertia_ (of
+    the training rows: no DP release) only for a non-private fit (epsilon = inf)
     """
 
     def __init__(
@@ -156,8 +157,12 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                 C = C.copy()
                 C[nonempty] = centre + sums[nonempty] / counts[nonempty, None]
         self.cluster_centers_ = C
-        self.labels_ = self._assign(X, C)
-        self.inertia_ = float(((X - C[self.labels_]) ** 2).sum())
+        if not private:
+            # the training rows' clusters and their exact sum of squared distances are no DP release: a private fit
+            # does not set them (a review read one row's squared distance to its centre to 15 digits from inertia_);
+            # predict(X) gives the labels from the released centres where the caller holds the rows
+            self.labels_ = self._assign(X, C)
+            self.inertia_ = float(((X - C[self.labels_]) ** 2).sum())
         self.bounds_ = (lower, upper)
         self.n_iter_ = J
 

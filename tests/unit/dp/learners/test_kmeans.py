@@ -66,3 +66,13 @@ def test_kmeans_private(composition):
     assert m.epsilon_per_iter_ == pytest.approx(expected)
     clean = KMeans(3, epsilon=INF, bounds=(-1, 1), n_iter=5, init=init).fit(X)
     assert m.normalised_intra_cluster_variance(X) < 1.5 * clean.normalised_intra_cluster_variance(X)
+
+
+def test_a_private_fit_keeps_no_exact_statistic_of_its_rows():
+    """labels_ (each training row's cluster) and inertia_ (their exact sum of squared distances) are no DP release: a
+    review read one row's squared distance to its centre to 15 digits from inertia_.  A private fit sets neither;
+    predict gives the labels from the released centres."""
+    X = _gmm_data(n=300)
+    m = KMeans(3, epsilon=1.0, n_iter=4, bounds=(-1.0, 1.0), random_state=0).fit(X)
+    assert not hasattr(m, "inertia_") and not hasattr(m, "labels_")
+    assert m.predict(X).shape == (len(X),)
