@@ -1198,8 +1198,11 @@ async def _bob_step6_outcome(
         return (None if c == 0 else models.names[c - 1]), True
     names = [b""] + [models.names[k].encode() if k < K else b"" for k in range(Kbar)]
     await ch.send(alice, f"{tag}/winner", pb.Ints(values=[w]))
-    width = max(len(x) for x in names)
-    await ot_send(ch, alice, [[x.ljust(width, b"\0") for x in names]], tag_prefix=f"{tag}/label", rng=ot_rng)
+    if max(len(x) for x in names) > MAX_NAME_BYTES:  # enrolment keeps names within it; a broken store is refused
+        raise InvalidMessage(f"an enrolled speaker's name is longer than {MAX_NAME_BYTES} bytes")
+    # every label padded to the public MAX_NAME_BYTES, not to the longest name: the OT's sizes showed Alice the
+    # byte length of Bob's longest enrolled name (with one speaker, that name's length; a review)
+    await ot_send(ch, alice, [[x.ljust(MAX_NAME_BYTES, b"\0") for x in names]], tag_prefix=f"{tag}/label", rng=ot_rng)
     return None, False
 
 

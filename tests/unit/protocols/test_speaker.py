@@ -148,6 +148,26 @@ def test_identification_equals_plaintext(output, keypair512, dgk_key):
         assert told.speaker == models.identify(X) is not None
 
 
+def test_the_name_transfer_does_not_show_the_names_lengths(keypair512, dgk_key):
+    """output = "alice": the 1-of-n OT of the winner's name padded every label to the longest enrolled name, so its
+    sizes showed Alice that length (a review).  Labels are padded to the public MAX_NAME_BYTES: the bytes Bob sends
+    in the transfer are the same for short and long names."""
+    _, sk = keypair512
+    X = _utterance(seed=2, shift=0.0)
+    sent = []
+    for names in (("a", "b", "c"), ("a" * 60, "bb", "c")):
+        base = _models()
+        models = SpeakerModels(base.ubm, names, base.means, threshold=float(np.sort(base.scores(X))[-1]) - 0.2)
+        p = _params(IdentifyParams, sk, max_speakers=4, output="alice")
+        res, net = run_pair(
+            lambda ch, p=p: identify_alice(ch, X, p, private_key=sk, allow_insecure_keys=True),
+            lambda ch, models=models, p=p: identify_bob(ch, models, p, allow_insecure_keys=True, dgk_key=dgk_key),
+        )
+        assert res["alice"].speaker == models.identify(X)
+        sent.append(sum(len(d) for _, t, _, d in net.received_by("alice") if "/label" in t))
+    assert sent[0] == sent[1] > 0
+
+
 def test_identification_says_none_below_the_threshold(keypair512, dgk_key):
     _, sk = keypair512
     X = _utterance(seed=4)
