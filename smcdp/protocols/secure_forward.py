@@ -1569,6 +1569,14 @@ class _BobMasks:
         ] = {}
         self._start: list[int] | None = None
 
+    def emission_low(self, t: int, shift: int) -> list[int]:
+        """Per emission row, the sub-grid part u of frame t's mask, uniform on [−2^(shift−1), 2^(shift−1)): Alice
+        decrypts q + V·2^shift + u before she rounds by ``shift`` bits, so without u she read every quadratic
+        form mod 2^shift exactly -- Bob's coefficients' low bits, from a few frames (a review: 48 of 48 recovered;
+        the dummies of identification showed as exact copies).  Rounding q + u costs her at most one grid step
+        instead of half of one."""
+        return ls.uniform_ints(self.rng_of("emission-low", str(t)), self.plan.shape.rows, (1 << shift) >> 1)
+
     def emission(self, t: int) -> list[int]:
         """V_t per emission row (model, state[, component]), uniform on ±ψ_V."""
         if t not in self._emission:
@@ -1966,9 +1974,10 @@ class ForwardBob:
         )
         R = self.shape.rows
         masks = [self.masks.emission(first + k) for k in range(n)]
+        lows = [self.masks.emission_low(first + k, lay.shift) for k in range(n)]
         masks_packed = []
         for r in range(R):
-            slots = [masks[k][r] << lay.shift for k in range(n)] + [0] * (S - n)
+            slots = [(masks[k][r] << lay.shift) + lows[k][r] for k in range(n)] + [0] * (S - n)
             masks_packed.append(lay.packing.pack(slots)[0] if lay.packing.packed else slots[0])
         # the continuous models' coefficients (run() made them) and the pool (prepare())
         assert self._cints is not None and self.pool is not None

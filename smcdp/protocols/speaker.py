@@ -631,7 +631,7 @@ def loglik_error_bound(
 ) -> list[float]:
     """For each GMM, the bound on |ℓ̂ − ℓ| (nats) of the secure forward algorithm on ``X``
     (docs/protocols/speaker.md): Σ_t ε_em(t) + δ_fin, ε_em(t) = max_c ε_c(t) + 2^{−41} + 2^{−43} + δ, the
-    component error ε_c(t) = 2^{−f_p−1}‖c‖₁ + 2^{−f_c−1}‖z_t‖₁ + P·2^{−f_p−f_c−2} + 2^{−49}Σ|c_p z_tp| + 2^{−41}
+    component error ε_c(t) = 2^{−f_p−1}‖c‖₁ + 2^{−f_c−1}‖z_t‖₁ + P·2^{−f_p−f_c−2} + 2^{−49}Σ|c_p z_tp| + 2^{−40}
     over the quadratic form's coefficients c and the frame's products z_t.  With ``known`` (the shared
     UBM) the coefficients c are the differences from its forms k, and Alice's addition of k_c(z_t) rounded
     to the grid adds 2^{−F−1} + ρ_PΣ|k_p z_tp| (float64's rounding of a sum of P products: ρ_P = 2^{−44} up to
@@ -656,7 +656,7 @@ def loglik_error_bound(
             + 2.0 ** (-fc - 1) * Z.sum(1)[:, None]
             + P * 2.0 ** (-fp - fc - 2)
             + 2.0**-49 * (Z @ A[m].T)
-            + 2.0**-41
+            + 2.0**-40  # Alice's rounding of the form plus Bob's sub-grid mask: one grid step
             + added
         )  # (T, C)
         em = comp.max(1) + 2.0**-41 + 2.0**-43 + delta

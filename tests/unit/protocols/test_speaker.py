@@ -148,6 +148,30 @@ def test_identification_equals_plaintext(output, keypair512, dgk_key):
         assert told.speaker == models.identify(X) is not None
 
 
+def test_the_quadratic_forms_bits_below_the_grid_are_masked_too(keypair512, dgk_key):
+    """Alice decrypts each quadratic form q at its full fixed point, 2^shift finer than the grid, before rounding;
+    Bob's mask V was a multiple of 2^shift, so q mod 2^shift reached her exactly -- his coefficients' low bits by
+    linear algebra over a few frames (a review).  With the sub-grid part u, the same features and models give
+    other low bits in every session: the decrypted values' lowest 16 bits (shift = 24 here) differ between two
+    sessions."""
+    _, sk = keypair512
+    X = _utterance()
+    models = _models(threshold=0.0)
+    lows = []
+    for _ in range(2):
+        p = _params(VerifyParams, sk, claim="bo")
+        _, net = run_pair(
+            lambda ch, p=p: verify_alice(ch, X, p, private_key=sk, allow_insecure_keys=True),
+            lambda ch, p=p: verify_bob(ch, models, p, allow_insecure_keys=True, dgk_key=dgk_key),
+        )
+        qs = [pb.CiphertextVector.FromString(d) for _, t, _, d in net.received_by("alice") if "/q/" in t]
+        assert qs
+        lows.append([int(sk.raw_decrypt(int.from_bytes(c, "big"))) % 65536 for v in qs for c in v.ciphertexts])
+    assert len(lows[0]) == len(lows[1]) > 4
+    # uniform low 16 bits agree by chance 1 in 65,536; without u half of them were the same in every session
+    assert sum(a != b for a, b in zip(*lows)) >= 0.9 * len(lows[0])
+
+
 def test_the_name_transfer_does_not_show_the_names_lengths(keypair512, dgk_key):
     """output = "alice": the 1-of-n OT of the winner's name padded every label to the longest enrolled name, so its
     sizes showed Alice that length (a review).  Labels are padded to the public MAX_NAME_BYTES: the bytes Bob sends
