@@ -171,6 +171,11 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         d2 = (X * X).sum(1)[:, None] - 2 * X @ C.T + (C * C).sum(1)[None, :]
         return np.argmin(d2, axis=1)
 
+    def fit_predict(self, X, y=None):
+        """Fit, then the nearest released centre of every row of ``X`` (for the caller, who holds ``X``; a private fit
+        keeps no ``labels_`` on the estimator)."""
+        return self.fit(X).predict(X)
+
     def predict(self, X):
         """The index of the nearest centre for every row of ``X``."""
         check_is_fitted(self)

@@ -227,3 +227,30 @@ def test_bhattacharyya_bound_validation_and_degenerate_case():
         bhattacharyya_bound([0, 1], [1, -1], [10, 10], [0.1] * 4)
     res = bhattacharyya_bound([0, 1], [1, 1], [10, 10], [1, 1, 10, 10], p=0.99)
     assert res.k_lower == 0 and res.k_upper == math.inf and res.error_bound == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("diag", [False, True])
+def test_the_sum_querys_noise_is_at_the_replace_one_l1_sensitivities(monkeypatch, diag):
+    """query="sum", spied on: rows scaled into [0, 1]^d, one row replaced (possibly into another class) moves the
+    class counts by 2 in L1, the sums by 2d, the second moments' upper triangles by d(d + 1) (2d for the
+    diagonals); each Laplace mechanism spends its share of ε and draws once (a review halved the sums' and second
+    moments' sensitivities and every test passed)."""
+    import smcdp.dp.learners.bayes as bayes
+
+    from .spy import spy_mechanisms
+
+    made = spy_mechanisms(monkeypatch, bayes)
+    rng = np.random.default_rng(3)
+    d = 3
+    X = rng.uniform(-1, 1, size=(200, d))
+    y = rng.integers(0, 2, size=200)
+    split = (0.2, 0.3, 0.5)
+    GaussianBayesClassifier(
+        epsilon=2.0, bounds=(-np.ones(d), np.ones(d)), budget_split=split, covariance="diag" if diag else "full"
+    ).fit(X, y)
+    assert [(k, dl, draws) for k, _, dl, draws in made] == [
+        ("laplace", 2.0, 1),
+        ("laplace", 2.0 * d, 1),
+        ("laplace", float(2 * d if diag else d * (d + 1)), 1),
+    ]
+    assert [e for _, e, _, _ in made] == pytest.approx([2.0 * s for s in split])

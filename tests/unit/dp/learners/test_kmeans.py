@@ -76,3 +76,24 @@ def test_a_private_fit_keeps_no_exact_statistic_of_its_rows():
     m = KMeans(3, epsilon=1.0, n_iter=4, bounds=(-1.0, 1.0), random_state=0).fit(X)
     assert not hasattr(m, "inertia_") and not hasattr(m, "labels_")
     assert m.predict(X).shape == (len(X),)
+
+
+def test_each_iteration_spends_its_epsilon_at_the_replace_one_sensitivity(monkeypatch):
+    """The one Laplace mechanism DPLloyd makes, spied on: its L1 sensitivity is 2 (a row moves between two
+    clusters' counts) plus Σ(upper − lower) (the centred row leaves one cluster's sum and another's enters, each at
+    most half the box's width in L1) -- a review's mutation to the add/remove value 1 + Σw/2 passed every test --,
+    its ε the per-iteration share, one draw an iteration, ε in all under linear composition."""
+    import smcdp.dp.learners.kmeans as kmeans
+
+    from .spy import spy_mechanisms
+
+    made = spy_mechanisms(monkeypatch, kmeans)
+    X = _gmm_data(n=300)
+    lower, upper = np.full(X.shape[1], -2.0), np.full(X.shape[1], 3.0)
+    J = 4
+    m = KMeans(3, epsilon=1.0, n_iter=J, bounds=(lower, upper), composition="linear").fit(X)
+    assert len(made) == 1
+    kind, eps_i, sens, draws = made[0]
+    assert kind == "laplace" and draws == J
+    assert sens == pytest.approx(2.0 + float(np.sum(upper - lower)))
+    assert eps_i == pytest.approx(m.epsilon_per_iter_) and J * eps_i == pytest.approx(1.0)

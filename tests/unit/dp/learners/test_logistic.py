@@ -155,6 +155,29 @@ def test_objective_perturbation_constants():
     assert m.extra_ridge_ == pytest.approx(0.25 / (50 * math.expm1(0.1 / 4)) - 2 * 0.001)
 
 
+def test_objective_perturbations_b_has_density_proportional_to_exp_minus_eps_norm_over_two(monkeypatch):
+    """CMS Algorithm 2: b with density ∝ exp(−ε′‖b‖/2), i.e. the L2 mechanism at ε′ with sensitivity 2 (a review
+    drew it at sensitivity 1 -- half the noise -- and no test noticed); and output perturbation's mechanism at ε
+    with the sensitivity the fit reports (R/(nλ) plus the solver's slack)."""
+    import smcdp.dp.learners.logistic as logistic
+
+    made = []
+    real = logistic.VectorMechanism
+
+    def spy(epsilon, sensitivity, **kw):
+        made.append((epsilon, sensitivity))
+        return real(epsilon, sensitivity, **kw)
+
+    monkeypatch.setattr(logistic, "VectorMechanism", spy)
+    X, y = _data(n=400)
+    m = LogisticRegression(epsilon=1.0, lam=0.01).fit(X, y)
+    assert made == [(pytest.approx(m.epsilon_noise_), 2.0)]
+    made.clear()
+    m = LogisticRegression(epsilon=1.0, lam=0.01, mechanism="output").fit(X, y)
+    assert made == [(1.0, pytest.approx(m.noise_sensitivity_))]
+    assert m.noise_sensitivity_ >= m.sensitivity_ == pytest.approx(1.0 / (400 * 0.01))
+
+
 def test_objective_perturbation_solves_perturbed_problem():
     """The released w minimises J(w) + b.w/n (+ ridge): check stationarity with the b recovered
     from the optimality condition is consistent with an independent solve."""

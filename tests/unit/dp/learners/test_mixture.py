@@ -130,3 +130,35 @@ def test_gmm_warns_on_inferred_norm():
     X = _gmm_data(n=300) * 5
     with pytest.warns(PrivacyLeakWarning):
         GaussianMixture(2, data_norm=None, random_state=0).fit(X)
+
+
+# ----------------------------------------------------------------------------- the noise the fit really adds
+@pytest.mark.parametrize("scenario", ["GGG", "LLG"])
+def test_the_noise_each_iteration_adds_is_the_budgets_at_the_derived_sensitivities(monkeypatch, scenario):
+    """Every mechanism the fit makes, spied on, and every draw from it counted: replace-one neighbours (N fixed),
+    rows in the unit ball, so the weights' counts move by 2/N (L1; their L2 is below), the responsibility-weighted
+    sums by 2 in L2 and 2√d in L1, the second moments by 2 in Frobenius norm -- jointly over the K components.
+    Each Gaussian release's σ is the budget's noise multiplier times that sensitivity (a review halved the means'
+    and covariances' noise and no test noticed), each Laplace release spends the per-iteration ε, each mechanism
+    draws once an iteration, and what the draws cost together is within the ρ the fit reports."""
+    import smcdp.dp.learners.mixture as mixture
+
+    from .spy import rho_of, spy_mechanisms
+
+    made = spy_mechanisms(monkeypatch, mixture)
+    X = _gmm_data(n=400)
+    N, d = X.shape
+    K, J = 2, 3
+    m = GaussianMixture(K, epsilon=1.0, delta=1e-5, n_iter=J, data_norm=4.0, scenario=scenario).fit(X)
+    b = m.budget_
+    assert len(made) == 3 and all(draws == J for *_, draws in made)
+    (kw_, aw, dw, _), (km, am, dm, _), (kc, ac, dc, _) = made
+    assert dw == pytest.approx(2.0 / N) and kc == "gauss" and dc == 2.0
+    assert ac == pytest.approx(b.sigma_covariances * dc)
+    if scenario == "GGG":
+        assert kw_ == km == "gauss" and dm == 2.0
+        assert aw == pytest.approx(b.sigma_weights * dw) and am == pytest.approx(b.sigma_means * dm)
+    else:
+        assert kw_ == km == "laplace" and dm == pytest.approx(2.0 * math.sqrt(d))
+        assert aw == am == pytest.approx(b.eps_per_iter)
+    assert rho_of(made) <= m.rho_spent_ * (1 + 1e-12)
