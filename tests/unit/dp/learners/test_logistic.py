@@ -224,3 +224,22 @@ def test_default_uses_secure_randomness():
     a = LogisticRegression(epsilon=1.0).fit(X, y).coef_
     b = LogisticRegression(epsilon=1.0).fit(X, y).coef_
     assert not np.allclose(a, b)
+
+
+def test_rows_are_clipped_onto_the_ball_exactly():
+    """The sensitivities assume ‖x‖ ≤ data_norm: every row beyond it is scaled inside, also one beyond by a
+    rounding error only (up to data_norm·(1 + 10⁻¹²) rows were left as they were, a review); "raise" tolerates such
+    rounding errors and refuses rows clearly beyond."""
+    from smcdp.dp.validation import clip_rows_to_norm
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(20000, 7)) * 3
+    for R in (1.0, 2.5, 1e-3, 7.3):
+        assert np.all(np.linalg.norm(clip_rows_to_norm(X, R), axis=1) <= R)
+    just_over = X / np.linalg.norm(X, axis=1, keepdims=True) * 2.0 * (1 + 1e-13)
+    for mode in ("clip", "raise"):
+        assert np.all(np.linalg.norm(clip_rows_to_norm(just_over, 2.0, mode), axis=1) <= 2.0)
+    with pytest.raises(InvalidParameter, match="20000 row"):
+        clip_rows_to_norm(X, 1.0, "raise")
+    inside = X / np.linalg.norm(X, axis=1, keepdims=True) * 0.5
+    assert clip_rows_to_norm(inside, 1.0) is inside
