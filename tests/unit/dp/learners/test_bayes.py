@@ -254,3 +254,29 @@ def test_the_sum_querys_noise_is_at_the_replace_one_l1_sensitivities(monkeypatch
         ("laplace", float(2 * d if diag else d * (d + 1)), 1),
     ]
     assert [e for _, e, _, _ in made] == pytest.approx([2.0 * s for s in split])
+
+
+def test_the_mean_querys_noise_is_at_the_papers_sensitivities(monkeypatch):
+    """query="mean" (class sizes public, as the paper treats them, with a warning), spied on: per class of n_c rows
+    in [0, 1]^d, the means' L1 sensitivity d/n_c (Thm 3.1) and the covariance upper triangle's
+    (3/n_c − 3/n_c²)·d(d + 1)/2 (Thm 3.7), written out here rather than taken from the module; each spends its
+    share of ε and draws once."""
+    import smcdp.dp.learners.bayes as bayes
+
+    from .spy import spy_mechanisms
+
+    made = spy_mechanisms(monkeypatch, bayes)
+    rng = np.random.default_rng(5)
+    d = 3
+    X = rng.uniform(-1, 1, size=(240, d))
+    y = np.repeat([0, 1], [100, 140])
+    with pytest.warns(PrivacyLeakWarning):
+        GaussianBayesClassifier(
+            epsilon=2.0, bounds=(-np.ones(d), np.ones(d)), query="mean", budget_split=(0.4, 0.6)
+        ).fit(X, y)
+    want = []
+    for nc in (100, 140):
+        want += [("laplace", 0.8, d / nc, 1), ("laplace", 1.2, (3 / nc - 3 / nc**2) * d * (d + 1) / 2, 1)]
+    assert [k for k, *_ in made] == [k for k, *_ in want]
+    for (_, e, dl, draws), (_, we, wdl, wdraws) in zip(made, want):
+        assert e == pytest.approx(we) and dl == pytest.approx(wdl) and draws == wdraws

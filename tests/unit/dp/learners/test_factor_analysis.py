@@ -51,3 +51,29 @@ def test_fa_private_fit_close_at_large_n():
     assert priv.noise_sigma_ > 0
     Z = priv.transform(X[:5])
     assert Z.shape == (5, 2)
+
+
+def test_the_second_moments_noise_is_the_analytic_gaussian_at_root_two_over_n(monkeypatch):
+    """The one Gaussian mechanism FactorAnalysis makes, spied on: replace-one (n fixed), rows in the unit ball, so
+    the upper triangle of XᵀX/n moves by at most √2/n in L2 (x = e₁ replaced by e₂ reaches it); its σ is the
+    analytic Gaussian's for (ε, δ) at that sensitivity, one draw, and the ρ reported is that draw's Δ²/(2σ²)."""
+    import smcdp.dp.learners.factor_analysis as fa
+    from smcdp.dp.conversions import analytic_gaussian_sigma
+
+    made = []
+    real = fa.GaussianMechanism
+
+    def spy(epsilon, delta, sensitivity, **kw):
+        mech = real(epsilon, delta, sensitivity, **kw)
+        made.append((epsilon, delta, sensitivity, kw.get("analytic"), mech.sigma))
+        return mech
+
+    monkeypatch.setattr(fa, "GaussianMechanism", spy)
+    X = _fa_data(n=500)
+    n = X.shape[0]
+    m = FactorAnalysis(2, epsilon=1.0, delta=1e-5, data_norm=10.0).fit(X)
+    assert len(made) == 1
+    eps, delta, sens, analytic, sigma = made[0]
+    assert (eps, delta, analytic) == (1.0, 1e-5, True) and sens == pytest.approx(math.sqrt(2.0) / n)
+    assert sigma == pytest.approx(analytic_gaussian_sigma(1.0, 1e-5) * sens) == pytest.approx(m.noise_sigma_)
+    assert m.rho_spent_ == pytest.approx(sens**2 / (2 * sigma**2))
