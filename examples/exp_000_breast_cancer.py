@@ -48,7 +48,7 @@ def main(argv=None) -> int:
             for j, eps in enumerate(EPSILONS):
                 for name, ns in (("tight", None), ("paper", 1.0)):
                     m = LargeMarginGaussianClassifier(
-                        epsilon=eps, lam=LAM, data_norm=1.0, noise_sensitivity=ns, random_state=rng
+                        epsilon=eps, lam=LAM, data_norm=1.0, noise_sensitivity=ns, random_state=rng, classes=(0, 1)
                     ).fit(X[tr], y[tr])
                     err[name][r, j] = 1 - m.score(X[te], y[te])
     n_train = 583

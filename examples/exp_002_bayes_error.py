@@ -90,7 +90,7 @@ def main(argv=None) -> int:
                     res[("non-private", "")][r, j] = 1 - m.score(Xt, yt)
                     for q, rep in variants:
                         m = GaussianBayesClassifier(
-                            epsilon=EPS, bounds=bounds, query=q, repair=rep, random_state=rng
+                            epsilon=EPS, bounds=bounds, query=q, repair=rep, random_state=rng, classes=(0, 1)
                         ).fit(X, y)
                         res[(q, rep)][r, j] = 1 - m.score(Xt, yt)
             for v, a in res.items():

@@ -49,7 +49,9 @@ def main(argv=None) -> int:
             m = LargeMarginGaussianClassifier(epsilon=float("inf"), lam=LAM, data_norm=R).fit(X, y)
             nonpriv[r] = 1 - m.score(Xt, yt)
             for j, eps in enumerate(EPSILONS):
-                m = LargeMarginGaussianClassifier(epsilon=eps, lam=LAM, data_norm=R, random_state=rng).fit(X, y)
+                m = LargeMarginGaussianClassifier(
+                    epsilon=eps, lam=LAM, data_norm=R, random_state=rng, classes=np.arange(C)
+                ).fit(X, y)
                 err[r, j] = 1 - m.score(Xt, yt)
     k = m.epsilon_spent_ - EPSILONS[-1]
     rows = [

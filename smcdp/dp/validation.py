@@ -241,6 +241,36 @@ def check_out_of_bounds(value: object) -> str:
     return check_choice(value, "out_of_bounds", ("clip", "raise"))
 
 
+def resolve_classes(classes: Any, y: np.ndarray, *, private: bool, who: str) -> tuple[np.ndarray, np.ndarray]:
+    """(classes_, the index of every label in it): ``classes`` when the caller states the set from public knowledge,
+    else the labels' own set -- which is data: replacing the only row of a class changes it (and with it a
+    classifier's outputs, its class count and in the large-margin classifier the noise), so a private fit that
+    reads it warns (:class:`PrivacyLeakWarning`), as with ``data_norm=None``.  A stated set is sorted (as
+    ``np.unique`` sorts), must hold at least two distinct labels, and every label of ``y`` must be in it."""
+    if classes is None:
+        found, yi = np.unique(y, return_inverse=True)
+        if private:
+            warnings.warn(
+                f"{who}: classes=None, so the set of classes is read from the private labels (replacing the only "
+                "row of a class changes it); pass classes= from public knowledge",
+                PrivacyLeakWarning,
+                stacklevel=3,
+            )
+        return found, yi
+    stated = np.asarray(classes)
+    if stated.ndim != 1 or stated.size < 2 or np.unique(stated).size != stated.size:
+        raise InvalidParameter(f"classes must be at least two distinct labels, got {classes!r}")
+    stated = np.unique(stated)
+    try:
+        yi = np.searchsorted(stated, y)
+    except TypeError:
+        raise InvalidParameter("the labels are not of the stated classes' type") from None
+    inside = yi < stated.size
+    if not np.all(inside) or not np.all(stated[np.where(inside, yi, 0)] == y):
+        raise InvalidParameter(f"a label is not one of the stated classes {stated.tolist()!r}")
+    return stated, yi
+
+
 def resolve_data_norm(data_norm: float | None, X: np.ndarray, *, private: bool, who: str) -> float:
     """Return the row-norm bound to use.  ``None`` infers it from ``X`` with a
     loud :class:`PrivacyLeakWarning` when the fit is private."""

@@ -57,6 +57,7 @@ from smcdp.dp.validation import (
     repair_eigen,
     repair_nearest,
     resolve_bounds,
+    resolve_classes,
 )
 
 __all__ = [
@@ -136,6 +137,7 @@ class GaussianBayesClassifier(ClassifierMixin, BaseEstimator):
         Eigenvalue floor of the repaired covariance in unit-cube coordinates.
     out_of_bounds : {"clip", "raise"}
     random_state : None, int or Generator (experiments only)
+    classes : the public set of labels; None reads it from y and warns when private (PrivacyLeakWarning)
     accountant : PrivacyBudget or None   charged with the fit's cost (checked before the data are read)
 
     Attributes
@@ -158,8 +160,10 @@ class GaussianBayesClassifier(ClassifierMixin, BaseEstimator):
         out_of_bounds="clip",
         random_state=None,
         accountant=None,
+        classes=None,
     ):
         self.epsilon = epsilon
+        self.classes = classes
         self.covariance = covariance
         self.bounds = bounds
         self.query = query
@@ -215,7 +219,7 @@ class GaussianBayesClassifier(ClassifierMixin, BaseEstimator):
         width = upper - lower
         U = (X - lower) / width
         self.bounds_ = (lower, upper)
-        self.classes_, yi = np.unique(y, return_inverse=True)
+        self.classes_, yi = resolve_classes(self.classes, y, private=private, who="GaussianBayesClassifier")
         C = self.classes_.size
         # one stream for all draws: None stays the secure source
         gen = noise_rng(self.random_state) if private else None

@@ -75,6 +75,7 @@ from smcdp.dp.validation import (
     clip_rows_to_norm,
     is_private,
     project_psd,
+    resolve_classes,
     resolve_data_norm,
 )
 
@@ -213,6 +214,7 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
     tol : float, default=1e-7         projected-gradient tolerance
     max_iter : int, default=20000
     random_state : None, int or Generator (experiments only)
+    classes : the public set of labels; None reads it from y and warns when private (PrivacyLeakWarning)
     accountant : PrivacyBudget or None   charged with the fit's cost (checked before X is read)
 
     Attributes
@@ -240,8 +242,10 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
         max_iter=20000,
         random_state=None,
         accountant=None,
+        classes=None,
     ):
         self.epsilon = epsilon
+        self.classes = classes
         self.lam = lam
         self.gamma = gamma
         self.h = h
@@ -305,7 +309,9 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
                     f"This {type(self).__name__} estimator requires y to be passed, but the target y is None."
                 )
             labels = np.asarray(y)
-            n, C = int(labels.shape[0]) if labels.ndim else 0, int(np.unique(labels).size)
+            stated = None if self.classes is None else np.unique(np.asarray(self.classes))
+            n = int(labels.shape[0]) if labels.ndim else 0
+            C = int(np.unique(labels).size) if stated is None else int(stated.size)
             if C < 2:
                 raise InvalidParameter("LargeMarginGaussianClassifier needs at least 2 classes, got 1 class")
             eps_obj = eps + large_margin_jacobian_term(n, lam, h, C, K, 1.0)
@@ -321,7 +327,7 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
     def _fit(self, X, y, eps, lam, gamma, h, K, tol, max_iter, private):
         X, y = validate_data(self, X, y, dtype=np.float64)
         check_classification_targets(y)
-        self.classes_, yi = np.unique(y, return_inverse=True)
+        self.classes_, yi = resolve_classes(self.classes, y, private=private, who="LargeMarginGaussianClassifier")
         C = self.classes_.size
         if C < 2:
             raise InvalidParameter("LargeMarginGaussianClassifier needs at least 2 classes, got 1 class")

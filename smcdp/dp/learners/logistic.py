@@ -61,6 +61,7 @@ from smcdp.dp.validation import (
     check_positive,
     clip_rows_to_norm,
     is_private,
+    resolve_classes,
     resolve_data_norm,
 )
 from smcdp.errors import PreconditionFailed
@@ -98,6 +99,10 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     random_state : None, int or numpy Generator
         ``None`` (default) draws privacy noise from the secure source; a seed is
         for reproducible experiments only.
+    classes : array-like of two labels or None, default=None
+        The public set of labels.  ``None`` reads it from ``y`` and warns when ``epsilon`` is finite
+        (:class:`~smcdp.dp.validation.PrivacyLeakWarning`: replacing the only row of a class changed the fit into a
+        refusal); stated, a data set with one of them only is fitted like any other.
     accountant : PrivacyBudget or None, default=None
         Budget charged with the fit's cost (checked before the data are read,
         spent when the fit succeeds); ``None``: no accounting.
@@ -136,8 +141,10 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         max_iter: int = 10_000,
         random_state: Any = None,
         accountant: Any = None,
+        classes: Any = None,
     ) -> None:
         self.epsilon = epsilon
+        self.classes = classes
         self.lam = lam
         self.data_norm = data_norm
         self.mechanism = mechanism
@@ -185,7 +192,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     def _fit(self, X, y, eps, lam, scaling, tol):
         X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=False)
         check_classification_targets(y)
-        classes = np.unique(y)
+        private = is_private(eps)
+        classes, _ = resolve_classes(self.classes, y, private=private, who="LogisticRegression")
         if classes.size > 2:
             raise InvalidParameter(
                 "Only binary classification is supported: LogisticRegression is a binary classifier, "
@@ -196,7 +204,6 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         self.classes_ = classes
         ys = np.where(y == classes[1], 1.0, -1.0)
         n = X.shape[0]
-        private = is_private(eps)
 
         data_norm = resolve_data_norm(self.data_norm, X, private=private, who="LogisticRegression")
         if self.data_norm is not None:

@@ -243,3 +243,32 @@ def test_rows_are_clipped_onto_the_ball_exactly():
         clip_rows_to_norm(X, 1.0, "raise")
     inside = X / np.linalg.norm(X, axis=1, keepdims=True) * 0.5
     assert clip_rows_to_norm(inside, 1.0) is inside
+
+
+def test_the_set_of_classes_is_public_when_stated_and_a_warned_leak_when_read():
+    """A review: the classes were read from the labels, so replacing the only row of a class changed the fit -- a
+    refusal for logistic regression, another classes_ (and C, hence the noise) for the Gaussian classifiers.  With
+    classes= stated, a data set missing a class is fitted like any other and classes_ is the stated set; read from
+    the labels in a private fit, it warns (PrivacyLeakWarning), as data_norm=None does."""
+    from smcdp.dp import GaussianBayesClassifier, LargeMarginGaussianClassifier
+
+    X, y = _data(n=200)
+    only_one = np.ones_like(y)
+    m = LogisticRegression(epsilon=1.0, classes=[0, 1]).fit(X, only_one)
+    assert m.classes_.tolist() == [0, 1]
+    with pytest.warns(PrivacyLeakWarning, match="classes=None"):
+        LogisticRegression(epsilon=1.0).fit(X, y)
+    with pytest.raises(InvalidParameter, match="not one of the stated classes"):
+        LogisticRegression(epsilon=1.0, classes=[0, 1]).fit(X, y + 5)
+    with pytest.raises(InvalidParameter, match="at least two distinct labels"):
+        LogisticRegression(epsilon=1.0, classes=[1, 1]).fit(X, y)
+    for make in (
+        lambda: GaussianBayesClassifier(epsilon=1.0, bounds=(-1, 1), classes=[0, 1, 2]),
+        lambda: LargeMarginGaussianClassifier(epsilon=1.0, data_norm=1.0, classes=[0, 1, 2]),
+    ):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", PrivacyLeakWarning)
+            fitted = make().fit(X, y)  # class 2 has no row: fitted, no warning
+        assert fitted.classes_.tolist() == [0, 1, 2]
+    with pytest.warns(PrivacyLeakWarning, match="classes=None"):
+        GaussianBayesClassifier(epsilon=1.0, bounds=(-1, 1)).fit(X, y)
