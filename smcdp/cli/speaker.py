@@ -96,7 +96,7 @@ def train_ubm(
         return DiagGMM(w, means, np.maximum(cov, min_covar)), {"trainer": "em"}
     # deferred: the DP learners (scipy, scikit-learn) load only for a DP UBM
     from smcdp.dp.learners.mixture import GaussianMixture as DPGaussianMixture
-    from smcdp.dp.learners.mixture import data_independent_means
+    from smcdp.dp.learners.mixture import data_independent_means  # deferred with it
 
     if data_norm is None or not data_norm > 0:
         raise InvalidMessage("a DP UBM needs a positive public --data-norm (the frames are clipped to it)")

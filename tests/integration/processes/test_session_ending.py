@@ -297,6 +297,17 @@ def _kw_outputs(records: dict[str, dict]) -> dict:
     }
 
 
+def _same_kw(got: dict, base: dict) -> bool:
+    """The keyword, its index and the model count exactly; the (debug) log-likelihoods to the protocol's fixed-point
+    bound -- two sessions round Bob's sub-grid emission masks differently (docs/protocols/keyword.md, *Who learns
+    what*, item 2), so they agree to within a grid step a frame, not bit for bit (a replay within one session
+    is bit-identical: its masks come from the session's root)."""
+    rest = {k: v for k, v in got.items() if k != "log_likelihoods"}
+    if rest != {k: v for k, v in base.items() if k != "log_likelihoods"}:
+        return False
+    return got["log_likelihoods"] == pytest.approx(base["log_likelihoods"], rel=1e-9)
+
+
 @pytest.fixture(scope="module")
 def kw(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("kw_end")
@@ -317,7 +328,7 @@ def test_keyword_a_party_killed_at_its_ending_and_restarted(kw, party):
     assert chaos.restarts == 1
     assert {r["state"] for r in recs.values()} == {"succeeded"}, {p: r.get("error") for p, r in recs.items()}
     assert recs[party]["restarts"] == 1
-    assert _kw_outputs(recs) == base
+    assert _same_kw(_kw_outputs(recs), base), (_kw_outputs(recs), base)
     assert all(r["unconfirmed"] == [] for r in recs.values())
 
 
@@ -348,4 +359,4 @@ def test_keyword_a_party_killed_at_its_ending_and_not_restarted(kw, party):
         if other == "alice":  # the initiator's call says whose output is not known to have arrived
             assert f"not confirmed to hold their outputs: {party}" in str(raised.value), raised.value
     recs = _back_and_resumed(cluster, party, sid, "alice", KW_ROLES.values())
-    assert _kw_outputs(recs) == base
+    assert _same_kw(_kw_outputs(recs), base), (_kw_outputs(recs), base)
