@@ -725,9 +725,9 @@ def checked_model(
 
     A weight beyond the public bound is clipped to it, not refused: a refusal would end the session on whether the
     data met a bound the proposer chose -- one bit a session, and a proposer moving ``weight_bound`` from session to
-    session read max|ŵ| (a review: to ten digits in 40 sessions).  Clipping each coordinate to [−B, B] is the
-    projection onto a box, which no neighbouring data set moves further apart than ŵ itself
-    (|clip(a) − clip(b)| ≤ |a − b| in every coordinate), so the noise calibrated to the sensitivity still covers it."""
+    session read the largest weight (a review: to ten digits in 40 sessions).  Clipping each coordinate to
+    [−B, B] is the projection onto a box, which moves no two models further apart in any coordinate, so the noise
+    calibrated to the sensitivity still covers it."""
     d = params.dim
     w = np.asarray(weights, dtype=np.float64).reshape(-1) if np.ndim(weights) else None
     if w is None or w.size != d:
