@@ -109,7 +109,7 @@ from smcdp.protocols.secure_forward import (
 )
 from smcdp.speech.forward import products
 from smcdp.speech.frontend import CMN_MODES
-from smcdp.speech.speaker import DiagGMM, SpeakerModels, check_name
+from smcdp.speech.speaker import DiagGMM, SpeakerModels, check_name, map_adapt_means
 from smcdp.v1 import messages_pb2 as pb
 
 ALICE, BOB = "alice", "bob"
@@ -498,6 +498,27 @@ async def _alice_forward(
     finally:
         role.close()
     return private_key, offline, online, fw.frames, sizes
+
+
+#: frames a padding speaker is MAP-adapted to (docs/protocols/speaker.md, identification, step 2)
+PADDING_FRAMES = 1000
+
+
+def padding_speakers(models: SpeakerModels, count: int, rng: random.Random) -> list[DiagGMM]:
+    """``count`` padding speakers for identification, each the UBM's means MAP-adapted (as enrolment adapts them) to
+    PADDING_FRAMES frames drawn from an enrolled speaker's model picked at random (from the UBM when none is
+    enrolled): every component's mean moves, so Bob's emission rows cost for a dummy what they cost for a speaker,
+    and no dummy repeats another model.  From Bob's keyed stream ``rng`` (a replay makes the same ones)."""
+    gen = np.random.default_rng(rng.getrandbits(128))
+    K = models.n_speakers
+    out = []
+    for _ in range(count):
+        src = models.speaker(int(gen.integers(K))) if K else models.ubm
+        w = np.asarray(src.weights, dtype=np.float64)
+        comp = gen.choice(w.size, size=PADDING_FRAMES, p=w / w.sum())
+        frames = src.means[comp] + gen.standard_normal((PADDING_FRAMES, src.means.shape[1])) * np.sqrt(src.covars[comp])
+        out.append(models.ubm.with_means(map_adapt_means(models.ubm, frames)))
+    return out
 
 
 async def _bob_forward(
@@ -1030,13 +1051,12 @@ async def identify_bob(
     theta = _threshold_int(models.threshold, params.log_frac_bits)  # checked before any message
     rng = protocol_rng(seed, params.protocol_name, ch.role)
     tag = "si"
-    # --- Steps 1-2: the padded speakers and the UBM.  A dummy is a copy of the first speaker (of the UBM
-    # when there is none): its score is replaced in step 3, and Bob's emission rows, which compute a row
-    # that differs from an earlier one in a few coefficients as that row times the difference
-    # (secure_forward.RowPlan), then cost the same for a dummy as for a speaker, so his timing does not
-    # tell how many of the K̄ are real.
-    pad = models.speaker(0) if K else models.ubm
-    gmms = [models.speaker(k) if k < K else pad for k in range(Kbar)] + [models.ubm]
+    # --- Steps 1-2: the padded speakers and the UBM.  A dummy is a speaker of its own, made for the session
+    # (padding_speakers): its score is replaced in step 3.  (A copy of the first speaker, as dummies were, had
+    # zero deltas from its rows -- cheaper rows for Bob, so his time a block grew with K -- and the same forms
+    # as that speaker's, which Alice could tell: a review.)
+    pads = padding_speakers(models, Kbar - K, protocol_rng(seed, params.protocol_name, ch.role, "padding"))
+    gmms = [models.speaker(k) for k in range(K)] + pads + [models.ubm]
     labels = [models.names[k] if k < K else f"~pad{k}" for k in range(Kbar)] + ["~ubm"]
     pk, lls, offline, online, T = await _bob_forward(
         ch, gmms, labels, models, params, tag, seed, alice, allow_insecure_keys

@@ -192,6 +192,28 @@ def test_the_name_transfer_does_not_show_the_names_lengths(keypair512, dgk_key):
     assert sent[0] == sent[1] > 0
 
 
+def test_padding_speakers_are_speakers_of_their_own():
+    """Dummies were copies of speaker 0: their emission rows were zero deltas from its rows (cheaper for Bob, so his
+    time a block grew with K) and their forms repeated its forms (a review told K from either).  Each dummy is now
+    the UBM MAP-adapted to frames drawn from a random enrolled speaker (the UBM when none is): every component's
+    mean moved, no model repeats another, and Bob's keyed stream makes the same ones again (replay)."""
+    import random
+
+    from smcdp.protocols.speaker import padding_speakers
+
+    m = _models()  # (a SpeakerModels holds at least one speaker)
+    pads = padding_speakers(m, 5, random.Random(7))
+    assert len(pads) == 5
+    means = [p.means for p in pads] + [m.speaker(k).means for k in range(m.n_speakers)] + [m.ubm.means]
+    for i, a in enumerate(means):
+        for b in means[i + 1 :]:
+            assert np.all(np.any(a != b, axis=1))  # every component's mean differs from every other model's
+    for p in pads:
+        assert np.array_equal(p.weights, m.ubm.weights) and np.array_equal(p.covars, m.ubm.covars)
+    again = padding_speakers(m, 5, random.Random(7))
+    assert all(np.array_equal(a.means, b.means) for a, b in zip(pads, again))
+
+
 def test_identification_says_none_below_the_threshold(keypair512, dgk_key):
     _, sk = keypair512
     X = _utterance(seed=4)
