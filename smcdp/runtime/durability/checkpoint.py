@@ -77,7 +77,10 @@ RESERVE_BYTES = 256 * 1024
 #: in one message, and the coordinator sends no echo: a version-6 journal holds the all-to-all digests.
 #: 8 (2026-12-04): a session's first echo carries the party's link key, and the later echoes go through the
 #: coordinator as pairwise MACs (smcdp.primitives.links): a version-7 journal holds all-to-all echoes
-VERSION = 8
+#: 9 (2026-12-05): the secure forward's emission masks have a sub-grid part, keyword's ranked scores a jitter each,
+#: identification's padding speakers are drawn for the session, and the key ceremony shares Δ·d: a version-8
+#: session would replay other bytes (or, for a ceremony, a share of the old kind), so it is refused by name
+VERSION = 9
 SUFFIX = ".d"
 #: an input file larger than this is fingerprinted by its size, mtime and its first and last MiB
 #: instead of its whole content (hashing runs at about 1 GB/s)

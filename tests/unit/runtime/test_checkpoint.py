@@ -22,7 +22,7 @@ from smcdp.net.channel import InMemoryNetwork, ReplayDiverged
 from smcdp.primitives.rng import Randomness
 from smcdp.runtime.chaos import ChaosAction
 from smcdp.runtime.durability import journal
-from smcdp.runtime.durability.checkpoint import Checkpoint, CheckpointDamaged, CheckpointError
+from smcdp.runtime.durability.checkpoint import VERSION, Checkpoint, CheckpointDamaged, CheckpointError
 from smcdp.runtime.durability.integrity import KEY_FILE, Mac
 from smcdp.runtime.durability.journal import FileJournal, JournalDamaged
 from smcdp.v1 import messages_pb2 as pb
@@ -80,7 +80,10 @@ def test_checkpoint_refuses_duplicates_damage_and_unreplayable_roots(tmp_path):
         (b"{not json", "not JSON"),
         (b'{"kind": "other"}', "not an smcdp session checkpoint"),
         (good.replace(b'"state": "prepared"', b'"state": "running"'), "MAC does not verify"),
-        (good.replace(b'"version": 8', b'"version": 7'), "not a version-8"),  # the last version's: refused
+        (  # the last version's: refused
+            good.replace(f'"version": {VERSION}'.encode(), f'"version": {VERSION - 1}'.encode()),
+            f"not a version-{VERSION}",
+        ),
     ):
         meta.write_bytes(bad)
         with pytest.raises(CheckpointDamaged, match=why) as err:
