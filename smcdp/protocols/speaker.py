@@ -502,6 +502,10 @@ async def _alice_forward(
 
 #: frames a padding speaker is MAP-adapted to (docs/protocols/speaker.md, identification, step 2)
 PADDING_FRAMES = 1000
+#: speaker-verify, a claim of no enrolled speaker: D is shifted by this many nats instead of T·θ -- at least any
+#: |ℓ_s − ℓ_UBM| (each |ℓ| < 2^40, the forward refuses more), so D < 0 (reject) for certain, and |D| < 2^42 stays
+#: within SCORE_BOUND_BITS
+UNENROLLED_SHIFT_NATS = 1 << 41
 
 
 def padding_speakers(models: SpeakerModels, count: int, rng: random.Random) -> list[DiagGMM]:
@@ -803,18 +807,23 @@ async def verify_bob(
     params.validate()
     t_start = time.perf_counter()
     _check_models(models, params)
-    s = models.index(params.claim)
     F = params.log_frac_bits
     theta = _threshold_int(models.threshold, F)
     rng = protocol_rng(seed, params.protocol_name, ch.role)
     tag = "sv"
     shared = params.shared_ubm
+    # A claim of no enrolled speaker is rejected like an impostor's, not refused: a refusal told the claimant
+    # (the proposer) whether a name is enrolled, one name a session.  Bob scores a padding speaker of his own
+    # instead (what a speaker costs) and shifts D by −2^41 nats, below any |ℓ_s − ℓ_UBM| < 2^41: reject for certain.
+    enrolled = params.claim in models.names
+    speaker = models.speaker(models.index(params.claim)) if enrolled else padding_speakers(models, 1, rng)[0]
+    offset = UNENROLLED_SHIFT_NATS << F if not enrolled else None
     if shared:  # --- Step 0 (ubm = "shared", as bob's policy allowed): the UBM to Alice.
         await ch.send(alice, f"{tag}/ubm", ubm_to_proto(models.ubm))
     # --- Steps 1-2.
     pk, lls, offline, online, T = await _bob_forward(
         ch,
-        [models.speaker(s)] if shared else [models.speaker(s), models.ubm],
+        [speaker] if shared else [speaker, models.ubm],
         [params.claim] if shared else [params.claim, "ubm"],
         models,
         params,
@@ -829,7 +838,7 @@ async def verify_bob(
     L, kappa = params.score_bits, params.stat_bits
     r = rng.randrange(0, 1 << (L + kappa))
     n2 = pk.nsquare
-    shift = (1 + pk.n * pk.raw_plain(r - T * theta)) % n2
+    shift = (1 + pk.n * pk.raw_plain(r - (T * theta if offset is None else offset))) % n2
     score = lls[0] if shared else lls[0] * gmpy2.invert(lls[1], n2) % n2
     masked = pk.rerandomize(score * shift % n2)
     await ch.send(alice, f"{tag}/masked", ciphertext_to_proto(pk, masked))

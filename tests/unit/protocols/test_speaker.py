@@ -500,3 +500,23 @@ def test_a_known_part_needs_gaussian_models_of_the_shape():
         model_coefficients(diag, ForwardParams(), known=discrete)
     with pytest.raises(ValueError, match="Gaussian"):
         known_coefficients(discrete)
+
+
+@pytest.mark.parametrize("ubm", ["private", "shared"])
+def test_a_claim_of_no_enrolled_speaker_is_rejected_like_an_impostor_not_refused(ubm, keypair512, dgk_key):
+    """A refusal ("no enrolled speaker") told the claimant, who proposes, whether a name is enrolled at bob, one
+    name a session.  Now bob scores a padding speaker of his own and shifts D below any score: reject for certain,
+    even at a threshold every enrolled speaker passes, with the messages of an enrolled claim (same tags, same
+    sizes), and alice -- when she is told -- learns reject as for an impostor."""
+    _, sk = keypair512
+    X = _utterance()
+    models = _models(threshold=-1e5)  # every enrolled claim is accepted
+    for output in ("bob", "alice"):
+        a, b = _verify(X, models, sk, dgk_key, claim=NAMES[0], ubm=ubm, output=output)
+        assert (b if output == "bob" else a).accept is True
+        a2, b2 = _verify(X, models, sk, dgk_key, claim="nobody", ubm=ubm, output=output)
+        assert (b2 if output == "bob" else a2).accept is False
+        for key in ("messages_sent", "messages_received"):
+            assert b2.stats[key] == b.stats[key] and a2.stats[key] == a.stats[key]
+        for key in ("bytes_sent", "bytes_received"):  # ciphertexts' lengths vary by a few bytes
+            assert abs(b2.stats[key] - b.stats[key]) < 0.01 * b.stats[key]
