@@ -81,6 +81,7 @@ def policies(K: int, h: int) -> dict[str, Policy]:
         key="single",
         max_noise_parties=h,
         allow_non_dp=True,
+        data_bounds=(("records", 50),),  # what each states of its data: the sessions' min_records
     )
     ceremony = ProtocolRules(roles=("party*",), initiators=("org1",), max_receive_mib=2048)
     coord = {"dp-aggregate": ProtocolRules(roles=("charlie", "dave"), initiators=("charlie",))}

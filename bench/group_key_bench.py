@@ -62,9 +62,10 @@ def blocks(k: int, n: int, seed: int = 0) -> list[np.ndarray]:
     return [M[:, i * n : (i + 1) * n] for i in range(3)]
 
 
-def policies() -> dict[str, Policy]:
+def policies(samples: int) -> dict[str, Policy]:
     """trent proposes and coordinates; the data parties admit both keys (``key = "single"`` admits a single-key
-    session although they hold a group of exactly these parties) and alice's key ceremony."""
+    session although they hold a group of exactly these parties) and alice's key ceremony; each states its
+    ``samples`` (the sessions' max_samples)."""
     data = ProtocolRules(
         roles=("party*",),
         initiators=("trent",),
@@ -73,6 +74,7 @@ def policies() -> dict[str, Policy]:
         key="single",
         allow_non_dp=True,
         min_threshold=1,  # its data withstands trent with one data party: admits the group key's h = n − t = 2
+        data_bounds=(("samples", samples),),
     )
     # the ceremony's byte envelope at 2048 bits (30 times the expected candidates) is capped by [limits] at 2 GiB,
     # above the default max_receive_mib of 512 (docs/governance.md, "The key ceremony")
@@ -95,7 +97,7 @@ def cluster(tmp: Path, k: int, n: int, bits: int, sessions: int, eps: float) -> 
         allow_insecure_keys=bits < 2048,
         workdir=tmp / f"run-{k}",
         data_root=tmp / f"state-{k}",
-        policies=policies(),
+        policies=policies(n),
         budgets=budgets,
     )
 

@@ -61,6 +61,45 @@ class OutputFlow:
         return {"name": self.name, "recipients": list(self.recipients), "sources": list(self.sources), "dp": self.dp}
 
 
+#: the relations a :class:`DataBound` can state of a party's data
+BOUND_RELATIONS = ("at_least", "at_most")
+
+
+@dataclass(frozen=True)
+class DataBound:
+    """A bound the proposal sets that a data role's own input must meet, else the session ends there: e.g.
+    dp-aggregate's records ``at_least`` min_records, power iteration's samples ``at_most`` max_samples.
+
+    Whether the input meets it is one bit about the data, told to every participant by how the session ends
+    (before any release, so no epsilon pays for it); a proposer who moves the bound over sessions searches
+    the data's size.  So a party's policy admits such a session only where the bound is one it *declared*
+    (``data_bounds``: what it states of its data, publicly) or within its ``max_bound_tests`` a period
+    (docs/governance.md, "Bounds on a party's data").  ``trivial``: the protocol's default or its own extreme
+    (1 record, its largest sample count) -- one fixed question, the same in every session that keeps it, so
+    nothing a proposer can move to search the data with."""
+
+    name: str  # what is bounded, as a policy's data_bounds names it ("records", "samples", "speakers")
+    relation: str  # "at_least" or "at_most"
+    value: int
+    trivial: bool = False
+
+    def __post_init__(self) -> None:
+        if self.relation not in BOUND_RELATIONS:
+            raise ValueError(f"a data bound's relation is one of {BOUND_RELATIONS}, got {self.relation!r}")
+
+    def covered_by(self, declared: int | None) -> bool:
+        """Whether a party that declared ``declared`` (at least that many, or at most, by the relation) meets
+        this bound by its own public statement -- so the session's test of it is no question to its data."""
+        if self.trivial:
+            return True
+        if declared is None:
+            return False
+        return self.value <= declared if self.relation == "at_least" else self.value >= declared
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "relation": self.relation, "value": self.value, "trivial": self.trivial}
+
+
 @dataclass(frozen=True)
 class SessionSummary:
     """A validated proposal described for a party's policy and privacy budget.
@@ -117,6 +156,10 @@ class SessionSummary:
     #: (speaker-verify with ``ubm = "shared"``: bob's ``"ubm"``); each name must be in the ``allow_reveal``
     #: list of that party's policy.  Empty: the session shows no party's inputs
     reveals: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: role -> the bounds the proposal sets on that role's own input (:class:`DataBound`), each tested against
+    #: its data when the role begins; bounded by a policy's ``data_bounds`` and ``max_bound_tests``.  Empty:
+    #: the session tests no party's data against a bound its proposer chose
+    data_bounds: Mapping[str, tuple[DataBound, ...]] = field(default_factory=dict)
 
     def outputs_from(self, role: str) -> list[OutputFlow]:
         """The outputs computed from ``role``'s private inputs."""
@@ -143,6 +186,7 @@ class SessionSummary:
             "threshold": self.threshold,
             "subgroup_key": list(self.subgroup_key),
             "reveals": {k: list(v) for k, v in self.reveals.items()},
+            "data_bounds": {k: [b.as_dict() for b in v] for k, v in self.data_bounds.items()},
         }
 
 

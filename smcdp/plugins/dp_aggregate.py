@@ -14,12 +14,13 @@ from smcdp._files import ARRAY_ERRORS, NUMPY_HEADERS, check_array_sizes
 from smcdp.crypto.paillier import check_key_bits
 from smcdp.errors import InputRejected, local_failure
 from smcdp.net.channel import Channel
-from smcdp.plugins.base import OutputFlow, ProtocolPlugin, SessionContext, SessionSummary
+from smcdp.plugins.base import DataBound, OutputFlow, ProtocolPlugin, SessionContext, SessionSummary
 from smcdp.plugins.keystore import session_group_key
 from smcdp.protocols.base import check_roles
 from smcdp.protocols.dp_aggregate import (
     CHARLIE,
     DAVE,
+    LOCAL_FIT_TOL,
     NOISE_TAIL_BITS,
     PROTOCOL,
     SHARE_TAG,
@@ -106,6 +107,21 @@ def privacy_cost(p: DPAggregateParams) -> tuple[float, float]:
     return eps, abort_delta(eps, p.n_parties, margin=True)
 
 
+def records_bound(p: DPAggregateParams) -> DataBound:
+    """The records a party's data must reach for the session to run there: ``min_records``, or more where the
+    sensitivity bound (``max_sensitivity``) asks more -- a model of n records has sensitivity up to 1/(nλ) +
+    LOCAL_FIT_TOL/λ, so fewer than 1/(Δ_max·λ − LOCAL_FIT_TOL) records end the session (docs/governance.md, "Bounds on a party's data")."""
+    room = p.sensitivity_bound * float(p.lam) - LOCAL_FIT_TOL  # what 1/n may take of the bound
+    if room <= 0:
+        least = 1 << 62  # no data set meets it
+    else:
+        need = 1.0 / room
+        nearest = round(need)
+        least = nearest if abs(need - nearest) <= 1e-9 * max(1.0, need) else math.ceil(need)
+    value = max(int(p.min_records), int(min(least, 1 << 62)))
+    return DataBound("records", "at_least", value, trivial=value <= 1)
+
+
 class DPAggregatePlugin(ProtocolPlugin):
     name = PROTOCOL
     coordinating_roles = (CHARLIE, DAVE)
@@ -145,6 +161,8 @@ class DPAggregatePlugin(ProtocolPlugin):
             # h > 1: each party adds 1/h of the variance, and h - 1 colluding parties remove theirs
             noise_parties={r: p.noise_parties for r in data} if shared and p.noise_parties > 1 else {},
             record_bound=p.min_records,
+            # a party whose data is below the session's record bound ends it: a bit of its data a session
+            data_bounds={r: (records_bound(p),) for r in data},
             # single key: party1's key pair xi, shared with every data party, protects the sizes' shares, and
             # Charlie's key zeta the contributions (docs/protocols/dp-aggregate.md, "Trust assumptions").  A group
             # key (shared noise only) protects everything the data parties send

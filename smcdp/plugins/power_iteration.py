@@ -27,12 +27,14 @@ import numpy as np
 from smcdp.compute import engine_for, open_matrix
 from smcdp.crypto.paillier import check_key_bits
 from smcdp.net.channel import Channel
-from smcdp.plugins.base import OutputFlow, ProtocolPlugin, SessionContext, SessionSummary, hiding_of
+from smcdp.plugins.base import DataBound, OutputFlow, ProtocolPlugin, SessionContext, SessionSummary, hiding_of
 from smcdp.plugins.keystore import session_group_key
 from smcdp.primitives.rng import Randomness
 from smcdp.protocols.base import check_roles
 from smcdp.protocols.power_iteration import (
     ALPHA_INLINE_MAX,
+    DEFAULT_MAX_SAMPLES,
+    MAX_SAMPLES,
     TRENT,
     Party1KeySizes,
     PowerIterationParams,
@@ -78,6 +80,10 @@ class PowerIterationPlugin(ProtocolPlugin):
         p = PowerIterationParams.from_mapping(params)
         data = tuple(p.data_roles)
         r, b = p.components, p.block_size
+        # a party with more samples than max_samples ends the session: a bit of its data a session
+        fixed = p.max_samples >= MAX_SAMPLES or p.max_samples == DEFAULT_MAX_SAMPLES
+        samples = DataBound("samples", "at_most", p.max_samples, trivial=fixed)
+        bounds = {role: (samples,) for role in data}
 
         # exact outputs, computed from every data party's matrix:
         # * u_1 … u_r (k entries each) to every data party;
@@ -113,6 +119,7 @@ class PowerIterationPlugin(ProtocolPlugin):
                 threshold=p.key_threshold if p.key_group is not None else None,
                 iterations=p.dp_rounds,
                 hiding=hiding_of(p, HIDING),
+                data_bounds=bounds,
             )
         if p.dp:
             # DP mode: every data party receives the T noisy aggregates Σ_i(Ã_iÃ_iᵀQ_t + η_i) and
@@ -138,6 +145,7 @@ class PowerIterationPlugin(ProtocolPlugin):
                 threshold=p.key_threshold if p.key_group is not None else None,
                 iterations=p.dp_rounds,
                 hiding=hiding_of(p, HIDING),
+                data_bounds=bounds,
             )
         outputs = [OutputFlow(name("u", 1, r), data, data), OutputFlow(name("x", 1, r), (TRENT,), data)]
         if b > r:
@@ -151,6 +159,7 @@ class PowerIterationPlugin(ProtocolPlugin):
             components=b,
             iterations=p.max_iterations,
             hiding=hiding_of(p, EXACT_HIDING),
+            data_bounds=bounds,
             key=p.key_kind,
             group_key_mode=True,
             threshold=p.key_threshold if p.key_group is not None else None,

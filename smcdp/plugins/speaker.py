@@ -17,6 +17,7 @@ from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.plugins.base import (
     FORWARD_HIDING,
+    DataBound,
     OutputFlow,
     ProtocolPlugin,
     SessionContext,
@@ -29,6 +30,7 @@ from smcdp.protocols.base import check_roles
 from smcdp.protocols.speaker import (
     ALICE,
     BOB,
+    MAX_SPEAKERS_BOUND,
     AliceSizes,
     IdentifyParams,
     VerifyParams,
@@ -44,6 +46,12 @@ from smcdp.speech.speaker import SpeakerModels
 
 def load_speaker_models(path) -> SpeakerModels:
     return SpeakerModels.load(path)
+
+
+def speakers_bound(max_speakers: int) -> DataBound:
+    """Bob's enrolled speakers must be at most the session's public bound K̄, which he pads to."""
+    fixed = max_speakers >= MAX_SPEAKERS_BOUND or max_speakers == IdentifyParams.max_speakers
+    return DataBound("speakers", "at_most", max_speakers, trivial=fixed)
 
 
 class _SpeakerPlugin(ProtocolPlugin):
@@ -76,6 +84,9 @@ class _SpeakerPlugin(ProtocolPlugin):
             subgroup_key=(ALICE, BOB) if p.key_kind == "subgroup" else (),
             # speaker-verify with ubm = "shared" shows alice bob's UBM: his policy's allow_reveal decides
             reveals={BOB: ("ubm",)} if getattr(p, "ubm", "private") == "shared" else {},
+            # speaker-identify: more enrolled speakers than max_speakers end the session at bob, a bit of his
+            # data a session
+            data_bounds={BOB: (speakers_bound(p.max_speakers),)} if isinstance(p, IdentifyParams) else {},
         )
 
     def traffic_envelope(self, params: Mapping[str, Any], roles: Mapping[str, str], role: str):

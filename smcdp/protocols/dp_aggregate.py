@@ -171,7 +171,9 @@ class DPAggregateParams(ProtocolParams):
     delta: float | None = None  # "gaussian": the δ of the release
     noise_parties: int = 1  # "gaussian": h, each party adds 1/h of the noise's variance (any h honest carry it)
     min_records: int = 1  # public lower bound on every n_j
-    max_sensitivity: float | None = None  # public bound on every Δ_j (default 1/(min_records·λ))
+    max_sensitivity: float | None = (
+        None  # public bound on every Δ_j (default (1 + LOCAL_FIT_TOL·min_records)/(min_records·λ))
+    )
     weight_bound: float | None = None  # public bound on |ŵ_j| per coordinate (default √(ln 2/λ))
     mask_bits: int = 40  # κ, statistical hiding of every mask
     key_bits: int = 2048  # Paillier ξ (parties) and ζ (Charlie)
@@ -293,7 +295,9 @@ class DPAggregateParams(ProtocolParams):
         """Δ_max: public bound on every party's L2 sensitivity."""
         if self.max_sensitivity is not None:
             return float(self.max_sensitivity)
-        return 1.0 / (self.min_records * float(self.lam))
+        # a model of n records fitted to gradient norm g has sensitivity 1/(nλ) + g/λ (train_local), and the fit
+        # stops at g <= LOCAL_FIT_TOL: so every data set of min_records records or more meets this bound
+        return 1.0 / (self.min_records * float(self.lam)) + LOCAL_FIT_TOL / float(self.lam)
 
     @property
     def weight_limit(self) -> float:

@@ -143,6 +143,8 @@ MAX_BLOCK = 64
 #: memory, and ``max_samples``, at most this, bounds what he accepts)
 MAX_ROWS = 1_000_000
 MAX_SAMPLES = 50_000_000
+#: max_samples when a proposal does not say
+DEFAULT_MAX_SAMPLES = 1_000_000
 #: values of one final/x message (a public chunking, so that its size and count follow from the params)
 FINAL_CHUNK_VALUES = 1 << 16
 #: a data party keeps its own block of x_1 in its result only up to this many columns
@@ -214,7 +216,7 @@ class PowerIterationParams(ProtocolParams):
     sigma_bits: int = 16  # the final blocks' factors σ_j are log-uniform in [2^-σ, 2^σ]
     # --- public bounds that size every message (traffic envelope)
     rows: int | None = None  # k, if the initiator states it: checked by everyone, sizes the traffic
-    max_samples: int = 1_000_000  # public bound on each party's n_i (its blocks of x are sent in clear)
+    max_samples: int = DEFAULT_MAX_SAMPLES  # public bound on each party's n_i (its blocks of x are sent in clear)
     # --- k is bounded even when rows is not stated, so that the byte envelope is too
     max_rows: int = 1_000  # public bound on k when rows is unset (state rows, or raise this, above)
     # --- the differentially private mode (the noisy power method); epsilon and delta select it

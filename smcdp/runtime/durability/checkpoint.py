@@ -80,7 +80,9 @@ RESERVE_BYTES = 256 * 1024
 #: 9 (2026-12-05): the secure forward's emission masks have a sub-grid part, keyword's ranked scores a jitter each,
 #: identification's padding speakers are drawn for the session, and the key ceremony shares Δ·d: a version-8
 #: session would replay other bytes (or, for a ceremony, a share of the old kind), so it is refused by name
-VERSION = 9
+#: 10 (2026-12-05): dp-aggregate's default sensitivity bound carries the local fit's tolerance (1/(mλ) + 10⁻⁸/λ),
+#: so its noise scale and grid differ from what a version-9 journal's messages were computed with
+VERSION = 10
 SUFFIX = ".d"
 #: an input file larger than this is fingerprinted by its size, mtime and its first and last MiB
 #: instead of its whole content (hashing runs at about 1 GB/s)

@@ -17,13 +17,20 @@ from typing import Any
 from smcdp.errors import DeadlineExceeded, InvalidMessage, PreconditionFailed, ResourceExhausted, SmcdpError
 from smcdp.net.grpc_channel import AlreadyExists, NotFound
 from smcdp.net.server import PendingApproval, SessionSpec
-from smcdp.plugins.base import OutputFlow, SessionSummary
+from smcdp.plugins.base import DataBound, OutputFlow, SessionSummary
 from smcdp.runtime.config import PartyConfig
 from smcdp.runtime.governance import views
 from smcdp.runtime.governance.approvals import Proposal, ProposalStore, check_reason
 from smcdp.runtime.governance.audit import AuditLog
 from smcdp.runtime.governance.exact import ExactSessions, QuotaRefused
-from smcdp.runtime.governance.policy import OutOfBounds, PolicyDenied, Refusal, refusal, releases_exact
+from smcdp.runtime.governance.policy import (
+    OutOfBounds,
+    PolicyDenied,
+    Refusal,
+    refusal,
+    releases_exact,
+    untested_bounds,
+)
 from smcdp.runtime.governance.reservations import Reservations
 from smcdp.runtime.limits import fair_share
 from smcdp.states import ProposalState
@@ -145,15 +152,17 @@ class Decisions:
                 for o in (p.summary or {}).get("outputs", ())
             ]
             exact = releases_exact(outputs, p.role, p.roles, self.name)
-            try:  # another session may have taken the last exact slot since the operator approved
-                self.exact.check(sid, p.protocol, exact)
+            bounds = [DataBound(**b) for b in (p.summary or {}).get("data_bounds", {}).get(p.role, ())]
+            tests = untested_bounds(self.exact.policy, p.protocol, bounds, peer, self.name)
+            try:  # another session may have taken the last exact or bound-test slot since the operator approved
+                self.exact.check(sid, p.protocol, exact, tests)
             except QuotaRefused as exc:
                 self.reservations.give_back(sid, str(exc))
                 self.proposals.decide(p, ProposalState.REJECTED.value, str(exc))
                 self._refused(peer, exc, None, sid)
                 raise
             self.proposals.decide(p, ProposalState.STARTED.value, p.reason)
-            self.exact.accepted(sid, p.role, "operator", p.protocol, exact)
+            self.exact.accepted(sid, p.role, "operator", p.protocol, exact, tests)
             return p.spec()
         if p.state == ProposalState.REJECTED:
             raise refusal(PolicyDenied, self.name, sid, "approval", f"its operator rejected the session: {p.reason}")

@@ -52,6 +52,7 @@ from smcdp.runtime.governance.policy import (
     evaluate,
     refusal,
     releases_exact,
+    untested_bounds,
 )
 from smcdp.runtime.governance.reservations import BudgetRefused, Reservations
 from smcdp.runtime.governance.unbegun import Unbegun
@@ -235,7 +236,10 @@ class Governor:
             summary, charges = self._check(peer, spec, plugin, role)
             approval = self.policy.approval_for(spec.protocol) if self.policy is not None else "auto"
             exact = summary is not None and releases_exact(summary.outputs, role, spec.roles, self.name)
-            self.exact.check(sid, spec.protocol, exact)
+            tests = untested_bounds(
+                self.policy, spec.protocol, summary.data_bounds.get(role, ()) if summary else (), peer, self.name
+            )
+            self.exact.check(sid, spec.protocol, exact, tests)
             pending = approval == "operator" and peer != self.name
             if pending:
                 self.decisions.check_queue(peer, sid)
@@ -245,7 +249,7 @@ class Governor:
         except SmcdpError as exc:
             self._refused(peer, exc, proposal)  # a flood of refusals is counted, not written one by one
             raise
-        if not pending and reserved is None and not exact and peer != self.name:
+        if not pending and reserved is None and not exact and not tests and peer != self.name:
             # nothing reserved or counted: its lines wait for Begin (an abort before it is summarised)
             self.unbegun.keep(
                 sid, [("proposal", proposal), ("accepted", dict(session=sid, role=role, approval="auto"))]
@@ -256,7 +260,7 @@ class Governor:
             return self.decisions.queue(peer, spec, role, summary, charges)
         if reserved is not None:
             self.reservations.audit_amount("reserved", reserved, session=sid)
-        self.exact.accepted(sid, role, "auto" if peer != self.name else "own operator", spec.protocol, exact)
+        self.exact.accepted(sid, role, "auto" if peer != self.name else "own operator", spec.protocol, exact, tests)
         return spec
 
     def _check(

@@ -27,6 +27,7 @@ The TOML, written for a data-protection officer to read::
     max_components = 8             # at most 8 vectors (components + oversample) per session
     max_exact_sessions = 4         # at most 4 sessions with exact outputs from its data ...
     period_days = 30               # ... in any 30 days (counted from the audit trail)
+    data_bounds = { samples = 5000 }  # what it states of its data: at most 5000 samples (public)
 
     [policy.keyword]
     roles = ["bob"]
@@ -40,7 +41,10 @@ bounded here with a safe default, never left to the proposer (docs/governance.md
 proposer does not decide"): ``max_noise_parties`` (default 1: every party adds the whole noise
 itself), ``max_frames_per_round`` (default 1), ``max_key_bits`` (default 4096), ``max_iterations``
 (default 2000) and ``max_receive_mib`` (default 512: what the protocol's envelope for the proposal's
-parameters lets a peer's session make this party receive).
+parameters lets a peer's session make this party receive).  A bound the proposal sets on the party's own
+data (a record count it must reach, a sample count it must not pass) is a question to that data, so it is
+admitted only where the party declared the answer (``data_bounds``) or within ``max_bound_tests`` sessions
+a period (default 0: none).
 
 Every rule is checked against the plug-in's :class:`~smcdp.plugins.base.SessionSummary`
 of the proposal -- public parameters only -- so the evaluation here knows no protocol by
@@ -62,7 +66,7 @@ from smcdp.errors import InvalidMessage, PermissionDenied, PreconditionFailed, S
 from smcdp.net.config import ConfigError, check_keys
 from smcdp.net.limits import finite_number
 from smcdp.net.tls import validate_party_name
-from smcdp.plugins.base import OutputFlow, SessionSummary
+from smcdp.plugins.base import DataBound, OutputFlow, SessionSummary
 
 APPROVALS = ("auto", "operator")
 #: the smallest Paillier/DGK key a party accepts unless party.allow_insecure_keys is set
@@ -92,9 +96,11 @@ _OPTIONAL_RULES = (
     "min_threshold",
     "allow_subgroup_key",
     "allow_reveal",
+    "data_bounds",
+    "max_bound_tests",
 )
 _RULE_KEYS = {"roles", "initiators", "coordinators", "release_to", "allow_non_dp", *_OPTIONAL_RULES}
-#: the window of max_exact_sessions when period_days is not given
+#: the window of max_exact_sessions and max_bound_tests when period_days is not given
 DEFAULT_PERIOD_DAYS = 30.0
 #: what a ``key`` rule may say: the kind of encryption key a session may protect its data with
 KEY_KINDS = ("threshold", "single")
@@ -160,6 +166,17 @@ class ProtocolRules:
     #: what of its private inputs a session may show a peer in the clear (SessionSummary.reveals, by name:
     #: speaker-verify's "ubm"); None: nothing
     allow_reveal: tuple[str, ...] | None = None
+    #: what it states of its own data, publicly, as (name, value) pairs: for a bound "at least" (records) the
+    #: count its data reaches at least, for one "at most" (samples, speakers) the count it stays within.  A
+    #: session whose bound (SessionSummary.data_bounds) this covers asks its data nothing; None: nothing stated
+    data_bounds: tuple[tuple[str, int], ...] | None = None
+    #: the most sessions a window of ``period_days`` that test its data against a bound it did not declare
+    #: (each such test answers one bit of its data, whether the session then ends or not); None: 0
+    max_bound_tests: int | None = None
+
+    def declared(self, name: str) -> int | None:
+        """What it declared of its data's ``name`` (``data_bounds``), or None."""
+        return dict(self.data_bounds or ()).get(name)
 
     def as_dict(self) -> dict:
         out: dict[str, Any] = {
@@ -176,6 +193,8 @@ class ProtocolRules:
             out["min_hiding"] = dict(self.min_hiding)  # a TOML table
         if self.allow_reveal is not None:
             out["allow_reveal"] = list(self.allow_reveal)  # a TOML array
+        if self.data_bounds is not None:
+            out["data_bounds"] = dict(self.data_bounds)  # a TOML table
         return out
 
 
@@ -316,6 +335,30 @@ def _rules(name: str, t: Any, known: set[str]) -> ProtocolRules:
         min_threshold=_number(t, "min_threshold", where, integer=True, lo=1, hi=1 << 10),
         allow_subgroup_key=_bool(t, "allow_subgroup_key", where, False) if "allow_subgroup_key" in t else None,
         allow_reveal=_reveal_names(t, where),
+        data_bounds=_data_bounds(t, where),
+        max_bound_tests=_number(t, "max_bound_tests", where, integer=True, lo=0, hi=1 << 30),
+    )
+
+
+def _named_table(t: Mapping[str, Any], key: str, where: str, what: str) -> dict[str, Any] | None:
+    """A rule that is a TOML table of lower-case names (``min_hiding``, ``data_bounds``), or None when absent."""
+    if key not in t:
+        return None
+    table = t[key]
+    if not isinstance(table, dict) or not all(isinstance(k, str) and re.fullmatch(r"[a-z_]{1,64}", k) for k in table):
+        raise ConfigError(f"{where}.{key} must be a table of {what}")
+    return table
+
+
+def _data_bounds(t: Mapping[str, Any], where: str) -> tuple[tuple[str, int], ...] | None:
+    """``data_bounds = { records = 1000 }``: what the party states of its data, by the bound's name."""
+    table = _named_table(
+        t, "data_bounds", where, "bound names to counts, e.g. { records = 1000 } (what the party states of its data)"
+    )
+    if table is None:
+        return None
+    return tuple(
+        (k, int(_number(table, k, f"{where}.data_bounds", integer=True, lo=0, hi=1 << 62))) for k in sorted(table)
     )
 
 
@@ -337,13 +380,9 @@ def _key_kind(t: Mapping[str, Any], where: str) -> str | None:
 
 def _min_hiding(t: Mapping[str, Any], where: str) -> tuple[tuple[str, float], ...] | None:
     """``min_hiding = { blind_bits = 8 }``: floors of the protocol's hiding parameters, by name."""
-    if "min_hiding" not in t:
+    table = _named_table(t, "min_hiding", where, "parameter names to numbers, e.g. { blind_bits = 8 }")
+    if table is None:
         return None
-    table = t["min_hiding"]
-    if not isinstance(table, dict) or not all(isinstance(k, str) and re.fullmatch(r"[a-z_]{1,64}", k) for k in table):
-        raise ConfigError(
-            f"{where}.min_hiding must be a table of parameter names to numbers, e.g. {{ blind_bits = 8 }}"
-        )
     return tuple(
         (k, float(_number(table, k, f"{where}.min_hiding", integer=False, lo=0, hi=1e300, lo_open=True)))
         for k in sorted(table)
@@ -351,9 +390,12 @@ def _min_hiding(t: Mapping[str, Any], where: str) -> tuple[tuple[str, float], ..
 
 
 def _period(t: Mapping[str, Any], where: str) -> float | None:
-    if "period_days" in t and "max_exact_sessions" not in t:
-        raise ConfigError(f"{where}.period_days is the window of max_exact_sessions: give that too")
-    if "max_exact_sessions" not in t:
+    counted = "max_exact_sessions" in t or "max_bound_tests" in t
+    if "period_days" in t and not counted:
+        raise ConfigError(
+            f"{where}.period_days is the window of max_exact_sessions and max_bound_tests: give one of them too"
+        )
+    if not counted:
         return None
     days = _number(t, "period_days", where, integer=False, lo=0, hi=36600, lo_open=True)
     return DEFAULT_PERIOD_DAYS if days is None else days
@@ -414,6 +456,7 @@ def rules_for_layout(
         frames = shared = None
         subgroup = None
         reveal: tuple[str, ...] | None = None
+        stated: tuple[tuple[str, int], ...] | None = None
         if summary is not None:
             flows = [o for o in summary.outputs_from(role) if {roles[r] for r in o.recipients} - {party}]
             release = {roles[r] for o in flows for r in o.recipients} - {party}
@@ -422,6 +465,8 @@ def rules_for_layout(
             shared = summary.noise_parties.get(role)
             subgroup = True if role in summary.subgroup_key else None
             reveal = tuple(summary.reveals.get(role, ())) or None
+            # the layout's maker knows the data it deploys: it states what the session asks of it
+            stated = tuple((b.name, b.value) for b in summary.data_bounds.get(role, ()) if not b.trivial) or None
         else:
             release, non_dp = set(roles.values()) - {party}, allow_non_dp
         out[party] = ProtocolRules(
@@ -435,6 +480,7 @@ def rules_for_layout(
             max_noise_parties=shared if shared is not None and shared > 1 else None,
             allow_subgroup_key=subgroup,
             allow_reveal=reveal,
+            data_bounds=stated,
         )
     return out
 
@@ -471,6 +517,10 @@ def merge_rules(a: ProtocolRules, b: ProtocolRules) -> ProtocolRules:
         min_threshold=a.min_threshold,
         allow_subgroup_key=True if (a.allow_subgroup_key or b.allow_subgroup_key) else None,
         allow_reveal=tuple(sorted(set(a.allow_reveal or ()) | set(b.allow_reveal or ()))) or None,
+        # generated from layouts of one deployment's data: the first layout's statement (a later one's where
+        # the first states nothing); the count of undeclared tests is the hand-written policy's
+        data_bounds=a.data_bounds if a.data_bounds is not None else b.data_bounds,
+        max_bound_tests=a.max_bound_tests,
     )
 
 
@@ -596,6 +646,42 @@ def evaluate(
     _check_where_its_data_goes(ask, rules, summary, role, roles)
     _check_key_kind(ask, rules, summary, roles, key_groups or {})
     _check_how_much_it_shows(ask, rules, summary, role)
+    _check_data_bounds(ask, rules, summary, role, initiator)
+
+
+def untested_bounds(
+    policy: Policy | None, protocol: str, bounds: Iterable[DataBound], initiator: str, me: str
+) -> tuple[str, ...]:
+    """The names of ``bounds`` (the proposal's on this party's data, :attr:`SessionSummary.data_bounds` of its
+    role) that its policy did not declare (``data_bounds``): each a question to its data, counted against
+    ``max_bound_tests``.  None for its own operator's session (its own decision), an open policy or a protocol
+    it has no rules for (refused elsewhere)."""
+    if policy is None or not policy.restricts or initiator == me:
+        return ()
+    rules = policy.protocols.get(protocol)
+    if rules is None:
+        return ()
+    return tuple(b.name for b in bounds if not b.covered_by(rules.declared(b.name)))
+
+
+def _check_data_bounds(ask: _Asking, rules: ProtocolRules, summary: SessionSummary, role: str, initiator: str) -> None:
+    """``data_bounds``: a bound of the proposal on its own data that it did not declare is refused here, unless
+    ``max_bound_tests`` admits some (then the gate counts them) -- a refusal that follows from its policy and
+    the proposal, never from the data."""
+    if initiator == ask.me or rules.max_bound_tests:
+        return
+    for b in summary.data_bounds.get(role, ()):
+        declared = rules.declared(b.name)
+        if b.covered_by(declared):
+            continue
+        want = "at least" if b.relation == "at_least" else "at most"
+        said = "states nothing of it" if declared is None else f"states {want} {declared}"
+        raise ask.bound(
+            f"{ask.base}.data_bounds.{b.name}",
+            f"the session needs its data to have {want} {b.value} {b.name}, and its policy {said}: whether the "
+            "data meets a bound the proposer chose is a bit of the data, so it answers only what its policy "
+            f"declares (data_bounds = {{ {b.name} = N }}) or max_bound_tests allows",
+        )
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ release_to = ["dave"]
 max_epsilon = 2.0
 min_records = 10
 min_key_bits = 768
+data_bounds = { records = 20 }
 [policy.power-iteration]
 roles = ["party*"]
 initiators = ["trent"]
@@ -46,6 +47,7 @@ roles = ["party*"]
 initiators = ["*"]
 coordinators = ["*"]
 release_to = ["*"]
+data_bounds = { records = 20 }
 """
 PARAMS = {
     "n_parties": 2,

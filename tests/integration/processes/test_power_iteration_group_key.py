@@ -39,7 +39,12 @@ def _cluster(tmp, evil: bool | str):
     # min_threshold = 1: each data party states the coalition its data must withstand (trent and one data
     # party), which admits the group key's noise share h = n − t = 2
     rules = ProtocolRules(
-        roles=("party*",), initiators=("trent",), coordinators=("trent",), release_to=DATA, min_threshold=1
+        roles=("party*",),
+        initiators=("trent",),
+        coordinators=("trent",),
+        release_to=DATA,
+        min_threshold=1,
+        data_bounds=(("samples", 20),),  # what each states of its data: the sessions' max_samples
     )
     policies = {
         "trent": Policy(protocols={"power-iteration": ProtocolRules(roles=("trent",), initiators=("trent",))}),
@@ -132,6 +137,7 @@ def _exact_cluster(tmp, evil: bool):
         coordinators=("trent",),
         release_to=(*DATA, "trent"),
         allow_non_dp=True,
+        data_bounds=(("samples", 20),),
     )
     policies = {
         "trent": Policy(protocols={"power-iteration": ProtocolRules(roles=("trent",), initiators=("trent",))}),

@@ -50,6 +50,7 @@ max_epsilon = 2.0
 max_delta = 1e-15
 min_records = 10
 min_key_bits = 2048
+data_bounds = { records = 1000 }
 approval = "auto"
 [policy.power-iteration]
 roles = ["party*"]
@@ -271,7 +272,11 @@ def test_generated_rules_admit_exactly_the_layout():
     s = _summary("dp-aggregate", DPA_ROLES, **DPA)
     rules = rules_for_layout(DPA_ROLES, initiators=["charlie"], coordinating_roles=("charlie", "dave"), summary=s)
     assert rules["alice"] == ProtocolRules(
-        roles=("party1",), initiators=("charlie",), coordinators=("charlie", "dave"), release_to=("dave",)
+        roles=("party1",),
+        initiators=("charlie",),
+        coordinators=("charlie", "dave"),
+        release_to=("dave",),
+        data_bounds=(("records", 50),),  # the layout's maker states what the session asks of its data
     )
     assert rules["charlie"] == ProtocolRules(roles=("charlie",), initiators=("charlie",))
     pol = Policy(protocols={"dp-aggregate": rules["alice"]})
