@@ -358,7 +358,8 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
                         f"noise_sensitivity={sens:g} is below the gradient sensitivity 2G/n={delta_tight:g}"
                     )
             tri = D * (D + 1) // 2
-            u = np.asarray(VectorMechanism(eps, sens, random_state=gen).sample((C * K * tri,)), float)
+            # a density for b, as objective perturbation's proof needs (VectorMechanism.sample_dithered)
+            u = np.asarray(VectorMechanism(eps, sens, random_state=gen).sample_dithered((C * K * tri,)), float)
             u = u.reshape(C, K, tri)
             iu = np.triu_indices(D)
             off = iu[0] != iu[1]

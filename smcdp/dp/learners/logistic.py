@@ -247,9 +247,12 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             if eps_p <= 0:
                 ridge = c / (n * math.expm1(eps / 4)) - Lam
                 eps_p = eps / 2
-            # b with density ∝ exp(-eps_p ||b|| / 2): the L2 mechanism with sensitivity 2
+            # b with density ∝ exp(-eps_p ||b|| / 2): the L2 mechanism with sensitivity 2, dithered within its
+            # grid cell -- the proof needs a density for b (a lattice b is recomputed from the minimiser and the
+            # data, on the lattice under the true data only: VectorMechanism.sample_dithered)
             b = np.asarray(
-                VectorMechanism(eps_p, 2.0, random_state=noise_rng(self.random_state)).sample(Xa.shape[1]), float
+                VectorMechanism(eps_p, 2.0, random_state=noise_rng(self.random_state)).sample_dithered(Xa.shape[1]),
+                float,
             ).reshape(-1)
             v, nit, gnorm = fit_logistic_objective(
                 Xs, ys, lam_u, linear=b / n, ridge=ridge, tol=tol, max_iter=self.max_iter
