@@ -463,7 +463,7 @@ class VectorMechanism(_Mechanism):
         return e, z.reshape(-1)
 
     def sample_dithered(self, shape: Any) -> np.ndarray:
-        """Noise with a *continuous* density, for objective perturbation: the lattice draw of :meth:`sample`
+        """Noise with a *continuous* density, for objective perturbation: the lattice draw of ``sample``
         plus a uniform dither over its grid cell, ``2^e·(z + u)`` with u uniform on [−½, ½)^d from the same
         source.
 
@@ -478,7 +478,7 @@ class VectorMechanism(_Mechanism):
         any point of x's cell and any point of x''s lie within Δ + 2√d·2^e of each other (a cell's diameter is
         √d·2^e), so f(x)/f(x') ≤ exp((Δ + 2√d·2^e)/S) ≤ e^ε: the property the proofs use, exactly.  The
         remaining granularity is the float64 resolution of 2^e·(z + u), far below what any solver's minimiser
-        resolves.  A release of the noise itself should use :meth:`randomise` instead (on the grid)."""
+        resolves.  A release of a noisy value should use ``randomise`` instead (computed on the grid)."""
         shp = check_shape(shape)
         d = _size(shp)
         e, z = self._noise(1, d)
