@@ -17,6 +17,7 @@ import dataclasses
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from smcdp.compute.config import ComputeConfig
@@ -63,6 +64,8 @@ class OutputFlow:
 
 #: the relations a :class:`DataBound` can state of a party's data
 BOUND_RELATIONS = ("at_least", "at_most")
+#: the built-in protocols' bound names and their relations (a policy's ``data_bounds`` names them)
+BOUND_NAMES = MappingProxyType({"records": "at_least", "samples": "at_most", "speakers": "at_most"})
 
 
 @dataclass(frozen=True)
@@ -75,8 +78,8 @@ class DataBound:
     the data's size.  So a party's policy admits such a session only where the bound is one it *declared*
     (``data_bounds``: what it states of its data, publicly) or within its ``max_bound_tests`` a period
     (docs/governance.md, "Bounds on a party's data").  ``trivial``: the protocol's default or its own extreme
-    (1 record, its largest sample count) -- one fixed question, the same in every session that keeps it, so
-    nothing a proposer can move to search the data with."""
+    (1 record, its largest sample count) -- fixed questions, the same in every session that asks them, so
+    nothing a proposer can move to search the data with: the two together tell at most log₂3 bits in all."""
 
     name: str  # what is bounded, as a policy's data_bounds names it ("records", "samples", "speakers")
     relation: str  # "at_least" or "at_most"

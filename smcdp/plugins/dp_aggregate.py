@@ -20,7 +20,6 @@ from smcdp.protocols.base import check_roles
 from smcdp.protocols.dp_aggregate import (
     CHARLIE,
     DAVE,
-    LOCAL_FIT_TOL,
     NOISE_TAIL_BITS,
     PROTOCOL,
     SHARE_TAG,
@@ -28,6 +27,7 @@ from smcdp.protocols.dp_aggregate import (
     charlie,
     data_party,
     dave,
+    records_needed,
     train_local,
 )
 from smcdp.protocols.dp_aggregate_threshold import charlie as group_charlie
@@ -109,16 +109,9 @@ def privacy_cost(p: DPAggregateParams) -> tuple[float, float]:
 
 def records_bound(p: DPAggregateParams) -> DataBound:
     """The records a party's data must reach for the session to run there: ``min_records``, or more where the
-    sensitivity bound (``max_sensitivity``) asks more -- a model of n records has sensitivity up to 1/(nλ) +
-    LOCAL_FIT_TOL/λ, so fewer than 1/(Δ_max·λ − LOCAL_FIT_TOL) records end the session (docs/governance.md, "Bounds on a party's data")."""
-    room = p.sensitivity_bound * float(p.lam) - LOCAL_FIT_TOL  # what 1/n may take of the bound
-    if room <= 0:
-        least = 1 << 62  # no data set meets it
-    else:
-        need = 1.0 / room
-        nearest = round(need)
-        least = nearest if abs(need - nearest) <= 1e-9 * max(1.0, need) else math.ceil(need)
-    value = max(int(p.min_records), int(min(least, 1 << 62)))
+    sensitivity bound (``max_sensitivity``) asks more -- the fewest records whose reported sensitivity
+    (:func:`~smcdp.protocols.dp_aggregate.fit_sensitivity`, a function of n for a converged fit) meets it."""
+    value = max(int(p.min_records), records_needed(p.sensitivity_bound, float(p.lam)))
     return DataBound("records", "at_least", value, trivial=value <= 1)
 
 

@@ -171,9 +171,7 @@ class DPAggregateParams(ProtocolParams):
     delta: float | None = None  # "gaussian": the δ of the release
     noise_parties: int = 1  # "gaussian": h, each party adds 1/h of the noise's variance (any h honest carry it)
     min_records: int = 1  # public lower bound on every n_j
-    max_sensitivity: float | None = (
-        None  # public bound on every Δ_j (default (1 + LOCAL_FIT_TOL·min_records)/(min_records·λ))
-    )
+    max_sensitivity: float | None = None  # public bound on every Δ_j (default fit_sensitivity(min_records, λ))
     weight_bound: float | None = None  # public bound on |ŵ_j| per coordinate (default √(ln 2/λ))
     mask_bits: int = 40  # κ, statistical hiding of every mask
     key_bits: int = 2048  # Paillier ξ (parties) and ζ (Charlie)
@@ -295,9 +293,8 @@ class DPAggregateParams(ProtocolParams):
         """Δ_max: public bound on every party's L2 sensitivity."""
         if self.max_sensitivity is not None:
             return float(self.max_sensitivity)
-        # a model of n records fitted to gradient norm g has sensitivity 1/(nλ) + g/λ (train_local), and the fit
-        # stops at g <= LOCAL_FIT_TOL: so every data set of min_records records or more meets this bound
-        return 1.0 / (self.min_records * float(self.lam)) + LOCAL_FIT_TOL / float(self.lam)
+        # fit_sensitivity of min_records records: every data set of min_records records or more meets it
+        return fit_sensitivity(self.min_records, float(self.lam))
 
     @property
     def weight_limit(self) -> float:
@@ -1257,20 +1254,40 @@ async def dave(
 LOCAL_FIT_TOL, LOCAL_FIT_MAX_ITER = 1e-8, 10_000
 
 
-def train_local(X: np.ndarray, y: np.ndarray, lam: float) -> tuple[np.ndarray, float]:
-    """Non-private fit of (1/n)Σ log(1+exp(−y wᵀx)) + λ‖w‖² and its L2 sensitivity.
+def fit_sensitivity(n: int, lam: float, optimality: float = 0.0) -> float:
+    """The L2 sensitivity a party reports for its fit of n records: 1/(nλ) + max(g, LOCAL_FIT_TOL)/λ.
 
-    Sensitivity: 1/(nλ) for the exact minimiser; the solver stops at gradient
-    norm g, so the returned point is within g/(2λ) of it, and two neighbouring
-    fits within 1/(nλ) + g/λ of each other.
-    """
+    1/(nλ) for the exact minimiser; the solver stops at gradient norm g <= LOCAL_FIT_TOL (public), so the returned
+    point is within g/(2λ) of it and two neighbouring fits within 1/(nλ) + g/λ of each other.  Reported at the
+    tolerance rather than at g, so that it is a function of n alone whenever the fit converged -- and a party of
+    :func:`records_needed` records meets the session's bound whatever its data (docs/governance.md, "Bounds on a
+    party's data")."""
+    return 1.0 / (n * lam) + max(optimality, LOCAL_FIT_TOL) / lam
+
+
+def records_needed(sensitivity_bound: float, lam: float) -> int:
+    """The fewest records whose :func:`fit_sensitivity` (a converged fit) is within ``sensitivity_bound``, by the
+    same floating-point expression the check uses (2^62 when none is)."""
+    room = sensitivity_bound - LOCAL_FIT_TOL / lam
+    if not room > 0:
+        return 1 << 62
+    n = max(1, min(1 << 62, math.floor(1.0 / (room * lam))))
+    while n < 1 << 62 and fit_sensitivity(n, lam) > sensitivity_bound:
+        n += 1
+    while n > 1 and fit_sensitivity(n - 1, lam) <= sensitivity_bound:
+        n -= 1
+    return n
+
+
+def train_local(X: np.ndarray, y: np.ndarray, lam: float) -> tuple[np.ndarray, float]:
+    """Non-private fit of (1/n)Σ log(1+exp(−y wᵀx)) + λ‖w‖² and its L2 sensitivity (:func:`fit_sensitivity`)."""
 
     if len(set(y.tolist())) < 2:
         raise InvalidMessage("the local data set needs both labels to train a classifier")
     # the solver the DP learners use, without scikit-learn (a data party would import it for this fit alone):
     # exactly LogisticRegression(epsilon=inf, lam=lam, data_norm=1.0, fit_intercept=False,
     # out_of_bounds="raise", tol=1e-8, max_iter=10_000).fit(X, y), which a unit test checks bit for bit
-    from smcdp.dp.learners.logistic_objective import fit_logistic_objective, logistic_sensitivity
+    from smcdp.dp.learners.logistic_objective import fit_logistic_objective
 
     X = np.asarray(X, dtype=np.float64)
     classes = np.unique(y)
@@ -1280,5 +1297,4 @@ def train_local(X: np.ndarray, y: np.ndarray, lam: float) -> tuple[np.ndarray, f
     lam = check_positive(lam, "lam")
     Xs = clip_rows_to_norm(X, 1.0, "raise") / 1.0  # as the learner scales rows into the unit ball (R = 1)
     w, _, optimality = fit_logistic_objective(Xs, ys, lam, tol=LOCAL_FIT_TOL, max_iter=LOCAL_FIT_MAX_ITER)
-    delta = logistic_sensitivity(X.shape[0], lam, 1.0) + optimality / lam
-    return w, delta
+    return w, fit_sensitivity(X.shape[0], lam, optimality)

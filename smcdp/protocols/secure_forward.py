@@ -76,6 +76,7 @@ are her OT secrets.  Obfuscators come from the OS.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import os
 import random
@@ -110,6 +111,7 @@ from smcdp.speech.forward import product_index_pairs, products, quadratic_coeffi
 from smcdp.speech.models import KeywordModels
 from smcdp.v1 import messages_pb2 as pb
 
+log = logging.getLogger(__name__)
 PROTOCOL_VERSION = 2
 #: the header's emission kinds; "lin" and "gmm-lin": Bob's rows have no second-degree terms (a known part's
 #: differences when his models keep its variances: the speaker models against the shared UBM), so Alice
@@ -892,14 +894,21 @@ def _check_frames(shape: Shape, X: FrameChunk, params: ForwardParams, first: int
     out = arr.astype(np.float64)
     if not np.all(np.isfinite(out)):
         raise InvalidMessage("observations contain NaN or infinite values")
+    # a feature at or beyond the agreed bound is clipped inside it (a projection), not refused: a refusal answered a
+    # proposer who moved feature_bits over sessions whether Alice's largest |feature| reached it, a bit a session.
+    # Only she is told (her log); the session's error bounds hold for the clipped frames
     lim = 2.0**params.feature_bits
-    bad = np.argwhere(np.abs(out) >= lim)
-    if bad.size:
-        t, i = (int(x) for x in bad[0])
-        raise InputRejected(
-            f"a feature reaches the agreed bound 2^{params.feature_bits}; raise feature_bits",
-            f"frame {first + t}, feature {i} is {out[t, i]:.4g}",
+    inside = np.nextafter(lim, 0.0)
+    clipped = int(np.count_nonzero(np.abs(out) > inside))
+    if clipped:
+        log.warning(
+            "%d feature value(s) of frames from %d reached the agreed bound 2^%d and were clipped inside it "
+            "(propose a larger feature_bits for such frames)",
+            clipped,
+            first,
+            params.feature_bits,
         )
+        out = np.clip(out, -inside, inside)
     return out
 
 

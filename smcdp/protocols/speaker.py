@@ -58,7 +58,7 @@ import math
 import random
 import struct
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any, Self
 
@@ -502,9 +502,8 @@ async def _alice_forward(
 
 #: frames a padding speaker is MAP-adapted to (docs/protocols/speaker.md, identification, step 2)
 PADDING_FRAMES = 1000
-#: speaker-verify, a claim of no enrolled speaker: D is shifted by this many nats instead of T·θ -- at least any
-#: |ℓ_s − ℓ_UBM| (each |ℓ| < 2^40, the forward refuses more), so D < 0 (reject) for certain, and |D| < 2^42 stays
-#: within SCORE_BOUND_BITS
+#: speaker-verify, a claim of no enrolled speaker: Bob sends ξ(r − this many nats) for ξ(D + r), so D = −2^41
+#: (with the UBM shared Alice takes |ℓ_UBM| < 2^40 off: D in (−3·2^40, −2^40)): reject for certain, |D| < 2^42
 UNENROLLED_SHIFT_NATS = 1 << 41
 
 
@@ -525,6 +524,23 @@ def padding_speakers(models: SpeakerModels, count: int, rng: random.Random) -> l
     return out
 
 
+def _claim_free_forward(models: SpeakerModels, pad: DiagGMM, params: VerifyParams) -> ForwardParams:
+    """The forward parameters Bob runs a verification with: with ``coef_bits = "auto"`` the bits his header
+    shows are those of every enrolled speaker, the padding speaker and the UBM together (their differences from
+    the UBM when it is shared), so they say nothing of which speaker -- or whether one -- is scored."""
+    fw = params.forward()
+    if fw.coef_bits != "auto":
+        return fw
+    gmms = [*(models.speaker(i) for i in range(models.n_speakers)), pad]
+    labels = [str(i) for i in range(len(gmms) + 1)]
+    if params.shared_ubm:
+        known = models.hmm_set([models.ubm] * len(gmms), labels[:-1])
+        _, bits = model_coefficients(models.hmm_set(gmms, labels[:-1]), fw, known=known)
+    else:
+        _, bits = model_coefficients(models.hmm_set([*gmms, models.ubm], labels), fw)
+    return replace(fw, coef_bits=bits)
+
+
 async def _bob_forward(
     ch: Channel,
     gmms: list[DiagGMM],
@@ -536,6 +552,7 @@ async def _bob_forward(
     alice: str,
     allow_insecure_keys: bool,
     known: DiagGMM | None = None,
+    forward: ForwardParams | None = None,
 ) -> tuple[PublicKey, list[mpz], dict[str, Any], dict[str, Any], int]:
     """Bob's half of steps 1-2: Alice's key, the secure forward on ``gmms``; ξ(ℓ) of every model.
     ``known``: the GMM whose component forms Alice adds herself (the shared UBM): Bob's rows are the
@@ -553,7 +570,7 @@ async def _bob_forward(
     role = ForwardBob(
         ch,
         hmms,
-        params.forward(),
+        params.forward() if forward is None else forward,
         public_key=pk,
         alice=alice,
         tag=f"{tag}/fw",
@@ -814,10 +831,13 @@ async def verify_bob(
     shared = params.shared_ubm
     # A claim of no enrolled speaker is rejected like an impostor's, not refused: a refusal told the claimant
     # (the proposer) whether a name is enrolled, one name a session.  Bob scores a padding speaker of his own
-    # instead (what a speaker costs) and shifts D by −2^41 nats, below any |ℓ_s − ℓ_UBM| < 2^41: reject for certain.
+    # instead (what a speaker costs; drawn in every session, from a stream of its own, so that neither his time
+    # nor his other draws tell) and sends ξ(r − 2^41 nats) in step 3: D < 0 for certain.  The coefficient bits
+    # his header shows are those of all his models, not of the claimed one's.
+    pad = padding_speakers(models, 1, protocol_rng(seed, params.protocol_name, ch.role, "padding"))[0]
     enrolled = params.claim in models.names
-    speaker = models.speaker(models.index(params.claim)) if enrolled else padding_speakers(models, 1, rng)[0]
-    offset = UNENROLLED_SHIFT_NATS << F if not enrolled else None
+    speaker = models.speaker(models.index(params.claim)) if enrolled else pad
+    forward = _claim_free_forward(models, pad, params)
     if shared:  # --- Step 0 (ubm = "shared", as bob's policy allowed): the UBM to Alice.
         await ch.send(alice, f"{tag}/ubm", ubm_to_proto(models.ubm))
     # --- Steps 1-2.
@@ -832,15 +852,20 @@ async def verify_bob(
         alice,
         allow_insecure_keys,
         known=models.ubm if shared else None,
+        forward=forward,
     )
-    # --- Step 3: ξ(D + r), D = ℓ_s − ℓ_UBM − T·fx(θ) (shared UBM: ξ(D + ℓ_UBM + r), Alice takes ℓ_UBM off).
+    # --- Step 3: ξ(D + r), D = ℓ_s − ℓ_UBM − T·fx(θ) (shared UBM: ξ(D + ℓ_UBM + r), Alice takes ℓ_UBM off);
+    # a claim of no enrolled speaker: ξ(r − 2^41), so D = −2^41 (shared: −2^41 − ℓ_UBM, |ℓ_UBM| < 2^40).
     t0 = time.perf_counter()
     L, kappa = params.score_bits, params.stat_bits
     r = rng.randrange(0, 1 << (L + kappa))
     n2 = pk.nsquare
-    shift = (1 + pk.n * pk.raw_plain(r - (T * theta if offset is None else offset))) % n2
-    score = lls[0] if shared else lls[0] * gmpy2.invert(lls[1], n2) % n2
-    masked = pk.rerandomize(score * shift % n2)
+    if enrolled:
+        shift = (1 + pk.n * pk.raw_plain(r - T * theta)) % n2
+        score = lls[0] if shared else lls[0] * gmpy2.invert(lls[1], n2) % n2
+        masked = pk.rerandomize(score * shift % n2)
+    else:
+        masked = pk.rerandomize((1 + pk.n * pk.raw_plain(r - (UNENROLLED_SHIFT_NATS << F))) % n2)
     await ch.send(alice, f"{tag}/masked", ciphertext_to_proto(pk, masked))
     # --- Step 4: the comparison; Bob holds the DGK key and y = r.
     if dgk_key is None:

@@ -82,7 +82,9 @@ RESERVE_BYTES = 256 * 1024
 #: session would replay other bytes (or, for a ceremony, a share of the old kind), so it is refused by name
 #: 10 (2026-12-05): dp-aggregate's default sensitivity bound carries the local fit's tolerance (1/(mλ) + 10⁻⁸/λ),
 #: so its noise scale and grid differ from what a version-9 journal's messages were computed with
-VERSION = 10
+#: 11 (2026-12-05): a dp-aggregate party reports its sensitivity at the fit's tolerance, speaker-verify's header
+#: shows the coefficient bits of all of bob's models, and frames beyond feature_bits are clipped, not refused
+VERSION = 11
 SUFFIX = ".d"
 #: an input file larger than this is fingerprinted by its size, mtime and its first and last MiB
 #: instead of its whole content (hashing runs at about 1 GB/s)

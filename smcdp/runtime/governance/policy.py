@@ -66,7 +66,7 @@ from smcdp.errors import InvalidMessage, PermissionDenied, PreconditionFailed, S
 from smcdp.net.config import ConfigError, check_keys
 from smcdp.net.limits import finite_number
 from smcdp.net.tls import validate_party_name
-from smcdp.plugins.base import DataBound, OutputFlow, SessionSummary
+from smcdp.plugins.base import BOUND_NAMES, DataBound, OutputFlow, SessionSummary
 
 APPROVALS = ("auto", "operator")
 #: the smallest Paillier/DGK key a party accepts unless party.allow_insecure_keys is set
@@ -517,11 +517,30 @@ def merge_rules(a: ProtocolRules, b: ProtocolRules) -> ProtocolRules:
         min_threshold=a.min_threshold,
         allow_subgroup_key=True if (a.allow_subgroup_key or b.allow_subgroup_key) else None,
         allow_reveal=tuple(sorted(set(a.allow_reveal or ()) | set(b.allow_reveal or ()))) or None,
-        # generated from layouts of one deployment's data: the first layout's statement (a later one's where
-        # the first states nothing); the count of undeclared tests is the hand-written policy's
-        data_bounds=a.data_bounds if a.data_bounds is not None else b.data_bounds,
+        # generated from layouts of one deployment's data: a statement covering both layouts' sessions; the count
+        # of undeclared tests is the hand-written policy's
+        data_bounds=_merge_statements(a.data_bounds, b.data_bounds),
         max_bound_tests=a.max_bound_tests,
     )
+
+
+def _merge_statements(
+    a: tuple[tuple[str, int], ...] | None, b: tuple[tuple[str, int], ...] | None
+) -> tuple[tuple[str, int], ...] | None:
+    """Two generated ``data_bounds`` as one that covers what either covers: per name the larger count of an
+    "at least" bound (records), the smaller of an "at most" one (samples, speakers), the first for a name of
+    unknown relation."""
+    if a is None or b is None:
+        return a if b is None else b
+    out = dict(a)
+    for name, value in b:
+        if name not in out:
+            out[name] = value
+        elif BOUND_NAMES.get(name) == "at_least":
+            out[name] = max(out[name], value)
+        elif BOUND_NAMES.get(name) == "at_most":
+            out[name] = min(out[name], value)
+    return tuple(sorted(out.items()))
 
 
 # ---------------------------------------------------------------------------- evaluation

@@ -369,7 +369,7 @@ def test_load_dataset_and_train_local(tmp_path):
     X2, y2 = load_dataset(tmp_path / "ok.npz")
     assert set(np.unique(y2)) == {-1, 1}
     w, delta = train_local(X2, y2, 0.05)
-    assert delta == pytest.approx(1 / (200 * 0.05), rel=1e-6)
+    assert delta == 1 / (200 * 0.05) + 1e-8 / 0.05  # converged: reported at the fit's tolerance
     assert np.mean(predict(w, X2) == y2) > 0.9
     np.savez(tmp_path / "big.npz", X=X * 2, y=y)
     with pytest.raises(InvalidMessage, match="unit ball"):
@@ -432,7 +432,7 @@ def test_train_local_is_the_learners_fit_bit_for_bit(n, d, labels):
     ).fit(X, y)
     w, delta = train_local(X, y, lam)
     assert w.dtype == np.float64 and w.tobytes() == np.asarray(clf.coef_[0], dtype=np.float64).tobytes()
-    assert delta == 1 / (n * lam) + float(clf.optimality_) / lam
+    assert delta == 1 / (n * lam) + max(float(clf.optimality_), LOCAL_FIT_TOL) / lam  # reported at the tolerance
     assert LogisticRegression().get_params()["tol"] == LOCAL_FIT_TOL  # the learner's defaults
     assert LogisticRegression().get_params()["max_iter"] == LOCAL_FIT_MAX_ITER
 

@@ -156,14 +156,22 @@ def test_bob_receives_only_ciphertexts_and_public_sizes(keypair512):
     assert ints == [("fw/plan", [5]), ("fw/blk/0", [5, 1])]
 
 
-def test_alice_features_above_bound_are_refused(keypair512):
+def test_alice_features_above_bound_are_clipped_not_refused(keypair512, caplog):
+    """feature_bits is a proposal's: a refusal told a proposer who moved it over sessions whether Alice's largest
+    |feature| reached it.  A value beyond 2^feature_bits is clipped inside the bound -- her log says so -- and the
+    scores are those of the clipped frames."""
     _, sk = keypair512
     rng = np.random.default_rng(5)
     models = synthetic_models("diag", rng, D=1, N=2, d=3)
     X = rng.normal(size=(4, 3))
     X[2, 1] = 300.0
-    with pytest.raises(InvalidMessage, match="feature"):
-        secure_scores(models, X, sk)
+    params = ForwardParams(**{**bounds_for(models, X), "feature_bits": 8})
+    with caplog.at_level("WARNING", logger="smcdp.protocols.secure_forward"):
+        got, _, _ = secure_scores(models, X, sk, params)
+    assert "1 feature value(s)" in caplog.text and "clipped inside it" in caplog.text
+    inside = X.copy()
+    inside[2, 1] = np.nextafter(256.0, 0.0)
+    assert_close(got, score_models(models, inside))
 
 
 def test_coefficients_above_bound_raise_overflow(keypair512):

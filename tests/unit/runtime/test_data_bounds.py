@@ -183,6 +183,29 @@ def test_the_rules_round_trip_and_period_days_is_their_window_too():
     assert parse_policy(pol.as_dict(), "alice", PEERS) == pol
 
 
+@pytest.mark.parametrize("lam", [0.0944, 0.01, 1.0])
+@pytest.mark.parametrize("max_sensitivity", [None, 0.7, 2.64816005])
+def test_a_party_of_exactly_the_records_a_session_needs_passes_its_check_whatever_its_data(lam, max_sensitivity):
+    """A declared bound is one the session's check honours: the reported sensitivity is a function of n once the
+    fit converged (1/(nλ) + tol/λ), and records_needed is the least n by the check's own expression -- a review
+    found n = 4, λ = 0.0944 refused at a max_sensitivity a hair above 1/(4λ) + tol/λ when g was below tol."""
+    from smcdp.plugins.dp_aggregate import records_bound
+
+    extra = {} if max_sensitivity is None else {"max_sensitivity": max_sensitivity}
+    p = DPAggregateParams.from_mapping(dict(DPA, lam=lam, min_records=3, **extra))
+    need = records_bound(p).value
+    rng = np.random.default_rng(int(lam * 1e4))
+    for trial in range(5):
+        X = rng.normal(size=(need, 3))
+        X /= np.linalg.norm(X, axis=1, keepdims=True) * rng.uniform(1.0, 3.0)
+        y = np.arange(need) % 2
+        _, sensitivity = train_local(X, y, lam)
+        assert sensitivity <= p.sensitivity_bound, (trial, need)
+        if need > 3:  # one record fewer does not meet it
+            _, fewer = train_local(X[:-1], y[:-1], lam)
+            assert fewer > p.sensitivity_bound
+
+
 def test_a_data_set_of_exactly_min_records_records_meets_the_default_sensitivity_bound():
     """The bound a party declares must be the one the session tests: a model of n records has sensitivity
     1/(nλ) + g/λ (g its fit's gradient norm), so the default bound 1/(min_records·λ) refused a party with
@@ -255,3 +278,12 @@ def test_without_max_bound_tests_the_governor_refuses_an_undeclared_bound(tmp_pa
         g.admit("charlie", _spec("t1", 1000), BoundPlugin(), "data")
     assert ei.value.code == "FAILED_PRECONDITION" and ei.value.rule == "policy.bounded.data_bounds.records"
     g.stop()
+
+
+def test_generated_statements_merge_to_one_that_covers_both_layouts():
+    from smcdp.runtime.governance.policy import ProtocolRules, merge_rules
+
+    a = ProtocolRules(roles=("party1",), initiators=("charlie",), data_bounds=(("records", 50), ("samples", 900)))
+    b = ProtocolRules(roles=("party2",), initiators=("charlie",), data_bounds=(("records", 80), ("samples", 400)))
+    assert merge_rules(a, b).data_bounds == (("records", 80), ("samples", 400))
+    assert merge_rules(a, replace(b, data_bounds=None)).data_bounds == a.data_bounds
