@@ -39,6 +39,7 @@ from smcdp.protocols.speaker import (
     prepare_alice,
     verify_alice,
     verify_bob,
+    warm_padding,
 )
 from smcdp.speech.audio import read_wav
 from smcdp.speech.speaker import SpeakerModels
@@ -95,6 +96,9 @@ class _SpeakerPlugin(ProtocolPlugin):
     def prepare_next(self, root: Randomness, inputs: Mapping[str, str], allow_insecure_keys: bool) -> None:
         """A party with an utterance configured is an Alice: her next session's key pair, tables and
         obfuscators for the utterance's frames are made while she is idle."""
+        if inputs.get("models"):  # a Bob: speaker-verify's padding speaker (drawn every session) adapts by
+            # posteriors, whose scipy import is the first session's cost otherwise
+            warm_padding()
         path = inputs.get("utterance")
         if not path:
             return

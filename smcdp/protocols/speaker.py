@@ -524,6 +524,12 @@ def padding_speakers(models: SpeakerModels, count: int, rng: random.Random) -> l
     return out
 
 
+def warm_padding() -> None:
+    """Import what :func:`padding_speakers` needs (scipy's ``logsumexp``, through MAP adaptation) while a Bob is
+    idle: speaker-verify draws a padding speaker in every session, and a party's first session would pay it."""
+    from scipy.special import logsumexp  # noqa: F401 - imported for its side effect: the module is loaded
+
+
 def _claim_free_forward(models: SpeakerModels, pad: DiagGMM, params: VerifyParams) -> ForwardParams:
     """The forward parameters Bob runs a verification with: with ``coef_bits = "auto"`` the bits his header
     shows are those of every enrolled speaker, the padding speaker and the UBM together (their differences from
