@@ -9,6 +9,10 @@ from smcdp.net.config import ConfigError
 from smcdp.net.tls import TlsMaterial, load_certificate
 from smcdp.runtime.config import load_config
 
+#: the protocols whose sessions test a party's data against a bound the proposer chooses, and what (their
+#: plug-ins' SessionSummary.data_bounds: docs/governance.md, "Bounds on a party's data")
+BOUNDED = {"dp-aggregate": "records bound", "power-iteration": "max_samples", "speaker-identify": "max_speakers"}
+
 
 def check_bundle(bundle: str | os.PathLike, warn_days: int = 30) -> tuple[list[str], list[str]]:
     """(problems, notes) for a bundle on its host: config, TLS files, modes, compose file."""
@@ -63,6 +67,12 @@ def check_bundle(bundle: str | os.PathLike, warn_days: int = 30) -> tuple[list[s
             + f"; approval {pol.approval}"
             + (f"; budget {cfg.budget.dataset!r}" if cfg.budget is not None else "; no budget")
         )
+        for proto in sorted(set(pol.protocols) & set(cfg.inputs) & set(BOUNDED)):
+            if pol.protocols[proto].data_bounds is None:
+                notes.append(
+                    f"policy.{proto} states no data_bounds: a session asking its data for more than the "
+                    f"protocol's default {BOUNDED[proto]} is refused (docs/governance.md, \"Bounds on a party's data\")"
+                )
     if pol is not None and pol.allow_seeded:
         problems.append(
             "[policy] allow_seeded = true lets the initiator's seed replace this party's randomness, "

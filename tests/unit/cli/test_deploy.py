@@ -659,3 +659,23 @@ def test_the_image_lock_pins_every_runtime_dependency_of_pyproject():
         name = re.sub(r"[-_.]+", "-", req.name).lower()
         assert name in pinned, f"{req.name} is a dependency in pyproject.toml but not in the lock: make docker-lock"
         assert req.specifier.contains(pinned[name], prereleases=True), (req.name, str(req.specifier), pinned[name])
+
+
+def test_check_notes_a_data_party_whose_policy_states_nothing_of_its_data(deployment):
+    """A data party's policy without data_bounds refuses every session asking more than the protocol's default
+    bound of its data (docs/governance.md, "Bounds on a party's data"): `smcdp deploy check` says so."""
+    from dataclasses import replace as _replace
+
+    from smcdp.runtime.config import dump_config
+    from smcdp.runtime.governance.policy import Policy, ProtocolRules
+
+    path = deployment / "alice" / "party.toml"
+    cfg = load_config(path)
+    data = deployment / "alice" / "a.npz"
+    data.write_bytes(b"")
+    rules = ProtocolRules(roles=("party*",), initiators=("bob",))
+    for stated, noted in ((None, True), ((("records", 9),), False)):
+        policy = Policy(protocols={"dp-aggregate": _replace(rules, data_bounds=stated)})
+        dump_config(_replace(cfg, inputs={"dp-aggregate": {"data": data}}, policy=policy), path)
+        _, notes = deploy.check_bundle(deployment / "alice")
+        assert any(n.startswith("policy.dp-aggregate states no data_bounds") for n in notes) is noted, notes
