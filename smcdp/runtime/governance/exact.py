@@ -107,15 +107,31 @@ class ExactSessions:
                     f"(at most {most}; data_bounds in its policy states what it answers without a test)",
                 )
 
-    def accepted(self, sid: str, role: str, how: str, protocol: str, exact: bool, tests: tuple[str, ...] = ()) -> None:
-        """Admitted: on the audit trail (exact, or testing bounds ``tests``: counted, also after a restart)."""
+    def accepted(
+        self,
+        sid: str,
+        role: str,
+        how: str,
+        protocol: str,
+        exact: bool,
+        tests: tuple[str, ...] = (),
+        noted: tuple[str, ...] = (),
+    ) -> None:
+        """Admitted: on the audit trail (exact, or testing bounds ``tests``: counted, also after a restart;
+        ``noted``: bounds its own operator's session tests, named and not counted)."""
         counted: dict[str, object] = {}
         if exact:
             counted[_EXACT] = True
         if tests:
             counted[_TESTS] = list(tests)
+        extra: dict[str, object] = {"bound_tests_own": list(noted)} if noted else {}
         entry = self.audit.append(
-            "accepted", session=sid, role=role, approval=how, **({"protocol": protocol, **counted} if counted else {})
+            "accepted",
+            session=sid,
+            role=role,
+            approval=how,
+            **({"protocol": protocol, **counted} if counted else {}),
+            **extra,
         )
         for kind in counted:
             self._admitted[kind].setdefault(protocol, []).append((_epoch(entry["time"]), sid))

@@ -236,9 +236,10 @@ class Governor:
             summary, charges = self._check(peer, spec, plugin, role)
             approval = self.policy.approval_for(spec.protocol) if self.policy is not None else "auto"
             exact = summary is not None and releases_exact(summary.outputs, role, spec.roles, self.name)
-            tests = untested_bounds(
-                self.policy, spec.protocol, summary.data_bounds.get(role, ()) if summary else (), peer, self.name
-            )
+            bounds = summary.data_bounds.get(role, ()) if summary else ()
+            tests = untested_bounds(self.policy, spec.protocol, bounds, peer, self.name)
+            # its own operator's session is its own decision, not counted; the trail still names what it tests
+            own = untested_bounds(self.policy, spec.protocol, bounds, "", self.name) if peer == self.name else ()
             self.exact.check(sid, spec.protocol, exact, tests)
             pending = approval == "operator" and peer != self.name
             if pending:
@@ -260,7 +261,8 @@ class Governor:
             return self.decisions.queue(peer, spec, role, summary, charges)
         if reserved is not None:
             self.reservations.audit_amount("reserved", reserved, session=sid)
-        self.exact.accepted(sid, role, "auto" if peer != self.name else "own operator", spec.protocol, exact, tests)
+        how = "auto" if peer != self.name else "own operator"
+        self.exact.accepted(sid, role, how, spec.protocol, exact, tests, noted=own)
         return spec
 
     def _check(

@@ -287,3 +287,13 @@ def test_generated_statements_merge_to_one_that_covers_both_layouts():
     b = ProtocolRules(roles=("party2",), initiators=("charlie",), data_bounds=(("records", 80), ("samples", 400)))
     assert merge_rules(a, b).data_bounds == (("records", 80), ("samples", 400))
     assert merge_rules(a, replace(b, data_bounds=None)).data_bounds == a.data_bounds
+
+
+def test_its_own_operators_session_is_admitted_uncounted_and_named_on_the_trail(tmp_path):
+    """The party's own operator may test its data (its own decision): admitted without max_bound_tests, not
+    counted, and the trail names the bounds it tests."""
+    g = _gov(_config(tmp_path))
+    g.admit("alice", _spec("own", 1000), BoundPlugin(), "data")
+    g.stop()
+    (entry,) = [e for e in _events(tmp_path) if e["event"] == "accepted" and e["session"] == "own"]
+    assert entry["bound_tests_own"] == ["records"] and "bound_tests" not in entry
