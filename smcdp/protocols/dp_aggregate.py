@@ -1267,16 +1267,20 @@ def fit_sensitivity(n: int, lam: float, optimality: float = 0.0) -> float:
 
 def records_needed(sensitivity_bound: float, lam: float) -> int:
     """The fewest records whose :func:`fit_sensitivity` (a converged fit) is within ``sensitivity_bound``, by the
-    same floating-point expression the check uses (2^62 when none is)."""
-    room = sensitivity_bound - LOCAL_FIT_TOL / lam
-    if not room > 0:
-        return 1 << 62
-    n = max(1, min(1 << 62, math.floor(1.0 / (room * lam))))
-    while n < 1 << 62 and fit_sensitivity(n, lam) > sensitivity_bound:
-        n += 1
-    while n > 1 and fit_sensitivity(n - 1, lam) <= sensitivity_bound:
-        n -= 1
-    return n
+    same floating-point expression the check uses (2^62 when none is).  A bisection over [1, 2^62]: the expression
+    is monotone in n, and a proposer's ``max_sensitivity`` a hair above LOCAL_FIT_TOL/λ puts the answer where
+    neighbouring n give the same float (a step-by-step search from an estimate ran for minutes there)."""
+    top = 1 << 62
+    if not fit_sensitivity(top, lam) <= sensitivity_bound:
+        return top
+    lo, hi = 0, top  # fit_sensitivity(hi) <= bound; lo is below the answer (0: no fit at all)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fit_sensitivity(mid, lam) <= sensitivity_bound:
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 def train_local(X: np.ndarray, y: np.ndarray, lam: float) -> tuple[np.ndarray, float]:
