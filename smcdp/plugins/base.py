@@ -21,7 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from smcdp.compute.config import ComputeConfig
-from smcdp.errors import InputRejected, PreconditionFailed
+from smcdp.errors import InputRejected, InvalidMessage, PreconditionFailed
 from smcdp.net.channel import Channel
 from smcdp.net.limits import TrafficEnvelope
 from smcdp.primitives.rng import Randomness, SeedLike
@@ -101,6 +101,18 @@ class DataBound:
 
     def as_dict(self) -> dict:
         return {"name": self.name, "relation": self.relation, "value": self.value, "trivial": self.trivial}
+
+    @classmethod
+    def from_dict(cls, d: object) -> DataBound:
+        """:meth:`as_dict` back (a stored proposal's summary), or InvalidMessage naming what is wrong."""
+        if not isinstance(d, Mapping) or set(d) != {"name", "relation", "value", "trivial"}:
+            raise InvalidMessage(f"a stored data bound must have name, relation, value and trivial, got {d!r}")
+        name, relation, value, trivial = d["name"], d["relation"], d["value"], d["trivial"]
+        if not (isinstance(name, str) and relation in BOUND_RELATIONS and isinstance(trivial, bool)) or (
+            isinstance(value, bool) or not isinstance(value, int)
+        ):
+            raise InvalidMessage(f"a stored data bound is malformed: {d!r}")
+        return cls(name, relation, value, trivial)
 
 
 @dataclass(frozen=True)

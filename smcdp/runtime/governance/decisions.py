@@ -152,8 +152,9 @@ class Decisions:
                 for o in (p.summary or {}).get("outputs", ())
             ]
             exact = releases_exact(outputs, p.role, p.roles, self.name)
-            bounds = [DataBound(**b) for b in (p.summary or {}).get("data_bounds", {}).get(p.role, ())]
-            tests = untested_bounds(self.exact.policy, p.protocol, bounds, peer, self.name)
+            # a proposal waiting for its operator is a peer's: what it tests is counted
+            bounds = [DataBound.from_dict(b) for b in (p.summary or {}).get("data_bounds", {}).get(p.role, ())]
+            tests = untested_bounds(self.exact.policy, p.protocol, bounds)
             try:  # another session may have taken the last exact or bound-test slot since the operator approved
                 self.exact.check(sid, p.protocol, exact, tests)
             except QuotaRefused as exc:

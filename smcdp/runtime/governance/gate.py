@@ -237,9 +237,9 @@ class Governor:
             approval = self.policy.approval_for(spec.protocol) if self.policy is not None else "auto"
             exact = summary is not None and releases_exact(summary.outputs, role, spec.roles, self.name)
             bounds = summary.data_bounds.get(role, ()) if summary else ()
-            tests = untested_bounds(self.policy, spec.protocol, bounds, peer, self.name)
+            uncovered = untested_bounds(self.policy, spec.protocol, bounds)
             # its own operator's session is its own decision, not counted; the trail still names what it tests
-            own = untested_bounds(self.policy, spec.protocol, bounds, "", self.name) if peer == self.name else ()
+            tests, own = ((), uncovered) if peer == self.name else (uncovered, ())
             self.exact.check(sid, spec.protocol, exact, tests)
             pending = approval == "operator" and peer != self.name
             if pending:

@@ -668,14 +668,12 @@ def evaluate(
     _check_data_bounds(ask, rules, summary, role, initiator)
 
 
-def untested_bounds(
-    policy: Policy | None, protocol: str, bounds: Iterable[DataBound], initiator: str, me: str
-) -> tuple[str, ...]:
+def untested_bounds(policy: Policy | None, protocol: str, bounds: Iterable[DataBound]) -> tuple[str, ...]:
     """The names of ``bounds`` (the proposal's on this party's data, :attr:`SessionSummary.data_bounds` of its
-    role) that its policy did not declare (``data_bounds``): each a question to its data, counted against
-    ``max_bound_tests``.  None for its own operator's session (its own decision), an open policy or a protocol
-    it has no rules for (refused elsewhere)."""
-    if policy is None or not policy.restricts or initiator == me:
+    role) that its policy did not declare (``data_bounds``): each a question to its data -- counted against
+    ``max_bound_tests`` in a peer's session, named only in its own operator's.  None under an open policy or for
+    a protocol it has no rules for (refused elsewhere)."""
+    if policy is None or not policy.restricts:
         return ()
     rules = policy.protocols.get(protocol)
     if rules is None:

@@ -15,7 +15,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from smcdp.errors import SmcdpError
+from smcdp.errors import InvalidMessage, SmcdpError
 from smcdp.net.config import ConfigError
 from smcdp.net.server import SessionSpec
 from smcdp.plugins.base import DataBound
@@ -152,11 +152,10 @@ def test_max_bound_tests_lets_the_policy_admit_undeclared_tests_which_the_gate_c
     pol = _policy("max_bound_tests = 3")
     _agg(pol, min_records=1337)  # admitted by the policy: the governor counts it
     s = _summary("dp-aggregate", DPA_ROLES, **DPA, min_records=1337)
-    assert untested_bounds(pol, "dp-aggregate", s.data_bounds["party1"], "charlie", "alice") == ("records",)
-    assert untested_bounds(pol, "dp-aggregate", s.data_bounds["party1"], "alice", "alice") == ()
+    assert untested_bounds(pol, "dp-aggregate", s.data_bounds["party1"]) == ("records",)
     declared = _policy("data_bounds = { records = 2000 }")
-    assert untested_bounds(declared, "dp-aggregate", s.data_bounds["party1"], "charlie", "alice") == ()
-    assert untested_bounds(Policy(open=True), "dp-aggregate", s.data_bounds["party1"], "charlie", "alice") == ()
+    assert untested_bounds(declared, "dp-aggregate", s.data_bounds["party1"]) == ()
+    assert untested_bounds(Policy(open=True), "dp-aggregate", s.data_bounds["party1"]) == ()
 
 
 @pytest.mark.parametrize(
@@ -317,3 +316,11 @@ def test_the_records_a_bound_needs_are_the_least_by_the_checks_own_expression_fo
     params = {**DPA, "lam": lam, "max_sensitivity": bound}
     p = DPAggregateParams.from_mapping(params)
     assert _summary("dp-aggregate", DPA_ROLES, **params).data_bounds["party1"][0].value == max(p.min_records, n)
+
+
+def test_a_stored_data_bound_is_read_back_or_refused_by_name():
+    bound = DataBound("records", "at_least", 300)
+    assert DataBound.from_dict(bound.as_dict()) == bound
+    for bad in ({"name": "records"}, {**bound.as_dict(), "value": "300"}, {**bound.as_dict(), "relation": "near"}, 3):
+        with pytest.raises(InvalidMessage, match="stored data bound"):
+            DataBound.from_dict(bad)
