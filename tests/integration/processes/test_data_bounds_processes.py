@@ -9,51 +9,16 @@ refused by the policy before either reads its data, with the same answer whateve
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
-from smcdp.cli.demo.common import governed
 from smcdp.errors import SmcdpError
 from smcdp.runtime import client
 from smcdp.runtime.governance.audit import read_entries
-from smcdp.runtime.governance.charges import BudgetConfig
-from smcdp.runtime.local import LocalCluster
-from tests.integration.processes.test_governance import PARAMS, ROLES, _data
-
-
-def _cluster(tmp_path) -> LocalCluster:
-    paths = _data(tmp_path)  # alice 50 records, bob 70
-    parties = {
-        "charlie": {},
-        "dave": {},
-        "alice": {"dp-aggregate": {"data": paths[0]}},
-        "bob": {"dp-aggregate": {"data": paths[1]}},
-    }
-    options, _ = governed("dp-aggregate", ROLES, PARAMS, initiator="charlie", seed=None)
-    for party in ("alice", "bob"):  # what each states of its data: at least 40 records
-        options["policies"][party] = replace(
-            options["policies"][party],
-            protocols={
-                "dp-aggregate": replace(
-                    options["policies"][party].protocols["dp-aggregate"], data_bounds=(("records", 40),)
-                )
-            },
-        )
-    budgets = {p: BudgetConfig(dataset=p, epsilon=5.0, delta=1e-9) for p in ("alice", "bob")}
-    return LocalCluster(
-        parties,
-        allow_insecure_keys=True,
-        workdir=tmp_path / "run",
-        data_root=tmp_path / "run",
-        session_seconds=120.0,
-        budgets=budgets,
-        **options,
-    )
+from tests.integration.processes.test_governance import PARAMS, ROLES, _cluster
 
 
 def test_a_bound_no_party_stated_is_refused_by_policy_whatever_the_data_and_a_stated_one_runs(tmp_path):
-    with _cluster(tmp_path) as c:
+    with _cluster(tmp_path, budget=5.0, data_bounds=(("records", 40),)) as c:  # alice has 50 records, bob 70
         with pytest.raises(SmcdpError) as ei:
             client.start_session(
                 c.configs["charlie"], "dp-aggregate", ROLES, {**PARAMS, "min_records": 60}, session_id="charlie.q60"

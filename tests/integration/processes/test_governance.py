@@ -39,7 +39,13 @@ def _data(tmp_path, names=("alice", "bob")):
 
 
 def _cluster(
-    tmp_path, *, approval: dict | None = None, budget=2.0, session_seconds=120.0, limits: Limits | None = None
+    tmp_path,
+    *,
+    approval: dict | None = None,
+    budget=2.0,
+    session_seconds=120.0,
+    limits: Limits | None = None,
+    data_bounds: tuple[tuple[str, int], ...] | None = None,
 ) -> LocalCluster:
     paths = _data(tmp_path)
     parties = {
@@ -51,6 +57,11 @@ def _cluster(
     options, _ = governed("dp-aggregate", ROLES, PARAMS, initiator="charlie", seed=None)
     for party, how in (approval or {}).items():
         options["policies"][party] = replace(options["policies"][party], approval=how)
+    if data_bounds is not None:  # what alice and bob state of their data (docs/governance.md)
+        for party in ("alice", "bob"):
+            pol = options["policies"][party]
+            rules = replace(pol.protocols["dp-aggregate"], data_bounds=data_bounds)
+            options["policies"][party] = replace(pol, protocols={"dp-aggregate": rules})
     budgets = {p: BudgetConfig(dataset=p, epsilon=budget, delta=1e-9) for p in ("alice", "bob")}
     return LocalCluster(
         parties,

@@ -19,18 +19,18 @@ from smcdp.errors import InvalidMessage, SmcdpError
 from smcdp.net.config import ConfigError
 from smcdp.net.server import SessionSpec
 from smcdp.plugins.base import DataBound
-from smcdp.plugins.registry import get_plugin
 from smcdp.protocols.dp_aggregate import DPAggregateParams, train_local
 from smcdp.runtime.config import PartyConfig
 from smcdp.runtime.governance.policy import (
     OutOfBounds,
     Policy,
-    evaluate,
     parse_policy,
     untested_bounds,
 )
 from tests.unit.runtime.test_governance import RULES, CostPlugin, _events, _gov
 from tests.unit.runtime.test_governance import _config as _cost_config
+from tests.unit.runtime.test_policy import _eval as _policy_eval
+from tests.unit.runtime.test_policy import _summary
 
 PEERS = {"bob": "h:1", "charlie": "h:2", "dave": "h:3", "trent": "h:5"}
 DPA_ROLES = {"charlie": "charlie", "dave": "dave", "party1": "alice", "party2": "bob"}
@@ -62,35 +62,17 @@ release_to = ["bob"]
     return parse_policy(tomllib.loads(text)["policy"], "alice", PEERS)
 
 
-def _summary(protocol, roles, **params):
-    plugin = get_plugin(protocol)
-    return plugin.summary(plugin.validate_params(params, roles), roles)
-
-
-def _eval(policy, protocol, initiator, role, roles, **params):
-    evaluate(
-        policy,
-        me="alice",
-        session_id="s1",
-        initiator=initiator,
-        role=role,
-        roles=roles,
-        summary=_summary(protocol, roles, **params),
-        allow_insecure_keys=False,
-    )
-
-
 def _agg(policy, initiator="charlie", **params):
-    _eval(policy, "dp-aggregate", initiator, "party1", DPA_ROLES, **DPA, **params)
+    _policy_eval(policy, "dp-aggregate", DPA_ROLES, initiator, "party1", **{**DPA, "min_records": 1, **params})
 
 
 def _pi(policy, **params):
     dp = dict(epsilon=1.0, delta=1e-6)  # the DP mode: the policy keeps exact outputs in
-    _eval(policy, "power-iteration", "trent", "party1", PI_ROLES, n_parties=2, key_bits=2048, **dp, **params)
+    _policy_eval(policy, "power-iteration", PI_ROLES, "trent", "party1", **dp, **params)
 
 
 def _si(policy, **params):
-    _eval(policy, "speaker-identify", "bob", "bob", SI_ROLES, **params)
+    _policy_eval(policy, "speaker-identify", SI_ROLES, "bob", "bob", **params)
 
 
 def _refused(call, rule):
