@@ -37,9 +37,9 @@ from smcdp.protocols.speaker import (
     identify_alice,
     identify_bob,
     prepare_alice,
+    prepare_bob,
     verify_alice,
     verify_bob,
-    warm_padding,
 )
 from smcdp.speech.audio import read_wav
 from smcdp.speech.speaker import SpeakerModels
@@ -96,9 +96,8 @@ class _SpeakerPlugin(ProtocolPlugin):
     def prepare_next(self, root: Randomness, inputs: Mapping[str, str], allow_insecure_keys: bool) -> None:
         """A party with an utterance configured is an Alice: her next session's key pair, tables and
         obfuscators for the utterance's frames are made while she is idle."""
-        if inputs.get("models"):  # a Bob: speaker-verify's padding speaker (drawn every session) adapts by
-            # posteriors, whose scipy import is the first session's cost otherwise
-            warm_padding()
+        if inputs.get("models"):  # a Bob: speaker-verify's padding speaker and his models' coefficient bits
+            prepare_bob(load_speaker_models(inputs["models"]))
         path = inputs.get("utterance")
         if not path:
             return

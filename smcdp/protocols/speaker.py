@@ -54,6 +54,7 @@ docs/protocols/speaker.md says exactly who learns what and proves the fixed-poin
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 import struct
@@ -530,20 +531,59 @@ def warm_padding() -> None:
     from scipy.special import logsumexp  # noqa: F401 - imported for its side effect: the module is loaded
 
 
+#: the coefficient bits of every enrolled speaker and the UBM, by a digest of the models and whether the UBM is
+#: shared: a Bob loads his models file for each session, and forming a thousand speakers' rows takes seconds
+#: (a few recent model sets; a set that comes back is recomputed)
+_ENROLLED_BITS: dict[tuple[bytes, bool], int] = {}
+_ENROLLED_BITS_KEPT = 8
+
+
+def _coefficient_bits(models: SpeakerModels, gmms: list[DiagGMM], shared: bool, fw: ForwardParams) -> int:
+    """``coef_bits = "auto"`` for Bob's rows of ``gmms`` (with the UBM beside them, or their differences from it
+    when it is shared)."""
+    labels = [str(i) for i in range(len(gmms) + 1)]
+    if shared:
+        known = models.hmm_set([models.ubm] * len(gmms), labels[:-1])
+        return model_coefficients(models.hmm_set(gmms, labels[:-1]), fw, known=known)[1]
+    return model_coefficients(models.hmm_set([*gmms, models.ubm], labels), fw)[1]
+
+
+def _enrolled_bits(models: SpeakerModels, shared: bool, fw: ForwardParams) -> int:
+    h = hashlib.blake2b(digest_size=32)
+    for a in (models.ubm.weights, models.ubm.means, models.ubm.covars, models.means):
+        arr = np.ascontiguousarray(a, dtype=np.float64)
+        h.update(repr(arr.shape).encode())
+        h.update(arr.tobytes())
+    key = (h.digest(), shared)
+    bits = _ENROLLED_BITS.get(key)
+    if bits is None:
+        bits = _coefficient_bits(models, [models.speaker(i) for i in range(models.n_speakers)], shared, fw)
+        while len(_ENROLLED_BITS) >= _ENROLLED_BITS_KEPT:
+            _ENROLLED_BITS.pop(next(iter(_ENROLLED_BITS)), None)
+        _ENROLLED_BITS[key] = bits
+    return bits
+
+
+def prepare_bob(models: SpeakerModels) -> None:
+    """A Bob's idle work for his next verification (the plug-in's ``prepare_next``): the imports his padding
+    speaker needs, and his enrolled speakers' coefficient bits in both UBM modes."""
+    warm_padding()
+    fw = VerifyParams().forward()
+    for shared in (False, True):
+        _enrolled_bits(models, shared, fw)
+
+
 def _claim_free_forward(models: SpeakerModels, pad: DiagGMM, params: VerifyParams) -> ForwardParams:
     """The forward parameters Bob runs a verification with: with ``coef_bits = "auto"`` the bits his header
     shows are those of every enrolled speaker, the padding speaker and the UBM together (their differences from
-    the UBM when it is shared), so they say nothing of which speaker -- or whether one -- is scored."""
+    the UBM when it is shared), so they say nothing of which speaker -- or whether one -- is scored.  The
+    enrolled speakers' part is computed once per model set (:func:`_enrolled_bits`); the padding speaker's, a
+    model of its own, every session."""
     fw = params.forward()
     if fw.coef_bits != "auto":
         return fw
-    gmms = [*(models.speaker(i) for i in range(models.n_speakers)), pad]
-    labels = [str(i) for i in range(len(gmms) + 1)]
-    if params.shared_ubm:
-        known = models.hmm_set([models.ubm] * len(gmms), labels[:-1])
-        _, bits = model_coefficients(models.hmm_set(gmms, labels[:-1]), fw, known=known)
-    else:
-        _, bits = model_coefficients(models.hmm_set([*gmms, models.ubm], labels), fw)
+    shared = params.shared_ubm
+    bits = max(_enrolled_bits(models, shared, fw), _coefficient_bits(models, [pad], shared, fw))
     return replace(fw, coef_bits=bits)
 
 

@@ -556,3 +556,20 @@ def test_a_feature_beyond_feature_bits_is_clipped_not_refused(keypair512, dgk_ke
             _, b = _verify(X, models, sk, dgk_key, claim="bo", feature_bits=8)
         assert b.accept == (score >= theta)
         assert "clipped inside it" in caplog.text
+
+
+@pytest.mark.parametrize("ubm", ["private", "shared"])
+def test_the_claim_free_coefficient_bits_are_those_of_all_models_at_once(ubm):
+    """The enrolled speakers' bits are kept per model set (a Bob's file is loaded each session, and a thousand
+    speakers' rows take seconds to form); with the session's padding speaker they must be the bits of every
+    model formed together -- for a padding speaker that needs more bits than the speakers, too."""
+    import random
+
+    models = _models()
+    p = VerifyParams(claim="ann", ubm=ubm, max_mixtures=C, max_features=D)
+    for pad in (speaker.padding_speakers(models, 1, random.Random(3))[0], _models(seed=9).speaker(0)):
+        far = DiagGMM(pad.weights, pad.means * 40.0, pad.covars)  # far from the UBM: more bits than any speaker
+        for g in (pad, far):
+            every = [models.speaker(i) for i in range(models.n_speakers)] + [g]
+            want = speaker._coefficient_bits(models, every, ubm == "shared", p.forward())
+            assert speaker._claim_free_forward(models, g, p).coef_bits == want
