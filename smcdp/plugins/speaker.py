@@ -32,6 +32,7 @@ from smcdp.protocols.speaker import (
     BOB,
     MAX_SPEAKERS_BOUND,
     AliceSizes,
+    EnrolledBits,
     IdentifyParams,
     VerifyParams,
     identify_alice,
@@ -96,8 +97,6 @@ class _SpeakerPlugin(ProtocolPlugin):
     def prepare_next(self, root: Randomness, inputs: Mapping[str, str], allow_insecure_keys: bool) -> None:
         """A party with an utterance configured is an Alice: her next session's key pair, tables and
         obfuscators for the utterance's frames are made while she is idle."""
-        if inputs.get("models"):  # a Bob: speaker-verify's padding speaker and his models' coefficient bits
-            prepare_bob(load_speaker_models(inputs["models"]))
         path = inputs.get("utterance")
         if not path:
             return
@@ -119,9 +118,15 @@ class _SpeakerPlugin(ProtocolPlugin):
         if role == BOB:
             models = load_speaker_models(self.input_path(ctx, "models", ch.me))
             return self._result(
-                await self.bob(ch, models, p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys)
+                await self.bob(
+                    ch, models, p, seed=ctx.seed, allow_insecure_keys=ctx.allow_insecure_keys, **self._bob_state()
+                )
             )
         raise InvalidMessage(f"{self.name} has no role {role!r}")
+
+    def _bob_state(self) -> dict[str, Any]:
+        """What this plug-in keeps for Bob's role between sessions, as its keyword arguments (none here)."""
+        return {}
 
 
 class SpeakerVerifyPlugin(_SpeakerPlugin):
@@ -130,6 +135,21 @@ class SpeakerVerifyPlugin(_SpeakerPlugin):
     output_name = "decision"
     alice = staticmethod(verify_alice)
     bob = staticmethod(verify_bob)
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: Bob's enrolled speakers' coefficient bits, kept between sessions (the protocol module keeps no state)
+        self.enrolled_bits = EnrolledBits()
+
+    def _bob_state(self) -> dict[str, Any]:
+        return {"enrolled_bits": self.enrolled_bits}
+
+    def prepare_next(self, root: Randomness, inputs: Mapping[str, str], allow_insecure_keys: bool) -> None:
+        """Alice's next session as for every speaker protocol; a Bob (a models file configured): his padding
+        speaker's imports and his models' coefficient bits, while he is idle."""
+        super().prepare_next(root, inputs, allow_insecure_keys)
+        if inputs.get("models"):
+            prepare_bob(load_speaker_models(inputs["models"]), self.enrolled_bits)
 
     @staticmethod
     def _result(res) -> dict:

@@ -531,13 +531,6 @@ def warm_padding() -> None:
     from scipy.special import logsumexp  # noqa: F401 - imported for its side effect: the module is loaded
 
 
-#: the coefficient bits of every enrolled speaker and the UBM, by a digest of the models and whether the UBM is
-#: shared: a Bob loads his models file for each session, and forming a thousand speakers' rows takes seconds
-#: (a few recent model sets; a set that comes back is recomputed)
-_ENROLLED_BITS: dict[tuple[bytes, bool], int] = {}
-_ENROLLED_BITS_KEPT = 8
-
-
 def _coefficient_bits(models: SpeakerModels, gmms: list[DiagGMM], shared: bool, fw: ForwardParams) -> int:
     """``coef_bits = "auto"`` for Bob's rows of ``gmms`` (with the UBM beside them, or their differences from it
     when it is shared)."""
@@ -548,42 +541,54 @@ def _coefficient_bits(models: SpeakerModels, gmms: list[DiagGMM], shared: bool, 
     return model_coefficients(models.hmm_set([*gmms, models.ubm], labels), fw)[1]
 
 
-def _enrolled_bits(models: SpeakerModels, shared: bool, fw: ForwardParams) -> int:
-    h = hashlib.blake2b(digest_size=32)
-    for a in (models.ubm.weights, models.ubm.means, models.ubm.covars, models.means):
-        arr = np.ascontiguousarray(a, dtype=np.float64)
-        h.update(repr(arr.shape).encode())
-        h.update(arr.tobytes())
-    key = (h.digest(), shared)
-    bits = _ENROLLED_BITS.get(key)
-    if bits is None:
-        bits = _coefficient_bits(models, [models.speaker(i) for i in range(models.n_speakers)], shared, fw)
-        while len(_ENROLLED_BITS) >= _ENROLLED_BITS_KEPT:
-            _ENROLLED_BITS.pop(next(iter(_ENROLLED_BITS)), None)
-        _ENROLLED_BITS[key] = bits
-    return bits
+class EnrolledBits:
+    """The coefficient bits of every enrolled speaker and the UBM, kept per model set (by a digest of the models)
+    and UBM mode: a Bob loads his models file for each session, and forming a thousand speakers' rows takes
+    seconds.  The speaker-verify plug-in holds one for its party process (a protocol module keeps no state);
+    the last ``kept`` model sets are kept."""
+
+    def __init__(self, kept: int = 8) -> None:
+        self._bits: dict[tuple[bytes, bool], int] = {}
+        self._kept = kept
+
+    def __call__(self, models: SpeakerModels, shared: bool, fw: ForwardParams) -> int:
+        h = hashlib.blake2b(digest_size=32)
+        for a in (models.ubm.weights, models.ubm.means, models.ubm.covars, models.means):
+            arr = np.ascontiguousarray(a, dtype=np.float64)
+            h.update(repr(arr.shape).encode())
+            h.update(arr.tobytes())
+        key = (h.digest(), shared)
+        bits = self._bits.get(key)
+        if bits is None:
+            bits = _coefficient_bits(models, [models.speaker(i) for i in range(models.n_speakers)], shared, fw)
+            while len(self._bits) >= self._kept:
+                self._bits.pop(next(iter(self._bits)), None)
+            self._bits[key] = bits
+        return bits
 
 
-def prepare_bob(models: SpeakerModels) -> None:
+def prepare_bob(models: SpeakerModels, enrolled: EnrolledBits) -> None:
     """A Bob's idle work for his next verification (the plug-in's ``prepare_next``): the imports his padding
     speaker needs, and his enrolled speakers' coefficient bits in both UBM modes."""
     warm_padding()
     fw = VerifyParams().forward()
     for shared in (False, True):
-        _enrolled_bits(models, shared, fw)
+        enrolled(models, shared, fw)
 
 
-def _claim_free_forward(models: SpeakerModels, pad: DiagGMM, params: VerifyParams) -> ForwardParams:
+def _claim_free_forward(
+    models: SpeakerModels, pad: DiagGMM, params: VerifyParams, enrolled: EnrolledBits
+) -> ForwardParams:
     """The forward parameters Bob runs a verification with: with ``coef_bits = "auto"`` the bits his header
     shows are those of every enrolled speaker, the padding speaker and the UBM together (their differences from
     the UBM when it is shared), so they say nothing of which speaker -- or whether one -- is scored.  The
-    enrolled speakers' part is computed once per model set (:func:`_enrolled_bits`); the padding speaker's, a
-    model of its own, every session."""
+    enrolled speakers' part comes from ``enrolled`` (once per model set); the padding speaker's, a model of its
+    own, is formed every session."""
     fw = params.forward()
     if fw.coef_bits != "auto":
         return fw
     shared = params.shared_ubm
-    bits = max(_enrolled_bits(models, shared, fw), _coefficient_bits(models, [pad], shared, fw))
+    bits = max(enrolled(models, shared, fw), _coefficient_bits(models, [pad], shared, fw))
     return replace(fw, coef_bits=bits)
 
 
@@ -864,9 +869,11 @@ async def verify_bob(
     seed: SeedLike = None,
     allow_insecure_keys: bool = False,
     dgk_key: dgk.DGKPrivateKey | None = None,
+    enrolled_bits: EnrolledBits | None = None,
 ) -> VerifyResult:
     """Role Bob of ``speaker-verify``: the UBM, the enrolled models, θ; learns the decision with
-    ``output = "bob"`` (the default) and nothing else."""
+    ``output = "bob"`` (the default) and nothing else.  ``enrolled_bits``: where his models' coefficient bits
+    are kept between sessions (the plug-in's; None: formed for this session)."""
     params.validate()
     t_start = time.perf_counter()
     _check_models(models, params)
@@ -883,7 +890,7 @@ async def verify_bob(
     pad = padding_speakers(models, 1, protocol_rng(seed, params.protocol_name, ch.role, "padding"))[0]
     enrolled = params.claim in models.names
     speaker = models.speaker(models.index(params.claim)) if enrolled else pad
-    forward = _claim_free_forward(models, pad, params)
+    forward = _claim_free_forward(models, pad, params, enrolled_bits or EnrolledBits())
     if shared:  # --- Step 0 (ubm = "shared", as bob's policy allowed): the UBM to Alice.
         await ch.send(alice, f"{tag}/ubm", ubm_to_proto(models.ubm))
     # --- Steps 1-2.

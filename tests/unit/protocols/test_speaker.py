@@ -572,4 +572,4 @@ def test_the_claim_free_coefficient_bits_are_those_of_all_models_at_once(ubm):
         for g in (pad, far):
             every = [models.speaker(i) for i in range(models.n_speakers)] + [g]
             want = speaker._coefficient_bits(models, every, ubm == "shared", p.forward())
-            assert speaker._claim_free_forward(models, g, p).coef_bits == want
+            assert speaker._claim_free_forward(models, g, p, speaker.EnrolledBits()).coef_bits == want
