@@ -1,7 +1,8 @@
-"""Where a keyword session's online time goes, at each party (issue 42): a profile of the demo's sessions.
+"""Where a secure-forward session's online time goes, at each party (issue 42; speaker sessions too): a profile.
 
 Runs ``bench/session_driver.py --workload keyword`` (one OS process per party, mutual TLS on loopback,
-2048-bit keys, 98 frames × 39-d against 10 five-state HMMs, m = 1) with timing wrappers installed in both
+2048-bit keys, 98 frames × 39-d against 10 five-state HMMs, m = 1; or ``--workload speaker-verify`` with the
+driver's options after ``--``: a GMM's mixture LOGSUMs) with timing wrappers installed in both
 party processes by a ``sitecustomize`` on their ``PYTHONPATH``.  The wrappers count, per party, the thread
 CPU seconds (``time.thread_time``) of
 
@@ -24,6 +25,8 @@ TLS threads, the event loop).  The wrappers cost about a microsecond a call (tho
 ms).  ``--param NAME=JSON`` sets a session parameter (e.g. ``groups=2``).
 
     PYTHONPATH=. .venv/bin/python bench/keyword_profile.py --sessions 2 [--json out.json] [--cprofile 25]
+    PYTHONPATH=. .venv/bin/python bench/keyword_profile.py --workload speaker-verify --param 'key_kind="subgroup"' \\
+        -- --models /tmp/spkc/speakers.npz --wav /tmp/spkc/enrolled/spk02/test/u09.wav --claim spk02
 
 The parties run the tree named first on ``PYTHONPATH`` (another checkout, to compare two trees with this
 script), from that tree's directory.
@@ -124,6 +127,8 @@ def install(out_dir: str) -> None:
     # call -- their CPU shows as "threads that ended" in the CPU by thread
     sf.multi_exp_rows = timed("multi-exp: emission rows (calling thread)", sf.multi_exp_rows)
     logsum._job_product = timed("multi-exp: induction sums", logsum._job_product)
+    # the mixture LOGSUM's weighted sums in the spread layout (speaker models): one multi_exp_rows a chunk
+    logsum.multi_exp_rows = timed("multi-exp: mixture sums (calling thread)", logsum.multi_exp_rows)
     EncryptedVector.to_proto = timed("serialise ciphertexts", EncryptedVector.to_proto)
     EncryptedVector.from_proto = classmethod(  # type: ignore[method-assign]
         timed("parse + check ciphertexts", EncryptedVector.from_proto.__func__)
@@ -255,8 +260,11 @@ def install(out_dir: str) -> None:
                 prof.enable()
             threads0 = thread_cpu()
             w0, c0, l0 = time.perf_counter(), time.process_time(), time.thread_time()
+            frames = 0
             try:
-                return await run(self, *args, **kw)
+                res = await run(self, *args, **kw)
+                frames = int(getattr(res, "frames", 0))
+                return res
             finally:
                 wall, cpu, loop_cpu = time.perf_counter() - w0, time.process_time() - c0, time.thread_time() - l0
                 threads1 = thread_cpu()
@@ -275,6 +283,7 @@ def install(out_dir: str) -> None:
                     "pid": os.getpid(),
                     "t": time.time(),
                     "wall": wall,
+                    "frames": frames,
                     "cpu": cpu,
                     "event_loop_cpu": loop_cpu,
                     "loop_thread": loop_thread,
@@ -294,11 +303,12 @@ def install(out_dir: str) -> None:
 
 # =============================================================================== the driver
 def table(prof: dict) -> str:
+    T = prof.get("frames") or 98  # a run that failed counted none: the keyword fixture's
     lines = [
         f"**{prof['role']}**: online (forward run) {prof['wall']:.2f} s wall, process CPU {prof['cpu']:.2f} s, "
         f"event-loop thread CPU {prof['event_loop_cpu']:.2f} s",
         "",
-        "| what | calls | thread CPU s | wall s | per frame (98) ms CPU |",
+        f"| what | calls | thread CPU s | wall s | per frame ({T}) ms CPU |",
         "|---|---|---|---|---|",
     ]
     named = 0.0
@@ -306,10 +316,8 @@ def table(prof: dict) -> str:
         if name.startswith("recv wait"):
             continue
         named += cpu  # leaf functions: no row holds another (Channel.send holds no serialisation)
-        lines.append(f"| {name} | {int(n)} | {cpu:.3f} | {wall:.3f} | {cpu / 98 * 1e3:.2f} |")
-    lines.append(
-        f"| other (not named above) | | {prof['cpu'] - named:.3f} | | {(prof['cpu'] - named) / 98 * 1e3:.2f} |"
-    )
+        lines.append(f"| {name} | {int(n)} | {cpu:.3f} | {wall:.3f} | {cpu / T * 1e3:.2f} |")
+    lines.append(f"| other (not named above) | | {prof['cpu'] - named:.3f} | | {(prof['cpu'] - named) / T * 1e3:.2f} |")
     if prof.get("threads"):
         lines.append("")
         lines.append(
@@ -432,6 +440,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sessions", type=int, default=2)
     ap.add_argument("--gap", type=float, default=3.0)
+    ap.add_argument(
+        "--workload",
+        default="keyword",
+        help="session_driver.py's workload: keyword, or speaker-verify / speaker-identify (the secure forward "
+        "algorithm's mixture step), with their driver options after --",
+    )
     ap.add_argument("--json", type=Path)
     ap.add_argument(
         "--param", action="append", default=[], metavar="NAME=JSON", help="a session parameter (e.g. groups=2)"
@@ -442,6 +456,9 @@ def main() -> int:
         default=0,
         metavar="N",
         help="also profile each party's event-loop thread (cProfile, thread CPU) and print its top N functions",
+    )
+    ap.add_argument(
+        "driver", nargs="*", help="after --: more session_driver.py options (--models, --wav, --claim, ...)"
     )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="smcdp-kwprof-") as d:
@@ -463,12 +480,13 @@ def main() -> int:
                 sys.executable,
                 str(ROOT / "bench" / "session_driver.py"),
                 "--workload",
-                "keyword",
+                args.workload,
                 "--sessions",
                 str(args.sessions),
                 "--gap",
                 str(args.gap),
                 *(x for p in args.param for x in ("--param", p)),
+                *args.driver,
             ],
             env=env,
             capture_output=True,
