@@ -15,6 +15,11 @@ wherever they are read:
 A record that could not be written (a full disk) is kept in memory instead and served from there until
 the process ends (:meth:`SessionRecords.write`), so an operator still gets the outcome.
 
+A session that ended before it began here, past its initiator's allowance of such ends in full (the
+governance counts it in one ``unbegun-summarised`` audit line, docs/security.md), keeps no file: its
+record is served from memory, the newest :data:`TRANSIENT_RECORDS` of them (:meth:`SessionRecords.transient`).
+A member proposing and aborting sessions as fast as the party answers left one file each, for ever.
+
 The ``a…`` methods run the file operations in the loop's default executor: the server's loop never
 blocks on the disk.
 """
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -33,6 +39,9 @@ from smcdp.net.server import validate_session_id
 log = logging.getLogger("smcdp.records")
 
 SUFFIX = ".json"
+#: records of sessions that ended before they began, past their initiator's allowance, served from memory only
+#: (about 1-2 KB each: a few MB at most); the oldest is forgotten first
+TRANSIENT_RECORDS = 2048
 
 
 class SessionRecord(TypedDict, total=False):
@@ -106,6 +115,8 @@ class SessionRecords:
         self.party = party
         #: records that could not be written: served from memory until the process ends
         self._unwritten: dict[str, SessionRecord] = {}
+        #: records kept in memory only (:meth:`transient`), oldest first
+        self._transient: OrderedDict[str, SessionRecord] = OrderedDict()
 
     # ------------------------------------------------------------------ where
     def path(self, session_id: str) -> Path:
@@ -113,12 +124,13 @@ class SessionRecords:
 
     def exists(self, session_id: str) -> bool:
         """A record of ``session_id`` is held here (on disk, or in memory after a failed write)."""
-        return session_id in self._unwritten or self.path(session_id).exists()
+        return session_id in self._unwritten or session_id in self._transient or self.path(session_id).exists()
 
     def ids_named(self, name: str) -> set[str]:
         """Ids ``<initiator>.<name>`` of the records held here."""
         found = {p.name[: -len(SUFFIX)] for p in self.directory.glob(f"*.{name}{SUFFIX}")}
-        return found | {sid for sid in self._unwritten if sid.partition(".")[2] == name}
+        held = (*self._unwritten, *self._transient)
+        return found | {sid for sid in held if sid.partition(".")[2] == name}
 
     @property
     def unwritten(self) -> set[str]:
@@ -129,6 +141,8 @@ class SessionRecords:
         """The record of ``session_id``; None if there is none; :class:`RecordDamaged` if it cannot be read."""
         if session_id in self._unwritten:
             return self._unwritten[session_id]
+        if session_id in self._transient:
+            return self._transient[session_id]
         path = self.path(session_id)
         try:
             raw = path.read_bytes()
@@ -195,6 +209,20 @@ class SessionRecords:
             record = {**record, "record_write_error": str(exc)}
             self._unwritten[session_id] = record
         return record
+
+    def transient(self, session_id: str, record: SessionRecord) -> None:
+        """Serve ``record`` from memory only and remove its file: a session that ended before it began here,
+        counted rather than audited in full.  Beyond :data:`TRANSIENT_RECORDS` such records the oldest is
+        forgotten (a query then finds no record; its id may be proposed again -- the session computed nothing
+        here).  Never raises: a file that cannot be removed stays, and the removal is logged."""
+        self._transient[session_id] = record
+        self._transient.move_to_end(session_id)
+        while len(self._transient) > TRANSIENT_RECORDS:
+            self._transient.popitem(last=False)
+        try:
+            self.path(session_id).unlink(missing_ok=True)
+        except OSError as exc:
+            log.error("session %s: cannot remove its record file: %s", session_id, exc)
 
     def keep(self, session_id: str, record: SessionRecord) -> None:
         """Serve ``record`` from memory (its write failed in the session's thread)."""

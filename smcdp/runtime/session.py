@@ -151,8 +151,10 @@ class Session:
         self.record: SessionRecord | None = None
         #: called with the final record before anyone can see it (GetResult, GetStatus, ``done``): the party's
         #: governance settles the session and writes its ``session-end`` audit line there, so that a session seen
-        #: ended has its reservation settled and its end in the audit trail (set by the party; never raises)
-        self.on_end: Callable[[SessionRecord], None] | None = None
+        #: ended has its reservation settled and its end in the audit trail (set by the party; never raises).
+        #: False: an end before Begin that the governance counted rather than audited -- nothing of the session
+        #: stays on disk (:meth:`_finish`)
+        self.on_end: Callable[[SessionRecord], bool] | None = None
         #: what ended the session's thread before its channel was made (a Propose answers with it)
         self.thread_error: BaseException | None = None
         self.channel: GrpcChannel | None = None
@@ -465,18 +467,36 @@ class Session:
                 self.checkpoint.remove()  # nothing to continue: the root key and journal go too
         except OSError as exc:
             log.error("session %s: cannot update its checkpoint: %s", self.spec.session_id, exc)
-        self._settle(record)
+        if not self._settle(record):
+            record = self._forget_unbegun(record)
         self.record = record
         self.lifecycle.advance(Phase.FAILED if error is not None else Phase.SUCCEEDED)
         self.done.set_result(record)
         log.info("session %s %s%s", self.spec.session_id, state.value, " (resumable)" if resumable else "")
 
-    def _settle(self, record: SessionRecord) -> None:
+    def _settle(self, record: SessionRecord) -> bool:
+        """The party's governance settles the end (:attr:`on_end`); False if nothing of it is to stay on disk."""
         if self.on_end is not None:
             try:
-                self.on_end(record)
+                return self.on_end(record) is not False
             except Exception:  # noqa: BLE001 - the record is written: the session still ends
                 log.exception("session %s: settling its end failed", self.spec.session_id)
+        return True
+
+    def _forget_unbegun(self, record: SessionRecord) -> SessionRecord:
+        """A session that ended before it began here, past its initiator's allowance of such ends (counted in
+        the audit trail, not written there): its record is served from memory only and its checkpoint goes,
+        even a resumable one's -- it computed nothing here, and its initiator may propose it again.  A member
+        proposing and aborting as fast as the party answers left a record file (and, aborting with
+        UNAVAILABLE, a checkpoint for ``failed_retention_seconds``) each time (docs/security.md)."""
+        if record.get("resumable"):
+            record = {**record, "resumable": False}
+            try:
+                self.checkpoint.remove()
+            except OSError as exc:
+                log.error("session %s: cannot remove its checkpoint: %s", self.spec.session_id, exc)
+        self.party.records.transient(self.spec.session_id, record)
+        return record
 
     def _lose(self, exc: BaseException, culprit: str | None) -> None:
         """The watcher found the session lost: end it with ``exc``."""

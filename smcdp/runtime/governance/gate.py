@@ -412,8 +412,10 @@ class Governor:
         """At the end of a session: commit what is still reserved on success, release it on failure."""
         self.reservations.settle(session_id, succeeded, reason)
 
-    def session_done(self, session_id: str, record: Mapping[str, Any], began: bool = True) -> None:
+    def session_done(self, session_id: str, record: Mapping[str, Any], began: bool = True) -> bool:
         """A session ended here (called from its thread).  Never raises: the record is written already.
+        False if it ended before Begin past its initiator's allowance -- counted in an ``unbegun-summarised``
+        line, not audited in full: nothing of it need stay on disk (the session keeps its record in memory).
 
         A session that failed resumably gives its reservation back too (else one Abort
         UNAVAILABLE from any participant would hold it for ever); ``session resume`` admits
@@ -428,7 +430,7 @@ class Governor:
                 self.exact.give_back(session_id)
             self.settle(session_id, record.get("state") == SessionState.SUCCEEDED, str(err.get("message", "")))
             if not self.unbegun.ended(session_id, str(record.get("initiator") or ""), began):
-                return  # ended before Begin, past its initiator's allowance: counted
+                return False  # ended before Begin, past its initiator's allowance: counted
             self.audit.append(
                 "session-end",
                 session=session_id,
@@ -439,6 +441,7 @@ class Governor:
             )
         except SmcdpError as exc:  # e.g. a session ending while the party shuts down (audit closed)
             log.error("session %s: could not settle or audit its end: %s", session_id, exc)
+        return True
 
     def checkpoint_deleted(self, info: Mapping[str, Any], retention: float) -> None:
         """The retention sweep removed a session's checkpoint and journal."""

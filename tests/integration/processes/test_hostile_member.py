@@ -705,21 +705,29 @@ def test_proposals_aborted_before_begin_are_summarised_in_the_audit_trail(tmp_pa
     proposes 40 sessions to bob and aborts each before Begin: bob's audit trail records the first ones of her
     window in full (proposal, accepted, abort, session-end; the first to end, which need not be the first
     proposed) and counts the others in one 'unbegun-summarised' line (written when the window ends or, here,
-    when bob stops); the chain verifies."""
+    when bob stops); the chain verifies.  The counted ones leave no file either: bob answers for them from
+    memory, keeps a record file only for those in full, and no checkpoint of a counted one -- half of alice's
+    aborts say UNAVAILABLE, which made a session resumable and kept its checkpoint for a day (each session
+    left its record file for ever before)."""
+    from smcdp.runtime.durability.checkpoint import SUFFIX as CHECKPOINT_SUFFIX
     from smcdp.runtime.governance.audit import REFUSALS_IN_FULL, read_entries, verify_log
 
     cfgs, procs = parties(names=("bob",))
     n = 40
     sids = [f"alice.gone-{i}" for i in range(n)]
     with raw_channel(tmp_path / "certs", "alice", _address(cfgs, "bob"), "bob") as alice:
-        for sid in sids:
+        for i, sid in enumerate(sids):
             assert call_unary(alice, MAILBOX + "Propose", _spec(sid, {"a": "alice", "b": "bob"}))[0] == C.OK
-            abort = tpb.AbortRequest(session_id=sid, code="ABORTED", message="never mind").SerializeToString()
+            code = ("ABORTED", "UNAVAILABLE")[i % 2]
+            abort = tpb.AbortRequest(session_id=sid, code=code, message="never mind").SerializeToString()
             assert call_unary(alice, MAILBOX + "Abort", abort)[0] == C.OK
-    for sid in sids:  # every one ended at bob before bob stops
+    for sid in sids:  # every one ended at bob before bob stops (the counted ones answered from memory)
         _wait_for(lambda sid=sid: client.get_result(cfgs["bob"], sid).get("state") == "failed", f"{sid} to end")
-    procs["bob"].terminate()
     data_dir = load_config(cfgs["bob"]).data_dir
+    sessions_dir = data_dir / "sessions"
+    records = {p.name[: -len(".json")] for p in sessions_dir.glob("alice.gone-*.json")}
+    checkpoints = {p.name[: -len(CHECKPOINT_SUFFIX)] for p in sessions_dir.glob(f"alice.gone-*{CHECKPOINT_SUFFIX}")}
+    procs["bob"].terminate()
     events = [e for _, e, _ in read_entries(data_dir) if e is not None]
     mine = [e for e in events if str(e.get("session", "")).startswith("alice.gone-")]
     # the first ones to *end* are written in full (the allowance is spent as sessions end, and bob ends them
@@ -732,3 +740,5 @@ def test_proposals_aborted_before_begin_are_summarised_in_the_audit_trail(tmp_pa
     (summary,) = [e for e in events if e["event"] == "unbegun-summarised"]
     assert summary["peer"] == "alice" and summary["ended_before_begin"] == n - REFUSALS_IN_FULL, summary
     assert verify_log(data_dir).ok
+    assert records == set(full), (sorted(records), sorted(full))  # a file for each audited in full, no other
+    assert checkpoints <= set(full), sorted(checkpoints - set(full))

@@ -128,3 +128,21 @@ def test_a_record_the_disk_refuses_is_kept_in_memory(tmp_path):
     assert "record_write_error" in kept
     assert r.exists("bob.s-9") and r.load("bob.s-9") == kept and "bob.s-9" in r.unwritten
     assert json.loads(json.dumps(kept))["state"] == "succeeded"
+
+
+def test_a_record_kept_in_memory_only_leaves_no_file_and_the_oldest_goes_first(tmp_path, monkeypatch):
+    """A session that ended before it began, counted rather than audited in full (docs/security.md): its record
+    is served from memory, its file removed, and at most TRANSIENT_RECORDS of them are held."""
+    from smcdp.runtime import records as records_mod
+
+    monkeypatch.setattr(records_mod, "TRANSIENT_RECORDS", 3)
+    r = _records(tmp_path)
+    for i in range(5):
+        sid = f"bob.gone-{i}"
+        rec = r.write(sid, {"session_id": sid, "state": "failed"})
+        r.transient(sid, rec)
+        assert not r.path(sid).exists() and r.load(sid) == rec and r.exists(sid)
+    assert not list((tmp_path / "sessions").iterdir())
+    assert [i for i in range(5) if r.exists(f"bob.gone-{i}")] == [2, 3, 4]  # the oldest two forgotten
+    assert r.load("bob.gone-0") is None and r.ids_named("gone-4") == {"bob.gone-4"} and r.ids_named("gone-0") == set()
+    assert r.recent(10) == []  # the newest on disk only: nothing of these
