@@ -57,6 +57,7 @@ __all__ = [
     "repair_nearest",
     "resolve_bounds",
     "resolve_data_norm",
+    "set_solver_diagnostics",
 ]
 
 #: longest dataset name or reservation key a budget accepts
@@ -286,6 +287,33 @@ def resolve_data_norm(data_norm: float | None, X: np.ndarray, *, private: bool, 
             )
         return min(max(inferred, 2.0**-MAGNITUDE_BITS), 2.0**MAGNITUDE_BITS)
     return check_magnitude(data_norm, "data_norm")  # 1e-300 made a factor model's transform non-finite
+
+
+def set_solver_diagnostics(estimator: Any, values: dict[str, Any], *, private: bool, keep: Any, who: str) -> None:
+    """Set a solver's diagnostics (``n_iter_``, ``optimality_``, ``converged_``, ...) on a fitted estimator.
+
+    They are computed from the private data and the noise, not from the release alone -- no post-processing
+    of it, so not covered by the fit's guarantee (how many iterations, how small the gradient got, tell
+    apart neighbouring data sets).  A private fit therefore keeps them only when its caller asks
+    (``keep_diagnostics=True``, warned: a :class:`PrivacyLeakWarning`), and the fitted estimator, which its
+    owner may pass on, holds nothing beyond the release and public inputs; a non-private fit keeps them
+    always.  ``keep`` must be a bool."""
+    if not isinstance(keep, (bool, np.bool_)):
+        raise InvalidParameter(f"keep_diagnostics must be True or False, got {keep!r}")
+    if private and not keep:
+        for name in values:  # a refit with keep_diagnostics=False leaves none of a previous fit's
+            estimator.__dict__.pop(name, None)
+        return
+    if private:
+        warnings.warn(
+            f"{who}: keep_diagnostics=True keeps {', '.join(sorted(values))} on a private fit: they are computed "
+            "from the data, not from the noisy release, and are not differentially private -- keep the "
+            "estimator to yourself, or refit without them before passing it on.",
+            PrivacyLeakWarning,
+            stacklevel=4,
+        )
+    for name, value in values.items():
+        setattr(estimator, name, value)
 
 
 def clip_rows_to_norm(X: np.ndarray, data_norm: float, out_of_bounds: str = "clip") -> np.ndarray:

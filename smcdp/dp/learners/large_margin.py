@@ -77,6 +77,7 @@ from smcdp.dp.validation import (
     project_psd,
     resolve_classes,
     resolve_data_norm,
+    set_solver_diagnostics,
 )
 
 __all__ = ["LargeMarginGaussianClassifier", "large_margin_jacobian_term", "large_margin_sensitivity"]
@@ -216,12 +217,15 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
     random_state : None, int or Generator (experiments only)
     classes : the public set of labels; None reads it from y and warns when private (PrivacyLeakWarning)
     accountant : PrivacyBudget or None   charged with the fit's cost (checked before X is read)
+    keep_diagnostics : bool, default=False   keep optimality_, n_iter_ and converged_ on a private fit too
+        (warned, PrivacyLeakWarning: computed from the data, not the release; not DP); non-private fits keep them
 
     Attributes
     ----------
     classes_, phi_ (n_classes, n_components, d+1, d+1), epsilon_spent_, delta_spent_,
     rho_spent_ (``epsilon'**2/2`` for the objective perturbation plus twice the label mixture's rho),
-    epsilon_paper_, noise_sensitivity_, optimality_ (KKT residuals), n_iter_
+    epsilon_paper_, noise_sensitivity_; optimality_ (KKT residuals), n_iter_, converged_ (non-private fits,
+    or ``keep_diagnostics=True``)
     """
 
     def __init__(
@@ -243,8 +247,10 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
         random_state=None,
         accountant=None,
         classes=None,
+        keep_diagnostics=False,
     ):
         self.epsilon = epsilon
+        self.keep_diagnostics = keep_diagnostics
         self.classes = classes
         self.lam = lam
         self.gamma = gamma
@@ -299,6 +305,8 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
         check_out_of_bounds(self.out_of_bounds)
         if self.component_labels not in ("private", "nonprivate"):
             raise InvalidParameter("component_labels must be 'private' or 'nonprivate'")
+        if not isinstance(self.keep_diagnostics, (bool, np.bool_)):
+            raise InvalidParameter(f"keep_diagnostics must be True or False, got {self.keep_diagnostics!r}")
         private = is_private(eps)
         cost = NON_PRIVATE
         if private:
@@ -376,10 +384,11 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
         obj = _Objective(Z, yi, mi, C, K, lam, gamma, h, b)
         P, it, resid = _solve(obj, np.zeros((C, K, D, D)), tol, max_iter)
         self.phi_ = P
-        self.n_iter_ = it
-        self.optimality_ = kkt_residuals(obj, P)
-        self.converged_ = resid <= tol
-        if not self.converged_:
+        diagnostics = {"n_iter_": it, "optimality_": kkt_residuals(obj, P), "converged_": resid <= tol}
+        set_solver_diagnostics(
+            self, diagnostics, private=private, keep=self.keep_diagnostics, who="LargeMarginGaussianClassifier"
+        )
+        if not diagnostics["converged_"]:  # told to whoever fits (the data's owner), not kept on the model
             warnings.warn(
                 f"LargeMarginGaussianClassifier: solver stopped at residual {resid:.3g} > tol={tol:g}",
                 RuntimeWarning,

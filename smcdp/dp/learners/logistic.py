@@ -63,6 +63,7 @@ from smcdp.dp.validation import (
     is_private,
     resolve_classes,
     resolve_data_norm,
+    set_solver_diagnostics,
 )
 from smcdp.errors import PreconditionFailed
 
@@ -96,6 +97,10 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     tol : float, default=1e-8
         Gradient-norm tolerance of the solver (``optimality_`` reports the attained value).
     max_iter : int, default=10000
+    keep_diagnostics : bool, default=False
+        Keep ``n_iter_`` and ``optimality_`` on a private fit too (with a
+        :class:`~smcdp.dp.validation.PrivacyLeakWarning`): they are computed from the data, not from the
+        release, and are not differentially private (docs/dp-learners.md).  A non-private fit keeps them always.
     random_state : None, int or numpy Generator
         ``None`` (default) draws privacy noise from the secure source; a seed is
         for reproducible experiments only.
@@ -123,8 +128,11 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     noise_sensitivity_ : float or None
         Output perturbation: the sensitivity the noise is calibrated to,
         ``sensitivity_ + tol * R / lam`` (covers the solver's stopping tolerance).
+    n_iter_ : int
+        The solver's iterations (non-private fits, or ``keep_diagnostics=True``).
     optimality_ : float
-        Gradient norm of the (perturbed) objective at the returned point.
+        Gradient norm of the (perturbed) objective at the returned point (non-private fits, or
+        ``keep_diagnostics=True``).
     """
 
     def __init__(
@@ -142,8 +150,10 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         random_state: Any = None,
         accountant: Any = None,
         classes: Any = None,
+        keep_diagnostics: bool = False,
     ) -> None:
         self.epsilon = epsilon
+        self.keep_diagnostics = keep_diagnostics
         self.classes = classes
         self.lam = lam
         self.data_norm = data_norm
@@ -174,6 +184,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             raise InvalidParameter(f"mechanism must be 'objective' or 'output', got {self.mechanism!r}")
         if not isinstance(self.fit_intercept, (bool, np.bool_)):
             raise InvalidParameter("fit_intercept must be a bool")
+        if not isinstance(self.keep_diagnostics, (bool, np.bool_)):
+            raise InvalidParameter(f"keep_diagnostics must be True or False, got {self.keep_diagnostics!r}")
         scaling = check_magnitude(self.intercept_scaling, "intercept_scaling")
         check_out_of_bounds(self.out_of_bounds)
         tol = check_positive(self.tol, "tol")
@@ -261,8 +273,13 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             self.epsilon_noise_ = eps_p
             self.extra_ridge_ = ridge
 
-        self.n_iter_ = nit
-        self.optimality_ = gnorm
+        set_solver_diagnostics(
+            self,
+            {"n_iter_": nit, "optimality_": gnorm},
+            private=private,
+            keep=self.keep_diagnostics,
+            who="LogisticRegression",
+        )
         if self.fit_intercept:
             self.coef_ = w[:-1].reshape(1, -1)
             self.intercept_ = np.array([w[-1] * scaling])

@@ -1,4 +1,5 @@
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -35,7 +36,12 @@ def _check_kkt(m, tol):
 def test_solution_satisfies_kkt(eps):
     X, y = _blobs()
     R = np.linalg.norm(X, axis=1).max()
-    m = LargeMarginGaussianClassifier(epsilon=eps, data_norm=R, lam=0.01, tol=1e-7, random_state=0).fit(X, y)
+    m = LargeMarginGaussianClassifier(
+        epsilon=eps, data_norm=R, lam=0.01, tol=1e-7, random_state=0, keep_diagnostics=eps < INF
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error" if eps == INF else "ignore", PrivacyLeakWarning)  # non-private: none
+        m.fit(X, y)
     assert m.converged_
     _check_kkt(m, 1e-7)
     for P in m.phi_.reshape(-1, 4, 4):
@@ -73,6 +79,31 @@ def test_a_fitted_model_keeps_no_training_row_label_or_noise():
     for v in vars(m).values():
         assert not (isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[0] == len(X)), v
         assert type(v).__name__ != "_Objective"
+
+
+def test_a_private_fit_keeps_no_solver_diagnostics_unless_asked_and_warned():
+    """The solver's iterations, KKT residuals and convergence are computed from the data and the noise, not from
+    the released phi_: a private fit's estimator does not carry them (docs/dp-learners.md, review finding 3);
+    keep_diagnostics=True keeps them with a PrivacyLeakWarning, a non-private fit always."""
+    X, y = _blobs(n=60)
+    R = np.linalg.norm(X, axis=1).max()
+    names = ("n_iter_", "optimality_", "converged_")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyLeakWarning)
+        m = LargeMarginGaussianClassifier(epsilon=1.0, data_norm=R, random_state=0, classes=[0, 1, 2]).fit(X, y)
+        assert not any(hasattr(m, a) for a in names) and m.phi_.shape[0] == 3
+        assert all(hasattr(LargeMarginGaussianClassifier(epsilon=INF, data_norm=R).fit(X, y), a) for a in names)
+    kept = LargeMarginGaussianClassifier(
+        epsilon=1.0, data_norm=R, random_state=0, classes=[0, 1, 2], keep_diagnostics=True
+    )
+    with pytest.warns(PrivacyLeakWarning, match="keep_diagnostics=True keeps converged_, n_iter_, optimality_"):
+        kept.fit(X, y)
+    assert all(hasattr(kept, a) for a in names)
+    np.testing.assert_array_equal(kept.phi_, m.phi_)  # the release is the same fit
+    kept.set_params(keep_diagnostics=False).fit(X, y)  # a refit without them drops the earlier fit's
+    assert not any(hasattr(kept, a) for a in names)
+    with pytest.raises(InvalidParameter, match="keep_diagnostics"):
+        LargeMarginGaussianClassifier(keep_diagnostics="yes").fit(X, y)
 
 
 def test_minimiser_beats_feasible_perturbations(monkeypatch):
@@ -198,8 +229,16 @@ def test_mixture_components_private_and_nonprivate_labels():
     X, y = _blobs(n=240, C=2)
     R = np.linalg.norm(X, axis=1).max()
     m = LargeMarginGaussianClassifier(
-        epsilon=1.0, n_components=2, data_norm=R, label_epsilon=0.5, label_delta=1e-5, random_state=0
-    ).fit(X, y)
+        epsilon=1.0,
+        n_components=2,
+        data_norm=R,
+        label_epsilon=0.5,
+        label_delta=1e-5,
+        random_state=0,
+        keep_diagnostics=True,  # for the KKT check below
+    )
+    with pytest.warns(PrivacyLeakWarning, match="keep_diagnostics"):
+        m.fit(X, y)
     assert m.phi_.shape == (2, 2, 4, 4)
     k = large_margin_jacobian_term(240, 0.01, 0.5, 2, 2)
     assert m.epsilon_spent_ == pytest.approx(1.0 + k + 2 * 0.5)
@@ -250,7 +289,7 @@ def test_the_solver_stops_at_the_arithmetics_resolution_for_a_tiny_epsilon():
     y = np.repeat([0, 1], 30)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        m = LargeMarginGaussianClassifier(epsilon=1e-12, random_state=5).fit(X, y)
+        m = LargeMarginGaussianClassifier(epsilon=1e-12, random_state=5, keep_diagnostics=True).fit(X, y)
     assert m.n_iter_ < 1000 and not m.converged_
     assert np.all(np.isfinite(m.decision_function(X)))
 

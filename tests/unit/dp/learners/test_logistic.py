@@ -125,12 +125,35 @@ def test_inferring_norm_warns_when_private():
         {"out_of_bounds": "drop"},
         {"epsilon": float("nan")},
         {"fit_intercept": "yes"},
+        {"keep_diagnostics": 1},
     ],
 )
 def test_invalid_parameters(kw):
     X, y = _data()
     with pytest.raises(InvalidParameter):
         LogisticRegression(**kw).fit(X, y)
+
+
+@pytest.mark.parametrize("mechanism", ["objective", "output"])
+def test_a_private_fit_keeps_no_solver_diagnostics_unless_asked_and_warned(mechanism):
+    """n_iter_ and optimality_ are the solver's, computed from the data and the noise, not from the released
+    coefficients (docs/dp-learners.md, review finding 3): a private fit's estimator does not carry them unless
+    keep_diagnostics=True, which warns; a non-private fit keeps them."""
+    X, y = _data()
+    kw = dict(mechanism=mechanism, random_state=3, classes=[0, 1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyLeakWarning)
+        m = LogisticRegression(epsilon=1.0, **kw).fit(X, y)
+        assert not hasattr(m, "n_iter_") and not hasattr(m, "optimality_")
+        plain = LogisticRegression(epsilon=INF, **kw).fit(X, y)
+        assert plain.n_iter_ >= 1 and plain.optimality_ <= 1e-8
+    kept = LogisticRegression(epsilon=1.0, keep_diagnostics=True, **kw)
+    with pytest.warns(PrivacyLeakWarning, match="keeps n_iter_, optimality_ on a private fit"):
+        kept.fit(X, y)
+    assert kept.n_iter_ >= 1 and kept.optimality_ <= 1e-8
+    np.testing.assert_array_equal(kept.coef_, m.coef_)  # the same release
+    kept.set_params(keep_diagnostics=False).fit(X, y)
+    assert not hasattr(kept, "n_iter_") and not hasattr(kept, "optimality_")
 
 
 def test_rejects_multiclass_and_single_class():
