@@ -156,10 +156,12 @@ NOISY_TAG = "noisy"
 #: DP mode: rounds T when the session does not say ``iterations``, and the most it may say
 DP_ITERATIONS = 10
 MAX_DP_ITERATIONS = 1000
-#: DP mode: the noise is calibrated to a sensitivity C²·(1 + DP_FP_MARGIN), a margin for the floating-point
-#: error of computing Ã Ãᵀ Q: measured far inside it, a worst-case bound only up to ~9·10^4 samples a party
-#: (docs/protocols/power-iteration.md, "Sensitivity")
+#: DP mode: the noise is calibrated to a sensitivity C²·(1 + DP_FP_MARGIN + fp_error_margin(…)): this margin
+#: covers Q's orthonormality and the clipping's rounding, :func:`fp_error_margin` the worst-case rounding error
+#: of computing Ã Ãᵀ Q for up to ``max_samples`` samples (docs/protocols/power-iteration.md, "Sensitivity")
 DP_FP_MARGIN = 2.0**-20
+#: the unit roundoff of float64, in which every party computes its contribution
+UNIT_ROUNDOFF = 2.0**-53
 #: DP mode: the PLD calibration aims at epsilon·(1 − DP_PLD_MARGIN), so that independent PLD
 #: computations (dp-accounting's discretised accountant: ~1e-11 relative above the exact value) certify it too
 DP_PLD_MARGIN = 2.0**-20
@@ -693,7 +695,7 @@ class DPCalibration:
     epsilon: float
     delta: float
     rounds: int  # T: releases per data party
-    sensitivity: float  # C²·(1 + DP_FP_MARGIN)
+    sensitivity: float  # C²·(1 + DP_FP_MARGIN + fp_error_margin(max_samples, k, b, mode))
     sigma: float  # the noise that protects one party in one release (std, per value)
     party_sigma: float  # the noise each party adds: sigma / sqrt(noise_parties)
     rho: float  # zCDP of the T releases (what a zcdp ledger is charged)
@@ -734,6 +736,8 @@ def dp_calibration(params: PowerIterationParams) -> DPCalibration:
     independently with dp-accounting's PLD and RDP accountants."""
     if params.epsilon is None or params.delta is None or params.dp_mode is None:
         raise InvalidMessage("the exact mode of power iteration has no privacy calibration")
+    rows = params.rows if params.rows is not None else params.max_rows
+    margin = DP_FP_MARGIN + fp_error_margin(params.max_samples, rows, params.block_size, params.dp_mode)
     return _dp_calibration(
         float(params.epsilon),
         float(params.delta),
@@ -741,13 +745,49 @@ def dp_calibration(params: PowerIterationParams) -> DPCalibration:
         params.column_norm,
         params.noise_share,
         params.dp_mode,
+        margin,
     )
 
 
+def _gamma(m: int) -> float:
+    """γ_m = m·u/(1 − m·u): a sum of m + 1 terms, in any order, is within γ_m·Σ|terms| (Higham, *Accuracy and
+    Stability of Numerical Algorithms*, §3.1 and §4.2: any summation tree of depth ≤ m)."""
+    mu = m * UNIT_ROUNDOFF
+    if not mu < 0.5:
+        raise InvalidMessage(f"power-iteration: {m} terms are beyond float64's error bound")
+    return mu / (1.0 - mu)
+
+
+def fp_error_margin(max_samples: int, rows: int, block: int, method: str) -> float:
+    """A worst-case bound, relative to C², on how far the *computed* contributions of two neighbouring data
+    sets can differ beyond the exact C² -- twice the rounding error ‖fl(Z) − Z‖_F of one party's contribution.
+
+    Power mode, Z = Ã(ÃᵀQ) with every column of Ã of norm ≤ C, n ≤ ``max_samples`` columns, k ≤ ``rows`` rows
+    and Q (k × b) orthonormal: Y = fl(ÃᵀQ) = ÃᵀQ + F with |F| ≤ γ_{k+2}|Ã|ᵀ|Q| (the inner products and the
+    clipping's scale), fl(ÃY) = ÃY + G with |G| ≤ γ_{n+2}|Ã||Y|; since ‖|Ã||Ã|ᵀ‖₂ ≤ Σ_j ‖ã_j‖² ≤ nC² and
+    ‖|Q|‖_F = √b, ‖fl(Z) − Z‖_F ≤ (γ_{n+2} + γ_{k+2} + γ_{n+2}γ_{k+2})·n·C²·√b.  Covariance mode (Q = I, whose
+    products are exact but for the scale): (γ_{n+2} + γ_2 + γ_{n+2}γ_2)·n·C².  Neither depends on the data
+    beyond the public bounds; at the default ``max_samples`` = 10⁶ it is about 2·10⁻⁴·√b, far below what
+    measured errors need (8.2·10⁻¹⁰ on random data) -- the worst case needs rounding errors that all align."""
+    n = int(max_samples)
+    if method == "covariance":
+        inner, width = _gamma(2), 1.0
+    else:
+        inner, width = _gamma(int(rows) + 2), math.sqrt(block)
+    outer = _gamma(n + 2)
+    return 2.0 * (outer + inner + outer * inner) * n * width
+
+
 def _dp_calibration(
-    eps: float, delta: float, T: int, column_norm: float, noise_parties: int, method: str
+    eps: float,
+    delta: float,
+    T: int,
+    column_norm: float,
+    noise_parties: int,
+    method: str,
+    margin: float = DP_FP_MARGIN,
 ) -> DPCalibration:
-    sens = column_norm**2 * (1.0 + DP_FP_MARGIN)
+    sens = column_norm**2 * (1.0 + margin)
     try:
         rho = rho_capacity(eps, delta)
         mult_zcdp = math.sqrt(T / (2.0 * rho)) if rho > 0 else math.inf  # sigma / sensitivity

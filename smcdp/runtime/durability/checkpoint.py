@@ -84,7 +84,9 @@ RESERVE_BYTES = 256 * 1024
 #: so its noise scale and grid differ from what a version-9 journal's messages were computed with
 #: 11 (2026-12-05): a dp-aggregate party reports its sensitivity at the fit's tolerance, speaker-verify's header
 #: shows the coefficient bits of all of bob's models, and frames beyond feature_bits are clipped, not refused
-VERSION = 11
+#: 12 (2026-12-05): DP power iteration's sensitivity carries the worst-case rounding margin for max_samples
+#: (fp_error_margin), so its noise level and grid differ from what a version-11 journal was computed with
+VERSION = 12
 SUFFIX = ".d"
 #: an input file larger than this is fingerprinted by its size, mtime and its first and last MiB
 #: instead of its whole content (hashing runs at about 1 GB/s)

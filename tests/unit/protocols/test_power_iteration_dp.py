@@ -160,6 +160,49 @@ def test_calibration_is_certified_by_both_accountants(eps, delta, T):
     assert h2.party_sigma == pytest.approx(cal.sigma / math.sqrt(2)) and h2.sigma == cal.sigma
 
 
+def test_the_sensitivity_covers_the_worst_case_rounding_error_of_the_contribution_for_max_samples():
+    """A review: the margin 2^-20 covered the computed contribution's rounding error in the worst case only up to
+    ~9·10^4 samples a party, not the default max_samples = 10^6.  The sensitivity now adds fp_error_margin, a bound
+    from the public max_samples, k and b alone (docs/protocols/power-iteration.md, "Sensitivity"); and the
+    computed contribution of a data set built to make rounding errors large stays within its half of it."""
+    from fractions import Fraction
+
+    from smcdp.protocols.power_iteration import DP_FP_MARGIN, UNIT_ROUNDOFF, fp_error_margin
+
+    p = PowerIterationParams(n_parties=2, epsilon=1.0, delta=1e-6, rows=30, components=2, dp_method="power")
+    cal = dp_calibration(p)
+    margin = fp_error_margin(p.max_samples, 30, 2, "power")
+    assert cal.sensitivity == p.column_norm**2 * (1.0 + (DP_FP_MARGIN + margin))
+    u, n = UNIT_ROUNDOFF, p.max_samples
+    outer = (n + 2) * u / (1 - (n + 2) * u)
+    assert margin == pytest.approx(2 * outer * n * math.sqrt(2), rel=1e-4)  # the inner products' part: 3·10^-5 of it
+    assert margin > 2 * 1.1e-4 > DP_FP_MARGIN  # what the old margin missed at 10^6 samples
+    assert fp_error_margin(1000, 30, 2, "power") < 1e-9  # small data sets pay (almost) nothing
+    cov = fp_error_margin(n, 30, 2, "covariance")
+    assert cov == pytest.approx(2 * outer * n, rel=1e-5)
+    small = PowerIterationParams(n_parties=2, epsilon=1.0, delta=1e-6, rows=30, max_samples=1000, dp_method="power")
+    assert dp_calibration(small).sigma < cal.sigma < dp_calibration(small).sigma * (1 + 1e-3)
+
+    # columns of norm 1 whose entries differ in magnitude by 2^26, so that each sum's small terms round away
+    rng = np.random.default_rng(7)
+    k, m = 3, 4000
+    A = np.empty((k, m))
+    A[0] = rng.choice([1.0, 2.0**-26], size=m) * rng.choice([-1.0, 1.0], size=m)
+    A[1:] = rng.normal(size=(k - 1, m))
+    A /= np.linalg.norm(A, axis=0)
+    Q, _ = np.linalg.qr(rng.normal(size=(k, 2)))
+    Z, _ = clipped_gram_block(A, Q, 1.0)
+    exact_A = [[Fraction(float(x)) for x in row] for row in A]
+    exact_Q = [[Fraction(float(x)) for x in row] for row in Q]
+    W = [[sum(exact_A[i][j] * exact_Q[i][c] for i in range(k)) for c in range(2)] for j in range(m)]
+    err2 = sum(
+        (Fraction(float(Z[i, c])) - sum(exact_A[i][j] * W[j][c] for j in range(m))) ** 2
+        for i in range(k)
+        for c in range(2)
+    )
+    assert 0 < math.sqrt(float(err2)) <= fp_error_margin(m, k, 2, "power") / 2
+
+
 def test_the_covariance_mode_is_one_release_at_the_single_gaussians_sigma():
     """One release: sigma is the single Gaussian's exact (Balle-Wang) calibration, √T times below the power
     mode's; dp-accounting's PLD accountant certifies it."""
