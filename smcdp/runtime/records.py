@@ -17,8 +17,9 @@ the process ends (:meth:`SessionRecords.write`), so an operator still gets the o
 
 A session that ended before it began here, past its initiator's allowance of such ends in full (the
 governance counts it in one ``unbegun-summarised`` audit line, docs/security.md), keeps no file: its
-record is served from memory, the newest :data:`TRANSIENT_RECORDS` of them (:meth:`SessionRecords.transient`).
-A member proposing and aborting sessions as fast as the party answers left one file each, for ever.
+record is served from memory, the newest :data:`TRANSIENT_RECORDS` of them (:meth:`SessionRecords.transient`);
+a resumable one keeps its file until the retention sweep removes its checkpoint.  A member proposing and
+aborting sessions as fast as the party answers left one file each, for ever.
 
 The ``a…`` methods run the file operations in the loop's default executor: the server's loop never
 blocks on the disk.
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, TypedDict
@@ -73,6 +75,9 @@ class SessionRecord(TypedDict, total=False):
     damaged: bool
     #: the record could not be written (kept in memory, served until the process ends)
     record_write_error: str
+    #: "counted": the session ended before it began here, past its initiator's allowance (a resumable one's
+    #: record, removed with its checkpoint by the retention sweep)
+    ended_before_begin: str
 
 
 class RecordDamaged(DataLoss):
@@ -115,8 +120,9 @@ class SessionRecords:
         self.party = party
         #: records that could not be written: served from memory until the process ends
         self._unwritten: dict[str, SessionRecord] = {}
-        #: records kept in memory only (:meth:`transient`), oldest first
+        #: records kept in memory only (:meth:`transient`), oldest first; written by session threads
         self._transient: OrderedDict[str, SessionRecord] = OrderedDict()
+        self._transient_lock = threading.Lock()
 
     # ------------------------------------------------------------------ where
     def path(self, session_id: str) -> Path:
@@ -129,7 +135,8 @@ class SessionRecords:
     def ids_named(self, name: str) -> set[str]:
         """Ids ``<initiator>.<name>`` of the records held here."""
         found = {p.name[: -len(SUFFIX)] for p in self.directory.glob(f"*.{name}{SUFFIX}")}
-        held = (*self._unwritten, *self._transient)
+        with self._transient_lock:
+            held = (*self._unwritten, *self._transient)
         return found | {sid for sid in held if sid.partition(".")[2] == name}
 
     @property
@@ -141,8 +148,10 @@ class SessionRecords:
         """The record of ``session_id``; None if there is none; :class:`RecordDamaged` if it cannot be read."""
         if session_id in self._unwritten:
             return self._unwritten[session_id]
-        if session_id in self._transient:
-            return self._transient[session_id]
+        with self._transient_lock:
+            kept = self._transient.get(session_id)
+        if kept is not None:
+            return kept
         path = self.path(session_id)
         try:
             raw = path.read_bytes()
@@ -215,10 +224,12 @@ class SessionRecords:
         counted rather than audited in full.  Beyond :data:`TRANSIENT_RECORDS` such records the oldest is
         forgotten (a query then finds no record; its id may be proposed again -- the session computed nothing
         here).  Never raises: a file that cannot be removed stays, and the removal is logged."""
-        self._transient[session_id] = record
-        self._transient.move_to_end(session_id)
-        while len(self._transient) > TRANSIENT_RECORDS:
-            self._transient.popitem(last=False)
+        with self._transient_lock:
+            self._unwritten.pop(session_id, None)  # (a record whose write failed: served from here now)
+            self._transient[session_id] = record
+            self._transient.move_to_end(session_id)
+            while len(self._transient) > TRANSIENT_RECORDS:
+                self._transient.popitem(last=False)
         try:
             self.path(session_id).unlink(missing_ok=True)
         except OSError as exc:

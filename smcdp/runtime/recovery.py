@@ -279,6 +279,11 @@ class Recovery:
         retention = core.config.limits.failed_retention_seconds
         for gone in retention_sweep(core.sessions_dir, retention, live):
             core.governor.checkpoint_deleted(gone.as_dict(), retention)
+            record = core.records.peek(gone.session_id)
+            if record is not None and record.get("ended_before_begin") == "counted":
+                # it never began here and was counted, not audited in full: with its checkpoint gone its
+                # record stays in memory only (Session._forget_unbegun)
+                core.records.transient(gone.session_id, record)
         core.governor.prune(retention)
 
     async def sweep_loop(self) -> None:

@@ -485,16 +485,13 @@ class Session:
 
     def _forget_unbegun(self, record: SessionRecord) -> SessionRecord:
         """A session that ended before it began here, past its initiator's allowance of such ends (counted in
-        the audit trail, not written there): its record is served from memory only and its checkpoint goes,
-        even a resumable one's -- it computed nothing here, and its initiator may propose it again.  A member
-        proposing and aborting as fast as the party answers left a record file (and, aborting with
-        UNAVAILABLE, a checkpoint for ``failed_retention_seconds``) each time (docs/security.md)."""
+        the audit trail, not written there): its record is served from memory only.  A resumable one (an end
+        UNAVAILABLE or DATA_LOSS: a stopped initiator, a participant that failed first) keeps its checkpoint and
+        its record file, marked ``counted``, so that ``session resume`` continues it; the retention sweep removes
+        that record with the checkpoint (:meth:`~smcdp.runtime.recovery.Recovery.sweep`).  A member proposing
+        and aborting as fast as the party answers left a record file each, for ever (docs/security.md)."""
         if record.get("resumable"):
-            record = {**record, "resumable": False}
-            try:
-                self.checkpoint.remove()
-            except OSError as exc:
-                log.error("session %s: cannot remove its checkpoint: %s", self.spec.session_id, exc)
+            return self.party.records.write(self.spec.session_id, {**record, "ended_before_begin": "counted"})
         self.party.records.transient(self.spec.session_id, record)
         return record
 

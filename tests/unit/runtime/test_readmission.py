@@ -138,6 +138,38 @@ def test_retention_deletes_ended_sessions_checkpoints_only(tmp_path):
     assert (tmp_path / "broken.d").is_dir()
 
 
+def test_the_sweep_takes_a_counted_unbegun_sessions_record_with_its_checkpoint(tmp_path):
+    """A resumable session that ended before it began, counted rather than audited in full, keeps its checkpoint
+    and record (marked "counted") for a resume; when the retention deletes the checkpoint the record goes from
+    disk too (served from memory), while a record audited in full stays."""
+    from types import SimpleNamespace
+
+    from smcdp.runtime.records import SessionRecords
+    from smcdp.runtime.recovery import Recovery
+
+    now = time.time()
+    for sid in ("alice.counted", "alice.in-full"):
+        _checkpoint(tmp_path, sid, "failed", resumable=True, failed_epoch=now - 100)
+    records = SessionRecords(tmp_path, "bob")
+    records.write("alice.counted", {"session_id": "alice.counted", "state": "failed", "ended_before_begin": "counted"})
+    records.write("alice.in-full", {"session_id": "alice.in-full", "state": "failed"})
+    deleted = []
+    core = SimpleNamespace(
+        sessions_dir=tmp_path,
+        records=records,
+        config=SimpleNamespace(limits=SimpleNamespace(failed_retention_seconds=50.0)),
+        governor=SimpleNamespace(
+            checkpoint_deleted=lambda info, _r: deleted.append(info["session"]), prune=lambda _r: None
+        ),
+    )
+    recovery = Recovery.__new__(Recovery)
+    recovery.core = core
+    recovery.sweep(live=set())
+    assert sorted(deleted) == ["alice.counted", "alice.in-full"]
+    assert not records.path("alice.counted").exists() and records.load("alice.counted")["state"] == "failed"
+    assert records.path("alice.in-full").exists()
+
+
 def test_refusals_of_one_peer_are_counted_after_the_first_few():
     t = RefusalThrottle(in_full=3, window=60.0)
     full = [t.refused("eve", "policy", f"s{i}", now=float(i))[1] for i in range(10)]
