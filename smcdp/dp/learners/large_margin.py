@@ -390,7 +390,8 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
         )
         if not diagnostics["converged_"]:  # told to whoever fits (the data's owner), not kept on the model
             warnings.warn(
-                f"LargeMarginGaussianClassifier: solver stopped at residual {resid:.3g} > tol={tol:g}",
+                f"LargeMarginGaussianClassifier: the solver stopped above tol={tol:g} (raise max_iter)"
+                + ("" if private else f": residual {resid:.3g}"),
                 RuntimeWarning,
                 stacklevel=3,
             )

@@ -156,6 +156,20 @@ def test_a_private_fit_keeps_no_solver_diagnostics_unless_asked_and_warned(mecha
     assert not hasattr(kept, "n_iter_") and not hasattr(kept, "optimality_")
 
 
+@pytest.mark.parametrize("mechanism", ["objective", "output"])
+def test_a_private_fit_the_solver_did_not_finish_is_refused_without_its_gradient(mechanism):
+    """Both mechanisms' proofs are for the (perturbed) objective's minimiser: a fit whose solver stopped above tol
+    releases nothing (a review: objective perturbation released such a point silently once optimality_ was no
+    longer kept), and the refusal does not name the attained gradient norm, which is computed from the data."""
+    from smcdp.errors import PreconditionFailed
+
+    X, y = _data()
+    with pytest.raises(PreconditionFailed, match=r"stopped above tol=1e-08; nothing was released") as info:
+        LogisticRegression(epsilon=1.0, mechanism=mechanism, max_iter=1, random_state=0, classes=[0, 1]).fit(X, y)
+    assert "gradient norm" not in str(info.value)
+    LogisticRegression(epsilon=INF, max_iter=1, classes=[0, 1]).fit(X, y)  # a non-private fit: its own business
+
+
 def test_rejects_multiclass_and_single_class():
     X, y = _data()
     with pytest.raises(InvalidParameter, match="Only binary"):
