@@ -37,6 +37,11 @@ from smcdp.errors import InputRejected
 
 #: fan-in of the reduction tree
 FANIN = 8
+#: the most columns one BLAS product sums in the DP kernel: a block's product is formed this many columns at a
+#: time and the parts summed by the fixed tree, so that the rounding depth of a column sum is bounded by
+#: :func:`reduction_depth` whatever a source's block width (the DP sensitivity's margin rests on it:
+#: smcdp.protocols.power_iteration.fp_error_margin)
+REDUCTION_CHUNK = 1024
 
 
 # ----------------------------------------------------------------------------- randomness
@@ -74,7 +79,34 @@ def clipped_gram_block(A: np.ndarray, Q: np.ndarray, clip: float) -> tuple[np.nd
     scale = np.ones_like(norms)
     scale[over] = clip / norms[over]
     W = (A.T @ Q) * scale[:, None]  # Ãᵀ Q, Ã = A·diag(scale)
-    return (A * scale) @ W, np.array([float(np.count_nonzero(over))])
+    return chunked_product(A * scale, W), np.array([float(np.count_nonzero(over))])
+
+
+def chunked_product(A: np.ndarray, W: np.ndarray) -> np.ndarray:
+    """``A @ W`` over at most :data:`REDUCTION_CHUNK` columns of ``A`` at a time, the parts tree-summed."""
+    w = A.shape[1]
+    if w <= REDUCTION_CHUNK:
+        return A @ W
+    return tree_sum([A[:, i : i + REDUCTION_CHUNK] @ W[i : i + REDUCTION_CHUNK] for i in range(0, w, REDUCTION_CHUNK)])
+
+
+def _tree_levels(parts: int) -> int:
+    """An upper bound on the levels of :func:`tree_sum` / :class:`TreeSum` over ``parts`` parts."""
+    levels, reach = 0, 1
+    while reach < parts:
+        reach *= FANIN
+        levels += 1
+    return levels + 1  # TreeSum.result may carry a short group one level further
+
+
+def reduction_depth(n: int) -> int:
+    """The most floating-point additions any one product goes through in a column sum of ``n`` columns, as every
+    engine computes it: at most REDUCTION_CHUNK − 1 inside one BLAS product, FANIN − 1 per level of the
+    chunk tree inside a block and of the tree over blocks (a block holds at least one column)."""
+    n = max(1, int(n))
+    chunks = -(-n // REDUCTION_CHUNK)
+    tree = min(n, REDUCTION_CHUNK) - 1 + (FANIN - 1) * (_tree_levels(chunks) + _tree_levels(n))
+    return min(n - 1, tree)  # no product meets more additions than there are other terms
 
 
 def init_block(A: np.ndarray, index: int, stream_key: bytes, b: int) -> tuple[np.ndarray, np.ndarray]:

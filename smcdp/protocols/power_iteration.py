@@ -65,7 +65,7 @@ import numpy.typing as npt
 
 from smcdp._numbers import real
 from smcdp.compute.base import ComputeEngine, ComputeSession
-from smcdp.compute.kernels import PADDING_STREAM_INDEX, keyed_gaussian
+from smcdp.compute.kernels import PADDING_STREAM_INDEX, keyed_gaussian, reduction_depth
 from smcdp.compute.local import TABLE_BATCHES, LocalEngine
 from smcdp.compute.sources import ArraySource, MatrixSource
 from smcdp.crypto.codec import (
@@ -157,8 +157,9 @@ NOISY_TAG = "noisy"
 DP_ITERATIONS = 10
 MAX_DP_ITERATIONS = 1000
 #: DP mode: the noise is calibrated to a sensitivity C²·(1 + DP_FP_MARGIN + fp_error_margin(…)): this margin
-#: covers Q's orthonormality and the clipping's rounding, :func:`fp_error_margin` the worst-case rounding error
-#: of computing Ã Ãᵀ Q for up to ``max_samples`` samples (docs/protocols/power-iteration.md, "Sensitivity")
+#: covers Q's orthonormality and the clipping's and the covariance packing's rounding, :func:`fp_error_margin`
+#: the worst-case rounding error of computing Ã Ãᵀ Q for up to ``max_samples`` samples
+#: (docs/protocols/power-iteration.md, "Sensitivity")
 DP_FP_MARGIN = 2.0**-20
 #: the unit roundoff of float64, in which every party computes its contribution
 UNIT_ROUNDOFF = 2.0**-53
@@ -470,14 +471,29 @@ class PowerIterationParams(ProtocolParams):
     def noise_clamp_bits(self) -> int:
         """The clamp :meth:`dp_value_bits` derives from the noise level when ``value_bits`` is not stated."""
         scale = math.sqrt(2) if self.dp_mode == "covariance" else 1.0
-        key = (self.max_samples, self.column_norm, self.dp_mode, self.epsilon, self.delta, self.dp_rounds)
+        key = self._calibration_key()
 
         def derive() -> int:
             bound = scale * self.max_samples * self.column_norm**2 + CLAMP_SIGMAS * dp_calibration(self).party_sigma
             # 2^(e−1) <= bound < 2^e for e = frexp(bound)[1], exactly (no libm log2 at a power of two): v = e + 1
             return max(MIN_DP_VALUE_BITS, math.frexp(bound)[1] + 1)
 
-        return self._memo("_dp_value_bits", (*key, self.noise_share), derive)
+        return self._memo("_dp_value_bits", key, derive)
+
+    def _calibration_key(self) -> tuple[object, ...]:
+        """Every field :func:`dp_calibration` reads (the noise level, its sensitivity's rounding margin)."""
+        return (
+            self.epsilon,
+            self.delta,
+            self.dp_rounds,
+            self.column_norm,
+            self.noise_share,
+            self.dp_mode,
+            self.max_samples,
+            self.rows,
+            self.max_rows,
+            self.block_size,
+        )
 
     def _memo(self, name: str, key: tuple[object, ...], derive: Callable[[], int]) -> int:
         """``derive()``, kept on this object for the parameters ``key`` it was computed from (a field changed
@@ -504,7 +520,7 @@ class PowerIterationParams(ProtocolParams):
         if not self.dp:
             return self.frac_bits
         d = self.covariance_length if self.dp_mode == "covariance" else self.max_dp_rows * self.block_size
-        key = (self.epsilon, self.delta, self.dp_rounds, self.column_norm, self.noise_share, self.dp_mode, d)
+        key = (*self._calibration_key(), d)
 
         def derive() -> int:
             cal = dp_calibration(self)
@@ -764,17 +780,19 @@ def fp_error_margin(max_samples: int, rows: int, block: int, method: str) -> flo
 
     Power mode, Z = Ã(ÃᵀQ) with every column of Ã of norm ≤ C, n ≤ ``max_samples`` columns, k ≤ ``rows`` rows
     and Q (k × b) orthonormal: Y = fl(ÃᵀQ) = ÃᵀQ + F with |F| ≤ γ_{k+2}|Ã|ᵀ|Q| (the inner products and the
-    clipping's scale), fl(ÃY) = ÃY + G with |G| ≤ γ_{n+2}|Ã||Y|; since ‖|Ã||Ã|ᵀ‖₂ ≤ Σ_j ‖ã_j‖² ≤ nC² and
-    ‖|Q|‖_F = √b, ‖fl(Z) − Z‖_F ≤ (γ_{n+2} + γ_{k+2} + γ_{n+2}γ_{k+2})·n·C²·√b.  Covariance mode (Q = I, whose
-    products are exact but for the scale): (γ_{n+2} + γ_2 + γ_{n+2}γ_2)·n·C².  Neither depends on the data
-    beyond the public bounds; at the default ``max_samples`` = 10⁶ it is about 2·10⁻⁴·√b, far below what
-    measured errors need (8.2·10⁻¹⁰ on random data) -- the worst case needs rounding errors that all align."""
+    clipping's scale), fl(ÃY) = ÃY + G with |G| ≤ γ_{h+2}|Ã||Y|, h = :func:`~smcdp.compute.kernels.reduction_depth`
+    (n) the most additions a product goes through in the engines' column sums (a summation tree of depth h is
+    within γ_h of the sum of magnitudes, whatever its shape); since ‖|Ã||Ã|ᵀ‖₂ ≤ trace = Σ_j ‖ã_j‖² ≤ nC² and
+    ‖|Q|‖_F = √b, ‖fl(Z) − Z‖_F ≤ (γ_{h+2} + γ_{k+2} + γ_{h+2}γ_{k+2})·n·C²·√b.  Covariance mode (Q = I: the
+    inner products are exact but for the scale; ‖|Ã||Ã|ᵀ‖_F ≤ trace, no √k): (γ_{h+2} + γ_2 + γ_{h+2}γ_2)·n·C².
+    Public bounds only: about 2.6·10⁻⁷·√b at the default ``max_samples`` = 10⁶, 1.3·10⁻⁵·√b at 5·10⁷ -- far
+    above the errors measured (8.2·10⁻¹⁰ on random data at 10⁶), which would need all rounding errors to align."""
     n = int(max_samples)
     if method == "covariance":
         inner, width = _gamma(2), 1.0
     else:
         inner, width = _gamma(int(rows) + 2), math.sqrt(block)
-    outer = _gamma(n + 2)
+    outer = _gamma(reduction_depth(n) + 2)
     return 2.0 * (outer + inner + outer * inner) * n * width
 
 

@@ -162,26 +162,45 @@ def test_calibration_is_certified_by_both_accountants(eps, delta, T):
 
 def test_the_sensitivity_covers_the_worst_case_rounding_error_of_the_contribution_for_max_samples():
     """A review: the margin 2^-20 covered the computed contribution's rounding error in the worst case only up to
-    ~9·10^4 samples a party, not the default max_samples = 10^6.  The sensitivity now adds fp_error_margin, a bound
-    from the public max_samples, k and b alone (docs/protocols/power-iteration.md, "Sensitivity"); and the
-    computed contribution of a data set built to make rounding errors large stays within its half of it."""
+    ~9·10^4 samples a party, not the default max_samples = 10^6 (a source's block of 4M values summed up to 10^6
+    columns in one BLAS product: a rounding depth of 10^6).  The DP kernel now sums at most REDUCTION_CHUNK
+    columns per product and tree-sums the parts, so the depth is reduction_depth(n) ~ 1,100, and the sensitivity
+    adds fp_error_margin, a bound from the public max_samples, k and b alone (docs/protocols/power-iteration.md,
+    "Sensitivity"); the computed contribution of a data set built to make rounding errors large stays within
+    its half of it."""
     from fractions import Fraction
 
+    from smcdp.compute.kernels import REDUCTION_CHUNK, chunked_product, reduction_depth, tree_sum
     from smcdp.protocols.power_iteration import DP_FP_MARGIN, UNIT_ROUNDOFF, fp_error_margin
+
+    def gamma(m):
+        return m * UNIT_ROUNDOFF / (1 - m * UNIT_ROUNDOFF)
 
     p = PowerIterationParams(n_parties=2, epsilon=1.0, delta=1e-6, rows=30, components=2, dp_method="power")
     cal = dp_calibration(p)
     margin = fp_error_margin(p.max_samples, 30, 2, "power")
     assert cal.sensitivity == p.column_norm**2 * (1.0 + (DP_FP_MARGIN + margin))
-    u, n = UNIT_ROUNDOFF, p.max_samples
-    outer = (n + 2) * u / (1 - (n + 2) * u)
-    assert margin == pytest.approx(2 * outer * n * math.sqrt(2), rel=1e-4)  # the inner products' part: 3·10^-5 of it
-    assert margin > 2 * 1.1e-4 > DP_FP_MARGIN  # what the old margin missed at 10^6 samples
-    assert fp_error_margin(1000, 30, 2, "power") < 1e-9  # small data sets pay (almost) nothing
-    cov = fp_error_margin(n, 30, 2, "covariance")
-    assert cov == pytest.approx(2 * outer * n, rel=1e-5)
-    small = PowerIterationParams(n_parties=2, epsilon=1.0, delta=1e-6, rows=30, max_samples=1000, dp_method="power")
-    assert dp_calibration(small).sigma < cal.sigma < dp_calibration(small).sigma * (1 + 1e-3)
+    n = p.max_samples
+    assert 1024 <= reduction_depth(n) < 1200 and reduction_depth(1000) == 999
+    outer, inner = gamma(reduction_depth(n) + 2), gamma(32)
+    assert margin == pytest.approx(2 * (outer + inner + outer * inner) * n * math.sqrt(2), rel=1e-12)
+    assert 2 * gamma(n) * n > 1e-4 > margin  # the unchunked depth's bound, against the chunked one's
+    assert fp_error_margin(n, 30, 2, "covariance") == pytest.approx(2 * (outer + gamma(2)) * n, rel=1e-6)
+    # the noise level pays that fraction (and 5·10^7 samples, the largest max_samples, 2.4·10^-5·√b)
+    big = dataclasses.replace(p, max_samples=50_000_000)
+    assert cal.sigma < dp_calibration(big).sigma < cal.sigma * (1 + 1e-4)
+    q = dataclasses.replace(p)  # the fixed point is kept for the fields the noise level is derived from
+    q.release_frac_bits()
+    before = q.__dict__["_release_frac"][0]
+    q.max_samples = 50_000_000  # (a review: the key left max_samples out once sigma depended on it)
+    q.release_frac_bits()
+    assert q.__dict__["_release_frac"][0] != before
+
+    # the kernel's product sums REDUCTION_CHUNK columns at a time, exactly as the tree of the parts
+    rng = np.random.default_rng(3)
+    A, W = rng.normal(size=(4, 3 * REDUCTION_CHUNK + 5)), rng.normal(size=(3 * REDUCTION_CHUNK + 5, 2))
+    parts = [A[:, i : i + REDUCTION_CHUNK] @ W[i : i + REDUCTION_CHUNK] for i in range(0, A.shape[1], REDUCTION_CHUNK)]
+    assert np.array_equal(chunked_product(A, W), tree_sum(parts))
 
     # columns of norm 1 whose entries differ in magnitude by 2^26, so that each sum's small terms round away
     rng = np.random.default_rng(7)
