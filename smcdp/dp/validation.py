@@ -58,6 +58,7 @@ __all__ = [
     "resolve_bounds",
     "resolve_data_norm",
     "set_solver_diagnostics",
+    "unfit",
 ]
 
 #: longest dataset name or reservation key a budget accepts
@@ -314,6 +315,13 @@ def set_solver_diagnostics(estimator: Any, values: dict[str, Any], *, private: b
         )
     for name, value in values.items():
         setattr(estimator, name, value)
+
+
+def unfit(estimator: Any) -> None:
+    """Remove what a fit set (every attribute ending in ``_``): a fit that raised -- a refusal, bad data --
+    leaves an estimator that is not fitted, not one holding half of this fit and half of an earlier one."""
+    for name in [n for n in vars(estimator) if n.endswith("_") and not n.startswith("_")]:
+        delattr(estimator, name)
 
 
 def clip_rows_to_norm(X: np.ndarray, data_norm: float, out_of_bounds: str = "clip") -> np.ndarray:

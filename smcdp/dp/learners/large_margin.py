@@ -78,7 +78,9 @@ from smcdp.dp.validation import (
     resolve_classes,
     resolve_data_norm,
     set_solver_diagnostics,
+    unfit,
 )
+from smcdp.errors import PreconditionFailed
 
 __all__ = ["LargeMarginGaussianClassifier", "large_margin_jacobian_term", "large_margin_sensitivity"]
 
@@ -328,7 +330,11 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
             if math.isinf(extra.epsilon):
                 cost = NON_PRIVATE
         with charge_on_success(check_budget(self.accountant), cost, note="LargeMarginGaussianClassifier.fit"):
-            self._fit(X, y, eps, lam, gamma, h, K, tol, max_iter, private)
+            try:
+                self._fit(X, y, eps, lam, gamma, h, K, tol, max_iter, private)
+            except BaseException:
+                unfit(self)
+                raise
             self.epsilon_spent_, self.delta_spent_, self.rho_spent_ = cost.epsilon, cost.delta, cost.rho
         return self
 
@@ -383,15 +389,19 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
 
         obj = _Objective(Z, yi, mi, C, K, lam, gamma, h, b)
         P, it, resid = _solve(obj, np.zeros((C, K, D, D)), tol, max_iter)
+        if private and not resid <= tol:  # the proof is for the perturbed objective's minimiser (as logistic's)
+            raise PreconditionFailed(
+                f"LargeMarginGaussianClassifier: the solver stopped above tol={tol:g}; nothing was released "
+                "(raise max_iter or tol)"
+            )
         self.phi_ = P
         diagnostics = {"n_iter_": it, "optimality_": kkt_residuals(obj, P), "converged_": resid <= tol}
         set_solver_diagnostics(
             self, diagnostics, private=private, keep=self.keep_diagnostics, who="LargeMarginGaussianClassifier"
         )
-        if not diagnostics["converged_"]:  # told to whoever fits (the data's owner), not kept on the model
+        if not diagnostics["converged_"]:
             warnings.warn(
-                f"LargeMarginGaussianClassifier: the solver stopped above tol={tol:g} (raise max_iter)"
-                + ("" if private else f": residual {resid:.3g}"),
+                f"LargeMarginGaussianClassifier: solver stopped at residual {resid:.3g} > tol={tol:g}",
                 RuntimeWarning,
                 stacklevel=3,
             )

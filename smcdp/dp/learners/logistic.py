@@ -64,6 +64,7 @@ from smcdp.dp.validation import (
     resolve_classes,
     resolve_data_norm,
     set_solver_diagnostics,
+    unfit,
 )
 from smcdp.errors import PreconditionFailed
 
@@ -197,7 +198,11 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         eps, lam, scaling, tol = self._check_params()
         cost = PrivacyCost.pure(eps)
         with charge_on_success(check_budget(self.accountant), cost, note="LogisticRegression.fit"):
-            self._fit(X, y, eps, lam, scaling, tol)
+            try:
+                self._fit(X, y, eps, lam, scaling, tol)
+            except BaseException:
+                unfit(self)
+                raise
             self.epsilon_spent_, self.delta_spent_, self.rho_spent_ = cost.epsilon, cost.delta, cost.rho
         return self
 

@@ -164,9 +164,11 @@ def test_a_private_fit_the_solver_did_not_finish_is_refused_without_its_gradient
     from smcdp.errors import PreconditionFailed
 
     X, y = _data()
+    m = LogisticRegression(epsilon=1.0, mechanism=mechanism, random_state=0, classes=[0, 1]).fit(X, y)
     with pytest.raises(PreconditionFailed, match=r"stopped above tol=1e-08; nothing was released") as info:
-        LogisticRegression(epsilon=1.0, mechanism=mechanism, max_iter=1, random_state=0, classes=[0, 1]).fit(X, y)
+        m.set_params(max_iter=1).fit(X, y)
     assert "gradient norm" not in str(info.value)
+    assert not [a for a in vars(m) if a.endswith("_")]  # refused: nothing of this fit or the earlier one is left
     LogisticRegression(epsilon=INF, max_iter=1, classes=[0, 1]).fit(X, y)  # a non-private fit: its own business
 
 
