@@ -83,11 +83,15 @@ def clipped_gram_block(A: np.ndarray, Q: np.ndarray, clip: float) -> tuple[np.nd
 
 
 def chunked_product(A: np.ndarray, W: np.ndarray) -> np.ndarray:
-    """``A @ W`` over at most :data:`REDUCTION_CHUNK` columns of ``A`` at a time, the parts tree-summed."""
+    """``A @ W`` over at most :data:`REDUCTION_CHUNK` columns of ``A`` at a time, the parts tree-summed as they come
+    (:class:`TreeSum`: at most FANIN − 1 parts held a level, the floats of :func:`tree_sum`)."""
     w = A.shape[1]
     if w <= REDUCTION_CHUNK:
         return A @ W
-    return tree_sum([A[:, i : i + REDUCTION_CHUNK] @ W[i : i + REDUCTION_CHUNK] for i in range(0, w, REDUCTION_CHUNK)])
+    total = TreeSum()
+    for i in range(0, w, REDUCTION_CHUNK):
+        total.push(A[:, i : i + REDUCTION_CHUNK] @ W[i : i + REDUCTION_CHUNK])
+    return total.result()
 
 
 def _tree_levels(parts: int) -> int:

@@ -198,7 +198,7 @@ def test_the_sensitivity_covers_the_worst_case_rounding_error_of_the_contributio
 
     # the kernel's product sums REDUCTION_CHUNK columns at a time, exactly as the tree of the parts
     rng = np.random.default_rng(3)
-    A, W = rng.normal(size=(4, 3 * REDUCTION_CHUNK + 5)), rng.normal(size=(3 * REDUCTION_CHUNK + 5, 2))
+    A, W = rng.normal(size=(4, 70 * REDUCTION_CHUNK + 5)), rng.normal(size=(70 * REDUCTION_CHUNK + 5, 2))
     parts = [A[:, i : i + REDUCTION_CHUNK] @ W[i : i + REDUCTION_CHUNK] for i in range(0, A.shape[1], REDUCTION_CHUNK)]
     assert np.array_equal(chunked_product(A, W), tree_sum(parts))
 
