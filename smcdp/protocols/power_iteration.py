@@ -785,8 +785,9 @@ def fp_error_margin(max_samples: int, rows: int, block: int, method: str) -> flo
     within γ_h of the sum of magnitudes, whatever its shape); since ‖|Ã||Ã|ᵀ‖₂ ≤ trace = Σ_j ‖ã_j‖² ≤ nC² and
     ‖|Q|‖_F = √b, ‖fl(Z) − Z‖_F ≤ (γ_{h+2} + γ_{k+2} + γ_{h+2}γ_{k+2})·n·C²·√b.  Covariance mode (Q = I: the
     inner products are exact but for the scale; ‖|Ã||Ã|ᵀ‖_F ≤ trace, no √k): (γ_{h+2} + γ_2 + γ_{h+2}γ_2)·n·C².
-    Public bounds only: about 2.6·10⁻⁷·√b at the default ``max_samples`` = 10⁶, 1.3·10⁻⁵·√b at 5·10⁷ -- far
-    above the errors measured (8.2·10⁻¹⁰ on random data at 10⁶), which would need all rounding errors to align."""
+    Public bounds only: about 2.5·10⁻⁷·√b at the default ``max_samples`` = 10⁶ with k = 30 (4.7·10⁻⁷·√b with
+    k = 1,000, the default ``max_rows``), 1.3·10⁻⁵·√b at 5·10⁷ (2.4·10⁻⁵·√b) -- far above the errors measured
+    (8.2·10⁻¹⁰ on random data at 10⁶), which would need all rounding errors to align."""
     n = int(max_samples)
     if method == "covariance":
         inner, width = _gamma(2), 1.0

@@ -146,10 +146,8 @@ class SessionRecords:
     # ------------------------------------------------------------------ read
     def load(self, session_id: str) -> SessionRecord | None:
         """The record of ``session_id``; None if there is none; :class:`RecordDamaged` if it cannot be read."""
-        if session_id in self._unwritten:
-            return self._unwritten[session_id]
         with self._transient_lock:
-            kept = self._transient.get(session_id)
+            kept = self._unwritten.get(session_id) or self._transient.get(session_id)
         if kept is not None:
             return kept
         path = self.path(session_id)
@@ -211,12 +209,15 @@ class SessionRecords:
         path = self.path(session_id)
         if not overwrite and path.exists():
             return record
+        with self._transient_lock:  # a newer record (a resumed session's end) replaces one kept in memory
+            self._transient.pop(session_id, None)
         try:
             write_json_atomic(path, record)
         except OSError as exc:
             log.error("session %s: cannot write its record: %s", session_id, exc)
             record = {**record, "record_write_error": str(exc)}
-            self._unwritten[session_id] = record
+            with self._transient_lock:
+                self._unwritten[session_id] = record
         return record
 
     def transient(self, session_id: str, record: SessionRecord) -> None:

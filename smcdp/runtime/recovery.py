@@ -280,7 +280,11 @@ class Recovery:
         for gone in retention_sweep(core.sessions_dir, retention, live):
             core.governor.checkpoint_deleted(gone.as_dict(), retention)
             record = core.records.peek(gone.session_id)
-            if record is not None and record.get("ended_before_begin") == "counted":
+            if (
+                record is not None
+                and record.get("ended_before_begin") == "counted"
+                and gone.session_id not in core.live()  # (being resumed since the sweep began: its record stays)
+            ):
                 # it never began here and was counted, not audited in full: with its checkpoint gone its
                 # record stays in memory only (Session._forget_unbegun)
                 core.records.transient(gone.session_id, record)

@@ -157,6 +157,7 @@ def test_the_sweep_takes_a_counted_unbegun_sessions_record_with_its_checkpoint(t
     core = SimpleNamespace(
         sessions_dir=tmp_path,
         records=records,
+        live=set,
         config=SimpleNamespace(limits=SimpleNamespace(failed_retention_seconds=50.0)),
         governor=SimpleNamespace(
             checkpoint_deleted=lambda info, _r: deleted.append(info["session"]), prune=lambda _r: None
@@ -168,6 +169,9 @@ def test_the_sweep_takes_a_counted_unbegun_sessions_record_with_its_checkpoint(t
     assert sorted(deleted) == ["alice.counted", "alice.in-full"]
     assert not records.path("alice.counted").exists() and records.load("alice.counted")["state"] == "failed"
     assert records.path("alice.in-full").exists()
+    # resumed later and ended: the new record is what every reader gets, not the one kept in memory
+    records.write("alice.counted", {"session_id": "alice.counted", "state": "succeeded"})
+    assert records.load("alice.counted")["state"] == "succeeded"
 
 
 def test_refusals_of_one_peer_are_counted_after_the_first_few():
