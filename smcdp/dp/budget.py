@@ -65,6 +65,7 @@ from smcdp.dp.validation import (
     check_name,
     check_note,
     decimal_amount,
+    unfit,
 )
 from smcdp.errors import PreconditionFailed, SmcdpError
 
@@ -80,6 +81,7 @@ __all__ = [
     "PrivacyCost",
     "charge_amount",
     "charge_on_success",
+    "charged_fit",
     "check_budget",
     "check_fits",
     "check_reserve_again",
@@ -532,3 +534,24 @@ def charge_on_success(budget: PrivacyBudget | None, cost: PrivacyCost, *, note: 
         budget.release(key, reason=f"{note}: {type(exc).__name__}")
         raise
     budget.commit(key)
+
+
+@contextmanager
+def charged_fit(estimator: Any, budget: PrivacyBudget | None, cost: PrivacyCost, *, note: str) -> Iterator[None]:
+    """A learner's ``fit`` (:func:`charge_on_success` around it): a fit that raises leaves ``estimator``
+    unfitted (:func:`~smcdp.dp.validation.unfit`: not half of this fit and half of an earlier one), and so
+    does one whose charge cannot be committed -- what was not spent is not released.  A refusal of the
+    reservation itself (the budget is spent) leaves an earlier fit as it was."""
+    fitted = False
+    try:
+        with charge_on_success(budget, cost, note=note):
+            try:
+                yield
+            except BaseException:
+                unfit(estimator)
+                raise
+            fitted = True
+    except BaseException:
+        if fitted:  # the block succeeded and the commit failed
+            unfit(estimator)
+        raise

@@ -43,7 +43,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from smcdp.dp.budget import NON_PRIVATE, PrivacyCost, charge_on_success, check_budget
+from smcdp.dp.budget import NON_PRIVATE, PrivacyCost, charged_fit, check_budget
 from smcdp.dp.mechanisms import LaplaceMechanism
 from smcdp.dp.samplers import noise_rng
 from smcdp.dp.validation import (
@@ -203,7 +203,7 @@ class GaussianBayesClassifier(ClassifierMixin, BaseEstimator):
         split = self._split()
         # the shares of epsilon are released one after the other (the classes of one query in parallel)
         cost = PrivacyCost(eps, 0.0, sum((eps * s) ** 2 for s in split) / 2.0) if is_private(eps) else NON_PRIVATE
-        with charge_on_success(check_budget(self.accountant), cost, note="GaussianBayesClassifier.fit"):
+        with charged_fit(self, check_budget(self.accountant), cost, note="GaussianBayesClassifier.fit"):
             self._fit(X, y, eps, diag, floor, split)
             self.epsilon_spent_, self.delta_spent_, self.rho_spent_ = cost.epsilon, cost.delta, cost.rho
         return self

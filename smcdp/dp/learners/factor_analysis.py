@@ -27,7 +27,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from smcdp.dp.budget import NON_PRIVATE, PrivacyCost, charge_on_success, check_budget
+from smcdp.dp.budget import NON_PRIVATE, PrivacyCost, charged_fit, check_budget
 from smcdp.dp.conversions import analytic_gaussian_sigma
 from smcdp.dp.mechanisms import GaussianMechanism
 from smcdp.dp.samplers import aux_rng, noise_rng
@@ -144,7 +144,7 @@ class FactorAnalysis(TransformerMixin, BaseEstimator):
             cost = PrivacyCost(eps, delta, 1.0 / (2.0 * analytic_gaussian_sigma(eps, delta) ** 2))
         else:
             cost = NON_PRIVATE
-        with charge_on_success(check_budget(self.accountant), cost, note="FactorAnalysis.fit"):
+        with charged_fit(self, check_budget(self.accountant), cost, note="FactorAnalysis.fit"):
             self._fit(X, eps, delta, k, max_iter, tol, floor, private)
             self.epsilon_spent_, self.delta_spent_, self.rho_spent_ = cost.epsilon, cost.delta, cost.rho
         return self

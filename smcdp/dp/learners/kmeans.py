@@ -28,7 +28,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from smcdp.dp.budget import NON_PRIVATE, PrivacyCost, charge_on_success, check_budget
+from smcdp.dp.budget import NON_PRIVATE, PrivacyCost, charged_fit, check_budget
 from smcdp.dp.conversions import zcdp_rho_classic
 from smcdp.dp.mechanisms import LaplaceMechanism
 from smcdp.dp.samplers import aux_rng, noise_rng
@@ -117,7 +117,7 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         else:
             eps_i = zcdp_per_step_epsilon(eps, delta, J)
             cost = PrivacyCost(eps, delta, J * eps_i**2 / 2.0)
-        with charge_on_success(check_budget(self.accountant), cost, note="KMeans.fit"):
+        with charged_fit(self, check_budget(self.accountant), cost, note="KMeans.fit"):
             self._fit(X, k, J, eps_i, private)
             self.epsilon_spent_, self.delta_spent_, self.rho_spent_ = cost.epsilon, cost.delta, cost.rho
         return self

@@ -59,7 +59,7 @@ from sklearn.mixture import GaussianMixture as SkGaussianMixture
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from smcdp.dp.budget import NON_PRIVATE, PrivacyCost, charge_on_success, check_budget
+from smcdp.dp.budget import NON_PRIVATE, PrivacyCost, charged_fit, check_budget
 from smcdp.dp.learners.mixture import GaussianMixture
 from smcdp.dp.mechanisms import VectorMechanism
 from smcdp.dp.samplers import noise_rng
@@ -78,7 +78,6 @@ from smcdp.dp.validation import (
     resolve_classes,
     resolve_data_norm,
     set_solver_diagnostics,
-    unfit,
 )
 from smcdp.errors import PreconditionFailed
 
@@ -329,12 +328,8 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
             cost = PrivacyCost(eps_obj + extra.epsilon, extra.delta, eps_obj**2 / 2.0 + extra.rho)
             if math.isinf(extra.epsilon):
                 cost = NON_PRIVATE
-        with charge_on_success(check_budget(self.accountant), cost, note="LargeMarginGaussianClassifier.fit"):
-            try:
-                self._fit(X, y, eps, lam, gamma, h, K, tol, max_iter, private)
-            except BaseException:
-                unfit(self)
-                raise
+        with charged_fit(self, check_budget(self.accountant), cost, note="LargeMarginGaussianClassifier.fit"):
+            self._fit(X, y, eps, lam, gamma, h, K, tol, max_iter, private)
             self.epsilon_spent_, self.delta_spent_, self.rho_spent_ = cost.epsilon, cost.delta, cost.rho
         return self
 

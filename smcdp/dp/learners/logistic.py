@@ -49,7 +49,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from smcdp.dp.budget import PrivacyCost, charge_on_success, check_budget
+from smcdp.dp.budget import PrivacyCost, charged_fit, check_budget
 from smcdp.dp.learners.logistic_objective import fit_logistic_objective, logistic_sensitivity
 from smcdp.dp.mechanisms import VectorMechanism
 from smcdp.dp.samplers import noise_rng
@@ -64,7 +64,6 @@ from smcdp.dp.validation import (
     resolve_classes,
     resolve_data_norm,
     set_solver_diagnostics,
-    unfit,
 )
 from smcdp.errors import PreconditionFailed
 
@@ -197,12 +196,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         """Fit to ``X``, ``y`` (two classes; charging ``accountant`` once the fit succeeds)."""
         eps, lam, scaling, tol = self._check_params()
         cost = PrivacyCost.pure(eps)
-        with charge_on_success(check_budget(self.accountant), cost, note="LogisticRegression.fit"):
-            try:
-                self._fit(X, y, eps, lam, scaling, tol)
-            except BaseException:
-                unfit(self)
-                raise
+        with charged_fit(self, check_budget(self.accountant), cost, note="LogisticRegression.fit"):
+            self._fit(X, y, eps, lam, scaling, tol)
             self.epsilon_spent_, self.delta_spent_, self.rho_spent_ = cost.epsilon, cost.delta, cost.rho
         return self
 

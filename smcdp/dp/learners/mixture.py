@@ -37,7 +37,7 @@ from scipy.special import logsumexp
 from sklearn.base import BaseEstimator, DensityMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from smcdp.dp.budget import NON_PRIVATE, PrivacyCost, charge_on_success, check_budget
+from smcdp.dp.budget import NON_PRIVATE, PrivacyCost, charged_fit, check_budget
 from smcdp.dp.learners.dpem_budget import solve_dpem_budget
 from smcdp.dp.mechanisms import GaussianMechanism, LaplaceMechanism
 from smcdp.dp.samplers import aux_rng, noise_rng
@@ -222,7 +222,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     def fit(self, X, y=None):
         """Run DP-EM on ``X`` (charging ``accountant`` once for all iterations); ``y`` is ignored."""
         cost, budget = self.privacy_cost()
-        with charge_on_success(check_budget(self.accountant), cost, note="GaussianMixture.fit"):
+        with charged_fit(self, check_budget(self.accountant), cost, note="GaussianMixture.fit"):
             self.budget_ = budget
             self._fit(X)
             self.epsilon_spent_, self.delta_spent_, self.rho_spent_ = cost.epsilon, cost.delta, cost.rho

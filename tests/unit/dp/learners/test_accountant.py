@@ -203,6 +203,27 @@ def test_a_non_private_fit_never_fits_a_budget(kind, tmp_path):
     LogisticRegression(epsilon=INF).fit(X, y)  # fine without a budget
 
 
+@pytest.mark.parametrize("learner", sorted(LEARNERS))
+def test_a_fit_whose_charge_cannot_be_committed_is_not_released(kind, tmp_path, monkeypatch, learner):
+    """The budget's commit fails (a full disk, a ledger that refuses): the reservation is not spent, so the fit
+    must not be released either -- every learner left its estimator fitted (a review) and leaves it unfitted now
+    (smcdp.dp.budget.charged_fit)."""
+    X, y = _data()
+    budget = _budget(kind, tmp_path, 5.0, 0.01)
+    make, supervised = LEARNERS[learner]
+    est = make(0, budget)
+
+    def refuse(key):
+        raise OSError("the ledger's disk is full")
+
+    monkeypatch.setattr(budget, "commit", refuse)
+    with pytest.raises(OSError, match="disk is full"):
+        _fit(est, supervised, X, y)
+    with pytest.raises(NotFittedError):
+        check_is_fitted(est)
+    assert not [a for a in vars(est) if a.endswith("_")]
+
+
 def test_a_failing_fit_gives_its_reservation_back(kind, tmp_path):
     X, y = _data()
     budget = _budget(kind, tmp_path, 5.0, 0.0)
