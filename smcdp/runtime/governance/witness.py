@@ -49,6 +49,7 @@ from smcdp._files import atomic_write_json, json_loads
 from smcdp._text import printable
 from smcdp.errors import InvalidMessage, PermissionDenied
 from smcdp.net.grpc_channel import PeerConnector
+from smcdp.net.limits import MAX_JSON_DEPTH, json_depth_exceeds
 from smcdp.net.tls import CertificateError, certificate_party_name, load_certificates
 from smcdp.runtime.durability.integrity import local_failure
 from smcdp.runtime.governance.audit import LOG_NAME, utc_now
@@ -144,6 +145,11 @@ class SignedHead:
             raise WitnessError("the signed head is larger than a head can be")
         if not (self.statement.isascii() and self.certificate.isascii()):  # as kept: as_dict writes them as ASCII
             raise WitnessError("the signed head's statement and certificate must be ASCII")
+        # a head is one flat object: nesting is refused before the parser recurses into it (a statement nested
+        # 999 deep parsed near the recursion limit, and whatever the collector finalised there could not even be
+        # reported: the RPC fuzz failed once in CI on that)
+        if json_depth_exceeds(self.statement.decode("ascii"), MAX_JSON_DEPTH):  # ASCII: checked above
+            raise WitnessError(f"the signed head nests deeper than {MAX_JSON_DEPTH} levels")
         try:
             c = json_loads(self.statement)
         except ValueError:

@@ -136,6 +136,20 @@ def test_a_head_whose_time_is_not_a_time_is_refused(tmp_path, certs):
         store.keep("alice", bad, True)
 
 
+def test_a_nested_statement_is_refused_before_it_is_parsed(monkeypatch):
+    """A head is one flat object: a statement nested 999 deep reached the JSON parser, near the recursion limit (the
+    RPC fuzz failed once in CI on what was finalised there); it is refused by a scan, the parser never called."""
+    import smcdp.runtime.governance.witness as witness
+
+    def parser(_text):
+        raise AssertionError("the parser was called")
+
+    monkeypatch.setattr(witness, "json_loads", parser)
+    head = SignedHead(statement=b"[" * 999 + b"]" * 999, signature=b"", certificate=b"")
+    with pytest.raises(WitnessError, match="nests deeper than 32 levels"):
+        head.claims()
+
+
 def test_check_log_names_truncation_rewrite_and_replacement(tmp_path, certs):
     d, _ = certs
     log = _log(tmp_path, 6)
