@@ -32,7 +32,7 @@ from typing import Any, Literal, cast, overload
 import numpy as np
 from numpy.typing import ArrayLike
 
-from smcdp.errors import InvalidMessage
+from smcdp.errors import InvalidMessage, PreconditionFailed
 
 __all__ = [
     "MAX_NAME",
@@ -53,6 +53,7 @@ __all__ = [
     "finite_array",
     "is_private",
     "project_psd",
+    "refuse_short_of_tol",
     "repair_eigen",
     "repair_nearest",
     "resolve_bounds",
@@ -315,6 +316,16 @@ def set_solver_diagnostics(estimator: Any, values: dict[str, Any], *, private: b
         )
     for name, value in values.items():
         setattr(estimator, name, value)
+
+
+def refuse_short_of_tol(residual: float, tol: float, who: str) -> None:
+    """A private fit's solver must reach ``tol``: each mechanism's proof is for the (perturbed) objective's
+    minimiser, so a point short of it is not released (PreconditionFailed).  The attained residual is not named:
+    it is computed from the data."""
+    if not residual <= tol:
+        raise PreconditionFailed(
+            f"{who}: the solver stopped above tol={tol:g}; nothing was released (raise max_iter or tol)"
+        )
 
 
 def unfit(estimator: Any) -> None:

@@ -75,11 +75,11 @@ from smcdp.dp.validation import (
     clip_rows_to_norm,
     is_private,
     project_psd,
+    refuse_short_of_tol,
     resolve_classes,
     resolve_data_norm,
     set_solver_diagnostics,
 )
-from smcdp.errors import PreconditionFailed
 
 __all__ = ["LargeMarginGaussianClassifier", "large_margin_jacobian_term", "large_margin_sensitivity"]
 
@@ -384,11 +384,8 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
 
         obj = _Objective(Z, yi, mi, C, K, lam, gamma, h, b)
         P, it, resid = _solve(obj, np.zeros((C, K, D, D)), tol, max_iter)
-        if private and not resid <= tol:  # the proof is for the perturbed objective's minimiser (as logistic's)
-            raise PreconditionFailed(
-                f"LargeMarginGaussianClassifier: the solver stopped above tol={tol:g}; nothing was released "
-                "(raise max_iter or tol)"
-            )
+        if private:
+            refuse_short_of_tol(resid, tol, "LargeMarginGaussianClassifier")
         self.phi_ = P
         diagnostics = {"n_iter_": it, "optimality_": kkt_residuals(obj, P), "converged_": resid <= tol}
         set_solver_diagnostics(

@@ -61,11 +61,11 @@ from smcdp.dp.validation import (
     check_positive,
     clip_rows_to_norm,
     is_private,
+    refuse_short_of_tol,
     resolve_classes,
     resolve_data_norm,
     set_solver_diagnostics,
 )
-from smcdp.errors import PreconditionFailed
 
 __all__ = ["LogisticRegression", "fit_logistic_objective", "logistic_sensitivity"]
 
@@ -240,11 +240,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             w = v / R
         elif self.mechanism == "output":
             v, nit, gnorm = fit_logistic_objective(Xs, ys, lam_u, tol=tol, max_iter=self.max_iter)
-            if not gnorm <= tol:  # (the attained norm is not named: it is computed from the data)
-                raise PreconditionFailed(
-                    f"LogisticRegression: the solver stopped above tol={tol:g}; nothing was released (raise max_iter "
-                    "or tol)"
-                )
+            refuse_short_of_tol(gnorm, tol, "LogisticRegression")
             w = v / R
             # the solver returns a point within tol/(2 lam_u) of the minimiser (v coordinates), so two
             # neighbouring releases differ by at most R/(n lam) + tol R / lam before the noise
@@ -269,11 +265,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             v, nit, gnorm = fit_logistic_objective(
                 Xs, ys, lam_u, linear=b / n, ridge=ridge, tol=tol, max_iter=self.max_iter
             )
-            if not gnorm <= tol:  # the proof is for the perturbed objective's minimiser, not a point short of it
-                raise PreconditionFailed(
-                    f"LogisticRegression: the solver stopped above tol={tol:g}; nothing was released (raise max_iter "
-                    "or tol)"
-                )
+            refuse_short_of_tol(gnorm, tol, "LogisticRegression")
             w = v / R
             self.epsilon_noise_ = eps_p
             self.extra_ridge_ = ridge
