@@ -50,7 +50,12 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from smcdp.dp.budget import PrivacyCost, charged_fit, check_budget
-from smcdp.dp.learners.logistic_objective import fit_logistic_objective, logistic_sensitivity
+from smcdp.dp.learners.logistic_objective import (
+    certified_slack,
+    certified_tolerance,
+    fit_logistic_objective,
+    logistic_sensitivity,
+)
 from smcdp.dp.mechanisms import VectorMechanism
 from smcdp.dp.samplers import noise_rng
 from smcdp.dp.validation import (
@@ -61,7 +66,6 @@ from smcdp.dp.validation import (
     check_positive,
     clip_rows_to_norm,
     is_private,
-    refuse_short_of_tol,
     resolve_classes,
     resolve_data_norm,
     set_solver_diagnostics,
@@ -95,8 +99,14 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     intercept_scaling : float, default=1.0
     out_of_bounds : {"clip", "raise"}, default="clip"
     tol : float, default=1e-8
-        Gradient-norm tolerance of the solver (``optimality_`` reports the attained value).
+        Gradient-norm tolerance of the solver (``optimality_`` reports the attained value).  A private fit
+        always reaches it: where float64 cannot be sure to (a tolerance below
+        :func:`~smcdp.dp.learners.logistic_objective.certified_tolerance`, which depends on n, the number of
+        features, ``lam`` and, for objective perturbation, the noise) that floor is used instead.
     max_iter : int, default=10000
+        Damped Newton's iterations.  A private fit that Newton did not finish within them goes on by gradient
+        descent for as many steps as its convergence proof needs (public; docs/dp-learners.md, finding 3), so no
+        private fit is refused for stopping short -- a refusal would be a bit about the data.
     keep_diagnostics : bool, default=False
         Keep ``n_iter_`` and ``optimality_`` on a private fit too (with a
         :class:`~smcdp.dp.validation.PrivacyLeakWarning`): they are computed from the data, not from the
@@ -127,7 +137,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     epsilon_noise_, extra_ridge_ : float   (objective perturbation only)
     noise_sensitivity_ : float or None
         Output perturbation: the sensitivity the noise is calibrated to,
-        ``sensitivity_ + tol * R / lam`` (covers the solver's stopping tolerance).
+        ``sensitivity_ + s * R / lam``, s the solver's certified bound on the true gradient norm at the returned
+        point (its tolerance plus the gradient's floating-point error: ``certified_slack``).
     n_iter_ : int
         The solver's iterations (non-private fits, or ``keep_diagnostics=True``).
     optimality_ : float
@@ -239,12 +250,15 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             v, nit, gnorm = fit_logistic_objective(Xs, ys, lam_u, tol=tol, max_iter=self.max_iter)
             w = v / R
         elif self.mechanism == "output":
-            v, nit, gnorm = fit_logistic_objective(Xs, ys, lam_u, tol=tol, max_iter=self.max_iter)
-            refuse_short_of_tol(gnorm, tol, "LogisticRegression")
+            # the solver certainly reaches a tolerance that depends on public quantities only (n, d, lam, R):
+            # no refusal on the data (logistic_objective's docstring)
+            tol_c = certified_tolerance(tol, n, Xs.shape[1], 2.0 * lam_u)
+            v, nit, gnorm = fit_logistic_objective(Xs, ys, lam_u, tol=tol_c, max_iter=self.max_iter, certain=True)
             w = v / R
-            # the solver returns a point within tol/(2 lam_u) of the minimiser (v coordinates), so two
-            # neighbouring releases differ by at most R/(n lam) + tol R / lam before the noise
-            self.noise_sensitivity_ = self.sensitivity_ + tol * R / lam
+            # the returned point's true gradient is at most `slack`, so it lies within slack/(2 lam_u) of the
+            # minimiser (v coordinates), and two neighbouring releases differ by at most R/(n lam) + slack R / lam
+            slack = certified_slack(tol_c, n, Xs.shape[1], 2.0 * lam_u)
+            self.noise_sensitivity_ = self.sensitivity_ + slack * R / lam
             mech = VectorMechanism(eps, self.noise_sensitivity_, random_state=noise_rng(self.random_state))
             w = np.asarray(mech.randomise(w), float).reshape(-1)  # exact on the grid (no float channel)
         else:
@@ -262,10 +276,12 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
                 VectorMechanism(eps_p, 2.0, random_state=noise_rng(self.random_state)).sample_dithered(Xa.shape[1]),
                 float,
             ).reshape(-1)
+            # the tolerance depends on n, d, the regularisers and the noise's norm, not on the data
+            lin = b / n
+            tol_c = certified_tolerance(tol, n, Xs.shape[1], 2.0 * lam_u + ridge, float(np.linalg.norm(lin)))
             v, nit, gnorm = fit_logistic_objective(
-                Xs, ys, lam_u, linear=b / n, ridge=ridge, tol=tol, max_iter=self.max_iter
+                Xs, ys, lam_u, linear=lin, ridge=ridge, tol=tol_c, max_iter=self.max_iter, certain=True
             )
-            refuse_short_of_tol(gnorm, tol, "LogisticRegression")
             w = v / R
             self.epsilon_noise_ = eps_p
             self.extra_ridge_ = ridge

@@ -1,7 +1,8 @@
 """Every DP learner's numeric hyperparameters, fuzzed (NaN, ±inf, 1e308, subnormals, zero, negatives, huge integers,
 wrong types): ``fit`` on a small data set either succeeds -- and then ``predict`` / ``transform`` / ``score_samples``
-give finite numbers -- or raises InvalidParameter (or, for a private fit whose solver did not reach its tolerance
-within ``max_iter``, PreconditionFailed saying nothing was released and which knob to turn), never another exception,
+give finite numbers -- or raises InvalidParameter (or, for a private large-margin fit whose solver did not reach its
+tolerance within ``max_iter``, PreconditionFailed saying nothing was released and which knob to turn: a private
+logistic fit always reaches its certified tolerance), never another exception,
 and within seconds.  The hyperparameters
 are read from each estimator's signature, so one added later is fuzzed without touching this file."""
 
