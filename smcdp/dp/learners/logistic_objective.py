@@ -9,7 +9,8 @@ every data party.  scipy.optimize is imported only for problems with more than 5
 point within its tolerance of the minimiser, and refusing one the solver did not finish would answer a question
 about the data for free (docs/dp-learners.md, finding 3).  Damped Newton converges in practice in tens of
 iterations, but its worst-case count for this objective is astronomically loose, so with ``certain=True`` a run it
-did not finish within ``max_iter`` is followed by gradient descent from 0 with step 1/L, whose count *is* bounded
+did not finish (within ``max_iter``, at least :data:`CERTAIN_NEWTON`) is followed by gradient descent with step
+1/L, whose count *is* bounded
 by public quantities: for F(v) = (1/n) Σ log(1 + exp(−y v·x)) + (μ/2)‖v‖² + lin·v with rows in the unit ball,
 F is μ-strongly convex and L-smooth (L = 1/4 + μ), F(0) − F* ≤ Δ₀ = log 2 + ‖lin‖²/(2μ), and with every gradient
 computed to within E (its floating-point error, plus the update's rounding counted as gradient error)
@@ -20,9 +21,11 @@ so the computed gradient norm (≤ ‖∇F‖ + ε, ε the gradient's error) fal
 tol ≥ 2(1 + γ)(√κ·E + ε) within k* = ⌈κ·ln(8LΔ₀/tol²)⌉ + 1 steps (from Newton's point instead of 0 when its
 F − F* ≤ (‖g‖ + ε)²/(2μ) is below Δ₀: the same bound with that gap, usually a few steps).  E and ε are bounded from n, d, μ and
 ‖lin‖ alone by Higham's γ_k = ku/(1 − ku) (:func:`gradient_error_bound`): the tolerance a private fit uses,
-``max(tol, 2(1 + γ)(√κ·E + ε))``, and the step count are public (given the noise, for objective
-perturbation), so whether and where the solver stops no longer depends on the data, and a returned point's true
-gradient norm is at most that tolerance plus ε.
+``max(tol, 2(1 + γ)(√κ·E + ε))``, and the bound on the steps are public (given the noise, for objective
+perturbation), so whether the solver arrives no longer depends on the data, and a returned point's true gradient
+norm is at most that tolerance plus ε.  *Where* it stops, within that tolerance of the minimiser, does depend on
+the data (and on Newton's path): output perturbation's noise covers that distance (its sensitivity adds it);
+objective perturbation's proof is for the exact minimiser and does not (docs/dp-learners.md, finding 3).
 """
 
 from __future__ import annotations
@@ -42,9 +45,15 @@ __all__ = [
     "fit_logistic_objective",
     "gradient_error_bound",
     "logistic_sensitivity",
+    "objective",
+    "row_sum",
+    "sum_additions",
 ]
 
 _U = 2.0**-53  # the unit roundoff of float64
+#: damped Newton's iterations a certain solve runs at least, whatever ``max_iter`` says: Newton finishes in tens,
+#: while the descent that would otherwise finish the job takes up to κ·ln(8LΔ₀/tol²) steps (minutes at λ = 1e-6)
+CERTAIN_NEWTON = 200
 #: rows are scaled into the unit ball before the fit; a norm a few roundings above 1 is counted as this
 _ROW_NORM = 1.0 + 2.0**-40
 
@@ -69,13 +78,19 @@ def gradient_error_bound(n: int, d: int, mu: float, lin_norm: float = 0.0) -> tu
     ‖v‖ ≤ V (:func:`_constants`), E that plus the rounding of a gradient step v − g/L, counted as gradient error.
 
     The gradient is ``Xs.T @ (−y·expit(−m)/n) + μv + lin`` with m = y·(Xs @ v): each m_i is a dot product of d
-    terms (error ≤ γ_d‖x_i‖‖v‖), expit is 1/4-Lipschitz and accurate to a few ulps, the matrix–vector product is
-    n-term dot products (error ≤ γ_n Σ_i ‖x_i‖|c_i| ≤ γ_n ρ, as |c_i| ≤ 1/n), and two additions round the three terms.  Each
+    terms (error ≤ γ_d‖x_i‖‖v‖), expit is 1/4-Lipschitz and accurate to a few ulps, the sum over rows
+    (:func:`row_sum`) puts each product through at most k = :func:`sum_additions` additions (error ≤ γ_{k+1}
+    Σ_i ‖x_i‖|c_i| ≤ γ_{k+1} ρ, as |c_i| ≤ 1/n), and two additions round the three terms.  Each
     bound is doubled: a margin for what the ulp counts leave out (a BLAS's FMA and order are covered by γ)."""
     L, _, delta0, V = _constants(mu, lin_norm)
     rho = _ROW_NORM
     coef = (_gamma(d) * rho * V / 4.0 + 6.0 * _U) / n  # each computed −y·expit(−m)/n against the exact one
-    eps = _gamma(n) * rho * (1.0 + 6.0 * _U) + n * rho * coef + _U * mu * V + 2.0 * _U * (rho + mu * V + lin_norm)
+    eps = (
+        _gamma(sum_additions(n) + 1) * rho * (1.0 + 6.0 * _U)
+        + n * rho * coef
+        + _U * mu * V
+        + 2.0 * _U * (rho + mu * V + lin_norm)
+    )
     eps *= 2.0
     g_max = L * math.sqrt(4.0 * delta0 / mu) + eps  # ‖computed gradient‖ along the descent
     E = eps + 2.0 * _U * (L * V + 2.0 * g_max)
@@ -85,10 +100,15 @@ def gradient_error_bound(n: int, d: int, mu: float, lin_norm: float = 0.0) -> tu
 def certified_tolerance(tol: float, n: int, d: int, mu: float, lin_norm: float = 0.0) -> float:
     """The tolerance a certain solve uses: ``tol``, or the floor below which float64 cannot be sure to reach,
     2(1 + γ_{d+2})(√κ·E + ε), if that is larger (module docstring).  Public: n, d, μ and ‖lin‖ only."""
-    _, kappa, delta0, _ = _constants(mu, lin_norm)
+    kappa = _constants(mu, lin_norm)[1]
     eps, E = gradient_error_bound(n, d, mu, lin_norm)
-    if not E * E / (2.0 * mu) <= delta0:  # the descent could leave the ball its error bound assumes
-        raise InvalidParameter(f"float64 cannot certify a logistic solve with strong convexity {mu:g} and n={n}")
+    # the descent could leave the ball its error bound assumes.  Decided at ‖lin‖ = 0 (public: objective
+    # perturbation's noise must not decide a refusal); the condition only relaxes as ‖lin‖ grows (E grows like
+    # γ·‖lin‖/μ, Δ₀ like ‖lin‖²/μ), and is checked at ‖lin‖ too, as an invariant
+    for norm in (0.0, lin_norm):
+        E0 = gradient_error_bound(n, d, mu, norm)[1]
+        if not E0 * E0 / (2.0 * mu) <= _constants(mu, norm)[2]:
+            raise InvalidParameter(f"float64 cannot certify a logistic solve with strong convexity {mu:g} and n={n}")
     return max(float(tol), 2.0 * (1.0 + _gamma(d + 2)) * (math.sqrt(kappa) * E + eps))
 
 
@@ -116,6 +136,37 @@ def logistic_sensitivity(n: int, lam: float, data_norm: float = 1.0) -> float:
     return data_norm / (n * lam)
 
 
+#: rows per matrix–vector product in the gradient's sum over rows (:func:`row_sum`)
+SUM_BLOCK = 1024
+
+
+def _tree_depth(parts: int) -> int:
+    return max(0, (parts - 1).bit_length())  # ⌈log2(parts)⌉ levels of pairwise additions
+
+
+def row_sum(Xs: np.ndarray, coef: np.ndarray) -> np.ndarray:
+    """``Xs.T @ coef``, at most :data:`SUM_BLOCK` rows a product and the products summed pairwise, so that every
+    component goes through at most SUM_BLOCK − 1 + ⌈log2(blocks)⌉ additions (:func:`sum_additions`) instead of
+    n − 1: the gradient's error bound, and so the tolerance a private fit can certify, then hardly grows with n
+    (at 10⁷ rows γ_n would be 10⁴ times larger).  ``smcdp.compute.kernels.chunked_product`` does the same for
+    the power iteration; this package does not import the compute engines, and these are ten lines."""
+    n = Xs.shape[0]
+    if n <= SUM_BLOCK:
+        return Xs.T @ coef
+    parts = [Xs[i : i + SUM_BLOCK].T @ coef[i : i + SUM_BLOCK] for i in range(0, n, SUM_BLOCK)]
+    while len(parts) > 1:
+        paired = [a + b for a, b in zip(parts[0::2], parts[1::2], strict=False)]
+        parts = paired + parts[len(paired) * 2 :]
+    return parts[0]
+
+
+def sum_additions(n: int) -> int:
+    """The most additions one product meets in :func:`row_sum` over ``n`` rows."""
+    if n <= SUM_BLOCK:
+        return max(0, n - 1)
+    return SUM_BLOCK - 1 + _tree_depth(-(-n // SUM_BLOCK))
+
+
 def objective(
     Xs: np.ndarray, ys: np.ndarray, mu: float, lin: np.ndarray
 ) -> Callable[[np.ndarray], tuple[float, np.ndarray]]:
@@ -128,7 +179,7 @@ def objective(
         loss = np.logaddexp(0.0, -m).mean()
         coef = -ys * expit(-m) / n
         f = loss + 0.5 * mu * (w @ w) + lin @ w
-        g = Xs.T @ coef + mu * w + lin
+        g = row_sum(Xs, coef) + mu * w + lin
         return f, g
 
     return fg
@@ -153,8 +204,9 @@ def fit_logistic_objective(
     point (the optimality certificate: ||w - w*|| <= grad_norm / (2 lam + ridge)).
 
     ``certain=True`` (private fits; rows of ``Xs`` in the unit ball, no ``w0``): ``tol`` must be at least
-    :func:`certified_tolerance`, and a Newton run that did not reach it within ``max_iter`` is followed by
-    gradient descent from 0 that provably does (module docstring), so the returned ``grad_norm`` is ≤ ``tol``.
+    :func:`certified_tolerance`, Newton runs at least :data:`CERTAIN_NEWTON` iterations, and a run that did not
+    reach ``tol`` is followed by gradient descent -- from Newton's point when it qualifies, else from 0 -- that
+    provably does (module docstring), so the returned ``grad_norm`` is ≤ ``tol``.
     """
     n, d = Xs.shape
     lin = np.zeros(d) if linear is None else np.asarray(linear, dtype=float)
@@ -175,9 +227,10 @@ def fit_logistic_objective(
             fg, w, jac=True, method="L-BFGS-B", options={"maxiter": max_iter, "gtol": tol, "ftol": 0.0, "maxcor": 30}
         )
         w, nit = res.x, int(res.nit)
-    # damped Newton (exact Hessian; d is small): quadratic convergence to the stated tolerance
+    # damped Newton (exact Hessian; d is small): quadratic convergence to the stated tolerance.  A certain solve
+    # gives it at least CERTAIN_NEWTON iterations: the descent that certifies the rest can take κ·40 steps
     f, g = fg(w)
-    for _ in range(max_iter):
+    for _ in range(max(max_iter, CERTAIN_NEWTON) if certain else max_iter):
         if np.linalg.norm(g) <= tol:
             break
         nit += 1
@@ -203,7 +256,8 @@ def fit_logistic_objective(
         inside = float(np.linalg.norm(w)) <= V
         if not (gnorm <= tol and inside):
             eps = gradient_error_bound(n, d, mu, lin_norm)[0]
-            gap = (gnorm + eps) ** 2 / (2.0 * mu)  # F(w) − F* ≤ ‖∇F(w)‖²/(2μ), ‖∇F(w)‖ ≤ gnorm + ε
+            # F(w) − F* ≤ ‖∇F(w)‖²/(2μ), ‖∇F(w)‖ ≤ gnorm·(1 + γ) + ε (the norm's rounding, the gradient's error)
+            gap = (gnorm * (1.0 + _gamma(d + 2)) + eps) ** 2 / (2.0 * mu)
             start, gap = (w, gap) if inside and gap <= delta0 else (np.zeros(d), delta0)
             w, steps, gnorm = _descend(fg, start, gap, mu, lin_norm, tol)
             nit += steps
