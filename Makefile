@@ -31,9 +31,10 @@ demo: $(STAMP)
 	$(BIN)/python examples/power_iteration_demo.py --out $(OUT)/demo
 
 ## The whole test suite, on JOBS parallel workers (pytest-xdist; tests/support/scheduling.py says which
-## tests share a worker; JOBS=0: one process).  docs/testing.md has where the time goes; --durations=25
-## puts the slowest tests (setup, call and teardown) at the end of every log, CI's included.
-JOBS ?= 4
+## tests share a worker; JOBS=0: one process).  docs/testing.md has where the time goes (six workers keep the two
+## cores busy, four left a fifth of them idle); --durations=25 puts the slowest tests (setup, call and teardown)
+## at the end of every log, CI's included.
+JOBS ?= 6
 test: $(STAMP)
 	$(BYTECODE)
 	$(BIN)/python -m pytest -q -ra -n $(JOBS) --dist loadgroup --durations=25
