@@ -40,6 +40,8 @@ from scipy.special import expit
 from smcdp.dp.validation import InvalidParameter, check_positive
 
 __all__ = [
+    "CERTAIN_NEWTON",
+    "SUM_BLOCK",
     "certified_slack",
     "certified_tolerance",
     "fit_logistic_objective",
@@ -80,7 +82,7 @@ def gradient_error_bound(n: int, d: int, mu: float, lin_norm: float = 0.0) -> tu
     The gradient is ``Xs.T @ (−y·expit(−m)/n) + μv + lin`` with m = y·(Xs @ v): each m_i is a dot product of d
     terms (error ≤ γ_d‖x_i‖‖v‖), expit is 1/4-Lipschitz and accurate to a few ulps, the sum over rows
     (:func:`row_sum`) puts each product through at most k = :func:`sum_additions` additions (error ≤ γ_{k+1}
-    Σ_i ‖x_i‖|c_i| ≤ γ_{k+1} ρ, as |c_i| ≤ 1/n), and two additions round the three terms.  Each
+    Σ_i ‖x_i‖·abs(c_i) ≤ γ_{k+1} ρ, as abs(c_i) ≤ 1/n), and two additions round the three terms.  Each
     bound is doubled: a margin for what the ulp counts leave out (a BLAS's FMA and order are covered by γ)."""
     L, _, delta0, V = _constants(mu, lin_norm)
     rho = _ROW_NORM
@@ -204,7 +206,8 @@ def fit_logistic_objective(
     point (the optimality certificate: ||w - w*|| <= grad_norm / (2 lam + ridge)).
 
     ``certain=True`` (private fits; rows of ``Xs`` in the unit ball, no ``w0``): ``tol`` must be at least
-    :func:`certified_tolerance`, Newton runs at least :data:`CERTAIN_NEWTON` iterations, and a run that did not
+    :func:`~smcdp.dp.learners.logistic_objective.certified_tolerance`, Newton runs at least
+    :data:`~smcdp.dp.learners.logistic_objective.CERTAIN_NEWTON` iterations, and a run that did not
     reach ``tol`` is followed by gradient descent -- from Newton's point when it qualifies, else from 0 -- that
     provably does (module docstring), so the returned ``grad_norm`` is ≤ ``tol``.
     """
