@@ -110,8 +110,8 @@ def privacy_cost(p: DPAggregateParams) -> tuple[float, float]:
 def records_bound(p: DPAggregateParams) -> DataBound:
     """The records a party's data must reach for the session to run there: ``min_records``, or more where the
     sensitivity bound (``max_sensitivity``) asks more -- the fewest records whose reported sensitivity
-    (:func:`~smcdp.protocols.dp_aggregate.fit_sensitivity`, a function of n for a converged fit) meets it."""
-    value = max(int(p.min_records), records_needed(p.sensitivity_bound, float(p.lam)))
+    (:func:`~smcdp.protocols.dp_aggregate.fit_sensitivity`, a function of n, d and λ) meets it."""
+    value = max(int(p.min_records), records_needed(p.sensitivity_bound, float(p.lam), int(p.dim)))
     return DataBound("records", "at_least", value, trivial=value <= 1)
 
 

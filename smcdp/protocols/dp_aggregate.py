@@ -87,6 +87,7 @@ from smcdp.crypto.paillier import PrivateKey, PublicKey
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.crypto.zkp import open_ciphertext, prove_bit, verify_bit, verify_opening
 from smcdp.dp.conversions import distributed_gaussian_tau, rho_capacity
+from smcdp.dp.learners.logistic_bounds import certified_slack, certified_tolerance
 from smcdp.dp.mechanisms import (
     LaplaceMechanism,
     VectorMechanism,
@@ -171,7 +172,7 @@ class DPAggregateParams(ProtocolParams):
     delta: float | None = None  # "gaussian": the δ of the release
     noise_parties: int = 1  # "gaussian": h, each party adds 1/h of the noise's variance (any h honest carry it)
     min_records: int = 1  # public lower bound on every n_j
-    max_sensitivity: float | None = None  # public bound on every Δ_j (default fit_sensitivity(min_records, λ))
+    max_sensitivity: float | None = None  # public bound on every Δ_j (default fit_sensitivity(min_records, λ, d))
     weight_bound: float | None = None  # public bound on |ŵ_j| per coordinate (default √(ln 2/λ))
     mask_bits: int = 40  # κ, statistical hiding of every mask
     key_bits: int = 2048  # Paillier ξ (parties) and ζ (Charlie)
@@ -294,7 +295,7 @@ class DPAggregateParams(ProtocolParams):
         if self.max_sensitivity is not None:
             return float(self.max_sensitivity)
         # fit_sensitivity of min_records records: every data set of min_records records or more meets it
-        return fit_sensitivity(self.min_records, float(self.lam))
+        return fit_sensitivity(self.min_records, float(self.lam), int(self.dim))
 
     @property
     def weight_limit(self) -> float:
@@ -1252,31 +1253,46 @@ async def dave(
 # =============================================================================== local training
 #: the local fit's solver settings (LogisticRegression's defaults)
 LOCAL_FIT_TOL, LOCAL_FIT_MAX_ITER = 1e-8, 10_000
+#: the rows the local fit's certified tolerance and slack are computed for, whatever a party's n: their
+#: floating-point bounds grow (slowly) with the rows, and bounds for this many hold for any fewer, so that the
+#: reported sensitivity is 1/(nλ) plus a term of d and λ alone -- monotone in n (``records_needed`` bisects it)
+LOCAL_FIT_ROWS_BOUND = 1 << 62
 
 
-def fit_sensitivity(n: int, lam: float, optimality: float = 0.0) -> float:
-    """The L2 sensitivity a party reports for its fit of n records: 1/(nλ) + max(g, LOCAL_FIT_TOL)/λ.
-
-    1/(nλ) for the exact minimiser; the solver stops at gradient norm g <= LOCAL_FIT_TOL (public), so the returned
-    point is within g/(2λ) of it and two neighbouring fits within 1/(nλ) + g/λ of each other.  Reported at the
-    tolerance rather than at g, so that it is a function of n alone whenever the fit converged -- and a party of
-    :func:`records_needed` records meets the session's bound whatever its data (docs/governance.md, "Bounds on a
-    party's data")."""
-    return 1.0 / (n * lam) + max(optimality, LOCAL_FIT_TOL) / lam
+def local_fit_tolerance(dim: int, lam: float) -> float:
+    """The gradient norm the local fit certainly reaches: LOCAL_FIT_TOL, or the floor float64 can certify for d and
+    λ if that is larger (:func:`~smcdp.dp.learners.logistic_bounds.certified_tolerance`; tiny λ only)."""
+    return certified_tolerance(LOCAL_FIT_TOL, LOCAL_FIT_ROWS_BOUND, int(dim), 2.0 * float(lam))
 
 
-def records_needed(sensitivity_bound: float, lam: float) -> int:
+def fit_sensitivity(n: int, lam: float, dim: int) -> float:
+    """The L2 sensitivity a party reports for its fit of n records of d features: 1/(nλ) + s/λ.
+
+    1/(nλ) for the exact minimiser; the local fit is the DP learners' certified solve (docs/dp-learners.md, "A
+    private fit always arrives"): it always stops at a computed gradient norm ≤ :func:`local_fit_tolerance`, so the
+    true one is at most s = :func:`~smcdp.dp.learners.logistic_bounds.certified_slack` of it (the norm's rounding
+    and the gradient's floating-point error), the returned point is within s/(2λ) of the minimiser and two
+    neighbouring fits within 1/(nλ) + s/λ of each other.  A function of n, d and λ alone, whatever the data --
+    a party of :func:`records_needed` records meets the session's bound whatever its data (docs/governance.md,
+    "Bounds on a party's data").  (Until 2026-12-05 it was 1/(nλ) + max(g, 10⁻⁸)/λ with g the attained norm: a
+    fit that stopped short reported a sensitivity computed from its data, and g's own error was left out.)"""
+    mu = 2.0 * float(lam)
+    slack = certified_slack(local_fit_tolerance(dim, lam), LOCAL_FIT_ROWS_BOUND, int(dim), mu)
+    return 1.0 / (n * lam) + slack / lam
+
+
+def records_needed(sensitivity_bound: float, lam: float, dim: int) -> int:
     """The fewest records whose :func:`fit_sensitivity` (a converged fit) is within ``sensitivity_bound``, by the
     same floating-point expression the check uses (2^62 when none is).  A bisection over [1, 2^62]: the expression
     is monotone in n, and a proposer's ``max_sensitivity`` a hair above LOCAL_FIT_TOL/λ puts the answer where
     neighbouring n give the same float (a step-by-step search from an estimate ran for minutes there)."""
     top = 1 << 62
-    if not fit_sensitivity(top, lam) <= sensitivity_bound:
+    if not fit_sensitivity(top, lam, dim) <= sensitivity_bound:
         return top
     lo, hi = 0, top  # fit_sensitivity(hi) <= bound; lo is below the answer (0: no fit at all)
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if fit_sensitivity(mid, lam) <= sensitivity_bound:
+        if fit_sensitivity(mid, lam, dim) <= sensitivity_bound:
             hi = mid
         else:
             lo = mid
@@ -1289,8 +1305,9 @@ def train_local(X: np.ndarray, y: np.ndarray, lam: float) -> tuple[np.ndarray, f
     if len(set(y.tolist())) < 2:
         raise InvalidMessage("the local data set needs both labels to train a classifier")
     # the solver the DP learners use, without scikit-learn (a data party would import it for this fit alone):
-    # exactly LogisticRegression(epsilon=inf, lam=lam, data_norm=1.0, fit_intercept=False,
-    # out_of_bounds="raise", tol=1e-8, max_iter=10_000).fit(X, y), which a unit test checks bit for bit
+    # the weights of LogisticRegression(epsilon=inf, lam=lam, data_norm=1.0, fit_intercept=False,
+    # out_of_bounds="raise", tol=1e-8, max_iter=10_000).fit(X, y) whenever Newton reaches 1e-8 (a unit test checks
+    # them bit for bit), by the certified solve, which also finishes a fit that Newton did not
     from smcdp.dp.learners.logistic_objective import fit_logistic_objective
 
     X = np.asarray(X, dtype=np.float64)
@@ -1300,5 +1317,8 @@ def train_local(X: np.ndarray, y: np.ndarray, lam: float) -> tuple[np.ndarray, f
     ys = np.where(y == classes[1], 1.0, -1.0)
     lam = check_positive(lam, "lam")
     Xs = clip_rows_to_norm(X, 1.0, "raise") / 1.0  # as the learner scales rows into the unit ball (R = 1)
-    w, _, optimality = fit_logistic_objective(Xs, ys, lam, tol=LOCAL_FIT_TOL, max_iter=LOCAL_FIT_MAX_ITER)
-    return w, fit_sensitivity(X.shape[0], lam, optimality)
+    d = X.shape[1]
+    w, _, _ = fit_logistic_objective(
+        Xs, ys, lam, tol=local_fit_tolerance(d, lam), max_iter=LOCAL_FIT_MAX_ITER, certain=True
+    )
+    return w, fit_sensitivity(X.shape[0], lam, d)

@@ -50,12 +50,8 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from smcdp.dp.budget import PrivacyCost, charged_fit, check_budget
-from smcdp.dp.learners.logistic_objective import (
-    certified_slack,
-    certified_tolerance,
-    fit_logistic_objective,
-    logistic_sensitivity,
-)
+from smcdp.dp.learners.logistic_bounds import certified_slack, certified_tolerance
+from smcdp.dp.learners.logistic_objective import fit_logistic_objective, logistic_sensitivity
 from smcdp.dp.mechanisms import VectorMechanism
 from smcdp.dp.samplers import noise_rng
 from smcdp.dp.validation import (
@@ -101,7 +97,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     tol : float, default=1e-8
         Gradient-norm tolerance of the solver (``optimality_`` reports the attained value).  A private fit
         always reaches it: where float64 cannot be sure to (a tolerance below
-        :func:`~smcdp.dp.learners.logistic_objective.certified_tolerance`, which depends on n, the number of
+        :func:`~smcdp.dp.learners.logistic_bounds.certified_tolerance`, which depends on n, the number of
         features, ``lam`` and, for objective perturbation, the noise) that floor is used instead.
     max_iter : int, default=10000
         Damped Newton's iterations.  A private fit that Newton did not finish within them goes on by gradient

@@ -30,6 +30,7 @@ LAYERS = {
     "smcdp.dp.budget": 3,
     "smcdp.dp.ledger": 4,
     "smcdp.dp.learners.dpem_budget": 4,
+    "smcdp.dp.learners.logistic_bounds": 4,
     "smcdp.dp.learners.logistic_objective": 4,
     "smcdp.dp.learners.logistic": 5,
     "smcdp.dp.learners.bayes": 5,

@@ -332,7 +332,8 @@ def test_parameter_validation():
 
 def test_calibration_quantities():
     p = DPAggregateParams(n_parties=5, dim=10, epsilon=0.5, lam=0.01, min_records=100).validate()
-    assert p.sensitivity_bound == pytest.approx(1.0)
+    # 1/(n λ) plus the certified fit's slack, 1e-8 and its floating-point error (~3e-13) over λ
+    assert p.sensitivity_bound == pytest.approx(1.0 + 1e-6, rel=1e-9) and p.sensitivity_bound > 1.0 + 1e-6
     # exact: the mechanism on the sum gets Δ̂ + ⌈√d⌉·2^-F, i.e. Δ/K on the average
     assert p.mechanism_sensitivity(0.25) == pytest.approx(0.25, rel=1e-5)
     seed = DPAggregateParams(n_parties=5, dim=10, epsilon=0.5, lam=0.01, min_records=100, calibration="seed")
@@ -369,7 +370,8 @@ def test_load_dataset_and_train_local(tmp_path):
     X2, y2 = load_dataset(tmp_path / "ok.npz")
     assert set(np.unique(y2)) == {-1, 1}
     w, delta = train_local(X2, y2, 0.05)
-    assert delta == 1 / (200 * 0.05) + 1e-8 / 0.05  # converged: reported at the fit's tolerance
+    # a function of n, d and λ: the fit's tolerance and its floating-point error (~3e-13) over λ
+    assert delta == pytest.approx(1 / (200 * 0.05) + 1e-8 / 0.05, rel=1e-9) and delta > 1 / (200 * 0.05) + 1e-8 / 0.05
     assert np.mean(predict(w, X2) == y2) > 0.9
     np.savez(tmp_path / "big.npz", X=X * 2, y=y)
     with pytest.raises(InvalidMessage, match="unit ball"):
@@ -414,7 +416,7 @@ def test_train_local_is_the_learners_fit_bit_for_bit(n, d, labels):
     """train_local calls the learners' solver without scikit-learn: its weights and optimality are exactly those
     of LogisticRegression(epsilon=inf, ...).fit, Newton's path and (d > 500) L-BFGS's alike."""
     from smcdp.dp import LogisticRegression
-    from smcdp.protocols.dp_aggregate import LOCAL_FIT_MAX_ITER, LOCAL_FIT_TOL
+    from smcdp.protocols.dp_aggregate import LOCAL_FIT_MAX_ITER, LOCAL_FIT_TOL, fit_sensitivity
 
     rng = np.random.default_rng(n * d)
     X = rng.normal(size=(n, d))
@@ -432,9 +434,32 @@ def test_train_local_is_the_learners_fit_bit_for_bit(n, d, labels):
     ).fit(X, y)
     w, delta = train_local(X, y, lam)
     assert w.dtype == np.float64 and w.tobytes() == np.asarray(clf.coef_[0], dtype=np.float64).tobytes()
-    assert delta == 1 / (n * lam) + max(float(clf.optimality_), LOCAL_FIT_TOL) / lam  # reported at the tolerance
+    assert clf.optimality_ <= LOCAL_FIT_TOL  # Newton finished: the certified solve's weights are its weights
+    assert delta == fit_sensitivity(n, lam, d) <= 1 / (n * lam) + 1.0001 * LOCAL_FIT_TOL / lam  # of n, d, λ alone
     assert LogisticRegression().get_params()["tol"] == LOCAL_FIT_TOL  # the learner's defaults
     assert LogisticRegression().get_params()["max_iter"] == LOCAL_FIT_MAX_ITER
+
+
+def test_a_local_fit_newton_did_not_finish_reports_the_same_sensitivity_not_one_from_its_data(monkeypatch):
+    """The reported sensitivity is a function of n, d and λ whatever the data: a local fit whose Newton stops short
+    (one iteration, the certified solve's floor patched away) is finished by the certified descent and reports
+    exactly the sensitivity of one Newton finished (it reported 1/(nλ) + g/λ with g its attained gradient norm),
+    with weights within that bound's tolerance of the finished fit's."""
+    import smcdp.protocols.dp_aggregate as dpa_module
+    from smcdp.dp.learners import logistic_objective
+    from smcdp.protocols.dp_aggregate import fit_sensitivity, local_fit_tolerance
+
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(150, 4))
+    X /= np.maximum(1.0, np.linalg.norm(X, axis=1))[:, None]
+    y = np.where(X @ rng.normal(size=4) + 0.3 * rng.normal(size=150) > 0, 1, -1)
+    lam = 0.02
+    w, delta = train_local(X, y, lam)
+    monkeypatch.setattr(dpa_module, "LOCAL_FIT_MAX_ITER", 1)
+    monkeypatch.setattr(logistic_objective, "CERTAIN_NEWTON", 0)
+    w_short, delta_short = train_local(X, y, lam)
+    assert delta_short == delta == fit_sensitivity(150, lam, 4)
+    assert 0 < np.linalg.norm(w_short - w) <= 2 * local_fit_tolerance(4, lam) / (2 * lam) * 1.01
 
 
 def test_train_local_refuses_rows_beyond_the_unit_ball_and_a_third_label():

@@ -167,8 +167,8 @@ def test_the_rules_round_trip_and_period_days_is_their_window_too():
 @pytest.mark.parametrize("lam", [0.0944, 0.01, 1.0])
 @pytest.mark.parametrize("max_sensitivity", [None, 0.7, 2.64816005])
 def test_a_party_of_exactly_the_records_a_session_needs_passes_its_check_whatever_its_data(lam, max_sensitivity):
-    """A declared bound is one the session's check honours: the reported sensitivity is a function of n once the
-    fit converged (1/(nλ) + tol/λ), and records_needed is the least n by the check's own expression -- a review
+    """A declared bound is one the session's check honours: the reported sensitivity is a function of n, d and λ
+    (1/(nλ) + s/λ, s the certified solve's slack), and records_needed is the least n by the check's own expression -- a review
     found n = 4, λ = 0.0944 refused at a max_sensitivity a hair above 1/(4λ) + tol/λ when g was below tol."""
     from smcdp.plugins.dp_aggregate import records_bound
 
@@ -189,7 +189,7 @@ def test_a_party_of_exactly_the_records_a_session_needs_passes_its_check_whateve
 
 def test_a_data_set_of_exactly_min_records_records_meets_the_default_sensitivity_bound():
     """The bound a party declares must be the one the session tests: a model of n records has sensitivity
-    1/(nλ) + g/λ (g its fit's gradient norm), so the default bound 1/(min_records·λ) refused a party with
+    1/(nλ) + s/λ (s its certified fit's gradient bound), so the default bound 1/(min_records·λ) refused a party with
     exactly min_records records (sensitivity 1.00000045 against 1.0)."""
     rng = np.random.default_rng(0)
     X = rng.normal(size=(100, 3))
@@ -290,13 +290,13 @@ def test_the_records_a_bound_needs_are_the_least_by_the_checks_own_expression_fo
     the party's admission (the summary); it is a bisection now, and still the least count."""
     from smcdp.protocols.dp_aggregate import fit_sensitivity, records_needed
 
-    n = records_needed(bound, lam)
-    if n == 1 << 62:
-        assert not fit_sensitivity(n, lam) <= bound
-    else:
-        assert fit_sensitivity(n, lam) <= bound and (n == 1 or fit_sensitivity(n - 1, lam) > bound)
     params = {**DPA, "lam": lam, "max_sensitivity": bound}
     p = DPAggregateParams.from_mapping(params)
+    n = records_needed(bound, lam, p.dim)
+    if n == 1 << 62:
+        assert not fit_sensitivity(n, lam, p.dim) <= bound
+    else:
+        assert fit_sensitivity(n, lam, p.dim) <= bound and (n == 1 or fit_sensitivity(n - 1, lam, p.dim) > bound)
     assert _summary("dp-aggregate", DPA_ROLES, **params).data_bounds["party1"][0].value == max(p.min_records, n)
 
 

@@ -210,7 +210,7 @@ def test_a_tolerance_below_float64s_reach_is_raised_to_a_public_floor_not_refuse
     for objective perturbation, the noise's norm, here recomputed from the release) -- is not refused, and output
     perturbation calibrates its noise to it, the same on two neighbouring data sets."""
     import smcdp.dp.learners.logistic as logistic
-    from smcdp.dp.learners.logistic_objective import certified_slack, certified_tolerance
+    from smcdp.dp.learners.logistic_bounds import certified_slack, certified_tolerance
 
     solved = []
     real = logistic.fit_logistic_objective
@@ -244,7 +244,8 @@ def test_the_gradients_error_bound_covers_its_computation_in_float64(n, d, mu):
     margins cancel near 0 (where expit's slope is largest and the rows' errors add up coherently): the solver's
     float64 gradient is within the bound everywhere.  (A validity check, not a tight one: the bound is Higham's
     worst case, and the observed error stays below a few percent of it.)"""
-    from smcdp.dp.learners.logistic_objective import _constants, gradient_error_bound, objective
+    from smcdp.dp.learners.logistic_bounds import gradient_error_bound, solve_constants
+    from smcdp.dp.learners.logistic_objective import objective
 
     if np.finfo(np.longdouble).eps >= 1e-17:
         pytest.skip("np.longdouble is float64 on this platform")
@@ -254,7 +255,7 @@ def test_the_gradients_error_bound_covers_its_computation_in_float64(n, d, mu):
     X *= rng.uniform(0.5, 1.0, size=(n, 1))
     ys = np.where(rng.random(n) < 0.5, 1.0, -1.0)
     lin = rng.normal(size=d) * 0.1
-    V = _constants(mu, float(np.linalg.norm(lin)))[3]
+    V = solve_constants(mu, float(np.linalg.norm(lin)))[3]
     points = []
     for scale in (0.0, 1.0, 10.0, 0.01 * V, V):
         v = rng.normal(size=d)
@@ -262,7 +263,7 @@ def test_the_gradients_error_bound_covers_its_computation_in_float64(n, d, mu):
     cases = [(X, ys, lin, v) for v in points]
     x = np.zeros(d)
     x[:2] = np.array([1.0, -1.0]) / np.sqrt(2) * (1 - 1e-15)  # identical rows, margin ≈ 0 by cancellation
-    V0 = _constants(mu, 0.0)[3]
+    V0 = solve_constants(mu, 0.0)[3]
     v = np.zeros(d)
     v[:2] = np.array([1.0, 1.0 - 1e-9]) * V0 / np.sqrt(2)
     cases.append((np.tile(x, (n, 1)), np.ones(n), np.zeros(d), v))
@@ -281,7 +282,8 @@ def test_the_descent_reaches_the_tolerance_within_its_proven_steps_and_the_bound
     steps, and the proven bound κ·ln(8LΔ₀/tol²) is within a factor 3 of that -- a bound several times too small
     would end in _descend's AssertionError, one far too large fails the ratio.  The point is the minimiser
     Newton finds, to the tolerance."""
-    from smcdp.dp.learners.logistic_objective import _certain_steps, _descend, objective
+    from smcdp.dp.learners.logistic_bounds import certain_steps
+    from smcdp.dp.learners.logistic_objective import _descend, objective
 
     rng = np.random.default_rng(2)
     X = np.zeros((200, 2))
@@ -289,7 +291,7 @@ def test_the_descent_reaches_the_tolerance_within_its_proven_steps_and_the_bound
     ys = np.where(X[:, 0] + 0.3 * rng.normal(size=200) > 0, 1.0, -1.0)
     lin = np.array([0.0, 1.0])
     mu, tol = 2e-3, 1e-8
-    bound = _certain_steps(tol, mu, 1.0)
+    bound = certain_steps(tol, mu, 1.0)
     w, steps, g = _descend(objective(X, ys, mu, lin), np.zeros(2), math.log(2.0) + 1.0 / (2 * mu), mu, 1.0, tol)
     assert g <= tol and bound / 3 <= steps <= bound
     newton, _, _ = fit_logistic_objective(X, ys, mu / 2, linear=lin, tol=1e-13)
