@@ -230,6 +230,10 @@ class DPAggregateParams(ProtocolParams):
                 "delta and noise_parties belong to calibration='gaussian' (the shared noise); "
                 f"calibration={self.calibration!r} draws one party's noise"
             )
+        try:  # the local fit's certified tolerance: float64 cannot certify a solve at a tiny λ (public: λ and d)
+            local_fit_tolerance(self.dim, float(self.lam))
+        except InvalidParameter as exc:
+            bad(f"lam={self.lam!r} is too small for the local fit with dim={self.dim}: {exc}")
         if not 2.0 ** (SENS_PRECISION_BITS - SENS_KEY_BITS) <= self.sensitivity_bound <= 2.0**28:
             bad(f"the sensitivity bound {self.sensitivity_bound:g} must lie in [2^-32, 2^28]")
         if self.weight_limit > 2.0**60:
@@ -1306,8 +1310,10 @@ def train_local(X: np.ndarray, y: np.ndarray, lam: float) -> tuple[np.ndarray, f
         raise InvalidMessage("the local data set needs both labels to train a classifier")
     # the solver the DP learners use, without scikit-learn (a data party would import it for this fit alone):
     # the weights of LogisticRegression(epsilon=inf, lam=lam, data_norm=1.0, fit_intercept=False,
-    # out_of_bounds="raise", tol=1e-8, max_iter=10_000).fit(X, y) whenever Newton reaches 1e-8 (a unit test checks
-    # them bit for bit), by the certified solve, which also finishes a fit that Newton did not
+    # out_of_bounds="raise", tol=1e-8, max_iter=10_000).fit(X, y) whenever local_fit_tolerance(d, lam) is that
+    # 1e-8 and Newton reaches it (a unit test checks them bit for bit), by the certified solve, which also finishes
+    # a fit that Newton did not; at a tiny lam (≲ 1e-5) the certified tolerance is above 1e-8 and the fit stops
+    # there, sooner than the learner's
     from smcdp.dp.learners.logistic_objective import fit_logistic_objective
 
     X = np.asarray(X, dtype=np.float64)

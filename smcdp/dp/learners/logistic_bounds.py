@@ -91,7 +91,9 @@ def certified_tolerance(tol: float, n: int, d: int, mu: float, lin_norm: float =
     for norm in (0.0, lin_norm):
         E0 = gradient_error_bound(n, d, mu, norm)[1]
         if not E0 * E0 / (2.0 * mu) <= solve_constants(mu, norm)[2]:
-            raise InvalidParameter(f"float64 cannot certify a logistic solve with strong convexity {mu:g} and n={n}")
+            raise InvalidParameter(
+                f"float64 cannot certify a logistic solve with strong convexity {mu:g} for {n} rows of {d} features"
+            )
     return max(float(tol), 2.0 * (1.0 + gamma(d + 2)) * (math.sqrt(kappa) * E + eps))
 
 

@@ -86,7 +86,10 @@ RESERVE_BYTES = 256 * 1024
 #: shows the coefficient bits of all of bob's models, and frames beyond feature_bits are clipped, not refused
 #: 12 (2026-12-05): DP power iteration's sensitivity carries the worst-case rounding margin for max_samples
 #: (fp_error_margin), so its noise level and grid differ from what a version-11 journal was computed with
-VERSION = 12
+#: 13 (2026-12-05): a dp-aggregate party's local fit is the certified solve and reports 1/(nλ) + s/λ (the certified
+#: slack, not the attained gradient norm), so the sensitivity keys and the default bound differ from a version-12
+#: journal's, and for a tiny λ the weights too
+VERSION = 13
 SUFFIX = ".d"
 #: an input file larger than this is fingerprinted by its size, mtime and its first and last MiB
 #: instead of its whole content (hashing runs at about 1 GB/s)

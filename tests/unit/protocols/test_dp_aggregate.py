@@ -462,6 +462,20 @@ def test_a_local_fit_newton_did_not_finish_reports_the_same_sensitivity_not_one_
     assert 0 < np.linalg.norm(w_short - w) <= 2 * local_fit_tolerance(4, lam) / (2 * lam) * 1.01
 
 
+def test_a_tiny_lambda_raises_the_local_fits_tolerance_or_is_refused_as_a_parameter():
+    """The certified tolerance is 1e-8 at ordinary λ and rises where float64 cannot certify 1e-8 (λ = 1e-7 here:
+    the fit then stops sooner, within its certified bound of the exact minimiser); below what float64 can certify
+    at all (λ = 1e-12) the session's parameters are refused before any data is read, naming λ."""
+    from smcdp.dp.validation import InvalidParameter
+    from smcdp.protocols.dp_aggregate import LOCAL_FIT_TOL, local_fit_tolerance
+
+    assert local_fit_tolerance(3, 0.01) == LOCAL_FIT_TOL < local_fit_tolerance(3, 1e-7) < 1e-4
+    with pytest.raises(InvalidMessage, match=r"lam=1e-12 is too small for the local fit with dim=3"):
+        DPAggregateParams(n_parties=2, dim=3, lam=1e-12).validate()
+    with pytest.raises(InvalidParameter):
+        local_fit_tolerance(3, 1e-12)
+
+
 def test_train_local_refuses_rows_beyond_the_unit_ball_and_a_third_label():
     X = np.array([[0.6, 0.8], [0.0, 1.0], [1.5, 0.0]])
     with pytest.raises(InvalidMessage, match="above data_norm"):
