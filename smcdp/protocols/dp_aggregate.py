@@ -1280,23 +1280,32 @@ def fit_sensitivity(n: int, lam: float, dim: int) -> float:
     a party of :func:`records_needed` records meets the session's bound whatever its data (docs/governance.md,
     "Bounds on a party's data").  (Until 2026-12-05 it was 1/(nλ) + max(g, 10⁻⁸)/λ with g the attained norm: a
     fit that stopped short reported a sensitivity computed from its data, and g's own error was left out.)"""
-    mu = 2.0 * float(lam)
-    slack = certified_slack(local_fit_tolerance(dim, lam), LOCAL_FIT_ROWS_BOUND, int(dim), mu)
-    return 1.0 / (n * lam) + slack / lam
+    return 1.0 / (n * lam) + _slack_term(lam, dim)
+
+
+def _slack_term(lam: float, dim: int) -> float:
+    """s/λ of :func:`fit_sensitivity`: the same for every n."""
+    slack = certified_slack(local_fit_tolerance(dim, lam), LOCAL_FIT_ROWS_BOUND, int(dim), 2.0 * float(lam))
+    return slack / lam
 
 
 def records_needed(sensitivity_bound: float, lam: float, dim: int) -> int:
-    """The fewest records whose :func:`fit_sensitivity` (a converged fit) is within ``sensitivity_bound``, by the
-    same floating-point expression the check uses (2^62 when none is).  A bisection over [1, 2^62]: the expression
-    is monotone in n, and a proposer's ``max_sensitivity`` a hair above LOCAL_FIT_TOL/λ puts the answer where
+    """The fewest records whose :func:`fit_sensitivity` is within ``sensitivity_bound``, by the same
+    floating-point expression the check uses (2^62 when none is).  A bisection over [1, 2^62]: the expression
+    is monotone in n, and a proposer's ``max_sensitivity`` a hair above the slack term s/λ puts the answer where
     neighbouring n give the same float (a step-by-step search from an estimate ran for minutes there)."""
+    slack = _slack_term(lam, dim)  # fit_sensitivity's expression, with its n-free term computed once
+
+    def sensitivity(n: int) -> float:
+        return 1.0 / (n * lam) + slack
+
     top = 1 << 62
-    if not fit_sensitivity(top, lam, dim) <= sensitivity_bound:
+    if not sensitivity(top) <= sensitivity_bound:
         return top
-    lo, hi = 0, top  # fit_sensitivity(hi) <= bound; lo is below the answer (0: no fit at all)
+    lo, hi = 0, top  # sensitivity(hi) <= bound; lo is below the answer (0: no fit at all)
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if fit_sensitivity(mid, lam, dim) <= sensitivity_bound:
+        if sensitivity(mid) <= sensitivity_bound:
             hi = mid
         else:
             lo = mid

@@ -83,17 +83,16 @@ def gradient_error_bound(n: int, d: int, mu: float, lin_norm: float = 0.0) -> tu
 def certified_tolerance(tol: float, n: int, d: int, mu: float, lin_norm: float = 0.0) -> float:
     """The tolerance a certain solve uses: ``tol``, or the floor below which float64 cannot be sure to reach,
     2(1 + γ_{d+2})(√κ·E + ε), if that is larger (:mod:`smcdp.dp.learners.logistic_objective`'s docstring).  Public: n, d, μ and ‖lin‖ only."""
-    kappa = solve_constants(mu, lin_norm)[1]
+    _, kappa, delta0, _ = solve_constants(mu, lin_norm)
     eps, E = gradient_error_bound(n, d, mu, lin_norm)
     # the descent could leave the ball its error bound assumes.  Decided at ‖lin‖ = 0 (public: objective
     # perturbation's noise must not decide a refusal); the condition only relaxes as ‖lin‖ grows (E grows like
     # γ·‖lin‖/μ, Δ₀ like ‖lin‖²/μ), and is checked at ‖lin‖ too, as an invariant
-    for norm in (0.0, lin_norm):
-        E0 = gradient_error_bound(n, d, mu, norm)[1]
-        if not E0 * E0 / (2.0 * mu) <= solve_constants(mu, norm)[2]:
-            raise InvalidParameter(
-                f"float64 cannot certify a logistic solve with strong convexity {mu:g} for {n} rows of {d} features"
-            )
+    E0 = gradient_error_bound(n, d, mu, 0.0)[1]
+    if not (E0 * E0 / (2.0 * mu) <= solve_constants(mu, 0.0)[2] and E * E / (2.0 * mu) <= delta0):
+        raise InvalidParameter(
+            f"float64 cannot certify a logistic solve with strong convexity {mu:g} for {n} rows of {d} features"
+        )
     return max(float(tol), 2.0 * (1.0 + gamma(d + 2)) * (math.sqrt(kappa) * E + eps))
 
 
@@ -104,8 +103,8 @@ def certified_slack(tol: float, n: int, d: int, mu: float, lin_norm: float = 0.0
 
 
 def certain_steps(tol: float, mu: float, lin_norm: float, gap: float | None = None) -> int:
-    """k* = ⌈κ·ln(8L·gap/tol²)⌉ + 1 gradient steps from a point with F − F* ≤ gap (Δ₀, from 0, by default; module
-    docstring)."""
+    """k* = ⌈κ·ln(8L·gap/tol²)⌉ + 1 gradient steps from a point with F − F* ≤ gap (Δ₀, from 0, by default;
+    :mod:`smcdp.dp.learners.logistic_objective`'s docstring)."""
     L, kappa, delta0, _ = solve_constants(mu, lin_norm)
     gap = delta0 if gap is None else gap
     return math.ceil(kappa * max(0.0, math.log(8.0 * L * gap / (tol * tol)))) + 1
