@@ -26,10 +26,27 @@ Two mechanisms (Chaudhuri, Monteleoni & Sarwate, JMLR 12, 2011):
     ``eps' = eps - log(1 + 2c/(n Lambda) + c^2/(n^2 Lambda^2))``; if eps' <= 0
     an extra ridge ``Delta = c/(n(exp(eps/4) - 1)) - Lambda`` is added and
     ``eps' = eps/2``.  b has density proportional to ``exp(-eps' ||b|| / 2)``
-    and the released minimiser of
-    ``J(v) + (1/n) b.v + (Delta/2)||v||^2`` is ``eps``-DP.  ``epsilon_spent_``
-    is the input ``epsilon`` (the guarantee the paper proves);
-    ``epsilon_noise_`` is eps' and ``extra_ridge_`` is Delta.
+    and the *exact* minimiser of
+    ``J(v) + (1/n) b.v + (Delta/2)||v||^2`` is ``eps``-DP.
+
+    A solver returns an approximate minimiser, and where it stops depends on the
+    data; so (like the approximate minima perturbation of Iyengar et al., 2019,
+    but pure) the fit spends ``eps_obj = (1 - OUTPUT_SHARE) eps`` on b as above
+    and ``eps_out = OUTPUT_SHARE eps`` on an output stage: the certified solve's
+    point v^ is projected onto a public ball of radius rho_B (never reached
+    while ``||b/n|| <= RELEASE_LIN_BOUND``; the direction is kept) and released
+    with the vector mechanism at ``eps_out`` and sensitivity ``2r`` (``r/R`` in
+    w), r a public bound on ``||P(v^) - P(v*)||`` for every b
+    (:func:`~smcdp.dp.learners.logistic_bounds.approximate_minimiser_bound`).
+    Proof: fix the exact minimiser v*; b is a function of (D, v*), the solve a
+    function of (D, b), so the released centre is ``c_D(v*)`` with
+    ``||c_D(v*) - c_D'(v*)|| <= 2r``, and the output stage gives
+    ``g_D(v*) = P[release in S | v*] <= e^eps_out g_D'(v*)``; P(v*) is
+    ``eps_obj``-DP (objective perturbation, then projection), so
+    ``E_D[g_D'] <= e^eps_obj E_D'[g_D']``: the release is ``eps``-DP.
+    ``epsilon_spent_`` is the input ``epsilon``; ``epsilon_noise_`` is eps',
+    ``epsilon_output_`` eps_out, ``noise_sensitivity_`` 2r/R and
+    ``extra_ridge_`` Delta.
 
 ``epsilon=float('inf')`` gives the plain (non-private) regularised fit, which
 equals scikit-learn's ``LogisticRegression(C=1/(2 n lam))`` without intercept,
@@ -50,7 +67,12 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from smcdp.dp.budget import PrivacyCost, charged_fit, check_budget
-from smcdp.dp.learners.logistic_bounds import certified_slack, certified_tolerance
+from smcdp.dp.learners.logistic_bounds import (
+    OUTPUT_SHARE,
+    approximate_minimiser_bound,
+    certified_slack,
+    certified_tolerance,
+)
 from smcdp.dp.learners.logistic_objective import fit_logistic_objective, logistic_sensitivity
 from smcdp.dp.mechanisms import VectorMechanism
 from smcdp.dp.samplers import noise_rng
@@ -131,10 +153,14 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         The guarantee of the fit (pure epsilon-DP, rho = epsilon**2/2), exactly
         what ``accountant`` was charged; ``inf`` for a non-private fit.
     epsilon_noise_, extra_ridge_ : float   (objective perturbation only)
+    epsilon_output_ : float or None
+        Objective perturbation: the share of ``epsilon`` its output stage spends (``OUTPUT_SHARE``, 1 %).
     noise_sensitivity_ : float or None
         Output perturbation: the sensitivity the noise is calibrated to,
         ``sensitivity_ + s * R / lam``, s the solver's certified bound on the true gradient norm at the returned
-        point (its tolerance plus the gradient's floating-point error: ``certified_slack``).
+        point (its tolerance plus the gradient's floating-point error: ``certified_slack``).  Objective
+        perturbation: its output stage's, ``2r/R`` with r from
+        :func:`~smcdp.dp.learners.logistic_bounds.approximate_minimiser_bound` (about 2·tol/(μR)).
     n_iter_ : int
         The solver's iterations (non-private fits, or ``keep_diagnostics=True``).
     optimality_ : float
@@ -239,6 +265,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         self.n_samples_seen_ = n
         self.data_norm_ = data_norm
         self.epsilon_noise_ = eps
+        self.epsilon_output_ = None
         self.extra_ridge_ = 0.0
         self.noise_sensitivity_ = None
 
@@ -258,13 +285,16 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             mech = VectorMechanism(eps, self.noise_sensitivity_, random_state=noise_rng(self.random_state))
             w = np.asarray(mech.randomise(w), float).reshape(-1)  # exact on the grid (no float channel)
         else:
+            # the objective's share of eps, and the output stage's (docstring: the approximate minimiser)
+            eps_out = eps * OUTPUT_SHARE
+            eps_obj = eps - eps_out
             Lam = 2.0 * lam_u  # CMS regulariser Lambda * ||v||^2 / 2
             c = _C_LOGISTIC
-            eps_p = eps - math.log1p(2 * c / (n * Lam) + c**2 / (n * Lam) ** 2)
+            eps_p = eps_obj - math.log1p(2 * c / (n * Lam) + c**2 / (n * Lam) ** 2)
             ridge = 0.0
             if eps_p <= 0:
-                ridge = c / (n * math.expm1(eps / 4)) - Lam
-                eps_p = eps / 2
+                ridge = c / (n * math.expm1(eps_obj / 4)) - Lam
+                eps_p = eps_obj / 2
             # b with density ∝ exp(-eps_p ||b|| / 2): the L2 mechanism with sensitivity 2, dithered within its
             # grid cell -- the proof needs a density for b (a lattice b is recomputed from the minimiser and the
             # data, on the lattice under the true data only: VectorMechanism.sample_dithered)
@@ -274,12 +304,23 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             ).reshape(-1)
             # the tolerance depends on n, d, the regularisers and the noise's norm, not on the data
             lin = b / n
-            tol_c = certified_tolerance(tol, n, Xs.shape[1], 2.0 * lam_u + ridge, float(np.linalg.norm(lin)))
+            mu = 2.0 * lam_u + ridge
+            # public: the ball and the bound on how far the projected solve lies from the projected minimiser
+            radius, r = approximate_minimiser_bound(tol, n, Xs.shape[1], mu)
+            tol_c = certified_tolerance(tol, n, Xs.shape[1], mu, float(np.linalg.norm(lin)))
             v, nit, gnorm = fit_logistic_objective(
                 Xs, ys, lam_u, linear=lin, ridge=ridge, tol=tol_c, max_iter=self.max_iter, certain=True
             )
+            norm = float(np.linalg.norm(v))
+            if norm > radius:  # only when the noise's b/n is beyond RELEASE_LIN_BOUND: the direction is kept
+                v = v * (radius / norm)
             w = v / R
+            # the exact minimiser's projection is eps_obj-DP; two data sets' releases lie within r/R of it each
+            self.noise_sensitivity_ = 2.0 * r / R
+            mech = VectorMechanism(eps_out, self.noise_sensitivity_, random_state=noise_rng(self.random_state))
+            w = np.asarray(mech.randomise(w), float).reshape(-1)
             self.epsilon_noise_ = eps_p
+            self.epsilon_output_ = eps_out
             self.extra_ridge_ = ridge
 
         set_solver_diagnostics(

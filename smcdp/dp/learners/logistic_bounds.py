@@ -13,7 +13,10 @@ from smcdp.dp.validation import InvalidParameter
 
 __all__ = [
     "CERTAIN_NEWTON",
+    "OUTPUT_SHARE",
+    "RELEASE_LIN_BOUND",
     "SUM_BLOCK",
+    "approximate_minimiser_bound",
     "certain_steps",
     "certified_slack",
     "certified_tolerance",
@@ -100,6 +103,39 @@ def certified_slack(tol: float, n: int, d: int, mu: float, lin_norm: float = 0.0
     """A bound on the true gradient norm at a point a certain solve returned with computed norm ≤ ``tol``: the
     norm's own rounding (1 + γ_{d+2}) and the gradient's error ε; the point is within this / μ of the minimiser."""
     return float(tol) * (1.0 + gamma(d + 2)) + gradient_error_bound(n, d, mu, lin_norm)[0]
+
+
+#: the share of a private objective-perturbation fit's ε that its output stage takes
+#: (:func:`~smcdp.dp.learners.logistic_bounds.approximate_minimiser_bound`); the rest goes to the objective's b
+OUTPUT_SHARE = 0.01
+#: the norm of the linear term b/n up to which the release is never projected: the ball's radius is
+#: ρ_B = (ρ + RELEASE_LIN_BOUND)/μ, above any minimiser's norm (ρ + ‖b/n‖)/μ while ‖b/n‖ stays below it
+RELEASE_LIN_BOUND = 10.0
+
+
+def approximate_minimiser_bound(tol: float, n: int, d: int, mu: float) -> tuple[float, float]:
+    """``(radius, r)``: the ball's radius ρ_B an objective-perturbation release is projected onto, and a bound r on
+    ‖P(v̂) − P(v*)‖ -- v̂ the certain solve's point, v* the perturbed objective's exact minimiser, P the projection
+    onto the ball of radius ρ_B, the computed projection's rounding included -- that holds for *every* linear term
+    b/n, so it is public (n, d, μ and ``tol``; not the noise).
+
+    Why: the solve certifies ‖∇J(v̂)‖ ≤ s(ℓ) = certified_slack(certified_tolerance(tol, …, ℓ), …, ℓ) for ℓ = ‖b/n‖,
+    so ‖v̂ − v*‖ ≤ δ(ℓ) = s(ℓ)/μ; δ grows with ℓ without bound (the gradient's rounding scales with ‖v‖ ≈ ℓ/μ).
+    Let ℓ₀ = ρ + 2μρ_B.  For ℓ ≤ ℓ₀ the projection is 1-Lipschitz and δ is non-decreasing: ≤ δ(ℓ₀).  For ℓ > ℓ₀,
+    ‖v*‖ ≥ (ℓ − ρ)/μ > 2ρ_B (μv* = −∇loss(v*) − b/n, ‖∇loss‖ ≤ ρ) and, as long as δ(ℓ) < ‖v*‖/2, v̂ lies outside
+    the ball too, where ‖x/‖x‖ − y/‖y‖‖ ≤ 2‖x − y‖/max(‖x‖, ‖y‖) gives ‖P(v̂) − P(v*)‖ ≤ 2ρ_B·μ·δ(ℓ)/(ℓ − ρ).
+    Every term of δ(ℓ) (gradient_error_bound, certified_tolerance, certified_slack) is a non-negative combination
+    of 1, ℓ and √(α + βℓ²), or a maximum of such with a constant, and for each of these f(ℓ)/(ℓ − ρ) does not
+    increase for ℓ > ρ: so the bound above is largest at ℓ₀, where it equals δ(ℓ₀), and δ(ℓ)/(ℓ − ρ) ≤
+    δ(ℓ₀)/(ℓ₀ − ρ) < 1/(2μ) -- the proviso -- once δ(ℓ₀) < ρ_B (checked here).  Hence r = δ(ℓ₀)(1 + 10⁻⁶) plus
+    4γ_{d+4}·ρ_B for the computed projection (its norm, the scale and the decision whether to scale; the division
+    by R as well).  (The tests check the monotonicity on a grid of ℓ.)"""
+    radius = (_ROW_NORM + RELEASE_LIN_BOUND) / mu
+    lin0 = _ROW_NORM + 2.0 * mu * radius
+    delta0 = certified_slack(certified_tolerance(tol, n, d, mu, lin0), n, d, mu, lin0) / mu
+    if not delta0 < radius:
+        raise InvalidParameter(f"float64 cannot bound an approximate minimiser of strong convexity {mu:g} for {n} rows")
+    return radius, delta0 * (1.0 + 1e-6) + 4.0 * gamma(d + 4) * radius
 
 
 def certain_steps(tol: float, mu: float, lin_norm: float, gap: float | None = None) -> int:
