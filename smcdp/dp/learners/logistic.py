@@ -298,10 +298,10 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             # b with density ∝ exp(-eps_p ||b|| / 2): the L2 mechanism with sensitivity 2, dithered within its
             # grid cell -- the proof needs a density for b (a lattice b is recomputed from the minimiser and the
             # data, on the lattice under the true data only: VectorMechanism.sample_dithered)
-            b = np.asarray(
-                VectorMechanism(eps_p, 2.0, random_state=noise_rng(self.random_state)).sample_dithered(Xa.shape[1]),
-                float,
-            ).reshape(-1)
+            rng = noise_rng(self.random_state)  # one stream for b and the output stage (a seed: independent draws)
+            b = np.asarray(VectorMechanism(eps_p, 2.0, random_state=rng).sample_dithered(Xa.shape[1]), float).reshape(
+                -1
+            )
             # the tolerance depends on n, d, the regularisers and the noise's norm, not on the data
             lin = b / n
             mu = 2.0 * lam_u + ridge
@@ -317,7 +317,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             w = v / R
             # the exact minimiser's projection is eps_obj-DP; two data sets' releases lie within r/R of it each
             self.noise_sensitivity_ = 2.0 * r / R
-            mech = VectorMechanism(eps_out, self.noise_sensitivity_, random_state=noise_rng(self.random_state))
+            mech = VectorMechanism(eps_out, self.noise_sensitivity_, random_state=rng)
             w = np.asarray(mech.randomise(w), float).reshape(-1)
             self.epsilon_noise_ = eps_p
             self.epsilon_output_ = eps_out

@@ -589,3 +589,24 @@ def test_the_approximate_minimisers_bound_covers_every_noise_norm(tol, n, d, mu)
     # and not far above what an unprojected fit needs: twice, or 10⁻⁷ of the minimisers' scale 1/μ (the gradient's
     # rounding at ℓ₀ ≈ 2·RELEASE_LIN_BOUND: 55× at μ = 2·10⁻⁴, tol = 10⁻³⁰⁰, d = 50, n = 10⁶)
     assert r <= max(2.0 * delta(0.0), 1e-7 / mu)
+
+
+def test_a_seeded_objective_fit_draws_b_and_its_output_noise_from_one_stream(monkeypatch):
+    """A seed gives one stream for the fit's two draws: the output stage's noise continues it, it does not
+    restart it (two Generators from the same seed would make b and the output noise the same draws)."""
+    from smcdp.dp.mechanisms import VectorMechanism
+
+    streams = []
+    real = VectorMechanism.__init__
+
+    def init(mech, *args, random_state=None, **kw):
+        streams.append(random_state)
+        real(mech, *args, random_state=random_state, **kw)
+
+    monkeypatch.setattr(VectorMechanism, "__init__", init)
+    X, y = _data(n=200)
+    LogisticRegression(epsilon=1.0, classes=[0, 1], random_state=7).fit(X, y)
+    assert len(streams) == 2 and streams[0] is streams[1] and streams[0] is not None
+    streams.clear()
+    LogisticRegression(epsilon=1.0, classes=[0, 1]).fit(X, y)
+    assert streams == [None, None]  # the secure source, for both
