@@ -35,15 +35,17 @@ Two mechanisms (Chaudhuri, Monteleoni & Sarwate, JMLR 12, 2011):
     and ``eps_out = OUTPUT_SHARE eps`` on an output stage: the certified solve's
     point v^ is projected onto a public ball of radius rho_B (never reached
     while ``||b/n|| <= RELEASE_LIN_BOUND``; the direction is kept) and released
-    with the vector mechanism at ``eps_out`` and sensitivity ``2r`` (``r/R`` in
-    w), r a public bound on ``||P(v^) - P(v*)||`` for every b
+    with the vector mechanism at ``eps_out`` and sensitivity ``2r/R`` (in w =
+    v/R), r a public bound on ``||P(v^) - P(v*)||`` for every b
     (:func:`~smcdp.dp.learners.logistic_bounds.approximate_minimiser_bound`).
     Proof: fix the exact minimiser v*; b is a function of (D, v*), the solve a
     function of (D, b), so the released centre is ``c_D(v*)`` with
     ``||c_D(v*) - c_D'(v*)|| <= 2r``, and the output stage gives
-    ``g_D(v*) = P[release in S | v*] <= e^eps_out g_D'(v*)``; P(v*) is
-    ``eps_obj``-DP (objective perturbation, then projection), so
-    ``E_D[g_D'] <= e^eps_obj E_D'[g_D']``: the release is ``eps``-DP.
+    ``g_D(v*) = P[release in S | v*] <= e^eps_out g_D'(v*)``; v* is
+    ``eps_obj``-DP (objective perturbation) and g_D' a function of v* with
+    values in [0, 1], so ``E_D[g_D'] <= e^eps_obj E_D'[g_D']``: the release is
+    ``eps``-DP -- pure in the sense of the vector mechanism's own guarantee
+    (:mod:`smcdp.dp.mechanisms`: exact arithmetic, its sampler's tail).
     ``epsilon_spent_`` is the input ``epsilon``; ``epsilon_noise_`` is eps',
     ``epsilon_output_`` eps_out, ``noise_sensitivity_`` 2r/R and
     ``extra_ridge_`` Delta.
@@ -308,6 +310,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             # public: the ball and the bound on how far the projected solve lies from the projected minimiser
             radius, r = approximate_minimiser_bound(tol, n, Xs.shape[1], mu)
             tol_c = certified_tolerance(tol, n, Xs.shape[1], mu, float(np.linalg.norm(lin)))
+            if not math.isfinite(tol_c):  # a b/n beyond ~1e150 (epsilon ~1e-140): decided by b, not by the data
+                raise InvalidParameter("the objective's noise is too large for float64 to bound its solve")
             v, nit, gnorm = fit_logistic_objective(
                 Xs, ys, lam_u, linear=lin, ridge=ridge, tol=tol_c, max_iter=self.max_iter, certain=True
             )

@@ -88,9 +88,10 @@ def certified_tolerance(tol: float, n: int, d: int, mu: float, lin_norm: float =
     2(1 + γ_{d+2})(√κ·E + ε), if that is larger (:mod:`smcdp.dp.learners.logistic_objective`'s docstring).  Public: n, d, μ and ‖lin‖ only."""
     _, kappa, delta0, _ = solve_constants(mu, lin_norm)
     eps, E = gradient_error_bound(n, d, mu, lin_norm)
-    # the descent could leave the ball its error bound assumes.  Decided at ‖lin‖ = 0 (public: objective
-    # perturbation's noise must not decide a refusal); the condition only relaxes as ‖lin‖ grows (E grows like
-    # γ·‖lin‖/μ, Δ₀ like ‖lin‖²/μ), and is checked at ‖lin‖ too, as an invariant
+    # the descent could leave the ball its error bound assumes.  Decided at ‖lin‖ = 0 (public), and checked at
+    # ‖lin‖ too: the condition relaxes as ‖lin‖ grows (E grows like γ·‖lin‖/μ, Δ₀ like ‖lin‖²/μ) except in a thin
+    # band of μ just above the ‖lin‖ = 0 threshold (a review: relative 1e-4), where a tiny ‖lin‖ can still raise --
+    # a refusal decided by objective perturbation's b, which is drawn independently of the data
     E0 = gradient_error_bound(n, d, mu, 0.0)[1]
     if not (E0 * E0 / (2.0 * mu) <= solve_constants(mu, 0.0)[2] and E * E / (2.0 * mu) <= delta0):
         raise InvalidParameter(

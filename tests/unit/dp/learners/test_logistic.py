@@ -332,6 +332,8 @@ def test_rejects_multiclass_and_single_class():
 
 
 def test_objective_perturbation_constants():
+    from smcdp.dp.learners.logistic_bounds import approximate_minimiser_bound
+
     X, y = _data(n=400)
     m = LogisticRegression(epsilon=1.0, lam=0.01, random_state=3).fit(X, y)
     Lam = 2 * 0.01
@@ -346,6 +348,10 @@ def test_objective_perturbation_constants():
     assert m.epsilon_noise_ == pytest.approx(0.099 / 2, rel=1e-12)
     assert m.extra_ridge_ == pytest.approx(0.25 / (50 * math.expm1(0.099 / 4)) - 2 * 0.001, rel=1e-12)
     assert m.epsilon_spent_ == 0.1 and m.epsilon_output_ == pytest.approx(0.001, rel=1e-12)
+    # the output stage's bound is for the objective's strong convexity, the extra ridge included
+    mu = 2 * 0.001 + m.extra_ridge_
+    assert m.noise_sensitivity_ == 2 * approximate_minimiser_bound(1e-8, 50, 5, mu)[1]
+    assert m.noise_sensitivity_ != 2 * approximate_minimiser_bound(1e-8, 50, 5, 2 * 0.001)[1]
 
 
 def test_objective_perturbations_b_has_density_proportional_to_exp_minus_eps_norm_over_two(monkeypatch):
@@ -546,7 +552,7 @@ def test_objective_perturbations_two_neighbours_centres_lie_within_the_output_st
 
 
 def test_a_noise_beyond_release_lin_bound_projects_the_release_and_keeps_its_direction(monkeypatch):
-    """A b/n far beyond RELEASE_LIN_BOUND (a minimiser of norm 40·ρ_B; never drawn in practice): the release's
+    """A b/n far beyond RELEASE_LIN_BOUND (a minimiser of norm 40·ρ_B; drawn at small n·ε): the release's
     centre is the projection of the minimiser onto the public ball -- within r of it, as the proof says -- and
     points the same way, so the classifier's decisions are those of the minimiser."""
     from smcdp.dp.learners.logistic_bounds import approximate_minimiser_bound
