@@ -415,14 +415,27 @@ def noise_rng(random_state: Any) -> np.random.Generator | None:
     if isinstance(random_state, np.random.Generator):
         return random_state
     if _is_seed(random_state):
+        if random_state < 0:
+            raise InvalidParameter(f"random_state must be a non-negative int, got {random_state!r}")
         return np.random.default_rng(int(random_state))
     raise InvalidParameter(f"random_state must be None, an int or a numpy Generator, got {random_state!r}")
 
 
+#: what an int seed is mixed with for :func:`aux_rng`, so that a seeded fit's initialisation and its privacy noise
+#: (:func:`noise_rng`: ``default_rng(seed)``) are independent streams, not the same draws
+_AUX_STREAM = 0x61757869
+
+
 def aux_rng(random_state: Any) -> np.random.Generator:
-    """Generator for randomness that is not privacy noise (initialisation)."""
+    """Generator for randomness that is not privacy noise (initialisation).  An int seed gives a stream of its own,
+    independent of the noise's stream from the same seed (:func:`noise_rng`); a Generator is used as it is (one
+    stream, drawn in turn)."""
     if isinstance(random_state, np.random.Generator):
         return random_state
-    if random_state is None or _is_seed(random_state):
-        return np.random.default_rng(None if random_state is None else int(random_state))
+    if random_state is None:
+        return np.random.default_rng(None)
+    if _is_seed(random_state):
+        if random_state < 0:
+            raise InvalidParameter(f"random_state must be a non-negative int, got {random_state!r}")
+        return np.random.default_rng([int(random_state), _AUX_STREAM])
     raise InvalidParameter(f"random_state must be None, an int or a numpy Generator, got {random_state!r}")

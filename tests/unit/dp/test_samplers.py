@@ -17,6 +17,7 @@ from smcdp.dp.samplers import (
     discrete_gaussian,
     discrete_laplace,
 )
+from smcdp.dp.validation import InvalidParameter
 from smcdp.errors import InvalidMessage
 
 
@@ -149,3 +150,21 @@ def test_gaussian_at_a_fine_grid_keeps_int64_and_its_shape(monkeypatch):
     assert abs(x.var() - 1.0) < 0.02
     assert abs(float(np.mean(x**4)) / x.var() ** 2 - 3.0) < 0.1
     assert abs(float(np.mean(np.abs(x) > 2.0)) - 0.0455) < 0.004
+
+
+def test_a_seed_gives_initialisation_and_privacy_noise_streams_of_their_own():
+    """aux_rng (initialisation) and noise_rng (privacy noise) of one int seed were both default_rng(seed): a seeded
+    KMeans or GaussianMixture drew its initial centres and its noise from the same bits, so a seeded experiment's
+    noise was a function of its initialisation.  Now the seed gives two independent streams, each reproducible; a
+    Generator passed in is one stream, drawn in turn; a negative seed is refused by both."""
+    from smcdp.dp.samplers import aux_rng, noise_rng
+
+    a, b = aux_rng(3).random(16), noise_rng(3).random(16)
+    assert not np.any(a == b)
+    np.testing.assert_array_equal(aux_rng(3).random(16), a)  # still reproducible
+    np.testing.assert_array_equal(noise_rng(3).random(16), np.random.default_rng(3).random(16))  # noise unchanged
+    g = np.random.default_rng(5)
+    assert aux_rng(g) is g and noise_rng(g) is g
+    for make in (aux_rng, noise_rng):
+        with pytest.raises(InvalidParameter, match="non-negative"):
+            make(-1)
