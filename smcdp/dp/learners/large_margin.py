@@ -287,10 +287,10 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
         one, _ = self._label_mixture(K, private).privacy_cost()
         return PrivacyCost(2.0 * one.epsilon, 2.0 * one.delta, 2.0 * one.rho)
 
-    def _label_mixture(self, K, private):
+    def _label_mixture(self, K, private, random_state=None):
         le = check_epsilon(self.label_epsilon, "label_epsilon") if private else math.inf
         ld = check_delta(self.label_delta, "label_delta", allow_zero=False) if private else 0.0
-        return GaussianMixture(K, epsilon=le, delta=ld, data_norm=1.0, random_state=self.random_state)
+        return GaussianMixture(K, epsilon=le, delta=ld, data_norm=1.0, random_state=random_state)
 
     def fit(self, X, y):
         """Fit the large-margin Gaussian models to ``X``, ``y`` (charging ``accountant``)."""
@@ -349,15 +349,17 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
         Z = self._augment(X)
         D = d + 1
 
+        # one stream for every draw of the fit: the classes' label mixtures and b (a seed made each its own
+        # default_rng(seed), so every class's mixture drew the same noise and their difference was exact)
+        gen = noise_rng(self.random_state)
         mi = np.zeros(n, dtype=int)
         if K > 1:
-            mi = self._component_labels(X, yi, C, K, private)
+            mi = self._component_labels(X, yi, C, K, private, gen)
 
         b = None
         G = 2.0 * math.sqrt(C * (C - 1))  # s = 2 in unit-norm coordinates
         delta_tight = 2.0 * G / n
         if private:
-            gen = noise_rng(self.random_state)
             if self.noise_sensitivity is None:
                 sens = delta_tight
             else:
@@ -400,7 +402,7 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
         # the objective is not kept: it holds the scaled training rows, their labels and the perturbation b (a
         # fitted -- pickled, shared -- model carried them; a review recovered every row)
 
-    def _component_labels(self, X, yi, C, K, private):
+    def _component_labels(self, X, yi, C, K, private, gen):
         Xu = X / self.data_norm_
         mi = np.zeros(X.shape[0], dtype=int)
         if self.component_labels == "nonprivate":
@@ -419,7 +421,7 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
             return mi
         for c in range(C):
             rows = yi == c
-            gm = self._label_mixture(K, private).fit(Xu[rows])
+            gm = self._label_mixture(K, private, gen).fit(Xu[rows])
             mi[rows] = gm.predict(Xu[rows])
         return mi
 

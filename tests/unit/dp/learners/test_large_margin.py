@@ -331,3 +331,36 @@ def test_a_huge_trace_weight_is_refused_and_a_broken_objective_ends_the_solver()
     t0 = time.monotonic()
     _, it, resid = _solve(obj, np.zeros((2, 1, 4, 4)), 1e-7, 50)
     assert resid == np.inf and it < 50 and time.monotonic() - t0 < 10  # gave up, well before max_iter
+
+
+def test_a_seeded_fit_draws_every_class_label_mixtures_noise_from_one_stream(monkeypatch):
+    """A review: each class's label mixture got ``random_state=seed`` and so a default_rng(seed) of its own -- every
+    class drew the very same noise, release by release, and two classes' noisy statistics gave away their
+    difference exactly (the label cost assumes independent noise).  Now the fit draws every class's mixture and b
+    from one stream: the classes' noises differ, and a refit with the same seed repeats them all."""
+    from smcdp.dp import mechanisms
+
+    def fit_recording():
+        draws = []
+        real = mechanisms.GaussianMechanism._noise
+
+        def noise(mech, n, d):
+            e, z = real(mech, n, d)
+            draws.append(np.array(z, dtype=object).copy())
+            return e, z
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(mechanisms.GaussianMechanism, "_noise", noise)
+            X, y = _blobs(n=80, d=2, C=2, seed=3)
+            LargeMarginGaussianClassifier(
+                epsilon=1.0, n_components=2, data_norm=6.0, classes=[0, 1], random_state=0, max_iter=50
+            ).fit(X, y)
+        return draws
+
+    draws = fit_recording()
+    half = len(draws) // 2
+    assert half > 0 and len(draws) == 2 * half  # the two classes' mixtures, the same number of releases each
+    same = [np.array_equal(a, b) for a, b in zip(draws[:half], draws[half:])]
+    assert not any(same), same
+    again = fit_recording()
+    assert all(np.array_equal(a, b) for a, b in zip(draws, again))  # reproducible
