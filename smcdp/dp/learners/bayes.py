@@ -188,6 +188,19 @@ class GaussianBayesClassifier(ClassifierMixin, BaseEstimator):
             raise InvalidParameter("budget_split must sum to 1")
         return split
 
+    @staticmethod
+    def _epsilons(eps, split):
+        """The shares of ``eps`` the statistics spend: the split normalised, and nudged down until their sum is at
+        most ``eps`` in floating point -- what the fit is charged (a split summing to 1 + 9e-10, which the check
+        admits, spent eps(1 + 9e-10) against a charge of eps)."""
+        if not is_private(eps):
+            return tuple(eps for _ in split)
+        total = math.fsum(split)
+        parts = [eps * (s / total) for s in split]
+        while math.fsum(parts) > eps:
+            parts = [p * (1.0 - 2.0**-52) for p in parts]
+        return tuple(parts)
+
     def fit(self, X, y):
         """Fit the per-class means, variances and priors to ``X``, ``y`` (charging ``accountant``)."""
         eps = check_epsilon(self.epsilon)
@@ -200,15 +213,15 @@ class GaussianBayesClassifier(ClassifierMixin, BaseEstimator):
             raise InvalidParameter(f"repair must be 'eigen' or 'nearest', got {self.repair!r}")
         floor = check_magnitude(self.min_eigenvalue, "min_eigenvalue")
         check_out_of_bounds(self.out_of_bounds)
-        split = self._split()
+        parts = self._epsilons(eps, self._split())
         # the shares of epsilon are released one after the other (the classes of one query in parallel)
-        cost = PrivacyCost(eps, 0.0, sum((eps * s) ** 2 for s in split) / 2.0) if is_private(eps) else NON_PRIVATE
+        cost = PrivacyCost(eps, 0.0, sum(p**2 for p in parts) / 2.0) if is_private(eps) else NON_PRIVATE
         with charged_fit(self, check_budget(self.accountant), cost, note="GaussianBayesClassifier.fit"):
-            self._fit(X, y, eps, diag, floor, split)
+            self._fit(X, y, eps, diag, floor, parts)
             self.epsilon_spent_, self.delta_spent_, self.rho_spent_ = cost.epsilon, cost.delta, cost.rho
         return self
 
-    def _fit(self, X, y, eps, diag, floor, split):
+    def _fit(self, X, y, eps, diag, floor, parts):
         X, y = validate_data(self, X, y, dtype=np.float64)
         check_classification_targets(y)
         private = is_private(eps)
@@ -227,7 +240,7 @@ class GaussianBayesClassifier(ClassifierMixin, BaseEstimator):
 
         if self.query == "sum":
             if private:
-                e_n, e_s, e_q = (eps * s for s in split)
+                e_n, e_s, e_q = parts
                 lap_n = LaplaceMechanism(e_n, 2.0, random_state=gen)
                 lap_s = LaplaceMechanism(e_s, 2.0 * d, random_state=gen)
                 lap_q = LaplaceMechanism(e_q, float(2 * d if diag else d * (d + 1)), random_state=gen)
@@ -253,7 +266,7 @@ class GaussianBayesClassifier(ClassifierMixin, BaseEstimator):
                     PrivacyLeakWarning,
                     stacklevel=3,
                 )
-                e_m, e_c = (eps * s for s in split)
+                e_m, e_c = parts
             for c in range(C):
                 Uc = U[yi == c]
                 nc = Uc.shape[0]

@@ -280,3 +280,35 @@ def test_the_mean_querys_noise_is_at_the_papers_sensitivities(monkeypatch):
     assert [k for k, *_ in made] == [k for k, *_ in want]
     for (_, e, dl, draws), (_, we, wdl, wdraws) in zip(made, want):
         assert e == pytest.approx(we) and dl == pytest.approx(wdl) and draws == wdraws
+
+
+@pytest.mark.parametrize(
+    ("query", "split"), [("sum", (0.1, 0.3, 0.6 + 9e-10)), ("sum", None), ("mean", (0.5 + 9e-10, 0.5)), ("mean", None)]
+)
+def test_the_statistics_spend_at_most_the_epsilon_the_fit_is_charged(query, split, monkeypatch):
+    """A review: a budget_split summing to 1 + 9e-10 (which the check admits) spent ε(1 + 9e-10) while the fit was
+    charged ε.  The shares are normalised and kept within ε in floating point: what the mechanisms spend, summed,
+    is at most what the accountant records."""
+    from smcdp.dp import mechanisms
+    from smcdp.dp.budget import BudgetAccountant
+
+    spent = []
+    for name in ("LaplaceMechanism", "GaussianMechanism"):
+        real = getattr(mechanisms, name).__init__
+
+        def init(mech, epsilon, *args, _real=real, **kw):
+            spent.append(epsilon)
+            _real(mech, epsilon, *args, **kw)
+
+        monkeypatch.setattr(getattr(mechanisms, name), "__init__", init)
+    rng = np.random.default_rng(0)
+    X, y = rng.uniform(0, 1, (200, 2)), rng.integers(0, 2, 200)
+    acc = BudgetAccountant(0.7)
+    clf = GaussianBayesClassifier(
+        0.7, bounds=(0, 1), classes=[0, 1], query=query, budget_split=split, random_state=0, accountant=acc
+    ).fit(X, y)
+    # the sum query's three statistics in turn; the mean query's two per class, the classes in parallel
+    per = 3 if query == "sum" else 2
+    assert spent and len(spent) % per == 0
+    assert all(math.fsum(spent[i : i + per]) <= 0.7 == clf.epsilon_spent_ for i in range(0, len(spent), per))
+    assert float(acc.status().spent_epsilon) == 0.7
