@@ -89,7 +89,10 @@ RESERVE_BYTES = 256 * 1024
 #: 13 (2026-12-05): a dp-aggregate party's local fit is the certified solve and reports 1/(nλ) + s/λ (the certified
 #: slack, not the attained gradient norm), so the sensitivity keys and the default bound differ from a version-12
 #: journal's, and for a tiny λ the weights too
-VERSION = 13
+#: 14 (2026-12-05): the Gaussian privacy profile is an upper bound in floating point (conversions.gaussian_delta),
+#: so the DP calibrations' σ moves by ~1e-12 (relative) and a discrete Gaussian's integer parameters may with it:
+#: a version-13 journal's noise need not replay bit-identical
+VERSION = 14
 SUFFIX = ".d"
 #: an input file larger than this is fingerprinted by its size, mtime and its first and last MiB
 #: instead of its whole content (hashing runs at about 1 GB/s)
