@@ -549,7 +549,12 @@ def _prove(
 
 def _verify(pub: ThresholdPublicKey, party: int, x: mpz, y: mpz, proof: tuple[int, int], context: bytes) -> bool:
     n2 = pub.public_key.nsquare
-    e, z = (int(v) for v in proof)
+    try:
+        if isinstance(proof, (str, bytes)) or len(proof) != 2:
+            return False
+        e, z = (int(as_mpz(v)) for v in proof)
+    except (TypeError, ValueError):
+        return False
     if not (0 <= e <= _MASK) or abs(z).bit_length() > pub.nonce_bits() + 1:
         return False
     vi = mpz(pub.verification_keys[party - 1])
@@ -614,15 +619,19 @@ def verify_partial(pub: ThresholdPublicKey, cts: Sequence[int], partial: Partial
         raise InvalidMessage(f"partial decryption from an unknown party index {party!r}")
     pk = pub.public_key
     n, n2 = pk.n, pk.nsquare
-    if len(partial.values) != len(cts):
-        raise BadPartialDecryption(party, f"{len(partial.values)} values for {len(cts)} ciphertexts")
+    # the caller's ciphertexts first: a bad one is the caller's error, not the prover's (its proof would fail)
+    cs = pk.validate_ciphertexts(cts, "ciphertext")
+    if len(partial.values) != len(cs):
+        raise BadPartialDecryption(party, f"{len(partial.values)} values for {len(cs)} ciphertexts")
     values = []
-    for k, ci in enumerate(partial.values):
-        ci = mpz(ci)
+    for k, raw in enumerate(partial.values):
+        try:  # an integer (as_mpz refuses a string, a fraction, a bool), a unit mod N²
+            ci = as_mpz(raw)
+        except (TypeError, ValueError):
+            raise BadPartialDecryption(party, f"value {k} is not an integer") from None
         if not (0 < ci < n2) or gmpy2.gcd(ci, n) != 1:
             raise BadPartialDecryption(party, f"value {k} is not a unit mod N²")
         values.append(ci)
-    cs = [mpz(c) for c in cts]
     if partial.batch:
         if len(partial.proofs) != 1:
             raise BadPartialDecryption(party, "a batch proof is one (e, z) pair")
@@ -658,9 +667,11 @@ def _combine(pub: ThresholdPublicKey, count: int, partials: Sequence[PartialDecr
     return out
 
 
-def _by_party(partials: Sequence[PartialDecryption]) -> dict[int, PartialDecryption]:
+def _by_party(pub: ThresholdPublicKey, partials: Sequence[PartialDecryption]) -> dict[int, PartialDecryption]:
     seen: dict[int, PartialDecryption] = {}
     for p in partials:
+        if type(p.party) is not int or not 1 <= p.party <= pub.parties:
+            raise InvalidMessage(f"partial decryption from an unknown party index {p.party!r}")
         if p.party in seen:
             raise InvalidMessage(f"two partial decryptions from party {p.party}")
         seen[p.party] = p
@@ -686,7 +697,8 @@ def combine(
     ``own``: the caller's share index, whose partial decryption it made itself and need not verify.
     ``needed_only``: verify only the partials that are used -- ``own``'s and the others' in index order until
     t + 1 (a wrong one among them is still named; one beyond them is never used, and not examined)."""
-    seen = _by_party(partials)
+    cts = pub.public_key.validate_ciphertexts(cts, "ciphertext")
+    seen = _by_party(pub, partials)
     if len(seen) < pub.threshold + 1:
         raise NotEnoughShares(f"{len(seen)} partial decryptions, {pub.threshold + 1} needed")
     order = sorted(seen, key=lambda i: (i != own, i))  # our own first: it needs no check
@@ -696,6 +708,8 @@ def combine(
             break
         if i != own:
             verify_partial(pub, cts, seen[i], context)
+        elif len(seen[i].values) != len(cts):
+            raise InvalidMessage(f"own partial decryption covers {len(seen[i].values)} of {len(cts)} ciphertexts")
         chosen.append(seen[i])
     chosen = sorted(chosen, key=lambda p: p.party)[: pub.threshold + 1]
     plain = _combine(pub, len(cts), chosen)
@@ -749,8 +763,9 @@ def combine_assigned(
     is combined from the partials of :func:`decryptors` S_k.  Every partial is verified on its own ciphertexts (except ``own``'s): each one is used,
     so each wrong one raises :class:`BadPartialDecryption` naming its party; a partial of another party, or of
     another length, is refused, and a missing one needed for some ciphertext raises :class:`NotEnoughShares`."""
+    cts = pub.public_key.validate_ciphertexts(cts, "ciphertext")
     sets = decryptors(len(cts), pub.parties, pub.threshold, offset)
-    seen = _by_party(partials)
+    seen = _by_party(pub, partials)
     positions = {i: [k for k, s in enumerate(sets) if i in s] for i in range(1, pub.parties + 1)}
     for i in sorted(seen, key=lambda i: (i != own, i)):
         mine = positions.get(i)

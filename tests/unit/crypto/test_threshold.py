@@ -469,3 +469,51 @@ def test_a_wrong_unverified_own_partial_is_refused_not_combined(key):
         combine(pub, cts, [own, *others], CTX, own=1)
     good = partial_decrypt(shares[0], cts, CTX)
     assert combine(pub, cts, [good, *others], CTX, own=1) == [1, 2, 3]
+
+
+def test_a_bad_ciphertext_is_the_callers_error_not_an_honest_partys(key):
+    """A review: combine/verify_partial did not check the caller's ciphertexts, so a value outside (0, N²), a
+    non-unit or a string got an honest party named (BadPartialDecryption: its proof 'fails' for a ciphertext it
+    never decrypted).  Now they are refused as what they are, before any proof; combine_assigned too."""
+    from smcdp.crypto.threshold import combine_assigned
+
+    pk, sk, pub, shares = key
+    cts = _cts(pk, [5, -7])
+    partials = [partial_decrypt(s, cts, CTX) for s in shares[: T + 1]]
+    assert combine(pub, cts, partials, CTX) == [5, -7]
+    p = int(sk.p)  # a non-unit
+    for bad in (int(cts[0]) + int(pk.nsquare), 0, -int(cts[0]), int(pk.nsquare), str(cts[0]), p):
+        wrong = [bad, cts[1]]
+        for call, args in (
+            (combine, (pub, wrong, partials, CTX)),
+            (verify_partial, (pub, wrong, partials[1], CTX)),
+            (combine_assigned, (pub, wrong, partials, CTX)),
+        ):
+            with pytest.raises((InvalidMessage, TypeError)) as caught:  # TypeError: a string is no integer
+                call(*args)
+            assert not isinstance(caught.value, BadPartialDecryption), bad
+
+
+def test_a_partials_values_and_parties_are_integers_and_an_own_partial_covers_every_ciphertext(key):
+    """A review: mpz() parsed a partial's values given as strings (and a bool party index matched party 1); a
+    three-element proof raised a bare ValueError; combine took an own partial of the wrong length (IndexError, or
+    extra values ignored).  Each is now refused by name."""
+    pk, _, pub, shares = key
+    cts = _cts(pk, [3, 4, 5])
+    partials = [partial_decrypt(s, cts, CTX) for s in shares[: T + 1]]
+    p2 = partials[1]
+    as_strings = PartialDecryption(p2.party, tuple(str(v) for v in p2.values), p2.proofs, p2.batch)
+    with pytest.raises(BadPartialDecryption, match="not an integer"):
+        verify_partial(pub, cts, as_strings, CTX)
+    three = PartialDecryption(p2.party, p2.values, ((*p2.proofs[0], 1),), p2.batch)
+    with pytest.raises(BadPartialDecryption, match="batch proof"):
+        verify_partial(pub, cts, three, CTX)
+    for party in (True, None, 0, N_PARTIES + 1):
+        odd = PartialDecryption(party, p2.values, p2.proofs, p2.batch)
+        with pytest.raises(InvalidMessage, match="unknown party index"):
+            combine(pub, cts, [partials[0], odd, partials[2]], CTX, own=None)
+    own = partials[0]
+    for values in (own.values[:2], (*own.values, own.values[0])):
+        short = PartialDecryption(own.party, values, own.proofs, own.batch)
+        with pytest.raises(InvalidMessage, match="own partial decryption covers"):
+            combine(pub, cts, [short, *partials[1:]], CTX, own=own.party)

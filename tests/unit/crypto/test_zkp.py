@@ -453,3 +453,23 @@ def test_djn_nonces_powers_of_the_keys_base_verify_replay_and_still_fail_when_fa
     assert sizes == [djn_exponent_bits(pk)] and u == pow(int(h), 12345, int(n)) and un == pow(int(u), int(n), int(n2))
     u, un = _nonce_unit(pk, False, lambda b: pytest.fail("no exponent is drawn"), lambda: gmpy2.mpz(77))
     assert u == 77 and un == pow(77, int(n), int(n2))
+
+
+def test_a_verifier_answers_false_for_a_ciphertext_or_proof_that_is_no_integer_or_out_of_range(key):
+    """A review: verify_bit took a ciphertext as a string (mpz() parsed it; True) or negative (OverflowError), and
+    verify_plaintext_knowledge a proof of decimal strings (True).  A verifier now answers False for any element
+    that is not an integer (a string, a fraction, a bool) and for a ciphertext outside (0, n²) or not a unit."""
+    pk, sk = key
+    c = pk.raw_encrypt_textbook(1)
+    proof = prove_bit(sk, c, 1, CTX)
+    assert verify_bit(pk, c, proof, CTX)
+    for bad_c in (str(c), -int(c), int(c) + int(pk.nsquare), 0, float(c) + 0.5):
+        assert verify_bit(pk, bad_c, proof, CTX) is False, bad_c
+    assert verify_bit(pk, c, [str(v) for v in proof], CTX) is False
+    assert verify_bit(pk, c, "x" * 5, CTX) is False
+    cts, ms, rs = _enc_known(pk, [1, 2, 3])
+    popk = prove_plaintext_knowledge(pk, cts, ms, rs, CTX)
+    assert verify_plaintext_knowledge(pk, cts, popk, CTX)
+    assert verify_plaintext_knowledge(pk, cts, tuple(str(v) for v in popk), CTX) is False
+    assert verify_plaintext_knowledge(pk, [str(v) for v in cts], popk, CTX) is False
+    assert verify_one_hot(pk, [str(c)], [*proof, 1], CTX) is False
