@@ -1313,10 +1313,12 @@ def records_needed(sensitivity_bound: float, lam: float, dim: int) -> int:
 
 
 def train_local(X: np.ndarray, y: np.ndarray, lam: float) -> tuple[np.ndarray, float]:
-    """Non-private fit of (1/n)Σ log(1+exp(−y wᵀx)) + λ‖w‖² and its L2 sensitivity (:func:`fit_sensitivity`)."""
+    """Non-private fit of (1/n)Σ log(1+exp(−y wᵀx)) + λ‖w‖² and its L2 sensitivity (:func:`fit_sensitivity`).
 
-    if len(set(y.tolist())) < 2:
-        raise InvalidMessage("the local data set needs both labels to train a classifier")
+    Labels in {−1, +1} or {0, 1} (1 is the positive class).  A data set of one label is fitted like any other (the
+    regularised objective has its unique minimiser, and the sensitivity's derivation does not need both labels):
+    refusing it made replacing a site's only positive record end the session -- a bit about the data that no
+    budget covered (a review)."""
     # the solver the DP learners use, without scikit-learn (a data party would import it for this fit alone):
     # the weights of LogisticRegression(epsilon=inf, lam=lam, data_norm=1.0, fit_intercept=False,
     # out_of_bounds="raise", tol=1e-8, max_iter=10_000).fit(X, y) whenever local_fit_tolerance(d, lam) is that
@@ -1326,10 +1328,10 @@ def train_local(X: np.ndarray, y: np.ndarray, lam: float) -> tuple[np.ndarray, f
     from smcdp.dp.learners.logistic_objective import fit_logistic_objective
 
     X = np.asarray(X, dtype=np.float64)
-    classes = np.unique(y)
-    if classes.size > 2:
-        raise InvalidParameter(f"Only binary classification is supported: got {classes.size} classes")
-    ys = np.where(y == classes[1], 1.0, -1.0)
+    labels = set(np.unique(y).tolist())
+    if not (labels <= {-1, 1} or labels <= {0, 1}):
+        raise InvalidParameter(f"labels must be in {{-1, +1}} or {{0, 1}}, got {sorted(labels)[:5]}")
+    ys = np.where(np.asarray(y) == 1, 1.0, -1.0)
     lam = check_positive(lam, "lam")
     Xs = clip_rows_to_norm(X, 1.0, "raise") / 1.0  # as the learner scales rows into the unit ball (R = 1)
     d = X.shape[1]
