@@ -94,13 +94,16 @@ def abort_delta(epsilon: float, n_parties: int, *, margin: bool) -> float:
 def privacy_cost(p: DPAggregateParams) -> tuple[float, float]:
     """(epsilon, delta) of one release to every data party's dataset (docs/protocols/dp-aggregate.md).
 
-    ``calibration="exact"``: the session's epsilon.  ``"seed"``: the actual guarantee of the
-    seed's per-coordinate Laplace noise, epsilon * sqrt(d) / (2K) (above epsilon when
-    sqrt(d) > 2K).  ``"gaussian"``: the session's (epsilon, delta).  delta also counts the parties' aborts on a
-    noise draw beyond the public bound (:func:`abort_delta`): K * 2^-64, or e^epsilon times that with shared noise."""
+    ``calibration="exact"``: the session's epsilon.  ``"seed"``: a bound on the actual guarantee of the
+    seed's per-coordinate Laplace noise, epsilon * max(1, sqrt(d) / (2K)): the noise's L1 scale on the sum is
+    (2K·Δ̂ + d·2^-F)/epsilon against an L1 sensitivity of √d·Δ̂ + d·2^-F (the grid's rounding in both), a ratio
+    between √d/(2K) and 1 -- it was charged epsilon * sqrt(d) / (2K), which the rounding term exceeds when
+    sqrt(d) < 2K (a review: 3.5x at K = 200, d = 10^4).  ``"gaussian"``: the session's (epsilon, delta).  delta
+    also counts the parties' aborts on a noise draw beyond the public bound (:func:`abort_delta`): K * 2^-64, or
+    e^epsilon times that with shared noise."""
     eps = float(p.epsilon)
     if p.calibration == "seed":
-        eps = eps * math.sqrt(p.dim) / (2 * p.n_parties)
+        eps = eps * max(1.0, math.sqrt(p.dim) / (2 * p.n_parties))
     if p.calibration == "gaussian":  # (epsilon, delta) of the Gaussian release, against h honest parties' shares
         assert p.delta is not None
         return eps, min(1.0, float(p.delta) + abort_delta(eps, p.n_parties, margin=False))
