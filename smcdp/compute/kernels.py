@@ -73,13 +73,32 @@ def gram_block(A: np.ndarray, Q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return A @ W, W.T @ W
 
 
-def clipped_gram_block(A: np.ndarray, Q: np.ndarray, clip: float) -> tuple[np.ndarray, np.ndarray]:
+def clip_columns(A: np.ndarray, clip: float) -> tuple[np.ndarray, np.ndarray]:
+    """(Ã, over): every column a_j scaled to norm at most ``clip`` (Ã = A·diag(min(1, clip/‖a_j‖))) and the mask
+    of the columns it shortens -- finite for every finite column: one whose sum of squares overflows (entries
+    near 1e154 and up) becomes (a_j/m)·(clip/‖a_j/m‖) with m its largest magnitude (a scale of clip/‖a_j‖ itself
+    would be subnormal there and lose the column's digits)."""
     norms = np.sqrt(np.einsum("ij,ij->j", A, A))
     over = norms > clip
     scale = np.ones_like(norms)
     scale[over] = clip / norms[over]
-    W = (A.T @ Q) * scale[:, None]  # Ãᵀ Q, Ã = A·diag(scale)
-    return chunked_product(A * scale, W), np.array([float(np.count_nonzero(over))])
+    At = A * scale
+    big = np.flatnonzero(np.isinf(norms))
+    if big.size:
+        part = A[:, big]
+        m = np.max(np.abs(part), axis=0)
+        with np.errstate(invalid="ignore", divide="ignore"):  # an infinite entry: a NaN the caller refuses
+            unit = part / m
+            At[:, big] = unit * (clip / np.sqrt(np.einsum("ij,ij->j", unit, unit)))
+    return At, over
+
+
+def clipped_gram_block(A: np.ndarray, Q: np.ndarray, clip: float) -> tuple[np.ndarray, np.ndarray]:
+    # Ã first, then ÃᵀQ: every product stays within clip·‖q‖ -- (AᵀQ)·scale overflowed to inf·0 = NaN for a
+    # finite column near 1e308, a refusal that one column decided (a review)
+    At, over = clip_columns(A, clip)
+    W = At.T @ Q
+    return chunked_product(At, W), np.array([float(np.count_nonzero(over))])
 
 
 def chunked_product(A: np.ndarray, W: np.ndarray) -> np.ndarray:
