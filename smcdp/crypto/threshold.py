@@ -615,7 +615,7 @@ def partial_decrypt(
 def verify_partial(pub: ThresholdPublicKey, cts: Sequence[int], partial: PartialDecryption, context: bytes) -> None:
     """Raise :class:`BadPartialDecryption` (naming the party) unless ``partial`` is correct for ``cts``."""
     party = partial.party
-    if not (isinstance(party, int) and 1 <= party <= pub.parties):
+    if not (type(party) is int and 1 <= party <= pub.parties):  # not a bool
         raise InvalidMessage(f"partial decryption from an unknown party index {party!r}")
     pk = pub.public_key
     n, n2 = pk.n, pk.nsquare

@@ -47,14 +47,12 @@ witness, which is as unpredictable.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import hmac
 import random
 import secrets
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any, TypeVar, cast
 
 import gmpy2
 from gmpy2 import mpz
@@ -129,32 +127,27 @@ def _prove_bit_with(
     return [int(a[0]), int(a[1]), e[0], int(z[0]), int(z[1])]
 
 
-_V = TypeVar("_V", bound=Callable[..., bool])
+def _integers(values: Sequence[object]) -> list[mpz] | None:
+    """A proof's or a statement's elements as mpz, or None when one is no integer (a string, a fraction, a bool:
+    ``as_mpz`` refuses them, where ``mpz()`` parsed a string) -- a verifier then answers False, not a proof.  Only
+    the elements: a caller's own mistake (a context that is not bytes, say) still raises."""
+    if isinstance(values, (str, bytes)):
+        return None
+    try:
+        return [as_mpz(v) for v in values]
+    except (TypeError, ValueError):
+        return None
 
 
-def _false_on_non_integers(verify: _V) -> _V:
-    """A verifier that answers False -- not a proof -- when a ciphertext or a proof's element is no integer (a
-    string, a float with a fraction, a bool: ``as_mpz`` refuses them, where ``mpz()`` parsed a string) or a proof
-    has the wrong shape, instead of raising."""
-
-    @functools.wraps(verify)
-    def checked(*args: Any, **kw: Any) -> bool:
-        try:
-            return verify(*args, **kw)
-        except (TypeError, ValueError):
-            return False
-
-    return cast(_V, checked)
-
-
-@_false_on_non_integers
 def verify_bit(pk: PublicKey, c: int, proof: Sequence[int], context: bytes) -> bool:
     """True iff ``proof`` (5 integers) shows that ``c`` encrypts 0 or 1 (bound to ``context``)."""
     if isinstance(proof, (str, bytes)) or len(proof) != 5:
         return False
     n, n2 = pk.n, pk.nsquare
-    c = as_mpz(c)  # an integer in range and a unit, as verify_bits_many takes it
-    a0, a1, e0, z0, z1 = (as_mpz(x) for x in proof)
+    ints = _integers([c, *proof])  # integers only; c in range and a unit, as verify_bits_many takes it
+    if ints is None:
+        return False
+    c, a0, a1, e0, z0, z1 = ints
     if not (0 < c < n2) or gmpy2.gcd(c, n) != 1:
         return False
     if not (0 < a0 < n2 and 0 < a1 < n2 and 0 < z0 < n and 0 < z1 < n and 0 <= e0 <= _MASK):
@@ -212,7 +205,6 @@ def prove_one_hot(sk: PrivateKey, cts: Sequence[int], hot: int, context: bytes) 
     return proof
 
 
-@_false_on_non_integers
 def verify_one_hot(pk: PublicKey, cts: Sequence[int], proof: Sequence[int], context: bytes) -> bool:
     """True iff ``proof`` shows that ``cts`` encrypt a 0/1 vector with exactly one 1."""
     K = len(cts)
@@ -349,15 +341,16 @@ def prove_plaintext_knowledge(
     return int(a), int(z), int(w)
 
 
-@_false_on_non_integers
 def verify_plaintext_knowledge(pk: PublicKey, cts: Sequence[int], proof: Sequence[int], context: bytes) -> bool:
     """True iff ``proof`` (a, z, w) shows knowledge of an opening of every ciphertext of ``cts`` (bound to
     ``context``; see :func:`prove_plaintext_knowledge`)."""
     n, n2 = pk.n, pk.nsquare
     if len(proof) != 3 or not cts:
         return False
-    a, z, w = (as_mpz(v) for v in proof)
-    cs = [as_mpz(c) for c in cts]
+    ints, cs_ = _integers(proof), _integers(cts)
+    if ints is None or cs_ is None:
+        return False
+    (a, z, w), cs = ints, cs_
     if not (0 < a < n2 and 0 <= z < n and 0 < w < n) or any(not 0 < c < n2 for c in cs):
         return False
     acc = a * w % n
@@ -487,7 +480,6 @@ def verify_scaling(
     return verify_scalings(pk, bases, [(cts, proof, context)], exponent_bits)
 
 
-@_false_on_non_integers
 def verify_scalings(
     pk: PublicKey,
     bases: Sequence[int],
@@ -506,7 +498,10 @@ def verify_scalings(
     every plaintext as the soundness argument of :func:`prove_scaling` needs."""
     n, n2 = pk.n, pk.nsquare
     k = len(bases)
-    bs = [as_mpz(b) for b in bases]
+    bs_ = _integers(bases)
+    if bs_ is None:
+        return False
+    bs = bs_
     if k == 0 or not statements or any(not 0 < b < n2 for b in bs):
         return False
     zbits = exponent_bits + CHALLENGE_BITS + SCALE_HIDING_BITS + 1
@@ -518,9 +513,10 @@ def verify_scalings(
     for cts, proof, context in statements:
         if len(cts) != k or len(proof) != 3 * k:
             return False
-        cs = [as_mpz(c) for c in cts]
-        commitments, zs = [as_mpz(a) for a in proof[:k]], [int(as_mpz(z)) for z in proof[k : 2 * k]]
-        ws = [as_mpz(w) for w in proof[2 * k :]]
+        cs_, pr = _integers(cts), _integers(proof)
+        if cs_ is None or pr is None:
+            return False
+        cs, commitments, zs, ws = cs_, pr[:k], [int(z) for z in pr[k : 2 * k]], pr[2 * k :]
         if any(not 0 < v < n2 for v in (*cs, *commitments)) or any(not 0 <= z < 1 << zbits for z in zs):
             return False
         if any(not 0 < w < n for w in ws):
@@ -555,7 +551,10 @@ def _combination_challenge(
 
 
 def _combination_rows(pk: PublicKey, bases: Sequence[Sequence[int]], k: int) -> list[list[mpz]] | None:
-    rows = [[mpz(b) for b in row] for row in bases]
+    rows_ = [_integers(row) for row in bases]
+    if any(r is None for r in rows_):
+        return None
+    rows = [r for r in rows_ if r is not None]
     if not rows or any(len(row) != k for row in rows):
         return None
     if any(not 0 < b < pk.nsquare for row in rows for b in row):
@@ -640,7 +639,6 @@ def combination_proof_size(rows: int, entries: int) -> int:
     return 2 * entries + rows
 
 
-@_false_on_non_integers
 def verify_combination(
     pk: PublicKey,
     bases: Sequence[Sequence[int]],
@@ -663,10 +661,10 @@ def verify_combination(
     rows = _combination_rows(pk, bases, k)
     if rows is None or k == 0 or len(proof) != combination_proof_size(len(rows), k):
         return False
-    cs = [as_mpz(c) for c in cts]
-    commitments = [as_mpz(a) for a in proof[:k]]
-    zs = [int(as_mpz(z)) for z in proof[k : k + len(rows)]]
-    ws = [as_mpz(w) for w in proof[k + len(rows) :]]
+    cs_, pr = _integers(cts), _integers(proof)
+    if cs_ is None or pr is None:
+        return False
+    cs, commitments, zs, ws = cs_, pr[:k], [int(z) for z in pr[k : k + len(rows)]], pr[k + len(rows) :]
     zbits = exponent_bits + CHALLENGE_BITS + SCALE_HIDING_BITS + 1
     if any(not 0 < v < n2 for v in (*cs, *commitments)) or any(not 0 <= z < 1 << zbits for z in zs):
         return False
@@ -719,7 +717,6 @@ def verify_bits(pk: PublicKey, cts: Sequence[int], proof: Sequence[int], context
     return verify_bits_many(pk, [(cts, proof, context)])
 
 
-@_false_on_non_integers
 def verify_bits_many(pk: PublicKey, statements: Sequence[tuple[Sequence[int], Sequence[int], bytes]]) -> bool:
     """True iff every (cts, proof, context) of ``statements`` -- several provers' :func:`prove_bits` -- verifies;
     False says that one fails, not which.
@@ -736,8 +733,10 @@ def verify_bits_many(pk: PublicKey, statements: Sequence[tuple[Sequence[int], Se
         if not cts or len(proof) != 5 * len(cts):
             return False
         for k, c in enumerate(cts):
-            c = as_mpz(c)
-            a0, a1, e0, z0, z1 = (as_mpz(x) for x in proof[5 * k : 5 * k + 5])
+            ints = _integers([c, *proof[5 * k : 5 * k + 5]])
+            if ints is None:
+                return False
+            c, a0, a1, e0, z0, z1 = ints
             if not (0 < c < n2 and 0 < a0 < n2 and 0 < a1 < n2 and 0 < z0 < n and 0 < z1 < n and 0 <= e0 <= _MASK):
                 return False
             if gmpy2.gcd(a0 * a1 % n * c % n, n) != 1 or gmpy2.gcd(z0 * z1 % n, n) != 1:

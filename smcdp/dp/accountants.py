@@ -7,8 +7,8 @@ factory: it returns the class below that implements ``method``.
 
 ``linear`` -- :class:`LinearAccountant`
     Dwork-Roth Thm 3.16: epsilons and deltas add.  A Gaussian event is first
-    turned into an ``(eps_i, delta_i)`` pair by its exact privacy profile
-    (Balle-Wang), the Gaussian events sharing the delta left over equally.
+    turned into an ``(eps_i, delta_i)`` pair by its privacy profile (Balle-Wang;
+    an upper bound in floating point), the Gaussian events sharing the delta left over equally.
 ``advanced`` -- :class:`AdvancedAccountant`
     Dwork-Roth Thm 3.20 in its heterogeneous form: for events that are
     ``(eps_i, delta_i)``-DP, the composition is ``(sqrt(2 ln(1/delta') sum eps_i**2)

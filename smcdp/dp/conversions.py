@@ -3,8 +3,8 @@
 What both the mechanisms and the accountants need, so that neither imports the
 other:
 
-* the exact privacy profile of the Gaussian mechanism (Balle & Wang 2018):
-  :func:`gaussian_delta`, :func:`gaussian_epsilon`, and the two calibrations
+* the privacy profile of the Gaussian mechanism (Balle & Wang 2018), as an upper
+  bound that holds in floating point: :func:`gaussian_delta`, :func:`gaussian_epsilon`, and the two calibrations
   :func:`classic_gaussian_sigma` (Dwork-Roth Thm A.1) and
   :func:`analytic_gaussian_sigma` (smallest sigma meeting Balle-Wang);
 * Renyi-DP curves (DP-EM eqs. (19)-(20)) and the RDP -> (epsilon, delta)
@@ -113,14 +113,18 @@ def gaussian_delta(epsilon: float, noise_multiplier: float) -> float:
     A = mu / 2.0 - epsilon / mu
     B = A - mu
     nearest = 0.0 if B <= 0.0 <= A else min(abs(A), abs(B))
-    coarse = mu * math.exp(-nearest * nearest / 2.0) / math.sqrt(2.0 * math.pi) * (1.0 + 1e-12)
+    # each bound is one exp of a logarithm, so that below 2.2e-308 (subnormal results, whose error is absolute)
+    # one rounding of half a subnormal unit is all there is; 2 units are added for it (a review: at delta =
+    # 1e-323 the products lost up to 14 % to the subnormal range)
+    log_coarse = math.log(mu) - nearest * nearest / 2.0 - 0.5 * math.log(2.0 * math.pi) + 1e-12
+    bound = math.exp(log_coarse)
     err_a = _log_ndtr_error(A, a)
     err = err_a + _log_ndtr_error(B, b - epsilon) + 4.0 * _UNIT * (abs(a) + abs(b) + epsilon)  # of a - b, rounded
     if math.isfinite(a) and a - b > err:
-        # (1 + 8u): exp, expm1 and the product's own roundings
-        direct = math.exp(a + err_a) * -math.expm1(-(a - b + err)) * (1.0 + 8.0 * _UNIT)
-        return max(_TINIEST, min(1.0, coarse, direct))
-    return max(_TINIEST, min(1.0, coarse))  # delta > 0 for every finite multiplier: never rounded to 0
+        # the log of e^a(1 − e^-(a − b)), each term at its largest, plus 8u for exp, expm1 and log's roundings
+        log_direct = a + err_a + math.log(-math.expm1(-(a - b + err)))
+        bound = min(bound, math.exp(log_direct + 8.0 * _UNIT * (1.0 + abs(log_direct))))
+    return min(1.0, bound + 2.0 * _TINIEST)  # delta > 0 for every finite multiplier: never rounded to 0
 
 
 def step_until(holds: Callable[[float], bool], x: float, *, up: bool, first: float = 1e-12) -> float:
@@ -188,7 +192,8 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
 
 
 def gaussian_composition_epsilon(delta: float, noise_multiplier: float, count: int) -> float:
-    """Exact epsilon at ``delta`` of ``count`` adaptively composed Gaussian mechanisms, each with
+    """Epsilon at ``delta`` of ``count`` adaptively composed Gaussian mechanisms (by an upper bound of the exact
+    profile: :func:`gaussian_delta`), each with
     sigma/Delta = ``noise_multiplier``: their privacy-loss distribution (PLD).
 
     The privacy loss of one Gaussian mechanism is Gaussian, N(mu**2/2, mu**2) with mu = 1/noise_multiplier,

@@ -1328,6 +1328,8 @@ def train_local(X: np.ndarray, y: np.ndarray, lam: float) -> tuple[np.ndarray, f
     from smcdp.dp.learners.logistic_objective import fit_logistic_objective
 
     X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2 or X.shape[0] < 1 or len(y) != X.shape[0]:
+        raise InvalidParameter(f"train_local needs n >= 1 rows with one label each, got X {X.shape}, {len(y)} labels")
     labels = set(np.unique(y).tolist())
     if not (labels <= {-1, 1} or labels <= {0, 1}):
         raise InvalidParameter(f"labels must be in {{-1, +1}} or {{0, 1}}, got {sorted(labels)[:5]}")

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from fractions import Fraction
 from typing import NamedTuple
 
 import numpy as np
@@ -197,7 +198,7 @@ class GaussianBayesClassifier(ClassifierMixin, BaseEstimator):
             return tuple(eps for _ in split)
         total = math.fsum(split)
         parts = [eps * (s / total) for s in split]
-        while math.fsum(parts) > eps:
+        while sum(map(Fraction, parts)) > Fraction(eps):  # exactly: fsum's own rounding could hide half a unit
             parts = [p * (1.0 - 2.0**-52) for p in parts]
         return tuple(parts)
 

@@ -60,6 +60,7 @@ convexity -- which the privacy proofs need -- also covers it).
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -95,6 +96,16 @@ __all__ = ["LogisticRegression", "fit_logistic_objective", "logistic_sensitivity
 
 #: bound on the second derivative of log(1 + exp(-z))
 _C_LOGISTIC = 0.25
+
+
+def objective_shares(eps: float) -> tuple[float, float]:
+    """(eps_obj, eps_out): objective perturbation's share of ``eps`` for b and its output stage's
+    (``OUTPUT_SHARE``), their exact sum at most ``eps`` (eps − eps_out alone can round up by half a unit)."""
+    eps_out = eps * OUTPUT_SHARE
+    eps_obj = eps - eps_out
+    while Fraction(eps_obj) + Fraction(eps_out) > Fraction(eps):
+        eps_obj = math.nextafter(eps_obj, 0.0)
+    return eps_obj, eps_out
 
 
 class LogisticRegression(ClassifierMixin, BaseEstimator):
@@ -288,8 +299,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             w = np.asarray(mech.randomise(w), float).reshape(-1)  # exact on the grid (no float channel)
         else:
             # the objective's share of eps, and the output stage's (docstring: the approximate minimiser)
-            eps_out = eps * OUTPUT_SHARE
-            eps_obj = eps - eps_out
+            eps_obj, eps_out = objective_shares(eps)
             Lam = 2.0 * lam_u  # CMS regulariser Lambda * ||v||^2 / 2
             c = _C_LOGISTIC
             eps_p = eps_obj - math.log1p(2 * c / (n * Lam) + c**2 / (n * Lam) ** 2)

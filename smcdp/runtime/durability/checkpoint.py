@@ -90,10 +90,12 @@ RESERVE_BYTES = 256 * 1024
 #: slack, not the attained gradient norm), so the sensitivity keys and the default bound differ from a version-12
 #: journal's, and for a tiny λ the weights too
 #: 14 (2026-12-05): the Gaussian privacy profile is an upper bound in floating point (conversions.gaussian_delta),
-#: so the DP calibrations' σ moves by ~1e-12 (relative) and a discrete Gaussian's integer parameters may with it:
+#: so the DP calibrations' σ moves (~1e-12 relative at ordinary (ε, δ), up to ~1e-7 at extreme ones) and a
+#: discrete Gaussian's integer parameters may with it:
 #: a version-13 journal's noise need not replay bit-identical; and (the same evening) dp-aggregate's "seed"
 #: calibration charges eps*max(1, sqrt(d)/(2K)), so its summaries' epsilon differs from a version-13 journal's,
-#: and a DP power round scales the clipped columns before the product (other last bits for a clipped column)
+#: and a DP power round scales the clipped columns before the product (other last bits in every entry of a
+#: block's Z once one of its columns is clipped)
 VERSION = 14
 SUFFIX = ".d"
 #: an input file larger than this is fingerprinted by its size, mtime and its first and last MiB

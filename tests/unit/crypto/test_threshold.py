@@ -512,6 +512,8 @@ def test_a_partials_values_and_parties_are_integers_and_an_own_partial_covers_ev
         odd = PartialDecryption(party, p2.values, p2.proofs, p2.batch)
         with pytest.raises(InvalidMessage, match="unknown party index"):
             combine(pub, cts, [partials[0], odd, partials[2]], CTX, own=None)
+        with pytest.raises(InvalidMessage, match="unknown party index"):
+            verify_partial(pub, cts, odd, CTX)
     own = partials[0]
     for values in (own.values[:2], (*own.values, own.values[0])):
         short = PartialDecryption(own.party, values, own.proofs, own.batch)

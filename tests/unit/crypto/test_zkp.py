@@ -463,7 +463,7 @@ def test_a_verifier_answers_false_for_a_ciphertext_or_proof_that_is_no_integer_o
     c = pk.raw_encrypt_textbook(1)
     proof = prove_bit(sk, c, 1, CTX)
     assert verify_bit(pk, c, proof, CTX)
-    for bad_c in (str(c), -int(c), int(c) + int(pk.nsquare), 0, float(c) + 0.5):
+    for bad_c in (str(c), -int(c), int(c) + int(pk.nsquare), 0, 2.5, True):
         assert verify_bit(pk, bad_c, proof, CTX) is False, bad_c
     assert verify_bit(pk, c, [str(v) for v in proof], CTX) is False
     assert verify_bit(pk, c, "x" * 5, CTX) is False
@@ -473,3 +473,8 @@ def test_a_verifier_answers_false_for_a_ciphertext_or_proof_that_is_no_integer_o
     assert verify_plaintext_knowledge(pk, cts, tuple(str(v) for v in popk), CTX) is False
     assert verify_plaintext_knowledge(pk, [str(v) for v in cts], popk, CTX) is False
     assert verify_one_hot(pk, [str(c)], [*proof, 1], CTX) is False
+    # the caller's own mistake is not the prover's: a context that is not bytes still raises
+    with pytest.raises(TypeError):
+        verify_bit(pk, c, proof, "session-1")
+    with pytest.raises(TypeError):
+        verify_plaintext_knowledge(pk, cts, popk, None)
