@@ -114,8 +114,9 @@ def gaussian_delta(epsilon: float, noise_multiplier: float) -> float:
     B = A - mu
     nearest = 0.0 if B <= 0.0 <= A else min(abs(A), abs(B))
     # each bound is one exp of a logarithm, so that below 2.2e-308 (subnormal results, whose error is absolute)
-    # one rounding of half a subnormal unit is all there is; 2 units are added for it (a review: at delta =
-    # 1e-323 the products lost up to 14 % to the subnormal range)
+    # one rounding, within a subnormal unit, is all there is; one unit is added for it (a review: at delta =
+    # 1e-323 the products lost up to 14 % to the subnormal range).  delta = 5e-324 stays certifiable (an exp
+    # that underflows to 0)
     log_coarse = math.log(mu) - nearest * nearest / 2.0 - 0.5 * math.log(2.0 * math.pi) + 1e-12
     bound = math.exp(log_coarse)
     err_a = _log_ndtr_error(A, a)
@@ -124,7 +125,7 @@ def gaussian_delta(epsilon: float, noise_multiplier: float) -> float:
         # the log of e^a(1 − e^-(a − b)), each term at its largest, plus 8u for exp, expm1 and log's roundings
         log_direct = a + err_a + math.log(-math.expm1(-(a - b + err)))
         bound = min(bound, math.exp(log_direct + 8.0 * _UNIT * (1.0 + abs(log_direct))))
-    return min(1.0, bound + 2.0 * _TINIEST)  # delta > 0 for every finite multiplier: never rounded to 0
+    return min(1.0, bound + _TINIEST)  # delta > 0 for every finite multiplier: never rounded to 0
 
 
 def step_until(holds: Callable[[float], bool], x: float, *, up: bool, first: float = 1e-12) -> float:
