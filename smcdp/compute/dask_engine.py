@@ -116,6 +116,8 @@ class DaskEngine(ComputeEngine):
     def workers(self) -> int:
         if self.client is None:
             return (self.config.workers or 2) if self.config.scheduler == "local" else 0
+        if self.cluster is not None:  # our own LocalCluster: the workers it manages -- one that missed a heartbeat on
+            return len(self.cluster.workers)  # a loaded host drops out of the scheduler's list for a while (CI: 0)
         return len(self.client.scheduler_info(n_workers=-1)["workers"])
 
     @property
