@@ -614,13 +614,17 @@ def partial_decrypt(
 
 def verify_partial(pub: ThresholdPublicKey, cts: Sequence[int], partial: PartialDecryption, context: bytes) -> None:
     """Raise :class:`BadPartialDecryption` (naming the party) unless ``partial`` is correct for ``cts``."""
+    # the caller's ciphertexts first: a bad one is the caller's error, not the prover's (its proof would fail)
+    _verify_partial(pub, pub.public_key.validate_ciphertexts(cts, "ciphertext"), partial, context)
+
+
+def _verify_partial(pub: ThresholdPublicKey, cs: Sequence[mpz], partial: PartialDecryption, context: bytes) -> None:
+    """:func:`verify_partial` of ciphertexts the caller has validated (``combine`` validates a vector once)."""
     party = partial.party
     if not (type(party) is int and 1 <= party <= pub.parties):  # not a bool
         raise InvalidMessage(f"partial decryption from an unknown party index {party!r}")
     pk = pub.public_key
     n, n2 = pk.n, pk.nsquare
-    # the caller's ciphertexts first: a bad one is the caller's error, not the prover's (its proof would fail)
-    cs = pk.validate_ciphertexts(cts, "ciphertext")
     if len(partial.values) != len(cs):
         raise BadPartialDecryption(party, f"{len(partial.values)} values for {len(cs)} ciphertexts")
     values = []
@@ -707,7 +711,7 @@ def combine(
         if needed_only and len(chosen) == pub.threshold + 1:
             break
         if i != own:
-            verify_partial(pub, cts, seen[i], context)
+            _verify_partial(pub, cts, seen[i], context)
         elif len(seen[i].values) != len(cts):
             raise InvalidMessage(f"own partial decryption covers {len(seen[i].values)} of {len(cts)} ciphertexts")
         chosen.append(seen[i])
@@ -772,7 +776,7 @@ def combine_assigned(
         if not mine:
             raise InvalidMessage(f"party {i} decrypts none of these ciphertexts: its partial decryption is unexpected")
         if i != own:
-            verify_partial(pub, [cts[k] for k in mine], seen[i], context)
+            _verify_partial(pub, [cts[k] for k in mine], seen[i], context)
         elif len(seen[i].values) != len(mine):
             raise InvalidMessage(f"own partial decryption covers {len(seen[i].values)} of {len(mine)} ciphertexts")
     missing = sorted({i for s in sets for i in s if i not in seen})

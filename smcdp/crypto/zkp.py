@@ -347,10 +347,10 @@ def verify_plaintext_knowledge(pk: PublicKey, cts: Sequence[int], proof: Sequenc
     n, n2 = pk.n, pk.nsquare
     if len(proof) != 3 or not cts:
         return False
-    ints, cs_ = _integers(proof), _integers(cts)
-    if ints is None or cs_ is None:
+    ints, cs = _integers(proof), _integers(cts)
+    if ints is None or cs is None:
         return False
-    (a, z, w), cs = ints, cs_
+    a, z, w = ints
     if not (0 < a < n2 and 0 <= z < n and 0 < w < n) or any(not 0 < c < n2 for c in cs):
         return False
     acc = a * w % n
@@ -498,10 +498,9 @@ def verify_scalings(
     every plaintext as the soundness argument of :func:`prove_scaling` needs."""
     n, n2 = pk.n, pk.nsquare
     k = len(bases)
-    bs_ = _integers(bases)
-    if bs_ is None:
+    bs = _integers(bases)
+    if bs is None:
         return False
-    bs = bs_
     if k == 0 or not statements or any(not 0 < b < n2 for b in bs):
         return False
     zbits = exponent_bits + CHALLENGE_BITS + SCALE_HIDING_BITS + 1
@@ -513,10 +512,10 @@ def verify_scalings(
     for cts, proof, context in statements:
         if len(cts) != k or len(proof) != 3 * k:
             return False
-        cs_, pr = _integers(cts), _integers(proof)
-        if cs_ is None or pr is None:
+        cs, pr = _integers(cts), _integers(proof)
+        if cs is None or pr is None:
             return False
-        cs, commitments, zs, ws = cs_, pr[:k], [int(z) for z in pr[k : 2 * k]], pr[2 * k :]
+        commitments, zs, ws = pr[:k], [int(z) for z in pr[k : 2 * k]], pr[2 * k :]
         if any(not 0 < v < n2 for v in (*cs, *commitments)) or any(not 0 <= z < 1 << zbits for z in zs):
             return False
         if any(not 0 < w < n for w in ws):
@@ -551,10 +550,12 @@ def _combination_challenge(
 
 
 def _combination_rows(pk: PublicKey, bases: Sequence[Sequence[int]], k: int) -> list[list[mpz]] | None:
-    rows_ = [_integers(row) for row in bases]
-    if any(r is None for r in rows_):
-        return None
-    rows = [r for r in rows_ if r is not None]
+    rows = []
+    for row in bases:
+        ints = _integers(row)
+        if ints is None:
+            return None
+        rows.append(ints)
     if not rows or any(len(row) != k for row in rows):
         return None
     if any(not 0 < b < pk.nsquare for row in rows for b in row):
@@ -661,10 +662,10 @@ def verify_combination(
     rows = _combination_rows(pk, bases, k)
     if rows is None or k == 0 or len(proof) != combination_proof_size(len(rows), k):
         return False
-    cs_, pr = _integers(cts), _integers(proof)
-    if cs_ is None or pr is None:
+    cs, pr = _integers(cts), _integers(proof)
+    if cs is None or pr is None:
         return False
-    cs, commitments, zs, ws = cs_, pr[:k], [int(z) for z in pr[k : k + len(rows)]], pr[k + len(rows) :]
+    commitments, zs, ws = pr[:k], [int(z) for z in pr[k : k + len(rows)]], pr[k + len(rows) :]
     zbits = exponent_bits + CHALLENGE_BITS + SCALE_HIDING_BITS + 1
     if any(not 0 < v < n2 for v in (*cs, *commitments)) or any(not 0 <= z < 1 << zbits for z in zs):
         return False

@@ -329,7 +329,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             if norm > radius:  # only when the noise's b/n is beyond RELEASE_LIN_BOUND: the direction is kept
                 v = v * (radius / norm)
             w = v / R
-            # the exact minimiser's projection is eps_obj-DP; two data sets' releases lie within r/R of it each
+            # the exact minimiser v* is eps_obj-DP; given v*, two data sets' centres lie within r/R of P(v*) each
             self.noise_sensitivity_ = 2.0 * r / R
             mech = VectorMechanism(eps_out, self.noise_sensitivity_, random_state=rng)
             w = np.asarray(mech.randomise(w), float).reshape(-1)
